@@ -1,0 +1,117 @@
+package v1alpha1
+
+// Condition types. Every kind reports Ready; the others say which part of
+// the work is or is not done so that `kubectl describe` explains a wait.
+const (
+	// ReadyCondition summarises an object: True when it is usable.
+	ReadyCondition = "Ready"
+
+	// HypervisorClusterConnectedCondition is True when the operator reached
+	// the hypervisor's API with the configured credentials and trust.
+	HypervisorClusterConnectedCondition = "Connected"
+	// HypervisorClusterTLSVerifiedCondition is False when the cluster is
+	// reached with certificate verification switched off (tls.insecureSkipVerify).
+	HypervisorClusterTLSVerifiedCondition = "TLSVerified"
+
+	// HypervisorMachineTemplateValidCondition is True when the template was
+	// checked against its cluster: the source exists and is a template, the
+	// clone mode is possible on its storage, and referenced Secrets exist.
+	HypervisorMachineTemplateValidCondition = "Valid"
+
+	// RunnerPoolScalingCondition is True while the pool is changing size.
+	RunnerPoolScalingCondition = "Scaling"
+	// RunnerPoolCapacityCondition is False when the pool cannot serve its
+	// demand (at maxReplicas, cluster unavailable, addresses exhausted ...).
+	RunnerPoolCapacityCondition = "CapacityAvailable"
+
+	// MachineClaimProvisionedCondition is True once the VM exists, is
+	// configured and has been started.
+	MachineClaimProvisionedCondition = "Provisioned"
+	// MachineClaimBootstrappedCondition is True once the workload side
+	// (a registered CI runner) reports the VM ready for work.
+	MachineClaimBootstrappedCondition = "Bootstrapped"
+	// MachineClaimStuckCondition is True when a claim has made no progress
+	// in its current phase for longer than expected.
+	MachineClaimStuckCondition = "Stuck"
+	// MachineClaimOwnershipVerifiedCondition is False when the VM recorded in
+	// status does not carry this operator's valid ownership marker; such a
+	// VM is never modified or destroyed.
+	MachineClaimOwnershipVerifiedCondition = "OwnershipVerified"
+
+	// IPPoolExhaustedCondition is True when no address is left to allocate.
+	IPPoolExhaustedCondition = "Exhausted"
+)
+
+// Condition reasons. Every condition carries one.
+const (
+	// ReconcilingReason: the controller has not finished its first pass.
+	ReconcilingReason = "Reconciling"
+	// ReadyReason: everything the object needs is in place.
+	ReadyReason = "Ready"
+
+	// UnreachableReason: the hypervisor API did not answer.
+	UnreachableReason = "Unreachable"
+	// AuthenticationFailedReason: the hypervisor or GitHub refused the credentials.
+	AuthenticationFailedReason = "AuthenticationFailed"
+	// SecretNotFoundReason: a referenced Secret or key does not exist.
+	SecretNotFoundReason = "SecretNotFound"
+	// InsecureTLSReason: certificate verification is switched off by the user.
+	InsecureTLSReason = "InsecureSkipVerify"
+	// NamespaceNotAllowedReason: the cluster's allowedNamespaces excludes the object's namespace.
+	NamespaceNotAllowedReason = "NamespaceNotAllowed"
+
+	// TemplateNotFoundReason: the hypervisor has no such template.
+	TemplateNotFoundReason = "TemplateNotFound"
+	// NotATemplateReason: the source VM is not marked as a template.
+	NotATemplateReason = "NotATemplate"
+	// LinkedCloneUnsupportedReason: the template's storage cannot hold linked clones.
+	LinkedCloneUnsupportedReason = "LinkedCloneUnsupported"
+	// TemplateInvalidReason: the template fails validation for another reason.
+	TemplateInvalidReason = "TemplateInvalid"
+	// ClusterUnavailableReason: the referenced HypervisorCluster is not Ready.
+	ClusterUnavailableReason = "ClusterUnavailable"
+
+	// AtMaxReplicasReason: demand exceeds the pool's maxReplicas.
+	AtMaxReplicasReason = "AtMaxReplicas"
+	// IPPoolExhaustedReason: no static address is left for a new VM.
+	IPPoolExhaustedReason = "IPPoolExhausted"
+	// RateLimitedReason: the CI platform's API rate limit holds work back.
+	RateLimitedReason = "RateLimited"
+	// DemandIncreasedReason and DemandDecreasedReason explain scaling.
+	DemandIncreasedReason = "DemandIncreased"
+	DemandDecreasedReason = "DemandDecreased"
+
+	// CloningReason, StartingReason, WaitingForGuestReason, WaitingForRunnerReason
+	// say where a claim is on its way to Ready.
+	CloningReason          = "Cloning"
+	StartingReason         = "Starting"
+	WaitingForGuestReason  = "WaitingForGuest"
+	WaitingForRunnerReason = "WaitingForRunner"
+	// ProvisioningFailedReason: the hypervisor refused or failed a step.
+	ProvisioningFailedReason = "ProvisioningFailed"
+	// OwnershipMismatchReason: the VM's ownership marker does not verify.
+	OwnershipMismatchReason = "OwnershipMismatch"
+	// PhaseTimeoutReason: a claim stayed in one phase for too long.
+	PhaseTimeoutReason = "PhaseTimeout"
+)
+
+// Standard labels and annotations stamped on every object the operator
+// creates, so that ownership can be traced with a label selector.
+const (
+	// ManagedByLabel marks objects created by HyperFleet; its value is ManagedByValue.
+	ManagedByLabel = "hyperfleet.io/managed-by"
+	// ManagedByValue is the value of ManagedByLabel.
+	ManagedByValue = "hyperfleet"
+	// RunnerPoolLabel names the RunnerPool a MachineClaim belongs to.
+	RunnerPoolLabel = "hyperfleet.io/runner-pool"
+	// MachineTemplateLabel names the HypervisorMachineTemplate a claim was built from.
+	MachineTemplateLabel = "hyperfleet.io/machine-template"
+	// HypervisorClusterLabel names the HypervisorCluster a claim's VM lives on.
+	HypervisorClusterLabel = "hyperfleet.io/hypervisor-cluster"
+	// TemplateHashLabel carries the template hash a claim was built from.
+	TemplateHashLabel = "hyperfleet.io/template-hash"
+
+	// MachineClaimFinalizer holds a claim until its VM and everything
+	// allocated for it are gone.
+	MachineClaimFinalizer = "hyperfleet.io/vm-cleanup"
+)

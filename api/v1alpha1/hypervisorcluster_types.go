@@ -1,0 +1,378 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// HypervisorProvider names a hypervisor implementation.
+// +kubebuilder:validation:Enum=proxmox
+type HypervisorProvider string
+
+// ProviderProxmox is Proxmox VE.
+const ProviderProxmox HypervisorProvider = "proxmox"
+
+// HypervisorClusterSpec says how to reach one hypervisor cluster and how VMs
+// are placed on it.
+type HypervisorClusterSpec struct {
+	// provider is the hypervisor implementation. Only "proxmox" exists today.
+	// It cannot be changed: create a new HypervisorCluster instead.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="provider is immutable; create a new HypervisorCluster for another hypervisor"
+	Provider HypervisorProvider `json:"provider"`
+
+	// endpoint is the hypervisor API's base URL, for Proxmox VE
+	// https://<host>:8006/api2/json. Only https is accepted: the API carries
+	// credentials.
+	// +required
+	// +kubebuilder:validation:MinLength=9
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() == 'https' && url(self).getHostname() != ''",message="endpoint must be an https:// URL with a host, such as https://pve.example.com:8006/api2/json"
+	Endpoint string `json:"endpoint"`
+
+	// credentials authenticate the operator to the hypervisor API. Set either
+	// tokenId and tokenSecret (a Proxmox API token, recommended) or username
+	// and password. They stay in the operator and never reach a VM.
+	// +required
+	Credentials HypervisorCredentials `json:"credentials"`
+
+	// tls says how the operator trusts the API's certificate. Without it the
+	// system trust store is used. Proxmox nodes usually present a certificate
+	// signed by the cluster's own CA: give caBundleRef or pin the
+	// certificate's SHA-256 fingerprint.
+	// +optional
+	TLS *HypervisorTLS `json:"tls,omitempty"`
+
+	// nodes restricts placement to these hypervisor nodes. Empty means every
+	// online node of the cluster.
+	// +optional
+	// +kubebuilder:validation:MaxItems=128
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self.all(n, self.exists_one(m, m == n))",message="nodes must not list a node twice"
+	// +listType=atomic
+	Nodes []string `json:"nodes,omitempty"`
+
+	// defaultStorage is the storage that full clones are written to when the
+	// template does not name one (for example local-lvm).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z][-_a-zA-Z0-9]*$`
+	DefaultStorage string `json:"defaultStorage,omitempty"`
+
+	// isoStorage is an iso-capable, file-based storage on every allowed node
+	// (for example local) that receives each VM's NoCloud cloud-init ISO. The
+	// ISO is deleted once the guest is up and always when the VM is deleted.
+	// +optional
+	// +kubebuilder:default=local
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z][-_a-zA-Z0-9]*$`
+	ISOStorage string `json:"isoStorage,omitempty"`
+
+	// defaultBridge is the network bridge VMs attach to when the template
+	// does not name one (for example vmbr0).
+	// +optional
+	// +kubebuilder:default=vmbr0
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z][-_.a-zA-Z0-9]*$`
+	DefaultBridge string `json:"defaultBridge,omitempty"`
+
+	// vmidRange is the block of VM ids the operator allocates from. Keep it
+	// apart from ids used by hand or by other tools.
+	// +optional
+	VMIDRange *VMIDRange `json:"vmidRange,omitempty"`
+
+	// limits bound the load the operator puts on this cluster.
+	// +optional
+	Limits *HypervisorLimits `json:"limits,omitempty"`
+
+	// dns holds the name-resolution settings given to VMs on this cluster,
+	// and whether VMs are registered in DNS. A template's own dns settings
+	// take precedence field by field.
+	// +optional
+	DNS *ClusterDNSSettings `json:"dns,omitempty"`
+
+	// tags are extra hypervisor tags set on every VM the operator creates,
+	// on top of the operator's own ownership tags. Proxmox tags allow only
+	// letters, digits and _ - + . (no '/', ':' or '='); they are stored
+	// lower-cased.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z0-9_][-a-zA-Z0-9_+.]*$`
+	// +listType=set
+	Tags []string `json:"tags,omitempty"`
+
+	// allowedNamespaces selects the namespaces whose templates may use this
+	// cluster. Unset admits every namespace; an empty selector ({}) too.
+	// +optional
+	AllowedNamespaces *metav1.LabelSelector `json:"allowedNamespaces,omitempty"`
+
+	// pollInterval is how often the operator reads the cluster's VM list
+	// (one request per cluster, whatever the number of VMs) to detect
+	// powered-off VMs and orphans.
+	// +optional
+	// +kubebuilder:default="5s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('5m')",message="pollInterval must be between 1s and 5m"
+	PollInterval *metav1.Duration `json:"pollInterval,omitempty"`
+}
+
+// HypervisorCredentials holds references to the hypervisor API credentials.
+// +kubebuilder:validation:XValidation:rule="(has(self.tokenId) && has(self.tokenSecret) && !has(self.username) && !has(self.password)) || (!has(self.tokenId) && !has(self.tokenSecret) && has(self.username) && has(self.password))",message="set exactly one credential pair: tokenId with tokenSecret (API token), or username with password"
+type HypervisorCredentials struct {
+	// tokenId selects the API token id, such as hyperfleet@pve!operator.
+	// +optional
+	TokenID *SecretKeySelector `json:"tokenId,omitempty"`
+
+	// tokenSecret selects the API token's secret (a UUID).
+	// +optional
+	TokenSecret *SecretKeySelector `json:"tokenSecret,omitempty"`
+
+	// username selects the user name with realm, such as root@pam.
+	// +optional
+	Username *SecretKeySelector `json:"username,omitempty"`
+
+	// password selects the user's password.
+	// +optional
+	Password *SecretKeySelector `json:"password,omitempty"`
+}
+
+// HypervisorTLS says how the API's certificate is trusted.
+// +kubebuilder:validation:XValidation:rule="[has(self.caBundleRef), has(self.fingerprintSHA256), has(self.insecureSkipVerify) && self.insecureSkipVerify].filter(x, x).size() <= 1",message="set at most one of tls.caBundleRef, tls.fingerprintSHA256 and tls.insecureSkipVerify=true"
+type HypervisorTLS struct {
+	// caBundleRef selects a Secret key holding PEM CA certificates that sign
+	// the API's certificate (for Proxmox, /etc/pve/pve-root-ca.pem).
+	// +optional
+	CABundleRef *SecretKeySelector `json:"caBundleRef,omitempty"`
+
+	// fingerprintSHA256 pins the API certificate by its SHA-256 fingerprint,
+	// as Proxmox shows it: 32 colon-separated hex bytes.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^([0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$`
+	FingerprintSHA256 string `json:"fingerprintSHA256,omitempty"`
+
+	// insecureSkipVerify switches certificate verification off. Only for
+	// throw-away labs: anyone on the path can read the credentials. The
+	// cluster reports TLSVerified=False while it is set.
+	// +optional
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+}
+
+// VMIDRange is an inclusive block of hypervisor VM ids.
+// +kubebuilder:validation:XValidation:rule="self.start <= self.end",message="vmidRange.start must not be greater than vmidRange.end"
+type VMIDRange struct {
+	// start is the first id of the block.
+	// +required
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=999999999
+	Start int32 `json:"start"`
+
+	// end is the last id of the block.
+	// +required
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=999999999
+	End int32 `json:"end"`
+}
+
+// HypervisorLimits bound the operator's load on a cluster. Proxmox clones
+// queue on storage locks and fail after a 10 s wait, so a few concurrent
+// clones per node and storage are faster than many.
+type HypervisorLimits struct {
+	// clonesPerNode is the most clones in flight on one node.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=32
+	ClonesPerNode int32 `json:"clonesPerNode,omitempty"`
+
+	// clonesPerStorage is the most clones in flight onto one storage.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=32
+	ClonesPerStorage int32 `json:"clonesPerStorage,omitempty"`
+
+	// maxMachines caps the VMs the operator keeps on this cluster at once;
+	// unset means no cap beyond the cluster's capacity.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	MaxMachines *int32 `json:"maxMachines,omitempty"`
+}
+
+// ClusterDNSSettings are DNS settings for the VMs of a cluster.
+// +kubebuilder:validation:XValidation:rule="!has(self.registerVMs) || !self.registerVMs || has(self.dnsProvider)",message="dns.registerVMs needs dns.dnsProvider: say which DNS service receives the records"
+type ClusterDNSSettings struct {
+	DNSSettings `json:",inline"`
+
+	// registerVMs asks the operator to publish each VM's address under its
+	// FQDN through dnsProvider. Requires dnsProvider.
+	// +optional
+	RegisterVMs bool `json:"registerVMs,omitempty"`
+
+	// dnsProvider is the DNS service VMs are registered in.
+	// +optional
+	DNSProvider *DNSProvider `json:"dnsProvider,omitempty"`
+}
+
+// DNSProviderType names a DNS service.
+// +kubebuilder:validation:Enum=route53;cloudflare;rfc2136
+type DNSProviderType string
+
+// DNSProvider is a DNS service that receives VM records.
+type DNSProvider struct {
+	// type is the DNS service.
+	// +required
+	Type DNSProviderType `json:"type"`
+
+	// zone is the DNS zone records are written to; defaults to dns.domain.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Zone string `json:"zone,omitempty"`
+
+	// credentials selects the service's credentials by name (for example
+	// accessKeyId and secretAccessKey for route53, apiToken for cloudflare,
+	// tsigKey for rfc2136).
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=map
+	// +listMapKey=name
+	Credentials []NamedSecretKeySelector `json:"credentials,omitempty"`
+}
+
+// NamedSecretKeySelector is a SecretKeySelector under a name that says what
+// the value is.
+type NamedSecretKeySelector struct {
+	// name says what the value is for, such as accessKeyId.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z][a-zA-Z0-9]*$`
+	Name string `json:"name"`
+
+	// secretKeyRef selects the value.
+	// +required
+	SecretKeyRef SecretKeySelector `json:"secretKeyRef"`
+}
+
+// HypervisorClusterStatus is what the operator observed of the cluster.
+type HypervisorClusterStatus struct {
+	// conditions are Ready, Connected and TLSVerified.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// version is the hypervisor's software version, such as 9.2.1.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Version string `json:"version,omitempty"`
+
+	// connectedNodes counts the allowed nodes that are online.
+	// +optional
+	ConnectedNodes int32 `json:"connectedNodes,omitempty"`
+
+	// nodes is the capacity of each allowed node.
+	// +optional
+	// +kubebuilder:validation:MaxItems=128
+	// +listType=map
+	// +listMapKey=name
+	Nodes []NodeStatus `json:"nodes,omitempty"`
+
+	// availableResources is the free capacity over all online allowed nodes.
+	// +optional
+	AvailableResources *ResourceAmounts `json:"availableResources,omitempty"`
+
+	// lastPollTime is when the operator last read the cluster's VM list.
+	// +optional
+	LastPollTime *metav1.Time `json:"lastPollTime,omitempty"`
+}
+
+// NodeState is a hypervisor node's state.
+// +kubebuilder:validation:Enum=online;offline;unknown
+type NodeState string
+
+// NodeStatus is one hypervisor node's state and capacity.
+type NodeStatus struct {
+	// name is the node's name.
+	// +required
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+
+	// state is online, offline or unknown.
+	// +required
+	State NodeState `json:"state"`
+
+	// capacity is the node's total CPU and memory.
+	// +optional
+	Capacity ResourceAmounts `json:"capacity,omitempty"`
+
+	// allocated is what running VMs use, plus what the operator reserved for
+	// VMs being created.
+	// +optional
+	Allocated ResourceAmounts `json:"allocated,omitempty"`
+}
+
+// ResourceAmounts is an amount of CPU, memory and storage.
+type ResourceAmounts struct {
+	// cpu is a number of logical CPUs.
+	// +optional
+	CPU int64 `json:"cpu,omitempty"`
+
+	// memory is an amount of memory.
+	// +optional
+	Memory *resource.Quantity `json:"memory,omitempty"`
+
+	// storage is an amount of disk space.
+	// +optional
+	Storage *resource.Quantity `json:"storage,omitempty"`
+}
+
+// HypervisorCluster is a hypervisor (a Proxmox VE cluster) that HyperFleet
+// creates VMs on: how to reach it, with which credentials, and where VMs go.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=hvc,categories=hyperfleet
+// +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.connectedNodes`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.spec.endpoint`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type HypervisorCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired connection and placement settings.
+	// +required
+	Spec HypervisorClusterSpec `json:"spec"`
+
+	// status is what the operator observed.
+	// +optional
+	Status HypervisorClusterStatus `json:"status,omitempty"`
+}
+
+// HypervisorClusterList is a list of HypervisorCluster.
+// +kubebuilder:object:root=true
+type HypervisorClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []HypervisorCluster `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&HypervisorCluster{}, &HypervisorClusterList{})
+}

@@ -1,0 +1,605 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// HypervisorMachineTemplateSpec describes the VMs built from one hypervisor
+// template: where they run, their size and network, how they prove who they
+// are and how their CI runner is bootstrapped.
+// +kubebuilder:validation:XValidation:rule="self.network.mode != 'cloud-init' || (has(self.cloudInit) && has(self.cloudInit.networkData))",message="network.mode cloud-init takes the network configuration from cloudInit.networkData: set it, or use mode dhcp or static"
+type HypervisorMachineTemplateSpec struct {
+	// hypervisorClusterRef names the cluster-scoped HypervisorCluster the VMs
+	// are created on. Its allowedNamespaces must admit this namespace.
+	// +required
+	HypervisorClusterRef ObjectName `json:"hypervisorClusterRef"`
+
+	// source is the hypervisor template VMs are cloned from.
+	// +required
+	Source MachineSource `json:"source"`
+
+	// resources are the VM's CPU, memory and root disk size.
+	// +required
+	Resources MachineResources `json:"resources"`
+
+	// network is the VM's network interface and addressing.
+	// +optional
+	// +kubebuilder:default={mode: dhcp}
+	Network MachineNetwork `json:"network,omitempty"`
+
+	// attestation is how a VM proves its identity before it is given a
+	// workload credential.
+	// +optional
+	// +kubebuilder:default={method: none}
+	Attestation Attestation `json:"attestation,omitempty"`
+
+	// bootstrap is how the CI runner inside the VM gets its single-use
+	// credential.
+	// +required
+	Bootstrap Bootstrap `json:"bootstrap"`
+
+	// cloudInit is the user's own cloud-init, merged with what the operator
+	// renders for each VM. Values are Go templates; see the docs for the
+	// variables and the merge rules.
+	// +optional
+	CloudInit *CloudInit `json:"cloudInit,omitempty"`
+
+	// metadata is added to every MachineClaim built from this template.
+	// +optional
+	Metadata *ObjectMetadata `json:"metadata,omitempty"`
+}
+
+// CloneMode says whether a VM shares its template's base disk.
+// +kubebuilder:validation:Enum=linked;full
+type CloneMode string
+
+const (
+	// CloneModeLinked shares the template's base disk: fast, needs a storage
+	// that supports linked clones (LVM-thin, ZFS, RBD, qcow2 on a directory).
+	CloneModeLinked CloneMode = "linked"
+	// CloneModeFull copies the whole disk: slower, works on any storage.
+	CloneModeFull CloneMode = "full"
+)
+
+// MachineSource is the template a VM is cloned from.
+type MachineSource struct {
+	// proxmox names a Proxmox VE template.
+	// +required
+	Proxmox ProxmoxSource `json:"proxmox"`
+}
+
+// DiskFormat is a disk image format for full clones.
+// +kubebuilder:validation:Enum=raw;qcow2;vmdk
+type DiskFormat string
+
+// ProxmoxSource is a Proxmox VE template, named by id or by name.
+// +kubebuilder:validation:XValidation:rule="has(self.templateId) != has(self.templateName)",message="set exactly one of source.proxmox.templateId and source.proxmox.templateName"
+// +kubebuilder:validation:XValidation:rule="self.cloneMode == 'full' || (!has(self.storage) && !has(self.format))",message="storage and format apply only to full clones: remove them or set cloneMode: full"
+type ProxmoxSource struct {
+	// templateId is the VM id of the template, such as 9000.
+	// +optional
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=999999999
+	TemplateID *int32 `json:"templateId,omitempty"`
+
+	// templateName is the name of the template. It must name exactly one
+	// template on the cluster.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?$`
+	TemplateName string `json:"templateName,omitempty"`
+
+	// cloneMode is linked (default; shares the template's base disk) or full.
+	// +optional
+	// +kubebuilder:default=linked
+	CloneMode CloneMode `json:"cloneMode,omitempty"`
+
+	// storage is the target storage of a full clone; defaults to the
+	// cluster's defaultStorage. Full clones only.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z][-_a-zA-Z0-9]*$`
+	Storage string `json:"storage,omitempty"`
+
+	// format is the disk format of a full clone. Full clones only.
+	// +optional
+	Format DiskFormat `json:"format,omitempty"`
+
+	// pool is the Proxmox resource pool new VMs are put in.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][-A-Za-z0-9_]*$`
+	Pool string `json:"pool,omitempty"`
+}
+
+// MachineResources size a VM.
+// +kubebuilder:validation:XValidation:rule="quantity(string(self.memory)).compareTo(quantity('256Mi')) >= 0 && quantity(string(self.memory)).compareTo(quantity('4Ti')) <= 0",message="resources.memory must be between 256Mi and 4Ti"
+// +kubebuilder:validation:XValidation:rule="!has(self.disk) || (quantity(string(self.disk)).compareTo(quantity('1Gi')) >= 0 && quantity(string(self.disk)).compareTo(quantity('64Ti')) <= 0)",message="resources.disk must be between 1Gi and 64Ti"
+type MachineResources struct {
+	// cpu is the number of virtual CPU cores.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=512
+	CPU int32 `json:"cpu"`
+
+	// memory is the VM's memory, such as 8Gi (256Mi to 4Ti).
+	// +required
+	Memory resource.Quantity `json:"memory"`
+
+	// disk is the size the root disk is grown to, such as 50Gi. Unset keeps
+	// the template's size; a disk is never shrunk.
+	// +optional
+	Disk *resource.Quantity `json:"disk,omitempty"`
+}
+
+// NetworkMode says how a VM gets its address.
+// +kubebuilder:validation:Enum=dhcp;static;cloud-init
+type NetworkMode string
+
+const (
+	// NetworkModeDHCP leaves addressing to a DHCP server.
+	NetworkModeDHCP NetworkMode = "dhcp"
+	// NetworkModeStatic gives each VM an address from an IPPool.
+	NetworkModeStatic NetworkMode = "static"
+	// NetworkModeCloudInit uses the template's cloudInit.networkData as is.
+	NetworkModeCloudInit NetworkMode = "cloud-init"
+)
+
+// MachineNetwork is a VM's network interface and addressing.
+// +kubebuilder:validation:XValidation:rule="self.mode != 'static' || has(self.ipPoolRef)",message="network.mode static needs network.ipPoolRef: name the IPPool that addresses come from"
+// +kubebuilder:validation:XValidation:rule="self.mode == 'static' || !has(self.ipPoolRef)",message="network.ipPoolRef applies only to network.mode static"
+// +kubebuilder:validation:XValidation:rule="self.mode == 'dhcp' || !has(self.dhcp)",message="network.dhcp applies only to network.mode dhcp"
+type MachineNetwork struct {
+	// mode is dhcp (default), static (an address from ipPoolRef) or
+	// cloud-init (the template's cloudInit.networkData, unchanged).
+	// +optional
+	// +kubebuilder:default=dhcp
+	Mode NetworkMode `json:"mode,omitempty"`
+
+	// bridge is the hypervisor bridge of the VM's first NIC; defaults to the
+	// cluster's defaultBridge.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z][-_.a-zA-Z0-9]*$`
+	Bridge string `json:"bridge,omitempty"`
+
+	// vlan tags the NIC's traffic with this 802.1Q VLAN id.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4094
+	VLAN *int32 `json:"vlan,omitempty"`
+
+	// model is the emulated NIC model.
+	// +optional
+	// +kubebuilder:default=virtio
+	// +kubebuilder:validation:Enum=virtio;e1000;rtl8139;vmxnet3
+	Model string `json:"model,omitempty"`
+
+	// dhcp tunes DHCP; mode dhcp only.
+	// +optional
+	DHCP *DHCPOptions `json:"dhcp,omitempty"`
+
+	// ipPoolRef names the cluster-scoped IPPool static addresses come from;
+	// mode static only, and then required.
+	// +optional
+	IPPoolRef *ObjectName `json:"ipPoolRef,omitempty"`
+
+	// dns overrides the cluster's DNS settings for these VMs, field by field.
+	// +optional
+	DNS *DNSSettings `json:"dns,omitempty"`
+}
+
+// DHCPClientIdentifier says what a VM identifies itself with to the DHCP server.
+// +kubebuilder:validation:Enum=mac;hostname
+type DHCPClientIdentifier string
+
+// DHCPOptions tune how a VM asks for its address.
+type DHCPOptions struct {
+	// clientIdentifier is mac (default) or hostname. With hostname, a DHCP
+	// server that keeps per-name reservations hands a VM the same address
+	// every time its name comes back.
+	// +optional
+	// +kubebuilder:default=mac
+	ClientIdentifier DHCPClientIdentifier `json:"clientIdentifier,omitempty"`
+
+	// sendHostname sends the VM's hostname with the request, so DHCP-driven
+	// DNS can register it.
+	// +optional
+	// +kubebuilder:default=true
+	SendHostname *bool `json:"sendHostname,omitempty"`
+
+	// ipv6 also asks for an IPv6 address (DHCPv6 / SLAAC).
+	// +optional
+	IPv6 bool `json:"ipv6,omitempty"`
+}
+
+// AttestationMethod is how a VM proves its identity.
+// +kubebuilder:validation:Enum=none;join-token;tpm
+type AttestationMethod string
+
+const (
+	// AttestationNone: no workload identity; the runner credential itself is
+	// delivered in the VM's cloud-init.
+	AttestationNone AttestationMethod = "none"
+	// AttestationJoinToken: a single-use SPIRE join token attests the VM's
+	// agent, which then fetches the runner credential over mTLS.
+	AttestationJoinToken AttestationMethod = "join-token"
+	// AttestationTPM: the VM's TPM attests its SPIRE agent.
+	AttestationTPM AttestationMethod = "tpm"
+)
+
+// Attestation is how a VM proves its identity.
+// +kubebuilder:validation:XValidation:rule="self.method == 'join-token' || !has(self.joinToken)",message="attestation.joinToken applies only to attestation.method join-token"
+// +kubebuilder:validation:XValidation:rule="self.method == 'tpm' || !has(self.tpm)",message="attestation.tpm applies only to attestation.method tpm"
+type Attestation struct {
+	// method is none (default), join-token or tpm.
+	// +optional
+	// +kubebuilder:default=none
+	Method AttestationMethod `json:"method,omitempty"`
+
+	// joinToken tunes SPIRE join tokens; method join-token only.
+	// +optional
+	JoinToken *JoinTokenAttestation `json:"joinToken,omitempty"`
+
+	// tpm tunes TPM attestation; method tpm only.
+	// +optional
+	TPM *TPMAttestation `json:"tpm,omitempty"`
+}
+
+// JoinTokenAttestation tunes SPIRE join tokens.
+type JoinTokenAttestation struct {
+	// ttl is how long a join token stays valid; keep it just above the time
+	// a VM needs to boot. Between 1m and 24h.
+	// +optional
+	// +kubebuilder:default="15m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('24h')",message="attestation.joinToken.ttl must be between 1m and 24h"
+	TTL *metav1.Duration `json:"ttl,omitempty"`
+}
+
+// TPMAttestation tunes TPM attestation.
+type TPMAttestation struct {
+	// devicePath is the TPM device inside the VM.
+	// +optional
+	// +kubebuilder:default="/dev/tpmrm0"
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^/dev/[a-z0-9]+$`
+	DevicePath string `json:"devicePath,omitempty"`
+
+	// addVirtualTPM attaches a virtual TPM 2.0 (Proxmox tpmstate0) to each
+	// VM when the template has none.
+	// +optional
+	AddVirtualTPM bool `json:"addVirtualTPM,omitempty"`
+
+	// ekCABundleRef selects a Secret key, in this namespace, with the PEM CA
+	// certificates that sign the TPMs' endorsement keys.
+	// +optional
+	EKCABundleRef *LocalSecretKeySelector `json:"ekCABundleRef,omitempty"`
+}
+
+// BootstrapMethod is the kind of single-use credential a runner receives.
+// +kubebuilder:validation:Enum=jit-config;runner-token
+type BootstrapMethod string
+
+const (
+	// BootstrapJITConfig hands the runner a GitHub just-in-time runner
+	// configuration: pre-registered, single-job, nothing else to exchange.
+	BootstrapJITConfig BootstrapMethod = "jit-config"
+	// BootstrapRunnerToken hands the runner a one-hour registration token
+	// that it uses to register itself as an ephemeral runner.
+	BootstrapRunnerToken BootstrapMethod = "runner-token"
+)
+
+// Bootstrap is how the VM's runner gets its credential.
+type Bootstrap struct {
+	// method is jit-config (default) or runner-token.
+	// +optional
+	// +kubebuilder:default=jit-config
+	Method BootstrapMethod `json:"method,omitempty"`
+
+	// github is the GitHub Actions configuration.
+	// +required
+	GitHub GitHubBootstrap `json:"github"`
+
+	// httpTimeout bounds each call the operator makes to GitHub. Between 1s and 5m.
+	// +optional
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('5m')",message="bootstrap.httpTimeout must be between 1s and 5m"
+	HTTPTimeout *metav1.Duration `json:"httpTimeout,omitempty"`
+}
+
+// GitHubBootstrap is where runners register and with which credentials the
+// operator asks GitHub for their single-use credentials.
+// +kubebuilder:validation:XValidation:rule="has(self.repository) != has(self.organization)",message="set exactly one of bootstrap.github.repository (repository runners) and bootstrap.github.organization (organization runners)"
+type GitHubBootstrap struct {
+	// credentials are the operator's GitHub credentials, as Secret keys in
+	// this namespace. They never reach a VM.
+	// +required
+	Credentials GitHubCredentials `json:"credentials"`
+
+	// owner is the user or organization that owns the repository or is the
+	// organization.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=39
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$`
+	Owner string `json:"owner"`
+
+	// repository is the repository name under owner, for repository runners.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=100
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
+	Repository string `json:"repository,omitempty"`
+
+	// organization is the organization, for organization runners.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=39
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$`
+	Organization string `json:"organization,omitempty"`
+
+	// apiBaseURL is the GitHub REST API; for GitHub Enterprise Server use
+	// https://<host>/api/v3.
+	// +optional
+	// +kubebuilder:default="https://api.github.com"
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() == 'https'",message="bootstrap.github.apiBaseURL must be an https:// URL, such as https://github.example.com/api/v3"
+	APIBaseURL string `json:"apiBaseURL,omitempty"`
+
+	// registrationURLs are the API URLs that issue registration tokens
+	// (runner-token method), with {owner} and {repo} placeholders. The
+	// defaults follow apiBaseURL.
+	// +optional
+	RegistrationURLs *ScopedURLs `json:"registrationURLs,omitempty"`
+
+	// runnerURLs are the URLs a runner registers to (runner-token method),
+	// with {owner} and {repo} placeholders. Defaults: https://github.com/{owner}/{repo}
+	// and https://github.com/{owner}.
+	// +optional
+	RunnerURLs *ScopedURLs `json:"runnerURLs,omitempty"`
+
+	// runnerGroup is the organization runner group runners join.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=100
+	RunnerGroup string `json:"runnerGroup,omitempty"`
+
+	// runner says where the runner software comes from and where it lives
+	// inside the VM.
+	// +optional
+	Runner *RunnerSoftware `json:"runner,omitempty"`
+}
+
+// GitHubCredentials are either a GitHub App installation or a personal
+// access token.
+// +kubebuilder:validation:XValidation:rule="has(self.app) != has(self.pat)",message="set exactly one of bootstrap.github.credentials.app (GitHub App, recommended) and bootstrap.github.credentials.pat (personal access token)"
+type GitHubCredentials struct {
+	// app is a GitHub App installation: short-lived installation tokens,
+	// fine-grained permissions. Recommended.
+	// +optional
+	App *GitHubAppCredentials `json:"app,omitempty"`
+
+	// pat selects a personal access token.
+	// +optional
+	PAT *LocalSecretKeySelector `json:"pat,omitempty"`
+}
+
+// GitHubAppCredentials select a GitHub App's id, private key and
+// installation id, each a Secret key in this namespace.
+type GitHubAppCredentials struct {
+	// appId selects the App's numeric id.
+	// +required
+	AppID LocalSecretKeySelector `json:"appId"`
+
+	// privateKey selects the App's PEM private key.
+	// +required
+	PrivateKey LocalSecretKeySelector `json:"privateKey"`
+
+	// installationId selects the numeric id of the App's installation on
+	// the owner.
+	// +required
+	InstallationID LocalSecretKeySelector `json:"installationId"`
+}
+
+// ScopedURLs are URL templates for repository and organization scope.
+type ScopedURLs struct {
+	// repository is the URL for repository scope, with {owner} and {repo}.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('https://') && self.contains('{owner}') && self.contains('{repo}')",message="a repository URL template must start with https:// and contain {owner} and {repo}"
+	Repository string `json:"repository,omitempty"`
+
+	// organization is the URL for organization scope, with {owner}.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('https://') && self.contains('{owner}')",message="an organization URL template must start with https:// and contain {owner}"
+	Organization string `json:"organization,omitempty"`
+}
+
+// RunnerOS is the runner package's operating system, in GitHub's naming.
+// +kubebuilder:validation:Enum=linux;win;osx
+type RunnerOS string
+
+// RunnerArch is the runner package's architecture, in GitHub's naming.
+// +kubebuilder:validation:Enum=x64;arm64;arm
+type RunnerArch string
+
+// RunnerSoftware is the CI runner package and its place in the VM.
+type RunnerSoftware struct {
+	// downloadURL is the runner package; {os} and {arch} are replaced by os
+	// and arch. Unset means the runner is already installed in the template.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self.replace('{os}', 'linux').replace('{arch}', 'x64')) && self.startsWith('https://')",message="runner.downloadURL must be an https:// URL; {os} and {arch} may appear in it"
+	DownloadURL string `json:"downloadURL,omitempty"`
+
+	// downloadSHA256 is the package's SHA-256 checksum (64 hex digits); the
+	// agent refuses a download that does not match.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
+	DownloadSHA256 string `json:"downloadSHA256,omitempty"`
+
+	// installPath is where the runner is unpacked.
+	// +optional
+	// +kubebuilder:default="/opt/actions-runner"
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^/[^\x00]*$`
+	InstallPath string `json:"installPath,omitempty"`
+
+	// workDir is the runner's job working directory, wiped after the job.
+	// +optional
+	// +kubebuilder:default="/var/lib/hyperfleet/work"
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^/[^\x00]*$`
+	WorkDir string `json:"workDir,omitempty"`
+
+	// configScript is the runner's registration script.
+	// +optional
+	// +kubebuilder:default="config.sh"
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
+	ConfigScript string `json:"configScript,omitempty"`
+
+	// runScript is the runner's run script.
+	// +optional
+	// +kubebuilder:default="run.sh"
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
+	RunScript string `json:"runScript,omitempty"`
+
+	// os is the VM's operating system in GitHub's naming.
+	// +optional
+	// +kubebuilder:default=linux
+	OS RunnerOS `json:"os,omitempty"`
+
+	// arch is the VM's architecture in GitHub's naming.
+	// +optional
+	// +kubebuilder:default=x64
+	Arch RunnerArch `json:"arch,omitempty"`
+}
+
+// CloudInit is the user's cloud-init for the VMs; the operator merges its
+// own per-VM data into it.
+type CloudInit struct {
+	// userData is a #cloud-config document (a Go template).
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	UserData string `json:"userData,omitempty"`
+
+	// networkData is a network-config version 2 document (a Go template).
+	// With network.mode cloud-init it is used as the VM's network config.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16384
+	NetworkData string `json:"networkData,omitempty"`
+
+	// metaData is extra NoCloud meta-data (a Go template); instance-id and
+	// local-hostname are always the operator's.
+	// +optional
+	// +kubebuilder:validation:MaxLength=8192
+	MetaData string `json:"metaData,omitempty"`
+}
+
+// ObjectMetadata is labels and annotations to stamp on created objects.
+type ObjectMetadata struct {
+	// labels are added to each MachineClaim; HyperFleet's own
+	// hyperfleet.io/* labels win over them.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// annotations are added to each MachineClaim.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// HypervisorMachineTemplateStatus is what the operator found when checking
+// the template against its cluster.
+type HypervisorMachineTemplateStatus struct {
+	// conditions are Ready and Valid.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// templateHash is a SHA-256 over everything that shapes a VM except
+	// per-VM values; claims built from an older hash are stale.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TemplateHash string `json:"templateHash,omitempty"`
+
+	// resolvedTemplate is the template found on the hypervisor.
+	// +optional
+	ResolvedTemplate *ResolvedTemplate `json:"resolvedTemplate,omitempty"`
+}
+
+// ResolvedTemplate is the hypervisor template a HypervisorMachineTemplate points at.
+type ResolvedTemplate struct {
+	// vmId is the template's VM id.
+	// +optional
+	VMID int32 `json:"vmId,omitempty"`
+
+	// node is the node that holds the template.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Node string `json:"node,omitempty"`
+
+	// storage is the storage of the template's disk.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Storage string `json:"storage,omitempty"`
+}
+
+// HypervisorMachineTemplate describes a kind of VM: the hypervisor template
+// it is cloned from, its size and network, its identity and how its CI
+// runner is bootstrapped.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=hmt,categories=hyperfleet
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.hypervisorClusterRef.name`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="CPU",type=integer,JSONPath=`.spec.resources.cpu`
+// +kubebuilder:printcolumn:name="Memory",type=string,JSONPath=`.spec.resources.memory`
+// +kubebuilder:printcolumn:name="Network",type=string,JSONPath=`.spec.network.mode`,priority=1
+// +kubebuilder:printcolumn:name="Bootstrap",type=string,JSONPath=`.spec.bootstrap.method`,priority=1
+// +kubebuilder:printcolumn:name="Hash",type=string,JSONPath=`.status.templateHash`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type HypervisorMachineTemplate struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec describes the VMs.
+	// +required
+	Spec HypervisorMachineTemplateSpec `json:"spec"`
+
+	// status is what the operator found.
+	// +optional
+	Status HypervisorMachineTemplateStatus `json:"status,omitempty"`
+}
+
+// HypervisorMachineTemplateList is a list of HypervisorMachineTemplate.
+// +kubebuilder:object:root=true
+type HypervisorMachineTemplateList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []HypervisorMachineTemplate `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&HypervisorMachineTemplate{}, &HypervisorMachineTemplateList{})
+}

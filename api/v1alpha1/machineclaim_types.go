@@ -1,0 +1,325 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// MachineClaimSpec asks for one single-use VM.
+// +kubebuilder:validation:XValidation:rule="has(self.runnerPoolRef) == has(oldSelf.runnerPoolRef)",message="spec.runnerPoolRef is immutable: it cannot be added or removed after creation"
+type MachineClaimSpec struct {
+	// templateRef names the HypervisorMachineTemplate, in this namespace,
+	// the VM is built from. Immutable.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.templateRef is immutable: delete the claim and create a new one"
+	TemplateRef ObjectName `json:"templateRef"`
+
+	// runnerPoolRef names the RunnerPool, in this namespace, that created
+	// the claim; unset for a claim made by hand. Immutable.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.runnerPoolRef is immutable"
+	RunnerPoolRef *ObjectName `json:"runnerPoolRef,omitempty"`
+
+	// workloadConfig is the CI runner this VM runs. Unset for a plain VM.
+	// +optional
+	WorkloadConfig *WorkloadConfig `json:"workloadConfig,omitempty"`
+}
+
+// WorkloadConfig is the CI runner of one VM.
+// +kubebuilder:validation:XValidation:rule="self.type != 'github-actions' || has(self.github)",message="workloadConfig.type github-actions needs workloadConfig.github"
+// +kubebuilder:validation:XValidation:rule="self.type == 'github-actions' || !has(self.github)",message="workloadConfig.github applies only to workloadConfig.type github-actions"
+type WorkloadConfig struct {
+	// type is the CI platform.
+	// +required
+	Type WorkloadType `json:"type"`
+
+	// github is the GitHub Actions runner of this VM.
+	// +optional
+	GitHub *GitHubRunnerConfig `json:"github,omitempty"`
+}
+
+// GitHubRunnerConfig is one GitHub Actions runner.
+type GitHubRunnerConfig struct {
+	// runnerName is the runner's name on GitHub; defaults to the claim's
+	// name. Unique within the repository or organization.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]+$`
+	RunnerName string `json:"runnerName,omitempty"`
+
+	// labels are the runner's labels; self-hosted and hyperfleet are added.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[^,\s]+$`
+	// +listType=set
+	Labels []string `json:"labels,omitempty"`
+
+	// runnerGroup is the organization runner group the runner joins.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=100
+	RunnerGroup string `json:"runnerGroup,omitempty"`
+}
+
+// MachineClaimPhase is a one-word summary of a claim's state for display.
+// Controllers decide on conditions and status fields, never on the phase.
+// +kubebuilder:validation:Enum=Pending;Provisioning;Bootstrapping;Ready;Draining;Terminating;Failed
+type MachineClaimPhase string
+
+const (
+	// MachineClaimPending: accepted, waiting for capacity or prerequisites.
+	MachineClaimPending MachineClaimPhase = "Pending"
+	// MachineClaimProvisioning: the VM is being cloned, configured, started.
+	MachineClaimProvisioning MachineClaimPhase = "Provisioning"
+	// MachineClaimBootstrapping: the guest is up; its runner is registering.
+	MachineClaimBootstrapping MachineClaimPhase = "Bootstrapping"
+	// MachineClaimReady: the runner is registered (idle or running a job).
+	MachineClaimReady MachineClaimPhase = "Ready"
+	// MachineClaimDraining: no new job will be taken; waiting for the current one.
+	MachineClaimDraining MachineClaimPhase = "Draining"
+	// MachineClaimTerminating: the VM and what was allocated for it are being removed.
+	MachineClaimTerminating MachineClaimPhase = "Terminating"
+	// MachineClaimFailed: the claim cannot succeed; see its conditions.
+	MachineClaimFailed MachineClaimPhase = "Failed"
+)
+
+// MachineClaimStatus is the state of the claim's VM.
+type MachineClaimStatus struct {
+	// phase summarises the claim's state for display.
+	// +optional
+	Phase MachineClaimPhase `json:"phase,omitempty"`
+
+	// conditions are Ready, Provisioned, Bootstrapped, OwnershipVerified and Stuck.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// vmRef is the VM made for this claim. It is written before the
+	// operator waits on the hypervisor, so a restart never makes a second VM.
+	// +optional
+	VMRef *VMReference `json:"vmRef,omitempty"`
+
+	// task is the hypervisor task in flight for this claim, if any.
+	// +optional
+	Task *TaskReference `json:"task,omitempty"`
+
+	// network is the VM's addressing.
+	// +optional
+	Network *MachineNetworkStatus `json:"network,omitempty"`
+
+	// bootstrap is the VM's runner and identity.
+	// +optional
+	Bootstrap *BootstrapStatus `json:"bootstrap,omitempty"`
+
+	// templateHash is the template hash the VM was built from.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TemplateHash string `json:"templateHash,omitempty"`
+
+	// phaseTimes records when the claim entered each phase.
+	// +optional
+	PhaseTimes *PhaseTimes `json:"phaseTimes,omitempty"`
+
+	// terminationReason says why the VM is being or was removed, such as
+	// job_completed, idle_timeout, max_lifetime, job_timeout,
+	// bootstrap_timeout, drift_replaced, powered_off or failed.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TerminationReason string `json:"terminationReason,omitempty"`
+}
+
+// VMReference locates a VM on a hypervisor.
+type VMReference struct {
+	// hypervisorCluster is the HypervisorCluster's name.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	HypervisorCluster string `json:"hypervisorCluster"`
+
+	// vmId is the hypervisor's VM id.
+	// +required
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=999999999
+	VMID int32 `json:"vmId"`
+
+	// node is the node the VM lives on.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Node string `json:"node,omitempty"`
+}
+
+// TaskReference is a hypervisor task the operator is waiting for.
+type TaskReference struct {
+	// id is the task's id (a Proxmox UPID).
+	// +required
+	// +kubebuilder:validation:MaxLength=512
+	ID string `json:"id"`
+
+	// operation is what the task does, such as clone, start or destroy.
+	// +required
+	// +kubebuilder:validation:MaxLength=32
+	Operation string `json:"operation"`
+
+	// startTime is when the operator started the task.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+}
+
+// MachineNetworkStatus is a VM's addressing.
+type MachineNetworkStatus struct {
+	// addresses are the VM's IP addresses, as reported by its guest agent or
+	// allocated from an IPPool (with prefix length).
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=64
+	// +listType=atomic
+	Addresses []string `json:"addresses,omitempty"`
+
+	// macAddress is the first NIC's MAC address.
+	// +optional
+	// +kubebuilder:validation:MaxLength=17
+	MACAddress string `json:"macAddress,omitempty"`
+
+	// hostname is the VM's host name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Hostname string `json:"hostname,omitempty"`
+
+	// fqdn is the VM's fully qualified domain name.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	FQDN string `json:"fqdn,omitempty"`
+
+	// ipAllocations are the static addresses allocated to this claim; they
+	// are released only once the VM is gone.
+	// +optional
+	// +kubebuilder:validation:MaxItems=4
+	// +listType=atomic
+	IPAllocations []IPAllocation `json:"ipAllocations,omitempty"`
+}
+
+// IPAllocation is one address allocated from an IPPool.
+type IPAllocation struct {
+	// poolRef is the IPPool's name.
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	PoolRef string `json:"poolRef"`
+
+	// address is the allocated address with its prefix length, such as 10.0.0.5/24.
+	// +required
+	// +kubebuilder:validation:MaxLength=64
+	Address string `json:"address"`
+
+	// gateway is the pool's gateway for the address's family.
+	// +optional
+	// +kubebuilder:validation:MaxLength=45
+	Gateway string `json:"gateway,omitempty"`
+}
+
+// BootstrapStatus is a VM's runner and workload identity. It never holds a
+// credential, only what identifies one.
+type BootstrapStatus struct {
+	// runnerName is the runner's name on the CI platform.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	RunnerName string `json:"runnerName,omitempty"`
+
+	// runnerId is the runner's id on the CI platform.
+	// +optional
+	RunnerID int64 `json:"runnerId,omitempty"`
+
+	// spiffeId is the VM's SPIFFE ID when attestation is on.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	SPIFFEID string `json:"spiffeId,omitempty"`
+
+	// credentialIssuedAt is when the single-use runner credential was issued.
+	// +optional
+	CredentialIssuedAt *metav1.Time `json:"credentialIssuedAt,omitempty"`
+
+	// credentialExpiresAt is when it stops being usable.
+	// +optional
+	CredentialExpiresAt *metav1.Time `json:"credentialExpiresAt,omitempty"`
+
+	// jobId is the CI job the runner took, as the CI platform reports it.
+	// +optional
+	JobID int64 `json:"jobId,omitempty"`
+
+	// jobStartedAt is when the runner took the job.
+	// +optional
+	JobStartedAt *metav1.Time `json:"jobStartedAt,omitempty"`
+}
+
+// PhaseTimes records when a claim entered each phase.
+type PhaseTimes struct {
+	// pending is when the claim entered phase Pending.
+	// +optional
+	Pending *metav1.Time `json:"pending,omitempty"`
+	// provisioning is when the claim entered phase Provisioning.
+	// +optional
+	Provisioning *metav1.Time `json:"provisioning,omitempty"`
+	// bootstrapping is when the claim entered phase Bootstrapping.
+	// +optional
+	Bootstrapping *metav1.Time `json:"bootstrapping,omitempty"`
+	// ready is when the claim entered phase Ready.
+	// +optional
+	Ready *metav1.Time `json:"ready,omitempty"`
+	// draining is when the claim entered phase Draining.
+	// +optional
+	Draining *metav1.Time `json:"draining,omitempty"`
+	// terminating is when the claim entered phase Terminating.
+	// +optional
+	Terminating *metav1.Time `json:"terminating,omitempty"`
+	// failed is when the claim entered phase Failed.
+	// +optional
+	Failed *metav1.Time `json:"failed,omitempty"`
+}
+
+// MachineClaim is one single-use VM: HyperFleet clones it, boots it, hands
+// its runner a single-use credential and destroys it when its job is done.
+// RunnerPools create claims; a claim can also be made by hand.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=mc,categories=hyperfleet
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.runnerPoolRef.name`
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.status.vmRef.hypervisorCluster`
+// +kubebuilder:printcolumn:name="VMID",type=integer,JSONPath=`.status.vmRef.vmId`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.vmRef.node`,priority=1
+// +kubebuilder:printcolumn:name="Template",type=string,JSONPath=`.spec.templateRef.name`,priority=1
+// +kubebuilder:printcolumn:name="Runner",type=string,JSONPath=`.status.bootstrap.runnerName`,priority=1
+// +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.status.network.addresses[0]`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type MachineClaim struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the VM asked for.
+	// +required
+	Spec MachineClaimSpec `json:"spec"`
+
+	// status is the VM's state.
+	// +optional
+	Status MachineClaimStatus `json:"status,omitempty"`
+}
+
+// MachineClaimList is a list of MachineClaim.
+// +kubebuilder:object:root=true
+type MachineClaimList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []MachineClaim `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&MachineClaim{}, &MachineClaimList{})
+}

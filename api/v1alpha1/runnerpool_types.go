@@ -1,0 +1,369 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// WorkloadType is the CI platform whose jobs a pool's VMs run.
+// +kubebuilder:validation:Enum=github-actions;gitlab-ci;buildkite;generic
+type WorkloadType string
+
+const (
+	// WorkloadGitHubActions runs GitHub Actions jobs.
+	WorkloadGitHubActions WorkloadType = "github-actions"
+	// WorkloadGitLabCI runs GitLab CI jobs (not implemented yet).
+	WorkloadGitLabCI WorkloadType = "gitlab-ci"
+	// WorkloadBuildkite runs Buildkite jobs (not implemented yet).
+	WorkloadBuildkite WorkloadType = "buildkite"
+	// WorkloadGeneric runs VMs with no CI platform attached.
+	WorkloadGeneric WorkloadType = "generic"
+)
+
+// RunnerPoolSpec is a pool of single-use VMs serving one kind of CI job.
+type RunnerPoolSpec struct {
+	// templateRef names the HypervisorMachineTemplate, in this namespace,
+	// the pool's VMs are built from.
+	// +required
+	TemplateRef ObjectName `json:"templateRef"`
+
+	// workload is the CI platform and which of its jobs the pool serves.
+	// +required
+	Workload Workload `json:"workload"`
+
+	// scaling bounds the pool's size.
+	// +optional
+	// +kubebuilder:default={minReplicas: 0, maxReplicas: 10}
+	Scaling Scaling `json:"scaling,omitempty"`
+
+	// lifecycle bounds how long a VM may live in each state.
+	// +optional
+	// +kubebuilder:default={}
+	Lifecycle Lifecycle `json:"lifecycle,omitempty"`
+}
+
+// Workload is the CI platform a pool serves.
+// +kubebuilder:validation:XValidation:rule="self.type != 'github-actions' || has(self.github)",message="workload.type github-actions needs workload.github (at least the runner labels)"
+// +kubebuilder:validation:XValidation:rule="self.type == 'github-actions' || !has(self.github)",message="workload.github applies only to workload.type github-actions"
+// +kubebuilder:validation:XValidation:rule="self.type != 'gitlab-ci' || has(self.gitlab)",message="workload.type gitlab-ci needs workload.gitlab"
+// +kubebuilder:validation:XValidation:rule="self.type == 'gitlab-ci' || !has(self.gitlab)",message="workload.gitlab applies only to workload.type gitlab-ci"
+// +kubebuilder:validation:XValidation:rule="self.type != 'buildkite' || has(self.buildkite)",message="workload.type buildkite needs workload.buildkite"
+// +kubebuilder:validation:XValidation:rule="self.type == 'buildkite' || !has(self.buildkite)",message="workload.buildkite applies only to workload.type buildkite"
+type Workload struct {
+	// type is github-actions, gitlab-ci, buildkite or generic.
+	// +required
+	Type WorkloadType `json:"type"`
+
+	// github selects GitHub Actions jobs.
+	// +optional
+	GitHub *GitHubWorkload `json:"github,omitempty"`
+
+	// gitlab selects GitLab CI jobs (reserved; not implemented yet).
+	// +optional
+	GitLab *GitLabWorkload `json:"gitlab,omitempty"`
+
+	// buildkite selects Buildkite jobs (reserved; not implemented yet).
+	// +optional
+	Buildkite *BuildkiteWorkload `json:"buildkite,omitempty"`
+}
+
+// GitHubWorkload selects the GitHub Actions jobs a pool serves.
+// +kubebuilder:validation:XValidation:rule="!(has(self.repository) && has(self.organization))",message="set at most one of workload.github.repository and workload.github.organization; leave both unset to use the template's"
+type GitHubWorkload struct {
+	// repository, as owner/name, narrows the pool to one repository's jobs.
+	// Defaults to the template's repository or organization.
+	// +optional
+	// +kubebuilder:validation:MaxLength=140
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?/[A-Za-z0-9_.-]+$`
+	Repository string `json:"repository,omitempty"`
+
+	// organization narrows the pool to one organization's jobs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=39
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$`
+	Organization string `json:"organization,omitempty"`
+
+	// labels are the runner labels. A queued job is served by this pool when
+	// every label in its runs-on is among these (compared case-insensitively).
+	// Runners also get the labels self-hosted and hyperfleet.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[^,\s]+$`
+	// +listType=set
+	Labels []string `json:"labels"`
+
+	// runnerGroup is the organization runner group runners join.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=100
+	RunnerGroup string `json:"runnerGroup,omitempty"`
+}
+
+// GitLabWorkload selects GitLab CI jobs.
+type GitLabWorkload struct {
+	// url is the GitLab instance.
+	// +required
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() == 'https'",message="workload.gitlab.url must be an https:// URL"
+	URL string `json:"url"`
+
+	// tags are the runner tags.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=64
+	// +listType=set
+	Tags []string `json:"tags,omitempty"`
+}
+
+// BuildkiteWorkload selects Buildkite jobs.
+type BuildkiteWorkload struct {
+	// organization is the Buildkite organization slug.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=100
+	Organization string `json:"organization"`
+
+	// queue is the agent queue.
+	// +optional
+	// +kubebuilder:validation:MaxLength=100
+	Queue string `json:"queue,omitempty"`
+
+	// tags are extra agent tags.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=64
+	// +listType=set
+	Tags []string `json:"tags,omitempty"`
+}
+
+// Scaling bounds a pool's size. The pool keeps at least minReplicas VMs and
+// at least minIdle idle ones, starts one VM per pending job, and never goes
+// above maxReplicas.
+// +kubebuilder:validation:XValidation:rule="self.minReplicas <= self.maxReplicas",message="scaling.minReplicas must not be greater than scaling.maxReplicas"
+// +kubebuilder:validation:XValidation:rule="!has(self.minIdle) || self.minIdle <= self.maxReplicas",message="scaling.minIdle must not be greater than scaling.maxReplicas"
+type Scaling struct {
+	// minReplicas is the fewest VMs the pool keeps, busy or idle.
+	// `kubectl scale` sets this value.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	MinReplicas int32 `json:"minReplicas"`
+
+	// maxReplicas is the most VMs the pool has at once.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxReplicas int32 `json:"maxReplicas"`
+
+	// minIdle is the warm pool: ready, registered VMs kept waiting for jobs
+	// so that a job starts without waiting for a boot.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	MinIdle *int32 `json:"minIdle,omitempty"`
+
+	// scaleDownDelay is how long demand must stay low before idle VMs are
+	// removed. Between 0s and 1h.
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="scaling.scaleDownDelay must be at most 1h"
+	ScaleDownDelay *metav1.Duration `json:"scaleDownDelay,omitempty"`
+}
+
+// Lifecycle bounds how long a VM may live in each state. Hard limits
+// (jobTimeout, maxLifetime) cancel the running job on the CI platform before
+// the VM is destroyed and record why.
+// +kubebuilder:validation:XValidation:rule="!has(self.jobTimeout) || !has(self.maxLifetime) || duration(self.jobTimeout) <= duration(self.maxLifetime)",message="lifecycle.jobTimeout (default 3h) must not be longer than lifecycle.maxLifetime; lower jobTimeout too"
+// +kubebuilder:validation:XValidation:rule="!has(self.bootstrapTimeout) || !has(self.maxLifetime) || duration(self.bootstrapTimeout) < duration(self.maxLifetime)",message="lifecycle.bootstrapTimeout (default 10m) must be shorter than lifecycle.maxLifetime"
+type Lifecycle struct {
+	// maxLifetime is the longest a VM may exist, whatever it is doing.
+	// Between 1m and 7 days (168h).
+	// +optional
+	// +kubebuilder:default="6h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('168h')",message="lifecycle.maxLifetime must be between 1m and 168h"
+	MaxLifetime *metav1.Duration `json:"maxLifetime,omitempty"`
+
+	// idleTimeout is how long a registered VM may wait for a job before it is
+	// drained and deleted. Between 1m and 24h.
+	// +optional
+	// +kubebuilder:default="30m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('24h')",message="lifecycle.idleTimeout must be between 1m and 24h"
+	IdleTimeout *metav1.Duration `json:"idleTimeout,omitempty"`
+
+	// jobTimeout is the longest one job may run. Between 1m and 72h.
+	// +optional
+	// +kubebuilder:default="3h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('72h')",message="lifecycle.jobTimeout must be between 1m and 72h"
+	JobTimeout *metav1.Duration `json:"jobTimeout,omitempty"`
+
+	// bootstrapTimeout is how long a new VM may take to register its runner
+	// before it is replaced. Between 30s and 2h.
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('30s') && duration(self) <= duration('2h')",message="lifecycle.bootstrapTimeout must be between 30s and 2h"
+	BootstrapTimeout *metav1.Duration `json:"bootstrapTimeout,omitempty"`
+
+	// failedRetention keeps failed VMs, stopped, for debugging.
+	// +optional
+	FailedRetention *FailedRetention `json:"failedRetention,omitempty"`
+
+	// history keeps finished MachineClaims for inspection.
+	// +optional
+	History *ClaimHistory `json:"history,omitempty"`
+}
+
+// FailedRetention keeps failed VMs for debugging. They count against
+// maxReplicas while kept.
+type FailedRetention struct {
+	// maxRetained is the most failed VMs kept at once; the oldest goes first.
+	// 0 keeps none.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=20
+	MaxRetained int32 `json:"maxRetained"`
+
+	// ttl is how long a failed VM is kept. Between 1m and 168h.
+	// +optional
+	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('168h')",message="lifecycle.failedRetention.ttl must be between 1m and 168h"
+	TTL *metav1.Duration `json:"ttl,omitempty"`
+}
+
+// ClaimHistory keeps finished MachineClaims (their VMs are gone).
+type ClaimHistory struct {
+	// limit is the most finished claims kept; the oldest goes first.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Limit int32 `json:"limit"`
+
+	// ttl is how long a finished claim is kept. Between 1m and 720h.
+	// +optional
+	// +kubebuilder:default="24h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('720h')",message="lifecycle.history.ttl must be between 1m and 720h"
+	TTL *metav1.Duration `json:"ttl,omitempty"`
+}
+
+// RunnerPoolStatus counts the pool's VMs by state and explains its size.
+type RunnerPoolStatus struct {
+	// conditions are Ready, Scaling and CapacityAvailable.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// replicas counts the pool's MachineClaims that are not finished.
+	// +optional
+	Replicas int32 `json:"replicas"`
+
+	// desiredReplicas is the size the pool is moving to.
+	// +optional
+	DesiredReplicas int32 `json:"desiredReplicas,omitempty"`
+
+	// readyReplicas counts VMs whose runner is registered (idle or busy).
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// idleReplicas counts registered VMs waiting for a job.
+	// +optional
+	IdleReplicas int32 `json:"idleReplicas,omitempty"`
+
+	// busyReplicas counts VMs running a job.
+	// +optional
+	BusyReplicas int32 `json:"busyReplicas,omitempty"`
+
+	// startingReplicas counts VMs being created or booting.
+	// +optional
+	StartingReplicas int32 `json:"startingReplicas,omitempty"`
+
+	// staleReplicas counts VMs built from an older template hash.
+	// +optional
+	StaleReplicas int32 `json:"staleReplicas,omitempty"`
+
+	// pendingJobs counts queued jobs that match the pool and have no runner yet.
+	// +optional
+	PendingJobs int32 `json:"pendingJobs,omitempty"`
+
+	// templateHash is the template hash new VMs are built from.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TemplateHash string `json:"templateHash,omitempty"`
+
+	// selector is the label selector of the pool's MachineClaims, for the
+	// scale subresource.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Selector string `json:"selector,omitempty"`
+
+	// lastScaleTime is when the pool last changed size.
+	// +optional
+	LastScaleTime *metav1.Time `json:"lastScaleTime,omitempty"`
+}
+
+// RunnerPool keeps enough fresh, single-use VMs for the CI jobs that match
+// it: one VM per job, scaled from the CI platform's demand, within bounds.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.scaling.minReplicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=rp,categories=hyperfleet
+// +kubebuilder:printcolumn:name="Template",type=string,JSONPath=`.spec.templateRef.name`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Min",type=integer,JSONPath=`.spec.scaling.minReplicas`
+// +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.spec.scaling.maxReplicas`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.replicas`
+// +kubebuilder:printcolumn:name="Idle",type=integer,JSONPath=`.status.idleReplicas`
+// +kubebuilder:printcolumn:name="Busy",type=integer,JSONPath=`.status.busyReplicas`
+// +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.pendingJobs`
+// +kubebuilder:printcolumn:name="Workload",type=string,JSONPath=`.spec.workload.type`,priority=1
+// +kubebuilder:printcolumn:name="Stale",type=integer,JSONPath=`.status.staleReplicas`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type RunnerPool struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the pool's template, workload and bounds.
+	// +required
+	Spec RunnerPoolSpec `json:"spec"`
+
+	// status counts the pool's VMs.
+	// +optional
+	Status RunnerPoolStatus `json:"status,omitempty"`
+}
+
+// RunnerPoolList is a list of RunnerPool.
+// +kubebuilder:object:root=true
+type RunnerPoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []RunnerPool `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&RunnerPool{}, &RunnerPoolList{})
+}

@@ -1,0 +1,423 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hyperfleet/hyperfleet/test/testenv"
+)
+
+var env *testenv.Environment
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.Run(m, &env))
+}
+
+// newNamespace creates a namespace for one test and removes it afterwards.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "api-"}}
+	if err := env.Client.Create(context.Background(), ns); err != nil {
+		t.Fatalf("creating a test namespace: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), ns) })
+	return ns.Name
+}
+
+// readSamples returns every object in config/samples, keyed by file name.
+func readSamples(t *testing.T) map[string]*unstructured.Unstructured {
+	t.Helper()
+	dir := filepath.Join(testenv.RepoRoot(), "config", "samples")
+	files, err := filepath.Glob(filepath.Join(dir, "hyperfleet_*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no samples found in %s: %v", dir, err)
+	}
+	out := map[string]*unstructured.Unstructured{}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatalf("reading %s: %v", f, err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := utilyaml.Unmarshal(raw, &u.Object); err != nil {
+			t.Fatalf("parsing %s: %v", f, err)
+		}
+		out[filepath.Base(f)] = u
+	}
+	return out
+}
+
+func isNamespaced(kind string) bool {
+	return kind != "HypervisorCluster" && kind != "IPPool"
+}
+
+// TestSamplesAreAccepted creates every sample with strict field validation,
+// so that a sample with a misspelt or unknown field fails too.
+func TestSamplesAreAccepted(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	samples := readSamples(t)
+	kinds := map[string]bool{}
+	for file, obj := range samples {
+		t.Run(file, func(t *testing.T) {
+			kinds[obj.GetKind()] = true
+			if isNamespaced(obj.GetKind()) {
+				obj.SetNamespace(ns)
+			}
+			if err := env.Client.Create(ctx, obj, client.FieldValidation("Strict")); err != nil {
+				t.Fatalf("the API server rejected sample %s: %v", file, err)
+			}
+			t.Cleanup(func() { _ = env.Client.Delete(ctx, obj) })
+			// Decoding the stored object into the Go types strictly proves the
+			// CRD schema and the Go types agree.
+			typed, err := env.Scheme.New(obj.GroupVersionKind())
+			if err != nil {
+				t.Fatalf("the scheme does not know %s: %v", obj.GroupVersionKind(), err)
+			}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(obj.Object, typed, true); err != nil {
+				t.Fatalf("stored %s does not decode into the Go types: %v", file, err)
+			}
+		})
+	}
+	for _, kind := range []string{"HypervisorCluster", "HypervisorMachineTemplate", "RunnerPool", "MachineClaim", "IPPool"} {
+		if !kinds[kind] {
+			t.Errorf("config/samples has no %s", kind)
+		}
+	}
+}
+
+// TestDefaultsAreApplied checks the defaults a user relies on without
+// writing them.
+func TestDefaultsAreApplied(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	tpl := validTemplate()
+	tpl.SetNamespace(ns)
+	if err := env.Client.Create(ctx, tpl); err != nil {
+		t.Fatalf("creating a minimal template: %v", err)
+	}
+	pool := validPool()
+	pool.SetNamespace(ns)
+	unstructured.RemoveNestedField(pool.Object, "spec", "scaling")
+	if err := env.Client.Create(ctx, pool); err != nil {
+		t.Fatalf("creating a minimal pool: %v", err)
+	}
+	want := []struct {
+		obj   *unstructured.Unstructured
+		path  []string
+		value any
+	}{
+		{tpl, []string{"spec", "network", "mode"}, "dhcp"},
+		{tpl, []string{"spec", "attestation", "method"}, "none"},
+		{tpl, []string{"spec", "bootstrap", "method"}, "jit-config"},
+		{tpl, []string{"spec", "bootstrap", "httpTimeout"}, "30s"},
+		{tpl, []string{"spec", "bootstrap", "github", "apiBaseURL"}, "https://api.github.com"},
+		{tpl, []string{"spec", "source", "proxmox", "cloneMode"}, "linked"},
+		{pool, []string{"spec", "scaling", "minReplicas"}, int64(0)},
+		{pool, []string{"spec", "scaling", "maxReplicas"}, int64(10)},
+		{pool, []string{"spec", "scaling", "scaleDownDelay"}, "5m"},
+		{pool, []string{"spec", "lifecycle", "bootstrapTimeout"}, "10m"},
+		{pool, []string{"spec", "lifecycle", "jobTimeout"}, "3h"},
+	}
+	for _, w := range want {
+		got, found, err := unstructured.NestedFieldNoCopy(w.obj.Object, w.path...)
+		if err != nil || !found || got != w.value {
+			t.Errorf("%s %s: got %v (found %v, err %v), want default %v", w.obj.GetKind(), strings.Join(w.path, "."), got, found, err, w.value)
+		}
+	}
+}
+
+// TestScaleSubresource checks that `kubectl scale` on a RunnerPool sets
+// spec.scaling.minReplicas.
+func TestScaleSubresource(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	pool := validPool()
+	pool.SetNamespace(ns)
+	if err := env.Client.Create(ctx, pool); err != nil {
+		t.Fatalf("creating the pool: %v", err)
+	}
+	scale := &unstructured.Unstructured{}
+	scale.SetAPIVersion("autoscaling/v1")
+	scale.SetKind("Scale")
+	if err := env.Client.SubResource("scale").Get(ctx, pool, scale); err != nil {
+		t.Fatalf("reading the scale subresource: %v", err)
+	}
+	if err := unstructured.SetNestedField(scale.Object, int64(3), "spec", "replicas"); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.SubResource("scale").Update(ctx, pool, client.WithSubResourceBody(scale)); err != nil {
+		t.Fatalf("scaling the pool: %v", err)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := unstructured.NestedInt64(pool.Object, "spec", "scaling", "minReplicas"); got != 3 {
+		t.Fatalf("after scaling to 3, spec.scaling.minReplicas is %d", got)
+	}
+}
+
+// mutation changes a valid object into the object under test.
+type mutation func(u *unstructured.Unstructured)
+
+func set(value any, path ...string) mutation {
+	return func(u *unstructured.Unstructured) {
+		if err := unstructured.SetNestedField(u.Object, deepCopyValue(value), path...); err != nil {
+			panic(fmt.Sprintf("setting %v: %v", path, err))
+		}
+	}
+}
+
+func del(path ...string) mutation {
+	return func(u *unstructured.Unstructured) { unstructured.RemoveNestedField(u.Object, path...) }
+}
+
+func all(ms ...mutation) mutation {
+	return func(u *unstructured.Unstructured) {
+		for _, m := range ms {
+			m(u)
+		}
+	}
+}
+
+func deepCopyValue(v any) any {
+	switch v := v.(type) {
+	case []string:
+		out := make([]any, len(v))
+		for i, s := range v {
+			out[i] = s
+		}
+		return out
+	case int:
+		return int64(v)
+	case map[string]any:
+		return runtime.DeepCopyJSONValue(v)
+	default:
+		return v
+	}
+}
+
+func secretRef(name, key string) map[string]any {
+	return map[string]any{"name": name, "namespace": "hyperfleet-system", "key": key}
+}
+
+func object(kind, name string, spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetAPIVersion("hyperfleet.io/v1alpha1")
+	u.SetKind(kind)
+	u.SetName(name)
+	return u
+}
+
+func validCluster() *unstructured.Unstructured {
+	return object("HypervisorCluster", "", map[string]any{
+		"provider": "proxmox",
+		"endpoint": "https://pve.example.com:8006/api2/json",
+		"credentials": map[string]any{
+			"tokenId":     secretRef("pve", "tokenId"),
+			"tokenSecret": secretRef("pve", "tokenSecret"),
+		},
+	})
+}
+
+func validTemplate() *unstructured.Unstructured {
+	return object("HypervisorMachineTemplate", "tpl", map[string]any{
+		"hypervisorClusterRef": map[string]any{"name": "pve"},
+		"source":               map[string]any{"proxmox": map[string]any{"templateId": int64(9000)}},
+		"resources":            map[string]any{"cpu": int64(2), "memory": "4Gi"},
+		"bootstrap": map[string]any{"github": map[string]any{
+			"credentials": map[string]any{"pat": map[string]any{"name": "gh", "key": "token"}},
+			"owner":       "example",
+			"repository":  "app",
+		}},
+	})
+}
+
+func validPool() *unstructured.Unstructured {
+	return object("RunnerPool", "pool", map[string]any{
+		"templateRef": map[string]any{"name": "tpl"},
+		"workload": map[string]any{
+			"type":   "github-actions",
+			"github": map[string]any{"labels": []any{"linux"}},
+		},
+		"scaling": map[string]any{"minReplicas": int64(0), "maxReplicas": int64(5)},
+	})
+}
+
+func validClaim() *unstructured.Unstructured {
+	return object("MachineClaim", "claim", map[string]any{
+		"templateRef":   map[string]any{"name": "tpl"},
+		"runnerPoolRef": map[string]any{"name": "pool"},
+	})
+}
+
+func validIPPool() *unstructured.Unstructured {
+	return object("IPPool", "", map[string]any{
+		"addresses": []any{"10.0.0.0/24"},
+		"prefix":    int64(24),
+	})
+}
+
+type invalidCase struct {
+	name   string
+	base   func() *unstructured.Unstructured
+	mutate mutation
+	// update, when set, is applied to the created object; the update must be
+	// rejected (immutability and transition rules). mutate must then leave
+	// the object valid.
+	update mutation
+	want   string
+}
+
+func invalidCases() []invalidCase {
+	return []invalidCase{
+		// HypervisorCluster
+		{name: "cluster unknown provider", base: validCluster, mutate: set("vsphere", "spec", "provider"), want: `spec.provider: Unsupported value: "vsphere"`},
+		{name: "cluster http endpoint", base: validCluster, mutate: set("http://pve.example.com:8006/api2/json", "spec", "endpoint"), want: "endpoint must be an https:// URL"},
+		{name: "cluster endpoint not a URL", base: validCluster, mutate: set("pve.example.com:8006", "spec", "endpoint"), want: "endpoint must be an https:// URL"},
+		{name: "cluster no credentials", base: validCluster, mutate: set(map[string]any{}, "spec", "credentials"), want: "set exactly one credential pair"},
+		{name: "cluster token and password", base: validCluster, mutate: all(set(secretRef("pve", "user"), "spec", "credentials", "username"), set(secretRef("pve", "pw"), "spec", "credentials", "password")), want: "set exactly one credential pair"},
+		{name: "cluster token without secret", base: validCluster, mutate: del("spec", "credentials", "tokenSecret"), want: "set exactly one credential pair"},
+		{name: "cluster secret ref without namespace", base: validCluster, mutate: del("spec", "credentials", "tokenId", "namespace"), want: "spec.credentials.tokenId.namespace: Required value"},
+		{name: "cluster two TLS trust modes", base: validCluster, mutate: set(map[string]any{"insecureSkipVerify": true, "fingerprintSHA256": strings.Repeat("AB:", 31) + "AB"}, "spec", "tls"), want: "set at most one of tls.caBundleRef, tls.fingerprintSHA256 and tls.insecureSkipVerify=true"},
+		{name: "cluster malformed fingerprint", base: validCluster, mutate: set("AB:CD", "spec", "tls", "fingerprintSHA256"), want: "spec.tls.fingerprintSHA256: Invalid value"},
+		{name: "cluster vmid range reversed", base: validCluster, mutate: set(map[string]any{"start": int64(2000), "end": int64(1000)}, "spec", "vmidRange"), want: "vmidRange.start must not be greater than vmidRange.end"},
+		{name: "cluster vmid below 100", base: validCluster, mutate: set(map[string]any{"start": int64(99), "end": int64(1000)}, "spec", "vmidRange"), want: "spec.vmidRange.start: Invalid value: 99: spec.vmidRange.start in body should be greater than or equal to 100"},
+		{name: "cluster illegal proxmox tag", base: validCluster, mutate: set([]string{"hyperfleet.io/managed-by=x"}, "spec", "tags"), want: "spec.tags[0]: Invalid value"},
+		{name: "cluster clone limit too high", base: validCluster, mutate: set(int64(100), "spec", "limits", "clonesPerNode"), want: "spec.limits.clonesPerNode: Invalid value: 100"},
+		{name: "cluster poll interval too short", base: validCluster, mutate: set("100ms", "spec", "pollInterval"), want: "pollInterval must be between 1s and 5m"},
+		{name: "cluster poll interval not a duration", base: validCluster, mutate: set("often", "spec", "pollInterval"), want: "spec.pollInterval: Invalid value"},
+		{name: "cluster dns server not an IP", base: validCluster, mutate: set([]string{"dns.example.com"}, "spec", "dns", "servers"), want: "each DNS server must be an IPv4 or IPv6 address"},
+		{name: "cluster registerVMs without provider", base: validCluster, mutate: set(map[string]any{"domain": "ci.example.com", "registerVMs": true}, "spec", "dns"), want: "dns.registerVMs needs dns.dnsProvider"},
+		{name: "cluster duplicate nodes", base: validCluster, mutate: set([]string{"pve1", "pve1"}, "spec", "nodes"), want: "nodes must not list a node twice"},
+
+		// HypervisorMachineTemplate
+		{name: "template id and name", base: validTemplate, mutate: set("debian", "spec", "source", "proxmox", "templateName"), want: "set exactly one of source.proxmox.templateId and source.proxmox.templateName"},
+		{name: "template neither id nor name", base: validTemplate, mutate: del("spec", "source", "proxmox", "templateId"), want: "set exactly one of source.proxmox.templateId and source.proxmox.templateName"},
+		{name: "template storage on linked clone", base: validTemplate, mutate: set("local-lvm", "spec", "source", "proxmox", "storage"), want: "storage and format apply only to full clones"},
+		{name: "template unknown clone mode", base: validTemplate, mutate: set("instant", "spec", "source", "proxmox", "cloneMode"), want: `spec.source.proxmox.cloneMode: Unsupported value: "instant"`},
+		{name: "template zero cpu", base: validTemplate, mutate: set(int64(0), "spec", "resources", "cpu"), want: "spec.resources.cpu: Invalid value: 0"},
+		{name: "template too little memory", base: validTemplate, mutate: set("64Mi", "spec", "resources", "memory"), want: "resources.memory must be between 256Mi and 4Ti"},
+		{name: "template tiny disk", base: validTemplate, mutate: set("100Mi", "spec", "resources", "disk"), want: "resources.disk must be between 1Gi and 64Ti"},
+		{name: "template vlan out of range", base: validTemplate, mutate: set(int64(4095), "spec", "network", "vlan"), want: "spec.network.vlan: Invalid value: 4095"},
+		{name: "template static without pool", base: validTemplate, mutate: set("static", "spec", "network", "mode"), want: "network.mode static needs network.ipPoolRef"},
+		{name: "template pool ref with dhcp", base: validTemplate, mutate: set(map[string]any{"name": "v4"}, "spec", "network", "ipPoolRef"), want: "network.ipPoolRef applies only to network.mode static"},
+		{name: "template dhcp options with static", base: validTemplate, mutate: all(set("static", "spec", "network", "mode"), set(map[string]any{"name": "v4"}, "spec", "network", "ipPoolRef"), set(map[string]any{"clientIdentifier": "mac"}, "spec", "network", "dhcp")), want: "network.dhcp applies only to network.mode dhcp"},
+		{name: "template unknown client identifier", base: validTemplate, mutate: set(map[string]any{"clientIdentifier": "duid"}, "spec", "network", "dhcp"), want: `spec.network.dhcp.clientIdentifier: Unsupported value: "duid"`},
+		{name: "template cloud-init mode without networkData", base: validTemplate, mutate: set("cloud-init", "spec", "network", "mode"), want: "network.mode cloud-init takes the network configuration from cloudInit.networkData"},
+		{name: "template unknown attestation", base: validTemplate, mutate: set(map[string]any{"method": "psk"}, "spec", "attestation"), want: `spec.attestation.method: Unsupported value: "psk"`},
+		{name: "template tpm options with join-token", base: validTemplate, mutate: set(map[string]any{"method": "join-token", "tpm": map[string]any{"devicePath": "/dev/tpm0"}}, "spec", "attestation"), want: "attestation.tpm applies only to attestation.method tpm"},
+		{name: "template join token ttl too long", base: validTemplate, mutate: set(map[string]any{"method": "join-token", "joinToken": map[string]any{"ttl": "48h"}}, "spec", "attestation"), want: "attestation.joinToken.ttl must be between 1m and 24h"},
+		{name: "template unknown bootstrap method", base: validTemplate, mutate: set("external-secrets", "spec", "bootstrap", "method"), want: `spec.bootstrap.method: Unsupported value: "external-secrets"`},
+		{name: "template app and pat", base: validTemplate, mutate: set(map[string]any{"appId": map[string]any{"name": "a", "key": "id"}, "privateKey": map[string]any{"name": "a", "key": "pem"}, "installationId": map[string]any{"name": "a", "key": "inst"}}, "spec", "bootstrap", "github", "credentials", "app"), want: "set exactly one of bootstrap.github.credentials.app (GitHub App, recommended) and bootstrap.github.credentials.pat"},
+		{name: "template no github credentials", base: validTemplate, mutate: set(map[string]any{}, "spec", "bootstrap", "github", "credentials"), want: "set exactly one of bootstrap.github.credentials.app"},
+		{name: "template pat secret in another namespace", base: validTemplate, mutate: set(map[string]any{"name": "gh", "key": "token", "namespace": "kube-system"}, "spec", "bootstrap", "github", "credentials", "pat"), want: `unknown field "spec.bootstrap.github.credentials.pat.namespace"`},
+		{name: "template repository and organization", base: validTemplate, mutate: set("example", "spec", "bootstrap", "github", "organization"), want: "set exactly one of bootstrap.github.repository (repository runners) and bootstrap.github.organization"},
+		{name: "template http api base url", base: validTemplate, mutate: set("http://ghe.example.com/api/v3", "spec", "bootstrap", "github", "apiBaseURL"), want: "bootstrap.github.apiBaseURL must be an https:// URL"},
+		{name: "template registration url without placeholder", base: validTemplate, mutate: set(map[string]any{"repository": "https://api.github.com/repos/x/y/actions/runners/registration-token"}, "spec", "bootstrap", "github", "registrationURLs"), want: "a repository URL template must start with https:// and contain {owner} and {repo}"},
+		{name: "template unknown runner arch", base: validTemplate, mutate: set(map[string]any{"arch": "riscv64"}, "spec", "bootstrap", "github", "runner"), want: `spec.bootstrap.github.runner.arch: Unsupported value: "riscv64"`},
+		{name: "template bad checksum", base: validTemplate, mutate: set(map[string]any{"downloadSHA256": "abc"}, "spec", "bootstrap", "github", "runner"), want: "spec.bootstrap.github.runner.downloadSHA256: Invalid value"},
+		{name: "template http timeout too long", base: validTemplate, mutate: set("10m", "spec", "bootstrap", "httpTimeout"), want: "bootstrap.httpTimeout must be between 1s and 5m"},
+		{name: "template user data too large", base: validTemplate, mutate: set(map[string]any{"userData": "#cloud-config\n" + strings.Repeat("#", 70000)}, "spec", "cloudInit"), want: "spec.cloudInit.userData: Too long"},
+
+		// RunnerPool
+		{name: "pool min above max", base: validPool, mutate: set(map[string]any{"minReplicas": int64(6), "maxReplicas": int64(5)}, "spec", "scaling"), want: "scaling.minReplicas must not be greater than scaling.maxReplicas"},
+		{name: "pool minIdle above max", base: validPool, mutate: set(int64(9), "spec", "scaling", "minIdle"), want: "scaling.minIdle must not be greater than scaling.maxReplicas"},
+		{name: "pool max above 1000", base: validPool, mutate: set(int64(5000), "spec", "scaling", "maxReplicas"), want: "spec.scaling.maxReplicas: Invalid value: 5000"},
+		{name: "pool negative min", base: validPool, mutate: set(int64(-1), "spec", "scaling", "minReplicas"), want: "spec.scaling.minReplicas: Invalid value: -1"},
+		{name: "pool unknown workload", base: validPool, mutate: set("jenkins", "spec", "workload", "type"), want: `spec.workload.type: Unsupported value: "jenkins"`},
+		{name: "pool github without block", base: validPool, mutate: del("spec", "workload", "github"), want: "workload.type github-actions needs workload.github"},
+		{name: "pool github block on buildkite", base: validPool, mutate: all(set("buildkite", "spec", "workload", "type"), set(map[string]any{"organization": "acme"}, "spec", "workload", "buildkite")), want: "workload.github applies only to workload.type github-actions"},
+		{name: "pool repository and organization", base: validPool, mutate: all(set("example/app", "spec", "workload", "github", "repository"), set("example", "spec", "workload", "github", "organization")), want: "set at most one of workload.github.repository and workload.github.organization"},
+		{name: "pool repository without owner", base: validPool, mutate: set("app", "spec", "workload", "github", "repository"), want: "spec.workload.github.repository: Invalid value"},
+		{name: "pool no labels", base: validPool, mutate: set([]string{}, "spec", "workload", "github", "labels"), want: "spec.workload.github.labels: Invalid value: 0: spec.workload.github.labels in body should have at least 1 items"},
+		{name: "pool label with comma", base: validPool, mutate: set([]string{"linux,x64"}, "spec", "workload", "github", "labels"), want: "spec.workload.github.labels[0]: Invalid value"},
+		{name: "pool job timeout beyond lifetime", base: validPool, mutate: set(map[string]any{"maxLifetime": "1h", "jobTimeout": "2h"}, "spec", "lifecycle"), want: "lifecycle.jobTimeout (default 3h) must not be longer than lifecycle.maxLifetime"},
+		{name: "pool default job timeout beyond lifetime", base: validPool, mutate: set(map[string]any{"maxLifetime": "1h"}, "spec", "lifecycle"), want: "lifecycle.jobTimeout (default 3h) must not be longer than lifecycle.maxLifetime"},
+		{name: "pool bootstrap timeout too short", base: validPool, mutate: set(map[string]any{"bootstrapTimeout": "5s"}, "spec", "lifecycle"), want: "lifecycle.bootstrapTimeout must be between 30s and 2h"},
+		{name: "pool scale down delay too long", base: validPool, mutate: set("2h", "spec", "scaling", "scaleDownDelay"), want: "scaling.scaleDownDelay must be at most 1h"},
+		{name: "pool history limit too high", base: validPool, mutate: set(map[string]any{"history": map[string]any{"limit": int64(5000)}}, "spec", "lifecycle"), want: "spec.lifecycle.history.limit: Invalid value: 5000"},
+
+		// MachineClaim
+		{name: "claim without template", base: validClaim, mutate: del("spec", "templateRef"), want: "spec.templateRef: Required value"},
+		{name: "claim unknown phase", base: validClaim, mutate: set(map[string]any{"phase": "Running"}, "status"), want: `status.phase: Unsupported value: "Running"`},
+		{name: "claim github runner on generic", base: validClaim, mutate: set(map[string]any{"type": "generic", "github": map[string]any{"runnerName": "x"}}, "spec", "workloadConfig"), want: "workloadConfig.github applies only to workloadConfig.type github-actions"},
+		{name: "claim runner name with space", base: validClaim, mutate: set(map[string]any{"type": "github-actions", "github": map[string]any{"runnerName": "my runner"}}, "spec", "workloadConfig"), want: "spec.workloadConfig.github.runnerName: Invalid value"},
+		{name: "claim template ref immutable", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set("other", "spec", "templateRef", "name"), want: "spec.templateRef is immutable"},
+		{name: "claim pool ref immutable", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set("other", "spec", "runnerPoolRef", "name"), want: "spec.runnerPoolRef is immutable"},
+		{name: "claim pool ref cannot be removed", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: del("spec", "runnerPoolRef"), want: "spec.runnerPoolRef is immutable: it cannot be added or removed after creation"},
+
+		// IPPool
+		{name: "ippool bare address", base: validIPPool, mutate: set([]string{"10.0.0.5"}, "spec", "addresses"), want: "each address must be a CIDR (10.0.0.0/24), a range of two addresses of one family"},
+		{name: "ippool range of mixed families", base: validIPPool, mutate: set([]string{"10.0.0.1-2001:db8::1"}, "spec", "addresses"), want: "each address must be a CIDR"},
+		{name: "ippool range with three parts", base: validIPPool, mutate: set([]string{"10.0.0.1-10.0.0.2-10.0.0.3"}, "spec", "addresses"), want: "each address must be a CIDR"},
+		{name: "ippool bad cidr", base: validIPPool, mutate: set([]string{"10.0.0.0/33"}, "spec", "addresses"), want: "each address must be a CIDR"},
+		{name: "ippool no addresses", base: validIPPool, mutate: set([]string{}, "spec", "addresses"), want: "spec.addresses: Invalid value: 0: spec.addresses in body should have at least 1 items"},
+		{name: "ippool mixed families", base: validIPPool, mutate: set([]string{"10.0.0.0/24", "2001:db8::/120"}, "spec", "addresses"), want: "all addresses of an IPPool must be of one IP family"},
+		{name: "ippool ipv4 prefix above 32", base: validIPPool, mutate: set(int64(64), "spec", "prefix"), want: "prefix must be at most 32 for an IPv4 pool"},
+		{name: "ippool bad exclusion", base: validIPPool, mutate: set([]string{"10.0.0.1"}, "spec", "excludedAddresses"), want: "each excluded address must be a CIDR"},
+		{name: "ippool gateway not an IP", base: validIPPool, mutate: set([]string{"gw.example.com"}, "spec", "gateways"), want: "each gateway must be an IPv4 or IPv6 address"},
+		{name: "ippool gateway of other family", base: validIPPool, mutate: set([]string{"2001:db8::1"}, "spec", "gateways"), want: "gateways must be of the same IP family as the pool's addresses"},
+		{name: "ippool nameserver not an IP", base: validIPPool, mutate: set([]string{"8.8.8"}, "spec", "nameservers"), want: "each nameserver must be an IPv4 or IPv6 address"},
+	}
+}
+
+// TestInvalidObjectsAreRejected feeds the API server objects that break one
+// rule each and checks that the rejection names the problem.
+func TestInvalidObjectsAreRejected(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	cases := invalidCases()
+	if len(cases) < 40 {
+		t.Fatalf("the invalid-object table has %d cases; keep at least 40", len(cases))
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := tc.base()
+			obj.SetName(fmt.Sprintf("case-%d", i))
+			if isNamespaced(obj.GetKind()) {
+				obj.SetNamespace(ns)
+			}
+			tc.mutate(obj)
+			if tc.update == nil {
+				err := env.Client.Create(ctx, obj, client.FieldValidation("Strict"))
+				if err == nil {
+					_ = env.Client.Delete(ctx, obj)
+				}
+				assertRejected(t, err, tc.want)
+				return
+			}
+			if err := env.Client.Create(ctx, obj); err != nil {
+				t.Fatalf("the valid starting object was rejected: %v", err)
+			}
+			t.Cleanup(func() { _ = env.Client.Delete(ctx, obj) })
+			tc.update(obj)
+			assertRejected(t, env.Client.Update(ctx, obj), tc.want)
+		})
+	}
+}
+
+func assertRejected(t *testing.T, err error, want string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("the API server accepted the object; want a rejection containing %q", want)
+	}
+	if !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) {
+		t.Fatalf("want an Invalid or BadRequest error, got %T: %v", err, err)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("rejection does not say %q:\n%v", want, err)
+	}
+}
