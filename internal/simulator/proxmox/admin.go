@@ -1,0 +1,287 @@
+package proxmoxsim
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// adminPrefix is reserved for the simulator's own admin API; Proxmox has
+// nothing under it.
+const adminPrefix = "/_sim/"
+
+// State is a complete dump of the simulator's state. It includes every VM
+// config, description and tag and the contents of uploaded files, so that
+// security tests can scan for secrets that leaked to the hypervisor.
+type State struct {
+	Time     time.Time      `json:"time"`
+	Nodes    []NodeState    `json:"nodes"`
+	VMs      []VMState      `json:"vms"`
+	Storages []StorageState `json:"storages"`
+	Tasks    []TaskState    `json:"tasks"`
+	Pools    []PoolState    `json:"pools"`
+}
+
+// NodeState is one node in a State dump.
+type NodeState struct {
+	Name     string `json:"name"`
+	Online   bool   `json:"online"`
+	MemTotal int64  `json:"memTotal"`
+	MemUsed  int64  `json:"memUsed"`
+}
+
+// VMState is one VM in a State dump.
+type VMState struct {
+	VMID        int               `json:"vmid"`
+	Node        string            `json:"node"`
+	Name        string            `json:"name,omitempty"`
+	Status      string            `json:"status"`
+	AgentUp     bool              `json:"agentUp"`
+	Template    bool              `json:"template"`
+	Lock        string            `json:"lock,omitempty"`
+	Tags        string            `json:"tags,omitempty"`
+	Description string            `json:"description,omitempty"`
+	IPv4        string            `json:"ipv4,omitempty"`
+	Config      map[string]string `json:"config"`
+}
+
+// StorageState is one storage in a State dump.
+type StorageState struct {
+	ID      string        `json:"id"`
+	Type    string        `json:"type"`
+	Shared  bool          `json:"shared"`
+	Volumes []VolumeState `json:"volumes"`
+}
+
+// VolumeState is one volume. Data holds uploaded bytes (base64 in JSON);
+// Files holds the files inside an uploaded ISO, as text.
+type VolumeState struct {
+	VolID   string            `json:"volid"`
+	Node    string            `json:"node,omitempty"`
+	Content string            `json:"content"`
+	Format  string            `json:"format"`
+	Size    int64             `json:"size"`
+	VMID    int               `json:"vmid,omitempty"`
+	Linked  bool              `json:"linked,omitempty"`
+	Data    []byte            `json:"data,omitempty"`
+	Files   map[string]string `json:"files,omitempty"`
+}
+
+// TaskState is one task in a State dump.
+type TaskState struct {
+	UPID       string   `json:"upid"`
+	Type       string   `json:"type"`
+	ID         string   `json:"id"`
+	Running    bool     `json:"running"`
+	ExitStatus string   `json:"exitstatus,omitempty"`
+	Log        []string `json:"log"`
+}
+
+// PoolState is one pool in a State dump.
+type PoolState struct {
+	ID      string `json:"id"`
+	Comment string `json:"comment,omitempty"`
+	Members []int  `json:"members"`
+}
+
+// State returns a deep copy of the current state.
+func (s *Simulator) State() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.runDueLocked()
+	st := State{Time: s.clock.Now()}
+	for _, name := range s.nodeOrder {
+		n := s.nodes[name]
+		st.Nodes = append(st.Nodes, NodeState{Name: name, Online: n.online, MemTotal: n.memTotal, MemUsed: s.memUsedLocked(n)})
+	}
+	ids := make([]int, 0, len(s.vms))
+	for id := range s.vms {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	for _, id := range ids {
+		v := s.vms[id]
+		conf := make(map[string]string, len(v.conf))
+		for k, val := range v.conf {
+			conf[k] = val
+		}
+		status := "stopped"
+		if v.running {
+			status = "running"
+		}
+		st.VMs = append(st.VMs, VMState{
+			VMID: id, Node: v.node, Name: v.conf["name"], Status: status, AgentUp: v.agentUp, Template: v.isTemplate(),
+			Lock: v.conf["lock"], Tags: v.conf["tags"], Description: v.conf["description"], IPv4: v.ipv4, Config: conf,
+		})
+	}
+	for _, sid := range s.storeOrder {
+		so := s.storages[sid]
+		ss := StorageState{ID: sid, Type: so.typ, Shared: so.shared, Volumes: []VolumeState{}}
+		for _, vol := range sortedVolumes(so) {
+			vs := VolumeState{VolID: vol.volid, Node: vol.scope, Content: vol.content, Format: vol.format, Size: vol.size,
+				VMID: vol.vmid, Linked: vol.linked, Data: append([]byte(nil), vol.data...)}
+			if vol.content == "iso" && len(vol.data) > 0 {
+				if files, err := readISOFiles(vol.data); err == nil {
+					vs.Files = map[string]string{}
+					for name, content := range files {
+						vs.Files[name] = string(content)
+					}
+				}
+			}
+			ss.Volumes = append(ss.Volumes, vs)
+		}
+		st.Storages = append(st.Storages, ss)
+	}
+	for _, upid := range s.taskOrder {
+		t := s.tasks[upid]
+		st.Tasks = append(st.Tasks, TaskState{UPID: upid, Type: t.typ, ID: t.id, Running: t.running, ExitStatus: t.exitstatus, Log: append([]string(nil), t.log...)})
+	}
+	for _, id := range sortedKeys(s.pools) {
+		p := s.pools[id]
+		ps := PoolState{ID: id, Comment: p.comment, Members: []int{}}
+		for m := range p.members {
+			ps.Members = append(ps.Members, m)
+		}
+		sort.Ints(ps.Members)
+		st.Pools = append(st.Pools, ps)
+	}
+	return st
+}
+
+// GuestPowerOff powers a running VM off as if its guest had shut down
+// (no task; the VM simply stops, like after an in-guest poweroff).
+func (s *Simulator) GuestPowerOff(vmid int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.runDueLocked()
+	v := s.vms[vmid]
+	if v == nil {
+		return fmt.Errorf("VM %d does not exist", vmid)
+	}
+	if !v.running {
+		return fmt.Errorf("VM %d is not running", vmid)
+	}
+	s.powerOffLocked(v)
+	return nil
+}
+
+// Latency returns the current latency model.
+func (s *Simulator) Latency() Latency {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.Latency
+}
+
+// Faults returns the current fault configuration.
+func (s *Simulator) Faults() Faults {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.Faults
+}
+
+// serveAdmin serves /_sim/. JSON in, JSON out; errors are plain text.
+//
+//	GET  /_sim/state                  complete state (State)
+//	GET  /_sim/latency, PUT /_sim/latency   latency model (Latency)
+//	GET  /_sim/faults,  PUT /_sim/faults    fault injection (Faults)
+//	PUT  /_sim/timings                {"authFailureDelay":"0s","storageLockTimeout":"10s"}
+//	POST /_sim/nodes/{node}/offline | /online
+//	POST /_sim/vms/{vmid}/poweroff     guest-initiated power-off
+//	POST /_sim/refresh                 take a /cluster/resources sample now
+//	POST /_sim/clock/advance?by=5s     only with a FakeClock
+func (s *Simulator) serveAdmin(w http.ResponseWriter, r *http.Request) {
+	if !s.admin {
+		http.NotFound(w, r)
+		return
+	}
+	parts := strings.Split(strings.Trim(strings.TrimPrefix(r.URL.Path, adminPrefix), "/"), "/")
+	route := r.Method + " " + strings.Join(parts, "/")
+	fail := func(code int, err error) { http.Error(w, err.Error(), code) }
+	switch {
+	case route == "GET state":
+		writeJSON(w, s.State())
+	case route == "GET latency":
+		writeJSON(w, s.Latency())
+	case route == "PUT latency":
+		var l Latency
+		if err := json.NewDecoder(r.Body).Decode(&l); err != nil {
+			fail(http.StatusBadRequest, fmt.Errorf("decode latency: %w", err))
+			return
+		}
+		s.SetLatency(l)
+		writeJSON(w, s.Latency())
+	case route == "GET faults":
+		writeJSON(w, s.Faults())
+	case route == "PUT faults":
+		var f Faults
+		if err := json.NewDecoder(r.Body).Decode(&f); err != nil {
+			fail(http.StatusBadRequest, fmt.Errorf("decode faults: %w", err))
+			return
+		}
+		if err := s.SetFaults(f); err != nil {
+			fail(http.StatusBadRequest, err)
+			return
+		}
+		writeJSON(w, s.Faults())
+	case route == "PUT timings":
+		var t struct {
+			AuthFailureDelay   Duration `json:"authFailureDelay"`
+			StorageLockTimeout Duration `json:"storageLockTimeout"`
+		}
+		s.mu.Lock()
+		t.AuthFailureDelay, t.StorageLockTimeout = s.cfg.AuthFailureDelay, s.cfg.StorageLockTimeout
+		s.mu.Unlock()
+		if err := json.NewDecoder(r.Body).Decode(&t); err != nil {
+			fail(http.StatusBadRequest, fmt.Errorf("decode timings: %w", err))
+			return
+		}
+		s.SetTimings(t.AuthFailureDelay.D(), t.StorageLockTimeout.D())
+		writeJSON(w, t)
+	case r.Method == http.MethodPost && len(parts) == 3 && parts[0] == "nodes" && (parts[2] == "online" || parts[2] == "offline"):
+		if err := s.SetNodeOnline(parts[1], parts[2] == "online"); err != nil {
+			fail(http.StatusNotFound, err)
+			return
+		}
+		writeJSON(w, map[string]any{"node": parts[1], "online": parts[2] == "online"})
+	case r.Method == http.MethodPost && len(parts) == 3 && parts[0] == "vms" && parts[2] == "poweroff":
+		id, err := strconv.Atoi(parts[1])
+		if err != nil {
+			fail(http.StatusBadRequest, fmt.Errorf("invalid vmid %q", parts[1]))
+			return
+		}
+		if err := s.GuestPowerOff(id); err != nil {
+			fail(http.StatusConflict, err)
+			return
+		}
+		writeJSON(w, map[string]any{"vmid": id, "status": "stopped"})
+	case route == "POST refresh":
+		s.RefreshResources()
+		writeJSON(w, map[string]any{"refreshed": true})
+	case route == "POST clock/advance":
+		fc, ok := s.clock.(*FakeClock)
+		if !ok {
+			fail(http.StatusConflict, fmt.Errorf("the simulator runs on the real clock"))
+			return
+		}
+		d, err := time.ParseDuration(r.URL.Query().Get("by"))
+		if err != nil || d < 0 {
+			fail(http.StatusBadRequest, fmt.Errorf("by must be a non-negative duration like 5s"))
+			return
+		}
+		fc.Advance(d)
+		writeJSON(w, map[string]any{"now": fc.Now()})
+	default:
+		fail(http.StatusNotFound, fmt.Errorf("unknown admin call %s; see the package documentation", route))
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

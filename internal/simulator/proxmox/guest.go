@@ -1,0 +1,321 @@
+package proxmoxsim
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// GuestConfig configures what runs "inside" a simulated VM.
+type GuestConfig struct {
+	// Command is the program (and arguments) started when a VM boots.
+	// Empty disables the guest hook; VMs then only have a simulated agent.
+	Command []string `json:"command,omitempty"`
+	// Env adds environment variables for the program.
+	Env map[string]string `json:"env,omitempty"`
+	// WorkDir holds one directory per VM (seed files, console log). A
+	// temporary directory, removed on Close, is used when empty.
+	WorkDir string `json:"workDir,omitempty"`
+	// AddressRange is "first-last" IPv4 the guest agent reports for net0
+	// when ipconfig0 does not set a static address.
+	AddressRange string `json:"addressRange,omitempty"`
+	// Prefix is the prefix length reported with those addresses.
+	Prefix int `json:"prefix,omitempty"`
+}
+
+// Environment variables a guest program receives.
+const (
+	EnvVMID        = "HF_SIM_VMID"
+	EnvNode        = "HF_SIM_NODE"
+	EnvName        = "HF_SIM_NAME"
+	EnvSeedDir     = "HF_SIM_SEED_DIR"
+	EnvPowerOffURL = "HF_SIM_POWEROFF_URL"
+	EnvIP          = "HF_SIM_IP"
+	EnvMAC         = "HF_SIM_MAC"
+	EnvVMDir       = "HF_SIM_VM_DIR"
+)
+
+// guestRunner starts and reaps guest programs. Its maps are guarded by the
+// simulator's mutex; waiter goroutines take that mutex when a program exits.
+type guestRunner struct {
+	s       *Simulator
+	cfg     GuestConfig
+	baseDir string
+	ownsDir bool
+	srv     *http.Server
+	baseURL string
+	procs   map[int]*guestProc
+	wg      sync.WaitGroup
+}
+
+type guestProc struct {
+	cmd   *exec.Cmd
+	gen   int
+	token string
+	log   *os.File
+}
+
+func newGuestRunner(s *Simulator, cfg GuestConfig) (*guestRunner, error) {
+	if len(cfg.Command) == 0 || cfg.Command[0] == "" {
+		return nil, errors.New("guest.command needs a program")
+	}
+	g := &guestRunner{s: s, cfg: cfg, baseDir: cfg.WorkDir, procs: map[int]*guestProc{}}
+	if g.baseDir == "" {
+		dir, err := os.MkdirTemp("", "proxmox-sim-guests-")
+		if err != nil {
+			return nil, fmt.Errorf("create guest work dir: %w", err)
+		}
+		g.baseDir, g.ownsDir = dir, true
+	} else if err := os.MkdirAll(g.baseDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create guest work dir %s: %w", g.baseDir, err)
+	}
+	// Guests call back on a private loopback listener, so power-off works
+	// whether or not the API is served over TLS and whether or not the
+	// admin API is enabled.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen for guest callbacks: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/poweroff", g.handlePowerOff)
+	g.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	g.baseURL = "http://" + ln.Addr().String()
+	go func() { _ = g.srv.Serve(ln) }()
+	return g, nil
+}
+
+// startLocked boots the guest program for v's current boot generation.
+func (g *guestRunner) startLocked(v *vm, gen int) {
+	g.killLocked(v.vmid)
+	dir := filepath.Join(g.baseDir, fmt.Sprintf("vm-%d", v.vmid))
+	seed := filepath.Join(dir, "seed")
+	if err := os.RemoveAll(seed); err != nil {
+		g.s.log.Error("Guest hook: cannot clear seed dir", "vmid", v.vmid, "err", err)
+		return
+	}
+	if err := os.MkdirAll(seed, 0o700); err != nil {
+		g.s.log.Error("Guest hook: cannot create seed dir", "vmid", v.vmid, "err", err)
+		return
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		g.s.log.Error("Guest hook: cannot open console log", "vmid", v.vmid, "err", err)
+		return
+	}
+	if err := g.s.writeSeedLocked(v, seed); err != nil {
+		// A real guest would boot without its seed; keep going and leave
+		// the reason where a test can see it.
+		fmt.Fprintf(logf, "proxmox-sim: no seed: %v\n", err)
+	}
+	tok := make([]byte, 16)
+	_, _ = rand.Read(tok)
+	p := &guestProc{gen: gen, token: hex.EncodeToString(tok), log: logf}
+	cmd := exec.Command(g.cfg.Command[0], g.cfg.Command[1:]...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = append(os.Environ(),
+		EnvVMID+"="+strconv.Itoa(v.vmid), EnvNode+"="+v.node, EnvName+"="+v.conf["name"],
+		EnvSeedDir+"="+seed, EnvVMDir+"="+dir, EnvIP+"="+v.ipv4, EnvMAC+"="+strings.ToLower(macOf(v.conf["net0"])),
+		EnvPowerOffURL+"="+fmt.Sprintf("%s/poweroff?vmid=%d&token=%s", g.baseURL, v.vmid, p.token),
+	)
+	for k, val := range g.cfg.Env {
+		cmd.Env = append(cmd.Env, k+"="+val)
+	}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(logf, "proxmox-sim: start guest program: %v\n", err)
+		_ = logf.Close()
+		g.s.log.Error("Guest hook: start failed", "vmid", v.vmid, "err", err)
+		return
+	}
+	p.cmd = cmd
+	g.procs[v.vmid] = p
+	g.wg.Add(1)
+	go g.wait(v.vmid, p)
+}
+
+// wait reaps the program; an exit while the VM still runs this boot is a
+// guest-initiated power-off.
+func (g *guestRunner) wait(vmid int, p *guestProc) {
+	defer g.wg.Done()
+	err := p.cmd.Wait()
+	_ = p.log.Close()
+	s := g.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g.procs[vmid] == p {
+		delete(g.procs, vmid)
+	}
+	if s.closed {
+		return
+	}
+	s.log.Info("Guest program exited", "vmid", vmid, "err", err)
+	if v := s.vms[vmid]; v != nil && v.running && v.bootGen == p.gen {
+		s.powerOffLocked(v)
+	}
+}
+
+func (g *guestRunner) killLocked(vmid int) {
+	p := g.procs[vmid]
+	if p == nil {
+		return
+	}
+	delete(g.procs, vmid)
+	if p.cmd.Process != nil {
+		// Kill the whole process group: guest programs may fork.
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// stopLocked kills the program of a VM that stopped.
+func (g *guestRunner) stopLocked(vmid int) { g.killLocked(vmid) }
+
+// forgetLocked kills the program and removes the VM's directory.
+func (g *guestRunner) forgetLocked(vmid int) {
+	g.killLocked(vmid)
+	_ = os.RemoveAll(filepath.Join(g.baseDir, fmt.Sprintf("vm-%d", vmid)))
+}
+
+func (g *guestRunner) handlePowerOff(w http.ResponseWriter, r *http.Request) {
+	vmid, _ := strconv.Atoi(r.URL.Query().Get("vmid"))
+	tok := r.URL.Query().Get("token")
+	s := g.s
+	s.mu.Lock()
+	p := g.procs[vmid]
+	v := s.vms[vmid]
+	ok := p != nil && tok != "" && tok == p.token && v != nil && v.running && v.bootGen == p.gen
+	if ok {
+		s.powerOffLocked(v)
+	}
+	s.mu.Unlock()
+	if !ok {
+		http.Error(w, "no such running guest", http.StatusNotFound)
+		return
+	}
+	_, _ = io.WriteString(w, "powering off\n")
+}
+
+// close kills every program, waits for them and removes owned directories.
+func (g *guestRunner) close() error {
+	g.s.mu.Lock()
+	for id := range g.procs {
+		g.killLocked(id)
+	}
+	g.s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := g.srv.Shutdown(ctx)
+	g.wg.Wait()
+	if g.ownsDir {
+		if rerr := os.RemoveAll(g.baseDir); rerr != nil && err == nil {
+			err = fmt.Errorf("remove guest work dir: %w", rerr)
+		}
+	}
+	return err
+}
+
+// writeSeedLocked fills seed with the files of the first attached ISO
+// (a NoCloud "cidata" image), or, without one, with files rendered from
+// Proxmox's own cloud-init options.
+func (s *Simulator) writeSeedLocked(v *vm, seed string) error {
+	for _, k := range driveKeys(v.conf) {
+		d := parseDrive(v.conf[k])
+		if !d.isCDROM() || !strings.Contains(d.file, ":iso/") {
+			continue
+		}
+		_, vol := s.findVolumeLocked(d.file, v.node)
+		if vol == nil {
+			return fmt.Errorf("attached ISO %s not found", d.file)
+		}
+		return extractISO(vol.data, seed)
+	}
+	for _, k := range driveKeys(v.conf) {
+		if parseDrive(v.conf[k]).isCloudInit() {
+			return writeNativeCloudInit(v, seed)
+		}
+	}
+	return errors.New("no ISO or cloud-init drive attached")
+}
+
+// extractISO copies the root files of an ISO9660 image into dst.
+func extractISO(data []byte, dst string) error {
+	files, err := readISOFiles(data)
+	if err != nil {
+		return err
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dst, filepath.Base(name)), content, 0o600); err != nil {
+			return fmt.Errorf("write seed file %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// writeNativeCloudInit renders the NoCloud files Proxmox would generate
+// from ciuser, sshkeys, ipconfig0, nameserver and searchdomain.
+func writeNativeCloudInit(v *vm, seed string) error {
+	name := v.conf["name"]
+	if name == "" {
+		name = fmt.Sprintf("vm%d", v.vmid)
+	}
+	meta := fmt.Sprintf("instance-id: %s\nlocal-hostname: %s\n", configDigest(v.conf), name)
+	var ud strings.Builder
+	ud.WriteString("#cloud-config\nhostname: " + name + "\nmanage_etc_hosts: true\n")
+	if u := v.conf["ciuser"]; u != "" {
+		ud.WriteString("user: " + u + "\n")
+	}
+	if k := v.conf["sshkeys"]; k != "" {
+		keys, _ := url.PathUnescape(k)
+		ud.WriteString("ssh_authorized_keys:\n")
+		for _, line := range strings.Split(strings.TrimSpace(keys), "\n") {
+			ud.WriteString("  - " + strconv.Quote(line) + "\n")
+		}
+	}
+	var nc strings.Builder
+	nc.WriteString("version: 1\nconfig:\n")
+	for i := 0; i < 32; i++ {
+		netv, ok := v.conf[fmt.Sprintf("net%d", i)]
+		if !ok {
+			continue
+		}
+		fmt.Fprintf(&nc, "  - type: physical\n    name: eth%d\n    mac_address: '%s'\n    subnets:\n", i, strings.ToLower(macOf(netv)))
+		p, _ := propertyString(v.conf[fmt.Sprintf("ipconfig%d", i)], "")
+		if p == nil || p["ip"] == "" || p["ip"] == "dhcp" {
+			nc.WriteString("      - type: dhcp4\n")
+		} else {
+			fmt.Fprintf(&nc, "      - type: static\n        address: '%s'\n", p["ip"])
+			if p["gw"] != "" {
+				fmt.Fprintf(&nc, "        gateway: '%s'\n", p["gw"])
+			}
+		}
+	}
+	if ns := v.conf["nameserver"]; ns != "" {
+		nc.WriteString("  - type: nameserver\n    address:\n")
+		for _, a := range splitList(ns) {
+			fmt.Fprintf(&nc, "      - '%s'\n", a)
+		}
+		if sd := v.conf["searchdomain"]; sd != "" {
+			fmt.Fprintf(&nc, "    search:\n      - '%s'\n", sd)
+		}
+	}
+	for fname, content := range map[string]string{"meta-data": meta, "user-data": ud.String(), "network-config": nc.String()} {
+		if err := os.WriteFile(filepath.Join(seed, fname), []byte(content), 0o600); err != nil {
+			return fmt.Errorf("write %s: %w", fname, err)
+		}
+	}
+	return nil
+}

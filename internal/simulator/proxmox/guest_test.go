@@ -1,0 +1,187 @@
+package proxmoxsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	proxmox "github.com/luthermonson/go-proxmox"
+)
+
+// TestMain lets the test binary double as the guest program: the guest
+// hook re-executes it with HF_SIM_TEST_GUEST set.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("HF_SIM_TEST_GUEST"); mode != "" {
+		os.Exit(guestMain(mode))
+	}
+	os.Exit(m.Run())
+}
+
+// guestMain is a tiny "agent": it reads its seed, records what it saw and
+// then powers off (via the URL), exits, or hangs until killed.
+func guestMain(mode string) int {
+	ud, err := os.ReadFile(filepath.Join(os.Getenv(EnvSeedDir), "user-data"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "read seed:", err)
+		return 1
+	}
+	report := fmt.Sprintf("vmid=%s node=%s ip=%s pid=%d\n%s", os.Getenv(EnvVMID), os.Getenv(EnvNode), os.Getenv(EnvIP), os.Getpid(), ud)
+	if err := os.WriteFile(filepath.Join(os.Getenv(EnvVMDir), "seen"), []byte(report), 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, "write report:", err)
+		return 1
+	}
+	switch mode {
+	case "poweroff":
+		res, err := http.Post(os.Getenv(EnvPowerOffURL), "text/plain", nil)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "poweroff:", err)
+			return 1
+		}
+		res.Body.Close()
+		select {} // the simulator kills us as the VM powers off
+	case "hang":
+		select {}
+	}
+	return 0
+}
+
+func guestEnv(t *testing.T, mode string) (*Simulator, *proxmox.Client, string) {
+	t.Helper()
+	work := t.TempDir()
+	cfg := testConfig()
+	cfg.Guest.Command = []string{os.Args[0], "-test.run=^$"}
+	cfg.Guest.Env = map[string]string{"HF_SIM_TEST_GUEST": mode}
+	cfg.Guest.WorkDir = work
+	sim, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(sim)
+	t.Cleanup(func() {
+		srv.Close()
+		if err := sim.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	proxmox.DefaultWaitInterval = 10 * time.Millisecond
+	c := proxmox.NewClient(srv.URL+"/api2/json", proxmox.WithHTTPClient(srv.Client()),
+		proxmox.WithAPIToken("root@pam!sim", "00000000-0000-0000-0000-000000000000"))
+	return sim, c, work
+}
+
+// bootWithSeed clones the template, attaches a NoCloud ISO and starts it.
+func bootWithSeed(ctx context.Context, t *testing.T, c *proxmox.Client, userData string) *proxmox.VirtualMachine {
+	t.Helper()
+	node, err := c.Node(ctx, "pve1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := node.VirtualMachine(ctx, 9000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, task, err := tmpl.Clone(ctx, &proxmox.VirtualMachineCloneOptions{NewID: 150, Name: "guest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOK(ctx, t, task)
+	vm, err := node.VirtualMachine(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.CloudInit(ctx, "ide0", userData, "instance-id: guest\n", "", "", proxmox.WithCloudInitStorage("local")); err != nil {
+		t.Fatal(err)
+	}
+	task, err = vm.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOK(ctx, t, task)
+	return vm
+}
+
+// eventually polls cond with bounded retries.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func vmStatus(sim *Simulator, vmid int) string {
+	for _, v := range sim.State().VMs {
+		if v.VMID == vmid {
+			return v.Status
+		}
+	}
+	return "absent"
+}
+
+func TestGuestHookPowerOff(t *testing.T) {
+	ctx := context.Background()
+	sim, c, work := guestEnv(t, "poweroff")
+	bootWithSeed(ctx, t, c, "#cloud-config\nrunner: token-abc\n")
+	eventually(t, "guest power-off", func() bool { return vmStatus(sim, 150) == "stopped" })
+	seen, err := os.ReadFile(filepath.Join(work, "vm-150", "seen"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(seen), "vmid=150 node=pve1 ip=10.99.0.10 ") || !strings.Contains(string(seen), "runner: token-abc") {
+		t.Fatalf("guest saw %q", seen)
+	}
+	pid := guestPID(t, string(seen))
+	eventually(t, "guest process gone", func() bool { return syscall.Kill(pid, 0) != nil })
+}
+
+func TestGuestHookExitAndKill(t *testing.T) {
+	ctx := context.Background()
+	t.Run("exit powers off", func(t *testing.T) {
+		sim, c, _ := guestEnv(t, "exit")
+		bootWithSeed(ctx, t, c, "#cloud-config\n")
+		eventually(t, "power-off after exit", func() bool { return vmStatus(sim, 150) == "stopped" })
+	})
+	t.Run("stop kills the guest", func(t *testing.T) {
+		sim, c, work := guestEnv(t, "hang")
+		vm := bootWithSeed(ctx, t, c, "#cloud-config\n")
+		var seen []byte
+		eventually(t, "guest report", func() bool {
+			var err error
+			seen, err = os.ReadFile(filepath.Join(work, "vm-150", "seen"))
+			return err == nil && len(seen) > 0
+		})
+		pid := guestPID(t, string(seen))
+		if vmStatus(sim, 150) != "running" {
+			t.Fatal("hanging guest must keep the VM running")
+		}
+		task, err := vm.Stop(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitOK(ctx, t, task)
+		eventually(t, "guest killed", func() bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) })
+	})
+}
+
+func guestPID(t *testing.T, seen string) int {
+	t.Helper()
+	i := strings.Index(seen, "pid=")
+	j := strings.Index(seen[i:], "\n")
+	pid, err := strconv.Atoi(seen[i+4 : i+j])
+	if err != nil {
+		t.Fatalf("no pid in %q", seen)
+	}
+	return pid
+}

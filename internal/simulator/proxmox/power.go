@@ -1,0 +1,189 @@
+package proxmoxsim
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+var (
+	startSchema = sch(nodeP, vmidP,
+		param{name: "skiplock", kind: kBool, optional: true},
+		param{name: "timeout", kind: kInt, optional: true, min: intPtr(0), max: intPtr(86400)},
+		param{name: "machine", kind: kString, optional: true},
+		param{name: "force-cpu", kind: kString, optional: true},
+	)
+	stopSchema = sch(nodeP, vmidP,
+		param{name: "skiplock", kind: kBool, optional: true},
+		param{name: "timeout", kind: kInt, optional: true, min: intPtr(0)},
+		param{name: "keepActive", kind: kBool, optional: true},
+		param{name: "overrule-shutdown", kind: kBool, optional: true},
+	)
+	shutdownSchema = sch(nodeP, vmidP,
+		param{name: "skiplock", kind: kBool, optional: true},
+		param{name: "timeout", kind: kInt, optional: true, min: intPtr(0)},
+		param{name: "forceStop", kind: kBool, optional: true},
+		param{name: "keepActive", kind: kBool, optional: true},
+	)
+	destroySchema = sch(nodeP, vmidP,
+		param{name: "purge", kind: kBool, optional: true},
+		param{name: "destroy-unreferenced-disks", kind: kBool, optional: true},
+		param{name: "skiplock", kind: kBool, optional: true},
+	)
+)
+
+// handleStart is POST .../status/start. Everything but the config's
+// existence is checked inside the qmstart task, as vm_start does: starting
+// a template returns a UPID whose task fails.
+func (s *Simulator) handleStart(q *apiRequest) (any, error) {
+	if err := checkSkiplock(q); err != nil {
+		return nil, err
+	}
+	v, err := s.vmOnNodeLocked(q)
+	if err != nil {
+		return nil, err
+	}
+	skiplock := q.boolean("skiplock", false)
+	t := s.newTaskLocked(v.node, "qmstart", strconv.Itoa(v.vmid), q.auth)
+	s.afterLocked(s.cfg.Latency.Start.D(), func(at time.Time) {
+		t.finish(at, s.startLocked(v, skiplock, t, at))
+	})
+	return t.upid, nil
+}
+
+func (s *Simulator) startLocked(v *vm, skiplock bool, t *task, at time.Time) error {
+	if s.vms[v.vmid] != v {
+		return fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", v.node, v.vmid)
+	}
+	if v.isTemplate() {
+		return fmt.Errorf("you can't start a vm if it's a template")
+	}
+	if !skiplock {
+		if l := v.conf["lock"]; l != "" {
+			return fmt.Errorf("VM is locked (%s)", l)
+		}
+	}
+	if v.running {
+		return fmt.Errorf("VM %d already running", v.vmid)
+	}
+	n := s.nodes[v.node]
+	if s.memUsedLocked(n)+v.memoryBytes() > n.memTotal {
+		return fmt.Errorf("start failed: QEMU exited with code 1")
+	}
+	for _, k := range driveKeys(v.conf) {
+		if d := parseDrive(v.conf[k]); d.isCloudInit() {
+			t.logf("generating cloud-init ISO")
+		}
+	}
+	s.lastPID++
+	v.running, v.startedAt, v.pid, v.agentUp = true, at, s.lastPID, false
+	v.bootGen++
+	if v.ipv4 == "" {
+		v.ipv4 = s.addrs.allocate(v.vmid)
+	}
+	gen := v.bootGen
+	if s.guest != nil {
+		s.guest.startLocked(v, gen)
+	}
+	s.scheduleLocked(at.Add(s.cfg.Latency.Boot.D()), func(time.Time) {
+		if s.vms[v.vmid] == v && v.running && v.bootGen == gen {
+			v.agentUp = true
+		}
+	})
+	return nil
+}
+
+// powerOffLocked ends a VM's run, whatever caused it (stop, shutdown, the
+// guest powering off, destroy).
+func (s *Simulator) powerOffLocked(v *vm) {
+	if !v.running {
+		return
+	}
+	v.running, v.agentUp, v.pid = false, false, 0
+	v.bootGen++
+	if s.guest != nil {
+		s.guest.stopLocked(v.vmid)
+	}
+}
+
+// handleStop is POST .../status/stop (task qmstop).
+func (s *Simulator) handleStop(q *apiRequest) (any, error) {
+	return s.powerTask(q, "qmstop", s.cfg.Latency.Stop.D())
+}
+
+// handleShutdown is POST .../status/shutdown (task qmshutdown). The guest
+// always honours the ACPI request in the simulator.
+func (s *Simulator) handleShutdown(q *apiRequest) (any, error) {
+	return s.powerTask(q, "qmshutdown", s.cfg.Latency.Shutdown.D())
+}
+
+func (s *Simulator) powerTask(q *apiRequest, typ string, d time.Duration) (any, error) {
+	if err := checkSkiplock(q); err != nil {
+		return nil, err
+	}
+	v, err := s.vmOnNodeLocked(q)
+	if err != nil {
+		return nil, err
+	}
+	skiplock := q.boolean("skiplock", false)
+	t := s.newTaskLocked(v.node, typ, strconv.Itoa(v.vmid), q.auth)
+	s.afterLocked(d, func(at time.Time) {
+		if s.vms[v.vmid] != v {
+			t.finish(at, fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", v.node, v.vmid))
+			return
+		}
+		if !skiplock {
+			if l := v.conf["lock"]; l != "" {
+				t.finish(at, fmt.Errorf("VM is locked (%s)", l))
+				return
+			}
+		}
+		s.powerOffLocked(v)
+		t.finish(at, nil)
+	})
+	return t.upid, nil
+}
+
+// handleDestroy is DELETE /nodes/{node}/qemu/{vmid} (task qmdestroy).
+func (s *Simulator) handleDestroy(q *apiRequest) (any, error) {
+	if err := checkSkiplock(q); err != nil {
+		return nil, err
+	}
+	v, err := s.vmOnNodeLocked(q)
+	if err != nil {
+		return nil, err
+	}
+	if v.conf["protection"] == "1" {
+		return nil, serverError("can't remove VM %d - protection mode enabled", v.vmid)
+	}
+	if v.running {
+		return nil, serverError("VM %d is running - destroy failed", v.vmid)
+	}
+	if !q.boolean("skiplock", false) {
+		if err := checkLock(v); err != nil {
+			return nil, err
+		}
+	}
+	// The config stays as a "lock: destroyed" stub until the task removed
+	// the disks.
+	v.conf["lock"] = "destroyed"
+	t := s.newTaskLocked(v.node, "qmdestroy", strconv.Itoa(v.vmid), q.auth)
+	s.afterLocked(s.cfg.Latency.Destroy.D(), func(at time.Time) {
+		for _, volid := range s.volumesOwnedLocked(v) {
+			if st, vol := s.findVolumeLocked(volid, v.node); vol != nil {
+				delete(st.volumes, volumeKey(vol.scope, vol.volid))
+				t.logf("Removed volume '%s'", volid)
+			}
+		}
+		for _, p := range s.pools {
+			delete(p.members, v.vmid)
+		}
+		s.addrs.release(v.vmid)
+		if s.guest != nil {
+			s.guest.forgetLocked(v.vmid)
+		}
+		delete(s.vms, v.vmid)
+		t.finish(at, nil)
+	})
+	return t.upid, nil
+}
