@@ -278,6 +278,8 @@ type invalidCase struct {
 	// rejected (immutability and transition rules). mutate must then leave
 	// the object valid.
 	update mutation
+	// status sends the update through the status subresource.
+	status bool
 	want   string
 }
 
@@ -352,7 +354,9 @@ func invalidCases() []invalidCase {
 
 		// MachineClaim
 		{name: "claim without template", base: validClaim, mutate: del("spec", "templateRef"), want: "spec.templateRef: Required value"},
-		{name: "claim unknown phase", base: validClaim, mutate: set(map[string]any{"phase": "Running"}, "status"), want: `status.phase: Unsupported value: "Running"`},
+		{name: "claim unknown phase", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set(map[string]any{"phase": "Running"}, "status"), status: true, want: `status.phase: Unsupported value: "Running"`},
+		{name: "claim vmId below range", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set(map[string]any{"vmRef": map[string]any{"hypervisorCluster": "pve", "vmId": int64(7)}}, "status"), status: true, want: "status.vmRef.vmId: Invalid value: 7"},
+		{name: "claim github without runner block", base: validClaim, mutate: set(map[string]any{"type": "github-actions"}, "spec", "workloadConfig"), want: "workloadConfig.type github-actions needs workloadConfig.github"},
 		{name: "claim github runner on generic", base: validClaim, mutate: set(map[string]any{"type": "generic", "github": map[string]any{"runnerName": "x"}}, "spec", "workloadConfig"), want: "workloadConfig.github applies only to workloadConfig.type github-actions"},
 		{name: "claim runner name with space", base: validClaim, mutate: set(map[string]any{"type": "github-actions", "github": map[string]any{"runnerName": "my runner"}}, "spec", "workloadConfig"), want: "spec.workloadConfig.github.runnerName: Invalid value"},
 		{name: "claim template ref immutable", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set("other", "spec", "templateRef", "name"), want: "spec.templateRef is immutable"},
@@ -404,6 +408,10 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = env.Client.Delete(ctx, obj) })
 			tc.update(obj)
+			if tc.status {
+				assertRejected(t, env.Client.Status().Update(ctx, obj), tc.want)
+				return
+			}
 			assertRejected(t, env.Client.Update(ctx, obj), tc.want)
 		})
 	}

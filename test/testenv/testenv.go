@@ -19,12 +19,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 )
@@ -93,6 +94,9 @@ func NewScheme() (*k8sruntime.Scheme, error) {
 // Start starts etcd and kube-apiserver and installs the CRDs from
 // config/crd/bases. Call Stop when done.
 func Start() (*Environment, error) {
+	// envtest logs through controller-runtime's logger; without one it
+	// prints a warning with a stack trace instead.
+	logf.SetLogger(logr.Discard())
 	assets, err := AssetsDir()
 	if err != nil {
 		return nil, err
