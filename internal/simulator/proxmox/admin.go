@@ -98,12 +98,7 @@ func (s *Simulator) State() State {
 		n := s.nodes[name]
 		st.Nodes = append(st.Nodes, NodeState{Name: name, Online: n.online, MemTotal: n.memTotal, MemUsed: s.memUsedLocked(n)})
 	}
-	ids := make([]int, 0, len(s.vms))
-	for id := range s.vms {
-		ids = append(ids, id)
-	}
-	sort.Ints(ids)
-	for _, id := range ids {
+	for _, id := range s.sortedVMIDsLocked() {
 		v := s.vms[id]
 		conf := make(map[string]string, len(v.conf))
 		for k, val := range v.conf {

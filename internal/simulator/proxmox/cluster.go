@@ -206,12 +206,7 @@ func (s *Simulator) handleResources(q *apiRequest) (any, error) {
 	typ := q.str("type")
 	out := []map[string]any{}
 	if typ == "" || typ == "vm" {
-		ids := make([]int, 0, len(s.vms))
-		for id := range s.vms {
-			ids = append(ids, id)
-		}
-		sort.Ints(ids)
-		for _, id := range ids {
+		for _, id := range s.sortedVMIDsLocked() {
 			v := s.vms[id]
 			if !q.auth.has("/vms/"+strconv.Itoa(id), "VM.Audit") {
 				continue

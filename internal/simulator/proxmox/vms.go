@@ -296,3 +296,14 @@ func (s *Simulator) volumesOwnedLocked(v *vm) []string {
 	sort.Strings(vols)
 	return vols
 }
+
+// sortedVMIDsLocked lists every VM id in ascending order, as Proxmox lists
+// resources.
+func (s *Simulator) sortedVMIDsLocked() []int {
+	ids := make([]int, 0, len(s.vms))
+	for id := range s.vms {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	return ids
+}
