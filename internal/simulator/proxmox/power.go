@@ -36,6 +36,15 @@ var (
 // existence is checked inside the qmstart task, as vm_start does: starting
 // a template returns a UPID whose task fails.
 func (s *Simulator) handleStart(q *apiRequest) (any, error) {
+	return s.schedulePowerTaskLocked(q, "qmstart", s.cfg.Latency.Start.D(), func(v *vm, skiplock bool, t *task, at time.Time) {
+		t.finish(at, s.startLocked(v, skiplock, t, at))
+	})
+}
+
+// schedulePowerTaskLocked checks what a power call checks synchronously
+// (skiplock rights, the VM on this node), creates the task and runs work
+// when the latency d has passed.
+func (s *Simulator) schedulePowerTaskLocked(q *apiRequest, typ string, d time.Duration, work func(v *vm, skiplock bool, t *task, at time.Time)) (any, error) {
 	if err := checkSkiplock(q); err != nil {
 		return nil, err
 	}
@@ -44,10 +53,8 @@ func (s *Simulator) handleStart(q *apiRequest) (any, error) {
 		return nil, err
 	}
 	skiplock := q.boolean("skiplock", false)
-	t := s.newTaskLocked(v.node, "qmstart", strconv.Itoa(v.vmid), q.auth)
-	s.afterLocked(s.cfg.Latency.Start.D(), func(at time.Time) {
-		t.finish(at, s.startLocked(v, skiplock, t, at))
-	})
+	t := s.newTaskLocked(v.node, typ, strconv.Itoa(v.vmid), q.auth)
+	s.afterLocked(d, func(at time.Time) { work(v, skiplock, t, at) })
 	return t.upid, nil
 }
 
@@ -118,16 +125,7 @@ func (s *Simulator) handleShutdown(q *apiRequest) (any, error) {
 }
 
 func (s *Simulator) powerTask(q *apiRequest, typ string, d time.Duration) (any, error) {
-	if err := checkSkiplock(q); err != nil {
-		return nil, err
-	}
-	v, err := s.vmOnNodeLocked(q)
-	if err != nil {
-		return nil, err
-	}
-	skiplock := q.boolean("skiplock", false)
-	t := s.newTaskLocked(v.node, typ, strconv.Itoa(v.vmid), q.auth)
-	s.afterLocked(d, func(at time.Time) {
+	return s.schedulePowerTaskLocked(q, typ, d, func(v *vm, skiplock bool, t *task, at time.Time) {
 		if s.vms[v.vmid] != v {
 			t.finish(at, fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", v.node, v.vmid))
 			return
@@ -141,7 +139,6 @@ func (s *Simulator) powerTask(q *apiRequest, typ string, d time.Duration) (any, 
 		s.powerOffLocked(v)
 		t.finish(at, nil)
 	})
-	return t.upid, nil
 }
 
 // handleDestroy is DELETE /nodes/{node}/qemu/{vmid} (task qmdestroy).
