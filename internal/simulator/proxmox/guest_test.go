@@ -81,14 +81,7 @@ func guestEnv(t *testing.T, mode string) (*Simulator, *proxmox.Client, string) {
 // bootWithSeed clones the template, attaches a NoCloud ISO and starts it.
 func bootWithSeed(ctx context.Context, t *testing.T, c *proxmox.Client, userData string) *proxmox.VirtualMachine {
 	t.Helper()
-	node, err := c.Node(ctx, "pve1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl, err := node.VirtualMachine(ctx, 9000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	node, tmpl := templateOnPVE1(ctx, t, c)
 	id, task, err := tmpl.Clone(ctx, &proxmox.VirtualMachineCloneOptions{NewID: 150, Name: "guest"})
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package proxmoxsim
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"mime/multipart"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/luthermonson/go-proxmox"
 )
 
 const rootToken = "PVEAPIToken=root@pam!sim=00000000-0000-0000-0000-000000000000"
@@ -210,4 +213,18 @@ func form(kv ...string) url.Values {
 		v.Set(kv[i], kv[i+1])
 	}
 	return v
+}
+
+// templateOnPVE1 returns node pve1 and its template 9000 through go-proxmox.
+func templateOnPVE1(ctx context.Context, t *testing.T, c *proxmox.Client) (*proxmox.Node, *proxmox.VirtualMachine) {
+	t.Helper()
+	node, err := c.Node(ctx, "pve1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := node.VirtualMachine(ctx, 9000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node, tmpl
 }

@@ -60,14 +60,7 @@ func TestGoProxmoxLifecycle(t *testing.T) {
 	if err != nil || len(nodes) != 1 || len(nodes[0].SSLFingerprint) != 95 {
 		t.Fatalf("nodes: %+v %v", nodes, err)
 	}
-	node, err := c.Node(ctx, "pve1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl, err := node.VirtualMachine(ctx, 9000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	node, tmpl := templateOnPVE1(ctx, t, c)
 	if !bool(tmpl.VirtualMachineConfig.Template) {
 		t.Fatalf("9000 must be a template: %+v", tmpl.VirtualMachineConfig)
 	}
