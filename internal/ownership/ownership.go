@@ -1,0 +1,258 @@
+// Package ownership marks hypervisor VMs as created by one HyperFleet install
+// and proves it later (DESIGN.md decision 2).
+//
+// Proxmox tags cannot carry key/value pairs such as hyperfleet.io/managed-by=x
+// ('/', '=' and ':' are illegal), so a VM carries two marks:
+//
+//   - legal tags, "hyperfleet" and "hf-<operator id>", cheap to read in bulk
+//     from /cluster/resources and used only to pick candidates;
+//   - a structured block in the VM description naming the operator, the claim
+//     (namespace, name, UID), the pool and the creation time, with an
+//     HMAC-SHA256 over those fields AND the VM id, keyed by a per-install
+//     secret.
+//
+// Only the block is trusted. Because the VM id is signed, a block copied to
+// another VM (a clone copies its template's description) never verifies, and
+// any edit to a field breaks the signature.
+package ownership
+
+import (
+	"bufio"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+const (
+	// TagManaged is the tag every HyperFleet VM carries.
+	TagManaged = "hyperfleet"
+	// TagOperatorPrefix starts the tag naming the install: hf-<operator id>.
+	TagOperatorPrefix = "hf-"
+
+	blockBegin = "-----BEGIN HYPERFLEET OWNERSHIP-----"
+	blockEnd   = "-----END HYPERFLEET OWNERSHIP-----"
+
+	// signatureVersion prefixes the signature so the scheme can change
+	// without old blocks verifying under new rules.
+	signatureVersion = "v1"
+
+	// MinKeyLength is the shortest accepted HMAC key (256 bits).
+	MinKeyLength = 32
+)
+
+// Errors returned by Verify. A VM for which Verify returns any error must
+// never be modified or destroyed.
+var (
+	// ErrNoMarker means the description holds no ownership block.
+	ErrNoMarker = errors.New("no HyperFleet ownership block in the VM description")
+	// ErrMalformed means a block exists but cannot be parsed.
+	ErrMalformed = errors.New("malformed HyperFleet ownership block")
+	// ErrForeign means the block names another operator install.
+	ErrForeign = errors.New("ownership block belongs to another HyperFleet install")
+	// ErrBadSignature means the block was edited, forged or copied from
+	// another VM.
+	ErrBadSignature = errors.New("ownership block signature does not verify (edited, forged or copied from another VM)")
+)
+
+var operatorIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,29}$`)
+
+// Record is what the ownership block states about a VM.
+type Record struct {
+	// OperatorID names the HyperFleet install that created the VM.
+	OperatorID string
+	// Namespace, Name and UID identify the MachineClaim the VM belongs to.
+	Namespace string
+	Name      string
+	UID       string
+	// Pool is the RunnerPool of the claim, empty when it has none.
+	Pool string
+	// VMID is the hypervisor's id of the VM the block was written for.
+	VMID int
+	// CreatedAt is when the operator created the VM, at second precision.
+	CreatedAt time.Time
+}
+
+// Signer writes and verifies ownership blocks for one operator install.
+type Signer struct {
+	operatorID string
+	key        []byte
+}
+
+// NewSigner returns a Signer for operatorID (lower-case letters, digits and
+// '-', at most 30 characters, so that "hf-<id>" is a legal Proxmox tag) with
+// an HMAC key of at least MinKeyLength bytes.
+func NewSigner(operatorID string, key []byte) (*Signer, error) {
+	if !operatorIDPattern.MatchString(operatorID) {
+		return nil, fmt.Errorf("operator id %q: use 1-30 lower-case letters, digits and '-', starting with a letter or digit", operatorID)
+	}
+	if len(key) < MinKeyLength {
+		return nil, fmt.Errorf("ownership key is %d bytes; use at least %d random bytes", len(key), MinKeyLength)
+	}
+	return &Signer{operatorID: operatorID, key: append([]byte(nil), key...)}, nil
+}
+
+// OperatorID returns the install's id.
+func (s *Signer) OperatorID() string { return s.operatorID }
+
+// OperatorTag returns "hf-<operator id>".
+func (s *Signer) OperatorTag() string { return TagOperatorPrefix + s.operatorID }
+
+// Tags returns the legal hypervisor tags every VM of this install carries.
+func (s *Signer) Tags() []string { return []string{TagManaged, s.OperatorTag()} }
+
+// HasOperatorTag reports whether tags (as the hypervisor lists them) include
+// this install's tag. It only selects candidates; it proves nothing.
+func (s *Signer) HasOperatorTag(tags []string) bool {
+	want := s.OperatorTag()
+	for _, t := range tags {
+		if strings.EqualFold(strings.TrimSpace(t), want) {
+			return true
+		}
+	}
+	return false
+}
+
+// fields lists the block's lines in signing order.
+func fields(r Record) [][2]string {
+	return [][2]string{
+		{"operator", r.OperatorID},
+		{"namespace", r.Namespace},
+		{"name", r.Name},
+		{"uid", r.UID},
+		{"pool", r.Pool},
+		{"vmid", strconv.Itoa(r.VMID)},
+		{"created", r.CreatedAt.UTC().Truncate(time.Second).Format(time.RFC3339)},
+	}
+}
+
+func (s *Signer) sign(r Record) string {
+	mac := hmac.New(sha256.New, s.key)
+	for _, f := range fields(r) {
+		// Length-prefix every value so that moving characters between
+		// fields changes the signed bytes.
+		fmt.Fprintf(mac, "%s:%d:%s\n", f[0], len(f[1]), f[1])
+	}
+	return signatureVersion + ":" + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// Block returns the signed ownership block for r. The record's OperatorID is
+// replaced by the signer's.
+func (s *Signer) Block(r Record) string {
+	r.OperatorID = s.operatorID
+	var b strings.Builder
+	b.WriteString(blockBegin)
+	b.WriteByte('\n')
+	for _, f := range fields(r) {
+		fmt.Fprintf(&b, "%s: %s\n", f[0], f[1])
+	}
+	fmt.Fprintf(&b, "signature: %s\n", s.sign(r))
+	b.WriteString(blockEnd)
+	return b.String()
+}
+
+// Description returns a VM description made of an optional human-readable
+// text and the signed block for r. Any block already in text is dropped so a
+// VM never carries two.
+func (s *Signer) Description(text string, r Record) string {
+	text = strings.TrimSpace(StripBlock(text))
+	if text == "" {
+		return s.Block(r)
+	}
+	return text + "\n\n" + s.Block(r)
+}
+
+// StripBlock removes every ownership block from a description.
+func StripBlock(description string) string {
+	for {
+		start := strings.Index(description, blockBegin)
+		if start < 0 {
+			return description
+		}
+		end := strings.Index(description[start:], blockEnd)
+		if end < 0 {
+			return description[:start]
+		}
+		description = description[:start] + description[start+end+len(blockEnd):]
+	}
+}
+
+// Parse extracts the record of the first ownership block in description
+// without verifying it, together with its signature.
+func Parse(description string) (Record, string, error) {
+	start := strings.Index(description, blockBegin)
+	if start < 0 {
+		return Record{}, "", ErrNoMarker
+	}
+	rest := description[start+len(blockBegin):]
+	end := strings.Index(rest, blockEnd)
+	if end < 0 {
+		return Record{}, "", fmt.Errorf("%w: no end line", ErrMalformed)
+	}
+	values := map[string]string{}
+	sc := bufio.NewScanner(strings.NewReader(rest[:end]))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			return Record{}, "", fmt.Errorf("%w: line %q has no ':'", ErrMalformed, line)
+		}
+		k = strings.TrimSpace(k)
+		if _, dup := values[k]; dup {
+			return Record{}, "", fmt.Errorf("%w: field %q appears twice", ErrMalformed, k)
+		}
+		values[k] = strings.TrimSpace(v)
+	}
+	for _, k := range []string{"operator", "namespace", "name", "uid", "vmid", "created", "signature"} {
+		if _, ok := values[k]; !ok {
+			return Record{}, "", fmt.Errorf("%w: field %q is missing", ErrMalformed, k)
+		}
+	}
+	vmid, err := strconv.Atoi(values["vmid"])
+	if err != nil {
+		return Record{}, "", fmt.Errorf("%w: vmid %q is not a number", ErrMalformed, values["vmid"])
+	}
+	created, err := time.Parse(time.RFC3339, values["created"])
+	if err != nil {
+		return Record{}, "", fmt.Errorf("%w: created %q is not an RFC 3339 time", ErrMalformed, values["created"])
+	}
+	r := Record{
+		OperatorID: values["operator"],
+		Namespace:  values["namespace"],
+		Name:       values["name"],
+		UID:        values["uid"],
+		Pool:       values["pool"],
+		VMID:       vmid,
+		CreatedAt:  created.UTC(),
+	}
+	return r, values["signature"], nil
+}
+
+// Verify checks that description carries a block written by this install for
+// the VM with id vmid, and returns its record. Any error means: do not touch
+// the VM.
+func (s *Signer) Verify(description string, vmid int) (Record, error) {
+	r, sig, err := Parse(description)
+	if err != nil {
+		return Record{}, err
+	}
+	if r.OperatorID != s.operatorID {
+		return Record{}, fmt.Errorf("%w (%q)", ErrForeign, r.OperatorID)
+	}
+	// The signature is checked against the VM id the caller observed, not
+	// the one written in the block: a block copied to another VM fails.
+	want := r
+	want.VMID = vmid
+	if !hmac.Equal([]byte(sig), []byte(s.sign(want))) {
+		return Record{}, ErrBadSignature
+	}
+	return r, nil
+}

@@ -1,0 +1,162 @@
+package ownership
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func testSigner(t *testing.T, id string, keyByte byte) *Signer {
+	t.Helper()
+	s, err := NewSigner(id, bytes.Repeat([]byte{keyByte}, MinKeyLength))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func sampleRecord() Record {
+	return Record{
+		Namespace: "ci", Name: "runner-abc", UID: "6f1c9a2e-0000-4000-8000-000000000001",
+		Pool: "linux", VMID: 1234, CreatedAt: time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC),
+	}
+}
+
+func TestNewSignerRejectsBadInput(t *testing.T) {
+	key := bytes.Repeat([]byte{1}, MinKeyLength)
+	for _, id := range []string{"", "UPPER", "has/slash", "has=eq", "-lead", strings.Repeat("a", 31)} {
+		if _, err := NewSigner(id, key); err == nil {
+			t.Errorf("operator id %q accepted", id)
+		}
+	}
+	if _, err := NewSigner("ok", key[:MinKeyLength-1]); err == nil || !strings.Contains(err.Error(), "at least 32") {
+		t.Errorf("short key: got %v", err)
+	}
+}
+
+func TestTagsAreLegalProxmoxTags(t *testing.T) {
+	s := testSigner(t, "prod-1", 7)
+	for _, tag := range s.Tags() {
+		for i, c := range tag {
+			legal := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' ||
+				i > 0 && (c == '-' || c == '+' || c == '.')
+			if !legal {
+				t.Errorf("tag %q has character %q that Proxmox rejects", tag, c)
+			}
+		}
+	}
+	if !s.HasOperatorTag([]string{"other", "HF-PROD-1"}) {
+		t.Error("HasOperatorTag must compare case-insensitively like Proxmox")
+	}
+	if s.HasOperatorTag([]string{"hyperfleet", "hf-prod-2"}) {
+		t.Error("HasOperatorTag matched another install's tag")
+	}
+}
+
+func TestVerifyRoundTrip(t *testing.T) {
+	s := testSigner(t, "prod-1", 7)
+	rec := sampleRecord()
+	desc := s.Description("Runner VM for ci/runner-abc", rec)
+	got, err := s.Verify(desc, rec.VMID)
+	if err != nil {
+		t.Fatalf("Verify: %v\n%s", err, desc)
+	}
+	rec.OperatorID = "prod-1"
+	if got != rec {
+		t.Errorf("record = %+v, want %+v", got, rec)
+	}
+	if !strings.HasPrefix(desc, "Runner VM for ci/runner-abc\n\n") {
+		t.Errorf("free text lost: %q", desc)
+	}
+}
+
+func TestVerifySurvivesHypervisorWhitespace(t *testing.T) {
+	// Proxmox stores the description as comment lines; trailing spaces and
+	// CRLF line ends must not break verification.
+	s := testSigner(t, "prod-1", 7)
+	rec := sampleRecord()
+	desc := strings.ReplaceAll(s.Description("", rec), "\n", " \r\n")
+	if _, err := s.Verify(desc, rec.VMID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestVerifyRejects(t *testing.T) {
+	s := testSigner(t, "prod-1", 7)
+	rec := sampleRecord()
+	good := s.Block(rec)
+	cases := []struct {
+		name string
+		desc string
+		vmid int
+		want error
+	}{
+		{"no block", "a template made by hand", rec.VMID, ErrNoMarker},
+		{"copied to a clone", good, rec.VMID + 1, ErrBadSignature},
+		{"edited name", strings.Replace(good, "name: runner-abc", "name: runner-abd", 1), rec.VMID, ErrBadSignature},
+		{"edited vmid line", strings.Replace(good, "vmid: 1234", "vmid: 1235", 1), 1235, ErrBadSignature},
+		{"edited created", strings.Replace(good, "2026-11-21T10:00:00Z", "2026-11-21T10:00:01Z", 1), rec.VMID, ErrBadSignature},
+		{"field moved between values", strings.Replace(strings.Replace(good, "namespace: ci", "namespace: cir", 1), "name: runner-abc", "name: unner-abc", 1), rec.VMID, ErrBadSignature},
+		{"other install's key", testSigner(t, "prod-1", 8).Block(rec), rec.VMID, ErrBadSignature},
+		{"other install's id", testSigner(t, "prod-2", 7).Block(rec), rec.VMID, ErrForeign},
+		{"truncated", strings.TrimSuffix(good, blockEnd), rec.VMID, ErrMalformed},
+		{"missing signature", strings.Replace(good, "signature:", "signatur:", 1), rec.VMID, ErrMalformed},
+		{"duplicate field", strings.Replace(good, "pool: linux", "pool: linux\npool: other", 1), rec.VMID, ErrMalformed},
+		{"bad vmid", strings.Replace(good, "vmid: 1234", "vmid: x", 1), rec.VMID, ErrMalformed},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := s.Verify(tc.desc, tc.vmid); !errors.Is(err, tc.want) {
+				t.Errorf("Verify = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDescriptionReplacesExistingBlock(t *testing.T) {
+	// A clone inherits the template's description, block included; the
+	// operator's description must carry exactly one block, its own.
+	s := testSigner(t, "prod-1", 7)
+	tmpl := sampleRecord()
+	tmpl.VMID = 9000
+	inherited := s.Description("Debian 13 runner template", tmpl)
+	rec := sampleRecord()
+	desc := s.Description(inherited, rec)
+	if n := strings.Count(desc, blockBegin); n != 1 {
+		t.Fatalf("description has %d blocks:\n%s", n, desc)
+	}
+	if _, err := s.Verify(desc, rec.VMID); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(desc, "Debian 13 runner template") {
+		t.Errorf("free text lost: %q", desc)
+	}
+}
+
+func FuzzVerify(f *testing.F) {
+	s, err := NewSigner("prod-1", bytes.Repeat([]byte{7}, MinKeyLength))
+	if err != nil {
+		f.Fatal(err)
+	}
+	rec := sampleRecord()
+	f.Add(s.Block(rec), rec.VMID)
+	f.Add("", 100)
+	f.Add(blockBegin+"\nvmid: 1\n"+blockEnd, 1)
+	f.Fuzz(func(t *testing.T, desc string, vmid int) {
+		got, err := s.Verify(desc, vmid)
+		if err != nil {
+			return
+		}
+		// Anything that verifies must re-sign to the same block for the
+		// VM id it was checked against.
+		got.VMID = vmid
+		if _, err := s.Verify(s.Block(got), vmid); err != nil {
+			t.Fatalf("re-signed block does not verify: %v", err)
+		}
+		if got.OperatorID != "prod-1" {
+			t.Fatalf("verified foreign operator %q", got.OperatorID)
+		}
+	})
+}

@@ -1,0 +1,76 @@
+package provider
+
+import (
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+
+	"github.com/hyperfleet/hyperfleet/internal/ownership"
+)
+
+// ClusterConfig is everything a Provider needs to reach and use one
+// hypervisor cluster, resolved from a HypervisorCluster and its Secrets.
+type ClusterConfig struct {
+	// Name is the HypervisorCluster's name, used in logs and metrics.
+	Name string
+	// Endpoint is the API base URL, e.g. https://pve:8006/api2/json.
+	Endpoint string
+
+	// TokenID and TokenSecret are an API token ("user@realm!name" and its
+	// secret); Username and Password are used when TokenID is empty.
+	TokenID     string
+	TokenSecret string
+	Username    string
+	Password    string
+
+	// CABundle (PEM) verifies the API certificate; FingerprintSHA256 pins
+	// it instead (hex, colons optional); InsecureSkipVerify turns checking
+	// off (explicit opt-in only). All empty: the system trust store.
+	CABundle           []byte
+	FingerprintSHA256  string
+	InsecureSkipVerify bool
+
+	// Nodes restricts placement; empty means every online node.
+	Nodes []string
+	// DefaultStorage is the full-clone target when the template names none.
+	DefaultStorage string
+	// ISOStorage receives cloud-init ISOs; it must be file-based and allow
+	// iso content on every allowed node.
+	ISOStorage string
+	// DefaultBridge is used when a VM's network names no bridge.
+	DefaultBridge string
+	// VMIDStart..VMIDEnd (inclusive) is the range VM ids are taken from.
+	VMIDStart int
+	VMIDEnd   int
+	// ClonesPerNode and ClonesPerStorage bound concurrent clones.
+	ClonesPerNode    int
+	ClonesPerStorage int
+	// Tags are added to every VM besides the ownership tags.
+	Tags []string
+	// RequestTimeout bounds one API request.
+	RequestTimeout time.Duration
+}
+
+// Deps are the collaborators a Provider is built with.
+type Deps struct {
+	// Signer writes and verifies ownership markers. Required.
+	Signer *ownership.Signer
+	// Observer receives metrics; nil means NopObserver.
+	Observer Observer
+	// Clock is the time source; nil means the real clock.
+	Clock clock.PassiveClock
+	// Log is the base logger.
+	Log logr.Logger
+}
+
+// Factory builds Providers; the controllers hold one per hypervisor kind.
+type Factory interface {
+	New(cfg ClusterConfig, deps Deps) (Provider, error)
+}
+
+// FactoryFunc adapts a function to Factory.
+type FactoryFunc func(cfg ClusterConfig, deps Deps) (Provider, error)
+
+// New implements Factory.
+func (f FactoryFunc) New(cfg ClusterConfig, deps Deps) (Provider, error) { return f(cfg, deps) }

@@ -1,0 +1,346 @@
+// Package provider is HyperFleet's hypervisor-neutral contract: the types
+// and the Provider interface the controllers use to create, observe and
+// destroy VMs, with no hypervisor library type leaking through.
+//
+// # Never block
+//
+// No method waits for a hypervisor task. A method that starts one returns it
+// inside a Progress; the caller persists the Progress (in the MachineClaim's
+// status) and calls again later, passing it back. Every method is idempotent:
+// calling it again with the same inputs and the last persisted Progress is
+// always safe, including after an operator restart that lost everything not
+// persisted.
+//
+// # Ownership
+//
+// A Provider only ever modifies or destroys VMs whose ownership marker (see
+// internal/ownership) verifies for the Owner the caller names. A VM that does
+// not verify is reported with ErrNotOwned and left alone.
+//
+// # Errors
+//
+// Methods return errors that wrap the sentinel errors below where one applies
+// and that carry a Class (see Classify) telling the caller how to react.
+package provider
+
+import (
+	"context"
+	"time"
+)
+
+// Provider is one connection to one hypervisor cluster. Implementations are
+// safe for concurrent use.
+type Provider interface {
+	// Probe connects, checks the credentials and reports the cluster's
+	// version, nodes and capacity. It is cheap enough to call every poll
+	// interval.
+	Probe(ctx context.Context) (*ClusterInfo, error)
+
+	// ValidateTemplate checks that source names an existing template, that
+	// the requested clone mode is possible on its storage and that the
+	// full-clone target storage exists. Errors are ClassConfiguration when
+	// the user must change the spec.
+	ValidateTemplate(ctx context.Context, source TemplateSource) (*TemplateInfo, error)
+
+	// EnsureVM advances the VM of spec.Owner by at most one hypervisor
+	// operation and reports where it stands. prev is the Progress the
+	// caller persisted from the previous call (zero on the first call).
+	// The returned Progress must be persisted before the next call. When
+	// the result's Phase is PhaseRunning the VM is up, its addresses are
+	// known and its cloud-init ISO has been removed.
+	EnsureVM(ctx context.Context, spec *VMSpec, prev Progress) (*EnsureResult, error)
+
+	// DeleteVM advances the deletion of the VM prev points at by at most one
+	// hypervisor operation: stop it if it runs, destroy it with its disks,
+	// delete its cloud-init ISO. It returns Done once nothing of the VM is
+	// left. A VM whose ownership does not verify for owner is never touched:
+	// DeleteVM returns ErrNotOwned. A VM that is already gone is Done.
+	DeleteVM(ctx context.Context, owner Owner, prev Progress) (*DeleteResult, error)
+
+	// ListVMs returns every VM of the cluster from one batch call. It
+	// proves no ownership: a VM's OperatorTagged only says it carries this
+	// install's tag. Use GetVM to verify.
+	ListVMs(ctx context.Context) ([]VMSummary, error)
+
+	// GetVM reads one VM and verifies its ownership marker. It returns
+	// ErrNotFound if the VM does not exist. A VM whose marker does not
+	// verify is returned with Owner nil and OwnershipError set.
+	GetVM(ctx context.Context, ref VMRef) (*VM, error)
+
+	// SetPower asks for a power state change on an owned VM and returns the
+	// hypervisor task, or nil when the VM is already in that state.
+	SetPower(ctx context.Context, owner Owner, ref VMRef, action PowerAction) (*Task, error)
+}
+
+// ClusterInfo is what Probe reports.
+type ClusterInfo struct {
+	// Version is the hypervisor's version string, such as "9.1.4".
+	Version string
+	// Nodes lists every node of the cluster, allowed for placement or not.
+	Nodes []NodeInfo
+	// InsecureTLS is true when the connection skips certificate
+	// verification (an explicit opt-in that status must flag).
+	InsecureTLS bool
+}
+
+// NodeInfo describes one hypervisor node.
+type NodeInfo struct {
+	Name   string
+	Online bool
+	// Allowed is false for nodes outside the cluster's placement list.
+	Allowed bool
+	// CPUs is the node's logical CPU count.
+	CPUs int64
+	// MemoryBytes and MemoryUsedBytes are the node's total and used memory.
+	MemoryBytes     int64
+	MemoryUsedBytes int64
+	// ReservedMemoryBytes is memory promised to VMs this process is still
+	// creating on the node and that the node does not count yet.
+	ReservedMemoryBytes int64
+	// StorageBytes and StorageUsedBytes total the node's local storages.
+	StorageBytes     int64
+	StorageUsedBytes int64
+}
+
+// FreeMemoryBytes is the node's memory minus what is used or reserved.
+func (n NodeInfo) FreeMemoryBytes() int64 {
+	return n.MemoryBytes - n.MemoryUsedBytes - n.ReservedMemoryBytes
+}
+
+// TemplateSource names the hypervisor template a VM is cloned from.
+type TemplateSource struct {
+	// ID is the template's VM id; zero when Name is used.
+	ID int
+	// Name is the template's name; used when ID is zero.
+	Name string
+	// Linked selects a linked clone (copy-on-write) instead of a full one.
+	Linked bool
+	// Storage and Format are the target of a full clone; empty means the
+	// cluster's default storage and the source format.
+	Storage string
+	Format  string
+	// ResourcePool puts the VM into this hypervisor resource pool.
+	ResourcePool string
+}
+
+// TemplateInfo is what ValidateTemplate learned about a template.
+type TemplateInfo struct {
+	ID   int
+	Name string
+	Node string
+	// Storages are the storages holding the template's disks.
+	Storages []string
+	// DiskBytes is the size of the template's boot disk.
+	DiskBytes int64
+	// LinkedCloneSupported says whether the storages allow linked clones.
+	LinkedCloneSupported bool
+}
+
+// Owner identifies who a VM belongs to. It is written into the VM's signed
+// ownership marker when the VM is created and checked before every
+// destructive call.
+type Owner struct {
+	// Namespace, Name and UID identify the MachineClaim.
+	Namespace string
+	Name      string
+	UID       string
+	// Pool is the claim's RunnerPool, empty when none.
+	Pool string
+	// CreatedAt is the claim's creation time.
+	CreatedAt time.Time
+}
+
+// VMSpec is everything that shapes one VM.
+type VMSpec struct {
+	Owner Owner
+	// Name is the VM's name on the hypervisor and its hostname (a DNS label).
+	Name string
+	// Description is free text placed above the ownership marker.
+	Description string
+	Source      TemplateSource
+	// CPUCores, MemoryBytes: zero keeps the template's value.
+	CPUCores    int
+	MemoryBytes int64
+	// DiskBytes grows the boot disk to this size; zero or smaller than the
+	// template's disk keeps the template's size.
+	DiskBytes int64
+	Network   NetworkSpec
+	CloudInit CloudInit
+	// Tags are extra tags for the VM besides the ownership tags; they must
+	// already be legal for the hypervisor.
+	Tags []string
+	// MemoryHint is the memory the VM will need, used to reserve capacity
+	// when placing it (MemoryBytes, or the template's memory when zero).
+	MemoryHint int64
+}
+
+// NetworkSpec is the VM's first network interface.
+type NetworkSpec struct {
+	// Bridge is the hypervisor bridge; empty means the cluster default.
+	Bridge string
+	// VLAN tags the interface; zero means untagged.
+	VLAN int
+	// Model is the NIC model (for Proxmox virtio, e1000, vmxnet3).
+	Model string
+	// MACAddress is set on the interface when not empty (lower-case,
+	// colon-separated). HyperFleet derives it from the claim so that
+	// network-config can match the interface before the VM exists.
+	MACAddress string
+}
+
+// CloudInit is the rendered NoCloud data delivered to the VM.
+type CloudInit struct {
+	UserData      []byte
+	MetaData      []byte
+	NetworkConfig []byte
+}
+
+// Phase is where a VM stands in its creation.
+type Phase string
+
+const (
+	// PhasePlaced: an id and a node are reserved; nothing exists yet.
+	PhasePlaced Phase = "Placed"
+	// PhaseQueued: waiting for a free clone slot on the node or storage.
+	PhaseQueued Phase = "Queued"
+	// PhaseCloning: the clone task runs.
+	PhaseCloning Phase = "Cloning"
+	// PhaseConfiguring: resources, network, disk and cloud-init are applied.
+	PhaseConfiguring Phase = "Configuring"
+	// PhaseStarting: the start task runs.
+	PhaseStarting Phase = "Starting"
+	// PhaseBooting: the VM runs; waiting for its guest agent.
+	PhaseBooting Phase = "Booting"
+	// PhaseRunning: the guest is up, addresses are known, the cloud-init
+	// ISO is gone.
+	PhaseRunning Phase = "Running"
+	// PhaseStopped: the VM exists and is powered off after having run; the
+	// workload inside is finished.
+	PhaseStopped Phase = "Stopped"
+)
+
+// Progress is the state a caller persists between calls. Every field is
+// plain data so it fits into an object's status.
+type Progress struct {
+	// VMID and Node locate the VM (or its reservation). Zero VMID means
+	// nothing is reserved.
+	VMID int
+	Node string
+	// Task is the hypervisor task in flight, nil when none.
+	Task *Task
+}
+
+// VMRef locates a VM.
+func (p Progress) VMRef() VMRef { return VMRef{VMID: p.VMID, Node: p.Node} }
+
+// Task is a hypervisor task to persist and poll.
+type Task struct {
+	// ID is the hypervisor's task id (for Proxmox the UPID).
+	ID string
+	// Operation is what the task does, such as "clone" or "start".
+	Operation string
+	// StartTime is when the task was started.
+	StartTime time.Time
+}
+
+// EnsureResult is what EnsureVM reports.
+type EnsureResult struct {
+	Progress Progress
+	Phase    Phase
+	// Addresses are the guest's IP addresses once known (no loopback or
+	// link-local addresses).
+	Addresses []string
+	// MACAddress is the first interface's MAC once known.
+	MACAddress string
+	// RetryAfter says when calling again is useful.
+	RetryAfter time.Duration
+	// Message says what happens in words, for conditions and events.
+	Message string
+}
+
+// DeleteResult is what DeleteVM reports.
+type DeleteResult struct {
+	Progress Progress
+	// Done is true once the VM and its cloud-init ISO are gone.
+	Done bool
+	// RetryAfter says when calling again is useful.
+	RetryAfter time.Duration
+	Message    string
+}
+
+// VMRef locates a VM on the cluster.
+type VMRef struct {
+	VMID int
+	// Node may be empty; the provider then looks the VM up.
+	Node string
+}
+
+// PowerState is a VM's power state as the hypervisor reports it.
+type PowerState string
+
+const (
+	PowerRunning PowerState = "running"
+	PowerStopped PowerState = "stopped"
+	PowerPaused  PowerState = "paused"
+	// PowerUnknown: the hypervisor has no current sample (Proxmox reports
+	// "unknown" until its status refresh has seen the VM).
+	PowerUnknown PowerState = "unknown"
+)
+
+// PowerAction is a requested power change.
+type PowerAction string
+
+const (
+	PowerOn       PowerAction = "on"
+	PowerOff      PowerAction = "off"      // hard stop
+	PowerShutdown PowerAction = "shutdown" // ask the guest
+)
+
+// VMSummary is one VM as the batch listing shows it.
+type VMSummary struct {
+	VMID  int
+	Node  string
+	Name  string
+	Power PowerState
+	// Template is true for templates (never HyperFleet's VMs).
+	Template bool
+	// Lock is the hypervisor's config lock, such as "clone", empty if none.
+	Lock string
+	Tags []string
+	// OperatorTagged says the VM carries this install's tag: a candidate
+	// for ownership, not a proof.
+	OperatorTagged bool
+	// Uptime is how long the VM has run, zero when stopped.
+	Uptime time.Duration
+}
+
+// VM is one VM read in full, with its ownership checked.
+type VM struct {
+	VMSummary
+	// Owner is the verified owner; nil when the marker does not verify.
+	Owner *Owner
+	// OwnershipError says why the marker does not verify.
+	OwnershipError error
+	// CreatedAt is the creation time written in the verified marker.
+	CreatedAt time.Time
+}
+
+// Observer receives measurements from a provider; metrics implement it.
+// Every method must be cheap and safe for concurrent use.
+type Observer interface {
+	// APICall reports one hypervisor API call: endpoint is the path
+	// template (e.g. "/nodes/{node}/qemu/{vmid}/clone"), code the HTTP
+	// status (0 when no response arrived).
+	APICall(method, endpoint string, code int, duration time.Duration)
+	// CloneQueue reports how many VMs wait for a clone slot.
+	CloneQueue(waiting int)
+}
+
+// NopObserver discards measurements.
+type NopObserver struct{}
+
+// APICall implements Observer.
+func (NopObserver) APICall(string, string, int, time.Duration) {}
+
+// CloneQueue implements Observer.
+func (NopObserver) CloneQueue(int) {}
