@@ -85,6 +85,20 @@ func (t *fakeTimer) Stop() bool {
 	return true
 }
 
+// Pending returns how many timers wait to fire; tests use it to know that a
+// request is parked on the clock before they Advance.
+func (c *FakeClock) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, t := range c.timers {
+		if !t.done {
+			n++
+		}
+	}
+	return n
+}
+
 // Advance moves the fake time forward by d, firing every timer that becomes
 // due on the way (including timers registered by fired callbacks).
 func (c *FakeClock) Advance(d time.Duration) {

@@ -204,7 +204,7 @@ var resourcesSchema = sch(param{name: "type", kind: kString, optional: true, enu
 func (s *Simulator) handleResources(q *apiRequest) (any, error) {
 	s.maybeSampleLocked()
 	typ := q.str("type")
-	out := []map[string]any{}
+	out := []any{}
 	if typ == "" || typ == "vm" {
 		for _, id := range s.sortedVMIDsLocked() {
 			v := s.vms[id]
@@ -254,34 +254,51 @@ func (s *Simulator) handleResources(q *apiRequest) (any, error) {
 	return out, nil
 }
 
-func (s *Simulator) vmResource(v *vm) map[string]any {
-	e := map[string]any{"id": "qemu/" + strconv.Itoa(v.vmid), "vmid": v.vmid, "node": v.node, "type": "qemu"}
+// vmStats are the sampled fields of a /cluster/resources VM entry; they are
+// absent while the VM has no sample (status "unknown").
+type vmStats struct {
+	Template  int     `json:"template"`
+	Uptime    int64   `json:"uptime"`
+	MaxCPU    int     `json:"maxcpu"`
+	CPU       float64 `json:"cpu"`
+	MaxMem    int64   `json:"maxmem"`
+	Mem       int64   `json:"mem"`
+	MaxDisk   int64   `json:"maxdisk"`
+	Disk      int64   `json:"disk"`
+	NetIn     int64   `json:"netin"`
+	NetOut    int64   `json:"netout"`
+	DiskRead  int64   `json:"diskread"`
+	DiskWrite int64   `json:"diskwrite"`
+}
+
+// vmResourceEntry is one VM of /cluster/resources. A struct rather than a
+// map keeps encoding 5,000 entries cheap (no per-entry key sorting).
+type vmResourceEntry struct {
+	ID     string `json:"id"`
+	VMID   int    `json:"vmid"`
+	Node   string `json:"node"`
+	Type   string `json:"type"`
+	Status string `json:"status"`
+	Name   string `json:"name,omitempty"`
+	*vmStats
+	Lock string `json:"lock,omitempty"`
+	Tags string `json:"tags,omitempty"`
+	Pool string `json:"pool,omitempty"`
+}
+
+func (s *Simulator) vmResource(v *vm) vmResourceEntry {
+	e := vmResourceEntry{ID: "qemu/" + strconv.Itoa(v.vmid), VMID: v.vmid, Node: v.node, Type: "qemu", Status: "unknown"}
 	if smp, ok := s.sample.vms[v.vmid]; ok && s.nodes[v.node].online {
-		e["status"] = smp.status
-		if smp.name != "" {
-			e["name"] = smp.name
+		e.Status = smp.status
+		e.Name = smp.name
+		e.vmStats = &vmStats{
+			Template: boolInt(smp.template), Uptime: smp.uptime, MaxCPU: smp.maxcpu, CPU: smp.cpu,
+			MaxMem: smp.maxmem, Mem: smp.mem, MaxDisk: smp.maxdisk,
 		}
-		e["template"] = boolInt(smp.template)
-		e["uptime"] = smp.uptime
-		e["maxcpu"] = smp.maxcpu
-		e["cpu"] = smp.cpu
-		e["maxmem"] = smp.maxmem
-		e["mem"] = smp.mem
-		e["maxdisk"] = smp.maxdisk
-		e["disk"] = 0
-		e["netin"], e["netout"], e["diskread"], e["diskwrite"] = 0, 0, 0, 0
-	} else {
-		e["status"] = "unknown"
 	}
-	if l := v.conf["lock"]; l != "" {
-		e["lock"] = l
-	}
-	if t := v.conf["tags"]; t != "" {
-		e["tags"] = t
-	}
-	if p := s.poolOfLocked(v.vmid); p != "" {
-		e["pool"] = p
-	}
+	e.Lock = v.conf["lock"]
+	e.Tags = v.conf["tags"]
+	e.Pool = s.poolOfLocked(v.vmid)
 	return e
 }
 
@@ -423,8 +440,8 @@ func (s *Simulator) handlePools(q *apiRequest) (any, error) {
 	return out, nil
 }
 
-func (s *Simulator) poolMembersLocked(p *pool) []map[string]any {
-	members := []map[string]any{}
+func (s *Simulator) poolMembersLocked(p *pool) []vmResourceEntry {
+	members := []vmResourceEntry{}
 	ids := []int{}
 	for id := range p.members {
 		ids = append(ids, id)

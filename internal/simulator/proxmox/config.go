@@ -162,7 +162,7 @@ type Latency struct {
 	Shutdown Duration `json:"shutdown,omitempty"`
 	Destroy  Duration `json:"destroy,omitempty"`
 	Upload   Duration `json:"upload,omitempty"`
-	// API is wall-clock latency added to every HTTP response.
+	// API is latency added to every HTTP response, on the simulator's clock.
 	API Duration `json:"api,omitempty"`
 }
 

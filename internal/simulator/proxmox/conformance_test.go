@@ -621,3 +621,52 @@ func TestAdminAPI(t *testing.T) {
 		t.Fatalf("admin API must be off when disabled, got %d", rec.Code)
 	}
 }
+
+// TestLatencyOnSimClock shows that latency spikes and per-request API latency
+// hold a request until the simulator's clock reaches its due time.
+func TestLatencyOnSimClock(t *testing.T) {
+	for name, setup := range map[string]func(*simEnv){
+		"spike": func(e *simEnv) {
+			if err := e.sim.SetFaults(Faults{Classes: map[string]FaultSpec{"*": {SpikeRate: 1, SpikeLatency: Duration(5 * time.Second)}}}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"api latency": func(e *simEnv) { e.sim.SetLatency(Latency{API: Duration(5 * time.Second)}) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, nil)
+			e.t = t
+			setup(e)
+			before := e.clock.Pending()
+			got := make(chan apiResp, 1)
+			go func() {
+				req, _ := http.NewRequest("GET", e.srv.URL+"/api2/json/version", nil)
+				req.Header.Set("Authorization", rootToken)
+				got <- e.send(req)
+			}()
+			deadline := time.Now().Add(10 * time.Second)
+			for e.clock.Pending() == before {
+				if time.Now().After(deadline) {
+					t.Fatal("request never parked on the simulator clock")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			e.clock.Advance(4 * time.Second)
+			if e.clock.Pending() == before {
+				t.Fatal("the 5s delay fired after 4s of simulator time")
+			}
+			select {
+			case r := <-got:
+				t.Fatalf("answered after 4s of a 5s delay: %s", r.status)
+			default:
+			}
+			e.clock.Advance(time.Second)
+			select {
+			case r := <-got:
+				e.mustOK(r)
+			case <-time.After(10 * time.Second):
+				t.Fatal("no answer once the delay elapsed on the simulator clock")
+			}
+		})
+	}
+}

@@ -52,7 +52,8 @@ type FaultSpec struct {
 	Errors []string `json:"errors,omitempty"`
 	// ErrorCode is the HTTP status of injected errors (500 by default).
 	ErrorCode int `json:"errorCode,omitempty"`
-	// SpikeRate delays requests by SpikeLatency (wall clock).
+	// SpikeRate delays requests by SpikeLatency, measured on the
+	// simulator's clock (a FakeClock test releases them with Advance).
 	SpikeRate    float64  `json:"spikeRate,omitempty"`
 	SpikeLatency Duration `json:"spikeLatency,omitempty"`
 	// DropRate closes the connection without any response.
@@ -167,7 +168,7 @@ func (s *Simulator) injectTransportFault(w http.ResponseWriter, r *http.Request,
 		panic(http.ErrAbortHandler)
 	}
 	if spike {
-		sleepCtx(r, spec.SpikeLatency.D())
+		s.wait(r, spec.SpikeLatency.D())
 	}
 	return false
 }

@@ -242,9 +242,7 @@ func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.injectTransportFault(w, r, rt.class) {
 		return
 	}
-	if d := s.apiLatency(); d > 0 {
-		sleepCtx(r, d)
-	}
+	s.wait(r, s.apiLatency())
 	params, file, perr := readParams(r)
 	if perr != nil {
 		s.writeError(w, r, perr)
@@ -310,6 +308,24 @@ func (s *Simulator) dispatch(req *apiRequest) (any, error) {
 	return data, err
 }
 
+// wait holds a request for d on the simulator's clock, so latency that models
+// the hypervisor (spikes, per-request API latency) is as deterministic under
+// a FakeClock as task durations are. It returns early if the client goes away.
+func (s *Simulator) wait(r *http.Request, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	due := make(chan struct{})
+	t := s.clock.AfterFunc(d, func() { close(due) })
+	defer t.Stop()
+	select {
+	case <-due:
+	case <-r.Context().Done():
+	}
+}
+
+// sleepCtx holds a request for d of wall time: the 401 delay is pveproxy's
+// defence against password guessing, felt by clients in real time.
 func sleepCtx(r *http.Request, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
