@@ -74,7 +74,8 @@ type Record struct {
 	Pool string
 	// VMID is the hypervisor's id of the VM the block was written for.
 	VMID int
-	// CreatedAt is when the operator created the VM, at second precision.
+	// CreatedAt is when the claim was created, at second precision; it is
+	// stable across retries so a re-signed block is identical.
 	CreatedAt time.Time
 }
 

@@ -48,13 +48,22 @@ type Provider interface {
 	// The returned Progress must be persisted before the next call. When
 	// the result's Phase is PhaseRunning the VM is up, its addresses are
 	// known and its cloud-init ISO has been removed.
+	//
+	// A hypervisor task that failed for a reason worth retrying (a lock
+	// timeout, a busy storage) is not an error: the result carries Task
+	// nil, a RetryAfter backoff and a Message saying what is retried. A
+	// failure no retry can fix returns an error wrapping ErrTaskFailed
+	// with ClassPermanent, the same on every later call.
 	EnsureVM(ctx context.Context, spec *VMSpec, prev Progress) (*EnsureResult, error)
 
 	// DeleteVM advances the deletion of the VM prev points at by at most one
 	// hypervisor operation: stop it if it runs, destroy it with its disks,
 	// delete its cloud-init ISO. It returns Done once nothing of the VM is
 	// left. A VM whose ownership does not verify for owner is never touched:
-	// DeleteVM returns ErrNotOwned. A VM that is already gone is Done.
+	// DeleteVM returns ErrNotOwned, which tells the caller that nothing of
+	// its own is at prev (for example the id was reserved but another VM
+	// took it); it may release its claim. A VM that is already gone is
+	// Done.
 	DeleteVM(ctx context.Context, owner Owner, prev Progress) (*DeleteResult, error)
 
 	// ListVMs returns every VM of the cluster from one batch call. It
@@ -132,6 +141,10 @@ type TemplateInfo struct {
 	Storages []string
 	// DiskBytes is the size of the template's boot disk.
 	DiskBytes int64
+	// Cores and MemoryBytes are the template's CPU cores and memory, what
+	// a VM keeps when its spec leaves them zero.
+	Cores       int
+	MemoryBytes int64
 	// LinkedCloneSupported says whether the storages allow linked clones.
 	LinkedCloneSupported bool
 }
@@ -146,7 +159,8 @@ type Owner struct {
 	UID       string
 	// Pool is the claim's RunnerPool, empty when none.
 	Pool string
-	// CreatedAt is the claim's creation time.
+	// CreatedAt is the claim's creation time (stable across retries, so a
+	// re-signed marker is identical).
 	CreatedAt time.Time
 }
 
@@ -252,7 +266,9 @@ type EnsureResult struct {
 	Addresses []string
 	// MACAddress is the first interface's MAC once known.
 	MACAddress string
-	// RetryAfter says when calling again is useful.
+	// RetryAfter says when calling again is useful. Zero with PhaseRunning
+	// or PhaseStopped means no further call is needed; zero otherwise
+	// means "call again now".
 	RetryAfter time.Duration
 	// Message says what happens in words, for conditions and events.
 	Message string

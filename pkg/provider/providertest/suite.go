@@ -1,0 +1,871 @@
+package providertest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// Run runs the contract suite; newHarness is called once per subtest.
+func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
+	cases := []struct {
+		name string
+		fn   func(t *testing.T, h *Harness)
+	}{
+		{"Probe", testProbe},
+		{"ValidateTemplate", testValidateTemplate},
+		{"EnsureVM/DrivesToRunning", testDrivesToRunning},
+		{"EnsureVM/CloudInitDelivered", testCloudInitDelivered},
+		{"EnsureVM/RepeatedCallsAreIdempotent", testRepeatedCalls},
+		{"EnsureVM/RestartContinuesFromProgress", testRestart},
+		{"EnsureVM/VMIDReservedBeforeRestartIsReused", testVMIDReuseAfterRestart},
+		{"EnsureVM/TakenVMIDIsPlacedAgain", testTakenVMID},
+		{"EnsureVM/ConcurrentOwners", testConcurrentOwners},
+		{"EnsureVM/CloneSlotsPerNode", testCloneSlots},
+		{"EnsureVM/GuestPowerOffIsStopped", testGuestPowerOff},
+		{"EnsureVM/VMIDRangeExhausted", testRangeExhausted},
+		{"GetVM", testGetVM},
+		{"ListVMs", testListVMs},
+		{"SetPower", testSetPower},
+		{"DeleteVM", testDeleteVM},
+		{"NotOwned", testNotOwned},
+		{"NotOwned/MarkerCopiedBetweenOwnedVMs", testCopiedMarker},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			checkHarness(t, h)
+			c.fn(t, h)
+		})
+	}
+}
+
+func checkHarness(t *testing.T, h *Harness) {
+	t.Helper()
+	if h == nil || h.Provider == nil || h.NewProvider == nil || h.Signer == nil || h.Advance == nil || h.GuestPowerOff == nil ||
+		h.CreateForeignVM == nil || h.SetDescription == nil || h.CloudInitOf == nil || h.StoredData == nil {
+		t.Fatal("the harness leaves a required field unset")
+	}
+	if h.Template.ID == 0 && h.Template.Name == "" {
+		t.Fatal("the harness names no template")
+	}
+}
+
+func testProbe(t *testing.T, h *Harness) {
+	info, err := h.Provider.Probe(t.Context())
+	if err != nil {
+		t.Fatalf("Probe: %v", err)
+	}
+	if info.Version == "" {
+		t.Error("Probe reports no version")
+	}
+	if len(info.Nodes) == 0 {
+		t.Fatal("Probe reports no nodes")
+	}
+	names := map[string]bool{}
+	usable := false
+	for _, n := range info.Nodes {
+		if n.Name == "" || names[n.Name] {
+			t.Errorf("node name %q is empty or repeated", n.Name)
+		}
+		names[n.Name] = true
+		if !n.Online {
+			continue
+		}
+		if n.CPUs <= 0 || n.MemoryBytes <= 0 || n.MemoryUsedBytes < 0 || n.MemoryUsedBytes > n.MemoryBytes {
+			t.Errorf("online node %s: implausible capacity %+v", n.Name, n)
+		}
+		usable = usable || n.Allowed
+	}
+	if !usable {
+		t.Error("no node is both online and allowed")
+	}
+
+	// Placement reserves memory on the chosen node until the VM no
+	// longer needs the reservation.
+	s := spec(h.Template, 1)
+	d := newDrive(t, h, h.Provider, s)
+	placed := d.toPhase(provider.PhasePlaced)
+	if got := reserved(t, h.Provider, placed.Progress.Node); got < s.MemoryHint {
+		t.Errorf("node %s reserves %d bytes after placing a VM with MemoryHint %d", placed.Progress.Node, got, s.MemoryHint)
+	}
+	deleteUntilDone(t, h, h.Provider, s.Owner, d.prog)
+	if got := reserved(t, h.Provider, placed.Progress.Node); got != 0 {
+		t.Errorf("node %s still reserves %d bytes after the placement was deleted", placed.Progress.Node, got)
+	}
+}
+
+func reserved(t *testing.T, p provider.Provider, node string) int64 {
+	t.Helper()
+	info, err := p.Probe(t.Context())
+	if err != nil {
+		t.Fatalf("Probe: %v", err)
+	}
+	for _, n := range info.Nodes {
+		if n.Name == node {
+			return n.ReservedMemoryBytes
+		}
+	}
+	t.Fatalf("Probe does not list node %s", node)
+	return 0
+}
+
+func testValidateTemplate(t *testing.T, h *Harness) {
+	info, err := h.Provider.ValidateTemplate(t.Context(), h.Template)
+	if err != nil {
+		t.Fatalf("ValidateTemplate(%+v): %v", h.Template, err)
+	}
+	if info.ID == 0 || info.Name == "" || info.Node == "" || info.DiskBytes <= 0 || len(info.Storages) == 0 {
+		t.Errorf("ValidateTemplate: incomplete info %+v", *info)
+	}
+	if h.Template.ID != 0 && info.ID != h.Template.ID {
+		t.Errorf("ValidateTemplate: id %d, want %d", info.ID, h.Template.ID)
+	}
+	if h.Template.Linked && !info.LinkedCloneSupported {
+		t.Errorf("ValidateTemplate accepted a linked clone but reports LinkedCloneSupported false")
+	}
+	missing := 0
+	for id := range usedIDs(t, h.Provider) {
+		missing = max(missing, id)
+	}
+	missing += 1000
+
+	cases := []struct {
+		name      string
+		src       provider.TemplateSource
+		wantID    int
+		wantErr   error
+		wantClass provider.Class
+	}{
+		{name: "by id", src: provider.TemplateSource{ID: info.ID, Linked: h.Template.Linked}, wantID: info.ID},
+		{name: "by name", src: provider.TemplateSource{Name: info.Name, Linked: h.Template.Linked}, wantID: info.ID},
+		{name: "missing id", src: provider.TemplateSource{ID: missing}, wantErr: provider.ErrNotFound, wantClass: provider.ClassConfiguration},
+		{name: "missing name", src: provider.TemplateSource{Name: "hf-contract-no-such-template"}, wantErr: provider.ErrNotFound, wantClass: provider.ClassConfiguration},
+		{name: "missing full-clone storage", src: provider.TemplateSource{ID: info.ID, Storage: "hfcontractnostorage"}, wantClass: provider.ClassConfiguration},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := h.Provider.ValidateTemplate(t.Context(), c.src)
+			if c.wantClass == "" {
+				if err != nil {
+					t.Fatalf("ValidateTemplate(%+v): %v", c.src, err)
+				}
+				if got.ID != c.wantID {
+					t.Errorf("ValidateTemplate(%+v): id %d, want %d", c.src, got.ID, c.wantID)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("ValidateTemplate(%+v) accepted it: %+v", c.src, *got)
+			}
+			if c.wantErr != nil && !errors.Is(err, c.wantErr) {
+				t.Errorf("ValidateTemplate(%+v): %v, want %v", c.src, err, c.wantErr)
+			}
+			if cl := provider.Classify(err); cl != c.wantClass {
+				t.Errorf("ValidateTemplate(%+v): class %s, want %s (%v)", c.src, cl, c.wantClass, err)
+			}
+		})
+	}
+}
+
+func testDrivesToRunning(t *testing.T, h *Harness) {
+	s := spec(h.Template, 1)
+	d := newDrive(t, h, h.Provider, s)
+	res := d.toPhase(provider.PhaseRunning)
+
+	if first := d.results[0]; first.Phase != provider.PhasePlaced {
+		t.Errorf("first call: phase %s, want %s", first.Phase, provider.PhasePlaced)
+	}
+	for i := 1; i < len(d.results); i++ {
+		prev, cur := d.results[i-1], d.results[i]
+		if phaseOrder[cur.Phase] < phaseOrder[prev.Phase] {
+			t.Errorf("phase went back from %s to %s at call %d", prev.Phase, cur.Phase, i+1)
+		}
+		if cur.Progress.VMID != prev.Progress.VMID {
+			t.Errorf("VM id changed from %d to %d at call %d with nobody else around", prev.Progress.VMID, cur.Progress.VMID, i+1)
+		}
+	}
+	vm, err := h.Provider.GetVM(t.Context(), res.Progress.VMRef())
+	if err != nil {
+		t.Fatalf("GetVM of the running VM: %v", err)
+	}
+	if vm.Power != provider.PowerRunning {
+		t.Errorf("GetVM: power %s, want %s", vm.Power, provider.PowerRunning)
+	}
+	if vm.Name != s.Name {
+		t.Errorf("GetVM: name %q, want %q", vm.Name, s.Name)
+	}
+
+	// Once Running, further calls change nothing.
+	for i := 0; i < 3; i++ {
+		d.advance(max(res.RetryAfter, time.Second))
+		again := d.step()
+		if again.Phase != provider.PhaseRunning || again.Progress.VMID != res.Progress.VMID || again.Progress.Task != nil {
+			t.Fatalf("EnsureVM on a running VM: %s", describe(again))
+		}
+	}
+	expectOneVM(t, h, h.Provider, s.Owner, res.Progress.VMID)
+}
+
+func testCloudInitDelivered(t *testing.T, h *Harness) {
+	s := spec(h.Template, 1)
+	d := newDrive(t, h, h.Provider, s)
+	stored := false
+	d.onStep = func(r *provider.EnsureResult) {
+		if !stored && r.Phase != provider.PhaseRunning {
+			stored = storedContains(t, h, token(1))
+		}
+	}
+	res := d.toPhase(provider.PhaseRunning)
+	if !stored {
+		t.Error("the cloud-init payload was never seen on the backend while the VM was built; StoredData cannot detect leaks")
+	}
+	got := h.CloudInitOf(t, res.Progress.VMID)
+	for _, f := range []struct {
+		name      string
+		got, want []byte
+	}{
+		{"user-data", got.UserData, s.CloudInit.UserData},
+		{"meta-data", got.MetaData, s.CloudInit.MetaData},
+		{"network-config", got.NetworkConfig, s.CloudInit.NetworkConfig},
+	} {
+		if !bytes.Equal(f.got, f.want) {
+			t.Errorf("the guest read %s %q, want %q", f.name, f.got, f.want)
+		}
+	}
+	if storedContains(t, h, token(1)) {
+		t.Error("the cloud-init payload is still stored on the backend after the VM is Running")
+	}
+}
+
+func testRepeatedCalls(t *testing.T, h *Harness) {
+	s := spec(h.Template, 1)
+	d := newDrive(t, h, h.Provider, s)
+	d.repeat = true
+	res := d.toPhase(provider.PhaseRunning)
+	expectOneVM(t, h, h.Provider, s.Owner, res.Progress.VMID)
+}
+
+func testRestart(t *testing.T, h *Harness) {
+	inFlight := func(ph provider.Phase) func(*provider.EnsureResult) bool {
+		return func(r *provider.EnsureResult) bool { return r.Phase == ph && r.Progress.Task != nil }
+	}
+	cases := []struct {
+		name string
+		at   func(*provider.EnsureResult) bool
+		// loseTask drops Progress.Task, as when the operator died after
+		// the hypervisor accepted an operation but before the task id
+		// was persisted.
+		loseTask bool
+		// vmExists says the VM existed when the operator died, so the new
+		// instance must continue with it, not place it again.
+		vmExists bool
+	}{
+		{name: "after placement", at: func(r *provider.EnsureResult) bool { return r.Phase == provider.PhasePlaced }},
+		{name: "while cloning", at: inFlight(provider.PhaseCloning), vmExists: true},
+		{name: "while cloning, task lost", at: inFlight(provider.PhaseCloning), loseTask: true, vmExists: true},
+		{name: "while configuring, task lost", at: inFlight(provider.PhaseConfiguring), loseTask: true, vmExists: true},
+		{name: "while starting, task lost", at: inFlight(provider.PhaseStarting), loseTask: true, vmExists: true},
+		{name: "while booting", at: func(r *provider.EnsureResult) bool { return r.Phase == provider.PhaseBooting }, vmExists: true},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := spec(h.Template, 10+i)
+			before := newDrive(t, h, h.Provider, s)
+			at, ok := before.untilOrRunning(c.at)
+			if !ok {
+				t.Skipf("the implementation went to Running without reporting this state (%s)", describe(at))
+			}
+			prog := before.prog
+			if c.loseTask {
+				prog.Task = nil
+			}
+			after := newDrive(t, h, h.NewProvider(t, nil), s)
+			after.prog = prog
+			res := after.toPhase(provider.PhaseRunning)
+			if c.vmExists && res.Progress.VMID != at.Progress.VMID {
+				t.Errorf("the restarted provider moved the VM from id %d to %d", at.Progress.VMID, res.Progress.VMID)
+			}
+			expectOneVM(t, h, h.Provider, s.Owner, res.Progress.VMID)
+		})
+	}
+}
+
+// testVMIDReuseAfterRestart: an id reserved before a restart is not known
+// to the new instance, which may reserve it again for another owner.
+// Whoever clones first keeps it; the other must end up elsewhere.
+func testVMIDReuseAfterRestart(t *testing.T, h *Harness) {
+	// The rows share one backend, so each uses its own owners.
+	for row, earlierFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("earlier owner first %v", earlierFirst), func(t *testing.T) {
+			a := newDrive(t, h, h.Provider, spec(h.Template, 50+2*row))
+			a.toPhase(provider.PhasePlaced)
+			p2 := h.NewProvider(t, nil)
+			a.p = p2 // the first instance is gone
+			b := newDrive(t, h, p2, spec(h.Template, 51+2*row))
+			b.toPhase(provider.PhasePlaced)
+			if a.prog.VMID == b.prog.VMID {
+				t.Logf("both owners hold VM id %d", a.prog.VMID)
+			}
+			first, second := a, b
+			if !earlierFirst {
+				first, second = b, a
+			}
+			r1 := first.toPhase(provider.PhaseRunning)
+			r2 := second.toPhase(provider.PhaseRunning)
+			if r1.Progress.VMID == r2.Progress.VMID {
+				t.Fatalf("both owners run on VM %d", r1.Progress.VMID)
+			}
+			expectOneVM(t, h, p2, first.spec.Owner, r1.Progress.VMID)
+			expectOneVM(t, h, p2, second.spec.Owner, r2.Progress.VMID)
+		})
+	}
+}
+
+func testTakenVMID(t *testing.T, h *Harness) {
+	s := spec(h.Template, 1)
+	d := newDrive(t, h, h.Provider, s)
+	placed := d.toPhase(provider.PhasePlaced)
+	taken := placed.Progress.VMID
+	const desc = "made by hand at the id HyperFleet had reserved"
+	if got := h.CreateForeignVM(t, taken, desc, nil); got != taken {
+		t.Fatalf("CreateForeignVM made VM %d, asked for %d", got, taken)
+	}
+	res := d.toPhase(provider.PhaseRunning)
+	if res.Progress.VMID == taken {
+		t.Fatalf("EnsureVM runs on VM %d, which someone else made", taken)
+	}
+	vm, err := h.Provider.GetVM(t.Context(), provider.VMRef{VMID: taken})
+	if err != nil {
+		t.Fatalf("the foreign VM %d is gone: %v", taken, err)
+	}
+	if vm.Owner != nil {
+		t.Errorf("the foreign VM %d now verifies for %+v", taken, *vm.Owner)
+	}
+	expectOneVM(t, h, h.Provider, s.Owner, res.Progress.VMID)
+}
+
+func testConcurrentOwners(t *testing.T, h *Harness) {
+	for _, instances := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d provider instances", instances), func(t *testing.T) {
+			providers := []provider.Provider{h.Provider}
+			if instances == 2 {
+				// Two instances at once, as during a leader handover.
+				providers = append(providers, h.NewProvider(t, nil))
+			}
+			const n = 4
+			drives := make([]*drive, n)
+			for i := range drives {
+				// The rows share one backend, so each uses its own owners.
+				drives[i] = newDrive(t, h, providers[i%len(providers)], spec(h.Template, 10*instances+i))
+			}
+			done := make([]bool, n)
+			transient := make([]int, n)
+			for round := 0; ; round++ {
+				if round > maxSteps {
+					t.Fatalf("not all VMs Running after %d rounds", maxSteps)
+				}
+				results := make([]*provider.EnsureResult, n)
+				errs := make([]error, n)
+				var wg sync.WaitGroup
+				for i, d := range drives {
+					if done[i] {
+						continue
+					}
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						results[i], errs[i] = d.p.EnsureVM(t.Context(), d.spec, d.prog)
+					}()
+				}
+				wg.Wait()
+				wait := time.Duration(0)
+				for i, d := range drives {
+					if done[i] {
+						continue
+					}
+					if errs[i] != nil {
+						if provider.Classify(errs[i]) != provider.ClassTransient || transient[i] >= maxTransient {
+							t.Fatalf("EnsureVM(%s): %v", d.spec.Name, errs[i])
+						}
+						transient[i]++
+						wait = max(wait, time.Second)
+						continue
+					}
+					transient[i] = 0
+					checkResult(t, d.spec, results[i])
+					d.prog = persist(t, results[i].Progress)
+					done[i] = results[i].Phase == provider.PhaseRunning
+					wait = max(wait, results[i].RetryAfter)
+				}
+				if round == 0 && instances == 1 {
+					ids := map[int]bool{}
+					for _, d := range drives {
+						if ids[d.prog.VMID] {
+							t.Errorf("one instance placed two owners on VM id %d", d.prog.VMID)
+						}
+						ids[d.prog.VMID] = true
+					}
+				}
+				if !slices.Contains(done, false) {
+					break
+				}
+				h.Advance(wait)
+			}
+			ids := map[int]string{}
+			for _, d := range drives {
+				if other, dup := ids[d.prog.VMID]; dup {
+					t.Fatalf("%s and %s both run on VM %d", other, d.spec.Name, d.prog.VMID)
+				}
+				ids[d.prog.VMID] = d.spec.Name
+			}
+			for _, d := range drives {
+				expectOneVM(t, h, h.Provider, d.spec.Owner, d.prog.VMID)
+			}
+		})
+	}
+}
+
+func testCloneSlots(t *testing.T, h *Harness) {
+	info, err := h.Provider.ValidateTemplate(t.Context(), h.Template)
+	if err != nil {
+		t.Fatalf("ValidateTemplate: %v", err)
+	}
+	p := h.NewProvider(t, func(c *provider.ClusterConfig) {
+		c.ClonesPerNode, c.ClonesPerStorage, c.Nodes = 1, 0, []string{info.Node}
+	})
+	const n = 3
+	drives := make([]*drive, n)
+	for i := range drives {
+		drives[i] = newDrive(t, h, p, spec(h.Template, 30+i))
+	}
+	queued := false
+	for round := 0; ; round++ {
+		if round > maxSteps {
+			t.Fatalf("not all VMs Running after %d rounds", maxSteps)
+		}
+		cloning, running := 0, 0
+		wait := time.Duration(0)
+		for _, d := range drives {
+			if d.last != nil && d.last.Phase == provider.PhaseRunning {
+				running++
+				continue
+			}
+			r := d.step()
+			switch r.Phase {
+			case provider.PhaseQueued:
+				queued = true
+			case provider.PhaseCloning:
+				cloning++
+			case provider.PhaseRunning:
+				running++
+			}
+			wait = max(wait, r.RetryAfter)
+		}
+		if cloning > 1 {
+			t.Fatalf("round %d: %d VMs report Cloning on node %s with ClonesPerNode 1", round, cloning, info.Node)
+		}
+		// "clone" is the lock the contract names as its example; a
+		// hypervisor without such a lock passes this check trivially.
+		list, err := p.ListVMs(t.Context())
+		if err != nil {
+			t.Fatalf("ListVMs: %v", err)
+		}
+		locked := 0
+		for _, s := range list {
+			if s.Node == info.Node && s.Lock == "clone" {
+				locked++
+			}
+		}
+		if locked > 1 {
+			t.Fatalf("round %d: %d clones run on node %s with ClonesPerNode 1", round, locked, info.Node)
+		}
+		if running == n {
+			break
+		}
+		h.Advance(wait)
+	}
+	if !queued {
+		t.Error("no VM ever waited in PhaseQueued for a clone slot")
+	}
+}
+
+func testGuestPowerOff(t *testing.T, h *Harness) {
+	s := spec(h.Template, 1)
+	d := newDrive(t, h, h.Provider, s)
+	running := d.toPhase(provider.PhaseRunning)
+	h.GuestPowerOff(t, running.Progress.VMID)
+	res := d.until("after the guest powered off", func(r *provider.EnsureResult) bool { return r.Phase == provider.PhaseStopped })
+	if res.Progress.VMID != running.Progress.VMID || res.Progress.Task != nil {
+		t.Errorf("Stopped: %s", describe(res))
+	}
+	// Stopped is final: EnsureVM does not start the VM again.
+	d.advance(time.Minute)
+	if again := d.step(); again.Phase != provider.PhaseStopped {
+		t.Errorf("EnsureVM after Stopped: %s", describe(again))
+	}
+	d.advance(time.Minute)
+	vm, err := h.Provider.GetVM(t.Context(), res.Progress.VMRef())
+	if err != nil {
+		t.Fatalf("GetVM: %v", err)
+	}
+	if vm.Power != provider.PowerStopped {
+		t.Errorf("power %s after the guest powered off, want %s", vm.Power, provider.PowerStopped)
+	}
+}
+
+func testRangeExhausted(t *testing.T, h *Harness) {
+	expectExhausted := func(t *testing.T, p provider.Provider, s *provider.VMSpec) {
+		t.Helper()
+		res, err := p.EnsureVM(t.Context(), s, provider.Progress{})
+		if err == nil {
+			t.Fatalf("EnsureVM placed %s with no free id: %s", s.Name, describe(res))
+		}
+		if !errors.Is(err, provider.ErrIDRangeExhausted) || provider.Classify(err) != provider.ClassResource {
+			t.Fatalf("EnsureVM: %v (class %s), want ErrIDRangeExhausted of class %s", err, provider.Classify(err), provider.ClassResource)
+		}
+	}
+	t.Run("range taken by a foreign VM", func(t *testing.T) {
+		id := h.CreateForeignVM(t, 0, "", nil)
+		p := h.NewProvider(t, func(c *provider.ClusterConfig) { c.VMIDStart, c.VMIDEnd = id, id })
+		expectExhausted(t, p, spec(h.Template, 1))
+	})
+	t.Run("one id, two owners", func(t *testing.T) {
+		used := usedIDs(t, h.Provider)
+		id := 0
+		p := h.NewProvider(t, func(c *provider.ClusterConfig) {
+			for id = c.VMIDStart; used[id]; id++ {
+			}
+			c.VMIDStart, c.VMIDEnd = id, id
+		})
+		a := newDrive(t, h, p, spec(h.Template, 1))
+		if got := a.toPhase(provider.PhasePlaced); got.Progress.VMID != id {
+			t.Fatalf("placed on %d, the only id in range is %d", got.Progress.VMID, id)
+		}
+		b := spec(h.Template, 2)
+		expectExhausted(t, p, b) // held by a's reservation
+		a.toPhase(provider.PhaseRunning)
+		expectExhausted(t, p, b) // held by a's VM
+		deleteUntilDone(t, h, p, a.spec.Owner, a.prog)
+		res, err := p.EnsureVM(t.Context(), b, provider.Progress{})
+		if err != nil || res.Progress.VMID != id {
+			t.Fatalf("EnsureVM after the only id was freed: %v, %s", err, describe(res))
+		}
+	})
+}
+
+func testGetVM(t *testing.T, h *Harness) {
+	s := spec(h.Template, 1)
+	res := newDrive(t, h, h.Provider, s).toPhase(provider.PhaseRunning)
+	for _, ref := range []provider.VMRef{res.Progress.VMRef(), {VMID: res.Progress.VMID}} {
+		vm, err := h.Provider.GetVM(t.Context(), ref)
+		if err != nil {
+			t.Fatalf("GetVM(%+v): %v", ref, err)
+		}
+		if vm.Owner == nil {
+			t.Fatalf("GetVM(%+v): not verified: %v", ref, vm.OwnershipError)
+		}
+		if vm.OwnershipError != nil {
+			t.Errorf("GetVM(%+v): verified but OwnershipError %v", ref, vm.OwnershipError)
+		}
+		o := *vm.Owner
+		if o.Namespace != s.Owner.Namespace || o.Name != s.Owner.Name || o.UID != s.Owner.UID || o.Pool != s.Owner.Pool {
+			t.Errorf("GetVM(%+v): owner %+v, want %+v", ref, o, s.Owner)
+		}
+		if vm.CreatedAt.IsZero() || o.CreatedAt.IsZero() {
+			t.Errorf("GetVM(%+v): no creation time", ref)
+		}
+		if vm.VMID != res.Progress.VMID || vm.Node != res.Progress.Node || vm.Template || !vm.OperatorTagged {
+			t.Errorf("GetVM(%+v): %+v", ref, vm.VMSummary)
+		}
+	}
+
+	foreign := h.CreateForeignVM(t, 0, "made by hand", nil)
+	vm, err := h.Provider.GetVM(t.Context(), provider.VMRef{VMID: foreign})
+	if err != nil {
+		t.Fatalf("GetVM of a foreign VM: %v", err)
+	}
+	if vm.Owner != nil || !errors.Is(vm.OwnershipError, ownership.ErrNoMarker) {
+		t.Errorf("GetVM of a foreign VM: owner %v, ownership error %v; want none and %v", vm.Owner, vm.OwnershipError, ownership.ErrNoMarker)
+	}
+
+	missing := 0
+	for id := range usedIDs(t, h.Provider) {
+		missing = max(missing, id)
+	}
+	if _, err := h.Provider.GetVM(t.Context(), provider.VMRef{VMID: missing + 1000}); !errors.Is(err, provider.ErrNotFound) {
+		t.Errorf("GetVM of a missing VM: %v, want %v", err, provider.ErrNotFound)
+	}
+}
+
+func testListVMs(t *testing.T, h *Harness) {
+	info, err := h.Provider.ValidateTemplate(t.Context(), h.Template)
+	if err != nil {
+		t.Fatalf("ValidateTemplate: %v", err)
+	}
+	res := newDrive(t, h, h.Provider, spec(h.Template, 1)).toPhase(provider.PhaseRunning)
+	plain := h.CreateForeignVM(t, 0, "made by hand", []string{"ci-other"})
+	tagged := h.CreateForeignVM(t, 0, "tagged by hand", h.Signer.Tags())
+
+	list, err := h.Provider.ListVMs(t.Context())
+	if err != nil {
+		t.Fatalf("ListVMs: %v", err)
+	}
+	byID := map[int]provider.VMSummary{}
+	for _, s := range list {
+		if _, dup := byID[s.VMID]; dup {
+			t.Errorf("ListVMs lists VM %d twice", s.VMID)
+		}
+		byID[s.VMID] = s
+	}
+	ours, ok := byID[res.Progress.VMID]
+	switch {
+	case !ok:
+		t.Errorf("ListVMs does not list VM %d", res.Progress.VMID)
+	case !ours.OperatorTagged || ours.Template || ours.Node != res.Progress.Node:
+		t.Errorf("ListVMs: our VM is %+v", ours)
+	case ours.Power != provider.PowerRunning && ours.Power != provider.PowerUnknown:
+		t.Errorf("ListVMs: our running VM shows power %q", ours.Power)
+	}
+	for _, tag := range h.Signer.Tags() {
+		if ok && !hasTag(ours.Tags, tag) {
+			t.Errorf("ListVMs: our VM lacks tag %q (tags %v)", tag, ours.Tags)
+		}
+	}
+	if s, ok := byID[plain]; !ok || s.OperatorTagged {
+		t.Errorf("ListVMs: foreign VM %d: listed %v, %+v", plain, ok, s)
+	}
+	if s, ok := byID[tagged]; !ok || !s.OperatorTagged {
+		t.Errorf("ListVMs: foreign VM %d with the operator's tags: listed %v, %+v", tagged, ok, s)
+	}
+	// The tag only makes a candidate; GetVM proves it is not ours.
+	vm, err := h.Provider.GetVM(t.Context(), provider.VMRef{VMID: tagged})
+	if err != nil || vm.Owner != nil {
+		t.Errorf("GetVM of a foreign VM with the operator's tags: %v, %+v", err, vm)
+	}
+	if s, ok := byID[info.ID]; !ok || !s.Template || s.OperatorTagged {
+		t.Errorf("ListVMs: template %d: listed %v, %+v", info.ID, ok, s)
+	}
+}
+
+func testSetPower(t *testing.T, h *Harness) {
+	s := spec(h.Template, 1)
+	res := newDrive(t, h, h.Provider, s).toPhase(provider.PhaseRunning)
+	ref := res.Progress.VMRef()
+	steps := []struct {
+		action   provider.PowerAction
+		wantTask bool
+		then     provider.PowerState
+	}{
+		{provider.PowerOn, false, provider.PowerRunning},
+		{provider.PowerOff, true, provider.PowerStopped},
+		{provider.PowerOff, false, provider.PowerStopped},
+		{provider.PowerShutdown, false, provider.PowerStopped},
+		{provider.PowerOn, true, provider.PowerRunning},
+		{provider.PowerShutdown, true, provider.PowerStopped},
+	}
+	for i, st := range steps {
+		task, err := h.Provider.SetPower(t.Context(), s.Owner, ref, st.action)
+		if err != nil {
+			t.Fatalf("step %d: SetPower(%s): %v", i, st.action, err)
+		}
+		if (task != nil) != st.wantTask {
+			t.Fatalf("step %d: SetPower(%s) returned task %+v; want a task: %v", i, st.action, task, st.wantTask)
+		}
+		if task != nil && (task.ID == "" || task.Operation == "") {
+			t.Errorf("step %d: SetPower(%s): task %+v lacks an id or an operation", i, st.action, *task)
+		}
+		waitPower(t, h, h.Provider, ref, st.then)
+	}
+}
+
+func testDeleteVM(t *testing.T, h *Harness) {
+	inFlight := func(ph provider.Phase) func(*provider.EnsureResult) bool {
+		return func(r *provider.EnsureResult) bool { return r.Phase == ph && r.Progress.Task != nil }
+	}
+	is := func(ph provider.Phase) func(*provider.EnsureResult) bool {
+		return func(r *provider.EnsureResult) bool { return r.Phase == ph }
+	}
+	cases := []struct {
+		name     string
+		at       func(*provider.EnsureResult) bool
+		loseTask bool
+		powerOff bool
+	}{
+		{name: "placed only", at: is(provider.PhasePlaced)},
+		{name: "while cloning", at: inFlight(provider.PhaseCloning)},
+		{name: "while cloning, task lost", at: inFlight(provider.PhaseCloning), loseTask: true},
+		{name: "while configuring", at: inFlight(provider.PhaseConfiguring)},
+		{name: "while booting", at: is(provider.PhaseBooting)},
+		{name: "running", at: is(provider.PhaseRunning)},
+		{name: "stopped by its guest", at: is(provider.PhaseRunning), powerOff: true},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := spec(h.Template, 40+i)
+			d := newDrive(t, h, h.Provider, s)
+			at, ok := d.untilOrRunning(c.at)
+			if !ok {
+				t.Skipf("the implementation went to Running without reporting this state (%s)", describe(at))
+			}
+			if c.powerOff {
+				h.GuestPowerOff(t, at.Progress.VMID)
+				d.until("after the guest powered off", is(provider.PhaseStopped))
+			}
+			prev := d.prog
+			if c.loseTask {
+				prev.Task = nil
+			}
+			deleted := deleteUntilDone(t, h, h.Provider, s.Owner, prev)
+			expectNoVM(t, h, h.Provider, s.Owner)
+			if _, err := h.Provider.GetVM(t.Context(), provider.VMRef{VMID: prev.VMID}); !errors.Is(err, provider.ErrNotFound) {
+				t.Errorf("GetVM(%d) after DeleteVM: %v, want %v", prev.VMID, err, provider.ErrNotFound)
+			}
+			if storedContains(t, h, token(40+i)) {
+				t.Error("the cloud-init payload is still stored on the backend after DeleteVM is Done")
+			}
+			if got := reserved(t, h.Provider, prev.Node); got != 0 {
+				t.Errorf("node %s still reserves %d bytes after DeleteVM is Done", prev.Node, got)
+			}
+			expectDoneAtOnce(t, h.Provider, s.Owner, deleted.Progress, "again with its final progress")
+			expectDoneAtOnce(t, h.Provider, s.Owner, prev, "again with the progress it started from")
+			expectDoneAtOnce(t, h.Provider, s.Owner, provider.Progress{}, "with an empty progress")
+		})
+	}
+}
+
+// testNotOwned: DeleteVM and SetPower refuse every VM whose marker does
+// not verify for the owner they are given, and leave it as it was.
+func testNotOwned(t *testing.T, h *Harness) {
+	a := owner(1)
+	other, err := ownership.NewSigner(h.Signer.OperatorID(), bytes.Repeat([]byte{0x5a}, ownership.MinKeyLength))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name      string
+		target    func(t *testing.T) int
+		wantError error // what GetVM's OwnershipError wraps, nil when the marker verifies for someone else
+	}{
+		{name: "foreign VM without a marker", wantError: ownership.ErrNoMarker, target: func(t *testing.T) int {
+			return h.CreateForeignVM(t, 0, "made by hand", nil)
+		}},
+		{name: "foreign VM with the operator's tags", wantError: ownership.ErrNoMarker, target: func(t *testing.T) int {
+			return h.CreateForeignVM(t, 0, "tagged by hand", h.Signer.Tags())
+		}},
+		{name: "marker signed with another install's key", wantError: ownership.ErrBadSignature, target: func(t *testing.T) int {
+			id := h.CreateForeignVM(t, 0, "", h.Signer.Tags())
+			h.SetDescription(t, id, other.Description("", record(a, id)))
+			return id
+		}},
+		{name: "marker copied from another VM", wantError: ownership.ErrBadSignature, target: func(t *testing.T) int {
+			id := h.CreateForeignVM(t, 0, "", h.Signer.Tags())
+			desc := h.Signer.Description("copied", record(a, id+1))
+			if _, err := h.Signer.Verify(desc, id+1); err != nil {
+				t.Fatalf("the copied marker does not even verify for its own VM: %v", err)
+			}
+			h.SetDescription(t, id, desc)
+			return id
+		}},
+		{name: "edited marker on the owner's own VM", wantError: ownership.ErrBadSignature, target: func(t *testing.T) int {
+			res := newDrive(t, h, h.Provider, spec(h.Template, 1)).toPhase(provider.PhaseRunning)
+			id := res.Progress.VMID
+			good := h.Signer.Description("", record(a, id))
+			// Control: a marker re-signed for this VM and owner verifies.
+			h.SetDescription(t, id, good)
+			if vm, err := h.Provider.GetVM(t.Context(), provider.VMRef{VMID: id}); err != nil || vm.Owner == nil {
+				t.Fatalf("a freshly signed marker does not verify: %v, %+v", err, vm)
+			}
+			stamp := a.CreatedAt.Format(time.RFC3339)
+			edited := strings.Replace(good, stamp, a.CreatedAt.Add(time.Second).Format(time.RFC3339), 1)
+			if edited == good {
+				t.Fatalf("the marker has no created field %q to edit:\n%s", stamp, good)
+			}
+			h.SetDescription(t, id, edited)
+			return id
+		}},
+		{name: "VM of another claim", target: func(t *testing.T) int {
+			return newDrive(t, h, h.Provider, spec(h.Template, 2)).toPhase(provider.PhaseRunning).Progress.VMID
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			id := c.target(t)
+			before, err := h.Provider.GetVM(t.Context(), provider.VMRef{VMID: id})
+			if err != nil {
+				t.Fatalf("GetVM(%d): %v", id, err)
+			}
+			if c.wantError != nil && (before.Owner != nil || !errors.Is(before.OwnershipError, c.wantError)) {
+				t.Errorf("GetVM(%d): owner %v, ownership error %v; want %v", id, before.Owner, before.OwnershipError, c.wantError)
+			}
+			ref := provider.VMRef{VMID: id, Node: before.Node}
+			expectNotOwned := func(what string, err error) {
+				t.Helper()
+				if !errors.Is(err, provider.ErrNotOwned) || provider.Classify(err) != provider.ClassPermanent {
+					t.Errorf("%s: %v (class %s), want ErrNotOwned of class %s", what, err, provider.Classify(err), provider.ClassPermanent)
+				}
+			}
+			_, err = h.Provider.DeleteVM(t.Context(), a, provider.Progress{VMID: id, Node: before.Node})
+			expectNotOwned("DeleteVM", err)
+			_, err = h.Provider.DeleteVM(t.Context(), a, provider.Progress{VMID: id})
+			expectNotOwned("DeleteVM without a node", err)
+			for _, action := range []provider.PowerAction{provider.PowerOff, provider.PowerShutdown, provider.PowerOn} {
+				_, err = h.Provider.SetPower(t.Context(), a, ref, action)
+				expectNotOwned("SetPower "+string(action), err)
+			}
+			h.Advance(settleTime)
+			after, err := h.Provider.GetVM(t.Context(), ref)
+			if err != nil {
+				t.Fatalf("VM %d after the refused calls: %v", id, err)
+			}
+			if after.Power != before.Power {
+				t.Errorf("VM %d: power went from %s to %s", id, before.Power, after.Power)
+			}
+			if (after.Owner == nil) != (before.Owner == nil) || after.Owner != nil && *after.Owner != *before.Owner {
+				t.Errorf("VM %d: owner went from %+v to %+v", id, before.Owner, after.Owner)
+			}
+		})
+	}
+}
+
+// testCopiedMarker: the description of VM A, written onto VM B, makes B
+// nobody's: neither A's owner nor B's may touch B; A is unaffected.
+func testCopiedMarker(t *testing.T, h *Harness) {
+	da := newDrive(t, h, h.Provider, spec(h.Template, 1))
+	db := newDrive(t, h, h.Provider, spec(h.Template, 2))
+	ra := da.toPhase(provider.PhaseRunning)
+	rb := db.toPhase(provider.PhaseRunning)
+	a, b := da.spec.Owner, db.spec.Owner
+	copied := h.Signer.Description(da.spec.Description, record(a, ra.Progress.VMID))
+	h.SetDescription(t, rb.Progress.VMID, copied)
+
+	vm, err := h.Provider.GetVM(t.Context(), rb.Progress.VMRef())
+	if err != nil {
+		t.Fatalf("GetVM(%d): %v", rb.Progress.VMID, err)
+	}
+	if vm.Owner != nil || !errors.Is(vm.OwnershipError, ownership.ErrBadSignature) {
+		t.Errorf("GetVM of the VM with a copied marker: owner %v, error %v", vm.Owner, vm.OwnershipError)
+	}
+	for _, o := range []provider.Owner{a, b} {
+		if _, err := h.Provider.DeleteVM(t.Context(), o, rb.Progress); !errors.Is(err, provider.ErrNotOwned) {
+			t.Errorf("DeleteVM(%s) of the VM with a copied marker: %v, want %v", o.Name, err, provider.ErrNotOwned)
+		}
+		if _, err := h.Provider.SetPower(t.Context(), o, rb.Progress.VMRef(), provider.PowerOff); !errors.Is(err, provider.ErrNotOwned) {
+			t.Errorf("SetPower(%s) of the VM with a copied marker: %v, want %v", o.Name, err, provider.ErrNotOwned)
+		}
+	}
+	waitPower(t, h, h.Provider, rb.Progress.VMRef(), provider.PowerRunning)
+	deleteUntilDone(t, h, h.Provider, a, ra.Progress)
+	if _, err := h.Provider.GetVM(t.Context(), rb.Progress.VMRef()); err != nil {
+		t.Errorf("deleting A's VM took B's VM with it: %v", err)
+	}
+	expectNoVM(t, h, h.Provider, a)
+}
