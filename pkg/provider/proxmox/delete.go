@@ -1,0 +1,211 @@
+package proxmox
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// DeleteVM implements provider.Provider. Each call issues at most one write:
+//
+//	task of EnsureVM in flight (clone, upload ...) -> wait for it
+//	VM present, marker not the owner's             -> ErrNotOwned, touch nothing
+//	VM locked (clone, destroyed, backup ...)       -> wait
+//	VM running                                     -> stop (task)
+//	VM stopped                                     -> destroy with purge and unreferenced disks (task)
+//	VM gone, ISO file present                      -> delete the ISO (task)
+//	VM and ISO gone                                -> Done
+//
+// The ISO is named after the install, the VM id and the claim, so the file
+// of that name is the claim's to delete once its VM is gone (or is being
+// deleted). When a VM that is not the owner's holds the id, nothing is
+// deleted, not even that file: DeleteVM then only reports ErrNotOwned, and
+// a stray file (possible only if the owner's VM was destroyed by hand and
+// its id reused) is left to the orphan sweep, which recognises the
+// install's prefix.
+func (p *Provider) DeleteVM(ctx context.Context, owner provider.Owner, prev provider.Progress) (*provider.DeleteResult, error) {
+	log := p.log.WithValues("MachineClaim", owner.Namespace+"/"+owner.Name, "vmid", prev.VMID, "node", prev.Node)
+	prog := prev
+	if prog.VMID == 0 {
+		p.release(owner.UID, 0, false)
+		return &provider.DeleteResult{Done: true, Message: "no VM was created"}, nil
+	}
+	result := func(done bool, format string, args ...any) *provider.DeleteResult {
+		r := &provider.DeleteResult{Progress: prog, Done: done, Message: fmt.Sprintf(format, args...)}
+		if prog.Task != nil {
+			t := *prog.Task
+			r.Progress.Task = &t
+			r.RetryAfter = pollDelay(p, prog.Task)
+		}
+		return r
+	}
+	if prog.Node == "" {
+		node, err := p.locate(ctx, prog.VMID)
+		if err != nil && !isNotFound(err) {
+			return nil, err
+		}
+		prog.Node = node
+	}
+	if prog.Task == nil || prog.Task.Operation == opBoot {
+		// A lost Progress: an upload this process started may still run,
+		// and its file would outlive a deletion that did not wait for it.
+		if t := p.inflightTask(prog.VMID); t != nil {
+			prog.Task = t
+		}
+	}
+	after := ""
+	if t := prog.Task; t != nil && t.Operation != opBoot && t.ID != "" {
+		st, err := p.api.task(ctx, t.ID)
+		switch {
+		case isNotFound(err):
+			prog.Task = nil
+		case err != nil:
+			return nil, err
+		case st.running():
+			// A clone or upload must finish before its VM or file can go.
+			return result(false, "waiting for the %s task before deleting VM %d", t.Operation, prog.VMID), nil
+		default:
+			if t.Operation == opClone {
+				p.releaseCloneSlot(prog.VMID)
+			}
+			p.clearInflight(prog.VMID, t.ID)
+			if st.ok() {
+				after = t.Operation
+			} else {
+				log.V(1).Info("Task failed; continuing the deletion", "operation", t.Operation, "exitStatus", st.ExitStatus)
+			}
+			prog.Task = nil
+		}
+	} else {
+		prog.Task = nil
+	}
+
+	if after == opISODelete {
+		p.noteISOGone(prog.VMID)
+	}
+	// An ISO deletion may come from EnsureVM: the VM may still exist.
+	if after != opDestroy && prog.Node != "" {
+		res, err := p.deleteStep(ctx, owner, &prog)
+		if res != nil || err != nil {
+			if err != nil {
+				return nil, err
+			}
+			r := result(false, "%s", res.Message)
+			if prog.Task == nil {
+				r.RetryAfter = res.RetryAfter
+			}
+			return r, nil
+		}
+	}
+	// The VM is gone: its ISO next.
+	if prog.Node != "" {
+		present, err := p.isoPresent(ctx, prog.Node, prog.VMID, owner.UID)
+		if err != nil {
+			return nil, err
+		}
+		if present {
+			upid, err := p.deleteISO(ctx, prog.Node, prog.VMID, owner.UID)
+			if err != nil {
+				return nil, err
+			}
+			prog.Task = &provider.Task{ID: upid, Operation: opISODelete, StartTime: p.clock.Now()}
+			return result(false, "deleting the cloud-init ISO of VM %d", prog.VMID), nil
+		}
+	}
+	p.release(owner.UID, prog.VMID, false)
+	p.mu.Lock()
+	delete(p.isoGone, prog.VMID)
+	p.mu.Unlock()
+	// The id is free now; cached listings must not hold it back.
+	p.noteFreed(prog.VMID)
+	log.V(1).Info("VM deleted")
+	return &provider.DeleteResult{Progress: provider.Progress{VMID: prog.VMID, Node: prog.Node}, Done: true,
+		Message: fmt.Sprintf("VM %d and its cloud-init ISO are gone", prog.VMID)}, nil
+}
+
+// deleteStep stops or destroys the VM. It returns (nil, nil) when the VM is
+// gone, a result while something runs, or ErrNotOwned.
+func (p *Provider) deleteStep(ctx context.Context, owner provider.Owner, prog *provider.Progress) (*provider.DeleteResult, error) {
+	cfg, err := p.api.config(ctx, prog.Node, prog.VMID)
+	if isNotFound(err) {
+		// Config files are per node: before calling the VM gone, make sure
+		// it was not migrated (the cluster listing is authoritative).
+		node, lerr := p.locate(ctx, prog.VMID)
+		switch {
+		case isNotFound(lerr):
+			return nil, nil
+		case lerr != nil:
+			return nil, lerr
+		case node == prog.Node:
+			return nil, nil
+		}
+		p.log.Info("VM moved to another node", "vmid", prog.VMID, "from", prog.Node, "to", node)
+		prog.Node = node
+		if cfg, err = p.api.config(ctx, prog.Node, prog.VMID); isNotFound(err) {
+			return nil, nil
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if cfg["lock"] == "clone" {
+		// A placeholder carries no marker yet; if the clone is ours it
+		// completes and is destroyed on a later call.
+		return &provider.DeleteResult{RetryAfter: cloneWait, Message: fmt.Sprintf("VM %d is being cloned; waiting to delete it", prog.VMID)}, nil
+	}
+	if _, err := p.verifyOwner(cfg, prog.VMID, owner); err != nil {
+		// Nothing of the owner's is at this id; its caller may release the
+		// claim, so release the id's reservation too.
+		p.mu.Lock()
+		if r := p.reservations[owner.UID]; r != nil && r.vmid == prog.VMID {
+			p.unreserveLocked(owner.UID)
+		}
+		p.mu.Unlock()
+		return nil, err
+	}
+	if l := cfg["lock"]; l != "" {
+		return &provider.DeleteResult{RetryAfter: lockedVM, Message: fmt.Sprintf("VM %d is locked (%s); waiting to delete it", prog.VMID, l)}, nil
+	}
+	st, err := p.api.status(ctx, prog.Node, prog.VMID)
+	if isNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st.Status == "running" || st.Status == "paused" {
+		return p.stopForDelete(ctx, prog)
+	}
+	q := url.Values{"purge": {"1"}, "destroy-unreferenced-disks": {"1"}}
+	upid, err := p.api.upid(ctx, http.MethodDelete, fmt.Sprintf("/nodes/%s/qemu/%d", prog.Node, prog.VMID), q, nil)
+	switch {
+	case err == nil:
+	case strings.Contains(apiMessage(err), "is running"):
+		// Started again between the status read and the destroy.
+		return p.stopForDelete(ctx, prog)
+	case isLock(err):
+		return &provider.DeleteResult{RetryAfter: lockedVM, Message: fmt.Sprintf("VM %d is locked; retrying the destroy", prog.VMID)}, nil
+	case isNotFound(err):
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("destroy VM %d on node %s: %w", prog.VMID, prog.Node, err)
+	}
+	prog.Task = &provider.Task{ID: upid, Operation: opDestroy, StartTime: p.clock.Now()}
+	return &provider.DeleteResult{Message: fmt.Sprintf("destroying VM %d", prog.VMID)}, nil
+}
+
+func (p *Provider) stopForDelete(ctx context.Context, prog *provider.Progress) (*provider.DeleteResult, error) {
+	upid, err := p.api.upid(ctx, http.MethodPost, fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", prog.Node, prog.VMID), nil, nil)
+	if isLock(err) {
+		return &provider.DeleteResult{RetryAfter: lockedVM, Message: fmt.Sprintf("VM %d is locked; retrying the stop", prog.VMID)}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stop VM %d on node %s: %w", prog.VMID, prog.Node, err)
+	}
+	prog.Task = &provider.Task{ID: upid, Operation: opStop, StartTime: p.clock.Now()}
+	return &provider.DeleteResult{Message: fmt.Sprintf("stopping VM %d", prog.VMID)}, nil
+}

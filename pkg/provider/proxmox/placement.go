@@ -1,0 +1,556 @@
+package proxmox
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// clusterView is what one GET /cluster/resources says about the cluster.
+// It is never modified once built, so callers read it without the lock.
+type clusterView struct {
+	at time.Time
+	// ids are every VM and container id in use.
+	ids map[int]bool
+	// vms are QEMU VMs by id.
+	vms   map[int]resource
+	nodes map[string]resource
+	// storages are per node: storages[node][id].
+	storages map[string]map[string]resource
+}
+
+func newView(at time.Time, rs []resource) *clusterView {
+	v := &clusterView{at: at, ids: map[int]bool{}, vms: map[int]resource{}, nodes: map[string]resource{},
+		storages: map[string]map[string]resource{}}
+	for _, r := range rs {
+		switch r.Type {
+		case "qemu", "lxc":
+			v.ids[r.VMID] = true
+			if r.Type == "qemu" {
+				v.vms[r.VMID] = r
+			}
+		case "node":
+			v.nodes[r.Node] = r
+		case "storage":
+			if v.storages[r.Node] == nil {
+				v.storages[r.Node] = map[string]resource{}
+			}
+			v.storages[r.Node][r.Storage] = r
+		}
+	}
+	return v
+}
+
+// clusterView returns a view at most maxAge old, reading one if needed.
+func (p *Provider) clusterView(ctx context.Context, maxAge time.Duration) (*clusterView, error) {
+	p.mu.Lock()
+	v := p.view
+	p.mu.Unlock()
+	if v != nil && p.clock.Since(v.at) < maxAge {
+		return v, nil
+	}
+	rs, err := p.api.resources(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	v = newView(p.clock.Now(), rs)
+	p.mu.Lock()
+	p.view = v
+	p.mu.Unlock()
+	return v, nil
+}
+
+// noteListing records the ids of a VM listing (ListVMs, the poll the
+// controllers run every interval), so that placement skips them even when
+// its own view is older.
+func (p *Provider) noteListing(rs []resource) {
+	ids := make(map[int]bool, len(rs))
+	for _, r := range rs {
+		if r.Type == "qemu" || r.Type == "lxc" {
+			ids[r.VMID] = true
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.listed, p.listedAt = ids, p.clock.Now()
+}
+
+// noteFreed records that vmid's VM is gone, so that listings taken before
+// do not hold the id back.
+func (p *Provider) noteFreed(vmid int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.freed[vmid] = p.clock.Now()
+}
+
+// inUseLocked reports whether a listing shows vmid, unless the id was
+// freed after that listing was taken.
+func (p *Provider) inUseLocked(view *clusterView, vmid int) bool {
+	freed, ok := p.freed[vmid]
+	if view.ids[vmid] && !(ok && !freed.Before(view.at)) {
+		return true
+	}
+	return p.listed[vmid] && !(ok && !freed.Before(p.listedAt))
+}
+
+// reservation is a VM id and memory promised to one owner whose VM is not
+// running yet.
+type reservation struct {
+	owner  string
+	vmid   int
+	node   string
+	memory int64
+	touch  time.Time
+}
+
+// reservationLocked returns the owner's reservation, touching it. Expired
+// reservations and blocked ids are swept at most once a minute, so the
+// cost per call does not grow with the number of VMs in flight.
+func (p *Provider) reservationLocked(owner string) *reservation {
+	now := p.clock.Now()
+	if now.Sub(p.swept) > time.Minute {
+		p.swept = now
+		for k, r := range p.reservations {
+			if now.Sub(r.touch) > reservationTTL {
+				p.unreserveLocked(k)
+			}
+		}
+		for id, at := range p.blocked {
+			if now.Sub(at) > blockedTTL {
+				delete(p.blocked, id)
+			}
+		}
+		for id, at := range p.freed {
+			if now.Sub(at) > blockedTTL {
+				delete(p.freed, id)
+			}
+		}
+	}
+	r := p.reservations[owner]
+	if r != nil {
+		r.touch = now
+	}
+	return r
+}
+
+func (p *Provider) reserveLocked(r *reservation) {
+	p.unreserveLocked(r.owner)
+	p.reservations[r.owner] = r
+	p.reservedIDs[r.vmid] = r.owner
+	p.reservedMem[r.node] += r.memory
+}
+
+func (p *Provider) unreserveLocked(owner string) {
+	if r := p.reservations[owner]; r != nil {
+		if p.reservedIDs[r.vmid] == owner {
+			delete(p.reservedIDs, r.vmid)
+		}
+		p.freeMemoryLocked(r)
+		delete(p.reservations, owner)
+	}
+}
+
+// freeMemoryLocked drops r's memory from its node's reservations.
+func (p *Provider) freeMemoryLocked(r *reservation) {
+	if p.reservedMem[r.node] -= r.memory; p.reservedMem[r.node] <= 0 {
+		delete(p.reservedMem, r.node)
+	}
+	r.memory = 0
+}
+
+// adopt re-creates the reservation of a VM this process did not place (after
+// a restart), so that no other owner is given its id; a reservation of the
+// id by someone else is left alone (whoever clones first keeps the id).
+func (p *Provider) adopt(spec *provider.VMSpec, prog provider.Progress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.reservationLocked(spec.Owner.UID); r != nil {
+		if r.vmid == prog.VMID {
+			return
+		}
+		p.unreserveLocked(spec.Owner.UID)
+	}
+	if _, held := p.reservedIDs[prog.VMID]; held {
+		return
+	}
+	p.reserveLocked(&reservation{owner: spec.Owner.UID, vmid: prog.VMID, node: prog.Node,
+		memory: memoryHint(spec, nil), touch: p.clock.Now()})
+}
+
+// release forgets everything in flight for owner's VM vmid. keepID keeps the
+// VM id reserved but frees its memory (the VM runs and the node counts it,
+// or the attempt failed).
+func (p *Provider) release(owner string, vmid int, keepID bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.reservations[owner]; r != nil && (vmid == 0 || r.vmid == vmid) {
+		if keepID {
+			p.freeMemoryLocked(r)
+		} else {
+			p.unreserveLocked(owner)
+		}
+	}
+	if vmid != 0 && !keepID {
+		p.dropCloneStateLocked(vmid)
+	}
+}
+
+func (p *Provider) dropCloneStateLocked(vmid int) {
+	delete(p.clones, vmid)
+	delete(p.inflight, vmid)
+	delete(p.backoff, vmid)
+	p.dequeueLocked(vmid)
+}
+
+// reservedMemoryLocked returns a copy of the memory reserved per node.
+func (p *Provider) reservedMemoryLocked() map[string]int64 { return maps.Clone(p.reservedMem) }
+
+func memoryHint(spec *provider.VMSpec, t *templateInfo) int64 {
+	switch {
+	case spec.MemoryHint > 0:
+		return spec.MemoryHint
+	case spec.MemoryBytes > 0:
+		return spec.MemoryBytes
+	case t != nil:
+		return t.memoryBytes
+	}
+	return 0
+}
+
+// placement is where a VM goes.
+type placement struct {
+	vmid int
+	node string
+}
+
+// place reserves a VM id and a node for spec's owner. exclude is a VM id
+// the owner must not get again (found taken by someone else).
+func (p *Provider) place(ctx context.Context, spec *provider.VMSpec, exclude int) (placement, error) {
+	p.mu.Lock()
+	if r := p.reservationLocked(spec.Owner.UID); r != nil && r.vmid != exclude {
+		p.mu.Unlock()
+		return placement{vmid: r.vmid, node: r.node}, nil
+	}
+	p.mu.Unlock()
+	tmpl, err := p.template(ctx, spec.Source)
+	if err != nil {
+		return placement{}, err
+	}
+	view, err := p.clusterView(ctx, viewTTL)
+	if err != nil {
+		return placement{}, err
+	}
+	mem := memoryHint(spec, tmpl)
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if exclude != 0 {
+		p.blocked[exclude] = p.clock.Now()
+		if r := p.reservations[spec.Owner.UID]; r != nil && r.vmid == exclude {
+			p.unreserveLocked(spec.Owner.UID)
+		}
+		p.dropCloneStateLocked(exclude)
+	}
+	node, err := p.chooseNodeLocked(view, tmpl, spec, mem)
+	if err != nil {
+		return placement{}, err
+	}
+	vmid, err := p.allocateLocked(view)
+	if err != nil {
+		return placement{}, err
+	}
+	p.reserveLocked(&reservation{owner: spec.Owner.UID, vmid: vmid, node: node, memory: mem, touch: p.clock.Now()})
+	return placement{vmid: vmid, node: node}, nil
+}
+
+// chooseNodeLocked picks the allowed online node with the most free memory
+// (minus reservations) that can receive a clone of tmpl and holds the ISO
+// storage.
+func (p *Provider) chooseNodeLocked(view *clusterView, tmpl *templateInfo, spec *provider.VMSpec, mem int64) (string, error) {
+	candidates := []string{tmpl.node}
+	if p.crossNodeClone(view, tmpl, spec) {
+		candidates = candidates[:0]
+		for name := range view.nodes {
+			candidates = append(candidates, name)
+		}
+		sort.Strings(candidates)
+	}
+	reserved := p.reservedMemoryLocked()
+	best, bestFree := "", int64(-1)
+	var why []string
+	for _, name := range candidates {
+		n, ok := view.nodes[name]
+		switch {
+		case !p.allowed(name):
+			why = append(why, name+": not in nodes")
+			continue
+		case !ok || n.Status != "online":
+			why = append(why, name+": offline")
+			continue
+		}
+		if _, ok := view.storages[name][p.cfg.ISOStorage]; !ok {
+			why = append(why, fmt.Sprintf("%s: isoStorage %q not available", name, p.cfg.ISOStorage))
+			continue
+		}
+		free := n.MaxMem - n.Mem - reserved[name]
+		if free < mem {
+			why = append(why, fmt.Sprintf("%s: %d MiB free", name, free>>20))
+			continue
+		}
+		if free > bestFree {
+			best, bestFree = name, free
+		}
+	}
+	if best != "" {
+		return best, nil
+	}
+	if len(candidates) == 1 && !p.crossNodeClone(view, tmpl, spec) && !p.allowed(tmpl.node) {
+		return "", provider.Errorf(provider.ClassConfiguration, "TemplateNodeNotAllowed",
+			"template %d is on node %s, which is not in the cluster's nodes, and its disks are on local storage: add the node or move the template to shared storage", tmpl.id, tmpl.node)
+	}
+	return "", provider.Errorf(provider.ClassResource, "InsufficientCapacity", "%w for %d MiB (%s)", provider.ErrNoCapacity, mem>>20, strings.Join(why, "; "))
+}
+
+// crossNodeClone reports whether clones may target any node: only when
+// every volume the clone writes lives on shared storage.
+func (p *Provider) crossNodeClone(view *clusterView, tmpl *templateInfo, spec *provider.VMSpec) bool {
+	target := p.fullCloneStorage(spec)
+	for _, d := range tmpl.disks {
+		sid := d.storage
+		if !spec.Source.Linked && target != "" {
+			sid = target
+		}
+		st, ok := view.storages[tmpl.node][sid]
+		if !ok || st.Shared != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// fullCloneStorage is the target storage of a full clone, "" for linked
+// clones or when the source's storages are kept.
+func (p *Provider) fullCloneStorage(spec *provider.VMSpec) string {
+	if spec.Source.Linked {
+		return ""
+	}
+	if spec.Source.Storage != "" {
+		return spec.Source.Storage
+	}
+	return p.cfg.DefaultStorage
+}
+
+// allocateLocked returns the next VM id of the range that no listing shows,
+// nobody here has reserved and nobody was found holding.
+func (p *Provider) allocateLocked(view *clusterView) (int, error) {
+	start, end := p.cfg.VMIDStart, p.cfg.VMIDEnd
+	size := end - start + 1
+	if p.cursor < start || p.cursor > end {
+		p.cursor = start
+	}
+	for i := 0; i < size; i++ {
+		id := start + (p.cursor-start+i)%size
+		if _, taken := p.reservedIDs[id]; taken || p.inUseLocked(view, id) {
+			continue
+		}
+		if _, ok := p.blocked[id]; ok {
+			continue
+		}
+		// Start the next search after this id: recently freed ids are
+		// reused last, which keeps stale listings from handing out an id
+		// whose VM is still being destroyed.
+		p.cursor = id + 1
+		return id, nil
+	}
+	return 0, provider.Errorf(provider.ClassResource, "VMIDRangeExhausted", "%w (vmidRange %d-%d)", provider.ErrIDRangeExhausted, start, end)
+}
+
+// cloneSlot is a clone in flight, counted against the node and storage
+// limits.
+type cloneSlot struct {
+	node     string
+	storages []string
+}
+
+// queued is a VM waiting for a clone slot.
+type queued struct {
+	vmid     int
+	node     string
+	storages []string
+	seen     time.Time
+}
+
+// acquireCloneSlot takes a clone slot for vmid, or queues it. VMs queued
+// earlier for the same node or storages go first.
+func (p *Provider) acquireCloneSlot(vmid int, node string, storages []string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.clones[vmid] != nil {
+		return true
+	}
+	now := p.clock.Now()
+	before := len(p.queue)
+	live := p.queue[:0]
+	for _, q := range p.queue {
+		if now.Sub(q.seen) <= queueTTL {
+			live = append(live, q)
+		}
+	}
+	p.queue = live
+	if len(live) != before {
+		p.obs.CloneQueue(len(live))
+	}
+	perNode := map[string]int{}
+	perStore := map[string]int{}
+	for _, s := range p.clones {
+		perNode[s.node]++
+		for _, st := range s.storages {
+			perStore[st]++
+		}
+	}
+	// Count the VMs ahead in the queue that compete for the same limits.
+	aheadNode, aheadStore := 0, map[string]int{}
+	mine := -1
+	for i, q := range p.queue {
+		if q.vmid == vmid {
+			mine = i
+			q.seen = now
+			break
+		}
+		if q.node == node {
+			aheadNode++
+		}
+		for _, st := range q.storages {
+			aheadStore[st]++
+		}
+	}
+	// A limit of zero means none.
+	free := p.cfg.ClonesPerNode <= 0 || perNode[node]+aheadNode < p.cfg.ClonesPerNode
+	for _, st := range storages {
+		if p.cfg.ClonesPerStorage > 0 && perStore[st]+aheadStore[st] >= p.cfg.ClonesPerStorage {
+			free = false
+		}
+	}
+	if !free {
+		if mine < 0 {
+			p.queue = append(p.queue, &queued{vmid: vmid, node: node, storages: storages, seen: now})
+		}
+		p.obs.CloneQueue(len(p.queue))
+		return false
+	}
+	if mine >= 0 {
+		p.queue = append(p.queue[:mine], p.queue[mine+1:]...)
+		p.obs.CloneQueue(len(p.queue))
+	}
+	p.clones[vmid] = &cloneSlot{node: node, storages: storages}
+	return true
+}
+
+// releaseCloneSlot frees vmid's clone slot.
+func (p *Provider) releaseCloneSlot(vmid int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.clones, vmid)
+}
+
+// inflightTask returns the task this process last started for vmid and
+// has not seen finish, nil if none.
+func (p *Provider) inflightTask(vmid int) *provider.Task {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t, ok := p.inflight[vmid]; ok {
+		return &t
+	}
+	return nil
+}
+
+func (p *Provider) setInflight(vmid int, t *provider.Task) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inflight[vmid] = *t
+}
+
+// clearInflight forgets vmid's task if it is upid.
+func (p *Provider) clearInflight(vmid int, upid string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t, ok := p.inflight[vmid]; ok && t.ID == upid {
+		delete(p.inflight, vmid)
+	}
+}
+
+func (p *Provider) dequeueLocked(vmid int) {
+	for i, q := range p.queue {
+		if q.vmid == vmid {
+			p.queue = append(p.queue[:i], p.queue[i+1:]...)
+			p.obs.CloneQueue(len(p.queue))
+			return
+		}
+	}
+}
+
+// backoffState is the retry schedule of a VM after lock timeouts.
+type backoffState struct {
+	attempts int
+	next     time.Time
+}
+
+// Backoff after lock timeouts: 2 s, 4 s, 8 s ... up to a minute, plus a
+// per-VM offset so that VMs that failed together do not retry together.
+const (
+	backoffBase = 2 * time.Second
+	backoffMax  = time.Minute
+)
+
+// backoffAfterFailure records a failure worth retrying and returns the wait.
+func (p *Provider) backoffAfterFailure(vmid int) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b := p.backoff[vmid]
+	if b == nil {
+		b = &backoffState{}
+		p.backoff[vmid] = b
+	}
+	b.attempts++
+	d := backoffBase << min(b.attempts-1, 5)
+	if d > backoffMax {
+		d = backoffMax
+	}
+	d += time.Duration(vmid%7) * 150 * time.Millisecond
+	b.next = p.clock.Now().Add(d)
+	return d
+}
+
+// backoffWait returns how long vmid must still wait before its next try.
+func (p *Provider) backoffWait(vmid int) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if b := p.backoff[vmid]; b != nil {
+		if d := b.next.Sub(p.clock.Now()); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+func (p *Provider) resetBackoff(vmid int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.backoff, vmid)
+}
+
+// storageKey names a storage for the clone limit: local storages are
+// separate on every node.
+func storageKey(view *clusterView, node, sid string) string {
+	if view != nil {
+		if st, ok := view.storages[node][sid]; ok && st.Shared == 1 {
+			return sid
+		}
+	}
+	return node + "/" + sid
+}

@@ -1,0 +1,244 @@
+// Package proxmox implements provider.Provider for Proxmox VE on
+// github.com/luthermonson/go-proxmox.
+//
+// # Never block
+//
+// Nothing here waits for a Proxmox task. A call that starts one returns its
+// UPID in the Progress; the next call reads the task's status once and
+// moves on. go-proxmox's Task.Wait is not used: it sleeps ignoring the
+// context and counts "WARNINGS: N" (a success) as a failure.
+//
+// # Creating a VM, one hypervisor operation per EnsureVM call
+//
+//	place      pick a VM id and a node, reserve them in-process (no API write)
+//	clone      POST .../qemu/{template}/clone with the signed ownership marker
+//	upload     POST .../storage/{iso}/upload of the NoCloud ISO
+//	configure  PUT .../qemu/{vmid}/config: cores, memory, net0, ISO, tags
+//	resize     PUT .../qemu/{vmid}/resize, only when the disk must grow
+//	start      POST .../status/start
+//	boot       poll the guest agent until it reports addresses
+//	eject      PUT .../config <slot>=none,media=cdrom
+//	delete ISO DELETE .../storage/{iso}/content/{volid}, then Running
+//
+// After a restart (a Progress without a task) the step is read back from the
+// hypervisor; see derive in ensure.go.
+//
+// # Ownership
+//
+// The clone call writes the ownership block into the description, for the
+// new VM id, so the VM is marked from its first moment. Every later write,
+// and every destructive call, first re-reads the config and verifies the
+// block for the caller's owner (claim UID); a VM that does not verify is
+// never modified.
+package proxmox
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	proxmox "github.com/luthermonson/go-proxmox"
+	"k8s.io/utils/clock"
+
+	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// Limits of the Proxmox VM id space.
+const (
+	minVMID = 100
+	maxVMID = 999999999
+)
+
+// Defaults and in-process timings.
+const (
+	defaultRequestTimeout = 30 * time.Second
+	// viewTTL is how long a /cluster/resources read serves placement.
+	viewTTL = 5 * time.Second
+	// templateTTL is how long a template's config is cached.
+	templateTTL = 5 * time.Minute
+	// reservationTTL drops a placement nobody has called about for long.
+	reservationTTL = 30 * time.Minute
+	// blockedTTL is how long a VM id found taken by someone else is
+	// skipped even if a listing misses it.
+	blockedTTL = 10 * time.Minute
+	// queueTTL forgets a queued VM that stopped asking for a clone slot.
+	queueTTL = 30 * time.Second
+)
+
+// Provider is a provider.Provider for one Proxmox VE cluster. It is safe for
+// concurrent use.
+type Provider struct {
+	cfg      provider.ClusterConfig
+	signer   *ownership.Signer
+	obs      provider.Observer
+	clock    clock.PassiveClock
+	log      logr.Logger
+	api      *api
+	insecure bool
+
+	// mu guards the in-process state below. It is never held during an
+	// API call.
+	mu sync.Mutex
+	// view is the latest /cluster/resources read used for placement;
+	// listed are the ids of the latest VM listing, taken at listedAt; freed
+	// are ids whose VM this process saw deleted, and when.
+	view     *clusterView
+	listed   map[int]bool
+	listedAt time.Time
+	freed    map[int]time.Time
+	// templates caches template configs by id.
+	templates map[int]*templateInfo
+	// reservations are in-flight placements by owner UID; reservedIDs
+	// indexes them by VM id.
+	reservations map[string]*reservation
+	reservedIDs  map[int]string
+	// reservedMem sums the reservations' memory per node.
+	reservedMem map[string]int64
+	// swept is when expired reservations were last dropped.
+	swept time.Time
+	// blocked are VM ids found taken by VMs this install does not own.
+	blocked map[int]time.Time
+	// cursor is where the next VM id search starts.
+	cursor int
+	// clones are clone slots in use, by VM id.
+	clones map[int]*cloneSlot
+	// queue lists VMs waiting for a clone slot, in arrival order.
+	queue []*queued
+	// backoff is the retry state after lock timeouts, by VM id.
+	backoff map[int]*backoffState
+	// inflight are the tasks this process started, by VM id, until it sees
+	// them finish.
+	inflight map[int]provider.Task
+	// isoGone are VM ids whose ISO this process has deleted.
+	isoGone map[int]bool
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// Factory builds Proxmox providers.
+var Factory = provider.FactoryFunc(func(cfg provider.ClusterConfig, deps provider.Deps) (provider.Provider, error) {
+	p, err := New(cfg, deps)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+})
+
+// New validates cfg and returns a Provider. It makes no API call; Probe
+// checks the connection and the credentials.
+func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
+	wrap := func(err error) error {
+		return provider.Errorf(provider.ClassConfiguration, "InvalidConfiguration", "hypervisor cluster %q: %w", cfg.Name, err)
+	}
+	if deps.Signer == nil {
+		return nil, fmt.Errorf("hypervisor cluster %q: deps.Signer is required", cfg.Name)
+	}
+	base, err := url.Parse(strings.TrimRight(cfg.Endpoint, "/"))
+	if err != nil || (base.Scheme != "https" && base.Scheme != "http") || base.Host == "" {
+		return nil, wrap(fmt.Errorf("endpoint %q must be an http(s) URL such as https://pve.example.com:8006/api2/json", cfg.Endpoint))
+	}
+	if base.Path == "" {
+		base.Path = "/api2/json"
+	}
+	switch {
+	case cfg.TokenID != "":
+		if !strings.Contains(cfg.TokenID, "!") || !strings.Contains(cfg.TokenID, "@") {
+			return nil, wrap(fmt.Errorf("credentials.tokenId %q must look like user@realm!tokenname", cfg.TokenID))
+		}
+		if cfg.TokenSecret == "" {
+			return nil, wrap(errors.New("credentials.tokenSecret is empty"))
+		}
+	case cfg.Username != "":
+		if cfg.Password == "" {
+			return nil, wrap(errors.New("credentials.password is empty"))
+		}
+	default:
+		return nil, wrap(errors.New("credentials: set tokenId and tokenSecret, or username and password"))
+	}
+	tc, insecure, err := tlsConfig(cfg)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = defaultRequestTimeout
+	}
+	if cfg.VMIDStart == 0 && cfg.VMIDEnd == 0 {
+		cfg.VMIDStart, cfg.VMIDEnd = minVMID, maxVMID
+	}
+	if cfg.VMIDStart < minVMID || cfg.VMIDEnd > maxVMID || cfg.VMIDStart > cfg.VMIDEnd {
+		return nil, wrap(fmt.Errorf("vmidRange %d-%d must lie within %d-%d with start <= end", cfg.VMIDStart, cfg.VMIDEnd, minVMID, maxVMID))
+	}
+	if cfg.ISOStorage == "" {
+		cfg.ISOStorage = "local"
+	}
+	for _, t := range cfg.Tags {
+		if !tagRE.MatchString(strings.ToLower(t)) {
+			return nil, wrap(fmt.Errorf("tags: %q is not a legal Proxmox tag (letters, digits, _ - + . only)", t))
+		}
+	}
+	cfg.Nodes = append([]string(nil), cfg.Nodes...)
+	cfg.Tags = append([]string(nil), cfg.Tags...)
+	cfg.CABundle = append([]byte(nil), cfg.CABundle...)
+
+	obs := deps.Observer
+	if obs == nil {
+		obs = provider.NopObserver{}
+	}
+	clk := deps.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	// pveproxy speaks HTTP/1.1 and closes the connection after errors;
+	// keep a few idle connections per cluster for the polling.
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = tc
+	tr.ForceAttemptHTTP2 = false
+	tr.MaxIdleConnsPerHost = 8
+	inst := &instrumented{next: tr, basePath: base.Path, obs: obs}
+	auth := &authenticator{next: inst, loginURL: base.String() + "/access/ticket", clock: clk}
+	if cfg.TokenID != "" {
+		auth.token = cfg.TokenID + "=" + cfg.TokenSecret
+	} else {
+		auth.username, auth.password = cfg.Username, cfg.Password
+	}
+	hc := &http.Client{Transport: auth}
+	// go-proxmox gets no credentials: the authenticator adds them, so that
+	// ticket renewal follows the injected clock and the cloud-init upload
+	// (done without go-proxmox, whose upload ignores the context) is
+	// authenticated the same way.
+	px := proxmox.NewClient(base.String(), proxmox.WithHTTPClient(hc), proxmox.WithUserAgent("hyperfleet"))
+	return &Provider{
+		cfg: cfg, signer: deps.Signer, obs: obs, clock: clk, log: deps.Log, insecure: insecure,
+		api:          &api{px: px, http: hc, baseURL: base.String(), basePath: base.Path, timeout: cfg.RequestTimeout},
+		templates:    map[int]*templateInfo{},
+		reservations: map[string]*reservation{},
+		reservedIDs:  map[int]string{},
+		reservedMem:  map[string]int64{},
+		blocked:      map[int]time.Time{},
+		freed:        map[int]time.Time{},
+		cursor:       cfg.VMIDStart,
+		clones:       map[int]*cloneSlot{},
+		backoff:      map[int]*backoffState{},
+		inflight:     map[int]provider.Task{},
+		isoGone:      map[int]bool{},
+	}, nil
+}
+
+// allowed reports whether node may receive VMs.
+func (p *Provider) allowed(node string) bool {
+	if len(p.cfg.Nodes) == 0 {
+		return true
+	}
+	for _, n := range p.cfg.Nodes {
+		if n == node {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,183 @@
+package proxmox
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"time"
+
+	proxmox "github.com/luthermonson/go-proxmox"
+
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// ListVMs implements provider.Provider with one GET /cluster/resources?type=vm.
+func (p *Provider) ListVMs(ctx context.Context) ([]provider.VMSummary, error) {
+	rs, err := p.api.resources(ctx, "vm")
+	if err != nil {
+		return nil, fmt.Errorf("list the VMs of cluster %q: %w", p.cfg.Name, err)
+	}
+	p.noteListing(rs)
+	out := make([]provider.VMSummary, 0, len(rs))
+	for _, r := range rs {
+		if r.Type != "qemu" {
+			continue
+		}
+		out = append(out, p.summary(r))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].VMID < out[j].VMID })
+	return out, nil
+}
+
+func (p *Provider) summary(r resource) provider.VMSummary {
+	tags := splitTags(r.Tags)
+	s := provider.VMSummary{
+		VMID: r.VMID, Node: r.Node, Name: r.Name, Power: powerState(r.Status), Template: r.Template == 1,
+		Lock: r.Lock, Tags: tags, OperatorTagged: p.signer.HasOperatorTag(tags),
+	}
+	if s.Power == provider.PowerRunning {
+		s.Uptime = time.Duration(r.Uptime) * time.Second
+	}
+	return s
+}
+
+func powerState(status string) provider.PowerState {
+	switch status {
+	case "running":
+		return provider.PowerRunning
+	case "stopped":
+		return provider.PowerStopped
+	case "paused", "suspended":
+		return provider.PowerPaused
+	}
+	return provider.PowerUnknown
+}
+
+// GetVM implements provider.Provider: the config (for the marker) and the
+// current status (for power, lock and uptime).
+func (p *Provider) GetVM(ctx context.Context, ref provider.VMRef) (*provider.VM, error) {
+	node := ref.Node
+	if node == "" {
+		var err error
+		if node, err = p.locate(ctx, ref.VMID); err != nil {
+			return nil, err
+		}
+	}
+	cfg, err := p.api.config(ctx, node, ref.VMID)
+	if err != nil {
+		return nil, fmt.Errorf("read VM %d on node %s: %w", ref.VMID, node, err)
+	}
+	st, err := p.api.status(ctx, node, ref.VMID)
+	if err != nil {
+		return nil, fmt.Errorf("read the status of VM %d on node %s: %w", ref.VMID, node, err)
+	}
+	tags := splitTags(cfg["tags"])
+	vm := &provider.VM{VMSummary: provider.VMSummary{
+		VMID: ref.VMID, Node: node, Name: cfg["name"], Power: powerState(st.Status), Template: cfg["template"] == "1",
+		Lock: cfg["lock"], Tags: tags, OperatorTagged: p.signer.HasOperatorTag(tags),
+	}}
+	if vm.Power == provider.PowerRunning {
+		vm.Uptime = time.Duration(st.Uptime) * time.Second
+	}
+	rec, err := p.signer.Verify(cfg["description"], ref.VMID)
+	if err != nil {
+		vm.OwnershipError = err
+		return vm, nil
+	}
+	vm.Owner = &provider.Owner{Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID, Pool: rec.Pool, CreatedAt: rec.CreatedAt}
+	vm.CreatedAt = rec.CreatedAt
+	return vm, nil
+}
+
+// SetPower implements provider.Provider.
+func (p *Provider) SetPower(ctx context.Context, owner provider.Owner, ref provider.VMRef, action provider.PowerAction) (*provider.Task, error) {
+	node := ref.Node
+	if node == "" {
+		var err error
+		if node, err = p.locate(ctx, ref.VMID); err != nil {
+			return nil, err
+		}
+	}
+	var op string
+	switch action {
+	case provider.PowerOn:
+		op = opStart
+	case provider.PowerOff:
+		op = opStop
+	case provider.PowerShutdown:
+		op = opShutdown
+	default:
+		return nil, provider.Errorf(provider.ClassPermanent, "InvalidPowerAction", "power action %q is not on, off or shutdown", action)
+	}
+	cfg, err := p.api.config(ctx, node, ref.VMID)
+	if err != nil {
+		return nil, fmt.Errorf("read VM %d on node %s: %w", ref.VMID, node, err)
+	}
+	if _, err := p.verifyOwner(cfg, ref.VMID, owner); err != nil {
+		return nil, err
+	}
+	st, err := p.api.status(ctx, node, ref.VMID)
+	if err != nil {
+		return nil, fmt.Errorf("read the status of VM %d on node %s: %w", ref.VMID, node, err)
+	}
+	running := st.Status == "running" || st.Status == "paused"
+	if (action == provider.PowerOn && running) || (action != provider.PowerOn && !running) {
+		return nil, nil
+	}
+	upid, err := p.api.upid(ctx, http.MethodPost, fmt.Sprintf("/nodes/%s/qemu/%d/status/%s", node, ref.VMID, op), nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s VM %d on node %s: %w", op, ref.VMID, node, err)
+	}
+	p.log.V(1).Info("Power change requested", "vmid", ref.VMID, "node", node, "action", string(action))
+	return &provider.Task{ID: upid, Operation: op, StartTime: p.clock.Now()}, nil
+}
+
+// Probe implements provider.Provider: GET /version, GET /nodes and the
+// storages from GET /cluster/resources?type=storage.
+func (p *Provider) Probe(ctx context.Context) (*provider.ClusterInfo, error) {
+	var v proxmox.Version
+	if err := p.api.call(ctx, http.MethodGet, "/version", nil, nil, &v); err != nil {
+		return nil, fmt.Errorf("probe cluster %q: %w", p.cfg.Name, err)
+	}
+	var nodes proxmox.NodeStatuses
+	if err := p.api.call(ctx, http.MethodGet, "/nodes", nil, nil, &nodes); err != nil {
+		return nil, fmt.Errorf("list the nodes of cluster %q: %w", p.cfg.Name, err)
+	}
+	stores, err := p.api.resources(ctx, "storage")
+	if err != nil {
+		return nil, fmt.Errorf("list the storages of cluster %q: %w", p.cfg.Name, err)
+	}
+	p.mu.Lock()
+	reserved := p.reservedMemoryLocked()
+	p.mu.Unlock()
+	info := &provider.ClusterInfo{Version: v.Version, InsecureTLS: p.insecure}
+	for _, n := range nodes {
+		if n == nil {
+			continue
+		}
+		ni := provider.NodeInfo{
+			Name: n.Node, Online: n.Status == "online", Allowed: p.allowed(n.Node), CPUs: int64(n.MaxCPU),
+			MemoryBytes: int64(n.MaxMem), MemoryUsedBytes: int64(n.Mem), ReservedMemoryBytes: reserved[n.Node],
+		}
+		for _, s := range stores {
+			if s.Node == n.Node && s.Shared == 0 {
+				ni.StorageBytes += s.MaxDisk
+				ni.StorageUsedBytes += s.Disk
+			}
+		}
+		info.Nodes = append(info.Nodes, ni)
+	}
+	sort.Slice(info.Nodes, func(i, j int) bool { return info.Nodes[i].Name < info.Nodes[j].Name })
+	for _, n := range p.cfg.Nodes {
+		found := false
+		for _, ni := range info.Nodes {
+			found = found || ni.Name == n
+		}
+		if !found {
+			return nil, provider.Errorf(provider.ClassConfiguration, "UnknownNode",
+				"nodes: cluster %q has no node %q; fix the node list", p.cfg.Name, n)
+		}
+	}
+	return info, nil
+}

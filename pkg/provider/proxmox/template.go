@@ -1,0 +1,279 @@
+package proxmox
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// templateInfo is what a clone needs to know about its template.
+type templateInfo struct {
+	id          int
+	name        string
+	node        string
+	disks       []templateDisk
+	diskBytes   int64
+	cores       int
+	memoryBytes int64
+	agent       bool
+	tags        []string
+	at          time.Time
+}
+
+// templateDisk is one volume a clone copies.
+type templateDisk struct {
+	key     string
+	storage string
+	format  string
+	cloud   bool
+}
+
+// Fields of the machine template the messages point at.
+const (
+	fieldTemplateID   = "spec.source.proxmox.templateId"
+	fieldTemplateName = "spec.source.proxmox.templateName"
+	fieldCloneMode    = "spec.source.proxmox.cloneMode"
+	fieldStorage      = "spec.source.proxmox.storage"
+	fieldFormat       = "spec.source.proxmox.format"
+	fieldPool         = "spec.source.proxmox.pool"
+)
+
+func configErr(reason, field, format string, args ...any) error {
+	return provider.Errorf(provider.ClassConfiguration, reason, field+": "+format, args...)
+}
+
+// template resolves src to its template, from cache when fresh.
+func (p *Provider) template(ctx context.Context, src provider.TemplateSource) (*templateInfo, error) {
+	p.mu.Lock()
+	if src.ID != 0 {
+		if t := p.templates[src.ID]; t != nil && p.clock.Since(t.at) < templateTTL {
+			p.mu.Unlock()
+			return t, nil
+		}
+	} else {
+		for _, t := range p.templates {
+			if t.name == src.Name && p.clock.Since(t.at) < templateTTL {
+				p.mu.Unlock()
+				return t, nil
+			}
+		}
+	}
+	p.mu.Unlock()
+	view, err := p.clusterView(ctx, viewTTL)
+	if err != nil {
+		return nil, err
+	}
+	id, node, err := findTemplate(view, src)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := p.api.config(ctx, node, id)
+	if isNotFound(err) {
+		return nil, configErr("TemplateNotFound", fieldTemplateID, "VM %d does not exist on node %s: %w", id, node, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if cfg["template"] != "1" {
+		field := fieldTemplateID
+		if src.ID == 0 {
+			field = fieldTemplateName
+		}
+		return nil, configErr("NotATemplate", field, "VM %d is not a template; convert it (qm template %d) or name a template", id, id)
+	}
+	t := &templateInfo{id: id, name: cfg["name"], node: node, agent: agentOn(cfg["agent"]), tags: cfg.tags(), at: p.clock.Now()}
+	for _, k := range cfg.disks() {
+		d := parseDrive(cfg[k])
+		t.disks = append(t.disks, templateDisk{key: k, storage: d.storage(), format: d.format(), cloud: d.cloudInit()})
+	}
+	_, t.diskBytes = cfg.bootDisk()
+	t.cores = 1 // qemu-server's defaults: one socket, one core
+	if n, err := strconv.Atoi(cfg["cores"]); err == nil && n > 0 {
+		t.cores = n
+	}
+	if n, err := strconv.Atoi(cfg["sockets"]); err == nil && n > 1 {
+		t.cores *= n
+	}
+	if mib, err := strconv.ParseInt(strings.TrimPrefix(cfg["memory"], "current="), 10, 64); err == nil {
+		t.memoryBytes = mib << 20
+	} else if cfg["memory"] == "" {
+		t.memoryBytes = 512 << 20 // qemu-server's default
+	}
+	p.mu.Lock()
+	p.templates[id] = t
+	p.mu.Unlock()
+	return t, nil
+}
+
+func agentOn(v string) bool {
+	first, _, _ := strings.Cut(v, ",")
+	return first == "1" || strings.Contains(v, "enabled=1")
+}
+
+// findTemplate locates src in a cluster view.
+func findTemplate(view *clusterView, src provider.TemplateSource) (int, string, error) {
+	if src.ID != 0 {
+		r, ok := view.vms[src.ID]
+		if !ok {
+			return 0, "", configErr("TemplateNotFound", fieldTemplateID, "VM %d does not exist: %w", src.ID, provider.ErrNotFound)
+		}
+		return src.ID, r.Node, nil
+	}
+	if src.Name == "" {
+		return 0, "", configErr("TemplateNotSet", fieldTemplateID, "set templateId or templateName")
+	}
+	var ids []int
+	for id, r := range view.vms {
+		if r.Template == 1 && r.Name == src.Name {
+			ids = append(ids, id)
+		}
+	}
+	sort.Ints(ids)
+	switch len(ids) {
+	case 0:
+		return 0, "", configErr("TemplateNotFound", fieldTemplateName, "no template is named %q: %w", src.Name, provider.ErrNotFound)
+	case 1:
+		return ids[0], view.vms[ids[0]].Node, nil
+	}
+	return 0, "", configErr("TemplateAmbiguous", fieldTemplateName, "%d templates are named %q (ids %v); name exactly one, or use templateId", len(ids), src.Name, ids)
+}
+
+// linkedCloneOK says whether a base volume of format on storage type typ
+// can be the parent of a linked clone. Thick LVM cannot.
+func linkedCloneOK(typ, format string) bool {
+	switch typ {
+	case "lvmthin", "zfspool", "rbd":
+		return true
+	case "dir", "nfs", "cifs", "glusterfs", "btrfs":
+		return format == "qcow2" || format == "raw" || format == "vmdk"
+	}
+	return false
+}
+
+// ValidateTemplate implements provider.Provider.
+func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSource) (*provider.TemplateInfo, error) {
+	// Always read the template afresh: the user may just have fixed it.
+	p.mu.Lock()
+	for id, t := range p.templates {
+		if id == src.ID || (src.ID == 0 && t.name == src.Name) {
+			delete(p.templates, id)
+		}
+	}
+	p.mu.Unlock()
+	view, err := p.clusterView(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	t, err := p.template(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	if p.signer.HasOperatorTag(t.tags) {
+		return nil, configErr("TemplateTagged", fieldTemplateID,
+			"template %d carries this install's tag %q; remove the tag (clones of it would look already configured)", t.id, p.signer.OperatorTag())
+	}
+	info := &provider.TemplateInfo{ID: t.id, Name: t.name, Node: t.node, DiskBytes: t.diskBytes, Cores: t.cores,
+		MemoryBytes: t.memoryBytes, LinkedCloneSupported: true}
+	seen := map[string]bool{}
+	for _, d := range t.disks {
+		if !seen[d.storage] {
+			seen[d.storage] = true
+			info.Storages = append(info.Storages, d.storage)
+		}
+		if d.cloud {
+			// Proxmox copies cloud-init drives in full, whatever the mode.
+			continue
+		}
+		st, ok := view.storages[t.node][d.storage]
+		if !ok || !linkedCloneOK(st.PluginType, d.format) {
+			info.LinkedCloneSupported = false
+			if src.Linked {
+				typ := st.PluginType
+				if typ == "" {
+					typ = "unknown type"
+				}
+				return nil, configErr("LinkedCloneUnsupported", fieldCloneMode,
+					"template %d's disk %s is on storage %q (%s, %s), which cannot hold linked clones; use a full clone or move the template to LVM-thin, ZFS, Ceph RBD or a directory storage",
+					t.id, d.key, d.storage, typ, d.format)
+			}
+		}
+	}
+	if src.Linked {
+		if src.Storage != "" {
+			return nil, configErr("StorageWithLinkedClone", fieldStorage, "a linked clone stays on the template's storage; clear storage or use a full clone")
+		}
+		if src.Format != "" {
+			return nil, configErr("FormatWithLinkedClone", fieldFormat, "a linked clone keeps the template's format; clear format or use a full clone")
+		}
+	} else {
+		if src.Format != "" && src.Format != "raw" && src.Format != "qcow2" && src.Format != "vmdk" {
+			return nil, configErr("InvalidFormat", fieldFormat, "%q is not a disk format; use raw, qcow2 or vmdk", src.Format)
+		}
+		if target := src.Storage; target != "" || p.cfg.DefaultStorage != "" {
+			field := fieldStorage
+			if target == "" {
+				target, field = p.cfg.DefaultStorage, "spec.defaultStorage of the HypervisorCluster"
+			}
+			st, ok := view.storages[t.node][target]
+			if !ok {
+				return nil, configErr("StorageNotFound", field, "storage %q does not exist on node %s, where template %d lives", target, t.node, t.id)
+			}
+			if !strings.Contains(","+st.Content+",", ",images,") {
+				return nil, configErr("StorageNoImages", field, "storage %q does not allow VM disks (content %q); enable images on it or pick another", target, st.Content)
+			}
+		}
+	}
+	if src.ResourcePool != "" {
+		var pools []struct {
+			PoolID string `json:"poolid"`
+		}
+		if err := p.api.call(ctx, http.MethodGet, "/pools", nil, nil, &pools); err != nil {
+			return nil, err
+		}
+		found := false
+		for _, pl := range pools {
+			found = found || pl.PoolID == src.ResourcePool
+		}
+		if !found {
+			return nil, configErr("PoolNotFound", fieldPool, "resource pool %q does not exist (or the operator's token cannot see it); create it with pveum pool add %s", src.ResourcePool, src.ResourcePool)
+		}
+	}
+	if !t.agent {
+		p.log.Info("Template has no QEMU guest agent; VMs will never report addresses", "template", t.id)
+	}
+	return info, nil
+}
+
+// cloneStorageKeys are the storages a clone of t for spec writes to, as
+// keys for the per-storage clone limit.
+func (p *Provider) cloneStorageKeys(view *clusterView, t *templateInfo, spec *provider.VMSpec, node string) []string {
+	target := p.fullCloneStorage(spec)
+	seen := map[string]bool{}
+	var out []string
+	for _, d := range t.disks {
+		sid := d.storage
+		if target != "" {
+			sid = target
+		}
+		k := storageKey(view, node, sid)
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// fmtTemplate names a template in messages.
+func fmtTemplate(t *templateInfo) string {
+	if t.name != "" {
+		return fmt.Sprintf("template %d (%s)", t.id, t.name)
+	}
+	return fmt.Sprintf("template %d", t.id)
+}
