@@ -68,6 +68,10 @@ const (
 	LinkedCloneUnsupportedReason = "LinkedCloneUnsupported"
 	// TemplateInvalidReason: the template fails validation for another reason.
 	TemplateInvalidReason = "TemplateInvalid"
+	// InvalidTLSReason: the CA bundle or fingerprint cannot be used.
+	InvalidTLSReason = "InvalidTLS"
+	// InUseReason: a deleted cluster still has claims with VMs on it.
+	InUseReason = "InUse"
 	// ClusterUnavailableReason: the referenced HypervisorCluster is not Ready.
 	ClusterUnavailableReason = "ClusterUnavailable"
 
@@ -114,4 +118,8 @@ const (
 	// MachineClaimFinalizer holds a claim until its VM and everything
 	// allocated for it are gone.
 	MachineClaimFinalizer = "hyperfleet.io/vm-cleanup"
+	// HypervisorClusterFinalizer holds a cluster until no claim has a VM on
+	// it, so deleting a cluster never strands VMs the operator can no
+	// longer reach.
+	HypervisorClusterFinalizer = "hyperfleet.io/vms-released"
 )

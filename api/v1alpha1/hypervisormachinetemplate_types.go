@@ -192,7 +192,27 @@ type MachineNetwork struct {
 	// dns overrides the cluster's DNS settings for these VMs, field by field.
 	// +optional
 	DNS *DNSSettings `json:"dns,omitempty"`
+
+	// hostname says how a VM's hostname is formed: name (default) is the
+	// MachineClaim's name, namespace-name prefixes it with the claim's
+	// namespace. Either is made a valid DNS label of at most 63 characters
+	// (lower-cased; too long a name keeps its start and gets a hash suffix).
+	// The FQDN appends the DNS domain.
+	// +optional
+	// +kubebuilder:default=name
+	Hostname HostnameStrategy `json:"hostname,omitempty"`
 }
+
+// HostnameStrategy says how a VM's hostname is derived from its claim.
+// +kubebuilder:validation:Enum=name;namespace-name
+type HostnameStrategy string
+
+const (
+	// HostnameFromName uses the MachineClaim's name.
+	HostnameFromName HostnameStrategy = "name"
+	// HostnameFromNamespaceAndName uses <namespace>-<name>.
+	HostnameFromNamespaceAndName HostnameStrategy = "namespace-name"
+)
 
 // DHCPClientIdentifier says what a VM identifies itself with to the DHCP server.
 // +kubebuilder:validation:Enum=mac;hostname

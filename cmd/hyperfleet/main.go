@@ -1,0 +1,129 @@
+// Command hyperfleet is the HyperFleet operator.
+//
+//	hyperfleet manager [flags]   run the controllers (the container's entrypoint)
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/manager"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "manager":
+		if err := runManager(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "hyperfleet manager:", err)
+			os.Exit(1)
+		}
+	case "-h", "--help", "help":
+		usage()
+	default:
+		fmt.Fprintf(os.Stderr, "hyperfleet: unknown command %q\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `Usage: hyperfleet <command> [flags]
+
+Commands:
+  manager   run the HyperFleet operator (controllers, poller, orphan sweeper)
+
+Run "hyperfleet <command> -h" for the command's flags.
+`)
+}
+
+func runManager(args []string) error {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	metricsAddr := fs.String("metrics-bind-address", ":8080", "address the /metrics endpoint binds to; 0 disables it")
+	probeAddr := fs.String("health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
+	leaderElect := fs.Bool("leader-elect", true, "elect a leader so that only one replica reconciles")
+	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "hyperfleet-system"), "namespace of the operator (ownership Secret, leader lease)")
+	ownershipSecret := fs.String("ownership-secret", "hyperfleet-ownership", "Secret (in --namespace) with the HMAC key that signs VM ownership; created on first start")
+	operatorID := fs.String("operator-id", "", "id of this install in VM tags (hf-<id>) and ownership markers; default: the one stored in the ownership Secret, or a random one on first start")
+	sweepInterval := fs.Duration("orphan-sweep-interval", time.Minute, "how often the orphan sweeper runs")
+	orphanGrace := fs.Duration("orphan-grace-period", 10*time.Minute, "how long an orphaned VM is left alone before it is destroyed")
+	sweepDryRun := fs.Bool("orphan-sweep-dry-run", false, "only report orphaned VMs (events, logs, metrics); never destroy them")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := hfv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("find the Kubernetes API: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: *metricsAddr},
+		HealthProbeBindAddress:  *probeAddr,
+		LeaderElection:          *leaderElect,
+		LeaderElectionID:        "hyperfleet-manager.hyperfleet.io",
+		LeaderElectionNamespace: *namespace,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	ctx := ctrl.SetupSignalHandler()
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	signer, err := manager.LoadOrCreateSigner(ctx, direct, *namespace, *ownershipSecret, *operatorID)
+	if err != nil {
+		return err
+	}
+	log.Info("Ownership marker ready", "operatorId", signer.OperatorID(), "tag", signer.OperatorTag())
+	if _, err := manager.Setup(ctx, mgr, manager.Options{
+		Signer:            signer,
+		SweepInterval:     *sweepInterval,
+		OrphanGracePeriod: *orphanGrace,
+		SweepDryRun:       *sweepDryRun,
+	}); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	log.Info("Starting manager")
+	return mgr.Start(ctx)
+}
+
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

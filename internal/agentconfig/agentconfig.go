@@ -1,0 +1,456 @@
+// Package agentconfig defines the configuration file of HyperFleet's in-VM
+// agent: the one document the operator writes into a VM (through cloud-init,
+// as /etc/hyperfleet/agent.json) and the agent reads when it starts.
+//
+// Why a package of its own: the operator and the agent are separate binaries
+// built from one module, and the file between them is a contract. Keeping
+// the type, its validation and its documentation in one place means a field
+// cannot drift between writer and reader. The package uses the standard
+// library only, so the agent, which should stay a small static binary with
+// few dependencies, can import it without pulling in Kubernetes libraries.
+//
+// What the file holds follows DESIGN decision 4: only single-use,
+// short-lived material ever enters a VM. In direct mode that is a GitHub
+// just-in-time runner configuration or a registration token; in broker mode
+// it is only a SPIRE join token (or nothing, with TPM attestation) and the
+// trust bundle, and the agent fetches its runner credential at the last
+// moment from the operator's credential broker over mTLS.
+package agentconfig
+
+import (
+	"bytes"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"path"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Path is where the operator writes the file inside the VM (mode 0600,
+// owner root) and where the agent reads it by default.
+const Path = "/etc/hyperfleet/agent.json"
+
+// CurrentVersion is the version of the file format described here. An agent
+// refuses files of another version instead of guessing.
+const CurrentVersion = 1
+
+// Platform is the CI platform the runner belongs to.
+type Platform string
+
+// PlatformGitHubActions is GitHub Actions, the only platform so far.
+const PlatformGitHubActions Platform = "github-actions"
+
+// WorkloadMethod is how the runner credential reaches the agent.
+type WorkloadMethod string
+
+const (
+	// WorkloadDirect: the single-use runner credential (jitConfig or
+	// registrationToken) is in this file. Used without attestation.
+	WorkloadDirect WorkloadMethod = "direct"
+	// WorkloadBroker: the file holds no runner credential. The agent attests
+	// with SPIRE (join token or TPM), then fetches the credential from the
+	// operator's credential broker over mTLS with its X509-SVID.
+	WorkloadBroker WorkloadMethod = "broker"
+)
+
+// BootstrapMethod is the kind of single-use runner credential.
+type BootstrapMethod string
+
+const (
+	// BootstrapJITConfig is a GitHub just-in-time runner configuration: the
+	// runner is already registered, for one job, and is started with it.
+	BootstrapJITConfig BootstrapMethod = "jit-config"
+	// BootstrapRunnerToken is a GitHub registration token (valid one hour):
+	// the agent runs the runner's config script with it to register an
+	// ephemeral runner, then runs the runner.
+	BootstrapRunnerToken BootstrapMethod = "runner-token"
+)
+
+// AttestationMethod is how the agent proves its identity to SPIRE.
+type AttestationMethod string
+
+const (
+	// AttestationJoinToken uses a single-use SPIRE join token.
+	AttestationJoinToken AttestationMethod = "join-token"
+	// AttestationTPM uses the VM's TPM 2.0 (SPIRE's tpm_devid plugin family).
+	AttestationTPM AttestationMethod = "tpm"
+)
+
+// Config is the content of agent.json. JSON field names are given in the
+// comments; every field not marked optional is required for the methods it
+// applies to.
+type Config struct {
+	// version is the file format version; must be CurrentVersion (1).
+	Version int `json:"version"`
+
+	// platform is the CI platform; "github-actions".
+	Platform Platform `json:"platform"`
+
+	// workloadMethod is "direct" (credential in this file) or "broker"
+	// (credential fetched from the operator's broker after attestation).
+	WorkloadMethod WorkloadMethod `json:"workloadMethod"`
+
+	// bootstrapMethod is "jit-config" or "runner-token": the kind of runner
+	// credential, whether it is in this file or comes from the broker.
+	BootstrapMethod BootstrapMethod `json:"bootstrapMethod"`
+
+	// jitConfig is GitHub's encoded just-in-time runner configuration
+	// (workloadMethod direct, bootstrapMethod jit-config only). Secret.
+	JITConfig string `json:"jitConfig,omitempty"`
+
+	// registrationToken is a GitHub runner registration token
+	// (workloadMethod direct, bootstrapMethod runner-token only). Secret.
+	RegistrationToken string `json:"registrationToken,omitempty"`
+
+	// registrationURL is the repository or organization URL the runner
+	// registers to, such as https://github.com/octo-org (bootstrapMethod
+	// runner-token; optional otherwise).
+	RegistrationURL string `json:"registrationURL,omitempty"`
+
+	// runner is the runner's identity and software.
+	Runner Runner `json:"runner"`
+
+	// spiffe configures attestation with SPIRE; present exactly when
+	// workloadMethod is broker.
+	SPIFFE *SPIFFE `json:"spiffe,omitempty"`
+
+	// expiresAt is when the credential handed to the VM (runner credential
+	// or join token) stops being usable, RFC 3339. Optional; the agent gives
+	// up with a clear message instead of trying an expired credential.
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+
+	// powerOffOnFinish powers the VM off when the runner exits (the
+	// operator then deletes it). Normally true; false keeps a VM for
+	// debugging.
+	PowerOffOnFinish bool `json:"powerOffOnFinish"`
+}
+
+// Runner is the runner's identity on GitHub and its software in the VM.
+type Runner struct {
+	// name is the runner's name on GitHub (required for runner-token; the
+	// JIT configuration already carries it). Letters, digits, ".", "_", "-";
+	// at most 64 characters.
+	Name string `json:"name,omitempty"`
+
+	// labels are the runner's labels (runner-token; the JIT configuration
+	// already carries them). No commas or white space.
+	Labels []string `json:"labels,omitempty"`
+
+	// group is the organization runner group (runner-token; optional).
+	Group string `json:"group,omitempty"`
+
+	// software says where the runner package comes from and where it lives.
+	Software Software `json:"software"`
+}
+
+// Software is the runner package and its place in the VM.
+type Software struct {
+	// downloadURL is the https:// URL of the runner package, with {os} and
+	// {arch} already replaced. Optional: empty means the runner is installed
+	// in the image at installPath.
+	DownloadURL string `json:"downloadURL,omitempty"`
+
+	// downloadSHA256 is the package's SHA-256 (64 lower-case hex digits);
+	// required with downloadURL. The agent refuses a package that does not
+	// match.
+	DownloadSHA256 string `json:"downloadSHA256,omitempty"`
+
+	// installPath is the absolute directory the runner is (or is unpacked)
+	// in, such as /opt/actions-runner.
+	InstallPath string `json:"installPath"`
+
+	// workDir is the absolute job working directory, wiped after the job.
+	WorkDir string `json:"workDir"`
+
+	// configScript is the runner's registration script in installPath,
+	// such as config.sh (a file name, no directory).
+	ConfigScript string `json:"configScript"`
+
+	// runScript is the runner's run script in installPath, such as run.sh.
+	RunScript string `json:"runScript"`
+
+	// os is the runner package's operating system in GitHub's naming:
+	// linux, win or osx.
+	OS string `json:"os"`
+
+	// arch is the runner package's architecture in GitHub's naming: x64,
+	// arm64 or arm.
+	Arch string `json:"arch"`
+}
+
+// SPIFFE configures the agent's SPIRE attestation and the broker it asks
+// for its runner credential.
+type SPIFFE struct {
+	// attestationMethod is "join-token" or "tpm".
+	AttestationMethod AttestationMethod `json:"attestationMethod"`
+
+	// joinToken is the single-use SPIRE join token (join-token only). Secret.
+	JoinToken string `json:"joinToken,omitempty"`
+
+	// tpmDevicePath is the TPM device, such as /dev/tpmrm0 (tpm only).
+	TPMDevicePath string `json:"tpmDevicePath,omitempty"`
+
+	// spiffeID is the SPIFFE ID the VM is expected to receive, such as
+	// spiffe://hyperfleet.io/vm/ci/runner-abc/<uid>. Optional; when set the
+	// agent checks its SVID against it.
+	SPIFFEID string `json:"spiffeID,omitempty"`
+
+	// trustDomain is the SPIFFE trust domain, such as hyperfleet.io.
+	TrustDomain string `json:"trustDomain"`
+
+	// trustBundle is the PEM-encoded SPIRE server CA bundle (one or more
+	// CERTIFICATE blocks) the agent bootstraps trust from.
+	TrustBundle string `json:"trustBundle"`
+
+	// serverAddress is the SPIRE server as host:port.
+	ServerAddress string `json:"serverAddress"`
+
+	// brokerURL is the https:// URL of the operator's credential broker.
+	BrokerURL string `json:"brokerURL"`
+}
+
+var (
+	runnerNameRE  = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+	scriptNameRE  = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+	sha256RE      = regexp.MustCompile(`^[a-f0-9]{64}$`)
+	trustDomainRE = regexp.MustCompile(`^[a-z0-9._-]{1,255}$`)
+)
+
+// Validate reports every problem with c at once (joined with errors.Join),
+// each naming the JSON field and saying what would be right.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+
+	if c.Version != CurrentVersion {
+		bad("version", "is %d; this agent reads version %d", c.Version, CurrentVersion)
+	}
+	if c.Platform != PlatformGitHubActions {
+		bad("platform", "is %q; must be %q", c.Platform, PlatformGitHubActions)
+	}
+	switch c.BootstrapMethod {
+	case BootstrapJITConfig, BootstrapRunnerToken:
+	default:
+		bad("bootstrapMethod", "is %q; must be %q or %q", c.BootstrapMethod, BootstrapJITConfig, BootstrapRunnerToken)
+	}
+
+	switch c.WorkloadMethod {
+	case WorkloadDirect:
+		if c.SPIFFE != nil {
+			bad("spiffe", "is set but workloadMethod is direct; SPIFFE attestation implies workloadMethod broker")
+		}
+		switch c.BootstrapMethod {
+		case BootstrapJITConfig:
+			if c.JITConfig == "" {
+				bad("jitConfig", "is empty; bootstrapMethod jit-config with workloadMethod direct needs GitHub's encoded JIT configuration")
+			}
+			if c.RegistrationToken != "" {
+				bad("registrationToken", "is set but bootstrapMethod is jit-config; remove it")
+			}
+		case BootstrapRunnerToken:
+			if c.RegistrationToken == "" {
+				bad("registrationToken", "is empty; bootstrapMethod runner-token with workloadMethod direct needs a registration token")
+			}
+			if c.JITConfig != "" {
+				bad("jitConfig", "is set but bootstrapMethod is runner-token; remove it")
+			}
+		}
+	case WorkloadBroker:
+		if c.SPIFFE == nil {
+			bad("spiffe", "is missing; workloadMethod broker needs SPIFFE attestation settings")
+		}
+		if c.JITConfig != "" || c.RegistrationToken != "" {
+			bad("jitConfig/registrationToken", "must be empty with workloadMethod broker: the runner credential comes from the broker, never from the VM's cloud-init")
+		}
+	default:
+		bad("workloadMethod", "is %q; must be %q or %q", c.WorkloadMethod, WorkloadDirect, WorkloadBroker)
+	}
+
+	if c.BootstrapMethod == BootstrapRunnerToken {
+		if c.RegistrationURL == "" {
+			bad("registrationURL", "is empty; bootstrapMethod runner-token needs the URL the runner registers to, such as https://github.com/octo-org/octo-repo")
+		}
+		if c.Runner.Name == "" {
+			bad("runner.name", "is empty; bootstrapMethod runner-token needs the runner's name")
+		}
+	}
+	if c.RegistrationURL != "" {
+		if err := checkHTTPSURL(c.RegistrationURL); err != nil {
+			bad("registrationURL", "%v", err)
+		}
+	}
+	c.Runner.validate(bad)
+	if c.SPIFFE != nil {
+		c.SPIFFE.validate(bad)
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Runner) validate(bad func(field, format string, args ...any)) {
+	if r.Name != "" && !runnerNameRE.MatchString(r.Name) {
+		bad("runner.name", "%q is not a valid runner name: use at most 64 letters, digits, '.', '_' or '-'", r.Name)
+	}
+	for i, l := range r.Labels {
+		if l == "" || len(l) > 64 || strings.ContainsAny(l, ", \t\r\n") {
+			bad(fmt.Sprintf("runner.labels[%d]", i), "%q is not a valid label: 1 to 64 characters without commas or white space", l)
+		}
+	}
+	if len(r.Group) > 100 {
+		bad("runner.group", "is longer than 100 characters")
+	}
+	s := &r.Software
+	if s.DownloadURL != "" {
+		if err := checkHTTPSURL(s.DownloadURL); err != nil {
+			bad("runner.software.downloadURL", "%v", err)
+		}
+		if strings.Contains(s.DownloadURL, "{os}") || strings.Contains(s.DownloadURL, "{arch}") {
+			bad("runner.software.downloadURL", "still contains {os} or {arch}; the operator replaces them before writing the file")
+		}
+		if s.DownloadSHA256 == "" {
+			bad("runner.software.downloadSHA256", "is empty; a downloaded runner package must be checked against its SHA-256")
+		}
+	}
+	if s.DownloadSHA256 != "" && !sha256RE.MatchString(s.DownloadSHA256) {
+		bad("runner.software.downloadSHA256", "must be 64 lower-case hex digits")
+	}
+	checkAbs := func(field, p string) {
+		if p == "" || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
+			bad(field, "%q must be an absolute path such as /opt/actions-runner", p)
+		}
+	}
+	checkAbs("runner.software.installPath", s.InstallPath)
+	checkAbs("runner.software.workDir", s.WorkDir)
+	if !scriptNameRE.MatchString(s.ConfigScript) {
+		bad("runner.software.configScript", "%q must be a file name in installPath, such as config.sh", s.ConfigScript)
+	}
+	if !scriptNameRE.MatchString(s.RunScript) {
+		bad("runner.software.runScript", "%q must be a file name in installPath, such as run.sh", s.RunScript)
+	}
+	switch s.OS {
+	case "linux", "win", "osx":
+	default:
+		bad("runner.software.os", "is %q; must be linux, win or osx", s.OS)
+	}
+	switch s.Arch {
+	case "x64", "arm64", "arm":
+	default:
+		bad("runner.software.arch", "is %q; must be x64, arm64 or arm", s.Arch)
+	}
+}
+
+func (s *SPIFFE) validate(bad func(field, format string, args ...any)) {
+	switch s.AttestationMethod {
+	case AttestationJoinToken:
+		if s.JoinToken == "" {
+			bad("spiffe.joinToken", "is empty; attestationMethod join-token needs the SPIRE join token")
+		}
+		if s.TPMDevicePath != "" {
+			bad("spiffe.tpmDevicePath", "is set but attestationMethod is join-token; remove it")
+		}
+	case AttestationTPM:
+		if s.JoinToken != "" {
+			bad("spiffe.joinToken", "is set but attestationMethod is tpm; remove it")
+		}
+		if !strings.HasPrefix(s.TPMDevicePath, "/dev/") {
+			bad("spiffe.tpmDevicePath", "%q must be a device path such as /dev/tpmrm0", s.TPMDevicePath)
+		}
+	default:
+		bad("spiffe.attestationMethod", "is %q; must be %q or %q", s.AttestationMethod, AttestationJoinToken, AttestationTPM)
+	}
+	if !trustDomainRE.MatchString(s.TrustDomain) {
+		bad("spiffe.trustDomain", "%q is not a SPIFFE trust domain such as hyperfleet.io (lower-case letters, digits, '.', '_', '-')", s.TrustDomain)
+	}
+	if s.SPIFFEID != "" {
+		u, err := url.Parse(s.SPIFFEID)
+		switch {
+		case err != nil || u.Scheme != "spiffe" || u.Host == "":
+			bad("spiffe.spiffeID", "%q is not a SPIFFE ID such as spiffe://hyperfleet.io/vm/ns/name/uid", s.SPIFFEID)
+		case s.TrustDomain != "" && u.Host != s.TrustDomain:
+			bad("spiffe.spiffeID", "%q is not in trust domain %q", s.SPIFFEID, s.TrustDomain)
+		}
+	}
+	if err := checkPEMBundle(s.TrustBundle); err != nil {
+		bad("spiffe.trustBundle", "%v", err)
+	}
+	if host, port, err := net.SplitHostPort(s.ServerAddress); err != nil || host == "" || port == "" {
+		bad("spiffe.serverAddress", "%q must be host:port, such as spire.example.com:8081", s.ServerAddress)
+	}
+	if err := checkHTTPSURL(s.BrokerURL); err != nil {
+		bad("spiffe.brokerURL", "%v", err)
+	}
+}
+
+func checkHTTPSURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("%q must be an https:// URL", s)
+	}
+	return nil
+}
+
+func checkPEMBundle(bundle string) error {
+	rest := []byte(bundle)
+	n := 0
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			return fmt.Errorf("holds a %q PEM block; only CERTIFICATE blocks belong in a trust bundle", block.Type)
+		}
+		if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+			return fmt.Errorf("certificate %d does not parse: %w", n+1, err)
+		}
+		n++
+	}
+	if n == 0 {
+		return errors.New("holds no PEM CERTIFICATE block; it must be the SPIRE server's CA bundle in PEM")
+	}
+	if len(bytes.TrimSpace(rest)) != 0 {
+		return errors.New("has text after the last PEM block")
+	}
+	return nil
+}
+
+// Marshal encodes c as indented JSON with a final newline, the form the
+// operator writes. It does not validate; call Validate first.
+func (c *Config) Marshal() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(c); err != nil {
+		return nil, fmt.Errorf("encode agent config: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// Parse decodes and validates an agent.json document. Unknown fields and
+// trailing data are errors, so a typo in a hand-written file is caught
+// instead of silently ignored.
+func Parse(data []byte) (*Config, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("agent config: unexpected data after the JSON object")
+	}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	return &c, nil
+}

@@ -1,0 +1,225 @@
+package agentconfig
+
+import (
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// testCA is a throw-away self-signed CA certificate (no key kept anywhere),
+// shared with the cloudinit tests.
+var testCA = func() string {
+	raw, err := os.ReadFile("../../test/testdata/test-ca.pem")
+	if err != nil {
+		panic(err)
+	}
+	return string(raw[strings.Index(string(raw), "-----BEGIN"):])
+}()
+
+func directJIT() Config {
+	return Config{
+		Version:         CurrentVersion,
+		Platform:        PlatformGitHubActions,
+		WorkloadMethod:  WorkloadDirect,
+		BootstrapMethod: BootstrapJITConfig,
+		JITConfig:       "eyJmYWtlIjp0cnVlfQ==",
+		Runner: Runner{
+			Name:   "runner-1",
+			Labels: []string{"self-hosted", "linux"},
+			Software: Software{
+				InstallPath: "/opt/actions-runner", WorkDir: "/var/lib/hyperfleet/work",
+				ConfigScript: "config.sh", RunScript: "run.sh", OS: "linux", Arch: "x64",
+			},
+		},
+		ExpiresAt:        time.Date(2025, 6, 1, 13, 0, 0, 0, time.UTC),
+		PowerOffOnFinish: true,
+	}
+}
+
+func directToken() Config {
+	c := directJIT()
+	c.BootstrapMethod = BootstrapRunnerToken
+	c.JITConfig = ""
+	c.RegistrationToken = "AABBCC"
+	c.RegistrationURL = "https://github.com/octo-org/octo-repo"
+	c.Runner.Group = "ci"
+	c.Runner.Software.DownloadURL = "https://github.com/actions/runner/releases/download/v2.329.0/actions-runner-linux-x64-2.329.0.tar.gz"
+	c.Runner.Software.DownloadSHA256 = strings.Repeat("ab", 32)
+	return c
+}
+
+func broker() Config {
+	c := directJIT()
+	c.WorkloadMethod = WorkloadBroker
+	c.JITConfig = ""
+	c.SPIFFE = &SPIFFE{
+		AttestationMethod: AttestationJoinToken,
+		JoinToken:         "9b2f4c1e",
+		SPIFFEID:          "spiffe://hyperfleet.io/vm/ci/runner-1/uid",
+		TrustDomain:       "hyperfleet.io",
+		TrustBundle:       testCA,
+		ServerAddress:     "spire-server.hyperfleet-system.svc:8081",
+		BrokerURL:         "https://broker.example.com:8443",
+	}
+	return c
+}
+
+func TestValidConfigsRoundTrip(t *testing.T) {
+	tpm := broker()
+	tpm.SPIFFE.AttestationMethod = AttestationTPM
+	tpm.SPIFFE.JoinToken = ""
+	tpm.SPIFFE.TPMDevicePath = "/dev/tpmrm0"
+	for name, c := range map[string]Config{"direct jit": directJIT(), "direct token": directToken(), "broker join-token": broker(), "broker tpm": tpm} {
+		t.Run(name, func(t *testing.T) {
+			if err := c.Validate(); err != nil {
+				t.Fatalf("Validate: %v", err)
+			}
+			b, err := c.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Parse(b)
+			if err != nil {
+				t.Fatalf("Parse(Marshal(c)): %v\n%s", err, b)
+			}
+			if !reflect.DeepEqual(*got, c) {
+				t.Errorf("round trip changed the config:\n got %+v\nwant %+v", *got, c)
+			}
+		})
+	}
+}
+
+func TestValidateErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+		want   []string
+	}{
+		{"version", func(c *Config) { c.Version = 2 }, []string{"version: is 2"}},
+		{"platform", func(c *Config) { c.Platform = "gitlab" }, []string{"platform:"}},
+		{"no jit", func(c *Config) { c.JITConfig = "" }, []string{"jitConfig: is empty"}},
+		{"jit and token", func(c *Config) { c.RegistrationToken = "x" }, []string{"registrationToken: is set but bootstrapMethod is jit-config"}},
+		{"workload method", func(c *Config) { c.WorkloadMethod = "vault" }, []string{`workloadMethod: is "vault"`}},
+		{"bootstrap method", func(c *Config) { c.BootstrapMethod = "pat" }, []string{`bootstrapMethod: is "pat"`}},
+		{"spiffe with direct", func(c *Config) { c.SPIFFE = broker().SPIFFE }, []string{"spiffe: is set but workloadMethod is direct"}},
+		{"label", func(c *Config) { c.Runner.Labels = []string{"a,b"} }, []string{"runner.labels[0]"}},
+		{"name", func(c *Config) { c.Runner.Name = "bad name" }, []string{"runner.name"}},
+		{"paths", func(c *Config) { c.Runner.Software.InstallPath = "opt"; c.Runner.Software.WorkDir = "" }, []string{"runner.software.installPath", "runner.software.workDir"}},
+		{"scripts", func(c *Config) { c.Runner.Software.ConfigScript = "../config.sh" }, []string{"runner.software.configScript"}},
+		{"os arch", func(c *Config) { c.Runner.Software.OS = "plan9"; c.Runner.Software.Arch = "mips" }, []string{"runner.software.os", "runner.software.arch"}},
+		{"download without sha", func(c *Config) { c.Runner.Software.DownloadURL = "https://example.com/r.tgz" }, []string{"runner.software.downloadSHA256: is empty"}},
+		{"download http", func(c *Config) {
+			c.Runner.Software.DownloadURL = "http://example.com/r-{os}.tgz"
+			c.Runner.Software.DownloadSHA256 = strings.Repeat("A", 64)
+		}, []string{"must be an https:// URL", "{os} or {arch}", "64 lower-case hex"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := directJIT()
+			tc.mutate(&c)
+			err := c.Validate()
+			if err == nil {
+				t.Fatal("Validate accepted an invalid config")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestValidateTokenAndBrokerErrors(t *testing.T) {
+	c := directToken()
+	c.RegistrationToken, c.RegistrationURL, c.Runner.Name = "", "", ""
+	err := c.Validate()
+	for _, w := range []string{"registrationToken: is empty", "registrationURL: is empty", "runner.name: is empty"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("runner-token error %v does not mention %q", err, w)
+		}
+	}
+
+	b := broker()
+	b.JITConfig = "leak"
+	b.SPIFFE.JoinToken = ""
+	b.SPIFFE.TrustBundle = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"
+	b.SPIFFE.ServerAddress = "spire"
+	b.SPIFFE.BrokerURL = "http://broker"
+	b.SPIFFE.SPIFFEID = "spiffe://other.org/vm"
+	err = b.Validate()
+	for _, w := range []string{"must be empty with workloadMethod broker", "spiffe.joinToken: is empty", "only CERTIFICATE blocks", "spiffe.serverAddress", "spiffe.brokerURL", "not in trust domain"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("broker error %v does not mention %q", err, w)
+		}
+	}
+
+	b = broker()
+	b.SPIFFE = nil
+	if err := b.Validate(); err == nil || !strings.Contains(err.Error(), "spiffe: is missing") {
+		t.Errorf("broker without spiffe: %v", err)
+	}
+	b = broker()
+	b.SPIFFE.TrustBundle = "not pem"
+	if err := b.Validate(); err == nil || !strings.Contains(err.Error(), "holds no PEM CERTIFICATE") {
+		t.Errorf("bad bundle: %v", err)
+	}
+}
+
+func TestParseRejectsUnknownAndTrailing(t *testing.T) {
+	good, err := func() ([]byte, error) { c := directJIT(); return c.Marshal() }()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse(good); err != nil {
+		t.Fatalf("Parse(valid): %v", err)
+	}
+	bad := strings.Replace(string(good), `"version": 1,`, `"version": 1, "jitconfg": "x",`, 1)
+	if _, err := Parse([]byte(bad)); err == nil || !strings.Contains(err.Error(), "unknown field") {
+		t.Errorf("unknown field accepted: %v", err)
+	}
+	if _, err := Parse(append(good, []byte("{}")...)); err == nil || !strings.Contains(err.Error(), "after the JSON object") {
+		t.Errorf("trailing data accepted: %v", err)
+	}
+	if _, err := Parse([]byte(`{"version": 1}`)); err == nil {
+		t.Error("an incomplete config was accepted")
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, c := range []Config{directJIT(), directToken(), broker()} {
+		b, err := c.Marshal()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"version":1,"spiffe":{"trustBundle":"-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----"}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err != nil {
+			return
+		}
+		// Whatever Parse accepts is valid and survives a round trip.
+		if err := c.Validate(); err != nil {
+			t.Fatalf("Parse accepted a config Validate rejects: %v", err)
+		}
+		b, err := c.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c2, err := Parse(b)
+		if err != nil {
+			t.Fatalf("re-Parse: %v\n%s", err, b)
+		}
+		b2, err := c2.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != string(b2) {
+			t.Fatalf("round trip changed the config:\n%s\n%s", b, b2)
+		}
+	})
+}

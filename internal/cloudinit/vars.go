@@ -1,0 +1,413 @@
+package cloudinit
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Network modes (Vars.NetworkMode), as in spec.network.mode.
+const (
+	NetworkDHCP      = "dhcp"
+	NetworkStatic    = "static"
+	NetworkCloudInit = "cloud-init"
+)
+
+// DHCP client identifiers (Vars.DHCPClientIdentifier), as in
+// spec.network.dhcp.clientIdentifier.
+const (
+	DHCPIdentifierMAC      = "mac"
+	DHCPIdentifierHostname = "hostname"
+)
+
+// Attestation methods (Vars.AttestationMethod), as in spec.attestation.method.
+const (
+	AttestationNone      = "none"
+	AttestationJoinToken = "join-token"
+	AttestationTPM       = "tpm"
+)
+
+// Workload methods (Vars.WorkloadMethod): how the runner credential reaches
+// the VM. See agentconfig.WorkloadMethod.
+const (
+	WorkloadDirect = "direct"
+	WorkloadBroker = "broker"
+)
+
+// Bootstrap methods (Vars.BootstrapMethod), as in spec.bootstrap.method.
+const (
+	BootstrapJITConfig   = "jit-config"
+	BootstrapRunnerToken = "runner-token"
+)
+
+// Vars are the variables a template's spec.cloudInit.userData, networkData
+// and metaData see (as {{ .Hostname }} and so on), and the input of the
+// operator's own cloud-init. The MachineClaim controller fills them for one
+// VM; Canonical gives the per-template form used for the drift hash.
+//
+// Field comments say where a value comes from and whether it is per-VM
+// (zeroed by Canonical). Values are raw: a template that puts them into
+// YAML or JSON should use quote or toJson.
+type Vars struct {
+	// Hostname is the VM's host name, a DNS label (the claim's name). Per-VM.
+	Hostname string
+	// FQDN is Hostname.<dns domain>, empty without a domain. Per-VM.
+	FQDN string
+	// InstanceID is the cloud-init instance-id (the claim's UID); a new one
+	// makes cloud-init run its per-instance modules in a clone. Per-VM.
+	InstanceID string
+
+	// NetworkMode is dhcp, static or cloud-init (spec.network.mode).
+	NetworkMode string
+	// MACAddress is the first NIC's MAC address; network-config matches the
+	// interface by it. Per-VM.
+	MACAddress string
+	// DHCPClientIdentifier is mac (default when empty) or hostname
+	// (spec.network.dhcp.clientIdentifier); dhcp mode.
+	DHCPClientIdentifier string
+	// SendHostname sends Hostname with DHCP requests so DHCP-driven DNS can
+	// register it; dhcp mode.
+	SendHostname bool
+	// IPv6 also asks for IPv6 (DHCPv6 and router advertisements); dhcp mode.
+	IPv6 bool
+	// StaticIP is the address allocated from the IPPool, without prefix
+	// length; static mode. Per-VM.
+	StaticIP string
+	// NetmaskBits is the prefix length of StaticIP (the IPPool's prefix).
+	NetmaskBits int
+	// Gateway is the IPPool's default gateway for StaticIP's family.
+	Gateway string
+	// DNSServers are the resolvers, in order. Printed with {{ .DNSServers }}
+	// they form a JSON (and YAML flow) list.
+	DNSServers List
+	// SearchDomains are the DNS search domains, in order.
+	SearchDomains List
+
+	// SPIFFEEnabled is true when the VM attests with SPIRE (attestation
+	// method join-token or tpm).
+	SPIFFEEnabled bool
+	// AttestationMethod is none, join-token or tpm (spec.attestation.method).
+	AttestationMethod string
+	// SPIFFEID is the VM's SPIFFE ID,
+	// spiffe://<trust domain>/vm/<namespace>/<claim>/<uid>. Per-VM.
+	SPIFFEID string
+	// TrustDomain is the SPIFFE trust domain, such as hyperfleet.io.
+	TrustDomain string
+	// JoinToken is the single-use SPIRE join token (join-token). Per-VM, secret.
+	JoinToken string
+	// TrustBundle is the SPIRE server's PEM CA bundle. Zeroed by Canonical:
+	// it rotates on its own schedule, not with the template.
+	TrustBundle string
+	// SPIREServerAddress is the SPIRE server, host:port.
+	SPIREServerAddress string
+	// TPMDevicePath is the TPM device inside the VM (tpm), such as /dev/tpmrm0.
+	TPMDevicePath string
+	// BrokerURL is the https:// URL of the operator's credential broker
+	// (broker workload method).
+	BrokerURL string
+
+	// WorkloadMethod is direct (runner credential in cloud-init) or broker
+	// (fetched after attestation); broker exactly when SPIFFEEnabled.
+	WorkloadMethod string
+	// BootstrapMethod is jit-config or runner-token (spec.bootstrap.method).
+	BootstrapMethod string
+	// JITConfig is GitHub's encoded JIT runner configuration (direct,
+	// jit-config). Per-VM, secret.
+	JITConfig string
+	// RunnerToken is a GitHub registration token (direct, runner-token).
+	// Per-VM, secret.
+	RunnerToken string
+	// RegistrationURL is the URL the runner registers to, such as
+	// https://github.com/octo-org/octo-repo (spec.bootstrap.github.runnerURLs
+	// expanded).
+	RegistrationURL string
+	// RunnerName is the runner's name on GitHub. Per-VM.
+	RunnerName string
+	// Labels are the runner's labels. Per-claim (zeroed by Canonical).
+	Labels List
+	// RunnerGroup is the organization runner group. Per-claim (zeroed by
+	// Canonical, a claim may override the template's group).
+	RunnerGroup string
+	// ExpiresAt is when the credential handed to the VM expires; printed in
+	// RFC 3339, empty when unknown. Per-VM.
+	ExpiresAt Time
+	// RunnerConfig is the runner software (spec.bootstrap.github.runner,
+	// with defaults applied).
+	RunnerConfig RunnerConfig
+	// PowerOffOnFinish powers the VM off when its runner exits.
+	PowerOffOnFinish bool
+
+	// BootstrapServiceURL is where a template may download the agent from
+	// (seed 000 "Strategy 2"); HyperFleet's own cloud-init does not use it.
+	BootstrapServiceURL string
+	// BootstrapServiceBinary is the agent binary when the operator is set
+	// up to embed it, else empty. Use it only as {{ .BootstrapServiceBinary
+	// | base64 }} with encoding: b64; baking the agent into the image is
+	// better.
+	BootstrapServiceBinary Bytes
+
+	// canonical is set by Canonical: per-VM values may then be empty.
+	canonical bool
+}
+
+// RunnerConfig is the runner software, as in spec.bootstrap.github.runner.
+type RunnerConfig struct {
+	// DownloadURL is the runner package URL with {os} and {arch} replaced;
+	// empty when the runner is installed in the image.
+	DownloadURL string
+	// DownloadSHA256 is the package's SHA-256 (64 hex digits).
+	DownloadSHA256 string
+	// InstallPath is where the runner lives, such as /opt/actions-runner.
+	InstallPath string
+	// WorkDir is the job working directory.
+	WorkDir string
+	// ConfigScript is the registration script, such as config.sh.
+	ConfigScript string
+	// RunScript is the run script, such as run.sh.
+	RunScript string
+	// OS is linux, win or osx.
+	OS string
+	// Arch is x64, arm64 or arm.
+	Arch string
+}
+
+// DownloadUrl is DownloadURL under the name seed 000's templates use.
+//
+//nolint:revive,staticcheck // the spelling is the seed's template variable name
+func (r RunnerConfig) DownloadUrl() string { return r.DownloadURL }
+
+// List is a list of strings that prints as a JSON array, so that
+// {{ .DNSServers }} gives ["192.0.2.53","192.0.2.54"], which is also a YAML
+// flow sequence. range, index, len and join work on it as on any slice.
+type List []string
+
+// String formats the list as a JSON array.
+func (l List) String() string {
+	if l == nil {
+		return "[]"
+	}
+	b, err := json.Marshal([]string(l))
+	if err != nil { // cannot happen for strings
+		return "[]"
+	}
+	return string(b)
+}
+
+// Time is a point in time that prints in RFC 3339 (UTC), and as the empty
+// string when zero.
+type Time struct{ time.Time }
+
+// String formats t in RFC 3339, or "" when t is zero.
+func (t Time) String() string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// MarshalJSON encodes t as an RFC 3339 string, or "" when zero.
+func (t Time) MarshalJSON() ([]byte, error) { return json.Marshal(t.String()) }
+
+// Bytes is binary content for templates. It can be passed to base64 but not
+// printed or ranged over, which keeps a large binary from being expanded by
+// accident.
+type Bytes struct{ b []byte }
+
+// NewBytes wraps b.
+func NewBytes(b []byte) Bytes { return Bytes{b: b} }
+
+// Len is the number of bytes.
+func (b Bytes) Len() int { return len(b.b) }
+
+// String describes the content instead of printing it.
+func (b Bytes) String() string { return fmt.Sprintf("<%d bytes; use base64>", len(b.b)) }
+
+// Canonical returns v with every per-VM, per-claim and per-issue value
+// zeroed: Hostname, FQDN, InstanceID, MACAddress, StaticIP, SPIFFEID,
+// JoinToken, TrustBundle, JITConfig, RunnerToken, RunnerName, Labels,
+// RunnerGroup and ExpiresAt. What remains is the same for every VM of one
+// template, so rendering the canonical vars gives identical bytes for all of
+// them and the bytes change only when something that shapes the VMs changes
+// (DESIGN decision 11). Render accepts canonical vars with the per-VM values
+// empty.
+func (v Vars) Canonical() Vars {
+	v.Hostname = ""
+	v.FQDN = ""
+	v.InstanceID = ""
+	v.MACAddress = ""
+	v.StaticIP = ""
+	v.SPIFFEID = ""
+	v.JoinToken = ""
+	v.TrustBundle = ""
+	v.JITConfig = ""
+	v.RunnerToken = ""
+	v.RunnerName = ""
+	v.Labels = nil
+	v.RunnerGroup = ""
+	v.ExpiresAt = Time{}
+	v.DNSServers = cloneList(v.DNSServers)
+	v.SearchDomains = cloneList(v.SearchDomains)
+	v.canonical = true
+	return v
+}
+
+// IsCanonical reports whether v came from Canonical.
+func (v Vars) IsCanonical() bool { return v.canonical }
+
+func cloneList(l List) List {
+	if l == nil {
+		return nil
+	}
+	return append(List(nil), l...)
+}
+
+var (
+	dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	dnsNameRE  = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+)
+
+// netVars is the parsed network part of Vars.
+type netVars struct {
+	mac     string     // canonical lower-case form, "" when unknown
+	addr    netip.Addr // static address, invalid when unset
+	gateway netip.Addr // invalid when unset
+	dns     []string
+}
+
+// check validates v. Problems here are the operator's (the controller
+// filled v), so errors name the Vars field.
+func (v *Vars) check() (netVars, error) {
+	var nv netVars
+	perVM := func(name, val string) error {
+		if val == "" && !v.canonical {
+			return fmt.Errorf("vars: %s is empty; it is required for a VM (only Canonical vars may leave it empty)", name)
+		}
+		return nil
+	}
+	if err := perVM("Hostname", v.Hostname); err != nil {
+		return nv, err
+	}
+	if v.Hostname != "" && !dnsLabelRE.MatchString(v.Hostname) {
+		return nv, fmt.Errorf("vars: Hostname %q is not a DNS label (lower-case letters, digits and '-', at most 63)", v.Hostname)
+	}
+	if v.FQDN != "" {
+		if len(v.FQDN) > 253 || !dnsNameRE.MatchString(v.FQDN) || !strings.HasPrefix(v.FQDN, v.Hostname+".") {
+			return nv, fmt.Errorf("vars: FQDN %q must be Hostname followed by a DNS domain, such as %s.ci.example.com", v.FQDN, v.Hostname)
+		}
+	}
+	if err := perVM("InstanceID", v.InstanceID); err != nil {
+		return nv, err
+	}
+	if strings.ContainsAny(v.InstanceID, "\r\n\x00") || len(v.InstanceID) > 253 {
+		return nv, fmt.Errorf("vars: InstanceID %q must be one line of at most 253 characters", v.InstanceID)
+	}
+
+	switch v.NetworkMode {
+	case NetworkDHCP, NetworkStatic, NetworkCloudInit:
+	default:
+		return nv, fmt.Errorf("vars: NetworkMode %q must be %s, %s or %s", v.NetworkMode, NetworkDHCP, NetworkStatic, NetworkCloudInit)
+	}
+	if v.MACAddress != "" {
+		hw, err := net.ParseMAC(v.MACAddress)
+		if err != nil || len(hw) != 6 {
+			return nv, fmt.Errorf("vars: MACAddress %q is not a 48-bit MAC address such as bc:24:11:00:00:01", v.MACAddress)
+		}
+		nv.mac = hw.String()
+	}
+	switch v.DHCPClientIdentifier {
+	case "", DHCPIdentifierMAC:
+	case DHCPIdentifierHostname:
+		if !v.SendHostname {
+			return nv, fmt.Errorf("vars: DHCPClientIdentifier hostname identifies the VM by the host name it sends; SendHostname must be true")
+		}
+	default:
+		return nv, fmt.Errorf("vars: DHCPClientIdentifier %q must be %s or %s", v.DHCPClientIdentifier, DHCPIdentifierMAC, DHCPIdentifierHostname)
+	}
+	if v.IPv6 && v.NetworkMode != NetworkDHCP {
+		return nv, fmt.Errorf("vars: IPv6 (DHCPv6) applies only to NetworkMode dhcp, not %s", v.NetworkMode)
+	}
+	if v.NetworkMode == NetworkStatic {
+		if err := perVM("StaticIP", v.StaticIP); err != nil {
+			return nv, err
+		}
+	}
+	if v.StaticIP != "" {
+		a, err := netip.ParseAddr(v.StaticIP)
+		if err != nil || a.Zone() != "" {
+			return nv, fmt.Errorf("vars: StaticIP %q is not an IP address without prefix, such as 192.0.2.10 or 2001:db8::10", v.StaticIP)
+		}
+		nv.addr = a.Unmap()
+		if v.NetworkMode != NetworkStatic {
+			return nv, fmt.Errorf("vars: StaticIP is set but NetworkMode is %s; it applies to static only", v.NetworkMode)
+		}
+	}
+	if v.NetworkMode == NetworkStatic {
+		maxBits := 128
+		if nv.addr.Is4() {
+			maxBits = 32
+		}
+		if v.NetmaskBits < 1 || v.NetmaskBits > maxBits {
+			return nv, fmt.Errorf("vars: NetmaskBits %d must be between 1 and %d", v.NetmaskBits, maxBits)
+		}
+	}
+	if v.Gateway != "" {
+		g, err := netip.ParseAddr(v.Gateway)
+		if err != nil || g.Zone() != "" {
+			return nv, fmt.Errorf("vars: Gateway %q is not an IP address", v.Gateway)
+		}
+		nv.gateway = g.Unmap()
+		if v.NetworkMode != NetworkStatic {
+			return nv, fmt.Errorf("vars: Gateway is set but NetworkMode is %s; DHCP supplies the gateway", v.NetworkMode)
+		}
+		if nv.addr.IsValid() && nv.addr.Is4() != nv.gateway.Is4() {
+			return nv, fmt.Errorf("vars: Gateway %s and StaticIP %s are of different IP families", v.Gateway, v.StaticIP)
+		}
+	}
+	for _, s := range v.DNSServers {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nv, fmt.Errorf("vars: DNSServers entry %q is not an IP address", s)
+		}
+		nv.dns = append(nv.dns, a.Unmap().String())
+	}
+	for _, d := range v.SearchDomains {
+		if len(d) > 253 || !dnsNameRE.MatchString(d) {
+			return nv, fmt.Errorf("vars: SearchDomains entry %q is not a DNS name", d)
+		}
+	}
+
+	switch v.AttestationMethod {
+	case "", AttestationNone:
+		if v.SPIFFEEnabled {
+			return nv, fmt.Errorf("vars: SPIFFEEnabled is true but AttestationMethod is %q; set join-token or tpm", v.AttestationMethod)
+		}
+	case AttestationJoinToken, AttestationTPM:
+		if !v.SPIFFEEnabled {
+			return nv, fmt.Errorf("vars: AttestationMethod %s attests with SPIRE; SPIFFEEnabled must be true", v.AttestationMethod)
+		}
+	default:
+		return nv, fmt.Errorf("vars: AttestationMethod %q must be none, join-token or tpm", v.AttestationMethod)
+	}
+	switch v.WorkloadMethod {
+	case WorkloadDirect:
+		if v.SPIFFEEnabled {
+			return nv, fmt.Errorf("vars: WorkloadMethod direct puts the runner credential into cloud-init, but with SPIFFE attestation it must come from the broker: set WorkloadMethod broker")
+		}
+	case WorkloadBroker:
+		if !v.SPIFFEEnabled {
+			return nv, fmt.Errorf("vars: WorkloadMethod broker needs SPIFFE attestation (SPIFFEEnabled)")
+		}
+	default:
+		return nv, fmt.Errorf("vars: WorkloadMethod %q must be %s or %s", v.WorkloadMethod, WorkloadDirect, WorkloadBroker)
+	}
+	switch v.BootstrapMethod {
+	case BootstrapJITConfig, BootstrapRunnerToken:
+	default:
+		return nv, fmt.Errorf("vars: BootstrapMethod %q must be %s or %s", v.BootstrapMethod, BootstrapJITConfig, BootstrapRunnerToken)
+	}
+	return nv, nil
+}

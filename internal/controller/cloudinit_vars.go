@@ -1,0 +1,117 @@
+package controller
+
+import (
+	"strings"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+)
+
+// Runner software defaults, the same as the CRD's, for objects created
+// before a default existed.
+const (
+	defaultInstallPath  = "/opt/actions-runner"
+	defaultWorkDir      = "/var/lib/hyperfleet/work"
+	defaultConfigScript = "config.sh"
+	defaultRunScript    = "run.sh"
+)
+
+// templateVars are the cloud-init variables every VM of a template shares.
+// The MachineClaim controller adds the per-VM ones (claimVars); the template
+// hash renders these alone, so both paths must build them here.
+func templateVars(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) cloudinit.Vars {
+	spec := tmpl.Spec
+	v := cloudinit.Vars{
+		NetworkMode:      orDefault(string(spec.Network.Mode), cloudinit.NetworkDHCP),
+		PowerOffOnFinish: true,
+	}
+	if v.NetworkMode == cloudinit.NetworkDHCP {
+		v.DHCPClientIdentifier = cloudinit.DHCPIdentifierMAC
+		v.SendHostname = true
+		if d := spec.Network.DHCP; d != nil {
+			v.DHCPClientIdentifier = orDefault(string(d.ClientIdentifier), cloudinit.DHCPIdentifierMAC)
+			if d.SendHostname != nil {
+				v.SendHostname = *d.SendHostname
+			}
+			v.IPv6 = d.IPv6
+		}
+	}
+	dns := effectiveDNS(cluster, tmpl)
+	v.DNSServers = cloudinit.List(dns.Servers)
+	v.SearchDomains = cloudinit.List(dns.Search)
+
+	v.AttestationMethod = orDefault(string(spec.Attestation.Method), cloudinit.AttestationNone)
+	v.SPIFFEEnabled = v.AttestationMethod != cloudinit.AttestationNone
+	v.WorkloadMethod = cloudinit.WorkloadDirect
+	if v.SPIFFEEnabled {
+		v.WorkloadMethod = cloudinit.WorkloadBroker
+	}
+	if tpm := spec.Attestation.TPM; tpm != nil {
+		v.TPMDevicePath = tpm.DevicePath
+	}
+	v.BootstrapMethod = orDefault(string(spec.Bootstrap.Method), cloudinit.BootstrapJITConfig)
+	gh := spec.Bootstrap.GitHub
+	v.RegistrationURL = registrationURL(gh)
+	v.RunnerGroup = gh.RunnerGroup
+	rc := cloudinit.RunnerConfig{
+		InstallPath: defaultInstallPath, WorkDir: defaultWorkDir,
+		ConfigScript: defaultConfigScript, RunScript: defaultRunScript, OS: "linux", Arch: "x64",
+	}
+	if r := gh.Runner; r != nil {
+		rc.InstallPath = orDefault(r.InstallPath, rc.InstallPath)
+		rc.WorkDir = orDefault(r.WorkDir, rc.WorkDir)
+		rc.ConfigScript = orDefault(r.ConfigScript, rc.ConfigScript)
+		rc.RunScript = orDefault(r.RunScript, rc.RunScript)
+		rc.OS = orDefault(string(r.OS), rc.OS)
+		rc.Arch = orDefault(string(r.Arch), rc.Arch)
+		rc.DownloadURL = strings.NewReplacer("{os}", rc.OS, "{arch}", rc.Arch).Replace(r.DownloadURL)
+		rc.DownloadSHA256 = r.DownloadSHA256
+	}
+	v.RunnerConfig = rc
+	return v
+}
+
+// claimVars adds a claim's per-VM values to its template's variables.
+func claimVars(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) cloudinit.Vars {
+	v := templateVars(tmpl, cluster)
+	v.Hostname = hostnameFor(claim, tmpl.Spec.Network.Hostname)
+	v.FQDN = fqdnFor(v.Hostname, effectiveDNS(cluster, tmpl).Domain)
+	v.InstanceID = string(claim.UID)
+	v.MACAddress = macFor(string(claim.UID))
+	v.RunnerName = v.Hostname
+	if wc := claim.Spec.WorkloadConfig; wc != nil && wc.GitHub != nil {
+		if wc.GitHub.RunnerName != "" {
+			v.RunnerName = wc.GitHub.RunnerName
+		}
+		v.Labels = cloudinit.List(wc.GitHub.Labels)
+		if wc.GitHub.RunnerGroup != "" {
+			v.RunnerGroup = wc.GitHub.RunnerGroup
+		}
+	}
+	return v
+}
+
+// registrationURL is where runners register: the runnerURLs template for
+// the template's scope, or GitHub's web URL derived from apiBaseURL.
+func registrationURL(gh hfv1.GitHubBootstrap) string {
+	repo := gh.Repository
+	owner := gh.Owner
+	if u := gh.RunnerURLs; u != nil {
+		r := strings.NewReplacer("{owner}", owner, "{repo}", repo)
+		if repo != "" && u.Repository != "" {
+			return r.Replace(u.Repository)
+		}
+		if repo == "" && u.Organization != "" {
+			return r.Replace(u.Organization)
+		}
+	}
+	web := "https://github.com"
+	if api := strings.TrimRight(gh.APIBaseURL, "/"); api != "" && api != "https://api.github.com" {
+		// GitHub Enterprise Server serves its API under /api/v3.
+		web = strings.TrimSuffix(api, "/api/v3")
+	}
+	if repo != "" {
+		return web + "/" + owner + "/" + repo
+	}
+	return web + "/" + owner
+}

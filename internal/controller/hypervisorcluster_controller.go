@@ -1,0 +1,460 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+const (
+	defaultPollInterval = 5 * time.Second
+	// maxProbeBackoff caps the retry interval of an unreachable cluster.
+	maxProbeBackoff = 5 * time.Minute
+	// lastPollRefresh bounds how often status.lastPollTime alone is
+	// written: polling every few seconds must not write the API server
+	// every few seconds.
+	lastPollRefresh = time.Minute
+	// toleratedProbeFailures is how many transient probe failures in a row
+	// a Ready cluster absorbs (retrying every second) before it is marked
+	// down.
+	toleratedProbeFailures = 3
+)
+
+// HypervisorClusterReconciler connects to each HypervisorCluster, reports
+// its health, nodes and capacity, and polls its VM list once per interval
+// for shutdown detection and the orphan sweep (DESIGN.md decision 7).
+type HypervisorClusterReconciler struct {
+	Client   client.Client
+	Registry *hypervisors.Registry
+	// Factories builds a Provider per hypervisor kind.
+	Factories map[hfv1.HypervisorProvider]provider.Factory
+	Signer    *ownership.Signer
+	Recorder  record.EventRecorder
+	Clock     clock.PassiveClock
+	// ClaimEvents wakes the MachineClaim controller for claims whose VM
+	// changed state in a listing, or whose cluster became Ready.
+	ClaimEvents chan<- event.GenericEvent
+}
+
+// SetupWithManager registers the controller.
+func (r *HypervisorClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&hfv1.HypervisorCluster{}).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersForSecret)).
+		Named("hypervisorcluster").
+		Complete(r)
+}
+
+func (r *HypervisorClusterReconciler) clustersForSecret(ctx context.Context, o client.Object) []reconcile.Request {
+	var list hfv1.HypervisorClusterList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{clusterSecretIndex: o.GetNamespace() + "/" + o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "List clusters for Secret", "Secret", klog.KObj(o))
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return out
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	cluster := &hfv1.HypervisorCluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Registry.Remove(req.Name)
+			metrics.ForgetCluster(req.Name)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cluster.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, cluster)
+	}
+	if !controllerutil.ContainsFinalizer(cluster, hfv1.HypervisorClusterFinalizer) {
+		patch := client.MergeFrom(cluster.DeepCopy())
+		controllerutil.AddFinalizer(cluster, hfv1.HypervisorClusterFinalizer)
+		return ctrl.Result{}, r.Client.Patch(ctx, cluster, patch)
+	}
+
+	before := cluster.DeepCopy()
+	result, err := r.reconcileConnection(ctx, cluster)
+	if perr := r.patchStatus(ctx, before, cluster); perr != nil {
+		log.Error(perr, "Patch HypervisorCluster status")
+		return ctrl.Result{}, perr
+	}
+	return result, err
+}
+
+func (r *HypervisorClusterReconciler) reconcileConnection(ctx context.Context, cluster *hfv1.HypervisorCluster) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	name := cluster.Name
+	wasReady := r.Registry.Health(name).Ready
+
+	cfg, err := r.clusterConfig(ctx, cluster)
+	if err != nil {
+		reason := hfv1.SecretNotFoundReason
+		if !errors.Is(err, errSecretMissing) {
+			reason = hfv1.UnreachableReason
+		}
+		r.markDown(cluster, reason, err.Error(), wasReady)
+		// A Secret watch wakes the cluster once the Secret appears.
+		return ctrl.Result{RequeueAfter: maxProbeBackoff}, nil
+	}
+	factory := r.Factories[cluster.Spec.Provider]
+	if factory == nil {
+		r.markDown(cluster, hfv1.UnreachableReason, fmt.Sprintf("spec.provider: no implementation for %q in this operator build", cluster.Spec.Provider), wasReady)
+		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("no provider for %q", cluster.Spec.Provider))
+	}
+	p, err := r.Registry.Connect(name, cfg, func() (provider.Provider, error) {
+		return factory.New(cfg, provider.Deps{
+			Signer:   r.Signer,
+			Observer: metrics.ProviderObserver{Cluster: name},
+			Clock:    r.Clock,
+			Log:      log.WithName("provider"),
+		})
+	})
+	if err != nil {
+		r.markDown(cluster, hfv1.InvalidTLSReason, fmt.Sprintf("spec.tls: %v", err), wasReady)
+		return ctrl.Result{RequeueAfter: maxProbeBackoff}, nil
+	}
+
+	info, err := p.Probe(ctx)
+	if err != nil && wasReady && provider.Classify(err) == provider.ClassTransient {
+		// One dropped request or 5xx must not pause every claim on the
+		// cluster: retry soon, and only a run of failures marks it down.
+		if n := r.Registry.RecordFailure(name); n < toleratedProbeFailures {
+			log.V(1).Info("Probe failed, retrying before marking the cluster down", "failures", n, "err", err.Error())
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+	}
+	if err != nil {
+		reason := probeFailureReason(err)
+		failures := r.markDown(cluster, reason, err.Error(), wasReady)
+		backoff := probeBackoff(failures)
+		log.Info("HypervisorCluster unreachable, retrying", "reason", reason, "retryAfter", backoff, "err", err.Error())
+		return ctrl.Result{RequeueAfter: backoff}, nil
+	}
+
+	vms, err := p.ListVMs(ctx)
+	if err != nil && wasReady && provider.Classify(err) == provider.ClassTransient {
+		if n := r.Registry.RecordFailure(name); n < toleratedProbeFailures {
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+	}
+	if err != nil {
+		failures := r.markDown(cluster, hfv1.UnreachableReason, fmt.Sprintf("list VMs: %v", err), wasReady)
+		return ctrl.Result{RequeueAfter: probeBackoff(failures)}, nil
+	}
+	now := r.Clock.Now()
+	prev := r.Registry.SetListing(name, vms, now)
+	r.Registry.SetHealth(name, hypervisors.Health{Ready: true}, now)
+	metrics.ClusterConnected.WithLabelValues(name).Set(1)
+	r.setConnectedStatus(cluster, info, now)
+	if !wasReady {
+		r.Recorder.Eventf(cluster, corev1.EventTypeNormal, "Connected", "Connected to %s (version %s, %d nodes)", cfg.Endpoint, info.Version, len(info.Nodes))
+		r.wakeWaitingClaims(ctx, name)
+	}
+	r.notifyChangedVMs(ctx, name, prev, vms)
+	return ctrl.Result{RequeueAfter: pollInterval(cluster)}, nil
+}
+
+// probeFailureReason names what the user has to look at.
+func probeFailureReason(err error) string {
+	switch {
+	case errors.Is(err, provider.ErrUnauthorized):
+		return hfv1.AuthenticationFailedReason
+	case provider.ReasonOf(err) == "TLSVerificationFailed":
+		return hfv1.InvalidTLSReason
+	case provider.Classify(err) == provider.ClassConfiguration:
+		return provider.ReasonOf(err)
+	default:
+		return hfv1.UnreachableReason
+	}
+}
+
+// markDown records a failed connection in the registry, status, metrics
+// and (on the transition only) events. It returns the failure count.
+func (r *HypervisorClusterReconciler) markDown(cluster *hfv1.HypervisorCluster, reason, msg string, wasReady bool) int {
+	failures := r.Registry.SetHealth(cluster.Name, hypervisors.Health{Ready: false, Reason: reason, Message: msg}, r.Clock.Now())
+	metrics.ClusterConnected.WithLabelValues(cluster.Name).Set(0)
+	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterConnectedCondition, metav1.ConditionFalse, reason, msg)
+	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, reason,
+		"New VMs on this cluster are paused until it is reachable: "+msg)
+	if wasReady || failures == 1 {
+		r.Recorder.Event(cluster, corev1.EventTypeWarning, reason, truncate(msg, 1024))
+	}
+	return failures
+}
+
+func (r *HypervisorClusterReconciler) setConnectedStatus(cluster *hfv1.HypervisorCluster, info *provider.ClusterInfo, now time.Time) {
+	st := &cluster.Status
+	st.Version = info.Version
+	st.Nodes = st.Nodes[:0]
+	var online int32
+	var availCPU int64
+	var availMem int64
+	for _, n := range info.Nodes {
+		state := hfv1.NodeState("offline")
+		if n.Online {
+			state = "online"
+			online++
+		}
+		ns := hfv1.NodeStatus{
+			Name:  n.Name,
+			State: state,
+			Capacity: hfv1.ResourceAmounts{
+				CPU:     n.CPUs,
+				Memory:  resource.NewQuantity(n.MemoryBytes, resource.BinarySI),
+				Storage: resource.NewQuantity(n.StorageBytes, resource.BinarySI),
+			},
+			Allocated: hfv1.ResourceAmounts{
+				Memory:  resource.NewQuantity(n.MemoryUsedBytes+n.ReservedMemoryBytes, resource.BinarySI),
+				Storage: resource.NewQuantity(n.StorageUsedBytes, resource.BinarySI),
+			},
+		}
+		st.Nodes = append(st.Nodes, ns)
+		if n.Online && n.Allowed {
+			availCPU += n.CPUs
+			if free := n.FreeMemoryBytes(); free > 0 {
+				availMem += free
+			}
+		}
+	}
+	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].Name < st.Nodes[j].Name })
+	st.ConnectedNodes = online
+	st.AvailableResources = &hfv1.ResourceAmounts{CPU: availCPU, Memory: resource.NewQuantity(availMem, resource.BinarySI)}
+	if st.LastPollTime == nil || now.Sub(st.LastPollTime.Time) >= lastPollRefresh {
+		st.LastPollTime = &metav1.Time{Time: now}
+	}
+
+	msg := fmt.Sprintf("Connected: version %s, %d of %d nodes online", info.Version, online, len(info.Nodes))
+	setCondition(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterConnectedCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
+	if info.InsecureTLS {
+		setCondition(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterTLSVerifiedCondition, metav1.ConditionFalse, hfv1.InsecureTLSReason,
+			"spec.tls.insecureSkipVerify is true: the API's certificate is not checked; set tls.caBundleRef or tls.fingerprintSHA256")
+	} else {
+		setCondition(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterTLSVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The API's certificate is verified")
+	}
+	setCondition(&st.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
+	st.ObservedGeneration = cluster.Generation
+}
+
+// wakeWaitingClaims enqueues the claims that wait for this cluster.
+func (r *HypervisorClusterReconciler) wakeWaitingClaims(ctx context.Context, cluster string) {
+	var claims hfv1.MachineClaimList
+	if err := r.Client.List(ctx, &claims, client.MatchingLabels{hfv1.HypervisorClusterLabel: cluster}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "List claims waiting for cluster")
+		return
+	}
+	for i := range claims.Items {
+		r.sendClaimEvent(ctx, &claims.Items[i])
+	}
+}
+
+// notifyChangedVMs wakes the claims whose VM stopped or vanished since the
+// previous listing (shutdown detection), and claims whose stopped VM was
+// already stopped but whose claim still believes it runs (a restarted
+// operator, or a missed event).
+func (r *HypervisorClusterReconciler) notifyChangedVMs(ctx context.Context, cluster string, prev *hypervisors.Listing, vms []provider.VMSummary) {
+	if r.ClaimEvents == nil {
+		return
+	}
+	seen := make(map[int]bool, len(vms))
+	for _, vm := range vms {
+		seen[vm.VMID] = true
+		if vm.Template || vm.Power != provider.PowerStopped {
+			continue
+		}
+		if old, ok := prev.VM(vm.VMID); ok && old.Power == provider.PowerStopped {
+			// Already stopped last time: the claim was woken then. Claims
+			// that are still Running requeue themselves.
+			continue
+		}
+		r.wakeClaimOfVM(ctx, cluster, vm.VMID)
+	}
+	if prev == nil {
+		return
+	}
+	for _, old := range prev.VMs {
+		if !seen[old.VMID] {
+			r.wakeClaimOfVM(ctx, cluster, old.VMID)
+		}
+	}
+}
+
+func (r *HypervisorClusterReconciler) wakeClaimOfVM(ctx context.Context, cluster string, vmid int) {
+	var claims hfv1.MachineClaimList
+	if err := r.Client.List(ctx, &claims, client.MatchingFields{claimVMIndex: vmKey(cluster, vmid)}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "List claim of VM", "vmid", vmid)
+		return
+	}
+	for i := range claims.Items {
+		r.sendClaimEvent(ctx, &claims.Items[i])
+	}
+}
+
+func (r *HypervisorClusterReconciler) sendClaimEvent(ctx context.Context, c *hfv1.MachineClaim) {
+	if r.ClaimEvents == nil {
+		return
+	}
+	select {
+	case r.ClaimEvents <- event.GenericEvent{Object: c}:
+	case <-ctx.Done():
+	}
+}
+
+func (r *HypervisorClusterReconciler) reconcileDelete(ctx context.Context, cluster *hfv1.HypervisorCluster) (ctrl.Result, error) {
+	var claims hfv1.MachineClaimList
+	if err := r.Client.List(ctx, &claims, client.MatchingFields{claimClusterIndex: cluster.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	if n := len(claims.Items); n > 0 {
+		before := cluster.DeepCopy()
+		msg := fmt.Sprintf("Waiting for %d MachineClaims with VMs on this cluster to be deleted (first: %s)", n, klog.KObj(&claims.Items[0]))
+		setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.InUseReason, msg)
+		if err := r.patchStatus(ctx, before, cluster); err != nil {
+			return ctrl.Result{}, err
+		}
+		// Keep the connection: the claims' finalizers need it to destroy
+		// their VMs.
+		if _, err := r.reconcileConnection(ctx, cluster); err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{RequeueAfter: pollInterval(cluster)}, nil
+	}
+	r.Registry.Remove(cluster.Name)
+	metrics.ForgetCluster(cluster.Name)
+	patch := client.MergeFrom(cluster.DeepCopy())
+	controllerutil.RemoveFinalizer(cluster, hfv1.HypervisorClusterFinalizer)
+	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, cluster, patch))
+}
+
+func (r *HypervisorClusterReconciler) patchStatus(ctx context.Context, before, after *hfv1.HypervisorCluster) error {
+	if equality.Semantic.DeepEqual(before.Status, after.Status) {
+		return nil
+	}
+	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, after, client.MergeFrom(before)))
+}
+
+// clusterConfig resolves the cluster's spec and Secrets into a
+// provider.ClusterConfig.
+func (r *HypervisorClusterReconciler) clusterConfig(ctx context.Context, c *hfv1.HypervisorCluster) (provider.ClusterConfig, error) {
+	s := c.Spec
+	cfg := provider.ClusterConfig{
+		Name:             c.Name,
+		Endpoint:         s.Endpoint,
+		Nodes:            s.Nodes,
+		DefaultStorage:   s.DefaultStorage,
+		ISOStorage:       s.ISOStorage,
+		DefaultBridge:    s.DefaultBridge,
+		Tags:             s.Tags,
+		VMIDStart:        100,
+		VMIDEnd:          999999999,
+		ClonesPerNode:    4,
+		ClonesPerStorage: 4,
+	}
+	if s.VMIDRange != nil {
+		cfg.VMIDStart, cfg.VMIDEnd = int(s.VMIDRange.Start), int(s.VMIDRange.End)
+	}
+	if l := s.Limits; l != nil {
+		if l.ClonesPerNode > 0 {
+			cfg.ClonesPerNode = int(l.ClonesPerNode)
+		}
+		if l.ClonesPerStorage > 0 {
+			cfg.ClonesPerStorage = int(l.ClonesPerStorage)
+		}
+	}
+	read := func(field string, ref *hfv1.SecretKeySelector) (string, error) {
+		if ref == nil {
+			return "", nil
+		}
+		v, err := secretValue(ctx, r.Client, field, ref.Namespace, ref.Name, ref.Key)
+		return string(v), err
+	}
+	var err error
+	cr := s.Credentials
+	if cfg.TokenID, err = read("spec.credentials.tokenId", cr.TokenID); err != nil {
+		return cfg, err
+	}
+	if cfg.TokenSecret, err = read("spec.credentials.tokenSecret", cr.TokenSecret); err != nil {
+		return cfg, err
+	}
+	if cfg.Username, err = read("spec.credentials.username", cr.Username); err != nil {
+		return cfg, err
+	}
+	if cfg.Password, err = read("spec.credentials.password", cr.Password); err != nil {
+		return cfg, err
+	}
+	if t := s.TLS; t != nil {
+		cfg.FingerprintSHA256 = t.FingerprintSHA256
+		cfg.InsecureSkipVerify = t.InsecureSkipVerify
+		if t.CABundleRef != nil {
+			ca, err := read("spec.tls.caBundleRef", t.CABundleRef)
+			if err != nil {
+				return cfg, err
+			}
+			cfg.CABundle = []byte(ca)
+		}
+	}
+	return cfg, nil
+}
+
+func pollInterval(c *hfv1.HypervisorCluster) time.Duration {
+	if c.Spec.PollInterval != nil && c.Spec.PollInterval.Duration > 0 {
+		return c.Spec.PollInterval.Duration
+	}
+	return defaultPollInterval
+}
+
+// probeBackoff is 5s, 10s, 20s ... capped at maxProbeBackoff.
+func probeBackoff(failures int) time.Duration {
+	d := defaultPollInterval
+	for i := 1; i < failures && d < maxProbeBackoff; i++ {
+		d *= 2
+	}
+	return min(d, maxProbeBackoff)
+}
+
+// setCondition sets a condition; LastTransitionTime changes only when the
+// status does (meta.SetStatusCondition's rule).
+func setCondition(conds *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(conds, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: truncate(msg, 32768), ObservedGeneration: generation,
+	})
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}

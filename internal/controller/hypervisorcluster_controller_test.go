@@ -1,0 +1,129 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+)
+
+// TestClusterReportsNodesAndVersion: a reachable cluster is Ready with its
+// version, nodes and capacity, and TLS verified by the pinned fingerprint.
+func TestClusterReportsNodesAndVersion(t *testing.T) {
+	sim := startSim(t, nil)
+	startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	c := waitClusterReady(t, f.cluster, metav1.ConditionTrue)
+	if c.Status.Version == "" || c.Status.ConnectedNodes != 1 || len(c.Status.Nodes) != 1 || c.Status.Nodes[0].Name != "pve1" || c.Status.Nodes[0].State != "online" {
+		t.Errorf("status = %+v", c.Status)
+	}
+	if c.Status.AvailableResources == nil || c.Status.AvailableResources.Memory == nil || c.Status.AvailableResources.Memory.Value() <= 0 {
+		t.Errorf("available resources = %+v", c.Status.AvailableResources)
+	}
+	if !meta.IsStatusConditionTrue(c.Status.Conditions, hfv1.HypervisorClusterTLSVerifiedCondition) ||
+		!meta.IsStatusConditionTrue(c.Status.Conditions, hfv1.HypervisorClusterConnectedCondition) {
+		t.Errorf("conditions = %+v", c.Status.Conditions)
+	}
+	if c.Status.ObservedGeneration != c.Generation {
+		t.Errorf("observedGeneration %d, generation %d", c.Status.ObservedGeneration, c.Generation)
+	}
+	wantEvents(t, c, "Connected")
+}
+
+// TestClusterConnectionProblems: each way a connection can fail ends in
+// Ready=False with a reason that says what to fix.
+func TestClusterConnectionProblems(t *testing.T) {
+	sim := startSim(t, nil)
+	startOperator(t, operatorOptions{})
+	cases := []struct {
+		name       string
+		mutate     func(*hfv1.HypervisorCluster)
+		wantReason string
+		wantText   string
+	}{
+		{"wrong token secret", func(c *hfv1.HypervisorCluster) {
+			c.Spec.Credentials.TokenSecret.Key = "wrong"
+		}, hfv1.AuthenticationFailedReason, ""},
+		{"missing secret", func(c *hfv1.HypervisorCluster) {
+			c.Spec.Credentials.TokenID.Name = "does-not-exist"
+		}, hfv1.SecretNotFoundReason, "spec.credentials.tokenId: Secret hyperfleet-system/does-not-exist does not exist"},
+		{"wrong fingerprint", func(c *hfv1.HypervisorCluster) {
+			c.Spec.TLS.FingerprintSHA256 = strings.Repeat("AB:", 31) + "AB"
+		}, hfv1.InvalidTLSReason, "does not match tls.fingerprintSHA256"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, sim, tc.mutate)
+			if tc.name == "wrong token secret" {
+				var s corev1.Secret
+				key := client.ObjectKey{Namespace: secretNamespace, Name: f.cluster.Spec.Credentials.TokenSecret.Name}
+				if err := env.Client.Get(context.Background(), key, &s); err != nil {
+					t.Fatal(err)
+				}
+				s.Data["wrong"] = []byte("not-the-secret")
+				if err := env.Client.Update(context.Background(), &s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c := waitClusterReady(t, f.cluster, metav1.ConditionFalse)
+			eventually(t, 30*time.Second, "reason "+tc.wantReason, func() error {
+				if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(c), c); err != nil {
+					return err
+				}
+				cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.ReadyCondition)
+				if cond.Reason != tc.wantReason || !strings.Contains(cond.Message, tc.wantText) {
+					return fmt.Errorf("Ready = %s: %s", cond.Reason, cond.Message)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// TestClusterInsecureTLSIsFlagged: skipping verification works but is
+// reported in status.
+func TestClusterInsecureTLSIsFlagged(t *testing.T) {
+	sim := startSim(t, nil)
+	startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, func(c *hfv1.HypervisorCluster) {
+		c.Spec.TLS = &hfv1.HypervisorTLS{InsecureSkipVerify: true}
+	})
+	c := waitClusterReady(t, f.cluster, metav1.ConditionTrue)
+	cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.HypervisorClusterTLSVerifiedCondition)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != hfv1.InsecureTLSReason {
+		t.Fatalf("TLSVerified = %+v", cond)
+	}
+}
+
+// TestNamespaceNotAllowed: a cluster's allowedNamespaces keeps other
+// tenants' claims off it, and the claim says so.
+func TestNamespaceNotAllowed(t *testing.T) {
+	sim := startSim(t, nil)
+	startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, func(c *hfv1.HypervisorCluster) {
+		c.Spec.AllowedNamespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "other"}}
+	})
+	claim := f.newClaim("not-allowed")
+	eventually(t, 30*time.Second, "claim refused", func() error {
+		got, err := getClaim(t, claim)
+		if err != nil {
+			return err
+		}
+		cond := meta.FindStatusCondition(got.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+		if cond == nil || cond.Reason != hfv1.NamespaceNotAllowedReason {
+			return fmt.Errorf("Provisioned = %+v", cond)
+		}
+		return nil
+	})
+	if vms := operatorVMs(sim); len(vms) != 0 {
+		t.Fatalf("VM created for a namespace the cluster does not admit: %+v", vms)
+	}
+}

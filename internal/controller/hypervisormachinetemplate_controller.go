@@ -1,0 +1,192 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// HypervisorMachineTemplateReconciler validates each template against its
+// cluster and computes its drift hash (seed 003).
+type HypervisorMachineTemplateReconciler struct {
+	Client   client.Client
+	Registry *hypervisors.Registry
+	Recorder record.EventRecorder
+}
+
+// SetupWithManager registers the controller.
+func (r *HypervisorMachineTemplateReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&hfv1.HypervisorMachineTemplate{}).
+		Watches(&hfv1.HypervisorCluster{}, handler.EnqueueRequestsFromMapFunc(r.templatesForCluster)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.templatesForSecret)).
+		Named("hypervisormachinetemplate").
+		Complete(r)
+}
+
+func (r *HypervisorMachineTemplateReconciler) templatesForCluster(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.templateRequests(ctx, client.MatchingFields{templateClusterIndex: o.GetName()})
+}
+
+func (r *HypervisorMachineTemplateReconciler) templatesForSecret(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.templateRequests(ctx, client.InNamespace(o.GetNamespace()), client.MatchingFields{templateSecretIndex: o.GetName()})
+}
+
+func (r *HypervisorMachineTemplateReconciler) templateRequests(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
+	var list hfv1.HypervisorMachineTemplateList
+	if err := r.Client.List(ctx, &list, opts...); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "List templates")
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return out
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *HypervisorMachineTemplateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	tmpl := &hfv1.HypervisorMachineTemplate{}
+	if err := r.Client.Get(ctx, req.NamespacedName, tmpl); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := tmpl.DeepCopy()
+	result, err := r.validate(ctx, tmpl)
+	if !equality.Semantic.DeepEqual(before.Status, tmpl.Status) {
+		if perr := r.Client.Status().Patch(ctx, tmpl, client.MergeFrom(before)); perr != nil && !apierrors.IsNotFound(perr) {
+			return ctrl.Result{}, perr
+		}
+		r.recordTransition(before, tmpl)
+	}
+	return result, err
+}
+
+// recordTransition emits an event when validity changes.
+func (r *HypervisorMachineTemplateReconciler) recordTransition(before, after *hfv1.HypervisorMachineTemplate) {
+	was := conditionOf(before.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition)
+	now := conditionOf(after.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition)
+	if now == nil || (was != nil && was.Status == now.Status && was.Reason == now.Reason) {
+		return
+	}
+	if now.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(after, corev1.EventTypeNormal, "Validated", "%s (hash %s)", now.Message, shortHash(after.Status.TemplateHash))
+	} else {
+		r.Recorder.Event(after, corev1.EventTypeWarning, now.Reason, truncate(now.Message, 1024))
+	}
+}
+
+func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate) (ctrl.Result, error) {
+	invalid := func(reason, msg string) (ctrl.Result, error) {
+		setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateValidCondition, metav1.ConditionFalse, reason, msg)
+		setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, reason, msg)
+		tmpl.Status.ObservedGeneration = tmpl.Generation
+		// Watches on the cluster and on Secrets wake the template; the
+		// periodic look also notices templates appearing on the hypervisor.
+		return ctrl.Result{RequeueAfter: waitForDependency}, nil
+	}
+
+	cluster := &hfv1.HypervisorCluster{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: tmpl.Spec.HypervisorClusterRef.Name}, cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			return invalid(hfv1.ClusterUnavailableReason, fmt.Sprintf("spec.hypervisorClusterRef: HypervisorCluster %s does not exist", tmpl.Spec.HypervisorClusterRef.Name))
+		}
+		return ctrl.Result{}, err
+	}
+	if msg := r.missingSecrets(ctx, tmpl); msg != "" {
+		return invalid(hfv1.SecretNotFoundReason, msg)
+	}
+	hash, err := templateHash(tmpl, cluster)
+	if err != nil {
+		return invalid(hfv1.TemplateInvalidReason, err.Error())
+	}
+	p, health, connected := r.Registry.Provider(cluster.Name)
+	if !connected || !health.Ready {
+		return invalid(hfv1.ClusterUnavailableReason, fmt.Sprintf("HypervisorCluster %s is not ready: %s", cluster.Name, health.Message))
+	}
+	src := templateSource(tmpl)
+	info, err := p.ValidateTemplate(ctx, src)
+	if err != nil {
+		// The provider's reasons (NotATemplate, LinkedCloneUnsupported ...)
+		// are the condition's reasons; a few are renamed to the API's.
+		reason := provider.ReasonOf(err)
+		switch {
+		case errors.Is(err, provider.ErrNotFound):
+			reason = hfv1.TemplateNotFoundReason
+		case provider.Classify(err) == provider.ClassTransient:
+			reason = hfv1.ClusterUnavailableReason
+		case reason == "ProviderError":
+			reason = hfv1.TemplateInvalidReason
+		}
+		return invalid(reason, err.Error())
+	}
+	if src.Linked && !info.LinkedCloneSupported {
+		return invalid(hfv1.LinkedCloneUnsupportedReason, fmt.Sprintf(
+			"spec.source.proxmox.cloneMode: template %d is on storage %s, which cannot hold linked clones; use cloneMode: full or move the template to LVM-thin, ZFS, RBD or qcow2 on a directory",
+			info.ID, strings.Join(info.Storages, ", ")))
+	}
+	tmpl.Status.TemplateHash = hash
+	tmpl.Status.ResolvedTemplate = &hfv1.ResolvedTemplate{VMID: int32(info.ID), Node: info.Node}
+	if len(info.Storages) > 0 {
+		tmpl.Status.ResolvedTemplate.Storage = info.Storages[0]
+	}
+	msg := fmt.Sprintf("Template %d (%s) on %s/%s is valid", info.ID, info.Name, cluster.Name, info.Node)
+	setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateValidCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
+	setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
+	tmpl.Status.ObservedGeneration = tmpl.Generation
+	// Re-validate now and then: someone may delete the template on the
+	// hypervisor.
+	return ctrl.Result{RequeueAfter: 10 * waitForDependency}, nil
+}
+
+// missingSecrets names every referenced Secret key that does not exist.
+func (r *HypervisorMachineTemplateReconciler) missingSecrets(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate) string {
+	refs := templateSecretRefs(tmpl)
+	fields := make([]string, 0, len(refs))
+	for f := range refs {
+		fields = append(fields, f)
+	}
+	sort.Strings(fields)
+	var missing []string
+	for _, f := range fields {
+		ref := refs[f]
+		if _, err := secretValue(ctx, r.Client, f, tmpl.Namespace, ref.Name, ref.Key); err != nil {
+			missing = append(missing, err.Error())
+			ctrl.LoggerFrom(ctx).V(1).Info("Template Secret missing", "field", f, "Secret", klog.KRef(tmpl.Namespace, ref.Name))
+		}
+	}
+	return strings.Join(missing, "; ")
+}
+
+func conditionOf(conds []metav1.Condition, typ string) *metav1.Condition {
+	for i := range conds {
+		if conds[i].Type == typ {
+			return &conds[i]
+		}
+	}
+	return nil
+}
+
+func shortHash(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}

@@ -1,0 +1,168 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+)
+
+func waitTemplate(t *testing.T, tmpl *hfv1.HypervisorMachineTemplate, status metav1.ConditionStatus, reason string) *hfv1.HypervisorMachineTemplate {
+	t.Helper()
+	got := &hfv1.HypervisorMachineTemplate{}
+	eventually(t, 60*time.Second, fmt.Sprintf("template %s Valid=%s/%s", tmpl.Name, status, reason), func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(tmpl), got); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition)
+		if c == nil || c.Status != status || (reason != "" && c.Reason != reason) || got.Status.ObservedGeneration != got.Generation {
+			return fmt.Errorf("Valid = %+v", c)
+		}
+		return nil
+	})
+	return got
+}
+
+// TestTemplateValidation covers a valid template and each way one is not.
+func TestTemplateValidation(t *testing.T) {
+	sim := startSim(t, func(c *proxmoxsim.Config) {
+		c.Storages = append(c.Storages, proxmoxsim.StorageConfig{ID: "thick", Type: "lvm", Content: []string{"images"}, Capacity: 100 << 30})
+		c.Templates = append(c.Templates, proxmoxsim.TemplateConfig{VMID: 9001, Node: "pve1", Name: "on-thick-lvm", Storage: "thick", DiskSize: 8 << 30, Cores: 1, MemoryMiB: 1024, Agent: true})
+	})
+	startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+
+	ok := waitTemplate(t, f.template, metav1.ConditionTrue, "")
+	if ok.Status.TemplateHash == "" || len(ok.Status.TemplateHash) != 64 {
+		t.Errorf("templateHash = %q", ok.Status.TemplateHash)
+	}
+	if r := ok.Status.ResolvedTemplate; r == nil || r.VMID != 9000 || r.Node != "pve1" {
+		t.Errorf("resolvedTemplate = %+v", r)
+	}
+	if !meta.IsStatusConditionTrue(ok.Status.Conditions, hfv1.ReadyCondition) {
+		t.Errorf("Ready not True: %+v", ok.Status.Conditions)
+	}
+
+	variant := func(name string, mutate func(*hfv1.HypervisorMachineTemplate)) *hfv1.HypervisorMachineTemplate {
+		tmpl := f.template.DeepCopy()
+		tmpl.ObjectMeta = metav1.ObjectMeta{Namespace: f.namespace, Name: name}
+		tmpl.Status = hfv1.HypervisorMachineTemplateStatus{}
+		mutate(tmpl)
+		f.create(tmpl)
+		return tmpl
+	}
+	cases := []struct {
+		name, reason, text string
+		mutate             func(*hfv1.HypervisorMachineTemplate)
+	}{
+		{"missing", hfv1.TemplateNotFoundReason, "9999", func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Source.Proxmox.TemplateID = ptr.To[int32](9999)
+		}},
+		{"thick-lvm", hfv1.LinkedCloneUnsupportedReason, "use a full clone", func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Source.Proxmox.TemplateID = ptr.To[int32](9001)
+		}},
+		{"no-secret", hfv1.SecretNotFoundReason, "spec.bootstrap.github.credentials.pat: Secret", func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Bootstrap.GitHub.Credentials.PAT.Name = "absent"
+		}},
+		{"no-cluster", hfv1.ClusterUnavailableReason, "does not exist", func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.HypervisorClusterRef.Name = "nowhere"
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := waitTemplate(t, variant(tc.name, tc.mutate), metav1.ConditionFalse, tc.reason)
+			c := meta.FindStatusCondition(got.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition)
+			if !strings.Contains(c.Message, tc.text) {
+				t.Errorf("message %q does not mention %q", c.Message, tc.text)
+			}
+		})
+	}
+
+	// A full clone of the thick-LVM template is fine.
+	full := waitTemplate(t, variant("thick-full", func(tm *hfv1.HypervisorMachineTemplate) {
+		tm.Spec.Source.Proxmox.TemplateID = ptr.To[int32](9001)
+		tm.Spec.Source.Proxmox.CloneMode = hfv1.CloneModeFull
+	}), metav1.ConditionTrue, "")
+	if full.Status.TemplateHash == ok.Status.TemplateHash {
+		t.Error("templates with different sources share a hash")
+	}
+}
+
+// TestTemplateHash: equal specs hash equally (across namespaces and
+// restarts); anything that shapes the VM changes the hash.
+func TestTemplateHash(t *testing.T) {
+	sim := startSim(t, nil)
+	first := startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	base := waitTemplate(t, f.template, metav1.ConditionTrue, "").Status.TemplateHash
+
+	twin := f.template.DeepCopy()
+	twin.ObjectMeta = metav1.ObjectMeta{Namespace: f.namespace, Name: "twin"}
+	twin.Status = hfv1.HypervisorMachineTemplateStatus{}
+	f.create(twin)
+	if h := waitTemplate(t, twin, metav1.ConditionTrue, "").Status.TemplateHash; h != base {
+		t.Errorf("identical spec, different hash: %s vs %s", h, base)
+	}
+
+	changes := map[string]func(*hfv1.HypervisorMachineTemplate){
+		"memory": func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Resources.Memory = resource.MustParse("4Gi") },
+		"vlan":   func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Network.VLAN = ptr.To[int32](42) },
+		"userData": func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.CloudInit = &hfv1.CloudInit{UserData: "#cloud-config\npackages: [git]\n"}
+		},
+	}
+	for name, mutate := range changes {
+		t.Run(name, func(t *testing.T) {
+			var cur hfv1.HypervisorMachineTemplate
+			if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(twin), &cur); err != nil {
+				t.Fatal(err)
+			}
+			mutate(&cur)
+			if err := env.Client.Update(context.Background(), &cur); err != nil {
+				t.Fatal(err)
+			}
+			got := waitTemplate(t, &cur, metav1.ConditionTrue, "")
+			if got.Status.TemplateHash == base {
+				t.Errorf("changing %s kept the hash", name)
+			}
+			base = got.Status.TemplateHash
+		})
+	}
+
+	// A restarted operator computes the same hash for the same spec.
+	first.restart(t, operatorOptions{})
+	var cur hfv1.HypervisorMachineTemplate
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(twin), &cur); err != nil {
+		t.Fatal(err)
+	}
+	cur.Annotations = map[string]string{"touch": "1"}
+	cur.Spec.Resources.CPU++
+	if err := env.Client.Update(context.Background(), &cur); err != nil {
+		t.Fatal(err)
+	}
+	afterBump := waitTemplate(t, &cur, metav1.ConditionTrue, "").Status.TemplateHash
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(twin), &cur); err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.Resources.CPU--
+	if err := env.Client.Update(context.Background(), &cur); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "hash back to the pre-restart value", func() error {
+		got := waitTemplate(t, &cur, metav1.ConditionTrue, "")
+		if got.Status.TemplateHash != base || got.Status.TemplateHash == afterBump {
+			return fmt.Errorf("hash %s, want %s", got.Status.TemplateHash, base)
+		}
+		return nil
+	})
+}

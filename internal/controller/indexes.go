@@ -1,0 +1,122 @@
+package controller
+
+import (
+	"context"
+	"strconv"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+)
+
+// Field indexes on the manager's cache.
+const (
+	// claimVMIndex maps "<cluster>/<vmid>" to the claim whose VM it is.
+	claimVMIndex = "status.vmRef"
+	// claimClusterIndex maps a cluster name to the claims with a VM on it.
+	claimClusterIndex = "status.vmRef.hypervisorCluster"
+	// claimTemplateIndex maps a template name to the claims built from it.
+	claimTemplateIndex = "spec.templateRef.name"
+	// templateClusterIndex maps a cluster name to the templates using it.
+	templateClusterIndex = "spec.hypervisorClusterRef.name"
+	// clusterSecretIndex maps "<namespace>/<name>" of a Secret to the
+	// clusters that reference it.
+	clusterSecretIndex = "spec.secretRefs"
+	// templateSecretIndex maps a Secret name to the templates (in its
+	// namespace) that reference it.
+	templateSecretIndex = "spec.secretRefs"
+)
+
+func vmKey(cluster string, vmid int) string { return cluster + "/" + strconv.Itoa(vmid) }
+
+// SetupIndexes registers the field indexes the controllers use.
+func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &hfv1.MachineClaim{}, claimVMIndex, func(o client.Object) []string {
+		c := o.(*hfv1.MachineClaim)
+		if c.Status.VMRef == nil || c.Status.VMRef.VMID == 0 {
+			return nil
+		}
+		return []string{vmKey(c.Status.VMRef.HypervisorCluster, int(c.Status.VMRef.VMID))}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &hfv1.MachineClaim{}, claimClusterIndex, func(o client.Object) []string {
+		c := o.(*hfv1.MachineClaim)
+		if c.Status.VMRef == nil {
+			return nil
+		}
+		return []string{c.Status.VMRef.HypervisorCluster}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &hfv1.MachineClaim{}, claimTemplateIndex, func(o client.Object) []string {
+		return []string{o.(*hfv1.MachineClaim).Spec.TemplateRef.Name}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &hfv1.HypervisorMachineTemplate{}, templateClusterIndex, func(o client.Object) []string {
+		return []string{o.(*hfv1.HypervisorMachineTemplate).Spec.HypervisorClusterRef.Name}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &hfv1.HypervisorMachineTemplate{}, templateSecretIndex, func(o client.Object) []string {
+		return templateSecretNames(o.(*hfv1.HypervisorMachineTemplate))
+	}); err != nil {
+		return err
+	}
+	return idx.IndexField(ctx, &hfv1.HypervisorCluster{}, clusterSecretIndex, func(o client.Object) []string {
+		var out []string
+		for _, ref := range clusterSecretRefs(o.(*hfv1.HypervisorCluster)) {
+			out = append(out, ref.Namespace+"/"+ref.Name)
+		}
+		return out
+	})
+}
+
+// clusterSecretRefs lists every Secret a cluster reads.
+func clusterSecretRefs(c *hfv1.HypervisorCluster) []*hfv1.SecretKeySelector {
+	var out []*hfv1.SecretKeySelector
+	cr := c.Spec.Credentials
+	for _, r := range []*hfv1.SecretKeySelector{cr.TokenID, cr.TokenSecret, cr.Username, cr.Password} {
+		if r != nil {
+			out = append(out, r)
+		}
+	}
+	if c.Spec.TLS != nil && c.Spec.TLS.CABundleRef != nil {
+		out = append(out, c.Spec.TLS.CABundleRef)
+	}
+	return out
+}
+
+// templateSecretRefs lists every Secret (in its own namespace) a template
+// reads, with the field path that names it.
+func templateSecretRefs(t *hfv1.HypervisorMachineTemplate) map[string]hfv1.LocalSecretKeySelector {
+	out := map[string]hfv1.LocalSecretKeySelector{}
+	if tpm := t.Spec.Attestation.TPM; tpm != nil && tpm.EKCABundleRef != nil {
+		out["spec.attestation.tpm.ekCABundleRef"] = *tpm.EKCABundleRef
+	}
+	creds := t.Spec.Bootstrap.GitHub.Credentials
+	if creds.PAT != nil {
+		out["spec.bootstrap.github.credentials.pat"] = *creds.PAT
+	}
+	if app := creds.App; app != nil {
+		out["spec.bootstrap.github.credentials.app.appId"] = app.AppID
+		out["spec.bootstrap.github.credentials.app.privateKey"] = app.PrivateKey
+		out["spec.bootstrap.github.credentials.app.installationId"] = app.InstallationID
+	}
+	return out
+}
+
+func templateSecretNames(t *hfv1.HypervisorMachineTemplate) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, ref := range templateSecretRefs(t) {
+		if !seen[ref.Name] {
+			seen[ref.Name] = true
+			out = append(out, ref.Name)
+		}
+	}
+	return out
+}

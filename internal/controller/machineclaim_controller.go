@@ -1,0 +1,184 @@
+package controller
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+)
+
+const (
+	// runningResync rechecks a running claim without any event, a safety
+	// net behind the cluster poller's shutdown notifications.
+	runningResync = time.Minute
+	// waitForDependency is how long a claim waits for a missing template or
+	// cluster before looking again (watches usually wake it sooner).
+	waitForDependency = time.Minute
+)
+
+// BootstrapSource is the seam to the workload side (GitHub Actions first):
+// it fills in the workload part of a VM's cloud-init variables (runner name,
+// labels, and the single-use credential) right before the cloud-init is
+// rendered. The workload side reports the runner online by setting the
+// claim's Bootstrapped condition to True, which makes the claim Ready.
+type BootstrapSource interface {
+	BootstrapVars(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, vars *cloudinit.Vars) error
+}
+
+// MachineClaimReconciler turns each MachineClaim into one owned VM and
+// removes the VM when the claim goes away or the VM powers off.
+type MachineClaimReconciler struct {
+	Client   client.Client
+	Registry *hypervisors.Registry
+	Recorder record.EventRecorder
+	Clock    clock.PassiveClock
+	// Bootstrap supplies workload credentials; nil renders VMs without any.
+	Bootstrap BootstrapSource
+	// ClaimEvents carries wake-ups from the HypervisorCluster poller.
+	ClaimEvents <-chan event.GenericEvent
+	// MaxConcurrentReconciles bounds parallel reconciles (default 16):
+	// reconciles never wait for the hypervisor, so they are short.
+	MaxConcurrentReconciles int
+
+	// attempts counts consecutive transient failures per claim UID for
+	// backoff. Losing it on restart only restarts the backoff.
+	attempts sync.Map
+}
+
+// SetupWithManager registers the controller.
+func (r *MachineClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.MaxConcurrentReconciles == 0 {
+		r.MaxConcurrentReconciles = 16
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
+		For(&hfv1.MachineClaim{}).
+		Watches(&hfv1.HypervisorMachineTemplate{}, handler.EnqueueRequestsFromMapFunc(r.claimsForTemplate),
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.ResourceVersionChangedPredicate{}))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		Named("machineclaim")
+	if r.ClaimEvents != nil {
+		b = b.WatchesRawSource(source.Channel(r.ClaimEvents, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
+}
+
+// claimsForTemplate wakes the claims of a template that still wait for it.
+func (r *MachineClaimReconciler) claimsForTemplate(ctx context.Context, o client.Object) []reconcile.Request {
+	var list hfv1.MachineClaimList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{claimTemplateIndex: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "List claims of template", "HypervisorMachineTemplate", klog.KObj(o))
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		c := &list.Items[i]
+		if c.Status.VMRef == nil {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+		}
+	}
+	return out
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	claim := &hfv1.MachineClaim{}
+	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("MachineClaim", klog.KObj(claim)))
+
+	if claim.DeletionTimestamp.IsZero() {
+		if err := r.ensureMetadata(ctx, claim); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	before := claim.DeepCopy()
+	defer func() {
+		if equality.Semantic.DeepEqual(before.Status, claim.Status) {
+			return
+		}
+		if err := r.Client.Status().Patch(ctx, claim, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+			ctrl.LoggerFrom(ctx).Error(err, "Patch MachineClaim status")
+			if retErr == nil {
+				retErr = err
+			}
+		}
+	}()
+
+	if !claim.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, claim)
+	}
+	if claim.Status.Phase == "" {
+		r.enterPhase(ctx, claim, hfv1.MachineClaimPending, "Created", "Waiting to be provisioned")
+	}
+	switch claim.Status.Phase {
+	case hfv1.MachineClaimFailed:
+		return r.reconcileFailed(ctx, claim)
+	case hfv1.MachineClaimTerminating:
+		return r.reconcileTerminate(ctx, claim)
+	}
+	return r.reconcileProvision(ctx, claim)
+}
+
+// ensureMetadata adds the finalizer and the standard labels in one patch.
+func (r *MachineClaimReconciler) ensureMetadata(ctx context.Context, claim *hfv1.MachineClaim) error {
+	orig := claim.DeepCopy()
+	controllerutil.AddFinalizer(claim, hfv1.MachineClaimFinalizer)
+	labels := claim.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[hfv1.ManagedByLabel] = hfv1.ManagedByValue
+	labels[hfv1.MachineTemplateLabel] = claim.Spec.TemplateRef.Name
+	if claim.Spec.RunnerPoolRef != nil {
+		labels[hfv1.RunnerPoolLabel] = claim.Spec.RunnerPoolRef.Name
+	}
+	claim.SetLabels(labels)
+	if equality.Semantic.DeepEqual(orig.ObjectMeta, claim.ObjectMeta) {
+		return nil
+	}
+	return r.Client.Patch(ctx, claim, client.MergeFrom(orig))
+}
+
+// setLabel patches one label onto the claim if it differs.
+func (r *MachineClaimReconciler) setLabel(ctx context.Context, claim *hfv1.MachineClaim, key, value string) error {
+	if claim.Labels[key] == value {
+		return nil
+	}
+	// Patch a copy so the in-memory status (patched later) is untouched.
+	obj := claim.DeepCopy()
+	orig := obj.DeepCopy()
+	if obj.Labels == nil {
+		obj.Labels = map[string]string{}
+	}
+	obj.Labels[key] = value
+	if err := r.Client.Patch(ctx, obj, client.MergeFrom(orig)); err != nil {
+		return err
+	}
+	claim.Labels = obj.Labels
+	claim.ResourceVersion = obj.ResourceVersion
+	return nil
+}

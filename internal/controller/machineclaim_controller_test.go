@@ -1,0 +1,318 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+)
+
+// TestClaimLifecycle: a claim becomes an owned, configured VM; deleting the
+// claim destroys the VM and its ISO.
+func TestClaimLifecycle(t *testing.T) {
+	sim := startSim(t, nil)
+	op := startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	claim := f.newClaim("runner-1")
+
+	got := waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
+	st := got.Status
+	if st.VMRef == nil || st.VMRef.HypervisorCluster != f.cluster.Name || st.VMRef.VMID < 1000 || st.VMRef.VMID > 1999 || st.VMRef.Node != "pve1" {
+		t.Fatalf("vmRef = %+v", st.VMRef)
+	}
+	if st.Task != nil {
+		t.Errorf("task left in status of a running VM: %+v", st.Task)
+	}
+	if st.Network == nil || len(st.Network.Addresses) == 0 || st.Network.Hostname != "runner-1" || st.Network.MACAddress == "" {
+		t.Errorf("network status = %+v", st.Network)
+	}
+	if st.TemplateHash == "" {
+		t.Error("templateHash not recorded")
+	}
+	if pt := st.PhaseTimes; pt == nil || pt.Pending == nil || pt.Provisioning == nil || pt.Bootstrapping == nil {
+		t.Errorf("phase times = %+v", pt)
+	}
+	for _, typ := range []string{hfv1.MachineClaimProvisionedCondition, hfv1.MachineClaimOwnershipVerifiedCondition} {
+		if !meta.IsStatusConditionTrue(st.Conditions, typ) {
+			t.Errorf("condition %s not True: %+v", typ, st.Conditions)
+		}
+	}
+	if c := meta.FindStatusCondition(st.Conditions, hfv1.ReadyCondition); c == nil || c.Reason != hfv1.WaitingForRunnerReason {
+		t.Errorf("Ready condition = %+v, want False/WaitingForRunner", c)
+	}
+	for k, v := range map[string]string{
+		hfv1.ManagedByLabel: hfv1.ManagedByValue, hfv1.MachineTemplateLabel: "debian", hfv1.HypervisorClusterLabel: f.cluster.Name,
+	} {
+		if got.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, got.Labels[k], v)
+		}
+	}
+
+	// The VM on the hypervisor: owned, configured, ISO gone after boot.
+	vmid := int(st.VMRef.VMID)
+	vm := findVM(t, sim, vmid)
+	if vm.Status != "running" || vm.Config["cores"] != "2" || vm.Config["memory"] != "2048" {
+		t.Errorf("VM config: status %s cores %s memory %s", vm.Status, vm.Config["cores"], vm.Config["memory"])
+	}
+	if rec, err := testSigner.Verify(vm.Description, vmid); err != nil || rec.UID != string(got.UID) {
+		t.Errorf("ownership marker: %+v, %v", rec, err)
+	}
+	if !strings.Contains(vm.Config["net0"], strings.ToUpper(st.Network.MACAddress)) && !strings.Contains(strings.ToLower(vm.Config["net0"]), st.Network.MACAddress) {
+		t.Errorf("net0 %q does not carry the claim's MAC %s", vm.Config["net0"], st.Network.MACAddress)
+	}
+	if isos := isoVolumes(sim); len(isos) != 0 {
+		t.Errorf("cloud-init ISO not removed after boot: %v", isos)
+	}
+	wantEvents(t, got, "Provisioning", "CloneStarted", "Provisioned", "Bootstrapping")
+	// The workload credential reached the VM through the ISO, which is
+	// gone now that the guest is up: nothing on the hypervisor holds it.
+	assertNoSecrets(t, sim, op, jitSecretOf(string(got.UID)))
+
+	// Deleting the claim destroys the VM.
+	if err := env.Client.Delete(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "claim gone", func() error {
+		if _, err := getClaim(t, claim); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("claim still there: %v", err)
+		}
+		return nil
+	})
+	if vms := operatorVMs(sim); len(vms) != 0 {
+		t.Fatalf("VMs left after delete: %+v", vms)
+	}
+	if isos := isoVolumes(sim); len(isos) != 0 {
+		t.Errorf("ISOs left after delete: %v", isos)
+	}
+	assertNoSecrets(t, sim, op, jitSecretOf(string(got.UID)))
+}
+
+// TestClaimPowerOffDestroysVM: a VM whose guest powers off is destroyed and
+// its claim deleted (shutdown detection).
+func TestClaimPowerOffDestroysVM(t *testing.T) {
+	sim := startSim(t, nil)
+	startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	claim := f.newClaim("runner-off")
+	got := waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
+	vmid := int(got.Status.VMRef.VMID)
+	if err := sim.GuestPowerOff(vmid); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "claim deleted after power-off", func() error {
+		if _, err := getClaim(t, claim); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("claim still there: %v", err)
+		}
+		return nil
+	})
+	for _, vm := range sim.State().VMs {
+		if vm.VMID == vmid {
+			t.Fatalf("VM %d still exists after power-off: %+v", vmid, vm)
+		}
+	}
+}
+
+// TestOperatorRestartMidCloneCreatesNoSecondVM stops the operator while a
+// slow clone runs and starts a new one: it must continue with the same VM.
+func TestOperatorRestartMidCloneCreatesNoSecondVM(t *testing.T) {
+	sim := startSim(t, func(c *proxmoxsim.Config) { c.Latency.CloneBase = proxmoxsim.Duration(3 * time.Second) })
+	first := startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	claim := f.newClaim("runner-restart")
+	eventually(t, 30*time.Second, "clone running", func() error {
+		for _, vm := range sim.State().VMs {
+			if vm.Lock == "clone" {
+				return nil
+			}
+		}
+		return fmt.Errorf("no clone in progress")
+	})
+	first.restart(t, operatorOptions{})
+	got := waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
+	vms := operatorVMs(sim)
+	if len(vms) != 1 || vms[0].VMID != int(got.Status.VMRef.VMID) {
+		t.Fatalf("want exactly the claim's VM %d, got %+v", got.Status.VMRef.VMID, vms)
+	}
+	clones := 0
+	for _, task := range sim.State().Tasks {
+		if task.Type == "qmclone" {
+			clones++
+		}
+	}
+	if clones != 1 {
+		t.Fatalf("%d clone tasks, want 1", clones)
+	}
+}
+
+// TestClaimsConvergeUnderFaults injects 500s, lock timeouts and latency
+// spikes on every endpoint class and expects every claim to come up and go
+// away without leaks or duplicates.
+func TestClaimsConvergeUnderFaults(t *testing.T) {
+	sim := startSim(t, nil)
+	// Every VM operation fails now and then with the errors real clusters
+	// give under load (lock timeouts, "VM is locked"), every request may be
+	// slow; the cluster-wide reads fail less often, as on a real cluster
+	// where pveproxy itself is rarely down.
+	vmOps := proxmoxsim.FaultSpec{ErrorRate: 0.25, SpikeRate: 0.1, SpikeLatency: proxmoxsim.Duration(300 * time.Millisecond)}
+	if err := sim.SetFaults(proxmoxsim.Faults{Classes: map[string]proxmoxsim.FaultSpec{
+		"clone": vmOps, "config": vmOps, "power": vmOps, "destroy": vmOps, "status": vmOps, "agent": vmOps, "upload": vmOps, "storage": vmOps,
+		"resources": {ErrorRate: 0.05}, "other": {ErrorRate: 0.05, SpikeRate: 0.1, SpikeLatency: proxmoxsim.Duration(300 * time.Millisecond)},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	var claims []*hfv1.MachineClaim
+	for i := range 4 {
+		claims = append(claims, f.newClaim(fmt.Sprintf("faulty-%d", i)))
+	}
+	for _, c := range claims {
+		waitPhase(t, c, hfv1.MachineClaimBootstrapping, 120*time.Second)
+	}
+	if vms := operatorVMs(sim); len(vms) != len(claims) {
+		t.Fatalf("%d VMs for %d claims: %+v", len(vms), len(claims), vms)
+	}
+	for _, c := range claims {
+		if err := env.Client.Delete(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 120*time.Second, "all VMs gone", func() error {
+		if vms := operatorVMs(sim); len(vms) != 0 {
+			return fmt.Errorf("%d VMs left", len(vms))
+		}
+		if isos := isoVolumes(sim); len(isos) != 0 {
+			return fmt.Errorf("ISOs left: %v", isos)
+		}
+		return nil
+	})
+}
+
+// TestClusterOfflineAndBack: claims wait (and say why) while the cluster's
+// API is unreachable, and proceed when it comes back.
+func TestClusterOfflineAndBack(t *testing.T) {
+	sim := startSim(t, nil)
+	startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	waitClusterReady(t, f.cluster, metav1.ConditionTrue)
+	if err := sim.SetFaults(proxmoxsim.Faults{Classes: map[string]proxmoxsim.FaultSpec{"*": {DropRate: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	c := waitClusterReady(t, f.cluster, metav1.ConditionFalse)
+	if cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.ReadyCondition); cond.Reason != hfv1.UnreachableReason {
+		t.Errorf("Ready reason %s, want %s", cond.Reason, hfv1.UnreachableReason)
+	}
+	claim := f.newClaim("waits")
+	eventually(t, 30*time.Second, "claim explains the wait", func() error {
+		got, err := getClaim(t, claim)
+		if err != nil {
+			return err
+		}
+		cond := meta.FindStatusCondition(got.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+		if cond == nil || (cond.Reason != hfv1.ClusterUnavailableReason && cond.Reason != "TemplateNotReady") {
+			return fmt.Errorf("Provisioned = %+v", cond)
+		}
+		if got.Status.VMRef != nil {
+			return fmt.Errorf("VM created on an unreachable cluster: %+v", got.Status.VMRef)
+		}
+		return nil
+	})
+	if err := sim.SetFaults(proxmoxsim.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	// Backoff after a few failures can reach tens of seconds.
+	waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 90*time.Second)
+}
+
+func waitClusterReady(t *testing.T, cluster *hfv1.HypervisorCluster, want metav1.ConditionStatus) *hfv1.HypervisorCluster {
+	t.Helper()
+	got := &hfv1.HypervisorCluster{}
+	eventually(t, 60*time.Second, fmt.Sprintf("cluster Ready=%s", want), func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(cluster), got); err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, hfv1.ReadyCondition)
+		if c == nil || c.Status != want {
+			return fmt.Errorf("Ready = %+v", c)
+		}
+		return nil
+	})
+	return got
+}
+
+func findVM(t *testing.T, sim *simulator, vmid int) proxmoxsim.VMState {
+	t.Helper()
+	for _, vm := range sim.State().VMs {
+		if vm.VMID == vmid {
+			return vm
+		}
+	}
+	t.Fatalf("VM %d not found in the simulator", vmid)
+	return proxmoxsim.VMState{}
+}
+
+// isoVolumes lists uploaded ISO volumes.
+func isoVolumes(sim *simulator) []string {
+	var out []string
+	for _, st := range sim.State().Storages {
+		for _, v := range st.Volumes {
+			if v.Content == "iso" {
+				out = append(out, v.VolID)
+			}
+		}
+	}
+	return out
+}
+
+// wantEvents checks that the claim has events with these reasons.
+func wantEvents(t *testing.T, obj client.Object, reasons ...string) {
+	t.Helper()
+	eventually(t, 10*time.Second, "events recorded", func() error {
+		var list corev1.EventList
+		if err := env.Client.List(context.Background(), &list, client.InNamespace(obj.GetNamespace())); err != nil {
+			return err
+		}
+		have := map[string]bool{}
+		for _, e := range list.Items {
+			if e.InvolvedObject.UID == obj.GetUID() {
+				have[e.Reason] = true
+			}
+		}
+		for _, r := range reasons {
+			if !have[r] {
+				return fmt.Errorf("no %q event (have %v)", r, have)
+			}
+		}
+		return nil
+	})
+}
+
+// assertNoSecrets scans the simulator's whole stored state, the operator's
+// log and every event for the Proxmox token secret and the GitHub PAT.
+func assertNoSecrets(t *testing.T, sim *simulator, op *operator, workloadSecrets ...string) {
+	t.Helper()
+	secrets := append([]string{simTokenSecret, "ghp_longLivedPATthatMustNeverLeaveTheOperator"}, workloadSecrets...)
+	state := fmt.Sprintf("%+v", sim.State())
+	var events corev1.EventList
+	if err := env.Client.List(context.Background(), &events); err != nil {
+		t.Fatal(err)
+	}
+	places := map[string]string{"simulator state": state, "operator log": op.logs.String(), "events": fmt.Sprintf("%+v", events.Items)}
+	for where, text := range places {
+		for _, s := range secrets {
+			if strings.Contains(text, s) {
+				t.Errorf("secret %q…found in %s", s[:6], where)
+			}
+		}
+	}
+}

@@ -1,0 +1,388 @@
+package controller_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/manager"
+	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/test/testenv"
+)
+
+var env *testenv.Environment
+
+func TestMain(m *testing.M) { os.Exit(testenv.Run(m, &env)) }
+
+const (
+	simTokenID     = "root@pam!sim"
+	simTokenSecret = "00000000-0000-0000-0000-000000000000"
+	// secretNamespace holds the clusters' credentials.
+	secretNamespace = "hyperfleet-system"
+)
+
+// testSigner is shared by every operator the tests start, as one install's
+// key would be across restarts.
+var testSigner = func() *ownership.Signer {
+	s, err := ownership.NewSigner("test", bytes.Repeat([]byte{42}, ownership.MinKeyLength))
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// operator is a running manager with its log captured.
+type operator struct {
+	components *manager.Components
+	cancel     context.CancelFunc
+	done       chan error
+	logs       *syncBuffer
+	// successor is the operator restart started; it is stopped with this
+	// one, after the test's fixtures are cleaned up.
+	successor *operator
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type operatorOptions struct {
+	sweepInterval time.Duration
+	orphanGrace   time.Duration
+	dryRun        bool
+}
+
+// startOperator runs the full manager wiring against the test API server.
+// It is stopped when the test ends (or earlier with stop).
+func startOperator(t *testing.T, o operatorOptions) *operator {
+	t.Helper()
+	op := newOperator(t, o)
+	t.Cleanup(op.stopAll)
+	return op
+}
+
+// restart stops the operator and starts a new one (same install) in its
+// place, as a crash and a new leader would.
+func (o *operator) restart(t *testing.T, opts operatorOptions) *operator {
+	t.Helper()
+	o.stop()
+	o.successor = newOperator(t, opts)
+	return o.successor
+}
+
+func (o *operator) stopAll() {
+	for op := o; op != nil; op = op.successor {
+		op.stop()
+	}
+}
+
+func newOperator(t *testing.T, o operatorOptions) *operator {
+	t.Helper()
+	logs := &syncBuffer{}
+	logger := zap.New(zap.WriteTo(logs), zap.UseDevMode(false), zap.Level(zapcore.Level(-1)))
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Logger:                 logger,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		// Tests start several managers in one process, one after another.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatalf("new manager: %v", err)
+	}
+	ctx, cancel := context.WithCancel(ctrl.LoggerInto(context.Background(), logger))
+	comps, err := manager.Setup(ctx, mgr, manager.Options{
+		Signer:            testSigner,
+		SweepInterval:     o.sweepInterval,
+		OrphanGracePeriod: o.orphanGrace,
+		SweepDryRun:       o.dryRun,
+		Bootstrap:         testBootstrap{},
+	})
+	if err != nil {
+		cancel()
+		t.Fatalf("setup: %v", err)
+	}
+	op := &operator{components: comps, cancel: cancel, done: make(chan error, 1), logs: logs}
+	go func() { op.done <- mgr.Start(ctx) }()
+	return op
+}
+
+func (o *operator) stop() {
+	if o.cancel == nil {
+		return
+	}
+	o.cancel()
+	<-o.done
+	o.cancel = nil
+}
+
+// testBootstrap stands in for the workload side (GitHub, a later issue): it
+// hands each VM a recognisable single-use credential so the tests can check
+// that it never lingers anywhere.
+type testBootstrap struct{}
+
+func jitSecretOf(uid string) string { return "jit-secret-" + uid }
+
+func (testBootstrap) BootstrapVars(_ context.Context, claim *hfv1.MachineClaim, _ *hfv1.HypervisorMachineTemplate, v *cloudinit.Vars) error {
+	v.JITConfig = jitSecretOf(string(claim.UID))
+	v.ExpiresAt = cloudinit.Time{Time: time.Now().Add(time.Hour)}
+	return nil
+}
+
+// simulator is a Proxmox simulator on loopback TLS.
+type simulator struct {
+	*proxmoxsim.Simulator
+	url         string
+	fingerprint string
+}
+
+// fastLatency keeps lifecycles short in wall time but every step still
+// takes a task.
+func fastLatency() proxmoxsim.Latency {
+	ms := func(n int) proxmoxsim.Duration { return proxmoxsim.Duration(time.Duration(n) * time.Millisecond) }
+	return proxmoxsim.Latency{
+		CloneBase: ms(200), Config: ms(20), Resize: ms(50), Start: ms(50), Boot: ms(300),
+		Stop: ms(50), Shutdown: ms(100), Destroy: ms(100), Upload: ms(20),
+	}
+}
+
+func startSim(t *testing.T, mutate func(*proxmoxsim.Config)) *simulator {
+	t.Helper()
+	cfg := proxmoxsim.DefaultConfig()
+	cfg.Latency = fastLatency()
+	cfg.AuthFailureDelay = proxmoxsim.Duration(10 * time.Millisecond)
+	cfg.RefreshInterval = proxmoxsim.Duration(200 * time.Millisecond)
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	sim, err := proxmoxsim.New(cfg, proxmoxsim.WithAdmin(true))
+	if err != nil {
+		t.Fatalf("simulator: %v", err)
+	}
+	srv := httptest.NewTLSServer(sim)
+	t.Cleanup(func() {
+		srv.Close()
+		_ = sim.Close()
+	})
+	sum := sha256.Sum256(srv.Certificate().Raw)
+	var fp []string
+	for _, b := range sum {
+		fp = append(fp, fmt.Sprintf("%02X", b))
+	}
+	_ = tls.VersionTLS12
+	return &simulator{Simulator: sim, url: srv.URL + "/api2/json", fingerprint: strings.Join(fp, ":")}
+}
+
+// fixture is one test's objects: a namespace, a cluster and a template.
+type fixture struct {
+	t         *testing.T
+	ctx       context.Context
+	namespace string
+	cluster   *hfv1.HypervisorCluster
+	template  *hfv1.HypervisorMachineTemplate
+}
+
+var fixtureSeq int
+
+// newFixture creates a namespace, the token Secret, a HypervisorCluster
+// pointing at sim and a HypervisorMachineTemplate for template 9000. The
+// objects are deleted (and their finalizers awaited) when the test ends,
+// before the operator stops.
+func newFixture(t *testing.T, sim *simulator, mutateCluster func(*hfv1.HypervisorCluster)) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	fixtureSeq++
+	f := &fixture{t: t, ctx: ctx, namespace: fmt.Sprintf("t%d-%s", fixtureSeq, strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))}
+	if len(f.namespace) > 40 {
+		f.namespace = f.namespace[:40]
+	}
+	f.namespace = strings.TrimRight(strings.ReplaceAll(f.namespace, "_", "-"), "-")
+	f.create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.namespace, Labels: map[string]string{"hyperfleet.io/tenant": "yes"}}})
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: secretNamespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	secretName := "pve-" + f.namespace
+	f.create(&corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: secretNamespace, Name: secretName},
+		StringData: map[string]string{"id": simTokenID, "secret": simTokenSecret},
+	})
+	f.cluster = &hfv1.HypervisorCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "pve-" + f.namespace},
+		Spec: hfv1.HypervisorClusterSpec{
+			Provider: hfv1.ProviderProxmox,
+			Endpoint: sim.url,
+			Credentials: hfv1.HypervisorCredentials{
+				TokenID:     &hfv1.SecretKeySelector{Namespace: secretNamespace, Name: secretName, Key: "id"},
+				TokenSecret: &hfv1.SecretKeySelector{Namespace: secretNamespace, Name: secretName, Key: "secret"},
+			},
+			TLS:          &hfv1.HypervisorTLS{FingerprintSHA256: sim.fingerprint},
+			VMIDRange:    &hfv1.VMIDRange{Start: 1000, End: 1999},
+			PollInterval: &metav1.Duration{Duration: time.Second},
+		},
+	}
+	if mutateCluster != nil {
+		mutateCluster(f.cluster)
+	}
+	f.create(f.cluster)
+	f.template = &hfv1.HypervisorMachineTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "debian"},
+		Spec: hfv1.HypervisorMachineTemplateSpec{
+			HypervisorClusterRef: hfv1.ObjectName{Name: f.cluster.Name},
+			Source:               hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateID: ptr.To[int32](9000)}},
+			Resources:            hfv1.MachineResources{CPU: 2, Memory: resource.MustParse("2Gi")},
+			Bootstrap: hfv1.Bootstrap{GitHub: hfv1.GitHubBootstrap{
+				Owner:        "octo-org",
+				Organization: "octo-org",
+				Credentials:  hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}},
+			}},
+		},
+	}
+	f.create(&corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "github"},
+		StringData: map[string]string{"token": "ghp_longLivedPATthatMustNeverLeaveTheOperator"},
+	})
+	f.create(f.template)
+	t.Cleanup(f.cleanup)
+	return f
+}
+
+func (f *fixture) create(obj client.Object) {
+	f.t.Helper()
+	if err := env.Client.Create(f.ctx, obj); err != nil {
+		f.t.Fatalf("create %T %s: %v", obj, obj.GetName(), err)
+	}
+}
+
+// cleanup deletes the fixture's claims and cluster and waits until their
+// finalizers ran, so the next test's operator starts from a clean slate.
+func (f *fixture) cleanup() {
+	ctx := f.ctx
+	_ = env.Client.DeleteAllOf(ctx, &hfv1.MachineClaim{}, client.InNamespace(f.namespace))
+	_ = env.Client.Delete(ctx, f.cluster)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		var claims hfv1.MachineClaimList
+		_ = env.Client.List(ctx, &claims, client.InNamespace(f.namespace))
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.cluster), &hfv1.HypervisorCluster{})
+		if len(claims.Items) == 0 && apierrors.IsNotFound(err) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Remove what is left by force so later tests are not confused.
+	var claims hfv1.MachineClaimList
+	_ = env.Client.List(ctx, &claims, client.InNamespace(f.namespace))
+	for i := range claims.Items {
+		c := &claims.Items[i]
+		c.Finalizers = nil
+		_ = env.Client.Update(ctx, c)
+	}
+	var c hfv1.HypervisorCluster
+	if env.Client.Get(ctx, client.ObjectKeyFromObject(f.cluster), &c) == nil {
+		c.Finalizers = nil
+		_ = env.Client.Update(ctx, &c)
+	}
+	f.t.Errorf("cleanup: claims or cluster of %s were not finalized within 30s", f.namespace)
+}
+
+// newClaim creates a MachineClaim for the fixture's template.
+func (f *fixture) newClaim(name string) *hfv1.MachineClaim {
+	f.t.Helper()
+	c := &hfv1.MachineClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name},
+		Spec:       hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: f.template.Name}},
+	}
+	f.create(c)
+	return c
+}
+
+// eventually polls cond until it returns nil or timeout passes. Waiting for
+// a controller to converge is not a timing assertion: the timeout only
+// bounds a hang.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for {
+		if err = cond(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within %s: %v", what, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func getClaim(t *testing.T, c *hfv1.MachineClaim) (*hfv1.MachineClaim, error) {
+	t.Helper()
+	out := &hfv1.MachineClaim{}
+	err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(c), out)
+	return out, err
+}
+
+// waitPhase waits until the claim reaches phase.
+func waitPhase(t *testing.T, c *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, timeout time.Duration) *hfv1.MachineClaim {
+	t.Helper()
+	var got *hfv1.MachineClaim
+	eventually(t, timeout, fmt.Sprintf("claim %s phase %s", c.Name, phase), func() error {
+		var err error
+		got, err = getClaim(t, c)
+		if err != nil {
+			return err
+		}
+		if got.Status.Phase != phase {
+			return fmt.Errorf("phase %q, conditions %+v", got.Status.Phase, got.Status.Conditions)
+		}
+		return nil
+	})
+	return got
+}
+
+// operatorVMs lists the simulator's VMs carrying the test install's tag.
+func operatorVMs(sim *simulator) []proxmoxsim.VMState {
+	var out []proxmoxsim.VMState
+	for _, vm := range sim.State().VMs {
+		if strings.Contains(vm.Tags, testSigner.OperatorTag()) {
+			out = append(out, vm)
+		}
+	}
+	return out
+}

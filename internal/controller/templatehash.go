@@ -1,0 +1,54 @@
+package controller
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+)
+
+// templateHashVersion changes when the hash's inputs change meaning, so
+// that every claim is seen as stale once rather than never.
+const templateHashVersion = "hyperfleet-template-hash/v1"
+
+// hashedShape is everything besides cloud-init that shapes a VM.
+type hashedShape struct {
+	Source    hfv1.ProxmoxSource    `json:"source"`
+	Resources hfv1.MachineResources `json:"resources"`
+	Network   hfv1.MachineNetwork   `json:"network"`
+	Bridge    string                `json:"bridge"`
+	DNS       hfv1.DNSSettings      `json:"dns"`
+}
+
+// templateHash is the drift hash of a template (seed 003, DESIGN decision
+// 11): a SHA-256 over the cloud-init rendered with every per-VM value
+// zeroed, plus the source template, resources and network. It depends only
+// on the template's and cluster's specs, so it is stable across operator
+// restarts and identical for every VM of the template.
+func templateHash(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) (string, error) {
+	out, err := cloudinit.Render(cloudInitInput(tmpl, templateVars(tmpl, cluster).Canonical()))
+	if err != nil {
+		return "", fmt.Errorf("spec.cloudInit does not render: %w", err)
+	}
+	shape := hashedShape{
+		Source:    tmpl.Spec.Source.Proxmox,
+		Resources: tmpl.Spec.Resources,
+		Network:   tmpl.Spec.Network,
+		Bridge:    orDefault(tmpl.Spec.Network.Bridge, cluster.Spec.DefaultBridge),
+		DNS:       effectiveDNS(cluster, tmpl),
+	}
+	raw, err := json.Marshal(shape)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	for _, part := range [][]byte{[]byte(templateHashVersion), out.UserData, out.MetaData, out.NetworkConfig, raw} {
+		// Length-prefix each part so bytes cannot move between parts.
+		fmt.Fprintf(h, "%d:", len(part))
+		h.Write(part)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

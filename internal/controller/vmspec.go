@@ -1,0 +1,145 @@
+package controller
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"strings"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// maxHostnameLength is the DNS label limit (RFC 1035).
+const maxHostnameLength = 63
+
+// hostnameFor returns the claim's VM hostname: a valid DNS label derived
+// from the claim's name (and namespace, by the template's strategy). Names
+// that do not fit keep their start and get a hash of the full name, so two
+// long names never collide on their common prefix.
+func hostnameFor(claim *hfv1.MachineClaim, strategy hfv1.HostnameStrategy) string {
+	full := claim.Name
+	if strategy == hfv1.HostnameFromNamespaceAndName {
+		full = claim.Namespace + "-" + claim.Name
+	}
+	var b strings.Builder
+	for _, r := range strings.ToLower(full) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			// '.' is legal in claim names but separates DNS labels.
+			b.WriteByte('-')
+		}
+	}
+	label := strings.Trim(b.String(), "-")
+	if len(label) > maxHostnameLength {
+		sum := sha256.Sum256([]byte(full))
+		label = strings.TrimRight(label[:maxHostnameLength-9], "-") + "-" + hex.EncodeToString(sum[:4])
+	}
+	if label == "" {
+		sum := sha256.Sum256([]byte(full))
+		label = "vm-" + hex.EncodeToString(sum[:4])
+	}
+	return label
+}
+
+// fqdnFor appends the DNS domain, if any.
+func fqdnFor(hostname, domain string) string {
+	domain = strings.Trim(domain, ".")
+	if domain == "" {
+		return ""
+	}
+	return hostname + "." + domain
+}
+
+// macFor derives a stable, locally administered unicast MAC address from
+// the claim's UID, so network-config can name the interface before the VM
+// exists and a retried clone gets the same address.
+func macFor(uid string) string {
+	sum := sha256.Sum256([]byte("hyperfleet-mac:" + uid))
+	mac := net.HardwareAddr{0x02, sum[0], sum[1], sum[2], sum[3], sum[4]}
+	return mac.String()
+}
+
+// effectiveDNS merges the cluster's DNS settings with the template's, field
+// by field (the template wins).
+func effectiveDNS(cluster *hfv1.HypervisorCluster, tmpl *hfv1.HypervisorMachineTemplate) hfv1.DNSSettings {
+	var out hfv1.DNSSettings
+	if d := cluster.Spec.DNS; d != nil {
+		out = d.DNSSettings
+	}
+	if d := tmpl.Spec.Network.DNS; d != nil {
+		if d.Domain != "" {
+			out.Domain = d.Domain
+		}
+		if len(d.Servers) > 0 {
+			out.Servers = d.Servers
+		}
+		if len(d.Search) > 0 {
+			out.Search = d.Search
+		}
+	}
+	return out
+}
+
+// templateSource converts the template's source into the provider's terms.
+func templateSource(tmpl *hfv1.HypervisorMachineTemplate) provider.TemplateSource {
+	src := tmpl.Spec.Source.Proxmox
+	out := provider.TemplateSource{
+		Name:         src.TemplateName,
+		Linked:       src.CloneMode != hfv1.CloneModeFull,
+		Storage:      src.Storage,
+		Format:       string(src.Format),
+		ResourcePool: src.Pool,
+	}
+	if src.TemplateID != nil {
+		out.ID = int(*src.TemplateID)
+	}
+	return out
+}
+
+// ownerOf is the ownership record of a claim's VM.
+func ownerOf(claim *hfv1.MachineClaim) provider.Owner {
+	o := provider.Owner{
+		Namespace: claim.Namespace,
+		Name:      claim.Name,
+		UID:       string(claim.UID),
+		CreatedAt: claim.CreationTimestamp.UTC(),
+	}
+	if claim.Spec.RunnerPoolRef != nil {
+		o.Pool = claim.Spec.RunnerPoolRef.Name
+	}
+	return o
+}
+
+// vmSpecFor builds the VM spec of a claim around its rendered cloud-init.
+func vmSpecFor(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, ci provider.CloudInit) (*provider.VMSpec, error) {
+	res := tmpl.Spec.Resources
+	spec := &provider.VMSpec{
+		Owner:       ownerOf(claim),
+		Name:        hostnameFor(claim, tmpl.Spec.Network.Hostname),
+		Description: fmt.Sprintf("HyperFleet VM of MachineClaim %s/%s (template %s)", claim.Namespace, claim.Name, tmpl.Name),
+		Source:      templateSource(tmpl),
+		CPUCores:    int(res.CPU),
+		MemoryBytes: res.Memory.Value(),
+		Network: provider.NetworkSpec{
+			Bridge:     tmpl.Spec.Network.Bridge,
+			Model:      tmpl.Spec.Network.Model,
+			MACAddress: macFor(string(claim.UID)),
+		},
+		CloudInit: ci,
+	}
+	if spec.Network.Bridge == "" {
+		spec.Network.Bridge = cluster.Spec.DefaultBridge
+	}
+	if tmpl.Spec.Network.VLAN != nil {
+		spec.Network.VLAN = int(*tmpl.Spec.Network.VLAN)
+	}
+	if res.Disk != nil {
+		spec.DiskBytes = res.Disk.Value()
+	}
+	spec.MemoryHint = spec.MemoryBytes
+	return spec, nil
+}

@@ -1,0 +1,97 @@
+package hypervisors
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// stubProvider is only compared by identity; Registry never calls it.
+type stubProvider struct {
+	provider.Provider
+	id int
+}
+
+func TestConnectRebuildsOnlyWhenConfigChanges(t *testing.T) {
+	r := NewRegistry()
+	builds := 0
+	build := func() (provider.Provider, error) {
+		builds++
+		return &stubProvider{id: builds}, nil
+	}
+	cfg := provider.ClusterConfig{Name: "a", Endpoint: "https://pve:8006/api2/json", TokenSecret: "s1"}
+	p1, _ := r.Connect("a", cfg, build)
+	p2, _ := r.Connect("a", cfg, build)
+	if p1 != p2 || builds != 1 {
+		t.Fatalf("same config rebuilt the provider (%d builds)", builds)
+	}
+	cfg.TokenSecret = "s2" // a rotated Secret
+	p3, _ := r.Connect("a", cfg, build)
+	if p3 == p1 || builds != 2 {
+		t.Fatalf("changed config kept the old provider (%d builds)", builds)
+	}
+	if _, err := r.Connect("b", cfg, func() (provider.Provider, error) { return nil, errors.New("bad CA") }); err == nil {
+		t.Fatal("build error swallowed")
+	}
+	if _, _, ok := r.Provider("b"); ok {
+		t.Fatal("a failed build left a provider behind")
+	}
+}
+
+func TestHealthAndFailures(t *testing.T) {
+	r := NewRegistry()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if h := r.Health("x"); h.Ready || h.Reason != "NotConnected" {
+		t.Fatalf("unknown cluster health = %+v", h)
+	}
+	r.SetHealth("x", Health{Ready: true}, t0)
+	if n := r.RecordFailure("x"); n != 1 || !r.Health("x").Ready {
+		t.Fatalf("RecordFailure = %d, health %+v: one failure must not mark the cluster down", n, r.Health("x"))
+	}
+	if n := r.SetHealth("x", Health{Reason: "Unreachable"}, t0.Add(time.Minute)); n != 2 {
+		t.Fatalf("failures = %d, want 2", n)
+	}
+	if h := r.Health("x"); h.Ready || !h.Since.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("health = %+v", h)
+	}
+	r.SetHealth("x", Health{Reason: "Unreachable"}, t0.Add(2*time.Minute))
+	if h := r.Health("x"); !h.Since.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("Since moved without a change of readiness: %+v", h)
+	}
+	if n := r.SetHealth("x", Health{Ready: true}, t0.Add(3*time.Minute)); n != 0 {
+		t.Fatalf("failures after success = %d", n)
+	}
+}
+
+func TestListing(t *testing.T) {
+	r := NewRegistry()
+	if r.Listing("x") != nil {
+		t.Fatal("listing before the first poll")
+	}
+	var nilListing *Listing
+	if _, ok := nilListing.VM(1); ok {
+		t.Fatal("nil listing found a VM")
+	}
+	at := time.Now()
+	prev := r.SetListing("x", []provider.VMSummary{{VMID: 100, Power: provider.PowerRunning}, {VMID: 101}}, at)
+	if prev != nil {
+		t.Fatal("first listing had a predecessor")
+	}
+	prev = r.SetListing("x", []provider.VMSummary{{VMID: 101, Power: provider.PowerStopped}}, at.Add(time.Second))
+	if vm, ok := prev.VM(100); !ok || vm.Power != provider.PowerRunning {
+		t.Fatalf("previous listing lost VM 100: %+v", vm)
+	}
+	l := r.Listing("x")
+	if _, ok := l.VM(100); ok {
+		t.Fatal("VM 100 still listed")
+	}
+	if vm, ok := l.VM(101); !ok || vm.Power != provider.PowerStopped || !l.At.Equal(at.Add(time.Second)) {
+		t.Fatalf("VM 101 = %+v at %v", vm, l.At)
+	}
+	r.Remove("x")
+	if r.Listing("x") != nil || len(r.Names()) != 0 {
+		t.Fatal("Remove kept the cluster")
+	}
+}

@@ -1,0 +1,182 @@
+// Package manager wires HyperFleet's controllers, the orphan sweeper and
+// their shared state into a controller-runtime manager. The operator binary,
+// the local dev environment and the end-to-end tests all use it, so they run
+// exactly the same wiring.
+package manager
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/controller"
+	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/internal/sweeper"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox"
+)
+
+// Options configure the operator.
+type Options struct {
+	// Signer marks and verifies VM ownership. Required.
+	Signer *ownership.Signer
+	// Factories build Providers per hypervisor kind; nil means the built-in
+	// ones (Proxmox).
+	Factories map[hfv1.HypervisorProvider]provider.Factory
+	// Clock is the time source; nil means the real clock.
+	Clock clock.Clock
+	// Bootstrap supplies workload credentials; nil renders VMs without.
+	Bootstrap controller.BootstrapSource
+	// SweepInterval, OrphanGracePeriod and SweepDryRun tune the orphan
+	// sweeper (zero values take its defaults).
+	SweepInterval     time.Duration
+	OrphanGracePeriod time.Duration
+	SweepDryRun       bool
+}
+
+// Components are the pieces Setup created, for tests and the dev
+// environment.
+type Components struct {
+	Registry *hypervisors.Registry
+	Sweeper  *sweeper.Sweeper
+}
+
+// DefaultFactories are the hypervisor implementations built in.
+func DefaultFactories() map[hfv1.HypervisorProvider]provider.Factory {
+	return map[hfv1.HypervisorProvider]provider.Factory{hfv1.ProviderProxmox: proxmox.Factory}
+}
+
+// Setup registers indexes, controllers and the sweeper on mgr.
+func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, error) {
+	if opts.Signer == nil {
+		return nil, fmt.Errorf("an ownership signer is required")
+	}
+	if opts.Factories == nil {
+		opts.Factories = DefaultFactories()
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if err := controller.SetupIndexes(ctx, mgr); err != nil {
+		return nil, fmt.Errorf("set up field indexes: %w", err)
+	}
+	registry := hypervisors.NewRegistry()
+	// Buffered so a poll that wakes many claims does not wait for the
+	// claim controller's queue one event at a time.
+	claimEvents := make(chan event.GenericEvent, 1024)
+
+	if err := (&controller.HypervisorClusterReconciler{
+		Client:      mgr.GetClient(),
+		Registry:    registry,
+		Factories:   opts.Factories,
+		Signer:      opts.Signer,
+		Recorder:    mgr.GetEventRecorderFor("hypervisorcluster-controller"),
+		Clock:       opts.Clock,
+		ClaimEvents: claimEvents,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up HypervisorCluster controller: %w", err)
+	}
+	if err := (&controller.HypervisorMachineTemplateReconciler{
+		Client:   mgr.GetClient(),
+		Registry: registry,
+		Recorder: mgr.GetEventRecorderFor("hypervisormachinetemplate-controller"),
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up HypervisorMachineTemplate controller: %w", err)
+	}
+	if err := (&controller.MachineClaimReconciler{
+		Client:      mgr.GetClient(),
+		Registry:    registry,
+		Recorder:    mgr.GetEventRecorderFor("machineclaim-controller"),
+		Clock:       opts.Clock,
+		Bootstrap:   opts.Bootstrap,
+		ClaimEvents: claimEvents,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up MachineClaim controller: %w", err)
+	}
+	sw := &sweeper.Sweeper{
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Registry:    registry,
+		Recorder:    mgr.GetEventRecorderFor("orphan-sweeper"),
+		Clock:       opts.Clock,
+		Interval:    opts.SweepInterval,
+		GracePeriod: opts.OrphanGracePeriod,
+		DryRun:      opts.SweepDryRun,
+	}
+	if err := mgr.Add(sw); err != nil {
+		return nil, fmt.Errorf("add orphan sweeper: %w", err)
+	}
+	if err := mgr.Add(controller.NewClaimPhaseCollector(mgr.GetClient())); err != nil {
+		return nil, fmt.Errorf("add claim phase metrics: %w", err)
+	}
+	return &Components{Registry: registry, Sweeper: sw}, nil
+}
+
+// Keys of the ownership Secret.
+const (
+	OwnershipKeyField        = "hmac-key"
+	OwnershipOperatorIDField = "operator-id"
+)
+
+// LoadOrCreateSigner reads the install's ownership key and operator id from
+// a Secret, creating the Secret with a random key and id on first start.
+// The key must outlive every VM: losing it makes every VM of this install
+// foreign (never deleted by the operator, only by hand).
+func LoadOrCreateSigner(ctx context.Context, c client.Client, namespace, name, operatorID string) (*ownership.Signer, error) {
+	var s corev1.Secret
+	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s)
+	if apierrors.IsNotFound(err) {
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, err
+		}
+		if operatorID == "" {
+			id := make([]byte, 4)
+			if _, err := rand.Read(id); err != nil {
+				return nil, err
+			}
+			operatorID = hex.EncodeToString(id)
+		}
+		s = corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: namespace, Name: name,
+				Labels: map[string]string{hfv1.ManagedByLabel: hfv1.ManagedByValue},
+				Annotations: map[string]string{
+					"hyperfleet.io/description": "HMAC key proving which Proxmox VMs this HyperFleet install created. Deleting it orphans every VM of the install.",
+				},
+			},
+			Type: corev1.SecretTypeOpaque,
+			Data: map[string][]byte{OwnershipKeyField: key, OwnershipOperatorIDField: []byte(operatorID)},
+		}
+		if err := c.Create(ctx, &s); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("create ownership Secret %s/%s: %w", namespace, name, err)
+		}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s); err != nil {
+			return nil, fmt.Errorf("read ownership Secret %s/%s: %w", namespace, name, err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("read ownership Secret %s/%s: %w", namespace, name, err)
+	}
+	id := string(s.Data[OwnershipOperatorIDField])
+	if operatorID != "" && id != operatorID {
+		return nil, fmt.Errorf("ownership Secret %s/%s belongs to operator id %q but --operator-id is %q; VMs are signed per id, so use %q or another Secret",
+			namespace, name, id, operatorID, id)
+	}
+	signer, err := ownership.NewSigner(id, s.Data[OwnershipKeyField])
+	if err != nil {
+		return nil, fmt.Errorf("ownership Secret %s/%s: %w", namespace, name, err)
+	}
+	return signer, nil
+}

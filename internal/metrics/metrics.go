@@ -1,0 +1,132 @@
+// Package metrics defines HyperFleet's Prometheus metrics. They are
+// registered on controller-runtime's registry, so the manager's /metrics
+// endpoint serves them next to the controller-runtime ones.
+package metrics
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+const namespace = "hyperfleet"
+
+// phaseBuckets span a fast clone (under a second) to a slow full clone or
+// boot (tens of minutes).
+var phaseBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 3600}
+
+var (
+	// ClaimPhaseSeconds is how long claims spent in a phase, observed when
+	// they leave it.
+	ClaimPhaseSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "machineclaim_phase_duration_seconds",
+		Help:    "Time MachineClaims spent in a phase, observed when they leave it.",
+		Buckets: phaseBuckets,
+	}, []string{"phase"})
+
+	// ClaimTransitions counts phase transitions.
+	ClaimTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "machineclaim_transitions_total",
+		Help: "MachineClaim phase transitions, by the phase entered.",
+	}, []string{"phase"})
+
+	// ClaimErrors counts classified provisioning errors.
+	ClaimErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "machineclaim_errors_total",
+		Help: "Errors met while provisioning or deleting VMs, by class and reason.",
+	}, []string{"class", "reason"})
+
+	// PowerOffToDestroyed is the time from a VM being seen powered off to
+	// its VM destroyed and its claim gone.
+	PowerOffToDestroyed = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "vm_poweroff_to_destroyed_seconds",
+		Help:    "Time from a VM being seen powered off to the VM destroyed and its claim released.",
+		Buckets: []float64{0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120, 300},
+	})
+
+	// CreatedToCloneRequest is the operator's own overhead: claim created to
+	// clone request sent.
+	CreatedToCloneRequest = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "machineclaim_created_to_clone_seconds",
+		Help:    "Time from a MachineClaim's creation to its clone request being sent.",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+	})
+
+	// APICalls counts hypervisor API calls.
+	APICalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "hypervisor_api_calls_total",
+		Help: "Hypervisor API calls by cluster, method, endpoint template and HTTP status (0: no response).",
+	}, []string{"cluster", "method", "endpoint", "code"})
+
+	// APICallSeconds is the latency of hypervisor API calls.
+	APICallSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "hypervisor_api_call_duration_seconds",
+		Help:    "Latency of hypervisor API calls by cluster and endpoint template.",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+	}, []string{"cluster", "endpoint"})
+
+	// CloneQueueDepth is how many VMs wait for a clone slot.
+	CloneQueueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "clone_queue_depth",
+		Help: "VMs waiting for a free clone slot, by cluster.",
+	}, []string{"cluster"})
+
+	// ClusterConnected is 1 while the operator reaches a cluster's API.
+	ClusterConnected = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "hypervisor_cluster_connected",
+		Help: "1 when the hypervisor cluster's API answers with the configured credentials, else 0.",
+	}, []string{"cluster"})
+
+	// OrphansFound counts VMs the sweeper found owned by this install with
+	// no live claim.
+	OrphansFound = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "orphan_vms_found_total",
+		Help: "VMs owned by this install (marker verified) found without a live MachineClaim.",
+	}, []string{"cluster"})
+
+	// OrphansRemoved counts orphaned VMs the sweeper destroyed.
+	OrphansRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "orphan_vms_removed_total",
+		Help: "Orphaned VMs destroyed by the sweeper (not counted in dry-run mode).",
+	}, []string{"cluster"})
+)
+
+func init() {
+	crmetrics.Registry.MustRegister(
+		ClaimPhaseSeconds, ClaimTransitions, ClaimErrors, PowerOffToDestroyed, CreatedToCloneRequest,
+		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved,
+	)
+}
+
+// ProviderObserver feeds a provider's measurements for one cluster into the
+// metrics above.
+type ProviderObserver struct {
+	Cluster string
+}
+
+var _ provider.Observer = ProviderObserver{}
+
+// APICall implements provider.Observer.
+func (o ProviderObserver) APICall(method, endpoint string, code int, d time.Duration) {
+	APICalls.WithLabelValues(o.Cluster, method, endpoint, strconv.Itoa(code)).Inc()
+	APICallSeconds.WithLabelValues(o.Cluster, endpoint).Observe(d.Seconds())
+}
+
+// CloneQueue implements provider.Observer.
+func (o ProviderObserver) CloneQueue(waiting int) {
+	CloneQueueDepth.WithLabelValues(o.Cluster).Set(float64(waiting))
+}
+
+// ForgetCluster drops the per-cluster series of a deleted cluster.
+func ForgetCluster(cluster string) {
+	APICalls.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
+	APICallSeconds.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
+	CloneQueueDepth.DeleteLabelValues(cluster)
+	ClusterConnected.DeleteLabelValues(cluster)
+	OrphansFound.DeleteLabelValues(cluster)
+	OrphansRemoved.DeleteLabelValues(cluster)
+}
