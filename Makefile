@@ -61,8 +61,12 @@ build: ## Build every binary into bin/.
 envtest: ## Build (or reuse) the cached kube-apiserver and etcd; prints their directory.
 	@$(ENVTEST_BUILD)
 
+.PHONY: test-deps
+test-deps: ## Install the system programs tests run (Debian's cloud-init).
+	hack/test-deps.sh
+
 .PHONY: test
-test: ## Run every test against the real API server (builds it on first use).
+test: test-deps ## Run every test against the real API server (builds it on first use).
 	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: bench

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,7 +91,7 @@ type operatorOptions struct {
 
 // startOperator runs the full manager wiring against the test API server.
 // It is stopped when the test ends (or earlier with stop).
-func startOperator(t *testing.T, o operatorOptions) *operator {
+func startOperator(t testing.TB, o operatorOptions) *operator {
 	t.Helper()
 	op := newOperator(t, o)
 	t.Cleanup(op.stopAll)
@@ -99,7 +100,7 @@ func startOperator(t *testing.T, o operatorOptions) *operator {
 
 // restart stops the operator and starts a new one (same install) in its
 // place, as a crash and a new leader would.
-func (o *operator) restart(t *testing.T, opts operatorOptions) *operator {
+func (o *operator) restart(t testing.TB, opts operatorOptions) *operator {
 	t.Helper()
 	o.stop()
 	o.successor = newOperator(t, opts)
@@ -112,7 +113,7 @@ func (o *operator) stopAll() {
 	}
 }
 
-func newOperator(t *testing.T, o operatorOptions) *operator {
+func newOperator(t testing.TB, o operatorOptions) *operator {
 	t.Helper()
 	logs := &syncBuffer{}
 	logger := zap.New(zap.WriteTo(logs), zap.UseDevMode(false), zap.Level(zapcore.Level(-1)))
@@ -171,6 +172,9 @@ type simulator struct {
 	*proxmoxsim.Simulator
 	url         string
 	fingerprint string
+	// onRequest, when set, sees every request before the simulator does
+	// (benchmarks time clone requests with it).
+	onRequest atomic.Pointer[func(*http.Request)]
 }
 
 // fastLatency keeps lifecycles short in wall time but every step still
@@ -183,7 +187,7 @@ func fastLatency() proxmoxsim.Latency {
 	}
 }
 
-func startSim(t *testing.T, mutate func(*proxmoxsim.Config)) *simulator {
+func startSim(t testing.TB, mutate func(*proxmoxsim.Config)) *simulator {
 	t.Helper()
 	cfg := proxmoxsim.DefaultConfig()
 	cfg.Latency = fastLatency()
@@ -196,7 +200,13 @@ func startSim(t *testing.T, mutate func(*proxmoxsim.Config)) *simulator {
 	if err != nil {
 		t.Fatalf("simulator: %v", err)
 	}
-	srv := httptest.NewTLSServer(sim)
+	out := &simulator{Simulator: sim}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hook := out.onRequest.Load(); hook != nil {
+			(*hook)(r)
+		}
+		sim.ServeHTTP(w, r)
+	}))
 	t.Cleanup(func() {
 		srv.Close()
 		_ = sim.Close()
@@ -206,13 +216,13 @@ func startSim(t *testing.T, mutate func(*proxmoxsim.Config)) *simulator {
 	for _, b := range sum {
 		fp = append(fp, fmt.Sprintf("%02X", b))
 	}
-	_ = tls.VersionTLS12
-	return &simulator{Simulator: sim, url: srv.URL + "/api2/json", fingerprint: strings.Join(fp, ":")}
+	out.url, out.fingerprint = srv.URL+"/api2/json", strings.Join(fp, ":")
+	return out
 }
 
 // fixture is one test's objects: a namespace, a cluster and a template.
 type fixture struct {
-	t         *testing.T
+	t         testing.TB
 	ctx       context.Context
 	namespace string
 	cluster   *hfv1.HypervisorCluster
@@ -225,7 +235,7 @@ var fixtureSeq int
 // pointing at sim and a HypervisorMachineTemplate for template 9000. The
 // objects are deleted (and their finalizers awaited) when the test ends,
 // before the operator stops.
-func newFixture(t *testing.T, sim *simulator, mutateCluster func(*hfv1.HypervisorCluster)) *fixture {
+func newFixture(t testing.TB, sim *simulator, mutateCluster func(*hfv1.HypervisorCluster)) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	fixtureSeq++
@@ -296,7 +306,8 @@ func (f *fixture) cleanup() {
 	ctx := f.ctx
 	_ = env.Client.DeleteAllOf(ctx, &hfv1.MachineClaim{}, client.InNamespace(f.namespace))
 	_ = env.Client.Delete(ctx, f.cluster)
-	deadline := time.Now().Add(30 * time.Second)
+	// Generous: a benchmark fixture holds a hundred claims.
+	deadline := time.Now().Add(5 * time.Minute)
 	for time.Now().Before(deadline) {
 		var claims hfv1.MachineClaimList
 		_ = env.Client.List(ctx, &claims, client.InNamespace(f.namespace))
@@ -319,7 +330,7 @@ func (f *fixture) cleanup() {
 		c.Finalizers = nil
 		_ = env.Client.Update(ctx, &c)
 	}
-	f.t.Errorf("cleanup: claims or cluster of %s were not finalized within 30s", f.namespace)
+	f.t.Errorf("cleanup: claims or cluster of %s were not finalized within 5 minutes", f.namespace)
 }
 
 // newClaim creates a MachineClaim for the fixture's template.
@@ -336,7 +347,7 @@ func (f *fixture) newClaim(name string) *hfv1.MachineClaim {
 // eventually polls cond until it returns nil or timeout passes. Waiting for
 // a controller to converge is not a timing assertion: the timeout only
 // bounds a hang.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var err error
@@ -351,7 +362,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() er
 	}
 }
 
-func getClaim(t *testing.T, c *hfv1.MachineClaim) (*hfv1.MachineClaim, error) {
+func getClaim(t testing.TB, c *hfv1.MachineClaim) (*hfv1.MachineClaim, error) {
 	t.Helper()
 	out := &hfv1.MachineClaim{}
 	err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(c), out)
@@ -359,7 +370,7 @@ func getClaim(t *testing.T, c *hfv1.MachineClaim) (*hfv1.MachineClaim, error) {
 }
 
 // waitPhase waits until the claim reaches phase.
-func waitPhase(t *testing.T, c *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, timeout time.Duration) *hfv1.MachineClaim {
+func waitPhase(t testing.TB, c *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, timeout time.Duration) *hfv1.MachineClaim {
 	t.Helper()
 	var got *hfv1.MachineClaim
 	eventually(t, timeout, fmt.Sprintf("claim %s phase %s", c.Name, phase), func() error {

@@ -1,0 +1,160 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+)
+
+// BenchmarkOperator1000Claims measures the operator with 1,000 active
+// claims over 10 HypervisorClusters (DESIGN.md targets):
+//
+//   - overhead-p50/p99-ms: a new claim created -> its clone request
+//     reaching the hypervisor, with 1,000 claims active (target p99 <
+//     100 ms);
+//   - poweroff-p50/p99-s: a VM powering itself off -> VM destroyed and
+//     claim gone, for 100 VMs powering off at once (target p99 < 10 s).
+//
+// Each cluster is its own simulator with short task latencies and the
+// operator's default clone limits; the clusters poll every 5 s (the
+// default) and the simulators refresh /cluster/resources every 2 s.
+// Setup (1,000 VMs) is not timed. Run with -benchtime 1x.
+func BenchmarkOperator1000Claims(b *testing.B) {
+	const clusters, perCluster = 10, 100
+	sims := make([]*simulator, clusters)
+	for i := range sims {
+		sims[i] = startSim(b, func(c *proxmoxsim.Config) {
+			c.Nodes[0].Memory, c.Nodes[0].CPUs = 4<<40, 1024
+			c.RefreshInterval = proxmoxsim.Duration(2 * time.Second)
+			c.Guest.AddressRange = "10.99.0.1-10.99.3.250"
+			c.Guest.Prefix = 22
+		})
+	}
+	startOperator(b, operatorOptions{})
+	fixtures := make([]*fixture, clusters)
+	for i := range fixtures {
+		fixtures[i] = newFixture(b, sims[i], func(c *hfv1.HypervisorCluster) { c.Spec.PollInterval = nil })
+	}
+	for i := range clusters * perCluster {
+		fixtures[i%clusters].newClaim(fmt.Sprintf("load-%04d", i))
+	}
+	eventually(b, 20*time.Minute, "1,000 claims running", func() error {
+		n := 0
+		for _, f := range fixtures {
+			var list hfv1.MachineClaimList
+			if err := env.Client.List(context.Background(), &list, client.InNamespace(f.namespace)); err != nil {
+				return err
+			}
+			for _, c := range list.Items {
+				if c.Status.Phase == hfv1.MachineClaimBootstrapping {
+					n++
+				}
+			}
+		}
+		if n < clusters*perCluster {
+			time.Sleep(time.Second)
+			return fmt.Errorf("%d running", n)
+		}
+		return nil
+	})
+	b.ResetTimer()
+
+	for range b.N {
+		// Overhead: one new claim at a time, each on the next cluster.
+		var overhead []time.Duration
+		for i := range 50 {
+			sim := sims[i%clusters]
+			cloned := make(chan time.Time, 1)
+			hook := func(r *http.Request) {
+				if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/clone") {
+					select {
+					case cloned <- time.Now():
+					default:
+					}
+				}
+			}
+			sim.onRequest.Store(&hook)
+			start := time.Now()
+			fixtures[i%clusters].newClaim(fmt.Sprintf("probe-%d-%d", b.N, i))
+			select {
+			case at := <-cloned:
+				overhead = append(overhead, at.Sub(start))
+			case <-time.After(time.Minute):
+				b.Fatalf("no clone request within a minute of creating claim %d", i)
+			}
+			sim.onRequest.Store(nil)
+		}
+
+		// Power-off: 10 VMs per cluster power off at once.
+		type victim struct {
+			claim *hfv1.MachineClaim
+			off   time.Time
+		}
+		var victims []victim
+		for ci, f := range fixtures {
+			var list hfv1.MachineClaimList
+			if err := env.Client.List(context.Background(), &list, client.InNamespace(f.namespace)); err != nil {
+				b.Fatal(err)
+			}
+			n := 0
+			for i := range list.Items {
+				c := &list.Items[i]
+				if c.Status.Phase != hfv1.MachineClaimBootstrapping || !strings.HasPrefix(c.Name, "load-") || n == 10 {
+					continue
+				}
+				if err := sims[ci].GuestPowerOff(int(c.Status.VMRef.VMID)); err != nil {
+					b.Fatal(err)
+				}
+				victims = append(victims, victim{claim: c, off: time.Now()})
+				n++
+			}
+		}
+		var poweroff []time.Duration
+		pending := victims
+		eventually(b, 5*time.Minute, "powered-off claims gone", func() error {
+			var still []victim
+			for _, v := range pending {
+				_, err := getClaim(b, v.claim)
+				switch {
+				case apierrors.IsNotFound(err):
+					poweroff = append(poweroff, time.Since(v.off))
+				case err != nil:
+					return err
+				default:
+					still = append(still, v)
+				}
+			}
+			pending = still
+			if len(pending) > 0 {
+				time.Sleep(100 * time.Millisecond)
+				return fmt.Errorf("%d claims left", len(pending))
+			}
+			return nil
+		})
+		b.ReportMetric(percentile(overhead, 50).Seconds()*1000, "overhead-p50-ms")
+		b.ReportMetric(percentile(overhead, 99).Seconds()*1000, "overhead-p99-ms")
+		b.ReportMetric(percentile(poweroff, 50).Seconds(), "poweroff-p50-s")
+		b.ReportMetric(percentile(poweroff, 99).Seconds(), "poweroff-p99-s")
+	}
+}
+
+// percentile returns the p-th percentile (nearest rank).
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (p*len(s)+99)/100 - 1
+	return s[max(0, min(i, len(s)-1))]
+}
