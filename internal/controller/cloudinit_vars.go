@@ -1,10 +1,12 @@
 package controller
 
 import (
+	"net/netip"
 	"strings"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/ipam"
 )
 
 // Runner software defaults, the same as the CRD's, for objects created
@@ -19,7 +21,13 @@ const (
 // templateVars are the cloud-init variables every VM of a template shares.
 // The MachineClaim controller adds the per-VM ones (claimVars); the template
 // hash renders these alone, so both paths must build them here.
-func templateVars(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) cloudinit.Vars {
+// staticAddr is a claim's address in network mode static, with its pool.
+type staticAddr struct {
+	ip   netip.Addr
+	pool *ipam.Pool
+}
+
+func templateVars(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool) cloudinit.Vars {
 	spec := tmpl.Spec
 	v := cloudinit.Vars{
 		NetworkMode:      orDefault(string(spec.Network.Mode), cloudinit.NetworkDHCP),
@@ -39,6 +47,22 @@ func templateVars(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.Hypervisor
 	dns := effectiveDNS(cluster, tmpl)
 	v.DNSServers = cloudinit.List(dns.Servers)
 	v.SearchDomains = cloudinit.List(dns.Search)
+	if v.NetworkMode == cloudinit.NetworkStatic && pool != nil {
+		// The pool's subnet settings; the template's or cluster's DNS
+		// settings win where given.
+		v.NetmaskBits = pool.Prefix()
+		if gw := pool.Gateway(); gw.IsValid() {
+			v.Gateway = gw.String()
+		}
+		if len(v.DNSServers) == 0 {
+			for _, ns := range pool.Nameservers {
+				v.DNSServers = append(v.DNSServers, ns.String())
+			}
+		}
+		if len(v.SearchDomains) == 0 {
+			v.SearchDomains = cloudinit.List(pool.SearchDomains)
+		}
+	}
 
 	v.AttestationMethod = orDefault(string(spec.Attestation.Method), cloudinit.AttestationNone)
 	v.SPIFFEEnabled = v.AttestationMethod != cloudinit.AttestationNone
@@ -72,8 +96,11 @@ func templateVars(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.Hypervisor
 }
 
 // claimVars adds a claim's per-VM values to its template's variables.
-func claimVars(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) cloudinit.Vars {
-	v := templateVars(tmpl, cluster)
+func claimVars(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, addr staticAddr) cloudinit.Vars {
+	v := templateVars(tmpl, cluster, addr.pool)
+	if addr.ip.IsValid() {
+		v.StaticIP = addr.ip.String()
+	}
 	v.Hostname = hostnameFor(claim, tmpl.Spec.Network.Hostname)
 	v.FQDN = fqdnFor(v.Hostname, effectiveDNS(cluster, tmpl).Domain)
 	v.InstanceID = string(claim.UID)

@@ -20,6 +20,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -37,12 +38,17 @@ func (r *HypervisorMachineTemplateReconciler) SetupWithManager(mgr ctrl.Manager)
 		For(&hfv1.HypervisorMachineTemplate{}).
 		Watches(&hfv1.HypervisorCluster{}, handler.EnqueueRequestsFromMapFunc(r.templatesForCluster)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.templatesForSecret)).
+		Watches(&hfv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.templatesForPool)).
 		Named("hypervisormachinetemplate").
 		Complete(r)
 }
 
 func (r *HypervisorMachineTemplateReconciler) templatesForCluster(ctx context.Context, o client.Object) []reconcile.Request {
 	return r.templateRequests(ctx, client.MatchingFields{templateClusterIndex: o.GetName()})
+}
+
+func (r *HypervisorMachineTemplateReconciler) templatesForPool(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.templateRequests(ctx, client.MatchingFields{templatePoolIndex: o.GetName()})
 }
 
 func (r *HypervisorMachineTemplateReconciler) templatesForSecret(ctx context.Context, o client.Object) []reconcile.Request {
@@ -113,7 +119,19 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 	if msg := r.missingSecrets(ctx, tmpl); msg != "" {
 		return invalid(hfv1.SecretNotFoundReason, msg)
 	}
-	hash, err := templateHash(tmpl, cluster)
+	var pool *ipam.Pool
+	if ref := tmpl.Spec.Network.IPPoolRef; ref != nil && tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
+		obj := &hfv1.IPPool{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: ref.Name}, obj); err != nil {
+			return invalid(hfv1.TemplateInvalidReason, fmt.Sprintf("spec.network.ipPoolRef: IPPool %s: %v", ref.Name, err))
+		}
+		p, err := ipam.ParsePool(ipamSpec(obj))
+		if err != nil {
+			return invalid(hfv1.TemplateInvalidReason, fmt.Sprintf("spec.network.ipPoolRef: IPPool %s is invalid: %v", ref.Name, err))
+		}
+		pool = p
+	}
+	hash, err := templateHash(tmpl, cluster, pool)
 	if err != nil {
 		return invalid(hfv1.TemplateInvalidReason, err.Error())
 	}

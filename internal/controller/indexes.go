@@ -20,6 +20,8 @@ const (
 	claimTemplateIndex = "spec.templateRef.name"
 	// templateClusterIndex maps a cluster name to the templates using it.
 	templateClusterIndex = "spec.hypervisorClusterRef.name"
+	// templatePoolIndex maps an IPPool name to the templates using it.
+	templatePoolIndex = "spec.network.ipPoolRef.name"
 	// clusterSecretIndex maps "<namespace>/<name>" of a Secret to the
 	// clusters that reference it.
 	clusterSecretIndex = "spec.secretRefs"
@@ -58,6 +60,14 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 	}
 	if err := idx.IndexField(ctx, &hfv1.HypervisorMachineTemplate{}, templateClusterIndex, func(o client.Object) []string {
 		return []string{o.(*hfv1.HypervisorMachineTemplate).Spec.HypervisorClusterRef.Name}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &hfv1.HypervisorMachineTemplate{}, templatePoolIndex, func(o client.Object) []string {
+		if ref := o.(*hfv1.HypervisorMachineTemplate).Spec.Network.IPPoolRef; ref != nil {
+			return []string{ref.Name}
+		}
+		return nil
 	}); err != nil {
 		return err
 	}

@@ -17,8 +17,8 @@ var errRender = errors.New("render cloud-init")
 // renderCloudInit renders the NoCloud data of a claim's VM: the template's
 // cloud-init merged with the operator's, with the workload credential from
 // the BootstrapSource.
-func (r *MachineClaimReconciler) renderCloudInit(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) (provider.CloudInit, error) {
-	vars := claimVars(claim, tmpl, cluster)
+func (r *MachineClaimReconciler) renderCloudInit(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, addr staticAddr) (provider.CloudInit, error) {
+	vars := claimVars(claim, tmpl, cluster, addr)
 	if r.Bootstrap != nil {
 		if err := r.Bootstrap.BootstrapVars(ctx, claim, tmpl, &vars); err != nil {
 			return provider.CloudInit{}, fmt.Errorf("workload bootstrap data: %w", err)

@@ -24,6 +24,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/ipam"
 )
 
 const (
@@ -49,6 +50,8 @@ type BootstrapSource interface {
 type MachineClaimReconciler struct {
 	Client   client.Client
 	Registry *hypervisors.Registry
+	// IPAM allocates static addresses (network mode static).
+	IPAM     *ipam.Manager
 	Recorder record.EventRecorder
 	Clock    clock.PassiveClock
 	// Bootstrap supplies workload credentials; nil renders VMs without any.

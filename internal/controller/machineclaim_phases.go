@@ -60,7 +60,22 @@ func (r *MachineClaimReconciler) reconcileProvision(ctx context.Context, claim *
 		return r.watchRunning(ctx, claim)
 	}
 
-	ci, err := r.renderCloudInit(ctx, claim, tmpl, cluster)
+	var addr staticAddr
+	if tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
+		ip, pool, fresh, err := r.staticAddress(ctx, claim, tmpl)
+		switch {
+		case errors.Is(err, errAddressWait):
+			return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
+		case err != nil:
+			return r.provisionError(ctx, claim, err)
+		case fresh:
+			// Persist the allocation (deferred status patch) before any
+			// VM is built with it.
+			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
+		}
+		addr = staticAddr{ip: ip, pool: pool}
+	}
+	ci, err := r.renderCloudInit(ctx, claim, tmpl, cluster, addr)
 	if err != nil {
 		return r.provisionError(ctx, claim, err)
 	}
@@ -162,18 +177,28 @@ func (r *MachineClaimReconciler) dependencies(ctx context.Context, claim *hfv1.M
 
 // namespaceAllowed applies the cluster's allowedNamespaces selector.
 func (r *MachineClaimReconciler) namespaceAllowed(ctx context.Context, cluster *hfv1.HypervisorCluster, namespace string) (bool, error) {
-	if cluster.Spec.AllowedNamespaces == nil {
+	ok, err := selectorAdmits(ctx, r.Client, cluster.Spec.AllowedNamespaces, namespace)
+	if err != nil {
+		return false, fmt.Errorf("HypervisorCluster %s: %w", cluster.Name, err)
+	}
+	return ok, nil
+}
+
+// selectorAdmits applies an allowedNamespaces selector: unset or empty
+// admits every namespace.
+func selectorAdmits(ctx context.Context, c client.Reader, selector *metav1.LabelSelector, namespace string) (bool, error) {
+	if selector == nil {
 		return true, nil
 	}
-	sel, err := metav1.LabelSelectorAsSelector(cluster.Spec.AllowedNamespaces)
+	sel, err := metav1.LabelSelectorAsSelector(selector)
 	if err != nil {
-		return false, fmt.Errorf("HypervisorCluster %s: spec.allowedNamespaces is not a valid selector: %w", cluster.Name, err)
+		return false, fmt.Errorf("spec.allowedNamespaces is not a valid selector: %w", err)
 	}
 	if sel.Empty() {
 		return true, nil
 	}
 	var ns corev1.Namespace
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
 		return false, fmt.Errorf("read namespace %s: %w", namespace, err)
 	}
 	return sel.Matches(labels.Set(ns.Labels)), nil
@@ -290,6 +315,7 @@ func (r *MachineClaimReconciler) reconcileDelete(ctx context.Context, claim *hfv
 func (r *MachineClaimReconciler) deleteVM(ctx context.Context, claim *hfv1.MachineClaim) (bool, ctrl.Result, error) {
 	ref := claim.Status.VMRef
 	if ref == nil || ref.VMID == 0 {
+		r.releaseAddresses(ctx, claim)
 		return true, ctrl.Result{}, nil
 	}
 	p, health, connected := r.Registry.Provider(ref.HypervisorCluster)
@@ -307,6 +333,8 @@ func (r *MachineClaimReconciler) deleteVM(ctx context.Context, claim *hfv1.Machi
 		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, msg)
 		r.Recorder.Event(claim, corev1.EventTypeWarning, hfv1.OwnershipMismatchReason, truncate(msg, 1024))
 		claim.Status.VMRef, claim.Status.Task = nil, nil
+		// Nothing of ours is at that id; the address was never used by it.
+		r.releaseAddresses(ctx, claim)
 		return true, ctrl.Result{}, nil
 	case err != nil:
 		class, reason := provider.Classify(err), provider.ReasonOf(err)
@@ -331,6 +359,7 @@ func (r *MachineClaimReconciler) deleteVM(ctx context.Context, claim *hfv1.Machi
 	}
 	r.Recorder.Eventf(claim, corev1.EventTypeNormal, vmDeletedReason, "VM %d on %s destroyed and its cloud-init ISO removed", ref.VMID, ref.HypervisorCluster)
 	claim.Status.VMRef, claim.Status.Task = nil, nil
+	r.releaseAddresses(ctx, claim)
 	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, vmDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
 	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, vmDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
 	return true, ctrl.Result{}, nil

@@ -8,6 +8,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/ipam"
 )
 
 // templateHashVersion changes when the hash's inputs change meaning, so
@@ -28,8 +29,8 @@ type hashedShape struct {
 // zeroed, plus the source template, resources and network. It depends only
 // on the template's and cluster's specs, so it is stable across operator
 // restarts and identical for every VM of the template.
-func templateHash(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) (string, error) {
-	out, err := cloudinit.Render(cloudInitInput(tmpl, templateVars(tmpl, cluster).Canonical()))
+func templateHash(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool) (string, error) {
+	out, err := cloudinit.Render(cloudInitInput(tmpl, templateVars(tmpl, cluster, pool).Canonical()))
 	if err != nil {
 		return "", fmt.Errorf("spec.cloudInit does not render: %w", err)
 	}

@@ -22,6 +22,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/ownership"
 	"github.com/hyperfleet/hyperfleet/internal/sweeper"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
@@ -50,6 +51,7 @@ type Options struct {
 // environment.
 type Components struct {
 	Registry *hypervisors.Registry
+	IPAM     *ipam.Manager
 	Sweeper  *sweeper.Sweeper
 }
 
@@ -73,6 +75,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		return nil, fmt.Errorf("set up field indexes: %w", err)
 	}
 	registry := hypervisors.NewRegistry()
+	addresses := ipam.NewManager()
 	// Buffered so a poll that wakes many claims does not wait for the
 	// claim controller's queue one event at a time.
 	claimEvents := make(chan event.GenericEvent, 1024)
@@ -95,9 +98,17 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up HypervisorMachineTemplate controller: %w", err)
 	}
+	if err := (&controller.IPPoolReconciler{
+		Client:   mgr.GetClient(),
+		IPAM:     addresses,
+		Recorder: mgr.GetEventRecorderFor("ippool-controller"),
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up IPPool controller: %w", err)
+	}
 	if err := (&controller.MachineClaimReconciler{
 		Client:      mgr.GetClient(),
 		Registry:    registry,
+		IPAM:        addresses,
 		Recorder:    mgr.GetEventRecorderFor("machineclaim-controller"),
 		Clock:       opts.Clock,
 		Bootstrap:   opts.Bootstrap,
@@ -121,7 +132,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	if err := mgr.Add(controller.NewClaimPhaseCollector(mgr.GetClient())); err != nil {
 		return nil, fmt.Errorf("add claim phase metrics: %w", err)
 	}
-	return &Components{Registry: registry, Sweeper: sw}, nil
+	return &Components{Registry: registry, IPAM: addresses, Sweeper: sw}, nil
 }
 
 // Keys of the ownership Secret.

@@ -81,6 +81,12 @@ var (
 		Help: "1 when the hypervisor cluster's API answers with the configured credentials, else 0.",
 	}, []string{"cluster"})
 
+	// IPPoolFree is how many addresses an IPPool has left.
+	IPPoolFree = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "ippool_free_addresses",
+		Help: "Addresses an IPPool can still hand out (0: exhausted).",
+	}, []string{"pool"})
+
 	// OrphansFound counts VMs the sweeper found owned by this install with
 	// no live claim.
 	OrphansFound = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -98,7 +104,7 @@ var (
 func init() {
 	crmetrics.Registry.MustRegister(
 		ClaimPhaseSeconds, ClaimTransitions, ClaimErrors, PowerOffToDestroyed, CreatedToCloneRequest,
-		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved,
+		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, IPPoolFree,
 	)
 }
 

@@ -1,0 +1,238 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
+)
+
+const invalidSpecReason = "InvalidSpec"
+
+// IPPoolReconciler loads each IPPool into the in-memory allocator, rebuilds
+// its allocations from the claims' status before the first allocation
+// (DESIGN.md decision 13) and reports its counts.
+type IPPoolReconciler struct {
+	Client   client.Client
+	IPAM     *ipam.Manager
+	Recorder record.EventRecorder
+}
+
+// SetupWithManager registers the controller.
+func (r *IPPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&hfv1.IPPool{}).
+		Watches(&hfv1.MachineClaim{}, handler.EnqueueRequestsFromMapFunc(poolsOfClaim)).
+		Named("ippool").
+		Complete(r)
+}
+
+// poolsOfClaim wakes the pools a claim holds addresses from, so counts
+// follow allocations and releases.
+func poolsOfClaim(_ context.Context, o client.Object) []reconcile.Request {
+	c := o.(*hfv1.MachineClaim)
+	if c.Status.Network == nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, a := range c.Status.Network.IPAllocations {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Name: a.PoolRef}})
+	}
+	return out
+}
+
+// ipamSpec converts the API type for the ipam package.
+func ipamSpec(p *hfv1.IPPool) ipam.Spec {
+	return ipam.Spec{
+		Addresses: p.Spec.Addresses, ExcludedAddresses: p.Spec.ExcludedAddresses, Prefix: p.Spec.Prefix,
+		Gateways: p.Spec.Gateways, Nameservers: p.Spec.Nameservers, SearchDomains: p.Spec.SearchDomains,
+	}
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *IPPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	pool := &hfv1.IPPool{}
+	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.IPAM.RemovePool(req.Name)
+			metrics.IPPoolFree.DeleteLabelValues(req.Name)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	before := pool.DeepCopy()
+	defer func() {
+		if !equality.Semantic.DeepEqual(before.Status, pool.Status) {
+			if err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+				ctrl.LoggerFrom(ctx).Error(err, "Patch IPPool status")
+			}
+		}
+	}()
+	gen := pool.Generation
+	pool.Status.ObservedGeneration = gen
+
+	parsed, err := ipam.ParsePool(ipamSpec(pool))
+	if err != nil {
+		// Keep the last valid spec in the allocator: claims holding its
+		// addresses keep them, new claims wait until the spec is fixed.
+		setCondition(&pool.Status.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionFalse, invalidSpecReason, err.Error())
+		r.Recorder.Event(pool, corev1.EventTypeWarning, invalidSpecReason, truncate(err.Error(), 1024))
+		return ctrl.Result{}, nil
+	}
+	for _, c := range r.IPAM.SetPool(pool.Name, parsed) {
+		r.Recorder.Event(pool, corev1.EventTypeWarning, "AllocationConflict", c.String())
+	}
+	if !r.IPAM.Rebuilt(pool.Name) {
+		allocs, err := r.recordedAllocations(ctx, pool.Name)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		conflicts, err := r.IPAM.Rebuild(pool.Name, allocs)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		for _, c := range conflicts {
+			r.Recorder.Event(pool, corev1.EventTypeWarning, "AllocationConflict", c.String())
+		}
+		ctrl.LoggerFrom(ctx).Info("IPPool allocations rebuilt from claims", "allocations", len(allocs), "conflicts", len(conflicts))
+	}
+	counts, err := r.IPAM.Counts(pool.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	pool.Status.Total, pool.Status.Allocated, pool.Status.Free = counts.Total, counts.Allocated, counts.Free
+	metrics.IPPoolFree.WithLabelValues(pool.Name).Set(float64(counts.Free))
+	if counts.Free == 0 {
+		setCondition(&pool.Status.Conditions, gen, hfv1.IPPoolExhaustedCondition, metav1.ConditionTrue, hfv1.IPPoolExhaustedReason,
+			fmt.Sprintf("All %d addresses are allocated; new static-address claims wait. Add addresses to spec.addresses or free some", counts.Total))
+	} else {
+		setCondition(&pool.Status.Conditions, gen, hfv1.IPPoolExhaustedCondition, metav1.ConditionFalse, hfv1.ReadyReason,
+			fmt.Sprintf("%d of %d addresses free", counts.Free, counts.Total))
+	}
+	msg := fmt.Sprintf("%d of %d addresses allocated", counts.Allocated, counts.Total)
+	if len(parsed.Warnings) > 0 {
+		msg += "; warnings: " + fmt.Sprint(parsed.Warnings)
+	}
+	setCondition(&pool.Status.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
+	return ctrl.Result{}, nil
+}
+
+// recordedAllocations reads every allocation from the pool that a claim's
+// status records.
+func (r *IPPoolReconciler) recordedAllocations(ctx context.Context, pool string) ([]ipam.Allocation, error) {
+	var claims hfv1.MachineClaimList
+	if err := r.Client.List(ctx, &claims); err != nil {
+		return nil, err
+	}
+	var out []ipam.Allocation
+	for i := range claims.Items {
+		c := &claims.Items[i]
+		if c.Status.Network == nil {
+			continue
+		}
+		for _, a := range c.Status.Network.IPAllocations {
+			if a.PoolRef != pool {
+				continue
+			}
+			addr, err := ipam.ParseAllocatedAddress(a.Address)
+			if err != nil {
+				ctrl.LoggerFrom(ctx).Info("Ignoring an unreadable allocation", "MachineClaim", client.ObjectKeyFromObject(c), "address", a.Address)
+				continue
+			}
+			out = append(out, ipam.Allocation{Owner: string(c.UID), Address: addr})
+		}
+	}
+	return out, nil
+}
+
+// errAddressWait means the claim must wait for its pool before it can get
+// an address; the claim's condition says why.
+var errAddressWait = errors.New("waiting for an address")
+
+// staticAddress returns the claim's address from its template's pool,
+// allocating one (and recording it in status) on first use. The address is
+// recorded before anything uses it, so a restart never hands it out twice.
+func (r *MachineClaimReconciler) staticAddress(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) (netip.Addr, *ipam.Pool, bool, error) {
+	ref := tmpl.Spec.Network.IPPoolRef
+	poolObj := &hfv1.IPPool{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: ref.Name}, poolObj); err != nil {
+		return netip.Addr{}, nil, false, r.waitForAddress(claim, hfv1.IPPoolExhaustedReason, fmt.Sprintf("spec.network.ipPoolRef of template %s: IPPool %s: %v", tmpl.Name, ref.Name, err))
+	}
+	allowed, err := selectorAdmits(ctx, r.Client, poolObj.Spec.AllowedNamespaces, claim.Namespace)
+	if err != nil || !allowed {
+		return netip.Addr{}, nil, false, r.waitForAddress(claim, hfv1.NamespaceNotAllowedReason,
+			fmt.Sprintf("IPPool %s does not admit namespace %s (spec.allowedNamespaces)", ref.Name, claim.Namespace))
+	}
+	pool, err := ipam.ParsePool(ipamSpec(poolObj))
+	if err != nil {
+		return netip.Addr{}, nil, false, r.waitForAddress(claim, invalidSpecReason, fmt.Sprintf("IPPool %s is invalid: %v", ref.Name, err))
+	}
+	if claim.Status.Network != nil {
+		for _, a := range claim.Status.Network.IPAllocations {
+			if a.PoolRef == ref.Name {
+				addr, err := ipam.ParseAllocatedAddress(a.Address)
+				return addr, pool, false, err
+			}
+		}
+	}
+	addr, err := r.IPAM.Allocate(ref.Name, string(claim.UID))
+	switch {
+	case errors.Is(err, ipam.ErrExhausted):
+		r.Recorder.Eventf(claim, corev1.EventTypeWarning, hfv1.IPPoolExhaustedReason, "IPPool %s has no free address", ref.Name)
+		return netip.Addr{}, nil, false, r.waitForAddress(claim, hfv1.IPPoolExhaustedReason, fmt.Sprintf("IPPool %s has no free address; the claim waits for one", ref.Name))
+	case err != nil:
+		return netip.Addr{}, nil, false, r.waitForAddress(claim, "IPPoolNotReady", fmt.Sprintf("IPPool %s: %v", ref.Name, err))
+	}
+	if claim.Status.Network == nil {
+		claim.Status.Network = &hfv1.MachineNetworkStatus{}
+	}
+	alloc := hfv1.IPAllocation{PoolRef: ref.Name, Address: pool.WithPrefix(addr).String()}
+	if gw := pool.Gateway(); gw.IsValid() {
+		alloc.Gateway = gw.String()
+	}
+	claim.Status.Network.IPAllocations = append(claim.Status.Network.IPAllocations, alloc)
+	r.Recorder.Eventf(claim, corev1.EventTypeNormal, "AddressAllocated", "Allocated %s from IPPool %s", alloc.Address, ref.Name)
+	// fresh: the caller persists the allocation before using it.
+	return addr, pool, true, nil
+}
+
+func (r *MachineClaimReconciler) waitForAddress(claim *hfv1.MachineClaim, reason, msg string) error {
+	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
+	r.syncReady(claim)
+	return errAddressWait
+}
+
+// releaseAddresses returns the claim's addresses to their pools once its VM
+// is gone.
+func (r *MachineClaimReconciler) releaseAddresses(ctx context.Context, claim *hfv1.MachineClaim) {
+	if claim.Status.Network == nil || r.IPAM == nil {
+		return
+	}
+	for _, a := range claim.Status.Network.IPAllocations {
+		addr, err := ipam.ParseAllocatedAddress(a.Address)
+		if err != nil {
+			continue
+		}
+		// A pool not loaded yet rebuilds from the claims that still
+		// record addresses, so dropping the record releases it too.
+		if err := r.IPAM.Release(a.PoolRef, string(claim.UID), addr); err != nil && !errors.Is(err, ipam.ErrUnknownPool) && !errors.Is(err, ipam.ErrNotRebuilt) {
+			ctrl.LoggerFrom(ctx).Error(err, "Release address", "pool", a.PoolRef, "address", a.Address)
+			continue
+		}
+		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "AddressReleased", "Released %s to IPPool %s", a.Address, a.PoolRef)
+	}
+	claim.Status.Network.IPAllocations = nil
+}
