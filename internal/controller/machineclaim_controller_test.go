@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
@@ -315,4 +317,72 @@ func assertNoSecrets(t *testing.T, sim *simulator, op *operator, workloadSecrets
 			}
 		}
 	}
+}
+
+// TestTamperedVMIsNeverDestroyed: when the VM's ownership block is edited
+// behind the operator's back, deleting the claim leaves the VM alone and
+// says so.
+func TestTamperedVMIsNeverDestroyed(t *testing.T) {
+	sim := startSim(t, nil)
+	startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	claim := f.newClaim("tampered")
+	got := waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
+	vmid := int(got.Status.VMRef.VMID)
+	desc := strings.Replace(findVM(t, sim, vmid).Description, "name: tampered", "name: someone-else", 1)
+	simCall(t, sim, "PUT", fmt.Sprintf("/nodes/pve1/qemu/%d/config", vmid), url.Values{"description": {desc}})
+	if err := env.Client.Delete(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	wantEvents(t, got, hfv1.OwnershipMismatchReason)
+	eventually(t, 30*time.Second, "claim released", func() error {
+		if _, err := getClaim(t, claim); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("claim still there: %v", err)
+		}
+		return nil
+	})
+	if vm := findVM(t, sim, vmid); vm.Status != "running" {
+		t.Fatalf("tampered VM was touched: %+v", vm)
+	}
+}
+
+// TestMetricsExposed: the operator's metrics are registered and move.
+func TestMetricsExposed(t *testing.T) {
+	sim := startSim(t, nil)
+	startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	waitPhase(t, f.newClaim("measured"), hfv1.MachineClaimBootstrapping, 60*time.Second)
+	eventually(t, 10*time.Second, "metrics", func() error {
+		families, err := crmetrics.Registry.Gather()
+		if err != nil {
+			return err
+		}
+		want := map[string]bool{
+			"hyperfleet_machineclaims": false, "hyperfleet_hypervisor_api_calls_total": false,
+			"hyperfleet_machineclaim_created_to_clone_seconds": false, "hyperfleet_machineclaim_phase_duration_seconds": false,
+			"hyperfleet_hypervisor_cluster_connected": false,
+		}
+		for _, fam := range families {
+			if _, ok := want[fam.GetName()]; !ok {
+				continue
+			}
+			for _, m := range fam.GetMetric() {
+				v := m.GetGauge().GetValue() + m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+				if v > 0 {
+					want[fam.GetName()] = true
+				}
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "endpoint" && strings.ContainsAny(l.GetValue(), "0123456789") {
+						return fmt.Errorf("endpoint label %q carries an id", l.GetValue())
+					}
+				}
+			}
+		}
+		for name, seen := range want {
+			if !seen {
+				return fmt.Errorf("%s missing or zero", name)
+			}
+		}
+		return nil
+	})
 }
