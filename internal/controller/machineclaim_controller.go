@@ -113,7 +113,7 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("MachineClaim", klog.KObj(claim)))
 
 	if claim.DeletionTimestamp.IsZero() {
-		if err := r.ensureMetadata(ctx, claim); err != nil {
+		if err := r.ensureMetadata(ctx, claim, r.clusterOf(ctx, claim)); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
@@ -146,8 +146,22 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	return r.reconcileProvision(ctx, claim)
 }
 
-// ensureMetadata adds the finalizer and the standard labels in one patch.
-func (r *MachineClaimReconciler) ensureMetadata(ctx context.Context, claim *hfv1.MachineClaim) error {
+// clusterOf names the claim's HypervisorCluster: where its VM is, else
+// where its template points (empty when the template is missing).
+func (r *MachineClaimReconciler) clusterOf(ctx context.Context, claim *hfv1.MachineClaim) string {
+	if ref := claim.Status.VMRef; ref != nil {
+		return ref.HypervisorCluster
+	}
+	tmpl := &hfv1.HypervisorMachineTemplate{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, tmpl); err != nil {
+		return ""
+	}
+	return tmpl.Spec.HypervisorClusterRef.Name
+}
+
+// ensureMetadata adds the finalizer and the standard labels (the cluster
+// label when cluster is known) in one patch, before any VM exists.
+func (r *MachineClaimReconciler) ensureMetadata(ctx context.Context, claim *hfv1.MachineClaim, cluster string) error {
 	orig := claim.DeepCopy()
 	controllerutil.AddFinalizer(claim, hfv1.MachineClaimFinalizer)
 	labels := claim.GetLabels()
@@ -158,6 +172,9 @@ func (r *MachineClaimReconciler) ensureMetadata(ctx context.Context, claim *hfv1
 	labels[hfv1.MachineTemplateLabel] = claim.Spec.TemplateRef.Name
 	if claim.Spec.RunnerPoolRef != nil {
 		labels[hfv1.RunnerPoolLabel] = claim.Spec.RunnerPoolRef.Name
+	}
+	if cluster != "" {
+		labels[hfv1.HypervisorClusterLabel] = cluster
 	}
 	claim.SetLabels(labels)
 	if equality.Semantic.DeepEqual(orig.ObjectMeta, claim.ObjectMeta) {

@@ -22,6 +22,10 @@ import (
 )
 
 // Reasons for claims that are specific to the claim controller.
+// callAgainNow is the requeue for a provider that asks to be called again
+// at once.
+const callAgainNow = 10 * time.Millisecond
+
 const (
 	templateNotFoundReason = "TemplateNotFound"
 	templateNotReadyReason = "TemplateNotReady"
@@ -98,7 +102,9 @@ func (r *MachineClaimReconciler) reconcileProvision(ctx context.Context, claim *
 	}
 	retry := res.RetryAfter
 	if retry <= 0 {
-		retry = time.Second
+		// "Call again now": the status patch below usually wakes the
+		// claim first; this only covers a coalesced event.
+		retry = callAgainNow
 	}
 	msg := res.Message
 	switch res.Phase {
@@ -353,7 +359,7 @@ func (r *MachineClaimReconciler) deleteVM(ctx context.Context, claim *hfv1.Machi
 		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, deletingVMReason, orDefault(res.Message, fmt.Sprintf("Deleting VM %d", ref.VMID)))
 		retry := res.RetryAfter
 		if retry <= 0 {
-			retry = time.Second
+			retry = callAgainNow
 		}
 		return false, ctrl.Result{RequeueAfter: retry}, nil
 	}

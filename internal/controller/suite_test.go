@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -117,7 +118,12 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 	t.Helper()
 	logs := &syncBuffer{}
 	logger := zap.New(zap.WriteTo(logs), zap.UseDevMode(false), zap.Level(zapcore.Level(-1)))
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+	// Like ctrl.GetConfig in the binary: no client-side rate limit (the API
+	// server's priority and fairness applies). envtest's config would
+	// otherwise throttle the operator to client-go's 5 requests/s.
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS = -1
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 env.Scheme,
 		Logger:                 logger,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
