@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -29,12 +30,19 @@ import (
 
 const (
 	// runningResync rechecks a running claim without any event, a safety
-	// net behind the cluster poller's shutdown notifications.
-	runningResync = time.Minute
+	// net behind the cluster poller's shutdown notifications. It is
+	// jittered (see resyncRunning) so that claims that came up together
+	// do not all wake together and delay new claims in the queue.
+	runningResync = 2 * time.Minute
 	// waitForDependency is how long a claim waits for a missing template or
 	// cluster before looking again (watches usually wake it sooner).
 	waitForDependency = time.Minute
 )
+
+// resyncRunning is runningResync plus up to half of it again, at random.
+func resyncRunning() time.Duration {
+	return runningResync + time.Duration(rand.Int64N(int64(runningResync/2)))
+}
 
 // BootstrapSource is the seam to the workload side (GitHub Actions first):
 // it fills in the workload part of a VM's cloud-init variables (runner name,

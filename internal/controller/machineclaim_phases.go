@@ -126,7 +126,7 @@ func (r *MachineClaimReconciler) reconcileProvision(ctx context.Context, claim *
 		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "Provisioned", "VM %d is up on %s/%s", res.Progress.VMID, cluster.Name, res.Progress.Node)
 		r.enterPhase(ctx, claim, hfv1.MachineClaimBootstrapping, hfv1.WaitingForRunnerReason, "Waiting for the workload to report the runner online")
 		r.syncReady(claim)
-		return ctrl.Result{RequeueAfter: runningResync}, nil
+		return ctrl.Result{RequeueAfter: resyncRunning()}, nil
 	case provider.PhaseStopped:
 		return r.startTermination(ctx, claim, vmPoweredOffReason, fmt.Sprintf("VM %d powered off before it was ready", res.Progress.VMID))
 	}
@@ -232,7 +232,7 @@ func (r *MachineClaimReconciler) watchRunning(ctx context.Context, claim *hfv1.M
 		r.enterPhase(ctx, claim, hfv1.MachineClaimReady, hfv1.ReadyReason, "The workload reports the VM ready")
 	}
 	r.syncReady(claim)
-	return ctrl.Result{RequeueAfter: runningResync}, nil
+	return ctrl.Result{RequeueAfter: resyncRunning()}, nil
 }
 
 // confirmStopped reads the claim's VM directly; if it is gone or powered

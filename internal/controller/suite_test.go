@@ -117,7 +117,8 @@ func (o *operator) stopAll() {
 func newOperator(t testing.TB, o operatorOptions) *operator {
 	t.Helper()
 	logs := &syncBuffer{}
-	logger := zap.New(zap.WriteTo(logs), zap.UseDevMode(false), zap.Level(zapcore.Level(-1)))
+	logger := zap.New(zap.WriteTo(logs), zap.UseDevMode(false), zap.Level(zapcore.Level(-1)),
+		zap.JSONEncoder(func(c *zapcore.EncoderConfig) { c.EncodeTime = zapcore.RFC3339NanoTimeEncoder }))
 	// Like ctrl.GetConfig in the binary: no client-side rate limit (the API
 	// server's priority and fairness applies). envtest's config would
 	// otherwise throttle the operator to client-go's 5 requests/s.
