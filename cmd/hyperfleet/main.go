@@ -120,7 +120,6 @@ func runManager(args []string) error {
 	return mgr.Start(ctx)
 }
 
-
 func envOr(key, def string) string {
 	if v := os.Getenv(key); v != "" {
 		return v

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"sync"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 

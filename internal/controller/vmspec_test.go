@@ -1,0 +1,74 @@
+package controller
+
+import (
+	"net"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+)
+
+func TestHostnameFor(t *testing.T) {
+	long := strings.Repeat("a", 70)
+	cases := []struct {
+		ns, name string
+		strategy hfv1.HostnameStrategy
+		want     string
+	}{
+		{"ci", "runner-1", hfv1.HostnameFromName, "runner-1"},
+		{"ci", "runner-1", "", "runner-1"},
+		{"ci", "runner-1", hfv1.HostnameFromNamespaceAndName, "ci-runner-1"},
+		{"ci", "Runner.v2", hfv1.HostnameFromName, "runner-v2"},
+		{"ci", "...", hfv1.HostnameFromName, ""},
+	}
+	for _, tc := range cases {
+		got := hostnameFor(&hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: tc.ns, Name: tc.name}}, tc.strategy)
+		if tc.want != "" && got != tc.want {
+			t.Errorf("hostnameFor(%s/%s, %q) = %q, want %q", tc.ns, tc.name, tc.strategy, got, tc.want)
+		}
+		if len(got) == 0 || len(got) > maxHostnameLength || strings.HasPrefix(got, "-") || strings.HasSuffix(got, "-") {
+			t.Errorf("hostnameFor(%s/%s) = %q is not a DNS label", tc.ns, tc.name, got)
+		}
+	}
+	a := hostnameFor(&hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: long + "x"}}, "")
+	b := hostnameFor(&hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: long + "y"}}, "")
+	if a == b || len(a) > maxHostnameLength || !strings.HasPrefix(a, "aaaa") {
+		t.Errorf("long names: %q and %q must differ, fit 63 characters and keep their start", a, b)
+	}
+}
+
+func TestMACForIsStableLocalUnicast(t *testing.T) {
+	m1, m2 := macFor("uid-1"), macFor("uid-1")
+	if m1 != m2 {
+		t.Fatal("MAC changes between calls")
+	}
+	if macFor("uid-2") == m1 {
+		t.Fatal("two claims share a MAC")
+	}
+	hw, err := net.ParseMAC(m1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hw[0]&0x02 == 0 || hw[0]&0x01 != 0 {
+		t.Fatalf("MAC %s is not locally administered unicast", m1)
+	}
+}
+
+func TestRegistrationURL(t *testing.T) {
+	cases := []struct {
+		gh   hfv1.GitHubBootstrap
+		want string
+	}{
+		{hfv1.GitHubBootstrap{Owner: "octo", Repository: "app"}, "https://github.com/octo/app"},
+		{hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo", APIBaseURL: "https://api.github.com"}, "https://github.com/octo"},
+		{hfv1.GitHubBootstrap{Owner: "octo", Repository: "app", APIBaseURL: "https://ghes.example.com/api/v3"}, "https://ghes.example.com/octo/app"},
+		{hfv1.GitHubBootstrap{Owner: "octo", Repository: "app", RunnerURLs: &hfv1.ScopedURLs{Repository: "https://gh.internal/{owner}/{repo}"}}, "https://gh.internal/octo/app"},
+	}
+	for _, tc := range cases {
+		if got := registrationURL(tc.gh); got != tc.want {
+			t.Errorf("registrationURL(%+v) = %q, want %q", tc.gh, got, tc.want)
+		}
+	}
+}
