@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 )
 
 // TestClusterReportsNodesAndVersion: a reachable cluster is Ready with its
@@ -126,4 +127,34 @@ func TestNamespaceNotAllowed(t *testing.T) {
 	if vms := operatorVMs(sim); len(vms) != 0 {
 		t.Fatalf("VM created for a namespace the cluster does not admit: %+v", vms)
 	}
+}
+
+// TestClustersAreIndependent: one cluster going down pauses only its own
+// claims (seed Properties 1, 2).
+func TestClustersAreIndependent(t *testing.T) {
+	down, up := startSim(t, nil), startSim(t, nil)
+	startOperator(t, operatorOptions{})
+	fDown, fUp := newFixture(t, down, nil), newFixture(t, up, nil)
+	waitClusterReady(t, fDown.cluster, metav1.ConditionTrue)
+	if err := down.SetFaults(proxmoxsim.Faults{Classes: map[string]proxmoxsim.FaultSpec{"*": {DropRate: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitClusterReady(t, fDown.cluster, metav1.ConditionFalse)
+	waiting := fDown.newClaim("on-down")
+	running := fUp.newClaim("on-up")
+	waitPhase(t, running, hfv1.MachineClaimBootstrapping, 60*time.Second)
+	got, err := getClaim(t, waiting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.VMRef != nil || got.Status.Phase == hfv1.MachineClaimBootstrapping {
+		t.Fatalf("claim on the unreachable cluster got a VM: %+v", got.Status)
+	}
+	if c := waitClusterReady(t, fUp.cluster, metav1.ConditionTrue); c.Status.ConnectedNodes != 1 {
+		t.Fatalf("healthy cluster status %+v", c.Status)
+	}
+	if err := down.SetFaults(proxmoxsim.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, waiting, hfv1.MachineClaimBootstrapping, 90*time.Second)
 }
