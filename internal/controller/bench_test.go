@@ -13,6 +13,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
@@ -177,6 +178,9 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 			}
 			return nil
 		})
+		if os.Getenv("HF_BENCH_TRACE") != "" {
+			logQueueWait(b)
+		}
 		b.ReportMetric(percentile(overhead, 50).Seconds()*1000, "overhead-p50-ms")
 		b.ReportMetric(percentile(overhead, 90).Seconds()*1000, "overhead-p90-ms")
 		b.ReportMetric(percentile(overhead, 99).Seconds()*1000, "overhead-p99-ms")
@@ -194,4 +198,34 @@ func percentile(ds []time.Duration, p int) time.Duration {
 	slices.Sort(s)
 	i := (p*len(s)+99)/100 - 1
 	return s[max(0, min(i, len(s)-1))]
+}
+
+// logQueueWait writes the MachineClaim controller's workqueue wait
+// histogram to the trace file: it tells time spent queued from time spent
+// before an event reached the queue.
+func logQueueWait(b *testing.B) {
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := os.OpenFile(os.Getenv("HF_BENCH_TRACE"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	for _, fam := range families {
+		if fam.GetName() != "workqueue_queue_duration_seconds" && fam.GetName() != "controller_runtime_reconcile_time_seconds" {
+			continue
+		}
+		for _, m := range fam.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if (l.GetName() == "name" || l.GetName() == "controller") && l.GetValue() == "machineclaim" {
+					for _, bk := range m.GetHistogram().GetBucket() {
+						fmt.Fprintf(f, "%s <= %gs: %d\n", fam.GetName(), bk.GetUpperBound(), bk.GetCumulativeCount())
+					}
+					fmt.Fprintf(f, "%s count %d\n", fam.GetName(), m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+	}
 }

@@ -100,6 +100,20 @@ func (r *MachineClaimReconciler) reconcileProvision(ctx context.Context, claim *
 	if claim.Status.Phase == hfv1.MachineClaimPending {
 		r.enterPhase(ctx, claim, hfv1.MachineClaimProvisioning, "Provisioning", fmt.Sprintf("Creating VM %d on %s/%s", res.Progress.VMID, cluster.Name, res.Progress.Node))
 	}
+	if res.Phase == provider.PhasePlaced && res.RetryAfter <= 0 && prev.VMID != res.Progress.VMID {
+		// A fresh reservation: write it to the API server now, then go on
+		// to the clone in this same pass instead of waiting for the
+		// status write's watch event. If the write fails, the next pass
+		// starts over from the persisted state.
+		if err := r.Client.Status().Update(ctx, claim); err != nil {
+			return ctrl.Result{}, fmt.Errorf("persist VM id %d before cloning: %w", res.Progress.VMID, err)
+		}
+		prev = res.Progress
+		if res, err = p.EnsureVM(ctx, spec, prev); err != nil {
+			return r.provisionError(ctx, claim, err)
+		}
+		r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
+	}
 	retry := res.RetryAfter
 	if retry <= 0 {
 		// "Call again now": the status patch below usually wakes the

@@ -818,6 +818,9 @@ func (c *ensureCall) running(ctx context.Context) (*provider.EnsureResult, error
 	switch {
 	case err == nil && len(addrs) > 0:
 		c.p.release(c.spec.Owner.UID, c.prog.VMID, true)
+		// Running means nothing is in flight: drop the finished ISO
+		// deletion task this call may have been continuing from.
+		c.prog.Task = nil
 		res := c.result(provider.PhaseRunning, 0, "VM %d is running at %s", c.prog.VMID, strings.Join(addrs, ", "))
 		res.Addresses, res.MACAddress = addrs, mac
 		c.log.V(1).Info("VM is running", "addresses", addrs)
@@ -826,6 +829,7 @@ func (c *ensureCall) running(ctx context.Context) (*provider.EnsureResult, error
 		return c.result(provider.PhaseBooting, bootPoll, "the guest agent reports no address"), nil
 	case strings.Contains(msg, "is not running"):
 		c.p.release(c.spec.Owner.UID, c.prog.VMID, true)
+		c.prog.Task = nil
 		return c.result(provider.PhaseStopped, 0, "VM %d has run and is powered off", c.prog.VMID), nil
 	}
 	return nil, fmt.Errorf("read the guest addresses of VM %d: %w", c.prog.VMID, err)
