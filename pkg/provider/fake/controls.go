@@ -56,12 +56,19 @@ func (h *hypervisor) stateLocked(v *hvVM) VMState {
 	return st
 }
 
-// VM returns the state of one VM.
-func (p *Provider) VM(vmid int) (VMState, bool) {
+// settled locks the simulated cluster and brings it up to the clock's
+// time; the caller defers the returned unlock.
+func (p *Provider) settled() (*hypervisor, func()) {
 	h := p.hv
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	h.settleLocked()
+	return h, h.mu.Unlock
+}
+
+// VM returns the state of one VM.
+func (p *Provider) VM(vmid int) (VMState, bool) {
+	h, unlock := p.settled()
+	defer unlock()
 	v := h.vms[vmid]
 	if v == nil {
 		return VMState{}, false
@@ -71,10 +78,8 @@ func (p *Provider) VM(vmid int) (VMState, bool) {
 
 // VMs returns every VM and template, by id.
 func (p *Provider) VMs() []VMState {
-	h := p.hv
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.settleLocked()
+	h, unlock := p.settled()
+	defer unlock()
 	var out []VMState
 	for _, id := range h.sortedVMIDsLocked() {
 		out = append(out, h.stateLocked(h.vms[id]))
@@ -85,10 +90,8 @@ func (p *Provider) VMs() []VMState {
 // GuestPowerOff powers a running VM off from inside, as when the agent
 // finishes its job: no task, the VM simply stops.
 func (p *Provider) GuestPowerOff(vmid int) error {
-	h := p.hv
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.settleLocked()
+	h, unlock := p.settled()
+	defer unlock()
 	v := h.vms[vmid]
 	switch {
 	case v == nil:
@@ -121,10 +124,8 @@ type ForeignVM struct {
 // tool), with whatever description and tags, and returns its id. A running
 // foreign VM's guest agent answers at once.
 func (p *Provider) AddForeignVM(f ForeignVM) (int, error) {
-	h := p.hv
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.settleLocked()
+	h, unlock := p.settled()
+	defer unlock()
 	if f.Node == "" {
 		f.Node = h.nodeOrder[0]
 	}
@@ -188,10 +189,8 @@ func (p *Provider) AddForeignVM(f ForeignVM) (int, error) {
 // SetDescription overwrites a VM's description, as an admin editing it
 // would (ownership marker included).
 func (p *Provider) SetDescription(vmid int, description string) error {
-	h := p.hv
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.settleLocked()
+	h, unlock := p.settled()
+	defer unlock()
 	v := h.vms[vmid]
 	if v == nil || v.lock == "clone" {
 		return fmt.Errorf("VM %d does not exist or is being cloned", vmid)
@@ -205,10 +204,8 @@ func (p *Provider) SetDescription(vmid int, description string) error {
 
 // SetTags overwrites a VM's tags (validated and normalized like Proxmox).
 func (p *Provider) SetTags(vmid int, tags []string) error {
-	h := p.hv
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.settleLocked()
+	h, unlock := p.settled()
+	defer unlock()
 	v := h.vms[vmid]
 	if v == nil || v.lock == "clone" {
 		return fmt.Errorf("VM %d does not exist or is being cloned", vmid)
@@ -223,10 +220,8 @@ func (p *Provider) SetTags(vmid int, tags []string) error {
 
 // RemoveVM deletes a VM at once, as an admin destroying it by hand would.
 func (p *Provider) RemoveVM(vmid int) error {
-	h := p.hv
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.settleLocked()
+	h, unlock := p.settled()
+	defer unlock()
 	if h.vms[vmid] == nil {
 		return fmt.Errorf("VM %d does not exist", vmid)
 	}
@@ -239,10 +234,8 @@ func (p *Provider) RemoveVM(vmid int) error {
 // AddTemplate adds a template. It is in the status sample at once, so it
 // can be found by name right away.
 func (p *Provider) AddTemplate(t Template) error {
-	h := p.hv
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.settleLocked()
+	h, unlock := p.settled()
+	defer unlock()
 	if err := h.addTemplateLocked(t); err != nil {
 		return err
 	}
@@ -255,10 +248,8 @@ func (p *Provider) AddTemplate(t Template) error {
 // unreachable node fail like Proxmox's 595 "No route to host"; its VMs keep
 // their state and list as PowerUnknown.
 func (p *Provider) SetNodeOnline(node string, online bool) error {
-	h := p.hv
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.settleLocked()
+	h, unlock := p.settled()
+	defer unlock()
 	n := h.nodes[node]
 	if n == nil {
 		return fmt.Errorf("no node %q", node)
@@ -355,10 +346,8 @@ type StoredCloudInit struct {
 // StoredCloudInit lists every cloud-init ISO currently on the cluster's
 // storages, so that tests can check what is at rest (and for how long).
 func (p *Provider) StoredCloudInit() []StoredCloudInit {
-	h := p.hv
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.settleLocked()
+	h, unlock := p.settled()
+	defer unlock()
 	out := []StoredCloudInit{}
 	for _, vol := range h.volumes {
 		out = append(out, StoredCloudInit{Storage: vol.storage, Node: vol.scope, VolID: vol.volid, Payload: copyCloudInit(vol.payload)})
@@ -375,10 +364,8 @@ func (p *Provider) StoredCloudInit() []StoredCloudInit {
 // DeliveredCloudInit returns what the guest of vmid read from its attached
 // ISO at its last start.
 func (p *Provider) DeliveredCloudInit(vmid int) (provider.CloudInit, bool) {
-	h := p.hv
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.settleLocked()
+	h, unlock := p.settled()
+	defer unlock()
 	c, ok := h.delivered[vmid]
 	if !ok {
 		return provider.CloudInit{}, false
@@ -389,18 +376,14 @@ func (p *Provider) DeliveredCloudInit(vmid int) (provider.CloudInit, bool) {
 // RefreshResources takes a status sample now, as if the hypervisor's
 // status daemon had just run.
 func (p *Provider) RefreshResources() {
-	h := p.hv
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.settleLocked()
+	h, unlock := p.settled()
+	defer unlock()
 	h.takeSampleLocked(h.clock.Now())
 }
 
 // SetDurations changes how long tasks started from now on take.
 func (p *Provider) SetDurations(d Durations) {
-	h := p.hv
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.settleLocked()
+	h, unlock := p.settled()
+	defer unlock()
 	h.o.Durations = d
 }
