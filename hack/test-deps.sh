@@ -1,21 +1,40 @@
 #!/usr/bin/env bash
-# Installs the system programs the tests run for real: Debian's cloud-init
-# (its schema validator and network-config converter check every rendered
-# cloud-init). Uses apt-get, as root or through sudo. Tests never skip when
-# a program is missing; they fail and point here.
+# Installs what the tests run or read for real, outside the repository:
+#   - Debian's cloud-init (its schema validator and network-config converter
+#     check every rendered cloud-init) and curl (the GitHub simulator's
+#     runner scripts use it), through apt-get as root or through sudo;
+#   - GitHub's published REST description and webhook examples (npm
+#     @octokit/openapi and @octokit/webhooks-examples), pinned, into
+#     $HYPERFLEET_CACHE/npm (default ~/.cache/hyperfleet/npm).
+# Tests never skip when something is missing; they fail and point here.
 set -euo pipefail
 
 missing=()
 command -v cloud-init >/dev/null || missing+=(cloud-init)
-((${#missing[@]})) || exit 0
-
-run=()
-if [[ $(id -u) -ne 0 ]]; then
-	command -v sudo >/dev/null || { echo "hack/test-deps.sh: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-	run=(sudo)
+command -v curl >/dev/null || missing+=(curl)
+command -v npm >/dev/null || missing+=(npm)
+if ((${#missing[@]})); then
+	run=()
+	if [[ $(id -u) -ne 0 ]]; then
+		command -v sudo >/dev/null || { echo "hack/test-deps.sh: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+		run=(sudo)
+	fi
+	echo "hack/test-deps.sh: installing ${missing[*]} (Debian packages)" >&2
+	"${run[@]}" apt-get update -qq
+	# cloud-init is only run as a validator here; its services are never
+	# enabled in this environment.
+	DEBIAN_FRONTEND=noninteractive "${run[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-echo "hack/test-deps.sh: installing ${missing[*]} (Debian packages)" >&2
-"${run[@]}" apt-get update -qq
-# cloud-init is only run as a validator here; its services are never
-# enabled in this environment.
-DEBIAN_FRONTEND=noninteractive "${run[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# Keep these versions in step with internal/testdeps.
+npm_packages=(@octokit/openapi@23.0.2 @octokit/webhooks-examples@7.6.1)
+cache_root=${HYPERFLEET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hyperfleet}
+npm_dir="$cache_root/npm"
+stamp="$npm_dir/.installed"
+want="${npm_packages[*]}"
+if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+	echo "hack/test-deps.sh: installing npm ${want} into $npm_dir (about 400 MB, once)" >&2
+	mkdir -p "$npm_dir"
+	npm install --prefix "$npm_dir" --no-audit --no-fund --no-save --loglevel=error "${npm_packages[@]}"
+	printf '%s' "$want" >"$stamp"
+fi

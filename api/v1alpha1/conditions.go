@@ -114,6 +114,9 @@ const (
 	HypervisorClusterLabel = "hyperfleet.io/hypervisor-cluster"
 	// TemplateHashLabel carries the template hash a claim was built from.
 	TemplateHashLabel = "hyperfleet.io/template-hash"
+	// CIJobStateLabel mirrors a CIJob's status.state so that controllers can
+	// select the jobs still waiting for a runner.
+	CIJobStateLabel = "hyperfleet.io/job-state"
 
 	// MachineClaimFinalizer holds a claim until its VM and everything
 	// allocated for it are gone.

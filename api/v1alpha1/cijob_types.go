@@ -1,0 +1,184 @@
+package v1alpha1
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// CIJobState is where a CI job is in its life, as the CI platform reports it.
+// +kubebuilder:validation:Enum=queued;in_progress;completed
+type CIJobState string
+
+const (
+	// CIJobQueued: the job waits for a runner (GitHub's queued and waiting).
+	CIJobQueued CIJobState = "queued"
+	// CIJobInProgress: a runner took the job.
+	CIJobInProgress CIJobState = "in_progress"
+	// CIJobCompleted: the job finished, whatever its conclusion.
+	CIJobCompleted CIJobState = "completed"
+)
+
+// CIJobRank orders states: a job only moves forward, so a late or repeated
+// webhook never moves it back.
+func CIJobRank(s CIJobState) int {
+	switch s {
+	case CIJobQueued:
+		return 1
+	case CIJobInProgress:
+		return 2
+	case CIJobCompleted:
+		return 3
+	}
+	return 0
+}
+
+// CIJobName is the name of the CIJob of a platform's job id, such as
+// github-actions-4242: one object per job, whoever records it first.
+func CIJobName(platform WorkloadType, jobID int64) string {
+	return fmt.Sprintf("%s-%d", platform, jobID)
+}
+
+// CIJobSpec identifies one CI job. It is written once, when HyperFleet first
+// learns of the job, and never changes.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="a CIJob's spec is immutable: it identifies the job"
+type CIJobSpec struct {
+	// platform is the CI platform that runs the job.
+	// +required
+	Platform WorkloadType `json:"platform"`
+
+	// jobId is the platform's id of the job; the object's name is derived
+	// from it, which de-duplicates webhooks across manager replicas.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	JobID int64 `json:"jobId"`
+
+	// runId is the workflow run the job belongs to; a hard limit cancels
+	// this run.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	RunID int64 `json:"runId,omitempty"`
+
+	// runAttempt is the run's attempt number.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	RunAttempt int64 `json:"runAttempt,omitempty"`
+
+	// repository is the job's repository as owner/name.
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=140
+	Repository string `json:"repository"`
+
+	// labels are the job's runs-on labels.
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	// +kubebuilder:validation:items:MaxLength=256
+	// +listType=atomic
+	Labels []string `json:"labels,omitempty"`
+
+	// workflowName is the workflow's name, for display.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	WorkflowName string `json:"workflowName,omitempty"`
+
+	// jobName is the job's name, for display.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	JobName string `json:"jobName,omitempty"`
+
+	// runnerPoolRef is the RunnerPool, in this namespace, whose labels cover
+	// the job's and which serves its repository.
+	// +required
+	RunnerPoolRef ObjectName `json:"runnerPoolRef"`
+}
+
+// CIJobStatus is what the platform last said about the job.
+type CIJobStatus struct {
+	// state is queued, in_progress or completed. It only moves forward.
+	// +optional
+	State CIJobState `json:"state,omitempty"`
+
+	// queuedAt is when the job was queued (the platform's time when known).
+	// +optional
+	QueuedAt *metav1.Time `json:"queuedAt,omitempty"`
+
+	// startedAt is when a runner took the job.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+
+	// completedAt is when the job finished.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+
+	// conclusion is the platform's conclusion of a completed job, such as
+	// success, failure or cancelled.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Conclusion string `json:"conclusion,omitempty"`
+
+	// runnerName is the runner that took the job, as the platform reports
+	// it: any runner whose labels cover the job's may take it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	RunnerName string `json:"runnerName,omitempty"`
+
+	// runnerId is that runner's id on the platform.
+	// +optional
+	RunnerID int64 `json:"runnerId,omitempty"`
+
+	// source says how HyperFleet last learned of the job: webhook or resync.
+	// +optional
+	// +kubebuilder:validation:Enum=webhook;resync
+	Source string `json:"source,omitempty"`
+
+	// lastDeliveryId is the platform's id of the last webhook delivery
+	// applied, for tracing.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	LastDeliveryID string `json:"lastDeliveryId,omitempty"`
+}
+
+// CIJob is one CI job routed to a RunnerPool: the demand the pool scales
+// for. The webhook receiver (on every manager replica) and the periodic
+// resync write CIJobs; the leader's controllers read them, so no demand
+// lives only in one process's memory. Completed jobs are kept for a while
+// for queue-time metrics and then deleted.
+//
+// CIJob has no status subresource: the webhook receiver records a job and
+// its state in one write.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:shortName=cij,categories=hyperfleet
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.runnerPoolRef.name`
+// +kubebuilder:printcolumn:name="Job",type=integer,JSONPath=`.spec.jobId`
+// +kubebuilder:printcolumn:name="Repository",type=string,JSONPath=`.spec.repository`
+// +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
+// +kubebuilder:printcolumn:name="Runner",type=string,JSONPath=`.status.runnerName`
+// +kubebuilder:printcolumn:name="Conclusion",type=string,JSONPath=`.status.conclusion`,priority=1
+// +kubebuilder:printcolumn:name="Workflow",type=string,JSONPath=`.spec.workflowName`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type CIJob struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec identifies the job.
+	// +required
+	Spec CIJobSpec `json:"spec"`
+
+	// status is the job's state as last reported.
+	// +optional
+	Status CIJobStatus `json:"status,omitempty"`
+}
+
+// CIJobList is a list of CIJob.
+// +kubebuilder:object:root=true
+type CIJobList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []CIJob `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&CIJob{}, &CIJobList{})
+}

@@ -1,0 +1,37 @@
+// Package testdeps finds the external artifacts tests read (installed by
+// hack/test-deps.sh, outside the repository). A missing artifact fails the
+// test with a pointer to `make test-deps`; it never skips.
+package testdeps
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// NPMDir is where hack/test-deps.sh installs npm packages: the
+// node_modules directory under $HYPERFLEET_CACHE/npm.
+func NPMDir() string {
+	root := os.Getenv("HYPERFLEET_CACHE")
+	if root == "" {
+		cache := os.Getenv("XDG_CACHE_HOME")
+		if cache == "" {
+			home, _ := os.UserHomeDir()
+			cache = filepath.Join(home, ".cache")
+		}
+		root = filepath.Join(cache, "hyperfleet")
+	}
+	return filepath.Join(root, "npm", "node_modules")
+}
+
+// NPMFile returns the path of a file inside an installed npm package, such
+// as NPMFile(t, "@octokit/openapi", "generated/api.github.com.json"), and
+// fails the test when it is missing.
+func NPMFile(t testing.TB, pkg, rel string) string {
+	t.Helper()
+	p := filepath.Join(NPMDir(), pkg, rel)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("npm package %s is not installed (%v): run `make test-deps` (hack/test-deps.sh installs it into %s)", pkg, err, NPMDir())
+	}
+	return p
+}

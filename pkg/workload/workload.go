@@ -1,0 +1,348 @@
+// Package workload is HyperFleet's neutral view of a CI platform: it issues
+// the single-use credential a VM's runner registers with, removes runners,
+// reports their state, lists the jobs waiting for runners and turns the
+// platform's webhooks into job events. GitHub Actions is the first
+// implementation (package github); GitLab CI and Buildkite can follow
+// without changing the controllers, so nothing here carries a GitHub shape.
+//
+// Long-lived platform credentials (a personal access token, an App private
+// key, an installation token) stay inside an implementation. What leaves it
+// for a VM is a Credential, whose secret part is a Secret that never prints.
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Scope is where runners register and jobs come from: an organization (or
+// group), or one repository (or project) under an owner.
+type Scope struct {
+	// Owner is the organization or user.
+	Owner string
+	// Repository is the repository name under Owner; empty for the whole
+	// organization.
+	Repository string
+}
+
+// IsOrganization reports whether the scope is a whole organization.
+func (s Scope) IsOrganization() bool { return s.Repository == "" }
+
+// String is owner or owner/repository.
+func (s Scope) String() string {
+	if s.Repository == "" {
+		return s.Owner
+	}
+	return s.Owner + "/" + s.Repository
+}
+
+// Contains reports whether repository (owner/name) is in the scope;
+// comparisons ignore case, as the platforms' names do.
+func (s Scope) Contains(repository string) bool {
+	owner, name, ok := strings.Cut(repository, "/")
+	if !ok || !strings.EqualFold(owner, s.Owner) {
+		return false
+	}
+	return s.Repository == "" || strings.EqualFold(name, s.Repository)
+}
+
+// Method is the kind of single-use credential a runner receives.
+type Method string
+
+const (
+	// MethodJIT is a just-in-time runner configuration: the runner is
+	// registered by the operator and the VM only runs it, for one job.
+	MethodJIT Method = "jit-config"
+	// MethodRegistrationToken is a short-lived registration token the VM's
+	// runner registers itself with, as an ephemeral runner.
+	MethodRegistrationToken Method = "runner-token"
+)
+
+// RunnerSpec asks for the credential of one runner.
+type RunnerSpec struct {
+	// Name is the runner's name, unique within the scope.
+	Name string
+	// Labels are all the runner's labels, as RunnerLabels builds them.
+	Labels []string
+	// Group is the organization runner group; empty for the default.
+	Group string
+	// Method is the credential kind.
+	Method Method
+	// WorkFolder is the runner's work directory inside the VM.
+	WorkFolder string
+}
+
+// Credential is what one VM's runner needs to register: single-use and
+// short-lived. Only Secret is sensitive, and it never prints.
+type Credential struct {
+	// Method is the credential kind.
+	Method Method
+	// Secret is the JIT configuration or the registration token.
+	Secret Secret
+	// RunnerName is the runner's name.
+	RunnerName string
+	// RunnerID is the runner's id when the platform registered it up front
+	// (MethodJIT); zero when the VM registers it.
+	RunnerID int64
+	// RegistrationURL is the URL a registration-token runner registers to.
+	RegistrationURL string
+	// IssuedAt is when the credential was issued.
+	IssuedAt time.Time
+	// ExpiresAt is when it stops being usable; zero when the platform does
+	// not say (a JIT configuration lasts until its runner takes a job).
+	ExpiresAt time.Time
+}
+
+// Secret is a credential's secret value. It formats as [redacted] with
+// every verb and in JSON, so a log line or an event that includes it by
+// mistake leaks nothing; Reveal returns the value for the one place that
+// must write it (the VM's cloud-init).
+type Secret struct{ value string }
+
+// NewSecret wraps a secret value.
+func NewSecret(v string) Secret { return Secret{value: v} }
+
+// Reveal returns the secret value.
+func (s Secret) Reveal() string { return s.value }
+
+// IsZero reports whether the secret is empty.
+func (s Secret) IsZero() bool { return s.value == "" }
+
+const redacted = "[redacted]"
+
+// String implements fmt.Stringer.
+func (Secret) String() string { return redacted }
+
+// GoString implements fmt.GoStringer (%#v).
+func (Secret) GoString() string { return redacted }
+
+// Format implements fmt.Formatter, so that no verb prints the value.
+func (Secret) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(redacted)) }
+
+// MarshalJSON implements json.Marshaler.
+func (Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + redacted + `"`), nil }
+
+// MarshalText implements encoding.TextMarshaler (slog, YAML).
+func (Secret) MarshalText() ([]byte, error) { return []byte(redacted), nil }
+
+// RunnerState is a runner's state on the platform.
+type RunnerState string
+
+const (
+	// RunnerOffline: registered, not connected (not started yet, or gone).
+	RunnerOffline RunnerState = "offline"
+	// RunnerIdle: connected and waiting for a job.
+	RunnerIdle RunnerState = "idle"
+	// RunnerBusy: running a job.
+	RunnerBusy RunnerState = "busy"
+)
+
+// Runner is a registered runner.
+type Runner struct {
+	ID     int64
+	Name   string
+	State  RunnerState
+	Labels []string
+}
+
+// JobState is where a job is in its life.
+type JobState string
+
+const (
+	JobQueued     JobState = "queued"
+	JobInProgress JobState = "in_progress"
+	JobCompleted  JobState = "completed"
+)
+
+// Job is a CI job as the platform reports it.
+type Job struct {
+	// ID is the platform's job id; demand is de-duplicated by it.
+	ID int64
+	// RunID and RunAttempt identify the workflow run (cancel target).
+	RunID      int64
+	RunAttempt int64
+	// Repository is owner/name.
+	Repository string
+	// Labels are the job's runs-on labels.
+	Labels       []string
+	State        JobState
+	Conclusion   string
+	WorkflowName string
+	Name         string
+	// RunnerName and RunnerID are the runner that took the job; empty while
+	// queued. Any runner whose labels cover the job's may take it.
+	RunnerName string
+	RunnerID   int64
+	// CreatedAt, StartedAt and CompletedAt are the platform's times; zero
+	// when unknown.
+	CreatedAt   time.Time
+	StartedAt   time.Time
+	CompletedAt time.Time
+}
+
+// JobEvent is one webhook delivery about a job.
+type JobEvent struct {
+	// DeliveryID is the platform's id of the delivery (de-duplication).
+	DeliveryID string
+	// Action is the event's action, such as queued, waiting, in_progress
+	// or completed; Job.State is its normalised form.
+	Action string
+	Job    Job
+}
+
+// Provider is one CI platform account: a scope and the operator's
+// credentials for it. Every method is safe for concurrent use, bounded by
+// the configured HTTP timeout, and never waits out a rate limit: it returns
+// a *RateLimitError instead, so controllers requeue.
+type Provider interface {
+	// Scope is where this provider registers runners.
+	Scope() Scope
+	// IssueCredential issues the single-use credential of one runner. For
+	// MethodJIT it registers the runner; a name already taken returns
+	// ErrNameTaken.
+	IssueCredential(ctx context.Context, spec RunnerSpec) (Credential, error)
+	// DeregisterRunner removes a runner by id (or, with id 0, by name).
+	// A runner that is already gone is success; a busy one returns
+	// ErrRunnerBusy and stays.
+	DeregisterRunner(ctx context.Context, id int64, name string) error
+	// GetRunner finds a runner by name; ErrNotFound when there is none.
+	GetRunner(ctx context.Context, name string) (Runner, error)
+	// ListRunners lists the scope's runners whose names start with prefix
+	// (all of them with an empty prefix).
+	ListRunners(ctx context.Context, prefix string) ([]Runner, error)
+	// QueuedJobs lists the jobs waiting for a runner in the given
+	// repositories (owner/name) of the scope; demand resync uses it.
+	QueuedJobs(ctx context.Context, repositories []string) ([]Job, error)
+	// CancelRun cancels a job's workflow run (hard limits cancel before
+	// they destroy a busy runner's VM).
+	CancelRun(ctx context.Context, repository string, runID int64) error
+}
+
+// WebhookParser verifies and decodes a platform's webhook deliveries.
+type WebhookParser interface {
+	// Parse verifies the delivery's signature over body (the raw bytes)
+	// and decodes it. It returns ErrBadSignature for a missing or wrong
+	// signature, ErrIgnoredEvent for a valid delivery that is not about a
+	// job, and another error (wrapping ErrMalformed) for a body that
+	// cannot be decoded.
+	Parse(header http.Header, body []byte) (JobEvent, error)
+}
+
+// Sentinel errors. Implementations wrap them so callers test with errors.Is.
+var (
+	// ErrNotFound: the runner (or scope) does not exist.
+	ErrNotFound = errors.New("not found on the CI platform")
+	// ErrNameTaken: a runner of that name is already registered.
+	ErrNameTaken = errors.New("a runner of that name is already registered")
+	// ErrRunnerBusy: the runner is running a job and was not removed.
+	ErrRunnerBusy = errors.New("the runner is running a job")
+	// ErrUnauthorized: the platform rejected the operator's credentials or
+	// they lack a permission.
+	ErrUnauthorized = errors.New("the CI platform rejected the credentials")
+	// ErrInvalidRequest: the platform refused the request as invalid (a
+	// configuration problem, such as an unknown runner group).
+	ErrInvalidRequest = errors.New("the CI platform refused the request")
+	// ErrRateLimited: see RateLimitError.
+	ErrRateLimited = errors.New("rate limited by the CI platform")
+	// ErrUnavailable: the platform did not answer or answered 5xx.
+	ErrUnavailable = errors.New("the CI platform is unavailable")
+
+	// ErrBadSignature: a webhook's signature is missing or does not match.
+	ErrBadSignature = errors.New("webhook signature missing or invalid")
+	// ErrIgnoredEvent: a valid webhook that carries no job event.
+	ErrIgnoredEvent = errors.New("webhook event is not a job event")
+	// ErrMalformed: a webhook body that cannot be decoded.
+	ErrMalformed = errors.New("malformed webhook payload")
+)
+
+// RateLimitError says when a call may be retried. It matches
+// ErrRateLimited with errors.Is.
+type RateLimitError struct {
+	// RetryAt is the earliest time to retry.
+	RetryAt time.Time
+	// Secondary is true for a secondary (abuse) limit, false for the
+	// primary hourly budget.
+	Secondary bool
+	// Reserve is true when the budget left is kept for cleanup calls
+	// (deregistration, cancellation) and the call was not made.
+	Reserve bool
+}
+
+func (e *RateLimitError) Error() string {
+	kind := "primary"
+	switch {
+	case e.Reserve:
+		kind = "reserve kept for cleanup,"
+	case e.Secondary:
+		kind = "secondary"
+	}
+	return fmt.Sprintf("rate limited by the CI platform (%s limit): retry at %s", kind, e.RetryAt.UTC().Format(time.RFC3339))
+}
+
+// Is makes errors.Is(err, ErrRateLimited) true.
+func (e *RateLimitError) Is(target error) bool { return target == ErrRateLimited }
+
+// RetryAfter returns how long until a rate-limited call may be retried, and
+// whether err is a rate limit at all.
+func RetryAfter(err error, now time.Time) (time.Duration, bool) {
+	var rl *RateLimitError
+	if !errors.As(err, &rl) {
+		return 0, false
+	}
+	return max(rl.RetryAt.Sub(now), 0), true
+}
+
+// Default runner labels added to every runner's own labels.
+const (
+	// LabelSelfHosted marks every self-hosted runner.
+	LabelSelfHosted = "self-hosted"
+	// LabelHyperFleet marks runners HyperFleet created.
+	LabelHyperFleet = "hyperfleet"
+)
+
+// RunnerLabels is the full label set of a runner: self-hosted, the OS and
+// architecture labels a self-hosted runner gets by default (Linux, X64 and
+// so on, in the platform's spelling, given by the caller), hyperfleet and
+// the pool's labels, without duplicates (case-insensitive) and in that
+// order. Issuing credentials and routing jobs both use it, so a pool
+// serves exactly the jobs its runners can take.
+func RunnerLabels(defaults, labels []string) []string {
+	out := make([]string, 0, 2+len(defaults)+len(labels))
+	seen := map[string]bool{}
+	add := func(l string) {
+		k := strings.ToLower(l)
+		if l == "" || seen[k] {
+			return
+		}
+		seen[k] = true
+		out = append(out, l)
+	}
+	add(LabelSelfHosted)
+	for _, l := range defaults {
+		add(l)
+	}
+	add(LabelHyperFleet)
+	for _, l := range labels {
+		add(l)
+	}
+	return out
+}
+
+// Covers reports whether a runner with runnerLabels may take a job asking
+// for jobLabels: every job label is among the runner's, ignoring case.
+func Covers(runnerLabels, jobLabels []string) bool {
+	have := make(map[string]bool, len(runnerLabels))
+	for _, l := range runnerLabels {
+		have[strings.ToLower(l)] = true
+	}
+	for _, l := range jobLabels {
+		if !have[strings.ToLower(l)] {
+			return false
+		}
+	}
+	return true
+}
