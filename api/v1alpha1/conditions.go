@@ -95,6 +95,9 @@ const (
 	ProvisioningFailedReason = "ProvisioningFailed"
 	// OwnershipMismatchReason: the VM's ownership marker does not verify.
 	OwnershipMismatchReason = "OwnershipMismatch"
+	// RunnerBusyReason: the claim's runner is running a job; the VM stays
+	// until the job ends.
+	RunnerBusyReason = "RunnerBusy"
 	// PhaseTimeoutReason: a claim stayed in one phase for too long.
 	PhaseTimeoutReason = "PhaseTimeout"
 )

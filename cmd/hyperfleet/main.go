@@ -4,11 +4,15 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -19,6 +23,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
+	"github.com/hyperfleet/hyperfleet/internal/webhook"
 )
 
 func main() {
@@ -62,6 +67,10 @@ func runManager(args []string) error {
 	sweepInterval := fs.Duration("orphan-sweep-interval", time.Minute, "how often the orphan sweeper runs")
 	orphanGrace := fs.Duration("orphan-grace-period", 10*time.Minute, "how long an orphaned VM is left alone before it is destroyed")
 	sweepDryRun := fs.Bool("orphan-sweep-dry-run", false, "only report orphaned VMs (events, logs, metrics); never destroy them")
+	webhookAddr := fs.String("webhook-bind-address", ":9292", "HTTPS address of the GitHub webhook receiver (path "+webhook.Path+"); 0 disables it")
+	webhookCertDir := fs.String("webhook-cert-dir", "/etc/hyperfleet/webhook-tls", "directory with the receiver's tls.crt and tls.key (reloaded when they change)")
+	webhookSecret := fs.String("github-webhook-secret", "hyperfleet-github-webhook", "Secret (in --namespace) whose key webhook-secret is the secret configured on the GitHub webhook")
+	webhookMaxBody := fs.Int64("webhook-max-body-bytes", webhook.DefaultMaxBodyBytes, "largest webhook delivery accepted; larger ones get 413")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -102,12 +111,29 @@ func runManager(args []string) error {
 		return err
 	}
 	log.Info("Ownership marker ready", "operatorId", signer.OperatorID(), "tag", signer.OperatorTag())
-	if _, err := manager.Setup(ctx, mgr, manager.Options{
+	opts := manager.Options{
 		Signer:            signer,
 		SweepInterval:     *sweepInterval,
 		OrphanGracePeriod: *orphanGrace,
 		SweepDryRun:       *sweepDryRun,
-	}); err != nil {
+	}
+	if *webhookAddr != "0" {
+		secret, err := webhookSecretValue(ctx, direct, *namespace, *webhookSecret)
+		if err != nil {
+			return err
+		}
+		if secret == nil {
+			log.Info("GitHub webhooks are off: create the Secret with key "+webhookSecretKey+" to receive them; demand then comes from the periodic resync only",
+				"secret", *namespace+"/"+*webhookSecret)
+		} else {
+			opts.Webhook = &manager.WebhookOptions{
+				Addr: *webhookAddr, Secret: secret, MaxBodyBytes: *webhookMaxBody,
+				CertFile: filepath.Join(*webhookCertDir, "tls.crt"), KeyFile: filepath.Join(*webhookCertDir, "tls.key"),
+			}
+			log.Info("GitHub webhook receiver configured", "address", *webhookAddr, "path", webhook.Path)
+		}
+	}
+	if _, err := manager.Setup(ctx, mgr, opts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -118,6 +144,26 @@ func runManager(args []string) error {
 	}
 	log.Info("Starting manager")
 	return mgr.Start(ctx)
+}
+
+// webhookSecretKey is the key of the webhook Secret.
+const webhookSecretKey = "webhook-secret"
+
+// webhookSecretValue reads the webhook secret; nil (no error) when the
+// Secret does not exist.
+func webhookSecretValue(ctx context.Context, c client.Reader, namespace, name string) ([]byte, error) {
+	var s corev1.Secret
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read the GitHub webhook Secret %s/%s: %w", namespace, name, err)
+	}
+	v := s.Data[webhookSecretKey]
+	if len(v) == 0 {
+		return nil, fmt.Errorf("GitHub webhook Secret %s/%s has no key %q (or it is empty): put the webhook's secret there", namespace, name, webhookSecretKey)
+	}
+	return v, nil
 }
 
 func envOr(key, def string) string {

@@ -105,7 +105,7 @@ func claimVars(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, c
 	v.FQDN = fqdnFor(v.Hostname, effectiveDNS(cluster, tmpl).Domain)
 	v.InstanceID = string(claim.UID)
 	v.MACAddress = macFor(string(claim.UID))
-	v.RunnerName = v.Hostname
+	v.RunnerName = runnerNameFor(claim, v.Hostname)
 	if wc := claim.Spec.WorkloadConfig; wc != nil && wc.GitHub != nil {
 		if wc.GitHub.RunnerName != "" {
 			v.RunnerName = wc.GitHub.RunnerName

@@ -11,22 +11,33 @@ import (
 )
 
 // errRender marks cloud-init the user's template cannot render: a
-// configuration error to fix in the HypervisorMachineTemplate.
+// configuration error, not a hypervisor one.
 var errRender = errors.New("render cloud-init")
 
-// renderCloudInit renders the NoCloud data of a claim's VM: the template's
-// cloud-init merged with the operator's, with the workload credential from
-// the BootstrapSource.
-func (r *MachineClaimReconciler) renderCloudInit(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, addr staticAddr) (provider.CloudInit, error) {
-	vars := claimVars(claim, tmpl, cluster, addr)
-	if r.Bootstrap != nil {
-		if err := r.Bootstrap.BootstrapVars(ctx, claim, tmpl, &vars); err != nil {
+// claimCloudInit renders the NoCloud data of a claim's VM when the provider
+// delivers it: the template's cloud-init, the operator's per-VM values and
+// the workload's single-use credential from the BootstrapSource. Rendering
+// late means a credential is issued only for a VM that exists and is about
+// to boot, never for one still waiting for a clone slot.
+type claimCloudInit struct {
+	r       *MachineClaimReconciler
+	claim   *hfv1.MachineClaim
+	tmpl    *hfv1.HypervisorMachineTemplate
+	cluster *hfv1.HypervisorCluster
+	addr    staticAddr
+}
+
+// Render implements provider.CloudInitSource.
+func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error) {
+	vars := claimVars(c.claim, c.tmpl, c.cluster, c.addr)
+	if b := c.r.Bootstrap; b != nil {
+		if err := b.BootstrapVars(ctx, c.claim, c.tmpl, &vars); err != nil {
 			return provider.CloudInit{}, fmt.Errorf("workload bootstrap data: %w", err)
 		}
 	}
-	out, err := cloudinit.Render(cloudInitInput(tmpl, vars))
+	out, err := cloudinit.Render(cloudInitInput(c.tmpl, vars))
 	if err != nil {
-		return provider.CloudInit{}, fmt.Errorf("%w of HypervisorMachineTemplate %s: %w", errRender, tmpl.Name, err)
+		return provider.CloudInit{}, fmt.Errorf("%w of HypervisorMachineTemplate %s: %w", errRender, c.tmpl.Name, err)
 	}
 	return provider.CloudInit{UserData: out.UserData, MetaData: out.MetaData, NetworkConfig: out.NetworkConfig}, nil
 }

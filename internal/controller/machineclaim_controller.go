@@ -49,8 +49,15 @@ func resyncRunning() time.Duration {
 // labels, and the single-use credential) right before the cloud-init is
 // rendered. The workload side reports the runner online by setting the
 // claim's Bootstrapped condition to True, which makes the claim Ready.
+//
+// BootstrapVars runs once per cloud-init delivery, right before the ISO is
+// built; it may record what it issued (never a secret) in
+// claim.Status.Bootstrap, which the claim controller persists.
+// Release undoes the registration when the claim goes; it returns an error
+// matching workload.ErrRunnerBusy while the runner runs a job.
 type BootstrapSource interface {
 	BootstrapVars(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, vars *cloudinit.Vars) error
+	Release(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) error
 }
 
 // MachineClaimReconciler turns each MachineClaim into one owned VM and

@@ -79,10 +79,7 @@ func (r *MachineClaimReconciler) reconcileProvision(ctx context.Context, claim *
 		}
 		addr = staticAddr{ip: ip, pool: pool}
 	}
-	ci, err := r.renderCloudInit(ctx, claim, tmpl, cluster, addr)
-	if err != nil {
-		return r.provisionError(ctx, claim, err)
-	}
+	ci := &claimCloudInit{r: r, claim: claim, tmpl: tmpl, cluster: cluster, addr: addr}
 	spec, err := vmSpecFor(claim, tmpl, cluster, ci)
 	if err != nil {
 		return r.provisionError(ctx, claim, err)
@@ -287,6 +284,9 @@ func (r *MachineClaimReconciler) reconcileTerminate(ctx context.Context, claim *
 	if err != nil || !done {
 		return result, err
 	}
+	if done, result := r.releaseRunner(ctx, claim); !done {
+		return result, nil
+	}
 	if t := claim.Status.PhaseTimes; t != nil && t.Terminating != nil {
 		metrics.PowerOffToDestroyed.Observe(r.Clock.Since(t.Terminating.Time).Seconds())
 	}
@@ -313,6 +313,11 @@ func (r *MachineClaimReconciler) reconcileDelete(ctx context.Context, claim *hfv
 		return ctrl.Result{}, nil
 	}
 	if claim.Status.Phase != hfv1.MachineClaimTerminating && claim.Status.Phase != hfv1.MachineClaimFailed {
+		// A runner in the middle of a job keeps its VM (decision 9):
+		// remove the runner first, which GitHub refuses while it is busy.
+		if drained, result := r.drainRunner(ctx, claim); !drained {
+			return result, nil
+		}
 		if claim.Status.TerminationReason == "" {
 			claim.Status.TerminationReason = "Deleted: the MachineClaim was deleted"
 		}
@@ -320,6 +325,9 @@ func (r *MachineClaimReconciler) reconcileDelete(ctx context.Context, claim *hfv
 	}
 	if done, result, err := r.deleteVM(ctx, claim); err != nil || !done {
 		return result, err
+	}
+	if done, result := r.releaseRunner(ctx, claim); !done {
+		return result, nil
 	}
 	orig := claim.DeepCopy()
 	controllerutil.RemoveFinalizer(claim, hfv1.MachineClaimFinalizer)
@@ -391,6 +399,15 @@ func (r *MachineClaimReconciler) provisionError(ctx context.Context, claim *hfv1
 	class, reason := provider.Classify(err), provider.ReasonOf(err)
 	if errors.Is(err, errRender) {
 		class, reason = provider.ClassConfiguration, "InvalidCloudInit"
+	}
+	if wait, limited := retryAfterWorkload(err, r.Clock.Now()); limited {
+		// The CI platform's rate limit: wait for it without counting a
+		// failure; the claim says until when.
+		metrics.ClaimErrors.WithLabelValues(string(provider.ClassResource), hfv1.RateLimitedReason).Inc()
+		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.RateLimitedReason,
+			fmt.Sprintf("Waiting %s for the CI platform's rate limit: %v", wait.Round(time.Second), err))
+		r.syncReady(claim)
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	metrics.ClaimErrors.WithLabelValues(string(class), reason).Inc()
 	msg := fmt.Sprintf("%s error: %v", class, err)

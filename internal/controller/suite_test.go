@@ -88,6 +88,9 @@ type operatorOptions struct {
 	sweepInterval time.Duration
 	orphanGrace   time.Duration
 	dryRun        bool
+	// github, when set, runs the real GitHub bootstrap over this transport
+	// (to the GitHub simulator) instead of the test stand-in.
+	github http.RoundTripper
 }
 
 // startOperator runs the full manager wiring against the test API server.
@@ -136,13 +139,17 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 		t.Fatalf("new manager: %v", err)
 	}
 	ctx, cancel := context.WithCancel(ctrl.LoggerInto(context.Background(), logger))
-	comps, err := manager.Setup(ctx, mgr, manager.Options{
+	opts := manager.Options{
 		Signer:            testSigner,
 		SweepInterval:     o.sweepInterval,
 		OrphanGracePeriod: o.orphanGrace,
 		SweepDryRun:       o.dryRun,
 		Bootstrap:         testBootstrap{},
-	})
+	}
+	if o.github != nil {
+		opts.Bootstrap, opts.GitHubTransport = nil, o.github
+	}
+	comps, err := manager.Setup(ctx, mgr, opts)
 	if err != nil {
 		cancel()
 		t.Fatalf("setup: %v", err)
@@ -167,6 +174,10 @@ func (o *operator) stop() {
 type testBootstrap struct{}
 
 func jitSecretOf(uid string) string { return "jit-secret-" + uid }
+
+func (testBootstrap) Release(context.Context, *hfv1.MachineClaim, *hfv1.HypervisorMachineTemplate) error {
+	return nil
+}
 
 func (testBootstrap) BootstrapVars(_ context.Context, claim *hfv1.MachineClaim, _ *hfv1.HypervisorMachineTemplate, v *cloudinit.Vars) error {
 	v.JITConfig = jitSecretOf(string(claim.UID))

@@ -115,7 +115,7 @@ func ownerOf(claim *hfv1.MachineClaim) provider.Owner {
 }
 
 // vmSpecFor builds the VM spec of a claim around its rendered cloud-init.
-func vmSpecFor(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, ci provider.CloudInit) (*provider.VMSpec, error) {
+func vmSpecFor(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, ci provider.CloudInitSource) (*provider.VMSpec, error) {
 	res := tmpl.Spec.Resources
 	spec := &provider.VMSpec{
 		Owner:       ownerOf(claim),
@@ -142,4 +142,28 @@ func vmSpecFor(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, c
 	}
 	spec.MemoryHint = spec.MemoryBytes
 	return spec, nil
+}
+
+// maxRunnerNameLength is GitHub's limit on runner names.
+const maxRunnerNameLength = 64
+
+// runnerNameFor is a claim's default runner name: its host name and the
+// first eight characters of its UID. Runner names must be unique in a
+// repository or organization; claims of the same name in two namespaces
+// (or a claim re-created under an old name) must not collide, and a
+// deterministic name lets a restarted operator find a runner it
+// registered but did not get to record.
+func runnerNameFor(claim *hfv1.MachineClaim, hostname string) string {
+	uid := strings.ReplaceAll(string(claim.UID), "-", "")
+	if len(uid) > 8 {
+		uid = uid[:8]
+	}
+	if uid == "" {
+		return hostname
+	}
+	base := hostname
+	if len(base) > maxRunnerNameLength-len(uid)-1 {
+		base = strings.TrimRight(base[:maxRunnerNameLength-len(uid)-1], "-")
+	}
+	return base + "-" + uid
 }

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,12 +22,15 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
+	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/ownership"
 	"github.com/hyperfleet/hyperfleet/internal/sweeper"
+	"github.com/hyperfleet/hyperfleet/internal/webhook"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox"
+	ghworkload "github.com/hyperfleet/hyperfleet/pkg/workload/github"
 )
 
 // Options configure the operator.
@@ -38,13 +42,33 @@ type Options struct {
 	Factories map[hfv1.HypervisorProvider]provider.Factory
 	// Clock is the time source; nil means the real clock.
 	Clock clock.Clock
-	// Bootstrap supplies workload credentials; nil renders VMs without.
+	// Bootstrap supplies workload credentials; nil means GitHub Actions
+	// (controller.GitHubBootstrap) over GitHubTransport.
 	Bootstrap controller.BootstrapSource
+	// GitHubTransport is the base HTTP transport to GitHub (TLS settings,
+	// such as a GitHub Enterprise Server CA); nil is the default transport.
+	GitHubTransport http.RoundTripper
 	// SweepInterval, OrphanGracePeriod and SweepDryRun tune the orphan
 	// sweeper (zero values take its defaults).
 	SweepInterval     time.Duration
 	OrphanGracePeriod time.Duration
 	SweepDryRun       bool
+	// Webhook, when set, serves GitHub's workflow_job webhooks (on every
+	// replica, leader or not).
+	Webhook *WebhookOptions
+}
+
+// WebhookOptions configure the GitHub webhook receiver.
+type WebhookOptions struct {
+	// Addr is the HTTPS listen address, such as ":9292".
+	Addr string
+	// CertFile and KeyFile are the serving certificate and key (reloaded
+	// when they change).
+	CertFile, KeyFile string
+	// Secret is the webhook secret configured on GitHub.
+	Secret []byte
+	// MaxBodyBytes bounds a delivery (0: the receiver's default, 1 MiB).
+	MaxBodyBytes int64
 }
 
 // Components are the pieces Setup created, for tests and the dev
@@ -53,6 +77,8 @@ type Components struct {
 	Registry *hypervisors.Registry
 	IPAM     *ipam.Manager
 	Sweeper  *sweeper.Sweeper
+	// Webhook is the GitHub webhook server, when Options.Webhook was set.
+	Webhook *webhook.Server
 }
 
 // DefaultFactories are the hypervisor implementations built in.
@@ -70,6 +96,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	if opts.Bootstrap == nil {
+		opts.Bootstrap = &controller.GitHubBootstrap{Client: mgr.GetClient(), Clock: opts.Clock, Transport: opts.GitHubTransport}
 	}
 	if err := controller.SetupIndexes(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up field indexes: %w", err)
@@ -132,7 +161,47 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	if err := mgr.Add(controller.NewClaimPhaseCollector(mgr.GetClient())); err != nil {
 		return nil, fmt.Errorf("add claim phase metrics: %w", err)
 	}
-	return &Components{Registry: registry, IPAM: addresses, Sweeper: sw}, nil
+	comps := &Components{Registry: registry, IPAM: addresses, Sweeper: sw}
+	if opts.Webhook != nil {
+		srv, err := newWebhookServer(mgr, opts)
+		if err != nil {
+			return nil, err
+		}
+		comps.Webhook = srv
+	}
+	return comps, nil
+}
+
+// newWebhookServer builds the GitHub webhook receiver and adds its server
+// to the manager.
+func newWebhookServer(mgr ctrl.Manager, opts Options) (*webhook.Server, error) {
+	w := opts.Webhook
+	if len(w.Secret) == 0 {
+		return nil, fmt.Errorf("the GitHub webhook receiver needs the webhook secret configured on GitHub")
+	}
+	recv, err := webhook.NewReceiver(webhook.Options{
+		Parser:       ghworkload.WebhookParser{Secret: w.Secret},
+		Router:       demand.NewRouter(mgr.GetClient()),
+		Recorder:     demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock),
+		Events:       mgr.GetEventRecorderFor("hyperfleet-webhook"),
+		MaxBodyBytes: w.MaxBodyBytes,
+		Logger:       mgr.GetLogger().WithName("webhook"),
+		Clock:        opts.Clock,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("GitHub webhook receiver: %w", err)
+	}
+	srv, err := webhook.NewServer(webhook.ServerOptions{
+		Addr: w.Addr, CertFile: w.CertFile, KeyFile: w.KeyFile, Receiver: recv,
+		Logger: mgr.GetLogger().WithName("webhook"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("GitHub webhook server: %w", err)
+	}
+	if err := mgr.Add(srv); err != nil {
+		return nil, fmt.Errorf("add GitHub webhook server: %w", err)
+	}
+	return srv, nil
 }
 
 // Keys of the ownership Secret.

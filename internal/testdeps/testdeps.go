@@ -4,6 +4,7 @@
 package testdeps
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -34,4 +35,33 @@ func NPMFile(t testing.TB, pkg, rel string) string {
 		t.Fatalf("npm package %s is not installed (%v): run `make test-deps` (hack/test-deps.sh installs it into %s)", pkg, err, NPMDir())
 	}
 	return p
+}
+
+// WebhookExamples returns GitHub's published webhook examples of one event
+// (such as workflow_job) from @octokit/webhooks-examples, failing the test
+// when the package is missing or holds none.
+func WebhookExamples(t testing.TB, event string) []json.RawMessage {
+	t.Helper()
+	path := NPMFile(t, "@octokit/webhooks-examples", "api.github.com/index.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var index []struct {
+		Name     string            `json:"name"`
+		Examples []json.RawMessage `json:"examples"`
+	}
+	if err := json.Unmarshal(data, &index); err != nil {
+		t.Fatalf("decode %s: %v", path, err)
+	}
+	for _, e := range index {
+		if e.Name == event {
+			if len(e.Examples) == 0 {
+				t.Fatalf("the %s entry of %s has no examples", event, path)
+			}
+			return e.Examples
+		}
+	}
+	t.Fatalf("no %s entry in %s", event, path)
+	return nil
 }

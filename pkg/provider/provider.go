@@ -179,7 +179,10 @@ type VMSpec struct {
 	// template's disk keeps the template's size.
 	DiskBytes int64
 	Network   NetworkSpec
-	CloudInit CloudInit
+	// CloudInit is rendered when the provider delivers it to the VM (once
+	// the clone exists), not before: a claim that waits for a clone slot
+	// holds no single-use credential yet. A CloudInit value renders itself.
+	CloudInit CloudInitSource
 	// Tags are extra tags for the VM besides the ownership tags; they must
 	// already be legal for the hypervisor.
 	Tags []string
@@ -207,6 +210,16 @@ type CloudInit struct {
 	UserData      []byte
 	MetaData      []byte
 	NetworkConfig []byte
+}
+
+// Render implements CloudInitSource: the data is already rendered.
+func (c CloudInit) Render(context.Context) (CloudInit, error) { return c, nil }
+
+// CloudInitSource renders a VM's cloud-init. Providers call Render only
+// when they are about to deliver the data, at most once per delivery, and
+// return its error unchanged (wrapped), so the caller's error class holds.
+type CloudInitSource interface {
+	Render(ctx context.Context) (CloudInit, error)
 }
 
 // Phase is where a VM stands in its creation.
@@ -360,3 +373,12 @@ func (NopObserver) APICall(string, string, int, time.Duration) {}
 
 // CloneQueue implements Observer.
 func (NopObserver) CloneQueue(int) {}
+
+// RenderCloudInit renders spec's cloud-init, treating an unset source as
+// empty data.
+func RenderCloudInit(ctx context.Context, spec *VMSpec) (CloudInit, error) {
+	if spec.CloudInit == nil {
+		return CloudInit{}, nil
+	}
+	return spec.CloudInit.Render(ctx)
+}

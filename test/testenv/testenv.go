@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -158,6 +159,40 @@ func Run(m *testing.M, env **Environment) int {
 		fmt.Fprintf(os.Stderr, "%v\n", err)
 		if code == 0 {
 			code = 1
+		}
+	}
+	return code
+}
+
+// Lazy starts an environment on first use, so that a package's unit and
+// fuzz tests run without an API server. Use Get in tests and Main as the
+// TestMain body.
+type Lazy struct {
+	once sync.Once
+	env  *Environment
+	err  error
+}
+
+// Get returns the environment, starting it on the first call; a failure to
+// start fails the test.
+func (l *Lazy) Get(t testing.TB) *Environment {
+	t.Helper()
+	l.once.Do(func() { l.env, l.err = Start() })
+	if l.err != nil {
+		t.Fatalf("starting the test API server: %v", l.err)
+	}
+	return l.env
+}
+
+// Main runs the package's tests and stops the environment if one started.
+func (l *Lazy) Main(m *testing.M) int {
+	code := m.Run()
+	if l.env != nil {
+		if err := l.env.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "%v\n", err)
+			if code == 0 {
+				code = 1
+			}
 		}
 	}
 	return code

@@ -61,10 +61,10 @@ func (p *Provider) EnsureVM(ctx context.Context, spec *provider.VMSpec, prev pro
 		}
 		// Done, lost, or a clone that found its id taken: look at the VM.
 	}
-	return p.advance(s, spec, res)
+	return p.advance(ctx, s, spec, res)
 }
 
-func (p *Provider) advance(s *session, spec *provider.VMSpec, res *provider.EnsureResult) (*provider.EnsureResult, error) {
+func (p *Provider) advance(ctx context.Context, s *session, spec *provider.VMSpec, res *provider.EnsureResult) (*provider.EnsureResult, error) {
 	vmid := res.Progress.VMID
 	p.adopt(spec, res.Progress)
 	node, conf, err := p.locate(s, res.Progress.VMRef())
@@ -93,11 +93,11 @@ func (p *Provider) advance(s *session, spec *provider.VMSpec, res *provider.Ensu
 	iso := p.isoVolume(vmid, spec.Owner.UID)
 	switch conf.cdrom {
 	case iso:
-		return p.bootStep(s, spec, res, node, conf, iso)
+		return p.bootStep(ctx, s, spec, res, node, conf, iso)
 	case "none":
 		return p.runningStep(s, spec, res, node, iso)
 	default:
-		return p.deliverStep(s, spec, res, node, conf, iso)
+		return p.deliverStep(ctx, s, spec, res, node, conf, iso)
 	}
 }
 
@@ -180,14 +180,14 @@ func (p *Provider) cloneStep(s *session, spec *provider.VMSpec, res *provider.En
 }
 
 // deliverStep uploads the ISO, then applies the hardware and attaches it.
-func (p *Provider) deliverStep(s *session, spec *provider.VMSpec, res *provider.EnsureResult, node string, conf vmConfig, iso string) (*provider.EnsureResult, error) {
+func (p *Provider) deliverStep(ctx context.Context, s *session, spec *provider.VMSpec, res *provider.EnsureResult, node string, conf vmConfig, iso string) (*provider.EnsureResult, error) {
 	vmid := res.Progress.VMID
 	present, err := p.isoPresent(s, node, iso)
 	if err != nil {
 		return nil, err
 	}
 	if !present {
-		return p.upload(s, spec, res, node)
+		return p.upload(ctx, s, spec, res, node)
 	}
 	c := p.hardwareChange(spec, conf)
 	c.cdrom = &iso
@@ -198,9 +198,13 @@ func (p *Provider) deliverStep(s *session, spec *provider.VMSpec, res *provider.
 	return p.started(res, provider.PhaseConfiguring, upid, "configure", fmt.Sprintf("configuring VM %d and attaching its cloud-init ISO", vmid)), nil
 }
 
-func (p *Provider) upload(s *session, spec *provider.VMSpec, res *provider.EnsureResult, node string) (*provider.EnsureResult, error) {
+func (p *Provider) upload(ctx context.Context, s *session, spec *provider.VMSpec, res *provider.EnsureResult, node string) (*provider.EnsureResult, error) {
 	vmid := res.Progress.VMID
-	upid, _, err := s.upload(node, p.cfg.ISOStorage, p.isoFile(vmid, spec.Owner.UID), spec.CloudInit)
+	ci, err := provider.RenderCloudInit(ctx, spec)
+	if err != nil {
+		return nil, fmt.Errorf("render the cloud-init of VM %d: %w", vmid, err)
+	}
+	upid, _, err := s.upload(node, p.cfg.ISOStorage, p.isoFile(vmid, spec.Owner.UID), ci)
 	if err != nil {
 		var ae *apiError
 		if isNotExist(err) || errors.As(err, &ae) && ae.code == 400 {
@@ -214,7 +218,7 @@ func (p *Provider) upload(s *session, spec *provider.VMSpec, res *provider.Ensur
 
 // bootStep runs while the ISO is attached: finish the config, start, wait
 // for the guest, then detach the ISO.
-func (p *Provider) bootStep(s *session, spec *provider.VMSpec, res *provider.EnsureResult, node string, conf vmConfig, iso string) (*provider.EnsureResult, error) {
+func (p *Provider) bootStep(ctx context.Context, s *session, spec *provider.VMSpec, res *provider.EnsureResult, node string, conf vmConfig, iso string) (*provider.EnsureResult, error) {
 	vmid := res.Progress.VMID
 	st, err := s.status(node, vmid)
 	if err != nil {
@@ -240,7 +244,7 @@ func (p *Provider) bootStep(s *session, spec *provider.VMSpec, res *provider.Ens
 			return nil, err
 		}
 		if !present {
-			return p.upload(s, spec, res, node)
+			return p.upload(ctx, s, spec, res, node)
 		}
 		upid, err := s.power(node, vmid, OpStart)
 		if err != nil {

@@ -2,6 +2,7 @@ package providertest
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -24,6 +25,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"ValidateTemplate", testValidateTemplate},
 		{"EnsureVM/DrivesToRunning", testDrivesToRunning},
 		{"EnsureVM/CloudInitDelivered", testCloudInitDelivered},
+		{"EnsureVM/CloudInitRenderedOnlyForDelivery", testCloudInitRenderedLate},
 		{"EnsureVM/RepeatedCallsAreIdempotent", testRepeatedCalls},
 		{"EnsureVM/RestartContinuesFromProgress", testRestart},
 		{"EnsureVM/VMIDReservedBeforeRestartIsReused", testVMIDReuseAfterRestart},
@@ -229,13 +231,17 @@ func testCloudInitDelivered(t *testing.T, h *Harness) {
 		t.Error("the cloud-init payload was never seen on the backend while the VM was built; StoredData cannot detect leaks")
 	}
 	got := h.CloudInitOf(t, res.Progress.VMID)
+	want, err := s.CloudInit.Render(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range []struct {
 		name      string
 		got, want []byte
 	}{
-		{"user-data", got.UserData, s.CloudInit.UserData},
-		{"meta-data", got.MetaData, s.CloudInit.MetaData},
-		{"network-config", got.NetworkConfig, s.CloudInit.NetworkConfig},
+		{"user-data", got.UserData, want.UserData},
+		{"meta-data", got.MetaData, want.MetaData},
+		{"network-config", got.NetworkConfig, want.NetworkConfig},
 	} {
 		if !bytes.Equal(f.got, f.want) {
 			t.Errorf("the guest read %s %q, want %q", f.name, f.got, f.want)
@@ -245,6 +251,71 @@ func testCloudInitDelivered(t *testing.T, h *Harness) {
 		t.Error("the cloud-init payload is still stored on the backend after the VM is Running")
 	}
 }
+
+// countingCloudInit counts renders and can fail them.
+type countingCloudInit struct {
+	data provider.CloudInit
+	mu   sync.Mutex
+	n    int
+	err  error
+}
+
+func (c *countingCloudInit) Render(context.Context) (provider.CloudInit, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+	if c.err != nil {
+		return provider.CloudInit{}, c.err
+	}
+	return c.data, nil
+}
+
+func (c *countingCloudInit) renders() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// testCloudInitRenderedLate: the cloud-init (which carries a single-use
+// credential) is rendered once the clone exists, once per delivery, and a
+// render error comes back unchanged and leaves nothing on storage.
+func testCloudInitRenderedLate(t *testing.T, h *Harness) {
+	s := spec(h.Template, 1)
+	src := &countingCloudInit{data: s.CloudInit.(provider.CloudInit), err: errRenderContract}
+	s.CloudInit = src
+	d := newDrive(t, h, h.Provider, s)
+	var failed error
+	for range maxSteps {
+		res, err := h.Provider.EnsureVM(t.Context(), s, d.prog)
+		if err != nil {
+			failed = err
+			break
+		}
+		switch res.Phase {
+		case provider.PhasePlaced, provider.PhaseQueued, provider.PhaseCloning:
+			if n := src.renders(); n != 0 {
+				t.Fatalf("the cloud-init was rendered %d times before the clone finished (phase %s)", n, res.Phase)
+			}
+		}
+		d.prog = persist(t, res.Progress)
+		d.advance(res.RetryAfter)
+	}
+	if !errors.Is(failed, errRenderContract) {
+		t.Fatalf("a failing render gave %v, want an error wrapping the source's", failed)
+	}
+	if storedContains(t, h, token(1)) {
+		t.Fatal("a failed render left cloud-init data on storage")
+	}
+	src.mu.Lock()
+	src.err, src.n = nil, 0
+	src.mu.Unlock()
+	d.toPhase(provider.PhaseRunning)
+	if n := src.renders(); n != 1 {
+		t.Errorf("the cloud-init was rendered %d times for one delivery, want 1", n)
+	}
+}
+
+var errRenderContract = errors.New("contract: render refused")
 
 func testRepeatedCalls(t *testing.T, h *Harness) {
 	s := spec(h.Template, 1)

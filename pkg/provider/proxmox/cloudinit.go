@@ -35,10 +35,10 @@ func (p *Provider) isoVolid(vmid int, owner string) string {
 // noCloudFiles returns the NoCloud seed files for spec. NoCloud needs
 // user-data and meta-data; meta-data defaults to an instance id and the
 // host name so that cloud-init treats every VM as a new instance.
-func noCloudFiles(spec *provider.VMSpec, vmid int) map[string][]byte {
+func noCloudFiles(spec *provider.VMSpec, ci provider.CloudInit, vmid int) map[string][]byte {
 	files := map[string][]byte{
-		"user-data": spec.CloudInit.UserData,
-		"meta-data": spec.CloudInit.MetaData,
+		"user-data": ci.UserData,
+		"meta-data": ci.MetaData,
 	}
 	if len(files["user-data"]) == 0 {
 		files["user-data"] = []byte("#cloud-config\n{}\n")
@@ -46,8 +46,8 @@ func noCloudFiles(spec *provider.VMSpec, vmid int) map[string][]byte {
 	if len(files["meta-data"]) == 0 {
 		files["meta-data"] = []byte(fmt.Sprintf("instance-id: %s-%d\nlocal-hostname: %s\n", spec.Owner.UID, vmid, spec.Name))
 	}
-	if len(spec.CloudInit.NetworkConfig) > 0 {
-		files["network-config"] = spec.CloudInit.NetworkConfig
+	if len(ci.NetworkConfig) > 0 {
+		files["network-config"] = ci.NetworkConfig
 	}
 	return files
 }

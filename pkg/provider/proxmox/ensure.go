@@ -548,7 +548,11 @@ func (p *Provider) forgetISO(vmid int) {
 // after the clone, so a VM waiting for a clone slot has no secret lying on
 // storage, and a claim moved to another id leaves no ISO behind.
 func (c *ensureCall) upload(ctx context.Context) (*provider.EnsureResult, error) {
-	iso, err := buildISO(noCloudFiles(c.spec, c.prog.VMID))
+	ci, err := provider.RenderCloudInit(ctx, c.spec)
+	if err != nil {
+		return nil, fmt.Errorf("render the cloud-init of VM %d: %w", c.prog.VMID, err)
+	}
+	iso, err := buildISO(noCloudFiles(c.spec, ci, c.prog.VMID))
 	if err != nil {
 		return nil, provider.Errorf(provider.ClassPermanent, "CloudInitISO", "render the cloud-init ISO of VM %d: %w", c.prog.VMID, err)
 	}

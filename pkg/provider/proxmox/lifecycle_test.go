@@ -64,8 +64,9 @@ func TestLifecycle(t *testing.T) {
 	if iso == nil {
 		t.Fatal("the cloud-init ISO is not on storage while booting")
 	}
-	if iso.Files["user-data"] != string(spec.CloudInit.UserData) || iso.Files["meta-data"] != string(spec.CloudInit.MetaData) ||
-		iso.Files["network-config"] != string(spec.CloudInit.NetworkConfig) {
+	ci := spec.CloudInit.(provider.CloudInit)
+	if iso.Files["user-data"] != string(ci.UserData) || iso.Files["meta-data"] != string(ci.MetaData) ||
+		iso.Files["network-config"] != string(ci.NetworkConfig) {
 		t.Fatalf("ISO files: %v", iso.Files)
 	}
 	v := e.vm(vmid)

@@ -91,7 +91,7 @@ func TestBuildISO(t *testing.T) {
 			t.Fatalf("%s = %q, want %q", name, got.String(), want)
 		}
 	}
-	defaults := noCloudFiles(&provider.VMSpec{Name: "vm-a", Owner: provider.Owner{UID: "u1"}}, 1234)
+	defaults := noCloudFiles(&provider.VMSpec{Name: "vm-a", Owner: provider.Owner{UID: "u1"}}, provider.CloudInit{}, 1234)
 	if string(defaults["meta-data"]) != "instance-id: u1-1234\nlocal-hostname: vm-a\n" || len(defaults["user-data"]) == 0 {
 		t.Fatalf("default seed files: %q", defaults)
 	}

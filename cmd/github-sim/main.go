@@ -1,0 +1,145 @@
+// Command github-sim serves a simulated GitHub: the self-hosted runner,
+// workflow run/job and App installation token REST endpoints (at the root
+// and under /api/v3/), signed workflow_job webhooks, and a runner package
+// whose scripts run jobs against it.
+//
+// It speaks HTTPS with a freshly generated certificate signed by a
+// throw-away CA, whose PEM is printed at start-up (and written to --ca-out)
+// unless --insecure-http is given. The admin API under /_sim/ is off unless
+// --admin is given.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+)
+
+// multiFlag is a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "github-sim:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	listen := flag.String("listen", "127.0.0.1:8443", "address to listen on")
+	configPath := flag.String("config", "", "YAML or JSON description of organizations, repositories, PATs, Apps, runner groups and rate limits (default: organization octo-org, repository octo-org/hello-world, PAT "+githubsim.DefaultPAT+")")
+	admin := flag.Bool("admin", false, "enable the /_sim/ admin API (state, jobs, faults, redelivery, clock)")
+	insecure := flag.Bool("insecure-http", false, "serve plain HTTP instead of HTTPS")
+	caOut := flag.String("ca-out", "", "write the CA certificate (PEM) that signs the server certificate to this file")
+	fakeClock := flag.Bool("fake-clock", false, "run on a manually advanced clock (POST /_sim/clock/advance?by=5s)")
+	var hookURLs, hookSecrets multiFlag
+	flag.Var(&hookURLs, "webhook-url", "deliver workflow_job webhooks to this URL (repeatable)")
+	flag.Var(&hookSecrets, "webhook-secret-file", "file holding the webhook secret: one for all --webhook-url, or one per --webhook-url in order")
+	flag.Parse()
+
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg := githubsim.DefaultConfig()
+	if *configPath != "" {
+		var err error
+		if cfg, err = githubsim.LoadConfig(*configPath); err != nil {
+			return err
+		}
+	}
+	if len(hookSecrets) > 1 && len(hookSecrets) != len(hookURLs) {
+		return fmt.Errorf("give one --webhook-secret-file for all --webhook-url or one per URL (%d URLs, %d secret files)", len(hookURLs), len(hookSecrets))
+	}
+	for i, u := range hookURLs {
+		w := githubsim.WebhookConfig{URL: u}
+		switch {
+		case len(hookSecrets) == 1:
+			w.SecretFile = hookSecrets[0]
+		case len(hookSecrets) > 1:
+			w.SecretFile = hookSecrets[i]
+		}
+		cfg.Webhooks = append(cfg.Webhooks, w)
+	}
+
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", *listen, err)
+	}
+	scheme := "http"
+	var tlsConfig *tls.Config
+	var caPEM []byte
+	if !*insecure {
+		host, _, _ := net.SplitHostPort(ln.Addr().String())
+		cert, ca, err := githubsim.SelfSignedCertificate(host, "localhost", "127.0.0.1", "::1")
+		if err != nil {
+			return fmt.Errorf("generate TLS certificate: %w", err)
+		}
+		caPEM = ca
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		scheme = "https"
+		if *caOut != "" {
+			if err := os.WriteFile(*caOut, caPEM, 0o644); err != nil {
+				return fmt.Errorf("write CA certificate: %w", err)
+			}
+		}
+	}
+	if cfg.ServerURL == "" {
+		cfg.ServerURL = scheme + "://" + ln.Addr().String()
+	}
+	opts := []githubsim.Option{githubsim.WithAdmin(*admin), githubsim.WithLogger(logger), githubsim.WithCACertificate(caPEM)}
+	if *fakeClock {
+		opts = append(opts, githubsim.WithClock(githubsim.NewFakeClock(time.Now())))
+	}
+	sim, err := githubsim.New(cfg, opts...)
+	if err != nil {
+		return err
+	}
+	defer sim.Close()
+
+	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
+	if tlsConfig != nil {
+		srv.TLSConfig = tlsConfig
+		ln = tls.NewListener(ln, tlsConfig)
+		fmt.Printf("CA certificate (trust it, e.g. curl --cacert; written to %s):\n%s", orNone(*caOut), caPEM)
+	}
+	fmt.Printf("GitHub simulator listening on %s (REST at / and /api/v3/, runner package at /_sim/runner/actions-runner-linux-x64.tar.gz, admin API %s)\n",
+		cfg.ServerURL, map[bool]string{true: "enabled under /_sim/", false: "disabled"}[*admin])
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
+		}
+	case <-ctx.Done():
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			return fmt.Errorf("shutdown: %w", err)
+		}
+	}
+	return nil
+}
+
+func orNone(p string) string {
+	if p == "" {
+		return "no file; use --ca-out"
+	}
+	return p
+}

@@ -1,0 +1,63 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	ghworkload "github.com/hyperfleet/hyperfleet/pkg/workload/github"
+)
+
+// TestGitHubBootstrapRecoversTakenName: a JIT name held by a runner that
+// never came online (registered by an attempt the operator did not get to
+// record) is removed and registered again; a name held by a live runner is
+// a configuration error and the live runner is left alone.
+func TestGitHubBootstrapRecoversTakenName(t *testing.T) {
+	gs := githubsimtest.Start(t, githubsim.Config{
+		Organizations: []githubsim.OrgConfig{{Login: "octo-org"}},
+		PATs:          []githubsim.PATConfig{{Token: "ghp_bootstrapTest", Login: "octocat"}},
+	})
+	p, err := ghworkload.New(ghworkload.Config{BaseURL: gs.URL + "/api/v3", Scope: workload.Scope{Owner: "octo-org"}, Token: "ghp_bootstrapTest", Transport: gs.Transport})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	spec := workload.RunnerSpec{Name: "pool-x-1a2b3c4d", Labels: []string{"self-hosted"}, Method: workload.MethodJIT}
+	first, err := p.IssueCredential(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &GitHubBootstrap{}
+	second, err := b.issue(ctx, p, spec)
+	if err != nil {
+		t.Fatalf("re-issue over a never-started runner: %v", err)
+	}
+	if second.RunnerID == first.RunnerID {
+		t.Fatal("the stale registration was reused")
+	}
+	if r, _ := gs.Sim.RunnerByName(spec.Name); r.ID != second.RunnerID {
+		t.Fatalf("registered runner %d, want %d", r.ID, second.RunnerID)
+	}
+	// Bring the runner online: its name is now taken for good.
+	proc := githubsimtest.StartScript(t, gs.InstallRunner(t), "run.sh", "--jitconfig", second.Secret.Reveal())
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if r, _ := gs.Sim.RunnerByName(spec.Name); r.Status == "online" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runner never came online:\n%s", proc.Output())
+		}
+	}
+	_, err = b.issue(ctx, p, spec)
+	if !errors.Is(err, errRunnerNameTaken) {
+		t.Fatalf("issue over a live runner: %v, want errRunnerNameTaken", err)
+	}
+	if r, _ := gs.Sim.RunnerByName(spec.Name); r.ID != second.RunnerID || r.Status != "online" {
+		t.Fatalf("the live runner was touched: %+v", r)
+	}
+	proc.Kill()
+}

@@ -1,0 +1,102 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+const (
+	// runnerBusyRecheck is how often a deleted claim whose runner runs a
+	// job asks again.
+	runnerBusyRecheck = 15 * time.Second
+	// runnerReleaseDeadline bounds retries to remove a runner once its VM
+	// is gone: the CI platform drops offline ephemeral runners by itself
+	// (GitHub after a day), so a claim never hangs on it forever.
+	runnerReleaseDeadline  = 10 * time.Minute
+	runnerRemovedReason    = "RunnerRemoved"
+	runnerNotRemovedReason = "RunnerNotRemoved"
+)
+
+// drainRunner removes a deleted claim's runner while its VM still runs. It
+// reports false (with the requeue) while the runner is busy: the claim
+// waits in Draining and the VM keeps running the job.
+func (r *MachineClaimReconciler) drainRunner(ctx context.Context, claim *hfv1.MachineClaim) (bool, ctrl.Result) {
+	if r.Bootstrap == nil || claim.Status.Bootstrap == nil || claim.Status.VMRef == nil {
+		return true, ctrl.Result{}
+	}
+	err := r.release(ctx, claim)
+	switch {
+	case err == nil:
+		return true, ctrl.Result{}
+	case errors.Is(err, workload.ErrRunnerBusy):
+		msg := fmt.Sprintf("Runner %s is running a job; the VM is deleted when the job ends", claim.Status.Bootstrap.RunnerName)
+		if claim.Status.Phase != hfv1.MachineClaimDraining {
+			r.enterPhase(ctx, claim, hfv1.MachineClaimDraining, hfv1.RunnerBusyReason, msg)
+		}
+		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.RunnerBusyReason, msg)
+		return false, ctrl.Result{RequeueAfter: runnerBusyRecheck}
+	}
+	if wait, limited := retryAfterWorkload(err, r.Clock.Now()); limited {
+		return false, ctrl.Result{RequeueAfter: wait}
+	}
+	// Anything else (the template or its credentials are gone, GitHub is
+	// down) must not keep an idle VM alive: destroy it, and try removing
+	// the runner again once the VM is gone.
+	ctrl.LoggerFrom(ctx).Info("Could not remove the runner before destroying its VM; retrying after", "err", err.Error())
+	return true, ctrl.Result{}
+}
+
+// releaseRunner removes the claim's runner once its VM is gone. It reports
+// false (with the requeue) to retry; after runnerReleaseDeadline it gives
+// up with a warning event rather than hold the claim.
+func (r *MachineClaimReconciler) releaseRunner(ctx context.Context, claim *hfv1.MachineClaim) (bool, ctrl.Result) {
+	st := claim.Status.Bootstrap
+	if r.Bootstrap == nil || st == nil || st.RunnerName == "" && st.RunnerID == 0 {
+		return true, ctrl.Result{}
+	}
+	err := r.release(ctx, claim)
+	if err == nil {
+		r.Recorder.Eventf(claim, corev1.EventTypeNormal, runnerRemovedReason, "Runner %s is no longer registered", st.RunnerName)
+		claim.Status.Bootstrap.RunnerID = 0
+		claim.Status.Bootstrap.RunnerName = ""
+		return true, ctrl.Result{}
+	}
+	since := claim.CreationTimestamp.Time
+	if t := claim.Status.PhaseTimes; t != nil && t.Terminating != nil {
+		since = t.Terminating.Time
+	}
+	if r.Clock.Since(since) > runnerReleaseDeadline {
+		r.Recorder.Eventf(claim, corev1.EventTypeWarning, runnerNotRemovedReason,
+			"Gave up removing runner %s after %s: %v; the CI platform removes offline ephemeral runners by itself", st.RunnerName, runnerReleaseDeadline, err)
+		return true, ctrl.Result{}
+	}
+	msg := fmt.Sprintf("Removing runner %s: %v", st.RunnerName, err)
+	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, runnerNotRemovedReason, truncate(msg, 1024))
+	if wait, limited := retryAfterWorkload(err, r.Clock.Now()); limited {
+		return false, ctrl.Result{RequeueAfter: wait}
+	}
+	return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
+}
+
+// release calls the BootstrapSource with the claim's template.
+func (r *MachineClaimReconciler) release(ctx context.Context, claim *hfv1.MachineClaim) error {
+	var tmpl hfv1.HypervisorMachineTemplate
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, &tmpl); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("HypervisorMachineTemplate %s is gone with the credentials needed to remove the runner: %w", claim.Spec.TemplateRef.Name, err)
+		}
+		return err
+	}
+	return r.Bootstrap.Release(ctx, claim, &tmpl)
+}

@@ -1,0 +1,283 @@
+package demand
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+// Sources of a record (CIJob status.source).
+const (
+	SourceWebhook = "webhook"
+	SourceResync  = "resync"
+)
+
+// Outcome is what Record did.
+type Outcome string
+
+const (
+	// Created: the job was new in the namespace.
+	Created Outcome = "created"
+	// Updated: the event moved the job forward or added information.
+	Updated Outcome = "updated"
+	// Unchanged: an older or repeated event; nothing was written.
+	Unchanged Outcome = "unchanged"
+)
+
+// Recorder writes job events as CIJobs, the demand records the leader's
+// controllers scale from. Safe for concurrent use; several manager
+// replicas may record the same job: the API server arbitrates (one create
+// wins, updates are optimistic and retried on conflict) and a job's state
+// only moves forward.
+type Recorder struct {
+	client client.Client
+	reader client.Reader
+	clock  clock.PassiveClock
+}
+
+// NewRecorder returns a Recorder that writes through c and reads an
+// existing CIJob back through reader. Pass the manager's API reader
+// (mgr.GetAPIReader()): reading the record just written from a cache that
+// may lag would turn into conflicts. A nil reader reads through c; a nil
+// clk is the real clock.
+func NewRecorder(c client.Client, reader client.Reader, clk clock.PassiveClock) *Recorder {
+	if reader == nil {
+		reader = c
+	}
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Recorder{client: c, reader: reader, clock: clk}
+}
+
+// Record records ev as the CIJob of its job in pool's namespace, routed to
+// pool. A new job is created in one write, labels, spec and status
+// together, whatever its state (an in_progress or completed event for a job
+// never seen queued still creates it). An existing one is updated only when
+// the event moves its state forward (hfv1.CIJobRank) or adds information it
+// lacks (the runner's name, a time); an older or repeated event writes
+// nothing. source is SourceWebhook or SourceResync.
+func (r *Recorder) Record(ctx context.Context, pool types.NamespacedName, ev workload.JobEvent, source string) error {
+	_, err := r.Apply(ctx, pool, ev, source)
+	return err
+}
+
+// Apply is Record, also saying what it did.
+func (r *Recorder) Apply(ctx context.Context, pool types.NamespacedName, ev workload.JobEvent, source string) (Outcome, error) {
+	if ev.Job.ID <= 0 {
+		return Unchanged, fmt.Errorf("recording job event: job id %d is not positive", ev.Job.ID)
+	}
+	if pool.Namespace == "" || pool.Name == "" {
+		return Unchanged, fmt.Errorf("recording job %d: no RunnerPool given", ev.Job.ID)
+	}
+	if _, ok := stateOf(ev.Job.State); !ok {
+		return Unchanged, fmt.Errorf("recording job %d: unknown job state %q", ev.Job.ID, ev.Job.State)
+	}
+	job := NewCIJob(pool, ev, source, r.clock.Now())
+	err := r.client.Create(ctx, job)
+	if err == nil {
+		return Created, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return Unchanged, fmt.Errorf("creating CIJob %s/%s: %w", job.Namespace, job.Name, err)
+	}
+	key := client.ObjectKeyFromObject(job)
+	outcome := Unchanged
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cur hfv1.CIJob
+		if err := r.reader.Get(ctx, key, &cur); err != nil {
+			return err
+		}
+		if !MergeEvent(&cur, ev, source) {
+			outcome = Unchanged
+			return nil
+		}
+		if err := r.client.Update(ctx, &cur); err != nil {
+			return err
+		}
+		outcome = Updated
+		return nil
+	})
+	if err != nil {
+		return Unchanged, fmt.Errorf("updating CIJob %s: %w", key, err)
+	}
+	return outcome, nil
+}
+
+// NewCIJob is the CIJob a first event about a job creates in pool's
+// namespace; now stands in for the queue time when the platform gave none.
+func NewCIJob(pool types.NamespacedName, ev workload.JobEvent, source string, now time.Time) *hfv1.CIJob {
+	j := ev.Job
+	state, _ := stateOf(j.State)
+	labels := clip(j.Labels, maxJobLabels)
+	for i := range labels {
+		labels[i] = clipString(labels[i], maxLabelLength)
+	}
+	queuedAt := j.CreatedAt
+	if queuedAt.IsZero() {
+		queuedAt = now
+	}
+	cj := &hfv1.CIJob{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: pool.Namespace,
+			Name:      hfv1.CIJobName(hfv1.WorkloadGitHubActions, j.ID),
+			Labels: map[string]string{
+				hfv1.ManagedByLabel:  hfv1.ManagedByValue,
+				hfv1.RunnerPoolLabel: pool.Name,
+				hfv1.CIJobStateLabel: string(state),
+			},
+		},
+		Spec: hfv1.CIJobSpec{
+			Platform:      hfv1.WorkloadGitHubActions,
+			JobID:         j.ID,
+			RunID:         max(j.RunID, 0),
+			RunAttempt:    max(j.RunAttempt, 0),
+			Repository:    clipString(j.Repository, maxRepositoryLength),
+			Labels:        labels,
+			WorkflowName:  clipString(j.WorkflowName, maxNameLength),
+			JobName:       clipString(j.Name, maxNameLength),
+			RunnerPoolRef: hfv1.ObjectName{Name: pool.Name},
+		},
+		Status: hfv1.CIJobStatus{
+			State:    state,
+			QueuedAt: &metav1.Time{Time: queuedAt},
+		},
+	}
+	applyEvent(&cj.Status, ev, source, state)
+	return cj
+}
+
+// MergeEvent applies ev to an existing CIJob and reports whether anything
+// changed. The state moves only forward; an event at or behind the
+// current state can only fill in what is missing (a runner name, a time, a
+// conclusion); a repeated event changes nothing. The spec is never
+// touched (it is immutable).
+func MergeEvent(cj *hfv1.CIJob, ev workload.JobEvent, source string) bool {
+	state, ok := stateOf(ev.Job.State)
+	if !ok {
+		return false
+	}
+	before := cj.Status.DeepCopy()
+	beforeLabel := cj.Labels[hfv1.CIJobStateLabel]
+	st := &cj.Status
+	if hfv1.CIJobRank(state) > hfv1.CIJobRank(st.State) {
+		st.State = state
+	}
+	if st.QueuedAt == nil && !ev.Job.CreatedAt.IsZero() {
+		st.QueuedAt = &metav1.Time{Time: ev.Job.CreatedAt}
+	}
+	fillEvent(st, ev, state)
+	if cj.Labels == nil {
+		cj.Labels = map[string]string{}
+	}
+	cj.Labels[hfv1.CIJobStateLabel] = string(st.State)
+	changed := !statusEqual(before, st) || beforeLabel != string(st.State)
+	if changed {
+		st.Source = source
+		st.LastDeliveryID = clipString(ev.DeliveryID, maxDeliveryIDLength)
+	}
+	return changed
+}
+
+// applyEvent sets a new record's status from its first event.
+func applyEvent(st *hfv1.CIJobStatus, ev workload.JobEvent, source string, state hfv1.CIJobState) {
+	fillEvent(st, ev, state)
+	st.Source = source
+	st.LastDeliveryID = clipString(ev.DeliveryID, maxDeliveryIDLength)
+}
+
+// fillEvent fills the status fields ev knows and st lacks. Runner fields
+// count only from in_progress and completed events (a queued job has no
+// runner, whatever a payload says), the conclusion only from a completed
+// one.
+func fillEvent(st *hfv1.CIJobStatus, ev workload.JobEvent, state hfv1.CIJobState) {
+	j := ev.Job
+	rank := hfv1.CIJobRank(state)
+	if rank >= hfv1.CIJobRank(hfv1.CIJobInProgress) {
+		if st.StartedAt == nil && !j.StartedAt.IsZero() {
+			st.StartedAt = &metav1.Time{Time: j.StartedAt}
+		}
+		if st.RunnerName == "" && j.RunnerName != "" {
+			st.RunnerName = clipString(j.RunnerName, maxRunnerNameLength)
+		}
+		if st.RunnerID == 0 && j.RunnerID > 0 {
+			st.RunnerID = j.RunnerID
+		}
+	}
+	if state == hfv1.CIJobCompleted {
+		if st.CompletedAt == nil && !j.CompletedAt.IsZero() {
+			st.CompletedAt = &metav1.Time{Time: j.CompletedAt}
+		}
+		if st.Conclusion == "" && j.Conclusion != "" {
+			st.Conclusion = clipString(j.Conclusion, maxConclusionLength)
+		}
+	}
+}
+
+func statusEqual(a, b *hfv1.CIJobStatus) bool {
+	timeEq := func(x, y *metav1.Time) bool {
+		if x == nil || y == nil {
+			return x == y
+		}
+		return x.Equal(y)
+	}
+	return a.State == b.State && timeEq(a.QueuedAt, b.QueuedAt) && timeEq(a.StartedAt, b.StartedAt) &&
+		timeEq(a.CompletedAt, b.CompletedAt) && a.Conclusion == b.Conclusion &&
+		a.RunnerName == b.RunnerName && a.RunnerID == b.RunnerID
+}
+
+// stateOf maps a neutral job state to the CIJob's.
+func stateOf(s workload.JobState) (hfv1.CIJobState, bool) {
+	switch s {
+	case workload.JobQueued:
+		return hfv1.CIJobQueued, true
+	case workload.JobInProgress:
+		return hfv1.CIJobInProgress, true
+	case workload.JobCompleted:
+		return hfv1.CIJobCompleted, true
+	}
+	return "", false
+}
+
+// Limits of the CIJob schema: values from the platform are clipped to
+// them so that a long name never makes the API server refuse a record.
+const (
+	maxJobLabels        = 100
+	maxLabelLength      = 256
+	maxRepositoryLength = 140
+	maxNameLength       = 1024
+	maxConclusionLength = 64
+	maxRunnerNameLength = 256
+	maxDeliveryIDLength = 128
+)
+
+// clipString shortens s to at most n characters (the schema counts
+// characters, not bytes).
+func clipString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n])
+}
+
+// clip copies at most n elements of s.
+func clip(s []string, n int) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return append([]string(nil), s[:min(len(s), n)]...)
+}

@@ -1,0 +1,262 @@
+package demand
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+var (
+	t0 = time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC)
+	t1 = t0.Add(30 * time.Second)
+	t2 = t0.Add(5 * time.Minute)
+)
+
+func jobEvent(id int64, action string, state workload.JobState, delivery string) workload.JobEvent {
+	j := workload.Job{
+		ID: id, RunID: 77, RunAttempt: 1, Repository: "octo/app", Labels: []string{"self-hosted", "gpu"},
+		State: state, WorkflowName: "CI", Name: "build", CreatedAt: t0,
+	}
+	if state != workload.JobQueued {
+		j.StartedAt, j.RunnerName, j.RunnerID = t1, "hf-gpu-abc12", 31
+	}
+	if state == workload.JobCompleted {
+		j.CompletedAt, j.Conclusion = t2, "success"
+	}
+	return workload.JobEvent{DeliveryID: delivery, Action: action, Job: j}
+}
+
+func TestNewCIJob(t *testing.T) {
+	now := t2
+	ev := jobEvent(42, "queued", workload.JobQueued, "d1")
+	ev.Job.RunnerName = "GitHub Actions 5" // some queued payloads carry one
+	ev.Job.CreatedAt = time.Time{}
+	cj := NewCIJob(nn("team", "gpu"), ev, SourceWebhook, now)
+	if cj.Name != "github-actions-42" || cj.Namespace != "team" {
+		t.Fatalf("name %s/%s", cj.Namespace, cj.Name)
+	}
+	wantLabels := map[string]string{hfv1.ManagedByLabel: "hyperfleet", hfv1.RunnerPoolLabel: "gpu", hfv1.CIJobStateLabel: "queued"}
+	for k, v := range wantLabels {
+		if cj.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, cj.Labels[k], v)
+		}
+	}
+	st := cj.Status
+	if st.State != hfv1.CIJobQueued || !st.QueuedAt.Time.Equal(now) || st.RunnerName != "" || st.StartedAt != nil ||
+		st.Source != "webhook" || st.LastDeliveryID != "d1" {
+		t.Errorf("status %+v", st)
+	}
+	if cj.Spec.RunnerPoolRef.Name != "gpu" || cj.Spec.JobID != 42 || cj.Spec.Repository != "octo/app" || cj.Spec.JobName != "build" {
+		t.Errorf("spec %+v", cj.Spec)
+	}
+	long := jobEvent(43, "queued", workload.JobQueued, strings.Repeat("d", 300))
+	long.Job.WorkflowName = strings.Repeat("é", 2000)
+	cj = NewCIJob(nn("team", "gpu"), long, SourceResync, now)
+	if len([]rune(cj.Spec.WorkflowName)) != maxNameLength || len(cj.Status.LastDeliveryID) != maxDeliveryIDLength {
+		t.Errorf("long values not clipped: %d, %d", len([]rune(cj.Spec.WorkflowName)), len(cj.Status.LastDeliveryID))
+	}
+}
+
+func TestMergeEvent(t *testing.T) {
+	pool := nn("team", "gpu")
+	queued := jobEvent(1, "queued", workload.JobQueued, "q")
+	inProgress := jobEvent(1, "in_progress", workload.JobInProgress, "p")
+	completed := jobEvent(1, "completed", workload.JobCompleted, "c")
+	completedNoRunner := completed
+	completedNoRunner.Job.RunnerName, completedNoRunner.Job.RunnerID = "", 0
+	tests := []struct {
+		name        string
+		first       workload.JobEvent
+		then        workload.JobEvent
+		wantChanged bool
+		wantState   hfv1.CIJobState
+		wantRunner  string
+	}{
+		{"forward", queued, inProgress, true, hfv1.CIJobInProgress, "hf-gpu-abc12"},
+		{"forward to completed", inProgress, completed, true, hfv1.CIJobCompleted, "hf-gpu-abc12"},
+		{"duplicate", inProgress, inProgress, false, hfv1.CIJobInProgress, "hf-gpu-abc12"},
+		{"older", completed, queued, false, hfv1.CIJobCompleted, "hf-gpu-abc12"},
+		{"older adds the runner", completedNoRunner, inProgress, true, hfv1.CIJobCompleted, "hf-gpu-abc12"},
+		{"older in_progress with nothing new", completed, inProgress, false, hfv1.CIJobCompleted, "hf-gpu-abc12"},
+		{"queued never sets a runner", queued, queued, false, hfv1.CIJobQueued, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cj := NewCIJob(pool, tc.first, SourceWebhook, t0)
+			before := cj.Status.LastDeliveryID
+			changed := MergeEvent(cj, tc.then, SourceResync)
+			if changed != tc.wantChanged || cj.Status.State != tc.wantState || cj.Status.RunnerName != tc.wantRunner {
+				t.Fatalf("changed %v state %s runner %q; want %v %s %q", changed, cj.Status.State, cj.Status.RunnerName, tc.wantChanged, tc.wantState, tc.wantRunner)
+			}
+			if cj.Labels[hfv1.CIJobStateLabel] != string(tc.wantState) {
+				t.Fatalf("state label %q", cj.Labels[hfv1.CIJobStateLabel])
+			}
+			if !changed && (cj.Status.LastDeliveryID != before || cj.Status.Source != SourceWebhook) {
+				t.Fatalf("an unchanged record got delivery %q source %q", cj.Status.LastDeliveryID, cj.Status.Source)
+			}
+			if changed && (cj.Status.LastDeliveryID != tc.then.DeliveryID || cj.Status.Source != SourceResync) {
+				t.Fatalf("a changed record got delivery %q source %q", cj.Status.LastDeliveryID, cj.Status.Source)
+			}
+		})
+	}
+}
+
+// newNamespace creates a namespace for one test.
+func newNamespace(t *testing.T, c client.Client) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "demand-"}}
+	if err := c.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+func getJob(t *testing.T, c client.Client, ns string, id int64) *hfv1.CIJob {
+	t.Helper()
+	var cj hfv1.CIJob
+	key := types.NamespacedName{Namespace: ns, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, id)}
+	if err := c.Get(context.Background(), key, &cj); err != nil {
+		t.Fatalf("get CIJob %s: %v", key, err)
+	}
+	return &cj
+}
+
+// TestRecorderOutOfOrder: completed arrives before in_progress (and the
+// job was never seen queued): the record is created completed, the late
+// in_progress adds nothing it lacks, the late queued changes nothing, and
+// repeats leave the object untouched (same resourceVersion).
+func TestRecorderOutOfOrder(t *testing.T) {
+	e := testEnv(t)
+	ctx := context.Background()
+	ns := newNamespace(t, e.Client)
+	pool := nn(ns, "gpu")
+	clk := clocktesting.NewFakePassiveClock(t2)
+	rec := NewRecorder(e.Client, nil, clk)
+
+	completed := jobEvent(4242, "completed", workload.JobCompleted, "d-completed")
+	completed.Job.RunnerName, completed.Job.RunnerID = "", 0 // runner only known from in_progress
+	mustApply := func(ev workload.JobEvent, want Outcome) {
+		t.Helper()
+		got, err := rec.Apply(ctx, pool, ev, SourceWebhook)
+		if err != nil {
+			t.Fatalf("Apply %s: %v", ev.Action, err)
+		}
+		if got != want {
+			t.Fatalf("Apply %s = %s, want %s", ev.Action, got, want)
+		}
+	}
+	mustApply(completed, Created)
+	cj := getJob(t, e.Client, ns, 4242)
+	if cj.Status.State != hfv1.CIJobCompleted || cj.Status.Conclusion != "success" || cj.Status.CompletedAt == nil ||
+		!cj.Status.QueuedAt.Time.Equal(t0) || cj.Labels[hfv1.CIJobStateLabel] != "completed" {
+		t.Fatalf("after completed: %+v labels %v", cj.Status, cj.Labels)
+	}
+
+	mustApply(jobEvent(4242, "in_progress", workload.JobInProgress, "d-progress"), Updated)
+	cj = getJob(t, e.Client, ns, 4242)
+	if cj.Status.State != hfv1.CIJobCompleted || cj.Status.RunnerName != "hf-gpu-abc12" || cj.Status.RunnerID != 31 ||
+		cj.Status.LastDeliveryID != "d-progress" || cj.Labels[hfv1.CIJobStateLabel] != "completed" {
+		t.Fatalf("after late in_progress: %+v", cj.Status)
+	}
+	rv := cj.ResourceVersion
+
+	mustApply(jobEvent(4242, "in_progress", workload.JobInProgress, "d-progress"), Unchanged)
+	mustApply(jobEvent(4242, "queued", workload.JobQueued, "d-queued"), Unchanged)
+	mustApply(completed, Unchanged)
+	if err := rec.Record(ctx, pool, completed, SourceResync); err != nil {
+		t.Fatal(err)
+	}
+	if got := getJob(t, e.Client, ns, 4242).ResourceVersion; got != rv {
+		t.Fatalf("duplicates changed the record: resourceVersion %s -> %s", rv, got)
+	}
+}
+
+// TestRecorderForward records queued, then in_progress, then completed.
+func TestRecorderForward(t *testing.T) {
+	e := testEnv(t)
+	ctx := context.Background()
+	ns := newNamespace(t, e.Client)
+	rec := NewRecorder(e.Client, e.Client, nil)
+	pool := nn(ns, "gpu")
+	for _, ev := range []workload.JobEvent{
+		jobEvent(7, "queued", workload.JobQueued, "a"),
+		jobEvent(7, "waiting", workload.JobQueued, "b"),
+		jobEvent(7, "in_progress", workload.JobInProgress, "c"),
+		jobEvent(7, "completed", workload.JobCompleted, "d"),
+	} {
+		if err := rec.Record(ctx, pool, ev, SourceWebhook); err != nil {
+			t.Fatalf("%s: %v", ev.Action, err)
+		}
+		cj := getJob(t, e.Client, ns, 7)
+		if want := string(ev.Job.State); string(cj.Status.State) != want || cj.Labels[hfv1.CIJobStateLabel] != want {
+			t.Fatalf("after %s: state %s label %s", ev.Action, cj.Status.State, cj.Labels[hfv1.CIJobStateLabel])
+		}
+	}
+	cj := getJob(t, e.Client, ns, 7)
+	if cj.Status.LastDeliveryID != "d" || cj.Status.RunnerName == "" || cj.Status.StartedAt == nil || cj.Status.Conclusion != "success" {
+		t.Fatalf("final %+v", cj.Status)
+	}
+}
+
+// TestRecorderConcurrent: replicas racing on one job end with one record in
+// the most advanced state.
+func TestRecorderConcurrent(t *testing.T) {
+	e := testEnv(t)
+	ctx := context.Background()
+	ns := newNamespace(t, e.Client)
+	pool := nn(ns, "gpu")
+	evs := []workload.JobEvent{
+		jobEvent(9, "queued", workload.JobQueued, "q"),
+		jobEvent(9, "in_progress", workload.JobInProgress, "p"),
+		jobEvent(9, "completed", workload.JobCompleted, "c"),
+	}
+	var wg sync.WaitGroup
+	var failures atomic.Int32
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := NewRecorder(e.Client, e.Client, nil).Record(ctx, pool, evs[i%len(evs)], SourceWebhook); err != nil {
+				failures.Add(1)
+				t.Errorf("record %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	cj := getJob(t, e.Client, ns, 9)
+	if cj.Status.State != hfv1.CIJobCompleted || cj.Status.RunnerName == "" {
+		t.Fatalf("final %+v", cj.Status)
+	}
+	var list hfv1.CIJobList
+	if err := e.Client.List(ctx, &list, client.InNamespace(ns)); err != nil || len(list.Items) != 1 {
+		t.Fatalf("list: %d items, %v", len(list.Items), err)
+	}
+}
+
+func TestRecorderRejects(t *testing.T) {
+	rec := NewRecorder(nil, nil, nil)
+	for _, tc := range []struct {
+		pool types.NamespacedName
+		ev   workload.JobEvent
+	}{
+		{nn("a", "b"), workload.JobEvent{Job: workload.Job{ID: 0, State: workload.JobQueued}}},
+		{nn("", "b"), jobEvent(1, "queued", workload.JobQueued, "x")},
+		{nn("a", "b"), workload.JobEvent{Job: workload.Job{ID: 1, State: "requested"}}},
+	} {
+		if err := rec.Record(context.Background(), tc.pool, tc.ev, SourceWebhook); err == nil {
+			t.Errorf("Record(%v, %+v) succeeded", tc.pool, tc.ev)
+		}
+	}
+}

@@ -1,0 +1,309 @@
+package demand
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/test/testenv"
+)
+
+func nn(ns, name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }
+
+func TestPoolScope(t *testing.T) {
+	repoTmpl := &hfv1.GitHubBootstrap{Owner: "octo", Repository: "app"}
+	orgTmpl := &hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo"}
+	tests := []struct {
+		name   string
+		w      *hfv1.GitHubWorkload
+		b      *hfv1.GitHubBootstrap
+		want   workload.Scope
+		wantOK bool
+	}{
+		{"template repository", &hfv1.GitHubWorkload{}, repoTmpl, workload.Scope{Owner: "octo", Repository: "app"}, true},
+		{"template organization", &hfv1.GitHubWorkload{}, orgTmpl, workload.Scope{Owner: "octo"}, true},
+		{"pool repository narrows an organization template", &hfv1.GitHubWorkload{Repository: "octo/web"}, orgTmpl, workload.Scope{Owner: "octo", Repository: "web"}, true},
+		{"pool organization", &hfv1.GitHubWorkload{Organization: "other"}, repoTmpl, workload.Scope{Owner: "other"}, true},
+		{"pool repository without a slash", &hfv1.GitHubWorkload{Repository: "web"}, orgTmpl, workload.Scope{}, false},
+		{"template with neither", &hfv1.GitHubWorkload{}, &hfv1.GitHubBootstrap{Owner: "octo"}, workload.Scope{}, false},
+		{"no template", &hfv1.GitHubWorkload{}, nil, workload.Scope{}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := PoolScope(tc.w, tc.b)
+			if got != tc.want || ok != tc.wantOK {
+				t.Fatalf("PoolScope = %+v, %v; want %+v, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+func TestMissingLabels(t *testing.T) {
+	tests := []struct {
+		runner, job, want []string
+	}{
+		{[]string{"self-hosted", "Linux", "X64", "hyperfleet"}, []string{"self-hosted", "linux"}, nil},
+		{[]string{"self-hosted", "Linux"}, []string{"SELF-HOSTED", "gpu", "GPU", "big"}, []string{"gpu", "big"}},
+		{nil, []string{"a"}, []string{"a"}},
+		{[]string{"a"}, nil, nil},
+	}
+	for _, tc := range tests {
+		if got := MissingLabels(tc.runner, tc.job); !slices.Equal(got, tc.want) {
+			t.Errorf("MissingLabels(%v, %v) = %v, want %v", tc.runner, tc.job, got, tc.want)
+		}
+	}
+}
+
+func cand(ns, name string, scope workload.Scope, labels ...string) Candidate {
+	return Candidate{Pool: nn(ns, name), Scope: scope, RunnerLabels: workload.RunnerLabels([]string{"Linux", "X64"}, labels)}
+}
+
+func TestChoose(t *testing.T) {
+	org := workload.Scope{Owner: "octo"}
+	app := workload.Scope{Owner: "octo", Repository: "app"}
+	other := workload.Scope{Owner: "elsewhere"}
+	job := func(labels ...string) workload.Job {
+		return workload.Job{ID: 1, Repository: "Octo/App", Labels: labels}
+	}
+	tests := []struct {
+		name      string
+		cands     []Candidate
+		job       workload.Job
+		want      *types.NamespacedName
+		unmatched map[string][]string // pool name -> missing
+	}{
+		{
+			name:  "fewest labels wins",
+			cands: []Candidate{cand("a", "gpu", org, "gpu"), cand("a", "plain", org), cand("a", "gpu-big", org, "gpu", "big")},
+			job:   job("self-hosted", "linux"),
+			want:  ptrTo(nn("a", "plain")),
+		},
+		{
+			name:      "only the covering pool",
+			cands:     []Candidate{cand("a", "gpu", org, "gpu"), cand("a", "plain", org), cand("a", "gpu-big", org, "gpu", "big")},
+			job:       job("self-hosted", "gpu", "big"),
+			want:      ptrTo(nn("a", "gpu-big")),
+			unmatched: map[string][]string{"gpu": {"big"}, "plain": {"gpu", "big"}},
+		},
+		{
+			name:  "ties by namespace then name",
+			cands: []Candidate{cand("b", "x", org, "gpu"), cand("a", "z", app, "gpu"), cand("a", "y", org, "gpu")},
+			job:   job("gpu"),
+			want:  ptrTo(nn("a", "y")),
+		},
+		{
+			name:  "out of scope pools are not candidates",
+			cands: []Candidate{cand("a", "other", other), cand("a", "web", workload.Scope{Owner: "octo", Repository: "web"})},
+			job:   job("self-hosted"),
+			want:  nil,
+		},
+		{
+			name:      "in scope but no pool covers",
+			cands:     []Candidate{cand("a", "plain", org), cand("a", "other", other, "windows")},
+			job:       job("self-hosted", "windows"),
+			want:      nil,
+			unmatched: map[string][]string{"plain": {"windows"}},
+		},
+		{
+			name:  "GitHub-hosted labels",
+			cands: []Candidate{cand("a", "plain", app)},
+			job:   job("ubuntu-latest"),
+			want:  nil, unmatched: map[string][]string{"plain": {"ubuntu-latest"}},
+		},
+		{
+			name:  "no candidates",
+			job:   job("self-hosted"),
+			cands: nil,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Choose(tc.cands, tc.job)
+			switch {
+			case tc.want == nil && d.Pool != nil:
+				t.Fatalf("chose %s, want none", d.Pool.Pool)
+			case tc.want != nil && (d.Pool == nil || d.Pool.Pool != *tc.want):
+				t.Fatalf("chose %+v, want %s", d.Pool, *tc.want)
+			}
+			got := map[string][]string{}
+			for _, m := range d.Unmatched {
+				got[m.Pool.Name] = m.Missing
+			}
+			if len(got) != len(tc.unmatched) {
+				t.Fatalf("unmatched = %v, want %v", got, tc.unmatched)
+			}
+			for name, missing := range tc.unmatched {
+				if !slices.Equal(got[name], missing) {
+					t.Fatalf("pool %s lacks %v, want %v", name, got[name], missing)
+				}
+			}
+			if d.InScope() != (d.Pool != nil || len(tc.unmatched) > 0) {
+				t.Fatalf("InScope = %v", d.InScope())
+			}
+		})
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// TestChooseProperty checks on random pools and jobs that the chosen pool
+// is in scope and covers the job, that no covering pool in scope has fewer
+// labels (or as many and a smaller name), that a job no pool covers gets
+// no pool, and that every in-scope pool is either chosen or reported with
+// the labels it lacks.
+func TestChooseProperty(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 42))
+	vocab := []string{"self-hosted", "Linux", "linux", "X64", "ARM64", "gpu", "GPU", "big", "small", "db", "hyperfleet", "windows"}
+	scopes := []workload.Scope{{Owner: "octo"}, {Owner: "octo", Repository: "app"}, {Owner: "octo", Repository: "web"}, {Owner: "other"}}
+	repos := []string{"octo/app", "OCTO/web", "other/x", "nobody/y"}
+	pick := func(n int) []string {
+		var out []string
+		for range n {
+			out = append(out, vocab[rng.IntN(len(vocab))])
+		}
+		return out
+	}
+	const cases = 2000
+	for i := range cases {
+		var cands []Candidate
+		for p := range rng.IntN(6) {
+			c := cand(fmt.Sprintf("ns%d", rng.IntN(3)), fmt.Sprintf("pool%d", p), scopes[rng.IntN(len(scopes))], pick(rng.IntN(4))...)
+			cands = append(cands, c)
+		}
+		job := workload.Job{ID: int64(i + 1), Repository: repos[rng.IntN(len(repos))], Labels: pick(1 + rng.IntN(3))}
+		d := Choose(cands, job)
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("seed %d case %d: job %+v, pools %+v: %s", seed, i, job, cands, fmt.Sprintf(format, args...))
+		}
+		inScope := 0
+		for _, c := range cands {
+			if !c.Scope.Contains(job.Repository) {
+				continue
+			}
+			inScope++
+			covers := workload.Covers(c.RunnerLabels, job.Labels)
+			if covers && d.Pool == nil {
+				fail("pool %s covers the job but none was chosen", c.Pool)
+			}
+			if covers && d.Pool != nil {
+				if len(c.RunnerLabels) < len(d.Pool.RunnerLabels) {
+					fail("pool %s covers with %d labels, chosen %s has %d", c.Pool, len(c.RunnerLabels), d.Pool.Pool, len(d.Pool.RunnerLabels))
+				}
+				if len(c.RunnerLabels) == len(d.Pool.RunnerLabels) && compareNames(c.Pool, d.Pool.Pool) < 0 {
+					fail("pool %s ties with chosen %s and sorts first", c.Pool, d.Pool.Pool)
+				}
+			}
+			if !covers && !slices.ContainsFunc(d.Unmatched, func(m Mismatch) bool { return m.Pool == c.Pool }) {
+				fail("pool %s in scope does not cover the job and is not reported", c.Pool)
+			}
+		}
+		if d.Pool != nil {
+			if !d.Pool.Scope.Contains(job.Repository) || !workload.Covers(d.Pool.RunnerLabels, job.Labels) {
+				fail("chosen pool %s does not serve the job", d.Pool.Pool)
+			}
+		}
+		for _, m := range d.Unmatched {
+			if len(m.Missing) == 0 || workload.Covers(m.RunnerLabels, job.Labels) {
+				fail("unmatched pool %s covers the job", m.Pool)
+			}
+			for _, l := range m.Missing {
+				if workload.Covers(m.RunnerLabels, []string{l}) {
+					fail("pool %s reported lacking %q, which it has", m.Pool, l)
+				}
+			}
+		}
+		chosen := 0
+		if d.Pool != nil {
+			chosen = 1
+		}
+		// Pools with duplicate names (random) may be counted twice; only
+		// check when names are unique.
+		if uniqueNames(cands) && chosen+len(d.Unmatched) > inScope {
+			fail("%d chosen + %d unmatched > %d in scope", chosen, len(d.Unmatched), inScope)
+		}
+	}
+}
+
+func uniqueNames(cs []Candidate) bool {
+	seen := map[types.NamespacedName]bool{}
+	for _, c := range cs {
+		if seen[c.Pool] {
+			return false
+		}
+		seen[c.Pool] = true
+	}
+	return true
+}
+
+// TestRouterCandidates reads pools and templates through a client: pools
+// of other workloads, pools being deleted and pools whose template is
+// missing are left out; the template's runner OS and architecture shape
+// the labels.
+func TestRouterCandidates(t *testing.T) {
+	scheme, err := testenv.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := func(ns, name string, b hfv1.GitHubBootstrap) *hfv1.HypervisorMachineTemplate {
+		return &hfv1.HypervisorMachineTemplate{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec:       hfv1.HypervisorMachineTemplateSpec{Bootstrap: hfv1.Bootstrap{GitHub: b}},
+		}
+	}
+	pool := func(ns, name, template string, w hfv1.Workload) *hfv1.RunnerPool {
+		return &hfv1.RunnerPool{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name)},
+			Spec:       hfv1.RunnerPoolSpec{TemplateRef: hfv1.ObjectName{Name: template}, Workload: w},
+		}
+	}
+	gha := func(labels ...string) hfv1.Workload {
+		return hfv1.Workload{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubWorkload{Labels: labels}}
+	}
+	deleting := pool("a", "deleting", "arm", gha("x"))
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	deleting.Finalizers = []string{"test"}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		tmpl("a", "arm", hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo", Runner: &hfv1.RunnerSoftware{OS: "linux", Arch: "arm64"}}),
+		tmpl("b", "plain", hfv1.GitHubBootstrap{Owner: "octo", Repository: "app"}),
+		pool("a", "arm", "arm", gha("big")),
+		pool("a", "generic", "arm", hfv1.Workload{Type: hfv1.WorkloadGeneric}),
+		pool("a", "orphan", "missing", gha("x")),
+		deleting,
+		pool("b", "plain", "plain", gha("db")),
+	).Build()
+	r := NewRouter(c)
+	cands, err := r.Candidates(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range cands {
+		got = append(got, fmt.Sprintf("%s %s [%s] %s", c.Pool, c.Scope, strings.Join(c.RunnerLabels, ","), c.UID))
+	}
+	want := []string{
+		"a/arm octo [self-hosted,Linux,ARM64,hyperfleet,big] uid-arm",
+		"b/plain octo/app [self-hosted,Linux,X64,hyperfleet,db] uid-plain",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("candidates:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	d, err := r.Route(context.Background(), workload.Job{ID: 7, Repository: "octo/app", Labels: []string{"self-hosted", "db"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Pool == nil || d.Pool.Pool != nn("b", "plain") || len(d.Unmatched) != 1 || d.Unmatched[0].Pool != nn("a", "arm") {
+		t.Fatalf("Route = %+v", d)
+	}
+}

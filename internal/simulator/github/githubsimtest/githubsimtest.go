@@ -1,0 +1,180 @@
+// Package githubsimtest runs the GitHub simulator for tests of other
+// packages: over HTTPS on loopback with its own CA, with the runner package
+// unpacked and its scripts run as real processes.
+package githubsimtest
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+)
+
+// Server is a simulator behind an HTTPS test server.
+type Server struct {
+	Sim *githubsim.Simulator
+	// URL is the simulator's root (https://127.0.0.1:port); the REST API is
+	// there and under URL+"/api/v3".
+	URL string
+	// CAPEM is the CA certificate clients must trust.
+	CAPEM []byte
+	// Transport trusts CAPEM.
+	Transport *http.Transport
+}
+
+// Start runs a simulator for cfg until the test ends.
+func Start(t testing.TB, cfg githubsim.Config, opts ...githubsim.Option) *Server {
+	t.Helper()
+	cert, caPEM, err := githubsim.SelfSignedCertificate("127.0.0.1", "localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := githubsim.New(cfg, append([]githubsim.Option{githubsim.WithCACertificate(caPEM)}, opts...)...)
+	if err != nil {
+		t.Fatalf("GitHub simulator: %v", err)
+	}
+	srv := httptest.NewUnstartedServer(sim)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	sim.SetServerURL(srv.URL)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: 64}
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		srv.Close()
+		_ = sim.Close()
+	})
+	return &Server{Sim: sim, URL: srv.URL, CAPEM: caPEM, Transport: tr}
+}
+
+// Client is an HTTP client that trusts the simulator.
+func (s *Server) Client() *http.Client {
+	return &http.Client{Transport: s.Transport, Timeout: 30 * time.Second}
+}
+
+// InstallRunner downloads the runner package for linux/x64 and unpacks it
+// into a new directory, which it returns.
+func (s *Server) InstallRunner(t testing.TB) string {
+	t.Helper()
+	for _, tool := range []string{"sh", "curl", "base64", "sed"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is required by the simulator's runner scripts (make test-deps installs curl): %v", tool, err)
+		}
+	}
+	resp, err := s.Client().Get(s.URL + "/_sim/runner/actions-runner-linux-x64.tar.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("runner package: HTTP %d", resp.StatusCode)
+	}
+	gz, err := gzip.NewReader(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return dir
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(h.Name)), data, os.FileMode(h.Mode)&0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Process is a runner script running in its own process group.
+type Process struct {
+	cmd  *exec.Cmd
+	out  *buffer
+	done chan struct{}
+}
+
+type buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// StartScript runs `sh <args>` in dir (such as "run.sh", "--jitconfig",
+// enc); it is killed when the test ends.
+func StartScript(t testing.TB, dir string, args ...string) *Process {
+	t.Helper()
+	cmd := exec.Command("sh", args...)
+	cmd.Dir = dir
+	// Short long-polls so a finished test does not wait for one.
+	cmd.Env = append(os.Environ(), "HF_SIM_POLL_WAIT=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p := &Process{cmd: cmd, out: &buffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(p.Kill)
+	return p
+}
+
+// Kill ends the script and its children.
+func (p *Process) Kill() {
+	select {
+	case <-p.done:
+	default:
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// Wait waits up to d for the script to exit and returns its exit code;
+// the test fails (with the output) when it does not.
+func (p *Process) Wait(t testing.TB, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		p.Kill()
+		t.Fatalf("runner script did not exit within %s; output:\n%s", d, p.out.String())
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// Output is what the script printed so far.
+func (p *Process) Output() string { return p.out.String() }

@@ -1,0 +1,67 @@
+package webhook
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+const metricsNamespace = "hyperfleet"
+
+// Delivery results (the result label of hyperfleet_webhook_deliveries_total).
+const (
+	ResultAccepted             = "accepted"
+	ResultDuplicate            = "duplicate"
+	ResultBadSignature         = "bad_signature"
+	ResultMalformed            = "malformed"
+	ResultTooLarge             = "too_large"
+	ResultIgnored              = "ignored"
+	ResultMethodNotAllowed     = "method_not_allowed"
+	ResultUnsupportedMediaType = "unsupported_media_type"
+	ResultMissingDeliveryID    = "missing_delivery_id"
+	ResultOverloaded           = "overloaded"
+)
+
+// Routing outcomes (the outcome label of hyperfleet_webhook_jobs_routed_total).
+const (
+	OutcomeMatched    = "matched"
+	OutcomeUnmatched  = "unmatched"
+	OutcomeOutOfScope = "out_of_scope"
+	OutcomeError      = "error"
+)
+
+var (
+	deliveriesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Name: "webhook_deliveries_total",
+		Help: "GitHub webhook deliveries received, by event type (workflow_job, ping or other) and result.",
+	}, []string{"event", "result"})
+
+	processingSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: metricsNamespace, Name: "webhook_processing_duration_seconds",
+		Help:    "Time from a workflow_job delivery being received to its job being recorded as a CIJob.",
+		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+	})
+
+	jobsRoutedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Name: "webhook_jobs_routed_total",
+		Help: "workflow_job events routed, by outcome: matched (recorded for a pool), unmatched (pools serve the repository but none covers the job's labels), out_of_scope (no pool serves the repository) or error.",
+	}, []string{"outcome"})
+
+	queueDepth = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metricsNamespace, Name: "webhook_queue_depth",
+		Help: "Accepted webhook deliveries waiting for a worker.",
+	})
+)
+
+func init() {
+	crmetrics.Registry.MustRegister(deliveriesTotal, processingSeconds, jobsRoutedTotal, queueDepth)
+}
+
+// eventLabel bounds the event label's values: the header is the sender's
+// to choose.
+func eventLabel(event string) string {
+	switch event {
+	case "workflow_job", "ping":
+		return event
+	}
+	return "other"
+}

@@ -1,0 +1,433 @@
+// Package webhook receives GitHub's workflow_job webhooks and turns them
+// into demand records (CIJobs) through package demand.
+//
+// The Receiver answers fast and works asynchronously: it checks the
+// request (method, content type, size, delivery id), verifies the
+// signature and decodes the event with a workload.WebhookParser, drops
+// repeated deliveries, and puts the event on a bounded in-memory queue
+// (202 Accepted). Workers route each job to a RunnerPool and record it.
+// The queue is the only state kept in memory, and only for as long as it
+// takes to write the CIJob: a delivery lost in a crash is recovered by the
+// periodic resync (DESIGN decisions 10 and 14).
+//
+// Every manager replica runs a Server (it does not need leader election):
+// GitHub may deliver to any of them, the CIJob's name de-duplicates across
+// replicas, and only the leader's controllers act on the records.
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/demand"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+// Path is where GitHub delivers webhooks.
+const Path = "/webhooks/github"
+
+// ReasonNoMatchingRunnerPool is the reason of the Warning event a pool
+// gets when a queued job of its repository asks for labels its runners
+// lack.
+const ReasonNoMatchingRunnerPool = "NoMatchingRunnerPool"
+
+// Header names GitHub sets on deliveries.
+const (
+	headerEvent    = "X-GitHub-Event"
+	headerDelivery = "X-GitHub-Delivery"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxBodyBytes = 1 << 20
+	DefaultWorkers      = 4
+	DefaultQueueSize    = 1000
+	DefaultDedupeTTL    = time.Hour
+	DefaultDedupeSize   = 10000
+	// DefaultRetryAfter is the Retry-After of a 503 when the queue is full.
+	DefaultRetryAfter = 10 * time.Second
+	// maxDeliveryIDLength bounds X-GitHub-Delivery (a GUID, 36 characters).
+	maxDeliveryIDLength = 128
+	// recordAttempts is how often a worker tries to route and record one
+	// event before leaving it to the resync.
+	recordAttempts = 3
+)
+
+// Router routes a job to a pool (*demand.Router).
+type Router interface {
+	Route(ctx context.Context, job workload.Job) (demand.Decision, error)
+}
+
+// Recorder records a job event for a pool (*demand.Recorder).
+type Recorder interface {
+	Record(ctx context.Context, pool types.NamespacedName, ev workload.JobEvent, source string) error
+}
+
+// Options configure a Receiver.
+type Options struct {
+	// Parser verifies and decodes deliveries (required), normally a
+	// github.WebhookParser with the webhook's secret.
+	Parser workload.WebhookParser
+	// Router and Recorder route and record jobs (required).
+	Router   Router
+	Recorder Recorder
+	// Events, when set, receives the NoMatchingRunnerPool warnings (the
+	// manager's GetEventRecorderFor("hyperfleet-webhook")).
+	Events record.EventRecorder
+	// MaxBodyBytes bounds a delivery's body; larger ones get 413. Default
+	// 1 MiB (GitHub caps payloads at 25 MB, but workflow_job payloads are a
+	// few kB).
+	MaxBodyBytes int64
+	// Workers is how many events are routed and recorded at once (default 4).
+	Workers int
+	// QueueSize bounds the accepted events waiting for a worker (default
+	// 1000); when full, deliveries get 503 with Retry-After.
+	QueueSize int
+	// DedupeTTL and DedupeSize bound the memory of delivery ids (default
+	// 1 h and 10,000).
+	DedupeTTL  time.Duration
+	DedupeSize int
+	// RetryAfter is the Retry-After of a 503 (default 10 s).
+	RetryAfter time.Duration
+	// DrainTimeout bounds how long Run keeps working through the queue
+	// after its context ends (default 10 s).
+	DrainTimeout time.Duration
+	// Logger logs; the zero value discards.
+	Logger logr.Logger
+	// Clock is the time source of the dedupe TTL, the latency metric, the
+	// retry backoff and the drain timeout (default: the real clock).
+	Clock clock.Clock
+}
+
+// Receiver is the webhook endpoint: an http.Handler plus the workers that
+// route and record what it accepts (Run). It never logs the secret, the
+// signature or the body.
+type Receiver struct {
+	opts   Options
+	log    logr.Logger
+	clock  clock.Clock
+	queue  chan item
+	dedupe *dedupe
+	// backoff is the wait between attempts; tests shorten it.
+	backoff time.Duration
+}
+
+type item struct {
+	ev       workload.JobEvent
+	received time.Time
+}
+
+// NewReceiver checks opts and fills in the defaults.
+func NewReceiver(opts Options) (*Receiver, error) {
+	if opts.Parser == nil || opts.Router == nil || opts.Recorder == nil {
+		return nil, errors.New("webhook receiver: Parser, Router and Recorder are required")
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = DefaultWorkers
+	}
+	if opts.QueueSize <= 0 {
+		opts.QueueSize = DefaultQueueSize
+	}
+	if opts.DedupeTTL <= 0 {
+		opts.DedupeTTL = DefaultDedupeTTL
+	}
+	if opts.DedupeSize <= 0 {
+		opts.DedupeSize = DefaultDedupeSize
+	}
+	if opts.RetryAfter <= 0 {
+		opts.RetryAfter = DefaultRetryAfter
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = 10 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	return &Receiver{
+		opts:    opts,
+		log:     opts.Logger,
+		clock:   opts.Clock,
+		queue:   make(chan item, opts.QueueSize),
+		dedupe:  newDedupe(opts.DedupeSize, opts.DedupeTTL),
+		backoff: 200 * time.Millisecond,
+	}, nil
+}
+
+// QueueLen is how many accepted events wait for a worker.
+func (r *Receiver) QueueLen() int { return len(r.queue) }
+
+// ServeHTTP implements http.Handler.
+func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	received := r.clock.Now()
+	event := req.Header.Get(headerEvent)
+	evLabel := eventLabel(event)
+	reply := func(code int, result, msg string) {
+		deliveriesTotal.WithLabelValues(evLabel, result).Inc()
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(code)
+		_, _ = io.WriteString(w, msg+"\n")
+	}
+
+	if req.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		reply(http.StatusMethodNotAllowed, ResultMethodNotAllowed, "method not allowed: GitHub webhooks are delivered with POST")
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		reply(http.StatusUnsupportedMediaType, ResultUnsupportedMediaType,
+			"unsupported media type: set the webhook's content type to application/json in its GitHub settings")
+		return
+	}
+	delivery := req.Header.Get(headerDelivery)
+	if delivery == "" {
+		reply(http.StatusBadRequest, ResultMissingDeliveryID, "bad request: the X-GitHub-Delivery header is missing")
+		return
+	}
+	if !validDeliveryID(delivery) {
+		reply(http.StatusBadRequest, ResultMissingDeliveryID, "bad request: the X-GitHub-Delivery header is not a delivery id")
+		return
+	}
+	if req.ContentLength > r.opts.MaxBodyBytes {
+		reply(http.StatusRequestEntityTooLarge, ResultTooLarge, fmt.Sprintf("request entity too large: the limit is %d bytes", r.opts.MaxBodyBytes))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			reply(http.StatusRequestEntityTooLarge, ResultTooLarge, fmt.Sprintf("request entity too large: the limit is %d bytes", r.opts.MaxBodyBytes))
+			return
+		}
+		reply(http.StatusBadRequest, ResultMalformed, "bad request: the body could not be read")
+		return
+	}
+	log := r.log.WithValues("delivery", delivery, "event", evLabel)
+
+	ev, err := r.opts.Parser.Parse(req.Header, body)
+	switch {
+	case errors.Is(err, workload.ErrBadSignature):
+		log.V(1).Info("webhook delivery rejected: bad signature")
+		reply(http.StatusUnauthorized, ResultBadSignature,
+			"unauthorized: the X-Hub-Signature-256 signature is missing or does not match the webhook secret")
+		return
+	case errors.Is(err, workload.ErrIgnoredEvent):
+		log.V(1).Info("webhook delivery ignored", "reason", err.Error())
+		reply(http.StatusOK, ResultIgnored, "ignored: only workflow_job queued, waiting, in_progress and completed events are used")
+		return
+	case err != nil:
+		// ErrMalformed, or an error a parser did not classify: the sender's
+		// fault either way, never a 5xx.
+		log.Info("webhook delivery rejected: malformed", "reason", err.Error())
+		reply(http.StatusBadRequest, ResultMalformed, "bad request: "+oneLine(err.Error()))
+		return
+	}
+	ev.DeliveryID = delivery
+	log = log.WithValues("action", ev.Action, "job", ev.Job.ID)
+
+	if !r.dedupe.add(delivery, received) {
+		log.V(1).Info("webhook delivery is a duplicate")
+		reply(http.StatusOK, ResultDuplicate, "duplicate: this delivery was already accepted")
+		return
+	}
+	select {
+	case r.queue <- item{ev: ev, received: received}:
+		queueDepth.Set(float64(len(r.queue)))
+	default:
+		r.dedupe.forget(delivery)
+		log.Info("webhook queue full: delivery refused with 503", "queueSize", cap(r.queue))
+		w.Header().Set("Retry-After", strconv.Itoa(int((r.opts.RetryAfter+time.Second-1)/time.Second)))
+		reply(http.StatusServiceUnavailable, ResultOverloaded, "service unavailable: too many deliveries are waiting; retry later")
+		return
+	}
+	log.V(1).Info("webhook delivery accepted")
+	reply(http.StatusAccepted, ResultAccepted, "accepted")
+}
+
+// validDeliveryID accepts what a GUID can be and a little more: printable
+// ASCII without spaces, bounded.
+func validDeliveryID(id string) bool {
+	if len(id) > maxDeliveryIDLength {
+		return false
+	}
+	for _, c := range id {
+		if c > unicode.MaxASCII || !unicode.IsPrint(c) || c == ' ' {
+			return false
+		}
+	}
+	return true
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}
+
+// Run starts the workers and blocks until ctx ends; then it works through
+// what is still queued for at most DrainTimeout and returns. Stop sending
+// requests to the handler before ctx ends (Server does).
+func (r *Receiver) Run(ctx context.Context) error {
+	// Work continues past ctx's end while draining, for DrainTimeout.
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	var wg sync.WaitGroup
+	for range r.opts.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.work(ctx, workCtx)
+		}()
+	}
+	<-ctx.Done()
+	timer := r.clock.NewTimer(r.opts.DrainTimeout)
+	defer timer.Stop()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-timer.C():
+		cancelWork()
+		<-done
+	}
+	return nil
+}
+
+// work takes events from the queue until ctx ends, then drains it; events
+// are processed with workCtx, which outlives ctx by the drain time.
+func (r *Receiver) work(ctx, workCtx context.Context) {
+	for {
+		select {
+		case it := <-r.queue:
+			queueDepth.Set(float64(len(r.queue)))
+			r.process(workCtx, it)
+		case <-ctx.Done():
+			for {
+				select {
+				case it := <-r.queue:
+					queueDepth.Set(float64(len(r.queue)))
+					if workCtx.Err() != nil {
+						continue // out of time: left to the resync
+					}
+					r.process(workCtx, it)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// process routes and records one event. Failures are retried a few times;
+// then the delivery id is forgotten, so that a redelivery from GitHub is
+// processed again, and the resync will find the job.
+func (r *Receiver) process(ctx context.Context, it item) {
+	ev := it.ev
+	log := r.log.WithValues("delivery", ev.DeliveryID, "action", ev.Action, "job", ev.Job.ID, "repository", ev.Job.Repository)
+	var err error
+	for attempt := 1; attempt <= recordAttempts; attempt++ {
+		if attempt > 1 {
+			select {
+			case <-ctx.Done():
+			case <-r.clock.After(r.backoff * time.Duration(1<<(attempt-2))):
+			}
+		}
+		var done bool
+		done, err = r.routeAndRecord(ctx, it, log)
+		if done {
+			return
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	jobsRoutedTotal.WithLabelValues(OutcomeError).Inc()
+	r.dedupe.forget(ev.DeliveryID)
+	log.Error(err, "could not record a webhook's job; the periodic resync will pick it up")
+}
+
+// routeAndRecord makes one attempt; done is false when it should be retried.
+func (r *Receiver) routeAndRecord(ctx context.Context, it item, log logr.Logger) (done bool, _ error) {
+	ev := it.ev
+	dec, err := r.opts.Router.Route(ctx, ev.Job)
+	if err != nil {
+		return false, fmt.Errorf("routing: %w", err)
+	}
+	if dec.Pool == nil {
+		if !dec.InScope() {
+			jobsRoutedTotal.WithLabelValues(OutcomeOutOfScope).Inc()
+			log.V(1).Info("no RunnerPool serves the job's repository", "labels", ev.Job.Labels)
+			return true, nil
+		}
+		jobsRoutedTotal.WithLabelValues(OutcomeUnmatched).Inc()
+		log.V(1).Info("no RunnerPool covers the job's labels", "labels", ev.Job.Labels, "poolsInScope", len(dec.Unmatched))
+		if ev.Job.State == workload.JobQueued {
+			r.warnUnmatched(ev.Job, dec.Unmatched)
+		}
+		return true, nil
+	}
+	pool := dec.Pool.Pool
+	if err := r.opts.Recorder.Record(ctx, pool, ev, demand.SourceWebhook); err != nil {
+		return false, fmt.Errorf("recording for RunnerPool %s: %w", pool, err)
+	}
+	jobsRoutedTotal.WithLabelValues(OutcomeMatched).Inc()
+	processingSeconds.Observe(r.clock.Since(it.received).Seconds())
+	log.V(1).Info("job recorded", "pool", pool.String())
+	return true, nil
+}
+
+// warnUnmatched explains on each pool in the job's scope why it did not
+// scale for the job.
+func (r *Receiver) warnUnmatched(job workload.Job, unmatched []demand.Mismatch) {
+	if r.opts.Events == nil {
+		return
+	}
+	for _, m := range unmatched {
+		pool := &hfv1.RunnerPool{
+			TypeMeta:   metav1.TypeMeta{APIVersion: hfv1.GroupVersion.String(), Kind: "RunnerPool"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: m.Pool.Namespace, Name: m.Pool.Name, UID: m.UID},
+		}
+		r.opts.Events.Eventf(pool, corev1.EventTypeWarning, ReasonNoMatchingRunnerPool,
+			"queued job %d of %s (runs-on: %s) matches no RunnerPool; this pool's runners lack: %s",
+			job.ID, job.Repository, labelList(job.Labels), labelList(m.Missing))
+	}
+}
+
+// labelList prints labels for an event message, bounded.
+func labelList(labels []string) string {
+	const maxShown = 10
+	shown := labels[:min(len(labels), maxShown)]
+	s := strings.Join(shown, ", ")
+	if len(labels) > maxShown {
+		s += fmt.Sprintf(" (and %d more)", len(labels)-maxShown)
+	}
+	if len(s) > 400 {
+		s = s[:400] + "..."
+	}
+	if s == "" {
+		s = "(none)"
+	}
+	return s
+}

@@ -1,0 +1,200 @@
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+)
+
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	// Addr is the address to listen on, such as ":9292" (required).
+	Addr string
+	// CertFile and KeyFile are the PEM certificate (chain) and key served
+	// (required). They are watched and reloaded when they change, so a
+	// cert-manager renewal needs no restart.
+	CertFile string
+	KeyFile  string
+	// Receiver handles Path (required).
+	Receiver *Receiver
+	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout bound
+	// connections (defaults 10 s, 30 s, 30 s, 120 s).
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	// ShutdownTimeout bounds the wait for in-flight requests when the
+	// manager stops (default 10 s).
+	ShutdownTimeout time.Duration
+	// Logger logs; the zero value discards.
+	Logger logr.Logger
+}
+
+// Server serves the Receiver over HTTPS and runs its workers. It is a
+// controller-runtime manager.Runnable that runs on every replica
+// (NeedLeaderElection is false): add it with mgr.Add.
+type Server struct {
+	opts ServerOptions
+
+	mu   sync.Mutex
+	addr net.Addr
+	// ready is closed once the listener is up (or Start failed).
+	ready chan struct{}
+}
+
+var (
+	_ manager.Runnable               = (*Server)(nil)
+	_ manager.LeaderElectionRunnable = (*Server)(nil)
+)
+
+// NewServer checks opts and fills in the defaults.
+func NewServer(opts ServerOptions) (*Server, error) {
+	if opts.Addr == "" || opts.CertFile == "" || opts.KeyFile == "" || opts.Receiver == nil {
+		return nil, errors.New("webhook server: Addr, CertFile, KeyFile and Receiver are required")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&opts.ReadHeaderTimeout, 10*time.Second)
+	def(&opts.ReadTimeout, 30*time.Second)
+	def(&opts.WriteTimeout, 30*time.Second)
+	def(&opts.IdleTimeout, 120*time.Second)
+	def(&opts.ShutdownTimeout, 10*time.Second)
+	return &Server{opts: opts, ready: make(chan struct{})}, nil
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every
+// replica receives webhooks.
+func (*Server) NeedLeaderElection() bool { return false }
+
+// Addr is the address the server listens on once started (nil before),
+// such as 127.0.0.1:40123 when Addr asked for port 0.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Ready is closed once the server listens, or failed to start.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// Handler is the server's HTTP handler: the Receiver at Path, 404
+// elsewhere.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(Path, s.opts.Receiver)
+	return mux
+}
+
+// Start implements manager.Runnable: it serves until ctx ends, then stops
+// accepting deliveries, waits for in-flight requests and lets the workers
+// drain the queue.
+func (s *Server) Start(ctx context.Context) error {
+	logger := s.opts.Logger
+	var readyOnce sync.Once
+	markReady := func() { readyOnce.Do(func() { close(s.ready) }) }
+	defer markReady()
+
+	watcher, err := certwatcher.New(s.opts.CertFile, s.opts.KeyFile)
+	if err != nil {
+		return fmt.Errorf("webhook server: loading the TLS certificate %s and key %s: %w", s.opts.CertFile, s.opts.KeyFile, err)
+	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		if err := watcher.Start(watchCtx); err != nil {
+			logger.Error(err, "webhook server: watching the TLS certificate failed; the current one stays in use")
+		}
+	}()
+
+	ln, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("webhook server: listening on %s: %w", s.opts.Addr, err)
+	}
+	s.mu.Lock()
+	s.addr = ln.Addr()
+	s.mu.Unlock()
+
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
+		ReadTimeout:       s.opts.ReadTimeout,
+		WriteTimeout:      s.opts.WriteTimeout,
+		IdleTimeout:       s.opts.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		TLSConfig: &tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: watcher.GetCertificate,
+		},
+		// TLS handshake failures from scanners are not worth an error line.
+		ErrorLog: log.New(logWriter{log: logger}, "", 0),
+	}
+
+	runCtx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
+	workersDone := make(chan struct{})
+	go func() {
+		defer close(workersDone)
+		_ = s.opts.Receiver.Run(runCtx)
+	}()
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
+	logger.Info("serving GitHub webhooks", "address", ln.Addr().String(), "path", Path)
+	markReady()
+
+	var result error
+	select {
+	case <-ctx.Done():
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			logger.Error(err, "webhook server: shutting down")
+			_ = srv.Close()
+		}
+		cancel()
+	case err := <-serveErr:
+		if !errors.Is(err, http.ErrServerClosed) {
+			result = fmt.Errorf("webhook server: %w", err)
+		}
+	}
+	stopWorkers()
+	<-workersDone
+	return result
+}
+
+// logWriter sends net/http's own error lines to the logger, at debug
+// level: they are client-side problems (handshake errors, resets).
+type logWriter struct{ log logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.V(1).Info("webhook server: " + strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// ReadSecretFile reads a webhook secret from a file (a mounted Secret key),
+// trimming one trailing newline. An empty secret is an error: a receiver
+// without one would reject every delivery.
+func ReadSecretFile(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the GitHub webhook secret: %w", err)
+	}
+	b = []byte(strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"))
+	if len(b) == 0 {
+		return nil, fmt.Errorf("the GitHub webhook secret in %s is empty", path)
+	}
+	return b, nil
+}

@@ -1,0 +1,213 @@
+package github
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bradleyfalzon/ghinstallation/v2"
+	gh "github.com/google/go-github/v88/github"
+	"k8s.io/utils/clock"
+
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+// DefaultBaseURL is GitHub.com's REST API.
+const DefaultBaseURL = "https://api.github.com"
+
+// Default tunables.
+const (
+	defaultHTTPTimeout = 30 * time.Second
+	// defaultReserve is the part of the hourly budget kept for cleanup
+	// calls (deregistering runners, cancelling runs), so that a burst of
+	// new runners cannot leave HyperFleet unable to clean up after itself.
+	defaultReserve = 100
+	// defaultRunnerGroupID is GitHub's Default runner group.
+	defaultRunnerGroupID = 1
+)
+
+// Config is one GitHub account scope and the operator's credentials for it.
+type Config struct {
+	// BaseURL is the REST API root: https://api.github.com, or
+	// https://<host>/api/v3 for GitHub Enterprise Server.
+	BaseURL string
+	// Scope is the organization or repository runners register in.
+	Scope workload.Scope
+	// Token is a personal access token; set it or App.
+	Token string
+	// App is a GitHub App installation; set it or Token.
+	App *AppCredentials
+	// RegistrationTokenURL, when set, is the absolute API URL that issues
+	// registration tokens (the template's registrationURLs, expanded);
+	// empty uses the standard endpoint under BaseURL.
+	RegistrationTokenURL string
+	// RunnerURL is the URL a registration-token runner registers to, such
+	// as https://github.com/octo-org/octo-repo.
+	RunnerURL string
+	// HTTPTimeout bounds each call (default 30s).
+	HTTPTimeout time.Duration
+	// Reserve is the rate-limit budget kept for cleanup calls (default 100,
+	// at most a tenth of the budget).
+	Reserve int
+	// Transport is the base HTTP transport (TLS settings); nil uses
+	// http.DefaultTransport.
+	Transport http.RoundTripper
+	// Clock drives rate-limit decisions; nil is the real clock.
+	Clock clock.PassiveClock
+	// ObserveRate, when set, sees every rate-limit update.
+	ObserveRate func(RateSnapshot)
+	// ObserveCall, when set, sees every API call: the operation, the HTTP
+	// status (0 when none came back) and how long it took.
+	ObserveCall func(op string, code int, d time.Duration)
+}
+
+// AppCredentials are a GitHub App's id, installation id and private key.
+type AppCredentials struct {
+	AppID          int64
+	InstallationID int64
+	// PrivateKey is the App's PEM private key.
+	PrivateKey []byte
+}
+
+// Provider is the GitHub Actions workload.Provider.
+type Provider struct {
+	cfg    Config
+	client *gh.Client
+	gate   *rateGate
+	clock  clock.PassiveClock
+
+	mu     sync.Mutex
+	groups map[string]int64
+}
+
+var _ workload.Provider = (*Provider)(nil)
+
+// New builds a provider. It checks the configuration but makes no call.
+func New(cfg Config) (*Provider, error) {
+	if cfg.Scope.Owner == "" {
+		return nil, errors.New("github: the scope needs an owner (organization or user)")
+	}
+	if (cfg.Token == "") == (cfg.App == nil) {
+		return nil, errors.New("github: set exactly one of a personal access token and a GitHub App")
+	}
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = DefaultBaseURL
+	}
+	base, err := url.Parse(strings.TrimSuffix(cfg.BaseURL, "/") + "/")
+	if err != nil || base.Scheme == "" || base.Host == "" {
+		return nil, fmt.Errorf("github: API base URL %q is not an absolute URL", cfg.BaseURL)
+	}
+	if cfg.HTTPTimeout <= 0 {
+		cfg.HTTPTimeout = defaultHTTPTimeout
+	}
+	if cfg.Reserve <= 0 {
+		cfg.Reserve = defaultReserve
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = http.DefaultTransport
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+
+	var authed http.RoundTripper = cfg.Transport
+	if cfg.App != nil {
+		// ghinstallation caches the installation token and fetches a new
+		// one a minute before it expires; the token never leaves this
+		// transport.
+		itr, err := ghinstallation.New(cfg.Transport, cfg.App.AppID, cfg.App.InstallationID, cfg.App.PrivateKey)
+		if err != nil {
+			return nil, fmt.Errorf("github: App private key: %w", err)
+		}
+		itr.BaseURL = strings.TrimSuffix(base.String(), "/")
+		authed = itr
+	}
+	gate := &rateGate{next: authed, clock: cfg.Clock, reserve: cfg.Reserve, observe: cfg.ObserveRate}
+	var rt http.RoundTripper = gate
+	if cfg.ObserveCall != nil {
+		rt = observed{next: gate, observe: cfg.ObserveCall}
+	}
+	baseURL := base.String()
+	opts := []gh.ClientOptionsFunc{
+		gh.WithHTTPClient(&http.Client{Transport: rt, Timeout: cfg.HTTPTimeout}),
+		gh.WithURLs(&baseURL, &baseURL),
+		gh.WithUserAgent("hyperfleet"),
+	}
+	if cfg.Token != "" {
+		opts = append(opts, gh.WithAuthToken(cfg.Token))
+	}
+	client, err := gh.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("github: client: %w", err)
+	}
+	return &Provider{cfg: cfg, client: client, gate: gate, clock: cfg.Clock, groups: map[string]int64{}}, nil
+}
+
+// Scope implements workload.Provider.
+func (p *Provider) Scope() workload.Scope { return p.cfg.Scope }
+
+// Rate returns the rate-limit state GitHub last reported.
+func (p *Provider) Rate() RateSnapshot { return p.gate.snapshot() }
+
+// Fingerprint identifies the configuration and credentials a provider was
+// built from (sha256, never the credentials themselves), so a cache can
+// tell when to build a new one.
+func Fingerprint(cfg Config) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%s\x00%s\x00%d\x00", cfg.BaseURL, cfg.Scope.Owner, cfg.Scope.Repository, cfg.Token,
+		cfg.RegistrationTokenURL, cfg.RunnerURL, cfg.HTTPTimeout)
+	if a := cfg.App; a != nil {
+		fmt.Fprintf(h, "%d\x00%d\x00%s", a.AppID, a.InstallationID, a.PrivateKey)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// observed reports every call to an observer.
+type observed struct {
+	next    http.RoundTripper
+	observe func(op string, code int, d time.Duration)
+}
+
+func (o observed) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := o.next.RoundTrip(req)
+	code := 0
+	if resp != nil {
+		code = resp.StatusCode
+	}
+	o.observe(operationOf(req), code, time.Since(start))
+	return resp, err
+}
+
+// operationOf names an API call by its route, never by ids or names, so
+// that metrics stay bounded.
+func operationOf(req *http.Request) string {
+	p := req.URL.Path
+	switch {
+	case strings.HasSuffix(p, "/actions/runners/generate-jitconfig"):
+		return "generate-jitconfig"
+	case strings.HasSuffix(p, "/actions/runners/registration-token"):
+		return "registration-token"
+	case strings.HasSuffix(p, "/actions/runner-groups"):
+		return "list-runner-groups"
+	case strings.Contains(p, "/actions/runners/") && req.Method == http.MethodDelete:
+		return "delete-runner"
+	case strings.Contains(p, "/actions/runners/"):
+		return "get-runner"
+	case strings.HasSuffix(p, "/actions/runners"):
+		return "list-runners"
+	case strings.HasSuffix(p, "/cancel"):
+		return "cancel-run"
+	case strings.HasSuffix(p, "/jobs"):
+		return "list-jobs"
+	case strings.HasSuffix(p, "/actions/runs"):
+		return "list-runs"
+	}
+	return "other"
+}

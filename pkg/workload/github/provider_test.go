@@ -1,0 +1,351 @@
+package github_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	ghworkload "github.com/hyperfleet/hyperfleet/pkg/workload/github"
+)
+
+const (
+	testPAT        = "ghp_providerTestPATmustNeverLeaveTheOperator0"
+	testAppID      = 31337
+	testInstallOrg = 4242
+)
+
+var appKey = func() githubsim.AppKey {
+	k, err := githubsim.NewAppKey()
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
+func simConfig() githubsim.Config {
+	return githubsim.Config{
+		Organizations: []githubsim.OrgConfig{{Login: "octo-org", RunnerGroups: []githubsim.RunnerGroupConfig{{ID: 7, Name: "hyperfleet"}}}},
+		Repositories:  []githubsim.RepoConfig{{Name: "octo-org/app"}, {Name: "octo-org/other"}},
+		PATs:          []githubsim.PATConfig{{Token: testPAT, Login: "octocat"}},
+		Apps: []githubsim.AppConfig{{ID: testAppID, PublicKey: appKey.PublicPEM, Installations: []githubsim.InstallationConfig{
+			{ID: testInstallOrg, Account: "octo-org"},
+		}}},
+		HeartbeatTimeout: githubsim.Duration(3 * time.Second),
+	}
+}
+
+// counting counts requests by path suffix on the way to the simulator.
+type counting struct {
+	next        http.RoundTripper
+	accessToken atomic.Int32
+	total       atomic.Int32
+}
+
+func (c *counting) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.total.Add(1)
+	if strings.HasSuffix(r.URL.Path, "/access_tokens") {
+		c.accessToken.Add(1)
+	}
+	return c.next.RoundTrip(r)
+}
+
+func newProvider(t *testing.T, srv *githubsim.Simulator, url string, tr http.RoundTripper, mutate func(*ghworkload.Config)) *ghworkload.Provider {
+	t.Helper()
+	cfg := ghworkload.Config{BaseURL: url + "/api/v3", Scope: workload.Scope{Owner: "octo-org", Repository: "app"}, Token: testPAT, Transport: tr,
+		RunnerURL: url + "/octo-org/app"}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	p, err := ghworkload.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func jitFiles(t *testing.T, enc string) map[string]string {
+	t.Helper()
+	outer, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil {
+		t.Fatalf("JIT config is not base64: %v", err)
+	}
+	var m map[string]string
+	if err := json.Unmarshal(outer, &m); err != nil {
+		t.Fatalf("JIT config is not a JSON map: %v", err)
+	}
+	return m
+}
+
+func TestJITRunnerLifecycleWithPAT(t *testing.T) {
+	gs := githubsimtest.Start(t, simConfig())
+	p := newProvider(t, gs.Sim, gs.URL, gs.Transport, nil)
+	ctx := context.Background()
+	labels := ghworkload.RunnerLabels("linux", "x64", []string{"gpu"})
+	spec := workload.RunnerSpec{Name: "pool-abc-1a2b3c4d", Labels: labels, Method: workload.MethodJIT, WorkFolder: "/var/lib/hyperfleet/work"}
+
+	cred, err := p.IssueCredential(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cred.RunnerID == 0 || cred.RunnerName != spec.Name || cred.Method != workload.MethodJIT || cred.IssuedAt.IsZero() {
+		t.Fatalf("credential = %+v", cred)
+	}
+	files := jitFiles(t, cred.Secret.Reveal())
+	for _, f := range []string{".runner", ".credentials", ".credentials_rsaparams"} {
+		if files[f] == "" {
+			t.Errorf("JIT config lacks %s", f)
+		}
+	}
+	r, ok := gs.Sim.RunnerByName(spec.Name)
+	if !ok || r.Status != "offline" || !r.JIT || r.Scope != "octo-org/app" {
+		t.Fatalf("simulator runner = %+v, %v", r, ok)
+	}
+	if strings.Join(r.Labels, ",") != strings.Join(labels, ",") {
+		t.Errorf("runner labels %v, want %v", r.Labels, labels)
+	}
+
+	// The same name again is taken.
+	if _, err := p.IssueCredential(ctx, spec); !errors.Is(err, workload.ErrNameTaken) {
+		t.Fatalf("second registration: %v, want ErrNameTaken", err)
+	}
+	got, err := p.GetRunner(ctx, spec.Name)
+	if err != nil || got.ID != cred.RunnerID || got.State != workload.RunnerOffline {
+		t.Fatalf("GetRunner = %+v, %v", got, err)
+	}
+	list, err := p.ListRunners(ctx, "pool-")
+	if err != nil || len(list) != 1 {
+		t.Fatalf("ListRunners = %+v, %v", list, err)
+	}
+
+	// Deregistration: by id, and again (already gone) without error.
+	if err := p.DeregisterRunner(ctx, cred.RunnerID, spec.Name); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DeregisterRunner(ctx, cred.RunnerID, spec.Name); err != nil {
+		t.Fatalf("removing a removed runner: %v", err)
+	}
+	if err := p.DeregisterRunner(ctx, 0, "never-registered"); err != nil {
+		t.Fatalf("removing an unknown runner by name: %v", err)
+	}
+	if _, err := p.GetRunner(ctx, spec.Name); !errors.Is(err, workload.ErrNotFound) {
+		t.Fatalf("GetRunner after removal: %v", err)
+	}
+}
+
+// TestJITConfigRunsOneJobAndBusyRunnerStays: the issued JIT configuration
+// works with the runner package; while the runner runs a job it cannot be
+// removed, and afterwards GitHub has removed it already.
+func TestJITConfigRunsOneJobAndBusyRunnerStays(t *testing.T) {
+	gs := githubsimtest.Start(t, simConfig())
+	p := newProvider(t, gs.Sim, gs.URL, gs.Transport, nil)
+	ctx := context.Background()
+	cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "busy-1", Labels: ghworkload.RunnerLabels("linux", "x64", nil), Method: workload.MethodJIT})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := gs.InstallRunner(t)
+	proc := githubsimtest.StartScript(t, dir, "run.sh", "--jitconfig", cred.Secret.Reveal())
+	job, err := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/app", Labels: []string{"self-hosted", "linux"}, Duration: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the runner takes the job", func() bool {
+		j, _ := gs.Sim.Job(job.ID)
+		return j.Status == "in_progress" && j.RunnerName == "busy-1"
+	})
+	if err := p.DeregisterRunner(ctx, cred.RunnerID, "busy-1"); !errors.Is(err, workload.ErrRunnerBusy) {
+		t.Fatalf("removing a busy runner: %v, want ErrRunnerBusy", err)
+	}
+	r, err := p.GetRunner(ctx, "busy-1")
+	if err != nil || r.State != workload.RunnerBusy {
+		t.Fatalf("busy runner = %+v, %v", r, err)
+	}
+	if code := proc.Wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("run.sh exited %d:\n%s", code, proc.Output())
+	}
+	if err := p.DeregisterRunner(ctx, cred.RunnerID, "busy-1"); err != nil {
+		t.Fatalf("removing a runner GitHub already removed: %v", err)
+	}
+}
+
+func TestAppInstallationTokenIsCachedAndOrgRunnerGroupResolved(t *testing.T) {
+	gs := githubsimtest.Start(t, simConfig())
+	tr := &counting{next: gs.Transport}
+	p := newProvider(t, gs.Sim, gs.URL, tr, func(c *ghworkload.Config) {
+		c.Token = ""
+		c.App = &ghworkload.AppCredentials{AppID: testAppID, InstallationID: testInstallOrg, PrivateKey: appKey.PrivatePEM}
+		c.Scope = workload.Scope{Owner: "octo-org"}
+	})
+	ctx := context.Background()
+	for i := range 3 {
+		name := "org-runner-" + string(rune('a'+i))
+		if _, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: name, Labels: []string{"self-hosted"}, Group: "hyperfleet", Method: workload.MethodJIT}); err != nil {
+			t.Fatal(err)
+		}
+		r, _ := gs.Sim.RunnerByName(name)
+		if r.GroupID != 7 || r.Scope != "octo-org" {
+			t.Errorf("runner %s in group %d, scope %s; want group 7 (hyperfleet), organization scope", name, r.GroupID, r.Scope)
+		}
+	}
+	if n := tr.accessToken.Load(); n != 1 {
+		t.Errorf("%d installation token requests for %d API calls, want 1 (cached)", n, tr.total.Load())
+	}
+	if _, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "x", Labels: []string{"a"}, Group: "nope"}); !errors.Is(err, workload.ErrInvalidRequest) {
+		t.Errorf("unknown runner group: %v, want ErrInvalidRequest", err)
+	}
+}
+
+func TestRegistrationToken(t *testing.T) {
+	gs := githubsimtest.Start(t, simConfig())
+	p := newProvider(t, gs.Sim, gs.URL, gs.Transport, nil)
+	cred, err := p.IssueCredential(context.Background(), workload.RunnerSpec{Name: "rt-1", Method: workload.MethodRegistrationToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cred.Secret.IsZero() || cred.RegistrationURL != gs.URL+"/octo-org/app" || cred.ExpiresAt.Before(time.Now().Add(50*time.Minute)) || cred.RunnerID != 0 {
+		t.Fatalf("registration credential = %+v", cred)
+	}
+	// The token registers a runner with the package's config.sh.
+	dir := gs.InstallRunner(t)
+	proc := githubsimtest.StartScript(t, dir, "config.sh", "--url", cred.RegistrationURL, "--token", cred.Secret.Reveal(), "--ephemeral",
+		"--unattended", "--name", "rt-1", "--labels", "gpu", "--work", "_work", "--disableupdate")
+	if code := proc.Wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("config.sh exited %d:\n%s", code, proc.Output())
+	}
+	if _, ok := gs.Sim.RunnerByName("rt-1"); !ok {
+		t.Fatal("the runner did not register with the token")
+	}
+
+	// A custom registration-token URL (registrationURLs) is honoured.
+	custom := newProvider(t, gs.Sim, gs.URL, gs.Transport, func(c *ghworkload.Config) {
+		c.RegistrationTokenURL = gs.URL + "/api/v3/repos/octo-org/other/actions/runners/registration-token"
+	})
+	if _, err := custom.IssueCredential(context.Background(), workload.RunnerSpec{Method: workload.MethodRegistrationToken}); err != nil {
+		t.Fatalf("custom registration URL: %v", err)
+	}
+}
+
+func TestErrorsAreClassified(t *testing.T) {
+	gs := githubsimtest.Start(t, simConfig())
+	ctx := context.Background()
+	bad := newProvider(t, gs.Sim, gs.URL, gs.Transport, func(c *ghworkload.Config) { c.Token = "ghp_wrong" })
+	_, err := bad.IssueCredential(ctx, workload.RunnerSpec{Name: "n", Labels: []string{"a"}})
+	if !errors.Is(err, workload.ErrUnauthorized) || strings.Contains(err.Error(), "ghp_wrong") {
+		t.Errorf("bad token: %v", err)
+	}
+	missing := newProvider(t, gs.Sim, gs.URL, gs.Transport, func(c *ghworkload.Config) { c.Scope = workload.Scope{Owner: "octo-org", Repository: "nope"} })
+	if _, err := missing.IssueCredential(ctx, workload.RunnerSpec{Name: "n", Labels: []string{"a"}}); !errors.Is(err, workload.ErrNotFound) {
+		t.Errorf("unknown repository: %v", err)
+	}
+	p := newProvider(t, gs.Sim, gs.URL, gs.Transport, nil)
+	if err := gs.Sim.InjectError(githubsim.ErrorFault{Status: 502, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ListRunners(ctx, ""); !errors.Is(err, workload.ErrUnavailable) {
+		t.Errorf("502: %v", err)
+	}
+	// A secondary limit with retry-after: the call after it is refused
+	// locally until then.
+	if err := gs.Sim.InjectSecondaryLimit(githubsim.SecondaryLimitFault{Count: 1, Status: 429, RetryAfter: githubsim.Duration(120 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.ListRunners(ctx, "")
+	wait, limited := workload.RetryAfter(err, time.Now())
+	if !limited || wait < 100*time.Second {
+		t.Fatalf("secondary limit: %v (wait %s)", err, wait)
+	}
+	if _, err := p.ListRunners(ctx, ""); !errors.Is(err, workload.ErrRateLimited) {
+		t.Fatalf("call during the secondary limit: %v", err)
+	}
+	if rate := p.Rate(); rate.BlockedUntil.IsZero() || rate.Limit == 0 {
+		t.Errorf("rate snapshot = %+v", rate)
+	}
+}
+
+func TestQueuedJobsAndCancel(t *testing.T) {
+	gs := githubsimtest.Start(t, simConfig())
+	p := newProvider(t, gs.Sim, gs.URL, gs.Transport, func(c *ghworkload.Config) { c.Scope = workload.Scope{Owner: "octo-org"} })
+	ctx := context.Background()
+	a, _ := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/app", Labels: []string{"self-hosted", "gpu"}, Duration: time.Minute})
+	b, _ := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/other", Labels: []string{"self-hosted"}, Duration: time.Minute})
+	jobs, err := p.QueuedJobs(ctx, []string{"octo-org/app", "octo-org/other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byID := map[int64]workload.Job{}
+	for _, j := range jobs {
+		byID[j.ID] = j
+	}
+	if j := byID[a.ID]; j.RunID != a.RunID || j.Repository != "octo-org/app" || strings.Join(j.Labels, ",") != "self-hosted,gpu" || j.State != workload.JobQueued {
+		t.Errorf("job a = %+v", j)
+	}
+	if _, ok := byID[b.ID]; !ok || len(jobs) != 2 {
+		t.Errorf("queued jobs = %+v", jobs)
+	}
+	if _, err := p.QueuedJobs(ctx, []string{"someone/else"}); !errors.Is(err, workload.ErrInvalidRequest) {
+		t.Errorf("out-of-scope repository: %v", err)
+	}
+	if err := p.CancelRun(ctx, "octo-org/app", a.RunID); err != nil {
+		t.Fatal(err)
+	}
+	if j, _ := gs.Sim.Job(a.ID); j.Status != "completed" || j.Conclusion != "cancelled" {
+		t.Errorf("cancelled job = %+v", j)
+	}
+	// Cancelling a finished run is success: nothing left to cancel.
+	if err := p.CancelRun(ctx, "octo-org/app", a.RunID); err != nil {
+		t.Errorf("cancel a completed run: %v", err)
+	}
+	jobs, _ = p.QueuedJobs(ctx, []string{"octo-org/app"})
+	if len(jobs) != 0 {
+		t.Errorf("queued after cancel: %+v", jobs)
+	}
+}
+
+func TestSecretNeverFormats(t *testing.T) {
+	s := workload.NewSecret("jit-very-secret")
+	c := workload.Credential{Secret: s, RunnerName: "r"}
+	for _, out := range []string{
+		s.String(), fmtAll(s), fmtAll(c), mustJSON(t, c),
+	} {
+		if strings.Contains(out, "jit-very-secret") {
+			t.Errorf("secret printed: %s", out)
+		}
+	}
+	if s.Reveal() != "jit-very-secret" {
+		t.Error("Reveal lost the value")
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func fmtAll(v any) string {
+	return fmt.Sprintf("%v %+v %#v %s %q", v, v, v, v, v)
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
