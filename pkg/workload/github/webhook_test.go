@@ -267,7 +267,6 @@ type octokitExample struct {
 	} `json:"repository"`
 }
 
-
 func TestParseOctokitExamples(t *testing.T) {
 	for i, raw := range testdeps.WebhookExamples(t, "workflow_job") {
 		var want octokitExample
