@@ -84,6 +84,20 @@ const (
 	// DemandIncreasedReason and DemandDecreasedReason explain scaling.
 	DemandIncreasedReason = "DemandIncreased"
 	DemandDecreasedReason = "DemandDecreased"
+	// StableReason: the pool has the size its demand needs.
+	StableReason = "Stable"
+	// ReplacingStaleReason: VMs built from an older template are being
+	// replaced (template drift).
+	ReplacingStaleReason = "ReplacingStaleVMs"
+	// WaitingForTerminationReason: room under maxReplicas is held by VMs
+	// still being destroyed.
+	WaitingForTerminationReason = "WaitingForTermination"
+	// TemplateNotReadyReason: the pool's template is missing or not valid.
+	TemplateNotReadyReason = "TemplateNotReady"
+	// RunnerOnlineReason: the VM's runner is registered and connected.
+	RunnerOnlineReason = "RunnerOnline"
+	// RetainedReason: a failed VM is kept, stopped, for debugging.
+	RetainedReason = "RetainedForDebugging"
 
 	// CloningReason, StartingReason, WaitingForGuestReason, WaitingForRunnerReason
 	// say where a claim is on its way to Ready.
@@ -120,6 +134,15 @@ const (
 	// CIJobStateLabel mirrors a CIJob's status.state so that controllers can
 	// select the jobs still waiting for a runner.
 	CIJobStateLabel = "hyperfleet.io/job-state"
+
+	// TerminationReasonAnnotation is set on a claim by its RunnerPool before
+	// the pool deletes it, to record why (a scaling.Reason code, a colon
+	// and an explanation); the claim copies it into status.terminationReason.
+	TerminationReasonAnnotation = "hyperfleet.io/termination-reason"
+	// FailReasonAnnotation asks the claim controller to fail a claim (the
+	// pool's bootstrapTimeout): the claim moves to Failed, and its VM is
+	// kept stopped when the pool retains failed VMs.
+	FailReasonAnnotation = "hyperfleet.io/fail-reason"
 
 	// MachineClaimFinalizer holds a claim until its VM and everything
 	// allocated for it are gone.

@@ -65,7 +65,7 @@ type GitHubRunnerConfig struct {
 
 // MachineClaimPhase is a one-word summary of a claim's state for display.
 // Controllers decide on conditions and status fields, never on the phase.
-// +kubebuilder:validation:Enum=Pending;Provisioning;Bootstrapping;Ready;Draining;Terminating;Failed
+// +kubebuilder:validation:Enum=Pending;Provisioning;Bootstrapping;Ready;Draining;Terminating;Failed;Finished
 type MachineClaimPhase string
 
 const (
@@ -83,6 +83,22 @@ const (
 	MachineClaimTerminating MachineClaimPhase = "Terminating"
 	// MachineClaimFailed: the claim cannot succeed; see its conditions.
 	MachineClaimFailed MachineClaimPhase = "Failed"
+	// MachineClaimFinished: the VM is gone; the claim is kept as history
+	// (its RunnerPool's spec.lifecycle.history) and then deleted.
+	MachineClaimFinished MachineClaimPhase = "Finished"
+)
+
+// RunnerState is a runner's state on the CI platform as last observed.
+// +kubebuilder:validation:Enum=offline;idle;busy
+type RunnerState string
+
+const (
+	// RunnerStateOffline: registered but not connected (not started yet).
+	RunnerStateOffline RunnerState = "offline"
+	// RunnerStateIdle: connected, waiting for a job.
+	RunnerStateIdle RunnerState = "idle"
+	// RunnerStateBusy: running a job.
+	RunnerStateBusy RunnerState = "busy"
 )
 
 // MachineClaimStatus is the state of the claim's VM.
@@ -128,11 +144,12 @@ type MachineClaimStatus struct {
 	// +optional
 	PhaseTimes *PhaseTimes `json:"phaseTimes,omitempty"`
 
-	// terminationReason says why the VM is being or was removed, such as
-	// job_completed, idle_timeout, max_lifetime, job_timeout,
-	// bootstrap_timeout, drift_replaced, powered_off or failed.
+	// terminationReason says why the VM is being or was removed: a code
+	// (job_completed, idle_timeout, max_lifetime, job_timeout,
+	// bootstrap_timeout, drift_replaced, scaled_down, powered_off, failed,
+	// deleted), a colon and an explanation.
 	// +optional
-	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:MaxLength=1024
 	TerminationReason string `json:"terminationReason,omitempty"`
 }
 
@@ -248,6 +265,16 @@ type BootstrapStatus struct {
 	// +optional
 	CredentialExpiresAt *metav1.Time `json:"credentialExpiresAt,omitempty"`
 
+	// runnerState is the runner's state on the CI platform as last
+	// observed (runner list resync, or the job's webhooks).
+	// +optional
+	RunnerState RunnerState `json:"runnerState,omitempty"`
+
+	// registeredAt is when the runner was first seen online; an idle
+	// runner's idleTimeout counts from here.
+	// +optional
+	RegisteredAt *metav1.Time `json:"registeredAt,omitempty"`
+
 	// jobId is the CI job the runner took, as the CI platform reports it.
 	// +optional
 	JobID int64 `json:"jobId,omitempty"`
@@ -255,6 +282,12 @@ type BootstrapStatus struct {
 	// jobStartedAt is when the runner took the job.
 	// +optional
 	JobStartedAt *metav1.Time `json:"jobStartedAt,omitempty"`
+
+	// jobConclusion is the platform's conclusion of the job once it ended,
+	// such as success, failure or cancelled.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	JobConclusion string `json:"jobConclusion,omitempty"`
 }
 
 // PhaseTimes records when a claim entered each phase.
@@ -280,6 +313,9 @@ type PhaseTimes struct {
 	// failed is when the claim entered phase Failed.
 	// +optional
 	Failed *metav1.Time `json:"failed,omitempty"`
+	// finished is when the claim entered phase Finished.
+	// +optional
+	Finished *metav1.Time `json:"finished,omitempty"`
 }
 
 // MachineClaim is one single-use VM: HyperFleet clones it, boots it, hands

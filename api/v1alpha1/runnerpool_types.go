@@ -266,7 +266,10 @@ type ClaimHistory struct {
 
 // RunnerPoolStatus counts the pool's VMs by state and explains its size.
 type RunnerPoolStatus struct {
-	// conditions are Ready, Scaling and CapacityAvailable.
+	// conditions are Ready (the template and its cluster can make VMs),
+	// Scaling (the pool is changing size, and why) and CapacityAvailable
+	// (False when demand cannot be served: AtMaxReplicas,
+	// ClusterUnavailable, TemplateInvalid, IPPoolExhausted, RateLimited).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -301,6 +304,16 @@ type RunnerPoolStatus struct {
 	// +optional
 	StartingReplicas int32 `json:"startingReplicas,omitempty"`
 
+	// terminatingReplicas counts VMs being removed; they hold their place
+	// under maxReplicas until they are gone.
+	// +optional
+	TerminatingReplicas int32 `json:"terminatingReplicas,omitempty"`
+
+	// retainedReplicas counts failed VMs kept stopped for debugging
+	// (spec.lifecycle.failedRetention); they count against maxReplicas.
+	// +optional
+	RetainedReplicas int32 `json:"retainedReplicas,omitempty"`
+
 	// staleReplicas counts VMs built from an older template hash.
 	// +optional
 	StaleReplicas int32 `json:"staleReplicas,omitempty"`
@@ -323,6 +336,17 @@ type RunnerPoolStatus struct {
 	// lastScaleTime is when the pool last changed size.
 	// +optional
 	LastScaleTime *metav1.Time `json:"lastScaleTime,omitempty"`
+
+	// lowDemandSince is when the pool first had more VMs than its demand
+	// needs, without interruption; idle VMs are removed once this is
+	// spec.scaling.scaleDownDelay old. Unset while demand matches the size.
+	// +optional
+	LowDemandSince *metav1.Time `json:"lowDemandSince,omitempty"`
+
+	// lastResyncTime is when the pool's runners and queued jobs were last
+	// compared with the CI platform.
+	// +optional
+	LastResyncTime *metav1.Time `json:"lastResyncTime,omitempty"`
 }
 
 // RunnerPool keeps enough fresh, single-use VMs for the CI jobs that match

@@ -15,7 +15,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/manager"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 )
 
@@ -26,7 +31,10 @@ import (
 //     reaching the hypervisor, with 1,000 claims active (target p99 <
 //     100 ms);
 //   - poweroff-p50/p99-s: a VM powering itself off -> VM destroyed and
-//     claim gone, for 100 VMs powering off at once (target p99 < 10 s).
+//     claim gone, for 100 VMs powering off at once (target p99 < 10 s);
+//   - webhook-clone-p50/p95/p99-ms: a job queued on GitHub (its
+//     workflow_job webhook sent) -> the clone request of the VM its
+//     RunnerPool creates for it, one job at a time (target p95 < 250 ms).
 //
 // Each cluster is its own simulator with short task latencies and the
 // operator's default clone limits; the clusters poll every 5 s (the
@@ -51,7 +59,18 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 			c.Guest.Prefix = 22
 		})
 	}
-	op := startOperator(b, operatorOptions{})
+	// A GitHub simulator delivers workflow_job webhooks to the operator's
+	// receiver for the webhook -> clone measurement.
+	certFile, keyFile, hookClient := webhookCertificate(b)
+	gs := githubsimtest.Start(b, githubsim.Config{
+		Organizations: []githubsim.OrgConfig{{Login: "octo-org"}},
+		Repositories:  []githubsim.RepoConfig{{Name: "octo-org/app"}},
+	}, githubsim.WithWebhookClient(hookClient))
+	op := startOperator(b, operatorOptions{webhook: &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Secret: []byte(poolWebhookSecret)}})
+	<-op.components.Webhook.Ready()
+	if _, err := gs.Sim.AddWebhook(githubsim.Webhook{URL: "https://" + op.components.Webhook.Addr().String() + "/webhooks/github", Secret: poolWebhookSecret}); err != nil {
+		b.Fatal(err)
+	}
 	fixtures := make([]*fixture, clusters)
 	for i := range fixtures {
 		fixtures[i] = newFixture(b, sims[i], func(c *hfv1.HypervisorCluster) { c.Spec.PollInterval = nil })
@@ -181,6 +200,48 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 		if os.Getenv("HF_BENCH_TRACE") != "" {
 			logQueueWait(b)
 		}
+
+		// Webhook -> clone: a RunnerPool from zero; each queued job's
+		// webhook makes the pool create a claim whose clone request is
+		// timed, one job at a time, with the 1,000 claims still active.
+		pool := &hfv1.RunnerPool{
+			ObjectMeta: metav1.ObjectMeta{Namespace: fixtures[0].namespace, Name: fmt.Sprintf("bench-%d", b.N)},
+			Spec: hfv1.RunnerPoolSpec{
+				TemplateRef: hfv1.ObjectName{Name: fixtures[0].template.Name},
+				Workload:    hfv1.Workload{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubWorkload{Labels: []string{"bench"}}},
+				Scaling:     hfv1.Scaling{MinReplicas: 0, MaxReplicas: 200, ScaleDownDelay: &metav1.Duration{Duration: time.Hour}},
+			},
+		}
+		fixtures[0].create(pool)
+		var webhookToClone []time.Duration
+		for i := range 100 {
+			cloned := make(chan time.Time, 1)
+			hook := func(r *http.Request) {
+				if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/clone") {
+					select {
+					case cloned <- time.Now():
+					default:
+					}
+				}
+			}
+			sims[0].onRequest.Store(&hook)
+			// Queued is when the simulator emits the webhook, as GitHub
+			// would when the job is queued.
+			start := time.Now()
+			if _, err := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/app", Labels: []string{"self-hosted", "bench"}, Duration: time.Hour}); err != nil {
+				b.Fatal(err)
+			}
+			select {
+			case at := <-cloned:
+				webhookToClone = append(webhookToClone, at.Sub(start))
+			case <-time.After(time.Minute):
+				b.Fatalf("no clone request within a minute of queueing job %d", i)
+			}
+			sims[0].onRequest.Store(nil)
+		}
+		b.ReportMetric(percentile(webhookToClone, 50).Seconds()*1000, "webhook-clone-p50-ms")
+		b.ReportMetric(percentile(webhookToClone, 95).Seconds()*1000, "webhook-clone-p95-ms")
+		b.ReportMetric(percentile(webhookToClone, 99).Seconds()*1000, "webhook-clone-p99-ms")
 		b.ReportMetric(percentile(overhead, 50).Seconds()*1000, "overhead-p50-ms")
 		b.ReportMetric(percentile(overhead, 90).Seconds()*1000, "overhead-p90-ms")
 		b.ReportMetric(percentile(overhead, 99).Seconds()*1000, "overhead-p99-ms")

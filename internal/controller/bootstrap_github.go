@@ -17,6 +17,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -245,26 +246,59 @@ func (b *GitHubBootstrap) providerFor(ctx context.Context, claim *hfv1.MachineCl
 	if err != nil {
 		return nil, err
 	}
+	p, _, err := b.scopedProvider(ctx, tmpl, scope)
+	return p, err
+}
+
+// PoolProvider returns the GitHub provider of a pool's scope (the pool's
+// repository or organization, else its template's) with the template's
+// credentials, and a key that is equal for pools sharing credentials and
+// scope, so that a resync calls GitHub once for all of them.
+func (b *GitHubBootstrap) PoolProvider(ctx context.Context, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) (workload.Provider, string, error) {
+	scope, ok := demand.PoolScope(pool.Spec.Workload.GitHub, &tmpl.Spec.Bootstrap.GitHub)
+	if !ok {
+		return nil, "", newConfigError("GitHubScopeMissing", fmt.Errorf("RunnerPool %s: neither spec.workload.github nor template %s spec.bootstrap.github names a repository or organization", pool.Name, tmpl.Name))
+	}
+	p, key, err := b.scopedProvider(ctx, tmpl, scope)
+	return p, key, workloadError(err)
+}
+
+// CancelJob implements JobCanceller: it cancels the workflow run of job
+// on GitHub.
+func (b *GitHubBootstrap) CancelJob(ctx context.Context, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate, job *hfv1.CIJob) error {
+	p, _, err := b.PoolProvider(ctx, pool, tmpl)
+	if err != nil {
+		return err
+	}
+	if job.Spec.RunID == 0 {
+		return fmt.Errorf("job %d has no workflow run id to cancel: %w", job.Spec.JobID, workload.ErrNotFound)
+	}
+	return p.CancelRun(ctx, job.Spec.Repository, job.Spec.RunID)
+}
+
+// scopedProvider returns the cached provider of tmpl's credentials in
+// scope, and its cache key.
+func (b *GitHubBootstrap) scopedProvider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, scope workload.Scope) (workload.Provider, string, error) {
 	cfg, err := b.config(ctx, tmpl, scope)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	key := tmpl.Namespace + "/" + tmpl.Name + "/" + scope.String()
 	fp := ghworkload.Fingerprint(cfg)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if c, ok := b.providers[key]; ok && c.fingerprint == fp {
-		return c.provider, nil
+		return c.provider, key, nil
 	}
 	p, err := ghworkload.New(cfg)
 	if err != nil {
-		return nil, newConfigError("GitHubCredentialsInvalid", fmt.Errorf("spec.bootstrap.github of HypervisorMachineTemplate %s: %w", tmpl.Name, err))
+		return nil, "", newConfigError("GitHubCredentialsInvalid", fmt.Errorf("spec.bootstrap.github of HypervisorMachineTemplate %s: %w", tmpl.Name, err))
 	}
 	if b.providers == nil {
 		b.providers = map[string]cachedWorkload{}
 	}
 	b.providers[key] = cachedWorkload{fingerprint: fp, provider: p}
-	return p, nil
+	return p, key, nil
 }
 
 // config builds the provider configuration from the template and its

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -66,14 +67,17 @@ func startSimCapturingSeeds(t *testing.T, dir string) *simulator {
 func (f *fixture) useGitHub(gs *githubsimtest.Server, mutate func(*hfv1.Bootstrap)) {
 	f.t.Helper()
 	var tmpl hfv1.HypervisorMachineTemplate
-	if err := env.Client.Get(f.ctx, client.ObjectKeyFromObject(f.template), &tmpl); err != nil {
-		f.t.Fatal(err)
-	}
-	tmpl.Spec.Bootstrap.GitHub.APIBaseURL = gs.URL + "/api/v3"
-	if mutate != nil {
-		mutate(&tmpl.Spec.Bootstrap)
-	}
-	if err := env.Client.Update(f.ctx, &tmpl); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(f.ctx, client.ObjectKeyFromObject(f.template), &tmpl); err != nil {
+			return err
+		}
+		tmpl.Spec.Bootstrap.GitHub.APIBaseURL = gs.URL + "/api/v3"
+		if mutate != nil {
+			mutate(&tmpl.Spec.Bootstrap)
+		}
+		return env.Client.Update(f.ctx, &tmpl)
+	})
+	if err != nil {
 		f.t.Fatal(err)
 	}
 	f.template = &tmpl

@@ -28,6 +28,16 @@ const (
 	// templateSecretIndex maps a Secret name to the templates (in its
 	// namespace) that reference it.
 	templateSecretIndex = "spec.secretRefs"
+	// claimRunnerIndex maps a runner name to the claim whose VM runs it.
+	claimRunnerIndex = "status.bootstrap.runnerName"
+	// claimPoolIndex maps a RunnerPool name to its claims.
+	claimPoolIndex = "spec.runnerPoolRef.name"
+	// jobRunnerIndex maps a runner name to the CIJobs it took.
+	jobRunnerIndex = "status.runnerName"
+	// jobPoolIndex maps a RunnerPool name to the CIJobs routed to it.
+	jobPoolIndex = "spec.runnerPoolRef.name"
+	// poolTemplateIndex maps a template name to the RunnerPools using it.
+	poolTemplateIndex = "spec.templateRef.name"
 )
 
 func vmKey(cluster string, vmid int) string { return cluster + "/" + strconv.Itoa(vmid) }
@@ -55,6 +65,40 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 	}
 	if err := idx.IndexField(ctx, &hfv1.MachineClaim{}, claimTemplateIndex, func(o client.Object) []string {
 		return []string{o.(*hfv1.MachineClaim).Spec.TemplateRef.Name}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &hfv1.MachineClaim{}, claimRunnerIndex, func(o client.Object) []string {
+		if b := o.(*hfv1.MachineClaim).Status.Bootstrap; b != nil && b.RunnerName != "" {
+			return []string{b.RunnerName}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &hfv1.MachineClaim{}, claimPoolIndex, func(o client.Object) []string {
+		if ref := o.(*hfv1.MachineClaim).Spec.RunnerPoolRef; ref != nil {
+			return []string{ref.Name}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &hfv1.CIJob{}, jobRunnerIndex, func(o client.Object) []string {
+		if n := o.(*hfv1.CIJob).Status.RunnerName; n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &hfv1.CIJob{}, jobPoolIndex, func(o client.Object) []string {
+		return []string{o.(*hfv1.CIJob).Spec.RunnerPoolRef.Name}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &hfv1.RunnerPool{}, poolTemplateIndex, func(o client.Object) []string {
+		return []string{o.(*hfv1.RunnerPool).Spec.TemplateRef.Name}
 	}); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -71,8 +72,12 @@ type MachineClaimReconciler struct {
 	Clock    clock.PassiveClock
 	// Bootstrap supplies workload credentials; nil renders VMs without any.
 	Bootstrap BootstrapSource
-	// ClaimEvents carries wake-ups from the HypervisorCluster poller.
+	// ClaimEvents carries wake-ups from the HypervisorCluster poller and
+	// the RunnerPool resync.
 	ClaimEvents <-chan event.GenericEvent
+	// Runners are the latest runner observations of the RunnerPool resync;
+	// nil when nothing observes runners.
+	Runners *RunnerObservations
 	// MaxConcurrentReconciles bounds parallel reconciles (default 16):
 	// reconciles never wait for the hypervisor, so they are short.
 	MaxConcurrentReconciles int
@@ -80,6 +85,30 @@ type MachineClaimReconciler struct {
 	// attempts counts consecutive transient failures per claim UID for
 	// backoff. Losing it on restart only restarts the backoff.
 	attempts sync.Map
+	// written is the resourceVersion of each claim's last write by this
+	// controller, by UID: a reconcile that reads an older version from the
+	// cache waits for the cache instead of repeating a step (a second
+	// cloud-init delivery would issue a second runner credential).
+	written sync.Map
+}
+
+// staleCache reports whether the cache still shows a claim older than
+// this controller's last write of it. resourceVersions are etcd revisions;
+// one that does not parse is never called stale.
+func (r *MachineClaimReconciler) staleCache(claim *hfv1.MachineClaim) bool {
+	v, ok := r.written.Load(claim.UID)
+	if !ok {
+		return false
+	}
+	cur, err := strconv.ParseUint(claim.ResourceVersion, 10, 64)
+	return err == nil && cur < v.(uint64)
+}
+
+// rememberWrite records the claim's resourceVersion after a write.
+func (r *MachineClaimReconciler) rememberWrite(claim *hfv1.MachineClaim) {
+	if rv, err := strconv.ParseUint(claim.ResourceVersion, 10, 64); err == nil {
+		r.written.Store(claim.UID, rv)
+	}
 }
 
 // SetupWithManager registers the controller.
@@ -94,6 +123,7 @@ func (r *MachineClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&hfv1.MachineClaim{}).
 		Watches(&hfv1.HypervisorMachineTemplate{}, handler.EnqueueRequestsFromMapFunc(r.claimsForTemplate),
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.ResourceVersionChangedPredicate{}))).
+		Watches(&hfv1.CIJob{}, handler.EnqueueRequestsFromMapFunc(r.claimsForJob)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Named("machineclaim")
 	if r.ClaimEvents != nil {
@@ -126,8 +156,22 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("MachineClaim", klog.KObj(claim)))
+	if r.staleCache(claim) {
+		// The watch event of our own last write is on its way.
+		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
+	}
+	startRV := claim.ResourceVersion
+	defer func() {
+		switch {
+		case !controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer):
+			// Gone, or Finished: nothing more is done to it.
+			r.written.Delete(claim.UID)
+		case claim.ResourceVersion != startRV:
+			r.rememberWrite(claim)
+		}
+	}()
 
-	if claim.DeletionTimestamp.IsZero() {
+	if claim.DeletionTimestamp.IsZero() && claim.Status.Phase != hfv1.MachineClaimFinished {
 		if err := r.ensureMetadata(ctx, claim, r.clusterOf(ctx, claim)); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -152,7 +196,10 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if claim.Status.Phase == "" {
 		r.enterPhase(ctx, claim, hfv1.MachineClaimPending, "Created", "Waiting to be provisioned")
 	}
+	r.requestedFailure(ctx, claim)
 	switch claim.Status.Phase {
+	case hfv1.MachineClaimFinished:
+		return ctrl.Result{}, nil
 	case hfv1.MachineClaimFailed:
 		return r.reconcileFailed(ctx, claim)
 	case hfv1.MachineClaimTerminating:
@@ -196,6 +243,23 @@ func (r *MachineClaimReconciler) ensureMetadata(ctx context.Context, claim *hfv1
 		return nil
 	}
 	return r.Client.Patch(ctx, claim, client.MergeFrom(orig))
+}
+
+// removeFinalizer patches the claim's finalizer away (on a copy, so the
+// in-memory status, patched later, is untouched).
+func (r *MachineClaimReconciler) removeFinalizer(ctx context.Context, claim *hfv1.MachineClaim) error {
+	if !controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer) {
+		return nil
+	}
+	obj := claim.DeepCopy()
+	orig := obj.DeepCopy()
+	controllerutil.RemoveFinalizer(obj, hfv1.MachineClaimFinalizer)
+	if err := r.Client.Patch(ctx, obj, client.MergeFrom(orig)); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	claim.Finalizers = obj.Finalizers
+	claim.ResourceVersion = obj.ResourceVersion
+	return nil
 }
 
 // setLabel patches one label onto the claim if it differs.

@@ -18,6 +18,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -28,7 +29,7 @@ const callAgainNow = 10 * time.Millisecond
 
 const (
 	templateNotFoundReason = "TemplateNotFound"
-	templateNotReadyReason = "TemplateNotReady"
+	templateNotReadyReason = hfv1.TemplateNotReadyReason
 	queuedReason           = "Queued"
 	configuringReason      = "Configuring"
 	vmPoweredOffReason     = "VMPoweredOff"
@@ -239,6 +240,9 @@ func (r *MachineClaimReconciler) watchRunning(ctx context.Context, claim *hfv1.M
 			}
 		}
 	}
+	if res, handled, err := r.observeWorkload(ctx, claim); handled || err != nil {
+		return res, err
+	}
 	if claim.Status.Phase == hfv1.MachineClaimBootstrapping && meta.IsStatusConditionTrue(claim.Status.Conditions, hfv1.MachineClaimBootstrappedCondition) {
 		r.enterPhase(ctx, claim, hfv1.MachineClaimReady, hfv1.ReadyReason, "The workload reports the VM ready")
 	}
@@ -290,10 +294,11 @@ func (r *MachineClaimReconciler) reconcileTerminate(ctx context.Context, claim *
 	if t := claim.Status.PhaseTimes; t != nil && t.Terminating != nil {
 		metrics.PowerOffToDestroyed.Observe(r.Clock.Since(t.Terminating.Time).Seconds())
 	}
-	if err := r.Client.Delete(ctx, claim); err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, fmt.Errorf("delete MachineClaim after its VM was destroyed: %w", err)
+	res, err := r.finish(ctx, claim)
+	if err != nil {
+		return res, fmt.Errorf("end MachineClaim after its VM was destroyed: %w", err)
 	}
-	return ctrl.Result{}, nil
+	return res, nil
 }
 
 // reconcileFailed removes the VM of a failed claim (unless its ownership
@@ -301,6 +306,9 @@ func (r *MachineClaimReconciler) reconcileTerminate(ctx context.Context, claim *
 func (r *MachineClaimReconciler) reconcileFailed(ctx context.Context, claim *hfv1.MachineClaim) (ctrl.Result, error) {
 	if claim.Status.VMRef == nil || meta.IsStatusConditionFalse(claim.Status.Conditions, hfv1.MachineClaimOwnershipVerifiedCondition) {
 		return ctrl.Result{}, nil
+	}
+	if retained, result := r.retainFailedVM(ctx, claim); retained {
+		return result, nil
 	}
 	_, result, err := r.deleteVM(ctx, claim)
 	return result, err
@@ -315,13 +323,18 @@ func (r *MachineClaimReconciler) reconcileDelete(ctx context.Context, claim *hfv
 	if claim.Status.Phase != hfv1.MachineClaimTerminating && claim.Status.Phase != hfv1.MachineClaimFailed {
 		// A runner in the middle of a job keeps its VM (decision 9):
 		// remove the runner first, which GitHub refuses while it is busy.
-		if drained, result := r.drainRunner(ctx, claim); !drained {
-			return result, nil
+		// A hard limit does not wait: its pool cancelled the job first.
+		if !hardLimit(claim) {
+			if drained, result := r.drainRunner(ctx, claim); !drained {
+				return result, nil
+			}
 		}
+		reason := orDefault(claim.Annotations[hfv1.TerminationReasonAnnotation], string(scaling.Deleted)+": the MachineClaim was deleted")
 		if claim.Status.TerminationReason == "" {
-			claim.Status.TerminationReason = "Deleted: the MachineClaim was deleted"
+			claim.Status.TerminationReason = truncate(reason, 1024)
 		}
-		r.enterPhase(ctx, claim, hfv1.MachineClaimTerminating, "Deleted", "The MachineClaim was deleted")
+		code, msg := splitReason(reason)
+		r.enterPhase(ctx, claim, hfv1.MachineClaimTerminating, camelReason(code), msg)
 	}
 	if done, result, err := r.deleteVM(ctx, claim); err != nil || !done {
 		return result, err
@@ -329,11 +342,10 @@ func (r *MachineClaimReconciler) reconcileDelete(ctx context.Context, claim *hfv
 	if done, result := r.releaseRunner(ctx, claim); !done {
 		return result, nil
 	}
-	orig := claim.DeepCopy()
-	controllerutil.RemoveFinalizer(claim, hfv1.MachineClaimFinalizer)
-	if err := r.Client.Patch(ctx, claim, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.removeFinalizer(ctx, claim); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.countOutcome(claim)
 	r.attempts.Delete(claim.UID)
 	return ctrl.Result{}, nil
 }

@@ -29,6 +29,8 @@ func phaseTime(t *hfv1.PhaseTimes, phase hfv1.MachineClaimPhase) **metav1.Time {
 		return &t.Terminating
 	case hfv1.MachineClaimFailed:
 		return &t.Failed
+	case hfv1.MachineClaimFinished:
+		return &t.Finished
 	}
 	return nil
 }

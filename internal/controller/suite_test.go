@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -91,6 +92,12 @@ type operatorOptions struct {
 	// github, when set, runs the real GitHub bootstrap over this transport
 	// (to the GitHub simulator) instead of the test stand-in.
 	github http.RoundTripper
+	// webhook, when set, serves GitHub webhooks.
+	webhook *manager.WebhookOptions
+	// resyncInterval is the RunnerPool resync interval (default 30s).
+	resyncInterval time.Duration
+	// clock replaces the operator's clock (lifecycle limits).
+	clock clock.Clock
 }
 
 // startOperator runs the full manager wiring against the test API server.
@@ -149,6 +156,7 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 	if o.github != nil {
 		opts.Bootstrap, opts.GitHubTransport = nil, o.github
 	}
+	opts.Webhook, opts.ResyncInterval, opts.Clock = o.webhook, o.resyncInterval, o.clock
 	comps, err := manager.Setup(ctx, mgr, opts)
 	if err != nil {
 		cancel()
@@ -322,6 +330,8 @@ func (f *fixture) create(obj client.Object) {
 // finalizers ran, so the next test's operator starts from a clean slate.
 func (f *fixture) cleanup() {
 	ctx := f.ctx
+	// Pools first, or they would replace the claims deleted below.
+	_ = env.Client.DeleteAllOf(ctx, &hfv1.RunnerPool{}, client.InNamespace(f.namespace))
 	_ = env.Client.DeleteAllOf(ctx, &hfv1.MachineClaim{}, client.InNamespace(f.namespace))
 	_ = env.Client.Delete(ctx, f.cluster)
 	// Generous: a benchmark fixture holds a hundred claims.
@@ -332,6 +342,13 @@ func (f *fixture) cleanup() {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.cluster), &hfv1.HypervisorCluster{})
 		if len(claims.Items) == 0 && apierrors.IsNotFound(err) {
 			return
+		}
+		// A pool reconcile in flight when its pool went may still have
+		// created a claim.
+		for i := range claims.Items {
+			if claims.Items[i].DeletionTimestamp.IsZero() {
+				_ = env.Client.Delete(ctx, &claims.Items[i])
+			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -86,6 +87,7 @@ func (r *Recorder) Apply(ctx context.Context, pool types.NamespacedName, ev work
 	job := NewCIJob(pool, ev, source, r.clock.Now())
 	err := r.client.Create(ctx, job)
 	if err == nil {
+		observeQueueTime(pool, hfv1.CIJobQueued, &job.Status)
 		return Created, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
@@ -98,6 +100,7 @@ func (r *Recorder) Apply(ctx context.Context, pool types.NamespacedName, ev work
 		if err := r.reader.Get(ctx, key, &cur); err != nil {
 			return err
 		}
+		was := cur.Status.State
 		if !MergeEvent(&cur, ev, source) {
 			outcome = Unchanged
 			return nil
@@ -105,6 +108,7 @@ func (r *Recorder) Apply(ctx context.Context, pool types.NamespacedName, ev work
 		if err := r.client.Update(ctx, &cur); err != nil {
 			return err
 		}
+		observeQueueTime(pool, was, &cur.Status)
 		outcome = Updated
 		return nil
 	})
@@ -112,6 +116,19 @@ func (r *Recorder) Apply(ctx context.Context, pool types.NamespacedName, ev work
 		return Unchanged, fmt.Errorf("updating CIJob %s: %w", key, err)
 	}
 	return outcome, nil
+}
+
+// observeQueueTime measures a job's queue time (the platform's queued and
+// started times) when this write is the one that moved it past queued, so
+// that each job is observed once however many replicas record it.
+func observeQueueTime(pool types.NamespacedName, was hfv1.CIJobState, st *hfv1.CIJobStatus) {
+	if hfv1.CIJobRank(was) >= hfv1.CIJobRank(hfv1.CIJobInProgress) || hfv1.CIJobRank(st.State) < hfv1.CIJobRank(hfv1.CIJobInProgress) {
+		return
+	}
+	if st.QueuedAt == nil || st.StartedAt == nil || st.StartedAt.Before(st.QueuedAt) {
+		return
+	}
+	metrics.QueueTime.WithLabelValues(pool.Namespace, pool.Name).Observe(st.StartedAt.Sub(st.QueuedAt.Time).Seconds())
 }
 
 // NewCIJob is the CIJob a first event about a job creates in pool's

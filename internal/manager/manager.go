@@ -56,6 +56,9 @@ type Options struct {
 	// Webhook, when set, serves GitHub's workflow_job webhooks (on every
 	// replica, leader or not).
 	Webhook *WebhookOptions
+	// ResyncInterval is the time between RunnerPool resyncs against the
+	// CI platform (runner states, queued jobs); zero means 30s.
+	ResyncInterval time.Duration
 }
 
 // WebhookOptions configure the GitHub webhook receiver.
@@ -79,6 +82,9 @@ type Components struct {
 	Sweeper  *sweeper.Sweeper
 	// Webhook is the GitHub webhook server, when Options.Webhook was set.
 	Webhook *webhook.Server
+	// Resync compares pools with the CI platform; nil when the bootstrap
+	// source cannot give pool providers.
+	Resync *controller.PoolResync
 }
 
 // DefaultFactories are the hypervisor implementations built in.
@@ -134,6 +140,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up IPPool controller: %w", err)
 	}
+	runners := controller.NewRunnerObservations()
 	if err := (&controller.MachineClaimReconciler{
 		Client:      mgr.GetClient(),
 		Registry:    registry,
@@ -142,8 +149,38 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Clock:       opts.Clock,
 		Bootstrap:   opts.Bootstrap,
 		ClaimEvents: claimEvents,
+		Runners:     runners,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up MachineClaim controller: %w", err)
+	}
+	poolEvents := make(chan event.GenericEvent, 256)
+	jobs, _ := opts.Bootstrap.(controller.JobCanceller)
+	if err := (&controller.RunnerPoolReconciler{
+		Client:     mgr.GetClient(),
+		Recorder:   mgr.GetEventRecorderFor("runnerpool-controller"),
+		Clock:      opts.Clock,
+		Jobs:       jobs,
+		PoolEvents: poolEvents,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up RunnerPool controller: %w", err)
+	}
+	var resync *controller.PoolResync
+	if providers, ok := opts.Bootstrap.(controller.PoolProviders); ok {
+		resync = &controller.PoolResync{
+			Client:      mgr.GetClient(),
+			Providers:   providers,
+			Router:      demand.NewRouter(mgr.GetClient()),
+			Recorder:    demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock),
+			Runners:     runners,
+			Events:      mgr.GetEventRecorderFor("runnerpool-resync"),
+			Clock:       opts.Clock,
+			ClaimEvents: claimEvents,
+			PoolEvents:  poolEvents,
+			Interval:    opts.ResyncInterval,
+		}
+		if err := mgr.Add(resync); err != nil {
+			return nil, fmt.Errorf("add RunnerPool resync: %w", err)
+		}
 	}
 	sw := &sweeper.Sweeper{
 		Client:      mgr.GetClient(),
@@ -161,7 +198,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	if err := mgr.Add(controller.NewClaimPhaseCollector(mgr.GetClient())); err != nil {
 		return nil, fmt.Errorf("add claim phase metrics: %w", err)
 	}
-	comps := &Components{Registry: registry, IPAM: addresses, Sweeper: sw}
+	comps := &Components{Registry: registry, IPAM: addresses, Sweeper: sw, Resync: resync}
 	if opts.Webhook != nil {
 		srv, err := newWebhookServer(mgr, opts)
 		if err != nil {

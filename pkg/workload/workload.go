@@ -217,6 +217,10 @@ type Provider interface {
 	// QueuedJobs lists the jobs waiting for a runner in the given
 	// repositories (owner/name) of the scope; demand resync uses it.
 	QueuedJobs(ctx context.Context, repositories []string) ([]Job, error)
+	// GetJob reads one job of a repository (owner/name) of the scope;
+	// ErrNotFound when there is none. Demand resync uses it to learn the
+	// state of a job whose webhooks were lost.
+	GetJob(ctx context.Context, repository string, id int64) (Job, error)
 	// CancelRun cancels a job's workflow run (hard limits cancel before
 	// they destroy a busy runner's VM).
 	CancelRun(ctx context.Context, repository string, runID int64) error

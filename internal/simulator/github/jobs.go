@@ -223,7 +223,9 @@ func (s *Simulator) scheduleLocked() {
 	})
 	for _, id := range s.jobOrder {
 		j := s.jobs[id]
-		if j.status != "queued" {
+		if j.status != "queued" || j.runner != nil {
+			// Done, running, or reserved for a runner that has not
+			// picked it up yet: never hand one job to two runners.
 			continue
 		}
 		for i, r := range idle {

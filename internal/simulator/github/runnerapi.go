@@ -357,9 +357,12 @@ func (s *Simulator) runnerPoll(w http.ResponseWriter, r *http.Request, id int64)
 			return
 		}
 		s.scheduleLocked()
-		if rn.busy {
+		if j := rn.job; rn.busy && j != nil && j.status != "completed" {
+			// Just assigned: hand it out.
 			continue
 		}
+		// Idle, or still marked busy with a job that already ended (its
+		// end is being reported): wait rather than spin with the lock.
 		wake := rn.wake
 		s.mu.Unlock()
 		select {

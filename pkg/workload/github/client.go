@@ -206,6 +206,8 @@ func operationOf(req *http.Request) string {
 		return "cancel-run"
 	case strings.HasSuffix(p, "/jobs"):
 		return "list-jobs"
+	case strings.Contains(p, "/actions/jobs/"):
+		return "get-job"
 	case strings.HasSuffix(p, "/actions/runs"):
 		return "list-runs"
 	}

@@ -163,6 +163,12 @@ func TestJITConfigRunsOneJobAndBusyRunnerStays(t *testing.T) {
 		j, _ := gs.Sim.Job(job.ID)
 		return j.Status == "in_progress" && j.RunnerName == "busy-1"
 	})
+	// GetJob sees the runner that took the job.
+	running, err := p.GetJob(ctx, "octo-org/app", job.ID)
+	if err != nil || running.State != workload.JobInProgress || running.RunnerName != "busy-1" || running.RunnerID != cred.RunnerID ||
+		running.Conclusion != "" || running.StartedAt.IsZero() || !running.CompletedAt.IsZero() {
+		t.Fatalf("running job = %+v, %v", running, err)
+	}
 	if err := p.DeregisterRunner(ctx, cred.RunnerID, "busy-1"); !errors.Is(err, workload.ErrRunnerBusy) {
 		t.Fatalf("removing a busy runner: %v, want ErrRunnerBusy", err)
 	}
@@ -172,6 +178,10 @@ func TestJITConfigRunsOneJobAndBusyRunnerStays(t *testing.T) {
 	}
 	if code := proc.Wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("run.sh exited %d:\n%s", code, proc.Output())
+	}
+	done, err := p.GetJob(ctx, "octo-org/app", job.ID)
+	if err != nil || done.State != workload.JobCompleted || done.Conclusion != "success" || done.RunnerName != "busy-1" || done.CompletedAt.IsZero() {
+		t.Fatalf("finished job = %+v, %v", done, err)
 	}
 	if err := p.DeregisterRunner(ctx, cred.RunnerID, "busy-1"); err != nil {
 		t.Fatalf("removing a runner GitHub already removed: %v", err)
@@ -308,6 +318,54 @@ func TestQueuedJobsAndCancel(t *testing.T) {
 	jobs, _ = p.QueuedJobs(ctx, []string{"octo-org/app"})
 	if len(jobs) != 0 {
 		t.Errorf("queued after cancel: %+v", jobs)
+	}
+}
+
+func TestGetJob(t *testing.T) {
+	gs := githubsimtest.Start(t, simConfig())
+	p := newProvider(t, gs.Sim, gs.URL, gs.Transport, func(c *ghworkload.Config) { c.Scope = workload.Scope{Owner: "octo-org"} })
+	ctx := context.Background()
+	a, err := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/app", Labels: []string{"self-hosted", "gpu"}, Duration: time.Minute,
+		WorkflowName: "ci", JobName: "build"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := p.GetJob(ctx, "octo-org/app", a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.ID != a.ID || j.RunID != a.RunID || j.RunAttempt != 1 || j.Repository != "octo-org/app" || strings.Join(j.Labels, ",") != "self-hosted,gpu" ||
+		j.State != workload.JobQueued || j.WorkflowName != "ci" || j.Name != "build" || j.RunnerName != "" || j.RunnerID != 0 ||
+		j.Conclusion != "" || j.CreatedAt.IsZero() || !j.CompletedAt.IsZero() {
+		t.Errorf("queued job = %+v", j)
+	}
+
+	if err := gs.Sim.CompleteJob(a.ID, "failure"); err != nil {
+		t.Fatal(err)
+	}
+	j, err = p.GetJob(ctx, "octo-org/app", a.ID)
+	if err != nil || j.State != workload.JobCompleted || j.Conclusion != "failure" || j.CompletedAt.IsZero() || j.RunID != a.RunID {
+		t.Errorf("completed job = %+v, %v", j, err)
+	}
+
+	// An unknown id, and a known one asked of another repository, are not
+	// found.
+	if _, err := p.GetJob(ctx, "octo-org/app", a.ID+1000); !errors.Is(err, workload.ErrNotFound) {
+		t.Errorf("unknown job: %v, want ErrNotFound", err)
+	}
+	if _, err := p.GetJob(ctx, "octo-org/other", a.ID); !errors.Is(err, workload.ErrNotFound) {
+		t.Errorf("job of another repository: %v, want ErrNotFound", err)
+	}
+
+	// Repositories outside the scope are refused without a call.
+	for _, repo := range []string{"someone/else", "octo-org", "octo-org/", "octo-org/app/x"} {
+		if _, err := p.GetJob(ctx, repo, a.ID); !errors.Is(err, workload.ErrInvalidRequest) {
+			t.Errorf("repository %q: %v, want ErrInvalidRequest", repo, err)
+		}
+	}
+	repoScoped := newProvider(t, gs.Sim, gs.URL, gs.Transport, nil)
+	if _, err := repoScoped.GetJob(ctx, "octo-org/other", a.ID); !errors.Is(err, workload.ErrInvalidRequest) {
+		t.Errorf("repository outside a repository scope: %v, want ErrInvalidRequest", err)
 	}
 }
 

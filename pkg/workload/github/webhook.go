@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"time"
 
 	gh "github.com/google/go-github/v88/github"
 
@@ -120,29 +119,10 @@ func (p WebhookParser) Parse(header http.Header, body []byte) (workload.JobEvent
 	if owner, name, ok := strings.Cut(repo, "/"); !ok || owner == "" || name == "" {
 		return workload.JobEvent{}, fmt.Errorf("%w: repository.full_name is missing or not owner/name", workload.ErrMalformed)
 	}
-	var labels []string
-	if len(wj.Labels) > 0 {
-		labels = append(make([]string, 0, len(wj.Labels)), wj.Labels...)
-	}
 	return workload.JobEvent{
 		DeliveryID: header.Get(WebhookDeliveryHeader),
 		Action:     action,
-		Job: workload.Job{
-			ID:           wj.GetID(),
-			RunID:        wj.GetRunID(),
-			RunAttempt:   wj.GetRunAttempt(),
-			Repository:   repo,
-			Labels:       labels,
-			State:        state,
-			Conclusion:   wj.GetConclusion(),
-			WorkflowName: wj.GetWorkflowName(),
-			Name:         wj.GetName(),
-			RunnerName:   wj.GetRunnerName(),
-			RunnerID:     wj.GetRunnerID(),
-			CreatedAt:    webhookTime(wj.CreatedAt),
-			StartedAt:    webhookTime(wj.StartedAt),
-			CompletedAt:  webhookTime(wj.CompletedAt),
-		},
+		Job:        jobOf(repo, wj, state),
 	}, nil
 }
 
@@ -157,13 +137,6 @@ func webhookJobState(action string) (workload.JobState, bool) {
 		return workload.JobCompleted, true
 	}
 	return "", false
-}
-
-func webhookTime(ts *gh.Timestamp) time.Time {
-	if ts == nil {
-		return time.Time{}
-	}
-	return ts.Time
 }
 
 // webhookTruncate keeps error messages short when a header or field is hostile.

@@ -1,0 +1,751 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/scaling"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+// JobCanceller cancels a job on its CI platform. Hard limits (jobTimeout,
+// maxLifetime) cancel a busy runner's job before its VM is destroyed
+// (DESIGN decision 9).
+type JobCanceller interface {
+	CancelJob(ctx context.Context, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate, job *hfv1.CIJob) error
+}
+
+const (
+	// poolResync rechecks a pool without any event, behind the watches
+	// and the resync's wake-ups.
+	poolResync = 30 * time.Second
+	// completedJobRetention is how long a completed CIJob is kept after
+	// it finished, for `kubectl get cijobs` and late webhooks.
+	completedJobRetention = 15 * time.Minute
+)
+
+// RunnerPoolReconciler keeps each pool's MachineClaims at the size its
+// demand needs (package scaling), enforces its lifecycle limits, replaces
+// VMs built from an older template, prunes retained failures and history,
+// and reports all of it in the pool's status.
+type RunnerPoolReconciler struct {
+	Client   client.Client
+	Recorder record.EventRecorder
+	Clock    clock.PassiveClock
+	// Jobs cancels jobs for hard limits; nil destroys without cancelling
+	// (no CI platform is configured).
+	Jobs JobCanceller
+	// PoolEvents carries wake-ups from the resync.
+	PoolEvents <-chan event.GenericEvent
+
+	expect expectations
+}
+
+// SetupWithManager registers the controller.
+func (r *RunnerPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
+		For(&hfv1.RunnerPool{}).
+		Watches(&hfv1.MachineClaim{}, handler.EnqueueRequestsFromMapFunc(poolOfObject)).
+		Watches(&hfv1.CIJob{}, handler.EnqueueRequestsFromMapFunc(poolOfObject)).
+		Watches(&hfv1.HypervisorMachineTemplate{}, handler.EnqueueRequestsFromMapFunc(r.poolsForTemplate)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		Named("runnerpool")
+	if r.PoolEvents != nil {
+		b = b.WatchesRawSource(source.Channel(r.PoolEvents, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
+}
+
+// poolOfObject maps a claim or CIJob to its pool.
+func poolOfObject(_ context.Context, o client.Object) []reconcile.Request {
+	var name string
+	switch v := o.(type) {
+	case *hfv1.MachineClaim:
+		if v.Spec.RunnerPoolRef != nil {
+			name = v.Spec.RunnerPoolRef.Name
+		}
+	case *hfv1.CIJob:
+		name = v.Spec.RunnerPoolRef.Name
+	}
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// poolsForTemplate wakes the pools of a template.
+func (r *RunnerPoolReconciler) poolsForTemplate(ctx context.Context, o client.Object) []reconcile.Request {
+	var list hfv1.RunnerPoolList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{poolTemplateIndex: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "List pools of template", "HypervisorMachineTemplate", klog.KObj(o))
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return out
+}
+
+// poolView is what one reconcile knows about a pool.
+type poolView struct {
+	pool     *hfv1.RunnerPool
+	tmpl     *hfv1.HypervisorMachineTemplate // nil when missing
+	hash     string
+	claims   *poolClaims
+	pending  []*hfv1.CIJob
+	jobs     map[int64]*hfv1.CIJob // by job id
+	now      time.Time
+	requeue  time.Duration
+	created  int
+	removed  map[scaling.Reason]int
+	ended    map[types.UID]bool // claims this pass ended
+	blockers map[string]int     // claim Provisioned reasons that hold capacity back
+}
+
+// wake asks for another reconcile within d.
+func (v *poolView) wake(d time.Duration) {
+	if d > 0 && (v.requeue == 0 || d < v.requeue) {
+		v.requeue = d
+	}
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	pool := &hfv1.RunnerPool{}
+	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.forgetPool(ctx, req.NamespacedName)
+		}
+		return ctrl.Result{}, err
+	}
+	if !pool.DeletionTimestamp.IsZero() {
+		// Its claims are owned by it and go with it (garbage collection).
+		return ctrl.Result{}, nil
+	}
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("RunnerPool", klog.KObj(pool)))
+	now := r.Clock.Now()
+
+	var claimList hfv1.MachineClaimList
+	if err := r.Client.List(ctx, &claimList, client.InNamespace(pool.Namespace), client.MatchingFields{claimPoolIndex: pool.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list claims of pool: %w", err)
+	}
+	if !r.expect.satisfied(req.NamespacedName, claimList.Items, now) {
+		// The cache has not caught up with this pool's own writes yet:
+		// deciding now could create or remove twice.
+		return ctrl.Result{RequeueAfter: 250 * time.Millisecond}, nil
+	}
+
+	before := pool.DeepCopy()
+	defer func() {
+		if equality.Semantic.DeepEqual(before.Status, pool.Status) {
+			return
+		}
+		if err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+			ctrl.LoggerFrom(ctx).Error(err, "Patch RunnerPool status")
+			if retErr == nil {
+				retErr = err
+			}
+		}
+	}()
+
+	v := &poolView{pool: pool, now: now, removed: map[scaling.Reason]int{}, ended: map[types.UID]bool{}, blockers: map[string]int{}}
+	v.wake(poolResync)
+	if err := r.load(ctx, v, claimList.Items); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.enforceLifecycle(ctx, v); err != nil {
+		return ctrl.Result{}, err
+	}
+	decision, err := r.scale(ctx, v)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.prune(ctx, v); err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.collectJobs(ctx, v); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.updateStatus(v, decision)
+	return ctrl.Result{RequeueAfter: v.requeue}, nil
+}
+
+// load reads the pool's template, claims and pending jobs into v.
+func (r *RunnerPoolReconciler) load(ctx context.Context, v *poolView, claims []hfv1.MachineClaim) error {
+	pool := v.pool
+	tmpl := &hfv1.HypervisorMachineTemplate{}
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: pool.Spec.TemplateRef.Name}, tmpl); {
+	case err == nil:
+		v.tmpl = tmpl
+		v.hash = tmpl.Status.TemplateHash
+	case apierrors.IsNotFound(err):
+	default:
+		return fmt.Errorf("read HypervisorMachineTemplate %s: %w", pool.Spec.TemplateRef.Name, err)
+	}
+	owned := claims[:0:0]
+	for i := range claims {
+		if c := &claims[i]; metav1.IsControlledBy(c, pool) || len(c.OwnerReferences) == 0 {
+			owned = append(owned, *c)
+		}
+	}
+	v.claims = classifyClaims(owned, v.hash, retainsFailed(pool))
+
+	var jobs hfv1.CIJobList
+	if err := r.Client.List(ctx, &jobs, client.InNamespace(pool.Namespace), client.MatchingFields{jobPoolIndex: pool.Name}); err != nil {
+		return fmt.Errorf("list CIJobs of pool: %w", err)
+	}
+	v.jobs = make(map[int64]*hfv1.CIJob, len(jobs.Items))
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		v.jobs[j.Spec.JobID] = j
+		if j.Status.State == hfv1.CIJobQueued || j.Status.State == "" {
+			v.pending = append(v.pending, j)
+		}
+	}
+	for _, c := range v.claims.starting {
+		if cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.MachineClaimProvisionedCondition); cond != nil && cond.Status == metav1.ConditionFalse {
+			switch cond.Reason {
+			case hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.ClusterUnavailableReason, hfv1.NamespaceNotAllowedReason, templateNotReadyReason:
+				v.blockers[cond.Reason]++
+			}
+		}
+	}
+	return nil
+}
+
+// templateReady reports whether new VMs can be built from the template.
+func (v *poolView) templateReady() (bool, string) {
+	if v.tmpl == nil {
+		return false, fmt.Sprintf("spec.templateRef: HypervisorMachineTemplate %s/%s does not exist; create it or fix the name", v.pool.Namespace, v.pool.Spec.TemplateRef.Name)
+	}
+	ready := meta.FindStatusCondition(v.tmpl.Status.Conditions, hfv1.ReadyCondition)
+	switch {
+	case ready == nil || v.tmpl.Status.ObservedGeneration != v.tmpl.Generation:
+		return false, fmt.Sprintf("HypervisorMachineTemplate %s has not been validated yet", v.tmpl.Name)
+	case ready.Status != metav1.ConditionTrue:
+		return false, fmt.Sprintf("HypervisorMachineTemplate %s is not ready: %s: %s", v.tmpl.Name, ready.Reason, ready.Message)
+	}
+	return true, ""
+}
+
+// enforceLifecycle ends the claims that reached a lifecycle limit.
+func (r *RunnerPoolReconciler) enforceLifecycle(ctx context.Context, v *poolView) error {
+	limits := poolLimits(v.pool)
+	check := func(list []*hfv1.MachineClaim) ([]*hfv1.MachineClaim, error) {
+		keep := list[:0:0]
+		for _, c := range list {
+			reached, next := scaling.Expired(claimTimes(c), limits, v.now)
+			if reached.Reason == "" {
+				keep = append(keep, c)
+				if !next.At.IsZero() {
+					v.wake(next.At.Sub(v.now))
+				}
+				continue
+			}
+			ended, err := r.endForLimit(ctx, v, c, reached)
+			if err != nil {
+				return nil, err
+			}
+			if !ended {
+				keep = append(keep, c)
+			}
+		}
+		return keep, nil
+	}
+	var err error
+	pc := v.claims
+	if pc.starting, err = check(pc.starting); err != nil {
+		return err
+	}
+	if pc.idle, err = check(pc.idle); err != nil {
+		return err
+	}
+	pc.busy, err = check(pc.busy)
+	return err
+}
+
+// endForLimit ends one claim that reached a limit; false when it must
+// wait (a hard limit whose job could not be cancelled yet).
+func (r *RunnerPoolReconciler) endForLimit(ctx context.Context, v *poolView, c *hfv1.MachineClaim, e scaling.Expiry) (bool, error) {
+	limits := poolLimits(v.pool)
+	var msg string
+	switch e.Reason {
+	case scaling.BootstrapTimeout:
+		msg = fmt.Sprintf("the runner did not come online within spec.lifecycle.bootstrapTimeout (%s)", limits.BootstrapTimeout)
+		return true, r.failClaim(ctx, v, c, e.Reason, msg)
+	case scaling.IdleTimeout:
+		msg = fmt.Sprintf("the runner took no job within spec.lifecycle.idleTimeout (%s)", limits.IdleTimeout)
+	case scaling.JobTimeout:
+		msg = fmt.Sprintf("job %d ran longer than spec.lifecycle.jobTimeout (%s)", c.Status.Bootstrap.JobID, limits.JobTimeout)
+	case scaling.MaxLifetime:
+		msg = fmt.Sprintf("the VM reached spec.lifecycle.maxLifetime (%s)", limits.MaxLifetime)
+	}
+	if e.Reason.Hard() {
+		cancelled, err := r.cancelJob(ctx, v, c)
+		if err != nil || !cancelled {
+			return false, err
+		}
+		if st := c.Status.Bootstrap; st != nil && st.JobID != 0 {
+			msg += fmt.Sprintf("; job %d was cancelled first", st.JobID)
+		}
+	}
+	return true, r.endClaim(ctx, v, c, e.Reason, msg)
+}
+
+// cancelJob cancels a busy claim's job before a hard limit ends it. It
+// reports false, with a wake-up, while the job cannot be cancelled yet.
+func (r *RunnerPoolReconciler) cancelJob(ctx context.Context, v *poolView, c *hfv1.MachineClaim) (bool, error) {
+	st := c.Status.Bootstrap
+	if st == nil || st.JobID == 0 || r.Jobs == nil || v.tmpl == nil {
+		return true, nil
+	}
+	job := v.jobs[st.JobID]
+	if job == nil || job.Status.State == hfv1.CIJobCompleted {
+		return true, nil
+	}
+	err := r.Jobs.CancelJob(ctx, v.pool, v.tmpl, job)
+	switch {
+	case err == nil, errors.Is(err, workload.ErrNotFound):
+		r.Recorder.Eventf(v.pool, corev1.EventTypeWarning, "JobCancelled", "Cancelled workflow run %d of %s (job %d on runner %s, claim %s) before enforcing a hard limit",
+			job.Spec.RunID, job.Spec.Repository, job.Spec.JobID, st.RunnerName, c.Name)
+		return true, nil
+	}
+	if wait, limited := retryAfterWorkload(err, v.now); limited {
+		v.wake(wait)
+		return false, nil
+	}
+	r.Recorder.Eventf(v.pool, corev1.EventTypeWarning, "JobCancelFailed", "Could not cancel job %d of claim %s (retrying before destroying its VM): %v", job.Spec.JobID, c.Name, err)
+	v.wake(15 * time.Second)
+	return false, nil
+}
+
+// endClaim records why the pool ends a claim and deletes it; the claim's
+// finalizer deregisters its runner (waiting while it is busy, unless a
+// hard limit ends it) and destroys its VM.
+func (r *RunnerPoolReconciler) endClaim(ctx context.Context, v *poolView, c *hfv1.MachineClaim, reason scaling.Reason, msg string) error {
+	if err := r.annotate(ctx, c, hfv1.TerminationReasonAnnotation, string(reason)+": "+msg); err != nil {
+		return err
+	}
+	r.expect.ended(client.ObjectKeyFromObject(v.pool), c.UID, v.now)
+	if err := r.Client.Delete(ctx, c); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete MachineClaim %s (%s): %w", c.Name, reason, err)
+	}
+	v.removed[reason]++
+	v.ended[c.UID] = true
+	metrics.PoolScalingActions.WithLabelValues(v.pool.Namespace, v.pool.Name, "remove", string(reason)).Inc()
+	ctrl.LoggerFrom(ctx).Info("Ending MachineClaim", "MachineClaim", c.Name, "reason", reason, "message", msg)
+	return nil
+}
+
+// failClaim asks the claim controller to fail a claim (its VM is then
+// kept for debugging when the pool retains failed VMs).
+func (r *RunnerPoolReconciler) failClaim(ctx context.Context, v *poolView, c *hfv1.MachineClaim, reason scaling.Reason, msg string) error {
+	if err := r.annotate(ctx, c, hfv1.FailReasonAnnotation, string(reason)+": "+msg); err != nil {
+		return err
+	}
+	r.expect.ended(client.ObjectKeyFromObject(v.pool), c.UID, v.now)
+	v.removed[reason]++
+	v.ended[c.UID] = true
+	metrics.PoolScalingActions.WithLabelValues(v.pool.Namespace, v.pool.Name, "remove", string(reason)).Inc()
+	r.Recorder.Eventf(v.pool, corev1.EventTypeWarning, camelReason(string(reason)), "MachineClaim %s failed: %s", c.Name, msg)
+	return nil
+}
+
+// annotate patches one annotation onto a claim.
+func (r *RunnerPoolReconciler) annotate(ctx context.Context, c *hfv1.MachineClaim, key, value string) error {
+	if c.Annotations[key] == value {
+		return nil
+	}
+	orig := c.DeepCopy()
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[key] = truncate(value, 1024)
+	if err := r.Client.Patch(ctx, c, client.MergeFrom(orig)); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return nil
+}
+
+// scale applies the scaling decision: drift replacement, scale-down of
+// surplus idle claims, and new claims.
+func (r *RunnerPoolReconciler) scale(ctx context.Context, v *poolView) (scaling.Decision, error) {
+	pool, pc := v.pool, v.claims
+	var staleStarting, freshStarting, staleIdle, freshIdle []*hfv1.MachineClaim
+	for _, c := range pc.starting {
+		if pc.stale[c.UID] {
+			staleStarting = append(staleStarting, c)
+		} else {
+			freshStarting = append(freshStarting, c)
+		}
+	}
+	for _, c := range pc.idle {
+		if pc.stale[c.UID] {
+			staleIdle = append(staleIdle, c)
+		} else {
+			freshIdle = append(freshIdle, c)
+		}
+	}
+	in := scaling.Input{
+		MinReplicas: int(pool.Spec.Scaling.MinReplicas), MaxReplicas: int(pool.Spec.Scaling.MaxReplicas),
+		Pending: len(v.pending), Starting: len(freshStarting), StaleStarting: len(staleStarting),
+		Idle: len(freshIdle), StaleIdle: len(staleIdle), Busy: len(pc.busy),
+		Terminating: len(pc.terminating) + v.removedCount(), Retained: len(pc.retained),
+		Now: v.now,
+	}
+	if pool.Spec.Scaling.MinIdle != nil {
+		in.MinIdle = int(*pool.Spec.Scaling.MinIdle)
+	}
+	if d := pool.Spec.Scaling.ScaleDownDelay; d != nil {
+		in.ScaleDownDelay = d.Duration
+	} else {
+		in.ScaleDownDelay = 5 * time.Minute
+	}
+	if t := pool.Status.LowDemandSince; t != nil {
+		at := t.Time
+		in.LowDemandSince = &at
+	}
+	d := scaling.Plan(in)
+	if !d.ScaleDownAt.IsZero() {
+		v.wake(d.ScaleDownAt.Sub(v.now))
+	}
+	for _, c := range staleStarting[:d.RemoveStaleStarting] {
+		if err := r.endClaim(ctx, v, c, scaling.DriftReplaced, fmt.Sprintf("built from template hash %s; the template is now %s", shortHash(c.Status.TemplateHash), shortHash(v.hash))); err != nil {
+			return d, err
+		}
+	}
+	for _, c := range staleIdle[:d.RemoveStaleIdle] {
+		if err := r.endClaim(ctx, v, c, scaling.DriftReplaced, fmt.Sprintf("built from template hash %s; the template is now %s", shortHash(c.Status.TemplateHash), shortHash(v.hash))); err != nil {
+			return d, err
+		}
+	}
+	for _, c := range freshIdle[:d.RemoveIdle] {
+		if err := r.endClaim(ctx, v, c, scaling.ScaledDown, fmt.Sprintf("demand stayed below the pool's size for spec.scaling.scaleDownDelay (%s)", in.ScaleDownDelay)); err != nil {
+			return d, err
+		}
+	}
+	if d.Create > 0 {
+		if ok, _ := v.templateReady(); !ok {
+			return d, nil
+		}
+		for range d.Create {
+			if err := r.createClaim(ctx, v); err != nil {
+				return d, err
+			}
+		}
+	}
+	return d, nil
+}
+
+// removedCount is the number of claims this pass ended.
+func (v *poolView) removedCount() int { return len(v.ended) }
+
+// remaining counts the claims of list this pass did not end.
+func (v *poolView) remaining(list []*hfv1.MachineClaim) int {
+	n := 0
+	for _, c := range list {
+		if !v.ended[c.UID] {
+			n++
+		}
+	}
+	return n
+}
+
+// createClaim creates one claim for the pool, named <pool>-<suffix>.
+func (r *RunnerPoolReconciler) createClaim(ctx context.Context, v *poolView) error {
+	pool := v.pool
+	gh := pool.Spec.Workload.GitHub
+	claim := &hfv1.MachineClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:    pool.Namespace,
+			GenerateName: pool.Name + "-",
+			Labels: map[string]string{
+				hfv1.ManagedByLabel:       hfv1.ManagedByValue,
+				hfv1.RunnerPoolLabel:      pool.Name,
+				hfv1.MachineTemplateLabel: pool.Spec.TemplateRef.Name,
+			},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pool, hfv1.GroupVersion.WithKind("RunnerPool"))},
+		},
+		Spec: hfv1.MachineClaimSpec{
+			TemplateRef:   pool.Spec.TemplateRef,
+			RunnerPoolRef: &hfv1.ObjectName{Name: pool.Name},
+		},
+	}
+	if v.hash != "" {
+		claim.Labels[hfv1.TemplateHashLabel] = v.hash[:min(63, len(v.hash))]
+	}
+	if pool.Spec.Workload.Type == hfv1.WorkloadGitHubActions && gh != nil {
+		claim.Spec.WorkloadConfig = &hfv1.WorkloadConfig{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubRunnerConfig{
+			Labels: append([]string(nil), gh.Labels...), RunnerGroup: gh.RunnerGroup,
+		}}
+	}
+	if err := r.Client.Create(ctx, claim); err != nil {
+		return fmt.Errorf("create MachineClaim for RunnerPool %s: %w", pool.Name, err)
+	}
+	r.expect.created(client.ObjectKeyFromObject(pool), claim.Name, v.now)
+	v.created++
+	metrics.PoolScalingActions.WithLabelValues(pool.Namespace, pool.Name, "create", "").Inc()
+	return nil
+}
+
+// prune deletes retained failed claims beyond failedRetention and finished
+// claims beyond history.
+func (r *RunnerPoolReconciler) prune(ctx context.Context, v *poolView) error {
+	pool, pc := v.pool, v.claims
+	if f := pool.Spec.Lifecycle.FailedRetention; len(pc.retained) > 0 {
+		maxKept, ttl := 0, failedRetentionTTL(pool)
+		if f != nil {
+			maxKept = int(f.MaxRetained)
+		}
+		excess := len(pc.retained) - maxKept
+		for i, c := range pc.retained { // oldest first
+			until := failedAt(c).Add(ttl)
+			if i < excess || !v.now.Before(until) {
+				msg := fmt.Sprintf("failed VM kept for debugging past spec.lifecycle.failedRetention (ttl %s, at most %d)", ttl, maxKept)
+				if err := r.deleteWithReason(ctx, v, c, msg); err != nil {
+					return err
+				}
+				continue
+			}
+			v.wake(until.Sub(v.now))
+		}
+	}
+	if len(pc.finished) > 0 {
+		limit, ttl := 0, 24*time.Hour
+		if h := pool.Spec.Lifecycle.History; h != nil {
+			limit = int(h.Limit)
+			if h.TTL != nil {
+				ttl = h.TTL.Duration
+			}
+		}
+		excess := len(pc.finished) - limit
+		for i, c := range pc.finished {
+			until := finishedAt(c).Add(ttl)
+			if i < excess || !v.now.Before(until) {
+				if err := r.Client.Delete(ctx, c); err != nil && !apierrors.IsNotFound(err) {
+					return fmt.Errorf("delete finished MachineClaim %s: %w", c.Name, err)
+				}
+				r.expect.ended(client.ObjectKeyFromObject(pool), c.UID, v.now)
+				continue
+			}
+			v.wake(until.Sub(v.now))
+		}
+	}
+	return nil
+}
+
+// deleteWithReason deletes a retained failed claim (its VM goes with it).
+func (r *RunnerPoolReconciler) deleteWithReason(ctx context.Context, v *poolView, c *hfv1.MachineClaim, msg string) error {
+	r.expect.ended(client.ObjectKeyFromObject(v.pool), c.UID, v.now)
+	if err := r.Client.Delete(ctx, c); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete retained MachineClaim %s: %w", c.Name, err)
+	}
+	r.Recorder.Eventf(v.pool, corev1.EventTypeNormal, "RetainedVMReleased", "MachineClaim %s: %s", c.Name, msg)
+	return nil
+}
+
+func failedAt(c *hfv1.MachineClaim) time.Time {
+	if t := c.Status.PhaseTimes; t != nil && t.Failed != nil {
+		return t.Failed.Time
+	}
+	return c.CreationTimestamp.Time
+}
+
+func finishedAt(c *hfv1.MachineClaim) time.Time {
+	if t := c.Status.PhaseTimes; t != nil {
+		for _, p := range []*metav1.Time{t.Finished, t.Failed} {
+			if p != nil {
+				return p.Time
+			}
+		}
+	}
+	return c.CreationTimestamp.Time
+}
+
+// collectJobs deletes the pool's CIJobs that completed a while ago.
+func (r *RunnerPoolReconciler) collectJobs(ctx context.Context, v *poolView) error {
+	for _, j := range v.jobs {
+		if j.Status.State != hfv1.CIJobCompleted {
+			continue
+		}
+		done := j.CreationTimestamp.Time
+		if j.Status.CompletedAt != nil && j.Status.CompletedAt.After(done) {
+			done = j.Status.CompletedAt.Time
+		}
+		if until := done.Add(completedJobRetention); v.now.Before(until) {
+			v.wake(until.Sub(v.now))
+			continue
+		}
+		if err := r.Client.Delete(ctx, j); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete completed CIJob %s: %w", j.Name, err)
+		}
+	}
+	return nil
+}
+
+// forgetPool cleans up after a deleted pool: its demand records and its
+// metrics (its claims are garbage-collected through their owner reference).
+func (r *RunnerPoolReconciler) forgetPool(ctx context.Context, key types.NamespacedName) error {
+	r.expect.forget(key)
+	metrics.ForgetPool(key.Namespace, key.Name)
+	err := r.Client.DeleteAllOf(ctx, &hfv1.CIJob{}, client.InNamespace(key.Namespace),
+		client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(labels.Set{hfv1.RunnerPoolLabel: key.Name})})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete CIJobs of deleted RunnerPool %s: %w", key, err)
+	}
+	return nil
+}
+
+// updateStatus writes counts, conditions, events and metrics.
+func (r *RunnerPoolReconciler) updateStatus(v *poolView, d scaling.Decision) {
+	pool, pc := v.pool, v.claims
+	st := &pool.Status
+	gen := pool.Generation
+	stale := 0
+	for uid := range pc.stale {
+		if !v.ended[uid] {
+			stale++
+		}
+	}
+	starting, idle, busy := v.remaining(pc.starting)+v.created, v.remaining(pc.idle), v.remaining(pc.busy)
+	st.Replicas = int32(starting + idle + busy)
+	st.DesiredReplicas = int32(d.Desired)
+	st.StartingReplicas = int32(starting)
+	st.IdleReplicas = int32(idle)
+	st.BusyReplicas = int32(busy)
+	st.ReadyReplicas = int32(idle + busy)
+	st.TerminatingReplicas = int32(len(pc.terminating) + v.removedCount())
+	st.RetainedReplicas = int32(len(pc.retained))
+	st.StaleReplicas = int32(stale)
+	st.PendingJobs = int32(len(v.pending))
+	st.TemplateHash = v.hash
+	st.Selector = labels.SelectorFromSet(labels.Set{hfv1.RunnerPoolLabel: pool.Name}).String()
+	st.ObservedGeneration = gen
+	st.LowDemandSince = nil
+	if d.LowDemandSince != nil {
+		st.LowDemandSince = &metav1.Time{Time: *d.LowDemandSince}
+	}
+	if v.created > 0 || v.removedCount() > 0 {
+		st.LastScaleTime = &metav1.Time{Time: v.now}
+	}
+
+	// Ready: the pool can make VMs.
+	if ok, msg := v.templateReady(); !ok {
+		setCondition(&st.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.TemplateNotReadyReason, msg)
+	} else {
+		setCondition(&st.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason,
+			fmt.Sprintf("Serving %s jobs with template %s", pool.Spec.Workload.Type, v.tmpl.Name))
+	}
+
+	// Scaling: what changed, and why.
+	switch {
+	case v.created > 0:
+		msg := fmt.Sprintf("Creating %d VMs: %d pending jobs, %d busy, %d idle, %d starting; desired %d (min %d, max %d, minIdle %d)",
+			v.created, len(v.pending), len(pc.busy), len(pc.idle), len(pc.starting), d.Desired, pool.Spec.Scaling.MinReplicas, pool.Spec.Scaling.MaxReplicas, ptrOr(pool.Spec.Scaling.MinIdle, 0))
+		setCondition(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.DemandIncreasedReason, msg)
+		r.Recorder.Event(pool, corev1.EventTypeNormal, "ScaledUp", msg)
+	case v.removed[scaling.DriftReplaced] > 0:
+		msg := fmt.Sprintf("Replacing %d VMs built from an older template (now %s); busy ones are replaced after their job", v.removed[scaling.DriftReplaced], shortHash(v.hash))
+		setCondition(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.ReplacingStaleReason, msg)
+		r.Recorder.Event(pool, corev1.EventTypeNormal, hfv1.ReplacingStaleReason, msg)
+	case v.removed[scaling.ScaledDown] > 0:
+		msg := fmt.Sprintf("Removing %d idle VMs: desired %d (%d pending jobs, %d busy)", v.removed[scaling.ScaledDown], d.Desired, len(v.pending), len(pc.busy))
+		setCondition(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.DemandDecreasedReason, msg)
+		r.Recorder.Event(pool, corev1.EventTypeNormal, "ScaledDown", msg)
+	case int(st.Replicas) != d.Desired:
+		reason, msg := hfv1.DemandIncreasedReason, fmt.Sprintf("Moving from %d to %d VMs", st.Replicas, d.Desired)
+		if int(st.Replicas) > d.Desired {
+			reason = hfv1.DemandDecreasedReason
+			if !d.ScaleDownAt.IsZero() {
+				msg += fmt.Sprintf("; idle VMs are removed at %s (spec.scaling.scaleDownDelay)", d.ScaleDownAt.UTC().Format(time.RFC3339))
+			}
+		}
+		setCondition(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, reason, msg)
+	default:
+		setCondition(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionFalse, hfv1.StableReason,
+			fmt.Sprintf("%d VMs for %d pending jobs and %d busy runners", st.Replicas, len(v.pending), len(pc.busy)))
+	}
+	for _, reason := range []scaling.Reason{scaling.IdleTimeout, scaling.JobTimeout, scaling.MaxLifetime} {
+		if n := v.removed[reason]; n > 0 {
+			r.Recorder.Eventf(pool, corev1.EventTypeNormal, camelReason(string(reason)), "Ending %d VMs: %s", n, reason)
+		}
+	}
+
+	r.setCapacity(v, d)
+
+	ns, name := pool.Namespace, pool.Name
+	metrics.PoolDesiredReplicas.WithLabelValues(ns, name).Set(float64(d.Desired))
+	metrics.PoolPendingJobs.WithLabelValues(ns, name).Set(float64(len(v.pending)))
+	for state, n := range map[string]int32{"starting": st.StartingReplicas, "idle": st.IdleReplicas, "busy": st.BusyReplicas,
+		"terminating": st.TerminatingReplicas, "retained": st.RetainedReplicas} {
+		metrics.PoolReplicas.WithLabelValues(ns, name, state).Set(float64(n))
+	}
+}
+
+// setCapacity sets CapacityAvailable: False with the first reason demand
+// cannot be served.
+func (r *RunnerPoolReconciler) setCapacity(v *poolView, d scaling.Decision) {
+	pool := v.pool
+	st := &pool.Status
+	gen := pool.Generation
+	set := func(reason, msg string) {
+		old := meta.FindStatusCondition(st.Conditions, hfv1.RunnerPoolCapacityCondition)
+		if old == nil || old.Status != metav1.ConditionFalse || old.Reason != reason {
+			r.Recorder.Event(pool, corev1.EventTypeWarning, reason, msg)
+		}
+		setCondition(&st.Conditions, gen, hfv1.RunnerPoolCapacityCondition, metav1.ConditionFalse, reason, msg)
+	}
+	if ok, msg := v.templateReady(); !ok {
+		set(hfv1.TemplateInvalidReason, "No new VMs: "+msg)
+		return
+	}
+	for _, reason := range []string{hfv1.ClusterUnavailableReason, hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.NamespaceNotAllowedReason} {
+		if n := v.blockers[reason]; n > 0 {
+			set(reason, fmt.Sprintf("%d starting VMs wait: %s (see their Provisioned condition)", n, reason))
+			return
+		}
+	}
+	switch d.Limit {
+	case scaling.AtMaxReplicas:
+		set(hfv1.AtMaxReplicasReason, fmt.Sprintf("Demand needs more than spec.scaling.maxReplicas (%d) allows: %d pending jobs, %d busy, %d failed VMs retained; raise maxReplicas or wait",
+			pool.Spec.Scaling.MaxReplicas, len(v.pending), len(v.claims.busy), len(v.claims.retained)))
+		return
+	case scaling.WaitingForTermination:
+		set(hfv1.WaitingForTerminationReason, fmt.Sprintf("%d VMs are still being destroyed and hold room under maxReplicas (%d)", len(v.claims.terminating)+v.removedCount(), pool.Spec.Scaling.MaxReplicas))
+		return
+	}
+	setCondition(&st.Conditions, gen, hfv1.RunnerPoolCapacityCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The pool can serve its demand")
+}
+
+func ptrOr(p *int32, def int32) int32 {
+	if p == nil {
+		return def
+	}
+	return *p
+}

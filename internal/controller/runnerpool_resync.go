@@ -1,0 +1,358 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/demand"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+// PoolProviders give the CI platform account of a pool: its provider and a
+// key shared by pools with the same credentials and scope.
+type PoolProviders interface {
+	PoolProvider(ctx context.Context, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) (workload.Provider, string, error)
+}
+
+// PoolResync compares HyperFleet's view with the CI platform at a fixed
+// interval (DESIGN decision 10), once per credential scope however many
+// pools share it:
+//
+//   - the runner list gives each claim's runner state (online, busy, gone),
+//     which the claim controller turns into Bootstrapped and busy/idle;
+//   - the queued jobs of the pools' repositories are recorded as CIJobs
+//     exactly as webhooks are (routed by the same rule, de-duplicated by
+//     job id), so a lost queued webhook still scales a pool;
+//   - recorded jobs the platform no longer lists as queued, and in-progress
+//     jobs whose runner is gone, are read one by one and moved forward, so
+//     a lost in_progress or completed webhook does not leave demand behind.
+//
+// Repeated or lost webhooks therefore change nothing: every path writes the
+// same CIJob, whose state only moves forward. It runs on the leader only.
+type PoolResync struct {
+	Client    client.Client
+	Providers PoolProviders
+	Router    *demand.Router
+	Recorder  *demand.Recorder
+	Runners   *RunnerObservations
+	Events    record.EventRecorder
+	Clock     clock.PassiveClock
+	// ClaimEvents and PoolEvents wake claims whose runner changed and the
+	// pools that were resynced.
+	ClaimEvents chan<- event.GenericEvent
+	PoolEvents  chan<- event.GenericEvent
+	// Interval is the time between resyncs (default 30s).
+	Interval time.Duration
+	// MaxJobLookups bounds the jobs read one by one per scope and resync
+	// (default 50), keeping the API budget for what matters.
+	MaxJobLookups int
+
+	mu      sync.Mutex
+	lastErr map[string]string
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (s *PoolResync) NeedLeaderElection() bool { return true }
+
+// Start implements manager.Runnable.
+func (s *PoolResync) Start(ctx context.Context) error {
+	if s.Clock == nil {
+		s.Clock = clock.RealClock{}
+	}
+	interval := s.Interval
+	if interval <= 0 {
+		interval = 30 * time.Second
+	}
+	log := ctrl.LoggerFrom(ctx).WithName("runnerpool-resync")
+	ctx = ctrl.LoggerInto(ctx, log)
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := s.ResyncOnce(ctx); err != nil && ctx.Err() == nil {
+			log.Error(err, "RunnerPool resync")
+		}
+		t.Reset(interval)
+	}
+}
+
+// resyncGroup is the pools that share one CI platform account and scope.
+type resyncGroup struct {
+	key   string
+	p     workload.Provider
+	pools []*hfv1.RunnerPool
+}
+
+// ResyncOnce runs one resync of every pool.
+func (s *PoolResync) ResyncOnce(ctx context.Context) error {
+	var pools hfv1.RunnerPoolList
+	if err := s.Client.List(ctx, &pools); err != nil {
+		return fmt.Errorf("list RunnerPools: %w", err)
+	}
+	groups := map[string]*resyncGroup{}
+	for i := range pools.Items {
+		pool := &pools.Items[i]
+		if pool.Spec.Workload.Type != hfv1.WorkloadGitHubActions || pool.Spec.Workload.GitHub == nil || !pool.DeletionTimestamp.IsZero() {
+			continue
+		}
+		var tmpl hfv1.HypervisorMachineTemplate
+		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: pool.Spec.TemplateRef.Name}, &tmpl); err != nil {
+			continue // the pool's own status says its template is missing
+		}
+		p, key, err := s.Providers.PoolProvider(ctx, pool, &tmpl)
+		if err != nil {
+			s.reportError(pool.Namespace+"/"+pool.Name, []*hfv1.RunnerPool{pool}, err)
+			continue
+		}
+		g := groups[key]
+		if g == nil {
+			g = &resyncGroup{key: key, p: p}
+			groups[key] = g
+		}
+		g.pools = append(g.pools, pool)
+	}
+	if len(groups) == 0 {
+		return nil
+	}
+	cands, err := s.Router.Candidates(ctx)
+	if err != nil {
+		return err
+	}
+	keys := make([]string, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var errs []error
+	for _, k := range keys {
+		if err := s.resyncGroup(ctx, groups[k], cands); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// resyncGroup resyncs the pools of one scope.
+func (s *PoolResync) resyncGroup(ctx context.Context, g *resyncGroup, cands []demand.Candidate) error {
+	start := s.Clock.Now()
+	runners, err := g.p.ListRunners(ctx, "")
+	if err != nil {
+		s.reportError(g.key, g.pools, err)
+		return nil
+	}
+	byName := make(map[string]workload.Runner, len(runners))
+	for _, r := range runners {
+		byName[r.Name] = r
+	}
+	repos := map[string]bool{}
+	var records []*hfv1.CIJob
+	for _, pool := range g.pools {
+		if err := s.observeRunners(ctx, pool, byName, start); err != nil {
+			return err
+		}
+		if gh := pool.Spec.Workload.GitHub; gh.Repository != "" {
+			repos[gh.Repository] = true
+		}
+		var jobs hfv1.CIJobList
+		if err := s.Client.List(ctx, &jobs, client.InNamespace(pool.Namespace), client.MatchingFields{jobPoolIndex: pool.Name}); err != nil {
+			return fmt.Errorf("list CIJobs of RunnerPool %s/%s: %w", pool.Namespace, pool.Name, err)
+		}
+		for i := range jobs.Items {
+			j := &jobs.Items[i]
+			// Organization pools learn their repositories from the jobs
+			// they have seen (the platform has no cheap "repositories
+			// with queued jobs" call).
+			repos[j.Spec.Repository] = true
+			if j.Status.State != hfv1.CIJobCompleted {
+				records = append(records, j)
+			}
+		}
+	}
+	if len(g.pools) > 0 && g.pools[0] != nil {
+		if scope := g.p.Scope(); !scope.IsOrganization() {
+			repos[scope.String()] = true
+		}
+	}
+	repoList := make([]string, 0, len(repos))
+	for r := range repos {
+		if g.p.Scope().Contains(r) {
+			repoList = append(repoList, r)
+		}
+	}
+	sort.Strings(repoList)
+
+	queued := map[int64]bool{}
+	if len(repoList) > 0 {
+		jobs, err := g.p.QueuedJobs(ctx, repoList)
+		if err != nil {
+			s.reportError(g.key, g.pools, err)
+			return nil
+		}
+		for _, job := range jobs {
+			queued[job.ID] = true
+			d := demand.Choose(cands, job)
+			if !d.Matched() {
+				continue
+			}
+			out, err := s.Recorder.Apply(ctx, d.Pool.Pool, workload.JobEvent{Action: "queued", Job: job}, demand.SourceResync)
+			if err != nil {
+				return err
+			}
+			if out == demand.Created {
+				metrics.ResyncRecoveredJobs.Inc()
+				ctrl.LoggerFrom(ctx).Info("Resync found a queued job no webhook reported", "job", job.ID, "repository", job.Repository, "RunnerPool", d.Pool.Pool)
+			}
+		}
+	}
+	if err := s.advanceRecords(ctx, g, records, queued, byName, start); err != nil {
+		return err
+	}
+	s.reportError(g.key, g.pools, nil)
+	for _, pool := range g.pools {
+		s.markResynced(ctx, pool, start)
+	}
+	return nil
+}
+
+// observeRunners records the runner state of the pool's claims and wakes
+// the claims whose runner changed.
+func (s *PoolResync) observeRunners(ctx context.Context, pool *hfv1.RunnerPool, byName map[string]workload.Runner, now time.Time) error {
+	var claims hfv1.MachineClaimList
+	if err := s.Client.List(ctx, &claims, client.InNamespace(pool.Namespace), client.MatchingFields{claimPoolIndex: pool.Name}); err != nil {
+		return fmt.Errorf("list claims of RunnerPool %s/%s: %w", pool.Namespace, pool.Name, err)
+	}
+	for i := range claims.Items {
+		c := &claims.Items[i]
+		st := c.Status.Bootstrap
+		if st == nil || st.RunnerName == "" || c.Status.Phase == hfv1.MachineClaimFinished {
+			continue
+		}
+		r, present := byName[st.RunnerName]
+		obs := RunnerObservation{Present: present, State: r.State, At: now}
+		if s.Runners.Set(c.UID, obs) && s.ClaimEvents != nil {
+			select {
+			case s.ClaimEvents <- event.GenericEvent{Object: c}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// advanceRecords reads, one by one, the recorded jobs whose webhooks may
+// have been lost: queued ones the platform no longer lists as queued, and
+// in-progress ones whose runner is gone or idle. Only jobs older than the
+// resync's start are read, so a webhook in flight is not raced.
+func (s *PoolResync) advanceRecords(ctx context.Context, g *resyncGroup, records []*hfv1.CIJob, queued map[int64]bool, byName map[string]workload.Runner, start time.Time) error {
+	limit := s.MaxJobLookups
+	if limit <= 0 {
+		limit = 50
+	}
+	sort.Slice(records, func(i, j int) bool { return records[i].CreationTimestamp.Before(&records[j].CreationTimestamp) })
+	for _, rec := range records {
+		if limit == 0 {
+			break
+		}
+		if !rec.CreationTimestamp.Time.Before(start.Add(-time.Second)) || !g.p.Scope().Contains(rec.Spec.Repository) {
+			continue
+		}
+		switch rec.Status.State {
+		case hfv1.CIJobQueued, "":
+			if queued[rec.Spec.JobID] {
+				continue
+			}
+		case hfv1.CIJobInProgress:
+			if r, ok := byName[rec.Status.RunnerName]; ok && r.State == workload.RunnerBusy {
+				continue
+			}
+		}
+		limit--
+		job, err := g.p.GetJob(ctx, rec.Spec.Repository, rec.Spec.JobID)
+		switch {
+		case errors.Is(err, workload.ErrNotFound):
+			// The run was deleted: no runner will ever take the job.
+			if err := s.Client.Delete(ctx, rec); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete CIJob %s of a job GitHub no longer has: %w", rec.Name, err)
+			}
+			continue
+		case err != nil:
+			s.reportError(g.key, g.pools, err)
+			return nil
+		}
+		pool := client.ObjectKey{Namespace: rec.Namespace, Name: rec.Spec.RunnerPoolRef.Name}
+		out, err := s.Recorder.Apply(ctx, pool, workload.JobEvent{Action: string(job.State), Job: job}, demand.SourceResync)
+		if err != nil {
+			return err
+		}
+		if out == demand.Updated {
+			metrics.ResyncRecoveredJobs.Inc()
+			ctrl.LoggerFrom(ctx).Info("Resync moved a job forward that no webhook reported", "job", job.ID, "state", job.State, "RunnerPool", pool)
+		}
+	}
+	return nil
+}
+
+// markResynced stamps the pool's lastResyncTime and wakes it.
+func (s *PoolResync) markResynced(ctx context.Context, pool *hfv1.RunnerPool, at time.Time) {
+	orig := pool.DeepCopy()
+	pool.Status.LastResyncTime = &metav1.Time{Time: at}
+	if err := s.Client.Status().Patch(ctx, pool, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
+		ctrl.LoggerFrom(ctx).Info("Could not record the resync time", "RunnerPool", client.ObjectKeyFromObject(pool), "err", err.Error())
+	}
+	if s.PoolEvents != nil {
+		select {
+		case s.PoolEvents <- event.GenericEvent{Object: pool}:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// reportError counts a resync's result and tells the pools about a new
+// error (once, not every interval); nil reports success.
+func (s *PoolResync) reportError(key string, pools []*hfv1.RunnerPool, err error) {
+	result := "ok"
+	switch {
+	case errors.Is(err, workload.ErrRateLimited):
+		result = "rate_limited"
+	case err != nil:
+		result = "error"
+	}
+	metrics.PoolResyncs.WithLabelValues(result).Inc()
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	s.mu.Lock()
+	if s.lastErr == nil {
+		s.lastErr = map[string]string{}
+	}
+	changed := s.lastErr[key] != msg
+	s.lastErr[key] = msg
+	s.mu.Unlock()
+	if !changed || err == nil || s.Events == nil {
+		return
+	}
+	for _, pool := range pools {
+		s.Events.Eventf(pool, corev1.EventTypeWarning, "ResyncFailed", "Comparing runners and queued jobs with the CI platform failed (retrying every interval): %v", err)
+	}
+}

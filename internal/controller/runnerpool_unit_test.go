@@ -1,0 +1,652 @@
+package controller
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/scaling"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+// unitEpoch is the reference instant of the unit tests in this file.
+var unitEpoch = time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+
+// unitClaim is a bare claim named name, created at unitEpoch+age, changed
+// by the mutators.
+func unitClaim(name string, age time.Duration, mut ...func(*hfv1.MachineClaim)) hfv1.MachineClaim {
+	c := hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{
+		Name:              name,
+		Namespace:         "default",
+		UID:               types.UID("uid-" + name),
+		CreationTimestamp: metav1.Time{Time: unitEpoch.Add(age)},
+	}}
+	for _, m := range mut {
+		m(&c)
+	}
+	return c
+}
+
+func withPhase(p hfv1.MachineClaimPhase) func(*hfv1.MachineClaim) {
+	return func(c *hfv1.MachineClaim) { c.Status.Phase = p }
+}
+
+func withVM(c *hfv1.MachineClaim) {
+	c.Status.VMRef = &hfv1.VMReference{HypervisorCluster: "pve", VMID: 100, Node: "n1"}
+}
+
+func withDeleting(c *hfv1.MachineClaim) {
+	c.DeletionTimestamp = &metav1.Time{Time: unitEpoch}
+	c.Finalizers = []string{hfv1.MachineClaimFinalizer}
+}
+
+func withAnnotation(k, v string) func(*hfv1.MachineClaim) {
+	return func(c *hfv1.MachineClaim) {
+		if c.Annotations == nil {
+			c.Annotations = map[string]string{}
+		}
+		c.Annotations[k] = v
+	}
+}
+
+func withJob(id int64) func(*hfv1.MachineClaim) {
+	return func(c *hfv1.MachineClaim) {
+		if c.Status.Bootstrap == nil {
+			c.Status.Bootstrap = &hfv1.BootstrapStatus{RunnerName: c.Name}
+		}
+		c.Status.Bootstrap.JobID = id
+	}
+}
+
+func withRunnerState(s hfv1.RunnerState) func(*hfv1.MachineClaim) {
+	return func(c *hfv1.MachineClaim) {
+		if c.Status.Bootstrap == nil {
+			c.Status.Bootstrap = &hfv1.BootstrapStatus{RunnerName: c.Name}
+		}
+		c.Status.Bootstrap.RunnerState = s
+	}
+}
+
+func withBootstrapped(status metav1.ConditionStatus) func(*hfv1.MachineClaim) {
+	return func(c *hfv1.MachineClaim) {
+		c.Status.Conditions = append(c.Status.Conditions, metav1.Condition{
+			Type: hfv1.MachineClaimBootstrappedCondition, Status: status, Reason: hfv1.RunnerOnlineReason,
+			LastTransitionTime: metav1.Time{Time: unitEpoch},
+		})
+	}
+}
+
+func withHash(h string) func(*hfv1.MachineClaim) {
+	return func(c *hfv1.MachineClaim) { c.Status.TemplateHash = h }
+}
+
+func withTermination(reason string) func(*hfv1.MachineClaim) {
+	return func(c *hfv1.MachineClaim) { c.Status.TerminationReason = reason }
+}
+
+// unitStateName names a poolClaimState in failure messages.
+func unitStateName(s poolClaimState) string {
+	switch s {
+	case claimStarting:
+		return "starting"
+	case claimIdle:
+		return "idle"
+	case claimBusy:
+		return "busy"
+	case claimTerminating:
+		return "terminating"
+	case claimRetained:
+		return "retained"
+	case claimFinished:
+		return "finished"
+	}
+	return "unknown"
+}
+
+func TestClaimStateOf(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mut     []func(*hfv1.MachineClaim)
+		retains bool
+		want    poolClaimState
+	}{
+		{name: "new claim", want: claimStarting},
+		{name: "provisioning", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimProvisioning), withVM}, want: claimStarting},
+		{name: "bootstrapped false", mut: []func(*hfv1.MachineClaim){withBootstrapped(metav1.ConditionFalse)}, want: claimStarting},
+		{name: "runner offline", mut: []func(*hfv1.MachineClaim){withRunnerState(hfv1.RunnerStateOffline)}, want: claimStarting},
+		{name: "finished", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFinished)}, want: claimFinished},
+		{name: "finished retains", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFinished), withVM}, retains: true, want: claimFinished},
+		{name: "finished while deleting", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFinished), withDeleting}, want: claimFinished},
+		{name: "failed without VM", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed)}, want: claimFinished},
+		{name: "failed without VM retains", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed)}, retains: true, want: claimFinished},
+		{name: "failed with VM retains", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed), withVM}, retains: true, want: claimRetained},
+		{name: "failed with VM", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed), withVM}, want: claimTerminating},
+		{name: "failed with VM deleting retains", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed), withVM, withDeleting}, retains: true, want: claimTerminating},
+		{name: "failed without VM deleting", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed), withDeleting}, want: claimTerminating},
+		{name: "deletion timestamp", mut: []func(*hfv1.MachineClaim){withDeleting}, want: claimTerminating},
+		{name: "deletion timestamp busy", mut: []func(*hfv1.MachineClaim){withDeleting, withJob(7)}, want: claimTerminating},
+		{name: "terminating phase", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimTerminating)}, want: claimTerminating},
+		{name: "fail reason annotation", mut: []func(*hfv1.MachineClaim){withAnnotation(hfv1.FailReasonAnnotation, "bootstrap_timeout: slow"), withBootstrapped(metav1.ConditionTrue)}, want: claimTerminating},
+		{name: "termination reason annotation", mut: []func(*hfv1.MachineClaim){withAnnotation(hfv1.TerminationReasonAnnotation, "idle_timeout: idle"), withBootstrapped(metav1.ConditionTrue)}, want: claimTerminating},
+		{name: "termination reason annotation busy", mut: []func(*hfv1.MachineClaim){withAnnotation(hfv1.TerminationReasonAnnotation, "max_lifetime: old"), withJob(3)}, want: claimTerminating},
+		{name: "empty annotations", mut: []func(*hfv1.MachineClaim){withAnnotation(hfv1.FailReasonAnnotation, ""), withAnnotation(hfv1.TerminationReasonAnnotation, "")}, want: claimStarting},
+		{name: "job id", mut: []func(*hfv1.MachineClaim){withJob(42)}, want: claimBusy},
+		{name: "job id bootstrapped", mut: []func(*hfv1.MachineClaim){withJob(42), withBootstrapped(metav1.ConditionTrue)}, want: claimBusy},
+		{name: "runner busy", mut: []func(*hfv1.MachineClaim){withRunnerState(hfv1.RunnerStateBusy)}, want: claimBusy},
+		{name: "runner busy ready phase", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimReady), withRunnerState(hfv1.RunnerStateBusy), withBootstrapped(metav1.ConditionTrue)}, want: claimBusy},
+		{name: "bootstrapped", mut: []func(*hfv1.MachineClaim){withBootstrapped(metav1.ConditionTrue)}, want: claimIdle},
+		{name: "bootstrapped runner idle", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimReady), withRunnerState(hfv1.RunnerStateIdle), withBootstrapped(metav1.ConditionTrue)}, want: claimIdle},
+		{name: "draining idle", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimDraining), withBootstrapped(metav1.ConditionTrue)}, want: claimIdle},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := unitClaim("c", 0, tc.mut...)
+			if got := claimStateOf(&c, tc.retains); got != tc.want {
+				t.Errorf("claimStateOf(retains=%v) = %s, want %s", tc.retains, unitStateName(got), unitStateName(tc.want))
+			}
+		})
+	}
+}
+
+func unitNames(l []*hfv1.MachineClaim) string {
+	n := make([]string, len(l))
+	for i, c := range l {
+		n[i] = c.Name
+	}
+	return strings.Join(n, ",")
+}
+
+func TestClassifyClaims(t *testing.T) {
+	// Listed out of creation order so that sorting is visible.
+	claims := []hfv1.MachineClaim{
+		unitClaim("start-new", 5*time.Minute),
+		unitClaim("idle-new", 4*time.Minute, withBootstrapped(metav1.ConditionTrue), withHash("old")),
+		unitClaim("busy-new", 3*time.Minute, withJob(2), withHash("new")),
+		unitClaim("start-old", 1*time.Minute, withHash("old")),
+		unitClaim("idle-old", 0, withBootstrapped(metav1.ConditionTrue), withHash("new")),
+		unitClaim("busy-old", -time.Minute, withRunnerState(hfv1.RunnerStateBusy), withHash("old")),
+		unitClaim("fin-new", 2*time.Minute, withPhase(hfv1.MachineClaimFinished)),
+		unitClaim("fin-old", -2*time.Minute, withPhase(hfv1.MachineClaimFailed)),
+		unitClaim("ret-new", 6*time.Minute, withPhase(hfv1.MachineClaimFailed), withVM),
+		unitClaim("ret-old", -3*time.Minute, withPhase(hfv1.MachineClaimFailed), withVM),
+		unitClaim("term", 0, withDeleting, withHash("old")),
+		unitClaim("start-mid", 2*time.Minute, withHash("")),
+	}
+
+	t.Run("buckets", func(t *testing.T) {
+		pc := classifyClaims(claims, "new", true)
+		for _, b := range []struct {
+			name string
+			got  []*hfv1.MachineClaim
+			want string
+		}{
+			{"starting", pc.starting, "start-old,start-mid,start-new"},
+			{"idle", pc.idle, "idle-old,idle-new"},
+			{"busy", pc.busy, "busy-old,busy-new"},
+			{"retained", pc.retained, "ret-old,ret-new"},
+			{"finished", pc.finished, "fin-old,fin-new"},
+			{"terminating", pc.terminating, "term"},
+		} {
+			if got := unitNames(b.got); got != b.want {
+				t.Errorf("%s = %q, want %q (oldest first)", b.name, got, b.want)
+			}
+		}
+		// The buckets point into the caller's slice.
+		if len(pc.starting) > 0 && pc.starting[0] != &claims[3] {
+			t.Errorf("starting[0] is a copy, want a pointer into the claims slice")
+		}
+	})
+
+	t.Run("retained without retention", func(t *testing.T) {
+		pc := classifyClaims(claims, "new", false)
+		if len(pc.retained) != 0 {
+			t.Errorf("retained = %q, want none", unitNames(pc.retained))
+		}
+		// Terminating is not sorted: compare as a set.
+		names := strings.Split(unitNames(pc.terminating), ",")
+		slices.Sort(names)
+		if got, want := strings.Join(names, ","), "ret-new,ret-old,term"; got != want {
+			t.Errorf("terminating = %q, want %q", got, want)
+		}
+	})
+
+	t.Run("stale", func(t *testing.T) {
+		for _, tc := range []struct {
+			hash string
+			want []string
+		}{
+			{hash: "new", want: []string{"idle-new", "start-old", "busy-old", "term"}},
+			{hash: "old", want: []string{"busy-new", "idle-old"}},
+			{hash: "other", want: []string{"idle-new", "busy-new", "start-old", "idle-old", "busy-old", "term"}},
+			{hash: "", want: nil},
+		} {
+			pc := classifyClaims(claims, tc.hash, true)
+			want := map[types.UID]bool{}
+			for _, n := range tc.want {
+				want[types.UID("uid-"+n)] = true
+			}
+			if len(pc.stale) != len(want) {
+				t.Errorf("hash %q: %d stale claims %v, want %v", tc.hash, len(pc.stale), pc.stale, tc.want)
+			}
+			for uid := range want {
+				if !pc.stale[uid] {
+					t.Errorf("hash %q: %s not stale, want stale", tc.hash, uid)
+				}
+			}
+			for uid, v := range pc.stale {
+				if !v || !want[uid] {
+					t.Errorf("hash %q: stale[%s] = %v, want absent", tc.hash, uid, v)
+				}
+			}
+		}
+	})
+
+	t.Run("empty", func(t *testing.T) {
+		pc := classifyClaims(nil, "new", true)
+		if pc.stale == nil {
+			t.Fatal("stale map is nil")
+		}
+		if n := len(pc.starting) + len(pc.idle) + len(pc.busy) + len(pc.terminating) + len(pc.retained) + len(pc.finished) + len(pc.stale); n != 0 {
+			t.Errorf("%d entries for no claims", n)
+		}
+	})
+}
+
+func TestPoolClaimTimes(t *testing.T) {
+	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: unitEpoch.Add(d)} }
+	for _, tc := range []struct {
+		name string
+		mut  func(*hfv1.MachineClaim)
+		want scaling.ClaimTimes
+	}{
+		{name: "bare", mut: func(*hfv1.MachineClaim) {}, want: scaling.ClaimTimes{Created: unitEpoch}},
+		{
+			name: "phase times without provisioning",
+			mut:  func(c *hfv1.MachineClaim) { c.Status.PhaseTimes = &hfv1.PhaseTimes{Pending: at(time.Second)} },
+			want: scaling.ClaimTimes{Created: unitEpoch},
+		},
+		{
+			name: "provisioning",
+			mut:  func(c *hfv1.MachineClaim) { c.Status.PhaseTimes = &hfv1.PhaseTimes{Provisioning: at(time.Minute)} },
+			want: scaling.ClaimTimes{Created: unitEpoch, Provisioning: unitEpoch.Add(time.Minute)},
+		},
+		{
+			name: "registered",
+			mut: func(c *hfv1.MachineClaim) {
+				c.Status.Bootstrap = &hfv1.BootstrapStatus{RegisteredAt: at(2 * time.Minute)}
+			},
+			want: scaling.ClaimTimes{Created: unitEpoch, Registered: unitEpoch.Add(2 * time.Minute)},
+		},
+		{
+			name: "job start without job id is ignored",
+			mut: func(c *hfv1.MachineClaim) {
+				c.Status.Bootstrap = &hfv1.BootstrapStatus{JobStartedAt: at(3 * time.Minute)}
+			},
+			want: scaling.ClaimTimes{Created: unitEpoch},
+		},
+		{
+			name: "job id without start",
+			mut:  func(c *hfv1.MachineClaim) { c.Status.Bootstrap = &hfv1.BootstrapStatus{JobID: 9} },
+			want: scaling.ClaimTimes{Created: unitEpoch},
+		},
+		{
+			name: "all",
+			mut: func(c *hfv1.MachineClaim) {
+				c.Status.PhaseTimes = &hfv1.PhaseTimes{Provisioning: at(time.Minute)}
+				c.Status.Bootstrap = &hfv1.BootstrapStatus{RegisteredAt: at(2 * time.Minute), JobID: 9, JobStartedAt: at(3 * time.Minute)}
+			},
+			want: scaling.ClaimTimes{
+				Created: unitEpoch, Provisioning: unitEpoch.Add(time.Minute),
+				Registered: unitEpoch.Add(2 * time.Minute), JobStarted: unitEpoch.Add(3 * time.Minute),
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := unitClaim("c", 0, tc.mut)
+			got := claimTimes(&c)
+			if !got.Created.Equal(tc.want.Created) || !got.Provisioning.Equal(tc.want.Provisioning) ||
+				!got.Registered.Equal(tc.want.Registered) || !got.JobStarted.Equal(tc.want.JobStarted) {
+				t.Errorf("claimTimes = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPoolLimits(t *testing.T) {
+	dur := func(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+	for _, tc := range []struct {
+		name string
+		lc   hfv1.Lifecycle
+		want scaling.Limits
+	}{
+		{
+			name: "defaults",
+			want: scaling.Limits{BootstrapTimeout: 10 * time.Minute, IdleTimeout: 30 * time.Minute, JobTimeout: 3 * time.Hour, MaxLifetime: 6 * time.Hour},
+		},
+		{
+			name: "all set",
+			lc:   hfv1.Lifecycle{BootstrapTimeout: dur(time.Minute), IdleTimeout: dur(2 * time.Minute), JobTimeout: dur(3 * time.Minute), MaxLifetime: dur(4 * time.Minute)},
+			want: scaling.Limits{BootstrapTimeout: time.Minute, IdleTimeout: 2 * time.Minute, JobTimeout: 3 * time.Minute, MaxLifetime: 4 * time.Minute},
+		},
+		{
+			name: "some set",
+			lc:   hfv1.Lifecycle{IdleTimeout: dur(5 * time.Minute), MaxLifetime: dur(48 * time.Hour)},
+			want: scaling.Limits{BootstrapTimeout: 10 * time.Minute, IdleTimeout: 5 * time.Minute, JobTimeout: 3 * time.Hour, MaxLifetime: 48 * time.Hour},
+		},
+		{
+			name: "explicit zero",
+			lc:   hfv1.Lifecycle{JobTimeout: dur(0)},
+			want: scaling.Limits{BootstrapTimeout: 10 * time.Minute, IdleTimeout: 30 * time.Minute, JobTimeout: 0, MaxLifetime: 6 * time.Hour},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &hfv1.RunnerPool{}
+			p.Spec.Lifecycle = tc.lc
+			if got := poolLimits(p); got != tc.want {
+				t.Errorf("poolLimits = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestExpectations(t *testing.T) {
+	pool := types.NamespacedName{Namespace: "default", Name: "pool"}
+	other := types.NamespacedName{Namespace: "default", Name: "other"}
+	now := unitEpoch
+
+	t.Run("empty", func(t *testing.T) {
+		var e expectations
+		if !e.satisfied(pool, nil, now) {
+			t.Error("no expectations: not satisfied")
+		}
+		e.forget(pool) // no panic on a nil map
+	})
+
+	t.Run("created", func(t *testing.T) {
+		var e expectations
+		e.created(pool, "a", now)
+		if e.satisfied(pool, nil, now) {
+			t.Error("satisfied before the created claim is listed")
+		}
+		if e.satisfied(pool, []hfv1.MachineClaim{unitClaim("b", 0)}, now.Add(time.Second)) {
+			t.Error("satisfied by another claim")
+		}
+		if !e.satisfied(other, nil, now) {
+			t.Error("another pool is not satisfied")
+		}
+		if !e.satisfied(pool, []hfv1.MachineClaim{unitClaim("b", 0), unitClaim("a", 0)}, now.Add(time.Second)) {
+			t.Error("not satisfied once the created claim is listed")
+		}
+		// Seen once is forgotten: a later list without it is fine.
+		if !e.satisfied(pool, nil, now.Add(2*time.Second)) {
+			t.Error("not satisfied after the expectation was met")
+		}
+	})
+
+	t.Run("ended", func(t *testing.T) {
+		for _, tc := range []struct {
+			name   string
+			listed []hfv1.MachineClaim
+			want   bool
+		}{
+			{name: "still listed", listed: []hfv1.MachineClaim{unitClaim("x", 0, withBootstrapped(metav1.ConditionTrue))}, want: false},
+			{name: "still listed busy", listed: []hfv1.MachineClaim{unitClaim("x", 0, withJob(1))}, want: false},
+			{name: "gone", listed: []hfv1.MachineClaim{unitClaim("y", 0)}, want: true},
+			{name: "gone empty list", want: true},
+			{name: "deleting", listed: []hfv1.MachineClaim{unitClaim("x", 0, withDeleting)}, want: true},
+			{name: "terminating phase", listed: []hfv1.MachineClaim{unitClaim("x", 0, withPhase(hfv1.MachineClaimTerminating))}, want: true},
+			{name: "termination annotation", listed: []hfv1.MachineClaim{unitClaim("x", 0, withAnnotation(hfv1.TerminationReasonAnnotation, "scaled_down: x"))}, want: true},
+			{name: "fail annotation", listed: []hfv1.MachineClaim{unitClaim("x", 0, withAnnotation(hfv1.FailReasonAnnotation, "bootstrap_timeout: x"))}, want: true},
+			{name: "failed retained", listed: []hfv1.MachineClaim{unitClaim("x", 0, withPhase(hfv1.MachineClaimFailed), withVM)}, want: true},
+			{name: "failed without VM", listed: []hfv1.MachineClaim{unitClaim("x", 0, withPhase(hfv1.MachineClaimFailed))}, want: true},
+			{name: "same name new uid", listed: []hfv1.MachineClaim{unitClaim("x", 0, func(c *hfv1.MachineClaim) { c.UID = "uid-x2" })}, want: true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				var e expectations
+				e.ended(pool, "uid-x", now)
+				if got := e.satisfied(pool, tc.listed, now.Add(time.Second)); got != tc.want {
+					t.Errorf("satisfied = %v, want %v", got, tc.want)
+				}
+			})
+		}
+	})
+
+	t.Run("created and ended", func(t *testing.T) {
+		var e expectations
+		e.created(pool, "a", now)
+		e.ended(pool, "uid-x", now)
+		x := unitClaim("x", 0, withBootstrapped(metav1.ConditionTrue))
+		if e.satisfied(pool, []hfv1.MachineClaim{x}, now) {
+			t.Error("satisfied with neither write shown")
+		}
+		if e.satisfied(pool, []hfv1.MachineClaim{x, unitClaim("a", 0)}, now) {
+			t.Error("satisfied with the end not shown")
+		}
+		// The create was forgotten when shown; only the end remains.
+		if !e.satisfied(pool, []hfv1.MachineClaim{unitClaim("x", 0, withDeleting)}, now) {
+			t.Error("not satisfied with both writes shown")
+		}
+	})
+
+	t.Run("timeout", func(t *testing.T) {
+		var e expectations
+		e.created(pool, "a", now)
+		e.ended(pool, "uid-x", now)
+		x := unitClaim("x", 0)
+		if e.satisfied(pool, []hfv1.MachineClaim{x}, now.Add(expectationTimeout)) {
+			t.Error("satisfied at exactly expectationTimeout")
+		}
+		if !e.satisfied(pool, []hfv1.MachineClaim{x}, now.Add(time.Hour)) {
+			t.Error("expired expectations still block")
+		}
+		if !e.satisfied(pool, []hfv1.MachineClaim{x}, now) {
+			t.Error("expired expectations came back")
+		}
+	})
+
+	t.Run("forget", func(t *testing.T) {
+		var e expectations
+		e.created(pool, "a", now)
+		e.created(other, "b", now)
+		e.forget(pool)
+		if !e.satisfied(pool, nil, now) {
+			t.Error("forgotten pool not satisfied")
+		}
+		if e.satisfied(other, nil, now) {
+			t.Error("forget dropped another pool's expectations")
+		}
+	})
+}
+
+func TestRunnerObservations(t *testing.T) {
+	o := NewRunnerObservations()
+	const uid = types.UID("u1")
+	if _, ok := o.Get(uid); ok {
+		t.Fatal("Get on an empty store found something")
+	}
+	steps := []struct {
+		name string
+		obs  RunnerObservation
+		want bool
+	}{
+		{"first", RunnerObservation{Present: true, State: workload.RunnerOffline, At: unitEpoch}, true},
+		{"same, later", RunnerObservation{Present: true, State: workload.RunnerOffline, At: unitEpoch.Add(time.Minute)}, false},
+		{"state", RunnerObservation{Present: true, State: workload.RunnerIdle, At: unitEpoch.Add(2 * time.Minute)}, true},
+		{"same state", RunnerObservation{Present: true, State: workload.RunnerIdle, At: unitEpoch.Add(2 * time.Minute)}, false},
+		{"busy", RunnerObservation{Present: true, State: workload.RunnerBusy, At: unitEpoch.Add(3 * time.Minute)}, true},
+		{"gone", RunnerObservation{Present: false, State: workload.RunnerBusy, At: unitEpoch.Add(4 * time.Minute)}, true},
+		{"gone again", RunnerObservation{Present: false, State: workload.RunnerBusy, At: unitEpoch.Add(5 * time.Minute)}, false},
+		{"gone, state cleared", RunnerObservation{Present: false, At: unitEpoch.Add(6 * time.Minute)}, true},
+	}
+	for _, s := range steps {
+		if got := o.Set(uid, s.obs); got != s.want {
+			t.Errorf("%s: Set = %v, want %v", s.name, got, s.want)
+		}
+		if got, ok := o.Get(uid); !ok || got != s.obs {
+			t.Errorf("%s: Get = %+v, %v; want the latest observation %+v", s.name, got, ok, s.obs)
+		}
+	}
+	if !o.Set("u2", RunnerObservation{}) {
+		t.Error("first Set of another claim reported no change")
+	}
+	o.Forget(uid)
+	if _, ok := o.Get(uid); ok {
+		t.Error("Get found a forgotten observation")
+	}
+	if _, ok := o.Get("u2"); !ok {
+		t.Error("Forget dropped another claim's observation")
+	}
+	if !o.Set(uid, RunnerObservation{Present: true, State: workload.RunnerIdle}) {
+		t.Error("Set after Forget reported no change")
+	}
+
+	var nilStore *RunnerObservations
+	if v, ok := nilStore.Get(uid); ok || v != (RunnerObservation{}) {
+		t.Errorf("nil store Get = %+v, %v; want zero, false", v, ok)
+	}
+	nilStore.Forget(uid) // no panic
+}
+
+func TestOutcomeOf(t *testing.T) {
+	failedAt := func(c *hfv1.MachineClaim) {
+		c.Status.PhaseTimes = &hfv1.PhaseTimes{Failed: &metav1.Time{Time: unitEpoch}}
+	}
+	for _, tc := range []struct {
+		name string
+		mut  []func(*hfv1.MachineClaim)
+		want scaling.Reason
+	}{
+		{name: "idle timeout", mut: []func(*hfv1.MachineClaim){withTermination("idle_timeout: idle for 30m")}, want: scaling.IdleTimeout},
+		{name: "job timeout", mut: []func(*hfv1.MachineClaim){withTermination("job_timeout: x"), withJob(4)}, want: scaling.JobTimeout},
+		{name: "drift replaced", mut: []func(*hfv1.MachineClaim){withTermination("drift_replaced: x")}, want: scaling.DriftReplaced},
+		{name: "scaled down", mut: []func(*hfv1.MachineClaim){withTermination("scaled_down: x")}, want: scaling.ScaledDown},
+		{name: "max lifetime", mut: []func(*hfv1.MachineClaim){withTermination("max_lifetime: x")}, want: scaling.MaxLifetime},
+		{name: "job completed", mut: []func(*hfv1.MachineClaim){withTermination("job_completed: job 4 finished"), withJob(4)}, want: scaling.JobCompleted},
+		{name: "orphaned", mut: []func(*hfv1.MachineClaim){withTermination("orphaned: x")}, want: scaling.Orphaned},
+		{name: "bootstrap timeout failed", mut: []func(*hfv1.MachineClaim){withTermination("bootstrap_timeout: x"), withPhase(hfv1.MachineClaimFailed)}, want: scaling.BootstrapTimeout},
+		{name: "code without explanation", mut: []func(*hfv1.MachineClaim){withTermination("scaled_down")}, want: scaling.ScaledDown},
+		{name: "failed", mut: []func(*hfv1.MachineClaim){withTermination("ProvisioningFailed: clone failed"), withPhase(hfv1.MachineClaimFailed)}, want: scaling.Failed},
+		{name: "failed without reason", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed)}, want: scaling.Failed},
+		{name: "failed earlier", mut: []func(*hfv1.MachineClaim){withTermination("deleted: x"), withPhase(hfv1.MachineClaimTerminating), failedAt}, want: scaling.Failed},
+		{name: "failed after a job", mut: []func(*hfv1.MachineClaim){withTermination("VMPoweredOff: x"), withJob(4), withPhase(hfv1.MachineClaimFailed)}, want: scaling.Failed},
+		{name: "powered off after job", mut: []func(*hfv1.MachineClaim){withTermination("VMPoweredOff: VM 100 powered off"), withJob(4)}, want: scaling.JobCompleted},
+		{name: "gone after job", mut: []func(*hfv1.MachineClaim){withTermination("VMGone: x"), withJob(4)}, want: scaling.JobCompleted},
+		{name: "deleted after job", mut: []func(*hfv1.MachineClaim){withTermination("deleted: x"), withJob(4)}, want: scaling.JobCompleted},
+		{name: "powered off", mut: []func(*hfv1.MachineClaim){withTermination("VMPoweredOff: VM 100 powered off")}, want: scaling.PoweredOff},
+		{name: "powered off busy runner without job", mut: []func(*hfv1.MachineClaim){withTermination("VMPoweredOff: x"), withRunnerState(hfv1.RunnerStateBusy)}, want: scaling.PoweredOff},
+		{name: "gone", mut: []func(*hfv1.MachineClaim){withTermination("VMGone: x")}, want: scaling.PoweredOff},
+		{name: "deleted", mut: []func(*hfv1.MachineClaim){withTermination("deleted: by hand")}, want: scaling.Deleted},
+		{name: "no reason", want: scaling.Deleted},
+		{name: "unknown code", mut: []func(*hfv1.MachineClaim){withTermination("whatever: x")}, want: scaling.Deleted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := unitClaim("c", 0, tc.mut...)
+			if got := outcomeOf(&c); got != tc.want {
+				t.Errorf("outcomeOf(%q) = %q, want %q", c.Status.TerminationReason, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSplitReason(t *testing.T) {
+	for _, tc := range []struct{ in, code, msg string }{
+		{"idle_timeout: idle for 30m", "idle_timeout", "idle for 30m"},
+		{"job_timeout:x", "job_timeout", "x"},
+		{"  scaled_down  :  too many  ", "scaled_down", "too many"},
+		{"a: b: c", "a", "b: c"},
+		{"code", "code", "code"},
+		{" code ", "code", "code"},
+		{"", "", ""},
+		{":", "", ""},
+		{": only message", "", "only message"},
+	} {
+		code, msg := splitReason(tc.in)
+		if code != tc.code || msg != tc.msg {
+			t.Errorf("splitReason(%q) = %q, %q; want %q, %q", tc.in, code, msg, tc.code, tc.msg)
+		}
+	}
+}
+
+// conditionReasonRE is metav1.Condition's reason pattern.
+var conditionReasonRE = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`)
+
+func TestCamelReason(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"bootstrap_timeout", "BootstrapTimeout"},
+		{"idle_timeout", "IdleTimeout"},
+		{"max_lifetime", "MaxLifetime"},
+		{"failed", "Failed"},
+		{"VMPoweredOff", "VMPoweredOff"},
+		{"", "Failed"},
+		{"__", "Failed"},
+		{"é", "Failed"},
+		{"a b/c", "Abc"},
+		{"9x", "x"},
+		{"x9", "X9"},
+		{"a_9", "A9"},
+		{"_a__b_", "AB"},
+	} {
+		got := camelReason(tc.in)
+		if got != tc.want {
+			t.Errorf("camelReason(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+		if !conditionReasonRE.MatchString(got) {
+			t.Errorf("camelReason(%q) = %q, not a valid condition reason", tc.in, got)
+		}
+	}
+	for _, in := range []string{
+		"9x", "99", "9_x", "a b/c", "__", "é", "éa", "x-y.z", "a:b", "a,b", ",", ":", " ", "\x00", "日本", "Ünïcode_code",
+		"123_456", "_9_a", "bootstrap_timeout: it took too long", "\t\n", "a\u00e9b",
+	} {
+		got := camelReason(in)
+		if !conditionReasonRE.MatchString(got) {
+			t.Errorf("camelReason(%q) = %q, not a valid condition reason", in, got)
+		}
+		if len(got) > 1024 {
+			t.Errorf("camelReason(%q) is %d bytes, longer than a condition reason may be", in, len(got))
+		}
+	}
+}
+
+// TestCamelReasonLong: a reason code longer than 128 letters is truncated
+// with "...", which a condition reason may not contain.
+func TestCamelReasonLong(t *testing.T) {
+	for _, in := range []string{strings.Repeat("a", 200), strings.Repeat("ab_", 100)} {
+		got := camelReason(in)
+		if len(got) > 128 {
+			t.Errorf("camelReason(%d bytes) is %d bytes, want at most 128", len(in), len(got))
+		}
+		if !conditionReasonRE.MatchString(got) {
+			t.Errorf("camelReason(%d bytes of %q...) = %q, not a valid condition reason", len(in), in[:6], got)
+		}
+	}
+}
+
+func TestHardLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ann  map[string]string
+		want bool
+	}{
+		{name: "max lifetime", ann: map[string]string{hfv1.TerminationReasonAnnotation: "max_lifetime: VM is 6h old"}, want: true},
+		{name: "job timeout", ann: map[string]string{hfv1.TerminationReasonAnnotation: "job_timeout: job ran 3h"}, want: true},
+		{name: "job timeout bare code", ann: map[string]string{hfv1.TerminationReasonAnnotation: "job_timeout"}, want: true},
+		{name: "idle timeout", ann: map[string]string{hfv1.TerminationReasonAnnotation: "idle_timeout: idle for 30m"}, want: false},
+		{name: "scaled down", ann: map[string]string{hfv1.TerminationReasonAnnotation: "scaled_down: x"}, want: false},
+		{name: "empty", ann: map[string]string{hfv1.TerminationReasonAnnotation: ""}, want: false},
+		{name: "only fail reason", ann: map[string]string{hfv1.FailReasonAnnotation: "max_lifetime: x"}, want: false},
+		{name: "none", want: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := unitClaim("c", 0, func(c *hfv1.MachineClaim) { c.Annotations = tc.ann })
+			if got := hardLimit(&c); got != tc.want {
+				t.Errorf("hardLimit(%v) = %v, want %v", tc.ann, got, tc.want)
+			}
+		})
+	}
+}

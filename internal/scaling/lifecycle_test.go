@@ -1,0 +1,195 @@
+package scaling
+
+import (
+	"fmt"
+	mrand "math/rand"
+	"reflect"
+	"testing"
+	"testing/quick"
+	"time"
+)
+
+func TestExpired(t *testing.T) {
+	t0 := baseNow
+	m := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Minute) }
+	all := Limits{BootstrapTimeout: 10 * time.Minute, IdleTimeout: 15 * time.Minute, JobTimeout: 60 * time.Minute, MaxLifetime: 120 * time.Minute}
+	busy := ClaimTimes{Created: m(0), Provisioning: m(1), Registered: m(5), JobStarted: m(20)}
+	idle := ClaimTimes{Created: m(0), Provisioning: m(1), Registered: m(5)}
+	booting := ClaimTimes{Created: m(0), Provisioning: m(30)}
+	for _, tc := range []struct {
+		name        string
+		c           ClaimTimes
+		l           Limits
+		now         time.Time
+		reached     Expiry
+		nextAt      time.Time
+		ignoresNext bool // the doc leaves next unspecified once a limit is reached
+	}{
+		{name: "maxLifetime beats a job timeout reached earlier", c: busy, l: Limits{JobTimeout: 10 * time.Minute, MaxLifetime: 60 * time.Minute},
+			now: m(200), reached: Expiry{MaxLifetime, m(60)}},
+		{name: "maxLifetime beats an idle timeout", c: idle, l: all, now: m(121), reached: Expiry{MaxLifetime, m(120)}},
+		{name: "maxLifetime beats a bootstrap timeout", c: booting, l: all, now: m(130), reached: Expiry{MaxLifetime, m(120)}},
+		{name: "maxLifetime reached exactly at its deadline", c: ClaimTimes{Created: m(0)}, l: all, now: m(120), reached: Expiry{MaxLifetime, m(120)}},
+		{name: "maxLifetime needs a creation time", c: ClaimTimes{}, l: all, now: m(1000)},
+
+		{name: "busy judged by jobTimeout, not idle or bootstrap", c: busy, l: all, now: m(40), nextAt: m(80)},
+		{name: "busy reaches jobTimeout", c: busy, l: all, now: m(80), reached: Expiry{JobTimeout, m(80)}, ignoresNext: true},
+		{name: "busy with jobTimeout disabled has only maxLifetime", c: busy, l: Limits{IdleTimeout: time.Minute, BootstrapTimeout: time.Minute, MaxLifetime: 120 * time.Minute},
+			now: m(100), nextAt: m(120)},
+		{name: "busy with jobTimeout disabled and no maxLifetime never expires", c: busy, l: Limits{IdleTimeout: time.Minute, BootstrapTimeout: time.Minute}, now: m(1000)},
+
+		{name: "idle judged by idleTimeout", c: idle, l: all, now: m(19), nextAt: m(20)},
+		{name: "idle reaches idleTimeout", c: idle, l: all, now: m(20), reached: Expiry{IdleTimeout, m(20)}, ignoresNext: true},
+		{name: "idle ignores bootstrapTimeout and jobTimeout", c: idle, l: Limits{BootstrapTimeout: time.Minute, JobTimeout: time.Minute}, now: m(1000)},
+
+		{name: "never registered reaches bootstrapTimeout from provisioning", c: booting, l: all, now: m(40), reached: Expiry{BootstrapTimeout, m(40)}, ignoresNext: true},
+		{name: "bootstrapTimeout is not counted from creation", c: booting, l: all, now: m(35), nextAt: m(40)},
+		{name: "a claim not provisioning yet never bootstrap-times-out", c: ClaimTimes{Created: m(0)}, l: Limits{BootstrapTimeout: time.Minute}, now: m(1000)},
+		{name: "a claim not provisioning yet still has maxLifetime", c: ClaimTimes{Created: m(0)}, l: all, now: m(60), nextAt: m(120)},
+
+		{name: "next is the earliest future deadline: idle first", c: idle, l: all, now: m(10), nextAt: m(20)},
+		{name: "next is the earliest future deadline: maxLifetime first", c: idle, l: Limits{IdleTimeout: 3 * time.Hour, MaxLifetime: 2 * time.Hour}, now: m(10), nextAt: m(120)},
+		{name: "a passed jobTimeout is reached before maxLifetime", c: busy, l: Limits{JobTimeout: 30 * time.Minute, MaxLifetime: 120 * time.Minute},
+			now: m(60), reached: Expiry{JobTimeout, m(50)}, ignoresNext: true},
+
+		{name: "zero limits are disabled", c: busy, l: Limits{}, now: m(100000)},
+		{name: "zero limits are disabled for idle", c: idle, l: Limits{}, now: m(100000)},
+		{name: "zero limits are disabled for booting", c: booting, l: Limits{}, now: m(100000)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reached, next := Expired(tc.c, tc.l, tc.now)
+			if reached.Reason != tc.reached.Reason || !reached.At.Equal(tc.reached.At) {
+				t.Errorf("reached = %v at %v, want %v at %v", reached.Reason, reached.At, tc.reached.Reason, tc.reached.At)
+			}
+			if next.Reason != "" {
+				t.Errorf("next has a reason %q", next.Reason)
+			}
+			if !tc.ignoresNext && !next.At.Equal(tc.nextAt) {
+				t.Errorf("next at %v, want %v", next.At, tc.nextAt)
+			}
+		})
+	}
+}
+
+func TestReasonHard(t *testing.T) {
+	for _, r := range []Reason{JobCompleted, IdleTimeout, MaxLifetime, JobTimeout, BootstrapTimeout, DriftReplaced,
+		ScaledDown, Orphaned, Failed, PoweredOff, Deleted, "", "MAX_LIFETIME", "job_timeout "} {
+		if want := r == "max_lifetime" || r == "job_timeout"; r.Hard() != want {
+			t.Errorf("Reason(%q).Hard() = %v, want %v", r, r.Hard(), want)
+		}
+	}
+}
+
+// genClaim is a claim, its pool's limits and an instant, drawn by
+// testing/quick: each time is zero or after the previous one, each limit
+// zero or up to three hours.
+type genClaim struct {
+	c   ClaimTimes
+	l   Limits
+	now time.Time
+}
+
+func (genClaim) Generate(r *mrand.Rand, _ int) reflect.Value {
+	t := baseNow
+	later := func() time.Time {
+		t = t.Add(time.Duration(r.Int63n(int64(time.Hour))))
+		return t
+	}
+	limit := func() time.Duration {
+		if r.Intn(4) == 0 {
+			return 0
+		}
+		return time.Duration(1 + r.Int63n(int64(3*time.Hour)))
+	}
+	var g genClaim
+	if r.Intn(8) != 0 {
+		g.c.Created = later()
+	}
+	// A claim goes through the phases in order and stops at a random one.
+	phases := r.Intn(4)
+	if phases >= 1 {
+		g.c.Provisioning = later()
+	}
+	if phases >= 2 {
+		g.c.Registered = later()
+	}
+	if phases >= 3 {
+		g.c.JobStarted = later()
+	}
+	if r.Intn(10) == 0 { // out-of-order or partial times: Expired must still be total
+		g.c.Provisioning = time.Time{}
+	}
+	g.l = Limits{BootstrapTimeout: limit(), IdleTimeout: limit(), JobTimeout: limit(), MaxLifetime: limit()}
+	g.now = baseNow.Add(time.Duration(r.Int63n(int64(8 * time.Hour))))
+	return reflect.ValueOf(g)
+}
+
+func (g genClaim) GoString() string {
+	rel := func(x time.Time) string {
+		if x.IsZero() {
+			return "zero"
+		}
+		return fmt.Sprintf("t0%+v", x.Sub(baseNow))
+	}
+	return fmt.Sprintf("claim{Created:%s Provisioning:%s Registered:%s JobStarted:%s} %+v now=%s",
+		rel(g.c.Created), rel(g.c.Provisioning), rel(g.c.Registered), rel(g.c.JobStarted), g.l, rel(g.now))
+}
+
+// TestPropertyExpired: a reached limit is in the past of now, the next
+// deadline in its future, the reason is one that applies to the claim's
+// phase, and only maxLifetime and jobTimeout are hard.
+func TestPropertyExpired(t *testing.T) {
+	var reachedN, nextN int
+	prop := func(g genClaim) bool {
+		reached, next := Expired(g.c, g.l, g.now)
+		fail := func(msg string) bool {
+			t.Errorf("%s\n  input: %#v\n  reached=%+v next=%+v", msg, g, reached, next)
+			return false
+		}
+		if reached.Reason != "" {
+			reachedN++
+			if reached.At.After(g.now) {
+				return fail("reached in the future")
+			}
+		} else if !reached.At.IsZero() {
+			return fail("reached has a time but no reason")
+		}
+		if !next.At.IsZero() {
+			nextN++
+			if !next.At.After(g.now) {
+				return fail("next deadline not after now")
+			}
+		}
+		if next.Reason != "" {
+			return fail("next has a reason")
+		}
+		if reached.Reason.Hard() != (reached.Reason == MaxLifetime || reached.Reason == JobTimeout) {
+			return fail("Hard() wrong")
+		}
+		// The reason must apply to the claim's phase.
+		var phase Reason
+		switch {
+		case !g.c.JobStarted.IsZero():
+			phase = JobTimeout
+		case !g.c.Registered.IsZero():
+			phase = IdleTimeout
+		case !g.c.Provisioning.IsZero():
+			phase = BootstrapTimeout
+		}
+		if reached.Reason != "" && reached.Reason != MaxLifetime && reached.Reason != phase {
+			return fail(fmt.Sprintf("reason %q does not apply to a claim in phase %q", reached.Reason, phase))
+		}
+		// maxLifetime wins whenever it is reached.
+		if ml := g.c.Created.Add(g.l.MaxLifetime); g.l.MaxLifetime > 0 && !g.c.Created.IsZero() && !g.now.Before(ml) &&
+			(reached.Reason != MaxLifetime || !reached.At.Equal(ml)) {
+			return fail("maxLifetime reached but not reported")
+		}
+		return true
+	}
+	if err := quick.Check(prop, &quick.Config{MaxCount: propertyCases, Rand: mrand.New(mrand.NewSource(7))}); err != nil {
+		t.Error(err)
+	}
+	if reachedN < 100 || nextN < 100 {
+		t.Errorf("generator drew %d claims with a reached limit and %d with a next deadline; want both >= 100", reachedN, nextN)
+	}
+}
