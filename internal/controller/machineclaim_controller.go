@@ -197,6 +197,9 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		r.enterPhase(ctx, claim, hfv1.MachineClaimPending, "Created", "Waiting to be provisioned")
 	}
 	r.requestedFailure(ctx, claim)
+	if res, handled, err := r.requestedTermination(ctx, claim); handled {
+		return res, err
+	}
 	switch claim.Status.Phase {
 	case hfv1.MachineClaimFinished:
 		return ctrl.Result{}, nil

@@ -209,6 +209,30 @@ func (r *MachineClaimReconciler) requestedFailure(ctx context.Context, claim *hf
 	return true
 }
 
+// requestedTermination ends a claim its pool asked to end (the
+// termination-reason annotation): the runner is removed first, which waits
+// while it runs a job unless a hard limit ends it; then the VM goes and the
+// claim becomes history or is deleted. handled is true when the claim
+// waits or moved to Terminating.
+func (r *MachineClaimReconciler) requestedTermination(ctx context.Context, claim *hfv1.MachineClaim) (ctrl.Result, bool, error) {
+	v := claim.Annotations[hfv1.TerminationReasonAnnotation]
+	switch claim.Status.Phase {
+	case hfv1.MachineClaimFailed, hfv1.MachineClaimTerminating, hfv1.MachineClaimFinished:
+		return ctrl.Result{}, false, nil
+	}
+	if v == "" {
+		return ctrl.Result{}, false, nil
+	}
+	if !hardLimit(claim) {
+		if drained, res := r.drainRunner(ctx, claim); !drained {
+			return res, true, nil
+		}
+	}
+	code, msg := splitReason(v)
+	res, err := r.startTermination(ctx, claim, code, msg)
+	return res, true, err
+}
+
 // retainFailedVM keeps a failed claim's VM, stopped, when its pool retains
 // failed VMs for debugging (the pool deletes the claim after the TTL or
 // when more than maxRetained are kept). It reports false when the VM is

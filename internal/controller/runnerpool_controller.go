@@ -345,17 +345,15 @@ func (r *RunnerPoolReconciler) cancelJob(ctx context.Context, v *poolView, c *hf
 	return false, nil
 }
 
-// endClaim records why the pool ends a claim and deletes it; the claim's
-// finalizer deregisters its runner (waiting while it is busy, unless a
-// hard limit ends it) and destroys its VM.
+// endClaim asks a claim to end, recording why; the claim controller
+// deregisters its runner (waiting while it is busy, unless a hard limit
+// ends it), destroys its VM and then keeps the claim as history or
+// deletes it.
 func (r *RunnerPoolReconciler) endClaim(ctx context.Context, v *poolView, c *hfv1.MachineClaim, reason scaling.Reason, msg string) error {
 	if err := r.annotate(ctx, c, hfv1.TerminationReasonAnnotation, string(reason)+": "+msg); err != nil {
-		return err
+		return fmt.Errorf("end MachineClaim %s (%s): %w", c.Name, reason, err)
 	}
 	r.expect.ended(client.ObjectKeyFromObject(v.pool), c.UID, v.now)
-	if err := r.Client.Delete(ctx, c); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete MachineClaim %s (%s): %w", c.Name, reason, err)
-	}
 	v.removed[reason]++
 	v.ended[c.UID] = true
 	metrics.PoolScalingActions.WithLabelValues(v.pool.Namespace, v.pool.Name, "remove", string(reason)).Inc()
@@ -664,6 +662,12 @@ func (r *RunnerPoolReconciler) updateStatus(v *poolView, d scaling.Decision) {
 	}
 
 	// Scaling: what changed, and why.
+	if n := v.removed[scaling.DriftReplaced]; n > 0 {
+		r.Recorder.Eventf(pool, corev1.EventTypeNormal, hfv1.ReplacingStaleReason, "Replacing %d VMs built from an older template (now %s); busy ones are replaced after their job", n, shortHash(v.hash))
+	}
+	if n := v.removed[scaling.ScaledDown]; n > 0 {
+		r.Recorder.Eventf(pool, corev1.EventTypeNormal, "ScaledDown", "Removing %d idle VMs: desired %d (%d pending jobs, %d busy)", n, d.Desired, len(v.pending), len(pc.busy))
+	}
 	switch {
 	case v.created > 0:
 		msg := fmt.Sprintf("Creating %d VMs: %d pending jobs, %d busy, %d idle, %d starting; desired %d (min %d, max %d, minIdle %d)",
@@ -673,11 +677,9 @@ func (r *RunnerPoolReconciler) updateStatus(v *poolView, d scaling.Decision) {
 	case v.removed[scaling.DriftReplaced] > 0:
 		msg := fmt.Sprintf("Replacing %d VMs built from an older template (now %s); busy ones are replaced after their job", v.removed[scaling.DriftReplaced], shortHash(v.hash))
 		setCondition(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.ReplacingStaleReason, msg)
-		r.Recorder.Event(pool, corev1.EventTypeNormal, hfv1.ReplacingStaleReason, msg)
 	case v.removed[scaling.ScaledDown] > 0:
 		msg := fmt.Sprintf("Removing %d idle VMs: desired %d (%d pending jobs, %d busy)", v.removed[scaling.ScaledDown], d.Desired, len(v.pending), len(pc.busy))
 		setCondition(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.DemandDecreasedReason, msg)
-		r.Recorder.Event(pool, corev1.EventTypeNormal, "ScaledDown", msg)
 	case int(st.Replicas) != d.Desired:
 		reason, msg := hfv1.DemandIncreasedReason, fmt.Sprintf("Moving from %d to %d VMs", st.Replicas, d.Desired)
 		if int(st.Replicas) > d.Desired {

@@ -220,9 +220,10 @@ func TestClassifyClaims(t *testing.T) {
 			hash string
 			want []string
 		}{
-			{hash: "new", want: []string{"idle-new", "start-old", "busy-old", "term"}},
+			// Only live claims (starting, idle, busy) count as stale.
+			{hash: "new", want: []string{"idle-new", "start-old", "busy-old"}},
 			{hash: "old", want: []string{"busy-new", "idle-old"}},
-			{hash: "other", want: []string{"idle-new", "busy-new", "start-old", "idle-old", "busy-old", "term"}},
+			{hash: "other", want: []string{"idle-new", "busy-new", "start-old", "idle-old", "busy-old"}},
 			{hash: "", want: nil},
 		} {
 			pc := classifyClaims(claims, tc.hash, true)
