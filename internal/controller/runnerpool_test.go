@@ -70,9 +70,9 @@ func startPoolWorld(t *testing.T, o poolWorldOptions) *poolWorld {
 	t.Helper()
 	certFile, keyFile, hookClient := webhookCertificate(t)
 	gs := githubsimtest.Start(t, githubsim.Config{
-		Organizations:    []githubsim.OrgConfig{{Login: "octo-org"}},
-		Repositories:     []githubsim.RepoConfig{{Name: "octo-org/app"}},
-		PATs:             []githubsim.PATConfig{{Token: testGitHubPAT, Login: "octocat"}},
+		Organizations: []githubsim.OrgConfig{{Login: "octo-org"}},
+		Repositories:  []githubsim.RepoConfig{{Name: "octo-org/app"}},
+		PATs:          []githubsim.PATConfig{{Token: testGitHubPAT, Login: "octocat"}},
 		// Generous: on a loaded 2-core machine a runner's poll can stall
 		// for seconds, which GitHub would not count as a lost runner.
 		HeartbeatTimeout: githubsim.Duration(30 * time.Second),
