@@ -537,32 +537,39 @@ func TestRunnerPoolDrift(t *testing.T) {
 }
 
 // TestRunnerPoolBurstProvisioning: 55 queued jobs make 55 claims
-// provisioning at once, each created exactly once.
+// provisioning at once, each created exactly once, each with its own VM.
 func TestRunnerPoolBurstProvisioning(t *testing.T) {
 	w := startPoolWorld(t, poolWorldOptions{noGuest: true})
 	pool := w.newPool("wide", func(p *hfv1.RunnerPool) { p.Spec.Scaling.MaxReplicas = 60 })
 	w.enqueue("wide", 55, time.Hour)
-	eventually(t, 3*time.Minute, "55 VMs up", func() error {
+	eventually(t, 8*time.Minute, "55 claims with a VM each", func() error {
 		claims := w.claims(pool)
-		up := 0
-		for _, c := range claims {
-			if c.Status.Phase == hfv1.MachineClaimBootstrapping {
-				up++
-			}
-		}
 		if len(claims) > 55 {
 			return fmt.Errorf("%d claims for 55 jobs", len(claims))
 		}
-		if up != 55 {
-			return fmt.Errorf("%d of %d claims up", up, len(claims))
+		vms := map[int32]string{}
+		for _, c := range claims {
+			if c.Status.VMRef == nil {
+				return fmt.Errorf("claim %s has no VM yet (%d claims)", c.Name, len(claims))
+			}
+			if other, dup := vms[c.Status.VMRef.VMID]; dup {
+				t.Fatalf("claims %s and %s share VM %d", other, c.Name, c.Status.VMRef.VMID)
+			}
+			vms[c.Status.VMRef.VMID] = c.Name
+		}
+		if len(claims) != 55 {
+			return fmt.Errorf("%d of 55 claims", len(claims))
 		}
 		return nil
 	})
 	if n := len(w.claims(pool)); n != 55 {
 		t.Errorf("%d claims for 55 jobs", n)
 	}
-	if vms := operatorVMs(w.sim); len(vms) != 55 {
+	if vms := operatorVMs(w.sim); len(vms) > 55 {
 		t.Errorf("%d VMs for 55 claims", len(vms))
+	}
+	if got := w.pool(pool); got.Status.PendingJobs != 55 || got.Status.DesiredReplicas != 55 {
+		t.Errorf("status: pendingJobs %d desiredReplicas %d, want 55", got.Status.PendingJobs, got.Status.DesiredReplicas)
 	}
 	for _, c := range w.claims(pool) {
 		if !metav1.IsControlledBy(&c, w.pool(pool)) || !strings.HasPrefix(c.Name, "wide-") || c.Labels[hfv1.RunnerPoolLabel] != "wide" {

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -109,8 +110,12 @@ func Start() (*Environment, error) {
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: assets,
-		Scheme:                scheme,
+		// Generous: with every test package starting its own API server
+		// on two loaded cores, the default 20 s is sometimes not enough.
+		ControlPlaneStartTimeout: 3 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
+		BinaryAssetsDirectory:    assets,
+		Scheme:                   scheme,
 	}
 	cfg, err := env.Start()
 	if err != nil {
