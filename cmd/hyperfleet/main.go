@@ -65,6 +65,7 @@ func runManager(args []string) error {
 	ownershipSecret := fs.String("ownership-secret", "hyperfleet-ownership", "Secret (in --namespace) with the HMAC key that signs VM ownership; created on first start")
 	operatorID := fs.String("operator-id", "", "id of this install in VM tags (hf-<id>) and ownership markers; default: the one stored in the ownership Secret, or a random one on first start")
 	sweepInterval := fs.Duration("orphan-sweep-interval", time.Minute, "how often the orphan sweeper runs")
+	maxRetryDelay := fs.Duration("claim-max-retry-delay", 5*time.Minute, "longest wait between retries of a MachineClaim step after transient hypervisor errors (the wait doubles from 2s up to this)")
 	resyncInterval := fs.Duration("runnerpool-resync-interval", 30*time.Second, "how often RunnerPools compare runner states and queued jobs with the CI platform (one call set per credential scope)")
 	orphanGrace := fs.Duration("orphan-grace-period", 10*time.Minute, "how long an orphaned VM is left alone before it is destroyed")
 	sweepDryRun := fs.Bool("orphan-sweep-dry-run", false, "only report orphaned VMs (events, logs, metrics); never destroy them")
@@ -116,6 +117,7 @@ func runManager(args []string) error {
 		Signer:            signer,
 		SweepInterval:     *sweepInterval,
 		ResyncInterval:    *resyncInterval,
+		MaxRetryDelay:     *maxRetryDelay,
 		OrphanGracePeriod: *orphanGrace,
 		SweepDryRun:       *sweepDryRun,
 	}

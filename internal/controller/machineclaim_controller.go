@@ -81,6 +81,9 @@ type MachineClaimReconciler struct {
 	// MaxConcurrentReconciles bounds parallel reconciles (default 16):
 	// reconciles never wait for the hypervisor, so they are short.
 	MaxConcurrentReconciles int
+	// MaxRetryDelay caps the exponential backoff (2s, 4s, 8s ...) after
+	// transient hypervisor errors; zero means 5 minutes.
+	MaxRetryDelay time.Duration
 
 	// attempts counts consecutive transient failures per claim UID for
 	// backoff. Losing it on restart only restarts the backoff.

@@ -172,7 +172,7 @@ func TestClaimsConvergeUnderFaults(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	startOperator(t, operatorOptions{})
+	startOperator(t, operatorOptions{maxRetryDelay: 10 * time.Second})
 	f := newFixture(t, sim, nil)
 	var claims []*hfv1.MachineClaim
 	for i := range 4 {
@@ -204,7 +204,7 @@ func TestClaimsConvergeUnderFaults(t *testing.T) {
 // API is unreachable, and proceed when it comes back.
 func TestClusterOfflineAndBack(t *testing.T) {
 	sim := startSim(t, nil)
-	startOperator(t, operatorOptions{})
+	startOperator(t, operatorOptions{maxRetryDelay: 10 * time.Second})
 	f := newFixture(t, sim, nil)
 	waitClusterReady(t, f.cluster, metav1.ConditionTrue)
 	if err := sim.SetFaults(proxmoxsim.Faults{Classes: map[string]proxmoxsim.FaultSpec{"*": {DropRate: 1}}}); err != nil {

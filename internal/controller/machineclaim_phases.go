@@ -460,19 +460,27 @@ func (r *MachineClaimReconciler) fail(ctx context.Context, claim *hfv1.MachineCl
 	r.enterPhase(ctx, claim, hfv1.MachineClaimFailed, reason, msg)
 }
 
+// defaultMaxRetryDelay caps a claim's transient-failure backoff unless
+// MachineClaimReconciler.MaxRetryDelay says otherwise.
+const defaultMaxRetryDelay = 5 * time.Minute
+
 // backoff returns the next retry delay of a claim's transient failures:
-// 2s, 4s, 8s ... capped at 5 minutes.
+// 2s, 4s, 8s ... capped at MaxRetryDelay (5 minutes by default).
 func (r *MachineClaimReconciler) backoff(claim *hfv1.MachineClaim) time.Duration {
 	n := 0
 	if v, ok := r.attempts.Load(claim.UID); ok {
 		n = v.(int)
 	}
 	r.attempts.Store(claim.UID, n+1)
+	limit := r.MaxRetryDelay
+	if limit <= 0 {
+		limit = defaultMaxRetryDelay
+	}
 	d := 2 * time.Second
-	for i := 0; i < n && d < 5*time.Minute; i++ {
+	for i := 0; i < n && d < limit; i++ {
 		d *= 2
 	}
-	return min(d, 5*time.Minute)
+	return min(d, limit)
 }
 
 // progressOf is the provider progress persisted in the claim's status.

@@ -98,6 +98,9 @@ type operatorOptions struct {
 	resyncInterval time.Duration
 	// clock replaces the operator's clock (lifecycle limits).
 	clock clock.Clock
+	// maxRetryDelay caps claim retry backoff (default 5m); fault tests
+	// lower it so that a run of injected errors cannot outlast their wait.
+	maxRetryDelay time.Duration
 }
 
 // startOperator runs the full manager wiring against the test API server.
@@ -156,7 +159,7 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 	if o.github != nil {
 		opts.Bootstrap, opts.GitHubTransport = nil, o.github
 	}
-	opts.Webhook, opts.ResyncInterval, opts.Clock = o.webhook, o.resyncInterval, o.clock
+	opts.Webhook, opts.ResyncInterval, opts.Clock, opts.MaxRetryDelay = o.webhook, o.resyncInterval, o.clock, o.maxRetryDelay
 	comps, err := manager.Setup(ctx, mgr, opts)
 	if err != nil {
 		cancel()

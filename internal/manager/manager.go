@@ -59,6 +59,9 @@ type Options struct {
 	// ResyncInterval is the time between RunnerPool resyncs against the
 	// CI platform (runner states, queued jobs); zero means 30s.
 	ResyncInterval time.Duration
+	// MaxRetryDelay caps the exponential backoff of a MachineClaim's
+	// transient hypervisor errors; zero means 5 minutes.
+	MaxRetryDelay time.Duration
 }
 
 // WebhookOptions configure the GitHub webhook receiver.
@@ -142,14 +145,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}
 	runners := controller.NewRunnerObservations()
 	if err := (&controller.MachineClaimReconciler{
-		Client:      mgr.GetClient(),
-		Registry:    registry,
-		IPAM:        addresses,
-		Recorder:    mgr.GetEventRecorderFor("machineclaim-controller"),
-		Clock:       opts.Clock,
-		Bootstrap:   opts.Bootstrap,
-		ClaimEvents: claimEvents,
-		Runners:     runners,
+		Client:        mgr.GetClient(),
+		Registry:      registry,
+		IPAM:          addresses,
+		Recorder:      mgr.GetEventRecorderFor("machineclaim-controller"),
+		Clock:         opts.Clock,
+		Bootstrap:     opts.Bootstrap,
+		ClaimEvents:   claimEvents,
+		Runners:       runners,
+		MaxRetryDelay: opts.MaxRetryDelay,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up MachineClaim controller: %w", err)
 	}
