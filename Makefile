@@ -16,6 +16,9 @@ ENVTEST_BUILD := hack/envtest/build.sh
 
 GO_TEST_FLAGS ?= -race -count=1
 TEST_TIMEOUT ?= 25m
+E2E_TIMEOUT ?= 40m
+# E2E_RUN selects scenarios (a go test -run pattern); empty runs them all.
+E2E_RUN ?=
 
 .PHONY: all
 all: generate manifests docs build
@@ -68,6 +71,15 @@ test-deps: ## Install the system programs tests run (Debian's cloud-init).
 .PHONY: test
 test: test-deps ## Run every test against the real API server (builds it on first use).
 	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
+
+.PHONY: test-e2e
+test-e2e: test-deps ## Run the end-to-end scenarios: operator, both simulators, the real agent in every VM.
+	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v -run '$(E2E_RUN)' ./test/e2e/
+
+.PHONY: dev
+dev: ## Run the whole loop locally (hyperfleet dev); DEV_FLAGS passes flags, e.g. DEV_FLAGS="--jobs 10".
+	hack/test-deps.sh --dev
+	go run ./cmd/hyperfleet dev $(DEV_FLAGS)
 
 .PHONY: bench
 bench: ## Run the benchmarks.

@@ -7,12 +7,20 @@
 #     @octokit/openapi and @octokit/webhooks-examples), pinned, into
 #     $HYPERFLEET_CACHE/npm (default ~/.cache/hyperfleet/npm).
 # Tests never skip when something is missing; they fail and point here.
+#
+#   hack/test-deps.sh --dev   only what `hyperfleet dev` needs (curl: the
+#                             simulated VMs' runner scripts and power button)
 set -euo pipefail
 
+dev_only=false
+[[ ${1:-} == --dev ]] && dev_only=true
+
 missing=()
-command -v cloud-init >/dev/null || missing+=(cloud-init)
 command -v curl >/dev/null || missing+=(curl)
-command -v npm >/dev/null || missing+=(npm)
+if ! $dev_only; then
+	command -v cloud-init >/dev/null || missing+=(cloud-init)
+	command -v npm >/dev/null || missing+=(npm)
+fi
 if ((${#missing[@]})); then
 	run=()
 	if [[ $(id -u) -ne 0 ]]; then
@@ -25,6 +33,8 @@ if ((${#missing[@]})); then
 	# enabled in this environment.
 	DEBIAN_FRONTEND=noninteractive "${run[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+$dev_only && exit 0
 
 # Keep these versions in step with internal/testdeps.
 npm_packages=(@octokit/openapi@23.0.2 @octokit/webhooks-examples@7.6.1)

@@ -74,6 +74,10 @@ const (
 	InUseReason = "InUse"
 	// ClusterUnavailableReason: the referenced HypervisorCluster is not Ready.
 	ClusterUnavailableReason = "ClusterUnavailable"
+	// AgentUnavailableReason: the template takes the agent from the
+	// operator (bootstrap.agentSource Operator), but the operator serves no
+	// agent binary for the template's runner os and arch.
+	AgentUnavailableReason = "AgentUnavailable"
 
 	// AtMaxReplicasReason: demand exceeds the pool's maxReplicas.
 	AtMaxReplicasReason = "AtMaxReplicas"

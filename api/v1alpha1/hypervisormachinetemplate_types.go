@@ -316,12 +316,38 @@ const (
 	BootstrapRunnerToken BootstrapMethod = "runner-token"
 )
 
+// AgentSource says where a VM's HyperFleet agent binary comes from.
+// +kubebuilder:validation:Enum=Image;Operator
+type AgentSource string
+
+const (
+	// AgentSourceImage: the hypervisor template has the agent at
+	// /usr/local/bin/hyperfleet-agent.
+	AgentSourceImage AgentSource = "Image"
+	// AgentSourceOperator: cloud-init downloads the agent from the
+	// operator's agent server at first boot and installs it only if its
+	// SHA-256 matches the one the operator computed.
+	AgentSourceOperator AgentSource = "Operator"
+)
+
 // Bootstrap is how the VM's runner gets its credential.
 type Bootstrap struct {
 	// method is jit-config (default) or runner-token.
 	// +optional
 	// +kubebuilder:default=jit-config
 	Method BootstrapMethod `json:"method,omitempty"`
+
+	// agentSource is where the VM gets the HyperFleet agent
+	// (/usr/local/bin/hyperfleet-agent), which runs the CI runner. Image
+	// (default): the hypervisor template has it. Operator: cloud-init
+	// downloads it at first boot from the operator's agent server (manager
+	// flag --agent-server-addr), built for runner.os and runner.arch, and
+	// installs it only if its SHA-256 matches; a VM whose download fails
+	// powers off and is replaced. The template is not Ready (reason
+	// AgentUnavailable) while the operator serves no such binary.
+	// +optional
+	// +kubebuilder:default=Image
+	AgentSource AgentSource `json:"agentSource,omitempty"`
 
 	// github is the GitHub Actions configuration.
 	// +required

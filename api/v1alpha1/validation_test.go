@@ -123,6 +123,7 @@ func TestDefaultsAreApplied(t *testing.T) {
 		{tpl, []string{"spec", "attestation", "method"}, "none"},
 		{tpl, []string{"spec", "bootstrap", "method"}, "jit-config"},
 		{tpl, []string{"spec", "bootstrap", "httpTimeout"}, "30s"},
+		{tpl, []string{"spec", "bootstrap", "agentSource"}, "Image"},
 		{tpl, []string{"spec", "bootstrap", "github", "apiBaseURL"}, "https://api.github.com"},
 		{tpl, []string{"spec", "source", "proxmox", "cloneMode"}, "linked"},
 		{pool, []string{"spec", "scaling", "minReplicas"}, int64(0)},
@@ -323,6 +324,8 @@ func invalidCases() []invalidCase {
 		{name: "template tpm options with join-token", base: validTemplate, mutate: set(map[string]any{"method": "join-token", "tpm": map[string]any{"devicePath": "/dev/tpm0"}}, "spec", "attestation"), want: "attestation.tpm applies only to attestation.method tpm"},
 		{name: "template join token ttl too long", base: validTemplate, mutate: set(map[string]any{"method": "join-token", "joinToken": map[string]any{"ttl": "48h"}}, "spec", "attestation"), want: "attestation.joinToken.ttl must be between 1m and 24h"},
 		{name: "template unknown bootstrap method", base: validTemplate, mutate: set("external-secrets", "spec", "bootstrap", "method"), want: `spec.bootstrap.method: Unsupported value: "external-secrets"`},
+		// A lower-case value is the likely mistake; the message lists the right spellings.
+		{name: "template unknown agent source", base: validTemplate, mutate: set("operator", "spec", "bootstrap", "agentSource"), want: `spec.bootstrap.agentSource: Unsupported value: "operator": supported values: "Image", "Operator"`},
 		{name: "template app and pat", base: validTemplate, mutate: set(map[string]any{"appId": map[string]any{"name": "a", "key": "id"}, "privateKey": map[string]any{"name": "a", "key": "pem"}, "installationId": map[string]any{"name": "a", "key": "inst"}}, "spec", "bootstrap", "github", "credentials", "app"), want: "set exactly one of bootstrap.github.credentials.app (GitHub App, recommended) and bootstrap.github.credentials.pat"},
 		{name: "template no github credentials", base: validTemplate, mutate: set(map[string]any{}, "spec", "bootstrap", "github", "credentials"), want: "set exactly one of bootstrap.github.credentials.app"},
 		{name: "template pat secret in another namespace", base: validTemplate, mutate: set(map[string]any{"name": "gh", "key": "token", "namespace": "kube-system"}, "spec", "bootstrap", "github", "credentials", "pat"), want: `unknown field "spec.bootstrap.github.credentials.pat.namespace"`},

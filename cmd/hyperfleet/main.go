@@ -1,6 +1,7 @@
 // Command hyperfleet is the HyperFleet operator.
 //
 //	hyperfleet manager [flags]   run the controllers (the container's entrypoint)
+//	hyperfleet dev [flags]       run the whole loop locally on simulators
 package main
 
 import (
@@ -37,6 +38,11 @@ func main() {
 			fmt.Fprintln(os.Stderr, "hyperfleet manager:", err)
 			os.Exit(1)
 		}
+	case "dev":
+		if err := runDev(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "hyperfleet dev:", err)
+			os.Exit(1)
+		}
 	case "-h", "--help", "help":
 		usage()
 	default:
@@ -51,6 +57,7 @@ func usage() {
 
 Commands:
   manager   run the HyperFleet operator (controllers, poller, orphan sweeper)
+  dev       run the whole loop on this machine: API server, simulators, operator, agent
 
 Run "hyperfleet <command> -h" for the command's flags.
 `)
@@ -73,6 +80,7 @@ func runManager(args []string) error {
 	webhookCertDir := fs.String("webhook-cert-dir", "/etc/hyperfleet/webhook-tls", "directory with the receiver's tls.crt and tls.key (reloaded when they change)")
 	webhookSecret := fs.String("github-webhook-secret", "hyperfleet-github-webhook", "Secret (in --namespace) whose key webhook-secret is the secret configured on the GitHub webhook")
 	webhookMaxBody := fs.Int64("webhook-max-body-bytes", webhook.DefaultMaxBodyBytes, "largest webhook delivery accepted; larger ones get 413")
+	agentFlags := bindAgentServerFlags(fs)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -80,6 +88,10 @@ func runManager(args []string) error {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
+	agentServer, err := agentFlags.options()
+	if err != nil {
+		return err
+	}
 
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -120,6 +132,7 @@ func runManager(args []string) error {
 		MaxRetryDelay:     *maxRetryDelay,
 		OrphanGracePeriod: *orphanGrace,
 		SweepDryRun:       *sweepDryRun,
+		AgentServer:       agentServer,
 	}
 	if *webhookAddr != "0" {
 		secret, err := webhookSecretValue(ctx, direct, *namespace, *webhookSecret)

@@ -72,6 +72,20 @@ func spiffeVars(v Vars) Vars {
 	return v
 }
 
+// testAgentSHA256 is the SHA-256 of "stand-in for hyperfleet-agent-linux-amd64".
+const testAgentSHA256 = "d764619d39f3284005f00aaaccfc62610e008e64fa4e95859dd91666af200999"
+
+// operatorAgentVars takes the agent from the operator's agent server
+// (spec.bootstrap.agentSource Operator), as the controller fills it.
+func operatorAgentVars(v Vars) Vars {
+	base := "https://hyperfleet-agent.hyperfleet-system.svc:9443/agent/v1"
+	v.AgentDownloadURL = base + "/hyperfleet-agent-linux-amd64?sha256=" + testAgentSHA256
+	v.AgentSHA256 = testAgentSHA256
+	v.AgentCA = testCA
+	v.BootstrapServiceURL = base
+	return v
+}
+
 // goldenCase is one rendered seed checked against testdata/<name>/ and
 // validated by cloud-init.
 type goldenCase struct {
@@ -215,6 +229,30 @@ apt-get install -y jq
 		in:        Input{Vars: runnerTokenVars(baseVars()), UserData: mimeUserData},
 		networkd:  []string{"DHCP=ipv4"},
 		userParts: []string{"text/cloud-config", "text/x-shellscript", "text/cloud-config"},
+	})
+
+	cases = append(cases, goldenCase{
+		name:      "agent-from-operator",
+		in:        Input{Vars: operatorAgentVars(baseVars())},
+		networkd:  []string{"DHCP=ipv4"},
+		userParts: []string{"text/cloud-config"},
+	})
+
+	// An arm64 runner, the system roots (no CA), and a user script: the
+	// operator's part, download first, comes after the user's.
+	v = operatorAgentVars(runnerTokenVars(baseVars()))
+	v.RunnerConfig.Arch = "arm64"
+	v.RunnerConfig.DownloadURL = "https://github.com/actions/runner/releases/download/v2.329.0/actions-runner-linux-arm64-2.329.0.tar.gz"
+	v.AgentDownloadURL = "https://agents.ci.example.com/agent/v1/hyperfleet-agent-linux-arm64?sha256=" + testAgentSHA256
+	v.AgentCA = ""
+	v.BootstrapServiceURL = "https://agents.ci.example.com/agent/v1"
+	cases = append(cases, goldenCase{
+		name: "agent-from-operator-user-script",
+		in: Input{Vars: v, UserData: `#!/bin/sh
+echo "runner {{ .RunnerName }} takes its agent from {{ .BootstrapServiceURL }}" > /etc/motd
+`},
+		networkd:  []string{"DHCP=ipv4"},
+		userParts: []string{"text/x-shellscript", "text/cloud-config"},
 	})
 
 	v = runnerTokenVars(baseVars())

@@ -29,8 +29,15 @@ const (
 	// AgentUnitPath is where the operator writes that unit.
 	AgentUnitPath = "/etc/systemd/system/" + AgentUnitName
 	// AgentBinary is where the image must have the agent (or where a
-	// user's cloud-config must put it, see BootstrapServiceURL).
+	// user's cloud-config must put it, see BootstrapServiceURL), and where
+	// FetchAgentPath installs it when Vars.AgentDownloadURL is set.
 	AgentBinary = "/usr/local/bin/hyperfleet-agent"
+	// FetchAgentPath is the script that downloads and verifies the agent
+	// (Vars.AgentDownloadURL set).
+	FetchAgentPath = "/usr/local/lib/hyperfleet/fetch-agent.sh"
+	// AgentCAPath is the CA bundle the VM trusts for the agent download
+	// (Vars.AgentCA set).
+	AgentCAPath = "/etc/hyperfleet/agent-ca.pem"
 )
 
 // MergeType is the Merge-Type header of the operator's part in a MIME
@@ -48,7 +55,84 @@ var operatorPolicy = &mergePolicy{
 		"power_state":       "HyperFleet powers the VM off when its job ends; power_state would stop or reboot it before the runner starts",
 	},
 	defaults:   map[string]bool{"manage_etc_hosts": true},
-	ownedPaths: map[string]bool{AgentConfigPath: true, AgentUnitPath: true},
+	ownedPaths: map[string]bool{AgentConfigPath: true, AgentUnitPath: true, FetchAgentPath: true, AgentCAPath: true},
+}
+
+// fetchAgentScript downloads the agent, checks its SHA-256 and installs it
+// atomically: DEST is replaced only by a file with the expected checksum,
+// and is left as it was on any failure (the runcmd entry that runs it
+// decides what a failure means, see fetchAgentCommand). POSIX sh, curl,
+// coreutils: nothing the template guide does not require. Tests run it
+// against the agent server.
+const fetchAgentScript = `#!/bin/sh
+# HyperFleet: download the agent, check its SHA-256, install it.
+# Usage: fetch-agent.sh URL SHA256 DEST [CAFILE]
+# DEST is replaced (atomically, mode 0755) only by a file whose SHA-256 is
+# SHA256; on any failure it is left as it was and the exit status is 1
+# (2 for bad arguments). Written by the HyperFleet operator's cloud-init.
+set -eu
+me=hyperfleet-fetch-agent
+if [ "$#" -lt 3 ] || [ "$#" -gt 4 ]; then
+    echo "usage: $0 URL SHA256 DEST [CAFILE]" >&2
+    exit 2
+fi
+url=$1 want=$2 dest=$3 ca=${4:-}
+case $url in
+https://*) ;;
+*) echo "$me: refusing $url: not an https:// URL" >&2; exit 2 ;;
+esac
+case $want in
+*[!0-9a-f]*) echo "$me: the expected SHA-256 $want is not lower-case hex" >&2; exit 2 ;;
+esac
+if [ "${#want}" -ne 64 ]; then
+    echo "$me: the expected SHA-256 $want does not have 64 hex digits" >&2
+    exit 2
+fi
+dir=$(dirname -- "$dest")
+mkdir -p -- "$dir"
+# The download goes next to DEST so that the final mv is an atomic rename.
+tmp=$(mktemp "$dir/.hyperfleet-agent.XXXXXX")
+trap 'rm -f -- "$tmp"' EXIT
+trap 'exit 1' HUP INT TERM
+set -- --fail --silent --show-error --location --retry 5 --retry-connrefused \
+    --connect-timeout 10 --max-time 300 --proto =https --proto-redir =https --output "$tmp"
+if [ -n "$ca" ]; then
+    set -- "$@" --cacert "$ca"
+fi
+curl "$@" --url "$url" || {
+    echo "$me: downloading $url failed (curl exit status $?)" >&2
+    exit 1
+}
+got=$(sha256sum -- "$tmp" | cut -d ' ' -f 1)
+if [ "$got" != "$want" ]; then
+    echo "$me: checksum mismatch for $url: expected sha256 $want, got $got; not installing it" >&2
+    exit 1
+fi
+chmod 0755 -- "$tmp"
+mv -f -- "$tmp" "$dest"
+echo "$me: installed $dest (sha256 $want)"
+`
+
+// fetchAgentCommand is the runcmd entry that installs the agent: the
+// script's arguments are passed as sh's positional parameters, never
+// spliced into code. A failed download removes AgentBinary, so that no
+// binary but the operator's can run (an image may still have an older
+// one), and powers the VM off at once when the VM powers off on finish,
+// so the operator replaces it; runcmd runs its entries one after the
+// other whatever their status, so the unit is still started and fails on
+// the missing binary, which FailureAction=poweroff turns into a power-off
+// too. Without powerOff the VM stays up, the unit failed, for inspection.
+func fetchAgentCommand(v *Vars) []string {
+	onFailure := `rm -f -- "$3"; echo "hyperfleet: the agent could not be installed; powering the VM off so that the operator replaces it" >&2; systemctl poweroff; exit 1`
+	if !v.PowerOffOnFinish {
+		onFailure = `rm -f -- "$3"; echo "hyperfleet: the agent could not be installed; its unit will fail" >&2; exit 1`
+	}
+	cmd := []string{"sh", "-c", FetchAgentPath + ` "$@" || { ` + onFailure + `; }`, "hyperfleet-fetch-agent",
+		v.AgentDownloadURL, v.AgentSHA256, AgentBinary}
+	if v.AgentCA != "" {
+		cmd = append(cmd, AgentCAPath)
+	}
+	return cmd
 }
 
 // agentUnit is the systemd unit that runs the agent. After=cloud-final
@@ -167,19 +251,37 @@ func operatorCloudConfig(v *Vars) (*yaml.Node, error) {
 	if v.FQDN != "" {
 		root.Content = append(root.Content, str("fqdn"), str(v.FQDN))
 	}
+	files := seq(
+		mapping("path", AgentConfigPath, "owner", "root:root", "permissions", quoted("0600"), "content", literal(string(js))),
+		mapping("path", AgentUnitPath, "owner", "root:root", "permissions", quoted("0644"), "content", literal(agentUnit(v.PowerOffOnFinish))),
+	)
+	// --no-block: the unit is ordered after cloud-final.service, which
+	// runs this runcmd; waiting here would deadlock.
+	runcmd := seq(
+		flow("systemctl", "daemon-reload"),
+		flow("systemctl", "start", "--no-block", AgentUnitName),
+	)
+	if v.AgentDownloadURL != "" {
+		if v.AgentCA != "" {
+			files.Content = append(files.Content,
+				mapping("path", AgentCAPath, "owner", "root:root", "permissions", quoted("0644"), "content", literal(v.AgentCA)))
+		}
+		files.Content = append(files.Content,
+			mapping("path", FetchAgentPath, "owner", "root:root", "permissions", quoted("0755"), "content", literal(fetchAgentScript)))
+		// First: the agent must be in place before its unit can start.
+		fetch := flow(fetchAgentCommand(v)...)
+		for _, n := range fetch.Content {
+			if n.Value == v.AgentSHA256 {
+				n.Style = yaml.SingleQuotedStyle // hex digits alone would be a YAML number
+			}
+		}
+		runcmd.Content = append([]*yaml.Node{fetch}, runcmd.Content...)
+	}
 	root.Content = append(root.Content,
 		str("preserve_hostname"), boolean(false),
 		str("manage_etc_hosts"), boolean(true),
-		str("write_files"), seq(
-			mapping("path", AgentConfigPath, "owner", "root:root", "permissions", quoted("0600"), "content", literal(string(js))),
-			mapping("path", AgentUnitPath, "owner", "root:root", "permissions", quoted("0644"), "content", literal(agentUnit(v.PowerOffOnFinish))),
-		),
-		// --no-block: the unit is ordered after cloud-final.service, which
-		// runs this runcmd; waiting here would deadlock.
-		str("runcmd"), seq(
-			flow("systemctl", "daemon-reload"),
-			flow("systemctl", "start", "--no-block", AgentUnitName),
-		),
+		str("write_files"), files,
+		str("runcmd"), runcmd,
 	)
 	return root, nil
 }

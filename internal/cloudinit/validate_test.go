@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -295,6 +296,9 @@ func TestCloudInitValidatesGoldens(t *testing.T) {
 			if agentFile["permissions"] != "0600" || agentFile["owner"] != "root:root" {
 				t.Errorf("agent config is written with permissions %v owner %v, want 0600 root:root", agentFile["permissions"], agentFile["owner"])
 			}
+			if v.AgentDownloadURL != "" {
+				checkAgentDownload(t, v, runcmd, files)
+			}
 			content, _ := agentFile["content"].(string)
 			ac, err := agentconfig.Parse([]byte(content))
 			if err != nil {
@@ -319,6 +323,45 @@ func TestCloudInitValidatesGoldens(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkAgentDownload checks, in the config cloud-init merged, that the
+// agent download (agentSource Operator) runs before the agent's unit is
+// loaded and started, and that its script and CA are written.
+func checkAgentDownload(t *testing.T, v Vars, runcmd, files []any) {
+	t.Helper()
+	fetch, reload := -1, -1
+	for i, c := range runcmd {
+		l, _ := c.([]any)
+		switch {
+		case len(l) > 6 && l[0] == "sh" && strings.Contains(fmt.Sprint(l[2]), FetchAgentPath):
+			if l[4] != v.AgentDownloadURL || l[5] != v.AgentSHA256 || l[6] != AgentBinary {
+				t.Errorf("the download's arguments are %v", l[3:])
+			}
+			fetch = i
+		case reflect.DeepEqual(l, []any{"systemctl", "daemon-reload"}):
+			reload = i
+		}
+	}
+	if fetch < 0 || reload < 0 || fetch > reload {
+		t.Errorf("runcmd does not download the agent before daemon-reload: %v", runcmd)
+	}
+	want := map[string]string{FetchAgentPath: "0755"}
+	if v.AgentCA != "" {
+		want[AgentCAPath] = "0644"
+	}
+	for _, f := range files {
+		m, _ := f.(map[string]any)
+		if p, _ := m["path"].(string); want[p] != "" {
+			if m["permissions"] != want[p] {
+				t.Errorf("%s is written with permissions %v, want %s", p, m["permissions"], want[p])
+			}
+			delete(want, p)
+		}
+	}
+	for p := range want {
+		t.Errorf("write_files lacks %s", p)
 	}
 }
 

@@ -2,9 +2,11 @@ package cloudinit
 
 import (
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -141,8 +143,26 @@ type Vars struct {
 	// PowerOffOnFinish powers the VM off when its runner exits.
 	PowerOffOnFinish bool
 
+	// AgentDownloadURL is the https:// URL of the agent binary on the
+	// operator's agent server (spec.bootstrap.agentSource Operator);
+	// HyperFleet's cloud-config then downloads it to AgentBinary at first
+	// boot and installs it only if its SHA-256 is AgentSHA256. Empty: the
+	// image has the agent (agentSource Image).
+	AgentDownloadURL string
+	// AgentSHA256 is the agent binary's SHA-256 (64 lower-case hex digits);
+	// set exactly with AgentDownloadURL.
+	AgentSHA256 string
+	// AgentCA is the PEM CA bundle the VM trusts for AgentDownloadURL,
+	// empty for the image's system roots. Zeroed by Canonical: it rotates
+	// on its own schedule, not with the template.
+	AgentCA string
+
 	// BootstrapServiceURL is where a template may download the agent from
-	// (seed 000 "Strategy 2"); HyperFleet's own cloud-init does not use it.
+	// (seed 000 "Strategy 2"): with agentSource Operator the agent server's
+	// directory of binaries, such as
+	// https://hyperfleet-agent.hyperfleet-system.svc:9443/agent/v1, holding
+	// hyperfleet-agent-linux-amd64 and its .sha256. HyperFleet's own
+	// cloud-config uses AgentDownloadURL instead.
 	BootstrapServiceURL string
 	// BootstrapServiceBinary is the agent binary when the operator is set
 	// up to embed it, else empty. Use it only as {{ .BootstrapServiceBinary
@@ -228,7 +248,7 @@ func (b Bytes) String() string { return fmt.Sprintf("<%d bytes; use base64>", le
 
 // Canonical returns v with every per-VM, per-claim and per-issue value
 // zeroed: Hostname, FQDN, InstanceID, MACAddress, StaticIP, SPIFFEID,
-// JoinToken, TrustBundle, JITConfig, RunnerToken, RunnerName, Labels,
+// JoinToken, TrustBundle, AgentCA, JITConfig, RunnerToken, RunnerName, Labels,
 // RunnerGroup and ExpiresAt. What remains is the same for every VM of one
 // template, so rendering the canonical vars gives identical bytes for all of
 // them and the bytes change only when something that shapes the VMs changes
@@ -243,6 +263,7 @@ func (v Vars) Canonical() Vars {
 	v.SPIFFEID = ""
 	v.JoinToken = ""
 	v.TrustBundle = ""
+	v.AgentCA = ""
 	v.JITConfig = ""
 	v.RunnerToken = ""
 	v.RunnerName = ""
@@ -409,5 +430,33 @@ func (v *Vars) check() (netVars, error) {
 	default:
 		return nv, fmt.Errorf("vars: BootstrapMethod %q must be %s or %s", v.BootstrapMethod, BootstrapJITConfig, BootstrapRunnerToken)
 	}
-	return nv, nil
+	return nv, v.checkAgent()
+}
+
+var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// checkAgent validates the agent download variables. They reach a shell
+// script as arguments (never as code), but a value the script refuses
+// would only show up as VMs powering off.
+func (v *Vars) checkAgent() error {
+	if v.AgentDownloadURL == "" {
+		if v.AgentSHA256 != "" || v.AgentCA != "" {
+			return fmt.Errorf("vars: AgentSHA256 and AgentCA apply only with AgentDownloadURL")
+		}
+		return nil
+	}
+	u, err := url.Parse(v.AgentDownloadURL)
+	if err != nil || u.Scheme != "https" || u.Host == "" || len(v.AgentDownloadURL) > 2048 ||
+		strings.ContainsFunc(v.AgentDownloadURL, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return fmt.Errorf("vars: AgentDownloadURL %q must be an https:// URL of at most 2048 characters without spaces", v.AgentDownloadURL)
+	}
+	if !sha256RE.MatchString(v.AgentSHA256) {
+		return fmt.Errorf("vars: AgentSHA256 %q must be 64 lower-case hex digits", v.AgentSHA256)
+	}
+	if v.AgentCA != "" {
+		if b, _ := pem.Decode([]byte(v.AgentCA)); b == nil || b.Type != "CERTIFICATE" {
+			return fmt.Errorf("vars: AgentCA must be PEM certificates (-----BEGIN CERTIFICATE-----)")
+		}
+	}
+	return nil
 }

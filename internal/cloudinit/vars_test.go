@@ -13,11 +13,11 @@ import (
 // new field fails this test until someone decides which it is.
 var (
 	perVMFields = []string{"Hostname", "FQDN", "InstanceID", "MACAddress", "StaticIP", "SPIFFEID", "JoinToken",
-		"TrustBundle", "JITConfig", "RunnerToken", "RunnerName", "Labels", "RunnerGroup", "ExpiresAt"}
+		"TrustBundle", "AgentCA", "JITConfig", "RunnerToken", "RunnerName", "Labels", "RunnerGroup", "ExpiresAt"}
 	templateFields = []string{"NetworkMode", "DHCPClientIdentifier", "SendHostname", "IPv6", "NetmaskBits", "Gateway",
 		"DNSServers", "SearchDomains", "SPIFFEEnabled", "AttestationMethod", "TrustDomain", "SPIREServerAddress",
 		"TPMDevicePath", "BrokerURL", "WorkloadMethod", "BootstrapMethod", "RegistrationURL", "RunnerConfig",
-		"PowerOffOnFinish", "BootstrapServiceURL", "BootstrapServiceBinary"}
+		"PowerOffOnFinish", "AgentDownloadURL", "AgentSHA256", "BootstrapServiceURL", "BootstrapServiceBinary"}
 )
 
 func TestCanonicalFieldClassification(t *testing.T) {
@@ -41,7 +41,7 @@ func TestCanonicalFieldClassification(t *testing.T) {
 	}
 
 	// Canonical zeroes exactly the per-VM fields.
-	v := spiffeVars(runnerTokenVars(baseVars()))
+	v := operatorAgentVars(spiffeVars(runnerTokenVars(baseVars())))
 	v.NetworkMode, v.StaticIP, v.NetmaskBits, v.Gateway = NetworkStatic, "192.0.2.10", 24, "192.0.2.1"
 	v.JITConfig, v.RunnerToken = "jit", "token" // not a valid VM; Canonical does not care
 	c := reflect.ValueOf(v.Canonical())

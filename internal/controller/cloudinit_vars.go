@@ -1,13 +1,30 @@
 package controller
 
 import (
+	"fmt"
 	"net/netip"
+	"net/url"
+	"path"
 	"strings"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentserver"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 )
+
+// AgentLocator finds the agent binary the operator serves to VMs whose
+// template has spec.bootstrap.agentSource Operator (internal/agentserver's
+// Server). It is fixed for the life of the process.
+type AgentLocator interface {
+	// Lookup returns the download URL and SHA-256 of the agent for a
+	// runner os and arch in GitHub's naming (linux, x64); ok is false when
+	// no such binary is served.
+	Lookup(os, arch string) (url, sha256 string, ok bool)
+	// CA is the PEM CA bundle VMs trust for the download, empty for their
+	// system roots.
+	CA() string
+}
 
 // Runner software defaults, the same as the CRD's, for objects created
 // before a default existed.
@@ -141,4 +158,39 @@ func registrationURL(gh hfv1.GitHubBootstrap) string {
 		return web + "/" + owner + "/" + repo
 	}
 	return web + "/" + owner
+}
+
+// setAgentVars fills the agent download variables of a template whose
+// agentSource is Operator, for the runner os and arch v already holds;
+// other templates keep them empty, so their cloud-init (and hash) does not
+// change when an agent server is configured. The error says what to fix;
+// the template controller reports it as AgentUnavailable.
+func setAgentVars(tmpl *hfv1.HypervisorMachineTemplate, agent AgentLocator, v *cloudinit.Vars) error {
+	if tmpl.Spec.Bootstrap.AgentSource != hfv1.AgentSourceOperator {
+		return nil
+	}
+	goos, arch := v.RunnerConfig.OS, v.RunnerConfig.Arch
+	name, err := agentserver.FileName(goos, arch)
+	if err != nil {
+		return fmt.Errorf("spec.bootstrap.agentSource is Operator, but %w (spec.bootstrap.github.runner.os and arch); for another platform build the agent into the template and use agentSource Image", err)
+	}
+	if agent == nil {
+		return fmt.Errorf("spec.bootstrap.agentSource is Operator, but this operator serves no agent binaries: start the manager with --agent-server-addr, --agent-server-url, --agent-server-cert and --agent-server-key, and --agent-binaries-dir naming a directory with %s; or use agentSource Image with the agent at %s in the template",
+			name, cloudinit.AgentBinary)
+	}
+	u, sum, ok := agent.Lookup(goos, arch)
+	if !ok {
+		return fmt.Errorf("spec.bootstrap.agentSource is Operator, but the operator's agent server has no %s (for runner os %s, arch %s): put that file into the manager's --agent-binaries-dir and restart the manager",
+			name, goos, arch)
+	}
+	v.AgentDownloadURL, v.AgentSHA256, v.AgentCA = u, sum, agent.CA()
+	// The directory of the binaries, for templates that fetch files of
+	// their own from it (seed 000's {{ .BootstrapServiceURL }}/<file>).
+	if parsed, err := url.Parse(u); err == nil {
+		parsed.RawQuery = ""
+		parsed.Path = path.Dir(parsed.Path)
+		parsed.RawPath = ""
+		v.BootstrapServiceURL = parsed.String()
+	}
+	return nil
 }

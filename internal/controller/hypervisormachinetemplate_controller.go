@@ -30,6 +30,9 @@ type HypervisorMachineTemplateReconciler struct {
 	Client   client.Client
 	Registry *hypervisors.Registry
 	Recorder record.EventRecorder
+	// Agent finds the agent binaries the operator serves; nil when it
+	// serves none (templates with agentSource Operator are then not Ready).
+	Agent AgentLocator
 }
 
 // SetupWithManager registers the controller.
@@ -131,7 +134,13 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 		}
 		pool = p
 	}
-	hash, err := templateHash(tmpl, cluster, pool)
+	// The agent server is configured at start: only a restart changes the
+	// answer, and every template is reconciled then.
+	vars := templateVars(tmpl, cluster, pool)
+	if err := setAgentVars(tmpl, r.Agent, &vars); err != nil {
+		return invalid(hfv1.AgentUnavailableReason, err.Error())
+	}
+	hash, err := templateHash(tmpl, cluster, pool, r.Agent)
 	if err != nil {
 		return invalid(hfv1.TemplateInvalidReason, err.Error())
 	}

@@ -3,10 +3,13 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/manager"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 )
 
@@ -165,4 +169,80 @@ func TestTemplateHash(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestTemplateAgentUnavailable: a template that takes the agent from the
+// operator is not Ready, with a message naming what to configure, until the
+// operator serves a binary for its runner's platform.
+func TestTemplateAgentUnavailable(t *testing.T) {
+	sim := startSim(t, nil)
+	op := startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	image := waitTemplate(t, f.template, metav1.ConditionTrue, "")
+
+	variant := func(name string, mutate func(*hfv1.HypervisorMachineTemplate)) *hfv1.HypervisorMachineTemplate {
+		tmpl := f.template.DeepCopy()
+		tmpl.ObjectMeta = metav1.ObjectMeta{Namespace: f.namespace, Name: name}
+		tmpl.Status = hfv1.HypervisorMachineTemplateStatus{}
+		tmpl.Spec.Bootstrap.AgentSource = hfv1.AgentSourceOperator
+		if mutate != nil {
+			mutate(tmpl)
+		}
+		f.create(tmpl)
+		return tmpl
+	}
+	wantUnavailable := func(tmpl *hfv1.HypervisorMachineTemplate, texts ...string) {
+		t.Helper()
+		got := waitTemplate(t, tmpl, metav1.ConditionFalse, hfv1.AgentUnavailableReason)
+		ready := meta.FindStatusCondition(got.Status.Conditions, hfv1.ReadyCondition)
+		if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != hfv1.AgentUnavailableReason {
+			t.Errorf("Ready = %+v, want False/%s", ready, hfv1.AgentUnavailableReason)
+		}
+		for _, text := range texts {
+			if ready != nil && !strings.Contains(ready.Message, text) {
+				t.Errorf("message %q does not mention %q", ready.Message, text)
+			}
+		}
+		eventually(t, 10*time.Second, "an AgentUnavailable warning event", func() error {
+			var list corev1.EventList
+			if err := env.Client.List(context.Background(), &list, client.InNamespace(tmpl.Namespace)); err != nil {
+				return err
+			}
+			for _, e := range list.Items {
+				if e.InvolvedObject.UID == tmpl.UID && e.Reason == hfv1.AgentUnavailableReason && e.Type == corev1.EventTypeWarning {
+					return nil
+				}
+			}
+			return fmt.Errorf("none among %d events", len(list.Items))
+		})
+	}
+
+	// No agent server: the message names the flags to set.
+	amd := variant("operator-agent", nil)
+	wantUnavailable(amd, "--agent-server-addr", "--agent-binaries-dir", "hyperfleet-agent-linux-amd64", "agentSource Image")
+
+	// An agent server with an amd64 build only.
+	certFile, keyFile, _ := webhookCertificate(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "hyperfleet-agent-linux-amd64"), []byte("\x7fELF stand-in for the agent"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	op = op.restart(t, operatorOptions{agentServer: &manager.AgentServerOptions{
+		Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Dir: dir, URL: "https://hyperfleet-agent.hyperfleet-system.svc:9443",
+	}})
+	if op.components.AgentServer == nil {
+		t.Fatal("the manager did not set up the agent server")
+	}
+	ok := waitTemplate(t, amd, metav1.ConditionTrue, "")
+	if ok.Status.TemplateHash == image.Status.TemplateHash {
+		t.Error("taking the agent from the operator kept the template hash")
+	}
+	arm := variant("operator-agent-arm64", func(tm *hfv1.HypervisorMachineTemplate) {
+		tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{OS: "linux", Arch: "arm64"}
+	})
+	wantUnavailable(arm, "hyperfleet-agent-linux-arm64", "--agent-binaries-dir", "arch arm64")
+	// Templates that keep the agent in the image are unaffected.
+	if got := waitTemplate(t, f.template, metav1.ConditionTrue, ""); got.Status.TemplateHash != image.Status.TemplateHash {
+		t.Error("configuring an agent server changed the hash of a template with agentSource Image")
+	}
 }

@@ -30,6 +30,11 @@ type claimCloudInit struct {
 // Render implements provider.CloudInitSource.
 func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error) {
 	vars := claimVars(c.claim, c.tmpl, c.cluster, c.addr)
+	if err := setAgentVars(c.tmpl, c.r.Agent, &vars); err != nil {
+		// The template is not Ready in this case; only a claim that passed
+		// before an operator restart without the agent server gets here.
+		return provider.CloudInit{}, provider.Errorf(provider.ClassConfiguration, hfv1.AgentUnavailableReason, "HypervisorMachineTemplate %s: %w", c.tmpl.Name, err)
+	}
 	if b := c.r.Bootstrap; b != nil {
 		if err := b.BootstrapVars(ctx, c.claim, c.tmpl, &vars); err != nil {
 			return provider.CloudInit{}, fmt.Errorf("workload bootstrap data: %w", err)

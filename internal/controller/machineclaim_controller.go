@@ -72,6 +72,9 @@ type MachineClaimReconciler struct {
 	Clock    clock.PassiveClock
 	// Bootstrap supplies workload credentials; nil renders VMs without any.
 	Bootstrap BootstrapSource
+	// Agent finds the agent binaries the operator serves (templates with
+	// agentSource Operator); nil when it serves none.
+	Agent AgentLocator
 	// ClaimEvents carries wake-ups from the HypervisorCluster poller and
 	// the RunnerPool resync.
 	ClaimEvents <-chan event.GenericEvent

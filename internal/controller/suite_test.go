@@ -101,6 +101,8 @@ type operatorOptions struct {
 	// maxRetryDelay caps claim retry backoff (default 5m); fault tests
 	// lower it so that a run of injected errors cannot outlast their wait.
 	maxRetryDelay time.Duration
+	// agentServer, when set, serves agent binaries (agentSource Operator).
+	agentServer *manager.AgentServerOptions
 }
 
 // startOperator runs the full manager wiring against the test API server.
@@ -160,6 +162,7 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 		opts.Bootstrap, opts.GitHubTransport = nil, o.github
 	}
 	opts.Webhook, opts.ResyncInterval, opts.Clock, opts.MaxRetryDelay = o.webhook, o.resyncInterval, o.clock, o.maxRetryDelay
+	opts.AgentServer = o.agentServer
 	comps, err := manager.Setup(ctx, mgr, opts)
 	if err != nil {
 		cancel()

@@ -27,10 +27,16 @@ type hashedShape struct {
 // templateHash is the drift hash of a template (seed 003, DESIGN decision
 // 11): a SHA-256 over the cloud-init rendered with every per-VM value
 // zeroed, plus the source template, resources and network. It depends only
-// on the template's and cluster's specs, so it is stable across operator
-// restarts and identical for every VM of the template.
-func templateHash(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool) (string, error) {
-	out, err := cloudinit.Render(cloudInitInput(tmpl, templateVars(tmpl, cluster, pool).Canonical()))
+// on the template's and cluster's specs, and, for agentSource Operator, on
+// the checksum of the agent binary the operator serves (a new agent build
+// makes existing VMs stale, as a new template would); so it is stable
+// across operator restarts and identical for every VM of the template.
+func templateHash(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool, agent AgentLocator) (string, error) {
+	vars := templateVars(tmpl, cluster, pool)
+	if err := setAgentVars(tmpl, agent, &vars); err != nil {
+		return "", err
+	}
+	out, err := cloudinit.Render(cloudInitInput(tmpl, vars.Canonical()))
 	if err != nil {
 		return "", fmt.Errorf("spec.cloudInit does not render: %w", err)
 	}

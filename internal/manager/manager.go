@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentserver"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
@@ -62,6 +64,27 @@ type Options struct {
 	// MaxRetryDelay caps the exponential backoff of a MachineClaim's
 	// transient hypervisor errors; zero means 5 minutes.
 	MaxRetryDelay time.Duration
+	// AgentServer, when set, serves the in-VM agent binary over HTTPS (on
+	// every replica) to VMs of templates with agentSource Operator.
+	AgentServer *AgentServerOptions
+}
+
+// AgentServerOptions configure the agent server (internal/agentserver).
+type AgentServerOptions struct {
+	// Addr is the HTTPS listen address, such as ":9443".
+	Addr string
+	// CertFile and KeyFile are the serving certificate and key (reloaded
+	// when they change).
+	CertFile, KeyFile string
+	// CAFile is the PEM CA VMs trust to reach URL; empty: their system
+	// roots.
+	CAFile string
+	// Dir holds the binaries, named hyperfleet-agent-<os>-<arch>.
+	Dir string
+	// URL is the https:// base URL VMs reach the server at, such as
+	// https://hyperfleet-agent.ci.example.com:9443 (VMs live outside the
+	// cluster: a .svc name works only if they resolve cluster DNS).
+	URL string
 }
 
 // WebhookOptions configure the GitHub webhook receiver.
@@ -85,6 +108,8 @@ type Components struct {
 	Sweeper  *sweeper.Sweeper
 	// Webhook is the GitHub webhook server, when Options.Webhook was set.
 	Webhook *webhook.Server
+	// AgentServer serves the agent binary, when Options.AgentServer was set.
+	AgentServer *agentserver.Server
 	// Resync compares pools with the CI platform; nil when the bootstrap
 	// source cannot give pool providers.
 	Resync *controller.PoolResync
@@ -112,6 +137,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	if err := controller.SetupIndexes(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up field indexes: %w", err)
 	}
+	// Before the controllers: they hand VMs the URLs and checksums it serves.
+	var agentSrv *agentserver.Server
+	var agent controller.AgentLocator // stays a nil interface without a server
+	if opts.AgentServer != nil {
+		srv, err := newAgentServer(mgr, opts.AgentServer)
+		if err != nil {
+			return nil, err
+		}
+		agentSrv, agent = srv, srv
+	}
 	registry := hypervisors.NewRegistry()
 	addresses := ipam.NewManager()
 	// Buffered so a poll that wakes many claims does not wait for the
@@ -133,6 +168,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Client:   mgr.GetClient(),
 		Registry: registry,
 		Recorder: mgr.GetEventRecorderFor("hypervisormachinetemplate-controller"),
+		Agent:    agent,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up HypervisorMachineTemplate controller: %w", err)
 	}
@@ -154,6 +190,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		ClaimEvents:   claimEvents,
 		Runners:       runners,
 		MaxRetryDelay: opts.MaxRetryDelay,
+		Agent:         agent,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up MachineClaim controller: %w", err)
 	}
@@ -202,7 +239,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	if err := mgr.Add(controller.NewClaimPhaseCollector(mgr.GetClient())); err != nil {
 		return nil, fmt.Errorf("add claim phase metrics: %w", err)
 	}
-	comps := &Components{Registry: registry, IPAM: addresses, Sweeper: sw, Resync: resync}
+	comps := &Components{Registry: registry, IPAM: addresses, Sweeper: sw, Resync: resync, AgentServer: agentSrv}
 	if opts.Webhook != nil {
 		srv, err := newWebhookServer(mgr, opts)
 		if err != nil {
@@ -241,6 +278,34 @@ func newWebhookServer(mgr ctrl.Manager, opts Options) (*webhook.Server, error) {
 	}
 	if err := mgr.Add(srv); err != nil {
 		return nil, fmt.Errorf("add GitHub webhook server: %w", err)
+	}
+	return srv, nil
+}
+
+// newAgentServer hashes the agent binaries and adds their server to the
+// manager.
+func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions) (*agentserver.Server, error) {
+	var missing []string
+	for _, f := range []struct{ name, value string }{
+		{"Addr", o.Addr}, {"CertFile", o.CertFile}, {"KeyFile", o.KeyFile}, {"Dir", o.Dir}, {"URL", o.URL},
+	} {
+		if f.value == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("the agent server needs %s", strings.Join(missing, ", "))
+	}
+	srv, err := agentserver.New(agentserver.Options{
+		Dir: o.Dir, URL: o.URL, CAFile: o.CAFile, Addr: o.Addr, CertFile: o.CertFile, KeyFile: o.KeyFile,
+		Logger: mgr.GetLogger().WithName("agent-server"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(srv); err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("add agent server: %w", err)
 	}
 	return srv, nil
 }

@@ -12,6 +12,7 @@ package testenv
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,6 +58,13 @@ func RepoRoot() string {
 // AssetsDir returns the directory holding kube-apiserver and etcd, building
 // them if needed.
 func AssetsDir() (string, error) {
+	return AssetsDirWithProgress(nil)
+}
+
+// AssetsDirWithProgress is AssetsDir that also copies the build script's
+// progress messages to progress (when not nil): the first build takes
+// minutes and a user should see why they wait.
+func AssetsDirWithProgress(progress io.Writer) (string, error) {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir, checkAssets(dir)
 	}
@@ -65,6 +73,9 @@ func AssetsDir() (string, error) {
 	cmd := exec.Command("bash", script)
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
+	if progress != nil {
+		cmd.Stderr = io.MultiWriter(&stderr, progress)
+	}
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("building the envtest binaries with %s: %w\n%s", script, err, stderr.String())
 	}
@@ -96,10 +107,16 @@ func NewScheme() (*k8sruntime.Scheme, error) {
 // Start starts etcd and kube-apiserver and installs the CRDs from
 // config/crd/bases. Call Stop when done.
 func Start() (*Environment, error) {
+	return StartWithProgress(nil)
+}
+
+// StartWithProgress is Start that reports the first build of the binaries
+// to progress (see AssetsDirWithProgress).
+func StartWithProgress(progress io.Writer) (*Environment, error) {
 	// envtest logs through controller-runtime's logger; without one it
 	// prints a warning with a stack trace instead.
 	logf.SetLogger(logr.Discard())
-	assets, err := AssetsDir()
+	assets, err := AssetsDirWithProgress(progress)
 	if err != nil {
 		return nil, err
 	}
@@ -139,6 +156,10 @@ func (e *Environment) Stop() error {
 	}
 	return nil
 }
+
+// KubeConfig is a kubeconfig file's content that reaches the API server
+// as a cluster administrator.
+func (e *Environment) KubeConfig() []byte { return e.env.KubeConfig }
 
 // CRDNames lists the HyperFleet CRDs the environment installed.
 func (e *Environment) CRDNames() []string {

@@ -35,6 +35,11 @@ type GuestConfig struct {
 	AddressRange string `json:"addressRange,omitempty"`
 	// Prefix is the prefix length reported with those addresses.
 	Prefix int `json:"prefix,omitempty"`
+	// WriteFiles applies the seed user-data's write_files (as cloud-init
+	// would in the guest) under <VM dir>/root before the program starts,
+	// and passes that directory as HF_SIM_ROOT: the program then finds the
+	// files cloud-init would have written, such as the agent's config.
+	WriteFiles bool `json:"writeFiles,omitempty"`
 }
 
 // Environment variables a guest program receives.
@@ -121,6 +126,18 @@ func (g *guestRunner) startLocked(v *vm, gen int) {
 		// the reason where a test can see it.
 		fmt.Fprintf(logf, "proxmox-sim: no seed: %v\n", err)
 	}
+	root := filepath.Join(dir, "root")
+	if g.cfg.WriteFiles {
+		if err := os.RemoveAll(root); err != nil {
+			fmt.Fprintf(logf, "proxmox-sim: clear root: %v\n", err)
+		}
+		if userData, err := os.ReadFile(filepath.Join(seed, "user-data")); err == nil {
+			if err := applyWriteFiles(userData, root); err != nil {
+				// cloud-init logs the failure and boots on.
+				fmt.Fprintf(logf, "proxmox-sim: write_files: %v\n", err)
+			}
+		}
+	}
 	tok := make([]byte, 16)
 	_, _ = rand.Read(tok)
 	p := &guestProc{gen: gen, token: hex.EncodeToString(tok), log: logf}
@@ -133,6 +150,9 @@ func (g *guestRunner) startLocked(v *vm, gen int) {
 		EnvSeedDir+"="+seed, EnvVMDir+"="+dir, EnvIP+"="+v.ipv4, EnvMAC+"="+strings.ToLower(macOf(v.conf["net0"])),
 		EnvPowerOffURL+"="+fmt.Sprintf("%s/poweroff?vmid=%d&token=%s", g.baseURL, v.vmid, p.token),
 	)
+	if g.cfg.WriteFiles {
+		cmd.Env = append(cmd.Env, EnvRoot+"="+root)
+	}
 	for k, val := range g.cfg.Env {
 		cmd.Env = append(cmd.Env, k+"="+val)
 	}

@@ -9,6 +9,9 @@
 #       [--name NAME] [--labels a,b] [--runnergroup GROUP] [--work DIR] \
 #       [--ephemeral] [--replace] [--no-default-labels] [--unattended] \
 #       [--disableupdate] [--cacert FILE]
+#   ACTIONS_RUNNER_INPUT_TOKEN=REGISTRATION_TOKEN ./config.sh --url ...
+#       the token kept out of the command line (like the real runner,
+#       which reads any option from ACTIONS_RUNNER_INPUT_<NAME>)
 #   ./config.sh remove [--token TOKEN]     forget the local configuration
 #
 # Exit status: 0 configured, 1 usage or local error, 2 refused by the
@@ -19,7 +22,7 @@ dir=$(CDPATH= cd -- "$(dirname -- "$0")" && pwd) || exit 1
 prog=config.sh
 
 die() { code=$1; shift; printf '%s: %s\n' "$prog" "$*" >&2; exit "$code"; }
-usage() { sed -n '9,14p' "$dir/config.sh" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '8,18p' "$dir/config.sh" | sed 's/^# \{0,1\}//'; }
 
 cacert=${HF_SIM_CA:-}
 [ -z "$cacert" ] && [ -f "$dir/sim-ca.pem" ] && cacert=$dir/sim-ca.pem
@@ -55,7 +58,9 @@ if [ "${1:-}" = remove ]; then
 	exit 0
 fi
 
-url='' token='' name='' labels='' group='' work='_work' ephemeral=false replace=false nodefault=false
+# --token wins over the environment, as with the real runner.
+token=${ACTIONS_RUNNER_INPUT_TOKEN:-}
+url='' name='' labels='' group='' work='_work' ephemeral=false replace=false nodefault=false
 while [ $# -gt 0 ]; do
 	case $1 in
 	--url | --token | --name | --labels | --runnergroup | --work | --cacert)
@@ -81,7 +86,7 @@ while [ $# -gt 0 ]; do
 done
 
 [ -n "$url" ] || die 1 "--url is required"
-[ -n "$token" ] || die 1 "--token is required"
+[ -n "$token" ] || die 1 "--token (or the environment variable ACTIONS_RUNNER_INPUT_TOKEN) is required"
 [ -n "$name" ] || name=$(hostname 2>/dev/null || echo runner)
 [ -f "$dir/.runner" ] && die 1 "Cannot configure the runner because it is already configured. To reconfigure the runner, run './config.sh remove' first."
 

@@ -8,6 +8,8 @@
 #
 #   ./run.sh                             after ./config.sh
 #   ./run.sh --jitconfig ENCODED_CONFIG  just-in-time runner (no config.sh)
+#   ACTIONS_RUNNER_INPUT_JITCONFIG=ENCODED_CONFIG ./run.sh   the same, kept
+#       out of the command line (like the real runner's ACTIONS_RUNNER_INPUT_*)
 #   options: --cacert FILE; environment: HF_SIM_CA (CA file),
 #   HF_SIM_POLL_WAIT (long poll, s), HF_SIM_RETRIES (attempts when the
 #   server is unreachable)
@@ -22,7 +24,7 @@ prog=run.sh
 
 stamp() { date -u '+%Y-%m-%d %H:%M:%SZ'; }
 die() { code=$1; shift; printf '%s: %s\n' "$prog" "$*" >&2; exit "$code"; }
-usage() { sed -n '9,14p' "$dir/run.sh" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '9,16p' "$dir/run.sh" | sed 's/^# \{0,1\}//'; }
 
 cacert=${HF_SIM_CA:-}
 [ -z "$cacert" ] && [ -f "$dir/sim-ca.pem" ] && cacert=$dir/sim-ca.pem
@@ -60,7 +62,8 @@ write_config() {
 str_field() { sed -n "s/^[[:space:]]*\"$1\"[[:space:]]*:[[:space:]]*\"\(.*\)\",\{0,1\}[[:space:]]*\$/\1/p" "$2" | head -n 1; }
 num_field() { sed -n "s/^[[:space:]]*\"$1\"[[:space:]]*:[[:space:]]*\([0-9A-Za-z]*\).*/\1/p" "$2" | head -n 1; }
 
-jit=''
+# --jitconfig wins over the environment, as with the real runner.
+jit=${ACTIONS_RUNNER_INPUT_JITCONFIG:-}
 while [ $# -gt 0 ]; do
 	case $1 in
 	--jitconfig | --cacert)
@@ -83,7 +86,7 @@ done
 
 [ -n "$jit" ] && write_config "$jit"
 if [ ! -f "$dir/.runner" ] || [ ! -f "$dir/.credentials" ]; then
-	die 1 "the runner is not configured: run ./config.sh first, or ./run.sh --jitconfig <encoded config>"
+	die 1 "the runner is not configured: run ./config.sh first, or ./run.sh --jitconfig <encoded config> (or with ACTIONS_RUNNER_INPUT_JITCONFIG set)"
 fi
 id=$(num_field agentId "$dir/.runner")
 name=$(str_field agentName "$dir/.runner")

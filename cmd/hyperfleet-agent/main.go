@@ -1,0 +1,103 @@
+// Command hyperfleet-agent is HyperFleet's in-VM agent. The
+// hyperfleet-agent systemd unit that cloud-init installs runs it once per
+// VM:
+//
+//	/usr/local/bin/hyperfleet-agent --config /etc/hyperfleet/agent.json
+//
+// It reads (and at once removes) the config file with the single-use
+// runner credential, installs the GitHub Actions runner, registers it if
+// needed, runs exactly one job, cleans up and powers the VM off. The exit
+// codes are those of package internal/agent (0 job done, 1 agent error,
+// 2 bad config, 3 runner software, 4 registration failed, 5 runner
+// failed, 6 idle deadline, 7 credential expired, 8 unsupported mode).
+//
+// Flags:
+//
+//	--config FILE            the agent config (default /etc/hyperfleet/agent.json)
+//	--root DIR               prefix every absolute path from the config
+//	                         (runner.software.installPath, workDir) with DIR;
+//	                         for tests and for the Proxmox simulator's guests,
+//	                         where many "VMs" share one host. Not applied to
+//	                         --config. Empty in a real VM.
+//	--run-as USER            the user the runner runs as (default runner);
+//	                         "" runs it as the agent's own user (as root, with
+//	                         RUNNER_ALLOW_RUNASROOT=1)
+//	--poweroff-command CMD   powers the VM off when the config's
+//	                         powerOffOnFinish is true, whatever the outcome
+//	                         (split at white space; default
+//	                         "systemctl poweroff"; empty disables)
+//	--idle-timeout D         stop the runner if it has started no job after D
+//	                         (default 2h; 0 disables)
+//	--download-timeout D     bound the runner package download (default 10m)
+//	--version                print the version and exit
+//
+// The binary uses the standard library only and is built static:
+//
+//	CGO_ENABLED=0 go build -ldflags "-X main.version=$VERSION" ./cmd/hyperfleet-agent
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/hyperfleet/hyperfleet/internal/agent"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("hyperfleet-agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", agentconfig.Path, "the agent config file, removed as soon as it is read")
+	root := fs.String("root", "", "directory prefixed to every absolute path from the config (installPath, workDir); for tests and simulated VMs sharing one host, empty in a real VM")
+	runAs := fs.String("run-as", "runner", `user the runner runs as; "" for the agent's own user`)
+	powerOff := fs.String("poweroff-command", "systemctl poweroff", "command that powers the VM off when the config's powerOffOnFinish is true (split at white space; empty disables)")
+	idle := fs.Duration("idle-timeout", agent.DefaultIdleTimeout, "stop the runner when it has started no job this long after it started (0 disables)")
+	download := fs.Duration("download-timeout", agent.DefaultDownloadTimeout, "bound on the runner package download (0: none)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return agent.ExitOK
+		}
+		return agent.ExitBadConfig
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, "hyperfleet-agent", version)
+		return agent.ExitOK
+	}
+	switch {
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "hyperfleet-agent: unexpected arguments %q\n", fs.Args())
+		return agent.ExitBadConfig
+	case *idle < 0 || *download < 0:
+		fmt.Fprintln(stderr, "hyperfleet-agent: --idle-timeout and --download-timeout must not be negative")
+		return agent.ExitBadConfig
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	return agent.Run(ctx, agent.Options{
+		ConfigPath:      *configPath,
+		Root:            *root,
+		RunAs:           *runAs,
+		PowerOffCommand: strings.Fields(*powerOff),
+		IdleTimeout:     *idle,
+		DownloadTimeout: *download,
+		Version:         version,
+		Logger:          slog.New(slog.NewTextHandler(stderr, nil)),
+	})
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/hyperfleet/hyperfleet/internal/agentserver"
+	"github.com/hyperfleet/hyperfleet/internal/manager"
+)
+
+// agentServerFlags are the manager's flags for the agent server, which
+// serves the in-VM agent to templates with spec.bootstrap.agentSource
+// Operator.
+type agentServerFlags struct {
+	addr, cert, key, ca, dir, url *string
+}
+
+func bindAgentServerFlags(fs *flag.FlagSet) *agentServerFlags {
+	return &agentServerFlags{
+		addr: fs.String("agent-server-addr", "", "HTTPS address of the agent server, which serves the in-VM agent to templates with agentSource Operator (path "+agentserver.PathPrefix+", on every replica), such as :9443; empty disables it"),
+		cert: fs.String("agent-server-cert", "", "PEM certificate (chain) of the agent server (reloaded when it changes)"),
+		key:  fs.String("agent-server-key", "", "PEM private key of the agent server (reloaded when it changes)"),
+		ca:   fs.String("agent-server-ca", "", "PEM CA certificate(s) VMs trust to reach the agent server, written into each VM; empty: the VMs' system roots"),
+		dir:  fs.String("agent-binaries-dir", "", "directory with the agent binaries, named "+agentserver.FilePrefix+"<os>-<arch> ("+strings.Join(agentserver.Platforms, ", ")+"); hashed once at start, so they must not change in place while served"),
+		url:  fs.String("agent-server-url", "", "https:// base URL VMs reach the agent server at, such as https://hyperfleet-agent.hyperfleet-system.svc:9443 (a Service in front of every replica)"),
+	}
+}
+
+// options checks the flags: nil when the server is off.
+func (f *agentServerFlags) options() (*manager.AgentServerOptions, error) {
+	others := map[string]string{
+		"--agent-server-cert": *f.cert, "--agent-server-key": *f.key, "--agent-binaries-dir": *f.dir,
+		"--agent-server-url": *f.url, "--agent-server-ca": *f.ca,
+	}
+	var set, missing []string
+	for _, name := range []string{"--agent-server-url", "--agent-server-cert", "--agent-server-key", "--agent-binaries-dir", "--agent-server-ca"} {
+		switch {
+		case others[name] != "":
+			set = append(set, name)
+		case name != "--agent-server-ca":
+			missing = append(missing, name)
+		}
+	}
+	if *f.addr == "" {
+		if len(set) > 0 {
+			return nil, fmt.Errorf("%s set but --agent-server-addr is empty: set it (such as :9443) to serve the agent to VMs, or remove them", strings.Join(set, ", "))
+		}
+		return nil, nil
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("--agent-server-addr is set, so the agent server also needs %s (see docs/operations.md)", strings.Join(missing, ", "))
+	}
+	return &manager.AgentServerOptions{
+		Addr: *f.addr, CertFile: *f.cert, KeyFile: *f.key, CAFile: *f.ca, Dir: *f.dir, URL: *f.url,
+	}, nil
+}

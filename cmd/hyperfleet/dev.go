@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/devenv"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+	"github.com/hyperfleet/hyperfleet/test/testenv"
+)
+
+const devUsage = `Usage: hyperfleet dev [flags]
+
+Runs HyperFleet's whole loop on this machine: a real kube-apiserver and etcd
+(built from source and cached on the first run), the Proxmox VE and GitHub
+simulators, the operator, and simulated VMs running the real hyperfleet-agent.
+It queues --jobs CI jobs and shows jobs, claims and VMs as they change.
+
+While it runs: press Enter to queue one more job, type a number and Enter to
+queue that many, type q and Enter (or Ctrl-C) to stop.
+
+`
+
+func runDev(args []string) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), devUsage); fs.PrintDefaults() }
+	jobs := fs.Int("jobs", 5, "jobs to queue at start")
+	jobDuration := fs.Duration("job-duration", 3*time.Second, "how long each simulated job runs")
+	minReplicas := fs.Int("min-replicas", 0, "RunnerPool minReplicas (warm VMs kept ready)")
+	maxReplicas := fs.Int("max-replicas", 5, "RunnerPool maxReplicas")
+	dir := fs.String("dir", "", "directory for the kubeconfig, logs and guest consoles (default: a new one under the system's temp dir)")
+	exitWhenDone := fs.Bool("exit-when-done", false, "exit once every job ran and the pool is back to minReplicas (for scripts and CI); exit status 1 on --timeout")
+	timeout := fs.Duration("timeout", 20*time.Minute, "with --exit-when-done: give up after this long")
+	refresh := fs.Duration("refresh", time.Second, "how often the table is refreshed")
+	verbose := fs.Int("v", 0, "operator log verbosity (0 info, 1 debug) in <dir>/operator.log")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	switch {
+	case *jobs < 0:
+		return errors.New("--jobs must not be negative")
+	case *maxReplicas < 1 || *minReplicas < 0 || *minReplicas > *maxReplicas:
+		return errors.New("--min-replicas and --max-replicas: need 0 <= min <= max and max >= 1")
+	}
+	if *dir == "" {
+		d, err := os.MkdirTemp("", "hyperfleet-dev-")
+		if err != nil {
+			return err
+		}
+		*dir = d
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	progress := os.Stderr
+	agent, err := buildAgent(ctx, *dir, progress)
+	if err != nil {
+		return err
+	}
+	w, err := devenv.Start(ctx, devenv.Options{
+		Dir: *dir, AgentBinary: agent, Progress: progress, LogLevel: *verbose,
+		MinReplicas: int32(*minReplicas), MaxReplicas: int32(*maxReplicas),
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Fprintln(progress, "==> Stopping (files kept in "+*dir+")")
+		if err := w.Stop(); err != nil {
+			fmt.Fprintln(progress, "hyperfleet dev: stop:", err)
+		}
+	}()
+	fmt.Fprintf(progress, "==> Ready. In another terminal:\n    export KUBECONFIG=%s\n    kubectl get runnerpools,machineclaims -n %s\n", w.KubeconfigPath, devenv.Namespace)
+	if _, err := w.EnqueueJobs(*jobs, *jobDuration); err != nil {
+		return err
+	}
+
+	quit := make(chan struct{})
+	go readCommands(os.Stdin, w, *jobDuration, quit, progress)
+
+	var deadline <-chan time.Time
+	if *exitWhenDone {
+		deadline = time.After(*timeout)
+	}
+	table := &liveTable{out: os.Stdout, tty: isTerminal(os.Stdout)}
+	tick := time.NewTicker(*refresh)
+	defer tick.Stop()
+	for {
+		snap, err := w.Snapshot(ctx)
+		if err == nil {
+			table.show(snap, *minReplicas, *maxReplicas)
+			if *exitWhenDone && len(snap.Jobs) > 0 && snap.Done(*minReplicas) {
+				fmt.Fprintf(progress, "==> All %d jobs ran; the pool is back to %d VMs.\n", len(snap.Jobs), *minReplicas)
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-quit:
+			return nil
+		case <-deadline:
+			return fmt.Errorf("not done after %s (see %s/operator.log)", *timeout, *dir)
+		case <-tick.C:
+		}
+	}
+}
+
+// buildAgent builds the agent from this checkout into dir/bin: the guests
+// run the very binary a template would carry.
+func buildAgent(ctx context.Context, dir string, progress io.Writer) (string, error) {
+	out := filepath.Join(dir, "bin", "hyperfleet-agent")
+	fmt.Fprintln(progress, "==> Building hyperfleet-agent (static binary, run by every simulated VM)")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./cmd/hyperfleet-agent")
+	cmd.Dir = testenv.RepoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stdout, cmd.Stderr = progress, progress
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build hyperfleet-agent (run from a HyperFleet checkout with Go installed): %w", err)
+	}
+	return out, nil
+}
+
+// readCommands queues jobs from the user's input until EOF or "q".
+func readCommands(in io.Reader, w *devenv.World, d time.Duration, quit chan<- struct{}, out io.Writer) {
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		n := 1
+		switch {
+		case line == "q" || line == "quit":
+			close(quit)
+			return
+		case line != "":
+			v, err := strconv.Atoi(line)
+			if err != nil || v < 1 || v > 1000 {
+				fmt.Fprintln(out, "Enter queues one job, a number (1-1000) queues that many, q quits.")
+				continue
+			}
+			n = v
+		}
+		if _, err := w.EnqueueJobs(n, d); err != nil {
+			fmt.Fprintln(out, "queue:", err)
+		}
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// liveTable prints the world's state: redrawn in place on a terminal,
+// printed when it changes otherwise (logs, CI).
+type liveTable struct {
+	out  io.Writer
+	tty  bool
+	last string
+}
+
+func (t *liveTable) show(s devenv.Snapshot, minReplicas, maxReplicas int) {
+	var b strings.Builder
+	counts := map[string]int{}
+	for _, j := range s.Jobs {
+		counts[j.Status]++
+	}
+	st := s.Pool.Status
+	fmt.Fprintf(&b, "RunnerPool %s/%s: desired %d, ready %d, idle %d, busy %d, starting %d, terminating %d (min %d, max %d)\n",
+		devenv.Namespace, devenv.PoolName, st.DesiredReplicas, st.ReadyReplicas, st.IdleReplicas, st.BusyReplicas, st.StartingReplicas, st.TerminatingReplicas, minReplicas, maxReplicas)
+	fmt.Fprintf(&b, "Jobs: %d queued, %d in progress, %d completed; VMs: %d; runners on GitHub: %d\n\n",
+		counts["queued"], counts["in_progress"], counts["completed"], len(s.VMs), len(s.Runners))
+
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tSTATUS\tRUNNER (= VM)")
+	for _, j := range s.Jobs {
+		status := j.Status
+		if j.Conclusion != "" {
+			status += " (" + j.Conclusion + ")"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", j.ID, status, orDash(j.RunnerName))
+	}
+	_ = tw.Flush()
+	b.WriteString("\n")
+	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLAIM\tPHASE\tVM\tVM STATUS\tRUNNER")
+	vms := map[int32]string{}
+	for _, vm := range s.VMs {
+		vms[int32(vm.VMID)] = vm.Status
+	}
+	runners := map[string]githubsim.Runner{}
+	for _, r := range s.Runners {
+		runners[r.Name] = r
+	}
+	for _, c := range s.Claims {
+		vmid, vmStatus := "-", "-"
+		if ref := c.Status.VMRef; ref != nil {
+			vmid, vmStatus = strconv.Itoa(int(ref.VMID)), orDash(vms[ref.VMID])
+		}
+		runner := "-"
+		if r, ok := runners[c.Name]; ok {
+			runner = r.Status
+			if r.Busy {
+				runner += ", busy"
+			}
+		}
+		phase := string(c.Status.Phase)
+		if !c.DeletionTimestamp.IsZero() && c.Status.Phase != hfv1.MachineClaimTerminating {
+			phase += " (deleting)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Name, orDash(phase), vmid, vmStatus, runner)
+	}
+	_ = tw.Flush()
+	text := b.String()
+	if text == t.last {
+		return
+	}
+	t.last = text
+	if t.tty {
+		// Home the cursor and clear the screen, then draw.
+		fmt.Fprint(t.out, "\033[H\033[2J"+time.Now().Format("15:04:05")+"  (Enter: one more job, a number: that many, q: quit)\n\n"+text)
+		return
+	}
+	fmt.Fprint(t.out, "---- "+time.Now().Format("15:04:05")+"\n"+text)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,463 @@
+// Package agent is HyperFleet's in-VM agent: the program a HyperFleet VM
+// runs once at boot (from the hyperfleet-agent systemd unit that cloud-init
+// installs) to run exactly one CI job and then power the VM off.
+//
+// Run goes through these steps, logging each with log/slog and never
+// logging a secret:
+//
+//  1. Read the config file (agentconfig.Path), remove it at once (it holds
+//     the single-use runner credential), then parse and validate it with
+//     agentconfig.Parse. A credential whose expiresAt has passed is not
+//     tried.
+//  2. Obtain the runner credential from a CredentialSource: the file itself
+//     with workloadMethod direct; with workloadMethod broker (SPIFFE
+//     attestation and the operator's credential broker, a later version)
+//     the agent stops with ExitUnsupported.
+//  3. Install the runner: download runner.software.downloadURL, check it
+//     against downloadSHA256 and unpack it (.tar.gz, .tgz or .zip) into
+//     installPath; without a downloadURL the runner must already be there.
+//  4. With bootstrapMethod runner-token, register an ephemeral runner with
+//     the runner's config script; the token goes in the environment
+//     variable ACTIONS_RUNNER_INPUT_TOKEN, never on the command line.
+//  5. Run the runner's run script (with jit-config, the JIT configuration
+//     in ACTIONS_RUNNER_INPUT_JITCONFIG), copy its output into the log,
+//     watch for "Listening for Jobs" and "Running job:", stop it when the
+//     agent is asked to stop or when no job started within the idle
+//     timeout.
+//  6. Clean up whatever happened: the runner's credential files, the work
+//     directory's contents, a downloaded runner, temporary files.
+//  7. Power the VM off when powerOffOnFinish is set, whatever the outcome.
+//
+// Run returns the process exit code:
+//
+//	0 ExitOK             the runner ran its job and exited 0
+//	1 ExitInternal       agent error, or the agent was stopped (SIGTERM)
+//	2 ExitBadConfig      the config file is missing, unreadable or invalid
+//	3 ExitRunnerSoftware download, checksum, unpacking, or runner missing
+//	4 ExitRegistration   the runner's config script failed (runner-token)
+//	5 ExitRunnerFailed   the runner exited non-zero
+//	6 ExitIdle           no job started within the idle timeout
+//	7 ExitExpired        the credential's expiresAt has passed
+//	8 ExitUnsupported    a mode this agent version does not implement
+//	                     (workloadMethod broker)
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+)
+
+// Exit codes of Run (and of the hyperfleet-agent process).
+const (
+	// ExitOK: the runner ran its job and exited 0.
+	ExitOK = 0
+	// ExitInternal: an error of the agent itself (or of the VM image, such
+	// as a missing --run-as user), or the agent was stopped by a signal
+	// before the runner finished.
+	ExitInternal = 1
+	// ExitBadConfig: the config file is missing, unreadable or invalid
+	// (also bad command-line flags).
+	ExitBadConfig = 2
+	// ExitRunnerSoftware: the runner package could not be downloaded, did
+	// not match its SHA-256, could not be unpacked, or the runner is not
+	// at installPath.
+	ExitRunnerSoftware = 3
+	// ExitRegistration: the runner's config script failed (runner-token).
+	ExitRegistration = 4
+	// ExitRunnerFailed: the runner exited with a non-zero status.
+	ExitRunnerFailed = 5
+	// ExitIdle: the runner took no job within the idle timeout.
+	ExitIdle = 6
+	// ExitExpired: the credential's expiresAt has passed.
+	ExitExpired = 7
+	// ExitUnsupported: the config asks for a mode this agent version does
+	// not implement (workloadMethod broker).
+	ExitUnsupported = 8
+)
+
+// Defaults of the hyperfleet-agent flags.
+const (
+	DefaultIdleTimeout     = 2 * time.Hour
+	DefaultDownloadTimeout = 10 * time.Minute
+	// DefaultStopGracePeriod is how long a runner has to exit after SIGINT
+	// before it is killed.
+	DefaultStopGracePeriod = 30 * time.Second
+)
+
+// Options configure Run.
+type Options struct {
+	// ConfigPath is the agent config file (agentconfig.Path). It is read
+	// as is: Root does not apply to it.
+	ConfigPath string
+
+	// Root, when set, is a directory prefixed to every absolute path taken
+	// from the config file (runner.software.installPath and workDir). It
+	// lets tests, and the Proxmox simulator's guests (many "VMs" sharing
+	// one host), run agents side by side without touching the host's
+	// /opt or /home. Empty in a real VM.
+	Root string
+
+	// RunAs is the user the runner runs as; its install and work
+	// directories are handed to it. Empty: the agent's own user (when that
+	// is root, RUNNER_ALLOW_RUNASROOT=1 is set, as the real runner refuses
+	// to run as root otherwise).
+	RunAs string
+
+	// PowerOffCommand powers the VM off when the config's powerOffOnFinish
+	// is true, whatever the outcome. Empty: never power off.
+	PowerOffCommand []string
+
+	// IdleTimeout: a runner that has not started a job ("Running job:")
+	// this long after it started is stopped and Run returns ExitIdle.
+	// Zero disables it.
+	IdleTimeout time.Duration
+
+	// DownloadTimeout bounds the runner package download. Zero: no bound
+	// besides ctx.
+	DownloadTimeout time.Duration
+
+	// TempDir holds the runner package while it is downloaded and
+	// unpacked (os.TempDir() when empty).
+	TempDir string
+
+	// StopGracePeriod is how long the runner has to exit after SIGINT
+	// before it is killed (DefaultStopGracePeriod when zero).
+	StopGracePeriod time.Duration
+
+	// Version is logged at start.
+	Version string
+
+	// Logger receives the agent's log and the runner's output (a text
+	// handler on stderr when nil).
+	Logger *slog.Logger
+
+	// HTTPClient downloads the runner package. Nil: a client trusting the
+	// system roots plus the PEM file named by SSL_CERT_FILE, read at each
+	// Run.
+	HTTPClient *http.Client
+
+	// NewCredentialSource picks the credential source for a config
+	// (NewCredentialSource when nil). A seam for tests and for the broker.
+	NewCredentialSource func(*agentconfig.Config) (CredentialSource, error)
+}
+
+// exitError is an error that ends Run with a specific exit code.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// fail returns an error that makes Run exit with code.
+func fail(code int, format string, args ...any) error {
+	return &exitError{code: code, err: fmt.Errorf(format, args...)}
+}
+
+// exitCode maps an error of a step to Run's exit code.
+func exitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	var ue *UnsupportedError
+	if errors.As(err, &ue) {
+		return ExitUnsupported
+	}
+	return ExitInternal
+}
+
+// agent is the state of one Run.
+type agent struct {
+	opts    Options
+	log     *slog.Logger
+	secrets []string // redacted from the runner's output
+
+	powerOff bool // set as soon as the config says so
+
+	// cleanup state
+	installDir      string
+	workDir         string
+	removeInstall   bool // the runner was (being) downloaded into installDir
+	cleanupPrepared bool
+}
+
+// Run runs the agent once and returns the process exit code (see the
+// package documentation). Cancelling ctx (SIGTERM) stops the runner and
+// still cleans up and powers off.
+func Run(ctx context.Context, opts Options) int {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	if opts.StopGracePeriod <= 0 {
+		opts.StopGracePeriod = DefaultStopGracePeriod
+	}
+	if opts.NewCredentialSource == nil {
+		opts.NewCredentialSource = NewCredentialSource
+	}
+	if opts.ConfigPath == "" {
+		opts.ConfigPath = agentconfig.Path
+	}
+	a := &agent{opts: opts, log: opts.Logger}
+	a.log.Info("hyperfleet-agent starting", "version", opts.Version, "config", opts.ConfigPath, "root", opts.Root,
+		"runAs", opts.RunAs, "idleTimeout", opts.IdleTimeout, "pid", os.Getpid())
+
+	err := a.safeRun(ctx)
+	a.cleanup()
+	code := exitCode(err)
+	if err != nil {
+		a.log.Error("agent finished with an error", "exitCode", code, "error", err)
+	} else {
+		a.log.Info("agent finished: the runner ran its job", "exitCode", code)
+	}
+	if a.powerOff {
+		a.runPowerOff()
+	}
+	return code
+}
+
+// safeRun is run with a panic turned into an error, so that cleanup and
+// power-off still happen.
+func (a *agent) safeRun(ctx context.Context) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fail(ExitInternal, "internal error: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return a.run(ctx)
+}
+
+func (a *agent) run(ctx context.Context) error {
+	cfg, err := a.readConfig()
+	if err != nil {
+		return err
+	}
+	a.powerOff = cfg.PowerOffOnFinish
+	sw := cfg.Runner.Software
+	a.log.Info("config read", "workloadMethod", cfg.WorkloadMethod, "bootstrapMethod", cfg.BootstrapMethod,
+		"runnerName", cfg.Runner.Name, "labels", strings.Join(cfg.Runner.Labels, ","), "group", cfg.Runner.Group,
+		"registrationURL", cfg.RegistrationURL, "downloadURL", safeURL(sw.DownloadURL), "installPath", sw.InstallPath,
+		"workDir", sw.WorkDir, "expiresAt", cfg.ExpiresAt, "powerOffOnFinish", cfg.PowerOffOnFinish)
+
+	if !cfg.ExpiresAt.IsZero() && !time.Now().Before(cfg.ExpiresAt) {
+		return fail(ExitExpired, "credential expired at %s; not trying it", cfg.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+
+	install, err := a.rooted("runner.software.installPath", sw.InstallPath)
+	if err != nil {
+		return err
+	}
+	work, err := a.rooted("runner.software.workDir", sw.WorkDir)
+	if err != nil {
+		return err
+	}
+	a.installDir, a.workDir, a.cleanupPrepared = install, work, true
+
+	user, err := lookupRunAs(a.opts.RunAs)
+	if err != nil {
+		return err
+	}
+	a.log.Info("runner user", "user", user.describe(), "uid", user.uid, "gid", user.gid)
+
+	src, err := a.opts.NewCredentialSource(cfg)
+	if err != nil {
+		return err
+	}
+	cred, err := src.Credential(ctx)
+	if err != nil {
+		return err
+	}
+	if err := cred.validate(); err != nil {
+		return err
+	}
+	for _, s := range []string{cred.JITConfig, cred.RegistrationToken} {
+		if s != "" {
+			a.secrets = append(a.secrets, s)
+		}
+	}
+	a.log.Info("runner credential obtained", "credential", cred)
+
+	scripts := []string{sw.RunScript}
+	if cred.Method == agentconfig.BootstrapRunnerToken {
+		scripts = append(scripts, sw.ConfigScript)
+	}
+	if err := a.installRunner(ctx, &sw, install, scripts); err != nil {
+		return err
+	}
+	// A runner baked into the image must not carry a registration.
+	a.removeCredentialFiles()
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return fail(ExitInternal, "create workDir: %v", err)
+	}
+	if user.cred != nil {
+		for _, dir := range []string{install, work} {
+			if err := chownTree(dir, user.uid, user.gid); err != nil {
+				return fail(ExitInternal, "hand %s to the runner user: %v", dir, err)
+			}
+		}
+	}
+
+	if cred.Method == agentconfig.BootstrapRunnerToken {
+		if err := a.configure(ctx, cfg, &sw, install, work, user, cred); err != nil {
+			return err
+		}
+	}
+	return a.runRunner(ctx, &sw, install, user, cred)
+}
+
+// readConfig reads the config file, removes it before anything else
+// happens, then parses it.
+func (a *agent) readConfig() (*agentconfig.Config, error) {
+	path := a.opts.ConfigPath
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fail(ExitBadConfig, "read config file: %v", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		// Go on: stopping would not remove it either, and the VM is
+		// single-use. The file is root's, mode 0600.
+		a.log.Error("cannot remove the config file, which holds the runner credential", "path", path, "error", err)
+	} else {
+		a.log.Info("config file removed", "path", path, "bytes", len(data))
+	}
+	cfg, err := agentconfig.Parse(data)
+	if err != nil {
+		// Still honour powerOffOnFinish if the document says so at all:
+		// a VM whose config is broken must not linger.
+		var loose struct {
+			PowerOffOnFinish bool `json:"powerOffOnFinish"`
+		}
+		if json.Unmarshal(data, &loose) == nil {
+			a.powerOff = loose.PowerOffOnFinish
+		}
+		return nil, fail(ExitBadConfig, "%v", err)
+	}
+	return cfg, nil
+}
+
+// rooted prefixes an absolute path of the config with Options.Root and
+// refuses paths whose removal would be a disaster.
+func (a *agent) rooted(field, p string) (string, error) {
+	clean := filepath.Clean(p)
+	if clean == "/" || clean == "." {
+		return "", fail(ExitBadConfig, "%s: %q cannot be used: the agent empties it", field, p)
+	}
+	if a.opts.Root == "" {
+		return clean, nil
+	}
+	return filepath.Join(a.opts.Root, clean), nil
+}
+
+// cleanup runs whatever happened: the runner's credential files go, the
+// work directory is emptied, a downloaded runner is removed.
+func (a *agent) cleanup() {
+	if !a.cleanupPrepared {
+		return
+	}
+	a.removeCredentialFiles()
+	if err := emptyDir(a.workDir); err != nil {
+		a.log.Error("cannot empty the work directory", "path", a.workDir, "error", err)
+	} else {
+		a.log.Info("work directory emptied", "path", a.workDir)
+	}
+	if a.removeInstall {
+		if err := os.RemoveAll(a.installDir); err != nil {
+			a.log.Error("cannot remove the downloaded runner", "path", a.installDir, "error", err)
+		} else {
+			a.log.Info("downloaded runner removed", "path", a.installDir)
+		}
+	}
+}
+
+// credentialFiles are what the runner's config script (or a JIT
+// configuration) writes into installPath and what lets it talk to GitHub.
+var credentialFiles = []string{".credentials", ".credentials_rsaparams", ".runner"}
+
+func (a *agent) removeCredentialFiles() {
+	if a.installDir == "" {
+		return
+	}
+	for _, f := range credentialFiles {
+		p := filepath.Join(a.installDir, f)
+		switch err := os.Remove(p); {
+		case err == nil:
+			a.log.Info("runner credential file removed", "path", p)
+		case !errors.Is(err, os.ErrNotExist):
+			a.log.Error("cannot remove a runner credential file", "path", p, "error", err)
+		}
+	}
+}
+
+// emptyDir removes everything in dir but dir itself; a missing dir is
+// fine.
+func emptyDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// chownTree hands dir and everything in it to uid:gid (symbolic links
+// themselves, not their targets).
+func chownTree(dir string, uid, gid int) error {
+	return filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+}
+
+// powerOffTimeout bounds the power-off command (systemctl poweroff returns
+// at once; the shutdown then stops the agent).
+const powerOffTimeout = 2 * time.Minute
+
+// runPowerOff runs the power-off command, logging its failure: the VM must
+// not outlive its job.
+func (a *agent) runPowerOff() {
+	argv := a.opts.PowerOffCommand
+	if len(argv) == 0 {
+		a.log.Warn("powerOffOnFinish is set but the power-off command is empty; not powering off")
+		return
+	}
+	a.log.Info("powering the VM off", "command", strings.Join(argv, " "))
+	ctx, cancel := context.WithTimeout(context.Background(), powerOffTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		a.log.Error("power-off command failed", "command", strings.Join(argv, " "), "error", err, "output", strings.TrimSpace(tailString(string(out), 2048)))
+	}
+}
+
+func tailString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}

@@ -1,0 +1,120 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+)
+
+// Credential is the single-use runner credential: a JIT configuration, or
+// a registration token with the URL it registers to. Its String, GoString
+// and LogValue never show the secret.
+type Credential struct {
+	// Method is jit-config or runner-token.
+	Method agentconfig.BootstrapMethod
+	// JITConfig is GitHub's encoded JIT runner configuration (jit-config).
+	JITConfig string
+	// RegistrationToken is a runner registration token (runner-token).
+	RegistrationToken string
+	// RegistrationURL is the repository or organization URL the runner
+	// registers to (runner-token).
+	RegistrationURL string
+}
+
+// String describes c without its secret.
+func (c Credential) String() string {
+	return fmt.Sprintf("%s credential (registrationURL %q, secret redacted)", c.Method, c.RegistrationURL)
+}
+
+// GoString is String, so %#v does not print the secret either.
+func (c Credential) GoString() string { return c.String() }
+
+// LogValue logs c without its secret.
+func (c Credential) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("method", string(c.Method)), slog.String("registrationURL", c.RegistrationURL))
+}
+
+func (c Credential) validate() error {
+	switch c.Method {
+	case agentconfig.BootstrapJITConfig:
+		if c.JITConfig == "" {
+			return errors.New("the credential source returned a jit-config credential without a JIT configuration")
+		}
+	case agentconfig.BootstrapRunnerToken:
+		if c.RegistrationToken == "" || c.RegistrationURL == "" {
+			return errors.New("the credential source returned a runner-token credential without a token or registration URL")
+		}
+	default:
+		return fmt.Errorf("the credential source returned a credential of unknown method %q", c.Method)
+	}
+	return nil
+}
+
+// CredentialSource hands the agent its runner credential, as late as
+// possible.
+type CredentialSource interface {
+	Credential(ctx context.Context) (Credential, error)
+}
+
+// UnsupportedError is a mode this agent version does not implement; Run
+// exits with ExitUnsupported.
+type UnsupportedError struct {
+	// What is the mode, such as "workloadMethod broker".
+	What string
+}
+
+func (e *UnsupportedError) Error() string {
+	return e.What + " is not supported by this agent version yet"
+}
+
+// NewCredentialSource picks the credential source for cfg: DirectSource
+// for workloadMethod direct, BrokerSource for broker.
+func NewCredentialSource(cfg *agentconfig.Config) (CredentialSource, error) {
+	switch cfg.WorkloadMethod {
+	case agentconfig.WorkloadDirect:
+		return DirectSource{
+			Method:            cfg.BootstrapMethod,
+			JITConfig:         cfg.JITConfig,
+			RegistrationToken: cfg.RegistrationToken,
+			RegistrationURL:   cfg.RegistrationURL,
+		}, nil
+	case agentconfig.WorkloadBroker:
+		return &BrokerSource{Method: cfg.BootstrapMethod, SPIFFE: cfg.SPIFFE}, nil
+	default:
+		return nil, &UnsupportedError{What: fmt.Sprintf("workloadMethod %q", cfg.WorkloadMethod)}
+	}
+}
+
+// DirectSource is workloadMethod direct: the credential was in the config
+// file.
+type DirectSource Credential
+
+// Credential returns the credential from the config file.
+func (d DirectSource) Credential(context.Context) (Credential, error) {
+	return Credential(d), nil
+}
+
+// String hides the secret.
+func (d DirectSource) String() string { return Credential(d).String() }
+
+// GoString hides the secret.
+func (d DirectSource) GoString() string { return Credential(d).String() }
+
+// BrokerSource is workloadMethod broker: the agent attests with SPIRE and
+// fetches its credential from the operator's credential broker over mTLS
+// with its X509-SVID. Not implemented yet: Credential returns an
+// *UnsupportedError.
+type BrokerSource struct {
+	// Method is the kind of credential to ask the broker for.
+	Method agentconfig.BootstrapMethod
+	// SPIFFE holds the attestation settings and the broker URL.
+	SPIFFE *agentconfig.SPIFFE
+}
+
+// Credential reports that the broker is not supported yet.
+func (b *BrokerSource) Credential(context.Context) (Credential, error) {
+	return Credential{}, &UnsupportedError{What: "workloadMethod broker"}
+}

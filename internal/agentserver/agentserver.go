@@ -1,0 +1,460 @@
+// Package agentserver serves the in-VM agent binary (hyperfleet-agent) to
+// VMs over HTTPS, for templates with spec.bootstrap.agentSource Operator.
+//
+// Why it exists: baking the agent into every Proxmox template ties each
+// agent upgrade to rebuilding every template. With the operator serving the
+// binary, a VM's cloud-init downloads it at first boot and installs it only
+// if its SHA-256 matches the one the operator put into that VM's user-data,
+// so the binary is exactly the operator's whatever the network in between
+// (internal/cloudinit writes the download script).
+//
+// The server hands out files named hyperfleet-agent-<os>-<arch> (Go's
+// naming: linux-amd64, linux-arm64) from one directory, under
+//
+//	GET/HEAD /agent/v1/<name>          the binary (application/octet-stream)
+//	GET/HEAD /agent/v1/<name>.sha256   "<hex>  <name>\n", as sha256sum prints it
+//
+// Every file is opened and hashed once, in New: the server then serves the
+// bytes it hashed, from the open file, for as long as it runs. The files
+// must therefore not change in place while served (a file replaced by
+// rename, as a new container image or a volume update does, keeps being
+// served in its old version until the next start; writing into it in place
+// makes VMs reject the download and power off). Adding a binary needs a
+// restart.
+//
+// Every manager replica serves the files (the Server does not need leader
+// election), so a Service in front of all replicas is what VMs reach. The
+// download URL carries the expected checksum (?sha256=): a replica holding
+// another build of the file (during a rolling upgrade) answers 503 so that
+// the VM's curl retries, possibly reaching another replica, instead of
+// downloading bytes it will reject.
+package agentserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+)
+
+// PathPrefix is the URL path under which binaries are served.
+const PathPrefix = "/agent/v1/"
+
+// FilePrefix starts every agent binary's file name:
+// hyperfleet-agent-<os>-<arch>.
+const FilePrefix = "hyperfleet-agent-"
+
+// ChecksumSuffix is appended to a binary's name for its checksum file.
+const ChecksumSuffix = ".sha256"
+
+// Platforms are the os-arch pairs (Go naming) the agent is built for.
+var Platforms = []string{"linux-amd64", "linux-arm64"}
+
+// runnerPlatforms maps a runner's os and arch, in GitHub's naming
+// (spec.bootstrap.github.runner), to the Go naming of the agent's build.
+var runnerPlatforms = map[string]string{
+	"linux/x64":   "linux-amd64",
+	"linux/arm64": "linux-arm64",
+}
+
+// FileName is the agent binary's file name for a runner os and arch in
+// GitHub's naming (linux/x64 -> hyperfleet-agent-linux-amd64). The error
+// says which combinations exist.
+func FileName(osName, arch string) (string, error) {
+	p, ok := runnerPlatforms[osName+"/"+arch]
+	if !ok {
+		return "", fmt.Errorf("the HyperFleet agent is built for linux/x64 and linux/arm64 runners only, not %s/%s", osName, arch)
+	}
+	return FilePrefix + p, nil
+}
+
+// Options configure a Server.
+type Options struct {
+	// Dir holds the binaries, named hyperfleet-agent-<os>-<arch>
+	// (required). Other files are ignored.
+	Dir string
+	// URL is the external base URL VMs reach the server at, such as
+	// https://hyperfleet-agent.ci.example.com:9443 (required, https; may
+	// have a path when a proxy forwards a prefix). The serving certificate
+	// must be valid for its host.
+	URL string
+	// CAFile is a PEM file with the CA certificate(s) VMs must trust to
+	// reach URL; empty: VMs use their system roots. Read once, in New.
+	CAFile string
+
+	// Addr is the address Start listens on, such as ":9443".
+	Addr string
+	// CertFile and KeyFile are the serving certificate (chain) and key, in
+	// PEM. They are watched and reloaded when they change, as the webhook
+	// receiver's are, so a cert-manager renewal needs no restart.
+	CertFile string
+	KeyFile  string
+
+	// ReadHeaderTimeout, WriteTimeout and IdleTimeout bound connections
+	// (defaults 10 s, 10 min, 120 s; a slow VM link needs time for a
+	// binary of some tens of MiB).
+	ReadHeaderTimeout time.Duration
+	WriteTimeout      time.Duration
+	IdleTimeout       time.Duration
+	// ShutdownTimeout bounds the wait for in-flight downloads when the
+	// manager stops (default 10 s).
+	ShutdownTimeout time.Duration
+	// Logger logs; the zero value discards.
+	Logger logr.Logger
+}
+
+// binary is one served file: opened and hashed once.
+type binary struct {
+	name    string
+	f       *os.File
+	size    int64
+	modTime time.Time
+	sha256  string
+}
+
+// Server serves the agent binaries. It is a controller-runtime
+// manager.Runnable that runs on every replica (NeedLeaderElection is
+// false): add it with mgr.Add. Lookup and CA are safe for concurrent use.
+type Server struct {
+	opts Options
+	base string // opts.URL without a trailing slash
+	ca   string
+	bins map[string]*binary
+
+	mu   sync.Mutex
+	addr net.Addr
+	// ready is closed once the listener is up (or Start failed).
+	ready chan struct{}
+}
+
+var (
+	_ manager.Runnable               = (*Server)(nil)
+	_ manager.LeaderElectionRunnable = (*Server)(nil)
+)
+
+// New checks opts, reads the CA file and opens and hashes every binary in
+// Dir. A Dir without any binary is an error: a server with nothing to serve
+// is a configuration mistake. Close releases the files (Start does when it
+// returns).
+func New(opts Options) (*Server, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("agent server: the binaries directory is required")
+	}
+	base, err := checkURL(opts.URL)
+	if err != nil {
+		return nil, err
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&opts.ReadHeaderTimeout, 10*time.Second)
+	def(&opts.WriteTimeout, 10*time.Minute)
+	def(&opts.IdleTimeout, 120*time.Second)
+	def(&opts.ShutdownTimeout, 10*time.Second)
+	s := &Server{opts: opts, base: base, bins: map[string]*binary{}, ready: make(chan struct{})}
+	if opts.CAFile != "" {
+		if s.ca, err = readCA(opts.CAFile); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.scan(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func checkURL(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", fmt.Errorf("agent server: the URL VMs reach it at must be an https:// URL without query or credentials, such as https://hyperfleet-agent.ci.example.com:9443, not %q", raw)
+	}
+	return strings.TrimRight(raw, "/"), nil
+}
+
+// readCA reads a PEM file that must hold at least one certificate.
+func readCA(path string) (string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("agent server: reading the CA VMs trust: %w", err)
+	}
+	rest, n := raw, 0
+	for {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			continue
+		}
+		if _, err := x509.ParseCertificate(b.Bytes); err != nil {
+			return "", fmt.Errorf("agent server: CA file %s: %w", path, err)
+		}
+		n++
+	}
+	if n == 0 {
+		return "", fmt.Errorf("agent server: CA file %s holds no PEM certificate", path)
+	}
+	return strings.TrimSpace(string(raw)) + "\n", nil
+}
+
+// scan opens and hashes the binaries in Dir.
+func (s *Server) scan() error {
+	for _, p := range Platforms {
+		name := FilePrefix + p
+		path := filepath.Join(s.opts.Dir, name)
+		f, err := os.Open(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("agent server: %w", err)
+		}
+		b, err := hashFile(name, f)
+		if err != nil {
+			_ = f.Close()
+			return fmt.Errorf("agent server: %s: %w", path, err)
+		}
+		s.bins[name] = b
+	}
+	if len(s.bins) == 0 {
+		return fmt.Errorf("agent server: %s holds no agent binary; put %s-<os>-<arch> files there (%s)", s.opts.Dir, strings.TrimSuffix(FilePrefix, "-"), strings.Join(s.expected(), ", "))
+	}
+	return nil
+}
+
+func (s *Server) expected() []string {
+	out := make([]string, len(Platforms))
+	for i, p := range Platforms {
+		out[i] = FilePrefix + p
+	}
+	return out
+}
+
+func hashFile(name string, f *os.File) (*binary, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, errors.New("not a regular file")
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, io.NewSectionReader(f, 0, st.Size()))
+	if err != nil {
+		return nil, fmt.Errorf("hashing: %w", err)
+	}
+	if n != st.Size() {
+		return nil, fmt.Errorf("changed while being hashed (%d of %d bytes)", n, st.Size())
+	}
+	return &binary{name: name, f: f, size: n, modTime: st.ModTime(), sha256: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// Close releases the open binaries. The server serves nothing afterwards.
+func (s *Server) Close() {
+	for _, b := range s.bins {
+		_ = b.f.Close()
+	}
+}
+
+// Lookup returns the download URL and SHA-256 (64 lower-case hex digits)
+// of the agent for a runner os and arch in GitHub's naming (linux and x64
+// or arm64, as in spec.bootstrap.github.runner); ok is false when the
+// server has no such binary. The URL carries the checksum as a query
+// parameter so that a replica serving another build refuses it.
+func (s *Server) Lookup(osName, arch string) (downloadURL, sha256 string, ok bool) {
+	name, err := FileName(osName, arch)
+	if err != nil {
+		return "", "", false
+	}
+	b, ok := s.bins[name]
+	if !ok {
+		return "", "", false
+	}
+	return s.base + PathPrefix + name + "?sha256=" + b.sha256, b.sha256, true
+}
+
+// CA is the PEM CA bundle VMs must trust to reach the server, empty when
+// they use their system roots.
+func (s *Server) CA() string { return s.ca }
+
+// Binaries are the names of the served binaries, sorted.
+func (s *Server) Binaries() []string {
+	out := make([]string, 0, len(s.bins))
+	for n := range s.bins {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every
+// replica serves the binaries.
+func (*Server) NeedLeaderElection() bool { return false }
+
+// Addr is the address the server listens on once started (nil before),
+// such as 127.0.0.1:40123 when Addr asked for port 0.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Ready is closed once the server listens, or failed to start.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// Handler serves the binaries and their checksums under PathPrefix.
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serve) }
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "only GET and HEAD are served", http.StatusMethodNotAllowed)
+		return
+	}
+	name, found := strings.CutPrefix(r.URL.Path, PathPrefix)
+	if !found {
+		s.notFound(w, r.URL.Path)
+		return
+	}
+	sum := false
+	if n, ok := strings.CutSuffix(name, ChecksumSuffix); ok {
+		name, sum = n, true
+	}
+	b, ok := s.bins[name]
+	if !ok {
+		s.notFound(w, r.URL.Path)
+		return
+	}
+	if want := r.URL.Query().Get("sha256"); want != "" && want != b.sha256 {
+		// Another replica (or this one before a restart) handed out the
+		// URL for a different build: let the client retry elsewhere.
+		w.Header().Set("Retry-After", "2")
+		http.Error(w, fmt.Sprintf("this server has another build of %s (sha256 %s, not %s); retry, another replica may have it", name, b.sha256, want), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if sum {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		body := b.sha256 + "  " + b.name + "\n"
+		http.ServeContent(w, r, "", b.modTime, strings.NewReader(body))
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("ETag", `"sha256:`+b.sha256+`"`)
+	w.Header().Set("Content-Disposition", `attachment; filename="`+b.name+`"`)
+	// ServeContent sets Content-Length, answers HEAD without a body and
+	// handles Range and conditional requests.
+	http.ServeContent(w, r, "", b.modTime, io.NewSectionReader(b.f, 0, b.size))
+}
+
+func (s *Server) notFound(w http.ResponseWriter, path string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusNotFound)
+	var names []string
+	for _, n := range s.Binaries() {
+		names = append(names, PathPrefix+n)
+	}
+	fmt.Fprintf(w, "%s is not an agent binary served here. Served: %s (each also as <name>%s). "+
+		"Missing binaries go into the operator's --agent-binaries-dir, named %s<os>-<arch> (%s), followed by a restart.\n",
+		path, strings.Join(names, ", "), ChecksumSuffix, FilePrefix, strings.Join(Platforms, ", "))
+}
+
+// Start implements manager.Runnable: it serves until ctx ends, then waits
+// up to ShutdownTimeout for in-flight downloads, and closes the files.
+func (s *Server) Start(ctx context.Context) error {
+	var readyOnce sync.Once
+	markReady := func() { readyOnce.Do(func() { close(s.ready) }) }
+	defer markReady()
+	defer s.Close()
+	logger := s.opts.Logger
+	if s.opts.Addr == "" || s.opts.CertFile == "" || s.opts.KeyFile == "" {
+		return errors.New("agent server: the listen address, certificate file and key file are required to serve")
+	}
+
+	watcher, err := certwatcher.New(s.opts.CertFile, s.opts.KeyFile)
+	if err != nil {
+		return fmt.Errorf("agent server: loading the TLS certificate %s and key %s: %w", s.opts.CertFile, s.opts.KeyFile, err)
+	}
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go func() {
+		if err := watcher.Start(watchCtx); err != nil {
+			logger.Error(err, "Agent server: watching the TLS certificate failed; the current one stays in use")
+		}
+	}()
+
+	ln, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("agent server: listening on %s: %w", s.opts.Addr, err)
+	}
+	s.mu.Lock()
+	s.addr = ln.Addr()
+	s.mu.Unlock()
+
+	srv := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
+		WriteTimeout:      s.opts.WriteTimeout,
+		IdleTimeout:       s.opts.IdleTimeout,
+		MaxHeaderBytes:    16 << 10,
+		TLSConfig: &tls.Config{
+			MinVersion:     tls.VersionTLS12,
+			GetCertificate: watcher.GetCertificate,
+		},
+		// Handshake failures from scanners are not worth an error line.
+		ErrorLog: log.New(logWriter{log: logger}, "", 0),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
+	logger.Info("Serving agent binaries", "address", ln.Addr().String(), "url", s.base+PathPrefix, "binaries", s.Binaries())
+	markReady()
+
+	select {
+	case <-ctx.Done():
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			logger.Error(err, "Agent server: shutting down")
+			_ = srv.Close()
+		}
+		return nil
+	case err := <-serveErr:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("agent server: %w", err)
+	}
+}
+
+// logWriter sends net/http's own error lines to the logger at debug level:
+// they are client-side problems (handshake errors, resets).
+type logWriter struct{ log logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.V(1).Info("Agent server: " + strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

@@ -1,0 +1,96 @@
+package devenv
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+)
+
+// Objects returns the world's sample objects, in creation order: what a
+// user applies to a real cluster, with the simulators' addresses filled in.
+func (w *World) Objects() ([]client.Object, error) {
+	pkg, err := githubsim.RunnerPackage(w.githubCA)
+	if err != nil {
+		return nil, fmt.Errorf("devenv: runner package: %w", err)
+	}
+	sum := sha256.Sum256(pkg)
+	return []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: SystemNamespace}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
+		&corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: SystemNamespace, Name: "local-pve-token"},
+			StringData: map[string]string{"id": proxmoxTokenID, "secret": proxmoxTokenSecret},
+		},
+		&hfv1.HypervisorCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: ClusterName},
+			Spec: hfv1.HypervisorClusterSpec{
+				Provider: hfv1.ProviderProxmox,
+				Endpoint: w.ProxmoxURL,
+				Credentials: hfv1.HypervisorCredentials{
+					TokenID:     &hfv1.SecretKeySelector{Namespace: SystemNamespace, Name: "local-pve-token", Key: "id"},
+					TokenSecret: &hfv1.SecretKeySelector{Namespace: SystemNamespace, Name: "local-pve-token", Key: "secret"},
+				},
+				TLS:          &hfv1.HypervisorTLS{FingerprintSHA256: w.proxmoxFingerprint},
+				VMIDRange:    &hfv1.VMIDRange{Start: 1000, End: 1999},
+				PollInterval: &metav1.Duration{Duration: 2e9},
+			},
+		},
+		&corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: "github"},
+			StringData: map[string]string{"token": PAT},
+		},
+		&hfv1.HypervisorMachineTemplate{
+			ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: TemplateName},
+			Spec: hfv1.HypervisorMachineTemplateSpec{
+				HypervisorClusterRef: hfv1.ObjectName{Name: ClusterName},
+				Source:               hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateID: ptr.To[int32](9000)}},
+				Resources:            hfv1.MachineResources{CPU: 2, Memory: resource.MustParse("2Gi")},
+				Bootstrap: hfv1.Bootstrap{GitHub: hfv1.GitHubBootstrap{
+					Owner:        Organization,
+					Organization: Organization,
+					APIBaseURL:   w.GitHubURL + "/api/v3",
+					Credentials:  hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}},
+					// The agent downloads the runner package and checks it.
+					Runner: &hfv1.RunnerSoftware{
+						DownloadURL:    w.GitHubURL + "/_sim/runner/actions-runner-{os}-{arch}.tar.gz",
+						DownloadSHA256: hex.EncodeToString(sum[:]),
+					},
+				}},
+			},
+		},
+		&hfv1.RunnerPool{
+			ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: PoolName},
+			Spec: hfv1.RunnerPoolSpec{
+				TemplateRef: hfv1.ObjectName{Name: TemplateName},
+				Workload:    hfv1.Workload{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubWorkload{Labels: []string{JobLabel}}},
+				Scaling: hfv1.Scaling{MinReplicas: w.opts.MinReplicas, MaxReplicas: w.opts.MaxReplicas,
+					ScaleDownDelay: &metav1.Duration{Duration: 10e9}},
+			},
+		},
+	}, nil
+}
+
+// applyObjects creates the sample objects (existing ones are kept).
+func (w *World) applyObjects(ctx context.Context) error {
+	objs, err := w.Objects()
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		if err := w.API.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("devenv: create %T %s: %w", obj, obj.GetName(), err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,470 @@
+// Package devenv runs HyperFleet's embedded world on one machine: a real
+// kube-apiserver and etcd, the Proxmox VE and GitHub simulators, the
+// operator, and simulated VMs whose guest program is the real
+// hyperfleet-agent binary running against the NoCloud ISO the operator
+// attached. `hyperfleet dev` and the end-to-end tests both use it, so what
+// a newcomer sees is what CI proves.
+//
+// Everything listens on loopback. The world is one organization (octo-org)
+// with one repository (octo-org/app), one HypervisorCluster, one template
+// and one RunnerPool whose runners carry the label JobLabel; jobs queued
+// with EnqueueJobs reach the operator as workflow_job webhooks.
+package devenv
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/hyperfleet/hyperfleet/internal/manager"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/test/testenv"
+)
+
+// Names of the world's objects and accounts.
+const (
+	// Namespace holds the template, the pool and its claims.
+	Namespace = "ci"
+	// PoolName is the RunnerPool.
+	PoolName = "runners"
+	// TemplateName is the HypervisorMachineTemplate.
+	TemplateName = "debian-runner"
+	// ClusterName is the HypervisorCluster (the Proxmox simulator).
+	ClusterName = "local-pve"
+	// Organization and Repository are the GitHub account and repository.
+	Organization = "octo-org"
+	Repository   = "octo-org/app"
+	// JobLabel is the runs-on label of the pool's runners and of the jobs.
+	JobLabel = "hyperfleet"
+	// SystemNamespace holds the operator's own Secrets.
+	SystemNamespace = "hyperfleet-system"
+	// PAT is the long-lived GitHub token the operator uses. It must never
+	// reach a VM; the end-to-end tests look for it everywhere.
+	PAT = "ghp_devEnvironmentPATthatMustNeverLeaveTheOperator"
+	// proxmoxTokenID and proxmoxTokenSecret are the simulator's API token.
+	proxmoxTokenID     = "root@pam!sim"
+	proxmoxTokenSecret = "00000000-0000-0000-0000-000000000000"
+	webhookSecret      = "dev-webhook-secret"
+)
+
+// Options configure a World.
+type Options struct {
+	// Dir keeps the world's files: kubeconfig, operator log, the guests'
+	// directories (console logs). Required.
+	Dir string
+	// AgentBinary is the hyperfleet-agent binary the guests run. Required.
+	AgentBinary string
+	// MinReplicas and MaxReplicas size the RunnerPool (0 and 5 by default).
+	MinReplicas, MaxReplicas int32
+	// Latency is the Proxmox simulator's task latency; zero values take
+	// quick ones (clone 1 s, boot 2 s).
+	Latency proxmoxsim.Latency
+	// Progress receives progress messages (nil: discarded).
+	Progress io.Writer
+	// LogLevel is the operator's log verbosity (0 info, 1 debug).
+	LogLevel int
+}
+
+// World is a running embedded world.
+type World struct {
+	opts Options
+	// API is the kube-apiserver and etcd.
+	API *testenv.Environment
+	// Proxmox and GitHub are the simulators.
+	Proxmox *proxmoxsim.Simulator
+	GitHub  *githubsim.Simulator
+	// KubeconfigPath is a kubeconfig file for kubectl.
+	KubeconfigPath string
+	// ProxmoxURL and GitHubURL are the simulators' base URLs.
+	ProxmoxURL, GitHubURL string
+
+	proxmoxFingerprint string
+	githubCA           []byte
+	githubTransport    *http.Transport
+	servers            []*http.Server
+	webhook            webhookFiles
+	logFile            *os.File
+
+	mu       sync.Mutex
+	operator *operatorRun
+	jobs     []int64
+}
+
+// webhookFiles are the operator's webhook serving certificate files and a
+// client that trusts them (for the GitHub simulator's deliveries).
+type webhookFiles struct {
+	certFile, keyFile string
+	client            *http.Client
+}
+
+// operatorRun is one running operator (manager) instance.
+type operatorRun struct {
+	cancel context.CancelFunc
+	done   chan error
+	comps  *manager.Components
+}
+
+// Start brings the world up: API server, simulators, operator and sample
+// objects. Stop it with Stop, whatever happens.
+func Start(ctx context.Context, opts Options) (*World, error) {
+	if opts.Dir == "" || opts.AgentBinary == "" {
+		return nil, errors.New("devenv: Options.Dir and Options.AgentBinary are required")
+	}
+	if opts.MaxReplicas == 0 {
+		opts.MaxReplicas = 5
+	}
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("devenv: %w", err)
+	}
+	w := &World{opts: opts}
+	if err := w.start(ctx); err != nil {
+		_ = w.Stop()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *World) start(ctx context.Context) (err error) {
+	opts := w.opts
+	if w.logFile, err = os.Create(filepath.Join(opts.Dir, "operator.log")); err != nil {
+		return fmt.Errorf("devenv: operator log: %w", err)
+	}
+	w.progress("Starting kube-apiserver and etcd (the first run builds them from source: about 10 minutes on 2 cores, then cached)")
+	stopTicker := w.tick("still starting the API server")
+	w.API, err = testenv.StartWithProgress(opts.Progress)
+	stopTicker()
+	if err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(opts.Dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, w.API.KubeConfig(), 0o600); err != nil {
+		return fmt.Errorf("devenv: write kubeconfig: %w", err)
+	}
+	w.KubeconfigPath = kubeconfig
+	w.progress("Starting the GitHub and Proxmox VE simulators")
+	if err := w.startGitHub(); err != nil {
+		return err
+	}
+	if err := w.startProxmox(); err != nil {
+		return err
+	}
+	// The objects first: the operator keeps its ownership key in a Secret
+	// of SystemNamespace.
+	if err := w.applyObjects(ctx); err != nil {
+		return err
+	}
+	w.progress("Starting the operator (log: %s)", w.logFile.Name())
+	return w.StartOperator(ctx)
+}
+
+func (w *World) progress(format string, args ...any) {
+	fmt.Fprintf(w.opts.Progress, "==> "+format+"\n", args...)
+}
+
+// tick reports every 30 s that a long step is still running; the returned
+// function stops it.
+func (w *World) tick(what string) func() {
+	done, exited := make(chan struct{}), make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(30 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				select {
+				case <-done:
+					return
+				default:
+				}
+				w.progress("%s (%s elapsed)", what, time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	// Waits for the goroutine: nothing is written after the step ended.
+	return func() { close(done); <-exited }
+}
+
+// serveTLS serves h over TLS with cert on a loopback port and returns the
+// https:// base URL.
+func (w *World) serveTLS(h http.Handler, cert tls.Certificate) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("devenv: listen: %w", err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		// The simulators' own loggers report what matters.
+		ErrorLog: slogDiscard()}
+	w.servers = append(w.servers, srv)
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	return "https://" + ln.Addr().String(), nil
+}
+
+func (w *World) startGitHub() error {
+	cert, caPEM, err := githubsim.SelfSignedCertificate("127.0.0.1", "localhost")
+	if err != nil {
+		return fmt.Errorf("devenv: %w", err)
+	}
+	if err := w.writeWebhookCert(); err != nil {
+		return err
+	}
+	sim, err := githubsim.New(githubsim.Config{
+		Organizations: []githubsim.OrgConfig{{Login: Organization}},
+		Repositories:  []githubsim.RepoConfig{{Name: Repository}},
+		PATs:          []githubsim.PATConfig{{Token: PAT, Login: "octocat"}},
+		// A loaded laptop may stall a runner's poll for seconds; GitHub
+		// would not call that runner lost either.
+		HeartbeatTimeout: githubsim.Duration(30 * time.Second),
+	}, githubsim.WithCACertificate(caPEM), githubsim.WithWebhookClient(w.webhook.client), githubsim.WithLogger(w.simLogger("github-sim")))
+	if err != nil {
+		return fmt.Errorf("devenv: GitHub simulator: %w", err)
+	}
+	w.GitHub, w.githubCA = sim, caPEM
+	if w.GitHubURL, err = w.serveTLS(sim, cert); err != nil {
+		return err
+	}
+	sim.SetServerURL(w.GitHubURL)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	w.githubTransport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: 64}
+	return os.WriteFile(w.githubCAFile(), caPEM, 0o644)
+}
+
+func (w *World) githubCAFile() string { return filepath.Join(w.opts.Dir, "github-ca.pem") }
+
+// writeWebhookCert creates the operator's webhook serving certificate.
+func (w *World) writeWebhookCert() error {
+	cert, caPEM, err := githubsim.SelfSignedCertificate("127.0.0.1", "localhost")
+	if err != nil {
+		return fmt.Errorf("devenv: webhook certificate: %w", err)
+	}
+	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		return fmt.Errorf("devenv: webhook key: %w", err)
+	}
+	var certPEM []byte
+	for _, der := range cert.Certificate {
+		certPEM = append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	w.webhook.certFile, w.webhook.keyFile = filepath.Join(w.opts.Dir, "webhook.crt"), filepath.Join(w.opts.Dir, "webhook.key")
+	if err := os.WriteFile(w.webhook.certFile, certPEM, 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(w.webhook.keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600); err != nil {
+		return err
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	w.webhook.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	return nil
+}
+
+// guestScript is the guest program: what systemd would start from the unit
+// the operator's cloud-init wrote, with the paths of a simulated guest
+// (the files cloud-init wrote are under $HF_SIM_ROOT) and the simulator's
+// power button instead of systemctl poweroff. The runner runs as the
+// agent's user (there is no "runner" account in a simulated guest).
+const guestScript = `exec "$HF_AGENT_BINARY" --config "$HF_SIM_ROOT/etc/hyperfleet/agent.json" --root "$HF_SIM_ROOT" --run-as "" --poweroff-command "curl -fsS -X POST $HF_SIM_POWEROFF_URL"`
+
+func (w *World) startProxmox() error {
+	cfg := proxmoxsim.DefaultConfig()
+	cfg.Latency = w.opts.Latency
+	if cfg.Latency == (proxmoxsim.Latency{}) {
+		ms := func(n int) proxmoxsim.Duration { return proxmoxsim.Duration(time.Duration(n) * time.Millisecond) }
+		cfg.Latency = proxmoxsim.Latency{CloneBase: ms(1000), Config: ms(20), Resize: ms(50), Start: ms(200), Boot: ms(2000),
+			Stop: ms(100), Shutdown: ms(300), Destroy: ms(300), Upload: ms(50)}
+	}
+	cfg.RefreshInterval = proxmoxsim.Duration(time.Second)
+	cfg.Nodes[0].Memory, cfg.Nodes[0].CPUs = 1<<40, 1024
+	cfg.Guest = proxmoxsim.GuestConfig{
+		Command:    []string{"sh", "-c", guestScript},
+		WriteFiles: true,
+		WorkDir:    filepath.Join(w.opts.Dir, "guests"),
+		Env: map[string]string{
+			"HF_AGENT_BINARY": w.opts.AgentBinary,
+			// The agent downloads the runner from the GitHub simulator.
+			"SSL_CERT_FILE": w.githubCAFile(),
+			// The simulator's runner long-polls for 1 s instead of 20 s,
+			// so that a scale-down finds it between polls.
+			"HF_SIM_POLL_WAIT": "1",
+		},
+	}
+	sim, err := proxmoxsim.New(cfg, proxmoxsim.WithAdmin(true), proxmoxsim.WithLogger(w.simLogger("proxmox-sim")))
+	if err != nil {
+		return fmt.Errorf("devenv: Proxmox simulator: %w", err)
+	}
+	w.Proxmox = sim
+	cert, _, err := githubsim.SelfSignedCertificate("127.0.0.1", "localhost")
+	if err != nil {
+		return fmt.Errorf("devenv: %w", err)
+	}
+	base, err := w.serveTLS(sim, cert)
+	if err != nil {
+		return err
+	}
+	w.ProxmoxURL = base + "/api2/json"
+	sum := sha256.Sum256(cert.Certificate[0])
+	fp := make([]string, len(sum))
+	for i, b := range sum {
+		fp[i] = fmt.Sprintf("%02X", b)
+	}
+	w.proxmoxFingerprint = strings.Join(fp, ":")
+	return nil
+}
+
+// simLogger writes a simulator's log to <Dir>/<name>.log.
+func (w *World) simLogger(name string) *slog.Logger {
+	f, err := os.Create(filepath.Join(w.opts.Dir, name+".log"))
+	if err != nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+func slogDiscard() *log.Logger { return slog.NewLogLogger(slog.DiscardHandler, slog.LevelError) }
+
+// StartOperator starts an operator (the manager with every controller, the
+// webhook receiver and the resync) against the world. Start does it once;
+// call it again after StopOperator to simulate a restart.
+func (w *World) StartOperator(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.operator != nil {
+		return errors.New("devenv: the operator is already running")
+	}
+	logger := zap.New(zap.WriteTo(w.logFile), zap.Level(zapcore.Level(-w.opts.LogLevel)),
+		zap.JSONEncoder(func(c *zapcore.EncoderConfig) { c.EncodeTime = zapcore.RFC3339NanoTimeEncoder }))
+	cfg := rest.CopyConfig(w.API.Config)
+	cfg.QPS = -1
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 w.API.Scheme,
+		Logger:                 logger,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		// A restart builds the controllers again in this process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return fmt.Errorf("devenv: new manager: %w", err)
+	}
+	signer, err := manager.LoadOrCreateSigner(ctx, w.API.Client, SystemNamespace, "hyperfleet-ownership", "")
+	if err != nil {
+		return fmt.Errorf("devenv: ownership signer: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(ctrl.LoggerInto(context.WithoutCancel(ctx), logger))
+	comps, err := manager.Setup(runCtx, mgr, manager.Options{
+		Signer:          signer,
+		GitHubTransport: w.githubTransport,
+		Webhook:         &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: w.webhook.certFile, KeyFile: w.webhook.keyFile, Secret: []byte(webhookSecret)},
+		ResyncInterval:  5 * time.Second,
+		// Injected faults come in runs; a local world should not sit out
+		// a five-minute backoff after one.
+		MaxRetryDelay: 10 * time.Second,
+	})
+	if err != nil {
+		cancel()
+		return fmt.Errorf("devenv: operator setup: %w", err)
+	}
+	run := &operatorRun{cancel: cancel, done: make(chan error, 1), comps: comps}
+	go func() { run.done <- mgr.Start(runCtx) }()
+	select {
+	case <-comps.Webhook.Ready():
+	case err := <-run.done:
+		cancel()
+		return fmt.Errorf("devenv: operator stopped at once: %w", err)
+	case <-time.After(time.Minute):
+		cancel()
+		return errors.New("devenv: the operator's webhook receiver did not start within a minute")
+	}
+	// The receiver listens on a new port after every start: point the
+	// repository's webhook at it.
+	for _, h := range w.GitHub.Webhooks() {
+		w.GitHub.RemoveWebhook(h.ID)
+	}
+	if _, err := w.GitHub.AddWebhook(githubsim.Webhook{URL: "https://" + comps.Webhook.Addr().String() + "/webhooks/github", Secret: webhookSecret}); err != nil {
+		cancel()
+		return fmt.Errorf("devenv: register webhook: %w", err)
+	}
+	w.operator = run
+	return nil
+}
+
+// StopOperator stops the running operator, as a crash or a rollout would.
+func (w *World) StopOperator() error {
+	w.mu.Lock()
+	run := w.operator
+	w.operator = nil
+	w.mu.Unlock()
+	if run == nil {
+		return nil
+	}
+	run.cancel()
+	return <-run.done
+}
+
+// Stop stops everything the world started and removes nothing from Dir.
+func (w *World) Stop() error {
+	var errs []error
+	if err := w.StopOperator(); err != nil {
+		errs = append(errs, fmt.Errorf("operator: %w", err))
+	}
+	for _, srv := range w.servers {
+		_ = srv.Close()
+	}
+	if w.githubTransport != nil {
+		w.githubTransport.CloseIdleConnections()
+	}
+	if w.GitHub != nil {
+		_ = w.GitHub.Close()
+	}
+	if w.Proxmox != nil {
+		_ = w.Proxmox.Close()
+	}
+	if w.API != nil {
+		if err := w.API.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if w.logFile != nil {
+		_ = w.logFile.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// randomSuffix is a short random hex string.
+func randomSuffix() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%x", b)
+}
