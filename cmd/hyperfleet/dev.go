@@ -93,7 +93,11 @@ func runDev(args []string) error {
 	}
 
 	quit := make(chan struct{})
-	go readCommands(os.Stdin, w, *jobDuration, quit, progress)
+	enqueue := func(n int) error {
+		_, err := w.EnqueueJobs(n, *jobDuration)
+		return err
+	}
+	go readCommands(os.Stdin, enqueue, quit, progress)
 
 	var deadline <-chan time.Time
 	if *exitWhenDone {
@@ -139,7 +143,7 @@ func buildAgent(ctx context.Context, dir string, progress io.Writer) (string, er
 }
 
 // readCommands queues jobs from the user's input until EOF or "q".
-func readCommands(in io.Reader, w *devenv.World, d time.Duration, quit chan<- struct{}, out io.Writer) {
+func readCommands(in io.Reader, enqueue func(n int) error, quit chan<- struct{}, out io.Writer) {
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
@@ -156,7 +160,7 @@ func readCommands(in io.Reader, w *devenv.World, d time.Duration, quit chan<- st
 			}
 			n = v
 		}
-		if _, err := w.EnqueueJobs(n, d); err != nil {
+		if err := enqueue(n); err != nil {
 			fmt.Fprintln(out, "queue:", err)
 		}
 	}
@@ -172,6 +176,7 @@ func isTerminal(f *os.File) bool {
 type liveTable struct {
 	out  io.Writer
 	tty  bool
+	now  func() time.Time
 	last string
 }
 
@@ -188,7 +193,7 @@ func (t *liveTable) show(s devenv.Snapshot, minReplicas, maxReplicas int) {
 		counts["queued"], counts["in_progress"], counts["completed"], len(s.VMs), len(s.Runners))
 
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tSTATUS\tRUNNER (= VM)")
+	fmt.Fprintln(tw, "JOB\tSTATUS\tRUNNER")
 	for _, j := range s.Jobs {
 		status := j.Status
 		if j.Conclusion != "" {
@@ -199,7 +204,7 @@ func (t *liveTable) show(s devenv.Snapshot, minReplicas, maxReplicas int) {
 	_ = tw.Flush()
 	b.WriteString("\n")
 	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CLAIM\tPHASE\tVM\tVM STATUS\tRUNNER")
+	fmt.Fprintln(tw, "CLAIM\tPHASE\tVM\tVM STATUS\tRUNNER (STATUS)")
 	vms := map[int32]string{}
 	for _, vm := range s.VMs {
 		vms[int32(vm.VMID)] = vm.Status
@@ -213,11 +218,17 @@ func (t *liveTable) show(s devenv.Snapshot, minReplicas, maxReplicas int) {
 		if ref := c.Status.VMRef; ref != nil {
 			vmid, vmStatus = strconv.Itoa(int(ref.VMID)), orDash(vms[ref.VMID])
 		}
+		// Runner names are the claim's name plus a suffix; the claim's
+		// status records the one it registered.
 		runner := "-"
-		if r, ok := runners[c.Name]; ok {
-			runner = r.Status
-			if r.Busy {
-				runner += ", busy"
+		if bs := c.Status.Bootstrap; bs != nil && bs.RunnerName != "" {
+			runner = bs.RunnerName + " (not registered)"
+			if r, ok := runners[bs.RunnerName]; ok {
+				runner = bs.RunnerName + " (" + r.Status
+				if r.Busy {
+					runner += ", busy"
+				}
+				runner += ")"
 			}
 		}
 		phase := string(c.Status.Phase)
@@ -232,12 +243,17 @@ func (t *liveTable) show(s devenv.Snapshot, minReplicas, maxReplicas int) {
 		return
 	}
 	t.last = text
+	now := time.Now
+	if t.now != nil {
+		now = t.now
+	}
+	stamp := now().Format("15:04:05")
 	if t.tty {
 		// Home the cursor and clear the screen, then draw.
-		fmt.Fprint(t.out, "\033[H\033[2J"+time.Now().Format("15:04:05")+"  (Enter: one more job, a number: that many, q: quit)\n\n"+text)
+		fmt.Fprint(t.out, "\033[H\033[2J"+stamp+"  (Enter: one more job, a number: that many, q: quit)\n\n"+text)
 		return
 	}
-	fmt.Fprint(t.out, "---- "+time.Now().Format("15:04:05")+"\n"+text)
+	fmt.Fprint(t.out, "---- "+stamp+"\n"+text)
 }
 
 func orDash(s string) string {

@@ -58,7 +58,7 @@ func yamlBlocks(t *testing.T, doc []byte) []docBlock {
 // goldens are, and checks that the guide's excerpt of HyperFleet's agent
 // download runs what the operator renders.
 func TestTemplatesGuideCloudConfigs(t *testing.T) {
-	bin, _ := cloudInit(t)
+	_, python := cloudInit(t)
 	doc, err := os.ReadFile(templatesGuide)
 	if err != nil {
 		t.Fatal(err)
@@ -69,20 +69,27 @@ func TestTemplatesGuideCloudConfigs(t *testing.T) {
 	}
 	want := parseAgentFetch(t, rendered.UserData).runcmd
 
+	// Every example through cloud-init's schema validator, in one go.
 	tmp := t.TempDir()
-	var configs, excerpts int
+	var blocks []docBlock
+	var schema viewRequest
 	for _, b := range yamlBlocks(t, doc) {
 		if !strings.HasPrefix(b.text, cloudConfigHeader+"\n") {
 			continue
 		}
-		configs++
-		t.Run(fmt.Sprintf("line-%d", b.line), func(t *testing.T) {
-			file := filepath.Join(tmp, fmt.Sprintf("templates.md-line-%d.yaml", b.line))
-			if err := os.WriteFile(file, []byte(b.text), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			schemaCheck(t, bin, file)
+		file := filepath.Join(tmp, fmt.Sprintf("templates.md-line-%d.yaml", b.line))
+		if err := os.WriteFile(file, []byte(b.text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		blocks = append(blocks, b)
+		schema.Schema = append(schema.Schema, file)
+	}
+	schema.ID = templatesGuide
+	runView(t, python, []viewRequest{schema})
 
+	var excerpts int
+	for _, b := range blocks {
+		t.Run(fmt.Sprintf("line-%d", b.line), func(t *testing.T) {
 			if !strings.Contains(b.text, FetchAgentPath) {
 				return
 			}
@@ -108,7 +115,7 @@ func TestTemplatesGuideCloudConfigs(t *testing.T) {
 			}
 		})
 	}
-	if configs < 2 || excerpts != 1 {
-		t.Errorf("%s has %d #cloud-config examples (%d with the agent download); the test expects the template preparation and HyperFleet's download excerpt", templatesGuide, configs, excerpts)
+	if len(blocks) < 2 || excerpts != 1 {
+		t.Errorf("%s has %d #cloud-config examples (%d with the agent download); the test expects the template preparation and HyperFleet's download excerpt", templatesGuide, len(blocks), excerpts)
 	}
 }

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/devenv"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+)
+
+// devSnapshot is a world with one job running on a claim's runner, one
+// queued job and one claim being deleted.
+func devSnapshot() devenv.Snapshot {
+	now := metav1.Now()
+	running := hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "runners-abcde"}}
+	running.Status.Phase = hfv1.MachineClaimReady
+	running.Status.VMRef = &hfv1.VMReference{HypervisorCluster: "local-pve", VMID: 1001}
+	running.Status.Bootstrap = &hfv1.BootstrapStatus{RunnerName: "runners-abcde-x7k2p"}
+	leaving := hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "runners-fghij", DeletionTimestamp: &now}}
+	leaving.Status.Phase = hfv1.MachineClaimDraining
+	leaving.Status.Bootstrap = &hfv1.BootstrapStatus{RunnerName: "runners-fghij-q9w8e"}
+	pending := hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "runners-klmno"}}
+
+	s := devenv.Snapshot{
+		Jobs: []githubsim.Job{
+			{ID: 1, Status: "completed", Conclusion: "success", RunnerName: "runners-zzzzz-aaaaa"},
+			{ID: 2, Status: "in_progress", RunnerName: "runners-abcde-x7k2p"},
+			{ID: 3, Status: "queued"},
+		},
+		Claims:  []hfv1.MachineClaim{running, leaving, pending},
+		VMs:     []proxmoxsim.VMState{{VMID: 1001, Name: "runners-abcde", Status: "running"}},
+		Runners: []githubsim.Runner{{Name: "runners-abcde-x7k2p", Status: "online", Busy: true}},
+	}
+	s.Pool.Status.DesiredReplicas = 3
+	s.Pool.Status.BusyReplicas = 1
+	return s
+}
+
+func TestLiveTableShowsJobsClaimsAndRunners(t *testing.T) {
+	var out bytes.Buffer
+	table := &liveTable{out: &out, now: func() time.Time { return time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC) }}
+	table.show(devSnapshot(), 0, 5)
+	got := out.String()
+
+	for _, want := range []string{
+		"---- 15:04:05\n",
+		"RunnerPool ci/runners: desired 3, ready 0, idle 0, busy 1, starting 0, terminating 0 (min 0, max 5)",
+		"Jobs: 1 queued, 1 in progress, 1 completed; VMs: 1; runners on GitHub: 1",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("table lacks %q:\n%s", want, got)
+		}
+	}
+	// Rows, with the columns' spacing folded so the test does not pin the
+	// tabwriter's padding.
+	rows := map[string]string{}
+	for line := range strings.SplitSeq(got, "\n") {
+		if f := strings.Fields(line); len(f) > 0 {
+			rows[f[0]] = strings.Join(f, " ")
+		}
+	}
+	for key, want := range map[string]string{
+		"1":             "1 completed (success) runners-zzzzz-aaaaa",
+		"2":             "2 in_progress runners-abcde-x7k2p",
+		"3":             "3 queued -",
+		"runners-abcde": "runners-abcde Ready 1001 running runners-abcde-x7k2p (online, busy)",
+		"runners-fghij": "runners-fghij Draining (deleting) - - runners-fghij-q9w8e (not registered)",
+		"runners-klmno": "runners-klmno - - - -",
+	} {
+		if rows[key] != want {
+			t.Errorf("row %s = %q, want %q", key, rows[key], want)
+		}
+	}
+	if strings.Contains(got, "\033[") {
+		t.Errorf("output that is not a terminal got escape sequences:\n%q", got)
+	}
+}
+
+func TestLiveTablePrintsOnlyChanges(t *testing.T) {
+	var out bytes.Buffer
+	table := &liveTable{out: &out}
+	s := devSnapshot()
+	table.show(s, 0, 5)
+	table.show(s, 0, 5)
+	if n := strings.Count(out.String(), "---- "); n != 1 {
+		t.Fatalf("an unchanged world was printed %d times, want once:\n%s", n, out.String())
+	}
+	s.Jobs[2].Status = "in_progress"
+	table.show(s, 0, 5)
+	if n := strings.Count(out.String(), "---- "); n != 2 {
+		t.Fatalf("a changed world was printed %d times in total, want 2", n)
+	}
+}
+
+func TestLiveTableRedrawsTerminal(t *testing.T) {
+	var out bytes.Buffer
+	table := &liveTable{out: &out, tty: true}
+	table.show(devSnapshot(), 0, 5)
+	if got := out.String(); !strings.HasPrefix(got, "\033[H\033[2J") || !strings.Contains(got, "q: quit") {
+		t.Fatalf("terminal output should clear the screen and show the keys, got:\n%q", got)
+	}
+}
+
+func TestReadCommands(t *testing.T) {
+	cases := []struct {
+		name   string
+		input  string
+		queued []int
+		quit   bool
+		says   string
+		failed error
+	}{
+		{name: "enter queues one", input: "\n\n", queued: []int{1, 1}},
+		{name: "a number queues that many", input: "3\n 12 \n", queued: []int{3, 12}},
+		{name: "q stops and ignores the rest", input: "2\nq\n5\n", queued: []int{2}, quit: true},
+		{name: "quit stops", input: "quit\n", quit: true},
+		{name: "nonsense is explained", input: "many\n0\n1001\n", says: "a number (1-1000) queues that many"},
+		{name: "queue errors are shown", input: "\n", queued: []int{1}, failed: errors.New("simulator down"), says: "queue: simulator down"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var queued []int
+			enqueue := func(n int) error { queued = append(queued, n); return tc.failed }
+			quit := make(chan struct{})
+			var out bytes.Buffer
+			readCommands(strings.NewReader(tc.input), enqueue, quit, &out)
+
+			if !slices.Equal(queued, tc.queued) {
+				t.Errorf("queued %v, want %v", queued, tc.queued)
+			}
+			closed := false
+			select {
+			case <-quit:
+				closed = true
+			default:
+			}
+			if closed != tc.quit {
+				t.Errorf("quit closed = %v, want %v", closed, tc.quit)
+			}
+			if tc.says != "" && !strings.Contains(out.String(), tc.says) {
+				t.Errorf("output %q lacks %q", out.String(), tc.says)
+			}
+			if tc.says == "" && out.Len() > 0 {
+				t.Errorf("unexpected output %q", out.String())
+			}
+		})
+	}
+}
+
+func TestDevRejectsBadFlagsBeforeStarting(t *testing.T) {
+	for args, want := range map[string]string{
+		"--jobs=-1":                         "--jobs must not be negative",
+		"--max-replicas=0":                  "need 0 <= min <= max",
+		"--min-replicas=3 --max-replicas=2": "need 0 <= min <= max",
+	} {
+		err := runDev(strings.Fields(args))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("runDev(%s) = %v, want an error containing %q", args, err, want)
+		}
+	}
+}
