@@ -49,7 +49,9 @@ func startGitHub(t *testing.T) *githubsimtest.Server {
 		Apps: []githubsim.AppConfig{{ID: testGitHubAppID, PublicKey: testAppKey.PublicPEM, Installations: []githubsim.InstallationConfig{
 			{ID: testGitHubInstall, Account: "octo-org"},
 		}}},
-		HeartbeatTimeout: githubsim.Duration(3 * time.Second),
+		// As in the other suites: a runner script starved of CPU on a
+		// loaded CI machine must not lose its session (and its job).
+		HeartbeatTimeout: githubsim.Duration(30 * time.Second),
 	})
 }
 

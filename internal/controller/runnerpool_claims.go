@@ -145,7 +145,12 @@ type poolExpectation struct {
 // expectationTimeout bounds how long a pool waits for its cache: an
 // expectation older than this is dropped (the write probably failed
 // after all, and the next decision recomputes from what is there).
-const expectationTimeout = 30 * time.Second
+// Expectations are stamped when their write returns, not when the
+// reconcile began: a reconcile that creates dozens of claims on a slow
+// API server can outlast the timeout, and stamping its first instant
+// dropped the last claims' expectations before the cache could show them
+// (a burst of 55 jobs then got 56 claims).
+const expectationTimeout = time.Minute
 
 func (e *expectations) get(pool types.NamespacedName) *poolExpectation {
 	if e.m == nil {

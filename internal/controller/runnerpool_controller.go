@@ -114,6 +114,9 @@ func (r *RunnerPoolReconciler) poolsForTemplate(ctx context.Context, o client.Ob
 
 // poolView is what one reconcile knows about a pool.
 type poolView struct {
+	// released counts retained failed claims deleted in this pass: the
+	// status reports what is left, not what the pass started with.
+	released int
 	pool     *hfv1.RunnerPool
 	tmpl     *hfv1.HypervisorMachineTemplate // nil when missing
 	hash     string
@@ -353,7 +356,7 @@ func (r *RunnerPoolReconciler) endClaim(ctx context.Context, v *poolView, c *hfv
 	if err := r.annotate(ctx, c, hfv1.TerminationReasonAnnotation, string(reason)+": "+msg); err != nil {
 		return fmt.Errorf("end MachineClaim %s (%s): %w", c.Name, reason, err)
 	}
-	r.expect.ended(client.ObjectKeyFromObject(v.pool), c.UID, v.now)
+	r.expect.ended(client.ObjectKeyFromObject(v.pool), c.UID, r.Clock.Now())
 	v.removed[reason]++
 	v.ended[c.UID] = true
 	metrics.PoolScalingActions.WithLabelValues(v.pool.Namespace, v.pool.Name, "remove", string(reason)).Inc()
@@ -367,7 +370,7 @@ func (r *RunnerPoolReconciler) failClaim(ctx context.Context, v *poolView, c *hf
 	if err := r.annotate(ctx, c, hfv1.FailReasonAnnotation, string(reason)+": "+msg); err != nil {
 		return err
 	}
-	r.expect.ended(client.ObjectKeyFromObject(v.pool), c.UID, v.now)
+	r.expect.ended(client.ObjectKeyFromObject(v.pool), c.UID, r.Clock.Now())
 	v.removed[reason]++
 	v.ended[c.UID] = true
 	metrics.PoolScalingActions.WithLabelValues(v.pool.Namespace, v.pool.Name, "remove", string(reason)).Inc()
@@ -506,7 +509,7 @@ func (r *RunnerPoolReconciler) createClaim(ctx context.Context, v *poolView) err
 	if err := r.Client.Create(ctx, claim); err != nil {
 		return fmt.Errorf("create MachineClaim for RunnerPool %s: %w", pool.Name, err)
 	}
-	r.expect.created(client.ObjectKeyFromObject(pool), claim.Name, v.now)
+	r.expect.created(client.ObjectKeyFromObject(pool), claim.Name, r.Clock.Now())
 	v.created++
 	metrics.PoolScalingActions.WithLabelValues(pool.Namespace, pool.Name, "create", "").Inc()
 	return nil
@@ -549,7 +552,7 @@ func (r *RunnerPoolReconciler) prune(ctx context.Context, v *poolView) error {
 				if err := r.Client.Delete(ctx, c); err != nil && !apierrors.IsNotFound(err) {
 					return fmt.Errorf("delete finished MachineClaim %s: %w", c.Name, err)
 				}
-				r.expect.ended(client.ObjectKeyFromObject(pool), c.UID, v.now)
+				r.expect.ended(client.ObjectKeyFromObject(pool), c.UID, r.Clock.Now())
 				continue
 			}
 			v.wake(until.Sub(v.now))
@@ -560,10 +563,11 @@ func (r *RunnerPoolReconciler) prune(ctx context.Context, v *poolView) error {
 
 // deleteWithReason deletes a retained failed claim (its VM goes with it).
 func (r *RunnerPoolReconciler) deleteWithReason(ctx context.Context, v *poolView, c *hfv1.MachineClaim, msg string) error {
-	r.expect.ended(client.ObjectKeyFromObject(v.pool), c.UID, v.now)
+	r.expect.ended(client.ObjectKeyFromObject(v.pool), c.UID, r.Clock.Now())
 	if err := r.Client.Delete(ctx, c); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete retained MachineClaim %s: %w", c.Name, err)
 	}
+	v.released++
 	r.Recorder.Eventf(v.pool, corev1.EventTypeNormal, "RetainedVMReleased", "MachineClaim %s: %s", c.Name, msg)
 	return nil
 }
@@ -638,8 +642,8 @@ func (r *RunnerPoolReconciler) updateStatus(v *poolView, d scaling.Decision) {
 	st.IdleReplicas = int32(idle)
 	st.BusyReplicas = int32(busy)
 	st.ReadyReplicas = int32(idle + busy)
-	st.TerminatingReplicas = int32(len(pc.terminating) + v.removedCount())
-	st.RetainedReplicas = int32(len(pc.retained))
+	st.TerminatingReplicas = int32(len(pc.terminating) + v.removedCount() + v.released)
+	st.RetainedReplicas = int32(len(pc.retained) - v.released)
 	st.StaleReplicas = int32(stale)
 	st.PendingJobs = int32(len(v.pending))
 	st.TemplateHash = v.hash
