@@ -132,6 +132,7 @@ func TestNamespaceNotAllowed(t *testing.T) {
 // TestClustersAreIndependent: one cluster going down pauses only its own
 // claims (seed Properties 1, 2).
 func TestClustersAreIndependent(t *testing.T) {
+	longScenario(t)
 	down, up := startSim(t, nil), startSim(t, nil)
 	startOperator(t, operatorOptions{})
 	fDown, fUp := newFixture(t, down, nil), newFixture(t, up, nil)

@@ -160,6 +160,7 @@ func TestOperatorRestartMidCloneCreatesNoSecondVM(t *testing.T) {
 // spikes on every endpoint class and expects every claim to come up and go
 // away without leaks or duplicates.
 func TestClaimsConvergeUnderFaults(t *testing.T) {
+	longScenario(t)
 	sim := startSim(t, nil)
 	// Every VM operation fails now and then with the errors real clusters
 	// give under load (lock timeouts, "VM is locked"), every request may be

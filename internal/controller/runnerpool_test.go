@@ -539,6 +539,7 @@ func TestRunnerPoolDrift(t *testing.T) {
 // TestRunnerPoolBurstProvisioning: 55 queued jobs make 55 claims
 // provisioning at once, each created exactly once, each with its own VM.
 func TestRunnerPoolBurstProvisioning(t *testing.T) {
+	longScenario(t)
 	w := startPoolWorld(t, poolWorldOptions{noGuest: true})
 	pool := w.newPool("wide", func(p *hfv1.RunnerPool) { p.Spec.Scaling.MaxReplicas = 60 })
 	w.enqueue("wide", 55, time.Hour)
@@ -586,6 +587,7 @@ func TestRunnerPoolBurstProvisioning(t *testing.T) {
 // online, keeps one failed VM stopped for debugging and releases it after
 // its TTL. Finished claims stay as history.
 func TestRunnerPoolLifecycleLimits(t *testing.T) {
+	longScenario(t)
 	w := startPoolWorld(t, poolWorldOptions{})
 	minute := &metav1.Duration{Duration: time.Minute}
 	history := &hfv1.ClaimHistory{Limit: 5, TTL: &metav1.Duration{Duration: time.Hour}}

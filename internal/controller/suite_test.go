@@ -385,6 +385,19 @@ func (f *fixture) newClaim(name string) *hfv1.MachineClaim {
 	return c
 }
 
+// longScenario marks a test that repeats, at scale or across minutes of
+// simulated time, paths the shorter tests already drive: many claims at
+// once, several pools or clusters, injected faults. `make test` runs them
+// in full; `make test-race` passes -short and leaves them out, because the
+// race detector makes each one several times slower while the shorter
+// tests already run the same reconcilers concurrently under it.
+func longScenario(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("long scenario: run by make test, left out of the -short race run")
+	}
+}
+
 // eventually polls cond until it returns nil or timeout passes. Waiting for
 // a controller to converge is not a timing assertion: the timeout only
 // bounds a hang.
