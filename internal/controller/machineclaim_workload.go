@@ -217,7 +217,16 @@ func (r *MachineClaimReconciler) requestedFailure(ctx context.Context, claim *hf
 func (r *MachineClaimReconciler) requestedTermination(ctx context.Context, claim *hfv1.MachineClaim) (ctrl.Result, bool, error) {
 	v := claim.Annotations[hfv1.TerminationReasonAnnotation]
 	switch claim.Status.Phase {
-	case hfv1.MachineClaimFailed, hfv1.MachineClaimTerminating, hfv1.MachineClaimFinished:
+	case hfv1.MachineClaimTerminating, hfv1.MachineClaimFinished:
+		// A hard limit cancels the job before its pool asks the claim to
+		// end; the runner's exit powers the VM off, and shutdown detection
+		// can see that before the pool's request arrives. The pool's
+		// reason is the cause, so it replaces the power-off.
+		if v != "" && strings.HasPrefix(claim.Status.TerminationReason, vmPoweredOffReason+":") {
+			claim.Status.TerminationReason = truncate(v, 1024)
+		}
+		return ctrl.Result{}, false, nil
+	case hfv1.MachineClaimFailed:
 		return ctrl.Result{}, false, nil
 	}
 	if v == "" {

@@ -40,7 +40,9 @@ func simConfig() githubsim.Config {
 		Apps: []githubsim.AppConfig{{ID: testAppID, PublicKey: appKey.PublicPEM, Installations: []githubsim.InstallationConfig{
 			{ID: testInstallOrg, Account: "octo-org"},
 		}}},
-		HeartbeatTimeout: githubsim.Duration(3 * time.Second),
+		// Generous: a runner script starved of CPU on a loaded CI machine
+		// must not miss it (the simulator then fails the job, as GitHub does).
+		HeartbeatTimeout: githubsim.Duration(30 * time.Second),
 	}
 }
 
