@@ -59,10 +59,17 @@ func (p *Provider) clusterView(ctx context.Context, maxAge time.Duration) (*clus
 		return nil, err
 	}
 	v = newView(p.clock.Now(), rs)
-	p.mu.Lock()
-	p.view = v
-	p.mu.Unlock()
+	p.setView(v)
 	return v, nil
+}
+
+// setView keeps v unless a newer view is already kept.
+func (p *Provider) setView(v *clusterView) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.view == nil || !p.view.at.After(v.at) {
+		p.view = v
+	}
 }
 
 // noteListing records the ids of a VM listing (ListVMs, the poll the

@@ -58,8 +58,12 @@ const (
 // Defaults and in-process timings.
 const (
 	defaultRequestTimeout = 30 * time.Second
-	// viewTTL is how long a /cluster/resources read serves placement.
-	viewTTL = 5 * time.Second
+	// viewTTL is how long a /cluster/resources read serves placement. The
+	// controllers' poll (ListVMs, every 5 s by default) refreshes it;
+	// Proxmox itself refreshes that listing only every 10 s, so an older
+	// view loses nothing, and reservations and "already exists" retries
+	// cover what it cannot show yet.
+	viewTTL = 10 * time.Second
 	// templateTTL is how long a template's config is cached.
 	templateTTL = 5 * time.Minute
 	// reservationTTL drops a placement nobody has called about for long.

@@ -14,11 +14,15 @@ import (
 
 // ListVMs implements provider.Provider with one GET /cluster/resources?type=vm.
 func (p *Provider) ListVMs(ctx context.Context) ([]provider.VMSummary, error) {
-	rs, err := p.api.resources(ctx, "vm")
+	// The whole listing (VMs, nodes, storages; a few entries more than the
+	// VMs alone) also refreshes the placement view, so that placing a new
+	// VM does not wait for a listing of its own while the poller runs.
+	rs, err := p.api.resources(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("list the VMs of cluster %q: %w", p.cfg.Name, err)
 	}
 	p.noteListing(rs)
+	p.setView(newView(p.clock.Now(), rs))
 	out := make([]provider.VMSummary, 0, len(rs))
 	for _, r := range rs {
 		if r.Type != "qemu" {
