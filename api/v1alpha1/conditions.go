@@ -148,6 +148,16 @@ const (
 	// kept stopped when the pool retains failed VMs.
 	FailReasonAnnotation = "hyperfleet.io/fail-reason"
 
+	// VMReservationAnnotation records the VM a claim is about to create as
+	// "<HypervisorCluster>/<node>/<vmid>". The claim controller writes it
+	// together with the claim's finalizer in the one API write that
+	// precedes the clone request, and reads it back only while
+	// status.vmRef is still empty (the operator stopped between the clone
+	// request and its status write), so that a clone is continued, never
+	// repeated. A forged value is harmless: the operator only ever acts on
+	// a VM whose ownership marker verifies for the claim.
+	VMReservationAnnotation = "hyperfleet.io/vm-reservation"
+
 	// MachineClaimFinalizer holds a claim until its VM and everything
 	// allocated for it are gone.
 	MachineClaimFinalizer = "hyperfleet.io/vm-cleanup"

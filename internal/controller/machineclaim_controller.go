@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -177,14 +178,22 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		}
 	}()
 
+	metadata := newClaimMetadata(claim)
 	if claim.DeletionTimestamp.IsZero() && claim.Status.Phase != hfv1.MachineClaimFinished {
-		if err := r.ensureMetadata(ctx, claim, r.clusterOf(ctx, claim)); err != nil {
-			return ctrl.Result{}, err
-		}
+		setStandardMetadata(claim, r.clusterOf(ctx, claim))
 	}
 
 	before := claim.DeepCopy()
+	restoreReservation(ctx, claim)
 	defer func() {
+		// Metadata first: the finalizer must be stored before a status
+		// that names a VM.
+		if err := metadata.flush(ctx, r.Client, claim); err != nil {
+			if !apierrors.IsNotFound(err) && retErr == nil {
+				retErr = fmt.Errorf("patch MachineClaim metadata: %w", err)
+			}
+			return
+		}
 		if equality.Semantic.DeepEqual(before.Status, claim.Status) {
 			return
 		}
@@ -214,7 +223,7 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	case hfv1.MachineClaimTerminating:
 		return r.reconcileTerminate(ctx, claim)
 	}
-	return r.reconcileProvision(ctx, claim)
+	return r.reconcileProvision(ctx, claim, metadata)
 }
 
 // clusterOf names the claim's HypervisorCluster: where its VM is, else
@@ -230,30 +239,6 @@ func (r *MachineClaimReconciler) clusterOf(ctx context.Context, claim *hfv1.Mach
 	return tmpl.Spec.HypervisorClusterRef.Name
 }
 
-// ensureMetadata adds the finalizer and the standard labels (the cluster
-// label when cluster is known) in one patch, before any VM exists.
-func (r *MachineClaimReconciler) ensureMetadata(ctx context.Context, claim *hfv1.MachineClaim, cluster string) error {
-	orig := claim.DeepCopy()
-	controllerutil.AddFinalizer(claim, hfv1.MachineClaimFinalizer)
-	labels := claim.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[hfv1.ManagedByLabel] = hfv1.ManagedByValue
-	labels[hfv1.MachineTemplateLabel] = claim.Spec.TemplateRef.Name
-	if claim.Spec.RunnerPoolRef != nil {
-		labels[hfv1.RunnerPoolLabel] = claim.Spec.RunnerPoolRef.Name
-	}
-	if cluster != "" {
-		labels[hfv1.HypervisorClusterLabel] = cluster
-	}
-	claim.SetLabels(labels)
-	if equality.Semantic.DeepEqual(orig.ObjectMeta, claim.ObjectMeta) {
-		return nil
-	}
-	return r.Client.Patch(ctx, claim, client.MergeFrom(orig))
-}
-
 // removeFinalizer patches the claim's finalizer away (on a copy, so the
 // in-memory status, patched later, is untouched).
 func (r *MachineClaimReconciler) removeFinalizer(ctx context.Context, claim *hfv1.MachineClaim) error {
@@ -267,26 +252,6 @@ func (r *MachineClaimReconciler) removeFinalizer(ctx context.Context, claim *hfv
 		return client.IgnoreNotFound(err)
 	}
 	claim.Finalizers = obj.Finalizers
-	claim.ResourceVersion = obj.ResourceVersion
-	return nil
-}
-
-// setLabel patches one label onto the claim if it differs.
-func (r *MachineClaimReconciler) setLabel(ctx context.Context, claim *hfv1.MachineClaim, key, value string) error {
-	if claim.Labels[key] == value {
-		return nil
-	}
-	// Patch a copy so the in-memory status (patched later) is untouched.
-	obj := claim.DeepCopy()
-	orig := obj.DeepCopy()
-	if obj.Labels == nil {
-		obj.Labels = map[string]string{}
-	}
-	obj.Labels[key] = value
-	if err := r.Client.Patch(ctx, obj, client.MergeFrom(orig)); err != nil {
-		return err
-	}
-	claim.Labels = obj.Labels
 	claim.ResourceVersion = obj.ResourceVersion
 	return nil
 }

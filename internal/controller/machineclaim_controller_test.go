@@ -3,8 +3,11 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -141,19 +144,85 @@ func TestOperatorRestartMidCloneCreatesNoSecondVM(t *testing.T) {
 	})
 	first.restart(t, operatorOptions{})
 	got := waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
+	expectOneVMOneClone(t, sim, got)
+}
+
+// expectOneVMOneClone checks that the simulator holds exactly the claim's
+// VM, made by one clone task.
+func expectOneVMOneClone(t *testing.T, sim *simulator, claim *hfv1.MachineClaim) {
+	t.Helper()
 	vms := operatorVMs(sim)
-	if len(vms) != 1 || vms[0].VMID != int(got.Status.VMRef.VMID) {
-		t.Fatalf("want exactly the claim's VM %d, got %+v", got.Status.VMRef.VMID, vms)
+	if len(vms) != 1 || vms[0].VMID != int(claim.Status.VMRef.VMID) {
+		t.Fatalf("want exactly the claim's VM %d, got %+v", claim.Status.VMRef.VMID, vms)
 	}
-	clones := 0
+	if n := cloneTasks(sim); n != 1 {
+		t.Fatalf("%d clone tasks, want 1", n)
+	}
+}
+
+func cloneTasks(sim *simulator) int {
+	n := 0
 	for _, task := range sim.State().Tasks {
 		if task.Type == "qmclone" {
-			clones++
+			n++
 		}
 	}
-	if clones != 1 {
-		t.Fatalf("%d clone tasks, want 1", clones)
+	return n
+}
+
+// TestOperatorStoppedAfterCloneRequestCreatesNoSecondVM stops the operator
+// while its clone request is in flight, before it could record anything
+// after it: the claim's only write before the clone (finalizer and VM
+// reservation) must be enough for the next operator to continue that clone.
+func TestOperatorStoppedAfterCloneRequestCreatesNoSecondVM(t *testing.T) {
+	sim := startSim(t, func(c *proxmoxsim.Config) { c.Latency.CloneBase = proxmoxsim.Duration(2 * time.Second) })
+	cloneSent, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func(r *http.Request) {
+		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/clone") {
+			return
+		}
+		once.Do(func() {
+			close(cloneSent)
+			// Hold the response: the operator stops before it can
+			// read it and write the clone task into the claim.
+			<-release
+		})
 	}
+	sim.onRequest.Store(&hook)
+	first := startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	claim := f.newClaim("runner-stopped")
+	select {
+	case <-cloneSent:
+	case <-time.After(time.Minute):
+		t.Fatal("no clone request within a minute")
+	}
+	first.stop()
+	close(release)
+	sim.onRequest.Store(nil)
+	eventually(t, 30*time.Second, "the held clone running", func() error {
+		if cloneTasks(sim) == 0 {
+			return fmt.Errorf("no clone task")
+		}
+		return nil
+	})
+	stored, err := getClaim(t, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reservation := stored.Annotations[hfv1.VMReservationAnnotation]
+	if stored.Status.VMRef != nil || reservation == "" || !slices.Contains(stored.Finalizers, hfv1.MachineClaimFinalizer) {
+		t.Fatalf("want the finalizer and the reservation stored and no VM in status before the restart, got finalizers %v, annotation %q, vmRef %+v",
+			stored.Finalizers, reservation, stored.Status.VMRef)
+	}
+
+	first.restart(t, operatorOptions{})
+	got := waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
+	if want := fmt.Sprintf("%s/%s/%d", got.Status.VMRef.HypervisorCluster, got.Status.VMRef.Node, got.Status.VMRef.VMID); want != reservation {
+		t.Fatalf("claim runs VM %s, reserved %s", want, reservation)
+	}
+	expectOneVMOneClone(t, sim, got)
 }
 
 // TestClaimsConvergeUnderFaults injects 500s, lock timeouts and latency

@@ -39,15 +39,16 @@ const (
 )
 
 // reconcileProvision drives a claim from Pending to Bootstrapping and
-// watches a running VM for power-off.
-func (r *MachineClaimReconciler) reconcileProvision(ctx context.Context, claim *hfv1.MachineClaim) (ctrl.Result, error) {
+// watches a running VM for power-off. metadata holds the pass's metadata
+// changes; it is flushed before the clone request.
+func (r *MachineClaimReconciler) reconcileProvision(ctx context.Context, claim *hfv1.MachineClaim, metadata *claimMetadata) (ctrl.Result, error) {
 	tmpl, cluster, wait := r.dependencies(ctx, claim)
 	if wait != nil {
 		return *wait, nil
 	}
-	if err := r.setLabel(ctx, claim, hfv1.HypervisorClusterLabel, cluster.Name); err != nil {
-		return ctrl.Result{}, err
-	}
+	// The cluster label, now that the cluster is known (written with the
+	// pass's other metadata changes).
+	setStandardMetadata(claim, cluster.Name)
 	p, health, connected := r.Registry.Provider(cluster.Name)
 	if !connected || !health.Ready {
 		msg := fmt.Sprintf("Waiting for HypervisorCluster %s: %s", cluster.Name, health.Message)
@@ -99,13 +100,18 @@ func (r *MachineClaimReconciler) reconcileProvision(ctx context.Context, claim *
 		r.enterPhase(ctx, claim, hfv1.MachineClaimProvisioning, "Provisioning", fmt.Sprintf("Creating VM %d on %s/%s", res.Progress.VMID, cluster.Name, res.Progress.Node))
 	}
 	if res.Phase == provider.PhasePlaced && res.RetryAfter <= 0 && prev.VMID != res.Progress.VMID {
-		// A fresh reservation: write it to the API server now, then go on
-		// to the clone in this same pass instead of waiting for the
-		// status write's watch event. If the write fails, the next pass
-		// starts over from the persisted state.
-		if err := r.Client.Status().Update(ctx, claim); err != nil {
-			return ctrl.Result{}, fmt.Errorf("persist VM id %d before cloning: %w", res.Progress.VMID, err)
+		// A fresh reservation: store it with the finalizer in one write
+		// (the only one before the clone request), then clone in this
+		// same pass instead of waiting for that write's watch event. The
+		// status recording the VM follows at the end of the pass; until
+		// it lands the annotation stands in for it (restoreReservation).
+		// If the write fails, the next pass starts over from the stored
+		// state.
+		setReservation(claim, cluster.Name, res.Progress)
+		if err := metadata.flush(ctx, r.Client, claim); err != nil {
+			return ctrl.Result{}, fmt.Errorf("record VM id %d before cloning: %w", res.Progress.VMID, err)
 		}
+		ctrl.LoggerFrom(ctx).V(1).Info("Recorded the VM reservation", "vmid", res.Progress.VMID, "node", res.Progress.Node)
 		prev = res.Progress
 		if res, err = p.EnsureVM(ctx, spec, prev); err != nil {
 			return r.provisionError(ctx, claim, err)
