@@ -3,17 +3,24 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/prometheus/common/expfmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -31,7 +38,10 @@ import (
 //     reaching the hypervisor, with 1,000 claims active (target p99 <
 //     100 ms);
 //   - poweroff-p50/p99-s: a VM powering itself off -> VM destroyed and
-//     claim gone, for 100 VMs powering off at once (target p99 < 10 s);
+//     claim gone (the claim's deletion as a watch sees it), for 100 VMs
+//     powering off at once (target p99 < 10 s), split into
+//     poweroff-detect (-> the operator's confirming status read of the
+//     VM) and poweroff-destroy (-> its destroy request);
 //   - webhook-clone-p50/p95/p99-ms: a job queued on GitHub (its
 //     workflow_job webhook sent) -> the clone request of the VM its
 //     RunnerPool creates for it, one job at a time (target p95 < 250 ms).
@@ -41,8 +51,13 @@ import (
 // default) and the simulators refresh /cluster/resources every 2 s.
 // Setup (1,000 VMs) is not timed. Run with -benchtime 1x.
 //
+// A probe (a claim or a job) is sent once no clone runs on its cluster
+// (waitNoClone): these are latency measures, and a clone that must wait
+// for a clone slot waits for the user's configured throttle, not for the
+// operator. Burst throughput is covered by the RunnerPool burst test.
+//
 // Investigation aids: HF_BENCH_SMALL=1 runs 2 clusters with one claim each;
-// HF_BENCH_TRACE=<file> appends, for every probe slower than 200 ms, the
+// HF_BENCH_TRACE=<file> appends, for every probe slower than 100 ms, the
 // simulator requests and the operator's log lines for that claim.
 func BenchmarkOperator1000Claims(b *testing.B) {
 	clusters, perCluster := 10, 100
@@ -66,7 +81,12 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 		Organizations: []githubsim.OrgConfig{{Login: "octo-org"}},
 		Repositories:  []githubsim.RepoConfig{{Name: "octo-org/app"}},
 	}, githubsim.WithWebhookClient(hookClient))
-	op := startOperator(b, operatorOptions{webhook: &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Secret: []byte(poolWebhookSecret)}})
+	op := startOperator(b, operatorOptions{
+		webhook: &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Secret: []byte(poolWebhookSecret)},
+		// The binary's default log level, unless tracing needs the debug
+		// lines.
+		infoLogs: os.Getenv("HF_BENCH_TRACE") == "",
+	})
 	<-op.components.Webhook.Ready()
 	if _, err := gs.Sim.AddWebhook(githubsim.Webhook{URL: "https://" + op.components.Webhook.Addr().String() + "/webhooks/github", Secret: poolWebhookSecret}); err != nil {
 		b.Fatal(err)
@@ -101,9 +121,14 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 
 	for range b.N {
 		// Overhead: one new claim at a time, each on the next cluster.
+		var apiBefore map[string]float64
+		if os.Getenv("HF_BENCH_TRACE") != "" {
+			apiBefore = claimWriteLatency(b)
+		}
 		var overhead []time.Duration
 		for i := range 100 {
 			sim := sims[i%clusters]
+			waitNoClone(b, sim)
 			cloned := make(chan time.Time, 1)
 			start := time.Now()
 			var trace []string
@@ -130,7 +155,7 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 			select {
 			case at := <-cloned:
 				overhead = append(overhead, at.Sub(start))
-				if os.Getenv("HF_BENCH_TRACE") != "" && at.Sub(start) > 200*time.Millisecond {
+				if os.Getenv("HF_BENCH_TRACE") != "" && at.Sub(start) > 100*time.Millisecond {
 					traceMu.Lock()
 					name := fmt.Sprintf("probe-%d-%d", b.N, i)
 					var lines []string
@@ -151,9 +176,25 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 			sim.onRequest.Store(nil)
 		}
 
-		// Power-off: 10 VMs per cluster power off at once.
+		if os.Getenv("HF_BENCH_TRACE") != "" {
+			logAPIServerLatency(b, apiBefore)
+		}
+
+		// Power-off: 10 VMs per cluster power off at once. The latency is
+		// split at the simulator's requests for each VM: detection (power-off
+		// -> the operator's confirming status read), destruction (-> the
+		// destroy request) and removal (-> the claim's deletion, seen
+		// through a watch, not by polling).
+		gone, stopWatch := watchClaimDeletions(b)
+		steps := &vmRequestLog{}
+		for ci, sim := range sims {
+			cluster := fixtures[ci].cluster.Name
+			hook := func(r *http.Request) { steps.record(cluster, r) }
+			sim.onRequest.Store(&hook)
+		}
 		type victim struct {
 			claim *hfv1.MachineClaim
+			vmid  int
 			off   time.Time
 		}
 		var victims []victim
@@ -171,32 +212,38 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 				if err := sims[ci].GuestPowerOff(int(c.Status.VMRef.VMID)); err != nil {
 					b.Fatal(err)
 				}
-				victims = append(victims, victim{claim: c, off: time.Now()})
+				victims = append(victims, victim{claim: c, vmid: int(c.Status.VMRef.VMID), off: time.Now()})
 				n++
 			}
 		}
-		var poweroff []time.Duration
-		pending := victims
+		var poweroff, detect, destroy []time.Duration
 		eventually(b, 5*time.Minute, "powered-off claims gone", func() error {
-			var still []victim
-			for _, v := range pending {
-				_, err := getClaim(b, v.claim)
-				switch {
-				case apierrors.IsNotFound(err):
-					poweroff = append(poweroff, time.Since(v.off))
-				case err != nil:
-					return err
-				default:
-					still = append(still, v)
+			left := 0
+			for _, v := range victims {
+				if _, ok := gone.at(v.claim.UID); !ok {
+					left++
 				}
 			}
-			pending = still
-			if len(pending) > 0 {
+			if left > 0 {
 				time.Sleep(100 * time.Millisecond)
-				return fmt.Errorf("%d claims left", len(pending))
+				return fmt.Errorf("%d claims left", left)
 			}
 			return nil
 		})
+		stopWatch()
+		for _, sim := range sims {
+			sim.onRequest.Store(nil)
+		}
+		for _, v := range victims {
+			at, _ := gone.at(v.claim.UID)
+			poweroff = append(poweroff, at.Sub(v.off))
+			if t, ok := steps.first(v.claim.Status.VMRef.HypervisorCluster, v.vmid, http.MethodGet, "/status/current", v.off); ok {
+				detect = append(detect, t.Sub(v.off))
+			}
+			if t, ok := steps.first(v.claim.Status.VMRef.HypervisorCluster, v.vmid, http.MethodDelete, "", v.off); ok {
+				destroy = append(destroy, t.Sub(v.off))
+			}
+		}
 		if os.Getenv("HF_BENCH_TRACE") != "" {
 			logQueueWait(b)
 		}
@@ -213,6 +260,18 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 			},
 		}
 		fixtures[0].create(pool)
+		// The receiver routes a job to the pools it knows: queue the first
+		// job only once the operator has seen the pool.
+		eventually(b, time.Minute, "pool observed", func() error {
+			var got hfv1.RunnerPool
+			if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pool), &got); err != nil {
+				return err
+			}
+			if got.Status.ObservedGeneration != got.Generation {
+				return fmt.Errorf("observed generation %d of %d", got.Status.ObservedGeneration, got.Generation)
+			}
+			return nil
+		})
 		var webhookToClone []time.Duration
 		for i := range 100 {
 			cloned := make(chan time.Time, 1)
@@ -224,6 +283,7 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 					}
 				}
 			}
+			waitNoClone(b, sims[0])
 			sims[0].onRequest.Store(&hook)
 			// Queued is when the simulator emits the webhook, as GitHub
 			// would when the job is queued.
@@ -247,6 +307,10 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 		b.ReportMetric(percentile(overhead, 99).Seconds()*1000, "overhead-p99-ms")
 		b.ReportMetric(percentile(poweroff, 50).Seconds(), "poweroff-p50-s")
 		b.ReportMetric(percentile(poweroff, 99).Seconds(), "poweroff-p99-s")
+		b.ReportMetric(percentile(detect, 50).Seconds(), "poweroff-detect-p50-s")
+		b.ReportMetric(percentile(detect, 99).Seconds(), "poweroff-detect-p99-s")
+		b.ReportMetric(percentile(destroy, 50).Seconds(), "poweroff-destroy-p50-s")
+		b.ReportMetric(percentile(destroy, 99).Seconds(), "poweroff-destroy-p99-s")
 	}
 }
 
@@ -288,5 +352,163 @@ func logQueueWait(b *testing.B) {
 				}
 			}
 		}
+	}
+}
+
+// vmRequestLog records when each VM's hypervisor requests arrived, by
+// cluster and VM id (ids repeat across clusters).
+type vmRequestLog struct {
+	mu   sync.Mutex
+	seen []vmRequest
+}
+
+type vmRequest struct {
+	cluster string
+	vmid    int
+	method  string
+	rest    string // the path after /qemu/<vmid>
+	at      time.Time
+}
+
+var vmPath = regexp.MustCompile(`/qemu/(\d+)(/[^?]*)?$`)
+
+func (l *vmRequestLog) record(cluster string, r *http.Request) {
+	m := vmPath.FindStringSubmatch(r.URL.Path)
+	if m == nil {
+		return
+	}
+	vmid, _ := strconv.Atoi(m[1])
+	l.mu.Lock()
+	l.seen = append(l.seen, vmRequest{cluster: cluster, vmid: vmid, method: r.Method, rest: m[2], at: time.Now()})
+	l.mu.Unlock()
+}
+
+// first is the first request for the VM with this method and path suffix
+// that arrived after since.
+func (l *vmRequestLog) first(cluster string, vmid int, method, rest string, since time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, q := range l.seen {
+		if q.cluster == cluster && q.vmid == vmid && q.method == method && q.rest == rest && !q.at.Before(since) {
+			return q.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// claimDeletions holds when each MachineClaim's deletion reached a watch.
+type claimDeletions struct {
+	mu sync.Mutex
+	m  map[types.UID]time.Time
+}
+
+func (d *claimDeletions) at(uid types.UID) (time.Time, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t, ok := d.m[uid]
+	return t, ok
+}
+
+// watchClaimDeletions watches every MachineClaim and records when each one
+// is deleted, so that a claim's end is timed by the API server's event,
+// not by a polling loop's pass. stop ends the watch.
+func watchClaimDeletions(b *testing.B) (*claimDeletions, func()) {
+	b.Helper()
+	wc, err := client.NewWithWatch(env.Config, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := wc.Watch(context.Background(), &hfv1.MachineClaimList{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := &claimDeletions{m: map[types.UID]time.Time{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Deleted {
+				continue
+			}
+			if c, ok := ev.Object.(*hfv1.MachineClaim); ok {
+				d.mu.Lock()
+				d.m[c.UID] = time.Now()
+				d.mu.Unlock()
+			}
+		}
+	}()
+	return d, func() { w.Stop(); <-done }
+}
+
+// waitNoClone waits until no clone runs on the simulator. The probes are
+// paced by it: the simulated storage runs one clone at a time (as a
+// Proxmox storage lock does), so probes sent faster than clones finish
+// would fill the cluster's clone slots and time the clone queue, the
+// throttle the user configured, instead of the operator's own latency.
+func waitNoClone(b *testing.B, sim *simulator) {
+	b.Helper()
+	eventually(b, time.Minute, "no clone running", func() error {
+		for _, vm := range sim.State().VMs {
+			if vm.Lock == "clone" {
+				return fmt.Errorf("VM %d is being cloned", vm.VMID)
+			}
+		}
+		return nil
+	})
+}
+
+// claimWriteLatency reads the API server's own request latency histogram
+// for MachineClaim writes (PATCH and UPDATE, main resource and status):
+// cumulative counts by "verb subresource le".
+func claimWriteLatency(b *testing.B) map[string]float64 {
+	b.Helper()
+	hc, err := rest.HTTPClientFor(env.Config)
+	if err != nil {
+		b.Fatal(err)
+	}
+	resp, err := hc.Get(strings.TrimSuffix(env.Config.Host, "/") + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var parser expfmt.TextParser
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]float64{}
+	fam := families["apiserver_request_duration_seconds"]
+	if fam == nil {
+		return out
+	}
+	for _, m := range fam.GetMetric() {
+		l := map[string]string{}
+		for _, lp := range m.GetLabel() {
+			l[lp.GetName()] = lp.GetValue()
+		}
+		if l["resource"] != "machineclaims" || (l["verb"] != "PATCH" && l["verb"] != "UPDATE") {
+			continue
+		}
+		for _, bk := range m.GetHistogram().GetBucket() {
+			out[fmt.Sprintf("%s %s le=%g", l["verb"], l["subresource"], bk.GetUpperBound())] += float64(bk.GetCumulativeCount())
+		}
+	}
+	return out
+}
+
+// logAPIServerLatency writes how the API server's MachineClaim write
+// latency grew since before, to the trace file: it tells the API server's
+// own time from the operator's.
+func logAPIServerLatency(b *testing.B, before map[string]float64) {
+	b.Helper()
+	after := claimWriteLatency(b)
+	keys := slices.Sorted(maps.Keys(after))
+	f, err := os.OpenFile(os.Getenv("HF_BENCH_TRACE"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	for _, k := range keys {
+		fmt.Fprintf(f, "apiserver_request_duration_seconds %s: %g\n", k, after[k]-before[k])
 	}
 }

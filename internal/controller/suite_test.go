@@ -69,20 +69,30 @@ type operator struct {
 }
 
 type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu sync.Mutex
+	// blocks hold the log in fixed-size pieces: one growing buffer would
+	// copy the whole log, under the lock, each time it doubles, stalling
+	// every logging reconcile of a long benchmark.
+	blocks [][]byte
 }
+
+const logBlockSize = 1 << 20
 
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.buf.Write(p)
+	if n := len(b.blocks); n == 0 || len(b.blocks[n-1])+len(p) > cap(b.blocks[n-1]) {
+		b.blocks = append(b.blocks, make([]byte, 0, max(logBlockSize, len(p))))
+	}
+	last := &b.blocks[len(b.blocks)-1]
+	*last = append(*last, p...)
+	return len(p), nil
 }
 
 func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.buf.String()
+	return string(bytes.Join(b.blocks, nil))
 }
 
 type operatorOptions struct {
@@ -103,6 +113,9 @@ type operatorOptions struct {
 	maxRetryDelay time.Duration
 	// agentServer, when set, serves agent binaries (agentSource Operator).
 	agentServer *manager.AgentServerOptions
+	// infoLogs logs at the binary's default level (info) instead of debug;
+	// benchmarks use it so that they measure what production does.
+	infoLogs bool
 }
 
 // startOperator runs the full manager wiring against the test API server.
@@ -132,7 +145,11 @@ func (o *operator) stopAll() {
 func newOperator(t testing.TB, o operatorOptions) *operator {
 	t.Helper()
 	logs := &syncBuffer{}
-	logger := zap.New(zap.WriteTo(logs), zap.UseDevMode(false), zap.Level(zapcore.Level(-1)),
+	level := zapcore.DebugLevel
+	if o.infoLogs {
+		level = zapcore.InfoLevel
+	}
+	logger := zap.New(zap.WriteTo(logs), zap.UseDevMode(false), zap.Level(level),
 		zap.JSONEncoder(func(c *zapcore.EncoderConfig) { c.EncodeTime = zapcore.RFC3339NanoTimeEncoder }))
 	// Like ctrl.GetConfig in the binary: no client-side rate limit (the API
 	// server's priority and fairness applies). envtest's config would
