@@ -16,8 +16,8 @@ ENVTEST_BUILD := hack/envtest/build.sh
 
 GO_TEST_FLAGS ?= -count=1
 # TEST_TIMEOUT bounds each package's test binary, a margin for a loaded CI
-# machine, not a target: the controller package takes about 10 minutes on an
-# idle 2-core machine, and about 20 under -race (test-race).
+# machine, not a target: the controller package takes about 6 minutes on the
+# 2-core CI machine, and about 3 under -race -short (test-race).
 TEST_TIMEOUT ?= 60m
 E2E_TIMEOUT ?= 40m
 # E2E_RUN selects scenarios (a go test -run pattern); empty runs them all.
