@@ -140,6 +140,7 @@ func (r *HypervisorClusterReconciler) reconcileConnection(ctx context.Context, c
 			Observer: metrics.ProviderObserver{Cluster: name},
 			Clock:    r.Clock,
 			Log:      log.WithName("provider"),
+			Wake:     r.wakeQueuedClaim,
 		})
 	})
 	if err != nil {
@@ -319,6 +320,21 @@ func (r *HypervisorClusterReconciler) wakeClaimOfVM(ctx context.Context, cluster
 	}
 	for i := range claims.Items {
 		r.sendClaimEvent(ctx, &claims.Items[i])
+	}
+}
+
+// wakeQueuedClaim asks the claim controller to go on with a claim whose
+// VM waited for a clone slot that is free now. It never blocks (the
+// provider calls it from a reconcile): if the channel is full, the claim's
+// own retry (a second) covers it.
+func (r *HypervisorClusterReconciler) wakeQueuedClaim(o provider.Owner) {
+	if r.ClaimEvents == nil {
+		return
+	}
+	c := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: o.Namespace, Name: o.Name}}
+	select {
+	case r.ClaimEvents <- event.GenericEvent{Object: c}:
+	default:
 	}
 }
 

@@ -62,6 +62,13 @@ type Deps struct {
 	Clock clock.PassiveClock
 	// Log is the base logger.
 	Log logr.Logger
+	// Wake, when set, is told about a VM that waited (PhaseQueued) for
+	// something that has just become free, such as a clone slot: its
+	// caller should call EnsureVM for that owner now rather than after
+	// the RetryAfter it was given. It is called outside the provider's
+	// locks and must not block. Providers may never call it; callers must
+	// still honour RetryAfter.
+	Wake func(Owner)
 }
 
 // Factory builds Providers; the controllers hold one per hypervisor kind.

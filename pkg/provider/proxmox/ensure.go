@@ -421,7 +421,7 @@ func (c *ensureCall) clone(ctx context.Context) (*provider.EnsureResult, error) 
 		return nil, err
 	}
 	storages := c.p.cloneStorageKeys(view, tmpl, c.spec, c.prog.Node)
-	if !c.p.acquireCloneSlot(vmid, c.prog.Node, storages) {
+	if !c.p.acquireCloneSlot(vmid, c.spec.Owner, c.prog.Node, storages) {
 		return c.result(provider.PhaseQueued, slotPoll, "waiting for a clone slot on node %s (clonesPerNode %d, clonesPerStorage %d)",
 			c.prog.Node, c.p.cfg.ClonesPerNode, c.p.cfg.ClonesPerStorage), nil
 	}

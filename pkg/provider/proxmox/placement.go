@@ -387,6 +387,7 @@ type cloneSlot struct {
 // queued is a VM waiting for a clone slot.
 type queued struct {
 	vmid     int
+	owner    provider.Owner
 	node     string
 	storages []string
 	seen     time.Time
@@ -394,7 +395,7 @@ type queued struct {
 
 // acquireCloneSlot takes a clone slot for vmid, or queues it. VMs queued
 // earlier for the same node or storages go first.
-func (p *Provider) acquireCloneSlot(vmid int, node string, storages []string) bool {
+func (p *Provider) acquireCloneSlot(vmid int, owner provider.Owner, node string, storages []string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.clones[vmid] != nil {
@@ -445,7 +446,7 @@ func (p *Provider) acquireCloneSlot(vmid int, node string, storages []string) bo
 	}
 	if !free {
 		if mine < 0 {
-			p.queue = append(p.queue, &queued{vmid: vmid, node: node, storages: storages, seen: now})
+			p.queue = append(p.queue, &queued{vmid: vmid, owner: owner, node: node, storages: storages, seen: now})
 		}
 		p.obs.CloneQueue(len(p.queue))
 		return false
@@ -458,11 +459,53 @@ func (p *Provider) acquireCloneSlot(vmid int, node string, storages []string) bo
 	return true
 }
 
-// releaseCloneSlot frees vmid's clone slot.
+// releaseCloneSlot frees vmid's clone slot and wakes the queued VMs that
+// may take a slot now (Deps.Wake), so that they do not wait out their
+// poll interval.
 func (p *Provider) releaseCloneSlot(vmid int) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	_, held := p.clones[vmid]
 	delete(p.clones, vmid)
+	var wake []provider.Owner
+	if held && p.wake != nil {
+		wake = p.admissibleLocked()
+	}
+	p.mu.Unlock()
+	for _, o := range wake {
+		p.wake(o)
+	}
+}
+
+// admissibleLocked returns the owners of the queued VMs that would get a
+// clone slot now, by the rule acquireCloneSlot applies: the slots in use
+// plus every VM queued earlier for the same node or storages stay under
+// the limits.
+func (p *Provider) admissibleLocked() []provider.Owner {
+	inNode, inStore := map[string]int{}, map[string]int{}
+	for _, s := range p.clones {
+		inNode[s.node]++
+		for _, st := range s.storages {
+			inStore[st]++
+		}
+	}
+	var out []provider.Owner
+	for _, q := range p.queue {
+		free := p.cfg.ClonesPerNode <= 0 || inNode[q.node] < p.cfg.ClonesPerNode
+		for _, st := range q.storages {
+			if p.cfg.ClonesPerStorage > 0 && inStore[st] >= p.cfg.ClonesPerStorage {
+				free = false
+			}
+		}
+		if free && q.owner.UID != "" {
+			out = append(out, q.owner)
+		}
+		// Later VMs count this one as ahead of them.
+		inNode[q.node]++
+		for _, st := range q.storages {
+			inStore[st]++
+		}
+	}
+	return out
 }
 
 // inflightTask returns the task this process last started for vmid and

@@ -85,6 +85,8 @@ type Provider struct {
 	log      logr.Logger
 	api      *api
 	insecure bool
+	// wake tells the caller about queued VMs that may go on (Deps.Wake).
+	wake func(provider.Owner)
 
 	// mu guards the in-process state below. It is never held during an
 	// API call.
@@ -218,7 +220,7 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 	// authenticated the same way.
 	px := proxmox.NewClient(base.String(), proxmox.WithHTTPClient(hc), proxmox.WithUserAgent("hyperfleet"))
 	return &Provider{
-		cfg: cfg, signer: deps.Signer, obs: obs, clock: clk, log: deps.Log, insecure: insecure,
+		cfg: cfg, signer: deps.Signer, obs: obs, clock: clk, log: deps.Log, insecure: insecure, wake: deps.Wake,
 		api:          &api{px: px, http: hc, baseURL: base.String(), basePath: base.Path, timeout: cfg.RequestTimeout},
 		templates:    map[int]*templateInfo{},
 		reservations: map[string]*reservation{},
