@@ -118,6 +118,9 @@ const (
 	RunnerBusyReason = "RunnerBusy"
 	// PhaseTimeoutReason: a claim stayed in one phase for too long.
 	PhaseTimeoutReason = "PhaseTimeout"
+	// ReservationRejectedReason: a claim's VM reservation annotation was
+	// not trusted (its signature or its placement did not check out).
+	ReservationRejectedReason = "ReservationRejected"
 )
 
 // Standard labels and annotations stamped on every object the operator
@@ -149,13 +152,15 @@ const (
 	FailReasonAnnotation = "hyperfleet.io/fail-reason"
 
 	// VMReservationAnnotation records the VM a claim is about to create as
-	// "<HypervisorCluster>/<node>/<vmid>". The claim controller writes it
-	// together with the claim's finalizer in the one API write that
-	// precedes the clone request, and reads it back only while
+	// "<HypervisorCluster>/<node>/<vmid>/<signature>". The claim controller
+	// writes it together with the claim's finalizer in the one API write
+	// that precedes the clone request, and reads it back only while
 	// status.vmRef is still empty (the operator stopped between the clone
 	// request and its status write), so that a clone is continued, never
-	// repeated. A forged value is harmless: the operator only ever acts on
-	// a VM whose ownership marker verifies for the claim.
+	// repeated. It is trusted only when the signature (an HMAC with the
+	// install's ownership key over the claim's UID, cluster, node and VM
+	// id) verifies and the VM is one placement could have chosen for the
+	// claim; see docs/security.md.
 	VMReservationAnnotation = "hyperfleet.io/vm-reservation"
 
 	// MachineClaimFinalizer holds a claim until its VM and everything

@@ -393,14 +393,12 @@ func (r *HypervisorClusterReconciler) clusterConfig(ctx context.Context, c *hfv1
 		ISOStorage:       s.ISOStorage,
 		DefaultBridge:    s.DefaultBridge,
 		Tags:             s.Tags,
-		VMIDStart:        100,
-		VMIDEnd:          999999999,
+		VMIDStart:        defaultVMIDStart,
+		VMIDEnd:          defaultVMIDEnd,
 		ClonesPerNode:    4,
 		ClonesPerStorage: 4,
 	}
-	if s.VMIDRange != nil {
-		cfg.VMIDStart, cfg.VMIDEnd = int(s.VMIDRange.Start), int(s.VMIDRange.End)
-	}
+	cfg.VMIDStart, cfg.VMIDEnd = vmidRange(c)
 	if l := s.Limits; l != nil {
 		if l.ClonesPerNode > 0 {
 			cfg.ClonesPerNode = int(l.ClonesPerNode)

@@ -28,6 +28,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/internal/ownership"
 )
 
 const (
@@ -71,6 +72,10 @@ type MachineClaimReconciler struct {
 	IPAM     *ipam.Manager
 	Recorder record.EventRecorder
 	Clock    clock.PassiveClock
+	// Signer signs and verifies the VM reservations the claim controller
+	// writes into claims (the install's ownership key); without it no
+	// reservation is ever trusted.
+	Signer *ownership.Signer
 	// Bootstrap supplies workload credentials; nil renders VMs without any.
 	Bootstrap BootstrapSource
 	// Agent finds the agent binaries the operator serves (templates with
@@ -184,7 +189,9 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 
 	before := claim.DeepCopy()
-	restoreReservation(ctx, claim)
+	if err := r.restoreReservation(ctx, claim); err != nil {
+		return ctrl.Result{}, err
+	}
 	defer func() {
 		// Metadata first: the finalizer must be stored before a status
 		// that names a VM.

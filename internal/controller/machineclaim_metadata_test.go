@@ -1,68 +1,161 @@
 package controller
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
+func reservationSigner(t *testing.T, keyByte byte) *ownership.Signer {
+	t.Helper()
+	s, err := ownership.NewSigner("test", bytes.Repeat([]byte{keyByte}, ownership.MinKeyLength))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // TestReservationRoundTrip: what setReservation writes, parseReservation
-// reads back; malformed values are rejected with what is wrong.
+// reads back with a signature that verifies for the claim; malformed
+// values are rejected with what is wrong.
 func TestReservationRoundTrip(t *testing.T) {
-	claim := &hfv1.MachineClaim{}
-	setReservation(claim, "pve-a", provider.Progress{VMID: 1234, Node: "pve1"})
-	ref, err := parseReservation(claim.Annotations[hfv1.VMReservationAnnotation])
+	r := &MachineClaimReconciler{Signer: reservationSigner(t, 1)}
+	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{UID: "uid-1"}}
+	r.setReservation(claim, "pve-a", provider.Progress{VMID: 1234, Node: "pve1"})
+	ref, sig, err := parseReservation(claim.Annotations[hfv1.VMReservationAnnotation])
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := (hfv1.VMReference{HypervisorCluster: "pve-a", Node: "pve1", VMID: 1234}); *ref != want {
 		t.Fatalf("got %+v, want %+v", *ref, want)
 	}
-	for _, bad := range []string{"", "pve-a/pve1", "pve-a/pve1/x", "pve-a/pve1/0", "pve-a/pve1/-3", "/pve1/100", "pve-a//100", "a/b/c/100", "pve-a/pve1/99999999999"} {
-		if _, err := parseReservation(bad); err == nil {
+	if !r.Signer.VerifyReservation(ownership.Reservation{ClaimUID: "uid-1", Cluster: "pve-a", Node: "pve1", VMID: 1234}, sig) {
+		t.Fatal("the written signature does not verify")
+	}
+	for _, bad := range []string{"", "pve-a/pve1", "pve-a/pve1/100", "pve-a/pve1/x/s", "pve-a/pve1/0/s", "pve-a/pve1/-3/s", "/pve1/100/s", "pve-a//100/s", "pve-a/pve1/100/", "a/b/c/100/s", "pve-a/pve1/99999999999/s"} {
+		if _, _, err := parseReservation(bad); err == nil {
 			t.Errorf("parseReservation(%q) accepted a malformed value", bad)
 		}
 	}
 }
 
-// TestRestoreReservation: the reservation stands in for status.vmRef only
-// while a claim has not recorded a VM and is still being provisioned.
+// reservationWorld is a template in namespace "team" on cluster "pve-a"
+// (VM ids 1000-1999, nodes pve1 and pve2, admitting namespaces labelled
+// tenant=yes) as a fake API server holds them.
+func reservationWorld(t *testing.T, nsLabels map[string]string) client.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := hfv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	cluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "pve-a"}}
+	cluster.Spec.Nodes = []string{"pve1", "pve2"}
+	cluster.Spec.VMIDRange = &hfv1.VMIDRange{Start: 1000, End: 1999}
+	cluster.Spec.AllowedNamespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "yes"}}
+	other := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "pve-b"}}
+	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: "tmpl", Namespace: "team"}}
+	tmpl.Spec.HypervisorClusterRef.Name = "pve-a"
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team", Labels: nsLabels}}
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(cluster, other, tmpl, ns).Build()
+}
+
+// TestRestoreReservation: a reservation stands in for status.vmRef only
+// while a claim has not recorded a VM and is still being provisioned, and
+// only when its signature verifies for the claim and placement could have
+// chosen the VM it names; every forgery is refused with an event.
 func TestRestoreReservation(t *testing.T) {
-	recorded := &hfv1.VMReference{HypervisorCluster: "pve-a", Node: "pve2", VMID: 7}
+	signer := reservationSigner(t, 1)
+	sign := func(uid, cluster, node string, vmid int) string {
+		return signer.SignReservation(ownership.Reservation{ClaimUID: uid, Cluster: cluster, Node: node, VMID: vmid})
+	}
+	good := "pve-a/pve1/1100/" + sign("uid-1", "pve-a", "pve1", 1100)
+	want := &hfv1.VMReference{HypervisorCluster: "pve-a", Node: "pve1", VMID: 1100}
+	recorded := &hfv1.VMReference{HypervisorCluster: "pve-a", Node: "pve2", VMID: 1007}
+	admitted := map[string]string{"tenant": "yes"}
 	for _, tc := range []struct {
 		name       string
 		phase      hfv1.MachineClaimPhase
 		annotation string
 		vmRef      *hfv1.VMReference
+		nsLabels   map[string]string
 		want       *hfv1.VMReference
+		refused    string // part of the refusal event, "" for none
 	}{
-		{name: "new claim", phase: "", annotation: "pve-a/pve1/100", want: &hfv1.VMReference{HypervisorCluster: "pve-a", Node: "pve1", VMID: 100}},
-		{name: "pending", phase: hfv1.MachineClaimPending, annotation: "pve-a/pve1/100", want: &hfv1.VMReference{HypervisorCluster: "pve-a", Node: "pve1", VMID: 100}},
-		{name: "provisioning", phase: hfv1.MachineClaimProvisioning, annotation: "pve-a/pve1/100", want: &hfv1.VMReference{HypervisorCluster: "pve-a", Node: "pve1", VMID: 100}},
-		{name: "status already names a VM", phase: hfv1.MachineClaimProvisioning, annotation: "pve-a/pve1/100", vmRef: recorded, want: recorded},
-		{name: "VM destroyed at the end", phase: hfv1.MachineClaimTerminating, annotation: "pve-a/pve1/100"},
-		{name: "finished", phase: hfv1.MachineClaimFinished, annotation: "pve-a/pve1/100"},
-		{name: "failed", phase: hfv1.MachineClaimFailed, annotation: "pve-a/pve1/100"},
-		{name: "no reservation", phase: hfv1.MachineClaimPending},
-		{name: "unreadable reservation", phase: hfv1.MachineClaimPending, annotation: "garbage"},
+		{name: "new claim", annotation: good, nsLabels: admitted, want: want},
+		{name: "pending", phase: hfv1.MachineClaimPending, annotation: good, nsLabels: admitted, want: want},
+		{name: "provisioning", phase: hfv1.MachineClaimProvisioning, annotation: good, nsLabels: admitted, want: want},
+		{name: "status already names a VM", phase: hfv1.MachineClaimProvisioning, annotation: good, vmRef: recorded, nsLabels: admitted, want: recorded},
+		{name: "VM destroyed at the end", phase: hfv1.MachineClaimTerminating, annotation: good, nsLabels: admitted},
+		{name: "finished", phase: hfv1.MachineClaimFinished, annotation: good, nsLabels: admitted},
+		{name: "failed", phase: hfv1.MachineClaimFailed, annotation: good, nsLabels: admitted},
+		{name: "no reservation", phase: hfv1.MachineClaimPending, nsLabels: admitted},
+		{name: "unreadable", phase: hfv1.MachineClaimPending, annotation: "garbage", nsLabels: admitted, refused: "is not"},
+		{name: "unsigned (the old format)", annotation: "pve-a/pve1/1100", nsLabels: admitted, refused: "is not"},
+		{name: "forged signature", annotation: "pve-a/pve1/1100/v1.AAAA", nsLabels: admitted, refused: "signature"},
+		{name: "copied from another claim", annotation: "pve-a/pve1/1100/" + sign("uid-2", "pve-a", "pve1", 1100), nsLabels: admitted, refused: "signature"},
+		{name: "VM id edited", annotation: "pve-a/pve1/1101/" + sign("uid-1", "pve-a", "pve1", 1100), nsLabels: admitted, refused: "signature"},
+		{name: "signed by another install", annotation: "pve-a/pve1/1100/" + reservationSigner(t, 2).SignReservation(ownership.Reservation{ClaimUID: "uid-1", Cluster: "pve-a", Node: "pve1", VMID: 1100}), nsLabels: admitted, refused: "signature"},
+		{name: "namespace not admitted", annotation: good, nsLabels: map[string]string{"tenant": "no"}, refused: "does not admit namespace team"},
+		{name: "not the template's cluster", annotation: "pve-b/pve1/1100/" + sign("uid-1", "pve-b", "pve1", 1100), nsLabels: admitted, refused: "template tmpl uses pve-a"},
+		{name: "VM id outside the range", annotation: "pve-a/pve1/4242/" + sign("uid-1", "pve-a", "pve1", 4242), nsLabels: admitted, refused: "outside HypervisorCluster pve-a's vmidRange 1000-1999"},
+		{name: "node not allowed", annotation: "pve-a/pve9/1100/" + sign("uid-1", "pve-a", "pve9", 1100), nsLabels: admitted, refused: "node pve9 is not in"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns"}}
+			events := record.NewFakeRecorder(10)
+			r := &MachineClaimReconciler{Client: reservationWorld(t, tc.nsLabels), Signer: signer, Recorder: events}
+			claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team", UID: types.UID("uid-1")}}
+			claim.Spec.TemplateRef.Name = "tmpl"
 			claim.Status.Phase, claim.Status.VMRef = tc.phase, tc.vmRef
 			if tc.annotation != "" {
 				claim.Annotations = map[string]string{hfv1.VMReservationAnnotation: tc.annotation}
 			}
-			restoreReservation(context.Background(), claim)
+			if err := r.restoreReservation(context.Background(), claim); err != nil {
+				t.Fatal(err)
+			}
 			switch got := claim.Status.VMRef; {
 			case tc.want == nil && got != nil:
 				t.Fatalf("restored %+v, want no VM", *got)
 			case tc.want != nil && (got == nil || *got != *tc.want):
 				t.Fatalf("got %+v, want %+v", got, *tc.want)
 			}
+			select {
+			case e := <-events.Events:
+				if tc.refused == "" || !strings.Contains(e, hfv1.ReservationRejectedReason) || !strings.Contains(e, tc.refused) {
+					t.Fatalf("event %q, want a %s event containing %q", e, hfv1.ReservationRejectedReason, tc.refused)
+				}
+			default:
+				if tc.refused != "" {
+					t.Fatalf("no event, want a %s event containing %q", hfv1.ReservationRejectedReason, tc.refused)
+				}
+			}
 		})
+	}
+}
+
+// TestRestoreReservationWithoutSigner: an operator without a key trusts no
+// reservation at all.
+func TestRestoreReservationWithoutSigner(t *testing.T) {
+	good := "pve-a/pve1/1100/" + reservationSigner(t, 1).SignReservation(ownership.Reservation{ClaimUID: "uid-1", Cluster: "pve-a", Node: "pve1", VMID: 1100})
+	r := &MachineClaimReconciler{Client: reservationWorld(t, map[string]string{"tenant": "yes"}), Recorder: record.NewFakeRecorder(10)}
+	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team", UID: "uid-1", Annotations: map[string]string{hfv1.VMReservationAnnotation: good}}}
+	claim.Spec.TemplateRef.Name = "tmpl"
+	if err := r.restoreReservation(context.Background(), claim); err != nil || claim.Status.VMRef != nil {
+		t.Fatalf("restored %+v (err %v) without a signer", claim.Status.VMRef, err)
 	}
 }

@@ -107,7 +107,7 @@ func (r *MachineClaimReconciler) reconcileProvision(ctx context.Context, claim *
 		// it lands the annotation stands in for it (restoreReservation).
 		// If the write fails, the next pass starts over from the stored
 		// state.
-		setReservation(claim, cluster.Name, res.Progress)
+		r.setReservation(claim, cluster.Name, res.Progress)
 		if err := metadata.flush(ctx, r.Client, claim); err != nil {
 			return ctrl.Result{}, fmt.Errorf("record VM id %d before cloning: %w", res.Progress.VMID, err)
 		}

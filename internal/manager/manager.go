@@ -184,6 +184,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Client:        mgr.GetClient(),
 		Registry:      registry,
 		IPAM:          addresses,
+		Signer:        opts.Signer,
 		Recorder:      mgr.GetEventRecorderFor("machineclaim-controller"),
 		Clock:         opts.Clock,
 		Bootstrap:     opts.Bootstrap,

@@ -40,6 +40,15 @@ var (
 		Help: "Errors met while provisioning or deleting VMs, by class and reason.",
 	}, []string{"class", "reason"})
 
+	// ReservationsRejected counts VM reservation annotations the claim
+	// controller refused to trust (bad signature, or a VM placement could
+	// not have chosen for the claim): each is a tenant trying to point the
+	// operator at a VM, or a template edited between reserve and clone.
+	ReservationsRejected = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Name: "vm_reservations_rejected_total",
+		Help: "VM reservation annotations on MachineClaims that were refused (signature or placement check failed).",
+	})
+
 	// PowerOffToDestroyed is the time from a VM being seen powered off to
 	// its VM destroyed and its claim gone.
 	PowerOffToDestroyed = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -103,7 +112,7 @@ var (
 
 func init() {
 	crmetrics.Registry.MustRegister(
-		ClaimPhaseSeconds, ClaimTransitions, ClaimErrors, PowerOffToDestroyed, CreatedToCloneRequest,
+		ClaimPhaseSeconds, ClaimTransitions, ClaimErrors, ReservationsRejected, PowerOffToDestroyed, CreatedToCloneRequest,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, IPPoolFree,
 	)
 }
