@@ -480,9 +480,25 @@ type RunnerOS string
 type RunnerArch string
 
 // RunnerSoftware is the CI runner package and its place in the VM.
+// +kubebuilder:validation:XValidation:rule="!(has(self.version) && has(self.downloadURL))",message="runner: set version (resolved from the platform's releases) or downloadURL with downloadSHA256 (pinned), not both"
 type RunnerSoftware struct {
+	// version is the runner release VMs get: "latest", or a release such as
+	// 2.329.0. The operator resolves it from the CI platform's releases
+	// (actions/runner under the template's GitHub API, so a GitHub
+	// Enterprise Server that mirrors the repository works too), takes the
+	// package's SHA-256 from the release, reports both in
+	// status.runner and renders them into every VM; "latest" is looked up
+	// again hourly, and a new release replaces idle VMs like any template
+	// change. Unset, with no downloadURL, means the runner is already
+	// installed in the template.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^(latest|[0-9]+\.[0-9]+\.[0-9]+)$`
+	Version string `json:"version,omitempty"`
+
 	// downloadURL is the runner package; {os} and {arch} are replaced by os
-	// and arch. Unset means the runner is already installed in the template.
+	// and arch. Unset means the runner is already installed in the template
+	// (or comes from version).
 	// +optional
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="isURL(self.replace('{os}', 'linux').replace('{arch}', 'x64')) && self.startsWith('https://')",message="runner.downloadURL must be an https:// URL; {os} and {arch} may appear in it"
@@ -591,6 +607,33 @@ type HypervisorMachineTemplateStatus struct {
 	// resolvedTemplate is the template found on the hypervisor.
 	// +optional
 	ResolvedTemplate *ResolvedTemplate `json:"resolvedTemplate,omitempty"`
+
+	// runner is the runner package spec.bootstrap.github.runner.version
+	// resolved to: what every new VM downloads and checks.
+	// +optional
+	Runner *ResolvedRunner `json:"runner,omitempty"`
+}
+
+// ResolvedRunner is a runner release resolved for a template's platform.
+type ResolvedRunner struct {
+	// version is the release, such as 2.329.0.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	Version string `json:"version,omitempty"`
+
+	// downloadURL is the package VMs download.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	DownloadURL string `json:"downloadURL,omitempty"`
+
+	// downloadSHA256 is the package's SHA-256 as the release publishes it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	DownloadSHA256 string `json:"downloadSHA256,omitempty"`
+
+	// resolvedAt is when the release was last looked up.
+	// +optional
+	ResolvedAt *metav1.Time `json:"resolvedAt,omitempty"`
 }
 
 // ResolvedTemplate is the hypervisor template a HypervisorMachineTemplate points at.

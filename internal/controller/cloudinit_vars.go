@@ -107,6 +107,10 @@ func templateVars(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.Hypervisor
 		rc.Arch = orDefault(string(r.Arch), rc.Arch)
 		rc.DownloadURL = strings.NewReplacer("{os}", rc.OS, "{arch}", rc.Arch).Replace(r.DownloadURL)
 		rc.DownloadSHA256 = r.DownloadSHA256
+		if rr := tmpl.Status.Runner; r.Version != "" && rr != nil {
+			// Resolved by the template controller from the release.
+			rc.DownloadURL, rc.DownloadSHA256 = rr.DownloadURL, rr.DownloadSHA256
+		}
 	}
 	v.RunnerConfig = rc
 	return v

@@ -33,6 +33,10 @@ type HypervisorMachineTemplateReconciler struct {
 	// Agent finds the agent binaries the operator serves; nil when it
 	// serves none (templates with agentSource Operator are then not Ready).
 	Agent AgentLocator
+	// Runners resolves spec.bootstrap.github.runner.version to a package
+	// and its checksum; nil when the workload side publishes no releases
+	// (templates that name a version are then not Ready).
+	Runners RunnerReleaseSource
 }
 
 // SetupWithManager registers the controller.
@@ -121,6 +125,9 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 	}
 	if msg := r.missingSecrets(ctx, tmpl); msg != "" {
 		return invalid(hfv1.SecretNotFoundReason, msg)
+	}
+	if reason, msg := r.resolveRunner(ctx, tmpl); reason != "" {
+		return invalid(reason, msg)
 	}
 	var pool *ipam.Pool
 	if ref := tmpl.Spec.Network.IPPoolRef; ref != nil && tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {

@@ -2,8 +2,6 @@ package devenv
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,17 +12,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 )
 
 // Objects returns the world's sample objects, in creation order: what a
 // user applies to a real cluster, with the simulators' addresses filled in.
 func (w *World) Objects() ([]client.Object, error) {
-	pkg, err := githubsim.RunnerPackage(w.githubCA)
-	if err != nil {
-		return nil, fmt.Errorf("devenv: runner package: %w", err)
-	}
-	sum := sha256.Sum256(pkg)
 	return []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: SystemNamespace}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
@@ -61,11 +53,10 @@ func (w *World) Objects() ([]client.Object, error) {
 					Organization: Organization,
 					APIBaseURL:   w.GitHubURL + "/api/v3",
 					Credentials:  hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}},
-					// The agent downloads the runner package and checks it.
-					Runner: &hfv1.RunnerSoftware{
-						DownloadURL:    w.GitHubURL + "/_sim/runner/actions-runner-{os}-{arch}.tar.gz",
-						DownloadSHA256: hex.EncodeToString(sum[:]),
-					},
+					// The operator resolves the newest runner release (the
+					// GitHub simulator publishes actions/runner's); the
+					// agent downloads that package and checks its SHA-256.
+					Runner: &hfv1.RunnerSoftware{Version: "latest"},
 				}},
 			},
 		},

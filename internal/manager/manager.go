@@ -164,11 +164,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up HypervisorCluster controller: %w", err)
 	}
+	runnerReleases, _ := opts.Bootstrap.(controller.RunnerReleaseSource)
 	if err := (&controller.HypervisorMachineTemplateReconciler{
 		Client:   mgr.GetClient(),
 		Registry: registry,
 		Recorder: mgr.GetEventRecorderFor("hypervisormachinetemplate-controller"),
 		Agent:    agent,
+		Runners:  runnerReleases,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up HypervisorMachineTemplate controller: %w", err)
 	}

@@ -226,6 +226,33 @@ type Provider interface {
 	CancelRun(ctx context.Context, repository string, runID int64) error
 }
 
+// RunnerPackage is one release of the CI platform's runner software for one
+// platform: where a VM downloads it and the SHA-256 it must have.
+type RunnerPackage struct {
+	// Version is the release's version, such as 2.329.0.
+	Version string
+	// URL is the package's https:// download URL.
+	URL string
+	// SHA256 is the package's SHA-256, 64 lower-case hex digits, as the
+	// platform publishes it with the release.
+	SHA256 string
+}
+
+// LatestRunnerVersion asks RunnerReleases for the newest release.
+const LatestRunnerVersion = "latest"
+
+// RunnerReleases is implemented by providers whose platform publishes its
+// runner software as releases, so templates can name a version (or
+// LatestRunnerVersion) instead of pinning a URL and checksum that rot.
+type RunnerReleases interface {
+	// RunnerPackage resolves version (X.Y.Z or LatestRunnerVersion) for
+	// the runner's os and arch (the platform's own names, such as linux
+	// and x64). ErrNotFound when the release or its package does not
+	// exist; a release that publishes no checksum for the package is an
+	// error too (a VM never runs an unchecked download).
+	RunnerPackage(ctx context.Context, version, os, arch string) (RunnerPackage, error)
+}
+
 // WebhookParser verifies and decodes a platform's webhook deliveries.
 type WebhookParser interface {
 	// Parse verifies the delivery's signature over body (the raw bytes)

@@ -294,12 +294,16 @@ func runScenario(t *testing.T, f *fixture) {
 		"owner": "octo-org", "repo": "app", "org": "octo-org", "run_id": itoa(jobRepo.RunID), "job_id": itoa(jobRepo.ID),
 		"installation_id": strconv.Itoa(testOrgInst),
 	}
+	releaseVars := map[string]string{"owner": "actions", "repo": "runner", "tag": "v" + f.sim.cfg.RunnerVersion}
 	concrete := func(rt *route, over map[string]string) string {
 		segs := make([]string, len(rt.segs))
 		for i, s := range rt.segs {
 			if strings.HasPrefix(s, "{") {
 				name := s[1 : len(s)-1]
 				v := vars[name]
+				if strings.Contains(rt.pattern, "/releases/") {
+					v = releaseVars[name]
+				}
 				if o, ok := over[name]; ok {
 					v = o
 				}
@@ -378,6 +382,10 @@ func runScenario(t *testing.T, f *fixture) {
 			call(rt, map[string]string{"repo": "nope"}, "", nil, 404)
 		case rt.scope == scopeOrg:
 			call(rt, map[string]string{"org": "nope"}, "", nil, 404)
+		case strings.Contains(rt.pattern, "/releases/tags/"):
+			call(rt, map[string]string{"tag": "v0.0.1"}, "", nil, 404)
+		case strings.Contains(rt.pattern, "/releases/"):
+			call(rt, map[string]string{"repo": "nope"}, "", nil, 404)
 		default:
 			call(rt, map[string]string{"installation_id": "999"}, "", nil, 404)
 		}

@@ -21,10 +21,9 @@ var runnerFiles embed.FS
 // the actions/runner release downloads on github.com.
 const runnerPkgPrefix = "/_sim/runner/"
 
-// runnerPkgRE is the package name: actions-runner-{os}-{arch}.tar.gz, as
-// the real release assets are named (the version is omitted: there is
-// only one).
-var runnerPkgRE = regexp.MustCompile(`^actions-runner-(linux|osx|win)-(x64|arm64|arm)\.tar\.gz$`)
+// runnerPkgRE is the package name: actions-runner-{os}-{arch}[-{version}].tar.gz,
+// as the real release assets are named (every version is the same package).
+var runnerPkgRE = regexp.MustCompile(`^actions-runner-(linux|osx|win)-(x64|arm64|arm)(-[0-9]+\.[0-9]+\.[0-9]+)?\.tar\.gz$`)
 
 func (s *Simulator) serveRunnerPackage(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {

@@ -464,6 +464,10 @@ func apiRoutes() []*route {
 		newRoute("GET", "/repos/{owner}/{repo}/actions/runs/{run_id}/jobs", authToken, scopeRepo, jobs+"list-jobs-for-a-workflow-run", c(200, 404), (*Simulator).handleListJobs).withPerm("actions", "read"),
 		newRoute("GET", "/repos/{owner}/{repo}/actions/jobs/{job_id}", authToken, scopeRepo, jobs+"get-a-job-for-a-workflow-run", c(200, 404), (*Simulator).handleGetJob).withPerm("actions", "read"),
 		newRoute("POST", "/repos/{owner}/{repo}/actions/runs/{run_id}/cancel", authToken, scopeRepo, runs+"cancel-a-workflow-run", c(202, 404, 409), (*Simulator).handleCancelRun).withPerm("actions", "write"),
+		// Public repositories' releases need no permission; the operator
+		// resolves the runner package from actions/runner's.
+		newRoute("GET", "/repos/{owner}/{repo}/releases/latest", authToken, scopeNone, "releases/releases#get-the-latest-release", c(200, 404), (*Simulator).handleLatestRelease),
+		newRoute("GET", "/repos/{owner}/{repo}/releases/tags/{tag}", authToken, scopeNone, "releases/releases#get-a-release-by-tag-name", c(200, 404), (*Simulator).handleReleaseByTag),
 		newRoute("POST", "/app/installations/{installation_id}/access_tokens", authJWT, scopeNone, "apps/apps#create-an-installation-access-token-for-an-app", c(201, 400, 404, 422), (*Simulator).handleAccessToken),
 	}
 }

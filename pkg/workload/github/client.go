@@ -84,6 +84,8 @@ type Provider struct {
 
 	mu     sync.Mutex
 	groups map[string]int64
+	// runnerPackages caches resolved runner releases by version/os/arch.
+	runnerPackages map[string]cachedPackage
 }
 
 var _ workload.Provider = (*Provider)(nil)
@@ -146,7 +148,7 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("github: client: %w", err)
 	}
-	return &Provider{cfg: cfg, client: client, gate: gate, clock: cfg.Clock, groups: map[string]int64{}}, nil
+	return &Provider{cfg: cfg, client: client, gate: gate, clock: cfg.Clock, groups: map[string]int64{}, runnerPackages: map[string]cachedPackage{}}, nil
 }
 
 // Scope implements workload.Provider.
