@@ -74,6 +74,16 @@ const (
 	InUseReason = "InUse"
 	// ClusterUnavailableReason: the referenced HypervisorCluster is not Ready.
 	ClusterUnavailableReason = "ClusterUnavailable"
+	// NotImplementedReason: the object sets a field the API accepts but
+	// this operator version does not implement yet (for example
+	// spec.attestation.method join-token). The object is not Ready, and
+	// nothing is built from it, until the field is removed; the condition's
+	// message names the field and the way out (docs/security.md).
+	NotImplementedReason = "NotImplemented"
+	// UnsupportedReason: the object sets a value the operator will not act
+	// on in this combination (for example a Windows runner, which the
+	// Linux-only agent cannot run). The message names the field and the fix.
+	UnsupportedReason = "Unsupported"
 	// AgentUnavailableReason: the template takes the agent from the
 	// operator (bootstrap.agentSource Operator), but the operator serves no
 	// agent binary for the template's runner os and arch.

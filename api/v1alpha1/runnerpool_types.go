@@ -15,7 +15,8 @@ const (
 	WorkloadGitLabCI WorkloadType = "gitlab-ci"
 	// WorkloadBuildkite runs Buildkite jobs (not implemented yet).
 	WorkloadBuildkite WorkloadType = "buildkite"
-	// WorkloadGeneric runs VMs with no CI platform attached.
+	// WorkloadGeneric runs VMs with no CI platform attached (not
+	// implemented yet).
 	WorkloadGeneric WorkloadType = "generic"
 )
 
@@ -49,7 +50,9 @@ type RunnerPoolSpec struct {
 // +kubebuilder:validation:XValidation:rule="self.type != 'buildkite' || has(self.buildkite)",message="workload.type buildkite needs workload.buildkite"
 // +kubebuilder:validation:XValidation:rule="self.type == 'buildkite' || !has(self.buildkite)",message="workload.buildkite applies only to workload.type buildkite"
 type Workload struct {
-	// type is github-actions, gitlab-ci, buildkite or generic.
+	// type is the CI platform. Only github-actions is implemented;
+	// gitlab-ci, buildkite and generic are reserved: a pool that sets them
+	// is not Ready (reason NotImplemented) and creates no VMs.
 	// +required
 	Type WorkloadType `json:"type"`
 

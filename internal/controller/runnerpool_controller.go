@@ -177,6 +177,10 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 	}()
 
+	if ref := poolRefusal(pool); ref != nil {
+		r.refuse(pool, ref)
+		return ctrl.Result{}, nil
+	}
 	v := &poolView{pool: pool, now: now, removed: map[scaling.Reason]int{}, ended: map[types.UID]bool{}, blockers: map[string]int{}}
 	v.wake(poolResync)
 	if err := r.load(ctx, v, claimList.Items); err != nil {
@@ -197,6 +201,16 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	r.updateStatus(v, decision)
 	return ctrl.Result{RequeueAfter: v.requeue}, nil
+}
+
+// refuse marks a pool that sets a field the operator does not act on: not
+// Ready, and no claims are created for it (a spec change wakes it again).
+func (r *RunnerPoolReconciler) refuse(pool *hfv1.RunnerPool, ref *refusal) {
+	if c := meta.FindStatusCondition(pool.Status.Conditions, hfv1.ReadyCondition); c == nil || c.Reason != ref.reason || c.Message != ref.message {
+		r.Recorder.Event(pool, corev1.EventTypeWarning, ref.reason, ref.message)
+	}
+	setCondition(&pool.Status.Conditions, pool.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, ref.reason, ref.message)
+	pool.Status.ObservedGeneration = pool.Generation
 }
 
 // load reads the pool's template, claims and pending jobs into v.
