@@ -14,8 +14,10 @@ const (
 	HypervisorClusterTLSVerifiedCondition = "TLSVerified"
 
 	// HypervisorMachineTemplateValidCondition is True when the template was
-	// checked against its cluster: the source exists and is a template, the
-	// clone mode is possible on its storage, and referenced Secrets exist.
+	// checked against its cluster: it sets no field the operator does not
+	// act on, the source exists and is a template, the clone mode is
+	// possible on its storage, referenced Secrets exist, and a VM's whole
+	// cloud-init renders with placeholder credentials.
 	HypervisorMachineTemplateValidCondition = "Valid"
 
 	// RunnerPoolScalingCondition is True while the pool is changing size.
