@@ -371,6 +371,7 @@ type Bootstrap struct {
 // GitHubBootstrap is where runners register and with which credentials the
 // operator asks GitHub for their single-use credentials.
 // +kubebuilder:validation:XValidation:rule="has(self.repository) != has(self.organization)",message="set exactly one of bootstrap.github.repository (repository runners) and bootstrap.github.organization (organization runners)"
+// +kubebuilder:validation:XValidation:rule="!has(self.runnerGroup) || has(self.organization)",message="bootstrap.github.runnerGroup applies only to organization runners (GitHub has no runner groups for a repository): remove it or use bootstrap.github.organization"
 type GitHubBootstrap struct {
 	// credentials are the operator's GitHub credentials, as Secret keys in
 	// this namespace. They never reach a VM.
@@ -419,7 +420,8 @@ type GitHubBootstrap struct {
 	// +optional
 	RunnerURLs *ScopedURLs `json:"runnerURLs,omitempty"`
 
-	// runnerGroup is the organization runner group runners join.
+	// runnerGroup is the organization runner group runners join;
+	// organization runners only.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=100

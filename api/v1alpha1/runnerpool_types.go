@@ -71,6 +71,7 @@ type Workload struct {
 
 // GitHubWorkload selects the GitHub Actions jobs a pool serves.
 // +kubebuilder:validation:XValidation:rule="!(has(self.repository) && has(self.organization))",message="set at most one of workload.github.repository and workload.github.organization; leave both unset to use the template's"
+// +kubebuilder:validation:XValidation:rule="!has(self.runnerGroup) || !has(self.repository)",message="workload.github.runnerGroup applies only to organization runners (GitHub has no runner groups for a repository): remove it or narrow the pool with workload.github.organization"
 type GitHubWorkload struct {
 	// repository, as owner/name, narrows the pool to one repository's jobs.
 	// Defaults to the template's repository or organization.
@@ -97,7 +98,8 @@ type GitHubWorkload struct {
 	// +listType=set
 	Labels []string `json:"labels"`
 
-	// runnerGroup is the organization runner group runners join.
+	// runnerGroup is the organization runner group runners join;
+	// organization runners only.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=100
