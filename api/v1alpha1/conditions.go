@@ -14,8 +14,10 @@ const (
 	HypervisorClusterTLSVerifiedCondition = "TLSVerified"
 
 	// HypervisorMachineTemplateValidCondition is True when the template was
-	// checked against its cluster: the source exists and is a template, the
-	// clone mode is possible on its storage, and referenced Secrets exist.
+	// checked against its cluster: it sets no field the operator does not
+	// act on, the source exists and is a template, the clone mode is
+	// possible on its storage, referenced Secrets exist, and a VM's whole
+	// cloud-init renders with placeholder credentials.
 	HypervisorMachineTemplateValidCondition = "Valid"
 
 	// RunnerPoolScalingCondition is True while the pool is changing size.
@@ -74,6 +76,16 @@ const (
 	InUseReason = "InUse"
 	// ClusterUnavailableReason: the referenced HypervisorCluster is not Ready.
 	ClusterUnavailableReason = "ClusterUnavailable"
+	// NotImplementedReason: the object sets a field the API accepts but
+	// this operator version does not implement yet (for example
+	// spec.attestation.method join-token). The object is not Ready, and
+	// nothing is built from it, until the field is removed; the condition's
+	// message names the field and the way out (docs/security.md).
+	NotImplementedReason = "NotImplemented"
+	// UnsupportedReason: the object sets a value the operator will not act
+	// on in this combination (for example a Windows runner, which the
+	// Linux-only agent cannot run). The message names the field and the fix.
+	UnsupportedReason = "Unsupported"
 	// AgentUnavailableReason: the template takes the agent from the
 	// operator (bootstrap.agentSource Operator), but the operator serves no
 	// agent binary for the template's runner os and arch.

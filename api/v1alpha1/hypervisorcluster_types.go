@@ -90,9 +90,10 @@ type HypervisorClusterSpec struct {
 	// +optional
 	Limits *HypervisorLimits `json:"limits,omitempty"`
 
-	// dns holds the name-resolution settings given to VMs on this cluster,
-	// and whether VMs are registered in DNS. A template's own dns settings
-	// take precedence field by field.
+	// dns holds the name-resolution settings given to VMs on this cluster.
+	// A template's own dns settings take precedence field by field.
+	// Registering VMs in DNS (registerVMs, dnsProvider) is not implemented
+	// yet.
 	// +optional
 	DNS *ClusterDNSSettings `json:"dns,omitempty"`
 
@@ -181,20 +182,31 @@ type VMIDRange struct {
 	End int32 `json:"end"`
 }
 
+// DefaultClonesPerNode and DefaultClonesPerStorage are the clone limits
+// of a cluster whose spec.limits, or the field in it, is unset. The CRD's
+// defaults (markers below) must be the same numbers; a test holds them
+// together.
+const (
+	DefaultClonesPerNode    = 4
+	DefaultClonesPerStorage = 4
+)
+
 // HypervisorLimits bound the operator's load on a cluster. Proxmox clones
 // queue on storage locks and fail after a 10 s wait, so a few concurrent
 // clones per node and storage are faster than many.
 type HypervisorLimits struct {
-	// clonesPerNode is the most clones in flight on one node.
+	// clonesPerNode is the most clones in flight on one node (default 4,
+	// also when limits is unset).
 	// +optional
-	// +kubebuilder:default=2
+	// +kubebuilder:default=4
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=32
 	ClonesPerNode int32 `json:"clonesPerNode,omitempty"`
 
-	// clonesPerStorage is the most clones in flight onto one storage.
+	// clonesPerStorage is the most clones in flight onto one storage
+	// (default 4, also when limits is unset).
 	// +optional
-	// +kubebuilder:default=2
+	// +kubebuilder:default=4
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=32
 	ClonesPerStorage int32 `json:"clonesPerStorage,omitempty"`
@@ -212,12 +224,15 @@ type HypervisorLimits struct {
 type ClusterDNSSettings struct {
 	DNSSettings `json:",inline"`
 
-	// registerVMs asks the operator to publish each VM's address under its
-	// FQDN through dnsProvider. Requires dnsProvider.
+	// registerVMs is to publish each VM's address under its FQDN through
+	// dnsProvider. Not implemented yet: a cluster that sets it is not Ready
+	// (reason NotImplemented) and no VMs are created on it.
 	// +optional
 	RegisterVMs bool `json:"registerVMs,omitempty"`
 
-	// dnsProvider is the DNS service VMs are registered in.
+	// dnsProvider is the DNS service VMs are to be registered in. Not
+	// implemented yet: a cluster that sets it is not Ready (reason
+	// NotImplemented).
 	// +optional
 	DNSProvider *DNSProvider `json:"dnsProvider,omitempty"`
 }

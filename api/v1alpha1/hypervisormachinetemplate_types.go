@@ -29,7 +29,8 @@ type HypervisorMachineTemplateSpec struct {
 	Network MachineNetwork `json:"network,omitempty"`
 
 	// attestation is how a VM proves its identity before it is given a
-	// workload credential.
+	// workload credential. Only method none is implemented today; the
+	// others make the template not Ready (reason NotImplemented).
 	// +optional
 	// +kubebuilder:default={method: none}
 	Attestation Attestation `json:"attestation,omitempty"`
@@ -257,16 +258,20 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.method == 'join-token' || !has(self.joinToken)",message="attestation.joinToken applies only to attestation.method join-token"
 // +kubebuilder:validation:XValidation:rule="self.method == 'tpm' || !has(self.tpm)",message="attestation.tpm applies only to attestation.method tpm"
 type Attestation struct {
-	// method is none (default), join-token or tpm.
+	// method is none (default): no workload identity, the runner's
+	// single-use credential is in the VM's cloud-init. join-token and tpm
+	// (SPIFFE attestation) are not implemented yet: a template that sets
+	// them is not Ready, with reason NotImplemented.
 	// +optional
 	// +kubebuilder:default=none
 	Method AttestationMethod `json:"method,omitempty"`
 
-	// joinToken tunes SPIRE join tokens; method join-token only.
+	// joinToken tunes SPIRE join tokens; method join-token only (not
+	// implemented yet).
 	// +optional
 	JoinToken *JoinTokenAttestation `json:"joinToken,omitempty"`
 
-	// tpm tunes TPM attestation; method tpm only.
+	// tpm tunes TPM attestation; method tpm only (not implemented yet).
 	// +optional
 	TPM *TPMAttestation `json:"tpm,omitempty"`
 }
@@ -292,8 +297,9 @@ type TPMAttestation struct {
 	// +kubebuilder:validation:Pattern=`^/dev/[a-z0-9]+$`
 	DevicePath string `json:"devicePath,omitempty"`
 
-	// addVirtualTPM attaches a virtual TPM 2.0 (Proxmox tpmstate0) to each
-	// VM when the template has none.
+	// addVirtualTPM is to attach a virtual TPM 2.0 (Proxmox tpmstate0) to
+	// each VM when the template has none; not implemented yet, like method
+	// tpm itself.
 	// +optional
 	AddVirtualTPM bool `json:"addVirtualTPM,omitempty"`
 
@@ -365,6 +371,7 @@ type Bootstrap struct {
 // GitHubBootstrap is where runners register and with which credentials the
 // operator asks GitHub for their single-use credentials.
 // +kubebuilder:validation:XValidation:rule="has(self.repository) != has(self.organization)",message="set exactly one of bootstrap.github.repository (repository runners) and bootstrap.github.organization (organization runners)"
+// +kubebuilder:validation:XValidation:rule="!has(self.runnerGroup) || has(self.organization)",message="bootstrap.github.runnerGroup applies only to organization runners (GitHub has no runner groups for a repository): remove it or use bootstrap.github.organization"
 type GitHubBootstrap struct {
 	// credentials are the operator's GitHub credentials, as Secret keys in
 	// this namespace. They never reach a VM.
@@ -413,7 +420,8 @@ type GitHubBootstrap struct {
 	// +optional
 	RunnerURLs *ScopedURLs `json:"runnerURLs,omitempty"`
 
-	// runnerGroup is the organization runner group runners join.
+	// runnerGroup is the organization runner group runners join;
+	// organization runners only.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=100
@@ -481,6 +489,8 @@ type RunnerArch string
 
 // RunnerSoftware is the CI runner package and its place in the VM.
 // +kubebuilder:validation:XValidation:rule="!(has(self.version) && has(self.downloadURL))",message="runner: set version (resolved from the platform's releases) or downloadURL with downloadSHA256 (pinned), not both"
+// +kubebuilder:validation:XValidation:rule="!has(self.downloadURL) || has(self.downloadSHA256)",message="runner.downloadURL needs runner.downloadSHA256: give the package's SHA-256 (64 hex digits) so that the agent can check the download, or remove downloadURL and install the runner in the template"
+// +kubebuilder:validation:XValidation:rule="has(self.downloadURL) || !has(self.downloadSHA256)",message="runner.downloadSHA256 applies only with runner.downloadURL: remove it, or set downloadURL"
 type RunnerSoftware struct {
 	// version is the runner release VMs get: "latest", or a release such as
 	// 2.329.0. The operator resolves it from the CI platform's releases
@@ -504,8 +514,9 @@ type RunnerSoftware struct {
 	// +kubebuilder:validation:XValidation:rule="isURL(self.replace('{os}', 'linux').replace('{arch}', 'x64')) && self.startsWith('https://')",message="runner.downloadURL must be an https:// URL; {os} and {arch} may appear in it"
 	DownloadURL string `json:"downloadURL,omitempty"`
 
-	// downloadSHA256 is the package's SHA-256 checksum (64 hex digits); the
-	// agent refuses a download that does not match.
+	// downloadSHA256 is the package's SHA-256 checksum (64 hex digits);
+	// required with downloadURL. The agent refuses a download that does not
+	// match.
 	// +optional
 	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
 	DownloadSHA256 string `json:"downloadSHA256,omitempty"`
@@ -538,7 +549,9 @@ type RunnerSoftware struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
 	RunScript string `json:"runScript,omitempty"`
 
-	// os is the VM's operating system in GitHub's naming.
+	// os is the VM's operating system in GitHub's naming. Only linux is
+	// supported (the agent runs as a systemd service); win and osx make the
+	// template not Ready, with reason Unsupported.
 	// +optional
 	// +kubebuilder:default=linux
 	OS RunnerOS `json:"os,omitempty"`

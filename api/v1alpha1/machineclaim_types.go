@@ -19,7 +19,10 @@ type MachineClaimSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.runnerPoolRef is immutable"
 	RunnerPoolRef *ObjectName `json:"runnerPoolRef,omitempty"`
 
-	// workloadConfig is the CI runner this VM runs. Unset for a plain VM.
+	// workloadConfig is the CI runner this VM runs. Unset: a GitHub
+	// Actions runner of the template's repository or organization, with its
+	// pool's labels. A type other than github-actions is not implemented
+	// yet: the claim waits, reason NotImplemented, and no VM is created.
 	// +optional
 	WorkloadConfig *WorkloadConfig `json:"workloadConfig,omitempty"`
 }
@@ -28,7 +31,7 @@ type MachineClaimSpec struct {
 // +kubebuilder:validation:XValidation:rule="self.type != 'github-actions' || has(self.github)",message="workloadConfig.type github-actions needs workloadConfig.github"
 // +kubebuilder:validation:XValidation:rule="self.type == 'github-actions' || !has(self.github)",message="workloadConfig.github applies only to workloadConfig.type github-actions"
 type WorkloadConfig struct {
-	// type is the CI platform.
+	// type is the CI platform; only github-actions is implemented.
 	// +required
 	Type WorkloadType `json:"type"`
 

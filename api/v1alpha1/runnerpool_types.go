@@ -15,7 +15,8 @@ const (
 	WorkloadGitLabCI WorkloadType = "gitlab-ci"
 	// WorkloadBuildkite runs Buildkite jobs (not implemented yet).
 	WorkloadBuildkite WorkloadType = "buildkite"
-	// WorkloadGeneric runs VMs with no CI platform attached.
+	// WorkloadGeneric runs VMs with no CI platform attached (not
+	// implemented yet).
 	WorkloadGeneric WorkloadType = "generic"
 )
 
@@ -49,7 +50,9 @@ type RunnerPoolSpec struct {
 // +kubebuilder:validation:XValidation:rule="self.type != 'buildkite' || has(self.buildkite)",message="workload.type buildkite needs workload.buildkite"
 // +kubebuilder:validation:XValidation:rule="self.type == 'buildkite' || !has(self.buildkite)",message="workload.buildkite applies only to workload.type buildkite"
 type Workload struct {
-	// type is github-actions, gitlab-ci, buildkite or generic.
+	// type is the CI platform. Only github-actions is implemented;
+	// gitlab-ci, buildkite and generic are reserved: a pool that sets them
+	// is not Ready (reason NotImplemented) and creates no VMs.
 	// +required
 	Type WorkloadType `json:"type"`
 
@@ -68,6 +71,7 @@ type Workload struct {
 
 // GitHubWorkload selects the GitHub Actions jobs a pool serves.
 // +kubebuilder:validation:XValidation:rule="!(has(self.repository) && has(self.organization))",message="set at most one of workload.github.repository and workload.github.organization; leave both unset to use the template's"
+// +kubebuilder:validation:XValidation:rule="!has(self.runnerGroup) || !has(self.repository)",message="workload.github.runnerGroup applies only to organization runners (GitHub has no runner groups for a repository): remove it or narrow the pool with workload.github.organization"
 type GitHubWorkload struct {
 	// repository, as owner/name, narrows the pool to one repository's jobs.
 	// Defaults to the template's repository or organization.
@@ -94,7 +98,8 @@ type GitHubWorkload struct {
 	// +listType=set
 	Labels []string `json:"labels"`
 
-	// runnerGroup is the organization runner group runners join.
+	// runnerGroup is the organization runner group runners join;
+	// organization runners only.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=100

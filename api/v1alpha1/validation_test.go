@@ -16,6 +16,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 
@@ -137,6 +138,40 @@ func TestDefaultsAreApplied(t *testing.T) {
 		if err != nil || !found || got != w.value {
 			t.Errorf("%s %s: got %v (found %v, err %v), want default %v", w.obj.GetKind(), strings.Join(w.path, "."), got, found, err, w.value)
 		}
+	}
+}
+
+// TestCloneLimitDefaults: a clone limit left out of spec.limits is
+// defaulted by the API server to the value the operator uses when limits
+// is unset (DefaultClonesPerNode, DefaultClonesPerStorage), so that
+// leaving a field out and leaving limits out mean the same.
+func TestCloneLimitDefaults(t *testing.T) {
+	ctx := context.Background()
+	cases := map[string]struct {
+		limits            map[string]any
+		perNode, perStore int64
+	}{
+		"empty limits":          {map[string]any{}, hfv1.DefaultClonesPerNode, hfv1.DefaultClonesPerStorage},
+		"only clonesPerNode":    {map[string]any{"clonesPerNode": int64(1)}, 1, hfv1.DefaultClonesPerStorage},
+		"only clonesPerStorage": {map[string]any{"clonesPerStorage": int64(9)}, hfv1.DefaultClonesPerNode, 9},
+	}
+	i := 0
+	for name, tc := range cases {
+		i++
+		t.Run(name, func(t *testing.T) {
+			c := validCluster()
+			c.SetName(fmt.Sprintf("limits-%d", i))
+			set(tc.limits, "spec", "limits")(c)
+			if err := env.Client.Create(ctx, c); err != nil {
+				t.Fatalf("creating the cluster: %v", err)
+			}
+			t.Cleanup(func() { _ = env.Client.Delete(ctx, c) })
+			perNode, _, _ := unstructured.NestedInt64(c.Object, "spec", "limits", "clonesPerNode")
+			perStore, _, _ := unstructured.NestedInt64(c.Object, "spec", "limits", "clonesPerStorage")
+			if perNode != tc.perNode || perStore != tc.perStore {
+				t.Errorf("stored limits: clonesPerNode %d, clonesPerStorage %d; want %d and %d", perNode, perStore, tc.perNode, tc.perStore)
+			}
+		})
 	}
 }
 
@@ -333,7 +368,10 @@ func invalidCases() []invalidCase {
 		{name: "template http api base url", base: validTemplate, mutate: set("http://ghe.example.com/api/v3", "spec", "bootstrap", "github", "apiBaseURL"), want: "bootstrap.github.apiBaseURL must be an https:// URL"},
 		{name: "template registration url without placeholder", base: validTemplate, mutate: set(map[string]any{"repository": "https://api.github.com/repos/x/y/actions/runners/registration-token"}, "spec", "bootstrap", "github", "registrationURLs"), want: "a repository URL template must start with https:// and contain {owner} and {repo}"},
 		{name: "template unknown runner arch", base: validTemplate, mutate: set(map[string]any{"arch": "riscv64"}, "spec", "bootstrap", "github", "runner"), want: `spec.bootstrap.github.runner.arch: Unsupported value: "riscv64"`},
-		{name: "template bad checksum", base: validTemplate, mutate: set(map[string]any{"downloadSHA256": "abc"}, "spec", "bootstrap", "github", "runner"), want: "spec.bootstrap.github.runner.downloadSHA256: Invalid value"},
+		{name: "template bad checksum", base: validTemplate, mutate: set(map[string]any{"downloadURL": "https://example.com/runner.tgz", "downloadSHA256": "abc"}, "spec", "bootstrap", "github", "runner"), want: "spec.bootstrap.github.runner.downloadSHA256: Invalid value"},
+		{name: "template runner group on repository runners", base: validTemplate, mutate: set("ci", "spec", "bootstrap", "github", "runnerGroup"), want: "bootstrap.github.runnerGroup applies only to organization runners"},
+		{name: "template download without checksum", base: validTemplate, mutate: set(map[string]any{"downloadURL": "https://example.com/actions-runner-{os}-{arch}.tar.gz"}, "spec", "bootstrap", "github", "runner"), want: "runner.downloadURL needs runner.downloadSHA256"},
+		{name: "template checksum without download", base: validTemplate, mutate: set(map[string]any{"downloadSHA256": strings.Repeat("ab", 32)}, "spec", "bootstrap", "github", "runner"), want: "runner.downloadSHA256 applies only with runner.downloadURL"},
 		{name: "template http timeout too long", base: validTemplate, mutate: set("10m", "spec", "bootstrap", "httpTimeout"), want: "bootstrap.httpTimeout must be between 1s and 5m"},
 		{name: "template user data too large", base: validTemplate, mutate: set(map[string]any{"userData": "#cloud-config\n" + strings.Repeat("#", 70000)}, "spec", "cloudInit"), want: "spec.cloudInit.userData: Too long"},
 
@@ -346,6 +384,7 @@ func invalidCases() []invalidCase {
 		{name: "pool github without block", base: validPool, mutate: del("spec", "workload", "github"), want: "workload.type github-actions needs workload.github"},
 		{name: "pool github block on buildkite", base: validPool, mutate: all(set("buildkite", "spec", "workload", "type"), set(map[string]any{"organization": "acme"}, "spec", "workload", "buildkite")), want: "workload.github applies only to workload.type github-actions"},
 		{name: "pool repository and organization", base: validPool, mutate: all(set("example/app", "spec", "workload", "github", "repository"), set("example", "spec", "workload", "github", "organization")), want: "set at most one of workload.github.repository and workload.github.organization"},
+		{name: "pool runner group on a repository", base: validPool, mutate: all(set("example/app", "spec", "workload", "github", "repository"), set("ci", "spec", "workload", "github", "runnerGroup")), want: "workload.github.runnerGroup applies only to organization runners"},
 		{name: "pool repository without owner", base: validPool, mutate: set("app", "spec", "workload", "github", "repository"), want: "spec.workload.github.repository: Invalid value"},
 		{name: "pool no labels", base: validPool, mutate: set([]string{}, "spec", "workload", "github", "labels"), want: "spec.workload.github.labels: Invalid value: 0: spec.workload.github.labels in body should have at least 1 items"},
 		{name: "pool label with comma", base: validPool, mutate: set([]string{"linux,x64"}, "spec", "workload", "github", "labels"), want: "spec.workload.github.labels[0]: Invalid value"},

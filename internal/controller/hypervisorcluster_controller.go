@@ -119,6 +119,13 @@ func (r *HypervisorClusterReconciler) reconcileConnection(ctx context.Context, c
 	name := cluster.Name
 	wasReady := r.Registry.Health(name).Ready
 
+	if ref := clusterRefusal(cluster); ref != nil {
+		// Not Ready in the registry too, so that claims wait for the
+		// cluster (ClusterUnavailable, with this message) instead of
+		// getting VMs that would lack what the field promises.
+		r.markRefused(cluster, ref, wasReady)
+		return ctrl.Result{}, nil
+	}
 	cfg, err := r.clusterConfig(ctx, cluster)
 	if err != nil {
 		reason := hfv1.SecretNotFoundReason
@@ -214,6 +221,21 @@ func (r *HypervisorClusterReconciler) markDown(cluster *hfv1.HypervisorCluster, 
 		r.Recorder.Event(cluster, corev1.EventTypeWarning, reason, truncate(msg, 1024))
 	}
 	return failures
+}
+
+// markRefused records a cluster that sets a field the operator does not act
+// on: Ready=False with the refusal's reason and message, and new VMs on
+// the cluster paused. Connected is left as it was: nothing was tried.
+func (r *HypervisorClusterReconciler) markRefused(cluster *hfv1.HypervisorCluster, ref *refusal, wasReady bool) {
+	r.Registry.SetHealth(cluster.Name, hypervisors.Health{Ready: false, Reason: ref.reason, Message: ref.message}, r.Clock.Now())
+	metrics.ClusterConnected.WithLabelValues(cluster.Name).Set(0)
+	ready := meta.FindStatusCondition(cluster.Status.Conditions, hfv1.ReadyCondition)
+	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, ref.reason,
+		"New VMs on this cluster are paused: "+ref.message)
+	cluster.Status.ObservedGeneration = cluster.Generation
+	if wasReady || ready == nil || ready.Reason != ref.reason {
+		r.Recorder.Event(cluster, corev1.EventTypeWarning, ref.reason, ref.message)
+	}
 }
 
 func (r *HypervisorClusterReconciler) setConnectedStatus(cluster *hfv1.HypervisorCluster, info *provider.ClusterInfo, now time.Time) {
@@ -395,8 +417,8 @@ func (r *HypervisorClusterReconciler) clusterConfig(ctx context.Context, c *hfv1
 		Tags:             s.Tags,
 		VMIDStart:        defaultVMIDStart,
 		VMIDEnd:          defaultVMIDEnd,
-		ClonesPerNode:    4,
-		ClonesPerStorage: 4,
+		ClonesPerNode:    hfv1.DefaultClonesPerNode,
+		ClonesPerStorage: hfv1.DefaultClonesPerStorage,
 	}
 	cfg.VMIDStart, cfg.VMIDEnd = vmidRange(c)
 	if l := s.Limits; l != nil {

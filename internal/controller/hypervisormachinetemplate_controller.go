@@ -116,6 +116,11 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 		return ctrl.Result{RequeueAfter: waitForDependency}, nil
 	}
 
+	// Fields accepted but not acted on come first: nothing else matters
+	// until they are removed.
+	if ref := templateRefusal(tmpl); ref != nil {
+		return invalid(ref.reason, ref.message)
+	}
 	cluster := &hfv1.HypervisorCluster{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: tmpl.Spec.HypervisorClusterRef.Name}, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -149,6 +154,11 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 	}
 	hash, err := templateHash(tmpl, cluster, pool, r.Agent)
 	if err != nil {
+		return invalid(hfv1.TemplateInvalidReason, err.Error())
+	}
+	// The hash renders without per-VM values; a VM's full cloud-init and
+	// agent configuration must render too, or every claim would fail.
+	if err := checkTemplateRender(tmpl, cluster, pool, r.Agent); err != nil {
 		return invalid(hfv1.TemplateInvalidReason, err.Error())
 	}
 	p, health, connected := r.Registry.Provider(cluster.Name)

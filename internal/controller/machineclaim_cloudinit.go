@@ -35,6 +35,11 @@ func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error)
 		// before an operator restart without the agent server gets here.
 		return provider.CloudInit{}, provider.Errorf(provider.ClassConfiguration, hfv1.AgentUnavailableReason, "HypervisorMachineTemplate %s: %w", c.tmpl.Name, err)
 	}
+	// Render check first: a credential is issued only for a cloud-init
+	// that renders, so a broken template never costs one.
+	if err := checkRender(c.tmpl, vars); err != nil {
+		return provider.CloudInit{}, err
+	}
 	if b := c.r.Bootstrap; b != nil {
 		if err := b.BootstrapVars(ctx, c.claim, c.tmpl, &vars); err != nil {
 			return provider.CloudInit{}, fmt.Errorf("workload bootstrap data: %w", err)

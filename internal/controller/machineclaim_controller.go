@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -229,6 +230,12 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return r.reconcileFailed(ctx, claim)
 	case hfv1.MachineClaimTerminating:
 		return r.reconcileTerminate(ctx, claim)
+	}
+	if ref := claimRefusal(claim); ref != nil && claim.Status.VMRef == nil {
+		// Refused before anything is built; a spec change wakes the claim.
+		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, ref.reason, ref.message)
+		r.syncReady(claim)
+		return ctrl.Result{}, nil
 	}
 	return r.reconcileProvision(ctx, claim, metadata)
 }

@@ -25,7 +25,6 @@ type RunnerReleaseSource interface {
 const (
 	runnerReleaseNotFoundReason    = "RunnerReleaseNotFound"
 	runnerReleaseUnavailableReason = "RunnerReleaseUnavailable"
-	runnerReleaseUnsupportedReason = "Unsupported"
 )
 
 // resolveRunner fills status.runner from spec.bootstrap.github.runner.version.
@@ -39,7 +38,7 @@ func (r *HypervisorMachineTemplateReconciler) resolveRunner(ctx context.Context,
 		return "", ""
 	}
 	if r.Runners == nil {
-		return runnerReleaseUnsupportedReason, "spec.bootstrap.github.runner.version: this operator has no runner release source for the template's CI platform; pin runner.downloadURL and runner.downloadSHA256 instead"
+		return hfv1.UnsupportedReason, "spec.bootstrap.github.runner.version: this operator has no runner release source for the template's CI platform; pin runner.downloadURL and runner.downloadSHA256 instead"
 	}
 	os, arch := runnerPlatform(tmpl)
 	pkg, err := r.Runners.RunnerPackage(ctx, tmpl, sw.Version, os, arch)

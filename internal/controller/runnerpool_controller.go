@@ -129,6 +129,7 @@ type poolView struct {
 	removed  map[scaling.Reason]int
 	ended    map[types.UID]bool // claims this pass ended
 	blockers map[string]int     // claim Provisioned reasons that hold capacity back
+	refused  *refusal           // a field of the pool the operator does not act on
 }
 
 // wake asks for another reconcile within d.
@@ -178,6 +179,9 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}()
 
 	v := &poolView{pool: pool, now: now, removed: map[scaling.Reason]int{}, ended: map[types.UID]bool{}, blockers: map[string]int{}}
+	// A refused pool creates no claims; the claims it already has (made
+	// before the field was set) live out their lifecycle.
+	v.refused = poolRefusal(pool)
 	v.wake(poolResync)
 	if err := r.load(ctx, v, claimList.Items); err != nil {
 		return ctrl.Result{}, err
@@ -240,6 +244,19 @@ func (r *RunnerPoolReconciler) load(ctx context.Context, v *poolView, claims []h
 		}
 	}
 	return nil
+}
+
+// canBuild reports whether the pool may create claims: it sets no refused
+// field and its template is ready. Otherwise it gives the reason and the
+// message for the pool's Ready condition.
+func (v *poolView) canBuild() (bool, string, string) {
+	if v.refused != nil {
+		return false, v.refused.reason, v.refused.message
+	}
+	if ok, msg := v.templateReady(); !ok {
+		return false, hfv1.TemplateNotReadyReason, msg
+	}
+	return true, "", ""
 }
 
 // templateReady reports whether new VMs can be built from the template.
@@ -452,7 +469,7 @@ func (r *RunnerPoolReconciler) scale(ctx context.Context, v *poolView) (scaling.
 		}
 	}
 	if d.Create > 0 {
-		if ok, _ := v.templateReady(); !ok {
+		if ok, _, _ := v.canBuild(); !ok {
 			return d, nil
 		}
 		for range d.Create {
@@ -658,8 +675,8 @@ func (r *RunnerPoolReconciler) updateStatus(v *poolView, d scaling.Decision) {
 	}
 
 	// Ready: the pool can make VMs.
-	if ok, msg := v.templateReady(); !ok {
-		setCondition(&st.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.TemplateNotReadyReason, msg)
+	if ok, reason, msg := v.canBuild(); !ok {
+		setCondition(&st.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionFalse, reason, msg)
 	} else {
 		setCondition(&st.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason,
 			fmt.Sprintf("Serving %s jobs with template %s", pool.Spec.Workload.Type, v.tmpl.Name))
@@ -726,6 +743,10 @@ func (r *RunnerPoolReconciler) setCapacity(v *poolView, d scaling.Decision) {
 			r.Recorder.Event(pool, corev1.EventTypeWarning, reason, msg)
 		}
 		setCondition(&st.Conditions, gen, hfv1.RunnerPoolCapacityCondition, metav1.ConditionFalse, reason, msg)
+	}
+	if v.refused != nil {
+		set(v.refused.reason, "No new VMs: "+v.refused.message)
+		return
 	}
 	if ok, msg := v.templateReady(); !ok {
 		set(hfv1.TemplateInvalidReason, "No new VMs: "+msg)

@@ -210,7 +210,22 @@ func (testBootstrap) Release(context.Context, *hfv1.MachineClaim, *hfv1.Hypervis
 	return nil
 }
 
+// testCredentialsIssued counts the credentials testBootstrap issued, by
+// claim UID (an *atomic.Int64 each).
+var testCredentialsIssued sync.Map
+
+// credentialsIssuedFor is how many credentials testBootstrap issued for the
+// claim.
+func credentialsIssuedFor(claim *hfv1.MachineClaim) int64 {
+	if n, ok := testCredentialsIssued.Load(claim.UID); ok {
+		return n.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
 func (testBootstrap) BootstrapVars(_ context.Context, claim *hfv1.MachineClaim, _ *hfv1.HypervisorMachineTemplate, v *cloudinit.Vars) error {
+	n, _ := testCredentialsIssued.LoadOrStore(claim.UID, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
 	v.JITConfig = jitSecretOf(string(claim.UID))
 	v.ExpiresAt = cloudinit.Time{Time: time.Now().Add(time.Hour)}
 	return nil

@@ -1,0 +1,249 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+)
+
+// These tests cover docs/security.md, "An honest API": a field the
+// operator does not act on makes its object not Ready, with a reason and a
+// message naming the field, and nothing is built from it: no VM is cloned
+// and no credential issued. Each then removes the field and sees the
+// object work, so that the "nothing built" checks could fail.
+
+// waitCondition waits until the object's condition typ has status and reason.
+func waitCondition(t *testing.T, obj client.Object, conds func() []metav1.Condition, typ string, status metav1.ConditionStatus, reason string) *metav1.Condition {
+	t.Helper()
+	var got *metav1.Condition
+	eventually(t, 60*time.Second, fmt.Sprintf("%T %s %s=%s/%s", obj, obj.GetName(), typ, status, reason), func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		got = meta.FindStatusCondition(conds(), typ)
+		if got == nil || got.Status != status || got.Reason != reason {
+			return fmt.Errorf("%s = %+v", typ, got)
+		}
+		return nil
+	})
+	return got
+}
+
+func waitClaimProvisioned(t *testing.T, claim *hfv1.MachineClaim, status metav1.ConditionStatus, reason string) *metav1.Condition {
+	t.Helper()
+	return waitCondition(t, claim, func() []metav1.Condition { return claim.Status.Conditions }, hfv1.MachineClaimProvisionedCondition, status, reason)
+}
+
+// wantNothingBuilt checks that no VM exists on the simulator and that no
+// credential was issued for the claim.
+func wantNothingBuilt(t *testing.T, sim *simulator, claim *hfv1.MachineClaim) {
+	t.Helper()
+	if vms := operatorVMs(sim); len(vms) != 0 {
+		t.Errorf("%d VMs were cloned, want none: %+v", len(vms), vms)
+	}
+	if n := credentialsIssuedFor(claim); n != 0 {
+		t.Errorf("%d credentials were issued for claim %s, want none", n, claim.Name)
+	}
+}
+
+// wantBuilt waits for the claim's VM and checks that exactly one
+// credential was issued for it.
+func wantBuilt(t *testing.T, claim *hfv1.MachineClaim) {
+	t.Helper()
+	waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
+	if n := credentialsIssuedFor(claim); n != 1 {
+		t.Errorf("%d credentials were issued for claim %s, want 1", n, claim.Name)
+	}
+}
+
+func updateTemplate(t *testing.T, tmpl *hfv1.HypervisorMachineTemplate, mutate func(*hfv1.HypervisorMachineTemplate)) {
+	t.Helper()
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(tmpl), tmpl); err != nil {
+		t.Fatal(err)
+	}
+	mutate(tmpl)
+	if err := env.Client.Update(context.Background(), tmpl); err != nil {
+		t.Fatalf("update template %s: %v", tmpl.Name, err)
+	}
+}
+
+// TestRefusedTemplatesBuildNothing: templates with attestation join-token
+// or tpm are NotImplemented, one whose cloud-init renders without per-VM
+// values but not for a VM is TemplateInvalid; their claims wait with
+// TemplateNotReady, without a VM or a credential.
+func TestRefusedTemplatesBuildNothing(t *testing.T) {
+	sim := startSim(t, nil)
+	startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	waitTemplate(t, f.template, metav1.ConditionTrue, "")
+
+	cases := []struct {
+		name, reason, text string
+		mutate             func(*hfv1.HypervisorMachineTemplate)
+	}{
+		{"join-token", hfv1.NotImplementedReason, "spec.attestation.method: join-token is not implemented yet", func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationJoinToken, JoinToken: &hfv1.JoinTokenAttestation{TTL: &metav1.Duration{Duration: 15 * time.Minute}}}
+		}},
+		{"tpm", hfv1.NotImplementedReason, "spec.attestation.method: tpm is not implemented yet", func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationTPM, TPM: &hfv1.TPMAttestation{AddVirtualTPM: true}}
+		}},
+		{"per-vm-render", hfv1.TemplateInvalidReason, "userData", func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.CloudInit = &hfv1.CloudInit{UserData: "#cloud-config\n{{ if .RunnerName }}runcmd: [{{ .NoSuchVariable }}]{{ end }}\n"}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl := f.template.DeepCopy()
+			tmpl.ObjectMeta = metav1.ObjectMeta{Namespace: f.namespace, Name: tc.name}
+			tmpl.Status = hfv1.HypervisorMachineTemplateStatus{}
+			tc.mutate(tmpl)
+			f.create(tmpl)
+			waitTemplate(t, tmpl, metav1.ConditionFalse, tc.reason)
+			ready := waitCondition(t, tmpl, func() []metav1.Condition { return tmpl.Status.Conditions }, hfv1.ReadyCondition, metav1.ConditionFalse, tc.reason)
+			if !strings.Contains(ready.Message, tc.text) {
+				t.Errorf("Ready message %q does not mention %q", ready.Message, tc.text)
+			}
+
+			claim := &hfv1.MachineClaim{
+				ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "claim-" + tc.name},
+				Spec:       hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: tmpl.Name}},
+			}
+			f.create(claim)
+			cond := waitClaimProvisioned(t, claim, metav1.ConditionFalse, hfv1.TemplateNotReadyReason)
+			if !strings.Contains(cond.Message, tc.reason) {
+				t.Errorf("claim message %q does not give the template's reason %s", cond.Message, tc.reason)
+			}
+			wantNothingBuilt(t, sim, claim)
+			if err := env.Client.Delete(context.Background(), claim); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+
+	// Without the field the same template works: a VM and one credential.
+	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "join-token"}}
+	updateTemplate(t, tmpl, func(tm *hfv1.HypervisorMachineTemplate) {
+		tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationNone}
+	})
+	waitTemplate(t, tmpl, metav1.ConditionTrue, "")
+	claim := &hfv1.MachineClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "claim-fixed"},
+		Spec:       hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: tmpl.Name}},
+	}
+	f.create(claim)
+	wantBuilt(t, claim)
+}
+
+// TestRefusedPoolAndClaim: a RunnerPool or a MachineClaim for a CI
+// platform other than GitHub Actions is NotImplemented and builds nothing.
+func TestRefusedPoolAndClaim(t *testing.T) {
+	sim := startSim(t, nil)
+	startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	waitTemplate(t, f.template, metav1.ConditionTrue, "")
+	ctx := context.Background()
+
+	claim := &hfv1.MachineClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "buildkite"},
+		Spec: hfv1.MachineClaimSpec{
+			TemplateRef:    hfv1.ObjectName{Name: f.template.Name},
+			WorkloadConfig: &hfv1.WorkloadConfig{Type: hfv1.WorkloadBuildkite},
+		},
+	}
+	f.create(claim)
+	cond := waitClaimProvisioned(t, claim, metav1.ConditionFalse, hfv1.NotImplementedReason)
+	if !strings.Contains(cond.Message, "spec.workloadConfig.type: buildkite is not implemented yet") {
+		t.Errorf("claim message %q does not name the field", cond.Message)
+	}
+	wantNothingBuilt(t, sim, claim)
+
+	pool := &hfv1.RunnerPool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "generic"},
+		Spec: hfv1.RunnerPoolSpec{
+			TemplateRef: hfv1.ObjectName{Name: f.template.Name},
+			Workload:    hfv1.Workload{Type: hfv1.WorkloadGeneric},
+			Scaling:     hfv1.Scaling{MinReplicas: 2, MaxReplicas: 4},
+		},
+	}
+	f.create(pool)
+	ready := waitCondition(t, pool, func() []metav1.Condition { return pool.Status.Conditions }, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.NotImplementedReason)
+	if !strings.Contains(ready.Message, "spec.workload.type: generic is not implemented yet") {
+		t.Errorf("pool message %q does not name the field", ready.Message)
+	}
+	var claims hfv1.MachineClaimList
+	if err := env.Client.List(ctx, &claims, client.InNamespace(f.namespace), client.MatchingLabels{hfv1.RunnerPoolLabel: pool.Name}); err != nil {
+		t.Fatal(err)
+	}
+	if len(claims.Items) != 0 {
+		t.Errorf("the refused pool created %d claims, want none", len(claims.Items))
+	}
+
+	// Fixed, both work.
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(claim), claim); err != nil {
+		t.Fatal(err)
+	}
+	claim.Spec.WorkloadConfig = &hfv1.WorkloadConfig{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubRunnerConfig{Labels: []string{"linux"}}}
+	if err := env.Client.Update(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	wantBuilt(t, claim)
+
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
+		t.Fatal(err)
+	}
+	pool.Spec.Workload = hfv1.Workload{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubWorkload{Labels: []string{"linux"}}}
+	if err := env.Client.Update(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the fixed pool creates its minReplicas claims", func() error {
+		if err := env.Client.List(ctx, &claims, client.InNamespace(f.namespace), client.MatchingLabels{hfv1.RunnerPoolLabel: pool.Name}); err != nil {
+			return err
+		}
+		if len(claims.Items) != 2 {
+			return fmt.Errorf("%d claims", len(claims.Items))
+		}
+		return nil
+	})
+}
+
+// TestRefusedCluster: a HypervisorCluster asking for DNS registration is
+// NotImplemented; nothing is built on it until the fields are removed.
+func TestRefusedCluster(t *testing.T) {
+	sim := startSim(t, nil)
+	startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, func(c *hfv1.HypervisorCluster) {
+		c.Spec.DNS = &hfv1.ClusterDNSSettings{
+			DNSSettings: hfv1.DNSSettings{Domain: "ci.example.com"},
+			RegisterVMs: true,
+			DNSProvider: &hfv1.DNSProvider{Type: "rfc2136"},
+		}
+	})
+	ctx := context.Background()
+	cluster := f.cluster
+	ready := waitCondition(t, cluster, func() []metav1.Condition { return cluster.Status.Conditions }, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.NotImplementedReason)
+	if !strings.Contains(ready.Message, "spec.dns.registerVMs") {
+		t.Errorf("cluster message %q does not name the field", ready.Message)
+	}
+	waitTemplate(t, f.template, metav1.ConditionFalse, hfv1.ClusterUnavailableReason)
+	claim := f.newClaim("on-refused-cluster")
+	waitClaimProvisioned(t, claim, metav1.ConditionFalse, hfv1.TemplateNotReadyReason)
+	wantNothingBuilt(t, sim, claim)
+
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); err != nil {
+		t.Fatal(err)
+	}
+	cluster.Spec.DNS.RegisterVMs, cluster.Spec.DNS.DNSProvider = false, nil
+	if err := env.Client.Update(ctx, cluster); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, cluster, func() []metav1.Condition { return cluster.Status.Conditions }, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason)
+	wantBuilt(t, claim)
+}

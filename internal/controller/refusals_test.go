@@ -1,0 +1,162 @@
+package controller
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/ipam"
+)
+
+// TestRefusals: each field the operator does not act on is refused with
+// the reason and a message naming the field and the way out.
+func TestRefusals(t *testing.T) {
+	tmpl := func(mutate func(*hfv1.HypervisorMachineTemplate)) *refusal {
+		tm := renderCheckTemplate(mutate)
+		return templateRefusal(tm)
+	}
+	cases := []struct {
+		name    string
+		got     *refusal
+		reason  string
+		mention []string
+	}{
+		{"join-token", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationJoinToken, JoinToken: &hfv1.JoinTokenAttestation{}}
+		}), hfv1.NotImplementedReason, []string{"spec.attestation.method: join-token is not implemented yet", "joinToken.ttl", "remove spec.attestation or set method: none"}},
+		{"tpm", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationTPM, TPM: &hfv1.TPMAttestation{AddVirtualTPM: true}}
+		}), hfv1.NotImplementedReason, []string{"spec.attestation.method: tpm", "addVirtualTPM", "set method: none"}},
+		{"windows runner", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{OS: "win"}
+		}), hfv1.UnsupportedReason, []string{"spec.bootstrap.github.runner.os: win", "set os: linux"}},
+		{"gitlab pool", poolRefusal(&hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitLabCI}}}),
+			hfv1.NotImplementedReason, []string{"spec.workload.type: gitlab-ci is not implemented yet", "type: github-actions"}},
+		{"generic pool", poolRefusal(&hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGeneric}}}),
+			hfv1.NotImplementedReason, []string{"spec.workload.type: generic"}},
+		{"buildkite claim", claimRefusal(&hfv1.MachineClaim{Spec: hfv1.MachineClaimSpec{WorkloadConfig: &hfv1.WorkloadConfig{Type: hfv1.WorkloadBuildkite}}}),
+			hfv1.NotImplementedReason, []string{"spec.workloadConfig.type: buildkite", "remove spec.workloadConfig"}},
+		{"dns registration", clusterRefusal(&hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DNS: &hfv1.ClusterDNSSettings{RegisterVMs: true, DNSProvider: &hfv1.DNSProvider{Type: "rfc2136"}}}}),
+			hfv1.NotImplementedReason, []string{"spec.dns.registerVMs", "spec.dns.dnsProvider", "remove both"}},
+		{"dns provider alone", clusterRefusal(&hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DNS: &hfv1.ClusterDNSSettings{DNSProvider: &hfv1.DNSProvider{Type: "route53"}}}}),
+			hfv1.NotImplementedReason, []string{"spec.dns.dnsProvider"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.got == nil {
+				t.Fatal("not refused")
+			}
+			if tc.got.reason != tc.reason {
+				t.Errorf("reason %s, want %s", tc.got.reason, tc.reason)
+			}
+			for _, m := range tc.mention {
+				if !strings.Contains(tc.got.message, m) {
+					t.Errorf("message %q does not mention %q", tc.got.message, m)
+				}
+			}
+		})
+	}
+
+	// What is implemented is not refused.
+	if r := tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
+		tm.Spec.Attestation.Method = hfv1.AttestationNone
+		tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{OS: "linux"}
+	}); r != nil {
+		t.Errorf("a template with attestation none and a linux runner is refused: %+v", r)
+	}
+	if r := poolRefusal(&hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitHubActions}}}); r != nil {
+		t.Errorf("a github-actions pool is refused: %+v", r)
+	}
+	if r := claimRefusal(&hfv1.MachineClaim{}); r != nil {
+		t.Errorf("a claim without workloadConfig is refused: %+v", r)
+	}
+	if r := clusterRefusal(&hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DNS: &hfv1.ClusterDNSSettings{DNSSettings: hfv1.DNSSettings{Domain: "ci.example.com"}}}}); r != nil {
+		t.Errorf("a cluster with a DNS domain is refused: %+v", r)
+	}
+}
+
+// TestSamplesWorkAsWritten: no sample in config/samples sets a refused
+// field, and every sample template's cloud-init renders for a VM: a sample
+// is never accepted and then fails.
+func TestSamplesWorkAsWritten(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "config", "samples", "hyperfleet_*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no samples: %v", err)
+	}
+	var templates []*hfv1.HypervisorMachineTemplate
+	pools := map[string]*ipam.Pool{}
+	clusters := map[string]*hfv1.HypervisorCluster{}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var head struct{ Kind string }
+		if err := yaml.Unmarshal(raw, &head); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		var ref *refusal
+		switch head.Kind {
+		case "HypervisorMachineTemplate":
+			tm := &hfv1.HypervisorMachineTemplate{}
+			decodeSample(t, f, raw, tm)
+			templates = append(templates, tm)
+			ref = templateRefusal(tm)
+		case "RunnerPool":
+			p := &hfv1.RunnerPool{}
+			decodeSample(t, f, raw, p)
+			ref = poolRefusal(p)
+		case "MachineClaim":
+			c := &hfv1.MachineClaim{}
+			decodeSample(t, f, raw, c)
+			ref = claimRefusal(c)
+		case "HypervisorCluster":
+			c := &hfv1.HypervisorCluster{}
+			decodeSample(t, f, raw, c)
+			clusters[c.Name] = c
+			ref = clusterRefusal(c)
+		case "IPPool":
+			p := &hfv1.IPPool{}
+			decodeSample(t, f, raw, p)
+			if pools[p.Name], err = ipam.ParsePool(ipamSpec(p)); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+		}
+		if ref != nil {
+			t.Errorf("%s is refused (%s): %s", filepath.Base(f), ref.reason, ref.message)
+		}
+	}
+	agents := systemRootsAgents{fakeAgents{"linux/x64": strings.Repeat("ab", 32), "linux/arm64": strings.Repeat("cd", 32)}}
+	for _, tm := range templates {
+		cluster := clusters[tm.Spec.HypervisorClusterRef.Name]
+		if cluster == nil {
+			cluster = &hfv1.HypervisorCluster{}
+		}
+		var p *ipam.Pool
+		if ref := tm.Spec.Network.IPPoolRef; ref != nil {
+			if p = pools[ref.Name]; p == nil {
+				t.Errorf("sample template %s names IPPool %s, which no sample defines", tm.Name, ref.Name)
+				continue
+			}
+		}
+		if err := checkTemplateRender(tm, cluster, p, agents); err != nil {
+			t.Errorf("sample template %s does not render for a VM: %v", tm.Name, err)
+		}
+	}
+}
+
+// systemRootsAgents serves agents to VMs that trust their system roots.
+type systemRootsAgents struct{ fakeAgents }
+
+func (systemRootsAgents) CA() string { return "" }
+
+func decodeSample(t *testing.T, file string, raw []byte, into any) {
+	t.Helper()
+	if err := yaml.UnmarshalStrict(raw, into); err != nil {
+		t.Fatalf("%s does not decode into the Go types: %v", file, err)
+	}
+}

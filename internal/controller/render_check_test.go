@@ -1,0 +1,146 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+)
+
+// countingBootstrap is the bootstrap seam with a count of the credentials
+// it issued.
+type countingBootstrap struct{ issued int }
+
+func (b *countingBootstrap) BootstrapVars(_ context.Context, _ *hfv1.MachineClaim, _ *hfv1.HypervisorMachineTemplate, v *cloudinit.Vars) error {
+	b.issued++
+	v.JITConfig = "jit-issued-for-this-vm"
+	v.ExpiresAt = cloudinit.Time{Time: time.Now().Add(time.Hour)}
+	return nil
+}
+
+func (b *countingBootstrap) Release(context.Context, *hfv1.MachineClaim, *hfv1.HypervisorMachineTemplate) error {
+	return nil
+}
+
+func renderCheckTemplate(mutate func(*hfv1.HypervisorMachineTemplate)) *hfv1.HypervisorMachineTemplate {
+	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "debian"}}
+	tmpl.Spec.Bootstrap.GitHub = hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org"}
+	if mutate != nil {
+		mutate(tmpl)
+	}
+	return tmpl
+}
+
+// brokenTemplates render without per-VM values (the template hash), but
+// not for a VM: every claim of them would fail.
+var brokenTemplates = []struct {
+	name, field string
+	mutate      func(*hfv1.HypervisorMachineTemplate)
+}{
+	{"user data failing with per-VM values", "userData", func(tm *hfv1.HypervisorMachineTemplate) {
+		tm.Spec.CloudInit = &hfv1.CloudInit{UserData: "#cloud-config\n{{ if .RunnerName }}runcmd: [{{ .NoSuchVariable }}]{{ end }}\n"}
+	}},
+	{"runner download without checksum", "downloadSHA256", func(tm *hfv1.HypervisorMachineTemplate) {
+		// The CRD refuses this now; objects stored before that rule remain.
+		tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{DownloadURL: "https://example.com/actions-runner.tar.gz"}
+	}},
+}
+
+// TestClaimCloudInitChecksBeforeIssuing: a claim whose cloud-init cannot
+// render gets no credential; one that renders gets exactly one.
+func TestClaimCloudInitChecksBeforeIssuing(t *testing.T) {
+	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "runner-1", UID: "5f0c4a5e-1b7e-4c55-9d55-0a4f7f0b8e21"}}
+	cluster := &hfv1.HypervisorCluster{}
+	for _, tc := range brokenTemplates {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &countingBootstrap{}
+			ci := &claimCloudInit{r: &MachineClaimReconciler{Bootstrap: b}, claim: claim.DeepCopy(), tmpl: renderCheckTemplate(tc.mutate), cluster: cluster}
+			_, err := ci.Render(context.Background())
+			if !errors.Is(err, errRender) {
+				t.Fatalf("Render error = %v, want a render error", err)
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("error %q does not name %s", err, tc.field)
+			}
+			if b.issued != 0 {
+				t.Errorf("%d credentials issued for a cloud-init that does not render, want 0", b.issued)
+			}
+		})
+	}
+	t.Run("valid template", func(t *testing.T) {
+		b := &countingBootstrap{}
+		ci := &claimCloudInit{r: &MachineClaimReconciler{Bootstrap: b}, claim: claim.DeepCopy(), tmpl: renderCheckTemplate(nil), cluster: cluster}
+		out, err := ci.Render(context.Background())
+		if err != nil {
+			t.Fatalf("Render: %v", err)
+		}
+		if b.issued != 1 {
+			t.Errorf("%d credentials issued, want 1", b.issued)
+		}
+		if !strings.Contains(string(out.UserData), "jit-issued-for-this-vm") {
+			t.Error("the VM's cloud-init does not carry the issued credential")
+		}
+		if strings.Contains(string(out.UserData), placeholderCredential) {
+			t.Error("the placeholder credential reached the VM's cloud-init")
+		}
+	})
+}
+
+// TestCheckTemplateRender: the template check renders what a VM gets, so
+// it catches what the drift hash (rendered without per-VM values) does not.
+func TestCheckTemplateRender(t *testing.T) {
+	cluster := &hfv1.HypervisorCluster{}
+	for _, tc := range brokenTemplates {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl := renderCheckTemplate(tc.mutate)
+			// The case must get past the drift hash, or it would not show
+			// that the full render is needed.
+			if _, err := templateHash(tmpl, cluster, nil, nil); err != nil {
+				t.Fatalf("the drift hash already refuses the template: %v", err)
+			}
+			err := checkTemplateRender(tmpl, cluster, nil, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("checkTemplateRender = %v, want an error naming %s", err, tc.field)
+			}
+		})
+	}
+	for _, method := range []hfv1.BootstrapMethod{hfv1.BootstrapJITConfig, hfv1.BootstrapRunnerToken} {
+		t.Run("valid "+string(method), func(t *testing.T) {
+			tmpl := renderCheckTemplate(func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Bootstrap.Method = method })
+			if err := checkTemplateRender(tmpl, cluster, nil, nil); err != nil {
+				t.Fatalf("checkTemplateRender of a valid template: %v", err)
+			}
+		})
+	}
+}
+
+// TestClusterConfigCloneLimits: the operator's clone limits for a cluster
+// without spec.limits are the API's defaults (which the CRD applies to a
+// field left out of limits; api/v1alpha1's TestCloneLimitDefaults checks
+// that side).
+func TestClusterConfigCloneLimits(t *testing.T) {
+	r := &HypervisorClusterReconciler{}
+	for name, limits := range map[string]*hfv1.HypervisorLimits{"unset": nil, "empty": {}} {
+		cfg, err := r.clusterConfig(context.Background(), &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{Limits: limits}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.ClonesPerNode != hfv1.DefaultClonesPerNode || cfg.ClonesPerStorage != hfv1.DefaultClonesPerStorage {
+			t.Errorf("limits %s: clones per node %d, per storage %d; want the API defaults %d and %d",
+				name, cfg.ClonesPerNode, cfg.ClonesPerStorage, hfv1.DefaultClonesPerNode, hfv1.DefaultClonesPerStorage)
+		}
+	}
+	cfg, err := r.clusterConfig(context.Background(), &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{Limits: &hfv1.HypervisorLimits{ClonesPerNode: 1, ClonesPerStorage: 7}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ClonesPerNode != 1 || cfg.ClonesPerStorage != 7 {
+		t.Errorf("explicit limits 1 and 7 became %d and %d", cfg.ClonesPerNode, cfg.ClonesPerStorage)
+	}
+}
