@@ -123,6 +123,9 @@ func httpError(x *exchange, method, endpoint string) error {
 	}
 	ae := &apiError{method: method, endpoint: endpoint, code: x.code, message: msg, params: x.params}
 	switch {
+	case x.code >= 300 && x.code < 400:
+		return provider.Errorf(provider.ClassConfiguration, "Redirected",
+			"%s %s: %w (%d to %q); set spec.endpoint to the URL the API answers at without a redirect", method, endpoint, errRedirect, x.code, x.location)
 	case x.code == http.StatusUnauthorized:
 		return provider.Errorf(provider.ClassConfiguration, "Unauthorized",
 			"%w: %w; check credentials.tokenId and credentials.tokenSecret (or username and password)", provider.ErrUnauthorized, ae)
@@ -167,6 +170,9 @@ func transportError(ctx context.Context, err error, method, endpoint string) err
 		errors.As(err, &invalid) || errors.As(err, &verify) {
 		return provider.Errorf(provider.ClassConfiguration, "TLSVerificationFailed",
 			"%s %s: the API certificate is not trusted: %w; set tls.caBundleRef to the cluster CA (/etc/pve/pve-root-ca.pem) or pin tls.fingerprintSHA256", method, endpoint, err)
+	}
+	if errors.Is(err, errForeignHost) {
+		return provider.Errorf(provider.ClassConfiguration, "ForeignHost", "%s %s: %w; only spec.endpoint's host receives credentials", method, endpoint, err)
 	}
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
 		return provider.Errorf(provider.ClassTransient, "Canceled", "%s %s: %w", method, endpoint, ctx.Err())
