@@ -99,6 +99,12 @@ func (e *env) harness(template provider.TemplateSource) *providertest.Harness {
 			}
 			return c
 		},
+		FailDestroysOtherMissing: func(t *testing.T) func() {
+			// As Proxmox answers a destroy whose disk's storage or volume
+			// is gone.
+			p.FailNextOpWith(fake.OpDestroy, 1000, 500, "storage 'local-lvm' does not exist")
+			return p.ClearFailures
+		},
 		StoredData: func(t *testing.T) []string {
 			var out []string
 			for _, s := range p.StoredCloudInit() {
