@@ -89,7 +89,7 @@ func TestRedirectsAreRefused(t *testing.T) {
 					t.Fatal(err)
 				}
 				_, err = p.Probe(context.Background())
-				if err == nil || !errors.Is(err, errRedirect) || provider.Classify(err) != provider.ClassConfiguration || !strings.Contains(err.Error(), "spec.endpoint") {
+				if err == nil || !errors.Is(err, errRedirect) || provider.Classify(err) != provider.ClassConfiguration || provider.ReasonOf(err) != "Redirected" || !strings.Contains(err.Error(), "spec.endpoint") {
 					t.Fatalf("Probe through a redirect: %s %v, want a Configuration error naming spec.endpoint", provider.Classify(err), err)
 				}
 				// A write carries the CSRF token with a ticket.
