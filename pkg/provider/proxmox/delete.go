@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -238,8 +239,12 @@ func (p *Provider) confirmGone(ctx context.Context, prog *provider.Progress) (bo
 	return false, nil
 }
 
+// readBackDelay spaces the read-backs of a VM whose answers disagree, so
+// that a disagreement that lasts cannot turn into a tight loop.
+const readBackDelay = 500 * time.Millisecond
+
 // readBack is the result for an answer that says the VM is missing but
-// has not been confirmed: the next call (at once) reads the VM back.
+// has not been confirmed: the next call reads the VM back.
 func readBack(vmid int, why string) *provider.DeleteResult {
-	return &provider.DeleteResult{Message: fmt.Sprintf("VM %d: %s; reading it back before calling it gone", vmid, why)}
+	return &provider.DeleteResult{RetryAfter: readBackDelay, Message: fmt.Sprintf("VM %d: %s; reading it back before calling it gone", vmid, why)}
 }

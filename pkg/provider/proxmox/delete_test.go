@@ -28,13 +28,21 @@ func TestDeleteOtherMissingIsNotGone(t *testing.T) {
 		// loseNode drops the node from the Progress, so DeleteVM starts
 		// from the cluster listing.
 		loseNode bool
+		// ownConfig answers with the VM's own "config file does not
+		// exist" although the VM exists: the read-back must catch it.
+		ownConfig bool
 	}{
 		// The simulator's "status" class is every read of a VM: its config,
 		// its current status and its tasks.
 		{class: "status"}, {class: "power"}, {class: "destroy"}, {class: "resources", loseNode: true},
+		{class: "status", ownConfig: true}, {class: "power", ownConfig: true}, {class: "destroy", ownConfig: true},
 	}
 	for _, c := range cases {
-		t.Run(c.class, func(t *testing.T) {
+		name := c.class
+		if c.ownConfig {
+			name += "/own config reported missing"
+		}
+		t.Run(name, func(t *testing.T) {
 			e := newEnv(t)
 			spec := testSpec("runner-g", "uid-gggg")
 			d := e.ensure(e.p, spec, provider.Progress{}, provider.PhaseRunning, 200)
@@ -43,14 +51,18 @@ func TestDeleteOtherMissingIsNotGone(t *testing.T) {
 			if c.loseNode {
 				prog = provider.Progress{VMID: vmid}
 			}
-			if err := e.sim.SetFaults(proxmoxsim.Faults{Classes: map[string]proxmoxsim.FaultSpec{c.class: {ErrorRate: 1, Errors: messages}}}); err != nil {
+			msgs := messages
+			if c.ownConfig {
+				msgs = []string{"Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"}
+			}
+			if err := e.sim.SetFaults(proxmoxsim.Faults{Classes: map[string]proxmoxsim.FaultSpec{c.class: {ErrorRate: 1, Errors: msgs}}}); err != nil {
 				t.Fatal(err)
 			}
 			failures := 0
 			for i := 0; i < 30; i++ {
 				res, err := e.p.DeleteVM(context.Background(), spec.Owner, prog)
 				if err != nil {
-					if errors.Is(err, provider.ErrNotFound) {
+					if errors.Is(err, provider.ErrNotFound) && !c.ownConfig {
 						t.Errorf("DeleteVM error matches ErrNotFound though the VM exists: %v", err)
 					}
 					failures++
@@ -63,7 +75,7 @@ func TestDeleteOtherMissingIsNotGone(t *testing.T) {
 				prog = res.Progress
 				e.advance(max(res.RetryAfter, time.Millisecond))
 			}
-			if failures == 0 {
+			if failures == 0 && !c.ownConfig {
 				t.Fatalf("the %s fault never reached DeleteVM", c.class)
 			}
 			if e.vm(vmid) == nil {
