@@ -418,7 +418,7 @@ const ownershipRecheck = 10 * time.Minute
 func (r *MachineClaimReconciler) keepForAdmin(ctx context.Context, claim *hfv1.MachineClaim, err error) ctrl.Result {
 	ref := claim.Status.VMRef
 	msg := fmt.Sprintf("VM %d on HypervisorCluster %s does not carry this claim's verified ownership marker (%v). HyperFleet neither touches it nor releases this claim's addresses while it may exist. "+
-		"An admin must check VM %d by hand: once it is deleted the claim finishes on its own; if it is someone else's VM, remove the finalizer %s from this MachineClaim",
+		"An admin must check VM %d by hand: once it is deleted the claim finishes on its own; if it is someone else's VM, delete this MachineClaim and remove its finalizer %s",
 		ref.VMID, ref.HypervisorCluster, err, ref.VMID, hfv1.MachineClaimFinalizer)
 	if c := meta.FindStatusCondition(claim.Status.Conditions, hfv1.ReadyCondition); c == nil || c.Reason != hfv1.OwnershipMismatchReason {
 		r.Recorder.Event(claim, corev1.EventTypeWarning, hfv1.OwnershipMismatchReason, truncate(msg, 1024))
