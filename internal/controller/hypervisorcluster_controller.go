@@ -391,7 +391,9 @@ func (r *HypervisorClusterReconciler) reconcileDelete(ctx context.Context, clust
 	}
 	r.Registry.Remove(cluster.Name)
 	metrics.ForgetCluster(cluster.Name)
-	patch := client.MergeFrom(cluster.DeepCopy())
+	// Optimistic lock: a stale copy must not drop a finalizer added since
+	// (a merge patch replaces the whole list).
+	patch := client.MergeFromWithOptions(cluster.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(cluster, hfv1.HypervisorClusterFinalizer)
 	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, cluster, patch))
 }

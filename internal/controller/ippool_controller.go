@@ -216,23 +216,32 @@ func (r *MachineClaimReconciler) waitForAddress(claim *hfv1.MachineClaim, reason
 }
 
 // releaseAddresses returns the claim's addresses to their pools once its VM
-// is gone.
+// is confirmed gone (never while it may exist: docs/security.md, "Absence
+// and release"). It frees what the claim's status records and then
+// everything the allocator holds for the claim's UID: an address allocated
+// in memory whose status write failed is recorded nowhere else.
 func (r *MachineClaimReconciler) releaseAddresses(ctx context.Context, claim *hfv1.MachineClaim) {
-	if claim.Status.Network == nil || r.IPAM == nil {
+	if r.IPAM == nil {
 		return
 	}
-	for _, a := range claim.Status.Network.IPAllocations {
-		addr, err := ipam.ParseAllocatedAddress(a.Address)
-		if err != nil {
-			continue
+	if claim.Status.Network != nil {
+		for _, a := range claim.Status.Network.IPAllocations {
+			addr, err := ipam.ParseAllocatedAddress(a.Address)
+			if err != nil {
+				continue
+			}
+			// A pool not loaded yet rebuilds from the claims that still
+			// record addresses, so dropping the record releases it too.
+			if err := r.IPAM.Release(a.PoolRef, string(claim.UID), addr); err != nil && !errors.Is(err, ipam.ErrUnknownPool) && !errors.Is(err, ipam.ErrNotRebuilt) {
+				ctrl.LoggerFrom(ctx).Error(err, "Release address", "pool", a.PoolRef, "address", a.Address)
+				continue
+			}
+			r.Recorder.Eventf(claim, corev1.EventTypeNormal, "AddressReleased", "Released %s to IPPool %s", a.Address, a.PoolRef)
 		}
-		// A pool not loaded yet rebuilds from the claims that still
-		// record addresses, so dropping the record releases it too.
-		if err := r.IPAM.Release(a.PoolRef, string(claim.UID), addr); err != nil && !errors.Is(err, ipam.ErrUnknownPool) && !errors.Is(err, ipam.ErrNotRebuilt) {
-			ctrl.LoggerFrom(ctx).Error(err, "Release address", "pool", a.PoolRef, "address", a.Address)
-			continue
-		}
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "AddressReleased", "Released %s to IPPool %s", a.Address, a.PoolRef)
+		claim.Status.Network.IPAllocations = nil
 	}
-	claim.Status.Network.IPAllocations = nil
+	for _, rel := range r.IPAM.ReleaseOwnerEverywhere(string(claim.UID)) {
+		ctrl.LoggerFrom(ctx).Info("Released an address the claim's status never recorded", "pool", rel.Pool, "address", rel.Address.String())
+		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "AddressReleased", "Released %s to IPPool %s (allocated but never recorded in status)", rel.Address, rel.Pool)
+	}
 }

@@ -254,7 +254,10 @@ func (r *MachineClaimReconciler) clusterOf(ctx context.Context, claim *hfv1.Mach
 }
 
 // removeFinalizer patches the claim's finalizer away (on a copy, so the
-// in-memory status, patched later, is untouched).
+// in-memory status, patched later, is untouched). The patch carries the
+// claim's resourceVersion: a merge patch replaces the whole finalizer list,
+// so a copy from a stale cache must fail with a conflict rather than drop
+// a finalizer someone added since or overwrite newer metadata.
 func (r *MachineClaimReconciler) removeFinalizer(ctx context.Context, claim *hfv1.MachineClaim) error {
 	if !controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer) {
 		return nil
@@ -262,8 +265,11 @@ func (r *MachineClaimReconciler) removeFinalizer(ctx context.Context, claim *hfv
 	obj := claim.DeepCopy()
 	orig := obj.DeepCopy()
 	controllerutil.RemoveFinalizer(obj, hfv1.MachineClaimFinalizer)
-	if err := r.Client.Patch(ctx, obj, client.MergeFrom(orig)); err != nil {
-		return client.IgnoreNotFound(err)
+	if err := r.Client.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("remove finalizer %s from MachineClaim %s/%s: %w", hfv1.MachineClaimFinalizer, claim.Namespace, claim.Name, err)
 	}
 	claim.Finalizers = obj.Finalizers
 	claim.ResourceVersion = obj.ResourceVersion

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -391,7 +392,8 @@ func assertNoSecrets(t *testing.T, sim *simulator, op *operator, workloadSecrets
 
 // TestTamperedVMIsNeverDestroyed: when the VM's ownership block is edited
 // behind the operator's back, deleting the claim leaves the VM alone and
-// says so.
+// says so; the claim stays (finalizer kept: its VM may exist) until an
+// admin who decided the VM is someone else's removes the finalizer.
 func TestTamperedVMIsNeverDestroyed(t *testing.T) {
 	sim := startSim(t, nil)
 	startOperator(t, operatorOptions{})
@@ -405,6 +407,22 @@ func TestTamperedVMIsNeverDestroyed(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantEvents(t, got, hfv1.OwnershipMismatchReason)
+	eventually(t, 30*time.Second, "claim held with its finalizer", func() error {
+		held, err := getClaim(t, claim)
+		if err != nil {
+			return err
+		}
+		if c := meta.FindStatusCondition(held.Status.Conditions, hfv1.ReadyCondition); c == nil || c.Reason != hfv1.OwnershipMismatchReason {
+			return fmt.Errorf("Ready = %+v", c)
+		}
+		if !controllerutil.ContainsFinalizer(held, hfv1.MachineClaimFinalizer) {
+			t.Fatalf("the claim lost its finalizer while its VM may exist: %v", held.Finalizers)
+		}
+		// The admin's decision (docs/operations.md).
+		patch := client.MergeFromWithOptions(held.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.RemoveFinalizer(held, hfv1.MachineClaimFinalizer)
+		return env.Client.Patch(context.Background(), held, patch)
+	})
 	eventually(t, 30*time.Second, "claim released", func() error {
 		if _, err := getClaim(t, claim); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("claim still there: %v", err)

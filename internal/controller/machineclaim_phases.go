@@ -375,13 +375,7 @@ func (r *MachineClaimReconciler) deleteVM(ctx context.Context, claim *hfv1.Machi
 	res, err := p.DeleteVM(ctx, ownerOf(claim), prev)
 	switch {
 	case errors.Is(err, provider.ErrNotOwned):
-		msg := fmt.Sprintf("VM %d on %s does not carry this claim's verified ownership marker (%v); it was left untouched", ref.VMID, ref.HypervisorCluster, err)
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, msg)
-		r.Recorder.Event(claim, corev1.EventTypeWarning, hfv1.OwnershipMismatchReason, truncate(msg, 1024))
-		claim.Status.VMRef, claim.Status.Task = nil, nil
-		// Nothing of ours is at that id; the address was never used by it.
-		r.releaseAddresses(ctx, claim)
-		return true, ctrl.Result{}, nil
+		return false, r.keepForAdmin(ctx, claim, err), nil
 	case err != nil:
 		class, reason := provider.Classify(err), provider.ReasonOf(err)
 		metrics.ClaimErrors.WithLabelValues(string(class), reason).Inc()
@@ -409,6 +403,31 @@ func (r *MachineClaimReconciler) deleteVM(ctx context.Context, claim *hfv1.Machi
 	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, vmDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
 	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, vmDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
 	return true, ctrl.Result{}, nil
+}
+
+// ownershipRecheck is how often a claim held by keepForAdmin reads its VM
+// again. The cluster poller wakes it sooner when the VM leaves the listing.
+const ownershipRecheck = 10 * time.Minute
+
+// keepForAdmin handles a VM whose ownership marker does not verify at
+// deletion. The VM is never touched, and since it may be the claim's own VM
+// with a damaged marker (still running with the claim's address), nothing
+// is released either: the claim keeps its VM reference, its addresses and
+// its finalizer until the VM is gone or an admin removes the finalizer
+// (docs/operations.md, docs/security.md "Absence and release").
+func (r *MachineClaimReconciler) keepForAdmin(ctx context.Context, claim *hfv1.MachineClaim, err error) ctrl.Result {
+	ref := claim.Status.VMRef
+	msg := fmt.Sprintf("VM %d on HypervisorCluster %s does not carry this claim's verified ownership marker (%v). HyperFleet neither touches it nor releases this claim's addresses while it may exist. "+
+		"An admin must check VM %d by hand: once it is deleted the claim finishes on its own; if it is someone else's VM, delete this MachineClaim and remove its finalizer %s",
+		ref.VMID, ref.HypervisorCluster, err, ref.VMID, hfv1.MachineClaimFinalizer)
+	if c := meta.FindStatusCondition(claim.Status.Conditions, hfv1.ReadyCondition); c == nil || c.Reason != hfv1.OwnershipMismatchReason {
+		r.Recorder.Event(claim, corev1.EventTypeWarning, hfv1.OwnershipMismatchReason, truncate(msg, 1024))
+		ctrl.LoggerFrom(ctx).Info("VM ownership does not verify; keeping the claim's finalizer and addresses for an admin", "vmid", ref.VMID, "cluster", ref.HypervisorCluster, "err", err.Error())
+	}
+	msg = truncate(msg, 32768)
+	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, msg)
+	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, msg)
+	return ctrl.Result{RequeueAfter: ownershipRecheck}
 }
 
 // provisionError surfaces a classified error (Property 8) and chooses how

@@ -303,11 +303,14 @@ func failedRetentionTTL(pool *hfv1.RunnerPool) time.Duration {
 // Either way its runner outcome is counted here, once.
 func (r *MachineClaimReconciler) finish(ctx context.Context, claim *hfv1.MachineClaim) (ctrl.Result, error) {
 	if pool := r.poolOf(ctx, claim); pool != nil && keepsHistory(pool) && claim.DeletionTimestamp.IsZero() {
-		r.enterPhase(ctx, claim, hfv1.MachineClaimFinished, "Finished", orDefault(claim.Status.TerminationReason, "The VM is gone"))
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, "Finished", "The VM is gone; the claim is kept as history")
+		// The finalizer goes first: a Finished claim is never reconciled
+		// again, so a removal that fails (a conflict with a newer version)
+		// must leave the claim in a phase that retries it.
 		if err := r.removeFinalizer(ctx, claim); err != nil {
 			return ctrl.Result{}, err
 		}
+		r.enterPhase(ctx, claim, hfv1.MachineClaimFinished, "Finished", orDefault(claim.Status.TerminationReason, "The VM is gone"))
+		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, "Finished", "The VM is gone; the claim is kept as history")
 		r.countOutcome(claim)
 		return ctrl.Result{}, nil
 	}

@@ -182,6 +182,41 @@ func (m *Manager) ReleaseOwner(name, owner string) ([]netip.Addr, error) {
 	return released, err
 }
 
+// Released is one address ReleaseOwnerEverywhere freed.
+type Released struct {
+	Pool    string
+	Address netip.Addr
+}
+
+// ReleaseOwnerEverywhere frees every address owner holds in any rebuilt
+// pool and returns them by pool name, then address. It is how a deleted
+// claim gives back an address allocated in memory whose record in the
+// claim's status was never written (the status write failed): releasing
+// only what the status lists would leak it until the next restart. Pools
+// not rebuilt yet are skipped: nothing can be allocated in them, and their
+// rebuild reads the claims' status, which no longer lists the owner.
+func (m *Manager) ReleaseOwnerEverywhere(owner string) []Released {
+	m.mu.RLock()
+	names := make([]string, 0, len(m.pools))
+	for name := range m.pools {
+		names = append(names, name)
+	}
+	m.mu.RUnlock()
+	slices.Sort(names)
+	var out []Released
+	for _, name := range names {
+		// Errors mean the pool went away or is not rebuilt: nothing of
+		// owner's is held there.
+		_ = m.mutate(name, func(a *Allocator) error {
+			for _, addr := range a.ReleaseOwner(owner) {
+				out = append(out, Released{Pool: name, Address: addr})
+			}
+			return nil
+		})
+	}
+	return out
+}
+
 // Owner returns the holder of addr in the named pool; false when the
 // address is free or the pool unknown.
 func (m *Manager) Owner(name string, addr netip.Addr) (string, bool) {

@@ -253,3 +253,46 @@ func TestManagerConcurrent(t *testing.T) {
 		t.Errorf("Counts after releasing everything = %+v", c)
 	}
 }
+
+// TestManagerReleaseOwnerEverywhere: every address an owner holds, in every
+// rebuilt pool, is freed, whatever its claim's status records; other
+// owners keep theirs and pools not rebuilt are left alone.
+func TestManagerReleaseOwnerEverywhere(t *testing.T) {
+	m := NewManager()
+	m.SetPool("a", mustPool(t, Spec{Addresses: []string{"10.0.0.0/24"}, Prefix: 24}))
+	m.SetPool("b", mustPool(t, Spec{Addresses: []string{"10.1.0.0/24"}, Prefix: 24}))
+	m.SetPool("later", mustPool(t, Spec{Addresses: []string{"10.2.0.0/24"}, Prefix: 24}))
+	for _, p := range []string{"a", "b"} {
+		if _, err := m.Rebuild(p, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mine := map[string]netip.Addr{}
+	for _, p := range []string{"a", "b"} {
+		addr, err := m.Allocate(p, "uid-gone")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mine[p] = addr
+	}
+	other, err := m.Allocate("a", "uid-other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := m.ReleaseOwnerEverywhere("uid-gone")
+	want := []Released{{Pool: "a", Address: mine["a"]}, {Pool: "b", Address: mine["b"]}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ReleaseOwnerEverywhere = %v, want %v", got, want)
+	}
+	for p, addr := range mine {
+		if o, held := m.Owner(p, addr); held {
+			t.Errorf("%s in pool %s is still held by %s", addr, p, o)
+		}
+	}
+	if o, _ := m.Owner("a", other); o != "uid-other" {
+		t.Errorf("another owner's address %s is now held by %q", other, o)
+	}
+	if again := m.ReleaseOwnerEverywhere("uid-gone"); len(again) != 0 {
+		t.Errorf("a second release freed %v", again)
+	}
+}

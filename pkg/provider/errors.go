@@ -8,7 +8,10 @@ import (
 
 // Sentinel errors. Implementations wrap them so callers test with errors.Is.
 var (
-	// ErrNotFound: the VM (or template) does not exist.
+	// ErrNotFound: the VM (or template) does not exist. Providers wrap it
+	// only when the hypervisor said so about the VM itself: a missing
+	// storage, volume or file the VM refers to is another error, because
+	// callers release what a VM held when it is not found.
 	ErrNotFound = errors.New("not found on the hypervisor")
 	// ErrNotOwned: the VM's ownership marker does not verify for the
 	// caller; the VM must not be touched.

@@ -59,11 +59,13 @@ type Provider interface {
 	// DeleteVM advances the deletion of the VM prev points at by at most one
 	// hypervisor operation: stop it if it runs, destroy it with its disks,
 	// delete its cloud-init ISO. It returns Done once nothing of the VM is
-	// left. A VM whose ownership does not verify for owner is never touched:
-	// DeleteVM returns ErrNotOwned, which tells the caller that nothing of
-	// its own is at prev (for example the id was reserved but another VM
-	// took it); it may release its claim. A VM that is already gone is
-	// Done.
+	// left, and only after the hypervisor confirmed the VM's absence (an
+	// error about something else that is missing, such as a storage or a
+	// volume, is an error, never Done). A VM whose ownership does not
+	// verify for owner is never touched: DeleteVM returns ErrNotOwned. That
+	// VM may still be the owner's, with a damaged marker, so the caller
+	// must not release what the VM may use (see docs/security.md,
+	// "Absence and release"). A VM that is already gone is Done.
 	DeleteVM(ctx context.Context, owner Owner, prev Progress) (*DeleteResult, error)
 
 	// ListVMs returns every VM of the cluster from one batch call. It
@@ -72,7 +74,8 @@ type Provider interface {
 	ListVMs(ctx context.Context) ([]VMSummary, error)
 
 	// GetVM reads one VM and verifies its ownership marker. It returns
-	// ErrNotFound if the VM does not exist. A VM whose marker does not
+	// ErrNotFound only if the hypervisor says the VM itself does not exist.
+	// A VM whose marker does not
 	// verify is returned with Owner nil and OwnershipError set.
 	GetVM(ctx context.Context, ref VMRef) (*VM, error)
 

@@ -307,6 +307,17 @@ func (p *Provider) FailNextTasks(op Op, n int, exit string) {
 	}
 }
 
+// ClearFailures drops every failure queued by FailNext, FailNextOp,
+// FailNextOpWith and FailNextTasks that has not happened yet.
+func (p *Provider) ClearFailures() {
+	h := p.hv
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failMethod = map[Method][]error{}
+	h.failOp = map[Op][]error{}
+	h.failTask = map[Op][]string{}
+}
+
 // Calls returns how many API-like calls method m has made (failed ones
 // included) since the cluster was built or ResetCalls.
 func (p *Provider) Calls(m Method) int {

@@ -31,8 +31,12 @@ func classify(err error, format string, args ...any) error {
 		return provider.Errorf(provider.ClassConfiguration, "Unauthorized", "%s: %s: %w", what, ae.msg, provider.ErrUnauthorized)
 	case ae.code == 400:
 		return provider.Errorf(provider.ClassConfiguration, "InvalidParameter", "%s: %s", what, ae.msg)
-	case isNotExist(err):
+	case isVMMissing(err):
 		return provider.Errorf(provider.ClassPermanent, "NotFound", "%s: %s: %w", what, ae.msg, provider.ErrNotFound)
+	case isNotExist(err):
+		// A storage, volume or pool: not the VM's absence
+		// (docs/security.md, "Absence and release").
+		return provider.Errorf(provider.ClassTransient, "MissingReference", "%s: %s", what, ae.msg)
 	case isLocked(ae.msg):
 		return provider.Errorf(provider.ClassTransient, "Locked", "%s: %s", what, ae.msg)
 	default:
@@ -43,6 +47,13 @@ func classify(err error, format string, args ...any) error {
 func isNotExist(err error) bool {
 	var ae *apiError
 	return errors.As(err, &ae) && ae.code == 500 && strings.Contains(ae.msg, "does not exist")
+}
+
+// isVMMissing says whether err is the answer for a VM whose config file
+// does not exist, the only "does not exist" that is about a VM itself.
+func isVMMissing(err error) bool {
+	var ae *apiError
+	return isNotExist(err) && errors.As(err, &ae) && strings.Contains(ae.msg, "/qemu-server/")
 }
 
 func isAlreadyExists(msg string) bool { return strings.Contains(msg, "already exists") }

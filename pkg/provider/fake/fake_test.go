@@ -99,6 +99,12 @@ func (e *env) harness(template provider.TemplateSource) *providertest.Harness {
 			}
 			return c
 		},
+		FailDestroysOtherMissing: func(t *testing.T) func() {
+			// As Proxmox answers a destroy whose disk's storage or volume
+			// is gone.
+			p.FailNextOpWith(fake.OpDestroy, 1000, 500, "storage 'local-lvm' does not exist")
+			return p.ClearFailures
+		},
 		StoredData: func(t *testing.T) []string {
 			var out []string
 			for _, s := range p.StoredCloudInit() {
@@ -699,6 +705,10 @@ func (m mutant) DeleteVM(ctx context.Context, o provider.Owner, prev provider.Pr
 		return &provider.DeleteResult{Progress: prev, Done: true}, nil
 	case m.kind == "done-before-iso" && err == nil && res.Progress.Task != nil && res.Progress.Task.Operation == "destroy":
 		res.Progress.Task, res.Done = nil, true
+	case m.kind == "gone-on-any-missing" && err != nil && strings.Contains(err.Error(), "does not exist"):
+		// The bug of docs/security.md "Absence and release": any
+		// "does not exist" taken for the VM's absence.
+		return &provider.DeleteResult{Progress: provider.Progress{VMID: prev.VMID, Node: prev.Node}, Done: true}, nil
 	}
 	return res, err
 }
@@ -726,6 +736,7 @@ func TestSuiteCatchesMutants(t *testing.T) {
 		{"ignores-ownership", "NotOwned", "--- FAIL: TestMutantContract/NotOwned/foreign_VM_without_a_marker"},
 		{"running-too-early", "EnsureVM/CloudInitDelivered", "--- FAIL: TestMutantContract/EnsureVM/CloudInitDelivered"},
 		{"done-before-iso", "DeleteVM", "--- FAIL: TestMutantContract/DeleteVM/while_booting"},
+		{"gone-on-any-missing", "DeleteVM/OtherMissingIsNotGone", "--- FAIL: TestMutantContract/DeleteVM/OtherMissingIsNotGone"},
 	}
 	for _, c := range cases {
 		t.Run(c.kind, func(t *testing.T) {
@@ -827,6 +838,22 @@ func TestLockedVMIsTransient(t *testing.T) {
 		t.Fatalf("config call on a locked VM: %v (class %s, reason %s)", err, provider.Classify(err), provider.ReasonOf(err))
 	}
 	step(t, e, s, res.Progress, phaseIs(provider.PhaseRunning))
+}
+
+// TestOtherMissingIsNotNotFound: a read that fails because a storage (not
+// the VM) does not exist is a transient error, never ErrNotFound.
+func TestOtherMissingIsNotNotFound(t *testing.T) {
+	e := newEnv(t, baseConfig(), fake.DefaultOptions(), nil)
+	s := simpleSpec(1)
+	res := step(t, e, s, provider.Progress{}, phaseIs(provider.PhaseRunning))
+	e.p.FailNextOpWith(fake.OpStatus, 1, 500, "storage 'local-lvm' does not exist")
+	_, err := e.p.GetVM(context.Background(), res.Progress.VMRef())
+	if err == nil || errors.Is(err, provider.ErrNotFound) || provider.Classify(err) != provider.ClassTransient {
+		t.Fatalf("GetVM with a failing status read: %v (class %s), want a transient error that is not ErrNotFound", err, provider.Classify(err))
+	}
+	if _, err := e.p.GetVM(context.Background(), res.Progress.VMRef()); err != nil {
+		t.Fatalf("GetVM once the fault is gone: %v", err)
+	}
 }
 
 func TestFailedTasks(t *testing.T) {

@@ -132,7 +132,7 @@ func (p *Provider) GetVM(ctx context.Context, ref provider.VMRef) (*provider.VM,
 		return nil, err
 	}
 	st, err := s.status(node, ref.VMID)
-	if isNotExist(err) {
+	if isVMMissing(err) {
 		return nil, provider.Errorf(provider.ClassPermanent, "NotFound", "VM %d vanished from cluster %q: %w", ref.VMID, p.cfg.Name, provider.ErrNotFound)
 	}
 	if err != nil {

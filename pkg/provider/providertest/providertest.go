@@ -45,6 +45,10 @@
 //     suite looks for a unique token it put in the user-data to check that
 //     the cloud-init payload is on the backend while the VM is being built
 //     and gone once it runs or is deleted.
+//   - FailDestroysOtherMissing: from now until the returned func is called,
+//     every request to destroy a VM fails the way the backend answers when
+//     something other than the VM itself does not exist (a storage, a
+//     volume, an ISO); the VM stays as it was.
 //
 // Every hook fails the test (t.Fatal) when it cannot do its job.
 package providertest
@@ -76,6 +80,8 @@ type Harness struct {
 	SetDescription  func(t *testing.T, vmid int, description string)
 	CloudInitOf     func(t *testing.T, vmid int) provider.CloudInit
 	StoredData      func(t *testing.T) []string
+
+	FailDestroysOtherMissing func(t *testing.T) (stop func())
 }
 
 const (

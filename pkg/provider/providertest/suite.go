@@ -38,6 +38,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"ListVMs", testListVMs},
 		{"SetPower", testSetPower},
 		{"DeleteVM", testDeleteVM},
+		{"DeleteVM/OtherMissingIsNotGone", testDeleteOtherMissing},
 		{"NotOwned", testNotOwned},
 		{"NotOwned/MarkerCopiedBetweenOwnedVMs", testCopiedMarker},
 	}
@@ -53,7 +54,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 func checkHarness(t *testing.T, h *Harness) {
 	t.Helper()
 	if h == nil || h.Provider == nil || h.NewProvider == nil || h.Signer == nil || h.Advance == nil || h.GuestPowerOff == nil ||
-		h.CreateForeignVM == nil || h.SetDescription == nil || h.CloudInitOf == nil || h.StoredData == nil {
+		h.CreateForeignVM == nil || h.SetDescription == nil || h.CloudInitOf == nil || h.StoredData == nil ||
+		h.FailDestroysOtherMissing == nil {
 		t.Fatal("the harness leaves a required field unset")
 	}
 	if h.Template.ID == 0 && h.Template.Name == "" {
@@ -811,6 +813,43 @@ func testDeleteVM(t *testing.T, h *Harness) {
 			expectDoneAtOnce(t, h.Provider, s.Owner, provider.Progress{}, "with an empty progress")
 		})
 	}
+}
+
+// testDeleteOtherMissing: a destroy that fails because something other
+// than the VM does not exist (a storage, a volume, an ISO) is not the VM's
+// absence: DeleteVM never reports Done while the VM exists, and finishes
+// once the destroy works again.
+func testDeleteOtherMissing(t *testing.T, h *Harness) {
+	s := spec(h.Template, 60)
+	d := newDrive(t, h, h.Provider, s)
+	d.toPhase(provider.PhaseRunning)
+	vmid := d.prog.VMID
+	stop := h.FailDestroysOtherMissing(t)
+	prog := persist(t, d.prog)
+	failures := 0
+	for i := 0; i < maxSteps && failures < 3; i++ {
+		res, err := h.Provider.DeleteVM(t.Context(), s.Owner, prog)
+		if err != nil {
+			failures++
+			h.Advance(time.Second)
+			continue
+		}
+		if res.Done {
+			t.Fatalf("DeleteVM is Done while every destroy fails (%s); VM %d still exists", res.Message, vmid)
+		}
+		prog = persist(t, res.Progress)
+		h.Advance(max(res.RetryAfter, time.Millisecond))
+	}
+	if failures < 3 {
+		t.Fatalf("DeleteVM reported no error in %d calls while every destroy fails", maxSteps)
+	}
+	if _, err := h.Provider.GetVM(t.Context(), provider.VMRef{VMID: vmid}); err != nil {
+		t.Fatalf("GetVM(%d) while its destroy fails: %v", vmid, err)
+	}
+	expectOneVM(t, h, h.Provider, s.Owner, vmid)
+	stop()
+	deleteUntilDone(t, h, h.Provider, s.Owner, prog)
+	expectNoVM(t, h, h.Provider, s.Owner)
 }
 
 // testNotOwned: DeleteVM and SetPower refuse every VM whose marker does

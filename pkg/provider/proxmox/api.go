@@ -173,7 +173,9 @@ type vmConfig map[string]string
 func (a *api) config(ctx context.Context, node string, vmid int) (vmConfig, error) {
 	var raw map[string]any
 	if err := a.call(ctx, http.MethodGet, fmt.Sprintf("/nodes/%s/qemu/%d/config", node, vmid), nil, nil, &raw); err != nil {
-		return nil, err
+		// provider.ErrNotFound from here means the VM's config file is
+		// missing on node, nothing else.
+		return nil, aboutVM(err, vmid)
 	}
 	cfg := vmConfig{}
 	for k, v := range raw {
@@ -206,7 +208,7 @@ type vmStatus struct {
 func (a *api) status(ctx context.Context, node string, vmid int) (vmStatus, error) {
 	var st vmStatus
 	err := a.call(ctx, http.MethodGet, fmt.Sprintf("/nodes/%s/qemu/%d/status/current", node, vmid), nil, nil, &st)
-	return st, err
+	return st, aboutVM(err, vmid)
 }
 
 // resource is one entry of GET /cluster/resources (go-proxmox's
@@ -241,7 +243,9 @@ func (a *api) resources(ctx context.Context, typ string) ([]resource, error) {
 		q = url.Values{"type": {typ}}
 	}
 	err := a.call(ctx, http.MethodGet, "/cluster/resources", q, nil, &out)
-	return out, err
+	// A failed listing never means "not listed": callers read a VM's
+	// absence from a listing that succeeded.
+	return out, withoutNotFound(err, "the cluster's resource listing failed")
 }
 
 // agentInterfaces is GET .../agent/network-get-interfaces.

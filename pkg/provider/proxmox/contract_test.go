@@ -64,6 +64,22 @@ func TestContract(t *testing.T) {
 				}
 				return provider.CloudInit{UserData: read("user-data"), MetaData: read("meta-data"), NetworkConfig: read("network-config")}
 			},
+			FailDestroysOtherMissing: func(t *testing.T) func() {
+				// What a destroy answers when a disk's storage or volume
+				// (the cloud-init ISO among them) is gone; the simulator
+				// picks one per request.
+				if err := e.sim.SetFaults(proxmoxsim.Faults{Classes: map[string]proxmoxsim.FaultSpec{"destroy": {ErrorRate: 1, Errors: []string{
+					"storage 'local-lvm' does not exist",
+					"volume 'local:iso/hf-cloudinit-{vmid}.iso' does not exist",
+				}}}}); err != nil {
+					t.Fatal(err)
+				}
+				return func() {
+					if err := e.sim.SetFaults(proxmoxsim.Faults{}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
 			StoredData: func(*testing.T) []string {
 				var out []string
 				st := e.state()

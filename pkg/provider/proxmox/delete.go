@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -87,8 +88,11 @@ func (p *Provider) DeleteVM(ctx context.Context, owner provider.Owner, prev prov
 	if after == opISODelete {
 		p.noteISOGone(prog.VMID)
 	}
-	// An ISO deletion may come from EnsureVM: the VM may still exist.
-	if after != opDestroy && prog.Node != "" {
+	// The VM is read back even after a destroy task reported OK: absence is
+	// confirmed by the hypervisor's own answer about this VM (deleteStep),
+	// never assumed. An ISO deletion may come from EnsureVM: the VM may
+	// still exist.
+	if prog.Node != "" {
 		res, err := p.deleteStep(ctx, owner, &prog)
 		if res != nil || err != nil {
 			if err != nil {
@@ -127,26 +131,19 @@ func (p *Provider) DeleteVM(ctx context.Context, owner provider.Owner, prev prov
 		Message: fmt.Sprintf("VM %d and its cloud-init ISO are gone", prog.VMID)}, nil
 }
 
-// deleteStep stops or destroys the VM. It returns (nil, nil) when the VM is
-// gone, a result while something runs, or ErrNotOwned.
+// deleteStep stops or destroys the VM. It returns (nil, nil) only when the
+// VM is confirmed gone (see confirmGone), a result while something runs or
+// an answer must be read back, or ErrNotOwned.
 func (p *Provider) deleteStep(ctx context.Context, owner provider.Owner, prog *provider.Progress) (*provider.DeleteResult, error) {
 	cfg, err := p.api.config(ctx, prog.Node, prog.VMID)
 	if isNotFound(err) {
-		// Config files are per node: before calling the VM gone, make sure
-		// it was not migrated (the cluster listing is authoritative).
-		node, lerr := p.locate(ctx, prog.VMID)
-		switch {
-		case isNotFound(lerr):
-			return nil, nil
-		case lerr != nil:
-			return nil, lerr
-		case node == prog.Node:
-			return nil, nil
+		gone, cerr := p.confirmGone(ctx, prog)
+		if gone || cerr != nil {
+			return nil, cerr
 		}
-		p.log.Info("VM moved to another node", "vmid", prog.VMID, "from", prog.Node, "to", node)
-		prog.Node = node
+		// Migrated: read it where the listing says it is.
 		if cfg, err = p.api.config(ctx, prog.Node, prog.VMID); isNotFound(err) {
-			return nil, nil
+			return readBack(prog.VMID, "its config is not on node "+prog.Node+" yet"), nil
 		}
 	}
 	if err != nil {
@@ -158,8 +155,10 @@ func (p *Provider) deleteStep(ctx context.Context, owner provider.Owner, prog *p
 		return &provider.DeleteResult{RetryAfter: cloneWait, Message: fmt.Sprintf("VM %d is being cloned; waiting to delete it", prog.VMID)}, nil
 	}
 	if _, err := p.verifyOwner(cfg, prog.VMID, owner); err != nil {
-		// Nothing of the owner's is at this id; its caller may release the
-		// claim, so release the id's reservation too.
+		// The VM at this id is not the owner's: drop the owner's in-process
+		// reservation of the id (placement memory only). The caller keeps
+		// whatever the claim holds (addresses, finalizer) while this VM
+		// exists (docs/security.md, "Absence and release").
 		p.mu.Lock()
 		if r := p.reservations[owner.UID]; r != nil && r.vmid == prog.VMID {
 			p.unreserveLocked(owner.UID)
@@ -172,7 +171,8 @@ func (p *Provider) deleteStep(ctx context.Context, owner provider.Owner, prog *p
 	}
 	st, err := p.api.status(ctx, prog.Node, prog.VMID)
 	if isNotFound(err) {
-		return nil, nil
+		// Vanished since the config read: the next call confirms it.
+		return readBack(prog.VMID, "its status read says it is missing"), nil
 	}
 	if err != nil {
 		return nil, err
@@ -182,6 +182,9 @@ func (p *Provider) deleteStep(ctx context.Context, owner provider.Owner, prog *p
 	}
 	q := url.Values{"purge": {"1"}, "destroy-unreferenced-disks": {"1"}}
 	upid, err := p.api.upid(ctx, http.MethodDelete, fmt.Sprintf("/nodes/%s/qemu/%d", prog.Node, prog.VMID), q, nil)
+	// A destroy can fail on a missing storage or volume: only the VM's own
+	// missing config counts, and even that is read back first.
+	err = aboutVM(err, prog.VMID)
 	switch {
 	case err == nil:
 	case strings.Contains(apiMessage(err), "is running"):
@@ -190,7 +193,7 @@ func (p *Provider) deleteStep(ctx context.Context, owner provider.Owner, prog *p
 	case isLock(err):
 		return &provider.DeleteResult{RetryAfter: lockedVM, Message: fmt.Sprintf("VM %d is locked; retrying the destroy", prog.VMID)}, nil
 	case isNotFound(err):
-		return nil, nil
+		return readBack(prog.VMID, "the destroy request says it is missing"), nil
 	default:
 		return nil, fmt.Errorf("destroy VM %d on node %s: %w", prog.VMID, prog.Node, err)
 	}
@@ -200,6 +203,10 @@ func (p *Provider) deleteStep(ctx context.Context, owner provider.Owner, prog *p
 
 func (p *Provider) stopForDelete(ctx context.Context, prog *provider.Progress) (*provider.DeleteResult, error) {
 	upid, err := p.api.upid(ctx, http.MethodPost, fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", prog.Node, prog.VMID), nil, nil)
+	err = aboutVM(err, prog.VMID)
+	if isNotFound(err) {
+		return readBack(prog.VMID, "the stop request says it is missing"), nil
+	}
 	if isLock(err) {
 		return &provider.DeleteResult{RetryAfter: lockedVM, Message: fmt.Sprintf("VM %d is locked; retrying the stop", prog.VMID)}, nil
 	}
@@ -208,4 +215,36 @@ func (p *Provider) stopForDelete(ctx context.Context, prog *provider.Progress) (
 	}
 	prog.Task = &provider.Task{ID: upid, Operation: opStop, StartTime: p.clock.Now()}
 	return &provider.DeleteResult{Message: fmt.Sprintf("stopping VM %d", prog.VMID)}, nil
+}
+
+// confirmGone reads the VM back after Proxmox said its config file is
+// missing on prog.Node. Config files are per node, so the cluster's VM
+// list, read now, decides: the VM is gone only when the list succeeded and
+// no longer holds its id. Listed on another node it has migrated
+// (prog.Node follows it); listed on the node whose config read said
+// missing, the two answers disagree and the VM counts as present.
+func (p *Provider) confirmGone(ctx context.Context, prog *provider.Progress) (bool, error) {
+	node, err := p.locate(ctx, prog.VMID)
+	switch {
+	case isNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("confirm that VM %d is gone: %w", prog.VMID, err)
+	case node == prog.Node:
+		return false, provider.Errorf(provider.ClassTransient, "VMStillListed",
+			"VM %d: its config on node %s reads as missing but the cluster still lists it there; it is not called gone until both agree", prog.VMID, node)
+	}
+	p.log.Info("VM moved to another node", "vmid", prog.VMID, "from", prog.Node, "to", node)
+	prog.Node = node
+	return false, nil
+}
+
+// readBackDelay spaces the read-backs of a VM whose answers disagree, so
+// that a disagreement that lasts cannot turn into a tight loop.
+const readBackDelay = 500 * time.Millisecond
+
+// readBack is the result for an answer that says the VM is missing but
+// has not been confirmed: the next call reads the VM back.
+func readBack(vmid int, why string) *provider.DeleteResult {
+	return &provider.DeleteResult{RetryAfter: readBackDelay, Message: fmt.Sprintf("VM %d: %s; reading it back before calling it gone", vmid, why)}
 }

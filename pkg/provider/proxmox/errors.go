@@ -123,6 +123,9 @@ func httpError(x *exchange, method, endpoint string) error {
 	}
 	ae := &apiError{method: method, endpoint: endpoint, code: x.code, message: msg, params: x.params}
 	switch {
+	case x.code >= 300 && x.code < 400:
+		return provider.Errorf(provider.ClassConfiguration, "Redirected",
+			"%s %s: %w (%d to %q); set spec.endpoint to the URL the API answers at without a redirect", method, endpoint, errRedirect, x.code, x.location)
 	case x.code == http.StatusUnauthorized:
 		return provider.Errorf(provider.ClassConfiguration, "Unauthorized",
 			"%w: %w; check credentials.tokenId and credentials.tokenSecret (or username and password)", provider.ErrUnauthorized, ae)
@@ -168,6 +171,9 @@ func transportError(ctx context.Context, err error, method, endpoint string) err
 		return provider.Errorf(provider.ClassConfiguration, "TLSVerificationFailed",
 			"%s %s: the API certificate is not trusted: %w; set tls.caBundleRef to the cluster CA (/etc/pve/pve-root-ca.pem) or pin tls.fingerprintSHA256", method, endpoint, err)
 	}
+	if errors.Is(err, errForeignHost) {
+		return provider.Errorf(provider.ClassConfiguration, "ForeignHost", "%s %s: %w; only spec.endpoint's host receives credentials", method, endpoint, err)
+	}
 	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
 		return provider.Errorf(provider.ClassTransient, "Canceled", "%s %s: %w", method, endpoint, ctx.Err())
 	}
@@ -192,6 +198,46 @@ func reasonOf(err error) string { return provider.ReasonOf(err) }
 func isLock(err error) bool { return reasonOf(err) == "LockTimeout" }
 
 func isNotFound(err error) bool { return errors.Is(err, provider.ErrNotFound) }
+
+// vmConfigMissing reports whether err is Proxmox saying that the config
+// file of VM vmid does not exist on the node asked (qemu-server's "Configuration file
+// 'nodes/<node>/qemu-server/<vmid>.conf' does not exist"). Of all the
+// "does not exist" answers only this one is about the VM itself; a missing
+// storage, volume, ISO or pool says nothing about whether the VM exists.
+func vmConfigMissing(err error, vmid int) bool {
+	return strings.Contains(apiMessage(err), fmt.Sprintf("/qemu-server/%d.conf' does not exist", vmid))
+}
+
+// otherMissing is a "does not exist" answer that is not about the VM a call
+// was for. It keeps Proxmox's message (apiMessage still finds it) but not
+// provider.ErrNotFound: *apiError does not unwrap to the sentinel.
+type otherMissing struct{ ae *apiError }
+
+func (e *otherMissing) Error() string { return e.ae.Error() }
+
+func (e *otherMissing) Unwrap() error { return e.ae }
+
+// aboutVM narrows the provider.ErrNotFound of a call about VM vmid to the
+// VM's own absence (vmConfigMissing): any other "does not exist" becomes a
+// transient error that no caller can take for "the VM is gone"
+// (docs/security.md, "Absence and release").
+func aboutVM(err error, vmid int) error {
+	if err == nil || !isNotFound(err) || vmConfigMissing(err, vmid) {
+		return err
+	}
+	return withoutNotFound(err, fmt.Sprintf("Proxmox names something other than VM %d missing; the VM may still exist", vmid))
+}
+
+// withoutNotFound re-classifies a "does not exist" API answer as a
+// transient MissingReference error without provider.ErrNotFound, with note
+// saying why. Errors that are not API answers are returned unchanged.
+func withoutNotFound(err error, note string) error {
+	var ae *apiError
+	if !isNotFound(err) || !errors.As(err, &ae) {
+		return err
+	}
+	return provider.Errorf(provider.ClassTransient, "MissingReference", "%w; %s", &otherMissing{ae: ae}, note)
+}
 
 // withField re-classifies an error as one the user fixes in field.
 func withField(err error, field, hint string) error {

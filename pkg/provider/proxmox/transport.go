@@ -95,6 +95,8 @@ type exchange struct {
 	// reason is the status line's text: pveproxy puts the error message
 	// there.
 	reason string
+	// location is a redirect's target, reported (never followed).
+	location string
 	// message and params come from an error body.
 	message string
 	params  map[string]string
@@ -137,6 +139,7 @@ func (t *instrumented) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	x.code = code
 	x.reason = statusReason(res.Status)
+	x.location = res.Header.Get("Location")
 	if code >= 300 {
 		raw, rerr := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
 		_ = res.Body.Close()
@@ -233,6 +236,9 @@ const (
 type authenticator struct {
 	next     http.RoundTripper
 	loginURL string
+	// endpoint is the API base URL: the only scheme and host that ever
+	// receive the credentials.
+	endpoint *url.URL
 	// token is "user@realm!tokenid=secret"; empty for ticket logins.
 	token    string
 	username string
@@ -243,8 +249,26 @@ type authenticator struct {
 	session *session
 }
 
+// errForeignHost refuses a request for another scheme or host than the
+// endpoint's: credentials go to the endpoint only.
+var errForeignHost = errors.New("refusing to send Proxmox credentials to a host other than the endpoint's")
+
+// errRedirect refuses to follow a redirect: pveproxy never redirects API
+// calls, and a followed redirect would resend the request (with its body)
+// somewhere the endpoint did not name.
+var errRedirect = errors.New("the Proxmox API answered with a redirect, which HyperFleet never follows")
+
+// refuseRedirect is the http.Client's CheckRedirect: no redirect is
+// followed, whatever its target.
+func refuseRedirect(req *http.Request, _ []*http.Request) error {
+	return fmt.Errorf("%w (to %s://%s%s)", errRedirect, req.URL.Scheme, req.URL.Host, req.URL.Path)
+}
+
 // RoundTrip implements http.RoundTripper.
 func (a *authenticator) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != a.endpoint.Scheme || !strings.EqualFold(req.URL.Host, a.endpoint.Host) {
+		return nil, fmt.Errorf("%w (%s://%s, endpoint %s://%s)", errForeignHost, req.URL.Scheme, req.URL.Host, a.endpoint.Scheme, a.endpoint.Host)
+	}
 	if a.token != "" {
 		r := req.Clone(req.Context())
 		r.Header.Set("Authorization", "PVEAPIToken="+a.token)

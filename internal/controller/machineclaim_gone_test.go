@@ -1,0 +1,177 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/controller"
+	"github.com/hyperfleet/hyperfleet/internal/ipam"
+)
+
+// TestOwnershipMismatchAtDeleteKeepsClaim: a claim whose VM's ownership
+// marker no longer verifies when the claim is deleted keeps its finalizer,
+// its VM reference and its address (in status and in the allocator) and
+// says what an admin must do; the VM is left running. Once the admin
+// deletes the VM by hand, the claim finishes on its own and its address
+// returns to the pool.
+func TestOwnershipMismatchAtDeleteKeepsClaim(t *testing.T) {
+	sim := startSim(t, nil)
+	op := startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	pool := &hfv1.IPPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool-" + f.namespace},
+		Spec:       hfv1.IPPoolSpec{Addresses: []string{"10.30.0.0/29"}, Prefix: 29, Gateways: []string{"10.30.0.1"}},
+	}
+	f.create(pool)
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pool) })
+	static := f.template.DeepCopy()
+	static.ObjectMeta = metav1.ObjectMeta{Namespace: f.namespace, Name: "static"}
+	static.Status = hfv1.HypervisorMachineTemplateStatus{}
+	static.Spec.Network = hfv1.MachineNetwork{Mode: hfv1.NetworkModeStatic, IPPoolRef: &hfv1.ObjectName{Name: pool.Name}}
+	f.create(static)
+	waitTemplate(t, static, metav1.ConditionTrue, "")
+	claim := &hfv1.MachineClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "tampered"},
+		Spec:       hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: static.Name}},
+	}
+	f.create(claim)
+	running := waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
+	ref := running.Status.VMRef
+	if ref == nil || running.Status.Network == nil || len(running.Status.Network.IPAllocations) != 1 {
+		t.Fatalf("claim status: vmRef %+v, network %+v", ref, running.Status.Network)
+	}
+	addr, err := ipam.ParseAllocatedAddress(running.Status.Network.IPAllocations[0].Address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmPath := fmt.Sprintf("/nodes/%s/qemu/%d", ref.Node, ref.VMID)
+
+	// Someone edits the VM's description: its marker no longer verifies.
+	simCall(t, sim, "PUT", vmPath+"/config", url.Values{"description": {"edited by hand"}})
+	if err := env.Client.Delete(context.Background(), claim); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "claim held for an admin", func() error {
+		got, err := getClaim(t, claim)
+		if err != nil {
+			return err
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, hfv1.ReadyCondition)
+		if c == nil || c.Reason != hfv1.OwnershipMismatchReason {
+			return fmt.Errorf("Ready = %+v", c)
+		}
+		if !strings.Contains(c.Message, hfv1.MachineClaimFinalizer) || !strings.Contains(c.Message, fmt.Sprint(ref.VMID)) {
+			t.Errorf("the Ready message names neither the finalizer nor the VM: %s", c.Message)
+		}
+		return nil
+	})
+	// Several more reconciles (a power-state poll every second) must not
+	// change the verdict.
+	time.Sleep(3 * time.Second)
+	got, err := getClaim(t, claim)
+	if err != nil {
+		t.Fatalf("the claim went away while its VM may exist: %v", err)
+	}
+	if !slices.Contains(got.Finalizers, hfv1.MachineClaimFinalizer) {
+		t.Errorf("finalizers %v lack %s", got.Finalizers, hfv1.MachineClaimFinalizer)
+	}
+	if got.Status.VMRef == nil || got.Status.VMRef.VMID != ref.VMID {
+		t.Errorf("vmRef %+v, want VM %d kept", got.Status.VMRef, ref.VMID)
+	}
+	if got.Status.Network == nil || len(got.Status.Network.IPAllocations) != 1 {
+		t.Errorf("status no longer records the address: %+v", got.Status.Network)
+	}
+	if owner, held := op.components.IPAM.Owner(pool.Name, addr); !held || owner != string(claim.UID) {
+		t.Errorf("address %s: held %v by %q, want kept for the claim", addr, held, owner)
+	}
+	if vm := findVM(t, sim, int(ref.VMID)); vm.Status != "running" || vm.Description != "edited by hand" {
+		t.Errorf("the VM was touched: %s, description %q", vm.Status, vm.Description)
+	}
+	wantEvents(t, claim, hfv1.OwnershipMismatchReason)
+
+	// The admin checks the VM and deletes it by hand.
+	simCall(t, sim, "POST", vmPath+"/status/stop", nil)
+	eventually(t, 30*time.Second, "VM stopped by hand", func() error {
+		if vm := findVM(t, sim, int(ref.VMID)); vm.Status != "stopped" || vm.Lock != "" {
+			return fmt.Errorf("VM %s, lock %q", vm.Status, vm.Lock)
+		}
+		return nil
+	})
+	simCall(t, sim, "DELETE", vmPath+"?purge=1", nil)
+	eventually(t, 60*time.Second, "claim finished after the VM was deleted by hand", func() error {
+		if _, err := getClaim(t, claim); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("claim still there (%v)", err)
+		}
+		return nil
+	})
+	if owner, held := op.components.IPAM.Owner(pool.Name, addr); held {
+		t.Errorf("address %s still held by %q after the claim finished", addr, owner)
+	}
+}
+
+// TestRemoveFinalizerUsesOptimisticLock: removing the claim finalizer from
+// a stale copy fails with a conflict instead of dropping a finalizer added
+// since; from a current copy it removes only its own.
+func TestRemoveFinalizerUsesOptimisticLock(t *testing.T) {
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "finalizer-lock"}}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, ns) })
+	const other = "example.com/keep"
+	claim := &hfv1.MachineClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "c", Finalizers: []string{hfv1.MachineClaimFinalizer}},
+		Spec:       hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: "none"}},
+	}
+	if err := env.Client.Create(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		var c hfv1.MachineClaim
+		if env.Client.Get(ctx, client.ObjectKeyFromObject(claim), &c) == nil {
+			c.Finalizers = nil
+			_ = env.Client.Update(ctx, &c)
+			_ = env.Client.Delete(ctx, &c)
+		}
+	})
+	stale := claim.DeepCopy()
+	current, err := getClaim(t, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	current.Finalizers = append(current.Finalizers, other)
+	if err := env.Client.Update(ctx, current); err != nil {
+		t.Fatal(err)
+	}
+
+	r := &controller.MachineClaimReconciler{Client: env.Client}
+	if err := r.RemoveFinalizerForTest(ctx, stale); !apierrors.IsConflict(err) {
+		t.Fatalf("removeFinalizer with a stale copy: %v, want a conflict", err)
+	}
+	got, err := getClaim(t, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Finalizers, []string{hfv1.MachineClaimFinalizer, other}) {
+		t.Fatalf("finalizers after the stale removal: %v", got.Finalizers)
+	}
+	if err := r.RemoveFinalizerForTest(ctx, got); err != nil {
+		t.Fatalf("removeFinalizer with the current copy: %v", err)
+	}
+	if got, err = getClaim(t, claim); err != nil || !slices.Equal(got.Finalizers, []string{other}) {
+		t.Fatalf("finalizers after the removal: %v (%v)", got.Finalizers, err)
+	}
+}
