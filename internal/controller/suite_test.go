@@ -280,6 +280,12 @@ type fixture struct {
 
 var fixtureSeq int
 
+// signer is testSigner bound to the fixture's cluster, as the operator's
+// provider for that cluster binds it: blocks it writes verify there only.
+func (f *fixture) signer() *ownership.Signer {
+	return testSigner.ForCluster(ownership.ClusterIdentity{Name: f.cluster.Name})
+}
+
 // newFixture creates a namespace, the token Secret, a HypervisorCluster
 // pointing at sim and a HypervisorMachineTemplate for template 9000. The
 // objects are deleted (and their finalizers awaited) when the test ends,

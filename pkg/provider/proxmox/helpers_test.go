@@ -172,7 +172,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	sim.SetFingerprint(fingerprint(srv))
 	e := &env{t: tt, sim: sim, srv: srv, simClock: simClock, clock: clocktesting.NewFakeClock(t0), obs: &recorder{},
-		logs: &logBuffer{}, signer: testSigner(t, operatorID), cfg: cfg}
+		logs: &logBuffer{}, signer: testSigner(t, operatorID).ForCluster(ownership.ClusterIdentity{Name: cfg.Name}), cfg: cfg}
 	e.p = e.newProvider(cfg)
 	return e
 }

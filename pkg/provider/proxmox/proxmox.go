@@ -220,7 +220,7 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 	// authenticated the same way.
 	px := proxmox.NewClient(base.String(), proxmox.WithHTTPClient(hc), proxmox.WithUserAgent("hyperfleet"))
 	return &Provider{
-		cfg: cfg, signer: deps.Signer, obs: obs, clock: clk, log: deps.Log, insecure: insecure, wake: deps.Wake,
+		cfg: cfg, signer: deps.Signer.ForCluster(ownership.ClusterIdentity{Name: cfg.Name}), obs: obs, clock: clk, log: deps.Log, insecure: insecure, wake: deps.Wake,
 		api:          &api{px: px, http: hc, baseURL: base.String(), basePath: base.Path, timeout: cfg.RequestTimeout},
 		templates:    map[int]*templateInfo{},
 		reservations: map[string]*reservation{},
