@@ -384,6 +384,13 @@ func (r *HypervisorClusterReconciler) patchStatus(ctx context.Context, before, a
 // clusterConfig resolves the cluster's spec and Secrets into a
 // provider.ClusterConfig.
 func (r *HypervisorClusterReconciler) clusterConfig(ctx context.Context, c *hfv1.HypervisorCluster) (provider.ClusterConfig, error) {
+	return ClusterConfig(ctx, r.Client, c)
+}
+
+// ClusterConfig resolves a HypervisorCluster's spec and the Secrets it
+// references (read with reader) into a provider.ClusterConfig. Errors name
+// the field; a missing Secret or key wraps errSecretMissing.
+func ClusterConfig(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluster) (provider.ClusterConfig, error) {
 	s := c.Spec
 	cfg := provider.ClusterConfig{
 		Name:             c.Name,
@@ -413,7 +420,7 @@ func (r *HypervisorClusterReconciler) clusterConfig(ctx context.Context, c *hfv1
 		if ref == nil {
 			return "", nil
 		}
-		v, err := secretValue(ctx, r.Client, field, ref.Namespace, ref.Name, ref.Key)
+		v, err := secretValue(ctx, reader, field, ref.Namespace, ref.Name, ref.Key)
 		return string(v), err
 	}
 	var err error

@@ -378,7 +378,7 @@ func (w *World) StartOperator(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("devenv: new manager: %w", err)
 	}
-	signer, err := manager.LoadOrCreateSigner(ctx, w.API.Client, SystemNamespace, "hyperfleet-ownership", "")
+	signer, err := manager.LoadOrCreateSigner(ctx, w.API.Client, manager.SignerOptions{Namespace: SystemNamespace, Name: "hyperfleet-ownership"})
 	if err != nil {
 		return fmt.Errorf("devenv: ownership signer: %w", err)
 	}
