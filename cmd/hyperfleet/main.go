@@ -105,14 +105,16 @@ func runManager(args []string) error {
 	if err != nil {
 		return fmt.Errorf("find the Kubernetes API: %w", err)
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgrOpts := ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: *metricsAddr},
 		HealthProbeBindAddress:  *probeAddr,
 		LeaderElection:          *leaderElect,
 		LeaderElectionID:        "hyperfleet-manager.hyperfleet.io",
 		LeaderElectionNamespace: *namespace,
-	})
+	}
+	manager.ConfigureSecretReads(&mgrOpts)
+	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -63,6 +64,8 @@ type operator struct {
 	cancel     context.CancelFunc
 	done       chan error
 	logs       *syncBuffer
+	// cache is the manager's informer cache.
+	cache cache.Cache
 	// successor is the operator restart started; it is stopped with this
 	// one, after the test's fixtures are cleaned up.
 	successor *operator
@@ -156,14 +159,17 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 	// otherwise throttle the operator to client-go's 5 requests/s.
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS = -1
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgrOpts := ctrl.Options{
 		Scheme:                 env.Scheme,
 		Logger:                 logger,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		// Tests start several managers in one process, one after another.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	}
+	// As the binary does: Secrets read uncached, watched as metadata only.
+	manager.ConfigureSecretReads(&mgrOpts)
+	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		t.Fatalf("new manager: %v", err)
 	}
@@ -185,7 +191,7 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 		cancel()
 		t.Fatalf("setup: %v", err)
 	}
-	op := &operator{components: comps, cancel: cancel, done: make(chan error, 1), logs: logs}
+	op := &operator{components: comps, cancel: cancel, done: make(chan error, 1), logs: logs, cache: mgr.GetCache()}
 	go func() { op.done <- mgr.Start(ctx) }()
 	return op
 }
