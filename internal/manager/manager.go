@@ -147,6 +147,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	// claim controller's queue one event at a time.
 	claimEvents := make(chan event.GenericEvent, 1024)
 
+	sw := &sweeper.Sweeper{
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Registry:    registry,
+		Recorder:    mgr.GetEventRecorderFor("orphan-sweeper"),
+		Clock:       opts.Clock,
+		Interval:    opts.SweepInterval,
+		GracePeriod: opts.OrphanGracePeriod,
+		DryRun:      opts.SweepDryRun,
+	}
 	if err := (&controller.HypervisorClusterReconciler{
 		Client:      mgr.GetClient(),
 		Registry:    registry,
@@ -155,6 +165,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Recorder:    mgr.GetEventRecorderFor("hypervisorcluster-controller"),
 		Clock:       opts.Clock,
 		ClaimEvents: claimEvents,
+		Unverified:  sw,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up HypervisorCluster controller: %w", err)
 	}
@@ -216,16 +227,6 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		if err := mgr.Add(resync); err != nil {
 			return nil, fmt.Errorf("add RunnerPool resync: %w", err)
 		}
-	}
-	sw := &sweeper.Sweeper{
-		Client:      mgr.GetClient(),
-		APIReader:   mgr.GetAPIReader(),
-		Registry:    registry,
-		Recorder:    mgr.GetEventRecorderFor("orphan-sweeper"),
-		Clock:       opts.Clock,
-		Interval:    opts.SweepInterval,
-		GracePeriod: opts.OrphanGracePeriod,
-		DryRun:      opts.SweepDryRun,
 	}
 	if err := mgr.Add(sw); err != nil {
 		return nil, fmt.Errorf("add orphan sweeper: %w", err)
