@@ -227,6 +227,8 @@ type simulator struct {
 	*proxmoxsim.Simulator
 	url         string
 	fingerprint string
+	// clusterName is the Proxmox cluster name ownership blocks are bound to.
+	clusterName string
 	// onRequest, when set, sees every request before the simulator does
 	// (benchmarks time clone requests with it).
 	onRequest atomic.Pointer[func(*http.Request)]
@@ -255,7 +257,7 @@ func startSim(t testing.TB, mutate func(*proxmoxsim.Config)) *simulator {
 	if err != nil {
 		t.Fatalf("simulator: %v", err)
 	}
-	out := &simulator{Simulator: sim}
+	out := &simulator{Simulator: sim, clusterName: cfg.ClusterName}
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if hook := out.onRequest.Load(); hook != nil {
 			(*hook)(r)
@@ -282,6 +284,8 @@ type fixture struct {
 	namespace string
 	cluster   *hfv1.HypervisorCluster
 	template  *hfv1.HypervisorMachineTemplate
+	// hypervisorName is the simulated Proxmox cluster's name.
+	hypervisorName string
 }
 
 var fixtureSeq int
@@ -289,7 +293,7 @@ var fixtureSeq int
 // signer is testSigner bound to the fixture's cluster, as the operator's
 // provider for that cluster binds it: blocks it writes verify there only.
 func (f *fixture) signer() *ownership.Signer {
-	return testSigner.ForCluster(ownership.ClusterIdentity{Name: f.cluster.Name})
+	return testSigner.ForCluster(ownership.ClusterIdentity{Name: f.cluster.Name, HypervisorName: f.hypervisorName})
 }
 
 // newFixture creates a namespace, the token Secret, a HypervisorCluster
@@ -300,7 +304,7 @@ func newFixture(t testing.TB, sim *simulator, mutateCluster func(*hfv1.Hyperviso
 	t.Helper()
 	ctx := context.Background()
 	fixtureSeq++
-	f := &fixture{t: t, ctx: ctx, namespace: fmt.Sprintf("t%d-%s", fixtureSeq, strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))}
+	f := &fixture{t: t, ctx: ctx, hypervisorName: sim.clusterName, namespace: fmt.Sprintf("t%d-%s", fixtureSeq, strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))}
 	if len(f.namespace) > 40 {
 		f.namespace = f.namespace[:40]
 	}

@@ -157,7 +157,11 @@ func (p *Provider) deleteStep(ctx context.Context, owner provider.Owner, prog *p
 		// completes and is destroyed on a later call.
 		return &provider.DeleteResult{RetryAfter: cloneWait, Message: fmt.Sprintf("VM %d is being cloned; waiting to delete it", prog.VMID)}, nil
 	}
-	if _, err := p.verifyOwner(cfg, prog.VMID, owner); err != nil {
+	marker, err := p.marker(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.verifyOwner(marker, cfg, prog.VMID, owner); err != nil {
 		// Nothing of the owner's is at this id; its caller may release the
 		// claim, so release the id's reservation too.
 		p.mu.Lock()
