@@ -1,6 +1,5 @@
 // Package ownership marks hypervisor VMs as created by one HyperFleet install
-// and proves it later (DESIGN.md decision 2, docs/security.md "Ownership
-// keys").
+// and proves it later (docs/security.md, "Ownership keys").
 //
 // Proxmox tags cannot carry key/value pairs such as hyperfleet.io/managed-by=x
 // ('/', '=' and ':' are illegal), so a VM carries two marks:
