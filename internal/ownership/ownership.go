@@ -326,6 +326,14 @@ func Parse(description string) (Record, string, error) {
 			return Record{}, "", fmt.Errorf("%w: field %q is missing", ErrMalformed, k)
 		}
 	}
+	if strings.HasPrefix(values["signature"], signatureVersion+":") {
+		// The fields v2 signs beyond v1 must be written out, not implied.
+		for _, k := range []string{"cluster", "hypervisor-cluster", "key"} {
+			if _, ok := values[k]; !ok {
+				return Record{}, "", fmt.Errorf("%w: field %q is missing", ErrMalformed, k)
+			}
+		}
+	}
 	vmid, err := strconv.Atoi(values["vmid"])
 	if err != nil {
 		return Record{}, "", fmt.Errorf("%w: vmid %q is not a number", ErrMalformed, values["vmid"])

@@ -117,6 +117,9 @@ func TestVerifyRejects(t *testing.T) {
 		{"missing signature", strings.Replace(good, "signature:", "signatur:", 1), rec.VMID, ErrMalformed},
 		{"duplicate field", strings.Replace(good, "pool: linux", "pool: linux\npool: other", 1), rec.VMID, ErrMalformed},
 		{"bad vmid", strings.Replace(good, "vmid: 1234", "vmid: x", 1), rec.VMID, ErrMalformed},
+		{"key line dropped", strings.Replace(good, "key: 1\n", "", 1), rec.VMID, ErrMalformed},
+		{"cluster line dropped", strings.Replace(good, "cluster: pve-a\n", "", 1), rec.VMID, ErrMalformed},
+		{"bad key id", strings.Replace(good, "key: 1\n", "key: -1\n", 1), rec.VMID, ErrMalformed},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
