@@ -291,9 +291,12 @@ func (r *HypervisorClusterReconciler) setConnectedStatus(cluster *hfv1.Hyperviso
 	st.ObservedGeneration = cluster.Generation
 }
 
-// setUnverifiedCondition reports the VMs that carry this install's tag but
-// whose ownership block does not verify: after a lost or rotated-out key
-// they are every VM of the install, and nothing else would say so.
+// setUnverifiedCondition reports the VMs that carry this install's tag, are
+// recorded by no claim, and whose ownership block does not verify: after a
+// lost or rotated-out key that is every such VM of the install, and nothing
+// else would say so. (A claim whose own VM does not verify says so in its
+// OwnershipVerified condition, and the VM is counted here once the claim
+// lets go of it.)
 func (r *HypervisorClusterReconciler) setUnverifiedCondition(cluster *hfv1.HypervisorCluster) {
 	if r.Unverified == nil {
 		return
