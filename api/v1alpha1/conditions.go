@@ -12,6 +12,11 @@ const (
 	// HypervisorClusterTLSVerifiedCondition is False when the cluster is
 	// reached with certificate verification switched off (tls.insecureSkipVerify).
 	HypervisorClusterTLSVerifiedCondition = "TLSVerified"
+	// HypervisorClusterUnverifiedVMsCondition is True while VMs carry this
+	// install's tag but an ownership block that does not verify (lost or
+	// removed key, block copied from another cluster, edited or forged);
+	// the operator never touches them (docs/security.md, "Ownership keys").
+	HypervisorClusterUnverifiedVMsCondition = "UnverifiedVMs"
 
 	// HypervisorMachineTemplateValidCondition is True when the template was
 	// checked against its cluster: it sets no field the operator does not
@@ -57,6 +62,12 @@ const (
 	AuthenticationFailedReason = "AuthenticationFailed"
 	// SecretNotFoundReason: a referenced Secret or key does not exist.
 	SecretNotFoundReason = "SecretNotFound"
+	// OwnershipNotVerifiedReason: VMs with this install's tag whose
+	// ownership block does not verify exist (UnverifiedVMs True).
+	OwnershipNotVerifiedReason = "OwnershipNotVerified"
+	// AllVerifiedReason: every tagged VM checked has a verifying block
+	// (UnverifiedVMs False).
+	AllVerifiedReason = "AllVerified"
 	// InsecureTLSReason: certificate verification is switched off by the user.
 	InsecureTLSReason = "InsecureSkipVerify"
 	// NamespaceNotAllowedReason: the cluster's allowedNamespaces excludes the object's namespace.

@@ -70,6 +70,7 @@ func runManager(args []string) error {
 	leaderElect := fs.Bool("leader-elect", true, "elect a leader so that only one replica reconciles")
 	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "hyperfleet-system"), "namespace of the operator (ownership Secret, leader lease)")
 	ownershipSecret := fs.String("ownership-secret", "hyperfleet-ownership", "Secret (in --namespace) with the HMAC key that signs VM ownership; created on first start")
+	allowNewKey := fs.Bool("allow-new-ownership-key", false, "when the ownership Secret is missing, create a new key even if the HypervisorClusters hold VMs tagged by a HyperFleet install (hf-<--operator-id>, or any \"hyperfleet\" tag without --operator-id) or cannot be listed; those VMs then stay foreign and must be removed by hand")
 	operatorID := fs.String("operator-id", "", "id of this install in VM tags (hf-<id>) and ownership markers; default: the one stored in the ownership Secret, or a random one on first start")
 	sweepInterval := fs.Duration("orphan-sweep-interval", time.Minute, "how often the orphan sweeper runs")
 	maxRetryDelay := fs.Duration("claim-max-retry-delay", 5*time.Minute, "longest wait between retries of a MachineClaim step after transient hypervisor errors (the wait doubles from 2s up to this)")
@@ -104,14 +105,16 @@ func runManager(args []string) error {
 	if err != nil {
 		return fmt.Errorf("find the Kubernetes API: %w", err)
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgrOpts := ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: *metricsAddr},
 		HealthProbeBindAddress:  *probeAddr,
 		LeaderElection:          *leaderElect,
 		LeaderElectionID:        "hyperfleet-manager.hyperfleet.io",
 		LeaderElectionNamespace: *namespace,
-	})
+	}
+	manager.ConfigureSecretReads(&mgrOpts)
+	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
@@ -120,11 +123,14 @@ func runManager(args []string) error {
 	if err != nil {
 		return err
 	}
-	signer, err := manager.LoadOrCreateSigner(ctx, direct, *namespace, *ownershipSecret, *operatorID)
+	signer, err := manager.LoadOrCreateSigner(ctx, direct, manager.SignerOptions{
+		Namespace: *namespace, Name: *ownershipSecret, OperatorID: *operatorID, AllowNewKey: *allowNewKey,
+	})
 	if err != nil {
 		return err
 	}
-	log.Info("Ownership marker ready", "operatorId", signer.OperatorID(), "tag", signer.OperatorTag())
+	log.Info("Ownership marker ready", "operatorId", signer.OperatorID(), "tag", signer.OperatorTag(),
+		"signingKey", signer.SigningKeyID(), "keys", signer.KeyIDs())
 	opts := manager.Options{
 		Signer:            signer,
 		SweepInterval:     *sweepInterval,

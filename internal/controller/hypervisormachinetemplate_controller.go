@@ -44,7 +44,7 @@ func (r *HypervisorMachineTemplateReconciler) SetupWithManager(mgr ctrl.Manager)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&hfv1.HypervisorMachineTemplate{}).
 		Watches(&hfv1.HypervisorCluster{}, handler.EnqueueRequestsFromMapFunc(r.templatesForCluster)).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.templatesForSecret)).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.templatesForSecret)).
 		Watches(&hfv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.templatesForPool)).
 		Named("hypervisormachinetemplate").
 		Complete(r)

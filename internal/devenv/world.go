@@ -367,18 +367,20 @@ func (w *World) StartOperator(ctx context.Context) error {
 		zap.JSONEncoder(func(c *zapcore.EncoderConfig) { c.EncodeTime = zapcore.RFC3339NanoTimeEncoder }))
 	cfg := rest.CopyConfig(w.API.Config)
 	cfg.QPS = -1
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgrOpts := ctrl.Options{
 		Scheme:                 w.API.Scheme,
 		Logger:                 logger,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		// A restart builds the controllers again in this process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	}
+	manager.ConfigureSecretReads(&mgrOpts)
+	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		return fmt.Errorf("devenv: new manager: %w", err)
 	}
-	signer, err := manager.LoadOrCreateSigner(ctx, w.API.Client, SystemNamespace, "hyperfleet-ownership", "")
+	signer, err := manager.LoadOrCreateSigner(ctx, w.API.Client, manager.SignerOptions{Namespace: SystemNamespace, Name: "hyperfleet-ownership"})
 	if err != nil {
 		return fmt.Errorf("devenv: ownership signer: %w", err)
 	}

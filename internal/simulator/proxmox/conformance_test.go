@@ -43,6 +43,8 @@ func TestErrorResponses(t *testing.T) {
 			wantCode: 403, wantStatus: "403 Permission check failed (/vms/150, VM.Allocate)"},
 		{name: "changing tags needs VM.Config.Options", method: "PUT", path: "/nodes/pve1/qemu/9000/config", params: form("tags", "a"), auth: limited,
 			wantCode: 403, wantStatus: "403 Permission check failed (/vms/9000, VM.Config.Options)"},
+		{name: "cluster status needs Sys.Audit on /", method: "GET", path: "/cluster/status", auth: limited,
+			wantCode: 403, wantStatus: "403 Permission check failed (/, Sys.Audit)"},
 		{name: "missing required parameter", method: "POST", path: "/nodes/pve1/qemu/9000/clone",
 			wantCode: 400, wantStatus: "400 Parameter verification failed.", wantMsg: "Parameter verification failed.\n",
 			wantErrors: map[string]string{"newid": "property is missing and it is not optional"}},
@@ -668,5 +670,27 @@ func TestLatencyOnSimClock(t *testing.T) {
 				t.Fatal("no answer once the delay elapsed on the simulator clock")
 			}
 		})
+	}
+}
+
+// TestClusterStatusOfStandaloneNode: a node outside any cluster lists only
+// itself in /cluster/status; a cluster lists its name first.
+func TestClusterStatusOfStandaloneNode(t *testing.T) {
+	for _, name := range []string{"", "lab"} {
+		e := newEnv(t, func(c *Config) { c.ClusterName = name })
+		entries := e.mustOK(e.call("GET", "/cluster/status", nil)).dataList(t)
+		var clusters []string
+		for _, en := range entries {
+			if en["type"] == "cluster" {
+				clusters = append(clusters, en["name"].(string))
+			}
+		}
+		want := 1
+		if name == "" {
+			want = 0
+		}
+		if len(clusters) != want || (want == 1 && clusters[0] != name) || entries[len(entries)-1]["type"] != "node" {
+			t.Errorf("clusterName %q: /cluster/status = %v", name, entries)
+		}
 	}
 }

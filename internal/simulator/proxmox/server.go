@@ -512,7 +512,9 @@ func apiRoutes() []*route {
 		newRoute(http.MethodGet, "/version", classOther, sch(), any, (*Simulator).handleVersion),
 		newRoute(http.MethodGet, "/nodes", classOther, sch(), any, (*Simulator).handleNodes),
 		newRoute(http.MethodGet, "/nodes/{node}/status", classStatus, sch(nodeP), nodeAudit, (*Simulator).handleNodeStatus),
-		newRoute(http.MethodGet, "/cluster/status", classOther, sch(), any, (*Simulator).handleClusterStatus),
+		// Real PVE checks Sys.Audit on / (PVE::API2::Cluster get_status).
+		newRoute(http.MethodGet, "/cluster/status", classOther, sch(),
+			func(*apiRequest) []permCheck { return []permCheck{{path: "/", privs: []string{"Sys.Audit"}}} }, (*Simulator).handleClusterStatus),
 		newRoute(http.MethodGet, "/cluster/resources", classResources, resourcesSchema, any, (*Simulator).handleResources),
 		newRoute(http.MethodGet, "/cluster/nextid", classNextID, sch(optional(vmidP)), any, (*Simulator).handleNextID),
 		newRoute(http.MethodGet, "/pools", classOther, sch(optional(poolIDP), param{name: "type", kind: kString, optional: true, enum: []string{"qemu", "lxc", "storage"}}), any, (*Simulator).handlePools),

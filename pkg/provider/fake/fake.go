@@ -323,7 +323,7 @@ func connect(hv *hypervisor, cfg provider.ClusterConfig, deps provider.Deps) (*P
 	cfg.Nodes = append([]string(nil), cfg.Nodes...)
 	cfg.Tags = append([]string(nil), cfg.Tags...)
 	return &Provider{
-		hv: hv, cfg: cfg, signer: deps.Signer, obs: obs, clock: hv.clock, log: deps.Log, user: user,
+		hv: hv, cfg: cfg, signer: deps.Signer.ForCluster(ownership.ClusterIdentity{Name: cfg.Name}), obs: obs, clock: hv.clock, log: deps.Log, user: user,
 		reservations: map[string]*reservation{}, queued: map[string]bool{}, cloning: map[int]string{},
 	}, nil
 }

@@ -49,7 +49,7 @@ type env struct {
 func newEnv(t *testing.T, cfg provider.ClusterConfig, opts fake.Options, obs provider.Observer) *env {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(start)
-	deps := provider.Deps{Signer: testSigner(t), Clock: clk, Observer: obs}
+	deps := provider.Deps{Signer: testSigner(t).ForCluster(ownership.ClusterIdentity{Name: cfg.Name}), Clock: clk, Observer: obs}
 	p, err := fake.New(cfg, deps, opts)
 	if err != nil {
 		t.Fatalf("fake.New: %v", err)

@@ -860,6 +860,12 @@ func testNotOwned(t *testing.T, h *Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	other = other.ForCluster(h.Signer.Cluster())
+	// The same install and key, bound to another cluster: what a block
+	// copied from a VM of that cluster carries.
+	otherCluster := h.Signer.Cluster()
+	otherCluster.Name += "-elsewhere"
+	elsewhere := h.Signer.ForCluster(otherCluster)
 	cases := []struct {
 		name      string
 		target    func(t *testing.T) int
@@ -883,6 +889,11 @@ func testNotOwned(t *testing.T, h *Harness) {
 				t.Fatalf("the copied marker does not even verify for its own VM: %v", err)
 			}
 			h.SetDescription(t, id, desc)
+			return id
+		}},
+		{name: "marker copied from another cluster", wantError: ownership.ErrOtherCluster, target: func(t *testing.T) int {
+			id := h.CreateForeignVM(t, 0, "", h.Signer.Tags())
+			h.SetDescription(t, id, elsewhere.Description("copied", record(a, id)))
 			return id
 		}},
 		{name: "edited marker on the owner's own VM", wantError: ownership.ErrBadSignature, target: func(t *testing.T) int {
