@@ -6,9 +6,10 @@
 // logging a secret:
 //
 //  1. Read the config file (agentconfig.Path), remove it at once (it holds
-//     the single-use runner credential), then parse and validate it with
-//     agentconfig.Parse. A credential whose expiresAt has passed is not
-//     tried.
+//     the single-use runner credential) with cloud-init's copies of the
+//     user-data it came in (CloudInitCopies, CloudInitScanned), then parse
+//     and validate it with agentconfig.Parse. A credential whose expiresAt
+//     has passed is not tried.
 //  2. Obtain the runner credential from a CredentialSource: the file itself
 //     with workloadMethod direct; with workloadMethod broker (SPIFFE
 //     attestation and the operator's credential broker, a later version)
@@ -103,7 +104,8 @@ type Options struct {
 	ConfigPath string
 
 	// Root, when set, is a directory prefixed to every absolute path taken
-	// from the config file (runner.software.installPath and workDir). It
+	// from the config file (runner.software.installPath and workDir) and
+	// to the cloud-init copies the agent removes (CloudInitCopies). It
 	// lets tests, and the Proxmox simulator's guests (many "VMs" sharing
 	// one host), run agents side by side without touching the host's
 	// /opt or /home. Empty in a real VM.
@@ -336,6 +338,7 @@ func (a *agent) readConfig() (*agentconfig.Config, error) {
 	} else {
 		a.log.Info("config file removed", "path", path, "bytes", len(data))
 	}
+	a.scrubCloudInitCopies(data)
 	cfg, err := agentconfig.Parse(data)
 	if err != nil {
 		// Still honour powerOffOnFinish if the document says so at all:
