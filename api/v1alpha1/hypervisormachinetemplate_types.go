@@ -571,7 +571,8 @@ type ObjectMetadata struct {
 // HypervisorMachineTemplateStatus is what the operator found when checking
 // the template against its cluster.
 type HypervisorMachineTemplateStatus struct {
-	// conditions are Ready and Valid.
+	// conditions are Ready, Valid and ReusableCredential (True, a warning,
+	// when VMs receive an organization-wide registration token).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -42,6 +42,8 @@ func (r *HypervisorMachineTemplateReconciler) SetupWithManager(mgr ctrl.Manager)
 		Watches(&hfv1.HypervisorCluster{}, handler.EnqueueRequestsFromMapFunc(r.templatesForCluster)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.templatesForSecret)).
 		Watches(&hfv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.templatesForPool)).
+		// A RunnerPool's scope decides the ReusableCredential condition.
+		Watches(&hfv1.RunnerPool{}, handler.EnqueueRequestsFromMapFunc(templateOfRunnerPool)).
 		Named("hypervisormachinetemplate").
 		Complete(r)
 }
@@ -79,6 +81,7 @@ func (r *HypervisorMachineTemplateReconciler) Reconcile(ctx context.Context, req
 	}
 	before := tmpl.DeepCopy()
 	result, err := r.validate(ctx, tmpl)
+	r.reportReusableCredential(ctx, tmpl)
 	if !equality.Semantic.DeepEqual(before.Status, tmpl.Status) {
 		if perr := r.Client.Status().Patch(ctx, tmpl, client.MergeFrom(before)); perr != nil && !apierrors.IsNotFound(perr) {
 			return ctrl.Result{}, perr
