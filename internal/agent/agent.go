@@ -97,6 +97,17 @@ const (
 	DefaultStopGracePeriod = 30 * time.Second
 )
 
+// Default bounds of the runner package: GitHub's runner is about 200 MB
+// packed, 600 MB and 5,000 files unpacked; the bounds leave room for
+// growth while keeping a hostile or broken package (a decompression bomb,
+// an endless response) from filling the VM's disk before the checksum or
+// the unpacking fails.
+const (
+	DefaultMaxDownloadBytes = 1 << 30
+	DefaultMaxUnpackedBytes = 4 << 30
+	DefaultMaxUnpackedFiles = 100_000
+)
+
 // Options configure Run.
 type Options struct {
 	// ConfigPath is the agent config file (agentconfig.Path). It is read
@@ -129,6 +140,15 @@ type Options struct {
 	// DownloadTimeout bounds the runner package download. Zero: no bound
 	// besides ctx.
 	DownloadTimeout time.Duration
+
+	// MaxDownloadBytes bounds the runner package download
+	// (DefaultMaxDownloadBytes when zero).
+	MaxDownloadBytes int64
+	// MaxUnpackedBytes bounds the bytes of all files unpacked from the
+	// package, MaxUnpackedFiles their number (entries of any kind)
+	// (DefaultMaxUnpackedBytes, DefaultMaxUnpackedFiles when zero).
+	MaxUnpackedBytes int64
+	MaxUnpackedFiles int
 
 	// TempDir holds the runner package while it is downloaded and
 	// unpacked (os.TempDir() when empty).
@@ -209,6 +229,15 @@ func Run(ctx context.Context, opts Options) int {
 	}
 	if opts.StopGracePeriod <= 0 {
 		opts.StopGracePeriod = DefaultStopGracePeriod
+	}
+	if opts.MaxDownloadBytes <= 0 {
+		opts.MaxDownloadBytes = DefaultMaxDownloadBytes
+	}
+	if opts.MaxUnpackedBytes <= 0 {
+		opts.MaxUnpackedBytes = DefaultMaxUnpackedBytes
+	}
+	if opts.MaxUnpackedFiles <= 0 {
+		opts.MaxUnpackedFiles = DefaultMaxUnpackedFiles
 	}
 	if opts.NewCredentialSource == nil {
 		opts.NewCredentialSource = NewCredentialSource
