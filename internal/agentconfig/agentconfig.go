@@ -328,6 +328,11 @@ func (r *Runner) validate(bad func(field, format string, args ...any)) {
 	checkAbs := func(field, p string) {
 		if p == "" || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
 			bad(field, "%q must be an absolute path such as /opt/actions-runner", p)
+			return
+		}
+		// The agent removes or empties it as root.
+		if why := CheckRunnerPath(p); why != "" {
+			bad(field, "%q %s; the agent empties it after each job: use a directory of its own such as /opt/actions-runner or /var/lib/hyperfleet/work", p, why)
 		}
 	}
 	checkAbs("runner.software.installPath", s.InstallPath)
