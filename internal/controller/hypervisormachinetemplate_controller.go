@@ -14,8 +14,10 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -42,8 +44,10 @@ func (r *HypervisorMachineTemplateReconciler) SetupWithManager(mgr ctrl.Manager)
 		Watches(&hfv1.HypervisorCluster{}, handler.EnqueueRequestsFromMapFunc(r.templatesForCluster)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.templatesForSecret)).
 		Watches(&hfv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.templatesForPool)).
-		// A RunnerPool's scope decides the ReusableCredential condition.
-		Watches(&hfv1.RunnerPool{}, handler.EnqueueRequestsFromMapFunc(templateOfRunnerPool)).
+		// A RunnerPool's scope decides the ReusableCredential condition;
+		// its frequent status writes do not concern the template.
+		Watches(&hfv1.RunnerPool{}, handler.EnqueueRequestsFromMapFunc(templateOfRunnerPool),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Named("hypervisormachinetemplate").
 		Complete(r)
 }
