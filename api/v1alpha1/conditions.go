@@ -24,6 +24,11 @@ const (
 	// possible on its storage, referenced Secrets exist, and a VM's whole
 	// cloud-init renders with placeholder credentials.
 	HypervisorMachineTemplateValidCondition = "Valid"
+	// HypervisorMachineTemplateReusableCredentialCondition is True (a
+	// warning) when the template's VMs receive a credential that outlives
+	// one runner: a registration token (bootstrap.method runner-token) of
+	// organization scope, on the template or on a RunnerPool using it.
+	HypervisorMachineTemplateReusableCredentialCondition = "ReusableCredential"
 
 	// RunnerPoolScalingCondition is True while the pool is changing size.
 	RunnerPoolScalingCondition = "Scaling"
@@ -55,6 +60,12 @@ const (
 	ReconcilingReason = "Reconciling"
 	// ReadyReason: everything the object needs is in place.
 	ReadyReason = "Ready"
+	// OrganizationRegistrationTokenReason: VMs receive a registration token
+	// that registers any number of runners anywhere in an organization.
+	OrganizationRegistrationTokenReason = "OrganizationRegistrationToken"
+	// SingleUseCredentialReason: VMs receive nothing reusable beyond their
+	// own runner.
+	SingleUseCredentialReason = "SingleUseCredential"
 
 	// UnreachableReason: the hypervisor API did not answer.
 	UnreachableReason = "Unreachable"

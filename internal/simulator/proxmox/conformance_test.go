@@ -581,7 +581,7 @@ func TestFaultInjection(t *testing.T) {
 }
 
 func TestAdminAPI(t *testing.T) {
-	e := newEnv(t, nil)
+	e := newEnv(t, nil, WithAdmin(true))
 	e.mustOK(e.call("PUT", "/nodes/pve1/qemu/9000/config", form("description", "token: s3cr3t-value")))
 	e.wantExit(e.upid(e.upload("pve1", "local", "iso", "x.iso", []byte("hunter2-inside"), nil)), "OK")
 	for _, tc := range []struct{ method, path, body, want string }{
@@ -611,16 +611,37 @@ func TestAdminAPI(t *testing.T) {
 	if !found {
 		t.Fatal("state dump must include uploaded file contents")
 	}
-	off, err := New(testConfig(), WithAdmin(false))
-	if err != nil {
-		t.Fatal(err)
+	// Off unless asked for.
+	for name, opts := range map[string][]Option{"by default": nil, "disabled": {WithAdmin(false)}} {
+		off, err := New(testConfig(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := httptestRequest("GET", "/_sim/state")
+		req.RemoteAddr = "127.0.0.1:40000"
+		rec := newRecorder()
+		off.ServeHTTP(rec, req)
+		_ = off.Close()
+		if rec.Code != 404 {
+			t.Errorf("admin API %s: got %d, want it off (404)", name, rec.Code)
+		}
 	}
-	defer off.Close()
+	// Enabled, it answers loopback clients only.
+	for _, peer := range []string{"192.0.2.1:1234", "[2001:db8::1]:1234", "10.0.0.5:80"} {
+		req := httptestRequest("GET", "/_sim/state")
+		req.RemoteAddr = peer
+		rec := newRecorder()
+		e.sim.ServeHTTP(rec, req)
+		if rec.Code != http.StatusForbidden || strings.Contains(rec.Body.String(), "s3cr3t-value") {
+			t.Errorf("admin API for peer %s: %d %q, want 403 without the state", peer, rec.Code, rec.Body.String())
+		}
+	}
 	req := httptestRequest("GET", "/_sim/state")
+	req.RemoteAddr = "[::1]:40000"
 	rec := newRecorder()
-	off.ServeHTTP(rec, req)
-	if rec.Code != 404 {
-		t.Fatalf("admin API must be off when disabled, got %d", rec.Code)
+	e.sim.ServeHTTP(rec, req)
+	if rec.Code != 200 {
+		t.Errorf("admin API for an IPv6 loopback peer: %d", rec.Code)
 	}
 }
 

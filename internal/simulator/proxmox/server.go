@@ -66,8 +66,9 @@ type Option func(*Simulator)
 // WithClock makes the simulator schedule all work on c (e.g. a FakeClock).
 func WithClock(c Clock) Option { return func(s *Simulator) { s.clock = c } }
 
-// WithAdmin enables or disables the /_sim/ admin API (enabled by default in
-// the Go API, disabled by default in the standalone binary).
+// WithAdmin enables the /_sim/ admin API (off unless asked for, in the Go
+// API as in the standalone binary). It answers loopback clients only: it
+// rewrites the cluster's state, faults and clock, and dumps its secrets.
 func WithAdmin(enabled bool) Option { return func(s *Simulator) { s.admin = enabled } }
 
 // WithLogger sets the logger for guest hook and scheduling diagnostics.
@@ -81,7 +82,6 @@ func New(cfg Config, opts ...Option) (*Simulator, error) {
 	}
 	s := &Simulator{
 		clock:       RealClock{},
-		admin:       true,
 		log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 		cfg:         cfg,
 		nodes:       map[string]*node{},

@@ -61,6 +61,7 @@ const (
 	MethodListVMs          Method = "ListVMs"
 	MethodGetVM            Method = "GetVM"
 	MethodSetPower         Method = "SetPower"
+	MethodRemoveCloudInit  Method = "RemoveCloudInitMedia"
 )
 
 // Op names one API-like call of the simulated cluster, for FailNextOp and

@@ -155,7 +155,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	for _, o := range opts {
 		o(&simCfg, &cfg)
 	}
-	sim, err := proxmoxsim.New(simCfg, proxmoxsim.WithClock(simClock))
+	sim, err := proxmoxsim.New(simCfg, proxmoxsim.WithClock(simClock), proxmoxsim.WithAdmin(true))
 	if err != nil {
 		t.Fatal(err)
 	}
