@@ -80,6 +80,7 @@ func runManager(args []string) error {
 	webhookCertDir := fs.String("webhook-cert-dir", "/etc/hyperfleet/webhook-tls", "directory with the receiver's tls.crt and tls.key (reloaded when they change)")
 	webhookSecret := fs.String("github-webhook-secret", "hyperfleet-github-webhook", "Secret (in --namespace) whose key webhook-secret is the secret configured on the GitHub webhook")
 	webhookMaxBody := fs.Int64("webhook-max-body-bytes", webhook.DefaultMaxBodyBytes, "largest webhook delivery accepted; larger ones get 413")
+	webhookMaxInFlight := fs.Int("webhook-max-in-flight", webhook.DefaultMaxInFlight, "webhook deliveries read and verified at once (a quarter of them for bodies over 64 KiB); beyond it deliveries get 503 before their body is read")
 	agentFlags := bindAgentServerFlags(fs)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
@@ -144,7 +145,7 @@ func runManager(args []string) error {
 				"secret", *namespace+"/"+*webhookSecret)
 		} else {
 			opts.Webhook = &manager.WebhookOptions{
-				Addr: *webhookAddr, Secret: secret, MaxBodyBytes: *webhookMaxBody,
+				Addr: *webhookAddr, Secret: secret, MaxBodyBytes: *webhookMaxBody, MaxInFlight: *webhookMaxInFlight,
 				CertFile: filepath.Join(*webhookCertDir, "tls.crt"), KeyFile: filepath.Join(*webhookCertDir, "tls.key"),
 			}
 			log.Info("GitHub webhook receiver configured", "address", *webhookAddr, "path", webhook.Path)

@@ -96,8 +96,11 @@ type WebhookOptions struct {
 	CertFile, KeyFile string
 	// Secret is the webhook secret configured on GitHub.
 	Secret []byte
-	// MaxBodyBytes bounds a delivery (0: the receiver's default, 1 MiB).
+	// MaxBodyBytes bounds a delivery (0: the receiver's default, 256 KiB).
 	MaxBodyBytes int64
+	// MaxInFlight bounds the deliveries read and verified at once (0: the
+	// receiver's default, 64); see docs/security.md, "Webhook intake".
+	MaxInFlight int
 }
 
 // Components are the pieces Setup created, for tests and the dev
@@ -263,6 +266,7 @@ func newWebhookServer(mgr ctrl.Manager, opts Options) (*webhook.Server, error) {
 		Recorder:     demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock),
 		Events:       mgr.GetEventRecorderFor("hyperfleet-webhook"),
 		MaxBodyBytes: w.MaxBodyBytes,
+		MaxInFlight:  w.MaxInFlight,
 		Logger:       mgr.GetLogger().WithName("webhook"),
 		Clock:        opts.Clock,
 	})
