@@ -94,8 +94,13 @@ type WebhookOptions struct {
 	// CertFile and KeyFile are the serving certificate and key (reloaded
 	// when they change).
 	CertFile, KeyFile string
-	// Secret is the webhook secret configured on GitHub.
+	// Secret is the webhook secret configured on GitHub: the fallback for
+	// owners without their own in OwnerSecrets.
 	Secret []byte
+	// OwnerSecrets are secrets per owner (organization or user login, lower
+	// case): deliveries about that owner's repositories verify with it
+	// only (docs/security.md, "Webhook intake").
+	OwnerSecrets map[string][]byte
 	// MaxBodyBytes bounds a delivery (0: the receiver's default, 256 KiB).
 	MaxBodyBytes int64
 	// MaxInFlight bounds the deliveries read and verified at once (0: the
@@ -257,11 +262,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 // to the manager.
 func newWebhookServer(mgr ctrl.Manager, opts Options) (*webhook.Server, error) {
 	w := opts.Webhook
-	if len(w.Secret) == 0 {
-		return nil, fmt.Errorf("the GitHub webhook receiver needs the webhook secret configured on GitHub")
+	if len(w.Secret) == 0 && len(w.OwnerSecrets) == 0 {
+		return nil, fmt.Errorf("the GitHub webhook receiver needs the webhook secret configured on GitHub (a fallback secret or one per owner)")
 	}
 	recv, err := webhook.NewReceiver(webhook.Options{
-		Parser:       ghworkload.WebhookParser{Secret: w.Secret},
+		Parser:       ghworkload.WebhookParser{Secret: w.Secret, OwnerSecrets: w.OwnerSecrets},
 		Router:       demand.NewRouter(mgr.GetClient()),
 		Recorder:     demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock),
 		Events:       mgr.GetEventRecorderFor("hyperfleet-webhook"),
