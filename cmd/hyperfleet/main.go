@@ -24,6 +24,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
 )
@@ -81,6 +82,7 @@ func runManager(args []string) error {
 	webhookCertDir := fs.String("webhook-cert-dir", "/etc/hyperfleet/webhook-tls", "directory with the receiver's tls.crt and tls.key (reloaded when they change)")
 	webhookSecret := fs.String("github-webhook-secret", "hyperfleet-github-webhook", "Secret (in --namespace) with the GitHub webhooks' secrets: key webhook-secret (the fallback) and keys owner.<login> (the secret of one organization's or user's webhooks, which only it may use)")
 	webhookMaxBody := fs.Int64("webhook-max-body-bytes", webhook.DefaultMaxBodyBytes, "largest webhook delivery accepted; larger ones get 413")
+	webhookMaxEventAge := fs.Duration("webhook-max-event-age", demand.DefaultMaxEventAge, "webhook events older than this (by the CI platform's time) are confirmed with the platform's API before they change demand, as are completions of jobs not known to be running")
 	webhookMaxInFlight := fs.Int("webhook-max-in-flight", webhook.DefaultMaxInFlight, "webhook deliveries read and verified at once (a quarter of them for bodies over 64 KiB); beyond it deliveries get 503 before their body is read")
 	agentFlags := bindAgentServerFlags(fs)
 	zapOpts := zap.Options{}
@@ -147,7 +149,7 @@ func runManager(args []string) error {
 		} else {
 			opts.Webhook = &manager.WebhookOptions{
 				Addr: *webhookAddr, Secret: secrets.global, OwnerSecrets: secrets.owners,
-				MaxBodyBytes: *webhookMaxBody, MaxInFlight: *webhookMaxInFlight,
+				MaxBodyBytes: *webhookMaxBody, MaxInFlight: *webhookMaxInFlight, MaxEventAge: *webhookMaxEventAge,
 				CertFile: filepath.Join(*webhookCertDir, "tls.crt"), KeyFile: filepath.Join(*webhookCertDir, "tls.key"),
 			}
 			log.Info("GitHub webhook receiver configured", "address", *webhookAddr, "path", webhook.Path,
