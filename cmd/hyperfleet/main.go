@@ -90,6 +90,9 @@ func runManager(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if err := checkMaxEventAge(*webhookMaxEventAge); err != nil {
+		return err
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
 	agentServer, err := agentFlags.options()
@@ -167,6 +170,21 @@ func runManager(args []string) error {
 	}
 	log.Info("Starting manager")
 	return mgr.Start(ctx)
+}
+
+// completedJobRetention is how long a completed CIJob is kept
+// (docs/runnerpool.md): within it, a replayed event about a finished job
+// finds the record of its completion and changes nothing.
+const completedJobRetention = 15 * time.Minute
+
+// checkMaxEventAge refuses an age bound beyond the completed CIJobs'
+// retention: an unconfirmed replay of an event older than the record of
+// its job's completion would create demand again.
+func checkMaxEventAge(d time.Duration) error {
+	if d <= 0 || d > completedJobRetention {
+		return fmt.Errorf("--webhook-max-event-age is %s: set it above 0 and at most %s (how long completed CIJobs are kept), so that older events are confirmed with the CI platform", d, completedJobRetention)
+	}
+	return nil
 }
 
 // Keys of the webhook Secret: the fallback secret, and one secret per
