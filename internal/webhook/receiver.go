@@ -2,11 +2,11 @@
 // into demand records (CIJobs) through package demand.
 //
 // The Receiver answers fast and works asynchronously: it checks the
-// request (method, content type, size, delivery id), admits it within
-// the in-flight bound (Options.MaxInFlight; 503 beyond, before the body is
-// read), verifies the signature and decodes the event with a workload.WebhookParser, drops
-// repeated deliveries, and puts the event on a bounded in-memory queue
-// (202 Accepted). Workers route each job to a RunnerPool and record it.
+// request (method, content type, size, delivery id), admits it within the
+// in-flight bound (Options.MaxInFlight; 503 beyond, before the body is
+// read), verifies the signature and decodes the event with a
+// workload.WebhookParser, drops repeated deliveries, and puts the event on
+// a bounded in-memory queue (202 Accepted). Workers route each job to a RunnerPool and record it.
 // The queue is the only state kept in memory, and only for as long as it
 // takes to write the CIJob: a delivery lost in a crash is recovered by the
 // periodic resync (DESIGN decisions 10 and 14).

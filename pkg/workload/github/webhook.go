@@ -50,8 +50,8 @@ type WebhookParser struct {
 	// fallback for owners without their own. Empty: owners listed in
 	// OwnerSecrets only.
 	Secret []byte
-	// OwnerSecrets are secrets per owner (organization or user login, in
-	// lower case), each the secret of that owner's webhooks.
+	// OwnerSecrets are secrets per owner (organization or user login; case
+	// is ignored), each the secret of that owner's webhooks.
 	OwnerSecrets map[string][]byte
 }
 
@@ -83,10 +83,20 @@ func deliveryOwner(body []byte) string {
 }
 
 // SecretFor is the secret a delivery about owner must be signed with, and
-// whether it is owner's own; nil when none is configured.
+// whether it is owner's own; nil when none is configured. Owners compare
+// ignoring case, as GitHub's logins do, whatever case OwnerSecrets' keys
+// are in: a key in another case must not let the fallback serve its owner.
 func (p WebhookParser) SecretFor(owner string) (secret []byte, own bool) {
-	if s, ok := p.OwnerSecrets[strings.ToLower(owner)]; ok && owner != "" {
+	if owner == "" {
+		return p.Secret, false
+	}
+	if s, ok := p.OwnerSecrets[strings.ToLower(owner)]; ok {
 		return s, true
+	}
+	for key, s := range p.OwnerSecrets {
+		if strings.EqualFold(key, owner) {
+			return s, true
+		}
 	}
 	return p.Secret, false
 }

@@ -318,6 +318,10 @@ func TestParseOwnerSecrets(t *testing.T) {
 			parser: WebhookParser{OwnerSecrets: map[string][]byte{"octo-org": orgSecret}},
 		},
 		{
+			name: "key in another case than the login", body: body("octo-org/app"), secret: globalSecret, says: "does not match",
+			parser: WebhookParser{Secret: globalSecret, OwnerSecrets: map[string][]byte{"Octo-Org": orgSecret}},
+		},
+		{
 			// encoding/json matches keys case-insensitively: whichever of
 			// the two names both decodes settle on, the job must be signed
 			// with that owner's secret.
