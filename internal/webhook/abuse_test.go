@@ -177,10 +177,17 @@ func TestWebhookAbuse(t *testing.T) {
 	}
 
 	bound := abuseMemoryBound()
-	t.Logf("server memory: RSS %d MiB before the attack, peak %d MiB; live heap %d MiB before, %d MiB with every slot held; bound on growth %d MiB",
-		base.rss>>20, end.peakRSS>>20, base.heap>>20, sat.heap>>20, bound>>20)
-	if grew := end.peakRSS - base.rss; grew > bound {
-		t.Errorf("peak RSS grew by %d MiB under the attack, more than the bound of %d MiB", grew>>20, bound>>20)
+	rssBound := bound
+	if raceDetector {
+		// Shadow memory for every connection's goroutine and buffers: 70 MiB
+		// of growth measured under -race, 17 MiB without. The live heap
+		// is not inflated and keeps the bound.
+		rssBound *= 3
+	}
+	t.Logf("server memory: RSS %d MiB before the attack, peak %d MiB (bound on growth %d MiB); live heap %d MiB before, %d MiB with every slot held (bound on growth %d MiB)",
+		base.rss>>20, end.peakRSS>>20, rssBound>>20, base.heap>>20, sat.heap>>20, bound>>20)
+	if grew := end.peakRSS - base.rss; grew > rssBound {
+		t.Errorf("peak RSS grew by %d MiB under the attack, more than the bound of %d MiB", grew>>20, rssBound>>20)
 	}
 	if grew := sat.heap - base.heap; grew > bound {
 		t.Errorf("live heap grew by %d MiB with every slot held, more than the bound of %d MiB", grew>>20, bound>>20)
