@@ -88,10 +88,21 @@ type WebhookOptions struct {
 	// CertFile and KeyFile are the serving certificate and key (reloaded
 	// when they change).
 	CertFile, KeyFile string
-	// Secret is the webhook secret configured on GitHub.
+	// Secret is the webhook secret configured on GitHub: the fallback for
+	// owners without their own in OwnerSecrets.
 	Secret []byte
-	// MaxBodyBytes bounds a delivery (0: the receiver's default, 1 MiB).
+	// OwnerSecrets are secrets per owner (organization or user login, lower
+	// case): deliveries about that owner's repositories verify with it
+	// only (docs/security.md, "Webhook intake").
+	OwnerSecrets map[string][]byte
+	// MaxBodyBytes bounds a delivery (0: the receiver's default, 256 KiB).
 	MaxBodyBytes int64
+	// MaxInFlight bounds the deliveries read and verified at once (0: the
+	// receiver's default, 64); see docs/security.md, "Webhook intake".
+	MaxInFlight int
+	// MaxEventAge is how old an event may be before it is confirmed with
+	// the CI platform (0: demand.DefaultMaxEventAge, 10 minutes).
+	MaxEventAge time.Duration
 }
 
 // Components are the pieces Setup created, for tests and the dev
@@ -252,15 +263,24 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 // to the manager.
 func newWebhookServer(mgr ctrl.Manager, opts Options) (*webhook.Server, error) {
 	w := opts.Webhook
-	if len(w.Secret) == 0 {
-		return nil, fmt.Errorf("the GitHub webhook receiver needs the webhook secret configured on GitHub")
+	if len(w.Secret) == 0 && len(w.OwnerSecrets) == 0 {
+		return nil, fmt.Errorf("the GitHub webhook receiver needs the webhook secret configured on GitHub (a fallback secret or one per owner)")
+	}
+	recorder := demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock)
+	// The GitHub bootstrap (the default) gives pool providers; only a
+	// test's stand-in bootstrap does not, and its events go unconfirmed.
+	if providers, ok := opts.Bootstrap.(controller.PoolProviders); ok {
+		recorder.ConfirmWebhookEvents(&controller.PoolJobReaders{Client: mgr.GetClient(), Providers: providers}, w.MaxEventAge)
+	} else {
+		mgr.GetLogger().WithName("webhook").Info("webhook events are recorded without confirmation: the bootstrap source gives no CI platform accounts per pool")
 	}
 	recv, err := webhook.NewReceiver(webhook.Options{
-		Parser:       ghworkload.WebhookParser{Secret: w.Secret},
+		Parser:       ghworkload.WebhookParser{Secret: w.Secret, OwnerSecrets: w.OwnerSecrets},
 		Router:       demand.NewRouter(mgr.GetClient()),
-		Recorder:     demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock),
+		Recorder:     recorder,
 		Events:       mgr.GetEventRecorderFor("hyperfleet-webhook"),
 		MaxBodyBytes: w.MaxBodyBytes,
+		MaxInFlight:  w.MaxInFlight,
 		Logger:       mgr.GetLogger().WithName("webhook"),
 		Clock:        opts.Clock,
 	})
