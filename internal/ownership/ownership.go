@@ -21,6 +21,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -256,4 +257,36 @@ func (s *Signer) Verify(description string, vmid int) (Record, error) {
 		return Record{}, ErrBadSignature
 	}
 	return r, nil
+}
+
+// vmNameMACLength is how many hex characters of the name HMAC a VM name
+// carries: 48 bits, so guessing a name that verifies for a given VM id
+// takes about 2^47 attempts, each one a VM the guesser must create.
+const vmNameMACLength = 12
+
+// VMName returns the name a VM of this install carries from its clone
+// request until it is configured: "hf-<operator id>-<vmid>-<mac>", where
+// mac is an HMAC, keyed by the install's secret, over the operator id and
+// the VM id. The hypervisor writes the name with the clone itself, before
+// any tag, so the sweeper can find a clone whose configuration never
+// happened; the MAC makes the name a proof that this install cloned this
+// VM id (docs/security.md, "Orphans: VMs, ISOs, runners"). The result is
+// at most 56 characters, a legal DNS label.
+func (s *Signer) VMName(vmid int) string {
+	return fmt.Sprintf("%s%s-%d-%s", TagOperatorPrefix, s.operatorID, vmid, s.nameMAC(vmid))
+}
+
+// VerifyVMName reports whether name is the name VMName gives the VM with
+// id vmid. A name copied to another VM id, written by another install or
+// guessed does not verify.
+func (s *Signer) VerifyVMName(name string, vmid int) bool {
+	return hmac.Equal([]byte(strings.ToLower(strings.TrimSpace(name))), []byte(s.VMName(vmid)))
+}
+
+func (s *Signer) nameMAC(vmid int) string {
+	mac := hmac.New(sha256.New, s.key)
+	// Domain-separated from the block signature, whose lines never start
+	// with this prefix.
+	fmt.Fprintf(mac, "vm-name\x00%s\x00%d", s.operatorID, vmid)
+	return hex.EncodeToString(mac.Sum(nil))[:vmNameMACLength]
 }

@@ -3,6 +3,7 @@ package ownership
 import (
 	"bytes"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -160,3 +161,47 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+// TestVMNameProvesTheInstallAndTheVMID: the clone name verifies only for
+// the VM id and the install (id and key) it was made for, and is a legal
+// DNS label even for the longest operator id and VM id.
+func TestVMNameProvesTheInstallAndTheVMID(t *testing.T) {
+	s := testSigner(t, "prod-1", 7)
+	name := s.VMName(1234)
+	if !strings.HasPrefix(name, "hf-prod-1-1234-") {
+		t.Errorf("name %q does not start with the install's prefix and the VM id", name)
+	}
+	if !s.VerifyVMName(name, 1234) {
+		t.Fatalf("own name %q does not verify", name)
+	}
+	if !s.VerifyVMName(strings.ToUpper(name), 1234) {
+		t.Errorf("name in upper case does not verify (the hypervisor may change case)")
+	}
+	sameIDOtherKey := testSigner(t, "prod-1", 8)
+	otherID := testSigner(t, "prod-2", 7)
+	cases := map[string]struct {
+		signer *Signer
+		name   string
+		vmid   int
+	}{
+		"copied to another VM id":   {s, name, 1235},
+		"other key, same id":        {sameIDOtherKey, name, 1234},
+		"other install id":          {otherID, name, 1234},
+		"prefix without MAC":        {s, "hf-prod-1-1234", 1234},
+		"MAC changed":               {s, name[:len(name)-1] + string("0123456789abcdef"[(strings.IndexByte("0123456789abcdef", name[len(name)-1])+1)%16]), 1234},
+		"a claim's hostname":        {s, "runner-abc", 1234},
+		"forged by another key":     {s, sameIDOtherKey.VMName(1234), 1234},
+		"other install's own clone": {s, otherID.VMName(1234), 1234},
+	}
+	for what, c := range cases {
+		if c.signer.VerifyVMName(c.name, c.vmid) {
+			t.Errorf("%s: %q verifies for VM %d", what, c.name, c.vmid)
+		}
+	}
+	long := testSigner(t, strings.Repeat("a", 30), 7).VMName(999999999)
+	if len(long) > 63 || !regexpDNSLabel.MatchString(long) {
+		t.Errorf("longest name %q (%d characters) is not a DNS label", long, len(long))
+	}
+}
+
+var regexpDNSLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)

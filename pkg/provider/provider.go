@@ -339,6 +339,12 @@ type VMSummary struct {
 	// OperatorTagged says the VM carries this install's tag: a candidate
 	// for ownership, not a proof.
 	OperatorTagged bool
+	// InstallNamed says the VM's name is the one this install gives a
+	// clone of this VM id until it is configured (ownership.Signer.VMName,
+	// keyed by the install's secret): the VM was cloned by this install
+	// and has not been configured, so it carries no tag yet. The orphan
+	// sweep uses it to find clones whose configuration never happened.
+	InstallNamed bool
 	// Uptime is how long the VM has run, zero when stopped.
 	Uptime time.Duration
 }

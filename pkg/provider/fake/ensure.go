@@ -148,7 +148,10 @@ func (p *Provider) cloneStep(s *session, spec *provider.VMSpec, res *provider.En
 			onNode, node, onStorage, slot)), nil
 	}
 	params := cloneParams{
-		newid: vmid, name: spec.Name, description: p.signer.Description(spec.Description, p.record(owner, vmid)),
+		// The install-keyed name until the configuration renames the VM
+		// with its tags, as the Proxmox provider does: a clone is findable
+		// by the orphan sweep before it carries a tag.
+		newid: vmid, name: p.signer.VMName(vmid), description: p.signer.Description(spec.Description, p.record(owner, vmid)),
 		pool: spec.Source.ResourcePool, full: !spec.Source.Linked, target: node,
 	}
 	if params.full {
@@ -339,6 +342,9 @@ func (p *Provider) guestAddresses(s *session, node string, vmid int) ([]string, 
 // hardwareChange is what must change on a VM to match spec.
 func (p *Provider) hardwareChange(spec *provider.VMSpec, conf vmConfig) configChange {
 	var c configChange
+	if conf.name != spec.Name {
+		c.name = &spec.Name
+	}
 	if spec.CPUCores > 0 && spec.CPUCores != conf.cores {
 		v := spec.CPUCores
 		c.cores = &v

@@ -34,6 +34,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"EnsureVM/CloneSlotsPerNode", testCloneSlots},
 		{"EnsureVM/GuestPowerOffIsStopped", testGuestPowerOff},
 		{"EnsureVM/VMIDRangeExhausted", testRangeExhausted},
+		{"EnsureVM/UnconfiguredCloneIsFindable", testUnconfiguredCloneFindable},
 		{"GetVM", testGetVM},
 		{"ListVMs", testListVMs},
 		{"SetPower", testSetPower},
@@ -939,4 +940,52 @@ func testCopiedMarker(t *testing.T, h *Harness) {
 		t.Errorf("deleting A's VM took B's VM with it: %v", err)
 	}
 	expectNoVM(t, h, h.Provider, a)
+}
+
+// testUnconfiguredCloneFindable: a clone carries the install's keyed name
+// (ownership.Signer.VMName) from the moment the hypervisor names it until
+// the configuration gives it its tags and its spec name, so the orphan
+// sweep finds a clone whose configuration never happens.
+func testUnconfiguredCloneFindable(t *testing.T, h *Harness) {
+	s := spec(h.Template, 1)
+	d := newDrive(t, h, h.Provider, s)
+	res := d.toPhase(provider.PhaseConfiguring)
+	vmid := res.Progress.VMID
+	vm, err := h.Provider.GetVM(t.Context(), res.Progress.VMRef())
+	if err != nil {
+		t.Fatalf("GetVM of the unconfigured clone: %v", err)
+	}
+	if vm.OperatorTagged || !vm.InstallNamed || vm.Name != h.Signer.VMName(vmid) {
+		t.Errorf("unconfigured clone: name %q, tagged %v, install-named %v; want the name %q, install-named and no tag yet",
+			vm.Name, vm.OperatorTagged, vm.InstallNamed, h.Signer.VMName(vmid))
+	}
+	// The batch listing of a restarted operator shows it too.
+	h.Advance(settleTime)
+	listed := false
+	for _, v := range listVMs(t, h.NewProvider(t, nil)) {
+		if v.VMID == vmid {
+			listed = v.InstallNamed && !v.OperatorTagged
+		}
+	}
+	if !listed {
+		t.Errorf("ListVMs does not show VM %d as install-named and untagged", vmid)
+	}
+	res = d.toPhase(provider.PhaseRunning)
+	vm, err = h.Provider.GetVM(t.Context(), res.Progress.VMRef())
+	if err != nil {
+		t.Fatalf("GetVM of the running VM: %v", err)
+	}
+	if !vm.OperatorTagged || vm.InstallNamed || vm.Name != s.Name {
+		t.Errorf("configured VM: name %q, tagged %v, install-named %v; want %q, tagged, not install-named",
+			vm.Name, vm.OperatorTagged, vm.InstallNamed, s.Name)
+	}
+}
+
+func listVMs(t *testing.T, p provider.Provider) []provider.VMSummary {
+	t.Helper()
+	vms, err := p.ListVMs(t.Context())
+	if err != nil {
+		t.Fatalf("ListVMs: %v", err)
+	}
+	return vms
 }
