@@ -25,6 +25,8 @@ package provider
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 )
 
@@ -79,6 +81,46 @@ type Provider interface {
 	// SetPower asks for a power state change on an owned VM and returns the
 	// hypervisor task, or nil when the VM is already in that state.
 	SetPower(ctx context.Context, owner Owner, ref VMRef, action PowerAction) (*Task, error)
+
+	// ListCloudInitMedia lists, on every online node, the cloud-init media
+	// whose names say this install wrote them (for Proxmox the NoCloud ISO
+	// files hf-<operator id>-<vmid>-<owner digest>.iso on the ISO
+	// storage). A listed medium may well be in use: the orphan sweep
+	// decides, from the claims, which ones are stray.
+	ListCloudInitMedia(ctx context.Context) ([]CloudInitMedium, error)
+
+	// DeleteCloudInitMedium advances the deletion of one listed medium by
+	// at most one hypervisor operation and returns Done once it is gone.
+	// It re-checks first: a medium whose VM id is being cloned, or holds a
+	// VM whose ownership marker verifies for an owner with the medium's
+	// OwnerDigest, or that a VM has attached, is that VM's and goes with
+	// it: DeleteCloudInitMedium returns ErrInUse and deletes nothing. A
+	// medium whose name is not this install's is never touched (ErrNotOwned).
+	DeleteCloudInitMedium(ctx context.Context, m CloudInitMedium) (*DeleteResult, error)
+}
+
+// CloudInitMedium is one cloud-init medium (for Proxmox a NoCloud ISO
+// file) named by this install's scheme.
+type CloudInitMedium struct {
+	// ID is the hypervisor's id of the medium (for Proxmox the volume id,
+	// "<storage>:iso/<file>").
+	ID string
+	// Node is the node it was listed on (files of node-local storages
+	// exist per node).
+	Node string
+	// VMID is the VM id it was written for.
+	VMID int
+	// OwnerDigest is OwnerDigest of the UID of the claim it was written
+	// for.
+	OwnerDigest string
+}
+
+// OwnerDigest is the short digest of an owner's UID that names of per-VM
+// artifacts carry (12 hex characters of its SHA-256): enough to tell the
+// claims of one install apart, and it keeps the UID itself out of names.
+func OwnerDigest(uid string) string {
+	sum := sha256.Sum256([]byte(uid))
+	return hex.EncodeToString(sum[:6])
 }
 
 // ClusterInfo is what Probe reports.

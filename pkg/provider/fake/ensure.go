@@ -472,10 +472,12 @@ func (p *Provider) locate(s *session, ref provider.VMRef) (string, vmConfig, err
 	return "", vmConfig{}, errNoVM
 }
 
-// isoFile names owner's ISO for vmid. The claim's UID is in the name, so a
-// VM id reused by another claim never makes one claim delete another's ISO.
+// isoFile names owner's ISO for vmid as the Proxmox provider does: the
+// install, the VM id and the digest of the claim's UID are in the name, so
+// a VM id reused by another claim never makes one claim delete another's
+// ISO, and the orphan sweep recognises the install's files.
 func (p *Provider) isoFile(vmid int, uid string) string {
-	return fileNameRE.ReplaceAllString(fmt.Sprintf("hf-%d-%s.iso", vmid, uid), "_")
+	return fmt.Sprintf("hf-%s-%d-%s.iso", p.signer.OperatorID(), vmid, provider.OwnerDigest(uid))
 }
 
 func (p *Provider) isoVolume(vmid int, uid string) string {

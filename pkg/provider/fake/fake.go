@@ -61,6 +61,8 @@ const (
 	MethodListVMs          Method = "ListVMs"
 	MethodGetVM            Method = "GetVM"
 	MethodSetPower         Method = "SetPower"
+	MethodListMedia        Method = "ListCloudInitMedia"
+	MethodDeleteMedium     Method = "DeleteCloudInitMedium"
 )
 
 // Op names one API-like call of the simulated cluster, for FailNextOp and

@@ -35,6 +35,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"EnsureVM/GuestPowerOffIsStopped", testGuestPowerOff},
 		{"EnsureVM/VMIDRangeExhausted", testRangeExhausted},
 		{"EnsureVM/UnconfiguredCloneIsFindable", testUnconfiguredCloneFindable},
+		{"CloudInitMedia/StrayListedAndDeleted", testStrayMedia},
 		{"GetVM", testGetVM},
 		{"ListVMs", testListVMs},
 		{"SetPower", testSetPower},
@@ -988,4 +989,72 @@ func listVMs(t *testing.T, p provider.Provider) []provider.VMSummary {
 		t.Fatalf("ListVMs: %v", err)
 	}
 	return vms
+}
+
+// testStrayMedia: the install's cloud-init media are listed with the VM id
+// and owner digest they were written for; one whose VM still verifies for
+// its owner is in use and never deleted; once that VM no longer proves it
+// (here its marker is overwritten) the medium is deleted, and reported
+// Done only once it is gone. A medium named for another install is never
+// touched.
+func testStrayMedia(t *testing.T, h *Harness) {
+	s := spec(h.Template, 1)
+	d := newDrive(t, h, h.Provider, s)
+	res := d.toPhase(provider.PhaseConfiguring) // the upload is under way
+	vmid := res.Progress.VMID
+	h.Advance(settleTime) // the upload finishes; nothing attaches it
+	medium := func(p provider.Provider) (provider.CloudInitMedium, bool) {
+		t.Helper()
+		media, err := p.ListCloudInitMedia(t.Context())
+		if err != nil {
+			t.Fatalf("ListCloudInitMedia: %v", err)
+		}
+		for _, m := range media {
+			if m.VMID == vmid {
+				return m, true
+			}
+		}
+		return provider.CloudInitMedium{}, false
+	}
+	m, ok := medium(h.NewProvider(t, nil))
+	if !ok {
+		t.Fatalf("ListCloudInitMedia does not list the medium of VM %d", vmid)
+	}
+	if m.OwnerDigest != provider.OwnerDigest(s.Owner.UID) || m.ID == "" || m.Node == "" {
+		t.Errorf("medium %+v: want owner digest %s, an id and a node", m, provider.OwnerDigest(s.Owner.UID))
+	}
+	if _, err := h.Provider.DeleteCloudInitMedium(t.Context(), m); !errors.Is(err, provider.ErrInUse) {
+		t.Fatalf("DeleteCloudInitMedium of the medium of a VM that verifies for its owner: %v, want ErrInUse", err)
+	}
+	other := m
+	other.ID = strings.Replace(m.ID, "hf-"+h.Signer.OperatorID()+"-", "hf-other-install-", 1)
+	if _, err := h.Provider.DeleteCloudInitMedium(t.Context(), other); !errors.Is(err, provider.ErrNotOwned) {
+		t.Errorf("DeleteCloudInitMedium of another install's name %q: %v, want ErrNotOwned", other.ID, err)
+	}
+	if _, ok := medium(h.Provider); !ok {
+		t.Fatal("the medium in use is gone after a refused deletion")
+	}
+
+	h.SetDescription(t, vmid, "taken over by an admin")
+	p := h.NewProvider(t, nil)
+	for i := 0; ; i++ {
+		if i > maxSteps {
+			t.Fatal("the stray medium is never deleted")
+		}
+		r, err := p.DeleteCloudInitMedium(t.Context(), m)
+		if err != nil {
+			t.Fatalf("DeleteCloudInitMedium of a stray medium: %v", err)
+		}
+		_, listed := medium(p)
+		if r.Done {
+			if listed {
+				t.Fatal("DeleteCloudInitMedium reports Done while the medium is still listed")
+			}
+			break
+		}
+		h.Advance(max(r.RetryAfter, time.Second))
+	}
+	if _, listed := medium(h.NewProvider(t, nil)); listed {
+		t.Error("the deleted medium is still listed")
+	}
 }
