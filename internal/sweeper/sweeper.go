@@ -48,8 +48,9 @@ type Sweeper struct {
 	DryRun bool
 
 	mu       sync.Mutex
-	orphans  map[string]*orphan // by cluster/vmid
-	reported map[string]bool    // foreign VMs already logged
+	orphans  map[string]*orphan      // by cluster/vmid
+	reported map[string]bool         // foreign VMs already logged
+	media    map[string]*strayMedium // by cluster/node/medium id
 }
 
 type orphan struct {
@@ -57,6 +58,9 @@ type orphan struct {
 	owner     provider.Owner
 	progress  provider.Progress
 	counted   bool
+	// deleting is set once DeleteVM was called: the deletion is finished
+	// even after the VM has left the listing.
+	deleting bool
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -95,6 +99,7 @@ func (s *Sweeper) defaults() {
 	if s.orphans == nil {
 		s.orphans = map[string]*orphan{}
 		s.reported = map[string]bool{}
+		s.media = map[string]*strayMedium{}
 	}
 }
 
@@ -112,10 +117,35 @@ func (s *Sweeper) SweepAll(ctx context.Context) {
 			inUse[key(ref.HypervisorCluster, int(ref.VMID))] = true
 		}
 	}
+	live := claimDigests(claims.Items)
+	confirm := s.confirmDigests()
 	for _, name := range s.Registry.Names() {
 		if err := s.Sweep(ctx, name, inUse); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Orphan sweep failed", "HypervisorCluster", name)
 		}
+		if p, health, ok := s.Registry.Provider(name); ok && health.Ready {
+			if err := s.sweepMedia(ctx, name, p, live, func() (map[string]bool, error) { return confirm(ctx) }); err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "Cloud-init ISO sweep failed", "HypervisorCluster", name)
+			}
+		}
+	}
+}
+
+// confirmDigests returns a function that lists the claims from the API
+// server, not the cache, at most once per sweep and only when something is
+// about to be deleted, and returns their owner digests.
+func (s *Sweeper) confirmDigests() func(context.Context) (map[string]bool, error) {
+	var digests map[string]bool
+	return func(ctx context.Context) (map[string]bool, error) {
+		if digests != nil {
+			return digests, nil
+		}
+		var claims hfv1.MachineClaimList
+		if err := s.APIReader.List(ctx, &claims); err != nil {
+			return nil, fmt.Errorf("list MachineClaims from the API server: %w", err)
+		}
+		digests = claimDigests(claims.Items)
+		return digests, nil
 	}
 }
 
@@ -131,7 +161,9 @@ func (s *Sweeper) Sweep(ctx context.Context, cluster string, inUse map[string]bo
 	live := map[string]bool{}
 	for _, vm := range listing.VMs {
 		k := key(cluster, vm.VMID)
-		if !vm.OperatorTagged || vm.Template || inUse[k] {
+		// A configured VM carries the install's tag; a clone that was never
+		// configured carries only the install's keyed name.
+		if !(vm.OperatorTagged || vm.InstallNamed) || vm.Template || inUse[k] {
 			continue
 		}
 		live[k] = true
@@ -150,14 +182,27 @@ func (s *Sweeper) Sweep(ctx context.Context, cluster string, inUse map[string]bo
 			log.Error(err, "Remove orphaned VM", "vmid", vm.VMID)
 		}
 	}
-	// Forget orphans that disappeared or were adopted.
+	// An orphan whose deletion this sweeper started leaves the listing
+	// once destroyed, before its ISO is gone and before DeleteVM reports
+	// Done: finish it. Forget the others that disappeared or were adopted.
+	var unfinished []*orphan
 	s.mu.Lock()
-	for k := range s.orphans {
-		if len(k) > len(cluster) && k[:len(cluster)+1] == cluster+"/" && !live[k] {
-			delete(s.orphans, k)
+	for k, o := range s.orphans {
+		if len(k) <= len(cluster) || k[:len(cluster)+1] != cluster+"/" || live[k] {
+			continue
 		}
+		if o.deleting && !s.DryRun {
+			unfinished = append(unfinished, o)
+			continue
+		}
+		delete(s.orphans, k)
 	}
 	s.mu.Unlock()
+	for _, o := range unfinished {
+		if err := s.remove(ctx, p, cluster, o.progress.VMID, o); err != nil {
+			log.Error(err, "Remove orphaned VM", "vmid", o.progress.VMID)
+		}
+	}
 	return nil
 }
 
@@ -182,8 +227,15 @@ func (s *Sweeper) candidate(ctx context.Context, p provider.Provider, cluster st
 		s.reported[k] = true
 		s.mu.Unlock()
 		if first {
-			log.Info("VM carries this install's tag but its ownership marker does not verify; never touching it",
-				"vmid", summary.VMID, "reason", fmt.Sprint(vm.OwnershipError))
+			what := "VM carries this install's tag"
+			if vm.InstallNamed {
+				// Proof enough that this install cloned it, yet not of
+				// which claim it is for: without the claim nothing says it
+				// is an orphan, so it is reported and left to an admin.
+				what = "VM carries this install's clone name"
+			}
+			log.Info(what+" but its ownership marker does not verify; never touching it",
+				"vmid", summary.VMID, "name", vm.Name, "reason", fmt.Sprint(vm.OwnershipError))
 		}
 		return nil, nil
 	}
@@ -216,7 +268,9 @@ func (s *Sweeper) remove(ctx context.Context, p provider.Provider, cluster strin
 	if err != nil {
 		return err
 	}
-	o.progress = res.Progress
+	s.mu.Lock()
+	o.progress, o.deleting = res.Progress, true
+	s.mu.Unlock()
 	if !res.Done {
 		return nil
 	}
