@@ -290,3 +290,51 @@ func (s *Signer) nameMAC(vmid int) string {
 	fmt.Fprintf(mac, "vm-name\x00%s\x00%d", s.operatorID, vmid)
 	return hex.EncodeToString(mac.Sum(nil))[:vmNameMACLength]
 }
+
+// Runner names.
+const (
+	// MaxRunnerNameLength is the longest runner name the CI platforms
+	// accept (GitHub: 64).
+	MaxRunnerNameLength = 64
+	// runnerMACLength is how many hex characters of the runner-name HMAC
+	// a name carries (40 bits).
+	runnerMACLength = 10
+	// RunnerMarkLength is how many characters RunnerName appends.
+	RunnerMarkLength = runnerMACLength + 1
+)
+
+// RunnerName marks a runner name as this install's: base (shortened, and
+// stripped of trailing '-', to fit) followed by '-' and an HMAC, keyed by
+// the install's secret, over the operator id and the shortened base. The
+// orphan sweep removes only runners whose name verifies, so a runner
+// someone else registered, or named after this install's scheme without
+// its key, is never touched (docs/security.md, "Orphans: VMs, ISOs,
+// runners"). The same base always gives the same name.
+func (s *Signer) RunnerName(base string) string {
+	limit := MaxRunnerNameLength - RunnerMarkLength
+	if len(base) > limit {
+		base = base[:limit]
+	}
+	base = strings.TrimRight(base, "-")
+	return base + "-" + s.runnerMAC(base)
+}
+
+// VerifyRunnerName reports whether name is a RunnerName of this install,
+// and returns its base.
+func (s *Signer) VerifyRunnerName(name string) (string, bool) {
+	i := strings.LastIndexByte(name, '-')
+	if i <= 0 || len(name)-i-1 != runnerMACLength {
+		return "", false
+	}
+	base := name[:i]
+	if !hmac.Equal([]byte(name[i+1:]), []byte(s.runnerMAC(base))) {
+		return "", false
+	}
+	return base, true
+}
+
+func (s *Signer) runnerMAC(base string) string {
+	mac := hmac.New(sha256.New, s.key)
+	fmt.Fprintf(mac, "runner-name\x00%s\x00%s", s.operatorID, base)
+	return hex.EncodeToString(mac.Sum(nil))[:runnerMACLength]
+}

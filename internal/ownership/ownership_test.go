@@ -205,3 +205,42 @@ func TestVMNameProvesTheInstallAndTheVMID(t *testing.T) {
 }
 
 var regexpDNSLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// TestRunnerNameProvesTheInstall: a marked runner name verifies only with
+// the install's id and key, keeps within the platform's length limit, and
+// an edited, forged or unmarked name does not verify.
+func TestRunnerNameProvesTheInstall(t *testing.T) {
+	s := testSigner(t, "prod-1", 7)
+	name := s.RunnerName("runner-abc-6f1c9a2e")
+	if !strings.HasPrefix(name, "runner-abc-6f1c9a2e-") || len(name) > MaxRunnerNameLength {
+		t.Errorf("name %q", name)
+	}
+	if name != s.RunnerName("runner-abc-6f1c9a2e") {
+		t.Error("the same base gives another name")
+	}
+	if base, ok := s.VerifyRunnerName(name); !ok || base != "runner-abc-6f1c9a2e" {
+		t.Fatalf("own name %q: base %q, verified %v", name, base, ok)
+	}
+	long := s.RunnerName(strings.Repeat("a", 60) + "-" + strings.Repeat("b", 20))
+	if len(long) > MaxRunnerNameLength {
+		t.Errorf("long name %q has %d characters", long, len(long))
+	}
+	if _, ok := s.VerifyRunnerName(long); !ok {
+		t.Errorf("shortened name %q does not verify", long)
+	}
+	for what, c := range map[string]struct {
+		signer *Signer
+		name   string
+	}{
+		"other key":        {testSigner(t, "prod-1", 8), name},
+		"other install id": {testSigner(t, "prod-2", 7), name},
+		"base edited":      {s, strings.Replace(name, "abc", "abd", 1)},
+		"unmarked":         {s, "runner-abc-6f1c9a2e"},
+		"no base":          {s, name[strings.LastIndexByte(name, '-'):]},
+		"forged":           {s, testSigner(t, "prod-1", 8).RunnerName("runner-abc-6f1c9a2e")},
+	} {
+		if _, ok := c.signer.VerifyRunnerName(c.name); ok {
+			t.Errorf("%s: %q verifies", what, c.name)
+		}
+	}
+}

@@ -27,6 +27,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -46,11 +47,18 @@ type Sweeper struct {
 	GracePeriod time.Duration
 	// DryRun reports orphans without destroying them.
 	DryRun bool
+	// Signer verifies the install's runner names; with Runners it enables
+	// the runner sweep.
+	Signer *ownership.Signer
+	// Runners lists the CI scopes whose runners are swept; nil sweeps no
+	// runners.
+	Runners RunnerScopes
 
 	mu       sync.Mutex
-	orphans  map[string]*orphan      // by cluster/vmid
-	reported map[string]bool         // foreign VMs already logged
-	media    map[string]*strayMedium // by cluster/node/medium id
+	orphans  map[string]*orphan       // by cluster/vmid
+	reported map[string]bool          // foreign VMs already logged
+	media    map[string]*strayMedium  // by cluster/node/medium id
+	runners  map[string]*orphanRunner // by scope/runner name
 }
 
 type orphan struct {
@@ -100,6 +108,7 @@ func (s *Sweeper) defaults() {
 		s.orphans = map[string]*orphan{}
 		s.reported = map[string]bool{}
 		s.media = map[string]*strayMedium{}
+		s.runners = map[string]*orphanRunner{}
 	}
 }
 
@@ -118,34 +127,42 @@ func (s *Sweeper) SweepAll(ctx context.Context) {
 		}
 	}
 	live := claimDigests(claims.Items)
-	confirm := s.confirmDigests()
+	confirm := s.confirmClaims(ctx)
+	confirmDigests := func() (map[string]bool, error) {
+		claims, err := confirm()
+		if err != nil {
+			return nil, err
+		}
+		return claimDigests(claims), nil
+	}
 	for _, name := range s.Registry.Names() {
 		if err := s.Sweep(ctx, name, inUse); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Orphan sweep failed", "HypervisorCluster", name)
 		}
 		if p, health, ok := s.Registry.Provider(name); ok && health.Ready {
-			if err := s.sweepMedia(ctx, name, p, live, func() (map[string]bool, error) { return confirm(ctx) }); err != nil {
+			if err := s.sweepMedia(ctx, name, p, live, confirmDigests); err != nil {
 				ctrl.LoggerFrom(ctx).Error(err, "Cloud-init ISO sweep failed", "HypervisorCluster", name)
 			}
 		}
 	}
+	s.sweepRunners(ctx, runnersOf(claims.Items), confirm)
 }
 
-// confirmDigests returns a function that lists the claims from the API
+// confirmClaims returns a function that lists the claims from the API
 // server, not the cache, at most once per sweep and only when something is
-// about to be deleted, and returns their owner digests.
-func (s *Sweeper) confirmDigests() func(context.Context) (map[string]bool, error) {
-	var digests map[string]bool
-	return func(ctx context.Context) (map[string]bool, error) {
-		if digests != nil {
-			return digests, nil
+// about to be deleted: a claim created a moment ago is never missed.
+func (s *Sweeper) confirmClaims(ctx context.Context) func() ([]hfv1.MachineClaim, error) {
+	var claims *hfv1.MachineClaimList
+	return func() ([]hfv1.MachineClaim, error) {
+		if claims != nil {
+			return claims.Items, nil
 		}
-		var claims hfv1.MachineClaimList
-		if err := s.APIReader.List(ctx, &claims); err != nil {
+		var list hfv1.MachineClaimList
+		if err := s.APIReader.List(ctx, &list); err != nil {
 			return nil, fmt.Errorf("list MachineClaims from the API server: %w", err)
 		}
-		digests = claimDigests(claims.Items)
-		return digests, nil
+		claims = &list
+		return claims.Items, nil
 	}
 }
 

@@ -55,9 +55,13 @@ type world struct {
 	events  *record.FakeRecorder
 	sweeper *Sweeper
 	dryRun  bool
-	// removedVMs and removedMedia are what the sweeper reported removed.
-	removedVMs   []int
-	removedMedia []string
+	// ci are the CI platform scopes whose runners are swept.
+	ci []*fakeCI
+	// removedVMs, removedMedia and removedRunners are what the sweeper
+	// reported removed.
+	removedVMs     []int
+	removedMedia   []string
+	removedRunners []string
 }
 
 func newWorld(t *testing.T, dryRun bool) *world {
@@ -111,7 +115,19 @@ func (w *world) restart() {
 	}
 	reg.SetHealth(w.cluster, hypervisors.Health{Ready: true}, w.clock.Now())
 	w.sweeper = &Sweeper{Client: w.kube, APIReader: w.kube, Registry: reg, Recorder: w.events, Clock: w.clock,
-		GracePeriod: grace, DryRun: w.dryRun}
+		GracePeriod: grace, DryRun: w.dryRun, Signer: w.signer, Runners: w}
+}
+
+// RunnerScopes implements RunnerScopes with the world's CI scopes.
+func (w *world) RunnerScopes(context.Context) ([]RunnerScope, error) {
+	var out []RunnerScope
+	for _, ci := range w.ci {
+		out = append(out, RunnerScope{Key: w.cluster + "-" + ci.scope.String(), Provider: ci,
+			EventObject: &hfv1.RunnerPool{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "pool"}}})
+		// The same scope reached through a second pool is swept once.
+		out = append(out, out[len(out)-1])
+	}
+	return out, nil
 }
 
 // claim creates a MachineClaim and returns the Owner its VM carries.
@@ -189,9 +205,10 @@ func (w *world) sweep() {
 }
 
 var (
-	vmRemovedRE    = regexp.MustCompile(`^Normal OrphanRemoved Destroyed orphaned VM (\d+) `)
-	mediumRemoved  = regexp.MustCompile(`^Normal OrphanISORemoved Deleted stray cloud-init ISO (\S+) on node `)
-	removalReasons = regexp.MustCompile(`Removed `)
+	vmRemovedRE     = regexp.MustCompile(`^Normal OrphanRemoved Destroyed orphaned VM (\d+) `)
+	mediumRemoved   = regexp.MustCompile(`^Normal OrphanISORemoved Deleted stray cloud-init ISO (\S+) on node `)
+	runnerRemovedRE = regexp.MustCompile(`^Normal OrphanRunnerRemoved Removed runner (\S+) `)
+	removalReasons  = regexp.MustCompile(`Removed `)
 )
 
 // checkEvent fails the test when an event reports removed what exists.
@@ -209,6 +226,14 @@ func (w *world) checkEvent(e string) {
 			w.t.Errorf("reported removed, still exists: %s", e)
 		}
 		w.removedMedia = append(w.removedMedia, m[1])
+	}
+	if m := runnerRemovedRE.FindStringSubmatch(e); m != nil {
+		for _, ci := range w.ci {
+			if _, exists := ci.byName(m[1]); exists {
+				w.t.Errorf("reported removed, still exists: %s", e)
+			}
+		}
+		w.removedRunners = append(w.removedRunners, m[1])
 	}
 	if w.dryRun && removalReasons.MatchString(e) {
 		w.t.Errorf("dry-run reported a removal: %s", e)
