@@ -1,14 +1,21 @@
-// Package sweeper finds and removes orphaned VMs: VMs whose ownership
-// marker proves this HyperFleet install created them but whose MachineClaim
-// no longer exists (seed 001 section 8A, seed Property 26).
+// Package sweeper finds and removes what deleted MachineClaims left
+// behind: orphaned VMs, stray cloud-init ISOs and orphaned CI runners
+// (seed 001 section 8A, seed Property 26; docs/security.md, "Orphans:
+// VMs, ISOs, runners").
 //
 // A VM is destroyed only when all of these hold: it carries this install's
-// tag (cheap pre-selection from the batch listing), its signed description
-// block verifies for its own VM id, no claim in the cache points at it, the
-// claim named in the block does not exist (or has another UID) when read
-// directly from the API server, and it has been seen orphaned for longer
-// than the grace period. Foreign VMs, forged or copied markers and templates
-// are never touched. In dry-run mode the sweeper only reports.
+// tag, or the install's keyed clone name (a clone never configured), in the
+// batch listing; its signed description block verifies for its own VM id;
+// no claim in the cache points at it; the claim named in the block does not
+// exist (or has another UID) when read directly from the API server; and it
+// has been seen orphaned for longer than the grace period. Foreign VMs,
+// forged or copied markers and templates are never touched.
+//
+// An ISO (media.go) and a runner (runners.go) are removed under the same
+// rules: a name only this install writes, no claim in the cache nor on the
+// API server, the grace period; the provider re-checks an ISO against its
+// VM before deleting it. Removals are reported only once the thing is gone.
+// In dry-run mode the sweeper only reports.
 package sweeper
 
 import (

@@ -209,7 +209,9 @@ type Owner struct {
 // VMSpec is everything that shapes one VM.
 type VMSpec struct {
 	Owner Owner
-	// Name is the VM's name on the hypervisor and its hostname (a DNS label).
+	// Name is the VM's name on the hypervisor once it is configured, and its
+	// hostname (a DNS label). Until then a clone carries the install's keyed
+	// name (ownership.Signer.VMName; see VMSummary.InstallNamed).
 	Name string
 	// Description is free text placed above the ownership marker.
 	Description string
