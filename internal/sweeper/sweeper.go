@@ -20,6 +20,7 @@ package sweeper
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -289,6 +290,16 @@ func (s *Sweeper) candidate(ctx context.Context, p provider.Provider, cluster st
 // remove advances the deletion of an orphan by one step per sweep.
 func (s *Sweeper) remove(ctx context.Context, p provider.Provider, cluster string, vmid int, o *orphan) error {
 	res, err := p.DeleteVM(ctx, o.owner, o.progress)
+	if errors.Is(err, provider.ErrNotOwned) {
+		// The VM at that id no longer proves it is the orphan's (its marker
+		// was changed, or the id was taken by another VM): nothing of ours
+		// is there to remove, and nothing is reported removed.
+		s.mu.Lock()
+		delete(s.orphans, key(cluster, vmid))
+		s.mu.Unlock()
+		ctrl.LoggerFrom(ctx).Info("Orphaned VM no longer verifies; leaving it", "vmid", vmid, "HypervisorCluster", cluster, "reason", err.Error())
+		return nil
+	}
 	if err != nil {
 		return err
 	}

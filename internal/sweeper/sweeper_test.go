@@ -508,3 +508,32 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// TestOrphanThatStopsVerifyingIsLeftAlone: an orphan whose marker is
+// replaced before the grace period ends (an administrator took the VM
+// over) is not destroyed and not reported removed; the sweeper stops
+// trying.
+func TestOrphanThatStopsVerifyingIsLeftAlone(t *testing.T) {
+	w := newWorld(t, false)
+	victim := w.claim("victim")
+	prog := w.untilUpload(victim)
+	w.restart()
+	w.deleteClaim(victim)
+	w.sweepFor(grace / 2)
+	if got := w.sweeper.Orphans(); len(got) != 1 {
+		t.Fatalf("orphans %v, want the victim's VM", got)
+	}
+	if err := w.hv.SetDescription(prog.VMID, "kept by an admin for debugging"); err != nil {
+		t.Fatal(err)
+	}
+	w.sweepFor(3 * grace)
+	if _, ok := w.hv.VM(prog.VMID); !ok {
+		t.Fatal("the VM that no longer verifies was destroyed")
+	}
+	if len(w.removedVMs) != 0 {
+		t.Errorf("reported removed %v", w.removedVMs)
+	}
+	if got := w.sweeper.Orphans(); len(got) != 0 {
+		t.Errorf("still tracked as orphans: %v", got)
+	}
+}
