@@ -43,7 +43,7 @@ type contentEntry struct {
 }
 
 // ListCloudInitMedia implements provider.Provider: GET /nodes, then the
-// ISO storage's content on every online node. A shared storage lists the
+// ISO storage's content on every online node VMs may be placed on. A shared storage lists the
 // same files on every node; each is reported once.
 func (p *Provider) ListCloudInitMedia(ctx context.Context) ([]provider.CloudInitMedium, error) {
 	if p.cfg.ISOStorage == "" {
@@ -56,14 +56,15 @@ func (p *Provider) ListCloudInitMedia(ctx context.Context) ([]provider.CloudInit
 	seen := map[string]bool{}
 	var out []provider.CloudInitMedium
 	for _, n := range nodes {
-		if n == nil || n.Status != "online" {
+		// HyperFleet writes ISOs only to nodes it may place VMs on.
+		if n == nil || n.Status != "online" || !p.allowed(n.Node) {
 			continue
 		}
 		var entries []contentEntry
 		err := p.api.call(ctx, http.MethodGet, fmt.Sprintf("/nodes/%s/storage/%s/content", n.Node, p.cfg.ISOStorage),
 			url.Values{"content": {"iso"}}, nil, &entries)
-		if isNotFound(err) {
-			continue // the storage is not available on that node
+		if isNotFound(err) || strings.Contains(apiMessage(err), "is not available on node") {
+			continue // the storage is not on that node
 		}
 		if err != nil {
 			return nil, fmt.Errorf("list the ISO storage %q on node %s: %w", p.cfg.ISOStorage, n.Node, err)
