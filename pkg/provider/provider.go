@@ -82,8 +82,7 @@ type Provider interface {
 	// hypervisor task, or nil when the VM is already in that state.
 	SetPower(ctx context.Context, owner Owner, ref VMRef, action PowerAction) (*Task, error)
 
-	// ListCloudInitMedia lists, on every online node VMs may be placed on
-	// (where the provider writes them), the cloud-init media
+	// ListCloudInitMedia lists, on every online node, the cloud-init media
 	// whose names say this install wrote them (for Proxmox the NoCloud ISO
 	// files hf-<operator id>-<vmid>-<owner digest>.iso on the ISO
 	// storage). A listed medium may well be in use: the orphan sweep

@@ -51,7 +51,7 @@ func (p *Provider) ListCloudInitMedia(ctx context.Context) ([]provider.CloudInit
 	seen := map[string]bool{}
 	var out []provider.CloudInitMedium
 	for _, n := range nodes {
-		if !n.online || !p.allowed(n.name) {
+		if !n.online {
 			continue
 		}
 		vols, err := s.storageContent(n.name, p.cfg.ISOStorage)

@@ -43,7 +43,7 @@ type contentEntry struct {
 }
 
 // ListCloudInitMedia implements provider.Provider: GET /nodes, then the
-// ISO storage's content on every online node VMs may be placed on. A shared storage lists the
+// ISO storage's content on every online node that has it. A shared storage lists the
 // same files on every node; each is reported once.
 func (p *Provider) ListCloudInitMedia(ctx context.Context) ([]provider.CloudInitMedium, error) {
 	if p.cfg.ISOStorage == "" {
@@ -56,8 +56,9 @@ func (p *Provider) ListCloudInitMedia(ctx context.Context) ([]provider.CloudInit
 	seen := map[string]bool{}
 	var out []provider.CloudInitMedium
 	for _, n := range nodes {
-		// HyperFleet writes ISOs only to nodes it may place VMs on.
-		if n == nil || n.Status != "online" || !p.allowed(n.Node) {
+		// Every online node, not only those VMs may be placed on now: the
+		// placement list may have changed since an ISO was written.
+		if n == nil || n.Status != "online" {
 			continue
 		}
 		var entries []contentEntry
