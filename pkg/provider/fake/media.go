@@ -2,6 +2,7 @@ package fake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -101,7 +102,7 @@ func (p *Provider) DeleteCloudInitMedium(ctx context.Context, m provider.CloudIn
 	}
 	_, conf, err := p.locate(s, provider.VMRef{VMID: vmid})
 	switch {
-	case err == errNoVM:
+	case errors.Is(err, errNoVM):
 	case err != nil:
 		return nil, err
 	default:
