@@ -19,6 +19,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	ghworkload "github.com/hyperfleet/hyperfleet/pkg/workload/github"
@@ -44,6 +45,11 @@ type GitHubBootstrap struct {
 	// Transport is the base HTTP transport to GitHub (TLS settings); nil
 	// uses http.DefaultTransport.
 	Transport http.RoundTripper
+	// Signer marks default runner names as this install's
+	// (ownership.Signer.RunnerName), which lets the orphan sweep remove a
+	// runner whose claim is gone; nil leaves names unmarked and the
+	// sweep never touches them.
+	Signer *ownership.Signer
 
 	mu        sync.Mutex
 	providers map[string]cachedWorkload
@@ -76,6 +82,7 @@ func (b *GitHubBootstrap) BootstrapVars(ctx context.Context, claim *hfv1.Machine
 	if err != nil {
 		return err
 	}
+	vars.RunnerName = b.runnerName(claim, vars.RunnerName)
 	spec := workload.RunnerSpec{
 		Name: vars.RunnerName, Labels: labels, Group: vars.RunnerGroup,
 		Method: workload.Method(vars.BootstrapMethod), WorkFolder: vars.RunnerConfig.WorkDir,
@@ -381,4 +388,16 @@ func retryAfterWorkload(err error, now time.Time) (time.Duration, bool) {
 		d = time.Second
 	}
 	return d, ok
+}
+
+// runnerName is the name the claim's runner registers under: a name the
+// claim sets (workloadConfig.github.runnerName) as given, since it is the
+// user's and the orphan sweep must never remove that runner; otherwise the
+// default name marked as this install's (ownership.Signer.RunnerName), so
+// that the sweep can remove the runner once its claim is gone.
+func (b *GitHubBootstrap) runnerName(claim *hfv1.MachineClaim, name string) string {
+	if wc := claim.Spec.WorkloadConfig; b.Signer == nil || wc != nil && wc.GitHub != nil && wc.GitHub.RunnerName != "" {
+		return name
+	}
+	return b.Signer.RunnerName(name)
 }

@@ -137,7 +137,8 @@ func TestGitHubJITRunner(t *testing.T) {
 	f.create(claim)
 	got := waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
 	bs := got.Status.Bootstrap
-	wantName := "gh-runner-" + strings.ReplaceAll(string(got.UID), "-", "")[:8]
+	// The default name, marked as this install's for the orphan sweep.
+	wantName := testSigner.RunnerName("gh-runner-" + strings.ReplaceAll(string(got.UID), "-", "")[:8])
 	if bs == nil || bs.RunnerName != wantName || bs.RunnerID == 0 || bs.CredentialIssuedAt == nil {
 		t.Fatalf("status.bootstrap = %+v, want runner %s with an id", bs, wantName)
 	}

@@ -137,7 +137,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		opts.Clock = clock.RealClock{}
 	}
 	if opts.Bootstrap == nil {
-		opts.Bootstrap = &controller.GitHubBootstrap{Client: mgr.GetClient(), Clock: opts.Clock, Transport: opts.GitHubTransport}
+		opts.Bootstrap = &controller.GitHubBootstrap{Client: mgr.GetClient(), Clock: opts.Clock, Transport: opts.GitHubTransport, Signer: opts.Signer}
 	}
 	if err := controller.SetupIndexes(ctx, mgr); err != nil {
 		return nil, fmt.Errorf("set up field indexes: %w", err)
@@ -241,6 +241,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		if err := mgr.Add(resync); err != nil {
 			return nil, fmt.Errorf("add RunnerPool resync: %w", err)
 		}
+	}
+	sw.Signer = opts.Signer
+	if scopes, ok := opts.Bootstrap.(sweeper.RunnerScopes); ok {
+		sw.Runners = scopes
 	}
 	if err := mgr.Add(sw); err != nil {
 		return nil, fmt.Errorf("add orphan sweeper: %w", err)

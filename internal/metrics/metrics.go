@@ -115,12 +115,40 @@ var (
 		Namespace: namespace, Name: "orphan_vms_removed_total",
 		Help: "Orphaned VMs destroyed by the sweeper (not counted in dry-run mode).",
 	}, []string{"cluster"})
+
+	// OrphanMediaFound counts cloud-init media (ISOs) named by this install
+	// that the sweeper found without a live claim.
+	OrphanMediaFound = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "orphan_isos_found_total",
+		Help: "Cloud-init ISOs named by this install found without a live MachineClaim.",
+	}, []string{"cluster"})
+
+	// OrphanMediaRemoved counts stray cloud-init media the sweeper deleted,
+	// counted once the hypervisor no longer has them.
+	OrphanMediaRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "orphan_isos_removed_total",
+		Help: "Stray cloud-init ISOs deleted by the sweeper, counted once gone (not in dry-run mode).",
+	}, []string{"cluster"})
+
+	// OrphanRunnersFound counts CI runners named by this install whose
+	// claim no longer exists.
+	OrphanRunnersFound = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "orphan_runners_found_total",
+		Help: "CI runners named by this install found without a live MachineClaim.",
+	}, []string{"scope"})
+
+	// OrphanRunnersRemoved counts orphaned runners the sweeper removed.
+	OrphanRunnersRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "orphan_runners_removed_total",
+		Help: "Orphaned CI runners removed by the sweeper (not in dry-run mode).",
+	}, []string{"scope"})
 )
 
 func init() {
 	crmetrics.Registry.MustRegister(
 		ClaimPhaseSeconds, ClaimTransitions, ClaimErrors, ReservationsRejected, PowerOffToDestroyed, CreatedToCloneRequest,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
+		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved,
 	)
 }
 
@@ -152,4 +180,6 @@ func ForgetCluster(cluster string) {
 	OrphansFound.DeleteLabelValues(cluster)
 	OrphansRemoved.DeleteLabelValues(cluster)
 	UnverifiedVMs.DeleteLabelValues(cluster)
+	OrphanMediaFound.DeleteLabelValues(cluster)
+	OrphanMediaRemoved.DeleteLabelValues(cluster)
 }

@@ -28,6 +28,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -392,4 +393,100 @@ func (s *Signer) Verify(description string, vmid int) (Record, error) {
 		return Record{}, ErrBadSignature
 	}
 	return r, nil
+}
+
+// vmNameMACLength is how many hex characters of the name HMAC a VM name
+// carries: 48 bits, so guessing a name that verifies for a given VM id
+// takes about 2^47 attempts, each one a VM the guesser must create.
+const vmNameMACLength = 12
+
+// VMName returns the name a VM of this install carries from its clone
+// request until it is configured: "hf-<operator id>-<vmid>-<mac>", where
+// mac is an HMAC, keyed by the install's secret, over the operator id and
+// the VM id. The hypervisor writes the name with the clone itself, before
+// any tag, so the sweeper can find a clone whose configuration never
+// happened; the MAC makes the name a proof that this install cloned this
+// VM id (docs/security.md, "Orphans: VMs, ISOs, runners"). The result is
+// at most 56 characters, a legal DNS label.
+func (s *Signer) VMName(vmid int) string {
+	return s.vmNameWith(s.keys[s.signingID], vmid)
+}
+
+func (s *Signer) vmNameWith(key []byte, vmid int) string {
+	return fmt.Sprintf("%s%s-%d-%s", TagOperatorPrefix, s.operatorID, vmid, s.nameMAC(key, vmid))
+}
+
+// VerifyVMName reports whether name is the name VMName gives the VM with
+// id vmid. A name copied to another VM id, written by another install or
+// guessed does not verify.
+// Every key of the ring is tried, so a clone named just before a key
+// rotation is still found.
+func (s *Signer) VerifyVMName(name string, vmid int) bool {
+	name = strings.ToLower(strings.TrimSpace(name))
+	for _, key := range s.keys {
+		if hmac.Equal([]byte(name), []byte(s.vmNameWith(key, vmid))) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Signer) nameMAC(key []byte, vmid int) string {
+	mac := hmac.New(sha256.New, key)
+	// Domain-separated from the block signature, whose lines never start
+	// with this prefix.
+	fmt.Fprintf(mac, "vm-name\x00%s\x00%d", s.operatorID, vmid)
+	return hex.EncodeToString(mac.Sum(nil))[:vmNameMACLength]
+}
+
+// Runner names.
+const (
+	// MaxRunnerNameLength is the longest runner name the CI platforms
+	// accept (GitHub: 64).
+	MaxRunnerNameLength = 64
+	// runnerMACLength is how many hex characters of the runner-name HMAC
+	// a name carries (40 bits).
+	runnerMACLength = 10
+	// RunnerMarkLength is how many characters RunnerName appends.
+	RunnerMarkLength = runnerMACLength + 1
+)
+
+// RunnerName marks a runner name as this install's: base (shortened, and
+// stripped of trailing '-', to fit) followed by '-' and an HMAC, keyed by
+// the install's secret, over the operator id and the shortened base. The
+// orphan sweep removes only runners whose name verifies, so a runner
+// someone else registered, or named after this install's scheme without
+// its key, is never touched (docs/security.md, "Orphans: VMs, ISOs,
+// runners"). The same base always gives the same name.
+func (s *Signer) RunnerName(base string) string {
+	limit := MaxRunnerNameLength - RunnerMarkLength
+	if len(base) > limit {
+		base = base[:limit]
+	}
+	base = strings.TrimRight(base, "-")
+	return base + "-" + s.runnerMAC(s.keys[s.signingID], base)
+}
+
+// VerifyRunnerName reports whether name is a RunnerName of this install,
+// and returns its base.
+func (s *Signer) VerifyRunnerName(name string) (string, bool) {
+	i := strings.LastIndexByte(name, '-')
+	if i <= 0 || len(name)-i-1 != runnerMACLength {
+		return "", false
+	}
+	base := name[:i]
+	// Every key of the ring is tried: a runner registered before a key
+	// rotation is still this install's.
+	for _, key := range s.keys {
+		if hmac.Equal([]byte(name[i+1:]), []byte(s.runnerMAC(key, base))) {
+			return base, true
+		}
+	}
+	return "", false
+}
+
+func (s *Signer) runnerMAC(key []byte, base string) string {
+	mac := hmac.New(sha256.New, key)
+	fmt.Fprintf(mac, "runner-name\x00%s\x00%s", s.operatorID, base)
+	return hex.EncodeToString(mac.Sum(nil))[:runnerMACLength]
 }

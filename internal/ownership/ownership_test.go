@@ -3,6 +3,7 @@ package ownership
 import (
 	"bytes"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -257,4 +258,87 @@ func FuzzVerify(f *testing.F) {
 			t.Fatalf("verified foreign operator %q", got.OperatorID)
 		}
 	})
+}
+
+// TestVMNameProvesTheInstallAndTheVMID: the clone name verifies only for
+// the VM id and the install (id and key) it was made for, and is a legal
+// DNS label even for the longest operator id and VM id.
+func TestVMNameProvesTheInstallAndTheVMID(t *testing.T) {
+	s := testSigner(t, "prod-1", 7)
+	name := s.VMName(1234)
+	if !strings.HasPrefix(name, "hf-prod-1-1234-") {
+		t.Errorf("name %q does not start with the install's prefix and the VM id", name)
+	}
+	if !s.VerifyVMName(name, 1234) {
+		t.Fatalf("own name %q does not verify", name)
+	}
+	if !s.VerifyVMName(strings.ToUpper(name), 1234) {
+		t.Errorf("name in upper case does not verify (the hypervisor may change case)")
+	}
+	sameIDOtherKey := testSigner(t, "prod-1", 8)
+	otherID := testSigner(t, "prod-2", 7)
+	cases := map[string]struct {
+		signer *Signer
+		name   string
+		vmid   int
+	}{
+		"copied to another VM id":   {s, name, 1235},
+		"other key, same id":        {sameIDOtherKey, name, 1234},
+		"other install id":          {otherID, name, 1234},
+		"prefix without MAC":        {s, "hf-prod-1-1234", 1234},
+		"MAC changed":               {s, name[:len(name)-1] + string("0123456789abcdef"[(strings.IndexByte("0123456789abcdef", name[len(name)-1])+1)%16]), 1234},
+		"a claim's hostname":        {s, "runner-abc", 1234},
+		"forged by another key":     {s, sameIDOtherKey.VMName(1234), 1234},
+		"other install's own clone": {s, otherID.VMName(1234), 1234},
+	}
+	for what, c := range cases {
+		if c.signer.VerifyVMName(c.name, c.vmid) {
+			t.Errorf("%s: %q verifies for VM %d", what, c.name, c.vmid)
+		}
+	}
+	long := testSigner(t, strings.Repeat("a", 30), 7).VMName(999999999)
+	if len(long) > 63 || !regexpDNSLabel.MatchString(long) {
+		t.Errorf("longest name %q (%d characters) is not a DNS label", long, len(long))
+	}
+}
+
+var regexpDNSLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// TestRunnerNameProvesTheInstall: a marked runner name verifies only with
+// the install's id and key, keeps within the platform's length limit, and
+// an edited, forged or unmarked name does not verify.
+func TestRunnerNameProvesTheInstall(t *testing.T) {
+	s := testSigner(t, "prod-1", 7)
+	name := s.RunnerName("runner-abc-6f1c9a2e")
+	if !strings.HasPrefix(name, "runner-abc-6f1c9a2e-") || len(name) > MaxRunnerNameLength {
+		t.Errorf("name %q", name)
+	}
+	if name != s.RunnerName("runner-abc-6f1c9a2e") {
+		t.Error("the same base gives another name")
+	}
+	if base, ok := s.VerifyRunnerName(name); !ok || base != "runner-abc-6f1c9a2e" {
+		t.Fatalf("own name %q: base %q, verified %v", name, base, ok)
+	}
+	long := s.RunnerName(strings.Repeat("a", 60) + "-" + strings.Repeat("b", 20))
+	if len(long) > MaxRunnerNameLength {
+		t.Errorf("long name %q has %d characters", long, len(long))
+	}
+	if _, ok := s.VerifyRunnerName(long); !ok {
+		t.Errorf("shortened name %q does not verify", long)
+	}
+	for what, c := range map[string]struct {
+		signer *Signer
+		name   string
+	}{
+		"other key":        {testSigner(t, "prod-1", 8), name},
+		"other install id": {testSigner(t, "prod-2", 7), name},
+		"base edited":      {s, strings.Replace(name, "abc", "abd", 1)},
+		"unmarked":         {s, "runner-abc-6f1c9a2e"},
+		"no base":          {s, name[strings.LastIndexByte(name, '-'):]},
+		"forged":           {s, testSigner(t, "prod-1", 8).RunnerName("runner-abc-6f1c9a2e")},
+	} {
+		if _, ok := c.signer.VerifyRunnerName(c.name); ok {
+			t.Errorf("%s: %q verifies", what, c.name)
+		}
+	}
 }

@@ -1,18 +1,26 @@
-// Package sweeper finds and removes orphaned VMs: VMs whose ownership
-// marker proves this HyperFleet install created them but whose MachineClaim
-// no longer exists (seed 001 section 8A, seed Property 26).
+// Package sweeper finds and removes what deleted MachineClaims left
+// behind: orphaned VMs, stray cloud-init ISOs and orphaned CI runners
+// (seed 001 section 8A, seed Property 26; docs/security.md, "Orphans:
+// VMs, ISOs, runners").
 //
 // A VM is destroyed only when all of these hold: it carries this install's
-// tag (cheap pre-selection from the batch listing), its signed description
-// block verifies for its own VM id, no claim in the cache points at it, the
-// claim named in the block does not exist (or has another UID) when read
-// directly from the API server, and it has been seen orphaned for longer
-// than the grace period. Foreign VMs, forged or copied markers and templates
-// are never touched. In dry-run mode the sweeper only reports.
+// tag, or the install's keyed clone name (a clone never configured), in the
+// batch listing; its signed description block verifies for its own VM id;
+// no claim in the cache points at it; the claim named in the block does not
+// exist (or has another UID) when read directly from the API server; and it
+// has been seen orphaned for longer than the grace period. Foreign VMs,
+// forged or copied markers and templates are never touched.
+//
+// An ISO (media.go) and a runner (runners.go) are removed under the same
+// rules: a name only this install writes, no claim in the cache nor on the
+// API server, the grace period; the provider re-checks an ISO against its
+// VM before deleting it. Removals are reported only once the thing is gone.
+// In dry-run mode the sweeper only reports.
 package sweeper
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"sync"
@@ -28,6 +36,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -47,10 +56,18 @@ type Sweeper struct {
 	GracePeriod time.Duration
 	// DryRun reports orphans without destroying them.
 	DryRun bool
+	// Signer verifies the install's runner names; with Runners it enables
+	// the runner sweep.
+	Signer *ownership.Signer
+	// Runners lists the CI scopes whose runners are swept; nil sweeps no
+	// runners.
+	Runners RunnerScopes
 
 	mu       sync.Mutex
-	orphans  map[string]*orphan // by cluster/vmid
-	reported map[string]bool    // foreign VMs already logged
+	orphans  map[string]*orphan       // by cluster/vmid
+	reported map[string]bool          // foreign VMs already logged
+	media    map[string]*strayMedium  // by cluster/node/medium id
+	runners  map[string]*orphanRunner // by scope/runner name
 	// unverified are, by cluster, the VMs of the latest sweep that carry
 	// this install's tag but whose ownership block does not verify, with
 	// the reason.
@@ -62,6 +79,9 @@ type orphan struct {
 	owner     provider.Owner
 	progress  provider.Progress
 	counted   bool
+	// deleting is set once DeleteVM was called: the deletion is finished
+	// even after the VM has left the listing.
+	deleting bool
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -101,6 +121,8 @@ func (s *Sweeper) defaults() {
 		s.orphans = map[string]*orphan{}
 		s.reported = map[string]bool{}
 		s.unverified = map[string]map[int]string{}
+		s.media = map[string]*strayMedium{}
+		s.runners = map[string]*orphanRunner{}
 	}
 }
 
@@ -118,10 +140,43 @@ func (s *Sweeper) SweepAll(ctx context.Context) {
 			inUse[key(ref.HypervisorCluster, int(ref.VMID))] = true
 		}
 	}
+	live := claimDigests(claims.Items)
+	confirm := s.confirmClaims(ctx)
+	confirmDigests := func() (map[string]bool, error) {
+		claims, err := confirm()
+		if err != nil {
+			return nil, err
+		}
+		return claimDigests(claims), nil
+	}
 	for _, name := range s.Registry.Names() {
 		if err := s.Sweep(ctx, name, inUse); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Orphan sweep failed", "HypervisorCluster", name)
 		}
+		if p, health, ok := s.Registry.Provider(name); ok && health.Ready {
+			if err := s.sweepMedia(ctx, name, p, live, confirmDigests); err != nil {
+				ctrl.LoggerFrom(ctx).Error(err, "Cloud-init ISO sweep failed", "HypervisorCluster", name)
+			}
+		}
+	}
+	s.sweepRunners(ctx, runnersOf(claims.Items), confirm)
+}
+
+// confirmClaims returns a function that lists the claims from the API
+// server, not the cache, at most once per sweep and only when something is
+// about to be deleted: a claim created a moment ago is never missed.
+func (s *Sweeper) confirmClaims(ctx context.Context) func() ([]hfv1.MachineClaim, error) {
+	var claims *hfv1.MachineClaimList
+	return func() ([]hfv1.MachineClaim, error) {
+		if claims != nil {
+			return claims.Items, nil
+		}
+		var list hfv1.MachineClaimList
+		if err := s.APIReader.List(ctx, &list); err != nil {
+			return nil, fmt.Errorf("list MachineClaims from the API server: %w", err)
+		}
+		claims = &list
+		return claims.Items, nil
 	}
 }
 
@@ -139,7 +194,9 @@ func (s *Sweeper) Sweep(ctx context.Context, cluster string, inUse map[string]bo
 	defer s.setUnverified(cluster, unverified)
 	for _, vm := range listing.VMs {
 		k := key(cluster, vm.VMID)
-		if !vm.OperatorTagged || vm.Template || inUse[k] {
+		// A configured VM carries the install's tag; a clone that was never
+		// configured carries only the install's keyed name.
+		if !(vm.OperatorTagged || vm.InstallNamed) || vm.Template || inUse[k] {
 			continue
 		}
 		live[k] = true
@@ -158,14 +215,27 @@ func (s *Sweeper) Sweep(ctx context.Context, cluster string, inUse map[string]bo
 			log.Error(err, "Remove orphaned VM", "vmid", vm.VMID)
 		}
 	}
-	// Forget orphans that disappeared or were adopted.
+	// An orphan whose deletion this sweeper started leaves the listing
+	// once destroyed, before its ISO is gone and before DeleteVM reports
+	// Done: finish it. Forget the others that disappeared or were adopted.
+	var unfinished []*orphan
 	s.mu.Lock()
-	for k := range s.orphans {
-		if len(k) > len(cluster) && k[:len(cluster)+1] == cluster+"/" && !live[k] {
-			delete(s.orphans, k)
+	for k, o := range s.orphans {
+		if len(k) <= len(cluster) || k[:len(cluster)+1] != cluster+"/" || live[k] {
+			continue
 		}
+		if o.deleting && !s.DryRun {
+			unfinished = append(unfinished, o)
+			continue
+		}
+		delete(s.orphans, k)
 	}
 	s.mu.Unlock()
+	for _, o := range unfinished {
+		if err := s.remove(ctx, p, cluster, o.progress.VMID, o); err != nil {
+			log.Error(err, "Remove orphaned VM", "vmid", o.progress.VMID)
+		}
+	}
 	return nil
 }
 
@@ -192,8 +262,15 @@ func (s *Sweeper) candidate(ctx context.Context, p provider.Provider, cluster st
 		s.reported[k] = true
 		s.mu.Unlock()
 		if first {
-			log.Info("VM carries this install's tag but its ownership marker does not verify; never touching it",
-				"vmid", summary.VMID, "reason", fmt.Sprint(vm.OwnershipError))
+			what := "VM carries this install's tag"
+			if vm.InstallNamed {
+				// Proof enough that this install cloned it, yet not of
+				// which claim it is for: without the claim nothing says it
+				// is an orphan, so it is reported and left to an admin.
+				what = "VM carries this install's clone name"
+			}
+			log.Info(what+" but its ownership marker does not verify; never touching it",
+				"vmid", summary.VMID, "name", vm.Name, "reason", fmt.Sprint(vm.OwnershipError))
 		}
 		return nil, nil
 	}
@@ -252,10 +329,22 @@ func (s *Sweeper) Forget(cluster string) {
 // remove advances the deletion of an orphan by one step per sweep.
 func (s *Sweeper) remove(ctx context.Context, p provider.Provider, cluster string, vmid int, o *orphan) error {
 	res, err := p.DeleteVM(ctx, o.owner, o.progress)
+	if errors.Is(err, provider.ErrNotOwned) {
+		// The VM at that id no longer proves it is the orphan's (its marker
+		// was changed, or the id was taken by another VM): nothing of ours
+		// is there to remove, and nothing is reported removed.
+		s.mu.Lock()
+		delete(s.orphans, key(cluster, vmid))
+		s.mu.Unlock()
+		ctrl.LoggerFrom(ctx).Info("Orphaned VM no longer verifies; leaving it", "vmid", vmid, "HypervisorCluster", cluster, "reason", err.Error())
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	o.progress = res.Progress
+	s.mu.Lock()
+	o.progress, o.deleting = res.Progress, true
+	s.mu.Unlock()
 	if !res.Done {
 		return nil
 	}

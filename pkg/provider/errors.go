@@ -26,6 +26,9 @@ var (
 	ErrIDRangeExhausted = errors.New("every VM id in the cluster's range is in use")
 	// ErrTaskFailed: a hypervisor task ended with an error.
 	ErrTaskFailed = errors.New("hypervisor task failed")
+	// ErrInUse: the cloud-init medium belongs to a VM that exists (or is
+	// being cloned) and goes with that VM; it was not deleted.
+	ErrInUse = errors.New("cloud-init medium is in use by its VM")
 )
 
 // Class says how a caller reacts to an error (seed 000, Error Handling).

@@ -25,6 +25,8 @@ package provider
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 )
 
@@ -95,6 +97,46 @@ type Provider interface {
 	// SetPower asks for a power state change on an owned VM and returns the
 	// hypervisor task, or nil when the VM is already in that state.
 	SetPower(ctx context.Context, owner Owner, ref VMRef, action PowerAction) (*Task, error)
+
+	// ListCloudInitMedia lists, on every online node, the cloud-init media
+	// whose names say this install wrote them (for Proxmox the NoCloud ISO
+	// files hf-<operator id>-<vmid>-<owner digest>.iso on the ISO
+	// storage). A listed medium may well be in use: the orphan sweep
+	// decides, from the claims, which ones are stray.
+	ListCloudInitMedia(ctx context.Context) ([]CloudInitMedium, error)
+
+	// DeleteCloudInitMedium advances the deletion of one listed medium by
+	// at most one hypervisor operation and returns Done once it is gone.
+	// It re-checks first: a medium whose VM id is being cloned, or holds a
+	// VM whose ownership marker verifies for an owner with the medium's
+	// OwnerDigest, or that a VM has attached, is that VM's and goes with
+	// it: DeleteCloudInitMedium returns ErrInUse and deletes nothing. A
+	// medium whose name is not this install's is never touched (ErrNotOwned).
+	DeleteCloudInitMedium(ctx context.Context, m CloudInitMedium) (*DeleteResult, error)
+}
+
+// CloudInitMedium is one cloud-init medium (for Proxmox a NoCloud ISO
+// file) named by this install's scheme.
+type CloudInitMedium struct {
+	// ID is the hypervisor's id of the medium (for Proxmox the volume id,
+	// "<storage>:iso/<file>").
+	ID string
+	// Node is the node it was listed on (files of node-local storages
+	// exist per node).
+	Node string
+	// VMID is the VM id it was written for.
+	VMID int
+	// OwnerDigest is OwnerDigest of the UID of the claim it was written
+	// for.
+	OwnerDigest string
+}
+
+// OwnerDigest is the short digest of an owner's UID that names of per-VM
+// artifacts carry (12 hex characters of its SHA-256): enough to tell the
+// claims of one install apart, and it keeps the UID itself out of names.
+func OwnerDigest(uid string) string {
+	sum := sha256.Sum256([]byte(uid))
+	return hex.EncodeToString(sum[:6])
 }
 
 // ClusterInfo is what Probe reports.
@@ -183,7 +225,9 @@ type Owner struct {
 // VMSpec is everything that shapes one VM.
 type VMSpec struct {
 	Owner Owner
-	// Name is the VM's name on the hypervisor and its hostname (a DNS label).
+	// Name is the VM's name on the hypervisor once it is configured, and its
+	// hostname (a DNS label). Until then a clone carries the install's keyed
+	// name (ownership.Signer.VMName; see VMSummary.InstallNamed).
 	Name string
 	// Description is free text placed above the ownership marker.
 	Description string
@@ -355,6 +399,12 @@ type VMSummary struct {
 	// OperatorTagged says the VM carries this install's tag: a candidate
 	// for ownership, not a proof.
 	OperatorTagged bool
+	// InstallNamed says the VM's name is the one this install gives a
+	// clone of this VM id until it is configured (ownership.Signer.VMName,
+	// keyed by the install's secret): the VM was cloned by this install
+	// and has not been configured, so it carries no tag yet. The orphan
+	// sweep uses it to find clones whose configuration never happened.
+	InstallNamed bool
 	// Uptime is how long the VM has run, zero when stopped.
 	Uptime time.Duration
 }

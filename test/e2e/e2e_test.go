@@ -254,9 +254,13 @@ func checkWorld(t *testing.T, w *devenv.World, wt *watcher) {
 			t.Errorf("runner %s ran job %d and job %d: a VM ran two jobs", j.RunnerName, other, j.ID)
 		}
 		runnerOf[j.RunnerName] = j.ID
-		// A runner is named <claim>-<suffix> and its VM after the claim:
-		// the job ran in a VM the operator created, which ran no other job.
-		vm := j.RunnerName[:max(strings.LastIndex(j.RunnerName, "-"), 0)]
+		// A runner is named <claim>-<uid part>-<install mark> and its VM
+		// after the claim: the job ran in a VM the operator created, which
+		// ran no other job.
+		vm := j.RunnerName
+		for range 2 {
+			vm = vm[:max(strings.LastIndex(vm, "-"), 0)]
+		}
 		if _, ok := wt.vmNames[vm]; !ok {
 			t.Errorf("job %d ran on runner %s, whose VM %q the operator never created", j.ID, j.RunnerName, vm)
 		}

@@ -359,6 +359,7 @@ func (s *session) clone(node string, src int, p cloneParams) (string, error) {
 
 // configChange is a set of config keys to write; nil fields stay.
 type configChange struct {
+	name   *string
 	cores  *int
 	memory *int64
 	net    *hvNet
@@ -367,7 +368,7 @@ type configChange struct {
 }
 
 func (c configChange) empty() bool {
-	return c.cores == nil && c.memory == nil && c.net == nil && c.tags == nil && c.cdrom == nil
+	return c.name == nil && c.cores == nil && c.memory == nil && c.net == nil && c.tags == nil && c.cdrom == nil
 }
 
 // updateConfig is POST .../config (async: a task applies the change when
@@ -400,6 +401,9 @@ func (s *session) updateConfig(node string, vmid int, c configChange, async bool
 			}
 			if v.lock != "" {
 				return fmt.Errorf("VM is locked (%s)", v.lock)
+			}
+			if c.name != nil {
+				v.name = *c.name
 			}
 			if c.cores != nil {
 				v.cores = *c.cores

@@ -148,7 +148,10 @@ func (p *Provider) cloneStep(s *session, spec *provider.VMSpec, res *provider.En
 			onNode, node, onStorage, slot)), nil
 	}
 	params := cloneParams{
-		newid: vmid, name: spec.Name, description: p.signer.Description(spec.Description, p.record(owner, vmid)),
+		// The install-keyed name until the configuration renames the VM
+		// with its tags, as the Proxmox provider does: a clone is findable
+		// by the orphan sweep before it carries a tag.
+		newid: vmid, name: p.signer.VMName(vmid), description: p.signer.Description(spec.Description, p.record(owner, vmid)),
 		pool: spec.Source.ResourcePool, full: !spec.Source.Linked, target: node,
 	}
 	if params.full {
@@ -339,6 +342,9 @@ func (p *Provider) guestAddresses(s *session, node string, vmid int) ([]string, 
 // hardwareChange is what must change on a VM to match spec.
 func (p *Provider) hardwareChange(spec *provider.VMSpec, conf vmConfig) configChange {
 	var c configChange
+	if conf.name != spec.Name {
+		c.name = &spec.Name
+	}
 	if spec.CPUCores > 0 && spec.CPUCores != conf.cores {
 		v := spec.CPUCores
 		c.cores = &v
@@ -466,10 +472,12 @@ func (p *Provider) locate(s *session, ref provider.VMRef) (string, vmConfig, err
 	return "", vmConfig{}, errNoVM
 }
 
-// isoFile names owner's ISO for vmid. The claim's UID is in the name, so a
-// VM id reused by another claim never makes one claim delete another's ISO.
+// isoFile names owner's ISO for vmid as the Proxmox provider does: the
+// install, the VM id and the digest of the claim's UID are in the name, so
+// a VM id reused by another claim never makes one claim delete another's
+// ISO, and the orphan sweep recognises the install's files.
 func (p *Provider) isoFile(vmid int, uid string) string {
-	return fileNameRE.ReplaceAllString(fmt.Sprintf("hf-%d-%s.iso", vmid, uid), "_")
+	return fmt.Sprintf("hf-%s-%d-%s.iso", p.signer.OperatorID(), vmid, provider.OwnerDigest(uid))
 }
 
 func (p *Provider) isoVolume(vmid int, uid string) string {

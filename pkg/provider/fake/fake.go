@@ -20,8 +20,11 @@
 // # Proxmox semantics the fake mirrors
 //
 //   - A clone copies the template's tags; the ownership marker goes into the
-//     description passed with the clone call, the ownership tags are set by
-//     the first configuration call right after it.
+//     description passed with the clone call, with the install's keyed name
+//     (ownership.Signer.VMName); the ownership tags and the spec's name are
+//     set by the first configuration call right after it.
+//   - Cloud-init ISOs are named hf-<operator id>-<vmid>-<owner digest>.iso,
+//     as the Proxmox provider names them.
 //   - While a clone runs the new VM id exists as a placeholder locked
 //     "clone" with no description, so nobody can prove whose it is yet.
 //   - ListVMs reads one batch listing whose membership, locks and tags are
@@ -62,6 +65,8 @@ const (
 	MethodGetVM            Method = "GetVM"
 	MethodSetPower         Method = "SetPower"
 	MethodRemoveCloudInit  Method = "RemoveCloudInitMedia"
+	MethodListMedia        Method = "ListCloudInitMedia"
+	MethodDeleteMedium     Method = "DeleteCloudInitMedium"
 )
 
 // Op names one API-like call of the simulated cluster, for FailNextOp and

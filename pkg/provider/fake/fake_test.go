@@ -548,7 +548,7 @@ func TestStoredCloudInitLifetime(t *testing.T) {
 		stored := e.p.StoredCloudInit()
 		maxStored = max(maxStored, len(stored))
 		for _, st := range stored {
-			if string(st.Payload.UserData) != "jit-config-secret" || !strings.Contains(st.VolID, s.Owner.UID) || st.Storage != "local" || st.Node != "pve1" {
+			if string(st.Payload.UserData) != "jit-config-secret" || !strings.Contains(st.VolID, provider.OwnerDigest(s.Owner.UID)) || st.Storage != "local" || st.Node != "pve1" {
 				t.Errorf("stored ISO %+v", st)
 			}
 		}

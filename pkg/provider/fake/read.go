@@ -110,6 +110,7 @@ func (p *Provider) ListVMs(ctx context.Context) ([]provider.VMSummary, error) {
 		out = append(out, provider.VMSummary{
 			VMID: r.vmid, Node: r.node, Name: r.name, Power: provider.PowerState(r.status), Template: r.template,
 			Lock: r.lock, Tags: r.tags, OperatorTagged: p.signer.HasOperatorTag(r.tags), Uptime: r.uptime,
+			InstallNamed: p.signer.VerifyVMName(r.name, r.vmid),
 		})
 	}
 	return out, nil
@@ -141,6 +142,7 @@ func (p *Provider) GetVM(ctx context.Context, ref provider.VMRef) (*provider.VM,
 	vm := &provider.VM{VMSummary: provider.VMSummary{
 		VMID: ref.VMID, Node: node, Name: conf.name, Power: provider.PowerStopped, Template: conf.template,
 		Lock: conf.lock, Tags: conf.tags, OperatorTagged: p.signer.HasOperatorTag(conf.tags), Uptime: st.uptime,
+		InstallNamed: p.signer.VerifyVMName(conf.name, ref.VMID),
 	}}
 	if st.running {
 		vm.Power = provider.PowerRunning

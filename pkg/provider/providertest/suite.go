@@ -34,6 +34,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"EnsureVM/CloneSlotsPerNode", testCloneSlots},
 		{"EnsureVM/GuestPowerOffIsStopped", testGuestPowerOff},
 		{"EnsureVM/VMIDRangeExhausted", testRangeExhausted},
+		{"EnsureVM/UnconfiguredCloneIsFindable", testUnconfiguredCloneFindable},
+		{"CloudInitMedia/StrayListedAndDeleted", testStrayMedia},
 		{"GetVM", testGetVM},
 		{"ListVMs", testListVMs},
 		{"SetPower", testSetPower},
@@ -1097,4 +1099,120 @@ func testCopiedMarker(t *testing.T, h *Harness) {
 		t.Errorf("deleting A's VM took B's VM with it: %v", err)
 	}
 	expectNoVM(t, h, h.Provider, a)
+}
+
+// testUnconfiguredCloneFindable: a clone carries the install's keyed name
+// (ownership.Signer.VMName) from the moment the hypervisor names it until
+// the configuration gives it its tags and its spec name, so the orphan
+// sweep finds a clone whose configuration never happens.
+func testUnconfiguredCloneFindable(t *testing.T, h *Harness) {
+	s := spec(h.Template, 1)
+	d := newDrive(t, h, h.Provider, s)
+	res := d.toPhase(provider.PhaseConfiguring)
+	vmid := res.Progress.VMID
+	vm, err := h.Provider.GetVM(t.Context(), res.Progress.VMRef())
+	if err != nil {
+		t.Fatalf("GetVM of the unconfigured clone: %v", err)
+	}
+	if vm.OperatorTagged || !vm.InstallNamed || vm.Name != h.Signer.VMName(vmid) {
+		t.Errorf("unconfigured clone: name %q, tagged %v, install-named %v; want the name %q, install-named and no tag yet",
+			vm.Name, vm.OperatorTagged, vm.InstallNamed, h.Signer.VMName(vmid))
+	}
+	// The batch listing of a restarted operator shows it too.
+	h.Advance(settleTime)
+	listed := false
+	for _, v := range listVMs(t, h.NewProvider(t, nil)) {
+		if v.VMID == vmid {
+			listed = v.InstallNamed && !v.OperatorTagged
+		}
+	}
+	if !listed {
+		t.Errorf("ListVMs does not show VM %d as install-named and untagged", vmid)
+	}
+	res = d.toPhase(provider.PhaseRunning)
+	vm, err = h.Provider.GetVM(t.Context(), res.Progress.VMRef())
+	if err != nil {
+		t.Fatalf("GetVM of the running VM: %v", err)
+	}
+	if !vm.OperatorTagged || vm.InstallNamed || vm.Name != s.Name {
+		t.Errorf("configured VM: name %q, tagged %v, install-named %v; want %q, tagged, not install-named",
+			vm.Name, vm.OperatorTagged, vm.InstallNamed, s.Name)
+	}
+}
+
+func listVMs(t *testing.T, p provider.Provider) []provider.VMSummary {
+	t.Helper()
+	vms, err := p.ListVMs(t.Context())
+	if err != nil {
+		t.Fatalf("ListVMs: %v", err)
+	}
+	return vms
+}
+
+// testStrayMedia: the install's cloud-init media are listed with the VM id
+// and owner digest they were written for; one whose VM still verifies for
+// its owner is in use and never deleted; once that VM no longer proves it
+// (here its marker is overwritten) the medium is deleted, and reported
+// Done only once it is gone. A medium named for another install is never
+// touched.
+func testStrayMedia(t *testing.T, h *Harness) {
+	s := spec(h.Template, 1)
+	d := newDrive(t, h, h.Provider, s)
+	res := d.toPhase(provider.PhaseConfiguring) // the upload is under way
+	vmid := res.Progress.VMID
+	h.Advance(settleTime) // the upload finishes; nothing attaches it
+	medium := func(p provider.Provider) (provider.CloudInitMedium, bool) {
+		t.Helper()
+		media, err := p.ListCloudInitMedia(t.Context())
+		if err != nil {
+			t.Fatalf("ListCloudInitMedia: %v", err)
+		}
+		for _, m := range media {
+			if m.VMID == vmid {
+				return m, true
+			}
+		}
+		return provider.CloudInitMedium{}, false
+	}
+	m, ok := medium(h.NewProvider(t, nil))
+	if !ok {
+		t.Fatalf("ListCloudInitMedia does not list the medium of VM %d", vmid)
+	}
+	if m.OwnerDigest != provider.OwnerDigest(s.Owner.UID) || m.ID == "" || m.Node == "" {
+		t.Errorf("medium %+v: want owner digest %s, an id and a node", m, provider.OwnerDigest(s.Owner.UID))
+	}
+	if _, err := h.Provider.DeleteCloudInitMedium(t.Context(), m); !errors.Is(err, provider.ErrInUse) {
+		t.Fatalf("DeleteCloudInitMedium of the medium of a VM that verifies for its owner: %v, want ErrInUse", err)
+	}
+	other := m
+	other.ID = strings.Replace(m.ID, "hf-"+h.Signer.OperatorID()+"-", "hf-other-install-", 1)
+	if _, err := h.Provider.DeleteCloudInitMedium(t.Context(), other); !errors.Is(err, provider.ErrNotOwned) {
+		t.Errorf("DeleteCloudInitMedium of another install's name %q: %v, want ErrNotOwned", other.ID, err)
+	}
+	if _, ok := medium(h.Provider); !ok {
+		t.Fatal("the medium in use is gone after a refused deletion")
+	}
+
+	h.SetDescription(t, vmid, "taken over by an admin")
+	p := h.NewProvider(t, nil)
+	for i := 0; ; i++ {
+		if i > maxSteps {
+			t.Fatal("the stray medium is never deleted")
+		}
+		r, err := p.DeleteCloudInitMedium(t.Context(), m)
+		if err != nil {
+			t.Fatalf("DeleteCloudInitMedium of a stray medium: %v", err)
+		}
+		_, listed := medium(p)
+		if r.Done {
+			if listed {
+				t.Fatal("DeleteCloudInitMedium reports Done while the medium is still listed")
+			}
+			break
+		}
+		h.Advance(max(r.RetryAfter, time.Second))
+	}
+	if _, listed := medium(h.NewProvider(t, nil)); listed {
+		t.Error("the deleted medium is still listed")
+	}
 }

@@ -1,8 +1,6 @@
 package proxmox
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"io/fs"
@@ -23,8 +21,7 @@ import (
 // only hold this claim's own data, so finding it after a restart means the
 // upload is done.
 func (p *Provider) isoName(vmid int, owner string) string {
-	sum := sha256.Sum256([]byte(owner))
-	return fmt.Sprintf("hf-%s-%d-%s.iso", p.signer.OperatorID(), vmid, hex.EncodeToString(sum[:6]))
+	return fmt.Sprintf("hf-%s-%d-%s.iso", p.signer.OperatorID(), vmid, provider.OwnerDigest(owner))
 }
 
 // isoVolid is the ISO's volume id on the ISO storage.

@@ -442,8 +442,13 @@ func (c *ensureCall) clone(ctx context.Context) (*provider.EnsureResult, error) 
 		VMID: vmid, CreatedAt: created.UTC().Truncate(time.Second),
 	}
 	body := map[string]any{
-		"newid":       vmid,
-		"name":        c.spec.Name,
+		"newid": vmid,
+		// Not the spec's name yet: the hypervisor writes the clone's name
+		// before any tag, so this install-keyed name is what lets the
+		// orphan sweep find a clone whose configuration never happens
+		// (docs/security.md, "Orphans: VMs, ISOs, runners"). configure
+		// renames the VM together with its tags.
+		"name":        c.marker.VMName(vmid),
 		"description": c.marker.Description(c.spec.Description, rec),
 		"full":        boolParam(!c.spec.Source.Linked),
 	}
@@ -664,6 +669,9 @@ func (c *ensureCall) configBody(v *verified) (map[string]any, error) {
 		}
 	}
 	body[slot] = volid + ",media=cdrom"
+	// The name and the tags change in one update: the VM is findable by
+	// one or the other at every moment.
+	body["name"] = c.spec.Name
 	body["tags"] = strings.Join(normalizeTags(c.p.signer.Tags(), c.p.cfg.Tags, c.spec.Tags), ";")
 	// Rewritten with the verified record (same VM id and creation time),
 	// so the spec's text is current and the block still verifies.

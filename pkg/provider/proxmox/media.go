@@ -4,6 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	proxmox "github.com/luthermonson/go-proxmox"
 
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -124,4 +131,179 @@ func (p *Provider) ejectForRemoval(ctx context.Context, owner provider.Owner, pr
 		return nil, fmt.Errorf("eject the cloud-init ISO of VM %d: %w", prog.VMID, err)
 	}
 	return nil, nil
+}
+
+// isoNameRE matches the ISO names isoName gives, for any install; media
+// checks that the install part is this one's.
+var isoNameRE = regexp.MustCompile(`^hf-([a-z0-9][a-z0-9-]{0,29})-([0-9]+)-([0-9a-f]{12})\.iso$`)
+
+// parseISOVolid returns the VM id and owner digest of a volume id on the
+// ISO storage whose file name isoName gave for this install.
+func (p *Provider) parseISOVolid(volid string) (int, string, bool) {
+	file, ok := strings.CutPrefix(volid, p.cfg.ISOStorage+":iso/")
+	if !ok {
+		return 0, "", false
+	}
+	m := isoNameRE.FindStringSubmatch(file)
+	if m == nil || m[1] != p.signer.OperatorID() {
+		return 0, "", false
+	}
+	vmid, err := strconv.Atoi(m[2])
+	if err != nil || vmid <= 0 {
+		return 0, "", false
+	}
+	return vmid, m[3], true
+}
+
+// contentEntry is one entry of GET /nodes/{node}/storage/{storage}/content.
+type contentEntry struct {
+	Volid string `json:"volid"`
+}
+
+// ListCloudInitMedia implements provider.Provider: GET /nodes, then the
+// ISO storage's content on every online node that has it. A shared storage lists the
+// same files on every node; each is reported once.
+func (p *Provider) ListCloudInitMedia(ctx context.Context) ([]provider.CloudInitMedium, error) {
+	if p.cfg.ISOStorage == "" {
+		return nil, nil
+	}
+	var nodes proxmox.NodeStatuses
+	if err := p.api.call(ctx, http.MethodGet, "/nodes", nil, nil, &nodes); err != nil {
+		return nil, fmt.Errorf("list the nodes of cluster %q: %w", p.cfg.Name, err)
+	}
+	seen := map[string]bool{}
+	var out []provider.CloudInitMedium
+	for _, n := range nodes {
+		// Every online node, not only those VMs may be placed on now: the
+		// placement list may have changed since an ISO was written.
+		if n == nil || n.Status != "online" {
+			continue
+		}
+		var entries []contentEntry
+		err := p.api.call(ctx, http.MethodGet, fmt.Sprintf("/nodes/%s/storage/%s/content", n.Node, p.cfg.ISOStorage),
+			url.Values{"content": {"iso"}}, nil, &entries)
+		if isNotFound(err) || strings.Contains(apiMessage(err), "is not available on node") {
+			continue // the storage is not on that node
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list the ISO storage %q on node %s: %w", p.cfg.ISOStorage, n.Node, err)
+		}
+		for _, e := range entries {
+			vmid, digest, ok := p.parseISOVolid(e.Volid)
+			if !ok || seen[e.Volid] {
+				continue
+			}
+			seen[e.Volid] = true
+			out = append(out, provider.CloudInitMedium{ID: e.Volid, Node: n.Node, VMID: vmid, OwnerDigest: digest})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// DeleteCloudInitMedium implements provider.Provider:
+//
+//	name not this install's              -> ErrNotOwned
+//	file gone                            -> Done
+//	deletion task of this process runs   -> wait
+//	VM id being cloned, or its VM is the
+//	medium's owner's or has it attached  -> ErrInUse
+//	otherwise                            -> delete the file (task)
+func (p *Provider) DeleteCloudInitMedium(ctx context.Context, m provider.CloudInitMedium) (*provider.DeleteResult, error) {
+	vmid, digest, ok := p.parseISOVolid(m.ID)
+	if !ok || vmid != m.VMID || digest != m.OwnerDigest || m.Node == "" {
+		return nil, provider.Errorf(provider.ClassPermanent, "NotOwned", "%w: %q on node %q is not a cloud-init ISO of this install", provider.ErrNotOwned, m.ID, m.Node)
+	}
+	prog := provider.Progress{VMID: vmid, Node: m.Node}
+	present, err := p.api.volumeExists(ctx, m.Node, p.cfg.ISOStorage, m.ID)
+	if err != nil {
+		return nil, fmt.Errorf("read the cloud-init ISO %s on node %s: %w", m.ID, m.Node, err)
+	}
+	if !present {
+		p.setMediumTask(m.ID, nil)
+		return &provider.DeleteResult{Progress: prog, Done: true, Message: fmt.Sprintf("cloud-init ISO %s is gone", m.ID)}, nil
+	}
+	if t := p.mediumTask(m.ID); t != nil {
+		st, err := p.api.task(ctx, t.ID)
+		switch {
+		case err == nil && st.running():
+			prog.Task = t
+			return &provider.DeleteResult{Progress: prog, RetryAfter: pollDelay(p, t), Message: fmt.Sprintf("deleting cloud-init ISO %s", m.ID)}, nil
+		case err != nil && !isNotFound(err):
+			return nil, err
+		}
+		p.setMediumTask(m.ID, nil)
+	}
+	if err := p.mediumInUse(ctx, m); err != nil {
+		return nil, err
+	}
+	upid, err := p.api.upid(ctx, http.MethodDelete, fmt.Sprintf("/nodes/%s/storage/%s/content/%s", m.Node, p.cfg.ISOStorage, m.ID), nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("delete the cloud-init ISO %s on node %s: %w", m.ID, m.Node, err)
+	}
+	t := &provider.Task{ID: upid, Operation: opISODelete, StartTime: p.clock.Now()}
+	p.setMediumTask(m.ID, t)
+	p.log.Info("Deleting a stray cloud-init ISO", "volume", m.ID, "node", m.Node, "vmid", vmid)
+	prog.Task = t
+	return &provider.DeleteResult{Progress: prog, RetryAfter: minPoll, Message: fmt.Sprintf("deleting cloud-init ISO %s", m.ID)}, nil
+}
+
+// mediumInUse returns ErrInUse when the VM the medium was written for
+// exists and may still need it: being cloned (no marker to read yet),
+// carrying a marker that verifies for the medium's owner, or having the
+// file attached.
+func (p *Provider) mediumInUse(ctx context.Context, m provider.CloudInitMedium) error {
+	node, err := p.locate(ctx, m.VMID)
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	cfg, err := p.api.config(ctx, node, m.VMID)
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read VM %d on node %s: %w", m.VMID, node, err)
+	}
+	inUse := func(why string) error {
+		return provider.Errorf(provider.ClassPermanent, "InUse", "%w: %s: VM %d %s", provider.ErrInUse, m.ID, m.VMID, why)
+	}
+	if cfg["lock"] == "clone" {
+		return inUse("is being cloned")
+	}
+	if cfg.isoSlot(m.ID) != "" {
+		return inUse("has it attached")
+	}
+	marker, err := p.marker(ctx)
+	if err != nil {
+		return err
+	}
+	if rec, err := marker.Verify(cfg["description"], m.VMID); err == nil && provider.OwnerDigest(rec.UID) == m.OwnerDigest {
+		return inUse(fmt.Sprintf("belongs to its claim %s/%s", rec.Namespace, rec.Name))
+	}
+	return nil
+}
+
+func (p *Provider) mediumTask(volid string) *provider.Task {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t, ok := p.mediaTasks[volid]; ok {
+		return &t
+	}
+	return nil
+}
+
+func (p *Provider) setMediumTask(volid string, t *provider.Task) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t == nil {
+		delete(p.mediaTasks, volid)
+		return
+	}
+	if p.mediaTasks == nil {
+		p.mediaTasks = map[string]provider.Task{}
+	}
+	p.mediaTasks[volid] = *t
 }

@@ -129,6 +129,9 @@ type Provider struct {
 	inflight map[int]provider.Task
 	// isoGone are VM ids whose ISO this process has deleted.
 	isoGone map[int]bool
+	// mediaTasks are the deletions of stray cloud-init ISOs this process
+	// started, by volume id, until it sees the file gone.
+	mediaTasks map[string]provider.Task
 }
 
 var _ provider.Provider = (*Provider)(nil)

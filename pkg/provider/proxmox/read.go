@@ -39,6 +39,7 @@ func (p *Provider) summary(r resource) provider.VMSummary {
 	s := provider.VMSummary{
 		VMID: r.VMID, Node: r.Node, Name: r.Name, Power: powerState(r.Status), Template: r.Template == 1,
 		Lock: r.Lock, Tags: tags, OperatorTagged: p.signer.HasOperatorTag(tags),
+		InstallNamed: p.signer.VerifyVMName(r.Name, r.VMID),
 	}
 	if s.Power == provider.PowerRunning {
 		s.Uptime = time.Duration(r.Uptime) * time.Second
@@ -80,6 +81,7 @@ func (p *Provider) GetVM(ctx context.Context, ref provider.VMRef) (*provider.VM,
 	vm := &provider.VM{VMSummary: provider.VMSummary{
 		VMID: ref.VMID, Node: node, Name: cfg["name"], Power: powerState(st.Status), Template: cfg["template"] == "1",
 		Lock: cfg["lock"], Tags: tags, OperatorTagged: p.signer.HasOperatorTag(tags),
+		InstallNamed: p.signer.VerifyVMName(cfg["name"], ref.VMID),
 	}}
 	if vm.Power == provider.PowerRunning {
 		vm.Uptime = time.Duration(st.Uptime) * time.Second
