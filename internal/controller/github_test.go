@@ -166,6 +166,7 @@ func TestGitHubJITRunner(t *testing.T) {
 		t.Errorf("agent config: %+v", agent)
 	}
 	assertNoGitHubSecrets(t, sim, op, seeds, jit)
+	assertNoCanaries(t, canaryWorld{sim: sim, gs: gs, op: op, seeds: seeds}, jit)
 
 	// The VM runs the runner (here on the host, from the VM's config); a
 	// claim deleted while its runner is busy keeps the VM until the job
@@ -210,6 +211,7 @@ func TestGitHubJITRunner(t *testing.T) {
 		t.Errorf("the job was not left to finish: %+v", j)
 	}
 	assertNoGitHubSecrets(t, sim, op, seeds, jit)
+	assertNoCanaries(t, canaryWorld{sim: sim, gs: gs, op: op, seeds: seeds}, jit)
 }
 
 // TestGitHubAppRegistrationToken: an App-authenticated template in
@@ -255,6 +257,7 @@ func TestGitHubAppRegistrationToken(t *testing.T) {
 		t.Fatalf("config.sh exited %d:\n%s", code, proc.Output())
 	}
 	assertNoGitHubSecrets(t, sim, op, seeds, token)
+	assertNoCanaries(t, canaryWorld{sim: sim, gs: gs, op: op, seeds: seeds}, token)
 	if err := env.Client.Delete(context.Background(), got); err != nil {
 		t.Fatal(err)
 	}

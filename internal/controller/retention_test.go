@@ -81,6 +81,7 @@ func TestRetainedFailedVMKeepsNoCredential(t *testing.T) {
 	if runnerRegistered(w, runner) {
 		t.Errorf("runner %s of retained VM %d is still registered", runner, vmid)
 	}
+	assertNoCanaries(t, canaryWorld{sim: w.sim, gs: w.gs, op: w.op})
 }
 
 // hasISO reports whether an ISO volume whose name contains part is stored.
