@@ -12,6 +12,11 @@ const (
 	// HypervisorClusterTLSVerifiedCondition is False when the cluster is
 	// reached with certificate verification switched off (tls.insecureSkipVerify).
 	HypervisorClusterTLSVerifiedCondition = "TLSVerified"
+	// HypervisorClusterTenancyRestrictedCondition is False while the
+	// cluster admits every namespace (spec.allowedNamespaces unset or {})
+	// or has no admin allow-lists (spec.tenancy unset): tenants then choose
+	// bridges, VLANs, templates, storages and resource pools freely.
+	HypervisorClusterTenancyRestrictedCondition = "TenancyRestricted"
 
 	// HypervisorMachineTemplateValidCondition is True when the template was
 	// checked against its cluster: it sets no field the operator does not
@@ -61,6 +66,17 @@ const (
 	InsecureTLSReason = "InsecureSkipVerify"
 	// NamespaceNotAllowedReason: the cluster's allowedNamespaces excludes the object's namespace.
 	NamespaceNotAllowedReason = "NamespaceNotAllowed"
+	// NotAllowedByClusterReason: the template uses a bridge, VLAN, Proxmox
+	// template, storage or resource pool that no spec.tenancy entry of its
+	// cluster allows to its namespace.
+	NotAllowedByClusterReason = "NotAllowedByCluster"
+	// RestrictedReason: the cluster admits selected namespaces only and
+	// limits what they use (spec.allowedNamespaces and spec.tenancy).
+	RestrictedReason = "Restricted"
+	// AllNamespacesAdmittedReason: spec.allowedNamespaces is unset or {}.
+	AllNamespacesAdmittedReason = "AllNamespacesAdmitted"
+	// NoAllowListsReason: spec.tenancy is unset.
+	NoAllowListsReason = "NoAllowLists"
 
 	// TemplateNotFoundReason: the hypervisor has no such template.
 	TemplateNotFoundReason = "TemplateNotFound"

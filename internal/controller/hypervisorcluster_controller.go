@@ -106,6 +106,7 @@ func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Re
 	}
 
 	before := cluster.DeepCopy()
+	setTenancyCondition(cluster)
 	result, err := r.reconcileConnection(ctx, cluster)
 	if perr := r.patchStatus(ctx, before, cluster); perr != nil {
 		log.Error(perr, "Patch HypervisorCluster status")

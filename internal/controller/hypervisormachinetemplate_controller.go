@@ -46,6 +46,8 @@ func (r *HypervisorMachineTemplateReconciler) SetupWithManager(mgr ctrl.Manager)
 		Watches(&hfv1.HypervisorCluster{}, handler.EnqueueRequestsFromMapFunc(r.templatesForCluster)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.templatesForSecret)).
 		Watches(&hfv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.templatesForPool)).
+		// A namespace's labels decide which allow-list entries apply.
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.templatesForNamespace)).
 		Named("hypervisormachinetemplate").
 		Complete(r)
 }
@@ -56,6 +58,10 @@ func (r *HypervisorMachineTemplateReconciler) templatesForCluster(ctx context.Co
 
 func (r *HypervisorMachineTemplateReconciler) templatesForPool(ctx context.Context, o client.Object) []reconcile.Request {
 	return r.templateRequests(ctx, client.MatchingFields{templatePoolIndex: o.GetName()})
+}
+
+func (r *HypervisorMachineTemplateReconciler) templatesForNamespace(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.templateRequests(ctx, client.InNamespace(o.GetName()))
 }
 
 func (r *HypervisorMachineTemplateReconciler) templatesForSecret(ctx context.Context, o client.Object) []reconcile.Request {
@@ -108,12 +114,7 @@ func (r *HypervisorMachineTemplateReconciler) recordTransition(before, after *hf
 
 func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate) (ctrl.Result, error) {
 	invalid := func(reason, msg string) (ctrl.Result, error) {
-		setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateValidCondition, metav1.ConditionFalse, reason, msg)
-		setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, reason, msg)
-		tmpl.Status.ObservedGeneration = tmpl.Generation
-		// Watches on the cluster and on Secrets wake the template; the
-		// periodic look also notices templates appearing on the hypervisor.
-		return ctrl.Result{RequeueAfter: waitForDependency}, nil
+		return markTemplateInvalid(tmpl, reason, msg), nil
 	}
 
 	// Fields accepted but not acted on come first: nothing else matters
@@ -127,6 +128,9 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 			return invalid(hfv1.ClusterUnavailableReason, fmt.Sprintf("spec.hypervisorClusterRef: HypervisorCluster %s does not exist", tmpl.Spec.HypervisorClusterRef.Name))
 		}
 		return ctrl.Result{}, err
+	}
+	if res, done := r.checkTenancy(ctx, tmpl, cluster); done {
+		return res, nil
 	}
 	if msg := r.missingSecrets(ctx, tmpl); msg != "" {
 		return invalid(hfv1.SecretNotFoundReason, msg)
@@ -198,6 +202,48 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 	// Re-validate now and then: someone may delete the template on the
 	// hypervisor.
 	return ctrl.Result{RequeueAfter: 10 * waitForDependency}, nil
+}
+
+// checkTenancy applies the cluster's admin allow-lists (docs/security.md).
+// A namespace the cluster does not admit learns nothing about the cluster:
+// the template is not validated against it, and what an earlier validation
+// recorded (the resolved template, its node and storage, the hash over the
+// cluster's settings) is removed from its status. done is true when the
+// template is invalid and res is the result to return.
+func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) (res ctrl.Result, done bool) {
+	invalid := func(reason, msg string) (ctrl.Result, bool) {
+		return markTemplateInvalid(tmpl, reason, msg), true
+	}
+	rules, admitted, err := tenancyRulesFor(ctx, r.Client, cluster, tmpl.Namespace)
+	if err != nil {
+		// The error may quote the cluster's selectors: log it, do not
+		// show it to the tenant.
+		ctrl.LoggerFrom(ctx).Error(err, "Apply the cluster's allow-lists", "HypervisorCluster", cluster.Name)
+	}
+	if err != nil || !admitted {
+		tmpl.Status.ResolvedTemplate = nil
+		tmpl.Status.TemplateHash = ""
+		return invalid(hfv1.NamespaceNotAllowedReason, fmt.Sprintf(
+			"HypervisorCluster %s does not admit namespace %s (its spec.allowedNamespaces and spec.tenancy); ask the cluster's owner to admit the namespace, or set spec.hypervisorClusterRef to another cluster",
+			cluster.Name, tmpl.Namespace))
+	}
+	if problems := tenancyViolations(tmpl, cluster, rules); len(problems) > 0 {
+		return invalid(hfv1.NotAllowedByClusterReason, fmt.Sprintf(
+			"HypervisorCluster %s does not allow this template in namespace %s (spec.tenancy): %s; change the template, or ask the cluster's owner to allow these values",
+			cluster.Name, tmpl.Namespace, strings.Join(problems, "; ")))
+	}
+	return ctrl.Result{}, false
+}
+
+// markTemplateInvalid sets Valid and Ready to False with reason and msg.
+// Watches on the cluster, namespaces and Secrets wake the template; the
+// periodic look returned also notices templates appearing on the
+// hypervisor.
+func markTemplateInvalid(tmpl *hfv1.HypervisorMachineTemplate, reason, msg string) ctrl.Result {
+	setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateValidCondition, metav1.ConditionFalse, reason, msg)
+	setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, reason, msg)
+	tmpl.Status.ObservedGeneration = tmpl.Generation
+	return ctrl.Result{RequeueAfter: waitForDependency}
 }
 
 // missingSecrets names every referenced Secret key that does not exist.
