@@ -322,8 +322,11 @@ type HypervisorLimits struct {
 	// +kubebuilder:validation:Maximum=32
 	ClonesPerStorage int32 `json:"clonesPerStorage,omitempty"`
 
-	// maxMachines caps the VMs the operator keeps on this cluster at once;
-	// unset means no cap beyond the cluster's capacity.
+	// maxMachines caps the VMs the operator keeps on this cluster at once:
+	// the VMs carrying this install's tag plus those being created. A claim
+	// over the cap waits (Provisioned=False, reason MaxMachinesReached) and
+	// goes on when one of the VMs is deleted. Unset means no cap beyond the
+	// cluster's capacity.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100000

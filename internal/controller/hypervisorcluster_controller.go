@@ -431,6 +431,9 @@ func (r *HypervisorClusterReconciler) clusterConfig(ctx context.Context, c *hfv1
 		if l.ClonesPerStorage > 0 {
 			cfg.ClonesPerStorage = int(l.ClonesPerStorage)
 		}
+		if l.MaxMachines != nil {
+			cfg.MaxMachines = int(*l.MaxMachines)
+		}
 	}
 	read := func(field string, ref *hfv1.SecretKeySelector) (string, error) {
 		if ref == nil {

@@ -263,6 +263,9 @@ func (p *Provider) place(ctx context.Context, spec *provider.VMSpec, exclude int
 		}
 		p.dropCloneStateLocked(exclude)
 	}
+	if err := p.checkMaxMachinesLocked(view, spec.Owner); err != nil {
+		return placement{}, err
+	}
 	node, err := p.chooseNodeLocked(view, tmpl, spec, mem)
 	if err != nil {
 		return placement{}, err
@@ -273,6 +276,65 @@ func (p *Provider) place(ctx context.Context, spec *provider.VMSpec, exclude int
 	}
 	p.reserveLocked(&reservation{owner: spec.Owner.UID, vmid: vmid, node: node, memory: mem, touch: p.clock.Now()})
 	return placement{vmid: vmid, node: node}, nil
+}
+
+// checkMaxMachinesLocked refuses a new VM while the install has
+// cfg.MaxMachines VMs on the cluster. Reservations count too: VMs being
+// cloned are not in the view yet, and counting them under the same lock
+// that reserves keeps concurrent placements from overshooting the cap.
+func (p *Provider) checkMaxMachinesLocked(view *clusterView, owner provider.Owner) error {
+	if p.cfg.MaxMachines <= 0 {
+		return nil
+	}
+	n := p.machinesLocked(view)
+	if n < p.cfg.MaxMachines {
+		delete(p.atCap, owner.UID)
+		return nil
+	}
+	p.atCap[owner.UID] = owner
+	return provider.Errorf(provider.ClassResource, "MaxMachinesReached",
+		"the HypervisorCluster's spec.limits.maxMachines (%d) is reached: %d VMs of this install exist or are being created; the VM is created when one of them is deleted (or raise spec.limits.maxMachines)",
+		p.cfg.MaxMachines, n)
+}
+
+// machinesLocked counts this install's VMs: those the view shows with its
+// tag, except ones deleted since the view was read, and every VM id
+// reserved for a VM being placed or created.
+func (p *Provider) machinesLocked(view *clusterView) int {
+	ids := make(map[int]bool, len(p.reservedIDs))
+	for id := range p.reservedIDs {
+		ids[id] = true
+	}
+	for id, r := range view.vms {
+		if r.Template == 1 || ids[id] {
+			continue
+		}
+		if freed, ok := p.freed[id]; ok && !freed.Before(view.at) {
+			continue
+		}
+		if p.signer.HasOperatorTag(splitTags(r.Tags)) {
+			ids[id] = true
+		}
+	}
+	return len(ids)
+}
+
+// wakeAtCap wakes the owners that waited for a VM below cfg.MaxMachines,
+// after one of this install's VMs was deleted.
+func (p *Provider) wakeAtCap() {
+	p.mu.Lock()
+	waiting := make([]provider.Owner, 0, len(p.atCap))
+	for uid, o := range p.atCap {
+		waiting = append(waiting, o)
+		delete(p.atCap, uid)
+	}
+	p.mu.Unlock()
+	if p.wake == nil {
+		return
+	}
+	for _, o := range waiting {
+		p.wake(o)
+	}
 }
 
 // chooseNodeLocked picks the allowed online node with the most free memory

@@ -116,6 +116,9 @@ type Provider struct {
 	clones map[int]*cloneSlot
 	// queue lists VMs waiting for a clone slot, in arrival order.
 	queue []*queued
+	// atCap are the owners refused a placement by cfg.MaxMachines, by UID;
+	// they are woken (Deps.Wake) when one of this install's VMs is deleted.
+	atCap map[string]provider.Owner
 	// backoff is the retry state after lock timeouts, by VM id.
 	backoff map[int]*backoffState
 	// inflight are the tasks this process started, by VM id, until it sees
@@ -231,6 +234,7 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 		reservedMem:  map[string]int64{},
 		blocked:      map[int]time.Time{},
 		freed:        map[int]time.Time{},
+		atCap:        map[string]provider.Owner{},
 		cursor:       cfg.VMIDStart,
 		clones:       map[int]*cloneSlot{},
 		backoff:      map[int]*backoffState{},
