@@ -10,7 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -132,6 +135,9 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 	if res, done := r.checkTenancy(ctx, tmpl, cluster); done {
 		return res, nil
 	}
+	if msg := invalidClaimMetadata(tmpl.Spec.Metadata); msg != "" {
+		return invalid(hfv1.TemplateInvalidReason, msg)
+	}
 	if msg := r.missingSecrets(ctx, tmpl); msg != "" {
 		return invalid(hfv1.SecretNotFoundReason, msg)
 	}
@@ -244,6 +250,22 @@ func markTemplateInvalid(tmpl *hfv1.HypervisorMachineTemplate, reason, msg strin
 	setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, reason, msg)
 	tmpl.Status.ObservedGeneration = tmpl.Generation
 	return ctrl.Result{RequeueAfter: waitForDependency}
+}
+
+// invalidClaimMetadata says why spec.metadata cannot be put on a
+// MachineClaim, "" if it can: the API server would refuse every claim a
+// RunnerPool creates with it.
+func invalidClaimMetadata(md *hfv1.ObjectMetadata) string {
+	if md == nil {
+		return ""
+	}
+	path := field.NewPath("spec", "metadata")
+	errs := metav1validation.ValidateLabels(md.Labels, path.Child("labels"))
+	errs = append(errs, apimachineryvalidation.ValidateAnnotations(md.Annotations, path.Child("annotations"))...)
+	if len(errs) == 0 {
+		return ""
+	}
+	return errs.ToAggregate().Error() + "; MachineClaims need valid Kubernetes labels and annotations"
 }
 
 // missingSecrets names every referenced Secret key that does not exist.
