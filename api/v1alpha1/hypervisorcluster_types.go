@@ -420,7 +420,12 @@ type HypervisorClusterStatus struct {
 	// +listMapKey=name
 	Nodes []NodeStatus `json:"nodes,omitempty"`
 
-	// availableResources is the free capacity over all online allowed nodes.
+	// availableResources is the free capacity over all online allowed
+	// nodes: their CPUs, their free memory, and the free space of the
+	// storages that hold VM disks (content images; a shared storage counted
+	// once) minus what full clones being created are promised. Placement
+	// uses the same free space: a VM whose boot disk does not fit on its
+	// storage waits (reason InsufficientCapacity).
 	// +optional
 	AvailableResources *ResourceAmounts `json:"availableResources,omitempty"`
 

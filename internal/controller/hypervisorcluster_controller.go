@@ -275,7 +275,8 @@ func (r *HypervisorClusterReconciler) setConnectedStatus(cluster *hfv1.Hyperviso
 	}
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].Name < st.Nodes[j].Name })
 	st.ConnectedNodes = online
-	st.AvailableResources = &hfv1.ResourceAmounts{CPU: availCPU, Memory: resource.NewQuantity(availMem, resource.BinarySI)}
+	st.AvailableResources = &hfv1.ResourceAmounts{CPU: availCPU, Memory: resource.NewQuantity(availMem, resource.BinarySI),
+		Storage: resource.NewQuantity(info.AvailableStorageBytes, resource.BinarySI)}
 	if st.LastPollTime == nil || now.Sub(st.LastPollTime.Time) >= lastPollRefresh {
 		st.LastPollTime = &metav1.Time{Time: now}
 	}

@@ -106,6 +106,10 @@ type Provider struct {
 	reservedIDs  map[int]string
 	// reservedMem sums the reservations' memory per node.
 	reservedMem map[string]int64
+	// reservedDisk sums, per storage (storageKey), the disk space of full
+	// clones placed but not yet running: the storage's usage does not
+	// show them until their copy is written.
+	reservedDisk map[string]int64
 	// swept is when expired reservations were last dropped.
 	swept time.Time
 	// blocked are VM ids found taken by VMs this install does not own.
@@ -232,6 +236,7 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 		reservations: map[string]*reservation{},
 		reservedIDs:  map[int]string{},
 		reservedMem:  map[string]int64{},
+		reservedDisk: map[string]int64{},
 		blocked:      map[int]time.Time{},
 		freed:        map[int]time.Time{},
 		atCap:        map[string]provider.Owner{},
