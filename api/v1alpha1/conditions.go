@@ -107,6 +107,13 @@ const (
 	// agent binary for the template's runner os and arch.
 	AgentUnavailableReason = "AgentUnavailable"
 
+	// MaxMachinesReachedReason: the cluster's spec.limits.maxMachines VMs
+	// exist or are being created; a claim waits for one to be deleted.
+	MaxMachinesReachedReason = "MaxMachinesReached"
+	// InsufficientCapacityReason: no allowed node has the memory, or a
+	// storage the room, for the VM; the claim waits for capacity.
+	InsufficientCapacityReason = "InsufficientCapacity"
+
 	// AtMaxReplicasReason: demand exceeds the pool's maxReplicas.
 	AtMaxReplicasReason = "AtMaxReplicas"
 	// IPPoolExhaustedReason: no static address is left for a new VM.

@@ -239,7 +239,8 @@ func (r *RunnerPoolReconciler) load(ctx context.Context, v *poolView, claims []h
 	for _, c := range v.claims.starting {
 		if cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.MachineClaimProvisionedCondition); cond != nil && cond.Status == metav1.ConditionFalse {
 			switch cond.Reason {
-			case hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.ClusterUnavailableReason, hfv1.NamespaceNotAllowedReason, templateNotReadyReason:
+			case hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.ClusterUnavailableReason, hfv1.NamespaceNotAllowedReason, templateNotReadyReason,
+				hfv1.MaxMachinesReachedReason, hfv1.InsufficientCapacityReason:
 				v.blockers[cond.Reason]++
 			}
 		}
@@ -767,7 +768,8 @@ func (r *RunnerPoolReconciler) setCapacity(v *poolView, d scaling.Decision) {
 		set(hfv1.TemplateInvalidReason, "No new VMs: "+msg)
 		return
 	}
-	for _, reason := range []string{hfv1.ClusterUnavailableReason, hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.NamespaceNotAllowedReason} {
+	for _, reason := range []string{hfv1.ClusterUnavailableReason, hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.NamespaceNotAllowedReason,
+		hfv1.MaxMachinesReachedReason, hfv1.InsufficientCapacityReason} {
 		if n := v.blockers[reason]; n > 0 {
 			set(reason, fmt.Sprintf("%d starting VMs wait: %s (see their Provisioned condition)", n, reason))
 			return
