@@ -132,8 +132,8 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 		}
 		return ctrl.Result{}, err
 	}
-	if res, done := r.checkTenancy(ctx, tmpl, cluster); done {
-		return res, nil
+	if res, done, err := r.checkTenancy(ctx, tmpl, cluster); done || err != nil {
+		return res, err
 	}
 	if msg := invalidClaimMetadata(tmpl.Spec.Metadata); msg != "" {
 		return invalid(hfv1.TemplateInvalidReason, msg)
@@ -215,16 +215,20 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 // the template is not validated against it, and what an earlier validation
 // recorded (the resolved template, its node and storage, the hash over the
 // cluster's settings) is removed from its status. done is true when the
-// template is invalid and res is the result to return.
-func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) (res ctrl.Result, done bool) {
-	invalid := func(reason, msg string) (ctrl.Result, bool) {
-		return markTemplateInvalid(tmpl, reason, msg), true
+// template is invalid and res is the result to return; a failed read is
+// returned as err (and retried) without touching the status.
+func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) (res ctrl.Result, done bool, err error) {
+	invalid := func(reason, msg string) (ctrl.Result, bool, error) {
+		return markTemplateInvalid(tmpl, reason, msg), true, nil
 	}
 	rules, admitted, err := tenancyRulesFor(ctx, r.Client, cluster, tmpl.Namespace)
-	if err != nil {
-		// The error may quote the cluster's selectors: log it, do not
-		// show it to the tenant.
-		ctrl.LoggerFrom(ctx).Error(err, "Apply the cluster's allow-lists", "HypervisorCluster", cluster.Name)
+	switch {
+	case errors.Is(err, errInvalidSelector):
+		// The error quotes the cluster's selectors: log it, do not show
+		// it to the tenant.
+		ctrl.LoggerFrom(ctx).Error(err, "The cluster's allow-lists admit nobody", "HypervisorCluster", cluster.Name)
+	case err != nil:
+		return ctrl.Result{}, false, fmt.Errorf("apply the allow-lists of HypervisorCluster %s: %w", cluster.Name, err)
 	}
 	if err != nil || !admitted {
 		tmpl.Status.ResolvedTemplate = nil
@@ -238,7 +242,7 @@ func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, 
 			"HypervisorCluster %s does not allow this template in namespace %s (spec.tenancy): %s; change the template, or ask the cluster's owner to allow these values",
 			cluster.Name, tmpl.Namespace, strings.Join(problems, "; ")))
 	}
-	return ctrl.Result{}, false
+	return ctrl.Result{}, false, nil
 }
 
 // markTemplateInvalid sets Valid and Ready to False with reason and msg.

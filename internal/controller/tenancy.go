@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -20,11 +21,22 @@ import (
 // in a template never authorizes a bridge, VLAN, template, storage or pool
 // by itself; the cluster's owner has to list it for the tenant's namespace.
 
+// errInvalidSelector marks a cluster selector that cannot be parsed: the
+// cluster then admits nobody until its owner fixes it.
+var errInvalidSelector = errors.New("invalid namespace selector")
+
 // tenancyRulesFor returns the spec.tenancy entries that select namespace,
 // and whether the cluster admits the namespace at all: its
 // allowedNamespaces must select it and, when the cluster has tenancy
-// entries, at least one of them must.
+// entries, at least one of them must. An error wrapping errInvalidSelector
+// means the cluster admits nobody; any other is a failed read, worth a
+// retry.
 func tenancyRulesFor(ctx context.Context, c client.Reader, cluster *hfv1.HypervisorCluster, namespace string) ([]hfv1.TenancyRule, bool, error) {
+	if sel := cluster.Spec.AllowedNamespaces; sel != nil {
+		if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+			return nil, false, fmt.Errorf("spec.allowedNamespaces of HypervisorCluster %s: %w: %w", cluster.Name, errInvalidSelector, err)
+		}
+	}
 	admitted, err := selectorAdmits(ctx, c, cluster.Spec.AllowedNamespaces, namespace)
 	if err != nil || !admitted {
 		return nil, false, err
@@ -40,7 +52,7 @@ func tenancyRulesFor(ctx context.Context, c client.Reader, cluster *hfv1.Hypervi
 	for i, rule := range cluster.Spec.Tenancy {
 		sel, err := metav1.LabelSelectorAsSelector(&rule.NamespaceSelector)
 		if err != nil {
-			return nil, false, fmt.Errorf("spec.tenancy[%d].namespaceSelector of HypervisorCluster %s is not a valid selector: %w", i, cluster.Name, err)
+			return nil, false, fmt.Errorf("spec.tenancy[%d].namespaceSelector of HypervisorCluster %s: %w: %w", i, cluster.Name, errInvalidSelector, err)
 		}
 		if sel.Matches(labels.Set(ns.Labels)) {
 			rules = append(rules, rule)

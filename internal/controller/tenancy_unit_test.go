@@ -1,8 +1,14 @@
 package controller
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -117,3 +123,47 @@ var (
 	tenantSelectorAll  = metav1.LabelSelector{}
 	tenantSelectorSome = metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
 )
+
+// TestTenancyRulesFor: which entries select a namespace, and the two kinds
+// of failure: a selector that cannot be parsed admits nobody
+// (errInvalidSelector), a namespace that cannot be read is an error to
+// retry.
+func TestTenancyRulesFor(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Labels: map[string]string{"team": "a", "tenant": "yes"}}},
+	).Build()
+	rule := func(team string) hfv1.TenancyRule {
+		return hfv1.TenancyRule{NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": team}}}
+	}
+	tenants := &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "yes"}}
+	bogus := metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Bogus"}}}
+	cases := []struct {
+		name         string
+		spec         hfv1.HypervisorClusterSpec
+		ns           string
+		rules        int
+		admitted     bool
+		invalid, err bool
+	}{
+		{"no lists", hfv1.HypervisorClusterSpec{}, "team-a", 0, true, false, false},
+		{"not selected by allowedNamespaces", hfv1.HypervisorClusterSpec{AllowedNamespaces: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "no"}}}, "team-a", 0, false, false, false},
+		{"selected by one entry", hfv1.HypervisorClusterSpec{AllowedNamespaces: tenants, Tenancy: []hfv1.TenancyRule{rule("a"), rule("b"), rule("a")}}, "team-a", 2, true, false, false},
+		{"no entry selects it", hfv1.HypervisorClusterSpec{Tenancy: []hfv1.TenancyRule{rule("b")}}, "team-a", 0, false, false, false},
+		{"invalid allowedNamespaces", hfv1.HypervisorClusterSpec{AllowedNamespaces: &bogus}, "team-a", 0, false, true, true},
+		{"invalid entry selector", hfv1.HypervisorClusterSpec{Tenancy: []hfv1.TenancyRule{{NamespaceSelector: bogus}}}, "team-a", 0, false, true, true},
+		{"namespace unreadable", hfv1.HypervisorClusterSpec{Tenancy: []hfv1.TenancyRule{rule("a")}}, "missing", 0, false, false, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "pve"}, Spec: tc.spec}
+			rules, admitted, err := tenancyRulesFor(context.Background(), c, cluster, tc.ns)
+			if len(rules) != tc.rules || admitted != tc.admitted || (err != nil) != tc.err || errors.Is(err, errInvalidSelector) != tc.invalid {
+				t.Errorf("rules %d admitted %v err %v; want %d %v (error %v, invalid selector %v)", len(rules), admitted, err, tc.rules, tc.admitted, tc.err, tc.invalid)
+			}
+		})
+	}
+}
