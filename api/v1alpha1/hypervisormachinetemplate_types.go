@@ -225,10 +225,11 @@ type DHCPClientIdentifier string
 // +kubebuilder:validation:XValidation:rule="!has(self.clientIdentifier) || self.clientIdentifier != 'hostname'",message="network.dhcp.clientIdentifier hostname cannot be honoured: cloud-init's network config lets the DHCP client identify itself only by mac or duid, never by host name; use clientIdentifier mac with sendHostname true (DHCP servers keeping per-name reservations, such as dnsmasq dhcp-host=<name>, match the host name sent in option 12), or network.mode static with an IPPool"
 type DHCPOptions struct {
 	// clientIdentifier is what the VM's DHCP client identifies itself
-	// with. Only mac (the default, the NIC's MAC address) is accepted:
-	// hostname is refused because cloud-init's network config cannot make
-	// the DHCP client send the host name as its client identifier (see
-	// docs/cloud-init.md). For per-name DHCP reservations keep
+	// with. Only mac (the default: the operator asks for the NIC's MAC
+	// address, which cloud-init honours where it renders for netplan) is
+	// accepted: hostname is refused because cloud-init's network config
+	// cannot make the DHCP client send the host name as its client
+	// identifier (docs/cloud-init.md). For per-name DHCP reservations keep
 	// sendHostname true: the server sees the host name in option 12.
 	// +optional
 	// +kubebuilder:default=mac
