@@ -17,6 +17,11 @@ const (
 	// or has no admin allow-lists (spec.tenancy unset): tenants then choose
 	// bridges, VLANs, templates, storages and resource pools freely.
 	HypervisorClusterTenancyRestrictedCondition = "TenancyRestricted"
+	// HypervisorClusterUnverifiedVMsCondition is True while VMs carry this
+	// install's tag but an ownership block that does not verify (lost or
+	// removed key, block copied from another cluster, edited or forged);
+	// the operator never touches them (docs/security.md, "Ownership keys").
+	HypervisorClusterUnverifiedVMsCondition = "UnverifiedVMs"
 
 	// HypervisorMachineTemplateValidCondition is True when the template was
 	// checked against its cluster: it sets no field the operator does not
@@ -24,6 +29,11 @@ const (
 	// possible on its storage, referenced Secrets exist, and a VM's whole
 	// cloud-init renders with placeholder credentials.
 	HypervisorMachineTemplateValidCondition = "Valid"
+	// HypervisorMachineTemplateReusableCredentialCondition is True (a
+	// warning) when the template's VMs receive a credential that outlives
+	// one runner: a registration token (bootstrap.method runner-token) of
+	// organization scope, on the template or on a RunnerPool using it.
+	HypervisorMachineTemplateReusableCredentialCondition = "ReusableCredential"
 
 	// RunnerPoolScalingCondition is True while the pool is changing size.
 	RunnerPoolScalingCondition = "Scaling"
@@ -55,6 +65,12 @@ const (
 	ReconcilingReason = "Reconciling"
 	// ReadyReason: everything the object needs is in place.
 	ReadyReason = "Ready"
+	// OrganizationRegistrationTokenReason: VMs receive a registration token
+	// that registers any number of runners anywhere in an organization.
+	OrganizationRegistrationTokenReason = "OrganizationRegistrationToken"
+	// SingleUseCredentialReason: VMs receive nothing reusable beyond their
+	// own runner.
+	SingleUseCredentialReason = "SingleUseCredential"
 
 	// UnreachableReason: the hypervisor API did not answer.
 	UnreachableReason = "Unreachable"
@@ -62,6 +78,12 @@ const (
 	AuthenticationFailedReason = "AuthenticationFailed"
 	// SecretNotFoundReason: a referenced Secret or key does not exist.
 	SecretNotFoundReason = "SecretNotFound"
+	// OwnershipNotVerifiedReason: VMs with this install's tag whose
+	// ownership block does not verify exist (UnverifiedVMs True).
+	OwnershipNotVerifiedReason = "OwnershipNotVerified"
+	// AllVerifiedReason: every tagged VM checked has a verifying block
+	// (UnverifiedVMs False).
+	AllVerifiedReason = "AllVerified"
 	// InsecureTLSReason: certificate verification is switched off by the user.
 	InsecureTLSReason = "InsecureSkipVerify"
 	// NamespaceNotAllowedReason: the cluster's allowedNamespaces excludes the object's namespace.

@@ -528,18 +528,24 @@ type RunnerSoftware struct {
 	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
 	DownloadSHA256 string `json:"downloadSHA256,omitempty"`
 
-	// installPath is where the runner is unpacked.
+	// installPath is where the runner is unpacked. It may not be, contain
+	// or lie inside a system directory (docs/security.md).
 	// +optional
 	// +kubebuilder:default="/opt/actions-runner"
 	// +kubebuilder:validation:MaxLength=255
 	// +kubebuilder:validation:Pattern=`^/[^\x00]*$`
+	// +kubebuilder:validation:XValidation:rule="self == '/' || (!self.contains('//') && !self.endsWith('/') && !self.contains('/./') && !self.contains('/../') && !self.endsWith('/.') && !self.endsWith('/..'))",message="bootstrap.github.runner.installPath must be written plainly, without //, /./, /../ or a trailing /"
+	// +kubebuilder:validation:XValidation:rule="self != '/' && (self.startsWith('/usr/local/') ? !['bin', 'etc', 'games', 'include', 'lib', 'lib64', 'libexec', 'man', 'sbin', 'share', 'src'].exists(d, self == '/usr/local/' + d || self.startsWith('/usr/local/' + d + '/')) : (!['/bin', '/boot', '/dev', '/etc', '/lib', '/lib32', '/lib64', '/libx32', '/proc', '/root', '/run', '/sbin', '/sys', '/usr'].exists(d, self == d || self.startsWith(d + '/') || d.startsWith(self + '/')) && !['/home', '/media', '/mnt', '/opt', '/srv', '/tmp', '/var', '/var/cache', '/var/lib', '/var/lib/cloud', '/var/log', '/var/tmp'].exists(d, self == d || d.startsWith(self + '/'))))",message="bootstrap.github.runner.installPath must not be, contain or (for /bin, /boot, /dev, /etc, /lib*, /proc, /root, /run, /sbin, /sys, /usr) lie inside a system directory: the agent empties it as root after each job; use a directory of its own such as /opt/actions-runner or /var/lib/hyperfleet/work (docs/security.md)"
 	InstallPath string `json:"installPath,omitempty"`
 
 	// workDir is the runner's job working directory, wiped after the job.
+	// It may not be, contain or lie inside a system directory.
 	// +optional
 	// +kubebuilder:default="/var/lib/hyperfleet/work"
 	// +kubebuilder:validation:MaxLength=255
 	// +kubebuilder:validation:Pattern=`^/[^\x00]*$`
+	// +kubebuilder:validation:XValidation:rule="self == '/' || (!self.contains('//') && !self.endsWith('/') && !self.contains('/./') && !self.contains('/../') && !self.endsWith('/.') && !self.endsWith('/..'))",message="bootstrap.github.runner.workDir must be written plainly, without //, /./, /../ or a trailing /"
+	// +kubebuilder:validation:XValidation:rule="self != '/' && (self.startsWith('/usr/local/') ? !['bin', 'etc', 'games', 'include', 'lib', 'lib64', 'libexec', 'man', 'sbin', 'share', 'src'].exists(d, self == '/usr/local/' + d || self.startsWith('/usr/local/' + d + '/')) : (!['/bin', '/boot', '/dev', '/etc', '/lib', '/lib32', '/lib64', '/libx32', '/proc', '/root', '/run', '/sbin', '/sys', '/usr'].exists(d, self == d || self.startsWith(d + '/') || d.startsWith(self + '/')) && !['/home', '/media', '/mnt', '/opt', '/srv', '/tmp', '/var', '/var/cache', '/var/lib', '/var/lib/cloud', '/var/log', '/var/tmp'].exists(d, self == d || d.startsWith(self + '/'))))",message="bootstrap.github.runner.workDir must not be, contain or (for /bin, /boot, /dev, /etc, /lib*, /proc, /root, /run, /sbin, /sys, /usr) lie inside a system directory: the agent empties it as root after each job; use a directory of its own such as /opt/actions-runner or /var/lib/hyperfleet/work (docs/security.md)"
 	WorkDir string `json:"workDir,omitempty"`
 
 	// configScript is the runner's registration script.
@@ -614,7 +620,8 @@ type ObjectMetadata struct {
 // HypervisorMachineTemplateStatus is what the operator found when checking
 // the template against its cluster.
 type HypervisorMachineTemplateStatus struct {
-	// conditions are Ready and Valid.
+	// conditions are Ready, Valid and ReusableCredential (True, a warning,
+	// when VMs receive an organization-wide registration token).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -6,7 +6,7 @@
 // It speaks HTTPS with a freshly generated certificate signed by a
 // throw-away CA, whose PEM is printed at start-up (and written to --ca-out)
 // unless --insecure-http is given. The admin API under /_sim/ is off unless
-// --admin is given.
+// --admin is given, and answers loopback clients only.
 package main
 
 import (
@@ -43,7 +43,7 @@ func main() {
 func run() error {
 	listen := flag.String("listen", "127.0.0.1:8443", "address to listen on")
 	configPath := flag.String("config", "", "YAML or JSON description of organizations, repositories, PATs, Apps, runner groups and rate limits (default: organization octo-org, repository octo-org/hello-world, PAT "+githubsim.DefaultPAT+")")
-	admin := flag.Bool("admin", false, "enable the /_sim/ admin API (state, jobs, faults, redelivery, clock)")
+	admin := flag.Bool("admin", false, "enable the /_sim/ admin API (state, jobs, faults, redelivery, clock); it answers loopback clients only")
 	insecure := flag.Bool("insecure-http", false, "serve plain HTTP instead of HTTPS")
 	caOut := flag.String("ca-out", "", "write the CA certificate (PEM) that signs the server certificate to this file")
 	fakeClock := flag.Bool("fake-clock", false, "run on a manually advanced clock (POST /_sim/clock/advance?by=5s)")

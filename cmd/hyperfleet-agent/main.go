@@ -29,6 +29,10 @@
 //	--idle-timeout D         stop the runner if it has started no job after D
 //	                         (default 2h; 0 disables)
 //	--download-timeout D     bound the runner package download (default 10m)
+//	--max-download-bytes N   refuse a larger runner package (default 1 GiB)
+//	--max-unpacked-bytes N   refuse a package whose files unpack to more
+//	                         (default 4 GiB)
+//	--max-unpacked-files N   refuse a package with more entries (default 100000)
 //	--version                print the version and exit
 //
 // The binary uses the standard library only and is built static:
@@ -68,6 +72,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	powerOff := fs.String("poweroff-command", "systemctl poweroff", "command that powers the VM off when the config's powerOffOnFinish is true (split at white space; empty disables)")
 	idle := fs.Duration("idle-timeout", agent.DefaultIdleTimeout, "stop the runner when it has started no job this long after it started (0 disables)")
 	download := fs.Duration("download-timeout", agent.DefaultDownloadTimeout, "bound on the runner package download (0: none)")
+	maxDownload := fs.Int64("max-download-bytes", agent.DefaultMaxDownloadBytes, "largest runner package downloaded")
+	maxUnpacked := fs.Int64("max-unpacked-bytes", agent.DefaultMaxUnpackedBytes, "most bytes of files unpacked from the runner package")
+	maxFiles := fs.Int("max-unpacked-files", agent.DefaultMaxUnpackedFiles, "most entries unpacked from the runner package")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -86,18 +93,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case *idle < 0 || *download < 0:
 		fmt.Fprintln(stderr, "hyperfleet-agent: --idle-timeout and --download-timeout must not be negative")
 		return agent.ExitBadConfig
+	case *maxDownload <= 0 || *maxUnpacked <= 0 || *maxFiles <= 0:
+		fmt.Fprintln(stderr, "hyperfleet-agent: --max-download-bytes, --max-unpacked-bytes and --max-unpacked-files must be positive")
+		return agent.ExitBadConfig
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	return agent.Run(ctx, agent.Options{
-		ConfigPath:      *configPath,
-		Root:            *root,
-		RunAs:           *runAs,
-		PowerOffCommand: strings.Fields(*powerOff),
-		IdleTimeout:     *idle,
-		DownloadTimeout: *download,
-		Version:         version,
-		Logger:          slog.New(slog.NewTextHandler(stderr, nil)),
+		ConfigPath:       *configPath,
+		Root:             *root,
+		RunAs:            *runAs,
+		PowerOffCommand:  strings.Fields(*powerOff),
+		IdleTimeout:      *idle,
+		DownloadTimeout:  *download,
+		MaxDownloadBytes: *maxDownload,
+		MaxUnpackedBytes: *maxUnpacked,
+		MaxUnpackedFiles: *maxFiles,
+		Version:          version,
+		Logger:           slog.New(slog.NewTextHandler(stderr, nil)),
 	})
 }

@@ -47,6 +47,7 @@ func runDev(args []string) error {
 	timeout := fs.Duration("timeout", 20*time.Minute, "with --exit-when-done: give up after this long")
 	refresh := fs.Duration("refresh", time.Second, "how often the table is refreshed")
 	verbose := fs.Int("v", 0, "operator log verbosity (0 info, 1 debug) in <dir>/operator.log")
+	simAdmin := fs.Bool("simulator-admin", false, "enable the simulators' /_sim/ admin APIs (state dumps, faults, clock); loopback clients only")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -76,7 +77,7 @@ func runDev(args []string) error {
 	}
 	w, err := devenv.Start(ctx, devenv.Options{
 		Dir: *dir, AgentBinary: agent, Progress: progress, LogLevel: *verbose,
-		MinReplicas: int32(*minReplicas), MaxReplicas: int32(*maxReplicas),
+		MinReplicas: int32(*minReplicas), MaxReplicas: int32(*maxReplicas), SimulatorAdmin: *simAdmin,
 	})
 	if err != nil {
 		return err
@@ -88,6 +89,9 @@ func runDev(args []string) error {
 		}
 	}()
 	fmt.Fprintf(progress, "==> Ready. In another terminal:\n    export KUBECONFIG=%s\n    kubectl get runnerpools,machineclaims -n %s\n", w.KubeconfigPath, devenv.Namespace)
+	if *simAdmin {
+		fmt.Fprintf(progress, "    Simulator admin APIs: %s/_sim/ and %s/_sim/\n", strings.TrimSuffix(w.ProxmoxURL, "/api2/json"), w.GitHubURL)
+	}
 	if _, err := w.EnqueueJobs(*jobs, *jobDuration); err != nil {
 		return err
 	}

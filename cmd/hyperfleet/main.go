@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +24,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
 )
@@ -70,6 +72,7 @@ func runManager(args []string) error {
 	leaderElect := fs.Bool("leader-elect", true, "elect a leader so that only one replica reconciles")
 	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "hyperfleet-system"), "namespace of the operator (ownership Secret, leader lease)")
 	ownershipSecret := fs.String("ownership-secret", "hyperfleet-ownership", "Secret (in --namespace) with the HMAC key that signs VM ownership; created on first start")
+	allowNewKey := fs.Bool("allow-new-ownership-key", false, "when the ownership Secret is missing, create a new key even if the HypervisorClusters hold VMs tagged by a HyperFleet install (hf-<--operator-id>, or any \"hyperfleet\" tag without --operator-id) or cannot be listed; those VMs then stay foreign and must be removed by hand")
 	operatorID := fs.String("operator-id", "", "id of this install in VM tags (hf-<id>) and ownership markers; default: the one stored in the ownership Secret, or a random one on first start")
 	sweepInterval := fs.Duration("orphan-sweep-interval", time.Minute, "how often the orphan sweeper runs")
 	maxRetryDelay := fs.Duration("claim-max-retry-delay", 5*time.Minute, "longest wait between retries of a MachineClaim step after transient hypervisor errors (the wait doubles from 2s up to this)")
@@ -78,12 +81,17 @@ func runManager(args []string) error {
 	sweepDryRun := fs.Bool("orphan-sweep-dry-run", false, "only report orphaned VMs (events, logs, metrics); never destroy them")
 	webhookAddr := fs.String("webhook-bind-address", ":9292", "HTTPS address of the GitHub webhook receiver (path "+webhook.Path+"); 0 disables it")
 	webhookCertDir := fs.String("webhook-cert-dir", "/etc/hyperfleet/webhook-tls", "directory with the receiver's tls.crt and tls.key (reloaded when they change)")
-	webhookSecret := fs.String("github-webhook-secret", "hyperfleet-github-webhook", "Secret (in --namespace) whose key webhook-secret is the secret configured on the GitHub webhook")
+	webhookSecret := fs.String("github-webhook-secret", "hyperfleet-github-webhook", "Secret (in --namespace) with the GitHub webhooks' secrets: key webhook-secret (the fallback) and keys owner.<login> (the secret of one organization's or user's webhooks, which only it may use)")
 	webhookMaxBody := fs.Int64("webhook-max-body-bytes", webhook.DefaultMaxBodyBytes, "largest webhook delivery accepted; larger ones get 413")
+	webhookMaxEventAge := fs.Duration("webhook-max-event-age", demand.DefaultMaxEventAge, "webhook events older than this (by the CI platform's time) are confirmed with the platform's API before they change demand, as are completions of jobs not known to be running")
+	webhookMaxInFlight := fs.Int("webhook-max-in-flight", webhook.DefaultMaxInFlight, "webhook deliveries read and verified at once (a quarter of them for bodies over 64 KiB); beyond it deliveries get 503 before their body is read")
 	agentFlags := bindAgentServerFlags(fs)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := checkMaxEventAge(*webhookMaxEventAge); err != nil {
 		return err
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
@@ -104,14 +112,16 @@ func runManager(args []string) error {
 	if err != nil {
 		return fmt.Errorf("find the Kubernetes API: %w", err)
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgrOpts := ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: *metricsAddr},
 		HealthProbeBindAddress:  *probeAddr,
 		LeaderElection:          *leaderElect,
 		LeaderElectionID:        "hyperfleet-manager.hyperfleet.io",
 		LeaderElectionNamespace: *namespace,
-	})
+	}
+	manager.ConfigureSecretReads(&mgrOpts)
+	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
@@ -120,11 +130,14 @@ func runManager(args []string) error {
 	if err != nil {
 		return err
 	}
-	signer, err := manager.LoadOrCreateSigner(ctx, direct, *namespace, *ownershipSecret, *operatorID)
+	signer, err := manager.LoadOrCreateSigner(ctx, direct, manager.SignerOptions{
+		Namespace: *namespace, Name: *ownershipSecret, OperatorID: *operatorID, AllowNewKey: *allowNewKey,
+	})
 	if err != nil {
 		return err
 	}
-	log.Info("Ownership marker ready", "operatorId", signer.OperatorID(), "tag", signer.OperatorTag())
+	log.Info("Ownership marker ready", "operatorId", signer.OperatorID(), "tag", signer.OperatorTag(),
+		"signingKey", signer.SigningKeyID(), "keys", signer.KeyIDs())
 	opts := manager.Options{
 		Signer:            signer,
 		SweepInterval:     *sweepInterval,
@@ -135,19 +148,21 @@ func runManager(args []string) error {
 		AgentServer:       agentServer,
 	}
 	if *webhookAddr != "0" {
-		secret, err := webhookSecretValue(ctx, direct, *namespace, *webhookSecret)
+		secrets, err := readWebhookSecrets(ctx, direct, *namespace, *webhookSecret)
 		if err != nil {
 			return err
 		}
-		if secret == nil {
-			log.Info("GitHub webhooks are off: create the Secret with key "+webhookSecretKey+" to receive them; demand then comes from the periodic resync only",
+		if secrets == nil {
+			log.Info("GitHub webhooks are off: create the Secret with key "+webhookSecretKey+" (or keys "+webhookOwnerKeyPrefix+"<owner>) to receive them; demand then comes from the periodic resync only",
 				"secret", *namespace+"/"+*webhookSecret)
 		} else {
 			opts.Webhook = &manager.WebhookOptions{
-				Addr: *webhookAddr, Secret: secret, MaxBodyBytes: *webhookMaxBody,
+				Addr: *webhookAddr, Secret: secrets.global, OwnerSecrets: secrets.owners,
+				MaxBodyBytes: *webhookMaxBody, MaxInFlight: *webhookMaxInFlight, MaxEventAge: *webhookMaxEventAge,
 				CertFile: filepath.Join(*webhookCertDir, "tls.crt"), KeyFile: filepath.Join(*webhookCertDir, "tls.key"),
 			}
-			log.Info("GitHub webhook receiver configured", "address", *webhookAddr, "path", webhook.Path)
+			log.Info("GitHub webhook receiver configured", "address", *webhookAddr, "path", webhook.Path,
+				"fallbackSecret", len(secrets.global) > 0, "ownersWithOwnSecret", len(secrets.owners))
 		}
 	}
 	if _, err := manager.Setup(ctx, mgr, opts); err != nil {
@@ -163,12 +178,37 @@ func runManager(args []string) error {
 	return mgr.Start(ctx)
 }
 
-// webhookSecretKey is the key of the webhook Secret.
-const webhookSecretKey = "webhook-secret"
+// completedJobRetention is how long a completed CIJob is kept
+// (docs/runnerpool.md): within it, a replayed event about a finished job
+// finds the record of its completion and changes nothing.
+const completedJobRetention = 15 * time.Minute
 
-// webhookSecretValue reads the webhook secret; nil (no error) when the
-// Secret does not exist.
-func webhookSecretValue(ctx context.Context, c client.Reader, namespace, name string) ([]byte, error) {
+// checkMaxEventAge refuses an age bound beyond the completed CIJobs'
+// retention: an unconfirmed replay of an event older than the record of
+// its job's completion would create demand again.
+func checkMaxEventAge(d time.Duration) error {
+	if d <= 0 || d > completedJobRetention {
+		return fmt.Errorf("--webhook-max-event-age is %s: set it above 0 and at most %s (how long completed CIJobs are kept), so that older events are confirmed with the CI platform", d, completedJobRetention)
+	}
+	return nil
+}
+
+// Keys of the webhook Secret: the fallback secret, and one secret per
+// owner (organization or user login) under the prefix.
+const (
+	webhookSecretKey      = "webhook-secret"
+	webhookOwnerKeyPrefix = "owner."
+)
+
+// webhookSecrets are the secrets of the webhook Secret.
+type webhookSecrets struct {
+	global []byte
+	owners map[string][]byte
+}
+
+// readWebhookSecrets reads the webhook Secret; nil (no error) when it does
+// not exist.
+func readWebhookSecrets(ctx context.Context, c client.Reader, namespace, name string) (*webhookSecrets, error) {
 	var s corev1.Secret
 	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -176,11 +216,37 @@ func webhookSecretValue(ctx context.Context, c client.Reader, namespace, name st
 		}
 		return nil, fmt.Errorf("read the GitHub webhook Secret %s/%s: %w", namespace, name, err)
 	}
-	v := s.Data[webhookSecretKey]
-	if len(v) == 0 {
-		return nil, fmt.Errorf("GitHub webhook Secret %s/%s has no key %q (or it is empty): put the webhook's secret there", namespace, name, webhookSecretKey)
+	return parseWebhookSecrets(namespace+"/"+name, s.Data)
+}
+
+// parseWebhookSecrets checks the webhook Secret's keys: webhook-secret
+// (the fallback) and owner.<login> (that owner's own), at least one of
+// them, none empty, and no owner twice in different cases.
+func parseWebhookSecrets(secret string, data map[string][]byte) (*webhookSecrets, error) {
+	out := &webhookSecrets{global: data[webhookSecretKey], owners: map[string][]byte{}}
+	if v, ok := data[webhookSecretKey]; ok && len(v) == 0 {
+		return nil, fmt.Errorf("GitHub webhook Secret %s: key %q is empty: put the webhook's secret there or remove the key", secret, webhookSecretKey)
 	}
-	return v, nil
+	for key, v := range data {
+		login, ok := strings.CutPrefix(key, webhookOwnerKeyPrefix)
+		if !ok {
+			continue
+		}
+		owner := strings.ToLower(login)
+		switch {
+		case owner == "":
+			return nil, fmt.Errorf("GitHub webhook Secret %s: key %q names no owner: use %s<organization or user login>", secret, key, webhookOwnerKeyPrefix)
+		case len(v) == 0:
+			return nil, fmt.Errorf("GitHub webhook Secret %s: key %q is empty: put the secret of %s's webhooks there or remove the key", secret, key, login)
+		case out.owners[owner] != nil:
+			return nil, fmt.Errorf("GitHub webhook Secret %s: owner %q has more than one key (owner logins ignore case): keep one", secret, owner)
+		}
+		out.owners[owner] = v
+	}
+	if len(out.global) == 0 && len(out.owners) == 0 {
+		return nil, fmt.Errorf("GitHub webhook Secret %s has neither key %q nor keys %s<owner>: put the webhook's secret there", secret, webhookSecretKey, webhookOwnerKeyPrefix)
+	}
+	return out, nil
 }
 
 func envOr(key, def string) string {

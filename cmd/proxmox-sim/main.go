@@ -3,7 +3,8 @@
 // It speaks HTTPS with a freshly generated self-signed certificate (its
 // SHA-256 fingerprint is printed at start-up, as Proxmox shows it) unless
 // --insecure-http is given. The API is under /api2/json/; the admin API
-// under /_sim/ is off unless --admin is given.
+// under /_sim/ is off unless --admin is given, and answers loopback
+// clients only.
 package main
 
 import (
@@ -34,7 +35,7 @@ func run() error {
 	listen := flag.String("listen", "127.0.0.1:8006", "address to listen on")
 	configPath := flag.String("config", "", "YAML or JSON cluster description (default: one node pve1, storages local and local-lvm, template 9000, root@pam/root, token root@pam!sim)")
 	insecure := flag.Bool("insecure-http", false, "serve plain HTTP instead of HTTPS")
-	admin := flag.Bool("admin", false, "enable the /_sim/ admin API (state dump, latency, faults)")
+	admin := flag.Bool("admin", false, "enable the /_sim/ admin API (state dump, latency, faults); it answers loopback clients only")
 	flag.Parse()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))

@@ -6,9 +6,10 @@
 // logging a secret:
 //
 //  1. Read the config file (agentconfig.Path), remove it at once (it holds
-//     the single-use runner credential), then parse and validate it with
-//     agentconfig.Parse. A credential whose expiresAt has passed is not
-//     tried.
+//     the single-use runner credential) with cloud-init's copies of the
+//     user-data it came in (CloudInitCopies, CloudInitScanned), then parse
+//     and validate it with agentconfig.Parse. A credential whose expiresAt
+//     has passed is not tried.
 //  2. Obtain the runner credential from a CredentialSource: the file itself
 //     with workloadMethod direct; with workloadMethod broker (SPIFFE
 //     attestation and the operator's credential broker, a later version)
@@ -96,6 +97,17 @@ const (
 	DefaultStopGracePeriod = 30 * time.Second
 )
 
+// Default bounds of the runner package: GitHub's runner is about 200 MB
+// packed, 600 MB and 5,000 files unpacked; the bounds leave room for
+// growth while keeping a hostile or broken package (a decompression bomb,
+// an endless response) from filling the VM's disk before the checksum or
+// the unpacking fails.
+const (
+	DefaultMaxDownloadBytes = 1 << 30
+	DefaultMaxUnpackedBytes = 4 << 30
+	DefaultMaxUnpackedFiles = 100_000
+)
+
 // Options configure Run.
 type Options struct {
 	// ConfigPath is the agent config file (agentconfig.Path). It is read
@@ -103,7 +115,8 @@ type Options struct {
 	ConfigPath string
 
 	// Root, when set, is a directory prefixed to every absolute path taken
-	// from the config file (runner.software.installPath and workDir). It
+	// from the config file (runner.software.installPath and workDir) and
+	// to the cloud-init copies the agent removes (CloudInitCopies). It
 	// lets tests, and the Proxmox simulator's guests (many "VMs" sharing
 	// one host), run agents side by side without touching the host's
 	// /opt or /home. Empty in a real VM.
@@ -127,6 +140,15 @@ type Options struct {
 	// DownloadTimeout bounds the runner package download. Zero: no bound
 	// besides ctx.
 	DownloadTimeout time.Duration
+
+	// MaxDownloadBytes bounds the runner package download
+	// (DefaultMaxDownloadBytes when zero).
+	MaxDownloadBytes int64
+	// MaxUnpackedBytes bounds the bytes of all files unpacked from the
+	// package, MaxUnpackedFiles their number (entries of any kind)
+	// (DefaultMaxUnpackedBytes, DefaultMaxUnpackedFiles when zero).
+	MaxUnpackedBytes int64
+	MaxUnpackedFiles int
 
 	// TempDir holds the runner package while it is downloaded and
 	// unpacked (os.TempDir() when empty).
@@ -207,6 +229,15 @@ func Run(ctx context.Context, opts Options) int {
 	}
 	if opts.StopGracePeriod <= 0 {
 		opts.StopGracePeriod = DefaultStopGracePeriod
+	}
+	if opts.MaxDownloadBytes <= 0 {
+		opts.MaxDownloadBytes = DefaultMaxDownloadBytes
+	}
+	if opts.MaxUnpackedBytes <= 0 {
+		opts.MaxUnpackedBytes = DefaultMaxUnpackedBytes
+	}
+	if opts.MaxUnpackedFiles <= 0 {
+		opts.MaxUnpackedFiles = DefaultMaxUnpackedFiles
 	}
 	if opts.NewCredentialSource == nil {
 		opts.NewCredentialSource = NewCredentialSource
@@ -336,6 +367,7 @@ func (a *agent) readConfig() (*agentconfig.Config, error) {
 	} else {
 		a.log.Info("config file removed", "path", path, "bytes", len(data))
 	}
+	a.scrubCloudInitCopies(data)
 	cfg, err := agentconfig.Parse(data)
 	if err != nil {
 		// Still honour powerOffOnFinish if the document says so at all:

@@ -686,6 +686,24 @@ func packageServer(t *testing.T, name string, pkg []byte) (*httptest.Server, str
 	return srv, srv.URL + "/pkg/" + name
 }
 
+// chunkedPackageServer is packageServer without a Content-Length: the
+// body is flushed in two parts.
+func chunkedPackageServer(t *testing.T, name string, pkg []byte) (*httptest.Server, string) {
+	t.Helper()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/pkg/"+name {
+			http.NotFound(w, r)
+			return
+		}
+		half := len(pkg) / 2
+		_, _ = w.Write(pkg[:half])
+		w.(http.Flusher).Flush()
+		_, _ = w.Write(pkg[half:])
+	}))
+	t.Cleanup(srv.Close)
+	return srv, srv.URL + "/pkg/" + name
+}
+
 func sha256Hex(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
@@ -735,7 +753,34 @@ func TestDownloadRefused(t *testing.T) {
 		sha   func(pkg []byte) string
 		msg   string
 		clear bool // installPath was cleared (the package was accepted, unpacking failed)
+		// opts adjusts the agent's options; chunked serves the package
+		// without a Content-Length.
+		opts    func(o *Options, pkg []byte)
+		chunked bool
 	}{
+		"larger than the download bound": {
+			pkg: func(t *testing.T, v *vm) []byte {
+				return tarGz(t, file("run.sh", 0o755, "#!/bin/sh\n"+v.goodRunner(0)))
+			},
+			opts: func(o *Options, pkg []byte) { o.MaxDownloadBytes = int64(len(pkg)) - 1 },
+			msg:  "more than the agent's bound",
+		},
+		"larger than the download bound, no length announced": {
+			pkg: func(t *testing.T, v *vm) []byte {
+				return tarGz(t, file("run.sh", 0o755, "#!/bin/sh\n"+v.goodRunner(0)))
+			},
+			opts:    func(o *Options, pkg []byte) { o.MaxDownloadBytes = int64(len(pkg)) - 1 },
+			chunked: true,
+			msg:     "larger than the agent's bound",
+		},
+		"unpacks to more than the bound": {
+			pkg: func(t *testing.T, v *vm) []byte {
+				return tarGz(t, file("run.sh", 0o755, "#!/bin/sh\n"+v.goodRunner(0)), file("bomb", 0o644, strings.Repeat("0", 1<<20)))
+			},
+			opts:  func(o *Options, _ []byte) { o.MaxUnpackedBytes = 64 << 10 },
+			msg:   "--max-unpacked-bytes",
+			clear: true,
+		},
 		"checksum mismatch": {
 			pkg: func(t *testing.T, v *vm) []byte {
 				return tarGz(t, file("run.sh", 0o755, "#!/bin/sh\n"+v.goodRunner(0)))
@@ -768,7 +813,13 @@ func TestDownloadRefused(t *testing.T) {
 			v := newVM(t)
 			pkg := tc.pkg(t, v)
 			srv, url := packageServer(t, "actions-runner-linux-x64.tar.gz", pkg)
+			if tc.chunked {
+				srv, url = chunkedPackageServer(t, "actions-runner-linux-x64.tar.gz", pkg)
+			}
 			v.opts.HTTPClient = srv.Client()
+			if tc.opts != nil {
+				tc.opts(&v.opts, pkg)
+			}
 			marker := filepath.Join(v.install(), "image-file")
 			writeScript(t, marker, "")
 			c := v.baseConfig()

@@ -59,7 +59,7 @@ func (a *agent) installRunner(ctx context.Context, sw *agentconfig.Software, ins
 	if err := os.MkdirAll(install, 0o755); err != nil {
 		return fail(ExitRunnerSoftware, "create installPath %s: %v", install, err)
 	}
-	n, err := unpack(pkg, format, install)
+	n, err := unpack(pkg, format, install, unpackLimits{bytes: a.opts.MaxUnpackedBytes, entries: a.opts.MaxUnpackedFiles})
 	if err != nil {
 		return fail(ExitRunnerSoftware, "unpack the runner package: %v", err)
 	}
@@ -116,6 +116,10 @@ func (a *agent) download(ctx context.Context, rawURL, wantSHA256 string) (path s
 		return "", fail(ExitRunnerSoftware, "download %s: HTTP %d: %s", shown, resp.StatusCode, strings.TrimSpace(string(body)))
 	}
 
+	limit := a.opts.MaxDownloadBytes
+	if resp.ContentLength > limit {
+		return "", fail(ExitRunnerSoftware, "download %s: the package has %d bytes, more than the agent's bound of %d (--max-download-bytes); refusing it", shown, resp.ContentLength, limit)
+	}
 	f, err := os.CreateTemp(a.opts.TempDir, "hyperfleet-runner-*.pkg")
 	if err != nil {
 		return "", fail(ExitInternal, "temporary file for the runner package: %v", err)
@@ -127,9 +131,14 @@ func (a *agent) download(ctx context.Context, rawURL, wantSHA256 string) (path s
 		}
 	}()
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(f, h), resp.Body)
+	// One byte more than the bound tells a package that exceeds it.
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return "", downloadErr(err)
+	}
+	if n > limit {
+		err = fail(ExitRunnerSoftware, "download %s: the package is larger than the agent's bound of %d bytes (--max-download-bytes); refusing it", shown, limit)
+		return "", err
 	}
 	if err := f.Close(); err != nil {
 		return "", fail(ExitInternal, "write the runner package: %v", err)

@@ -54,13 +54,17 @@ func archiveFormat(rawURL, file string) (string, error) {
 // absolute names, no "..", no writing through symbolic links that leave
 // it), symbolic links must point inside dest, and file modes (permission
 // bits) are kept; owners, set-id bits and device nodes are not.
-func unpack(file, format, dest string) (int, error) {
+//
+// lim bounds what the archive may write: a compressed archive can expand
+// without limit (a decompression bomb), and the checksum only proves that
+// the package is the one the config names, not that it is sane.
+func unpack(file, format, dest string, lim unpackLimits) (int, error) {
 	root, err := os.OpenRoot(dest)
 	if err != nil {
 		return 0, err
 	}
 	defer root.Close()
-	x := &extractor{root: root, dest: dest}
+	x := &extractor{root: root, dest: dest, lim: lim}
 	var n int
 	switch format {
 	case formatTarGz:
@@ -76,11 +80,35 @@ func unpack(file, format, dest string) (int, error) {
 	return n, x.checkLinks()
 }
 
+// unpackLimits bound one extraction.
+type unpackLimits struct {
+	// bytes is the most file content written in all, entries the most
+	// entries of any kind.
+	bytes   int64
+	entries int
+}
+
+// errTooLarge: the archive exceeds its unpackLimits.
+var errTooLarge = errors.New("the runner package is larger than the agent's bounds")
+
 // extractor writes entries into root.
 type extractor struct {
 	root  *os.Root
 	dest  string
 	links []string // symbolic links created
+	lim   unpackLimits
+	// written and entries are what was extracted so far.
+	written int64
+	entries int
+}
+
+// count admits one more entry.
+func (x *extractor) count(name string) error {
+	x.entries++
+	if x.entries > x.lim.entries {
+		return fmt.Errorf("entry %q: more than %d entries (--max-unpacked-files): %w", name, x.lim.entries, errTooLarge)
+	}
+	return nil
 }
 
 func (x *extractor) tarGz(file string) (int, error) {
@@ -108,6 +136,9 @@ func (x *extractor) tarGz(file string) (int, error) {
 		}
 		name, err := entryName(h.Name)
 		if err != nil {
+			return n, err
+		}
+		if err := x.count(h.Name); err != nil {
 			return n, err
 		}
 		perm := fs.FileMode(h.Mode) & fs.ModePerm
@@ -141,6 +172,9 @@ func (x *extractor) zip(file string) (int, error) {
 	for _, zf := range zr.File {
 		name, err := entryName(zf.Name)
 		if err != nil {
+			return n, err
+		}
+		if err := x.count(zf.Name); err != nil {
 			return n, err
 		}
 		mode := zf.Mode()
@@ -253,7 +287,15 @@ func (x *extractor) file(name string, perm fs.FileMode, r io.Reader) error {
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, r); err != nil {
+	// The headers' sizes are not trusted: the bytes actually written
+	// count, one beyond what is left telling an entry that exceeds it.
+	left := x.lim.bytes - x.written
+	n, err := io.Copy(f, io.LimitReader(r, left+1))
+	x.written += n
+	if err == nil && n > left {
+		err = fmt.Errorf("more than %d bytes unpacked (--max-unpacked-bytes): %w", x.lim.bytes, errTooLarge)
+	}
+	if err != nil {
 		_ = f.Close()
 		return fmt.Errorf("entry %q: %w", name, err)
 	}

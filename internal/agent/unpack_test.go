@@ -5,6 +5,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -111,6 +112,11 @@ func zipFile(t testing.TB, es ...entry) []byte {
 // that escapes one or two levels up land in directories the test checks.
 func unpackBytes(t *testing.T, format string, pkg []byte) (dest string, err error) {
 	t.Helper()
+	return unpackBytesWithin(t, format, pkg, unpackLimits{bytes: DefaultMaxUnpackedBytes, entries: DefaultMaxUnpackedFiles})
+}
+
+func unpackBytesWithin(t *testing.T, format string, pkg []byte, lim unpackLimits) (dest string, err error) {
+	t.Helper()
 	base := t.TempDir()
 	dest = filepath.Join(base, "a", "b", "dest")
 	if err := os.MkdirAll(dest, 0o755); err != nil {
@@ -120,7 +126,7 @@ func unpackBytes(t *testing.T, format string, pkg []byte) (dest string, err erro
 	if err := os.WriteFile(f, pkg, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err = unpack(f, format, dest)
+	_, err = unpack(f, format, dest, lim)
 	return dest, err
 }
 
@@ -264,6 +270,42 @@ func TestArchiveFormat(t *testing.T) {
 		got, err := archiveFormat(tc.url, tc.file)
 		if got != tc.want || (tc.want == "") != (err != nil) {
 			t.Errorf("archiveFormat(%s) = %q, %v; want %q", tc.url, got, err, tc.want)
+		}
+	}
+}
+
+// TestUnpackBounds: an archive with more file bytes or more entries than
+// the bounds is refused, whatever its headers claim, in both formats; one
+// exactly at the bounds is unpacked.
+func TestUnpackBounds(t *testing.T) {
+	big := strings.Repeat("x", 1000)
+	entries := []entry{dir("bin"), file("bin/a", 0o755, big), file("bin/b", 0o644, big)}
+	for _, format := range []string{formatTarGz, formatZip} {
+		pkg := tarGz(t, entries...)
+		if format == formatZip {
+			pkg = zipFile(t, entries...)
+		}
+		cases := []struct {
+			name string
+			lim  unpackLimits
+			ok   bool
+		}{
+			{"at the bounds", unpackLimits{bytes: 2000, entries: 3}, true},
+			{"one byte too many", unpackLimits{bytes: 1999, entries: 3}, false},
+			{"one entry too many", unpackLimits{bytes: 2000, entries: 2}, false},
+		}
+		for _, c := range cases {
+			t.Run(format+"/"+c.name, func(t *testing.T) {
+				dest, err := unpackBytesWithin(t, format, pkg, c.lim)
+				switch {
+				case c.ok && err != nil:
+					t.Fatalf("unpack: %v", err)
+				case c.ok:
+					checkFile(t, filepath.Join(dest, "bin/b"), big, 0o644)
+				case !errors.Is(err, errTooLarge):
+					t.Fatalf("unpack: %v, want %v", err, errTooLarge)
+				}
+			})
 		}
 	}
 }

@@ -227,8 +227,11 @@ var (
 // each naming the JSON field and saying what would be right.
 func (c *Config) Validate() error {
 	var errs []error
+	secrets := c.secrets()
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+		// Messages quote the values they reject; none may show a
+		// credential, wherever a caller put it.
+		errs = append(errs, fmt.Errorf("%s: %s", field, RedactSecrets(fmt.Sprintf(format, args...), secrets...)))
 	}
 
 	if c.Version != CurrentVersion {
@@ -325,6 +328,11 @@ func (r *Runner) validate(bad func(field, format string, args ...any)) {
 	checkAbs := func(field, p string) {
 		if p == "" || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
 			bad(field, "%q must be an absolute path such as /opt/actions-runner", p)
+			return
+		}
+		// The agent removes or empties it as root.
+		if why := CheckRunnerPath(p); why != "" {
+			bad(field, "%q %s; the agent empties it after each job: use a directory of its own such as /opt/actions-runner or /var/lib/hyperfleet/work", p, why)
 		}
 	}
 	checkAbs("runner.software.installPath", s.InstallPath)
@@ -392,9 +400,27 @@ func (s *SPIFFE) validate(bad func(field, format string, args ...any)) {
 func checkHTTPSURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
-		return fmt.Errorf("%q must be an https:// URL", s)
+		return fmt.Errorf("%q must be an https:// URL", shownURL(s, u, err))
 	}
 	return nil
+}
+
+// shownURL is what an error may quote of a URL: without its user
+// information and query, which may hold credentials, or only its length
+// when it does not parse.
+func shownURL(s string, u *url.URL, err error) string {
+	if err != nil {
+		return fmt.Sprintf("<%d characters that do not parse as a URL>", len(s))
+	}
+	c := *u
+	if c.User != nil {
+		c.User = url.User("redacted")
+	}
+	if c.RawQuery != "" {
+		c.RawQuery = "redacted"
+	}
+	c.Fragment, c.RawFragment = "", ""
+	return c.String()
 }
 
 func checkPEMBundle(bundle string) error {

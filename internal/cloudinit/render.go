@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 )
 
 // Input is what Render needs for one VM (or, with canonical Vars, for one
@@ -39,8 +41,35 @@ type Output struct {
 
 // Render renders the NoCloud seed. Errors about the user's templates are
 // *Error values naming the template field (and line); other errors are
-// about in.Vars. Both wrap their cause.
+// about in.Vars. Both wrap their cause, except that an error whose text
+// would show a piece of the VM's credential (a template that renders it
+// where a message quotes the output) is replaced by one that does not,
+// keeping only the field and line: errors end up in conditions and events.
 func Render(in Input) (*Output, error) {
+	out, err := render(in)
+	if err != nil {
+		return nil, withoutSecrets(err, in.Vars.secrets())
+	}
+	return out, nil
+}
+
+// withoutSecrets returns err, or, when its text shows a piece of a secret,
+// an error that does not and that drops the cause (whose text would).
+func withoutSecrets(err error, secrets []string) error {
+	msg := err.Error()
+	clean := agentconfig.RedactSecrets(msg, secrets...)
+	if clean == msg {
+		return err
+	}
+	var ce *Error
+	if errors.As(err, &ce) {
+		inner := agentconfig.RedactSecrets(ce.Err.Error(), secrets...)
+		return &Error{Field: ce.Field, Line: ce.Line, Rendered: ce.Rendered, Err: errors.New(inner)}
+	}
+	return errors.New(clean)
+}
+
+func render(in Input) (*Output, error) {
 	v := in.Vars
 	nv, err := v.check()
 	if err != nil {

@@ -460,3 +460,8 @@ func (v *Vars) checkAgent() error {
 	}
 	return nil
 }
+
+// secrets are the per-VM credential values in v.
+func (v *Vars) secrets() []string {
+	return []string{v.JITConfig, v.RunnerToken, v.JoinToken}
+}

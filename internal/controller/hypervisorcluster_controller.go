@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -58,7 +59,24 @@ type HypervisorClusterReconciler struct {
 	// ClaimEvents wakes the MachineClaim controller for claims whose VM
 	// changed state in a listing, or whose cluster became Ready.
 	ClaimEvents chan<- event.GenericEvent
+	// Unverified reports the VMs carrying this install's tag whose
+	// ownership block does not verify (the orphan sweeper reads them);
+	// nil leaves the UnverifiedVMs condition unset.
+	Unverified UnverifiedVMReporter
 }
+
+// UnverifiedVMReporter knows, per cluster, the VMs carrying this install's
+// tag whose ownership block does not verify (internal/sweeper.Sweeper).
+type UnverifiedVMReporter interface {
+	// Unverified returns those VMs with the reason, by VM id; swept is
+	// false while the cluster has not been looked at yet.
+	Unverified(cluster string) (vms map[int]string, swept bool)
+	// Forget drops a deleted cluster.
+	Forget(cluster string)
+}
+
+// maxUnverifiedListed bounds the VMs the UnverifiedVMs message names.
+const maxUnverifiedListed = 5
 
 // SetupWithManager registers the controller.
 func (r *HypervisorClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -67,7 +85,7 @@ func (r *HypervisorClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&hfv1.HypervisorCluster{}).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersForSecret)).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersForSecret)).
 		Named("hypervisorcluster").
 		Complete(r)
 }
@@ -93,6 +111,9 @@ func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Re
 		if apierrors.IsNotFound(err) {
 			r.Registry.Remove(req.Name)
 			metrics.ForgetCluster(req.Name)
+			if r.Unverified != nil {
+				r.Unverified.Forget(req.Name)
+			}
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -188,6 +209,7 @@ func (r *HypervisorClusterReconciler) reconcileConnection(ctx context.Context, c
 	r.Registry.SetHealth(name, hypervisors.Health{Ready: true}, now)
 	metrics.ClusterConnected.WithLabelValues(name).Set(1)
 	r.setConnectedStatus(cluster, info, now)
+	r.setUnverifiedCondition(cluster)
 	if !wasReady {
 		r.Recorder.Eventf(cluster, corev1.EventTypeNormal, "Connected", "Connected to %s (version %s, %d nodes)", cfg.Endpoint, info.Version, len(info.Nodes))
 		r.wakeWaitingClaims(ctx, name)
@@ -291,6 +313,44 @@ func (r *HypervisorClusterReconciler) setConnectedStatus(cluster *hfv1.Hyperviso
 	}
 	setCondition(&st.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
 	st.ObservedGeneration = cluster.Generation
+}
+
+// setUnverifiedCondition reports the VMs that carry this install's tag, are
+// recorded by no claim, and whose ownership block does not verify: after a
+// lost or rotated-out key that is every such VM of the install, and nothing
+// else would say so. (A claim whose own VM does not verify says so in its
+// OwnershipVerified condition, and the VM is counted here once the claim
+// lets go of it.)
+func (r *HypervisorClusterReconciler) setUnverifiedCondition(cluster *hfv1.HypervisorCluster) {
+	if r.Unverified == nil {
+		return
+	}
+	vms, swept := r.Unverified.Unverified(cluster.Name)
+	if !swept {
+		return
+	}
+	st := &cluster.Status
+	if len(vms) == 0 {
+		setCondition(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterUnverifiedVMsCondition, metav1.ConditionFalse, hfv1.AllVerifiedReason,
+			"Every VM with this install's tag that no claim records has a verifying ownership block")
+		return
+	}
+	ids := make([]int, 0, len(vms))
+	for id := range vms {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	var named []string
+	for _, id := range ids[:min(len(ids), maxUnverifiedListed)] {
+		named = append(named, fmt.Sprintf("VM %d: %s", id, vms[id]))
+	}
+	if len(ids) > maxUnverifiedListed {
+		named = append(named, fmt.Sprintf("and %d more", len(ids)-maxUnverifiedListed))
+	}
+	msg := fmt.Sprintf("%d VMs carry this install's tag but their ownership block does not verify, so HyperFleet never touches them (%s); "+
+		"if they are this install's, put the key that signed them back into the ownership Secret, otherwise remove them by hand (docs/security.md)",
+		len(ids), strings.Join(named, "; "))
+	setCondition(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterUnverifiedVMsCondition, metav1.ConditionTrue, hfv1.OwnershipNotVerifiedReason, msg)
 }
 
 // wakeWaitingClaims enqueues the claims that wait for this cluster.
@@ -410,6 +470,13 @@ func (r *HypervisorClusterReconciler) patchStatus(ctx context.Context, before, a
 // clusterConfig resolves the cluster's spec and Secrets into a
 // provider.ClusterConfig.
 func (r *HypervisorClusterReconciler) clusterConfig(ctx context.Context, c *hfv1.HypervisorCluster) (provider.ClusterConfig, error) {
+	return ClusterConfig(ctx, r.Client, c)
+}
+
+// ClusterConfig resolves a HypervisorCluster's spec and the Secrets it
+// references (read with reader) into a provider.ClusterConfig. Errors name
+// the field; a missing Secret or key wraps errSecretMissing.
+func ClusterConfig(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluster) (provider.ClusterConfig, error) {
 	s := c.Spec
 	cfg := provider.ClusterConfig{
 		Name:             c.Name,
@@ -440,7 +507,7 @@ func (r *HypervisorClusterReconciler) clusterConfig(ctx context.Context, c *hfv1
 		if ref == nil {
 			return "", nil
 		}
-		v, err := secretValue(ctx, r.Client, field, ref.Namespace, ref.Name, ref.Key)
+		v, err := secretValue(ctx, reader, field, ref.Namespace, ref.Name, ref.Key)
 		return string(v), err
 	}
 	var err error

@@ -17,8 +17,10 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -47,8 +49,12 @@ func (r *HypervisorMachineTemplateReconciler) SetupWithManager(mgr ctrl.Manager)
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&hfv1.HypervisorMachineTemplate{}).
 		Watches(&hfv1.HypervisorCluster{}, handler.EnqueueRequestsFromMapFunc(r.templatesForCluster)).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.templatesForSecret)).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.templatesForSecret)).
 		Watches(&hfv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.templatesForPool)).
+		// A RunnerPool's scope decides the ReusableCredential condition;
+		// its frequent status writes do not concern the template.
+		Watches(&hfv1.RunnerPool{}, handler.EnqueueRequestsFromMapFunc(templateOfRunnerPool),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A namespace's labels decide which allow-list entries apply.
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.templatesForNamespace)).
 		Named("hypervisormachinetemplate").
@@ -92,6 +98,7 @@ func (r *HypervisorMachineTemplateReconciler) Reconcile(ctx context.Context, req
 	}
 	before := tmpl.DeepCopy()
 	result, err := r.validate(ctx, tmpl)
+	r.reportReusableCredential(ctx, tmpl)
 	if !equality.Semantic.DeepEqual(before.Status, tmpl.Status) {
 		if perr := r.Client.Status().Patch(ctx, tmpl, client.MergeFrom(before)); perr != nil && !apierrors.IsNotFound(perr) {
 			return ctrl.Result{}, perr

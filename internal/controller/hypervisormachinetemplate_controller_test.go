@@ -246,3 +246,66 @@ func TestTemplateAgentUnavailable(t *testing.T) {
 		t.Error("configuring an agent server changed the hash of a template with agentSource Image")
 	}
 }
+
+// TestTemplateReusableCredential: a runner-token template of organization
+// scope, or one a RunnerPool of organization scope uses, carries a True
+// ReusableCredential condition (and a warning event) naming the field and
+// jit-config; a jit-config or repository-scoped one carries it False.
+func TestTemplateReusableCredential(t *testing.T) {
+	sim := startSim(t, nil)
+	startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+
+	waitCredential := func(tmpl *hfv1.HypervisorMachineTemplate, status metav1.ConditionStatus, texts ...string) {
+		t.Helper()
+		eventually(t, 60*time.Second, fmt.Sprintf("template %s ReusableCredential=%s", tmpl.Name, status), func() error {
+			var got hfv1.HypervisorMachineTemplate
+			if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(tmpl), &got); err != nil {
+				return err
+			}
+			c := meta.FindStatusCondition(got.Status.Conditions, hfv1.HypervisorMachineTemplateReusableCredentialCondition)
+			if c == nil || c.Status != status {
+				return fmt.Errorf("ReusableCredential = %+v", c)
+			}
+			for _, text := range texts {
+				if !strings.Contains(c.Message, text) {
+					return fmt.Errorf("message %q does not mention %q", c.Message, text)
+				}
+			}
+			return nil
+		})
+	}
+	variant := func(name string, mutate func(*hfv1.HypervisorMachineTemplate)) *hfv1.HypervisorMachineTemplate {
+		tmpl := f.template.DeepCopy()
+		tmpl.ObjectMeta = metav1.ObjectMeta{Namespace: f.namespace, Name: name}
+		tmpl.Status = hfv1.HypervisorMachineTemplateStatus{}
+		mutate(tmpl)
+		f.create(tmpl)
+		return tmpl
+	}
+
+	waitCredential(f.template, metav1.ConditionFalse)
+	org := variant("org-token", func(tm *hfv1.HypervisorMachineTemplate) {
+		tm.Spec.Bootstrap.Method = hfv1.BootstrapRunnerToken
+		tm.Spec.Bootstrap.GitHub.Repository, tm.Spec.Bootstrap.GitHub.Organization = "", "octo-org"
+	})
+	waitCredential(org, metav1.ConditionTrue, "spec.bootstrap.github.organization", "jit-config")
+	wantEvents(t, org, hfv1.OrganizationRegistrationTokenReason)
+
+	repo := variant("repo-token", func(tm *hfv1.HypervisorMachineTemplate) {
+		tm.Spec.Bootstrap.Method = hfv1.BootstrapRunnerToken
+		tm.Spec.Bootstrap.GitHub.Organization, tm.Spec.Bootstrap.GitHub.Repository = "", "app"
+	})
+	waitCredential(repo, metav1.ConditionFalse)
+	// A pool narrowing the repository template to an organization makes it
+	// organization-wide.
+	f.create(&hfv1.RunnerPool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "org-pool"},
+		Spec: hfv1.RunnerPoolSpec{
+			TemplateRef: hfv1.ObjectName{Name: repo.Name},
+			Workload:    hfv1.Workload{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubWorkload{Organization: "octo-org", Labels: []string{"org"}}},
+			Scaling:     hfv1.Scaling{MinReplicas: 0, MaxReplicas: 1},
+		},
+	})
+	waitCredential(repo, metav1.ConditionTrue, "RunnerPool org-pool spec.workload.github.organization", "jit-config")
+}

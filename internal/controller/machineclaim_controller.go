@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -103,6 +104,77 @@ type MachineClaimReconciler struct {
 	// cache waits for the cache instead of repeating a step (a second
 	// cloud-init delivery would issue a second runner credential).
 	written sync.Map
+	// staleWaits counts, by UID, the consecutive reconciles that found the
+	// cache older than written: the requeue backs off with it.
+	staleWaits sync.Map
+	// uids is the UID last seen under each claim name: a reconcile that
+	// finds the name gone (or taken by a new claim) drops the per-claim
+	// state of that UID, whatever became of the claim while this
+	// controller was not looking.
+	uids sync.Map
+}
+
+// Requeue delays while the cache is older than this controller's last
+// write of a claim: the watch event usually arrives within milliseconds,
+// but an API server or informer under load may take seconds, and a fixed
+// short requeue would then spin.
+const (
+	staleCacheFirstWait = 50 * time.Millisecond
+	staleCacheMaxWait   = 5 * time.Second
+	// staleCacheReport is the wait count at which the lag is logged.
+	staleCacheReport = 8
+)
+
+// staleCacheWait is the requeue after the n-th consecutive stale read
+// (n from 0): 50 ms doubling to 5 s.
+func staleCacheWait(n int) time.Duration {
+	if n >= 8 {
+		return staleCacheMaxWait
+	}
+	return min(staleCacheFirstWait<<n, staleCacheMaxWait)
+}
+
+// waitForCache reports whether the cache still shows the claim older than
+// this controller's last write, with the requeue to wait for it.
+func (r *MachineClaimReconciler) waitForCache(ctx context.Context, claim *hfv1.MachineClaim) (ctrl.Result, bool) {
+	if !r.staleCache(claim) {
+		r.staleWaits.Delete(claim.UID)
+		return ctrl.Result{}, false
+	}
+	n := 0
+	if v, ok := r.staleWaits.Load(claim.UID); ok {
+		n = v.(int)
+	}
+	r.staleWaits.Store(claim.UID, n+1)
+	if n == staleCacheReport {
+		ctrl.LoggerFrom(ctx).Info("The cache still shows an older version of the claim than this controller wrote; waiting for it",
+			"resourceVersion", claim.ResourceVersion, "waits", n)
+	}
+	return ctrl.Result{RequeueAfter: staleCacheWait(n)}, true
+}
+
+// trackName records that name holds the claim uid now; the state of a
+// claim that held the name before is dropped.
+func (r *MachineClaimReconciler) trackName(name types.NamespacedName, uid types.UID) {
+	if old, loaded := r.uids.Swap(name, uid); loaded && old.(types.UID) != uid {
+		r.forget(old.(types.UID))
+	}
+}
+
+// forgetName drops the state of the claim last seen under name, which is
+// gone.
+func (r *MachineClaimReconciler) forgetName(name types.NamespacedName) {
+	if old, loaded := r.uids.LoadAndDelete(name); loaded {
+		r.forget(old.(types.UID))
+	}
+}
+
+// forget drops every in-memory entry of a claim.
+func (r *MachineClaimReconciler) forget(uid types.UID) {
+	r.attempts.Delete(uid)
+	r.written.Delete(uid)
+	r.staleWaits.Delete(uid)
+	r.Runners.Forget(uid)
 }
 
 // staleCache reports whether the cache still shows a claim older than
@@ -166,12 +238,16 @@ func (r *MachineClaimReconciler) claimsForTemplate(ctx context.Context, o client
 func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	claim := &hfv1.MachineClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forgetName(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	r.trackName(req.NamespacedName, claim.UID)
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("MachineClaim", klog.KObj(claim)))
-	if r.staleCache(claim) {
+	if res, stale := r.waitForCache(ctx, claim); stale {
 		// The watch event of our own last write is on its way.
-		return ctrl.Result{RequeueAfter: 50 * time.Millisecond}, nil
+		return res, nil
 	}
 	startRV := claim.ResourceVersion
 	defer func() {

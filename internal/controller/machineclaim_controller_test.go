@@ -70,7 +70,7 @@ func TestClaimLifecycle(t *testing.T) {
 	if vm.Status != "running" || vm.Config["cores"] != "2" || vm.Config["memory"] != "2048" {
 		t.Errorf("VM config: status %s cores %s memory %s", vm.Status, vm.Config["cores"], vm.Config["memory"])
 	}
-	if rec, err := testSigner.Verify(vm.Description, vmid); err != nil || rec.UID != string(got.UID) {
+	if rec, err := f.signer().Verify(vm.Description, vmid); err != nil || rec.UID != string(got.UID) {
 		t.Errorf("ownership marker: %+v, %v", rec, err)
 	}
 	if !strings.Contains(vm.Config["net0"], strings.ToUpper(st.Network.MACAddress)) && !strings.Contains(strings.ToLower(vm.Config["net0"]), st.Network.MACAddress) {

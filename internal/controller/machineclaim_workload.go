@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -268,6 +269,16 @@ func (r *MachineClaimReconciler) retainFailedVM(ctx context.Context, claim *hfv1
 		}
 		r.Recorder.Eventf(claim, corev1.EventTypeNormal, hfv1.RetainedReason, "VM %d stopped and kept for debugging (RunnerPool %s spec.lifecycle.failedRetention)", ref.VMID, pool.Name)
 	}
+	// A kept VM keeps nothing that still works as a credential: its
+	// cloud-init ISO (the single-use credential) leaves the storage and its
+	// runner leaves the CI platform before it is reported retained
+	// (docs/security.md, "Credentials after the VM").
+	if done, result := r.removeRetainedMedia(ctx, claim, p); !done {
+		return true, result
+	}
+	if done, result := r.deregisterRetainedRunner(ctx, claim); !done {
+		return true, result
+	}
 	ttl := failedRetentionTTL(pool)
 	until := claim.CreationTimestamp.Add(ttl)
 	if t := claim.Status.PhaseTimes; t != nil && t.Failed != nil {
@@ -277,6 +288,59 @@ func (r *MachineClaimReconciler) retainFailedVM(ctx context.Context, claim *hfv1
 		fmt.Sprintf("VM %d on %s is kept stopped for debugging until %s: %s", ref.VMID, ref.HypervisorCluster, until.UTC().Format(time.RFC3339), claim.Status.TerminationReason))
 	return true, ctrl.Result{RequeueAfter: 5 * time.Minute}
 }
+
+// removeRetainedMedia advances the removal of a retained VM's cloud-init
+// media by one step; done once none is left.
+func (r *MachineClaimReconciler) removeRetainedMedia(ctx context.Context, claim *hfv1.MachineClaim, p provider.Provider) (bool, ctrl.Result) {
+	ref := claim.Status.VMRef
+	prev := progressOf(claim)
+	res, err := p.RemoveCloudInitMedia(ctx, ownerOf(claim), prev)
+	if err != nil {
+		msg := fmt.Sprintf("VM %d is kept for debugging once its cloud-init ISO (it holds the runner credential) is removed: %v", ref.VMID, err)
+		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, retainingReason, truncate(msg, 1024))
+		ctrl.LoggerFrom(ctx).Info("Could not remove the cloud-init ISO of the failed VM kept for debugging; retrying", "err", err.Error())
+		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
+	}
+	r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
+	if !res.Done {
+		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, retainingReason,
+			orDefault(res.Message, fmt.Sprintf("Removing the cloud-init ISO of VM %d before keeping it", ref.VMID)))
+		return false, ctrl.Result{RequeueAfter: max(res.RetryAfter, callAgainNow)}
+	}
+	return true, ctrl.Result{}
+}
+
+// deregisterRetainedRunner removes the runner of a claim whose failed VM is
+// kept: its registration must not outlive the VM's useful life. It reports
+// false (with the requeue) to retry; the claim is not reported retained
+// until the runner is gone. The pool's TTL bounds the retries: the claim's
+// deletion then removes the runner as for any claim.
+func (r *MachineClaimReconciler) deregisterRetainedRunner(ctx context.Context, claim *hfv1.MachineClaim) (bool, ctrl.Result) {
+	st := claim.Status.Bootstrap
+	if r.Bootstrap == nil || st == nil || st.RunnerName == "" && st.RunnerID == 0 {
+		return true, ctrl.Result{}
+	}
+	err := r.release(ctx, claim)
+	if err == nil {
+		r.Recorder.Eventf(claim, corev1.EventTypeNormal, runnerRemovedReason, "Runner %s is no longer registered; its failed VM is kept for debugging", st.RunnerName)
+		st.RunnerID, st.RunnerName, st.RunnerState = 0, "", ""
+		return true, ctrl.Result{}
+	}
+	msg := fmt.Sprintf("Removing runner %s before keeping its failed VM: %v", st.RunnerName, err)
+	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, runnerNotRemovedReason, truncate(msg, 1024))
+	ctrl.LoggerFrom(ctx).Info("Could not remove the runner of a failed VM kept for debugging; retrying", "runner", st.RunnerName, "err", err.Error())
+	switch wait, limited := retryAfterWorkload(err, r.Clock.Now()); {
+	case limited:
+		return false, ctrl.Result{RequeueAfter: wait}
+	case errors.Is(err, workload.ErrRunnerBusy):
+		// The platform has not yet seen the stopped VM's runner go idle.
+		return false, ctrl.Result{RequeueAfter: runnerBusyRecheck}
+	}
+	return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
+}
+
+// retainingReason: a failed VM is being made safe to keep.
+const retainingReason = "Retaining"
 
 // keepsHistory reports whether a finished claim of pool stays as history.
 func keepsHistory(pool *hfv1.RunnerPool) bool {

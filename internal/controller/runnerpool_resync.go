@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -355,4 +356,32 @@ func (s *PoolResync) reportError(key string, pools []*hfv1.RunnerPool, err error
 	for _, pool := range pools {
 		s.Events.Eventf(pool, corev1.EventTypeWarning, "ResyncFailed", "Comparing runners and queued jobs with the CI platform failed (retrying every interval): %v", err)
 	}
+}
+
+// PoolJobReaders implements demand.JobReaders with each pool's own CI
+// platform account (PoolProviders): a webhook event is confirmed with the
+// credentials of the pool it was routed to, so what a confirmation can
+// change is only that pool's namespace's demand records.
+type PoolJobReaders struct {
+	Client    client.Reader
+	Providers PoolProviders
+}
+
+var _ demand.JobReaders = (*PoolJobReaders)(nil)
+
+// JobReaderFor implements demand.JobReaders.
+func (r *PoolJobReaders) JobReaderFor(ctx context.Context, pool types.NamespacedName) (workload.JobReader, error) {
+	var rp hfv1.RunnerPool
+	if err := r.Client.Get(ctx, pool, &rp); err != nil {
+		return nil, fmt.Errorf("reading RunnerPool %s: %w", pool, err)
+	}
+	var tmpl hfv1.HypervisorMachineTemplate
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: rp.Namespace, Name: rp.Spec.TemplateRef.Name}, &tmpl); err != nil {
+		return nil, fmt.Errorf("reading HypervisorMachineTemplate %s of RunnerPool %s: %w", rp.Spec.TemplateRef.Name, pool, err)
+	}
+	p, _, err := r.Providers.PoolProvider(ctx, &rp, &tmpl)
+	if err != nil {
+		return nil, fmt.Errorf("the CI platform account of RunnerPool %s: %w", pool, err)
+	}
+	return p, nil
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -63,6 +64,8 @@ type operator struct {
 	cancel     context.CancelFunc
 	done       chan error
 	logs       *syncBuffer
+	// cache is the manager's informer cache.
+	cache cache.Cache
 	// successor is the operator restart started; it is stopped with this
 	// one, after the test's fixtures are cleaned up.
 	successor *operator
@@ -156,14 +159,17 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 	// otherwise throttle the operator to client-go's 5 requests/s.
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS = -1
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgrOpts := ctrl.Options{
 		Scheme:                 env.Scheme,
 		Logger:                 logger,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		// Tests start several managers in one process, one after another.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	}
+	// As the binary does: Secrets read uncached, watched as metadata only.
+	manager.ConfigureSecretReads(&mgrOpts)
+	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		t.Fatalf("new manager: %v", err)
 	}
@@ -185,7 +191,7 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 		cancel()
 		t.Fatalf("setup: %v", err)
 	}
-	op := &operator{components: comps, cancel: cancel, done: make(chan error, 1), logs: logs}
+	op := &operator{components: comps, cancel: cancel, done: make(chan error, 1), logs: logs, cache: mgr.GetCache()}
 	go func() { op.done <- mgr.Start(ctx) }()
 	return op
 }
@@ -236,6 +242,8 @@ type simulator struct {
 	*proxmoxsim.Simulator
 	url         string
 	fingerprint string
+	// clusterName is the Proxmox cluster name ownership blocks are bound to.
+	clusterName string
 	// onRequest, when set, sees every request before the simulator does
 	// (benchmarks time clone requests with it).
 	onRequest atomic.Pointer[func(*http.Request)]
@@ -264,7 +272,7 @@ func startSim(t testing.TB, mutate func(*proxmoxsim.Config)) *simulator {
 	if err != nil {
 		t.Fatalf("simulator: %v", err)
 	}
-	out := &simulator{Simulator: sim}
+	out := &simulator{Simulator: sim, clusterName: cfg.ClusterName}
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if hook := out.onRequest.Load(); hook != nil {
 			(*hook)(r)
@@ -291,9 +299,17 @@ type fixture struct {
 	namespace string
 	cluster   *hfv1.HypervisorCluster
 	template  *hfv1.HypervisorMachineTemplate
+	// hypervisorName is the simulated Proxmox cluster's name.
+	hypervisorName string
 }
 
 var fixtureSeq int
+
+// signer is testSigner bound to the fixture's cluster, as the operator's
+// provider for that cluster binds it: blocks it writes verify there only.
+func (f *fixture) signer() *ownership.Signer {
+	return testSigner.ForCluster(ownership.ClusterIdentity{Name: f.cluster.Name, HypervisorName: f.hypervisorName})
+}
 
 // newFixture creates a namespace, the token Secret, a HypervisorCluster
 // pointing at sim and a HypervisorMachineTemplate for template 9000. The
@@ -303,7 +319,7 @@ func newFixture(t testing.TB, sim *simulator, mutateCluster func(*hfv1.Hyperviso
 	t.Helper()
 	ctx := context.Background()
 	fixtureSeq++
-	f := &fixture{t: t, ctx: ctx, namespace: fmt.Sprintf("t%d-%s", fixtureSeq, strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))}
+	f := &fixture{t: t, ctx: ctx, hypervisorName: sim.clusterName, namespace: fmt.Sprintf("t%d-%s", fixtureSeq, strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")))}
 	if len(f.namespace) > 40 {
 		f.namespace = f.namespace[:40]
 	}

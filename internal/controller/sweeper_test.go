@@ -20,7 +20,7 @@ func TestOrphanSweeper(t *testing.T) {
 
 	tags := "hyperfleet;" + testSigner.OperatorTag()
 	rec := ownership.Record{Namespace: f.namespace, Name: "ghost", UID: "00000000-dead-beef-0000-000000000001", VMID: 1500, CreatedAt: time.Now().Add(-time.Hour)}
-	orphanDesc := testSigner.Description("left behind by a crash", rec)
+	orphanDesc := f.signer().Description("left behind by a crash", rec)
 	handMadeVM(t, sim, 1500, orphanDesc, tags)
 	// The orphan's block copied onto another VM: signed for VM 1500.
 	handMadeVM(t, sim, 1501, orphanDesc, tags)
@@ -29,13 +29,14 @@ func TestOrphanSweeper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	forger = forger.ForCluster(f.signer().Cluster())
 	forgedRec := rec
 	forgedRec.VMID = 1502
 	handMadeVM(t, sim, 1502, forger.Description("", forgedRec), tags)
 	// An edited block: valid for 1503, then the claim name changed.
 	editedRec := rec
 	editedRec.VMID = 1503
-	edited := bytes.Replace([]byte(testSigner.Description("", editedRec)), []byte("name: ghost"), []byte("name: other"), 1)
+	edited := bytes.Replace([]byte(f.signer().Description("", editedRec)), []byte("name: ghost"), []byte("name: other"), 1)
 	handMadeVM(t, sim, 1503, string(edited), tags)
 
 	eventually(t, 60*time.Second, "orphan 1500 destroyed", func() error {
@@ -61,7 +62,7 @@ func TestOrphanSweeperDryRun(t *testing.T) {
 	f := newFixture(t, sim, nil)
 	waitClusterReady(t, f.cluster, "True")
 	rec := ownership.Record{Namespace: f.namespace, Name: "ghost", UID: "00000000-dead-beef-0000-000000000002", VMID: 1600, CreatedAt: time.Now().Add(-time.Hour)}
-	handMadeVM(t, sim, 1600, testSigner.Description("", rec), "hyperfleet;"+testSigner.OperatorTag())
+	handMadeVM(t, sim, 1600, f.signer().Description("", rec), "hyperfleet;"+testSigner.OperatorTag())
 	wantEvents(t, f.cluster, "OrphanFound")
 	time.Sleep(2 * time.Second)
 	findVM(t, sim, 1600)

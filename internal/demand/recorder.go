@@ -44,6 +44,10 @@ type Recorder struct {
 	client client.Client
 	reader client.Reader
 	clock  clock.PassiveClock
+	// readers, when set, confirm untrusted webhook events
+	// (ConfirmWebhookEvents).
+	readers     JobReaders
+	maxEventAge time.Duration
 }
 
 // NewRecorder returns a Recorder that writes through c and reads an
@@ -67,7 +71,9 @@ func NewRecorder(c client.Client, reader client.Reader, clk clock.PassiveClock) 
 // never seen queued still creates it). An existing one is updated only when
 // the event moves its state forward (hfv1.CIJobRank) or adds information it
 // lacks (the runner's name, a time); an older or repeated event writes
-// nothing. source is SourceWebhook or SourceResync.
+// nothing. source is SourceWebhook or SourceResync. Webhook events the
+// Recorder cannot take as delivered are confirmed with the CI platform
+// first (ConfirmWebhookEvents).
 func (r *Recorder) Record(ctx context.Context, pool types.NamespacedName, ev workload.JobEvent, source string) error {
 	_, err := r.Apply(ctx, pool, ev, source)
 	return err
@@ -83,6 +89,13 @@ func (r *Recorder) Apply(ctx context.Context, pool types.NamespacedName, ev work
 	}
 	if _, ok := stateOf(ev.Job.State); !ok {
 		return Unchanged, fmt.Errorf("recording job %d: unknown job state %q", ev.Job.ID, ev.Job.State)
+	}
+	if source == SourceWebhook && r.readers != nil {
+		confirmed, keep, err := r.confirm(ctx, pool, ev)
+		if err != nil || !keep {
+			return Unchanged, err
+		}
+		ev = confirmed
 	}
 	job := NewCIJob(pool, ev, source, r.clock.Now())
 	err := r.client.Create(ctx, job)

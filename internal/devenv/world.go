@@ -87,6 +87,11 @@ type Options struct {
 	Progress io.Writer
 	// LogLevel is the operator's log verbosity (0 info, 1 debug).
 	LogLevel int
+	// SimulatorAdmin enables the simulators' /_sim/ admin APIs (state
+	// dumps, faults, clock) at ProxmoxURL's and GitHubURL's hosts. Off by
+	// default; both simulators listen on loopback and answer the admin API
+	// to loopback clients only.
+	SimulatorAdmin bool
 }
 
 // World is a running embedded world.
@@ -246,7 +251,8 @@ func (w *World) startGitHub() error {
 		// A loaded laptop may stall a runner's poll for seconds; GitHub
 		// would not call that runner lost either.
 		HeartbeatTimeout: githubsim.Duration(30 * time.Second),
-	}, githubsim.WithCACertificate(caPEM), githubsim.WithWebhookClient(w.webhook.client), githubsim.WithLogger(w.simLogger("github-sim")))
+	}, githubsim.WithCACertificate(caPEM), githubsim.WithWebhookClient(w.webhook.client), githubsim.WithLogger(w.simLogger("github-sim")),
+		githubsim.WithAdmin(w.opts.SimulatorAdmin))
 	if err != nil {
 		return fmt.Errorf("devenv: GitHub simulator: %w", err)
 	}
@@ -320,7 +326,7 @@ func (w *World) startProxmox() error {
 			"HF_SIM_POLL_WAIT": "1",
 		},
 	}
-	sim, err := proxmoxsim.New(cfg, proxmoxsim.WithAdmin(true), proxmoxsim.WithLogger(w.simLogger("proxmox-sim")))
+	sim, err := proxmoxsim.New(cfg, proxmoxsim.WithAdmin(w.opts.SimulatorAdmin), proxmoxsim.WithLogger(w.simLogger("proxmox-sim")))
 	if err != nil {
 		return fmt.Errorf("devenv: Proxmox simulator: %w", err)
 	}
@@ -367,18 +373,20 @@ func (w *World) StartOperator(ctx context.Context) error {
 		zap.JSONEncoder(func(c *zapcore.EncoderConfig) { c.EncodeTime = zapcore.RFC3339NanoTimeEncoder }))
 	cfg := rest.CopyConfig(w.API.Config)
 	cfg.QPS = -1
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	mgrOpts := ctrl.Options{
 		Scheme:                 w.API.Scheme,
 		Logger:                 logger,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		// A restart builds the controllers again in this process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	}
+	manager.ConfigureSecretReads(&mgrOpts)
+	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		return fmt.Errorf("devenv: new manager: %w", err)
 	}
-	signer, err := manager.LoadOrCreateSigner(ctx, w.API.Client, SystemNamespace, "hyperfleet-ownership", "")
+	signer, err := manager.LoadOrCreateSigner(ctx, w.API.Client, manager.SignerOptions{Namespace: SystemNamespace, Name: "hyperfleet-ownership"})
 	if err != nil {
 		return fmt.Errorf("devenv: ownership signer: %w", err)
 	}

@@ -6,19 +6,13 @@ package manager
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -94,10 +88,21 @@ type WebhookOptions struct {
 	// CertFile and KeyFile are the serving certificate and key (reloaded
 	// when they change).
 	CertFile, KeyFile string
-	// Secret is the webhook secret configured on GitHub.
+	// Secret is the webhook secret configured on GitHub: the fallback for
+	// owners without their own in OwnerSecrets.
 	Secret []byte
-	// MaxBodyBytes bounds a delivery (0: the receiver's default, 1 MiB).
+	// OwnerSecrets are secrets per owner (organization or user login, lower
+	// case): deliveries about that owner's repositories verify with it
+	// only (docs/security.md, "Webhook intake").
+	OwnerSecrets map[string][]byte
+	// MaxBodyBytes bounds a delivery (0: the receiver's default, 256 KiB).
 	MaxBodyBytes int64
+	// MaxInFlight bounds the deliveries read and verified at once (0: the
+	// receiver's default, 64); see docs/security.md, "Webhook intake".
+	MaxInFlight int
+	// MaxEventAge is how old an event may be before it is confirmed with
+	// the CI platform (0: demand.DefaultMaxEventAge, 10 minutes).
+	MaxEventAge time.Duration
 }
 
 // Components are the pieces Setup created, for tests and the dev
@@ -153,6 +158,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	// claim controller's queue one event at a time.
 	claimEvents := make(chan event.GenericEvent, 1024)
 
+	sw := &sweeper.Sweeper{
+		Client:      mgr.GetClient(),
+		APIReader:   mgr.GetAPIReader(),
+		Registry:    registry,
+		Recorder:    mgr.GetEventRecorderFor("orphan-sweeper"),
+		Clock:       opts.Clock,
+		Interval:    opts.SweepInterval,
+		GracePeriod: opts.OrphanGracePeriod,
+		DryRun:      opts.SweepDryRun,
+	}
 	if err := (&controller.HypervisorClusterReconciler{
 		Client:      mgr.GetClient(),
 		Registry:    registry,
@@ -161,6 +176,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Recorder:    mgr.GetEventRecorderFor("hypervisorcluster-controller"),
 		Clock:       opts.Clock,
 		ClaimEvents: claimEvents,
+		Unverified:  sw,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up HypervisorCluster controller: %w", err)
 	}
@@ -226,16 +242,6 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 			return nil, fmt.Errorf("add RunnerPool resync: %w", err)
 		}
 	}
-	sw := &sweeper.Sweeper{
-		Client:      mgr.GetClient(),
-		APIReader:   mgr.GetAPIReader(),
-		Registry:    registry,
-		Recorder:    mgr.GetEventRecorderFor("orphan-sweeper"),
-		Clock:       opts.Clock,
-		Interval:    opts.SweepInterval,
-		GracePeriod: opts.OrphanGracePeriod,
-		DryRun:      opts.SweepDryRun,
-	}
 	if err := mgr.Add(sw); err != nil {
 		return nil, fmt.Errorf("add orphan sweeper: %w", err)
 	}
@@ -257,15 +263,24 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 // to the manager.
 func newWebhookServer(mgr ctrl.Manager, opts Options) (*webhook.Server, error) {
 	w := opts.Webhook
-	if len(w.Secret) == 0 {
-		return nil, fmt.Errorf("the GitHub webhook receiver needs the webhook secret configured on GitHub")
+	if len(w.Secret) == 0 && len(w.OwnerSecrets) == 0 {
+		return nil, fmt.Errorf("the GitHub webhook receiver needs the webhook secret configured on GitHub (a fallback secret or one per owner)")
+	}
+	recorder := demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock)
+	// The GitHub bootstrap (the default) gives pool providers; only a
+	// test's stand-in bootstrap does not, and its events go unconfirmed.
+	if providers, ok := opts.Bootstrap.(controller.PoolProviders); ok {
+		recorder.ConfirmWebhookEvents(&controller.PoolJobReaders{Client: mgr.GetClient(), Providers: providers}, w.MaxEventAge)
+	} else {
+		mgr.GetLogger().WithName("webhook").Info("webhook events are recorded without confirmation: the bootstrap source gives no CI platform accounts per pool")
 	}
 	recv, err := webhook.NewReceiver(webhook.Options{
-		Parser:       ghworkload.WebhookParser{Secret: w.Secret},
+		Parser:       ghworkload.WebhookParser{Secret: w.Secret, OwnerSecrets: w.OwnerSecrets},
 		Router:       demand.NewRouter(mgr.GetClient()),
-		Recorder:     demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock),
+		Recorder:     recorder,
 		Events:       mgr.GetEventRecorderFor("hyperfleet-webhook"),
 		MaxBodyBytes: w.MaxBodyBytes,
+		MaxInFlight:  w.MaxInFlight,
 		Logger:       mgr.GetLogger().WithName("webhook"),
 		Clock:        opts.Clock,
 	})
@@ -311,61 +326,4 @@ func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions) (*agentserver.Serve
 		return nil, fmt.Errorf("add agent server: %w", err)
 	}
 	return srv, nil
-}
-
-// Keys of the ownership Secret.
-const (
-	OwnershipKeyField        = "hmac-key"
-	OwnershipOperatorIDField = "operator-id"
-)
-
-// LoadOrCreateSigner reads the install's ownership key and operator id from
-// a Secret, creating the Secret with a random key and id on first start.
-// The key must outlive every VM: losing it makes every VM of this install
-// foreign (never deleted by the operator, only by hand).
-func LoadOrCreateSigner(ctx context.Context, c client.Client, namespace, name, operatorID string) (*ownership.Signer, error) {
-	var s corev1.Secret
-	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s)
-	if apierrors.IsNotFound(err) {
-		key := make([]byte, 32)
-		if _, err := rand.Read(key); err != nil {
-			return nil, err
-		}
-		if operatorID == "" {
-			id := make([]byte, 4)
-			if _, err := rand.Read(id); err != nil {
-				return nil, err
-			}
-			operatorID = hex.EncodeToString(id)
-		}
-		s = corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{
-				Namespace: namespace, Name: name,
-				Labels: map[string]string{hfv1.ManagedByLabel: hfv1.ManagedByValue},
-				Annotations: map[string]string{
-					"hyperfleet.io/description": "HMAC key proving which Proxmox VMs this HyperFleet install created. Deleting it orphans every VM of the install.",
-				},
-			},
-			Type: corev1.SecretTypeOpaque,
-			Data: map[string][]byte{OwnershipKeyField: key, OwnershipOperatorIDField: []byte(operatorID)},
-		}
-		if err := c.Create(ctx, &s); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("create ownership Secret %s/%s: %w", namespace, name, err)
-		}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s); err != nil {
-			return nil, fmt.Errorf("read ownership Secret %s/%s: %w", namespace, name, err)
-		}
-	} else if err != nil {
-		return nil, fmt.Errorf("read ownership Secret %s/%s: %w", namespace, name, err)
-	}
-	id := string(s.Data[OwnershipOperatorIDField])
-	if operatorID != "" && id != operatorID {
-		return nil, fmt.Errorf("ownership Secret %s/%s belongs to operator id %q but --operator-id is %q; VMs are signed per id, so use %q or another Secret",
-			namespace, name, id, operatorID, id)
-	}
-	signer, err := ownership.NewSigner(id, s.Data[OwnershipKeyField])
-	if err != nil {
-		return nil, fmt.Errorf("ownership Secret %s/%s: %w", namespace, name, err)
-	}
-	return signer, nil
 }

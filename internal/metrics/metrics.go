@@ -103,6 +103,13 @@ var (
 		Help: "VMs owned by this install (marker verified) found without a live MachineClaim.",
 	}, []string{"cluster"})
 
+	// UnverifiedVMs is how many VMs carry this install's tag but an
+	// ownership block that does not verify, as of the latest sweep.
+	UnverifiedVMs = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "unverified_vms",
+		Help: "VMs carrying this install's tag whose ownership block does not verify (never touched by the operator), as of the latest orphan sweep.",
+	}, []string{"cluster"})
+
 	// OrphansRemoved counts orphaned VMs the sweeper destroyed.
 	OrphansRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "orphan_vms_removed_total",
@@ -113,7 +120,7 @@ var (
 func init() {
 	crmetrics.Registry.MustRegister(
 		ClaimPhaseSeconds, ClaimTransitions, ClaimErrors, ReservationsRejected, PowerOffToDestroyed, CreatedToCloneRequest,
-		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, IPPoolFree,
+		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
 	)
 }
 
@@ -144,4 +151,5 @@ func ForgetCluster(cluster string) {
 	ClusterConnected.DeleteLabelValues(cluster)
 	OrphansFound.DeleteLabelValues(cluster)
 	OrphansRemoved.DeleteLabelValues(cluster)
+	UnverifiedVMs.DeleteLabelValues(cluster)
 }

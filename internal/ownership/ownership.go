@@ -1,19 +1,26 @@
 // Package ownership marks hypervisor VMs as created by one HyperFleet install
-// and proves it later (DESIGN.md decision 2).
+// and proves it later (docs/security.md, "Ownership keys").
 //
 // Proxmox tags cannot carry key/value pairs such as hyperfleet.io/managed-by=x
 // ('/', '=' and ':' are illegal), so a VM carries two marks:
 //
 //   - legal tags, "hyperfleet" and "hf-<operator id>", cheap to read in bulk
 //     from /cluster/resources and used only to pick candidates;
-//   - a structured block in the VM description naming the operator, the claim
-//     (namespace, name, UID), the pool and the creation time, with an
-//     HMAC-SHA256 over those fields AND the VM id, keyed by a per-install
-//     secret.
+//   - a structured block in the VM description naming the operator, the
+//     HypervisorCluster and the hypervisor's own cluster name, the claim
+//     (namespace, name, UID), the pool, the creation time and the id of the
+//     key that signed it, with an HMAC-SHA256 over those fields AND the VM
+//     id, keyed by a per-install secret.
 //
 // Only the block is trusted. Because the VM id is signed, a block copied to
-// another VM (a clone copies its template's description) never verifies, and
-// any edit to a field breaks the signature.
+// another VM (a clone copies its template's description) never verifies;
+// because the cluster identity is signed and checked against the cluster the
+// block is read from, a block copied to a VM of another cluster never
+// verifies either; any edit to a field breaks the signature.
+//
+// A Signer holds a key ring: it signs with its newest key (the highest id)
+// and verifies a block with the key the block names, so keys can be rotated
+// while VMs signed with older keys still run.
 package ownership
 
 import (
@@ -24,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -39,8 +47,10 @@ const (
 	blockEnd   = "-----END HYPERFLEET OWNERSHIP-----"
 
 	// signatureVersion prefixes the signature so the scheme can change
-	// without old blocks verifying under new rules.
-	signatureVersion = "v1"
+	// without old blocks verifying under new rules. v1 (no key id, no
+	// cluster identity) is no longer accepted: see ErrLegacyBlock.
+	signatureVersion = "v2"
+	legacyVersion    = "v1"
 
 	// MinKeyLength is the shortest accepted HMAC key (256 bits).
 	MinKeyLength = 32
@@ -56,8 +66,18 @@ var (
 	// ErrForeign means the block names another operator install.
 	ErrForeign = errors.New("ownership block belongs to another HyperFleet install")
 	// ErrBadSignature means the block was edited, forged or copied from
-	// another VM.
+	// another VM or another cluster.
 	ErrBadSignature = errors.New("ownership block signature does not verify (edited, forged or copied from another VM)")
+	// ErrOtherCluster means the block was written for a VM of another
+	// cluster (it wraps ErrBadSignature: such a block is a copy).
+	ErrOtherCluster = fmt.Errorf("%w: written for another cluster", ErrBadSignature)
+	// ErrUnknownKey means the block names a key id the ring does not hold
+	// (the key was removed from the ownership Secret, or never was in it).
+	ErrUnknownKey = errors.New("ownership block is signed with a key id this install does not hold")
+	// ErrLegacyBlock means the block was signed by a HyperFleet version
+	// before key ids and cluster binding; such blocks are not trusted
+	// because a copy to another cluster would verify (docs/security.md).
+	ErrLegacyBlock = errors.New("ownership block uses the retired v1 signature (no key id, no cluster binding)")
 )
 
 var operatorIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,29}$`)
@@ -66,6 +86,8 @@ var operatorIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,29}$`)
 type Record struct {
 	// OperatorID names the HyperFleet install that created the VM.
 	OperatorID string
+	// Cluster names the cluster the VM was created on.
+	Cluster ClusterIdentity
 	// Namespace, Name and UID identify the MachineClaim the VM belongs to.
 	Namespace string
 	Name      string
@@ -77,25 +99,102 @@ type Record struct {
 	// CreatedAt is when the claim was created, at second precision; it is
 	// stable across retries so a re-signed block is identical.
 	CreatedAt time.Time
+	// KeyID is the id of the ring key that signed the block.
+	KeyID int
 }
 
-// Signer writes and verifies ownership blocks for one operator install.
+// ClusterIdentity names the cluster a block belongs to. Both names are
+// signed, so a block copied to a VM of another cluster never verifies.
+type ClusterIdentity struct {
+	// Name is the HypervisorCluster's name.
+	Name string
+	// HypervisorName is the hypervisor's own cluster name (Proxmox: the
+	// name in /cluster/status); empty when the hypervisor has none.
+	HypervisorName string
+}
+
+// String renders the identity for messages.
+func (c ClusterIdentity) String() string {
+	if c.HypervisorName == "" {
+		return fmt.Sprintf("%q", c.Name)
+	}
+	return fmt.Sprintf("%q (hypervisor cluster %q)", c.Name, c.HypervisorName)
+}
+
+// Key is one HMAC key of a ring.
+type Key struct {
+	// ID names the key in blocks; the highest ID of a ring signs.
+	ID int
+	// Secret is the HMAC key, at least MinKeyLength bytes.
+	Secret []byte
+}
+
+// Signer writes and verifies ownership blocks for one operator install and,
+// once bound with ForCluster, one cluster.
 type Signer struct {
 	operatorID string
-	key        []byte
+	// keys by id; signing uses signingID, the highest.
+	keys      map[int][]byte
+	signingID int
+	cluster   ClusterIdentity
 }
 
-// NewSigner returns a Signer for operatorID (lower-case letters, digits and
-// '-', at most 30 characters, so that "hf-<id>" is a legal Proxmox tag) with
-// an HMAC key of at least MinKeyLength bytes.
+// NewSigner returns a Signer for operatorID with a ring of one key, id 1.
+// See NewKeyRing.
 func NewSigner(operatorID string, key []byte) (*Signer, error) {
+	return NewKeyRing(operatorID, []Key{{ID: 1, Secret: key}})
+}
+
+// NewKeyRing returns a Signer for operatorID (lower-case letters, digits
+// and '-', at most 30 characters, so that "hf-<id>" is a legal Proxmox tag)
+// with the given keys (ids >= 0, distinct; each at least MinKeyLength
+// bytes). It signs with the key of the highest id and verifies with any.
+func NewKeyRing(operatorID string, keys []Key) (*Signer, error) {
 	if !operatorIDPattern.MatchString(operatorID) {
 		return nil, fmt.Errorf("operator id %q: use 1-30 lower-case letters, digits and '-', starting with a letter or digit", operatorID)
 	}
-	if len(key) < MinKeyLength {
-		return nil, fmt.Errorf("ownership key is %d bytes; use at least %d random bytes", len(key), MinKeyLength)
+	if len(keys) == 0 {
+		return nil, errors.New("the ownership key ring is empty; give at least one key")
 	}
-	return &Signer{operatorID: operatorID, key: append([]byte(nil), key...)}, nil
+	s := &Signer{operatorID: operatorID, keys: make(map[int][]byte, len(keys)), signingID: -1}
+	for _, k := range keys {
+		if k.ID < 0 {
+			return nil, fmt.Errorf("ownership key id %d: use a number >= 0", k.ID)
+		}
+		if len(k.Secret) < MinKeyLength {
+			return nil, fmt.Errorf("ownership key %d is %d bytes; use at least %d random bytes", k.ID, len(k.Secret), MinKeyLength)
+		}
+		if _, dup := s.keys[k.ID]; dup {
+			return nil, fmt.Errorf("ownership key id %d appears twice", k.ID)
+		}
+		s.keys[k.ID] = append([]byte(nil), k.Secret...)
+		s.signingID = max(s.signingID, k.ID)
+	}
+	return s, nil
+}
+
+// ForCluster returns a copy of s bound to cluster: it writes cluster into
+// every block and verifies only blocks written for it.
+func (s *Signer) ForCluster(cluster ClusterIdentity) *Signer {
+	c := *s
+	c.cluster = cluster
+	return &c
+}
+
+// Cluster returns the cluster s is bound to (zero when unbound).
+func (s *Signer) Cluster() ClusterIdentity { return s.cluster }
+
+// SigningKeyID returns the id of the key new blocks are signed with.
+func (s *Signer) SigningKeyID() int { return s.signingID }
+
+// KeyIDs returns the ids of the ring's keys, ascending.
+func (s *Signer) KeyIDs() []int {
+	ids := make([]int, 0, len(s.keys))
+	for id := range s.keys {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	return ids
 }
 
 // OperatorID returns the install's id.
@@ -123,17 +222,26 @@ func (s *Signer) HasOperatorTag(tags []string) bool {
 func fields(r Record) [][2]string {
 	return [][2]string{
 		{"operator", r.OperatorID},
+		{"cluster", r.Cluster.Name},
+		{"hypervisor-cluster", r.Cluster.HypervisorName},
 		{"namespace", r.Namespace},
 		{"name", r.Name},
 		{"uid", r.UID},
 		{"pool", r.Pool},
 		{"vmid", strconv.Itoa(r.VMID)},
 		{"created", r.CreatedAt.UTC().Truncate(time.Second).Format(time.RFC3339)},
+		{"key", strconv.Itoa(r.KeyID)},
 	}
 }
 
+// sign returns the signature of r with key, or "" when the ring has no key
+// r.KeyID.
 func (s *Signer) sign(r Record) string {
-	mac := hmac.New(sha256.New, s.key)
+	key, ok := s.keys[r.KeyID]
+	if !ok {
+		return ""
+	}
+	mac := hmac.New(sha256.New, key)
 	for _, f := range fields(r) {
 		// Length-prefix every value so that moving characters between
 		// fields changes the signed bytes.
@@ -142,10 +250,10 @@ func (s *Signer) sign(r Record) string {
 	return signatureVersion + ":" + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
 }
 
-// Block returns the signed ownership block for r. The record's OperatorID is
-// replaced by the signer's.
+// Block returns the signed ownership block for r. The record's OperatorID,
+// Cluster and KeyID are replaced by the signer's (its newest key).
 func (s *Signer) Block(r Record) string {
-	r.OperatorID = s.operatorID
+	r.OperatorID, r.Cluster, r.KeyID = s.operatorID, s.cluster, s.signingID
 	var b strings.Builder
 	b.WriteString(blockBegin)
 	b.WriteByte('\n')
@@ -184,7 +292,8 @@ func StripBlock(description string) string {
 }
 
 // Parse extracts the record of the first ownership block in description
-// without verifying it, together with its signature.
+// without verifying it, together with its signature. Blocks of the retired
+// v1 scheme parse (KeyID 0, no cluster) so that Verify can name them.
 func Parse(description string) (Record, string, error) {
 	start := strings.Index(description, blockBegin)
 	if start < 0 {
@@ -217,6 +326,14 @@ func Parse(description string) (Record, string, error) {
 			return Record{}, "", fmt.Errorf("%w: field %q is missing", ErrMalformed, k)
 		}
 	}
+	if strings.HasPrefix(values["signature"], signatureVersion+":") {
+		// The fields v2 signs beyond v1 must be written out, not implied.
+		for _, k := range []string{"cluster", "hypervisor-cluster", "key"} {
+			if _, ok := values[k]; !ok {
+				return Record{}, "", fmt.Errorf("%w: field %q is missing", ErrMalformed, k)
+			}
+		}
+	}
 	vmid, err := strconv.Atoi(values["vmid"])
 	if err != nil {
 		return Record{}, "", fmt.Errorf("%w: vmid %q is not a number", ErrMalformed, values["vmid"])
@@ -225,21 +342,29 @@ func Parse(description string) (Record, string, error) {
 	if err != nil {
 		return Record{}, "", fmt.Errorf("%w: created %q is not an RFC 3339 time", ErrMalformed, values["created"])
 	}
+	keyID := 0
+	if v, ok := values["key"]; ok {
+		if keyID, err = strconv.Atoi(v); err != nil || keyID < 0 {
+			return Record{}, "", fmt.Errorf("%w: key %q is not a key id", ErrMalformed, v)
+		}
+	}
 	r := Record{
 		OperatorID: values["operator"],
+		Cluster:    ClusterIdentity{Name: values["cluster"], HypervisorName: values["hypervisor-cluster"]},
 		Namespace:  values["namespace"],
 		Name:       values["name"],
 		UID:        values["uid"],
 		Pool:       values["pool"],
 		VMID:       vmid,
 		CreatedAt:  created.UTC(),
+		KeyID:      keyID,
 	}
 	return r, values["signature"], nil
 }
 
-// Verify checks that description carries a block written by this install for
-// the VM with id vmid, and returns its record. Any error means: do not touch
-// the VM.
+// Verify checks that description carries a block written by this install
+// for the VM with id vmid on the cluster s is bound to, signed with a key of
+// the ring, and returns its record. Any error means: do not touch the VM.
 func (s *Signer) Verify(description string, vmid int) (Record, error) {
 	r, sig, err := Parse(description)
 	if err != nil {
@@ -248,10 +373,21 @@ func (s *Signer) Verify(description string, vmid int) (Record, error) {
 	if r.OperatorID != s.operatorID {
 		return Record{}, fmt.Errorf("%w (%q)", ErrForeign, r.OperatorID)
 	}
-	// The signature is checked against the VM id the caller observed, not
-	// the one written in the block: a block copied to another VM fails.
+	if strings.HasPrefix(sig, legacyVersion+":") {
+		return Record{}, ErrLegacyBlock
+	}
+	if _, ok := s.keys[r.KeyID]; !ok {
+		return Record{}, fmt.Errorf("%w (key %d; the ring holds %v)", ErrUnknownKey, r.KeyID, s.KeyIDs())
+	}
+	if r.Cluster != s.cluster {
+		return Record{}, fmt.Errorf("%w: the block names cluster %s, this is cluster %s", ErrOtherCluster, r.Cluster, s.cluster)
+	}
+	// The signature is checked against the VM id and the cluster the
+	// caller observed, not the ones written in the block: a block copied
+	// to another VM or another cluster fails.
 	want := r
 	want.VMID = vmid
+	want.Cluster = s.cluster
 	if !hmac.Equal([]byte(sig), []byte(s.sign(want))) {
 		return Record{}, ErrBadSignature
 	}

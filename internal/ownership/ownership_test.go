@@ -14,8 +14,10 @@ func testSigner(t *testing.T, id string, keyByte byte) *Signer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s.ForCluster(testCluster)
 }
+
+var testCluster = ClusterIdentity{Name: "pve-a", HypervisorName: "lab"}
 
 func sampleRecord() Record {
 	return Record{
@@ -33,6 +35,16 @@ func TestNewSignerRejectsBadInput(t *testing.T) {
 	}
 	if _, err := NewSigner("ok", key[:MinKeyLength-1]); err == nil || !strings.Contains(err.Error(), "at least 32") {
 		t.Errorf("short key: got %v", err)
+	}
+	for name, keys := range map[string][]Key{
+		"empty ring":    nil,
+		"duplicate id":  {{ID: 1, Secret: key}, {ID: 1, Secret: key}},
+		"negative id":   {{ID: -1, Secret: key}},
+		"one key short": {{ID: 1, Secret: key}, {ID: 2, Secret: key[:5]}},
+	} {
+		if _, err := NewKeyRing("ok", keys); err == nil {
+			t.Errorf("%s accepted", name)
+		}
 	}
 }
 
@@ -63,7 +75,7 @@ func TestVerifyRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Verify: %v\n%s", err, desc)
 	}
-	rec.OperatorID = "prod-1"
+	rec.OperatorID, rec.Cluster, rec.KeyID = "prod-1", testCluster, 1
 	if got != rec {
 		t.Errorf("record = %+v, want %+v", got, rec)
 	}
@@ -105,6 +117,9 @@ func TestVerifyRejects(t *testing.T) {
 		{"missing signature", strings.Replace(good, "signature:", "signatur:", 1), rec.VMID, ErrMalformed},
 		{"duplicate field", strings.Replace(good, "pool: linux", "pool: linux\npool: other", 1), rec.VMID, ErrMalformed},
 		{"bad vmid", strings.Replace(good, "vmid: 1234", "vmid: x", 1), rec.VMID, ErrMalformed},
+		{"key line dropped", strings.Replace(good, "key: 1\n", "", 1), rec.VMID, ErrMalformed},
+		{"cluster line dropped", strings.Replace(good, "cluster: pve-a\n", "", 1), rec.VMID, ErrMalformed},
+		{"bad key id", strings.Replace(good, "key: 1\n", "key: -1\n", 1), rec.VMID, ErrMalformed},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -112,6 +127,88 @@ func TestVerifyRejects(t *testing.T) {
 				t.Errorf("Verify = %v, want %v", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestKeyRingSignsWithNewestAndVerifiesWithEvery(t *testing.T) {
+	oldKey, newKey := bytes.Repeat([]byte{1}, MinKeyLength), bytes.Repeat([]byte{2}, MinKeyLength)
+	before, err := NewKeyRing("prod-1", []Key{{ID: 3, Secret: oldKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before = before.ForCluster(testCluster)
+	rotated, err := NewKeyRing("prod-1", []Key{{ID: 4, Secret: newKey}, {ID: 3, Secret: oldKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotated = rotated.ForCluster(testCluster)
+	rec := sampleRecord()
+
+	// A VM signed before the rotation still verifies after it.
+	old := before.Block(rec)
+	got, err := rotated.Verify(old, rec.VMID)
+	if err != nil || got.KeyID != 3 {
+		t.Fatalf("block of key 3 after rotation: record %+v, error %v", got, err)
+	}
+	// New blocks name and use the newest key: the old ring cannot verify them.
+	fresh := rotated.Block(rec)
+	if !strings.Contains(fresh, "\nkey: 4\n") {
+		t.Errorf("new block does not name key 4:\n%s", fresh)
+	}
+	if _, err := rotated.Verify(fresh, rec.VMID); err != nil {
+		t.Fatalf("new block: %v", err)
+	}
+	if _, err := before.Verify(fresh, rec.VMID); !errors.Is(err, ErrUnknownKey) {
+		t.Errorf("ring without key 4 verifying a key-4 block: %v, want %v", err, ErrUnknownKey)
+	}
+	// Relabelling a block with another key id of the ring breaks it.
+	relabelled := strings.Replace(fresh, "key: 4", "key: 3", 1)
+	if _, err := rotated.Verify(relabelled, rec.VMID); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("block relabelled to key 3: %v, want %v", err, ErrBadSignature)
+	}
+}
+
+func TestBlockCopiedToAnotherClusterNeverVerifies(t *testing.T) {
+	base := testSigner(t, "prod-1", 7)
+	rec := sampleRecord()
+	block := base.Block(rec)
+	for name, other := range map[string]ClusterIdentity{
+		"other HypervisorCluster": {Name: "pve-b", HypervisorName: testCluster.HypervisorName},
+		"other Proxmox cluster":   {Name: testCluster.Name, HypervisorName: "prod"},
+		"unbound signer":          {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			// Same install, same key, same VM id: only the cluster differs.
+			if _, err := base.ForCluster(other).Verify(block, rec.VMID); !errors.Is(err, ErrBadSignature) || !errors.Is(err, ErrOtherCluster) {
+				t.Errorf("Verify on %+v = %v, want %v", other, err, ErrOtherCluster)
+			}
+			// Rewriting the cluster lines to the target's does not help.
+			forged := strings.Replace(strings.Replace(block,
+				"cluster: "+testCluster.Name+"\n", "cluster: "+other.Name+"\n", 1),
+				"hypervisor-cluster: "+testCluster.HypervisorName+"\n", "hypervisor-cluster: "+other.HypervisorName+"\n", 1)
+			if _, err := base.ForCluster(other).Verify(forged, rec.VMID); !errors.Is(err, ErrBadSignature) {
+				t.Errorf("block with rewritten cluster lines on %+v = %v, want %v", other, err, ErrBadSignature)
+			}
+		})
+	}
+	if _, err := base.Verify(block, rec.VMID); err != nil {
+		t.Fatalf("own cluster: %v", err)
+	}
+}
+
+func TestLegacyBlocksAreRejected(t *testing.T) {
+	s := testSigner(t, "prod-1", 7)
+	rec := sampleRecord()
+	// The v1 layout: no cluster lines, no key line, a v1 signature.
+	var legacy []string
+	for _, line := range strings.Split(s.Block(rec), "\n") {
+		if strings.HasPrefix(line, "cluster:") || strings.HasPrefix(line, "hypervisor-cluster:") || strings.HasPrefix(line, "key:") {
+			continue
+		}
+		legacy = append(legacy, strings.Replace(line, "signature: v2:", "signature: v1:", 1))
+	}
+	if _, err := s.Verify(strings.Join(legacy, "\n"), rec.VMID); !errors.Is(err, ErrLegacyBlock) {
+		t.Errorf("v1 block: %v, want %v", err, ErrLegacyBlock)
 	}
 }
 
@@ -140,6 +237,7 @@ func FuzzVerify(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	s = s.ForCluster(testCluster)
 	rec := sampleRecord()
 	f.Add(s.Block(rec), rec.VMID)
 	f.Add("", 100)

@@ -31,13 +31,20 @@ func TestReservationSignature(t *testing.T) {
 	if other.VerifyReservation(r, sig) || s.VerifyReservation(r, other.SignReservation(r)) {
 		t.Error("a signature of one install verifies with another install's key")
 	}
-	if s.VerifyReservation(r, "") || s.VerifyReservation(r, strings.TrimPrefix(sig, "v1.")) {
+	rotated, err := NewKeyRing("op", []Key{{ID: 1, Secret: []byte(strings.Repeat("\x01", MinKeyLength))}, {ID: 2, Secret: []byte(strings.Repeat("\x07", MinKeyLength))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rotated.VerifyReservation(r, sig) || !strings.HasPrefix(rotated.SignReservation(r), "r1.2.") {
+		t.Error("after a rotation, a reservation signed with the older key must verify and new ones use the newest")
+	}
+	if s.VerifyReservation(r, "") || s.VerifyReservation(r, strings.TrimPrefix(sig, "r1.")) || s.VerifyReservation(r, strings.Replace(sig, "r1.1.", "r1.9.", 1)) {
 		t.Error("an empty or unversioned signature verifies")
 	}
 	block := s.Block(Record{Namespace: "ns", Name: "c", UID: "uid-1", VMID: 1100, CreatedAt: time.Unix(0, 0)})
 	for _, line := range strings.Split(block, "\n") {
 		if v, ok := strings.CutPrefix(line, "signature: "); ok {
-			if s.VerifyReservation(r, strings.Replace(v, ":", ".", 1)) {
+			if s.VerifyReservation(r, "r1.1."+v[strings.LastIndex(v, ":")+1:]) {
 				t.Fatal("the VM's ownership-block signature verifies as a reservation")
 			}
 		}

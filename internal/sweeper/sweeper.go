@@ -14,6 +14,7 @@ package sweeper
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -50,6 +51,10 @@ type Sweeper struct {
 	mu       sync.Mutex
 	orphans  map[string]*orphan // by cluster/vmid
 	reported map[string]bool    // foreign VMs already logged
+	// unverified are, by cluster, the VMs of the latest sweep that carry
+	// this install's tag but whose ownership block does not verify, with
+	// the reason.
+	unverified map[string]map[int]string
 }
 
 type orphan struct {
@@ -95,6 +100,7 @@ func (s *Sweeper) defaults() {
 	if s.orphans == nil {
 		s.orphans = map[string]*orphan{}
 		s.reported = map[string]bool{}
+		s.unverified = map[string]map[int]string{}
 	}
 }
 
@@ -129,13 +135,15 @@ func (s *Sweeper) Sweep(ctx context.Context, cluster string, inUse map[string]bo
 	}
 	now := s.Clock.Now()
 	live := map[string]bool{}
+	unverified := map[int]string{}
+	defer s.setUnverified(cluster, unverified)
 	for _, vm := range listing.VMs {
 		k := key(cluster, vm.VMID)
 		if !vm.OperatorTagged || vm.Template || inUse[k] {
 			continue
 		}
 		live[k] = true
-		o, err := s.candidate(ctx, p, cluster, vm, now)
+		o, err := s.candidate(ctx, p, cluster, vm, now, unverified)
 		if err != nil {
 			log.Error(err, "Check orphan candidate", "vmid", vm.VMID)
 			continue
@@ -162,8 +170,9 @@ func (s *Sweeper) Sweep(ctx context.Context, cluster string, inUse map[string]bo
 }
 
 // candidate verifies a tagged VM and returns its orphan record, or nil when
-// the VM is not an orphan (foreign, or its claim lives).
-func (s *Sweeper) candidate(ctx context.Context, p provider.Provider, cluster string, summary provider.VMSummary, now time.Time) (*orphan, error) {
+// the VM is not an orphan (foreign, or its claim lives). A VM whose block
+// does not verify is added to unverified with the reason.
+func (s *Sweeper) candidate(ctx context.Context, p provider.Provider, cluster string, summary provider.VMSummary, now time.Time, unverified map[int]string) (*orphan, error) {
 	log := ctrl.LoggerFrom(ctx)
 	k := key(cluster, summary.VMID)
 	s.mu.Lock()
@@ -177,6 +186,7 @@ func (s *Sweeper) candidate(ctx context.Context, p provider.Provider, cluster st
 		return nil, client.IgnoreNotFound(err)
 	}
 	if vm.Owner == nil {
+		unverified[summary.VMID] = fmt.Sprint(vm.OwnershipError)
 		s.mu.Lock()
 		first := !s.reported[k]
 		s.reported[k] = true
@@ -208,6 +218,35 @@ func (s *Sweeper) candidate(ctx context.Context, p provider.Provider, cluster st
 	log.Info("Found orphaned VM", "vmid", summary.VMID, "claim", vm.Owner.Namespace+"/"+vm.Owner.Name, "dryRun", s.DryRun)
 	s.event(ctx, cluster, corev1.EventTypeWarning, "OrphanFound", msg)
 	return o, nil
+}
+
+// setUnverified records a sweep's unverifiable VMs of cluster.
+func (s *Sweeper) setUnverified(cluster string, vms map[int]string) {
+	s.mu.Lock()
+	s.unverified[cluster] = vms
+	s.mu.Unlock()
+	metrics.UnverifiedVMs.WithLabelValues(cluster).Set(float64(len(vms)))
+}
+
+// Unverified returns the VMs of cluster that carry this install's tag, are
+// not recorded by any claim, and whose ownership block did not verify in
+// the latest sweep, with the reason; swept is false until cluster has been
+// swept once. VMs that claims record are checked by the claims themselves
+// (their OwnershipVerified condition), not here.
+func (s *Sweeper) Unverified(cluster string) (vms map[int]string, swept bool) {
+	s.defaults()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	got, swept := s.unverified[cluster]
+	return maps.Clone(got), swept
+}
+
+// Forget drops what the sweeper knows about a deleted cluster.
+func (s *Sweeper) Forget(cluster string) {
+	s.defaults()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.unverified, cluster)
 }
 
 // remove advances the deletion of an orphan by one step per sweep.

@@ -19,6 +19,7 @@ const (
 	ResultUnsupportedMediaType = "unsupported_media_type"
 	ResultMissingDeliveryID    = "missing_delivery_id"
 	ResultOverloaded           = "overloaded"
+	ResultTooManyInFlight      = "too_many_in_flight"
 )
 
 // Routing outcomes (the outcome label of hyperfleet_webhook_jobs_routed_total).

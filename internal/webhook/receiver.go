@@ -2,10 +2,11 @@
 // into demand records (CIJobs) through package demand.
 //
 // The Receiver answers fast and works asynchronously: it checks the
-// request (method, content type, size, delivery id), verifies the
-// signature and decodes the event with a workload.WebhookParser, drops
-// repeated deliveries, and puts the event on a bounded in-memory queue
-// (202 Accepted). Workers route each job to a RunnerPool and record it.
+// request (method, content type, size, delivery id), admits it within the
+// in-flight bound (Options.MaxInFlight; 503 beyond, before the body is
+// read), verifies the signature and decodes the event with a
+// workload.WebhookParser, drops repeated deliveries, and puts the event on
+// a bounded in-memory queue (202 Accepted). Workers route each job to a RunnerPool and record it.
 // The queue is the only state kept in memory, and only for as long as it
 // takes to write the CIJob: a delivery lost in a crash is recovered by the
 // periodic resync (DESIGN decisions 10 and 14).
@@ -56,11 +57,22 @@ const (
 
 // Defaults of Options.
 const (
-	DefaultMaxBodyBytes = 1 << 20
-	DefaultWorkers      = 4
-	DefaultQueueSize    = 1000
-	DefaultDedupeTTL    = time.Hour
-	DefaultDedupeSize   = 10000
+	// DefaultMaxBodyBytes bounds a delivery: workflow_job payloads are a
+	// few kB, and every admitted delivery may hold this much memory while
+	// it is read (docs/security.md, "Webhook intake").
+	DefaultMaxBodyBytes = 256 << 10
+	// DefaultMaxInFlight bounds the deliveries being read and checked at
+	// once; beyond it a delivery gets 503 before its body is read.
+	DefaultMaxInFlight = 64
+	// LargeBodyBytes divides deliveries: one declaring a larger body (or
+	// none, chunked) is large, and large ones share a quarter of the
+	// in-flight slots, so that stalled large uploads cannot take the slots
+	// ordinary deliveries need.
+	LargeBodyBytes    = 64 << 10
+	DefaultWorkers    = 4
+	DefaultQueueSize  = 1000
+	DefaultDedupeTTL  = time.Hour
+	DefaultDedupeSize = 10000
 	// DefaultRetryAfter is the Retry-After of a 503 when the queue is full.
 	DefaultRetryAfter = 10 * time.Second
 	// maxDeliveryIDLength bounds X-GitHub-Delivery (a GUID, 36 characters).
@@ -92,9 +104,15 @@ type Options struct {
 	// manager's GetEventRecorderFor("hyperfleet-webhook")).
 	Events record.EventRecorder
 	// MaxBodyBytes bounds a delivery's body; larger ones get 413. Default
-	// 1 MiB (GitHub caps payloads at 25 MB, but workflow_job payloads are a
-	// few kB).
+	// 256 KiB (GitHub caps payloads at 25 MB, but workflow_job payloads are
+	// a few kB).
 	MaxBodyBytes int64
+	// MaxInFlight bounds the deliveries being read and verified at once
+	// (default 64); beyond it, and beyond a quarter of it for large
+	// deliveries (LargeBodyBytes), a delivery gets 503 without its body
+	// being read. Bodies in memory are therefore bounded by about
+	// MaxInFlight/4 x MaxBodyBytes + MaxInFlight x LargeBodyBytes.
+	MaxInFlight int
 	// Workers is how many events are routed and recorded at once (default 4).
 	Workers int
 	// QueueSize bounds the accepted events waiting for a worker (default
@@ -125,6 +143,9 @@ type Receiver struct {
 	clock  clock.Clock
 	queue  chan item
 	dedupe *dedupe
+	// slots admits deliveries (MaxInFlight tokens); large ones also need
+	// one of largeSlots.
+	slots, largeSlots chan struct{}
 	// backoff is the wait between attempts; tests shorten it.
 	backoff time.Duration
 }
@@ -141,6 +162,9 @@ func NewReceiver(opts Options) (*Receiver, error) {
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = DefaultMaxInFlight
 	}
 	if opts.Workers <= 0 {
 		opts.Workers = DefaultWorkers
@@ -164,17 +188,77 @@ func NewReceiver(opts Options) (*Receiver, error) {
 		opts.Clock = clock.RealClock{}
 	}
 	return &Receiver{
-		opts:    opts,
-		log:     opts.Logger,
-		clock:   opts.Clock,
-		queue:   make(chan item, opts.QueueSize),
-		dedupe:  newDedupe(opts.DedupeSize, opts.DedupeTTL),
-		backoff: 200 * time.Millisecond,
+		opts:       opts,
+		log:        opts.Logger,
+		clock:      opts.Clock,
+		queue:      make(chan item, opts.QueueSize),
+		dedupe:     newDedupe(opts.DedupeSize, opts.DedupeTTL),
+		slots:      make(chan struct{}, opts.MaxInFlight),
+		largeSlots: make(chan struct{}, max(1, opts.MaxInFlight/4)),
+		backoff:    200 * time.Millisecond,
 	}, nil
 }
 
 // QueueLen is how many accepted events wait for a worker.
 func (r *Receiver) QueueLen() int { return len(r.queue) }
+
+// InFlight is how many deliveries are being read and verified, and how
+// many of them are large.
+func (r *Receiver) InFlight() (all, large int) { return len(r.slots), len(r.largeSlots) }
+
+// admit takes an in-flight slot for a delivery declaring contentLength
+// bytes (-1: unknown); ok is false when none is free. It never waits: a
+// waiting request would hold its connection and buffers all the same.
+func (r *Receiver) admit(contentLength int64) (release func(), ok bool) {
+	large := contentLength < 0 || contentLength > LargeBodyBytes
+	if large {
+		select {
+		case r.largeSlots <- struct{}{}:
+		default:
+			return nil, false
+		}
+	}
+	select {
+	case r.slots <- struct{}{}:
+	default:
+		if large {
+			<-r.largeSlots
+		}
+		return nil, false
+	}
+	return func() {
+		<-r.slots
+		if large {
+			<-r.largeSlots
+		}
+	}, true
+}
+
+// dropConnection makes the server close the connection after a refusal
+// that left the body unread, at once: without it net/http reads up to
+// 256 KiB of the unwanted body first, and a sender that stalls would hold
+// the connection until the read timeout.
+func dropConnection(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	// Not every ResponseWriter supports deadlines (httptest's does not);
+	// the Connection header alone still avoids reusing the connection.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+}
+
+// readBody reads a delivery's body, at most limit bytes. A declared length
+// is read into a buffer of exactly that size, so an admitted delivery
+// holds no more than it announced.
+func readBody(w http.ResponseWriter, req *http.Request, limit int64) ([]byte, error) {
+	src := http.MaxBytesReader(w, req.Body, limit)
+	if n := req.ContentLength; n >= 0 && n <= limit {
+		body := make([]byte, n)
+		if _, err := io.ReadFull(src, body); err != nil {
+			return nil, err
+		}
+		return body, nil
+	}
+	return io.ReadAll(src)
+}
 
 // ServeHTTP implements http.Handler.
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -190,36 +274,49 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 
 	if req.Method != http.MethodPost {
+		dropConnection(w)
 		w.Header().Set("Allow", http.MethodPost)
 		reply(http.StatusMethodNotAllowed, ResultMethodNotAllowed, "method not allowed: GitHub webhooks are delivered with POST")
 		return
 	}
 	if mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		dropConnection(w)
 		reply(http.StatusUnsupportedMediaType, ResultUnsupportedMediaType,
 			"unsupported media type: set the webhook's content type to application/json in its GitHub settings")
 		return
 	}
 	delivery := req.Header.Get(headerDelivery)
 	if delivery == "" {
+		dropConnection(w)
 		reply(http.StatusBadRequest, ResultMissingDeliveryID, "bad request: the X-GitHub-Delivery header is missing")
 		return
 	}
 	if !validDeliveryID(delivery) {
+		dropConnection(w)
 		reply(http.StatusBadRequest, ResultMissingDeliveryID, "bad request: the X-GitHub-Delivery header is not a delivery id")
 		return
 	}
 	if req.ContentLength > r.opts.MaxBodyBytes {
+		dropConnection(w)
 		reply(http.StatusRequestEntityTooLarge, ResultTooLarge, fmt.Sprintf("request entity too large: the limit is %d bytes", r.opts.MaxBodyBytes))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.opts.MaxBodyBytes))
+	release, ok := r.admit(req.ContentLength)
+	if !ok {
+		dropConnection(w)
+		w.Header().Set("Retry-After", strconv.Itoa(int((r.opts.RetryAfter+time.Second-1)/time.Second)))
+		reply(http.StatusServiceUnavailable, ResultTooManyInFlight, "service unavailable: too many deliveries are being received at once; retry later")
+		return
+	}
+	defer release()
+	body, err := readBody(w, req, r.opts.MaxBodyBytes)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			reply(http.StatusRequestEntityTooLarge, ResultTooLarge, fmt.Sprintf("request entity too large: the limit is %d bytes", r.opts.MaxBodyBytes))
 			return
 		}
-		reply(http.StatusBadRequest, ResultMalformed, "bad request: the body could not be read")
+		reply(http.StatusBadRequest, ResultMalformed, "bad request: the body could not be read in full before the read timeout")
 		return
 	}
 	log := r.log.WithValues("delivery", delivery, "event", evLabel)

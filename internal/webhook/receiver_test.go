@@ -575,3 +575,72 @@ func metricValue(c prometheus.Metric) float64 {
 	}
 	return m.Gauge.GetValue()
 }
+
+// TestReceiverInFlightBound: deliveries being read hold in-flight slots;
+// large ones (over LargeBodyBytes, or of unknown length) may hold only a
+// quarter of them. Beyond, a delivery gets 503 with Retry-After before its
+// body is read, and its connection is not kept.
+func TestReceiverInFlightBound(t *testing.T) {
+	h := newHarness(t, routeTo("ns", "pool"), func(o *Options) { o.MaxInFlight = 4 })
+	type stalled struct {
+		pw   *io.PipeWriter
+		done chan int
+	}
+	// stall starts a delivery whose body never arrives until released.
+	stall := func(id string, declared int64) stalled {
+		pr, pw := io.Pipe()
+		req := delivery(id, "workflow_job", nil)
+		req.Body, req.ContentLength = pr, declared
+		s := stalled{pw: pw, done: make(chan int, 1)}
+		go func() { s.done <- h.serve(req).Code }()
+		return s
+	}
+	waitInFlight := func(all, large int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			if a, l := h.r.InFlight(); a == all && l == large {
+				return
+			}
+			if time.Now().After(deadline) {
+				a, l := h.r.InFlight()
+				t.Fatalf("in flight %d (large %d), want %d (%d)", a, l, all, large)
+			}
+		}
+	}
+	refused := func(id string, declared int64, body []byte) {
+		t.Helper()
+		req := delivery(id, "workflow_job", body)
+		req.ContentLength = declared
+		before := metricValue(deliveriesTotal.WithLabelValues("workflow_job", ResultTooManyInFlight))
+		w := h.serve(req)
+		if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" || w.Header().Get("Connection") != "close" {
+			t.Fatalf("%s: status %d, headers %v; want 503 with Retry-After and Connection: close", id, w.Code, w.Header())
+		}
+		if after := metricValue(deliveriesTotal.WithLabelValues("workflow_job", ResultTooManyInFlight)); after != before+1 {
+			t.Fatalf("too_many_in_flight went %v -> %v", before, after)
+		}
+	}
+
+	large := stall("large-1", LargeBodyBytes+1)
+	waitInFlight(1, 1)
+	refused("large-2", LargeBodyBytes+1, nil)
+	refused("chunked", -1, nil)
+	var small []stalled
+	for i := range 3 {
+		small = append(small, stall(fmt.Sprintf("small-%d", i), 100))
+	}
+	waitInFlight(4, 1)
+	refused("small-4", 100, nil)
+
+	// Released slots admit again: a signed delivery is accepted.
+	for _, s := range append(small, large) {
+		s.pw.CloseWithError(errors.New("sender gone"))
+		if code := <-s.done; code != http.StatusBadRequest {
+			t.Fatalf("a delivery whose sender went away: %d, want 400", code)
+		}
+	}
+	waitInFlight(0, 0)
+	if w := h.serve(delivery("signed", "workflow_job", jobBody(9, "queued"))); w.Code != http.StatusAccepted {
+		t.Fatalf("signed delivery after the stall: %d %s", w.Code, w.Body.String())
+	}
+}

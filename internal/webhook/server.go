@@ -30,7 +30,10 @@ type ServerOptions struct {
 	// Receiver handles Path (required).
 	Receiver *Receiver
 	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout bound
-	// connections (defaults 10 s, 30 s, 30 s, 120 s).
+	// connections (defaults 10 s, 10 s, 30 s, 120 s). ReadTimeout is how
+	// long a delivery may take to arrive in full, and so how long a
+	// stalled sender holds an in-flight slot; GitHub sends a few kB at
+	// once.
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
 	WriteTimeout      time.Duration
@@ -70,7 +73,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		}
 	}
 	def(&opts.ReadHeaderTimeout, 10*time.Second)
-	def(&opts.ReadTimeout, 30*time.Second)
+	def(&opts.ReadTimeout, 10*time.Second)
 	def(&opts.WriteTimeout, 30*time.Second)
 	def(&opts.IdleTimeout, 120*time.Second)
 	def(&opts.ShutdownTimeout, 10*time.Second)
@@ -139,7 +142,15 @@ func (s *Server) Start(ctx context.Context) error {
 		TLSConfig: &tls.Config{
 			MinVersion:     tls.VersionTLS12,
 			GetCertificate: watcher.GetCertificate,
+			// HTTP/1.1 only (docs/security.md, "Webhook intake").
+			NextProtos: []string{"http/1.1"},
 		},
+		// A non-nil empty map turns HTTP/2 off. GitHub delivers over
+		// HTTP/1.1; HTTP/2 would let one connection carry many
+		// concurrent uploads whose data the server buffers (up to 1 MiB
+		// per stream) before the handler, and its in-flight bound, ever
+		// sees them.
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
 		// TLS handshake failures from scanners are not worth an error line.
 		ErrorLog: log.New(logWriter{log: logger}, "", 0),
 	}

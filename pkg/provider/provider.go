@@ -68,6 +68,19 @@ type Provider interface {
 	// "Absence and release"). A VM that is already gone is Done.
 	DeleteVM(ctx context.Context, owner Owner, prev Progress) (*DeleteResult, error)
 
+	// RemoveCloudInitMedia advances, by at most one hypervisor operation,
+	// the removal of the cloud-init data of the owner's VM at prev: it
+	// detaches the media from the VM and deletes it from storage, and
+	// leaves the VM itself (its disks, its power state) as it is. It
+	// returns Done once no cloud-init media of the VM is left; a VM that
+	// is gone, or was never created, is Done once its media is. It waits
+	// for a task in flight in prev. A VM whose ownership does not verify
+	// for owner is never touched: ErrNotOwned. The cloud-init data holds
+	// the VM's single-use credential: a VM kept after its run (a failed
+	// VM kept for debugging) must not keep it on storage. Call it only for
+	// a VM that EnsureVM will not drive again.
+	RemoveCloudInitMedia(ctx context.Context, owner Owner, prev Progress) (*DeleteResult, error)
+
 	// ListVMs returns every VM of the cluster from one batch call. It
 	// proves no ownership: a VM's OperatorTagged only says it carries this
 	// install's tag. Use GetVM to verify.

@@ -199,6 +199,7 @@ type JobEvent struct {
 // the configured HTTP timeout, and never waits out a rate limit: it returns
 // a *RateLimitError instead, so controllers requeue.
 type Provider interface {
+	JobReader
 	// Scope is where this provider registers runners.
 	Scope() Scope
 	// IssueCredential issues the single-use credential of one runner. For
@@ -217,10 +218,6 @@ type Provider interface {
 	// QueuedJobs lists the jobs waiting for a runner in the given
 	// repositories (owner/name) of the scope; demand resync uses it.
 	QueuedJobs(ctx context.Context, repositories []string) ([]Job, error)
-	// GetJob reads one job of a repository (owner/name) of the scope;
-	// ErrNotFound when there is none. Demand resync uses it to learn the
-	// state of a job whose webhooks were lost.
-	GetJob(ctx context.Context, repository string, id int64) (Job, error)
 	// CancelRun cancels a job's workflow run (hard limits cancel before
 	// they destroy a busy runner's VM).
 	CancelRun(ctx context.Context, repository string, runID int64) error
@@ -251,6 +248,31 @@ type RunnerReleases interface {
 	// exist; a release that publishes no checksum for the package is an
 	// error too (a VM never runs an unchecked download).
 	RunnerPackage(ctx context.Context, version, os, arch string) (RunnerPackage, error)
+}
+
+// JobReader reads a job's current state from the CI platform's API
+// (Provider implements it). Demand resync learns through it the state of
+// a job whose webhooks were lost, and demand recording confirms through it
+// the webhook events it cannot take as delivered: a completion for a job
+// not known to be running, and events older than a bound
+// (docs/security.md, "Webhook intake").
+type JobReader interface {
+	// GetJob reads one job of a repository (owner/name); ErrNotFound when
+	// there is none.
+	GetJob(ctx context.Context, repository string, id int64) (Job, error)
+}
+
+// EventTime is when the platform reported the change a job event is
+// about: its completion, its start or its creation, by state; zero when
+// the event does not say.
+func EventTime(j Job) time.Time {
+	switch j.State {
+	case JobCompleted:
+		return j.CompletedAt
+	case JobInProgress:
+		return j.StartedAt
+	}
+	return j.CreatedAt
 }
 
 // WebhookParser verifies and decodes a platform's webhook deliveries.

@@ -97,7 +97,8 @@ func newFixture(t *testing.T, mutate ...func(*Config)) *fixture {
 		m(&cfg)
 	}
 	clock := NewFakeClock(t0)
-	sim, err := New(cfg, WithClock(clock))
+	// Some tests read /_sim/state over the loopback test server.
+	sim, err := New(cfg, WithClock(clock), WithAdmin(true))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

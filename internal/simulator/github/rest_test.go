@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -483,5 +484,40 @@ func TestUnknownPath(t *testing.T) {
 	resp, _ := f.call("GET", "/_sim/state", "", nil)
 	if resp.StatusCode != 200 {
 		t.Errorf("admin state: %d", resp.StatusCode)
+	}
+}
+
+// TestAdminAPIOffByDefaultAndLoopbackOnly: the admin API is off unless
+// asked for; enabled, it refuses any peer that is not loopback.
+func TestAdminAPIOffByDefaultAndLoopbackOnly(t *testing.T) {
+	state := func(sim *Simulator, peer string) int {
+		req := httptest.NewRequest("GET", "/_sim/state", nil)
+		req.RemoteAddr = peer
+		rec := httptest.NewRecorder()
+		sim.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	off, err := New(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := state(off, "127.0.0.1:40000"); code != 404 {
+		t.Errorf("admin API by default: %d, want it off (404)", code)
+	}
+	on, err := New(testConfig(t), WithAdmin(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for peer, want := range map[string]int{"127.0.0.1:40000": 200, "[::1]:40000": 200, "192.0.2.1:1234": 403, "[2001:db8::1]:1234": 403} {
+		if code := state(on, peer); code != want {
+			t.Errorf("admin API for peer %s: %d, want %d", peer, code, want)
+		}
+	}
+	// The runner package is not part of the admin API.
+	req := httptest.NewRequest("GET", "/_sim/runner/actions-runner-linux-x64.tar.gz", nil)
+	rec := httptest.NewRecorder()
+	off.ServeHTTP(rec, req)
+	if rec.Code != 200 {
+		t.Errorf("runner package with the admin API off, from a remote peer: %d", rec.Code)
 	}
 }

@@ -76,9 +76,10 @@ type Option func(*Simulator)
 // WithClock makes the simulator schedule all work on c (e.g. a FakeClock).
 func WithClock(c Clock) Option { return func(s *Simulator) { s.clock = c } }
 
-// WithAdmin enables or disables the /_sim/ admin API (enabled by default in
-// the Go API, disabled by default in the standalone binary). The runner
-// package under /_sim/runner/ is served either way.
+// WithAdmin enables the /_sim/ admin API (off unless asked for, in the Go
+// API as in the standalone binary). It answers loopback clients only: it
+// enqueues jobs, injects faults and moves the clock. The runner package
+// under /_sim/runner/ is served either way.
 func WithAdmin(enabled bool) Option { return func(s *Simulator) { s.admin = enabled } }
 
 // WithLogger sets the logger for webhook and runner diagnostics.
@@ -123,7 +124,6 @@ func New(cfg Config, opts ...Option) (*Simulator, error) {
 	}
 	s := &Simulator{
 		clock:         RealClock{},
-		admin:         true,
 		log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 		client:        &http.Client{Timeout: 10 * time.Second},
 		cfg:           cfg,

@@ -3,6 +3,7 @@ package proxmoxsim
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"sort"
 	"strconv"
@@ -193,6 +194,10 @@ func (s *Simulator) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
+	if !loopbackPeer(r) {
+		http.Error(w, "the simulator's admin API answers loopback clients only", http.StatusForbidden)
+		return
+	}
 	parts := strings.Split(strings.Trim(strings.TrimPrefix(r.URL.Path, adminPrefix), "/"), "/")
 	route := r.Method + " " + strings.Join(parts, "/")
 	fail := func(code int, err error) { http.Error(w, err.Error(), code) }
@@ -279,4 +284,14 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// loopbackPeer reports whether the request comes from a loopback address.
+func loopbackPeer(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -174,11 +174,15 @@ func (s *Simulator) handleNodeStatus(q *apiRequest) (any, error) {
 	}, nil
 }
 
-// handleClusterStatus is GET /cluster/status.
+// handleClusterStatus is GET /cluster/status. A standalone node (no
+// clusterName) lists only itself, with no "cluster" entry, as on PVE.
 func (s *Simulator) handleClusterStatus(*apiRequest) (any, error) {
-	out := []map[string]any{{
-		"type": "cluster", "id": "cluster", "name": s.cfg.ClusterName, "nodes": len(s.nodeOrder), "quorate": 1, "version": len(s.nodeOrder) + 1,
-	}}
+	out := []map[string]any{}
+	if s.cfg.ClusterName != "" {
+		out = append(out, map[string]any{
+			"type": "cluster", "id": "cluster", "name": s.cfg.ClusterName, "nodes": len(s.nodeOrder), "quorate": 1, "version": len(s.nodeOrder) + 1,
+		})
+	}
 	for i, name := range s.nodeOrder {
 		n := s.nodes[name]
 		out = append(out, map[string]any{

@@ -43,6 +43,8 @@ func TestErrorResponses(t *testing.T) {
 			wantCode: 403, wantStatus: "403 Permission check failed (/vms/150, VM.Allocate)"},
 		{name: "changing tags needs VM.Config.Options", method: "PUT", path: "/nodes/pve1/qemu/9000/config", params: form("tags", "a"), auth: limited,
 			wantCode: 403, wantStatus: "403 Permission check failed (/vms/9000, VM.Config.Options)"},
+		{name: "cluster status needs Sys.Audit on /", method: "GET", path: "/cluster/status", auth: limited,
+			wantCode: 403, wantStatus: "403 Permission check failed (/, Sys.Audit)"},
 		{name: "missing required parameter", method: "POST", path: "/nodes/pve1/qemu/9000/clone",
 			wantCode: 400, wantStatus: "400 Parameter verification failed.", wantMsg: "Parameter verification failed.\n",
 			wantErrors: map[string]string{"newid": "property is missing and it is not optional"}},
@@ -579,7 +581,7 @@ func TestFaultInjection(t *testing.T) {
 }
 
 func TestAdminAPI(t *testing.T) {
-	e := newEnv(t, nil)
+	e := newEnv(t, nil, WithAdmin(true))
 	e.mustOK(e.call("PUT", "/nodes/pve1/qemu/9000/config", form("description", "token: s3cr3t-value")))
 	e.wantExit(e.upid(e.upload("pve1", "local", "iso", "x.iso", []byte("hunter2-inside"), nil)), "OK")
 	for _, tc := range []struct{ method, path, body, want string }{
@@ -609,16 +611,37 @@ func TestAdminAPI(t *testing.T) {
 	if !found {
 		t.Fatal("state dump must include uploaded file contents")
 	}
-	off, err := New(testConfig(), WithAdmin(false))
-	if err != nil {
-		t.Fatal(err)
+	// Off unless asked for.
+	for name, opts := range map[string][]Option{"by default": nil, "disabled": {WithAdmin(false)}} {
+		off, err := New(testConfig(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := httptestRequest("GET", "/_sim/state")
+		req.RemoteAddr = "127.0.0.1:40000"
+		rec := newRecorder()
+		off.ServeHTTP(rec, req)
+		_ = off.Close()
+		if rec.Code != 404 {
+			t.Errorf("admin API %s: got %d, want it off (404)", name, rec.Code)
+		}
 	}
-	defer off.Close()
+	// Enabled, it answers loopback clients only.
+	for _, peer := range []string{"192.0.2.1:1234", "[2001:db8::1]:1234", "10.0.0.5:80"} {
+		req := httptestRequest("GET", "/_sim/state")
+		req.RemoteAddr = peer
+		rec := newRecorder()
+		e.sim.ServeHTTP(rec, req)
+		if rec.Code != http.StatusForbidden || strings.Contains(rec.Body.String(), "s3cr3t-value") {
+			t.Errorf("admin API for peer %s: %d %q, want 403 without the state", peer, rec.Code, rec.Body.String())
+		}
+	}
 	req := httptestRequest("GET", "/_sim/state")
+	req.RemoteAddr = "[::1]:40000"
 	rec := newRecorder()
-	off.ServeHTTP(rec, req)
-	if rec.Code != 404 {
-		t.Fatalf("admin API must be off when disabled, got %d", rec.Code)
+	e.sim.ServeHTTP(rec, req)
+	if rec.Code != 200 {
+		t.Errorf("admin API for an IPv6 loopback peer: %d", rec.Code)
 	}
 }
 
@@ -668,5 +691,27 @@ func TestLatencyOnSimClock(t *testing.T) {
 				t.Fatal("no answer once the delay elapsed on the simulator clock")
 			}
 		})
+	}
+}
+
+// TestClusterStatusOfStandaloneNode: a node outside any cluster lists only
+// itself in /cluster/status; a cluster lists its name first.
+func TestClusterStatusOfStandaloneNode(t *testing.T) {
+	for _, name := range []string{"", "lab"} {
+		e := newEnv(t, func(c *Config) { c.ClusterName = name })
+		entries := e.mustOK(e.call("GET", "/cluster/status", nil)).dataList(t)
+		var clusters []string
+		for _, en := range entries {
+			if en["type"] == "cluster" {
+				clusters = append(clusters, en["name"].(string))
+			}
+		}
+		want := 1
+		if name == "" {
+			want = 0
+		}
+		if len(clusters) != want || (want == 1 && clusters[0] != name) || entries[len(entries)-1]["type"] != "node" {
+			t.Errorf("clusterName %q: /cluster/status = %v", name, entries)
+		}
 	}
 }

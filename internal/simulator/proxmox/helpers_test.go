@@ -39,14 +39,14 @@ type simEnv struct {
 
 // newEnv starts a simulator on a fake clock behind a loopback httptest
 // server; both are closed when the test ends.
-func newEnv(t *testing.T, mutate func(*Config)) *simEnv {
+func newEnv(t *testing.T, mutate func(*Config), opts ...Option) *simEnv {
 	t.Helper()
 	cfg := testConfig()
 	if mutate != nil {
 		mutate(&cfg)
 	}
 	clock := NewFakeClock(t0)
-	sim, err := New(cfg, WithClock(clock))
+	sim, err := New(cfg, append([]Option{WithClock(clock)}, opts...)...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -66,8 +66,9 @@ type Option func(*Simulator)
 // WithClock makes the simulator schedule all work on c (e.g. a FakeClock).
 func WithClock(c Clock) Option { return func(s *Simulator) { s.clock = c } }
 
-// WithAdmin enables or disables the /_sim/ admin API (enabled by default in
-// the Go API, disabled by default in the standalone binary).
+// WithAdmin enables the /_sim/ admin API (off unless asked for, in the Go
+// API as in the standalone binary). It answers loopback clients only: it
+// rewrites the cluster's state, faults and clock, and dumps its secrets.
 func WithAdmin(enabled bool) Option { return func(s *Simulator) { s.admin = enabled } }
 
 // WithLogger sets the logger for guest hook and scheduling diagnostics.
@@ -81,7 +82,6 @@ func New(cfg Config, opts ...Option) (*Simulator, error) {
 	}
 	s := &Simulator{
 		clock:       RealClock{},
-		admin:       true,
 		log:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 		cfg:         cfg,
 		nodes:       map[string]*node{},
@@ -512,7 +512,9 @@ func apiRoutes() []*route {
 		newRoute(http.MethodGet, "/version", classOther, sch(), any, (*Simulator).handleVersion),
 		newRoute(http.MethodGet, "/nodes", classOther, sch(), any, (*Simulator).handleNodes),
 		newRoute(http.MethodGet, "/nodes/{node}/status", classStatus, sch(nodeP), nodeAudit, (*Simulator).handleNodeStatus),
-		newRoute(http.MethodGet, "/cluster/status", classOther, sch(), any, (*Simulator).handleClusterStatus),
+		// Real PVE checks Sys.Audit on / (PVE::API2::Cluster get_status).
+		newRoute(http.MethodGet, "/cluster/status", classOther, sch(),
+			func(*apiRequest) []permCheck { return []permCheck{{path: "/", privs: []string{"Sys.Audit"}}} }, (*Simulator).handleClusterStatus),
 		newRoute(http.MethodGet, "/cluster/resources", classResources, resourcesSchema, any, (*Simulator).handleResources),
 		newRoute(http.MethodGet, "/cluster/nextid", classNextID, sch(optional(vmidP)), any, (*Simulator).handleNextID),
 		newRoute(http.MethodGet, "/pools", classOther, sch(optional(poolIDP), param{name: "type", kind: kString, optional: true, enum: []string{"qemu", "lxc", "storage"}}), any, (*Simulator).handlePools),

@@ -61,6 +61,7 @@ const (
 	MethodListVMs          Method = "ListVMs"
 	MethodGetVM            Method = "GetVM"
 	MethodSetPower         Method = "SetPower"
+	MethodRemoveCloudInit  Method = "RemoveCloudInitMedia"
 )
 
 // Op names one API-like call of the simulated cluster, for FailNextOp and
@@ -323,7 +324,7 @@ func connect(hv *hypervisor, cfg provider.ClusterConfig, deps provider.Deps) (*P
 	cfg.Nodes = append([]string(nil), cfg.Nodes...)
 	cfg.Tags = append([]string(nil), cfg.Tags...)
 	return &Provider{
-		hv: hv, cfg: cfg, signer: deps.Signer, obs: obs, clock: hv.clock, log: deps.Log, user: user,
+		hv: hv, cfg: cfg, signer: deps.Signer.ForCluster(ownership.ClusterIdentity{Name: cfg.Name}), obs: obs, clock: hv.clock, log: deps.Log, user: user,
 		reservations: map[string]*reservation{}, queued: map[string]bool{}, cloning: map[int]string{},
 	}, nil
 }

@@ -49,7 +49,7 @@ type env struct {
 func newEnv(t *testing.T, cfg provider.ClusterConfig, opts fake.Options, obs provider.Observer) *env {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(start)
-	deps := provider.Deps{Signer: testSigner(t), Clock: clk, Observer: obs}
+	deps := provider.Deps{Signer: testSigner(t).ForCluster(ownership.ClusterIdentity{Name: cfg.Name}), Clock: clk, Observer: obs}
 	p, err := fake.New(cfg, deps, opts)
 	if err != nil {
 		t.Fatalf("fake.New: %v", err)
@@ -713,6 +713,13 @@ func (m mutant) DeleteVM(ctx context.Context, o provider.Owner, prev provider.Pr
 	return res, err
 }
 
+func (m mutant) RemoveCloudInitMedia(ctx context.Context, o provider.Owner, prev provider.Progress) (*provider.DeleteResult, error) {
+	if m.kind == "keeps-cloud-init-media" {
+		return &provider.DeleteResult{Progress: provider.Progress{VMID: prev.VMID, Node: prev.Node}, Done: true}, nil
+	}
+	return m.Provider.RemoveCloudInitMedia(ctx, o, prev)
+}
+
 func TestMutantContract(t *testing.T) {
 	kind := os.Getenv("HF_FAKE_MUTANT")
 	if kind == "" {
@@ -737,6 +744,7 @@ func TestSuiteCatchesMutants(t *testing.T) {
 		{"running-too-early", "EnsureVM/CloudInitDelivered", "--- FAIL: TestMutantContract/EnsureVM/CloudInitDelivered"},
 		{"done-before-iso", "DeleteVM", "--- FAIL: TestMutantContract/DeleteVM/while_booting"},
 		{"gone-on-any-missing", "DeleteVM/OtherMissingIsNotGone", "--- FAIL: TestMutantContract/DeleteVM/OtherMissingIsNotGone"},
+		{"keeps-cloud-init-media", "RemoveCloudInitMedia", "--- FAIL: TestMutantContract/RemoveCloudInitMedia/while_booting"},
 	}
 	for _, c := range cases {
 		t.Run(c.kind, func(t *testing.T) {

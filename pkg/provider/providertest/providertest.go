@@ -25,7 +25,9 @@
 //     as after an operator restart. configure, when not nil, edits a copy of
 //     the ClusterConfig first (the suite narrows the VM id range, the
 //     nodes, the clone limits).
-//   - Signer: the signer every instance writes and verifies markers with.
+//   - Signer: the signer every instance writes and verifies markers with,
+//     bound (ownership.Signer.ForCluster) to the cluster the provider binds
+//     it to, so blocks the suite writes by hand verify there.
 //   - Template: a template whose clones boot to a guest that reports an
 //     address and stays up until powered off.
 //   - Advance: moves the backend's clock, and the provider's if it keeps its

@@ -39,6 +39,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"SetPower", testSetPower},
 		{"DeleteVM", testDeleteVM},
 		{"DeleteVM/OtherMissingIsNotGone", testDeleteOtherMissing},
+		{"RemoveCloudInitMedia", testRemoveCloudInitMedia},
 		{"NotOwned", testNotOwned},
 		{"NotOwned/MarkerCopiedBetweenOwnedVMs", testCopiedMarker},
 	}
@@ -852,6 +853,113 @@ func testDeleteOtherMissing(t *testing.T, h *Harness) {
 	expectNoVM(t, h, h.Provider, s.Owner)
 }
 
+// testRemoveCloudInitMedia: a VM kept after its run (a failed VM kept
+// for debugging) loses its cloud-init data, and with it the single-use
+// credential, from the backend; the VM itself stays, owned and in the
+// power state it had. Another owner's call touches nothing.
+func testRemoveCloudInitMedia(t *testing.T, h *Harness) {
+	inFlight := func(ph provider.Phase) func(*provider.EnsureResult) bool {
+		return func(r *provider.EnsureResult) bool { return r.Phase == ph && r.Progress.Task != nil }
+	}
+	is := func(ph provider.Phase) func(*provider.EnsureResult) bool {
+		return func(r *provider.EnsureResult) bool { return r.Phase == ph }
+	}
+	cases := []struct {
+		name     string
+		at       func(*provider.EnsureResult) bool
+		powerOff bool
+	}{
+		{name: "while configuring", at: inFlight(provider.PhaseConfiguring)},
+		{name: "while booting", at: is(provider.PhaseBooting)},
+		{name: "booting, then stopped", at: is(provider.PhaseBooting), powerOff: true},
+		{name: "running", at: is(provider.PhaseRunning)},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n := 60 + i
+			s := spec(h.Template, n)
+			d := newDrive(t, h, h.Provider, s)
+			at, ok := d.untilOrRunning(c.at)
+			if !ok {
+				t.Skipf("the implementation went to Running without reporting this state (%s)", describe(at))
+			}
+			prev := d.prog
+			if c.powerOff {
+				if _, err := h.Provider.SetPower(t.Context(), s.Owner, prev.VMRef(), provider.PowerOff); err != nil {
+					t.Fatalf("SetPower(off): %v", err)
+				}
+				waitPower(t, h, h.Provider, prev.VMRef(), provider.PowerStopped)
+			}
+			before, err := h.Provider.GetVM(t.Context(), prev.VMRef())
+			if err != nil {
+				t.Fatalf("GetVM before: %v", err)
+			}
+			removed := removeMediaUntilDone(t, h, s.Owner, prev)
+			h.Advance(settleTime)
+			if storedContains(t, h, token(n)) {
+				t.Error("the cloud-init payload is still stored on the backend after RemoveCloudInitMedia is Done")
+			}
+			after, err := h.Provider.GetVM(t.Context(), prev.VMRef())
+			if err != nil {
+				t.Fatalf("GetVM after: %v", err)
+			}
+			if after.Owner == nil || after.Owner.UID != s.Owner.UID {
+				t.Errorf("VM %d after RemoveCloudInitMedia: owner %+v (%v), want %s", prev.VMID, after.Owner, after.OwnershipError, s.Owner.UID)
+			}
+			if c.powerOff && after.Power != provider.PowerStopped || !c.powerOff && before.Power == provider.PowerRunning && after.Power != provider.PowerRunning {
+				t.Errorf("VM %d: power %s before RemoveCloudInitMedia, %s after; it must not change", prev.VMID, before.Power, after.Power)
+			}
+			intruder := owner(n + 100)
+			if _, err := h.Provider.RemoveCloudInitMedia(t.Context(), intruder, persist(t, removed.Progress)); !errors.Is(err, provider.ErrNotOwned) {
+				t.Errorf("RemoveCloudInitMedia by another owner: %v, want %v", err, provider.ErrNotOwned)
+			}
+			again, err := h.Provider.RemoveCloudInitMedia(t.Context(), s.Owner, persist(t, removed.Progress))
+			if err != nil || !again.Done {
+				t.Errorf("RemoveCloudInitMedia again with its final progress: %+v, %v; want Done at once", again, err)
+			}
+			// The VM is still the owner's to destroy.
+			deleteUntilDone(t, h, h.Provider, s.Owner, removed.Progress)
+			expectNoVM(t, h, h.Provider, s.Owner)
+		})
+	}
+}
+
+// removeMediaUntilDone calls RemoveCloudInitMedia, honouring RetryAfter,
+// until Done.
+func removeMediaUntilDone(t *testing.T, h *Harness, o provider.Owner, prev provider.Progress) *provider.DeleteResult {
+	t.Helper()
+	prog := persist(t, prev)
+	var elapsed time.Duration
+	transient := 0
+	for i := 0; i < maxSteps && elapsed <= maxSimulated; i++ {
+		res, err := h.Provider.RemoveCloudInitMedia(t.Context(), o, prog)
+		if err != nil {
+			if provider.Classify(err) != provider.ClassTransient || transient >= maxTransient {
+				t.Fatalf("RemoveCloudInitMedia(%s/%s, %+v): %v (class %s)", o.Namespace, o.Name, prog, err, provider.Classify(err))
+			}
+			transient++
+			h.Advance(time.Second)
+			elapsed += time.Second
+			continue
+		}
+		transient = 0
+		if res == nil {
+			t.Fatalf("RemoveCloudInitMedia(%s/%s, %+v) returned neither a result nor an error", o.Namespace, o.Name, prog)
+		}
+		if res.Done {
+			if res.Progress.Task != nil {
+				t.Errorf("RemoveCloudInitMedia: Done with a task in flight: %+v", *res.Progress.Task)
+			}
+			return res
+		}
+		prog = persist(t, res.Progress)
+		h.Advance(res.RetryAfter)
+		elapsed += res.RetryAfter
+	}
+	t.Fatalf("RemoveCloudInitMedia(%s/%s): not Done after %d calls and %s", o.Namespace, o.Name, maxSteps, elapsed)
+	return nil
+}
+
 // testNotOwned: DeleteVM and SetPower refuse every VM whose marker does
 // not verify for the owner they are given, and leave it as it was.
 func testNotOwned(t *testing.T, h *Harness) {
@@ -860,6 +968,12 @@ func testNotOwned(t *testing.T, h *Harness) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	other = other.ForCluster(h.Signer.Cluster())
+	// The same install and key, bound to another cluster: what a block
+	// copied from a VM of that cluster carries.
+	otherCluster := h.Signer.Cluster()
+	otherCluster.Name += "-elsewhere"
+	elsewhere := h.Signer.ForCluster(otherCluster)
 	cases := []struct {
 		name      string
 		target    func(t *testing.T) int
@@ -883,6 +997,11 @@ func testNotOwned(t *testing.T, h *Harness) {
 				t.Fatalf("the copied marker does not even verify for its own VM: %v", err)
 			}
 			h.SetDescription(t, id, desc)
+			return id
+		}},
+		{name: "marker copied from another cluster", wantError: ownership.ErrOtherCluster, target: func(t *testing.T) int {
+			id := h.CreateForeignVM(t, 0, "", h.Signer.Tags())
+			h.SetDescription(t, id, elsewhere.Description("copied", record(a, id)))
 			return id
 		}},
 		{name: "edited marker on the owner's own VM", wantError: ownership.ErrBadSignature, target: func(t *testing.T) int {

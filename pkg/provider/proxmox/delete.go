@@ -155,7 +155,11 @@ func (p *Provider) deleteStep(ctx context.Context, owner provider.Owner, prog *p
 		// completes and is destroyed on a later call.
 		return &provider.DeleteResult{RetryAfter: cloneWait, Message: fmt.Sprintf("VM %d is being cloned; waiting to delete it", prog.VMID)}, nil
 	}
-	if _, err := p.verifyOwner(cfg, prog.VMID, owner); err != nil {
+	marker, err := p.marker(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.verifyOwner(marker, cfg, prog.VMID, owner); err != nil {
 		// The VM at this id is not the owner's: drop the owner's in-process
 		// reservation of the id (placement memory only). The caller keeps
 		// whatever the claim holds (addresses, finalizer) while this VM

@@ -57,6 +57,8 @@ type ensureCall struct {
 	// step must be read back from the hypervisor; finished is that task.
 	after    string
 	finished *provider.Task
+	// marker writes and verifies the ownership blocks (Provider.marker).
+	marker *ownership.Signer
 }
 
 // EnsureVM implements provider.Provider. See the package documentation for
@@ -65,7 +67,11 @@ func (p *Provider) EnsureVM(ctx context.Context, spec *provider.VMSpec, prev pro
 	if err := p.validateSpec(spec); err != nil {
 		return nil, err
 	}
-	c := &ensureCall{p: p, spec: spec, prog: prev,
+	marker, err := p.marker(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := &ensureCall{p: p, spec: spec, prog: prev, marker: marker,
 		log: p.log.WithValues("MachineClaim", spec.Owner.Namespace+"/"+spec.Owner.Name, "vmid", prev.VMID, "node", prev.Node)}
 	if prev.VMID == 0 {
 		return c.place(ctx, 0)
@@ -333,7 +339,7 @@ func (c *ensureCall) derive(ctx context.Context) (*provider.EnsureResult, error)
 	if cfg["lock"] == "clone" {
 		return c.result(provider.PhaseCloning, cloneWait, "VM %d is being cloned", c.prog.VMID), nil
 	}
-	rec, err := c.p.verifyOwner(cfg, c.prog.VMID, c.spec.Owner)
+	rec, err := c.p.verifyOwner(c.marker, cfg, c.prog.VMID, c.spec.Owner)
 	if err != nil {
 		return c.replace(ctx, err)
 	}
@@ -378,10 +384,10 @@ type verified struct {
 	rec ownership.Record
 }
 
-// verifyOwner checks that cfg's marker was written by this install for
-// owner and VM vmid.
-func (p *Provider) verifyOwner(cfg vmConfig, vmid int, owner provider.Owner) (ownership.Record, error) {
-	rec, err := p.signer.Verify(cfg["description"], vmid)
+// verifyOwner checks with marker (Provider.marker) that cfg's block was
+// written by this install on this cluster for owner and VM vmid.
+func (p *Provider) verifyOwner(marker *ownership.Signer, cfg vmConfig, vmid int, owner provider.Owner) (ownership.Record, error) {
+	rec, err := marker.Verify(cfg["description"], vmid)
 	if err != nil {
 		return rec, provider.Errorf(provider.ClassPermanent, "NotOwned", "%w: VM %d: %w", provider.ErrNotOwned, vmid, err)
 	}
@@ -438,7 +444,7 @@ func (c *ensureCall) clone(ctx context.Context) (*provider.EnsureResult, error) 
 	body := map[string]any{
 		"newid":       vmid,
 		"name":        c.spec.Name,
-		"description": c.p.signer.Description(c.spec.Description, rec),
+		"description": c.marker.Description(c.spec.Description, rec),
 		"full":        boolParam(!c.spec.Source.Linked),
 	}
 	if c.prog.Node != tmpl.node {
@@ -491,7 +497,7 @@ func (c *ensureCall) cloneFailed(ctx context.Context, tmpl *templateInfo, err er
 		case cfg["lock"] == "clone":
 			return c.result(provider.PhaseCloning, cloneWait, "VM %d is being cloned", c.prog.VMID), nil
 		}
-		if _, verr := c.p.verifyOwner(cfg, c.prog.VMID, c.spec.Owner); verr != nil {
+		if _, verr := c.p.verifyOwner(c.marker, cfg, c.prog.VMID, c.spec.Owner); verr != nil {
 			return c.replace(ctx, verr)
 		}
 		return c.result(provider.PhaseConfiguring, 0, "VM %d exists", c.prog.VMID), nil
@@ -576,7 +582,7 @@ func (c *ensureCall) configure(ctx context.Context, v *verified) (*provider.Ensu
 		if err != nil {
 			return nil, err
 		}
-		rec, err := c.p.verifyOwner(cfg, c.prog.VMID, c.spec.Owner)
+		rec, err := c.p.verifyOwner(c.marker, cfg, c.prog.VMID, c.spec.Owner)
 		if err != nil {
 			return c.replace(ctx, err)
 		}
@@ -661,7 +667,7 @@ func (c *ensureCall) configBody(v *verified) (map[string]any, error) {
 	body["tags"] = strings.Join(normalizeTags(c.p.signer.Tags(), c.p.cfg.Tags, c.spec.Tags), ";")
 	// Rewritten with the verified record (same VM id and creation time),
 	// so the spec's text is current and the block still verifies.
-	body["description"] = c.p.signer.Description(c.spec.Description, v.rec)
+	body["description"] = c.marker.Description(c.spec.Description, v.rec)
 	return body, nil
 }
 
@@ -750,7 +756,7 @@ func (c *ensureCall) eject(ctx context.Context, phase provider.Phase, addrs []st
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.p.verifyOwner(cfg, c.prog.VMID, c.spec.Owner); err != nil {
+	if _, err := c.p.verifyOwner(c.marker, cfg, c.prog.VMID, c.spec.Owner); err != nil {
 		return c.replace(ctx, err)
 	}
 	slot := cfg.isoSlot(c.p.isoVolid(c.prog.VMID, c.spec.Owner.UID))

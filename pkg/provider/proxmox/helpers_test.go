@@ -155,7 +155,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	for _, o := range opts {
 		o(&simCfg, &cfg)
 	}
-	sim, err := proxmoxsim.New(simCfg, proxmoxsim.WithClock(simClock))
+	sim, err := proxmoxsim.New(simCfg, proxmoxsim.WithClock(simClock), proxmoxsim.WithAdmin(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,9 +172,19 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	}
 	sim.SetFingerprint(fingerprint(srv))
 	e := &env{t: tt, sim: sim, srv: srv, simClock: simClock, clock: clocktesting.NewFakeClock(t0), obs: &recorder{},
-		logs: &logBuffer{}, signer: testSigner(t, operatorID), cfg: cfg}
+		logs: &logBuffer{}, signer: testSigner(t, operatorID).ForCluster(simIdentity(simCfg, cfg)), cfg: cfg}
 	e.p = e.newProvider(cfg)
 	return e
+}
+
+// simIdentity is the cluster identity a provider for cfg on the simulated
+// cluster binds ownership blocks to (Provider.marker).
+func simIdentity(sim proxmoxsim.Config, cfg provider.ClusterConfig) ownership.ClusterIdentity {
+	name := sim.ClusterName
+	if name == "" {
+		name = "node/" + sim.Nodes[0].Name
+	}
+	return ownership.ClusterIdentity{Name: cfg.Name, HypervisorName: name}
 }
 
 func fingerprint(srv *httptest.Server) string {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -107,6 +108,7 @@ func TestForeignMarkersAreNeverTouched(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		forger = forger.ForCluster(e.signer.Cluster())
 		r := rec
 		r.VMID = 1500
 		e.foreignVM("1500", forger.Description("looks like ours", r))
@@ -143,6 +145,27 @@ func TestForeignMarkersAreNeverTouched(t *testing.T) {
 		// 1504 is genuinely the victim's; its block copied to 1505 is not.
 		e.foreignVM("1505", e.vm(1504).Description)
 		e.assertUntouched(1505, victim, ownership.ErrBadSignature)
+	})
+	t.Run("copied from another Proxmox cluster", func(t *testing.T) {
+		// Same install, key, HypervisorCluster name and VM id: only the
+		// Proxmox cluster differs (the HypervisorCluster was pointed
+		// elsewhere, or a block was carried over by hand).
+		e.t = t
+		r := rec
+		r.VMID = 1507
+		other := e.signer.Cluster()
+		other.HypervisorName = "another-pve"
+		e.foreignVM("1507", e.signer.ForCluster(other).Description("", r))
+		e.assertUntouched(1507, victim, ownership.ErrOtherCluster)
+	})
+	t.Run("copied from another HypervisorCluster", func(t *testing.T) {
+		e.t = t
+		r := rec
+		r.VMID = 1508
+		other := e.signer.Cluster()
+		other.Name = "another-hypervisorcluster"
+		e.foreignVM("1508", e.signer.ForCluster(other).Description("", r))
+		e.assertUntouched(1508, victim, ownership.ErrOtherCluster)
 	})
 	t.Run("owned by another claim", func(t *testing.T) {
 		e.t = t
@@ -306,5 +329,37 @@ func TestTakenVMIDAfterRestart(t *testing.T) {
 		if err != nil || rec.UID != x.spec.Owner.UID {
 			t.Fatalf("VM %d marker %+v %v", x.vmid, rec, err)
 		}
+	}
+}
+
+// TestOwnershipBoundToStandaloneNode: a node that is not part of a Proxmox
+// cluster has no cluster name; blocks are bound to the node instead.
+func TestOwnershipBoundToStandaloneNode(t *testing.T) {
+	e := newEnv(t, func(sim *proxmoxsim.Config, _ *provider.ClusterConfig) { sim.ClusterName = "" })
+	if got := e.signer.Cluster().HypervisorName; got != "node/pve1" {
+		t.Fatalf("test identity %q", got)
+	}
+	owner := provider.Owner{Namespace: "ci", Name: "solo", UID: "uid-solo", CreatedAt: t0}
+	e.foreignVM("1510", e.signer.Description("", ownership.Record{Namespace: "ci", Name: "solo", UID: "uid-solo", VMID: 1510, CreatedAt: t0}))
+	vm, err := e.p.GetVM(context.Background(), provider.VMRef{VMID: 1510})
+	if err != nil || vm.Owner == nil || vm.Owner.UID != owner.UID {
+		t.Fatalf("GetVM on a standalone node: %+v, %v", vm, err)
+	}
+}
+
+// TestClusterNameNeedsSysAudit: without Sys.Audit on / the provider cannot
+// read the cluster name its ownership blocks are bound to; Probe says so
+// instead of every VM failing verification later.
+func TestClusterNameNeedsSysAudit(t *testing.T) {
+	e := newEnv(t, func(sim *proxmoxsim.Config, cfg *provider.ClusterConfig) {
+		for i := range sim.Users {
+			if sim.Users[i].ID == opUser {
+				sim.Users[i].Privileges = proxmoxsim.Privileges{"/vms": {"PVEVMAdmin"}, "/nodes": {"PVEAuditor"}, "/storage": {"PVEDatastoreUser"}}
+			}
+		}
+	})
+	_, err := e.p.Probe(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "Sys.Audit on /") {
+		t.Fatalf("Probe without Sys.Audit on /: %v; want an error naming the privilege", err)
 	}
 }

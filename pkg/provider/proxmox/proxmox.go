@@ -33,12 +33,14 @@
 package proxmox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -78,8 +80,12 @@ const (
 // Provider is a provider.Provider for one Proxmox VE cluster. It is safe for
 // concurrent use.
 type Provider struct {
-	cfg      provider.ClusterConfig
+	cfg provider.ClusterConfig
+	// signer is bound to the HypervisorCluster's name; it names the
+	// install (tags, ISO names). Blocks are written and verified with
+	// bound, which adds the Proxmox cluster's own name (see marker).
 	signer   *ownership.Signer
+	bound    atomic.Pointer[ownership.Signer]
 	obs      provider.Observer
 	clock    clock.PassiveClock
 	log      logr.Logger
@@ -230,7 +236,7 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 	// authenticated the same way.
 	px := proxmox.NewClient(base.String(), proxmox.WithHTTPClient(hc), proxmox.WithUserAgent("hyperfleet"))
 	return &Provider{
-		cfg: cfg, signer: deps.Signer, obs: obs, clock: clk, log: deps.Log, insecure: insecure, wake: deps.Wake,
+		cfg: cfg, signer: deps.Signer.ForCluster(ownership.ClusterIdentity{Name: cfg.Name}), obs: obs, clock: clk, log: deps.Log, insecure: insecure, wake: deps.Wake,
 		api:          &api{px: px, http: hc, baseURL: base.String(), basePath: base.Path, timeout: cfg.RequestTimeout},
 		templates:    map[int]*templateInfo{},
 		reservations: map[string]*reservation{},
@@ -246,6 +252,52 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 		inflight:     map[int]provider.Task{},
 		isoGone:      map[int]bool{},
 	}, nil
+}
+
+// marker returns the signer that writes and verifies ownership blocks on
+// this cluster: bound to the HypervisorCluster's name and to the Proxmox
+// cluster's own name, read once from /cluster/status. A block copied from
+// a VM of another Proxmox cluster therefore never verifies here, even
+// under the same HypervisorCluster name (docs/security.md).
+func (p *Provider) marker(ctx context.Context) (*ownership.Signer, error) {
+	if s := p.bound.Load(); s != nil {
+		return s, nil
+	}
+	name, err := p.hypervisorName(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.bound.CompareAndSwap(nil, p.signer.ForCluster(ownership.ClusterIdentity{Name: p.cfg.Name, HypervisorName: name}))
+	return p.bound.Load(), nil
+}
+
+// clusterStatusEntry is one entry of GET /cluster/status.
+type clusterStatusEntry struct {
+	Type  string `json:"type"`
+	Name  string `json:"name"`
+	Local int    `json:"local"`
+}
+
+// hypervisorName is the Proxmox cluster's name, or "node/<name>" for a
+// standalone node (its /cluster/status has no cluster entry).
+func (p *Provider) hypervisorName(ctx context.Context) (string, error) {
+	var entries []clusterStatusEntry
+	if err := p.api.call(ctx, http.MethodGet, "/cluster/status", nil, nil, &entries); err != nil {
+		return "", fmt.Errorf("read the name of cluster %q (GET /cluster/status, which needs Sys.Audit on /; ownership markers are bound to it): %w", p.cfg.Name, err)
+	}
+	local := ""
+	for _, e := range entries {
+		switch {
+		case e.Type == "cluster" && e.Name != "":
+			return e.Name, nil
+		case e.Type == "node" && (e.Local == 1 || len(entries) == 1):
+			local = e.Name
+		}
+	}
+	if local == "" {
+		return "", provider.Errorf(provider.ClassTransient, "NoClusterName", "cluster %q: /cluster/status names neither a cluster nor the local node", p.cfg.Name)
+	}
+	return "node/" + local, nil
 }
 
 // allowed reports whether node may receive VMs.

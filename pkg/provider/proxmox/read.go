@@ -84,7 +84,11 @@ func (p *Provider) GetVM(ctx context.Context, ref provider.VMRef) (*provider.VM,
 	if vm.Power == provider.PowerRunning {
 		vm.Uptime = time.Duration(st.Uptime) * time.Second
 	}
-	rec, err := p.signer.Verify(cfg["description"], ref.VMID)
+	marker, err := p.marker(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := marker.Verify(cfg["description"], ref.VMID)
 	if err != nil {
 		vm.OwnershipError = err
 		return vm, nil
@@ -118,7 +122,11 @@ func (p *Provider) SetPower(ctx context.Context, owner provider.Owner, ref provi
 	if err != nil {
 		return nil, fmt.Errorf("read VM %d on node %s: %w", ref.VMID, node, err)
 	}
-	if _, err := p.verifyOwner(cfg, ref.VMID, owner); err != nil {
+	marker, err := p.marker(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.verifyOwner(marker, cfg, ref.VMID, owner); err != nil {
 		return nil, err
 	}
 	st, err := p.api.status(ctx, node, ref.VMID)
@@ -137,8 +145,9 @@ func (p *Provider) SetPower(ctx context.Context, owner provider.Owner, ref provi
 	return &provider.Task{ID: upid, Operation: op, StartTime: p.clock.Now()}, nil
 }
 
-// Probe implements provider.Provider: GET /version, GET /nodes and the
-// storages from GET /cluster/resources?type=storage.
+// Probe implements provider.Provider: GET /version, GET /nodes, the
+// storages from GET /cluster/resources?type=storage and, once, the cluster
+// name from GET /cluster/status.
 func (p *Provider) Probe(ctx context.Context) (*provider.ClusterInfo, error) {
 	var v proxmox.Version
 	if err := p.api.call(ctx, http.MethodGet, "/version", nil, nil, &v); err != nil {
@@ -189,6 +198,12 @@ func (p *Provider) Probe(ctx context.Context) (*provider.ClusterInfo, error) {
 			return nil, provider.Errorf(provider.ClassConfiguration, "UnknownNode",
 				"nodes: cluster %q has no node %q; fix the node list", p.cfg.Name, n)
 		}
+	}
+	// Learn the cluster name ownership blocks are bound to now, so that a
+	// missing privilege shows on the HypervisorCluster rather than as VMs
+	// that cannot be verified.
+	if _, err := p.marker(ctx); err != nil {
+		return nil, err
 	}
 	return info, nil
 }

@@ -34,24 +34,87 @@ const webhookSignaturePrefix = "sha256="
 // WebhookParser verifies and decodes GitHub workflow_job webhooks. It
 // implements workload.WebhookParser.
 //
-// The signature must be X-Hub-Signature-256 (HMAC-SHA256 of the raw body,
-// keyed by Secret), compared in constant time. There is deliberately no
-// fallback to the SHA-1 X-Hub-Signature header: a delivery that carries
-// only that is rejected. An empty Secret rejects every delivery.
+// The signature must be X-Hub-Signature-256 (HMAC-SHA256 of the raw body),
+// compared in constant time. There is deliberately no fallback to the
+// SHA-1 X-Hub-Signature header: a delivery that carries only that is
+// rejected.
+//
+// The key is chosen by the delivery's owner (the repository's owner, else
+// the organization; see SecretFor): an owner listed in OwnerSecrets is
+// verified with its own secret only, any other owner with Secret. One
+// owner's secret therefore cannot sign deliveries about another owner's
+// repositories (docs/security.md, "Webhook intake"). A delivery for which
+// no secret is configured is rejected.
 type WebhookParser struct {
-	// Secret is the webhook's secret, as configured on GitHub.
+	// Secret is the webhook's secret, as configured on GitHub: the
+	// fallback for owners without their own. Empty: owners listed in
+	// OwnerSecrets only.
 	Secret []byte
+	// OwnerSecrets are secrets per owner (organization or user login; case
+	// is ignored), each the secret of that owner's webhooks.
+	OwnerSecrets map[string][]byte
 }
 
 var _ workload.WebhookParser = WebhookParser{}
 
-// VerifySignature checks header's X-Hub-Signature-256 against body; the
-// error wraps workload.ErrBadSignature and says why, never what was
-// expected.
-func (p WebhookParser) VerifySignature(header http.Header, body []byte) error {
-	if len(p.Secret) == 0 {
-		return fmt.Errorf("%w: no webhook secret is configured", workload.ErrBadSignature)
+// webhookOwnerFields are the parts of a payload that name its owner.
+type webhookOwnerFields struct {
+	Repository struct {
+		FullName string `json:"full_name"`
+	} `json:"repository"`
+	Organization struct {
+		Login string `json:"login"`
+	} `json:"organization"`
+}
+
+// deliveryOwner is the owner a delivery is about, in lower case: the
+// repository's owner, else the organization; empty when the body names
+// neither (or is not JSON). It reads the unverified body only to choose
+// the key the body is then verified with.
+func deliveryOwner(body []byte) string {
+	var f webhookOwnerFields
+	if json.Unmarshal(body, &f) != nil {
+		return ""
 	}
+	if owner, _, ok := strings.Cut(f.Repository.FullName, "/"); ok && owner != "" {
+		return strings.ToLower(owner)
+	}
+	return strings.ToLower(f.Organization.Login)
+}
+
+// SecretFor is the secret a delivery about owner must be signed with, and
+// whether it is owner's own; nil when none is configured. Owners compare
+// ignoring case, as GitHub's logins do, whatever case OwnerSecrets' keys
+// are in: a key in another case must not let the fallback serve its owner.
+func (p WebhookParser) SecretFor(owner string) (secret []byte, own bool) {
+	if owner == "" {
+		return p.Secret, false
+	}
+	if s, ok := p.OwnerSecrets[strings.ToLower(owner)]; ok {
+		return s, true
+	}
+	for key, s := range p.OwnerSecrets {
+		if strings.EqualFold(key, owner) {
+			return s, true
+		}
+	}
+	return p.Secret, false
+}
+
+// VerifySignature checks header's X-Hub-Signature-256 against body with
+// the secret of the owner body names (SecretFor); the error wraps
+// workload.ErrBadSignature and says why, never what was expected.
+func (p WebhookParser) VerifySignature(header http.Header, body []byte) error {
+	owner := deliveryOwner(body)
+	secret, _ := p.SecretFor(owner)
+	if len(secret) == 0 {
+		return fmt.Errorf("%w: no webhook secret is configured for owner %q", workload.ErrBadSignature, webhookTruncate(owner, 64))
+	}
+	return verifyHMAC(header, body, secret)
+}
+
+// verifyHMAC checks header's X-Hub-Signature-256 against body under secret.
+func verifyHMAC(header http.Header, body, secret []byte) error {
 	sig := header.Get(WebhookSignatureHeader)
 	if sig == "" {
 		return fmt.Errorf("%w: no %s header (only SHA-256 signatures are accepted)", workload.ErrBadSignature, WebhookSignatureHeader)
@@ -64,7 +127,7 @@ func (p WebhookParser) VerifySignature(header http.Header, body []byte) error {
 	if err != nil || len(got) != sha256.Size {
 		return fmt.Errorf("%w: %s is not a hex SHA-256 digest", workload.ErrBadSignature, WebhookSignatureHeader)
 	}
-	mac := hmac.New(sha256.New, p.Secret)
+	mac := hmac.New(sha256.New, secret)
 	mac.Write(body)
 	if !hmac.Equal(got, mac.Sum(nil)) {
 		return fmt.Errorf("%w: %s does not match the body", workload.ErrBadSignature, WebhookSignatureHeader)
@@ -116,14 +179,31 @@ func (p WebhookParser) Parse(header http.Header, body []byte) (workload.JobEvent
 		return workload.JobEvent{}, fmt.Errorf("%w: workflow_job.id is missing or not positive", workload.ErrMalformed)
 	}
 	repo := payload.GetRepo().GetFullName()
-	if owner, name, ok := strings.Cut(repo, "/"); !ok || owner == "" || name == "" {
+	owner, name, ok := strings.Cut(repo, "/")
+	if !ok || owner == "" || name == "" {
 		return workload.JobEvent{}, fmt.Errorf("%w: repository.full_name is missing or not owner/name", workload.ErrMalformed)
+	}
+	if err := p.checkSignedFor(header, body, owner); err != nil {
+		return workload.JobEvent{}, err
 	}
 	return workload.JobEvent{
 		DeliveryID: header.Get(WebhookDeliveryHeader),
 		Action:     action,
 		Job:        jobOf(repo, wj, state),
 	}, nil
+}
+
+// checkSignedFor makes the key binding explicit on the decoded event: the
+// body verified above must also verify with the secret of the repository
+// owner the job is recorded for. It costs a second HMAC and guards against
+// the owner read before verification and the owner decoded after it ever
+// differing.
+func (p WebhookParser) checkSignedFor(header http.Header, body []byte, owner string) error {
+	secret, _ := p.SecretFor(owner)
+	if len(secret) == 0 {
+		return fmt.Errorf("%w: no webhook secret is configured for owner %q", workload.ErrBadSignature, webhookTruncate(owner, 64))
+	}
+	return verifyHMAC(header, body, secret)
 }
 
 // webhookJobState maps a workflow_job action to the neutral state.

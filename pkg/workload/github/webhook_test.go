@@ -293,3 +293,54 @@ func TestParseOctokitExamples(t *testing.T) {
 		}
 	}
 }
+
+func TestParseOwnerSecrets(t *testing.T) {
+	orgSecret, globalSecret := []byte("octo-org's own secret"), []byte("the fallback secret")
+	body := func(repo string) []byte {
+		return []byte(strings.Replace(queuedBody, `"octo-org/app"`, `"`+repo+`"`, 1))
+	}
+	parser := WebhookParser{Secret: globalSecret, OwnerSecrets: map[string][]byte{"octo-org": orgSecret}}
+	tests := []struct {
+		name   string
+		parser WebhookParser
+		body   []byte
+		secret []byte
+		ok     bool
+		says   string
+	}{
+		{name: "owner with its own secret", parser: parser, body: body("octo-org/app"), secret: orgSecret, ok: true},
+		{name: "owner's name in another case", parser: parser, body: body("Octo-Org/app"), secret: orgSecret, ok: true},
+		{name: "owner with its own secret, signed with the fallback", parser: parser, body: body("octo-org/app"), secret: globalSecret, says: "does not match"},
+		{name: "other owner with the fallback", parser: parser, body: body("someone/app"), secret: globalSecret, ok: true},
+		{name: "other owner signed with octo-org's secret", parser: parser, body: body("someone/app"), secret: orgSecret, says: "does not match"},
+		{
+			name: "other owner without a fallback", body: body("someone/app"), secret: orgSecret, says: `no webhook secret is configured for owner "someone"`,
+			parser: WebhookParser{OwnerSecrets: map[string][]byte{"octo-org": orgSecret}},
+		},
+		{
+			name: "key in another case than the login", body: body("octo-org/app"), secret: globalSecret, says: "does not match",
+			parser: WebhookParser{Secret: globalSecret, OwnerSecrets: map[string][]byte{"Octo-Org": orgSecret}},
+		},
+		{
+			// encoding/json matches keys case-insensitively: whichever of
+			// the two names both decodes settle on, the job must be signed
+			// with that owner's secret.
+			name: "owner smuggled in a second key", parser: parser, secret: globalSecret, says: "does not match",
+			body: []byte(strings.Replace(queuedBody, `"full_name": "octo-org/app"`, `"full_name": "someone/app", "FULL_NAME": "octo-org/app"`, 1)),
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ev, err := tc.parser.Parse(signedHeader(tc.secret, tc.body, "workflow_job"), tc.body)
+			if tc.ok {
+				if err != nil || ev.Job.ID != 4242 {
+					t.Fatalf("Parse = %+v, %v; want the job", ev, err)
+				}
+				return
+			}
+			if !errors.Is(err, workload.ErrBadSignature) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("Parse = %+v, %v; want ErrBadSignature saying %q", ev, err, tc.says)
+			}
+		})
+	}
+}

@@ -1,0 +1,183 @@
+package demand
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
+)
+
+const confirmPAT = "ghp_demandConfirmTestPATneverLeavesTheTest00"
+
+// countingReaders hands every pool the same reader and counts the pools
+// asked for; err, when set, is returned instead.
+type countingReaders struct {
+	reader workload.JobReader
+	err    error
+
+	mu    sync.Mutex
+	asked map[types.NamespacedName]int
+}
+
+func (c *countingReaders) JobReaderFor(_ context.Context, pool types.NamespacedName) (workload.JobReader, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.asked[pool]++
+	return c.reader, c.err
+}
+
+func (c *countingReaders) count(pool types.NamespacedName) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.asked[pool]
+}
+
+// webhookEvent is a signed-looking webhook event about a job of
+// octo-org/app in state, with its times fresh unless given.
+func webhookEvent(id int64, state workload.JobState, at time.Time, delivery string) workload.JobEvent {
+	j := workload.Job{ID: id, RunID: 1, Repository: "octo-org/app", Labels: []string{"self-hosted"}, State: state, CreatedAt: at}
+	if state != workload.JobQueued {
+		j.StartedAt, j.RunnerName, j.RunnerID = at, "runner-1", 9
+	}
+	if state == workload.JobCompleted {
+		j.CompletedAt, j.Conclusion = at, "success"
+	}
+	return workload.JobEvent{DeliveryID: delivery, Action: string(state), Job: j}
+}
+
+// TestRecorderConfirmsUntrustedWebhookEvents: with the GitHub simulator
+// as the CI platform, an out-of-order completed event and a replayed old
+// event are recorded as the API reports the job, an event about a job
+// the API does not know is not recorded, and fresh in-order events are
+// recorded as delivered without asking the API.
+func TestRecorderConfirmsUntrustedWebhookEvents(t *testing.T) {
+	e := testEnv(t)
+	ctx := context.Background()
+	gs := githubsimtest.Start(t, githubsim.Config{
+		Organizations: []githubsim.OrgConfig{{Login: "octo-org"}},
+		Repositories:  []githubsim.RepoConfig{{Name: "octo-org/app"}},
+		PATs:          []githubsim.PATConfig{{Token: confirmPAT, Login: "octocat"}},
+	})
+	provider, err := github.New(github.Config{BaseURL: gs.URL + "/api/v3", Scope: workload.Scope{Owner: "octo-org", Repository: "app"},
+		Token: confirmPAT, Transport: gs.Transport, RunnerURL: gs.URL + "/octo-org/app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting, err := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/app", Labels: []string{"self-hosted"}, Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	finished, err := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/app", Labels: []string{"self-hosted"}, Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gs.Sim.CompleteJob(finished.ID, "success"); err != nil {
+		t.Fatal(err)
+	}
+	readers := &countingReaders{reader: provider, asked: map[types.NamespacedName]int{}}
+	rec := NewRecorder(e.Client, e.Client, nil).ConfirmWebhookEvents(readers, 10*time.Minute)
+	now := time.Now()
+	state := func(pool types.NamespacedName, id int64) hfv1.CIJobState {
+		return getJob(t, e.Client, pool.Namespace, id).Status.State
+	}
+
+	t.Run("completed for a job recorded as queued", func(t *testing.T) {
+		pool := nn(newNamespace(t, e.Client), "pool")
+		if err := rec.Record(ctx, pool, webhookEvent(waiting.ID, workload.JobQueued, now, "q"), SourceWebhook); err != nil {
+			t.Fatal(err)
+		}
+		if n := readers.count(pool); n != 0 {
+			t.Fatalf("a fresh queued event asked the API %d times", n)
+		}
+		// GitHub says the job still waits: the completion (forged with a
+		// leaked secret, or a replay) must not end its demand.
+		if err := rec.Record(ctx, pool, webhookEvent(waiting.ID, workload.JobCompleted, now, "c"), SourceWebhook); err != nil {
+			t.Fatal(err)
+		}
+		if got := state(pool, waiting.ID); got != hfv1.CIJobQueued || readers.count(pool) != 1 {
+			t.Fatalf("state %s after %d API reads; want queued after 1", got, readers.count(pool))
+		}
+	})
+
+	t.Run("completed for a job never recorded", func(t *testing.T) {
+		pool := nn(newNamespace(t, e.Client), "pool")
+		if err := rec.Record(ctx, pool, webhookEvent(finished.ID, workload.JobCompleted, now, "c"), SourceWebhook); err != nil {
+			t.Fatal(err)
+		}
+		cj := getJob(t, e.Client, pool.Namespace, finished.ID)
+		if cj.Status.State != hfv1.CIJobCompleted || cj.Status.RunnerName != "" || readers.count(pool) != 1 {
+			t.Fatalf("status %+v after %d API reads; want completed as the API reports it (no runner) after 1", cj.Status, readers.count(pool))
+		}
+	})
+
+	t.Run("replayed old queued event", func(t *testing.T) {
+		pool := nn(newNamespace(t, e.Client), "pool")
+		// A captured queued delivery replayed an hour later under a fresh
+		// delivery id: GitHub says the job is done, so it creates no demand.
+		if err := rec.Record(ctx, pool, webhookEvent(finished.ID, workload.JobQueued, now.Add(-time.Hour), "fresh-id"), SourceWebhook); err != nil {
+			t.Fatal(err)
+		}
+		if got := state(pool, finished.ID); got != hfv1.CIJobCompleted || readers.count(pool) != 1 {
+			t.Fatalf("state %s after %d API reads; want completed after 1", got, readers.count(pool))
+		}
+	})
+
+	t.Run("event about a job the API does not know", func(t *testing.T) {
+		pool := nn(newNamespace(t, e.Client), "pool")
+		if err := rec.Record(ctx, pool, webhookEvent(987654321, workload.JobQueued, now.Add(-time.Hour), "d"), SourceWebhook); err != nil {
+			t.Fatal(err)
+		}
+		err := e.Client.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, 987654321)}, &hfv1.CIJob{})
+		if !apierrors.IsNotFound(err) || readers.count(pool) != 1 {
+			t.Fatalf("Get = %v after %d API reads; want not found after 1", err, readers.count(pool))
+		}
+	})
+
+	t.Run("fresh in-order events are not confirmed", func(t *testing.T) {
+		pool := nn(newNamespace(t, e.Client), "pool")
+		// GitHub says this job waits, but the events are fresh and in
+		// order: recorded as delivered, the API is not asked.
+		for _, s := range []workload.JobState{workload.JobInProgress, workload.JobCompleted} {
+			if err := rec.Record(ctx, pool, webhookEvent(waiting.ID, s, now, string(s)), SourceWebhook); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := state(pool, waiting.ID); got != hfv1.CIJobCompleted || readers.count(pool) != 0 {
+			t.Fatalf("state %s after %d API reads; want completed after 0", got, readers.count(pool))
+		}
+	})
+
+	t.Run("resync records are not confirmed", func(t *testing.T) {
+		pool := nn(newNamespace(t, e.Client), "pool")
+		if err := rec.Record(ctx, pool, webhookEvent(waiting.ID, workload.JobCompleted, now.Add(-time.Hour), "r"), SourceResync); err != nil {
+			t.Fatal(err)
+		}
+		if got := state(pool, waiting.ID); got != hfv1.CIJobCompleted || readers.count(pool) != 0 {
+			t.Fatalf("state %s after %d API reads; want completed after 0", got, readers.count(pool))
+		}
+	})
+
+	t.Run("the API cannot be asked", func(t *testing.T) {
+		pool := nn(newNamespace(t, e.Client), "pool")
+		failing := &countingReaders{err: errors.New("no credentials"), asked: map[types.NamespacedName]int{}}
+		rec := NewRecorder(e.Client, e.Client, nil).ConfirmWebhookEvents(failing, 0)
+		err := rec.Record(ctx, pool, webhookEvent(finished.ID, workload.JobQueued, now.Add(-time.Hour), "d"), SourceWebhook)
+		if err == nil || !errors.Is(err, failing.err) {
+			t.Fatalf("Record = %v, want the reader's error", err)
+		}
+		getErr := e.Client.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, finished.ID)}, &hfv1.CIJob{})
+		if !apierrors.IsNotFound(getErr) {
+			t.Fatalf("an unconfirmed event was recorded: %v", getErr)
+		}
+	})
+}
