@@ -12,6 +12,11 @@ const (
 	// HypervisorClusterTLSVerifiedCondition is False when the cluster is
 	// reached with certificate verification switched off (tls.insecureSkipVerify).
 	HypervisorClusterTLSVerifiedCondition = "TLSVerified"
+	// HypervisorClusterTenancyRestrictedCondition is False while the
+	// cluster admits every namespace (spec.allowedNamespaces unset or {})
+	// or has no admin allow-lists (spec.tenancy unset): tenants then choose
+	// bridges, VLANs, templates, storages and resource pools freely.
+	HypervisorClusterTenancyRestrictedCondition = "TenancyRestricted"
 	// HypervisorClusterUnverifiedVMsCondition is True while VMs carry this
 	// install's tag but an ownership block that does not verify (lost or
 	// removed key, block copied from another cluster, edited or forged);
@@ -83,6 +88,17 @@ const (
 	InsecureTLSReason = "InsecureSkipVerify"
 	// NamespaceNotAllowedReason: the cluster's allowedNamespaces excludes the object's namespace.
 	NamespaceNotAllowedReason = "NamespaceNotAllowed"
+	// NotAllowedByClusterReason: the template uses a bridge, VLAN, Proxmox
+	// template, storage or resource pool that no spec.tenancy entry of its
+	// cluster allows to its namespace.
+	NotAllowedByClusterReason = "NotAllowedByCluster"
+	// RestrictedReason: the cluster admits selected namespaces only and
+	// limits what they use (spec.allowedNamespaces and spec.tenancy).
+	RestrictedReason = "Restricted"
+	// AllNamespacesAdmittedReason: spec.allowedNamespaces is unset or {}.
+	AllNamespacesAdmittedReason = "AllNamespacesAdmitted"
+	// NoAllowListsReason: spec.tenancy is unset.
+	NoAllowListsReason = "NoAllowLists"
 
 	// TemplateNotFoundReason: the hypervisor has no such template.
 	TemplateNotFoundReason = "TemplateNotFound"
@@ -112,6 +128,13 @@ const (
 	// operator (bootstrap.agentSource Operator), but the operator serves no
 	// agent binary for the template's runner os and arch.
 	AgentUnavailableReason = "AgentUnavailable"
+
+	// MaxMachinesReachedReason: the cluster's spec.limits.maxMachines VMs
+	// exist or are being created; a claim waits for one to be deleted.
+	MaxMachinesReachedReason = "MaxMachinesReached"
+	// InsufficientCapacityReason: no allowed node has the memory, or a
+	// storage the room, for the VM; the claim waits for capacity.
+	InsufficientCapacityReason = "InsufficientCapacity"
 
 	// AtMaxReplicasReason: demand exceeds the pool's maxReplicas.
 	AtMaxReplicasReason = "AtMaxReplicas"

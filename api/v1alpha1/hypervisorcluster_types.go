@@ -114,6 +114,19 @@ type HypervisorClusterSpec struct {
 	// +optional
 	AllowedNamespaces *metav1.LabelSelector `json:"allowedNamespaces,omitempty"`
 
+	// tenancy is the admin's allow-list of what tenant namespaces may use
+	// on this cluster. A template in namespace N is valid only if one entry
+	// whose namespaceSelector selects N allows every value the template
+	// uses: its Proxmox template, bridge, VLAN, full-clone storage and
+	// resource pool. When entries exist, a namespace no entry selects may
+	// not use the cluster at all (NamespaceNotAllowed). Unset allows
+	// everything to every admitted namespace, and the cluster reports
+	// TenancyRestricted=False until it is set (docs/security.md).
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	Tenancy []TenancyRule `json:"tenancy,omitempty"`
+
 	// pollInterval is how often the operator reads the cluster's VM list
 	// (one request per cluster, whatever the number of VMs) to detect
 	// powered-off VMs and orphans.
@@ -123,6 +136,104 @@ type HypervisorClusterSpec struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('5m')",message="pollInterval must be between 1s and 5m"
 	PollInterval *metav1.Duration `json:"pollInterval,omitempty"`
+}
+
+// TenancyRule is what the namespaces it selects may use on a cluster. A
+// list left out allows only the cluster's default for that value (see each
+// field), so a forgotten field never opens the cluster up.
+type TenancyRule struct {
+	// namespaceSelector selects, by their labels, the namespaces this entry
+	// is for; {} selects every namespace.
+	// +required
+	NamespaceSelector metav1.LabelSelector `json:"namespaceSelector"`
+
+	// templates are the Proxmox templates these namespaces may clone. An id
+	// entry matches a template's source.proxmox.templateId, a name entry its
+	// source.proxmox.templateName (names are not resolved to ids, so a
+	// template named by id needs an id entry and the other way round).
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	Templates []AllowedTemplate `json:"templates"`
+
+	// bridges are the bridges (network.bridge) these namespaces may attach
+	// VMs to. Left out: only the cluster's defaultBridge.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=15
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z][-_.a-zA-Z0-9]*$`
+	// +listType=set
+	Bridges []string `json:"bridges,omitempty"`
+
+	// vlans are the VLAN id ranges (network.vlan) these namespaces may tag
+	// VM traffic with. Left out: untagged only. When set, a template must
+	// set network.vlan inside one of the ranges: untagged traffic on a
+	// VLAN-aware bridge reaches its native VLAN, so allowing it takes an
+	// entry without vlans.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	VLANs []VLANRange `json:"vlans,omitempty"`
+
+	// storages are the storages full clones may be written to
+	// (source.proxmox.storage, or the cluster's defaultStorage when that is
+	// unset). Left out: a template may not name a storage other than the
+	// cluster's defaultStorage. Linked clones, and full clones with no
+	// target storage, stay on the allowed template's own storage.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z][-_a-zA-Z0-9]*$`
+	// +listType=set
+	Storages []string `json:"storages,omitempty"`
+
+	// resourcePools are the Proxmox resource pools (source.proxmox.pool)
+	// these namespaces may put VMs in. Left out: none. A template that
+	// names no pool needs no entry here.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9_][-A-Za-z0-9_]*$`
+	// +listType=set
+	ResourcePools []string `json:"resourcePools,omitempty"`
+}
+
+// AllowedTemplate names one Proxmox template, by VM id or by name.
+// +kubebuilder:validation:XValidation:rule="has(self.id) != has(self.name)",message="set exactly one of id and name in a tenancy templates entry"
+type AllowedTemplate struct {
+	// id is the template's VM id, matched against source.proxmox.templateId.
+	// +optional
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=999999999
+	ID *int32 `json:"id,omitempty"`
+
+	// name is the template's name, matched against
+	// source.proxmox.templateName.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?$`
+	Name string `json:"name,omitempty"`
+}
+
+// VLANRange is an inclusive range of 802.1Q VLAN ids.
+// +kubebuilder:validation:XValidation:rule="self.start <= self.end",message="a tenancy vlans range must have start <= end"
+type VLANRange struct {
+	// start is the first VLAN id of the range.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4094
+	Start int32 `json:"start"`
+
+	// end is the last VLAN id of the range.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4094
+	End int32 `json:"end"`
 }
 
 // HypervisorCredentials holds references to the hypervisor API credentials.
@@ -211,8 +322,11 @@ type HypervisorLimits struct {
 	// +kubebuilder:validation:Maximum=32
 	ClonesPerStorage int32 `json:"clonesPerStorage,omitempty"`
 
-	// maxMachines caps the VMs the operator keeps on this cluster at once;
-	// unset means no cap beyond the cluster's capacity.
+	// maxMachines caps the VMs the operator keeps on this cluster at once:
+	// the VMs carrying this install's tag plus those being created. A claim
+	// over the cap waits (Provisioned=False, reason MaxMachinesReached) and
+	// goes on when one of the VMs is deleted. Unset means no cap beyond the
+	// cluster's capacity.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100000
@@ -279,7 +393,7 @@ type NamedSecretKeySelector struct {
 
 // HypervisorClusterStatus is what the operator observed of the cluster.
 type HypervisorClusterStatus struct {
-	// conditions are Ready, Connected and TLSVerified.
+	// conditions are Ready, Connected, TLSVerified and TenancyRestricted.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -306,7 +420,12 @@ type HypervisorClusterStatus struct {
 	// +listMapKey=name
 	Nodes []NodeStatus `json:"nodes,omitempty"`
 
-	// availableResources is the free capacity over all online allowed nodes.
+	// availableResources is the free capacity over all online allowed
+	// nodes: their CPUs, their free memory, and the free space of the
+	// storages that hold VM disks (content images; a shared storage counted
+	// once) minus what full clones being created are promised. Placement
+	// uses the same free space: a VM whose boot disk does not fit on its
+	// storage waits (reason InsufficientCapacity).
 	// +optional
 	AvailableResources *ResourceAmounts `json:"availableResources,omitempty"`
 

@@ -46,7 +46,9 @@ type HypervisorMachineTemplateSpec struct {
 	// +optional
 	CloudInit *CloudInit `json:"cloudInit,omitempty"`
 
-	// metadata is added to every MachineClaim built from this template.
+	// metadata is added to every MachineClaim a RunnerPool creates from
+	// this template (a MachineClaim written by hand carries the labels and
+	// annotations its author gives it).
 	// +optional
 	Metadata *ObjectMetadata `json:"metadata,omitempty"`
 }
@@ -220,10 +222,15 @@ const (
 type DHCPClientIdentifier string
 
 // DHCPOptions tune how a VM asks for its address.
+// +kubebuilder:validation:XValidation:rule="!has(self.clientIdentifier) || self.clientIdentifier != 'hostname'",message="network.dhcp.clientIdentifier hostname cannot be honoured: cloud-init's network config lets the DHCP client identify itself only by mac or duid, never by host name; use clientIdentifier mac with sendHostname true (DHCP servers keeping per-name reservations, such as dnsmasq dhcp-host=<name>, match the host name sent in option 12), or network.mode static with an IPPool"
 type DHCPOptions struct {
-	// clientIdentifier is mac (default) or hostname. With hostname, a DHCP
-	// server that keeps per-name reservations hands a VM the same address
-	// every time its name comes back.
+	// clientIdentifier is what the VM's DHCP client identifies itself
+	// with. Only mac (the default: the operator asks for the NIC's MAC
+	// address, which cloud-init honours where it renders for netplan) is
+	// accepted: hostname is refused because cloud-init's network config
+	// cannot make the DHCP client send the host name as its client
+	// identifier (docs/cloud-init.md). For per-name DHCP reservations keep
+	// sendHostname true: the server sees the host name in option 12.
 	// +optional
 	// +kubebuilder:default=mac
 	ClientIdentifier DHCPClientIdentifier `json:"clientIdentifier,omitempty"`
@@ -591,15 +598,22 @@ type CloudInit struct {
 
 // ObjectMetadata is labels and annotations to stamp on created objects.
 type ObjectMetadata struct {
-	// labels are added to each MachineClaim; HyperFleet's own
-	// hyperfleet.io/* labels win over them.
+	// labels are added to each MachineClaim a RunnerPool creates. Keys
+	// under hyperfleet.io/ are HyperFleet's own and refused; a key or
+	// value that is not a valid label makes the template not Ready
+	// (TemplateInvalid).
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('hyperfleet.io/') && !k.contains('.hyperfleet.io/'))",message="metadata.labels must not set hyperfleet.io/ keys: HyperFleet sets those itself"
 	Labels map[string]string `json:"labels,omitempty"`
 
-	// annotations are added to each MachineClaim.
+	// annotations are added to each MachineClaim a RunnerPool creates.
+	// Keys under hyperfleet.io/ are HyperFleet's own and refused; a key
+	// that is not a valid annotation key makes the template not Ready
+	// (TemplateInvalid).
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !k.startsWith('hyperfleet.io/') && !k.contains('.hyperfleet.io/'))",message="metadata.annotations must not set hyperfleet.io/ keys (such as hyperfleet.io/fail-reason): HyperFleet sets those itself"
 	Annotations map[string]string `json:"annotations,omitempty"`
 }
 

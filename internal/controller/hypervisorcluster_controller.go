@@ -127,6 +127,7 @@ func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Re
 	}
 
 	before := cluster.DeepCopy()
+	setTenancyCondition(cluster)
 	result, err := r.reconcileConnection(ctx, cluster)
 	if perr := r.patchStatus(ctx, before, cluster); perr != nil {
 		log.Error(perr, "Patch HypervisorCluster status")
@@ -296,7 +297,8 @@ func (r *HypervisorClusterReconciler) setConnectedStatus(cluster *hfv1.Hyperviso
 	}
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].Name < st.Nodes[j].Name })
 	st.ConnectedNodes = online
-	st.AvailableResources = &hfv1.ResourceAmounts{CPU: availCPU, Memory: resource.NewQuantity(availMem, resource.BinarySI)}
+	st.AvailableResources = &hfv1.ResourceAmounts{CPU: availCPU, Memory: resource.NewQuantity(availMem, resource.BinarySI),
+		Storage: resource.NewQuantity(info.AvailableStorageBytes, resource.BinarySI)}
 	if st.LastPollTime == nil || now.Sub(st.LastPollTime.Time) >= lastPollRefresh {
 		st.LastPollTime = &metav1.Time{Time: now}
 	}
@@ -496,6 +498,9 @@ func ClusterConfig(ctx context.Context, reader client.Reader, c *hfv1.Hypervisor
 		}
 		if l.ClonesPerStorage > 0 {
 			cfg.ClonesPerStorage = int(l.ClonesPerStorage)
+		}
+		if l.MaxMachines != nil {
+			cfg.MaxMachines = int(*l.MaxMachines)
 		}
 	}
 	read := func(field string, ref *hfv1.SecretKeySelector) (string, error) {

@@ -118,8 +118,10 @@ func TestNamespaceNotAllowed(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		// The template is refused first (docs/security.md), so the claim
+		// waits for its template and quotes the template's reason.
 		cond := meta.FindStatusCondition(got.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
-		if cond == nil || cond.Reason != hfv1.NamespaceNotAllowedReason {
+		if cond == nil || cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, hfv1.NamespaceNotAllowedReason) {
 			return fmt.Errorf("Provisioned = %+v", cond)
 		}
 		return nil
@@ -158,4 +160,21 @@ func TestClustersAreIndependent(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPhase(t, waiting, hfv1.MachineClaimBootstrapping, 90*time.Second)
+}
+
+// TestClusterAvailableStorage: status.availableResources.storage is the
+// free space of the storages that hold VM disks: the simulator's 500 GiB
+// local-lvm minus its template's disks (local holds ISOs only).
+func TestClusterAvailableStorage(t *testing.T) {
+	sim := startSim(t, nil)
+	startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	c := waitClusterReady(t, f.cluster, metav1.ConditionTrue)
+	av := c.Status.AvailableResources
+	if av == nil || av.Storage == nil {
+		t.Fatalf("availableResources = %+v, want storage", av)
+	}
+	if got := av.Storage.Value(); got <= 467<<30 || got > 468<<30 {
+		t.Fatalf("availableResources.storage = %s, want 500Gi minus the template's 32Gi disk and cloud-init drive", av.Storage)
+	}
 }

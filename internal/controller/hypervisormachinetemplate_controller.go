@@ -10,7 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -52,6 +55,8 @@ func (r *HypervisorMachineTemplateReconciler) SetupWithManager(mgr ctrl.Manager)
 		// its frequent status writes do not concern the template.
 		Watches(&hfv1.RunnerPool{}, handler.EnqueueRequestsFromMapFunc(templateOfRunnerPool),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// A namespace's labels decide which allow-list entries apply.
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.templatesForNamespace)).
 		Named("hypervisormachinetemplate").
 		Complete(r)
 }
@@ -62,6 +67,10 @@ func (r *HypervisorMachineTemplateReconciler) templatesForCluster(ctx context.Co
 
 func (r *HypervisorMachineTemplateReconciler) templatesForPool(ctx context.Context, o client.Object) []reconcile.Request {
 	return r.templateRequests(ctx, client.MatchingFields{templatePoolIndex: o.GetName()})
+}
+
+func (r *HypervisorMachineTemplateReconciler) templatesForNamespace(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.templateRequests(ctx, client.InNamespace(o.GetName()))
 }
 
 func (r *HypervisorMachineTemplateReconciler) templatesForSecret(ctx context.Context, o client.Object) []reconcile.Request {
@@ -115,12 +124,7 @@ func (r *HypervisorMachineTemplateReconciler) recordTransition(before, after *hf
 
 func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate) (ctrl.Result, error) {
 	invalid := func(reason, msg string) (ctrl.Result, error) {
-		setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateValidCondition, metav1.ConditionFalse, reason, msg)
-		setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, reason, msg)
-		tmpl.Status.ObservedGeneration = tmpl.Generation
-		// Watches on the cluster and on Secrets wake the template; the
-		// periodic look also notices templates appearing on the hypervisor.
-		return ctrl.Result{RequeueAfter: waitForDependency}, nil
+		return markTemplateInvalid(tmpl, reason, msg), nil
 	}
 
 	// Fields accepted but not acted on come first: nothing else matters
@@ -134,6 +138,12 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 			return invalid(hfv1.ClusterUnavailableReason, fmt.Sprintf("spec.hypervisorClusterRef: HypervisorCluster %s does not exist", tmpl.Spec.HypervisorClusterRef.Name))
 		}
 		return ctrl.Result{}, err
+	}
+	if res, done, err := r.checkTenancy(ctx, tmpl, cluster); done || err != nil {
+		return res, err
+	}
+	if msg := invalidClaimMetadata(tmpl.Spec.Metadata); msg != "" {
+		return invalid(hfv1.TemplateInvalidReason, msg)
 	}
 	if msg := r.missingSecrets(ctx, tmpl); msg != "" {
 		return invalid(hfv1.SecretNotFoundReason, msg)
@@ -205,6 +215,68 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 	// Re-validate now and then: someone may delete the template on the
 	// hypervisor.
 	return ctrl.Result{RequeueAfter: 10 * waitForDependency}, nil
+}
+
+// checkTenancy applies the cluster's admin allow-lists (docs/security.md).
+// A namespace the cluster does not admit learns nothing about the cluster:
+// the template is not validated against it, and what an earlier validation
+// recorded (the resolved template, its node and storage, the hash over the
+// cluster's settings) is removed from its status. done is true when the
+// template is invalid and res is the result to return; a failed read is
+// returned as err (and retried) without touching the status.
+func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) (res ctrl.Result, done bool, err error) {
+	invalid := func(reason, msg string) (ctrl.Result, bool, error) {
+		return markTemplateInvalid(tmpl, reason, msg), true, nil
+	}
+	rules, admitted, err := tenancyRulesFor(ctx, r.Client, cluster, tmpl.Namespace)
+	switch {
+	case errors.Is(err, errInvalidSelector):
+		// The error quotes the cluster's selectors: log it, do not show
+		// it to the tenant.
+		ctrl.LoggerFrom(ctx).Error(err, "The cluster's allow-lists admit nobody", "HypervisorCluster", cluster.Name)
+	case err != nil:
+		return ctrl.Result{}, false, fmt.Errorf("apply the allow-lists of HypervisorCluster %s: %w", cluster.Name, err)
+	}
+	if err != nil || !admitted {
+		tmpl.Status.ResolvedTemplate = nil
+		tmpl.Status.TemplateHash = ""
+		return invalid(hfv1.NamespaceNotAllowedReason, fmt.Sprintf(
+			"HypervisorCluster %s does not admit namespace %s (its spec.allowedNamespaces and spec.tenancy); ask the cluster's owner to admit the namespace, or set spec.hypervisorClusterRef to another cluster",
+			cluster.Name, tmpl.Namespace))
+	}
+	if problems := tenancyViolations(tmpl, cluster, rules); len(problems) > 0 {
+		return invalid(hfv1.NotAllowedByClusterReason, fmt.Sprintf(
+			"HypervisorCluster %s does not allow this template in namespace %s (spec.tenancy): %s; change the template, or ask the cluster's owner to allow these values",
+			cluster.Name, tmpl.Namespace, strings.Join(problems, "; ")))
+	}
+	return ctrl.Result{}, false, nil
+}
+
+// markTemplateInvalid sets Valid and Ready to False with reason and msg.
+// Watches on the cluster, namespaces and Secrets wake the template; the
+// periodic look returned also notices templates appearing on the
+// hypervisor.
+func markTemplateInvalid(tmpl *hfv1.HypervisorMachineTemplate, reason, msg string) ctrl.Result {
+	setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateValidCondition, metav1.ConditionFalse, reason, msg)
+	setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, reason, msg)
+	tmpl.Status.ObservedGeneration = tmpl.Generation
+	return ctrl.Result{RequeueAfter: waitForDependency}
+}
+
+// invalidClaimMetadata says why spec.metadata cannot be put on a
+// MachineClaim, "" if it can: the API server would refuse every claim a
+// RunnerPool creates with it.
+func invalidClaimMetadata(md *hfv1.ObjectMetadata) string {
+	if md == nil {
+		return ""
+	}
+	path := field.NewPath("spec", "metadata")
+	errs := metav1validation.ValidateLabels(md.Labels, path.Child("labels"))
+	errs = append(errs, apimachineryvalidation.ValidateAnnotations(md.Annotations, path.Child("annotations"))...)
+	if len(errs) == 0 {
+		return ""
+	}
+	return errs.ToAggregate().Error() + "; MachineClaims need valid Kubernetes labels and annotations"
 }
 
 // missingSecrets names every referenced Secret key that does not exist.

@@ -146,6 +146,12 @@ func TestSamplesWorkAsWritten(t *testing.T) {
 		if err := checkTemplateRender(tm, cluster, p, agents); err != nil {
 			t.Errorf("sample template %s does not render for a VM: %v", tm.Name, err)
 		}
+		// Every entry of the sample cluster's spec.tenancy selects the
+		// namespaces its allowedNamespaces admits: one must allow the
+		// template (docs/security.md, "Admin allow-lists").
+		if problems := tenancyViolations(tm, cluster, cluster.Spec.Tenancy); len(problems) > 0 {
+			t.Errorf("sample template %s is not allowed by sample cluster %s: %s", tm.Name, cluster.Name, strings.Join(problems, "; "))
+		}
 	}
 }
 

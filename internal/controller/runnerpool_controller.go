@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -238,7 +239,8 @@ func (r *RunnerPoolReconciler) load(ctx context.Context, v *poolView, claims []h
 	for _, c := range v.claims.starting {
 		if cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.MachineClaimProvisionedCondition); cond != nil && cond.Status == metav1.ConditionFalse {
 			switch cond.Reason {
-			case hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.ClusterUnavailableReason, hfv1.NamespaceNotAllowedReason, templateNotReadyReason:
+			case hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.ClusterUnavailableReason, hfv1.NamespaceNotAllowedReason, templateNotReadyReason,
+				hfv1.MaxMachinesReachedReason, hfv1.InsufficientCapacityReason:
 				v.blockers[cond.Reason]++
 			}
 		}
@@ -499,15 +501,16 @@ func (v *poolView) remaining(list []*hfv1.MachineClaim) int {
 func (r *RunnerPoolReconciler) createClaim(ctx context.Context, v *poolView) error {
 	pool := v.pool
 	gh := pool.Spec.Workload.GitHub
+	labels, annotations := templateClaimMetadata(v.tmpl)
+	labels[hfv1.ManagedByLabel] = hfv1.ManagedByValue
+	labels[hfv1.RunnerPoolLabel] = pool.Name
+	labels[hfv1.MachineTemplateLabel] = pool.Spec.TemplateRef.Name
 	claim := &hfv1.MachineClaim{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace:    pool.Namespace,
-			GenerateName: pool.Name + "-",
-			Labels: map[string]string{
-				hfv1.ManagedByLabel:       hfv1.ManagedByValue,
-				hfv1.RunnerPoolLabel:      pool.Name,
-				hfv1.MachineTemplateLabel: pool.Spec.TemplateRef.Name,
-			},
+			Namespace:       pool.Namespace,
+			GenerateName:    pool.Name + "-",
+			Labels:          labels,
+			Annotations:     annotations,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pool, hfv1.GroupVersion.WithKind("RunnerPool"))},
 		},
 		Spec: hfv1.MachineClaimSpec{
@@ -530,6 +533,19 @@ func (r *RunnerPoolReconciler) createClaim(ctx context.Context, v *poolView) err
 	v.created++
 	metrics.PoolScalingActions.WithLabelValues(pool.Namespace, pool.Name, "create", "").Inc()
 	return nil
+}
+
+// templateClaimMetadata returns copies of the template's spec.metadata
+// labels and annotations (empty maps without a template), which a new
+// claim starts from; the caller sets HyperFleet's own labels over them.
+func templateClaimMetadata(tmpl *hfv1.HypervisorMachineTemplate) (labels, annotations map[string]string) {
+	labels, annotations = map[string]string{}, map[string]string{}
+	if tmpl == nil || tmpl.Spec.Metadata == nil {
+		return labels, annotations
+	}
+	maps.Copy(labels, tmpl.Spec.Metadata.Labels)
+	maps.Copy(annotations, tmpl.Spec.Metadata.Annotations)
+	return labels, annotations
 }
 
 // prune deletes retained failed claims beyond failedRetention and finished
@@ -752,7 +768,8 @@ func (r *RunnerPoolReconciler) setCapacity(v *poolView, d scaling.Decision) {
 		set(hfv1.TemplateInvalidReason, "No new VMs: "+msg)
 		return
 	}
-	for _, reason := range []string{hfv1.ClusterUnavailableReason, hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.NamespaceNotAllowedReason} {
+	for _, reason := range []string{hfv1.ClusterUnavailableReason, hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.NamespaceNotAllowedReason,
+		hfv1.MaxMachinesReachedReason, hfv1.InsufficientCapacityReason} {
 		if n := v.blockers[reason]; n > 0 {
 			set(reason, fmt.Sprintf("%d starting VMs wait: %s (see their Provisioned condition)", n, reason))
 			return

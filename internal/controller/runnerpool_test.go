@@ -686,3 +686,46 @@ func TestRunnerPoolLifecycleLimits(t *testing.T) {
 		t.Errorf("jobto pool events: %v", reasons)
 	}
 }
+
+// TestRunnerPoolTemplateMetadata: the claims a pool creates carry the
+// template's spec.metadata labels and annotations next to HyperFleet's own
+// labels.
+func TestRunnerPoolTemplateMetadata(t *testing.T) {
+	w := startPoolWorld(t, poolWorldOptions{noGuest: true})
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cur hfv1.HypervisorMachineTemplate
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(w.f.template), &cur); err != nil {
+			return err
+		}
+		cur.Spec.Metadata = &hfv1.ObjectMetadata{
+			Labels:      map[string]string{"team": "payments", "example.com/cost-center": "cc-42"},
+			Annotations: map[string]string{"example.com/owner": "payments-oncall@example.com"},
+		}
+		return env.Client.Update(context.Background(), &cur)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitTemplate(t, w.f.template, metav1.ConditionTrue, "")
+	pool := w.newPool("labelled", func(p *hfv1.RunnerPool) { p.Spec.Scaling.MinReplicas = 1 })
+	var claim hfv1.MachineClaim
+	eventually(t, 60*time.Second, "the pool's claim", func() error {
+		claims := w.claims(pool)
+		if len(claims) == 0 {
+			return fmt.Errorf("no claim yet")
+		}
+		claim = claims[0]
+		return nil
+	})
+	want := map[string]string{
+		"team": "payments", "example.com/cost-center": "cc-42",
+		hfv1.ManagedByLabel: hfv1.ManagedByValue, hfv1.RunnerPoolLabel: pool.Name, hfv1.MachineTemplateLabel: w.f.template.Name,
+	}
+	for k, v := range want {
+		if claim.Labels[k] != v {
+			t.Errorf("claim label %s = %q, want %q (labels %v)", k, claim.Labels[k], v, claim.Labels)
+		}
+	}
+	if got := claim.Annotations["example.com/owner"]; got != "payments-oncall@example.com" {
+		t.Errorf("claim annotation example.com/owner = %q (annotations %v)", got, claim.Annotations)
+	}
+}

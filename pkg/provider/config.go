@@ -46,6 +46,9 @@ type ClusterConfig struct {
 	// ClonesPerNode and ClonesPerStorage bound concurrent clones.
 	ClonesPerNode    int
 	ClonesPerStorage int
+	// MaxMachines caps the VMs of this install on the cluster (those that
+	// exist, carrying its tag, plus those being placed); 0 means no cap.
+	MaxMachines int
 	// Tags are added to every VM besides the ownership tags.
 	Tags []string
 	// RequestTimeout bounds one API request.

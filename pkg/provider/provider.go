@@ -148,6 +148,11 @@ type ClusterInfo struct {
 	// InsecureTLS is true when the connection skips certificate
 	// verification (an explicit opt-in that status must flag).
 	InsecureTLS bool
+	// AvailableStorageBytes is the free space for VM disks on the online
+	// allowed nodes (shared storage counted once), minus what VMs being
+	// created are promised; placement refuses a VM whose disk does not
+	// fit on its storage.
+	AvailableStorageBytes int64
 }
 
 // NodeInfo describes one hypervisor node.

@@ -126,6 +126,7 @@ func (p *Provider) DeleteVM(ctx context.Context, owner provider.Owner, prev prov
 	p.mu.Unlock()
 	// The id is free now; cached listings must not hold it back.
 	p.noteFreed(prog.VMID)
+	p.wakeAtCap()
 	log.V(1).Info("VM deleted")
 	return &provider.DeleteResult{Progress: provider.Progress{VMID: prog.VMID, Node: prog.Node}, Done: true,
 		Message: fmt.Sprintf("VM %d and its cloud-init ISO are gone", prog.VMID)}, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -112,7 +113,11 @@ type reservation struct {
 	vmid   int
 	node   string
 	memory int64
-	touch  time.Time
+	// disk is the space a full clone is promised on each storage of
+	// diskKeys (storageKey); zero for linked clones.
+	disk     int64
+	diskKeys []string
+	touch    time.Time
 }
 
 // reservationLocked returns the owner's reservation, touching it. Expired
@@ -150,6 +155,9 @@ func (p *Provider) reserveLocked(r *reservation) {
 	p.reservations[r.owner] = r
 	p.reservedIDs[r.vmid] = r.owner
 	p.reservedMem[r.node] += r.memory
+	for _, k := range r.diskKeys {
+		p.reservedDisk[k] += r.disk
+	}
 }
 
 func (p *Provider) unreserveLocked(owner string) {
@@ -162,12 +170,20 @@ func (p *Provider) unreserveLocked(owner string) {
 	}
 }
 
-// freeMemoryLocked drops r's memory from its node's reservations.
+// freeMemoryLocked drops r's memory from its node's reservations, and its
+// disk space from its storages' (the running VM's disks are in the
+// storages' usage by then).
 func (p *Provider) freeMemoryLocked(r *reservation) {
 	if p.reservedMem[r.node] -= r.memory; p.reservedMem[r.node] <= 0 {
 		delete(p.reservedMem, r.node)
 	}
 	r.memory = 0
+	for _, k := range r.diskKeys {
+		if p.reservedDisk[k] -= r.disk; p.reservedDisk[k] <= 0 {
+			delete(p.reservedDisk, k)
+		}
+	}
+	r.disk, r.diskKeys = 0, nil
 }
 
 // adopt re-creates the reservation of a VM this process did not place (after
@@ -263,6 +279,9 @@ func (p *Provider) place(ctx context.Context, spec *provider.VMSpec, exclude int
 		}
 		p.dropCloneStateLocked(exclude)
 	}
+	if err := p.checkMaxMachinesLocked(view, spec.Owner); err != nil {
+		return placement{}, err
+	}
 	node, err := p.chooseNodeLocked(view, tmpl, spec, mem)
 	if err != nil {
 		return placement{}, err
@@ -271,8 +290,74 @@ func (p *Provider) place(ctx context.Context, spec *provider.VMSpec, exclude int
 	if err != nil {
 		return placement{}, err
 	}
-	p.reserveLocked(&reservation{owner: spec.Owner.UID, vmid: vmid, node: node, memory: mem, touch: p.clock.Now()})
+	r := &reservation{owner: spec.Owner.UID, vmid: vmid, node: node, memory: mem, touch: p.clock.Now()}
+	if !spec.Source.Linked {
+		r.disk = diskNeed(spec, tmpl)
+		for _, sid := range p.vmDiskStorages(tmpl, spec) {
+			r.diskKeys = append(r.diskKeys, storageKey(view, node, sid))
+		}
+	}
+	p.reserveLocked(r)
 	return placement{vmid: vmid, node: node}, nil
+}
+
+// checkMaxMachinesLocked refuses a new VM while the install has
+// cfg.MaxMachines VMs on the cluster. Reservations count too: VMs being
+// cloned are not in the view yet, and counting them under the same lock
+// that reserves keeps concurrent placements from overshooting the cap.
+func (p *Provider) checkMaxMachinesLocked(view *clusterView, owner provider.Owner) error {
+	if p.cfg.MaxMachines <= 0 {
+		return nil
+	}
+	n := p.machinesLocked(view)
+	if n < p.cfg.MaxMachines {
+		delete(p.atCap, owner.UID)
+		return nil
+	}
+	p.atCap[owner.UID] = owner
+	return provider.Errorf(provider.ClassResource, "MaxMachinesReached",
+		"the HypervisorCluster's spec.limits.maxMachines (%d) is reached: %d VMs of this install exist or are being created; the VM is created when one of them is deleted (or raise spec.limits.maxMachines)",
+		p.cfg.MaxMachines, n)
+}
+
+// machinesLocked counts this install's VMs: those the view shows with its
+// tag, except ones deleted since the view was read, and every VM id
+// reserved for a VM being placed or created.
+func (p *Provider) machinesLocked(view *clusterView) int {
+	ids := make(map[int]bool, len(p.reservedIDs))
+	for id := range p.reservedIDs {
+		ids[id] = true
+	}
+	for id, r := range view.vms {
+		if r.Template == 1 || ids[id] {
+			continue
+		}
+		if freed, ok := p.freed[id]; ok && !freed.Before(view.at) {
+			continue
+		}
+		if p.signer.HasOperatorTag(splitTags(r.Tags)) {
+			ids[id] = true
+		}
+	}
+	return len(ids)
+}
+
+// wakeAtCap wakes the owners that waited for a VM below cfg.MaxMachines,
+// after one of this install's VMs was deleted.
+func (p *Provider) wakeAtCap() {
+	p.mu.Lock()
+	waiting := make([]provider.Owner, 0, len(p.atCap))
+	for uid, o := range p.atCap {
+		waiting = append(waiting, o)
+		delete(p.atCap, uid)
+	}
+	p.mu.Unlock()
+	if p.wake == nil {
+		return
+	}
+	for _, o := range waiting {
+		p.wake(o)
+	}
 }
 
 // chooseNodeLocked picks the allowed online node with the most free memory
@@ -309,6 +394,10 @@ func (p *Provider) chooseNodeLocked(view *clusterView, tmpl *templateInfo, spec 
 			why = append(why, fmt.Sprintf("%s: %d MiB free", name, free>>20))
 			continue
 		}
+		if short := p.storageShortLocked(view, name, tmpl, spec); short != "" {
+			why = append(why, name+": "+short)
+			continue
+		}
 		if free > bestFree {
 			best, bestFree = name, free
 		}
@@ -321,6 +410,72 @@ func (p *Provider) chooseNodeLocked(view *clusterView, tmpl *templateInfo, spec 
 			"template %d is on node %s, which is not in the cluster's nodes, and its disks are on local storage: add the node or move the template to shared storage", tmpl.id, tmpl.node)
 	}
 	return "", provider.Errorf(provider.ClassResource, "InsufficientCapacity", "%w for %d MiB (%s)", provider.ErrNoCapacity, mem>>20, strings.Join(why, "; "))
+}
+
+// diskNeed is the size of the VM's boot disk: the size it is grown to,
+// or the template's.
+func diskNeed(spec *provider.VMSpec, tmpl *templateInfo) int64 {
+	return max(spec.DiskBytes, tmpl.diskBytes)
+}
+
+// vmDiskStorages are the storages the VM's disks are written to: the
+// target of a full clone, else the template's own (cloud-init drives
+// aside: the operator attaches its own ISO).
+func (p *Provider) vmDiskStorages(tmpl *templateInfo, spec *provider.VMSpec) []string {
+	if target := p.fullCloneStorage(spec); target != "" {
+		return []string{target}
+	}
+	var out []string
+	for _, d := range tmpl.disks {
+		if !d.cloud && !slices.Contains(out, d.storage) {
+			out = append(out, d.storage)
+		}
+	}
+	return out
+}
+
+// storageShortLocked says why node's storages cannot hold the VM's boot
+// disk, "" if they can: each storage its disks go to needs the disk's
+// size free, after the full clones already placed there. Linked clones
+// are thin and grow as the guest writes, so this bounds each VM by its
+// own disk, not the sum of every VM's.
+func (p *Provider) storageShortLocked(view *clusterView, node string, tmpl *templateInfo, spec *provider.VMSpec) string {
+	need := diskNeed(spec, tmpl)
+	for _, sid := range p.vmDiskStorages(tmpl, spec) {
+		st, ok := view.storages[node][sid]
+		if !ok {
+			continue // not on this node: the clone request reports it
+		}
+		free := st.MaxDisk - st.Disk - p.reservedDisk[storageKey(view, node, sid)]
+		if free < need {
+			return fmt.Sprintf("storage %s has %d GiB free for a %d GiB disk", sid, max(free, 0)>>30, need>>30)
+		}
+	}
+	return ""
+}
+
+// availableStorageLocked is the free space of the storages that hold VM
+// disks (content images) on online allowed nodes, a shared storage
+// counted once, minus the space promised to full clones in flight: what
+// HypervisorCluster status.availableResources.storage reports.
+func (p *Provider) availableStorageLocked(online map[string]bool, stores []resource) int64 {
+	var free int64
+	seen := map[string]bool{}
+	for _, s := range stores {
+		if !online[s.Node] || !p.allowed(s.Node) || !strings.Contains(","+s.Content+",", ",images,") {
+			continue
+		}
+		key := s.Node + "/" + s.Storage
+		if s.Shared == 1 {
+			key = s.Storage
+		}
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		free += max(s.MaxDisk-s.Disk-p.reservedDisk[key], 0)
+	}
+	return free
 }
 
 // crossNodeClone reports whether clones may target any node: only when

@@ -112,6 +112,10 @@ type Provider struct {
 	reservedIDs  map[int]string
 	// reservedMem sums the reservations' memory per node.
 	reservedMem map[string]int64
+	// reservedDisk sums, per storage (storageKey), the disk space of full
+	// clones placed but not yet running: the storage's usage does not
+	// show them until their copy is written.
+	reservedDisk map[string]int64
 	// swept is when expired reservations were last dropped.
 	swept time.Time
 	// blocked are VM ids found taken by VMs this install does not own.
@@ -122,6 +126,9 @@ type Provider struct {
 	clones map[int]*cloneSlot
 	// queue lists VMs waiting for a clone slot, in arrival order.
 	queue []*queued
+	// atCap are the owners refused a placement by cfg.MaxMachines, by UID;
+	// they are woken (Deps.Wake) when one of this install's VMs is deleted.
+	atCap map[string]provider.Owner
 	// backoff is the retry state after lock timeouts, by VM id.
 	backoff map[int]*backoffState
 	// inflight are the tasks this process started, by VM id, until it sees
@@ -238,8 +245,10 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 		reservations: map[string]*reservation{},
 		reservedIDs:  map[int]string{},
 		reservedMem:  map[string]int64{},
+		reservedDisk: map[string]int64{},
 		blocked:      map[int]time.Time{},
 		freed:        map[int]time.Time{},
+		atCap:        map[string]provider.Owner{},
 		cursor:       cfg.VMIDStart,
 		clones:       map[int]*cloneSlot{},
 		backoff:      map[int]*backoffState{},

@@ -163,10 +163,17 @@ func (p *Provider) Probe(ctx context.Context) (*provider.ClusterInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list the storages of cluster %q: %w", p.cfg.Name, err)
 	}
+	online := map[string]bool{}
+	for _, n := range nodes {
+		if n != nil && n.Status == "online" {
+			online[n.Node] = true
+		}
+	}
 	p.mu.Lock()
 	reserved := p.reservedMemoryLocked()
+	freeStorage := p.availableStorageLocked(online, stores)
 	p.mu.Unlock()
-	info := &provider.ClusterInfo{Version: v.Version, InsecureTLS: p.insecure}
+	info := &provider.ClusterInfo{Version: v.Version, InsecureTLS: p.insecure, AvailableStorageBytes: freeStorage}
 	for _, n := range nodes {
 		if n == nil {
 			continue

@@ -1,0 +1,216 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+)
+
+// The admin allow-lists of a HypervisorCluster (spec.allowedNamespaces and
+// spec.tenancy, docs/security.md "Admin allow-lists"): what a tenant writes
+// in a template never authorizes a bridge, VLAN, template, storage or pool
+// by itself; the cluster's owner has to list it for the tenant's namespace.
+
+// errInvalidSelector marks a cluster selector that cannot be parsed: the
+// cluster then admits nobody until its owner fixes it.
+var errInvalidSelector = errors.New("invalid namespace selector")
+
+// tenancyRulesFor returns the spec.tenancy entries that select namespace,
+// and whether the cluster admits the namespace at all: its
+// allowedNamespaces must select it and, when the cluster has tenancy
+// entries, at least one of them must. An error wrapping errInvalidSelector
+// means the cluster admits nobody; any other is a failed read, worth a
+// retry.
+func tenancyRulesFor(ctx context.Context, c client.Reader, cluster *hfv1.HypervisorCluster, namespace string) ([]hfv1.TenancyRule, bool, error) {
+	if sel := cluster.Spec.AllowedNamespaces; sel != nil {
+		if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
+			return nil, false, fmt.Errorf("spec.allowedNamespaces of HypervisorCluster %s: %w: %w", cluster.Name, errInvalidSelector, err)
+		}
+	}
+	admitted, err := selectorAdmits(ctx, c, cluster.Spec.AllowedNamespaces, namespace)
+	if err != nil || !admitted {
+		return nil, false, err
+	}
+	if len(cluster.Spec.Tenancy) == 0 {
+		return nil, true, nil
+	}
+	var ns corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
+		return nil, false, fmt.Errorf("read namespace %s: %w", namespace, err)
+	}
+	var rules []hfv1.TenancyRule
+	for i, rule := range cluster.Spec.Tenancy {
+		sel, err := metav1.LabelSelectorAsSelector(&rule.NamespaceSelector)
+		if err != nil {
+			return nil, false, fmt.Errorf("spec.tenancy[%d].namespaceSelector of HypervisorCluster %s: %w: %w", i, cluster.Name, errInvalidSelector, err)
+		}
+		if sel.Matches(labels.Set(ns.Labels)) {
+			rules = append(rules, rule)
+		}
+	}
+	return rules, len(rules) > 0, nil
+}
+
+// tenancyViolations says what the template uses that the selected rules do
+// not allow: nothing when one rule allows every value (or the cluster has
+// no rules). Otherwise it returns the problems found against the rule that
+// comes closest, each naming the template's field and what is allowed.
+func tenancyViolations(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, rules []hfv1.TenancyRule) []string {
+	var best []string
+	for i := range rules {
+		v := ruleViolations(tmpl, cluster, &rules[i])
+		if len(v) == 0 {
+			return nil
+		}
+		if best == nil || len(v) < len(best) {
+			best = v
+		}
+	}
+	return best
+}
+
+func ruleViolations(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, rule *hfv1.TenancyRule) []string {
+	var out []string
+	add := func(s string) {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	add(templateViolation(&tmpl.Spec.Source.Proxmox, rule))
+	add(bridgeViolation(tmpl, cluster, rule))
+	add(vlanViolation(tmpl, rule))
+	add(storageViolation(&tmpl.Spec.Source.Proxmox, cluster, rule))
+	add(poolViolation(&tmpl.Spec.Source.Proxmox, rule))
+	return out
+}
+
+func templateViolation(src *hfv1.ProxmoxSource, rule *hfv1.TenancyRule) string {
+	var ids, names []string
+	for _, t := range rule.Templates {
+		switch {
+		case t.ID != nil:
+			if src.TemplateID != nil && *src.TemplateID == *t.ID {
+				return ""
+			}
+			ids = append(ids, strconv.Itoa(int(*t.ID)))
+		case t.Name != "":
+			if src.TemplateName == t.Name {
+				return ""
+			}
+			names = append(names, t.Name)
+		}
+	}
+	if src.TemplateID != nil {
+		return fmt.Sprintf("spec.source.proxmox.templateId %d is not allowed; allowed ids: %s", *src.TemplateID, listOrNone(ids))
+	}
+	return fmt.Sprintf("spec.source.proxmox.templateName %q is not allowed; allowed names: %s", src.TemplateName, listOrNone(names))
+}
+
+// bridgeViolation checks the bridge the VM really gets: the template's, or
+// the cluster's defaultBridge.
+func bridgeViolation(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, rule *hfv1.TenancyRule) string {
+	bridge := tmpl.Spec.Network.Bridge
+	if bridge == "" {
+		bridge = cluster.Spec.DefaultBridge
+	}
+	allowed := rule.Bridges
+	if len(allowed) == 0 {
+		allowed = []string{cluster.Spec.DefaultBridge}
+	}
+	if slices.Contains(allowed, bridge) {
+		return ""
+	}
+	return fmt.Sprintf("spec.network.bridge %s is not allowed; allowed bridges: %s", bridge, listOrNone(allowed))
+}
+
+func vlanViolation(tmpl *hfv1.HypervisorMachineTemplate, rule *hfv1.TenancyRule) string {
+	vlan := tmpl.Spec.Network.VLAN
+	if len(rule.VLANs) == 0 {
+		if vlan == nil {
+			return ""
+		}
+		return fmt.Sprintf("spec.network.vlan %d is not allowed; only untagged traffic is (remove network.vlan)", *vlan)
+	}
+	ranges := make([]string, 0, len(rule.VLANs))
+	for _, r := range rule.VLANs {
+		if vlan != nil && *vlan >= r.Start && *vlan <= r.End {
+			return ""
+		}
+		ranges = append(ranges, fmt.Sprintf("%d-%d", r.Start, r.End))
+	}
+	if vlan == nil {
+		return "spec.network.vlan is unset (untagged) but a VLAN is required; set it within " + strings.Join(ranges, ", ")
+	}
+	return fmt.Sprintf("spec.network.vlan %d is not allowed; allowed VLANs: %s", *vlan, strings.Join(ranges, ", "))
+}
+
+// storageViolation checks the target storage of a full clone. Linked
+// clones, and full clones without a target, stay on the template's own
+// storage, which the admin chose by allowing the template.
+func storageViolation(src *hfv1.ProxmoxSource, cluster *hfv1.HypervisorCluster, rule *hfv1.TenancyRule) string {
+	if src.CloneMode != hfv1.CloneModeFull {
+		return ""
+	}
+	target := src.Storage
+	if len(rule.Storages) == 0 {
+		if target == "" || target == cluster.Spec.DefaultStorage {
+			return ""
+		}
+		return fmt.Sprintf("spec.source.proxmox.storage %s is not allowed; leave it unset to use the cluster's default storage", target)
+	}
+	if target == "" {
+		target = cluster.Spec.DefaultStorage
+	}
+	if target == "" || slices.Contains(rule.Storages, target) {
+		return ""
+	}
+	return fmt.Sprintf("spec.source.proxmox.storage %s is not allowed; allowed storages: %s", target, strings.Join(rule.Storages, ", "))
+}
+
+func poolViolation(src *hfv1.ProxmoxSource, rule *hfv1.TenancyRule) string {
+	if src.Pool == "" || slices.Contains(rule.ResourcePools, src.Pool) {
+		return ""
+	}
+	return fmt.Sprintf("spec.source.proxmox.pool %s is not allowed; allowed resource pools: %s", src.Pool, listOrNone(rule.ResourcePools))
+}
+
+func listOrNone(values []string) string {
+	if len(values) == 0 {
+		return "none"
+	}
+	return strings.Join(values, ", ")
+}
+
+// setTenancyCondition warns, in the cluster's status, while tenants are
+// not restricted: every namespace admitted, or no allow-lists.
+func setTenancyCondition(cluster *hfv1.HypervisorCluster) {
+	sel := cluster.Spec.AllowedNamespaces
+	allNamespaces := sel == nil || (len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0)
+	var problems []string
+	reason := hfv1.RestrictedReason
+	if allNamespaces {
+		reason = hfv1.AllNamespacesAdmittedReason
+		problems = append(problems, "spec.allowedNamespaces is unset or {}, so templates in every namespace may use this cluster: set it to a selector of the tenant namespaces")
+	}
+	if len(cluster.Spec.Tenancy) == 0 {
+		if reason == hfv1.RestrictedReason {
+			reason = hfv1.NoAllowListsReason
+		}
+		problems = append(problems, "spec.tenancy is unset, so admitted namespaces may use any bridge, VLAN, template, storage and resource pool: add spec.tenancy entries (docs/security.md)")
+	}
+	status, msg := metav1.ConditionTrue, "Only selected namespaces use this cluster, within the spec.tenancy allow-lists"
+	if len(problems) > 0 {
+		status, msg = metav1.ConditionFalse, strings.Join(problems, "; ")
+	}
+	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterTenancyRestrictedCondition, status, reason, msg)
+}

@@ -1,0 +1,169 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+)
+
+// TestTenancyViolations covers each allow-list and its default when left
+// out, and that one entry must allow every value (entries do not add up).
+func TestTenancyViolations(t *testing.T) {
+	cluster := &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DefaultBridge: "vmbr0", DefaultStorage: "local-lvm"}}
+	base := func() *hfv1.HypervisorMachineTemplate {
+		return &hfv1.HypervisorMachineTemplate{Spec: hfv1.HypervisorMachineTemplateSpec{
+			Source: hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateID: ptr.To[int32](9000), CloneMode: hfv1.CloneModeLinked}},
+		}}
+	}
+	minimal := hfv1.TenancyRule{Templates: []hfv1.AllowedTemplate{{ID: ptr.To[int32](9000)}}}
+	vlans := minimal
+	vlans.VLANs = []hfv1.VLANRange{{Start: 100, End: 199}, {Start: 300, End: 300}}
+	lists := minimal
+	lists.Bridges, lists.Storages, lists.ResourcePools = []string{"vmbr5"}, []string{"fast"}, []string{"ci"}
+
+	cases := []struct {
+		name   string
+		rules  []hfv1.TenancyRule
+		mutate func(*hfv1.HypervisorMachineTemplate)
+		want   string // "" = allowed; otherwise a fragment of the problem
+	}{
+		{"defaults allowed", []hfv1.TenancyRule{minimal}, nil, ""},
+		{"no rules at all", nil, func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Network.Bridge = "anything" }, ""},
+		{"explicit default bridge", []hfv1.TenancyRule{minimal}, func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Network.Bridge = "vmbr0" }, ""},
+		{"other bridge, list left out", []hfv1.TenancyRule{minimal}, func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Network.Bridge = "vmbr1" }, "allowed bridges: vmbr0"},
+		{"default bridge, list set", []hfv1.TenancyRule{lists}, nil, "spec.network.bridge vmbr0 is not allowed; allowed bridges: vmbr5"},
+		{"listed bridge", []hfv1.TenancyRule{lists}, func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Network.Bridge = "vmbr5" }, ""},
+		{"vlan, none allowed", []hfv1.TenancyRule{minimal}, func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Network.VLAN = ptr.To[int32](100) }, "only untagged"},
+		{"vlan in range", []hfv1.TenancyRule{vlans}, func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Network.VLAN = ptr.To[int32](199) }, ""},
+		{"vlan single", []hfv1.TenancyRule{vlans}, func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Network.VLAN = ptr.To[int32](300) }, ""},
+		{"vlan out of range", []hfv1.TenancyRule{vlans}, func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Network.VLAN = ptr.To[int32](200) }, "allowed VLANs: 100-199, 300-300"},
+		{"untagged with vlans set", []hfv1.TenancyRule{vlans}, nil, "a VLAN is required"},
+		{"untagged through a second entry", []hfv1.TenancyRule{vlans, minimal}, nil, ""},
+		{"template by name needs a name entry", []hfv1.TenancyRule{minimal}, func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Source.Proxmox.TemplateID, tm.Spec.Source.Proxmox.TemplateName = nil, "debian"
+		}, "allowed names: none"},
+		{"linked clone ignores storages", []hfv1.TenancyRule{lists}, func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Network.Bridge = "vmbr5" }, ""},
+		{"full clone to default storage, list left out", []hfv1.TenancyRule{minimal}, func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Source.Proxmox.CloneMode = hfv1.CloneModeFull
+		}, ""},
+		{"full clone elsewhere, list left out", []hfv1.TenancyRule{minimal}, func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Source.Proxmox.CloneMode, tm.Spec.Source.Proxmox.Storage = hfv1.CloneModeFull, "fast"
+		}, "leave it unset"},
+		{"full clone to the default, list without it", []hfv1.TenancyRule{lists}, func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Network.Bridge = "vmbr5"
+			tm.Spec.Source.Proxmox.CloneMode = hfv1.CloneModeFull
+		}, "storage local-lvm is not allowed; allowed storages: fast"},
+		{"pool, none allowed", []hfv1.TenancyRule{minimal}, func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Source.Proxmox.Pool = "ci" }, "allowed resource pools: none"},
+		{"listed pool", []hfv1.TenancyRule{lists}, func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Network.Bridge, tm.Spec.Source.Proxmox.Pool = "vmbr5", "ci"
+		}, ""},
+		// Bridge allowed by one entry, VLAN by another: not allowed.
+		{"entries do not add up", []hfv1.TenancyRule{lists, vlans}, func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Network.Bridge, tm.Spec.Network.VLAN = "vmbr5", ptr.To[int32](150)
+		}, "spec.network."},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl := base()
+			if tc.mutate != nil {
+				tc.mutate(tmpl)
+			}
+			got := strings.Join(tenancyViolations(tmpl, cluster, tc.rules), "; ")
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("refused: %s", got)
+			case tc.want != "" && !strings.Contains(got, tc.want):
+				t.Errorf("problems %q do not mention %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestTenancyCondition: the cluster warns until it restricts both who
+// may use it and what they may use.
+func TestTenancyCondition(t *testing.T) {
+	rule := hfv1.TenancyRule{Templates: []hfv1.AllowedTemplate{{ID: ptr.To[int32](9000)}}}
+	cases := []struct {
+		name    string
+		spec    hfv1.HypervisorClusterSpec
+		reason  string
+		mention string
+	}{
+		{"nothing set", hfv1.HypervisorClusterSpec{}, hfv1.AllNamespacesAdmittedReason, "spec.tenancy is unset"},
+		{"empty selector", hfv1.HypervisorClusterSpec{AllowedNamespaces: &tenantSelectorAll, Tenancy: []hfv1.TenancyRule{rule}}, hfv1.AllNamespacesAdmittedReason, "spec.allowedNamespaces is unset or {}"},
+		{"no allow-lists", hfv1.HypervisorClusterSpec{AllowedNamespaces: &tenantSelectorSome}, hfv1.NoAllowListsReason, "add spec.tenancy entries"},
+		{"restricted", hfv1.HypervisorClusterSpec{AllowedNamespaces: &tenantSelectorSome, Tenancy: []hfv1.TenancyRule{rule}}, hfv1.RestrictedReason, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &hfv1.HypervisorCluster{Spec: tc.spec}
+			setTenancyCondition(c)
+			got := c.Status.Conditions[0]
+			if got.Type != hfv1.HypervisorClusterTenancyRestrictedCondition || got.Reason != tc.reason || (got.Status == "True") != (tc.reason == hfv1.RestrictedReason) {
+				t.Errorf("condition = %+v, want reason %s", got, tc.reason)
+			}
+			if !strings.Contains(got.Message, tc.mention) {
+				t.Errorf("message %q does not mention %q", got.Message, tc.mention)
+			}
+		})
+	}
+}
+
+var (
+	tenantSelectorAll  = metav1.LabelSelector{}
+	tenantSelectorSome = metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}
+)
+
+// TestTenancyRulesFor: which entries select a namespace, and the two kinds
+// of failure: a selector that cannot be parsed admits nobody
+// (errInvalidSelector), a namespace that cannot be read is an error to
+// retry.
+func TestTenancyRulesFor(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Labels: map[string]string{"team": "a", "tenant": "yes"}}},
+	).Build()
+	rule := func(team string) hfv1.TenancyRule {
+		return hfv1.TenancyRule{NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"team": team}}}
+	}
+	tenants := &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "yes"}}
+	bogus := metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Bogus"}}}
+	cases := []struct {
+		name         string
+		spec         hfv1.HypervisorClusterSpec
+		ns           string
+		rules        int
+		admitted     bool
+		invalid, err bool
+	}{
+		{"no lists", hfv1.HypervisorClusterSpec{}, "team-a", 0, true, false, false},
+		{"not selected by allowedNamespaces", hfv1.HypervisorClusterSpec{AllowedNamespaces: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "no"}}}, "team-a", 0, false, false, false},
+		{"selected by one entry", hfv1.HypervisorClusterSpec{AllowedNamespaces: tenants, Tenancy: []hfv1.TenancyRule{rule("a"), rule("b"), rule("a")}}, "team-a", 2, true, false, false},
+		{"no entry selects it", hfv1.HypervisorClusterSpec{Tenancy: []hfv1.TenancyRule{rule("b")}}, "team-a", 0, false, false, false},
+		{"invalid allowedNamespaces", hfv1.HypervisorClusterSpec{AllowedNamespaces: &bogus}, "team-a", 0, false, true, true},
+		{"invalid entry selector", hfv1.HypervisorClusterSpec{Tenancy: []hfv1.TenancyRule{{NamespaceSelector: bogus}}}, "team-a", 0, false, true, true},
+		{"namespace unreadable", hfv1.HypervisorClusterSpec{Tenancy: []hfv1.TenancyRule{rule("a")}}, "missing", 0, false, false, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "pve"}, Spec: tc.spec}
+			rules, admitted, err := tenancyRulesFor(context.Background(), c, cluster, tc.ns)
+			if len(rules) != tc.rules || admitted != tc.admitted || (err != nil) != tc.err || errors.Is(err, errInvalidSelector) != tc.invalid {
+				t.Errorf("rules %d admitted %v err %v; want %d %v (error %v, invalid selector %v)", len(rules), admitted, err, tc.rules, tc.admitted, tc.err, tc.invalid)
+			}
+		})
+	}
+}
