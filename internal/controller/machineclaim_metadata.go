@@ -200,11 +200,11 @@ func (r *MachineClaimReconciler) verifyReservation(ctx context.Context, claim *h
 		return fmt.Errorf("read HypervisorCluster %s: %w", ref.HypervisorCluster, err)
 	}
 	if !deleting {
-		allowed, err := r.namespaceAllowed(ctx, cluster, claim.Namespace)
+		_, admitted, err := tenancyRulesFor(ctx, r.Client, cluster, claim.Namespace)
 		if err != nil {
 			return err
 		}
-		if !allowed {
+		if !admitted {
 			return refuse("HypervisorCluster %s does not admit namespace %s", cluster.Name, claim.Namespace)
 		}
 	}

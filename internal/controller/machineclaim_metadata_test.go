@@ -7,10 +7,12 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -157,5 +159,60 @@ func TestRestoreReservationWithoutSigner(t *testing.T) {
 	claim.Spec.TemplateRef.Name = "tmpl"
 	if err := r.restoreReservation(context.Background(), claim); err != nil || claim.Status.VMRef != nil {
 		t.Fatalf("restored %+v (err %v) without a signer", claim.Status.VMRef, err)
+	}
+}
+
+// TestClaimRechecksTenancy: a claim is placed only while its cluster still
+// allows its template in its namespace, even when the template's own
+// validation (Ready) predates a narrower allow-list.
+func TestClaimRechecksTenancy(t *testing.T) {
+	ns := map[string]string{"tenant": "yes"}
+	for _, tc := range []struct {
+		name   string
+		bridge string
+		want   string
+	}{
+		{name: "allowed bridge", bridge: "vmbr0"},
+		{name: "bridge not allowed since the template was validated", bridge: "vmbr9", want: hfv1.NotAllowedByClusterReason},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := reservationWorld(t, ns)
+			ctx := context.Background()
+			cluster := &hfv1.HypervisorCluster{}
+			if err := c.Get(ctx, client.ObjectKey{Name: "pve-a"}, cluster); err != nil {
+				t.Fatal(err)
+			}
+			cluster.Spec.DefaultBridge = "vmbr0"
+			cluster.Spec.Tenancy = []hfv1.TenancyRule{{
+				NamespaceSelector: metav1.LabelSelector{MatchLabels: ns},
+				Templates:         []hfv1.AllowedTemplate{{ID: ptr.To[int32](9000)}},
+				Bridges:           []string{"vmbr0"},
+			}}
+			if err := c.Update(ctx, cluster); err != nil {
+				t.Fatal(err)
+			}
+			tmpl := &hfv1.HypervisorMachineTemplate{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: "team", Name: "tmpl"}, tmpl); err != nil {
+				t.Fatal(err)
+			}
+			tmpl.Spec.Source.Proxmox.TemplateID = ptr.To[int32](9000)
+			tmpl.Spec.Network.Bridge = tc.bridge
+			tmpl.Status.Conditions = []metav1.Condition{{Type: hfv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: hfv1.ReadyReason, LastTransitionTime: metav1.Now()}}
+			tmpl.Status.ObservedGeneration = tmpl.Generation
+			if err := c.Update(ctx, tmpl); err != nil {
+				t.Fatal(err)
+			}
+			r := &MachineClaimReconciler{Client: c, Recorder: record.NewFakeRecorder(10)}
+			claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team", UID: "uid-1"}}
+			claim.Spec.TemplateRef.Name = "tmpl"
+			_, _, wait := r.dependencies(ctx, claim)
+			cond := meta.FindStatusCondition(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+			switch {
+			case tc.want == "" && wait != nil:
+				t.Fatalf("the claim waits: %+v", cond)
+			case tc.want != "" && (wait == nil || cond == nil || cond.Reason != tc.want || !strings.Contains(cond.Message, "spec.tenancy")):
+				t.Fatalf("wait %v, condition %+v; want %s naming spec.tenancy", wait, cond, tc.want)
+			}
+		})
 	}
 }

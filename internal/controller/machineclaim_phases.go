@@ -188,24 +188,21 @@ func (r *MachineClaimReconciler) dependencies(ctx context.Context, claim *hfv1.M
 		return waitFor(hfv1.ClusterUnavailableReason, fmt.Sprintf("HypervisorCluster %s (from template %s): %v", clusterName, tmpl.Name, err))
 	}
 	if claim.Status.VMRef == nil {
-		allowed, err := r.namespaceAllowed(ctx, cluster, claim.Namespace)
+		// Checked again here, not only when the template was validated: a
+		// cluster's owner may narrow what it admits between the template's
+		// last validation and this claim's placement.
+		rules, admitted, err := tenancyRulesFor(ctx, r.Client, cluster, claim.Namespace)
 		if err != nil {
 			return waitFor(hfv1.NamespaceNotAllowedReason, err.Error())
 		}
-		if !allowed {
-			return waitFor(hfv1.NamespaceNotAllowedReason, fmt.Sprintf("HypervisorCluster %s does not admit namespace %s (spec.allowedNamespaces); ask its owner to admit it or use another cluster", cluster.Name, claim.Namespace))
+		if !admitted {
+			return waitFor(hfv1.NamespaceNotAllowedReason, fmt.Sprintf("HypervisorCluster %s does not admit namespace %s (spec.allowedNamespaces and spec.tenancy); ask its owner to admit it or use another cluster", cluster.Name, claim.Namespace))
+		}
+		if problems := tenancyViolations(tmpl, cluster, rules); len(problems) > 0 {
+			return waitFor(hfv1.NotAllowedByClusterReason, fmt.Sprintf("HypervisorCluster %s does not allow template %s in namespace %s (spec.tenancy): %s", cluster.Name, tmpl.Name, claim.Namespace, strings.Join(problems, "; ")))
 		}
 	}
 	return tmpl, cluster, nil
-}
-
-// namespaceAllowed applies the cluster's allowedNamespaces selector.
-func (r *MachineClaimReconciler) namespaceAllowed(ctx context.Context, cluster *hfv1.HypervisorCluster, namespace string) (bool, error) {
-	ok, err := selectorAdmits(ctx, r.Client, cluster.Spec.AllowedNamespaces, namespace)
-	if err != nil {
-		return false, fmt.Errorf("HypervisorCluster %s: %w", cluster.Name, err)
-	}
-	return ok, nil
 }
 
 // selectorAdmits applies an allowedNamespaces selector: unset or empty

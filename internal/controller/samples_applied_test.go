@@ -1,0 +1,162 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/manager"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/test/testenv"
+)
+
+// samplesNamespace is where the namespaced samples are applied; it carries
+// the tenant label the sample clusters admit.
+const samplesNamespace = "hyperfleet-samples"
+
+// TestSamplesWorkWhenApplied applies every sample in config/samples to the
+// real API server as written, with only the addresses, TLS pins and
+// Secrets of this machine's simulators filled in (as a user fills in their
+// own), and checks each object's conditions: clusters connected and Ready,
+// templates Ready, IP pools Ready, pools Ready, and the manual claim up
+// with its runner credential issued. The simulators are set up as the
+// samples assume a real site is (nodes, templates, storages, resource pool,
+// GitHub accounts), so a sample that refers to something it does not
+// define fails here.
+func TestSamplesWorkWhenApplied(t *testing.T) {
+	sim := startSim(t, func(c *proxmoxsim.Config) {
+		node := c.Nodes[0]
+		n1, n2 := node, node
+		n1.Name, n2.Name = "pve-node-1", "pve-node-2"
+		n2.IP = "192.0.2.12"
+		c.Nodes = []proxmoxsim.NodeConfig{n1, n2}
+		tmpl := c.Templates[0]
+		t9000, t9001, tv1 := tmpl, tmpl, tmpl
+		t9000.Node, t9000.Name = "pve-node-1", "debian-12-ci"
+		t9001.VMID, t9001.Node, t9001.Name = 9001, "pve-node-1", "debian-12-runner"
+		tv1.VMID, tv1.Node, tv1.Name = 9002, "pve-node-2", "debian-12-runner-v1"
+		c.Templates = []proxmoxsim.TemplateConfig{t9000, t9001, tv1}
+		c.Pools = []proxmoxsim.PoolConfig{{ID: "ci"}}
+	})
+	gs := githubsimtest.Start(t, githubsim.Config{
+		Organizations: []githubsim.OrgConfig{{Login: "example-org", RunnerGroups: []githubsim.RunnerGroupConfig{{ID: 7, Name: "hyperfleet"}}}, {Login: "platform"}},
+		Users:         []githubsim.UserConfig{{Login: "example"}},
+		Repositories:  []githubsim.RepoConfig{{Name: "example/hyperfleet"}, {Name: "platform/builds"}},
+		PATs:          []githubsim.PATConfig{{Token: testGitHubPAT, Login: "octocat"}},
+		Apps: []githubsim.AppConfig{{ID: testGitHubAppID, PublicKey: testAppKey.PublicPEM, Installations: []githubsim.InstallationConfig{
+			{ID: testGitHubInstall, Account: "example"},
+		}}},
+		HeartbeatTimeout: githubsim.Duration(30 * time.Second),
+	})
+	certFile, keyFile, _ := webhookCertificate(t)
+	agents := t.TempDir()
+	if err := os.WriteFile(filepath.Join(agents, "hyperfleet-agent-linux-amd64"), []byte("\x7fELF stand-in for the agent"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	startOperator(t, operatorOptions{github: gs.Transport, agentServer: &manager.AgentServerOptions{
+		Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Dir: agents, URL: "https://hyperfleet-agent.hyperfleet-system.svc:9443",
+	}})
+	ctx := context.Background()
+	ensure := func(obj client.Object) {
+		t.Helper()
+		if err := env.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	ensure(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hyperfleet-system"}})
+	ensure(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: samplesNamespace, Labels: map[string]string{"hyperfleet.io/tenant": "true"}}})
+	secret := func(ns, name string, data map[string]string) {
+		ensure(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, StringData: data})
+	}
+	secret("hyperfleet-system", "proxmox-token", map[string]string{"tokenId": simTokenID, "tokenSecret": simTokenSecret})
+	secret("hyperfleet-system", "proxmox-login", map[string]string{"username": "root@pam", "password": "root"})
+	secret(samplesNamespace, "github-app", map[string]string{"app-id": fmt.Sprint(testGitHubAppID), "installation-id": fmt.Sprint(testGitHubInstall), "private-key": string(testAppKey.PrivatePEM)})
+	secret(samplesNamespace, "github-pat", map[string]string{"token": testGitHubPAT})
+	secret(samplesNamespace, "ghes-pat", map[string]string{"token": testGitHubPAT})
+
+	// The addresses a user fills in: the simulators instead of
+	// pve.example.com, github.com and github.example.com.
+	local := strings.NewReplacer(
+		"https://api.github.com", gs.URL+"/api/v3",
+		"https://github.example.com/api/v3", gs.URL+"/api/v3",
+		"https://github.com", gs.URL,
+	)
+	var applied []*unstructured.Unstructured
+	files, _ := filepath.Glob(filepath.Join(testenv.RepoRoot(), "config", "samples", "hyperfleet_*.yaml"))
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := utilyaml.Unmarshal([]byte(local.Replace(string(raw))), &u.Object); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		switch u.GetKind() {
+		case "CIJob":
+			// A demand record the operator writes; the admission policy
+			// keeps users from creating one.
+			continue
+		case "HypervisorCluster":
+			_ = unstructured.SetNestedField(u.Object, sim.url, "spec", "endpoint")
+			_ = unstructured.SetNestedMap(u.Object, map[string]any{"fingerprintSHA256": sim.fingerprint}, "spec", "tls")
+			_ = unstructured.SetNestedField(u.Object, "1s", "spec", "pollInterval")
+		case "HypervisorMachineTemplate":
+			if _, found, _ := unstructured.NestedString(u.Object, "spec", "bootstrap", "github", "apiBaseURL"); !found {
+				_ = unstructured.SetNestedField(u.Object, gs.URL+"/api/v3", "spec", "bootstrap", "github", "apiBaseURL")
+			}
+		}
+		if u.GetNamespace() == "" && u.GetKind() != "HypervisorCluster" && u.GetKind() != "IPPool" {
+			u.SetNamespace(samplesNamespace)
+		}
+		if err := env.Client.Create(ctx, u); err != nil {
+			t.Fatalf("apply %s: %v", filepath.Base(f), err)
+		}
+		applied = append(applied, u)
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), u) })
+	}
+
+	for _, u := range applied {
+		want := hfv1.ReadyCondition
+		if u.GetKind() == "MachineClaim" {
+			want = hfv1.MachineClaimProvisionedCondition
+		}
+		eventually(t, 2*time.Minute, fmt.Sprintf("%s %s %s", u.GetKind(), u.GetName(), want), func() error {
+			got := &unstructured.Unstructured{}
+			got.SetGroupVersionKind(u.GroupVersionKind())
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(u), got); err != nil {
+				return err
+			}
+			raw, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
+			var conds []metav1.Condition
+			for _, c := range raw {
+				m, _ := c.(map[string]any)
+				conds = append(conds, metav1.Condition{Type: fmt.Sprint(m["type"]), Status: metav1.ConditionStatus(fmt.Sprint(m["status"])), Reason: fmt.Sprint(m["reason"]), Message: fmt.Sprint(m["message"])})
+			}
+			if c := meta.FindStatusCondition(conds, want); c == nil || c.Status != metav1.ConditionTrue {
+				return fmt.Errorf("%s = %+v", want, c)
+			}
+			return nil
+		})
+	}
+	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: samplesNamespace, Name: "debug-runner"}}
+	got := waitPhase(t, claim, hfv1.MachineClaimBootstrapping, time.Minute)
+	if got.Status.Bootstrap == nil || got.Status.Bootstrap.CredentialIssuedAt == nil {
+		t.Fatalf("the sample claim's runner credential was not issued: %+v", got.Status.Bootstrap)
+	}
+}
