@@ -24,15 +24,32 @@
 //     pool's labels; credentials are issued with the same function, so a
 //     pool routes exactly the jobs its runners can take.
 //
+//  4. the pool's scope is verified: its ScopeVerified condition is True
+//     for its current generation and status.scopeVerification names the
+//     scope and the template (name and generation) routing computes now.
+//     The pool controller sets it only after its template's credentials
+//     were shown to manage runners in that scope (docs/security.md), so a
+//     pool that names another tenant's organization or repository, and
+//     could not issue a runner credential there, never wins its jobs.
+//     Unverified pools are not told about jobs either: they are left out
+//     of Unmatched, so no event shows them another scope's jobs.
+//
 // Among the pools that qualify, the most specific wins: the one with the
-// fewest runner labels, ties broken by namespace and then name, so that one
-// job scales exactly one pool. Fewest labels means the pool least
-// specialised beyond what the job asks for: a job on [self-hosted, linux]
-// scales a plain pool rather than a GPU pool that also covers it, keeping
-// special machines for the jobs that need them. GitHub may still give the
-// job to any runner whose labels cover it (runners are interchangeable,
-// DESIGN decision 8): routing decides which pool scales, not which runner
-// runs the job.
+// fewest runner labels, then a pool of the job's repository over an
+// organization pool. Fewest labels means the pool least specialised beyond
+// what the job asks for: a job on [self-hosted, linux] scales a plain pool
+// rather than a GPU pool that also covers it, keeping special machines for
+// the jobs that need them. GitHub may still give the job to any runner
+// whose labels cover it (runners are interchangeable, DESIGN decision 8):
+// routing decides which pool scales, not which runner runs the job.
+//
+// Pools that remain equally specific are an ambiguity, and no pool scales
+// for the job: the Decision lists them in Ambiguous so that each is told,
+// and the periodic resync leaves the job alone too. Ordering them by
+// namespace or name would let whoever picks the smallest name take the
+// jobs of every pool it ties with (docs/security.md, "Which pool gets a
+// job"); the fix is for the pools' owners to tell them apart with labels or
+// a repository.
 //
 // The pools in scope that do not cover the job are reported in the
 // Decision with the job labels each lacks, so the receiver can explain on
@@ -47,6 +64,8 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -65,6 +84,9 @@ type Candidate struct {
 	Scope workload.Scope
 	// RunnerLabels are all its runners' labels.
 	RunnerLabels []string
+	// Verified is true when the pool's scope was verified against its
+	// template's credentials (see ScopeVerified).
+	Verified bool
 }
 
 // Mismatch is a pool in the job's scope whose runners cannot take the job.
@@ -78,17 +100,23 @@ type Mismatch struct {
 type Decision struct {
 	// Pool is the chosen pool; nil when no pool covers the job.
 	Pool *Candidate
-	// Unmatched are the pools in the job's scope that do not cover it,
-	// ordered by namespace and name.
+	// Unmatched are the verified pools in the job's scope that do not
+	// cover it, ordered by namespace and name.
 	Unmatched []Mismatch
+	// Ambiguous are the equally specific verified pools that all cover
+	// the job, ordered by namespace and name; Pool is nil then.
+	Ambiguous []Candidate
+	// Unverified counts the pools in the job's scope whose scope is not
+	// verified; they were not considered.
+	Unverified int
 }
 
 // Matched reports whether a pool was chosen.
 func (d Decision) Matched() bool { return d.Pool != nil }
 
-// InScope reports whether any pool serves the job's repository, whether or
-// not its labels cover the job.
-func (d Decision) InScope() bool { return d.Pool != nil || len(d.Unmatched) > 0 }
+// InScope reports whether any verified pool serves the job's repository,
+// whether or not its labels cover the job.
+func (d Decision) InScope() bool { return d.Pool != nil || len(d.Unmatched) > 0 || len(d.Ambiguous) > 0 }
 
 // Router routes jobs to RunnerPools. It only reads, normally from the
 // manager's cache, and is safe for concurrent use.
@@ -173,7 +201,20 @@ func PoolCandidate(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) 
 		UID:          pool.UID,
 		Scope:        scope,
 		RunnerLabels: github.RunnerLabels(os, arch, w.GitHub.Labels),
+		Verified:     ScopeVerified(pool, tmpl, scope),
 	}, true
+}
+
+// ScopeVerified reports whether pool's ScopeVerified condition vouches for
+// scope with tmpl's credentials as they are now: True for the pool's
+// current generation, and recorded for this scope and this template
+// generation. Anything else (a spec edited to another organization, a
+// template changed since) waits for the pool controller to check again.
+func ScopeVerified(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate, scope workload.Scope) bool {
+	cond := meta.FindStatusCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition)
+	sv := pool.Status.ScopeVerification
+	return cond != nil && cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == pool.Generation &&
+		sv != nil && strings.EqualFold(sv.Scope, scope.String()) && sv.Template == tmpl.Name && sv.TemplateGeneration == tmpl.Generation
 }
 
 // PoolScope is the scope a pool serves: its own repository or
@@ -198,41 +239,61 @@ func PoolScope(w *hfv1.GitHubWorkload, b *hfv1.GitHubBootstrap) (workload.Scope,
 	return workload.Scope{}, false
 }
 
-// Choose applies the routing rule to candidates: among those whose scope
-// contains the job's repository, the covering one with the fewest runner
-// labels (then by namespace and name) is chosen; the others in scope are
-// reported as unmatched with the labels they lack.
+// Choose applies the routing rule to candidates: among the verified ones
+// whose scope contains the job's repository, the covering one with the
+// fewest runner labels, then of the job's repository rather than its
+// organization, is chosen; equally specific covering pools are reported as
+// ambiguous and none is chosen; the verified ones in scope that do not
+// cover the job are reported as unmatched with the labels they lack.
 func Choose(cands []Candidate, job workload.Job) Decision {
 	var d Decision
-	var best *Candidate
+	var best []Candidate
 	for i := range cands {
 		c := &cands[i]
 		if !c.Scope.Contains(job.Repository) {
+			continue
+		}
+		if !c.Verified {
+			d.Unverified++
 			continue
 		}
 		if missing := MissingLabels(c.RunnerLabels, job.Labels); len(missing) > 0 {
 			d.Unmatched = append(d.Unmatched, Mismatch{Candidate: *c, Missing: missing})
 			continue
 		}
-		if best == nil || moreSpecific(c, best) {
-			best = c
+		switch {
+		case len(best) == 0 || compareSpecificity(c, &best[0]) < 0:
+			best = []Candidate{*c}
+		case compareSpecificity(c, &best[0]) == 0:
+			best = append(best, *c)
 		}
 	}
-	if best != nil {
-		chosen := *best
-		d.Pool = &chosen
+	switch len(best) {
+	case 0:
+	case 1:
+		d.Pool = &best[0]
+	default:
+		sortCandidates(best)
+		d.Ambiguous = best
 	}
 	slices.SortFunc(d.Unmatched, func(a, b Mismatch) int { return compareNames(a.Pool, b.Pool) })
 	return d
 }
 
-// moreSpecific orders covering pools: fewer runner labels first, then by
-// namespace and name.
-func moreSpecific(a, b *Candidate) bool {
-	if la, lb := len(a.RunnerLabels), len(b.RunnerLabels); la != lb {
-		return la < lb
+// compareSpecificity orders covering pools, most specific first: fewer
+// runner labels, then a repository scope before an organization scope.
+// Names never decide (see the package documentation).
+func compareSpecificity(a, b *Candidate) int {
+	return cmp.Or(cmp.Compare(len(a.RunnerLabels), len(b.RunnerLabels)),
+		cmp.Compare(scopeRank(a.Scope), scopeRank(b.Scope)))
+}
+
+// scopeRank is 0 for a repository scope and 1 for an organization.
+func scopeRank(s workload.Scope) int {
+	if s.IsOrganization() {
+		return 1
 	}
-	return compareNames(a.Pool, b.Pool) < 0
+	return 0
 }
 
 func compareNames(a, b types.NamespacedName) int {
