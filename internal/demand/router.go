@@ -11,12 +11,14 @@
 //
 //  1. the pool's spec.workload.type is github-actions and the pool is not
 //     being deleted;
+//
 //  2. the pool's scope contains the job's repository: the pool's own
 //     spec.workload.github.repository (owner/name) or .organization when
 //     set, else its template's spec.bootstrap.github scope (owner and
 //     repository for repository runners, organization for organization
 //     runners). A pool whose template is missing is skipped: without it
 //     neither its scope nor its runners' labels are known;
+//
 //  3. the pool's runners' labels cover the job's runs-on labels (every job
 //     label is among them, case-insensitively). A runner's labels are
 //     github.RunnerLabels(template runner os, arch, pool labels): self-hosted,
@@ -116,7 +118,9 @@ func (d Decision) Matched() bool { return d.Pool != nil }
 
 // InScope reports whether any verified pool serves the job's repository,
 // whether or not its labels cover the job.
-func (d Decision) InScope() bool { return d.Pool != nil || len(d.Unmatched) > 0 || len(d.Ambiguous) > 0 }
+func (d Decision) InScope() bool {
+	return d.Pool != nil || len(d.Unmatched) > 0 || len(d.Ambiguous) > 0
+}
 
 // Router routes jobs to RunnerPools. It only reads, normally from the
 // manager's cache, and is safe for concurrent use.
