@@ -59,6 +59,9 @@ type RunnerPoolReconciler struct {
 	Jobs JobCanceller
 	// PoolEvents carries wake-ups from the resync.
 	PoolEvents <-chan event.GenericEvent
+	// Scopes verifies pools' scopes against their credentials; without it
+	// no GitHub Actions pool is verified, receives jobs or creates VMs.
+	Scopes ScopeVerifier
 
 	expect expectations
 }
@@ -129,6 +132,9 @@ type poolView struct {
 	removed  map[scaling.Reason]int
 	ended    map[types.UID]bool // claims this pass ended
 	blockers map[string]int     // claim Provisioned reasons that hold capacity back
+	// scopeVerified: the pool may create VMs (ScopeVerified, or a pool
+	// without a CI platform scope).
+	scopeVerified bool
 }
 
 // wake asks for another reconcile within d.
@@ -182,6 +188,7 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err := r.load(ctx, v, claimList.Items); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.verifyScope(ctx, v)
 	if err := r.enforceLifecycle(ctx, v); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -452,7 +459,7 @@ func (r *RunnerPoolReconciler) scale(ctx context.Context, v *poolView) (scaling.
 		}
 	}
 	if d.Create > 0 {
-		if ok, _ := v.templateReady(); !ok {
+		if ok, _ := v.templateReady(); !ok || !v.scopeVerified {
 			return d, nil
 		}
 		for range d.Create {
@@ -729,6 +736,10 @@ func (r *RunnerPoolReconciler) setCapacity(v *poolView, d scaling.Decision) {
 	}
 	if ok, msg := v.templateReady(); !ok {
 		set(hfv1.TemplateInvalidReason, "No new VMs: "+msg)
+		return
+	}
+	if !v.scopeVerified {
+		set(hfv1.ScopeNotVerifiedReason, "No new VMs until the pool's scope is verified against its template's credentials; see the ScopeVerified condition")
 		return
 	}
 	for _, reason := range []string{hfv1.ClusterUnavailableReason, hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.NamespaceNotAllowedReason} {

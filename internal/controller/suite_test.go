@@ -210,6 +210,13 @@ func (testBootstrap) Release(context.Context, *hfv1.MachineClaim, *hfv1.Hypervis
 	return nil
 }
 
+// VerifyPoolScope vouches for every pool's scope: the stand-in has no CI
+// platform to ask (the GitHub bootstrap's check is tested with the GitHub
+// simulator).
+func (testBootstrap) VerifyPoolScope(context.Context, *hfv1.RunnerPool, *hfv1.HypervisorMachineTemplate) error {
+	return nil
+}
+
 func (testBootstrap) BootstrapVars(_ context.Context, claim *hfv1.MachineClaim, _ *hfv1.HypervisorMachineTemplate, v *cloudinit.Vars) error {
 	v.JITConfig = jitSecretOf(string(claim.UID))
 	v.ExpiresAt = cloudinit.Time{Time: time.Now().Add(time.Hour)}

@@ -196,11 +196,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}
 	poolEvents := make(chan event.GenericEvent, 256)
 	jobs, _ := opts.Bootstrap.(controller.JobCanceller)
+	scopes, _ := opts.Bootstrap.(controller.ScopeVerifier)
 	if err := (&controller.RunnerPoolReconciler{
 		Client:     mgr.GetClient(),
 		Recorder:   mgr.GetEventRecorderFor("runnerpool-controller"),
 		Clock:      opts.Clock,
 		Jobs:       jobs,
+		Scopes:     scopes,
 		PoolEvents: poolEvents,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up RunnerPool controller: %w", err)
