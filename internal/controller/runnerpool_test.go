@@ -62,6 +62,8 @@ type poolWorld struct {
 type poolWorldOptions struct {
 	// noGuest boots VMs without running anything in them.
 	noGuest bool
+	// github, when set, changes the GitHub simulator's configuration.
+	github func(*githubsim.Config)
 }
 
 const poolWebhookSecret = "pool-test-webhook-secret"
@@ -69,14 +71,18 @@ const poolWebhookSecret = "pool-test-webhook-secret"
 func startPoolWorld(t *testing.T, o poolWorldOptions) *poolWorld {
 	t.Helper()
 	certFile, keyFile, hookClient := webhookCertificate(t)
-	gs := githubsimtest.Start(t, githubsim.Config{
+	ghCfg := githubsim.Config{
 		Organizations: []githubsim.OrgConfig{{Login: "octo-org"}},
 		Repositories:  []githubsim.RepoConfig{{Name: "octo-org/app"}},
 		PATs:          []githubsim.PATConfig{{Token: testGitHubPAT, Login: "octocat"}},
 		// Generous: on a loaded 2-core machine a runner's poll can stall
 		// for seconds, which GitHub would not count as a lost runner.
 		HeartbeatTimeout: githubsim.Duration(30 * time.Second),
-	}, githubsim.WithWebhookClient(hookClient))
+	}
+	if o.github != nil {
+		o.github(&ghCfg)
+	}
+	gs := githubsimtest.Start(t, ghCfg, githubsim.WithWebhookClient(hookClient))
 	runnerDir := gs.InstallRunner(t)
 	sim := startSim(t, func(c *proxmoxsim.Config) {
 		c.Nodes[0].Memory, c.Nodes[0].CPUs = 1<<40, 1024
