@@ -30,6 +30,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/ownership"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
@@ -113,6 +114,8 @@ type operatorOptions struct {
 	maxRetryDelay time.Duration
 	// agentServer, when set, serves agent binaries (agentSource Operator).
 	agentServer *manager.AgentServerOptions
+	// stuckBounds replaces the manager's Stuck bounds (defaults: minutes).
+	stuckBounds *controller.StuckBounds
 	// infoLogs logs at the binary's default level (info) instead of debug;
 	// benchmarks use it so that they measure what production does.
 	infoLogs bool
@@ -180,6 +183,7 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 	}
 	opts.Webhook, opts.ResyncInterval, opts.Clock, opts.MaxRetryDelay = o.webhook, o.resyncInterval, o.clock, o.maxRetryDelay
 	opts.AgentServer = o.agentServer
+	opts.StuckBounds = o.stuckBounds
 	comps, err := manager.Setup(ctx, mgr, opts)
 	if err != nil {
 		cancel()

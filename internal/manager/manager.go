@@ -64,6 +64,9 @@ type Options struct {
 	// MaxRetryDelay caps the exponential backoff of a MachineClaim's
 	// transient hypervisor errors; zero means 5 minutes.
 	MaxRetryDelay time.Duration
+	// StuckBounds are how long a MachineClaim may stay in each phase
+	// before it is reported Stuck; nil means controller.DefaultStuckBounds.
+	StuckBounds *controller.StuckBounds
 	// AgentServer, when set, serves the in-VM agent binary over HTTPS (on
 	// every replica) to VMs of templates with agentSource Operator.
 	AgentServer *AgentServerOptions
@@ -113,6 +116,14 @@ type Components struct {
 	// Resync compares pools with the CI platform; nil when the bootstrap
 	// source cannot give pool providers.
 	Resync *controller.PoolResync
+}
+
+// stuckBounds is b, or the defaults when unset.
+func stuckBounds(b *controller.StuckBounds) controller.StuckBounds {
+	if b == nil {
+		return controller.DefaultStuckBounds()
+	}
+	return *b
 }
 
 // DefaultFactories are the hypervisor implementations built in.
@@ -190,6 +201,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		ClaimEvents:   claimEvents,
 		Runners:       runners,
 		MaxRetryDelay: opts.MaxRetryDelay,
+		StuckBounds:   stuckBounds(opts.StuckBounds),
 		Agent:         agent,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up MachineClaim controller: %w", err)
