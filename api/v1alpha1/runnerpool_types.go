@@ -394,10 +394,15 @@ type ReplacementBackoff struct {
 	// nextAttemptTime is the earliest time a replacement claim is created.
 	// +optional
 	NextAttemptTime *metav1.Time `json:"nextAttemptTime,omitempty"`
-	// countedClaims are the UIDs of the claims already counted (newest
-	// last), so that a claim seen again is not counted twice.
+	// observedThrough is the time of the latest claim outcome (a failure,
+	// or a runner online) counted; earlier outcomes are not counted again.
 	// +optional
-	// +kubebuilder:validation:MaxItems=32
+	ObservedThrough *metav1.Time `json:"observedThrough,omitempty"`
+	// countedClaims are the UIDs of the claims whose outcome is at
+	// observedThrough and already counted (times have one-second
+	// resolution), so that they are not counted twice.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=64
 	CountedClaims []string `json:"countedClaims,omitempty"`
 }

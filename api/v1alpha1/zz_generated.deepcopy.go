@@ -1454,6 +1454,10 @@ func (in *ReplacementBackoff) DeepCopyInto(out *ReplacementBackoff) {
 		in, out := &in.NextAttemptTime, &out.NextAttemptTime
 		*out = (*in).DeepCopy()
 	}
+	if in.ObservedThrough != nil {
+		in, out := &in.ObservedThrough, &out.ObservedThrough
+		*out = (*in).DeepCopy()
+	}
 	if in.CountedClaims != nil {
 		in, out := &in.CountedClaims, &out.CountedClaims
 		*out = make([]string, len(*in))

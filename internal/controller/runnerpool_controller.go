@@ -59,6 +59,9 @@ type RunnerPoolReconciler struct {
 	Jobs JobCanceller
 	// PoolEvents carries wake-ups from the resync.
 	PoolEvents <-chan event.GenericEvent
+	// Backoff is the replacement backoff of pools whose claims keep
+	// failing (runnerpool_backoff.go); zero means scaling.DefaultBackoff.
+	Backoff scaling.Backoff
 	// Scopes verifies pools' scopes against their credentials; without it
 	// no GitHub Actions pool is verified, receives jobs or creates VMs.
 	Scopes ScopeVerifier
@@ -70,6 +73,9 @@ type RunnerPoolReconciler struct {
 func (r *RunnerPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
+	}
+	if r.Backoff == (scaling.Backoff{}) {
+		r.Backoff = scaling.DefaultBackoff()
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&hfv1.RunnerPool{}).
@@ -135,6 +141,8 @@ type poolView struct {
 	// scopeVerified: the pool may create VMs (ScopeVerified, or a pool
 	// without a CI platform scope).
 	scopeVerified bool
+	// backoff is the pool's replacement backoff after this pass's outcomes.
+	backoff scaling.BackoffState
 }
 
 // wake asks for another reconcile within d.
@@ -189,6 +197,7 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, err
 	}
 	r.verifyScope(ctx, v)
+	r.observeAttempts(v)
 	if err := r.enforceLifecycle(ctx, v); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -462,7 +471,7 @@ func (r *RunnerPoolReconciler) scale(ctx context.Context, v *poolView) (scaling.
 		if ok, _ := v.templateReady(); !ok || !v.scopeVerified {
 			return d, nil
 		}
-		for range d.Create {
+		for range r.allowedCreations(v, d.Create) {
 			if err := r.createClaim(ctx, v); err != nil {
 				return d, err
 			}

@@ -25,6 +25,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
+	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
@@ -34,9 +35,11 @@ import (
 // one): it reads the JIT runner configuration from the cloud-init the VM
 // booted with, runs the simulator's runner package with it for one job and
 // powers the VM off. VMs whose name starts with "noboot-" never start
-// their runner (bootstrap timeouts).
+// their runner (bootstrap timeouts); those whose name starts with "crash-"
+// power off at once, before their runner comes online (a broken image).
 const guestAgentScript = `
 case "$HF_SIM_NAME" in noboot-*) exec sleep 3600;; esac
+case "$HF_SIM_NAME" in crash-*) curl -s -X POST "$HF_SIM_POWEROFF_URL"; exec sleep 3600;; esac
 jit=$(sed -n 's/^ *"jitConfig": *"\([^"]*\)".*/\1/p' "$HF_SIM_SEED_DIR/user-data")
 if [ -z "$jit" ]; then echo "guest: no jitConfig in user-data"; exec sleep 3600; fi
 cp -r "$HF_TEST_RUNNER_DIR" runner && cd runner || exit 1
@@ -64,6 +67,8 @@ type poolWorldOptions struct {
 	noGuest bool
 	// github, when set, changes the GitHub simulator's configuration.
 	github func(*githubsim.Config)
+	// backoff replaces the pools' replacement backoff.
+	backoff *scaling.Backoff
 }
 
 const poolWebhookSecret = "pool-test-webhook-secret"
@@ -99,6 +104,7 @@ func startPoolWorld(t *testing.T, o poolWorldOptions) *poolWorld {
 		github:         gs.Transport,
 		webhook:        &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Secret: []byte(poolWebhookSecret)},
 		resyncInterval: time.Second,
+		backoff:        o.backoff,
 	})
 	select {
 	case <-op.components.Webhook.Ready():

@@ -33,6 +33,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
@@ -114,6 +115,8 @@ type operatorOptions struct {
 	maxRetryDelay time.Duration
 	// agentServer, when set, serves agent binaries (agentSource Operator).
 	agentServer *manager.AgentServerOptions
+	// backoff replaces the RunnerPools' replacement backoff.
+	backoff *scaling.Backoff
 	// stuckBounds replaces the manager's Stuck bounds (defaults: minutes).
 	stuckBounds *controller.StuckBounds
 	// infoLogs logs at the binary's default level (info) instead of debug;
@@ -184,6 +187,7 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 	opts.Webhook, opts.ResyncInterval, opts.Clock, opts.MaxRetryDelay = o.webhook, o.resyncInterval, o.clock, o.maxRetryDelay
 	opts.AgentServer = o.agentServer
 	opts.StuckBounds = o.stuckBounds
+	opts.ReplacementBackoff = o.backoff
 	comps, err := manager.Setup(ctx, mgr, opts)
 	if err != nil {
 		cancel()

@@ -28,6 +28,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/sweeper"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
@@ -64,6 +65,9 @@ type Options struct {
 	// MaxRetryDelay caps the exponential backoff of a MachineClaim's
 	// transient hypervisor errors; zero means 5 minutes.
 	MaxRetryDelay time.Duration
+	// ReplacementBackoff is the backoff of RunnerPools whose claims keep
+	// failing; nil means scaling.DefaultBackoff.
+	ReplacementBackoff *scaling.Backoff
 	// StuckBounds are how long a MachineClaim may stay in each phase
 	// before it is reported Stuck; nil means controller.DefaultStuckBounds.
 	StuckBounds *controller.StuckBounds
@@ -209,8 +213,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	poolEvents := make(chan event.GenericEvent, 256)
 	jobs, _ := opts.Bootstrap.(controller.JobCanceller)
 	scopes, _ := opts.Bootstrap.(controller.ScopeVerifier)
+	var backoff scaling.Backoff // zero: the controller's default
+	if opts.ReplacementBackoff != nil {
+		backoff = *opts.ReplacementBackoff
+	}
 	if err := (&controller.RunnerPoolReconciler{
 		Client:     mgr.GetClient(),
+		Backoff:    backoff,
 		Recorder:   mgr.GetEventRecorderFor("runnerpool-controller"),
 		Clock:      opts.Clock,
 		Jobs:       jobs,
