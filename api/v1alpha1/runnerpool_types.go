@@ -372,8 +372,12 @@ type ScopeVerification struct {
 	// template is the HypervisorMachineTemplate whose credentials were used.
 	// +kubebuilder:validation:MaxLength=253
 	Template string `json:"template"`
-	// templateGeneration is that template's generation at the check.
-	TemplateGeneration int64 `json:"templateGeneration"`
+	// credentials identifies what the check used (SHA-256 over the
+	// template's spec.bootstrap.github apiBaseURL, registrationURLs and
+	// credential Secret references; never the Secrets' values). Other edits
+	// of the template keep the verification.
+	// +kubebuilder:validation:MaxLength=64
+	Credentials string `json:"credentials"`
 	// verifiedAt is when the check succeeded.
 	VerifiedAt metav1.Time `json:"verifiedAt"`
 }

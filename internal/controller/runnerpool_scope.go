@@ -45,7 +45,7 @@ func (b *GitHubBootstrap) VerifyPoolScope(ctx context.Context, pool *hfv1.Runner
 
 // verifyScope sets the pool's ScopeVerified condition and v.scopeVerified.
 // Only GitHub Actions pools have a scope; a verification stands while the
-// pool's scope and its template (name and generation) are those it was
+// pool's scope, its template and the template's credentials are those it was
 // made for, and for scopeRecheck.
 func (r *RunnerPoolReconciler) verifyScope(ctx context.Context, v *poolView) {
 	pool := v.pool
@@ -65,7 +65,7 @@ func (r *RunnerPoolReconciler) verifyScope(ctx context.Context, v *poolView) {
 		r.scopeNotVerified(v, hfv1.ScopeNotReachableReason, fmt.Sprintf("neither spec.workload.github (repository or organization) nor spec.bootstrap.github of HypervisorMachineTemplate %s names a scope; set one", v.tmpl.Name))
 		return
 	}
-	verifiedBefore := r.verificationMatches(pool, v.tmpl, scope)
+	verifiedBefore := verificationMatches(pool, v.tmpl, scope)
 	if verifiedBefore && v.now.Before(st.ScopeVerification.VerifiedAt.Add(scopeRecheck)) {
 		// Re-stamped for the current generation: a spec change that
 		// kept the scope (maxReplicas, labels) keeps the verification.
@@ -79,7 +79,7 @@ func (r *RunnerPoolReconciler) verifyScope(ctx context.Context, v *poolView) {
 	}
 	err := r.Scopes.VerifyPoolScope(ctx, pool, v.tmpl)
 	if err == nil {
-		st.ScopeVerification = &hfv1.ScopeVerification{Scope: scope.String(), Template: v.tmpl.Name, TemplateGeneration: v.tmpl.Generation, VerifiedAt: metav1.Time{Time: v.now}}
+		st.ScopeVerification = &hfv1.ScopeVerification{Scope: scope.String(), Template: v.tmpl.Name, Credentials: demand.CredentialsKey(v.tmpl), VerifiedAt: metav1.Time{Time: v.now}}
 		r.scopeVerified(v, scope)
 		v.wake(scopeRecheck)
 		return
@@ -107,7 +107,7 @@ func (r *RunnerPoolReconciler) verifyScope(ctx context.Context, v *poolView) {
 // verificationMatches reports whether status.scopeVerification and a True
 // ScopeVerified condition (of any generation) are for scope with tmpl as
 // it is now.
-func (r *RunnerPoolReconciler) verificationMatches(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate, scope workload.Scope) bool {
+func verificationMatches(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate, scope workload.Scope) bool {
 	stamped := pool.DeepCopy()
 	if c := meta.FindStatusCondition(stamped.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition); c != nil {
 		c.ObservedGeneration = stamped.Generation

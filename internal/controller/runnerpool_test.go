@@ -199,7 +199,7 @@ func webhookCertificate(t testing.TB) (string, string, *http.Client) {
 }
 
 // newPool creates a RunnerPool named name whose runners carry the label
-// name, in the world's namespace.
+// name, in the world's namespace, and waits until its scope is verified.
 func (w *poolWorld) newPool(name string, mutate func(*hfv1.RunnerPool)) *hfv1.RunnerPool {
 	w.t.Helper()
 	p := &hfv1.RunnerPool{
@@ -214,6 +214,14 @@ func (w *poolWorld) newPool(name string, mutate func(*hfv1.RunnerPool)) *hfv1.Ru
 		mutate(p)
 	}
 	w.f.create(p)
+	// Jobs are routed only to verified pools (docs/security.md): a job
+	// queued before the check would find no pool.
+	w.waitPool(p, "the pool's scope verified", 30*time.Second, func(p *hfv1.RunnerPool) error {
+		if !meta.IsStatusConditionTrue(p.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition) {
+			return fmt.Errorf("ScopeVerified %+v", meta.FindStatusCondition(p.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition))
+		}
+		return nil
+	})
 	return p
 }
 

@@ -28,7 +28,8 @@
 //
 //  4. the pool's scope is verified: its ScopeVerified condition is True
 //     for its current generation and status.scopeVerification names the
-//     scope and the template (name and generation) routing computes now.
+//     scope, the template and the template's credentials (CredentialsKey)
+//     routing computes now.
 //     The pool controller sets it only after its template's credentials
 //     were shown to manage runners in that scope (docs/security.md), so a
 //     pool that names another tenant's organization or repository, and
@@ -61,6 +62,9 @@ package demand
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -211,14 +215,31 @@ func PoolCandidate(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) 
 
 // ScopeVerified reports whether pool's ScopeVerified condition vouches for
 // scope with tmpl's credentials as they are now: True for the pool's
-// current generation, and recorded for this scope and this template
-// generation. Anything else (a spec edited to another organization, a
+// current generation, and recorded for this scope, template and
+// CredentialsKey. Anything else (a spec edited to another organization, a
 // template changed since) waits for the pool controller to check again.
 func ScopeVerified(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate, scope workload.Scope) bool {
 	cond := meta.FindStatusCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition)
 	sv := pool.Status.ScopeVerification
 	return cond != nil && cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == pool.Generation &&
-		sv != nil && strings.EqualFold(sv.Scope, scope.String()) && sv.Template == tmpl.Name && sv.TemplateGeneration == tmpl.Generation
+		sv != nil && strings.EqualFold(sv.Scope, scope.String()) && sv.Template == tmpl.Name && sv.Credentials == CredentialsKey(tmpl)
+}
+
+// CredentialsKey identifies the GitHub credentials tmpl gives its pools:
+// the API, the registration URLs and which Secret keys hold the
+// credentials (never their values). A scope verification stands while it
+// is unchanged, so that editing a template's resources or image does not
+// take its pools out of routing; rotating a Secret's value is caught by
+// the periodic re-check instead.
+func CredentialsKey(tmpl *hfv1.HypervisorMachineTemplate) string {
+	gh := tmpl.Spec.Bootstrap.GitHub
+	raw, _ := json.Marshal(struct {
+		API   string
+		Reg   *hfv1.ScopedURLs
+		Creds hfv1.GitHubCredentials
+	}{gh.APIBaseURL, gh.RegistrationURLs, gh.Credentials})
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
 }
 
 // PoolScope is the scope a pool serves: its own repository or

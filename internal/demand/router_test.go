@@ -330,7 +330,8 @@ func TestRouterCandidates(t *testing.T) {
 	verify := func(p *hfv1.RunnerPool, scope, template string) *hfv1.RunnerPool {
 		p.Status.Conditions = []metav1.Condition{{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: metav1.ConditionTrue,
 			Reason: hfv1.ScopeVerifiedReason, ObservedGeneration: p.Generation, LastTransitionTime: metav1.Now()}}
-		p.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: scope, Template: template}
+		// Every template here has the same (empty) credentials.
+		p.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: scope, Template: template, Credentials: CredentialsKey(&hfv1.HypervisorMachineTemplate{})}
 		return p
 	}
 	// Verified for octo/app, then edited to claim another organization.

@@ -308,7 +308,7 @@ func (c *contract) markScopeVerified(p *hfv1.RunnerPool, tmpl *hfv1.HypervisorMa
 	if !ok {
 		c.t.Fatalf("pool %s has no scope", p.Name)
 	}
-	p.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: scope.String(), Template: tmpl.Name, TemplateGeneration: tmpl.Generation, VerifiedAt: metav1.Now()}
+	p.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: scope.String(), Template: tmpl.Name, Credentials: demand.CredentialsKey(tmpl), VerifiedAt: metav1.Now()}
 	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: metav1.ConditionTrue,
 		Reason: hfv1.ScopeVerifiedReason, Message: "test", ObservedGeneration: p.Generation})
 	if err := c.c.Status().Update(c.ctx, p); err != nil {
