@@ -145,10 +145,13 @@ func (r *RunnerPoolReconciler) allowedCreations(v *poolView, want int) int {
 	}
 	if next, waiting := v.backoff.Waiting(v.now); waiting {
 		v.wake(next.Sub(v.now))
+		v.backoffHeld = want
 		return 0
 	}
 	if v.remaining(v.claims.starting) > 0 {
+		v.backoffHeld = want
 		return 0
 	}
+	v.backoffHeld = want - min(want, 1)
 	return min(want, 1)
 }

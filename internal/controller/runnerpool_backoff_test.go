@@ -44,6 +44,10 @@ func TestRunnerPoolReplacementBackoff(t *testing.T) {
 			t.Errorf("condition message %q lacks %q", c.Message, want)
 		}
 	}
+	if capc := meta.FindStatusCondition(got.Status.Conditions, hfv1.RunnerPoolCapacityCondition); capc == nil || capc.Status != metav1.ConditionFalse ||
+		capc.Reason != hfv1.ConsecutiveFailuresReason {
+		t.Errorf("CapacityAvailable %+v, want False ConsecutiveFailures", capc)
+	}
 	// The three failed claims are all there is: none was created after them.
 	claims := w.claims(pool)
 	if len(claims) != 3 {

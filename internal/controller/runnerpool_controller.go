@@ -141,8 +141,10 @@ type poolView struct {
 	// scopeVerified: the pool may create VMs (ScopeVerified, or a pool
 	// without a CI platform scope).
 	scopeVerified bool
-	// backoff is the pool's replacement backoff after this pass's outcomes.
-	backoff scaling.BackoffState
+	// backoff is the pool's replacement backoff after this pass's outcomes;
+	// backoffHeld counts the creations it held back in this pass.
+	backoff     scaling.BackoffState
+	backoffHeld int
 }
 
 // wake asks for another reconcile within d.
@@ -749,6 +751,11 @@ func (r *RunnerPoolReconciler) setCapacity(v *poolView, d scaling.Decision) {
 	}
 	if !v.scopeVerified {
 		set(hfv1.ScopeNotVerifiedReason, "No new VMs until the pool's scope is verified against its template's credentials; see the ScopeVerified condition")
+		return
+	}
+	if v.backoffHeld > 0 {
+		set(hfv1.ConsecutiveFailuresReason, fmt.Sprintf("%d new VMs held back: %d claims in a row failed before their runner came online; next one at %s (see the ReplacementBackoff condition)",
+			v.backoffHeld, v.backoff.Failures, v.backoff.NextAttempt.UTC().Format(time.RFC3339)))
 		return
 	}
 	for _, reason := range []string{hfv1.ClusterUnavailableReason, hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.NamespaceNotAllowedReason} {
