@@ -754,8 +754,12 @@ func (r *RunnerPoolReconciler) setCapacity(v *poolView, d scaling.Decision) {
 		return
 	}
 	if v.backoffHeld > 0 {
-		set(hfv1.ConsecutiveFailuresReason, fmt.Sprintf("%d new VMs held back: %d claims in a row failed before their runner came online; next one at %s (see the ReplacementBackoff condition)",
-			v.backoffHeld, v.backoff.Failures, v.backoff.NextAttempt.UTC().Format(time.RFC3339)))
+		next := "one at a time, each after the previous one's outcome"
+		if at, waiting := v.backoff.Waiting(v.now); waiting {
+			next = "the next one at " + at.UTC().Format(time.RFC3339)
+		}
+		set(hfv1.ConsecutiveFailuresReason, fmt.Sprintf("%d new VMs held back: %d claims in a row failed before their runner came online; %s (see the ReplacementBackoff condition)",
+			v.backoffHeld, v.backoff.Failures, next))
 		return
 	}
 	for _, reason := range []string{hfv1.ClusterUnavailableReason, hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.NamespaceNotAllowedReason} {
