@@ -378,3 +378,53 @@ func TestRouterCandidates(t *testing.T) {
 		t.Fatalf("Route = %+v", d)
 	}
 }
+
+// TestScopeVerifiedFollowsCredentials: a verification stands across
+// template edits that keep its GitHub credentials, and not across a change
+// of credentials, scope or pool generation.
+func TestScopeVerifiedFollowsCredentials(t *testing.T) {
+	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t", Generation: 3}, Spec: hfv1.HypervisorMachineTemplateSpec{
+		Bootstrap: hfv1.Bootstrap{GitHub: hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo",
+			Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}}}}}}
+	pool := &hfv1.RunnerPool{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 2}}
+	pool.Status.Conditions = []metav1.Condition{{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: metav1.ConditionTrue, ObservedGeneration: 2}}
+	pool.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: "octo", Template: "t", Credentials: CredentialsKey(tmpl)}
+	octo := workload.Scope{Owner: "octo"}
+	if !ScopeVerified(pool, tmpl, octo) {
+		t.Fatal("not verified as recorded")
+	}
+	edited := tmpl.DeepCopy()
+	edited.Generation++
+	edited.Spec.Bootstrap.GitHub.RunnerGroup = "big"
+	if !ScopeVerified(pool, edited, octo) {
+		t.Error("an edit that keeps the credentials dropped the verification")
+	}
+	for name, mut := range map[string]func(*hfv1.HypervisorMachineTemplate, *hfv1.RunnerPool) workload.Scope{
+		"other Secret": func(t *hfv1.HypervisorMachineTemplate, _ *hfv1.RunnerPool) workload.Scope {
+			t.Spec.Bootstrap.GitHub.Credentials.PAT.Name = "stolen"
+			return octo
+		},
+		"other API": func(t *hfv1.HypervisorMachineTemplate, _ *hfv1.RunnerPool) workload.Scope {
+			t.Spec.Bootstrap.GitHub.APIBaseURL = "https://ghes.example/api/v3"
+			return octo
+		},
+		"other template": func(t *hfv1.HypervisorMachineTemplate, _ *hfv1.RunnerPool) workload.Scope { t.Name = "t2"; return octo },
+		"other scope": func(*hfv1.HypervisorMachineTemplate, *hfv1.RunnerPool) workload.Scope {
+			return workload.Scope{Owner: "victim"}
+		},
+		"pool edited": func(_ *hfv1.HypervisorMachineTemplate, p *hfv1.RunnerPool) workload.Scope {
+			p.Generation++
+			return octo
+		},
+		"condition False": func(_ *hfv1.HypervisorMachineTemplate, p *hfv1.RunnerPool) workload.Scope {
+			p.Status.Conditions[0].Status = metav1.ConditionFalse
+			return octo
+		},
+	} {
+		tm, p := tmpl.DeepCopy(), pool.DeepCopy()
+		scope := mut(tm, p)
+		if ScopeVerified(p, tm, scope) {
+			t.Errorf("%s: still verified", name)
+		}
+	}
+}
