@@ -93,6 +93,9 @@ type Candidate struct {
 	// Verified is true when the pool's scope was verified against its
 	// template's credentials (see ScopeVerified).
 	Verified bool
+	// Pending is true for an unverified pool whose check for its current
+	// scope and credentials has not concluded yet (a new or edited pool).
+	Pending bool
 }
 
 // Mismatch is a pool in the job's scope whose runners cannot take the job.
@@ -115,6 +118,10 @@ type Decision struct {
 	// Unverified counts the pools in the job's scope whose scope is not
 	// verified; they were not considered.
 	Unverified int
+	// Pending counts those of them that cover the job and whose check has
+	// not concluded yet: the job may be routed again shortly (a pool
+	// created just before its job).
+	Pending int
 }
 
 // Matched reports whether a pool was chosen.
@@ -210,7 +217,19 @@ func PoolCandidate(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) 
 		Scope:        scope,
 		RunnerLabels: github.RunnerLabels(os, arch, w.GitHub.Labels),
 		Verified:     ScopeVerified(pool, tmpl, scope),
+		Pending:      !ScopeVerified(pool, tmpl, scope) && verificationPending(pool),
 	}, true
+}
+
+// verificationPending reports whether the pool's scope check for its
+// current spec has not concluded: no ScopeVerified condition for this
+// generation, one that failed transiently, or a True one that no longer
+// matches (its template's credentials changed). A check that concluded the
+// credentials cannot reach the scope is not pending.
+func verificationPending(pool *hfv1.RunnerPool) bool {
+	cond := meta.FindStatusCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition)
+	return cond == nil || cond.ObservedGeneration != pool.Generation || cond.Status == metav1.ConditionTrue ||
+		cond.Reason == hfv1.ScopeCheckFailedReason
 }
 
 // ScopeVerified reports whether pool's ScopeVerified condition vouches for
@@ -280,6 +299,9 @@ func Choose(cands []Candidate, job workload.Job) Decision {
 		}
 		if !c.Verified {
 			d.Unverified++
+			if c.Pending && len(MissingLabels(c.RunnerLabels, job.Labels)) == 0 {
+				d.Pending++
+			}
 			continue
 		}
 		if missing := MissingLabels(c.RunnerLabels, job.Labels); len(missing) > 0 {

@@ -428,3 +428,48 @@ func TestScopeVerifiedFollowsCredentials(t *testing.T) {
 		}
 	}
 }
+
+// TestChoosePending: an unverified pool whose check has not concluded and
+// that covers the job makes the job worth routing again; a refused one,
+// or one that does not cover the job, does not; neither is ever chosen.
+func TestChoosePending(t *testing.T) {
+	org := workload.Scope{Owner: "octo"}
+	pending := unverified(cand("a", "new", org, "gpu"))
+	pending.Pending = true
+	refused := unverified(cand("a", "capture", org, "gpu"))
+	other := unverified(cand("a", "cpu", org, "cpu"))
+	other.Pending = true
+	d := Choose([]Candidate{pending, refused, other}, workload.Job{ID: 1, Repository: "octo/app", Labels: []string{"gpu"}})
+	if d.Pool != nil || d.Pending != 1 || d.Unverified != 3 || len(d.Unmatched) != 0 {
+		t.Fatalf("Choose = %+v", d)
+	}
+	d = Choose([]Candidate{refused}, workload.Job{ID: 1, Repository: "octo/app", Labels: []string{"gpu"}})
+	if d.Pending != 0 {
+		t.Fatalf("a refused pool counted as pending: %+v", d)
+	}
+}
+
+func TestVerificationPending(t *testing.T) {
+	cond := func(status metav1.ConditionStatus, reason string, gen int64) []metav1.Condition {
+		return []metav1.Condition{{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: status, Reason: reason, ObservedGeneration: gen}}
+	}
+	tests := []struct {
+		name  string
+		conds []metav1.Condition
+		want  bool
+	}{
+		{"never checked", nil, true},
+		{"checked for an older generation", cond(metav1.ConditionFalse, hfv1.ScopeNotReachableReason, 1), true},
+		{"refused for this generation", cond(metav1.ConditionFalse, hfv1.ScopeNotReachableReason, 2), false},
+		{"template missing", cond(metav1.ConditionFalse, hfv1.TemplateNotReadyReason, 2), false},
+		{"check failed transiently", cond(metav1.ConditionFalse, hfv1.ScopeCheckFailedReason, 2), true},
+		{"verified for other credentials", cond(metav1.ConditionTrue, hfv1.ScopeVerifiedReason, 2), true},
+	}
+	for _, tc := range tests {
+		p := &hfv1.RunnerPool{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
+		p.Status.Conditions = tc.conds
+		if got := verificationPending(p); got != tc.want {
+			t.Errorf("%s: pending %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -383,6 +383,11 @@ func (r *Receiver) routeAndRecord(ctx context.Context, it item, log logr.Logger)
 		}
 		return true, nil
 	}
+	if dec.Pool == nil && dec.Pending > 0 {
+		// A pool created (or edited) just before its job: retried while
+		// its scope check completes (docs/security.md).
+		return false, fmt.Errorf("%d RunnerPools covering the job have not had their scope verified yet", dec.Pending)
+	}
 	if dec.Pool == nil {
 		if !dec.InScope() {
 			jobsRoutedTotal.WithLabelValues(OutcomeOutOfScope).Inc()

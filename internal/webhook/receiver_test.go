@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -508,6 +509,28 @@ func TestReceiverAmbiguous(t *testing.T) {
 	}
 	if h.rec.count() != 0 {
 		t.Fatal("an ambiguous job was recorded")
+	}
+}
+
+// TestReceiverRetriesWhilePoolsAreBeingVerified: a job whose covering pool
+// is still having its scope checked is routed again, and recorded once the
+// pool is verified.
+func TestReceiverRetriesWhilePoolsAreBeingVerified(t *testing.T) {
+	var calls atomic.Int32
+	router := &fakeRouter{route: func(context.Context, workload.Job) (demand.Decision, error) {
+		if calls.Add(1) < 3 {
+			return demand.Decision{Pending: 1, Unverified: 1}, nil
+		}
+		return demand.Decision{Pool: &demand.Candidate{Pool: types.NamespacedName{Namespace: "team", Name: "new"}, Verified: true}}, nil
+	}}
+	h := newHarness(t, router, nil)
+	if w := h.serve(delivery("p-1", "workflow_job", jobBody(1, "queued"))); w.Code != http.StatusAccepted {
+		t.Fatalf("status %d", w.Code)
+	}
+	h.rec.wait(t)
+	h.stop()
+	if n := calls.Load(); n != 3 || h.rec.count() != 1 {
+		t.Fatalf("%d routing attempts, %d recorded; want 3 and 1", n, h.rec.count())
 	}
 }
 
