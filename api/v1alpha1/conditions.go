@@ -40,6 +40,14 @@ const (
 	// RunnerPoolCapacityCondition is False when the pool cannot serve its
 	// demand (at maxReplicas, cluster unavailable, addresses exhausted ...).
 	RunnerPoolCapacityCondition = "CapacityAvailable"
+	// RunnerPoolScopeVerifiedCondition is True when the template's
+	// credentials were shown to manage runners in the pool's scope
+	// (repository or organization). Only such pools receive jobs and
+	// create VMs; see docs/security.md.
+	RunnerPoolScopeVerifiedCondition = "ScopeVerified"
+	// RunnerPoolReplacementBackoffCondition is True while the pool waits
+	// before replacing claims that kept failing (docs/runnerpool.md).
+	RunnerPoolReplacementBackoffCondition = "ReplacementBackoff"
 
 	// MachineClaimProvisionedCondition is True once the VM exists, is
 	// configured and has been started.
@@ -178,6 +186,33 @@ const (
 	// ReservationRejectedReason: a claim's VM reservation annotation was
 	// not trusted (its signature or its placement did not check out).
 	ReservationRejectedReason = "ReservationRejected"
+
+	// ScopeVerifiedReason: the credentials manage runners in the scope.
+	ScopeVerifiedReason = "CredentialsReachScope"
+	// ScopeNotReachableReason: the credentials cannot see the scope or
+	// lack the runner permission there; the pool gets no job and no VM.
+	ScopeNotReachableReason = "ScopeNotReachable"
+	// ScopeCheckFailedReason: the scope could not be checked (the CI
+	// platform was unavailable or rate-limited); it is checked again.
+	ScopeCheckFailedReason = "ScopeCheckFailed"
+	// ScopeNotVerifiedReason (CapacityAvailable): no VM is created until
+	// ScopeVerified is True.
+	ScopeNotVerifiedReason = "ScopeNotVerified"
+	// AmbiguousJobRoutingReason (event): a job was covered by several
+	// equally specific verified pools and none was scaled for it.
+	AmbiguousJobRoutingReason = "AmbiguousJobRouting"
+
+	// ConsecutiveFailuresReason (ReplacementBackoff True): the pool's last
+	// claims failed before their runner came online; replacements wait.
+	ConsecutiveFailuresReason = "ConsecutiveFailures"
+	// NoRecentFailuresReason (ReplacementBackoff False).
+	NoRecentFailuresReason = "NoRecentFailures"
+
+	// NoProgressReason (Stuck True): the claim stayed in its phase longer
+	// than the manager's bound for that phase.
+	NoProgressReason = "NoProgress"
+	// ProgressingReason (Stuck False).
+	ProgressingReason = "Progressing"
 )
 
 // Standard labels and annotations stamped on every object the operator

@@ -272,9 +272,11 @@ type ClaimHistory struct {
 // RunnerPoolStatus counts the pool's VMs by state and explains its size.
 type RunnerPoolStatus struct {
 	// conditions are Ready (the template and its cluster can make VMs),
-	// Scaling (the pool is changing size, and why) and CapacityAvailable
+	// Scaling (the pool is changing size, and why), CapacityAvailable
 	// (False when demand cannot be served: AtMaxReplicas,
-	// ClusterUnavailable, TemplateInvalid, IPPoolExhausted, RateLimited).
+	// ClusterUnavailable, TemplateInvalid, IPPoolExhausted, RateLimited,
+	// ScopeNotVerified), ScopeVerified (the credentials manage runners in
+	// the pool's scope) and ReplacementBackoff.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -352,6 +354,66 @@ type RunnerPoolStatus struct {
 	// compared with the CI platform.
 	// +optional
 	LastResyncTime *metav1.Time `json:"lastResyncTime,omitempty"`
+
+	// scopeVerification records which scope, with which template's
+	// credentials, was last verified. Routing trusts ScopeVerified only
+	// while these still match the pool and its template.
+	// +optional
+	ScopeVerification *ScopeVerification `json:"scopeVerification,omitempty"`
+
+	// replacementBackoff counts the pool's consecutive claims that failed
+	// before their runner came online, and when the next replacement may
+	// be created. It lives in status so that a restart keeps the delay.
+	// +optional
+	ReplacementBackoff *ReplacementBackoff `json:"replacementBackoff,omitempty"`
+}
+
+// ScopeVerification is the last successful check that the template's
+// credentials manage runners in the pool's scope.
+type ScopeVerification struct {
+	// scope is the verified owner or owner/repository.
+	// +kubebuilder:validation:MaxLength=140
+	Scope string `json:"scope"`
+	// template is the HypervisorMachineTemplate whose credentials were used.
+	// +kubebuilder:validation:MaxLength=253
+	Template string `json:"template"`
+	// credentials identifies what the check used (SHA-256 over the
+	// template's spec.bootstrap.github apiBaseURL, registrationURLs and
+	// credential Secret references; never the Secrets' values). Other edits
+	// of the template keep the verification.
+	// +kubebuilder:validation:MaxLength=64
+	Credentials string `json:"credentials"`
+	// verifiedAt is when the check succeeded.
+	VerifiedAt metav1.Time `json:"verifiedAt"`
+}
+
+// ReplacementBackoff is the pool's record of consecutive failed claims.
+type ReplacementBackoff struct {
+	// consecutiveFailures counts claims that failed or ended before their
+	// runner came online since the last claim that reached Ready.
+	// +optional
+	ConsecutiveFailures int32 `json:"consecutiveFailures,omitempty"`
+	// lastFailure names the last failed claim and why it failed.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	LastFailure string `json:"lastFailure,omitempty"`
+	// lastFailureTime is when it failed.
+	// +optional
+	LastFailureTime *metav1.Time `json:"lastFailureTime,omitempty"`
+	// nextAttemptTime is the earliest time a replacement claim is created.
+	// +optional
+	NextAttemptTime *metav1.Time `json:"nextAttemptTime,omitempty"`
+	// observedThrough is the time of the latest claim outcome (a failure,
+	// or a runner online) counted; earlier outcomes are not counted again.
+	// +optional
+	ObservedThrough *metav1.Time `json:"observedThrough,omitempty"`
+	// countedClaims are the UIDs of the claims whose outcome is at
+	// observedThrough and already counted (times have one-second
+	// resolution), so that they are not counted twice.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=64
+	CountedClaims []string `json:"countedClaims,omitempty"`
 }
 
 // RunnerPool keeps enough fresh, single-use VMs for the CI jobs that match

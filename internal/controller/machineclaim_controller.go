@@ -95,7 +95,12 @@ type MachineClaimReconciler struct {
 	// MaxRetryDelay caps the exponential backoff (2s, 4s, 8s ...) after
 	// transient hypervisor errors; zero means 5 minutes.
 	MaxRetryDelay time.Duration
+	// StuckBounds are how long a claim may stay in each phase before it is
+	// reported Stuck (machineclaim_stuck.go); zero fields check nothing.
+	StuckBounds StuckBounds
 
+	// stuck counts stuck claims by phase for the gauge.
+	stuck stuckClaims
 	// attempts counts consecutive transient failures per claim UID for
 	// backoff. Losing it on restart only restarts the backoff.
 	attempts sync.Map
@@ -235,11 +240,12 @@ func (r *MachineClaimReconciler) claimsForTemplate(ctx context.Context, o client
 }
 
 // Reconcile implements reconcile.Reconciler.
-func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	claim := &hfv1.MachineClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forgetName(req.NamespacedName)
+			r.stuck.set(req.NamespacedName, "", false)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -288,6 +294,8 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			}
 		}
 	}()
+	// Runs before the status patch above (deferred calls run last first).
+	defer func() { res = r.markStuck(ctx, claim, res) }()
 
 	if !claim.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, claim)

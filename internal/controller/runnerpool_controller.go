@@ -60,6 +60,12 @@ type RunnerPoolReconciler struct {
 	Jobs JobCanceller
 	// PoolEvents carries wake-ups from the resync.
 	PoolEvents <-chan event.GenericEvent
+	// Backoff is the replacement backoff of pools whose claims keep
+	// failing (runnerpool_backoff.go); zero means scaling.DefaultBackoff.
+	Backoff scaling.Backoff
+	// Scopes verifies pools' scopes against their credentials; without it
+	// no GitHub Actions pool is verified, receives jobs or creates VMs.
+	Scopes ScopeVerifier
 
 	expect expectations
 }
@@ -68,6 +74,9 @@ type RunnerPoolReconciler struct {
 func (r *RunnerPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
+	}
+	if r.Backoff == (scaling.Backoff{}) {
+		r.Backoff = scaling.DefaultBackoff()
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&hfv1.RunnerPool{}).
@@ -131,6 +140,13 @@ type poolView struct {
 	ended    map[types.UID]bool // claims this pass ended
 	blockers map[string]int     // claim Provisioned reasons that hold capacity back
 	refused  *refusal           // a field of the pool the operator does not act on
+	// scopeVerified: the pool may create VMs (ScopeVerified, or a pool
+	// without a CI platform scope).
+	scopeVerified bool
+	// backoff is the pool's replacement backoff after this pass's outcomes;
+	// backoffHeld counts the creations it held back in this pass.
+	backoff     scaling.BackoffState
+	backoffHeld int
 }
 
 // wake asks for another reconcile within d.
@@ -187,6 +203,8 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err := r.load(ctx, v, claimList.Items); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.verifyScope(ctx, v)
+	r.observeAttempts(v)
 	if err := r.enforceLifecycle(ctx, v); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -471,10 +489,10 @@ func (r *RunnerPoolReconciler) scale(ctx context.Context, v *poolView) (scaling.
 		}
 	}
 	if d.Create > 0 {
-		if ok, _, _ := v.canBuild(); !ok {
+		if ok, _, _ := v.canBuild(); !ok || !v.scopeVerified {
 			return d, nil
 		}
-		for range d.Create {
+		for range r.allowedCreations(v, d.Create) {
 			if err := r.createClaim(ctx, v); err != nil {
 				return d, err
 			}
@@ -766,6 +784,19 @@ func (r *RunnerPoolReconciler) setCapacity(v *poolView, d scaling.Decision) {
 	}
 	if ok, msg := v.templateReady(); !ok {
 		set(hfv1.TemplateInvalidReason, "No new VMs: "+msg)
+		return
+	}
+	if !v.scopeVerified {
+		set(hfv1.ScopeNotVerifiedReason, "No new VMs until the pool's scope is verified against its template's credentials; see the ScopeVerified condition")
+		return
+	}
+	if v.backoffHeld > 0 {
+		next := "one at a time, each after the previous one's outcome"
+		if at, waiting := v.backoff.Waiting(v.now); waiting {
+			next = "the next one at " + at.UTC().Format(time.RFC3339)
+		}
+		set(hfv1.ConsecutiveFailuresReason, fmt.Sprintf("%d new VMs held back: %d claims in a row failed before their runner came online; %s (see the ReplacementBackoff condition)",
+			v.backoffHeld, v.backoff.Failures, next))
 		return
 	}
 	for _, reason := range []string{hfv1.ClusterUnavailableReason, hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.NamespaceNotAllowedReason,

@@ -119,6 +119,11 @@ func (s *PoolResync) ResyncOnce(ctx context.Context) error {
 		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: pool.Spec.TemplateRef.Name}, &tmpl); err != nil {
 			continue // the pool's own status says its template is missing
 		}
+		if scope, ok := demand.PoolScope(pool.Spec.Workload.GitHub, &tmpl.Spec.Bootstrap.GitHub); !ok || !demand.ScopeVerified(pool, &tmpl, scope) {
+			// Its ScopeVerified condition explains why; its credentials
+			// are not used for a scope they were not shown to reach.
+			continue
+		}
 		p, key, err := s.Providers.PoolProvider(ctx, pool, &tmpl)
 		if err != nil {
 			s.reportError(pool.Namespace+"/"+pool.Name, []*hfv1.RunnerPool{pool}, err)

@@ -25,6 +25,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
+	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
@@ -34,9 +35,11 @@ import (
 // one): it reads the JIT runner configuration from the cloud-init the VM
 // booted with, runs the simulator's runner package with it for one job and
 // powers the VM off. VMs whose name starts with "noboot-" never start
-// their runner (bootstrap timeouts).
+// their runner (bootstrap timeouts); those whose name starts with "crash-"
+// power off at once, before their runner comes online (a broken image).
 const guestAgentScript = `
 case "$HF_SIM_NAME" in noboot-*) exec sleep 3600;; esac
+case "$HF_SIM_NAME" in crash-*) curl -s -X POST "$HF_SIM_POWEROFF_URL"; exec sleep 3600;; esac
 jit=$(sed -n 's/^ *"jitConfig": *"\([^"]*\)".*/\1/p' "$HF_SIM_SEED_DIR/user-data")
 if [ -z "$jit" ]; then echo "guest: no jitConfig in user-data"; exec sleep 3600; fi
 cp -r "$HF_TEST_RUNNER_DIR" runner && cd runner || exit 1
@@ -62,6 +65,10 @@ type poolWorld struct {
 type poolWorldOptions struct {
 	// noGuest boots VMs without running anything in them.
 	noGuest bool
+	// github, when set, changes the GitHub simulator's configuration.
+	github func(*githubsim.Config)
+	// backoff replaces the pools' replacement backoff.
+	backoff *scaling.Backoff
 }
 
 const poolWebhookSecret = "pool-test-webhook-secret"
@@ -69,14 +76,18 @@ const poolWebhookSecret = "pool-test-webhook-secret"
 func startPoolWorld(t *testing.T, o poolWorldOptions) *poolWorld {
 	t.Helper()
 	certFile, keyFile, hookClient := webhookCertificate(t)
-	gs := githubsimtest.Start(t, githubsim.Config{
+	ghCfg := githubsim.Config{
 		Organizations: []githubsim.OrgConfig{{Login: "octo-org"}},
 		Repositories:  []githubsim.RepoConfig{{Name: "octo-org/app"}},
 		PATs:          []githubsim.PATConfig{{Token: testGitHubPAT, Login: "octocat"}},
 		// Generous: on a loaded 2-core machine a runner's poll can stall
 		// for seconds, which GitHub would not count as a lost runner.
 		HeartbeatTimeout: githubsim.Duration(30 * time.Second),
-	}, githubsim.WithWebhookClient(hookClient))
+	}
+	if o.github != nil {
+		o.github(&ghCfg)
+	}
+	gs := githubsimtest.Start(t, ghCfg, githubsim.WithWebhookClient(hookClient))
 	runnerDir := gs.InstallRunner(t)
 	sim := startSim(t, func(c *proxmoxsim.Config) {
 		c.Nodes[0].Memory, c.Nodes[0].CPUs = 1<<40, 1024
@@ -93,6 +104,7 @@ func startPoolWorld(t *testing.T, o poolWorldOptions) *poolWorld {
 		github:         gs.Transport,
 		webhook:        &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Secret: []byte(poolWebhookSecret)},
 		resyncInterval: time.Second,
+		backoff:        o.backoff,
 	})
 	select {
 	case <-op.components.Webhook.Ready():
@@ -187,7 +199,7 @@ func webhookCertificate(t testing.TB) (string, string, *http.Client) {
 }
 
 // newPool creates a RunnerPool named name whose runners carry the label
-// name, in the world's namespace.
+// name, in the world's namespace, and waits until its scope is verified.
 func (w *poolWorld) newPool(name string, mutate func(*hfv1.RunnerPool)) *hfv1.RunnerPool {
 	w.t.Helper()
 	p := &hfv1.RunnerPool{
@@ -202,6 +214,14 @@ func (w *poolWorld) newPool(name string, mutate func(*hfv1.RunnerPool)) *hfv1.Ru
 		mutate(p)
 	}
 	w.f.create(p)
+	// Jobs are routed only to verified pools (docs/security.md): a job
+	// queued before the check would find no pool.
+	w.waitPool(p, "the pool's scope verified", 30*time.Second, func(p *hfv1.RunnerPool) error {
+		if !meta.IsStatusConditionTrue(p.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition) {
+			return fmt.Errorf("ScopeVerified %+v", meta.FindStatusCondition(p.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition))
+		}
+		return nil
+	})
 	return p
 }
 

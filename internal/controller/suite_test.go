@@ -31,8 +31,10 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
@@ -116,6 +118,10 @@ type operatorOptions struct {
 	maxRetryDelay time.Duration
 	// agentServer, when set, serves agent binaries (agentSource Operator).
 	agentServer *manager.AgentServerOptions
+	// backoff replaces the RunnerPools' replacement backoff.
+	backoff *scaling.Backoff
+	// stuckBounds replaces the manager's Stuck bounds (defaults: minutes).
+	stuckBounds *controller.StuckBounds
 	// infoLogs logs at the binary's default level (info) instead of debug;
 	// benchmarks use it so that they measure what production does.
 	infoLogs bool
@@ -186,6 +192,8 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 	}
 	opts.Webhook, opts.ResyncInterval, opts.Clock, opts.MaxRetryDelay = o.webhook, o.resyncInterval, o.clock, o.maxRetryDelay
 	opts.AgentServer = o.agentServer
+	opts.StuckBounds = o.stuckBounds
+	opts.ReplacementBackoff = o.backoff
 	comps, err := manager.Setup(ctx, mgr, opts)
 	if err != nil {
 		cancel()
@@ -227,6 +235,13 @@ func credentialsIssuedFor(claim *hfv1.MachineClaim) int64 {
 		return n.(*atomic.Int64).Load()
 	}
 	return 0
+}
+
+// VerifyPoolScope vouches for every pool's scope: the stand-in has no CI
+// platform to ask (the GitHub bootstrap's check is tested with the GitHub
+// simulator).
+func (testBootstrap) VerifyPoolScope(context.Context, *hfv1.RunnerPool, *hfv1.HypervisorMachineTemplate) error {
+	return nil
 }
 
 func (testBootstrap) BootstrapVars(_ context.Context, claim *hfv1.MachineClaim, _ *hfv1.HypervisorMachineTemplate, v *cloudinit.Vars) error {

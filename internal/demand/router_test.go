@@ -65,7 +65,13 @@ func TestMissingLabels(t *testing.T) {
 }
 
 func cand(ns, name string, scope workload.Scope, labels ...string) Candidate {
-	return Candidate{Pool: nn(ns, name), Scope: scope, RunnerLabels: workload.RunnerLabels([]string{"Linux", "X64"}, labels)}
+	return Candidate{Pool: nn(ns, name), Scope: scope, RunnerLabels: workload.RunnerLabels([]string{"Linux", "X64"}, labels), Verified: true}
+}
+
+// unverified is cand for a pool whose scope was not verified.
+func unverified(c Candidate) Candidate {
+	c.Verified = false
+	return c
 }
 
 func TestChoose(t *testing.T) {
@@ -81,6 +87,7 @@ func TestChoose(t *testing.T) {
 		job       workload.Job
 		want      *types.NamespacedName
 		unmatched map[string][]string // pool name -> missing
+		ambiguous []string            // pool names
 	}{
 		{
 			name:  "fewest labels wins",
@@ -96,10 +103,29 @@ func TestChoose(t *testing.T) {
 			unmatched: map[string][]string{"gpu": {"big"}, "plain": {"gpu", "big"}},
 		},
 		{
-			name:  "ties by namespace then name",
-			cands: []Candidate{cand("b", "x", org, "gpu"), cand("a", "z", app, "gpu"), cand("a", "y", org, "gpu")},
+			name:  "a repository pool beats an organization pool with as many labels",
+			cands: []Candidate{cand("b", "x", org, "gpu"), cand("c", "z", app, "gpu"), cand("a", "y", org, "gpu")},
 			job:   job("gpu"),
-			want:  ptrTo(nn("a", "y")),
+			want:  ptrTo(nn("c", "z")),
+		},
+		{
+			name:      "equally specific pools: none is chosen, whatever their names",
+			cands:     []Candidate{cand("b", "x", org, "gpu"), cand("a", "y", org, "gpu"), cand("c", "w", org, "gpu", "big")},
+			job:       job("gpu"),
+			want:      nil,
+			ambiguous: []string{"y", "x"},
+		},
+		{
+			name:  "an unverified pool never wins, even with fewer labels and a smaller namespace",
+			cands: []Candidate{unverified(cand("aaa", "capture", org)), cand("zzz", "victim", org, "gpu")},
+			job:   job("self-hosted"),
+			want:  ptrTo(nn("zzz", "victim")),
+		},
+		{
+			name:  "an unverified pool is neither chosen nor told about the job",
+			cands: []Candidate{unverified(cand("aaa", "capture", org)), unverified(cand("aaa", "capture-gpu", org, "gpu"))},
+			job:   job("gpu"),
+			want:  nil,
 		},
 		{
 			name:  "out of scope pools are not candidates",
@@ -147,7 +173,14 @@ func TestChoose(t *testing.T) {
 					t.Fatalf("pool %s lacks %v, want %v", name, got[name], missing)
 				}
 			}
-			if d.InScope() != (d.Pool != nil || len(tc.unmatched) > 0) {
+			var ambiguous []string
+			for _, c := range d.Ambiguous {
+				ambiguous = append(ambiguous, c.Pool.Name)
+			}
+			if !slices.Equal(ambiguous, tc.ambiguous) {
+				t.Fatalf("ambiguous = %v, want %v", ambiguous, tc.ambiguous)
+			}
+			if d.InScope() != (d.Pool != nil || len(tc.unmatched) > 0 || len(tc.ambiguous) > 0) {
 				t.Fatalf("InScope = %v", d.InScope())
 			}
 		})
@@ -157,10 +190,11 @@ func TestChoose(t *testing.T) {
 func ptrTo[T any](v T) *T { return &v }
 
 // TestChooseProperty checks on random pools and jobs that the chosen pool
-// is in scope and covers the job, that no covering pool in scope has fewer
-// labels (or as many and a smaller name), that a job no pool covers gets
-// no pool, and that every in-scope pool is either chosen or reported with
-// the labels it lacks.
+// is verified, in scope and covers the job, that no other verified covering
+// pool in scope is as specific (else the job is ambiguous and every tied
+// pool is listed), that unverified pools are never considered, that a job
+// no pool covers gets no pool, and that every verified in-scope pool is
+// chosen, ambiguous or reported with the labels it lacks.
 func TestChooseProperty(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 42))
@@ -179,6 +213,7 @@ func TestChooseProperty(t *testing.T) {
 		var cands []Candidate
 		for p := range rng.IntN(6) {
 			c := cand(fmt.Sprintf("ns%d", rng.IntN(3)), fmt.Sprintf("pool%d", p), scopes[rng.IntN(len(scopes))], pick(rng.IntN(4))...)
+			c.Verified = rng.IntN(4) != 0
 			cands = append(cands, c)
 		}
 		job := workload.Job{ID: int64(i + 1), Repository: repos[rng.IntN(len(repos))], Labels: pick(1 + rng.IntN(3))}
@@ -192,17 +227,26 @@ func TestChooseProperty(t *testing.T) {
 			if !c.Scope.Contains(job.Repository) {
 				continue
 			}
+			if !c.Verified {
+				if (d.Pool != nil && d.Pool.Pool == c.Pool && !d.Pool.Verified) ||
+					slices.ContainsFunc(d.Unmatched, func(m Mismatch) bool { return m.Pool == c.Pool && !m.Verified }) ||
+					slices.ContainsFunc(d.Ambiguous, func(a Candidate) bool { return a.Pool == c.Pool && !a.Verified }) {
+					fail("unverified pool %s was considered", c.Pool)
+				}
+				continue
+			}
 			inScope++
 			covers := workload.Covers(c.RunnerLabels, job.Labels)
-			if covers && d.Pool == nil {
-				fail("pool %s covers the job but none was chosen", c.Pool)
+			if covers && d.Pool == nil && len(d.Ambiguous) < 2 {
+				fail("pool %s covers the job but none was chosen and there is no ambiguity", c.Pool)
 			}
-			if covers && d.Pool != nil {
-				if len(c.RunnerLabels) < len(d.Pool.RunnerLabels) {
-					fail("pool %s covers with %d labels, chosen %s has %d", c.Pool, len(c.RunnerLabels), d.Pool.Pool, len(d.Pool.RunnerLabels))
-				}
-				if len(c.RunnerLabels) == len(d.Pool.RunnerLabels) && compareNames(c.Pool, d.Pool.Pool) < 0 {
-					fail("pool %s ties with chosen %s and sorts first", c.Pool, d.Pool.Pool)
+			if covers && d.Pool != nil && compareSpecificity(&c, d.Pool) <= 0 && c.Pool != d.Pool.Pool {
+				fail("pool %s covers and is at least as specific as chosen %s", c.Pool, d.Pool.Pool)
+			}
+			if covers && len(d.Ambiguous) > 0 {
+				if cmpA := compareSpecificity(&c, &d.Ambiguous[0]); cmpA < 0 ||
+					(cmpA == 0 && !slices.ContainsFunc(d.Ambiguous, func(a Candidate) bool { return a.Pool == c.Pool })) {
+					fail("pool %s is more specific than, or tied with but missing from, the ambiguous %v", c.Pool, d.Ambiguous)
 				}
 			}
 			if !covers && !slices.ContainsFunc(d.Unmatched, func(m Mismatch) bool { return m.Pool == c.Pool }) {
@@ -230,8 +274,19 @@ func TestChooseProperty(t *testing.T) {
 		}
 		// Pools with duplicate names (random) may be counted twice; only
 		// check when names are unique.
-		if uniqueNames(cands) && chosen+len(d.Unmatched) > inScope {
-			fail("%d chosen + %d unmatched > %d in scope", chosen, len(d.Unmatched), inScope)
+		if d.Pool != nil && len(d.Ambiguous) > 0 {
+			fail("both a chosen pool and ambiguous pools")
+		}
+		if len(d.Ambiguous) == 1 {
+			fail("an ambiguity of one pool")
+		}
+		for _, a := range d.Ambiguous {
+			if compareSpecificity(&a, &d.Ambiguous[0]) != 0 || !workload.Covers(a.RunnerLabels, job.Labels) {
+				fail("ambiguous pool %s does not tie or does not cover", a.Pool)
+			}
+		}
+		if uniqueNames(cands) && chosen+len(d.Unmatched)+len(d.Ambiguous) > inScope {
+			fail("%d chosen + %d unmatched + %d ambiguous > %d in scope", chosen, len(d.Unmatched), len(d.Ambiguous), inScope)
 		}
 	}
 }
@@ -250,7 +305,8 @@ func uniqueNames(cs []Candidate) bool {
 // TestRouterCandidates reads pools and templates through a client: pools
 // of other workloads, pools being deleted and pools whose template is
 // missing are left out; the template's runner OS and architecture shape
-// the labels.
+// the labels; a pool is verified only while its status vouches for the
+// scope it names now.
 func TestRouterCandidates(t *testing.T) {
 	scheme, err := testenv.NewScheme()
 	if err != nil {
@@ -271,18 +327,31 @@ func TestRouterCandidates(t *testing.T) {
 	gha := func(labels ...string) hfv1.Workload {
 		return hfv1.Workload{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubWorkload{Labels: labels}}
 	}
+	verify := func(p *hfv1.RunnerPool, scope, template string) *hfv1.RunnerPool {
+		p.Status.Conditions = []metav1.Condition{{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: metav1.ConditionTrue,
+			Reason: hfv1.ScopeVerifiedReason, ObservedGeneration: p.Generation, LastTransitionTime: metav1.Now()}}
+		// Every template here has the same (empty) credentials.
+		p.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: scope, Template: template, Credentials: CredentialsKey(&hfv1.HypervisorMachineTemplate{})}
+		return p
+	}
+	// Verified for octo/app, then edited to claim another organization.
+	edited := verify(pool("a", "edited", "plain-a", hfv1.Workload{Type: hfv1.WorkloadGitHubActions,
+		GitHub: &hfv1.GitHubWorkload{Organization: "elsewhere", Labels: []string{"db"}}}), "octo/app", "plain-a")
 	deleting := pool("a", "deleting", "arm", gha("x"))
 	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
 	deleting.Finalizers = []string{"test"}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
 		tmpl("a", "arm", hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo", Runner: &hfv1.RunnerSoftware{OS: "linux", Arch: "arm64"}}),
 		tmpl("b", "plain", hfv1.GitHubBootstrap{Owner: "octo", Repository: "app"}),
-		pool("a", "arm", "arm", gha("big")),
+		tmpl("a", "plain-a", hfv1.GitHubBootstrap{Owner: "octo", Repository: "app"}),
+		verify(pool("a", "arm", "arm", gha("big")), "octo", "arm"),
 		pool("a", "generic", "arm", hfv1.Workload{Type: hfv1.WorkloadGeneric}),
 		pool("a", "orphan", "missing", gha("x")),
+		pool("a", "unchecked", "plain-a", gha("db")),
+		edited,
 		deleting,
-		pool("b", "plain", "plain", gha("db")),
-	).Build()
+		verify(pool("b", "plain", "plain", gha("db")), "OCTO/app", "plain"),
+	).WithStatusSubresource(&hfv1.RunnerPool{}).Build()
 	r := NewRouter(c)
 	cands, err := r.Candidates(context.Background())
 	if err != nil {
@@ -290,11 +359,13 @@ func TestRouterCandidates(t *testing.T) {
 	}
 	var got []string
 	for _, c := range cands {
-		got = append(got, fmt.Sprintf("%s %s [%s] %s", c.Pool, c.Scope, strings.Join(c.RunnerLabels, ","), c.UID))
+		got = append(got, fmt.Sprintf("%s %s [%s] %s verified=%v", c.Pool, c.Scope, strings.Join(c.RunnerLabels, ","), c.UID, c.Verified))
 	}
 	want := []string{
-		"a/arm octo [self-hosted,Linux,ARM64,hyperfleet,big] uid-arm",
-		"b/plain octo/app [self-hosted,Linux,X64,hyperfleet,db] uid-plain",
+		"a/arm octo [self-hosted,Linux,ARM64,hyperfleet,big] uid-arm verified=true",
+		"a/edited elsewhere [self-hosted,Linux,X64,hyperfleet,db] uid-edited verified=false",
+		"a/unchecked octo/app [self-hosted,Linux,X64,hyperfleet,db] uid-unchecked verified=false",
+		"b/plain octo/app [self-hosted,Linux,X64,hyperfleet,db] uid-plain verified=true",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("candidates:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -305,5 +376,100 @@ func TestRouterCandidates(t *testing.T) {
 	}
 	if d.Pool == nil || d.Pool.Pool != nn("b", "plain") || len(d.Unmatched) != 1 || d.Unmatched[0].Pool != nn("a", "arm") {
 		t.Fatalf("Route = %+v", d)
+	}
+}
+
+// TestScopeVerifiedFollowsCredentials: a verification stands across
+// template edits that keep its GitHub credentials, and not across a change
+// of credentials, scope or pool generation.
+func TestScopeVerifiedFollowsCredentials(t *testing.T) {
+	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t", Generation: 3}, Spec: hfv1.HypervisorMachineTemplateSpec{
+		Bootstrap: hfv1.Bootstrap{GitHub: hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo",
+			Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}}}}}}
+	pool := &hfv1.RunnerPool{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 2}}
+	pool.Status.Conditions = []metav1.Condition{{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: metav1.ConditionTrue, ObservedGeneration: 2}}
+	pool.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: "octo", Template: "t", Credentials: CredentialsKey(tmpl)}
+	octo := workload.Scope{Owner: "octo"}
+	if !ScopeVerified(pool, tmpl, octo) {
+		t.Fatal("not verified as recorded")
+	}
+	edited := tmpl.DeepCopy()
+	edited.Generation++
+	edited.Spec.Bootstrap.GitHub.RunnerGroup = "big"
+	if !ScopeVerified(pool, edited, octo) {
+		t.Error("an edit that keeps the credentials dropped the verification")
+	}
+	for name, mut := range map[string]func(*hfv1.HypervisorMachineTemplate, *hfv1.RunnerPool) workload.Scope{
+		"other Secret": func(t *hfv1.HypervisorMachineTemplate, _ *hfv1.RunnerPool) workload.Scope {
+			t.Spec.Bootstrap.GitHub.Credentials.PAT.Name = "stolen"
+			return octo
+		},
+		"other API": func(t *hfv1.HypervisorMachineTemplate, _ *hfv1.RunnerPool) workload.Scope {
+			t.Spec.Bootstrap.GitHub.APIBaseURL = "https://ghes.example/api/v3"
+			return octo
+		},
+		"other template": func(t *hfv1.HypervisorMachineTemplate, _ *hfv1.RunnerPool) workload.Scope { t.Name = "t2"; return octo },
+		"other scope": func(*hfv1.HypervisorMachineTemplate, *hfv1.RunnerPool) workload.Scope {
+			return workload.Scope{Owner: "victim"}
+		},
+		"pool edited": func(_ *hfv1.HypervisorMachineTemplate, p *hfv1.RunnerPool) workload.Scope {
+			p.Generation++
+			return octo
+		},
+		"condition False": func(_ *hfv1.HypervisorMachineTemplate, p *hfv1.RunnerPool) workload.Scope {
+			p.Status.Conditions[0].Status = metav1.ConditionFalse
+			return octo
+		},
+	} {
+		tm, p := tmpl.DeepCopy(), pool.DeepCopy()
+		scope := mut(tm, p)
+		if ScopeVerified(p, tm, scope) {
+			t.Errorf("%s: still verified", name)
+		}
+	}
+}
+
+// TestChoosePending: an unverified pool whose check has not concluded and
+// that covers the job makes the job worth routing again; a refused one,
+// or one that does not cover the job, does not; neither is ever chosen.
+func TestChoosePending(t *testing.T) {
+	org := workload.Scope{Owner: "octo"}
+	pending := unverified(cand("a", "new", org, "gpu"))
+	pending.Pending = true
+	refused := unverified(cand("a", "capture", org, "gpu"))
+	other := unverified(cand("a", "cpu", org, "cpu"))
+	other.Pending = true
+	d := Choose([]Candidate{pending, refused, other}, workload.Job{ID: 1, Repository: "octo/app", Labels: []string{"gpu"}})
+	if d.Pool != nil || d.Pending != 1 || d.Unverified != 3 || len(d.Unmatched) != 0 {
+		t.Fatalf("Choose = %+v", d)
+	}
+	d = Choose([]Candidate{refused}, workload.Job{ID: 1, Repository: "octo/app", Labels: []string{"gpu"}})
+	if d.Pending != 0 {
+		t.Fatalf("a refused pool counted as pending: %+v", d)
+	}
+}
+
+func TestVerificationPending(t *testing.T) {
+	cond := func(status metav1.ConditionStatus, reason string, gen int64) []metav1.Condition {
+		return []metav1.Condition{{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: status, Reason: reason, ObservedGeneration: gen}}
+	}
+	tests := []struct {
+		name  string
+		conds []metav1.Condition
+		want  bool
+	}{
+		{"never checked", nil, true},
+		{"checked for an older generation", cond(metav1.ConditionFalse, hfv1.ScopeNotReachableReason, 1), true},
+		{"refused for this generation", cond(metav1.ConditionFalse, hfv1.ScopeNotReachableReason, 2), false},
+		{"template missing", cond(metav1.ConditionFalse, hfv1.TemplateNotReadyReason, 2), false},
+		{"check failed transiently", cond(metav1.ConditionFalse, hfv1.ScopeCheckFailedReason, 2), true},
+		{"verified for other credentials", cond(metav1.ConditionTrue, hfv1.ScopeVerifiedReason, 2), true},
+	}
+	for _, tc := range tests {
+		p := &hfv1.RunnerPool{ObjectMeta: metav1.ObjectMeta{Generation: 2}}
+		p.Status.Conditions = tc.conds
+		if got := verificationPending(p); got != tc.want {
+			t.Errorf("%s: pending %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

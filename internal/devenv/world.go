@@ -32,13 +32,16 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
@@ -186,7 +189,33 @@ func (w *World) start(ctx context.Context) (err error) {
 		return err
 	}
 	w.progress("Starting the operator (log: %s)", w.logFile.Name())
-	return w.StartOperator(ctx)
+	if err := w.StartOperator(ctx); err != nil {
+		return err
+	}
+	return w.waitPoolVerified(ctx)
+}
+
+// waitPoolVerified waits until the operator verified the pool's GitHub
+// scope: jobs are routed only to verified pools (docs/security.md), and
+// an organization pool would not find jobs queued before that.
+func (w *World) waitPoolVerified(ctx context.Context) error {
+	deadline := time.Now().Add(time.Minute)
+	var pool hfv1.RunnerPool
+	for {
+		err := w.API.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: PoolName}, &pool)
+		if err == nil && meta.IsStatusConditionTrue(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("devenv: RunnerPool %s/%s was not verified within a minute (ScopeVerified %+v, err %v)", Namespace, PoolName,
+				meta.FindStatusCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition), err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func (w *World) progress(format string, args ...any) {

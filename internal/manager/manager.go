@@ -22,6 +22,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/sweeper"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
@@ -58,6 +59,12 @@ type Options struct {
 	// MaxRetryDelay caps the exponential backoff of a MachineClaim's
 	// transient hypervisor errors; zero means 5 minutes.
 	MaxRetryDelay time.Duration
+	// ReplacementBackoff is the backoff of RunnerPools whose claims keep
+	// failing; nil means scaling.DefaultBackoff.
+	ReplacementBackoff *scaling.Backoff
+	// StuckBounds are how long a MachineClaim may stay in each phase
+	// before it is reported Stuck; nil means controller.DefaultStuckBounds.
+	StuckBounds *controller.StuckBounds
 	// AgentServer, when set, serves the in-VM agent binary over HTTPS (on
 	// every replica) to VMs of templates with agentSource Operator.
 	AgentServer *AgentServerOptions
@@ -118,6 +125,14 @@ type Components struct {
 	// Resync compares pools with the CI platform; nil when the bootstrap
 	// source cannot give pool providers.
 	Resync *controller.PoolResync
+}
+
+// stuckBounds is b, or the defaults when unset.
+func stuckBounds(b *controller.StuckBounds) controller.StuckBounds {
+	if b == nil {
+		return controller.DefaultStuckBounds()
+	}
+	return *b
 }
 
 // DefaultFactories are the hypervisor implementations built in.
@@ -209,17 +224,25 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		ClaimEvents:   claimEvents,
 		Runners:       runners,
 		MaxRetryDelay: opts.MaxRetryDelay,
+		StuckBounds:   stuckBounds(opts.StuckBounds),
 		Agent:         agent,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up MachineClaim controller: %w", err)
 	}
 	poolEvents := make(chan event.GenericEvent, 256)
 	jobs, _ := opts.Bootstrap.(controller.JobCanceller)
+	scopes, _ := opts.Bootstrap.(controller.ScopeVerifier)
+	var backoff scaling.Backoff // zero: the controller's default
+	if opts.ReplacementBackoff != nil {
+		backoff = *opts.ReplacementBackoff
+	}
 	if err := (&controller.RunnerPoolReconciler{
 		Client:     mgr.GetClient(),
+		Backoff:    backoff,
 		Recorder:   mgr.GetEventRecorderFor("runnerpool-controller"),
 		Clock:      opts.Clock,
 		Jobs:       jobs,
+		Scopes:     scopes,
 		PoolEvents: poolEvents,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up RunnerPool controller: %w", err)

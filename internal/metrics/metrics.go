@@ -28,6 +28,13 @@ var (
 		Buckets: phaseBuckets,
 	}, []string{"phase"})
 
+	// ClaimsStuck counts claims that overstayed their phase's bound
+	// (internal/controller/machineclaim_stuck.go), by phase.
+	ClaimsStuck = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "claims_stuck",
+		Help: "MachineClaims whose Stuck condition is True (in their phase longer than the manager's bound), by phase.",
+	}, []string{"phase"})
+
 	// ClaimTransitions counts phase transitions.
 	ClaimTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "machineclaim_transitions_total",
@@ -146,7 +153,7 @@ var (
 
 func init() {
 	crmetrics.Registry.MustRegister(
-		ClaimPhaseSeconds, ClaimTransitions, ClaimErrors, ReservationsRejected, PowerOffToDestroyed, CreatedToCloneRequest,
+		ClaimPhaseSeconds, ClaimsStuck, ClaimTransitions, ClaimErrors, ReservationsRejected, PowerOffToDestroyed, CreatedToCloneRequest,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
 		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved,
 	)

@@ -85,6 +85,7 @@ func (c *fakeCI) GetJob(context.Context, string, int64) (workload.Job, error) {
 	return workload.Job{}, errUnused
 }
 func (c *fakeCI) CancelRun(context.Context, string, int64) error { return errUnused }
+func (c *fakeCI) VerifyScope(context.Context) error              { return errUnused }
 
 func (c *fakeCI) ListRunners(_ context.Context, prefix string) ([]workload.Runner, error) {
 	c.mu.Lock()

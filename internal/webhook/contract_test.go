@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -171,6 +172,7 @@ func (c *contract) run(i int) {
 			},
 		}
 		c.create(p)
+		c.markScopeVerified(p, tmpl)
 		return p
 	}
 	jobLabels := ex.WorkflowJob.Labels
@@ -297,8 +299,25 @@ func (c *contract) send(deliveryID string) {
 	}
 }
 
+// markScopeVerified records in p's status what the RunnerPool controller
+// records once its template's credentials reach its scope: routing only
+// considers such pools.
+func (c *contract) markScopeVerified(p *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) {
+	c.t.Helper()
+	scope, ok := demand.PoolScope(p.Spec.Workload.GitHub, &tmpl.Spec.Bootstrap.GitHub)
+	if !ok {
+		c.t.Fatalf("pool %s has no scope", p.Name)
+	}
+	p.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: scope.String(), Template: tmpl.Name, Credentials: demand.CredentialsKey(tmpl), VerifiedAt: metav1.Now()}
+	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: metav1.ConditionTrue,
+		Reason: hfv1.ScopeVerifiedReason, Message: "test", ObservedGeneration: p.Generation})
+	if err := c.c.Status().Update(c.ctx, p); err != nil {
+		c.t.Fatalf("mark RunnerPool %s verified: %v", p.Name, err)
+	}
+}
+
 // waitCandidates waits until the router (on the cache) sees exactly the
-// named pools of ns.
+// named pools of ns, verified.
 func (c *contract) waitCandidates(ns string, names ...string) {
 	c.t.Helper()
 	var got []string
@@ -310,7 +329,7 @@ func (c *contract) waitCandidates(ns string, names ...string) {
 		}
 		got = got[:0]
 		for _, cand := range cands {
-			if cand.Pool.Namespace == ns {
+			if cand.Pool.Namespace == ns && cand.Verified {
 				got = append(got, cand.Pool.Name)
 			}
 		}

@@ -28,6 +28,9 @@ const (
 	OutcomeUnmatched  = "unmatched"
 	OutcomeOutOfScope = "out_of_scope"
 	OutcomeError      = "error"
+	// OutcomeAmbiguous: equally specific verified pools covered the job;
+	// none scaled (see internal/demand).
+	OutcomeAmbiguous = "ambiguous"
 )
 
 var (

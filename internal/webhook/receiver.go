@@ -472,6 +472,19 @@ func (r *Receiver) routeAndRecord(ctx context.Context, it item, log logr.Logger)
 	if err != nil {
 		return false, fmt.Errorf("routing: %w", err)
 	}
+	if len(dec.Ambiguous) > 0 {
+		jobsRoutedTotal.WithLabelValues(OutcomeAmbiguous).Inc()
+		log.Info("equally specific RunnerPools cover the job; none scales for it", "pools", len(dec.Ambiguous))
+		if ev.Job.State == workload.JobQueued {
+			r.warnAmbiguous(ev.Job, dec.Ambiguous)
+		}
+		return true, nil
+	}
+	if dec.Pool == nil && dec.Pending > 0 {
+		// A pool created (or edited) just before its job: retried while
+		// its scope check completes (docs/security.md).
+		return false, fmt.Errorf("%d RunnerPools covering the job have not had their scope verified yet", dec.Pending)
+	}
 	if dec.Pool == nil {
 		if !dec.InScope() {
 			jobsRoutedTotal.WithLabelValues(OutcomeOutOfScope).Inc()
@@ -509,6 +522,28 @@ func (r *Receiver) warnUnmatched(job workload.Job, unmatched []demand.Mismatch) 
 		r.opts.Events.Eventf(pool, corev1.EventTypeWarning, ReasonNoMatchingRunnerPool,
 			"queued job %d of %s (runs-on: %s) matches no RunnerPool; this pool's runners lack: %s",
 			job.ID, job.Repository, labelList(job.Labels), labelList(m.Missing))
+	}
+}
+
+// warnAmbiguous tells each of the equally specific pools that covered a
+// queued job that none of them scaled for it, and which pools tie.
+func (r *Receiver) warnAmbiguous(job workload.Job, tied []demand.Candidate) {
+	if r.opts.Events == nil {
+		return
+	}
+	names := make([]string, 0, len(tied))
+	for _, c := range tied {
+		names = append(names, c.Pool.String())
+	}
+	for _, c := range tied {
+		pool := &hfv1.RunnerPool{
+			TypeMeta:   metav1.TypeMeta{APIVersion: hfv1.GroupVersion.String(), Kind: "RunnerPool"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: c.Pool.Namespace, Name: c.Pool.Name, UID: c.UID},
+		}
+		r.opts.Events.Eventf(pool, corev1.EventTypeWarning, hfv1.AmbiguousJobRoutingReason,
+			"queued job %d of %s (runs-on: %s) is covered as specifically by RunnerPools %s; none scales for it. "+
+				"Give the pools distinct labels (spec.workload.github.labels) or scopes (spec.workload.github.repository)",
+			job.ID, job.Repository, labelList(job.Labels), labelList(names))
 	}
 }
 

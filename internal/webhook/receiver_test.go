@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
@@ -470,6 +472,65 @@ func TestReceiverUnmatched(t *testing.T) {
 	}
 	if h.rec.count() != 0 {
 		t.Fatal("an unmatched job was recorded")
+	}
+}
+
+// TestReceiverAmbiguous: a job covered as specifically by several pools is
+// recorded for none of them; each queued one is explained on every tied pool.
+func TestReceiverAmbiguous(t *testing.T) {
+	tied := []demand.Candidate{
+		{Pool: types.NamespacedName{Namespace: "aaa", Name: "grab"}, UID: "u1", Verified: true},
+		{Pool: types.NamespacedName{Namespace: "team", Name: "cpu"}, UID: "u2", Verified: true},
+	}
+	router := &fakeRouter{route: func(context.Context, workload.Job) (demand.Decision, error) {
+		return demand.Decision{Ambiguous: tied}, nil
+	}}
+	h := newHarness(t, router, nil)
+	before := metricValue(jobsRoutedTotal.WithLabelValues(OutcomeAmbiguous))
+	for i, action := range []string{"queued", "in_progress"} {
+		if w := h.serve(delivery(fmt.Sprintf("a-%d", i), "workflow_job", jobBody(int64(i+1), action))); w.Code != http.StatusAccepted {
+			t.Fatalf("status %d", w.Code)
+		}
+	}
+	waitFor(t, func() bool { return metricValue(jobsRoutedTotal.WithLabelValues(OutcomeAmbiguous)) == before+2 })
+	h.stop()
+	var events []string
+	for len(h.events.Events) > 0 {
+		events = append(events, <-h.events.Events)
+	}
+	if len(events) != 2 {
+		t.Fatalf("events: %q", events)
+	}
+	for _, e := range events {
+		if !strings.HasPrefix(e, "Warning "+hfv1.AmbiguousJobRoutingReason) || !strings.Contains(e, "job 1 of octo/app") ||
+			!strings.Contains(e, "aaa/grab, team/cpu") {
+			t.Fatalf("event %q", e)
+		}
+	}
+	if h.rec.count() != 0 {
+		t.Fatal("an ambiguous job was recorded")
+	}
+}
+
+// TestReceiverRetriesWhilePoolsAreBeingVerified: a job whose covering pool
+// is still having its scope checked is routed again, and recorded once the
+// pool is verified.
+func TestReceiverRetriesWhilePoolsAreBeingVerified(t *testing.T) {
+	var calls atomic.Int32
+	router := &fakeRouter{route: func(context.Context, workload.Job) (demand.Decision, error) {
+		if calls.Add(1) < 3 {
+			return demand.Decision{Pending: 1, Unverified: 1}, nil
+		}
+		return demand.Decision{Pool: &demand.Candidate{Pool: types.NamespacedName{Namespace: "team", Name: "new"}, Verified: true}}, nil
+	}}
+	h := newHarness(t, router, nil)
+	if w := h.serve(delivery("p-1", "workflow_job", jobBody(1, "queued"))); w.Code != http.StatusAccepted {
+		t.Fatalf("status %d", w.Code)
+	}
+	h.rec.wait(t)
+	h.stop()
+	if n := calls.Load(); n != 3 || h.rec.count() != 1 {
+		t.Fatalf("%d routing attempts, %d recorded; want 3 and 1", n, h.rec.count())
 	}
 }
 

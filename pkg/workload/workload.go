@@ -202,6 +202,15 @@ type Provider interface {
 	JobReader
 	// Scope is where this provider registers runners.
 	Scope() Scope
+	// VerifyScope checks that the credentials can manage runners in
+	// Scope(): the scope exists, the credentials can see it, and they hold
+	// the permission that issuing a runner credential there needs. It
+	// returns an error wrapping ErrNotFound (scope absent or invisible to
+	// these credentials) or ErrUnauthorized (rejected credentials or a
+	// missing permission) when they cannot, and ErrUnavailable or a
+	// *RateLimitError when the platform could not answer. A pool whose
+	// scope does not verify must not receive jobs (docs/security.md).
+	VerifyScope(ctx context.Context) error
 	// IssueCredential issues the single-use credential of one runner. For
 	// MethodJIT it registers the runner; a name already taken returns
 	// ErrNameTaken.

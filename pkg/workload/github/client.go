@@ -81,6 +81,9 @@ type Provider struct {
 	client *gh.Client
 	gate   *rateGate
 	clock  clock.PassiveClock
+	// app is the installation transport of an App provider (nil for a
+	// PAT): it knows the permissions the installation token was granted.
+	app *ghinstallation.Transport
 
 	mu     sync.Mutex
 	groups map[string]int64
@@ -119,6 +122,7 @@ func New(cfg Config) (*Provider, error) {
 	}
 
 	var authed http.RoundTripper = cfg.Transport
+	var app *ghinstallation.Transport
 	if cfg.App != nil {
 		// ghinstallation caches the installation token and fetches a new
 		// one a minute before it expires; the token never leaves this
@@ -128,7 +132,7 @@ func New(cfg Config) (*Provider, error) {
 			return nil, fmt.Errorf("github: App private key: %w", err)
 		}
 		itr.BaseURL = strings.TrimSuffix(base.String(), "/")
-		authed = itr
+		authed, app = itr, itr
 	}
 	gate := &rateGate{next: authed, clock: cfg.Clock, reserve: cfg.Reserve, observe: cfg.ObserveRate}
 	var rt http.RoundTripper = gate
@@ -148,7 +152,7 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("github: client: %w", err)
 	}
-	return &Provider{cfg: cfg, client: client, gate: gate, clock: cfg.Clock, groups: map[string]int64{}, runnerPackages: map[string]cachedPackage{}}, nil
+	return &Provider{cfg: cfg, client: client, gate: gate, clock: cfg.Clock, app: app, groups: map[string]int64{}, runnerPackages: map[string]cachedPackage{}}, nil
 }
 
 // Scope implements workload.Provider.

@@ -1,0 +1,157 @@
+package controller
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/scaling"
+)
+
+// attemptOf is what a claim tells the replacement backoff: its runner came
+// online (success), or it failed or ended before that (failure). False
+// while it is still on its way, and for claims ended for reasons that say
+// nothing about whether VMs work (scale-down, drift replacement, deletion
+// by hand, orphaned).
+func attemptOf(c *hfv1.MachineClaim) (scaling.Attempt, bool) {
+	a := scaling.Attempt{ID: string(c.UID)}
+	pt := c.Status.PhaseTimes
+	switch {
+	case pt != nil && pt.Ready != nil:
+		a.At = pt.Ready.Time
+		return a, true
+	case c.Status.Bootstrap != nil && c.Status.Bootstrap.RegisteredAt != nil:
+		a.At = c.Status.Bootstrap.RegisteredAt.Time
+		return a, true
+	case pt != nil && pt.Failed != nil:
+		a.At = pt.Failed.Time
+	default:
+		switch outcomeOf(c) {
+		case scaling.PoweredOff, scaling.BootstrapTimeout, scaling.Failed:
+		default:
+			return a, false
+		}
+		switch {
+		case pt != nil && pt.Terminating != nil:
+			a.At = pt.Terminating.Time
+		case pt != nil && pt.Finished != nil:
+			a.At = pt.Finished.Time
+		default:
+			return a, false
+		}
+	}
+	a.Failed, a.Reason = true, truncate(fmt.Sprintf("MachineClaim %s: %s", c.Name, failureOf(c)), 1000)
+	return a, true
+}
+
+// failureOf says why a claim failed, from what it recorded.
+func failureOf(c *hfv1.MachineClaim) string {
+	if r := c.Status.TerminationReason; r != "" {
+		return r
+	}
+	if r := c.Annotations[hfv1.FailReasonAnnotation]; r != "" {
+		return r
+	}
+	for _, t := range []string{hfv1.ReadyCondition, hfv1.MachineClaimProvisionedCondition} {
+		if cond := meta.FindStatusCondition(c.Status.Conditions, t); cond != nil && cond.Status == metav1.ConditionFalse {
+			return cond.Reason + ": " + cond.Message
+		}
+	}
+	return "failed before its runner came online"
+}
+
+// backoffState reads the pool's status into the rule's state.
+func backoffState(st *hfv1.ReplacementBackoff) scaling.BackoffState {
+	var s scaling.BackoffState
+	if st == nil {
+		return s
+	}
+	s.Failures, s.LastFailure, s.Counted = int(st.ConsecutiveFailures), st.LastFailure, st.CountedClaims
+	if st.LastFailureTime != nil {
+		s.LastFailureTime = st.LastFailureTime.Time
+	}
+	if st.NextAttemptTime != nil {
+		s.NextAttempt = st.NextAttemptTime.Time
+	}
+	if st.ObservedThrough != nil {
+		s.ObservedThrough = st.ObservedThrough.Time
+	}
+	return s
+}
+
+// backoffStatus writes the rule's state back; nil before any outcome.
+func backoffStatus(s scaling.BackoffState) *hfv1.ReplacementBackoff {
+	if s.ObservedThrough.IsZero() {
+		return nil
+	}
+	t := func(v time.Time) *metav1.Time {
+		if v.IsZero() {
+			return nil
+		}
+		return &metav1.Time{Time: v}
+	}
+	return &hfv1.ReplacementBackoff{
+		ConsecutiveFailures: int32(min(s.Failures, 1<<30)), LastFailure: s.LastFailure,
+		LastFailureTime: t(s.LastFailureTime), NextAttemptTime: t(s.NextAttempt),
+		ObservedThrough: t(s.ObservedThrough), CountedClaims: s.Counted[max(0, len(s.Counted)-64):],
+	}
+}
+
+// observeAttempts counts the outcomes of the pool's claims into
+// status.replacementBackoff (it lives in status so that a restarted
+// operator keeps waiting) and sets the ReplacementBackoff condition.
+func (r *RunnerPoolReconciler) observeAttempts(v *poolView) {
+	pc := v.claims
+	var attempts []scaling.Attempt
+	for _, list := range [][]*hfv1.MachineClaim{pc.starting, pc.idle, pc.busy, pc.terminating, pc.retained, pc.finished} {
+		for _, c := range list {
+			if a, ok := attemptOf(c); ok {
+				attempts = append(attempts, a)
+			}
+		}
+	}
+	st := &v.pool.Status
+	state, _ := r.Backoff.Observe(backoffState(st.ReplacementBackoff), attempts)
+	v.backoff = state
+	st.ReplacementBackoff = backoffStatus(state)
+
+	conds := &st.Conditions
+	if state.Failures < r.Backoff.Threshold || r.Backoff.Threshold <= 0 {
+		msg := "Replacements are created at once"
+		if state.Failures > 0 {
+			msg = fmt.Sprintf("%d claims in a row failed before their runner came online (backoff from %d); last: %s", state.Failures, r.Backoff.Threshold, state.LastFailure)
+		}
+		setCondition(conds, v.pool.Generation, hfv1.RunnerPoolReplacementBackoffCondition, metav1.ConditionFalse, hfv1.NoRecentFailuresReason, msg)
+		return
+	}
+	msg := fmt.Sprintf("%d claims in a row failed before their runner came online; the last at %s: %s. Next replacement at %s, one at a time (the wait starts at %s and doubles per failure up to %s); a claim whose runner comes online resets this",
+		state.Failures, state.LastFailureTime.UTC().Format(time.RFC3339), state.LastFailure, state.NextAttempt.UTC().Format(time.RFC3339), r.Backoff.Base, r.Backoff.Cap)
+	if old := meta.FindStatusCondition(*conds, hfv1.RunnerPoolReplacementBackoffCondition); old == nil || old.Status != metav1.ConditionTrue {
+		r.Recorder.Event(v.pool, corev1.EventTypeWarning, hfv1.RunnerPoolReplacementBackoffCondition, msg)
+	}
+	setCondition(conds, v.pool.Generation, hfv1.RunnerPoolReplacementBackoffCondition, metav1.ConditionTrue, hfv1.ConsecutiveFailuresReason, msg)
+}
+
+// allowedCreations bounds the claims this pass may create: all of want
+// outside backoff; in backoff none before the next attempt time, then one
+// at a time (a probe), and none while an earlier one is still starting.
+func (r *RunnerPoolReconciler) allowedCreations(v *poolView, want int) int {
+	if r.Backoff.Threshold <= 0 || v.backoff.Failures < r.Backoff.Threshold {
+		return want
+	}
+	if next, waiting := v.backoff.Waiting(v.now); waiting {
+		v.wake(next.Sub(v.now))
+		v.backoffHeld = want
+		return 0
+	}
+	if v.remaining(v.claims.starting) > 0 {
+		v.backoffHeld = want
+		return 0
+	}
+	v.backoffHeld = want - min(want, 1)
+	return min(want, 1)
+}

@@ -1,0 +1,90 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/scaling"
+)
+
+func TestAttemptOf(t *testing.T) {
+	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: unitEpoch.Add(d)} }
+	tests := []struct {
+		name       string
+		mut        func(*hfv1.MachineClaim)
+		wantOK     bool
+		wantFailed bool
+		wantAt     time.Duration
+		wantReason string
+	}{
+		{"starting: undecided", func(c *hfv1.MachineClaim) {
+			c.Status.Phase, c.Status.PhaseTimes = hfv1.MachineClaimProvisioning, &hfv1.PhaseTimes{Provisioning: at(0)}
+		}, false, false, 0, ""},
+		{"runner online: success", func(c *hfv1.MachineClaim) {
+			c.Status.Phase, c.Status.PhaseTimes = hfv1.MachineClaimReady, &hfv1.PhaseTimes{Ready: at(time.Minute)}
+		}, true, false, time.Minute, ""},
+		{"finished after its job: success at Ready", func(c *hfv1.MachineClaim) {
+			c.Status.Phase, c.Status.PhaseTimes = hfv1.MachineClaimFinished, &hfv1.PhaseTimes{Ready: at(time.Minute), Finished: at(time.Hour)}
+			c.Status.TerminationReason = "job_completed: done"
+		}, true, false, time.Minute, ""},
+		{"failed", func(c *hfv1.MachineClaim) {
+			c.Status.Phase, c.Status.PhaseTimes = hfv1.MachineClaimFailed, &hfv1.PhaseTimes{Failed: at(2 * time.Minute)}
+			c.Annotations = map[string]string{hfv1.FailReasonAnnotation: "bootstrap_timeout: the runner did not come online"}
+		}, true, true, 2 * time.Minute, "bootstrap_timeout"},
+		{"powered off before its runner came online", func(c *hfv1.MachineClaim) {
+			c.Status.Phase, c.Status.PhaseTimes = hfv1.MachineClaimTerminating, &hfv1.PhaseTimes{Terminating: at(3 * time.Minute)}
+			c.Status.TerminationReason = "VMPoweredOff: VM 1000 powered off before it was ready"
+		}, true, true, 3 * time.Minute, "VMPoweredOff"},
+		{"removed by drift replacement: not counted", func(c *hfv1.MachineClaim) {
+			c.Status.Phase, c.Status.PhaseTimes = hfv1.MachineClaimFinished, &hfv1.PhaseTimes{Finished: at(time.Minute)}
+			c.Status.TerminationReason = "drift_replaced: built from an older template"
+		}, false, false, 0, ""},
+		{"deleted by hand while starting: not counted", func(c *hfv1.MachineClaim) {
+			c.Status.Phase, c.Status.PhaseTimes = hfv1.MachineClaimTerminating, &hfv1.PhaseTimes{Terminating: at(time.Minute)}
+		}, false, false, 0, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := unitClaim("c", 0, tc.mut)
+			a, ok := attemptOf(&c)
+			if ok != tc.wantOK || a.Failed != tc.wantFailed || (ok && !a.At.Equal(unitEpoch.Add(tc.wantAt))) || !strings.Contains(a.Reason, tc.wantReason) {
+				t.Fatalf("attemptOf = %+v, %v", a, ok)
+			}
+			if ok && a.Failed && !strings.HasPrefix(a.Reason, "MachineClaim c: ") {
+				t.Fatalf("reason %q does not name the claim", a.Reason)
+			}
+		})
+	}
+}
+
+// TestBackoffSurvivesStatus: the state written to status.replacementBackoff
+// and read back (a restarted operator) keeps the wait, and the claims shown
+// again are not counted again.
+func TestBackoffSurvivesStatus(t *testing.T) {
+	b := scaling.DefaultBackoff()
+	var attempts []scaling.Attempt
+	for i, id := range []string{"a", "b", "c"} {
+		attempts = append(attempts, scaling.Attempt{ID: id, At: unitEpoch.Add(time.Duration(i) * time.Second), Failed: true, Reason: "MachineClaim " + id + ": VMPoweredOff"})
+	}
+	s, _ := b.Observe(scaling.BackoffState{}, attempts)
+	st := backoffStatus(s)
+	if st == nil || st.ConsecutiveFailures != 3 || st.NextAttemptTime == nil || !st.NextAttemptTime.Time.Equal(unitEpoch.Add(2*time.Second+30*time.Second)) ||
+		st.LastFailure != "MachineClaim c: VMPoweredOff" {
+		t.Fatalf("status %+v", st)
+	}
+	restored := backoffState(st)
+	again, n := b.Observe(restored, attempts)
+	if n != 0 || again.Failures != 3 {
+		t.Fatalf("after a restart the same claims counted %d more: %+v", n, again)
+	}
+	if _, waiting := again.Waiting(unitEpoch.Add(10 * time.Second)); !waiting {
+		t.Fatal("a restarted operator does not keep waiting")
+	}
+	if backoffStatus(scaling.BackoffState{}) != nil {
+		t.Fatal("a pool without outcomes gets a replacementBackoff status")
+	}
+}

@@ -1,0 +1,162 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/demand"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+// ScopeVerifier checks that a pool's template credentials can manage
+// runners in the pool's scope (workload.Provider.VerifyScope). Routing
+// gives jobs only to pools it verified (docs/security.md).
+type ScopeVerifier interface {
+	VerifyPoolScope(ctx context.Context, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) error
+}
+
+const (
+	// scopeRecheck is how long a verification stands: credentials rotated
+	// to another account, or an App removed from a repository, stop
+	// routing within it.
+	scopeRecheck = 10 * time.Minute
+	// scopeRetry is the next check after one that could not be made.
+	scopeRetry = 30 * time.Second
+)
+
+// VerifyPoolScope implements ScopeVerifier with the pool's GitHub
+// provider (its scope, its template's credentials).
+func (b *GitHubBootstrap) VerifyPoolScope(ctx context.Context, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) error {
+	p, _, err := b.PoolProvider(ctx, pool, tmpl)
+	if err != nil {
+		return err
+	}
+	return p.VerifyScope(ctx)
+}
+
+// verifyScope sets the pool's ScopeVerified condition and v.scopeVerified.
+// Only GitHub Actions pools have a scope; a verification stands while the
+// pool's scope, its template and the template's credentials are those it was
+// made for, and for scopeRecheck.
+func (r *RunnerPoolReconciler) verifyScope(ctx context.Context, v *poolView) {
+	pool := v.pool
+	st := &pool.Status
+	if pool.Spec.Workload.Type != hfv1.WorkloadGitHubActions || pool.Spec.Workload.GitHub == nil {
+		v.scopeVerified = true
+		meta.RemoveStatusCondition(&st.Conditions, hfv1.RunnerPoolScopeVerifiedCondition)
+		st.ScopeVerification = nil
+		return
+	}
+	if v.tmpl == nil {
+		r.scopeNotVerified(v, hfv1.TemplateNotReadyReason, fmt.Sprintf("spec.templateRef: HypervisorMachineTemplate %s does not exist; the pool's scope is checked with its credentials once it does", pool.Spec.TemplateRef.Name))
+		return
+	}
+	scope, ok := demand.PoolScope(pool.Spec.Workload.GitHub, &v.tmpl.Spec.Bootstrap.GitHub)
+	if !ok {
+		r.scopeNotVerified(v, hfv1.ScopeNotReachableReason, fmt.Sprintf("neither spec.workload.github (repository or organization) nor spec.bootstrap.github of HypervisorMachineTemplate %s names a scope; set one", v.tmpl.Name))
+		return
+	}
+	verifiedBefore := verificationMatches(pool, v.tmpl, scope)
+	if verifiedBefore && v.now.Before(st.ScopeVerification.VerifiedAt.Add(scopeRecheck)) {
+		// Re-stamped for the current generation: a spec change that
+		// kept the scope (maxReplicas, labels) keeps the verification.
+		r.scopeVerified(v, scope)
+		v.wake(st.ScopeVerification.VerifiedAt.Add(scopeRecheck).Sub(v.now))
+		return
+	}
+	if r.Scopes == nil {
+		r.scopeNotVerified(v, hfv1.ScopeCheckFailedReason, "the manager has no CI platform to check spec.workload.github's scope with; no pool receives jobs without that check")
+		return
+	}
+	err := r.Scopes.VerifyPoolScope(ctx, pool, v.tmpl)
+	if err == nil {
+		st.ScopeVerification = &hfv1.ScopeVerification{Scope: scope.String(), Template: v.tmpl.Name, Credentials: demand.CredentialsKey(v.tmpl), VerifiedAt: metav1.Time{Time: v.now}}
+		r.scopeVerified(v, scope)
+		v.wake(scopeRecheck)
+		return
+	}
+	if wait, transient := scopeCheckTransient(err, v.now); transient {
+		// One check that could not be made is no evidence against an
+		// earlier one for the same scope and credentials.
+		v.wake(wait)
+		if verifiedBefore {
+			ctrl.LoggerFrom(ctx).Info("Could not check the pool's scope again; keeping the earlier verification", "scope", scope.String(), "error", err.Error())
+			r.scopeVerified(v, scope)
+			return
+		}
+		r.scopeNotVerified(v, hfv1.ScopeCheckFailedReason, fmt.Sprintf("could not check that the credentials of HypervisorMachineTemplate %s manage runners in %s (%s); retrying", v.tmpl.Name, scope, err))
+		return
+	}
+	st.ScopeVerification = nil
+	r.scopeNotVerified(v, hfv1.ScopeNotReachableReason, fmt.Sprintf(
+		"%s (%s): the credentials of HypervisorMachineTemplate %s (spec.bootstrap.github.credentials) cannot manage runners there: %s. "+
+			"Give the template credentials for that scope or name a scope they reach; until then the pool receives no jobs and creates no VMs",
+		scopeField(pool), scope, v.tmpl.Name, err))
+	v.wake(scopeRetry)
+}
+
+// verificationMatches reports whether status.scopeVerification and a True
+// ScopeVerified condition (of any generation) are for scope with tmpl as
+// it is now.
+func verificationMatches(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate, scope workload.Scope) bool {
+	stamped := pool.DeepCopy()
+	if c := meta.FindStatusCondition(stamped.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition); c != nil {
+		c.ObservedGeneration = stamped.Generation
+	}
+	return demand.ScopeVerified(stamped, tmpl, scope)
+}
+
+func (r *RunnerPoolReconciler) scopeVerified(v *poolView, scope workload.Scope) {
+	v.scopeVerified = true
+	setCondition(&v.pool.Status.Conditions, v.pool.Generation, hfv1.RunnerPoolScopeVerifiedCondition, metav1.ConditionTrue, hfv1.ScopeVerifiedReason,
+		fmt.Sprintf("The credentials of HypervisorMachineTemplate %s manage runners in %s", v.tmpl.Name, scope))
+}
+
+// scopeNotVerified sets ScopeVerified False, with a warning event when the
+// reason is new.
+func (r *RunnerPoolReconciler) scopeNotVerified(v *poolView, reason, msg string) {
+	v.scopeVerified = false
+	conds := &v.pool.Status.Conditions
+	if old := meta.FindStatusCondition(*conds, hfv1.RunnerPoolScopeVerifiedCondition); old == nil || old.Status != metav1.ConditionFalse || old.Reason != reason {
+		r.Recorder.Event(v.pool, corev1.EventTypeWarning, reason, msg)
+	}
+	setCondition(conds, v.pool.Generation, hfv1.RunnerPoolScopeVerifiedCondition, metav1.ConditionFalse, reason, msg)
+}
+
+// scopeCheckTransient reports whether a failed check says nothing about
+// the credentials (rate limit, platform unavailable, a read that failed),
+// and when to check again.
+func scopeCheckTransient(err error, now time.Time) (time.Duration, bool) {
+	if wait, limited := retryAfterWorkload(err, now); limited {
+		return max(wait, time.Second), true
+	}
+	var classified *provider.Error
+	switch {
+	case errors.Is(err, workload.ErrUnavailable):
+		return scopeRetry, true
+	case errors.As(err, &classified), errors.Is(err, workload.ErrNotFound), errors.Is(err, workload.ErrUnauthorized),
+		errors.Is(err, workload.ErrInvalidRequest), errors.Is(err, errSecretMissing):
+		return 0, false
+	}
+	return scopeRetry, true
+}
+
+// scopeField names the field the pool's scope comes from.
+func scopeField(pool *hfv1.RunnerPool) string {
+	switch gh := pool.Spec.Workload.GitHub; {
+	case gh.Repository != "":
+		return "spec.workload.github.repository"
+	case gh.Organization != "":
+		return "spec.workload.github.organization"
+	}
+	return "the template's spec.bootstrap.github scope"
+}
