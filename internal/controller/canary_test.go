@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -140,8 +141,9 @@ func TestCanaryScanFindsLeaks(t *testing.T) {
 	op := startOperator(t, operatorOptions{})
 	f := newFixture(t, sim, nil)
 	c := f.newClaim("leaky")
+	patch := client.MergeFrom(c.DeepCopy())
 	c.Annotations = map[string]string{"note": "token " + simTokenSecret}
-	if err := env.Client.Update(context.Background(), c); err != nil {
+	if err := env.Client.Patch(context.Background(), c, patch); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(op.logs, "oops %s\n", testGitHubPAT)

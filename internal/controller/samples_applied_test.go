@@ -131,6 +131,9 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), u) })
 	}
 
+	if len(applied) < 10 {
+		t.Fatalf("applied %d samples from config/samples, want every one", len(applied))
+	}
 	for _, u := range applied {
 		want := hfv1.ReadyCondition
 		if u.GetKind() == "MachineClaim" {

@@ -95,7 +95,7 @@ func TestOrphanSweeperFindsUnconfiguredClonesAndStrayISOs(t *testing.T) {
 	waitClusterReady(t, f.cluster, "True")
 
 	ghost := ownership.Record{Namespace: f.namespace, Name: "ghost", UID: "00000000-dead-beef-0000-000000000007", VMID: 1700, CreatedAt: time.Now().Add(-time.Hour)}
-	cloneByHand(t, sim, 1700, url.Values{"name": {testSigner.VMName(1700)}, "description": {testSigner.Description("", ghost)}})
+	cloneByHand(t, sim, 1700, url.Values{"name": {testSigner.VMName(1700)}, "description": {f.signer().Description("", ghost)}})
 	cloneByHand(t, sim, 1703, url.Values{"name": {testSigner.VMName(1703)}})
 	stray := fmt.Sprintf("hf-%s-1701-%s.iso", testSigner.OperatorID(), provider.OwnerDigest(ghost.UID))
 	foreign := []string{fmt.Sprintf("hf-elsewhere-1702-%s.iso", provider.OwnerDigest(ghost.UID)), "debian-12-netinst.iso"}
