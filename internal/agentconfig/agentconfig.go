@@ -9,8 +9,9 @@
 // library only, so the agent, which should stay a small static binary with
 // few dependencies, can import it without pulling in Kubernetes libraries.
 //
-// What the file holds follows DESIGN decision 4: only single-use,
-// short-lived material ever enters a VM. In direct mode that is a GitHub
+// What the file holds follows docs/architecture.md, "Single-use credentials
+// only": only single-use, short-lived material ever enters a VM. In direct
+// mode that is a GitHub
 // just-in-time runner configuration or a registration token; in broker mode
 // it is only a SPIRE join token (or nothing, with TPM attestation) and the
 // trust bundle, and the agent fetches its runner credential at the last

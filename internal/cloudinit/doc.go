@@ -9,8 +9,8 @@
 // same VM. The package merges the two without either losing anything:
 // the user's lists are kept and the operator's appended so the agent starts
 // last, and a key both sides want is an error named for the user instead of
-// a silent override (seed 000 Property 5). docs/cloud-init.md states the
-// rules for users.
+// a silent override (docs/architecture.md, "Cloud-init on a NoCloud ISO").
+// docs/cloud-init.md states the rules for users.
 //
 // Templates are Go text/templates over Vars, rendered in the operator's
 // process from tenant-written text; the package therefore refuses template
@@ -18,7 +18,7 @@
 //
 // Vars.Canonical zeroes every per-VM value so that rendering gives the same
 // bytes for every VM of one template: the input of the template drift hash
-// (DESIGN decision 11).
+// (docs/architecture.md, "Template drift hash").
 //
 // Every rendered document is checked in tests by Debian's cloud-init (its
 // schema validator, its user-data processor and its network-config

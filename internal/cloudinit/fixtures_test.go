@@ -328,10 +328,10 @@ echo {{ .RunnerName }} > /etc/runner-name
 --USERBOUNDARY--
 `
 
-// seedUserData joins seed 000's userData templates (the
-// HypervisorMachineTemplate example, the "Cloud-Init Download" strategy and
-// the network example) to show that every variable and function they use
-// renders.
+// seedUserData joins userData templates of the kinds users bring (a
+// HypervisorMachineTemplate example, a template that downloads the agent
+// itself at boot, and a network example) to show that every variable and
+// function they use renders.
 const seedUserData = `#cloud-config
 packages:
   - docker.io

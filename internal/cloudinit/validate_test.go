@@ -32,7 +32,8 @@ import (
 
 // cloudInit finds the cloud-init command and the Python interpreter it runs
 // on. A missing cloud-init fails the test: rendered output must pass the
-// real validator (DESIGN decision 3).
+// real validator, since only cloud-init's own parser says what a VM will do
+// with the seed (docs/architecture.md, "Cloud-init on a NoCloud ISO").
 func cloudInit(t *testing.T) (bin, python string) {
 	t.Helper()
 	bin, err := exec.LookPath("cloud-init")

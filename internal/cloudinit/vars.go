@@ -157,9 +157,9 @@ type Vars struct {
 	// on its own schedule, not with the template.
 	AgentCA string
 
-	// BootstrapServiceURL is where a template may download the agent from
-	// (seed 000 "Strategy 2"): with agentSource Operator the agent server's
-	// directory of binaries, such as
+	// BootstrapServiceURL is where a template that downloads the agent
+	// itself at boot fetches it from: with agentSource Operator the agent
+	// server's directory of binaries, such as
 	// https://hyperfleet-agent.hyperfleet-system.svc:9443/agent/v1, holding
 	// hyperfleet-agent-linux-amd64 and its .sha256. HyperFleet's own
 	// cloud-config uses AgentDownloadURL instead.
@@ -195,9 +195,10 @@ type RunnerConfig struct {
 	Arch string
 }
 
-// DownloadUrl is DownloadURL under the name seed 000's templates use.
+// DownloadUrl is DownloadURL under the spelling existing templates use
+// ({{ .RunnerConfig.DownloadUrl }}, docs/cloud-init.md "Variables").
 //
-//nolint:revive,staticcheck // the spelling is the seed's template variable name
+//nolint:revive,staticcheck // users' templates already use this spelling
 func (r RunnerConfig) DownloadUrl() string { return r.DownloadURL }
 
 // List is a list of strings that prints as a JSON array, so that
@@ -252,7 +253,8 @@ func (b Bytes) String() string { return fmt.Sprintf("<%d bytes; use base64>", le
 // RunnerGroup and ExpiresAt. What remains is the same for every VM of one
 // template, so rendering the canonical vars gives identical bytes for all of
 // them and the bytes change only when something that shapes the VMs changes
-// (DESIGN decision 11). Render accepts canonical vars with the per-VM values
+// (docs/architecture.md, "Template drift hash"). Render accepts canonical
+// vars with the per-VM values
 // empty.
 func (v Vars) Canonical() Vars {
 	v.Hostname = ""

@@ -32,7 +32,8 @@ import (
 )
 
 // BenchmarkOperator1000Claims measures the operator with 1,000 active
-// claims over 10 HypervisorClusters (DESIGN.md targets):
+// claims over 10 HypervisorClusters (targets: docs/architecture.md,
+// "Performance targets"):
 //
 //   - overhead-p50/p99-ms: a new claim created -> its clone request
 //     reaching the hypervisor, with 1,000 claims active (target p99 <

@@ -189,7 +189,8 @@ func setAgentVars(tmpl *hfv1.HypervisorMachineTemplate, agent AgentLocator, v *c
 	}
 	v.AgentDownloadURL, v.AgentSHA256, v.AgentCA = u, sum, agent.CA()
 	// The directory of the binaries, for templates that fetch files of
-	// their own from it (seed 000's {{ .BootstrapServiceURL }}/<file>).
+	// their own from it ({{ .BootstrapServiceURL }}/<file>, docs/cloud-init.md
+	// "Variables").
 	if parsed, err := url.Parse(u); err == nil {
 		parsed.RawQuery = ""
 		parsed.Path = path.Dir(parsed.Path)

@@ -47,7 +47,8 @@ const (
 
 // HypervisorClusterReconciler connects to each HypervisorCluster, reports
 // its health, nodes and capacity, and polls its VM list once per interval
-// for shutdown detection and the orphan sweep (DESIGN.md decision 7).
+// for shutdown detection and the orphan sweep (docs/architecture.md,
+// "Polling O(clusters)").
 type HypervisorClusterReconciler struct {
 	Client   client.Client
 	Registry *hypervisors.Registry

@@ -132,7 +132,7 @@ func TestNamespaceNotAllowed(t *testing.T) {
 }
 
 // TestClustersAreIndependent: one cluster going down pauses only its own
-// claims (seed Properties 1, 2).
+// claims (docs/architecture.md, "Polling O(clusters)").
 func TestClustersAreIndependent(t *testing.T) {
 	longScenario(t)
 	down, up := startSim(t, nil), startSim(t, nil)

@@ -30,7 +30,8 @@ import (
 )
 
 // HypervisorMachineTemplateReconciler validates each template against its
-// cluster and computes its drift hash (seed 003).
+// cluster and computes its drift hash (docs/architecture.md, "Template
+// drift hash").
 type HypervisorMachineTemplateReconciler struct {
 	Client   client.Client
 	Registry *hypervisors.Registry

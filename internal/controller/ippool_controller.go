@@ -25,7 +25,7 @@ const invalidSpecReason = "InvalidSpec"
 
 // IPPoolReconciler loads each IPPool into the in-memory allocator, rebuilds
 // its allocations from the claims' status before the first allocation
-// (DESIGN.md decision 13) and reports its counts.
+// (docs/architecture.md, "Static IP pools") and reports its counts.
 type IPPoolReconciler struct {
 	Client   client.Client
 	IPAM     *ipam.Manager

@@ -324,7 +324,8 @@ func (r *MachineClaimReconciler) reconcileDelete(ctx context.Context, claim *hfv
 		return ctrl.Result{}, nil
 	}
 	if claim.Status.Phase != hfv1.MachineClaimTerminating && claim.Status.Phase != hfv1.MachineClaimFailed {
-		// A runner in the middle of a job keeps its VM (decision 9):
+		// A runner in the middle of a job keeps its VM (docs/architecture.md,
+		// "Teardown never kills a busy runner"):
 		// remove the runner first, which GitHub refuses while it is busy.
 		// A hard limit does not wait: its pool cancelled the job first.
 		if !hardLimit(claim) {
@@ -427,8 +428,8 @@ func (r *MachineClaimReconciler) keepForAdmin(ctx context.Context, claim *hfv1.M
 	return ctrl.Result{RequeueAfter: ownershipRecheck}
 }
 
-// provisionError surfaces a classified error (Property 8) and chooses how
-// to go on.
+// provisionError surfaces a classified error (docs/architecture.md,
+// "Classified errors") and chooses how to go on.
 func (r *MachineClaimReconciler) provisionError(ctx context.Context, claim *hfv1.MachineClaim, err error) (ctrl.Result, error) {
 	class, reason := provider.Classify(err), provider.ReasonOf(err)
 	if errors.Is(err, errRender) {

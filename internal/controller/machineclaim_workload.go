@@ -37,8 +37,8 @@ type RunnerObservation struct {
 
 // RunnerObservations hold the latest runner observation of each claim,
 // by claim UID. They live in memory only: the next resync rebuilds them
-// from the CI platform (DESIGN decision 14), and what a claim concluded
-// from them is in its status.
+// from the CI platform, and what a claim concluded from them is in its
+// status (docs/architecture.md, "Demand records in the API server").
 type RunnerObservations struct {
 	mu sync.RWMutex
 	m  map[types.UID]RunnerObservation

@@ -33,7 +33,7 @@ import (
 
 // JobCanceller cancels a job on its CI platform. Hard limits (jobTimeout,
 // maxLifetime) cancel a busy runner's job before its VM is destroyed
-// (DESIGN decision 9).
+// (docs/architecture.md, "Teardown never kills a busy runner").
 type JobCanceller interface {
 	CancelJob(ctx context.Context, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate, job *hfv1.CIJob) error
 }

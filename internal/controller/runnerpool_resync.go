@@ -31,8 +31,8 @@ type PoolProviders interface {
 }
 
 // PoolResync compares HyperFleet's view with the CI platform at a fixed
-// interval (DESIGN decision 10), once per credential scope however many
-// pools share it:
+// interval (webhooks get lost: docs/architecture.md, "Demand records in the
+// API server"), once per credential scope however many pools share it:
 //
 //   - the runner list gives each claim's runner state (online, busy, gone),
 //     which the claim controller turns into Bootstrapped and busy/idle;

@@ -24,13 +24,14 @@ type hashedShape struct {
 	DNS       hfv1.DNSSettings      `json:"dns"`
 }
 
-// templateHash is the drift hash of a template (seed 003, DESIGN decision
-// 11): a SHA-256 over the cloud-init rendered with every per-VM value
-// zeroed, plus the source template, resources and network. It depends only
-// on the template's and cluster's specs, and, for agentSource Operator, on
-// the checksum of the agent binary the operator serves (a new agent build
-// makes existing VMs stale, as a new template would); so it is stable
-// across operator restarts and identical for every VM of the template.
+// templateHash is the drift hash of a template (docs/architecture.md,
+// "Template drift hash"): a SHA-256 over the cloud-init rendered with every
+// per-VM value zeroed, plus the source template, resources and network. It
+// depends only on the template's and cluster's specs, and, for agentSource
+// Operator, on the checksum of the agent binary the operator serves (a new
+// agent build makes existing VMs stale, as a new template would); so it is
+// stable across operator restarts and identical for every VM of the
+// template.
 func templateHash(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool, agent AgentLocator) (string, error) {
 	vars := templateVars(tmpl, cluster, pool)
 	if err := setAgentVars(tmpl, agent, &vars); err != nil {

@@ -43,7 +43,8 @@
 // what the job asks for: a job on [self-hosted, linux] scales a plain pool
 // rather than a GPU pool that also covers it, keeping special machines for
 // the jobs that need them. GitHub may still give the job to any runner
-// whose labels cover it (runners are interchangeable, DESIGN decision 8):
+// whose labels cover it (docs/architecture.md, "Runners are
+// interchangeable"):
 // routing decides which pool scales, not which runner runs the job.
 //
 // Pools that remain equally specific are an ambiguity, and no pool scales

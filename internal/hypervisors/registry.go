@@ -3,9 +3,9 @@
 //
 // The HypervisorCluster controller is the only writer of connections and
 // health: it builds the Provider from the cluster's spec and Secrets, probes
-// it and polls one batch VM listing per interval (DESIGN.md decision 7).
-// Claim controllers and the orphan sweeper only read, so a cluster that is
-// down pauses provisioning on it alone (seed Properties 1, 2).
+// it and polls one batch VM listing per interval (docs/architecture.md,
+// "Polling O(clusters)"). Claim controllers and the orphan sweeper only
+// read, so a cluster that is down pauses provisioning on it alone.
 package hypervisors
 
 import (

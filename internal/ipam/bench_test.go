@@ -12,7 +12,8 @@ import (
 func uid(i int) string { return fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i) }
 
 // BenchmarkAllocateRelease16 measures one Allocate plus one Release on an
-// IPv4 /16 (target: < 5 us each, DESIGN.md), so ns/op covers both calls.
+// IPv4 /16 (target: < 5 us each, docs/architecture.md, "Performance
+// targets"), so ns/op covers both calls.
 //   - lowest: 20,000 held with 10,000 holes; the allocation fills the
 //     lowest hole and the release reopens it;
 //   - churn: 65,000 of 65,533 held; release a random held address, then
@@ -109,7 +110,8 @@ func records(b *testing.B, spec Spec, n int) []Allocation {
 }
 
 // BenchmarkRebuild10000 measures rebuilding a /16 from 10,000 recorded
-// allocations (target: < 100 ms, DESIGN.md). from-status also parses the
+// allocations (target: < 100 ms, docs/architecture.md, "Performance
+// targets"). from-status also parses the
 // addresses as MachineClaim status stores them ("10.0.12.34/16").
 func BenchmarkRebuild10000(b *testing.B) {
 	spec := Spec{Addresses: []string{"10.0.0.0/16"}, Prefix: 16, Gateways: []string{"10.0.0.1"}}

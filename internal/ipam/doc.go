@@ -1,9 +1,10 @@
 // Package ipam hands out the static addresses of IPPools to MachineClaims
-// (DESIGN.md decision 13, seed 002). It is pure logic on net/netip: no
-// Kubernetes client and no imports beyond the standard library. The IPPool
-// controller validates specs and publishes counts with it; the MachineClaim
-// controller allocates and releases with it and records every allocation in
-// status.network.ipAllocations, which is what survives a restart.
+// (docs/architecture.md, "Static IP pools"). It is pure logic on net/netip:
+// no Kubernetes client and no imports beyond the standard library. The
+// IPPool controller validates specs and publishes counts with it; the
+// MachineClaim controller allocates and releases with it and records every
+// allocation in status.network.ipAllocations, which is what survives a
+// restart.
 //
 // # Specs
 //

@@ -14,7 +14,8 @@ var (
 	ErrUnknownPool = errors.New("IP pool not known to the allocator")
 	// ErrNotRebuilt means the pool's allocations have not been rebuilt
 	// from the MachineClaims since it was set; allocating now could hand
-	// out an address a claim already records (DESIGN.md decision 13).
+	// out an address a claim already records (docs/architecture.md,
+	// "Static IP pools").
 	// Retry after the rebuild.
 	ErrNotRebuilt = errors.New("IP pool not rebuilt from MachineClaim allocations yet")
 )

@@ -33,7 +33,8 @@ const (
 )
 
 // Hard reports whether the reason is a hard limit: it ends a busy runner,
-// after cancelling its job on the CI platform (DESIGN decision 9).
+// after cancelling its job on the CI platform (docs/architecture.md,
+// "Teardown never kills a busy runner").
 func (r Reason) Hard() bool { return r == MaxLifetime || r == JobTimeout }
 
 // Limits are a pool's lifecycle bounds (spec.lifecycle); zero disables one.

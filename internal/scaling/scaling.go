@@ -11,7 +11,7 @@
 // its VM still exists), or retained (failed, kept stopped for debugging).
 // Starting and idle claims are stale when they were built from an older
 // template hash. Busy claims never count as stale here: they are replaced
-// after their job (DESIGN decision 11).
+// after their job (docs/architecture.md, "Template drift hash").
 //
 //	want    = max(minReplicas, busy + pending + minIdle)
 //	ceiling = maxReplicas - retained

@@ -1,7 +1,7 @@
 // Package sweeper finds and removes what deleted MachineClaims left
 // behind: orphaned VMs, stray cloud-init ISOs and orphaned CI runners
-// (seed 001 section 8A, seed Property 26; docs/security.md, "Orphans:
-// VMs, ISOs, runners").
+// (docs/architecture.md, "Lifecycle: labels, sweep, retention, stuck
+// detection"; docs/security.md, "Orphans: VMs, ISOs, runners").
 //
 // A VM is destroyed only when all of these hold: it carries this install's
 // tag, or the install's keyed clone name (a clone never configured), in the

@@ -9,7 +9,8 @@
 // a bounded in-memory queue (202 Accepted). Workers route each job to a RunnerPool and record it.
 // The queue is the only state kept in memory, and only for as long as it
 // takes to write the CIJob: a delivery lost in a crash is recovered by the
-// periodic resync (DESIGN decisions 10 and 14).
+// periodic resync (see docs/architecture.md, "Demand records in the API
+// server").
 //
 // Every manager replica runs a Server (it does not need leader election):
 // GitHub may deliver to any of them, the CIJob's name de-duplicates across

@@ -31,7 +31,8 @@ var (
 	ErrInUse = errors.New("cloud-init medium is in use by its VM")
 )
 
-// Class says how a caller reacts to an error (seed 000, Error Handling).
+// Class says how a caller reacts to an error (docs/architecture.md,
+// "Classified errors").
 type Class string
 
 const (

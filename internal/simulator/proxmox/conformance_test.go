@@ -9,8 +9,13 @@ import (
 	"time"
 )
 
-// TestErrorResponses checks status lines, bodies and messages of the error
-// rules in reference/proxmox-api.md section 3.
+// TestErrorResponses checks status lines, bodies and messages of Proxmox's
+// error answers: 501 for an unknown path or method, 403 "Permission check
+// failed (<path>, <privilege>)" before any existence check, 400 "Parameter
+// verification failed." with one message per parameter, and 500 with the
+// handler's message (such as "Configuration file
+// 'nodes/<node>/qemu-server/<vmid>.conf' does not exist") in the status
+// line.
 func TestErrorResponses(t *testing.T) {
 	e := newEnv(t, func(c *Config) {
 		c.Users = append(c.Users, UserConfig{ID: "capmox@pve", Tokens: []TokenConfig{{ID: "capi", Secret: "s3cret"}},

@@ -21,7 +21,8 @@ import (
 const apiPrefix = "/api2/json"
 
 // Simulator is an in-memory Proxmox VE cluster that speaks the REST API of
-// pveproxy (see reference/proxmox-api.md). It is an http.Handler: serve it
+// pveproxy (what it models is listed in its README.md; the error answers
+// are pinned by conformance_test.go). It is an http.Handler: serve it
 // with httptest.NewServer or any http.Server with HTTP/2 disabled (pveproxy
 // speaks HTTP/1.1 only, and error reasons travel in the status line).
 //

@@ -88,7 +88,10 @@ type kind struct {
 
 // classifyMessage maps a Proxmox error message (a handler's die text or a
 // task's exit status) to a class, by the patterns qemu-server, pve-storage
-// and pve-cluster produce (see reference/proxmox-api.md).
+// and pve-cluster produce: Proxmox reports a handler's failure as a 500
+// whose status line and message carry the die text (such as "VM is locked
+// (clone)" or "Configuration file 'nodes/<node>/qemu-server/<vmid>.conf'
+// does not exist"), and a task's failure as its exit status.
 func classifyMessage(msg string) kind {
 	m := strings.ToLower(msg)
 	switch {
