@@ -12,10 +12,12 @@
 // What the file holds follows docs/architecture.md, "Single-use credentials
 // only": only single-use, short-lived material ever enters a VM. In direct
 // mode that is a GitHub
-// just-in-time runner configuration or a registration token; in broker mode
-// it is only a SPIRE join token (or nothing, with TPM attestation) and the
-// trust bundle, and the agent fetches its runner credential at the last
-// moment from the operator's credential broker over mTLS.
+// just-in-time runner configuration or a registration token. Broker mode
+// (only a SPIRE join token and the trust bundle in the file, the runner
+// credential fetched at the last moment from the operator's credential
+// broker over mTLS) is defined here for the file format but not built yet:
+// the operator refuses the attestation methods that need it
+// (NotImplemented, docs/security.md "An honest API").
 package agentconfig
 
 import (
@@ -55,9 +57,10 @@ const (
 	// WorkloadDirect: the single-use runner credential (jitConfig or
 	// registrationToken) is in this file. Used without attestation.
 	WorkloadDirect WorkloadMethod = "direct"
-	// WorkloadBroker: the file holds no runner credential. The agent attests
-	// with SPIRE (join token or TPM), then fetches the credential from the
-	// operator's credential broker over mTLS with its X509-SVID.
+	// WorkloadBroker: the file holds no runner credential. The agent is to
+	// attest with SPIRE (join token or TPM), then fetch the credential from
+	// the operator's credential broker over mTLS with its X509-SVID; not
+	// built yet (the operator never renders this mode).
 	WorkloadBroker WorkloadMethod = "broker"
 )
 
