@@ -4,7 +4,8 @@
 //
 // It is a binary of its own, not a command of the operator, so that the
 // operator (cmd/hyperfleet) links none of this test world: the simulators,
-// internal/devenv, test/testenv and envtest.
+// internal/devenv, test/testenv and envtest (cmd/hyperfleet/deps_test.go
+// keeps it so).
 package main
 
 import (

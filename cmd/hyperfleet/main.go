@@ -3,7 +3,8 @@
 //	hyperfleet manager [flags]   run the controllers (the container's entrypoint)
 //
 // The local world (simulators, an embedded API server) is a binary of its
-// own, cmd/hyperfleet-dev, so that this one links no test code.
+// own, cmd/hyperfleet-dev, so that this one links no test code
+// (deps_test.go keeps it so).
 package main
 
 import (
