@@ -87,9 +87,9 @@ test-e2e: test-deps ## Run the end-to-end scenarios: operator, both simulators, 
 	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v -run '$(E2E_RUN)' ./test/e2e/
 
 .PHONY: dev
-dev: ## Run the whole loop locally (hyperfleet dev); DEV_FLAGS passes flags, e.g. DEV_FLAGS="--jobs 10".
+dev: ## Run the whole loop locally (cmd/hyperfleet-dev); DEV_FLAGS passes flags, e.g. DEV_FLAGS="--jobs 10".
 	hack/test-deps.sh --dev
-	go run ./cmd/hyperfleet dev $(DEV_FLAGS)
+	go run ./cmd/hyperfleet-dev $(DEV_FLAGS)
 
 .PHONY: bench
 bench: ## Run the benchmarks.

@@ -8,8 +8,9 @@
 #     $HYPERFLEET_CACHE/npm (default ~/.cache/hyperfleet/npm).
 # Tests never skip when something is missing; they fail and point here.
 #
-#   hack/test-deps.sh --dev   only what `hyperfleet dev` needs (curl: the
-#                             simulated VMs' runner scripts and power button)
+#   hack/test-deps.sh --dev   only what `make dev` (cmd/hyperfleet-dev) needs
+#                             (curl: the simulated VMs' runner scripts and
+#                             power button)
 set -euo pipefail
 
 dev_only=false

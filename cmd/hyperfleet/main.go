@@ -1,7 +1,10 @@
 // Command hyperfleet is the HyperFleet operator.
 //
 //	hyperfleet manager [flags]   run the controllers (the container's entrypoint)
-//	hyperfleet dev [flags]       run the whole loop locally on simulators
+//
+// The local world (simulators, an embedded API server) is a binary of its
+// own, cmd/hyperfleet-dev, so that this one links no test code
+// (deps_test.go keeps it so).
 package main
 
 import (
@@ -42,10 +45,10 @@ func main() {
 			os.Exit(1)
 		}
 	case "dev":
-		if err := runDev(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "hyperfleet dev:", err)
-			os.Exit(1)
-		}
+		// Was a command of this binary; say where it went rather than
+		// "unknown command" to someone following an older note.
+		fmt.Fprintln(os.Stderr, "hyperfleet: the local world is its own binary now: make dev, or go run ./cmd/hyperfleet-dev [flags]")
+		os.Exit(2)
 	case "-h", "--help", "help":
 		usage()
 	default:
@@ -60,7 +63,9 @@ func usage() {
 
 Commands:
   manager   run the HyperFleet operator (controllers, poller, orphan sweeper)
-  dev       run the whole loop on this machine: API server, simulators, operator, agent
+
+The whole loop on this machine (API server, simulators, operator, agent) is
+another binary: make dev, or go run ./cmd/hyperfleet-dev.
 
 Run "hyperfleet <command> -h" for the command's flags.
 `)

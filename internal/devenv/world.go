@@ -2,8 +2,8 @@
 // kube-apiserver and etcd, the Proxmox VE and GitHub simulators, the
 // operator, and simulated VMs whose guest program is the real
 // hyperfleet-agent binary running against the NoCloud ISO the operator
-// attached. `hyperfleet dev` and the end-to-end tests both use it, so what
-// a newcomer sees is what CI proves.
+// attached. cmd/hyperfleet-dev (`make dev`) and the end-to-end tests both
+// use it, so what a newcomer sees is what CI proves.
 //
 // Everything listens on loopback. The world is one organization (octo-org)
 // with one repository (octo-org/app), one HypervisorCluster, one template
