@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -111,6 +112,15 @@ func TestReceiverReplayedAndForgedDeliveries(t *testing.T) {
 		if err := e.Client.Create(ctx, obj); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// As the RunnerPool controller records once the template's credentials
+	// reach the pool's scope: routing only considers verified pools.
+	scope, _ := demand.PoolScope(pool.Spec.Workload.GitHub, &tmpl.Spec.Bootstrap.GitHub)
+	pool.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: scope.String(), Template: tmpl.Name, Credentials: demand.CredentialsKey(tmpl), VerifiedAt: metav1.Now()}
+	meta.SetStatusCondition(&pool.Status.Conditions, metav1.Condition{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: metav1.ConditionTrue,
+		Reason: hfv1.ScopeVerifiedReason, Message: "verified for the test", ObservedGeneration: pool.Generation})
+	if err := e.Client.Status().Update(ctx, pool); err != nil {
+		t.Fatal(err)
 	}
 
 	recv, err := NewReceiver(Options{
