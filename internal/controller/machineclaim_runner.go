@@ -51,10 +51,43 @@ func (r *MachineClaimReconciler) drainRunner(ctx context.Context, claim *hfv1.Ma
 		return false, ctrl.Result{RequeueAfter: wait}
 	}
 	// Anything else (the template or its credentials are gone, GitHub is
-	// down) must not keep an idle VM alive: destroy it, and try removing
-	// the runner again once the VM is gone.
+	// down): the platform cannot say whether the runner is busy. A runner
+	// known to have taken a job not yet recorded as finished keeps its VM
+	// (docs/architecture.md: teardown never kills a busy runner) until the
+	// platform answers or the job's CIJob completes (its watch wakes the
+	// claim); an idle VM is not kept alive: it is destroyed, and removing
+	// the runner is tried again once the VM is gone.
+	if job, busy := r.runnerMayBeBusy(ctx, claim); busy {
+		msg := fmt.Sprintf("Cannot ask the CI platform whether runner %s still runs job %d (%v); the VM stays until it answers or the job is recorded as finished",
+			claim.Status.Bootstrap.RunnerName, job, err)
+		if claim.Status.Phase != hfv1.MachineClaimDraining {
+			r.enterPhase(ctx, claim, hfv1.MachineClaimDraining, runnerStateUnknownReason, msg)
+		}
+		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, runnerStateUnknownReason, truncate(msg, 1024))
+		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
+	}
 	ctrl.LoggerFrom(ctx).Info("Could not remove the runner before destroying its VM; retrying after", "err", err.Error())
 	return true, ctrl.Result{}
+}
+
+// runnerStateUnknownReason: the claim's runner took a job and the CI
+// platform cannot be asked whether it still runs it.
+const runnerStateUnknownReason = "RunnerStateUnknown"
+
+// runnerMayBeBusy reports whether the claim's runner took a job that is not
+// recorded as finished (a CIJob that cannot be read counts as unfinished;
+// one that is gone was a finished one collected after its retention, since
+// only finished CIJobs are collected), and which job.
+func (r *MachineClaimReconciler) runnerMayBeBusy(ctx context.Context, claim *hfv1.MachineClaim) (int64, bool) {
+	st := claim.Status.Bootstrap
+	if st == nil || st.JobID == 0 {
+		return 0, false
+	}
+	job, err := r.jobOf(ctx, claim)
+	if err != nil {
+		return st.JobID, true
+	}
+	return st.JobID, job != nil && job.Status.State != hfv1.CIJobCompleted
 }
 
 // releaseRunner removes the claim's runner once its VM is gone. It reports
