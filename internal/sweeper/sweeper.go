@@ -63,6 +63,7 @@ type Sweeper struct {
 	// runners.
 	Runners RunnerScopes
 
+	init     sync.Once
 	mu       sync.Mutex
 	orphans  map[string]*orphan       // by cluster/vmid
 	reported map[string]bool          // foreign VMs already logged
@@ -105,25 +106,30 @@ func (s *Sweeper) Start(ctx context.Context) error {
 	}
 }
 
+// defaults fills in unset options and the sweeper's maps once: Start runs
+// it, and so do the cluster controller's calls (Unverified, Forget), which
+// can come first or at the same time.
 func (s *Sweeper) defaults() {
-	if s.Clock == nil {
-		s.Clock = clock.RealClock{}
-	}
-	if s.Interval <= 0 {
-		s.Interval = time.Minute
-	}
-	if s.GracePeriod <= 0 {
-		s.GracePeriod = 10 * time.Minute
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.orphans == nil {
-		s.orphans = map[string]*orphan{}
-		s.reported = map[string]bool{}
-		s.unverified = map[string]map[int]string{}
-		s.media = map[string]*strayMedium{}
-		s.runners = map[string]*orphanRunner{}
-	}
+	s.init.Do(func() {
+		if s.Clock == nil {
+			s.Clock = clock.RealClock{}
+		}
+		if s.Interval <= 0 {
+			s.Interval = time.Minute
+		}
+		if s.GracePeriod <= 0 {
+			s.GracePeriod = 10 * time.Minute
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.orphans == nil {
+			s.orphans = map[string]*orphan{}
+			s.reported = map[string]bool{}
+			s.unverified = map[string]map[int]string{}
+			s.media = map[string]*strayMedium{}
+			s.runners = map[string]*orphanRunner{}
+		}
+	})
 }
 
 // SweepAll sweeps every connected cluster once.
