@@ -125,7 +125,7 @@ func (x *extractor) tarGz(file string) (int, error) {
 	n := 0
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return n, nil
 		}
 		if err != nil {

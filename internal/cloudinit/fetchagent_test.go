@@ -3,6 +3,7 @@ package cloudinit
 import (
 	"bytes"
 	"crypto/tls"
+	"errors"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -123,7 +124,7 @@ func (w *agentWorld) tamper(t *testing.T) {
 // runFetchCommand runs the rendered runcmd entry that installs the agent,
 // with the script, the destination and the CA moved into the test's
 // directory and systemctl replaced by a stub that records its arguments.
-func (w *agentWorld) runFetchCommand(t *testing.T, dest string) (stderr string, err error, systemctl string) {
+func (w *agentWorld) runFetchCommand(t *testing.T, dest string) (stderr, systemctl string, err error) {
 	t.Helper()
 	entry := w.fetch.runcmd[0]
 	if len(entry) < 3 || entry[0] != "sh" || entry[1] != "-c" || !strings.Contains(entry[2], FetchAgentPath) {
@@ -151,7 +152,7 @@ func (w *agentWorld) runFetchCommand(t *testing.T, dest string) (stderr string, 
 	cmd.Stderr = &errOut
 	err = cmd.Run()
 	calls, _ := os.ReadFile(log)
-	return errOut.String(), err, string(calls)
+	return errOut.String(), string(calls), err
 }
 
 // runScript runs fetch-agent.sh itself with the given shell.
@@ -192,7 +193,7 @@ func TestFetchAgentScript(t *testing.T) {
 
 	t.Run("installs the verified binary", func(t *testing.T) {
 		dest := filepath.Join(t.TempDir(), "usr", "local", "bin", "hyperfleet-agent")
-		stderr, err, calls := w.runFetchCommand(t, dest)
+		stderr, calls, err := w.runFetchCommand(t, dest)
 		if err != nil {
 			t.Fatalf("the download failed: %v\n%s", err, stderr)
 		}
@@ -221,7 +222,7 @@ func TestFetchAgentScript(t *testing.T) {
 				{url, sha[:63]},
 			} {
 				out, err := w.runScript(t, shell, bad[0], bad[1], dest)
-				if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+				if ee := (*exec.ExitError)(nil); !errors.As(err, &ee) || ee.ExitCode() != 2 {
 					t.Errorf("%s with %q: %v (want exit status 2)\n%s", shell, bad, err, out)
 				}
 			}
@@ -270,7 +271,7 @@ func TestFetchAgentScript(t *testing.T) {
 		}
 
 		// ...and the runcmd entry removes it and powers the VM off.
-		stderr, err, calls := w.runFetchCommand(t, dest)
+		stderr, calls, err := w.runFetchCommand(t, dest)
 		if err == nil {
 			t.Fatalf("the runcmd entry succeeded with a tampered binary:\n%s", stderr)
 		}

@@ -110,7 +110,7 @@ func checkUserNetwork(out []byte) error {
 	}
 	root := docRoot(&doc)
 	if root == nil || root.Kind != yaml.MappingNode {
-		return &Error{Field: FieldNetworkData, Err: errors.New("must render to a YAML mapping with version: 2 (or 1), such as version: 2 / ethernets: ...")}
+		return &Error{Field: FieldNetworkData, Err: errors.New("must render to a YAML mapping with version: 2 (or 1), such as one with version: 2 and ethernets")}
 	}
 	if n := mapValue(root, "network"); n != nil && mapValue(root, "version") == nil {
 		root = resolve(n)

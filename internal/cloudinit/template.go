@@ -324,7 +324,7 @@ func checkTree(field string, t *template.Template) error {
 		}
 		return nil
 	}
-	return walk(t.Tree.Root, 0)
+	return walk(t.Root, 0)
 }
 
 func walkBranch(walk func(parse.Node, int) error, b *parse.BranchNode, depth int) error {

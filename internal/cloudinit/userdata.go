@@ -484,7 +484,7 @@ func inspectUserMIME(doc []byte, op *yaml.Node) error {
 	}
 	mt, params, err := mime.ParseMediaType(msg.Header.Get("Content-Type"))
 	if err != nil || !strings.HasPrefix(mt, "multipart/") || params["boundary"] == "" {
-		return &Error{Field: FieldUserData, Err: errors.New("MIME user data must be multipart/mixed with a boundary; a single document should start with its own header such as #cloud-config or #!")}
+		return &Error{Field: FieldUserData, Err: errors.New("MIME user data must be multipart/mixed with a boundary; a single document should start with its own header, such as #! or #cloud-config")}
 	}
 	return inspectMultipart(multipart.NewReader(msg.Body, params["boundary"]), op, 0)
 }
@@ -498,7 +498,7 @@ func inspectMultipart(r *multipart.Reader, op *yaml.Node, depth int) error {
 			return &Error{Field: FieldUserData, Err: errors.New("has more than 64 MIME parts")}
 		}
 		p, err := r.NextPart() // decodes quoted-printable
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
@@ -514,7 +514,7 @@ func inspectMultipart(r *multipart.Reader, op *yaml.Node, depth int) error {
 		if mt != "text/cloud-config" {
 			continue
 		}
-		var body io.Reader = io.LimitReader(p, maxOutput)
+		body := io.LimitReader(p, maxOutput)
 		if strings.EqualFold(p.Header.Get("Content-Transfer-Encoding"), "base64") {
 			body = base64.NewDecoder(base64.StdEncoding, body) // skips line breaks
 		}

@@ -111,7 +111,7 @@ func TestCanonicalRenderIsPerTemplate(t *testing.T) {
 				vm := in
 				vm.Vars = vmOf(in.Vars, n)
 				// Each VM renders on its own...
-				real, err := Render(vm)
+				own, err := Render(vm)
 				if err != nil {
 					t.Fatalf("VM %d: %v", n, err)
 				}
@@ -121,7 +121,7 @@ func TestCanonicalRenderIsPerTemplate(t *testing.T) {
 				if err != nil {
 					t.Fatalf("VM %d canonical: %v", n, err)
 				}
-				if bytes.Equal(real.UserData, out.UserData) {
+				if bytes.Equal(own.UserData, out.UserData) {
 					t.Errorf("VM %d: canonical user-data equals the VM's own; per-VM values were not removed", n)
 				}
 				if first == nil {

@@ -197,7 +197,7 @@ func TestGitHubJITRunner(t *testing.T) {
 	}
 	eventually(t, 60*time.Second, "claim gone after the job", func() error {
 		if _, err := getClaim(t, claim); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("claim still there: %v", err)
+			return fmt.Errorf("claim still there: %w", err)
 		}
 		return nil
 	})
@@ -263,7 +263,7 @@ func TestGitHubAppRegistrationToken(t *testing.T) {
 	}
 	eventually(t, 60*time.Second, "claim gone", func() error {
 		if _, err := getClaim(t, claim); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("claim still there: %v", err)
+			return fmt.Errorf("claim still there: %w", err)
 		}
 		return nil
 	})

@@ -90,7 +90,7 @@ func TestClaimLifecycle(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "claim gone", func() error {
 		if _, err := getClaim(t, claim); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("claim still there: %v", err)
+			return fmt.Errorf("claim still there: %w", err)
 		}
 		return nil
 	})
@@ -117,7 +117,7 @@ func TestClaimPowerOffDestroysVM(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, "claim deleted after power-off", func() error {
 		if _, err := getClaim(t, claim); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("claim still there: %v", err)
+			return fmt.Errorf("claim still there: %w", err)
 		}
 		return nil
 	})
@@ -199,7 +199,7 @@ func TestOperatorStoppedAfterCloneRequestCreatesNoSecondVM(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("no clone request within a minute")
 	}
-	first.stop()
+	first.stop(t)
 	close(release)
 	sim.onRequest.Store(nil)
 	eventually(t, 30*time.Second, "the held clone running", func() error {
@@ -425,7 +425,7 @@ func TestTamperedVMIsNeverDestroyed(t *testing.T) {
 	})
 	eventually(t, 30*time.Second, "claim released", func() error {
 		if _, err := getClaim(t, claim); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("claim still there: %v", err)
+			return fmt.Errorf("claim still there: %w", err)
 		}
 		return nil
 	})

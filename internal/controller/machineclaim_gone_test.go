@@ -112,7 +112,7 @@ func TestOwnershipMismatchAtDeleteKeepsClaim(t *testing.T) {
 	simCall(t, sim, "DELETE", vmPath+"?purge=1", nil)
 	eventually(t, 60*time.Second, "claim finished after the VM was deleted by hand", func() error {
 		if _, err := getClaim(t, claim); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("claim still there (%v)", err)
+			return fmt.Errorf("claim still there (%w)", err)
 		}
 		return nil
 	})

@@ -689,7 +689,7 @@ func TestRunnerPoolLifecycleLimits(t *testing.T) {
 		var c hfv1.MachineClaim
 		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(&kept), &c)
 		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("claim %s still there (%v)", kept.Name, err)
+			return fmt.Errorf("claim %s still there (%w)", kept.Name, err)
 		}
 		for _, vm := range operatorVMs(w.sim) {
 			if vm.VMID == int(kept.Status.VMRef.VMID) {

@@ -132,7 +132,7 @@ type operatorOptions struct {
 func startOperator(t testing.TB, o operatorOptions) *operator {
 	t.Helper()
 	op := newOperator(t, o)
-	t.Cleanup(op.stopAll)
+	t.Cleanup(func() { op.stopAll(t) })
 	return op
 }
 
@@ -140,14 +140,14 @@ func startOperator(t testing.TB, o operatorOptions) *operator {
 // place, as a crash and a new leader would.
 func (o *operator) restart(t testing.TB, opts operatorOptions) *operator {
 	t.Helper()
-	o.stop()
+	o.stop(t)
 	o.successor = newOperator(t, opts)
 	return o.successor
 }
 
-func (o *operator) stopAll() {
+func (o *operator) stopAll(t testing.TB) {
 	for op := o; op != nil; op = op.successor {
-		op.stop()
+		op.stop(t)
 	}
 }
 
@@ -204,12 +204,17 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 	return op
 }
 
-func (o *operator) stop() {
+// stop cancels the manager and waits for it; an error from it (not a
+// clean shutdown) fails the test.
+func (o *operator) stop(t testing.TB) {
+	t.Helper()
 	if o.cancel == nil {
 		return
 	}
 	o.cancel()
-	<-o.done
+	if err := <-o.done; err != nil {
+		t.Errorf("manager: %v", err)
+	}
 	o.cancel = nil
 }
 

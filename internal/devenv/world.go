@@ -13,7 +13,6 @@ package devenv
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -207,7 +206,7 @@ func (w *World) waitPoolVerified(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("devenv: RunnerPool %s/%s was not verified within a minute (ScopeVerified %+v, err %v)", Namespace, PoolName,
+			return fmt.Errorf("devenv: RunnerPool %s/%s was not verified within a minute (ScopeVerified %+v, err %w)", Namespace, PoolName,
 				meta.FindStatusCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition), err)
 		}
 		select {
@@ -497,11 +496,4 @@ func (w *World) Stop() error {
 		_ = w.logFile.Close()
 	}
 	return errors.Join(errs...)
-}
-
-// randomSuffix is a short random hex string.
-func randomSuffix() string {
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	return fmt.Sprintf("%x", b)
 }

@@ -49,8 +49,6 @@ func (r Range) String() string {
 	}
 }
 
-func (r Range) size() u128 { return rangeSize(toU128(r.First), toU128(r.Last)) }
-
 // exampleForms is appended to errors about unreadable entries so the user
 // sees the three accepted spellings without opening the docs.
 const exampleForms = "a CIDR (10.0.0.0/24), a range (10.0.0.10-10.0.0.50) or a single address (10.0.0.5/32)"

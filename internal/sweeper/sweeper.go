@@ -79,7 +79,6 @@ type orphan struct {
 	firstSeen time.Time
 	owner     provider.Owner
 	progress  provider.Progress
-	counted   bool
 	// deleting is set once DeleteVM was called: the deletion is finished
 	// even after the VM has left the listing.
 	deleting bool
@@ -202,7 +201,7 @@ func (s *Sweeper) Sweep(ctx context.Context, cluster string, inUse map[string]bo
 		k := key(cluster, vm.VMID)
 		// A configured VM carries the install's tag; a clone that was never
 		// configured carries only the install's keyed name.
-		if !(vm.OperatorTagged || vm.InstallNamed) || vm.Template || inUse[k] {
+		if (!vm.OperatorTagged && !vm.InstallNamed) || vm.Template || inUse[k] {
 			continue
 		}
 		live[k] = true

@@ -34,9 +34,6 @@ const (
 	grace = 10 * time.Minute
 	// round is the hypervisor and sweeper time between two sweeps.
 	round = 30 * time.Second
-	// maxRounds bounds a sweep loop: the grace period, a clone, a stop,
-	// a destroy and an ISO deletion fit many times over.
-	maxRounds = 200
 )
 
 var start = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)

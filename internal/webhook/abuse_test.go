@@ -58,7 +58,7 @@ const (
 // Without the in-flight bound every stalled request would hold its body:
 // 1,000 x 255 KiB, about 250 MiB.
 func abuseMemoryBound() int64 {
-	largeSlots := int64(max(1, DefaultMaxInFlight/4))
+	const largeSlots int64 = max(1, DefaultMaxInFlight/4)
 	bodies := largeSlots*DefaultMaxBodyBytes + (DefaultMaxInFlight-largeSlots)*LargeBodyBytes
 	return bodies + abuseConnections*perConnectionOverhead + runtimeSlack
 }

@@ -204,7 +204,7 @@ type jwtClaims struct {
 // examples back-date iat by 60 s and set exp 10 minutes ahead).
 func (s *Simulator) verifyAppJWTLocked(tok string, now time.Time) (*app, error) {
 	parts := strings.Split(tok, ".")
-	decodeErr := errors.New("A JSON web token could not be decoded")
+	decodeErr := errors.New("A JSON web token could not be decoded") //nolint:staticcheck,revive // ST1005/error-strings: GitHub's own message, verbatim on the wire
 	if len(parts) != 3 {
 		return nil, decodeErr
 	}
@@ -238,7 +238,7 @@ func (s *Simulator) verifyAppJWTLocked(tok string, now time.Time) (*app, error) 
 		if _, err := strconv.ParseInt(iss, 10, 64); err != nil && !strings.HasPrefix(iss, "Iv") {
 			return nil, errors.New("'Issuer' claim ('iss') must be an Integer")
 		}
-		return nil, errors.New("Integration not found")
+		return nil, errors.New("Integration not found") //nolint:staticcheck,revive // ST1005/error-strings: GitHub's own message, verbatim on the wire
 	}
 	digest := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
 	if rsa.VerifyPKCS1v15(a.key, crypto.SHA256, digest[:], sig) != nil {
@@ -247,16 +247,16 @@ func (s *Simulator) verifyAppJWTLocked(tok string, now time.Time) (*app, error) 
 	iat, okIat := numericDate(c.Iat)
 	exp, okExp := numericDate(c.Exp)
 	if !okIat {
-		return nil, errors.New("'Issued at' claim ('iat') must be an Integer representing the time that the assertion was issued.")
+		return nil, errors.New("'Issued at' claim ('iat') must be an Integer representing the time that the assertion was issued.") //nolint:staticcheck,revive // ST1005/error-strings: GitHub's own message, verbatim on the wire
 	}
 	if !okExp || !exp.After(now) {
-		return nil, errors.New("'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires.")
+		return nil, errors.New("'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires.") //nolint:staticcheck,revive // ST1005/error-strings: GitHub's own message, verbatim on the wire
 	}
 	if exp.After(now.Add(10*time.Minute)) || exp.Sub(iat) > 11*time.Minute {
-		return nil, errors.New("'Expiration time' claim ('exp') is too far in the future.")
+		return nil, errors.New("'Expiration time' claim ('exp') is too far in the future.") //nolint:staticcheck,revive // ST1005/error-strings: GitHub's own message, verbatim on the wire
 	}
 	if iat.After(now.Add(60 * time.Second)) {
-		return nil, errors.New("'Issued at' claim ('iat') must be an Integer representing a time in the past.")
+		return nil, errors.New("'Issued at' claim ('iat') must be an Integer representing a time in the past.") //nolint:staticcheck,revive // ST1005/error-strings: GitHub's own message, verbatim on the wire
 	}
 	return a, nil
 }
@@ -309,7 +309,7 @@ func (s *Simulator) handleAccessToken(q *request) (int, any, error) {
 		selection = "selected"
 		for _, name := range req.Repositories {
 			rp := s.repos[strings.ToLower(in.account.login+"/"+name)]
-			if rp == nil || !(in.selection == "all" || in.repos[strings.ToLower(rp.name)]) {
+			if rp == nil || (in.selection != "all" && !in.repos[strings.ToLower(rp.name)]) {
 				return 0, nil, errValidation("There is at least one repository that does not exist or is not accessible to the parent installation.")
 			}
 			t.repos[strings.ToLower(rp.name)] = true

@@ -223,8 +223,8 @@ func decodeConfig(t testing.TB, enc string) decodedConfig {
 		d.files[name] = string(raw)
 	}
 	for _, name := range []string{".runner", ".credentials", ".credentials_rsaparams"} {
-		var any map[string]any
-		if err := json.Unmarshal([]byte(d.files[name]), &any); err != nil {
+		var v map[string]any
+		if err := json.Unmarshal([]byte(d.files[name]), &v); err != nil {
 			t.Fatalf("%s is not JSON: %v\n%s", name, err, d.files[name])
 		}
 	}

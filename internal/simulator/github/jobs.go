@@ -450,7 +450,7 @@ func (s *Simulator) handleListRuns(q *request) (int, any, error) {
 		if rn.repo != q.repo {
 			continue
 		}
-		if status != "" && rn.status != status && !(rn.status == "completed" && rn.conclusion == status) {
+		if status != "" && rn.status != status && (rn.status != "completed" || rn.conclusion != status) {
 			continue
 		}
 		if b := q.query.Get("branch"); b != "" && rn.headBranch != b {

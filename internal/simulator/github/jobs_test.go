@@ -167,7 +167,12 @@ func TestNonEphemeralRunnerTakesJobsOneAtATime(t *testing.T) {
 	req, _ = http.NewRequest("POST", f.srv.URL+"/_runner/register", strings.NewReader(url.Values{"url": {"https://x/octo-org"}, "name": {"late"}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Authorization", "RemoteAuth "+tok)
-	if resp, _ := http.DefaultClient.Do(req); resp.StatusCode != 401 {
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
 		t.Errorf("expired registration token: %d", resp.StatusCode)
 	}
 }

@@ -250,14 +250,14 @@ func isNull(raw json.RawMessage) bool { return len(raw) == 0 || string(raw) == "
 // most 64 characters, no control characters or path separators).
 func validateRunnerName(name string) error {
 	if strings.TrimSpace(name) == "" {
-		return fmt.Errorf("Invalid request.\n\nThe runner name must not be empty.")
+		return fmt.Errorf("Invalid request.\n\nThe runner name must not be empty.") //nolint:staticcheck,revive // ST1005/error-strings: GitHub's own message, verbatim on the wire
 	}
 	if len(name) > 64 {
-		return fmt.Errorf("Invalid request.\n\nThe runner name %q is longer than 64 characters.", name)
+		return fmt.Errorf("Invalid request.\n\nThe runner name %q is longer than 64 characters.", name) //nolint:staticcheck,revive // ST1005/error-strings: GitHub's own message, verbatim on the wire
 	}
 	for _, c := range name {
 		if c < 0x20 || c == '/' || c == '\\' || c == '"' {
-			return fmt.Errorf("Invalid request.\n\nThe runner name %q contains invalid characters.", name)
+			return fmt.Errorf("Invalid request.\n\nThe runner name %q contains invalid characters.", name) //nolint:staticcheck,revive // ST1005/error-strings: GitHub's own message, verbatim on the wire
 		}
 	}
 	return nil

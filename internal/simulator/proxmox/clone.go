@@ -112,7 +112,7 @@ func (s *Simulator) handleClone(q *apiRequest) (any, error) {
 func (s *Simulator) clonePlaceholder(t *task, p *clonePlan, at time.Time) {
 	src := s.vms[p.src]
 	if src == nil || src.node != p.srcNode {
-		t.finish(at, fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", p.srcNode, p.src))
+		t.finish(at, fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", p.srcNode, p.src)) //nolint:staticcheck,revive // ST1005/error-strings: Proxmox's own message, verbatim on the wire
 		return
 	}
 	if _, exists := s.vms[p.newid]; exists {

@@ -222,7 +222,7 @@ func (s *Simulator) handleResources(q *apiRequest) (any, error) {
 		for _, name := range s.nodeOrder {
 			for _, sid := range s.storeOrder {
 				st := s.storages[sid]
-				if !st.availableOn(name) || !(q.auth.has("/storage/"+sid, "Datastore.Audit") || q.auth.has("/storage/"+sid, "Datastore.AllocateSpace")) {
+				if !st.availableOn(name) || (!q.auth.has("/storage/"+sid, "Datastore.Audit") && !q.auth.has("/storage/"+sid, "Datastore.AllocateSpace")) {
 					continue
 				}
 				status := "available"

@@ -3,7 +3,6 @@ package proxmoxsim
 import (
 	"fmt"
 	"net/http"
-	"sort"
 	"strings"
 	"time"
 )
@@ -190,14 +189,4 @@ func (s *Simulator) injectErrorLocked(q *apiRequest) error {
 		code = http.StatusInternalServerError
 	}
 	return &apiError{code: code, msg: msg + "\n"}
-}
-
-// faultClasses lists the class names for documentation and the admin API.
-func faultClasses() []string {
-	var out []string
-	for c := range knownClasses {
-		out = append(out, string(c))
-	}
-	sort.Strings(out)
-	return out
 }

@@ -65,11 +65,11 @@ func cloudConfigs(userData []byte) ([][]byte, error) {
 	}
 	msg, err := mail.ReadMessage(bytes.NewReader(userData))
 	if err != nil {
-		return nil, nil // neither cloud-config nor MIME: nothing to write
+		return nil, nil //nolint:nilerr // not a MIME message is a valid answer: neither cloud-config nor MIME, nothing to write
 	}
 	mediaType, params, err := mime.ParseMediaType(msg.Header.Get("Content-Type"))
 	if err != nil || !strings.HasPrefix(mediaType, "multipart/") {
-		return nil, nil
+		return nil, nil //nolint:nilerr // no parseable multipart type: like cloud-init, nothing to write
 	}
 	var docs [][]byte
 	mr := multipart.NewReader(msg.Body, params["boundary"])

@@ -3,6 +3,7 @@ package proxmoxsim
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -112,7 +113,7 @@ func readMultipart(body io.Reader, boundary string, params map[string]string) (*
 	var file *uploadedFile
 	for {
 		part, err := mr.NextPart()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return file, nil
 		}
 		if err != nil {
@@ -144,8 +145,6 @@ const (
 	kBool
 	kNumber
 )
-
-var kindNames = map[paramKind]string{kString: "string", kInt: "integer", kBool: "boolean", kNumber: "number"}
 
 // param is one JSON-schema property of an endpoint.
 type param struct {

@@ -60,7 +60,7 @@ func (s *Simulator) schedulePowerTaskLocked(q *apiRequest, typ string, d time.Du
 
 func (s *Simulator) startLocked(v *vm, skiplock bool, t *task, at time.Time) error {
 	if s.vms[v.vmid] != v {
-		return fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", v.node, v.vmid)
+		return fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", v.node, v.vmid) //nolint:staticcheck,revive // ST1005/error-strings: Proxmox's own message, verbatim on the wire
 	}
 	if v.isTemplate() {
 		return fmt.Errorf("you can't start a vm if it's a template")
@@ -127,7 +127,7 @@ func (s *Simulator) handleShutdown(q *apiRequest) (any, error) {
 func (s *Simulator) powerTask(q *apiRequest, typ string, d time.Duration) (any, error) {
 	return s.schedulePowerTaskLocked(q, typ, d, func(v *vm, skiplock bool, t *task, at time.Time) {
 		if s.vms[v.vmid] != v {
-			t.finish(at, fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", v.node, v.vmid))
+			t.finish(at, fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", v.node, v.vmid)) //nolint:staticcheck,revive // ST1005/error-strings: Proxmox's own message, verbatim on the wire
 			return
 		}
 		if !skiplock {

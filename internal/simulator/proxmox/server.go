@@ -400,7 +400,8 @@ func writeStatus(w http.ResponseWriter, r *http.Request, code int, reason string
 		conn, buf, err := hj.Hijack()
 		if err == nil {
 			defer conn.Close()
-			writeRawResponse(buf.Writer, code, reason, body)
+			// A client that went away has nobody to be told.
+			_ = writeRawResponse(buf.Writer, code, reason, body)
 			return
 		}
 	}
@@ -412,19 +413,22 @@ func writeStatus(w http.ResponseWriter, r *http.Request, code int, reason string
 	_, _ = w.Write(body)
 }
 
-func writeRawResponse(bw *bufio.Writer, code int, reason string, body []byte) {
+// writeRawResponse writes the response on a hijacked connection. A
+// bufio.Writer keeps its first error and returns it from every later call,
+// so Flush reports a failed write of any line.
+func writeRawResponse(bw *bufio.Writer, code int, reason string, body []byte) error {
 	fmt.Fprintf(bw, "HTTP/1.1 %03d %s\r\n", code, reason)
 	fmt.Fprintf(bw, "Date: %s\r\n", time.Now().UTC().Format(http.TimeFormat))
-	bw.WriteString("Server: pve-api-daemon/3.0\r\n")
-	bw.WriteString("Cache-Control: max-age=0\r\n")
-	bw.WriteString("Pragma: no-cache\r\n")
-	bw.WriteString("Connection: close\r\n")
+	_, _ = bw.WriteString("Server: pve-api-daemon/3.0\r\n")
+	_, _ = bw.WriteString("Cache-Control: max-age=0\r\n")
+	_, _ = bw.WriteString("Pragma: no-cache\r\n")
+	_, _ = bw.WriteString("Connection: close\r\n")
 	if body != nil {
-		bw.WriteString("Content-Type: application/json;charset=UTF-8\r\n")
+		_, _ = bw.WriteString("Content-Type: application/json;charset=UTF-8\r\n")
 	}
 	fmt.Fprintf(bw, "Content-Length: %d\r\n\r\n", len(body))
-	bw.Write(body)
-	bw.Flush()
+	_, _ = bw.Write(body)
+	return bw.Flush()
 }
 
 // route is one API endpoint.
@@ -497,7 +501,7 @@ func apiRoutes() []*route {
 	vmPerm := func(privs ...string) func(*apiRequest) []permCheck {
 		return func(q *apiRequest) []permCheck { return []permCheck{{path: vmPath(q), privs: privs}} }
 	}
-	any := func(*apiRequest) []permCheck { return nil }
+	anyone := func(*apiRequest) []permCheck { return nil }
 	nodeAudit := func(q *apiRequest) []permCheck {
 		return []permCheck{{path: "/nodes/" + q.vars["node"], privs: []string{"Sys.Audit"}}}
 	}
@@ -506,19 +510,19 @@ func apiRoutes() []*route {
 			return []permCheck{{path: "/storage/" + q.vars["storage"], privs: privs, any: true}}
 		}
 	}
-	ticket := newRoute(http.MethodPost, "/access/ticket", classAuth, ticketSchema, any, (*Simulator).handleTicket)
+	ticket := newRoute(http.MethodPost, "/access/ticket", classAuth, ticketSchema, anyone, (*Simulator).handleTicket)
 	ticket.noAuth = true
 	return []*route{
 		ticket,
-		newRoute(http.MethodGet, "/version", classOther, sch(), any, (*Simulator).handleVersion),
-		newRoute(http.MethodGet, "/nodes", classOther, sch(), any, (*Simulator).handleNodes),
+		newRoute(http.MethodGet, "/version", classOther, sch(), anyone, (*Simulator).handleVersion),
+		newRoute(http.MethodGet, "/nodes", classOther, sch(), anyone, (*Simulator).handleNodes),
 		newRoute(http.MethodGet, "/nodes/{node}/status", classStatus, sch(nodeP), nodeAudit, (*Simulator).handleNodeStatus),
 		// Real PVE checks Sys.Audit on / (PVE::API2::Cluster get_status).
 		newRoute(http.MethodGet, "/cluster/status", classOther, sch(),
 			func(*apiRequest) []permCheck { return []permCheck{{path: "/", privs: []string{"Sys.Audit"}}} }, (*Simulator).handleClusterStatus),
-		newRoute(http.MethodGet, "/cluster/resources", classResources, resourcesSchema, any, (*Simulator).handleResources),
-		newRoute(http.MethodGet, "/cluster/nextid", classNextID, sch(optional(vmidP)), any, (*Simulator).handleNextID),
-		newRoute(http.MethodGet, "/pools", classOther, sch(optional(poolIDP), param{name: "type", kind: kString, optional: true, enum: []string{"qemu", "lxc", "storage"}}), any, (*Simulator).handlePools),
+		newRoute(http.MethodGet, "/cluster/resources", classResources, resourcesSchema, anyone, (*Simulator).handleResources),
+		newRoute(http.MethodGet, "/cluster/nextid", classNextID, sch(optional(vmidP)), anyone, (*Simulator).handleNextID),
+		newRoute(http.MethodGet, "/pools", classOther, sch(optional(poolIDP), param{name: "type", kind: kString, optional: true, enum: []string{"qemu", "lxc", "storage"}}), anyone, (*Simulator).handlePools),
 		newRoute(http.MethodPost, "/pools", classOther, sch(poolIDP, param{name: "comment", kind: kString, optional: true, maxLen: 128}),
 			func(q *apiRequest) []permCheck {
 				return []permCheck{{path: "/pool/" + q.params["poolid"], privs: []string{"Pool.Allocate"}}}
@@ -527,11 +531,11 @@ func apiRoutes() []*route {
 			func(q *apiRequest) []permCheck {
 				return []permCheck{{path: "/pool/" + q.vars["poolid"], privs: []string{"Pool.Audit"}}}
 			}, (*Simulator).handleGetPool),
-		newRoute(http.MethodGet, "/nodes/{node}/tasks/{upid}/status", classStatus, sch(nodeP, upidP), any, (*Simulator).handleTaskStatus),
+		newRoute(http.MethodGet, "/nodes/{node}/tasks/{upid}/status", classStatus, sch(nodeP, upidP), anyone, (*Simulator).handleTaskStatus),
 		newRoute(http.MethodGet, "/nodes/{node}/tasks/{upid}/log", classStatus, sch(nodeP, upidP,
 			param{name: "start", kind: kInt, optional: true, min: intPtr(0)}, param{name: "limit", kind: kInt, optional: true, min: intPtr(0)},
-			param{name: "download", kind: kBool, optional: true}), any, (*Simulator).handleTaskLog),
-		newRoute(http.MethodGet, "/nodes/{node}/qemu", classStatus, sch(nodeP, param{name: "full", kind: kBool, optional: true}), any, (*Simulator).handleListVMs),
+			param{name: "download", kind: kBool, optional: true}), anyone, (*Simulator).handleTaskLog),
+		newRoute(http.MethodGet, "/nodes/{node}/qemu", classStatus, sch(nodeP, param{name: "full", kind: kBool, optional: true}), anyone, (*Simulator).handleListVMs),
 		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/clone", classClone, cloneSchema,
 			func(q *apiRequest) []permCheck {
 				checks := []permCheck{{path: vmPath(q), privs: []string{"VM.Clone"}}}
@@ -558,7 +562,7 @@ func apiRoutes() []*route {
 		newRoute(http.MethodGet, "/nodes/{node}/storage", classStorage, sch(nodeP,
 			param{name: "content", kind: kString, optional: true}, param{name: "enabled", kind: kBool, optional: true},
 			param{name: "format", kind: kBool, optional: true}, param{name: "storage", kind: kString, optional: true},
-			param{name: "target", kind: kString, optional: true}), any, (*Simulator).handleNodeStorages),
+			param{name: "target", kind: kString, optional: true}), anyone, (*Simulator).handleNodeStorages),
 		newRoute(http.MethodGet, "/nodes/{node}/storage/{storage}/status", classStorage, sch(nodeP, storageP),
 			storagePerm("Datastore.Audit", "Datastore.AllocateSpace"), (*Simulator).handleStorageStatus),
 		newRoute(http.MethodGet, "/nodes/{node}/storage/{storage}/content", classStorage, sch(nodeP, storageP,

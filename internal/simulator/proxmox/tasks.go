@@ -62,12 +62,6 @@ func (t *task) logf(format string, args ...any) {
 	t.log = append(t.log, fmt.Sprintf(format, args...))
 }
 
-// warn records a warning; a task with warnings ends "WARNINGS: N".
-func (t *task) warn(format string, args ...any) {
-	t.warnings++
-	t.logf("WARN: "+format, args...)
-}
-
 // finish stops the task with err (nil for success).
 func (t *task) finish(at time.Time, err error) {
 	if !t.running {

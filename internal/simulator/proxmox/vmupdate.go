@@ -86,7 +86,7 @@ func (s *Simulator) updateConfig(q *apiRequest, sync bool) (any, error) {
 	gen := v
 	s.afterLocked(s.cfg.Latency.Config.D(), func(at time.Time) {
 		if s.vms[gen.vmid] != gen {
-			t.finish(at, fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", gen.node, gen.vmid))
+			t.finish(at, fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", gen.node, gen.vmid)) //nolint:staticcheck,revive // ST1005/error-strings: Proxmox's own message, verbatim on the wire
 			return
 		}
 		s.applyConfigLocked(gen, changes, deletes, t)
@@ -286,10 +286,10 @@ func (s *Simulator) handleResize(q *apiRequest) (any, error) {
 
 func (s *Simulator) resizeLocked(v *vm, disk, size, digest string, skiplock bool, t *task) error {
 	if s.vms[v.vmid] != v {
-		return fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", v.node, v.vmid)
+		return fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", v.node, v.vmid) //nolint:staticcheck,revive // ST1005/error-strings: Proxmox's own message, verbatim on the wire
 	}
 	if digest != "" && digest != configDigest(v.conf) {
-		return fmt.Errorf("detected modified configuration - file changed by other user? Try again.")
+		return fmt.Errorf("detected modified configuration - file changed by other user? Try again.") //nolint:staticcheck,revive // ST1005/error-strings: Proxmox's own message, verbatim on the wire
 	}
 	if !skiplock {
 		if l := v.conf["lock"]; l != "" {

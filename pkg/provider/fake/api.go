@@ -560,8 +560,6 @@ type taskStatus struct {
 	exit    string // "OK" or the error text once stopped
 }
 
-var errNoSuchTask = errors.New("no such task")
-
 func (s *session) taskStatus(upid string) (taskStatus, error) {
 	node := ""
 	if parts := strings.Split(upid, ":"); len(parts) > 2 && parts[0] == "UPID" {

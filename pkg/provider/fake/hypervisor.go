@@ -200,7 +200,6 @@ func newHypervisor(c clock.PassiveClock, o Options) (*hypervisor, error) {
 		if h.storages[s.ID] != nil {
 			return nil, fmt.Errorf("fake cluster: storage %q appears twice", s.ID)
 		}
-		s := s
 		s.Content = append([]string(nil), s.Content...)
 		s.Nodes = append([]string(nil), s.Nodes...)
 		h.storages[s.ID] = &s

@@ -150,7 +150,7 @@ func (p *Provider) GetVM(ctx context.Context, ref provider.VMRef) (*provider.VM,
 	rec, err := p.signer.Verify(conf.description, ref.VMID)
 	if err != nil {
 		vm.OwnershipError = err
-		return vm, nil
+		return vm, nil //nolint:nilerr // a bad ownership record is part of the VM read (OwnershipError), not a failure to read it
 	}
 	vm.Owner = &provider.Owner{Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID, Pool: rec.Pool, CreatedAt: rec.CreatedAt}
 	vm.CreatedAt = rec.CreatedAt

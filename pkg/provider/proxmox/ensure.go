@@ -487,7 +487,12 @@ func (c *ensureCall) cloneFailed(ctx context.Context, tmpl *templateInfo, err er
 			// Not on our node: a clone starting, or a VM on another node
 			// (ids are cluster-wide, config files per node).
 			node, lerr := c.p.locate(ctx, c.prog.VMID)
-			if lerr != nil || node == c.prog.Node {
+			if lerr != nil {
+				// No node lists the id yet (a clone starting) or the listing
+				// failed: wait and look again, saying why.
+				return c.result(provider.PhaseCloning, cloneWait, "VM id %d is being taken; waiting (%v)", c.prog.VMID, lerr), nil
+			}
+			if node == c.prog.Node {
 				return c.result(provider.PhaseCloning, cloneWait, "VM id %d is being taken; waiting", c.prog.VMID), nil
 			}
 			c.log.Info("VM id is held on another node", "otherNode", node)

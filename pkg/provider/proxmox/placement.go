@@ -100,10 +100,10 @@ func (p *Provider) noteFreed(vmid int) {
 // freed after that listing was taken.
 func (p *Provider) inUseLocked(view *clusterView, vmid int) bool {
 	freed, ok := p.freed[vmid]
-	if view.ids[vmid] && !(ok && !freed.Before(view.at)) {
+	if view.ids[vmid] && (!ok || freed.Before(view.at)) {
 		return true
 	}
-	return p.listed[vmid] && !(ok && !freed.Before(p.listedAt))
+	return p.listed[vmid] && (!ok || freed.Before(p.listedAt))
 }
 
 // reservation is a VM id and memory promised to one owner whose VM is not

@@ -68,5 +68,4 @@ func TestStorageCapacity(t *testing.T) {
 	if got := available(); got != free-40<<30 {
 		t.Fatalf("AvailableStorageBytes = %d with a 40 GiB full clone in flight, want %d", got, free-40<<30)
 	}
-
 }

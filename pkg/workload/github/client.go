@@ -121,7 +121,7 @@ func New(cfg Config) (*Provider, error) {
 		cfg.Clock = clock.RealClock{}
 	}
 
-	var authed http.RoundTripper = cfg.Transport
+	authed := cfg.Transport
 	var app *ghinstallation.Transport
 	if cfg.App != nil {
 		// ghinstallation caches the installation token and fetches a new

@@ -266,7 +266,7 @@ func (p *Provider) mapErr(what string, resp *gh.Response, err error) error {
 		return fmt.Errorf("github: %s: %w: %w", what, workload.ErrUnavailable, err)
 	case errors.As(err, &ue):
 		// Transport failures: no status code came back.
-		return fmt.Errorf("github: %s: %w: %v", what, workload.ErrUnavailable, ue.Err)
+		return fmt.Errorf("github: %s: %w: %w", what, workload.ErrUnavailable, ue.Err)
 	}
 	code := 0
 	if resp != nil {
@@ -274,18 +274,18 @@ func (p *Provider) mapErr(what string, resp *gh.Response, err error) error {
 	}
 	msg := apiMessage(err)
 	var sentinel error
-	switch {
-	case code == http.StatusUnauthorized:
+	switch code {
+	case http.StatusUnauthorized:
 		sentinel = workload.ErrUnauthorized
 		msg += "; check the token or the App's id, key and installation id"
-	case code == http.StatusForbidden:
+	case http.StatusForbidden:
 		sentinel = workload.ErrUnauthorized
 		msg += "; the credentials lack a permission (repository runners need Administration: write, organization runners Self-hosted runners: write)"
-	case code == http.StatusNotFound:
+	case http.StatusNotFound:
 		sentinel = workload.ErrNotFound
-	case code == http.StatusConflict:
+	case http.StatusConflict:
 		sentinel = workload.ErrNameTaken
-	case code == http.StatusUnprocessableEntity, code == http.StatusBadRequest:
+	case http.StatusUnprocessableEntity, http.StatusBadRequest:
 		sentinel = workload.ErrInvalidRequest
 	default:
 		sentinel = workload.ErrUnavailable

@@ -161,7 +161,7 @@ func (p WebhookParser) Parse(header http.Header, body []byte) (workload.JobEvent
 	}
 	var payload gh.WorkflowJobEvent
 	if err := json.Unmarshal(body, &payload); err != nil {
-		return workload.JobEvent{}, fmt.Errorf("%w: decoding the workflow_job payload: %v", workload.ErrMalformed, err)
+		return workload.JobEvent{}, fmt.Errorf("%w: decoding the workflow_job payload: %w", workload.ErrMalformed, err)
 	}
 	action := payload.GetAction()
 	if action == "" {

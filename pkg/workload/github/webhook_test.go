@@ -85,7 +85,7 @@ func equalEvents(a, b workload.JobEvent) bool {
 
 func TestParseErrors(t *testing.T) {
 	body := []byte(queuedBody)
-	replace := func(old, new string) []byte { return []byte(strings.Replace(queuedBody, old, new, 1)) }
+	replace := func(old, repl string) []byte { return []byte(strings.Replace(queuedBody, old, repl, 1)) }
 	tests := []struct {
 		name    string
 		header  func(body []byte) http.Header
