@@ -15,9 +15,9 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -140,12 +140,12 @@ func TestCanaryScanFindsLeaks(t *testing.T) {
 	sim := startSim(t, nil)
 	op := startOperator(t, operatorOptions{})
 	f := newFixture(t, sim, nil)
-	c := f.newClaim("leaky")
-	patch := client.MergeFrom(c.DeepCopy())
-	c.Annotations = map[string]string{"note": "token " + simTokenSecret}
-	if err := env.Client.Patch(context.Background(), c, patch); err != nil {
-		t.Fatal(err)
-	}
+	// A claim of a template that does not exist: it never gets a VM, so
+	// the test is about the scan alone.
+	f.create(&hfv1.MachineClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "leaky", Annotations: map[string]string{"note": "token " + simTokenSecret}},
+		Spec:       hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: "no-such-template"}},
+	})
 	fmt.Fprintf(op.logs, "oops %s\n", testGitHubPAT)
 	inner := &canaryRecorder{}
 	assertNoCanaries(inner, canaryWorld{sim: sim, op: op})
