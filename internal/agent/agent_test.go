@@ -3,18 +3,11 @@ package agent
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -28,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 )
 
 // syncBuffer is the test log.
@@ -545,16 +539,11 @@ func TestExpiredCredential(t *testing.T) {
 
 func testTrustBundle(t *testing.T) string {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c, err := selfsigned.New("spire.example")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "spire"}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	return string(c.CAPEM)
 }
 
 func TestBrokerUnsupported(t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/pem"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 )
 
 // writeBinary writes a stand-in agent binary and returns its bytes.
@@ -268,30 +267,14 @@ func TestNewRejectsBadOptions(t *testing.T) {
 // and returns the files and the CA's PEM.
 func writeTLS(t *testing.T) (certFile, keyFile, caFile string, caPEM []byte) {
 	t.Helper()
-	cert, caPEM, err := githubsim.SelfSignedCertificate("127.0.0.1", "localhost")
+	c, err := selfsigned.New("127.0.0.1", "localhost")
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
-	if err != nil {
+	if certFile, keyFile, caFile, err = c.WriteDir(t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	var chain []byte
-	for _, der := range cert.Certificate {
-		chain = append(chain, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
-	}
-	certFile, keyFile, caFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "ca.crt")
-	for f, b := range map[string][]byte{
-		certFile: chain,
-		keyFile:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}),
-		caFile:   caPEM,
-	} {
-		if err := os.WriteFile(f, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return certFile, keyFile, caFile, caPEM
+	return certFile, keyFile, caFile, c.CAPEM
 }
 
 // TestStartServesTLS runs the server as the manager does.

@@ -3,8 +3,6 @@ package controller_test
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"net/http"
 	"os"
@@ -26,6 +24,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
+	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
@@ -172,30 +171,15 @@ func startPoolWorld(t *testing.T, o poolWorldOptions) *poolWorld {
 // webhook receiver and returns a client that trusts it.
 func webhookCertificate(t testing.TB) (string, string, *http.Client) {
 	t.Helper()
-	cert, caPEM, err := githubsim.SelfSignedCertificate("127.0.0.1", "localhost")
+	c, err := selfsigned.New("127.0.0.1", "localhost")
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	certFile, keyFile, _, err := c.WriteDir(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	var certPEM []byte
-	for _, der := range cert.Certificate {
-		certPEM = append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
-	}
-	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(caPEM)
-	roots.AppendCertsFromPEM(certPEM)
-	return certFile, keyFile, &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	return certFile, keyFile, &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: c.Pool(), MinVersion: tls.VersionTLS12}}}
 }
 
 // newPool creates a RunnerPool named name whose runners carry the label

@@ -16,7 +16,6 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +41,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
+	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
@@ -299,27 +299,15 @@ func (w *World) githubCAFile() string { return filepath.Join(w.opts.Dir, "github
 
 // writeWebhookCert creates the operator's webhook serving certificate.
 func (w *World) writeWebhookCert() error {
-	cert, caPEM, err := githubsim.SelfSignedCertificate("127.0.0.1", "localhost")
+	c, err := selfsigned.New("127.0.0.1", "localhost")
 	if err != nil {
 		return fmt.Errorf("devenv: webhook certificate: %w", err)
 	}
-	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
-	if err != nil {
-		return fmt.Errorf("devenv: webhook key: %w", err)
-	}
-	var certPEM []byte
-	for _, der := range cert.Certificate {
-		certPEM = append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
-	}
 	w.webhook.certFile, w.webhook.keyFile = filepath.Join(w.opts.Dir, "webhook.crt"), filepath.Join(w.opts.Dir, "webhook.key")
-	if err := os.WriteFile(w.webhook.certFile, certPEM, 0o600); err != nil {
-		return err
+	if err := c.WriteFiles(w.webhook.certFile, w.webhook.keyFile); err != nil {
+		return fmt.Errorf("devenv: webhook certificate: %w", err)
 	}
-	if err := os.WriteFile(w.webhook.keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600); err != nil {
-		return err
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(caPEM)
+	roots := c.Pool()
 	w.webhook.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -73,10 +72,8 @@ func abuseMemoryBound() int64 {
 // every large in-flight slot.
 func TestWebhookAbuse(t *testing.T) {
 	dir := t.TempDir()
-	_, _, cert := writeCert(t, dir)
+	_, _, roots := writeCert(t, dir)
 	child := startAbuseServer(t, dir)
-	roots := x509.NewCertPool()
-	roots.AddCert(cert)
 	tlsConfig := &tls.Config{RootCAs: roots, NextProtos: []string{"h2", "http/1.1"}}
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig.Clone(), ForceAttemptHTTP2: true}}
 	url := "https://" + child.addr + Path

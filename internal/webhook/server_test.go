@@ -3,62 +3,35 @@ package webhook
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 )
 
-// writeCert writes a self-signed certificate for 127.0.0.1 and its key.
-func writeCert(t *testing.T, dir string) (certFile, keyFile string, cert *x509.Certificate) {
+// writeCert writes a certificate for 127.0.0.1 to dir/tls.crt and
+// dir/tls.key and returns a pool that trusts it.
+func writeCert(t *testing.T, dir string) (certFile, keyFile string, roots *x509.CertPool) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c, err := selfsigned.NewWith(selfsigned.Options{CommonName: "hyperfleet-webhook", Hosts: []string{"127.0.0.1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: "hyperfleet-webhook"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
+	if certFile, keyFile, _, err = c.WriteDir(dir); err != nil {
 		t.Fatal(err)
 	}
-	cert, _ = x509.ParseCertificate(der)
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile, cert
+	return certFile, keyFile, c.Pool()
 }
 
 func TestServer(t *testing.T) {
-	certFile, keyFile, cert := writeCert(t, t.TempDir())
+	certFile, keyFile, pool := writeCert(t, t.TempDir())
 	rec := newFakeRecorder()
 	r, err := NewReceiver(Options{Parser: github.WebhookParser{Secret: testSecret}, Router: routeTo("team", "gpu"), Recorder: rec})
 	if err != nil {
@@ -89,8 +62,6 @@ func TestServer(t *testing.T) {
 	if srv.Addr() == nil {
 		t.Fatal("not listening")
 	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	url := "https://" + srv.Addr().String()
 

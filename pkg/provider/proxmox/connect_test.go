@@ -2,21 +2,14 @@ package proxmox
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -25,25 +18,15 @@ func certPEM(srv *httptest.Server) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 }
 
-// otherCert makes a self-signed certificate that is not the test server's
-// (every httptest server shares one built-in certificate).
+// otherCert makes a certificate that is not the test server's (every
+// httptest server shares one built-in certificate): its CA and fingerprint.
 func otherCert(t *testing.T) ([]byte, string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	c, err := selfsigned.NewWith(selfsigned.Options{CommonName: "other-pve", Hosts: []string{"127.0.0.1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "other-pve"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), proxmoxsim.FormatFingerprint(sha256.Sum256(der))
+	return c.CAPEM, proxmoxsim.FormatFingerprint(c.Fingerprint())
 }
 
 // TestTLS covers fingerprint pinning in every spelling, a CA bundle,
