@@ -33,14 +33,12 @@ package agentserver
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"net/url"
@@ -52,8 +50,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 )
 
 // PathPrefix is the URL path under which binaries are served.
@@ -395,66 +394,21 @@ func (s *Server) Start(ctx context.Context) error {
 		return errors.New("agent server: the listen address, certificate file and key file are required to serve")
 	}
 
-	watcher, err := certwatcher.New(s.opts.CertFile, s.opts.KeyFile)
-	if err != nil {
-		return fmt.Errorf("agent server: loading the TLS certificate %s and key %s: %w", s.opts.CertFile, s.opts.KeyFile, err)
-	}
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	go func() {
-		if err := watcher.Start(watchCtx); err != nil {
-			logger.Error(err, "Agent server: watching the TLS certificate failed; the current one stays in use")
-		}
-	}()
-
-	ln, err := net.Listen("tcp", s.opts.Addr)
-	if err != nil {
-		return fmt.Errorf("agent server: listening on %s: %w", s.opts.Addr, err)
-	}
-	s.mu.Lock()
-	s.addr = ln.Addr()
-	s.mu.Unlock()
-
 	srv := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
 		WriteTimeout:      s.opts.WriteTimeout,
 		IdleTimeout:       s.opts.IdleTimeout,
 		MaxHeaderBytes:    16 << 10,
-		TLSConfig: &tls.Config{
-			MinVersion:     tls.VersionTLS12,
-			GetCertificate: watcher.GetCertificate,
-		},
-		// Handshake failures from scanners are not worth an error line.
-		ErrorLog: log.New(logWriter{log: logger}, "", 0),
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
-	logger.Info("Serving agent binaries", "address", ln.Addr().String(), "url", s.base+PathPrefix, "binaries", s.Binaries())
-	markReady()
-
-	select {
-	case <-ctx.Done():
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
-		defer cancel()
-		if err := srv.Shutdown(shutdownCtx); err != nil {
-			logger.Error(err, "Agent server: shutting down")
-			_ = srv.Close()
-		}
-		return nil
-	case err := <-serveErr:
-		if errors.Is(err, http.ErrServerClosed) {
-			return nil
-		}
-		return fmt.Errorf("agent server: %w", err)
-	}
-}
-
-// logWriter sends net/http's own error lines to the logger at debug level:
-// they are client-side problems (handshake errors, resets).
-type logWriter struct{ log logr.Logger }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.log.V(1).Info("Agent server: " + strings.TrimRight(string(p), "\n"))
-	return len(p), nil
+	return httpsserver.Serve(ctx, httpsserver.Options{
+		Name: "agent server", Addr: s.opts.Addr, CertFile: s.opts.CertFile, KeyFile: s.opts.KeyFile,
+		ShutdownTimeout: s.opts.ShutdownTimeout, Logger: logger,
+	}, srv, func(addr net.Addr) {
+		s.mu.Lock()
+		s.addr = addr
+		s.mu.Unlock()
+		logger.Info("Serving agent binaries", "address", addr.String(), "url", s.base+PathPrefix, "binaries", s.Binaries())
+		markReady()
+	})
 }

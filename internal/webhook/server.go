@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log"
 	"net"
 	"net/http"
 	"os"
@@ -14,8 +13,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 )
 
 // ServerOptions configure a Server.
@@ -112,26 +112,6 @@ func (s *Server) Start(ctx context.Context) error {
 	markReady := func() { readyOnce.Do(func() { close(s.ready) }) }
 	defer markReady()
 
-	watcher, err := certwatcher.New(s.opts.CertFile, s.opts.KeyFile)
-	if err != nil {
-		return fmt.Errorf("webhook server: loading the TLS certificate %s and key %s: %w", s.opts.CertFile, s.opts.KeyFile, err)
-	}
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	go func() {
-		if err := watcher.Start(watchCtx); err != nil {
-			logger.Error(err, "webhook server: watching the TLS certificate failed; the current one stays in use")
-		}
-	}()
-
-	ln, err := net.Listen("tcp", s.opts.Addr)
-	if err != nil {
-		return fmt.Errorf("webhook server: listening on %s: %w", s.opts.Addr, err)
-	}
-	s.mu.Lock()
-	s.addr = ln.Addr()
-	s.mu.Unlock()
-
 	srv := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
@@ -140,8 +120,6 @@ func (s *Server) Start(ctx context.Context) error {
 		IdleTimeout:       s.opts.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		TLSConfig: &tls.Config{
-			MinVersion:     tls.VersionTLS12,
-			GetCertificate: watcher.GetCertificate,
 			// HTTP/1.1 only (docs/security.md, "Webhook intake").
 			NextProtos: []string{"http/1.1"},
 		},
@@ -151,48 +129,31 @@ func (s *Server) Start(ctx context.Context) error {
 		// per stream) before the handler, and its in-flight bound, ever
 		// sees them.
 		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
-		// TLS handshake failures from scanners are not worth an error line.
-		ErrorLog: log.New(logWriter{log: logger}, "", 0),
 	}
 
+	var workersDone chan struct{}
 	runCtx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
-	workersDone := make(chan struct{})
-	go func() {
-		defer close(workersDone)
-		_ = s.opts.Receiver.Run(runCtx)
-	}()
-
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
-	logger.Info("serving GitHub webhooks", "address", ln.Addr().String(), "path", Path)
-	markReady()
-
-	var result error
-	select {
-	case <-ctx.Done():
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
-		if err := srv.Shutdown(shutdownCtx); err != nil {
-			logger.Error(err, "webhook server: shutting down")
-			_ = srv.Close()
-		}
-		cancel()
-	case err := <-serveErr:
-		if !errors.Is(err, http.ErrServerClosed) {
-			result = fmt.Errorf("webhook server: %w", err)
-		}
+	defer stopWorkers()
+	err := httpsserver.Serve(ctx, httpsserver.Options{
+		Name: "webhook server", Addr: s.opts.Addr, CertFile: s.opts.CertFile, KeyFile: s.opts.KeyFile,
+		ShutdownTimeout: s.opts.ShutdownTimeout, Logger: logger,
+	}, srv, func(addr net.Addr) {
+		s.mu.Lock()
+		s.addr = addr
+		s.mu.Unlock()
+		workersDone = make(chan struct{})
+		go func() {
+			defer close(workersDone)
+			_ = s.opts.Receiver.Run(runCtx)
+		}()
+		logger.Info("serving GitHub webhooks", "address", addr.String(), "path", Path)
+		markReady()
+	})
+	if workersDone != nil {
+		stopWorkers()
+		<-workersDone
 	}
-	stopWorkers()
-	<-workersDone
-	return result
-}
-
-// logWriter sends net/http's own error lines to the logger, at debug
-// level: they are client-side problems (handshake errors, resets).
-type logWriter struct{ log logr.Logger }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.log.V(1).Info("webhook server: " + strings.TrimRight(string(p), "\n"))
-	return len(p), nil
+	return err
 }
 
 // ReadSecretFile reads a webhook secret from a file (a mounted Secret key),
