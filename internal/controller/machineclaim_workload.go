@@ -220,10 +220,11 @@ func (r *MachineClaimReconciler) requestedTermination(ctx context.Context, claim
 	switch claim.Status.Phase {
 	case hfv1.MachineClaimTerminating, hfv1.MachineClaimFinished:
 		// A hard limit cancels the job before its pool asks the claim to
-		// end; the runner's exit powers the VM off, and shutdown detection
-		// can see that before the pool's request arrives. The pool's
-		// reason is the cause, so it replaces the power-off.
-		if v != "" && strings.HasPrefix(claim.Status.TerminationReason, vmPoweredOffReason+":") {
+		// end; the runner's exit powers the VM off, and the cancelled
+		// job's completion arrives too, so shutdown detection or the
+		// job's end can be seen before the pool's request. The pool's
+		// reason is the cause, so it replaces either.
+		if v != "" && endedByPoolCancellation(claim) {
 			claim.Status.TerminationReason = truncate(v, 1024)
 		}
 		return ctrl.Result{}, false, nil
@@ -426,6 +427,18 @@ func splitReason(v string) (string, string) {
 
 // hardLimit reports whether the claim is being removed by a hard limit,
 // which does not wait for a busy runner (its job was cancelled first).
+// endedByPoolCancellation reports whether a claim's recorded end is what
+// its pool's hard limit caused: its VM powered off, or, when the pool asked
+// for a hard limit, its job finished as cancelled.
+func endedByPoolCancellation(claim *hfv1.MachineClaim) bool {
+	reason := claim.Status.TerminationReason
+	if strings.HasPrefix(reason, vmPoweredOffReason+":") {
+		return true
+	}
+	st := claim.Status.Bootstrap
+	return hardLimit(claim) && strings.HasPrefix(reason, string(scaling.JobCompleted)+":") && st != nil && st.JobConclusion == "cancelled"
+}
+
 func hardLimit(claim *hfv1.MachineClaim) bool {
 	code, _ := splitReason(claim.Annotations[hfv1.TerminationReasonAnnotation])
 	return scaling.Reason(code).Hard()
