@@ -55,6 +55,11 @@ const (
 	// MachineClaimBootstrappedCondition is True once the workload side
 	// (a registered CI runner) reports the VM ready for work.
 	MachineClaimBootstrappedCondition = "Bootstrapped"
+	// MachineClaimEndingCondition is True once the claim was asked to end
+	// or began to: its reason says which step it is at (RunnerBusy while a
+	// job keeps the VM, DeletingVM, VMDeleted, RetainedForDebugging,
+	// Finished ...), and Ready is False with the same reason.
+	MachineClaimEndingCondition = "Ending"
 	// MachineClaimStuckCondition is True when a claim has made no progress
 	// in its current phase for longer than expected.
 	MachineClaimStuckCondition = "Stuck"
@@ -208,6 +213,50 @@ const (
 	// NoRecentFailuresReason (ReplacementBackoff False).
 	NoRecentFailuresReason = "NoRecentFailures"
 
+	// Reasons a claim ends (MachineClaimEndRequest and MachineClaimEnd;
+	// EndReason.ConditionReason maps one to the other).
+	JobCompletedReason     = "JobCompleted"
+	IdleTimeoutReason      = "IdleTimeout"
+	MaxLifetimeReason      = "MaxLifetime"
+	JobTimeoutReason       = "JobTimeout"
+	BootstrapTimeoutReason = "BootstrapTimeout"
+	DriftReplacedReason    = "DriftReplaced"
+	ScaledDownReason       = "ScaledDown"
+	OrphanedReason         = "Orphaned"
+	DeletedReason          = "Deleted"
+	// VMPoweredOffReason: the claim's VM powered off on its own.
+	VMPoweredOffReason = "VMPoweredOff"
+	// VMGoneReason: the claim's VM no longer exists on its cluster.
+	VMGoneReason = "VMGone"
+	// EndedReason: the claim ended for a reason this version does not name.
+	EndedReason = "Ended"
+
+	// Steps of a claim's way to its VM (Provisioned False) and out of it
+	// (Ending True).
+	// CreatedReason: the claim waits to be provisioned.
+	CreatedReason = "Created"
+	// QueuedReason: the VM waits for a clone slot.
+	QueuedReason = "Queued"
+	// ConfiguringReason: the VM is being configured.
+	ConfiguringReason = "Configuring"
+	// DeletingVMReason: the claim's VM is being destroyed.
+	DeletingVMReason = "DeletingVM"
+	// VMDeletedReason: the claim's VM was destroyed.
+	VMDeletedReason = "VMDeleted"
+	// FailedDeleteReason: destroying the claim's VM failed; it is retried.
+	FailedDeleteReason = "FailedDelete"
+	// RetainingReason: a failed VM is being made safe to keep.
+	RetainingReason = "Retaining"
+	// RunnerRemovedReason: the claim's runner was deregistered.
+	RunnerRemovedReason = "RunnerRemoved"
+	// RunnerNotRemovedReason: deregistering the claim's runner failed.
+	RunnerNotRemovedReason = "RunnerNotRemoved"
+	// RunnerStateUnknownReason: the claim's runner took a job and the CI
+	// platform cannot be asked whether it still runs it.
+	RunnerStateUnknownReason = "RunnerStateUnknown"
+	// FinishedReason: the VM is gone; the claim is kept as history.
+	FinishedReason = "Finished"
+
 	// NoProgressReason (Stuck True): the claim stayed in its phase longer
 	// than the manager's bound for that phase.
 	NoProgressReason = "NoProgress"
@@ -233,15 +282,6 @@ const (
 	// CIJobStateLabel mirrors a CIJob's status.state so that controllers can
 	// select the jobs still waiting for a runner.
 	CIJobStateLabel = "hyperfleet.io/job-state"
-
-	// TerminationReasonAnnotation is set on a claim by its RunnerPool before
-	// the pool deletes it, to record why (a scaling.Reason code, a colon
-	// and an explanation); the claim copies it into status.terminationReason.
-	TerminationReasonAnnotation = "hyperfleet.io/termination-reason"
-	// FailReasonAnnotation asks the claim controller to fail a claim (the
-	// pool's bootstrapTimeout): the claim moves to Failed, and its VM is
-	// kept stopped when the pool retains failed VMs.
-	FailReasonAnnotation = "hyperfleet.io/fail-reason"
 
 	// VMReservationAnnotation records the VM a claim is about to create as
 	// "<HypervisorCluster>/<node>/<vmid>/<signature>". The claim controller

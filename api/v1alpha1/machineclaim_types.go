@@ -6,6 +6,7 @@ import (
 
 // MachineClaimSpec asks for one single-use VM.
 // +kubebuilder:validation:XValidation:rule="has(self.runnerPoolRef) == has(oldSelf.runnerPoolRef)",message="spec.runnerPoolRef is immutable: it cannot be added or removed after creation"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.end) || has(self.end)",message="spec.end cannot be removed once set: the claim is already ending; delete the claim instead"
 type MachineClaimSpec struct {
 	// templateRef names the HypervisorMachineTemplate, in this namespace,
 	// the VM is built from. Immutable.
@@ -25,6 +26,70 @@ type MachineClaimSpec struct {
 	// yet: the claim waits, reason NotImplemented, and no VM is created.
 	// +optional
 	WorkloadConfig *WorkloadConfig `json:"workloadConfig,omitempty"`
+
+	// end is the claim's RunnerPool asking the claim to end: its runner is
+	// removed (waiting while it runs a job, unless the reason is a hard
+	// limit), then its VM is destroyed. Written by the operator only (the
+	// admission policy in config/admission refuses anyone else); to end a
+	// claim by hand, delete it. It may be changed (a hard limit overtakes
+	// a soft reason) but not removed.
+	// +optional
+	End *MachineClaimEndRequest `json:"end,omitempty"`
+}
+
+// MachineClaimEndRequest is a RunnerPool's request that one of its claims
+// end.
+type MachineClaimEndRequest struct {
+	// reason is why the pool ends the claim; it becomes the runner's
+	// outcome (hyperfleet_runner_outcomes_total). max_lifetime and
+	// job_timeout are hard limits: they do not wait for a busy runner (the
+	// pool cancelled its job first).
+	// +required
+	// +kubebuilder:validation:Enum=job_completed;idle_timeout;max_lifetime;job_timeout;bootstrap_timeout;drift_replaced;scaled_down;orphaned
+	Reason EndReason `json:"reason"`
+
+	// message explains the reason to people.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// fail ends the claim as Failed instead of Terminating: its VM is kept
+	// stopped for debugging when the pool retains failed VMs
+	// (spec.lifecycle.failedRetention), and the failure counts towards the
+	// pool's replacement backoff.
+	// +optional
+	Fail bool `json:"fail,omitempty"`
+
+	// requestedAt is when the pool asked.
+	// +required
+	RequestedAt metav1.Time `json:"requestedAt"`
+}
+
+// MachineClaimEnd records how a claim ended, once it began to.
+type MachineClaimEnd struct {
+	// reason is why the claim ended.
+	// +required
+	Reason EndReason `json:"reason"`
+
+	// message explains the reason to people.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// failed is true when the claim failed (provisioning failed for good,
+	// the VM's ownership did not verify, or its pool failed it): a failed
+	// claim keeps its VM stopped when its pool retains failed VMs.
+	// +optional
+	Failed bool `json:"failed,omitempty"`
+
+	// startedAt is when the claim began to end.
+	// +required
+	StartedAt metav1.Time `json:"startedAt"`
+
+	// finishedAt is when the claim's VM was gone and the claim was kept as
+	// history (its pool's spec.lifecycle.history); unset otherwise.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
 }
 
 // WorkloadConfig is the CI runner of one VM.
@@ -106,11 +171,14 @@ const (
 
 // MachineClaimStatus is the state of the claim's VM.
 type MachineClaimStatus struct {
-	// phase summarises the claim's state for display.
+	// phase summarises the claim's state for display. It is derived from
+	// the other fields at the end of every reconcile (end, the conditions,
+	// vmRef); nothing decides anything from it.
 	// +optional
 	Phase MachineClaimPhase `json:"phase,omitempty"`
 
-	// conditions are Ready, Provisioned, Bootstrapped, OwnershipVerified and Stuck.
+	// conditions are Ready (summarised from the others), Provisioned,
+	// Bootstrapped, Ending, OwnershipVerified and Stuck.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -147,7 +215,12 @@ type MachineClaimStatus struct {
 	// +optional
 	PhaseTimes *PhaseTimes `json:"phaseTimes,omitempty"`
 
-	// terminationReason says why the VM is being or was removed: a code
+	// end records how the claim ended, once it began to.
+	// +optional
+	End *MachineClaimEnd `json:"end,omitempty"`
+
+	// terminationReason says why the VM is being or was removed, for
+	// display (status.end holds the same as typed fields): a code
 	// (job_completed, idle_timeout, max_lifetime, job_timeout,
 	// bootstrap_timeout, drift_replaced, scaled_down, powered_off, failed,
 	// deleted), a colon and an explanation.

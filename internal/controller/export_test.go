@@ -9,5 +9,5 @@ import (
 // RemoveFinalizerForTest lets the envtest suite (package controller_test)
 // call removeFinalizer with a copy of its choosing, such as a stale one.
 func (r *MachineClaimReconciler) RemoveFinalizerForTest(ctx context.Context, claim *hfv1.MachineClaim) error {
-	return r.removeFinalizer(ctx, claim)
+	return r.removeFinalizer(ctx, r.newClaimScope(claim))
 }

@@ -211,7 +211,6 @@ func (r *MachineClaimReconciler) staticAddress(ctx context.Context, claim *hfv1.
 
 func (r *MachineClaimReconciler) waitForAddress(claim *hfv1.MachineClaim, reason, msg string) error {
 	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
-	r.syncReady(claim)
 	return errAddressWait
 }
 

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -239,7 +238,9 @@ func (r *MachineClaimReconciler) claimsForTemplate(ctx context.Context, o client
 	return out
 }
 
-// Reconcile implements reconcile.Reconciler.
+// Reconcile implements reconcile.Reconciler: it opens the claim's scope,
+// runs the deletion or the normal phases, and closes the scope, which
+// derives the status and writes the claim once.
 func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	claim := &hfv1.MachineClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
@@ -255,73 +256,35 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		// The watch event of our own last write is on its way.
 		return res, nil
 	}
-	startRV := claim.ResourceVersion
-	defer func() {
-		switch {
-		case !controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer):
-			// Gone, or Finished: nothing more is done to it.
-			r.written.Delete(claim.UID)
-		case claim.ResourceVersion != startRV:
-			r.rememberWrite(claim)
-		}
-	}()
-
-	metadata := newClaimMetadata(claim)
-	if claim.DeletionTimestamp.IsZero() && claim.Status.Phase != hfv1.MachineClaimFinished {
-		setStandardMetadata(claim, r.clusterOf(ctx, claim))
-	}
-
-	before := claim.DeepCopy()
-	if err := r.restoreReservation(ctx, claim); err != nil {
-		return ctrl.Result{}, err
-	}
-	defer func() {
-		// Metadata first: the finalizer must be stored before a status
-		// that names a VM.
-		if err := metadata.flush(ctx, r.Client, claim); err != nil {
-			if !apierrors.IsNotFound(err) && retErr == nil {
-				retErr = fmt.Errorf("patch MachineClaim metadata: %w", err)
-			}
-			return
-		}
-		if equality.Semantic.DeepEqual(before.Status, claim.Status) {
-			return
-		}
-		if err := r.Client.Status().Patch(ctx, claim, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
-			ctrl.LoggerFrom(ctx).Error(err, "Patch MachineClaim status")
-			if retErr == nil {
-				retErr = err
-			}
-		}
-	}()
-	// Runs before the status patch above (deferred calls run last first).
-	defer func() { res = r.markStuck(ctx, claim, res) }()
+	s := r.newClaimScope(claim)
+	defer func() { res, retErr = r.closeScope(ctx, s, res, retErr) }()
 
 	if !claim.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, claim)
+		return runPhases(ctx, s, r.restoreReservation, r.holdFinalizer, r.beginDeletion, r.deleteVMPhase, r.releaseRunnerPhase, r.removeFinalizerPhase)
 	}
-	if claim.Status.Phase == "" {
-		r.enterPhase(ctx, claim, hfv1.MachineClaimPending, "Created", "Waiting to be provisioned")
+	return runPhases(ctx, s, r.restoreReservation, r.ensureMetadata, r.handleEnd, r.refuseUnsupported,
+		r.loadDependencies, r.connectProvider, r.watchRunning, r.ensureAddress, r.ensureVM)
+}
+
+// ensureMetadata adds the finalizer and the standard labels (in memory;
+// the scope writes them, or ensureVM before its clone request).
+func (r *MachineClaimReconciler) ensureMetadata(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+	if s.claim.IsFinished() {
+		return ctrl.Result{}, false, nil
 	}
-	r.requestedFailure(ctx, claim)
-	if res, handled, err := r.requestedTermination(ctx, claim); handled {
-		return res, err
-	}
-	switch claim.Status.Phase {
-	case hfv1.MachineClaimFinished:
-		return ctrl.Result{}, nil
-	case hfv1.MachineClaimFailed:
-		return r.reconcileFailed(ctx, claim)
-	case hfv1.MachineClaimTerminating:
-		return r.reconcileTerminate(ctx, claim)
-	}
+	setStandardMetadata(s.claim, r.clusterOf(ctx, s.claim))
+	return ctrl.Result{}, true, nil
+}
+
+// refuseUnsupported stops a claim that sets a field this operator does
+// not act on, before anything is built; a spec change wakes it.
+func (r *MachineClaimReconciler) refuseUnsupported(_ context.Context, s *claimScope) (ctrl.Result, bool, error) {
+	claim := s.claim
 	if ref := claimRefusal(claim); ref != nil && claim.Status.VMRef == nil {
-		// Refused before anything is built; a spec change wakes the claim.
 		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, ref.reason, ref.message)
-		r.syncReady(claim)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, false, nil
 	}
-	return r.reconcileProvision(ctx, claim, metadata)
+	return ctrl.Result{}, true, nil
 }
 
 // clusterOf names the claim's HypervisorCluster: where its VM is, else
@@ -337,25 +300,18 @@ func (r *MachineClaimReconciler) clusterOf(ctx context.Context, claim *hfv1.Mach
 	return tmpl.Spec.HypervisorClusterRef.Name
 }
 
-// removeFinalizer patches the claim's finalizer away (on a copy, so the
-// in-memory status, patched later, is untouched). The patch carries the
-// claim's resourceVersion: a merge patch replaces the whole finalizer list,
-// so a copy from a stale cache must fail with a conflict rather than drop
-// a finalizer someone added since or overwrite newer metadata.
-func (r *MachineClaimReconciler) removeFinalizer(ctx context.Context, claim *hfv1.MachineClaim) error {
+// removeFinalizer drops the claim's finalizer and writes it at once,
+// under the scope's optimistic lock: a copy from a stale cache must fail
+// with a conflict rather than drop a finalizer someone added since.
+func (r *MachineClaimReconciler) removeFinalizer(ctx context.Context, s *claimScope) error {
+	claim := s.claim
 	if !controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer) {
 		return nil
 	}
-	obj := claim.DeepCopy()
-	orig := obj.DeepCopy()
-	controllerutil.RemoveFinalizer(obj, hfv1.MachineClaimFinalizer)
-	if err := r.Client.Patch(ctx, obj, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
+	controllerutil.RemoveFinalizer(claim, hfv1.MachineClaimFinalizer)
+	if err := s.patch.PatchMetadata(ctx, claim); err != nil {
+		controllerutil.AddFinalizer(claim, hfv1.MachineClaimFinalizer)
 		return fmt.Errorf("remove finalizer %s from MachineClaim %s/%s: %w", hfv1.MachineClaimFinalizer, claim.Namespace, claim.Name, err)
 	}
-	claim.Finalizers = obj.Finalizers
-	claim.ResourceVersion = obj.ResourceVersion
 	return nil
 }

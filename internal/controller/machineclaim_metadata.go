@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -20,53 +20,6 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
-
-// claimMetadata holds a reconcile's changes to a claim's metadata
-// (finalizer, standard labels, VM reservation) until one patch writes them.
-//
-// Why: a new claim needs its finalizer and its reserved VM id on the API
-// server before the clone request, and each API write on the way adds to
-// the claim -> clone latency. Changes made in memory during the pass are
-// written once: right before the clone when a VM id was just reserved
-// (with the reservation), otherwise at the end of the pass.
-type claimMetadata struct {
-	// stored is the claim as the API server last returned it.
-	stored *hfv1.MachineClaim
-}
-
-func newClaimMetadata(claim *hfv1.MachineClaim) *claimMetadata {
-	return &claimMetadata{stored: claim.DeepCopy()}
-}
-
-// flush writes the metadata changes, if any, with an optimistic lock: a
-// claim read from a stale cache must not overwrite a newer reservation.
-// It patches a copy so that the in-memory status (patched later) stays.
-func (m *claimMetadata) flush(ctx context.Context, c client.Client, claim *hfv1.MachineClaim) error {
-	if m.clean(claim) {
-		return nil
-	}
-	if claim.ResourceVersion != m.stored.ResourceVersion {
-		// Another write of this pass (the finalizer's removal at the end
-		// of a claim) came after the last flush: it decided the metadata.
-		return nil
-	}
-	obj := m.stored.DeepCopy()
-	want := claim.DeepCopy()
-	obj.Finalizers, obj.Labels, obj.Annotations = want.Finalizers, want.Labels, want.Annotations
-	if err := c.Patch(ctx, obj, client.MergeFromWithOptions(m.stored, client.MergeFromWithOptimisticLock{})); err != nil {
-		return err
-	}
-	claim.ResourceVersion = obj.ResourceVersion
-	m.stored = obj
-	return nil
-}
-
-// clean reports whether the claim's metadata is as stored.
-func (m *claimMetadata) clean(claim *hfv1.MachineClaim) bool {
-	return equality.Semantic.DeepEqual(m.stored.Finalizers, claim.Finalizers) &&
-		equality.Semantic.DeepEqual(m.stored.Labels, claim.Labels) &&
-		equality.Semantic.DeepEqual(m.stored.Annotations, claim.Annotations)
-}
 
 // setStandardMetadata adds the finalizer and the standard labels (the
 // cluster label when cluster is known) in memory; claimMetadata.flush
@@ -89,7 +42,7 @@ func setStandardMetadata(claim *hfv1.MachineClaim, cluster string) {
 }
 
 // setReservation records a reserved VM in the claim's annotation (in
-// memory; claimMetadata.flush writes it), signed with the install's key over
+// memory; the scope writes it), signed with the install's key over
 // the claim's UID, cluster, node and VM id: the annotation is writable by
 // anyone who may edit the claim, so only the signature makes it the
 // operator's word (docs/security.md, "Forged reservations").
@@ -138,14 +91,14 @@ func refuse(format string, args ...any) error {
 // a warning event and the claim is placed as if it had no reservation.
 // An error means the check could not be made (a read failed): the caller
 // retries instead of placing a second VM.
-func (r *MachineClaimReconciler) restoreReservation(ctx context.Context, claim *hfv1.MachineClaim) error {
+func (r *MachineClaimReconciler) restoreReservation(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+	err := r.restoreReservationOf(ctx, s.claim)
+	return ctrl.Result{}, err == nil, err
+}
+
+func (r *MachineClaimReconciler) restoreReservationOf(ctx context.Context, claim *hfv1.MachineClaim) error {
 	v, ok := claim.Annotations[hfv1.VMReservationAnnotation]
-	if !ok || claim.Status.VMRef != nil {
-		return nil
-	}
-	switch claim.Status.Phase {
-	case "", hfv1.MachineClaimPending, hfv1.MachineClaimProvisioning:
-	default:
+	if !ok || claim.Status.VMRef != nil || claim.Ended() || meta.IsStatusConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
 		return nil
 	}
 	ref, sig, err := parseReservation(v)

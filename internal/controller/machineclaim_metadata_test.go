@@ -123,11 +123,11 @@ func TestRestoreReservation(t *testing.T) {
 			r := &MachineClaimReconciler{Client: reservationWorld(t, tc.nsLabels), Signer: signer, Recorder: events}
 			claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team", UID: types.UID("uid-1")}}
 			claim.Spec.TemplateRef.Name = "tmpl"
-			claim.Status.Phase, claim.Status.VMRef = tc.phase, tc.vmRef
+			claim.Status.Phase, claim.Status.VMRef, claim.Status.End = tc.phase, tc.vmRef, endOf(tc.phase)
 			if tc.annotation != "" {
 				claim.Annotations = map[string]string{hfv1.VMReservationAnnotation: tc.annotation}
 			}
-			if err := r.restoreReservation(context.Background(), claim); err != nil {
+			if err := r.restoreReservationOf(context.Background(), claim); err != nil {
 				t.Fatal(err)
 			}
 			switch got := claim.Status.VMRef; {
@@ -157,7 +157,7 @@ func TestRestoreReservationWithoutSigner(t *testing.T) {
 	r := &MachineClaimReconciler{Client: reservationWorld(t, map[string]string{"tenant": "yes"}), Recorder: record.NewFakeRecorder(10)}
 	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team", UID: "uid-1", Annotations: map[string]string{hfv1.VMReservationAnnotation: good}}}
 	claim.Spec.TemplateRef.Name = "tmpl"
-	if err := r.restoreReservation(context.Background(), claim); err != nil || claim.Status.VMRef != nil {
+	if err := r.restoreReservationOf(context.Background(), claim); err != nil || claim.Status.VMRef != nil {
 		t.Fatalf("restored %+v (err %v) without a signer", claim.Status.VMRef, err)
 	}
 }
@@ -205,14 +205,29 @@ func TestClaimRechecksTenancy(t *testing.T) {
 			r := &MachineClaimReconciler{Client: c, Recorder: record.NewFakeRecorder(10)}
 			claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team", UID: "uid-1"}}
 			claim.Spec.TemplateRef.Name = "tmpl"
-			_, _, wait := r.dependencies(ctx, claim)
+			_, next, err := r.loadDependencies(ctx, r.newClaimScope(claim))
 			cond := meta.FindStatusCondition(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
 			switch {
-			case tc.want == "" && wait != nil:
+			case err != nil:
+				t.Fatal(err)
+			case tc.want == "" && !next:
 				t.Fatalf("the claim waits: %+v", cond)
-			case tc.want != "" && (wait == nil || cond == nil || cond.Reason != tc.want || !strings.Contains(cond.Message, "spec.tenancy")):
-				t.Fatalf("wait %v, condition %+v; want %s naming spec.tenancy", wait, cond, tc.want)
+			case tc.want != "" && (next || cond == nil || cond.Reason != tc.want || !strings.Contains(cond.Message, "spec.tenancy")):
+				t.Fatalf("goes on %v, condition %+v; want %s naming spec.tenancy", next, cond, tc.want)
 			}
 		})
 	}
+}
+
+// endOf is the status.end a claim in phase has (nil before it ends).
+func endOf(phase hfv1.MachineClaimPhase) *hfv1.MachineClaimEnd {
+	switch phase {
+	case hfv1.MachineClaimTerminating:
+		return &hfv1.MachineClaimEnd{Reason: hfv1.EndPoweredOff}
+	case hfv1.MachineClaimFailed:
+		return &hfv1.MachineClaimEnd{Reason: hfv1.EndFailed, Failed: true}
+	case hfv1.MachineClaimFinished:
+		return &hfv1.MachineClaimEnd{Reason: hfv1.EndJobCompleted, FinishedAt: &metav1.Time{}}
+	}
+	return nil
 }

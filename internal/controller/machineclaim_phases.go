@@ -14,11 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
-	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -27,145 +25,21 @@ import (
 // at once.
 const callAgainNow = 10 * time.Millisecond
 
-const (
-	templateNotFoundReason = "TemplateNotFound"
-	templateNotReadyReason = hfv1.TemplateNotReadyReason
-	queuedReason           = "Queued"
-	configuringReason      = "Configuring"
-	vmPoweredOffReason     = "VMPoweredOff"
-	vmGoneReason           = "VMGone"
-	vmDeletedReason        = "VMDeleted"
-	deletingVMReason       = "DeletingVM"
-)
-
-// reconcileProvision drives a claim from Pending to Bootstrapping and
-// watches a running VM for power-off. metadata holds the pass's metadata
-// changes; it is flushed before the clone request.
-func (r *MachineClaimReconciler) reconcileProvision(ctx context.Context, claim *hfv1.MachineClaim, metadata *claimMetadata) (ctrl.Result, error) {
-	tmpl, cluster, wait := r.dependencies(ctx, claim)
-	if wait != nil {
-		return *wait, nil
-	}
-	// The cluster label, now that the cluster is known (written with the
-	// pass's other metadata changes).
-	setStandardMetadata(claim, cluster.Name)
-	p, health, connected := r.Registry.Provider(cluster.Name)
-	if !connected || !health.Ready {
-		msg := fmt.Sprintf("Waiting for HypervisorCluster %s: %s", cluster.Name, health.Message)
-		if claim.Status.VMRef == nil {
-			msg = "New VMs are paused. " + msg
-		}
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ClusterUnavailableReason, msg)
-		r.syncReady(claim)
-		// The cluster controller wakes the claim when the cluster is back.
-		return ctrl.Result{RequeueAfter: waitForDependency}, nil
-	}
-
-	switch claim.Status.Phase {
-	case hfv1.MachineClaimBootstrapping, hfv1.MachineClaimReady, hfv1.MachineClaimDraining:
-		return r.watchRunning(ctx, claim)
-	}
-
-	var addr staticAddr
-	if tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
-		ip, pool, fresh, err := r.staticAddress(ctx, claim, tmpl)
-		switch {
-		case errors.Is(err, errAddressWait):
-			return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
-		case err != nil:
-			return r.provisionError(ctx, claim, err)
-		case fresh:
-			// Persist the allocation (deferred status patch) before any
-			// VM is built with it.
-			return ctrl.Result{RequeueAfter: time.Millisecond}, nil
-		}
-		addr = staticAddr{ip: ip, pool: pool}
-	}
-	ci := &claimCloudInit{r: r, claim: claim, tmpl: tmpl, cluster: cluster, addr: addr}
-	spec, err := vmSpecFor(claim, tmpl, cluster, ci)
-	if err != nil {
-		return r.provisionError(ctx, claim, err)
-	}
-	prev := progressOf(claim)
-	if claim.Status.VMRef == nil {
-		claim.Status.TemplateHash = tmpl.Status.TemplateHash
-	}
-	res, err := p.EnsureVM(ctx, spec, prev)
-	if err != nil {
-		return r.provisionError(ctx, claim, err)
-	}
-	r.attempts.Delete(claim.UID)
-	r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
-	if claim.Status.Phase == hfv1.MachineClaimPending {
-		r.enterPhase(ctx, claim, hfv1.MachineClaimProvisioning, "Provisioning", fmt.Sprintf("Creating VM %d on %s/%s", res.Progress.VMID, cluster.Name, res.Progress.Node))
-	}
-	if res.Phase == provider.PhasePlaced && res.RetryAfter <= 0 && prev.VMID != res.Progress.VMID {
-		// A fresh reservation: store it with the finalizer in one write
-		// (the only one before the clone request), then clone in this
-		// same pass instead of waiting for that write's watch event. The
-		// status recording the VM follows at the end of the pass; until
-		// it lands the annotation stands in for it (restoreReservation).
-		// If the write fails, the next pass starts over from the stored
-		// state.
-		r.setReservation(claim, cluster.Name, res.Progress)
-		if err := metadata.flush(ctx, r.Client, claim); err != nil {
-			return ctrl.Result{}, fmt.Errorf("record VM id %d before cloning: %w", res.Progress.VMID, err)
-		}
-		ctrl.LoggerFrom(ctx).V(1).Info("Recorded the VM reservation", "vmid", res.Progress.VMID, "node", res.Progress.Node)
-		prev = res.Progress
-		if res, err = p.EnsureVM(ctx, spec, prev); err != nil {
-			return r.provisionError(ctx, claim, err)
-		}
-		r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
-	}
-	retry := res.RetryAfter
-	if retry <= 0 {
-		// "Call again now": the status patch below usually wakes the
-		// claim first; this only covers a coalesced event.
-		retry = callAgainNow
-	}
-	msg := res.Message
-	switch res.Phase {
-	case provider.PhasePlaced, provider.PhaseQueued:
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, queuedReason, orDefault(msg, "Waiting for a clone slot"))
-	case provider.PhaseCloning:
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.CloningReason, orDefault(msg, "Cloning the template"))
-	case provider.PhaseConfiguring:
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, configuringReason, orDefault(msg, "Configuring the VM"))
-	case provider.PhaseStarting:
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.StartingReason, orDefault(msg, "Starting the VM"))
-	case provider.PhaseBooting:
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.WaitingForGuestReason, orDefault(msg, "Waiting for the guest agent"))
-	case provider.PhaseRunning:
-		claim.Status.Network = networkStatus(claim, tmpl, cluster, res)
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
-			fmt.Sprintf("VM %d runs on %s/%s with addresses %s", res.Progress.VMID, cluster.Name, res.Progress.Node, strings.Join(res.Addresses, ", ")))
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "Provisioned", "VM %d is up on %s/%s", res.Progress.VMID, cluster.Name, res.Progress.Node)
-		r.enterPhase(ctx, claim, hfv1.MachineClaimBootstrapping, hfv1.WaitingForRunnerReason, "Waiting for the workload to report the runner online")
-		r.syncReady(claim)
-		return ctrl.Result{RequeueAfter: resyncRunning()}, nil
-	case provider.PhaseStopped:
-		return r.startTermination(ctx, claim, vmPoweredOffReason, fmt.Sprintf("VM %d powered off before it was ready", res.Progress.VMID))
-	}
-	r.syncReady(claim)
-	return ctrl.Result{RequeueAfter: retry}, nil
-}
-
-// dependencies loads the claim's template and cluster. A non-nil result
-// means the claim must wait; its conditions say why.
-func (r *MachineClaimReconciler) dependencies(ctx context.Context, claim *hfv1.MachineClaim) (*hfv1.HypervisorMachineTemplate, *hfv1.HypervisorCluster, *ctrl.Result) {
-	waitFor := func(reason, msg string) (*hfv1.HypervisorMachineTemplate, *hfv1.HypervisorCluster, *ctrl.Result) {
+// loadDependencies loads the claim's template and cluster into the scope;
+// the claim waits (its Provisioned condition says why) while either is
+// missing, the template is not Ready, or the cluster does not admit it.
+func (r *MachineClaimReconciler) loadDependencies(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+	claim := s.claim
+	waitFor := func(reason, msg string) (ctrl.Result, bool, error) {
 		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
-		r.syncReady(claim)
-		return nil, nil, &ctrl.Result{RequeueAfter: waitForDependency}
+		return ctrl.Result{RequeueAfter: waitForDependency}, false, nil
 	}
 	tmpl := &hfv1.HypervisorMachineTemplate{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, tmpl); err != nil {
 		if apierrors.IsNotFound(err) {
-			return waitFor(templateNotFoundReason, fmt.Sprintf("spec.templateRef: HypervisorMachineTemplate %s/%s does not exist; create it or fix the name", claim.Namespace, claim.Spec.TemplateRef.Name))
+			return waitFor(hfv1.TemplateNotFoundReason, fmt.Sprintf("spec.templateRef: HypervisorMachineTemplate %s/%s does not exist; create it or fix the name", claim.Namespace, claim.Spec.TemplateRef.Name))
 		}
-		return waitFor(templateNotFoundReason, fmt.Sprintf("read HypervisorMachineTemplate %s: %v", claim.Spec.TemplateRef.Name, err))
+		return waitFor(hfv1.TemplateNotFoundReason, fmt.Sprintf("read HypervisorMachineTemplate %s: %v", claim.Spec.TemplateRef.Name, err))
 	}
 	// A claim that already has a VM keeps working with the template it was
 	// built from, even if the template has since become invalid.
@@ -176,7 +50,7 @@ func (r *MachineClaimReconciler) dependencies(ctx context.Context, claim *hfv1.M
 			if ready != nil && ready.Status == metav1.ConditionFalse {
 				msg = ready.Reason + ": " + ready.Message
 			}
-			return waitFor(templateNotReadyReason, fmt.Sprintf("HypervisorMachineTemplate %s is not ready: %s", tmpl.Name, msg))
+			return waitFor(hfv1.TemplateNotReadyReason, fmt.Sprintf("HypervisorMachineTemplate %s is not ready: %s", tmpl.Name, msg))
 		}
 	}
 	clusterName := tmpl.Spec.HypervisorClusterRef.Name
@@ -202,7 +76,136 @@ func (r *MachineClaimReconciler) dependencies(ctx context.Context, claim *hfv1.M
 			return waitFor(hfv1.NotAllowedByClusterReason, fmt.Sprintf("HypervisorCluster %s does not allow template %s in namespace %s (spec.tenancy): %s", cluster.Name, tmpl.Name, claim.Namespace, strings.Join(problems, "; ")))
 		}
 	}
-	return tmpl, cluster, nil
+	s.tmpl, s.cluster = tmpl, cluster
+	// The cluster label, now that the cluster is known (written with the
+	// pass's other metadata changes).
+	setStandardMetadata(claim, cluster.Name)
+	return ctrl.Result{}, true, nil
+}
+
+// connectProvider puts the cluster's provider into the scope. A claim
+// still to be built waits for a cluster that is not connected and Ready
+// (new VMs are paused); a running one goes on without it, since its
+// workload is observed without the hypervisor and the cluster controller
+// wakes it when the cluster is back.
+func (r *MachineClaimReconciler) connectProvider(_ context.Context, s *claimScope) (ctrl.Result, bool, error) {
+	claim := s.claim
+	p, health, connected := r.Registry.Provider(s.cluster.Name)
+	if connected && health.Ready {
+		s.provider = p
+		return ctrl.Result{}, true, nil
+	}
+	if meta.IsStatusConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+		return ctrl.Result{}, true, nil
+	}
+	msg := fmt.Sprintf("Waiting for HypervisorCluster %s: %s", s.cluster.Name, health.Message)
+	if claim.Status.VMRef == nil {
+		msg = "New VMs are paused. " + msg
+	}
+	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ClusterUnavailableReason, msg)
+	return ctrl.Result{RequeueAfter: waitForDependency}, false, nil
+}
+
+// ensureAddress allocates the claim's static address (network mode
+// static) and has it stored before any VM is built with it.
+func (r *MachineClaimReconciler) ensureAddress(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+	if s.tmpl.Spec.Network.Mode != hfv1.NetworkModeStatic {
+		return ctrl.Result{}, true, nil
+	}
+	_, _, fresh, err := r.staticAddress(ctx, s.claim, s.tmpl)
+	switch {
+	case errors.Is(err, errAddressWait):
+		return ctrl.Result{RequeueAfter: 10 * time.Second}, false, nil
+	case err != nil:
+		res, err := r.provisionError(ctx, s, err)
+		return res, false, err
+	case fresh:
+		// Persist the allocation (the scope's status write) before any VM
+		// is built with it.
+		return ctrl.Result{RequeueAfter: time.Millisecond}, false, nil
+	}
+	return ctrl.Result{}, true, nil
+}
+
+// ensureVM advances the claim's VM by one provider step and records where
+// it is (the Provisioned condition). A fresh VM reservation is stored with
+// the finalizer in one write, the only one before the clone request.
+func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+	claim, tmpl, cluster := s.claim, s.tmpl, s.cluster
+	var addr staticAddr
+	if tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
+		ip, pool, _, err := r.staticAddress(ctx, claim, tmpl)
+		if err != nil {
+			res, err := r.provisionError(ctx, s, err)
+			return res, false, err
+		}
+		addr = staticAddr{ip: ip, pool: pool}
+	}
+	ci := &claimCloudInit{r: r, claim: claim, tmpl: tmpl, cluster: cluster, addr: addr}
+	spec, err := vmSpecFor(claim, tmpl, cluster, ci)
+	if err != nil {
+		res, err := r.provisionError(ctx, s, err)
+		return res, false, err
+	}
+	prev := progressOf(claim)
+	if claim.Status.VMRef == nil {
+		claim.Status.TemplateHash = tmpl.Status.TemplateHash
+	}
+	res, err := s.provider.EnsureVM(ctx, spec, prev)
+	if err == nil && res.Phase == provider.PhasePlaced && res.RetryAfter <= 0 && prev.VMID != res.Progress.VMID {
+		// A fresh reservation: store it with the finalizer in one write,
+		// then clone in this same pass instead of waiting for that write's
+		// watch event. The status recording the VM follows when the scope
+		// closes; until it lands the annotation stands in for it
+		// (restoreReservation). If the write fails, the next pass starts
+		// over from the stored state.
+		r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
+		r.setReservation(claim, cluster.Name, res.Progress)
+		if err := s.patch.PatchMetadata(ctx, claim); err != nil {
+			return ctrl.Result{}, false, fmt.Errorf("record VM id %d before cloning: %w", res.Progress.VMID, err)
+		}
+		ctrl.LoggerFrom(ctx).V(1).Info("Recorded the VM reservation", "vmid", res.Progress.VMID, "node", res.Progress.Node)
+		prev = res.Progress
+		res, err = s.provider.EnsureVM(ctx, spec, prev)
+	}
+	if err != nil {
+		res, err := r.provisionError(ctx, s, err)
+		return res, false, err
+	}
+	r.attempts.Delete(claim.UID)
+	r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
+	retry := res.RetryAfter
+	if retry <= 0 {
+		// "Call again now": the status write usually wakes the claim
+		// first; this only covers a coalesced event.
+		retry = callAgainNow
+	}
+	provisioning := func(reason, def string) (ctrl.Result, bool, error) {
+		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, orDefault(res.Message, def))
+		return ctrl.Result{RequeueAfter: retry}, false, nil
+	}
+	switch res.Phase {
+	case provider.PhaseCloning:
+		return provisioning(hfv1.CloningReason, "Cloning the template")
+	case provider.PhaseConfiguring:
+		return provisioning(hfv1.ConfiguringReason, "Configuring the VM")
+	case provider.PhaseStarting:
+		return provisioning(hfv1.StartingReason, "Starting the VM")
+	case provider.PhaseBooting:
+		return provisioning(hfv1.WaitingForGuestReason, "Waiting for the guest agent")
+	case provider.PhaseRunning:
+		claim.Status.Network = networkStatus(claim, tmpl, cluster, res)
+		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
+			fmt.Sprintf("VM %d runs on %s/%s with addresses %s", res.Progress.VMID, cluster.Name, res.Progress.Node, strings.Join(res.Addresses, ", ")))
+		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
+		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "Provisioned", "VM %d is up on %s/%s", res.Progress.VMID, cluster.Name, res.Progress.Node)
+		return ctrl.Result{RequeueAfter: resyncRunning()}, false, nil
+	case provider.PhaseStopped:
+		res, err := r.endAndTerminate(ctx, s, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMPoweredOffReason,
+			message: fmt.Sprintf("VM %d powered off before it was ready", res.Progress.VMID)})
+		return res, false, err
+	}
+	return provisioning(hfv1.QueuedReason, "Waiting for a clone slot")
 }
 
 // selectorAdmits applies an allowedNamespaces selector: unset or empty
@@ -226,11 +229,17 @@ func selectorAdmits(ctx context.Context, c client.Reader, selector *metav1.Label
 }
 
 // watchRunning checks a running claim's VM against the latest listing of
-// its cluster: a VM that powered off or vanished ends the claim.
-func (r *MachineClaimReconciler) watchRunning(ctx context.Context, claim *hfv1.MachineClaim) (ctrl.Result, error) {
+// its cluster (a VM that powered off or vanished ends the claim) and folds
+// in what the CI platform says about its runner.
+func (r *MachineClaimReconciler) watchRunning(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+	claim := s.claim
+	if !meta.IsStatusConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+		return ctrl.Result{}, true, nil
+	}
 	ref := claim.Status.VMRef
 	if ref == nil {
-		return r.startTermination(ctx, claim, vmGoneReason, "The claim lost its VM reference")
+		res, err := r.endAndTerminate(ctx, s, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason, message: "The claim lost its VM reference"})
+		return res, false, err
 	}
 	if l := r.Registry.Listing(ref.HypervisorCluster); l != nil {
 		vm, found := l.VM(int(ref.VMID))
@@ -238,24 +247,21 @@ func (r *MachineClaimReconciler) watchRunning(ctx context.Context, claim *hfv1.M
 			// The batch listing's power state can lag the hypervisor by
 			// its refresh interval (10 s on Proxmox): confirm with one
 			// per-VM read before ending the claim.
-			if res, handled, err := r.confirmStopped(ctx, claim); handled || err != nil {
-				return res, err
+			if res, handled, err := r.confirmStopped(ctx, s); handled || err != nil {
+				return res, false, err
 			}
 		}
 	}
-	if res, handled, err := r.observeWorkload(ctx, claim); handled || err != nil {
-		return res, err
+	if res, handled, err := r.observeWorkload(ctx, s); handled || err != nil {
+		return res, false, err
 	}
-	if claim.Status.Phase == hfv1.MachineClaimBootstrapping && meta.IsStatusConditionTrue(claim.Status.Conditions, hfv1.MachineClaimBootstrappedCondition) {
-		r.enterPhase(ctx, claim, hfv1.MachineClaimReady, hfv1.ReadyReason, "The workload reports the VM ready")
-	}
-	r.syncReady(claim)
-	return ctrl.Result{RequeueAfter: resyncRunning()}, nil
+	return ctrl.Result{RequeueAfter: resyncRunning()}, false, nil
 }
 
 // confirmStopped reads the claim's VM directly; if it is gone or powered
 // off the claim terminates (handled is true).
-func (r *MachineClaimReconciler) confirmStopped(ctx context.Context, claim *hfv1.MachineClaim) (ctrl.Result, bool, error) {
+func (r *MachineClaimReconciler) confirmStopped(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+	claim := s.claim
 	ref := claim.Status.VMRef
 	p, _, connected := r.Registry.Provider(ref.HypervisorCluster)
 	if !connected {
@@ -264,173 +270,24 @@ func (r *MachineClaimReconciler) confirmStopped(ctx context.Context, claim *hfv1
 	vm, err := p.GetVM(ctx, provider.VMRef{VMID: int(ref.VMID), Node: ref.Node})
 	switch {
 	case errors.Is(err, provider.ErrNotFound):
-		res, err := r.startTermination(ctx, claim, vmGoneReason, fmt.Sprintf("VM %d no longer exists on %s", ref.VMID, ref.HypervisorCluster))
+		res, err := r.endAndTerminate(ctx, s, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason,
+			message: fmt.Sprintf("VM %d no longer exists on %s", ref.VMID, ref.HypervisorCluster)})
 		return res, true, err
 	case err != nil:
 		ctrl.LoggerFrom(ctx).Info("Could not confirm the VM's power state; checking again later", "err", err.Error())
 		return ctrl.Result{RequeueAfter: r.backoff(claim)}, true, nil
 	case vm.Power == provider.PowerStopped:
-		res, err := r.startTermination(ctx, claim, vmPoweredOffReason, fmt.Sprintf("VM %d powered off", ref.VMID))
+		res, err := r.endAndTerminate(ctx, s, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMPoweredOffReason,
+			message: fmt.Sprintf("VM %d powered off", ref.VMID)})
 		return res, true, err
 	}
 	return ctrl.Result{}, false, nil
 }
 
-// startTermination moves a claim to Terminating and starts deleting its VM
-// at once, without waiting for another pass.
-func (r *MachineClaimReconciler) startTermination(ctx context.Context, claim *hfv1.MachineClaim, reason, msg string) (ctrl.Result, error) {
-	claim.Status.TerminationReason = truncate(reason+": "+msg, 1024)
-	r.enterPhase(ctx, claim, hfv1.MachineClaimTerminating, reason, msg)
-	return r.reconcileTerminate(ctx, claim)
-}
-
-// reconcileTerminate destroys the VM of a Terminating claim, then deletes
-// the claim: a VM that powered off has done its job.
-func (r *MachineClaimReconciler) reconcileTerminate(ctx context.Context, claim *hfv1.MachineClaim) (ctrl.Result, error) {
-	done, result, err := r.deleteVM(ctx, claim)
-	if err != nil || !done {
-		return result, err
-	}
-	if done, result := r.releaseRunner(ctx, claim); !done {
-		return result, nil
-	}
-	if t := claim.Status.PhaseTimes; t != nil && t.Terminating != nil {
-		metrics.PowerOffToDestroyed.Observe(r.Clock.Since(t.Terminating.Time).Seconds())
-	}
-	res, err := r.finish(ctx, claim)
-	if err != nil {
-		return res, fmt.Errorf("end MachineClaim after its VM was destroyed: %w", err)
-	}
-	return res, nil
-}
-
-// reconcileFailed removes the VM of a failed claim (unless its ownership
-// does not verify) and keeps the claim for inspection.
-func (r *MachineClaimReconciler) reconcileFailed(ctx context.Context, claim *hfv1.MachineClaim) (ctrl.Result, error) {
-	if claim.Status.VMRef == nil || meta.IsStatusConditionFalse(claim.Status.Conditions, hfv1.MachineClaimOwnershipVerifiedCondition) {
-		return ctrl.Result{}, nil
-	}
-	if retained, result := r.retainFailedVM(ctx, claim); retained {
-		return result, nil
-	}
-	_, result, err := r.deleteVM(ctx, claim)
-	return result, err
-}
-
-// reconcileDelete runs the finalizer: the VM (and its ISO) must be gone
-// before the claim may go.
-func (r *MachineClaimReconciler) reconcileDelete(ctx context.Context, claim *hfv1.MachineClaim) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer) {
-		return ctrl.Result{}, nil
-	}
-	if claim.Status.Phase != hfv1.MachineClaimTerminating && claim.Status.Phase != hfv1.MachineClaimFailed {
-		// A runner in the middle of a job keeps its VM (docs/architecture.md,
-		// "Teardown never kills a busy runner"):
-		// remove the runner first, which GitHub refuses while it is busy.
-		// A hard limit does not wait: its pool cancelled the job first.
-		if !hardLimit(claim) {
-			if drained, result := r.drainRunner(ctx, claim); !drained {
-				return result, nil
-			}
-		}
-		reason := orDefault(claim.Annotations[hfv1.TerminationReasonAnnotation], string(scaling.Deleted)+": the MachineClaim was deleted")
-		if claim.Status.TerminationReason == "" {
-			claim.Status.TerminationReason = truncate(reason, 1024)
-		}
-		code, msg := splitReason(reason)
-		r.enterPhase(ctx, claim, hfv1.MachineClaimTerminating, camelReason(code), msg)
-	}
-	if done, result, err := r.deleteVM(ctx, claim); err != nil || !done {
-		return result, err
-	}
-	if done, result := r.releaseRunner(ctx, claim); !done {
-		return result, nil
-	}
-	if err := r.removeFinalizer(ctx, claim); err != nil {
-		return ctrl.Result{}, err
-	}
-	r.countOutcome(claim)
-	r.attempts.Delete(claim.UID)
-	return ctrl.Result{}, nil
-}
-
-// deleteVM advances the deletion of the claim's VM by one step. It reports
-// done once no VM is left to delete.
-func (r *MachineClaimReconciler) deleteVM(ctx context.Context, claim *hfv1.MachineClaim) (bool, ctrl.Result, error) {
-	ref := claim.Status.VMRef
-	if ref == nil || ref.VMID == 0 {
-		r.releaseAddresses(ctx, claim)
-		return true, ctrl.Result{}, nil
-	}
-	p, health, connected := r.Registry.Provider(ref.HypervisorCluster)
-	if !connected {
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ClusterUnavailableReason,
-			fmt.Sprintf("Cannot delete VM %d yet: HypervisorCluster %s is not connected: %s", ref.VMID, ref.HypervisorCluster, health.Message))
-		r.syncReady(claim)
-		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}, nil
-	}
-	prev := progressOf(claim)
-	res, err := p.DeleteVM(ctx, ownerOf(claim), prev)
-	switch {
-	case errors.Is(err, provider.ErrNotOwned):
-		return false, r.keepForAdmin(ctx, claim, err), nil
-	case err != nil:
-		class, reason := provider.Classify(err), provider.ReasonOf(err)
-		metrics.ClaimErrors.WithLabelValues(string(class), reason).Inc()
-		msg := fmt.Sprintf("Deleting VM %d failed (%s, will retry): %v", ref.VMID, class, err)
-		if meta.FindStatusCondition(claim.Status.Conditions, hfv1.ReadyCondition) == nil ||
-			meta.FindStatusCondition(claim.Status.Conditions, hfv1.ReadyCondition).Reason != reason {
-			r.Recorder.Event(claim, corev1.EventTypeWarning, "FailedDelete", truncate(msg, 1024))
-		}
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, reason, msg)
-		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}, nil
-	}
-	r.attempts.Delete(claim.UID)
-	if !res.Done {
-		r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, deletingVMReason, orDefault(res.Message, fmt.Sprintf("Deleting VM %d", ref.VMID)))
-		retry := res.RetryAfter
-		if retry <= 0 {
-			retry = callAgainNow
-		}
-		return false, ctrl.Result{RequeueAfter: retry}, nil
-	}
-	r.Recorder.Eventf(claim, corev1.EventTypeNormal, vmDeletedReason, "VM %d on %s destroyed and its cloud-init ISO removed", ref.VMID, ref.HypervisorCluster)
-	claim.Status.VMRef, claim.Status.Task = nil, nil
-	r.releaseAddresses(ctx, claim)
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, vmDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, vmDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
-	return true, ctrl.Result{}, nil
-}
-
-// ownershipRecheck is how often a claim held by keepForAdmin reads its VM
-// again. The cluster poller wakes it sooner when the VM leaves the listing.
-const ownershipRecheck = 10 * time.Minute
-
-// keepForAdmin handles a VM whose ownership marker does not verify at
-// deletion. The VM is never touched, and since it may be the claim's own VM
-// with a damaged marker (still running with the claim's address), nothing
-// is released either: the claim keeps its VM reference, its addresses and
-// its finalizer until the VM is gone or an admin removes the finalizer
-// (docs/operations.md, docs/security.md "Absence and release").
-func (r *MachineClaimReconciler) keepForAdmin(ctx context.Context, claim *hfv1.MachineClaim, err error) ctrl.Result {
-	ref := claim.Status.VMRef
-	msg := fmt.Sprintf("VM %d on HypervisorCluster %s does not carry this claim's verified ownership marker (%v). HyperFleet neither touches it nor releases this claim's addresses while it may exist. "+
-		"An admin must check VM %d by hand: once it is deleted the claim finishes on its own; if it is someone else's VM, delete this MachineClaim and remove its finalizer %s",
-		ref.VMID, ref.HypervisorCluster, err, ref.VMID, hfv1.MachineClaimFinalizer)
-	if c := meta.FindStatusCondition(claim.Status.Conditions, hfv1.ReadyCondition); c == nil || c.Reason != hfv1.OwnershipMismatchReason {
-		r.Recorder.Event(claim, corev1.EventTypeWarning, hfv1.OwnershipMismatchReason, truncate(msg, 1024))
-		ctrl.LoggerFrom(ctx).Info("VM ownership does not verify; keeping the claim's finalizer and addresses for an admin", "vmid", ref.VMID, "cluster", ref.HypervisorCluster, "err", err.Error())
-	}
-	msg = truncate(msg, 32768)
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, msg)
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, msg)
-	return ctrl.Result{RequeueAfter: ownershipRecheck}
-}
-
 // provisionError surfaces a classified error (docs/architecture.md,
 // "Classified errors") and chooses how to go on.
-func (r *MachineClaimReconciler) provisionError(ctx context.Context, claim *hfv1.MachineClaim, err error) (ctrl.Result, error) {
+func (r *MachineClaimReconciler) provisionError(ctx context.Context, s *claimScope, err error) (ctrl.Result, error) {
+	claim := s.claim
 	class, reason := provider.Classify(err), provider.ReasonOf(err)
 	if errors.Is(err, errRender) {
 		class, reason = provider.ClassConfiguration, "InvalidCloudInit"
@@ -441,7 +298,6 @@ func (r *MachineClaimReconciler) provisionError(ctx context.Context, claim *hfv1
 		metrics.ClaimErrors.WithLabelValues(string(provider.ClassResource), hfv1.RateLimitedReason).Inc()
 		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.RateLimitedReason,
 			fmt.Sprintf("Waiting %s for the CI platform's rate limit: %v", wait.Round(time.Second), err))
-		r.syncReady(claim)
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	metrics.ClaimErrors.WithLabelValues(string(class), reason).Inc()
@@ -454,14 +310,14 @@ func (r *MachineClaimReconciler) provisionError(ctx context.Context, claim *hfv1
 	case errors.Is(err, provider.ErrNotOwned):
 		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason,
 			"The VM recorded for this claim does not carry its verified ownership marker; it is never modified or destroyed: "+err.Error())
-		r.fail(ctx, claim, hfv1.OwnershipMismatchReason, msg)
+		r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.OwnershipMismatchReason, message: msg})
 		return ctrl.Result{}, nil
 	case class == provider.ClassPermanent:
-		r.fail(ctx, claim, hfv1.ProvisioningFailedReason, msg)
-		return r.reconcileFailed(ctx, claim)
+		r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.ProvisioningFailedReason, message: msg})
+		res, _, err := r.reconcileFailed(ctx, s)
+		return res, err
 	}
 	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
-	r.syncReady(claim)
 	if changed {
 		r.Recorder.Event(claim, corev1.EventTypeWarning, "FailedProvision", truncate(msg, 1024))
 	}
@@ -474,13 +330,6 @@ func (r *MachineClaimReconciler) provisionError(ctx context.Context, claim *hfv1
 	default:
 		return ctrl.Result{RequeueAfter: r.backoff(claim)}, nil
 	}
-}
-
-// fail moves a claim to Failed.
-func (r *MachineClaimReconciler) fail(ctx context.Context, claim *hfv1.MachineClaim, reason, msg string) {
-	claim.Status.TerminationReason = truncate(reason+": "+msg, 1024)
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
-	r.enterPhase(ctx, claim, hfv1.MachineClaimFailed, reason, msg)
 }
 
 // defaultMaxRetryDelay caps a claim's transient-failure backoff unless

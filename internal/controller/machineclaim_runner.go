@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,14 +22,13 @@ const (
 	// runnerReleaseDeadline bounds retries to remove a runner once its VM
 	// is gone: the CI platform drops offline ephemeral runners by itself
 	// (GitHub after a day), so a claim never hangs on it forever.
-	runnerReleaseDeadline  = 10 * time.Minute
-	runnerRemovedReason    = "RunnerRemoved"
-	runnerNotRemovedReason = "RunnerNotRemoved"
+	runnerReleaseDeadline = 10 * time.Minute
 )
 
 // drainRunner removes a deleted claim's runner while its VM still runs. It
-// reports false (with the requeue) while the runner is busy: the claim
-// waits in Draining and the VM keeps running the job.
+// reports false (with the requeue) while the runner is busy: the claim's
+// Ending condition says why it waits (phase Draining) and the VM keeps
+// running the job.
 func (r *MachineClaimReconciler) drainRunner(ctx context.Context, claim *hfv1.MachineClaim) (bool, ctrl.Result) {
 	if r.Bootstrap == nil || claim.Status.Bootstrap == nil || claim.Status.VMRef == nil {
 		return true, ctrl.Result{}
@@ -41,10 +39,7 @@ func (r *MachineClaimReconciler) drainRunner(ctx context.Context, claim *hfv1.Ma
 		return true, ctrl.Result{}
 	case errors.Is(err, workload.ErrRunnerBusy):
 		msg := fmt.Sprintf("Runner %s is running a job; the VM is deleted when the job ends", claim.Status.Bootstrap.RunnerName)
-		if claim.Status.Phase != hfv1.MachineClaimDraining {
-			r.enterPhase(ctx, claim, hfv1.MachineClaimDraining, hfv1.RunnerBusyReason, msg)
-		}
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.RunnerBusyReason, msg)
+		setEnding(claim, hfv1.RunnerBusyReason, msg)
 		return false, ctrl.Result{RequeueAfter: runnerBusyRecheck}
 	}
 	if wait, limited := retryAfterWorkload(err, r.Clock.Now()); limited {
@@ -60,19 +55,12 @@ func (r *MachineClaimReconciler) drainRunner(ctx context.Context, claim *hfv1.Ma
 	if job, busy := r.runnerMayBeBusy(ctx, claim); busy {
 		msg := fmt.Sprintf("Cannot ask the CI platform whether runner %s still runs job %d (%v); the VM stays until it answers or the job is recorded as finished",
 			claim.Status.Bootstrap.RunnerName, job, err)
-		if claim.Status.Phase != hfv1.MachineClaimDraining {
-			r.enterPhase(ctx, claim, hfv1.MachineClaimDraining, runnerStateUnknownReason, msg)
-		}
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, runnerStateUnknownReason, truncate(msg, 1024))
+		setEnding(claim, hfv1.RunnerStateUnknownReason, truncate(msg, 1024))
 		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
 	}
 	ctrl.LoggerFrom(ctx).Info("Could not remove the runner before destroying its VM; retrying after", "err", err.Error())
 	return true, ctrl.Result{}
 }
-
-// runnerStateUnknownReason: the claim's runner took a job and the CI
-// platform cannot be asked whether it still runs it.
-const runnerStateUnknownReason = "RunnerStateUnknown"
 
 // runnerMayBeBusy reports whether the claim's runner took a job that is not
 // recorded as finished (a CIJob that cannot be read counts as unfinished;
@@ -100,22 +88,21 @@ func (r *MachineClaimReconciler) releaseRunner(ctx context.Context, claim *hfv1.
 	}
 	err := r.release(ctx, claim)
 	if err == nil {
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, runnerRemovedReason, "Runner %s is no longer registered", st.RunnerName)
+		r.Recorder.Eventf(claim, corev1.EventTypeNormal, hfv1.RunnerRemovedReason, "Runner %s is no longer registered", st.RunnerName)
 		claim.Status.Bootstrap.RunnerID = 0
 		claim.Status.Bootstrap.RunnerName = ""
 		return true, ctrl.Result{}
 	}
 	since := claim.CreationTimestamp.Time
-	if t := claim.Status.PhaseTimes; t != nil && t.Terminating != nil {
-		since = t.Terminating.Time
+	if end := claim.Status.End; end != nil {
+		since = end.StartedAt.Time
 	}
 	if r.Clock.Since(since) > runnerReleaseDeadline {
-		r.Recorder.Eventf(claim, corev1.EventTypeWarning, runnerNotRemovedReason,
+		r.Recorder.Eventf(claim, corev1.EventTypeWarning, hfv1.RunnerNotRemovedReason,
 			"Gave up removing runner %s after %s: %v; the CI platform removes offline ephemeral runners by itself", st.RunnerName, runnerReleaseDeadline, err)
 		return true, ctrl.Result{}
 	}
-	msg := fmt.Sprintf("Removing runner %s: %v", st.RunnerName, err)
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, runnerNotRemovedReason, truncate(msg, 1024))
+	setEnding(claim, hfv1.RunnerNotRemovedReason, truncate(fmt.Sprintf("Removing runner %s: %v", st.RunnerName, err), 1024))
 	if wait, limited := retryAfterWorkload(err, r.Clock.Now()); limited {
 		return false, ctrl.Result{RequeueAfter: wait}
 	}

@@ -74,9 +74,10 @@ func TestDrainRunnerWhenThePlatformCannotAnswer(t *testing.T) {
 			if tc.drained {
 				return
 			}
+			summariseReady(claim)
 			ready := meta.FindStatusCondition(claim.Status.Conditions, hfv1.ReadyCondition)
-			if claim.Status.Phase != hfv1.MachineClaimDraining || ready == nil || ready.Reason != runnerStateUnknownReason || res.RequeueAfter <= 0 {
-				t.Fatalf("phase %s, Ready %+v, requeue %s; want Draining with %s and a retry", claim.Status.Phase, ready, res.RequeueAfter, runnerStateUnknownReason)
+			if phase := claimPhaseOf(claim); phase != hfv1.MachineClaimDraining || ready == nil || ready.Reason != hfv1.RunnerStateUnknownReason || res.RequeueAfter <= 0 {
+				t.Fatalf("phase %s, Ready %+v, requeue %s; want Draining with %s and a retry", phase, ready, res.RequeueAfter, hfv1.RunnerStateUnknownReason)
 			}
 		})
 	}

@@ -69,13 +69,13 @@ type stuckCheck struct {
 
 // checkStuck decides from status.phaseTimes whether claim overstayed its
 // phase at now.
-func checkStuck(claim *hfv1.MachineClaim, bounds StuckBounds, now time.Time) stuckCheck {
-	limit := bounds.bound(claim.Status.Phase)
+func checkStuck(claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, bounds StuckBounds, now time.Time) stuckCheck {
+	limit := bounds.bound(phase)
 	pt := claim.Status.PhaseTimes
 	if limit <= 0 || pt == nil {
 		return stuckCheck{}
 	}
-	entered := phaseTime(pt, claim.Status.Phase)
+	entered := phaseTime(pt, phase)
 	if entered == nil || *entered == nil {
 		return stuckCheck{}
 	}
@@ -88,13 +88,13 @@ func checkStuck(claim *hfv1.MachineClaim, bounds StuckBounds, now time.Time) stu
 
 // waitingOn says what a claim waits for: its hypervisor task and the
 // condition that explains its phase.
-func waitingOn(claim *hfv1.MachineClaim) string {
+func waitingOn(claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase) string {
 	var out string
 	if t := claim.Status.Task; t != nil {
 		out = fmt.Sprintf("hypervisor task %s (%s)", t.Operation, t.ID)
 	}
 	cond := hfv1.MachineClaimProvisionedCondition
-	if claim.Status.Phase != hfv1.MachineClaimPending && claim.Status.Phase != hfv1.MachineClaimProvisioning {
+	if phase != hfv1.MachineClaimPending && phase != hfv1.MachineClaimProvisioning {
 		cond = hfv1.ReadyCondition
 	}
 	if c := meta.FindStatusCondition(claim.Status.Conditions, cond); c != nil && c.Status != metav1.ConditionTrue {
@@ -147,15 +147,15 @@ func (s *stuckClaims) set(key types.NamespacedName, phase hfv1.MachineClaimPhase
 // markStuck sets the claim's Stuck condition after a reconcile, records a
 // warning event when it becomes stuck, and asks for a reconcile when the
 // claim would become stuck, so that a claim nothing else wakes is still
-// reported. It changes only status; the deferred status patch writes it.
-func (r *MachineClaimReconciler) markStuck(ctx context.Context, claim *hfv1.MachineClaim, res ctrl.Result) ctrl.Result {
+// reported. It changes only status; the scope writes it.
+func (r *MachineClaimReconciler) markStuck(ctx context.Context, claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, res ctrl.Result) ctrl.Result {
 	key := types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}
-	if claim.Status.Phase == "" || claim.Status.Phase == hfv1.MachineClaimFinished {
+	if phase == hfv1.MachineClaimFinished {
 		r.stuck.set(key, "", false)
 		return res
 	}
-	check := checkStuck(claim, r.StuckBounds, r.Clock.Now())
-	r.stuck.set(key, claim.Status.Phase, check.stuck)
+	check := checkStuck(claim, phase, r.StuckBounds, r.Clock.Now())
+	r.stuck.set(key, phase, check.stuck)
 	conds := &claim.Status.Conditions
 	old := meta.FindStatusCondition(*conds, hfv1.MachineClaimStuckCondition)
 	switch {
@@ -166,13 +166,13 @@ func (r *MachineClaimReconciler) markStuck(ctx context.Context, claim *hfv1.Mach
 		// its transition time (and the event) are this stay's.
 		meta.RemoveStatusCondition(conds, hfv1.MachineClaimStuckCondition)
 		msg := fmt.Sprintf("In phase %s since %s, longer than the manager's bound for it (%s); waiting on %s",
-			claim.Status.Phase, check.since.UTC().Format(time.RFC3339), r.StuckBounds.bound(claim.Status.Phase), waitingOn(claim))
+			phase, check.since.UTC().Format(time.RFC3339), r.StuckBounds.bound(phase), waitingOn(claim, phase))
 		setCondition(conds, claim.Generation, hfv1.MachineClaimStuckCondition, metav1.ConditionTrue, hfv1.NoProgressReason, msg)
 		r.Recorder.Event(claim, corev1.EventTypeWarning, hfv1.MachineClaimStuckCondition, msg)
-		ctrl.LoggerFrom(ctx).Info("MachineClaim is stuck", "phase", claim.Status.Phase, "since", check.since, "waitingOn", waitingOn(claim))
+		ctrl.LoggerFrom(ctx).Info("MachineClaim is stuck", "phase", phase, "since", check.since, "waitingOn", waitingOn(claim, phase))
 	case old != nil && old.Status == metav1.ConditionTrue:
 		setCondition(conds, claim.Generation, hfv1.MachineClaimStuckCondition, metav1.ConditionFalse, hfv1.ProgressingReason,
-			fmt.Sprintf("Now in phase %s", claim.Status.Phase))
+			fmt.Sprintf("Now in phase %s", phase))
 	}
 	if check.wake > 0 && (res.RequeueAfter == 0 || check.wake < res.RequeueAfter) {
 		res.RequeueAfter = check.wake

@@ -40,7 +40,7 @@ func TestCheckStuck(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := unitClaim("c", 0)
 			c.Status.Phase, c.Status.PhaseTimes = tc.phase, tc.times
-			got := checkStuck(&c, bounds, unitEpoch.Add(tc.now))
+			got := checkStuck(&c, tc.phase, bounds, unitEpoch.Add(tc.now))
 			if got.stuck != tc.wantStuck || got.wake != tc.wantWake {
 				t.Fatalf("checkStuck = %+v, want stuck %v wake %s", got, tc.wantStuck, tc.wantWake)
 			}
@@ -74,14 +74,14 @@ func TestMarkStuck(t *testing.T) {
 	ctx := context.Background()
 
 	clk.Step(4 * time.Minute)
-	res := r.markStuck(ctx, &c, ctrl.Result{RequeueAfter: time.Hour})
+	res := r.markStuck(ctx, &c, c.Status.Phase, ctrl.Result{RequeueAfter: time.Hour})
 	if res.RequeueAfter != 6*time.Minute || meta.FindStatusCondition(c.Status.Conditions, hfv1.MachineClaimStuckCondition) != nil {
 		t.Fatalf("before the bound: requeue %s, conditions %+v", res.RequeueAfter, c.Status.Conditions)
 	}
 
 	clk.Step(6 * time.Minute)
 	for range 3 {
-		r.markStuck(ctx, &c, ctrl.Result{})
+		r.markStuck(ctx, &c, c.Status.Phase, ctrl.Result{})
 	}
 	cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.MachineClaimStuckCondition)
 	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != hfv1.NoProgressReason ||
@@ -99,7 +99,7 @@ func TestMarkStuck(t *testing.T) {
 	// Moves on: no longer stuck, no longer counted.
 	c.Status.Phase = hfv1.MachineClaimTerminating
 	c.Status.PhaseTimes.Terminating = &metav1.Time{Time: clk.Now()}
-	r.markStuck(ctx, &c, ctrl.Result{})
+	r.markStuck(ctx, &c, c.Status.Phase, ctrl.Result{})
 	if cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.MachineClaimStuckCondition); cond.Status != metav1.ConditionFalse || cond.Reason != hfv1.ProgressingReason {
 		t.Fatalf("after progress: Stuck = %+v", cond)
 	}
@@ -109,7 +109,7 @@ func TestMarkStuck(t *testing.T) {
 
 	// Stuck again in a later phase: a new event for the new stay.
 	clk.Step(5 * time.Minute)
-	r.markStuck(ctx, &c, ctrl.Result{})
+	r.markStuck(ctx, &c, c.Status.Phase, ctrl.Result{})
 	if len(events.Events) != 1 || !strings.HasPrefix(<-events.Events, "Warning Stuck In phase Terminating") {
 		t.Fatal("no Stuck event for the stay in Terminating")
 	}
@@ -118,7 +118,7 @@ func TestMarkStuck(t *testing.T) {
 	}
 	// Finished: forgotten.
 	c.Status.Phase = hfv1.MachineClaimFinished
-	r.markStuck(ctx, &c, ctrl.Result{})
+	r.markStuck(ctx, &c, c.Status.Phase, ctrl.Result{})
 	if got := gauge(hfv1.MachineClaimTerminating); got != baseTerm {
 		t.Fatalf("Terminating gauge %v after the claim finished, want %v", got, baseTerm)
 	}

@@ -2,9 +2,7 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,9 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/metrics"
-	"github.com/hyperfleet/hyperfleet/internal/scaling"
-	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -86,7 +81,8 @@ func (o *RunnerObservations) Forget(uid types.UID) {
 // A runner seen online makes the claim Bootstrapped; a runner whose job
 // completed ends the claim (its VM has done its one job). handled is true
 // when the claim moved to Terminating.
-func (r *MachineClaimReconciler) observeWorkload(ctx context.Context, claim *hfv1.MachineClaim) (ctrl.Result, bool, error) {
+func (r *MachineClaimReconciler) observeWorkload(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+	claim := s.claim
 	st := claim.Status.Bootstrap
 	if st == nil || st.RunnerName == "" {
 		return ctrl.Result{}, false, nil
@@ -110,8 +106,8 @@ func (r *MachineClaimReconciler) observeWorkload(ctx context.Context, claim *hfv
 		if job.Status.State == hfv1.CIJobCompleted {
 			st.RunnerState = ""
 			st.JobConclusion = truncate(job.Status.Conclusion, 64)
-			res, err := r.startTermination(ctx, claim, string(scaling.JobCompleted),
-				fmt.Sprintf("job %d finished (%s)", job.Spec.JobID, orDefault(job.Status.Conclusion, "no conclusion")))
+			res, err := r.endAndTerminate(ctx, s, claimEnd{reason: hfv1.EndJobCompleted, code: string(hfv1.EndJobCompleted),
+				message: fmt.Sprintf("job %d finished (%s)", job.Spec.JobID, orDefault(job.Status.Conclusion, "no conclusion"))})
 			return res, true, err
 		}
 	}
@@ -190,277 +186,4 @@ func (r *MachineClaimReconciler) poolOf(ctx context.Context, claim *hfv1.Machine
 		return nil
 	}
 	return &pool
-}
-
-// requestedFailure applies the pool's request to fail the claim
-// (bootstrapTimeout): true when the claim moved to Failed.
-func (r *MachineClaimReconciler) requestedFailure(ctx context.Context, claim *hfv1.MachineClaim) bool {
-	v := claim.Annotations[hfv1.FailReasonAnnotation]
-	switch claim.Status.Phase {
-	case hfv1.MachineClaimFailed, hfv1.MachineClaimTerminating, hfv1.MachineClaimFinished:
-		return false
-	}
-	if v == "" {
-		return false
-	}
-	code, msg := splitReason(v)
-	claim.Status.TerminationReason = truncate(v, 1024)
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, camelReason(code), truncate(msg, 1024))
-	r.enterPhase(ctx, claim, hfv1.MachineClaimFailed, camelReason(code), msg)
-	return true
-}
-
-// requestedTermination ends a claim its pool asked to end (the
-// termination-reason annotation): the runner is removed first, which waits
-// while it runs a job unless a hard limit ends it; then the VM goes and the
-// claim becomes history or is deleted. handled is true when the claim
-// waits or moved to Terminating.
-func (r *MachineClaimReconciler) requestedTermination(ctx context.Context, claim *hfv1.MachineClaim) (ctrl.Result, bool, error) {
-	v := claim.Annotations[hfv1.TerminationReasonAnnotation]
-	switch claim.Status.Phase {
-	case hfv1.MachineClaimTerminating, hfv1.MachineClaimFinished:
-		// A hard limit cancels the job before its pool asks the claim to
-		// end; the runner's exit powers the VM off, and the cancelled
-		// job's completion arrives too, so shutdown detection or the
-		// job's end can be seen before the pool's request. The pool's
-		// reason is the cause, so it replaces either.
-		if v != "" && endedByPoolCancellation(claim) {
-			claim.Status.TerminationReason = truncate(v, 1024)
-		}
-		return ctrl.Result{}, false, nil
-	case hfv1.MachineClaimFailed:
-		return ctrl.Result{}, false, nil
-	}
-	if v == "" {
-		return ctrl.Result{}, false, nil
-	}
-	if !hardLimit(claim) {
-		if drained, res := r.drainRunner(ctx, claim); !drained {
-			return res, true, nil
-		}
-	}
-	code, msg := splitReason(v)
-	res, err := r.startTermination(ctx, claim, code, msg)
-	return res, true, err
-}
-
-// retainFailedVM keeps a failed claim's VM, stopped, when its pool retains
-// failed VMs for debugging (the pool deletes the claim after the TTL or
-// when more than maxRetained are kept). It reports false when the VM is
-// to be destroyed instead.
-func (r *MachineClaimReconciler) retainFailedVM(ctx context.Context, claim *hfv1.MachineClaim) (bool, ctrl.Result) {
-	pool := r.poolOf(ctx, claim)
-	if pool == nil || !retainsFailed(pool) || claim.Status.VMRef == nil {
-		return false, ctrl.Result{}
-	}
-	ref := claim.Status.VMRef
-	p, _, connected := r.Registry.Provider(ref.HypervisorCluster)
-	if !connected {
-		return true, ctrl.Result{RequeueAfter: waitForDependency}
-	}
-	vm, err := p.GetVM(ctx, provider.VMRef{VMID: int(ref.VMID), Node: ref.Node})
-	if err != nil {
-		// Gone, or unreadable: let the normal path clean up.
-		return false, ctrl.Result{}
-	}
-	if vm.Power != provider.PowerStopped {
-		if _, err := p.SetPower(ctx, ownerOf(claim), provider.VMRef{VMID: int(ref.VMID), Node: ref.Node}, provider.PowerOff); err != nil {
-			ctrl.LoggerFrom(ctx).Info("Could not stop the failed VM kept for debugging; retrying", "err", err.Error())
-			return true, ctrl.Result{RequeueAfter: r.backoff(claim)}
-		}
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, hfv1.RetainedReason, "VM %d stopped and kept for debugging (RunnerPool %s spec.lifecycle.failedRetention)", ref.VMID, pool.Name)
-	}
-	// A kept VM keeps nothing that still works as a credential: its
-	// cloud-init ISO (the single-use credential) leaves the storage and its
-	// runner leaves the CI platform before it is reported retained
-	// (docs/security.md, "Credentials after the VM").
-	if done, result := r.removeRetainedMedia(ctx, claim, p); !done {
-		return true, result
-	}
-	if done, result := r.deregisterRetainedRunner(ctx, claim); !done {
-		return true, result
-	}
-	ttl := failedRetentionTTL(pool)
-	until := claim.CreationTimestamp.Add(ttl)
-	if t := claim.Status.PhaseTimes; t != nil && t.Failed != nil {
-		until = t.Failed.Add(ttl)
-	}
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.RetainedReason,
-		fmt.Sprintf("VM %d on %s is kept stopped for debugging until %s: %s", ref.VMID, ref.HypervisorCluster, until.UTC().Format(time.RFC3339), claim.Status.TerminationReason))
-	return true, ctrl.Result{RequeueAfter: 5 * time.Minute}
-}
-
-// removeRetainedMedia advances the removal of a retained VM's cloud-init
-// media by one step; done once none is left.
-func (r *MachineClaimReconciler) removeRetainedMedia(ctx context.Context, claim *hfv1.MachineClaim, p provider.Provider) (bool, ctrl.Result) {
-	ref := claim.Status.VMRef
-	prev := progressOf(claim)
-	res, err := p.RemoveCloudInitMedia(ctx, ownerOf(claim), prev)
-	if err != nil {
-		msg := fmt.Sprintf("VM %d is kept for debugging once its cloud-init ISO (it holds the runner credential) is removed: %v", ref.VMID, err)
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, retainingReason, truncate(msg, 1024))
-		ctrl.LoggerFrom(ctx).Info("Could not remove the cloud-init ISO of the failed VM kept for debugging; retrying", "err", err.Error())
-		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
-	}
-	r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
-	if !res.Done {
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, retainingReason,
-			orDefault(res.Message, fmt.Sprintf("Removing the cloud-init ISO of VM %d before keeping it", ref.VMID)))
-		return false, ctrl.Result{RequeueAfter: max(res.RetryAfter, callAgainNow)}
-	}
-	return true, ctrl.Result{}
-}
-
-// deregisterRetainedRunner removes the runner of a claim whose failed VM is
-// kept: its registration must not outlive the VM's useful life. It reports
-// false (with the requeue) to retry; the claim is not reported retained
-// until the runner is gone. The pool's TTL bounds the retries: the claim's
-// deletion then removes the runner as for any claim.
-func (r *MachineClaimReconciler) deregisterRetainedRunner(ctx context.Context, claim *hfv1.MachineClaim) (bool, ctrl.Result) {
-	st := claim.Status.Bootstrap
-	if r.Bootstrap == nil || st == nil || st.RunnerName == "" && st.RunnerID == 0 {
-		return true, ctrl.Result{}
-	}
-	err := r.release(ctx, claim)
-	if err == nil {
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, runnerRemovedReason, "Runner %s is no longer registered; its failed VM is kept for debugging", st.RunnerName)
-		st.RunnerID, st.RunnerName, st.RunnerState = 0, "", ""
-		return true, ctrl.Result{}
-	}
-	msg := fmt.Sprintf("Removing runner %s before keeping its failed VM: %v", st.RunnerName, err)
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, runnerNotRemovedReason, truncate(msg, 1024))
-	ctrl.LoggerFrom(ctx).Info("Could not remove the runner of a failed VM kept for debugging; retrying", "runner", st.RunnerName, "err", err.Error())
-	switch wait, limited := retryAfterWorkload(err, r.Clock.Now()); {
-	case limited:
-		return false, ctrl.Result{RequeueAfter: wait}
-	case errors.Is(err, workload.ErrRunnerBusy):
-		// The platform has not yet seen the stopped VM's runner go idle.
-		return false, ctrl.Result{RequeueAfter: runnerBusyRecheck}
-	}
-	return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
-}
-
-// retainingReason: a failed VM is being made safe to keep.
-const retainingReason = "Retaining"
-
-// keepsHistory reports whether a finished claim of pool stays as history.
-func keepsHistory(pool *hfv1.RunnerPool) bool {
-	h := pool.Spec.Lifecycle.History
-	return h != nil && h.Limit > 0
-}
-
-// retainsFailed reports whether pool keeps failed VMs.
-func retainsFailed(pool *hfv1.RunnerPool) bool {
-	f := pool.Spec.Lifecycle.FailedRetention
-	return f != nil && f.MaxRetained > 0
-}
-
-// failedRetentionTTL is how long pool keeps a failed VM.
-func failedRetentionTTL(pool *hfv1.RunnerPool) time.Duration {
-	if f := pool.Spec.Lifecycle.FailedRetention; f != nil && f.TTL != nil {
-		return f.TTL.Duration
-	}
-	return 24 * time.Hour
-}
-
-// finish ends a claim whose VM is gone: it stays as history (phase
-// Finished, no finalizer) when its pool keeps history, else it is deleted.
-// Either way its runner outcome is counted here, once.
-func (r *MachineClaimReconciler) finish(ctx context.Context, claim *hfv1.MachineClaim) (ctrl.Result, error) {
-	if pool := r.poolOf(ctx, claim); pool != nil && keepsHistory(pool) && claim.DeletionTimestamp.IsZero() {
-		// The finalizer goes first: a Finished claim is never reconciled
-		// again, so a removal that fails (a conflict with a newer version)
-		// must leave the claim in a phase that retries it.
-		if err := r.removeFinalizer(ctx, claim); err != nil {
-			return ctrl.Result{}, err
-		}
-		r.enterPhase(ctx, claim, hfv1.MachineClaimFinished, "Finished", orDefault(claim.Status.TerminationReason, "The VM is gone"))
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, "Finished", "The VM is gone; the claim is kept as history")
-		r.countOutcome(claim)
-		return ctrl.Result{}, nil
-	}
-	if err := r.Client.Delete(ctx, claim); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	return ctrl.Result{}, nil
-}
-
-// countOutcome counts the claim's runner outcome.
-func (r *MachineClaimReconciler) countOutcome(claim *hfv1.MachineClaim) {
-	pool := ""
-	if ref := claim.Spec.RunnerPoolRef; ref != nil {
-		pool = ref.Name
-	}
-	metrics.RunnerOutcomes.WithLabelValues(claim.Namespace, pool, string(outcomeOf(claim))).Inc()
-	r.Runners.Forget(claim.UID)
-}
-
-// outcomeOf maps a claim's termination reason to a runner outcome.
-func outcomeOf(claim *hfv1.MachineClaim) scaling.Reason {
-	code, _ := splitReason(claim.Status.TerminationReason)
-	ranJob := claim.Status.Bootstrap != nil && claim.Status.Bootstrap.JobID != 0
-	switch scaling.Reason(code) {
-	case scaling.JobCompleted, scaling.IdleTimeout, scaling.MaxLifetime, scaling.JobTimeout,
-		scaling.BootstrapTimeout, scaling.DriftReplaced, scaling.ScaledDown, scaling.Orphaned:
-		return scaling.Reason(code)
-	}
-	switch {
-	case claim.Status.Phase == hfv1.MachineClaimFailed || claim.Status.PhaseTimes != nil && claim.Status.PhaseTimes.Failed != nil:
-		return scaling.Failed
-	case ranJob:
-		// Powered off or deleted after its job: the job is what it did.
-		return scaling.JobCompleted
-	case code == vmPoweredOffReason || code == vmGoneReason:
-		return scaling.PoweredOff
-	}
-	return scaling.Deleted
-}
-
-// splitReason splits "code: explanation".
-func splitReason(v string) (string, string) {
-	code, msg, ok := strings.Cut(v, ":")
-	if !ok {
-		return strings.TrimSpace(v), strings.TrimSpace(v)
-	}
-	return strings.TrimSpace(code), strings.TrimSpace(msg)
-}
-
-// hardLimit reports whether the claim is being removed by a hard limit,
-// which does not wait for a busy runner (its job was cancelled first).
-// endedByPoolCancellation reports whether a claim's recorded end is what
-// its pool's hard limit caused: its VM powered off, or, when the pool asked
-// for a hard limit, its job finished as cancelled.
-func endedByPoolCancellation(claim *hfv1.MachineClaim) bool {
-	reason := claim.Status.TerminationReason
-	if strings.HasPrefix(reason, vmPoweredOffReason+":") {
-		return true
-	}
-	st := claim.Status.Bootstrap
-	return hardLimit(claim) && strings.HasPrefix(reason, string(scaling.JobCompleted)+":") && st != nil && st.JobConclusion == "cancelled"
-}
-
-func hardLimit(claim *hfv1.MachineClaim) bool {
-	code, _ := splitReason(claim.Annotations[hfv1.TerminationReasonAnnotation])
-	return scaling.Reason(code).Hard()
-}
-
-// camelReason turns a reason code such as bootstrap_timeout into a
-// condition reason such as BootstrapTimeout (letters and digits only).
-func camelReason(code string) string {
-	var b strings.Builder
-	for _, part := range strings.Split(code, "_") {
-		for i, c := range part {
-			switch {
-			case c >= 'a' && c <= 'z' && i == 0:
-				b.WriteRune(c - 'a' + 'A')
-			case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9' && b.Len() > 0:
-				b.WriteRune(c)
-			}
-		}
-	}
-	if b.Len() == 0 {
-		return "Failed"
-	}
-	out := b.String()
-	return out[:min(128, len(out))]
 }

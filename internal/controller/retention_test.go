@@ -48,10 +48,7 @@ func TestRetainedFailedVMKeepsNoCredential(t *testing.T) {
 	}
 
 	patch := client.MergeFrom(booting.DeepCopy())
-	if booting.Annotations == nil {
-		booting.Annotations = map[string]string{}
-	}
-	booting.Annotations[hfv1.FailReasonAnnotation] = "bootstrap_timeout: the test fails it"
+	booting.Spec.End = &hfv1.MachineClaimEndRequest{Reason: hfv1.EndBootstrapTimeout, Message: "the test fails it", Fail: true, RequestedAt: metav1.Now()}
 	if err := env.Client.Patch(context.Background(), &booting, patch); err != nil {
 		t.Fatal(err)
 	}

@@ -27,22 +27,17 @@ func attemptOf(c *hfv1.MachineClaim) (scaling.Attempt, bool) {
 	case c.Status.Bootstrap != nil && c.Status.Bootstrap.RegisteredAt != nil:
 		a.At = c.Status.Bootstrap.RegisteredAt.Time
 		return a, true
-	case pt != nil && pt.Failed != nil:
-		a.At = pt.Failed.Time
-	default:
+	case c.HasFailed():
+		a.At = c.Status.End.StartedAt.Time
+	case c.Ended():
 		switch outcomeOf(c) {
 		case scaling.PoweredOff, scaling.BootstrapTimeout, scaling.Failed:
 		default:
 			return a, false
 		}
-		switch {
-		case pt != nil && pt.Terminating != nil:
-			a.At = pt.Terminating.Time
-		case pt != nil && pt.Finished != nil:
-			a.At = pt.Finished.Time
-		default:
-			return a, false
-		}
+		a.At = c.Status.End.StartedAt.Time
+	default:
+		return a, false
 	}
 	a.Failed, a.Reason = true, truncate(fmt.Sprintf("MachineClaim %s: %s", c.Name, failureOf(c)), 1000)
 	return a, true
@@ -53,8 +48,8 @@ func failureOf(c *hfv1.MachineClaim) string {
 	if r := c.Status.TerminationReason; r != "" {
 		return r
 	}
-	if r := c.Annotations[hfv1.FailReasonAnnotation]; r != "" {
-		return r
+	if e := c.Spec.End; e != nil && e.Fail {
+		return string(e.Reason) + ": " + e.Message
 	}
 	for _, t := range []string{hfv1.ReadyCondition, hfv1.MachineClaimProvisionedCondition} {
 		if cond := meta.FindStatusCondition(c.Status.Conditions, t); cond != nil && cond.Status == metav1.ConditionFalse {

@@ -29,22 +29,27 @@ func TestAttemptOf(t *testing.T) {
 		}, true, false, time.Minute, ""},
 		{"finished after its job: success at Ready", func(c *hfv1.MachineClaim) {
 			c.Status.Phase, c.Status.PhaseTimes = hfv1.MachineClaimFinished, &hfv1.PhaseTimes{Ready: at(time.Minute), Finished: at(time.Hour)}
+			c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndJobCompleted, StartedAt: *at(time.Hour), FinishedAt: at(time.Hour)}
 			c.Status.TerminationReason = "job_completed: done"
 		}, true, false, time.Minute, ""},
 		{"failed", func(c *hfv1.MachineClaim) {
 			c.Status.Phase, c.Status.PhaseTimes = hfv1.MachineClaimFailed, &hfv1.PhaseTimes{Failed: at(2 * time.Minute)}
-			c.Annotations = map[string]string{hfv1.FailReasonAnnotation: "bootstrap_timeout: the runner did not come online"}
+			c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndBootstrapTimeout, Failed: true, StartedAt: *at(2 * time.Minute)}
+			c.Spec.End = &hfv1.MachineClaimEndRequest{Reason: hfv1.EndBootstrapTimeout, Message: "the runner did not come online", Fail: true}
 		}, true, true, 2 * time.Minute, "bootstrap_timeout"},
 		{"powered off before its runner came online", func(c *hfv1.MachineClaim) {
 			c.Status.Phase, c.Status.PhaseTimes = hfv1.MachineClaimTerminating, &hfv1.PhaseTimes{Terminating: at(3 * time.Minute)}
+			c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndPoweredOff, StartedAt: *at(3 * time.Minute)}
 			c.Status.TerminationReason = "VMPoweredOff: VM 1000 powered off before it was ready"
 		}, true, true, 3 * time.Minute, "VMPoweredOff"},
 		{"removed by drift replacement: not counted", func(c *hfv1.MachineClaim) {
 			c.Status.Phase, c.Status.PhaseTimes = hfv1.MachineClaimFinished, &hfv1.PhaseTimes{Finished: at(time.Minute)}
+			c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndDriftReplaced, StartedAt: *at(time.Minute), FinishedAt: at(time.Minute)}
 			c.Status.TerminationReason = "drift_replaced: built from an older template"
 		}, false, false, 0, ""},
 		{"deleted by hand while starting: not counted", func(c *hfv1.MachineClaim) {
 			c.Status.Phase, c.Status.PhaseTimes = hfv1.MachineClaimTerminating, &hfv1.PhaseTimes{Terminating: at(time.Minute)}
+			c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndDeleted, StartedAt: *at(time.Minute)}
 		}, false, false, 0, ""},
 	}
 	for _, tc := range tests {

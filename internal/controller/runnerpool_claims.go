@@ -70,9 +70,9 @@ func classifyClaims(claims []hfv1.MachineClaim, hash string, retains bool) *pool
 func claimStateOf(c *hfv1.MachineClaim, retains bool) poolClaimState {
 	st := c.Status.Bootstrap
 	switch {
-	case c.Status.Phase == hfv1.MachineClaimFinished:
+	case c.IsFinished():
 		return claimFinished
-	case c.Status.Phase == hfv1.MachineClaimFailed && c.DeletionTimestamp.IsZero():
+	case c.HasFailed() && c.DeletionTimestamp.IsZero():
 		if c.Status.VMRef == nil {
 			return claimFinished
 		}
@@ -80,8 +80,7 @@ func claimStateOf(c *hfv1.MachineClaim, retains bool) poolClaimState {
 			return claimRetained
 		}
 		return claimTerminating
-	case !c.DeletionTimestamp.IsZero(), c.Status.Phase == hfv1.MachineClaimTerminating,
-		c.Annotations[hfv1.FailReasonAnnotation] != "", c.Annotations[hfv1.TerminationReasonAnnotation] != "":
+	case c.EndRequested(), c.Ended():
 		// Claims the pool asked to end count as terminating until they
 		// are gone: a VM still being destroyed holds its place.
 		return claimTerminating
@@ -194,7 +193,7 @@ func (e *expectations) satisfied(pool types.NamespacedName, claims []hfv1.Machin
 		c := &claims[i]
 		names[c.Name] = true
 		present[c.UID] = true
-		if claimStateOf(c, true) == claimTerminating || c.Status.Phase == hfv1.MachineClaimFailed {
+		if claimStateOf(c, true) == claimTerminating || c.HasFailed() {
 			ending[c.UID] = true
 		}
 	}

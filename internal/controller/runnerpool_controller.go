@@ -257,7 +257,7 @@ func (r *RunnerPoolReconciler) load(ctx context.Context, v *poolView, claims []h
 	for _, c := range v.claims.starting {
 		if cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.MachineClaimProvisionedCondition); cond != nil && cond.Status == metav1.ConditionFalse {
 			switch cond.Reason {
-			case hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.ClusterUnavailableReason, hfv1.NamespaceNotAllowedReason, templateNotReadyReason,
+			case hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.ClusterUnavailableReason, hfv1.NamespaceNotAllowedReason, hfv1.TemplateNotReadyReason,
 				hfv1.MaxMachinesReachedReason, hfv1.InsufficientCapacityReason:
 				v.blockers[cond.Reason]++
 			}
@@ -390,7 +390,7 @@ func (r *RunnerPoolReconciler) cancelJob(ctx context.Context, v *poolView, c *hf
 // ends it), destroys its VM and then keeps the claim as history or
 // deletes it.
 func (r *RunnerPoolReconciler) endClaim(ctx context.Context, v *poolView, c *hfv1.MachineClaim, reason scaling.Reason, msg string) error {
-	if err := r.annotate(ctx, c, hfv1.TerminationReasonAnnotation, string(reason)+": "+msg); err != nil {
+	if err := r.requestEnd(ctx, c, reason, msg, false); err != nil {
 		return fmt.Errorf("end MachineClaim %s (%s): %w", c.Name, reason, err)
 	}
 	r.expect.ended(client.ObjectKeyFromObject(v.pool), c.UID, r.Clock.Now())
@@ -404,27 +404,27 @@ func (r *RunnerPoolReconciler) endClaim(ctx context.Context, v *poolView, c *hfv
 // failClaim asks the claim controller to fail a claim (its VM is then
 // kept for debugging when the pool retains failed VMs).
 func (r *RunnerPoolReconciler) failClaim(ctx context.Context, v *poolView, c *hfv1.MachineClaim, reason scaling.Reason, msg string) error {
-	if err := r.annotate(ctx, c, hfv1.FailReasonAnnotation, string(reason)+": "+msg); err != nil {
+	if err := r.requestEnd(ctx, c, reason, msg, true); err != nil {
 		return err
 	}
 	r.expect.ended(client.ObjectKeyFromObject(v.pool), c.UID, r.Clock.Now())
 	v.removed[reason]++
 	v.ended[c.UID] = true
 	metrics.PoolScalingActions.WithLabelValues(v.pool.Namespace, v.pool.Name, "remove", string(reason)).Inc()
-	r.Recorder.Eventf(v.pool, corev1.EventTypeWarning, camelReason(string(reason)), "MachineClaim %s failed: %s", c.Name, msg)
+	r.Recorder.Eventf(v.pool, corev1.EventTypeWarning, reason.ConditionReason(), "MachineClaim %s failed: %s", c.Name, msg)
 	return nil
 }
 
-// annotate patches one annotation onto a claim.
-func (r *RunnerPoolReconciler) annotate(ctx context.Context, c *hfv1.MachineClaim, key, value string) error {
-	if c.Annotations[key] == value {
+// requestEnd asks a claim to end through its spec.end (reason, message,
+// whether it fails, and when). A request already there for the same reason
+// is kept; a different one (a hard limit overtaking a soft reason)
+// replaces it.
+func (r *RunnerPoolReconciler) requestEnd(ctx context.Context, c *hfv1.MachineClaim, reason scaling.Reason, msg string, fail bool) error {
+	if e := c.Spec.End; e != nil && e.Reason == reason && e.Fail == fail {
 		return nil
 	}
 	orig := c.DeepCopy()
-	if c.Annotations == nil {
-		c.Annotations = map[string]string{}
-	}
-	c.Annotations[key] = truncate(value, 1024)
+	c.Spec.End = &hfv1.MachineClaimEndRequest{Reason: reason, Message: truncate(msg, 1024), Fail: fail, RequestedAt: metav1.NewTime(r.Clock.Now())}
 	if err := r.Client.Patch(ctx, c, client.MergeFrom(orig)); err != nil {
 		return client.IgnoreNotFound(err)
 	}
@@ -623,22 +623,20 @@ func (r *RunnerPoolReconciler) deleteWithReason(ctx context.Context, v *poolView
 	return nil
 }
 
+// failedAt is when a failed claim failed (its creation when unknown).
 func failedAt(c *hfv1.MachineClaim) time.Time {
-	if t := c.Status.PhaseTimes; t != nil && t.Failed != nil {
-		return t.Failed.Time
+	if e := c.Status.End; e != nil && !e.StartedAt.IsZero() {
+		return e.StartedAt.Time
 	}
 	return c.CreationTimestamp.Time
 }
 
+// finishedAt is when a finished claim's VM was gone, or when it failed.
 func finishedAt(c *hfv1.MachineClaim) time.Time {
-	if t := c.Status.PhaseTimes; t != nil {
-		for _, p := range []*metav1.Time{t.Finished, t.Failed} {
-			if p != nil {
-				return p.Time
-			}
-		}
+	if e := c.Status.End; e != nil && e.FinishedAt != nil {
+		return e.FinishedAt.Time
 	}
-	return c.CreationTimestamp.Time
+	return failedAt(c)
 }
 
 // collectJobs deletes the pool's CIJobs that completed a while ago.
@@ -750,7 +748,7 @@ func (r *RunnerPoolReconciler) updateStatus(v *poolView, d scaling.Decision) {
 	}
 	for _, reason := range []scaling.Reason{scaling.IdleTimeout, scaling.JobTimeout, scaling.MaxLifetime} {
 		if n := v.removed[reason]; n > 0 {
-			r.Recorder.Eventf(pool, corev1.EventTypeNormal, camelReason(string(reason)), "Ending %d VMs: %s", n, reason)
+			r.Recorder.Eventf(pool, corev1.EventTypeNormal, reason.ConditionReason(), "Ending %d VMs: %s", n, reason)
 		}
 	}
 

@@ -249,7 +249,7 @@ func (s *PoolResync) observeRunners(ctx context.Context, pool *hfv1.RunnerPool, 
 	for i := range claims.Items {
 		c := &claims.Items[i]
 		st := c.Status.Bootstrap
-		if st == nil || st.RunnerName == "" || c.Status.Phase == hfv1.MachineClaimFinished {
+		if st == nil || st.RunnerName == "" || c.IsFinished() {
 			continue
 		}
 		r, present := byName[st.RunnerName]

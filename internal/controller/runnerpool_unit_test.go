@@ -33,8 +33,27 @@ func unitClaim(name string, age time.Duration, mut ...func(*hfv1.MachineClaim)) 
 	return c
 }
 
+// withPhase gives a claim the phase and the facts it is derived from
+// (status.end for the phases of an ending claim).
 func withPhase(p hfv1.MachineClaimPhase) func(*hfv1.MachineClaim) {
-	return func(c *hfv1.MachineClaim) { c.Status.Phase = p }
+	return func(c *hfv1.MachineClaim) {
+		c.Status.Phase = p
+		e := endOf(p)
+		if e == nil {
+			return
+		}
+		if c.Status.End != nil {
+			e.Reason, e.Message = c.Status.End.Reason, c.Status.End.Message
+		}
+		c.Status.End = e
+	}
+}
+
+// withEndRequest is the claim's pool asking it to end (spec.end).
+func withEndRequest(reason hfv1.EndReason, fail bool) func(*hfv1.MachineClaim) {
+	return func(c *hfv1.MachineClaim) {
+		c.Spec.End = &hfv1.MachineClaimEndRequest{Reason: reason, Message: "the test asks", Fail: fail}
+	}
 }
 
 func withVM(c *hfv1.MachineClaim) {
@@ -44,15 +63,6 @@ func withVM(c *hfv1.MachineClaim) {
 func withDeleting(c *hfv1.MachineClaim) {
 	c.DeletionTimestamp = &metav1.Time{Time: unitEpoch}
 	c.Finalizers = []string{hfv1.MachineClaimFinalizer}
-}
-
-func withAnnotation(k, v string) func(*hfv1.MachineClaim) {
-	return func(c *hfv1.MachineClaim) {
-		if c.Annotations == nil {
-			c.Annotations = map[string]string{}
-		}
-		c.Annotations[k] = v
-	}
 }
 
 func withJob(id int64) func(*hfv1.MachineClaim) {
@@ -86,8 +96,16 @@ func withHash(h string) func(*hfv1.MachineClaim) {
 	return func(c *hfv1.MachineClaim) { c.Status.TemplateHash = h }
 }
 
-func withTermination(reason string) func(*hfv1.MachineClaim) {
-	return func(c *hfv1.MachineClaim) { c.Status.TerminationReason = reason }
+// withEnd records how the claim ended (status.end, keeping whether it
+// failed or finished) and the matching status.terminationReason.
+func withEnd(reason hfv1.EndReason, msg string) func(*hfv1.MachineClaim) {
+	return func(c *hfv1.MachineClaim) {
+		if c.Status.End == nil {
+			c.Status.End = &hfv1.MachineClaimEnd{}
+		}
+		c.Status.End.Reason, c.Status.End.Message = reason, msg
+		c.Status.TerminationReason = string(reason) + ": " + msg
+	}
 }
 
 // unitStateName names a poolClaimState in failure messages.
@@ -132,10 +150,9 @@ func TestClaimStateOf(t *testing.T) {
 		{name: "deletion timestamp", mut: []func(*hfv1.MachineClaim){withDeleting}, want: claimTerminating},
 		{name: "deletion timestamp busy", mut: []func(*hfv1.MachineClaim){withDeleting, withJob(7)}, want: claimTerminating},
 		{name: "terminating phase", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimTerminating)}, want: claimTerminating},
-		{name: "fail reason annotation", mut: []func(*hfv1.MachineClaim){withAnnotation(hfv1.FailReasonAnnotation, "bootstrap_timeout: slow"), withBootstrapped(metav1.ConditionTrue)}, want: claimTerminating},
-		{name: "termination reason annotation", mut: []func(*hfv1.MachineClaim){withAnnotation(hfv1.TerminationReasonAnnotation, "idle_timeout: idle"), withBootstrapped(metav1.ConditionTrue)}, want: claimTerminating},
-		{name: "termination reason annotation busy", mut: []func(*hfv1.MachineClaim){withAnnotation(hfv1.TerminationReasonAnnotation, "max_lifetime: old"), withJob(3)}, want: claimTerminating},
-		{name: "empty annotations", mut: []func(*hfv1.MachineClaim){withAnnotation(hfv1.FailReasonAnnotation, ""), withAnnotation(hfv1.TerminationReasonAnnotation, "")}, want: claimStarting},
+		{name: "pool fails it", mut: []func(*hfv1.MachineClaim){withEndRequest(hfv1.EndBootstrapTimeout, true), withBootstrapped(metav1.ConditionTrue)}, want: claimTerminating},
+		{name: "pool ends it", mut: []func(*hfv1.MachineClaim){withEndRequest(hfv1.EndIdleTimeout, false), withBootstrapped(metav1.ConditionTrue)}, want: claimTerminating},
+		{name: "pool ends it busy", mut: []func(*hfv1.MachineClaim){withEndRequest(hfv1.EndMaxLifetime, false), withJob(3)}, want: claimTerminating},
 		{name: "job id", mut: []func(*hfv1.MachineClaim){withJob(42)}, want: claimBusy},
 		{name: "job id bootstrapped", mut: []func(*hfv1.MachineClaim){withJob(42), withBootstrapped(metav1.ConditionTrue)}, want: claimBusy},
 		{name: "runner busy", mut: []func(*hfv1.MachineClaim){withRunnerState(hfv1.RunnerStateBusy)}, want: claimBusy},
@@ -401,8 +418,8 @@ func TestExpectations(t *testing.T) {
 			{name: "gone empty list", want: true},
 			{name: "deleting", listed: []hfv1.MachineClaim{unitClaim("x", 0, withDeleting)}, want: true},
 			{name: "terminating phase", listed: []hfv1.MachineClaim{unitClaim("x", 0, withPhase(hfv1.MachineClaimTerminating))}, want: true},
-			{name: "termination annotation", listed: []hfv1.MachineClaim{unitClaim("x", 0, withAnnotation(hfv1.TerminationReasonAnnotation, "scaled_down: x"))}, want: true},
-			{name: "fail annotation", listed: []hfv1.MachineClaim{unitClaim("x", 0, withAnnotation(hfv1.FailReasonAnnotation, "bootstrap_timeout: x"))}, want: true},
+			{name: "end requested", listed: []hfv1.MachineClaim{unitClaim("x", 0, withEndRequest(hfv1.EndScaledDown, false))}, want: true},
+			{name: "fail requested", listed: []hfv1.MachineClaim{unitClaim("x", 0, withEndRequest(hfv1.EndBootstrapTimeout, true))}, want: true},
 			{name: "failed retained", listed: []hfv1.MachineClaim{unitClaim("x", 0, withPhase(hfv1.MachineClaimFailed), withVM)}, want: true},
 			{name: "failed without VM", listed: []hfv1.MachineClaim{unitClaim("x", 0, withPhase(hfv1.MachineClaimFailed))}, want: true},
 			{name: "same name new uid", listed: []hfv1.MachineClaim{unitClaim("x", 0, func(c *hfv1.MachineClaim) { c.UID = "uid-x2" })}, want: true},
@@ -514,36 +531,33 @@ func TestRunnerObservations(t *testing.T) {
 }
 
 func TestOutcomeOf(t *testing.T) {
-	failedAt := func(c *hfv1.MachineClaim) {
-		c.Status.PhaseTimes = &hfv1.PhaseTimes{Failed: &metav1.Time{Time: unitEpoch}}
-	}
+	failedAt := func(c *hfv1.MachineClaim) { c.Status.End.Failed = true }
 	for _, tc := range []struct {
 		name string
 		mut  []func(*hfv1.MachineClaim)
 		want scaling.Reason
 	}{
-		{name: "idle timeout", mut: []func(*hfv1.MachineClaim){withTermination("idle_timeout: idle for 30m")}, want: scaling.IdleTimeout},
-		{name: "job timeout", mut: []func(*hfv1.MachineClaim){withTermination("job_timeout: x"), withJob(4)}, want: scaling.JobTimeout},
-		{name: "drift replaced", mut: []func(*hfv1.MachineClaim){withTermination("drift_replaced: x")}, want: scaling.DriftReplaced},
-		{name: "scaled down", mut: []func(*hfv1.MachineClaim){withTermination("scaled_down: x")}, want: scaling.ScaledDown},
-		{name: "max lifetime", mut: []func(*hfv1.MachineClaim){withTermination("max_lifetime: x")}, want: scaling.MaxLifetime},
-		{name: "job completed", mut: []func(*hfv1.MachineClaim){withTermination("job_completed: job 4 finished"), withJob(4)}, want: scaling.JobCompleted},
-		{name: "orphaned", mut: []func(*hfv1.MachineClaim){withTermination("orphaned: x")}, want: scaling.Orphaned},
-		{name: "bootstrap timeout failed", mut: []func(*hfv1.MachineClaim){withTermination("bootstrap_timeout: x"), withPhase(hfv1.MachineClaimFailed)}, want: scaling.BootstrapTimeout},
-		{name: "code without explanation", mut: []func(*hfv1.MachineClaim){withTermination("scaled_down")}, want: scaling.ScaledDown},
-		{name: "failed", mut: []func(*hfv1.MachineClaim){withTermination("ProvisioningFailed: clone failed"), withPhase(hfv1.MachineClaimFailed)}, want: scaling.Failed},
+		{name: "idle timeout", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndIdleTimeout, "idle for 30m")}, want: scaling.IdleTimeout},
+		{name: "job timeout", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndJobTimeout, "x"), withJob(4)}, want: scaling.JobTimeout},
+		{name: "drift replaced", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndDriftReplaced, "x")}, want: scaling.DriftReplaced},
+		{name: "scaled down", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndScaledDown, "x")}, want: scaling.ScaledDown},
+		{name: "max lifetime", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndMaxLifetime, "x")}, want: scaling.MaxLifetime},
+		{name: "job completed", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndJobCompleted, "job 4 finished"), withJob(4)}, want: scaling.JobCompleted},
+		{name: "orphaned", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndOrphaned, "x")}, want: scaling.Orphaned},
+		{name: "bootstrap timeout failed", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndBootstrapTimeout, "x"), withPhase(hfv1.MachineClaimFailed)}, want: scaling.BootstrapTimeout},
+		{name: "failed", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndFailed, "clone failed"), withPhase(hfv1.MachineClaimFailed)}, want: scaling.Failed},
 		{name: "failed without reason", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed)}, want: scaling.Failed},
-		{name: "failed earlier", mut: []func(*hfv1.MachineClaim){withTermination("deleted: x"), withPhase(hfv1.MachineClaimTerminating), failedAt}, want: scaling.Failed},
-		{name: "failed after a job", mut: []func(*hfv1.MachineClaim){withTermination("VMPoweredOff: x"), withJob(4), withPhase(hfv1.MachineClaimFailed)}, want: scaling.Failed},
-		{name: "powered off after job", mut: []func(*hfv1.MachineClaim){withTermination("VMPoweredOff: VM 100 powered off"), withJob(4)}, want: scaling.JobCompleted},
-		{name: "gone after job", mut: []func(*hfv1.MachineClaim){withTermination("VMGone: x"), withJob(4)}, want: scaling.JobCompleted},
-		{name: "deleted after job", mut: []func(*hfv1.MachineClaim){withTermination("deleted: x"), withJob(4)}, want: scaling.JobCompleted},
-		{name: "powered off", mut: []func(*hfv1.MachineClaim){withTermination("VMPoweredOff: VM 100 powered off")}, want: scaling.PoweredOff},
-		{name: "powered off busy runner without job", mut: []func(*hfv1.MachineClaim){withTermination("VMPoweredOff: x"), withRunnerState(hfv1.RunnerStateBusy)}, want: scaling.PoweredOff},
-		{name: "gone", mut: []func(*hfv1.MachineClaim){withTermination("VMGone: x")}, want: scaling.PoweredOff},
-		{name: "deleted", mut: []func(*hfv1.MachineClaim){withTermination("deleted: by hand")}, want: scaling.Deleted},
+		{name: "failed earlier", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndDeleted, "x"), withPhase(hfv1.MachineClaimTerminating), failedAt}, want: scaling.Failed},
+		{name: "failed after a job", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndPoweredOff, "x"), withJob(4), withPhase(hfv1.MachineClaimFailed)}, want: scaling.Failed},
+		{name: "powered off after job", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndPoweredOff, "VM 100 powered off"), withJob(4)}, want: scaling.JobCompleted},
+		{name: "gone after job", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndPoweredOff, "VM 100 is gone"), withJob(4)}, want: scaling.JobCompleted},
+		{name: "deleted after job", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndDeleted, "x"), withJob(4)}, want: scaling.JobCompleted},
+		{name: "powered off", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndPoweredOff, "VM 100 powered off")}, want: scaling.PoweredOff},
+		{name: "powered off busy runner without job", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndPoweredOff, "x"), withRunnerState(hfv1.RunnerStateBusy)}, want: scaling.PoweredOff},
+		{name: "gone", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndPoweredOff, "VM 100 is gone")}, want: scaling.PoweredOff},
+		{name: "deleted", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndDeleted, "by hand")}, want: scaling.Deleted},
 		{name: "no reason", want: scaling.Deleted},
-		{name: "unknown code", mut: []func(*hfv1.MachineClaim){withTermination("whatever: x")}, want: scaling.Deleted},
+		{name: "unknown code", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndReason("whatever"), "x")}, want: scaling.Deleted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := unitClaim("c", 0, tc.mut...)
@@ -554,99 +568,47 @@ func TestOutcomeOf(t *testing.T) {
 	}
 }
 
-func TestSplitReason(t *testing.T) {
-	for _, tc := range []struct{ in, code, msg string }{
-		{"idle_timeout: idle for 30m", "idle_timeout", "idle for 30m"},
-		{"job_timeout:x", "job_timeout", "x"},
-		{"  scaled_down  :  too many  ", "scaled_down", "too many"},
-		{"a: b: c", "a", "b: c"},
-		{"code", "code", "code"},
-		{" code ", "code", "code"},
-		{"", "", ""},
-		{":", "", ""},
-		{": only message", "", "only message"},
-	} {
-		code, msg := splitReason(tc.in)
-		if code != tc.code || msg != tc.msg {
-			t.Errorf("splitReason(%q) = %q, %q; want %q, %q", tc.in, code, msg, tc.code, tc.msg)
-		}
-	}
-}
-
 // conditionReasonRE is metav1.Condition's reason pattern.
 var conditionReasonRE = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`)
 
-func TestCamelReason(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"bootstrap_timeout", "BootstrapTimeout"},
-		{"idle_timeout", "IdleTimeout"},
-		{"max_lifetime", "MaxLifetime"},
-		{"failed", "Failed"},
-		{"VMPoweredOff", "VMPoweredOff"},
-		{"", "Failed"},
-		{"__", "Failed"},
-		{"é", "Failed"},
-		{"a b/c", "Abc"},
-		{"9x", "x"},
-		{"x9", "X9"},
-		{"a_9", "A9"},
-		{"_a__b_", "AB"},
-	} {
-		got := camelReason(tc.in)
-		if got != tc.want {
-			t.Errorf("camelReason(%q) = %q, want %q", tc.in, got, tc.want)
+// TestEndConditionReasons: every end reason a pool may request (the
+// spec.end enum) and every one the claim records has its own condition
+// reason, and each is a valid one.
+func TestEndConditionReasons(t *testing.T) {
+	seen := map[string]hfv1.EndReason{}
+	for _, r := range []hfv1.EndReason{scaling.JobCompleted, scaling.IdleTimeout, scaling.MaxLifetime, scaling.JobTimeout, scaling.BootstrapTimeout,
+		scaling.DriftReplaced, scaling.ScaledDown, scaling.Orphaned, scaling.Failed, scaling.PoweredOff, scaling.Deleted} {
+		got := r.ConditionReason()
+		if got == hfv1.EndedReason || !conditionReasonRE.MatchString(got) {
+			t.Errorf("%s.ConditionReason() = %q", r, got)
 		}
-		if !conditionReasonRE.MatchString(got) {
-			t.Errorf("camelReason(%q) = %q, not a valid condition reason", tc.in, got)
+		if other, dup := seen[got]; dup {
+			t.Errorf("%s and %s share condition reason %s", r, other, got)
 		}
+		seen[got] = r
 	}
-	for _, in := range []string{
-		"9x", "99", "9_x", "a b/c", "__", "é", "éa", "x-y.z", "a:b", "a,b", ",", ":", " ", "\x00", "日本", "Ünïcode_code",
-		"123_456", "_9_a", "bootstrap_timeout: it took too long", "\t\n", "a\u00e9b",
-	} {
-		got := camelReason(in)
-		if !conditionReasonRE.MatchString(got) {
-			t.Errorf("camelReason(%q) = %q, not a valid condition reason", in, got)
-		}
-		if len(got) > 1024 {
-			t.Errorf("camelReason(%q) is %d bytes, longer than a condition reason may be", in, len(got))
-		}
+	if got := hfv1.EndReason("made_up").ConditionReason(); got != hfv1.EndedReason {
+		t.Errorf("unknown reason: %q, want %s", got, hfv1.EndedReason)
 	}
 }
 
-// TestCamelReasonLong: a reason code longer than 128 letters is truncated
-// with "...", which a condition reason may not contain.
-func TestCamelReasonLong(t *testing.T) {
-	for _, in := range []string{strings.Repeat("a", 200), strings.Repeat("ab_", 100)} {
-		got := camelReason(in)
-		if len(got) > 128 {
-			t.Errorf("camelReason(%d bytes) is %d bytes, want at most 128", len(in), len(got))
-		}
-		if !conditionReasonRE.MatchString(got) {
-			t.Errorf("camelReason(%d bytes of %q...) = %q, not a valid condition reason", len(in), in[:6], got)
-		}
-	}
-}
-
-func TestHardLimit(t *testing.T) {
+func TestHardEnd(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		ann  map[string]string
+		mut  []func(*hfv1.MachineClaim)
 		want bool
 	}{
-		{name: "max lifetime", ann: map[string]string{hfv1.TerminationReasonAnnotation: "max_lifetime: VM is 6h old"}, want: true},
-		{name: "job timeout", ann: map[string]string{hfv1.TerminationReasonAnnotation: "job_timeout: job ran 3h"}, want: true},
-		{name: "job timeout bare code", ann: map[string]string{hfv1.TerminationReasonAnnotation: "job_timeout"}, want: true},
-		{name: "idle timeout", ann: map[string]string{hfv1.TerminationReasonAnnotation: "idle_timeout: idle for 30m"}, want: false},
-		{name: "scaled down", ann: map[string]string{hfv1.TerminationReasonAnnotation: "scaled_down: x"}, want: false},
-		{name: "empty", ann: map[string]string{hfv1.TerminationReasonAnnotation: ""}, want: false},
-		{name: "only fail reason", ann: map[string]string{hfv1.FailReasonAnnotation: "max_lifetime: x"}, want: false},
+		{name: "max lifetime", mut: []func(*hfv1.MachineClaim){withEndRequest(hfv1.EndMaxLifetime, false)}, want: true},
+		{name: "job timeout", mut: []func(*hfv1.MachineClaim){withEndRequest(hfv1.EndJobTimeout, false)}, want: true},
+		{name: "idle timeout", mut: []func(*hfv1.MachineClaim){withEndRequest(hfv1.EndIdleTimeout, false)}, want: false},
+		{name: "scaled down", mut: []func(*hfv1.MachineClaim){withEndRequest(hfv1.EndScaledDown, false)}, want: false},
+		{name: "ended for a hard reason without a request", mut: []func(*hfv1.MachineClaim){withEnd(hfv1.EndMaxLifetime, "x")}, want: false},
 		{name: "none", want: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := unitClaim("c", 0, func(c *hfv1.MachineClaim) { c.Annotations = tc.ann })
-			if got := hardLimit(&c); got != tc.want {
-				t.Errorf("hardLimit(%v) = %v, want %v", tc.ann, got, tc.want)
+			c := unitClaim("c", 0, tc.mut...)
+			if got := c.HardEnd(); got != tc.want {
+				t.Errorf("HardEnd() = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -1,41 +1,30 @@
 package scaling
 
-import "time"
+import (
+	"time"
 
-// Reason is why a pool's VM ends: the runner outcome recorded in the
-// claim's status.terminationReason and counted by the runner outcomes
-// metric.
-type Reason string
-
-const (
-	// JobCompleted: the runner ran its one job.
-	JobCompleted Reason = "job_completed"
-	// IdleTimeout: registered, but no job came within idleTimeout.
-	IdleTimeout Reason = "idle_timeout"
-	// MaxLifetime: the VM reached maxLifetime (a hard limit).
-	MaxLifetime Reason = "max_lifetime"
-	// JobTimeout: the job ran longer than jobTimeout (a hard limit).
-	JobTimeout Reason = "job_timeout"
-	// BootstrapTimeout: the runner did not register within bootstrapTimeout.
-	BootstrapTimeout Reason = "bootstrap_timeout"
-	// DriftReplaced: built from an older template; replaced by a fresh VM.
-	DriftReplaced Reason = "drift_replaced"
-	// ScaledDown: an idle VM removed because demand fell.
-	ScaledDown Reason = "scaled_down"
-	// Orphaned: the orphan sweeper destroyed a VM that had no claim.
-	Orphaned Reason = "orphaned"
-	// Failed: provisioning failed for good.
-	Failed Reason = "failed"
-	// PoweredOff: the VM powered off before its runner took a job.
-	PoweredOff Reason = "powered_off"
-	// Deleted: the claim was deleted by someone else.
-	Deleted Reason = "deleted"
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 )
 
-// Hard reports whether the reason is a hard limit: it ends a busy runner,
-// after cancelling its job on the CI platform (docs/architecture.md,
-// "Teardown never kills a busy runner").
-func (r Reason) Hard() bool { return r == MaxLifetime || r == JobTimeout }
+// Reason is why a pool's VM ends: the API's end reason (a claim's
+// spec.end and status.end), which is also the runner outcome counted by the
+// runner outcomes metric.
+type Reason = hfv1.EndReason
+
+// The reasons, as the API names them.
+const (
+	JobCompleted     = hfv1.EndJobCompleted
+	IdleTimeout      = hfv1.EndIdleTimeout
+	MaxLifetime      = hfv1.EndMaxLifetime
+	JobTimeout       = hfv1.EndJobTimeout
+	BootstrapTimeout = hfv1.EndBootstrapTimeout
+	DriftReplaced    = hfv1.EndDriftReplaced
+	ScaledDown       = hfv1.EndScaledDown
+	Orphaned         = hfv1.EndOrphaned
+	Failed           = hfv1.EndFailed
+	PoweredOff       = hfv1.EndPoweredOff
+	Deleted          = hfv1.EndDeleted
+)
 
 // Limits are a pool's lifecycle bounds (spec.lifecycle); zero disables one.
 type Limits struct {

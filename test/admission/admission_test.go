@@ -174,9 +174,23 @@ func TestTenantCannotWriteOperatorMetadata(t *testing.T) {
 	wantRefused(t, "remove the managed-by label", edit(func(m *hfv1.MachineClaim) {
 		delete(m.Labels, hfv1.ManagedByLabel)
 	}), hfv1.ManagedByLabel)
-	wantRefused(t, "add a termination reason", edit(func(m *hfv1.MachineClaim) {
-		m.Annotations[hfv1.TerminationReasonAnnotation] = "x: y"
-	}), hfv1.TerminationReasonAnnotation)
+	wantRefused(t, "add a made-up hyperfleet.io annotation", edit(func(m *hfv1.MachineClaim) {
+		m.Annotations["hyperfleet.io/anything"] = "x"
+	}), "hyperfleet.io/anything")
+	wantRefused(t, "ask the claim to end as its pool would", edit(func(m *hfv1.MachineClaim) {
+		m.Spec.End = &hfv1.MachineClaimEndRequest{Reason: hfv1.EndMaxLifetime, Message: "skip the drain", RequestedAt: metav1.Now()}
+	}), "spec.end")
+	ended := &hfv1.MachineClaim{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), ended); err != nil {
+		t.Fatal(err)
+	}
+	ended.Spec.End = &hfv1.MachineClaimEndRequest{Reason: hfv1.EndIdleTimeout, Message: "idle", RequestedAt: metav1.Now()}
+	if err := operator.Update(ctx, ended); err != nil {
+		t.Fatalf("the operator could not ask the claim to end: %v", err)
+	}
+	wantRefused(t, "change the pool's end request", edit(func(m *hfv1.MachineClaim) {
+		m.Spec.End.Reason = hfv1.EndJobTimeout
+	}), "spec.end")
 	if err := edit(func(m *hfv1.MachineClaim) { m.Labels["team"] = "b"; m.Annotations["note"] = "still mine" }); err != nil {
 		t.Fatalf("an edit that leaves hyperfleet.io metadata alone was refused: %v", err)
 	}

@@ -1,0 +1,326 @@
+// Package patch writes what one reconcile changed on one object, the one
+// way every HyperFleet reconciler writes: metadata and spec in one JSON
+// merge patch, status in another through the status subresource, each only
+// when something in it changed, each on a copy so that the caller's object
+// keeps its in-memory changes. Cluster API's util/patch is the model.
+//
+// Two writers may share one object's conditions (the RunnerPool controller
+// and the RunnerPool resync): a merge patch replaces the whole condition
+// list, so a writer that names the conditions it owns has its status patch
+// built on the server's current list, with only its own conditions
+// changed, under an optimistic lock retried on conflict.
+package patch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Conditioned is an object whose status carries conditions.
+type Conditioned interface {
+	client.Object
+	GetConditions() []metav1.Condition
+	SetConditions([]metav1.Condition)
+}
+
+// Helper remembers an object as read and writes the difference.
+type Helper struct {
+	c client.Client
+	// doc is the object as last read or written, as a JSON document.
+	doc  map[string]any
+	opts options
+	err  error
+}
+
+type options struct {
+	lock  bool
+	owned []string
+}
+
+// Option changes how a Helper writes.
+type Option func(*options)
+
+// WithOptimisticLock makes the metadata and spec patch carry the object's
+// resourceVersion: a merge patch replaces whole lists (finalizers), so a
+// copy read from a stale cache must fail with a conflict instead of
+// dropping what someone added since.
+func WithOptimisticLock() Option { return func(o *options) { o.lock = true } }
+
+// WithOwnedConditions names the condition types this writer owns; the
+// others are left as the server has them. Without it the writer owns all.
+func WithOwnedConditions(types ...string) Option {
+	return func(o *options) { o.owned = append(o.owned, types...) }
+}
+
+// NewHelper remembers obj as read.
+func NewHelper(c client.Client, obj client.Object, opts ...Option) *Helper {
+	h := &Helper{c: c}
+	h.doc, h.err = toDocument(obj)
+	for _, o := range opts {
+		o(&h.opts)
+	}
+	return h
+}
+
+// Patch writes obj's metadata and spec changes, then its status changes.
+// A NotFound (the object is gone) is not an error.
+func (h *Helper) Patch(ctx context.Context, obj client.Object) error {
+	if err := h.PatchMetadata(ctx, obj); err != nil {
+		return err
+	}
+	return h.PatchStatus(ctx, obj)
+}
+
+// PatchMetadata writes obj's metadata and spec changes now, before the
+// rest of the pass (a claim's finalizer and VM reservation must be stored
+// before its clone request).
+func (h *Helper) PatchMetadata(ctx context.Context, obj client.Object) error {
+	after, err := h.document(obj)
+	if err != nil {
+		return err
+	}
+	data, err := mergePatch(without(h.doc, "status"), without(after, "status"))
+	if err != nil || data == nil {
+		return err
+	}
+	if h.opts.lock {
+		if data, err = withResourceVersion(data, resourceVersion(h.doc)); err != nil {
+			return err
+		}
+	}
+	cp := obj.DeepCopyObject().(client.Object)
+	if err := h.c.Patch(ctx, cp, client.RawPatch(types.MergePatchType, data)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("patch %s metadata: %w", kindOf(obj), err)
+	}
+	obj.SetResourceVersion(cp.GetResourceVersion())
+	status := h.doc["status"]
+	if h.doc, err = toDocument(obj); err != nil {
+		return err
+	}
+	h.doc["status"] = status
+	return nil
+}
+
+// PatchStatus writes obj's status changes.
+func (h *Helper) PatchStatus(ctx context.Context, obj client.Object) error {
+	after, err := h.document(obj)
+	if err != nil {
+		return err
+	}
+	data, err := mergePatch(only(h.doc, "status"), only(after, "status"))
+	if err != nil || data == nil {
+		return err
+	}
+	if cond, ok := obj.(Conditioned); ok && len(h.opts.owned) > 0 {
+		err = h.writeOwnedStatus(ctx, cond)
+	} else {
+		err = h.writeStatus(ctx, obj, data)
+	}
+	if err != nil {
+		return err
+	}
+	written, err := toDocument(obj)
+	if err != nil {
+		return err
+	}
+	h.doc["status"] = written["status"]
+	setResourceVersion(h.doc, obj.GetResourceVersion())
+	return nil
+}
+
+// document is obj as a JSON document, or the error NewHelper met.
+func (h *Helper) document(obj client.Object) (map[string]any, error) {
+	if h.err != nil {
+		return nil, h.err
+	}
+	return toDocument(obj)
+}
+
+// writeStatus sends one status patch, on a copy of obj.
+func (h *Helper) writeStatus(ctx context.Context, obj client.Object, data []byte) error {
+	cp := obj.DeepCopyObject().(client.Object)
+	if err := h.c.Status().Patch(ctx, cp, client.RawPatch(types.MergePatchType, data)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("patch %s status: %w", kindOf(obj), err)
+	}
+	obj.SetResourceVersion(cp.GetResourceVersion())
+	return nil
+}
+
+// conflictBackoff paces the retries of an owned-conditions status patch
+// that lost a race with the other writer (the cache catches up within
+// milliseconds).
+var conflictBackoff = wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Steps: 6}
+
+// writeOwnedStatus writes obj's status with the server's current
+// conditions, changed only in the types this writer owns, under an
+// optimistic lock: the other status fields patch against what this writer
+// read, the conditions against the server's list.
+func (h *Helper) writeOwnedStatus(ctx context.Context, obj Conditioned) error {
+	mine := obj.GetConditions()
+	var lost error
+	err := wait.ExponentialBackoffWithContext(ctx, conflictBackoff, func(ctx context.Context) (bool, error) {
+		fresh := obj.DeepCopyObject().(Conditioned)
+		if err := h.c.Get(ctx, client.ObjectKeyFromObject(obj), fresh); err != nil {
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			return false, fmt.Errorf("read %s before patching its status: %w", kindOf(obj), err)
+		}
+		want := obj.DeepCopyObject().(Conditioned)
+		want.SetConditions(h.mergeConditions(fresh.GetConditions(), mine))
+		base := obj.DeepCopyObject().(Conditioned)
+		base.SetConditions(fresh.GetConditions())
+		baseDoc, err := toDocument(base)
+		if err != nil {
+			return false, err
+		}
+		wantDoc, err := toDocument(want)
+		if err != nil {
+			return false, err
+		}
+		before := only(h.doc, "status")
+		st, _ := before["status"].(map[string]any)
+		st = copyMap(st)
+		if bst, ok := baseDoc["status"].(map[string]any); ok {
+			st["conditions"] = bst["conditions"]
+		}
+		data, err := mergePatch(map[string]any{"status": st}, only(wantDoc, "status"))
+		if err != nil || data == nil {
+			return err == nil, err
+		}
+		if data, err = withResourceVersion(data, fresh.GetResourceVersion()); err != nil {
+			return false, err
+		}
+		switch err := h.writeStatus(ctx, want, data); {
+		case apierrors.IsConflict(err):
+			lost = err
+			return false, nil
+		case err != nil:
+			return false, err
+		}
+		obj.SetConditions(want.GetConditions())
+		obj.SetResourceVersion(want.GetResourceVersion())
+		return true, nil
+	})
+	if wait.Interrupted(err) && lost != nil {
+		return lost
+	}
+	return err
+}
+
+// mergeConditions is current with this writer's owned conditions as it
+// holds them.
+func (h *Helper) mergeConditions(current, mine []metav1.Condition) []metav1.Condition {
+	out := make([]metav1.Condition, 0, len(current)+len(h.opts.owned))
+	out = append(out, current...)
+	for _, t := range h.opts.owned {
+		if c := meta.FindStatusCondition(mine, t); c != nil {
+			meta.SetStatusCondition(&out, *c)
+		} else {
+			meta.RemoveStatusCondition(&out, t)
+		}
+	}
+	return out
+}
+
+func without(doc map[string]any, key string) map[string]any {
+	out := copyMap(doc)
+	delete(out, key)
+	return out
+}
+
+func only(doc map[string]any, key string) map[string]any {
+	return map[string]any{key: doc[key]}
+}
+
+func copyMap(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func resourceVersion(doc map[string]any) string {
+	md, _ := doc["metadata"].(map[string]any)
+	rv, _ := md["resourceVersion"].(string)
+	return rv
+}
+
+func setResourceVersion(doc map[string]any, rv string) {
+	md, _ := doc["metadata"].(map[string]any)
+	if md == nil {
+		md = map[string]any{}
+		doc["metadata"] = md
+	}
+	md["resourceVersion"] = rv
+}
+
+func toDocument(obj client.Object) (map[string]any, error) {
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", kindOf(obj), err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", kindOf(obj), err)
+	}
+	return doc, nil
+}
+
+// mergePatch is the JSON merge patch from before to after; nil when they
+// are equal.
+func mergePatch(before, after map[string]any) ([]byte, error) {
+	b, err := json.Marshal(before)
+	if err != nil {
+		return nil, err
+	}
+	a, err := json.Marshal(after)
+	if err != nil {
+		return nil, err
+	}
+	data, err := jsonpatch.CreateMergePatch(b, a)
+	if err != nil {
+		return nil, fmt.Errorf("compute merge patch: %w", err)
+	}
+	if string(data) == "{}" {
+		return nil, nil
+	}
+	return data, nil
+}
+
+// withResourceVersion adds metadata.resourceVersion to a merge patch: the
+// API server then refuses it with a conflict if the object changed since.
+func withResourceVersion(data []byte, rv string) ([]byte, error) {
+	var p map[string]any
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, err
+	}
+	md, _ := p["metadata"].(map[string]any)
+	if md == nil {
+		md = map[string]any{}
+	}
+	md["resourceVersion"] = rv
+	p["metadata"] = md
+	return json.Marshal(p)
+}
+
+func kindOf(obj client.Object) string {
+	return fmt.Sprintf("%T %s", obj, client.ObjectKeyFromObject(obj))
+}
