@@ -26,10 +26,10 @@ const (
 )
 
 // world is an API server (a fake client) holding one HypervisorCluster
-// whose hypervisor is a fake provider's cluster.
+// whose hypervisor is a fake cluster.
 type world struct {
 	client    client.Client
-	hv        *fake.Provider
+	hv        *fake.Cluster
 	factories map[hfv1.HypervisorProvider]provider.Factory
 }
 
@@ -57,18 +57,14 @@ func newWorld(t *testing.T, objs ...client.Object) *world {
 		Data:       map[string][]byte{"tokenId": []byte("root@pam!hf"), "tokenSecret": []byte("s3cret")},
 	}
 	c := fakeclient.NewClientBuilder().WithScheme(scheme).WithObjects(append([]client.Object{hc, token}, objs...)...).Build()
-	signer, err := ownership.NewSigner("unrelated", bytes.Repeat([]byte{9}, ownership.MinKeyLength))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hv, err := fake.New(provider.ClusterConfig{Name: "pve-a", VMIDStart: 100, VMIDEnd: 999}, provider.Deps{Signer: signer}, fake.DefaultOptions())
+	hv, err := fake.NewCluster(nil, fake.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	w := &world{client: c, hv: hv}
 	w.factories = map[hfv1.HypervisorProvider]provider.Factory{
 		hfv1.ProviderProxmox: provider.FactoryFunc(func(cfg provider.ClusterConfig, deps provider.Deps) (provider.Provider, error) {
-			return hv.Connect(cfg, deps)
+			return hv.NewProvider(cfg, deps)
 		}),
 	}
 	return w

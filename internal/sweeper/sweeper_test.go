@@ -46,7 +46,7 @@ type world struct {
 	clock   *clocktesting.FakeClock
 	signer  *ownership.Signer
 	cfg     provider.ClusterConfig
-	hv      *fakeprovider.Provider // the cluster, for inspection
+	hv      *fakeprovider.Cluster  // the hypervisor, for inspection
 	p       *fakeprovider.Provider // the operator's provider instance
 	kube    client.Client
 	events  *record.FakeRecorder
@@ -72,8 +72,8 @@ func newWorld(t *testing.T, dryRun bool) *world {
 	if len(w.cluster) > 60 {
 		w.cluster = w.cluster[:60]
 	}
-	w.cfg = provider.ClusterConfig{Name: w.cluster, VMIDStart: 100, VMIDEnd: 199, ISOStorage: "local", DefaultBridge: "vmbr0"}
-	hv, err := fakeprovider.New(w.cfg, w.deps(), fakeprovider.DefaultOptions())
+	w.cfg = provider.ClusterConfig{Name: w.cluster, VMIDStart: 100, VMIDEnd: 199}
+	hv, err := fakeprovider.NewCluster(w.clock, fakeprovider.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func (w *world) deps() provider.Deps {
 // sweeper, with none of the old ones' in-process state.
 func (w *world) restart() {
 	w.t.Helper()
-	p, err := w.hv.Connect(w.cfg, w.deps())
+	p, err := w.hv.NewProvider(w.cfg, w.deps())
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -237,13 +237,8 @@ func (w *world) checkEvent(e string) {
 	}
 }
 
-func (w *world) mediumExists(volid string) bool {
-	for _, s := range w.hv.StoredCloudInit() {
-		if s.VolID == volid {
-			return true
-		}
-	}
-	return false
+func (w *world) mediumExists(id string) bool {
+	return slices.Contains(w.media(), id)
 }
 
 // sweepFor runs sweeps for d of cluster time.
@@ -268,10 +263,9 @@ func (w *world) vms() []int {
 
 func (w *world) media() []string {
 	var out []string
-	for _, s := range w.hv.StoredCloudInit() {
-		out = append(out, s.VolID)
+	for _, m := range w.hv.Media() {
+		out = append(out, m.ID)
 	}
-	slices.Sort(out)
 	return out
 }
 

@@ -1,341 +1,230 @@
-// Package fake is an in-memory provider.Provider for tests: a small
-// simulated hypervisor cluster (nodes, storages, templates, VMs, worker
-// tasks, a guest agent) and, on top of it, provider logic that keeps the
-// contract of package provider.
+// Package fake is a small, hypervisor-neutral, in-memory provider.Provider
+// for fast tests of the code that uses providers (controllers, the
+// sweeper, the manager). Its behaviour is the contract of package provider
+// and nothing more: it runs the contract suite (pkg/provider/providertest)
+// like every real provider, so a test that passes on it relies on nothing
+// a real provider does not promise. Hypervisor-specific behaviour (task
+// ids, locks, storages, ISO files) is tested against the real provider on
+// its simulator instead.
 //
-// The two halves are kept apart on purpose. The provider logic sees the
-// simulated cluster only through API-like calls (read a VM's config, start a
-// clone, poll a task, ...) that answer the way Proxmox VE does, so the fake
-// behaves like a real provider under restarts, lost tasks, concurrent
-// callers and taken VM ids, and every call can be counted and made to fail.
+// A Cluster is the hypervisor: a map of VMs and of cloud-init media under
+// one mutex, with test controls. Providers made by Cluster.NewProvider
+// share it and keep only their placements in-process, so a new Provider on
+// the same Cluster is an operator after a restart.
 //
-// # Time
-//
-// Everything that takes time runs on the clock passed in provider.Deps
-// (tests pass a k8s.io/utils/clock/testing FakeClock and Step it). Nothing
-// runs in the background: the simulated cluster catches up with the clock
-// whenever it is called, in due order, so a test that steps the clock by a
-// task's duration sees the task finished on its next call.
-//
-// # Proxmox semantics the fake mirrors
-//
-//   - A clone copies the template's tags; the ownership marker goes into the
-//     description passed with the clone call, with the install's keyed name
-//     (ownership.Signer.VMName); the ownership tags and the spec's name are
-//     set by the first configuration call right after it.
-//   - Cloud-init ISOs are named hf-<operator id>-<vmid>-<owner digest>.iso,
-//     as the Proxmox provider names them.
-//   - While a clone runs the new VM id exists as a placeholder locked
-//     "clone" with no description, so nobody can prove whose it is yet.
-//   - ListVMs reads one batch listing whose membership, locks and tags are
-//     live but whose power state, name and template flag come from a status
-//     sample taken every Options.RefreshInterval: a VM the sample has not
-//     seen yet, or one on an offline node, shows PowerUnknown.
-//   - VM ids are allocated in-process under a lock from the configured
-//     range, skipping ids the cluster lists and ids reserved by this
-//     instance; a new instance (Restart) has no reservations and can hand
-//     out an id an earlier instance reserved. Whoever clones first gets it;
-//     the other finds a VM it does not own at its id and is placed again.
-//   - A clone to a taken id fails with "config file already exists".
-//   - Destroying a running VM fails; the provider stops it first.
+// Every operation (clone, writing cloud-init media, configuring, starting,
+// stopping, destroying) takes Options.OperationTime on the cluster's clock
+// and a started guest reports its address after Options.BootTime. Nothing
+// runs in the background: a call first finishes whatever fell due, so a
+// test that steps a fake clock sees the effect on its next call.
 package fake
 
 import (
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
-	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
 	"github.com/hyperfleet/hyperfleet/internal/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
-// Method names a provider.Provider method, for FailNext and Calls.
-type Method string
-
-// The Provider methods.
-const (
-	MethodProbe            Method = "Probe"
-	MethodValidateTemplate Method = "ValidateTemplate"
-	MethodEnsureVM         Method = "EnsureVM"
-	MethodDeleteVM         Method = "DeleteVM"
-	MethodListVMs          Method = "ListVMs"
-	MethodGetVM            Method = "GetVM"
-	MethodSetPower         Method = "SetPower"
-	MethodRemoveCloudInit  Method = "RemoveCloudInitMedia"
-	MethodListMedia        Method = "ListCloudInitMedia"
-	MethodDeleteMedium     Method = "DeleteCloudInitMedium"
-)
-
-// Op names one API-like call of the simulated cluster, for FailNextOp and
-// OpCalls. Each mirrors one Proxmox VE endpoint.
-type Op string
-
-// The API-like calls.
-const (
-	OpVersion        Op = "version"         // GET /version
-	OpNodes          Op = "nodes"           // GET /nodes
-	OpResources      Op = "resources"       // GET /cluster/resources?type=vm
-	OpPools          Op = "pools"           // GET /pools
-	OpConfig         Op = "config"          // GET /nodes/{node}/qemu/{vmid}/config
-	OpStatus         Op = "status"          // GET /nodes/{node}/qemu/{vmid}/status/current
-	OpClone          Op = "clone"           // POST /nodes/{node}/qemu/{vmid}/clone
-	OpUpdateConfig   Op = "update-config"   // POST (async) or PUT (sync) /nodes/{node}/qemu/{vmid}/config
-	OpResize         Op = "resize"          // PUT /nodes/{node}/qemu/{vmid}/resize
-	OpStart          Op = "start"           // POST /nodes/{node}/qemu/{vmid}/status/start
-	OpStop           Op = "stop"            // POST /nodes/{node}/qemu/{vmid}/status/stop
-	OpShutdown       Op = "shutdown"        // POST /nodes/{node}/qemu/{vmid}/status/shutdown
-	OpDestroy        Op = "destroy"         // DELETE /nodes/{node}/qemu/{vmid}
-	OpTaskStatus     Op = "task-status"     // GET /nodes/{node}/tasks/{upid}/status
-	OpAgent          Op = "agent"           // GET /nodes/{node}/qemu/{vmid}/agent/network-get-interfaces
-	OpStorageStatus  Op = "storage-status"  // GET /nodes/{node}/storage/{storage}/status
-	OpStorageContent Op = "storage-content" // GET /nodes/{node}/storage/{storage}/content
-	OpUpload         Op = "upload"          // POST /nodes/{node}/storage/{storage}/upload
-	OpDeleteVolume   Op = "delete-volume"   // DELETE /nodes/{node}/storage/{storage}/content/{volume}
-)
-
-// endpoints gives each Op the HTTP method and path template reported to
-// provider.Observer.APICall.
-var endpoints = map[Op][2]string{
-	OpVersion:        {"GET", "/version"},
-	OpNodes:          {"GET", "/nodes"},
-	OpResources:      {"GET", "/cluster/resources"},
-	OpPools:          {"GET", "/pools"},
-	OpConfig:         {"GET", "/nodes/{node}/qemu/{vmid}/config"},
-	OpStatus:         {"GET", "/nodes/{node}/qemu/{vmid}/status/current"},
-	OpClone:          {"POST", "/nodes/{node}/qemu/{vmid}/clone"},
-	OpUpdateConfig:   {"POST", "/nodes/{node}/qemu/{vmid}/config"},
-	OpResize:         {"PUT", "/nodes/{node}/qemu/{vmid}/resize"},
-	OpStart:          {"POST", "/nodes/{node}/qemu/{vmid}/status/start"},
-	OpStop:           {"POST", "/nodes/{node}/qemu/{vmid}/status/stop"},
-	OpShutdown:       {"POST", "/nodes/{node}/qemu/{vmid}/status/shutdown"},
-	OpDestroy:        {"DELETE", "/nodes/{node}/qemu/{vmid}"},
-	OpTaskStatus:     {"GET", "/nodes/{node}/tasks/{upid}/status"},
-	OpAgent:          {"GET", "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces"},
-	OpStorageStatus:  {"GET", "/nodes/{node}/storage/{storage}/status"},
-	OpStorageContent: {"GET", "/nodes/{node}/storage/{storage}/content"},
-	OpUpload:         {"POST", "/nodes/{node}/storage/{storage}/upload"},
-	OpDeleteVolume:   {"DELETE", "/nodes/{node}/storage/{storage}/content/{volume}"},
-}
-
-// Node is one simulated hypervisor node.
-type Node struct {
-	Name string
-	CPUs int64
-	// MemoryBytes is the node's memory; BaseMemoryUsedBytes is what the
-	// host uses without any VM running.
-	MemoryBytes         int64
-	BaseMemoryUsedBytes int64
-	Offline             bool
-}
-
-// Storage is one simulated storage.
-type Storage struct {
-	ID string
-	// Type is a Proxmox storage type: dir, nfs, cifs, cephfs, btrfs,
-	// glusterfs (file-based), lvmthin, zfspool, rbd, lvm. Every type but lvm
-	// supports linked clones.
-	Type string
-	// Content lists what the storage holds: images, iso, ...
-	Content []string
-	// Shared storages are reachable from every node with one set of
-	// volumes; others exist separately on each node.
-	Shared bool
-	// Nodes restricts the storage to these nodes; empty means all.
-	Nodes         []string
-	CapacityBytes int64
-}
-
-// Template is one simulated VM template.
-type Template struct {
-	VMID        int
-	Node        string
-	Name        string
-	Storage     string
-	DiskBytes   int64
-	Cores       int
-	MemoryBytes int64
-	// NoAgent leaves the guest agent unconfigured: clones boot but never
-	// report addresses.
-	NoAgent     bool
-	Tags        []string
-	Description string
-	// NetModel and Bridge describe net0; defaults virtio and vmbr0.
-	NetModel string
-	Bridge   string
-}
-
-// Durations are how long the simulated cluster's tasks take.
-type Durations struct {
-	// Clone is a linked clone, and the base of a full clone, which takes
-	// FullClonePerGiB more for every GiB of disk.
-	Clone           time.Duration
-	FullClonePerGiB time.Duration
-	Configure       time.Duration
-	Resize          time.Duration
-	Upload          time.Duration
-	Start           time.Duration
-	// Boot is the time from a finished start task until the guest agent
-	// answers.
-	Boot         time.Duration
-	Stop         time.Duration
-	Shutdown     time.Duration
-	Destroy      time.Duration
-	DeleteVolume time.Duration
-}
-
-// Options shape the simulated cluster. Start from DefaultOptions: New uses
-// the values as given, zero durations included.
+// Options shape a Cluster.
 type Options struct {
-	Version   string
-	Nodes     []Node
-	Storages  []Storage
-	Templates []Template
-	Pools     []string
-	Durations Durations
-	// RefreshInterval is how often the status sample behind ListVMs is
-	// taken; zero or negative samples on every listing.
-	RefreshInterval time.Duration
-	// PollInterval is the RetryAfter the provider asks for while it waits
-	// for a task, a clone slot or the guest.
-	PollInterval time.Duration
-	// RetryBackoff is the RetryAfter after a task failed in a way a retry
-	// can fix (a lock, a timeout).
-	RetryBackoff time.Duration
-	// ReservationTTL drops an in-process placement nobody called EnsureVM
-	// or DeleteVM for in that long.
-	ReservationTTL time.Duration
+	// Nodes are the cluster's nodes. MemoryUsedBytes is what a node uses
+	// with no VM running; Allowed and ReservedMemoryBytes are ignored (each
+	// Provider reports its own).
+	Nodes []provider.NodeInfo
+	// Templates are what VMs are cloned from; the storages they name are
+	// the cluster's storages, the possible full-clone targets.
+	Templates []provider.TemplateInfo
+	// OperationTime is how long every operation takes; BootTime is how long
+	// a started guest takes to report its address.
+	OperationTime, BootTime time.Duration
 }
 
-// DefaultOptions mirror the Proxmox simulator's default cluster: node pve1
-// (16 CPUs, 64 GiB), storages local (dir, iso) and local-lvm (lvmthin),
-// template 9000 debian-12-ci (32 GiB, 2 cores, 2 GiB, guest agent) and its
-// task latencies.
+// DefaultOptions are one node and one template, id 9000, that allows
+// linked clones.
 func DefaultOptions() Options {
 	return Options{
-		Version: "9.0.11",
-		Nodes:   []Node{{Name: "pve1", CPUs: 16, MemoryBytes: 64 << 30, BaseMemoryUsedBytes: 2 << 30}},
-		Storages: []Storage{
-			{ID: "local", Type: "dir", Content: []string{"iso", "vztmpl", "backup", "snippets", "import"}, CapacityBytes: 100 << 30},
-			{ID: "local-lvm", Type: "lvmthin", Content: []string{"images", "rootdir"}, CapacityBytes: 500 << 30},
-		},
-		Templates: []Template{{
-			VMID: 9000, Node: "pve1", Name: "debian-12-ci", Storage: "local-lvm", DiskBytes: 32 << 30,
-			Cores: 2, MemoryBytes: 2 << 30, Tags: []string{"template"},
-		}},
-		Durations: Durations{
-			Clone: 5 * time.Second, FullClonePerGiB: time.Second, Configure: 200 * time.Millisecond,
-			Resize: time.Second, Upload: 200 * time.Millisecond, Start: time.Second, Boot: 20 * time.Second,
-			Stop: 500 * time.Millisecond, Shutdown: 5 * time.Second, Destroy: time.Second,
-			DeleteVolume: 100 * time.Millisecond,
-		},
-		RefreshInterval: 10 * time.Second,
-		PollInterval:    time.Second,
-		RetryBackoff:    5 * time.Second,
-		ReservationTTL:  30 * time.Minute,
+		Nodes: []provider.NodeInfo{{Name: "node-1", Online: true, CPUs: 16, MemoryBytes: 64 << 30, MemoryUsedBytes: 2 << 30, StorageBytes: 1 << 40}},
+		Templates: []provider.TemplateInfo{{ID: 9000, Name: "ci-template", Node: "node-1", Storages: []string{"disks"}, DiskBytes: 16 << 30,
+			Cores: 2, MemoryBytes: 2 << 30, LinkedCloneSupported: true}},
+		OperationTime: time.Second, BootTime: 10 * time.Second,
 	}
 }
 
-// Provider is the fake provider. Besides the provider.Provider methods it
-// has test controls (GuestPowerOff, AddForeignVM, FailNext, ...) that act on
-// the simulated cluster it shares with every instance made by Restart or
-// Connect.
+// Cluster is the in-memory hypervisor that Providers share.
+type Cluster struct {
+	clock clock.PassiveClock
+	opts  Options
+
+	// mu guards everything below and every Provider's reservations.
+	mu    sync.Mutex
+	vms   map[int]*vm
+	media map[string]*medium
+	// delivered is the cloud-init each guest read at its last start.
+	delivered map[int]provider.CloudInit
+	// tasks numbers operations, for unique task ids.
+	tasks int
+	// destroyErr, when set, fails every destroy (FailDestroys).
+	destroyErr error
+}
+
+// vm is one VM or template.
+type vm struct {
+	id                      int
+	node, name, description string
+	tags                    []string
+	template                *provider.TemplateInfo // nil for a VM
+	storage                 string                 // its disk's, for clone slots
+	memory                  int64
+	mac                     string
+	op                      *operation // in flight, nil when none
+	// started says it has been started at least once.
+	configured, started, running bool
+	// since is when it last started running, guestUpAt when its guest
+	// reports an address from then on.
+	since, guestUpAt time.Time
+	attached         string // the medium attached to it
+}
+
+// operation is one operation in flight on a VM; finish applies its effect
+// once it is due.
+type operation struct {
+	task   provider.Task
+	until  time.Time
+	finish func(at time.Time)
+}
+
+// medium is one cloud-init medium at rest.
+type medium struct {
+	id, node, digest string
+	vmid             int
+	data             provider.CloudInit
+}
+
+// NewCluster returns a cluster built from opts on clk (nil means the real
+// clock).
+func NewCluster(clk clock.PassiveClock, opts Options) (*Cluster, error) {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	if len(opts.Nodes) == 0 {
+		return nil, errors.New("fake cluster: no nodes")
+	}
+	c := &Cluster{clock: clk, opts: opts, vms: map[int]*vm{}, media: map[string]*medium{}, delivered: map[int]provider.CloudInit{}}
+	for _, t := range opts.Templates {
+		if t.ID <= 0 || c.vms[t.ID] != nil || !c.hasNode(t.Node) || len(t.Storages) == 0 {
+			return nil, fmt.Errorf("fake cluster: template %d: needs a unique id, a known node and a storage", t.ID)
+		}
+		c.vms[t.ID] = &vm{id: t.ID, node: t.Node, name: t.Name, template: &t, storage: t.Storages[0], memory: t.MemoryBytes}
+	}
+	return c, nil
+}
+
+func (c *Cluster) hasNode(name string) bool {
+	return slices.ContainsFunc(c.opts.Nodes, func(n provider.NodeInfo) bool { return n.Name == name })
+}
+
+// lock takes the cluster's lock and finishes every operation that is due
+// (no operation's effect depends on another's); the caller defers the
+// returned unlock.
+func (c *Cluster) lock() func() {
+	c.mu.Lock()
+	now := c.clock.Now()
+	for _, v := range c.vms {
+		if op := v.op; op != nil && !op.until.After(now) {
+			v.op = nil
+			op.finish(op.until)
+		}
+	}
+	return c.mu.Unlock
+}
+
+// startLocked starts an operation on v and returns its task.
+func (c *Cluster) startLocked(v *vm, name string, finish func(at time.Time)) *provider.Task {
+	c.tasks++
+	now := c.clock.Now()
+	v.op = &operation{task: provider.Task{ID: fmt.Sprintf("fake-%d-%s-%d", v.id, name, c.tasks), Operation: name, StartTime: now},
+		until: now.Add(c.opts.OperationTime), finish: finish}
+	task := v.op.task
+	return &task
+}
+
+// powerOnLocked starts v; once running, its guest reads the cloud-init of
+// the medium attached to it.
+func (c *Cluster) powerOnLocked(v *vm) *provider.Task {
+	return c.startLocked(v, "start", func(at time.Time) {
+		v.started, v.running, v.since, v.guestUpAt = true, true, at, at.Add(c.opts.BootTime)
+		if m := c.media[v.attached]; m != nil {
+			c.delivered[v.id] = m.data
+		}
+	})
+}
+
+func (c *Cluster) powerOffLocked(v *vm, name string) *provider.Task {
+	return c.startLocked(v, name, func(time.Time) { v.running = false })
+}
+
+// inFlightLocked returns the task in flight on v and how long it still
+// takes.
+func (c *Cluster) inFlightLocked(v *vm) (*provider.Task, time.Duration) {
+	task := v.op.task
+	return &task, v.op.until.Sub(c.clock.Now())
+}
+
+// sortedIDsLocked returns the ids of every VM and template, ascending.
+func (c *Cluster) sortedIDsLocked() []int {
+	return slices.Sorted(maps.Keys(c.vms))
+}
+
+// Provider is one operator's connection to a Cluster. Deps.Clock,
+// Observer, Log and Wake are not used: time is the cluster's.
 type Provider struct {
-	hv     *hypervisor
+	c      *Cluster
 	cfg    provider.ClusterConfig
 	signer *ownership.Signer
-	obs    provider.Observer
-	clock  clock.PassiveClock
-	log    logr.Logger
-	user   string
-
-	// mu guards the in-process state below, which a restart loses. It is
-	// taken before the cluster's lock, never after.
-	mu sync.Mutex
-	// reservations are placements by owner UID: a VM id and the memory
-	// promised on a node for VMs not yet running.
-	reservations map[string]*reservation
-	// queued are owners waiting for a clone slot.
-	queued map[string]bool
-	// cloning maps VM ids this instance cloned to the clone's target
-	// storage, for the per-storage clone limit.
-	cloning map[int]string
+	// reservations are the placements of VMs this instance is creating,
+	// by owner UID (guarded by c.mu). A restart loses them.
+	reservations map[string]reservation
 }
 
 type reservation struct {
 	vmid   int
 	node   string
 	memory int64
-	at     time.Time
 }
 
 var _ provider.Provider = (*Provider)(nil)
 
-// New returns a Provider on a new simulated cluster built from opts.
-// deps.Signer is required; a nil deps.Clock means the real clock.
-func New(cfg provider.ClusterConfig, deps provider.Deps, opts Options) (*Provider, error) {
-	c := deps.Clock
-	if c == nil {
-		c = clock.RealClock{}
-	}
-	hv, err := newHypervisor(c, opts)
-	if err != nil {
-		return nil, err
-	}
-	return connect(hv, cfg, deps)
-}
-
-// Connect returns another Provider on the same simulated cluster with its
-// own configuration and in-process state, like a second operator install
-// or a replica. deps.Clock is ignored: the cluster keeps the clock it was
-// built with.
-func (p *Provider) Connect(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
-	return connect(p.hv, cfg, deps)
-}
-
-// Restart returns a new Provider with p's configuration on the same
-// simulated cluster and nothing of p's in-process state, as after an
-// operator restart.
-func (p *Provider) Restart() *Provider {
-	np, err := connect(p.hv, p.cfg, provider.Deps{Signer: p.signer, Observer: p.obs, Log: p.log})
-	if err != nil {
-		// p was built from the same values, so this cannot happen.
-		panic(err)
-	}
-	return np
-}
-
-func connect(hv *hypervisor, cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
+// NewProvider connects a new Provider, with none of any other's
+// in-process state, to c. It binds deps.Signer to the cluster cfg.Name.
+func (c *Cluster) NewProvider(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 	if deps.Signer == nil {
 		return nil, fmt.Errorf("fake provider %q: deps.Signer is required", cfg.Name)
 	}
-	if cfg.VMIDStart < minVMID || cfg.VMIDEnd > maxVMID || cfg.VMIDEnd < cfg.VMIDStart {
+	if cfg.VMIDStart < 1 || cfg.VMIDEnd < cfg.VMIDStart {
 		return nil, provider.Errorf(provider.ClassConfiguration, "InvalidVMIDRange",
-			"fake provider %q: VM id range %d-%d must lie within %d-%d with start <= end", cfg.Name, cfg.VMIDStart, cfg.VMIDEnd, minVMID, maxVMID)
+			"fake provider %q: VM id range %d-%d must start at 1 or above and not end before it starts", cfg.Name, cfg.VMIDStart, cfg.VMIDEnd)
 	}
-	obs := deps.Observer
-	if obs == nil {
-		obs = provider.NopObserver{}
-	}
-	user := "root@pam"
-	switch {
-	case cfg.TokenID != "":
-		user = cfg.TokenID
-	case cfg.Username != "":
-		user = cfg.Username
-	}
-	cfg.Nodes = append([]string(nil), cfg.Nodes...)
-	cfg.Tags = append([]string(nil), cfg.Tags...)
-	return &Provider{
-		hv: hv, cfg: cfg, signer: deps.Signer.ForCluster(ownership.ClusterIdentity{Name: cfg.Name}), obs: obs, clock: hv.clock, log: deps.Log, user: user,
-		reservations: map[string]*reservation{}, queued: map[string]bool{}, cloning: map[int]string{},
-	}, nil
+	cfg.Nodes, cfg.Tags = slices.Clone(cfg.Nodes), slices.Clone(cfg.Tags)
+	return &Provider{c: c, cfg: cfg, signer: deps.Signer.ForCluster(ownership.ClusterIdentity{Name: cfg.Name}),
+		reservations: map[string]reservation{}}, nil
 }
 
-// session starts serving one Provider method: the API-like calls it makes
-// are counted for m.
-func (p *Provider) session(m Method) *session {
-	return &session{hv: p.hv, obs: p.obs, method: m, user: p.user}
+// ownedLocked verifies v's ownership marker for owner.
+func (p *Provider) ownedLocked(v *vm, owner provider.Owner) error {
+	rec, err := p.signer.Verify(v.description, v.id)
+	if err == nil && rec.UID != owner.UID {
+		err = fmt.Errorf("it belongs to claim %s/%s (uid %s)", rec.Namespace, rec.Name, rec.UID)
+	}
+	if err != nil {
+		return provider.Errorf(provider.ClassPermanent, "NotOwned", "%w: VM %d, for claim %s/%s: %w", provider.ErrNotOwned, v.id, owner.Namespace, owner.Name, err)
+	}
+	return nil
 }

@@ -2,235 +2,75 @@ package fake
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
-// templateRef is a resolved template.
-type templateRef struct {
-	vmid    int
-	node    string
-	name    string
-	storage string
-	disk    int64
-	memory  int64
-	// shared and linkedOK describe the template's storage; known only
-	// when findTemplate was asked for it.
-	shared   bool
-	linkedOK bool
-}
-
-// findTemplate resolves src with the batch listing and the template's
-// config (and, withStorage, its storage's status).
-func (p *Provider) findTemplate(s *session, src provider.TemplateSource, withStorage bool) (*templateRef, error) {
-	list, err := s.resources()
-	if err != nil {
-		return nil, classify(err, "list VMs of cluster %q", p.cfg.Name)
-	}
-	var hit *resource
-	switch {
-	case src.ID != 0:
-		for i := range list {
-			if list[i].vmid == src.ID {
-				hit = &list[i]
+// placeLocked reserves a VM id and a node for the owner, in-process: a
+// second call returns the same reservation. The node is the allowed online
+// one with the most free memory, counting this instance's reservations.
+func (p *Provider) placeLocked(spec *provider.VMSpec, tmpl *provider.TemplateInfo) (*provider.EnsureResult, error) {
+	o := spec.Owner
+	r, ok := p.reservations[o.UID]
+	if !ok {
+		r.memory = memoryHint(spec, tmpl)
+		best := int64(-1)
+		for _, n := range p.c.opts.Nodes {
+			free := n.MemoryBytes - p.c.memoryUsedLocked(n) - p.reservedLocked(n.Name)
+			if n.Online && p.allowed(n.Name) && free >= r.memory && free > best {
+				r.node, best = n.Name, free
 			}
 		}
-		if hit == nil {
-			return nil, provider.Errorf(provider.ClassConfiguration, "TemplateNotFound",
-				"template %d does not exist on cluster %q; name an existing template: %w", src.ID, p.cfg.Name, provider.ErrNotFound)
+		if r.node == "" {
+			return nil, provider.Errorf(provider.ClassResource, "InsufficientCapacity",
+				"no allowed online node of cluster %q has %d bytes of memory free for %s/%s: %w", p.cfg.Name, r.memory, o.Namespace, o.Name, provider.ErrNoCapacity)
 		}
-	case src.Name != "":
-		var hits []*resource
-		for i := range list {
-			if list[i].template && list[i].name == src.Name {
-				hits = append(hits, &list[i])
-			}
+		if r.vmid = p.freeIDLocked(); r.vmid == 0 {
+			return nil, provider.Errorf(provider.ClassResource, "VMIDRangeExhausted",
+				"cluster %q: VM ids %d-%d are all in use: %w", p.cfg.Name, p.cfg.VMIDStart, p.cfg.VMIDEnd, provider.ErrIDRangeExhausted)
 		}
-		switch len(hits) {
-		case 0:
-			return nil, provider.Errorf(provider.ClassConfiguration, "TemplateNotFound",
-				"no template named %q on cluster %q; name an existing template: %w", src.Name, p.cfg.Name, provider.ErrNotFound)
-		case 1:
-			hit = hits[0]
-		default:
-			return nil, provider.Errorf(provider.ClassConfiguration, "AmbiguousTemplate",
-				"%d templates are named %q on cluster %q; name the template by id", len(hits), src.Name, p.cfg.Name)
-		}
-	default:
-		return nil, provider.Errorf(provider.ClassConfiguration, "TemplateUnset", "the template source names neither an id nor a name")
+		p.reservations[o.UID] = r
 	}
-	conf, err := s.config(hit.node, hit.vmid)
+	return &provider.EnsureResult{Progress: provider.Progress{VMID: r.vmid, Node: r.node}, Phase: provider.PhasePlaced,
+		Message: fmt.Sprintf("VM id %d reserved on node %s", r.vmid, r.node)}, nil
+}
+
+// memoryHint is the memory placement reserves for spec's VM.
+func memoryHint(spec *provider.VMSpec, tmpl *provider.TemplateInfo) int64 {
 	switch {
-	case isNotExist(err):
-		return nil, provider.Errorf(provider.ClassConfiguration, "TemplateNotFound",
-			"template %d vanished from cluster %q: %w", hit.vmid, p.cfg.Name, provider.ErrNotFound)
-	case err != nil:
-		return nil, classify(err, "read template %d", hit.vmid)
-	case !conf.template:
-		return nil, provider.Errorf(provider.ClassConfiguration, "NotATemplate",
-			"VM %d on cluster %q is not a template; convert it or name a template: %w", hit.vmid, p.cfg.Name, provider.ErrNotFound)
+	case spec.MemoryHint > 0:
+		return spec.MemoryHint
+	case spec.MemoryBytes > 0:
+		return spec.MemoryBytes
 	}
-	t := &templateRef{vmid: hit.vmid, node: hit.node, name: conf.name, storage: conf.diskStorage, disk: conf.disk, memory: conf.memory}
-	if withStorage {
-		st, err := s.storageStatus(hit.node, conf.diskStorage)
-		if err != nil {
-			return nil, classify(err, "read storage %q of template %d", conf.diskStorage, hit.vmid)
-		}
-		t.shared, t.linkedOK = st.shared, st.typ != "lvm"
-	}
-	return t, nil
+	return tmpl.MemoryBytes
 }
 
-// targetStorage is the storage a clone's disk lands on ("" = the
-// template's, as for linked clones).
-func (p *Provider) targetStorage(src provider.TemplateSource) string {
-	if src.Linked {
-		return ""
-	}
-	if src.Storage != "" {
-		return src.Storage
-	}
-	return p.cfg.DefaultStorage
-}
-
-// place reserves a VM id and a node for spec.Owner (in-process, under p.mu)
-// and reports PhasePlaced. avoid is an id known to be taken by someone else.
-func (p *Provider) place(s *session, spec *provider.VMSpec, avoid int, why string) (*provider.EnsureResult, error) {
-	tmpl, err := p.findTemplate(s, spec.Source, true)
-	if err != nil {
-		return nil, err
-	}
-	// A clone of a template on local storage to local storage stays on
-	// the template's node.
-	anyNode := tmpl.shared
-	if ts := p.targetStorage(spec.Source); ts != "" && ts != tmpl.storage {
-		st, err := s.storageStatus(tmpl.node, ts)
-		if isNotExist(err) {
-			return nil, provider.Errorf(provider.ClassConfiguration, "StorageNotFound",
-				"clone target storage %q does not exist on node %s of cluster %q", ts, tmpl.node, p.cfg.Name)
-		}
-		if err != nil {
-			return nil, classify(err, "read storage %q", ts)
-		}
-		anyNode = st.shared
-	}
-	nodes, err := s.nodes()
-	if err != nil {
-		return nil, classify(err, "list nodes of cluster %q", p.cfg.Name)
-	}
-	list, err := s.resources()
-	if err != nil {
-		return nil, classify(err, "list VMs of cluster %q", p.cfg.Name)
-	}
-	hint := spec.MemoryHint
-	if hint <= 0 {
-		hint = spec.MemoryBytes
-	}
-	if hint <= 0 {
-		hint = tmpl.memory
-	}
-
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := p.clock.Now()
-	p.expireLocked()
-	if r := p.reservations[spec.Owner.UID]; r != nil && r.vmid != avoid && r.node != "" {
-		r.at = now
-		return &provider.EnsureResult{
-			Progress: provider.Progress{VMID: r.vmid, Node: r.node}, Phase: provider.PhasePlaced,
-			Message: fmt.Sprintf("VM id %d on node %s reserved", r.vmid, r.node),
-		}, nil
-	}
-	delete(p.reservations, spec.Owner.UID)
-
-	best, bestFree := "", int64(0)
-	for _, n := range nodes {
-		if !n.online || !p.allowed(n.name) || (!anyNode && n.name != tmpl.node) {
+// freeIDLocked returns the lowest id of the configured range that no VM
+// uses and this instance has not reserved, zero when there is none.
+func (p *Provider) freeIDLocked() int {
+	for id := p.cfg.VMIDStart; id <= p.cfg.VMIDEnd; id++ {
+		if p.c.vms[id] != nil {
 			continue
 		}
-		free := n.mem - n.memUsed - p.reservedLocked(n.name)
-		if free >= hint && (best == "" || free > bestFree) {
-			best, bestFree = n.name, free
+		taken := false
+		for _, r := range p.reservations {
+			taken = taken || r.vmid == id
+		}
+		if !taken {
+			return id
 		}
 	}
-	if best == "" {
-		return nil, provider.Errorf(provider.ClassResource, "InsufficientCapacity",
-			"no online allowed node of cluster %q has %d MiB free for %s/%s: %w", p.cfg.Name, hint>>20, spec.Owner.Namespace, spec.Owner.Name, provider.ErrNoCapacity)
-	}
-	used := map[int]bool{avoid: true}
-	for _, r := range list {
-		used[r.vmid] = true
-	}
-	for _, r := range p.reservations {
-		used[r.vmid] = true
-	}
-	vmid := 0
-	for id := p.cfg.VMIDStart; id <= p.cfg.VMIDEnd; id++ {
-		if !used[id] {
-			vmid = id
-			break
-		}
-	}
-	if vmid == 0 {
-		return nil, provider.Errorf(provider.ClassResource, "VMIDRangeExhausted",
-			"every VM id in %d-%d of cluster %q is taken or reserved; widen the range or delete VMs: %w", p.cfg.VMIDStart, p.cfg.VMIDEnd, p.cfg.Name, provider.ErrIDRangeExhausted)
-	}
-	p.reservations[spec.Owner.UID] = &reservation{vmid: vmid, node: best, memory: hint, at: now}
-	msg := fmt.Sprintf("VM id %d on node %s reserved", vmid, best)
-	if why != "" {
-		msg = why + "; " + msg
-	}
-	return &provider.EnsureResult{Progress: provider.Progress{VMID: vmid, Node: best}, Phase: provider.PhasePlaced, Message: msg}, nil
+	return 0
 }
 
-// replace drops owner's placement, whose id turned out to be taken by a VM
-// the owner does not own, and places it again elsewhere.
-func (p *Provider) replace(s *session, spec *provider.VMSpec, taken int, why string) (*provider.EnsureResult, error) {
-	p.mu.Lock()
-	delete(p.reservations, spec.Owner.UID)
-	p.mu.Unlock()
-	s.forget()
-	return p.place(s, spec, taken, why)
+// allowed says whether the configuration lets VMs be placed on node.
+func (p *Provider) allowed(node string) bool {
+	return len(p.cfg.Nodes) == 0 || slices.Contains(p.cfg.Nodes, node)
 }
 
-// adopt records the placement of a caller that continues from persisted
-// progress this instance did not create (after a restart), so that its id
-// is not handed to someone else.
-func (p *Provider) adopt(spec *provider.VMSpec, prog provider.Progress) {
-	hint := spec.MemoryHint
-	if hint <= 0 {
-		hint = spec.MemoryBytes
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if r := p.reservations[spec.Owner.UID]; r != nil && r.vmid == prog.VMID {
-		r.at = p.clock.Now()
-		return
-	}
-	p.reservations[spec.Owner.UID] = &reservation{vmid: prog.VMID, node: prog.Node, memory: hint, at: p.clock.Now()}
-}
-
-// release forgets owner's placement once its VM runs (the node counts its
-// memory) or is gone.
-func (p *Provider) release(uid string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.reservations, uid)
-	delete(p.queued, uid)
-}
-
-func (p *Provider) expireLocked() {
-	if p.hv.o.ReservationTTL <= 0 {
-		return
-	}
-	now := p.clock.Now()
-	for uid, r := range p.reservations {
-		if now.Sub(r.at) > p.hv.o.ReservationTTL {
-			delete(p.reservations, uid)
-		}
-	}
-}
-
+// reservedLocked is the memory this instance promised on node.
 func (p *Provider) reservedLocked(node string) int64 {
 	var sum int64
 	for _, r := range p.reservations {
@@ -241,14 +81,31 @@ func (p *Provider) reservedLocked(node string) int64 {
 	return sum
 }
 
-func (p *Provider) allowed(node string) bool {
-	if len(p.cfg.Nodes) == 0 {
-		return true
-	}
-	for _, n := range p.cfg.Nodes {
-		if n == node {
-			return true
+// memoryUsedLocked is what node n uses: its own use and its running VMs.
+func (c *Cluster) memoryUsedLocked(n provider.NodeInfo) int64 {
+	used := n.MemoryUsedBytes
+	for _, v := range c.vms {
+		if v.node == n.Name && v.running {
+			used += v.memory
 		}
 	}
-	return false
+	return used
+}
+
+// cloneSlotFreeLocked says whether another clone may start on node and to
+// storage under the configured limits.
+func (p *Provider) cloneSlotFreeLocked(node, storage string) bool {
+	onNode, onStorage := 0, 0
+	for _, v := range p.c.vms {
+		if v.op == nil || v.op.task.Operation != opClone {
+			continue
+		}
+		if v.node == node {
+			onNode++
+		}
+		if v.storage == storage {
+			onStorage++
+		}
+	}
+	return (p.cfg.ClonesPerNode <= 0 || onNode < p.cfg.ClonesPerNode) && (p.cfg.ClonesPerStorage <= 0 || onStorage < p.cfg.ClonesPerStorage)
 }

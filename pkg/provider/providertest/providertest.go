@@ -18,8 +18,8 @@
 //
 //   - Provider: the implementation under test. Its ClusterConfig has a VM id
 //     range with at least 16 ids no VM uses, no clone limits (ClonesPerNode
-//     and ClonesPerStorage zero or at least 4), an ISO storage for cloud-init
-//     and room on its nodes for at least four VMs of Template.
+//     and ClonesPerStorage zero or at least 4), whatever its cloud-init
+//     media need and room on its nodes for at least four VMs of Template.
 //   - NewProvider: another instance on the same backend, with the same
 //     signer and clock and none of any earlier instance's in-process state,
 //     as after an operator restart. configure, when not nil, edits a copy of
@@ -39,18 +39,19 @@
 //     It may be stopped, and the hook may advance the clock to finish it.
 //   - SetDescription: overwrites a VM's description outside the provider.
 //   - CloudInitOf: the cloud-init data the guest of vmid read at its last
-//     boot (for the fake the payload of its ISO at start; for a simulator
-//     what its guest hook found on the attached ISO).
+//     boot (for the fake the data of the medium attached when it started;
+//     for a simulator what its guest hook found on the attached medium).
 //   - StoredData: every piece of data at rest on the backend that a VM's
-//     payload could end up in: the contents of stored volumes and uploaded
-//     files (files inside ISOs as text), VM descriptions and configs. The
+//     payload could end up in: the contents of stored volumes, uploaded
+//     files and cloud-init media (files inside images as text), VM
+//     descriptions and configs. The
 //     suite looks for a unique token it put in the user-data to check that
 //     the cloud-init payload is on the backend while the VM is being built
 //     and gone once it runs or is deleted.
 //   - FailDestroysOtherMissing: from now until the returned func is called,
 //     every request to destroy a VM fails the way the backend answers when
 //     something other than the VM itself does not exist (a storage, a
-//     volume, an ISO); the VM stays as it was.
+//     volume, a cloud-init medium); the VM stays as it was.
 //
 // Every hook fails the test (t.Fatal) when it cannot do its job.
 package providertest

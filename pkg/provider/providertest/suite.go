@@ -549,21 +549,6 @@ func testCloneSlots(t *testing.T, h *Harness) {
 		if cloning > 1 {
 			t.Fatalf("round %d: %d VMs report Cloning on node %s with ClonesPerNode 1", round, cloning, info.Node)
 		}
-		// "clone" is the lock the contract names as its example; a
-		// hypervisor without such a lock passes this check trivially.
-		list, err := p.ListVMs(t.Context())
-		if err != nil {
-			t.Fatalf("ListVMs: %v", err)
-		}
-		locked := 0
-		for _, s := range list {
-			if s.Node == info.Node && s.Lock == "clone" {
-				locked++
-			}
-		}
-		if locked > 1 {
-			t.Fatalf("round %d: %d clones run on node %s with ClonesPerNode 1", round, locked, info.Node)
-		}
 		if running == n {
 			break
 		}
@@ -1184,8 +1169,13 @@ func testStrayMedia(t *testing.T, h *Harness) {
 	if _, err := h.Provider.DeleteCloudInitMedium(t.Context(), m); !errors.Is(err, provider.ErrInUse) {
 		t.Fatalf("DeleteCloudInitMedium of the medium of a VM that verifies for its owner: %v, want ErrInUse", err)
 	}
+	// A medium's name says which install wrote it: with another install's
+	// id in place of this one's, it is another install's.
+	if !strings.Contains(m.ID, h.Signer.OperatorID()) {
+		t.Fatalf("medium %q does not name the install %q that wrote it", m.ID, h.Signer.OperatorID())
+	}
 	other := m
-	other.ID = strings.Replace(m.ID, "hf-"+h.Signer.OperatorID()+"-", "hf-other-install-", 1)
+	other.ID = strings.Replace(m.ID, h.Signer.OperatorID(), "other-install", 1)
 	if _, err := h.Provider.DeleteCloudInitMedium(t.Context(), other); !errors.Is(err, provider.ErrNotOwned) {
 		t.Errorf("DeleteCloudInitMedium of another install's name %q: %v, want ErrNotOwned", other.ID, err)
 	}
