@@ -151,6 +151,9 @@ const (
 
 	// AtMaxReplicasReason: demand exceeds the pool's maxReplicas.
 	AtMaxReplicasReason = "AtMaxReplicas"
+	// InvalidSpecReason: an IPPool's spec cannot be parsed (overlapping or
+	// malformed ranges); the message names the field.
+	InvalidSpecReason = "InvalidSpec"
 	// IPPoolExhaustedReason: no static address is left for a new VM.
 	IPPoolExhaustedReason = "IPPoolExhausted"
 	// RateLimitedReason: the CI platform's API rate limit holds work back.

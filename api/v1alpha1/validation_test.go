@@ -403,6 +403,11 @@ func invalidCases() []invalidCase {
 		{name: "claim runner name with space", base: validClaim, mutate: set(map[string]any{"type": "github-actions", "github": map[string]any{"runnerName": "my runner"}}, "spec", "workloadConfig"), want: "spec.workloadConfig.github.runnerName: Invalid value"},
 		{name: "claim template ref immutable", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set("other", "spec", "templateRef", "name"), want: "spec.templateRef is immutable"},
 		{name: "claim pool ref immutable", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set("other", "spec", "runnerPoolRef", "name"), want: "spec.runnerPoolRef is immutable"},
+		{name: "claim end reason unknown", base: validClaim, mutate: set(map[string]any{"reason": "bored", "requestedAt": "2026-01-01T00:00:00Z"}, "spec", "end"), want: `spec.end.reason: Unsupported value: "bored"`},
+		{name: "claim end reason the claim records itself", base: validClaim, mutate: set(map[string]any{"reason": "powered_off", "requestedAt": "2026-01-01T00:00:00Z"}, "spec", "end"), want: `spec.end.reason: Unsupported value: "powered_off"`},
+		{name: "claim end without time", base: validClaim, mutate: set(map[string]any{"reason": "scaled_down"}, "spec", "end"), want: "spec.end.requestedAt: Required value"},
+		{name: "claim end message too long", base: validClaim, mutate: set(map[string]any{"reason": "scaled_down", "requestedAt": "2026-01-01T00:00:00Z", "message": strings.Repeat("x", 1025)}, "spec", "end"), want: "spec.end.message: Too long"},
+		{name: "claim end cannot be removed", base: validClaim, mutate: set(map[string]any{"reason": "scaled_down", "requestedAt": "2026-01-01T00:00:00Z"}, "spec", "end"), update: del("spec", "end"), want: "spec.end cannot be removed once set"},
 		{name: "claim pool ref cannot be removed", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: del("spec", "runnerPoolRef"), want: "spec.runnerPoolRef is immutable: it cannot be added or removed after creation"},
 
 		// IPPool

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -28,6 +27,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -118,19 +118,20 @@ func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Re
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	// Optimistic lock: a stale copy must not drop a finalizer added since
+	// (a merge patch replaces the whole list).
+	h := patch.NewHelper(r.Client, cluster, patch.WithOptimisticLock())
 	if !cluster.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, cluster)
+		return r.reconcileDelete(ctx, h, cluster)
 	}
 	if !controllerutil.ContainsFinalizer(cluster, hfv1.HypervisorClusterFinalizer) {
-		patch := client.MergeFrom(cluster.DeepCopy())
 		controllerutil.AddFinalizer(cluster, hfv1.HypervisorClusterFinalizer)
-		return ctrl.Result{}, r.Client.Patch(ctx, cluster, patch)
+		return ctrl.Result{}, h.PatchMetadata(ctx, cluster)
 	}
 
-	before := cluster.DeepCopy()
 	setTenancyCondition(cluster)
 	result, err := r.reconcileConnection(ctx, cluster)
-	if perr := r.patchStatus(ctx, before, cluster); perr != nil {
+	if perr := h.PatchStatus(ctx, cluster); perr != nil {
 		log.Error(perr, "Patch HypervisorCluster status")
 		return ctrl.Result{}, perr
 	}
@@ -433,16 +434,15 @@ func (r *HypervisorClusterReconciler) sendClaimEvent(ctx context.Context, c *hfv
 	}
 }
 
-func (r *HypervisorClusterReconciler) reconcileDelete(ctx context.Context, cluster *hfv1.HypervisorCluster) (ctrl.Result, error) {
+func (r *HypervisorClusterReconciler) reconcileDelete(ctx context.Context, h *patch.Helper, cluster *hfv1.HypervisorCluster) (ctrl.Result, error) {
 	var claims hfv1.MachineClaimList
 	if err := r.Client.List(ctx, &claims, client.MatchingFields{claimClusterIndex: cluster.Name}); err != nil {
 		return ctrl.Result{}, err
 	}
 	if n := len(claims.Items); n > 0 {
-		before := cluster.DeepCopy()
 		msg := fmt.Sprintf("Waiting for %d MachineClaims with VMs on this cluster to be deleted (first: %s)", n, klog.KObj(&claims.Items[0]))
 		setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.InUseReason, msg)
-		if err := r.patchStatus(ctx, before, cluster); err != nil {
+		if err := h.PatchStatus(ctx, cluster); err != nil {
 			return ctrl.Result{}, err
 		}
 		// Keep the connection: the claims' finalizers need it to destroy
@@ -454,18 +454,8 @@ func (r *HypervisorClusterReconciler) reconcileDelete(ctx context.Context, clust
 	}
 	r.Registry.Remove(cluster.Name)
 	metrics.ForgetCluster(cluster.Name)
-	// Optimistic lock: a stale copy must not drop a finalizer added since
-	// (a merge patch replaces the whole list).
-	patch := client.MergeFromWithOptions(cluster.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(cluster, hfv1.HypervisorClusterFinalizer)
-	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, cluster, patch))
-}
-
-func (r *HypervisorClusterReconciler) patchStatus(ctx context.Context, before, after *hfv1.HypervisorCluster) error {
-	if equality.Semantic.DeepEqual(before.Status, after.Status) {
-		return nil
-	}
-	return client.IgnoreNotFound(r.Client.Status().Patch(ctx, after, client.MergeFrom(before)))
+	return ctrl.Result{}, h.PatchMetadata(ctx, cluster)
 }
 
 // clusterConfig resolves the cluster's spec and Secrets into a

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +25,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -98,14 +98,13 @@ func (r *HypervisorMachineTemplateReconciler) Reconcile(ctx context.Context, req
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	before := tmpl.DeepCopy()
+	h := patch.NewHelper(r.Client, tmpl)
 	result, err := r.validate(ctx, tmpl)
 	r.reportReusableCredential(ctx, tmpl)
-	if !equality.Semantic.DeepEqual(before.Status, tmpl.Status) {
-		if perr := r.Client.Status().Patch(ctx, tmpl, client.MergeFrom(before)); perr != nil && !apierrors.IsNotFound(perr) {
-			return ctrl.Result{}, perr
-		}
-		r.recordTransition(before, tmpl)
+	if perr := h.PatchStatus(ctx, tmpl); perr != nil {
+		return ctrl.Result{}, perr
 	}
+	r.recordTransition(before, tmpl)
 	return result, err
 }
 

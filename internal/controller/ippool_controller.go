@@ -7,7 +7,6 @@ import (
 	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
@@ -19,9 +18,8 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/patch"
 )
-
-const invalidSpecReason = "InvalidSpec"
 
 // IPPoolReconciler loads each IPPool into the in-memory allocator, rebuilds
 // its allocations from the claims' status before the first allocation
@@ -73,12 +71,10 @@ func (r *IPPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	before := pool.DeepCopy()
+	h := patch.NewHelper(r.Client, pool)
 	defer func() {
-		if !equality.Semantic.DeepEqual(before.Status, pool.Status) {
-			if err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
-				ctrl.LoggerFrom(ctx).Error(err, "Patch IPPool status")
-			}
+		if err := h.PatchStatus(ctx, pool); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Patch IPPool status")
 		}
 	}()
 	gen := pool.Generation
@@ -88,8 +84,8 @@ func (r *IPPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err != nil {
 		// Keep the last valid spec in the allocator: claims holding its
 		// addresses keep them, new claims wait until the spec is fixed.
-		setCondition(&pool.Status.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionFalse, invalidSpecReason, err.Error())
-		r.Recorder.Event(pool, corev1.EventTypeWarning, invalidSpecReason, truncate(err.Error(), 1024))
+		setCondition(&pool.Status.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.InvalidSpecReason, err.Error())
+		r.Recorder.Event(pool, corev1.EventTypeWarning, hfv1.InvalidSpecReason, truncate(err.Error(), 1024))
 		return ctrl.Result{}, nil
 	}
 	for _, c := range r.IPAM.SetPool(pool.Name, parsed) {
@@ -178,7 +174,7 @@ func (r *MachineClaimReconciler) staticAddress(ctx context.Context, claim *hfv1.
 	}
 	pool, err := ipam.ParsePool(ipamSpec(poolObj))
 	if err != nil {
-		return netip.Addr{}, nil, false, r.waitForAddress(claim, invalidSpecReason, fmt.Sprintf("IPPool %s is invalid: %v", ref.Name, err))
+		return netip.Addr{}, nil, false, r.waitForAddress(claim, hfv1.InvalidSpecReason, fmt.Sprintf("IPPool %s is invalid: %v", ref.Name, err))
 	}
 	if claim.Status.Network != nil {
 		for _, a := range claim.Status.Network.IPAllocations {

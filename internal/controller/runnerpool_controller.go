@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +26,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -182,12 +182,9 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{RequeueAfter: 250 * time.Millisecond}, nil
 	}
 
-	before := pool.DeepCopy()
+	h := patch.NewHelper(r.Client, pool)
 	defer func() {
-		if equality.Semantic.DeepEqual(before.Status, pool.Status) {
-			return
-		}
-		if err := r.Client.Status().Patch(ctx, pool, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+		if err := h.PatchStatus(ctx, pool); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Patch RunnerPool status")
 			if retErr == nil {
 				retErr = err
@@ -423,12 +420,9 @@ func (r *RunnerPoolReconciler) requestEnd(ctx context.Context, c *hfv1.MachineCl
 	if e := c.Spec.End; e != nil && e.Reason == reason && e.Fail == fail {
 		return nil
 	}
-	orig := c.DeepCopy()
+	h := patch.NewHelper(r.Client, c)
 	c.Spec.End = &hfv1.MachineClaimEndRequest{Reason: reason, Message: truncate(msg, 1024), Fail: fail, RequestedAt: metav1.NewTime(r.Clock.Now())}
-	if err := r.Client.Patch(ctx, c, client.MergeFrom(orig)); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	return nil
+	return h.PatchMetadata(ctx, c)
 }
 
 // scale applies the scaling decision: drift replacement, scale-down of

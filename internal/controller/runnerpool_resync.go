@@ -21,6 +21,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -320,9 +321,11 @@ func (s *PoolResync) advanceRecords(ctx context.Context, g *resyncGroup, records
 
 // markResynced stamps the pool's lastResyncTime and wakes it.
 func (s *PoolResync) markResynced(ctx context.Context, pool *hfv1.RunnerPool, at time.Time) {
-	orig := pool.DeepCopy()
+	// The pool controller owns the pool's conditions: this writer changes
+	// none of them, so its patch carries only lastResyncTime.
+	h := patch.NewHelper(s.Client, pool)
 	pool.Status.LastResyncTime = &metav1.Time{Time: at}
-	if err := s.Client.Status().Patch(ctx, pool, client.MergeFrom(orig)); err != nil && !apierrors.IsNotFound(err) {
+	if err := h.PatchStatus(ctx, pool); err != nil {
 		ctrl.LoggerFrom(ctx).Info("Could not record the resync time", "RunnerPool", client.ObjectKeyFromObject(pool), "err", err.Error())
 	}
 	if s.PoolEvents != nil {
