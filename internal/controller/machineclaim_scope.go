@@ -82,9 +82,9 @@ func (r *MachineClaimReconciler) closeScope(ctx context.Context, s *claimScope, 
 	switch {
 	case !controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer):
 		// Gone, or Finished: nothing more is done to it.
-		r.written.Delete(claim.UID)
+		r.lag.Done(claim.UID)
 	case claim.ResourceVersion != s.startRV:
-		r.rememberWrite(claim)
+		r.lag.Wrote(claim)
 	}
 	return res, err
 }
