@@ -68,6 +68,7 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC into config/ and copy the
 .PHONY: docs
 docs: manifests ## Generate the per-kind API reference in docs/reference and the chart's values table in its README.
 	go run ./hack/crd-docs --crds config/crd/bases --samples config/samples --out docs/reference
+	go run ./hack/chart-docs --values $(CHART_DIR)/values.yaml --readme $(CHART_DIR)/README.md
 
 ##@ Development
 
