@@ -45,7 +45,7 @@ for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
 	ld+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$client_go"
 done
 
-echo "Building helm $version into $dir (the first build takes a few minutes on 2 cores)" >&2
+echo "Building helm $version into $dir (the first build takes about 2 minutes on 2 cores)" >&2
 CGO_ENABLED=0 GOBIN="$tmp" go install -trimpath -ldflags "$ld" "helm.sh/helm/v3/cmd/helm@$version"
 mv "$tmp/helm" "$dir/helm"
 echo "$dir/helm"

@@ -59,6 +59,10 @@ var (
 	defaults = release{name: "hyperfleet", namespace: "hyperfleet-system"}
 	// everythingOn turns on every optional part, under other names.
 	everythingOn = release{name: "ci", namespace: "ci-infra", values: []string{"testdata/everything-on.yaml"}}
+	// everythingOff turns off every part that is on by default.
+	everythingOff = release{name: "bare", namespace: "bare", values: []string{"testdata/everything-off.yaml"}}
+	// releases are all of them.
+	releases = []release{defaults, everythingOn, everythingOff}
 )
 
 var (
@@ -169,10 +173,10 @@ func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *u
 	return nil
 }
 
-// TestLint: helm lint --strict passes with the default values and with
-// every optional part on.
+// TestLint: helm lint --strict passes with the default values, with
+// every optional part on and with every default part off.
 func TestLint(t *testing.T) {
-	for _, r := range []release{defaults, everythingOn} {
+	for _, r := range releases {
 		args := []string{"lint", "--strict", chartDir, "--namespace", r.namespace}
 		for _, f := range r.values {
 			args = append(args, "--values", filepath.Join("test", "chart", f))
@@ -197,7 +201,8 @@ var optionalObjects = []string{
 
 // TestTemplate: the default values render config/'s objects (names
 // included) and none of the optional ones; everything-on.yaml renders
-// every optional object, under its release's names.
+// every optional object, under its release's names; everything-off.yaml
+// only what the manager cannot do without.
 func TestTemplate(t *testing.T) {
 	want := []string{
 		"ClusterRole /hyperfleet-manager", "ClusterRole /hyperfleet-metrics-auth", "ClusterRole /hyperfleet-metrics-reader",
@@ -222,6 +227,21 @@ func TestTemplate(t *testing.T) {
 		if !contains(all, o) {
 			t.Errorf("everything-on.yaml does not render %s (rendered: %v)", o, all)
 		}
+	}
+
+	var bare []string
+	for _, k := range keys(render(t, everythingOff)) {
+		if !strings.HasPrefix(k, "CustomResourceDefinition ") {
+			bare = append(bare, k)
+		}
+	}
+	wantBare := []string{
+		"ClusterRole /bare-hyperfleet-manager", "ClusterRoleBinding /bare-hyperfleet-manager", "ConfigMap bare/bare-hyperfleet-config",
+		"Deployment bare/bare-hyperfleet-manager", "Role bare/bare-hyperfleet-leader-election", "RoleBinding bare/bare-hyperfleet-leader-election",
+		"Service bare/bare-hyperfleet-metrics", "ServiceAccount bare/bare-hyperfleet-manager",
+	}
+	if !reflect.DeepEqual(bare, wantBare) {
+		t.Errorf("everything-off.yaml renders\n  %s\nwant\n  %s", strings.Join(bare, "\n  "), strings.Join(wantBare, "\n  "))
 	}
 }
 
@@ -255,10 +275,9 @@ func TestAdmissionPolicyExemptsTheReleaseServiceAccount(t *testing.T) {
 // read-only, and it stages every VM's cloud-init ISO under /tmp, so each
 // install mounts an emptyDir there.
 func TestReadOnlyRootHasWritableTmp(t *testing.T) {
-	installs := map[string][]*unstructured.Unstructured{
-		"chart (defaults)":      render(t, defaults),
-		"chart (everything on)": render(t, everythingOn),
-		"config/default":        kustomize(t),
+	installs := map[string][]*unstructured.Unstructured{"config/default": kustomize(t)}
+	for _, r := range releases {
+		installs["chart release "+r.name] = render(t, r)
 	}
 	for name, objs := range installs {
 		for _, o := range objs {
@@ -463,7 +482,8 @@ func waitEstablished(t *testing.T, c client.Client, name string) {
 }
 
 // TestAPIServerAcceptsEveryObject: every object the chart renders, with
-// the default values and with every optional part on (the
+// the default values, with every default part off and with every optional
+// part on (the
 // prometheus-operator and cert-manager kinds against their stand-in CRDs),
 // is accepted by the real kube-apiserver through server-side apply with
 // strict field validation, rendered for that server's Kubernetes version.
@@ -480,7 +500,7 @@ func TestAPIServerAcceptsEveryObject(t *testing.T) {
 	}
 	installStandInCRDs(t, env.Client)
 
-	for _, r := range []release{defaults, everythingOn} {
+	for _, r := range releases {
 		t.Run(r.name, func(t *testing.T) {
 			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.namespace}}
 			if err := env.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
