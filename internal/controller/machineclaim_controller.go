@@ -31,6 +31,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 const (
@@ -80,6 +81,9 @@ type MachineClaimReconciler struct {
 	Signer *ownership.Signer
 	// Bootstrap supplies workload credentials; nil renders VMs without any.
 	Bootstrap BootstrapSource
+	// Workloads are the CI platform back-ends that read the claims' and
+	// templates' runner settings.
+	Workloads *workload.Backends
 	// Agent finds the agent binaries the operator serves (templates with
 	// agentSource Operator); nil when it serves none.
 	Agent AgentLocator
@@ -315,7 +319,7 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	case hfv1.MachineClaimTerminating:
 		return r.reconcileTerminate(ctx, claim)
 	}
-	if ref := claimRefusal(claim); ref != nil && claim.Status.VMRef == nil {
+	if ref := claimRefusal(r.Workloads, claim); ref != nil && claim.Status.VMRef == nil {
 		// Refused before anything is built; a spec change wakes the claim.
 		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, ref.reason, ref.message)
 		r.syncReady(claim)

@@ -31,6 +31,9 @@ type Scope struct {
 	Repository string
 }
 
+// IsZero reports whether the scope names nothing.
+func (s Scope) IsZero() bool { return s.Owner == "" && s.Repository == "" }
+
 // IsOrganization reports whether the scope is a whole organization.
 func (s Scope) IsOrganization() bool { return s.Repository == "" }
 
