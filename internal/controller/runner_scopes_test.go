@@ -69,7 +69,7 @@ func TestRunnerScopes(t *testing.T) {
 	}
 	pool := &hfv1.RunnerPool{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "org-pool"}}
 	pool.Spec.TemplateRef.Name = "app"
-	pool.Spec.Workload.GitHub = &hfv1.GitHubWorkload{Organization: "octo-org"}
+	pool.Spec.Workload = hfv1.Workload{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubWorkload{Organization: "octo-org"}}
 	samePool := pool.DeepCopy()
 	samePool.Name = "org-pool-2"
 	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
