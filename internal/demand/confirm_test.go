@@ -74,7 +74,9 @@ func TestRecorderConfirmsUntrustedWebhookEvents(t *testing.T) {
 	tmpl.Spec.Bootstrap.GitHub = hfv1.GitHubBootstrap{APIBaseURL: gs.URL + "/api/v3", Owner: "octo-org", Repository: "app",
 		Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}}}
 	provider, err := be.Provider(ctx, tmpl, workload.Scope{Owner: "octo-org", Repository: "app"},
-		func(context.Context, string, string, hfv1.LocalSecretKeySelector) ([]byte, error) { return []byte(confirmPAT), nil })
+		func(context.Context, string, string, hfv1.LocalSecretKeySelector) ([]byte, error) {
+			return []byte(confirmPAT), nil
+		})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,4 +44,3 @@ func scopeVerification(p *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate)
 	t, _ := be.Template(tmpl)
 	return &hfv1.ScopeVerification{Scope: ps.Scope.String(), Template: tmpl.Name, Credentials: t.CredentialsKey, VerifiedAt: metav1.Now()}, true
 }
-

@@ -29,7 +29,9 @@ func (b stubBackend) Pool(pool *hfv1.RunnerPool, _ *hfv1.HypervisorMachineTempla
 	return workload.Pool{Field: b.name}, pool.Spec.Workload.Type == b.typ
 }
 
-func (b stubBackend) Claim(*hfv1.MachineClaim) workload.ClaimRunner { return workload.ClaimRunner{Name: b.name} }
+func (b stubBackend) Claim(*hfv1.MachineClaim) workload.ClaimRunner {
+	return workload.ClaimRunner{Name: b.name}
+}
 
 func (b stubBackend) Provider(context.Context, *hfv1.HypervisorMachineTemplate, workload.Scope, workload.SecretReader) (workload.Provider, error) {
 	return nil, errors.New("stub")
