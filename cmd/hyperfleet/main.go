@@ -32,7 +32,15 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/settings"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 )
+
+// The CI platforms this binary ships, by workload type (spec.workload.type).
+// Supporting another is its package under pkg/workload and one line here.
+func init() {
+	workload.Register(hfv1.WorkloadGitHubActions, github.NewBackend)
+}
 
 func main() {
 	if len(os.Args) < 2 {

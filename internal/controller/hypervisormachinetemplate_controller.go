@@ -27,6 +27,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // HypervisorMachineTemplateReconciler validates each template against its
@@ -39,10 +40,13 @@ type HypervisorMachineTemplateReconciler struct {
 	// Agent finds the agent binaries the operator serves; nil when it
 	// serves none (templates with agentSource Operator are then not Ready).
 	Agent AgentLocator
-	// Runners resolves spec.bootstrap.github.runner.version to a package
+	// Runners resolves the runner version a template names to a package
 	// and its checksum; nil when the workload side publishes no releases
 	// (templates that name a version are then not Ready).
 	Runners RunnerReleaseSource
+	// Workloads are the CI platform back-ends that read the templates'
+	// runner software and credentials.
+	Workloads *workload.Backends
 }
 
 // SetupWithManager registers the controller.
@@ -129,7 +133,7 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 
 	// Fields accepted but not acted on come first: nothing else matters
 	// until they are removed.
-	if ref := templateRefusal(tmpl); ref != nil {
+	if ref := templateRefusal(r.Workloads, tmpl); ref != nil {
 		return invalid(ref.reason, ref.message)
 	}
 	cluster := &hfv1.HypervisorCluster{}
@@ -165,17 +169,17 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 	}
 	// The agent server is configured at start: only a restart changes the
 	// answer, and every template is reconciled then.
-	vars := templateVars(tmpl, cluster, pool)
-	if err := setAgentVars(tmpl, r.Agent, &vars); err != nil {
+	vars := templateVars(r.Workloads, tmpl, cluster, pool)
+	if err := setAgentVars(r.Workloads, tmpl, r.Agent, &vars); err != nil {
 		return invalid(hfv1.AgentUnavailableReason, err.Error())
 	}
-	hash, err := templateHash(tmpl, cluster, pool, r.Agent)
+	hash, err := templateHash(r.Workloads, tmpl, cluster, pool, r.Agent)
 	if err != nil {
 		return invalid(hfv1.TemplateInvalidReason, err.Error())
 	}
 	// The hash renders without per-VM values; a VM's full cloud-init and
 	// agent configuration must render too, or every claim would fail.
-	if err := checkTemplateRender(tmpl, cluster, pool, r.Agent); err != nil {
+	if err := checkTemplateRender(r.Workloads, tmpl, cluster, pool, r.Agent); err != nil {
 		return invalid(hfv1.TemplateInvalidReason, err.Error())
 	}
 	p, health, connected := r.Registry.Provider(cluster.Name)
@@ -281,7 +285,7 @@ func invalidClaimMetadata(md *hfv1.ObjectMetadata) string {
 
 // missingSecrets names every referenced Secret key that does not exist.
 func (r *HypervisorMachineTemplateReconciler) missingSecrets(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate) string {
-	refs := templateSecretRefs(tmpl)
+	refs := templateSecretRefs(r.Workloads, tmpl)
 	fields := make([]string, 0, len(refs))
 	for f := range refs {
 		fields = append(fields, f)

@@ -30,6 +30,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 const (
@@ -79,6 +80,9 @@ type MachineClaimReconciler struct {
 	Signer *ownership.Signer
 	// Bootstrap supplies workload credentials; nil renders VMs without any.
 	Bootstrap BootstrapSource
+	// Workloads are the CI platform back-ends that read the claims' and
+	// templates' runner settings.
+	Workloads *workload.Backends
 	// Agent finds the agent binaries the operator serves (templates with
 	// agentSource Operator); nil when it serves none.
 	Agent AgentLocator
@@ -212,7 +216,7 @@ func (r *MachineClaimReconciler) ensureMetadata(ctx context.Context, s *claimSco
 // not act on, before anything is built; a spec change wakes it.
 func (r *MachineClaimReconciler) refuseUnsupported(_ context.Context, s *claimScope) (ctrl.Result, bool, error) {
 	claim := s.claim
-	if ref := claimRefusal(claim); ref != nil && claim.Status.VMRef == nil {
+	if ref := claimRefusal(r.Workloads, claim); ref != nil && claim.Status.VMRef == nil {
 		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, ref.reason, ref.message)
 		return ctrl.Result{}, false, nil
 	}

@@ -64,8 +64,11 @@ type RunnerPoolReconciler struct {
 	// failing (runnerpool_backoff.go); zero means scaling.DefaultBackoff.
 	Backoff scaling.Backoff
 	// Scopes verifies pools' scopes against their credentials; without it
-	// no GitHub Actions pool is verified, receives jobs or creates VMs.
+	// no pool of a CI platform is verified, receives jobs or creates VMs.
 	Scopes ScopeVerifier
+	// Workloads are the CI platform back-ends that read the pools'
+	// spec.workload.
+	Workloads *workload.Backends
 
 	expect expectations
 }
@@ -195,7 +198,7 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	v := &poolView{pool: pool, now: now, removed: map[scaling.Reason]int{}, ended: map[types.UID]bool{}, blockers: map[string]int{}}
 	// A refused pool creates no claims; the claims it already has (made
 	// before the field was set) live out their lifecycle.
-	v.refused = poolRefusal(pool)
+	v.refused = poolRefusal(r.Workloads, pool)
 	v.wake(poolResync)
 	if err := r.load(ctx, v, claimList.Items); err != nil {
 		return ctrl.Result{}, err
@@ -512,7 +515,6 @@ func (v *poolView) remaining(list []*hfv1.MachineClaim) int {
 // createClaim creates one claim for the pool, named <pool>-<suffix>.
 func (r *RunnerPoolReconciler) createClaim(ctx context.Context, v *poolView) error {
 	pool := v.pool
-	gh := pool.Spec.Workload.GitHub
 	labels, annotations := templateClaimMetadata(v.tmpl)
 	labels[hfv1.ManagedByLabel] = hfv1.ManagedByValue
 	labels[hfv1.RunnerPoolLabel] = pool.Name
@@ -533,10 +535,8 @@ func (r *RunnerPoolReconciler) createClaim(ctx context.Context, v *poolView) err
 	if v.hash != "" {
 		claim.Labels[hfv1.TemplateHashLabel] = v.hash[:min(63, len(v.hash))]
 	}
-	if pool.Spec.Workload.Type == hfv1.WorkloadGitHubActions && gh != nil {
-		claim.Spec.WorkloadConfig = &hfv1.WorkloadConfig{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubRunnerConfig{
-			Labels: append([]string(nil), gh.Labels...), RunnerGroup: gh.RunnerGroup,
-		}}
+	if _, ps, ok := r.Workloads.Pool(pool, v.tmpl); ok {
+		claim.Spec.WorkloadConfig = ps.Claim
 	}
 	if err := r.Client.Create(ctx, claim); err != nil {
 		return fmt.Errorf("create MachineClaim for RunnerPool %s: %w", pool.Name, err)

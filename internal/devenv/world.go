@@ -44,6 +44,8 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 
@@ -408,10 +410,12 @@ func (w *World) StartOperator(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(ctrl.LoggerInto(context.WithoutCancel(ctx), logger))
 	comps, err := manager.Setup(runCtx, mgr, manager.Options{
-		Signer:          signer,
-		GitHubTransport: w.githubTransport,
-		Webhook:         &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: w.webhook.certFile, KeyFile: w.webhook.keyFile, Secret: []byte(webhookSecret)},
-		ResyncInterval:  5 * time.Second,
+		Signer: signer,
+		// The local world's CI platform is the GitHub simulator.
+		Workloads:         map[hfv1.WorkloadType]workload.Factory{hfv1.WorkloadGitHubActions: github.NewBackend},
+		WorkloadTransport: w.githubTransport,
+		Webhook:           &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: w.webhook.certFile, KeyFile: w.webhook.keyFile, Secret: []byte(webhookSecret)},
+		ResyncInterval:    5 * time.Second,
 		// Injected faults come in runs; a local world should not sit out
 		// a five-minute backoff after one.
 		MaxRetryDelay: 10 * time.Second,
