@@ -114,8 +114,8 @@ func (r *HypervisorMachineTemplateReconciler) Reconcile(ctx context.Context, req
 
 // recordTransition emits an event when validity changes.
 func (r *HypervisorMachineTemplateReconciler) recordTransition(before, after *hfv1.HypervisorMachineTemplate) {
-	was := conditionOf(before.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition)
-	now := conditionOf(after.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition)
+	was := hfv1.FindCondition(before.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition)
+	now := hfv1.FindCondition(after.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition)
 	if now == nil || (was != nil && was.Status == now.Status && was.Reason == now.Reason) {
 		return
 	}
@@ -127,7 +127,7 @@ func (r *HypervisorMachineTemplateReconciler) recordTransition(before, after *hf
 }
 
 func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate) (ctrl.Result, error) {
-	invalid := func(reason, msg string) (ctrl.Result, error) {
+	invalid := func(reason hfv1.ConditionReason, msg string) (ctrl.Result, error) {
 		return markTemplateInvalid(tmpl, reason, msg), nil
 	}
 
@@ -153,7 +153,7 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 		return invalid(hfv1.SecretNotFoundReason, msg)
 	}
 	if reason, msg := r.resolveRunner(ctx, tmpl); reason != "" {
-		return invalid(reason, msg)
+		return invalid(hfv1.ConditionReason(reason), msg)
 	}
 	var pool *ipam.Pool
 	if ref := tmpl.Spec.Network.IPPoolRef; ref != nil && tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
@@ -191,7 +191,7 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 	if err != nil {
 		// The provider's reasons (NotATemplate, LinkedCloneUnsupported ...)
 		// are the condition's reasons; a few are renamed to the API's.
-		reason := provider.ReasonOf(err)
+		reason := hfv1.ConditionReason(provider.ReasonOf(err))
 		switch {
 		case errors.Is(err, provider.ErrNotFound):
 			reason = hfv1.TemplateNotFoundReason
@@ -229,7 +229,7 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 // template is invalid and res is the result to return; a failed read is
 // returned as err (and retried) without touching the status.
 func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) (res ctrl.Result, done bool, err error) {
-	invalid := func(reason, msg string) (ctrl.Result, bool, error) {
+	invalid := func(reason hfv1.ConditionReason, msg string) (ctrl.Result, bool, error) {
 		return markTemplateInvalid(tmpl, reason, msg), true, nil
 	}
 	rules, admitted, err := tenancyRulesFor(ctx, r.Client, cluster, tmpl.Namespace)
@@ -260,7 +260,7 @@ func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, 
 // Watches on the cluster, namespaces and Secrets wake the template; the
 // periodic look returned also notices templates appearing on the
 // hypervisor.
-func markTemplateInvalid(tmpl *hfv1.HypervisorMachineTemplate, reason, msg string) ctrl.Result {
+func markTemplateInvalid(tmpl *hfv1.HypervisorMachineTemplate, reason hfv1.ConditionReason, msg string) ctrl.Result {
 	setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateValidCondition, metav1.ConditionFalse, reason, msg)
 	setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, reason, msg)
 	tmpl.Status.ObservedGeneration = tmpl.Generation
@@ -300,15 +300,6 @@ func (r *HypervisorMachineTemplateReconciler) missingSecrets(ctx context.Context
 		}
 	}
 	return strings.Join(missing, "; ")
-}
-
-func conditionOf(conds []metav1.Condition, typ string) *metav1.Condition {
-	for i := range conds {
-		if conds[i].Type == typ {
-			return &conds[i]
-		}
-	}
-	return nil
 }
 
 func shortHash(h string) string {

@@ -33,7 +33,7 @@ func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error)
 	if err := setAgentVars(c.r.Workloads, c.tmpl, c.r.Agent, &vars); err != nil {
 		// The template is not Ready in this case; only a claim that passed
 		// before an operator restart without the agent server gets here.
-		return provider.CloudInit{}, provider.Errorf(provider.ClassConfiguration, hfv1.AgentUnavailableReason, "HypervisorMachineTemplate %s: %w", c.tmpl.Name, err)
+		return provider.CloudInit{}, provider.Errorf(provider.ClassConfiguration, string(hfv1.AgentUnavailableReason), "HypervisorMachineTemplate %s: %w", c.tmpl.Name, err)
 	}
 	// Render check first: a credential is issued only for a cloud-init
 	// that renders, so a broken template never costs one.

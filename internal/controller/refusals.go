@@ -17,7 +17,7 @@ import (
 // API"). Not-yet-implemented features are refused here rather than by CEL
 // so that the API stays the same when they are implemented.
 type refusal struct {
-	reason  string
+	reason  hfv1.ConditionReason
 	message string
 }
 

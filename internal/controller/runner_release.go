@@ -41,7 +41,7 @@ func (r *HypervisorMachineTemplateReconciler) resolveRunner(ctx context.Context,
 	}
 	field := t.Field + ".runner.version"
 	if r.Runners == nil {
-		return hfv1.UnsupportedReason, field + ": this operator has no runner release source for the template's CI platform; pin runner.downloadURL and runner.downloadSHA256 instead"
+		return string(hfv1.UnsupportedReason), field + ": this operator has no runner release source for the template's CI platform; pin runner.downloadURL and runner.downloadSHA256 instead"
 	}
 	pkg, err := r.Runners.RunnerPackage(ctx, tmpl, sw.Version, sw.OS, sw.Arch)
 	switch {

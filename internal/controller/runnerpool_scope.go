@@ -43,7 +43,7 @@ func (r *RunnerPoolReconciler) verifyScope(ctx context.Context, v *poolView) {
 	be, ps, ok := r.Workloads.Pool(pool, v.tmpl)
 	if !ok {
 		v.scopeVerified = true
-		meta.RemoveStatusCondition(&st.Conditions, hfv1.RunnerPoolScopeVerifiedCondition)
+		meta.RemoveStatusCondition(&st.Conditions, string(hfv1.RunnerPoolScopeVerifiedCondition))
 		st.ScopeVerification = nil
 		return
 	}
@@ -101,7 +101,7 @@ func (r *RunnerPoolReconciler) verifyScope(ctx context.Context, v *poolView) {
 // it is now.
 func verificationMatches(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate, credentials string, scope workload.Scope) bool {
 	stamped := pool.DeepCopy()
-	if c := meta.FindStatusCondition(stamped.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition); c != nil {
+	if c := hfv1.FindCondition(stamped.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition); c != nil {
 		c.ObservedGeneration = stamped.Generation
 	}
 	return demand.ScopeVerified(stamped, tmpl.Name, credentials, scope)
@@ -115,11 +115,11 @@ func (r *RunnerPoolReconciler) scopeVerified(v *poolView, scope workload.Scope) 
 
 // scopeNotVerified sets ScopeVerified False, with a warning event when the
 // reason is new.
-func (r *RunnerPoolReconciler) scopeNotVerified(v *poolView, reason, msg string) {
+func (r *RunnerPoolReconciler) scopeNotVerified(v *poolView, reason hfv1.ConditionReason, msg string) {
 	v.scopeVerified = false
 	conds := &v.pool.Status.Conditions
-	if old := meta.FindStatusCondition(*conds, hfv1.RunnerPoolScopeVerifiedCondition); old == nil || old.Status != metav1.ConditionFalse || old.Reason != reason {
-		r.Recorder.Event(v.pool, corev1.EventTypeWarning, reason, msg)
+	if old := hfv1.FindCondition(*conds, hfv1.RunnerPoolScopeVerifiedCondition); old == nil || old.Status != metav1.ConditionFalse || old.Reason != string(reason) {
+		r.Recorder.Event(v.pool, corev1.EventTypeWarning, string(reason), msg)
 	}
 	setCondition(conds, v.pool.Generation, hfv1.RunnerPoolScopeVerifiedCondition, metav1.ConditionFalse, reason, msg)
 }

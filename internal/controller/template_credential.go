@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,7 +29,7 @@ func (r *HypervisorMachineTemplateReconciler) reportReusableCredential(ctx conte
 		ctrl.LoggerFrom(ctx).Info("Cannot list RunnerPools to check their credential scope", "err", err.Error())
 	}
 	risky, msg := reusableCredential(r.Workloads, tmpl, pools.Items)
-	was := meta.IsStatusConditionTrue(tmpl.Status.Conditions, hfv1.HypervisorMachineTemplateReusableCredentialCondition)
+	was := hfv1.IsConditionTrue(tmpl.Status.Conditions, hfv1.HypervisorMachineTemplateReusableCredentialCondition)
 	if !risky {
 		setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateReusableCredentialCondition, metav1.ConditionFalse,
 			hfv1.SingleUseCredentialReason, msg)
@@ -39,7 +38,7 @@ func (r *HypervisorMachineTemplateReconciler) reportReusableCredential(ctx conte
 	setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateReusableCredentialCondition, metav1.ConditionTrue,
 		hfv1.OrganizationRegistrationTokenReason, msg)
 	if !was {
-		r.Recorder.Event(tmpl, corev1.EventTypeWarning, hfv1.OrganizationRegistrationTokenReason, truncate(msg, 1024))
+		r.Recorder.Event(tmpl, corev1.EventTypeWarning, string(hfv1.OrganizationRegistrationTokenReason), truncate(msg, 1024))
 	}
 }
 

@@ -182,7 +182,7 @@ func workloadError(be workload.Backend, err error) error {
 	case errors.As(err, &classified):
 		return err
 	case errors.Is(err, errSecretMissing):
-		return newConfigError(hfv1.SecretNotFoundReason, err)
+		return newConfigError(string(hfv1.SecretNotFoundReason), err)
 	case errors.Is(err, errRunnerNameTaken):
 		return newConfigError("RunnerNameTaken", err)
 	}

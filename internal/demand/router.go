@@ -69,7 +69,6 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -225,9 +224,9 @@ func PoolCandidate(be workload.Backend, pool *hfv1.RunnerPool, tmpl *hfv1.Hyperv
 // matches (its template's credentials changed). A check that concluded the
 // credentials cannot reach the scope is not pending.
 func verificationPending(pool *hfv1.RunnerPool) bool {
-	cond := meta.FindStatusCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition)
+	cond := hfv1.FindCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition)
 	return cond == nil || cond.ObservedGeneration != pool.Generation || cond.Status == metav1.ConditionTrue ||
-		cond.Reason == hfv1.ScopeCheckFailedReason
+		cond.Reason == string(hfv1.ScopeCheckFailedReason)
 }
 
 // ScopeVerified reports whether pool's ScopeVerified condition vouches for
@@ -238,7 +237,7 @@ func verificationPending(pool *hfv1.RunnerPool) bool {
 // template whose credentials changed since) waits for the pool controller
 // to check again.
 func ScopeVerified(pool *hfv1.RunnerPool, template, credentials string, scope workload.Scope) bool {
-	cond := meta.FindStatusCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition)
+	cond := hfv1.FindCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition)
 	sv := pool.Status.ScopeVerification
 	return cond != nil && cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == pool.Generation &&
 		sv != nil && strings.EqualFold(sv.Scope, scope.String()) && sv.Template == template && sv.Credentials == credentials

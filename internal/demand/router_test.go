@@ -318,8 +318,8 @@ func TestRouterCandidates(t *testing.T) {
 		return hfv1.Workload{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubWorkload{Labels: labels}}
 	}
 	verify := func(p *hfv1.RunnerPool, scope, template string) *hfv1.RunnerPool {
-		p.Status.Conditions = []metav1.Condition{{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: metav1.ConditionTrue,
-			Reason: hfv1.ScopeVerifiedReason, ObservedGeneration: p.Generation, LastTransitionTime: metav1.Now()}}
+		p.Status.Conditions = []metav1.Condition{{Type: string(hfv1.RunnerPoolScopeVerifiedCondition), Status: metav1.ConditionTrue,
+			Reason: string(hfv1.ScopeVerifiedReason), ObservedGeneration: p.Generation, LastTransitionTime: metav1.Now()}}
 		// Every template here has the same (empty) credentials.
 		p.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: scope, Template: template, Credentials: credentialsKey(&hfv1.HypervisorMachineTemplate{})}
 		return p
@@ -377,7 +377,7 @@ func TestScopeVerifiedFollowsCredentials(t *testing.T) {
 		Bootstrap: hfv1.Bootstrap{GitHub: hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo",
 			Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}}}}}}
 	pool := &hfv1.RunnerPool{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 2}}
-	pool.Status.Conditions = []metav1.Condition{{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: metav1.ConditionTrue, ObservedGeneration: 2}}
+	pool.Status.Conditions = []metav1.Condition{{Type: string(hfv1.RunnerPoolScopeVerifiedCondition), Status: metav1.ConditionTrue, ObservedGeneration: 2}}
 	pool.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: "octo", Template: "t", Credentials: credentialsKey(tmpl)}
 	octo := workload.Scope{Owner: "octo"}
 	verified := func(p *hfv1.RunnerPool, tm *hfv1.HypervisorMachineTemplate, scope workload.Scope) bool {
@@ -444,7 +444,7 @@ func TestChoosePending(t *testing.T) {
 
 func TestVerificationPending(t *testing.T) {
 	cond := func(status metav1.ConditionStatus, reason string, gen int64) []metav1.Condition {
-		return []metav1.Condition{{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: status, Reason: reason, ObservedGeneration: gen}}
+		return []metav1.Condition{{Type: string(hfv1.RunnerPoolScopeVerifiedCondition), Status: status, Reason: reason, ObservedGeneration: gen}}
 	}
 	tests := []struct {
 		name  string
@@ -452,11 +452,11 @@ func TestVerificationPending(t *testing.T) {
 		want  bool
 	}{
 		{"never checked", nil, true},
-		{"checked for an older generation", cond(metav1.ConditionFalse, hfv1.ScopeNotReachableReason, 1), true},
-		{"refused for this generation", cond(metav1.ConditionFalse, hfv1.ScopeNotReachableReason, 2), false},
-		{"template missing", cond(metav1.ConditionFalse, hfv1.TemplateNotReadyReason, 2), false},
-		{"check failed transiently", cond(metav1.ConditionFalse, hfv1.ScopeCheckFailedReason, 2), true},
-		{"verified for other credentials", cond(metav1.ConditionTrue, hfv1.ScopeVerifiedReason, 2), true},
+		{"checked for an older generation", cond(metav1.ConditionFalse, string(hfv1.ScopeNotReachableReason), 1), true},
+		{"refused for this generation", cond(metav1.ConditionFalse, string(hfv1.ScopeNotReachableReason), 2), false},
+		{"template missing", cond(metav1.ConditionFalse, string(hfv1.TemplateNotReadyReason), 2), false},
+		{"check failed transiently", cond(metav1.ConditionFalse, string(hfv1.ScopeCheckFailedReason), 2), true},
+		{"verified for other credentials", cond(metav1.ConditionTrue, string(hfv1.ScopeVerifiedReason), 2), true},
 	}
 	for _, tc := range tests {
 		p := &hfv1.RunnerPool{ObjectMeta: metav1.ObjectMeta{Generation: 2}}

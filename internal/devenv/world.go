@@ -30,7 +30,6 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -204,12 +203,12 @@ func (w *World) waitPoolVerified(ctx context.Context) error {
 	var pool hfv1.RunnerPool
 	for {
 		err := w.API.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: PoolName}, &pool)
-		if err == nil && meta.IsStatusConditionTrue(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition) {
+		if err == nil && hfv1.IsConditionTrue(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition) {
 			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("devenv: RunnerPool %s/%s was not verified within a minute (ScopeVerified %+v, err %w)", Namespace, PoolName,
-				meta.FindStatusCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition), err)
+				hfv1.FindCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition), err)
 		}
 		select {
 		case <-ctx.Done():

@@ -309,8 +309,8 @@ func (c *contract) markScopeVerified(p *hfv1.RunnerPool, tmpl *hfv1.HypervisorMa
 		c.t.Fatalf("pool %s has no scope", p.Name)
 	}
 	p.Status.ScopeVerification = sv
-	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: metav1.ConditionTrue,
-		Reason: hfv1.ScopeVerifiedReason, Message: "test", ObservedGeneration: p.Generation})
+	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: string(hfv1.RunnerPoolScopeVerifiedCondition), Status: metav1.ConditionTrue,
+		Reason: string(hfv1.ScopeVerifiedReason), Message: "test", ObservedGeneration: p.Generation})
 	if err := c.c.Status().Update(c.ctx, p); err != nil {
 		c.t.Fatalf("mark RunnerPool %s verified: %v", p.Name, err)
 	}

@@ -116,8 +116,8 @@ func TestReceiverReplayedAndForgedDeliveries(t *testing.T) {
 	// As the RunnerPool controller records once the template's credentials
 	// reach the pool's scope: routing only considers verified pools.
 	pool.Status.ScopeVerification, _ = scopeVerification(pool, tmpl)
-	meta.SetStatusCondition(&pool.Status.Conditions, metav1.Condition{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: metav1.ConditionTrue,
-		Reason: hfv1.ScopeVerifiedReason, Message: "verified for the test", ObservedGeneration: pool.Generation})
+	meta.SetStatusCondition(&pool.Status.Conditions, metav1.Condition{Type: string(hfv1.RunnerPoolScopeVerifiedCondition), Status: metav1.ConditionTrue,
+		Reason: string(hfv1.ScopeVerifiedReason), Message: "verified for the test", ObservedGeneration: pool.Generation})
 	if err := e.Client.Status().Update(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
