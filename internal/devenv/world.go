@@ -413,7 +413,7 @@ func (w *World) StartOperator(ctx context.Context) error {
 		// A restart builds the controllers again in this process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	}
-	manager.ConfigureSecretReads(&mgrOpts)
+	manager.ConfigureSecretReads(&mgrOpts, nil)
 	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		return fmt.Errorf("devenv: new manager: %w", err)
