@@ -152,7 +152,8 @@ type operatorRun struct {
 // Start brings the world up: API server, simulators, operator and sample
 // objects. Stop it with Stop, whatever happens.
 func Start(ctx context.Context, opts Options) (*World, error) {
-	if opts.Dir == "" || (opts.AgentBinary == "" && !(opts.ExternalOperator && opts.AgentFromOperator)) {
+	agentServed := opts.ExternalOperator && opts.AgentFromOperator
+	if opts.Dir == "" || (opts.AgentBinary == "" && !agentServed) {
 		return nil, errors.New("devenv: Options.Dir and Options.AgentBinary are required (AgentBinary is not when an external operator serves the agent)")
 	}
 	if opts.MaxReplicas == 0 {

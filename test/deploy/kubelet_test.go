@@ -122,9 +122,9 @@ func (k *kubelet) volumeFiles(ctx context.Context, ns string, v *corev1.Volume) 
 		data     map[string][]byte
 		items    []corev1.KeyToPath
 		optional bool
-		mode     int32 = corev1.SecretVolumeSourceDefaultMode
 		err      error
 	)
+	mode := corev1.SecretVolumeSourceDefaultMode
 	switch {
 	case v.Secret != nil:
 		var s corev1.Secret
