@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -88,6 +89,7 @@ func runManager(args []string) error {
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
 	leaderElect := fs.Bool("leader-elect", true, "elect a leader so that only one replica reconciles")
 	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "hyperfleet-system"), "namespace of the operator (ownership Secret, leader lease)")
+	secretNamespaces := fs.String("secret-namespaces", "", "comma-separated namespaces whose Secrets HyperFleet objects reference (cluster credentials, template credentials): the manager watches Secrets there only, and its ServiceAccount needs the hyperfleet-secret-reader ClusterRole bound in each (docs/operations.md); --namespace is always one; * watches every namespace (bind the ClusterRole cluster-wide)")
 	ownershipSecret := fs.String("ownership-secret", "hyperfleet-ownership", "Secret (in --namespace) with the HMAC key that signs VM ownership; created on first start")
 	allowNewKey := fs.Bool("allow-new-ownership-key", false, "when the ownership Secret is missing, create a new key even if the HypervisorClusters hold VMs tagged by a HyperFleet install (hf-<--operator-id>, or any \"hyperfleet\" tag without --operator-id) or cannot be listed; those VMs then stay foreign and must be removed by hand")
 	operatorID := fs.String("operator-id", "", "id of this install in VM tags (hf-<id>) and ownership markers; default: the one stored in the ownership Secret, or a random one on first start")
@@ -145,7 +147,7 @@ func runManager(args []string) error {
 		LeaderElectionID:        "hyperfleet-manager.hyperfleet.io",
 		LeaderElectionNamespace: *namespace,
 	}
-	manager.ConfigureSecretReads(&mgrOpts)
+	manager.ConfigureSecretReads(&mgrOpts, parseSecretNamespaces(*secretNamespaces, *namespace))
 	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -273,6 +275,23 @@ func parseWebhookSecrets(secret string, data map[string][]byte) (*webhookSecrets
 		return nil, fmt.Errorf("GitHub webhook Secret %s has neither key %q nor keys %s<owner>: put the webhook's secret there", secret, webhookSecretKey, webhookOwnerKeyPrefix)
 	}
 	return out, nil
+}
+
+// parseSecretNamespaces is --secret-namespaces with --namespace added,
+// sorted and without repeats; nil (every namespace) for *.
+func parseSecretNamespaces(flagValue, namespace string) []string {
+	out := []string{namespace}
+	for ns := range strings.SplitSeq(flagValue, ",") {
+		switch ns = strings.TrimSpace(ns); ns {
+		case "*":
+			return nil
+		case "":
+		default:
+			out = append(out, ns)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func envOr(key, def string) string {

@@ -16,10 +16,10 @@ package controller
 // +kubebuilder:rbac:groups=hyperfleet.io,resources=cijobs,verbs=deletecollection
 // +kubebuilder:rbac:groups=hyperfleet.io,resources=hypervisorclusters/status;hypervisormachinetemplates/status;runnerpools/status;machineclaims/status;ippools/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=hyperfleet.io,resources=hypervisorclusters/finalizers;runnerpools/finalizers;machineclaims/finalizers,verbs=update
-// Secrets: GET reads the referenced ones (uncached); list and watch feed
-// only the metadata-only watch that wakes referrers on rotation, whose
-// cache keeps namespace and name alone (internal/manager CacheOptions).
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// Secrets are not in this role: the ClusterRole hyperfleet-secret-reader
+// (config/rbac/secret_reader_role.yaml) holds get, list and watch on them
+// and is bound only in the namespaces of --secret-namespaces, those whose
+// Secrets HyperFleet objects reference (docs/security.md).
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

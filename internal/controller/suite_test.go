@@ -175,7 +175,7 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	}
 	// As the binary does: Secrets read uncached, watched as metadata only.
-	manager.ConfigureSecretReads(&mgrOpts)
+	manager.ConfigureSecretReads(&mgrOpts, nil)
 	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		t.Fatalf("new manager: %v", err)

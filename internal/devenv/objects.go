@@ -48,7 +48,7 @@ func (w *World) Objects() ([]client.Object, error) {
 				HypervisorClusterRef: hfv1.ObjectName{Name: ClusterName},
 				Source:               hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateID: ptr.To[int32](9000)}},
 				Resources:            hfv1.MachineResources{CPU: 2, Memory: resource.MustParse("2Gi")},
-				Bootstrap: hfv1.Bootstrap{GitHub: hfv1.GitHubBootstrap{
+				Bootstrap: hfv1.Bootstrap{AgentSource: w.agentSource(), GitHub: hfv1.GitHubBootstrap{
 					Owner:        Organization,
 					Organization: Organization,
 					APIBaseURL:   w.GitHubURL + "/api/v3",
@@ -70,6 +70,14 @@ func (w *World) Objects() ([]client.Object, error) {
 			},
 		},
 	}, nil
+}
+
+// agentSource is the template's: Operator with Options.AgentFromOperator.
+func (w *World) agentSource() hfv1.AgentSource {
+	if w.opts.AgentFromOperator {
+		return hfv1.AgentSourceOperator
+	}
+	return hfv1.AgentSourceImage
 }
 
 // applyObjects creates the sample objects (existing ones are kept).

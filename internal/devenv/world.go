@@ -79,7 +79,9 @@ type Options struct {
 	// Dir keeps the world's files: kubeconfig, operator log, the guests'
 	// directories (console logs). Required.
 	Dir string
-	// AgentBinary is the hyperfleet-agent binary the guests run. Required.
+	// AgentBinary is the hyperfleet-agent binary the guests run. Required
+	// unless the guests download the agent from an external operator
+	// (ExternalOperator and AgentFromOperator).
 	AgentBinary string
 	// MinReplicas and MaxReplicas size the RunnerPool (0 and 5 by default).
 	MinReplicas, MaxReplicas int32
@@ -95,6 +97,17 @@ type Options struct {
 	// default; both simulators listen on loopback and answer the admin API
 	// to loopback clients only.
 	SimulatorAdmin bool
+	// ExternalOperator: Start brings up everything but the operator, which
+	// runs elsewhere (test/deploy runs the container image in a pod).
+	// OperatorInputs says what that operator needs from the world; call
+	// ConnectOperator once it runs.
+	ExternalOperator bool
+	// AgentFromOperator sets the template's agentSource to Operator: each
+	// guest runs the download script the operator wrote into its seed
+	// against the operator's agent server, then the agent it installed,
+	// instead of AgentBinary. The in-process operator serves AgentBinary
+	// as hyperfleet-agent-linux-amd64.
+	AgentFromOperator bool
 }
 
 // World is a running embedded world.
@@ -115,6 +128,7 @@ type World struct {
 	githubTransport    *http.Transport
 	servers            []*http.Server
 	webhook            webhookFiles
+	agentTLS           agentTLSFiles
 	logFile            *os.File
 
 	mu       sync.Mutex
@@ -139,8 +153,9 @@ type operatorRun struct {
 // Start brings the world up: API server, simulators, operator and sample
 // objects. Stop it with Stop, whatever happens.
 func Start(ctx context.Context, opts Options) (*World, error) {
-	if opts.Dir == "" || opts.AgentBinary == "" {
-		return nil, errors.New("devenv: Options.Dir and Options.AgentBinary are required")
+	agentServed := opts.ExternalOperator && opts.AgentFromOperator
+	if opts.Dir == "" || (opts.AgentBinary == "" && !agentServed) {
+		return nil, errors.New("devenv: Options.Dir and Options.AgentBinary are required (AgentBinary is not when an external operator serves the agent)")
 	}
 	if opts.MaxReplicas == 0 {
 		opts.MaxReplicas = 5
@@ -187,6 +202,9 @@ func (w *World) start(ctx context.Context) (err error) {
 	// of SystemNamespace.
 	if err := w.applyObjects(ctx); err != nil {
 		return err
+	}
+	if opts.ExternalOperator {
+		return nil
 	}
 	w.progress("Starting the operator (log: %s)", w.logFile.Name())
 	if err := w.StartOperator(ctx); err != nil {
@@ -273,6 +291,9 @@ func (w *World) startGitHub() error {
 	if err := w.writeWebhookCert(); err != nil {
 		return err
 	}
+	if err := w.writeAgentServerCert(); err != nil {
+		return err
+	}
 	sim, err := githubsim.New(githubsim.Config{
 		Organizations: []githubsim.OrgConfig{{Login: Organization}},
 		Repositories:  []githubsim.RepoConfig{{Name: Repository}},
@@ -313,13 +334,6 @@ func (w *World) writeWebhookCert() error {
 	return nil
 }
 
-// guestScript is the guest program: what systemd would start from the unit
-// the operator's cloud-init wrote, with the paths of a simulated guest
-// (the files cloud-init wrote are under $HF_SIM_ROOT) and the simulator's
-// power button instead of systemctl poweroff. The runner runs as the
-// agent's user (there is no "runner" account in a simulated guest).
-const guestScript = `exec "$HF_AGENT_BINARY" --config "$HF_SIM_ROOT/etc/hyperfleet/agent.json" --root "$HF_SIM_ROOT" --run-as "" --poweroff-command "curl -fsS -X POST $HF_SIM_POWEROFF_URL"`
-
 func (w *World) startProxmox() error {
 	cfg := proxmoxsim.DefaultConfig()
 	cfg.Latency = w.opts.Latency
@@ -331,7 +345,7 @@ func (w *World) startProxmox() error {
 	cfg.RefreshInterval = proxmoxsim.Duration(time.Second)
 	cfg.Nodes[0].Memory, cfg.Nodes[0].CPUs = 1<<40, 1024
 	cfg.Guest = proxmoxsim.GuestConfig{
-		Command:    []string{"sh", "-c", guestScript},
+		Command:    []string{"sh", "-c", w.guestScript()},
 		WriteFiles: true,
 		WorkDir:    filepath.Join(w.opts.Dir, "guests"),
 		Env: map[string]string{
@@ -386,6 +400,9 @@ func (w *World) StartOperator(ctx context.Context) error {
 	if w.operator != nil {
 		return errors.New("devenv: the operator is already running")
 	}
+	if w.opts.ExternalOperator {
+		return errors.New("devenv: the operator runs outside the process (Options.ExternalOperator)")
+	}
 	logger := zap.New(zap.WriteTo(w.logFile), zap.Level(zapcore.Level(-w.opts.LogLevel)),
 		zap.JSONEncoder(func(c *zapcore.EncoderConfig) { c.EncodeTime = zapcore.RFC3339NanoTimeEncoder }))
 	cfg := rest.CopyConfig(w.API.Config)
@@ -398,7 +415,7 @@ func (w *World) StartOperator(ctx context.Context) error {
 		// A restart builds the controllers again in this process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	}
-	manager.ConfigureSecretReads(&mgrOpts)
+	manager.ConfigureSecretReads(&mgrOpts, nil)
 	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		return fmt.Errorf("devenv: new manager: %w", err)
@@ -407,17 +424,20 @@ func (w *World) StartOperator(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("devenv: ownership signer: %w", err)
 	}
+	agentServer, err := w.inProcessAgentServer()
+	if err != nil {
+		return err
+	}
 	runCtx, cancel := context.WithCancel(ctrl.LoggerInto(context.WithoutCancel(ctx), logger))
 	comps, err := manager.Setup(runCtx, mgr, manager.Options{
-		Signer: signer,
+		AgentServer: agentServer,
+		Signer:      signer,
 		// The local world's CI platform is the GitHub simulator.
 		Workloads:         map[hfv1.WorkloadType]workload.Factory{hfv1.WorkloadGitHubActions: github.NewBackend},
 		WorkloadTransport: w.githubTransport,
 		Webhook:           &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: w.webhook.certFile, KeyFile: w.webhook.keyFile, Secret: []byte(webhookSecret)},
-		ResyncInterval:    5 * time.Second,
-		// Injected faults come in runs; a local world should not sit out
-		// a five-minute backoff after one.
-		MaxRetryDelay: 10 * time.Second,
+		ResyncInterval:    resyncInterval,
+		MaxRetryDelay:     maxRetryDelay,
 	})
 	if err != nil {
 		cancel()
@@ -436,14 +456,22 @@ func (w *World) StartOperator(ctx context.Context) error {
 	}
 	// The receiver listens on a new port after every start: point the
 	// repository's webhook at it.
+	if err := w.pointWebhook("https://" + comps.Webhook.Addr().String() + "/webhooks/github"); err != nil {
+		cancel()
+		return err
+	}
+	w.operator = run
+	return nil
+}
+
+// pointWebhook makes url the repository's only webhook.
+func (w *World) pointWebhook(url string) error {
 	for _, h := range w.GitHub.Webhooks() {
 		w.GitHub.RemoveWebhook(h.ID)
 	}
-	if _, err := w.GitHub.AddWebhook(githubsim.Webhook{URL: "https://" + comps.Webhook.Addr().String() + "/webhooks/github", Secret: webhookSecret}); err != nil {
-		cancel()
+	if _, err := w.GitHub.AddWebhook(githubsim.Webhook{URL: url, Secret: webhookSecret}); err != nil {
 		return fmt.Errorf("devenv: register webhook: %w", err)
 	}
-	w.operator = run
 	return nil
 }
 

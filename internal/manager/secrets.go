@@ -17,15 +17,25 @@ import (
 //     which wakes the objects referencing a Secret when it changes; its
 //     cache keeps each Secret's namespace, name, UID and resource version,
 //     nothing else: no data, and no labels or annotations either (kubectl
-//     apply copies a Secret's whole content into an annotation).
+//     apply copies a Secret's whole content into an annotation);
+//   - that watch covers namespaces only (the manager's --secret-namespaces),
+//     so that the ServiceAccount needs list and watch on Secrets there and
+//     nowhere else; none (nil) watches every namespace.
 //
 // The operator binary, the dev environment and the tests all call it on the
 // options they build the manager with.
-func ConfigureSecretReads(o *ctrl.Options) {
+func ConfigureSecretReads(o *ctrl.Options, namespaces []string) {
 	if o.Cache.ByObject == nil {
 		o.Cache.ByObject = map[client.Object]cache.ByObject{}
 	}
-	o.Cache.ByObject[&corev1.Secret{}] = cache.ByObject{Transform: secretIdentityOnly}
+	by := cache.ByObject{Transform: secretIdentityOnly}
+	if len(namespaces) > 0 {
+		by.Namespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			by.Namespaces[ns] = cache.Config{}
+		}
+	}
+	o.Cache.ByObject[&corev1.Secret{}] = by
 	if o.Client.Cache == nil {
 		o.Client.Cache = &client.CacheOptions{}
 	}

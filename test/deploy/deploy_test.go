@@ -1,0 +1,503 @@
+//go:build deploy
+
+// Package deploy runs the shipped manifests as a cluster would: the image
+// built here with podman, the manifests rendered and applied to the real
+// kube-apiserver (RBAC enforced), and the Deployment's pod run by podman
+// kube play with the manifest's own security context, read-only root and
+// volumes, its manager authenticating as its ServiceAccount. The end-to-end
+// loop (internal/devenv: both simulators, guests that download the agent
+// from the operator) must then pass with no forbidden request. Run with
+// `make test-deploy`.
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/devenv"
+)
+
+const (
+	// image is the tag the test builds and runs.
+	image = "localhost/hyperfleet:deploy-test"
+	// serviceAccount is the manager's, from config/rbac.
+	serviceAccount = "hyperfleet-manager"
+	// deploymentName is the manager's Deployment.
+	deploymentName = "hyperfleet-manager"
+	jobs           = 5
+	jobDuration    = 2 * time.Second
+	// elsewhere is a namespace whose Secret HyperFleet references nowhere.
+	elsewhere = "unrelated-team"
+)
+
+// Paths inside the image and the manifest (Containerfile,
+// config/manager/manager.yaml).
+const (
+	agentBinariesDir = "/usr/share/hyperfleet/agent"
+	agentTLSDir      = "/etc/hyperfleet/agent-tls"
+)
+
+// TestManifestsRunTheLoop is the deployment test (see the package doc).
+func TestManifestsRunTheLoop(t *testing.T) {
+	ctx := context.Background()
+	pm := newPodman(t)
+	pm.buildImage(t, image)
+
+	dir := t.TempDir()
+	w, err := devenv.Start(ctx, devenv.Options{
+		Dir: dir, MaxReplicas: jobs, Progress: testWriter{t},
+		ExternalOperator: true, AgentFromOperator: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Stop(); err != nil {
+			t.Errorf("stop world: %v", err)
+		}
+	})
+	in := w.OperatorInputs()
+	admin := w.API.Client
+
+	ports := freePorts(t, 4)
+	metricsAddr, probeAddr, webhookAddr, agentAddr := ports[0], ports[1], ports[2], ports[3]
+	objs := renderManifests(t, values{Image: image, ExtraArgs: []string{
+		// Loopback ports of their own: the pod shares the host's network
+		// with whatever else runs here.
+		"--metrics-bind-address=" + metricsAddr,
+		"--health-probe-bind-address=" + probeAddr,
+		"--webhook-bind-address=" + webhookAddr,
+		// The agent server, from the image's binaries and the manifest's
+		// agent-tls volume.
+		"--agent-server-addr=" + agentAddr,
+		"--agent-server-url=https://" + agentAddr,
+		"--agent-server-cert=" + agentTLSDir + "/tls.crt",
+		"--agent-server-key=" + agentTLSDir + "/tls.key",
+		"--agent-server-ca=" + agentTLSDir + "/ca.crt",
+		"--agent-binaries-dir=" + agentBinariesDir,
+		// The namespaces whose Secrets the world's objects reference: the
+		// cluster's token is in the manager's, the PAT in the tenant's.
+		"--secret-namespaces=" + devenv.Namespace,
+		// The world's quick intervals.
+		"--runnerpool-resync-interval=" + in.ResyncInterval.String(),
+		"--claim-max-retry-delay=" + in.MaxRetryDelay.String(),
+	}})
+	applyAll(ctx, t, admin, objs)
+	createInstallSecrets(ctx, t, admin, in)
+
+	dep := deploymentOf(t, objs)
+	token := serviceAccountToken(ctx, t, w.API.Config, dep.Namespace)
+	apiURL, err := url.Parse(w.API.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &kubelet{reader: admin, apiHost: apiURL.Hostname(), apiPort: apiURL.Port(),
+		caPEM: w.API.Config.CAData, token: token, dir: filepath.Join(dir, "kubelet")}
+	played, changes, err := k.pod(ctx, dep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unexpected, err := checkOnlyKubeletChanges(dep, played, changes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(unexpected) > 0 {
+		t.Fatalf("the pod given to podman differs from the rendered Deployment beyond the kubelet's additions: %v", unexpected)
+	}
+	ctr := playPod(ctx, t, pm, played, dir)
+	checkContainer(ctx, t, pm, ctr)
+	waitReady(ctx, t, pm, ctr, "http://"+probeAddr+"/readyz")
+
+	if err := w.ConnectOperator(ctx, "https://"+webhookAddr+"/webhooks/github"); err != nil {
+		t.Fatalf("%v\nmanager log:\n%s", err, tail(pm.logs(ctx, ctr), 60))
+	}
+	start := time.Now()
+	if _, err := w.EnqueueJobs(jobs, jobDuration); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(ctx, t, w, pm, ctr, 5*time.Minute)
+	t.Logf("%d jobs ran on fresh VMs and everything was cleaned up in %s", jobs, time.Since(start).Round(time.Second))
+	checkJobs(ctx, t, w)
+
+	checkLeastPrivilege(ctx, t, w.API.Config, admin, token)
+	log := pm.logs(ctx, ctr)
+	if !strings.Contains(log, "Starting manager") {
+		t.Fatalf("the manager's log lacks its start message; what podman logs returned:\n%s", tail(log, 20))
+	}
+	if lines := forbiddenLines(log); len(lines) > 0 {
+		t.Errorf("the manager was refused requests (a missing permission):\n%s", strings.Join(lines, "\n"))
+	}
+}
+
+// freePorts returns n loopback addresses whose ports nothing listens on.
+func freePorts(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		_ = ln.Close()
+	}
+	return out
+}
+
+// applyAll applies the rendered objects with server-side apply, as
+// `kubectl apply --server-side` would.
+func applyAll(ctx context.Context, t *testing.T, c client.Client, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, o := range objs {
+		o = o.DeepCopy()
+		if err := c.Patch(ctx, o, client.Apply, client.FieldOwner("deploy-test"), client.ForceOwnership); err != nil { //nolint:staticcheck // client.Apply with unstructured objects is what kubectl apply --server-side does
+			t.Fatalf("apply %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+	}
+}
+
+// createInstallSecrets creates what an administrator adds to an install
+// (docs/operations.md): the webhook receiver's certificate and the
+// webhooks' secret, the agent server's certificate, the CA bundle the
+// manager trusts beyond the image's (the GitHub simulator's), and the
+// tenant namespace's grant to read its Secrets; and a namespace with a
+// Secret nothing references.
+func createInstallSecrets(ctx context.Context, t *testing.T, c client.Client, in devenv.OperatorInputs) {
+	t.Helper()
+	read := func(f string) []byte {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	objs := []client.Object{
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: "hyperfleet-webhook-tls"}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{"tls.crt": read(in.WebhookCertFile), "tls.key": read(in.WebhookKeyFile)}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: "hyperfleet-github-webhook"},
+			Data: map[string][]byte{"webhook-secret": []byte(in.WebhookSecret)}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: "hyperfleet-agent-tls"}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{"tls.crt": read(in.AgentServerCertFile), "tls.key": read(in.AgentServerKeyFile), "ca.crt": read(in.AgentServerCAFile)}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: "hyperfleet-trusted-ca"},
+			Data: map[string]string{"github-ca.crt": string(read(in.GitHubCAFile))}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: devenv.Namespace, Name: "hyperfleet-secret-reader"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "hyperfleet-secret-reader"},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: in.Namespace, Name: serviceAccount}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: elsewhere}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: elsewhere, Name: "not-for-hyperfleet"},
+			Data: map[string][]byte{"password": []byte("nobody referenced me")}},
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("create %T %s: %v", o, o.GetName(), err)
+		}
+	}
+}
+
+// deploymentOf returns the manager's Deployment among objs.
+func deploymentOf(t *testing.T, objs []*unstructured.Unstructured) *appsv1.Deployment {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() != "Deployment" || o.GetName() != deploymentName {
+			continue
+		}
+		var d appsv1.Deployment
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, &d, true); err != nil {
+			t.Fatalf("the rendered Deployment: %v", err)
+		}
+		if len(d.Spec.Template.Spec.Containers) == 0 || d.Spec.Template.Spec.Containers[0].Name != "manager" {
+			t.Fatalf("the rendered Deployment's first container is not the manager")
+		}
+		return &d
+	}
+	t.Fatalf("the rendered manifests hold no Deployment %s", deploymentName)
+	return nil
+}
+
+// serviceAccountToken asks the TokenRequest API for a token of the
+// manager's ServiceAccount, as the kubelet does for a projected volume.
+func serviceAccountToken(ctx context.Context, t *testing.T, cfg *rest.Config, ns string) string {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, serviceAccount,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest for %s/%s: %v", ns, serviceAccount, err)
+	}
+	return tr.Status.Token
+}
+
+// playPod hands the pod to podman kube play and removes it (and its
+// emptyDir volumes, which podman keeps by name) when the test ends.
+func playPod(ctx context.Context, t *testing.T, pm *podman, d *appsv1.Deployment, dir string) string {
+	t.Helper()
+	d = d.DeepCopy()
+	d.APIVersion, d.Kind = "apps/v1", "Deployment"
+	data, err := yaml.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "pod.yaml")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var emptyDirs []string
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.EmptyDir != nil {
+			emptyDirs = append(emptyDirs, v.Name)
+		}
+	}
+	removeVolumes := func() {
+		for _, v := range emptyDirs {
+			_, _ = pm.run(context.WithoutCancel(ctx), "volume", "rm", "-f", v)
+		}
+	}
+	// A previous run killed before its cleanup left them behind.
+	_, _ = pm.run(ctx, "kube", "down", file)
+	removeVolumes()
+	pp, err := pm.play(ctx, file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("manager log (podman logs %s), last lines:\n%s", pp.container, tail(pm.logs(ctx, pp.container), 80))
+		}
+		if _, err := pm.run(context.WithoutCancel(ctx), "pod", "rm", "-f", pp.pod); err != nil {
+			t.Errorf("remove the pod: %v", err)
+		}
+		removeVolumes()
+	})
+	return pp.container
+}
+
+// checkContainer asserts what podman made of the security context.
+func checkContainer(ctx context.Context, t *testing.T, pm *podman, ctr string) {
+	t.Helper()
+	out, err := pm.run(ctx, "container", "inspect", "--format", "{{.Config.User}} {{.HostConfig.ReadonlyRootfs}} {{.HostConfig.NetworkMode}}", ctr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(out); !strings.HasPrefix(got, "65532") || !strings.HasSuffix(got, "true host") {
+		t.Fatalf("container runs as %q (user, read-only root, network); want uid 65532, a read-only root, the host's network", got)
+	}
+}
+
+// waitReady waits for the manager's readiness endpoint, failing at once
+// when the container exits.
+func waitReady(ctx context.Context, t *testing.T, pm *podman, ctr, readyz string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for {
+		resp, err := hc.Get(readyz)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		state, _ := pm.run(ctx, "container", "inspect", "--format", "{{.State.Status}}", ctr)
+		if s := strings.TrimSpace(state); s != "running" && s != "created" {
+			t.Fatalf("the manager container is %s before it was ready", s)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the manager was not ready within 2 minutes (%s: %v)", readyz, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// waitDone waits until every job completed and nothing is left.
+func waitDone(ctx context.Context, t *testing.T, w *devenv.World, pm *podman, ctr string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		snap, err := w.Snapshot(ctx)
+		if err == nil && snap.Done(0) {
+			return
+		}
+		state, _ := pm.run(ctx, "container", "inspect", "--format", "{{.State.Status}}", ctr)
+		if s := strings.TrimSpace(state); s != "running" {
+			t.Fatalf("the manager container is %s while jobs run", s)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("jobs not done within %s: %s (err %v)", timeout, summary(snap), err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// checkJobs asserts that every job ran once, to success, on a runner of
+// its own (a fresh VM each: runners are single-use and named after their
+// claim).
+func checkJobs(ctx context.Context, t *testing.T, w *devenv.World) {
+	t.Helper()
+	snap, err := w.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Jobs) != jobs {
+		t.Fatalf("%d jobs recorded, want %d", len(snap.Jobs), jobs)
+	}
+	runners := map[string]int64{}
+	for _, j := range snap.Jobs {
+		if j.Status != "completed" || j.Conclusion != "success" || j.RunAttempt != 1 {
+			t.Errorf("job %d: %s/%s in attempt %d, want completed/success in attempt 1", j.ID, j.Status, j.Conclusion, j.RunAttempt)
+		}
+		if other, dup := runners[j.RunnerName]; dup || j.RunnerName == "" {
+			t.Errorf("job %d ran on runner %q, which also ran job %d", j.ID, j.RunnerName, other)
+		}
+		runners[j.RunnerName] = j.ID
+	}
+}
+
+// checkLeastPrivilege makes requests as the manager's ServiceAccount
+// (its own token) that it must not be allowed, and asks the API server
+// (SubjectAccessReview) about the same.
+func checkLeastPrivilege(ctx context.Context, t *testing.T, adminCfg *rest.Config, admin client.Client, token string) {
+	t.Helper()
+	cfg := rest.AnonymousClientConfig(adminCfg)
+	cfg.BearerToken = token
+	sa, err := client.New(cfg, client.Options{Scheme: admin.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustForbid := func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("as the manager's ServiceAccount, %s: got %v, want forbidden", what, err)
+		}
+	}
+	var s corev1.Secret
+	mustForbid("get a Secret in a namespace HyperFleet does not reference",
+		sa.Get(ctx, client.ObjectKey{Namespace: elsewhere, Name: "not-for-hyperfleet"}, &s))
+	mustForbid("list Secrets in a namespace HyperFleet does not reference", sa.List(ctx, &corev1.SecretList{}, client.InNamespace(elsewhere)))
+	mustForbid("list Secrets in every namespace", sa.List(ctx, &corev1.SecretList{}))
+	mustForbid("create a HypervisorCluster", sa.Create(ctx, &hfv1.HypervisorCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: "smuggled"},
+		Spec: hfv1.HypervisorClusterSpec{Provider: hfv1.ProviderProxmox, Endpoint: "https://127.0.0.1:1/api2/json",
+			Credentials: hfv1.HypervisorCredentials{
+				TokenID:     &hfv1.SecretKeySelector{Namespace: elsewhere, Name: "not-for-hyperfleet", Key: "password"},
+				TokenSecret: &hfv1.SecretKeySelector{Namespace: elsewhere, Name: "not-for-hyperfleet", Key: "password"},
+			}},
+	}))
+	mustForbid("create a RoleBinding", sa.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: elsewhere, Name: "escalate"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: devenv.SystemNamespace, Name: serviceAccount}},
+	}))
+	// The same questions to the authorizer, and one it must allow so that
+	// a broken review cannot pass for a refusal.
+	user := "system:serviceaccount:" + devenv.SystemNamespace + ":" + serviceAccount
+	for _, c := range []struct {
+		attrs authzAttrs
+		allow bool
+	}{
+		{authzAttrs{verb: "get", resource: "secrets", namespace: elsewhere, name: "not-for-hyperfleet"}, false},
+		{authzAttrs{verb: "watch", resource: "secrets"}, false},
+		{authzAttrs{verb: "create", group: hfv1.GroupVersion.Group, resource: "hypervisorclusters"}, false},
+		{authzAttrs{verb: "delete", group: hfv1.GroupVersion.Group, resource: "hypervisorclusters", name: devenv.ClusterName}, false},
+		{authzAttrs{verb: "get", resource: "secrets", namespace: devenv.Namespace, name: "github"}, true},
+	} {
+		allowed, err := subjectAccessReview(ctx, adminCfg, user, c.attrs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if allowed != c.allow {
+			t.Errorf("SubjectAccessReview for %s: %+v allowed=%v, want %v", user, c.attrs, allowed, c.allow)
+		}
+	}
+}
+
+// authzAttrs are a request's attributes for a SubjectAccessReview.
+type authzAttrs struct {
+	verb, group, resource, namespace, name string
+}
+
+func subjectAccessReview(ctx context.Context, cfg *rest.Config, user string, a authzAttrs) (bool, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return false, err
+	}
+	sar, err := cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   user,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + devenv.SystemNamespace, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: a.verb, Group: a.group, Resource: a.resource, Namespace: a.namespace, Name: a.name,
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return false, fmt.Errorf("SubjectAccessReview: %w", err)
+	}
+	return sar.Status.Allowed, nil
+}
+
+// forbiddenLines are the log lines that report a refused request.
+func forbiddenLines(log string) []string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(strings.ToLower(l), "forbidden") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func summary(s devenv.Snapshot) string {
+	status := map[string]int{}
+	for _, j := range s.Jobs {
+		status[j.Status]++
+	}
+	var claims []string
+	for _, c := range s.Claims {
+		claims = append(claims, c.Name+"/"+string(c.Status.Phase))
+	}
+	return fmt.Sprintf("jobs %v; %d VMs, %d ISOs, %d runners; claims %v", status, len(s.VMs), len(s.ISOs), len(s.Runners), claims)
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
+}
+
+// testWriter sends the world's progress messages to the test log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
