@@ -8,7 +8,6 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -18,9 +17,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -176,22 +174,14 @@ func runManager(args []string) error {
 		AgentServer:       agentServer,
 	}
 	if *webhookAddr != "0" {
-		secrets, err := readWebhookSecrets(ctx, direct, *namespace, *webhookSecret)
-		if err != nil {
-			return err
+		// The Secret is watched: creating or rotating it takes effect
+		// without a restart; until it exists deliveries get 503.
+		opts.Webhook = &manager.WebhookOptions{
+			Addr: *webhookAddr, SecretRef: &types.NamespacedName{Namespace: *namespace, Name: *webhookSecret},
+			MaxBodyBytes: *webhookMaxBody, MaxInFlight: *webhookMaxInFlight, MaxEventAge: *webhookMaxEventAge,
+			CertFile: filepath.Join(*webhookCertDir, "tls.crt"), KeyFile: filepath.Join(*webhookCertDir, "tls.key"),
 		}
-		if secrets == nil {
-			log.Info("GitHub webhooks are off: create the Secret with key "+webhookSecretKey+" (or keys "+webhookOwnerKeyPrefix+"<owner>) to receive them; demand then comes from the periodic resync only",
-				"secret", *namespace+"/"+*webhookSecret)
-		} else {
-			opts.Webhook = &manager.WebhookOptions{
-				Addr: *webhookAddr, Secret: secrets.global, OwnerSecrets: secrets.owners,
-				MaxBodyBytes: *webhookMaxBody, MaxInFlight: *webhookMaxInFlight, MaxEventAge: *webhookMaxEventAge,
-				CertFile: filepath.Join(*webhookCertDir, "tls.crt"), KeyFile: filepath.Join(*webhookCertDir, "tls.key"),
-			}
-			log.Info("GitHub webhook receiver configured", "address", *webhookAddr, "path", webhook.Path,
-				"fallbackSecret", len(secrets.global) > 0, "ownersWithOwnSecret", len(secrets.owners))
-		}
+		log.Info("GitHub webhook receiver configured", "address", *webhookAddr, "path", webhook.Path, "secret", *namespace+"/"+*webhookSecret)
 	}
 	if _, err := manager.Setup(ctx, mgr, opts); err != nil {
 		return err
@@ -219,62 +209,6 @@ func checkMaxEventAge(d time.Duration) error {
 		return fmt.Errorf("--webhook-max-event-age is %s: set it above 0 and at most %s (how long completed CIJobs are kept), so that older events are confirmed with the CI platform", d, completedJobRetention)
 	}
 	return nil
-}
-
-// Keys of the webhook Secret: the fallback secret, and one secret per
-// owner (organization or user login) under the prefix.
-const (
-	webhookSecretKey      = "webhook-secret"
-	webhookOwnerKeyPrefix = "owner."
-)
-
-// webhookSecrets are the secrets of the webhook Secret.
-type webhookSecrets struct {
-	global []byte
-	owners map[string][]byte
-}
-
-// readWebhookSecrets reads the webhook Secret; nil (no error) when it does
-// not exist.
-func readWebhookSecrets(ctx context.Context, c client.Reader, namespace, name string) (*webhookSecrets, error) {
-	var s corev1.Secret
-	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("read the GitHub webhook Secret %s/%s: %w", namespace, name, err)
-	}
-	return parseWebhookSecrets(namespace+"/"+name, s.Data)
-}
-
-// parseWebhookSecrets checks the webhook Secret's keys: webhook-secret
-// (the fallback) and owner.<login> (that owner's own), at least one of
-// them, none empty, and no owner twice in different cases.
-func parseWebhookSecrets(secret string, data map[string][]byte) (*webhookSecrets, error) {
-	out := &webhookSecrets{global: data[webhookSecretKey], owners: map[string][]byte{}}
-	if v, ok := data[webhookSecretKey]; ok && len(v) == 0 {
-		return nil, fmt.Errorf("GitHub webhook Secret %s: key %q is empty: put the webhook's secret there or remove the key", secret, webhookSecretKey)
-	}
-	for key, v := range data {
-		login, ok := strings.CutPrefix(key, webhookOwnerKeyPrefix)
-		if !ok {
-			continue
-		}
-		owner := strings.ToLower(login)
-		switch {
-		case owner == "":
-			return nil, fmt.Errorf("GitHub webhook Secret %s: key %q names no owner: use %s<organization or user login>", secret, key, webhookOwnerKeyPrefix)
-		case len(v) == 0:
-			return nil, fmt.Errorf("GitHub webhook Secret %s: key %q is empty: put the secret of %s's webhooks there or remove the key", secret, key, login)
-		case out.owners[owner] != nil:
-			return nil, fmt.Errorf("GitHub webhook Secret %s: owner %q has more than one key (owner logins ignore case): keep one", secret, owner)
-		}
-		out.owners[owner] = v
-	}
-	if len(out.global) == 0 && len(out.owners) == 0 {
-		return nil, fmt.Errorf("GitHub webhook Secret %s has neither key %q nor keys %s<owner>: put the webhook's secret there", secret, webhookSecretKey, webhookOwnerKeyPrefix)
-	}
-	return out, nil
 }
 
 // parseSecretNamespaces is --secret-namespaces with --namespace added,

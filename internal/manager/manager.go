@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -117,6 +118,12 @@ type WebhookOptions struct {
 	// CertFile and KeyFile are the serving certificate and key (reloaded
 	// when they change).
 	CertFile, KeyFile string
+	// SecretRef, when set, is the Secret holding the webhook secrets
+	// (keys WebhookSecretKey and WebhookOwnerKeyPrefix<owner>): it is
+	// watched, so that a rotated secret takes effect without a restart,
+	// and Secret and OwnerSecrets are ignored. Until it exists deliveries
+	// get 503.
+	SecretRef *types.NamespacedName
 	// Secret is the webhook secret configured on the platform: the
 	// fallback for owners without their own in OwnerSecrets.
 	Secret []byte
@@ -300,7 +307,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}
 	comps := &Components{Registry: registry, IPAM: addresses, Sweeper: sw, Resync: resync, AgentServer: agentSrv}
 	if opts.Webhook != nil {
-		srv, err := newWebhookServer(mgr, opts, backends, ci.providers)
+		srv, err := newWebhookServer(ctx, mgr, opts, backends, ci.providers)
 		if err != nil {
 			return nil, err
 		}
@@ -351,7 +358,7 @@ func platformSeams(mgr ctrl.Manager, opts Options, backends *workload.Backends) 
 
 // webhookParser is the parser of the platform whose webhooks are
 // received: w.Platform's, else the only back-end that receives any.
-func webhookParser(w *WebhookOptions, backends *workload.Backends) (workload.WebhookParser, error) {
+func webhookParser(ctx context.Context, mgr ctrl.Manager, w *WebhookOptions, backends *workload.Backends) (workload.WebhookParser, error) {
 	var receivers []hfv1.WorkloadType
 	for _, t := range backends.Types() {
 		be, _ := backends.For(t)
@@ -368,18 +375,26 @@ func webhookParser(w *WebhookOptions, backends *workload.Backends) (workload.Web
 		return nil, fmt.Errorf("webhooks: %d CI platforms receive webhooks (%v); name one as the receiver's platform", len(receivers), receivers)
 	}
 	be, _ := backends.For(receivers[0])
-	return be.(workload.WebhookReceiver).WebhookParser(w.Secret, w.OwnerSecrets), nil
+	receiver := be.(workload.WebhookReceiver)
+	if w.SecretRef == nil {
+		if len(w.Secret) == 0 && len(w.OwnerSecrets) == 0 {
+			return nil, fmt.Errorf("the webhook receiver needs the webhook secret configured on the CI platform (a fallback secret or one per owner)")
+		}
+		return receiver.WebhookParser(w.Secret, w.OwnerSecrets), nil
+	}
+	parser := &rotatingParser{receiver: receiver}
+	if err := watchWebhookSecret(ctx, mgr, *w.SecretRef, parser); err != nil {
+		return nil, fmt.Errorf("watch the webhook Secret %s: %w", w.SecretRef, err)
+	}
+	return parser, nil
 }
 
 // newWebhookServer builds the webhook receiver and adds its server to the
 // manager. Events are confirmed with the pools' accounts (providers); nil
 // providers (a test's stand-in) leave them unconfirmed.
-func newWebhookServer(mgr ctrl.Manager, opts Options, backends *workload.Backends, providers controller.PoolProviders) (*webhook.Server, error) {
+func newWebhookServer(ctx context.Context, mgr ctrl.Manager, opts Options, backends *workload.Backends, providers controller.PoolProviders) (*webhook.Server, error) {
 	w := opts.Webhook
-	if len(w.Secret) == 0 && len(w.OwnerSecrets) == 0 {
-		return nil, fmt.Errorf("the webhook receiver needs the webhook secret configured on the CI platform (a fallback secret or one per owner)")
-	}
-	parser, err := webhookParser(w, backends)
+	parser, err := webhookParser(ctx, mgr, w, backends)
 	if err != nil {
 		return nil, err
 	}

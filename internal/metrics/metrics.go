@@ -159,6 +159,14 @@ var (
 		Help: "Single-use runner credentials issued to VMs, by method (jit-config, runner-token).",
 	}, []string{"method"})
 
+	// WebhookSecretReloads counts reads of the webhook Secret after it
+	// changed, by result: loaded, invalid (the last valid secrets stay in
+	// use), missing (deliveries are refused) or error (retried).
+	WebhookSecretReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "webhook_secret_reloads_total",
+		Help: "Reads of the GitHub webhook Secret, by result (loaded, invalid, missing, error).",
+	}, []string{"result"})
+
 	// RunnersDeregistered counts runners removed from the CI platform.
 	RunnersDeregistered = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: namespace, Name: "runners_deregistered_total",
@@ -170,7 +178,7 @@ func init() {
 	crmetrics.Registry.MustRegister(
 		ClaimPhaseSeconds, ClaimsStuck, ClaimTransitions, ClaimErrors, ReservationsRejected, PowerOffToDestroyed, CreatedToCloneRequest,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
-		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered,
+		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads,
 	)
 }
 

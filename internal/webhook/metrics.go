@@ -20,6 +20,7 @@ const (
 	ResultMissingDeliveryID    = "missing_delivery_id"
 	ResultOverloaded           = "overloaded"
 	ResultTooManyInFlight      = "too_many_in_flight"
+	ResultNotConfigured        = "not_configured"
 )
 
 // Routing outcomes (the outcome label of hyperfleet_webhook_jobs_routed_total).

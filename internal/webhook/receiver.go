@@ -324,6 +324,11 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 	ev, err := r.opts.Parser.Parse(req.Header, body)
 	switch {
+	case errors.Is(err, workload.ErrWebhookNotConfigured):
+		log.Info("webhook delivery refused: no webhook secret is configured")
+		w.Header().Set("Retry-After", strconv.Itoa(int((r.opts.RetryAfter+time.Second-1)/time.Second)))
+		reply(http.StatusServiceUnavailable, ResultNotConfigured, "service unavailable: the receiver has no webhook secret yet; retry later")
+		return
 	case errors.Is(err, workload.ErrBadSignature):
 		log.V(1).Info("webhook delivery rejected: bad signature")
 		reply(http.StatusUnauthorized, ResultBadSignature,

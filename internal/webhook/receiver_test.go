@@ -705,3 +705,27 @@ func TestReceiverInFlightBound(t *testing.T) {
 		t.Fatalf("signed delivery after the stall: %d %s", w.Code, w.Body.String())
 	}
 }
+
+// notConfigured is the parser of a receiver whose webhook Secret does not
+// exist (yet).
+type notConfigured struct{}
+
+func (notConfigured) Parse(http.Header, []byte) (workload.JobEvent, error) {
+	return workload.JobEvent{}, workload.ErrWebhookNotConfigured
+}
+
+// TestNoSecretYet: without a webhook secret every delivery gets 503 with
+// Retry-After (GitHub retries), never 2xx, and nothing is recorded.
+func TestNoSecretYet(t *testing.T) {
+	h := newHarness(t, routeTo("team", "gpu"), func(o *Options) { o.Parser = notConfigured{} })
+	w := h.serve(delivery("72d3162e-cc78-11e3-81ab-4c9367dc0959", "workflow_job", jobBody(7, "queued")))
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("delivery without a webhook secret: %d (Retry-After %q), want 503 with Retry-After", w.Code, w.Header().Get("Retry-After"))
+	}
+	time.Sleep(50 * time.Millisecond) // a wrongly queued event would be recorded by now
+	h.rec.mu.Lock()
+	defer h.rec.mu.Unlock()
+	if n := len(h.rec.got); n != 0 {
+		t.Fatalf("%d events recorded", n)
+	}
+}

@@ -324,6 +324,10 @@ var (
 
 // Webhook errors, about a delivery rather than a call to the platform.
 var (
+	// ErrWebhookNotConfigured: the receiver has no valid webhook secret
+	// (its Secret does not exist yet, or was deleted); deliveries are
+	// refused with 503 so that the platform retries them.
+	ErrWebhookNotConfigured = errors.New("no webhook secret is configured")
 	// ErrBadSignature: a webhook's signature is missing or does not match.
 	ErrBadSignature = errors.New("webhook signature missing or invalid")
 	// ErrIgnoredEvent: a valid webhook that carries no job event.
