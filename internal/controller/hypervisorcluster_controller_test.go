@@ -177,3 +177,44 @@ func TestClusterAvailableStorage(t *testing.T) {
 		t.Fatalf("availableResources.storage = %s, want 500Gi minus the template's 32Gi disk and cloud-init drive", av.Storage)
 	}
 }
+
+// TestClusterCredentialRotation: the cluster's token Secret is watched, so
+// a rotated token takes effect without a restart: a wrong one makes the
+// cluster AuthenticationFailed, the right one connects it again.
+func TestClusterCredentialRotation(t *testing.T) {
+	sim := startSim(t, nil)
+	startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	waitClusterReady(t, f.cluster, metav1.ConditionTrue)
+	ctx := context.Background()
+	setToken := func(v string) {
+		t.Helper()
+		var s corev1.Secret
+		key := client.ObjectKey{Namespace: secretNamespace, Name: f.cluster.Spec.Credentials.TokenSecret.Name}
+		if err := env.Client.Get(ctx, key, &s); err != nil {
+			t.Fatal(err)
+		}
+		s.Data["secret"] = []byte(v)
+		if err := env.Client.Update(ctx, &s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitReason := func(status metav1.ConditionStatus, reason hfv1.ConditionReason) {
+		t.Helper()
+		eventually(t, time.Minute, fmt.Sprintf("Connected %s (%s)", status, reason), func() error {
+			c := &hfv1.HypervisorCluster{}
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.cluster), c); err != nil {
+				return err
+			}
+			cond := hfv1.FindCondition(c.Status.Conditions, hfv1.HypervisorClusterConnectedCondition)
+			if cond == nil || cond.Status != status || (reason != "" && !hfv1.HasReason(cond, reason)) {
+				return fmt.Errorf("Connected = %+v", cond)
+			}
+			return nil
+		})
+	}
+	setToken("a-rotated-token-the-hypervisor-does-not-know")
+	waitReason(metav1.ConditionFalse, hfv1.AuthenticationFailedReason)
+	setToken(simTokenSecret)
+	waitReason(metav1.ConditionTrue, "")
+}
