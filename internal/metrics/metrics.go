@@ -178,6 +178,23 @@ func (o ProviderObserver) CloneQueue(waiting int) {
 	CloneQueueDepth.WithLabelValues(o.Cluster).Set(float64(waiting))
 }
 
+// SweepingCluster creates a cluster's orphan counters at zero when the
+// sweeper looks at it, so that they exist before anything is counted: a
+// counter whose series is born at 1 shows no increase(), and its first
+// orphan would raise no alert.
+func SweepingCluster(cluster string) {
+	for _, c := range []*prometheus.CounterVec{OrphansFound, OrphansRemoved, OrphanMediaFound, OrphanMediaRemoved} {
+		c.WithLabelValues(cluster).Add(0)
+	}
+}
+
+// SweepingRunnerScope does the same for a CI scope's orphan runner
+// counters.
+func SweepingRunnerScope(scope string) {
+	OrphanRunnersFound.WithLabelValues(scope).Add(0)
+	OrphanRunnersRemoved.WithLabelValues(scope).Add(0)
+}
+
 // ForgetCluster drops the per-cluster series of a deleted cluster.
 func ForgetCluster(cluster string) {
 	APICalls.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
