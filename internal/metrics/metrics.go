@@ -167,6 +167,14 @@ type ProviderObserver struct {
 
 var _ provider.Observer = ProviderObserver{}
 
+// NewProviderObserver returns the observer of a new provider for cluster.
+// A new provider has no VM waiting for a clone slot: the queue gauge
+// starts at zero, so that it exists before the first wait.
+func NewProviderObserver(cluster string) ProviderObserver {
+	CloneQueueDepth.WithLabelValues(cluster).Set(0)
+	return ProviderObserver{Cluster: cluster}
+}
+
 // APICall implements provider.Observer.
 func (o ProviderObserver) APICall(method, endpoint string, code int, d time.Duration) {
 	APICalls.WithLabelValues(o.Cluster, method, endpoint, strconv.Itoa(code)).Inc()
