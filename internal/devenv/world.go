@@ -12,6 +12,7 @@
 package devenv
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -94,6 +95,11 @@ type Options struct {
 	// default; both simulators listen on loopback and answer the admin API
 	// to loopback clients only.
 	SimulatorAdmin bool
+	// MetricsAddr, when set, is the address the operator's /metrics
+	// endpoint binds to (plain HTTP, as --metrics-bind-address). A port of
+	// 0 takes a free port once, kept across operator restarts; MetricsURL
+	// reports it. Empty: no metrics endpoint.
+	MetricsAddr string
 }
 
 // World is a running embedded world.
@@ -108,6 +114,9 @@ type World struct {
 	KubeconfigPath string
 	// ProxmoxURL and GitHubURL are the simulators' base URLs.
 	ProxmoxURL, GitHubURL string
+	// MetricsURL is the operator's /metrics endpoint (empty without
+	// Options.MetricsAddr).
+	MetricsURL string
 
 	proxmoxFingerprint string
 	githubCA           []byte
@@ -151,6 +160,9 @@ func Start(ctx context.Context, opts Options) (*World, error) {
 		return nil, fmt.Errorf("devenv: %w", err)
 	}
 	w := &World{opts: opts}
+	if err := w.pickMetricsAddr(); err != nil {
+		return nil, err
+	}
 	if err := w.start(ctx); err != nil {
 		_ = w.Stop()
 		return nil, err
@@ -376,6 +388,33 @@ func (w *World) simLogger(name string) *slog.Logger {
 
 func slogDiscard() *log.Logger { return slog.NewLogLogger(slog.DiscardHandler, slog.LevelError) }
 
+// pickMetricsAddr fixes Options.MetricsAddr's port, when it is 0, to a
+// free one, so that every operator start serves metrics at MetricsURL.
+func (w *World) pickMetricsAddr() error {
+	addr := w.opts.MetricsAddr
+	if addr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("devenv: Options.MetricsAddr %q: %w", addr, err)
+	}
+	if port == "0" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("devenv: find a free port for the metrics endpoint: %w", err)
+		}
+		_, port, _ = net.SplitHostPort(ln.Addr().String())
+		_ = ln.Close()
+		w.opts.MetricsAddr = net.JoinHostPort(host, port)
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	w.MetricsURL = "http://" + net.JoinHostPort(host, port) + "/metrics"
+	return nil
+}
+
 // StartOperator starts an operator (the manager with every controller, the
 // webhook receiver and the resync) against the world. Start does it once;
 // call it again after StopOperator to simulate a restart.
@@ -392,7 +431,7 @@ func (w *World) StartOperator(ctx context.Context) error {
 	mgrOpts := ctrl.Options{
 		Scheme:                 w.API.Scheme,
 		Logger:                 logger,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
+		Metrics:                metricsserver.Options{BindAddress: cmp.Or(w.opts.MetricsAddr, "0")},
 		HealthProbeBindAddress: "0",
 		// A restart builds the controllers again in this process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
@@ -412,6 +451,8 @@ func (w *World) StartOperator(ctx context.Context) error {
 		GitHubTransport: w.githubTransport,
 		Webhook:         &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: w.webhook.certFile, KeyFile: w.webhook.keyFile, Secret: []byte(webhookSecret)},
 		ResyncInterval:  5 * time.Second,
+		// Leftovers show within seconds, as do the sweeper's metrics.
+		SweepInterval: 10 * time.Second,
 		// Injected faults come in runs; a local world should not sit out
 		// a five-minute backoff after one.
 		MaxRetryDelay: 10 * time.Second,
