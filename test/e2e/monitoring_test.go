@@ -51,7 +51,7 @@ func TestMonitoringScrape(t *testing.T) {
 	before := map[string]float64{}
 	eventually(t, 30*time.Second, "a first scrape of the operator", func() error {
 		if res, err := prom.query(`up{job="hyperfleet"} == 1`); err != nil || len(res) == 0 {
-			return fmt.Errorf("target not up yet (%v)", err)
+			return fmt.Errorf("target not up yet (%w)", err)
 		}
 		for q := range runCounts {
 			v, err := prom.value(q)
@@ -82,7 +82,7 @@ func TestMonitoringScrape(t *testing.T) {
 		var errs []error
 		for _, q := range []string{`hyperfleet_machineclaim_errors_total`, `hyperfleet_webhook_deliveries_total{result="bad_signature"}`} {
 			if res, err := prom.query(q); err != nil || len(res) == 0 {
-				errs = append(errs, fmt.Errorf("%s: %d series, %v", q, len(res), err))
+				errs = append(errs, fmt.Errorf("%s: %d series, %w", q, len(res), err))
 			}
 		}
 		return errors.Join(errs...)
@@ -115,7 +115,7 @@ func TestMonitoringScrape(t *testing.T) {
 		for q, exact := range runCounts {
 			v, err := prom.value(q)
 			if d := v - before[q]; err != nil || d < monitoringJobs || exact && d != monitoringJobs {
-				errs = append(errs, fmt.Errorf("%s grew by %v, want %d or more (exactly: %v) (%v)", q, d, monitoringJobs, exact, err))
+				errs = append(errs, fmt.Errorf("%s grew by %v, want %d or more (exactly: %v) (%w)", q, d, monitoringJobs, exact, err))
 			}
 		}
 		return errors.Join(errs...)
@@ -269,8 +269,9 @@ scrape_configs:
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
@@ -290,9 +291,8 @@ scrape_configs:
 	deadline := time.Now().Add(time.Minute)
 	for {
 		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("prometheus exited at start: %v", err)
+		case <-exited:
+			t.Fatalf("prometheus exited at start: %v", waitErr)
 		default:
 		}
 		res, err := http.Get(p.base + "/-/ready")
