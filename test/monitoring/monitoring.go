@@ -147,18 +147,21 @@ func (v Variable) QueryString() (string, error) {
 	return o.Query, nil
 }
 
-// LoadDashboard reads the dashboard.
-func LoadDashboard() (*Dashboard, error) {
-	data, err := os.ReadFile(Path(DashboardPath))
+// load decodes the asset at rel (a path relative to the repository root).
+func load[T any](rel string, decode func([]byte, any) error) (*T, error) {
+	data, err := os.ReadFile(Path(rel))
 	if err != nil {
 		return nil, err
 	}
-	var d Dashboard
-	if err := json.Unmarshal(data, &d); err != nil {
-		return nil, fmt.Errorf("%s: %w", DashboardPath, err)
+	var v T
+	if err := decode(data, &v); err != nil {
+		return nil, fmt.Errorf("%s: %w", rel, err)
 	}
-	return &d, nil
+	return &v, nil
 }
+
+// LoadDashboard reads the dashboard.
+func LoadDashboard() (*Dashboard, error) { return load[Dashboard](DashboardPath, json.Unmarshal) }
 
 // AllPanels returns every panel, those inside rows included.
 func (d *Dashboard) AllPanels() []Panel {
@@ -318,17 +321,10 @@ type Rule struct {
 // Name is the alert's or the recorded series' name.
 func (r Rule) Name() string { return r.Alert + r.Record }
 
-// LoadRules reads the rule file.
+// LoadRules reads the rule file; a field Prometheus would not know is an
+// error.
 func LoadRules() (*RuleFile, error) {
-	data, err := os.ReadFile(Path(RulesPath))
-	if err != nil {
-		return nil, err
-	}
-	var f RuleFile
-	if err := yaml.UnmarshalStrict(data, &f); err != nil {
-		return nil, fmt.Errorf("%s: %w", RulesPath, err)
-	}
-	return &f, nil
+	return load[RuleFile](RulesPath, func(data []byte, v any) error { return yaml.UnmarshalStrict(data, v) })
 }
 
 // Alerts returns every alerting rule.
