@@ -20,6 +20,17 @@ GOLANGCI_LINT ?= $(GOLANGCI_LINT_DIR)/golangci-lint
 # The real kube-apiserver and etcd, built from source and cached outside the
 # repository (see hack/envtest). Tests find them through KUBEBUILDER_ASSETS.
 ENVTEST_BUILD := hack/envtest/build.sh
+# The helm CLI, built from its Go module into the same cache (see
+# hack/helm). The chart's tests (test/chart) find it through HELM.
+HELM_BUILD := hack/helm/build.sh
+
+# The Helm chart, the primary install. It installs the same CRDs, rules and
+# admission policy as config/: `make manifests` copies them into the chart
+# (a chart reads only its own files), and test/chart checks that both
+# install the same objects.
+CHART_DIR := charts/hyperfleet
+CHART_CONFIG_FILES := rbac/role.yaml rbac/leader_election_role.yaml rbac/metrics_auth_role.yaml \
+	rbac/metrics_reader_role.yaml admission/protected_metadata_policy.yaml
 
 GO_TEST_FLAGS ?= -count=1
 # TEST_TIMEOUT bounds each package's test binary, a margin for a loaded CI
@@ -44,13 +55,20 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code for the API types.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths="./api/..."
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC into config/.
+manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC into config/ and copy them (and the roles and admission policy) into the chart.
 	$(CONTROLLER_GEN) crd paths="./api/..." output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=hyperfleet-manager paths="./internal/..." output:rbac:artifacts:config=config/rbac
+	rm -rf $(CHART_DIR)/crds $(CHART_DIR)/files/config
+	mkdir -p $(CHART_DIR)/crds
+	cp config/crd/bases/*.yaml $(CHART_DIR)/crds/
+	for f in $(CHART_CONFIG_FILES); do \
+		mkdir -p $(CHART_DIR)/files/config/$$(dirname $$f) && cp config/$$f $(CHART_DIR)/files/config/$$f; \
+	done
 
 .PHONY: docs
-docs: manifests ## Generate the per-kind API reference in docs/reference from the CRDs and samples.
+docs: manifests ## Generate the per-kind API reference in docs/reference and the chart's values table in its README.
 	go run ./hack/crd-docs --crds config/crd/bases --samples config/samples --out docs/reference
+	go run ./hack/chart-docs --values $(CHART_DIR)/values.yaml --readme $(CHART_DIR)/README.md
 
 ##@ Development
 
@@ -74,20 +92,24 @@ build: ## Build every binary into bin/.
 envtest: ## Build (or reuse) the cached kube-apiserver and etcd; prints their directory.
 	@$(ENVTEST_BUILD)
 
+.PHONY: helm
+helm: ## Build (or reuse) the cached helm CLI; prints its path.
+	@$(HELM_BUILD)
+
 .PHONY: test-deps
 test-deps: ## Install the system programs tests run (Debian's cloud-init).
 	hack/test-deps.sh
 
 .PHONY: test
-test: test-deps ## Run every test against the real API server (builds it on first use).
-	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
+test: test-deps ## Run every test against the real API server (builds it, and helm, on first use).
+	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))" go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: test-race
 # One package at a time (-p 1): under the race detector every envtest package
 # is several times slower, and packages running side by side starve each
 # other's API servers into timeouts on a 2-core machine.
 test-race: test-deps ## Run every test under the race detector, one package at a time, without the long controller scenarios (-short).
-	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test -race -short -p 1 $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
+	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))" go test -race -short -p 1 $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: test-e2e
 test-e2e: test-deps ## Run the end-to-end scenarios: operator, both simulators, the real agent in every VM.

@@ -1,270 +1,300 @@
 package v1alpha1
 
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ConditionType names a condition of a HyperFleet object (the Type of a
+// metav1.Condition). Typed, so that a reason can never stand in for a type.
+type ConditionType string
+
+// ConditionReason is a condition's reason, also used as an event's reason.
+type ConditionReason string
+
+// FindCondition returns the condition of type t in conds, or nil.
+func FindCondition(conds []metav1.Condition, t ConditionType) *metav1.Condition {
+	return meta.FindStatusCondition(conds, string(t))
+}
+
+// IsConditionTrue reports whether conds has condition t with status True.
+func IsConditionTrue(conds []metav1.Condition, t ConditionType) bool {
+	return meta.IsStatusConditionTrue(conds, string(t))
+}
+
+// IsConditionFalse reports whether conds has condition t with status False.
+func IsConditionFalse(conds []metav1.Condition, t ConditionType) bool {
+	return meta.IsStatusConditionFalse(conds, string(t))
+}
+
+// HasReason reports whether c exists and has reason r.
+func HasReason(c *metav1.Condition, r ConditionReason) bool { return c != nil && c.Reason == string(r) }
+
 // Condition types. Every kind reports Ready; the others say which part of
 // the work is or is not done so that `kubectl describe` explains a wait.
 const (
 	// ReadyCondition summarises an object: True when it is usable.
-	ReadyCondition = "Ready"
+	ReadyCondition ConditionType = "Ready"
 
 	// HypervisorClusterConnectedCondition is True when the operator reached
 	// the hypervisor's API with the configured credentials and trust.
-	HypervisorClusterConnectedCondition = "Connected"
+	HypervisorClusterConnectedCondition ConditionType = "Connected"
 	// HypervisorClusterTLSVerifiedCondition is False when the cluster is
 	// reached with certificate verification switched off (tls.insecureSkipVerify).
-	HypervisorClusterTLSVerifiedCondition = "TLSVerified"
+	HypervisorClusterTLSVerifiedCondition ConditionType = "TLSVerified"
 	// HypervisorClusterTenancyRestrictedCondition is False while the
 	// cluster admits every namespace (spec.allowedNamespaces unset or {})
 	// or has no admin allow-lists (spec.tenancy unset): tenants then choose
 	// bridges, VLANs, templates, storages and resource pools freely.
-	HypervisorClusterTenancyRestrictedCondition = "TenancyRestricted"
+	HypervisorClusterTenancyRestrictedCondition ConditionType = "TenancyRestricted"
 	// HypervisorClusterUnverifiedVMsCondition is True while VMs carry this
 	// install's tag but an ownership block that does not verify (lost or
 	// removed key, block copied from another cluster, edited or forged);
 	// the operator never touches them (docs/security.md, "Ownership keys").
-	HypervisorClusterUnverifiedVMsCondition = "UnverifiedVMs"
+	HypervisorClusterUnverifiedVMsCondition ConditionType = "UnverifiedVMs"
 
 	// HypervisorMachineTemplateValidCondition is True when the template was
 	// checked against its cluster: it sets no field the operator does not
 	// act on, the source exists and is a template, the clone mode is
 	// possible on its storage, referenced Secrets exist, and a VM's whole
 	// cloud-init renders with placeholder credentials.
-	HypervisorMachineTemplateValidCondition = "Valid"
+	HypervisorMachineTemplateValidCondition ConditionType = "Valid"
 	// HypervisorMachineTemplateReusableCredentialCondition is True (a
 	// warning) when the template's VMs receive a credential that outlives
 	// one runner: a registration token (bootstrap.method runner-token) of
 	// organization scope, on the template or on a RunnerPool using it.
-	HypervisorMachineTemplateReusableCredentialCondition = "ReusableCredential"
+	HypervisorMachineTemplateReusableCredentialCondition ConditionType = "ReusableCredential"
 
 	// RunnerPoolScalingCondition is True while the pool is changing size.
-	RunnerPoolScalingCondition = "Scaling"
+	RunnerPoolScalingCondition ConditionType = "Scaling"
 	// RunnerPoolCapacityCondition is False when the pool cannot serve its
 	// demand (at maxReplicas, cluster unavailable, addresses exhausted ...).
-	RunnerPoolCapacityCondition = "CapacityAvailable"
+	RunnerPoolCapacityCondition ConditionType = "CapacityAvailable"
 	// RunnerPoolScopeVerifiedCondition is True when the template's
 	// credentials were shown to manage runners in the pool's scope
 	// (repository or organization). Only such pools receive jobs and
 	// create VMs; see docs/security.md.
-	RunnerPoolScopeVerifiedCondition = "ScopeVerified"
+	RunnerPoolScopeVerifiedCondition ConditionType = "ScopeVerified"
 	// RunnerPoolReplacementBackoffCondition is True while the pool waits
 	// before replacing claims that kept failing (docs/runnerpool.md).
-	RunnerPoolReplacementBackoffCondition = "ReplacementBackoff"
+	RunnerPoolReplacementBackoffCondition ConditionType = "ReplacementBackoff"
 
 	// MachineClaimProvisionedCondition is True once the VM exists, is
 	// configured and has been started.
-	MachineClaimProvisionedCondition = "Provisioned"
+	MachineClaimProvisionedCondition ConditionType = "Provisioned"
 	// MachineClaimBootstrappedCondition is True once the workload side
 	// (a registered CI runner) reports the VM ready for work.
-	MachineClaimBootstrappedCondition = "Bootstrapped"
+	MachineClaimBootstrappedCondition ConditionType = "Bootstrapped"
 	// MachineClaimEndingCondition is True once the claim was asked to end
 	// or began to: its reason says which step it is at (RunnerBusy while a
 	// job keeps the VM, DeletingVM, VMDeleted, RetainedForDebugging,
 	// Finished ...), and Ready is False with the same reason.
-	MachineClaimEndingCondition = "Ending"
+	MachineClaimEndingCondition ConditionType = "Ending"
 	// MachineClaimStuckCondition is True when a claim has made no progress
 	// in its current phase for longer than expected.
-	MachineClaimStuckCondition = "Stuck"
+	MachineClaimStuckCondition ConditionType = "Stuck"
 	// MachineClaimOwnershipVerifiedCondition is False when the VM recorded in
 	// status does not carry this operator's valid ownership marker; such a
 	// VM is never modified or destroyed.
-	MachineClaimOwnershipVerifiedCondition = "OwnershipVerified"
+	MachineClaimOwnershipVerifiedCondition ConditionType = "OwnershipVerified"
 
 	// IPPoolExhaustedCondition is True when no address is left to allocate.
-	IPPoolExhaustedCondition = "Exhausted"
+	IPPoolExhaustedCondition ConditionType = "Exhausted"
 )
 
 // Condition reasons. Every condition carries one.
 const (
 	// ReconcilingReason: the controller has not finished its first pass.
-	ReconcilingReason = "Reconciling"
+	ReconcilingReason ConditionReason = "Reconciling"
 	// ReadyReason: everything the object needs is in place.
-	ReadyReason = "Ready"
+	ReadyReason ConditionReason = "Ready"
 	// OrganizationRegistrationTokenReason: VMs receive a registration token
 	// that registers any number of runners anywhere in an organization.
-	OrganizationRegistrationTokenReason = "OrganizationRegistrationToken"
+	OrganizationRegistrationTokenReason ConditionReason = "OrganizationRegistrationToken"
 	// SingleUseCredentialReason: VMs receive nothing reusable beyond their
 	// own runner.
-	SingleUseCredentialReason = "SingleUseCredential"
+	SingleUseCredentialReason ConditionReason = "SingleUseCredential"
 
 	// UnreachableReason: the hypervisor API did not answer.
-	UnreachableReason = "Unreachable"
+	UnreachableReason ConditionReason = "Unreachable"
 	// AuthenticationFailedReason: the hypervisor or GitHub refused the credentials.
-	AuthenticationFailedReason = "AuthenticationFailed"
+	AuthenticationFailedReason ConditionReason = "AuthenticationFailed"
 	// SecretNotFoundReason: a referenced Secret or key does not exist.
-	SecretNotFoundReason = "SecretNotFound"
+	SecretNotFoundReason ConditionReason = "SecretNotFound"
 	// OwnershipNotVerifiedReason: VMs with this install's tag whose
 	// ownership block does not verify exist (UnverifiedVMs True).
-	OwnershipNotVerifiedReason = "OwnershipNotVerified"
+	OwnershipNotVerifiedReason ConditionReason = "OwnershipNotVerified"
 	// AllVerifiedReason: every tagged VM checked has a verifying block
 	// (UnverifiedVMs False).
-	AllVerifiedReason = "AllVerified"
+	AllVerifiedReason ConditionReason = "AllVerified"
 	// InsecureTLSReason: certificate verification is switched off by the user.
-	InsecureTLSReason = "InsecureSkipVerify"
+	InsecureTLSReason ConditionReason = "InsecureSkipVerify"
 	// NamespaceNotAllowedReason: the cluster's allowedNamespaces excludes the object's namespace.
-	NamespaceNotAllowedReason = "NamespaceNotAllowed"
+	NamespaceNotAllowedReason ConditionReason = "NamespaceNotAllowed"
 	// NotAllowedByClusterReason: the template uses a bridge, VLAN, Proxmox
 	// template, storage or resource pool that no spec.tenancy entry of its
 	// cluster allows to its namespace.
-	NotAllowedByClusterReason = "NotAllowedByCluster"
+	NotAllowedByClusterReason ConditionReason = "NotAllowedByCluster"
 	// RestrictedReason: the cluster admits selected namespaces only and
 	// limits what they use (spec.allowedNamespaces and spec.tenancy).
-	RestrictedReason = "Restricted"
+	RestrictedReason ConditionReason = "Restricted"
 	// AllNamespacesAdmittedReason: spec.allowedNamespaces is unset or {}.
-	AllNamespacesAdmittedReason = "AllNamespacesAdmitted"
+	AllNamespacesAdmittedReason ConditionReason = "AllNamespacesAdmitted"
 	// NoAllowListsReason: spec.tenancy is unset.
-	NoAllowListsReason = "NoAllowLists"
+	NoAllowListsReason ConditionReason = "NoAllowLists"
 
 	// TemplateNotFoundReason: the hypervisor has no such template.
-	TemplateNotFoundReason = "TemplateNotFound"
+	TemplateNotFoundReason ConditionReason = "TemplateNotFound"
 	// NotATemplateReason: the source VM is not marked as a template.
-	NotATemplateReason = "NotATemplate"
+	NotATemplateReason ConditionReason = "NotATemplate"
 	// LinkedCloneUnsupportedReason: the template's storage cannot hold linked clones.
-	LinkedCloneUnsupportedReason = "LinkedCloneUnsupported"
+	LinkedCloneUnsupportedReason ConditionReason = "LinkedCloneUnsupported"
 	// TemplateInvalidReason: the template fails validation for another reason.
-	TemplateInvalidReason = "TemplateInvalid"
+	TemplateInvalidReason ConditionReason = "TemplateInvalid"
 	// InvalidTLSReason: the CA bundle or fingerprint cannot be used.
-	InvalidTLSReason = "InvalidTLS"
+	InvalidTLSReason ConditionReason = "InvalidTLS"
 	// InUseReason: a deleted cluster still has claims with VMs on it.
-	InUseReason = "InUse"
+	InUseReason ConditionReason = "InUse"
 	// ClusterUnavailableReason: the referenced HypervisorCluster is not Ready.
-	ClusterUnavailableReason = "ClusterUnavailable"
+	ClusterUnavailableReason ConditionReason = "ClusterUnavailable"
 	// NotImplementedReason: the object sets a field the API accepts but
 	// this operator version does not implement yet (for example
 	// spec.attestation.method join-token). The object is not Ready, and
 	// nothing is built from it, until the field is removed; the condition's
 	// message names the field and the way out (docs/security.md).
-	NotImplementedReason = "NotImplemented"
+	NotImplementedReason ConditionReason = "NotImplemented"
 	// UnsupportedReason: the object sets a value the operator will not act
 	// on in this combination (for example a Windows runner, which the
 	// Linux-only agent cannot run). The message names the field and the fix.
-	UnsupportedReason = "Unsupported"
+	UnsupportedReason ConditionReason = "Unsupported"
 	// AgentUnavailableReason: the template takes the agent from the
 	// operator (bootstrap.agentSource Operator), but the operator serves no
 	// agent binary for the template's runner os and arch.
-	AgentUnavailableReason = "AgentUnavailable"
+	AgentUnavailableReason ConditionReason = "AgentUnavailable"
 
 	// MaxMachinesReachedReason: the cluster's spec.limits.maxMachines VMs
 	// exist or are being created; a claim waits for one to be deleted.
-	MaxMachinesReachedReason = "MaxMachinesReached"
+	MaxMachinesReachedReason ConditionReason = "MaxMachinesReached"
 	// InsufficientCapacityReason: no allowed node has the memory, or a
 	// storage the room, for the VM; the claim waits for capacity.
-	InsufficientCapacityReason = "InsufficientCapacity"
+	InsufficientCapacityReason ConditionReason = "InsufficientCapacity"
 
 	// AtMaxReplicasReason: demand exceeds the pool's maxReplicas.
-	AtMaxReplicasReason = "AtMaxReplicas"
+	AtMaxReplicasReason ConditionReason = "AtMaxReplicas"
 	// InvalidSpecReason: an IPPool's spec cannot be parsed (overlapping or
 	// malformed ranges); the message names the field.
-	InvalidSpecReason = "InvalidSpec"
+	InvalidSpecReason ConditionReason = "InvalidSpec"
 	// IPPoolExhaustedReason: no static address is left for a new VM.
-	IPPoolExhaustedReason = "IPPoolExhausted"
+	IPPoolExhaustedReason ConditionReason = "IPPoolExhausted"
 	// RateLimitedReason: the CI platform's API rate limit holds work back.
-	RateLimitedReason = "RateLimited"
+	RateLimitedReason ConditionReason = "RateLimited"
 	// DemandIncreasedReason and DemandDecreasedReason explain scaling.
-	DemandIncreasedReason = "DemandIncreased"
-	DemandDecreasedReason = "DemandDecreased"
+	DemandIncreasedReason ConditionReason = "DemandIncreased"
+	DemandDecreasedReason ConditionReason = "DemandDecreased"
 	// StableReason: the pool has the size its demand needs.
-	StableReason = "Stable"
+	StableReason ConditionReason = "Stable"
 	// ReplacingStaleReason: VMs built from an older template are being
 	// replaced (template drift).
-	ReplacingStaleReason = "ReplacingStaleVMs"
+	ReplacingStaleReason ConditionReason = "ReplacingStaleVMs"
 	// WaitingForTerminationReason: room under maxReplicas is held by VMs
 	// still being destroyed.
-	WaitingForTerminationReason = "WaitingForTermination"
+	WaitingForTerminationReason ConditionReason = "WaitingForTermination"
 	// TemplateNotReadyReason: the pool's template is missing or not valid.
-	TemplateNotReadyReason = "TemplateNotReady"
+	TemplateNotReadyReason ConditionReason = "TemplateNotReady"
 	// RunnerOnlineReason: the VM's runner is registered and connected.
-	RunnerOnlineReason = "RunnerOnline"
+	RunnerOnlineReason ConditionReason = "RunnerOnline"
 	// RetainedReason: a failed VM is kept, stopped, for debugging.
-	RetainedReason = "RetainedForDebugging"
+	RetainedReason ConditionReason = "RetainedForDebugging"
 
 	// CloningReason, StartingReason, WaitingForGuestReason, WaitingForRunnerReason
 	// say where a claim is on its way to Ready.
-	CloningReason          = "Cloning"
-	StartingReason         = "Starting"
-	WaitingForGuestReason  = "WaitingForGuest"
-	WaitingForRunnerReason = "WaitingForRunner"
+	CloningReason          ConditionReason = "Cloning"
+	StartingReason         ConditionReason = "Starting"
+	WaitingForGuestReason  ConditionReason = "WaitingForGuest"
+	WaitingForRunnerReason ConditionReason = "WaitingForRunner"
 	// ProvisioningFailedReason: the hypervisor refused or failed a step.
-	ProvisioningFailedReason = "ProvisioningFailed"
+	ProvisioningFailedReason ConditionReason = "ProvisioningFailed"
 	// OwnershipMismatchReason: the VM's ownership marker does not verify.
-	OwnershipMismatchReason = "OwnershipMismatch"
+	OwnershipMismatchReason ConditionReason = "OwnershipMismatch"
 	// RunnerBusyReason: the claim's runner is running a job; the VM stays
 	// until the job ends.
-	RunnerBusyReason = "RunnerBusy"
+	RunnerBusyReason ConditionReason = "RunnerBusy"
 	// PhaseTimeoutReason: a claim stayed in one phase for too long.
-	PhaseTimeoutReason = "PhaseTimeout"
+	PhaseTimeoutReason ConditionReason = "PhaseTimeout"
 	// ReservationRejectedReason: a claim's VM reservation annotation was
 	// not trusted (its signature or its placement did not check out).
-	ReservationRejectedReason = "ReservationRejected"
+	ReservationRejectedReason ConditionReason = "ReservationRejected"
 
 	// ScopeVerifiedReason: the credentials manage runners in the scope.
-	ScopeVerifiedReason = "CredentialsReachScope"
+	ScopeVerifiedReason ConditionReason = "CredentialsReachScope"
 	// ScopeNotReachableReason: the credentials cannot see the scope or
 	// lack the runner permission there; the pool gets no job and no VM.
-	ScopeNotReachableReason = "ScopeNotReachable"
+	ScopeNotReachableReason ConditionReason = "ScopeNotReachable"
 	// ScopeCheckFailedReason: the scope could not be checked (the CI
 	// platform was unavailable or rate-limited); it is checked again.
-	ScopeCheckFailedReason = "ScopeCheckFailed"
+	ScopeCheckFailedReason ConditionReason = "ScopeCheckFailed"
 	// ScopeNotVerifiedReason (CapacityAvailable): no VM is created until
 	// ScopeVerified is True.
-	ScopeNotVerifiedReason = "ScopeNotVerified"
+	ScopeNotVerifiedReason ConditionReason = "ScopeNotVerified"
 	// AmbiguousJobRoutingReason (event): a job was covered by several
 	// equally specific verified pools and none was scaled for it.
-	AmbiguousJobRoutingReason = "AmbiguousJobRouting"
+	AmbiguousJobRoutingReason ConditionReason = "AmbiguousJobRouting"
 
 	// ConsecutiveFailuresReason (ReplacementBackoff True): the pool's last
 	// claims failed before their runner came online; replacements wait.
-	ConsecutiveFailuresReason = "ConsecutiveFailures"
+	ConsecutiveFailuresReason ConditionReason = "ConsecutiveFailures"
 	// NoRecentFailuresReason (ReplacementBackoff False).
-	NoRecentFailuresReason = "NoRecentFailures"
+	NoRecentFailuresReason ConditionReason = "NoRecentFailures"
 
 	// Reasons a claim ends (MachineClaimEndRequest and MachineClaimEnd;
 	// EndReason.ConditionReason maps one to the other).
-	JobCompletedReason     = "JobCompleted"
-	IdleTimeoutReason      = "IdleTimeout"
-	MaxLifetimeReason      = "MaxLifetime"
-	JobTimeoutReason       = "JobTimeout"
-	BootstrapTimeoutReason = "BootstrapTimeout"
-	DriftReplacedReason    = "DriftReplaced"
-	ScaledDownReason       = "ScaledDown"
-	OrphanedReason         = "Orphaned"
-	DeletedReason          = "Deleted"
+	JobCompletedReason     ConditionReason = "JobCompleted"
+	IdleTimeoutReason      ConditionReason = "IdleTimeout"
+	MaxLifetimeReason      ConditionReason = "MaxLifetime"
+	JobTimeoutReason       ConditionReason = "JobTimeout"
+	BootstrapTimeoutReason ConditionReason = "BootstrapTimeout"
+	DriftReplacedReason    ConditionReason = "DriftReplaced"
+	ScaledDownReason       ConditionReason = "ScaledDown"
+	OrphanedReason         ConditionReason = "Orphaned"
+	DeletedReason          ConditionReason = "Deleted"
 	// VMPoweredOffReason: the claim's VM powered off on its own.
-	VMPoweredOffReason = "VMPoweredOff"
+	VMPoweredOffReason ConditionReason = "VMPoweredOff"
 	// VMGoneReason: the claim's VM no longer exists on its cluster.
-	VMGoneReason = "VMGone"
+	VMGoneReason ConditionReason = "VMGone"
 	// EndedReason: the claim ended for a reason this version does not name.
-	EndedReason = "Ended"
+	EndedReason ConditionReason = "Ended"
 
 	// Steps of a claim's way to its VM (Provisioned False) and out of it
 	// (Ending True).
 	// CreatedReason: the claim waits to be provisioned.
-	CreatedReason = "Created"
+	CreatedReason ConditionReason = "Created"
 	// QueuedReason: the VM waits for a clone slot.
-	QueuedReason = "Queued"
+	QueuedReason ConditionReason = "Queued"
 	// ConfiguringReason: the VM is being configured.
-	ConfiguringReason = "Configuring"
+	ConfiguringReason ConditionReason = "Configuring"
 	// DeletingVMReason: the claim's VM is being destroyed.
-	DeletingVMReason = "DeletingVM"
+	DeletingVMReason ConditionReason = "DeletingVM"
 	// VMDeletedReason: the claim's VM was destroyed.
-	VMDeletedReason = "VMDeleted"
+	VMDeletedReason ConditionReason = "VMDeleted"
 	// FailedDeleteReason: destroying the claim's VM failed; it is retried.
-	FailedDeleteReason = "FailedDelete"
+	FailedDeleteReason ConditionReason = "FailedDelete"
 	// RetainingReason: a failed VM is being made safe to keep.
-	RetainingReason = "Retaining"
+	RetainingReason ConditionReason = "Retaining"
 	// RunnerRemovedReason: the claim's runner was deregistered.
-	RunnerRemovedReason = "RunnerRemoved"
+	RunnerRemovedReason ConditionReason = "RunnerRemoved"
 	// RunnerNotRemovedReason: deregistering the claim's runner failed.
-	RunnerNotRemovedReason = "RunnerNotRemoved"
+	RunnerNotRemovedReason ConditionReason = "RunnerNotRemoved"
 	// RunnerStateUnknownReason: the claim's runner took a job and the CI
 	// platform cannot be asked whether it still runs it.
-	RunnerStateUnknownReason = "RunnerStateUnknown"
+	RunnerStateUnknownReason ConditionReason = "RunnerStateUnknown"
 	// FinishedReason: the VM is gone; the claim is kept as history.
-	FinishedReason = "Finished"
+	FinishedReason ConditionReason = "Finished"
 
 	// NoProgressReason (Stuck True): the claim stayed in its phase longer
 	// than the manager's bound for that phase.
-	NoProgressReason = "NoProgress"
+	NoProgressReason ConditionReason = "NoProgress"
 	// ProgressingReason (Stuck False).
-	ProgressingReason = "Progressing"
+	ProgressingReason ConditionReason = "Progressing"
 )
 
 // Standard labels and annotations stamped on every object the operator

@@ -37,7 +37,7 @@ const (
 func (r EndReason) Hard() bool { return r == EndMaxLifetime || r == EndJobTimeout }
 
 // endConditionReasons are the condition reasons of the end reasons.
-var endConditionReasons = map[EndReason]string{
+var endConditionReasons = map[EndReason]ConditionReason{
 	EndJobCompleted:     JobCompletedReason,
 	EndIdleTimeout:      IdleTimeoutReason,
 	EndMaxLifetime:      MaxLifetimeReason,
@@ -53,7 +53,7 @@ var endConditionReasons = map[EndReason]string{
 
 // ConditionReason is the reason's condition reason (and event reason):
 // job_completed is JobCompleted. An unknown reason is Ended.
-func (r EndReason) ConditionReason() string {
+func (r EndReason) ConditionReason() ConditionReason {
 	if c, ok := endConditionReasons[r]; ok {
 		return c
 	}

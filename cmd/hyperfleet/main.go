@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,14 +25,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
+	"github.com/hyperfleet/hyperfleet/internal/settings"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 )
+
+// The CI platforms this binary ships, by workload type (spec.workload.type).
+// Supporting another is its package under pkg/workload and one line here.
+func init() {
+	workload.Register(hfv1.WorkloadGitHubActions, github.NewBackend)
+}
 
 func main() {
 	if len(os.Args) < 2 {
@@ -74,6 +83,8 @@ Run "hyperfleet <command> -h" for the command's flags.
 func runManager(args []string) error {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
 	metricsAddr := fs.String("metrics-bind-address", ":8080", "address the /metrics endpoint binds to; 0 disables it")
+	metricsSecure := fs.Bool("metrics-secure", false, "serve /metrics over HTTPS and let only authenticated callers allowed get on the non-resource URL /metrics scrape it (TokenReview and SubjectAccessReview; the Helm chart's ClusterRole hyperfleet-metrics-reader grants it)")
+	metricsCertDir := fs.String("metrics-cert-dir", "", "directory with tls.crt and tls.key for --metrics-secure; empty: a self-signed certificate made at start")
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
 	leaderElect := fs.Bool("leader-elect", true, "elect a leader so that only one replica reconciles")
 	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "hyperfleet-system"), "namespace of the operator (ownership Secret, leader lease)")
@@ -100,7 +111,8 @@ func runManager(args []string) error {
 	agentFlags := bindAgentServerFlags(fs)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	sources, err := settings.Parse(fs, args, os.Environ())
+	if err != nil {
 		return err
 	}
 	if err := checkMaxEventAge(*webhookMaxEventAge); err != nil {
@@ -108,6 +120,7 @@ func runManager(args []string) error {
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
+	logSettings(log, fs, sources)
 	agentServer, err := agentFlags.options()
 	if err != nil {
 		return err
@@ -126,7 +139,7 @@ func runManager(args []string) error {
 	}
 	mgrOpts := ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: *metricsAddr},
+		Metrics:                 manager.MetricsOptions(*metricsAddr, *metricsSecure, *metricsCertDir),
 		HealthProbeBindAddress:  *probeAddr,
 		LeaderElection:          *leaderElect,
 		LeaderElectionID:        "hyperfleet-manager.hyperfleet.io",
@@ -267,4 +280,16 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// logSettings logs every setting that is not its default, with where it
+// came from (flag, environment or settings file); no flag holds a secret.
+func logSettings(log logr.Logger, fs *flag.FlagSet, sources map[string]settings.Source) {
+	var kv []any
+	fs.VisitAll(func(f *flag.Flag) {
+		if src := sources[f.Name]; src != settings.SourceDefault && src != "" {
+			kv = append(kv, f.Name, fmt.Sprintf("%s (%s)", f.Value, src))
+		}
+	})
+	log.Info("Settings that are not their default", kv...)
 }

@@ -21,8 +21,8 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
 	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 )
 
 // canaryWorld is what a canary scan reads: the operator and the simulators

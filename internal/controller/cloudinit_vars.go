@@ -5,12 +5,12 @@ import (
 	"net/netip"
 	"net/url"
 	"path"
-	"strings"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // AgentLocator finds the agent binary the operator serves to VMs whose
@@ -18,22 +18,13 @@ import (
 // Server). It is fixed for the life of the process.
 type AgentLocator interface {
 	// Lookup returns the download URL and SHA-256 of the agent for a
-	// runner os and arch in GitHub's naming (linux, x64); ok is false when
-	// no such binary is served.
+	// runner os and arch in the CI platform's naming (linux, x64); ok is
+	// false when no such binary is served.
 	Lookup(os, arch string) (url, sha256 string, ok bool)
 	// CA is the PEM CA bundle VMs trust for the download, empty for their
 	// system roots.
 	CA() string
 }
-
-// Runner software defaults, the same as the CRD's, for objects created
-// before a default existed.
-const (
-	defaultInstallPath  = "/opt/actions-runner"
-	defaultWorkDir      = "/var/lib/hyperfleet/work"
-	defaultConfigScript = "config.sh"
-	defaultRunScript    = "run.sh"
-)
 
 // templateVars are the cloud-init variables every VM of a template shares.
 // The MachineClaim controller adds the per-VM ones (claimVars); the template
@@ -44,7 +35,7 @@ type staticAddr struct {
 	pool *ipam.Pool
 }
 
-func templateVars(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool) cloudinit.Vars {
+func templateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool) cloudinit.Vars {
 	spec := tmpl.Spec
 	v := cloudinit.Vars{
 		NetworkMode:      orDefault(string(spec.Network.Mode), cloudinit.NetworkDHCP),
@@ -91,34 +82,22 @@ func templateVars(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.Hypervisor
 		v.TPMDevicePath = tpm.DevicePath
 	}
 	v.BootstrapMethod = orDefault(string(spec.Bootstrap.Method), cloudinit.BootstrapJITConfig)
-	gh := spec.Bootstrap.GitHub
-	v.RegistrationURL = registrationURL(gh)
-	v.RunnerGroup = gh.RunnerGroup
-	rc := cloudinit.RunnerConfig{
-		InstallPath: defaultInstallPath, WorkDir: defaultWorkDir,
-		ConfigScript: defaultConfigScript, RunScript: defaultRunScript, OS: "linux", Arch: "x64",
+	// The runner part is the CI platform's: its back-end reads it from
+	// the template, defaults and resolved release included.
+	_, t, _ := ws.Template(tmpl)
+	v.RegistrationURL = t.RegistrationURL
+	v.RunnerGroup = t.RunnerGroup
+	rs := t.Runner
+	v.RunnerConfig = cloudinit.RunnerConfig{
+		InstallPath: rs.InstallPath, WorkDir: rs.WorkDir, ConfigScript: rs.ConfigScript, RunScript: rs.RunScript,
+		OS: rs.OS, Arch: rs.Arch, DownloadURL: rs.DownloadURL, DownloadSHA256: rs.DownloadSHA256,
 	}
-	if r := gh.Runner; r != nil {
-		rc.InstallPath = orDefault(r.InstallPath, rc.InstallPath)
-		rc.WorkDir = orDefault(r.WorkDir, rc.WorkDir)
-		rc.ConfigScript = orDefault(r.ConfigScript, rc.ConfigScript)
-		rc.RunScript = orDefault(r.RunScript, rc.RunScript)
-		rc.OS = orDefault(string(r.OS), rc.OS)
-		rc.Arch = orDefault(string(r.Arch), rc.Arch)
-		rc.DownloadURL = strings.NewReplacer("{os}", rc.OS, "{arch}", rc.Arch).Replace(r.DownloadURL)
-		rc.DownloadSHA256 = r.DownloadSHA256
-		if rr := tmpl.Status.Runner; r.Version != "" && rr != nil {
-			// Resolved by the template controller from the release.
-			rc.DownloadURL, rc.DownloadSHA256 = rr.DownloadURL, rr.DownloadSHA256
-		}
-	}
-	v.RunnerConfig = rc
 	return v
 }
 
 // claimVars adds a claim's per-VM values to its template's variables.
-func claimVars(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, addr staticAddr) cloudinit.Vars {
-	v := templateVars(tmpl, cluster, addr.pool)
+func claimVars(ws *workload.Backends, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, addr staticAddr) cloudinit.Vars {
+	v := templateVars(ws, tmpl, cluster, addr.pool)
 	if addr.ip.IsValid() {
 		v.StaticIP = addr.ip.String()
 	}
@@ -127,41 +106,18 @@ func claimVars(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, c
 	v.InstanceID = string(claim.UID)
 	v.MACAddress = macFor(string(claim.UID))
 	v.RunnerName = runnerNameFor(claim, v.Hostname)
-	if wc := claim.Spec.WorkloadConfig; wc != nil && wc.GitHub != nil {
-		if wc.GitHub.RunnerName != "" {
-			v.RunnerName = wc.GitHub.RunnerName
+	if be, ok := ws.Claim(claim, tmpl); ok {
+		// The runner the claim asks for itself (spec.workloadConfig).
+		cr := be.Claim(claim)
+		if cr.Name != "" {
+			v.RunnerName = cr.Name
 		}
-		v.Labels = cloudinit.List(wc.GitHub.Labels)
-		if wc.GitHub.RunnerGroup != "" {
-			v.RunnerGroup = wc.GitHub.RunnerGroup
+		v.Labels = cloudinit.List(cr.Labels)
+		if cr.Group != "" {
+			v.RunnerGroup = cr.Group
 		}
 	}
 	return v
-}
-
-// registrationURL is where runners register: the runnerURLs template for
-// the template's scope, or GitHub's web URL derived from apiBaseURL.
-func registrationURL(gh hfv1.GitHubBootstrap) string {
-	repo := gh.Repository
-	owner := gh.Owner
-	if u := gh.RunnerURLs; u != nil {
-		r := strings.NewReplacer("{owner}", owner, "{repo}", repo)
-		if repo != "" && u.Repository != "" {
-			return r.Replace(u.Repository)
-		}
-		if repo == "" && u.Organization != "" {
-			return r.Replace(u.Organization)
-		}
-	}
-	web := "https://github.com"
-	if api := strings.TrimRight(gh.APIBaseURL, "/"); api != "" && api != "https://api.github.com" {
-		// GitHub Enterprise Server serves its API under /api/v3.
-		web = strings.TrimSuffix(api, "/api/v3")
-	}
-	if repo != "" {
-		return web + "/" + owner + "/" + repo
-	}
-	return web + "/" + owner
 }
 
 // setAgentVars fills the agent download variables of a template whose
@@ -169,14 +125,15 @@ func registrationURL(gh hfv1.GitHubBootstrap) string {
 // other templates keep them empty, so their cloud-init (and hash) does not
 // change when an agent server is configured. The error says what to fix;
 // the template controller reports it as AgentUnavailable.
-func setAgentVars(tmpl *hfv1.HypervisorMachineTemplate, agent AgentLocator, v *cloudinit.Vars) error {
+func setAgentVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, agent AgentLocator, v *cloudinit.Vars) error {
 	if tmpl.Spec.Bootstrap.AgentSource != hfv1.AgentSourceOperator {
 		return nil
 	}
 	goos, arch := v.RunnerConfig.OS, v.RunnerConfig.Arch
 	name, err := agentserver.FileName(goos, arch)
 	if err != nil {
-		return fmt.Errorf("spec.bootstrap.agentSource is Operator, but %w (spec.bootstrap.github.runner.os and arch); for another platform build the agent into the template and use agentSource Image", err)
+		_, t, _ := ws.Template(tmpl)
+		return fmt.Errorf("spec.bootstrap.agentSource is Operator, but %w (%s.runner.os and arch); for another platform build the agent into the template and use agentSource Image", err, t.Field)
 	}
 	if agent == nil {
 		return fmt.Errorf("spec.bootstrap.agentSource is Operator, but this operator serves no agent binaries: start the manager with --agent-server-addr, --agent-server-url, --agent-server-cert and --agent-server-key, and --agent-binaries-dir naming a directory with %s; or use agentSource Image with the agent at %s in the template",

@@ -31,21 +31,21 @@ func TestSetAgentVars(t *testing.T) {
 		return tm
 	}
 	vars := func(tm *hfv1.HypervisorMachineTemplate) cloudinit.Vars {
-		return templateVars(tm, &hfv1.HypervisorCluster{}, nil)
+		return templateVars(ciPlatforms, tm, &hfv1.HypervisorCluster{}, nil)
 	}
 
 	// Image (and unset, created before the field existed): nothing changes.
 	for _, source := range []hfv1.AgentSource{"", hfv1.AgentSourceImage} {
 		tm := tmpl(source, "")
 		v := vars(tm)
-		if err := setAgentVars(tm, agents, &v); err != nil || v.AgentDownloadURL != "" || v.BootstrapServiceURL != "" {
+		if err := setAgentVars(ciPlatforms, tm, agents, &v); err != nil || v.AgentDownloadURL != "" || v.BootstrapServiceURL != "" {
 			t.Errorf("agentSource %q: %v, %+v", source, err, v)
 		}
 	}
 
 	tm := tmpl(hfv1.AgentSourceOperator, "")
 	v := vars(tm)
-	if err := setAgentVars(tm, agents, &v); err != nil {
+	if err := setAgentVars(ciPlatforms, tm, agents, &v); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasSuffix(v.AgentDownloadURL, "/hyperfleet-agent-linux-x64?sha256="+sum) || v.AgentSHA256 != sum || v.AgentCA == "" {
@@ -66,7 +66,7 @@ func TestSetAgentVars(t *testing.T) {
 		{"32-bit arm", tmpl(hfv1.AgentSourceOperator, "arm"), agents, []string{"linux/x64 and linux/arm64 runners only, not linux/arm", "spec.bootstrap.github.runner"}},
 	} {
 		v := vars(tc.tm)
-		err := setAgentVars(tc.tm, tc.agents, &v)
+		err := setAgentVars(ciPlatforms, tc.tm, tc.agents, &v)
 		for _, want := range tc.want {
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("%s: error %v does not mention %q", tc.name, err, want)

@@ -186,7 +186,7 @@ func TestGitHubJITRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	draining := waitPhase(t, claim, hfv1.MachineClaimDraining, 20*time.Second)
-	if c := findCondition(draining, hfv1.ReadyCondition); c == nil || c.Reason != hfv1.RunnerBusyReason {
+	if c := findCondition(draining, string(hfv1.ReadyCondition)); c == nil || c.Reason != string(hfv1.RunnerBusyReason) {
 		t.Errorf("Ready condition of a draining claim = %+v", c)
 	}
 	if vm := findVM(t, sim, int(got.Status.VMRef.VMID)); vm.Status != "running" {

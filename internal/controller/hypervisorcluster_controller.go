@@ -26,8 +26,8 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -156,7 +156,7 @@ func (r *HypervisorClusterReconciler) reconcileConnection(ctx context.Context, c
 		if !errors.Is(err, errSecretMissing) {
 			reason = hfv1.UnreachableReason
 		}
-		r.markDown(cluster, reason, err.Error(), wasReady)
+		r.markDown(cluster, hfv1.ConditionReason(string(reason)), err.Error(), wasReady)
 		// A Secret watch wakes the cluster once the Secret appears.
 		return ctrl.Result{RequeueAfter: maxProbeBackoff}, nil
 	}
@@ -221,14 +221,14 @@ func (r *HypervisorClusterReconciler) reconcileConnection(ctx context.Context, c
 }
 
 // probeFailureReason names what the user has to look at.
-func probeFailureReason(err error) string {
+func probeFailureReason(err error) hfv1.ConditionReason {
 	switch {
 	case errors.Is(err, provider.ErrUnauthorized):
 		return hfv1.AuthenticationFailedReason
 	case provider.ReasonOf(err) == "TLSVerificationFailed":
 		return hfv1.InvalidTLSReason
 	case provider.Classify(err) == provider.ClassConfiguration:
-		return provider.ReasonOf(err)
+		return hfv1.ConditionReason(provider.ReasonOf(err))
 	default:
 		return hfv1.UnreachableReason
 	}
@@ -236,14 +236,14 @@ func probeFailureReason(err error) string {
 
 // markDown records a failed connection in the registry, status, metrics
 // and (on the transition only) events. It returns the failure count.
-func (r *HypervisorClusterReconciler) markDown(cluster *hfv1.HypervisorCluster, reason, msg string, wasReady bool) int {
-	failures := r.Registry.SetHealth(cluster.Name, hypervisors.Health{Ready: false, Reason: reason, Message: msg}, r.Clock.Now())
+func (r *HypervisorClusterReconciler) markDown(cluster *hfv1.HypervisorCluster, reason hfv1.ConditionReason, msg string, wasReady bool) int {
+	failures := r.Registry.SetHealth(cluster.Name, hypervisors.Health{Ready: false, Reason: string(reason), Message: msg}, r.Clock.Now())
 	metrics.ClusterConnected.WithLabelValues(cluster.Name).Set(0)
 	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterConnectedCondition, metav1.ConditionFalse, reason, msg)
 	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, reason,
 		"New VMs on this cluster are paused until it is reachable: "+msg)
 	if wasReady || failures == 1 {
-		r.Recorder.Event(cluster, corev1.EventTypeWarning, reason, truncate(msg, 1024))
+		r.Recorder.Event(cluster, corev1.EventTypeWarning, string(reason), truncate(msg, 1024))
 	}
 	return failures
 }
@@ -252,14 +252,14 @@ func (r *HypervisorClusterReconciler) markDown(cluster *hfv1.HypervisorCluster, 
 // on: Ready=False with the refusal's reason and message, and new VMs on
 // the cluster paused. Connected is left as it was: nothing was tried.
 func (r *HypervisorClusterReconciler) markRefused(cluster *hfv1.HypervisorCluster, ref *refusal, wasReady bool) {
-	r.Registry.SetHealth(cluster.Name, hypervisors.Health{Ready: false, Reason: ref.reason, Message: ref.message}, r.Clock.Now())
+	r.Registry.SetHealth(cluster.Name, hypervisors.Health{Ready: false, Reason: string(ref.reason), Message: ref.message}, r.Clock.Now())
 	metrics.ClusterConnected.WithLabelValues(cluster.Name).Set(0)
-	ready := meta.FindStatusCondition(cluster.Status.Conditions, hfv1.ReadyCondition)
+	ready := hfv1.FindCondition(cluster.Status.Conditions, hfv1.ReadyCondition)
 	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, ref.reason,
 		"New VMs on this cluster are paused: "+ref.message)
 	cluster.Status.ObservedGeneration = cluster.Generation
-	if wasReady || ready == nil || ready.Reason != ref.reason {
-		r.Recorder.Event(cluster, corev1.EventTypeWarning, ref.reason, ref.message)
+	if wasReady || ready == nil || ready.Reason != string(ref.reason) {
+		r.Recorder.Event(cluster, corev1.EventTypeWarning, string(ref.reason), ref.message)
 	}
 }
 
@@ -547,9 +547,9 @@ func probeBackoff(failures int) time.Duration {
 
 // setCondition sets a condition; LastTransitionTime changes only when the
 // status does (meta.SetStatusCondition's rule).
-func setCondition(conds *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, msg string) {
+func setCondition(conds *[]metav1.Condition, generation int64, typ hfv1.ConditionType, status metav1.ConditionStatus, reason hfv1.ConditionReason, msg string) {
 	meta.SetStatusCondition(conds, metav1.Condition{
-		Type: typ, Status: status, Reason: reason, Message: truncate(msg, 32768), ObservedGeneration: generation,
+		Type: string(typ), Status: status, Reason: string(reason), Message: truncate(msg, 32768), ObservedGeneration: generation,
 	})
 }
 

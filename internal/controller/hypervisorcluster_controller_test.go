@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,8 +28,8 @@ func TestClusterReportsNodesAndVersion(t *testing.T) {
 	if c.Status.AvailableResources == nil || c.Status.AvailableResources.Memory == nil || c.Status.AvailableResources.Memory.Value() <= 0 {
 		t.Errorf("available resources = %+v", c.Status.AvailableResources)
 	}
-	if !meta.IsStatusConditionTrue(c.Status.Conditions, hfv1.HypervisorClusterTLSVerifiedCondition) ||
-		!meta.IsStatusConditionTrue(c.Status.Conditions, hfv1.HypervisorClusterConnectedCondition) {
+	if !hfv1.IsConditionTrue(c.Status.Conditions, hfv1.HypervisorClusterTLSVerifiedCondition) ||
+		!hfv1.IsConditionTrue(c.Status.Conditions, hfv1.HypervisorClusterConnectedCondition) {
 		t.Errorf("conditions = %+v", c.Status.Conditions)
 	}
 	if c.Status.ObservedGeneration != c.Generation {
@@ -52,13 +51,13 @@ func TestClusterConnectionProblems(t *testing.T) {
 	}{
 		{"wrong token secret", func(c *hfv1.HypervisorCluster) {
 			c.Spec.Credentials.TokenSecret.Key = "wrong"
-		}, hfv1.AuthenticationFailedReason, ""},
+		}, string(hfv1.AuthenticationFailedReason), ""},
 		{"missing secret", func(c *hfv1.HypervisorCluster) {
 			c.Spec.Credentials.TokenID.Name = "does-not-exist"
-		}, hfv1.SecretNotFoundReason, "spec.credentials.tokenId: Secret hyperfleet-system/does-not-exist does not exist"},
+		}, string(hfv1.SecretNotFoundReason), "spec.credentials.tokenId: Secret hyperfleet-system/does-not-exist does not exist"},
 		{"wrong fingerprint", func(c *hfv1.HypervisorCluster) {
 			c.Spec.TLS.FingerprintSHA256 = strings.Repeat("AB:", 31) + "AB"
-		}, hfv1.InvalidTLSReason, "does not match tls.fingerprintSHA256"},
+		}, string(hfv1.InvalidTLSReason), "does not match tls.fingerprintSHA256"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,7 +78,7 @@ func TestClusterConnectionProblems(t *testing.T) {
 				if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(c), c); err != nil {
 					return err
 				}
-				cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.ReadyCondition)
+				cond := hfv1.FindCondition(c.Status.Conditions, hfv1.ReadyCondition)
 				if cond.Reason != tc.wantReason || !strings.Contains(cond.Message, tc.wantText) {
 					return fmt.Errorf("Ready = %s: %s", cond.Reason, cond.Message)
 				}
@@ -98,8 +97,8 @@ func TestClusterInsecureTLSIsFlagged(t *testing.T) {
 		c.Spec.TLS = &hfv1.HypervisorTLS{InsecureSkipVerify: true}
 	})
 	c := waitClusterReady(t, f.cluster, metav1.ConditionTrue)
-	cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.HypervisorClusterTLSVerifiedCondition)
-	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != hfv1.InsecureTLSReason {
+	cond := hfv1.FindCondition(c.Status.Conditions, hfv1.HypervisorClusterTLSVerifiedCondition)
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != string(hfv1.InsecureTLSReason) {
 		t.Fatalf("TLSVerified = %+v", cond)
 	}
 }
@@ -120,8 +119,8 @@ func TestNamespaceNotAllowed(t *testing.T) {
 		}
 		// The template is refused first (docs/security.md), so the claim
 		// waits for its template and quotes the template's reason.
-		cond := meta.FindStatusCondition(got.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
-		if cond == nil || cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, hfv1.NamespaceNotAllowedReason) {
+		cond := hfv1.FindCondition(got.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+		if cond == nil || cond.Status != metav1.ConditionFalse || !strings.Contains(cond.Message, string(hfv1.NamespaceNotAllowedReason)) {
 			return fmt.Errorf("Provisioned = %+v", cond)
 		}
 		return nil

@@ -27,6 +27,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // HypervisorMachineTemplateReconciler validates each template against its
@@ -39,10 +40,13 @@ type HypervisorMachineTemplateReconciler struct {
 	// Agent finds the agent binaries the operator serves; nil when it
 	// serves none (templates with agentSource Operator are then not Ready).
 	Agent AgentLocator
-	// Runners resolves spec.bootstrap.github.runner.version to a package
+	// Runners resolves the runner version a template names to a package
 	// and its checksum; nil when the workload side publishes no releases
 	// (templates that name a version are then not Ready).
 	Runners RunnerReleaseSource
+	// Workloads are the CI platform back-ends that read the templates'
+	// runner software and credentials.
+	Workloads *workload.Backends
 }
 
 // SetupWithManager registers the controller.
@@ -110,8 +114,8 @@ func (r *HypervisorMachineTemplateReconciler) Reconcile(ctx context.Context, req
 
 // recordTransition emits an event when validity changes.
 func (r *HypervisorMachineTemplateReconciler) recordTransition(before, after *hfv1.HypervisorMachineTemplate) {
-	was := conditionOf(before.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition)
-	now := conditionOf(after.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition)
+	was := hfv1.FindCondition(before.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition)
+	now := hfv1.FindCondition(after.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition)
 	if now == nil || (was != nil && was.Status == now.Status && was.Reason == now.Reason) {
 		return
 	}
@@ -123,13 +127,13 @@ func (r *HypervisorMachineTemplateReconciler) recordTransition(before, after *hf
 }
 
 func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate) (ctrl.Result, error) {
-	invalid := func(reason, msg string) (ctrl.Result, error) {
+	invalid := func(reason hfv1.ConditionReason, msg string) (ctrl.Result, error) {
 		return markTemplateInvalid(tmpl, reason, msg), nil
 	}
 
 	// Fields accepted but not acted on come first: nothing else matters
 	// until they are removed.
-	if ref := templateRefusal(tmpl); ref != nil {
+	if ref := templateRefusal(r.Workloads, tmpl); ref != nil {
 		return invalid(ref.reason, ref.message)
 	}
 	cluster := &hfv1.HypervisorCluster{}
@@ -149,7 +153,7 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 		return invalid(hfv1.SecretNotFoundReason, msg)
 	}
 	if reason, msg := r.resolveRunner(ctx, tmpl); reason != "" {
-		return invalid(reason, msg)
+		return invalid(hfv1.ConditionReason(reason), msg)
 	}
 	var pool *ipam.Pool
 	if ref := tmpl.Spec.Network.IPPoolRef; ref != nil && tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
@@ -165,17 +169,17 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 	}
 	// The agent server is configured at start: only a restart changes the
 	// answer, and every template is reconciled then.
-	vars := templateVars(tmpl, cluster, pool)
-	if err := setAgentVars(tmpl, r.Agent, &vars); err != nil {
+	vars := templateVars(r.Workloads, tmpl, cluster, pool)
+	if err := setAgentVars(r.Workloads, tmpl, r.Agent, &vars); err != nil {
 		return invalid(hfv1.AgentUnavailableReason, err.Error())
 	}
-	hash, err := templateHash(tmpl, cluster, pool, r.Agent)
+	hash, err := templateHash(r.Workloads, tmpl, cluster, pool, r.Agent)
 	if err != nil {
 		return invalid(hfv1.TemplateInvalidReason, err.Error())
 	}
 	// The hash renders without per-VM values; a VM's full cloud-init and
 	// agent configuration must render too, or every claim would fail.
-	if err := checkTemplateRender(tmpl, cluster, pool, r.Agent); err != nil {
+	if err := checkTemplateRender(r.Workloads, tmpl, cluster, pool, r.Agent); err != nil {
 		return invalid(hfv1.TemplateInvalidReason, err.Error())
 	}
 	p, health, connected := r.Registry.Provider(cluster.Name)
@@ -187,7 +191,7 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 	if err != nil {
 		// The provider's reasons (NotATemplate, LinkedCloneUnsupported ...)
 		// are the condition's reasons; a few are renamed to the API's.
-		reason := provider.ReasonOf(err)
+		reason := hfv1.ConditionReason(provider.ReasonOf(err))
 		switch {
 		case errors.Is(err, provider.ErrNotFound):
 			reason = hfv1.TemplateNotFoundReason
@@ -225,7 +229,7 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 // template is invalid and res is the result to return; a failed read is
 // returned as err (and retried) without touching the status.
 func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) (res ctrl.Result, done bool, err error) {
-	invalid := func(reason, msg string) (ctrl.Result, bool, error) {
+	invalid := func(reason hfv1.ConditionReason, msg string) (ctrl.Result, bool, error) {
 		return markTemplateInvalid(tmpl, reason, msg), true, nil
 	}
 	rules, admitted, err := tenancyRulesFor(ctx, r.Client, cluster, tmpl.Namespace)
@@ -256,7 +260,7 @@ func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, 
 // Watches on the cluster, namespaces and Secrets wake the template; the
 // periodic look returned also notices templates appearing on the
 // hypervisor.
-func markTemplateInvalid(tmpl *hfv1.HypervisorMachineTemplate, reason, msg string) ctrl.Result {
+func markTemplateInvalid(tmpl *hfv1.HypervisorMachineTemplate, reason hfv1.ConditionReason, msg string) ctrl.Result {
 	setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateValidCondition, metav1.ConditionFalse, reason, msg)
 	setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, reason, msg)
 	tmpl.Status.ObservedGeneration = tmpl.Generation
@@ -281,7 +285,7 @@ func invalidClaimMetadata(md *hfv1.ObjectMetadata) string {
 
 // missingSecrets names every referenced Secret key that does not exist.
 func (r *HypervisorMachineTemplateReconciler) missingSecrets(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate) string {
-	refs := templateSecretRefs(tmpl)
+	refs := templateSecretRefs(r.Workloads, tmpl)
 	fields := make([]string, 0, len(refs))
 	for f := range refs {
 		fields = append(fields, f)
@@ -296,15 +300,6 @@ func (r *HypervisorMachineTemplateReconciler) missingSecrets(ctx context.Context
 		}
 	}
 	return strings.Join(missing, "; ")
-}
-
-func conditionOf(conds []metav1.Condition, typ string) *metav1.Condition {
-	for i := range conds {
-		if conds[i].Type == typ {
-			return &conds[i]
-		}
-	}
-	return nil
 }
 
 func shortHash(h string) string {

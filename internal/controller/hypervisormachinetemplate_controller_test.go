@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -28,7 +27,7 @@ func waitTemplate(t *testing.T, tmpl *hfv1.HypervisorMachineTemplate, status met
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(tmpl), got); err != nil {
 			return err
 		}
-		c := meta.FindStatusCondition(got.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition)
+		c := hfv1.FindCondition(got.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition)
 		if c == nil || c.Status != status || (reason != "" && c.Reason != reason) || got.Status.ObservedGeneration != got.Generation {
 			return fmt.Errorf("Valid = %+v", c)
 		}
@@ -53,7 +52,7 @@ func TestTemplateValidation(t *testing.T) {
 	if r := ok.Status.ResolvedTemplate; r == nil || r.VMID != 9000 || r.Node != "pve1" {
 		t.Errorf("resolvedTemplate = %+v", r)
 	}
-	if !meta.IsStatusConditionTrue(ok.Status.Conditions, hfv1.ReadyCondition) {
+	if !hfv1.IsConditionTrue(ok.Status.Conditions, hfv1.ReadyCondition) {
 		t.Errorf("Ready not True: %+v", ok.Status.Conditions)
 	}
 
@@ -69,23 +68,23 @@ func TestTemplateValidation(t *testing.T) {
 		name, reason, text string
 		mutate             func(*hfv1.HypervisorMachineTemplate)
 	}{
-		{"missing", hfv1.TemplateNotFoundReason, "9999", func(tm *hfv1.HypervisorMachineTemplate) {
+		{"missing", string(hfv1.TemplateNotFoundReason), "9999", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Source.Proxmox.TemplateID = ptr.To[int32](9999)
 		}},
-		{"thick-lvm", hfv1.LinkedCloneUnsupportedReason, "use a full clone", func(tm *hfv1.HypervisorMachineTemplate) {
+		{"thick-lvm", string(hfv1.LinkedCloneUnsupportedReason), "use a full clone", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Source.Proxmox.TemplateID = ptr.To[int32](9001)
 		}},
-		{"no-secret", hfv1.SecretNotFoundReason, "spec.bootstrap.github.credentials.pat: Secret", func(tm *hfv1.HypervisorMachineTemplate) {
+		{"no-secret", string(hfv1.SecretNotFoundReason), "spec.bootstrap.github.credentials.pat: Secret", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Bootstrap.GitHub.Credentials.PAT.Name = "absent"
 		}},
-		{"no-cluster", hfv1.ClusterUnavailableReason, "does not exist", func(tm *hfv1.HypervisorMachineTemplate) {
+		{"no-cluster", string(hfv1.ClusterUnavailableReason), "does not exist", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.HypervisorClusterRef.Name = "nowhere"
 		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got := waitTemplate(t, variant(tc.name, tc.mutate), metav1.ConditionFalse, tc.reason)
-			c := meta.FindStatusCondition(got.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition)
+			c := hfv1.FindCondition(got.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition)
 			if !strings.Contains(c.Message, tc.text) {
 				t.Errorf("message %q does not mention %q", c.Message, tc.text)
 			}
@@ -193,9 +192,9 @@ func TestTemplateAgentUnavailable(t *testing.T) {
 	}
 	wantUnavailable := func(tmpl *hfv1.HypervisorMachineTemplate, texts ...string) {
 		t.Helper()
-		got := waitTemplate(t, tmpl, metav1.ConditionFalse, hfv1.AgentUnavailableReason)
-		ready := meta.FindStatusCondition(got.Status.Conditions, hfv1.ReadyCondition)
-		if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != hfv1.AgentUnavailableReason {
+		got := waitTemplate(t, tmpl, metav1.ConditionFalse, string(hfv1.AgentUnavailableReason))
+		ready := hfv1.FindCondition(got.Status.Conditions, hfv1.ReadyCondition)
+		if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != string(hfv1.AgentUnavailableReason) {
 			t.Errorf("Ready = %+v, want False/%s", ready, hfv1.AgentUnavailableReason)
 		}
 		for _, text := range texts {
@@ -209,7 +208,7 @@ func TestTemplateAgentUnavailable(t *testing.T) {
 				return err
 			}
 			for _, e := range list.Items {
-				if e.InvolvedObject.UID == tmpl.UID && e.Reason == hfv1.AgentUnavailableReason && e.Type == corev1.EventTypeWarning {
+				if e.InvolvedObject.UID == tmpl.UID && e.Reason == string(hfv1.AgentUnavailableReason) && e.Type == corev1.EventTypeWarning {
 					return nil
 				}
 			}
@@ -263,7 +262,7 @@ func TestTemplateReusableCredential(t *testing.T) {
 			if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(tmpl), &got); err != nil {
 				return err
 			}
-			c := meta.FindStatusCondition(got.Status.Conditions, hfv1.HypervisorMachineTemplateReusableCredentialCondition)
+			c := hfv1.FindCondition(got.Status.Conditions, hfv1.HypervisorMachineTemplateReusableCredentialCondition)
 			if c == nil || c.Status != status {
 				return fmt.Errorf("ReusableCredential = %+v", c)
 			}
@@ -290,7 +289,7 @@ func TestTemplateReusableCredential(t *testing.T) {
 		tm.Spec.Bootstrap.GitHub.Repository, tm.Spec.Bootstrap.GitHub.Organization = "", "octo-org"
 	})
 	waitCredential(org, metav1.ConditionTrue, "spec.bootstrap.github.organization", "jit-config")
-	wantEvents(t, org, hfv1.OrganizationRegistrationTokenReason)
+	wantEvents(t, org, string(hfv1.OrganizationRegistrationTokenReason))
 
 	repo := variant("repo-token", func(tm *hfv1.HypervisorMachineTemplate) {
 		tm.Spec.Bootstrap.Method = hfv1.BootstrapRunnerToken

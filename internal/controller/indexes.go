@@ -2,12 +2,14 @@ package controller
 
 import (
 	"context"
+	"maps"
 	"strconv"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // Field indexes on the manager's cache.
@@ -42,8 +44,9 @@ const (
 
 func vmKey(cluster string, vmid int) string { return cluster + "/" + strconv.Itoa(vmid) }
 
-// SetupIndexes registers the field indexes the controllers use.
-func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
+// SetupIndexes registers the field indexes the controllers use; ws read
+// which Secrets a template's CI platform credentials are in.
+func SetupIndexes(ctx context.Context, mgr ctrl.Manager, ws *workload.Backends) error {
 	idx := mgr.GetFieldIndexer()
 	if err := idx.IndexField(ctx, &hfv1.MachineClaim{}, claimVMIndex, func(o client.Object) []string {
 		c := o.(*hfv1.MachineClaim)
@@ -116,7 +119,7 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager) error {
 		return err
 	}
 	if err := idx.IndexField(ctx, &hfv1.HypervisorMachineTemplate{}, templateSecretIndex, func(o client.Object) []string {
-		return templateSecretNames(o.(*hfv1.HypervisorMachineTemplate))
+		return templateSecretNames(ws, o.(*hfv1.HypervisorMachineTemplate))
 	}); err != nil {
 		return err
 	}
@@ -146,27 +149,22 @@ func clusterSecretRefs(c *hfv1.HypervisorCluster) []*hfv1.SecretKeySelector {
 
 // templateSecretRefs lists every Secret (in its own namespace) a template
 // reads, with the field path that names it.
-func templateSecretRefs(t *hfv1.HypervisorMachineTemplate) map[string]hfv1.LocalSecretKeySelector {
+func templateSecretRefs(ws *workload.Backends, t *hfv1.HypervisorMachineTemplate) map[string]hfv1.LocalSecretKeySelector {
 	out := map[string]hfv1.LocalSecretKeySelector{}
 	if tpm := t.Spec.Attestation.TPM; tpm != nil && tpm.EKCABundleRef != nil {
 		out["spec.attestation.tpm.ekCABundleRef"] = *tpm.EKCABundleRef
 	}
-	creds := t.Spec.Bootstrap.GitHub.Credentials
-	if creds.PAT != nil {
-		out["spec.bootstrap.github.credentials.pat"] = *creds.PAT
-	}
-	if app := creds.App; app != nil {
-		out["spec.bootstrap.github.credentials.app.appId"] = app.AppID
-		out["spec.bootstrap.github.credentials.app.privateKey"] = app.PrivateKey
-		out["spec.bootstrap.github.credentials.app.installationId"] = app.InstallationID
+	if _, wt, ok := ws.Template(t); ok {
+		// The CI platform's credentials.
+		maps.Copy(out, wt.Secrets)
 	}
 	return out
 }
 
-func templateSecretNames(t *hfv1.HypervisorMachineTemplate) []string {
+func templateSecretNames(ws *workload.Backends, t *hfv1.HypervisorMachineTemplate) []string {
 	seen := map[string]bool{}
 	var out []string
-	for _, ref := range templateSecretRefs(t) {
+	for _, ref := range templateSecretRefs(ws, t) {
 		if !seen[ref.Name] {
 			seen[ref.Name] = true
 			out = append(out, ref.Name)

@@ -85,7 +85,7 @@ func (r *IPPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		// Keep the last valid spec in the allocator: claims holding its
 		// addresses keep them, new claims wait until the spec is fixed.
 		setCondition(&pool.Status.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.InvalidSpecReason, err.Error())
-		r.Recorder.Event(pool, corev1.EventTypeWarning, hfv1.InvalidSpecReason, truncate(err.Error(), 1024))
+		r.Recorder.Event(pool, corev1.EventTypeWarning, string(hfv1.InvalidSpecReason), truncate(err.Error(), 1024))
 		return ctrl.Result{}, nil
 	}
 	for _, c := range r.IPAM.SetPool(pool.Name, parsed) {
@@ -165,16 +165,16 @@ func (r *MachineClaimReconciler) staticAddress(ctx context.Context, claim *hfv1.
 	ref := tmpl.Spec.Network.IPPoolRef
 	poolObj := &hfv1.IPPool{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: ref.Name}, poolObj); err != nil {
-		return netip.Addr{}, nil, false, r.waitForAddress(claim, hfv1.IPPoolExhaustedReason, fmt.Sprintf("spec.network.ipPoolRef of template %s: IPPool %s: %v", tmpl.Name, ref.Name, err))
+		return netip.Addr{}, nil, false, r.waitForAddress(claim, string(hfv1.IPPoolExhaustedReason), fmt.Sprintf("spec.network.ipPoolRef of template %s: IPPool %s: %v", tmpl.Name, ref.Name, err))
 	}
 	allowed, err := selectorAdmits(ctx, r.Client, poolObj.Spec.AllowedNamespaces, claim.Namespace)
 	if err != nil || !allowed {
-		return netip.Addr{}, nil, false, r.waitForAddress(claim, hfv1.NamespaceNotAllowedReason,
+		return netip.Addr{}, nil, false, r.waitForAddress(claim, string(hfv1.NamespaceNotAllowedReason),
 			fmt.Sprintf("IPPool %s does not admit namespace %s (spec.allowedNamespaces)", ref.Name, claim.Namespace))
 	}
 	pool, err := ipam.ParsePool(ipamSpec(poolObj))
 	if err != nil {
-		return netip.Addr{}, nil, false, r.waitForAddress(claim, hfv1.InvalidSpecReason, fmt.Sprintf("IPPool %s is invalid: %v", ref.Name, err))
+		return netip.Addr{}, nil, false, r.waitForAddress(claim, string(hfv1.InvalidSpecReason), fmt.Sprintf("IPPool %s is invalid: %v", ref.Name, err))
 	}
 	if claim.Status.Network != nil {
 		for _, a := range claim.Status.Network.IPAllocations {
@@ -187,8 +187,8 @@ func (r *MachineClaimReconciler) staticAddress(ctx context.Context, claim *hfv1.
 	addr, err := r.IPAM.Allocate(ref.Name, string(claim.UID))
 	switch {
 	case errors.Is(err, ipam.ErrExhausted):
-		r.Recorder.Eventf(claim, corev1.EventTypeWarning, hfv1.IPPoolExhaustedReason, "IPPool %s has no free address", ref.Name)
-		return netip.Addr{}, nil, false, r.waitForAddress(claim, hfv1.IPPoolExhaustedReason, fmt.Sprintf("IPPool %s has no free address; the claim waits for one", ref.Name))
+		r.Recorder.Eventf(claim, corev1.EventTypeWarning, string(hfv1.IPPoolExhaustedReason), "IPPool %s has no free address", ref.Name)
+		return netip.Addr{}, nil, false, r.waitForAddress(claim, string(hfv1.IPPoolExhaustedReason), fmt.Sprintf("IPPool %s has no free address; the claim waits for one", ref.Name))
 	case err != nil:
 		return netip.Addr{}, nil, false, r.waitForAddress(claim, "IPPoolNotReady", fmt.Sprintf("IPPool %s: %v", ref.Name, err))
 	}
@@ -206,7 +206,7 @@ func (r *MachineClaimReconciler) staticAddress(ctx context.Context, claim *hfv1.
 }
 
 func (r *MachineClaimReconciler) waitForAddress(claim *hfv1.MachineClaim, reason, msg string) error {
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
+	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
 	return errAddressWait
 }
 

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -83,7 +82,7 @@ func TestStaticAddresses(t *testing.T) {
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pool), &p); err != nil {
 			return err
 		}
-		if p.Status.Total != 5 || p.Status.Allocated != 5 || p.Status.Free != 0 || !meta.IsStatusConditionTrue(p.Status.Conditions, hfv1.IPPoolExhaustedCondition) {
+		if p.Status.Total != 5 || p.Status.Allocated != 5 || p.Status.Free != 0 || !hfv1.IsConditionTrue(p.Status.Conditions, hfv1.IPPoolExhaustedCondition) {
 			return fmt.Errorf("pool status %+v", p.Status)
 		}
 		return nil
@@ -95,7 +94,7 @@ func TestStaticAddresses(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if c := meta.FindStatusCondition(got.Status.Conditions, hfv1.MachineClaimProvisionedCondition); c == nil || c.Reason != hfv1.IPPoolExhaustedReason {
+		if c := hfv1.FindCondition(got.Status.Conditions, hfv1.MachineClaimProvisionedCondition); c == nil || c.Reason != string(hfv1.IPPoolExhaustedReason) {
 			return fmt.Errorf("Provisioned = %+v", c)
 		}
 		return nil

@@ -29,15 +29,15 @@ type claimCloudInit struct {
 
 // Render implements provider.CloudInitSource.
 func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error) {
-	vars := claimVars(c.claim, c.tmpl, c.cluster, c.addr)
-	if err := setAgentVars(c.tmpl, c.r.Agent, &vars); err != nil {
+	vars := claimVars(c.r.Workloads, c.claim, c.tmpl, c.cluster, c.addr)
+	if err := setAgentVars(c.r.Workloads, c.tmpl, c.r.Agent, &vars); err != nil {
 		// The template is not Ready in this case; only a claim that passed
 		// before an operator restart without the agent server gets here.
-		return provider.CloudInit{}, provider.Errorf(provider.ClassConfiguration, hfv1.AgentUnavailableReason, "HypervisorMachineTemplate %s: %w", c.tmpl.Name, err)
+		return provider.CloudInit{}, provider.Errorf(provider.ClassConfiguration, string(hfv1.AgentUnavailableReason), "HypervisorMachineTemplate %s: %w", c.tmpl.Name, err)
 	}
 	// Render check first: a credential is issued only for a cloud-init
 	// that renders, so a broken template never costs one.
-	if err := checkRender(c.tmpl, vars); err != nil {
+	if err := checkRender(c.r.Workloads, c.tmpl, vars); err != nil {
 		return provider.CloudInit{}, err
 	}
 	if b := c.r.Bootstrap; b != nil {

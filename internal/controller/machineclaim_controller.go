@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"time"
 
@@ -26,10 +25,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/cachelag"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 const (
@@ -79,6 +80,9 @@ type MachineClaimReconciler struct {
 	Signer *ownership.Signer
 	// Bootstrap supplies workload credentials; nil renders VMs without any.
 	Bootstrap BootstrapSource
+	// Workloads are the CI platform back-ends that read the claims' and
+	// templates' runner settings.
+	Workloads *workload.Backends
 	// Agent finds the agent binaries the operator serves (templates with
 	// agentSource Operator); nil when it serves none.
 	Agent AgentLocator
@@ -103,101 +107,29 @@ type MachineClaimReconciler struct {
 	// attempts counts consecutive transient failures per claim UID for
 	// backoff. Losing it on restart only restarts the backoff.
 	attempts sync.Map
-	// written is the resourceVersion of each claim's last write by this
-	// controller, by UID: a reconcile that reads an older version from the
-	// cache waits for the cache instead of repeating a step (a second
-	// cloud-init delivery would issue a second runner credential).
-	written sync.Map
-	// staleWaits counts, by UID, the consecutive reconciles that found the
-	// cache older than written: the requeue backs off with it.
-	staleWaits sync.Map
-	// uids is the UID last seen under each claim name: a reconcile that
-	// finds the name gone (or taken by a new claim) drops the per-claim
-	// state of that UID, whatever became of the claim while this
-	// controller was not looking.
-	uids sync.Map
-}
-
-// Requeue delays while the cache is older than this controller's last
-// write of a claim: the watch event usually arrives within milliseconds,
-// but an API server or informer under load may take seconds, and a fixed
-// short requeue would then spin.
-const (
-	staleCacheFirstWait = 50 * time.Millisecond
-	staleCacheMaxWait   = 5 * time.Second
-	// staleCacheReport is the wait count at which the lag is logged.
-	staleCacheReport = 8
-)
-
-// staleCacheWait is the requeue after the n-th consecutive stale read
-// (n from 0): 50 ms doubling to 5 s.
-func staleCacheWait(n int) time.Duration {
-	if n >= 8 {
-		return staleCacheMaxWait
-	}
-	return min(staleCacheFirstWait<<n, staleCacheMaxWait)
+	// lag keeps a reconcile from repeating a step against a cache older
+	// than this controller's last write of the claim (a second cloud-init
+	// delivery would issue a second runner credential), and drops a gone
+	// claim's memory.
+	lag cachelag.Tracker
 }
 
 // waitForCache reports whether the cache still shows the claim older than
 // this controller's last write, with the requeue to wait for it.
 func (r *MachineClaimReconciler) waitForCache(ctx context.Context, claim *hfv1.MachineClaim) (ctrl.Result, bool) {
-	if !r.staleCache(claim) {
-		r.staleWaits.Delete(claim.UID)
-		return ctrl.Result{}, false
-	}
-	n := 0
-	if v, ok := r.staleWaits.Load(claim.UID); ok {
-		n = v.(int)
-	}
-	r.staleWaits.Store(claim.UID, n+1)
-	if n == staleCacheReport {
+	wait, stale, reads := r.lag.Stale(claim)
+	if reads == cachelag.ReportAfter {
 		ctrl.LoggerFrom(ctx).Info("The cache still shows an older version of the claim than this controller wrote; waiting for it",
-			"resourceVersion", claim.ResourceVersion, "waits", n)
+			"resourceVersion", claim.ResourceVersion, "waits", reads)
 	}
-	return ctrl.Result{RequeueAfter: staleCacheWait(n)}, true
+	return ctrl.Result{RequeueAfter: wait}, stale
 }
 
-// trackName records that name holds the claim uid now; the state of a
-// claim that held the name before is dropped.
-func (r *MachineClaimReconciler) trackName(name types.NamespacedName, uid types.UID) {
-	if old, loaded := r.uids.Swap(name, uid); loaded && old.(types.UID) != uid {
-		r.forget(old.(types.UID))
-	}
-}
-
-// forgetName drops the state of the claim last seen under name, which is
-// gone.
-func (r *MachineClaimReconciler) forgetName(name types.NamespacedName) {
-	if old, loaded := r.uids.LoadAndDelete(name); loaded {
-		r.forget(old.(types.UID))
-	}
-}
-
-// forget drops every in-memory entry of a claim.
+// forget drops the rest of a gone claim's memory (the lag tracker dropped
+// its own): a reconcile found its name gone, or taken by a new claim.
 func (r *MachineClaimReconciler) forget(uid types.UID) {
 	r.attempts.Delete(uid)
-	r.written.Delete(uid)
-	r.staleWaits.Delete(uid)
 	r.Runners.Forget(uid)
-}
-
-// staleCache reports whether the cache still shows a claim older than
-// this controller's last write of it. resourceVersions are etcd revisions;
-// one that does not parse is never called stale.
-func (r *MachineClaimReconciler) staleCache(claim *hfv1.MachineClaim) bool {
-	v, ok := r.written.Load(claim.UID)
-	if !ok {
-		return false
-	}
-	cur, err := strconv.ParseUint(claim.ResourceVersion, 10, 64)
-	return err == nil && cur < v.(uint64)
-}
-
-// rememberWrite records the claim's resourceVersion after a write.
-func (r *MachineClaimReconciler) rememberWrite(claim *hfv1.MachineClaim) {
-	if rv, err := strconv.ParseUint(claim.ResourceVersion, 10, 64); err == nil {
-		r.written.Store(claim.UID, rv)
-	}
 }
 
 // SetupWithManager registers the controller.
@@ -246,12 +178,16 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	claim := &hfv1.MachineClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.forgetName(req.NamespacedName)
+			if uid, ok := r.lag.Gone(req.NamespacedName); ok {
+				r.forget(uid)
+			}
 			r.stuck.set(req.NamespacedName, "", false)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	r.trackName(req.NamespacedName, claim.UID)
+	if uid, ok := r.lag.Observe(req.NamespacedName, claim.UID); ok {
+		r.forget(uid)
+	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("MachineClaim", klog.KObj(claim)))
 	if res, stale := r.waitForCache(ctx, claim); stale {
 		// The watch event of our own last write is on its way.
@@ -281,7 +217,7 @@ func (r *MachineClaimReconciler) ensureMetadata(ctx context.Context, s *claimSco
 // not act on, before anything is built; a spec change wakes it.
 func (r *MachineClaimReconciler) refuseUnsupported(_ context.Context, s *claimScope) (ctrl.Result, bool, error) {
 	claim := s.claim
-	if ref := claimRefusal(claim); ref != nil && claim.Status.VMRef == nil {
+	if ref := claimRefusal(r.Workloads, claim); ref != nil && claim.Status.VMRef == nil {
 		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, ref.reason, ref.message)
 		return ctrl.Result{}, false, nil
 	}

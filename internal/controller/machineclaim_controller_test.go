@@ -48,12 +48,12 @@ func TestClaimLifecycle(t *testing.T) {
 	if pt := st.PhaseTimes; pt == nil || pt.Pending == nil || pt.Provisioning == nil || pt.Bootstrapping == nil {
 		t.Errorf("phase times = %+v", pt)
 	}
-	for _, typ := range []string{hfv1.MachineClaimProvisionedCondition, hfv1.MachineClaimOwnershipVerifiedCondition} {
+	for _, typ := range []string{string(hfv1.MachineClaimProvisionedCondition), string(hfv1.MachineClaimOwnershipVerifiedCondition)} {
 		if !meta.IsStatusConditionTrue(st.Conditions, typ) {
 			t.Errorf("condition %s not True: %+v", typ, st.Conditions)
 		}
 	}
-	if c := meta.FindStatusCondition(st.Conditions, hfv1.ReadyCondition); c == nil || c.Reason != hfv1.WaitingForRunnerReason {
+	if c := hfv1.FindCondition(st.Conditions, hfv1.ReadyCondition); c == nil || c.Reason != string(hfv1.WaitingForRunnerReason) {
 		t.Errorf("Ready condition = %+v, want False/WaitingForRunner", c)
 	}
 	for k, v := range map[string]string{
@@ -282,7 +282,7 @@ func TestClusterOfflineAndBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := waitClusterReady(t, f.cluster, metav1.ConditionFalse)
-	if cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.ReadyCondition); cond.Reason != hfv1.UnreachableReason {
+	if cond := hfv1.FindCondition(c.Status.Conditions, hfv1.ReadyCondition); cond.Reason != string(hfv1.UnreachableReason) {
 		t.Errorf("Ready reason %s, want %s", cond.Reason, hfv1.UnreachableReason)
 	}
 	claim := f.newClaim("waits")
@@ -291,8 +291,8 @@ func TestClusterOfflineAndBack(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		cond := meta.FindStatusCondition(got.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
-		if cond == nil || (cond.Reason != hfv1.ClusterUnavailableReason && cond.Reason != "TemplateNotReady") {
+		cond := hfv1.FindCondition(got.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+		if cond == nil || (cond.Reason != string(hfv1.ClusterUnavailableReason) && cond.Reason != "TemplateNotReady") {
 			return fmt.Errorf("Provisioned = %+v", cond)
 		}
 		if got.Status.VMRef != nil {
@@ -314,7 +314,7 @@ func waitClusterReady(t *testing.T, cluster *hfv1.HypervisorCluster, want metav1
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(cluster), got); err != nil {
 			return err
 		}
-		c := meta.FindStatusCondition(got.Status.Conditions, hfv1.ReadyCondition)
+		c := hfv1.FindCondition(got.Status.Conditions, hfv1.ReadyCondition)
 		if c == nil || c.Status != want {
 			return fmt.Errorf("Ready = %+v", c)
 		}
@@ -406,13 +406,13 @@ func TestTamperedVMIsNeverDestroyed(t *testing.T) {
 	if err := env.Client.Delete(context.Background(), got); err != nil {
 		t.Fatal(err)
 	}
-	wantEvents(t, got, hfv1.OwnershipMismatchReason)
+	wantEvents(t, got, string(hfv1.OwnershipMismatchReason))
 	eventually(t, 30*time.Second, "claim held with its finalizer", func() error {
 		held, err := getClaim(t, claim)
 		if err != nil {
 			return err
 		}
-		if c := meta.FindStatusCondition(held.Status.Conditions, hfv1.ReadyCondition); c == nil || c.Reason != hfv1.OwnershipMismatchReason {
+		if c := hfv1.FindCondition(held.Status.Conditions, hfv1.ReadyCondition); c == nil || c.Reason != string(hfv1.OwnershipMismatchReason) {
 			return fmt.Errorf("Ready = %+v", c)
 		}
 		if !controllerutil.ContainsFinalizer(held, hfv1.MachineClaimFinalizer) {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,9 +25,10 @@ type claimEnd struct {
 	reason hfv1.EndReason
 	// condition is the Ending condition's reason; code is the code
 	// status.terminationReason shows. Both default to the reason's own.
-	condition, code string
-	message         string
-	failed          bool
+	condition hfv1.ConditionReason
+	code      string
+	message   string
+	failed    bool
 }
 
 // poolEnd is the end a claim's RunnerPool asked for in spec.end.
@@ -41,10 +41,10 @@ func poolEnd(req *hfv1.MachineClaimEndRequest) claimEnd {
 // replaces the recorded cause (see replaceCause).
 func (r *MachineClaimReconciler) beginEnd(claim *hfv1.MachineClaim, e claimEnd) {
 	if e.condition == "" {
-		e.condition = e.reason.ConditionReason()
+		e.condition = hfv1.ConditionReason(string(e.reason.ConditionReason()))
 	}
 	if e.code == "" {
-		e.code = e.condition
+		e.code = string(e.condition)
 	}
 	claim.Status.End = &hfv1.MachineClaimEnd{
 		Reason:    e.reason,
@@ -61,7 +61,7 @@ func (r *MachineClaimReconciler) beginEnd(claim *hfv1.MachineClaim, e claimEnd) 
 func (r *MachineClaimReconciler) fail(claim *hfv1.MachineClaim, e claimEnd) {
 	e.failed = true
 	if e.condition == "" {
-		e.condition = e.reason.ConditionReason()
+		e.condition = hfv1.ConditionReason(string(e.reason.ConditionReason()))
 	}
 	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, e.condition, truncate(e.message, 1024))
 	r.beginEnd(claim, e)
@@ -162,7 +162,7 @@ func (r *MachineClaimReconciler) reconcileTerminate(ctx context.Context, s *clai
 // does not verify) and keeps the claim for inspection.
 func (r *MachineClaimReconciler) reconcileFailed(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
 	claim := s.claim
-	if claim.Status.VMRef == nil || meta.IsStatusConditionFalse(claim.Status.Conditions, hfv1.MachineClaimOwnershipVerifiedCondition) {
+	if claim.Status.VMRef == nil || hfv1.IsConditionFalse(claim.Status.Conditions, hfv1.MachineClaimOwnershipVerifiedCondition) {
 		return ctrl.Result{}, false, nil
 	}
 	if retained, result := r.retainFailedVM(ctx, claim); retained {
@@ -248,9 +248,9 @@ func (r *MachineClaimReconciler) deleteVM(ctx context.Context, claim *hfv1.Machi
 		metrics.ClaimErrors.WithLabelValues(string(class), reason).Inc()
 		msg := fmt.Sprintf("Deleting VM %d failed (%s, will retry): %v", ref.VMID, class, err)
 		if endingReason(claim) != reason {
-			r.Recorder.Event(claim, corev1.EventTypeWarning, hfv1.FailedDeleteReason, truncate(msg, 1024))
+			r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.FailedDeleteReason), truncate(msg, 1024))
 		}
-		setEnding(claim, reason, msg)
+		setEnding(claim, hfv1.ConditionReason(reason), msg)
 		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}, nil
 	}
 	r.attempts.Delete(claim.UID)
@@ -263,7 +263,7 @@ func (r *MachineClaimReconciler) deleteVM(ctx context.Context, claim *hfv1.Machi
 		}
 		return false, ctrl.Result{RequeueAfter: retry}, nil
 	}
-	r.Recorder.Eventf(claim, corev1.EventTypeNormal, hfv1.VMDeletedReason, "VM %d on %s destroyed and its cloud-init ISO removed", ref.VMID, ref.HypervisorCluster)
+	r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.VMDeletedReason), "VM %d on %s destroyed and its cloud-init ISO removed", ref.VMID, ref.HypervisorCluster)
 	claim.Status.VMRef, claim.Status.Task = nil, nil
 	r.releaseAddresses(ctx, claim)
 	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.VMDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
@@ -286,8 +286,8 @@ func (r *MachineClaimReconciler) keepForAdmin(ctx context.Context, claim *hfv1.M
 	msg := fmt.Sprintf("VM %d on HypervisorCluster %s does not carry this claim's verified ownership marker (%v). HyperFleet neither touches it nor releases this claim's addresses while it may exist. "+
 		"An admin must check VM %d by hand: once it is deleted the claim finishes on its own; if it is someone else's VM, delete this MachineClaim and remove its finalizer %s",
 		ref.VMID, ref.HypervisorCluster, err, ref.VMID, hfv1.MachineClaimFinalizer)
-	if endingReason(claim) != hfv1.OwnershipMismatchReason {
-		r.Recorder.Event(claim, corev1.EventTypeWarning, hfv1.OwnershipMismatchReason, truncate(msg, 1024))
+	if endingReason(claim) != string(hfv1.OwnershipMismatchReason) {
+		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), truncate(msg, 1024))
 		ctrl.LoggerFrom(ctx).Info("VM ownership does not verify; keeping the claim's finalizer and addresses for an admin", "vmid", ref.VMID, "cluster", ref.HypervisorCluster, "err", err.Error())
 	}
 	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, truncate(msg, 32768))
@@ -319,7 +319,7 @@ func (r *MachineClaimReconciler) retainFailedVM(ctx context.Context, claim *hfv1
 			ctrl.LoggerFrom(ctx).Info("Could not stop the failed VM kept for debugging; retrying", "err", err.Error())
 			return true, ctrl.Result{RequeueAfter: r.backoff(claim)}
 		}
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, hfv1.RetainedReason, "VM %d stopped and kept for debugging (RunnerPool %s spec.lifecycle.failedRetention)", ref.VMID, pool.Name)
+		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RetainedReason), "VM %d stopped and kept for debugging (RunnerPool %s spec.lifecycle.failedRetention)", ref.VMID, pool.Name)
 	}
 	// A kept VM keeps nothing that still works as a credential: its
 	// cloud-init ISO (the single-use credential) leaves the storage and its
@@ -368,7 +368,7 @@ func (r *MachineClaimReconciler) deregisterRetainedRunner(ctx context.Context, c
 	}
 	err := r.release(ctx, claim)
 	if err == nil {
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, hfv1.RunnerRemovedReason, "Runner %s is no longer registered; its failed VM is kept for debugging", st.RunnerName)
+		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RunnerRemovedReason), "Runner %s is no longer registered; its failed VM is kept for debugging", st.RunnerName)
 		st.RunnerID, st.RunnerName, st.RunnerState = 0, "", ""
 		return true, ctrl.Result{}
 	}

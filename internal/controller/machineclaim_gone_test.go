@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -68,8 +67,8 @@ func TestOwnershipMismatchAtDeleteKeepsClaim(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		c := meta.FindStatusCondition(got.Status.Conditions, hfv1.ReadyCondition)
-		if c == nil || c.Reason != hfv1.OwnershipMismatchReason {
+		c := hfv1.FindCondition(got.Status.Conditions, hfv1.ReadyCondition)
+		if c == nil || c.Reason != string(hfv1.OwnershipMismatchReason) {
 			return fmt.Errorf("Ready = %+v", c)
 		}
 		if !strings.Contains(c.Message, hfv1.MachineClaimFinalizer) || !strings.Contains(c.Message, fmt.Sprint(ref.VMID)) {
@@ -99,7 +98,7 @@ func TestOwnershipMismatchAtDeleteKeepsClaim(t *testing.T) {
 	if vm := findVM(t, sim, int(ref.VMID)); vm.Status != "running" || vm.Description != "edited by hand" {
 		t.Errorf("the VM was touched: %s, description %q", vm.Status, vm.Description)
 	}
-	wantEvents(t, claim, hfv1.OwnershipMismatchReason)
+	wantEvents(t, claim, string(hfv1.OwnershipMismatchReason))
 
 	// The admin checks the VM and deletes it by hand.
 	simCall(t, sim, "POST", vmPath+"/status/stop", nil)

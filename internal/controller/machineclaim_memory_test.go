@@ -3,8 +3,8 @@ package controller
 import (
 	"context"
 	"testing"
-	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/cachelag"
 )
 
 // memoryWorld is a claim reconciler on a fake API client whose cache is
@@ -33,7 +34,9 @@ func memoryWorld(t *testing.T, claims ...*hfv1.MachineClaim) (*MachineClaimRecon
 
 // aheadOfCache makes r believe it wrote claim uid after anything the
 // fake client holds.
-func aheadOfCache(r *MachineClaimReconciler, uid types.UID) { r.written.Store(uid, uint64(1)<<40) }
+func aheadOfCache(r *MachineClaimReconciler, uid types.UID) {
+	r.lag.Wrote(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{UID: uid, ResourceVersion: "1099511627776"}})
+}
 
 func mapLen(m interface{ Range(func(k, v any) bool) }) int {
 	n := 0
@@ -41,35 +44,26 @@ func mapLen(m interface{ Range(func(k, v any) bool) }) int {
 	return n
 }
 
-// TestStaleCacheBacksOff: while the cache shows a claim older than the
-// controller's last write, the requeue doubles from 50 ms to 5 s; once the
-// cache caught up, the next lag starts at 50 ms again.
-func TestStaleCacheBacksOff(t *testing.T) {
+// TestStaleCacheWaits: a reconcile that finds the cache older than the
+// controller's last write of the claim waits for it (the requeue backs off
+// as internal/cachelag says) and touches nothing.
+func TestStaleCacheWaits(t *testing.T) {
 	claim := unitClaim("lagging", 0)
-	r, _ := memoryWorld(t, &claim)
+	r, c := memoryWorld(t, &claim)
 	aheadOfCache(r, claim.UID)
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&claim)}
-	want := []time.Duration{50, 100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000}
-	for i, w := range want {
+	for i := range 10 {
 		res, err := r.Reconcile(context.Background(), req)
 		if err != nil {
 			t.Fatalf("reconcile %d: %v", i, err)
 		}
-		if res.RequeueAfter != w*time.Millisecond {
-			t.Fatalf("stale read %d: requeue after %s, want %s", i+1, res.RequeueAfter, w*time.Millisecond)
+		if res.RequeueAfter != cachelag.Wait(i) {
+			t.Fatalf("stale read %d: requeue after %s, want %s", i+1, res.RequeueAfter, cachelag.Wait(i))
 		}
 	}
-	// The cache caught up (here: the controller's record says so).
-	r.written.Store(claim.UID, uint64(0))
-	if _, stale := r.waitForCache(context.Background(), &claim); stale {
-		t.Fatal("a fresh cache is called stale")
-	}
-	aheadOfCache(r, claim.UID)
-	if res, _ := r.waitForCache(context.Background(), &claim); res.RequeueAfter != staleCacheFirstWait {
-		t.Errorf("first wait of a new lag: %s, want %s", res.RequeueAfter, staleCacheFirstWait)
-	}
-	if got := staleCacheWait(1 << 20); got != staleCacheMaxWait {
-		t.Errorf("staleCacheWait after very many waits: %s, want %s", got, staleCacheMaxWait)
+	var got hfv1.MachineClaim
+	if err := c.Get(context.Background(), req.NamespacedName, &got); err != nil || len(got.Finalizers) != 0 || got.Status.Phase != "" {
+		t.Fatalf("a stale reconcile wrote the claim: finalizers %v, phase %q (%v)", got.Finalizers, got.Status.Phase, err)
 	}
 }
 
@@ -91,10 +85,8 @@ func TestGoneClaimsAreForgotten(t *testing.T) {
 	}
 	remember(&gone)
 	remember(&kept)
-	for name, m := range map[string]interface{ Range(func(k, v any) bool) }{"attempts": &r.attempts, "written": &r.written, "staleWaits": &r.staleWaits} {
-		if n := mapLen(m); n != 2 {
-			t.Fatalf("%s holds %d entries before, want 2", name, n)
-		}
+	if n := mapLen(&r.attempts); n != 2 || !r.lag.Remembers(gone.UID) || !r.lag.Remembers(kept.UID) {
+		t.Fatalf("before: attempts holds %d entries, lag remembers gone %v kept %v; want 2, true, true", n, r.lag.Remembers(gone.UID), r.lag.Remembers(kept.UID))
 	}
 
 	// Deleted behind the controller's back (a forced removal of its
@@ -108,11 +100,10 @@ func TestGoneClaimsAreForgotten(t *testing.T) {
 	check := func(uid types.UID, want bool) {
 		t.Helper()
 		_, a := r.attempts.Load(uid)
-		_, w := r.written.Load(uid)
-		_, s := r.staleWaits.Load(uid)
+		l := r.lag.Remembers(uid)
 		_, o := r.Runners.Get(uid)
-		if a != want || w != want || s != want || o != want {
-			t.Errorf("claim %s: attempts %v written %v staleWaits %v runner %v, want all %v", uid, a, w, s, o, want)
+		if a != want || l != want || o != want {
+			t.Errorf("claim %s: attempts %v lag %v runner %v, want all %v", uid, a, l, o, want)
 		}
 	}
 	check(gone.UID, false)
@@ -133,7 +124,7 @@ func TestGoneClaimsAreForgotten(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(kept.UID, false)
-	if n := mapLen(&r.uids); n != 1 {
-		t.Errorf("uids holds %d names, want 1 (the new claim's)", n)
+	if n := r.lag.Names(); n != 1 {
+		t.Errorf("the lag tracker holds %d names, want 1 (the new claim's)", n)
 	}
 }

@@ -10,14 +10,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -98,7 +97,7 @@ func (r *MachineClaimReconciler) restoreReservation(ctx context.Context, s *clai
 
 func (r *MachineClaimReconciler) restoreReservationOf(ctx context.Context, claim *hfv1.MachineClaim) error {
 	v, ok := claim.Annotations[hfv1.VMReservationAnnotation]
-	if !ok || claim.Status.VMRef != nil || claim.Ended() || meta.IsStatusConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+	if !ok || claim.Status.VMRef != nil || claim.Ended() || hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
 		return nil
 	}
 	ref, sig, err := parseReservation(v)
@@ -175,7 +174,7 @@ func (r *MachineClaimReconciler) rejectReservation(ctx context.Context, claim *h
 	msg := fmt.Sprintf("Ignoring annotation %s: %s; the claim is placed as if it had none", hfv1.VMReservationAnnotation, reason)
 	ctrl.LoggerFrom(ctx).Info("Refused a VM reservation annotation", "reason", reason)
 	metrics.ReservationsRejected.Inc()
-	r.Recorder.Event(claim, corev1.EventTypeWarning, hfv1.ReservationRejectedReason, truncate(msg, 1024))
+	r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.ReservationRejectedReason), truncate(msg, 1024))
 }
 
 // vmidRange is the block of VM ids placement allocates from on cluster.

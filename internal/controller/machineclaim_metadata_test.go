@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -138,7 +137,7 @@ func TestRestoreReservation(t *testing.T) {
 			}
 			select {
 			case e := <-events.Events:
-				if tc.refused == "" || !strings.Contains(e, hfv1.ReservationRejectedReason) || !strings.Contains(e, tc.refused) {
+				if tc.refused == "" || !strings.Contains(e, string(hfv1.ReservationRejectedReason)) || !strings.Contains(e, tc.refused) {
 					t.Fatalf("event %q, want a %s event containing %q", e, hfv1.ReservationRejectedReason, tc.refused)
 				}
 			default:
@@ -173,7 +172,7 @@ func TestClaimRechecksTenancy(t *testing.T) {
 		want   string
 	}{
 		{name: "allowed bridge", bridge: "vmbr0"},
-		{name: "bridge not allowed since the template was validated", bridge: "vmbr9", want: hfv1.NotAllowedByClusterReason},
+		{name: "bridge not allowed since the template was validated", bridge: "vmbr9", want: string(hfv1.NotAllowedByClusterReason)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := reservationWorld(t, ns)
@@ -197,7 +196,7 @@ func TestClaimRechecksTenancy(t *testing.T) {
 			}
 			tmpl.Spec.Source.Proxmox.TemplateID = ptr.To[int32](9000)
 			tmpl.Spec.Network.Bridge = tc.bridge
-			tmpl.Status.Conditions = []metav1.Condition{{Type: hfv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: hfv1.ReadyReason, LastTransitionTime: metav1.Now()}}
+			tmpl.Status.Conditions = []metav1.Condition{{Type: string(hfv1.ReadyCondition), Status: metav1.ConditionTrue, Reason: string(hfv1.ReadyReason), LastTransitionTime: metav1.Now()}}
 			tmpl.Status.ObservedGeneration = tmpl.Generation
 			if err := c.Update(ctx, tmpl); err != nil {
 				t.Fatal(err)
@@ -206,7 +205,7 @@ func TestClaimRechecksTenancy(t *testing.T) {
 			claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team", UID: "uid-1"}}
 			claim.Spec.TemplateRef.Name = "tmpl"
 			_, next, err := r.loadDependencies(ctx, r.newClaimScope(claim))
-			cond := meta.FindStatusCondition(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+			cond := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
 			switch {
 			case err != nil:
 				t.Fatal(err)

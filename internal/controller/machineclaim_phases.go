@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,7 +29,7 @@ const callAgainNow = 10 * time.Millisecond
 // missing, the template is not Ready, or the cluster does not admit it.
 func (r *MachineClaimReconciler) loadDependencies(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
 	claim := s.claim
-	waitFor := func(reason, msg string) (ctrl.Result, bool, error) {
+	waitFor := func(reason hfv1.ConditionReason, msg string) (ctrl.Result, bool, error) {
 		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
 		return ctrl.Result{RequeueAfter: waitForDependency}, false, nil
 	}
@@ -44,7 +43,7 @@ func (r *MachineClaimReconciler) loadDependencies(ctx context.Context, s *claimS
 	// A claim that already has a VM keeps working with the template it was
 	// built from, even if the template has since become invalid.
 	if claim.Status.VMRef == nil {
-		ready := meta.FindStatusCondition(tmpl.Status.Conditions, hfv1.ReadyCondition)
+		ready := hfv1.FindCondition(tmpl.Status.Conditions, hfv1.ReadyCondition)
 		if ready == nil || ready.Status != metav1.ConditionTrue || tmpl.Status.ObservedGeneration != tmpl.Generation {
 			msg := "it has not been validated yet"
 			if ready != nil && ready.Status == metav1.ConditionFalse {
@@ -95,7 +94,7 @@ func (r *MachineClaimReconciler) connectProvider(_ context.Context, s *claimScop
 		s.provider = p
 		return ctrl.Result{}, true, nil
 	}
-	if meta.IsStatusConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+	if hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
 		return ctrl.Result{}, true, nil
 	}
 	msg := fmt.Sprintf("Waiting for HypervisorCluster %s: %s", s.cluster.Name, health.Message)
@@ -180,7 +179,7 @@ func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (c
 		// first; this only covers a coalesced event.
 		retry = callAgainNow
 	}
-	provisioning := func(reason, def string) (ctrl.Result, bool, error) {
+	provisioning := func(reason hfv1.ConditionReason, def string) (ctrl.Result, bool, error) {
 		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, orDefault(res.Message, def))
 		return ctrl.Result{RequeueAfter: retry}, false, nil
 	}
@@ -233,7 +232,7 @@ func selectorAdmits(ctx context.Context, c client.Reader, selector *metav1.Label
 // in what the CI platform says about its runner.
 func (r *MachineClaimReconciler) watchRunning(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
 	claim := s.claim
-	if !meta.IsStatusConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+	if !hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
 		return ctrl.Result{}, true, nil
 	}
 	ref := claim.Status.VMRef
@@ -295,14 +294,14 @@ func (r *MachineClaimReconciler) provisionError(ctx context.Context, s *claimSco
 	if wait, limited := retryAfterWorkload(err, r.Clock.Now()); limited {
 		// The CI platform's rate limit: wait for it without counting a
 		// failure; the claim says until when.
-		metrics.ClaimErrors.WithLabelValues(string(provider.ClassResource), hfv1.RateLimitedReason).Inc()
+		metrics.ClaimErrors.WithLabelValues(string(provider.ClassResource), string(hfv1.RateLimitedReason)).Inc()
 		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.RateLimitedReason,
 			fmt.Sprintf("Waiting %s for the CI platform's rate limit: %v", wait.Round(time.Second), err))
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	metrics.ClaimErrors.WithLabelValues(string(class), reason).Inc()
 	msg := fmt.Sprintf("%s error: %v", class, err)
-	cond := meta.FindStatusCondition(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+	cond := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
 	changed := cond == nil || cond.Reason != reason
 	ctrl.LoggerFrom(ctx).Info("Provisioning step failed", "class", class, "reason", reason, "err", err.Error())
 
@@ -317,7 +316,7 @@ func (r *MachineClaimReconciler) provisionError(ctx context.Context, s *claimSco
 		res, _, err := r.reconcileFailed(ctx, s)
 		return res, err
 	}
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
+	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
 	if changed {
 		r.Recorder.Event(claim, corev1.EventTypeWarning, "FailedProvision", truncate(msg, 1024))
 	}

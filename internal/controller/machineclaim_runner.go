@@ -88,7 +88,7 @@ func (r *MachineClaimReconciler) releaseRunner(ctx context.Context, claim *hfv1.
 	}
 	err := r.release(ctx, claim)
 	if err == nil {
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, hfv1.RunnerRemovedReason, "Runner %s is no longer registered", st.RunnerName)
+		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RunnerRemovedReason), "Runner %s is no longer registered", st.RunnerName)
 		claim.Status.Bootstrap.RunnerID = 0
 		claim.Status.Bootstrap.RunnerName = ""
 		return true, ctrl.Result{}
@@ -98,7 +98,7 @@ func (r *MachineClaimReconciler) releaseRunner(ctx context.Context, claim *hfv1.
 		since = end.StartedAt.Time
 	}
 	if r.Clock.Since(since) > runnerReleaseDeadline {
-		r.Recorder.Eventf(claim, corev1.EventTypeWarning, hfv1.RunnerNotRemovedReason,
+		r.Recorder.Eventf(claim, corev1.EventTypeWarning, string(hfv1.RunnerNotRemovedReason),
 			"Gave up removing runner %s after %s: %v; the CI platform removes offline ephemeral runners by itself", st.RunnerName, runnerReleaseDeadline, err)
 		return true, ctrl.Result{}
 	}

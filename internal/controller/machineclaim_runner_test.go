@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
@@ -75,8 +74,8 @@ func TestDrainRunnerWhenThePlatformCannotAnswer(t *testing.T) {
 				return
 			}
 			summariseReady(claim)
-			ready := meta.FindStatusCondition(claim.Status.Conditions, hfv1.ReadyCondition)
-			if phase := claimPhaseOf(claim); phase != hfv1.MachineClaimDraining || ready == nil || ready.Reason != hfv1.RunnerStateUnknownReason || res.RequeueAfter <= 0 {
+			ready := hfv1.FindCondition(claim.Status.Conditions, hfv1.ReadyCondition)
+			if phase := claimPhaseOf(claim); phase != hfv1.MachineClaimDraining || ready == nil || ready.Reason != string(hfv1.RunnerStateUnknownReason) || res.RequeueAfter <= 0 {
 				t.Fatalf("phase %s, Ready %+v, requeue %s; want Draining with %s and a retry", phase, ready, res.RequeueAfter, hfv1.RunnerStateUnknownReason)
 			}
 		})

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -82,9 +81,9 @@ func (r *MachineClaimReconciler) closeScope(ctx context.Context, s *claimScope, 
 	switch {
 	case !controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer):
 		// Gone, or Finished: nothing more is done to it.
-		r.written.Delete(claim.UID)
+		r.lag.Done(claim.UID)
 	case claim.ResourceVersion != s.startRV:
-		r.rememberWrite(claim)
+		r.lag.Wrote(claim)
 	}
 	return res, err
 }
@@ -96,18 +95,18 @@ func (r *MachineClaimReconciler) closeScope(ctx context.Context, s *claimScope, 
 func summariseReady(claim *hfv1.MachineClaim) {
 	conds := &claim.Status.Conditions
 	gen := claim.Generation
-	provisioned := meta.FindStatusCondition(*conds, hfv1.MachineClaimProvisionedCondition)
-	switch ending := meta.FindStatusCondition(*conds, hfv1.MachineClaimEndingCondition); {
+	provisioned := hfv1.FindCondition(*conds, hfv1.MachineClaimProvisionedCondition)
+	switch ending := hfv1.FindCondition(*conds, hfv1.MachineClaimEndingCondition); {
 	case ending != nil && ending.Status == metav1.ConditionTrue:
-		setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, ending.Reason, ending.Message)
+		setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ConditionReason(ending.Reason), ending.Message)
 	case provisioned != nil && provisioned.Status == metav1.ConditionTrue:
-		if meta.IsStatusConditionTrue(*conds, hfv1.MachineClaimBootstrappedCondition) {
+		if hfv1.IsConditionTrue(*conds, hfv1.MachineClaimBootstrappedCondition) {
 			setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM is up and the workload reports it ready")
 		} else {
 			setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.WaitingForRunnerReason, "The VM is up; waiting for the workload to report it ready")
 		}
 	case provisioned != nil:
-		setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, provisioned.Reason, provisioned.Message)
+		setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ConditionReason(provisioned.Reason), provisioned.Message)
 	default:
 		setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ReconcilingReason, "Waiting to be provisioned")
 	}
@@ -123,13 +122,13 @@ func claimPhaseOf(claim *hfv1.MachineClaim) hfv1.MachineClaimPhase {
 		return hfv1.MachineClaimFailed
 	case end != nil:
 		return hfv1.MachineClaimTerminating
-	case meta.IsStatusConditionTrue(conds, hfv1.MachineClaimEndingCondition):
+	case hfv1.IsConditionTrue(conds, hfv1.MachineClaimEndingCondition):
 		// Asked to end; its runner's job keeps the VM.
 		return hfv1.MachineClaimDraining
-	case meta.IsStatusConditionTrue(conds, hfv1.MachineClaimProvisionedCondition) &&
-		meta.IsStatusConditionTrue(conds, hfv1.MachineClaimBootstrappedCondition):
+	case hfv1.IsConditionTrue(conds, hfv1.MachineClaimProvisionedCondition) &&
+		hfv1.IsConditionTrue(conds, hfv1.MachineClaimBootstrappedCondition):
 		return hfv1.MachineClaimReady
-	case meta.IsStatusConditionTrue(conds, hfv1.MachineClaimProvisionedCondition):
+	case hfv1.IsConditionTrue(conds, hfv1.MachineClaimProvisionedCondition):
 		return hfv1.MachineClaimBootstrapping
 	case claim.Status.VMRef != nil || claim.Status.Task != nil:
 		return hfv1.MachineClaimProvisioning
@@ -162,8 +161,8 @@ func (r *MachineClaimReconciler) recordPhase(ctx context.Context, claim *hfv1.Ma
 		eventType = corev1.EventTypeWarning
 	}
 	reason, msg := hfv1.CreatedReason, "Waiting to be provisioned"
-	if c := meta.FindStatusCondition(claim.Status.Conditions, hfv1.ReadyCondition); c != nil {
-		reason, msg = c.Reason, c.Message
+	if c := hfv1.FindCondition(claim.Status.Conditions, hfv1.ReadyCondition); c != nil {
+		reason, msg = hfv1.ConditionReason(c.Reason), c.Message
 	}
 	r.Recorder.Eventf(claim, eventType, string(phase), "%s: %s", reason, truncate(msg, 1000))
 	ctrl.LoggerFrom(ctx).Info("MachineClaim phase changed", "from", old, "to", phase, "reason", reason)
@@ -194,13 +193,13 @@ func phaseTime(t *hfv1.PhaseTimes, phase hfv1.MachineClaimPhase) **metav1.Time {
 
 // setEnding records where an ending claim is (Ending True), which Ready
 // repeats when the scope closes.
-func setEnding(claim *hfv1.MachineClaim, reason, msg string) {
+func setEnding(claim *hfv1.MachineClaim, reason hfv1.ConditionReason, msg string) {
 	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimEndingCondition, metav1.ConditionTrue, reason, truncate(msg, 32768))
 }
 
 // endingReason is the Ending condition's current reason ("" without one).
 func endingReason(claim *hfv1.MachineClaim) string {
-	if c := meta.FindStatusCondition(claim.Status.Conditions, hfv1.MachineClaimEndingCondition); c != nil {
+	if c := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimEndingCondition); c != nil {
 		return c.Reason
 	}
 	return ""

@@ -97,7 +97,7 @@ func waitingOn(claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase) string {
 	if phase != hfv1.MachineClaimPending && phase != hfv1.MachineClaimProvisioning {
 		cond = hfv1.ReadyCondition
 	}
-	if c := meta.FindStatusCondition(claim.Status.Conditions, cond); c != nil && c.Status != metav1.ConditionTrue {
+	if c := meta.FindStatusCondition(claim.Status.Conditions, string(cond)); c != nil && c.Status != metav1.ConditionTrue {
 		if out != "" {
 			out += "; "
 		}
@@ -172,18 +172,18 @@ func (r *MachineClaimReconciler) markStuck(ctx context.Context, claim *hfv1.Mach
 	check := checkStuck(claim, phase, r.StuckBounds, r.Clock.Now())
 	r.stuck.set(key, phase, check.stuck)
 	conds := &claim.Status.Conditions
-	old := meta.FindStatusCondition(*conds, hfv1.MachineClaimStuckCondition)
+	old := hfv1.FindCondition(*conds, hfv1.MachineClaimStuckCondition)
 	switch {
 	case check.stuck && old != nil && old.Status == metav1.ConditionTrue && !old.LastTransitionTime.Time.Before(check.since):
 		// Already reported for this stay in the phase: one event only.
 	case check.stuck:
 		// A Stuck condition from an earlier phase is replaced, so that
 		// its transition time (and the event) are this stay's.
-		meta.RemoveStatusCondition(conds, hfv1.MachineClaimStuckCondition)
+		meta.RemoveStatusCondition(conds, string(hfv1.MachineClaimStuckCondition))
 		msg := fmt.Sprintf("In phase %s since %s, longer than the manager's bound for it (%s); waiting on %s",
 			phase, check.since.UTC().Format(time.RFC3339), r.StuckBounds.bound(phase), waitingOn(claim, phase))
 		setCondition(conds, claim.Generation, hfv1.MachineClaimStuckCondition, metav1.ConditionTrue, hfv1.NoProgressReason, msg)
-		r.Recorder.Event(claim, corev1.EventTypeWarning, hfv1.MachineClaimStuckCondition, msg)
+		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.MachineClaimStuckCondition), msg)
 		ctrl.LoggerFrom(ctx).Info("MachineClaim is stuck", "phase", phase, "since", check.since, "waitingOn", waitingOn(claim, phase))
 	case old != nil && old.Status == metav1.ConditionTrue:
 		setCondition(conds, claim.Generation, hfv1.MachineClaimStuckCondition, metav1.ConditionFalse, hfv1.ProgressingReason,

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,9 +32,9 @@ func TestClaimStuckInPending(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		c := meta.FindStatusCondition(got.Status.Conditions, hfv1.MachineClaimStuckCondition)
-		if got.Status.Phase != hfv1.MachineClaimPending || c == nil || c.Status != metav1.ConditionTrue || c.Reason != hfv1.NoProgressReason ||
-			!strings.Contains(c.Message, "In phase Pending") || !strings.Contains(c.Message, hfv1.TemplateNotFoundReason) {
+		c := hfv1.FindCondition(got.Status.Conditions, hfv1.MachineClaimStuckCondition)
+		if got.Status.Phase != hfv1.MachineClaimPending || c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(hfv1.NoProgressReason) ||
+			!strings.Contains(c.Message, "In phase Pending") || !strings.Contains(c.Message, string(hfv1.TemplateNotFoundReason)) {
 			return fmt.Errorf("phase %s, Stuck %+v", got.Status.Phase, c)
 		}
 		return nil
@@ -46,7 +45,7 @@ func TestClaimStuckInPending(t *testing.T) {
 			return err
 		}
 		for _, e := range list.Items {
-			if e.InvolvedObject.Name == claim.Name && e.Reason == hfv1.MachineClaimStuckCondition {
+			if e.InvolvedObject.Name == claim.Name && e.Reason == string(hfv1.MachineClaimStuckCondition) {
 				if e.Count > 1 {
 					return fmt.Errorf("Stuck event recorded %d times", e.Count)
 				}

@@ -62,15 +62,15 @@ func TestMarkStuck(t *testing.T) {
 	c.Status.Phase = hfv1.MachineClaimProvisioning
 	c.Status.PhaseTimes = &hfv1.PhaseTimes{Provisioning: &metav1.Time{Time: unitEpoch}}
 	c.Status.Task = &hfv1.TaskReference{ID: "UPID:pve1:0001:clone", Operation: "clone"}
-	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: hfv1.MachineClaimProvisionedCondition, Status: metav1.ConditionFalse,
-		Reason: hfv1.CloningReason, Message: "cloning from template 9000"})
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: string(hfv1.MachineClaimProvisionedCondition), Status: metav1.ConditionFalse,
+		Reason: string(hfv1.CloningReason), Message: "cloning from template 9000"})
 	gauge := func(p hfv1.MachineClaimPhase) float64 { return stuckGauge(t, p) }
 	basePro, baseTerm := gauge(hfv1.MachineClaimProvisioning), gauge(hfv1.MachineClaimTerminating)
 	ctx := context.Background()
 
 	clk.Step(4 * time.Minute)
 	res := r.markStuck(ctx, &c, c.Status.Phase, ctrl.Result{RequeueAfter: time.Hour})
-	if res.RequeueAfter != 6*time.Minute || meta.FindStatusCondition(c.Status.Conditions, hfv1.MachineClaimStuckCondition) != nil {
+	if res.RequeueAfter != 6*time.Minute || hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimStuckCondition) != nil {
 		t.Fatalf("before the bound: requeue %s, conditions %+v", res.RequeueAfter, c.Status.Conditions)
 	}
 
@@ -78,8 +78,8 @@ func TestMarkStuck(t *testing.T) {
 	for range 3 {
 		r.markStuck(ctx, &c, c.Status.Phase, ctrl.Result{})
 	}
-	cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.MachineClaimStuckCondition)
-	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != hfv1.NoProgressReason ||
+	cond := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimStuckCondition)
+	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != string(hfv1.NoProgressReason) ||
 		!strings.Contains(cond.Message, "In phase Provisioning") || !strings.Contains(cond.Message, "clone (UPID:pve1:0001:clone)") ||
 		!strings.Contains(cond.Message, "Cloning: cloning from template 9000") {
 		t.Fatalf("Stuck = %+v", cond)
@@ -95,7 +95,7 @@ func TestMarkStuck(t *testing.T) {
 	c.Status.Phase = hfv1.MachineClaimTerminating
 	c.Status.PhaseTimes.Terminating = &metav1.Time{Time: clk.Now()}
 	r.markStuck(ctx, &c, c.Status.Phase, ctrl.Result{})
-	if cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.MachineClaimStuckCondition); cond.Status != metav1.ConditionFalse || cond.Reason != hfv1.ProgressingReason {
+	if cond := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimStuckCondition); cond.Status != metav1.ConditionFalse || cond.Reason != string(hfv1.ProgressingReason) {
 		t.Fatalf("after progress: Stuck = %+v", cond)
 	}
 	if got := gauge(hfv1.MachineClaimProvisioning); got != basePro {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -133,10 +132,10 @@ func (r *MachineClaimReconciler) markRegistered(claim *hfv1.MachineClaim, at tim
 	if st.RegisteredAt == nil {
 		st.RegisteredAt = &metav1.Time{Time: at}
 	}
-	if !meta.IsStatusConditionTrue(claim.Status.Conditions, hfv1.MachineClaimBootstrappedCondition) {
+	if !hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimBootstrappedCondition) {
 		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimBootstrappedCondition, metav1.ConditionTrue, hfv1.RunnerOnlineReason,
 			fmt.Sprintf("Runner %s %s", st.RunnerName, how))
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, hfv1.RunnerOnlineReason, "Runner %s %s", st.RunnerName, how)
+		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RunnerOnlineReason), "Runner %s %s", st.RunnerName, how)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -30,8 +29,8 @@ func TestClaimsWaitForMaxMachines(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		c := meta.FindStatusCondition(got.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
-		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != hfv1.MaxMachinesReachedReason || !strings.Contains(c.Message, "spec.limits.maxMachines (1)") {
+		c := hfv1.FindCondition(got.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != string(hfv1.MaxMachinesReachedReason) || !strings.Contains(c.Message, "spec.limits.maxMachines (1)") {
 			return fmt.Errorf("Provisioned = %+v", c)
 		}
 		if got.Status.VMRef != nil {

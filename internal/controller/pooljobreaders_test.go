@@ -12,6 +12,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -35,7 +36,7 @@ func TestPoolJobReaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readers := &controller.PoolJobReaders{Client: env.Client, Providers: &controller.GitHubBootstrap{Client: env.Client, Transport: gs.Transport}}
+	readers := &controller.PoolJobReaders{Client: env.Client, Providers: &controller.Workloads{Client: env.Client, Backends: githubsimtest.Backends(t, gs.Transport)}}
 	ctx := context.Background()
 	reader, err := readers.JobReaderFor(ctx, types.NamespacedName{Namespace: f.namespace, Name: pool.Name})
 	if err != nil {

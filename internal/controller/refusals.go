@@ -2,8 +2,10 @@ package controller
 
 import (
 	"fmt"
+	"strings"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // A refusal is a field the API server accepts but this operator does not
@@ -15,13 +17,13 @@ import (
 // API"). Not-yet-implemented features are refused here rather than by CEL
 // so that the API stays the same when they are implemented.
 type refusal struct {
-	reason  string
+	reason  hfv1.ConditionReason
 	message string
 }
 
 // templateRefusal is the first field of tmpl this operator does not act
 // on, or nil.
-func templateRefusal(tmpl *hfv1.HypervisorMachineTemplate) *refusal {
+func templateRefusal(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate) *refusal {
 	switch att := tmpl.Spec.Attestation; att.Method {
 	case hfv1.AttestationJoinToken:
 		return &refusal{hfv1.NotImplementedReason,
@@ -30,33 +32,54 @@ func templateRefusal(tmpl *hfv1.HypervisorMachineTemplate) *refusal {
 		return &refusal{hfv1.NotImplementedReason,
 			"spec.attestation.method: tpm is not implemented yet (nor spec.attestation.tpm: devicePath, addVirtualTPM, ekCABundleRef); remove spec.attestation or set method: none"}
 	}
-	if r := tmpl.Spec.Bootstrap.GitHub.Runner; r != nil && r.OS != "" && r.OS != "linux" {
+	if _, t, ok := ws.Template(tmpl); ok && t.Runner.OS != "linux" {
 		// The operator's cloud-config starts the agent as a systemd unit
 		// (docs/cloud-init.md): only Linux VMs can run it.
 		return &refusal{hfv1.UnsupportedReason, fmt.Sprintf(
-			"spec.bootstrap.github.runner.os: %s is not supported: the HyperFleet agent runs as a systemd service on Linux VMs only; set os: linux (or remove it) and use a Linux template", r.OS)}
+			"%s.runner.os: %s is not supported: the HyperFleet agent runs as a systemd service on Linux VMs only; set os: linux (or remove it) and use a Linux template", t.Field, t.Runner.OS)}
 	}
 	return nil
 }
 
 // poolRefusal is the first field of pool this operator does not act on,
-// or nil.
-func poolRefusal(pool *hfv1.RunnerPool) *refusal {
-	if t := pool.Spec.Workload.Type; t != hfv1.WorkloadGitHubActions {
+// or nil: a workload type no registered back-end serves.
+func poolRefusal(ws *workload.Backends, pool *hfv1.RunnerPool) *refusal {
+	if t := pool.Spec.Workload.Type; !served(ws, t) {
 		return &refusal{hfv1.NotImplementedReason, fmt.Sprintf(
-			"spec.workload.type: %s is not implemented yet; only github-actions runners exist today: set type: github-actions with spec.workload.github", t)}
+			"spec.workload.type: %s is not implemented yet; %s", t, servedTypes(ws))}
 	}
 	return nil
 }
 
 // claimRefusal is the first field of claim this operator does not act
 // on, or nil.
-func claimRefusal(claim *hfv1.MachineClaim) *refusal {
-	if wc := claim.Spec.WorkloadConfig; wc != nil && wc.Type != hfv1.WorkloadGitHubActions {
+func claimRefusal(ws *workload.Backends, claim *hfv1.MachineClaim) *refusal {
+	if wc := claim.Spec.WorkloadConfig; wc != nil && !served(ws, wc.Type) {
 		return &refusal{hfv1.NotImplementedReason, fmt.Sprintf(
-			"spec.workloadConfig.type: %s is not implemented yet; only github-actions runners exist today: set type: github-actions or remove spec.workloadConfig", wc.Type)}
+			"spec.workloadConfig.type: %s is not implemented yet; %s, or remove spec.workloadConfig", wc.Type, servedTypes(ws))}
 	}
 	return nil
+}
+
+// served reports whether a back-end serves workload type t.
+func served(ws *workload.Backends, t hfv1.WorkloadType) bool {
+	_, ok := ws.For(t)
+	return ok
+}
+
+// servedTypes says which workload types exist, as the way out of a
+// refusal: "only github-actions runners exist today: set type:
+// github-actions".
+func servedTypes(ws *workload.Backends) string {
+	types := ws.Types()
+	if len(types) == 0 {
+		return "this operator runs no CI platform"
+	}
+	names := make([]string, len(types))
+	for i, t := range types {
+		names[i] = string(t)
+	}
+	return fmt.Sprintf("only %s runners exist today: set type: %s", strings.Join(names, ", "), strings.Join(names, " or "))
 }
 
 // clusterRefusal is the first field of cluster this operator does not act

@@ -39,7 +39,7 @@ func waitCondition(t *testing.T, obj client.Object, conds func() []metav1.Condit
 
 func waitClaimProvisioned(t *testing.T, claim *hfv1.MachineClaim, status metav1.ConditionStatus, reason string) *metav1.Condition {
 	t.Helper()
-	return waitCondition(t, claim, func() []metav1.Condition { return claim.Status.Conditions }, hfv1.MachineClaimProvisionedCondition, status, reason)
+	return waitCondition(t, claim, func() []metav1.Condition { return claim.Status.Conditions }, string(hfv1.MachineClaimProvisionedCondition), status, reason)
 }
 
 // wantNothingBuilt checks that no VM exists on the simulator and that no
@@ -89,13 +89,13 @@ func TestRefusedTemplatesBuildNothing(t *testing.T) {
 		name, reason, text string
 		mutate             func(*hfv1.HypervisorMachineTemplate)
 	}{
-		{"join-token", hfv1.NotImplementedReason, "spec.attestation.method: join-token is not implemented yet", func(tm *hfv1.HypervisorMachineTemplate) {
+		{"join-token", string(hfv1.NotImplementedReason), "spec.attestation.method: join-token is not implemented yet", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationJoinToken, JoinToken: &hfv1.JoinTokenAttestation{TTL: &metav1.Duration{Duration: 15 * time.Minute}}}
 		}},
-		{"tpm", hfv1.NotImplementedReason, "spec.attestation.method: tpm is not implemented yet", func(tm *hfv1.HypervisorMachineTemplate) {
+		{"tpm", string(hfv1.NotImplementedReason), "spec.attestation.method: tpm is not implemented yet", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationTPM, TPM: &hfv1.TPMAttestation{AddVirtualTPM: true}}
 		}},
-		{"per-vm-render", hfv1.TemplateInvalidReason, "userData", func(tm *hfv1.HypervisorMachineTemplate) {
+		{"per-vm-render", string(hfv1.TemplateInvalidReason), "userData", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.CloudInit = &hfv1.CloudInit{UserData: "#cloud-config\n{{ if .RunnerName }}runcmd: [{{ .NoSuchVariable }}]{{ end }}\n"}
 		}},
 	}
@@ -107,7 +107,7 @@ func TestRefusedTemplatesBuildNothing(t *testing.T) {
 			tc.mutate(tmpl)
 			f.create(tmpl)
 			waitTemplate(t, tmpl, metav1.ConditionFalse, tc.reason)
-			ready := waitCondition(t, tmpl, func() []metav1.Condition { return tmpl.Status.Conditions }, hfv1.ReadyCondition, metav1.ConditionFalse, tc.reason)
+			ready := waitCondition(t, tmpl, func() []metav1.Condition { return tmpl.Status.Conditions }, string(hfv1.ReadyCondition), metav1.ConditionFalse, tc.reason)
 			if !strings.Contains(ready.Message, tc.text) {
 				t.Errorf("Ready message %q does not mention %q", ready.Message, tc.text)
 			}
@@ -117,7 +117,7 @@ func TestRefusedTemplatesBuildNothing(t *testing.T) {
 				Spec:       hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: tmpl.Name}},
 			}
 			f.create(claim)
-			cond := waitClaimProvisioned(t, claim, metav1.ConditionFalse, hfv1.TemplateNotReadyReason)
+			cond := waitClaimProvisioned(t, claim, metav1.ConditionFalse, string(hfv1.TemplateNotReadyReason))
 			if !strings.Contains(cond.Message, tc.reason) {
 				t.Errorf("claim message %q does not give the template's reason %s", cond.Message, tc.reason)
 			}
@@ -159,7 +159,7 @@ func TestRefusedPoolAndClaim(t *testing.T) {
 		},
 	}
 	f.create(claim)
-	cond := waitClaimProvisioned(t, claim, metav1.ConditionFalse, hfv1.NotImplementedReason)
+	cond := waitClaimProvisioned(t, claim, metav1.ConditionFalse, string(hfv1.NotImplementedReason))
 	if !strings.Contains(cond.Message, "spec.workloadConfig.type: buildkite is not implemented yet") {
 		t.Errorf("claim message %q does not name the field", cond.Message)
 	}
@@ -174,7 +174,7 @@ func TestRefusedPoolAndClaim(t *testing.T) {
 		},
 	}
 	f.create(pool)
-	ready := waitCondition(t, pool, func() []metav1.Condition { return pool.Status.Conditions }, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.NotImplementedReason)
+	ready := waitCondition(t, pool, func() []metav1.Condition { return pool.Status.Conditions }, string(hfv1.ReadyCondition), metav1.ConditionFalse, string(hfv1.NotImplementedReason))
 	if !strings.Contains(ready.Message, "spec.workload.type: generic is not implemented yet") {
 		t.Errorf("pool message %q does not name the field", ready.Message)
 	}
@@ -228,13 +228,13 @@ func TestRefusedCluster(t *testing.T) {
 	})
 	ctx := context.Background()
 	cluster := f.cluster
-	ready := waitCondition(t, cluster, func() []metav1.Condition { return cluster.Status.Conditions }, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.NotImplementedReason)
+	ready := waitCondition(t, cluster, func() []metav1.Condition { return cluster.Status.Conditions }, string(hfv1.ReadyCondition), metav1.ConditionFalse, string(hfv1.NotImplementedReason))
 	if !strings.Contains(ready.Message, "spec.dns.registerVMs") {
 		t.Errorf("cluster message %q does not name the field", ready.Message)
 	}
-	waitTemplate(t, f.template, metav1.ConditionFalse, hfv1.ClusterUnavailableReason)
+	waitTemplate(t, f.template, metav1.ConditionFalse, string(hfv1.ClusterUnavailableReason))
 	claim := f.newClaim("on-refused-cluster")
-	waitClaimProvisioned(t, claim, metav1.ConditionFalse, hfv1.TemplateNotReadyReason)
+	waitClaimProvisioned(t, claim, metav1.ConditionFalse, string(hfv1.TemplateNotReadyReason))
 	wantNothingBuilt(t, sim, claim)
 
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); err != nil {
@@ -244,6 +244,6 @@ func TestRefusedCluster(t *testing.T) {
 	if err := env.Client.Update(ctx, cluster); err != nil {
 		t.Fatal(err)
 	}
-	waitCondition(t, cluster, func() []metav1.Condition { return cluster.Status.Conditions }, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason)
+	waitCondition(t, cluster, func() []metav1.Condition { return cluster.Status.Conditions }, string(hfv1.ReadyCondition), metav1.ConditionTrue, string(hfv1.ReadyReason))
 	wantBuilt(t, claim)
 }

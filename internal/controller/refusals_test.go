@@ -17,7 +17,7 @@ import (
 func TestRefusals(t *testing.T) {
 	tmpl := func(mutate func(*hfv1.HypervisorMachineTemplate)) *refusal {
 		tm := renderCheckTemplate(mutate)
-		return templateRefusal(tm)
+		return templateRefusal(ciPlatforms, tm)
 	}
 	cases := []struct {
 		name    string
@@ -27,30 +27,30 @@ func TestRefusals(t *testing.T) {
 	}{
 		{"join-token", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationJoinToken, JoinToken: &hfv1.JoinTokenAttestation{}}
-		}), hfv1.NotImplementedReason, []string{"spec.attestation.method: join-token is not implemented yet", "joinToken.ttl", "remove spec.attestation or set method: none"}},
+		}), string(hfv1.NotImplementedReason), []string{"spec.attestation.method: join-token is not implemented yet", "joinToken.ttl", "remove spec.attestation or set method: none"}},
 		{"tpm", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationTPM, TPM: &hfv1.TPMAttestation{AddVirtualTPM: true}}
-		}), hfv1.NotImplementedReason, []string{"spec.attestation.method: tpm", "addVirtualTPM", "set method: none"}},
+		}), string(hfv1.NotImplementedReason), []string{"spec.attestation.method: tpm", "addVirtualTPM", "set method: none"}},
 		{"windows runner", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{OS: "win"}
-		}), hfv1.UnsupportedReason, []string{"spec.bootstrap.github.runner.os: win", "set os: linux"}},
-		{"gitlab pool", poolRefusal(&hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitLabCI}}}),
-			hfv1.NotImplementedReason, []string{"spec.workload.type: gitlab-ci is not implemented yet", "type: github-actions"}},
-		{"generic pool", poolRefusal(&hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGeneric}}}),
-			hfv1.NotImplementedReason, []string{"spec.workload.type: generic"}},
-		{"buildkite claim", claimRefusal(&hfv1.MachineClaim{Spec: hfv1.MachineClaimSpec{WorkloadConfig: &hfv1.WorkloadConfig{Type: hfv1.WorkloadBuildkite}}}),
-			hfv1.NotImplementedReason, []string{"spec.workloadConfig.type: buildkite", "remove spec.workloadConfig"}},
+		}), string(hfv1.UnsupportedReason), []string{"spec.bootstrap.github.runner.os: win", "set os: linux"}},
+		{"gitlab pool", poolRefusal(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitLabCI}}}),
+			string(hfv1.NotImplementedReason), []string{"spec.workload.type: gitlab-ci is not implemented yet", "type: github-actions"}},
+		{"generic pool", poolRefusal(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGeneric}}}),
+			string(hfv1.NotImplementedReason), []string{"spec.workload.type: generic"}},
+		{"buildkite claim", claimRefusal(ciPlatforms, &hfv1.MachineClaim{Spec: hfv1.MachineClaimSpec{WorkloadConfig: &hfv1.WorkloadConfig{Type: hfv1.WorkloadBuildkite}}}),
+			string(hfv1.NotImplementedReason), []string{"spec.workloadConfig.type: buildkite", "remove spec.workloadConfig"}},
 		{"dns registration", clusterRefusal(&hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DNS: &hfv1.ClusterDNSSettings{RegisterVMs: true, DNSProvider: &hfv1.DNSProvider{Type: "rfc2136"}}}}),
-			hfv1.NotImplementedReason, []string{"spec.dns.registerVMs", "spec.dns.dnsProvider", "remove both"}},
+			string(hfv1.NotImplementedReason), []string{"spec.dns.registerVMs", "spec.dns.dnsProvider", "remove both"}},
 		{"dns provider alone", clusterRefusal(&hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DNS: &hfv1.ClusterDNSSettings{DNSProvider: &hfv1.DNSProvider{Type: "route53"}}}}),
-			hfv1.NotImplementedReason, []string{"spec.dns.dnsProvider"}},
+			string(hfv1.NotImplementedReason), []string{"spec.dns.dnsProvider"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.got == nil {
 				t.Fatal("not refused")
 			}
-			if tc.got.reason != tc.reason {
+			if string(tc.got.reason) != tc.reason {
 				t.Errorf("reason %s, want %s", tc.got.reason, tc.reason)
 			}
 			for _, m := range tc.mention {
@@ -68,10 +68,10 @@ func TestRefusals(t *testing.T) {
 	}); r != nil {
 		t.Errorf("a template with attestation none and a linux runner is refused: %+v", r)
 	}
-	if r := poolRefusal(&hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitHubActions}}}); r != nil {
+	if r := poolRefusal(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitHubActions}}}); r != nil {
 		t.Errorf("a github-actions pool is refused: %+v", r)
 	}
-	if r := claimRefusal(&hfv1.MachineClaim{}); r != nil {
+	if r := claimRefusal(ciPlatforms, &hfv1.MachineClaim{}); r != nil {
 		t.Errorf("a claim without workloadConfig is refused: %+v", r)
 	}
 	if r := clusterRefusal(&hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DNS: &hfv1.ClusterDNSSettings{DNSSettings: hfv1.DNSSettings{Domain: "ci.example.com"}}}}); r != nil {
@@ -105,15 +105,15 @@ func TestSamplesWorkAsWritten(t *testing.T) {
 			tm := &hfv1.HypervisorMachineTemplate{}
 			decodeSample(t, f, raw, tm)
 			templates = append(templates, tm)
-			ref = templateRefusal(tm)
+			ref = templateRefusal(ciPlatforms, tm)
 		case "RunnerPool":
 			p := &hfv1.RunnerPool{}
 			decodeSample(t, f, raw, p)
-			ref = poolRefusal(p)
+			ref = poolRefusal(ciPlatforms, p)
 		case "MachineClaim":
 			c := &hfv1.MachineClaim{}
 			decodeSample(t, f, raw, c)
-			ref = claimRefusal(c)
+			ref = claimRefusal(ciPlatforms, c)
 		case "HypervisorCluster":
 			c := &hfv1.HypervisorCluster{}
 			decodeSample(t, f, raw, c)
@@ -143,7 +143,7 @@ func TestSamplesWorkAsWritten(t *testing.T) {
 				continue
 			}
 		}
-		if err := checkTemplateRender(tm, cluster, p, agents); err != nil {
+		if err := checkTemplateRender(ciPlatforms, tm, cluster, p, agents); err != nil {
 			t.Errorf("sample template %s does not render for a VM: %v", tm.Name, err)
 		}
 		// Every entry of the sample cluster's spec.tenancy selects the

@@ -9,14 +9,14 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
-	ghworkload "github.com/hyperfleet/hyperfleet/pkg/workload/github"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // The cloud-init of a VM is rendered twice: once with placeholder
 // credentials, to check it, and only if that succeeds, once more with the
 // single-use credential the workload side issues for the VM. A template
 // whose cloud-init or agent configuration cannot render therefore never
-// costs a credential (a registered, never-used runner on GitHub), and the
+// costs a credential (a registered, never-used runner on the CI platform), and the
 // template controller runs the same check so that such a template is never
 // Ready (docs/security.md, "An honest API").
 
@@ -30,7 +30,7 @@ var placeholderExpiry = time.Date(2000, time.January, 1, 0, 0, 0, 0, time.UTC)
 // withPlaceholderCredentials returns v with stand-ins for everything the
 // workload side (BootstrapSource) fills in: the credential of the
 // template's kind, its expiry and the runner labels.
-func withPlaceholderCredentials(v cloudinit.Vars, tmpl *hfv1.HypervisorMachineTemplate) cloudinit.Vars {
+func withPlaceholderCredentials(ws *workload.Backends, v cloudinit.Vars, tmpl *hfv1.HypervisorMachineTemplate) cloudinit.Vars {
 	if v.WorkloadMethod == cloudinit.WorkloadDirect {
 		switch v.BootstrapMethod {
 		case cloudinit.BootstrapJITConfig:
@@ -40,16 +40,16 @@ func withPlaceholderCredentials(v cloudinit.Vars, tmpl *hfv1.HypervisorMachineTe
 		}
 	}
 	v.ExpiresAt = cloudinit.Time{Time: placeholderExpiry}
-	os, arch := runnerPlatform(tmpl)
-	v.Labels = cloudinit.List(ghworkload.RunnerLabels(os, arch, []string(v.Labels)))
+	_, t, _ := ws.Template(tmpl)
+	v.Labels = cloudinit.List(workload.RunnerLabels(t.DefaultLabels, []string(v.Labels)))
 	return v
 }
 
 // checkRender renders a VM's cloud-init with placeholder credentials and
 // validates it, agent configuration included. The error wraps errRender
 // and names the template and the field (and line) at fault.
-func checkRender(tmpl *hfv1.HypervisorMachineTemplate, v cloudinit.Vars) error {
-	if _, err := cloudinit.Render(cloudInitInput(tmpl, withPlaceholderCredentials(v, tmpl))); err != nil {
+func checkRender(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, v cloudinit.Vars) error {
+	if _, err := cloudinit.Render(cloudInitInput(tmpl, withPlaceholderCredentials(ws, v, tmpl))); err != nil {
 		return fmt.Errorf("%w of HypervisorMachineTemplate %s: %w", errRender, tmpl.Name, err)
 	}
 	return nil
@@ -64,7 +64,7 @@ const placeholderClaimUID = "00000000-0000-4000-8000-000000000000"
 // and placeholder credentials. agent is the operator's agent locator (nil
 // when it serves none); the caller has already checked that it serves what
 // tmpl needs.
-func checkTemplateRender(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool, agent AgentLocator) error {
+func checkTemplateRender(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool, agent AgentLocator) error {
 	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: tmpl.Namespace, Name: "placeholder", UID: placeholderClaimUID}}
 	addr := staticAddr{pool: pool}
 	if pool != nil {
@@ -73,11 +73,11 @@ func checkTemplateRender(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.Hyp
 			addr.ip = pool.Allocatable[0].First
 		}
 	}
-	vars := claimVars(claim, tmpl, cluster, addr)
-	if err := setAgentVars(tmpl, agent, &vars); err != nil {
+	vars := claimVars(ws, claim, tmpl, cluster, addr)
+	if err := setAgentVars(ws, tmpl, agent, &vars); err != nil {
 		return err
 	}
-	if err := checkRender(tmpl, vars); err != nil {
+	if err := checkRender(ws, tmpl, vars); err != nil {
 		return fmt.Errorf("a VM's cloud-init does not render (checked with placeholder credentials): %w", err)
 	}
 	return nil

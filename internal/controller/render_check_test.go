@@ -60,7 +60,7 @@ func TestClaimCloudInitChecksBeforeIssuing(t *testing.T) {
 	for _, tc := range brokenTemplates {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &countingBootstrap{}
-			ci := &claimCloudInit{r: &MachineClaimReconciler{Bootstrap: b}, claim: claim.DeepCopy(), tmpl: renderCheckTemplate(tc.mutate), cluster: cluster}
+			ci := &claimCloudInit{r: &MachineClaimReconciler{Bootstrap: b, Workloads: ciPlatforms}, claim: claim.DeepCopy(), tmpl: renderCheckTemplate(tc.mutate), cluster: cluster}
 			_, err := ci.Render(context.Background())
 			if !errors.Is(err, errRender) {
 				t.Fatalf("Render error = %v, want a render error", err)
@@ -75,7 +75,7 @@ func TestClaimCloudInitChecksBeforeIssuing(t *testing.T) {
 	}
 	t.Run("valid template", func(t *testing.T) {
 		b := &countingBootstrap{}
-		ci := &claimCloudInit{r: &MachineClaimReconciler{Bootstrap: b}, claim: claim.DeepCopy(), tmpl: renderCheckTemplate(nil), cluster: cluster}
+		ci := &claimCloudInit{r: &MachineClaimReconciler{Bootstrap: b, Workloads: ciPlatforms}, claim: claim.DeepCopy(), tmpl: renderCheckTemplate(nil), cluster: cluster}
 		out, err := ci.Render(context.Background())
 		if err != nil {
 			t.Fatalf("Render: %v", err)
@@ -101,10 +101,10 @@ func TestCheckTemplateRender(t *testing.T) {
 			tmpl := renderCheckTemplate(tc.mutate)
 			// The case must get past the drift hash, or it would not show
 			// that the full render is needed.
-			if _, err := templateHash(tmpl, cluster, nil, nil); err != nil {
+			if _, err := templateHash(ciPlatforms, tmpl, cluster, nil, nil); err != nil {
 				t.Fatalf("the drift hash already refuses the template: %v", err)
 			}
-			err := checkTemplateRender(tmpl, cluster, nil, nil)
+			err := checkTemplateRender(ciPlatforms, tmpl, cluster, nil, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.field) {
 				t.Fatalf("checkTemplateRender = %v, want an error naming %s", err, tc.field)
 			}
@@ -113,7 +113,7 @@ func TestCheckTemplateRender(t *testing.T) {
 	for _, method := range []hfv1.BootstrapMethod{hfv1.BootstrapJITConfig, hfv1.BootstrapRunnerToken} {
 		t.Run("valid "+string(method), func(t *testing.T) {
 			tmpl := renderCheckTemplate(func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Bootstrap.Method = method })
-			if err := checkTemplateRender(tmpl, cluster, nil, nil); err != nil {
+			if err := checkTemplateRender(ciPlatforms, tmpl, cluster, nil, nil); err != nil {
 				t.Fatalf("checkTemplateRender of a valid template: %v", err)
 			}
 		})

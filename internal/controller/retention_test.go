@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -33,7 +32,7 @@ func TestRetainedFailedVMKeepsNoCredential(t *testing.T) {
 	var booting hfv1.MachineClaim
 	eventually(t, 2*time.Minute, "a claim waits for its guest with its runner registered", func() error {
 		for _, c := range w.claims(pool) {
-			cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+			cond := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
 			if c.Status.VMRef != nil && c.Status.Bootstrap != nil && c.Status.Bootstrap.RunnerName != "" && cond != nil && cond.Reason == "WaitingForGuest" {
 				booting = c
 				return nil
@@ -58,7 +57,7 @@ func TestRetainedFailedVMKeepsNoCredential(t *testing.T) {
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(&booting), &c); err != nil {
 			return err
 		}
-		if cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.ReadyCondition); cond == nil || cond.Reason != hfv1.RetainedReason {
+		if cond := hfv1.FindCondition(c.Status.Conditions, hfv1.ReadyCondition); cond == nil || cond.Reason != string(hfv1.RetainedReason) {
 			return fmt.Errorf("claim %s: phase %s, Ready %+v", c.Name, c.Status.Phase, cond)
 		}
 		if vm := findVM(t, w.sim, vmid); vm.Status != "stopped" {

@@ -27,29 +27,31 @@ const (
 	runnerReleaseUnavailableReason = "RunnerReleaseUnavailable"
 )
 
-// resolveRunner fills status.runner from spec.bootstrap.github.runner.version.
-// A non-empty reason means the template cannot be used yet. A release that
-// was resolved before stays in use while the platform cannot be asked (a
-// GitHub outage must not stop a fleet that already has a good package).
+// resolveRunner fills status.runner from the runner version the template
+// asks for (spec.bootstrap.<platform>.runner.version). A non-empty reason
+// means the template cannot be used yet. A release that was resolved before
+// stays in use while the platform cannot be asked (an outage of the CI
+// platform must not stop a fleet that already has a good package).
 func (r *HypervisorMachineTemplateReconciler) resolveRunner(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate) (reason, msg string) {
-	sw := tmpl.Spec.Bootstrap.GitHub.Runner
-	if sw == nil || sw.Version == "" {
+	_, t, _ := r.Workloads.Template(tmpl)
+	sw := t.Runner
+	if sw.Version == "" {
 		tmpl.Status.Runner = nil
 		return "", ""
 	}
+	field := t.Field + ".runner.version"
 	if r.Runners == nil {
-		return hfv1.UnsupportedReason, "spec.bootstrap.github.runner.version: this operator has no runner release source for the template's CI platform; pin runner.downloadURL and runner.downloadSHA256 instead"
+		return string(hfv1.UnsupportedReason), field + ": this operator has no runner release source for the template's CI platform; pin runner.downloadURL and runner.downloadSHA256 instead"
 	}
-	os, arch := runnerPlatform(tmpl)
-	pkg, err := r.Runners.RunnerPackage(ctx, tmpl, sw.Version, os, arch)
+	pkg, err := r.Runners.RunnerPackage(ctx, tmpl, sw.Version, sw.OS, sw.Arch)
 	switch {
 	case errors.Is(err, workload.ErrNotFound):
-		return runnerReleaseNotFoundReason, fmt.Sprintf("spec.bootstrap.github.runner.version: %v; use latest or a released version", err)
+		return runnerReleaseNotFoundReason, fmt.Sprintf("%s: %v; use latest or a released version", field, err)
 	case err != nil && tmpl.Status.Runner != nil && tmpl.Status.Runner.DownloadSHA256 != "":
 		ctrl.LoggerFrom(ctx).Info("Could not look up the runner release; keeping the one resolved before", "version", sw.Version, "kept", tmpl.Status.Runner.Version, "err", err.Error())
 		return "", ""
 	case err != nil:
-		return runnerReleaseUnavailableReason, fmt.Sprintf("spec.bootstrap.github.runner.version: cannot resolve %s yet: %v", sw.Version, err)
+		return runnerReleaseUnavailableReason, fmt.Sprintf("%s: cannot resolve %s yet: %v", field, sw.Version, err)
 	}
 	if cur := tmpl.Status.Runner; cur != nil && cur.Version == pkg.Version && cur.DownloadURL == pkg.URL && cur.DownloadSHA256 == pkg.SHA256 {
 		return "", ""
@@ -59,21 +61,23 @@ func (r *HypervisorMachineTemplateReconciler) resolveRunner(ctx context.Context,
 }
 
 // RunnerPackage implements RunnerReleaseSource with the template's own
-// GitHub scope and credentials, on the provider the claims use (so the
-// installation token and the rate-limit budget are shared).
-func (b *GitHubBootstrap) RunnerPackage(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, version, os, arch string) (workload.RunnerPackage, error) {
-	gh := tmpl.Spec.Bootstrap.GitHub
-	scope := workload.Scope{Owner: gh.Owner, Repository: gh.Repository}
-	if gh.Organization != "" {
-		scope = workload.Scope{Owner: gh.Organization}
+// scope and credentials, on the account the claims use (so its tokens and
+// its rate-limit budget are shared).
+func (w *Workloads) RunnerPackage(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, version, os, arch string) (workload.RunnerPackage, error) {
+	be, t, ok := w.Backends.Template(tmpl)
+	if !ok {
+		return workload.RunnerPackage{}, errNoBackend
 	}
-	p, _, err := b.scopedProvider(ctx, tmpl, scope)
+	if t.Scope.IsZero() {
+		return workload.RunnerPackage{}, fmt.Errorf("%s of HypervisorMachineTemplate %s names no scope to ask for runner releases in: %w", t.Field, tmpl.Name, workload.ErrInvalidRequest)
+	}
+	p, err := be.Provider(ctx, tmpl, t.Scope, w.readSecret)
 	if err != nil {
 		return workload.RunnerPackage{}, err
 	}
 	releases, ok := p.(workload.RunnerReleases)
 	if !ok {
-		return workload.RunnerPackage{}, fmt.Errorf("the CI platform publishes no runner releases: %w", workload.ErrInvalidRequest)
+		return workload.RunnerPackage{}, fmt.Errorf("%s publishes no runner releases: %w", be.Name(), workload.ErrInvalidRequest)
 	}
 	return releases.RunnerPackage(ctx, version, os, arch)
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,7 +33,7 @@ func TestTemplateRunnerVersionResolvesRelease(t *testing.T) {
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.template), &tmpl); err != nil {
 			return err
 		}
-		if tmpl.Status.Runner == nil || !meta.IsStatusConditionTrue(tmpl.Status.Conditions, hfv1.ReadyCondition) {
+		if tmpl.Status.Runner == nil || !hfv1.IsConditionTrue(tmpl.Status.Conditions, hfv1.ReadyCondition) {
 			return fmt.Errorf("status.runner %+v, conditions %+v", tmpl.Status.Runner, tmpl.Status.Conditions)
 		}
 		resolved = tmpl.Status.Runner
@@ -67,7 +66,7 @@ func TestTemplateRunnerVersionResolvesRelease(t *testing.T) {
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.template), &tmpl); err != nil {
 			return err
 		}
-		c := meta.FindStatusCondition(tmpl.Status.Conditions, hfv1.ReadyCondition)
+		c := hfv1.FindCondition(tmpl.Status.Conditions, hfv1.ReadyCondition)
 		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != "RunnerReleaseNotFound" || !strings.Contains(c.Message, "spec.bootstrap.github.runner.version") {
 			return fmt.Errorf("Ready = %+v", c)
 		}

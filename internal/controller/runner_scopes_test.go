@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 )
 
 // TestRunnerNameMarkedUnlessClaimNamesIt: a claim's default runner name is
@@ -27,11 +27,12 @@ func TestRunnerNameMarkedUnlessClaimNamesIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &GitHubBootstrap{Signer: signer}
+	w := &Workloads{Signer: signer, Backends: ciPlatforms}
+	be, _ := ciPlatforms.For(hfv1.WorkloadGitHubActions)
 	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", UID: types.UID("6f1c9a2e-0000-4000-8000-000000000001")}}
 	for _, host := range []string{"runner-abc", strings.Repeat("h", 63)} {
 		def := runnerNameFor(claim, host)
-		name := b.runnerName(claim, def)
+		name := w.runnerName(be, claim, def)
 		base, ok := signer.VerifyRunnerName(name)
 		if !ok || base != def || len(name) > ownership.MaxRunnerNameLength || !strings.HasSuffix(base, "-6f1c9a2e") {
 			t.Errorf("host %d characters: name %q (base %q, verified %v), want the default %q marked, at most %d characters",
@@ -40,16 +41,16 @@ func TestRunnerNameMarkedUnlessClaimNamesIt(t *testing.T) {
 	}
 	named := claim.DeepCopy()
 	named.Spec.WorkloadConfig = &hfv1.WorkloadConfig{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubRunnerConfig{RunnerName: "my-runner"}}
-	if got := b.runnerName(named, "my-runner"); got != "my-runner" {
+	if got := w.runnerName(be, named, "my-runner"); got != "my-runner" {
 		t.Errorf("a name the claim sets became %q", got)
 	}
-	if got := (&GitHubBootstrap{}).runnerName(claim, "x-6f1c9a2e"); got != "x-6f1c9a2e" {
+	if got := (&Workloads{Backends: ciPlatforms}).runnerName(be, claim, "x-6f1c9a2e"); got != "x-6f1c9a2e" {
 		t.Errorf("without a signer the name became %q", got)
 	}
 }
 
 // TestRunnerScopes: every scope a template or pool names is swept once per
-// GitHub host, a pool's event object is the pool, and a scope whose
+// GitHub host (the CI platform's endpoint), a pool's event object is the pool, and a scope whose
 // credentials cannot be read is skipped.
 func TestRunnerScopes(t *testing.T) {
 	scheme := runtime.NewScheme()
@@ -68,7 +69,7 @@ func TestRunnerScopes(t *testing.T) {
 	}
 	pool := &hfv1.RunnerPool{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "org-pool"}}
 	pool.Spec.TemplateRef.Name = "app"
-	pool.Spec.Workload.GitHub = &hfv1.GitHubWorkload{Organization: "octo-org"}
+	pool.Spec.Workload = hfv1.Workload{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubWorkload{Organization: "octo-org"}}
 	samePool := pool.DeepCopy()
 	samePool.Name = "org-pool-2"
 	kube := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
@@ -79,8 +80,8 @@ func TestRunnerScopes(t *testing.T) {
 		tmpl("no-secret", "octo", "other", "", "", &hfv1.LocalSecretKeySelector{Name: "missing", Key: "token"}),
 		pool, samePool,
 	).Build()
-	b := &GitHubBootstrap{Client: kube}
-	scopes, err := b.RunnerScopes(context.Background())
+	w := &Workloads{Client: kube, Backends: ciPlatforms}
+	scopes, err := w.RunnerScopes(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func failureOf(c *hfv1.MachineClaim) string {
 	if e := c.Spec.End; e != nil && e.Fail {
 		return string(e.Reason) + ": " + e.Message
 	}
-	for _, t := range []string{hfv1.ReadyCondition, hfv1.MachineClaimProvisionedCondition} {
+	for _, t := range []string{string(hfv1.ReadyCondition), string(hfv1.MachineClaimProvisionedCondition)} {
 		if cond := meta.FindStatusCondition(c.Status.Conditions, t); cond != nil && cond.Status == metav1.ConditionFalse {
 			return cond.Reason + ": " + cond.Message
 		}
@@ -125,8 +125,8 @@ func (r *RunnerPoolReconciler) observeAttempts(v *poolView) {
 	}
 	msg := fmt.Sprintf("%d claims in a row failed before their runner came online; the last at %s: %s. Next replacement at %s, one at a time (the wait starts at %s and doubles per failure up to %s); a claim whose runner comes online resets this",
 		state.Failures, state.LastFailureTime.UTC().Format(time.RFC3339), state.LastFailure, state.NextAttempt.UTC().Format(time.RFC3339), r.Backoff.Base, r.Backoff.Cap)
-	if old := meta.FindStatusCondition(*conds, hfv1.RunnerPoolReplacementBackoffCondition); old == nil || old.Status != metav1.ConditionTrue {
-		r.Recorder.Event(v.pool, corev1.EventTypeWarning, hfv1.RunnerPoolReplacementBackoffCondition, msg)
+	if old := hfv1.FindCondition(*conds, hfv1.RunnerPoolReplacementBackoffCondition); old == nil || old.Status != metav1.ConditionTrue {
+		r.Recorder.Event(v.pool, corev1.EventTypeWarning, string(hfv1.RunnerPoolReplacementBackoffCondition), msg)
 	}
 	setCondition(conds, v.pool.Generation, hfv1.RunnerPoolReplacementBackoffCondition, metav1.ConditionTrue, hfv1.ConsecutiveFailuresReason, msg)
 }

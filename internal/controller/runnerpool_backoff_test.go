@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -27,8 +26,8 @@ func TestRunnerPoolReplacementBackoff(t *testing.T) {
 		p.Spec.Lifecycle.History = &hfv1.ClaimHistory{Limit: 20, TTL: &metav1.Duration{Duration: time.Hour}}
 	})
 	got := w.waitPool(pool, "the pool backing off", 3*time.Minute, func(p *hfv1.RunnerPool) error {
-		c := meta.FindStatusCondition(p.Status.Conditions, hfv1.RunnerPoolReplacementBackoffCondition)
-		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != hfv1.ConsecutiveFailuresReason {
+		c := hfv1.FindCondition(p.Status.Conditions, hfv1.RunnerPoolReplacementBackoffCondition)
+		if c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(hfv1.ConsecutiveFailuresReason) {
 			return fmt.Errorf("ReplacementBackoff %+v", c)
 		}
 		return nil
@@ -38,14 +37,14 @@ func TestRunnerPoolReplacementBackoff(t *testing.T) {
 		!rb.NextAttemptTime.Equal(&metav1.Time{Time: rb.LastFailureTime.Add(time.Hour)}) || !strings.Contains(rb.LastFailure, "VMPoweredOff") {
 		t.Fatalf("status.replacementBackoff = %+v", rb)
 	}
-	c := meta.FindStatusCondition(got.Status.Conditions, hfv1.RunnerPoolReplacementBackoffCondition)
+	c := hfv1.FindCondition(got.Status.Conditions, hfv1.RunnerPoolReplacementBackoffCondition)
 	for _, want := range []string{"3 claims in a row", "VMPoweredOff", "Next replacement at " + rb.NextAttemptTime.UTC().Format(time.RFC3339)} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("condition message %q lacks %q", c.Message, want)
 		}
 	}
-	if capc := meta.FindStatusCondition(got.Status.Conditions, hfv1.RunnerPoolCapacityCondition); capc == nil || capc.Status != metav1.ConditionFalse ||
-		capc.Reason != hfv1.ConsecutiveFailuresReason {
+	if capc := hfv1.FindCondition(got.Status.Conditions, hfv1.RunnerPoolCapacityCondition); capc == nil || capc.Status != metav1.ConditionFalse ||
+		capc.Reason != string(hfv1.ConsecutiveFailuresReason) {
 		t.Errorf("CapacityAvailable %+v, want False ConsecutiveFailures", capc)
 	}
 	// The three failed claims are all there is: none was created after them.
@@ -58,7 +57,7 @@ func TestRunnerPoolReplacementBackoff(t *testing.T) {
 			t.Errorf("claim %s: phase %s, reason %q", cl.Name, cl.Status.Phase, cl.Status.TerminationReason)
 		}
 	}
-	if reasons := poolEventReasons(t, pool); reasons[hfv1.RunnerPoolReplacementBackoffCondition] == 0 {
+	if reasons := poolEventReasons(t, pool); reasons[string(hfv1.RunnerPoolReplacementBackoffCondition)] == 0 {
 		t.Errorf("no ReplacementBackoff event on the pool: %v", reasons)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -86,7 +85,7 @@ func claimStateOf(c *hfv1.MachineClaim, retains bool) poolClaimState {
 		return claimTerminating
 	case st != nil && (st.JobID != 0 || st.RunnerState == hfv1.RunnerStateBusy):
 		return claimBusy
-	case meta.IsStatusConditionTrue(c.Status.Conditions, hfv1.MachineClaimBootstrappedCondition):
+	case hfv1.IsConditionTrue(c.Status.Conditions, hfv1.MachineClaimBootstrappedCondition):
 		return claimIdle
 	}
 	return claimStarting

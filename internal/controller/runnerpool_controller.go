@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -64,8 +63,11 @@ type RunnerPoolReconciler struct {
 	// failing (runnerpool_backoff.go); zero means scaling.DefaultBackoff.
 	Backoff scaling.Backoff
 	// Scopes verifies pools' scopes against their credentials; without it
-	// no GitHub Actions pool is verified, receives jobs or creates VMs.
+	// no pool of a CI platform is verified, receives jobs or creates VMs.
 	Scopes ScopeVerifier
+	// Workloads are the CI platform back-ends that read the pools'
+	// spec.workload.
+	Workloads *workload.Backends
 
 	expect expectations
 }
@@ -195,7 +197,7 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	v := &poolView{pool: pool, now: now, removed: map[scaling.Reason]int{}, ended: map[types.UID]bool{}, blockers: map[string]int{}}
 	// A refused pool creates no claims; the claims it already has (made
 	// before the field was set) live out their lifecycle.
-	v.refused = poolRefusal(pool)
+	v.refused = poolRefusal(r.Workloads, pool)
 	v.wake(poolResync)
 	if err := r.load(ctx, v, claimList.Items); err != nil {
 		return ctrl.Result{}, err
@@ -252,10 +254,10 @@ func (r *RunnerPoolReconciler) load(ctx context.Context, v *poolView, claims []h
 		}
 	}
 	for _, c := range v.claims.starting {
-		if cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.MachineClaimProvisionedCondition); cond != nil && cond.Status == metav1.ConditionFalse {
+		if cond := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimProvisionedCondition); cond != nil && cond.Status == metav1.ConditionFalse {
 			switch cond.Reason {
-			case hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.ClusterUnavailableReason, hfv1.NamespaceNotAllowedReason, hfv1.TemplateNotReadyReason,
-				hfv1.MaxMachinesReachedReason, hfv1.InsufficientCapacityReason:
+			case string(hfv1.IPPoolExhaustedReason), string(hfv1.RateLimitedReason), string(hfv1.ClusterUnavailableReason), string(hfv1.NamespaceNotAllowedReason), string(hfv1.TemplateNotReadyReason),
+				string(hfv1.MaxMachinesReachedReason), string(hfv1.InsufficientCapacityReason):
 				v.blockers[cond.Reason]++
 			}
 		}
@@ -268,10 +270,10 @@ func (r *RunnerPoolReconciler) load(ctx context.Context, v *poolView, claims []h
 // message for the pool's Ready condition.
 func (v *poolView) canBuild() (bool, string, string) {
 	if v.refused != nil {
-		return false, v.refused.reason, v.refused.message
+		return false, string(v.refused.reason), v.refused.message
 	}
 	if ok, msg := v.templateReady(); !ok {
-		return false, hfv1.TemplateNotReadyReason, msg
+		return false, string(hfv1.TemplateNotReadyReason), msg
 	}
 	return true, "", ""
 }
@@ -281,7 +283,7 @@ func (v *poolView) templateReady() (bool, string) {
 	if v.tmpl == nil {
 		return false, fmt.Sprintf("spec.templateRef: HypervisorMachineTemplate %s/%s does not exist; create it or fix the name", v.pool.Namespace, v.pool.Spec.TemplateRef.Name)
 	}
-	ready := meta.FindStatusCondition(v.tmpl.Status.Conditions, hfv1.ReadyCondition)
+	ready := hfv1.FindCondition(v.tmpl.Status.Conditions, hfv1.ReadyCondition)
 	switch {
 	case ready == nil || v.tmpl.Status.ObservedGeneration != v.tmpl.Generation:
 		return false, fmt.Sprintf("HypervisorMachineTemplate %s has not been validated yet", v.tmpl.Name)
@@ -408,7 +410,7 @@ func (r *RunnerPoolReconciler) failClaim(ctx context.Context, v *poolView, c *hf
 	v.removed[reason]++
 	v.ended[c.UID] = true
 	metrics.PoolScalingActions.WithLabelValues(v.pool.Namespace, v.pool.Name, "remove", string(reason)).Inc()
-	r.Recorder.Eventf(v.pool, corev1.EventTypeWarning, reason.ConditionReason(), "MachineClaim %s failed: %s", c.Name, msg)
+	r.Recorder.Eventf(v.pool, corev1.EventTypeWarning, string(reason.ConditionReason()), "MachineClaim %s failed: %s", c.Name, msg)
 	return nil
 }
 
@@ -512,7 +514,6 @@ func (v *poolView) remaining(list []*hfv1.MachineClaim) int {
 // createClaim creates one claim for the pool, named <pool>-<suffix>.
 func (r *RunnerPoolReconciler) createClaim(ctx context.Context, v *poolView) error {
 	pool := v.pool
-	gh := pool.Spec.Workload.GitHub
 	labels, annotations := templateClaimMetadata(v.tmpl)
 	labels[hfv1.ManagedByLabel] = hfv1.ManagedByValue
 	labels[hfv1.RunnerPoolLabel] = pool.Name
@@ -533,10 +534,8 @@ func (r *RunnerPoolReconciler) createClaim(ctx context.Context, v *poolView) err
 	if v.hash != "" {
 		claim.Labels[hfv1.TemplateHashLabel] = v.hash[:min(63, len(v.hash))]
 	}
-	if pool.Spec.Workload.Type == hfv1.WorkloadGitHubActions && gh != nil {
-		claim.Spec.WorkloadConfig = &hfv1.WorkloadConfig{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubRunnerConfig{
-			Labels: append([]string(nil), gh.Labels...), RunnerGroup: gh.RunnerGroup,
-		}}
+	if _, ps, ok := r.Workloads.Pool(pool, v.tmpl); ok {
+		claim.Spec.WorkloadConfig = ps.Claim
 	}
 	if err := r.Client.Create(ctx, claim); err != nil {
 		return fmt.Errorf("create MachineClaim for RunnerPool %s: %w", pool.Name, err)
@@ -702,7 +701,7 @@ func (r *RunnerPoolReconciler) updateStatus(v *poolView, d scaling.Decision) {
 
 	// Ready: the pool can make VMs.
 	if ok, reason, msg := v.canBuild(); !ok {
-		setCondition(&st.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionFalse, reason, msg)
+		setCondition(&st.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
 	} else {
 		setCondition(&st.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason,
 			fmt.Sprintf("Serving %s jobs with template %s", pool.Spec.Workload.Type, v.tmpl.Name))
@@ -710,7 +709,7 @@ func (r *RunnerPoolReconciler) updateStatus(v *poolView, d scaling.Decision) {
 
 	// Scaling: what changed, and why.
 	if n := v.removed[scaling.DriftReplaced]; n > 0 {
-		r.Recorder.Eventf(pool, corev1.EventTypeNormal, hfv1.ReplacingStaleReason, "Replacing %d VMs built from an older template (now %s); busy ones are replaced after their job", n, shortHash(v.hash))
+		r.Recorder.Eventf(pool, corev1.EventTypeNormal, string(hfv1.ReplacingStaleReason), "Replacing %d VMs built from an older template (now %s); busy ones are replaced after their job", n, shortHash(v.hash))
 	}
 	if n := v.removed[scaling.ScaledDown]; n > 0 {
 		r.Recorder.Eventf(pool, corev1.EventTypeNormal, "ScaledDown", "Removing %d idle VMs: desired %d (%d pending jobs, %d busy)", n, d.Desired, len(v.pending), len(pc.busy))
@@ -742,7 +741,7 @@ func (r *RunnerPoolReconciler) updateStatus(v *poolView, d scaling.Decision) {
 	}
 	for _, reason := range []scaling.Reason{scaling.IdleTimeout, scaling.JobTimeout, scaling.MaxLifetime} {
 		if n := v.removed[reason]; n > 0 {
-			r.Recorder.Eventf(pool, corev1.EventTypeNormal, reason.ConditionReason(), "Ending %d VMs: %s", n, reason)
+			r.Recorder.Eventf(pool, corev1.EventTypeNormal, string(reason.ConditionReason()), "Ending %d VMs: %s", n, reason)
 		}
 	}
 
@@ -764,22 +763,22 @@ func (r *RunnerPoolReconciler) setCapacity(v *poolView, d scaling.Decision) {
 	st := &pool.Status
 	gen := pool.Generation
 	set := func(reason, msg string) {
-		old := meta.FindStatusCondition(st.Conditions, hfv1.RunnerPoolCapacityCondition)
+		old := hfv1.FindCondition(st.Conditions, hfv1.RunnerPoolCapacityCondition)
 		if old == nil || old.Status != metav1.ConditionFalse || old.Reason != reason {
 			r.Recorder.Event(pool, corev1.EventTypeWarning, reason, msg)
 		}
-		setCondition(&st.Conditions, gen, hfv1.RunnerPoolCapacityCondition, metav1.ConditionFalse, reason, msg)
+		setCondition(&st.Conditions, gen, hfv1.RunnerPoolCapacityCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
 	}
 	if v.refused != nil {
-		set(v.refused.reason, "No new VMs: "+v.refused.message)
+		set(string(v.refused.reason), "No new VMs: "+v.refused.message)
 		return
 	}
 	if ok, msg := v.templateReady(); !ok {
-		set(hfv1.TemplateInvalidReason, "No new VMs: "+msg)
+		set(string(hfv1.TemplateInvalidReason), "No new VMs: "+msg)
 		return
 	}
 	if !v.scopeVerified {
-		set(hfv1.ScopeNotVerifiedReason, "No new VMs until the pool's scope is verified against its template's credentials; see the ScopeVerified condition")
+		set(string(hfv1.ScopeNotVerifiedReason), "No new VMs until the pool's scope is verified against its template's credentials; see the ScopeVerified condition")
 		return
 	}
 	if v.backoffHeld > 0 {
@@ -787,12 +786,12 @@ func (r *RunnerPoolReconciler) setCapacity(v *poolView, d scaling.Decision) {
 		if at, waiting := v.backoff.Waiting(v.now); waiting {
 			next = "the next one at " + at.UTC().Format(time.RFC3339)
 		}
-		set(hfv1.ConsecutiveFailuresReason, fmt.Sprintf("%d new VMs held back: %d claims in a row failed before their runner came online; %s (see the ReplacementBackoff condition)",
+		set(string(hfv1.ConsecutiveFailuresReason), fmt.Sprintf("%d new VMs held back: %d claims in a row failed before their runner came online; %s (see the ReplacementBackoff condition)",
 			v.backoffHeld, v.backoff.Failures, next))
 		return
 	}
-	for _, reason := range []string{hfv1.ClusterUnavailableReason, hfv1.IPPoolExhaustedReason, hfv1.RateLimitedReason, hfv1.NamespaceNotAllowedReason,
-		hfv1.MaxMachinesReachedReason, hfv1.InsufficientCapacityReason} {
+	for _, reason := range []string{string(hfv1.ClusterUnavailableReason), string(hfv1.IPPoolExhaustedReason), string(hfv1.RateLimitedReason), string(hfv1.NamespaceNotAllowedReason),
+		string(hfv1.MaxMachinesReachedReason), string(hfv1.InsufficientCapacityReason)} {
 		if n := v.blockers[reason]; n > 0 {
 			set(reason, fmt.Sprintf("%d starting VMs wait: %s (see their Provisioned condition)", n, reason))
 			return
@@ -800,11 +799,11 @@ func (r *RunnerPoolReconciler) setCapacity(v *poolView, d scaling.Decision) {
 	}
 	switch d.Limit {
 	case scaling.AtMaxReplicas:
-		set(hfv1.AtMaxReplicasReason, fmt.Sprintf("Demand needs more than spec.scaling.maxReplicas (%d) allows: %d pending jobs, %d busy, %d failed VMs retained; raise maxReplicas or wait",
+		set(string(hfv1.AtMaxReplicasReason), fmt.Sprintf("Demand needs more than spec.scaling.maxReplicas (%d) allows: %d pending jobs, %d busy, %d failed VMs retained; raise maxReplicas or wait",
 			pool.Spec.Scaling.MaxReplicas, len(v.pending), len(v.claims.busy), len(v.claims.retained)))
 		return
 	case scaling.WaitingForTermination:
-		set(hfv1.WaitingForTerminationReason, fmt.Sprintf("%d VMs are still being destroyed and hold room under maxReplicas (%d)", len(v.claims.terminating)+v.removedCount(), pool.Spec.Scaling.MaxReplicas))
+		set(string(hfv1.WaitingForTerminationReason), fmt.Sprintf("%d VMs are still being destroyed and hold room under maxReplicas (%d)", len(v.claims.terminating)+v.removedCount(), pool.Spec.Scaling.MaxReplicas))
 		return
 	}
 	setCondition(&st.Conditions, gen, hfv1.RunnerPoolCapacityCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The pool can serve its demand")

@@ -49,11 +49,13 @@ type PoolProviders interface {
 type PoolResync struct {
 	Client    client.Client
 	Providers PoolProviders
-	Router    *demand.Router
-	Recorder  *demand.Recorder
-	Runners   *RunnerObservations
-	Events    record.EventRecorder
-	Clock     clock.PassiveClock
+	// Backends are the CI platforms whose pools are resynced.
+	Backends *workload.Backends
+	Router   *demand.Router
+	Recorder *demand.Recorder
+	Runners  *RunnerObservations
+	Events   record.EventRecorder
+	Clock    clock.PassiveClock
 	// ClaimEvents and PoolEvents wake claims whose runner changed and the
 	// pools that were resynced.
 	ClaimEvents chan<- event.GenericEvent
@@ -113,14 +115,19 @@ func (s *PoolResync) ResyncOnce(ctx context.Context) error {
 	groups := map[string]*resyncGroup{}
 	for i := range pools.Items {
 		pool := &pools.Items[i]
-		if pool.Spec.Workload.Type != hfv1.WorkloadGitHubActions || pool.Spec.Workload.GitHub == nil || !pool.DeletionTimestamp.IsZero() {
+		be, served := s.Backends.For(pool.Spec.Workload.Type)
+		if !served || !pool.DeletionTimestamp.IsZero() {
 			continue
 		}
 		var tmpl hfv1.HypervisorMachineTemplate
 		if err := s.Client.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: pool.Spec.TemplateRef.Name}, &tmpl); err != nil {
 			continue // the pool's own status says its template is missing
 		}
-		if scope, ok := demand.PoolScope(pool.Spec.Workload.GitHub, &tmpl.Spec.Bootstrap.GitHub); !ok || !demand.ScopeVerified(pool, &tmpl, scope) {
+		ps, ok := be.Pool(pool, &tmpl)
+		if !ok {
+			continue
+		}
+		if t, _ := be.Template(&tmpl); ps.Scope.IsZero() || !demand.ScopeVerified(pool, tmpl.Name, t.CredentialsKey, ps.Scope) {
 			// Its ScopeVerified condition explains why; its credentials
 			// are not used for a scope they were not shown to reach.
 			continue
@@ -176,9 +183,6 @@ func (s *PoolResync) resyncGroup(ctx context.Context, g *resyncGroup, cands []de
 		if err := s.observeRunners(ctx, pool, byName, start); err != nil {
 			return err
 		}
-		if gh := pool.Spec.Workload.GitHub; gh.Repository != "" {
-			repos[gh.Repository] = true
-		}
 		var jobs hfv1.CIJobList
 		if err := s.Client.List(ctx, &jobs, client.InNamespace(pool.Namespace), client.MatchingFields{jobPoolIndex: pool.Name}); err != nil {
 			return fmt.Errorf("list CIJobs of RunnerPool %s/%s: %w", pool.Namespace, pool.Name, err)
@@ -194,10 +198,10 @@ func (s *PoolResync) resyncGroup(ctx context.Context, g *resyncGroup, cands []de
 			}
 		}
 	}
-	if len(g.pools) > 0 && g.pools[0] != nil {
-		if scope := g.p.Scope(); !scope.IsOrganization() {
-			repos[scope.String()] = true
-		}
+	// The group's pools share its scope: a repository pool's repository
+	// is asked about even before a job of it was seen.
+	if scope := g.p.Scope(); !scope.IsOrganization() {
+		repos[scope.String()] = true
 	}
 	repoList := make([]string, 0, len(repos))
 	for r := range repos {
@@ -299,7 +303,7 @@ func (s *PoolResync) advanceRecords(ctx context.Context, g *resyncGroup, records
 		case errors.Is(err, workload.ErrNotFound):
 			// The run was deleted: no runner will ever take the job.
 			if err := s.Client.Delete(ctx, rec); err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("delete CIJob %s of a job GitHub no longer has: %w", rec.Name, err)
+				return fmt.Errorf("delete CIJob %s of a job the CI platform no longer has: %w", rec.Name, err)
 			}
 			continue
 		case err != nil:

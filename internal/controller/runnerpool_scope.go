@@ -13,7 +13,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
-	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -33,26 +33,17 @@ const (
 	scopeRetry = 30 * time.Second
 )
 
-// VerifyPoolScope implements ScopeVerifier with the pool's GitHub
-// provider (its scope, its template's credentials).
-func (b *GitHubBootstrap) VerifyPoolScope(ctx context.Context, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) error {
-	p, _, err := b.PoolProvider(ctx, pool, tmpl)
-	if err != nil {
-		return err
-	}
-	return p.VerifyScope(ctx)
-}
-
 // verifyScope sets the pool's ScopeVerified condition and v.scopeVerified.
-// Only GitHub Actions pools have a scope; a verification stands while the
-// pool's scope, its template and the template's credentials are those it was
-// made for, and for scopeRecheck.
+// Only pools of a CI platform this operator runs have a scope; a
+// verification stands while the pool's scope, its template and the
+// template's credentials are those it was made for, and for scopeRecheck.
 func (r *RunnerPoolReconciler) verifyScope(ctx context.Context, v *poolView) {
 	pool := v.pool
 	st := &pool.Status
-	if pool.Spec.Workload.Type != hfv1.WorkloadGitHubActions || pool.Spec.Workload.GitHub == nil {
+	be, ps, ok := r.Workloads.Pool(pool, v.tmpl)
+	if !ok {
 		v.scopeVerified = true
-		meta.RemoveStatusCondition(&st.Conditions, hfv1.RunnerPoolScopeVerifiedCondition)
+		meta.RemoveStatusCondition(&st.Conditions, string(hfv1.RunnerPoolScopeVerifiedCondition))
 		st.ScopeVerification = nil
 		return
 	}
@@ -60,12 +51,13 @@ func (r *RunnerPoolReconciler) verifyScope(ctx context.Context, v *poolView) {
 		r.scopeNotVerified(v, hfv1.TemplateNotReadyReason, fmt.Sprintf("spec.templateRef: HypervisorMachineTemplate %s does not exist; the pool's scope is checked with its credentials once it does", pool.Spec.TemplateRef.Name))
 		return
 	}
-	scope, ok := demand.PoolScope(pool.Spec.Workload.GitHub, &v.tmpl.Spec.Bootstrap.GitHub)
-	if !ok {
-		r.scopeNotVerified(v, hfv1.ScopeNotReachableReason, fmt.Sprintf("neither spec.workload.github (repository or organization) nor spec.bootstrap.github of HypervisorMachineTemplate %s names a scope; set one", v.tmpl.Name))
+	t, _ := be.Template(v.tmpl)
+	scope := ps.Scope
+	if scope.IsZero() {
+		r.scopeNotVerified(v, hfv1.ScopeNotReachableReason, fmt.Sprintf("neither %s (repository or organization) nor %s of HypervisorMachineTemplate %s names a scope; set one", ps.Field, t.Field, v.tmpl.Name))
 		return
 	}
-	verifiedBefore := verificationMatches(pool, v.tmpl, scope)
+	verifiedBefore := verificationMatches(pool, v.tmpl, t.CredentialsKey, scope)
 	if verifiedBefore && v.now.Before(st.ScopeVerification.VerifiedAt.Add(scopeRecheck)) {
 		// Re-stamped for the current generation: a spec change that
 		// kept the scope (maxReplicas, labels) keeps the verification.
@@ -74,12 +66,12 @@ func (r *RunnerPoolReconciler) verifyScope(ctx context.Context, v *poolView) {
 		return
 	}
 	if r.Scopes == nil {
-		r.scopeNotVerified(v, hfv1.ScopeCheckFailedReason, "the manager has no CI platform to check spec.workload.github's scope with; no pool receives jobs without that check")
+		r.scopeNotVerified(v, hfv1.ScopeCheckFailedReason, "the manager has no CI platform to check "+ps.Field+"'s scope with; no pool receives jobs without that check")
 		return
 	}
 	err := r.Scopes.VerifyPoolScope(ctx, pool, v.tmpl)
 	if err == nil {
-		st.ScopeVerification = &hfv1.ScopeVerification{Scope: scope.String(), Template: v.tmpl.Name, Credentials: demand.CredentialsKey(v.tmpl), VerifiedAt: metav1.Time{Time: v.now}}
+		st.ScopeVerification = &hfv1.ScopeVerification{Scope: scope.String(), Template: v.tmpl.Name, Credentials: t.CredentialsKey, VerifiedAt: metav1.Time{Time: v.now}}
 		r.scopeVerified(v, scope)
 		v.wake(scopeRecheck)
 		return
@@ -98,21 +90,21 @@ func (r *RunnerPoolReconciler) verifyScope(ctx context.Context, v *poolView) {
 	}
 	st.ScopeVerification = nil
 	r.scopeNotVerified(v, hfv1.ScopeNotReachableReason, fmt.Sprintf(
-		"%s (%s): the credentials of HypervisorMachineTemplate %s (spec.bootstrap.github.credentials) cannot manage runners there: %s. "+
+		"%s (%s): the credentials of HypervisorMachineTemplate %s (%s.credentials) cannot manage runners there: %s. "+
 			"Give the template credentials for that scope or name a scope they reach; until then the pool receives no jobs and creates no VMs",
-		scopeField(pool), scope, v.tmpl.Name, err))
+		ps.ScopeField, scope, v.tmpl.Name, t.Field, err))
 	v.wake(scopeRetry)
 }
 
 // verificationMatches reports whether status.scopeVerification and a True
 // ScopeVerified condition (of any generation) are for scope with tmpl as
 // it is now.
-func verificationMatches(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate, scope workload.Scope) bool {
+func verificationMatches(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate, credentials string, scope workload.Scope) bool {
 	stamped := pool.DeepCopy()
-	if c := meta.FindStatusCondition(stamped.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition); c != nil {
+	if c := hfv1.FindCondition(stamped.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition); c != nil {
 		c.ObservedGeneration = stamped.Generation
 	}
-	return demand.ScopeVerified(stamped, tmpl, scope)
+	return demand.ScopeVerified(stamped, tmpl.Name, credentials, scope)
 }
 
 func (r *RunnerPoolReconciler) scopeVerified(v *poolView, scope workload.Scope) {
@@ -123,11 +115,11 @@ func (r *RunnerPoolReconciler) scopeVerified(v *poolView, scope workload.Scope) 
 
 // scopeNotVerified sets ScopeVerified False, with a warning event when the
 // reason is new.
-func (r *RunnerPoolReconciler) scopeNotVerified(v *poolView, reason, msg string) {
+func (r *RunnerPoolReconciler) scopeNotVerified(v *poolView, reason hfv1.ConditionReason, msg string) {
 	v.scopeVerified = false
 	conds := &v.pool.Status.Conditions
-	if old := meta.FindStatusCondition(*conds, hfv1.RunnerPoolScopeVerifiedCondition); old == nil || old.Status != metav1.ConditionFalse || old.Reason != reason {
-		r.Recorder.Event(v.pool, corev1.EventTypeWarning, reason, msg)
+	if old := hfv1.FindCondition(*conds, hfv1.RunnerPoolScopeVerifiedCondition); old == nil || old.Status != metav1.ConditionFalse || old.Reason != string(reason) {
+		r.Recorder.Event(v.pool, corev1.EventTypeWarning, string(reason), msg)
 	}
 	setCondition(conds, v.pool.Generation, hfv1.RunnerPoolScopeVerifiedCondition, metav1.ConditionFalse, reason, msg)
 }
@@ -139,7 +131,7 @@ func scopeCheckTransient(err error, now time.Time) (time.Duration, bool) {
 	if wait, limited := retryAfterWorkload(err, now); limited {
 		return max(wait, time.Second), true
 	}
-	var classified *provider.Error
+	var classified *errclass.Error
 	switch {
 	case errors.Is(err, workload.ErrUnavailable):
 		return scopeRetry, true
@@ -148,15 +140,4 @@ func scopeCheckTransient(err error, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return scopeRetry, true
-}
-
-// scopeField names the field the pool's scope comes from.
-func scopeField(pool *hfv1.RunnerPool) string {
-	switch gh := pool.Spec.Workload.GitHub; {
-	case gh.Repository != "":
-		return "spec.workload.github.repository"
-	case gh.Organization != "":
-		return "spec.workload.github.organization"
-	}
-	return "the template's spec.bootstrap.github scope"
 }

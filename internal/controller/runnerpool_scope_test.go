@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -58,22 +57,22 @@ func TestRunnerPoolTenantIsolation(t *testing.T) {
 	})
 
 	w.waitPool(capture, "the capturing pool refused, with its template ready", 60*time.Second, func(p *hfv1.RunnerPool) error {
-		sv := meta.FindStatusCondition(p.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition)
-		capacity := meta.FindStatusCondition(p.Status.Conditions, hfv1.RunnerPoolCapacityCondition)
-		if !meta.IsStatusConditionTrue(p.Status.Conditions, hfv1.ReadyCondition) {
+		sv := hfv1.FindCondition(p.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition)
+		capacity := hfv1.FindCondition(p.Status.Conditions, hfv1.RunnerPoolCapacityCondition)
+		if !hfv1.IsConditionTrue(p.Status.Conditions, hfv1.ReadyCondition) {
 			return fmt.Errorf("template not ready yet")
 		}
-		if sv == nil || sv.Status != metav1.ConditionFalse || sv.Reason != hfv1.ScopeNotReachableReason ||
+		if sv == nil || sv.Status != metav1.ConditionFalse || sv.Reason != string(hfv1.ScopeNotReachableReason) ||
 			!strings.Contains(sv.Message, "spec.workload.github.organization (octo-org)") || !strings.Contains(sv.Message, tmpl.Name) {
 			return fmt.Errorf("ScopeVerified %+v", sv)
 		}
-		if capacity == nil || capacity.Reason != hfv1.ScopeNotVerifiedReason || p.Status.ScopeVerification != nil {
+		if capacity == nil || capacity.Reason != string(hfv1.ScopeNotVerifiedReason) || p.Status.ScopeVerification != nil {
 			return fmt.Errorf("CapacityAvailable %+v, scopeVerification %+v", capacity, p.Status.ScopeVerification)
 		}
 		return nil
 	})
 	w.waitPool(victim, "the organization's own pool verified", 30*time.Second, func(p *hfv1.RunnerPool) error {
-		if !meta.IsStatusConditionTrue(p.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition) || p.Status.ScopeVerification == nil ||
+		if !hfv1.IsConditionTrue(p.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition) || p.Status.ScopeVerification == nil ||
 			p.Status.ScopeVerification.Scope != "octo-org" {
 			return fmt.Errorf("not verified")
 		}
@@ -110,7 +109,7 @@ func TestRunnerPoolTenantIsolation(t *testing.T) {
 		}
 	}
 	got := poolEventReasons(t, capture)
-	if got["NoMatchingRunnerPool"] != 0 || got[hfv1.AmbiguousJobRoutingReason] != 0 || got[hfv1.ScopeNotReachableReason] == 0 {
+	if got["NoMatchingRunnerPool"] != 0 || got[string(hfv1.AmbiguousJobRoutingReason)] != 0 || got[string(hfv1.ScopeNotReachableReason)] == 0 {
 		t.Errorf("capturing pool events %v: want a ScopeNotReachable warning and nothing about the other tenant's jobs", got)
 	}
 }

@@ -15,7 +15,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -201,8 +200,8 @@ func (w *poolWorld) newPool(name string, mutate func(*hfv1.RunnerPool)) *hfv1.Ru
 	// Jobs are routed only to verified pools (docs/security.md): a job
 	// queued before the check would find no pool.
 	w.waitPool(p, "the pool's scope verified", 30*time.Second, func(p *hfv1.RunnerPool) error {
-		if !meta.IsStatusConditionTrue(p.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition) {
-			return fmt.Errorf("ScopeVerified %+v", meta.FindStatusCondition(p.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition))
+		if !hfv1.IsConditionTrue(p.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition) {
+			return fmt.Errorf("ScopeVerified %+v", hfv1.FindCondition(p.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition))
 		}
 		return nil
 	})
@@ -252,7 +251,7 @@ func (w *poolWorld) claimSummary() string {
 	var b strings.Builder
 	for _, c := range list.Items {
 		fmt.Fprintf(&b, "%s=%s", c.Name, c.Status.Phase)
-		if cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.ReadyCondition); cond != nil {
+		if cond := hfv1.FindCondition(c.Status.Conditions, hfv1.ReadyCondition); cond != nil {
 			fmt.Fprintf(&b, "(%s)", cond.Reason)
 		}
 		b.WriteString(" ")
@@ -300,7 +299,7 @@ func (w *poolWorld) assertDrained(p *hfv1.RunnerPool, timeout time.Duration) {
 	eventually(w.t, timeout, "the pool drained", func() error {
 		for _, c := range w.claims(p) {
 			if c.Status.Phase != hfv1.MachineClaimFinished {
-				return fmt.Errorf("claim %s is %s (deleting %v, finalizers %v, ready %+v)", c.Name, c.Status.Phase, !c.DeletionTimestamp.IsZero(), c.Finalizers, meta.FindStatusCondition(c.Status.Conditions, hfv1.ReadyCondition))
+				return fmt.Errorf("claim %s is %s (deleting %v, finalizers %v, ready %+v)", c.Name, c.Status.Phase, !c.DeletionTimestamp.IsZero(), c.Finalizers, hfv1.FindCondition(c.Status.Conditions, hfv1.ReadyCondition))
 			}
 		}
 		if vms := operatorVMs(w.sim); len(vms) != 0 {
@@ -338,15 +337,15 @@ func TestRunnerPoolServesJobs(t *testing.T) {
 	w := startPoolWorld(t, poolWorldOptions{})
 	pool := w.newPool("burst", nil)
 	w.waitPool(pool, "the pool is ready and empty", 30*time.Second, func(p *hfv1.RunnerPool) error {
-		if !meta.IsStatusConditionTrue(p.Status.Conditions, hfv1.ReadyCondition) || p.Status.Replicas != 0 {
+		if !hfv1.IsConditionTrue(p.Status.Conditions, hfv1.ReadyCondition) || p.Status.Replicas != 0 {
 			return fmt.Errorf("not ready/empty")
 		}
 		return nil
 	})
 	ids := w.enqueue("burst", 10, time.Second)
 	w.waitPool(pool, "the pool at maxReplicas", 60*time.Second, func(p *hfv1.RunnerPool) error {
-		c := meta.FindStatusCondition(p.Status.Conditions, hfv1.RunnerPoolCapacityCondition)
-		if p.Status.DesiredReplicas != 4 || c == nil || c.Reason != hfv1.AtMaxReplicasReason {
+		c := hfv1.FindCondition(p.Status.Conditions, hfv1.RunnerPoolCapacityCondition)
+		if p.Status.DesiredReplicas != 4 || c == nil || c.Reason != string(hfv1.AtMaxReplicasReason) {
 			return fmt.Errorf("desired %d, capacity %+v", p.Status.DesiredReplicas, c)
 		}
 		return nil
@@ -379,7 +378,7 @@ func TestRunnerPoolServesJobs(t *testing.T) {
 		t.Errorf("status selector %q, lastScaleTime %v", got.Status.Selector, got.Status.LastScaleTime)
 	}
 	reasons := poolEventReasons(t, pool)
-	if reasons["ScaledUp"] == 0 || reasons[hfv1.AtMaxReplicasReason] == 0 {
+	if reasons["ScaledUp"] == 0 || reasons[string(hfv1.AtMaxReplicasReason)] == 0 {
 		t.Errorf("pool events %v lack ScaledUp and AtMaxReplicas", reasons)
 	}
 	// The jobs' demand records name the runners that took them.
@@ -535,7 +534,7 @@ func TestRunnerPoolDrift(t *testing.T) {
 		}
 		return nil
 	})
-	if reasons := poolEventReasons(t, pool); reasons[hfv1.ReplacingStaleReason] == 0 {
+	if reasons := poolEventReasons(t, pool); reasons[string(hfv1.ReplacingStaleReason)] == 0 {
 		t.Errorf("no %s event: %v", hfv1.ReplacingStaleReason, reasons)
 	}
 }
@@ -649,7 +648,7 @@ func TestRunnerPoolLifecycleLimits(t *testing.T) {
 		var retained []hfv1.MachineClaim
 		for _, c := range w.claims(noboot) {
 			if c.Status.Phase == hfv1.MachineClaimFailed && c.Status.VMRef != nil && c.DeletionTimestamp.IsZero() {
-				if cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.ReadyCondition); cond != nil && cond.Reason == hfv1.RetainedReason {
+				if cond := hfv1.FindCondition(c.Status.Conditions, hfv1.ReadyCondition); cond != nil && cond.Reason == string(hfv1.RetainedReason) {
 					retained = append(retained, c)
 				}
 			}

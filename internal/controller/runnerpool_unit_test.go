@@ -86,7 +86,7 @@ func withRunnerState(s hfv1.RunnerState) func(*hfv1.MachineClaim) {
 func withBootstrapped(status metav1.ConditionStatus) func(*hfv1.MachineClaim) {
 	return func(c *hfv1.MachineClaim) {
 		c.Status.Conditions = append(c.Status.Conditions, metav1.Condition{
-			Type: hfv1.MachineClaimBootstrappedCondition, Status: status, Reason: hfv1.RunnerOnlineReason,
+			Type: string(hfv1.MachineClaimBootstrappedCondition), Status: status, Reason: string(hfv1.RunnerOnlineReason),
 			LastTransitionTime: metav1.Time{Time: unitEpoch},
 		})
 	}
@@ -579,13 +579,13 @@ func TestEndConditionReasons(t *testing.T) {
 	for _, r := range []hfv1.EndReason{scaling.JobCompleted, scaling.IdleTimeout, scaling.MaxLifetime, scaling.JobTimeout, scaling.BootstrapTimeout,
 		scaling.DriftReplaced, scaling.ScaledDown, scaling.Orphaned, scaling.Failed, scaling.PoweredOff, scaling.Deleted} {
 		got := r.ConditionReason()
-		if got == hfv1.EndedReason || !conditionReasonRE.MatchString(got) {
+		if got == hfv1.EndedReason || !conditionReasonRE.MatchString(string(got)) {
 			t.Errorf("%s.ConditionReason() = %q", r, got)
 		}
-		if other, dup := seen[got]; dup {
+		if other, dup := seen[string(got)]; dup {
 			t.Errorf("%s and %s share condition reason %s", r, other, got)
 		}
-		seen[got] = r
+		seen[string(got)] = r
 	}
 	if got := hfv1.EndReason("made_up").ConditionReason(); got != hfv1.EndedReason {
 		t.Errorf("unknown reason: %q, want %s", got, hfv1.EndedReason)

@@ -151,7 +151,7 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 				m, _ := c.(map[string]any)
 				conds = append(conds, metav1.Condition{Type: fmt.Sprint(m["type"]), Status: metav1.ConditionStatus(fmt.Sprint(m["status"])), Reason: fmt.Sprint(m["reason"]), Message: fmt.Sprint(m["message"])})
 			}
-			if c := meta.FindStatusCondition(conds, want); c == nil || c.Status != metav1.ConditionTrue {
+			if c := meta.FindStatusCondition(conds, string(want)); c == nil || c.Status != metav1.ConditionTrue {
 				return fmt.Errorf("%s = %+v", want, c)
 			}
 			return nil

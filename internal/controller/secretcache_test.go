@@ -9,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -78,7 +77,7 @@ func TestSecretCreationWakesCluster(t *testing.T) {
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.cluster), &c); err != nil {
 			return err
 		}
-		if cond := meta.FindStatusCondition(c.Status.Conditions, hfv1.ReadyCondition); cond == nil || cond.Reason != hfv1.SecretNotFoundReason {
+		if cond := hfv1.FindCondition(c.Status.Conditions, hfv1.ReadyCondition); cond == nil || cond.Reason != string(hfv1.SecretNotFoundReason) {
 			return fmt.Errorf("Ready = %+v", cond)
 		}
 		return nil

@@ -33,9 +33,10 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
+	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 
@@ -104,8 +105,8 @@ type operatorOptions struct {
 	sweepInterval time.Duration
 	orphanGrace   time.Duration
 	dryRun        bool
-	// github, when set, runs the real GitHub bootstrap over this transport
-	// (to the GitHub simulator) instead of the test stand-in.
+	// github, when set, runs the operator's GitHub accounts over this
+	// transport (to the GitHub simulator) instead of the test stand-in.
 	github http.RoundTripper
 	// webhook, when set, serves GitHub webhooks.
 	webhook *manager.WebhookOptions
@@ -185,10 +186,15 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 		SweepInterval:     o.sweepInterval,
 		OrphanGracePeriod: o.orphanGrace,
 		SweepDryRun:       o.dryRun,
-		Bootstrap:         testBootstrap{},
+		// GitHub Actions, as the operator binary registers it: its
+		// back-end reads the objects' spec.bootstrap.github and
+		// spec.workload.github even where testBootstrap stands in for
+		// its accounts.
+		Workloads: githubsimtest.Workloads(),
+		Bootstrap: testBootstrap{},
 	}
 	if o.github != nil {
-		opts.Bootstrap, opts.GitHubTransport = nil, o.github
+		opts.Bootstrap, opts.WorkloadTransport = nil, o.github
 	}
 	opts.Webhook, opts.ResyncInterval, opts.Clock, opts.MaxRetryDelay = o.webhook, o.resyncInterval, o.clock, o.maxRetryDelay
 	opts.AgentServer = o.agentServer
@@ -218,9 +224,9 @@ func (o *operator) stop(t testing.TB) {
 	o.cancel = nil
 }
 
-// testBootstrap stands in for the workload side (GitHub, a later issue): it
-// hands each VM a recognisable single-use credential so the tests can check
-// that it never lingers anywhere.
+// testBootstrap stands in for the CI platforms' accounts: it hands each VM
+// a recognisable single-use credential so the tests can check that it never
+// lingers anywhere.
 type testBootstrap struct{}
 
 func jitSecretOf(uid string) string { return "jit-secret-" + uid }
@@ -243,7 +249,7 @@ func credentialsIssuedFor(claim *hfv1.MachineClaim) int64 {
 }
 
 // VerifyPoolScope vouches for every pool's scope: the stand-in has no CI
-// platform to ask (the GitHub bootstrap's check is tested with the GitHub
+// platform to ask (the operator's own check is tested with the GitHub
 // simulator).
 func (testBootstrap) VerifyPoolScope(context.Context, *hfv1.RunnerPool, *hfv1.HypervisorMachineTemplate) error {
 	return nil

@@ -9,6 +9,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // templateHashVersion changes when the hash's inputs change meaning, so
@@ -32,9 +33,9 @@ type hashedShape struct {
 // agent build makes existing VMs stale, as a new template would); so it is
 // stable across operator restarts and identical for every VM of the
 // template.
-func templateHash(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool, agent AgentLocator) (string, error) {
-	vars := templateVars(tmpl, cluster, pool)
-	if err := setAgentVars(tmpl, agent, &vars); err != nil {
+func templateHash(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool, agent AgentLocator) (string, error) {
+	vars := templateVars(ws, tmpl, cluster, pool)
+	if err := setAgentVars(ws, tmpl, agent, &vars); err != nil {
 		return "", err
 	}
 	out, err := cloudinit.Render(cloudInitInput(tmpl, vars.Canonical()))

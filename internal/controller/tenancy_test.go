@@ -53,7 +53,7 @@ func TestTenancyAllowLists(t *testing.T) {
 			ResourcePools:     []string{"ci"},
 		}}
 	})
-	cond := waitClusterCondition(t, f.cluster, hfv1.HypervisorClusterTenancyRestrictedCondition, metav1.ConditionTrue, hfv1.RestrictedReason)
+	cond := waitClusterCondition(t, f.cluster, string(hfv1.HypervisorClusterTenancyRestrictedCondition), metav1.ConditionTrue, string(hfv1.RestrictedReason))
 	t.Logf("TenancyRestricted: %s", cond.Message)
 	// The fixture's template uses allowed values only.
 	waitTemplate(t, f.template, metav1.ConditionTrue, "")
@@ -97,9 +97,9 @@ func TestTenancyAllowLists(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tmpl := variant(tc.name, tc.mutate)
 			templates[tc.name] = tmpl
-			got := waitTemplate(t, tmpl, metav1.ConditionFalse, hfv1.NotAllowedByClusterReason)
-			ready := meta.FindStatusCondition(got.Status.Conditions, hfv1.ReadyCondition)
-			if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != hfv1.NotAllowedByClusterReason {
+			got := waitTemplate(t, tmpl, metav1.ConditionFalse, string(hfv1.NotAllowedByClusterReason))
+			ready := hfv1.FindCondition(got.Status.Conditions, hfv1.ReadyCondition)
+			if ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != string(hfv1.NotAllowedByClusterReason) {
 				t.Fatalf("Ready = %+v", ready)
 			}
 			for _, text := range append(tc.texts, "spec.tenancy") {
@@ -121,8 +121,8 @@ func TestTenancyAllowLists(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		c := meta.FindStatusCondition(got.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
-		if c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, hfv1.NotAllowedByClusterReason) {
+		c := hfv1.FindCondition(got.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+		if c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, string(hfv1.NotAllowedByClusterReason)) {
 			return fmt.Errorf("Provisioned = %+v", c)
 		}
 		return nil
@@ -141,7 +141,7 @@ func TestTenancyNamespaceNotAdmitted(t *testing.T) {
 	sim := startSim(t, nil)
 	startOperator(t, operatorOptions{})
 	f := newFixture(t, sim, nil)
-	waitClusterCondition(t, f.cluster, hfv1.HypervisorClusterTenancyRestrictedCondition, metav1.ConditionFalse, hfv1.AllNamespacesAdmittedReason)
+	waitClusterCondition(t, f.cluster, string(hfv1.HypervisorClusterTenancyRestrictedCondition), metav1.ConditionFalse, string(hfv1.AllNamespacesAdmittedReason))
 	valid := waitTemplate(t, f.template, metav1.ConditionTrue, "")
 	if valid.Status.ResolvedTemplate == nil || valid.Status.TemplateHash == "" {
 		t.Fatalf("the admitted template's status records no resolution: %+v", valid.Status)
@@ -176,10 +176,10 @@ func TestTenancyNamespaceNotAdmitted(t *testing.T) {
 	updateCluster(func(c *hfv1.HypervisorCluster) {
 		c.Spec.AllowedNamespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"team": "other"}}
 	})
-	waitClusterCondition(t, f.cluster, hfv1.HypervisorClusterTenancyRestrictedCondition, metav1.ConditionFalse, hfv1.NoAllowListsReason)
-	got := waitTemplate(t, f.template, metav1.ConditionFalse, hfv1.NamespaceNotAllowedReason)
+	waitClusterCondition(t, f.cluster, string(hfv1.HypervisorClusterTenancyRestrictedCondition), metav1.ConditionFalse, string(hfv1.NoAllowListsReason))
+	got := waitTemplate(t, f.template, metav1.ConditionFalse, string(hfv1.NamespaceNotAllowedReason))
 	noLeak(got)
-	if c := meta.FindStatusCondition(got.Status.Conditions, hfv1.ReadyCondition); c == nil || !strings.Contains(c.Message, "does not admit namespace "+f.namespace) {
+	if c := hfv1.FindCondition(got.Status.Conditions, hfv1.ReadyCondition); c == nil || !strings.Contains(c.Message, "does not admit namespace "+f.namespace) {
 		t.Errorf("Ready = %+v", c)
 	}
 
@@ -191,8 +191,8 @@ func TestTenancyNamespaceNotAdmitted(t *testing.T) {
 			Templates:         []hfv1.AllowedTemplate{{ID: ptr.To[int32](9000)}},
 		}}
 	})
-	waitClusterCondition(t, f.cluster, hfv1.HypervisorClusterTenancyRestrictedCondition, metav1.ConditionTrue, hfv1.RestrictedReason)
-	noLeak(waitTemplate(t, f.template, metav1.ConditionFalse, hfv1.NamespaceNotAllowedReason))
+	waitClusterCondition(t, f.cluster, string(hfv1.HypervisorClusterTenancyRestrictedCondition), metav1.ConditionTrue, string(hfv1.RestrictedReason))
+	noLeak(waitTemplate(t, f.template, metav1.ConditionFalse, string(hfv1.NamespaceNotAllowedReason)))
 
 	// Labelling the namespace for the entry admits it again (the namespace
 	// watch wakes the template).

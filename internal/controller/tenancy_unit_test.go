@@ -99,17 +99,17 @@ func TestTenancyCondition(t *testing.T) {
 		reason  string
 		mention string
 	}{
-		{"nothing set", hfv1.HypervisorClusterSpec{}, hfv1.AllNamespacesAdmittedReason, "spec.tenancy is unset"},
-		{"empty selector", hfv1.HypervisorClusterSpec{AllowedNamespaces: &tenantSelectorAll, Tenancy: []hfv1.TenancyRule{rule}}, hfv1.AllNamespacesAdmittedReason, "spec.allowedNamespaces is unset or {}"},
-		{"no allow-lists", hfv1.HypervisorClusterSpec{AllowedNamespaces: &tenantSelectorSome}, hfv1.NoAllowListsReason, "add spec.tenancy entries"},
-		{"restricted", hfv1.HypervisorClusterSpec{AllowedNamespaces: &tenantSelectorSome, Tenancy: []hfv1.TenancyRule{rule}}, hfv1.RestrictedReason, ""},
+		{"nothing set", hfv1.HypervisorClusterSpec{}, string(hfv1.AllNamespacesAdmittedReason), "spec.tenancy is unset"},
+		{"empty selector", hfv1.HypervisorClusterSpec{AllowedNamespaces: &tenantSelectorAll, Tenancy: []hfv1.TenancyRule{rule}}, string(hfv1.AllNamespacesAdmittedReason), "spec.allowedNamespaces is unset or {}"},
+		{"no allow-lists", hfv1.HypervisorClusterSpec{AllowedNamespaces: &tenantSelectorSome}, string(hfv1.NoAllowListsReason), "add spec.tenancy entries"},
+		{"restricted", hfv1.HypervisorClusterSpec{AllowedNamespaces: &tenantSelectorSome, Tenancy: []hfv1.TenancyRule{rule}}, string(hfv1.RestrictedReason), ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &hfv1.HypervisorCluster{Spec: tc.spec}
 			setTenancyCondition(c)
 			got := c.Status.Conditions[0]
-			if got.Type != hfv1.HypervisorClusterTenancyRestrictedCondition || got.Reason != tc.reason || (got.Status == "True") != (tc.reason == hfv1.RestrictedReason) {
+			if got.Type != string(hfv1.HypervisorClusterTenancyRestrictedCondition) || got.Reason != tc.reason || (got.Status == "True") != (tc.reason == string(hfv1.RestrictedReason)) {
 				t.Errorf("condition = %+v, want reason %s", got, tc.reason)
 			}
 			if !strings.Contains(got.Message, tc.mention) {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -66,8 +65,8 @@ func TestForgedReservationGetsNoVM(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			cond := meta.FindStatusCondition(got.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
-			if cond == nil || (cond.Reason != hfv1.NamespaceNotAllowedReason && cond.Reason != hfv1.TemplateNotReadyReason) {
+			cond := hfv1.FindCondition(got.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+			if cond == nil || (cond.Reason != string(hfv1.NamespaceNotAllowedReason) && cond.Reason != string(hfv1.TemplateNotReadyReason)) {
 				return fmt.Errorf("Provisioned condition %+v, want NamespaceNotAllowed or TemplateNotReady", cond)
 			}
 			return rejectedEvent(c)
@@ -101,7 +100,7 @@ func rejectedEvent(c *hfv1.MachineClaim) error {
 		return err
 	}
 	for _, e := range events.Items {
-		if e.InvolvedObject.Name == c.Name && e.Reason == hfv1.ReservationRejectedReason {
+		if e.InvolvedObject.Name == c.Name && e.Reason == string(hfv1.ReservationRejectedReason) {
 			return nil
 		}
 	}

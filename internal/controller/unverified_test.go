@@ -9,13 +9,12 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 )
 
 // TestUnverifiedVMsSurfaceAsConditionAndMetric: VMs that carry the
@@ -28,7 +27,7 @@ func TestUnverifiedVMsSurfaceAsConditionAndMetric(t *testing.T) {
 	startOperator(t, operatorOptions{sweepInterval: 300 * time.Millisecond, orphanGrace: time.Hour})
 	f := newFixture(t, sim, nil)
 	waitClusterReady(t, f.cluster, metav1.ConditionTrue)
-	waitUnverified(t, f, metav1.ConditionFalse, 0, hfv1.AllVerifiedReason)
+	waitUnverified(t, f, metav1.ConditionFalse, 0, string(hfv1.AllVerifiedReason))
 
 	tags := "hyperfleet;" + testSigner.OperatorTag()
 	rec := ownership.Record{Namespace: f.namespace, Name: "lost", UID: "00000000-dead-beef-0000-0000000000a1", CreatedAt: time.Now().Add(-time.Hour)}
@@ -43,8 +42,8 @@ func TestUnverifiedVMsSurfaceAsConditionAndMetric(t *testing.T) {
 	rec.VMID = 1701
 	handMadeVM(t, sim, 1701, testSigner.ForCluster(ownership.ClusterIdentity{Name: "elsewhere"}).Description("", rec), tags)
 
-	c := waitUnverified(t, f, metav1.ConditionTrue, 2, hfv1.OwnershipNotVerifiedReason)
-	msg := meta.FindStatusCondition(c.Status.Conditions, hfv1.HypervisorClusterUnverifiedVMsCondition).Message
+	c := waitUnverified(t, f, metav1.ConditionTrue, 2, string(hfv1.OwnershipNotVerifiedReason))
+	msg := hfv1.FindCondition(c.Status.Conditions, hfv1.HypervisorClusterUnverifiedVMsCondition).Message
 	for _, want := range []string{"2 VMs", "VM 1700: " + ownership.ErrUnknownKey.Error(), "VM 1701: " + ownership.ErrOtherCluster.Error()} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("UnverifiedVMs message %q does not contain %q", msg, want)
@@ -56,7 +55,7 @@ func TestUnverifiedVMsSurfaceAsConditionAndMetric(t *testing.T) {
 
 	simCall(t, sim, "DELETE", "/nodes/pve1/qemu/1700", nil)
 	simCall(t, sim, "DELETE", "/nodes/pve1/qemu/1701", nil)
-	waitUnverified(t, f, metav1.ConditionFalse, 0, hfv1.AllVerifiedReason)
+	waitUnverified(t, f, metav1.ConditionFalse, 0, string(hfv1.AllVerifiedReason))
 }
 
 // waitUnverified waits for the cluster's UnverifiedVMs condition and the
@@ -68,7 +67,7 @@ func waitUnverified(t *testing.T, f *fixture, want metav1.ConditionStatus, n int
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.cluster), got); err != nil {
 			return err
 		}
-		c := meta.FindStatusCondition(got.Status.Conditions, hfv1.HypervisorClusterUnverifiedVMsCondition)
+		c := hfv1.FindCondition(got.Status.Conditions, hfv1.HypervisorClusterUnverifiedVMsCondition)
 		if c == nil || c.Status != want || c.Reason != reason {
 			return fmt.Errorf("UnverifiedVMs = %+v", c)
 		}

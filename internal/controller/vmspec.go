@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -145,9 +145,9 @@ func vmSpecFor(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, c
 	return spec, nil
 }
 
-// maxRunnerNameLength is GitHub's limit on runner names, less the mark
-// GitHubBootstrap appends to a default name (ownership.Signer.RunnerName),
-// so the mark never cuts the UID part off.
+// maxRunnerNameLength is the limit on runner names, less the mark
+// Workloads appends to a default name (ownership.Signer.RunnerName), so
+// the mark never cuts the UID part off.
 const maxRunnerNameLength = ownership.MaxRunnerNameLength - ownership.RunnerMarkLength
 
 // runnerNameFor is a claim's default runner name: its host name and the

@@ -55,20 +55,3 @@ func TestMACForIsStableLocalUnicast(t *testing.T) {
 		t.Fatalf("MAC %s is not locally administered unicast", m1)
 	}
 }
-
-func TestRegistrationURL(t *testing.T) {
-	cases := []struct {
-		gh   hfv1.GitHubBootstrap
-		want string
-	}{
-		{hfv1.GitHubBootstrap{Owner: "octo", Repository: "app"}, "https://github.com/octo/app"},
-		{hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo", APIBaseURL: "https://api.github.com"}, "https://github.com/octo"},
-		{hfv1.GitHubBootstrap{Owner: "octo", Repository: "app", APIBaseURL: "https://ghes.example.com/api/v3"}, "https://ghes.example.com/octo/app"},
-		{hfv1.GitHubBootstrap{Owner: "octo", Repository: "app", RunnerURLs: &hfv1.ScopedURLs{Repository: "https://gh.internal/{owner}/{repo}"}}, "https://gh.internal/octo/app"},
-	}
-	for _, tc := range cases {
-		if got := registrationURL(tc.gh); got != tc.want {
-			t.Errorf("registrationURL(%+v) = %q, want %q", tc.gh, got, tc.want)
-		}
-	}
-}

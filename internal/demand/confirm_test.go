@@ -14,7 +14,6 @@ import (
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 )
 
 const confirmPAT = "ghp_demandConfirmTestPATneverLeavesTheTest00"
@@ -68,8 +67,16 @@ func TestRecorderConfirmsUntrustedWebhookEvents(t *testing.T) {
 		Repositories:  []githubsim.RepoConfig{{Name: "octo-org/app"}},
 		PATs:          []githubsim.PATConfig{{Token: confirmPAT, Login: "octocat"}},
 	})
-	provider, err := github.New(github.Config{BaseURL: gs.URL + "/api/v3", Scope: workload.Scope{Owner: "octo-org", Repository: "app"},
-		Token: confirmPAT, Transport: gs.Transport, RunnerURL: gs.URL + "/octo-org/app"})
+	// The pool's account, as the operator builds it: the registered GitHub
+	// back-end, a template's PAT and the pool's scope.
+	be, _ := githubsimtest.Backends(t, gs.Transport).For(hfv1.WorkloadGitHubActions)
+	tmpl := &hfv1.HypervisorMachineTemplate{}
+	tmpl.Spec.Bootstrap.GitHub = hfv1.GitHubBootstrap{APIBaseURL: gs.URL + "/api/v3", Owner: "octo-org", Repository: "app",
+		Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}}}
+	provider, err := be.Provider(ctx, tmpl, workload.Scope{Owner: "octo-org", Repository: "app"},
+		func(context.Context, string, string, hfv1.LocalSecretKeySelector) ([]byte, error) {
+			return []byte(confirmPAT), nil
+		})
 	if err != nil {
 		t.Fatal(err)
 	}

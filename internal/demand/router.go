@@ -9,22 +9,23 @@
 //
 // A job routes to a RunnerPool when
 //
-//  1. the pool's spec.workload.type is github-actions and the pool is not
-//     being deleted;
+//  1. a CI platform back-end serves the pool's spec.workload.type
+//     (pkg/workload's registry) and the pool is not being deleted;
 //
-//  2. the pool's scope contains the job's repository: the pool's own
-//     spec.workload.github.repository (owner/name) or .organization when
-//     set, else its template's spec.bootstrap.github scope (owner and
-//     repository for repository runners, organization for organization
-//     runners). A pool whose template is missing is skipped: without it
+//  2. the pool's scope contains the job's repository. The back-end reads
+//     the scope from the pool and its template (workload.Pool): for GitHub
+//     Actions, the pool's own spec.workload.github.repository (owner/name)
+//     or .organization when set, else its template's spec.bootstrap.github
+//     scope. A pool whose template is missing is skipped: without it
 //     neither its scope nor its runners' labels are known;
 //
 //  3. the pool's runners' labels cover the job's runs-on labels (every job
 //     label is among them, case-insensitively). A runner's labels are
-//     github.RunnerLabels(template runner os, arch, pool labels): self-hosted,
-//     the OS and architecture labels (Linux, X64 ...), hyperfleet and the
-//     pool's labels; credentials are issued with the same function, so a
-//     pool routes exactly the jobs its runners can take.
+//     workload.RunnerLabels(the platform's default labels for the template's
+//     runner OS and architecture, the pool's labels): for GitHub Actions
+//     self-hosted, Linux, X64 (and so on), hyperfleet and the pool's
+//     labels; credentials are issued with the same function, so a pool
+//     routes exactly the jobs its runners can take.
 //
 //  4. the pool's scope is verified: its ScopeVerified condition is True
 //     for its current generation and status.scopeVerification names the
@@ -42,8 +43,8 @@
 // organization pool. Fewest labels means the pool least specialised beyond
 // what the job asks for: a job on [self-hosted, linux] scales a plain pool
 // rather than a GPU pool that also covers it, keeping special machines for
-// the jobs that need them. GitHub may still give the job to any runner
-// whose labels cover it (docs/architecture.md, "Runners are
+// the jobs that need them. The platform may still give the job to any
+// runner whose labels cover it (docs/architecture.md, "Runners are
 // interchangeable"):
 // routing decides which pool scales, not which runner runs the job.
 //
@@ -63,22 +64,17 @@ package demand
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 )
 
 // Candidate is a RunnerPool as routing sees it.
@@ -137,14 +133,16 @@ func (d Decision) InScope() bool {
 // Router routes jobs to RunnerPools. It only reads, normally from the
 // manager's cache, and is safe for concurrent use.
 type Router struct {
-	reader client.Reader
+	reader   client.Reader
+	backends *workload.Backends
 }
 
 // NewRouter returns a Router over reader (the manager's cache, or any
-// client.Reader). The reader must serve RunnerPools and
-// HypervisorMachineTemplates in every namespace.
-func NewRouter(reader client.Reader) *Router {
-	return &Router{reader: reader}
+// client.Reader) for the pools of the CI platforms of backends. The reader
+// must serve RunnerPools and HypervisorMachineTemplates in every
+// namespace.
+func NewRouter(reader client.Reader, backends *workload.Backends) *Router {
+	return &Router{reader: reader, backends: backends}
 }
 
 // Route decides which pool scales for job; see the package documentation
@@ -157,8 +155,8 @@ func (r *Router) Route(ctx context.Context, job workload.Job) (Decision, error) 
 	return Choose(cands, job), nil
 }
 
-// Candidates lists the GitHub Actions pools that can take jobs, with their
-// scope and runner labels, ordered by namespace and name.
+// Candidates lists the pools of the served CI platforms that can take
+// jobs, with their scope and runner labels, ordered by namespace and name.
 func (r *Router) Candidates(ctx context.Context) ([]Candidate, error) {
 	var pools hfv1.RunnerPoolList
 	if err := r.reader.List(ctx, &pools); err != nil {
@@ -168,8 +166,8 @@ func (r *Router) Candidates(ctx context.Context) ([]Candidate, error) {
 	out := make([]Candidate, 0, len(pools.Items))
 	for i := range pools.Items {
 		pool := &pools.Items[i]
-		if pool.Spec.Workload.Type != hfv1.WorkloadGitHubActions || pool.Spec.Workload.GitHub == nil ||
-			!pool.DeletionTimestamp.IsZero() {
+		be, served := r.backends.For(pool.Spec.Workload.Type)
+		if !served || !pool.DeletionTimestamp.IsZero() {
 			continue
 		}
 		key := types.NamespacedName{Namespace: pool.Namespace, Name: pool.Spec.TemplateRef.Name}
@@ -189,7 +187,7 @@ func (r *Router) Candidates(ctx context.Context) ([]Candidate, error) {
 		if tmpl == nil {
 			continue
 		}
-		if c, ok := PoolCandidate(pool, tmpl); ok {
+		if c, ok := PoolCandidate(be, pool, tmpl); ok {
 			out = append(out, c)
 		}
 	}
@@ -197,28 +195,26 @@ func (r *Router) Candidates(ctx context.Context) ([]Candidate, error) {
 	return out, nil
 }
 
-// PoolCandidate describes pool (built from tmpl) for routing; false when
-// the pool takes no GitHub Actions jobs or its scope cannot be told.
-func PoolCandidate(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) (Candidate, bool) {
-	w := pool.Spec.Workload
-	if w.Type != hfv1.WorkloadGitHubActions || w.GitHub == nil || tmpl == nil {
+// PoolCandidate describes pool (built from tmpl) for routing, as be, the
+// back-end of its workload type, reads them; false when the pool has no
+// section for be's platform or its scope cannot be told.
+func PoolCandidate(be workload.Backend, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) (Candidate, bool) {
+	if tmpl == nil {
 		return Candidate{}, false
 	}
-	scope, ok := PoolScope(w.GitHub, &tmpl.Spec.Bootstrap.GitHub)
-	if !ok {
+	p, ok := be.Pool(pool, tmpl)
+	if !ok || p.Scope.IsZero() {
 		return Candidate{}, false
 	}
-	var os, arch string
-	if rs := tmpl.Spec.Bootstrap.GitHub.Runner; rs != nil {
-		os, arch = string(rs.OS), string(rs.Arch)
-	}
+	t, _ := be.Template(tmpl)
+	verified := ScopeVerified(pool, tmpl.Name, t.CredentialsKey, p.Scope)
 	return Candidate{
 		Pool:         types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name},
 		UID:          pool.UID,
-		Scope:        scope,
-		RunnerLabels: github.RunnerLabels(os, arch, w.GitHub.Labels),
-		Verified:     ScopeVerified(pool, tmpl, scope),
-		Pending:      !ScopeVerified(pool, tmpl, scope) && verificationPending(pool),
+		Scope:        p.Scope,
+		RunnerLabels: workload.RunnerLabels(t.DefaultLabels, p.Labels),
+		Verified:     verified,
+		Pending:      !verified && verificationPending(pool),
 	}, true
 }
 
@@ -228,60 +224,23 @@ func PoolCandidate(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) 
 // matches (its template's credentials changed). A check that concluded the
 // credentials cannot reach the scope is not pending.
 func verificationPending(pool *hfv1.RunnerPool) bool {
-	cond := meta.FindStatusCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition)
+	cond := hfv1.FindCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition)
 	return cond == nil || cond.ObservedGeneration != pool.Generation || cond.Status == metav1.ConditionTrue ||
-		cond.Reason == hfv1.ScopeCheckFailedReason
+		cond.Reason == string(hfv1.ScopeCheckFailedReason)
 }
 
 // ScopeVerified reports whether pool's ScopeVerified condition vouches for
-// scope with tmpl's credentials as they are now: True for the pool's
+// scope with the credentials of its template (named template) as they are
+// now (credentials: workload.Template.CredentialsKey): True for the pool's
 // current generation, and recorded for this scope, template and
-// CredentialsKey. Anything else (a spec edited to another organization, a
-// template changed since) waits for the pool controller to check again.
-func ScopeVerified(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate, scope workload.Scope) bool {
-	cond := meta.FindStatusCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition)
+// credentials. Anything else (a spec edited to another organization, a
+// template whose credentials changed since) waits for the pool controller
+// to check again.
+func ScopeVerified(pool *hfv1.RunnerPool, template, credentials string, scope workload.Scope) bool {
+	cond := hfv1.FindCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition)
 	sv := pool.Status.ScopeVerification
 	return cond != nil && cond.Status == metav1.ConditionTrue && cond.ObservedGeneration == pool.Generation &&
-		sv != nil && strings.EqualFold(sv.Scope, scope.String()) && sv.Template == tmpl.Name && sv.Credentials == CredentialsKey(tmpl)
-}
-
-// CredentialsKey identifies the GitHub credentials tmpl gives its pools:
-// the API, the registration URLs and which Secret keys hold the
-// credentials (never their values). A scope verification stands while it
-// is unchanged, so that editing a template's resources or image does not
-// take its pools out of routing; rotating a Secret's value is caught by
-// the periodic re-check instead.
-func CredentialsKey(tmpl *hfv1.HypervisorMachineTemplate) string {
-	gh := tmpl.Spec.Bootstrap.GitHub
-	raw, _ := json.Marshal(struct {
-		API   string
-		Reg   *hfv1.ScopedURLs
-		Creds hfv1.GitHubCredentials
-	}{gh.APIBaseURL, gh.RegistrationURLs, gh.Credentials})
-	sum := sha256.Sum256(raw)
-	return hex.EncodeToString(sum[:])
-}
-
-// PoolScope is the scope a pool serves: its own repository or
-// organization, else its template's. False when neither says.
-func PoolScope(w *hfv1.GitHubWorkload, b *hfv1.GitHubBootstrap) (workload.Scope, bool) {
-	switch {
-	case w != nil && w.Repository != "":
-		owner, name, ok := strings.Cut(w.Repository, "/")
-		if !ok || owner == "" || name == "" {
-			return workload.Scope{}, false
-		}
-		return workload.Scope{Owner: owner, Repository: name}, true
-	case w != nil && w.Organization != "":
-		return workload.Scope{Owner: w.Organization}, true
-	case b == nil:
-		return workload.Scope{}, false
-	case b.Repository != "" && b.Owner != "":
-		return workload.Scope{Owner: b.Owner, Repository: b.Repository}, true
-	case b.Organization != "":
-		return workload.Scope{Owner: b.Organization}, true
-	}
-	return workload.Scope{}, false
+		sv != nil && strings.EqualFold(sv.Scope, scope.String()) && sv.Template == template && sv.Credentials == credentials
 }
 
 // Choose applies the routing rule to candidates: among the verified ones

@@ -14,38 +14,28 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 
 func nn(ns, name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }
 
-func TestPoolScope(t *testing.T) {
-	repoTmpl := &hfv1.GitHubBootstrap{Owner: "octo", Repository: "app"}
-	orgTmpl := &hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo"}
-	tests := []struct {
-		name   string
-		w      *hfv1.GitHubWorkload
-		b      *hfv1.GitHubBootstrap
-		want   workload.Scope
-		wantOK bool
-	}{
-		{"template repository", &hfv1.GitHubWorkload{}, repoTmpl, workload.Scope{Owner: "octo", Repository: "app"}, true},
-		{"template organization", &hfv1.GitHubWorkload{}, orgTmpl, workload.Scope{Owner: "octo"}, true},
-		{"pool repository narrows an organization template", &hfv1.GitHubWorkload{Repository: "octo/web"}, orgTmpl, workload.Scope{Owner: "octo", Repository: "web"}, true},
-		{"pool organization", &hfv1.GitHubWorkload{Organization: "other"}, repoTmpl, workload.Scope{Owner: "other"}, true},
-		{"pool repository without a slash", &hfv1.GitHubWorkload{Repository: "web"}, orgTmpl, workload.Scope{}, false},
-		{"template with neither", &hfv1.GitHubWorkload{}, &hfv1.GitHubBootstrap{Owner: "octo"}, workload.Scope{}, false},
-		{"no template", &hfv1.GitHubWorkload{}, nil, workload.Scope{}, false},
+// ciPlatforms are the CI platform back-ends routing is tested with: GitHub
+// Actions, registered by workload type as the operator binary registers it.
+var ciPlatforms = func() *workload.Backends {
+	b, err := workload.NewBackends(githubsimtest.Workloads(), workload.Dependencies{})
+	if err != nil {
+		panic(err)
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, ok := PoolScope(tc.w, tc.b)
-			if got != tc.want || ok != tc.wantOK {
-				t.Fatalf("PoolScope = %+v, %v; want %+v, %v", got, ok, tc.want, tc.wantOK)
-			}
-		})
-	}
+	return b
+}()
+
+// credentialsKey is the key of tmpl's GitHub credentials.
+func credentialsKey(tmpl *hfv1.HypervisorMachineTemplate) string {
+	be, _ := ciPlatforms.For(hfv1.WorkloadGitHubActions)
+	t, _ := be.Template(tmpl)
+	return t.CredentialsKey
 }
 
 func TestMissingLabels(t *testing.T) {
@@ -328,10 +318,10 @@ func TestRouterCandidates(t *testing.T) {
 		return hfv1.Workload{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubWorkload{Labels: labels}}
 	}
 	verify := func(p *hfv1.RunnerPool, scope, template string) *hfv1.RunnerPool {
-		p.Status.Conditions = []metav1.Condition{{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: metav1.ConditionTrue,
-			Reason: hfv1.ScopeVerifiedReason, ObservedGeneration: p.Generation, LastTransitionTime: metav1.Now()}}
+		p.Status.Conditions = []metav1.Condition{{Type: string(hfv1.RunnerPoolScopeVerifiedCondition), Status: metav1.ConditionTrue,
+			Reason: string(hfv1.ScopeVerifiedReason), ObservedGeneration: p.Generation, LastTransitionTime: metav1.Now()}}
 		// Every template here has the same (empty) credentials.
-		p.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: scope, Template: template, Credentials: CredentialsKey(&hfv1.HypervisorMachineTemplate{})}
+		p.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: scope, Template: template, Credentials: credentialsKey(&hfv1.HypervisorMachineTemplate{})}
 		return p
 	}
 	// Verified for octo/app, then edited to claim another organization.
@@ -352,7 +342,7 @@ func TestRouterCandidates(t *testing.T) {
 		deleting,
 		verify(pool("b", "plain", "plain", gha("db")), "OCTO/app", "plain"),
 	).WithStatusSubresource(&hfv1.RunnerPool{}).Build()
-	r := NewRouter(c)
+	r := NewRouter(c, ciPlatforms)
 	cands, err := r.Candidates(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -387,16 +377,19 @@ func TestScopeVerifiedFollowsCredentials(t *testing.T) {
 		Bootstrap: hfv1.Bootstrap{GitHub: hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo",
 			Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}}}}}}
 	pool := &hfv1.RunnerPool{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 2}}
-	pool.Status.Conditions = []metav1.Condition{{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: metav1.ConditionTrue, ObservedGeneration: 2}}
-	pool.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: "octo", Template: "t", Credentials: CredentialsKey(tmpl)}
+	pool.Status.Conditions = []metav1.Condition{{Type: string(hfv1.RunnerPoolScopeVerifiedCondition), Status: metav1.ConditionTrue, ObservedGeneration: 2}}
+	pool.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: "octo", Template: "t", Credentials: credentialsKey(tmpl)}
 	octo := workload.Scope{Owner: "octo"}
-	if !ScopeVerified(pool, tmpl, octo) {
+	verified := func(p *hfv1.RunnerPool, tm *hfv1.HypervisorMachineTemplate, scope workload.Scope) bool {
+		return ScopeVerified(p, tm.Name, credentialsKey(tm), scope)
+	}
+	if !verified(pool, tmpl, octo) {
 		t.Fatal("not verified as recorded")
 	}
 	edited := tmpl.DeepCopy()
 	edited.Generation++
 	edited.Spec.Bootstrap.GitHub.RunnerGroup = "big"
-	if !ScopeVerified(pool, edited, octo) {
+	if !verified(pool, edited, octo) {
 		t.Error("an edit that keeps the credentials dropped the verification")
 	}
 	for name, mut := range map[string]func(*hfv1.HypervisorMachineTemplate, *hfv1.RunnerPool) workload.Scope{
@@ -423,7 +416,7 @@ func TestScopeVerifiedFollowsCredentials(t *testing.T) {
 	} {
 		tm, p := tmpl.DeepCopy(), pool.DeepCopy()
 		scope := mut(tm, p)
-		if ScopeVerified(p, tm, scope) {
+		if verified(p, tm, scope) {
 			t.Errorf("%s: still verified", name)
 		}
 	}
@@ -451,7 +444,7 @@ func TestChoosePending(t *testing.T) {
 
 func TestVerificationPending(t *testing.T) {
 	cond := func(status metav1.ConditionStatus, reason string, gen int64) []metav1.Condition {
-		return []metav1.Condition{{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: status, Reason: reason, ObservedGeneration: gen}}
+		return []metav1.Condition{{Type: string(hfv1.RunnerPoolScopeVerifiedCondition), Status: status, Reason: reason, ObservedGeneration: gen}}
 	}
 	tests := []struct {
 		name  string
@@ -459,11 +452,11 @@ func TestVerificationPending(t *testing.T) {
 		want  bool
 	}{
 		{"never checked", nil, true},
-		{"checked for an older generation", cond(metav1.ConditionFalse, hfv1.ScopeNotReachableReason, 1), true},
-		{"refused for this generation", cond(metav1.ConditionFalse, hfv1.ScopeNotReachableReason, 2), false},
-		{"template missing", cond(metav1.ConditionFalse, hfv1.TemplateNotReadyReason, 2), false},
-		{"check failed transiently", cond(metav1.ConditionFalse, hfv1.ScopeCheckFailedReason, 2), true},
-		{"verified for other credentials", cond(metav1.ConditionTrue, hfv1.ScopeVerifiedReason, 2), true},
+		{"checked for an older generation", cond(metav1.ConditionFalse, string(hfv1.ScopeNotReachableReason), 1), true},
+		{"refused for this generation", cond(metav1.ConditionFalse, string(hfv1.ScopeNotReachableReason), 2), false},
+		{"template missing", cond(metav1.ConditionFalse, string(hfv1.TemplateNotReadyReason), 2), false},
+		{"check failed transiently", cond(metav1.ConditionFalse, string(hfv1.ScopeCheckFailedReason), 2), true},
+		{"verified for other credentials", cond(metav1.ConditionTrue, string(hfv1.ScopeVerifiedReason), 2), true},
 	}
 	for _, tc := range tests {
 		p := &hfv1.RunnerPool{ObjectMeta: metav1.ObjectMeta{Generation: 2}}

@@ -31,7 +31,6 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -45,6 +44,8 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 
@@ -214,12 +215,12 @@ func (w *World) waitPoolVerified(ctx context.Context) error {
 	var pool hfv1.RunnerPool
 	for {
 		err := w.API.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: PoolName}, &pool)
-		if err == nil && meta.IsStatusConditionTrue(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition) {
+		if err == nil && hfv1.IsConditionTrue(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition) {
 			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("devenv: RunnerPool %s/%s was not verified within a minute (ScopeVerified %+v, err %w)", Namespace, PoolName,
-				meta.FindStatusCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition), err)
+				hfv1.FindCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition), err)
 		}
 		select {
 		case <-ctx.Done():
@@ -447,10 +448,12 @@ func (w *World) StartOperator(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(ctrl.LoggerInto(context.WithoutCancel(ctx), logger))
 	comps, err := manager.Setup(runCtx, mgr, manager.Options{
-		Signer:          signer,
-		GitHubTransport: w.githubTransport,
-		Webhook:         &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: w.webhook.certFile, KeyFile: w.webhook.keyFile, Secret: []byte(webhookSecret)},
-		ResyncInterval:  5 * time.Second,
+		Signer: signer,
+		// The local world's CI platform is the GitHub simulator.
+		Workloads:         map[hfv1.WorkloadType]workload.Factory{hfv1.WorkloadGitHubActions: github.NewBackend},
+		WorkloadTransport: w.githubTransport,
+		Webhook:           &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: w.webhook.certFile, KeyFile: w.webhook.keyFile, Secret: []byte(webhookSecret)},
+		ResyncInterval:    5 * time.Second,
 		// Leftovers show within seconds, as do the sweeper's metrics.
 		SweepInterval: 10 * time.Second,
 		// Injected faults come in runs; a local world should not sit out

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
@@ -21,13 +22,13 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/sweeper"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox"
-	ghworkload "github.com/hyperfleet/hyperfleet/pkg/workload/github"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // Options configure the operator.
@@ -39,18 +40,28 @@ type Options struct {
 	Factories map[hfv1.HypervisorProvider]provider.Factory
 	// Clock is the time source; nil means the real clock.
 	Clock clock.Clock
-	// Bootstrap supplies workload credentials; nil means GitHub Actions
-	// (controller.GitHubBootstrap) over GitHubTransport.
-	Bootstrap controller.BootstrapSource
-	// GitHubTransport is the base HTTP transport to GitHub (TLS settings,
-	// such as a GitHub Enterprise Server CA); nil is the default transport.
-	GitHubTransport http.RoundTripper
+	// Workloads build the CI platform back-ends by workload type
+	// (spec.workload.type); nil means the ones registered with
+	// workload.Register, which the binary's main does. Setup fails
+	// without any: an operator that serves no CI platform serves nothing.
+	Workloads map[hfv1.WorkloadType]workload.Factory
+	// WorkloadTransport is the base HTTP transport to the CI platforms
+	// (TLS settings, such as a GitHub Enterprise Server CA); nil is the
+	// default transport.
+	WorkloadTransport http.RoundTripper
+	// Bootstrap, when set, stands in for the CI platforms' accounts
+	// (tests): it issues the VMs' credentials and verifies the pools'
+	// scopes, and nothing else asks a platform anything: no resync, no
+	// runner sweep, no job cancellation, no runner release lookups and no
+	// confirmation of webhook events. The back-ends still read the
+	// objects' platform sections.
+	Bootstrap WorkloadStandIn
 	// SweepInterval, OrphanGracePeriod and SweepDryRun tune the orphan
 	// sweeper (zero values take its defaults).
 	SweepInterval     time.Duration
 	OrphanGracePeriod time.Duration
 	SweepDryRun       bool
-	// Webhook, when set, serves GitHub's workflow_job webhooks (on every
+	// Webhook, when set, serves a CI platform's job webhooks (on every
 	// replica, leader or not).
 	Webhook *WebhookOptions
 	// ResyncInterval is the time between RunnerPool resyncs against the
@@ -68,6 +79,13 @@ type Options struct {
 	// AgentServer, when set, serves the in-VM agent binary over HTTPS (on
 	// every replica) to VMs of templates with agentSource Operator.
 	AgentServer *AgentServerOptions
+}
+
+// WorkloadStandIn stands in for the CI platforms' accounts (see
+// Options.Bootstrap).
+type WorkloadStandIn interface {
+	controller.BootstrapSource
+	controller.ScopeVerifier
 }
 
 // AgentServerOptions configure the agent server (internal/agentserver).
@@ -88,15 +106,19 @@ type AgentServerOptions struct {
 	URL string
 }
 
-// WebhookOptions configure the GitHub webhook receiver.
+// WebhookOptions configure the webhook receiver of a CI platform.
 type WebhookOptions struct {
+	// Platform is the workload type whose webhooks are received; empty
+	// means the only back-end that receives webhooks
+	// (workload.WebhookReceiver).
+	Platform hfv1.WorkloadType
 	// Addr is the HTTPS listen address, such as ":9292".
 	Addr string
 	// CertFile and KeyFile are the serving certificate and key (reloaded
 	// when they change).
 	CertFile, KeyFile string
-	// Secret is the webhook secret configured on GitHub: the fallback for
-	// owners without their own in OwnerSecrets.
+	// Secret is the webhook secret configured on the platform: the
+	// fallback for owners without their own in OwnerSecrets.
 	Secret []byte
 	// OwnerSecrets are secrets per owner (organization or user login, lower
 	// case): deliveries about that owner's repositories verify with it
@@ -118,12 +140,12 @@ type Components struct {
 	Registry *hypervisors.Registry
 	IPAM     *ipam.Manager
 	Sweeper  *sweeper.Sweeper
-	// Webhook is the GitHub webhook server, when Options.Webhook was set.
+	// Webhook is the webhook server, when Options.Webhook was set.
 	Webhook *webhook.Server
 	// AgentServer serves the agent binary, when Options.AgentServer was set.
 	AgentServer *agentserver.Server
-	// Resync compares pools with the CI platform; nil when the bootstrap
-	// source cannot give pool providers.
+	// Resync compares pools with the CI platforms; nil when
+	// Options.Bootstrap stands in for them.
 	Resync *controller.PoolResync
 }
 
@@ -151,10 +173,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	if opts.Bootstrap == nil {
-		opts.Bootstrap = &controller.GitHubBootstrap{Client: mgr.GetClient(), Clock: opts.Clock, Transport: opts.GitHubTransport, Signer: opts.Signer}
+	backends, err := newBackends(opts)
+	if err != nil {
+		return nil, err
 	}
-	if err := controller.SetupIndexes(ctx, mgr); err != nil {
+	ci := platformSeams(mgr, opts, backends)
+	if err := controller.SetupIndexes(ctx, mgr, backends); err != nil {
 		return nil, fmt.Errorf("set up field indexes: %w", err)
 	}
 	// Before the controllers: they hand VMs the URLs and checksums it serves.
@@ -195,13 +219,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up HypervisorCluster controller: %w", err)
 	}
-	runnerReleases, _ := opts.Bootstrap.(controller.RunnerReleaseSource)
 	if err := (&controller.HypervisorMachineTemplateReconciler{
-		Client:   mgr.GetClient(),
-		Registry: registry,
-		Recorder: mgr.GetEventRecorderFor("hypervisormachinetemplate-controller"),
-		Agent:    agent,
-		Runners:  runnerReleases,
+		Client:    mgr.GetClient(),
+		Registry:  registry,
+		Recorder:  mgr.GetEventRecorderFor("hypervisormachinetemplate-controller"),
+		Agent:     agent,
+		Runners:   ci.releases,
+		Workloads: backends,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up HypervisorMachineTemplate controller: %w", err)
 	}
@@ -220,7 +244,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Signer:        opts.Signer,
 		Recorder:      mgr.GetEventRecorderFor("machineclaim-controller"),
 		Clock:         opts.Clock,
-		Bootstrap:     opts.Bootstrap,
+		Bootstrap:     ci.bootstrap,
+		Workloads:     backends,
 		ClaimEvents:   claimEvents,
 		Runners:       runners,
 		MaxRetryDelay: opts.MaxRetryDelay,
@@ -230,8 +255,6 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		return nil, fmt.Errorf("set up MachineClaim controller: %w", err)
 	}
 	poolEvents := make(chan event.GenericEvent, 256)
-	jobs, _ := opts.Bootstrap.(controller.JobCanceller)
-	scopes, _ := opts.Bootstrap.(controller.ScopeVerifier)
 	var backoff scaling.Backoff // zero: the controller's default
 	if opts.ReplacementBackoff != nil {
 		backoff = *opts.ReplacementBackoff
@@ -241,18 +264,20 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Backoff:    backoff,
 		Recorder:   mgr.GetEventRecorderFor("runnerpool-controller"),
 		Clock:      opts.Clock,
-		Jobs:       jobs,
-		Scopes:     scopes,
+		Jobs:       ci.jobs,
+		Scopes:     ci.scopes,
+		Workloads:  backends,
 		PoolEvents: poolEvents,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up RunnerPool controller: %w", err)
 	}
 	var resync *controller.PoolResync
-	if providers, ok := opts.Bootstrap.(controller.PoolProviders); ok {
+	if ci.providers != nil {
 		resync = &controller.PoolResync{
 			Client:      mgr.GetClient(),
-			Providers:   providers,
-			Router:      demand.NewRouter(mgr.GetClient()),
+			Providers:   ci.providers,
+			Backends:    backends,
+			Router:      demand.NewRouter(mgr.GetClient(), backends),
 			Recorder:    demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock),
 			Runners:     runners,
 			Events:      mgr.GetEventRecorderFor("runnerpool-resync"),
@@ -266,9 +291,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		}
 	}
 	sw.Signer = opts.Signer
-	if scopes, ok := opts.Bootstrap.(sweeper.RunnerScopes); ok {
-		sw.Runners = scopes
-	}
+	sw.Runners = ci.runners
 	if err := mgr.Add(sw); err != nil {
 		return nil, fmt.Errorf("add orphan sweeper: %w", err)
 	}
@@ -277,7 +300,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}
 	comps := &Components{Registry: registry, IPAM: addresses, Sweeper: sw, Resync: resync, AgentServer: agentSrv}
 	if opts.Webhook != nil {
-		srv, err := newWebhookServer(mgr, opts)
+		srv, err := newWebhookServer(mgr, opts, backends, ci.providers)
 		if err != nil {
 			return nil, err
 		}
@@ -286,24 +309,89 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	return comps, nil
 }
 
-// newWebhookServer builds the GitHub webhook receiver and adds its server
-// to the manager.
-func newWebhookServer(mgr ctrl.Manager, opts Options) (*webhook.Server, error) {
+// newBackends builds the CI platform back-ends: Options.Workloads, else
+// the registered ones. Their own metrics go to the manager's registry.
+func newBackends(opts Options) (*workload.Backends, error) {
+	factories := opts.Workloads
+	if factories == nil {
+		factories = workload.Registered()
+	}
+	if len(factories) == 0 {
+		return nil, fmt.Errorf("no CI platform is registered: the binary's main registers each one it ships (workload.Register)")
+	}
+	backends, err := workload.NewBackends(factories, workload.Dependencies{
+		Transport: opts.WorkloadTransport, Clock: opts.Clock, Metrics: crmetrics.Registry,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("CI platforms: %w", err)
+	}
+	return backends, nil
+}
+
+// ciSeams are the controllers' ways to the CI platforms' accounts; a nil
+// one means the operator does without.
+type ciSeams struct {
+	bootstrap controller.BootstrapSource
+	scopes    controller.ScopeVerifier
+	jobs      controller.JobCanceller
+	releases  controller.RunnerReleaseSource
+	providers controller.PoolProviders
+	runners   sweeper.RunnerScopes
+}
+
+// platformSeams wires every seam to the back-ends' accounts, or, when a
+// test stands in for them (Options.Bootstrap), only the two it covers.
+func platformSeams(mgr ctrl.Manager, opts Options, backends *workload.Backends) ciSeams {
+	if opts.Bootstrap != nil {
+		return ciSeams{bootstrap: opts.Bootstrap, scopes: opts.Bootstrap}
+	}
+	w := &controller.Workloads{Client: mgr.GetClient(), Backends: backends, Signer: opts.Signer}
+	return ciSeams{bootstrap: w, scopes: w, jobs: w, releases: w, providers: w, runners: w}
+}
+
+// webhookParser is the parser of the platform whose webhooks are
+// received: w.Platform's, else the only back-end that receives any.
+func webhookParser(w *WebhookOptions, backends *workload.Backends) (workload.WebhookParser, error) {
+	var receivers []hfv1.WorkloadType
+	for _, t := range backends.Types() {
+		be, _ := backends.For(t)
+		if _, ok := be.(workload.WebhookReceiver); ok && (w.Platform == "" || w.Platform == t) {
+			receivers = append(receivers, t)
+		}
+	}
+	switch {
+	case len(receivers) == 0 && w.Platform != "":
+		return nil, fmt.Errorf("webhooks of workload type %s: no registered CI platform of that type receives webhooks", w.Platform)
+	case len(receivers) == 0:
+		return nil, fmt.Errorf("webhooks: no registered CI platform receives webhooks")
+	case len(receivers) > 1:
+		return nil, fmt.Errorf("webhooks: %d CI platforms receive webhooks (%v); name one as the receiver's platform", len(receivers), receivers)
+	}
+	be, _ := backends.For(receivers[0])
+	return be.(workload.WebhookReceiver).WebhookParser(w.Secret, w.OwnerSecrets), nil
+}
+
+// newWebhookServer builds the webhook receiver and adds its server to the
+// manager. Events are confirmed with the pools' accounts (providers); nil
+// providers (a test's stand-in) leave them unconfirmed.
+func newWebhookServer(mgr ctrl.Manager, opts Options, backends *workload.Backends, providers controller.PoolProviders) (*webhook.Server, error) {
 	w := opts.Webhook
 	if len(w.Secret) == 0 && len(w.OwnerSecrets) == 0 {
-		return nil, fmt.Errorf("the GitHub webhook receiver needs the webhook secret configured on GitHub (a fallback secret or one per owner)")
+		return nil, fmt.Errorf("the webhook receiver needs the webhook secret configured on the CI platform (a fallback secret or one per owner)")
+	}
+	parser, err := webhookParser(w, backends)
+	if err != nil {
+		return nil, err
 	}
 	recorder := demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock)
-	// The GitHub bootstrap (the default) gives pool providers; only a
-	// test's stand-in bootstrap does not, and its events go unconfirmed.
-	if providers, ok := opts.Bootstrap.(controller.PoolProviders); ok {
+	if providers != nil {
 		recorder.ConfirmWebhookEvents(&controller.PoolJobReaders{Client: mgr.GetClient(), Providers: providers}, w.MaxEventAge)
 	} else {
-		mgr.GetLogger().WithName("webhook").Info("webhook events are recorded without confirmation: the bootstrap source gives no CI platform accounts per pool")
+		mgr.GetLogger().WithName("webhook").Info("webhook events are recorded without confirmation: a stand-in replaces the CI platforms' accounts")
 	}
 	recv, err := webhook.NewReceiver(webhook.Options{
-		Parser:       ghworkload.WebhookParser{Secret: w.Secret, OwnerSecrets: w.OwnerSecrets},
-		Router:       demand.NewRouter(mgr.GetClient()),
+		Parser:       parser,
+		Router:       demand.NewRouter(mgr.GetClient(), backends),
 		Recorder:     recorder,
 		Events:       mgr.GetEventRecorderFor("hyperfleet-webhook"),
 		MaxBodyBytes: w.MaxBodyBytes,
@@ -312,17 +400,17 @@ func newWebhookServer(mgr ctrl.Manager, opts Options) (*webhook.Server, error) {
 		Clock:        opts.Clock,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("GitHub webhook receiver: %w", err)
+		return nil, fmt.Errorf("webhook receiver: %w", err)
 	}
 	srv, err := webhook.NewServer(webhook.ServerOptions{
 		Addr: w.Addr, CertFile: w.CertFile, KeyFile: w.KeyFile, Receiver: recv,
 		Logger: mgr.GetLogger().WithName("webhook"),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("GitHub webhook server: %w", err)
+		return nil, fmt.Errorf("webhook server: %w", err)
 	}
 	if err := mgr.Add(srv); err != nil {
-		return nil, fmt.Errorf("add GitHub webhook server: %w", err)
+		return nil, fmt.Errorf("add webhook server: %w", err)
 	}
 	return srv, nil
 }

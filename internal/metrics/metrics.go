@@ -149,13 +149,28 @@ var (
 		Namespace: namespace, Name: "orphan_runners_removed_total",
 		Help: "Orphaned CI runners removed by the sweeper (not in dry-run mode).",
 	}, []string{"scope"})
+
+	// RunnerCredentials counts single-use runner credentials issued, on
+	// every CI platform. A platform's own metrics (its API calls, its rate
+	// limits) are its back-end's (pkg/workload/<platform>), registered
+	// through workload.Dependencies.Metrics.
+	RunnerCredentials = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "runner_credentials_issued_total",
+		Help: "Single-use runner credentials issued to VMs, by method (jit-config, runner-token).",
+	}, []string{"method"})
+
+	// RunnersDeregistered counts runners removed from the CI platform.
+	RunnersDeregistered = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Name: "runners_deregistered_total",
+		Help: "Runners removed from the CI platform when their claim went (already-gone runners included).",
+	})
 )
 
 func init() {
 	crmetrics.Registry.MustRegister(
 		ClaimPhaseSeconds, ClaimsStuck, ClaimTransitions, ClaimErrors, ReservationsRejected, PowerOffToDestroyed, CreatedToCloneRequest,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
-		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved,
+		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered,
 	)
 }
 

@@ -66,7 +66,7 @@ func TestPatchWritesOnlyChanges(t *testing.T) {
 
 	controllerutil.AddFinalizer(c, hfv1.MachineClaimFinalizer)
 	c.Status.TemplateHash = "abc"
-	meta.SetStatusCondition(&c.Status.Conditions, cond(hfv1.MachineClaimProvisionedCondition, hfv1.QueuedReason))
+	meta.SetStatusCondition(&c.Status.Conditions, cond(string(hfv1.MachineClaimProvisionedCondition), string(hfv1.QueuedReason)))
 	if err := h.PatchMetadata(ctx, c); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestPatchWritesOnlyChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := get(t, c)
-	if got.Status.TemplateHash != "abc" || meta.FindStatusCondition(got.Status.Conditions, hfv1.MachineClaimProvisionedCondition) == nil {
+	if got.Status.TemplateHash != "abc" || meta.FindStatusCondition(got.Status.Conditions, string(hfv1.MachineClaimProvisionedCondition)) == nil {
 		t.Fatalf("status not written: %+v", got.Status)
 	}
 	rv = got.ResourceVersion
@@ -135,19 +135,19 @@ func TestOwnedConditions(t *testing.T) {
 	ctx := context.Background()
 	c := newClaim(t, "owned")
 	seed := get(t, c)
-	meta.SetStatusCondition(&seed.Status.Conditions, cond(hfv1.MachineClaimBootstrappedCondition, "Old"))
-	meta.SetStatusCondition(&seed.Status.Conditions, cond(hfv1.MachineClaimStuckCondition, "Old"))
+	meta.SetStatusCondition(&seed.Status.Conditions, cond(string(hfv1.MachineClaimBootstrappedCondition), "Old"))
+	meta.SetStatusCondition(&seed.Status.Conditions, cond(string(hfv1.MachineClaimStuckCondition), "Old"))
 	if err := env.Client.Status().Update(ctx, seed); err != nil {
 		t.Fatal(err)
 	}
 
 	a, b := get(t, c), get(t, c)
-	ha := patch.NewHelper(env.Client, a, patch.WithOwnedConditions(hfv1.MachineClaimBootstrappedCondition))
-	hb := patch.NewHelper(env.Client, b, patch.WithOwnedConditions(hfv1.MachineClaimStuckCondition))
-	meta.SetStatusCondition(&a.Status.Conditions, cond(hfv1.MachineClaimBootstrappedCondition, "FromA"))
+	ha := patch.NewHelper(env.Client, a, patch.WithOwnedConditions(string(hfv1.MachineClaimBootstrappedCondition)))
+	hb := patch.NewHelper(env.Client, b, patch.WithOwnedConditions(string(hfv1.MachineClaimStuckCondition)))
+	meta.SetStatusCondition(&a.Status.Conditions, cond(string(hfv1.MachineClaimBootstrappedCondition), "FromA"))
 	a.Status.TemplateHash = "from-a"
-	meta.SetStatusCondition(&b.Status.Conditions, cond(hfv1.MachineClaimStuckCondition, "FromB"))
-	meta.RemoveStatusCondition(&b.Status.Conditions, hfv1.MachineClaimBootstrappedCondition) // not B's: ignored
+	meta.SetStatusCondition(&b.Status.Conditions, cond(string(hfv1.MachineClaimStuckCondition), "FromB"))
+	meta.RemoveStatusCondition(&b.Status.Conditions, string(hfv1.MachineClaimBootstrappedCondition)) // not B's: ignored
 	if err := ha.Patch(ctx, a); err != nil {
 		t.Fatal(err)
 	}
@@ -155,8 +155,8 @@ func TestOwnedConditions(t *testing.T) {
 		t.Fatalf("second writer: %v", err)
 	}
 	got := get(t, c)
-	boot := meta.FindStatusCondition(got.Status.Conditions, hfv1.MachineClaimBootstrappedCondition)
-	stuck := meta.FindStatusCondition(got.Status.Conditions, hfv1.MachineClaimStuckCondition)
+	boot := meta.FindStatusCondition(got.Status.Conditions, string(hfv1.MachineClaimBootstrappedCondition))
+	stuck := meta.FindStatusCondition(got.Status.Conditions, string(hfv1.MachineClaimStuckCondition))
 	if boot == nil || boot.Reason != "FromA" || stuck == nil || stuck.Reason != "FromB" || got.Status.TemplateHash != "from-a" {
 		t.Fatalf("conditions %+v, templateHash %q; want Bootstrapped FromA, Stuck FromB, from-a", got.Status.Conditions, got.Status.TemplateHash)
 	}
@@ -165,15 +165,15 @@ func TestOwnedConditions(t *testing.T) {
 	// the option exists for.
 	a2, b2 := get(t, c), get(t, c)
 	ha2, hb2 := patch.NewHelper(env.Client, a2), patch.NewHelper(env.Client, b2)
-	meta.SetStatusCondition(&a2.Status.Conditions, cond(hfv1.MachineClaimBootstrappedCondition, "FromA2"))
-	meta.SetStatusCondition(&b2.Status.Conditions, cond(hfv1.MachineClaimStuckCondition, "FromB2"))
+	meta.SetStatusCondition(&a2.Status.Conditions, cond(string(hfv1.MachineClaimBootstrappedCondition), "FromA2"))
+	meta.SetStatusCondition(&b2.Status.Conditions, cond(string(hfv1.MachineClaimStuckCondition), "FromB2"))
 	if err := ha2.Patch(ctx, a2); err != nil {
 		t.Fatal(err)
 	}
 	if err := hb2.Patch(ctx, b2); err != nil {
 		t.Fatal(err)
 	}
-	if boot := meta.FindStatusCondition(get(t, c).Status.Conditions, hfv1.MachineClaimBootstrappedCondition); boot.Reason == "FromA2" {
+	if boot := meta.FindStatusCondition(get(t, c).Status.Conditions, string(hfv1.MachineClaimBootstrappedCondition)); boot.Reason == "FromA2" {
 		t.Fatal("without owned conditions the first writer's change survived; the owned-conditions assertion above proves nothing")
 	}
 }
@@ -183,12 +183,12 @@ func TestOwnedConditions(t *testing.T) {
 func TestPatchGone(t *testing.T) {
 	ctx := context.Background()
 	c := newClaim(t, "gone")
-	h := patch.NewHelper(env.Client, c, patch.WithOwnedConditions(hfv1.MachineClaimStuckCondition))
+	h := patch.NewHelper(env.Client, c, patch.WithOwnedConditions(string(hfv1.MachineClaimStuckCondition)))
 	if err := env.Client.Delete(ctx, get(t, c)); err != nil {
 		t.Fatal(err)
 	}
 	c.Labels = map[string]string{"a": "b"}
-	meta.SetStatusCondition(&c.Status.Conditions, cond(hfv1.MachineClaimStuckCondition, "X"))
+	meta.SetStatusCondition(&c.Status.Conditions, cond(string(hfv1.MachineClaimStuckCondition), "X"))
 	if err := h.Patch(ctx, c); err != nil {
 		t.Fatalf("patching a deleted object: %v", err)
 	}

@@ -30,7 +30,7 @@ type RunnerScope struct {
 }
 
 // RunnerScopes lists the scopes to sweep (implemented by the controllers'
-// GitHub bootstrap).
+// side of the CI platforms, controller.Workloads).
 type RunnerScopes interface {
 	RunnerScopes(ctx context.Context) ([]RunnerScope, error)
 }

@@ -13,7 +13,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 

@@ -101,7 +101,7 @@ func TestContractOctokitExamples(t *testing.T) {
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: clientset.CoreV1().Events("")})
 	events := broadcaster.NewRecorder(e.Scheme, corev1.EventSource{Component: "hyperfleet-webhook"})
 
-	router := demand.NewRouter(informers)
+	router := demand.NewRouter(informers, ciPlatforms)
 	parsed := make(chan workload.JobEvent, 1)
 	recv, err := NewReceiver(Options{
 		Parser:   recordingParser{WebhookParser: github.WebhookParser{Secret: testSecret}, last: parsed},
@@ -304,13 +304,13 @@ func (c *contract) send(deliveryID string) {
 // considers such pools.
 func (c *contract) markScopeVerified(p *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) {
 	c.t.Helper()
-	scope, ok := demand.PoolScope(p.Spec.Workload.GitHub, &tmpl.Spec.Bootstrap.GitHub)
+	sv, ok := scopeVerification(p, tmpl)
 	if !ok {
 		c.t.Fatalf("pool %s has no scope", p.Name)
 	}
-	p.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: scope.String(), Template: tmpl.Name, Credentials: demand.CredentialsKey(tmpl), VerifiedAt: metav1.Now()}
-	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: metav1.ConditionTrue,
-		Reason: hfv1.ScopeVerifiedReason, Message: "test", ObservedGeneration: p.Generation})
+	p.Status.ScopeVerification = sv
+	meta.SetStatusCondition(&p.Status.Conditions, metav1.Condition{Type: string(hfv1.RunnerPoolScopeVerifiedCondition), Status: metav1.ConditionTrue,
+		Reason: string(hfv1.ScopeVerifiedReason), Message: "test", ObservedGeneration: p.Generation})
 	if err := c.c.Status().Update(c.ctx, p); err != nil {
 		c.t.Fatalf("mark RunnerPool %s verified: %v", p.Name, err)
 	}

@@ -541,7 +541,7 @@ func (r *Receiver) warnAmbiguous(job workload.Job, tied []demand.Candidate) {
 			TypeMeta:   metav1.TypeMeta{APIVersion: hfv1.GroupVersion.String(), Kind: "RunnerPool"},
 			ObjectMeta: metav1.ObjectMeta{Namespace: c.Pool.Namespace, Name: c.Pool.Name, UID: c.UID},
 		}
-		r.opts.Events.Eventf(pool, corev1.EventTypeWarning, hfv1.AmbiguousJobRoutingReason,
+		r.opts.Events.Eventf(pool, corev1.EventTypeWarning, string(hfv1.AmbiguousJobRoutingReason),
 			"queued job %d of %s (runs-on: %s) is covered as specifically by RunnerPools %s; none scales for it. "+
 				"Give the pools distinct labels (spec.workload.github.labels) or scopes (spec.workload.github.repository)",
 			job.ID, job.Repository, labelList(job.Labels), labelList(names))

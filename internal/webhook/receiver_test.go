@@ -502,7 +502,7 @@ func TestReceiverAmbiguous(t *testing.T) {
 		t.Fatalf("events: %q", events)
 	}
 	for _, e := range events {
-		if !strings.HasPrefix(e, "Warning "+hfv1.AmbiguousJobRoutingReason) || !strings.Contains(e, "job 1 of octo/app") ||
+		if !strings.HasPrefix(e, "Warning "+string(hfv1.AmbiguousJobRoutingReason)) || !strings.Contains(e, "job 1 of octo/app") ||
 			!strings.Contains(e, "aaa/grab, team/cpu") {
 			t.Fatalf("event %q", e)
 		}

@@ -115,17 +115,16 @@ func TestReceiverReplayedAndForgedDeliveries(t *testing.T) {
 	}
 	// As the RunnerPool controller records once the template's credentials
 	// reach the pool's scope: routing only considers verified pools.
-	scope, _ := demand.PoolScope(pool.Spec.Workload.GitHub, &tmpl.Spec.Bootstrap.GitHub)
-	pool.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: scope.String(), Template: tmpl.Name, Credentials: demand.CredentialsKey(tmpl), VerifiedAt: metav1.Now()}
-	meta.SetStatusCondition(&pool.Status.Conditions, metav1.Condition{Type: hfv1.RunnerPoolScopeVerifiedCondition, Status: metav1.ConditionTrue,
-		Reason: hfv1.ScopeVerifiedReason, Message: "verified for the test", ObservedGeneration: pool.Generation})
+	pool.Status.ScopeVerification, _ = scopeVerification(pool, tmpl)
+	meta.SetStatusCondition(&pool.Status.Conditions, metav1.Condition{Type: string(hfv1.RunnerPoolScopeVerifiedCondition), Status: metav1.ConditionTrue,
+		Reason: string(hfv1.ScopeVerifiedReason), Message: "verified for the test", ObservedGeneration: pool.Generation})
 	if err := e.Client.Status().Update(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
 
 	recv, err := NewReceiver(Options{
 		Parser:   github.WebhookParser{Secret: testSecret},
-		Router:   demand.NewRouter(e.Client),
+		Router:   demand.NewRouter(e.Client, ciPlatforms),
 		Recorder: demand.NewRecorder(e.Client, e.Client, nil).ConfirmWebhookEvents(simReaders{provider}, 10*time.Minute),
 	})
 	if err != nil {

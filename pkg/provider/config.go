@@ -6,7 +6,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 )
 
 // ClusterConfig is everything a Provider needs to reach and use one

@@ -1,112 +1,67 @@
 package provider
 
 import (
-	"context"
-	"errors"
-	"fmt"
+	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 )
 
-// Sentinel errors. Implementations wrap them so callers test with errors.Is.
+// Sentinel errors. Implementations wrap them so callers test with errors.Is;
+// each carries the class and reason an error wrapping it has unless the
+// implementation classifies it otherwise (pkg/errclass).
 var (
 	// ErrNotFound: the VM (or template) does not exist. Providers wrap it
 	// only when the hypervisor said so about the VM itself: a missing
 	// storage, volume or file the VM refers to is another error, because
 	// callers release what a VM held when it is not found.
-	ErrNotFound = errors.New("not found on the hypervisor")
+	ErrNotFound = errclass.NewSentinel("not found on the hypervisor", ClassTransient, "NotFound")
 	// ErrNotOwned: the VM's ownership marker does not verify for the
 	// caller; the VM must not be touched.
-	ErrNotOwned = errors.New("VM is not owned by this HyperFleet install")
+	ErrNotOwned = errclass.NewSentinel("VM is not owned by this HyperFleet install", ClassPermanent, "NotOwned")
 	// ErrUnreachable: the hypervisor API cannot be reached.
-	ErrUnreachable = errors.New("hypervisor API unreachable")
+	ErrUnreachable = errclass.NewSentinel("hypervisor API unreachable", ClassTransient, "Unreachable")
 	// ErrUnauthorized: credentials were rejected or lack a privilege.
-	ErrUnauthorized = errors.New("hypervisor rejected the credentials")
+	ErrUnauthorized = errclass.NewSentinel("hypervisor rejected the credentials", ClassConfiguration, "Unauthorized")
 	// ErrNoCapacity: no allowed node has room for the VM.
-	ErrNoCapacity = errors.New("no allowed node has enough free capacity")
+	ErrNoCapacity = errclass.NewSentinel("no allowed node has enough free capacity", ClassResource, "InsufficientCapacity")
 	// ErrIDRangeExhausted: every VM id of the cluster's range is taken.
-	ErrIDRangeExhausted = errors.New("every VM id in the cluster's range is in use")
+	ErrIDRangeExhausted = errclass.NewSentinel("every VM id in the cluster's range is in use", ClassResource, "VMIDRangeExhausted")
 	// ErrTaskFailed: a hypervisor task ended with an error.
-	ErrTaskFailed = errors.New("hypervisor task failed")
+	ErrTaskFailed = errclass.NewSentinel("hypervisor task failed", ClassTransient, "TaskFailed")
 	// ErrInUse: the cloud-init medium belongs to a VM that exists (or is
 	// being cloned) and goes with that VM; it was not deleted.
-	ErrInUse = errors.New("cloud-init medium is in use by its VM")
+	ErrInUse = errclass.NewSentinel("cloud-init medium is in use by its VM", ClassTransient, "")
 )
 
 // Class says how a caller reacts to an error (docs/architecture.md,
-// "Classified errors").
-type Class string
+// "Classified errors"). The classes are errclass's, shared with the CI
+// platform side; the names here keep the provider implementations' code
+// in the terms of this package.
+type Class = errclass.Class
 
+// The classes (see errclass).
 const (
-	// ClassTransient: retry with backoff (timeouts, 5xx, locks).
-	ClassTransient Class = "Transient"
-	// ClassPermanent: this attempt cannot succeed; fail it, maybe replace.
-	ClassPermanent Class = "Permanent"
-	// ClassConfiguration: the user must fix a spec, secret or permission.
-	ClassConfiguration Class = "Configuration"
-	// ClassResource: wait until capacity frees up.
-	ClassResource Class = "Resource"
+	ClassTransient     = errclass.ClassTransient
+	ClassPermanent     = errclass.ClassPermanent
+	ClassConfiguration = errclass.ClassConfiguration
+	ClassResource      = errclass.ClassResource
 )
 
-// Error is a classified error. Reason is a short UpperCamel word for
-// condition reasons and metrics.
-type Error struct {
-	Class  Class
-	Reason string
-	Err    error
-}
-
-func (e *Error) Error() string { return e.Err.Error() }
-
-func (e *Error) Unwrap() error { return e.Err }
+// Error is a classified error (errclass.Error).
+type Error = errclass.Error
 
 // Errorf builds a classified error; format may wrap with %w.
 func Errorf(class Class, reason, format string, args ...any) error {
-	return &Error{Class: class, Reason: reason, Err: fmt.Errorf(format, args...)}
+	return errclass.Errorf(class, reason, format, args...)
 }
 
 // Classify returns the class of err: the Class of the outermost *Error, else
-// one derived from the sentinels; unknown errors are transient.
-func Classify(err error) Class {
-	var e *Error
-	switch {
-	case err == nil:
-		return ""
-	case errors.As(err, &e):
-		return e.Class
-	case errors.Is(err, ErrUnauthorized):
-		return ClassConfiguration
-	case errors.Is(err, ErrNoCapacity), errors.Is(err, ErrIDRangeExhausted):
-		return ClassResource
-	case errors.Is(err, ErrNotOwned):
-		return ClassPermanent
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return ClassTransient
-	default:
-		return ClassTransient
-	}
-}
+// that of the first sentinel it wraps; unknown errors are transient.
+func Classify(err error) Class { return errclass.Classify(err) }
 
-// ReasonOf returns the Reason of the outermost *Error, else one derived from
-// the sentinels, else "ProviderError".
+// ReasonOf returns the Reason of the outermost *Error, else that of the
+// first sentinel it wraps, else "ProviderError".
 func ReasonOf(err error) string {
-	var e *Error
-	switch {
-	case errors.As(err, &e) && e.Reason != "":
-		return e.Reason
-	case errors.Is(err, ErrNotFound):
-		return "NotFound"
-	case errors.Is(err, ErrNotOwned):
-		return "NotOwned"
-	case errors.Is(err, ErrUnreachable):
-		return "Unreachable"
-	case errors.Is(err, ErrUnauthorized):
-		return "Unauthorized"
-	case errors.Is(err, ErrNoCapacity):
-		return "InsufficientCapacity"
-	case errors.Is(err, ErrIDRangeExhausted):
-		return "VMIDRangeExhausted"
-	case errors.Is(err, ErrTaskFailed):
-		return "TaskFailed"
-	default:
-		return "ProviderError"
+	if r := errclass.ReasonOf(err); r != "" {
+		return r
 	}
+	return "ProviderError"
 }

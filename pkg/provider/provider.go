@@ -14,7 +14,7 @@
 // # Ownership
 //
 // A Provider only ever modifies or destroys VMs whose ownership marker (see
-// internal/ownership) verifies for the Owner the caller names. A VM that does
+// pkg/ownership) verifies for the Owner the caller names. A VM that does
 // not verify is reported with ErrNotOwned and left alone.
 //
 // # Errors

@@ -17,6 +17,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 )
 
 // Scope is where runners register and jobs come from: an organization (or
@@ -28,6 +30,9 @@ type Scope struct {
 	// organization.
 	Repository string
 }
+
+// IsZero reports whether the scope names nothing.
+func (s Scope) IsZero() bool { return s.Owner == "" && s.Repository == "" }
 
 // IsOrganization reports whether the scope is a whole organization.
 func (s Scope) IsOrganization() bool { return s.Repository == "" }
@@ -295,24 +300,30 @@ type WebhookParser interface {
 }
 
 // Sentinel errors. Implementations wrap them so callers test with errors.Is.
+// The ones a controller meets while provisioning carry their class
+// (pkg/errclass): a refusal of the credentials or of the request is for the
+// user to fix (see Classified), anything else is retried.
 var (
 	// ErrNotFound: the runner (or scope) does not exist.
-	ErrNotFound = errors.New("not found on the CI platform")
+	ErrNotFound = errclass.NewSentinel("not found on the CI platform", errclass.ClassConfiguration, reasonRequestRefused)
 	// ErrNameTaken: a runner of that name is already registered.
-	ErrNameTaken = errors.New("a runner of that name is already registered")
+	ErrNameTaken = errclass.NewSentinel("a runner of that name is already registered", errclass.ClassTransient, "")
 	// ErrRunnerBusy: the runner is running a job and was not removed.
-	ErrRunnerBusy = errors.New("the runner is running a job")
+	ErrRunnerBusy = errclass.NewSentinel("the runner is running a job", errclass.ClassTransient, "")
 	// ErrUnauthorized: the platform rejected the operator's credentials or
 	// they lack a permission.
-	ErrUnauthorized = errors.New("the CI platform rejected the credentials")
+	ErrUnauthorized = errclass.NewSentinel("the CI platform rejected the credentials", errclass.ClassConfiguration, "Unauthorized")
 	// ErrInvalidRequest: the platform refused the request as invalid (a
 	// configuration problem, such as an unknown runner group).
-	ErrInvalidRequest = errors.New("the CI platform refused the request")
+	ErrInvalidRequest = errclass.NewSentinel("the CI platform refused the request", errclass.ClassConfiguration, reasonRequestRefused)
 	// ErrRateLimited: see RateLimitError.
-	ErrRateLimited = errors.New("rate limited by the CI platform")
+	ErrRateLimited = errclass.NewSentinel("rate limited by the CI platform", errclass.ClassTransient, "")
 	// ErrUnavailable: the platform did not answer or answered 5xx.
-	ErrUnavailable = errors.New("the CI platform is unavailable")
+	ErrUnavailable = errclass.NewSentinel("the CI platform is unavailable", errclass.ClassTransient, "")
+)
 
+// Webhook errors, about a delivery rather than a call to the platform.
+var (
 	// ErrBadSignature: a webhook's signature is missing or does not match.
 	ErrBadSignature = errors.New("webhook signature missing or invalid")
 	// ErrIgnoredEvent: a valid webhook that carries no job event.
@@ -320,6 +331,26 @@ var (
 	// ErrMalformed: a webhook body that cannot be decoded.
 	ErrMalformed = errors.New("malformed webhook payload")
 )
+
+// reasonRequestRefused is the reason of a request the platform refused.
+const reasonRequestRefused = "RequestRefused"
+
+// Classified returns err as the conditions of the object it fails report
+// it. A refusal of the operator's credentials or of its request (an error
+// wrapping ErrUnauthorized, ErrInvalidRequest or ErrNotFound) is a
+// configuration problem for the user, and its reason names the platform
+// that refused, such as GitHubUnauthorized or GitHubRequestRefused for
+// platform GitHub (Backend.Name): the user must know where to look. An
+// error that is already classified, and any other error, is returned as it
+// is (errclass.Classify then calls it transient).
+func Classified(platform string, err error) error {
+	var classified *errclass.Error
+	var s *errclass.Sentinel
+	if errors.As(err, &classified) || !errors.As(err, &s) || s.Class() != errclass.ClassConfiguration {
+		return err
+	}
+	return &errclass.Error{Class: errclass.ClassConfiguration, Reason: platform + s.Reason(), Err: err}
+}
 
 // RateLimitError says when a call may be retried. It matches
 // ErrRateLimited with errors.Is.

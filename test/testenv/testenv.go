@@ -6,7 +6,8 @@
 // sets it), and otherwise from hack/envtest/build.sh, which builds them from
 // source on first use and caches them outside the repository. A missing
 // binary is a test failure, never a skip: a suite that silently skips its
-// API-server tests proves nothing.
+// API-server tests proves nothing. The helm CLI the chart's tests run comes
+// the same way from HELM or hack/helm/build.sh (HelmPath).
 package testenv
 
 import (
@@ -68,19 +69,46 @@ func AssetsDirWithProgress(progress io.Writer) (string, error) {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir, checkAssets(dir)
 	}
-	script := filepath.Join(RepoRoot(), "hack", "envtest", "build.sh")
+	dir, err := runBuildScript("hack/envtest/build.sh", "the envtest binaries", progress)
+	if err != nil {
+		return "", err
+	}
+	return dir, checkAssets(dir)
+}
+
+// HelmPath returns the helm CLI that the chart's tests run: $HELM when set
+// (the Makefile sets it), else the binary hack/helm/build.sh builds from
+// helm's Go module on first use and caches outside the repository.
+func HelmPath() (string, error) {
+	path := os.Getenv("HELM")
+	if path == "" {
+		var err error
+		if path, err = runBuildScript("hack/helm/build.sh", "helm", nil); err != nil {
+			return "", err
+		}
+	}
+	if info, err := os.Stat(path); err != nil || info.IsDir() || info.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("helm is not an executable at %s (HELM=%q; run hack/helm/build.sh, or make helm, and set HELM to the path it prints)", path, os.Getenv("HELM"))
+	}
+	return path, nil
+}
+
+// runBuildScript runs one of the repository's build scripts (a path from
+// the repository's root) and returns what it prints, the path of what it
+// built; its progress messages go to progress too when not nil.
+func runBuildScript(script, what string, progress io.Writer) (string, error) {
+	path := filepath.Join(RepoRoot(), filepath.FromSlash(script))
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command("bash", script)
+	cmd := exec.Command("bash", path)
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
 	if progress != nil {
 		cmd.Stderr = io.MultiWriter(&stderr, progress)
 	}
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("building the envtest binaries with %s: %w\n%s", script, err, stderr.String())
+		return "", fmt.Errorf("building %s with %s: %w\n%s", what, script, err, stderr.String())
 	}
-	dir := strings.TrimSpace(stdout.String())
-	return dir, checkAssets(dir)
+	return strings.TrimSpace(stdout.String()), nil
 }
 
 func checkAssets(dir string) error {

@@ -29,7 +29,7 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/provider/fake"
 	"github.com/hyperfleet/hyperfleet/pkg/provider/providertest"

@@ -7,7 +7,7 @@
 //	}
 //
 // The suite speaks the neutral contract only: phases, Progress, sentinel
-// errors and classes, the ownership marker of internal/ownership. It never
+// errors and classes, the ownership marker of pkg/ownership. It never
 // names a hypervisor's endpoints, task types, storages or lock names, and it
 // never sleeps: hypervisor time moves only through Harness.Advance.
 //
@@ -66,7 +66,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 

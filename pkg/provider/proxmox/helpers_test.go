@@ -17,8 +17,8 @@ import (
 	"github.com/go-logr/logr/funcr"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 

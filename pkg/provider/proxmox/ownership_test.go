@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 

@@ -47,7 +47,7 @@ import (
 	proxmox "github.com/luthermonson/go-proxmox"
 	"k8s.io/utils/clock"
 
-	"github.com/hyperfleet/hyperfleet/internal/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 

@@ -6,33 +6,55 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
-	ghworkload "github.com/hyperfleet/hyperfleet/pkg/workload/github"
 )
 
-// TestGitHubBootstrapRecoversTakenName: a JIT name held by a runner that
-// never came online (registered by an attempt the operator did not get to
+// ciPlatforms are the CI platform back-ends of the unit tests: GitHub
+// Actions, registered by workload type as the operator binary registers it.
+var ciPlatforms = func() *workload.Backends {
+	b, err := workload.NewBackends(githubsimtest.Workloads(), workload.Dependencies{})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}()
+
+// TestWorkloadsRecoversTakenName: a JIT name held by a runner that never
+// came online (registered by an attempt the operator did not get to
 // record) is removed and registered again; a name held by a live runner is
 // a configuration error and the live runner is left alone.
-func TestGitHubBootstrapRecoversTakenName(t *testing.T) {
+func TestWorkloadsRecoversTakenName(t *testing.T) {
 	gs := githubsimtest.Start(t, githubsim.Config{
 		Organizations: []githubsim.OrgConfig{{Login: "octo-org"}},
 		PATs:          []githubsim.PATConfig{{Token: "ghp_bootstrapTest", Login: "octocat"}},
 	})
-	p, err := ghworkload.New(ghworkload.Config{BaseURL: gs.URL + "/api/v3", Scope: workload.Scope{Owner: "octo-org"}, Token: "ghp_bootstrapTest", Transport: gs.Transport})
+	be, ok := githubsimtest.Backends(t, gs.Transport).For(hfv1.WorkloadGitHubActions)
+	if !ok {
+		t.Fatal("no GitHub Actions back-end")
+	}
+	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "t"}}
+	tmpl.Spec.Bootstrap.GitHub = hfv1.GitHubBootstrap{APIBaseURL: gs.URL + "/api/v3", Owner: "octo-org", Organization: "octo-org",
+		Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "gh", Key: "token"}}}
+	pat := func(context.Context, string, string, hfv1.LocalSecretKeySelector) ([]byte, error) {
+		return []byte("ghp_bootstrapTest"), nil
+	}
+	ctx := context.Background()
+	p, err := be.Provider(ctx, tmpl, workload.Scope{Owner: "octo-org"}, pat)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	spec := workload.RunnerSpec{Name: "pool-x-1a2b3c4d", Labels: []string{"self-hosted"}, Method: workload.MethodJIT}
 	first, err := p.IssueCredential(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &GitHubBootstrap{}
-	second, err := b.issue(ctx, p, spec)
+	w := &Workloads{}
+	second, err := w.issue(ctx, p, spec)
 	if err != nil {
 		t.Fatalf("re-issue over a never-started runner: %v", err)
 	}
@@ -52,7 +74,7 @@ func TestGitHubBootstrapRecoversTakenName(t *testing.T) {
 			t.Fatalf("runner never came online:\n%s", proc.Output())
 		}
 	}
-	_, err = b.issue(ctx, p, spec)
+	_, err = w.issue(ctx, p, spec)
 	if !errors.Is(err, errRunnerNameTaken) {
 		t.Fatalf("issue over a live runner: %v, want errRunnerNameTaken", err)
 	}

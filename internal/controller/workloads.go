@@ -1,0 +1,311 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/pkg/errclass"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+// Workloads is the controllers' side of the CI platforms. For each object
+// it finds the back-end of its workload type (pkg/workload) and, with the
+// account that back-end builds from the template's credentials, issues and
+// removes the runners of MachineClaims, verifies RunnerPools' scopes,
+// cancels jobs, resolves runner releases and lists the scopes the orphan
+// sweep checks. It is BootstrapSource, ScopeVerifier, JobCanceller,
+// RunnerReleaseSource, PoolProviders and sweeper.RunnerScopes at once; the
+// platforms' own credentials never leave their back-ends.
+//
+// Issuance is recoverable without keeping the credential anywhere: the
+// runner name is derived from the claim, so if the operator restarts
+// between registering a runner and recording it, the next attempt finds
+// the name taken, removes that never-started runner and registers a new
+// one. Its id is recorded in status.bootstrap with the status patch that
+// follows the delivery.
+type Workloads struct {
+	// Client reads templates' Secrets and RunnerPools.
+	Client client.Reader
+	// Backends are the CI platforms by workload type.
+	Backends *workload.Backends
+	// Signer marks default runner names as this install's
+	// (ownership.Signer.RunnerName), which lets the orphan sweep remove a
+	// runner whose claim is gone; nil leaves names unmarked and the
+	// sweep never touches them.
+	Signer *ownership.Signer
+}
+
+var (
+	_ BootstrapSource     = (*Workloads)(nil)
+	_ ScopeVerifier       = (*Workloads)(nil)
+	_ JobCanceller        = (*Workloads)(nil)
+	_ RunnerReleaseSource = (*Workloads)(nil)
+	_ PoolProviders       = (*Workloads)(nil)
+)
+
+// BootstrapVars implements BootstrapSource: it issues one single-use
+// credential for the claim's VM (a registered runner's configuration, or
+// a registration token) and fills in the runner part of its cloud-init.
+func (w *Workloads) BootstrapVars(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, vars *cloudinit.Vars) error {
+	be, ok := w.Backends.Claim(claim, tmpl)
+	if !ok {
+		// A platform this operator does not run: the claim is refused
+		// (claimRefusal) and gets no credential.
+		return nil
+	}
+	if vars.SPIFFEEnabled {
+		// Broker mode: the VM fetches its credential after attesting; none
+		// goes into cloud-init.
+		return nil
+	}
+	pool, err := w.poolOf(ctx, claim)
+	if err != nil {
+		return workloadError(be, err)
+	}
+	p, err := w.claimProvider(ctx, be, claim, pool, tmpl)
+	if err != nil {
+		return workloadError(be, err)
+	}
+	labels := w.runnerLabels(be, claim, pool, tmpl)
+	vars.RunnerName = w.runnerName(be, claim, vars.RunnerName)
+	spec := workload.RunnerSpec{
+		Name: vars.RunnerName, Labels: labels, Group: vars.RunnerGroup,
+		Method: workload.Method(vars.BootstrapMethod), WorkFolder: vars.RunnerConfig.WorkDir,
+	}
+	cred, err := w.issue(ctx, p, spec)
+	if err != nil {
+		return workloadError(be, err)
+	}
+	vars.Labels = cloudinit.List(labels)
+	vars.RunnerName = cred.RunnerName
+	switch cred.Method {
+	case workload.MethodJIT:
+		vars.JITConfig = cred.Secret.Reveal()
+	case workload.MethodRegistrationToken:
+		vars.RunnerToken = cred.Secret.Reveal()
+		if cred.RegistrationURL != "" {
+			vars.RegistrationURL = cred.RegistrationURL
+		}
+	}
+	vars.ExpiresAt = cloudinit.Time{Time: cred.ExpiresAt}
+	st := &hfv1.BootstrapStatus{RunnerName: cred.RunnerName, RunnerID: cred.RunnerID, CredentialIssuedAt: &metav1.Time{Time: cred.IssuedAt}}
+	if !cred.ExpiresAt.IsZero() {
+		st.CredentialExpiresAt = &metav1.Time{Time: cred.ExpiresAt}
+	}
+	if old := claim.Status.Bootstrap; old != nil {
+		st.SPIFFEID, st.JobID, st.JobStartedAt = old.SPIFFEID, old.JobID, old.JobStartedAt
+	}
+	claim.Status.Bootstrap = st
+	metrics.RunnerCredentials.WithLabelValues(string(cred.Method)).Inc()
+	ctrl.LoggerFrom(ctx).Info("Issued a single-use runner credential", "platform", be.Name(), "method", cred.Method,
+		"runner", cred.RunnerName, "runnerID", cred.RunnerID, "scope", p.Scope().String())
+	return nil
+}
+
+// issue asks for the credential; a name already taken by a runner that
+// never came online (an earlier attempt of this claim) is removed once and
+// the request repeated.
+func (w *Workloads) issue(ctx context.Context, p workload.Provider, spec workload.RunnerSpec) (workload.Credential, error) {
+	cred, err := p.IssueCredential(ctx, spec)
+	if !errors.Is(err, workload.ErrNameTaken) {
+		return cred, err
+	}
+	old, gerr := p.GetRunner(ctx, spec.Name)
+	switch {
+	case errors.Is(gerr, workload.ErrNotFound):
+		// Removed in between: try again.
+	case gerr != nil:
+		return workload.Credential{}, gerr
+	case old.State != workload.RunnerOffline:
+		return workload.Credential{}, fmt.Errorf("runner name %s is taken by a runner that is %s (id %d) in %s: %w; "+
+			"give the claim another runner name (spec.workloadConfig)", spec.Name, old.State, old.ID, p.Scope(), errRunnerNameTaken)
+	default:
+		if err := p.DeregisterRunner(ctx, old.ID, old.Name); err != nil {
+			return workload.Credential{}, err
+		}
+		ctrl.LoggerFrom(ctx).Info("Removed an earlier, never started registration of this claim's runner", "runner", old.Name, "runnerID", old.ID)
+	}
+	return p.IssueCredential(ctx, spec)
+}
+
+// Release implements BootstrapSource: it removes the claim's runner from
+// its CI platform. A runner the platform already removed (ephemeral
+// runners go after their job) is success; a busy one returns
+// workload.ErrRunnerBusy.
+func (w *Workloads) Release(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) error {
+	st := claim.Status.Bootstrap
+	if st == nil || st.RunnerName == "" && st.RunnerID == 0 {
+		return nil
+	}
+	be, ok := w.Backends.Claim(claim, tmpl)
+	if !ok {
+		return fmt.Errorf("runner %s: %w", st.RunnerName, errNoBackend)
+	}
+	pool, err := w.poolOf(ctx, claim)
+	if err != nil {
+		return err
+	}
+	p, err := w.claimProvider(ctx, be, claim, pool, tmpl)
+	if err != nil {
+		return err
+	}
+	if err := p.DeregisterRunner(ctx, st.RunnerID, st.RunnerName); err != nil {
+		return err
+	}
+	metrics.RunnersDeregistered.Inc()
+	return nil
+}
+
+// errRunnerNameTaken: a live runner already has the claim's runner name.
+var errRunnerNameTaken = errors.New("runner name taken")
+
+// errNoBackend: the object's workload type has no back-end in this
+// operator.
+var errNoBackend = errors.New("this operator runs no CI platform of that workload type")
+
+// workloadError classifies an error of be's platform for the claim's
+// conditions (workload.Classified), and the controller's own: a missing
+// Secret and a taken runner name are for the user to fix.
+func workloadError(be workload.Backend, err error) error {
+	var classified *errclass.Error
+	switch {
+	case errors.As(err, &classified):
+		return err
+	case errors.Is(err, errSecretMissing):
+		return newConfigError(string(hfv1.SecretNotFoundReason), err)
+	case errors.Is(err, errRunnerNameTaken):
+		return newConfigError("RunnerNameTaken", err)
+	}
+	return workload.Classified(be.Name(), err)
+}
+
+// runnerLabels are the labels the claim's runner registers with: the
+// claim's own, else its pool's, after the platform's default ones.
+func (w *Workloads) runnerLabels(be workload.Backend, claim *hfv1.MachineClaim, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) []string {
+	labels := be.Claim(claim).Labels
+	if len(labels) == 0 && pool != nil {
+		if ps, ok := be.Pool(pool, tmpl); ok {
+			labels = ps.Labels
+		}
+	}
+	t, _ := be.Template(tmpl)
+	return workload.RunnerLabels(t.DefaultLabels, labels)
+}
+
+// poolOf is the claim's RunnerPool; nil for a claim made by hand or whose
+// pool is gone.
+func (w *Workloads) poolOf(ctx context.Context, claim *hfv1.MachineClaim) (*hfv1.RunnerPool, error) {
+	ref := claim.Spec.RunnerPoolRef
+	if ref == nil {
+		return nil, nil
+	}
+	var pool hfv1.RunnerPool
+	if err := w.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: ref.Name}, &pool); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	return &pool, nil
+}
+
+// claimProvider returns the account the claim's runner registers with: its
+// pool's scope when the pool names one, else its template's, with the
+// template's credentials.
+func (w *Workloads) claimProvider(ctx context.Context, be workload.Backend, claim *hfv1.MachineClaim, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) (workload.Provider, error) {
+	t, _ := be.Template(tmpl)
+	scope := t.Scope
+	if pool != nil {
+		if ps, ok := be.Pool(pool, tmpl); ok {
+			scope = ps.Scope
+		}
+	}
+	if scope.IsZero() {
+		return nil, newConfigError(be.Name()+"ScopeMissing", fmt.Errorf("MachineClaim %s: neither its RunnerPool nor %s of HypervisorMachineTemplate %s names a scope to register its runner in", claim.Name, t.Field, tmpl.Name))
+	}
+	return be.Provider(ctx, tmpl, scope, w.readSecret)
+}
+
+// PoolProvider implements PoolProviders: the account of the pool's scope
+// (its own, else its template's) with the template's credentials, and a
+// key that is equal for pools sharing credentials and scope, so that a
+// resync asks the platform once for all of them.
+func (w *Workloads) PoolProvider(ctx context.Context, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) (workload.Provider, string, error) {
+	be, ps, ok := w.Backends.Pool(pool, tmpl)
+	if !ok {
+		return nil, "", fmt.Errorf("RunnerPool %s (spec.workload.type %s): %w", pool.Name, pool.Spec.Workload.Type, errNoBackend)
+	}
+	if ps.Scope.IsZero() {
+		t, _ := be.Template(tmpl)
+		return nil, "", newConfigError(be.Name()+"ScopeMissing", fmt.Errorf("RunnerPool %s: neither %s nor template %s %s names a scope", pool.Name, ps.Field, tmpl.Name, t.Field))
+	}
+	p, err := be.Provider(ctx, tmpl, ps.Scope, w.readSecret)
+	if err != nil {
+		return nil, "", workloadError(be, err)
+	}
+	key := string(pool.Spec.Workload.Type) + " " + tmpl.Namespace + "/" + tmpl.Name + "/" + ps.Scope.String()
+	return p, key, nil
+}
+
+// CancelJob implements JobCanceller: it cancels the run of job on its CI
+// platform.
+func (w *Workloads) CancelJob(ctx context.Context, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate, job *hfv1.CIJob) error {
+	p, _, err := w.PoolProvider(ctx, pool, tmpl)
+	if err != nil {
+		return err
+	}
+	if job.Spec.RunID == 0 {
+		return fmt.Errorf("job %d has no run id to cancel: %w", job.Spec.JobID, workload.ErrNotFound)
+	}
+	return p.CancelRun(ctx, job.Spec.Repository, job.Spec.RunID)
+}
+
+// VerifyPoolScope implements ScopeVerifier with the pool's account (its
+// scope, its template's credentials).
+func (w *Workloads) VerifyPoolScope(ctx context.Context, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) error {
+	p, _, err := w.PoolProvider(ctx, pool, tmpl)
+	if err != nil {
+		return err
+	}
+	return p.VerifyScope(ctx)
+}
+
+// readSecret is the workload.SecretReader of the back-ends: the Secrets of
+// the template's own namespace, through the controllers' client.
+func (w *Workloads) readSecret(ctx context.Context, field, namespace string, ref hfv1.LocalSecretKeySelector) ([]byte, error) {
+	return secretValue(ctx, w.Client, field, namespace, ref.Name, ref.Key)
+}
+
+// newConfigError classifies err as a configuration problem the user must
+// fix, with reason for the object's condition.
+func newConfigError(reason string, err error) error {
+	return &errclass.Error{Class: errclass.ClassConfiguration, Reason: reason, Err: err}
+}
+
+// retryAfterWorkload is the requeue for a rate-limited workload call.
+func retryAfterWorkload(err error, now time.Time) (time.Duration, bool) {
+	d, ok := workload.RetryAfter(err, now)
+	if ok && d < time.Second {
+		d = time.Second
+	}
+	return d, ok
+}
+
+// runnerName is the name the claim's runner registers under: a name the
+// claim sets (spec.workloadConfig) as given, since it is the user's and
+// the orphan sweep must never remove that runner; otherwise the default
+// name marked as this install's (ownership.Signer.RunnerName), so that the
+// sweep can remove the runner once its claim is gone.
+func (w *Workloads) runnerName(be workload.Backend, claim *hfv1.MachineClaim, name string) string {
+	if w.Signer == nil || be.Claim(claim).Name != "" {
+		return name
+	}
+	return w.Signer.RunnerName(name)
+}

@@ -1,0 +1,182 @@
+package workload
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+)
+
+// Backend is one CI platform's side of the operator. Each platform has its
+// part of the HyperFleet API: a section of a template's spec.bootstrap
+// (its credentials, scope and runner software), of a RunnerPool's
+// spec.workload (the jobs it serves) and of a MachineClaim's
+// spec.workloadConfig (its own runner). A Backend reads that part into the
+// neutral terms of this package and builds the Providers of the accounts it
+// names, so the controllers, routing and metrics reach every platform
+// through it and know none of them (docs/architecture.md, "CI platforms as
+// plug-ins").
+//
+// The reading methods only read the objects they are given: no call, no
+// side effect, the same answer every time, so a template's drift hash
+// that depends on them is stable. Implementations are safe for concurrent
+// use.
+type Backend interface {
+	// Name is the platform's name for messages and condition reasons,
+	// such as GitHub.
+	Name() string
+	// Template reads tmpl's section for this platform; false when tmpl
+	// has none.
+	Template(tmpl *hfv1.HypervisorMachineTemplate) (Template, bool)
+	// Pool reads pool's section for this platform, with tmpl (its
+	// template; nil when it does not exist) for what the pool leaves to
+	// it; false when pool has no section for this platform.
+	Pool(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) (Pool, bool)
+	// Claim reads the runner claim asks for itself; zero when it leaves
+	// everything to its pool and template.
+	Claim(claim *hfv1.MachineClaim) ClaimRunner
+	// Provider returns the account of scope with tmpl's credentials, read
+	// with secrets from tmpl's namespace. Implementations keep a Provider
+	// while the template's credentials and the scope stay the same, so
+	// that its tokens and rate-limit state carry over between calls. An
+	// error is classified (errclass) when the user must fix something.
+	Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, scope Scope, secrets SecretReader) (Provider, error)
+}
+
+// WebhookReceiver is implemented by back-ends whose platform reports jobs
+// by webhook.
+type WebhookReceiver interface {
+	// WebhookParser verifies deliveries about an owner listed in
+	// ownerSecrets with that owner's own secret only, and any other with
+	// secret (the fallback; empty: listed owners only).
+	WebhookParser(secret []byte, ownerSecrets map[string][]byte) WebhookParser
+}
+
+// SecretReader reads the value of one key of a Secret in namespace; field
+// is the API field that names it, for the error. A Secret or key that does
+// not exist is an error the object waits on (a Secret watch wakes it).
+type SecretReader func(ctx context.Context, field, namespace string, ref hfv1.LocalSecretKeySelector) ([]byte, error)
+
+// Template is what a HypervisorMachineTemplate tells one CI platform:
+// where its runners register, with which credentials, and the runner
+// software its VMs run.
+type Template struct {
+	// Field is the template's section for the platform, such as
+	// spec.bootstrap.github; messages name fields under it.
+	Field string
+	// Scope is the template's own scope; zero when it names none.
+	Scope Scope
+	// ScopeField is the field Scope comes from.
+	ScopeField string
+	// Endpoint is the platform API the credentials are for when it is not
+	// the platform's public service (an Enterprise server); equal scopes
+	// of different endpoints are different scopes.
+	Endpoint string
+	// Runner is the runner software, with the API's defaults applied.
+	Runner RunnerSoftware
+	// RegistrationURL is where a registration-token runner of Scope
+	// registers.
+	RegistrationURL string
+	// RunnerGroup is the runner group runners join; empty for the
+	// default.
+	RunnerGroup string
+	// DefaultLabels are the labels the platform gives every runner for
+	// its operating system and architecture (see RunnerLabels).
+	DefaultLabels []string
+	// Secrets are the Secret keys, in the template's namespace, the
+	// credentials are read from, by the field that names each.
+	Secrets map[string]hfv1.LocalSecretKeySelector
+	// CredentialsKey identifies the credentials: the API, the URLs they
+	// are used at and which Secret keys hold them, never their values. A
+	// pool's scope verification stands while it stays the same, so that
+	// editing a template's resources or image keeps its pools routed.
+	CredentialsKey string
+}
+
+// RunnerSoftware is the CI runner package a template's VMs run and its
+// place in them.
+type RunnerSoftware struct {
+	// OS and Arch are the runner's platform in the CI platform's naming,
+	// such as linux and x64.
+	OS, Arch string
+	// Version is the release to resolve (a version or
+	// LatestRunnerVersion; see RunnerReleases); empty when the package is
+	// pinned by DownloadURL or installed in the VM template.
+	Version string
+	// DownloadURL and DownloadSHA256 are the package VMs download and its
+	// checksum: the pinned one, else the release resolved for Version
+	// (the template's status.runner); empty when it is installed in the
+	// VM template.
+	DownloadURL, DownloadSHA256 string
+	// InstallPath is where the package is unpacked, WorkDir the jobs'
+	// working directory, ConfigScript and RunScript the runner's scripts.
+	InstallPath, WorkDir, ConfigScript, RunScript string
+}
+
+// Pool is what a RunnerPool, with its template, tells its CI platform.
+type Pool struct {
+	// Field is the pool's section for the platform, such as
+	// spec.workload.github.
+	Field string
+	// Scope is where the pool's runners take jobs from: the pool's own
+	// scope, else its template's; zero when neither names one.
+	Scope Scope
+	// ScopeField is the field Scope comes from.
+	ScopeField string
+	// OwnScope is true when the pool names Scope itself rather than
+	// taking its template's.
+	OwnScope bool
+	// Labels are the pool's runner labels, without the platform's defaults
+	// (see RunnerLabels).
+	Labels []string
+	// Claim is the spec.workloadConfig of the claims the pool creates.
+	Claim *hfv1.WorkloadConfig
+}
+
+// ClaimRunner is the runner a MachineClaim asks for itself, in its
+// spec.workloadConfig.
+type ClaimRunner struct {
+	// Name is the runner's name; empty for the default one.
+	Name string
+	// Labels are the runner's own labels; empty for its pool's.
+	Labels []string
+	// Group is the runner group; empty for the template's.
+	Group string
+}
+
+// Dependencies are what the operator gives every back-end it builds.
+type Dependencies struct {
+	// Transport is the base HTTP transport to the platforms (TLS
+	// settings, such as an Enterprise server's CA); nil is
+	// http.DefaultTransport.
+	Transport http.RoundTripper
+	// Clock stamps credentials and drives rate limits; nil is the real
+	// clock.
+	Clock clock.PassiveClock
+	// Metrics is where a back-end registers its own metrics, if it has
+	// any; nil registers none. Registering a collector that is already
+	// there (a second operator in one process) is not an error: see
+	// RegisterCollectors.
+	Metrics prometheus.Registerer
+}
+
+// RegisterCollectors registers collectors with reg (nil: none), keeping a
+// collector that is already registered: a back-end's metrics are package
+// state, and a process may build its back-ends more than once (tests, the
+// local world's restarts).
+func RegisterCollectors(reg prometheus.Registerer, collectors ...prometheus.Collector) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range collectors {
+		var already prometheus.AlreadyRegisteredError
+		if err := reg.Register(c); err != nil && (!errors.As(err, &already) || already.ExistingCollector != c) {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,361 @@
+package github
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"k8s.io/utils/clock"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/pkg/errclass"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+// The API sections GitHub Actions reads, for messages.
+const (
+	templateField = "spec.bootstrap.github"
+	poolField     = "spec.workload.github"
+)
+
+// Runner software defaults, the same as the CRD's, for objects created
+// before a default existed.
+const (
+	defaultInstallPath  = "/opt/actions-runner"
+	defaultWorkDir      = "/var/lib/hyperfleet/work"
+	defaultConfigScript = "config.sh"
+	defaultRunScript    = "run.sh"
+	defaultOS           = "linux"
+	defaultArch         = "x64"
+)
+
+// reasonCredentialsInvalid: the template's GitHub credentials cannot make a
+// client (an App id that is not a number, a key that does not parse).
+const reasonCredentialsInvalid = "GitHubCredentialsInvalid"
+
+// Backend is GitHub Actions as a workload.Backend: it reads
+// spec.bootstrap.github of templates, spec.workload.github of RunnerPools
+// and spec.workloadConfig.github of MachineClaims, builds Providers with a
+// template's personal access token or App installation, and parses
+// workflow_job webhooks. Register it under hfv1.WorkloadGitHubActions with
+// NewBackend.
+type Backend struct {
+	transport http.RoundTripper
+	clock     clock.PassiveClock
+
+	mu        sync.Mutex
+	providers map[string]cachedProvider
+}
+
+type cachedProvider struct {
+	fingerprint string
+	provider    *Provider
+}
+
+var (
+	_ workload.Backend         = (*Backend)(nil)
+	_ workload.WebhookReceiver = (*Backend)(nil)
+	_ workload.Factory         = NewBackend
+)
+
+// NewBackend is the workload.Factory of GitHub Actions. It registers the
+// GitHub API metrics with deps.Metrics.
+func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
+	if err := workload.RegisterCollectors(deps.Metrics, apiCalls, apiCallSeconds, rateRemaining, rateBlocked); err != nil {
+		return nil, fmt.Errorf("github: register metrics: %w", err)
+	}
+	return &Backend{transport: deps.Transport, clock: deps.Clock, providers: map[string]cachedProvider{}}, nil
+}
+
+// Name implements workload.Backend.
+func (*Backend) Name() string { return "GitHub" }
+
+// Template implements workload.Backend. Every template has a
+// spec.bootstrap.github: the API requires it.
+func (*Backend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Template, bool) {
+	gh := tmpl.Spec.Bootstrap.GitHub
+	t := workload.Template{
+		Field:           templateField,
+		Runner:          runnerSoftware(tmpl),
+		RegistrationURL: registrationURL(gh),
+		RunnerGroup:     gh.RunnerGroup,
+		Secrets:         secretRefs(gh.Credentials),
+		CredentialsKey:  credentialsKey(gh),
+	}
+	t.Scope, t.ScopeField = templateScope(&gh)
+	if base := orDefault(gh.APIBaseURL, DefaultBaseURL); base != DefaultBaseURL {
+		t.Endpoint = base
+	}
+	t.DefaultLabels = DefaultLabels(t.Runner.OS, t.Runner.Arch)
+	return t, true
+}
+
+// Pool implements workload.Backend for a github-actions pool.
+func (*Backend) Pool(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) (workload.Pool, bool) {
+	w := pool.Spec.Workload.GitHub
+	if pool.Spec.Workload.Type != hfv1.WorkloadGitHubActions || w == nil {
+		return workload.Pool{}, false
+	}
+	var b *hfv1.GitHubBootstrap
+	if tmpl != nil {
+		b = &tmpl.Spec.Bootstrap.GitHub
+	}
+	p := workload.Pool{
+		Field:  poolField,
+		Labels: w.Labels,
+		Claim: &hfv1.WorkloadConfig{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubRunnerConfig{
+			Labels: append([]string(nil), w.Labels...), RunnerGroup: w.RunnerGroup,
+		}},
+	}
+	p.Scope, _ = poolScope(w, b)
+	switch {
+	case w.Repository != "":
+		p.ScopeField, p.OwnScope = poolField+".repository", true
+	case w.Organization != "":
+		p.ScopeField, p.OwnScope = poolField+".organization", true
+	default:
+		p.ScopeField = "the template's " + templateField + " scope"
+	}
+	return p, true
+}
+
+// Claim implements workload.Backend: spec.workloadConfig.github.
+func (*Backend) Claim(claim *hfv1.MachineClaim) workload.ClaimRunner {
+	wc := claim.Spec.WorkloadConfig
+	if wc == nil || wc.GitHub == nil {
+		return workload.ClaimRunner{}
+	}
+	return workload.ClaimRunner{Name: wc.GitHub.RunnerName, Labels: wc.GitHub.Labels, Group: wc.GitHub.RunnerGroup}
+}
+
+// WebhookParser implements workload.WebhookReceiver.
+func (*Backend) WebhookParser(secret []byte, ownerSecrets map[string][]byte) workload.WebhookParser {
+	return WebhookParser{Secret: secret, OwnerSecrets: ownerSecrets}
+}
+
+// Provider implements workload.Backend: the provider of scope with tmpl's
+// credentials, reused (and so its installation token and rate-limit state)
+// while the configuration and credentials it was built from stay the same.
+func (b *Backend) Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, scope workload.Scope, secrets workload.SecretReader) (workload.Provider, error) {
+	cfg, err := b.config(ctx, tmpl, scope, secrets)
+	if err != nil {
+		return nil, err
+	}
+	key := tmpl.Namespace + "/" + tmpl.Name + "/" + scope.String()
+	fp := Fingerprint(cfg)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c, ok := b.providers[key]; ok && c.fingerprint == fp {
+		return c.provider, nil
+	}
+	p, err := New(cfg)
+	if err != nil {
+		return nil, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s of HypervisorMachineTemplate %s: %w", templateField, tmpl.Name, err)
+	}
+	b.providers[key] = cachedProvider{fingerprint: fp, provider: p}
+	return p, nil
+}
+
+// config builds the provider configuration from the template and its
+// Secrets (in the template's namespace only).
+func (b *Backend) config(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, scope workload.Scope, secrets workload.SecretReader) (Config, error) {
+	gh := tmpl.Spec.Bootstrap.GitHub
+	cfg := Config{
+		BaseURL: orDefault(gh.APIBaseURL, DefaultBaseURL), Scope: scope,
+		Transport: b.transport, Clock: b.clock,
+		RunnerURL:   runnerURLFor(gh, scope),
+		ObserveCall: observeCall, ObserveRate: observeRate(scope.Owner),
+	}
+	if t := tmpl.Spec.Bootstrap.HTTPTimeout; t != nil {
+		cfg.HTTPTimeout = t.Duration
+	}
+	if u := gh.RegistrationURLs; u != nil {
+		r := strings.NewReplacer("{owner}", scope.Owner, "{repo}", scope.Repository)
+		if scope.IsOrganization() {
+			cfg.RegistrationTokenURL = r.Replace(u.Organization)
+		} else {
+			cfg.RegistrationTokenURL = r.Replace(u.Repository)
+		}
+	}
+	read := func(field string, sel hfv1.LocalSecretKeySelector) ([]byte, error) {
+		return secrets(ctx, field, tmpl.Namespace, sel)
+	}
+	creds := gh.Credentials
+	switch {
+	case creds.PAT != nil:
+		v, err := read(templateField+".credentials.pat", *creds.PAT)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Token = strings.TrimSpace(string(v))
+	case creds.App != nil:
+		app, err := appCredentials(creds.App, read)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.App = app
+	default:
+		return cfg, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s.credentials sets neither app nor pat", templateField)
+	}
+	return cfg, nil
+}
+
+// appCredentials reads a GitHub App's id, installation id and private key.
+func appCredentials(app *hfv1.GitHubAppCredentials, read func(string, hfv1.LocalSecretKeySelector) ([]byte, error)) (*AppCredentials, error) {
+	field := templateField + ".credentials.app"
+	appID, err := read(field+".appId", app.AppID)
+	if err != nil {
+		return nil, err
+	}
+	inst, err := read(field+".installationId", app.InstallationID)
+	if err != nil {
+		return nil, err
+	}
+	key, err := read(field+".privateKey", app.PrivateKey)
+	if err != nil {
+		return nil, err
+	}
+	a := &AppCredentials{PrivateKey: key}
+	if a.AppID, err = strconv.ParseInt(strings.TrimSpace(string(appID)), 10, 64); err != nil {
+		return nil, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s.appId: Secret %s key %s must hold the App's numeric id", field, app.AppID.Name, app.AppID.Key)
+	}
+	if a.InstallationID, err = strconv.ParseInt(strings.TrimSpace(string(inst)), 10, 64); err != nil {
+		return nil, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s.installationId: Secret %s key %s must hold the installation's numeric id", field, app.InstallationID.Name, app.InstallationID.Key)
+	}
+	return a, nil
+}
+
+// secretRefs lists every Secret key the credentials are read from, with
+// the field that names it.
+func secretRefs(creds hfv1.GitHubCredentials) map[string]hfv1.LocalSecretKeySelector {
+	out := map[string]hfv1.LocalSecretKeySelector{}
+	if creds.PAT != nil {
+		out[templateField+".credentials.pat"] = *creds.PAT
+	}
+	if app := creds.App; app != nil {
+		out[templateField+".credentials.app.appId"] = app.AppID
+		out[templateField+".credentials.app.privateKey"] = app.PrivateKey
+		out[templateField+".credentials.app.installationId"] = app.InstallationID
+	}
+	return out
+}
+
+// credentialsKey identifies the GitHub credentials a template gives its
+// pools: the API, the registration URLs and which Secret keys hold the
+// credentials (never their values). Rotating a Secret's value is caught
+// by the periodic re-check of the pools' scopes instead. Its encoding is
+// what RunnerPools' status.scopeVerification records: changing it would
+// take every pool out of routing until checked again.
+func credentialsKey(gh hfv1.GitHubBootstrap) string {
+	raw, _ := json.Marshal(struct {
+		API   string
+		Reg   *hfv1.ScopedURLs
+		Creds hfv1.GitHubCredentials
+	}{gh.APIBaseURL, gh.RegistrationURLs, gh.Credentials})
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// templateScope is a template's own scope and the field it comes from:
+// owner and repository for repository runners, the organization for
+// organization runners; zero when the template names neither.
+func templateScope(b *hfv1.GitHubBootstrap) (workload.Scope, string) {
+	switch {
+	case b == nil:
+	case b.Repository != "" && b.Owner != "":
+		return workload.Scope{Owner: b.Owner, Repository: b.Repository}, templateField + ".repository"
+	case b.Organization != "":
+		return workload.Scope{Owner: b.Organization}, templateField + ".organization"
+	}
+	return workload.Scope{}, ""
+}
+
+// poolScope is the scope a pool serves: its own repository (owner/name)
+// or organization, else its template's. False when neither says.
+func poolScope(w *hfv1.GitHubWorkload, b *hfv1.GitHubBootstrap) (workload.Scope, bool) {
+	switch {
+	case w != nil && w.Repository != "":
+		owner, name, ok := strings.Cut(w.Repository, "/")
+		if !ok || owner == "" || name == "" {
+			return workload.Scope{}, false
+		}
+		return workload.Scope{Owner: owner, Repository: name}, true
+	case w != nil && w.Organization != "":
+		return workload.Scope{Owner: w.Organization}, true
+	}
+	s, _ := templateScope(b)
+	return s, !s.IsZero()
+}
+
+// runnerSoftware is the template's runner package and its place in the VM,
+// with the defaults applied and a resolved release (status.runner) in
+// place of the version it was resolved from.
+func runnerSoftware(tmpl *hfv1.HypervisorMachineTemplate) workload.RunnerSoftware {
+	rs := workload.RunnerSoftware{
+		InstallPath: defaultInstallPath, WorkDir: defaultWorkDir,
+		ConfigScript: defaultConfigScript, RunScript: defaultRunScript, OS: defaultOS, Arch: defaultArch,
+	}
+	r := tmpl.Spec.Bootstrap.GitHub.Runner
+	if r == nil {
+		return rs
+	}
+	rs.InstallPath = orDefault(r.InstallPath, rs.InstallPath)
+	rs.WorkDir = orDefault(r.WorkDir, rs.WorkDir)
+	rs.ConfigScript = orDefault(r.ConfigScript, rs.ConfigScript)
+	rs.RunScript = orDefault(r.RunScript, rs.RunScript)
+	rs.OS = orDefault(string(r.OS), rs.OS)
+	rs.Arch = orDefault(string(r.Arch), rs.Arch)
+	rs.Version = r.Version
+	rs.DownloadURL = strings.NewReplacer("{os}", rs.OS, "{arch}", rs.Arch).Replace(r.DownloadURL)
+	rs.DownloadSHA256 = r.DownloadSHA256
+	if rr := tmpl.Status.Runner; r.Version != "" && rr != nil {
+		// Resolved by the template controller from the release.
+		rs.DownloadURL, rs.DownloadSHA256 = rr.DownloadURL, rr.DownloadSHA256
+	}
+	return rs
+}
+
+// registrationURL is where runners register: the runnerURLs template for
+// the template's scope, or GitHub's web URL derived from apiBaseURL.
+func registrationURL(gh hfv1.GitHubBootstrap) string {
+	repo := gh.Repository
+	owner := gh.Owner
+	if u := gh.RunnerURLs; u != nil {
+		r := strings.NewReplacer("{owner}", owner, "{repo}", repo)
+		if repo != "" && u.Repository != "" {
+			return r.Replace(u.Repository)
+		}
+		if repo == "" && u.Organization != "" {
+			return r.Replace(u.Organization)
+		}
+	}
+	web := "https://github.com"
+	if api := strings.TrimRight(gh.APIBaseURL, "/"); api != "" && api != DefaultBaseURL {
+		// GitHub Enterprise Server serves its API under /api/v3.
+		web = strings.TrimSuffix(api, "/api/v3")
+	}
+	if repo != "" {
+		return web + "/" + owner + "/" + repo
+	}
+	return web + "/" + owner
+}
+
+// runnerURLFor is the URL a registration-token runner of scope registers
+// to (spec.bootstrap.github.runnerURLs, else the web URL of the scope).
+func runnerURLFor(gh hfv1.GitHubBootstrap, scope workload.Scope) string {
+	gh.Owner, gh.Repository = scope.Owner, scope.Repository
+	return registrationURL(gh)
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}

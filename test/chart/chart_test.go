@@ -1,0 +1,533 @@
+// Package chart_test checks the Helm chart charts/hyperfleet with the helm
+// CLI built from its Go module (hack/helm/build.sh): helm lint; helm
+// template with the default values and with every optional part on
+// (testdata/everything-on.yaml), each rendered object server-side applied
+// to the real kube-apiserver with strict field validation; values the chart
+// must refuse; and (compare_test.go) that the chart and config/ (kustomize)
+// install the same objects but for the differences listed there.
+package chart_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hyperfleet/hyperfleet/test/testenv"
+)
+
+// The API server starts only for the tests that apply objects.
+var lazy testenv.Lazy
+
+func TestMain(m *testing.M) { os.Exit(lazy.Main(m)) }
+
+// chartDir is the chart, from the repository's root.
+const chartDir = "charts/hyperfleet"
+
+// release is one way of installing the chart.
+type release struct {
+	name, namespace string
+	// values are values files, from this package's directory.
+	values []string
+}
+
+var (
+	// defaults is the install the chart's README shows; its names are
+	// config/'s.
+	defaults = release{name: "hyperfleet", namespace: "hyperfleet-system"}
+	// everythingOn turns on every optional part, under other names.
+	everythingOn = release{name: "ci", namespace: "ci-infra", values: []string{"testdata/everything-on.yaml"}}
+	// everythingOff turns off every part that is on by default.
+	everythingOff = release{name: "bare", namespace: "bare", values: []string{"testdata/everything-off.yaml"}}
+	// releases are all of them.
+	releases = []release{defaults, everythingOn, everythingOff}
+)
+
+var (
+	helmOnce sync.Once
+	helmBin  string
+	helmErr  error
+)
+
+// helm runs the helm CLI with the given arguments from the repository's
+// root, with its own empty configuration and cache, and returns its
+// standard output; a failure carries its standard error.
+func helm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	helmOnce.Do(func() { helmBin, helmErr = testenv.HelmPath() })
+	if helmErr != nil {
+		t.Fatalf("no helm CLI: %v", helmErr)
+	}
+	home := t.TempDir()
+	cmd := exec.Command(helmBin, args...)
+	cmd.Dir = testenv.RepoRoot()
+	cmd.Env = append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+		"KUBECONFIG="+filepath.Join(home, "no-kubeconfig"),
+	)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("helm %s: %w\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// templateArgs are the arguments of `helm template` for r, CRDs included.
+func templateArgs(r release, extra ...string) []string {
+	args := []string{"template", r.name, chartDir, "--namespace", r.namespace, "--include-crds"}
+	for _, f := range r.values {
+		args = append(args, "--values", filepath.Join("test", "chart", f))
+	}
+	return append(args, extra...)
+}
+
+// render returns the objects `helm template` renders for r, in order.
+func render(t *testing.T, r release, extra ...string) []*unstructured.Unstructured {
+	t.Helper()
+	out, err := helm(t, templateArgs(r, extra...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decodeObjects([]byte(out))
+	if err != nil {
+		t.Fatalf("helm template %s: %v", r.name, err)
+	}
+	return objs
+}
+
+// decodeObjects splits a YAML stream into objects, skipping empty
+// documents.
+func decodeObjects(stream []byte) ([]*unstructured.Unstructured, error) {
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(stream)))
+	var objs []*unstructured.Unstructured
+	for {
+		doc, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return objs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		raw, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			return nil, fmt.Errorf("%w in\n%s", err, doc)
+		}
+		if string(raw) == "null" {
+			continue
+		}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(raw); err != nil {
+			return nil, fmt.Errorf("%w in\n%s", err, doc)
+		}
+		objs = append(objs, u)
+	}
+}
+
+// key names an object: kind namespace/name.
+func key(u *unstructured.Unstructured) string {
+	return fmt.Sprintf("%s %s/%s", u.GetKind(), u.GetNamespace(), u.GetName())
+}
+
+func keys(objs []*unstructured.Unstructured) []string {
+	out := make([]string, 0, len(objs))
+	for _, o := range objs {
+		out = append(out, key(o))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func find(t *testing.T, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	t.Fatalf("no %s %s among %v", kind, name, keys(objs))
+	return nil
+}
+
+// TestLint: helm lint --strict passes with the default values, with
+// every optional part on and with every default part off.
+func TestLint(t *testing.T) {
+	for _, r := range releases {
+		args := []string{"lint", "--strict", chartDir, "--namespace", r.namespace}
+		for _, f := range r.values {
+			args = append(args, "--values", filepath.Join("test", "chart", f))
+		}
+		if _, err := helm(t, args...); err != nil {
+			t.Errorf("%s: %v", r.name, err)
+		}
+	}
+}
+
+// optionalObjects are what only the optional parts add.
+var optionalObjects = []string{
+	"Certificate ci-infra/ci-hyperfleet-agent",
+	"Certificate ci-infra/ci-hyperfleet-webhook",
+	"ClusterRoleBinding /ci-hyperfleet-metrics-reader",
+	"ConfigMap ci-infra/ci-hyperfleet-dashboards",
+	"NetworkPolicy ci-infra/ci-hyperfleet-manager",
+	"PrometheusRule ci-infra/ci-hyperfleet",
+	"Service ci-infra/ci-hyperfleet-agent",
+	"ServiceMonitor ci-infra/ci-hyperfleet-manager",
+}
+
+// TestTemplate: the default values render config/'s objects (names
+// included) and none of the optional ones; everything-on.yaml renders
+// every optional object, under its release's names; everything-off.yaml
+// only what the manager cannot do without.
+func TestTemplate(t *testing.T) {
+	want := []string{
+		"ClusterRole /hyperfleet-manager", "ClusterRole /hyperfleet-metrics-auth", "ClusterRole /hyperfleet-metrics-reader",
+		"ClusterRoleBinding /hyperfleet-manager", "ClusterRoleBinding /hyperfleet-metrics-auth",
+		"ConfigMap hyperfleet-system/hyperfleet-config",
+		"CustomResourceDefinition /cijobs.hyperfleet.io", "CustomResourceDefinition /hypervisorclusters.hyperfleet.io",
+		"CustomResourceDefinition /hypervisormachinetemplates.hyperfleet.io", "CustomResourceDefinition /ippools.hyperfleet.io",
+		"CustomResourceDefinition /machineclaims.hyperfleet.io", "CustomResourceDefinition /runnerpools.hyperfleet.io",
+		"Deployment hyperfleet-system/hyperfleet-manager",
+		"PodDisruptionBudget hyperfleet-system/hyperfleet-manager",
+		"Role hyperfleet-system/hyperfleet-leader-election", "RoleBinding hyperfleet-system/hyperfleet-leader-election",
+		"Service hyperfleet-system/hyperfleet-github-webhook", "Service hyperfleet-system/hyperfleet-metrics",
+		"ServiceAccount hyperfleet-system/hyperfleet-manager",
+		"ValidatingAdmissionPolicy /hyperfleet-operator-owned-fields", "ValidatingAdmissionPolicyBinding /hyperfleet-operator-owned-fields",
+	}
+	if got := keys(render(t, defaults)); !reflect.DeepEqual(got, want) {
+		t.Errorf("default values render\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+
+	all := keys(render(t, everythingOn))
+	for _, o := range optionalObjects {
+		if !contains(all, o) {
+			t.Errorf("everything-on.yaml does not render %s (rendered: %v)", o, all)
+		}
+	}
+
+	var bare []string
+	for _, k := range keys(render(t, everythingOff)) {
+		if !strings.HasPrefix(k, "CustomResourceDefinition ") {
+			bare = append(bare, k)
+		}
+	}
+	wantBare := []string{
+		"ClusterRole /bare-hyperfleet-manager", "ClusterRoleBinding /bare-hyperfleet-manager", "ConfigMap bare/bare-hyperfleet-config",
+		"Deployment bare/bare-hyperfleet-manager", "Role bare/bare-hyperfleet-leader-election", "RoleBinding bare/bare-hyperfleet-leader-election",
+		"Service bare/bare-hyperfleet-metrics", "ServiceAccount bare/bare-hyperfleet-manager",
+	}
+	if !reflect.DeepEqual(bare, wantBare) {
+		t.Errorf("everything-off.yaml renders\n  %s\nwant\n  %s", strings.Join(bare, "\n  "), strings.Join(wantBare, "\n  "))
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestAdmissionPolicyExemptsTheReleaseServiceAccount: the policy's
+// matchCondition names the ServiceAccount of the release, in its namespace.
+func TestAdmissionPolicyExemptsTheReleaseServiceAccount(t *testing.T) {
+	for _, r := range []release{defaults, everythingOn} {
+		prefix := r.name + "-"
+		if strings.Contains(r.name, "hyperfleet") {
+			prefix = ""
+		}
+		policy := find(t, render(t, r), "ValidatingAdmissionPolicy", prefix+"hyperfleet-operator-owned-fields")
+		conds, _, _ := unstructured.NestedSlice(policy.Object, "spec", "matchConditions")
+		want := fmt.Sprintf("request.userInfo.username != 'system:serviceaccount:%s:%shyperfleet-manager'", r.namespace, prefix)
+		if len(conds) != 1 || conds[0].(map[string]any)["expression"] != want {
+			t.Errorf("%s: matchConditions %v, want the one expression %q", r.name, conds, want)
+		}
+	}
+}
+
+// TestReadOnlyRootHasWritableTmp: the manager's root filesystem is
+// read-only, and it stages every VM's cloud-init ISO under /tmp, so each
+// install mounts an emptyDir there.
+func TestReadOnlyRootHasWritableTmp(t *testing.T) {
+	installs := map[string][]*unstructured.Unstructured{"config/default": kustomize(t)}
+	for _, r := range releases {
+		installs["chart release "+r.name] = render(t, r)
+	}
+	for name, objs := range installs {
+		for _, o := range objs {
+			if o.GetKind() != "Deployment" {
+				continue
+			}
+			if err := checkWritableTmp(o); err != nil {
+				t.Errorf("%s: %s: %v", name, key(o), err)
+			}
+		}
+	}
+}
+
+func checkWritableTmp(deploy *unstructured.Unstructured) error {
+	volumes, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "volumes")
+	emptyDirs := map[string]bool{}
+	for _, v := range volumes {
+		v := v.(map[string]any)
+		if _, ok := v["emptyDir"]; ok {
+			emptyDirs[v["name"].(string)] = true
+		}
+	}
+	containers, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
+	for _, c := range containers {
+		c := c.(map[string]any)
+		if ro, _, _ := unstructured.NestedBool(c, "securityContext", "readOnlyRootFilesystem"); !ro {
+			return fmt.Errorf("container %s: the root filesystem is not read-only", c["name"])
+		}
+		mounts, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+		found := false
+		for _, m := range mounts {
+			m := m.(map[string]any)
+			found = found || (m["mountPath"] == "/tmp" && emptyDirs[m["name"].(string)] && m["readOnly"] != true)
+		}
+		if !found {
+			return fmt.Errorf("container %s: a read-only root filesystem and no writable emptyDir at /tmp", c["name"])
+		}
+	}
+	return nil
+}
+
+// TestRulesAndDashboardsComeFromTheirFiles: the PrometheusRule holds the
+// groups of every rule file in files/rules, and the dashboards ConfigMap
+// every dashboard in files/dashboards, unchanged.
+func TestRulesAndDashboardsComeFromTheirFiles(t *testing.T) {
+	objs := render(t, everythingOn)
+	dir := filepath.Join(testenv.RepoRoot(), chartDir, "files")
+
+	var wantGroups []any
+	ruleFiles, _ := filepath.Glob(filepath.Join(dir, "rules", "*.yaml"))
+	for _, f := range ruleFiles {
+		var file struct {
+			Groups []any `json:"groups"`
+		}
+		readYAML(t, f, &file)
+		if len(file.Groups) == 0 {
+			t.Errorf("%s has no rule groups", f)
+		}
+		wantGroups = append(wantGroups, file.Groups...)
+	}
+	groups, _, _ := unstructured.NestedSlice(find(t, objs, "PrometheusRule", "ci-hyperfleet").Object, "spec", "groups")
+	if !reflect.DeepEqual(jsonRoundTrip(t, groups), jsonRoundTrip(t, wantGroups)) {
+		t.Errorf("PrometheusRule groups\n%v\nwant those of %v\n%v", groups, ruleFiles, wantGroups)
+	}
+
+	data, _, _ := unstructured.NestedStringMap(find(t, objs, "ConfigMap", "ci-hyperfleet-dashboards").Object, "data")
+	dashboards, _ := filepath.Glob(filepath.Join(dir, "dashboards", "*.json"))
+	if len(data) != len(dashboards) || len(dashboards) == 0 {
+		t.Errorf("dashboards ConfigMap has keys %v, want one per file of %v", mapKeys(data), dashboards)
+	}
+	for _, f := range dashboards {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := data[filepath.Base(f)]
+		if !json.Valid([]byte(got)) || strings.TrimSpace(got) != strings.TrimSpace(string(raw)) {
+			t.Errorf("dashboards ConfigMap key %s is not %s as it is", filepath.Base(f), f)
+		}
+	}
+}
+
+func readYAML(t *testing.T, path string, into any) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, into); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// jsonRoundTrip gives YAML-decoded and JSON-decoded values one form.
+func jsonRoundTrip(t *testing.T, v any) any {
+	t.Helper()
+	raw, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func mapKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestBadValuesAreRefused: values that would install a manager that cannot
+// work fail helm template, saying what to set.
+func TestBadValuesAreRefused(t *testing.T) {
+	cases := []struct {
+		name string
+		set  []string
+		want string
+	}{
+		{"agent server without a URL", []string{"agentServer.enabled=true"}, "agentServer.url is required"},
+		{"webhook certificate without an issuer", []string{"webhook.certificate.enabled=true"}, "certManager.issuerRef.name is required"},
+		{"agent certificate without an issuer", []string{"agentServer.enabled=true", "agentServer.url=https://agents.example.com:9443", "agentServer.certificate.enabled=true"},
+			"certManager.issuerRef.name is required"},
+		{"two replicas without leader election", []string{"replicaCount=2", "leaderElection.enabled=false"}, "every replica would reconcile"},
+		{"unknown anti-affinity", []string{"podAntiAffinity=sometimes"}, `podAntiAffinity is "sometimes"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var extra []string
+			for _, s := range tc.set {
+				extra = append(extra, "--set", s)
+			}
+			_, err := helm(t, templateArgs(defaults, extra...)...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("helm template with %v: %v, want a refusal saying %q", tc.set, err, tc.want)
+			}
+		})
+	}
+}
+
+// fieldManager is the field manager of the test's server-side applies.
+const fieldManager = "hyperfleet-chart-test"
+
+// apply server-side applies obj with strict field validation: a field the
+// API server does not know is a refusal, not a warning.
+func apply(ctx context.Context, c client.Client, obj *unstructured.Unstructured) error {
+	return c.Patch(ctx, obj.DeepCopy(), client.Apply, client.FieldOwner(fieldManager), client.FieldValidation("Strict"))
+}
+
+// installStandInCRDs installs testdata/crds (the optional objects' CRDs,
+// trimmed) and waits until the API server serves them.
+func installStandInCRDs(t *testing.T, c client.Client) {
+	t.Helper()
+	ctx := context.Background()
+	files, _ := filepath.Glob(filepath.Join("testdata", "crds", "*.yaml"))
+	if len(files) == 0 {
+		t.Fatal("no CRDs in testdata/crds")
+	}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := decodeObjects(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, o := range objs {
+			if err := apply(ctx, c, o); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			waitEstablished(t, c, o.GetName())
+		}
+	}
+}
+
+func waitEstablished(t *testing.T, c client.Client, name string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		crd := &unstructured.Unstructured{}
+		crd.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+		if err := c.Get(context.Background(), client.ObjectKey{Name: name}, crd); err != nil {
+			t.Fatal(err)
+		}
+		conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+		for _, cond := range asMaps(conds) {
+			if cond["type"] == string(apiextensionsv1.Established) && cond["status"] == string(apiextensionsv1.ConditionTrue) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CRD %s is not established after a minute: %v", name, conds)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestAPIServerAcceptsEveryObject: every object the chart renders, with
+// the default values, with every default part off and with every optional
+// part on (the
+// prometheus-operator and cert-manager kinds against their stand-in CRDs),
+// is accepted by the real kube-apiserver through server-side apply with
+// strict field validation, rendered for that server's Kubernetes version.
+func TestAPIServerAcceptsEveryObject(t *testing.T) {
+	env := lazy.Get(t)
+	ctx := context.Background()
+	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, err := dc.ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	installStandInCRDs(t, env.Client)
+
+	for _, r := range releases {
+		t.Run(r.name, func(t *testing.T) {
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.namespace}}
+			if err := env.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+			objs := render(t, r, "--kube-version", version.GitVersion)
+			for _, o := range objs {
+				if err := apply(ctx, env.Client, o); err != nil {
+					t.Errorf("%s refused: %v", key(o), err)
+				}
+			}
+			t.Logf("%s: %d objects applied", r.name, len(objs))
+		})
+	}
+}
+
+// TestApplyRefusesUnknownFields: the apply above is strict, so that its
+// passing means every field rendered is one the API server knows.
+func TestApplyRefusesUnknownFields(t *testing.T) {
+	env := lazy.Get(t)
+	svc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Service",
+		"metadata": map[string]any{"name": "typo", "namespace": "default"},
+		"spec":     map[string]any{"ports": []any{map[string]any{"port": int64(80)}}, "selectr": map[string]any{"a": "b"}},
+	}}
+	err := apply(context.Background(), env.Client, svc)
+	if err == nil || !strings.Contains(err.Error(), "selectr") {
+		t.Fatalf("applying a Service with the unknown field spec.selectr: %v, want a refusal naming it", err)
+	}
+}
