@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the tests run or read for real, outside the repository:
 #   - Debian's cloud-init (its schema validator and network-config converter
-#     check every rendered cloud-init) and curl (the GitHub simulator's
-#     runner scripts use it), through apt-get as root or through sudo;
+#     check every rendered cloud-init), curl (the GitHub simulator's runner
+#     scripts use it) and prometheus (promtool checks and unit-tests the
+#     alerts; test/e2e scrapes the operator with the prometheus server),
+#     through apt-get as root or through sudo;
 #   - GitHub's published REST description and webhook examples (npm
 #     @octokit/openapi and @octokit/webhooks-examples), pinned, into
 #     $HYPERFLEET_CACHE/npm (default ~/.cache/hyperfleet/npm).
@@ -21,6 +23,7 @@ command -v curl >/dev/null || missing+=(curl)
 if ! $dev_only; then
 	command -v cloud-init >/dev/null || missing+=(cloud-init)
 	command -v npm >/dev/null || missing+=(npm)
+	{ command -v prometheus && command -v promtool; } >/dev/null || missing+=(prometheus)
 fi
 if ((${#missing[@]})); then
 	run=()
@@ -31,7 +34,9 @@ if ((${#missing[@]})); then
 	echo "hack/test-deps.sh: installing ${missing[*]} (Debian packages)" >&2
 	"${run[@]}" apt-get update -qq
 	# cloud-init is only run as a validator here; its services are never
-	# enabled in this environment.
+	# enabled in this environment. The tests start prometheus themselves;
+	# on a machine run by systemd the package also starts its own service
+	# (port 9090), which `systemctl disable --now prometheus` stops.
 	DEBIAN_FRONTEND=noninteractive "${run[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 

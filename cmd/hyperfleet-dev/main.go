@@ -60,6 +60,7 @@ func run(args []string) error {
 	refresh := fs.Duration("refresh", time.Second, "how often the table is refreshed")
 	verbose := fs.Int("v", 0, "operator log verbosity (0 info, 1 debug) in <dir>/operator.log")
 	simAdmin := fs.Bool("simulator-admin", false, "enable the simulators' /_sim/ admin APIs (state dumps, faults, clock); loopback clients only")
+	metricsAddr := fs.String("metrics-bind-address", "", "serve the operator's Prometheus /metrics at this address (e.g. 127.0.0.1:8080; port 0 picks a free one); empty: off")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -89,7 +90,7 @@ func run(args []string) error {
 	}
 	w, err := devenv.Start(ctx, devenv.Options{
 		Dir: *dir, AgentBinary: agent, Progress: progress, LogLevel: *verbose,
-		MinReplicas: int32(*minReplicas), MaxReplicas: int32(*maxReplicas), SimulatorAdmin: *simAdmin,
+		MinReplicas: int32(*minReplicas), MaxReplicas: int32(*maxReplicas), SimulatorAdmin: *simAdmin, MetricsAddr: *metricsAddr,
 	})
 	if err != nil {
 		return err
@@ -101,6 +102,9 @@ func run(args []string) error {
 		}
 	}()
 	fmt.Fprintf(progress, "==> Ready. In another terminal:\n    export KUBECONFIG=%s\n    kubectl get runnerpools,machineclaims -n %s\n", w.KubeconfigPath, devenv.Namespace)
+	if w.MetricsURL != "" {
+		fmt.Fprintf(progress, "    Operator metrics: %s\n", w.MetricsURL)
+	}
 	if *simAdmin {
 		fmt.Fprintf(progress, "    Simulator admin APIs: %s/_sim/ and %s/_sim/\n", strings.TrimSuffix(w.ProxmoxURL, "/api2/json"), w.GitHubURL)
 	}

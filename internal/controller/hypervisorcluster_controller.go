@@ -168,7 +168,7 @@ func (r *HypervisorClusterReconciler) reconcileConnection(ctx context.Context, c
 	p, err := r.Registry.Connect(name, cfg, func() (provider.Provider, error) {
 		return factory.New(cfg, provider.Deps{
 			Signer:   r.Signer,
-			Observer: metrics.ProviderObserver{Cluster: name},
+			Observer: metrics.NewProviderObserver(name),
 			Clock:    r.Clock,
 			Log:      log.WithName("provider"),
 			Wake:     r.wakeQueuedClaim,

@@ -140,6 +140,7 @@ func (r *MachineClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.MaxConcurrentReconciles == 0 {
 		r.MaxConcurrentReconciles = 16
 	}
+	r.stuck.reset(r.StuckBounds)
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&hfv1.MachineClaim{}).
 		Watches(&hfv1.HypervisorMachineTemplate{}, handler.EnqueueRequestsFromMapFunc(r.claimsForTemplate),

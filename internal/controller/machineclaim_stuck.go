@@ -144,6 +144,21 @@ func (s *stuckClaims) set(key types.NamespacedName, phase hfv1.MachineClaimPhase
 	}
 }
 
+// reset forgets every stuck claim and sets the gauge of each phase with a
+// bound to zero: the series exist (a dashboard shows none stuck, an alert
+// has something to compare) before the first claim gets stuck.
+func (s *stuckClaims) reset(bounds StuckBounds) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.m = nil
+	for _, p := range []hfv1.MachineClaimPhase{hfv1.MachineClaimPending, hfv1.MachineClaimProvisioning, hfv1.MachineClaimBootstrapping,
+		hfv1.MachineClaimDraining, hfv1.MachineClaimTerminating} {
+		if bounds.bound(p) > 0 {
+			metrics.ClaimsStuck.WithLabelValues(string(p)).Set(0)
+		}
+	}
+}
+
 // markStuck sets the claim's Stuck condition after a reconcile, records a
 // warning event when it becomes stuck, and asks for a reconcile when the
 // claim would become stuck, so that a claim nothing else wakes is still

@@ -9,6 +9,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -63,13 +64,7 @@ func TestMarkStuck(t *testing.T) {
 	c.Status.Task = &hfv1.TaskReference{ID: "UPID:pve1:0001:clone", Operation: "clone"}
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: string(hfv1.MachineClaimProvisionedCondition), Status: metav1.ConditionFalse,
 		Reason: string(hfv1.CloningReason), Message: "cloning from template 9000"})
-	gauge := func(p hfv1.MachineClaimPhase) float64 {
-		var m dto.Metric
-		if err := metrics.ClaimsStuck.WithLabelValues(string(p)).Write(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m.GetGauge().GetValue()
-	}
+	gauge := func(p hfv1.MachineClaimPhase) float64 { return stuckGauge(t, p) }
 	basePro, baseTerm := gauge(hfv1.MachineClaimProvisioning), gauge(hfv1.MachineClaimTerminating)
 	ctx := context.Background()
 
@@ -122,4 +117,43 @@ func TestMarkStuck(t *testing.T) {
 	if got := gauge(hfv1.MachineClaimTerminating); got != baseTerm {
 		t.Fatalf("Terminating gauge %v after the claim finished, want %v", got, baseTerm)
 	}
+}
+
+// TestStuckGaugeReset: setting the controller up puts every bounded phase's
+// gauge at zero (the series exist before any claim is stuck) and forgets
+// the claims counted before; phases without a bound get no series from it.
+func TestStuckGaugeReset(t *testing.T) {
+	gauge := func(p hfv1.MachineClaimPhase) float64 { return stuckGauge(t, p) }
+	var s stuckClaims
+	key := types.NamespacedName{Namespace: "stuck-reset", Name: "c"}
+	s.set(key, hfv1.MachineClaimDraining, true)
+	if got := gauge(hfv1.MachineClaimDraining); got != 1 {
+		t.Fatalf("Draining gauge %v with one stuck claim, want 1", got)
+	}
+	metrics.ClaimsStuck.DeleteLabelValues(string(hfv1.MachineClaimPending))
+	s.reset(StuckBounds{Draining: time.Hour})
+	if got := gauge(hfv1.MachineClaimDraining); got != 0 {
+		t.Fatalf("Draining gauge %v after reset, want 0", got)
+	}
+	if s.m != nil {
+		t.Fatalf("stuck claims after reset: %v", s.m)
+	}
+	if metrics.ClaimsStuck.DeleteLabelValues(string(hfv1.MachineClaimPending)) {
+		t.Fatal("reset created a series for Pending, which has no bound")
+	}
+	// Forgotten: the claim moving on changes nothing.
+	s.set(key, hfv1.MachineClaimDraining, false)
+	if got := gauge(hfv1.MachineClaimDraining); got != 0 {
+		t.Fatalf("Draining gauge %v, want 0", got)
+	}
+}
+
+// stuckGauge reads hyperfleet_claims_stuck{phase}.
+func stuckGauge(t *testing.T, p hfv1.MachineClaimPhase) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := metrics.ClaimsStuck.WithLabelValues(string(p)).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
 }

@@ -16,10 +16,12 @@ import (
 )
 
 // What the world's operator runs with, in-process or not: a quick resync,
+// a sweep that shows leftovers (and the sweeper's metrics) within seconds,
 // and retries that do not sit out a five-minute backoff after a run of
 // injected faults.
 const (
 	resyncInterval = 5 * time.Second
+	sweepInterval  = 10 * time.Second
 	maxRetryDelay  = 10 * time.Second
 )
 
@@ -139,7 +141,7 @@ type OperatorInputs struct {
 	// ResyncInterval and MaxRetryDelay are the intervals the world's
 	// operator runs with (manager flags --runnerpool-resync-interval and
 	// --claim-max-retry-delay).
-	ResyncInterval, MaxRetryDelay time.Duration
+	ResyncInterval, SweepInterval, MaxRetryDelay time.Duration
 }
 
 // OperatorInputs returns what an external operator needs.
@@ -150,7 +152,7 @@ func (w *World) OperatorInputs() OperatorInputs {
 		WebhookCertFile: w.webhook.certFile, WebhookKeyFile: w.webhook.keyFile,
 		GitHubCAFile:        w.githubCAFile(),
 		AgentServerCertFile: w.agentTLS.certFile, AgentServerKeyFile: w.agentTLS.keyFile, AgentServerCAFile: w.agentTLS.caFile,
-		ResyncInterval: resyncInterval, MaxRetryDelay: maxRetryDelay,
+		ResyncInterval: resyncInterval, SweepInterval: sweepInterval, MaxRetryDelay: maxRetryDelay,
 	}
 }
 

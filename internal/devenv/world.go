@@ -12,6 +12,7 @@
 package devenv
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -108,6 +109,11 @@ type Options struct {
 	// instead of AgentBinary. The in-process operator serves AgentBinary
 	// as hyperfleet-agent-linux-amd64.
 	AgentFromOperator bool
+	// MetricsAddr, when set, is the address the operator's /metrics
+	// endpoint binds to (plain HTTP, as --metrics-bind-address). A port of
+	// 0 takes a free port once, kept across operator restarts; MetricsURL
+	// reports it. Empty: no metrics endpoint.
+	MetricsAddr string
 }
 
 // World is a running embedded world.
@@ -122,6 +128,9 @@ type World struct {
 	KubeconfigPath string
 	// ProxmoxURL and GitHubURL are the simulators' base URLs.
 	ProxmoxURL, GitHubURL string
+	// MetricsURL is the operator's /metrics endpoint (empty without
+	// Options.MetricsAddr).
+	MetricsURL string
 
 	proxmoxFingerprint string
 	githubCA           []byte
@@ -167,6 +176,9 @@ func Start(ctx context.Context, opts Options) (*World, error) {
 		return nil, fmt.Errorf("devenv: %w", err)
 	}
 	w := &World{opts: opts}
+	if err := w.pickMetricsAddr(); err != nil {
+		return nil, err
+	}
 	if err := w.start(ctx); err != nil {
 		_ = w.Stop()
 		return nil, err
@@ -391,6 +403,33 @@ func (w *World) simLogger(name string) *slog.Logger {
 
 func slogDiscard() *log.Logger { return slog.NewLogLogger(slog.DiscardHandler, slog.LevelError) }
 
+// pickMetricsAddr fixes Options.MetricsAddr's port, when it is 0, to a
+// free one, so that every operator start serves metrics at MetricsURL.
+func (w *World) pickMetricsAddr() error {
+	addr := w.opts.MetricsAddr
+	if addr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("devenv: Options.MetricsAddr %q: %w", addr, err)
+	}
+	if port == "0" {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("devenv: find a free port for the metrics endpoint: %w", err)
+		}
+		_, port, _ = net.SplitHostPort(ln.Addr().String())
+		_ = ln.Close()
+		w.opts.MetricsAddr = net.JoinHostPort(host, port)
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	w.MetricsURL = "http://" + net.JoinHostPort(host, port) + "/metrics"
+	return nil
+}
+
 // StartOperator starts an operator (the manager with every controller, the
 // webhook receiver and the resync) against the world. Start does it once;
 // call it again after StopOperator to simulate a restart.
@@ -410,7 +449,7 @@ func (w *World) StartOperator(ctx context.Context) error {
 	mgrOpts := ctrl.Options{
 		Scheme:                 w.API.Scheme,
 		Logger:                 logger,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
+		Metrics:                metricsserver.Options{BindAddress: cmp.Or(w.opts.MetricsAddr, "0")},
 		HealthProbeBindAddress: "0",
 		// A restart builds the controllers again in this process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
@@ -437,7 +476,9 @@ func (w *World) StartOperator(ctx context.Context) error {
 		WorkloadTransport: w.githubTransport,
 		Webhook:           &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: w.webhook.certFile, KeyFile: w.webhook.keyFile, Secret: []byte(webhookSecret)},
 		ResyncInterval:    resyncInterval,
-		MaxRetryDelay:     maxRetryDelay,
+		// Leftovers show within seconds, as do the sweeper's metrics.
+		SweepInterval: sweepInterval,
+		MaxRetryDelay: maxRetryDelay,
 	})
 	if err != nil {
 		cancel()

@@ -190,6 +190,14 @@ type ProviderObserver struct {
 
 var _ provider.Observer = ProviderObserver{}
 
+// NewProviderObserver returns the observer of a new provider for cluster.
+// A new provider has no VM waiting for a clone slot: the queue gauge
+// starts at zero, so that it exists before the first wait.
+func NewProviderObserver(cluster string) ProviderObserver {
+	CloneQueueDepth.WithLabelValues(cluster).Set(0)
+	return ProviderObserver{Cluster: cluster}
+}
+
 // APICall implements provider.Observer.
 func (o ProviderObserver) APICall(method, endpoint string, code int, d time.Duration) {
 	APICalls.WithLabelValues(o.Cluster, method, endpoint, strconv.Itoa(code)).Inc()
@@ -199,6 +207,23 @@ func (o ProviderObserver) APICall(method, endpoint string, code int, d time.Dura
 // CloneQueue implements provider.Observer.
 func (o ProviderObserver) CloneQueue(waiting int) {
 	CloneQueueDepth.WithLabelValues(o.Cluster).Set(float64(waiting))
+}
+
+// SweepingCluster creates a cluster's orphan counters at zero when the
+// sweeper looks at it, so that they exist before anything is counted: a
+// counter whose series is born at 1 shows no increase(), and its first
+// orphan would raise no alert.
+func SweepingCluster(cluster string) {
+	for _, c := range []*prometheus.CounterVec{OrphansFound, OrphansRemoved, OrphanMediaFound, OrphanMediaRemoved} {
+		c.WithLabelValues(cluster).Add(0)
+	}
+}
+
+// SweepingRunnerScope does the same for a CI scope's orphan runner
+// counters.
+func SweepingRunnerScope(scope string) {
+	OrphanRunnersFound.WithLabelValues(scope).Add(0)
+	OrphanRunnersRemoved.WithLabelValues(scope).Add(0)
 }
 
 // ForgetCluster drops the per-cluster series of a deleted cluster.

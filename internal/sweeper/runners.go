@@ -104,6 +104,7 @@ func (s *Sweeper) sweepScope(ctx context.Context, sc RunnerScope, live liveRunne
 	if err != nil {
 		return fmt.Errorf("list the runners of %s: %w", sc.Key, err)
 	}
+	metrics.SweepingRunnerScope(sc.Key)
 	now := s.Clock.Now()
 	listed := map[string]bool{}
 	for _, r := range runners {

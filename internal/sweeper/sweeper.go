@@ -193,6 +193,7 @@ func (s *Sweeper) Sweep(ctx context.Context, cluster string, inUse map[string]bo
 	if !ok || !health.Ready || listing == nil {
 		return nil
 	}
+	metrics.SweepingCluster(cluster)
 	now := s.Clock.Now()
 	live := map[string]bool{}
 	unverified := map[int]string{}

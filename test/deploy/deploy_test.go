@@ -104,6 +104,7 @@ func TestManifestsRunTheLoop(t *testing.T) {
 		"--secret-namespaces=" + devenv.Namespace,
 		// The world's quick intervals.
 		"--runnerpool-resync-interval=" + in.ResyncInterval.String(),
+		"--orphan-sweep-interval=" + in.SweepInterval.String(),
 		"--claim-max-retry-delay=" + in.MaxRetryDelay.String(),
 	}})
 	applyAll(ctx, t, admin, objs)

@@ -107,12 +107,15 @@ func TestJobsRunUnderFaultsAndRestart(t *testing.T) {
 	checkWorld(t, w, watch)
 }
 
-func startWorld(t *testing.T) (*devenv.World, *watcher) {
+// startWorld starts a world of the scenarios' shape; options adjust it.
+func startWorld(t *testing.T, options ...func(*devenv.Options)) (*devenv.World, *watcher) {
 	t.Helper()
 	dir := t.TempDir()
-	w, err := devenv.Start(context.Background(), devenv.Options{
-		Dir: dir, AgentBinary: agentBinary, MaxReplicas: maxReplicas, Progress: testWriter{t},
-	})
+	opts := devenv.Options{Dir: dir, AgentBinary: agentBinary, MaxReplicas: maxReplicas, Progress: testWriter{t}}
+	for _, o := range options {
+		o(&opts)
+	}
+	w, err := devenv.Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

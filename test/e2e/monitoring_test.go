@@ -1,0 +1,386 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/devenv"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/test/monitoring"
+)
+
+// monitoringJobs is how many jobs the monitoring scenario runs: enough for
+// every phase, outcome and call to be observed, few enough to stay short.
+const monitoringJobs = 4
+
+// TestMonitoringScrape: Debian's prometheus scrapes the operator every
+// second while jobs run through the world, with HyperFleet's rules loaded.
+// Every VM configuration call fails (a 500 the provider does not retry by
+// itself) until a provisioning error is counted, and a second webhook with
+// a stale secret sends deliveries the receiver refuses. Afterwards
+// every metric an expression of the dashboard or the rules selects has had
+// series, every expression runs without error, every dashboard expression
+// returns series, and every rule evaluates healthy. A panel or alert over
+// a metric the operator does not export fails here.
+func TestMonitoringScrape(t *testing.T) {
+	exprs, err := monitoring.AllExpressions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, watch := startWorld(t, func(o *devenv.Options) { o.MetricsAddr = "127.0.0.1:0" })
+	prom := startPrometheus(t, w.MetricsURL)
+	// The counters are the process's: earlier scenarios counted too. What
+	// the first scrape shows, before any job, is the baseline.
+	before := map[string]float64{}
+	eventually(t, 30*time.Second, "a first scrape of the operator", func() error {
+		if res, err := prom.query(`up{job="hyperfleet"} == 1`); err != nil || len(res) == 0 {
+			return errors.Join(errors.New("the operator's target is not up yet"), err)
+		}
+		for _, q := range append(slices.Collect(maps.Keys(runCounts)), faultCounts...) {
+			v, err := prom.value(q)
+			if err != nil {
+				return err
+			}
+			before[q] = v
+		}
+		return nil
+	})
+
+	hooks := w.GitHub.Webhooks()
+	if len(hooks) != 1 {
+		t.Fatalf("%d webhooks on the GitHub simulator, want the operator's", len(hooks))
+	}
+	if _, err := w.GitHub.AddWebhook(githubsim.Webhook{URL: hooks[0].URL, Secret: "a-stale-secret"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Proxmox.SetFaults(proxmoxsim.Faults{Classes: map[string]proxmoxsim.FaultSpec{
+		"config": {ErrorRate: 1, Errors: []string{"unexpected failure"}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.EnqueueJobs(monitoringJobs, jobDuration); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "Prometheus has scraped a provisioning error and a refused delivery", func() error {
+		var errs []error
+		for _, q := range faultCounts {
+			if v, err := prom.value(q); err != nil || v <= before[q] {
+				errs = append(errs, errors.Join(fmt.Errorf("%s is %v, was %v", q, v, before[q]), err))
+			}
+		}
+		return errors.Join(errs...)
+	})
+	if err := w.Proxmox.SetFaults(proxmoxsim.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, w, 10*time.Minute)
+	watch.stop()
+
+	if res, err := prom.query(`up{job="hyperfleet"} == 1`); err != nil || len(res) != 1 {
+		t.Fatalf("the operator's scrape target is not up: %v %v", res, err)
+	}
+	// The last scrapes take in the end state; the sweeper's counters come
+	// with its first sweep (every 10 s in the world).
+	var missing map[string][]string
+	deadline := time.Now().Add(time.Minute)
+	for {
+		missing = neverScraped(t, prom, exprs)
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	// The scrape saw the run: every job started once, and every runner VM
+	// got a credential and ended (a VM that failed is replaced, so there
+	// may be more VMs than jobs).
+	eventually(t, 30*time.Second, "the last scrape counts every job", func() error {
+		var errs []error
+		for q, exact := range runCounts {
+			v, err := prom.value(q)
+			if d := v - before[q]; err != nil || d < monitoringJobs || exact && d != monitoringJobs {
+				errs = append(errs, errors.Join(fmt.Errorf("%s grew by %v, want %d or more (exactly: %v)", q, d, monitoringJobs, exact), err))
+			}
+		}
+		return errors.Join(errs...)
+	})
+	for _, name := range slices.Sorted(maps.Keys(missing)) {
+		t.Errorf("metric %s was never scraped from the operator; used by:\n  %s", name, strings.Join(missing[name], "\n  "))
+	}
+	for _, e := range exprs {
+		res, err := prom.query(e.Query)
+		switch {
+		case err != nil:
+			t.Errorf("%s: %v", e.Where, err)
+		case len(res) == 0 && strings.HasPrefix(e.Where, "dashboard"):
+			t.Errorf("%s: %s returns no series after the run", e.Where, e.Query)
+		}
+	}
+	checkRulesHealthy(t, prom)
+	scrapes, err := prom.value(`count_over_time(up{job="hyperfleet"}[1h])`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d expressions checked against %.0f scrapes", len(exprs), scrapes)
+}
+
+// faultCounts are counters the scenario's faults raise: provisioning
+// errors and refused deliveries.
+var faultCounts = []string{
+	`sum(hyperfleet_machineclaim_errors_total) or vector(0)`,
+	`sum(hyperfleet_webhook_deliveries_total{result="bad_signature"}) or vector(0)`,
+}
+
+// runCounts are counters a run of monitoringJobs jobs raises by that much
+// (true: exactly) or more (false).
+var runCounts = map[string]bool{
+	`sum(hyperfleet_runnerpool_queue_time_seconds_count) or vector(0)`:                 true,
+	`sum(hyperfleet_runner_outcomes_total) or vector(0)`:                               false,
+	`sum(hyperfleet_runner_credentials_issued_total) or vector(0)`:                     false,
+	`sum(hyperfleet_machineclaim_transitions_total{phase="Terminating"}) or vector(0)`: false,
+}
+
+// neverScraped returns, by metric name, the expressions selecting a metric
+// Prometheus has no series of.
+func neverScraped(t *testing.T, prom *prometheusServer, exprs []monitoring.Expression) map[string][]string {
+	t.Helper()
+	missing := map[string][]string{}
+	seen := map[string]bool{}
+	for _, e := range exprs {
+		parsed, err := e.Parse()
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := monitoring.MetricNames(parsed)
+		if err != nil {
+			t.Fatalf("%s: %v", e.Where, err)
+		}
+		for _, name := range names {
+			if !seen[name] {
+				res, err := prom.query(fmt.Sprintf(`count(last_over_time({__name__=%q}[1h]))`, name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen[name] = len(res) > 0
+			}
+			if !seen[name] {
+				missing[name] = append(missing[name], e.Where)
+			}
+		}
+	}
+	return missing
+}
+
+// checkRulesHealthy: Prometheus loaded every rule of the rule file and its
+// latest evaluation raised no error (a vector matching error only shows
+// at evaluation).
+func checkRulesHealthy(t *testing.T, prom *prometheusServer) {
+	t.Helper()
+	var rules struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []struct {
+				Name      string `json:"name"`
+				Health    string `json:"health"`
+				LastError string `json:"lastError"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := prom.get("/api/v1/rules", nil, &rules); err != nil {
+		t.Fatal(err)
+	}
+	file, err := monitoring.LoadRules()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			want[r.Name()] = true
+		}
+	}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			delete(want, r.Name)
+			if r.Health != "ok" {
+				t.Errorf("rule %s (group %s): health %q, last error %q", r.Name, g.Name, r.Health, r.LastError)
+			}
+		}
+	}
+	for name := range want {
+		t.Errorf("Prometheus did not load rule %s", name)
+	}
+}
+
+// prometheusServer is Debian's prometheus run by a test.
+type prometheusServer struct {
+	base string
+}
+
+// startPrometheus runs prometheus scraping target (a /metrics URL) every
+// second, with HyperFleet's rules, storing into a temporary directory, on
+// a free loopback port; the test's cleanup stops it.
+func startPrometheus(t *testing.T, target string) *prometheusServer {
+	t.Helper()
+	bin := monitoring.Program(t, "prometheus")
+	u, err := url.Parse(target)
+	if err != nil || u.Host == "" {
+		t.Fatalf("metrics URL %q: %v", target, err)
+	}
+	dir := t.TempDir()
+	config := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+rule_files:
+  - %q
+scrape_configs:
+  - job_name: hyperfleet
+    metrics_path: %q
+    static_configs:
+      - targets: [%q]
+`, monitoring.Path(monitoring.RulesPath), u.Path, u.Host)
+	configFile := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(configFile, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	logFile, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--config.file="+configFile, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr, "--log.level=warn")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		_ = logFile.Close()
+		if t.Failed() {
+			if data, err := os.ReadFile(logFile.Name()); err == nil {
+				t.Logf("prometheus log:\n%s", data)
+			}
+		}
+	})
+	p := &prometheusServer{base: "http://" + addr}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		select {
+		case <-exited:
+			t.Fatalf("prometheus exited at start: %v", waitErr)
+		default:
+		}
+		res, err := http.Get(p.base + "/-/ready")
+		if err == nil {
+			_ = res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				t.Logf("prometheus on %s scrapes %s every second", addr, target)
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("prometheus not ready within a minute: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// get calls an HTTP API endpoint and decodes its data into out.
+func (p *prometheusServer) get(path string, params url.Values, out any) error {
+	res, err := http.Get(p.base + path + "?" + params.Encode())
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return err
+	}
+	var env struct {
+		Status string          `json:"status"`
+		Data   json.RawMessage `json:"data"`
+		Error  string          `json:"error"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil {
+		return fmt.Errorf("%s: %d %s", path, res.StatusCode, body)
+	}
+	if env.Status != "success" {
+		return errors.New(env.Error)
+	}
+	return json.Unmarshal(env.Data, out)
+}
+
+// query runs an instant query now and returns its result: the series of a
+// vector, or one element for a scalar.
+func (p *prometheusServer) query(q string) ([]json.RawMessage, error) {
+	var data struct {
+		ResultType string          `json:"resultType"`
+		Result     json.RawMessage `json:"result"`
+	}
+	if err := p.get("/api/v1/query", url.Values{"query": {q}}, &data); err != nil {
+		return nil, fmt.Errorf("query %s: %w", q, err)
+	}
+	if data.ResultType != "vector" && data.ResultType != "matrix" {
+		return []json.RawMessage{data.Result}, nil
+	}
+	var series []json.RawMessage
+	if err := json.Unmarshal(data.Result, &series); err != nil {
+		return nil, fmt.Errorf("query %s: %w", q, err)
+	}
+	return series, nil
+}
+
+// value runs an instant query whose result is one series and returns its
+// value.
+func (p *prometheusServer) value(q string) (float64, error) {
+	res, err := p.query(q)
+	if err != nil {
+		return 0, err
+	}
+	if len(res) != 1 {
+		return 0, fmt.Errorf("query %s: %d series, want 1", q, len(res))
+	}
+	var s struct {
+		Value [2]json.RawMessage `json:"value"`
+	}
+	var text string
+	if err := json.Unmarshal(res[0], &s); err != nil {
+		return 0, err
+	}
+	if err := json.Unmarshal(s.Value[1], &text); err != nil {
+		return 0, err
+	}
+	return strconv.ParseFloat(text, 64)
+}
