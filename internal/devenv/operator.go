@@ -138,8 +138,9 @@ type OperatorInputs struct {
 	// the agent server's certificate for 127.0.0.1, its key and the CA the
 	// guests must trust (AgentFromOperator; empty otherwise).
 	AgentServerCertFile, AgentServerKeyFile, AgentServerCAFile string
-	// ResyncInterval and MaxRetryDelay are the intervals the world's
-	// operator runs with (manager flags --runnerpool-resync-interval and
+	// ResyncInterval, SweepInterval and MaxRetryDelay are the intervals
+	// the world's operator runs with (manager flags
+	// --runnerpool-resync-interval, --orphan-sweep-interval and
 	// --claim-max-retry-delay).
 	ResyncInterval, SweepInterval, MaxRetryDelay time.Duration
 }
