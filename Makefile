@@ -53,7 +53,10 @@ CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
 # podman first: a docker client without an engine is common (and is what
 # this machine has); hack/podman/setup.sh installs podman on Debian.
 CONTAINER_TOOL ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
-GO_STATIC := CGO_ENABLED=0 go build -trimpath -ldflags='-s -w'
+# VERSION is what hyperfleet_build_info{version} reports: the chart's
+# appVersion unless given.
+VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}/\1/p' charts/hyperfleet/Chart.yaml)
+GO_STATIC := CGO_ENABLED=0 go build -trimpath -ldflags='-s -w -X github.com/hyperfleet/hyperfleet/internal/metrics.Version=$(VERSION)'
 
 .PHONY: all
 all: generate manifests docs build
