@@ -30,7 +30,7 @@ HELM_BUILD := hack/helm/build.sh
 # install the same objects.
 CHART_DIR := charts/hyperfleet
 CHART_CONFIG_FILES := rbac/role.yaml rbac/leader_election_role.yaml rbac/metrics_auth_role.yaml \
-	rbac/metrics_reader_role.yaml admission/protected_metadata_policy.yaml
+	rbac/metrics_reader_role.yaml rbac/secret_reader_role.yaml admission/protected_metadata_policy.yaml
 
 GO_TEST_FLAGS ?= -count=1
 # TEST_TIMEOUT bounds each package's test binary, a margin for a loaded CI

@@ -97,6 +97,15 @@ func helm(t *testing.T, args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
+// fullname is the prefix of the release's object names (the chart's
+// hyperfleet.fullname without overrides).
+func (r release) fullname() string {
+	if strings.Contains(r.name, "hyperfleet") {
+		return r.name
+	}
+	return r.name + "-hyperfleet"
+}
+
 // templateArgs are the arguments of `helm template` for r, CRDs included.
 func templateArgs(r release, extra ...string) []string {
 	args := []string{"template", r.name, chartDir, "--namespace", r.namespace, "--include-crds"}
@@ -195,7 +204,8 @@ var optionalObjects = []string{
 	"ConfigMap ci-infra/ci-hyperfleet-dashboards",
 	"NetworkPolicy ci-infra/ci-hyperfleet-manager",
 	"PrometheusRule ci-infra/ci-hyperfleet",
-	"Service ci-infra/ci-hyperfleet-agent",
+	"RoleBinding team-a/ci-hyperfleet-secret-reader",
+	"RoleBinding team-b/ci-hyperfleet-secret-reader",
 	"ServiceMonitor ci-infra/ci-hyperfleet-manager",
 }
 
@@ -206,7 +216,7 @@ var optionalObjects = []string{
 func TestTemplate(t *testing.T) {
 	want := []string{
 		"ClusterRole /hyperfleet-manager", "ClusterRole /hyperfleet-metrics-auth", "ClusterRole /hyperfleet-metrics-reader",
-		"ClusterRoleBinding /hyperfleet-manager", "ClusterRoleBinding /hyperfleet-metrics-auth",
+		"ClusterRole /hyperfleet-secret-reader", "ClusterRoleBinding /hyperfleet-manager", "ClusterRoleBinding /hyperfleet-metrics-auth",
 		"ConfigMap hyperfleet-system/hyperfleet-config",
 		"CustomResourceDefinition /cijobs.hyperfleet.io", "CustomResourceDefinition /hypervisorclusters.hyperfleet.io",
 		"CustomResourceDefinition /hypervisormachinetemplates.hyperfleet.io", "CustomResourceDefinition /ippools.hyperfleet.io",
@@ -214,6 +224,7 @@ func TestTemplate(t *testing.T) {
 		"Deployment hyperfleet-system/hyperfleet-manager",
 		"PodDisruptionBudget hyperfleet-system/hyperfleet-manager",
 		"Role hyperfleet-system/hyperfleet-leader-election", "RoleBinding hyperfleet-system/hyperfleet-leader-election",
+		"RoleBinding hyperfleet-system/hyperfleet-secret-reader", "Service hyperfleet-system/hyperfleet-agent",
 		"Service hyperfleet-system/hyperfleet-github-webhook", "Service hyperfleet-system/hyperfleet-metrics",
 		"ServiceAccount hyperfleet-system/hyperfleet-manager",
 		"ValidatingAdmissionPolicy /hyperfleet-operator-owned-fields", "ValidatingAdmissionPolicyBinding /hyperfleet-operator-owned-fields",
@@ -236,8 +247,9 @@ func TestTemplate(t *testing.T) {
 		}
 	}
 	wantBare := []string{
-		"ClusterRole /bare-hyperfleet-manager", "ClusterRoleBinding /bare-hyperfleet-manager", "ConfigMap bare/bare-hyperfleet-config",
-		"Deployment bare/bare-hyperfleet-manager", "Role bare/bare-hyperfleet-leader-election", "RoleBinding bare/bare-hyperfleet-leader-election",
+		"ClusterRole /bare-hyperfleet-manager", "ClusterRole /bare-hyperfleet-secret-reader", "ClusterRoleBinding /bare-hyperfleet-manager",
+		"ConfigMap bare/bare-hyperfleet-config", "Deployment bare/bare-hyperfleet-manager", "Role bare/bare-hyperfleet-leader-election",
+		"RoleBinding bare/bare-hyperfleet-leader-election", "RoleBinding bare/bare-hyperfleet-secret-reader",
 		"Service bare/bare-hyperfleet-metrics", "ServiceAccount bare/bare-hyperfleet-manager",
 	}
 	if !reflect.DeepEqual(bare, wantBare) {
@@ -258,13 +270,9 @@ func contains(list []string, s string) bool {
 // matchCondition names the ServiceAccount of the release, in its namespace.
 func TestAdmissionPolicyExemptsTheReleaseServiceAccount(t *testing.T) {
 	for _, r := range []release{defaults, everythingOn} {
-		prefix := r.name + "-"
-		if strings.Contains(r.name, "hyperfleet") {
-			prefix = ""
-		}
-		policy := find(t, render(t, r), "ValidatingAdmissionPolicy", prefix+"hyperfleet-operator-owned-fields")
+		policy := find(t, render(t, r), "ValidatingAdmissionPolicy", r.fullname()+"-operator-owned-fields")
 		conds, _, _ := unstructured.NestedSlice(policy.Object, "spec", "matchConditions")
-		want := fmt.Sprintf("request.userInfo.username != 'system:serviceaccount:%s:%shyperfleet-manager'", r.namespace, prefix)
+		want := fmt.Sprintf("request.userInfo.username != 'system:serviceaccount:%s:%s-manager'", r.namespace, r.fullname())
 		if len(conds) != 1 || conds[0].(map[string]any)["expression"] != want {
 			t.Errorf("%s: matchConditions %v, want the one expression %q", r.name, conds, want)
 		}
@@ -408,6 +416,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 			"certManager.issuerRef.name is required"},
 		{"two replicas without leader election", []string{"replicaCount=2", "leaderElection.enabled=false"}, "every replica would reconcile"},
 		{"unknown anti-affinity", []string{"podAntiAffinity=sometimes"}, `podAntiAffinity is "sometimes"`},
+		{"every namespace and a list", []string{"secretNamespaces={team-a,*}"}, `"*" means every namespace, so list nothing else with it`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -502,11 +511,21 @@ func TestAPIServerAcceptsEveryObject(t *testing.T) {
 
 	for _, r := range releases {
 		t.Run(r.name, func(t *testing.T) {
-			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.namespace}}
-			if err := env.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Fatal(err)
-			}
 			objs := render(t, r, "--kube-version", version.GitVersion)
+			// The release's namespace, and those secretNamespaces names:
+			// they exist before the release.
+			namespaces := map[string]bool{r.namespace: true}
+			for _, o := range objs {
+				if o.GetNamespace() != "" {
+					namespaces[o.GetNamespace()] = true
+				}
+			}
+			for name := range namespaces {
+				ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+				if err := env.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+					t.Fatal(err)
+				}
+			}
 			for _, o := range objs {
 				if err := apply(ctx, env.Client, o); err != nil {
 					t.Errorf("%s refused: %v", key(o), err)
