@@ -8,20 +8,14 @@
 package chart_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,7 +24,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -65,38 +58,6 @@ var (
 	releases = []release{defaults, everythingOn, everythingOff}
 )
 
-var (
-	helmOnce sync.Once
-	helmBin  string
-	helmErr  error
-)
-
-// helm runs the helm CLI with the given arguments from the repository's
-// root, with its own empty configuration and cache, and returns its
-// standard output; a failure carries its standard error.
-func helm(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	helmOnce.Do(func() { helmBin, helmErr = testenv.HelmPath() })
-	if helmErr != nil {
-		t.Fatalf("no helm CLI: %v", helmErr)
-	}
-	home := t.TempDir()
-	cmd := exec.Command(helmBin, args...)
-	cmd.Dir = testenv.RepoRoot()
-	cmd.Env = append(os.Environ(),
-		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
-		"HELM_DATA_HOME="+filepath.Join(home, "data"),
-		"KUBECONFIG="+filepath.Join(home, "no-kubeconfig"),
-	)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("helm %s: %w\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
-	}
-	return stdout.String(), nil
-}
-
 // fullname is the prefix of the release's object names (the chart's
 // hyperfleet.fullname without overrides).
 func (r release) fullname() string {
@@ -118,43 +79,15 @@ func templateArgs(r release, extra ...string) []string {
 // render returns the objects `helm template` renders for r, in order.
 func render(t *testing.T, r release, extra ...string) []*unstructured.Unstructured {
 	t.Helper()
-	out, err := helm(t, templateArgs(r, extra...)...)
+	out, err := testenv.Helm(t, templateArgs(r, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := decodeObjects([]byte(out))
+	objs, err := testenv.DecodeObjects([]byte(out))
 	if err != nil {
 		t.Fatalf("helm template %s: %v", r.name, err)
 	}
 	return objs
-}
-
-// decodeObjects splits a YAML stream into objects, skipping empty
-// documents.
-func decodeObjects(stream []byte) ([]*unstructured.Unstructured, error) {
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(stream)))
-	var objs []*unstructured.Unstructured
-	for {
-		doc, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			return objs, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		raw, err := yaml.YAMLToJSON(doc)
-		if err != nil {
-			return nil, fmt.Errorf("%w in\n%s", err, doc)
-		}
-		if string(raw) == "null" {
-			continue
-		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(raw); err != nil {
-			return nil, fmt.Errorf("%w in\n%s", err, doc)
-		}
-		objs = append(objs, u)
-	}
 }
 
 // key names an object: kind namespace/name.
@@ -190,7 +123,7 @@ func TestLint(t *testing.T) {
 		for _, f := range r.values {
 			args = append(args, "--values", filepath.Join("test", "chart", f))
 		}
-		if _, err := helm(t, args...); err != nil {
+		if _, err := testenv.Helm(t, args...); err != nil {
 			t.Errorf("%s: %v", r.name, err)
 		}
 	}
@@ -424,7 +357,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 			for _, s := range tc.set {
 				extra = append(extra, "--set", s)
 			}
-			_, err := helm(t, templateArgs(defaults, extra...)...)
+			_, err := testenv.Helm(t, templateArgs(defaults, extra...)...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("helm template with %v: %v, want a refusal saying %q", tc.set, err, tc.want)
 			}
@@ -455,7 +388,7 @@ func installStandInCRDs(t *testing.T, c client.Client) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		objs, err := decodeObjects(raw)
+		objs, err := testenv.DecodeObjects(raw)
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
