@@ -148,9 +148,9 @@ test-e2e: test-deps ## Run the end-to-end scenarios: operator, both simulators, 
 	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v -run '$(E2E_RUN)' ./test/e2e/
 
 .PHONY: test-deploy
-test-deploy: test-deps ## Build the image with podman, apply the manifests (RBAC enforced) and run the loop in the Deployment's pod.
+test-deploy: test-deps ## Build the image with podman, render the chart and apply it (RBAC enforced), and run the loop in the Deployment's pod.
 	export CONTAINERS_CONF="$$(hack/podman/setup.sh)"; \
-	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test -tags deploy -count=1 -timeout $(DEPLOY_TIMEOUT) -v ./test/deploy/
+	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))" go test -tags deploy -count=1 -timeout $(DEPLOY_TIMEOUT) -v ./test/deploy/
 
 .PHONY: dev
 dev: ## Run the whole loop locally (cmd/hyperfleet-dev); DEV_FLAGS passes flags, e.g. DEV_FLAGS="--jobs 10".
