@@ -3,8 +3,10 @@
 // template with the default values and with every optional part on
 // (testdata/everything-on.yaml), each rendered object server-side applied
 // to the real kube-apiserver with strict field validation; values the chart
-// must refuse; and (compare_test.go) that the chart and config/ (kustomize)
-// install the same objects but for the differences listed there.
+// must refuse; the Secret-reading bindings and flag, and the trusted CAs
+// (manager_test.go); and (compare_test.go) that the chart and config/
+// (kustomize) install the same objects but for the differences listed
+// there.
 package chart_test
 
 import (
