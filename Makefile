@@ -30,7 +30,7 @@ HELM_BUILD := hack/helm/build.sh
 # install the same objects.
 CHART_DIR := charts/hyperfleet
 CHART_CONFIG_FILES := rbac/role.yaml rbac/leader_election_role.yaml rbac/metrics_auth_role.yaml \
-	rbac/metrics_reader_role.yaml admission/protected_metadata_policy.yaml
+	rbac/metrics_reader_role.yaml rbac/secret_reader_role.yaml admission/protected_metadata_policy.yaml
 
 GO_TEST_FLAGS ?= -count=1
 # TEST_TIMEOUT bounds each package's test binary, a margin for a loaded CI
@@ -151,9 +151,9 @@ test-e2e: test-deps ## Run the end-to-end scenarios: operator, both simulators, 
 	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v -run '$(E2E_RUN)' ./test/e2e/
 
 .PHONY: test-deploy
-test-deploy: test-deps ## Build the image with podman, apply the manifests (RBAC enforced) and run the loop in the Deployment's pod.
+test-deploy: test-deps ## Build the image with podman, render the chart and apply it (RBAC enforced), and run the loop in the Deployment's pod.
 	export CONTAINERS_CONF="$$(hack/podman/setup.sh)"; \
-	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test -tags deploy -count=1 -timeout $(DEPLOY_TIMEOUT) -v ./test/deploy/
+	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))" go test -tags deploy -count=1 -timeout $(DEPLOY_TIMEOUT) -v ./test/deploy/
 
 .PHONY: dev
 dev: ## Run the whole loop locally (cmd/hyperfleet-dev); DEV_FLAGS passes flags, e.g. DEV_FLAGS="--jobs 10".

@@ -3,25 +3,21 @@
 // template with the default values and with every optional part on
 // (testdata/everything-on.yaml), each rendered object server-side applied
 // to the real kube-apiserver with strict field validation; values the chart
-// must refuse; and (compare_test.go) that the chart and config/ (kustomize)
-// install the same objects but for the differences listed there.
+// must refuse; the Secret-reading bindings and flag, and the trusted CAs
+// (manager_test.go); and (compare_test.go) that the chart and config/
+// (kustomize) install the same objects but for the differences listed
+// there.
 package chart_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,7 +26,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -65,36 +60,13 @@ var (
 	releases = []release{defaults, everythingOn, everythingOff}
 )
 
-var (
-	helmOnce sync.Once
-	helmBin  string
-	helmErr  error
-)
-
-// helm runs the helm CLI with the given arguments from the repository's
-// root, with its own empty configuration and cache, and returns its
-// standard output; a failure carries its standard error.
-func helm(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	helmOnce.Do(func() { helmBin, helmErr = testenv.HelmPath() })
-	if helmErr != nil {
-		t.Fatalf("no helm CLI: %v", helmErr)
+// fullname is the prefix of the release's object names (the chart's
+// hyperfleet.fullname without overrides).
+func (r release) fullname() string {
+	if strings.Contains(r.name, "hyperfleet") {
+		return r.name
 	}
-	home := t.TempDir()
-	cmd := exec.Command(helmBin, args...)
-	cmd.Dir = testenv.RepoRoot()
-	cmd.Env = append(os.Environ(),
-		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
-		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
-		"HELM_DATA_HOME="+filepath.Join(home, "data"),
-		"KUBECONFIG="+filepath.Join(home, "no-kubeconfig"),
-	)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("helm %s: %w\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
-	}
-	return stdout.String(), nil
+	return r.name + "-hyperfleet"
 }
 
 // templateArgs are the arguments of `helm template` for r, CRDs included.
@@ -109,43 +81,15 @@ func templateArgs(r release, extra ...string) []string {
 // render returns the objects `helm template` renders for r, in order.
 func render(t *testing.T, r release, extra ...string) []*unstructured.Unstructured {
 	t.Helper()
-	out, err := helm(t, templateArgs(r, extra...)...)
+	out, err := testenv.Helm(t, templateArgs(r, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := decodeObjects([]byte(out))
+	objs, err := testenv.DecodeObjects([]byte(out))
 	if err != nil {
 		t.Fatalf("helm template %s: %v", r.name, err)
 	}
 	return objs
-}
-
-// decodeObjects splits a YAML stream into objects, skipping empty
-// documents.
-func decodeObjects(stream []byte) ([]*unstructured.Unstructured, error) {
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(stream)))
-	var objs []*unstructured.Unstructured
-	for {
-		doc, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			return objs, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		raw, err := yaml.YAMLToJSON(doc)
-		if err != nil {
-			return nil, fmt.Errorf("%w in\n%s", err, doc)
-		}
-		if string(raw) == "null" {
-			continue
-		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(raw); err != nil {
-			return nil, fmt.Errorf("%w in\n%s", err, doc)
-		}
-		objs = append(objs, u)
-	}
 }
 
 // key names an object: kind namespace/name.
@@ -181,7 +125,7 @@ func TestLint(t *testing.T) {
 		for _, f := range r.values {
 			args = append(args, "--values", filepath.Join("test", "chart", f))
 		}
-		if _, err := helm(t, args...); err != nil {
+		if _, err := testenv.Helm(t, args...); err != nil {
 			t.Errorf("%s: %v", r.name, err)
 		}
 	}
@@ -195,7 +139,8 @@ var optionalObjects = []string{
 	"ConfigMap ci-infra/ci-hyperfleet-dashboards",
 	"NetworkPolicy ci-infra/ci-hyperfleet-manager",
 	"PrometheusRule ci-infra/ci-hyperfleet",
-	"Service ci-infra/ci-hyperfleet-agent",
+	"RoleBinding team-a/ci-hyperfleet-secret-reader",
+	"RoleBinding team-b/ci-hyperfleet-secret-reader",
 	"ServiceMonitor ci-infra/ci-hyperfleet-manager",
 }
 
@@ -206,7 +151,7 @@ var optionalObjects = []string{
 func TestTemplate(t *testing.T) {
 	want := []string{
 		"ClusterRole /hyperfleet-manager", "ClusterRole /hyperfleet-metrics-auth", "ClusterRole /hyperfleet-metrics-reader",
-		"ClusterRoleBinding /hyperfleet-manager", "ClusterRoleBinding /hyperfleet-metrics-auth",
+		"ClusterRole /hyperfleet-secret-reader", "ClusterRoleBinding /hyperfleet-manager", "ClusterRoleBinding /hyperfleet-metrics-auth",
 		"ConfigMap hyperfleet-system/hyperfleet-config",
 		"CustomResourceDefinition /cijobs.hyperfleet.io", "CustomResourceDefinition /hypervisorclusters.hyperfleet.io",
 		"CustomResourceDefinition /hypervisormachinetemplates.hyperfleet.io", "CustomResourceDefinition /ippools.hyperfleet.io",
@@ -214,6 +159,7 @@ func TestTemplate(t *testing.T) {
 		"Deployment hyperfleet-system/hyperfleet-manager",
 		"PodDisruptionBudget hyperfleet-system/hyperfleet-manager",
 		"Role hyperfleet-system/hyperfleet-leader-election", "RoleBinding hyperfleet-system/hyperfleet-leader-election",
+		"RoleBinding hyperfleet-system/hyperfleet-secret-reader", "Service hyperfleet-system/hyperfleet-agent",
 		"Service hyperfleet-system/hyperfleet-github-webhook", "Service hyperfleet-system/hyperfleet-metrics",
 		"ServiceAccount hyperfleet-system/hyperfleet-manager",
 		"ValidatingAdmissionPolicy /hyperfleet-operator-owned-fields", "ValidatingAdmissionPolicyBinding /hyperfleet-operator-owned-fields",
@@ -236,8 +182,9 @@ func TestTemplate(t *testing.T) {
 		}
 	}
 	wantBare := []string{
-		"ClusterRole /bare-hyperfleet-manager", "ClusterRoleBinding /bare-hyperfleet-manager", "ConfigMap bare/bare-hyperfleet-config",
-		"Deployment bare/bare-hyperfleet-manager", "Role bare/bare-hyperfleet-leader-election", "RoleBinding bare/bare-hyperfleet-leader-election",
+		"ClusterRole /bare-hyperfleet-manager", "ClusterRole /bare-hyperfleet-secret-reader", "ClusterRoleBinding /bare-hyperfleet-manager",
+		"ConfigMap bare/bare-hyperfleet-config", "Deployment bare/bare-hyperfleet-manager", "Role bare/bare-hyperfleet-leader-election",
+		"RoleBinding bare/bare-hyperfleet-leader-election", "RoleBinding bare/bare-hyperfleet-secret-reader",
 		"Service bare/bare-hyperfleet-metrics", "ServiceAccount bare/bare-hyperfleet-manager",
 	}
 	if !reflect.DeepEqual(bare, wantBare) {
@@ -258,13 +205,9 @@ func contains(list []string, s string) bool {
 // matchCondition names the ServiceAccount of the release, in its namespace.
 func TestAdmissionPolicyExemptsTheReleaseServiceAccount(t *testing.T) {
 	for _, r := range []release{defaults, everythingOn} {
-		prefix := r.name + "-"
-		if strings.Contains(r.name, "hyperfleet") {
-			prefix = ""
-		}
-		policy := find(t, render(t, r), "ValidatingAdmissionPolicy", prefix+"hyperfleet-operator-owned-fields")
+		policy := find(t, render(t, r), "ValidatingAdmissionPolicy", r.fullname()+"-operator-owned-fields")
 		conds, _, _ := unstructured.NestedSlice(policy.Object, "spec", "matchConditions")
-		want := fmt.Sprintf("request.userInfo.username != 'system:serviceaccount:%s:%shyperfleet-manager'", r.namespace, prefix)
+		want := fmt.Sprintf("request.userInfo.username != 'system:serviceaccount:%s:%s-manager'", r.namespace, r.fullname())
 		if len(conds) != 1 || conds[0].(map[string]any)["expression"] != want {
 			t.Errorf("%s: matchConditions %v, want the one expression %q", r.name, conds, want)
 		}
@@ -408,6 +351,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 			"certManager.issuerRef.name is required"},
 		{"two replicas without leader election", []string{"replicaCount=2", "leaderElection.enabled=false"}, "every replica would reconcile"},
 		{"unknown anti-affinity", []string{"podAntiAffinity=sometimes"}, `podAntiAffinity is "sometimes"`},
+		{"every namespace and a list", []string{"secretNamespaces={team-a,*}"}, `"*" means every namespace, so list nothing else with it`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -415,7 +359,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 			for _, s := range tc.set {
 				extra = append(extra, "--set", s)
 			}
-			_, err := helm(t, templateArgs(defaults, extra...)...)
+			_, err := testenv.Helm(t, templateArgs(defaults, extra...)...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("helm template with %v: %v, want a refusal saying %q", tc.set, err, tc.want)
 			}
@@ -446,7 +390,7 @@ func installStandInCRDs(t *testing.T, c client.Client) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		objs, err := decodeObjects(raw)
+		objs, err := testenv.DecodeObjects(raw)
 		if err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
@@ -502,11 +446,21 @@ func TestAPIServerAcceptsEveryObject(t *testing.T) {
 
 	for _, r := range releases {
 		t.Run(r.name, func(t *testing.T) {
-			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.namespace}}
-			if err := env.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Fatal(err)
-			}
 			objs := render(t, r, "--kube-version", version.GitVersion)
+			// The release's namespace, and those secretNamespaces names:
+			// they exist before the release.
+			namespaces := map[string]bool{r.namespace: true}
+			for _, o := range objs {
+				if o.GetNamespace() != "" {
+					namespaces[o.GetNamespace()] = true
+				}
+			}
+			for name := range namespaces {
+				ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+				if err := env.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+					t.Fatal(err)
+				}
+			}
 			for _, o := range objs {
 				if err := apply(ctx, env.Client, o); err != nil {
 					t.Errorf("%s refused: %v", key(o), err)

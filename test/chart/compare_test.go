@@ -27,7 +27,7 @@ func kustomize(t *testing.T) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := decodeObjects(stream)
+	objs, err := testenv.DecodeObjects(stream)
 	if err != nil {
 		t.Fatalf("kustomize build config/default: %v", err)
 	}

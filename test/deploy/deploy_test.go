@@ -1,10 +1,11 @@
 //go:build deploy
 
-// Package deploy runs the shipped manifests as a cluster would: the image
-// built here with podman, the manifests rendered and applied to the real
-// kube-apiserver (RBAC enforced), and the Deployment's pod run by podman
-// kube play with the manifest's own security context, read-only root and
-// volumes, its manager authenticating as its ServiceAccount. The end-to-end
+// Package deploy runs the Helm chart as a cluster would: the image built
+// here with podman, the chart rendered as helm install would install it
+// (helm template) and applied to the real kube-apiserver (RBAC enforced),
+// and the Deployment's pod run by podman kube play with the chart's own
+// security context, read-only root and volumes, its manager
+// authenticating as its ServiceAccount. The end-to-end
 // loop (internal/devenv: both simulators, guests that download the agent
 // from the operator) must then pass with no forbidden request. Run with
 // `make test-deploy`.
@@ -12,12 +13,14 @@ package deploy
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,9 +45,11 @@ import (
 )
 
 const (
-	// image is the tag the test builds and runs.
-	image = "localhost/hyperfleet:deploy-test"
-	// serviceAccount is the manager's, from config/rbac.
+	// image is what the test builds and runs: imageRepository:imageTag.
+	imageRepository = "localhost/hyperfleet"
+	imageTag        = "deploy-test"
+	image           = imageRepository + ":" + imageTag
+	// serviceAccount is the manager's in the release (releaseName).
 	serviceAccount = "hyperfleet-manager"
 	// deploymentName is the manager's Deployment.
 	deploymentName = "hyperfleet-manager"
@@ -52,13 +57,6 @@ const (
 	jobDuration    = 2 * time.Second
 	// elsewhere is a namespace whose Secret HyperFleet references nowhere.
 	elsewhere = "unrelated-team"
-)
-
-// Paths inside the image and the manifest (Containerfile,
-// config/manager/manager.yaml).
-const (
-	agentBinariesDir = "/usr/share/hyperfleet/agent"
-	agentTLSDir      = "/etc/hyperfleet/agent-tls"
 )
 
 // TestManifestsRunTheLoop is the deployment test (see the package doc).
@@ -85,28 +83,34 @@ func TestManifestsRunTheLoop(t *testing.T) {
 
 	ports := freePorts(t, 4)
 	metricsAddr, probeAddr, webhookAddr, agentAddr := ports[0], ports[1], ports[2], ports[3]
-	objs := renderManifests(t, values{Image: image, ExtraArgs: []string{
-		// Loopback ports of their own: the pod shares the host's network
-		// with whatever else runs here.
-		"--metrics-bind-address=" + metricsAddr,
-		"--health-probe-bind-address=" + probeAddr,
-		"--webhook-bind-address=" + webhookAddr,
-		// The agent server, from the image's binaries and the manifest's
-		// agent-tls volume.
-		"--agent-server-addr=" + agentAddr,
-		"--agent-server-url=https://" + agentAddr,
-		"--agent-server-cert=" + agentTLSDir + "/tls.crt",
-		"--agent-server-key=" + agentTLSDir + "/tls.key",
-		"--agent-server-ca=" + agentTLSDir + "/ca.crt",
-		"--agent-binaries-dir=" + agentBinariesDir,
-		// The namespaces whose Secrets the world's objects reference: the
-		// cluster's token is in the manager's, the PAT in the tenant's.
-		"--secret-namespaces=" + devenv.Namespace,
-		// The world's quick intervals.
-		"--runnerpool-resync-interval=" + in.ResyncInterval.String(),
-		"--orphan-sweep-interval=" + in.SweepInterval.String(),
-		"--claim-max-retry-delay=" + in.MaxRetryDelay.String(),
-	}})
+	objs := renderManifests(t, in.Namespace, values{
+		"image": values{"repository": imageRepository, "tag": imageTag},
+		// Ports of their own (the pod shares the host's network with
+		// whatever else runs here), bound to loopback only: the chart
+		// binds every interface, and a flag in extraArgs overrides its.
+		"metrics":   values{"port": portOf(t, metricsAddr)},
+		"probePort": portOf(t, probeAddr),
+		"webhook":   values{"port": portOf(t, webhookAddr)},
+		"extraArgs": []string{
+			"--metrics-bind-address=" + metricsAddr,
+			"--health-probe-bind-address=" + probeAddr,
+			"--webhook-bind-address=" + webhookAddr,
+			"--agent-server-addr=" + agentAddr,
+		},
+		// The agent server, from the image's binaries and the agent-tls
+		// Secret's certificate and CA.
+		"agentServer": values{"enabled": true, "port": portOf(t, agentAddr), "url": "https://" + agentAddr, "tls": values{"withCA": true}},
+		// The namespaces whose Secrets the world's objects reference
+		// besides the manager's (the cluster's token): the tenant's (the
+		// PAT).
+		"secretNamespaces": []string{devenv.Namespace},
+		// The world's quick intervals, through the settings ConfigMap.
+		"config": values{
+			"runnerpool-resync-interval": in.ResyncInterval.String(),
+			"orphan-sweep-interval":      in.SweepInterval.String(),
+			"claim-max-retry-delay":      in.MaxRetryDelay.String(),
+		},
+	})
 	applyAll(ctx, t, admin, objs)
 	createInstallSecrets(ctx, t, admin, in)
 
@@ -149,9 +153,30 @@ func TestManifestsRunTheLoop(t *testing.T) {
 	if !strings.Contains(log, "Starting manager") {
 		t.Fatalf("the manager's log lacks its start message; what podman logs returned:\n%s", tail(log, 20))
 	}
+	checkSettings(t, log, map[string]string{
+		"runnerpool-resync-interval": in.ResyncInterval.String() + " (file)",
+		"orphan-sweep-interval":      in.SweepInterval.String() + " (file)",
+		"claim-max-retry-delay":      in.MaxRetryDelay.String() + " (file)",
+		"secret-namespaces":          in.Namespace + "," + devenv.Namespace + " (flag)",
+		"agent-server-addr":          agentAddr + " (flag)",
+	})
 	if lines := forbiddenLines(log); len(lines) > 0 {
 		t.Errorf("the manager was refused requests (a missing permission):\n%s", strings.Join(lines, "\n"))
 	}
+}
+
+// portOf is the port of a host:port address.
+func portOf(t *testing.T, addr string) int {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // freePorts returns n loopback addresses whose ports nothing listens on.
@@ -187,10 +212,9 @@ func applyAll(ctx context.Context, t *testing.T, c client.Client, objs []*unstru
 
 // createInstallSecrets creates what an administrator adds to an install
 // (docs/operations.md): the webhook receiver's certificate and the
-// webhooks' secret, the agent server's certificate, the CA bundle the
-// manager trusts beyond the image's (the GitHub simulator's), and the
-// tenant namespace's grant to read its Secrets; and a namespace with a
-// Secret nothing references.
+// webhooks' secret, the agent server's certificate, and the CA bundle the
+// manager trusts beyond the image's (the GitHub simulator's); and a
+// namespace with a Secret nothing references.
 func createInstallSecrets(ctx context.Context, t *testing.T, c client.Client, in devenv.OperatorInputs) {
 	t.Helper()
 	read := func(f string) []byte {
@@ -209,9 +233,6 @@ func createInstallSecrets(ctx context.Context, t *testing.T, c client.Client, in
 			Data: map[string][]byte{"tls.crt": read(in.AgentServerCertFile), "tls.key": read(in.AgentServerKeyFile), "ca.crt": read(in.AgentServerCAFile)}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: "hyperfleet-trusted-ca"},
 			Data: map[string]string{"github-ca.crt": string(read(in.GitHubCAFile))}},
-		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: devenv.Namespace, Name: "hyperfleet-secret-reader"},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "hyperfleet-secret-reader"},
-			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: in.Namespace, Name: serviceAccount}}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: elsewhere}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: elsewhere, Name: "not-for-hyperfleet"},
 			Data: map[string][]byte{"password": []byte("nobody referenced me")}},
@@ -239,7 +260,7 @@ func deploymentOf(t *testing.T, objs []*unstructured.Unstructured) *appsv1.Deplo
 		}
 		return &d
 	}
-	t.Fatalf("the rendered manifests hold no Deployment %s", deploymentName)
+	t.Fatalf("the rendered chart holds no Deployment %s", deploymentName)
 	return nil
 }
 
@@ -465,6 +486,26 @@ func subjectAccessReview(ctx context.Context, cfg *rest.Config, user string, a a
 		return false, fmt.Errorf("SubjectAccessReview: %w", err)
 	}
 	return sar.Status.Allowed, nil
+}
+
+// checkSettings checks the manager's log line of the settings that are
+// not their default (JSON) for want, each setting's value and source: the
+// chart's settings ConfigMap is the file, its args and extraArgs the flags.
+func checkSettings(t *testing.T, log string, want map[string]string) {
+	t.Helper()
+	for _, l := range strings.Split(log, "\n") {
+		var line map[string]any
+		if json.Unmarshal([]byte(l), &line) != nil || line["msg"] != "Settings that are not their default" {
+			continue
+		}
+		for k, v := range want {
+			if line[k] != v {
+				t.Errorf("the manager's setting %s is %v, want %q (its log line: %s)", k, line[k], v, l)
+			}
+		}
+		return
+	}
+	t.Errorf("the manager logged no settings line; its log:\n%s", tail(log, 20))
 }
 
 // forbiddenLines are the log lines that report a refused request.

@@ -5,89 +5,47 @@ package deploy
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 
-// values are the install's settings, what a chart's values.yaml would
-// hold: the image and extra manager flags, appended to the Deployment's
-// own (the manager's flags take the last of repeated occurrences).
-type values struct {
-	// Image is repository:tag.
-	Image string
-	// ExtraArgs are appended to the manager container's args.
-	ExtraArgs []string
-}
+const (
+	// chartDir is the Helm chart, from the repository's root.
+	chartDir = "charts/hyperfleet"
+	// releaseName gives the release config/'s object names
+	// (hyperfleet-manager, ...), as the chart's README installs it.
+	releaseName = "hyperfleet"
+)
 
-// shippedImage is the image config/manager/manager.yaml names.
-const shippedImage = "ghcr.io/hyperfleet/hyperfleet"
+// values are the chart's values (charts/hyperfleet/values.yaml) the test
+// sets; the chart's defaults hold for the rest.
+type values map[string]any
 
-// renderManifests turns the shipped manifests into the objects to apply,
-// with v. It is the only place that knows how they are packaged: today
-// config/default through kustomize's Go API (an overlay setting the image
-// and appending the args); `helm template` of the chart with the same
-// values can replace it without touching the rest of the test.
-func renderManifests(t *testing.T, v values) []*unstructured.Unstructured {
+// renderManifests returns what `helm install` of the chart with v into
+// namespace would install, in order: `helm template` with the chart's CRDs
+// (its crds/ directory, which helm install creates first) and a values
+// file holding v.
+func renderManifests(t *testing.T, namespace string, v values) []*unstructured.Unstructured {
 	t.Helper()
-	repo, tag, ok := strings.Cut(v.Image, ":")
-	if i := strings.LastIndex(v.Image, ":"); ok && i > 0 {
-		repo, tag = v.Image[:i], v.Image[i+1:]
-	}
-	dir := t.TempDir()
-	// kustomize takes a base's path relative to the overlay only.
-	base, err := filepath.Rel(dir, filepath.Join(testenv.RepoRoot(), "config", "default"))
+	data, err := yaml.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	overlay := map[string]any{
-		"apiVersion": "kustomize.config.k8s.io/v1beta1",
-		"kind":       "Kustomization",
-		"resources":  []string{base},
-		"images":     []map[string]string{{"name": shippedImage, "newName": repo, "newTag": tag}},
-	}
-	if len(v.ExtraArgs) > 0 {
-		ops := make([]map[string]any, 0, len(v.ExtraArgs))
-		for _, a := range v.ExtraArgs {
-			ops = append(ops, map[string]any{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": a})
-		}
-		patch, err := yaml.Marshal(ops)
-		if err != nil {
-			t.Fatal(err)
-		}
-		overlay["patches"] = []map[string]any{{
-			"target": map[string]string{"group": "apps", "version": "v1", "kind": "Deployment", "name": "hyperfleet-manager"},
-			"patch":  string(patch),
-		}}
-	}
-	data, err := yaml.Marshal(overlay)
-	if err != nil {
+	file := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	out, err := testenv.Helm(t, "template", releaseName, chartDir, "--namespace", namespace, "--include-crds", "--values", file)
 	if err != nil {
-		t.Fatalf("render config/default with kustomize: %v", err)
+		t.Fatalf("render the chart: %v", err)
 	}
-	out := make([]*unstructured.Unstructured, 0, len(res.Resources()))
-	for _, r := range res.Resources() {
-		data, err := r.MarshalJSON()
-		if err != nil {
-			t.Fatal(err)
-		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(data); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, u)
+	objs, err := testenv.DecodeObjects([]byte(out))
+	if err != nil {
+		t.Fatalf("render the chart: %v", err)
 	}
-	return out
+	return objs
 }

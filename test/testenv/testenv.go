@@ -6,8 +6,9 @@
 // sets it), and otherwise from hack/envtest/build.sh, which builds them from
 // source on first use and caches them outside the repository. A missing
 // binary is a test failure, never a skip: a suite that silently skips its
-// API-server tests proves nothing. The helm CLI the chart's tests run comes
-// the same way from HELM or hack/helm/build.sh (HelmPath).
+// API-server tests proves nothing. The helm CLI that renders the chart for
+// the chart's tests and the deployment test comes the same way from HELM or
+// hack/helm/build.sh (HelmPath, Helm).
 package testenv
 
 import (

@@ -65,6 +65,28 @@ app.kubernetes.io/component: manager
 {{- default (printf "%s-agent-tls" (include "hyperfleet.fullname" .)) .Values.agentServer.tls.secretName }}
 {{- end }}
 
+{{/* The ConfigMap of the CA certificates trusted besides the image's. */}}
+{{- define "hyperfleet.trustedCAConfigMap" -}}
+{{- default (printf "%s-trusted-ca" (include "hyperfleet.fullname" .)) .Values.trustedCA.configMapName }}
+{{- end }}
+
+{{/*
+The namespaces whose Secrets the manager reads, as --secret-namespaces takes
+them: the release's first, then secretNamespaces' without repeats, joined
+by commas; "*" when secretNamespaces is ["*"] (every namespace).
+*/}}
+{{- define "hyperfleet.secretNamespaces" -}}
+{{- $list := .Values.secretNamespaces | default list }}
+{{- if has "*" $list }}
+{{- if gt (len $list) 1 }}
+{{- fail (printf "secretNamespaces is %v: \"*\" means every namespace, so list nothing else with it" $list) }}
+{{- end }}
+{{- print "*" }}
+{{- else }}
+{{- prepend $list .Release.Namespace | uniq | join "," }}
+{{- end }}
+{{- end }}
+
 {{/* The in-cluster DNS names of a Service: pass (list $ "<suffix>"). */}}
 {{- define "hyperfleet.serviceDNSNames" -}}
 {{- $root := index . 0 }}

@@ -1,0 +1,137 @@
+package chart_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// TestSecretNamespacesAreBound: the manager's --secret-namespaces and the
+// bindings of the ClusterRole <fullname>-secret-reader cover the same
+// namespaces: the release's alone by default (no flag, as in config/),
+// the release's and secretNamespaces' with a list, every namespace (a
+// ClusterRoleBinding) with ["*"].
+func TestSecretNamespacesAreBound(t *testing.T) {
+	cases := []struct {
+		name  string
+		r     release
+		set   string
+		flag  string   // the flag's value; empty: not passed
+		bound []string // the RoleBindings' namespaces; nil: a ClusterRoleBinding
+	}{
+		{name: "defaults", r: defaults, bound: []string{"hyperfleet-system"}},
+		{name: "a list", r: everythingOn, flag: "ci-infra,team-a,team-b", bound: []string{"ci-infra", "team-a", "team-b"}},
+		{name: "the release's namespace listed", r: defaults, set: "secretNamespaces={team-a,hyperfleet-system}",
+			flag: "hyperfleet-system,team-a", bound: []string{"hyperfleet-system", "team-a"}},
+		{name: "every namespace", r: defaults, set: "secretNamespaces={*}", flag: "*"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var extra []string
+			if c.set != "" {
+				extra = []string{"--set", c.set}
+			}
+			objs := render(t, c.r, extra...)
+			role := c.r.fullname() + "-secret-reader"
+			sa := rbacv1.Subject{Kind: "ServiceAccount", Name: c.r.fullname() + "-manager", Namespace: c.r.namespace}
+			find(t, objs, "ClusterRole", role)
+
+			var bound []string
+			cluster := false
+			for _, o := range objs {
+				if o.GetName() != role || (o.GetKind() != "RoleBinding" && o.GetKind() != "ClusterRoleBinding") {
+					continue
+				}
+				var b rbacv1.RoleBinding // a ClusterRoleBinding has the same fields
+				convert(t, o, &b)
+				if b.RoleRef.Kind != "ClusterRole" || b.RoleRef.Name != role || !slices.Equal(b.Subjects, []rbacv1.Subject{sa}) {
+					t.Errorf("%s binds %v to %v, want the ClusterRole %s to %v", key(o), b.RoleRef, b.Subjects, role, sa)
+				}
+				if o.GetKind() == "ClusterRoleBinding" {
+					cluster = true
+				} else {
+					bound = append(bound, o.GetNamespace())
+				}
+			}
+			slices.Sort(bound)
+			if cluster != (c.bound == nil) || !slices.Equal(bound, c.bound) {
+				t.Errorf("bindings of %s: in namespaces %v, cluster-wide %v; want %v", role, bound, cluster, c.bound)
+			}
+
+			flag, passed := "", false
+			_, ctr := managerPod(t, objs, c.r)
+			for _, a := range ctr.Args {
+				if v, ok := strings.CutPrefix(a, "--secret-namespaces="); ok {
+					flag, passed = v, true
+				}
+			}
+			if flag != c.flag || passed != (c.flag != "") {
+				t.Errorf("--secret-namespaces=%q (passed: %v), want %q", flag, passed, c.flag)
+			}
+		})
+	}
+}
+
+// TestTrustedCA: trustedCA mounts its ConfigMap, optional, where
+// SSL_CERT_DIR points; trustedCA.enabled off leaves out both.
+func TestTrustedCA(t *testing.T) {
+	const dir = "/etc/hyperfleet/trusted-ca"
+	for _, c := range []struct {
+		r         release
+		configMap string // empty: off
+	}{
+		{defaults, "hyperfleet-trusted-ca"},
+		{everythingOn, "corporate-ca"},
+		{everythingOff, ""},
+	} {
+		pod, ctr := managerPod(t, render(t, c.r), c.r)
+		env := slices.ContainsFunc(ctr.Env, func(e corev1.EnvVar) bool { return e.Name == "SSL_CERT_DIR" && e.Value == dir })
+		mount := slices.ContainsFunc(ctr.VolumeMounts, func(m corev1.VolumeMount) bool {
+			return m.Name == "trusted-ca" && m.MountPath == dir && m.ReadOnly
+		})
+		volume := slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool {
+			cm := v.ConfigMap
+			return v.Name == "trusted-ca" && cm != nil && cm.Name == c.configMap && cm.Optional != nil && *cm.Optional
+		})
+		on := c.configMap != ""
+		if env != on || mount != on || volume != on {
+			t.Errorf("%s: SSL_CERT_DIR=%s %v, mounted there %v, from the optional ConfigMap %q %v; want all %v",
+				c.r.name, dir, env, mount, c.configMap, volume, on)
+		}
+		if !on && (slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "trusted-ca" }) ||
+			slices.ContainsFunc(ctr.Env, func(e corev1.EnvVar) bool { return e.Name == "SSL_CERT_DIR" })) {
+			t.Errorf("%s: trustedCA is off, yet the pod has a trusted-ca volume or SSL_CERT_DIR", c.r.name)
+		}
+	}
+}
+
+// managerPod is the pod of the release's Deployment and its container
+// manager.
+func managerPod(t *testing.T, objs []*unstructured.Unstructured, r release) (corev1.PodSpec, corev1.Container) {
+	t.Helper()
+	var d appsv1.Deployment
+	convert(t, find(t, objs, "Deployment", r.fullname()+"-manager"), &d)
+	pod := d.Spec.Template.Spec
+	for _, c := range pod.Containers {
+		if c.Name == "manager" {
+			return pod, c
+		}
+	}
+	t.Fatalf("%s: the Deployment has no container manager", r.name)
+	return pod, corev1.Container{}
+}
+
+// convert fills a typed object from a rendered one, failing on a field
+// the type does not have.
+func convert(t *testing.T, o *unstructured.Unstructured, into any) {
+	t.Helper()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, into, true); err != nil {
+		t.Fatalf("%s: %v", key(o), err)
+	}
+}
