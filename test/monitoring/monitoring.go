@@ -4,7 +4,9 @@
 // expression in them into something a test can parse or send to a real
 // Prometheus. Its tests check the assets on their own (promtool, the PromQL
 // parser, conventions); test/e2e queries every expression against a
-// Prometheus that scraped the operator through a run of jobs.
+// Prometheus that scraped the operator through a run of jobs. The tests
+// also keep the runbook, docs/troubleshooting.md, whole: a section per
+// alert, and an entry per condition reason (reasons_test.go).
 package monitoring
 
 import (
