@@ -63,9 +63,12 @@ const (
 func TestManifestsRunTheLoop(t *testing.T) {
 	ctx := context.Background()
 	pm := newPodman(t)
+	// docs/install.md, step 1: the image.
 	pm.buildImage(t, image)
 
 	dir := t.TempDir()
+	// The world stands in for steps 2, 3 and 5 (Proxmox, GitHub, the first
+	// pool): the simulators and the objects devenv applies.
 	w, err := devenv.Start(ctx, devenv.Options{
 		Dir: dir, MaxReplicas: jobs, Progress: testWriter{t},
 		ExternalOperator: true, AgentFromOperator: true,
@@ -83,6 +86,8 @@ func TestManifestsRunTheLoop(t *testing.T) {
 
 	ports := freePorts(t, 4)
 	metricsAddr, probeAddr, webhookAddr, agentAddr := ports[0], ports[1], ports[2], ports[3]
+	// docs/install.md, step 4: the chart, with the values every install
+	// sets (image, secretNamespaces) and this world's own.
 	objs := renderManifests(t, in.Namespace, values{
 		"image": values{"repository": imageRepository, "tag": imageTag},
 		// Ports of their own (the pod shares the host's network with
@@ -112,6 +117,7 @@ func TestManifestsRunTheLoop(t *testing.T) {
 		},
 	})
 	applyAll(ctx, t, admin, objs)
+	// docs/install.md, step 4: the Secrets the operator reads.
 	createInstallSecrets(ctx, t, admin, in)
 
 	dep := deploymentOf(t, objs)
