@@ -23,6 +23,10 @@ ENVTEST_BUILD := hack/envtest/build.sh
 # The helm CLI, built from its Go module into the same cache (see
 # hack/helm). The chart's tests (test/chart) find it through HELM.
 HELM_BUILD := hack/helm/build.sh
+# The real spire-server and spire-agent, built from SPIRE's Go module into
+# the same cache (see hack/spire; about 15 minutes the first time). The
+# SPIRE tests (test/spiretest) find them through SPIRE_DIR.
+SPIRE_BUILD := hack/spire/build.sh
 
 # The Helm chart, the primary install. It installs the same CRDs, rules and
 # admission policy as config/: `make manifests` copies them into the chart
@@ -41,6 +45,7 @@ E2E_TIMEOUT ?= 40m
 # E2E_RUN selects scenarios (a go test -run pattern); empty runs them all.
 E2E_RUN ?=
 DEPLOY_TIMEOUT ?= 30m
+SPIRE_TIMEOUT ?= 15m
 
 # The container image (Containerfile): the operator for IMAGE_ARCH and the
 # agent for every platform the agent server serves, static (CGO_ENABLED=0),
@@ -131,6 +136,10 @@ envtest: ## Build (or reuse) the cached kube-apiserver and etcd; prints their di
 helm: ## Build (or reuse) the cached helm CLI; prints its path.
 	@$(HELM_BUILD)
 
+.PHONY: spire
+spire: ## Build (or reuse) the cached spire-server and spire-agent; prints their directory.
+	@$(SPIRE_BUILD)
+
 .PHONY: test-deps
 test-deps: ## Install the system programs tests run (Debian's cloud-init).
 	hack/test-deps.sh
@@ -155,6 +164,10 @@ test-deploy: test-deps ## Build the image with podman, render the chart and appl
 	export CONTAINERS_CONF="$$(hack/podman/setup.sh)"; \
 	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))" go test -tags deploy -count=1 -timeout $(DEPLOY_TIMEOUT) -v ./test/deploy/
 
+.PHONY: test-spire
+test-spire: ## Run the SPIRE tests (build tag spire): a real spire-server, and a spire-agent per simulated VM.
+	SPIRE_DIR="$$($(SPIRE_BUILD))" go test -tags spire -count=1 -timeout $(SPIRE_TIMEOUT) -v ./test/spiretest/
+
 .PHONY: dev
 dev: ## Run the whole loop locally (cmd/hyperfleet-dev); DEV_FLAGS passes flags, e.g. DEV_FLAGS="--jobs 10".
 	hack/test-deps.sh --dev
@@ -168,6 +181,7 @@ bench: ## Run the benchmarks.
 verify: generate manifests docs fmt ## Regenerate everything and fail if the tree changed.
 	go mod tidy
 	cd hack/envtest && go mod tidy
+	cd hack/spire && go mod tidy
 	@if [ -n "$$(git status --porcelain)" ]; then \
 		echo "Generated files are out of date; run 'make verify' and commit the result:"; \
 		git status --porcelain; git --no-pager diff --stat; exit 1; \
