@@ -77,16 +77,22 @@ sh "$HF_SIM_ROOT` + cloudinit.FetchAgentPath + `" "$url" "${url##*sha256=}" "$ag
 // guestScript is the guest program: the agent the world was given, or
 // with AgentFromOperator the one the guest downloaded.
 func (w *World) guestScript() string {
-	if w.opts.AgentFromOperator {
-		return fetchAgent + runAgent
+	run := runAgent
+	if w.opts.SPIFFE {
+		// The agent starts the cached spire-agent with the VM's join token.
+		run += ` --spire-agent "$HF_SPIRE_AGENT"`
 	}
-	return `agent="$HF_AGENT_BINARY"; ` + runAgent
+	if w.opts.AgentFromOperator {
+		return fetchAgent + run
+	}
+	return `agent="$HF_AGENT_BINARY"; ` + run
 }
 
 // inProcessAgentServer is the in-process operator's agent server with
 // AgentFromOperator: it serves AgentBinary on a free loopback port.
 func (w *World) inProcessAgentServer() (*manager.AgentServerOptions, error) {
-	if !w.opts.AgentFromOperator {
+	if !w.opts.AgentFromOperator && !w.opts.SPIFFE {
+		// The agent server also serves the credential broker.
 		return nil, nil
 	}
 	dir := filepath.Join(w.opts.Dir, "agent-binaries")

@@ -19,9 +19,11 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
+	"github.com/hyperfleet/hyperfleet/internal/broker"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/sweeper"
@@ -78,8 +80,15 @@ type Options struct {
 	// before it is reported Stuck; nil means controller.DefaultStuckBounds.
 	StuckBounds *controller.StuckBounds
 	// AgentServer, when set, serves the in-VM agent binary over HTTPS (on
-	// every replica) to VMs of templates with agentSource Operator.
+	// every replica) to VMs of templates with agentSource Operator, and
+	// the credential broker VMs that attest with SPIRE fetch their runner
+	// credential from (docs/identity.md).
 	AgentServer *AgentServerOptions
+	// SPIREAgentUID is the uid the HyperFleet agent runs as inside VMs,
+	// the selector of their SPIRE registration entries: 0 (root, from its
+	// systemd unit). Only the local test world, whose simulated VMs are
+	// the developer's processes, sets another.
+	SPIREAgentUID int
 }
 
 // WorkloadStandIn stands in for the CI platforms' accounts (see
@@ -188,15 +197,31 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	if err := controller.SetupIndexes(ctx, mgr, backends); err != nil {
 		return nil, fmt.Errorf("set up field indexes: %w", err)
 	}
+	// VMs that attest with SPIRE get join tokens derived from the
+	// ownership key (internal/identity) and fetch their credential from
+	// the broker on the agent server.
+	identities := identity.NewRegistry()
+	issuer := &identity.Issuer{Key: opts.Signer.DerivedKey("spire join token"), AgentUID: opts.SPIREAgentUID}
+	var credBroker *broker.Broker
+	if iss, ok := ci.bootstrap.(broker.Issuer); ok && opts.AgentServer != nil {
+		credBroker = &broker.Broker{
+			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Clusters: mgr.GetClient(),
+			Identity: identities, Issuer: iss, Recorder: mgr.GetEventRecorderFor("credential-broker"), Clock: opts.Clock,
+		}
+	}
 	// Before the controllers: they hand VMs the URLs and checksums it serves.
 	var agentSrv *agentserver.Server
 	var agent controller.AgentLocator // stays a nil interface without a server
+	var brokerEndpoint controller.BrokerEndpoint
 	if opts.AgentServer != nil {
-		srv, err := newAgentServer(mgr, opts.AgentServer)
+		srv, err := newAgentServer(mgr, opts.AgentServer, credBroker)
 		if err != nil {
 			return nil, err
 		}
 		agentSrv, agent = srv, srv
+		if credBroker != nil {
+			brokerEndpoint = endpoint{url: srv.BrokerURL(), ca: srv.CA()}
+		}
 	}
 	registry := hypervisors.NewRegistry()
 	addresses := ipam.NewManager()
@@ -223,6 +248,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Clock:       opts.Clock,
 		ClaimEvents: claimEvents,
 		Unverified:  sw,
+		Identity:    identities,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up HypervisorCluster controller: %w", err)
 	}
@@ -233,6 +259,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Agent:     agent,
 		Runners:   ci.releases,
 		Workloads: backends,
+		Identity:  controller.IdentitySupport{Issuer: issuer, Broker: brokerEndpoint},
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up HypervisorMachineTemplate controller: %w", err)
 	}
@@ -258,6 +285,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		MaxRetryDelay: opts.MaxRetryDelay,
 		StuckBounds:   stuckBounds(opts.StuckBounds),
 		Agent:         agent,
+		Identity:      identities,
+		Issuer:        issuer,
+		Broker:        brokerEndpoint,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up MachineClaim controller: %w", err)
 	}
@@ -432,7 +462,7 @@ func newWebhookServer(ctx context.Context, mgr ctrl.Manager, opts Options, backe
 
 // newAgentServer hashes the agent binaries and adds their server to the
 // manager.
-func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions) (*agentserver.Server, error) {
+func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions, credBroker *broker.Broker) (*agentserver.Server, error) {
 	var missing []string
 	for _, f := range []struct{ name, value string }{
 		{"Addr", o.Addr}, {"CertFile", o.CertFile}, {"KeyFile", o.KeyFile}, {"Dir", o.Dir}, {"URL", o.URL},
@@ -444,10 +474,14 @@ func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions) (*agentserver.Serve
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("the agent server needs %s", strings.Join(missing, ", "))
 	}
-	srv, err := agentserver.New(agentserver.Options{
+	so := agentserver.Options{
 		Dir: o.Dir, URL: o.URL, CAFile: o.CAFile, Addr: o.Addr, CertFile: o.CertFile, KeyFile: o.KeyFile,
 		Logger: mgr.GetLogger().WithName("agent-server"),
-	})
+	}
+	if credBroker != nil {
+		so.Broker = credBroker
+	}
+	srv, err := agentserver.New(so)
 	if err != nil {
 		return nil, err
 	}
@@ -457,3 +491,9 @@ func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions) (*agentserver.Serve
 	}
 	return srv, nil
 }
+
+// endpoint is the broker as VMs reach it.
+type endpoint struct{ url, ca string }
+
+func (e endpoint) URL() string { return e.url }
+func (e endpoint) CA() string  { return e.ca }

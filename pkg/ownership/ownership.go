@@ -490,3 +490,13 @@ func (s *Signer) runnerMAC(key []byte, base string) string {
 	fmt.Fprintf(mac, "runner-name\x00%s\x00%s", s.operatorID, base)
 	return hex.EncodeToString(mac.Sum(nil))[:runnerMACLength]
 }
+
+// DerivedKey is a key for another purpose (such as deriving SPIRE join
+// tokens) derived from the signing key, so that an install keeps a single
+// secret: HMAC-SHA256(signing key, "hyperfleet derived key\x00"+purpose).
+// It changes when the ring gets a new signing key.
+func (s *Signer) DerivedKey(purpose string) []byte {
+	mac := hmac.New(sha256.New, s.keys[s.signingID])
+	mac.Write([]byte("hyperfleet derived key\x00" + purpose))
+	return mac.Sum(nil)
+}
