@@ -38,7 +38,7 @@ type agentTLSFiles struct {
 // writeAgentServerCert creates the agent server's certificate for
 // 127.0.0.1, where the guests reach it.
 func (w *World) writeAgentServerCert() error {
-	if !w.opts.AgentFromOperator {
+	if !w.opts.AgentFromOperator && !w.opts.SPIFFE {
 		return nil
 	}
 	c, err := selfsigned.New("127.0.0.1", "localhost")

@@ -44,8 +44,9 @@ func (s Selector) String() string { return s.Type + ":" + s.Value }
 
 // EnsureEntry creates e. An entry with e's id, or a similar one (same
 // SPIFFE ID, parent and selectors) under another id, is success: the
-// identity is issued either way. An entry with e's id but another SPIFFE ID
-// or parent is ErrEntryConflict.
+// identity is issued either way. (A similar entry under another id is not
+// one DeleteEntries(e.ID) removes; DeleteEntriesBySPIFFEID does.) An entry
+// with e's id but another SPIFFE ID or parent is ErrEntryConflict.
 func (c *Client) EnsureEntry(ctx context.Context, e Entry) error {
 	if !strings.HasPrefix(e.ID, EntryIDPrefix) {
 		return fmt.Errorf("creating registration entry %q for %s: %w: its id does not start with %q", e.ID, e.SPIFFEID, ErrInvalidArgument, EntryIDPrefix)

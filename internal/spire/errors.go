@@ -29,6 +29,11 @@ var (
 	// refused a request as invalid: a bug or a setting that yields ids the
 	// server does not accept. Retrying does not help.
 	ErrInvalidArgument = errclass.NewSentinel("the SPIRE server refused the request as invalid", errclass.ClassConfiguration, "SPIRERequestRefused")
+	// ErrHandshake: with MTLS, the TLS handshake with the server failed:
+	// its certificate does not carry Config.MTLS.ServerID or does not chain
+	// to the operator's bundle (another trust domain), or the server refused
+	// the operator's SVID.
+	ErrHandshake = errclass.NewSentinel("the TLS handshake with the SPIRE server failed", errclass.ClassConfiguration, "SPIREHandshakeFailed")
 	// ErrUnavailable: the server did not answer (Unavailable,
 	// DeadlineExceeded); retry.
 	ErrUnavailable = errclass.NewSentinel("the SPIRE server is unavailable", errclass.ClassTransient, "")
@@ -54,6 +59,11 @@ func (c *Client) wrap(op string, err error) error {
 		// the permission error.
 		if d := c.lastDialErr(); d != nil && errors.Is(d, fs.ErrPermission) {
 			return fmt.Errorf("%s: %w (%s): %w", op, ErrNotAdmin, c.notAdminHint, d)
+		}
+		// gRPC words a failed handshake so, and reports it as Unavailable
+		// too; it does not heal by itself as an outage does.
+		if c.source != nil && strings.Contains(st.Message(), "authentication handshake failed") {
+			return fmt.Errorf("%s: %w (check Config.MTLS.ServerID and that the operator's agent is in trust domain %s): %w", op, ErrHandshake, c.td, err)
 		}
 		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
 	case codes.DeadlineExceeded:

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,9 @@ import (
 	"github.com/hyperfleet/hyperfleet/test/spiretest"
 )
 
+// The tests run in parallel, each with a server of its own: most of their
+// time is spent waiting for agents to attest and sync, not computing.
+
 // The claim whose VM the client tests provision.
 const (
 	claimNamespace = "ci"
@@ -32,6 +36,7 @@ const (
 // TestClientAdminSocket runs internal/spire's client, as an admin on the
 // server's unix socket, through a VM's life: see exerciseClient.
 func TestClientAdminSocket(t *testing.T) {
+	t.Parallel()
 	server := spiretest.StartServer(t, trustDomain)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -41,6 +46,62 @@ func TestClientAdminSocket(t *testing.T) {
 	}
 	defer func() { _ = c.Close() }()
 	exerciseClient(ctx, t, server, c)
+}
+
+// TestClientMTLS runs the same as an admin that reaches the server's TCP
+// port with its own X509-SVID, listed in the server's admin_ids; a caller
+// with an SVID that is not listed is refused with ErrNotAdmin, which names
+// its id and the fix, but may read the bundle (GetBundle needs no admin).
+func TestClientMTLS(t *testing.T) {
+	t.Parallel()
+	const operatorPath, otherPath = "/hyperfleet/operator", "/hyperfleet/not-admin"
+	server := spiretest.StartServer(t, trustDomain, spiretest.WithAdminIDs("spiffe://"+trustDomain+operatorPath))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	operator := spiretest.StartWorkloadAgent(ctx, t, server, "/hyperfleet/operator-node", operatorPath)
+	other := spiretest.StartWorkloadAgent(ctx, t, server, "/hyperfleet/other-node", otherPath)
+	for _, a := range []*spiretest.Agent{operator, other} {
+		waitSVID(ctx, t, a)
+	}
+
+	dial := func(a *spiretest.Agent) *spire.Client {
+		t.Helper()
+		c, err := spire.Dial(ctx, spire.Config{TrustDomain: td(), MTLS: &spire.MTLSConfig{
+			Address: server.Address, WorkloadAPISocket: a.SocketPath}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+
+	notAdmin := dial(other)
+	if _, err := notAdmin.X509Bundle(ctx); err != nil {
+		t.Fatalf("X509Bundle as a caller that is not an admin: %v", err)
+	}
+	node := mustID(spire.NodeID(td(), claimNamespace, claimName, claimUID))
+	_, err := notAdmin.CreateJoinToken(ctx, "t1", time.Minute, node)
+	if !errors.Is(err, spire.ErrNotAdmin) || errclass.Classify(err) != errclass.ClassConfiguration ||
+		!strings.Contains(err.Error(), "admin_ids") || !strings.Contains(err.Error(), otherPath) {
+		t.Fatalf("CreateJoinToken as a caller that is not an admin: %v, want ErrNotAdmin naming admin_ids and the caller's id", err)
+	}
+	if _, err := notAdmin.ListAgents(ctx); !errors.Is(err, spire.ErrNotAdmin) {
+		t.Fatalf("ListAgents as a caller that is not an admin: %v, want ErrNotAdmin", err)
+	}
+
+	// A server whose certificate is not the one the client expects is a
+	// configuration error, not an outage.
+	wrongServer, err := spire.Dial(ctx, spire.Config{TrustDomain: td(), MTLS: &spire.MTLSConfig{
+		Address: server.Address, WorkloadAPISocket: operator.SocketPath, ServerID: spiffeid.RequireFromString("spiffe://" + trustDomain + "/not-the-server")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = wrongServer.Close() }()
+	if _, err := wrongServer.X509Bundle(ctx); !errors.Is(err, spire.ErrHandshake) || errclass.Classify(err) != errclass.ClassConfiguration {
+		t.Fatalf("X509Bundle from a server with another id: %v, want ErrHandshake", err)
+	}
+
+	exerciseClient(ctx, t, server, dial(operator))
 }
 
 func td() spiffeid.TrustDomain { return spiffeid.RequireTrustDomainFromString(trustDomain) }
@@ -53,6 +114,7 @@ func td() spiffeid.TrustDomain { return spiffeid.RequireTrustDomainFromString(tr
 // on, so that a SPIRE upgrade that changes them fails here.
 func exerciseClient(ctx context.Context, t *testing.T, server *spiretest.Server, c *spire.Client) {
 	t.Helper()
+	agentsBefore, entriesBefore := snapshot(ctx, t, c)
 	bundle, err := c.X509Bundle(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -146,6 +208,9 @@ func exerciseClient(ctx context.Context, t *testing.T, server *spiretest.Server,
 	}
 
 	checkCleanup(ctx, t, c, entry.ID, similar.ID, nodeID, agentID)
+	if agents, entries := snapshot(ctx, t, c); !slices.Equal(agents, agentsBefore) || !slices.Equal(entries, entriesBefore) {
+		t.Fatalf("after the cleanup the server has agents %q and entries %q; before the VM, %q and %q", agents, entries, agentsBefore, entriesBefore)
+	}
 	for _, a := range []*spiretest.Agent{agent, rearmed} {
 		select {
 		case <-a.Exited():
@@ -175,14 +240,34 @@ func checkCleanup(ctx context.Context, t *testing.T, c *spire.Client, entryID, s
 	if _, found, err := c.Agent(ctx, agentID); err != nil || found {
 		t.Fatalf("Agent(%s) after DeleteAgent: found %v, %v", agentID, found, err)
 	}
+	for _, parent := range []spiffeid.ID{nodeID, agentID} {
+		if entries, err := c.ListEntriesByParent(ctx, parent); err != nil || len(entries) != 0 {
+			t.Fatalf("entries with parent %s after the cleanup: %+v, %v", parent, entries, err)
+		}
+	}
+}
+
+// snapshot returns the ids of the server's agents and entries, sorted: a
+// leak check compares them before and after.
+func snapshot(ctx context.Context, t *testing.T, c *spire.Client) (agentIDs, entryIDs []string) {
+	t.Helper()
 	agents, err := c.ListAgents(ctx)
-	if err != nil || len(agents) != 0 {
-		t.Fatalf("ListAgents after cleanup: %+v, %v", agents, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range agents {
+		agentIDs = append(agentIDs, a.ID.String())
 	}
 	entries, err := c.ListEntries(ctx)
-	if err != nil || len(entries) != 0 {
-		t.Fatalf("ListEntries after cleanup: %+v, %v", entries, err)
+	if err != nil {
+		t.Fatal(err)
 	}
+	for _, e := range entries {
+		entryIDs = append(entryIDs, e.ID)
+	}
+	slices.Sort(agentIDs)
+	slices.Sort(entryIDs)
+	return agentIDs, entryIDs
 }
 
 func waitSVID(ctx context.Context, t *testing.T, a *spiretest.Agent) *x509svid.SVID {
@@ -206,6 +291,7 @@ func mustID(id spiffeid.ID, err error) spiffeid.ID {
 // TestClientRefusals: what the server refuses comes back as a
 // configuration error naming the setting or the sentinel to branch on.
 func TestClientRefusals(t *testing.T) {
+	t.Parallel()
 	server := spiretest.StartServer(t, trustDomain)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
