@@ -216,8 +216,14 @@ type SPIFFE struct {
 	// serverAddress is the SPIRE server as host:port.
 	ServerAddress string `json:"serverAddress"`
 
-	// brokerURL is the https:// URL of the operator's credential broker.
-	BrokerURL string `json:"brokerURL"`
+	// brokerURL is the https:// URL of the operator's credential broker;
+	// optional when secretStore is set.
+	BrokerURL string `json:"brokerURL,omitempty"`
+
+	// secretStore is the Vault or OpenBao server the agent reads its runner
+	// credential from, after logging in with a JWT-SVID. Optional; when set
+	// the agent uses it instead of the broker.
+	SecretStore *SecretStore `json:"secretStore,omitempty"`
 }
 
 var (
@@ -390,14 +396,22 @@ func (s *SPIFFE) validate(bad func(field, format string, args ...any)) {
 			bad("spiffe.spiffeID", "%q is not in trust domain %q", s.SPIFFEID, s.TrustDomain)
 		}
 	}
-	if err := checkPEMBundle(s.TrustBundle); err != nil {
+	if err := checkPEMBundle(s.TrustBundle, "the SPIRE server's CA bundle"); err != nil {
 		bad("spiffe.trustBundle", "%v", err)
 	}
 	if host, port, err := net.SplitHostPort(s.ServerAddress); err != nil || host == "" || port == "" {
 		bad("spiffe.serverAddress", "%q must be host:port, such as spire.example.com:8081", s.ServerAddress)
 	}
-	if err := checkHTTPSURL(s.BrokerURL); err != nil {
-		bad("spiffe.brokerURL", "%v", err)
+	switch {
+	case s.SecretStore != nil:
+		if s.BrokerURL != "" {
+			bad("spiffe.brokerURL", "is set but so is spiffe.secretStore; the credential comes from one of them: remove one")
+		}
+		s.SecretStore.validate(bad)
+	default:
+		if err := checkHTTPSURL(s.BrokerURL); err != nil {
+			bad("spiffe.brokerURL", "%v; or set spiffe.secretStore to read the credential from Vault or OpenBao", err)
+		}
 	}
 }
 
@@ -427,7 +441,9 @@ func shownURL(s string, u *url.URL, err error) string {
 	return c.String()
 }
 
-func checkPEMBundle(bundle string) error {
+// checkPEMBundle checks that bundle is one or more PEM certificates; what
+// names the bundle it must be, for the message.
+func checkPEMBundle(bundle, what string) error {
 	rest := []byte(bundle)
 	n := 0
 	for {
@@ -445,7 +461,7 @@ func checkPEMBundle(bundle string) error {
 		n++
 	}
 	if n == 0 {
-		return errors.New("holds no PEM CERTIFICATE block; it must be the SPIRE server's CA bundle in PEM")
+		return fmt.Errorf("holds no PEM CERTIFICATE block; it must be %s in PEM", what)
 	}
 	if len(bytes.TrimSpace(rest)) != 0 {
 		return errors.New("has text after the last PEM block")
