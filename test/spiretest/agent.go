@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/svid/jwtsvid"
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"github.com/spiffe/go-spiffe/v2/workloadapi"
 )
@@ -119,3 +120,10 @@ func (a *Agent) ExitErr() error { return a.proc.exitErr() }
 
 // Log returns the agent's log so far.
 func (a *Agent) Log() string { return a.proc.log() }
+
+// FetchJWTSVID asks the agent's Workload API once for this process's
+// JWT-SVID for audience, as a VM's agent does before it logs in to a
+// secret store.
+func (a *Agent) FetchJWTSVID(ctx context.Context, audience string) (*jwtsvid.SVID, error) {
+	return workloadapi.FetchJWTSVID(ctx, jwtsvid.Params{Audience: audience}, workloadapi.WithAddr(a.Addr()))
+}
