@@ -168,7 +168,11 @@ func (s *Store) Put(ctx context.Context, id spiffeid.ID, cred secretstore.Creden
 		"bound_subject":   id.String(),
 		"bound_audiences": []string{s.cfg.Audience},
 		"token_policies":  []string{s.cfg.VMPolicy},
-		"token_ttl":       int(s.cfg.VMTokenTTL / time.Second),
+		// The token does exactly what the VM needs: one read and one
+		// delete, and nothing the default policy would allow.
+		"token_no_default_policy": true,
+		"token_num_uses":          2,
+		"token_ttl":               int(s.cfg.VMTokenTTL / time.Second),
 	})
 	if err != nil {
 		return classify(err, fmt.Sprintf("creating the login role %s for %s", rolePath, id))

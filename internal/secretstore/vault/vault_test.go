@@ -71,7 +71,8 @@ func TestPutWritesCredentialAndRole(t *testing.T) {
 	role := fake.Role("jwt", "uid-a")
 	if role == nil || role.BoundSubject != vmID.String() || role.UserClaim != "sub" ||
 		len(role.BoundAudiences) != 1 || role.BoundAudiences[0] != "hyperfleet-secret-store" ||
-		len(role.TokenPolicies) != 1 || role.TokenPolicies[0] != "hyperfleet-vm" || role.TokenTTL != 5*time.Minute {
+		len(role.TokenPolicies) != 1 || role.TokenPolicies[0] != "hyperfleet-vm" || role.TokenTTL != 5*time.Minute ||
+		!role.TokenNoDefaultPolicy || role.TokenNumUses != 2 {
 		t.Fatalf("role %+v", role)
 	}
 

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,6 +46,11 @@ type Role struct {
 	TokenPolicies  []string
 	// TokenTTL is the token's lease; zero is the mount's default, 768h.
 	TokenTTL time.Duration
+	// TokenNoDefaultPolicy leaves the default policy off the token.
+	TokenNoDefaultPolicy bool
+	// TokenNumUses is how many requests the token may make; zero is
+	// unlimited.
+	TokenNumUses int
 	// ClockSkewLeeway applies to exp, nbf and iat; zero is Vault's default
 	// of 60 seconds, negative is none.
 	ClockSkewLeeway time.Duration
@@ -163,7 +169,10 @@ func (s *Server) issue(m *jwtMount, role *Role, roleName, user string) map[strin
 	if ttl == 0 {
 		ttl = defaultTokenTTL
 	}
-	policies := append([]string{"default"}, role.TokenPolicies...)
+	policies := slices.Clone(role.TokenPolicies)
+	if !role.TokenNoDefaultPolicy {
+		policies = append(policies, "default")
+	}
 	slices.Sort(policies)
 	policies = slices.Compact(policies)
 	t := &token{
@@ -173,6 +182,7 @@ func (s *Server) issue(m *jwtMount, role *Role, roleName, user string) map[strin
 		expires:  s.now().Add(ttl),
 		alias:    &alias{mountAccessor: m.accessor, name: user, metadata: map[string]string{"role": roleName}},
 		entityID: s.entities[entityKey],
+		usesLeft: role.TokenNumUses,
 	}
 	s.tokens[t.id] = t
 	return map[string]any{
@@ -187,7 +197,7 @@ func (s *Server) issue(m *jwtMount, role *Role, roleName, user string) map[strin
 		"token_type":      "service",
 		"orphan":          true,
 		"mfa_requirement": nil,
-		"num_uses":        0,
+		"num_uses":        role.TokenNumUses,
 	}
 }
 
@@ -404,6 +414,16 @@ func roleFromBody(body map[string]any, existing *Role) (*Role, string) {
 	}
 	if v, ok := body["token_policies"]; ok {
 		role.TokenPolicies = stringList(v)
+	}
+	if v, ok := body["token_no_default_policy"].(bool); ok {
+		role.TokenNoDefaultPolicy = v
+	}
+	if v, ok := body["token_num_uses"]; ok {
+		n, err := strconv.Atoi(jsonString(v))
+		if err != nil || n < 0 {
+			return nil, "token_num_uses cannot be negative"
+		}
+		role.TokenNumUses = n
 	}
 	if v, ok := body["token_ttl"]; ok {
 		d, err := parseTTL(v)

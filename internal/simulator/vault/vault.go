@@ -86,6 +86,9 @@ type token struct {
 	// created with AddToken.
 	alias    *alias
 	entityID string
+	// usesLeft counts down the requests a token with num_uses may still
+	// make; 0 is unlimited.
+	usesLeft int
 }
 
 type alias struct {
@@ -149,6 +152,13 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, path, capabil
 	if t != nil && !t.expires.IsZero() && !s.now().Before(t.expires) {
 		delete(s.tokens, t.id)
 		t = nil
+	}
+	// A token with a use count spends a use on every request it makes,
+	// allowed or not; the last use revokes it.
+	if t != nil && t.usesLeft > 0 {
+		if t.usesLeft--; t.usesLeft == 0 {
+			delete(s.tokens, t.id)
+		}
 	}
 	if t == nil || !s.allowed(t, path, capability) {
 		respondError(w, http.StatusForbidden, permissionDenied)

@@ -339,3 +339,31 @@ func TestAliasNameTemplateCannotMatch(t *testing.T) {
 		t.Fatalf("GET of a path with spiffe:// in it: %s, want a redirect to the cleaned path", resp.Status)
 	}
 }
+
+// TestTokenNumUses: a token with a use count spends one per request,
+// denied ones too, and is gone after the last.
+func TestTokenNumUses(t *testing.T) {
+	w := newWorld(t)
+	w.fake.SetRole("jwt", "uid-a", vault.Role{
+		UserClaim: "sub", BoundSubject: vmID, BoundAudiences: []string{audience},
+		TokenPolicies: []string{"hyperfleet-vm"}, TokenNoDefaultPolicy: true, TokenNumUses: 2,
+	})
+	if _, err := w.client(t, operatorToken).KVv2("secret").Put(context.Background(), vmPath, map[string]any{"a": "b"}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := w.login(t, "uid-a", w.issuer.Mint(vmID, []string{audience}, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(s.Auth.Policies, []string{"hyperfleet-vm"}) {
+		t.Fatalf("policies %q, want only the role's", s.Auth.Policies)
+	}
+	kv := w.client(t, s.Auth.ClientToken).KVv2("secret")
+	_, err = kv.Get(context.Background(), otherPath)
+	wantVaultError(t, err, http.StatusForbidden, "1 error occurred:\n\t* permission denied\n\n")
+	if _, err := kv.Get(context.Background(), vmPath); err != nil {
+		t.Fatalf("second use: %v", err)
+	}
+	_, err = kv.Get(context.Background(), vmPath)
+	wantVaultError(t, err, http.StatusForbidden, "1 error occurred:\n\t* permission denied\n\n")
+}
