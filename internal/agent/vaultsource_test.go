@@ -54,7 +54,7 @@ func newStoreWorld(t *testing.T) *storeWorld {
 	t.Cleanup(keys.Close)
 	w.fake.EnableKV("secret")
 	accessor := w.fake.EnableJWT("jwt", vaultsim.JWTConfig{JWKSURL: keys.URL + "/keys"})
-	w.fake.SetPolicy("hyperfleet-operator", vaultsim.OperatorPolicy("secret", "hyperfleet", "jwt")...)
+	w.fake.SetPolicy("hyperfleet-operator", vaultsim.OperatorPolicy("secret", "hyperfleet", "jwt", "hyperfleet-secret-store", "hyperfleet-vm")...)
 	w.fake.SetPolicy("hyperfleet-vm", vaultsim.VMPolicy("secret", "hyperfleet", accessor)...)
 	w.fake.AddToken(operatorToken, "hyperfleet-operator")
 	handler := w.fake.Handler()

@@ -74,7 +74,7 @@ func TestSecretStoreWithRealJWTSVID(t *testing.T) {
 	fake := vaultsim.New()
 	fake.EnableKV("secret")
 	accessor := fake.EnableJWT("jwt", vaultsim.JWTConfig{JWKSURL: keys.URL + "/keys"})
-	fake.SetPolicy("hyperfleet-operator", vaultsim.OperatorPolicy("secret", "hyperfleet", "jwt")...)
+	fake.SetPolicy("hyperfleet-operator", vaultsim.OperatorPolicy("secret", "hyperfleet", "jwt", "hyperfleet-secret-store", "hyperfleet-vm")...)
 	fake.SetPolicy("hyperfleet-vm", vaultsim.VMPolicy("secret", "hyperfleet", accessor)...)
 	fake.AddToken("s.operator", "hyperfleet-operator")
 	srv := httptest.NewTLSServer(fake.Handler())

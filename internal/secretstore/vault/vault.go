@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	bao "github.com/openbao/openbao/api/v2"
@@ -162,17 +163,20 @@ func (s *Store) Put(ctx context.Context, id spiffeid.ID, cred secretstore.Creden
 		return classify(err, fmt.Sprintf("writing the credential for %s to %s/data/%s", id, s.cfg.KVMount, p))
 	}
 	rolePath := "auth/" + s.cfg.AuthMount + "/role/" + role
+	// Every parameter is a string (lists comma-separated), so that the
+	// operator's policy can pin each value with allowed_parameters, which
+	// compares strings only (docs/secrets-store.md).
 	_, err = s.client.Logical().WriteWithContext(ctx, rolePath, map[string]any{
 		"role_type":       "jwt",
 		"user_claim":      "sub",
 		"bound_subject":   id.String(),
-		"bound_audiences": []string{s.cfg.Audience},
-		"token_policies":  []string{s.cfg.VMPolicy},
+		"bound_audiences": s.cfg.Audience,
+		"token_policies":  s.cfg.VMPolicy,
 		// The token does exactly what the VM needs: one read and one
 		// delete, and nothing the default policy would allow.
-		"token_no_default_policy": true,
-		"token_num_uses":          2,
-		"token_ttl":               int(s.cfg.VMTokenTTL / time.Second),
+		"token_no_default_policy": "true",
+		"token_num_uses":          "2",
+		"token_ttl":               strconv.Itoa(int(s.cfg.VMTokenTTL / time.Second)),
 	})
 	if err != nil {
 		return classify(err, fmt.Sprintf("creating the login role %s for %s", rolePath, id))

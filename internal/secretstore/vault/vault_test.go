@@ -33,7 +33,7 @@ func newFake(t *testing.T, mutate func(*vault.Config)) (*vaultsim.Server, *vault
 	fake := vaultsim.New()
 	fake.EnableKV("secret")
 	accessor := fake.EnableJWT("jwt", vaultsim.JWTConfig{PublicKeys: nil})
-	fake.SetPolicy("hyperfleet-operator", vaultsim.OperatorPolicy("secret", "hyperfleet", "jwt")...)
+	fake.SetPolicy("hyperfleet-operator", vaultsim.OperatorPolicy("secret", "hyperfleet", "jwt", "hyperfleet-secret-store", "hyperfleet-vm")...)
 	fake.SetPolicy("hyperfleet-vm", vaultsim.VMPolicy("secret", "hyperfleet", accessor)...)
 	fake.AddToken(operatorToken, "hyperfleet-operator")
 	srv := httptest.NewTLSServer(fake.Handler())

@@ -12,9 +12,18 @@ import (
 // and {{identity.entity.aliases.<mount accessor>.metadata.<key>}}. A rule
 // whose template the token's identity cannot fill is left out, as Vault
 // does.
+//
+// AllowedParameters, when set, limits what a create or update may send:
+// only the keys listed (lower case; "*" for any), each with a value in its
+// list (an empty list allows any value). As in Vault, a string value
+// matches an entry that equals it or that globs it with a leading or
+// trailing "*"; any other value (a list, a number) must equal an entry,
+// which a policy's string entries never do, so a client that must pass such
+// a policy sends strings.
 type Rule struct {
-	Path         string
-	Capabilities []string
+	Path              string
+	Capabilities      []string
+	AllowedParameters map[string][]string
 }
 
 // Policy is a named ACL policy.
@@ -35,7 +44,7 @@ func (s *Server) SetPolicy(name string, rules ...Rule) {
 // glob, and among globs the longest literal prefix before a wildcard, then
 // fewer "+" segments; rules of the same path from several policies are
 // merged, and "deny" wins over everything.
-func (s *Server) allowed(t *token, path, capability string) bool {
+func (s *Server) allowed(t *token, path, capability string, data map[string]any) bool {
 	var best []Rule
 	for _, name := range t.policies {
 		p := s.policies[name]
@@ -57,15 +66,80 @@ func (s *Server) allowed(t *token, path, capability string) bool {
 		}
 	}
 	granted := false
+	var params map[string][]string
 	for _, r := range best {
 		if slices.Contains(r.Capabilities, "deny") {
 			return false
 		}
-		if slices.Contains(r.Capabilities, capability) || slices.Contains(r.Capabilities, "sudo") && capability == "" {
+		if slices.Contains(r.Capabilities, capability) {
 			granted = true
 		}
+		for k, v := range r.AllowedParameters {
+			if params == nil {
+				params = map[string][]string{}
+			}
+			old, seen := params[k]
+			switch {
+			case len(v) == 0 || seen && len(old) == 0:
+				params[k] = []string{}
+			default:
+				params[k] = append(v, old...)
+			}
+		}
 	}
-	return granted
+	if !granted || params == nil || capability != "create" && capability != "update" {
+		return granted
+	}
+	return parametersAllowed(params, data)
+}
+
+// parametersAllowed is Vault's allowed_parameters check.
+func parametersAllowed(params map[string][]string, data map[string]any) bool {
+	_, allowAll := params["*"]
+	if len(params) == 1 && allowAll {
+		return true
+	}
+	for key, value := range data {
+		list, ok := params[strings.ToLower(key)]
+		if !ok && !allowAll {
+			return false
+		}
+		if ok && len(list) > 0 && !valueInList(value, list) {
+			return false
+		}
+	}
+	return true
+}
+
+func valueInList(v any, list []string) bool {
+	str, ok := v.(string)
+	if !ok {
+		return false
+	}
+	for _, el := range list {
+		if globbedStringsMatch(el, str) {
+			return true
+		}
+	}
+	return false
+}
+
+// globbedStringsMatch is Vault's: a leading "*", a trailing "*" or both
+// (contains); a lone "*" or any shorter item matches only itself.
+func globbedStringsMatch(item, val string) bool {
+	if len(item) < 2 {
+		return val == item
+	}
+	prefix, suffix := strings.HasPrefix(item, "*"), strings.HasSuffix(item, "*")
+	switch {
+	case prefix && suffix:
+		return strings.Contains(val, item[1:len(item)-1])
+	case prefix:
+		return strings.HasSuffix(val, item[1:])
+	case suffix:
+		return strings.HasPrefix(val, item[:len(item)-1])
+	}
+	return val == item
 }
 
 // moreSpecific reports whether rule path a beats b.

@@ -358,7 +358,7 @@ var roleNameRE = regexp.MustCompile(`^\w(([\w.-]+)?\w)?$`)
 func (s *Server) role(w http.ResponseWriter, r *http.Request, full string, m *jwtMount, name string) {
 	name = strings.ToLower(name)
 	if !roleNameRE.MatchString(name) {
-		s.authorize(w, r, full, "read")
+		s.authorize(w, r, full, "read", nil)
 		respondError(w, http.StatusNotFound, fmt.Sprintf("no handler for route %q. route entry not found.", full))
 		return
 	}
@@ -368,11 +368,11 @@ func (s *Server) role(w http.ResponseWriter, r *http.Request, full string, m *jw
 		if m.roles[name] == nil {
 			capability = "create"
 		}
-		if _, ok := s.authorize(w, r, full, capability); !ok {
-			return
-		}
 		body, ok := readBody(w, r)
 		if !ok {
+			return
+		}
+		if _, ok := s.authorize(w, r, full, capability, body); !ok {
 			return
 		}
 		role, msg := roleFromBody(body, m.roles[name])
@@ -383,7 +383,7 @@ func (s *Server) role(w http.ResponseWriter, r *http.Request, full string, m *jw
 		m.roles[name] = role
 		w.WriteHeader(http.StatusNoContent)
 	case http.MethodDelete:
-		if _, ok := s.authorize(w, r, full, "delete"); !ok {
+		if _, ok := s.authorize(w, r, full, "delete", nil); !ok {
 			return
 		}
 		delete(m.roles, name)
@@ -415,8 +415,12 @@ func roleFromBody(body map[string]any, existing *Role) (*Role, string) {
 	if v, ok := body["token_policies"]; ok {
 		role.TokenPolicies = stringList(v)
 	}
-	if v, ok := body["token_no_default_policy"].(bool); ok {
-		role.TokenNoDefaultPolicy = v
+	if v, ok := body["token_no_default_policy"]; ok {
+		b, err := strconv.ParseBool(jsonString(v))
+		if err != nil {
+			return nil, fmt.Sprintf("error converting input %v for field %q", v, "token_no_default_policy")
+		}
+		role.TokenNoDefaultPolicy = b
 	}
 	if v, ok := body["token_num_uses"]; ok {
 		n, err := strconv.Atoi(jsonString(v))

@@ -69,7 +69,7 @@ func (s *Server) kvMountFor(path string) (*kvMount, string, bool) {
 func (s *Server) kvData(w http.ResponseWriter, r *http.Request, full string, m *kvMount, p string) {
 	switch r.Method {
 	case http.MethodGet:
-		if _, ok := s.authorize(w, r, full, "read"); !ok {
+		if _, ok := s.authorize(w, r, full, "read", nil); !ok {
 			return
 		}
 		sec := m.secrets[p]
@@ -87,11 +87,11 @@ func (s *Server) kvData(w http.ResponseWriter, r *http.Request, full string, m *
 		if m.secrets[p] == nil {
 			capability = "create"
 		}
-		if _, ok := s.authorize(w, r, full, capability); !ok {
-			return
-		}
 		body, ok := readBody(w, r)
 		if !ok {
+			return
+		}
+		if _, ok := s.authorize(w, r, full, capability, body); !ok {
 			return
 		}
 		s.kvWrite(w, m, p, body)
@@ -141,7 +141,7 @@ func (s *Server) kvMetadata(w http.ResponseWriter, r *http.Request, full string,
 		respondError(w, http.StatusMethodNotAllowed, "unsupported operation")
 		return
 	}
-	if _, ok := s.authorize(w, r, full, "delete"); !ok {
+	if _, ok := s.authorize(w, r, full, "delete", nil); !ok {
 		return
 	}
 	// Deleting the metadata removes every version; a key that does not

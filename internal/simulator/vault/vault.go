@@ -138,16 +138,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	// Vault's router, for a path no mount or backend path claims.
-	if _, ok := s.authorize(w, r, path, "read"); !ok {
+	if _, ok := s.authorize(w, r, path, "read", nil); !ok {
 		return
 	}
 	respondError(w, http.StatusNotFound, fmt.Sprintf("no handler for route %q. route entry not found.", path))
 }
 
 // authorize resolves the request's token and checks that its policies grant
-// capability on path; it writes Vault's 403 and returns false otherwise.
-// Vault checks the ACL before the backend sees the request.
-func (s *Server) authorize(w http.ResponseWriter, r *http.Request, path, capability string) (*token, bool) {
+// capability on path, and allow the parameters in data (a write's body; nil
+// otherwise); it writes Vault's 403 and returns false otherwise. Vault
+// checks the ACL after parsing the body and before the backend sees the
+// request.
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, path, capability string, data map[string]any) (*token, bool) {
 	t := s.tokens[r.Header.Get("X-Vault-Token")]
 	if t != nil && !t.expires.IsZero() && !s.now().Before(t.expires) {
 		delete(s.tokens, t.id)
@@ -160,7 +162,7 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, path, capabil
 			delete(s.tokens, t.id)
 		}
 	}
-	if t == nil || !s.allowed(t, path, capability) {
+	if t == nil || !s.allowed(t, path, capability, data) {
 		respondError(w, http.StatusForbidden, permissionDenied)
 		return nil, false
 	}

@@ -45,7 +45,7 @@ func newWorld(t *testing.T) *world {
 	t.Cleanup(srv.Close)
 	fake.EnableKV("secret")
 	accessor := fake.EnableJWT("jwt", vault.JWTConfig{JWKSURL: keys.URL + "/keys"})
-	fake.SetPolicy("hyperfleet-operator", vault.OperatorPolicy("secret", "hyperfleet", "jwt")...)
+	fake.SetPolicy("hyperfleet-operator", vault.OperatorPolicy("secret", "hyperfleet", "jwt", audience, "hyperfleet-vm")...)
 	fake.SetPolicy("hyperfleet-vm", vault.VMPolicy("secret", "hyperfleet", accessor)...)
 	fake.AddToken(operatorToken, "hyperfleet-operator")
 	for _, r := range []struct{ name, sub string }{{"uid-a", vmID}, {"uid-b", "spiffe://example.org/vm/ci/runner-b/uid-b"}} {
@@ -283,22 +283,49 @@ func TestTokenExpiry(t *testing.T) {
 
 func TestRoleWrite(t *testing.T) {
 	w := newWorld(t)
-	c := w.client(t, operatorToken).Logical()
-	_, err := c.Write("auth/jwt/role/uid-c", map[string]any{"role_type": "jwt", "user_claim": "sub"})
+	w.fake.SetPolicy("admin", vault.Rule{Path: "*", Capabilities: []string{"create", "read", "update", "delete", "list"}})
+	w.fake.AddToken("s.admin", "admin")
+	admin := w.client(t, "s.admin").Logical()
+	_, err := admin.Write("auth/jwt/role/uid-c", map[string]any{"role_type": "jwt", "user_claim": "sub"})
 	wantVaultError(t, err, http.StatusBadRequest, "must have at least one bound constraint when creating/updating a role")
-	_, err = c.Write("auth/jwt/role/uid-c", map[string]any{"role_type": "oidc", "user_claim": "sub", "bound_subject": "x"})
+	_, err = admin.Write("auth/jwt/role/uid-c", map[string]any{"role_type": "oidc", "user_claim": "sub", "bound_subject": "x"})
 	wantVaultError(t, err, http.StatusBadRequest, "invalid 'role_type': oidc")
-	if _, err := c.Write("auth/jwt/role/uid-c", map[string]any{
-		"role_type": "jwt", "user_claim": "sub", "bound_subject": "spiffe://example.org/vm/ci/c/uid-c",
-		"bound_audiences": []string{audience}, "token_policies": []string{"hyperfleet-vm"}, "token_ttl": 120,
-	}); err != nil {
+
+	// The operator's policy pins every parameter but the subject and TTL.
+	op := w.client(t, operatorToken).Logical()
+	valid := func() map[string]any {
+		return map[string]any{
+			"role_type": "jwt", "user_claim": "sub", "bound_subject": "spiffe://example.org/vm/ci/c/uid-c",
+			"bound_audiences": audience, "token_policies": "hyperfleet-vm", "token_no_default_policy": "true",
+			"token_num_uses": "2", "token_ttl": "120",
+		}
+	}
+	for name, change := range map[string]func(map[string]any){
+		"another policy":         func(m map[string]any) { m["token_policies"] = "hyperfleet-vm,root" },
+		"a list of policies":     func(m map[string]any) { m["token_policies"] = []string{"hyperfleet-vm"} },
+		"another audience":       func(m map[string]any) { m["bound_audiences"] = "vault" },
+		"another claim":          func(m map[string]any) { m["user_claim"] = "aud" },
+		"no subject binding":     func(m map[string]any) { m["bound_subject"] = "*" },
+		"more uses":              func(m map[string]any) { m["token_num_uses"] = "0" },
+		"a parameter not listed": func(m map[string]any) { m["bound_cidrs"] = "0.0.0.0/0" },
+	} {
+		body := valid()
+		change(body)
+		_, err := op.Write("auth/jwt/role/uid-c", body)
+		if err == nil {
+			t.Fatalf("the operator wrote a role with %s", name)
+		}
+		wantVaultError(t, err, http.StatusForbidden, "1 error occurred:\n\t* permission denied\n\n")
+	}
+	if _, err := op.Write("auth/jwt/role/uid-c", valid()); err != nil {
 		t.Fatal(err)
 	}
 	r := w.fake.Role("jwt", "uid-c")
-	if r == nil || r.TokenTTL != 2*time.Minute || r.BoundSubject != "spiffe://example.org/vm/ci/c/uid-c" || !slices.Equal(r.BoundAudiences, []string{audience}) {
+	if r == nil || r.TokenTTL != 2*time.Minute || r.BoundSubject != "spiffe://example.org/vm/ci/c/uid-c" || !slices.Equal(r.BoundAudiences, []string{audience}) ||
+		!slices.Equal(r.TokenPolicies, []string{"hyperfleet-vm"}) || !r.TokenNoDefaultPolicy || r.TokenNumUses != 2 {
 		t.Fatalf("role %+v", r)
 	}
-	if _, err := c.Delete("auth/jwt/role/uid-c"); err != nil {
+	if _, err := op.Delete("auth/jwt/role/uid-c"); err != nil {
 		t.Fatal(err)
 	}
 	if w.fake.Role("jwt", "uid-c") != nil {
