@@ -217,13 +217,19 @@ type SPIFFE struct {
 	// serverAddress is the SPIRE server as host:port.
 	ServerAddress string `json:"serverAddress"`
 
-	// brokerURL is the https:// URL of the operator's credential broker.
-	BrokerURL string `json:"brokerURL"`
+	// brokerURL is the https:// URL of the operator's credential broker;
+	// optional when secretStore is set.
+	BrokerURL string `json:"brokerURL,omitempty"`
 
 	// brokerCA is the PEM-encoded CA bundle (one or more CERTIFICATE
 	// blocks) the broker's server certificate is verified against.
 	// Optional: empty means the VM's system roots.
 	BrokerCA string `json:"brokerCA,omitempty"`
+
+	// secretStore is the Vault or OpenBao server the agent reads its runner
+	// credential from, after logging in with a JWT-SVID. Optional; when set
+	// the agent uses it instead of the broker.
+	SecretStore *SecretStore `json:"secretStore,omitempty"`
 }
 
 var (
@@ -407,8 +413,16 @@ func (s *SPIFFE) validate(bad func(field, format string, args ...any)) {
 	if host, port, err := net.SplitHostPort(s.ServerAddress); err != nil || host == "" || port == "" {
 		bad("spiffe.serverAddress", "%q must be host:port, such as spire.example.com:8081", s.ServerAddress)
 	}
-	if err := checkHTTPSURL(s.BrokerURL); err != nil {
-		bad("spiffe.brokerURL", "%v", err)
+	switch {
+	case s.SecretStore != nil:
+		if s.BrokerURL != "" {
+			bad("spiffe.brokerURL", "is set but so is spiffe.secretStore; the credential comes from one of them: remove one")
+		}
+		s.SecretStore.validate(bad)
+	default:
+		if err := checkHTTPSURL(s.BrokerURL); err != nil {
+			bad("spiffe.brokerURL", "%v; or set spiffe.secretStore to read the credential from Vault or OpenBao", err)
+		}
 	}
 }
 

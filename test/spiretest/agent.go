@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/svid/jwtsvid"
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"github.com/spiffe/go-spiffe/v2/workloadapi"
 	"github.com/spiffe/spire-api-sdk/proto/spire/api/types"
@@ -144,4 +145,11 @@ func StartWorkloadAgent(ctx context.Context, t testing.TB, server *Server, nodeP
 		t.Fatal(err)
 	}
 	return StartAgent(t, server, token)
+}
+
+// FetchJWTSVID asks the agent's Workload API once for this process's
+// JWT-SVID for audience, as a VM's agent does before it logs in to a
+// secret store.
+func (a *Agent) FetchJWTSVID(ctx context.Context, audience string) (*jwtsvid.SVID, error) {
+	return workloadapi.FetchJWTSVID(ctx, jwtsvid.Params{Audience: audience}, workloadapi.WithAddr(a.Addr()))
 }
