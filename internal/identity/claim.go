@@ -35,7 +35,7 @@ type Issuer struct {
 }
 
 // errNoKey is a configuration mistake of the operator's wiring.
-var errNoKey = errors.New("the identity issuer has no key to derive join tokens from")
+var errNoKey = fmt.Errorf("the identity issuer has no key (of at least %d bytes) to derive join tokens from", spire.MinJoinTokenKeyLen)
 
 // Plan is the identity of claim's VM on s: its SPIFFE ID, its agent's
 // alias and its entry id. Recording it in the claim's status comes before
@@ -55,7 +55,7 @@ func Plan(s *Server, claim *hfv1.MachineClaim) (*hfv1.IdentityStatus, error) {
 
 // Token is the claim's join token.
 func (i *Issuer) Token(claim *hfv1.MachineClaim) (string, error) {
-	if len(i.Key) == 0 {
+	if len(i.Key) < spire.MinJoinTokenKeyLen {
 		return "", errNoKey
 	}
 	return spire.DeriveJoinToken(i.Key, string(claim.UID), 1), nil
