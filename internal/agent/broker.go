@@ -393,3 +393,15 @@ func retryAfter(h string) time.Duration {
 type optionsUser interface {
 	useOptions(*Options)
 }
+
+// String describes b without the join token.
+func (b BrokerSource) String() string {
+	url := ""
+	if b.SPIFFE != nil {
+		url = safeURL(b.SPIFFE.BrokerURL)
+	}
+	return fmt.Sprintf("broker source (%s credential from %q, join token redacted)", b.Method, url)
+}
+
+// GoString is String, so %#v does not print the join token either.
+func (b BrokerSource) GoString() string { return b.String() }

@@ -311,6 +311,60 @@ func TestBrokerSourceSPIRE(t *testing.T) {
 		checkNothingLeft(t, root, token, log.String(), err)
 	})
 
+	t.Run("socket", func(t *testing.T) {
+		t.Parallel()
+		// A spire-agent the image runs itself: the agent uses its
+		// Workload API, starts none and needs no join token.
+		token, id := w.vmIdentity(t, "socket")
+		pre := spiretest.StartAgent(t, w.server, token)
+		log := &syncBuffer{}
+		src, root := w.source(t, "", id, "ok", log)
+		src.SPIRESocket = pre.SocketPath
+		cred, err := src.Credential(context.Background())
+		if err != nil {
+			t.Fatalf("Credential: %v\n%s", err, log)
+		}
+		if cred.JITConfig != brokerJIT(id) {
+			t.Errorf("credential for the wrong id")
+		}
+		if strings.Contains(log.String(), "spire-agent started") {
+			t.Errorf("a spire-agent was started beside the pre-installed one:\n%s", log)
+		}
+		if pre.ExitErr() != nil {
+			t.Errorf("the pre-installed spire-agent was stopped: %v", pre.ExitErr())
+		}
+		checkNothingLeft(t, root, token, log.String(), nil)
+	})
+
+	t.Run("deadline", func(t *testing.T) {
+		t.Parallel()
+		// No SPIRE server at the address: the attestation deadline ends
+		// it, --attest-timeout in one case, expiresAt in the other.
+		for _, byExpiry := range []bool{false, true} {
+			token, id := w.vmIdentity(t, fmt.Sprintf("deadline-%v", byExpiry))
+			log := &syncBuffer{}
+			src, root := w.source(t, token, id, "ok", log)
+			src.SPIFFE.ServerAddress = "127.0.0.1:1"
+			if byExpiry {
+				src.ExpiresAt = time.Now().Add(3 * time.Second)
+			} else {
+				src.AttestTimeout = 3 * time.Second
+			}
+			start := time.Now()
+			_, err := src.Credential(context.Background())
+			if code := exitCode(err); code != ExitAttestation {
+				t.Fatalf("expiresAt %v: exit code %d (%v), want ExitAttestation\n%s", byExpiry, code, err, log)
+			}
+			if elapsed := time.Since(start); elapsed < 2*time.Second || elapsed > 30*time.Second {
+				t.Errorf("expiresAt %v: failed after %s, want about 3s", byExpiry, elapsed)
+			}
+			if !strings.Contains(err.Error(), "before the attestation deadline") {
+				t.Errorf("expiresAt %v: error does not name the deadline: %v", byExpiry, err)
+			}
+			checkNothingLeft(t, root, token, log.String(), err)
+		}
+	})
+
 	t.Run("run", func(t *testing.T) {
 		t.Parallel()
 		// The whole agent: broker mode, then the runner with the broker's
