@@ -104,8 +104,9 @@ func (w *spireWorld) source(t *testing.T, token, wantID, brokerCase string, log 
 
 // testBroker is the credential broker's contract: POST with the
 // X509-SVID as client certificate, verified against the trust domain's
-// bundle (with go-spiffe, in the test only). The last path element picks
-// the answer: ok, refuse (403), busy (503 with Retry-After, then ok).
+// bundle (with go-spiffe, in the test only). The last path element, one
+// per case, picks the answer: refuse (403), busy (503 with Retry-After,
+// then 200), any other a credential (200).
 type testBroker struct {
 	srv   *httptest.Server
 	caPEM string
@@ -245,7 +246,7 @@ func TestBrokerSourceSPIRE(t *testing.T) {
 		// The "ok" case spends the token first.
 		waitSeen(t, w.broker, "ok")
 		log := &syncBuffer{}
-		src, root := w.source(t, usedToken, usedID, "ok", log)
+		src, root := w.source(t, usedToken, usedID, "reused", log)
 		start := time.Now()
 		_, err := src.Credential(context.Background())
 		if code := exitCode(err); code != ExitAttestation {
@@ -300,13 +301,31 @@ func TestBrokerSourceSPIRE(t *testing.T) {
 		token, _ := w.vmIdentity(t, "wrongid")
 		log := &syncBuffer{}
 		want := "spiffe://" + spireTrustDomain + "/vm/ns/other/uid"
-		src, root := w.source(t, token, want, "ok", log)
+		src, root := w.source(t, token, want, "wrongid", log)
 		_, err := src.Credential(context.Background())
 		if code := exitCode(err); code != ExitAttestation {
 			t.Fatalf("exit code %d (%v), want ExitAttestation\n%s", code, err, log)
 		}
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not name the expected ID: %v", err)
+		}
+		checkNothingLeft(t, root, token, log.String(), err)
+	})
+
+	t.Run("method", func(t *testing.T) {
+		t.Parallel()
+		// A jit-config credential for a runner-token config is refused:
+		// the runner would be registered without its name and labels.
+		token, id := w.vmIdentity(t, "method")
+		log := &syncBuffer{}
+		src, root := w.source(t, token, id, "method", log)
+		src.Method = agentconfig.BootstrapRunnerToken
+		_, err := src.Credential(context.Background())
+		if code := exitCode(err); code != ExitBrokerRefused || !strings.Contains(err.Error(), "bootstrapMethod is runner-token") {
+			t.Fatalf("exit code %d (%v), want ExitBrokerRefused naming the bootstrapMethod\n%s", code, err, log)
+		}
+		if strings.Contains(err.Error(), brokerJIT(id)) || strings.Contains(log.String(), brokerJIT(id)) {
+			t.Errorf("the refused credential was shown")
 		}
 		checkNothingLeft(t, root, token, log.String(), err)
 	})
@@ -318,7 +337,7 @@ func TestBrokerSourceSPIRE(t *testing.T) {
 		token, id := w.vmIdentity(t, "socket")
 		pre := spiretest.StartAgent(t, w.server, token)
 		log := &syncBuffer{}
-		src, root := w.source(t, "", id, "ok", log)
+		src, root := w.source(t, "", id, "socket", log)
 		src.SPIRESocket = pre.SocketPath
 		cred, err := src.Credential(context.Background())
 		if err != nil {
@@ -343,7 +362,7 @@ func TestBrokerSourceSPIRE(t *testing.T) {
 		for _, byExpiry := range []bool{false, true} {
 			token, id := w.vmIdentity(t, fmt.Sprintf("deadline-%v", byExpiry))
 			log := &syncBuffer{}
-			src, root := w.source(t, token, id, "ok", log)
+			src, root := w.source(t, token, id, "deadline", log)
 			src.SPIFFE.ServerAddress = "127.0.0.1:1"
 			if byExpiry {
 				src.ExpiresAt = time.Now().Add(3 * time.Second)
