@@ -333,7 +333,7 @@ func TestBrokerSourceSPIRE(t *testing.T) {
 	t.Run("socket", func(t *testing.T) {
 		t.Parallel()
 		// A spire-agent the image runs itself: the agent uses its
-		// Workload API, starts none and needs no join token.
+		// Workload API, starts none and uses no join token.
 		token, id := w.vmIdentity(t, "socket")
 		pre := spiretest.StartAgent(t, w.server, token)
 		log := &syncBuffer{}
