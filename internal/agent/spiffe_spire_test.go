@@ -339,6 +339,8 @@ func TestBrokerSourceSPIRE(t *testing.T) {
 		log := &syncBuffer{}
 		src, root := w.source(t, "", id, "socket", log)
 		src.SPIRESocket = pre.SocketPath
+		// That agent attested by its own means: a TPM config is fine here.
+		src.SPIFFE.AttestationMethod, src.SPIFFE.TPMDevicePath = agentconfig.AttestationTPM, "/dev/tpmrm0"
 		cred, err := src.Credential(context.Background())
 		if err != nil {
 			t.Fatalf("Credential: %v\n%s", err, log)
