@@ -46,7 +46,8 @@
 //	--spire-socket PATH      the Workload API socket of a spire-agent the
 //	                         image runs itself: broker mode fetches its
 //	                         X509-SVID there, starts no spire-agent and
-//	                         needs no join token (--spire-agent is still
+//	                         uses no join token (attestationMethod tpm is
+//	                         then accepted too; --spire-agent is still
 //	                         run, for `spire-agent api fetch x509`)
 //	--attest-timeout D       bound on broker mode's attestation and
 //	                         credential fetch (default 5m; the attestation
@@ -94,7 +95,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	maxUnpacked := fs.Int64("max-unpacked-bytes", agent.DefaultMaxUnpackedBytes, "most bytes of files unpacked from the runner package")
 	maxFiles := fs.Int("max-unpacked-files", agent.DefaultMaxUnpackedFiles, "most entries unpacked from the runner package")
 	spireAgent := fs.String("spire-agent", agent.DefaultSPIREAgent, "spire-agent binary run in broker mode")
-	spireSocket := fs.String("spire-socket", "", "Workload API socket of a spire-agent the image runs itself; broker mode then starts none and needs no join token")
+	spireSocket := fs.String("spire-socket", "", "Workload API socket of a spire-agent the image runs itself; broker mode then starts none and uses no join token")
 	attest := fs.Duration("attest-timeout", agent.DefaultAttestTimeout, "bound on broker mode's attestation and credential fetch (the attestation also ends at the config's expiresAt)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {

@@ -33,24 +33,25 @@
 //
 // Run returns the process exit code:
 //
-//	0 ExitOK             the runner ran its job and exited 0
-//	1 ExitInternal       agent error, or the agent was stopped (SIGTERM)
-//	2 ExitBadConfig      the config file is missing, unreadable or invalid
-//	3 ExitRunnerSoftware download, checksum, unpacking, or runner missing
-//	4 ExitRegistration   the runner's config script failed (runner-token)
-//	5 ExitRunnerFailed   the runner exited non-zero
-//	6 ExitIdle           no job started within the idle timeout
-//	7 ExitExpired        the credential's expiresAt has passed
-//	8 ExitUnsupported    a mode this agent version does not implement
-//	                     (attestationMethod tpm)
-//	9 ExitAttestation    no X509-SVID from SPIRE: spire-agent missing or
-//	                     exited, join token refused, attestation deadline
-//	10 ExitBrokerRefused the credential broker refused (any 4xx/5xx but
-//	                     429 and 503, or a rejected X509-SVID) or answered
-//	                     no valid credential
+//	 0 ExitOK                the runner ran its job and exited 0
+//	 1 ExitInternal          agent error, or the agent was stopped (SIGTERM)
+//	 2 ExitBadConfig         the config file is missing, unreadable or invalid
+//	 3 ExitRunnerSoftware    download, checksum, unpacking, or runner missing
+//	 4 ExitRegistration      the runner's config script failed (runner-token)
+//	 5 ExitRunnerFailed      the runner exited non-zero
+//	 6 ExitIdle              no job started within the idle timeout
+//	 7 ExitExpired           the credential's expiresAt has passed
+//	 8 ExitUnsupported       a mode this agent version does not implement
+//	                         (attestationMethod tpm)
+//	 9 ExitAttestation       broker mode got no X509-SVID: spire-agent
+//	                         missing or exited, join token refused, wrong
+//	                         SPIFFE ID, attestation deadline
+//	10 ExitBrokerRefused     the credential broker refused (an error status
+//	                         but 429 and 503, or a TLS alert) or answered no
+//	                         valid credential
 //	11 ExitBrokerUnavailable the broker was unreachable or busy (429, 503)
-//	                     until the deadline, or its certificate is not
-//	                     trusted
+//	                         until the deadline, or its certificate is not
+//	                         trusted
 package agent
 
 import (

@@ -887,4 +887,13 @@ func TestCredentialNeverPrinted(t *testing.T) {
 			t.Errorf("credential printed: %s", s)
 		}
 	}
+	// Nor a broker source's join token.
+	b := &BrokerSource{Method: agentconfig.BootstrapJITConfig, SPIFFE: &agentconfig.SPIFFE{JoinToken: "JOIN-TOKEN-456", BrokerURL: "https://broker.example"}}
+	buf.Reset()
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("x", "source", b)
+	for _, s := range []string{fmt.Sprint(b), fmt.Sprintf("%+v", b), fmt.Sprintf("%#v", b), fmt.Sprintf("%+v", *b), buf.String()} {
+		if strings.Contains(s, "JOIN-TOKEN-456") {
+			t.Errorf("join token printed: %s", s)
+		}
+	}
 }

@@ -99,45 +99,30 @@ func (b *BrokerSource) Credential(ctx context.Context) (Credential, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	bin := orDefault(b.SPIREAgent, DefaultSPIREAgent)
 	timeout := b.AttestTimeout
 	if timeout <= 0 {
 		timeout = DefaultAttestTimeout
 	}
-	deadline := time.Now().Add(timeout)
-	agentCtx := ctx
-	ctx, cancel := context.WithDeadline(ctx, deadline)
+	fetchCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	attestDeadline := deadline
-	if !b.ExpiresAt.IsZero() && b.ExpiresAt.Before(attestDeadline) {
-		attestDeadline = b.ExpiresAt
-	}
 
-	run, err := newSPIRERun(log, bin, filepath.Join(b.Root, filepath.FromSlash(SPIREDir)))
+	run, err := newSPIRERun(log, orDefault(b.SPIREAgent, DefaultSPIREAgent), filepath.Join(b.Root, filepath.FromSlash(SPIREDir)))
 	if err != nil {
 		return Credential{}, err
 	}
+	// Stops spire-agent and removes its directory whatever happens, once
+	// the broker has answered.
 	defer run.stop()
-	if b.SPIRESocket != "" {
-		log.Info("using the Workload API of a pre-installed spire-agent", "socket", b.SPIRESocket)
-		run.useSocket(b.SPIRESocket)
-	} else if err := run.start(s); err != nil {
-		return Credential{}, err
-	}
-	attestCtx, attestCancel := context.WithDeadline(ctx, attestDeadline)
-	defer attestCancel()
-	cert, id, err := run.waitSVID(agentCtx, attestCtx, s)
+	cert, err := b.attest(ctx, fetchCtx, run)
 	if err != nil {
 		return Credential{}, err
 	}
-	log.Info("X509-SVID obtained", "spiffeID", id, "notAfter", cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
-
 	client, err := newBrokerClient(s.BrokerURL, s.BrokerCA, cert, b.UserAgent)
 	if err != nil {
 		return Credential{}, err
 	}
 	client.log = log
-	cred, err := client.credential(ctx)
+	cred, err := client.credential(fetchCtx)
 	if err != nil {
 		return Credential{}, err
 	}
@@ -145,6 +130,31 @@ func (b *BrokerSource) Credential(ctx context.Context) (Credential, error) {
 		return Credential{}, fail(ExitBrokerRefused, "the broker returned a %s credential, but the config's bootstrapMethod is %s", cred.Method, b.Method)
 	}
 	return cred, nil
+}
+
+// attest gets the X509-SVID through run: from a spire-agent it starts with
+// the join token, or from SPIRESocket. fetchCtx bounds it, and ExpiresAt
+// (the join token is useless after it); ctx is the agent's own, whose end
+// (a signal) is not an attestation failure.
+func (b *BrokerSource) attest(ctx, fetchCtx context.Context, run *spireRun) (tls.Certificate, error) {
+	if b.SPIRESocket != "" {
+		run.log.Info("using the Workload API of a pre-installed spire-agent", "socket", b.SPIRESocket)
+		run.useSocket(b.SPIRESocket)
+	} else if err := run.start(b.SPIFFE); err != nil {
+		return tls.Certificate{}, err
+	}
+	attestCtx := fetchCtx
+	if !b.ExpiresAt.IsZero() {
+		var cancel context.CancelFunc
+		attestCtx, cancel = context.WithDeadline(fetchCtx, b.ExpiresAt)
+		defer cancel()
+	}
+	cert, id, err := run.waitSVID(ctx, attestCtx, b.SPIFFE)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	run.log.Info("X509-SVID obtained", "spiffeID", id, "notAfter", cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
+	return cert, nil
 }
 
 func orDefault(s, def string) string {
@@ -263,6 +273,12 @@ func (c *brokerClient) try(ctx context.Context) (Credential, *brokerAnswer, erro
 	if err != nil {
 		if ferr := c.fatalTransportError(ctx, err); ferr != nil {
 			return Credential{}, nil, ferr
+		}
+		// Without the URL, which *url.Error repeats and the log already
+		// shows without its query.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
 		}
 		return Credential{}, &brokerAnswer{why: err.Error()}, nil
 	}
@@ -393,3 +409,15 @@ func retryAfter(h string) time.Duration {
 type optionsUser interface {
 	useOptions(*Options)
 }
+
+// String describes b without the join token.
+func (b BrokerSource) String() string {
+	url := ""
+	if b.SPIFFE != nil {
+		url = safeURL(b.SPIFFE.BrokerURL)
+	}
+	return fmt.Sprintf("broker source (%s credential from %q, join token redacted)", b.Method, url)
+}
+
+// GoString is String, so %#v does not print the join token either.
+func (b BrokerSource) GoString() string { return b.String() }

@@ -104,8 +104,9 @@ func (w *spireWorld) source(t *testing.T, token, wantID, brokerCase string, log 
 
 // testBroker is the credential broker's contract: POST with the
 // X509-SVID as client certificate, verified against the trust domain's
-// bundle (with go-spiffe, in the test only). The last path element picks
-// the answer: ok, refuse (403), busy (503 with Retry-After, then ok).
+// bundle (with go-spiffe, in the test only). The last path element, one
+// per case, picks the answer: refuse (403), busy (503 with Retry-After,
+// then 200), any other a credential (200).
 type testBroker struct {
 	srv   *httptest.Server
 	caPEM string
@@ -245,7 +246,7 @@ func TestBrokerSourceSPIRE(t *testing.T) {
 		// The "ok" case spends the token first.
 		waitSeen(t, w.broker, "ok")
 		log := &syncBuffer{}
-		src, root := w.source(t, usedToken, usedID, "ok", log)
+		src, root := w.source(t, usedToken, usedID, "reused", log)
 		start := time.Now()
 		_, err := src.Credential(context.Background())
 		if code := exitCode(err); code != ExitAttestation {
@@ -300,7 +301,7 @@ func TestBrokerSourceSPIRE(t *testing.T) {
 		token, _ := w.vmIdentity(t, "wrongid")
 		log := &syncBuffer{}
 		want := "spiffe://" + spireTrustDomain + "/vm/ns/other/uid"
-		src, root := w.source(t, token, want, "ok", log)
+		src, root := w.source(t, token, want, "wrongid", log)
 		_, err := src.Credential(context.Background())
 		if code := exitCode(err); code != ExitAttestation {
 			t.Fatalf("exit code %d (%v), want ExitAttestation\n%s", code, err, log)
@@ -309,6 +310,80 @@ func TestBrokerSourceSPIRE(t *testing.T) {
 			t.Errorf("error does not name the expected ID: %v", err)
 		}
 		checkNothingLeft(t, root, token, log.String(), err)
+	})
+
+	t.Run("method", func(t *testing.T) {
+		t.Parallel()
+		// A jit-config credential for a runner-token config is refused:
+		// the runner would be registered without its name and labels.
+		token, id := w.vmIdentity(t, "method")
+		log := &syncBuffer{}
+		src, root := w.source(t, token, id, "method", log)
+		src.Method = agentconfig.BootstrapRunnerToken
+		_, err := src.Credential(context.Background())
+		if code := exitCode(err); code != ExitBrokerRefused || !strings.Contains(err.Error(), "bootstrapMethod is runner-token") {
+			t.Fatalf("exit code %d (%v), want ExitBrokerRefused naming the bootstrapMethod\n%s", code, err, log)
+		}
+		if strings.Contains(err.Error(), brokerJIT(id)) || strings.Contains(log.String(), brokerJIT(id)) {
+			t.Errorf("the refused credential was shown")
+		}
+		checkNothingLeft(t, root, token, log.String(), err)
+	})
+
+	t.Run("socket", func(t *testing.T) {
+		t.Parallel()
+		// A spire-agent the image runs itself: the agent uses its
+		// Workload API, starts none and uses no join token.
+		token, id := w.vmIdentity(t, "socket")
+		pre := spiretest.StartAgent(t, w.server, token)
+		log := &syncBuffer{}
+		src, root := w.source(t, "", id, "socket", log)
+		src.SPIRESocket = pre.SocketPath
+		// That agent attested by its own means: a TPM config is fine here.
+		src.SPIFFE.AttestationMethod, src.SPIFFE.TPMDevicePath = agentconfig.AttestationTPM, "/dev/tpmrm0"
+		cred, err := src.Credential(context.Background())
+		if err != nil {
+			t.Fatalf("Credential: %v\n%s", err, log)
+		}
+		if cred.JITConfig != brokerJIT(id) {
+			t.Errorf("credential for the wrong id")
+		}
+		if strings.Contains(log.String(), "spire-agent started") {
+			t.Errorf("a spire-agent was started beside the pre-installed one:\n%s", log)
+		}
+		if pre.ExitErr() != nil {
+			t.Errorf("the pre-installed spire-agent was stopped: %v", pre.ExitErr())
+		}
+		checkNothingLeft(t, root, token, log.String(), nil)
+	})
+
+	t.Run("deadline", func(t *testing.T) {
+		t.Parallel()
+		// No SPIRE server at the address: the attestation deadline ends
+		// it, --attest-timeout in one case, expiresAt in the other.
+		for _, byExpiry := range []bool{false, true} {
+			token, id := w.vmIdentity(t, fmt.Sprintf("deadline-%v", byExpiry))
+			log := &syncBuffer{}
+			src, root := w.source(t, token, id, "deadline", log)
+			src.SPIFFE.ServerAddress = "127.0.0.1:1"
+			if byExpiry {
+				src.ExpiresAt = time.Now().Add(3 * time.Second)
+			} else {
+				src.AttestTimeout = 3 * time.Second
+			}
+			start := time.Now()
+			_, err := src.Credential(context.Background())
+			if code := exitCode(err); code != ExitAttestation {
+				t.Fatalf("expiresAt %v: exit code %d (%v), want ExitAttestation\n%s", byExpiry, code, err, log)
+			}
+			if elapsed := time.Since(start); elapsed < 2*time.Second || elapsed > 30*time.Second {
+				t.Errorf("expiresAt %v: failed after %s, want about 3s", byExpiry, elapsed)
+			}
+			if !strings.Contains(err.Error(), "before the attestation deadline") {
+				t.Errorf("expiresAt %v: error does not name the deadline: %v", byExpiry, err)
+			}
+			checkNothingLeft(t, root, token, log.String(), err)
+		}
 	})
 
 	t.Run("run", func(t *testing.T) {

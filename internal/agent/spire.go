@@ -309,6 +309,10 @@ func (r *spireRun) loadSVID(dir string, s *agentconfig.SPIFFE) (tls.Certificate,
 		}
 		cert, err := tls.X509KeyPair(certPEM, keyPEM)
 		clear(keyPEM)
+		if err == nil && cert.Leaf == nil {
+			// Go fills Leaf in unless GODEBUG x509keypairleaf=0 says not to.
+			cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0])
+		}
 		if err != nil {
 			return tls.Certificate{}, "", fail(ExitAttestation, "load the X509-SVID %s: %w", id, err)
 		}
