@@ -167,8 +167,9 @@ test-deploy: test-deps ## Build the image with podman, render the chart and appl
 .PHONY: test-spire
 # The SPIRE tests mostly wait for agents to attest and sync, so they run in
 # parallel beyond the machine's cores (go test's -parallel defaults to them).
-test-spire: ## Run the SPIRE tests (build tag spire): a real spire-server, a spire-agent per simulated VM, and the agent's broker mode.
+test-spire: test-deps ## Run the SPIRE tests (build tag spire): a real spire-server, a spire-agent per simulated VM, the agent's broker mode, and the SPIFFE end-to-end scenarios.
 	SPIRE_DIR="$$($(SPIRE_BUILD))" go test -tags spire -count=1 -parallel 4 -timeout $(SPIRE_TIMEOUT) -v ./test/spiretest/ ./internal/agent/
+	SPIRE_DIR="$$($(SPIRE_BUILD))" KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test -tags 'e2e spire' -count=1 -timeout $(E2E_TIMEOUT) -v -run SPIFFE ./test/e2e/
 
 .PHONY: dev
 dev: ## Run the whole loop locally (cmd/hyperfleet-dev); DEV_FLAGS passes flags, e.g. DEV_FLAGS="--jobs 10".

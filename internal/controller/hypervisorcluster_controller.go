@@ -28,6 +28,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
+	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -584,9 +585,15 @@ func (r *HypervisorClusterReconciler) reconcileSPIRE(ctx context.Context, cluste
 	if err != nil {
 		was := hfv1.FindCondition(cluster.Status.Conditions, hfv1.HypervisorClusterSPIREConnectedCondition)
 		msg := truncate(err.Error(), 1024)
-		setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterSPIREConnectedCondition, metav1.ConditionFalse, hfv1.SPIREUnavailableReason, msg)
-		if was == nil || was.Status != metav1.ConditionFalse {
-			r.Recorder.Event(cluster, corev1.EventTypeWarning, string(hfv1.SPIREUnavailableReason), msg)
+		// The client's reason when it has one (SPIRENotAdmin says what to
+		// fix), else SPIREUnavailable.
+		reason := hfv1.ConditionReason(errclass.ReasonOf(err))
+		if reason == "" || errclass.Classify(err) == errclass.ClassTransient {
+			reason = hfv1.SPIREUnavailableReason
+		}
+		setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterSPIREConnectedCondition, metav1.ConditionFalse, reason, msg)
+		if was == nil || was.Status != metav1.ConditionFalse || was.Reason != string(reason) {
+			r.Recorder.Event(cluster, corev1.EventTypeWarning, string(reason), msg)
 		}
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
+	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 )
 
 // A claim whose template attests with SPIRE (spec.attestation.method
@@ -71,6 +72,12 @@ func (r *MachineClaimReconciler) ensureIdentity(ctx context.Context, s *claimSco
 		ttl = jt.TTL.Duration
 	}
 	expires, err := r.Issuer.Issue(ctx, srv, claim, ttl)
+	if c := errclass.Classify(err); err != nil && (c == errclass.ClassPermanent || c == errclass.ClassConfiguration) {
+		// Not the server being away: an entry of ours taken by another
+		// identity, or a refused request. Said with the client's reason.
+		res, err := r.provisionError(ctx, s, fmt.Errorf("issue the VM's identity: %w", err))
+		return res, false, err
+	}
 	if err != nil {
 		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.SPIREUnavailableReason,
 			"Could not issue the VM's identity: "+err.Error())

@@ -3,7 +3,8 @@ package devenv
 import (
 	"context"
 	"fmt"
-	"time"
+	"os"
+	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,8 +12,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 
 // Objects returns the world's sample objects, in creation order: what a
@@ -72,22 +75,51 @@ func (w *World) Objects() ([]client.Object, error) {
 		},
 	}
 	if w.opts.SPIFFE {
+		// The samples' SPIFFE settings, so that the world runs what users
+		// copy: the join-token template's attestation, and the cluster's
+		// spec.spire with the world's own server.
+		var tmpl hfv1.HypervisorMachineTemplate
+		var cluster hfv1.HypervisorCluster
+		if err := readSample(sampleSPIFFETemplate, &tmpl); err != nil {
+			return nil, err
+		}
+		if err := readSample(sampleSPIRECluster, &cluster); err != nil {
+			return nil, err
+		}
+		if cluster.Spec.SPIRE == nil || tmpl.Spec.Attestation.Method != hfv1.AttestationJoinToken {
+			return nil, fmt.Errorf("devenv: %s has no spec.spire or %s does not attest with join-token", sampleSPIRECluster, sampleSPIFFETemplate)
+		}
 		for _, o := range objs {
 			switch o := o.(type) {
 			case *hfv1.HypervisorCluster:
-				o.Spec.SPIRE = &hfv1.SPIREConfig{
-					TrustDomain:         TrustDomain,
-					ServerAddress:       w.SPIRE.Address,
-					ServerAPI:           hfv1.SPIREServerAPI{AdminSocket: w.SPIRE.SocketPath},
-					AttestationDeadline: &metav1.Duration{Duration: 2 * time.Minute},
-				}
+				o.Spec.SPIRE = cluster.Spec.SPIRE.DeepCopy()
+				o.Spec.SPIRE.TrustDomain = TrustDomain
+				o.Spec.SPIRE.ServerAddress = w.SPIRE.Address
+				o.Spec.SPIRE.ServerAPI = hfv1.SPIREServerAPI{AdminSocket: w.SPIRE.SocketPath}
 			case *hfv1.HypervisorMachineTemplate:
-				o.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationJoinToken,
-					JoinToken: &hfv1.JoinTokenAttestation{TTL: &metav1.Duration{Duration: 10 * time.Minute}}}
+				o.Spec.Attestation = *tmpl.Spec.Attestation.DeepCopy()
 			}
 		}
 	}
 	return objs, nil
+}
+
+// The samples whose SPIFFE settings the world uses (config/samples).
+const (
+	sampleSPIFFETemplate = "hyperfleet_v1alpha1_hypervisormachinetemplate_spiffe.yaml"
+	sampleSPIRECluster   = "hyperfleet_v1alpha1_hypervisorcluster_token.yaml"
+)
+
+// readSample decodes a file of config/samples strictly into obj.
+func readSample(name string, obj any) error {
+	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "samples", name))
+	if err != nil {
+		return fmt.Errorf("devenv: sample: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(data, obj); err != nil {
+		return fmt.Errorf("devenv: sample %s: %w", name, err)
+	}
+	return nil
 }
 
 // agentSource is the template's: Operator with Options.AgentFromOperator.

@@ -110,11 +110,11 @@ func TestJobsRunUnderFaultsAndRestart(t *testing.T) {
 // startWorld starts a world of the scenarios' shape; options adjust it.
 func startWorld(t *testing.T, options ...func(*devenv.Options)) (*devenv.World, *watcher) {
 	t.Helper()
-	dir := t.TempDir()
-	opts := devenv.Options{Dir: dir, AgentBinary: agentBinary, MaxReplicas: maxReplicas, Progress: testWriter{t}}
+	opts := devenv.Options{Dir: t.TempDir(), AgentBinary: agentBinary, MaxReplicas: maxReplicas, Progress: testWriter{t}}
 	for _, o := range options {
 		o(&opts)
 	}
+	dir := opts.Dir
 	w, err := devenv.Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)

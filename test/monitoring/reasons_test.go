@@ -30,10 +30,10 @@ const apiDir = "api/v1alpha1"
 // errorReasonDirs are the packages whose errors carry the reasons that the
 // controllers put into conditions (docs/architecture.md, "Classified
 // errors"): the classification itself, the hypervisor side and each of its
-// implementations, the CI platform side and each of its back-ends, and the
-// controllers. The test doubles (pkg/provider/fake, providertest) are not
+// implementations, the CI platform side and each of its back-ends, the
+// SPIRE Server API client, and the controllers. The test doubles (pkg/provider/fake, providertest) are not
 // the product and are left out.
-var errorReasonDirs = []string{"pkg/errclass", "pkg/provider", "pkg/provider/*", "pkg/workload", "pkg/workload/*", "internal/controller"}
+var errorReasonDirs = []string{"pkg/errclass", "pkg/provider", "pkg/provider/*", "pkg/workload", "pkg/workload/*", "internal/controller", "internal/spire"}
 
 var errorReasonExcluded = []string{"pkg/provider/fake", "pkg/provider/providertest"}
 
