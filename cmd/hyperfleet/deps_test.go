@@ -21,7 +21,7 @@ import (
 // image; envtest even starts an API server.
 var testWorld = regexp.MustCompile(`simulator|envtest|devenv|spireworld|/testing$|^testing$` +
 	`|^github\.com/hyperfleet/hyperfleet/test/` +
-	`|^github\.com/hyperfleet/hyperfleet/(internal/testdeps|pkg/provider/fake|pkg/provider/providertest)$`)
+	`|^github\.com/hyperfleet/hyperfleet/(internal/testdeps|internal/identity/identitytest|pkg/provider/fake|pkg/provider/providertest)$`)
 
 // upstreamTestImports are testing packages a dependency links into every
 // binary that uses it, each with the only packages allowed to import it.

@@ -94,7 +94,7 @@ type bundleServer struct {
 }
 
 func (b bundleServer) X509Bundle(context.Context) (*x509bundle.Bundle, error) { return b.bundle, nil }
-func (bundleServer) Close() error                                            { return nil }
+func (bundleServer) Close() error                                             { return nil }
 
 // issuer mints fake credentials and records them as the real one does.
 type issuer struct {
@@ -182,7 +182,9 @@ func (w *world) call(t *testing.T, method string, peer []*x509.Certificate) (*ht
 	return rec, ref, resp
 }
 
-func count(reason string) float64 { return testutil.ToFloat64(metrics.BrokerRequests.WithLabelValues(reason)) }
+func count(reason string) float64 {
+	return testutil.ToFloat64(metrics.BrokerRequests.WithLabelValues(reason))
+}
 
 func TestBrokerDeliversOnceToTheClaimsVM(t *testing.T) {
 	claim := liveClaim("runner-1")

@@ -52,7 +52,8 @@ func (r *MachineClaimReconciler) ensureIdentity(ctx context.Context, s *claimSco
 	if err != nil {
 		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.SPIREUnavailableReason,
 			"New VMs wait for the SPIRE server: "+err.Error())
-		return ctrl.Result{RequeueAfter: r.backoff(claim)}, false, nil
+		// A wait, reported in the condition, not a failed reconcile.
+		return ctrl.Result{RequeueAfter: r.backoff(claim)}, false, nil //nolint:nilerr // the condition carries the error; the backoff paces the retries
 	}
 	if st == nil {
 		plan, err := identity.Plan(srv, claim)

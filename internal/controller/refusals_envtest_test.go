@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -66,11 +67,16 @@ func wantBuilt(t *testing.T, claim *hfv1.MachineClaim) {
 
 func updateTemplate(t *testing.T, tmpl *hfv1.HypervisorMachineTemplate, mutate func(*hfv1.HypervisorMachineTemplate)) {
 	t.Helper()
-	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(tmpl), tmpl); err != nil {
-		t.Fatal(err)
-	}
-	mutate(tmpl)
-	if err := env.Client.Update(context.Background(), tmpl); err != nil {
+	// The operator writes the template's status meanwhile: read again on
+	// a conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(tmpl), tmpl); err != nil {
+			return err
+		}
+		mutate(tmpl)
+		return env.Client.Update(context.Background(), tmpl)
+	})
+	if err != nil {
 		t.Fatalf("update template %s: %v", tmpl.Name, err)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
+	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
@@ -123,6 +124,8 @@ type operatorOptions struct {
 	backoff *scaling.Backoff
 	// stuckBounds replaces the manager's Stuck bounds (defaults: minutes).
 	stuckBounds *controller.StuckBounds
+	// spireDial replaces the SPIRE Server API client (identitytest).
+	spireDial identity.Dialer
 	// infoLogs logs at the binary's default level (info) instead of debug;
 	// benchmarks use it so that they measure what production does.
 	infoLogs bool
@@ -198,6 +201,7 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 	}
 	opts.Webhook, opts.ResyncInterval, opts.Clock, opts.MaxRetryDelay = o.webhook, o.resyncInterval, o.clock, o.maxRetryDelay
 	opts.AgentServer = o.agentServer
+	opts.SPIREDial = o.spireDial
 	opts.StuckBounds = o.stuckBounds
 	opts.ReplacementBackoff = o.backoff
 	comps, err := manager.Setup(ctx, mgr, opts)

@@ -1,125 +1,20 @@
-package identity
+package identity_test
 
 import (
 	"context"
-	"crypto/x509"
-	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
+	"github.com/hyperfleet/hyperfleet/internal/identity"
+	"github.com/hyperfleet/hyperfleet/internal/identity/identitytest"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
 )
-
-// fakeServer is an in-memory SPIRE Server API: tokens, entries and agents.
-// The real one is exercised by test/spiretest and the end-to-end tests;
-// this one checks what the issuer asks for, and in what order.
-type fakeServer struct {
-	td     spiffeid.TrustDomain
-	bundle *x509bundle.Bundle
-
-	mu      sync.Mutex
-	tokens  map[string]spiffeid.ID // token -> agent alias
-	entries map[string]spire.Entry // id -> entry
-	aliases map[spiffeid.ID]int    // alias entries by spiffe id
-	agents  map[spiffeid.ID]bool
-	bundles int
-	closed  bool
-	fail    error
-}
-
-func newFakeServer(t *testing.T, td string) *fakeServer {
-	t.Helper()
-	c, err := selfsigned.New("spire.invalid")
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := spiffeid.RequireTrustDomainFromString(td)
-	return &fakeServer{td: d, bundle: x509bundle.FromX509Authorities(d, []*x509.Certificate{c.Leaf}),
-		tokens: map[string]spiffeid.ID{}, entries: map[string]spire.Entry{}, aliases: map[spiffeid.ID]int{}, agents: map[spiffeid.ID]bool{}}
-}
-
-func (f *fakeServer) X509Bundle(context.Context) (*x509bundle.Bundle, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.bundles++
-	return f.bundle, f.fail
-}
-
-func (f *fakeServer) CreateJoinToken(_ context.Context, token string, ttl time.Duration, agentID spiffeid.ID) (time.Time, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.fail != nil {
-		return time.Time{}, f.fail
-	}
-	if _, ok := f.tokens[token]; !ok {
-		f.aliases[agentID]++
-	}
-	f.tokens[token] = agentID
-	return time.Unix(1_700_000_000, 0).Add(ttl), nil
-}
-
-func (f *fakeServer) EnsureEntry(_ context.Context, e spire.Entry) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.entries[e.ID] = e
-	return nil
-}
-
-func (f *fakeServer) DeleteEntries(_ context.Context, ids ...string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, id := range ids {
-		delete(f.entries, id)
-	}
-	return nil
-}
-
-func (f *fakeServer) DeleteEntriesBySPIFFEID(_ context.Context, id spiffeid.ID) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := f.aliases[id]
-	delete(f.aliases, id)
-	return n, nil
-}
-
-func (f *fakeServer) Agent(_ context.Context, id spiffeid.ID) (spire.Agent, bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return spire.Agent{ID: id}, f.agents[id], nil
-}
-
-func (f *fakeServer) DeleteAgent(_ context.Context, id spiffeid.ID) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.agents, id)
-	return nil
-}
-
-func (f *fakeServer) Close() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.closed = true
-	return nil
-}
-
-// attest marks token's agent attested, as spire-agent does with it.
-func (f *fakeServer) attest(token string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if _, ok := f.tokens[token]; ok {
-		f.agents[spire.JoinTokenAgentID(f.td, token)] = true
-		delete(f.tokens, token)
-	}
-}
 
 func cfg(td, socket string) hfv1.SPIREConfig {
 	return hfv1.SPIREConfig{TrustDomain: td, ServerAddress: "spire.example.org:8081", ServerAPI: hfv1.SPIREServerAPI{AdminSocket: socket}}
@@ -127,24 +22,20 @@ func cfg(td, socket string) hfv1.SPIREConfig {
 
 // registry returns a registry whose dials give the fake servers by trust
 // domain, counting dials.
-func registry(servers ...*fakeServer) (*Registry, *int) {
+func registry(servers ...*identitytest.Server) (*identity.Registry, *int) {
 	dials := 0
-	r := NewRegistry()
-	r.Dial = func(_ context.Context, c spire.Config) (ServerAPI, error) {
+	dial := identitytest.Dialer(servers...)
+	r := identity.NewRegistry()
+	r.Dial = func(ctx context.Context, c spire.Config) (identity.ServerAPI, error) {
 		dials++
-		for _, s := range servers {
-			if s.td == c.TrustDomain {
-				return s, nil
-			}
-		}
-		return nil, errors.New("no such server")
+		return dial(ctx, c)
 	}
 	return r, &dials
 }
 
 func TestRegistryConnectsOncePerConfiguration(t *testing.T) {
 	ctx := context.Background()
-	a, b := newFakeServer(t, "a.example"), newFakeServer(t, "b.example")
+	a, b := identitytest.NewServer(t, "a.example"), identitytest.NewServer(t, "b.example")
 	now := time.Unix(1_700_000_000, 0)
 	r, dials := registry(a, b)
 	r.Now = func() time.Time { return now }
@@ -156,33 +47,33 @@ func TestRegistryConnectsOncePerConfiguration(t *testing.T) {
 	// The same configuration again: the same connection, the bundle not
 	// read again within a minute.
 	s2, err := r.Connect(ctx, "c1", cfg("a.example", "/run/spire/a.sock"))
-	if err != nil || s2 != s1 || *dials != 1 || a.bundles != 1 {
-		t.Fatalf("second Connect: %v, same %v, dials %d, bundle reads %d", err, s2 == s1, *dials, a.bundles)
+	if err != nil || s2 != s1 || *dials != 1 || a.State().BundleReads != 1 {
+		t.Fatalf("second Connect: %v, same %v, dials %d, bundle reads %d", err, s2 == s1, *dials, a.State().BundleReads)
 	}
 	now = now.Add(2 * time.Minute)
-	if _, err := r.Connect(ctx, "c1", cfg("a.example", "/run/spire/a.sock")); err != nil || a.bundles != 2 {
-		t.Fatalf("after a minute the bundle is read again: %v, reads %d", err, a.bundles)
+	if _, err := r.Connect(ctx, "c1", cfg("a.example", "/run/spire/a.sock")); err != nil || a.State().BundleReads != 2 {
+		t.Fatalf("after a minute the bundle is read again: %v, reads %d", err, a.State().BundleReads)
 	}
 	// Another server API setting reconnects and closes the old one.
 	s3, err := r.Connect(ctx, "c1", cfg("a.example", "/run/spire/other.sock"))
-	if err != nil || s3 == s1 || *dials != 2 || !a.closed {
-		t.Fatalf("changed socket: %v, new %v, dials %d, old closed %v", err, s3 != s1, *dials, a.closed)
+	if err != nil || s3 == s1 || *dials != 2 || !a.State().Closed {
+		t.Fatalf("changed socket: %v, new %v, dials %d, old closed %v", err, s3 != s1, *dials, a.State().Closed)
 	}
 	// A second trust domain; both bundles verify.
 	if _, err := r.Connect(ctx, "c2", cfg("b.example", "/run/spire/b.sock")); err != nil {
 		t.Fatal(err)
 	}
 	set := r.Bundles()
-	for _, td := range []spiffeid.TrustDomain{a.td, b.td} {
+	for _, td := range []spiffeid.TrustDomain{a.TD, b.TD} {
 		if _, ok := set.Get(td); !ok {
 			t.Errorf("Bundles lacks %s", td)
 		}
 	}
-	if s, ok := r.ByTrustDomain(b.td); !ok || s.Cluster != "c2" {
-		t.Errorf("ByTrustDomain(%s) = %v, %v", b.td, s, ok)
+	if s, ok := r.ByTrustDomain(b.TD); !ok || s.Cluster != "c2" {
+		t.Errorf("ByTrustDomain(%s) = %v, %v", b.TD, s, ok)
 	}
 	r.Remove("c2")
-	if _, ok := r.Server("c2"); ok || !b.closed {
+	if _, ok := r.Server("c2"); ok || !b.State().Closed {
 		t.Error("Remove kept the server or did not close it")
 	}
 }
@@ -190,9 +81,9 @@ func TestRegistryConnectsOncePerConfiguration(t *testing.T) {
 func TestRegistryRefusesAWrongTrustDomain(t *testing.T) {
 	// The socket leads to a server of another trust domain than
 	// spec.spire says: its bundle must not verify this cluster's VMs.
-	other := newFakeServer(t, "other.example")
-	r := NewRegistry()
-	r.Dial = func(context.Context, spire.Config) (ServerAPI, error) { return other, nil }
+	other := identitytest.NewServer(t, "other.example")
+	r := identity.NewRegistry()
+	r.Dial = func(context.Context, spire.Config) (identity.ServerAPI, error) { return other, nil }
 	_, err := r.Connect(context.Background(), "c1", cfg("a.example", "/run/spire/a.sock"))
 	if err == nil || !strings.Contains(err.Error(), "fix spec.spire.trustDomain") {
 		t.Fatalf("Connect = %v, want a trust domain mismatch naming the field", err)
@@ -208,19 +99,20 @@ func claim(uid string) *hfv1.MachineClaim {
 
 func TestIssueAttestRelease(t *testing.T) {
 	ctx := context.Background()
-	fs := newFakeServer(t, "example.org")
+	fs := identitytest.NewServer(t, "example.org")
+	fs.Now = func() time.Time { return time.Unix(1_700_000_000, 0) }
 	r, _ := registry(fs)
 	srv, err := r.Connect(ctx, "c1", cfg("example.org", "/run/spire/api.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	key := make([]byte, 32)
-	iss := &Issuer{Key: key, AgentUID: 0}
+	iss := &identity.Issuer{Key: key, AgentUID: 0}
 	c := claim("-1")
 	if _, err := iss.Issue(ctx, srv, c, time.Minute); err == nil {
 		t.Fatal("Issue without a recorded identity succeeded")
 	}
-	plan, err := Plan(srv, c)
+	plan, err := identity.Plan(srv, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,10 +134,11 @@ func TestIssueAttestRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	token, _ := iss.Token(c)
-	if len(fs.tokens) != 1 || fs.tokens[token].String() != plan.NodeID || fs.aliases[fs.tokens[token]] != 1 {
-		t.Fatalf("tokens %v aliases %v", fs.tokens, fs.aliases)
+	st := fs.State()
+	if len(st.Tokens) != 1 || st.Tokens[token].String() != plan.NodeID || st.Aliases[st.Tokens[token]] != 1 {
+		t.Fatalf("tokens %v aliases %v", st.Tokens, st.Aliases)
 	}
-	e := fs.entries[plan.EntryID]
+	e := st.Entries[plan.EntryID]
 	if e.SPIFFEID.String() != plan.SPIFFEID || e.ParentID.String() != plan.NodeID || len(e.Selectors) != 1 || e.Selectors[0].String() != "unix:uid:0" {
 		t.Fatalf("entry %+v", e)
 	}
@@ -257,7 +150,7 @@ func TestIssueAttestRelease(t *testing.T) {
 	if ok, err := iss.Attested(ctx, srv, c); err != nil || ok {
 		t.Fatalf("Attested before the agent attested: %v, %v", ok, err)
 	}
-	fs.attest(token)
+	fs.Attest(token)
 	if ok, err := iss.Attested(ctx, srv, c); err != nil || !ok {
 		t.Fatalf("Attested after the agent attested: %v, %v", ok, err)
 	}
@@ -265,8 +158,8 @@ func TestIssueAttestRelease(t *testing.T) {
 	if err := iss.Release(ctx, srv, c); err != nil {
 		t.Fatal(err)
 	}
-	if len(fs.entries) != 0 || len(fs.aliases) != 0 || len(fs.agents) != 0 {
-		t.Errorf("left after Release: entries %v aliases %v agents %v", fs.entries, fs.aliases, fs.agents)
+	if st := fs.State(); len(st.Entries) != 0 || len(st.Aliases) != 0 || len(st.Agents) != 0 {
+		t.Errorf("left after Release: entries %v aliases %v agents %v", st.Entries, st.Aliases, st.Agents)
 	}
 	if err := iss.Release(ctx, srv, c); err != nil {
 		t.Errorf("a second Release: %v", err)
@@ -277,15 +170,15 @@ func TestIssuerRefusesAnEditedIdentity(t *testing.T) {
 	// status.identity is only as trustworthy as who can write the claim's
 	// status: an identity naming another claim's entry is never acted on.
 	ctx := context.Background()
-	fs := newFakeServer(t, "example.org")
+	fs := identitytest.NewServer(t, "example.org")
 	r, _ := registry(fs)
 	srv, err := r.Connect(ctx, "c1", cfg("example.org", "/run/spire/api.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	iss := &Issuer{Key: make([]byte, 32)}
+	iss := &identity.Issuer{Key: make([]byte, 32)}
 	victim, c := claim("-victim"), claim("-1")
-	plan, _ := Plan(srv, victim)
+	plan, _ := identity.Plan(srv, victim)
 	c.Status.Identity = plan
 	for name, f := range map[string]func() error{
 		"Issue":   func() error { _, err := iss.Issue(ctx, srv, c, time.Minute); return err },
@@ -295,10 +188,10 @@ func TestIssuerRefusesAnEditedIdentity(t *testing.T) {
 			t.Errorf("%s with another claim's identity: %v", name, err)
 		}
 	}
-	if len(fs.tokens) != 0 || len(fs.entries) != 0 {
-		t.Errorf("created for an edited identity: tokens %v entries %v", fs.tokens, fs.entries)
+	if st := fs.State(); len(st.Tokens) != 0 || len(st.Entries) != 0 {
+		t.Errorf("created for an edited identity: tokens %v entries %v", st.Tokens, st.Entries)
 	}
-	if _, err := (&Issuer{}).Token(c); err == nil {
+	if _, err := (&identity.Issuer{}).Token(c); err == nil {
 		t.Error("an issuer without a key derived a token")
 	}
 }

@@ -89,6 +89,9 @@ type Options struct {
 	// systemd unit). Only the local test world, whose simulated VMs are
 	// the developer's processes, sets another.
 	SPIREAgentUID int
+	// SPIREDial connects to SPIRE servers; nil: the real Server API client
+	// (internal/spire). Tests put an in-memory server here.
+	SPIREDial identity.Dialer
 }
 
 // WorkloadStandIn stands in for the CI platforms' accounts (see
@@ -201,6 +204,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	// ownership key (internal/identity) and fetch their credential from
 	// the broker on the agent server.
 	identities := identity.NewRegistry()
+	identities.Dial = opts.SPIREDial
 	issuer := &identity.Issuer{Key: opts.Signer.DerivedKey("spire join token"), AgentUID: opts.SPIREAgentUID}
 	var credBroker *broker.Broker
 	if iss, ok := ci.bootstrap.(broker.Issuer); ok && opts.AgentServer != nil {
