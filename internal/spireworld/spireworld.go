@@ -14,7 +14,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -39,7 +38,7 @@ const BuildScript = "hack/spire/build.sh"
 
 // StartTimeout bounds how long a server may take to answer on its admin
 // socket.
-const StartTimeout = time.Minute
+const StartTimeout = 2 * time.Minute
 
 var (
 	dirOnce sync.Once
@@ -369,15 +368,4 @@ func WriteFile(path string, content []byte) error {
 		return fmt.Errorf("spireworld: %w", err)
 	}
 	return nil
-}
-
-// errNotStarted is returned for a server that failed to start.
-var errNotStarted = errors.New("spireworld: the server is not running")
-
-// Running reports an error when the server's process has exited.
-func (s *Server) Running() error {
-	if s == nil || s.proc == nil {
-		return errNotStarted
-	}
-	return s.proc.ExitErr()
 }

@@ -3,6 +3,7 @@ package spiretest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -33,7 +34,7 @@ type Agent struct {
 const agentConfig = `agent {
 	data_dir = %q
 	server_address = %q
-	server_port = %d
+	server_port = %s
 	socket_path = %q
 	trust_bundle_path = %q
 	trust_domain = %q
@@ -68,8 +69,12 @@ func StartAgent(t testing.TB, server *Server, joinToken string) *Agent {
 	data := filepath.Join(dir, "data")
 	a := &Agent{Dir: dir, SocketPath: filepath.Join(socketDir(t), "agent.sock")}
 	conf := filepath.Join(dir, "agent.conf")
+	host, port, err := net.SplitHostPort(server.Address)
+	if err != nil {
+		t.Fatal(err)
+	}
 	writeFile(t, conf, fmt.Appendf(nil, agentConfig,
-		data, server.addr.IP.String(), server.addr.Port, a.SocketPath, server.BundlePath, server.TrustDomain, data))
+		data, host, port, a.SocketPath, server.BundlePath, server.TrustDomain, data))
 	a.proc = startProcess(t, "spire-agent", filepath.Join(dir, "agent.log"), bin,
 		"run", "-config", conf, "-joinToken", joinToken)
 	return a
@@ -98,30 +103,30 @@ func (a *Agent) WaitX509SVID(ctx context.Context) (*x509svid.SVID, error) {
 		if err == nil {
 			return svid, nil
 		}
-		if exit := a.proc.exitErr(); exit != nil {
+		if exit := a.proc.ExitErr(); exit != nil {
 			return nil, fmt.Errorf("%w (last Workload API answer: %w)", exit, err)
 		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("no X509-SVID from %s: %w (last answer: %w)", a.SocketPath, ctx.Err(), err)
-		case <-a.proc.done:
+		case <-a.proc.Done():
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }
 
 // Stop stops the agent (t.Cleanup does it too).
-func (a *Agent) Stop() { a.proc.stop() }
+func (a *Agent) Stop() { a.proc.Stop() }
 
 // Exited is closed when the agent process has exited; ExitErr then says
 // how.
-func (a *Agent) Exited() <-chan struct{} { return a.proc.done }
+func (a *Agent) Exited() <-chan struct{} { return a.proc.Done() }
 
 // ExitErr is nil while the agent runs, else how it ended.
-func (a *Agent) ExitErr() error { return a.proc.exitErr() }
+func (a *Agent) ExitErr() error { return a.proc.ExitErr() }
 
 // Log returns the agent's log so far.
-func (a *Agent) Log() string { return a.proc.log() }
+func (a *Agent) Log() string { return a.proc.Log() }
 
 // StartWorkloadAgent gives this test process the SPIFFE ID workloadPath
 // (a path in the server's trust domain): it creates a join token for an

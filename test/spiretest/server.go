@@ -4,12 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"net"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,28 +17,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/hyperfleet/hyperfleet/internal/spireworld"
 )
 
-// StartTimeout bounds how long StartServer waits for the server's admin API
-// to answer: generous, for a CI machine's two loaded cores.
-var StartTimeout = 2 * time.Minute
-
-// Server is a running spire-server.
+// Server is a running spire-server (internal/spireworld) with Server API
+// clients on its admin socket.
 type Server struct {
-	// TrustDomain is the server's trust domain, e.g. example.org.
-	TrustDomain string
-	// Dir holds the configuration, the data (datastore, keys) and the log.
-	Dir string
-	// SocketPath is the admin API's unix socket: every caller on it is an
-	// administrator of the Server API.
-	SocketPath string
-	// Address is the loopback host:port agents attest and sync to.
-	Address string
-	// Bundle is the trust domain's X.509 authorities (PEM) when the server
-	// started; agents get it as their bootstrap bundle.
-	Bundle []byte
-	// BundlePath is a file holding Bundle.
-	BundlePath string
+	*spireworld.Server
 
 	// Conn reaches the Server API over SocketPath; Agents, Entries and
 	// Bundles are its clients.
@@ -50,69 +32,16 @@ type Server struct {
 	Agents  agentv1.AgentClient
 	Entries entryv1.EntryClient
 	Bundles bundlev1.BundleClient
-
-	addr *net.TCPAddr
-	proc *process
 }
-
-// serverConfig is spire-server's configuration: one trust domain, the
-// sqlite datastore and disk key manager in the data directory, the
-// join_token node attestor, the admin API on a unix socket and the agent
-// API on a loopback port (where callers in admin_ids, if any, administer it
-// too).
-const serverConfig = `server {
-	bind_address = %q
-	bind_port = %d
-	socket_path = %q
-	trust_domain = %q
-	data_dir = %q
-	log_level = "INFO"
-	default_x509_svid_ttl = "1h"
-	default_jwt_svid_ttl = "5m"
-%s}
-
-plugins {
-	DataStore "sql" {
-		plugin_data {
-			database_type = "sqlite3"
-			connection_string = %q
-		}
-	}
-	KeyManager "disk" {
-		plugin_data {
-			keys_path = %q
-		}
-	}
-	NodeAttestor "join_token" {
-		plugin_data {}
-	}
-}
-`
 
 // ServerOption changes the server StartServer configures.
-type ServerOption func(*serverOptions)
-
-type serverOptions struct {
-	adminIDs []string
-}
+type ServerOption func(*spireworld.ServerOptions)
 
 // WithAdminIDs lists SPIFFE IDs in the server's admin_ids: a caller that
 // presents an X509-SVID with one of them on the server's TCP port is an
 // administrator, as a caller on the admin socket is.
 func WithAdminIDs(ids ...string) ServerOption {
-	return func(o *serverOptions) { o.adminIDs = append(o.adminIDs, ids...) }
-}
-
-// configLines renders the options as lines of the server block.
-func (o serverOptions) configLines() string {
-	if len(o.adminIDs) == 0 {
-		return ""
-	}
-	quoted := make([]string, len(o.adminIDs))
-	for i, id := range o.adminIDs {
-		quoted[i] = strconv.Quote(id)
-	}
-	return "\tadmin_ids = [" + strings.Join(quoted, ", ") + "]\n"
+	return func(o *spireworld.ServerOptions) { o.AdminIDs = append(o.AdminIDs, ids...) }
 }
 
 // StartServer starts a spire-server for trustDomain on a free loopback
@@ -120,78 +49,22 @@ func (o serverOptions) configLines() string {
 // that does not start fails the test, with its log.
 func StartServer(t testing.TB, trustDomain string, opts ...ServerOption) *Server {
 	t.Helper()
-	var o serverOptions
+	SpireDir(t) // a missing binary fails here, with the reason
+	o := spireworld.ServerOptions{TrustDomain: trustDomain, Dir: t.TempDir()}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	bin := filepath.Join(SpireDir(t), "spire-server")
-	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	addr := freeLoopbackAddress(t)
-	s := &Server{
-		TrustDomain: trustDomain,
-		Dir:         dir,
-		SocketPath:  filepath.Join(socketDir(t), "server.sock"),
-		Address:     addr.String(),
-		addr:        addr,
-		BundlePath:  filepath.Join(dir, "bundle.pem"),
-	}
-	conf := filepath.Join(dir, "server.conf")
-	writeFile(t, conf, fmt.Appendf(nil, serverConfig,
-		addr.IP.String(), addr.Port, s.SocketPath, trustDomain, data, o.configLines(),
-		filepath.Join(data, "datastore.sqlite3"), filepath.Join(data, "keys.json")))
-
-	s.proc = startProcess(t, "spire-server", filepath.Join(dir, "server.log"), bin, "run", "-config", conf)
-	conn, err := grpc.NewClient("unix://"+s.SocketPath, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	ws, err := spireworld.StartServer(context.Background(), o)
 	if err != nil {
-		t.Fatalf("creating a Server API client for %s: %v", s.SocketPath, err)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopAndDump(t, "spire-server", filepath.Join(o.Dir, "server.log"), ws.Process()); ws.Stop() })
+	conn, err := grpc.NewClient("unix://"+ws.SocketPath, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("creating a Server API client for %s: %v", ws.SocketPath, err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	s.Conn = conn
-	s.Agents = agentv1.NewAgentClient(conn)
-	s.Entries = entryv1.NewEntryClient(conn)
-	s.Bundles = bundlev1.NewBundleClient(conn)
-
-	bundle, err := s.waitForBundle(StartTimeout)
-	if err != nil {
-		t.Fatalf("spire-server did not start: %v\nspire-server log:\n%s", err, s.proc.log())
-	}
-	s.Bundle = bundle
-	writeFile(t, s.BundlePath, bundle)
-	return s
-}
-
-// waitForBundle asks the admin API for the trust domain's bundle until it
-// answers, the process exits or timeout passes, and returns the bundle's
-// X.509 authorities as PEM.
-func (s *Server) waitForBundle(timeout time.Duration) ([]byte, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		b, err := s.Bundles.GetBundle(ctx, &bundlev1.GetBundleRequest{})
-		cancel()
-		if err == nil {
-			return bundlePEM(b)
-		}
-		if exit := s.proc.exitErr(); exit != nil {
-			return nil, exit
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("no answer from the admin API at %s within %s: %w", s.SocketPath, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-func bundlePEM(b *types.Bundle) ([]byte, error) {
-	if len(b.GetX509Authorities()) == 0 {
-		return nil, fmt.Errorf("the bundle of %s has no X.509 authority", b.GetTrustDomain())
-	}
-	var out []byte
-	for _, a := range b.GetX509Authorities() {
-		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.GetAsn1()})...)
-	}
-	return out, nil
+	return &Server{Server: ws, Conn: conn, Agents: agentv1.NewAgentClient(conn), Entries: entryv1.NewEntryClient(conn), Bundles: bundlev1.NewBundleClient(conn)}
 }
 
 // JWKS returns the trust domain's JWT authorities, the keys JWT-SVIDs are
@@ -264,11 +137,8 @@ func (s *Server) CreateEntries(ctx context.Context, entries ...*types.Entry) err
 // Stop stops the server (t.Cleanup does it too).
 func (s *Server) Stop() {
 	_ = s.Conn.Close()
-	s.proc.stop()
+	s.Server.Stop()
 }
 
 // Exited is closed when the server process has exited.
-func (s *Server) Exited() <-chan struct{} { return s.proc.done }
-
-// Log returns the server's log so far.
-func (s *Server) Log() string { return s.proc.log() }
+func (s *Server) Exited() <-chan struct{} { return s.Process().Done() }
