@@ -268,3 +268,18 @@ func (r *HypervisorMachineTemplateReconciler) checkIdentity(tmpl *hfv1.Hyperviso
 	}
 	return "", ""
 }
+
+// poweredOff is the end of a claim whose VM powered off. A VM that attests
+// and powers off before its agent attested gave up on its join token (the
+// agent exits with code 9 when SPIRE refuses it: used, expired, or the
+// server unreachable until its deadline): the claim says so rather than
+// only that the VM went off.
+func (r *MachineClaimReconciler) poweredOff(claim *hfv1.MachineClaim, msg string) claimEnd {
+	if st := claim.Status.Identity; st != nil && st.JoinTokenCreatedAt != nil && st.AttestedAt == nil {
+		msg += " before its spire-agent attested: the VM's agent gave up on its join token (exit code 9: refused as used or expired, or the SPIRE server at spec.spire.serverAddress unreachable); its console says which"
+		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationFailedReason, msg)
+		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.AttestationFailedReason), msg)
+		return claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.AttestationFailedReason, message: msg}
+	}
+	return claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMPoweredOffReason, message: msg}
+}

@@ -421,6 +421,9 @@ func (w *World) startProxmox() error {
 	return nil
 }
 
+// Dir is the world's directory (Options.Dir): kubeconfig, logs, guests.
+func (w *World) Dir() string { return w.opts.Dir }
+
 // simLogger writes a simulator's log to <Dir>/<name>.log.
 func (w *World) simLogger(name string) *slog.Logger {
 	f, err := os.Create(filepath.Join(w.opts.Dir, name+".log"))

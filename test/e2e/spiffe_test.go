@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -22,10 +23,12 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/broker"
 	"github.com/hyperfleet/hyperfleet/internal/devenv"
+	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
 	"github.com/hyperfleet/hyperfleet/internal/spireworld"
+	"github.com/hyperfleet/hyperfleet/test/spiretest"
 )
 
 // These scenarios run the loop with SPIFFE identities (make test-spire):
@@ -326,4 +329,77 @@ func claimEvents(t *testing.T, w *devenv.World) map[string]map[string]string {
 		out[e.InvolvedObject.Name][e.Reason] = e.Message
 	}
 	return out
+}
+
+// TestSPIFFEReusedJoinToken: a VM whose join token was used before it
+// started (here by another agent while the VM was cloned, which the test
+// then deletes) is refused
+// by SPIRE; its agent gives up and powers the VM off, and the claim ends
+// with AttestationFailed, its entries released, no credential issued. The
+// pool's next VM runs the job.
+func TestSPIFFEReusedJoinToken(t *testing.T) {
+	w, watch, _ := startSPIFFEWorld(t)
+	ctx := context.Background()
+	w.Proxmox.SetLatency(slowClone())
+	if _, err := w.EnqueueJobs(1, jobDuration); err != nil {
+		t.Fatal(err)
+	}
+	// The token is derived from the claim's UID and the install's key,
+	// as the operator derives it: read the key as the operator does.
+	signer, err := manager.LoadOrCreateSigner(ctx, w.API.Client, manager.SignerOptions{Namespace: devenv.SystemNamespace, Name: "hyperfleet-ownership"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var token string
+	eventually(t, 2*time.Minute, "a claim's join token issued while its VM is cloned", func() error {
+		var list hfv1.MachineClaimList
+		if err := w.API.Client.List(ctx, &list, client.InNamespace(devenv.Namespace)); err != nil {
+			return err
+		}
+		for _, c := range list.Items {
+			if id := c.Status.Identity; id != nil && id.JoinTokenCreatedAt != nil && !hfv1.IsConditionTrue(c.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+				token = spire.DeriveJoinToken(signer.DerivedKey("spire join token"), string(c.UID), 1)
+				return nil
+			}
+		}
+		return errors.New("none yet")
+	})
+	// Another agent spends the token before the VM boots; deleting it
+	// afterwards leaves the server with no agent for the VM.
+	thief := spiretest.StartAgent(t, &spiretest.Server{Server: w.SPIRE}, token)
+	waitCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := thief.WaitX509SVID(waitCtx); err != nil {
+		t.Fatalf("the test's agent did not attest with the VM's token: %v", err)
+	}
+	c, err := spire.Dial(ctx, spire.Config{TrustDomain: spiffeid.RequireTrustDomainFromString(devenv.TrustDomain), AdminSocket: w.SPIRE.SocketPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	if err := c.DeleteAgent(ctx, spire.JoinTokenAgentID(spiffeid.RequireTrustDomainFromString(devenv.TrustDomain), token)); err != nil {
+		t.Fatal(err)
+	}
+	thief.Stop()
+	w.Proxmox.SetLatency(quick())
+
+	eventually(t, 3*time.Minute, "the claim of the reused token ended with AttestationFailed and released its identity", func() error {
+		for name, reasons := range claimEvents(t, w) {
+			if strings.Contains(reasons[string(hfv1.AttestationFailedReason)], "before its spire-agent attested") && reasons["IdentityReleased"] != "" {
+				if d, ok := reasons["CredentialDelivered"]; ok {
+					return fmt.Errorf("claim %s got a credential: %s", name, d)
+				}
+				return nil
+			}
+		}
+		return errors.New("not yet")
+	})
+	waitDone(t, w, 5*time.Minute)
+	watch.stop()
+	eventually(t, time.Minute, "nothing left on the SPIRE server", func() error {
+		if left := spireLeftovers(t, w); len(left) > 0 {
+			return fmt.Errorf("%s", strings.Join(left, "; "))
+		}
+		return nil
+	})
 }
