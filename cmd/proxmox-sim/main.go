@@ -17,8 +17,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
