@@ -35,6 +35,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -52,11 +53,38 @@ import (
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 )
 
 // PathPrefix is the URL path under which binaries are served.
 const PathPrefix = "/agent/v1/"
+
+// PowerOffPath is where VMs announce their power-off (POST, bearer token of
+// their claim, the claim's agentconfig.ClaimRef as JSON).
+const PowerOffPath = "/hints/v1/power-off"
+
+// Errors a PowerOffReceiver returns, mapped to answers.
+var (
+	// ErrBadToken: the token is not the claim's (401). Nothing else was
+	// looked at.
+	ErrBadToken = errors.New("the token is not this claim's power-off token")
+	// ErrRetry: this replica cannot take the notice now (it is not the
+	// leader); 503 with Retry-After, the VM's agent retries.
+	ErrRetry = errors.New("this replica cannot take power-off notices now")
+)
+
+// PowerOffReceiver takes VMs' power-off notices (docs/architecture.md,
+// "Power-off hints").
+type PowerOffReceiver interface {
+	// PowerOffNotice verifies token for claim first, without any other
+	// work (ErrBadToken), then treats the notice as a hint about the
+	// claim's VM. Any other error is answered 500.
+	PowerOffNotice(ctx context.Context, claim agentconfig.ClaimRef, token string) error
+}
+
+// maxNoticeBytes bounds a power-off notice's body.
+const maxNoticeBytes = 1 << 10
 
 // FilePrefix starts every agent binary's file name:
 // hyperfleet-agent-<os>-<arch>.
@@ -119,6 +147,9 @@ type Options struct {
 	ShutdownTimeout time.Duration
 	// Logger logs; the zero value discards.
 	Logger logr.Logger
+
+	// PowerOff, when set, receives power-off notices at PowerOffPath.
+	PowerOff PowerOffReceiver
 }
 
 // binary is one served file: opened and hashed once.
@@ -324,8 +355,57 @@ func (s *Server) Addr() net.Addr {
 // Ready is closed once the server listens, or failed to start.
 func (s *Server) Ready() <-chan struct{} { return s.ready }
 
-// Handler serves the binaries and their checksums under PathPrefix.
-func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serve) }
+// Handler serves the binaries and their checksums under PathPrefix, and
+// power-off notices at PowerOffPath when Options.PowerOff is set.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == PowerOffPath && s.opts.PowerOff != nil {
+			s.servePowerOff(w, r)
+			return
+		}
+		s.serve(w, r)
+	})
+}
+
+// PowerOffURL is the URL VMs announce their power-off at, empty without a
+// PowerOffReceiver.
+func (s *Server) PowerOffURL() string {
+	if s.opts.PowerOff == nil {
+		return ""
+	}
+	return s.base + PowerOffPath
+}
+
+// servePowerOff takes one power-off notice. The token is checked before
+// anything else; the answer says only accepted, refused or retry.
+func (s *Server) servePowerOff(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		http.Error(w, "power-off notices are POSTed", http.StatusMethodNotAllowed)
+		return
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	var claim agentconfig.ClaimRef
+	if !ok || token == "" || json.NewDecoder(http.MaxBytesReader(w, r.Body, maxNoticeBytes)).Decode(&claim) != nil {
+		http.Error(w, "a power-off notice is the claim's {namespace, name, uid} as JSON with its bearer token", http.StatusBadRequest)
+		return
+	}
+	err := s.opts.PowerOff.PowerOffNotice(r.Context(), claim, token)
+	switch {
+	case err == nil:
+		w.WriteHeader(http.StatusAccepted)
+	case errors.Is(err, ErrBadToken):
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+	case errors.Is(err, ErrRetry):
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "retry", http.StatusServiceUnavailable)
+	default:
+		s.opts.Logger.Error(err, "Power-off notice", "namespace", claim.Namespace, "name", claim.Name)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+	}
+}
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
