@@ -29,8 +29,8 @@ const (
 // since guests are processes on it (the template's runner is linux/x64).
 const agentPlatform = "linux-amd64"
 
-// agentTLSFiles are the agent server's serving certificate, key and CA
-// (Options.AgentFromOperator), as a kubernetes.io/tls Secret holds them.
+// agentTLSFiles are the agent server's serving certificate, key and CA,
+// as a kubernetes.io/tls Secret holds them.
 type agentTLSFiles struct {
 	certFile, keyFile, caFile string
 }
@@ -38,9 +38,6 @@ type agentTLSFiles struct {
 // writeAgentServerCert creates the agent server's certificate for
 // 127.0.0.1, where the guests reach it.
 func (w *World) writeAgentServerCert() error {
-	if !w.opts.AgentFromOperator {
-		return nil
-	}
 	c, err := selfsigned.New("127.0.0.1", "localhost")
 	if err != nil {
 		return fmt.Errorf("devenv: agent server certificate: %w", err)
@@ -83,10 +80,12 @@ func (w *World) guestScript() string {
 	return `agent="$HF_AGENT_BINARY"; ` + runAgent
 }
 
-// inProcessAgentServer is the in-process operator's agent server with
-// AgentFromOperator: it serves AgentBinary on a free loopback port.
+// inProcessAgentServer is the in-process operator's agent server: it
+// serves AgentBinary on a free loopback port (to guests with
+// AgentFromOperator) and takes every guest's power-off notice
+// (docs/architecture.md, "Power-off hints").
 func (w *World) inProcessAgentServer() (*manager.AgentServerOptions, error) {
-	if !w.opts.AgentFromOperator {
+	if w.opts.AgentBinary == "" {
 		return nil, nil
 	}
 	dir := filepath.Join(w.opts.Dir, "agent-binaries")
