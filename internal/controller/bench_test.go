@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
@@ -42,14 +43,18 @@ import (
 //     claim gone (the claim's deletion as a watch sees it), for 100 VMs
 //     powering off at once (target p99 < 10 s), split into
 //     poweroff-detect (-> the operator's confirming status read of the
-//     VM) and poweroff-destroy (-> its destroy request);
+//     VM) and poweroff-destroy (-> its destroy request), and into
+//     poweroff-hinted (half of the VMs announce their power-off as the
+//     agent does) and poweroff-listing (the others, found by the listing);
 //   - webhook-clone-p50/p95/p99-ms: a job queued on GitHub (its
 //     workflow_job webhook sent) -> the clone request of the VM its
 //     RunnerPool creates for it, one job at a time (target p95 < 250 ms).
 //
 // Each cluster is its own simulator with short task latencies and the
 // operator's default clone limits; the clusters poll every 5 s (the
-// default) and the simulators refresh /cluster/resources every 2 s.
+// default) and the simulators refresh /cluster/resources every 10 s, as
+// Proxmox does (the realistic preset's refresh). HF_BENCH_SIZE=2x10 runs
+// 2 clusters of 10 claims.
 // Setup (1,000 VMs) is not timed. Run with -benchtime 1x.
 //
 // A probe (a claim or a job) is sent once no clone runs on its cluster
@@ -66,11 +71,24 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 		// A quick variant for investigating the overhead path alone.
 		clusters, perCluster = 2, 1
 	}
+	if v := os.Getenv("HF_BENCH_SIZE"); v != "" {
+		// <clusters>x<claims per cluster>, e.g. 2x10 for a quick look at
+		// the power-off paths.
+		if _, err := fmt.Sscanf(v, "%dx%d", &clusters, &perCluster); err != nil || clusters < 1 || perCluster < 1 {
+			b.Fatalf("HF_BENCH_SIZE=%q: want <clusters>x<claims per cluster>", v)
+		}
+	}
+	// Proxmox's own status refresh (pvestatd, every 10 s): what power-off
+	// detection is up against on a real cluster.
+	realistic, err := proxmoxsim.Preset(proxmoxsim.PresetRealistic)
+	if err != nil {
+		b.Fatal(err)
+	}
 	sims := make([]*simulator, clusters)
 	for i := range sims {
 		sims[i] = startSim(b, func(c *proxmoxsim.Config) {
 			c.Nodes[0].Memory, c.Nodes[0].CPUs = 4<<40, 1024
-			c.RefreshInterval = proxmoxsim.Duration(2 * time.Second)
+			c.RefreshInterval = realistic.RefreshInterval
 			c.Guest.AddressRange = "10.99.0.1-10.99.3.250"
 			c.Guest.Prefix = 22
 		})
@@ -197,6 +215,10 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 			claim *hfv1.MachineClaim
 			vmid  int
 			off   time.Time
+			// hinted VMs announce their power-off as the agent does
+			// (docs/architecture.md, "Power-off hints"); the others are
+			// left to the listing.
+			hinted bool
 		}
 		var victims []victim
 		for ci, f := range fixtures {
@@ -210,14 +232,24 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 				if c.Status.Phase != hfv1.MachineClaimBootstrapping || !strings.HasPrefix(c.Name, "load-") || n == 10 {
 					continue
 				}
+				hinted := n%2 == 0
+				if hinted {
+					// The agent's notice, as its HTTPS handler passes it on
+					// (the endpoint itself: TestPowerOffHintEndsClaimBeforeListingRefresh),
+					// right before the power-off.
+					ref := agentconfig.ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)}
+					if err := op.components.PowerOffNotices.PowerOffNotice(context.Background(), ref, testSigner.PowerOffToken(c.Namespace, c.Name, string(c.UID))); err != nil {
+						b.Fatal(err)
+					}
+				}
 				if err := sims[ci].GuestPowerOff(int(c.Status.VMRef.VMID)); err != nil {
 					b.Fatal(err)
 				}
-				victims = append(victims, victim{claim: c, vmid: int(c.Status.VMRef.VMID), off: time.Now()})
+				victims = append(victims, victim{claim: c, vmid: int(c.Status.VMRef.VMID), off: time.Now(), hinted: hinted})
 				n++
 			}
 		}
-		var poweroff, detect, destroy []time.Duration
+		var poweroff, detect, destroy, hintedOff, listingOff []time.Duration
 		eventually(b, 5*time.Minute, "powered-off claims gone", func() error {
 			left := 0
 			for _, v := range victims {
@@ -238,6 +270,11 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 		for _, v := range victims {
 			at, _ := gone.at(v.claim.UID)
 			poweroff = append(poweroff, at.Sub(v.off))
+			if v.hinted {
+				hintedOff = append(hintedOff, at.Sub(v.off))
+			} else {
+				listingOff = append(listingOff, at.Sub(v.off))
+			}
 			if t, ok := steps.first(v.claim.Status.VMRef.HypervisorCluster, v.vmid, http.MethodGet, "/status/current", v.off); ok {
 				detect = append(detect, t.Sub(v.off))
 			}
@@ -308,6 +345,10 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 		b.ReportMetric(percentile(overhead, 99).Seconds()*1000, "overhead-p99-ms")
 		b.ReportMetric(percentile(poweroff, 50).Seconds(), "poweroff-p50-s")
 		b.ReportMetric(percentile(poweroff, 99).Seconds(), "poweroff-p99-s")
+		b.ReportMetric(percentile(hintedOff, 50).Seconds(), "poweroff-hinted-p50-s")
+		b.ReportMetric(percentile(hintedOff, 99).Seconds(), "poweroff-hinted-p99-s")
+		b.ReportMetric(percentile(listingOff, 50).Seconds(), "poweroff-listing-p50-s")
+		b.ReportMetric(percentile(listingOff, 99).Seconds(), "poweroff-listing-p99-s")
 		b.ReportMetric(percentile(detect, 50).Seconds(), "poweroff-detect-p50-s")
 		b.ReportMetric(percentile(detect, 99).Seconds(), "poweroff-detect-p99-s")
 		b.ReportMetric(percentile(destroy, 50).Seconds(), "poweroff-destroy-p50-s")
