@@ -110,7 +110,7 @@ func TestPowerOffHintEndsClaimBeforeListingRefresh(t *testing.T) {
 
 	eventually(t, 10*time.Second, "the hinted claim gone", func() error {
 		if _, err := getClaim(t, claims["hinted"]); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("claim still there: %v", err)
+			return fmt.Errorf("claim still there: %w", err)
 		}
 		return nil
 	})
@@ -151,7 +151,7 @@ func TestPowerOffHintEndsClaimBeforeListingRefresh(t *testing.T) {
 	for _, n := range []string{"unhinted", "forged"} {
 		eventually(t, 30*time.Second, "claim "+n+" gone after the listing refresh", func() error {
 			if _, err := getClaim(t, claims[n]); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("claim still there: %v", err)
+				return fmt.Errorf("claim still there: %w", err)
 			}
 			return nil
 		})

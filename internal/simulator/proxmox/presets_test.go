@@ -10,23 +10,23 @@ import (
 // "Timing presets"), DefaultConfig uses it, fast keeps every step shorter,
 // and an unknown name is refused with the known ones.
 func TestPresets(t *testing.T) {
-	real, err := Preset(PresetRealistic)
+	realistic, err := Preset(PresetRealistic)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if real.RefreshInterval.D() != 10*time.Second || real.StorageLockTimeout.D() != 10*time.Second ||
-		real.Latency.Boot.D() != 20*time.Second || real.Latency.CloneBase.D() != 5*time.Second || real.Latency.ClonePerGiB.D() != time.Second {
-		t.Errorf("realistic preset = %+v", real)
+	if realistic.RefreshInterval.D() != 10*time.Second || realistic.StorageLockTimeout.D() != 10*time.Second ||
+		realistic.Latency.Boot.D() != 20*time.Second || realistic.Latency.CloneBase.D() != 5*time.Second || realistic.Latency.ClonePerGiB.D() != time.Second {
+		t.Errorf("realistic preset = %+v", realistic)
 	}
 	def := DefaultConfig()
-	if def.TimingsOf() != real {
-		t.Errorf("DefaultConfig timings %+v, want the realistic preset %+v", def.TimingsOf(), real)
+	if def.TimingsOf() != realistic {
+		t.Errorf("DefaultConfig timings %+v, want the realistic preset %+v", def.TimingsOf(), realistic)
 	}
 	fast, err := Preset(PresetFast)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fast.RefreshInterval >= real.RefreshInterval || fast.Latency.Boot >= real.Latency.Boot || fast.Latency.CloneBase >= real.Latency.CloneBase {
+	if fast.RefreshInterval >= realistic.RefreshInterval || fast.Latency.Boot >= realistic.Latency.Boot || fast.Latency.CloneBase >= realistic.Latency.CloneBase {
 		t.Errorf("fast preset %+v is not faster than realistic", fast)
 	}
 	cfg := DefaultConfig()
