@@ -85,7 +85,7 @@ func (w *World) guestScript() string {
 // AgentFromOperator) and takes every guest's power-off notice
 // (docs/architecture.md, "Power-off hints").
 func (w *World) inProcessAgentServer() (*manager.AgentServerOptions, error) {
-	if w.opts.AgentBinary == "" {
+	if w.opts.AgentBinary == "" || w.opts.NoPowerOffNotices && !w.opts.AgentFromOperator {
 		return nil, nil
 	}
 	dir := filepath.Join(w.opts.Dir, "agent-binaries")

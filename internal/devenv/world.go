@@ -93,6 +93,10 @@ type Options struct {
 	Timings string
 	// Latency, when set, replaces the preset's task latencies.
 	Latency proxmoxsim.Latency
+	// NoPowerOffNotices gives the guests no power-off notice URL, so that
+	// only the listing detects their power-off (for comparisons;
+	// docs/architecture.md, "Power-off hints").
+	NoPowerOffNotices bool
 	// Progress receives progress messages (nil: discarded).
 	Progress io.Writer
 	// LogLevel is the operator's log verbosity (0 info, 1 debug).
