@@ -112,10 +112,12 @@ func (n *PowerOffNotices) notifyFor(claim *hfv1.MachineClaim) *agentconfig.Power
 
 // markTransition marks the VM of a running claim in transition and counts
 // the hint. A claim without a VM, or already ending (its deletion reads the
-// VM itself), is "unknown".
+// VM itself), is "unknown"; the job-completed hint marks the VM right
+// before its claim ends, so that the VM counts as in transition until it
+// is destroyed.
 func markTransition(t *hypervisors.Transitions, claim *hfv1.MachineClaim, source hypervisors.HintSource, now time.Time) hypervisors.MarkOutcome {
 	ref := claim.Status.VMRef
-	if t == nil || ref == nil || ref.VMID == 0 {
+	if t == nil || ref == nil || ref.VMID == 0 || claim.Ended() {
 		metrics.PowerOffHints.WithLabelValues(string(source), "unknown").Inc()
 		return ""
 	}
