@@ -2,8 +2,12 @@ package controller
 
 import (
 	"context"
+
 	"fmt"
 	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,6 +46,8 @@ type PowerOffNotices struct {
 	// ClaimEvents wakes the claim of a marked VM.
 	ClaimEvents chan<- event.GenericEvent
 	Clock       clock.PassiveClock
+	// Log logs accepted notices at debug level (requests carry no logger).
+	Log logr.Logger
 	// Elected is closed once this replica leads (mgr.Elected()): only the
 	// leader's claim controller polls, so other replicas answer "retry".
 	// Nil: always.
@@ -77,7 +83,7 @@ func (n *PowerOffNotices) PowerOffNotice(ctx context.Context, c agentconfig.Clai
 	case err != nil:
 		return fmt.Errorf("read MachineClaim %s/%s for its power-off notice: %w", c.Namespace, c.Name, err)
 	}
-	ctrl.LoggerFrom(ctx).V(1).Info("Power-off notice", "MachineClaim", c.Namespace+"/"+c.Name)
+	n.Log.V(1).Info("Power-off notice", "MachineClaim", klog.KObj(claim), "vmid", vmidOf(claim))
 	if markTransition(n.Transitions, claim, hypervisors.HintAgent, n.now()) == hypervisors.Marked && n.ClaimEvents != nil {
 		// Wake the claim to read its VM now; never block the VM's request
 		// on the queue: a full channel leaves it to the claim's next pass.
@@ -87,6 +93,13 @@ func (n *PowerOffNotices) PowerOffNotice(ctx context.Context, c agentconfig.Clai
 		}
 	}
 	return nil
+}
+
+func vmidOf(claim *hfv1.MachineClaim) int32 {
+	if ref := claim.Status.VMRef; ref != nil {
+		return ref.VMID
+	}
+	return 0
 }
 
 func (n *PowerOffNotices) now() time.Time {

@@ -203,7 +203,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	transitions := hypervisors.NewTransitions(hypervisors.TransitionOptions{Observe: func(n int) { metrics.VMsInTransition.Set(float64(n)) }})
 	notices := &controller.PowerOffNotices{
 		Reader: mgr.GetClient(), Signer: opts.Signer, Transitions: transitions, ClaimEvents: claimEvents,
-		Clock: opts.Clock, Elected: mgr.Elected(),
+		Clock: opts.Clock, Elected: mgr.Elected(), Log: mgr.GetLogger().WithName("poweroff-notices"),
 	}
 	// Before the controllers: they hand VMs the URLs and checksums it serves.
 	var agentSrv *agentserver.Server
