@@ -53,6 +53,12 @@ const (
 	// the operator never touches them (docs/security.md, "Ownership keys").
 	HypervisorClusterUnverifiedVMsCondition ConditionType = "UnverifiedVMs"
 
+	// HypervisorClusterSPIREConnectedCondition is True when the operator
+	// reached the SPIRE Server API configured in spec.spire and read its
+	// trust bundle; absent without spec.spire. It does not affect Ready:
+	// only templates that attest with SPIRE need it.
+	HypervisorClusterSPIREConnectedCondition ConditionType = "SPIREConnected"
+
 	// HypervisorMachineTemplateValidCondition is True when the template was
 	// checked against its cluster: it sets no field the operator does not
 	// act on, the source exists and is a template, the clone mode is
@@ -90,6 +96,10 @@ const (
 	// job keeps the VM, DeletingVM, VMDeleted, RetainedForDebugging,
 	// Finished ...), and Ready is False with the same reason.
 	MachineClaimEndingCondition ConditionType = "Ending"
+	// MachineClaimAttestedCondition is True once the VM's spire-agent
+	// attested to the SPIRE server with its join token; present only for
+	// claims whose template attests (spec.attestation.method join-token).
+	MachineClaimAttestedCondition ConditionType = "Attested"
 	// MachineClaimStuckCondition is True when a claim has made no progress
 	// in its current phase for longer than expected.
 	MachineClaimStuckCondition ConditionType = "Stuck"
@@ -167,6 +177,28 @@ const (
 	// on in this combination (for example a Windows runner, which the
 	// Linux-only agent cannot run). The message names the field and the fix.
 	UnsupportedReason ConditionReason = "Unsupported"
+	// SPIRENotConfiguredReason: the template attests with SPIRE but its
+	// HypervisorCluster has no spec.spire.
+	SPIRENotConfiguredReason ConditionReason = "SPIRENotConfigured"
+	// SPIREUnavailableReason: the operator cannot reach, or is not an
+	// admin of, the SPIRE server of the cluster's spec.spire.
+	SPIREUnavailableReason ConditionReason = "SPIREUnavailable"
+	// JoinTokenTTLNotAllowedReason: the template's
+	// spec.attestation.joinToken.ttl is outside its cluster's
+	// spec.spire.joinTokenTTL bounds.
+	JoinTokenTTLNotAllowedReason ConditionReason = "JoinTokenTTLNotAllowed"
+	// BrokerUnavailableReason: the template attests with SPIRE, but this
+	// operator runs no credential broker (its agent server is not
+	// configured) for the VM to fetch its runner credential from.
+	BrokerUnavailableReason ConditionReason = "BrokerUnavailable"
+	// AttestationPendingReason: the VM's spire-agent has not attested yet.
+	AttestationPendingReason ConditionReason = "AttestationPending"
+	// AttestedReason: the VM's spire-agent attested.
+	AttestedReason ConditionReason = "Attested"
+	// AttestationFailedReason: the VM's spire-agent did not attest within
+	// the cluster's spec.spire.attestationDeadline, or its join token
+	// expired unused; the claim fails and its VM is destroyed.
+	AttestationFailedReason ConditionReason = "AttestationFailed"
 	// AgentUnavailableReason: the template takes the agent from the
 	// operator (bootstrap.agentSource Operator), but the operator serves no
 	// agent binary for the template's runner os and arch.

@@ -127,6 +127,12 @@ type HypervisorClusterSpec struct {
 	// +listType=atomic
 	Tenancy []TenancyRule `json:"tenancy,omitempty"`
 
+	// spire connects the cluster's VMs to a SPIRE server, for templates
+	// whose spec.attestation.method is join-token (docs/identity.md).
+	// Unset: such templates are not Ready here (SPIRENotConfigured).
+	// +optional
+	SPIRE *SPIREConfig `json:"spire,omitempty"`
+
 	// pollInterval is how often the operator reads the cluster's VM list
 	// (one request per cluster, whatever the number of VMs) to detect
 	// powered-off VMs and orphans.

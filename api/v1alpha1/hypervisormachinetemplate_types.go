@@ -266,15 +266,18 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.method == 'tpm' || !has(self.tpm)",message="attestation.tpm applies only to attestation.method tpm"
 type Attestation struct {
 	// method is none (default): no workload identity, the runner's
-	// single-use credential is in the VM's cloud-init. join-token and tpm
-	// (SPIFFE attestation) are not implemented yet: a template that sets
-	// them is not Ready, with reason NotImplemented.
+	// single-use credential is in the VM's cloud-init. join-token: the VM
+	// gets a SPIFFE identity from the SPIRE server of its cluster's
+	// spec.spire with a single-use join token, and only then fetches its
+	// runner credential from the operator's credential broker; nothing in
+	// its cloud-init can run a job (docs/identity.md). tpm is not
+	// implemented yet: a template that sets it is not Ready, with reason
+	// NotImplemented.
 	// +optional
 	// +kubebuilder:default=none
 	Method AttestationMethod `json:"method,omitempty"`
 
-	// joinToken tunes SPIRE join tokens; method join-token only (not
-	// implemented yet).
+	// joinToken tunes SPIRE join tokens; method join-token only.
 	// +optional
 	JoinToken *JoinTokenAttestation `json:"joinToken,omitempty"`
 
@@ -285,8 +288,11 @@ type Attestation struct {
 
 // JoinTokenAttestation tunes SPIRE join tokens.
 type JoinTokenAttestation struct {
-	// ttl is how long a join token stays valid; keep it just above the time
-	// a VM needs to boot. Between 1m and 24h.
+	// ttl is how long a join token stays valid, counted from when the
+	// operator creates it, before the VM is cloned; keep it just above the
+	// time a VM needs to be cloned and to boot. Between 1m and 24h, and
+	// within the cluster's spec.spire.joinTokenTTL bounds (1m to 1h unless
+	// the platform team set others).
 	// +optional
 	// +kubebuilder:default="15m"
 	// +kubebuilder:validation:Type=string

@@ -206,6 +206,11 @@ type MachineClaimStatus struct {
 	// +optional
 	Bootstrap *BootstrapStatus `json:"bootstrap,omitempty"`
 
+	// identity is the VM's SPIFFE identity and its issuance, for templates
+	// with spec.attestation.method join-token.
+	// +optional
+	Identity *IdentityStatus `json:"identity,omitempty"`
+
 	// templateHash is the template hash the VM was built from.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64

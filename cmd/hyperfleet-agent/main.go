@@ -9,7 +9,15 @@
 // needed, runs exactly one job, cleans up and powers the VM off. The exit
 // codes are those of package internal/agent (0 job done, 1 agent error,
 // 2 bad config, 3 runner software, 4 registration failed, 5 runner
-// failed, 6 idle deadline, 7 credential expired, 8 unsupported mode).
+// failed, 6 idle deadline, 7 credential expired, 8 unsupported mode,
+// 9 SPIRE attestation failed, 10 credential broker refused, 11 credential
+// broker unavailable).
+//
+// In broker mode (workloadMethod broker) it attests with SPIRE by running
+// spire-agent with the config's join token, fetches its X509-SVID from
+// spire-agent's Workload API, asks the operator's credential broker for
+// the runner credential over mTLS, then stops spire-agent and removes
+// everything of the identity before the job runs.
 //
 // Flags:
 //
@@ -33,6 +41,17 @@
 //	--max-unpacked-bytes N   refuse a package whose files unpack to more
 //	                         (default 4 GiB)
 //	--max-unpacked-files N   refuse a package with more entries (default 100000)
+//	--spire-agent PATH       spire-agent binary of broker mode (default
+//	                         /opt/spire/bin/spire-agent)
+//	--spire-socket PATH      the Workload API socket of a spire-agent the
+//	                         image runs itself: broker mode fetches its
+//	                         X509-SVID there, starts no spire-agent and
+//	                         uses no join token (attestationMethod tpm is
+//	                         then accepted too; --spire-agent is still
+//	                         run, for `spire-agent api fetch x509`)
+//	--attest-timeout D       bound on broker mode's attestation and
+//	                         credential fetch (default 5m; the attestation
+//	                         also ends at the config's expiresAt)
 //	--version                print the version and exit
 //
 // The binary uses the standard library only and is built static:
@@ -75,6 +94,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	maxDownload := fs.Int64("max-download-bytes", agent.DefaultMaxDownloadBytes, "largest runner package downloaded")
 	maxUnpacked := fs.Int64("max-unpacked-bytes", agent.DefaultMaxUnpackedBytes, "most bytes of files unpacked from the runner package")
 	maxFiles := fs.Int("max-unpacked-files", agent.DefaultMaxUnpackedFiles, "most entries unpacked from the runner package")
+	spireAgent := fs.String("spire-agent", agent.DefaultSPIREAgent, "spire-agent binary run in broker mode")
+	spireSocket := fs.String("spire-socket", "", "Workload API socket of a spire-agent the image runs itself; broker mode then starts none and uses no join token")
+	attest := fs.Duration("attest-timeout", agent.DefaultAttestTimeout, "bound on broker mode's attestation and credential fetch (the attestation also ends at the config's expiresAt)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -93,6 +115,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case *idle < 0 || *download < 0:
 		fmt.Fprintln(stderr, "hyperfleet-agent: --idle-timeout and --download-timeout must not be negative")
 		return agent.ExitBadConfig
+	case *attest <= 0:
+		fmt.Fprintln(stderr, "hyperfleet-agent: --attest-timeout must be positive")
+		return agent.ExitBadConfig
+	case *spireAgent == "":
+		fmt.Fprintln(stderr, "hyperfleet-agent: --spire-agent must not be empty")
+		return agent.ExitBadConfig
 	case *maxDownload <= 0 || *maxUnpacked <= 0 || *maxFiles <= 0:
 		fmt.Fprintln(stderr, "hyperfleet-agent: --max-download-bytes, --max-unpacked-bytes and --max-unpacked-files must be positive")
 		return agent.ExitBadConfig
@@ -110,6 +138,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		MaxDownloadBytes: *maxDownload,
 		MaxUnpackedBytes: *maxUnpacked,
 		MaxUnpackedFiles: *maxFiles,
+		SPIREAgent:       *spireAgent,
+		SPIRESocket:      *spireSocket,
+		AttestTimeout:    *attest,
 		Version:          version,
 		Logger:           slog.New(slog.NewTextHandler(stderr, nil)),
 	})

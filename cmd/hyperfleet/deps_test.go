@@ -13,13 +13,13 @@ import (
 
 // testWorld matches the packages the operator binary must not link: the
 // simulators, the embedded local world (internal/devenv, run by
-// cmd/hyperfleet-dev), everything under test/ (test/testenv starts an API
+// cmd/hyperfleet-dev, and internal/spireworld, its spire-server), everything under test/ (test/testenv starts an API
 // server), envtest, the test doubles and helpers (pkg/provider/fake,
 // pkg/provider/providertest, internal/testdeps), and testing packages
 // (the standard library's and any .../testing). A binary that links them
 // ships code written for tests, not reviewed as product, in the operator's
 // image; envtest even starts an API server.
-var testWorld = regexp.MustCompile(`simulator|envtest|devenv|/testing$|^testing$` +
+var testWorld = regexp.MustCompile(`simulator|envtest|devenv|spireworld|/testing$|^testing$` +
 	`|^github\.com/hyperfleet/hyperfleet/test/` +
 	`|^github\.com/hyperfleet/hyperfleet/(internal/testdeps|pkg/provider/fake|pkg/provider/providertest)$`)
 

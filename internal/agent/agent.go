@@ -11,9 +11,11 @@
 //     and validate it with agentconfig.Parse. A credential whose expiresAt
 //     has passed is not tried.
 //  2. Obtain the runner credential from a CredentialSource: the file itself
-//     with workloadMethod direct; with workloadMethod broker (SPIFFE
-//     attestation and the operator's credential broker, a later version)
-//     the agent stops with ExitUnsupported.
+//     with workloadMethod direct; with workloadMethod broker (BrokerSource),
+//     attest with SPIRE (spire-agent and a join token, or a pre-installed
+//     spire-agent's Workload API) and fetch the credential from the
+//     operator's credential broker over mTLS with the X509-SVID; nothing of
+//     the identity stays on the disk or running afterwards.
 //  3. Install the runner: download runner.software.downloadURL, check it
 //     against downloadSHA256 and unpack it (.tar.gz, .tgz or .zip) into
 //     installPath; without a downloadURL the runner must already be there.
@@ -31,16 +33,25 @@
 //
 // Run returns the process exit code:
 //
-//	0 ExitOK             the runner ran its job and exited 0
-//	1 ExitInternal       agent error, or the agent was stopped (SIGTERM)
-//	2 ExitBadConfig      the config file is missing, unreadable or invalid
-//	3 ExitRunnerSoftware download, checksum, unpacking, or runner missing
-//	4 ExitRegistration   the runner's config script failed (runner-token)
-//	5 ExitRunnerFailed   the runner exited non-zero
-//	6 ExitIdle           no job started within the idle timeout
-//	7 ExitExpired        the credential's expiresAt has passed
-//	8 ExitUnsupported    a mode this agent version does not implement
-//	                     (workloadMethod broker)
+//	 0 ExitOK                the runner ran its job and exited 0
+//	 1 ExitInternal          agent error, or the agent was stopped (SIGTERM)
+//	 2 ExitBadConfig         the config file is missing, unreadable or invalid
+//	 3 ExitRunnerSoftware    download, checksum, unpacking, or runner missing
+//	 4 ExitRegistration      the runner's config script failed (runner-token)
+//	 5 ExitRunnerFailed      the runner exited non-zero
+//	 6 ExitIdle              no job started within the idle timeout
+//	 7 ExitExpired           the credential's expiresAt has passed
+//	 8 ExitUnsupported       a mode this agent version does not implement
+//	                         (attestationMethod tpm)
+//	 9 ExitAttestation       broker mode got no X509-SVID: spire-agent
+//	                         missing or exited, join token refused, wrong
+//	                         SPIFFE ID, attestation deadline
+//	10 ExitBrokerRefused     the credential broker refused (an error status
+//	                         but 429 and 503, or a TLS alert) or answered no
+//	                         valid credential
+//	11 ExitBrokerUnavailable the broker was unreachable or busy (429, 503)
+//	                         until the deadline, or its certificate is not
+//	                         trusted
 package agent
 
 import (
@@ -84,8 +95,23 @@ const (
 	// ExitExpired: the credential's expiresAt has passed.
 	ExitExpired = 7
 	// ExitUnsupported: the config asks for a mode this agent version does
-	// not implement (workloadMethod broker).
+	// not implement (attestationMethod tpm).
 	ExitUnsupported = 8
+	// ExitAttestation: broker mode got no X509-SVID: spire-agent is
+	// missing or exited, the SPIRE server refused the join token (used or
+	// expired), the SVID is not the expected SPIFFE ID, or the attestation
+	// deadline passed (Options.AttestTimeout, the config's expiresAt).
+	ExitAttestation = 9
+	// ExitBrokerRefused: the credential broker refused (an error status
+	// other than 429 and 503, its reason and message logged; or a TLS
+	// alert: it did not accept the X509-SVID), or its answer was not a
+	// valid credential of the config's bootstrapMethod.
+	ExitBrokerRefused = 10
+	// ExitBrokerUnavailable: the broker could not be reached, or stayed
+	// busy (429, 503), until the deadline; or its certificate is not
+	// trusted (spiffe.brokerCA). Kept apart from ExitBrokerRefused because
+	// it points at the network or the operator rather than at the VM.
+	ExitBrokerUnavailable = 11
 )
 
 // Defaults of the hyperfleet-agent flags.
@@ -169,6 +195,20 @@ type Options struct {
 	// system roots plus the PEM file named by SSL_CERT_FILE, read at each
 	// Run.
 	HTTPClient *http.Client
+
+	// SPIREAgent is the spire-agent binary broker mode runs
+	// (DefaultSPIREAgent when empty): `spire-agent run` with the join
+	// token, and `spire-agent api fetch x509` for the X509-SVID.
+	SPIREAgent string
+	// SPIRESocket, when set, is the Workload API socket of a spire-agent
+	// already running in the VM (installed and attested by the image's own
+	// means): broker mode fetches its X509-SVID there and starts no
+	// spire-agent, so attestationMethod and joinToken are ignored.
+	SPIRESocket string
+	// AttestTimeout bounds broker mode's attestation and credential fetch
+	// together (DefaultAttestTimeout when zero); the attestation also ends
+	// at the config's expiresAt.
+	AttestTimeout time.Duration
 
 	// NewCredentialSource picks the credential source for a config
 	// (NewCredentialSource when nil). A seam for tests and for the broker.
@@ -316,6 +356,9 @@ func (a *agent) run(ctx context.Context) error {
 	src, err := a.opts.NewCredentialSource(cfg)
 	if err != nil {
 		return err
+	}
+	if o, ok := src.(optionsUser); ok {
+		o.useOptions(&a.opts)
 	}
 	cred, err := src.Credential(ctx)
 	if err != nil {

@@ -546,21 +546,54 @@ func testTrustBundle(t *testing.T) string {
 	return string(c.CAPEM)
 }
 
-func TestBrokerUnsupported(t *testing.T) {
+// brokerConfig is v's config in broker mode with attestation method m.
+func (v *vm) brokerConfig(m agentconfig.AttestationMethod) *agentconfig.Config {
+	c := v.baseConfig()
+	c.WorkloadMethod, c.JITConfig = agentconfig.WorkloadBroker, ""
+	c.SPIFFE = &agentconfig.SPIFFE{AttestationMethod: m, TrustDomain: "hyperfleet.io",
+		TrustBundle: testTrustBundle(v.t), ServerAddress: "spire.example:8081", BrokerURL: "https://broker.example"}
+	if m == agentconfig.AttestationTPM {
+		c.SPIFFE.TPMDevicePath = "/dev/tpmrm0"
+	} else {
+		c.SPIFFE.JoinToken = v.secret
+	}
+	return c
+}
+
+// TestBrokerTPMUnsupported: TPM attestation is not built; the agent says
+// so and runs nothing.
+func TestBrokerTPMUnsupported(t *testing.T) {
 	t.Parallel()
 	v := newVM(t)
 	writeScript(t, filepath.Join(v.install(), "run.sh"), v.goodRunner(0))
-	c := v.baseConfig()
-	c.WorkloadMethod, c.JITConfig = agentconfig.WorkloadBroker, ""
-	c.SPIFFE = &agentconfig.SPIFFE{AttestationMethod: agentconfig.AttestationJoinToken, JoinToken: v.secret, TrustDomain: "hyperfleet.io",
-		TrustBundle: testTrustBundle(t), ServerAddress: "spire.example:8081", BrokerURL: "https://broker.example"}
-	v.writeConfig(c)
+	v.writeConfig(v.brokerConfig(agentconfig.AttestationTPM))
 	v.checkCommon(v.run(context.Background()), ExitUnsupported, 1)
 	if v.ran("run") {
-		t.Error("the runner ran in broker mode")
+		t.Error("the runner ran without a credential")
 	}
-	if !strings.Contains(v.log.String(), "workloadMethod broker is not supported by this agent version yet") {
-		t.Error("log lacks the unsupported-mode message")
+	if !strings.Contains(v.log.String(), "TPM attestation (spiffe.attestationMethod tpm) is not implemented yet") {
+		t.Error("log lacks the TPM message")
+	}
+}
+
+// TestBrokerWithoutSPIREAgent: broker mode in an image without spire-agent
+// fails the attestation at once, pointing at the install guide, and
+// leaves neither the join token nor a directory behind.
+func TestBrokerWithoutSPIREAgent(t *testing.T) {
+	t.Parallel()
+	v := newVM(t)
+	writeScript(t, filepath.Join(v.install(), "run.sh"), v.goodRunner(0))
+	v.writeConfig(v.brokerConfig(agentconfig.AttestationJoinToken))
+	v.opts.SPIREAgent = filepath.Join(v.dir, "no-spire-agent")
+	v.checkCommon(v.run(context.Background()), ExitAttestation, 1)
+	if v.ran("run") {
+		t.Error("the runner ran without a credential")
+	}
+	if !strings.Contains(v.log.String(), "SPIFFE mode: installing spire-agent") {
+		t.Errorf("log does not point at the install guide")
+	}
+	if entries, err := os.ReadDir(filepath.Join(v.root, SPIREDir)); err != nil || len(entries) != 0 {
+		t.Errorf("SPIRE directory left: %v (%v)", entries, err)
 	}
 }
 
@@ -852,6 +885,15 @@ func TestCredentialNeverPrinted(t *testing.T) {
 	for _, s := range []string{fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), buf.String(), fmt.Sprintf("%v", DirectSource(c))} {
 		if strings.Contains(s, "TOKEN-123") {
 			t.Errorf("credential printed: %s", s)
+		}
+	}
+	// Nor a broker source's join token.
+	b := &BrokerSource{Method: agentconfig.BootstrapJITConfig, SPIFFE: &agentconfig.SPIFFE{JoinToken: "JOIN-TOKEN-456", BrokerURL: "https://broker.example"}}
+	buf.Reset()
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("x", "source", b)
+	for _, s := range []string{fmt.Sprint(b), fmt.Sprintf("%+v", b), fmt.Sprintf("%#v", b), fmt.Sprintf("%+v", *b), buf.String()} {
+		if strings.Contains(s, "JOIN-TOKEN-456") {
+			t.Errorf("join token printed: %s", s)
 		}
 	}
 }

@@ -82,7 +82,7 @@ func NewCredentialSource(cfg *agentconfig.Config) (CredentialSource, error) {
 			RegistrationURL:   cfg.RegistrationURL,
 		}, nil
 	case agentconfig.WorkloadBroker:
-		return &BrokerSource{Method: cfg.BootstrapMethod, SPIFFE: cfg.SPIFFE}, nil
+		return &BrokerSource{Method: cfg.BootstrapMethod, SPIFFE: cfg.SPIFFE, ExpiresAt: cfg.ExpiresAt}, nil
 	default:
 		return nil, &UnsupportedError{What: fmt.Sprintf("workloadMethod %q", cfg.WorkloadMethod)}
 	}
@@ -102,19 +102,3 @@ func (d DirectSource) String() string { return Credential(d).String() }
 
 // GoString hides the secret.
 func (d DirectSource) GoString() string { return Credential(d).String() }
-
-// BrokerSource is workloadMethod broker: the agent attests with SPIRE and
-// fetches its credential from the operator's credential broker over mTLS
-// with its X509-SVID. Not implemented yet: Credential returns an
-// *UnsupportedError.
-type BrokerSource struct {
-	// Method is the kind of credential to ask the broker for.
-	Method agentconfig.BootstrapMethod
-	// SPIFFE holds the attestation settings and the broker URL.
-	SPIFFE *agentconfig.SPIFFE
-}
-
-// Credential reports that the broker is not supported yet.
-func (b *BrokerSource) Credential(context.Context) (Credential, error) {
-	return Credential{}, &UnsupportedError{What: "workloadMethod broker"}
-}

@@ -15,9 +15,9 @@
 // just-in-time runner configuration or a registration token. Broker mode
 // (only a SPIRE join token and the trust bundle in the file, the runner
 // credential fetched at the last moment from the operator's credential
-// broker over mTLS) is defined here for the file format but not built yet:
-// the operator refuses the attestation methods that need it
-// (NotImplemented, docs/security.md "An honest API").
+// broker over mTLS) is built in the agent for join-token attestation; the
+// operator refuses the attestation methods that need it until it renders
+// the mode (NotImplemented, docs/security.md "An honest API").
 package agentconfig
 
 import (
@@ -57,10 +57,11 @@ const (
 	// WorkloadDirect: the single-use runner credential (jitConfig or
 	// registrationToken) is in this file. Used without attestation.
 	WorkloadDirect WorkloadMethod = "direct"
-	// WorkloadBroker: the file holds no runner credential. The agent is to
-	// attest with SPIRE (join token or TPM), then fetch the credential from
-	// the operator's credential broker over mTLS with its X509-SVID; not
-	// built yet (the operator never renders this mode).
+	// WorkloadBroker: the file holds no runner credential. The agent
+	// attests with SPIRE (join token; TPM is not implemented yet), then
+	// fetches the credential from the operator's credential broker over
+	// mTLS with its X509-SVID (the operator does not render this mode
+	// yet).
 	WorkloadBroker WorkloadMethod = "broker"
 )
 
@@ -246,8 +247,19 @@ type SPIFFE struct {
 	// serverAddress is the SPIRE server as host:port.
 	ServerAddress string `json:"serverAddress"`
 
-	// brokerURL is the https:// URL of the operator's credential broker.
-	BrokerURL string `json:"brokerURL"`
+	// brokerURL is the https:// URL of the operator's credential broker;
+	// optional when secretStore is set.
+	BrokerURL string `json:"brokerURL,omitempty"`
+
+	// brokerCA is the PEM-encoded CA bundle (one or more CERTIFICATE
+	// blocks) the broker's server certificate is verified against.
+	// Optional: empty means the VM's system roots.
+	BrokerCA string `json:"brokerCA,omitempty"`
+
+	// secretStore is the Vault or OpenBao server the agent reads its runner
+	// credential from, after logging in with a JWT-SVID. Optional; when set
+	// the agent uses it instead of the broker.
+	SecretStore *SecretStore `json:"secretStore,omitempty"`
 }
 
 var (
@@ -346,7 +358,7 @@ func (n *PowerOffNotify) validate(bad func(field, format string, args ...any)) {
 		bad("powerOffNotify.claim", "needs namespace, name and uid")
 	}
 	if n.CA != "" {
-		if err := checkPEMBundle(n.CA); err != nil {
+		if err := checkPEMBundle(n.CA, "the CA bundle of the operator's agent server (or leave it empty for the system roots)"); err != nil {
 			bad("powerOffNotify.ca", "%v", err)
 		}
 	}
@@ -440,14 +452,27 @@ func (s *SPIFFE) validate(bad func(field, format string, args ...any)) {
 			bad("spiffe.spiffeID", "%q is not in trust domain %q", s.SPIFFEID, s.TrustDomain)
 		}
 	}
-	if err := checkPEMBundle(s.TrustBundle); err != nil {
+	if err := checkPEMBundle(s.TrustBundle, "the SPIRE server's CA bundle"); err != nil {
 		bad("spiffe.trustBundle", "%v", err)
+	}
+	if s.BrokerCA != "" {
+		if err := checkPEMBundle(s.BrokerCA, "the CA bundle of the broker's server certificate (or leave it empty for the system roots)"); err != nil {
+			bad("spiffe.brokerCA", "%v", err)
+		}
 	}
 	if host, port, err := net.SplitHostPort(s.ServerAddress); err != nil || host == "" || port == "" {
 		bad("spiffe.serverAddress", "%q must be host:port, such as spire.example.com:8081", s.ServerAddress)
 	}
-	if err := checkHTTPSURL(s.BrokerURL); err != nil {
-		bad("spiffe.brokerURL", "%v", err)
+	switch {
+	case s.SecretStore != nil:
+		if s.BrokerURL != "" {
+			bad("spiffe.brokerURL", "is set but so is spiffe.secretStore; the credential comes from one of them: remove one")
+		}
+		s.SecretStore.validate(bad)
+	default:
+		if err := checkHTTPSURL(s.BrokerURL); err != nil {
+			bad("spiffe.brokerURL", "%v; or set spiffe.secretStore to read the credential from Vault or OpenBao", err)
+		}
 	}
 }
 
@@ -477,7 +502,9 @@ func shownURL(s string, u *url.URL, err error) string {
 	return c.String()
 }
 
-func checkPEMBundle(bundle string) error {
+// checkPEMBundle checks that bundle is PEM CERTIFICATE blocks only;
+// what names the bundle in the fix its messages suggest.
+func checkPEMBundle(bundle, what string) error {
 	rest := []byte(bundle)
 	n := 0
 	for {
@@ -487,7 +514,7 @@ func checkPEMBundle(bundle string) error {
 			break
 		}
 		if block.Type != "CERTIFICATE" {
-			return fmt.Errorf("holds a %q PEM block; only CERTIFICATE blocks belong in a trust bundle", block.Type)
+			return fmt.Errorf("holds a %q PEM block; only CERTIFICATE blocks belong in a trust bundle: it must be %s", block.Type, what)
 		}
 		if _, err := x509.ParseCertificate(block.Bytes); err != nil {
 			return fmt.Errorf("certificate %d does not parse: %w", n+1, err)
@@ -495,7 +522,7 @@ func checkPEMBundle(bundle string) error {
 		n++
 	}
 	if n == 0 {
-		return errors.New("holds no PEM CERTIFICATE block; it must be the SPIRE server's CA bundle in PEM")
+		return fmt.Errorf("holds no PEM CERTIFICATE block; it must be %s in PEM", what)
 	}
 	if len(bytes.TrimSpace(rest)) != 0 {
 		return errors.New("has text after the last PEM block")

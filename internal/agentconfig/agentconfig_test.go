@@ -62,6 +62,7 @@ func broker() Config {
 		TrustBundle:       testCA,
 		ServerAddress:     "spire-server.hyperfleet-system.svc:8081",
 		BrokerURL:         "https://broker.example.com:8443",
+		BrokerCA:          testCA,
 	}
 	return c
 }
@@ -160,6 +161,24 @@ func TestValidateTokenAndBrokerErrors(t *testing.T) {
 	if err := b.Validate(); err == nil || !strings.Contains(err.Error(), "spiffe: is missing") {
 		t.Errorf("broker without spiffe: %v", err)
 	}
+	b = broker()
+	b.SPIFFE.BrokerCA = ""
+	if err := b.Validate(); err != nil {
+		t.Errorf("broker without brokerCA (the system roots): %v", err)
+	}
+	for bundle, want := range map[string]string{
+		"not pem": "spiffe.brokerCA: holds no PEM CERTIFICATE block; it must be the CA bundle of the broker's server certificate",
+		"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n": `spiffe.brokerCA: holds a "PRIVATE KEY" PEM block; only CERTIFICATE blocks`,
+		testCA + "trailing": "spiffe.brokerCA: has text after the last PEM block",
+		"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n": "spiffe.brokerCA: certificate 1 does not parse",
+	} {
+		b = broker()
+		b.SPIFFE.BrokerCA = bundle
+		if err := b.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("brokerCA %.20q: %v, want %q", bundle, err, want)
+		}
+	}
+
 	b = broker()
 	b.SPIFFE.TrustBundle = "not pem"
 	if err := b.Validate(); err == nil || !strings.Contains(err.Error(), "holds no PEM CERTIFICATE") {

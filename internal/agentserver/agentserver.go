@@ -33,6 +33,7 @@ package agentserver
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
@@ -148,9 +149,19 @@ type Options struct {
 	// Logger logs; the zero value discards.
 	Logger logr.Logger
 
+	// Broker, when set, is the credential broker (internal/broker), served
+	// at BrokerPath on the same listener: VMs already trust this server's
+	// certificate. The server then asks every client for a certificate
+	// without requiring one; the broker verifies what it gets as an
+	// X509-SVID, and downloads need none.
+	Broker http.Handler
+
 	// PowerOff, when set, receives power-off notices at PowerOffPath.
 	PowerOff PowerOffReceiver
 }
+
+// BrokerPath is where Options.Broker is served.
+const BrokerPath = "/broker/v1/credential"
 
 // binary is one served file: opened and hashed once.
 type binary struct {
@@ -356,15 +367,29 @@ func (s *Server) Addr() net.Addr {
 func (s *Server) Ready() <-chan struct{} { return s.ready }
 
 // Handler serves the binaries and their checksums under PathPrefix, and
-// power-off notices at PowerOffPath when Options.PowerOff is set.
+// power-off notices at PowerOffPath when Options.PowerOff is set, and the
+// broker at BrokerPath when there is one.
 func (s *Server) Handler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == PowerOffPath && s.opts.PowerOff != nil {
-			s.servePowerOff(w, r)
-			return
-		}
-		s.serve(w, r)
-	})
+	if s.opts.Broker == nil && s.opts.PowerOff == nil {
+		return http.HandlerFunc(s.serve)
+	}
+	mux := http.NewServeMux()
+	if s.opts.Broker != nil {
+		mux.Handle(BrokerPath, s.opts.Broker)
+	}
+	if s.opts.PowerOff != nil {
+		mux.HandleFunc(PowerOffPath, s.servePowerOff)
+	}
+	mux.HandleFunc("/", s.serve)
+	return mux
+}
+
+// BrokerURL is the broker's URL as VMs reach it; empty without a broker.
+func (s *Server) BrokerURL() string {
+	if s.opts.Broker == nil {
+		return ""
+	}
+	return s.base + BrokerPath
 }
 
 // PowerOffURL is the URL VMs announce their power-off at, empty without a
@@ -476,6 +501,7 @@ func (s *Server) Start(ctx context.Context) error {
 
 	srv := &http.Server{
 		Handler:           s.Handler(),
+		TLSConfig:         s.tlsConfig(),
 		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
 		WriteTimeout:      s.opts.WriteTimeout,
 		IdleTimeout:       s.opts.IdleTimeout,
@@ -491,4 +517,14 @@ func (s *Server) Start(ctx context.Context) error {
 		logger.Info("Serving agent binaries", "address", addr.String(), "url", s.base+PathPrefix, "binaries", s.Binaries())
 		markReady()
 	})
+}
+
+// tlsConfig asks clients for a certificate when the broker is served
+// (without requiring or verifying one: the broker verifies SVIDs itself,
+// against bundles that change at run time).
+func (s *Server) tlsConfig() *tls.Config {
+	if s.opts.Broker == nil {
+		return nil
+	}
+	return &tls.Config{ClientAuth: tls.RequestClientCert}
 }

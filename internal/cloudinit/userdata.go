@@ -196,6 +196,7 @@ func agentConfig(v *Vars) *agentconfig.Config {
 			TrustBundle:       v.TrustBundle,
 			ServerAddress:     v.SPIREServerAddress,
 			BrokerURL:         v.BrokerURL,
+			BrokerCA:          v.BrokerCA,
 		}
 	}
 	return c

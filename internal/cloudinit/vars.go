@@ -113,6 +113,9 @@ type Vars struct {
 	// BrokerURL is the https:// URL of the operator's credential broker
 	// (broker workload method).
 	BrokerURL string
+	// BrokerCA is the PEM CA bundle the VM trusts for BrokerURL, empty for
+	// its system roots.
+	BrokerCA string
 
 	// WorkloadMethod is direct (runner credential in cloud-init) or broker
 	// (fetched after attestation); broker exactly when SPIFFEEnabled.
@@ -255,7 +258,7 @@ func (b Bytes) String() string { return fmt.Sprintf("<%d bytes; use base64>", le
 
 // Canonical returns v with every per-VM, per-claim and per-issue value
 // zeroed: Hostname, FQDN, InstanceID, MACAddress, StaticIP, SPIFFEID,
-// JoinToken, TrustBundle, AgentCA, JITConfig, RunnerToken, RunnerName, Labels,
+// JoinToken, TrustBundle, AgentCA, BrokerCA, JITConfig, RunnerToken, RunnerName, Labels,
 // RunnerGroup, ExpiresAt and PowerOffNotify. What remains is the same for every VM of one
 // template, so rendering the canonical vars gives identical bytes for all of
 // them and the bytes change only when something that shapes the VMs changes
@@ -272,6 +275,7 @@ func (v Vars) Canonical() Vars {
 	v.JoinToken = ""
 	v.TrustBundle = ""
 	v.AgentCA = ""
+	v.BrokerCA = ""
 	v.JITConfig = ""
 	v.RunnerToken = ""
 	v.RunnerName = ""

@@ -15,7 +15,7 @@ import (
 // new field fails this test until someone decides which it is.
 var (
 	perVMFields = []string{"Hostname", "FQDN", "InstanceID", "MACAddress", "StaticIP", "SPIFFEID", "JoinToken",
-		"TrustBundle", "AgentCA", "JITConfig", "RunnerToken", "RunnerName", "Labels", "RunnerGroup", "ExpiresAt", "PowerOffNotify"}
+		"TrustBundle", "AgentCA", "BrokerCA", "JITConfig", "RunnerToken", "RunnerName", "Labels", "RunnerGroup", "ExpiresAt", "PowerOffNotify"}
 	templateFields = []string{"NetworkMode", "DHCPClientIdentifier", "SendHostname", "IPv6", "NetmaskBits", "Gateway",
 		"DNSServers", "SearchDomains", "SPIFFEEnabled", "AttestationMethod", "TrustDomain", "SPIREServerAddress",
 		"TPMDevicePath", "BrokerURL", "WorkloadMethod", "BootstrapMethod", "RegistrationURL", "RunnerConfig",
@@ -47,6 +47,7 @@ func TestCanonicalFieldClassification(t *testing.T) {
 	v.NetworkMode, v.StaticIP, v.NetmaskBits, v.Gateway = NetworkStatic, "192.0.2.10", 24, "192.0.2.1"
 	v.JITConfig, v.RunnerToken = "jit", "token" // not a valid VM; Canonical does not care
 	v.PowerOffNotify = &agentconfig.PowerOffNotify{URL: "https://op.example.com/hints/v1/power-off", Token: "t"}
+	v.BrokerCA = testCA
 	c := reflect.ValueOf(v.Canonical())
 	orig := reflect.ValueOf(v)
 	for _, f := range perVMFields {

@@ -26,6 +26,16 @@ type AgentLocator interface {
 	CA() string
 }
 
+// BrokerEndpoint is where VMs that attest with SPIRE fetch their runner
+// credential (internal/broker, served by the agent server).
+type BrokerEndpoint interface {
+	// URL is the broker's https:// URL as VMs reach it.
+	URL() string
+	// CA is the PEM CA bundle VMs trust for it, empty for their system
+	// roots.
+	CA() string
+}
+
 // templateVars are the cloud-init variables every VM of a template shares.
 // The MachineClaim controller adds the per-VM ones (claimVars); the template
 // hash renders these alone, so both paths must build them here.
@@ -77,6 +87,11 @@ func templateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 	v.WorkloadMethod = cloudinit.WorkloadDirect
 	if v.SPIFFEEnabled {
 		v.WorkloadMethod = cloudinit.WorkloadBroker
+	}
+	if c := cluster.Spec.SPIRE; v.SPIFFEEnabled && c != nil {
+		// Part of the template's hash: a VM built for another trust
+		// domain or server is out of date.
+		v.TrustDomain, v.SPIREServerAddress = c.TrustDomain, c.ServerAddress
 	}
 	if tpm := spec.Attestation.TPM; tpm != nil {
 		v.TPMDevicePath = tpm.DevicePath

@@ -25,6 +25,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
@@ -60,6 +61,9 @@ type HypervisorClusterReconciler struct {
 	// ClaimEvents wakes the MachineClaim controller for claims whose VM
 	// changed state in a listing, or whose cluster became Ready.
 	ClaimEvents chan<- event.GenericEvent
+	// Identity holds the clusters' SPIRE servers (spec.spire); nil leaves
+	// spec.spire unchecked (SPIREConnected unset).
+	Identity *identity.Registry
 	// Unverified reports the VMs carrying this install's tag whose
 	// ownership block does not verify (the orphan sweeper reads them);
 	// nil leaves the UnverifiedVMs condition unset.
@@ -111,6 +115,7 @@ func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Re
 	if err := r.Client.Get(ctx, req.NamespacedName, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Registry.Remove(req.Name)
+			r.forgetSPIRE(req.Name)
 			metrics.ForgetCluster(req.Name)
 			if r.Unverified != nil {
 				r.Unverified.Forget(req.Name)
@@ -130,6 +135,7 @@ func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Re
 	}
 
 	setTenancyCondition(cluster)
+	r.reconcileSPIRE(ctx, cluster)
 	result, err := r.reconcileConnection(ctx, cluster)
 	if perr := h.PatchStatus(ctx, cluster); perr != nil {
 		log.Error(perr, "Patch HypervisorCluster status")
@@ -453,6 +459,7 @@ func (r *HypervisorClusterReconciler) reconcileDelete(ctx context.Context, h *pa
 		return ctrl.Result{RequeueAfter: pollInterval(cluster)}, nil
 	}
 	r.Registry.Remove(cluster.Name)
+	r.forgetSPIRE(cluster.Name)
 	metrics.ForgetCluster(cluster.Name)
 	controllerutil.RemoveFinalizer(cluster, hfv1.HypervisorClusterFinalizer)
 	return ctrl.Result{}, h.PatchMetadata(ctx, cluster)
@@ -558,4 +565,39 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n-3] + "..."
+}
+
+// reconcileSPIRE connects to the SPIRE server of the cluster's spec.spire
+// and reports it in SPIREConnected (not part of Ready: only templates that
+// attest need it, and they report it themselves).
+func (r *HypervisorClusterReconciler) reconcileSPIRE(ctx context.Context, cluster *hfv1.HypervisorCluster) {
+	if r.Identity == nil {
+		return
+	}
+	cfg := cluster.Spec.SPIRE
+	if cfg == nil {
+		r.Identity.Remove(cluster.Name)
+		meta.RemoveStatusCondition(&cluster.Status.Conditions, string(hfv1.HypervisorClusterSPIREConnectedCondition))
+		return
+	}
+	srv, err := r.Identity.Connect(ctx, cluster.Name, *cfg)
+	if err != nil {
+		was := hfv1.FindCondition(cluster.Status.Conditions, hfv1.HypervisorClusterSPIREConnectedCondition)
+		msg := truncate(err.Error(), 1024)
+		setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterSPIREConnectedCondition, metav1.ConditionFalse, hfv1.SPIREUnavailableReason, msg)
+		if was == nil || was.Status != metav1.ConditionFalse {
+			r.Recorder.Event(cluster, corev1.EventTypeWarning, string(hfv1.SPIREUnavailableReason), msg)
+		}
+		return
+	}
+	b, _ := srv.Bundle()
+	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterSPIREConnectedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
+		fmt.Sprintf("Connected to the SPIRE server of trust domain %s; its bundle has %d X.509 authorities", srv.TrustDomain, len(b.X509Authorities())))
+}
+
+// forgetSPIRE drops a gone cluster's SPIRE connection.
+func (r *HypervisorClusterReconciler) forgetSPIRE(name string) {
+	if r.Identity != nil {
+		r.Identity.Remove(name)
+	}
 }

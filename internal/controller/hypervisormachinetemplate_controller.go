@@ -24,6 +24,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
@@ -47,6 +48,18 @@ type HypervisorMachineTemplateReconciler struct {
 	// Workloads are the CI platform back-ends that read the templates'
 	// runner software and credentials.
 	Workloads *workload.Backends
+	// Identity says whether this operator can give VMs SPIFFE identities:
+	// it holds an identity issuer and runs the credential broker.
+	Identity IdentitySupport
+}
+
+// IdentitySupport is what templates that attest with SPIRE need of the
+// operator itself.
+type IdentitySupport struct {
+	// Issuer issues join tokens and entries; nil without one.
+	Issuer *identity.Issuer
+	// Broker is the credential broker; nil when none runs.
+	Broker BrokerEndpoint
 }
 
 // SetupWithManager registers the controller.
@@ -145,6 +158,9 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 	}
 	if res, done, err := r.checkTenancy(ctx, tmpl, cluster); done || err != nil {
 		return res, err
+	}
+	if reason, msg := r.checkIdentity(tmpl, cluster); reason != "" {
+		return invalid(reason, msg)
 	}
 	if msg := invalidClaimMetadata(tmpl.Spec.Metadata); msg != "" {
 		return invalid(hfv1.TemplateInvalidReason, msg)

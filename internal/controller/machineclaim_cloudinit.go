@@ -35,6 +35,11 @@ func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error)
 		// before an operator restart without the agent server gets here.
 		return provider.CloudInit{}, provider.Errorf(provider.ClassConfiguration, string(hfv1.AgentUnavailableReason), "HypervisorMachineTemplate %s: %w", c.tmpl.Name, err)
 	}
+	if vars.SPIFFEEnabled {
+		if err := c.r.setIdentityVars(ctx, c.claim, c.cluster, &vars); err != nil {
+			return provider.CloudInit{}, provider.Errorf(provider.ClassTransient, string(hfv1.SPIREUnavailableReason), "the VM's SPIFFE identity: %w", err)
+		}
+	}
 	vars.PowerOffNotify = c.r.Notices.notifyFor(c.claim)
 	// Render check first: a credential is issued only for a cloud-init
 	// that renders, so a broken template never costs one.

@@ -28,6 +28,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/cachelag"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -86,6 +87,14 @@ type MachineClaimReconciler struct {
 	// Agent finds the agent binaries the operator serves (templates with
 	// agentSource Operator); nil when it serves none.
 	Agent AgentLocator
+	// Identity holds the clusters' SPIRE servers and Issuer issues VMs'
+	// identities on them (templates with attestation join-token); nil
+	// Issuer: such templates are refused.
+	Identity *identity.Registry
+	Issuer   *identity.Issuer
+	// Broker is the credential broker VMs that attest fetch their runner
+	// credential from; nil when the operator runs none.
+	Broker BrokerEndpoint
 	// ClaimEvents carries wake-ups from the HypervisorCluster poller and
 	// the RunnerPool resync.
 	ClaimEvents <-chan event.GenericEvent
@@ -205,10 +214,11 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	defer func() { res, retErr = r.closeScope(ctx, s, res, retErr) }()
 
 	if !claim.DeletionTimestamp.IsZero() {
-		return runPhases(ctx, s, r.restoreReservation, r.holdFinalizer, r.beginDeletion, r.deleteVMPhase, r.releaseRunnerPhase, r.removeFinalizerPhase)
+		return runPhases(ctx, s, r.restoreReservation, r.holdFinalizer, r.beginDeletion, r.deleteVMPhase, r.releaseRunnerPhase,
+			r.releaseIdentityPhase, r.removeFinalizerPhase)
 	}
 	return runPhases(ctx, s, r.restoreReservation, r.ensureMetadata, r.handleEnd, r.refuseUnsupported,
-		r.loadDependencies, r.connectProvider, r.watchRunning, r.ensureAddress, r.ensureVM)
+		r.loadDependencies, r.connectProvider, r.watchAttestation, r.watchRunning, r.ensureAddress, r.ensureIdentity, r.ensureVM)
 }
 
 // ensureMetadata adds the finalizer and the standard labels (in memory;

@@ -149,6 +149,9 @@ func (r *MachineClaimReconciler) reconcileTerminate(ctx context.Context, s *clai
 	if done, result := r.releaseRunner(ctx, claim); !done {
 		return result, false, nil
 	}
+	if done, result := r.releaseIdentity(ctx, claim); !done {
+		return result, false, nil
+	}
 	if end := claim.Status.End; end != nil {
 		metrics.PowerOffToDestroyed.Observe(r.Clock.Since(end.StartedAt.Time).Seconds())
 	}
@@ -166,10 +169,18 @@ func (r *MachineClaimReconciler) reconcileFailed(ctx context.Context, s *claimSc
 		return ctrl.Result{}, false, nil
 	}
 	if retained, result := r.retainFailedVM(ctx, claim); retained {
+		// A VM kept for debugging is stopped: its identity goes now.
+		if done, res := r.releaseIdentity(ctx, claim); !done {
+			return res, false, nil
+		}
 		return result, false, nil
 	}
-	_, result, err := r.deleteVM(ctx, claim)
-	return result, false, err
+	done, result, err := r.deleteVM(ctx, claim)
+	if err != nil || !done {
+		return result, false, err
+	}
+	_, result = r.releaseIdentity(ctx, claim)
+	return result, false, nil
 }
 
 // holdFinalizer ends the deletion pass of a claim without the finalizer:

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,6 +29,17 @@ type claimScope struct {
 	provider provider.Provider
 	// startRV is the claim's resourceVersion as read.
 	startRV string
+	// recheckIn is the latest a phase that let the pass go on wants to
+	// look again (zero: no wish); closeScope shortens the pass's requeue
+	// to it.
+	recheckIn time.Duration
+}
+
+// recheck asks for the claim to be reconciled again within d.
+func (s *claimScope) recheck(d time.Duration) {
+	if d > 0 && (s.recheckIn == 0 || d < s.recheckIn) {
+		s.recheckIn = d
+	}
 }
 
 // newClaimScope opens the scope of one reconcile. The metadata patch
@@ -70,6 +82,9 @@ func (r *MachineClaimReconciler) closeScope(ctx context.Context, s *claimScope, 
 		res = r.markStuck(ctx, claim, phase, res)
 		if err == nil {
 			claim.Status.ObservedGeneration = claim.Generation
+			if d := s.recheckIn; d > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > d) {
+				res.RequeueAfter = d
+			}
 		}
 	}
 	if perr := s.patch.Patch(ctx, claim); perr != nil {
@@ -100,9 +115,13 @@ func summariseReady(claim *hfv1.MachineClaim) {
 	case ending != nil && ending.Status == metav1.ConditionTrue:
 		setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ConditionReason(ending.Reason), ending.Message)
 	case provisioned != nil && provisioned.Status == metav1.ConditionTrue:
-		if hfv1.IsConditionTrue(*conds, hfv1.MachineClaimBootstrappedCondition) {
+		attested := hfv1.FindCondition(*conds, hfv1.MachineClaimAttestedCondition)
+		switch {
+		case hfv1.IsConditionTrue(*conds, hfv1.MachineClaimBootstrappedCondition):
 			setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM is up and the workload reports it ready")
-		} else {
+		case attested != nil && attested.Status != metav1.ConditionTrue:
+			setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ConditionReason(attested.Reason), attested.Message)
+		default:
 			setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.WaitingForRunnerReason, "The VM is up; waiting for the workload to report it ready")
 		}
 	case provisioned != nil:

@@ -24,13 +24,9 @@ type refusal struct {
 // templateRefusal is the first field of tmpl this operator does not act
 // on, or nil.
 func templateRefusal(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate) *refusal {
-	switch att := tmpl.Spec.Attestation; att.Method {
-	case hfv1.AttestationJoinToken:
+	if tmpl.Spec.Attestation.Method == hfv1.AttestationTPM {
 		return &refusal{hfv1.NotImplementedReason,
-			"spec.attestation.method: join-token is not implemented yet (nor spec.attestation.joinToken.ttl); remove spec.attestation or set method: none"}
-	case hfv1.AttestationTPM:
-		return &refusal{hfv1.NotImplementedReason,
-			"spec.attestation.method: tpm is not implemented yet (nor spec.attestation.tpm: devicePath, addVirtualTPM, ekCABundleRef); remove spec.attestation or set method: none"}
+			"spec.attestation.method: tpm is not implemented yet (nor spec.attestation.tpm: devicePath, addVirtualTPM, ekCABundleRef); use method join-token (docs/identity.md), or none"}
 	}
 	if _, t, ok := ws.Template(tmpl); ok && t.Runner.OS != "linux" {
 		// The operator's cloud-config starts the agent as a systemd unit

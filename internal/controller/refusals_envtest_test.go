@@ -75,8 +75,9 @@ func updateTemplate(t *testing.T, tmpl *hfv1.HypervisorMachineTemplate, mutate f
 	}
 }
 
-// TestRefusedTemplatesBuildNothing: templates with attestation join-token
-// or tpm are NotImplemented, one whose cloud-init renders without per-VM
+// TestRefusedTemplatesBuildNothing: a template with attestation tpm is
+// NotImplemented, one with join-token on a cluster without spec.spire is
+// SPIRENotConfigured, one whose cloud-init renders without per-VM
 // values but not for a VM is TemplateInvalid; their claims wait with
 // TemplateNotReady, without a VM or a credential.
 func TestRefusedTemplatesBuildNothing(t *testing.T) {
@@ -89,7 +90,7 @@ func TestRefusedTemplatesBuildNothing(t *testing.T) {
 		name, reason, text string
 		mutate             func(*hfv1.HypervisorMachineTemplate)
 	}{
-		{"join-token", string(hfv1.NotImplementedReason), "spec.attestation.method: join-token is not implemented yet", func(tm *hfv1.HypervisorMachineTemplate) {
+		{"join-token", string(hfv1.SPIRENotConfiguredReason), "has no spec.spire", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationJoinToken, JoinToken: &hfv1.JoinTokenAttestation{TTL: &metav1.Duration{Duration: 15 * time.Minute}}}
 		}},
 		{"tpm", string(hfv1.NotImplementedReason), "spec.attestation.method: tpm is not implemented yet", func(tm *hfv1.HypervisorMachineTemplate) {

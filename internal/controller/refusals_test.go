@@ -25,12 +25,9 @@ func TestRefusals(t *testing.T) {
 		reason  string
 		mention []string
 	}{
-		{"join-token", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
-			tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationJoinToken, JoinToken: &hfv1.JoinTokenAttestation{}}
-		}), string(hfv1.NotImplementedReason), []string{"spec.attestation.method: join-token is not implemented yet", "joinToken.ttl", "remove spec.attestation or set method: none"}},
 		{"tpm", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationTPM, TPM: &hfv1.TPMAttestation{AddVirtualTPM: true}}
-		}), string(hfv1.NotImplementedReason), []string{"spec.attestation.method: tpm", "addVirtualTPM", "set method: none"}},
+		}), string(hfv1.NotImplementedReason), []string{"spec.attestation.method: tpm", "addVirtualTPM", "use method join-token", "or none"}},
 		{"windows runner", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{OS: "win"}
 		}), string(hfv1.UnsupportedReason), []string{"spec.bootstrap.github.runner.os: win", "set os: linux"}},

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -9,6 +10,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -37,6 +39,20 @@ func withPlaceholderCredentials(ws *workload.Backends, v cloudinit.Vars, tmpl *h
 			v.JITConfig = placeholderCredential
 		case cloudinit.BootstrapRunnerToken:
 			v.RunnerToken = placeholderCredential
+		}
+	}
+	if v.WorkloadMethod == cloudinit.WorkloadBroker {
+		v.JoinToken = placeholderCredential
+		if v.TrustDomain == "" {
+			v.TrustDomain = "placeholder.invalid"
+		}
+		v.SPIFFEID = "spiffe://" + v.TrustDomain + "/vm/placeholder"
+		v.TrustBundle = placeholderBundle()
+		if v.SPIREServerAddress == "" {
+			v.SPIREServerAddress = "spire.placeholder.invalid:8081"
+		}
+		if v.BrokerURL == "" {
+			v.BrokerURL = "https://broker.placeholder.invalid/broker/v1/credential"
 		}
 	}
 	v.ExpiresAt = cloudinit.Time{Time: placeholderExpiry}
@@ -82,3 +98,14 @@ func checkTemplateRender(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemp
 	}
 	return nil
 }
+
+// placeholderBundle is a real certificate standing in for a SPIRE trust
+// bundle in the render check (the agent's configuration must hold
+// parsable PEM certificates).
+var placeholderBundle = sync.OnceValue(func() string {
+	c, err := selfsigned.New("placeholder.invalid")
+	if err != nil {
+		panic(fmt.Sprintf("placeholder trust bundle: %v", err))
+	}
+	return string(c.ChainPEM())
+})

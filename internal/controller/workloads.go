@@ -56,25 +56,71 @@ var (
 // BootstrapVars implements BootstrapSource: it issues one single-use
 // credential for the claim's VM (a registered runner's configuration, or
 // a registration token) and fills in the runner part of its cloud-init.
+// A VM that attests with SPIRE gets none here: it asks the credential
+// broker after attesting (BrokerCredential).
 func (w *Workloads) BootstrapVars(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, vars *cloudinit.Vars) error {
-	be, ok := w.Backends.Claim(claim, tmpl)
-	if !ok {
-		// A platform this operator does not run: the claim is refused
-		// (claimRefusal) and gets no credential.
+	if vars.SPIFFEEnabled {
 		return nil
 	}
-	if vars.SPIFFEEnabled {
-		// Broker mode: the VM fetches its credential after attesting; none
-		// goes into cloud-init.
-		return nil
+	cred, ok, err := w.issueFor(ctx, claim, tmpl, vars)
+	if err != nil || !ok {
+		return err
+	}
+	switch cred.Method {
+	case workload.MethodJIT:
+		vars.JITConfig = cred.Secret.Reveal()
+	case workload.MethodRegistrationToken:
+		vars.RunnerToken = cred.Secret.Reveal()
+		vars.RegistrationURL = cred.RegistrationURL
+	}
+	vars.ExpiresAt = cloudinit.Time{Time: cred.ExpiresAt}
+	return nil
+}
+
+// BrokerCredential issues the single-use credential of a claim whose VM
+// attested and asked the credential broker for it, exactly as
+// BootstrapVars would have put it into the VM's cloud-init, and records
+// what it issued in claim.Status.Bootstrap (the broker persists it before
+// it answers).
+func (w *Workloads) BrokerCredential(ctx context.Context, claim *hfv1.MachineClaim) (workload.Credential, error) {
+	tmpl := &hfv1.HypervisorMachineTemplate{}
+	if err := w.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, tmpl); err != nil {
+		return workload.Credential{}, fmt.Errorf("read the claim's HypervisorMachineTemplate: %w", err)
+	}
+	cluster := &hfv1.HypervisorCluster{}
+	name := tmpl.Spec.HypervisorClusterRef.Name
+	if ref := claim.Status.VMRef; ref != nil {
+		name = ref.HypervisorCluster
+	}
+	if err := w.Client.Get(ctx, client.ObjectKey{Name: name}, cluster); err != nil {
+		return workload.Credential{}, fmt.Errorf("read the claim's HypervisorCluster: %w", err)
+	}
+	vars := claimVars(w.Backends, claim, tmpl, cluster, staticAddr{})
+	cred, ok, err := w.issueFor(ctx, claim, tmpl, &vars)
+	if err != nil {
+		return workload.Credential{}, err
+	}
+	if !ok {
+		return workload.Credential{}, fmt.Errorf("no CI platform back-end serves the claim's workload")
+	}
+	return cred, nil
+}
+
+// issueFor issues the claim's credential and records it in its status;
+// ok is false for a platform this operator does not run (the claim is
+// refused by claimRefusal and gets no credential).
+func (w *Workloads) issueFor(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, vars *cloudinit.Vars) (workload.Credential, bool, error) {
+	be, ok := w.Backends.Claim(claim, tmpl)
+	if !ok {
+		return workload.Credential{}, false, nil
 	}
 	pool, err := w.poolOf(ctx, claim)
 	if err != nil {
-		return workloadError(be, err)
+		return workload.Credential{}, true, workloadError(be, err)
 	}
 	p, err := w.claimProvider(ctx, be, claim, pool, tmpl)
 	if err != nil {
-		return workloadError(be, err)
+		return workload.Credential{}, true, workloadError(be, err)
 	}
 	labels := w.runnerLabels(be, claim, pool, tmpl)
 	vars.RunnerName = w.runnerName(be, claim, vars.RunnerName)
@@ -84,20 +130,13 @@ func (w *Workloads) BootstrapVars(ctx context.Context, claim *hfv1.MachineClaim,
 	}
 	cred, err := w.issue(ctx, p, spec)
 	if err != nil {
-		return workloadError(be, err)
+		return workload.Credential{}, true, workloadError(be, err)
+	}
+	if cred.RegistrationURL == "" {
+		cred.RegistrationURL = vars.RegistrationURL
 	}
 	vars.Labels = cloudinit.List(labels)
 	vars.RunnerName = cred.RunnerName
-	switch cred.Method {
-	case workload.MethodJIT:
-		vars.JITConfig = cred.Secret.Reveal()
-	case workload.MethodRegistrationToken:
-		vars.RunnerToken = cred.Secret.Reveal()
-		if cred.RegistrationURL != "" {
-			vars.RegistrationURL = cred.RegistrationURL
-		}
-	}
-	vars.ExpiresAt = cloudinit.Time{Time: cred.ExpiresAt}
 	st := &hfv1.BootstrapStatus{RunnerName: cred.RunnerName, RunnerID: cred.RunnerID, CredentialIssuedAt: &metav1.Time{Time: cred.IssuedAt}}
 	if !cred.ExpiresAt.IsZero() {
 		st.CredentialExpiresAt = &metav1.Time{Time: cred.ExpiresAt}
@@ -105,11 +144,14 @@ func (w *Workloads) BootstrapVars(ctx context.Context, claim *hfv1.MachineClaim,
 	if old := claim.Status.Bootstrap; old != nil {
 		st.SPIFFEID, st.JobID, st.JobStartedAt = old.SPIFFEID, old.JobID, old.JobStartedAt
 	}
+	if id := claim.Status.Identity; id != nil {
+		st.SPIFFEID = id.SPIFFEID
+	}
 	claim.Status.Bootstrap = st
 	metrics.RunnerCredentials.WithLabelValues(string(cred.Method)).Inc()
 	ctrl.LoggerFrom(ctx).Info("Issued a single-use runner credential", "platform", be.Name(), "method", cred.Method,
 		"runner", cred.RunnerName, "runnerID", cred.RunnerID, "scope", p.Scope().String())
-	return nil
+	return cred, true, nil
 }
 
 // issue asks for the credential; a name already taken by a runner that

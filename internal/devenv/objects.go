@@ -3,6 +3,7 @@ package devenv
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,7 +18,7 @@ import (
 // Objects returns the world's sample objects, in creation order: what a
 // user applies to a real cluster, with the simulators' addresses filled in.
 func (w *World) Objects() ([]client.Object, error) {
-	return []client.Object{
+	objs := []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: SystemNamespace}},
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
 		&corev1.Secret{
@@ -69,7 +70,24 @@ func (w *World) Objects() ([]client.Object, error) {
 					ScaleDownDelay: &metav1.Duration{Duration: 10e9}},
 			},
 		},
-	}, nil
+	}
+	if w.opts.SPIFFE {
+		for _, o := range objs {
+			switch o := o.(type) {
+			case *hfv1.HypervisorCluster:
+				o.Spec.SPIRE = &hfv1.SPIREConfig{
+					TrustDomain:         TrustDomain,
+					ServerAddress:       w.SPIRE.Address,
+					ServerAPI:           hfv1.SPIREServerAPI{AdminSocket: w.SPIRE.SocketPath},
+					AttestationDeadline: &metav1.Duration{Duration: 2 * time.Minute},
+				}
+			case *hfv1.HypervisorMachineTemplate:
+				o.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationJoinToken,
+					JoinToken: &hfv1.JoinTokenAttestation{TTL: &metav1.Duration{Duration: 10 * time.Minute}}}
+			}
+		}
+	}
+	return objs, nil
 }
 
 // agentSource is the template's: Operator with Options.AgentFromOperator.

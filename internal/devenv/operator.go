@@ -74,10 +74,15 @@ sh "$HF_SIM_ROOT` + cloudinit.FetchAgentPath + `" "$url" "${url##*sha256=}" "$ag
 // guestScript is the guest program: the agent the world was given, or
 // with AgentFromOperator the one the guest downloaded.
 func (w *World) guestScript() string {
-	if w.opts.AgentFromOperator {
-		return fetchAgent + runAgent
+	run := runAgent
+	if w.opts.SPIFFE {
+		// The agent starts the cached spire-agent with the VM's join token.
+		run += ` --spire-agent "$HF_SPIRE_AGENT"`
 	}
-	return `agent="$HF_AGENT_BINARY"; ` + runAgent
+	if w.opts.AgentFromOperator {
+		return fetchAgent + run
+	}
+	return `agent="$HF_AGENT_BINARY"; ` + run
 }
 
 // inProcessAgentServer is the in-process operator's agent server: it
@@ -85,7 +90,9 @@ func (w *World) guestScript() string {
 // AgentFromOperator) and takes every guest's power-off notice
 // (docs/architecture.md, "Power-off hints").
 func (w *World) inProcessAgentServer() (*manager.AgentServerOptions, error) {
-	if w.opts.AgentBinary == "" || w.opts.NoPowerOffNotices && !w.opts.AgentFromOperator {
+	// The agent server serves the agent (AgentFromOperator), the
+	// credential broker (SPIFFE) and the guests' power-off notices.
+	if w.opts.AgentBinary == "" || w.opts.NoPowerOffNotices && !w.opts.AgentFromOperator && !w.opts.SPIFFE {
 		return nil, nil
 	}
 	dir := filepath.Join(w.opts.Dir, "agent-binaries")

@@ -44,6 +44,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/internal/spireworld"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
@@ -64,6 +65,8 @@ const (
 	Repository   = "octo-org/app"
 	// JobLabel is the runs-on label of the pool's runners and of the jobs.
 	JobLabel = "hyperfleet"
+	// TrustDomain is the SPIRE trust domain with Options.SPIFFE.
+	TrustDomain = "hyperfleet.test"
 	// SystemNamespace holds the operator's own Secrets.
 	SystemNamespace = "hyperfleet-system"
 	// PAT is the long-lived GitHub token the operator uses. It must never
@@ -117,6 +120,13 @@ type Options struct {
 	// instead of AgentBinary. The in-process operator serves AgentBinary
 	// as hyperfleet-agent-linux-amd64.
 	AgentFromOperator bool
+	// SPIFFE gives the VMs SPIFFE identities: the world runs a real
+	// spire-server (internal/spireworld), the cluster names it in
+	// spec.spire, the template attests with join tokens, and every guest's
+	// agent starts a real spire-agent with its token, then fetches its
+	// runner credential from the operator's credential broker with its
+	// X509-SVID (docs/identity.md).
+	SPIFFE bool
 	// MetricsAddr, when set, is the address the operator's /metrics
 	// endpoint binds to (plain HTTP, as --metrics-bind-address). A port of
 	// 0 takes a free port once, kept across operator restarts; MetricsURL
@@ -147,6 +157,9 @@ type World struct {
 	webhook            webhookFiles
 	agentTLS           agentTLSFiles
 	logFile            *os.File
+
+	// SPIRE is the spire-server with Options.SPIFFE.
+	SPIRE *spireworld.Server
 
 	mu       sync.Mutex
 	operator *operatorRun
@@ -211,6 +224,15 @@ func (w *World) start(ctx context.Context) (err error) {
 		return fmt.Errorf("devenv: write kubeconfig: %w", err)
 	}
 	w.KubeconfigPath = kubeconfig
+	if opts.SPIFFE {
+		w.progress("Starting spire-server (the first run builds SPIRE from source: about 15 minutes on 2 cores, then cached)")
+		stop := w.tick("still starting spire-server")
+		w.SPIRE, err = spireworld.StartServer(ctx, spireworld.ServerOptions{TrustDomain: TrustDomain, Dir: filepath.Join(opts.Dir, "spire")})
+		stop()
+		if err != nil {
+			return fmt.Errorf("devenv: %w", err)
+		}
+	}
 	w.progress("Starting the GitHub and Proxmox VE simulators")
 	if err := w.startGitHub(); err != nil {
 		return err
@@ -378,6 +400,13 @@ func (w *World) startProxmox() error {
 			"HF_SIM_POLL_WAIT": "1",
 		},
 	}
+	if w.opts.SPIFFE {
+		dir, err := spireworld.Dir()
+		if err != nil {
+			return fmt.Errorf("devenv: %w", err)
+		}
+		cfg.Guest.Env["HF_SPIRE_AGENT"] = filepath.Join(dir, "spire-agent")
+	}
 	sim, err := proxmoxsim.New(cfg, proxmoxsim.WithAdmin(w.opts.SimulatorAdmin), proxmoxsim.WithLogger(w.simLogger("proxmox-sim")))
 	if err != nil {
 		return fmt.Errorf("devenv: Proxmox simulator: %w", err)
@@ -480,6 +509,8 @@ func (w *World) StartOperator(ctx context.Context) error {
 	comps, err := manager.Setup(runCtx, mgr, manager.Options{
 		AgentServer: agentServer,
 		Signer:      signer,
+		// The simulated VMs' agents are this user's processes.
+		SPIREAgentUID: os.Getuid(),
 		// The local world's CI platform is the GitHub simulator.
 		Workloads:         map[hfv1.WorkloadType]workload.Factory{hfv1.WorkloadGitHubActions: github.NewBackend},
 		WorkloadTransport: w.githubTransport,
@@ -555,6 +586,9 @@ func (w *World) Stop() error {
 	}
 	if w.Proxmox != nil {
 		_ = w.Proxmox.Close()
+	}
+	if w.SPIRE != nil {
+		w.SPIRE.Stop()
 	}
 	if w.API != nil {
 		if err := w.API.Stop(); err != nil {

@@ -19,9 +19,11 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
+	"github.com/hyperfleet/hyperfleet/internal/broker"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
@@ -79,8 +81,15 @@ type Options struct {
 	// before it is reported Stuck; nil means controller.DefaultStuckBounds.
 	StuckBounds *controller.StuckBounds
 	// AgentServer, when set, serves the in-VM agent binary over HTTPS (on
-	// every replica) to VMs of templates with agentSource Operator.
+	// every replica) to VMs of templates with agentSource Operator, and
+	// the credential broker VMs that attest with SPIRE fetch their runner
+	// credential from (docs/identity.md).
 	AgentServer *AgentServerOptions
+	// SPIREAgentUID is the uid the HyperFleet agent runs as inside VMs,
+	// the selector of their SPIRE registration entries: 0 (root, from its
+	// systemd unit). Only the local test world, whose simulated VMs are
+	// the developer's processes, sets another.
+	SPIREAgentUID int
 }
 
 // WorkloadStandIn stands in for the CI platforms' accounts (see
@@ -205,16 +214,32 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Reader: mgr.GetClient(), Signer: opts.Signer, Transitions: transitions, ClaimEvents: claimEvents,
 		Clock: opts.Clock, Elected: mgr.Elected(), Log: mgr.GetLogger().WithName("poweroff-notices"),
 	}
+	// VMs that attest with SPIRE get join tokens derived from the
+	// ownership key (internal/identity) and fetch their credential from
+	// the broker on the agent server.
+	identities := identity.NewRegistry()
+	issuer := &identity.Issuer{Key: opts.Signer.DerivedKey("spire join token"), AgentUID: opts.SPIREAgentUID}
+	var credBroker *broker.Broker
+	if iss, ok := ci.bootstrap.(broker.Issuer); ok && opts.AgentServer != nil {
+		credBroker = &broker.Broker{
+			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Clusters: mgr.GetClient(),
+			Identity: identities, Issuer: iss, Recorder: mgr.GetEventRecorderFor("credential-broker"), Clock: opts.Clock,
+		}
+	}
 	// Before the controllers: they hand VMs the URLs and checksums it serves.
 	var agentSrv *agentserver.Server
 	var agent controller.AgentLocator // stays a nil interface without a server
+	var brokerEndpoint controller.BrokerEndpoint
 	if opts.AgentServer != nil {
-		srv, err := newAgentServer(mgr, opts.AgentServer, notices)
+		srv, err := newAgentServer(mgr, opts.AgentServer, credBroker, notices)
 		if err != nil {
 			return nil, err
 		}
 		agentSrv, agent = srv, srv
 		notices.URL, notices.CA = srv.PowerOffURL(), srv.CA()
+		if credBroker != nil {
+			brokerEndpoint = endpoint{url: srv.BrokerURL(), ca: srv.CA()}
+		}
 	}
 
 	sw := &sweeper.Sweeper{
@@ -236,6 +261,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Clock:       opts.Clock,
 		ClaimEvents: claimEvents,
 		Unverified:  sw,
+		Identity:    identities,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up HypervisorCluster controller: %w", err)
 	}
@@ -246,6 +272,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Agent:     agent,
 		Runners:   ci.releases,
 		Workloads: backends,
+		Identity:  controller.IdentitySupport{Issuer: issuer, Broker: brokerEndpoint},
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up HypervisorMachineTemplate controller: %w", err)
 	}
@@ -273,6 +300,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Agent:         agent,
 		Transitions:   transitions,
 		Notices:       notices,
+		Identity:      identities,
+		Issuer:        issuer,
+		Broker:        brokerEndpoint,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up MachineClaim controller: %w", err)
 	}
@@ -447,7 +477,7 @@ func newWebhookServer(ctx context.Context, mgr ctrl.Manager, opts Options, backe
 
 // newAgentServer hashes the agent binaries and adds their server to the
 // manager.
-func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions, notices agentserver.PowerOffReceiver) (*agentserver.Server, error) {
+func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions, credBroker *broker.Broker, notices agentserver.PowerOffReceiver) (*agentserver.Server, error) {
 	var missing []string
 	for _, f := range []struct{ name, value string }{
 		{"Addr", o.Addr}, {"CertFile", o.CertFile}, {"KeyFile", o.KeyFile}, {"Dir", o.Dir}, {"URL", o.URL},
@@ -459,10 +489,14 @@ func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions, notices agentserver
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("the agent server needs %s", strings.Join(missing, ", "))
 	}
-	srv, err := agentserver.New(agentserver.Options{
+	so := agentserver.Options{
 		Dir: o.Dir, URL: o.URL, CAFile: o.CAFile, Addr: o.Addr, CertFile: o.CertFile, KeyFile: o.KeyFile,
 		Logger: mgr.GetLogger().WithName("agent-server"), PowerOff: notices,
-	})
+	}
+	if credBroker != nil {
+		so.Broker = credBroker
+	}
+	srv, err := agentserver.New(so)
 	if err != nil {
 		return nil, err
 	}
@@ -472,3 +506,9 @@ func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions, notices agentserver
 	}
 	return srv, nil
 }
+
+// endpoint is the broker as VMs reach it.
+type endpoint struct{ url, ca string }
+
+func (e endpoint) URL() string { return e.url }
+func (e endpoint) CA() string  { return e.ca }

@@ -178,6 +178,13 @@ var (
 		Help: "Single-use runner credentials issued to VMs, by method (jit-config, runner-token).",
 	}, []string{"method"})
 
+	// BrokerRequests counts the credential broker's answers
+	// (internal/broker), by reason: Delivered, or why it refused.
+	BrokerRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "broker_requests_total",
+		Help: "Requests to the credential broker by attested VMs, by result: Delivered, or the reason of the refusal.",
+	}, []string{"reason"})
+
 	// WebhookSecretReloads counts reads of the webhook Secret after it
 	// changed, by result: loaded, invalid (the last valid secrets stay in
 	// use), missing (deliveries are refused) or error (retried).
@@ -198,7 +205,7 @@ func init() {
 		ClaimPhaseSeconds, ClaimsStuck, ClaimTransitions, ClaimErrors, ReservationsRejected, PowerOffToDestroyed, CreatedToCloneRequest,
 		PowerOffHints, VMsInTransition,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
-		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads,
+		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads, BrokerRequests,
 	)
 }
 

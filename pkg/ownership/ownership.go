@@ -526,3 +526,13 @@ func (s *Signer) powerOffMAC(key []byte, namespace, name, uid string) string {
 	fmt.Fprintf(mac, "poweroff-notice\x00%s\x00%s\x00%s\x00%s", s.operatorID, namespace, name, uid)
 	return hex.EncodeToString(mac.Sum(nil))
 }
+
+// DerivedKey is a key for another purpose (such as deriving SPIRE join
+// tokens) derived from the signing key, so that an install keeps a single
+// secret: HMAC-SHA256(signing key, "hyperfleet derived key\x00"+purpose).
+// It changes when the ring gets a new signing key.
+func (s *Signer) DerivedKey(purpose string) []byte {
+	mac := hmac.New(sha256.New, s.keys[s.signingID])
+	mac.Write([]byte("hyperfleet derived key\x00" + purpose))
+	return mac.Sum(nil)
+}

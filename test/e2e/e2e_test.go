@@ -231,6 +231,12 @@ func waitDone(t *testing.T, w *devenv.World, timeout time.Duration) {
 // checkWorld asserts everything the end-to-end contract promises.
 func checkWorld(t *testing.T, w *devenv.World, wt *watcher) {
 	t.Helper()
+	checkJobs(t, w, wt, jobs)
+}
+
+// checkJobs asserts the end-to-end contract for a world that ran n jobs.
+func checkJobs(t *testing.T, w *devenv.World, wt *watcher, jobs int) {
+	t.Helper()
 	snap, err := w.Snapshot(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -3,12 +3,15 @@ package spiretest
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/svid/jwtsvid"
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"github.com/spiffe/go-spiffe/v2/workloadapi"
+	"github.com/spiffe/spire-api-sdk/proto/spire/api/types"
 )
 
 // Agent is a running spire-agent, the SPIRE side of one simulated VM.
@@ -119,3 +122,34 @@ func (a *Agent) ExitErr() error { return a.proc.exitErr() }
 
 // Log returns the agent's log so far.
 func (a *Agent) Log() string { return a.proc.log() }
+
+// StartWorkloadAgent gives this test process the SPIFFE ID workloadPath
+// (a path in the server's trust domain): it creates a join token for an
+// agent with the alias nodePath, registers workloadPath for this process's
+// uid under that alias and starts the agent; WaitX509SVID waits for the
+// SVID (start several agents first, then wait: each takes seconds). A test
+// uses it for a caller with an identity of its own, e.g. an operator that
+// reaches the Server API over mTLS.
+func StartWorkloadAgent(ctx context.Context, t testing.TB, server *Server, nodePath, workloadPath string) *Agent {
+	t.Helper()
+	token, err := server.CreateJoinToken(ctx, nodePath, 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = server.CreateEntries(ctx, &types.Entry{
+		SpiffeId:  server.ID(workloadPath),
+		ParentId:  server.ID(nodePath),
+		Selectors: []*types.Selector{{Type: "unix", Value: fmt.Sprintf("uid:%d", os.Getuid())}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return StartAgent(t, server, token)
+}
+
+// FetchJWTSVID asks the agent's Workload API once for this process's
+// JWT-SVID for audience, as a VM's agent does before it logs in to a
+// secret store.
+func (a *Agent) FetchJWTSVID(ctx context.Context, audience string) (*jwtsvid.SVID, error) {
+	return workloadapi.FetchJWTSVID(ctx, jwtsvid.Params{Audience: audience}, workloadapi.WithAddr(a.Addr()))
+}

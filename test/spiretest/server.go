@@ -2,13 +2,18 @@ package spiretest
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-jose/go-jose/v4"
 	agentv1 "github.com/spiffe/spire-api-sdk/proto/spire/api/server/agent/v1"
 	bundlev1 "github.com/spiffe/spire-api-sdk/proto/spire/api/server/bundle/v1"
 	entryv1 "github.com/spiffe/spire-api-sdk/proto/spire/api/server/entry/v1"
@@ -53,7 +58,8 @@ type Server struct {
 // serverConfig is spire-server's configuration: one trust domain, the
 // sqlite datastore and disk key manager in the data directory, the
 // join_token node attestor, the admin API on a unix socket and the agent
-// API on a loopback port.
+// API on a loopback port (where callers in admin_ids, if any, administer it
+// too).
 const serverConfig = `server {
 	bind_address = %q
 	bind_port = %d
@@ -63,7 +69,7 @@ const serverConfig = `server {
 	log_level = "INFO"
 	default_x509_svid_ttl = "1h"
 	default_jwt_svid_ttl = "5m"
-}
+%s}
 
 plugins {
 	DataStore "sql" {
@@ -83,11 +89,41 @@ plugins {
 }
 `
 
+// ServerOption changes the server StartServer configures.
+type ServerOption func(*serverOptions)
+
+type serverOptions struct {
+	adminIDs []string
+}
+
+// WithAdminIDs lists SPIFFE IDs in the server's admin_ids: a caller that
+// presents an X509-SVID with one of them on the server's TCP port is an
+// administrator, as a caller on the admin socket is.
+func WithAdminIDs(ids ...string) ServerOption {
+	return func(o *serverOptions) { o.adminIDs = append(o.adminIDs, ids...) }
+}
+
+// configLines renders the options as lines of the server block.
+func (o serverOptions) configLines() string {
+	if len(o.adminIDs) == 0 {
+		return ""
+	}
+	quoted := make([]string, len(o.adminIDs))
+	for i, id := range o.adminIDs {
+		quoted[i] = strconv.Quote(id)
+	}
+	return "\tadmin_ids = [" + strings.Join(quoted, ", ") + "]\n"
+}
+
 // StartServer starts a spire-server for trustDomain on a free loopback
 // port and waits until its admin API answers; t.Cleanup stops it. A server
 // that does not start fails the test, with its log.
-func StartServer(t testing.TB, trustDomain string) *Server {
+func StartServer(t testing.TB, trustDomain string, opts ...ServerOption) *Server {
 	t.Helper()
+	var o serverOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	bin := filepath.Join(SpireDir(t), "spire-server")
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
@@ -102,7 +138,7 @@ func StartServer(t testing.TB, trustDomain string) *Server {
 	}
 	conf := filepath.Join(dir, "server.conf")
 	writeFile(t, conf, fmt.Appendf(nil, serverConfig,
-		addr.IP.String(), addr.Port, s.SocketPath, trustDomain, data,
+		addr.IP.String(), addr.Port, s.SocketPath, trustDomain, data, o.configLines(),
 		filepath.Join(data, "datastore.sqlite3"), filepath.Join(data, "keys.json")))
 
 	s.proc = startProcess(t, "spire-server", filepath.Join(dir, "server.log"), bin, "run", "-config", conf)
@@ -156,6 +192,28 @@ func bundlePEM(b *types.Bundle) ([]byte, error) {
 		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.GetAsn1()})...)
 	}
 	return out, nil
+}
+
+// JWKS returns the trust domain's JWT authorities, the keys JWT-SVIDs are
+// signed with, as a JSON Web Key Set: what SPIRE's OIDC discovery provider
+// serves at /keys and a secret store's jwks_url points to.
+func (s *Server) JWKS(ctx context.Context) ([]byte, error) {
+	b, err := s.Bundles.GetBundle(ctx, &bundlev1.GetBundleRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("getting the bundle of %s: %w", s.TrustDomain, err)
+	}
+	var set jose.JSONWebKeySet
+	for _, a := range b.GetJwtAuthorities() {
+		key, err := x509.ParsePKIXPublicKey(a.GetPublicKey())
+		if err != nil {
+			return nil, fmt.Errorf("JWT authority %s: %w", a.GetKeyId(), err)
+		}
+		set.Keys = append(set.Keys, jose.JSONWebKey{Key: key, KeyID: a.GetKeyId(), Use: "sig"})
+	}
+	if len(set.Keys) == 0 {
+		return nil, fmt.Errorf("the bundle of %s has no JWT authority", s.TrustDomain)
+	}
+	return json.Marshal(set)
 }
 
 // ID returns the SPIFFE ID path in the server's trust domain as the Server

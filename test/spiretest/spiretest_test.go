@@ -37,6 +37,7 @@ const (
 // gets nothing (tokens are single use), and deleting the first agent from
 // the server takes its workload's identity away.
 func TestJoinTokenAgentWorkloadSVID(t *testing.T) {
+	t.Parallel()
 	server := spiretest.StartServer(t, trustDomain)
 	td := spiffeid.RequireTrustDomainFromString(trustDomain)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -1,0 +1,171 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SPIREConfig is how the VMs of a HypervisorCluster get SPIFFE identities
+// from a SPIRE server (docs/identity.md). It belongs to the platform team,
+// like the cluster itself: tenants choose only a template's
+// spec.attestation.method, never the server, the trust domain or the
+// operator's access to the server.
+// +kubebuilder:validation:XValidation:rule="!has(self.joinTokenTTL) || !has(self.joinTokenTTL.min) || !has(self.joinTokenTTL.max) || duration(self.joinTokenTTL.min) <= duration(self.joinTokenTTL.max)",message="spire.joinTokenTTL.min must not be longer than spire.joinTokenTTL.max"
+type SPIREConfig struct {
+	// trustDomain is the SPIRE server's trust domain, such as
+	// example.org. Every VM of this cluster gets the SPIFFE ID
+	// spiffe://<trustDomain>/vm/<namespace>/<claim>/<claim uid>.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[a-z0-9._-]+$`
+	TrustDomain string `json:"trustDomain"`
+
+	// serverAddress is the SPIRE server's address as the VMs reach it,
+	// host:port (the server's bind port, 8081 by default). It is rendered
+	// into each VM's cloud-init for its spire-agent.
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=261
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9.-]+:[0-9]{1,5}$|^\[[0-9A-Fa-f:.]+\]:[0-9]{1,5}$`
+	ServerAddress string `json:"serverAddress"`
+
+	// serverAPI is how the operator reaches the SPIRE Server API to create
+	// join tokens and registration entries and to delete them again.
+	// +required
+	ServerAPI SPIREServerAPI `json:"serverAPI"`
+
+	// joinTokenTTL bounds the join-token lifetimes templates may ask for
+	// (spec.attestation.joinToken.ttl). A template outside the bounds is
+	// not Ready (JoinTokenTTLNotAllowed).
+	// +optional
+	JoinTokenTTL *DurationBounds `json:"joinTokenTTL,omitempty"`
+
+	// attestationDeadline is how long a VM's spire-agent has to attest,
+	// counted from when the VM is up. A used or expired join token makes
+	// spire-agent retry instead of failing, so without this deadline such a
+	// VM would wait forever: a claim whose agent has not attested by then
+	// fails with AttestationFailed and its VM is destroyed.
+	// +optional
+	// +kubebuilder:default="10m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10s') && duration(self) <= duration('2h')",message="spire.attestationDeadline must be between 10s and 2h"
+	AttestationDeadline *metav1.Duration `json:"attestationDeadline,omitempty"`
+
+	// svidTTL is the lifetime of the X509-SVIDs issued to the VMs' agents.
+	// An SVID is used once, to fetch the runner credential, so it can be
+	// short; SPIRE's default_x509_svid_ttl applies when unset.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('24h')",message="spire.svidTTL must be between 1m and 24h"
+	SVIDTTL *metav1.Duration `json:"svidTTL,omitempty"`
+}
+
+// SPIREServerAPI is how the operator authenticates to the SPIRE Server
+// API: set exactly one of adminSocket and address.
+// +kubebuilder:validation:XValidation:rule="has(self.adminSocket) != has(self.address)",message="set exactly one of spire.serverAPI.adminSocket (the server's admin unix socket) and spire.serverAPI.address (mTLS with the operator's own SVID)"
+// +kubebuilder:validation:XValidation:rule="!has(self.address) || has(self.workloadAPISocket)",message="spire.serverAPI.address needs spire.serverAPI.workloadAPISocket: the operator authenticates with its own X509-SVID from that socket"
+// +kubebuilder:validation:XValidation:rule="has(self.address) || (!has(self.workloadAPISocket) && !has(self.serverID))",message="spire.serverAPI.workloadAPISocket and serverID apply only with spire.serverAPI.address"
+type SPIREServerAPI struct {
+	// adminSocket is the path, inside the operator's pod, of the SPIRE
+	// server's admin unix socket (its socket_path). Only the socket's file
+	// permissions guard it, so mount it into the operator alone.
+	// +optional
+	// +kubebuilder:validation:MinLength=2
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^/[^\x00]*$`
+	AdminSocket string `json:"adminSocket,omitempty"`
+
+	// address is the SPIRE server's API address as the operator reaches
+	// it, host:port. The operator authenticates with its own X509-SVID,
+	// whose SPIFFE ID must be in the server's admin_ids (or have an entry
+	// with admin: true).
+	// +optional
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=261
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9.-]+:[0-9]{1,5}$|^\[[0-9A-Fa-f:.]+\]:[0-9]{1,5}$`
+	Address string `json:"address,omitempty"`
+
+	// serverID is the SPIRE server's SPIFFE ID the operator expects on the
+	// other end; spiffe://<trustDomain>/spire/server when unset.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^spiffe://[a-z0-9._-]+(/[A-Za-z0-9._-]+)*$`
+	ServerID string `json:"serverID,omitempty"`
+
+	// workloadAPISocket is the path, inside the operator's pod, of the
+	// Workload API socket of the spire-agent that gives the operator its
+	// own X509-SVID (address only).
+	// +optional
+	// +kubebuilder:validation:MinLength=2
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^/[^\x00]*$`
+	WorkloadAPISocket string `json:"workloadAPISocket,omitempty"`
+}
+
+// DurationBounds is an inclusive range of durations.
+type DurationBounds struct {
+	// min is the shortest allowed duration; 1m when unset.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	Min *metav1.Duration `json:"min,omitempty"`
+
+	// max is the longest allowed duration; 1h when unset.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	Max *metav1.Duration `json:"max,omitempty"`
+}
+
+// IdentityStatus is a claim's SPIFFE identity and where its issuance
+// stands. It is written before each step it records is taken, so an
+// operator restart at any point neither issues a second join token nor
+// leaves a registration entry behind. It never holds the join token: the
+// operator derives the token from the claim and its own key when it renders
+// the VM's cloud-init.
+type IdentityStatus struct {
+	// spiffeId is the VM's SPIFFE ID,
+	// spiffe://<trust domain>/vm/<namespace>/<claim>/<uid>.
+	// +required
+	// +kubebuilder:validation:MaxLength=2048
+	SPIFFEID string `json:"spiffeId"`
+
+	// nodeId is the SPIFFE ID of the VM's spire-agent, the alias its join
+	// token gives it (spiffe://<trust domain>/hyperfleet/node/...).
+	// +required
+	// +kubebuilder:validation:MaxLength=2048
+	NodeID string `json:"nodeId"`
+
+	// entryId is the id of the VM's registration entry on the SPIRE server
+	// (hyperfleet.<claim uid>).
+	// +required
+	// +kubebuilder:validation:MaxLength=255
+	EntryID string `json:"entryId"`
+
+	// joinTokenCreatedAt is when the join token and the entries were
+	// created on the SPIRE server; unset until then.
+	// +optional
+	JoinTokenCreatedAt *metav1.Time `json:"joinTokenCreatedAt,omitempty"`
+
+	// joinTokenExpiresAt is when the join token stops being accepted.
+	// +optional
+	JoinTokenExpiresAt *metav1.Time `json:"joinTokenExpiresAt,omitempty"`
+
+	// attestedAt is when the SPIRE server first listed the VM's agent as
+	// attested.
+	// +optional
+	AttestedAt *metav1.Time `json:"attestedAt,omitempty"`
+
+	// credentialRequestedAt is when the VM asked the operator's credential
+	// broker for its runner credential. Set once, before the credential is
+	// issued: a second request is refused.
+	// +optional
+	CredentialRequestedAt *metav1.Time `json:"credentialRequestedAt,omitempty"`
+
+	// releasedAt is when the VM's entries and agent were deleted from the
+	// SPIRE server, at the claim's end.
+	// +optional
+	ReleasedAt *metav1.Time `json:"releasedAt,omitempty"`
+}

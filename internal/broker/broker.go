@@ -1,0 +1,363 @@
+// Package broker is the credential broker: the HTTPS endpoint a VM that
+// attested with SPIRE calls, with its X509-SVID as client certificate, to
+// receive its single-use runner credential at the last moment
+// (docs/identity.md). Nothing that can run a job is ever in such a VM's
+// cloud-init: its join token only proves who it is.
+//
+// A request is answered with a credential only if every check holds: a
+// client certificate that go-spiffe verifies as an X509-SVID against the
+// trust bundle of a SPIRE server some HypervisorCluster names; a SPIFFE ID
+// of the VM shape (spiffe://<td>/vm/<namespace>/<claim>/<uid>) naming a
+// live claim with that UID, whose status records exactly that identity and
+// a VM, and that has not asked before. The request is recorded in the
+// claim (status.identity.credentialRequestedAt, written under the claim's
+// resourceVersion, so of two racing requests on any replicas one wins)
+// before the credential is minted, and what was minted is recorded before
+// it is returned. Every refusal has its own HTTP status and reason, an
+// event on the claim when one is identified, and a count in
+// hyperfleet_broker_requests_total.
+//
+// Every replica serves it (it is part of the agent server, which needs no
+// leader election): it reads claims from the API server, not a cache.
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/identity"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/spire"
+	"github.com/hyperfleet/hyperfleet/pkg/errclass"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+// Path is where the agent server mounts the broker.
+const Path = "/broker/v1/credential"
+
+// Issuer mints a claim's single-use runner credential and records what it
+// issued (never the secret) in claim.Status.Bootstrap
+// (controller.Workloads.BrokerCredential).
+type Issuer interface {
+	BrokerCredential(ctx context.Context, claim *hfv1.MachineClaim) (workload.Credential, error)
+}
+
+// Broker serves Path.
+type Broker struct {
+	// Client writes claims' status; Reader reads claims from the API
+	// server (fresh, not a cache); Clusters lists HypervisorClusters (a
+	// cache is fine) to find the SPIRE server of a trust domain.
+	Client   client.Client
+	Reader   client.Reader
+	Clusters client.Reader
+	// Identity holds the SPIRE servers whose bundles verify SVIDs.
+	Identity *identity.Registry
+	Issuer   Issuer
+	Recorder record.EventRecorder
+	Clock    clock.PassiveClock
+	// Limiter bounds the credentials minted per second across all VMs
+	// (each one costs CI platform API calls); nil: 10/s, bursts of 20.
+	Limiter *rate.Limiter
+}
+
+// Response is the body of a 200 answer: the credential, in the shape the
+// agent reads (internal/agent).
+type Response struct {
+	Method            string    `json:"method"`
+	JITConfig         string    `json:"jitConfig,omitempty"`
+	RegistrationToken string    `json:"registrationToken,omitempty"`
+	RegistrationURL   string    `json:"registrationURL,omitempty"`
+	ExpiresAt         time.Time `json:"expiresAt,omitzero"`
+}
+
+// Refusal is the body of every other answer.
+type Refusal struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// refusal is a request turned down: the status, a reason for the agent,
+// the metrics and the claim's event, and a message that says why.
+type refusal struct {
+	status     int
+	reason     string
+	message    string
+	retryAfter time.Duration
+}
+
+func (r *refusal) Error() string { return r.reason + ": " + r.message }
+
+func refuse(status int, reason, format string, args ...any) *refusal {
+	return &refusal{status: status, reason: reason, message: fmt.Sprintf(format, args...)}
+}
+
+// Reasons of refusals, as the agent and the metrics see them.
+const (
+	ReasonDelivered           = "Delivered"
+	ReasonMethodNotAllowed    = "MethodNotAllowed"
+	ReasonRateLimited         = "RateLimited"
+	ReasonNoClientCertificate = "NoClientCertificate"
+	ReasonUnknownTrustDomain  = "UnknownTrustDomain"
+	ReasonInvalidSVID         = "InvalidSVID"
+	ReasonNotAVMIdentity      = "NotAVMIdentity"
+	ReasonNoLiveClaim         = "NoLiveClaim"
+	ReasonNotBootstrapping    = "NotBootstrapping"
+	ReasonAlreadyIssued       = "CredentialAlreadyIssued"
+	ReasonBusy                = "Busy"
+	ReasonIssueFailed         = "IssueFailed"
+)
+
+// ServeHTTP implements http.Handler.
+func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	claim, resp, ref := b.handle(ctx, r)
+	if ref == nil {
+		metrics.BrokerRequests.WithLabelValues(ReasonDelivered).Inc()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(resp)
+		return
+	}
+	metrics.BrokerRequests.WithLabelValues(ref.reason).Inc()
+	log := ctrl.LoggerFrom(ctx).WithValues("remote", r.RemoteAddr, "reason", ref.reason)
+	if claim != nil {
+		log = log.WithValues("MachineClaim", client.ObjectKeyFromObject(claim).String())
+		if ref.status != http.StatusTooManyRequests && ref.status != http.StatusServiceUnavailable {
+			b.Recorder.Eventf(claim, corev1.EventTypeWarning, "CredentialRefused", "The credential broker refused the VM's request (%s): %s", ref.reason, ref.message)
+		}
+	}
+	log.Info("Credential broker refused a request", "message", ref.message)
+	if ref.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, ref.retryAfter.Round(time.Second)/time.Second))))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(ref.status)
+	_ = json.NewEncoder(w).Encode(Refusal{Reason: ref.reason, Message: ref.message})
+}
+
+// handle runs the checks in order; claim is set once one is identified.
+func (b *Broker) handle(ctx context.Context, r *http.Request) (*hfv1.MachineClaim, *Response, *refusal) {
+	if r.Method != http.MethodPost {
+		return nil, nil, refuse(http.StatusMethodNotAllowed, ReasonMethodNotAllowed, "use POST")
+	}
+	id, ref := b.authenticate(ctx, r)
+	if ref != nil {
+		return nil, nil, ref
+	}
+	claim, ref := b.liveClaim(ctx, id)
+	if ref != nil {
+		return claim, nil, ref
+	}
+	// Limited after the identity checks, so that strangers cannot use up
+	// the VMs' budget.
+	if !b.limiter().Allow() {
+		ref := refuse(http.StatusTooManyRequests, ReasonRateLimited, "too many credentials requested at once; retry shortly")
+		ref.retryAfter = time.Second
+		return claim, nil, ref
+	}
+	resp, ref := b.deliver(ctx, claim)
+	return claim, resp, ref
+}
+
+// authenticate verifies the client certificate as an X509-SVID of a
+// trust domain some HypervisorCluster's spec.spire names.
+func (b *Broker) authenticate(ctx context.Context, r *http.Request) (spiffeid.ID, *refusal) {
+	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+		return spiffeid.ID{}, refuse(http.StatusUnauthorized, ReasonNoClientCertificate, "present the VM's X509-SVID as the TLS client certificate")
+	}
+	certs := r.TLS.PeerCertificates
+	claimed, err := x509svid.IDFromCert(certs[0])
+	if err != nil {
+		return spiffeid.ID{}, refuse(http.StatusUnauthorized, ReasonInvalidSVID, "the client certificate is not an X509-SVID: %v", err)
+	}
+	srv, err := b.serverOf(ctx, claimed.TrustDomain())
+	if err != nil {
+		return spiffeid.ID{}, refuse(http.StatusForbidden, ReasonUnknownTrustDomain, "%v", err)
+	}
+	bundle, _ := srv.Bundle()
+	id, _, err := x509svid.Verify(certs, bundle)
+	if err != nil {
+		// A bundle read before a CA rotation may miss the new authority:
+		// read it once more before refusing.
+		if rerr := b.Identity.Refresh(ctx, srv); rerr == nil {
+			bundle, _ = srv.Bundle()
+			id, _, err = x509svid.Verify(certs, bundle)
+		}
+	}
+	if err != nil {
+		return spiffeid.ID{}, refuse(http.StatusForbidden, ReasonInvalidSVID, "the X509-SVID does not verify against the trust bundle of %s: %v", claimed.TrustDomain(), err)
+	}
+	return id, nil
+}
+
+// serverOf is the connected SPIRE server of td, connecting through a
+// HypervisorCluster that names it (the broker may run on a replica whose
+// controllers are idle).
+func (b *Broker) serverOf(ctx context.Context, td spiffeid.TrustDomain) (*identity.Server, error) {
+	if s, ok := b.Identity.ByTrustDomain(td); ok {
+		return s, nil
+	}
+	var clusters hfv1.HypervisorClusterList
+	if err := b.Clusters.List(ctx, &clusters); err != nil {
+		return nil, fmt.Errorf("list HypervisorClusters: %w", err)
+	}
+	var lastErr error
+	for i := range clusters.Items {
+		c := &clusters.Items[i]
+		if c.Spec.SPIRE == nil || c.Spec.SPIRE.TrustDomain != td.Name() {
+			continue
+		}
+		s, err := b.Identity.Connect(ctx, c.Name, *c.Spec.SPIRE)
+		if err == nil {
+			return s, nil
+		}
+		lastErr = err
+	}
+	if lastErr != nil {
+		return nil, fmt.Errorf("the SPIRE server of trust domain %s cannot be reached: %w", td, lastErr)
+	}
+	return nil, fmt.Errorf("no HypervisorCluster's spec.spire names trust domain %s", td)
+}
+
+// liveClaim is the claim id names, if it is alive and records exactly
+// that identity and a VM.
+func (b *Broker) liveClaim(ctx context.Context, id spiffeid.ID) (*hfv1.MachineClaim, *refusal) {
+	ns, name, uid, err := spire.ParseVMID(id.TrustDomain(), id)
+	if err != nil {
+		return nil, refuse(http.StatusForbidden, ReasonNotAVMIdentity, "%s is not a HyperFleet VM identity: %v", id, err)
+	}
+	claim := &hfv1.MachineClaim{}
+	if err := b.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, claim); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, refuse(http.StatusForbidden, ReasonNoLiveClaim, "no MachineClaim %s/%s exists", ns, name)
+		}
+		ref := refuse(http.StatusServiceUnavailable, ReasonBusy, "read MachineClaim %s/%s: %v", ns, name, err)
+		ref.retryAfter = 2 * time.Second
+		return nil, ref
+	}
+	st := claim.Status.Identity
+	switch {
+	case string(claim.UID) != uid:
+		return nil, refuse(http.StatusForbidden, ReasonNoLiveClaim, "MachineClaim %s/%s is another claim than %s (uid %s)", ns, name, id, claim.UID)
+	case st == nil || st.SPIFFEID != id.String() || st.JoinTokenCreatedAt == nil:
+		return claim, refuse(http.StatusForbidden, ReasonNoLiveClaim, "MachineClaim %s/%s was issued no identity %s", ns, name, id)
+	case !claim.DeletionTimestamp.IsZero() || claim.EndRequested() || claim.Status.End != nil:
+		return claim, refuse(http.StatusForbidden, ReasonNotBootstrapping, "MachineClaim %s/%s is ending", ns, name)
+	case claim.Status.VMRef == nil:
+		return claim, refuse(http.StatusForbidden, ReasonNotBootstrapping, "MachineClaim %s/%s has no VM", ns, name)
+	case st.CredentialRequestedAt != nil:
+		return claim, refuse(http.StatusConflict, ReasonAlreadyIssued, "the VM of MachineClaim %s/%s asked for its credential already, at %s; a credential is handed out once",
+			ns, name, st.CredentialRequestedAt.UTC().Format(time.RFC3339))
+	}
+	return claim, nil
+}
+
+// deliver records the request, mints the credential and records it.
+func (b *Broker) deliver(ctx context.Context, claim *hfv1.MachineClaim) (*Response, *refusal) {
+	now := metav1.NewTime(b.clock().Now())
+	claim.Status.Identity.CredentialRequestedAt = &now
+	if err := b.Client.Status().Update(ctx, claim); err != nil {
+		// A conflict is another replica serving the same VM's retry, or
+		// the claim controller writing: the VM asks again and one wins.
+		ref := refuse(http.StatusServiceUnavailable, ReasonBusy, "record the request in MachineClaim %s/%s: %v", claim.Namespace, claim.Name, err)
+		ref.retryAfter = time.Second
+		return nil, ref
+	}
+	cred, err := b.Issuer.BrokerCredential(ctx, claim)
+	if err != nil {
+		// Nothing was handed out: free the claim for the VM's retry.
+		b.undo(ctx, claim)
+		ref := refuse(http.StatusServiceUnavailable, ReasonIssueFailed, "issue the runner credential: %v", err)
+		ref.retryAfter = 5 * time.Second
+		if c := errclass.Classify(err); c == errclass.ClassConfiguration || c == errclass.ClassPermanent {
+			ref.status, ref.retryAfter = http.StatusBadGateway, 0
+		}
+		return nil, ref
+	}
+	if err := b.recordIssued(ctx, claim); err != nil {
+		// The credential exists but is not recorded: withhold it (the
+		// runner never comes online, and the claim is replaced) rather
+		// than hand out something the operator would not clean up.
+		return nil, refuse(http.StatusInternalServerError, ReasonIssueFailed, "record the issued credential in MachineClaim %s/%s: %v", claim.Namespace, claim.Name, err)
+	}
+	b.Recorder.Eventf(claim, corev1.EventTypeNormal, "CredentialDelivered", "The credential broker handed runner %s its single-use %s credential (identity %s)",
+		cred.RunnerName, cred.Method, claim.Status.Identity.SPIFFEID)
+	return &Response{
+		Method: string(cred.Method), JITConfig: jit(cred), RegistrationToken: regToken(cred),
+		RegistrationURL: cred.RegistrationURL, ExpiresAt: cred.ExpiresAt,
+	}, nil
+}
+
+func jit(c workload.Credential) string {
+	if c.Method == workload.MethodJIT {
+		return c.Secret.Reveal()
+	}
+	return ""
+}
+
+func regToken(c workload.Credential) string {
+	if c.Method == workload.MethodRegistrationToken {
+		return c.Secret.Reveal()
+	}
+	return ""
+}
+
+// recordIssued writes the bootstrap status the issuer filled in, reading
+// the claim again on a conflict.
+func (b *Broker) recordIssued(ctx context.Context, claim *hfv1.MachineClaim) error {
+	issued := claim.Status.Bootstrap.DeepCopy()
+	for attempt := 0; ; attempt++ {
+		err := b.Client.Status().Update(ctx, claim)
+		if err == nil || !apierrors.IsConflict(err) || attempt == 4 {
+			return err
+		}
+		fresh := &hfv1.MachineClaim{}
+		if err := b.Reader.Get(ctx, client.ObjectKeyFromObject(claim), fresh); err != nil {
+			return err
+		}
+		fresh.Status.Bootstrap = issued
+		*claim = *fresh
+	}
+}
+
+// undo clears the recorded request after a failed mint.
+func (b *Broker) undo(ctx context.Context, claim *hfv1.MachineClaim) {
+	fresh := &hfv1.MachineClaim{}
+	if err := b.Reader.Get(ctx, client.ObjectKeyFromObject(claim), fresh); err != nil || fresh.Status.Identity == nil {
+		return
+	}
+	fresh.Status.Identity.CredentialRequestedAt = nil
+	if err := b.Client.Status().Update(ctx, fresh); err != nil {
+		ctrl.LoggerFrom(ctx).Info("Could not clear the credential request after a failed issue; the claim's VM cannot retry", "err", err.Error())
+	}
+}
+
+func (b *Broker) limiter() *rate.Limiter {
+	if b.Limiter == nil {
+		b.Limiter = rate.NewLimiter(10, 20)
+	}
+	return b.Limiter
+}
+
+func (b *Broker) clock() clock.PassiveClock {
+	if b.Clock == nil {
+		return clock.RealClock{}
+	}
+	return b.Clock
+}

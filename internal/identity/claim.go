@@ -1,0 +1,152 @@
+package identity
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/spire"
+)
+
+// Issuer issues, checks and releases the SPIFFE identity of claims' VMs.
+//
+// The join token is never stored, not even in the claim's status: it is
+// derived from the claim's UID with a key only the operator holds (the
+// ownership key, pkg/ownership Signer.DerivedKey), so the operator can
+// render the same token into the VM after a restart, and asking the SPIRE
+// server for a token that exists already changes nothing. A claim gets
+// exactly one token: a VM that fails to attest fails the claim, and its
+// replacement is another claim with another UID.
+type Issuer struct {
+	// Key derives the join tokens.
+	Key []byte
+	// AgentUID is the uid the HyperFleet agent runs as inside the VM, the
+	// selector of the VM's registration entry: 0, since its systemd unit
+	// runs it as root while the runner and its jobs run as another user,
+	// so a job cannot take the VM's SVID from the Workload API. The local
+	// test world, whose simulated VMs are processes of the developer's
+	// user, sets its own uid.
+	AgentUID int
+}
+
+// errNoKey is a configuration mistake of the operator's wiring.
+var errNoKey = fmt.Errorf("the identity issuer has no key (of at least %d bytes) to derive join tokens from", spire.MinJoinTokenKeyLen)
+
+// Plan is the identity of claim's VM on s: its SPIFFE ID, its agent's
+// alias and its entry id. Recording it in the claim's status comes before
+// anything is created on the SPIRE server.
+func Plan(s *Server, claim *hfv1.MachineClaim) (*hfv1.IdentityStatus, error) {
+	uid := string(claim.UID)
+	vm, err := spire.VMID(s.TrustDomain, claim.Namespace, claim.Name, uid)
+	if err != nil {
+		return nil, fmt.Errorf("SPIFFE ID of claim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	node, err := spire.NodeID(s.TrustDomain, claim.Namespace, claim.Name, uid)
+	if err != nil {
+		return nil, fmt.Errorf("agent alias of claim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	return &hfv1.IdentityStatus{SPIFFEID: vm.String(), NodeID: node.String(), EntryID: spire.EntryIDFor(uid)}, nil
+}
+
+// Token is the claim's join token.
+func (i *Issuer) Token(claim *hfv1.MachineClaim) (string, error) {
+	if len(i.Key) < spire.MinJoinTokenKeyLen {
+		return "", errNoKey
+	}
+	return spire.DeriveJoinToken(i.Key, string(claim.UID), 1), nil
+}
+
+// Issue creates the claim's join token, with the agent alias of its
+// recorded identity, and the VM's registration entry, on s. Both steps
+// are idempotent, so a pass interrupted between them is simply repeated.
+// It returns when the token expires.
+func (i *Issuer) Issue(ctx context.Context, s *Server, claim *hfv1.MachineClaim, ttl time.Duration) (time.Time, error) {
+	st, vm, node, err := recorded(s, claim)
+	if err != nil {
+		return time.Time{}, err
+	}
+	token, err := i.Token(claim)
+	if err != nil {
+		return time.Time{}, err
+	}
+	expires, err := s.API.CreateJoinToken(ctx, token, ttl, node)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("create the join token of %s: %w", vm, err)
+	}
+	entry := spire.Entry{
+		ID:        st.EntryID,
+		SPIFFEID:  vm,
+		ParentID:  node,
+		Selectors: []spire.Selector{{Type: "unix", Value: "uid:" + strconv.Itoa(i.AgentUID)}},
+	}
+	if d := s.Config.SVIDTTL; d != nil {
+		entry.X509SVIDTTL = d.Duration
+	}
+	if err := s.API.EnsureEntry(ctx, entry); err != nil {
+		return time.Time{}, fmt.Errorf("create the registration entry of %s: %w", vm, err)
+	}
+	return expires, nil
+}
+
+// Attested reports whether the claim's VM agent has attested: the server
+// lists an agent under the id its join token gives it.
+func (i *Issuer) Attested(ctx context.Context, s *Server, claim *hfv1.MachineClaim) (bool, error) {
+	token, err := i.Token(claim)
+	if err != nil {
+		return false, err
+	}
+	_, found, err := s.API.Agent(ctx, spire.JoinTokenAgentID(s.TrustDomain, token))
+	if err != nil {
+		return false, fmt.Errorf("look up the SPIRE agent of claim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	return found, nil
+}
+
+// Release deletes the VM's registration entry, its agent's alias entry
+// and the agent itself from s; each is idempotent. A deleted join-token
+// agent cannot attest again: spire-agent stops on its next sync.
+func (i *Issuer) Release(ctx context.Context, s *Server, claim *hfv1.MachineClaim) error {
+	st, _, node, err := recorded(s, claim)
+	if err != nil {
+		return err
+	}
+	token, err := i.Token(claim)
+	if err != nil {
+		return err
+	}
+	if err := s.API.DeleteEntries(ctx, st.EntryID); err != nil {
+		return fmt.Errorf("delete registration entry %s: %w", st.EntryID, err)
+	}
+	if _, err := s.API.DeleteEntriesBySPIFFEID(ctx, node); err != nil {
+		return fmt.Errorf("delete the alias entry %s: %w", node, err)
+	}
+	if err := s.API.DeleteAgent(ctx, spire.JoinTokenAgentID(s.TrustDomain, token)); err != nil {
+		return fmt.Errorf("delete the SPIRE agent of claim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	return nil
+}
+
+// recorded parses the identity recorded in the claim's status and checks
+// it is the one Plan gives on s: a status edited by hand never names
+// another claim's entry.
+func recorded(s *Server, claim *hfv1.MachineClaim) (*hfv1.IdentityStatus, spiffeid.ID, spiffeid.ID, error) {
+	st := claim.Status.Identity
+	if st == nil {
+		return nil, spiffeid.ID{}, spiffeid.ID{}, errors.New("the claim has no identity recorded")
+	}
+	want, err := Plan(s, claim)
+	if err != nil {
+		return nil, spiffeid.ID{}, spiffeid.ID{}, err
+	}
+	if *want != (hfv1.IdentityStatus{SPIFFEID: st.SPIFFEID, NodeID: st.NodeID, EntryID: st.EntryID}) {
+		return nil, spiffeid.ID{}, spiffeid.ID{}, fmt.Errorf("status.identity (%s, %s) is not this claim's identity on trust domain %s (%s)", st.SPIFFEID, st.EntryID, s.TrustDomain, want.SPIFFEID)
+	}
+	vm, _ := spiffeid.FromString(st.SPIFFEID)
+	node, _ := spiffeid.FromString(st.NodeID)
+	return st, vm, node, nil
+}

@@ -1,0 +1,90 @@
+package spire
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	agentv1 "github.com/spiffe/spire-api-sdk/proto/spire/api/server/agent/v1"
+	"github.com/spiffe/spire-api-sdk/proto/spire/api/types"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Agent is an agent that attested to the server.
+type Agent struct {
+	// ID is the agent's own id, for a join token JoinTokenAgentID.
+	ID spiffeid.ID
+	// AttestationType is the node attestor it used, e.g. "join_token".
+	AttestationType string
+	// Banned agents may not attest again, nor renew their SVID.
+	Banned bool
+	// X509SVIDExpiresAt is when the agent's current SVID expires.
+	X509SVIDExpiresAt time.Time
+}
+
+// Agent returns the attested agent with id; found is false when the server
+// has none (not attested yet, or deleted).
+func (c *Client) Agent(ctx context.Context, id spiffeid.ID) (a Agent, found bool, err error) {
+	pa, err := c.agents.GetAgent(ctx, &agentv1.GetAgentRequest{Id: protoID(id)})
+	if status.Code(err) == codes.NotFound {
+		return Agent{}, false, nil
+	}
+	if err != nil {
+		return Agent{}, false, c.wrap(fmt.Sprintf("getting agent %s", id), err)
+	}
+	a, err = fromProtoAgent(pa)
+	if err != nil {
+		return Agent{}, false, fmt.Errorf("getting agent %s: %w", id, err)
+	}
+	return a, true, nil
+}
+
+// DeleteAgent deletes the agent with id; one the server does not have is
+// success. An agent attested with a join token cannot attest again: at its
+// next sync the server refuses it and it shuts down, and its workloads'
+// SVIDs are no longer renewed.
+func (c *Client) DeleteAgent(ctx context.Context, id spiffeid.ID) error {
+	_, err := c.agents.DeleteAgent(ctx, &agentv1.DeleteAgentRequest{Id: protoID(id)})
+	if err != nil && status.Code(err) != codes.NotFound {
+		return c.wrap(fmt.Sprintf("deleting agent %s", id), err)
+	}
+	return nil
+}
+
+// ListAgents returns every attested agent; for leak checks.
+func (c *Client) ListAgents(ctx context.Context) ([]Agent, error) {
+	const op = "listing the attested agents"
+	var out []Agent
+	req := &agentv1.ListAgentsRequest{PageSize: listPageSize}
+	for {
+		resp, err := c.agents.ListAgents(ctx, req)
+		if err != nil {
+			return nil, c.wrap(op, err)
+		}
+		for _, pa := range resp.GetAgents() {
+			a, err := fromProtoAgent(pa)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", op, err)
+			}
+			out = append(out, a)
+		}
+		if resp.GetNextPageToken() == "" {
+			return out, nil
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+}
+
+func fromProtoAgent(pa *types.Agent) (Agent, error) {
+	id, err := fromProtoID(pa.GetId())
+	if err != nil {
+		return Agent{}, err
+	}
+	a := Agent{ID: id, AttestationType: pa.GetAttestationType(), Banned: pa.GetBanned()}
+	if t := pa.GetX509SvidExpiresAt(); t != 0 {
+		a.X509SVIDExpiresAt = time.Unix(t, 0)
+	}
+	return a, nil
+}

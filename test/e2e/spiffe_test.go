@@ -1,0 +1,310 @@
+//go:build e2e && spire
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/broker"
+	"github.com/hyperfleet/hyperfleet/internal/devenv"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/internal/spire"
+	"github.com/hyperfleet/hyperfleet/internal/spireworld"
+)
+
+// These scenarios run the loop with SPIFFE identities (make test-spire):
+// a real spire-server, and in every simulated VM the real hyperfleet-agent
+// starting a real spire-agent with the join token from its cloud-init,
+// then fetching its runner credential from the operator's broker with its
+// X509-SVID (docs/identity.md).
+
+// seedWatch records what the VMs' cloud-init gave them: every user-data
+// seen, and any that carried a runner credential.
+type seedWatch struct {
+	mu    sync.Mutex
+	seeds map[string]bool
+	bad   []string
+}
+
+// sample reads every guest's seed user-data: it must be broker mode, with a
+// join token and no runner credential of any kind.
+func (s *seedWatch) sample(dir string) {
+	_ = filepath.WalkDir(filepath.Join(dir, "guests"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "user-data" || !strings.Contains(path, "seed") {
+			return nil //nolint:nilerr // guests vanish mid-walk
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil //nolint:nilerr // deleted with its VM
+		}
+		text := string(data)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.seeds[path] = true
+		for _, bad := range []string{`"jitConfig"`, `"registrationToken"`, devenv.PAT} {
+			if strings.Contains(text, bad) {
+				s.bad = append(s.bad, path+" holds "+bad)
+			}
+		}
+		for _, want := range []string{`"workloadMethod": "broker"`, `"joinToken"`, `"trustBundle"`, `"brokerURL"`} {
+			if !strings.Contains(text, want) {
+				s.bad = append(s.bad, path+" lacks "+want)
+			}
+		}
+		return nil
+	})
+}
+
+func watchSeeds(t *testing.T, dir string) *seedWatch {
+	s := &seedWatch{seeds: map[string]bool{}}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			s.sample(dir)
+			select {
+			case <-done:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() { close(done); wg.Wait() })
+	return s
+}
+
+// spireLeftovers lists what HyperFleet left on the SPIRE server: entries
+// with its id prefix, alias entries of its VMs' agents, and agents.
+func spireLeftovers(t *testing.T, w *devenv.World) []string {
+	t.Helper()
+	ctx := context.Background()
+	c, err := spire.Dial(ctx, spire.Config{TrustDomain: spiffeid.RequireTrustDomainFromString(devenv.TrustDomain), AdminSocket: w.SPIRE.SocketPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	var left []string
+	entries, err := c.ListEntries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.ID, spire.EntryIDPrefix) || strings.Contains(e.SPIFFEID.Path(), "/hyperfleet/node/") || strings.HasPrefix(e.SPIFFEID.Path(), "/vm/") {
+			left = append(left, "entry "+e.ID+" "+e.SPIFFEID.String())
+		}
+	}
+	agents, err := c.ListAgents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range agents {
+		left = append(left, "agent "+a.ID.String())
+	}
+	return left
+}
+
+func startSPIFFEWorld(t *testing.T) (*devenv.World, *watcher, *seedWatch) {
+	t.Helper()
+	var dir string
+	w, watch := startWorld(t, func(o *devenv.Options) { o.SPIFFE = true; dir = o.Dir })
+	return w, watch, watchSeeds(t, dir)
+}
+
+// TestSPIFFEPoolRunsJobs: a pool whose template attests with join tokens
+// runs its jobs, each on a fresh VM whose cloud-init holds only the join
+// token, the trust bundle and the addresses; every credential comes from
+// the broker, once per VM; afterwards nothing is left, on the SPIRE server
+// either.
+func TestSPIFFEPoolRunsJobs(t *testing.T) {
+	const n = 4
+	delivered, already := testutil.ToFloat64(metrics.BrokerRequests.WithLabelValues(broker.ReasonDelivered)),
+		testutil.ToFloat64(metrics.BrokerRequests.WithLabelValues(broker.ReasonAlreadyIssued))
+	w, watch, seeds := startSPIFFEWorld(t)
+	if _, err := w.EnqueueJobs(n, jobDuration); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, w, 10*time.Minute)
+	watch.stop()
+	checkJobs(t, w, watch, n)
+
+	if got := testutil.ToFloat64(metrics.BrokerRequests.WithLabelValues(broker.ReasonDelivered)) - delivered; got != n {
+		t.Errorf("the broker delivered %v credentials for %d jobs", got, n)
+	}
+	if got := testutil.ToFloat64(metrics.BrokerRequests.WithLabelValues(broker.ReasonAlreadyIssued)) - already; got != 0 {
+		t.Errorf("%v second requests", got)
+	}
+	seeds.mu.Lock()
+	defer seeds.mu.Unlock()
+	if len(seeds.seeds) < n {
+		t.Errorf("saw the cloud-init of %d VMs, want at least %d", len(seeds.seeds), n)
+	}
+	for _, b := range seeds.bad {
+		t.Error(b)
+	}
+	eventually(t, time.Minute, "nothing left on the SPIRE server", func() error {
+		if left := spireLeftovers(t, w); len(left) > 0 {
+			return fmt.Errorf("%s", strings.Join(left, "; "))
+		}
+		return nil
+	})
+}
+
+// TestSPIFFEAttestationFailuresAndRestart: a VM whose spire-agent cannot
+// reach the SPIRE server never attests, and its claim fails at the
+// cluster's attestation deadline with AttestationFailed, its VM and
+// entries gone; once the server is reachable again the pool's job runs,
+// through an operator restart between the join token's creation and the
+// VM's start, with no second token and nothing left.
+func TestSPIFFEAttestationFailuresAndRestart(t *testing.T) {
+	w, watch, _ := startSPIFFEWorld(t)
+	ctx := context.Background()
+	cluster := &hfv1.HypervisorCluster{}
+	if err := w.API.Client.Get(ctx, client.ObjectKey{Name: devenv.ClusterName}, cluster); err != nil {
+		t.Fatal(err)
+	}
+	closed, err := spireworld.FreeLoopbackAddress()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := cluster.Spec.SPIRE.DeepCopy()
+	broken := good.DeepCopy()
+	broken.ServerAddress = closed.String()
+	broken.AttestationDeadline = &metav1.Duration{Duration: 15 * time.Second}
+	setSPIRE(t, w, broken)
+
+	if _, err := w.EnqueueJobs(1, jobDuration); err != nil {
+		t.Fatal(err)
+	}
+	var failed *hfv1.MachineClaim
+	eventually(t, 3*time.Minute, "a claim failed with AttestationFailed", func() error {
+		var list hfv1.MachineClaimList
+		if err := w.API.Client.List(ctx, &list, client.InNamespace(devenv.Namespace)); err != nil {
+			return err
+		}
+		for i := range list.Items {
+			c := &list.Items[i]
+			if cond := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimAttestedCondition); hfv1.HasReason(cond, hfv1.AttestationFailedReason) &&
+				c.Status.End != nil && c.Status.End.Failed && c.Status.Identity != nil && c.Status.Identity.ReleasedAt != nil {
+				failed = c.DeepCopy()
+				return nil
+			}
+		}
+		return fmt.Errorf("%d claims, none failed its attestation and released its identity", len(list.Items))
+	})
+	if !strings.Contains(failed.Status.End.Message, "did not attest within spec.spire.attestationDeadline") {
+		t.Errorf("end message %q does not say why", failed.Status.End.Message)
+	}
+	if failed.Status.Identity.AttestedAt != nil || failed.Status.Bootstrap != nil && failed.Status.Bootstrap.RunnerName != "" {
+		t.Errorf("a VM that never attested got a credential: %+v", failed.Status.Bootstrap)
+	}
+	for _, vm := range w.Proxmox.State().VMs {
+		if failed.Status.VMRef != nil && vm.VMID == int(failed.Status.VMRef.VMID) && !vm.Template {
+			t.Errorf("VM %d of the failed claim still exists", vm.VMID)
+		}
+	}
+
+	// The server reachable again, with a slow clone: the next claim's
+	// token is issued, then the operator restarts before its VM starts.
+	w.Proxmox.SetLatency(slowClone())
+	setSPIRE(t, w, good)
+	eventually(t, 3*time.Minute, "a claim with its join token issued and no VM started", func() error {
+		var list hfv1.MachineClaimList
+		if err := w.API.Client.List(ctx, &list, client.InNamespace(devenv.Namespace)); err != nil {
+			return err
+		}
+		for _, c := range list.Items {
+			if id := c.Status.Identity; id != nil && id.JoinTokenCreatedAt != nil && id.AttestedAt == nil && c.Status.End == nil &&
+				!hfv1.IsConditionTrue(c.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+				return nil
+			}
+		}
+		return fmt.Errorf("none yet among %d claims", len(list.Items))
+	})
+	t.Log("restarting the operator between token creation and VM start")
+	if err := w.StopOperator(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.StartOperator(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.Proxmox.SetLatency(quick())
+	eventually(t, 5*time.Minute, "the job completed", func() error {
+		snap, err := w.Snapshot(ctx)
+		if err != nil {
+			return err
+		}
+		for _, j := range snap.Jobs {
+			if j.Status == "completed" && j.Conclusion == "success" {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s", summary(snap))
+	})
+	// The failed claim is kept for inspection; deleting it leaves nothing.
+	var list hfv1.MachineClaimList
+	if err := w.API.Client.List(ctx, &list, client.InNamespace(devenv.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range list.Items {
+		if list.Items[i].Status.End != nil && list.Items[i].Status.End.Failed {
+			_ = w.API.Client.Delete(ctx, &list.Items[i])
+		}
+	}
+	waitDone(t, w, 5*time.Minute)
+	watch.stop()
+	eventually(t, time.Minute, "nothing left on the SPIRE server", func() error {
+		if left := spireLeftovers(t, w); len(left) > 0 {
+			return fmt.Errorf("%s", strings.Join(left, "; "))
+		}
+		return nil
+	})
+	if len(watch.leaks) > 0 {
+		t.Errorf("the GitHub PAT appeared in: %v", watch.leaks)
+	}
+}
+
+// setSPIRE replaces the cluster's spec.spire.
+func setSPIRE(t *testing.T, w *devenv.World, cfg *hfv1.SPIREConfig) {
+	t.Helper()
+	ctx := context.Background()
+	eventually(t, 30*time.Second, "spec.spire updated", func() error {
+		c := &hfv1.HypervisorCluster{}
+		if err := w.API.Client.Get(ctx, client.ObjectKey{Name: devenv.ClusterName}, c); err != nil {
+			return err
+		}
+		c.Spec.SPIRE = cfg.DeepCopy()
+		return w.API.Client.Update(ctx, c)
+	})
+}
+
+// quick is the world's own latency model (internal/devenv); slowClone
+// stretches the clone so that a restart fits between the join token's
+// creation and the VM's start.
+func quick() proxmoxsim.Latency {
+	ms := func(n int) proxmoxsim.Duration { return proxmoxsim.Duration(time.Duration(n) * time.Millisecond) }
+	return proxmoxsim.Latency{CloneBase: ms(1000), Config: ms(20), Resize: ms(50), Start: ms(200), Boot: ms(2000),
+		Stop: ms(100), Shutdown: ms(300), Destroy: ms(300), Upload: ms(50)}
+}
+
+func slowClone() proxmoxsim.Latency {
+	l := quick()
+	l.CloneBase = proxmoxsim.Duration(10 * time.Second)
+	return l
+}
