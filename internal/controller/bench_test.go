@@ -252,14 +252,23 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 		var poweroff, detect, destroy, hintedOff, listingOff []time.Duration
 		eventually(b, 5*time.Minute, "powered-off claims gone", func() error {
 			left := 0
+			var first *hfv1.MachineClaim
 			for _, v := range victims {
 				if _, ok := gone.at(v.claim.UID); !ok {
 					left++
+					if first == nil {
+						first = v.claim
+					}
 				}
 			}
 			if left > 0 {
 				time.Sleep(100 * time.Millisecond)
-				return fmt.Errorf("%d claims left", left)
+				// Say where the first one stands, for a run that fails.
+				got, err := getClaim(b, first)
+				if err != nil {
+					return fmt.Errorf("%d claims left; %s: %w", left, first.Name, err)
+				}
+				return fmt.Errorf("%d claims left; %s: phase %s, end %+v, conditions %+v", left, first.Name, got.Status.Phase, got.Status.End, got.Status.Conditions)
 			}
 			return nil
 		})
