@@ -60,6 +60,8 @@ func run(args []string) error {
 	refresh := fs.Duration("refresh", time.Second, "how often the table is refreshed")
 	verbose := fs.Int("v", 0, "operator log verbosity (0 info, 1 debug) in <dir>/operator.log")
 	simAdmin := fs.Bool("simulator-admin", false, "enable the simulators' /_sim/ admin APIs (state dumps, faults, clock); loopback clients only")
+	timings := fs.String("timings", "fast", "the Proxmox simulator's timing preset: fast (clone 1 s, boot 2 s, status refresh 1 s) or realistic (Proxmox VE's own: status refresh 10 s, clone 5 s, boot 20 s; docs/testing.md)")
+	notices := fs.Bool("power-off-notices", true, "guests announce their power-off to the operator, which then reads their VM at once instead of waiting for the status refresh (docs/architecture.md, \"Power-off hints\"); false leaves detection to the listing")
 	spiffe := fs.Bool("spiffe", false, "give every VM a SPIFFE identity: run a real spire-server (built from source and cached on the first run), attest each VM's spire-agent with a join token and hand out runner credentials through the operator's credential broker (docs/identity.md)")
 	metricsAddr := fs.String("metrics-bind-address", "", "serve the operator's Prometheus /metrics at this address (e.g. 127.0.0.1:8080; port 0 picks a free one); empty: off")
 	if err := fs.Parse(args); err != nil {
@@ -92,6 +94,7 @@ func run(args []string) error {
 	w, err := devenv.Start(ctx, devenv.Options{
 		Dir: *dir, AgentBinary: agent, Progress: progress, LogLevel: *verbose,
 		MinReplicas: int32(*minReplicas), MaxReplicas: int32(*maxReplicas), SimulatorAdmin: *simAdmin, MetricsAddr: *metricsAddr,
+		Timings: *timings, NoPowerOffNotices: !*notices,
 		SPIFFE: *spiffe,
 	})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -36,6 +37,7 @@ func run() error {
 	configPath := flag.String("config", "", "YAML or JSON cluster description (default: one node pve1, storages local and local-lvm, template 9000, root@pam/root, token root@pam!sim)")
 	insecure := flag.Bool("insecure-http", false, "serve plain HTTP instead of HTTPS")
 	admin := flag.Bool("admin", false, "enable the /_sim/ admin API (state dump, latency, faults); it answers loopback clients only")
+	timings := flag.String("timings", "", "timing preset ("+strings.Join(proxmoxsim.PresetNames(), ", ")+"): task latencies, status refresh and storage lock wait; empty keeps the config's (realistic by default)")
 	flag.Parse()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -45,6 +47,13 @@ func run() error {
 		if cfg, err = proxmoxsim.LoadConfig(*configPath); err != nil {
 			return err
 		}
+	}
+	if *timings != "" {
+		t, err := proxmoxsim.Preset(*timings)
+		if err != nil {
+			return fmt.Errorf("--timings: %w", err)
+		}
+		cfg.ApplyTimings(t)
 	}
 	sim, err := proxmoxsim.New(cfg, proxmoxsim.WithAdmin(*admin), proxmoxsim.WithLogger(logger))
 	if err != nil {

@@ -252,6 +252,8 @@ type agent struct {
 	secrets []string // redacted from the runner's output
 
 	powerOff bool // set as soon as the config says so
+	// notify, when set, is where the power-off is announced first.
+	notify *agentconfig.PowerOffNotify
 
 	// cleanup state
 	installDir      string
@@ -298,6 +300,7 @@ func Run(ctx context.Context, opts Options) int {
 		a.log.Info("agent finished: the runner ran its job", "exitCode", code)
 	}
 	if a.powerOff {
+		a.notifyPowerOff()
 		a.runPowerOff()
 	}
 	return code
@@ -320,6 +323,10 @@ func (a *agent) run(ctx context.Context) error {
 		return err
 	}
 	a.powerOff = cfg.PowerOffOnFinish
+	a.notify = cfg.PowerOffNotify
+	if a.notify != nil {
+		a.secrets = append(a.secrets, a.notify.Token)
+	}
 	sw := cfg.Runner.Software
 	a.log.Info("config read", "workloadMethod", cfg.WorkloadMethod, "bootstrapMethod", cfg.BootstrapMethod,
 		"runnerName", cfg.Runner.Name, "labels", strings.Join(cfg.Runner.Labels, ","), "group", cfg.Runner.Group,

@@ -135,6 +135,36 @@ type Config struct {
 	// operator then deletes it). Normally true; false keeps a VM for
 	// debugging.
 	PowerOffOnFinish bool `json:"powerOffOnFinish"`
+
+	// powerOffNotify, optional, is where the agent announces the power-off
+	// just before it runs the power-off command, so that the operator
+	// reads this VM's state directly instead of waiting for the
+	// hypervisor's batch listing (docs/architecture.md, "Power-off
+	// hints"). Best effort: the VM powers off whatever the answer.
+	PowerOffNotify *PowerOffNotify `json:"powerOffNotify,omitempty"`
+}
+
+// PowerOffNotify is the operator's endpoint for power-off notices.
+type PowerOffNotify struct {
+	// url is the https:// URL to POST the notice to (the operator's agent
+	// server, path /hints/v1/power-off).
+	URL string `json:"url"`
+	// token is the bearer token of this VM's claim. Secret, though it
+	// authorizes nothing but one status read of this VM.
+	Token string `json:"token"`
+	// claim names the claim the VM belongs to: namespace, name and uid,
+	// which the token is bound to.
+	Claim ClaimRef `json:"claim"`
+	// ca, optional, is the PEM CA bundle to trust for url; empty: the
+	// system roots.
+	CA string `json:"ca,omitempty"`
+}
+
+// ClaimRef names a MachineClaim.
+type ClaimRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
 }
 
 // Runner is the runner's identity on GitHub and its software in the VM.
@@ -311,7 +341,27 @@ func (c *Config) Validate() error {
 	if c.SPIFFE != nil {
 		c.SPIFFE.validate(bad)
 	}
+	if c.PowerOffNotify != nil {
+		c.PowerOffNotify.validate(bad)
+	}
 	return errors.Join(errs...)
+}
+
+func (n *PowerOffNotify) validate(bad func(field, format string, args ...any)) {
+	if u, err := url.Parse(n.URL); err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil {
+		bad("powerOffNotify.url", "%q is not an https:// URL without credentials", n.URL)
+	}
+	if n.Token == "" {
+		bad("powerOffNotify.token", "is empty")
+	}
+	if n.Claim.Namespace == "" || n.Claim.Name == "" || n.Claim.UID == "" {
+		bad("powerOffNotify.claim", "needs namespace, name and uid")
+	}
+	if n.CA != "" {
+		if err := checkPEMBundle(n.CA, "the CA bundle of the operator's agent server (or leave it empty for the system roots)"); err != nil {
+			bad("powerOffNotify.ca", "%v", err)
+		}
+	}
 }
 
 func (r *Runner) validate(bad func(field, format string, args ...any)) {

@@ -72,5 +72,8 @@ func (c *Config) secrets() []string {
 	if c.SPIFFE != nil {
 		out = append(out, c.SPIFFE.JoinToken)
 	}
+	if c.PowerOffNotify != nil {
+		out = append(out, c.PowerOffNotify.Token)
+	}
 	return out
 }

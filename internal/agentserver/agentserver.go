@@ -36,6 +36,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -53,11 +54,38 @@ import (
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 )
 
 // PathPrefix is the URL path under which binaries are served.
 const PathPrefix = "/agent/v1/"
+
+// PowerOffPath is where VMs announce their power-off (POST, bearer token of
+// their claim, the claim's agentconfig.ClaimRef as JSON).
+const PowerOffPath = "/hints/v1/power-off"
+
+// Errors a PowerOffReceiver returns, mapped to answers.
+var (
+	// ErrBadToken: the token is not the claim's (401). Nothing else was
+	// looked at.
+	ErrBadToken = errors.New("the token is not this claim's power-off token")
+	// ErrRetry: this replica cannot take the notice now (it is not the
+	// leader); 503 with Retry-After, the VM's agent retries.
+	ErrRetry = errors.New("this replica cannot take power-off notices now")
+)
+
+// PowerOffReceiver takes VMs' power-off notices (docs/architecture.md,
+// "Power-off hints").
+type PowerOffReceiver interface {
+	// PowerOffNotice verifies token for claim first, without any other
+	// work (ErrBadToken), then treats the notice as a hint about the
+	// claim's VM. Any other error is answered 500.
+	PowerOffNotice(ctx context.Context, claim agentconfig.ClaimRef, token string) error
+}
+
+// maxNoticeBytes bounds a power-off notice's body.
+const maxNoticeBytes = 1 << 10
 
 // FilePrefix starts every agent binary's file name:
 // hyperfleet-agent-<os>-<arch>.
@@ -127,6 +155,9 @@ type Options struct {
 	// without requiring one; the broker verifies what it gets as an
 	// X509-SVID, and downloads need none.
 	Broker http.Handler
+
+	// PowerOff, when set, receives power-off notices at PowerOffPath.
+	PowerOff PowerOffReceiver
 }
 
 // BrokerPath is where Options.Broker is served.
@@ -336,13 +367,19 @@ func (s *Server) Addr() net.Addr {
 func (s *Server) Ready() <-chan struct{} { return s.ready }
 
 // Handler serves the binaries and their checksums under PathPrefix, and
-// the broker at BrokerPath when there is one.
+// power-off notices at PowerOffPath when Options.PowerOff is set, and the
+// broker at BrokerPath when there is one.
 func (s *Server) Handler() http.Handler {
-	if s.opts.Broker == nil {
+	if s.opts.Broker == nil && s.opts.PowerOff == nil {
 		return http.HandlerFunc(s.serve)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(BrokerPath, s.opts.Broker)
+	if s.opts.Broker != nil {
+		mux.Handle(BrokerPath, s.opts.Broker)
+	}
+	if s.opts.PowerOff != nil {
+		mux.HandleFunc(PowerOffPath, s.servePowerOff)
+	}
 	mux.HandleFunc("/", s.serve)
 	return mux
 }
@@ -353,6 +390,46 @@ func (s *Server) BrokerURL() string {
 		return ""
 	}
 	return s.base + BrokerPath
+}
+
+// PowerOffURL is the URL VMs announce their power-off at, empty without a
+// PowerOffReceiver.
+func (s *Server) PowerOffURL() string {
+	if s.opts.PowerOff == nil {
+		return ""
+	}
+	return s.base + PowerOffPath
+}
+
+// servePowerOff takes one power-off notice. The token is checked before
+// anything else; the answer says only accepted, refused or retry.
+func (s *Server) servePowerOff(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		http.Error(w, "power-off notices are POSTed", http.StatusMethodNotAllowed)
+		return
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	var claim agentconfig.ClaimRef
+	if !ok || token == "" || json.NewDecoder(http.MaxBytesReader(w, r.Body, maxNoticeBytes)).Decode(&claim) != nil {
+		http.Error(w, "a power-off notice is the claim's {namespace, name, uid} as JSON with its bearer token", http.StatusBadRequest)
+		return
+	}
+	err := s.opts.PowerOff.PowerOffNotice(r.Context(), claim, token)
+	switch {
+	case err == nil:
+		w.WriteHeader(http.StatusAccepted)
+	case errors.Is(err, ErrBadToken):
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+	case errors.Is(err, ErrRetry):
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "retry", http.StatusServiceUnavailable)
+	default:
+		s.opts.Logger.Error(err, "Power-off notice", "namespace", claim.Namespace, "name", claim.Name)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+	}
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {

@@ -184,6 +184,7 @@ func agentConfig(v *Vars) *agentconfig.Config {
 		},
 		ExpiresAt:        v.ExpiresAt.Time,
 		PowerOffOnFinish: v.PowerOffOnFinish,
+		PowerOffNotify:   v.PowerOffNotify,
 	}
 	if v.SPIFFEEnabled {
 		c.SPIFFE = &agentconfig.SPIFFE{

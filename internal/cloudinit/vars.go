@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 )
 
 // Network modes (Vars.NetworkMode), as in spec.network.mode.
@@ -145,6 +147,10 @@ type Vars struct {
 	RunnerConfig RunnerConfig
 	// PowerOffOnFinish powers the VM off when its runner exits.
 	PowerOffOnFinish bool
+	// PowerOffNotify, when set, is where the agent announces its power-off
+	// (the operator's agent server) with this claim's token
+	// (docs/architecture.md, "Power-off hints"). Per-VM.
+	PowerOffNotify *agentconfig.PowerOffNotify
 
 	// AgentDownloadURL is the https:// URL of the agent binary on the
 	// operator's agent server (spec.bootstrap.agentSource Operator);
@@ -253,7 +259,7 @@ func (b Bytes) String() string { return fmt.Sprintf("<%d bytes; use base64>", le
 // Canonical returns v with every per-VM, per-claim and per-issue value
 // zeroed: Hostname, FQDN, InstanceID, MACAddress, StaticIP, SPIFFEID,
 // JoinToken, TrustBundle, AgentCA, BrokerCA, JITConfig, RunnerToken, RunnerName, Labels,
-// RunnerGroup and ExpiresAt. What remains is the same for every VM of one
+// RunnerGroup, ExpiresAt and PowerOffNotify. What remains is the same for every VM of one
 // template, so rendering the canonical vars gives identical bytes for all of
 // them and the bytes change only when something that shapes the VMs changes
 // (docs/architecture.md, "Template drift hash"). Render accepts canonical
@@ -276,6 +282,7 @@ func (v Vars) Canonical() Vars {
 	v.Labels = nil
 	v.RunnerGroup = ""
 	v.ExpiresAt = Time{}
+	v.PowerOffNotify = nil
 	v.DNSServers = cloneList(v.DNSServers)
 	v.SearchDomains = cloneList(v.SearchDomains)
 	v.canonical = true

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 )
 
 // perVMFields are the Vars fields Canonical must zero; templateFields are
@@ -13,7 +15,7 @@ import (
 // new field fails this test until someone decides which it is.
 var (
 	perVMFields = []string{"Hostname", "FQDN", "InstanceID", "MACAddress", "StaticIP", "SPIFFEID", "JoinToken",
-		"TrustBundle", "AgentCA", "BrokerCA", "JITConfig", "RunnerToken", "RunnerName", "Labels", "RunnerGroup", "ExpiresAt"}
+		"TrustBundle", "AgentCA", "BrokerCA", "JITConfig", "RunnerToken", "RunnerName", "Labels", "RunnerGroup", "ExpiresAt", "PowerOffNotify"}
 	templateFields = []string{"NetworkMode", "DHCPClientIdentifier", "SendHostname", "IPv6", "NetmaskBits", "Gateway",
 		"DNSServers", "SearchDomains", "SPIFFEEnabled", "AttestationMethod", "TrustDomain", "SPIREServerAddress",
 		"TPMDevicePath", "BrokerURL", "WorkloadMethod", "BootstrapMethod", "RegistrationURL", "RunnerConfig",
@@ -44,6 +46,7 @@ func TestCanonicalFieldClassification(t *testing.T) {
 	v := operatorAgentVars(spiffeVars(runnerTokenVars(baseVars())))
 	v.NetworkMode, v.StaticIP, v.NetmaskBits, v.Gateway = NetworkStatic, "192.0.2.10", 24, "192.0.2.1"
 	v.JITConfig, v.RunnerToken = "jit", "token" // not a valid VM; Canonical does not care
+	v.PowerOffNotify = &agentconfig.PowerOffNotify{URL: "https://op.example.com/hints/v1/power-off", Token: "t"}
 	v.BrokerCA = testCA
 	c := reflect.ValueOf(v.Canonical())
 	orig := reflect.ValueOf(v)

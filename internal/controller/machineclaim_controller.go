@@ -110,6 +110,14 @@ type MachineClaimReconciler struct {
 	// StuckBounds are how long a claim may stay in each phase before it is
 	// reported Stuck (machineclaim_stuck.go); zero fields check nothing.
 	StuckBounds StuckBounds
+	// Transitions are the VMs a hint says are about to stop: a running
+	// claim whose VM is in it reads the VM's status directly, every
+	// Transitions.Poll(), until it stops or the hint expires
+	// (docs/architecture.md, "Power-off hints"). Nil: the listing only.
+	Transitions *hypervisors.Transitions
+	// Notices gives VMs the URL and token of their power-off notice; nil
+	// gives none.
+	Notices *PowerOffNotices
 
 	// stuck counts stuck claims by phase for the gauge.
 	stuck stuckClaims

@@ -275,6 +275,7 @@ func (r *MachineClaimReconciler) deleteVM(ctx context.Context, claim *hfv1.Machi
 		return false, ctrl.Result{RequeueAfter: retry}, nil
 	}
 	r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.VMDeletedReason), "VM %d on %s destroyed and its cloud-init ISO removed", ref.VMID, ref.HypervisorCluster)
+	r.forgetTransition(ref)
 	claim.Status.VMRef, claim.Status.Task = nil, nil
 	r.releaseAddresses(ctx, claim)
 	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.VMDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))

@@ -239,6 +239,7 @@ func (r *MachineClaimReconciler) watchRunning(ctx context.Context, s *claimScope
 		res, err := r.endAndTerminate(ctx, s, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason, message: "The claim lost its VM reference"})
 		return res, false, err
 	}
+	read := false
 	if l := r.Registry.Listing(ref.HypervisorCluster); l != nil {
 		vm, found := l.VM(int(ref.VMID))
 		if !found || vm.Power == provider.PowerStopped {
@@ -248,10 +249,20 @@ func (r *MachineClaimReconciler) watchRunning(ctx context.Context, s *claimScope
 			if res, handled, err := r.confirmStopped(ctx, s); handled || err != nil {
 				return res, false, err
 			}
+			read = true
 		}
 	}
 	if res, handled, err := r.observeWorkload(ctx, s); handled || err != nil {
 		return res, false, err
+	}
+	// A hint (the agent's notice, the runner gone) says the VM is about to
+	// stop: read it directly instead of waiting up to a listing refresh.
+	res, handled, poll, err := r.pollInTransition(ctx, s, read)
+	if handled || err != nil {
+		return res, false, err
+	}
+	if poll > 0 {
+		return ctrl.Result{RequeueAfter: poll}, false, nil
 	}
 	return ctrl.Result{RequeueAfter: resyncRunning()}, false, nil
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -103,11 +104,22 @@ func (r *MachineClaimReconciler) observeWorkload(ctx context.Context, s *claimSc
 		r.markRegistered(claim, now, "took job "+fmt.Sprint(job.Spec.JobID))
 		st.RunnerState = hfv1.RunnerStateBusy
 		if job.Status.State == hfv1.CIJobCompleted {
+			// The job's end ends the claim, whose deletion reads and stops
+			// the VM itself; the VM is in transition until destroyed.
+			markTransition(r.Transitions, claim, hypervisors.HintJobCompleted, now)
 			st.RunnerState = ""
 			st.JobConclusion = truncate(job.Status.Conclusion, 64)
 			res, err := r.endAndTerminate(ctx, s, claimEnd{reason: hfv1.EndJobCompleted, code: string(hfv1.EndJobCompleted),
 				message: fmt.Sprintf("job %d finished (%s)", job.Spec.JobID, orDefault(job.Status.Conclusion, "no conclusion"))})
 			return res, true, err
+		}
+	}
+	if obs, ok := r.Runners.Get(claim.UID); ok && !obs.Present && st.RegisteredAt != nil {
+		// The platform removed the runner it had listed: an ephemeral
+		// runner goes after its one job, so the VM is about to power off
+		// even when the job's events were lost (the resync's hint).
+		if markTransition(r.Transitions, claim, hypervisors.HintRunnerGone, now) == hypervisors.Marked {
+			ctrl.LoggerFrom(ctx).V(1).Info("Runner gone from the CI platform; reading the VM directly for a while", "runner", st.RunnerName)
 		}
 	}
 	if obs, ok := r.Runners.Get(claim.UID); ok && obs.Present {

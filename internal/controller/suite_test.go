@@ -289,7 +289,7 @@ func fastLatency() proxmoxsim.Latency {
 	}
 }
 
-func startSim(t testing.TB, mutate func(*proxmoxsim.Config)) *simulator {
+func startSim(t testing.TB, mutate func(*proxmoxsim.Config), opts ...proxmoxsim.Option) *simulator {
 	t.Helper()
 	cfg := proxmoxsim.DefaultConfig()
 	cfg.Latency = fastLatency()
@@ -298,7 +298,7 @@ func startSim(t testing.TB, mutate func(*proxmoxsim.Config)) *simulator {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	sim, err := proxmoxsim.New(cfg, proxmoxsim.WithAdmin(true))
+	sim, err := proxmoxsim.New(cfg, append([]proxmoxsim.Option{proxmoxsim.WithAdmin(true)}, opts...)...)
 	if err != nil {
 		t.Fatalf("simulator: %v", err)
 	}

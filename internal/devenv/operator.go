@@ -29,8 +29,8 @@ const (
 // since guests are processes on it (the template's runner is linux/x64).
 const agentPlatform = "linux-amd64"
 
-// agentTLSFiles are the agent server's serving certificate, key and CA
-// (Options.AgentFromOperator), as a kubernetes.io/tls Secret holds them.
+// agentTLSFiles are the agent server's serving certificate, key and CA,
+// as a kubernetes.io/tls Secret holds them.
 type agentTLSFiles struct {
 	certFile, keyFile, caFile string
 }
@@ -38,9 +38,6 @@ type agentTLSFiles struct {
 // writeAgentServerCert creates the agent server's certificate for
 // 127.0.0.1, where the guests reach it.
 func (w *World) writeAgentServerCert() error {
-	if !w.opts.AgentFromOperator && !w.opts.SPIFFE {
-		return nil
-	}
 	c, err := selfsigned.New("127.0.0.1", "localhost")
 	if err != nil {
 		return fmt.Errorf("devenv: agent server certificate: %w", err)
@@ -88,11 +85,14 @@ func (w *World) guestScript() string {
 	return `agent="$HF_AGENT_BINARY"; ` + run
 }
 
-// inProcessAgentServer is the in-process operator's agent server with
-// AgentFromOperator: it serves AgentBinary on a free loopback port.
+// inProcessAgentServer is the in-process operator's agent server: it
+// serves AgentBinary on a free loopback port (to guests with
+// AgentFromOperator) and takes every guest's power-off notice
+// (docs/architecture.md, "Power-off hints").
 func (w *World) inProcessAgentServer() (*manager.AgentServerOptions, error) {
-	if !w.opts.AgentFromOperator && !w.opts.SPIFFE {
-		// The agent server also serves the credential broker.
+	// The agent server serves the agent (AgentFromOperator), the
+	// credential broker (SPIFFE) and the guests' power-off notices.
+	if w.opts.AgentBinary == "" || w.opts.NoPowerOffNotices && !w.opts.AgentFromOperator && !w.opts.SPIFFE {
 		return nil, nil
 	}
 	dir := filepath.Join(w.opts.Dir, "agent-binaries")

@@ -89,9 +89,17 @@ type Options struct {
 	AgentBinary string
 	// MinReplicas and MaxReplicas size the RunnerPool (0 and 5 by default).
 	MinReplicas, MaxReplicas int32
-	// Latency is the Proxmox simulator's task latency; zero values take
-	// quick ones (clone 1 s, boot 2 s).
+	// Timings names the Proxmox simulator's timing preset
+	// (proxmoxsim.Preset): "fast" (the default: clone 1 s, boot 2 s,
+	// /cluster/resources refreshed every second) or "realistic" (what a
+	// Proxmox VE host does: refresh every 10 s, clone 5 s, boot 20 s).
+	Timings string
+	// Latency, when set, replaces the preset's task latencies.
 	Latency proxmoxsim.Latency
+	// NoPowerOffNotices gives the guests no power-off notice URL, so that
+	// only the listing detects their power-off (for comparisons;
+	// docs/architecture.md, "Power-off hints").
+	NoPowerOffNotices bool
 	// Progress receives progress messages (nil: discarded).
 	Progress io.Writer
 	// LogLevel is the operator's log verbosity (0 info, 1 debug).
@@ -370,13 +378,14 @@ func (w *World) writeWebhookCert() error {
 
 func (w *World) startProxmox() error {
 	cfg := proxmoxsim.DefaultConfig()
-	cfg.Latency = w.opts.Latency
-	if cfg.Latency == (proxmoxsim.Latency{}) {
-		ms := func(n int) proxmoxsim.Duration { return proxmoxsim.Duration(time.Duration(n) * time.Millisecond) }
-		cfg.Latency = proxmoxsim.Latency{CloneBase: ms(1000), Config: ms(20), Resize: ms(50), Start: ms(200), Boot: ms(2000),
-			Stop: ms(100), Shutdown: ms(300), Destroy: ms(300), Upload: ms(50)}
+	timings, err := proxmoxsim.Preset(cmp.Or(w.opts.Timings, proxmoxsim.PresetFast))
+	if err != nil {
+		return fmt.Errorf("devenv: %w", err)
 	}
-	cfg.RefreshInterval = proxmoxsim.Duration(time.Second)
+	cfg.ApplyTimings(timings)
+	if w.opts.Latency != (proxmoxsim.Latency{}) {
+		cfg.Latency = w.opts.Latency
+	}
 	cfg.Nodes[0].Memory, cfg.Nodes[0].CPUs = 1<<40, 1024
 	cfg.Guest = proxmoxsim.GuestConfig{
 		Command:    []string{"sh", "-c", w.guestScript()},

@@ -25,6 +25,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/sweeper"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
@@ -166,6 +167,10 @@ type Components struct {
 	// Resync compares pools with the CI platforms; nil when
 	// Options.Bootstrap stands in for them.
 	Resync *controller.PoolResync
+	// Transitions are the VMs a hint put in transition, and
+	// PowerOffNotices takes the VMs' notices (also served by AgentServer).
+	Transitions     *hypervisors.Transitions
+	PowerOffNotices *controller.PowerOffNotices
 }
 
 // stuckBounds is b, or the defaults when unset.
@@ -200,6 +205,18 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	if err := controller.SetupIndexes(ctx, mgr, backends); err != nil {
 		return nil, fmt.Errorf("set up field indexes: %w", err)
 	}
+	registry := hypervisors.NewRegistry()
+	addresses := ipam.NewManager()
+	// Buffered so a poll that wakes many claims does not wait for the
+	// claim controller's queue one event at a time.
+	claimEvents := make(chan event.GenericEvent, 1024)
+	// VMs a hint says are about to stop (docs/architecture.md, "Power-off
+	// hints"); the agent server takes the VMs' own notices into it.
+	transitions := hypervisors.NewTransitions(hypervisors.TransitionOptions{Observe: func(n int) { metrics.VMsInTransition.Set(float64(n)) }})
+	notices := &controller.PowerOffNotices{
+		Reader: mgr.GetClient(), Signer: opts.Signer, Transitions: transitions, ClaimEvents: claimEvents,
+		Clock: opts.Clock, Elected: mgr.Elected(), Log: mgr.GetLogger().WithName("poweroff-notices"),
+	}
 	// VMs that attest with SPIRE get join tokens derived from the
 	// ownership key (internal/identity) and fetch their credential from
 	// the broker on the agent server.
@@ -218,20 +235,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	var agent controller.AgentLocator // stays a nil interface without a server
 	var brokerEndpoint controller.BrokerEndpoint
 	if opts.AgentServer != nil {
-		srv, err := newAgentServer(mgr, opts.AgentServer, credBroker)
+		srv, err := newAgentServer(mgr, opts.AgentServer, credBroker, notices)
 		if err != nil {
 			return nil, err
 		}
 		agentSrv, agent = srv, srv
+		notices.URL, notices.CA = srv.PowerOffURL(), srv.CA()
 		if credBroker != nil {
 			brokerEndpoint = endpoint{url: srv.BrokerURL(), ca: srv.CA()}
 		}
 	}
-	registry := hypervisors.NewRegistry()
-	addresses := ipam.NewManager()
-	// Buffered so a poll that wakes many claims does not wait for the
-	// claim controller's queue one event at a time.
-	claimEvents := make(chan event.GenericEvent, 1024)
 
 	sw := &sweeper.Sweeper{
 		Client:      mgr.GetClient(),
@@ -289,6 +302,8 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		MaxRetryDelay: opts.MaxRetryDelay,
 		StuckBounds:   stuckBounds(opts.StuckBounds),
 		Agent:         agent,
+		Transitions:   transitions,
+		Notices:       notices,
 		Identity:      identities,
 		Issuer:        issuer,
 		Broker:        brokerEndpoint,
@@ -339,7 +354,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	if err := mgr.Add(controller.NewClaimPhaseCollector(mgr.GetClient())); err != nil {
 		return nil, fmt.Errorf("add claim phase metrics: %w", err)
 	}
-	comps := &Components{Registry: registry, IPAM: addresses, Sweeper: sw, Resync: resync, AgentServer: agentSrv}
+	comps := &Components{Registry: registry, IPAM: addresses, Sweeper: sw, Resync: resync, AgentServer: agentSrv, Transitions: transitions, PowerOffNotices: notices}
 	if opts.Webhook != nil {
 		srv, err := newWebhookServer(ctx, mgr, opts, backends, ci.providers)
 		if err != nil {
@@ -466,7 +481,7 @@ func newWebhookServer(ctx context.Context, mgr ctrl.Manager, opts Options, backe
 
 // newAgentServer hashes the agent binaries and adds their server to the
 // manager.
-func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions, credBroker *broker.Broker) (*agentserver.Server, error) {
+func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions, credBroker *broker.Broker, notices agentserver.PowerOffReceiver) (*agentserver.Server, error) {
 	var missing []string
 	for _, f := range []struct{ name, value string }{
 		{"Addr", o.Addr}, {"CertFile", o.CertFile}, {"KeyFile", o.KeyFile}, {"Dir", o.Dir}, {"URL", o.URL},
@@ -480,7 +495,7 @@ func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions, credBroker *broker.
 	}
 	so := agentserver.Options{
 		Dir: o.Dir, URL: o.URL, CAFile: o.CAFile, Addr: o.Addr, CertFile: o.CertFile, KeyFile: o.KeyFile,
-		Logger: mgr.GetLogger().WithName("agent-server"),
+		Logger: mgr.GetLogger().WithName("agent-server"), PowerOff: notices,
 	}
 	if credBroker != nil {
 		so.Broker = credBroker

@@ -64,6 +64,25 @@ var (
 		Buckets: []float64{0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120, 300},
 	})
 
+	// PowerOffHints counts hints that a VM is about to stop
+	// (docs/architecture.md, "Power-off hints"), by source (agent,
+	// job-completed, runner-gone) and result: marked (the VM is read
+	// directly for a while), duplicate, full (the in-transition set is at
+	// its bound; the listing catches the VM), unknown (no running claim
+	// has that VM), refused (an agent call whose token does not verify;
+	// nothing was read).
+	PowerOffHints = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "poweroff_hints_total",
+		Help: "Hints that a VM is about to power off, by source and result.",
+	}, []string{"source", "result"})
+
+	// VMsInTransition is the number of VMs read one by one because a hint
+	// said they are about to stop.
+	VMsInTransition = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "vms_in_transition",
+		Help: "VMs whose power state is read directly (per-VM status) because a hint said they are about to stop.",
+	})
+
 	// CreatedToCloneRequest is the operator's own overhead: claim created to
 	// clone request sent.
 	CreatedToCloneRequest = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -184,6 +203,7 @@ var (
 func init() {
 	crmetrics.Registry.MustRegister(
 		ClaimPhaseSeconds, ClaimsStuck, ClaimTransitions, ClaimErrors, ReservationsRejected, PowerOffToDestroyed, CreatedToCloneRequest,
+		PowerOffHints, VMsInTransition,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
 		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads, BrokerRequests,
 	)

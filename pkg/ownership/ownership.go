@@ -491,6 +491,42 @@ func (s *Signer) runnerMAC(key []byte, base string) string {
 	return hex.EncodeToString(mac.Sum(nil))[:runnerMACLength]
 }
 
+// powerOffTokenBytes is the length of a power-off notice token's HMAC
+// (the full SHA-256: it is a bearer credential, not a tag).
+const powerOffTokenBytes = sha256.Size
+
+// PowerOffToken is the bearer token a claim's VM presents when it tells the
+// operator it is about to power off: an HMAC, keyed by the install's
+// secret, over the claim's namespace, name and UID. Nothing is stored: any
+// replica, before or after a restart, verifies it with the key ring. It
+// authorizes nothing but one hint about that claim's VM
+// (docs/architecture.md, "Power-off hints").
+func (s *Signer) PowerOffToken(namespace, name, uid string) string {
+	return s.powerOffMAC(s.keys[s.signingID], namespace, name, uid)
+}
+
+// VerifyPowerOffToken reports whether token is PowerOffToken of the claim,
+// under any key of the ring (a VM created before a key rotation still
+// verifies). The comparison takes constant time.
+func (s *Signer) VerifyPowerOffToken(namespace, name, uid, token string) bool {
+	if len(token) != 2*powerOffTokenBytes || uid == "" {
+		return false
+	}
+	for _, key := range s.keys {
+		if hmac.Equal([]byte(token), []byte(s.powerOffMAC(key, namespace, name, uid))) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Signer) powerOffMAC(key []byte, namespace, name, uid string) string {
+	mac := hmac.New(sha256.New, key)
+	// Domain-separated from the block, VM-name and runner-name MACs.
+	fmt.Fprintf(mac, "poweroff-notice\x00%s\x00%s\x00%s\x00%s", s.operatorID, namespace, name, uid)
+	return hex.EncodeToString(mac.Sum(nil))
+}
+
 // DerivedKey is a key for another purpose (such as deriving SPIRE join
 // tokens) derived from the signing key, so that an install keeps a single
 // secret: HMAC-SHA256(signing key, "hyperfleet derived key\x00"+purpose).

@@ -342,3 +342,39 @@ func TestRunnerNameProvesTheInstall(t *testing.T) {
 		}
 	}
 }
+
+// TestPowerOffToken: the token verifies for its claim only, under a ring
+// that still holds the key, and never for another install, claim or UID.
+func TestPowerOffToken(t *testing.T) {
+	s1, err := NewSigner("abc", []byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := s1.PowerOffToken("ci", "claim-1", "uid-1")
+	if len(tok) != 64 || !s1.VerifyPowerOffToken("ci", "claim-1", "uid-1", tok) {
+		t.Fatalf("own token %q does not verify", tok)
+	}
+	for _, c := range [][3]string{{"ci", "claim-1", "uid-2"}, {"ci", "claim-2", "uid-1"}, {"other", "claim-1", "uid-1"}, {"ci", "claim-1", ""}} {
+		if s1.VerifyPowerOffToken(c[0], c[1], c[2], tok) {
+			t.Errorf("token verifies for %v", c)
+		}
+	}
+	edited := tok[:63] + map[bool]string{true: "1", false: "0"}[tok[63] == '0']
+	if s1.VerifyPowerOffToken("ci", "claim-1", "uid-1", edited) || s1.VerifyPowerOffToken("ci", "claim-1", "uid-1", "") {
+		t.Error("an edited or empty token verifies")
+	}
+	other, err := NewSigner("xyz", []byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.VerifyPowerOffToken("ci", "claim-1", "uid-1", tok) {
+		t.Error("another install's signer verifies the token")
+	}
+	rotated, err := NewKeyRing("abc", []Key{{ID: 1, Secret: []byte("0123456789abcdef0123456789abcdef")}, {ID: 2, Secret: []byte("fedcba9876543210fedcba9876543210")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rotated.VerifyPowerOffToken("ci", "claim-1", "uid-1", tok) || rotated.PowerOffToken("ci", "claim-1", "uid-1") == tok {
+		t.Error("after a rotation the old token must verify and new tokens use the new key")
+	}
+}

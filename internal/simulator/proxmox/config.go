@@ -236,11 +236,12 @@ func (d *Duration) UnmarshalJSON(data []byte) error {
 }
 
 // DefaultConfig returns a one-node cluster with the timings of a real
-// Proxmox VE installation: 3s 401 delay, 10s storage lock wait, 10s status
-// refresh, 2h tickets, and a clone/boot latency model close to a small
-// LVM-thin host. Tests usually start from it and zero the delays.
+// Proxmox VE installation: 3s 401 delay, 2h tickets and the realistic
+// timing preset (10s status refresh, 10s storage lock wait, a clone/boot
+// latency model close to a small LVM-thin host; see Preset). Tests usually
+// start from it and zero the delays.
 func DefaultConfig() Config {
-	return Config{
+	c := Config{
 		ClusterName: "hyperfleet-sim",
 		Nodes: []NodeConfig{{
 			Name: "pve1", CPUs: 16, Memory: 64 << 30, MemoryUsed: 2 << 30, Disk: 100 << 30, IP: "192.0.2.11",
@@ -257,20 +258,13 @@ func DefaultConfig() Config {
 			ID: "root@pam", Password: "root",
 			Tokens: []TokenConfig{{ID: "sim", Secret: "00000000-0000-0000-0000-000000000000", Privsep: boolPtr(false)}},
 		}},
-		Latency: Latency{
-			CloneBase: Duration(5 * time.Second), ClonePerGiB: Duration(time.Second),
-			Config: Duration(200 * time.Millisecond), Resize: Duration(time.Second),
-			Start: Duration(time.Second), Boot: Duration(20 * time.Second),
-			Stop: Duration(500 * time.Millisecond), Shutdown: Duration(5 * time.Second),
-			Destroy: Duration(time.Second), Upload: Duration(200 * time.Millisecond),
-		},
-		Guest:              GuestConfig{AddressRange: "10.99.0.10-10.99.0.250", Prefix: 24},
-		AuthFailureDelay:   Duration(3 * time.Second),
-		StorageLockTimeout: Duration(10 * time.Second),
-		RefreshInterval:    Duration(10 * time.Second),
-		TicketLifetime:     Duration(2 * time.Hour),
-		Seed:               1,
+		Guest:            GuestConfig{AddressRange: "10.99.0.10-10.99.0.250", Prefix: 24},
+		AuthFailureDelay: Duration(3 * time.Second),
+		TicketLifetime:   Duration(2 * time.Hour),
+		Seed:             1,
 	}
+	c.ApplyTimings(presets[PresetRealistic])
+	return c
 }
 
 func boolPtr(b bool) *bool { return &b }

@@ -1,0 +1,100 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+)
+
+// Power-off notice bounds: the notice is a hint that only speeds up the
+// operator's detection (docs/architecture.md, "Power-off hints"), so it
+// must never hold the VM up for long.
+const (
+	// notifyBudget bounds all attempts together.
+	notifyBudget = 5 * time.Second
+	// notifyRetry is the pause after an answer that asks to retry (503:
+	// the replica reached is not the leader) or a failed connection.
+	notifyRetry = 500 * time.Millisecond
+)
+
+// notifyPowerOff tells the operator the VM is about to power off, so that
+// it reads this VM's state at once instead of waiting for the hypervisor's
+// batch listing. Failures are logged and otherwise ignored: the listing
+// still catches the power-off.
+func (a *agent) notifyPowerOff() {
+	n := a.notify
+	if n == nil {
+		return
+	}
+	hc, err := notifyClient(n.CA)
+	if err != nil {
+		a.log.Warn("power-off notice not sent", "error", err)
+		return
+	}
+	body, err := json.Marshal(n.Claim)
+	if err != nil {
+		a.log.Warn("power-off notice not sent", "error", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), notifyBudget)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		code, err := postNotice(ctx, hc, n, body)
+		switch {
+		case err == nil && code == http.StatusAccepted:
+			a.log.Info("power-off announced to the operator", "url", safeURL(n.URL), "attempts", attempt)
+			return
+		case err == nil && code != http.StatusServiceUnavailable && code != http.StatusTooManyRequests:
+			a.log.Warn("the operator refused the power-off notice", "url", safeURL(n.URL), "status", code)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			a.log.Warn("power-off notice not delivered in time; powering off anyway", "url", safeURL(n.URL), "attempts", attempt, "lastError", errString(err), "lastStatus", code)
+			return
+		case <-time.After(notifyRetry):
+		}
+	}
+}
+
+func postNotice(ctx context.Context, hc *http.Client, n *agentconfig.PowerOffNotify, body []byte) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+n.Token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// notifyClient trusts ca when given, else what downloads trust.
+func notifyClient(ca string) (*http.Client, error) {
+	if ca == "" {
+		return defaultHTTPClient()
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(ca)) {
+		return nil, fmt.Errorf("powerOffNotify.ca holds no PEM certificate")
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	return &http.Client{Transport: tr, Timeout: notifyBudget}, nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,168 @@
+package controller
+
+import (
+	"context"
+
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/internal/agentserver"
+	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
+)
+
+// PowerOffNotices takes the in-VM agents' power-off notices
+// (agentserver.PowerOffReceiver) and gives VMs the means to send one
+// (docs/architecture.md, "Power-off hints"). A notice is a hint: it marks
+// the claim's VM in transition, so that the claim reads that VM's status
+// directly for a while; what ends the claim is still that read.
+//
+// The token a VM presents is the claim's ownership.Signer.PowerOffToken: an
+// HMAC under the install's key ring over the claim's namespace, name and
+// UID. Nothing is stored: every replica verifies it, before and after a
+// restart, and it authorizes one thing only. A forged token is refused
+// before anything is read; a genuine one costs at most one mark of one VM.
+type PowerOffNotices struct {
+	// Reader reads claims (the manager's cache).
+	Reader client.Reader
+	// Signer computes and verifies the tokens.
+	Signer *ownership.Signer
+	// Transitions is the set of VMs in transition the claim controller
+	// polls.
+	Transitions *hypervisors.Transitions
+	// ClaimEvents wakes the claim of a marked VM.
+	ClaimEvents chan<- event.GenericEvent
+	Clock       clock.PassiveClock
+	// Log logs accepted notices at debug level (requests carry no logger).
+	Log logr.Logger
+	// Elected is closed once this replica leads (mgr.Elected()): only the
+	// leader's claim controller polls, so other replicas answer "retry".
+	// Nil: always.
+	Elected <-chan struct{}
+	// URL is where VMs POST their notice (the agent server's
+	// PowerOffURL) and CA the PEM bundle they trust for it; empty URL:
+	// VMs are given none.
+	URL, CA string
+}
+
+var _ agentserver.PowerOffReceiver = (*PowerOffNotices)(nil)
+
+// PowerOffNotice implements agentserver.PowerOffReceiver.
+func (n *PowerOffNotices) PowerOffNotice(ctx context.Context, c agentconfig.ClaimRef, token string) error {
+	if n.Signer == nil || !n.Signer.VerifyPowerOffToken(c.Namespace, c.Name, c.UID, token) {
+		metrics.PowerOffHints.WithLabelValues(string(hypervisors.HintAgent), "refused").Inc()
+		return agentserver.ErrBadToken
+	}
+	if n.Elected != nil {
+		select {
+		case <-n.Elected:
+		default:
+			return agentserver.ErrRetry
+		}
+	}
+	claim := &hfv1.MachineClaim{}
+	err := n.Reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, claim)
+	switch {
+	case apierrors.IsNotFound(err) || err == nil && string(claim.UID) != c.UID:
+		// Gone, or a new claim of the same name: nothing to read.
+		metrics.PowerOffHints.WithLabelValues(string(hypervisors.HintAgent), "unknown").Inc()
+		return nil
+	case err != nil:
+		return fmt.Errorf("read MachineClaim %s/%s for its power-off notice: %w", c.Namespace, c.Name, err)
+	}
+	n.Log.V(1).Info("Power-off notice", "MachineClaim", klog.KObj(claim), "vmid", vmidOf(claim))
+	if markTransition(n.Transitions, claim, hypervisors.HintAgent, n.now()) == hypervisors.Marked && n.ClaimEvents != nil {
+		// Wake the claim to read its VM now; never block the VM's request
+		// on the queue: a full channel leaves it to the claim's next pass.
+		select {
+		case n.ClaimEvents <- event.GenericEvent{Object: &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name}}}:
+		default:
+		}
+	}
+	return nil
+}
+
+func vmidOf(claim *hfv1.MachineClaim) int32 {
+	if ref := claim.Status.VMRef; ref != nil {
+		return ref.VMID
+	}
+	return 0
+}
+
+func (n *PowerOffNotices) now() time.Time {
+	if n.Clock == nil {
+		return time.Now()
+	}
+	return n.Clock.Now()
+}
+
+// notifyFor is what a claim's VM is given to send its notice; nil when the
+// operator takes none.
+func (n *PowerOffNotices) notifyFor(claim *hfv1.MachineClaim) *agentconfig.PowerOffNotify {
+	if n == nil || n.URL == "" || n.Signer == nil {
+		return nil
+	}
+	return &agentconfig.PowerOffNotify{
+		URL:   n.URL,
+		Token: n.Signer.PowerOffToken(claim.Namespace, claim.Name, string(claim.UID)),
+		Claim: agentconfig.ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID)},
+		CA:    n.CA,
+	}
+}
+
+// markTransition marks the VM of a running claim in transition and counts
+// the hint. A claim without a VM, or already ending (its deletion reads the
+// VM itself), is "unknown"; the job-completed hint marks the VM right
+// before its claim ends, so that the VM counts as in transition until it
+// is destroyed.
+func markTransition(t *hypervisors.Transitions, claim *hfv1.MachineClaim, source hypervisors.HintSource, now time.Time) hypervisors.MarkOutcome {
+	ref := claim.Status.VMRef
+	if t == nil || ref == nil || ref.VMID == 0 || claim.Ended() {
+		metrics.PowerOffHints.WithLabelValues(string(source), "unknown").Inc()
+		return ""
+	}
+	out := t.Mark(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VMID: int(ref.VMID)}, source, now)
+	metrics.PowerOffHints.WithLabelValues(string(source), string(out)).Inc()
+	return out
+}
+
+// pollInTransition reads the claim's VM directly while a hint has it in
+// transition (handled: the claim ended). requeue is when to read it again
+// (zero when the VM is not in transition).
+func (r *MachineClaimReconciler) pollInTransition(ctx context.Context, s *claimScope, alreadyRead bool) (res ctrl.Result, handled bool, requeue time.Duration, err error) {
+	ref := s.claim.Status.VMRef
+	if r.Transitions == nil || ref == nil {
+		return ctrl.Result{}, false, 0, nil
+	}
+	now := r.Clock.Now()
+	until, ok := r.Transitions.Active(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VMID: int(ref.VMID)}, now)
+	if !ok {
+		return ctrl.Result{}, false, 0, nil
+	}
+	if !alreadyRead {
+		if res, handled, err := r.confirmStopped(ctx, s); handled || err != nil {
+			return res, handled, 0, err
+		}
+	}
+	return ctrl.Result{}, false, min(r.Transitions.Poll(), until.Sub(now)), nil
+}
+
+// forgetTransition drops the claim's VM from the set once it is destroyed.
+func (r *MachineClaimReconciler) forgetTransition(ref *hfv1.VMReference) {
+	if r.Transitions != nil && ref != nil {
+		r.Transitions.Forget(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VMID: int(ref.VMID)}, r.Clock.Now())
+	}
+}
