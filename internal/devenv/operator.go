@@ -41,7 +41,7 @@ func (w *World) writeAgentServerCert() error {
 	if !w.opts.AgentFromOperator {
 		return nil
 	}
-	c, err := selfsigned.New("127.0.0.1", "localhost")
+	c, err := selfsigned.New("127.0.0.1", "localhost", w.guestHost())
 	if err != nil {
 		return fmt.Errorf("devenv: agent server certificate: %w", err)
 	}
@@ -103,7 +103,7 @@ func (w *World) inProcessAgentServer() (*manager.AgentServerOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &manager.AgentServerOptions{Addr: addr, URL: "https://" + addr, Dir: dir,
+	return &manager.AgentServerOptions{Addr: addr, URL: w.guestURL("https://" + addr), Dir: dir,
 		CertFile: w.agentTLS.certFile, KeyFile: w.agentTLS.keyFile, CAFile: w.agentTLS.caFile}, nil
 }
 

@@ -152,9 +152,9 @@ func (s *Simulator) handleShutdown(q *apiRequest) (any, error) {
 	})
 }
 
-// powerTask schedules a stop or shutdown. real, when set, may take over a
+// powerTask schedules a stop or shutdown. takeOver, when set, may take over a
 // real guest's task (and finish it itself); it reports whether it did.
-func (s *Simulator) powerTask(q *apiRequest, typ string, d time.Duration, real ...func(v *vm, t *task) bool) (any, error) {
+func (s *Simulator) powerTask(q *apiRequest, typ string, d time.Duration, takeOver ...func(v *vm, t *task) bool) (any, error) {
 	return s.schedulePowerTaskLocked(q, typ, d, func(v *vm, skiplock bool, t *task, at time.Time) {
 		if s.vms[v.vmid] != v {
 			t.finish(at, fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", v.node, v.vmid)) //nolint:staticcheck,revive // ST1005/error-strings: Proxmox's own message, verbatim on the wire
@@ -166,7 +166,7 @@ func (s *Simulator) powerTask(q *apiRequest, typ string, d time.Duration, real .
 				return
 			}
 		}
-		if len(real) > 0 && v.running && real[0](v, t) {
+		if len(takeOver) > 0 && v.running && takeOver[0](v, t) {
 			return
 		}
 		s.powerOffLocked(v)

@@ -93,7 +93,9 @@ func (s *Simulator) realGuestsLocked() (*realGuests, error) {
 	return r, nil
 }
 
-func (r *realGuests) vmDir(vmid int) string { return filepath.Join(r.baseDir, fmt.Sprintf("vm-%d", vmid)) }
+func (r *realGuests) vmDir(vmid int) string {
+	return filepath.Join(r.baseDir, fmt.Sprintf("vm-%d", vmid))
+}
 
 // startLocked boots v's QEMU for boot generation gen. An error fails the
 // start task, as a QEMU that does not start fails qm start.
@@ -289,7 +291,7 @@ func (r *realGuests) shutdownLocked(v *vm, t *task, timeout time.Duration, force
 		case <-time.After(timeout):
 			result = fmt.Errorf("VM quit/powerdown failed - got timeout")
 			if err != nil {
-				result = fmt.Errorf("VM %d qmp command 'system_powerdown' failed - %v", v.vmid, err)
+				result = fmt.Errorf("VM %d qmp command 'system_powerdown' failed - %w", v.vmid, err)
 			}
 		}
 		s := r.s

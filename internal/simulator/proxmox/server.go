@@ -152,11 +152,11 @@ func (s *Simulator) Close() error {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
-	real := s.real
+	realGuests := s.real
 	s.mu.Unlock()
 	var errs []error
-	if real != nil {
-		errs = append(errs, real.close())
+	if realGuests != nil {
+		errs = append(errs, realGuests.close())
 	}
 	if s.guest != nil {
 		errs = append(errs, s.guest.close())
