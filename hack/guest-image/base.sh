@@ -19,11 +19,11 @@ suite=bookworm
 # systemd, cloud-init (python3-cffi-backend is a dependency of a
 # dependency that debootstrap's resolver misses; without it cloud-init's
 # configuration stage fails), the guest agent, ifupdown and a DHCP client
-# (cloud-init's ENI renderer, Debian 12's default) and sudo.
+# (cloud-init's ENI renderer, Debian 12's default), sudo and locales.
 packages=(
 	linux-image-cloud-amd64 initramfs-tools systemd-sysv udev dbus
 	cloud-init python3-cffi-backend qemu-guest-agent
-	ifupdown isc-dhcp-client iproute2 netbase ca-certificates curl sudo
+	ifupdown isc-dhcp-client iproute2 netbase ca-certificates curl sudo locales
 	"$@"
 )
 
@@ -59,6 +59,12 @@ in_root apt-get -y -qq -o Dpkg::Options::=--force-confold dist-upgrade >/dev/nul
 # The kernel the upgrade replaced.
 in_root apt-get -y -qq autoremove --purge >/dev/null
 in_root apt-get clean
+# cloud-init's locale module sets LANG=en_US.UTF-8, which Debian's
+# locale-gen builds only when /etc/locale.gen lists it (it ignores the
+# locale cloud-init names): generate it here, as the cloud images have it.
+sed -i 's/^# *\(en_US.UTF-8 UTF-8\)/\1/' "$root/etc/locale.gen"
+in_root locale-gen >/dev/null
+in_root update-locale LANG=en_US.UTF-8
 
 step "configuring"
 # The root file system is found by label: the disk is the first SCSI disk

@@ -267,6 +267,10 @@ func TestRealGuestThroughTheProxmoxAPI(t *testing.T) {
 	}
 	t.Logf("boot 1: powered off by the ACPI button after %s", time.Since(start).Round(time.Second))
 
+	// The seed again: cloud-init (and its bootcmd) runs only with a
+	// datasource.
+	c.task(c.must("POST", "/nodes/pve1/qemu/101/config", url.Values{"ide2": {"local:iso/seed-101.iso,media=cdrom"}}), time.Minute)
+
 	// Boot 2: a hard stop kills QEMU at once.
 	c.task(c.must("POST", "/nodes/pve1/qemu/101/status/start", nil), time.Minute)
 	st, pid := c.status(101)
