@@ -47,9 +47,15 @@ func (tl *timeline) sample(w *devenv.World) {
 	now := time.Now()
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
+	claims := map[string]bool{}
+	for _, c := range snap.Claims {
+		claims[c.Name] = true
+	}
 	present := map[string]bool{}
 	for _, vm := range snap.VMs {
-		if vm.Name == "" || vm.Lock == "clone" {
+		// A clone carries a temporary name until the operator names it
+		// after its claim.
+		if !claims[vm.Name] && tl.vms[vm.Name] == nil {
 			continue
 		}
 		present[vm.Name] = true
@@ -112,11 +118,25 @@ func vmOfRunner(runner string) string {
 // network and powers itself off; the operator destroys it. Afterwards no
 // VM, ISO, claim, runner or guest disk is left.
 func TestRunnerPoolJobsOnRealGuests(t *testing.T) {
-	const jobs = 2
-	dir := t.TempDir()
 	img := image
-	w, err := devenv.Start(context.Background(), devenv.Options{Dir: dir, AgentBinary: agentBinary, MaxReplicas: jobs,
-		GuestImage: &img, Progress: testWriter{t}})
+	runJobs(t, 2, devenv.Options{GuestImage: &img})
+}
+
+// TestAgentFromOperatorOnRealGuests: the same with agentSource Operator on
+// the image without an agent: cloud-init's runcmd downloads the agent from
+// the operator's agent server (HTTPS, its CA from the seed), checks its
+// SHA-256 and installs it before the unit starts it.
+func TestAgentFromOperatorOnRealGuests(t *testing.T) {
+	img := operatorImage
+	runJobs(t, 1, devenv.Options{GuestImage: &img, AgentFromOperator: true})
+}
+
+// runJobs runs jobs jobs through a world of real guests (a pool of max
+// jobs) and checks everything the loop promises.
+func runJobs(t *testing.T, jobs int, opts devenv.Options) {
+	dir := t.TempDir()
+	opts.Dir, opts.AgentBinary, opts.MaxReplicas, opts.Progress = dir, agentBinary, int32(jobs), testWriter{t}
+	w, err := devenv.Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

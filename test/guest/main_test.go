@@ -30,6 +30,9 @@ var (
 	// image is the template image with that agent at
 	// /usr/local/bin/hyperfleet-agent (agentSource Image).
 	image proxmoxsim.GuestImage
+	// operatorImage is the template without an agent (agentSource
+	// Operator).
+	operatorImage proxmoxsim.GuestImage
 )
 
 func TestMain(m *testing.M) {
@@ -58,18 +61,30 @@ func run(m *testing.M) int {
 		return 1
 	}
 	start := time.Now()
-	img := exec.Command("go", "run", "./hack/guest-image", "--agent", agentBinary)
-	img.Dir = testenv.RepoRoot()
-	var out bytes.Buffer
-	img.Stdout, img.Stderr = &out, os.Stderr
-	if err := img.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "hack/guest-image: %v\n", err)
-		return 1
-	}
-	if err := json.Unmarshal(out.Bytes(), &image); err != nil {
-		fmt.Fprintf(os.Stderr, "hack/guest-image printed no image: %v\n%s", err, out.Bytes())
+	if err := buildImage(&image, "--agent", agentBinary); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "guest image ready in %s: %s\n", time.Since(start).Round(time.Second), image.Disk)
+	if err := buildImage(&operatorImage); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return m.Run()
+}
+
+// buildImage runs hack/guest-image (which reuses its cache) and reads the
+// image it prints.
+func buildImage(img *proxmoxsim.GuestImage, args ...string) error {
+	cmd := exec.Command("go", append([]string{"run", "./hack/guest-image"}, args...)...)
+	cmd.Dir = testenv.RepoRoot()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("hack/guest-image %v: %w", args, err)
+	}
+	if err := json.Unmarshal(out.Bytes(), img); err != nil {
+		return fmt.Errorf("hack/guest-image %v printed no image: %w\n%s", args, err, out.Bytes())
+	}
+	return nil
 }
