@@ -297,7 +297,12 @@ func (r *realGuests) shutdownLocked(v *vm, t *task, timeout time.Duration, force
 		s := r.s
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if result != nil && forceStop {
+		switch {
+		case result == nil && v.running && v.bootGen == g.gen:
+			// QEMU has exited; the task ends with the VM stopped, whether
+			// or not waitExit has run yet.
+			s.powerOffLocked(v)
+		case result != nil && forceStop:
 			t.logf("VM still running - terminating now with SIGTERM")
 			s.powerOffLocked(v)
 			result = nil
