@@ -5,6 +5,7 @@ package guest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -28,6 +29,9 @@ type timeline struct {
 	vms   map[string]map[string]time.Time // VM name -> milestone -> time
 	ids   map[string]int
 	addrs map[string][]string // VM name -> addresses the claim reported
+	// leaks names where the GitHub PAT appeared: it must never leave the
+	// operator (guests' consoles, the simulators' state).
+	leaks []string
 }
 
 func (tl *timeline) mark(vm, milestone string, at time.Time) {
@@ -63,8 +67,12 @@ func (tl *timeline) sample(w *devenv.World) {
 		tl.mark(vm.Name, "created", now)
 		if vm.Status == "running" {
 			tl.mark(vm.Name, "booted", now)
-			if console, err := w.Proxmox.Console(vm.VMID); err == nil && bytes.Contains(console, []byte("Cloud-init v.")) && bytes.Contains(console, []byte(" finished at ")) {
+			console, err := w.Proxmox.Console(vm.VMID)
+			if err == nil && bytes.Contains(console, []byte("Cloud-init v.")) && bytes.Contains(console, []byte(" finished at ")) {
 				tl.mark(vm.Name, "cloud-init done", now)
+			}
+			if bytes.Contains(console, []byte(devenv.PAT)) {
+				tl.leaks = append(tl.leaks, "console of "+vm.Name)
 			}
 		}
 		if _, booted := tl.vms[vm.Name]["booted"]; booted && vm.Status == "stopped" {
@@ -79,6 +87,11 @@ func (tl *timeline) sample(w *devenv.World) {
 	for _, c := range snap.Claims {
 		if c.Status.Network != nil && len(c.Status.Network.Addresses) > 0 {
 			tl.addrs[c.Name] = c.Status.Network.Addresses
+		}
+	}
+	for name, state := range map[string]any{"Proxmox simulator state": w.Proxmox.State(), "GitHub simulator state": w.GitHub.State()} {
+		if data, err := json.Marshal(state); err == nil && bytes.Contains(data, []byte(devenv.PAT)) {
+			tl.leaks = append(tl.leaks, name)
 		}
 	}
 	for _, r := range w.GitHub.State().Runners {
@@ -214,6 +227,9 @@ func runJobs(t *testing.T, jobs int, opts devenv.Options) {
 		if !inNet {
 			t.Errorf("VM %s: the claim's addresses %v are not on the guests' network %s", vm, tl.addrs[vm], guestNet)
 		}
+	}
+	if len(tl.leaks) > 0 {
+		t.Errorf("the GitHub PAT appeared in: %v", tl.leaks)
 	}
 	if len(last.VMs) != 0 || len(last.ISOs) != 0 || len(last.Claims) != 0 || len(last.Runners) != 0 {
 		t.Errorf("left behind: VMs %v, ISOs %v, claims %d, runners %d", last.VMs, last.ISOs, len(last.Claims), len(last.Runners))
