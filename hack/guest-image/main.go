@@ -16,7 +16,8 @@
 // base.sh and the package list, template-<hash> of the base and the
 // recipe, agent-<hash> of the template and the agent binary. A new agent
 // costs a copy of the template (seconds); a recipe change one boot (minutes);
-// only a base.sh or package change runs debootstrap again. Needs root.
+// only a base.sh or package change runs debootstrap again. Images unused
+// for 3 days are removed. Needs root.
 package main
 
 import (
@@ -98,6 +99,7 @@ func build(ctx context.Context, dir, docsPath, agent string) (image, error) {
 	}
 	defer unlock()
 
+	prune(dir)
 	baseKey := "base-" + hash(baseScript, []byte(strings.Join(r.packages, "\n")))
 	base := filepath.Join(dir, baseKey)
 	if err := cached(base, func(out string) error { return buildBase(out, r.packages) }); err != nil {
@@ -123,6 +125,28 @@ func build(ctx context.Context, dir, docsPath, agent string) (image, error) {
 	}
 	img.Disk = filepath.Join(withAgent, "disk.raw")
 	return img, nil
+}
+
+// unusedFor is how long an image may go unused before prune removes it:
+// every agent build adds one of about 800 MB.
+const unusedFor = 3 * 24 * time.Hour
+
+// prune removes images no build has used for unusedFor (a reused image's
+// time stamp is refreshed), so that images of old agents and recipes do
+// not fill the disk, while those of parallel branches stay.
+func prune(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || !e.IsDir() || time.Since(info.ModTime()) < unusedFor {
+			continue
+		}
+		progress("removing %s, unused since %s", e.Name(), info.ModTime().Format(time.DateOnly))
+		_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
 }
 
 func hash(parts ...[]byte) string {
@@ -152,7 +176,9 @@ func lock(path string) (func(), error) {
 func cached(dir string, build func(out string) error) error {
 	if _, err := os.Stat(dir); err == nil {
 		progress("reusing %s", dir)
-		return nil
+		// Its time stamp says it is in use (see prune).
+		now := time.Now()
+		return os.Chtimes(dir, now, now)
 	}
 	tmp := dir + ".tmp"
 	_ = os.RemoveAll(tmp)
