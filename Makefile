@@ -46,8 +46,9 @@ E2E_TIMEOUT ?= 40m
 E2E_RUN ?=
 DEPLOY_TIMEOUT ?= 30m
 SPIRE_TIMEOUT ?= 15m
-# The real-guest tests: the first run builds the guest image (about 6
-# minutes), every run boots guests under emulation (about 10 minutes).
+# The real-guest tests: the first run builds the guest image (about 7
+# minutes), every run boots guests under emulation (about 15 minutes on a
+# loaded 2-core machine).
 GUEST_TIMEOUT ?= 45m
 
 # The container image (Containerfile): the operator for IMAGE_ARCH and the
