@@ -261,6 +261,12 @@ func TestRealGuestThroughTheProxmoxAPI(t *testing.T) {
 	t.Logf("boot 1: cloud-init done after %s", time.Since(start).Round(time.Second))
 	// The operator ejects the ISO once the guest is up.
 	c.task(c.must("POST", "/nodes/pve1/qemu/101/config", url.Values{"ide2": {"none,media=cdrom"}}), time.Minute)
+	eventually(t, 30*time.Second, "the ejected seed's file removed", func() error {
+		if _, err := os.Stat(filepath.Join(cfg.Guest.WorkDir, "vm-101", "ide2.iso")); err == nil {
+			return fmt.Errorf("still there")
+		}
+		return nil
+	})
 	c.task(c.must("POST", "/nodes/pve1/qemu/101/status/shutdown", url.Values{"timeout": {"300"}}), 6*time.Minute)
 	if st, _ := c.status(101); st != "stopped" {
 		t.Fatalf("after shutdown the VM is %s", st)

@@ -171,8 +171,13 @@ func (r *realGuests) createOverlay(path string, img *GuestImage, size int64) err
 
 // writeISOLocked writes the first attached ISO CD-ROM (the NoCloud seed)
 // next to the VM's disk and returns its path and config key ("" without
-// one).
+// one). ISOs of earlier boots are removed.
 func (s *Simulator) writeISOLocked(v *vm, dir string) (string, string, error) {
+	if old, err := filepath.Glob(filepath.Join(dir, "*.iso")); err == nil {
+		for _, f := range old {
+			_ = os.Remove(f)
+		}
+	}
 	for _, k := range driveKeys(v.conf) {
 		d := parseDrive(v.conf[k])
 		if !d.isCDROM() || !strings.Contains(d.file, ":iso/") {
@@ -326,7 +331,10 @@ func (r *realGuests) ejectLocked(vmid int, key string) {
 		defer cancel()
 		if _, err := qemu.QMP(ctx, g.proc.Machine.QMPSocket(), "eject", map[string]any{"id": key, "force": true}); err != nil {
 			r.s.log.Warn("QEMU eject failed", "vmid", vmid, "drive", key, "err", err)
+			return
 		}
+		// The seed holds single-use credentials: gone with the medium.
+		_ = os.Remove(g.proc.Machine.CDROM)
 	}()
 }
 
