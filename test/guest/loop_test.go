@@ -11,19 +11,22 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/devenv"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 )
 
 // The milestones of one VM's life, in the order they must happen.
 var milestones = []string{"created", "booted", "cloud-init done", "runner online", "job started", "job completed", "powered off", "destroyed"}
 
-// timeline records when each VM reached each milestone, sampled every
-// second (job times are the GitHub simulator's own).
+// timeline records when each VM reached each milestone, sampled twice a
+// second (job times are the GitHub simulator's own, a power-off missed
+// between samples the start of the VM's destroy task).
 type timeline struct {
 	mu    sync.Mutex
 	vms   map[string]map[string]time.Time // VM name -> milestone -> time
@@ -79,17 +82,27 @@ func (tl *timeline) sample(w *devenv.World) {
 			tl.mark(vm.Name, "powered off", now)
 		}
 	}
+	pve := w.Proxmox.State()
 	for name := range tl.vms {
-		if !present[name] {
-			tl.mark(name, "destroyed", now)
+		if present[name] {
+			continue
 		}
+		// A VM can power off and be destroyed between two samples; it
+		// was off before its destroy task started (Proxmox refuses to
+		// destroy a running VM).
+		if _, off := tl.vms[name]["powered off"]; !off {
+			if at, ok := destroyStart(pve, tl.ids[name]); ok {
+				tl.mark(name, "powered off", at)
+			}
+		}
+		tl.mark(name, "destroyed", now)
 	}
 	for _, c := range snap.Claims {
 		if c.Status.Network != nil && len(c.Status.Network.Addresses) > 0 {
 			tl.addrs[c.Name] = c.Status.Network.Addresses
 		}
 	}
-	for name, state := range map[string]any{"Proxmox simulator state": w.Proxmox.State(), "GitHub simulator state": w.GitHub.State()} {
+	for name, state := range map[string]any{"Proxmox simulator state": pve, "GitHub simulator state": w.GitHub.State()} {
 		if data, err := json.Marshal(state); err == nil && bytes.Contains(data, []byte(devenv.PAT)) {
 			tl.leaks = append(tl.leaks, name)
 		}
@@ -112,6 +125,22 @@ func (tl *timeline) sample(w *devenv.World) {
 			tl.mark(vm, "job completed", j.CompletedAt)
 		}
 	}
+}
+
+// destroyStart is when the last destroy task of vmid started (a UPID's
+// fifth field is its start time, hex Unix seconds).
+func destroyStart(pve proxmoxsim.State, vmid int) (time.Time, bool) {
+	var at time.Time
+	for _, task := range pve.Tasks {
+		f := strings.Split(task.UPID, ":")
+		if task.Type != "qmdestroy" || task.ID != strconv.Itoa(vmid) || len(f) < 5 {
+			continue
+		}
+		if sec, err := strconv.ParseInt(f[4], 16, 64); err == nil {
+			at = time.Unix(sec, 0)
+		}
+	}
+	return at, !at.IsZero()
 }
 
 // vmOfRunner: a runner is named <claim>-<uid part>-<install mark>, its VM
@@ -182,7 +211,7 @@ func runJobs(t *testing.T, jobs int, opts devenv.Options) {
 		if time.Now().After(deadline) {
 			t.Fatalf("not done within 25 minutes: jobs %+v, VMs %+v, claims %d, runners %d", snap.Jobs, snap.VMs, len(snap.Claims), len(snap.Runners))
 		}
-		time.Sleep(time.Second)
+		time.Sleep(500 * time.Millisecond)
 	}
 	tl.sample(w)
 	t.Logf("%d jobs done on real guests in %s", jobs, time.Since(start).Round(time.Second))
