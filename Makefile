@@ -46,6 +46,10 @@ E2E_TIMEOUT ?= 40m
 E2E_RUN ?=
 DEPLOY_TIMEOUT ?= 30m
 SPIRE_TIMEOUT ?= 15m
+# The real-guest tests: the first run builds the guest image (about 7
+# minutes), every run boots guests under emulation (about 15 minutes on a
+# loaded 2-core machine).
+GUEST_TIMEOUT ?= 45m
 
 # The container image (Containerfile): the operator for IMAGE_ARCH and the
 # agent for every platform the agent server serves, static (CGO_ENABLED=0),
@@ -170,6 +174,11 @@ test-deploy: test-deps ## Build the image with podman, render the chart and appl
 test-spire: test-deps ## Run the SPIRE tests (build tag spire): a real spire-server, a spire-agent per simulated VM, the agent's broker mode, and the SPIFFE end-to-end scenarios.
 	SPIRE_DIR="$$($(SPIRE_BUILD))" go test -tags spire -count=1 -parallel 4 -timeout $(SPIRE_TIMEOUT) -v ./test/spiretest/ ./internal/agent/
 	SPIRE_DIR="$$($(SPIRE_BUILD))" KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test -tags 'e2e spire' -count=1 -timeout $(E2E_TIMEOUT) -v -run SPIFFE ./test/e2e/
+
+.PHONY: test-guest
+test-guest: test-deps ## Run the real-guest tests (build tag guest): QEMU guests of the image hack/guest-image builds from docs/templates.md.
+	hack/test-deps.sh --guest
+	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test -tags guest -count=1 -timeout $(GUEST_TIMEOUT) -v ./test/guest/
 
 .PHONY: dev
 dev: ## Run the whole loop locally (cmd/hyperfleet-dev); DEV_FLAGS passes flags, e.g. DEV_FLAGS="--jobs 10".

@@ -13,13 +13,28 @@
 #   hack/test-deps.sh --dev   only what `make dev` (cmd/hyperfleet-dev) needs
 #                             (curl: the simulated VMs' runner scripts and
 #                             power button)
+#   hack/test-deps.sh --guest only what `make test-guest` needs besides the
+#                             rest: debootstrap and e2fsprogs (hack/guest-image
+#                             builds the guest image), QEMU (qemu-system-x86
+#                             runs the guests, qemu-utils' qemu-img makes
+#                             their linked clones)
 set -euo pipefail
 
 dev_only=false
-[[ ${1:-} == --dev ]] && dev_only=true
+guest=false
+case ${1:-} in
+--dev) dev_only=true ;;
+--guest) guest=true ;;
+esac
 
 missing=()
 command -v curl >/dev/null || missing+=(curl)
+if $guest; then
+	command -v debootstrap >/dev/null || missing+=(debootstrap)
+	command -v debugfs >/dev/null || missing+=(e2fsprogs)
+	command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
+	command -v qemu-img >/dev/null || missing+=(qemu-utils)
+fi
 if ! $dev_only; then
 	command -v cloud-init >/dev/null || missing+=(cloud-init)
 	command -v npm >/dev/null || missing+=(npm)
@@ -40,7 +55,7 @@ if ((${#missing[@]})); then
 	DEBIAN_FRONTEND=noninteractive "${run[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-$dev_only && exit 0
+{ $dev_only || $guest; } && exit 0
 
 # Keep these versions in step with internal/testdeps.
 npm_packages=(@octokit/openapi@23.0.2 @octokit/webhooks-examples@7.6.1)

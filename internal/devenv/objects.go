@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,7 +52,8 @@ func (w *World) Objects() ([]client.Object, error) {
 			Spec: hfv1.HypervisorMachineTemplateSpec{
 				HypervisorClusterRef: hfv1.ObjectName{Name: ClusterName},
 				Source:               hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateID: ptr.To[int32](9000)}},
-				Resources:            hfv1.MachineResources{CPU: 2, Memory: resource.MustParse("2Gi")},
+				Resources:            w.resources(),
+				CloudInit:            w.cloudInit(),
 				Bootstrap: hfv1.Bootstrap{AgentSource: w.agentSource(), GitHub: hfv1.GitHubBootstrap{
 					Owner:        Organization,
 					Organization: Organization,
@@ -120,6 +122,30 @@ func readSample(name string, obj any) error {
 		return fmt.Errorf("devenv: sample %s: %w", name, err)
 	}
 	return nil
+}
+
+// resources are the template's: a real guest under emulation gets one
+// core, so that two of them share a small machine.
+func (w *World) resources() hfv1.MachineResources {
+	if w.opts.GuestImage != nil {
+		return hfv1.MachineResources{CPU: 1, Memory: resource.MustParse("1Gi")}
+	}
+	return hfv1.MachineResources{CPU: 2, Memory: resource.MustParse("2Gi")}
+}
+
+// cloudInit is the template's own cloud-init: real guests trust the
+// GitHub simulator's CA (cloud-init's ca_certs adds it to the system
+// store), as a private GitHub Enterprise Server's users would.
+func (w *World) cloudInit() *hfv1.CloudInit {
+	if w.opts.GuestImage == nil {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("#cloud-config\nca_certs:\n  trusted:\n    - |\n")
+	for _, line := range strings.Split(strings.TrimSpace(string(w.githubCA)), "\n") {
+		b.WriteString("      " + line + "\n")
+	}
+	return &hfv1.CloudInit{UserData: b.String()}
 }
 
 // agentSource is the template's: Operator with Options.AgentFromOperator.

@@ -38,7 +38,7 @@ type agentTLSFiles struct {
 // writeAgentServerCert creates the agent server's certificate for
 // 127.0.0.1, where the guests reach it.
 func (w *World) writeAgentServerCert() error {
-	c, err := selfsigned.New("127.0.0.1", "localhost")
+	c, err := selfsigned.New("127.0.0.1", "localhost", w.guestHost())
 	if err != nil {
 		return fmt.Errorf("devenv: agent server certificate: %w", err)
 	}
@@ -109,7 +109,7 @@ func (w *World) inProcessAgentServer() (*manager.AgentServerOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &manager.AgentServerOptions{Addr: addr, URL: "https://" + addr, Dir: dir,
+	return &manager.AgentServerOptions{Addr: addr, URL: w.guestURL("https://" + addr), Dir: dir,
 		CertFile: w.agentTLS.certFile, KeyFile: w.agentTLS.keyFile, CAFile: w.agentTLS.caFile}, nil
 }
 

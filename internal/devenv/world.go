@@ -127,6 +127,16 @@ type Options struct {
 	// runner credential from the operator's credential broker with its
 	// X509-SVID (docs/identity.md).
 	SPIFFE bool
+	// GuestImage, when set, makes the template a real guest: every VM
+	// boots this image in QEMU (hack/guest-image builds it) instead of
+	// running the agent as a host process. The guests reach the
+	// simulators through QEMU's user-mode network at the Proxmox
+	// simulator's GuestHostAddress, so the GitHub simulator's URL names
+	// that address (host-side clients dial it on loopback) and its
+	// certificate lists it; the template's cloud-init makes the guests
+	// trust the simulator's CA. With AgentFromOperator the agent server's
+	// URL names it too.
+	GuestImage *proxmoxsim.GuestImage
 	// MetricsAddr, when set, is the address the operator's /metrics
 	// endpoint binds to (plain HTTP, as --metrics-bind-address). A port of
 	// 0 takes a free port once, kept across operator restarts; MetricsURL
@@ -234,10 +244,11 @@ func (w *World) start(ctx context.Context) (err error) {
 		}
 	}
 	w.progress("Starting the GitHub and Proxmox VE simulators")
-	if err := w.startGitHub(); err != nil {
+	// The Proxmox simulator first: it says where real guests find the host.
+	if err := w.startProxmox(); err != nil {
 		return err
 	}
-	if err := w.startProxmox(); err != nil {
+	if err := w.startGitHub(); err != nil {
 		return err
 	}
 	// The objects first: the operator keeps its ownership key in a Secret
@@ -325,8 +336,35 @@ func (w *World) serveTLS(h http.Handler, cert tls.Certificate) (string, error) {
 	return "https://" + ln.Addr().String(), nil
 }
 
+// guestHost is the address at which guests reach the host's loopback:
+// 127.0.0.1 for guests that are host processes, the Proxmox simulator's
+// GuestHostAddress for real ones.
+func (w *World) guestHost() string {
+	if w.opts.GuestImage != nil {
+		return w.Proxmox.GuestHostAddress()
+	}
+	return "127.0.0.1"
+}
+
+// guestURL is an https:// base URL of a server on host loopback port,
+// as the guests reach it.
+func (w *World) guestURL(base string) string {
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(base, "https://"))
+	return "https://" + net.JoinHostPort(w.guestHost(), port)
+}
+
+// dialLoopback dials the address of a guest URL on the host: the guest
+// host address is the host's loopback seen from a guest.
+func (w *World) dialLoopback(ctx context.Context, network, addr string) (net.Conn, error) {
+	if host, port, err := net.SplitHostPort(addr); err == nil && host == w.guestHost() {
+		addr = net.JoinHostPort("127.0.0.1", port)
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
+}
+
 func (w *World) startGitHub() error {
-	cert, caPEM, err := githubsim.SelfSignedCertificate("127.0.0.1", "localhost")
+	cert, caPEM, err := githubsim.SelfSignedCertificate("127.0.0.1", "localhost", w.guestHost())
 	if err != nil {
 		return fmt.Errorf("devenv: %w", err)
 	}
@@ -349,13 +387,18 @@ func (w *World) startGitHub() error {
 		return fmt.Errorf("devenv: GitHub simulator: %w", err)
 	}
 	w.GitHub, w.githubCA = sim, caPEM
-	if w.GitHubURL, err = w.serveTLS(sim, cert); err != nil {
+	base, err := w.serveTLS(sim, cert)
+	if err != nil {
 		return err
 	}
+	// Runners in the guests connect to this URL (it is in their JIT
+	// configuration and the runner package's URL).
+	w.GitHubURL = w.guestURL(base)
 	sim.SetServerURL(w.GitHubURL)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
-	w.githubTransport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: 64}
+	w.githubTransport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, MaxIdleConnsPerHost: 64,
+		DialContext: w.dialLoopback}
 	return os.WriteFile(w.githubCAFile(), caPEM, 0o644)
 }
 
@@ -386,6 +429,7 @@ func (w *World) startProxmox() error {
 	if w.opts.Latency != (proxmoxsim.Latency{}) {
 		cfg.Latency = w.opts.Latency
 	}
+	cfg.Templates[0].GuestImage = w.opts.GuestImage
 	cfg.Nodes[0].Memory, cfg.Nodes[0].CPUs = 1<<40, 1024
 	cfg.Guest = proxmoxsim.GuestConfig{
 		Command:    []string{"sh", "-c", w.guestScript()},

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,6 +50,8 @@ type VMState struct {
 	Description string            `json:"description,omitempty"`
 	IPv4        string            `json:"ipv4,omitempty"`
 	Config      map[string]string `json:"config"`
+	// GuestImage is set on real guests (see GuestImage).
+	GuestImage *GuestImage `json:"guestImage,omitempty"`
 }
 
 // StorageState is one storage in a State dump.
@@ -112,6 +116,7 @@ func (s *Simulator) State() State {
 		st.VMs = append(st.VMs, VMState{
 			VMID: id, Node: v.node, Name: v.conf["name"], Status: status, AgentUp: v.agentUp, Template: v.isTemplate(),
 			Lock: v.conf["lock"], Tags: v.conf["tags"], Description: v.conf["description"], IPv4: v.ipv4, Config: conf,
+			GuestImage: v.image,
 		})
 	}
 	for _, sid := range s.storeOrder {
@@ -165,6 +170,55 @@ func (s *Simulator) GuestPowerOff(vmid int) error {
 	return nil
 }
 
+// SetGuestImage marks VM vmid (a template, usually) as a real guest booted
+// from img, or, with nil, as a simulated one again. Clones made afterwards
+// inherit it; running VMs keep what they booted with until restarted.
+func (s *Simulator) SetGuestImage(vmid int, img *GuestImage) error {
+	if img != nil {
+		if err := img.validate(); err != nil {
+			return err
+		}
+		c := *img
+		img = &c
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.vms[vmid]
+	if v == nil {
+		return fmt.Errorf("VM %d does not exist", vmid)
+	}
+	v.image = img
+	return nil
+}
+
+// Console returns the console output of VM vmid's guest, real (its serial
+// port) or simulated (the guest program's output), kept until the VM is
+// destroyed.
+func (s *Simulator) Console(vmid int) ([]byte, error) {
+	s.mu.Lock()
+	v := s.vms[vmid]
+	var dir string
+	switch {
+	case v == nil:
+	case v.image != nil && s.real != nil:
+		dir = s.real.vmDir(vmid)
+	case v.image == nil && s.guest != nil:
+		dir = filepath.Join(s.guest.baseDir, fmt.Sprintf("vm-%d", vmid))
+	}
+	s.mu.Unlock()
+	if v == nil {
+		return nil, fmt.Errorf("VM %d does not exist", vmid)
+	}
+	if dir == "" {
+		return nil, fmt.Errorf("VM %d has not booted a guest", vmid)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "console.log"))
+	if err != nil {
+		return nil, fmt.Errorf("VM %d console: %w", vmid, err)
+	}
+	return data, nil
+}
+
 // Latency returns the current latency model.
 func (s *Simulator) Latency() Latency {
 	s.mu.Lock()
@@ -187,6 +241,8 @@ func (s *Simulator) Faults() Faults {
 //	PUT  /_sim/timings                {"authFailureDelay":"0s","storageLockTimeout":"10s"}
 //	POST /_sim/nodes/{node}/offline | /online
 //	POST /_sim/vms/{vmid}/poweroff     guest-initiated power-off
+//	PUT  /_sim/vms/{vmid}/guest-image  mark a template as a real guest (GuestImage); DELETE unmarks
+//	GET  /_sim/vms/{vmid}/console      the guest's console output
 //	POST /_sim/refresh                 take a /cluster/resources sample now
 //	POST /_sim/clock/advance?by=5s     only with a FakeClock
 func (s *Simulator) serveAdmin(w http.ResponseWriter, r *http.Request) {
@@ -258,6 +314,38 @@ func (s *Simulator) serveAdmin(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, map[string]any{"vmid": id, "status": "stopped"})
+	case len(parts) == 3 && parts[0] == "vms" && parts[2] == "guest-image" && (r.Method == http.MethodPut || r.Method == http.MethodDelete):
+		id, err := strconv.Atoi(parts[1])
+		if err != nil {
+			fail(http.StatusBadRequest, fmt.Errorf("invalid vmid %q", parts[1]))
+			return
+		}
+		var img *GuestImage
+		if r.Method == http.MethodPut {
+			img = &GuestImage{}
+			if err := json.NewDecoder(r.Body).Decode(img); err != nil {
+				fail(http.StatusBadRequest, fmt.Errorf("decode guest image: %w", err))
+				return
+			}
+		}
+		if err := s.SetGuestImage(id, img); err != nil {
+			fail(http.StatusBadRequest, err)
+			return
+		}
+		writeJSON(w, map[string]any{"vmid": id, "guestImage": img})
+	case r.Method == http.MethodGet && len(parts) == 3 && parts[0] == "vms" && parts[2] == "console":
+		id, err := strconv.Atoi(parts[1])
+		if err != nil {
+			fail(http.StatusBadRequest, fmt.Errorf("invalid vmid %q", parts[1]))
+			return
+		}
+		data, err := s.Console(id)
+		if err != nil {
+			fail(http.StatusNotFound, err)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write(data)
 	case route == "POST refresh":
 		s.RefreshResources()
 		writeJSON(w, map[string]any{"refreshed": true})

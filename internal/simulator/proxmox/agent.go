@@ -25,11 +25,24 @@ func (s *Simulator) agentReadyLocked(q *apiRequest) (*vm, error) {
 	return v, nil
 }
 
+// realAgentLocked returns the answer of a real guest's own agent to cmd,
+// or nil for a simulated guest.
+func (s *Simulator) realAgentLocked(v *vm, cmd string) liveAnswer {
+	sock := s.real.agentSocketLocked(v.vmid)
+	if sock == "" {
+		return nil
+	}
+	return agentCommand(v.vmid, sock, cmd)
+}
+
 // handleAgentInterfaces is GET .../agent/network-get-interfaces.
 func (s *Simulator) handleAgentInterfaces(q *apiRequest) (any, error) {
 	v, err := s.agentReadyLocked(q)
 	if err != nil {
 		return nil, err
+	}
+	if live := s.realAgentLocked(v, "guest-network-get-interfaces"); live != nil {
+		return live, nil
 	}
 	ifaces := []map[string]any{{
 		"name": "lo", "hardware-address": "00:00:00:00:00:00",
@@ -98,8 +111,12 @@ func linkLocal(mac string) string {
 
 // handleAgentOSInfo is GET .../agent/get-osinfo.
 func (s *Simulator) handleAgentOSInfo(q *apiRequest) (any, error) {
-	if _, err := s.agentReadyLocked(q); err != nil {
+	v, err := s.agentReadyLocked(q)
+	if err != nil {
 		return nil, err
+	}
+	if live := s.realAgentLocked(v, "guest-get-osinfo"); live != nil {
+		return live, nil
 	}
 	return map[string]any{"result": map[string]any{
 		"id": "debian", "name": "Debian GNU/Linux", "pretty-name": "Debian GNU/Linux 12 (bookworm)",
@@ -114,6 +131,9 @@ func (s *Simulator) handleAgentHostName(q *apiRequest) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if live := s.realAgentLocked(v, "guest-get-host-name"); live != nil {
+		return live, nil
+	}
 	name := v.conf["name"]
 	if name == "" {
 		name = fmt.Sprintf("vm%d", v.vmid)
@@ -123,8 +143,12 @@ func (s *Simulator) handleAgentHostName(q *apiRequest) (any, error) {
 
 // handleAgentPing is POST .../agent/ping.
 func (s *Simulator) handleAgentPing(q *apiRequest) (any, error) {
-	if _, err := s.agentReadyLocked(q); err != nil {
+	v, err := s.agentReadyLocked(q)
+	if err != nil {
 		return nil, err
+	}
+	if live := s.realAgentLocked(v, "guest-ping"); live != nil {
+		return live, nil
 	}
 	return map[string]any{"result": map[string]any{}}, nil
 }

@@ -263,6 +263,7 @@ func (s *Simulator) cloneFinish(t *task, p *clonePlan, at time.Time) {
 		conf[k] = nd.String()
 	}
 	nv.conf = conf
+	nv.image = src.image
 	if p.pool != "" && s.pools[p.pool] != nil {
 		s.pools[p.pool].members[p.newid] = true
 	}

@@ -106,6 +106,9 @@ type TemplateConfig struct {
 	NotTemplate bool `json:"notTemplate,omitempty"`
 	// Extra config keys, written verbatim.
 	Config map[string]string `json:"config,omitempty"`
+	// GuestImage makes the template a real guest: its clones boot in QEMU
+	// (see GuestImage).
+	GuestImage *GuestImage `json:"guestImage,omitempty"`
 }
 
 // UserConfig is a Proxmox user with optional API tokens.
@@ -347,6 +350,11 @@ func (c *Config) Validate() error {
 		}
 		if t.Name != "" && !dnsNameRE.MatchString(t.Name) {
 			return fmt.Errorf("template %d: name %q is not a DNS name", t.VMID, t.Name)
+		}
+		if t.GuestImage != nil {
+			if err := t.GuestImage.validate(); err != nil {
+				return fmt.Errorf("template %d: %w", t.VMID, err)
+			}
 		}
 	}
 	for _, u := range c.Users {

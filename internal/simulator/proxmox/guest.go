@@ -35,6 +35,8 @@ type GuestConfig struct {
 	AddressRange string `json:"addressRange,omitempty"`
 	// Prefix is the prefix length reported with those addresses.
 	Prefix int `json:"prefix,omitempty"`
+	// QEMU configures the real guests of templates with a GuestImage.
+	QEMU QEMUConfig `json:"qemu,omitempty"`
 	// WriteFiles applies the seed user-data's write_files (as cloud-init
 	// would in the guest) under <VM dir>/root before the program starts,
 	// and passes that directory as HF_SIM_ROOT: the program then finds the

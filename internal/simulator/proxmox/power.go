@@ -82,12 +82,15 @@ func (s *Simulator) startLocked(v *vm, skiplock bool, t *task, at time.Time) err
 			t.logf("generating cloud-init ISO")
 		}
 	}
-	s.lastPID++
-	v.running, v.startedAt, v.pid, v.agentUp = true, at, s.lastPID, false
-	v.bootGen++
 	if v.ipv4 == "" {
 		v.ipv4 = s.addrs.allocate(v.vmid)
 	}
+	if v.image != nil {
+		return s.startRealGuestLocked(v, at)
+	}
+	s.lastPID++
+	v.running, v.startedAt, v.pid, v.agentUp = true, at, s.lastPID, false
+	v.bootGen++
 	gen := v.bootGen
 	if s.guest != nil {
 		s.guest.startLocked(v, gen)
@@ -97,6 +100,22 @@ func (s *Simulator) startLocked(v *vm, skiplock bool, t *task, at time.Time) err
 			v.agentUp = true
 		}
 	})
+	return nil
+}
+
+// startRealGuestLocked boots a real guest's QEMU; its guest agent is up
+// when it answers, not after a modelled boot time.
+func (s *Simulator) startRealGuestLocked(v *vm, at time.Time) error {
+	r, err := s.realGuestsLocked()
+	if err != nil {
+		return fmt.Errorf("start failed: %w", err)
+	}
+	gen := v.bootGen + 1
+	if err := r.startLocked(v, gen); err != nil {
+		return err
+	}
+	v.running, v.startedAt, v.pid, v.agentUp = true, at, r.vms[v.vmid].proc.Pid(), false
+	v.bootGen = gen
 	return nil
 }
 
@@ -111,6 +130,9 @@ func (s *Simulator) powerOffLocked(v *vm) {
 	if s.guest != nil {
 		s.guest.stopLocked(v.vmid)
 	}
+	if s.real != nil {
+		s.real.stopLocked(v.vmid)
+	}
 }
 
 // handleStop is POST .../status/stop (task qmstop).
@@ -118,13 +140,21 @@ func (s *Simulator) handleStop(q *apiRequest) (any, error) {
 	return s.powerTask(q, "qmstop", s.cfg.Latency.Stop.D())
 }
 
-// handleShutdown is POST .../status/shutdown (task qmshutdown). The guest
-// always honours the ACPI request in the simulator.
+// handleShutdown is POST .../status/shutdown (task qmshutdown). A
+// simulated guest always honours the ACPI request; a real guest is sent it
+// and the task waits until the guest powered off (timeout, default 180 s,
+// then forceStop decides).
 func (s *Simulator) handleShutdown(q *apiRequest) (any, error) {
-	return s.powerTask(q, "qmshutdown", s.cfg.Latency.Shutdown.D())
+	timeout := time.Duration(q.integer("timeout", 180)) * time.Second
+	force := q.boolean("forceStop", false)
+	return s.powerTask(q, "qmshutdown", s.cfg.Latency.Shutdown.D(), func(v *vm, t *task) bool {
+		return s.real != nil && s.real.shutdownLocked(v, t, timeout, force)
+	})
 }
 
-func (s *Simulator) powerTask(q *apiRequest, typ string, d time.Duration) (any, error) {
+// powerTask schedules a stop or shutdown. takeOver, when set, may take over a
+// real guest's task (and finish it itself); it reports whether it did.
+func (s *Simulator) powerTask(q *apiRequest, typ string, d time.Duration, takeOver ...func(v *vm, t *task) bool) (any, error) {
 	return s.schedulePowerTaskLocked(q, typ, d, func(v *vm, skiplock bool, t *task, at time.Time) {
 		if s.vms[v.vmid] != v {
 			t.finish(at, fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", v.node, v.vmid)) //nolint:staticcheck,revive // ST1005/error-strings: Proxmox's own message, verbatim on the wire
@@ -135,6 +165,9 @@ func (s *Simulator) powerTask(q *apiRequest, typ string, d time.Duration) (any, 
 				t.finish(at, fmt.Errorf("VM is locked (%s)", l))
 				return
 			}
+		}
+		if len(takeOver) > 0 && v.running && takeOver[0](v, t) {
+			return
 		}
 		s.powerOffLocked(v)
 		t.finish(at, nil)
@@ -178,6 +211,9 @@ func (s *Simulator) handleDestroy(q *apiRequest) (any, error) {
 		s.addrs.release(v.vmid)
 		if s.guest != nil {
 			s.guest.forgetLocked(v.vmid)
+		}
+		if s.real != nil {
+			s.real.forgetLocked(v.vmid)
 		}
 		delete(s.vms, v.vmid)
 		t.finish(at, nil)

@@ -37,6 +37,9 @@ type Simulator struct {
 
 	// guest is the guest hook runner; nil when no hook is configured.
 	guest *guestRunner
+	// real runs the QEMU processes of real guests; nil until the first
+	// one starts. Guarded by mu.
+	real *realGuests
 
 	mu          sync.Mutex
 	cfg         Config
@@ -149,11 +152,16 @@ func (s *Simulator) Close() error {
 	if s.timer != nil {
 		s.timer.Stop()
 	}
+	realGuests := s.real
 	s.mu.Unlock()
-	if s.guest != nil {
-		return s.guest.close()
+	var errs []error
+	if realGuests != nil {
+		errs = append(errs, realGuests.close())
 	}
-	return nil
+	if s.guest != nil {
+		errs = append(errs, s.guest.close())
+	}
+	return errors.Join(errs...)
 }
 
 // apiError is an error with the HTTP status pveproxy would send.
@@ -262,6 +270,9 @@ func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		req.auth = id
 	}
 	data, err := s.dispatch(req)
+	if live, ok := data.(liveAnswer); ok && err == nil {
+		data, err = live(r.Context())
+	}
 	if err != nil {
 		var ae *apiError
 		if !errors.As(err, &ae) {

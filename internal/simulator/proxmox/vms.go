@@ -25,6 +25,9 @@ type vm struct {
 	// ipv4 is the address the guest agent reports (and the guest hook is
 	// told), allocated on first start.
 	ipv4 string
+	// image makes the VM a real guest booted by QEMU: set on templates
+	// (config or admin API) and inherited by their clones.
+	image *GuestImage
 }
 
 func (v *vm) isTemplate() bool { return v.conf["template"] == "1" }
@@ -150,7 +153,7 @@ func (s *Simulator) initTemplates() error {
 		for k, v := range tc.Config {
 			conf[k] = v
 		}
-		s.vms[tc.VMID] = &vm{vmid: tc.VMID, node: tc.Node, conf: conf}
+		s.vms[tc.VMID] = &vm{vmid: tc.VMID, node: tc.Node, conf: conf, image: tc.GuestImage}
 	}
 	return nil
 }

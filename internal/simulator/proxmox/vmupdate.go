@@ -165,6 +165,9 @@ func (s *Simulator) applyConfigLocked(v *vm, changes map[string]string, deletes 
 		case driveKeyRE.MatchString(k):
 			if old, ok := v.conf[k]; ok {
 				s.detachDriveLocked(v, old)
+				if s.real != nil && old != val {
+					s.real.ejectLocked(v.vmid, k)
+				}
 			}
 			v.conf[k] = s.allocDriveLocked(v, k, val, t)
 		default:

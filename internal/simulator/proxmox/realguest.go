@@ -1,0 +1,390 @@
+package proxmoxsim
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/simulator/qemu"
+)
+
+// GuestImage marks a template as a real guest: starting it, or any clone
+// of it, boots QEMU with a copy-on-write overlay of Disk (the linked
+// clone), the VM's NoCloud ISO as a CD-ROM, its cores, memory and net0 MAC,
+// instead of running the guest hook. hack/guest-image builds such images.
+type GuestImage struct {
+	// Disk is the template's disk image, never written to.
+	Disk string `json:"disk"`
+	// Format is the disk's format, raw or qcow2 (raw when empty).
+	Format string `json:"format,omitempty"`
+	// Kernel and Initrd are booted directly, Append is the kernel command
+	// line (the root file system by label, the serial console, when empty).
+	Kernel string `json:"kernel"`
+	Initrd string `json:"initrd"`
+	Append string `json:"append,omitempty"`
+}
+
+func (g *GuestImage) validate() error {
+	if g.Disk == "" || g.Kernel == "" || g.Initrd == "" {
+		return errors.New("guestImage needs disk, kernel and initrd")
+	}
+	if g.Format != "" && g.Format != "raw" && g.Format != "qcow2" {
+		return fmt.Errorf("guestImage format %q: use raw or qcow2", g.Format)
+	}
+	return nil
+}
+
+// QEMUConfig configures how real guests run.
+type QEMUConfig struct {
+	// Binary is the emulator (qemu-system-x86_64 on PATH when empty).
+	Binary string `json:"binary,omitempty"`
+	// Img is qemu-img (on PATH when empty); it creates the overlays.
+	Img string `json:"img,omitempty"`
+	// Accel is QEMU's accelerator: tcg (the default) or kvm.
+	Accel string `json:"accel,omitempty"`
+}
+
+// realGuests runs the QEMU processes of VMs cloned from templates with a
+// GuestImage. Its map is guarded by the simulator's mutex; every wait on
+// QEMU or on a socket happens outside it.
+type realGuests struct {
+	s       *Simulator
+	cfg     QEMUConfig
+	baseDir string
+	ownsDir bool
+	vms     map[int]*realGuest
+	wg      sync.WaitGroup
+}
+
+// realGuest is one boot of one VM.
+type realGuest struct {
+	proc    *qemu.Process
+	gen     int
+	sockDir string
+	stop    context.CancelFunc
+}
+
+// realGuestsLocked returns the runner, creating it (and its work
+// directory) on first use.
+func (s *Simulator) realGuestsLocked() (*realGuests, error) {
+	if s.real != nil {
+		return s.real, nil
+	}
+	r := &realGuests{s: s, cfg: s.cfg.Guest.QEMU, baseDir: s.cfg.Guest.WorkDir, vms: map[int]*realGuest{}}
+	if r.baseDir == "" {
+		dir, err := os.MkdirTemp("", "proxmox-sim-qemu-")
+		if err != nil {
+			return nil, fmt.Errorf("create guest work dir: %w", err)
+		}
+		r.baseDir, r.ownsDir = dir, true
+	} else if err := os.MkdirAll(r.baseDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create guest work dir %s: %w", r.baseDir, err)
+	}
+	s.real = r
+	return r, nil
+}
+
+func (r *realGuests) vmDir(vmid int) string {
+	return filepath.Join(r.baseDir, fmt.Sprintf("vm-%d", vmid))
+}
+
+// startLocked boots v's QEMU for boot generation gen. An error fails the
+// start task, as a QEMU that does not start fails qm start.
+func (r *realGuests) startLocked(v *vm, gen int) error {
+	img := v.image
+	dir := r.vmDir(v.vmid)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("start failed: %w", err)
+	}
+	overlay := filepath.Join(dir, "disk-0.qcow2")
+	if _, err := os.Stat(overlay); os.IsNotExist(err) {
+		if err := r.createOverlay(overlay, img, v.bootDiskSize()); err != nil {
+			return fmt.Errorf("start failed: %w", err)
+		}
+	}
+	iso, isoKey, err := r.s.writeISOLocked(v, dir)
+	if err != nil {
+		return fmt.Errorf("start failed: %w", err)
+	}
+	sockDir, err := os.MkdirTemp("", "hf-qemu-")
+	if err != nil {
+		return fmt.Errorf("start failed: %w", err)
+	}
+	m := qemu.Machine{
+		Binary: r.cfg.Binary, Accel: r.cfg.Accel, Name: fmt.Sprintf("%d-%s", v.vmid, v.conf["name"]),
+		Cores: v.cores(), MemoryMiB: int(v.memoryMiB()),
+		Kernel: img.Kernel, Initrd: img.Initrd, Append: img.Append,
+		Disk: overlay, CDROM: iso, CDROMID: isoKey, MAC: strings.ToLower(macOf(v.conf["net0"])),
+		Net: r.s.userNet(v.ipv4), Console: filepath.Join(dir, "console.log"), SocketDir: sockDir,
+	}
+	if m.Append == "" {
+		m.Append = qemu.KernelArgs()
+	}
+	p, err := qemu.Start(m)
+	if err != nil {
+		_ = os.RemoveAll(sockDir)
+		return fmt.Errorf("start failed: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &realGuest{proc: p, gen: gen, sockDir: sockDir, stop: cancel}
+	r.vms[v.vmid] = g
+	r.wg.Add(2)
+	go r.waitExit(v.vmid, g)
+	go r.waitAgent(ctx, v.vmid, g)
+	return nil
+}
+
+// createOverlay makes the VM's linked clone: a qcow2 overlay whose
+// backing file is the template's image, as large as the VM's disk.
+func (r *realGuests) createOverlay(path string, img *GuestImage, size int64) error {
+	bin := r.cfg.Img
+	if bin == "" {
+		bin = "qemu-img"
+	}
+	format := img.Format
+	if format == "" {
+		format = "raw"
+	}
+	base, err := filepath.Abs(img.Disk)
+	if err != nil {
+		return fmt.Errorf("guest image: %w", err)
+	}
+	args := []string{"create", "-q", "-f", "qcow2", "-F", format, "-b", base, path}
+	// A smaller size than the image's would cut the file system off.
+	if fi, err := os.Stat(base); err == nil && format == "raw" && size > fi.Size() {
+		args = append(args, strconv.FormatInt(size, 10))
+	}
+	if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("create the linked clone of %s with %s: %w: %s", base, bin, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// writeISOLocked writes the first attached ISO CD-ROM (the NoCloud seed)
+// next to the VM's disk and returns its path and config key ("" without
+// one). ISOs of earlier boots are removed.
+func (s *Simulator) writeISOLocked(v *vm, dir string) (string, string, error) {
+	if old, err := filepath.Glob(filepath.Join(dir, "*.iso")); err == nil {
+		for _, f := range old {
+			_ = os.Remove(f)
+		}
+	}
+	for _, k := range driveKeys(v.conf) {
+		d := parseDrive(v.conf[k])
+		if !d.isCDROM() || !strings.Contains(d.file, ":iso/") {
+			continue
+		}
+		_, vol := s.findVolumeLocked(d.file, v.node)
+		if vol == nil {
+			return "", "", fmt.Errorf("attached ISO %s not found", d.file)
+		}
+		path := filepath.Join(dir, k+".iso")
+		if err := os.WriteFile(path, vol.data, 0o600); err != nil {
+			return "", "", fmt.Errorf("write ISO %s: %w", d.file, err)
+		}
+		return path, k, nil
+	}
+	return "", "", nil
+}
+
+// userNet is the user-mode network of a guest leased addr: the network of
+// the simulator's address range, the host's loopback at its .2 address,
+// DNS at .3. Without an address, QEMU's default network.
+func (s *Simulator) userNet(addr string) qemu.UserNet {
+	ip := net.ParseIP(addr).To4()
+	if ip == nil {
+		return qemu.DefaultUserNet
+	}
+	mask := net.CIDRMask(s.addrs.prefix, 32)
+	network := ip.Mask(mask)
+	at := func(n uint32) string {
+		b := make(net.IP, 4)
+		binary.BigEndian.PutUint32(b, binary.BigEndian.Uint32(network)+n)
+		return b.String()
+	}
+	return qemu.UserNet{Net: fmt.Sprintf("%s/%d", network, s.addrs.prefix), Host: at(2), DNS: at(3), Guest: ip.String()}
+}
+
+// GuestHostAddress is the address at which real guests reach the host's
+// loopback (QEMU's user-mode network forwards it to 127.0.0.1): the .2
+// address of the network of guest.addressRange, 10.99.0.2 by default.
+// URLs that real guests use must name it, and certificates must list it.
+func (s *Simulator) GuestHostAddress() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.userNet(uint32IP(s.addrs.first)).Host
+}
+
+// waitExit reaps QEMU. An exit while the VM still runs this boot is the
+// guest powering itself off: the VM stops, with no task, as on Proxmox.
+func (r *realGuests) waitExit(vmid int, g *realGuest) {
+	defer r.wg.Done()
+	<-g.proc.Done()
+	g.stop()
+	_ = os.RemoveAll(g.sockDir)
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.vms[vmid] == g {
+		delete(r.vms, vmid)
+	}
+	if s.closed {
+		return
+	}
+	s.log.Info("QEMU exited", "vmid", vmid, "err", g.proc.Err())
+	if v := s.vms[vmid]; v != nil && v.running && v.bootGen == g.gen {
+		s.powerOffLocked(v)
+	}
+}
+
+// waitAgent marks the guest agent up once it answers guest-ping.
+func (r *realGuests) waitAgent(ctx context.Context, vmid int, g *realGuest) {
+	defer r.wg.Done()
+	if err := qemu.WaitAgent(ctx, g.proc.Machine.AgentSocket(), g.proc.Done()); err != nil {
+		return
+	}
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v := s.vms[vmid]; v != nil && v.running && v.bootGen == g.gen {
+		v.agentUp = true
+		s.log.Info("Guest agent answers", "vmid", vmid)
+	}
+}
+
+// stopLocked pulls the plug of a VM's QEMU (qm stop).
+func (r *realGuests) stopLocked(vmid int) {
+	if g := r.vms[vmid]; g != nil {
+		delete(r.vms, vmid)
+		g.proc.Kill()
+	}
+}
+
+// forgetLocked stops the VM and removes its disk, ISO and console.
+func (r *realGuests) forgetLocked(vmid int) {
+	r.stopLocked(vmid)
+	_ = os.RemoveAll(r.vmDir(vmid))
+}
+
+// shutdownLocked presses the power button (QMP system_powerdown) and
+// finishes t when the guest has powered off, or when timeout passed: then
+// with forceStop the VM is stopped and the task succeeds, otherwise the
+// task fails as qm shutdown does.
+func (r *realGuests) shutdownLocked(v *vm, t *task, timeout time.Duration, forceStop bool) bool {
+	g := r.vms[v.vmid]
+	if g == nil {
+		return false
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := qemu.QMP(ctx, g.proc.Machine.QMPSocket(), "system_powerdown", nil)
+		cancel()
+		var result error
+		select {
+		case <-g.proc.Done():
+		case <-time.After(timeout):
+			result = fmt.Errorf("VM quit/powerdown failed - got timeout")
+			if err != nil {
+				result = fmt.Errorf("VM %d qmp command 'system_powerdown' failed - %w", v.vmid, err)
+			}
+		}
+		s := r.s
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		switch {
+		case result == nil && v.running && v.bootGen == g.gen:
+			// QEMU has exited; the task ends with the VM stopped, whether
+			// or not waitExit has run yet.
+			s.powerOffLocked(v)
+		case result != nil && forceStop:
+			t.logf("VM still running - terminating now with SIGTERM")
+			s.powerOffLocked(v)
+			result = nil
+		}
+		t.finish(s.clock.Now(), result)
+	}()
+	return true
+}
+
+// ejectLocked takes the medium out of a running guest's CD-ROM drive key,
+// as Proxmox does when a CD-ROM's ISO is replaced in the config.
+func (r *realGuests) ejectLocked(vmid int, key string) {
+	g := r.vms[vmid]
+	if g == nil || g.proc.Machine.CDROMID != key {
+		return
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := qemu.QMP(ctx, g.proc.Machine.QMPSocket(), "eject", map[string]any{"id": key, "force": true}); err != nil {
+			r.s.log.Warn("QEMU eject failed", "vmid", vmid, "drive", key, "err", err)
+			return
+		}
+		// The seed holds single-use credentials: gone with the medium.
+		_ = os.Remove(g.proc.Machine.CDROM)
+	}()
+}
+
+// agentSocketLocked is the guest agent socket of a running real guest,
+// "" for other VMs.
+func (r *realGuests) agentSocketLocked(vmid int) string {
+	if r == nil || r.vms[vmid] == nil {
+		return ""
+	}
+	return r.vms[vmid].proc.Machine.AgentSocket()
+}
+
+// close kills every QEMU, waits for them and removes an owned work dir.
+func (r *realGuests) close() error {
+	r.s.mu.Lock()
+	for id := range r.vms {
+		r.stopLocked(id)
+	}
+	r.s.mu.Unlock()
+	r.wg.Wait()
+	if r.ownsDir {
+		if err := os.RemoveAll(r.baseDir); err != nil {
+			return fmt.Errorf("remove guest work dir: %w", err)
+		}
+	}
+	return nil
+}
+
+// liveAnswer is a handler result computed once the state lock is
+// released: a real guest agent answers over a socket, in its own time.
+type liveAnswer func(ctx context.Context) (any, error)
+
+// agentCommand asks a real guest's agent. Errors read as qemu-server's.
+func agentCommand(vmid int, socket, cmd string) liveAnswer {
+	return func(ctx context.Context) (any, error) {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		var res any
+		err := qemu.AgentCall(ctx, socket, cmd, nil, &res)
+		var ce *qemu.CommandError
+		switch {
+		case err == nil:
+			return map[string]any{"result": res}, nil
+		case errors.As(err, &ce):
+			return nil, serverError("VM %d qmp command '%s' failed - %s", vmid, cmd, ce.Desc)
+		case qemu.IsTimeout(err):
+			return nil, serverError("VM %d qmp command '%s' failed - got timeout", vmid, cmd)
+		default:
+			// The socket is gone: QEMU exited under the request.
+			return nil, serverError("VM %d is not running", vmid)
+		}
+	}
+}

@@ -1,0 +1,199 @@
+// Package qemu runs real Linux guests for HyperFleet's tests: a QEMU
+// process per VM, its QMP monitor and its QEMU guest agent, spoken to over
+// unix sockets with their JSON protocols. The Proxmox simulator boots
+// templates marked as real guests with it, and hack/guest-image prepares
+// the guest image with it. Nothing in the operator imports it.
+package qemu
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Machine is what one QEMU process emulates. The kernel and initramfs are
+// booted directly (-kernel/-initrd/-append): no firmware and no boot
+// loader to run under emulation, and no partition table or boot loader in
+// the image.
+type Machine struct {
+	// Binary is the emulator; empty means qemu-system-x86_64 on PATH.
+	Binary string
+	// Accel is QEMU's accelerator, "tcg" when empty (KVM is often present
+	// on CI machines without being usable: nested virtualisation).
+	Accel string
+	// Name is shown in process lists.
+	Name      string
+	Cores     int
+	MemoryMiB int
+	// Kernel, Initrd and Append boot the guest.
+	Kernel, Initrd, Append string
+	// Disk is the boot disk (the VM's linked clone: a qcow2 overlay) and
+	// DiskFormat its format ("qcow2" when empty). It is attached as
+	// Proxmox attaches scsi0: a SCSI disk on virtio-scsi.
+	Disk, DiskFormat string
+	// CDROM is an ISO attached as a SCSI CD-ROM (the NoCloud seed); empty
+	// for none. CDROMID is its device id (the Proxmox config key, such as
+	// ide2), which QMP's eject names.
+	CDROM, CDROMID string
+	// MAC is the virtio NIC's address (net0's macaddr).
+	MAC string
+	// Net is the NIC's user-mode network.
+	Net UserNet
+	// Console receives the serial console (appended).
+	Console string
+	// SocketDir holds the QMP and guest agent sockets. Unix socket paths
+	// are limited to 107 bytes: keep it short.
+	SocketDir string
+}
+
+// UserNet is a user-mode (slirp) network: the guest gets Guest by DHCP in
+// Net, reaches the host's loopback at Host and a DNS forwarder at DNS;
+// everything else it connects to is connected to from the host.
+type UserNet struct {
+	Net, Host, DNS, Guest string
+}
+
+// DefaultUserNet is QEMU's own: the guest is 10.0.2.15 and reaches the
+// host's loopback at 10.0.2.2.
+var DefaultUserNet = UserNet{Net: "10.0.2.0/24", Host: "10.0.2.2", DNS: "10.0.2.3", Guest: "10.0.2.15"}
+
+// QMPSocket is the path of the QMP monitor's socket.
+func (m Machine) QMPSocket() string { return filepath.Join(m.SocketDir, "qmp.sock") }
+
+// AgentSocket is the path of the guest agent's socket.
+func (m Machine) AgentSocket() string { return filepath.Join(m.SocketDir, "qga.sock") }
+
+// Args is QEMU's command line.
+func (m Machine) Args() []string {
+	accel := m.Accel
+	if accel == "" {
+		accel = "tcg"
+	}
+	format := m.DiskFormat
+	if format == "" {
+		format = "qcow2"
+	}
+	netdev := "user,id=net0"
+	if m.Net != (UserNet{}) {
+		netdev += ",net=" + m.Net.Net + ",host=" + m.Net.Host + ",dns=" + m.Net.DNS + ",dhcpstart=" + m.Net.Guest
+	}
+	args := []string{
+		"-name", "guest=" + m.Name + ",debug-threads=on",
+		"-machine", "pc,accel=" + accel,
+		"-smp", strconv.Itoa(max(m.Cores, 1)), "-m", strconv.Itoa(max(m.MemoryMiB, 256)),
+		"-nodefaults", "-no-user-config", "-display", "none", "-vga", "none",
+		"-kernel", m.Kernel, "-initrd", m.Initrd, "-append", m.Append,
+		"-device", "virtio-scsi-pci,id=scsihw0",
+		"-drive", "file=" + m.Disk + ",if=none,id=drive-scsi0,format=" + format + ",cache=unsafe,discard=unmap",
+		"-device", "scsi-hd,bus=scsihw0.0,drive=drive-scsi0,id=scsi0,bootindex=100",
+		"-netdev", netdev,
+		"-device", "virtio-net-pci,netdev=net0,id=net0,mac=" + m.MAC,
+		// Entropy for the guest's first TLS connections, without waiting.
+		"-object", "rng-random,id=rng0,filename=/dev/urandom", "-device", "virtio-rng-pci,rng=rng0",
+		"-chardev", "socket,id=qga0,path=" + m.AgentSocket() + ",server=on,wait=off",
+		"-device", "virtio-serial-pci,id=vserial0",
+		"-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0",
+		"-chardev", "socket,id=qmp,path=" + m.QMPSocket() + ",server=on,wait=off",
+		"-mon", "chardev=qmp,mode=control",
+		"-chardev", "file,id=serial0,path=" + m.Console + ",append=on",
+		"-serial", "chardev:serial0",
+	}
+	if m.CDROM != "" {
+		id := m.CDROMID
+		if id == "" {
+			id = "cdrom0"
+		}
+		args = append(args,
+			"-drive", "file="+m.CDROM+",if=none,id=drive-"+id+",media=cdrom,readonly=on",
+			"-device", "scsi-cd,bus=scsihw0.0,drive=drive-"+id+",id="+id)
+	}
+	return args
+}
+
+// Process is a running QEMU.
+type Process struct {
+	Machine Machine
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error
+}
+
+// Start starts QEMU. Its own output (not the guest's console) goes to
+// Machine.Console's directory as qemu.log.
+func Start(m Machine) (*Process, error) {
+	bin := m.Binary
+	if bin == "" {
+		bin = "qemu-system-x86_64"
+	}
+	path, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("QEMU %s is not installed (hack/test-deps.sh --guest installs Debian's qemu-system-x86): %w", bin, err)
+	}
+	for _, f := range []string{m.Kernel, m.Initrd, m.Disk} {
+		if _, err := os.Stat(f); err != nil {
+			return nil, fmt.Errorf("guest file: %w", err)
+		}
+	}
+	if len(m.QMPSocket()) > 100 || len(m.AgentSocket()) > 100 {
+		return nil, fmt.Errorf("socket directory %s is too long for unix socket paths", m.SocketDir)
+	}
+	log, err := os.OpenFile(filepath.Join(filepath.Dir(m.Console), "qemu.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("QEMU log: %w", err)
+	}
+	cmd := exec.Command(path, m.Args()...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = log.Close()
+		return nil, fmt.Errorf("start %s: %w", path, err)
+	}
+	p := &Process{Machine: m, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		_ = log.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Pid is QEMU's process id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed when QEMU has exited: the guest powered off, or it was
+// killed.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Err is QEMU's exit error, once Done is closed (nil after a guest
+// power-off).
+func (p *Process) Err() error { return p.err }
+
+// Kill ends QEMU at once, like pulling the power cord.
+func (p *Process) Kill() {
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// ErrNotRunning is returned for calls on a QEMU that has exited.
+var ErrNotRunning = errors.New("QEMU is not running")
+
+// dialUnix connects to a socket QEMU serves.
+func dialUnix(path string) (net.Conn, error) {
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// KernelArgs is the kernel command line for an image made by
+// hack/guest-image: the root file system found by label, the console on
+// the first serial port.
+func KernelArgs(extra ...string) string {
+	return strings.Join(append([]string{"root=LABEL=hyperfleet-root", "ro", "console=ttyS0,115200", "net.ifnames=0"}, extra...), " ")
+}
