@@ -73,10 +73,19 @@ func StoreAgentConfig(ctx context.Context, cfg *hfv1.SecretStoreConfig, id strin
 	if err != nil {
 		return nil, err
 	}
-	return &agentconfig.SecretStore{
-		Address: vc.Address, CABundle: string(vc.CABundle), AuthMount: vc.AuthMount, Role: role,
-		Audience: vc.Audience, KVMount: vc.KVMount, Path: p,
-	}, nil
+	out := StoreSettings(cfg)
+	out.CABundle, out.Role, out.Path = string(vc.CABundle), role, p
+	return &out, nil
+}
+
+// StoreSettings is what the agent configuration of every VM of a cluster
+// says of its secrets store, defaults applied: all but the per-VM role
+// and path and the CA bundle (read from a Secret).
+func StoreSettings(cfg *hfv1.SecretStoreConfig) agentconfig.SecretStore {
+	return agentconfig.SecretStore{
+		Address: cfg.Address, AuthMount: orDefault(cfg.AuthMount, "jwt"), Audience: orDefault(cfg.Audience, "hyperfleet-secret-store"),
+		KVMount: orDefault(cfg.KVMount, "secret"),
+	}
 }
 
 func orDefault(s, def string) string {
