@@ -187,9 +187,10 @@ const (
 	// spec.attestation.joinToken.ttl is outside its cluster's
 	// spec.spire.joinTokenTTL bounds.
 	JoinTokenTTLNotAllowedReason ConditionReason = "JoinTokenTTLNotAllowed"
-	// BrokerUnavailableReason: the template attests with SPIRE, but this
-	// operator runs no credential broker (its agent server is not
-	// configured) for the VM to fetch its runner credential from.
+	// BrokerUnavailableReason: the template attests with SPIRE and its
+	// cluster has no spec.spire.secretStore, but this operator runs no
+	// credential broker (its agent server is not configured) for the VM to
+	// fetch its runner credential from.
 	BrokerUnavailableReason ConditionReason = "BrokerUnavailable"
 	// AttestationPendingReason: the VM's spire-agent has not attested yet.
 	AttestationPendingReason ConditionReason = "AttestationPending"
