@@ -195,8 +195,7 @@ func Forget(ctx context.Context, store secretstore.Store, claim *hfv1.MachineCla
 	}
 	id, err := spiffeid.FromString(st.SPIFFEID)
 	if err != nil {
-		// Not an id this operator wrote; nothing was stored under it.
-		return nil
+		return nil //nolint:nilerr // not an id this operator wrote: nothing was stored under it
 	}
 	if err := store.Delete(ctx, id); err != nil {
 		return fmt.Errorf("delete the credential of %s from the secrets store: %w", id, err)
