@@ -1,4 +1,4 @@
-package identity
+package identity_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/secretstore"
 )
 
@@ -83,30 +84,30 @@ func TestDeliverRecordsBeforeItActs(t *testing.T) {
 	c := attestedClaim()
 	now := time.Unix(1_700_000_100, 0)
 
-	step, err := Deliver(ctx, store, c, now, plat.mint)
-	if err != nil || step != StoreRecorded {
-		t.Fatalf("first call: %v, %v; want StoreRecorded", step, err)
+	step, err := identity.Deliver(ctx, store, c, now, plat.mint)
+	if err != nil || step != identity.StoreRecorded {
+		t.Fatalf("first call: %v, %v; want identity.StoreRecorded", step, err)
 	}
 	if plat.mints != 0 || store.puts != 0 || store.deletes != 0 || c.Status.Identity.CredentialRequestedAt == nil {
 		t.Fatalf("the first call acted before its intent was persisted: mints %d puts %d deletes %d", plat.mints, store.puts, store.deletes)
 	}
-	step, err = Deliver(ctx, store, c, now, plat.mint)
-	if err != nil || step != StoreWritten {
-		t.Fatalf("second call: %v, %v; want StoreWritten", step, err)
+	step, err = identity.Deliver(ctx, store, c, now, plat.mint)
+	if err != nil || step != identity.StoreWritten {
+		t.Fatalf("second call: %v, %v; want identity.StoreWritten", step, err)
 	}
 	id := spiffeid.RequireFromString(c.Status.Identity.SPIFFEID)
 	if cred, ok := store.creds[id]; !ok || !plat.usable(cred) || c.Status.Identity.CredentialStoredAt == nil || c.Status.Bootstrap == nil {
 		t.Fatalf("after the write: stored %v (usable %v), storedAt %v, bootstrap %v", ok, plat.usable(cred), c.Status.Identity.CredentialStoredAt, c.Status.Bootstrap)
 	}
-	if step, err := Deliver(ctx, store, c, now, plat.mint); err != nil || step != StoreDone || plat.mints != 1 || store.puts != 1 {
+	if step, err := identity.Deliver(ctx, store, c, now, plat.mint); err != nil || step != identity.StoreDone || plat.mints != 1 || store.puts != 1 {
 		t.Fatalf("a stored credential is delivered again: %v, %v, mints %d puts %d", step, err, plat.mints, store.puts)
 	}
 
-	if err := Forget(ctx, store, c); err != nil || len(store.creds) != 0 {
-		t.Fatalf("Forget: %v, left %v", err, store.creds)
+	if err := identity.Forget(ctx, store, c); err != nil || len(store.creds) != 0 {
+		t.Fatalf("identity.Forget: %v, left %v", err, store.creds)
 	}
-	if err := Forget(ctx, store, c); err != nil {
-		t.Fatalf("a second Forget: %v", err)
+	if err := identity.Forget(ctx, store, c); err != nil {
+		t.Fatalf("a second identity.Forget: %v", err)
 	}
 }
 
@@ -125,20 +126,20 @@ func TestDeliverAfterARestart(t *testing.T) {
 		"before minting": {interrupted: func(context.Context, *memStore, *hfv1.MachineClaim, *platform) {}},
 		"after minting, before the write": {interrupted: func(ctx context.Context, store *memStore, c *hfv1.MachineClaim, p *platform) {
 			store.putErr = errCrash
-			_, _ = Deliver(ctx, store, c, time.Now(), p.mint)
+			_, _ = identity.Deliver(ctx, store, c, time.Now(), p.mint)
 		}},
 		"after the write, before its recording": {interrupted: func(ctx context.Context, store *memStore, c *hfv1.MachineClaim, p *platform) {
-			_, _ = Deliver(ctx, store, c, time.Now(), p.mint)
+			_, _ = identity.Deliver(ctx, store, c, time.Now(), p.mint)
 		}},
 		"after the write, read by the VM": {read: true, interrupted: func(ctx context.Context, store *memStore, c *hfv1.MachineClaim, p *platform) {
-			_, _ = Deliver(ctx, store, c, time.Now(), p.mint)
+			_, _ = identity.Deliver(ctx, store, c, time.Now(), p.mint)
 		}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			store, plat := newMemStore(), &platform{generation: map[string]int{}}
 			persisted := attestedClaim()
-			if step, err := Deliver(ctx, store, persisted, time.Now(), plat.mint); err != nil || step != StoreRecorded {
+			if step, err := identity.Deliver(ctx, store, persisted, time.Now(), plat.mint); err != nil || step != identity.StoreRecorded {
 				t.Fatalf("recording the intent: %v, %v", step, err)
 			}
 			id := spiffeid.RequireFromString(persisted.Status.Identity.SPIFFEID)
@@ -150,8 +151,8 @@ func TestDeliverAfterARestart(t *testing.T) {
 
 			// The restarted operator's pass, from what was persisted.
 			c := persisted.DeepCopy()
-			step, err := Deliver(ctx, store, c, time.Now(), plat.mint)
-			if err != nil || step != StoreWritten {
+			step, err := identity.Deliver(ctx, store, c, time.Now(), plat.mint)
+			if err != nil || step != identity.StoreWritten {
 				t.Fatalf("the repeated attempt: %v, %v", step, err)
 			}
 			cred, ok := store.creds[id]
@@ -164,8 +165,8 @@ func TestDeliverAfterARestart(t *testing.T) {
 			if got := c.Status.Bootstrap; got == nil || got.RunnerID != int64(plat.generation[got.RunnerName]) {
 				t.Errorf("status.bootstrap %+v does not name the live registration", got)
 			}
-			if err := Forget(ctx, store, c); err != nil || len(store.creds) != 0 {
-				t.Fatalf("Forget: %v, left %v", err, store.creds)
+			if err := identity.Forget(ctx, store, c); err != nil || len(store.creds) != 0 {
+				t.Fatalf("identity.Forget: %v, left %v", err, store.creds)
 			}
 		})
 	}
@@ -175,30 +176,30 @@ func TestDeliverFailures(t *testing.T) {
 	ctx := context.Background()
 	store, plat := newMemStore(), &platform{generation: map[string]int{}}
 	c := claim("-early")
-	if _, err := Deliver(ctx, store, c, time.Now(), plat.mint); err == nil {
-		t.Fatal("Deliver for a claim whose VM did not attest succeeded")
+	if _, err := identity.Deliver(ctx, store, c, time.Now(), plat.mint); err == nil {
+		t.Fatal("identity.Deliver for a claim whose VM did not attest succeeded")
 	}
-	if err := Forget(ctx, store, c); err != nil || store.deletes != 0 {
-		t.Fatalf("Forget of a claim that never began a delivery: %v, deletes %d", err, store.deletes)
+	if err := identity.Forget(ctx, store, c); err != nil || store.deletes != 0 {
+		t.Fatalf("identity.Forget of a claim that never began a delivery: %v, deletes %d", err, store.deletes)
 	}
 
 	c = attestedClaim()
-	_, _ = Deliver(ctx, store, c, time.Now(), plat.mint)
+	_, _ = identity.Deliver(ctx, store, c, time.Now(), plat.mint)
 	unavailable := errors.New("sealed")
 	store.putErr = unavailable
-	if _, err := Deliver(ctx, store, c, time.Now(), plat.mint); !errors.Is(err, unavailable) || c.Status.Identity.CredentialStoredAt != nil {
+	if _, err := identity.Deliver(ctx, store, c, time.Now(), plat.mint); !errors.Is(err, unavailable) || c.Status.Identity.CredentialStoredAt != nil {
 		t.Fatalf("a failed write: %v, storedAt %v", err, c.Status.Identity.CredentialStoredAt)
 	}
 	if c.Status.Bootstrap == nil {
 		t.Error("a runner registered for a failed write is not recorded for the claim's end to remove")
 	}
 	refused := errors.New("platform down")
-	if _, err := Deliver(ctx, store, c, time.Now(), func(context.Context, *hfv1.MachineClaim) (secretstore.Credential, error) {
+	if _, err := identity.Deliver(ctx, store, c, time.Now(), func(context.Context, *hfv1.MachineClaim) (secretstore.Credential, error) {
 		return secretstore.Credential{}, refused
 	}); !errors.Is(err, refused) || len(store.creds) != 0 {
 		t.Fatalf("a failed mint: %v, stored %v", err, store.creds)
 	}
-	if step, err := Deliver(ctx, store, c, time.Now(), plat.mint); err != nil || step != StoreWritten || len(store.creds) != 1 {
+	if step, err := identity.Deliver(ctx, store, c, time.Now(), plat.mint); err != nil || step != identity.StoreWritten || len(store.creds) != 1 {
 		t.Fatalf("the retry: %v, %v, stored %d", step, err, len(store.creds))
 	}
 }
@@ -212,7 +213,7 @@ func TestStoreAgentConfig(t *testing.T) {
 		return []byte("-----BEGIN CERTIFICATE-----\n"), nil
 	}
 	cfg := &hfv1.SecretStoreConfig{Address: "https://vault.example.com:8200", CABundleRef: &hfv1.SecretKeySelector{Name: "vault-ca", Namespace: "hf", Key: "ca.crt"}}
-	got, err := StoreAgentConfig(ctx, cfg, "spiffe://example.org/vm/ci/runner-1/0b7c-1", read)
+	got, err := identity.StoreAgentConfig(ctx, cfg, "spiffe://example.org/vm/ci/runner-1/0b7c-1", read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,13 +222,13 @@ func TestStoreAgentConfig(t *testing.T) {
 		Audience: "hyperfleet-secret-store", KVMount: "secret", Path: "hyperfleet/example.org/vm/ci/runner-1/0b7c-1",
 	}
 	if *got != want {
-		t.Fatalf("StoreAgentConfig = %+v, want %+v", *got, want)
+		t.Fatalf("identity.StoreAgentConfig = %+v, want %+v", *got, want)
 	}
 	cfg.CABundleRef.Name = "missing"
-	if _, err := StoreAgentConfig(ctx, cfg, "spiffe://example.org/vm/ci/runner-1/0b7c-1", read); err == nil || !strings.Contains(err.Error(), "caBundleRef") {
+	if _, err := identity.StoreAgentConfig(ctx, cfg, "spiffe://example.org/vm/ci/runner-1/0b7c-1", read); err == nil || !strings.Contains(err.Error(), "caBundleRef") {
 		t.Fatalf("a missing CA bundle: %v", err)
 	}
-	if _, err := OpenStore(ctx, &hfv1.SecretStoreConfig{Address: "https://vault.example.com:8200"}, read); err != nil {
-		t.Fatalf("OpenStore: %v", err)
+	if _, err := identity.OpenStore(ctx, &hfv1.SecretStoreConfig{Address: "https://vault.example.com:8200"}, read); err != nil {
+		t.Fatalf("identity.OpenStore: %v", err)
 	}
 }
