@@ -187,9 +187,10 @@ const (
 	// spec.attestation.joinToken.ttl is outside its cluster's
 	// spec.spire.joinTokenTTL bounds.
 	JoinTokenTTLNotAllowedReason ConditionReason = "JoinTokenTTLNotAllowed"
-	// BrokerUnavailableReason: the template attests with SPIRE, but this
-	// operator runs no credential broker (its agent server is not
-	// configured) for the VM to fetch its runner credential from.
+	// BrokerUnavailableReason: the template attests with SPIRE and its
+	// cluster has no spec.spire.secretStore, but this operator runs no
+	// credential broker (its agent server is not configured) for the VM to
+	// fetch its runner credential from.
 	BrokerUnavailableReason ConditionReason = "BrokerUnavailable"
 	// AttestationPendingReason: the VM's spire-agent has not attested yet.
 	AttestationPendingReason ConditionReason = "AttestationPending"
@@ -199,6 +200,20 @@ const (
 	// the cluster's spec.spire.attestationDeadline, or its join token
 	// expired unused; the claim fails and its VM is destroyed.
 	AttestationFailedReason ConditionReason = "AttestationFailed"
+	// CredentialStoredReason: the VM's runner credential is in the
+	// cluster's secrets store (spec.spire.secretStore) for the VM to read
+	// once; the claim waits for its runner to come online.
+	CredentialStoredReason ConditionReason = "CredentialStored"
+	// SecretStoreUnavailableReason: the cluster's secrets store could not
+	// be reached or answered with a server error; retried with backoff.
+	SecretStoreUnavailableReason ConditionReason = "SecretStoreUnavailable"
+	// SecretStoreDeniedReason: the cluster's secrets store refused the
+	// operator's request: its token (spec.spire.secretStore.tokenRef) or
+	// the token's policy, or a setting of spec.spire.secretStore, is wrong.
+	SecretStoreDeniedReason ConditionReason = "SecretStoreDenied"
+	// CredentialIssueFailedReason: the CI platform did not issue the runner
+	// credential the operator was to write to the secrets store; retried.
+	CredentialIssueFailedReason ConditionReason = "CredentialIssueFailed"
 	// AgentUnavailableReason: the template takes the agent from the
 	// operator (bootstrap.agentSource Operator), but the operator serves no
 	// agent binary for the template's runner os and arch.

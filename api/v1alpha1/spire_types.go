@@ -60,6 +60,87 @@ type SPIREConfig struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('24h')",message="spire.svidTTL must be between 1m and 24h"
 	SVIDTTL *metav1.Duration `json:"svidTTL,omitempty"`
+
+	// secretStore, when set, makes the cluster's VMs read their single-use
+	// runner credential from a Vault or OpenBao server, logging in with a
+	// JWT-SVID, instead of fetching it from the operator's credential
+	// broker (docs/secrets-store.md). The operator writes each credential
+	// once the VM's agent has attested and deletes it when the claim ends.
+	// +optional
+	SecretStore *SecretStoreConfig `json:"secretStore,omitempty"`
+}
+
+// SecretStoreConfig is a Vault or OpenBao server the operator writes the
+// VMs' runner credentials to (KV version 2), with one JWT auth role per VM
+// bound to its SPIFFE ID (docs/secrets-store.md).
+type SecretStoreConfig struct {
+	// address is the server's https:// URL as both the operator and the
+	// VMs reach it, such as https://vault.example.com:8200.
+	// +required
+	// +kubebuilder:validation:MinLength=9
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() == 'https' && url(self).getHostname() != '' && (url(self).getEscapedPath() == '' || url(self).getEscapedPath() == '/')",message="spire.secretStore.address must be an https:// URL without a path, such as https://vault.example.com:8200"
+	Address string `json:"address"`
+
+	// caBundleRef selects a Secret key holding the PEM CA certificates the
+	// server's certificate chains to. The operator uses it, and renders it
+	// into each VM's configuration. Unset: the system's roots.
+	// +optional
+	CABundleRef *SecretKeySelector `json:"caBundleRef,omitempty"`
+
+	// tokenRef selects a Secret key holding the operator's own Vault token,
+	// whose policy lets it write and delete credentials under pathPrefix
+	// and manage the VMs' login roles (docs/secrets-store.md, "The
+	// operator's policy and token"). It is read before every use, so a
+	// rotated token is picked up without a restart. The Secret's namespace
+	// must be one the manager reads Secrets in (--secret-namespaces).
+	// +required
+	TokenRef SecretKeySelector `json:"tokenRef"`
+
+	// kvMount is where the KV version 2 secrets engine is mounted.
+	// +optional
+	// +kubebuilder:default="secret"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(/[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*)*$`
+	KVMount string `json:"kvMount,omitempty"`
+
+	// pathPrefix is the path inside kvMount every credential is written
+	// under: <pathPrefix>/<trust domain>/vm/<namespace>/<claim>/<uid>.
+	// +optional
+	// +kubebuilder:default="hyperfleet"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(/[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*)*$`
+	PathPrefix string `json:"pathPrefix,omitempty"`
+
+	// authMount is where the JWT auth method the VMs log in at is mounted
+	// (auth/<authMount>/login); its jwks_url must be the SPIRE OIDC
+	// discovery provider's keys.
+	// +optional
+	// +kubebuilder:default="jwt"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*(/[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*)*$`
+	AuthMount string `json:"authMount,omitempty"`
+
+	// audience is the JWT-SVID audience each VM's login role is bound to
+	// and its agent asks SPIRE for.
+	// +optional
+	// +kubebuilder:default="hyperfleet-secret-store"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[!-~]+$`
+	Audience string `json:"audience,omitempty"`
+
+	// vmPolicy is the Vault policy each VM's login token gets: the
+	// templated policy that lets it read and delete its own credential only.
+	// +optional
+	// +kubebuilder:default="hyperfleet-vm"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`
+	VMPolicy string `json:"vmPolicy,omitempty"`
 }
 
 // SPIREServerAPI is how the operator authenticates to the SPIRE Server
@@ -159,10 +240,18 @@ type IdentityStatus struct {
 	AttestedAt *metav1.Time `json:"attestedAt,omitempty"`
 
 	// credentialRequestedAt is when the VM asked the operator's credential
-	// broker for its runner credential. Set once, before the credential is
-	// issued: a second request is refused.
+	// broker for its runner credential, or, with a secrets store, when the
+	// operator began to issue it and write it to the store. Set before the
+	// credential is issued: a second broker request is refused.
 	// +optional
 	CredentialRequestedAt *metav1.Time `json:"credentialRequestedAt,omitempty"`
+
+	// credentialStoredAt is when the VM's runner credential was written to
+	// the cluster's secrets store (spec.spire.secretStore). Until it is
+	// set, credentialRequestedAt says a write may have begun: the claim's
+	// end deletes whatever is at the VM's path either way.
+	// +optional
+	CredentialStoredAt *metav1.Time `json:"credentialStoredAt,omitempty"`
 
 	// releasedAt is when the VM's entries and agent were deleted from the
 	// SPIRE server, at the claim's end.

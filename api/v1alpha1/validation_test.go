@@ -115,6 +115,13 @@ func TestDefaultsAreApplied(t *testing.T) {
 	if err := env.Client.Create(ctx, pool); err != nil {
 		t.Fatalf("creating a minimal pool: %v", err)
 	}
+	cluster := validStoreCluster()
+	cluster.SetName("defaults-store")
+	if err := env.Client.Create(ctx, cluster, client.FieldValidation("Strict")); err != nil {
+		t.Fatalf("creating a cluster with a minimal secret store: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, cluster) })
+	store := []string{"spec", "spire", "secretStore"}
 	want := []struct {
 		obj   *unstructured.Unstructured
 		path  []string
@@ -132,6 +139,11 @@ func TestDefaultsAreApplied(t *testing.T) {
 		{pool, []string{"spec", "scaling", "scaleDownDelay"}, "5m"},
 		{pool, []string{"spec", "lifecycle", "bootstrapTimeout"}, "10m"},
 		{pool, []string{"spec", "lifecycle", "jobTimeout"}, "3h"},
+		{cluster, append(store, "kvMount"), "secret"},
+		{cluster, append(store, "pathPrefix"), "hyperfleet"},
+		{cluster, append(store, "authMount"), "jwt"},
+		{cluster, append(store, "audience"), "hyperfleet-secret-store"},
+		{cluster, append(store, "vmPolicy"), "hyperfleet-vm"},
 	}
 	for _, w := range want {
 		got, found, err := unstructured.NestedFieldNoCopy(w.obj.Object, w.path...)
@@ -268,6 +280,21 @@ func validCluster() *unstructured.Unstructured {
 	})
 }
 
+// validStoreCluster is validCluster with SPIRE and a secrets store.
+func validStoreCluster() *unstructured.Unstructured {
+	u := validCluster()
+	set(map[string]any{
+		"trustDomain":   "ci.example.org",
+		"serverAddress": "spire.ci.example.org:8081",
+		"serverAPI":     map[string]any{"adminSocket": "/run/spire/server/api.sock"},
+		"secretStore": map[string]any{
+			"address":  "https://vault.example.com:8200",
+			"tokenRef": secretRef("vault", "token"),
+		},
+	}, "spec", "spire")(u)
+	return u
+}
+
 func validTemplate() *unstructured.Unstructured {
 	return object("HypervisorMachineTemplate", "tpl", map[string]any{
 		"hypervisorClusterRef": map[string]any{"name": "pve"},
@@ -359,6 +386,14 @@ func invalidCases() []invalidCase {
 		{name: "cluster poll interval not a duration", base: validCluster, mutate: set("often", "spec", "pollInterval"), want: "spec.pollInterval: Invalid value"},
 		{name: "cluster dns server not an IP", base: validCluster, mutate: set([]string{"dns.example.com"}, "spec", "dns", "servers"), want: "each DNS server must be an IPv4 or IPv6 address"},
 		{name: "cluster registerVMs without provider", base: validCluster, mutate: set(map[string]any{"domain": "ci.example.com", "registerVMs": true}, "spec", "dns"), want: "dns.registerVMs needs dns.dnsProvider"},
+		{name: "cluster secret store over http", base: validStoreCluster, mutate: set("http://vault.example.com:8200", "spec", "spire", "secretStore", "address"), want: "spire.secretStore.address must be an https:// URL"},
+		{name: "cluster secret store address with a path", base: validStoreCluster, mutate: set("https://vault.example.com:8200/v1", "spec", "spire", "secretStore", "address"), want: "spire.secretStore.address must be an https:// URL without a path"},
+		{name: "cluster secret store address not a URL", base: validStoreCluster, mutate: set("vault.example.com:8200", "spec", "spire", "secretStore", "address"), want: "spire.secretStore.address must be an https:// URL"},
+		{name: "cluster secret store without token", base: validStoreCluster, mutate: del("spec", "spire", "secretStore", "tokenRef"), want: "spec.spire.secretStore.tokenRef: Required value"},
+		{name: "cluster secret store prefix with dot-dot", base: validStoreCluster, mutate: set("hyperfleet/../sys", "spec", "spire", "secretStore", "pathPrefix"), want: "spec.spire.secretStore.pathPrefix: Invalid value"},
+		{name: "cluster secret store absolute kv mount", base: validStoreCluster, mutate: set("/secret", "spec", "spire", "secretStore", "kvMount"), want: "spec.spire.secretStore.kvMount: Invalid value"},
+		{name: "cluster secret store audience with space", base: validStoreCluster, mutate: set("hyperfleet store", "spec", "spire", "secretStore", "audience"), want: "spec.spire.secretStore.audience: Invalid value"},
+		{name: "cluster secret store policy with slash", base: validStoreCluster, mutate: set("vm/all", "spec", "spire", "secretStore", "vmPolicy"), want: "spec.spire.secretStore.vmPolicy: Invalid value"},
 		{name: "cluster duplicate nodes", base: validCluster, mutate: set([]string{"pve1", "pve1"}, "spec", "nodes"), want: "nodes must not list a node twice"},
 
 		// HypervisorMachineTemplate

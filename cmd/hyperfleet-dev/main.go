@@ -63,6 +63,7 @@ func run(args []string) error {
 	timings := fs.String("timings", "fast", "the Proxmox simulator's timing preset: fast (clone 1 s, boot 2 s, status refresh 1 s) or realistic (Proxmox VE's own: status refresh 10 s, clone 5 s, boot 20 s; docs/testing.md)")
 	notices := fs.Bool("power-off-notices", true, "guests announce their power-off to the operator, which then reads their VM at once instead of waiting for the status refresh (docs/architecture.md, \"Power-off hints\"); false leaves detection to the listing")
 	spiffe := fs.Bool("spiffe", false, "give every VM a SPIFFE identity: run a real spire-server (built from source and cached on the first run), attest each VM's spire-agent with a join token and hand out runner credentials through the operator's credential broker (docs/identity.md)")
+	secretStore := fs.Bool("secret-store", false, "with --spiffe: hand out runner credentials through a secrets store instead of the broker: run a fake Vault on loopback HTTPS whose JWT auth trusts spire-server's keys; each VM logs in with its JWT-SVID and reads its credential once (docs/secrets-store.md)")
 	metricsAddr := fs.String("metrics-bind-address", "", "serve the operator's Prometheus /metrics at this address (e.g. 127.0.0.1:8080; port 0 picks a free one); empty: off")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -75,6 +76,8 @@ func run(args []string) error {
 		return errors.New("--jobs must not be negative")
 	case *maxReplicas < 1 || *minReplicas < 0 || *minReplicas > *maxReplicas:
 		return errors.New("--min-replicas and --max-replicas: need 0 <= min <= max and max >= 1")
+	case *secretStore && !*spiffe:
+		return errors.New("--secret-store needs --spiffe: the VMs log in to the store with their JWT-SVIDs")
 	}
 	if *dir == "" {
 		d, err := os.MkdirTemp("", "hyperfleet-dev-")
@@ -95,7 +98,7 @@ func run(args []string) error {
 		Dir: *dir, AgentBinary: agent, Progress: progress, LogLevel: *verbose,
 		MinReplicas: int32(*minReplicas), MaxReplicas: int32(*maxReplicas), SimulatorAdmin: *simAdmin, MetricsAddr: *metricsAddr,
 		Timings: *timings, NoPowerOffNotices: !*notices,
-		SPIFFE: *spiffe,
+		SPIFFE: *spiffe, SecretStore: *secretStore,
 	})
 	if err != nil {
 		return err
@@ -109,6 +112,9 @@ func run(args []string) error {
 	fmt.Fprintf(progress, "==> Ready. In another terminal:\n    export KUBECONFIG=%s\n    kubectl get runnerpools,machineclaims -n %s\n", w.KubeconfigPath, devenv.Namespace)
 	if w.MetricsURL != "" {
 		fmt.Fprintf(progress, "    Operator metrics: %s\n", w.MetricsURL)
+	}
+	if w.VaultURL != "" {
+		fmt.Fprintf(progress, "    Secrets store (fake Vault): %s\n", w.VaultURL)
 	}
 	if *simAdmin {
 		fmt.Fprintf(progress, "    Simulator admin APIs: %s/_sim/ and %s/_sim/\n", strings.TrimSuffix(w.ProxmoxURL, "/api2/json"), w.GitHubURL)

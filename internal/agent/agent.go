@@ -48,8 +48,10 @@
 //	                         SPIFFE ID, attestation deadline
 //	10 ExitBrokerRefused     the credential broker refused (an error status
 //	                         but 429 and 503, or a TLS alert) or answered no
-//	                         valid credential
-//	11 ExitBrokerUnavailable the broker was unreachable or busy (429, 503)
+//	                         valid credential; or the secrets store refused
+//	                         the login or the read
+//	11 ExitBrokerUnavailable the broker (or secrets store) was unreachable
+//	                         or busy (429, 503), or held no credential,
 //	                         until the deadline, or its certificate is not
 //	                         trusted
 package agent
@@ -105,12 +107,16 @@ const (
 	// ExitBrokerRefused: the credential broker refused (an error status
 	// other than 429 and 503, its reason and message logged; or a TLS
 	// alert: it did not accept the X509-SVID), or its answer was not a
-	// valid credential of the config's bootstrapMethod.
+	// valid credential of the config's bootstrapMethod. With
+	// spiffe.secretStore: the store refused the JWT-SVID's login or the
+	// read, or held no valid credential (VaultSource).
 	ExitBrokerRefused = 10
 	// ExitBrokerUnavailable: the broker could not be reached, or stayed
 	// busy (429, 503), until the deadline; or its certificate is not
 	// trusted (spiffe.brokerCA). Kept apart from ExitBrokerRefused because
-	// it points at the network or the operator rather than at the VM.
+	// it points at the network or the operator rather than at the VM. With
+	// spiffe.secretStore: the store was unreachable or failing, or the
+	// operator had not written the credential, until the deadline.
 	ExitBrokerUnavailable = 11
 )
 

@@ -87,6 +87,33 @@ func (b *BrokerSource) useOptions(o *Options) {
 // Credential attests with SPIRE and fetches the runner credential from the
 // broker (see BrokerSource).
 func (b *BrokerSource) Credential(ctx context.Context) (Credential, error) {
+	return b.withSVID(ctx, func(fetchCtx context.Context, run *spireRun, cert tls.Certificate) (Credential, error) {
+		client, err := newBrokerClient(b.SPIFFE.BrokerURL, b.SPIFFE.BrokerCA, cert, b.UserAgent)
+		if err != nil {
+			return Credential{}, err
+		}
+		client.log = run.log
+		cred, err := client.credential(fetchCtx)
+		if err != nil {
+			return Credential{}, err
+		}
+		if cred.Method != b.Method {
+			return Credential{}, fail(ExitBrokerRefused, "the broker returned a %s credential, but the config's bootstrapMethod is %s", cred.Method, b.Method)
+		}
+		return cred, nil
+	})
+}
+
+// svidUser fetches the credential with the VM's identity: run is the
+// attested spire-agent (its Workload API serves more SVIDs, such as
+// JWT-SVIDs), cert its X509-SVID, and fetchCtx ends at the deadline.
+type svidUser func(fetchCtx context.Context, run *spireRun, cert tls.Certificate) (Credential, error)
+
+// withSVID attests as BrokerSource describes and hands the identity to
+// use; spire-agent is stopped and its directory removed once use returns,
+// whatever happened. The sources that fetch the credential with the VM's
+// identity (the broker, VaultSource) share it.
+func (b *BrokerSource) withSVID(ctx context.Context, use svidUser) (Credential, error) {
 	s := b.SPIFFE
 	if s == nil {
 		return Credential{}, fail(ExitBadConfig, "spiffe: is missing; workloadMethod broker needs SPIFFE attestation settings")
@@ -111,25 +138,13 @@ func (b *BrokerSource) Credential(ctx context.Context) (Credential, error) {
 		return Credential{}, err
 	}
 	// Stops spire-agent and removes its directory whatever happens, once
-	// the broker has answered.
+	// the credential is fetched.
 	defer run.stop()
 	cert, err := b.attest(ctx, fetchCtx, run)
 	if err != nil {
 		return Credential{}, err
 	}
-	client, err := newBrokerClient(s.BrokerURL, s.BrokerCA, cert, b.UserAgent)
-	if err != nil {
-		return Credential{}, err
-	}
-	client.log = log
-	cred, err := client.credential(fetchCtx)
-	if err != nil {
-		return Credential{}, err
-	}
-	if cred.Method != b.Method {
-		return Credential{}, fail(ExitBrokerRefused, "the broker returned a %s credential, but the config's bootstrapMethod is %s", cred.Method, b.Method)
-	}
-	return cred, nil
+	return use(fetchCtx, run, cert)
 }
 
 // attest gets the X509-SVID through run: from a spire-agent it starts with

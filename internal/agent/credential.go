@@ -71,7 +71,8 @@ func (e *UnsupportedError) Error() string {
 }
 
 // NewCredentialSource picks the credential source for cfg: DirectSource
-// for workloadMethod direct, BrokerSource for broker.
+// for workloadMethod direct; for broker, VaultSource when spiffe.secretStore
+// names a secrets store, else BrokerSource.
 func NewCredentialSource(cfg *agentconfig.Config) (CredentialSource, error) {
 	switch cfg.WorkloadMethod {
 	case agentconfig.WorkloadDirect:
@@ -82,7 +83,11 @@ func NewCredentialSource(cfg *agentconfig.Config) (CredentialSource, error) {
 			RegistrationURL:   cfg.RegistrationURL,
 		}, nil
 	case agentconfig.WorkloadBroker:
-		return &BrokerSource{Method: cfg.BootstrapMethod, SPIFFE: cfg.SPIFFE, ExpiresAt: cfg.ExpiresAt}, nil
+		b := &BrokerSource{Method: cfg.BootstrapMethod, SPIFFE: cfg.SPIFFE, ExpiresAt: cfg.ExpiresAt}
+		if s := cfg.SPIFFE; s != nil && s.SecretStore != nil {
+			return &VaultSource{Store: *s.SecretStore, SPIRE: b}, nil
+		}
+		return b, nil
 	default:
 		return nil, &UnsupportedError{What: fmt.Sprintf("workloadMethod %q", cfg.WorkloadMethod)}
 	}

@@ -438,3 +438,53 @@ func (t *tailBuffer) lastLines(n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// fetchJWT runs `spire-agent api fetch jwt` once and returns the JWT-SVID
+// for audience of spiffeID (the one SVID the Workload API gives when
+// empty). Its errors never quote a token.
+func (r *spireRun) fetchJWT(ctx context.Context, audience, spiffeID string) (string, error) {
+	args := []string{"api", "fetch", "jwt", "-audience", audience, "-socketPath", r.socket, "-timeout", "5s"}
+	if spiffeID != "" {
+		args = append(args, "-spiffeID", spiffeID)
+	}
+	out, err := exec.CommandContext(ctx, r.bin, args...).Output()
+	if err != nil {
+		var exit *exec.ExitError
+		msg := ""
+		if errors.As(err, &exit) {
+			msg = ": " + strings.TrimSpace(tailString(string(exit.Stderr), 1024))
+		}
+		return "", fmt.Errorf("spire-agent api fetch jwt: %w%s", err, r.redact(msg))
+	}
+	return parseJWTSVID(out, spiffeID)
+}
+
+// parseJWTSVID picks the token of spiffeID (any when empty) from the pretty
+// output of `spire-agent api fetch jwt`:
+//
+//	token(spiffe://example.org/vm/...):
+//		eyJhbGciOi...
+//	bundle(spiffe://example.org):
+//		{"keys": ...}
+func parseJWTSVID(out []byte, spiffeID string) (string, error) {
+	lines := strings.Split(string(out), "\n")
+	var ids []string
+	for i := 0; i+1 < len(lines); i++ {
+		id, ok := strings.CutPrefix(strings.TrimSpace(lines[i]), "token(")
+		if !ok || !strings.HasSuffix(id, "):") {
+			continue
+		}
+		id = strings.TrimSuffix(id, "):")
+		ids = append(ids, id)
+		if spiffeID != "" && id != spiffeID {
+			continue
+		}
+		if tok := strings.TrimSpace(lines[i+1]); strings.Count(tok, ".") == 2 {
+			return tok, nil
+		}
+	}
+	if len(ids) == 0 {
+		return "", errors.New("spire-agent api fetch jwt printed no JWT-SVID")
+	}
+	return "", fmt.Errorf("spire-agent api fetch jwt gave JWT-SVIDs for %s, not %s (spiffe.spiffeID)", strings.Join(ids, ", "), spiffeID)
+}

@@ -29,7 +29,14 @@ var (
 	ErrCredentialGone = errors.New("no credential in the secret store: it was read already or never written")
 	// ErrStoreDenied: the login token may not read or delete the path.
 	ErrStoreDenied = errors.New("the secret store denied access to the credential's path")
+	// ErrStoreUnavailable: the store could not be reached, or answered with
+	// a server error (5xx, 429).
+	ErrStoreUnavailable = errors.New("the secret store is unavailable")
 )
+
+// roleNotFound is how Vault's JWT auth method refuses a login with a role
+// that does not exist: for a VM, a role the operator has not written yet.
+const roleNotFound = "could not be found"
 
 // JWTSVIDFetcher returns a JWT-SVID for audience from the Workload API,
 // such as go-spiffe's workloadapi.FetchJWTSVID(...).Marshal().
@@ -43,6 +50,19 @@ type JWTSVIDFetcher func(ctx context.Context, audience string) (string, error)
 // It speaks the three HTTP calls itself rather than through Vault's client,
 // so the agent stays a small binary on the standard library; the tests check
 // its requests against the official client's.
+//
+// With SPIRE set (spiffe.secretStore in the agent's configuration), it
+// first attests exactly as BrokerSource does, with the same deadline, and
+// fetches the JWT-SVID from that spire-agent (`spire-agent api fetch jwt`).
+// The operator writes the credential only once it has seen the VM attest,
+// so the source then asks until it is there: a login refused because the
+// VM's role does not exist yet, a credential not (or no longer, while the
+// operator writes it anew) at the path, and an unreachable or failing
+// store are retried with a backoff up to 5 seconds until the deadline.
+// Exit codes as for the broker: ExitAttestation when no SVID came,
+// ExitBrokerRefused when the store refused the login or the read or held
+// no valid credential, ExitBrokerUnavailable when no credential came
+// before the deadline or the store's certificate is not trusted.
 type VaultSource struct {
 	// Store is the store's address, mounts, role, audience and path.
 	Store agentconfig.SecretStore
@@ -50,22 +70,119 @@ type VaultSource struct {
 	FetchJWTSVID JWTSVIDFetcher
 	// HTTPClient replaces the client built from Store.CABundle (tests).
 	HTTPClient *http.Client
-	// Logger receives a warning when the delete after the read fails; nil
-	// discards it.
+	// Logger receives a warning when the delete after the read fails, and
+	// the retries; nil discards them.
 	Logger *slog.Logger
+	// SPIRE, when set, attests first and supplies FetchJWTSVID when that is
+	// nil (see above).
+	SPIRE *BrokerSource
 }
 
-// Credential logs in, reads the credential and deletes it. A credential
-// that was read but could not be deleted is still returned (the operator
-// deletes it when the claim ends); the failure is logged.
+// useOptions fills in the agent's settings.
+func (v *VaultSource) useOptions(o *Options) {
+	if v.SPIRE != nil {
+		v.SPIRE.useOptions(o)
+	}
+	v.Logger = o.Logger
+}
+
+// Backoff between attempts to read the credential (with SPIRE).
+const (
+	storeFirstBackoff = time.Second
+	storeMaxBackoff   = 5 * time.Second
+)
+
+// Credential logs in, reads the credential and deletes it; with SPIRE it
+// attests first and waits for the credential. A credential that was read
+// but could not be deleted is still returned (the operator deletes it when
+// the claim ends); the failure is logged.
 func (v *VaultSource) Credential(ctx context.Context) (Credential, error) {
+	if v.SPIRE == nil {
+		return v.readOnce(ctx, v.FetchJWTSVID)
+	}
+	return v.SPIRE.withSVID(ctx, func(fetchCtx context.Context, run *spireRun, _ tls.Certificate) (Credential, error) {
+		fetch := v.FetchJWTSVID
+		if fetch == nil {
+			fetch = func(ctx context.Context, audience string) (string, error) {
+				return run.fetchJWT(ctx, audience, v.SPIRE.SPIFFE.SPIFFEID)
+			}
+		}
+		return v.await(fetchCtx, fetch)
+	})
+}
+
+// await reads the credential until it is there, a refusal, or ctx's end.
+func (v *VaultSource) await(ctx context.Context, fetch JWTSVIDFetcher) (Credential, error) {
+	backoff := storeFirstBackoff
+	for attempt := 1; ; attempt++ {
+		cred, err := v.readOnce(ctx, fetch)
+		if err == nil {
+			v.logger().InfoContext(ctx, "runner credential read from the secret store", "address", safeURL(v.Store.Address), "path", v.Store.Path, "attempts", attempt, "credential", cred)
+			if cred.Method != v.SPIRE.Method {
+				return Credential{}, fail(ExitBrokerRefused, "the secret store held a %s credential, but the config's bootstrapMethod is %s", cred.Method, v.SPIRE.Method)
+			}
+			return cred, nil
+		}
+		if ferr := v.final(ctx, err); ferr != nil {
+			return Credential{}, ferr
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Now().Add(backoff).After(dl) {
+			return Credential{}, fail(ExitBrokerUnavailable, "no credential from the secret store %s before the deadline (--attest-timeout) after %d attempts; last: %v",
+				safeURL(v.Store.Address), attempt, err)
+		}
+		v.logger().WarnContext(ctx, "runner credential not in the secret store yet; trying again", "attempt", attempt, "retryIn", backoff, "reason", err.Error())
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Credential{}, fail(ExitBrokerUnavailable, "no credential from the secret store %s: %v after %d attempts; last: %v", safeURL(v.Store.Address), ctx.Err(), attempt, err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, storeMaxBackoff)
+	}
+}
+
+// final is the exit for an attempt's error that no retry mends, nil for
+// one worth retrying.
+func (v *VaultSource) final(ctx context.Context, err error) error {
+	var verr *tls.CertificateVerificationError
+	switch {
+	case ctx.Err() != nil:
+		return fail(ExitBrokerUnavailable, "no credential from the secret store %s: %v; last: %v", safeURL(v.Store.Address), ctx.Err(), err)
+	case errors.As(err, &verr):
+		return fail(ExitBrokerUnavailable, "the secret store %s's certificate is not trusted (spiffe.secretStore.caBundle, or the system roots when empty): %w", safeURL(v.Store.Address), err)
+	case errors.Is(err, errJWTSVID):
+		return fail(ExitAttestation, "%w", err)
+	case errors.Is(err, ErrStoreLoginRefused) && strings.Contains(err.Error(), roleNotFound),
+		errors.Is(err, ErrCredentialGone), errors.Is(err, ErrStoreUnavailable):
+		return nil
+	}
+	return fail(ExitBrokerRefused, "%w", err)
+}
+
+func (v *VaultSource) logger() *slog.Logger {
+	if v.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return v.Logger
+}
+
+// errJWTSVID marks a failure to get the JWT-SVID from the Workload API.
+var errJWTSVID = errors.New("no JWT-SVID")
+
+// readOnce logs in with a fresh JWT-SVID, reads the credential and deletes
+// it.
+func (v *VaultSource) readOnce(ctx context.Context, fetch JWTSVIDFetcher) (Credential, error) {
 	client, err := v.client()
 	if err != nil {
 		return Credential{}, err
 	}
-	jwt, err := v.FetchJWTSVID(ctx, v.Store.Audience)
+	if fetch == nil {
+		return Credential{}, fail(ExitBadConfig, "the secret store source has no way to fetch a JWT-SVID")
+	}
+	jwt, err := fetch(ctx, v.Store.Audience)
 	if err != nil {
-		return Credential{}, fmt.Errorf("fetching a JWT-SVID for audience %q: %w", v.Store.Audience, err)
+		return Credential{}, fmt.Errorf("%w: fetching a JWT-SVID for audience %q: %w", errJWTSVID, v.Store.Audience, err)
 	}
 	token, err := v.login(ctx, client, jwt)
 	if err != nil {
@@ -76,11 +193,7 @@ func (v *VaultSource) Credential(ctx context.Context) (Credential, error) {
 		return Credential{}, err
 	}
 	if err := v.delete(ctx, client, token); err != nil {
-		log := v.Logger
-		if log == nil {
-			log = slog.New(slog.DiscardHandler)
-		}
-		log.WarnContext(ctx, "Could not delete the credential after reading it; the operator deletes it when the claim ends",
+		v.logger().WarnContext(ctx, "Could not delete the credential after reading it; the operator deletes it when the claim ends",
 			"path", v.Store.KVMount+"/metadata/"+v.Store.Path, "error", err)
 	}
 	return cred, nil
@@ -118,6 +231,8 @@ func (v *VaultSource) login(ctx context.Context, client *http.Client, jwt string
 		return "", err
 	case status == http.StatusBadRequest || status == http.StatusForbidden:
 		return "", fmt.Errorf("logging in at %s with role %q: %w: %s", path, v.Store.Role, ErrStoreLoginRefused, msgs)
+	case unavailable(status):
+		return "", fmt.Errorf("logging in at %s: %w: HTTP %d: %s", path, ErrStoreUnavailable, status, msgs)
 	case status != http.StatusOK:
 		return "", fmt.Errorf("logging in at %s: HTTP %d: %s", path, status, msgs)
 	case out.Auth == nil || out.Auth.ClientToken == "":
@@ -141,6 +256,8 @@ func (v *VaultSource) read(ctx context.Context, client *http.Client, token strin
 		return Credential{}, fmt.Errorf("reading %s: %w", path, ErrCredentialGone)
 	case status == http.StatusForbidden:
 		return Credential{}, fmt.Errorf("reading %s: %w: %s", path, ErrStoreDenied, msgs)
+	case unavailable(status):
+		return Credential{}, fmt.Errorf("reading %s: %w: HTTP %d: %s", path, ErrStoreUnavailable, status, msgs)
 	case status != http.StatusOK:
 		return Credential{}, fmt.Errorf("reading %s: HTTP %d: %s", path, status, msgs)
 	case out.Data == nil || out.Data.Data == nil:
@@ -186,7 +303,11 @@ func (v *VaultSource) call(ctx context.Context, client *http.Client, method, pat
 	req.Header.Set("X-Vault-Request", "true")
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, "", fmt.Errorf("%s %s: %w", method, path, err)
+		var verr *tls.CertificateVerificationError
+		if errors.As(err, &verr) {
+			return 0, "", fmt.Errorf("%s %s: %w", method, path, err)
+		}
+		return 0, "", fmt.Errorf("%s %s: %w: %w", method, path, ErrStoreUnavailable, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
@@ -200,6 +321,11 @@ func (v *VaultSource) call(ctx context.Context, client *http.Client, method, pat
 		return resp.StatusCode, "", nil
 	}
 	return resp.StatusCode, vaultErrors(raw), nil
+}
+
+// unavailable reports whether status says the store cannot serve now.
+func unavailable(status int) bool {
+	return status >= 500 || status == http.StatusTooManyRequests
 }
 
 // vaultErrors is the "errors" list of a Vault error body, joined; the raw

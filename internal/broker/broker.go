@@ -265,6 +265,17 @@ func (b *Broker) liveClaim(ctx context.Context, id spiffeid.ID) (*hfv1.MachineCl
 		return claim, refuse(http.StatusConflict, ReasonAlreadyIssued, "the VM of MachineClaim %s/%s asked for its credential already, at %s; a credential is handed out once",
 			ns, name, st.CredentialRequestedAt.UTC().Format(time.RFC3339))
 	}
+	cluster := &hfv1.HypervisorCluster{}
+	if err := b.Clusters.Get(ctx, client.ObjectKey{Name: claim.Status.VMRef.HypervisorCluster}, cluster); client.IgnoreNotFound(err) != nil {
+		ref := refuse(http.StatusServiceUnavailable, ReasonBusy, "read HypervisorCluster %s: %v", claim.Status.VMRef.HypervisorCluster, err)
+		ref.retryAfter = 2 * time.Second
+		return claim, ref
+	}
+	if c := cluster.Spec.SPIRE; c != nil && c.SecretStore != nil {
+		// The operator writes this VM's credential to the store; a second
+		// one from the broker would make two.
+		return claim, refuse(http.StatusForbidden, ReasonNotBootstrapping, "the VMs of HypervisorCluster %s read their runner credential from its secrets store (spec.spire.secretStore), not from the broker", cluster.Name)
+	}
 	return claim, nil
 }
 

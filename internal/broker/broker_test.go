@@ -231,7 +231,12 @@ func TestBrokerRefusals(t *testing.T) {
 	noToken := liveClaim("no-token")
 	noToken.Status.Identity.JoinTokenCreatedAt = nil
 	replaced := liveClaim("replaced") // same name, another claim's UID in the id
-	w := newWorld(t, liveClaim("runner-1"), ending, noVM, noToken, replaced)
+	viaStore := liveClaim("via-store")
+	viaStore.Status.VMRef.HypervisorCluster = "pve-store"
+	storeCluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "pve-store"}, Spec: hfv1.HypervisorClusterSpec{
+		SPIRE: &hfv1.SPIREConfig{TrustDomain: td, ServerAddress: "spire:8081", ServerAPI: hfv1.SPIREServerAPI{AdminSocket: "/run/spire.sock"},
+			SecretStore: &hfv1.SecretStoreConfig{Address: "https://vault.example.com:8200"}}}}
+	w := newWorld(t, liveClaim("runner-1"), ending, noVM, noToken, replaced, viaStore, storeCluster)
 	other := newCA(t, "other.org")
 	future := time.Now().Add(time.Hour)
 
@@ -253,6 +258,8 @@ func TestBrokerRefusals(t *testing.T) {
 		{"identity not issued", http.MethodPost, w.ca.svid(t, vmID("no-token"), future), http.StatusForbidden, ReasonNoLiveClaim},
 		{"claim ending", http.MethodPost, w.ca.svid(t, vmID("ending"), future), http.StatusForbidden, ReasonNotBootstrapping},
 		{"claim without VM", http.MethodPost, w.ca.svid(t, vmID("no-vm"), future), http.StatusForbidden, ReasonNotBootstrapping},
+		// The operator writes its credential to the cluster's secrets store.
+		{"claim of a secrets store cluster", http.MethodPost, w.ca.svid(t, vmID("via-store"), future), http.StatusForbidden, ReasonNotBootstrapping},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -198,6 +198,11 @@ func agentConfig(v *Vars) *agentconfig.Config {
 			BrokerURL:         v.BrokerURL,
 			BrokerCA:          v.BrokerCA,
 		}
+		if v.SecretStore != nil {
+			store := *v.SecretStore
+			store.Role, store.Path, store.CABundle = v.SecretStoreRole, v.SecretStorePath, v.SecretStoreCA
+			c.SPIFFE.SecretStore = &store
+		}
 	}
 	return c
 }

@@ -116,6 +116,21 @@ type Vars struct {
 	// BrokerCA is the PEM CA bundle the VM trusts for BrokerURL, empty for
 	// its system roots.
 	BrokerCA string
+	// SecretStore is where the VM reads its runner credential instead of
+	// asking the broker (spiffe.secretStore in agent.json; BrokerURL and
+	// BrokerCA are then empty): a Vault or OpenBao server it logs in to
+	// with a JWT-SVID. Its address, mounts and audience are the template's;
+	// its role, path and CA bundle come from the three fields below. Nil:
+	// the broker.
+	SecretStore *agentconfig.SecretStore
+	// SecretStoreRole and SecretStorePath are the VM's own login role and
+	// credential path in SecretStore. Per-VM.
+	SecretStoreRole string
+	SecretStorePath string
+	// SecretStoreCA is the PEM CA bundle the VM trusts for SecretStore,
+	// empty for its system roots. Zeroed by Canonical: it rotates on its
+	// own schedule, not with the template.
+	SecretStoreCA string
 
 	// WorkloadMethod is direct (runner credential in cloud-init) or broker
 	// (fetched after attestation); broker exactly when SPIFFEEnabled.
@@ -258,8 +273,9 @@ func (b Bytes) String() string { return fmt.Sprintf("<%d bytes; use base64>", le
 
 // Canonical returns v with every per-VM, per-claim and per-issue value
 // zeroed: Hostname, FQDN, InstanceID, MACAddress, StaticIP, SPIFFEID,
-// JoinToken, TrustBundle, AgentCA, BrokerCA, JITConfig, RunnerToken, RunnerName, Labels,
-// RunnerGroup, ExpiresAt and PowerOffNotify. What remains is the same for every VM of one
+// JoinToken, TrustBundle, AgentCA, BrokerCA, SecretStoreRole, SecretStorePath,
+// SecretStoreCA, JITConfig, RunnerToken, RunnerName, Labels, RunnerGroup,
+// ExpiresAt and PowerOffNotify. What remains is the same for every VM of one
 // template, so rendering the canonical vars gives identical bytes for all of
 // them and the bytes change only when something that shapes the VMs changes
 // (docs/architecture.md, "Template drift hash"). Render accepts canonical
@@ -276,6 +292,9 @@ func (v Vars) Canonical() Vars {
 	v.TrustBundle = ""
 	v.AgentCA = ""
 	v.BrokerCA = ""
+	v.SecretStoreRole = ""
+	v.SecretStorePath = ""
+	v.SecretStoreCA = ""
 	v.JITConfig = ""
 	v.RunnerToken = ""
 	v.RunnerName = ""

@@ -15,10 +15,11 @@ import (
 // new field fails this test until someone decides which it is.
 var (
 	perVMFields = []string{"Hostname", "FQDN", "InstanceID", "MACAddress", "StaticIP", "SPIFFEID", "JoinToken",
-		"TrustBundle", "AgentCA", "BrokerCA", "JITConfig", "RunnerToken", "RunnerName", "Labels", "RunnerGroup", "ExpiresAt", "PowerOffNotify"}
+		"TrustBundle", "AgentCA", "BrokerCA", "SecretStoreRole", "SecretStorePath", "SecretStoreCA", "JITConfig", "RunnerToken", "RunnerName", "Labels",
+		"RunnerGroup", "ExpiresAt", "PowerOffNotify"}
 	templateFields = []string{"NetworkMode", "DHCPClientIdentifier", "SendHostname", "IPv6", "NetmaskBits", "Gateway",
 		"DNSServers", "SearchDomains", "SPIFFEEnabled", "AttestationMethod", "TrustDomain", "SPIREServerAddress",
-		"TPMDevicePath", "BrokerURL", "WorkloadMethod", "BootstrapMethod", "RegistrationURL", "RunnerConfig",
+		"TPMDevicePath", "BrokerURL", "SecretStore", "WorkloadMethod", "BootstrapMethod", "RegistrationURL", "RunnerConfig",
 		"PowerOffOnFinish", "AgentDownloadURL", "AgentSHA256", "BootstrapServiceURL", "BootstrapServiceBinary"}
 )
 
@@ -48,6 +49,8 @@ func TestCanonicalFieldClassification(t *testing.T) {
 	v.JITConfig, v.RunnerToken = "jit", "token" // not a valid VM; Canonical does not care
 	v.PowerOffNotify = &agentconfig.PowerOffNotify{URL: "https://op.example.com/hints/v1/power-off", Token: "t"}
 	v.BrokerCA = testCA
+	v.SecretStore = &agentconfig.SecretStore{Address: "https://vault.example.com:8200", AuthMount: "jwt", Audience: "hyperfleet-secret-store", KVMount: "secret"}
+	v.SecretStoreRole, v.SecretStorePath, v.SecretStoreCA = "uid-a", "hyperfleet/hyperfleet.io/vm/ci/runner-a/uid-a", testCA
 	c := reflect.ValueOf(v.Canonical())
 	orig := reflect.ValueOf(v)
 	for _, f := range perVMFields {

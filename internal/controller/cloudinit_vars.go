@@ -9,6 +9,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -92,6 +93,10 @@ func templateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 		// Part of the template's hash: a VM built for another trust
 		// domain or server is out of date.
 		v.TrustDomain, v.SPIREServerAddress = c.TrustDomain, c.ServerAddress
+		if c.SecretStore != nil {
+			store := identity.StoreSettings(c.SecretStore)
+			v.SecretStore = &store
+		}
 	}
 	if tpm := spec.Attestation.TPM; tpm != nil {
 		v.TPMDevicePath = tpm.DevicePath

@@ -144,6 +144,12 @@ func clusterSecretRefs(c *hfv1.HypervisorCluster) []*hfv1.SecretKeySelector {
 	if c.Spec.TLS != nil && c.Spec.TLS.CABundleRef != nil {
 		out = append(out, c.Spec.TLS.CABundleRef)
 	}
+	if store := secretStoreOf(c); store != nil {
+		out = append(out, &store.TokenRef)
+		if store.CABundleRef != nil {
+			out = append(out, store.CABundleRef)
+		}
+	}
 	return out
 }
 

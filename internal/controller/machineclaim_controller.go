@@ -95,6 +95,11 @@ type MachineClaimReconciler struct {
 	// Broker is the credential broker VMs that attest fetch their runner
 	// credential from; nil when the operator runs none.
 	Broker BrokerEndpoint
+	// Credentials mints the runner credentials written to the secrets
+	// store of clusters with spec.spire.secretStore; StoreOpener opens
+	// those stores (nil: identity.OpenStore on Vault or OpenBao).
+	Credentials CredentialIssuer
+	StoreOpener StoreOpener
 	// ClaimEvents carries wake-ups from the HypervisorCluster poller and
 	// the RunnerPool resync.
 	ClaimEvents <-chan event.GenericEvent
@@ -218,7 +223,7 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			r.releaseIdentityPhase, r.removeFinalizerPhase)
 	}
 	return runPhases(ctx, s, r.restoreReservation, r.ensureMetadata, r.handleEnd, r.refuseUnsupported,
-		r.loadDependencies, r.connectProvider, r.watchAttestation, r.watchRunning, r.ensureAddress, r.ensureIdentity, r.ensureVM)
+		r.loadDependencies, r.connectProvider, r.watchAttestation, r.storeCredential, r.watchRunning, r.ensureAddress, r.ensureIdentity, r.ensureVM)
 }
 
 // ensureMetadata adds the finalizer and the standard labels (in memory;

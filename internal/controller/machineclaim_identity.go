@@ -156,6 +156,9 @@ func (r *MachineClaimReconciler) releaseIdentity(ctx context.Context, claim *hfv
 		setEnding(claim, hfv1.SPIREUnavailableReason, fmt.Sprintf("Waiting for the SPIRE server of trust domain %s to delete the VM's entry %s", id.TrustDomain(), st.EntryID))
 		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
 	}
+	if done, res := r.forgetStoredCredential(ctx, claim, srv.Cluster); !done {
+		return false, res
+	}
 	if err := r.Issuer.Release(ctx, srv, claim); err != nil {
 		setEnding(claim, hfv1.SPIREUnavailableReason, "Could not delete the VM's SPIRE entries yet: "+err.Error())
 		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
@@ -187,7 +190,7 @@ func (r *MachineClaimReconciler) spireServer(ctx context.Context, cluster *hfv1.
 
 // setIdentityVars fills in what the VM's agent needs to attest and fetch
 // its credential: the join token (derived again, never stored), the trust
-// bundle, the SPIRE server and the broker.
+// bundle, the SPIRE server, and the broker or the secrets store.
 func (r *MachineClaimReconciler) setIdentityVars(ctx context.Context, claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster, v *cloudinit.Vars) error {
 	st := claim.Status.Identity
 	if st == nil || st.JoinTokenCreatedAt == nil {
@@ -201,13 +204,23 @@ func (r *MachineClaimReconciler) setIdentityVars(ctx context.Context, claim *hfv
 	if err != nil {
 		return err
 	}
-	if r.Broker == nil {
-		return fmt.Errorf("this operator runs no credential broker: start the manager with the agent server (--agent-server-addr, --agent-server-url, --agent-server-cert, --agent-server-key)")
-	}
 	_, pem := srv.Bundle()
 	v.SPIFFEID, v.TrustDomain, v.JoinToken, v.TrustBundle = st.SPIFFEID, srv.TrustDomain.Name(), token, pem
 	v.SPIREServerAddress = cluster.Spec.SPIRE.ServerAddress
-	v.BrokerURL, v.BrokerCA = r.Broker.URL(), r.Broker.CA()
+	if cfg := secretStoreOf(cluster); cfg != nil {
+		// The VM reads its credential from the store: no broker address.
+		store, err := identity.StoreAgentConfig(ctx, cfg, st.SPIFFEID, r.readClusterSecret)
+		if err != nil {
+			return err
+		}
+		v.SecretStore, v.BrokerURL, v.BrokerCA = store, "", ""
+		v.SecretStoreRole, v.SecretStorePath, v.SecretStoreCA = store.Role, store.Path, store.CABundle
+	} else {
+		if r.Broker == nil {
+			return fmt.Errorf("this operator runs no credential broker: start the manager with the agent server (--agent-server-addr, --agent-server-url, --agent-server-cert, --agent-server-key)")
+		}
+		v.BrokerURL, v.BrokerCA = r.Broker.URL(), r.Broker.CA()
+	}
 	if exp := st.JoinTokenExpiresAt; exp != nil {
 		v.ExpiresAt = cloudinit.Time{Time: exp.Time}
 	}
@@ -256,7 +269,7 @@ func (r *HypervisorMachineTemplateReconciler) checkIdentity(tmpl *hfv1.Hyperviso
 		return hfv1.JoinTokenTTLNotAllowedReason, fmt.Sprintf("spec.attestation.joinToken.ttl %s is outside the join-token lifetimes HypervisorCluster %s allows (spec.spire.joinTokenTTL, %s to %s); choose a ttl within them",
 			ttl, cluster.Name, lo, hi)
 	}
-	if r.Identity.Issuer == nil || r.Identity.Broker == nil {
+	if r.Identity.Issuer == nil || cfg.SecretStore == nil && r.Identity.Broker == nil {
 		return hfv1.BrokerUnavailableReason, "spec.attestation.method is join-token, but this operator runs no credential broker for the VMs to fetch their runner credential from: start the manager with the agent server (--agent-server-addr, --agent-server-url, --agent-server-cert and --agent-server-key; docs/identity.md), or set spec.attestation.method none"
 	}
 	if c := hfv1.FindCondition(cluster.Status.Conditions, hfv1.HypervisorClusterSPIREConnectedCondition); c == nil || c.Status != metav1.ConditionTrue {

@@ -116,11 +116,15 @@ func summariseReady(claim *hfv1.MachineClaim) {
 		setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ConditionReason(ending.Reason), ending.Message)
 	case provisioned != nil && provisioned.Status == metav1.ConditionTrue:
 		attested := hfv1.FindCondition(*conds, hfv1.MachineClaimAttestedCondition)
+		bootstrapped := hfv1.FindCondition(*conds, hfv1.MachineClaimBootstrappedCondition)
 		switch {
-		case hfv1.IsConditionTrue(*conds, hfv1.MachineClaimBootstrappedCondition):
+		case bootstrapped != nil && bootstrapped.Status == metav1.ConditionTrue:
 			setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM is up and the workload reports it ready")
 		case attested != nil && attested.Status != metav1.ConditionTrue:
 			setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ConditionReason(attested.Reason), attested.Message)
+		case bootstrapped != nil:
+			// The credential's way to the VM (the secrets store) says why.
+			setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ConditionReason(bootstrapped.Reason), bootstrapped.Message)
 		default:
 			setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.WaitingForRunnerReason, "The VM is up; waiting for the workload to report it ready")
 		}

@@ -51,7 +51,11 @@ func withPlaceholderCredentials(ws *workload.Backends, v cloudinit.Vars, tmpl *h
 		if v.SPIREServerAddress == "" {
 			v.SPIREServerAddress = "spire.placeholder.invalid:8081"
 		}
-		if v.BrokerURL == "" {
+		switch {
+		case v.SecretStore != nil:
+			v.SecretStoreRole = placeholderClaimUID
+			v.SecretStorePath = "placeholder/" + v.TrustDomain + "/vm/placeholder/placeholder/" + placeholderClaimUID
+		case v.BrokerURL == "":
 			v.BrokerURL = "https://broker.placeholder.invalid/broker/v1/credential"
 		}
 	}

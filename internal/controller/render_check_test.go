@@ -120,6 +120,28 @@ func TestCheckTemplateRender(t *testing.T) {
 	}
 }
 
+// TestCheckTemplateRenderWithSecretStore: a template that attests on a
+// cluster whose VMs read their credential from a secrets store passes the
+// check, which renders the store (with a placeholder role and path) and no
+// broker into the agent's configuration.
+func TestCheckTemplateRenderWithSecretStore(t *testing.T) {
+	cluster := &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{SPIRE: &hfv1.SPIREConfig{
+		TrustDomain: "example.org", ServerAddress: "spire.example.org:8081",
+		SecretStore: &hfv1.SecretStoreConfig{Address: "https://vault.example.com:8200"},
+	}}}
+	tmpl := renderCheckTemplate(func(tm *hfv1.HypervisorMachineTemplate) {
+		tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationJoinToken}
+	})
+	if err := checkTemplateRender(ciPlatforms, tmpl, cluster, nil, nil); err != nil {
+		t.Fatalf("checkTemplateRender: %v", err)
+	}
+	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "placeholder", UID: placeholderClaimUID}}
+	v := withPlaceholderCredentials(ciPlatforms, claimVars(ciPlatforms, claim, tmpl, cluster, staticAddr{}), tmpl)
+	if v.SecretStore == nil || v.SecretStore.Address != "https://vault.example.com:8200" || v.SecretStore.KVMount != "secret" || v.SecretStoreRole == "" || v.BrokerURL != "" {
+		t.Fatalf("check vars: store %+v role %q brokerURL %q", v.SecretStore, v.SecretStoreRole, v.BrokerURL)
+	}
+}
+
 // TestClusterConfigCloneLimits: the operator's clone limits for a cluster
 // without spec.limits are the API's defaults (which the CRD applies to a
 // field left out of limits; api/v1alpha1's TestCloneLimitDefaults checks

@@ -98,10 +98,18 @@ func (w *World) Objects() ([]client.Object, error) {
 				o.Spec.SPIRE.TrustDomain = TrustDomain
 				o.Spec.SPIRE.ServerAddress = w.SPIRE.Address
 				o.Spec.SPIRE.ServerAPI = hfv1.SPIREServerAPI{AdminSocket: w.SPIRE.SocketPath}
+				if w.opts.SecretStore {
+					_, o.Spec.SPIRE.SecretStore = w.vaultObjects()
+				}
 			case *hfv1.HypervisorMachineTemplate:
 				o.Spec.Attestation = *tmpl.Spec.Attestation.DeepCopy()
 			}
 		}
+	}
+	if w.opts.SecretStore {
+		// Before the cluster that references it.
+		secret, _ := w.vaultObjects()
+		objs = append([]client.Object{objs[0], secret}, objs[1:]...)
 	}
 	return objs, nil
 }

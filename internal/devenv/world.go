@@ -44,6 +44,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	vaultsim "github.com/hyperfleet/hyperfleet/internal/simulator/vault"
 	"github.com/hyperfleet/hyperfleet/internal/spireworld"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
@@ -137,6 +138,12 @@ type Options struct {
 	// trust the simulator's CA. With AgentFromOperator the agent server's
 	// URL names it too.
 	GuestImage *proxmoxsim.GuestImage
+	// SecretStore (with SPIFFE) has the VMs read their runner credential
+	// from a secrets store instead of the broker: the world runs the fake
+	// Vault (internal/simulator/vault) on loopback HTTPS, its JWT auth
+	// trusting the spire-server's JWT keys, and sets the cluster's
+	// spec.spire.secretStore (docs/secrets-store.md).
+	SecretStore bool
 	// MetricsAddr, when set, is the address the operator's /metrics
 	// endpoint binds to (plain HTTP, as --metrics-bind-address). A port of
 	// 0 takes a free port once, kept across operator restarts; MetricsURL
@@ -170,6 +177,12 @@ type World struct {
 
 	// SPIRE is the spire-server with Options.SPIFFE.
 	SPIRE *spireworld.Server
+	// Vault is the fake secrets store with Options.SecretStore, VaultURL
+	// its address; its admin view (SecretPaths, Requests) shows what the
+	// operator wrote and the VMs read.
+	Vault    *vaultsim.Server
+	VaultURL string
+	vaultCA  []byte
 
 	mu       sync.Mutex
 	operator *operatorRun
@@ -194,6 +207,9 @@ type operatorRun struct {
 // objects. Stop it with Stop, whatever happens.
 func Start(ctx context.Context, opts Options) (*World, error) {
 	agentServed := opts.ExternalOperator && opts.AgentFromOperator
+	if opts.SecretStore && !opts.SPIFFE {
+		return nil, errors.New("devenv: Options.SecretStore needs Options.SPIFFE: the VMs log in to the store with their JWT-SVIDs")
+	}
 	if opts.Dir == "" || (opts.AgentBinary == "" && !agentServed) {
 		return nil, errors.New("devenv: Options.Dir and Options.AgentBinary are required (AgentBinary is not when an external operator serves the agent)")
 	}
@@ -241,6 +257,12 @@ func (w *World) start(ctx context.Context) (err error) {
 		stop()
 		if err != nil {
 			return fmt.Errorf("devenv: %w", err)
+		}
+	}
+	if opts.SecretStore {
+		w.progress("Starting the secrets store (a fake Vault trusting spire-server's JWT keys)")
+		if err := w.startVault(ctx); err != nil {
+			return err
 		}
 	}
 	w.progress("Starting the GitHub and Proxmox VE simulators")

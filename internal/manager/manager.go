@@ -288,6 +288,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		return nil, fmt.Errorf("set up IPPool controller: %w", err)
 	}
 	runners := controller.NewRunnerObservations()
+	// Clusters with spec.spire.secretStore get their VMs' credentials
+	// minted as the broker mints them, and written to the store.
+	credentials, _ := ci.bootstrap.(controller.CredentialIssuer)
 	if err := (&controller.MachineClaimReconciler{
 		Client:        mgr.GetClient(),
 		Registry:      registry,
@@ -307,6 +310,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Identity:      identities,
 		Issuer:        issuer,
 		Broker:        brokerEndpoint,
+		Credentials:   credentials,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up MachineClaim controller: %w", err)
 	}

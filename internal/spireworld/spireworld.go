@@ -13,6 +13,8 @@ package spireworld
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -26,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-jose/go-jose/v4"
 	bundlev1 "github.com/spiffe/spire-api-sdk/proto/spire/api/server/bundle/v1"
 	"github.com/spiffe/spire-api-sdk/proto/spire/api/types"
 	"google.golang.org/grpc"
@@ -368,4 +371,31 @@ func WriteFile(path string, content []byte) error {
 		return fmt.Errorf("spireworld: %w", err)
 	}
 	return nil
+}
+
+// JWKS returns the trust domain's JWT authorities, the keys JWT-SVIDs are
+// signed with, as a JSON Web Key Set: what SPIRE's OIDC discovery provider
+// serves at /keys, and a secrets store's jwks_url points to.
+func (s *Server) JWKS(ctx context.Context) ([]byte, error) {
+	conn, err := grpc.NewClient("unix://"+s.SocketPath, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("a Server API client for %s: %w", s.SocketPath, err)
+	}
+	defer func() { _ = conn.Close() }()
+	b, err := bundlev1.NewBundleClient(conn).GetBundle(ctx, &bundlev1.GetBundleRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("the bundle of %s: %w", s.TrustDomain, err)
+	}
+	var set jose.JSONWebKeySet
+	for _, a := range b.GetJwtAuthorities() {
+		key, err := x509.ParsePKIXPublicKey(a.GetPublicKey())
+		if err != nil {
+			return nil, fmt.Errorf("JWT authority %s: %w", a.GetKeyId(), err)
+		}
+		set.Keys = append(set.Keys, jose.JSONWebKey{Key: key, KeyID: a.GetKeyId(), Use: "sig"})
+	}
+	if len(set.Keys) == 0 {
+		return nil, fmt.Errorf("the bundle of %s has no JWT authority", s.TrustDomain)
+	}
+	return json.Marshal(set)
 }

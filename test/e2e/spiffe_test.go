@@ -38,15 +38,24 @@ import (
 // X509-SVID (docs/identity.md).
 
 // seedWatch records what the VMs' cloud-init gave them: every user-data
-// seen, and any that carried a runner credential.
+// seen, and any that carried a runner credential or lacked the way to
+// fetch one (want: the broker's URL, or the secrets store).
 type seedWatch struct {
 	mu    sync.Mutex
 	seeds map[string]bool
 	bad   []string
+	want  string
 }
 
+// Where the VMs fetch their credential from, as their agent.json says.
+const (
+	viaBroker = `"brokerURL"`
+	viaStore  = `"secretStore"`
+)
+
 // sample reads every guest's seed user-data: it must be broker mode, with a
-// join token and no runner credential of any kind.
+// join token, the one way to fetch the credential that s.want names, and
+// no runner credential of any kind.
 func (s *seedWatch) sample(dir string) {
 	_ = filepath.WalkDir(filepath.Join(dir, "guests"), func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || d.Name() != "user-data" || !strings.Contains(path, "seed") {
@@ -60,12 +69,16 @@ func (s *seedWatch) sample(dir string) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.seeds[path] = true
-		for _, bad := range []string{`"jitConfig"`, `"registrationToken"`, devenv.PAT} {
+		forbidden := []string{`"jitConfig"`, `"registrationToken"`, devenv.PAT}
+		if s.want == viaStore {
+			forbidden = append(forbidden, viaBroker)
+		}
+		for _, bad := range forbidden {
 			if strings.Contains(text, bad) {
 				s.bad = append(s.bad, path+" holds "+bad)
 			}
 		}
-		for _, want := range []string{`"workloadMethod": "broker"`, `"joinToken"`, `"trustBundle"`, `"brokerURL"`} {
+		for _, want := range []string{`"workloadMethod": "broker"`, `"joinToken"`, `"trustBundle"`, s.want} {
 			if !strings.Contains(text, want) {
 				s.bad = append(s.bad, path+" lacks "+want)
 			}
@@ -74,8 +87,8 @@ func (s *seedWatch) sample(dir string) {
 	})
 }
 
-func watchSeeds(t *testing.T, dir string) *seedWatch {
-	s := &seedWatch{seeds: map[string]bool{}}
+func watchSeeds(t *testing.T, dir, want string) *seedWatch {
+	s := &seedWatch{seeds: map[string]bool{}, want: want}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -124,7 +137,7 @@ func spireLeftovers(t *testing.T, w *devenv.World) []string {
 	return left
 }
 
-func startSPIFFEWorld(t *testing.T) (*devenv.World, *watcher, *seedWatch) {
+func startSPIFFEWorld(t *testing.T, options ...func(*devenv.Options)) (*devenv.World, *watcher, *seedWatch) {
 	t.Helper()
 	// A short directory: each guest's spire-agent socket lives under it,
 	// and a unix socket's path is limited to 107 bytes (t.TempDir() is
@@ -134,8 +147,16 @@ func startSPIFFEWorld(t *testing.T) (*devenv.World, *watcher, *seedWatch) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	w, watch := startWorld(t, func(o *devenv.Options) { o.SPIFFE = true; o.Dir = dir })
-	return w, watch, watchSeeds(t, dir)
+	opts := devenv.Options{}
+	for _, o := range options {
+		o(&opts)
+	}
+	want := viaBroker
+	if opts.SecretStore {
+		want = viaStore
+	}
+	w, watch := startWorld(t, append(options, func(o *devenv.Options) { o.SPIFFE = true; o.Dir = dir })...)
+	return w, watch, watchSeeds(t, dir, want)
 }
 
 // TestSPIFFEPoolRunsJobs: a pool whose template attests with join tokens

@@ -2,14 +2,11 @@ package spiretest
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/go-jose/go-jose/v4"
 	agentv1 "github.com/spiffe/spire-api-sdk/proto/spire/api/server/agent/v1"
 	bundlev1 "github.com/spiffe/spire-api-sdk/proto/spire/api/server/bundle/v1"
 	entryv1 "github.com/spiffe/spire-api-sdk/proto/spire/api/server/entry/v1"
@@ -65,28 +62,6 @@ func StartServer(t testing.TB, trustDomain string, opts ...ServerOption) *Server
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return &Server{Server: ws, Conn: conn, Agents: agentv1.NewAgentClient(conn), Entries: entryv1.NewEntryClient(conn), Bundles: bundlev1.NewBundleClient(conn)}
-}
-
-// JWKS returns the trust domain's JWT authorities, the keys JWT-SVIDs are
-// signed with, as a JSON Web Key Set: what SPIRE's OIDC discovery provider
-// serves at /keys and a secret store's jwks_url points to.
-func (s *Server) JWKS(ctx context.Context) ([]byte, error) {
-	b, err := s.Bundles.GetBundle(ctx, &bundlev1.GetBundleRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("getting the bundle of %s: %w", s.TrustDomain, err)
-	}
-	var set jose.JSONWebKeySet
-	for _, a := range b.GetJwtAuthorities() {
-		key, err := x509.ParsePKIXPublicKey(a.GetPublicKey())
-		if err != nil {
-			return nil, fmt.Errorf("JWT authority %s: %w", a.GetKeyId(), err)
-		}
-		set.Keys = append(set.Keys, jose.JSONWebKey{Key: key, KeyID: a.GetKeyId(), Use: "sig"})
-	}
-	if len(set.Keys) == 0 {
-		return nil, fmt.Errorf("the bundle of %s has no JWT authority", s.TrustDomain)
-	}
-	return json.Marshal(set)
 }
 
 // ID returns the SPIFFE ID path in the server's trust domain as the Server

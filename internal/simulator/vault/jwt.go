@@ -97,6 +97,18 @@ func (s *Server) Role(mount, name string) *Role {
 	return nil
 }
 
+// RoleNames lists the roles of a JWT auth mount, sorted.
+func (s *Server) RoleNames(mount string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for name := range s.jwt[mount].roles {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // JWKSFetches is how often the mount fetched its jwks_url.
 func (s *Server) JWKSFetches(mount string) int {
 	s.mu.Lock()

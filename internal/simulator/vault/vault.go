@@ -77,6 +77,20 @@ func (s *Server) Requests(method, path string) int {
 	return s.requests[method+" "+path]
 }
 
+// RequestsUnder returns how many requests with method the fake served for
+// paths (without /v1/) under prefix.
+func (s *Server) RequestsUnder(method, prefix string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for k, c := range s.requests {
+		if p, ok := strings.CutPrefix(k, method+" "); ok && strings.HasPrefix(p, prefix) {
+			n += c
+		}
+	}
+	return n
+}
+
 // token is an issued token and the identity it carries.
 type token struct {
 	id, accessor string
