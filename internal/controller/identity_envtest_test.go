@@ -80,7 +80,16 @@ func TestSPIFFEClaimIdentity(t *testing.T) {
 		Spec:       hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: f.template.Name}},
 	}
 	f.create(claim)
-	got := waitClaimAttested(t, claim, metav1.ConditionFalse, hfv1.AttestationPendingReason)
+	got := &hfv1.MachineClaim{}
+	eventually(t, 60*time.Second, "the claim's join token issued", func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(claim), got); err != nil {
+			return err
+		}
+		if id := got.Status.Identity; id == nil || id.JoinTokenCreatedAt == nil {
+			return fmt.Errorf("status.identity = %+v", id)
+		}
+		return nil
+	})
 	id := got.Status.Identity
 	if id == nil || id.JoinTokenCreatedAt == nil || id.SPIFFEID != fmt.Sprintf("spiffe://example.org/vm/%s/attested/%s", f.namespace, got.UID) {
 		t.Fatalf("status.identity = %+v", id)
@@ -198,7 +207,24 @@ func TestSPIFFEAttestationDeadline(t *testing.T) {
 	f.create(down)
 	waitClaimProvisioned(t, down, metav1.ConditionFalse, string(hfv1.SPIREUnavailableReason))
 	wantNothingBuilt(t, sim, down)
+	if err := env.Client.Delete(context.Background(), down); err != nil {
+		t.Fatal(err)
+	}
 	spire.Fail(nil)
+
+	// A join token that expires before the VM's agent used it (the server
+	// says it expired an hour early): the claim fails as soon as its VM is
+	// up, not at the deadline, and says why.
+	spire.SetClock(func() time.Time { return time.Now().Add(-time.Hour) })
+	expired := &hfv1.MachineClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "expired-token"},
+		Spec:       hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: f.template.Name}},
+	}
+	f.create(expired)
+	got = waitClaimAttested(t, expired, metav1.ConditionFalse, hfv1.AttestationFailedReason)
+	if c := hfv1.FindCondition(got.Status.Conditions, hfv1.MachineClaimAttestedCondition); !strings.Contains(c.Message, "join token expired") {
+		t.Errorf("Attested message %q does not say the token expired", c.Message)
+	}
 }
 
 // waitClaimAttested waits for the claim's Attested condition.

@@ -100,7 +100,7 @@ func claim(uid string) *hfv1.MachineClaim {
 func TestIssueAttestRelease(t *testing.T) {
 	ctx := context.Background()
 	fs := identitytest.NewServer(t, "example.org")
-	fs.Now = func() time.Time { return time.Unix(1_700_000_000, 0) }
+	fs.SetClock(func() time.Time { return time.Unix(1_700_000_000, 0) })
 	r, _ := registry(fs)
 	srv, err := r.Connect(ctx, "c1", cfg("example.org", "/run/spire/api.sock"))
 	if err != nil {

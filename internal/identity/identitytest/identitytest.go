@@ -27,10 +27,10 @@ import (
 type Server struct {
 	TD     spiffeid.TrustDomain
 	bundle *x509bundle.Bundle
-	// Now is the clock of token expiries; time.Now when nil.
-	Now func() time.Time
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// clock is the clock of token expiries; time.Now when nil.
+	clock   func() time.Time
 	tokens  map[string]spiffeid.ID // unused token -> agent alias
 	created map[string]int         // token -> CreateJoinToken calls
 	entries map[string]spire.Entry // id -> entry
@@ -220,9 +220,18 @@ func (s *Server) State() State {
 	return st
 }
 
+// SetClock sets the clock token expiries are computed from (nil:
+// time.Now).
+func (s *Server) SetClock(now func() time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clock = now
+}
+
+// now is the server's time; s.mu is held.
 func (s *Server) now() time.Time {
-	if s.Now != nil {
-		return s.Now()
+	if s.clock != nil {
+		return s.clock()
 	}
 	return time.Now()
 }
