@@ -18,6 +18,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
 // TestPowerOffHintEndsClaimBeforeListingRefresh (docs/architecture.md,
@@ -68,6 +69,21 @@ func TestPowerOffHintEndsClaimBeforeListingRefresh(t *testing.T) {
 	// every VM running until the next one.
 	sim.RefreshResources()
 	before := clk.Now()
+	// The operator's own listing must have read that round: a VM missing
+	// from an older listing is checked with a direct read at once (it may
+	// be gone), which is not what this test is about.
+	eventually(t, 10*time.Second, "the operator's listing shows every VM running", func() error {
+		l := op.components.Registry.Listing(f.cluster.Name)
+		if l == nil {
+			return fmt.Errorf("no listing yet")
+		}
+		for _, n := range names {
+			if vm, ok := l.VM(int(claims[n].Status.VMRef.VMID)); !ok || vm.Power != provider.PowerRunning {
+				return fmt.Errorf("VM of claim %s: %+v, listed %v", n, vm, ok)
+			}
+		}
+		return nil
+	})
 
 	steps := &vmRequestLog{}
 	hook := func(r *http.Request) { steps.record(f.cluster.Name, r) }
@@ -140,7 +156,13 @@ func TestPowerOffHintEndsClaimBeforeListingRefresh(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	for _, n := range []string{"unhinted", "forged"} {
 		if _, err := getClaim(t, claims[n]); err != nil {
-			t.Fatalf("claim %s ended without a listing refresh or a valid notice: %v", n, err)
+			var lines []string
+			for _, l := range strings.Split(op.logs.String(), "\n") {
+				if strings.Contains(l, `"name":"`+n+`"`) {
+					lines = append(lines, l)
+				}
+			}
+			t.Fatalf("claim %s ended without a listing refresh or a valid notice: %v\n%s", n, err, strings.Join(lines[max(0, len(lines)-30):], "\n"))
 		}
 		if at, ok := steps.first(f.cluster.Name, int(claims[n].Status.VMRef.VMID), http.MethodGet, "/status/current", off); ok {
 			t.Errorf("VM of claim %s read directly at +%s without a valid notice", n, at.Sub(off))
