@@ -164,6 +164,7 @@ func TestWriteReport(t *testing.T) {
 		"| operator RSS under churn, 0 claims (peak 0 MiB) | 300 MiB | < 256 MiB | - | **MISS** |",
 		"churn: claims per minute end to end, 100 jobs, maxReplicas 20 | 100/min",
 		"- churn: claims per minute end to end, 100 jobs, maxReplicas 20: the guests.",
+		"Misses out of reach here:",
 		"| Proxmox | POST clone | 1.00 | <= 1 | the VM |",
 		"![timeline](performance-timeline.png)",
 		"| power-off -> destroyed | 8.00 s | 9.00 s | 1.00 s |",
@@ -175,5 +176,13 @@ func TestWriteReport(t *testing.T) {
 	png, err := os.ReadFile(filepath.Join(dir, "performance-timeline.png"))
 	if err != nil || !strings.HasPrefix(string(png), "\x89PNG") {
 		t.Errorf("timeline is not a PNG (%v)", err)
+	}
+}
+
+func TestChurnStallIsNotOutOfReach(t *testing.T) {
+	for _, f := range Figures(Results{Churn: Churn{Jobs: 37, Duration: 4 * time.Minute, MaxReplicas: 20, Bottleneck: "the run stalled: 37 of 100 jobs"}}) {
+		if strings.HasPrefix(f.Name, "churn") && (f.Pass || f.Proof != "" || f.Note == "") {
+			t.Errorf("a stalled churn run: %+v, want a miss with a note and no proof", f)
+		}
 	}
 }

@@ -37,6 +37,8 @@ type Figure struct {
 	Name, Value, Target, Ratio string
 	Pass                       bool
 	Proof                      string
+	// Note explains a miss that is not out of reach.
+	Note string
 }
 
 // Figures evaluates r against the targets.
@@ -97,7 +99,13 @@ func Figures(r Results) []Figure {
 		Value: fmt.Sprintf("%.0f/min", ch.PerMinute()), Target: fmt.Sprintf(">= %.0f/min (3x GitHub's JIT ceiling of %.0f/min)", TargetChurnRate, JITCeiling),
 		Ratio: fmt.Sprintf("%.2fx the JIT ceiling", ch.PerMinute()/JITCeiling), Pass: ch.PerMinute() >= TargetChurnRate}
 	if !cf.Pass {
-		cf.Proof = ch.Bottleneck
+		// Out of reach only when the pool was full all along: then the
+		// VMs' own life, not the operator, sets the rate.
+		if strings.HasPrefix(ch.Bottleneck, "the run stalled") || ch.Bottleneck == "" {
+			cf.Note = ch.Bottleneck
+		} else {
+			cf.Proof = ch.Bottleneck
+		}
 	}
 	add(cf)
 	return fs
@@ -125,11 +133,15 @@ func WriteReport(dir string, r Results) error {
 	}
 	b.WriteString("\n\nEvery absolute time on a shared 2-core machine is noisy, so where a physical minimum exists the headline is the ratio to it, measured in the same run.\n\n")
 	b.WriteString("| figure | measured | target | ratio | result |\n|---|---|---|---|---|\n")
-	var proofs []string
+	var proofs, notes []string
 	for _, f := range Figures(r) {
 		res := "PASS"
 		if !f.Pass {
 			res = "**MISS**"
+			if f.Note != "" {
+				res = "**MISS** (see below)"
+				notes = append(notes, fmt.Sprintf("- %s: %s.", f.Name, f.Note))
+			}
 			if f.Proof != "" {
 				res = "**MISS** (out of reach, see below)"
 				proofs = append(proofs, fmt.Sprintf("- %s: %s.", f.Name, f.Proof))
@@ -139,6 +151,9 @@ func WriteReport(dir string, r Results) error {
 	}
 	if len(proofs) > 0 {
 		b.WriteString("\nMisses out of reach here:\n\n" + strings.Join(proofs, "\n") + "\n")
+	}
+	if len(notes) > 0 {
+		b.WriteString("\nMisses to fix (not out of reach):\n\n" + strings.Join(notes, "\n") + "\n")
 	}
 	b.WriteString("\n## Growth (idle operator)\n\n| claims | clusters | RSS | CPU (one core) | polls | CPU per poll | Kubernetes calls/min | Proxmox calls/min |\n|---|---|---|---|---|---|---|---|\n")
 	for _, g := range r.Process.Growth {
