@@ -155,11 +155,11 @@ func WriteReport(dir string, r Results) error {
 	if len(notes) > 0 {
 		b.WriteString("\nMisses to fix (not out of reach):\n\n" + strings.Join(notes, "\n") + "\n")
 	}
-	b.WriteString("\n## Growth (idle operator)\n\n| claims | clusters | RSS | CPU (one core) | polls | CPU per poll | Kubernetes calls/min | Proxmox calls/min |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n## Growth (idle operator)\n\nEach level is measured over an idle window once its claims' VMs run; the last level's wait is bounded (make bench's 15 minutes), so a row with fewer claims than its level was still creating VMs: its CPU and calls are those of provisioning, not of idling.\n\n| claims | clusters | RSS | CPU (one core) | polls | CPU per poll | Kubernetes calls/min | Proxmox calls/min |\n|---|---|---|---|---|---|---|---|\n")
 	for _, g := range r.Process.Growth {
 		fmt.Fprintf(&b, "| %d | %d | %s | %s | %d | %s | %.0f | %.0f |\n", g.Claims, g.Clusters, mib(g.RSS), pct(g.CPUShare), g.Polls, g.CPUPerPoll.Round(10*time.Microsecond), g.KubeCallsPerMin, g.ProxmoxCallsPerMin)
 	}
-	b.WriteString("\n## Calls per job\n\nOne job's life (queued -> claim -> VM -> job -> destroyed), averaged over the churn run's jobs.\n\n| API | call | per job | target | why |\n|---|---|---|---|---|\n")
+	b.WriteString("\n## Calls per job\n\nOne job's life (queued -> claim -> VM -> job -> destroyed): the churn run's calls over the jobs it completed.\n\n| API | call | per job | target | why |\n|---|---|---|---|---|\n")
 	for _, c := range r.Calls {
 		res := ""
 		if c.Target > 0 && c.PerJob > c.Target {

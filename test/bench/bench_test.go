@@ -411,11 +411,11 @@ func churn(t *testing.T, w *devenv.World, op *operator, px, gh *recorder, jobs, 
 
 	var calls []bench.Calls
 	for _, d := range diff(pxBefore, px.snapshot()) {
-		calls = append(calls, callRow("Proxmox", d.key, float64(d.n)/float64(jobs)))
+		calls = append(calls, callRow("Proxmox", d.key, float64(d.n)/float64(max(completed, 1))))
 	}
 	for _, d := range diff(ghBefore, gh.snapshot()) {
 		if strings.Contains(d.key, " /api/v3/") {
-			calls = append(calls, callRow("GitHub", d.key, float64(d.n)/float64(jobs)))
+			calls = append(calls, callRow("GitHub", d.key, float64(d.n)/float64(max(completed, 1))))
 		}
 	}
 	for verb, after := range kubeAfter {
@@ -423,7 +423,7 @@ func churn(t *testing.T, w *devenv.World, op *operator, px, gh *recorder, jobs, 
 		// polls) is not the jobs'.
 		n := after - kubeBefore[verb] - idleKube[verb]*elapsed.Minutes()
 		if n > 0.5 {
-			calls = append(calls, callRow("Kubernetes", verb, n/float64(jobs)))
+			calls = append(calls, callRow("Kubernetes", verb, n/float64(max(completed, 1))))
 		}
 	}
 	slices.SortFunc(calls, func(a, b bench.Calls) int { return cmp.Or(cmp.Compare(a.API, b.API), cmp.Compare(b.PerJob, a.PerJob)) })

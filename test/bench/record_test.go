@@ -90,7 +90,8 @@ func pattern(path string) string {
 		case strings.HasPrefix(s, "UPID:"):
 			segs[i] = "{upid}"
 		case strings.Contains(s, ":"):
-			segs[i] = "{volume}"
+			// A volume id (local:iso/hf-....iso) runs to the path's end.
+			return "/" + strings.Join(append(segs[:i:i], "{volume}"), "/")
 		case strings.IndexFunc(s, func(r rune) bool { return !unicode.IsDigit(r) }) < 0:
 			segs[i] = "{id}"
 		case i > 0 && (segs[i-1] == "nodes" || segs[i-1] == "storage"):
