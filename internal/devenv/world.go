@@ -149,6 +149,10 @@ type Options struct {
 	// 0 takes a free port once, kept across operator restarts; MetricsURL
 	// reports it. Empty: no metrics endpoint.
 	MetricsAddr string
+	// OnProxmoxRequest and OnGitHubRequest, when set, see every request
+	// the simulators receive before they answer it (the benchmarks count
+	// and time them). They must not read the body.
+	OnProxmoxRequest, OnGitHubRequest func(*http.Request)
 }
 
 // World is a running embedded world.
@@ -385,6 +389,18 @@ func (w *World) dialLoopback(ctx context.Context, network, addr string) (net.Con
 	return d.DialContext(ctx, network, addr)
 }
 
+// observe calls hook with every request h receives (h itself without a
+// hook).
+func observe(h http.Handler, hook func(*http.Request)) http.Handler {
+	if hook == nil {
+		return h
+	}
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		hook(r)
+		h.ServeHTTP(rw, r)
+	})
+}
+
 func (w *World) startGitHub() error {
 	cert, caPEM, err := githubsim.SelfSignedCertificate("127.0.0.1", "localhost", w.guestHost())
 	if err != nil {
@@ -409,7 +425,7 @@ func (w *World) startGitHub() error {
 		return fmt.Errorf("devenv: GitHub simulator: %w", err)
 	}
 	w.GitHub, w.githubCA = sim, caPEM
-	base, err := w.serveTLS(sim, cert)
+	base, err := w.serveTLS(observe(sim, w.opts.OnGitHubRequest), cert)
 	if err != nil {
 		return err
 	}
@@ -482,7 +498,7 @@ func (w *World) startProxmox() error {
 	if err != nil {
 		return fmt.Errorf("devenv: %w", err)
 	}
-	base, err := w.serveTLS(sim, cert)
+	base, err := w.serveTLS(observe(sim, w.opts.OnProxmoxRequest), cert)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,53 @@
+//go:build bench
+
+package bench
+
+import (
+	"github.com/hyperfleet/hyperfleet/internal/bench"
+)
+
+// callTargets are the calls a job's life should make, with how many and
+// why. A call not listed here has no target: the report shows it with its
+// count so that a new one is noticed.
+var callTargets = map[string]struct {
+	target float64
+	reason string
+}{
+	"Proxmox POST /nodes/{nodes}/qemu/{id}/clone":                       {1, "create the VM (linked clone of the template)"},
+	"Proxmox POST /nodes/{nodes}/qemu/{id}/config":                      {2, "set the VM's resources, tags, ownership marker and NoCloud seed"},
+	"Proxmox PUT /nodes/{nodes}/qemu/{id}/config":                       {1, "the same, synchronous form"},
+	"Proxmox POST /nodes/{nodes}/storage/{storage}/upload":              {1, "upload the VM's NoCloud seed ISO"},
+	"Proxmox POST /nodes/{nodes}/qemu/{id}/status/start":                {1, "power the VM on"},
+	"Proxmox POST /nodes/{nodes}/qemu/{id}/status/stop":                 {1, "stop the VM before destroying it"},
+	"Proxmox DELETE /nodes/{nodes}/qemu/{id}":                           {1, "destroy the VM"},
+	"Proxmox DELETE /nodes/{nodes}/storage/{storage}/content/{id}":      {1, "delete the seed ISO"},
+	"Proxmox GET /nodes/{nodes}/tasks/{upid}/status":                    {6, "follow each asynchronous task (clone, config, start, stop, destroy) to its end"},
+	"Proxmox GET /nodes/{nodes}/qemu/{id}/status/current":               {4, "confirm power state: booted, stopped"},
+	"Proxmox GET /nodes/{nodes}/qemu/{id}/config":                       {3, "read back the marker before every destructive step (ownership check)"},
+	"Proxmox GET /nodes/{nodes}/storage/{storage}/content/{volume}":     {1, "check the seed ISO before uploading it (an upload is not idempotent)"},
+	"Proxmox DELETE /nodes/{nodes}/storage/{storage}/content/{volume}":  {1, "delete the seed ISO once the VM is gone"},
+	"Proxmox GET /nodes/{nodes}/storage/{storage}/content":              {0, "the orphan sweeper's ISO listing (per sweep, not per job)"},
+	"Proxmox GET /nodes/{nodes}/qemu/{id}/agent/network-get-interfaces": {2, "the VM's address from the guest agent, for the claim's status"},
+	"Proxmox GET /nodes":   {1, "pick the node to clone on (free memory)"},
+	"Proxmox GET /version": {0, "a provider client's connection check (per client, not per job)"},
+	"GitHub GET /api/v3/repos/{owner}/{repo}/actions/runs/{id}/jobs":      {0, "the pool's resync reading queued jobs (per pool and interval, not per job)"},
+	"GitHub GET /api/v3/repos/{owner}/{repo}/actions/runs":                {0, "the pool's resync listing queued runs (per pool and interval, not per job)"},
+	"GitHub GET /api/v3/repos/{owner}/{repo}/actions/jobs/{id}":           {1, "confirm a webhook's job before acting on it"},
+	"Proxmox GET /cluster/resources":                                      {0, "the cluster's poll (per cluster, not per job; amortised over the jobs of its period)"},
+	"GitHub POST /api/v3/orgs/{owner}/actions/runners/generate-jitconfig": {1, "the VM's single-use runner registration"},
+	"GitHub DELETE /api/v3/orgs/{owner}/actions/runners/{id}":             {1, "remove the runner when its claim ends"},
+	"GitHub GET /api/v3/orgs/{owner}/actions/runners":                     {0, "the pool's resync (per pool and interval, not per job)"},
+	"Kubernetes POST":   {2, "create the claim; events"},
+	"Kubernetes PATCH":  {8, "the claim's finalizer, VM reservation, status per phase, the pool's status"},
+	"Kubernetes PUT":    {2, "status updates that replace (conditions)"},
+	"Kubernetes DELETE": {1, "delete the claim when its job ends"},
+	"Kubernetes GET":    {2, "uncached reads: the ownership check of the claim before destroying"},
+}
+
+func callRow(api, key string, perJob float64) bench.Calls {
+	c := bench.Calls{API: api, Call: key, PerJob: perJob, Reason: "(no target: not expected per job)"}
+	if t, ok := callTargets[api+" "+key]; ok {
+		c.Target, c.Reason = t.target, t.reason
+	}
+	return c
+}

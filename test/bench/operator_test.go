@@ -1,0 +1,177 @@
+//go:build bench
+
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hyperfleet/hyperfleet/internal/bench"
+	"github.com/hyperfleet/hyperfleet/internal/devenv"
+	"github.com/hyperfleet/hyperfleet/test/testenv"
+)
+
+// operator is the manager binary running as its own process, as in
+// production: what its RSS and CPU are measured on.
+type operator struct {
+	cmd        *exec.Cmd
+	metricsURL string
+	webhookURL string
+}
+
+// goBuild builds pkg into dir and returns the binary's path.
+func goBuild(t *testing.T, dir, pkg string) string {
+	t.Helper()
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = testenv.RepoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startOperator runs the manager binary against the world with the flags
+// a Deployment would give it; caFile is what it trusts for GitHub.
+func startOperator(t *testing.T, w *devenv.World, binary, caFile string) *operator {
+	t.Helper()
+	ctx := context.Background()
+	in := w.OperatorInputs()
+	// The receiver's serving certificate, where --webhook-cert-dir wants
+	// it, and the webhook secret, where --github-webhook-secret names it.
+	certDir := filepath.Join(w.Dir(), "webhook-tls")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for src, dst := range map[string]string{in.WebhookCertFile: "tls.crt", in.WebhookKeyFile: "tls.key"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(certDir, dst), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.API.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: "hyperfleet-github-webhook"},
+		StringData: map[string]string{"webhook-secret": in.WebhookSecret},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr, webhookAddr := freeAddr(t), freeAddr(t)
+	logFile, err := os.Create(filepath.Join(w.Dir(), "manager.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "manager",
+		"--namespace", in.Namespace,
+		"--leader-elect=false",
+		"--metrics-bind-address", metricsAddr,
+		"--health-probe-bind-address", "0",
+		"--webhook-bind-address", webhookAddr,
+		"--webhook-cert-dir", certDir,
+		"--runnerpool-resync-interval", in.ResyncInterval.String(),
+		"--orphan-sweep-interval", in.SweepInterval.String(),
+		"--claim-max-retry-delay", in.MaxRetryDelay.String(),
+	)
+	// controller-runtime reads KUBECONFIG; Go's TLS, SSL_CERT_FILE.
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+w.KubeconfigPath, "SSL_CERT_FILE="+caFile)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		_ = logFile.Close()
+	})
+	op := &operator{cmd: cmd, metricsURL: "http://" + metricsAddr + "/metrics", webhookURL: "https://" + webhookAddr + "/webhooks/github"}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if _, err := op.kubeCalls(); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the manager's metrics endpoint did not answer within 2 minutes; log: %s", filepath.Join(w.Dir(), "manager.log"))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return op
+}
+
+func (o *operator) usage(t *testing.T) bench.Usage {
+	t.Helper()
+	u, err := bench.ReadUsage(o.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// kubeCalls reads the operator's Kubernetes API requests, by verb, from
+// client-go's rest_client_requests_total on its /metrics.
+func (o *operator) kubeCalls() (map[string]float64, error) {
+	resp, err := http.Get(o.metricsURL)
+	if err != nil {
+		return nil, fmt.Errorf("scrape: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape: %s", resp.Status)
+	}
+	var p expfmt.TextParser
+	fams, err := p.TextToMetricFamilies(bufio.NewReader(resp.Body))
+	if err != nil {
+		return nil, fmt.Errorf("scrape: %w", err)
+	}
+	out := map[string]float64{}
+	if f := fams["rest_client_requests_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "method" {
+					out[strings.ToUpper(l.GetValue())] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func sum(m map[string]float64) float64 {
+	var s float64
+	for _, v := range m {
+		s += v
+	}
+	return s
+}

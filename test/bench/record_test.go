@@ -1,0 +1,107 @@
+//go:build bench
+
+package bench
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+)
+
+// recorder counts the requests a simulator receives, by method and path
+// pattern, and keeps the times of the ones a job's timeline needs.
+type recorder struct {
+	mu     sync.Mutex
+	counts map[string]int
+	// first holds the first time each pattern was seen since the last
+	// reset (the cold-start timeline).
+	first map[string]time.Time
+	// onClone, when set, is called with every clone request's arrival.
+	onClone func(time.Time)
+}
+
+func newRecorder() *recorder {
+	return &recorder{counts: map[string]int{}, first: map[string]time.Time{}}
+}
+
+func (r *recorder) observe(req *http.Request) {
+	now := time.Now()
+	key := req.Method + " " + pattern(req.URL.Path)
+	r.mu.Lock()
+	r.counts[key]++
+	if _, ok := r.first[key]; !ok {
+		r.first[key] = now
+	}
+	hook := r.onClone
+	r.mu.Unlock()
+	if hook != nil && req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/clone") {
+		hook(now)
+	}
+}
+
+// snapshot returns a copy of the counts.
+func (r *recorder) snapshot() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]int, len(r.counts))
+	for k, v := range r.counts {
+		out[k] = v
+	}
+	return out
+}
+
+func (r *recorder) resetFirst() {
+	r.mu.Lock()
+	clear(r.first)
+	r.mu.Unlock()
+}
+
+// firstSeen returns when a request matching method and a pattern suffix
+// was first seen since the last reset.
+func (r *recorder) firstSeen(method, suffix string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var at time.Time
+	for k, t := range r.first {
+		if strings.HasPrefix(k, method+" ") && strings.HasSuffix(k, suffix) && (at.IsZero() || t.Before(at)) {
+			at = t
+		}
+	}
+	return at
+}
+
+func (r *recorder) setOnClone(f func(time.Time)) {
+	r.mu.Lock()
+	r.onClone = f
+	r.mu.Unlock()
+}
+
+// pattern replaces a path's variable parts (numbers, node names, task
+// ids, owners and repositories) with placeholders, so that counts add up
+// per kind of call.
+func pattern(path string) string {
+	path = strings.TrimPrefix(path, "/api2/json")
+	segs := strings.Split(strings.Trim(path, "/"), "/")
+	for i, s := range segs {
+		switch {
+		case s == "":
+		case strings.HasPrefix(s, "UPID:"):
+			segs[i] = "{upid}"
+		case strings.Contains(s, ":"):
+			// A volume id (local:iso/hf-....iso) runs to the path's end.
+			return "/" + strings.Join(append(segs[:i:i], "{volume}"), "/")
+		case strings.IndexFunc(s, func(r rune) bool { return !unicode.IsDigit(r) }) < 0:
+			segs[i] = "{id}"
+		case i > 0 && (segs[i-1] == "nodes" || segs[i-1] == "storage"):
+			segs[i] = "{" + segs[i-1] + "}"
+		case i > 0 && (segs[i-1] == "repos" || segs[i-1] == "orgs"):
+			segs[i] = "{owner}"
+			if segs[i-1] == "repos" && i+1 < len(segs) {
+				segs[i+1] = "{repo}"
+			}
+		}
+	}
+	return "/" + strings.Join(segs, "/")
+}
