@@ -80,15 +80,10 @@ func newGuestRunner(s *Simulator, cfg GuestConfig) (*guestRunner, error) {
 	if len(cfg.Command) == 0 || cfg.Command[0] == "" {
 		return nil, errors.New("guest.command needs a program")
 	}
-	g := &guestRunner{s: s, cfg: cfg, baseDir: cfg.WorkDir, procs: map[int]*guestProc{}}
-	if g.baseDir == "" {
-		dir, err := os.MkdirTemp("", "proxmox-sim-guests-")
-		if err != nil {
-			return nil, fmt.Errorf("create guest work dir: %w", err)
-		}
-		g.baseDir, g.ownsDir = dir, true
-	} else if err := os.MkdirAll(g.baseDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create guest work dir %s: %w", g.baseDir, err)
+	g := &guestRunner{s: s, cfg: cfg, procs: map[int]*guestProc{}}
+	var err error
+	if g.baseDir, g.ownsDir, err = guestWorkDir(cfg.WorkDir, "proxmox-sim-guests-"); err != nil {
+		return nil, err
 	}
 	// Guests call back on a private loopback listener, so power-off works
 	// whether or not the API is served over TLS and whether or not the
@@ -340,4 +335,21 @@ func writeNativeCloudInit(v *vm, seed string) error {
 		}
 	}
 	return nil
+}
+
+// guestWorkDir is dir, created if missing, or a new temporary directory
+// named after pattern when dir is empty (owned is then true: the caller
+// removes it on Close).
+func guestWorkDir(dir, pattern string) (path string, owned bool, err error) {
+	if dir == "" {
+		d, err := os.MkdirTemp("", pattern)
+		if err != nil {
+			return "", false, fmt.Errorf("create guest work dir: %w", err)
+		}
+		return d, true, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", false, fmt.Errorf("create guest work dir %s: %w", dir, err)
+	}
+	return dir, false, nil
 }

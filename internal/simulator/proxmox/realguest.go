@@ -79,15 +79,10 @@ func (s *Simulator) realGuestsLocked() (*realGuests, error) {
 	if s.real != nil {
 		return s.real, nil
 	}
-	r := &realGuests{s: s, cfg: s.cfg.Guest.QEMU, baseDir: s.cfg.Guest.WorkDir, vms: map[int]*realGuest{}}
-	if r.baseDir == "" {
-		dir, err := os.MkdirTemp("", "proxmox-sim-qemu-")
-		if err != nil {
-			return nil, fmt.Errorf("create guest work dir: %w", err)
-		}
-		r.baseDir, r.ownsDir = dir, true
-	} else if err := os.MkdirAll(r.baseDir, 0o755); err != nil {
-		return nil, fmt.Errorf("create guest work dir %s: %w", r.baseDir, err)
+	r := &realGuests{s: s, cfg: s.cfg.Guest.QEMU, vms: map[int]*realGuest{}}
+	var err error
+	if r.baseDir, r.ownsDir, err = guestWorkDir(s.cfg.Guest.WorkDir, "proxmox-sim-qemu-"); err != nil {
+		return nil, err
 	}
 	s.real = r
 	return r, nil
