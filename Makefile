@@ -178,7 +178,7 @@ test-spire: test-deps ## Run the SPIRE tests (build tag spire): a real spire-ser
 .PHONY: test-guest
 test-guest: test-deps ## Run the real-guest tests (build tag guest): QEMU guests of the image hack/guest-image builds from docs/templates.md.
 	hack/test-deps.sh --guest
-	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test -tags guest -count=1 -timeout $(GUEST_TIMEOUT) -v ./test/guest/
+	SPIRE_DIR="$$($(SPIRE_BUILD))" KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test -tags guest -count=1 -timeout $(GUEST_TIMEOUT) -v ./test/guest/
 
 .PHONY: dev
 dev: ## Run the whole loop locally (cmd/hyperfleet-dev); DEV_FLAGS passes flags, e.g. DEV_FLAGS="--jobs 10".

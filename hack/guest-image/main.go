@@ -5,16 +5,17 @@
 // at a first boot under QEMU, step 3 seals it through the guest agent, and
 // the agent binary is copied in (the page's alternative to downloading it)
 // for agentSource Image. Without --agent the result is the template for
-// agentSource Operator.
+// agentSource Operator. --spire-agent copies a spire-agent binary where the
+// page's SPIFFE section installs the release (SPIFFE mode).
 //
-//	go run ./hack/guest-image [--agent FILE] [--docs docs/templates.md] [--cache DIR]
+//	go run ./hack/guest-image [--agent FILE] [--spire-agent FILE] [--docs docs/templates.md] [--cache DIR]
 //
 // It prints the image as JSON, the shape of the Proxmox simulator's
 // GuestImage. Everything is cached under <cache>/guest/<key>/ (cache:
 // $HYPERFLEET_CACHE, else $XDG_CACHE_HOME/hyperfleet, else
 // ~/.cache/hyperfleet), each key a hash of its inputs: base-<hash> of
 // base.sh and the package list, template-<hash> of the base and the
-// recipe, agent-<hash> of the template and the agent binary. A new agent
+// recipe, agent-<hash> of the template and the binaries copied in. A new agent
 // costs a copy of the template (seconds); a recipe change one boot (minutes);
 // only a base.sh or package change runs debootstrap again. Images unused
 // for 3 days are removed. Needs root.
@@ -53,10 +54,11 @@ type image struct {
 
 func main() {
 	agent := flag.String("agent", "", "hyperfleet-agent binary to install at /usr/local/bin (agentSource Image); none for agentSource Operator")
+	spireAgent := flag.String("spire-agent", "", "spire-agent binary to install where docs/templates.md's SPIFFE section puts it (SPIFFE mode)")
 	docs := flag.String("docs", "docs/templates.md", "the page holding the template recipe")
 	cache := flag.String("cache", defaultCache(), "cache directory; images go to <cache>/guest")
 	flag.Parse()
-	img, err := build(context.Background(), filepath.Join(*cache, "guest"), *docs, *agent)
+	img, err := build(context.Background(), filepath.Join(*cache, "guest"), *docs, *agent, *spireAgent)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "guest-image:", err)
 		os.Exit(1)
@@ -82,7 +84,7 @@ func progress(format string, args ...any) {
 }
 
 // build returns the cached image for the inputs, building what is missing.
-func build(ctx context.Context, dir, docsPath, agent string) (image, error) {
+func build(ctx context.Context, dir, docsPath, agent, spireAgent string) (image, error) {
 	if os.Geteuid() != 0 {
 		return image{}, errors.New("debootstrap and mounting the image need root")
 	}
@@ -112,18 +114,34 @@ func build(ctx context.Context, dir, docsPath, agent string) (image, error) {
 	}
 	img := image{Disk: filepath.Join(tmpl, "disk.raw"), Format: "raw", Kernel: filepath.Join(base, "vmlinuz"),
 		Initrd: filepath.Join(base, "initrd.img"), Append: qemu.KernelArgs()}
-	if agent == "" {
+	var files []installFile
+	if agent != "" {
+		files = append(files, installFile{src: agent, dst: "/usr/local/bin/hyperfleet-agent"})
+	}
+	if spireAgent != "" {
+		files = append(files, installFile{src: spireAgent, dst: r.spireAgent})
+	}
+	if len(files) == 0 {
 		return img, nil
 	}
-	bin, err := os.ReadFile(agent)
-	if err != nil {
-		return image{}, fmt.Errorf("agent: %w", err)
+	// The key of the agent alone is the template's and its bytes, as
+	// before spire-agent could be added.
+	parts := [][]byte{[]byte(tmplKey)}
+	for i, f := range files {
+		bin, err := os.ReadFile(f.src)
+		if err != nil {
+			return image{}, fmt.Errorf("install %s: %w", f.dst, err)
+		}
+		if i > 0 || f.dst != "/usr/local/bin/hyperfleet-agent" {
+			parts = append(parts, []byte(f.dst))
+		}
+		parts = append(parts, bin)
 	}
-	withAgent := filepath.Join(dir, "agent-"+hash([]byte(tmplKey), bin))
-	if err := cached(withAgent, func(out string) error { return injectAgent(out, img.Disk, agent) }); err != nil {
+	withFiles := filepath.Join(dir, "agent-"+hash(parts...))
+	if err := cached(withFiles, func(out string) error { return injectFiles(out, img.Disk, files) }); err != nil {
 		return image{}, err
 	}
-	img.Disk = filepath.Join(withAgent, "disk.raw")
+	img.Disk = filepath.Join(withFiles, "disk.raw")
 	return img, nil
 }
 
@@ -213,11 +231,16 @@ func buildBase(out string, packages []string) error {
 	return nil
 }
 
-// injectAgent copies the template and writes the agent into it at
-// /usr/local/bin/hyperfleet-agent, mode 0755, owned by root, with
-// e2fsprogs' debugfs (the image is not mounted).
-func injectAgent(out, template, agent string) error {
-	progress("installing %s as /usr/local/bin/hyperfleet-agent", agent)
+// installFile is a binary the builder copies into the image.
+type installFile struct {
+	src string
+	// dst is its absolute path in the image (mode 0755, owned by root).
+	dst string
+}
+
+// injectFiles copies the template and writes files into it, mode 0755,
+// owned by root, with e2fsprogs' debugfs (the image is not mounted).
+func injectFiles(out, template string, files []installFile) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
@@ -225,20 +248,29 @@ func injectAgent(out, template, agent string) error {
 	if err := run("cp", "--sparse=always", template, disk); err != nil {
 		return err
 	}
-	abs, err := filepath.Abs(agent)
-	if err != nil {
-		return err
-	}
-	cmds := strings.Join([]string{
-		"cd /usr/local/bin", "write " + abs + " hyperfleet-agent",
-		"sif hyperfleet-agent mode 0100755", "sif hyperfleet-agent uid 0", "sif hyperfleet-agent gid 0",
-	}, "\n")
-	if err := runInput(cmds, "debugfs", "-w", "-f", "-", disk); err != nil {
-		return err
-	}
-	stat, err := exec.Command("debugfs", "-R", "stat /usr/local/bin/hyperfleet-agent", disk).CombinedOutput()
-	if err != nil || !strings.Contains(string(stat), "Mode:  0755") {
-		return fmt.Errorf("the agent is not in the image after debugfs: %w\n%s", err, stat)
+	for _, f := range files {
+		progress("installing %s as %s", f.src, f.dst)
+		abs, err := filepath.Abs(f.src)
+		if err != nil {
+			return err
+		}
+		dir, name := filepath.Split(f.dst)
+		// debugfs's mkdir fails on an existing directory, harmlessly:
+		// -f goes on with the next command.
+		var cmds []string
+		parts := strings.Split(strings.Trim(dir, "/"), "/")
+		for i := range parts {
+			cmds = append(cmds, "mkdir /"+strings.Join(parts[:i+1], "/"))
+		}
+		cmds = append(cmds, "cd "+dir, "write "+abs+" "+name,
+			"sif "+name+" mode 0100755", "sif "+name+" uid 0", "sif "+name+" gid 0")
+		if err := runInput(strings.Join(cmds, "\n"), "debugfs", "-w", "-f", "-", disk); err != nil {
+			return err
+		}
+		stat, err := exec.Command("debugfs", "-R", "stat "+f.dst, disk).CombinedOutput()
+		if err != nil || !strings.Contains(string(stat), "Mode:  0755") {
+			return fmt.Errorf("%s is not in the image after debugfs: %w\n%s", f.dst, err, stat)
+		}
 	}
 	return nil
 }

@@ -16,19 +16,24 @@ import (
 const (
 	recipeMarker = "<!-- guest-image: recipe -->"
 	sealMarker   = "<!-- guest-image: seal -->"
+	spireMarker  = "<!-- guest-image: spire-agent -->"
 )
 
 // recipe is what the builder takes from docs/templates.md.
 type recipe struct {
 	// cloudConfig is step 2's cloud-config without the entries marked
 	// optional and without the agent's download (the builder puts the
-	// agent in itself, see injectAgent).
+	// agent in itself, see injectFiles).
 	cloudConfig []byte
 	// packages is that cloud-config's packages list.
 	packages []string
 	// seal is the shell program step 3 runs in the VM through the guest
 	// agent.
 	seal string
+	// spireAgent is where the SPIFFE section installs spire-agent (the
+	// builder copies the binary it is given there instead of downloading
+	// the release).
+	spireAgent string
 }
 
 // readRecipe extracts the recipe from the templates page.
@@ -45,7 +50,14 @@ func readRecipe(path string) (recipe, error) {
 	if err != nil {
 		return recipe{}, fmt.Errorf("%s: %w", path, err)
 	}
+	spireBlock, err := fencedAfter(doc, spireMarker)
+	if err != nil {
+		return recipe{}, fmt.Errorf("%s: %w", path, err)
+	}
 	r := recipe{}
+	if r.spireAgent, err = installTarget(spireBlock); err != nil {
+		return recipe{}, fmt.Errorf("%s: the SPIFFE section: %w", path, err)
+	}
 	if r.cloudConfig, r.packages, err = buildCloudConfig(cc); err != nil {
 		return recipe{}, fmt.Errorf("%s: step 2's cloud-config: %w", path, err)
 	}
@@ -120,6 +132,18 @@ func buildCloudConfig(src []byte) ([]byte, []string, error) {
 // isAgentDownload is the runcmd entry [sh, -c, <script>, install-agent, ...].
 func isAgentDownload(item *yaml.Node) bool {
 	return item.Kind == yaml.SequenceNode && len(item.Content) > 3 && item.Content[3].Value == "install-agent"
+}
+
+var installRE = regexp.MustCompile(`(?m)^install -D -m 0755 \S+ (/\S+)$`)
+
+// installTarget is the destination of the block's `install -D -m 0755
+// <file> <destination>`.
+func installTarget(block []byte) (string, error) {
+	m := installRE.FindSubmatch(block)
+	if m == nil {
+		return "", errors.New("no `install -D -m 0755 <file> <destination>` in the spire-agent block")
+	}
+	return string(m[1]), nil
 }
 
 var sealRE = regexp.MustCompile(`(?s)qm guest exec \d+ -- sh -c '([^']*)'`)

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	yaml "go.yaml.in/yaml/v3"
+
+	"github.com/hyperfleet/hyperfleet/internal/agent"
 )
 
 // TestRecipeIsTheDocumentedOne reads the recipe the builder runs from
@@ -16,7 +18,7 @@ func TestRecipeIsTheDocumentedOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"qemu-guest-agent", "curl", "ca-certificates", "git"}; !slices.Equal(r.packages, want) {
+	if want := []string{"qemu-guest-agent", "curl", "ca-certificates", "git", "resolvconf"}; !slices.Equal(r.packages, want) {
 		t.Errorf("packages %q, want %q (docker.io is optional)", r.packages, want)
 	}
 	var cc struct {
@@ -49,6 +51,9 @@ func TestRecipeIsTheDocumentedOne(t *testing.T) {
 		if !strings.Contains(cmds, kept) {
 			t.Errorf("runcmd lost %s:\n%s", kept, cmds)
 		}
+	}
+	if r.spireAgent != agent.DefaultSPIREAgent {
+		t.Errorf("the SPIFFE section installs spire-agent at %s, where the agent's --spire-agent default is %s", r.spireAgent, agent.DefaultSPIREAgent)
 	}
 	for _, step := range []string{"cloud-init clean --logs --machine-id", "truncate -s 0 /etc/machine-id", "rm -f /etc/ssh/ssh_host_*"} {
 		if !strings.Contains(r.seal, step) {

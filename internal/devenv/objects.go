@@ -76,6 +76,14 @@ func (w *World) Objects() ([]client.Object, error) {
 			},
 		},
 	}
+	if w.opts.IPPool != nil {
+		objs = append([]client.Object{&hfv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: IPPoolName}, Spec: *w.opts.IPPool.DeepCopy()}}, objs...)
+		for _, o := range objs {
+			if t, ok := o.(*hfv1.HypervisorMachineTemplate); ok {
+				t.Spec.Network = hfv1.MachineNetwork{Mode: hfv1.NetworkModeStatic, IPPoolRef: &hfv1.ObjectName{Name: IPPoolName}}
+			}
+		}
+	}
 	if w.opts.SPIFFE {
 		// The samples' SPIFFE settings, so that the world runs what users
 		// copy: the join-token template's attestation, and the cluster's
@@ -96,7 +104,9 @@ func (w *World) Objects() ([]client.Object, error) {
 			case *hfv1.HypervisorCluster:
 				o.Spec.SPIRE = cluster.Spec.SPIRE.DeepCopy()
 				o.Spec.SPIRE.TrustDomain = TrustDomain
-				o.Spec.SPIRE.ServerAddress = w.SPIRE.Address
+				// Real guests reach the server's loopback port at the
+				// simulator's GuestHostAddress.
+				o.Spec.SPIRE.ServerAddress = w.guestHostPort(w.SPIRE.Address)
 				o.Spec.SPIRE.ServerAPI = hfv1.SPIREServerAPI{AdminSocket: w.SPIRE.SocketPath}
 				if w.opts.SecretStore {
 					_, o.Spec.SPIRE.SecretStore = w.vaultObjects()

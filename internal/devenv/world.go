@@ -59,6 +59,8 @@ const (
 	PoolName = "runners"
 	// TemplateName is the HypervisorMachineTemplate.
 	TemplateName = "debian-runner"
+	// IPPoolName is the IPPool of Options.IPPool.
+	IPPoolName = "guests"
 	// ClusterName is the HypervisorCluster (the Proxmox simulator).
 	ClusterName = "local-pve"
 	// Organization and Repository are the GitHub account and repository.
@@ -144,6 +146,16 @@ type Options struct {
 	// trusting the spire-server's JWT keys, and sets the cluster's
 	// spec.spire.secretStore (docs/secrets-store.md).
 	SecretStore bool
+	// IPPool, when set, gives the template network mode static with
+	// addresses from an IPPool of this spec (named IPPoolName) instead of
+	// the simulator's DHCP leases. Real guests' QEMU user network is the
+	// simulator's address range (10.99.0.0/24 by default, the host at .2,
+	// DNS at .3): a pool inside it, with that gateway, works there.
+	IPPool *hfv1.IPPoolSpec
+	// KeepGuestDisks, when set, is where destroyed real guests' disk
+	// overlays are moved (proxmoxsim.GuestConfig.KeepDisks), for tests
+	// that read what a guest left on its disk.
+	KeepGuestDisks string
 	// MetricsAddr, when set, is the address the operator's /metrics
 	// endpoint binds to (plain HTTP, as --metrics-bind-address). A port of
 	// 0 takes a free port once, kept across operator restarts; MetricsURL
@@ -375,8 +387,14 @@ func (w *World) guestHost() string {
 // guestURL is an https:// base URL of a server on host loopback port,
 // as the guests reach it.
 func (w *World) guestURL(base string) string {
-	_, port, _ := net.SplitHostPort(strings.TrimPrefix(base, "https://"))
-	return "https://" + net.JoinHostPort(w.guestHost(), port)
+	return "https://" + w.guestHostPort(strings.TrimPrefix(base, "https://"))
+}
+
+// guestHostPort is the host:port of a server on a host loopback port, as
+// the guests reach it.
+func (w *World) guestHostPort(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return net.JoinHostPort(w.guestHost(), port)
 }
 
 // dialLoopback dials the address of a guest URL on the host: the guest
@@ -473,6 +491,7 @@ func (w *World) startProxmox() error {
 		Command:    []string{"sh", "-c", w.guestScript()},
 		WriteFiles: true,
 		WorkDir:    filepath.Join(w.opts.Dir, "guests"),
+		KeepDisks:  w.opts.KeepGuestDisks,
 		Env: map[string]string{
 			"HF_AGENT_BINARY": w.opts.AgentBinary,
 			// The agent downloads the runner from the GitHub simulator.

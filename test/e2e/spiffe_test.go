@@ -16,7 +16,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -107,32 +106,12 @@ func watchSeeds(t *testing.T, dir, want string) *seedWatch {
 	return s
 }
 
-// spireLeftovers lists what HyperFleet left on the SPIRE server: entries
-// with its id prefix, alias entries of its VMs' agents, and agents.
+// spireLeftovers lists what HyperFleet left on the SPIRE server.
 func spireLeftovers(t *testing.T, w *devenv.World) []string {
 	t.Helper()
-	ctx := context.Background()
-	c, err := spire.Dial(ctx, spire.Config{TrustDomain: spiffeid.RequireTrustDomainFromString(devenv.TrustDomain), AdminSocket: w.SPIRE.SocketPath})
+	left, err := w.SPIRELeftovers(context.Background())
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer func() { _ = c.Close() }()
-	var left []string
-	entries, err := c.ListEntries(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		if strings.HasPrefix(e.ID, spire.EntryIDPrefix) || strings.Contains(e.SPIFFEID.Path(), "/hyperfleet/node/") || strings.HasPrefix(e.SPIFFEID.Path(), "/vm/") {
-			left = append(left, "entry "+e.ID+" "+e.SPIFFEID.String())
-		}
-	}
-	agents, err := c.ListAgents(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range agents {
-		left = append(left, "agent "+a.ID.String())
 	}
 	return left
 }
@@ -335,21 +314,11 @@ func slowClone() proxmoxsim.Latency {
 // message of the latest event of each reason.
 func claimEvents(t *testing.T, w *devenv.World) map[string]map[string]string {
 	t.Helper()
-	var list corev1.EventList
-	if err := w.API.Client.List(context.Background(), &list, client.InNamespace(devenv.Namespace)); err != nil {
+	evs, err := w.ClaimEvents(context.Background())
+	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]map[string]string{}
-	for _, e := range list.Items {
-		if e.InvolvedObject.Kind != "MachineClaim" {
-			continue
-		}
-		if out[e.InvolvedObject.Name] == nil {
-			out[e.InvolvedObject.Name] = map[string]string{}
-		}
-		out[e.InvolvedObject.Name][e.Reason] = e.Message
-	}
-	return out
+	return evs
 }
 
 // TestSPIFFEReusedJoinToken: a VM whose join token was used before it

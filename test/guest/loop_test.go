@@ -7,15 +7,21 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 
 	"github.com/hyperfleet/hyperfleet/internal/devenv"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
@@ -32,6 +38,9 @@ type timeline struct {
 	vms   map[string]map[string]time.Time // VM name -> milestone -> time
 	ids   map[string]int
 	addrs map[string][]string // VM name -> addresses the claim reported
+	// secrets are the single-use credentials of each VM's seed, value ->
+	// what it is, read while the seed ISO exists.
+	secrets map[string]map[string]string
 	// leaks names where the GitHub PAT appeared: it must never leave the
 	// operator (guests' consoles, the simulators' state).
 	leaks []string
@@ -102,6 +111,25 @@ func (tl *timeline) sample(w *devenv.World) {
 			tl.addrs[c.Name] = c.Status.Network.Addresses
 		}
 	}
+	// A seed is the ISO volume a VM's CD-ROM names.
+	seedOf := map[string]string{}
+	for _, vm := range pve.VMs {
+		for _, v := range vm.Config {
+			if volid, _, _ := strings.Cut(v, ","); strings.Contains(volid, ":iso/") && tl.vms[vm.Name] != nil {
+				seedOf[volid] = vm.Name
+			}
+		}
+	}
+	for _, st := range pve.Storages {
+		for _, vol := range st.Volumes {
+			if name := seedOf[vol.VolID]; name != "" {
+				if tl.secrets[name] == nil {
+					tl.secrets[name] = map[string]string{}
+				}
+				maps.Copy(tl.secrets[name], seedSecrets(vol.Files))
+			}
+		}
+	}
 	for name, state := range map[string]any{"Proxmox simulator state": pve, "GitHub simulator state": w.GitHub.State()} {
 		if data, err := json.Marshal(state); err == nil && bytes.Contains(data, []byte(devenv.PAT)) {
 			tl.leaks = append(tl.leaks, name)
@@ -158,10 +186,11 @@ func vmOfRunner(runner string) string {
 // image, applies the operator's seed with cloud-init, starts the agent
 // under systemd, runs the job against the GitHub simulator over QEMU's
 // network and powers itself off; the operator destroys it. Afterwards no
-// VM, ISO, claim, runner or guest disk is left.
+// VM, ISO, claim, runner or guest disk is left, and the guests' disks hold
+// no credential.
 func TestRunnerPoolJobsOnRealGuests(t *testing.T) {
 	img := image
-	runJobs(t, 2, devenv.Options{GuestImage: &img})
+	runJobs(t, scenario{jobs: 2, opts: devenv.Options{GuestImage: &img}})
 }
 
 // TestAgentFromOperatorOnRealGuests: the same with agentSource Operator on
@@ -170,23 +199,38 @@ func TestRunnerPoolJobsOnRealGuests(t *testing.T) {
 // SHA-256 and installs it before the unit starts it.
 func TestAgentFromOperatorOnRealGuests(t *testing.T) {
 	img := operatorImage
-	runJobs(t, 1, devenv.Options{GuestImage: &img, AgentFromOperator: true})
+	runJobs(t, scenario{jobs: 1, opts: devenv.Options{GuestImage: &img, AgentFromOperator: true}})
 }
 
-// runJobs runs jobs jobs through a world of real guests (a pool of max
-// jobs) and checks everything the loop promises.
-func runJobs(t *testing.T, jobs int, opts devenv.Options) {
+// scenario is a run of jobs through a world of real guests.
+type scenario struct {
+	// jobs are queued at once, on a pool of at most that many VMs.
+	jobs int
+	opts devenv.Options
+	// probe, when set, reads a running guest's own view (its agent
+	// answers). It runs on every sample until it returns nil, which it
+	// must have done for every VM that ran a job.
+	probe func(ctx context.Context, w *devenv.World, vmid int, claim hfv1.MachineClaim) error
+}
+
+// runJobs runs the scenario and checks everything the loop promises. It
+// returns the world, still running (the test's cleanup stops it), its
+// last snapshot and the VMs' timeline.
+func runJobs(t *testing.T, sc scenario) (*devenv.World, devenv.Snapshot, *timeline) {
 	dir := t.TempDir()
-	opts.Dir, opts.AgentBinary, opts.MaxReplicas, opts.Progress = dir, agentBinary, int32(jobs), testWriter{t}
+	opts := sc.opts
+	opts.Dir, opts.AgentBinary, opts.MaxReplicas, opts.Progress = dir, agentBinary, int32(sc.jobs), testWriter{t}
+	opts.KeepGuestDisks = filepath.Join(dir, "destroyed-disks")
 	w, err := devenv.Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tl := &timeline{vms: map[string]map[string]time.Time{}, ids: map[string]int{}, addrs: map[string][]string{}}
+	tl := &timeline{vms: map[string]map[string]time.Time{}, ids: map[string]int{}, addrs: map[string][]string{}, secrets: map[string]map[string]string{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			keep := filepath.Join(os.TempDir(), "hyperfleet-guest-"+t.Name())
 			_ = os.RemoveAll(keep)
+			_ = os.RemoveAll(opts.KeepGuestDisks)
 			if err := os.CopyFS(keep, os.DirFS(dir)); err == nil {
 				t.Logf("logs kept in %s", keep)
 			}
@@ -196,15 +240,19 @@ func runJobs(t *testing.T, jobs int, opts devenv.Options) {
 		}
 	})
 	start := time.Now()
-	if _, err := w.EnqueueJobs(jobs, 5*time.Second); err != nil {
+	if _, err := w.EnqueueJobs(sc.jobs, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	probes := &prober{probe: sc.probe, errs: map[string][]string{}, ok: map[string]bool{}}
 	var last devenv.Snapshot
 	deadline := time.Now().Add(25 * time.Minute)
 	for {
 		tl.sample(w)
 		snap, err := w.Snapshot(context.Background())
-		if err == nil && len(snap.Jobs) == jobs && snap.Done(0) {
+		if sc.probe != nil && err == nil {
+			probes.start(w, snap)
+		}
+		if err == nil && len(snap.Jobs) == sc.jobs && snap.Done(0) {
 			last = snap
 			break
 		}
@@ -214,8 +262,9 @@ func runJobs(t *testing.T, jobs int, opts devenv.Options) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	tl.sample(w)
-	t.Logf("%d jobs done on real guests in %s", jobs, time.Since(start).Round(time.Second))
+	t.Logf("%d jobs done on real guests in %s", sc.jobs, time.Since(start).Round(time.Second))
 	logTimeline(t, tl, start)
+	writeTimings(t, tl, start, dir)
 
 	// Every job ran once, to success, on a runner of its own VM.
 	seen := map[string]bool{}
@@ -236,26 +285,18 @@ func runJobs(t *testing.T, jobs int, opts devenv.Options) {
 	// its guest agent reported its address on the guests' network.
 	_, guestNet, _ := net.ParseCIDR(w.Proxmox.GuestHostAddress() + "/24")
 	for vm := range seen {
-		var prev time.Time
-		for _, m := range milestones {
-			at, ok := tl.vms[vm][m]
-			if !ok {
-				t.Errorf("VM %s: never saw %q", vm, m)
-				continue
-			}
-			// Sampling is per second; job times are exact.
-			if at.Before(prev.Add(-2 * time.Second)) {
-				t.Errorf("VM %s: %q at %s, before the previous milestone (%s)", vm, m, at.Format(time.TimeOnly), prev.Format(time.TimeOnly))
-			}
-			prev = at
-		}
+		checkMilestones(t, tl, vm)
 		inNet := false
 		for _, a := range tl.addrs[vm] {
-			inNet = inNet || guestNet.Contains(net.ParseIP(a))
+			ip, _, _ := strings.Cut(a, "/")
+			inNet = inNet || guestNet.Contains(net.ParseIP(ip))
 		}
 		if !inNet {
 			t.Errorf("VM %s: the claim's addresses %v are not on the guests' network %s", vm, tl.addrs[vm], guestNet)
 		}
+	}
+	if sc.probe != nil {
+		probes.check(t, seen)
 	}
 	if len(tl.leaks) > 0 {
 		t.Errorf("the GitHub PAT appeared in: %v", tl.leaks)
@@ -270,6 +311,132 @@ func runJobs(t *testing.T, jobs int, opts devenv.Options) {
 			names = append(names, e.Name())
 		}
 		t.Errorf("left in the guests' work dir: %v", names)
+	}
+	checkDisks(t, tl, seen, opts.KeepGuestDisks)
+	return w, last, tl
+}
+
+// prober runs a scenario's probe on each running guest, in a goroutine
+// of its own (a probe waits on the guest's agent for seconds, which the
+// twice-a-second sampling must not), until it succeeds once or the VM
+// stops.
+type prober struct {
+	probe func(context.Context, *devenv.World, int, hfv1.MachineClaim) error
+	mu    sync.Mutex
+	// errs are each VM's distinct failures, nil once it succeeded.
+	errs map[string][]string
+	ok   map[string]bool
+	wg   sync.WaitGroup
+}
+
+// start probes the snapshot's running guests not probed yet.
+func (p *prober) start(w *devenv.World, snap devenv.Snapshot) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, vm := range snap.VMs {
+		if _, seen := p.errs[vm.Name]; seen || vm.Status != "running" || !vm.AgentUp {
+			continue
+		}
+		for _, c := range snap.Claims {
+			if c.Name == vm.Name {
+				p.errs[vm.Name] = []string{}
+				p.wg.Add(1)
+				go p.run(w, vm.VMID, c)
+			}
+		}
+	}
+}
+
+func (p *prober) run(w *devenv.World, vmid int, claim hfv1.MachineClaim) {
+	defer p.wg.Done()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		// The claim's latest status (its allocations, its conditions).
+		_ = w.API.Client.Get(ctx, client.ObjectKeyFromObject(&claim), &claim)
+		err := p.probe(ctx, w, vmid, claim)
+		cancel()
+		p.mu.Lock()
+		if err == nil {
+			p.ok[claim.Name] = true
+		} else if msg := err.Error(); !slices.Contains(p.errs[claim.Name], msg) {
+			p.errs[claim.Name] = append(p.errs[claim.Name], msg)
+		}
+		p.mu.Unlock()
+		if err == nil || !running(w, vmid) {
+			return
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// running: VM vmid still runs.
+func running(w *devenv.World, vmid int) bool {
+	for _, vm := range w.Proxmox.State().VMs {
+		if vm.VMID == vmid {
+			return vm.Status == "running"
+		}
+	}
+	return false
+}
+
+// check fails the test for every VM of vms the probe never succeeded on.
+func (p *prober) check(t *testing.T, vms map[string]bool) {
+	t.Helper()
+	p.wg.Wait()
+	for vm := range vms {
+		if !p.ok[vm] {
+			t.Errorf("VM %s: the guest's own view was never right: %v", vm, p.errs[vm])
+		}
+	}
+}
+
+// checkMilestones: vm went through every milestone, in order.
+func checkMilestones(t *testing.T, tl *timeline, vm string) {
+	t.Helper()
+	var prev time.Time
+	for _, m := range milestones {
+		at, ok := tl.vms[vm][m]
+		if !ok {
+			t.Errorf("VM %s: never saw %q", vm, m)
+			continue
+		}
+		// Sampling is per second; job times are exact.
+		if at.Before(prev.Add(-2 * time.Second)) {
+			t.Errorf("VM %s: %q at %s, before the previous milestone (%s)", vm, m, at.Format(time.TimeOnly), prev.Format(time.TimeOnly))
+		}
+		prev = at
+	}
+}
+
+// checkDisks scans the disk each VM that ran a job left when it was
+// destroyed. The PAT must not be anywhere in what the guest wrote (it
+// never reaches a VM); no file may hold the seed's single-use
+// credentials, which the agent and cloud-init's scrub remove (blocks of
+// deleted files may still hold spent ones: logged, not long-lived). The
+// disks are removed afterwards.
+func checkDisks(t *testing.T, tl *timeline, ran map[string]bool, kept string) {
+	t.Helper()
+	defer os.RemoveAll(kept)
+	for vm := range ran {
+		overlay := filepath.Join(kept, fmt.Sprintf("vm-%d.qcow2", tl.ids[vm]))
+		if len(tl.secrets[vm]) == 0 {
+			t.Errorf("VM %s: no credential read from its seed, nothing to look for", vm)
+		}
+		secrets := map[string]string{devenv.PAT: "the GitHub PAT"}
+		maps.Copy(secrets, tl.secrets[vm])
+		start := time.Now()
+		res, err := scanDisk(overlay, t.TempDir(), secrets)
+		if err != nil {
+			t.Errorf("VM %s: %v", vm, err)
+			continue
+		}
+		t.Logf("VM %s: disk scanned in %s; spent credentials in freed blocks: %v", vm, time.Since(start).Round(time.Second), res.inBlocks)
+		if slices.Contains(res.inBlocks, "the GitHub PAT") {
+			t.Errorf("VM %s: the GitHub PAT is on its disk", vm)
+		}
+		if len(res.inFiles) > 0 {
+			t.Errorf("VM %s: credentials in files after power-off: %v", vm, res.inFiles)
+		}
 	}
 }
 

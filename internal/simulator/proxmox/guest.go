@@ -37,6 +37,11 @@ type GuestConfig struct {
 	Prefix int `json:"prefix,omitempty"`
 	// QEMU configures the real guests of templates with a GuestImage.
 	QEMU QEMUConfig `json:"qemu,omitempty"`
+	// KeepDisks, when set, is a directory into which destroying a real
+	// guest moves its disk overlay (as vm-<id>.qcow2) instead of deleting
+	// it: tests read what the guest left on its disk after it powered
+	// off, which Proxmox's destroy would erase.
+	KeepDisks string `json:"keepDisks,omitempty"`
 	// WriteFiles applies the seed user-data's write_files (as cloud-init
 	// would in the guest) under <VM dir>/root before the program starts,
 	// and passes that directory as HF_SIM_ROOT: the program then finds the

@@ -209,11 +209,13 @@ func (s *Simulator) handleDestroy(q *apiRequest) (any, error) {
 			delete(p.members, v.vmid)
 		}
 		s.addrs.release(v.vmid)
-		if s.guest != nil {
-			s.guest.forgetLocked(v.vmid)
-		}
+		// The real guest first: it may keep its disk (Guest.KeepDisks)
+		// from the directory both remove.
 		if s.real != nil {
 			s.real.forgetLocked(v.vmid)
+		}
+		if s.guest != nil {
+			s.guest.forgetLocked(v.vmid)
 		}
 		delete(s.vms, v.vmid)
 		t.finish(at, nil)

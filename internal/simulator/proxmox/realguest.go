@@ -264,9 +264,18 @@ func (r *realGuests) stopLocked(vmid int) {
 	}
 }
 
-// forgetLocked stops the VM and removes its disk, ISO and console.
+// forgetLocked stops the VM and removes its disk, ISO and console
+// (the disk moved to Guest.KeepDisks when that is set).
 func (r *realGuests) forgetLocked(vmid int) {
 	r.stopLocked(vmid)
+	if keep := r.s.cfg.Guest.KeepDisks; keep != "" {
+		overlay := filepath.Join(r.vmDir(vmid), "disk-0.qcow2")
+		if err := os.MkdirAll(keep, 0o755); err == nil {
+			if err := os.Rename(overlay, filepath.Join(keep, fmt.Sprintf("vm-%d.qcow2", vmid))); err != nil && !os.IsNotExist(err) {
+				r.s.log.Warn("Cannot keep the disk of a destroyed guest", "vmid", vmid, "err", err)
+			}
+		}
+	}
 	_ = os.RemoveAll(r.vmDir(vmid))
 }
 
@@ -356,6 +365,43 @@ func (r *realGuests) close() error {
 		}
 	}
 	return nil
+}
+
+// GuestAgentCall sends cmd to a running real guest's QEMU guest agent
+// and decodes its return value into out, for tests that read the
+// guest's own view.
+func (s *Simulator) GuestAgentCall(ctx context.Context, vmid int, cmd string, out any) error {
+	socket, err := s.agentSocket(vmid)
+	if err != nil {
+		return err
+	}
+	if err := qemu.AgentCall(ctx, socket, cmd, nil, out); err != nil {
+		return fmt.Errorf("VM %d: %s: %w", vmid, cmd, err)
+	}
+	return nil
+}
+
+// GuestExec runs argv in a running real guest through its guest agent
+// (guest-exec), as qm guest exec does.
+func (s *Simulator) GuestExec(ctx context.Context, vmid int, argv ...string) (qemu.ExecResult, error) {
+	socket, err := s.agentSocket(vmid)
+	if err != nil {
+		return qemu.ExecResult{}, err
+	}
+	res, err := qemu.AgentExec(ctx, socket, argv...)
+	if err != nil {
+		return res, fmt.Errorf("VM %d: %w", vmid, err)
+	}
+	return res, nil
+}
+
+func (s *Simulator) agentSocket(vmid int) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if socket := s.real.agentSocketLocked(vmid); socket != "" {
+		return socket, nil
+	}
+	return "", fmt.Errorf("VM %d is not a running real guest", vmid)
 }
 
 // liveAnswer is a handler result computed once the state lock is

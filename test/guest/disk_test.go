@@ -1,0 +1,138 @@
+//go:build guest
+
+package guest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// seedSecretRE finds the single-use credentials in a seed's user-data:
+// the agent's config is JSON inside it (docs/cloud-init.md).
+var seedSecretRE = regexp.MustCompile(`"(jitConfig|joinToken)":\s*"([^"]+)"`)
+
+// seedSecrets returns the credentials in a seed's files, value -> what it
+// is.
+func seedSecrets(files map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, content := range files {
+		for _, m := range seedSecretRE.FindAllStringSubmatch(content, -1) {
+			out[m[2]] = m[1]
+		}
+	}
+	return out
+}
+
+// diskScan is what a powered-off guest left on its disk.
+type diskScan struct {
+	// inFiles are "<secret> in <path>" for every file of the guest's file
+	// system that holds a secret.
+	inFiles []string
+	// inBlocks are the secrets found anywhere in the bytes the guest
+	// wrote (the overlay's clusters), deleted files' blocks included.
+	inBlocks []string
+}
+
+// scanDisk reads a destroyed guest's overlay: the bytes the guest wrote,
+// and the files of its file system (the overlay converted to raw, the
+// directories where the guest keeps state copied out with debugfs, which
+// needs no mount). secrets maps each value to what it is.
+func scanDisk(overlay, work string, secrets map[string]string) (diskScan, error) {
+	var res diskScan
+	found, err := scanBytes(overlay, secrets)
+	if err != nil {
+		return res, err
+	}
+	res.inBlocks = found
+	raw := filepath.Join(work, "disk.raw")
+	defer os.Remove(raw)
+	if out, err := exec.Command("nice", "-n", "19", "qemu-img", "convert", "-O", "raw", overlay, raw).CombinedOutput(); err != nil {
+		return res, fmt.Errorf("convert %s to raw: %w: %s", overlay, err, out)
+	}
+	// The guest's last transactions may still be in the journal only
+	// (a clean shutdown need not checkpoint it), and debugfs does not
+	// replay it: e2fsck does, on this copy.
+	// Exit status 1 says it changed the file system: it replayed.
+	var exit *exec.ExitError
+	if out, err := exec.Command("e2fsck", "-E", "journal_only", "-y", raw).CombinedOutput(); err != nil && (!errors.As(err, &exit) || exit.ExitCode() != 1) {
+		return res, fmt.Errorf("replay the journal of %s: %w: %s", overlay, err, out)
+	}
+	tree := filepath.Join(work, "tree")
+	defer os.RemoveAll(tree)
+	if err := os.MkdirAll(filepath.Join(tree, "usr"), 0o755); err != nil {
+		return res, fmt.Errorf("scan %s: %w", overlay, err)
+	}
+	// Every directory of the root file system that is not a mount point
+	// of a pseudo file system at run time (/run, /proc, /sys, /dev).
+	for _, dir := range []string{"etc", "home", "opt", "root", "srv", "tmp", "usr/local", "var"} {
+		// rdump copies the directory into the one named last.
+		dst := filepath.Join(tree, filepath.Dir(dir))
+		if out, err := exec.Command("nice", "-n", "19", "debugfs", "-R", "rdump /"+dir+" "+dst, raw).CombinedOutput(); err != nil {
+			return res, fmt.Errorf("debugfs rdump /%s of %s: %w: %s", dir, overlay, err, out)
+		}
+	}
+	err = filepath.WalkDir(tree, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil //nolint:nilerr // unreadable entries (dangling links) hold nothing
+		}
+		found, err := scanBytes(path, secrets)
+		for _, s := range found {
+			res.inFiles = append(res.inFiles, s+" in "+strings.TrimPrefix(path, tree))
+		}
+		return err
+	})
+	sort.Strings(res.inFiles)
+	return res, err
+}
+
+// scanBytes returns what of secrets (value -> what it is) the file holds.
+func scanBytes(path string, secrets map[string]string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("scan: %w", err)
+	}
+	defer f.Close()
+	longest := 0
+	for s := range secrets {
+		longest = max(longest, len(s))
+	}
+	r := bufio.NewReaderSize(f, 1<<20)
+	buf := make([]byte, 0, 2<<20)
+	hit := map[string]bool{}
+	for {
+		chunk := make([]byte, 1<<20)
+		n, err := io.ReadFull(r, chunk)
+		buf = append(buf, chunk[:n]...)
+		for s := range secrets {
+			if bytes.Contains(buf, []byte(s)) {
+				hit[s] = true
+			}
+		}
+		// Keep a tail as long as a secret, for one across two chunks.
+		if len(buf) > longest {
+			buf = append(buf[:0], buf[len(buf)-longest:]...)
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("scan %s: %w", path, err)
+		}
+	}
+	var out []string
+	for s := range hit {
+		out = append(out, secrets[s])
+	}
+	sort.Strings(out)
+	return out, nil
+}

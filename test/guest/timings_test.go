@@ -1,0 +1,67 @@
+//go:build guest
+
+package guest
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+)
+
+// TimingsEnv names a directory into which every scenario also writes its
+// timings file, as <test name>.json (docs/testing.md, "Real-guest
+// timings"): the performance report reads them from there.
+const TimingsEnv = "HF_GUEST_TIMINGS_OUT"
+
+// timings is the file a scenario writes: each VM's milestones, in seconds
+// since the jobs were queued.
+type timings struct {
+	Test      string    `json:"test"`
+	QueuedAt  time.Time `json:"queuedAt"`
+	Milestone []string  `json:"milestones"`
+	VMs       []vmTimes `json:"vms"`
+}
+
+type vmTimes struct {
+	Name string `json:"name"`
+	VMID int    `json:"vmid"`
+	// At maps a milestone to its seconds since QueuedAt; a milestone
+	// never seen is absent.
+	At map[string]float64 `json:"at"`
+}
+
+// writeTimings writes the scenario's timings to dir/guest-timings.json
+// and, with TimingsEnv set, into that directory.
+func writeTimings(t *testing.T, tl *timeline, start time.Time, dir string) {
+	t.Helper()
+	out := timings{Test: t.Name(), QueuedAt: start.UTC(), Milestone: milestones}
+	for name, ms := range tl.vms {
+		vm := vmTimes{Name: name, VMID: tl.ids[name], At: map[string]float64{}}
+		for m, at := range ms {
+			vm.At[m] = at.Sub(start).Round(time.Millisecond).Seconds()
+		}
+		out.VMs = append(out.VMs, vm)
+	}
+	sort.Slice(out.VMs, func(i, j int) bool { return out.VMs[i].Name < out.VMs[j].Name })
+	data, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		t.Errorf("timings: %v", err)
+		return
+	}
+	paths := []string{filepath.Join(dir, "guest-timings.json")}
+	if d := os.Getenv(TimingsEnv); d != "" {
+		paths = append(paths, filepath.Join(d, filepath.Base(t.Name())+".json"))
+	}
+	for _, p := range paths {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Errorf("timings: %v", err)
+			continue
+		}
+		if err := os.WriteFile(p, append(data, '\n'), 0o644); err != nil {
+			t.Errorf("timings: %v", err)
+		}
+	}
+}
