@@ -175,10 +175,16 @@ test-spire: test-deps ## Run the SPIRE tests (build tag spire): a real spire-ser
 	SPIRE_DIR="$$($(SPIRE_BUILD))" go test -tags spire -count=1 -parallel 4 -timeout $(SPIRE_TIMEOUT) -v ./test/spiretest/ ./internal/agent/
 	SPIRE_DIR="$$($(SPIRE_BUILD))" KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test -tags 'e2e spire' -count=1 -timeout $(E2E_TIMEOUT) -v -run SPIFFE ./test/e2e/
 
+# GUEST_TIMINGS is where make test-guest writes each real-guest
+# scenario's VM milestones (<test name>.json, docs/testing.md) and where
+# make bench reads them for the report's "Real guests" table: outside the
+# repository, kept between runs.
+GUEST_TIMINGS ?= $(HOME)/.cache/hyperfleet/guest-timings
+
 .PHONY: test-guest
 test-guest: test-deps ## Run the real-guest tests (build tag guest): QEMU guests of the image hack/guest-image builds from docs/templates.md.
 	hack/test-deps.sh --guest
-	SPIRE_DIR="$$($(SPIRE_BUILD))" KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test -tags guest -count=1 -timeout $(GUEST_TIMEOUT) -v ./test/guest/
+	SPIRE_DIR="$$($(SPIRE_BUILD))" KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HF_GUEST_TIMINGS_OUT="$(GUEST_TIMINGS)" go test -tags guest -count=1 -timeout $(GUEST_TIMEOUT) -v ./test/guest/
 
 .PHONY: dev
 dev: ## Run the whole loop locally (cmd/hyperfleet-dev); DEV_FLAGS passes flags, e.g. DEV_FLAGS="--jobs 10".
@@ -191,7 +197,8 @@ dev: ## Run the whole loop locally (cmd/hyperfleet-dev); DEV_FLAGS passes flags,
 # claims, 100 VMs powered off at once), then the manager binary as its own
 # process through cold and warm starts, 250 / 1,000 / 4,000 claims over 10
 # clusters, claim overhead against a bare client and churn. About 12 minutes
-# on 2 cores. BENCH_OUT is where the report goes; bench-small runs every
+# on 2 cores. The report's "Real guests" table comes from the timings the
+# last make test-guest wrote into GUEST_TIMINGS. BENCH_OUT is where the report goes; bench-small runs every
 # part at a toy size into a temporary directory (CI: it runs, and the report
 # is written; no speed is asserted).
 BENCH_OUT ?= $(CURDIR)/docs
@@ -203,7 +210,7 @@ bench: ## Run the benchmarks and write docs/performance.md.
 	@tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
 	export KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))"; \
 	HF_BENCH_SIZE=$(BENCH_POWEROFF_SIZE) go test -count=1 -run '^$$' -bench BenchmarkOperator1000Claims -benchtime 1x -timeout $(BENCH_TIMEOUT) ./internal/controller/ | tee "$$tmp/poweroff.txt"; \
-	HF_BENCH_OUT=$(BENCH_OUT) HF_BENCH_POWEROFF="$$tmp/poweroff.txt" go test -tags bench -count=1 -run TestBench -v -timeout $(BENCH_TIMEOUT) ./test/bench/
+	HF_BENCH_OUT=$(BENCH_OUT) HF_BENCH_POWEROFF="$$tmp/poweroff.txt" HF_BENCH_GUEST_TIMINGS="$(GUEST_TIMINGS)" go test -tags bench -count=1 -run TestBench -v -timeout $(BENCH_TIMEOUT) ./test/bench/
 
 .PHONY: bench-small
 bench-small: ## Run every benchmark at a toy size and write its report into a temporary directory.
@@ -211,7 +218,7 @@ bench-small: ## Run every benchmark at a toy size and write its report into a te
 	export KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))"; \
 	go test -count=1 -run '^$$' -bench . -benchtime 1x ./internal/ipam/ ./internal/simulator/proxmox/ ./pkg/provider/proxmox/; \
 	HF_BENCH_SMALL=1 go test -count=1 -run '^$$' -bench BenchmarkOperator1000Claims -benchtime 1x -timeout $(BENCH_TIMEOUT) ./internal/controller/ | tee "$$tmp/poweroff.txt"; \
-	HF_BENCH_SMALL=1 HF_BENCH_OUT="$$tmp/report" HF_BENCH_POWEROFF="$$tmp/poweroff.txt" go test -tags bench -count=1 -run TestBench -v -timeout $(BENCH_TIMEOUT) ./test/bench/; \
+	HF_BENCH_SMALL=1 HF_BENCH_OUT="$$tmp/report" HF_BENCH_POWEROFF="$$tmp/poweroff.txt" HF_BENCH_GUEST_TIMINGS="$(GUEST_TIMINGS)" go test -tags bench -count=1 -run TestBench -v -timeout $(BENCH_TIMEOUT) ./test/bench/; \
 	test -s "$$tmp/report/performance.md"
 
 .PHONY: verify

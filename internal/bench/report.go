@@ -176,6 +176,7 @@ func WriteReport(dir string, r Results) error {
 			fmt.Fprintf(&b, "| %s -> %s | %s | %s | %s |\n", ph.From, ph.To, secs(ph.Start), secs(ph.End), secs(ph.End-ph.Start))
 		}
 	}
+	writeGuestSection(&b, r.Guests, r.Cold)
 	if r.PowerOff.Line != "" {
 		b.WriteString("\n## Power-off benchmark output\n\n```\n" + r.PowerOff.Line + "\n```\n")
 	}

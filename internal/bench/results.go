@@ -29,6 +29,9 @@ type Results struct {
 	PowerOff PowerOff    `json:"powerOff"`
 	// Timeline is one job's life, from the cold-start runs.
 	Timeline Trace `json:"timeline"`
+	// Guests are the real-guest scenarios' timings (make test-guest),
+	// reported next to the simulated cold start.
+	Guests []GuestTimings `json:"guests,omitempty"`
 }
 
 // Machine describes where the run happened.

@@ -13,7 +13,9 @@
 // Environment: HF_BENCH_SMALL=1 for the small run; HF_BENCH_OUT, the
 // report's directory (default: a temporary one); HF_BENCH_POWEROFF, the
 // output of the controller package's BenchmarkOperator1000Claims whose
-// power-off figures the report includes.
+// power-off figures the report includes; HF_BENCH_GUEST_TIMINGS, the
+// directory of real-guest timings (make test-guest's) the report shows next
+// to the simulated cold start.
 package bench
 
 import (
@@ -148,6 +150,9 @@ func TestBench(t *testing.T) {
 		if res.PowerOff, err = bench.ParsePowerOff(b); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if res.Guests, err = bench.ReadGuestTimings(os.Getenv("HF_BENCH_GUEST_TIMINGS")); err != nil {
+		t.Fatal(err)
 	}
 	res.Machine = bench.ReadMachine()
 	res.Duration = time.Since(began)

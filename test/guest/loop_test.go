@@ -23,12 +23,13 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 
+	"github.com/hyperfleet/hyperfleet/internal/bench"
 	"github.com/hyperfleet/hyperfleet/internal/devenv"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 )
 
 // The milestones of one VM's life, in the order they must happen.
-var milestones = []string{"created", "booted", "cloud-init done", "runner online", "job started", "job completed", "powered off", "destroyed"}
+var milestones = bench.GuestMilestones
 
 // timeline records when each VM reached each milestone, sampled twice a
 // second (job times are the GitHub simulator's own, a power-off missed

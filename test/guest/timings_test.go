@@ -9,6 +9,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/bench"
 )
 
 // TimingsEnv names a directory into which every scenario also writes its
@@ -16,30 +18,13 @@ import (
 // timings"): the performance report reads them from there.
 const TimingsEnv = "HF_GUEST_TIMINGS_OUT"
 
-// timings is the file a scenario writes: each VM's milestones, in seconds
-// since the jobs were queued.
-type timings struct {
-	Test      string    `json:"test"`
-	QueuedAt  time.Time `json:"queuedAt"`
-	Milestone []string  `json:"milestones"`
-	VMs       []vmTimes `json:"vms"`
-}
-
-type vmTimes struct {
-	Name string `json:"name"`
-	VMID int    `json:"vmid"`
-	// At maps a milestone to its seconds since QueuedAt; a milestone
-	// never seen is absent.
-	At map[string]float64 `json:"at"`
-}
-
 // writeTimings writes the scenario's timings to dir/guest-timings.json
 // and, with TimingsEnv set, into that directory.
 func writeTimings(t *testing.T, tl *timeline, start time.Time, dir string) {
 	t.Helper()
-	out := timings{Test: t.Name(), QueuedAt: start.UTC(), Milestone: milestones}
+	out := bench.GuestTimings{Test: t.Name(), QueuedAt: start.UTC(), Milestones: milestones}
 	for name, ms := range tl.vms {
-		vm := vmTimes{Name: name, VMID: tl.ids[name], At: map[string]float64{}}
+		vm := bench.GuestVM{Name: name, VMID: tl.ids[name], At: map[string]float64{}}
 		for m, at := range ms {
 			vm.At[m] = at.Sub(start).Round(time.Millisecond).Seconds()
 		}

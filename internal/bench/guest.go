@@ -1,0 +1,136 @@
+package bench
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// GuestMilestones are the milestones of one real guest's life, in the
+// order they must happen (test/guest records them; docs/testing.md,
+// "Real-guest timings").
+var GuestMilestones = []string{"created", "booted", "cloud-init done", "runner online", "job started", "job completed", "powered off", "destroyed"}
+
+// GuestTimings is the file a real-guest scenario writes: each VM's
+// milestones, in seconds since the scenario's jobs were queued.
+type GuestTimings struct {
+	Test       string    `json:"test"`
+	QueuedAt   time.Time `json:"queuedAt"`
+	Milestones []string  `json:"milestones"`
+	VMs        []GuestVM `json:"vms"`
+}
+
+// GuestVM is one VM's milestones.
+type GuestVM struct {
+	Name string `json:"name"`
+	VMID int    `json:"vmid"`
+	// At maps a milestone to its seconds since QueuedAt; a milestone
+	// never seen is absent.
+	At map[string]float64 `json:"at"`
+}
+
+// ReadGuestTimings reads every *.json timings file in dir, ordered by
+// test name. A directory that does not exist holds none; a file that does
+// not parse, or a VM whose milestones run backwards, is an error naming
+// the file, so that a stale format cannot slip into the report.
+func ReadGuestTimings(dir string) ([]GuestTimings, error) {
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, fmt.Errorf("guest timings: %w", err)
+	}
+	var out []GuestTimings
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("guest timings: %w", err)
+		}
+		var g GuestTimings
+		if err := json.Unmarshal(b, &g); err != nil {
+			return nil, fmt.Errorf("guest timings %s: %w", f, err)
+		}
+		if g.Test == "" || g.QueuedAt.IsZero() {
+			return nil, fmt.Errorf("guest timings %s: test and queuedAt are required", f)
+		}
+		for _, vm := range g.VMs {
+			last := -1.0
+			for _, m := range GuestMilestones {
+				at, ok := vm.At[m]
+				if !ok {
+					continue
+				}
+				if at < last {
+					return nil, fmt.Errorf("guest timings %s: VM %s reached %q at %.3f s, before an earlier milestone (%.3f s)", f, vm.Name, m, at, last)
+				}
+				last = at
+			}
+		}
+		out = append(out, g)
+	}
+	slices.SortFunc(out, func(a, b GuestTimings) int { return strings.Compare(a.Test, b.Test) })
+	return out, nil
+}
+
+// guestSteps are the report's columns: the step between two consecutive
+// milestones, named by where it ends.
+var guestSteps = []struct{ from, to, name string }{
+	{"created", "booted", "clone + start"},
+	{"booted", "cloud-init done", "boot + cloud-init"},
+	{"cloud-init done", "runner online", "runner registration"},
+	{"runner online", "job started", "job assigned"},
+	{"job started", "job completed", "job"},
+	{"job completed", "powered off", "power-off"},
+	{"powered off", "destroyed", "destroyed"},
+}
+
+// writeGuestSection writes the real guests' steps as a table, after a row
+// with the simulated cold start's (clone, boot, registration) for the same
+// steps, so the two can be read side by side.
+func writeGuestSection(b *strings.Builder, runs []GuestTimings, cold []ColdStart) {
+	b.WriteString("\n## Real guests\n\n")
+	if len(runs) == 0 {
+		b.WriteString("No real-guest timings were given (HF_BENCH_GUEST_TIMINGS names the directory `make test-guest` writes them to; docs/testing.md, \"Real-guest timings\").\n")
+		return
+	}
+	b.WriteString("The real-guest scenarios (`make test-guest`: Debian under QEMU TCG, real cloud-init, the real agent and runner script) record each VM's milestones; each column is the time between two of them, and the last is job queued -> destroyed. The simulated row is this run's first cold start: its clone, boot and registration are the Proxmox and GitHub simulators' own times. TCG emulates the CPU, so a real guest boots several times slower here than under KVM on a Proxmox node.\n\n")
+	b.WriteString("| run | VM |")
+	for _, s := range guestSteps {
+		b.WriteString(" " + s.name + " |")
+	}
+	b.WriteString(" queued -> destroyed |\n|---|---|" + strings.Repeat("---|", len(guestSteps)+1) + "\n")
+	if len(cold) > 0 {
+		c := cold[0]
+		fmt.Fprintf(b, "| simulated (this run) | first cold start | %s | %s | %s | - | - | - | - | - |\n", secs(c.Clone), secs(c.Boot), secs(c.Registration))
+	}
+	for _, g := range runs {
+		for _, vm := range g.VMs {
+			fmt.Fprintf(b, "| %s (%s) | %s (%d) |", g.Test, g.QueuedAt.UTC().Format("2006-01-02 15:04 UTC"), vm.Name, vm.VMID)
+			for _, s := range guestSteps {
+				b.WriteString(" " + guestStep(vm, s.from, s.to) + " |")
+			}
+			b.WriteString(" " + guestStep(vm, "", "destroyed") + " |\n")
+		}
+	}
+}
+
+// guestStep is the time from one milestone to another ("" is the jobs'
+// queueing), or "-" when either was never seen.
+func guestStep(vm GuestVM, from, to string) string {
+	start, ok := 0.0, true
+	if from != "" {
+		start, ok = vm.At[from]
+	}
+	end, ok2 := vm.At[to]
+	if !ok || !ok2 {
+		return "-"
+	}
+	return secs(time.Duration((end - start) * float64(time.Second)))
+}
