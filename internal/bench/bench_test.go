@@ -51,7 +51,7 @@ func TestRatioAndRate(t *testing.T) {
 	if got := (Churn{Jobs: 10, Duration: time.Minute}).PerMinute(); got != 10 {
 		t.Errorf("Churn.PerMinute = %v", got)
 	}
-	if got := (ColdStart{Clone: 1, Boot: 2, Registration: 3}).Physical(); got != 6 {
+	if got := (ColdStart{Clone: 1, Configure: 2, Start: 3, Boot: 4, Registration: 5}).Physical(); got != 15 {
 		t.Errorf("Physical = %v", got)
 	}
 }
@@ -142,7 +142,8 @@ func TestWriteReport(t *testing.T) {
 		Overhead: Overhead{Claims: 1000, Clusters: 10,
 			Operator: Summary{N: 100, P50: 20 * time.Millisecond, P99: 60 * time.Millisecond},
 			Bare:     Summary{N: 100, P50: 10 * time.Millisecond, P99: 50 * time.Millisecond}},
-		Cold:     []ColdStart{{Total: 10 * time.Second, Clone: 5 * time.Second, Boot: 4 * time.Second, Registration: 900 * time.Millisecond}},
+		Cold: []ColdStart{{Total: 10 * time.Second, Clone: 4 * time.Second, Configure: 500 * time.Millisecond, Start: 500 * time.Millisecond, Boot: 4 * time.Second, Registration: 900 * time.Millisecond},
+			{Total: 11 * time.Second, Clone: 4 * time.Second, Configure: 500 * time.Millisecond, Start: 500 * time.Millisecond, Boot: 4 * time.Second, Registration: 900 * time.Millisecond}},
 		Warm:     Summary{N: 10, P50: time.Second, P95: 1500 * time.Millisecond},
 		Process:  Process{Idle: Sample{Claims: 1000, Window: time.Minute, RSS: 100 << 20, HWM: 120 << 20, CPUShare: 0.01}, Churn: Sample{RSS: 300 << 20}},
 		Churn:    Churn{Jobs: 100, Duration: time.Minute, MaxReplicas: 20, Bottleneck: "the guests"},
@@ -160,7 +161,7 @@ func TestWriteReport(t *testing.T) {
 		"2 CPUs (Test CPU), 24.0 GiB",
 		"| claim overhead (created -> clone request), p99, 1000 claims over 10 clusters | 60.0 ms (bare minimum 50.0 ms, p50 20.0 ms vs 10.0 ms) | ratio <= 1.50 | 1.20 | PASS |",
 		"| power-off (listing only) -> destroyed, p99 | 14.00 s | < 10.00 s | - | **MISS** (out of reach, see below) |",
-		"cold start: job queued -> runner online / (clone + boot + registration), 1 jobs | first job 10.00 s vs 5.00 s + 4.00 s + 0.90 s; median ratio 1.010 | ratio <= 1.05 | 1.010 (worst) | PASS",
+		"cold start: job queued -> runner online / (clone + configure + start + boot + registration), median of 2 jobs | first job 10.00 s vs 4.00 s + 0.50 s + 0.50 s + 4.00 s + 0.90 s; worst ratio 1.111 (the first after the operator started: no task durations learnt yet) | ratio <= 1.05 | 1.010 | PASS",
 		"| operator RSS under churn, 0 claims (peak 0 MiB) | 300 MiB | < 256 MiB | - | **MISS** |",
 		"churn: claims per minute end to end, 100 jobs, maxReplicas 20 | 100/min",
 		"- churn: claims per minute end to end, 100 jobs, maxReplicas 20: the guests.",

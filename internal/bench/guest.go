@@ -100,7 +100,7 @@ func writeGuestSection(b *strings.Builder, runs []GuestTimings, cold []ColdStart
 		b.WriteString("No real-guest timings were given (HF_BENCH_GUEST_TIMINGS names the directory `make test-guest` writes them to; docs/testing.md, \"Real-guest timings\").\n")
 		return
 	}
-	b.WriteString("The real-guest scenarios (`make test-guest`: Debian under QEMU TCG, real cloud-init, the real agent and runner script) record each VM's milestones; each column is the time between two of them, and the last is job queued -> destroyed. The simulated row is this run's first cold start: its clone, boot and registration are the Proxmox and GitHub simulators' own times. TCG emulates the CPU, so a real guest boots several times slower here than under KVM on a Proxmox node.\n\n")
+	b.WriteString("The real-guest scenarios (`make test-guest`: Debian under QEMU TCG, real cloud-init, the real agent and runner script) record each VM's milestones; each column is the time between two of them, and the last is job queued -> destroyed. The simulated row is this run's first cold start (the realistic preset's task latencies): its clone, configuration and start tasks, its boot and its registration are the Proxmox and GitHub simulators' own times. TCG emulates the CPU, so a real guest boots several times slower here than under KVM on a Proxmox node.\n\n")
 	b.WriteString("| run | VM |")
 	for _, s := range guestSteps {
 		b.WriteString(" " + s.name + " |")
@@ -108,7 +108,7 @@ func writeGuestSection(b *strings.Builder, runs []GuestTimings, cold []ColdStart
 	b.WriteString(" queued -> destroyed |\n|---|---|" + strings.Repeat("---|", len(guestSteps)+1) + "\n")
 	if len(cold) > 0 {
 		c := cold[0]
-		fmt.Fprintf(b, "| simulated (this run) | first cold start | %s | %s | %s | - | - | - | - | - |\n", secs(c.Clone), secs(c.Boot), secs(c.Registration))
+		fmt.Fprintf(b, "| simulated (this run) | first cold start | %s | %s | %s | - | - | - | - | - |\n", secs(c.Clone+c.Configure+c.Start), secs(c.Boot), secs(c.Registration))
 	}
 	for _, g := range runs {
 		for _, vm := range g.VMs {

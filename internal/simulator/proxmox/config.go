@@ -160,11 +160,16 @@ type Latency struct {
 	Start            Duration `json:"start,omitempty"`
 	// Boot is the time from a finished start task until the guest agent
 	// answers.
-	Boot     Duration `json:"boot,omitempty"`
-	Stop     Duration `json:"stop,omitempty"`
-	Shutdown Duration `json:"shutdown,omitempty"`
-	Destroy  Duration `json:"destroy,omitempty"`
-	Upload   Duration `json:"upload,omitempty"`
+	Boot Duration `json:"boot,omitempty"`
+	// GuestStart is the time from a finished start task until the guest
+	// program (what stands for cloud-init and the agent in a process
+	// guest) runs: a real guest runs them only once it has booted. Zero
+	// runs it at once.
+	GuestStart Duration `json:"guestStart,omitempty"`
+	Stop       Duration `json:"stop,omitempty"`
+	Shutdown   Duration `json:"shutdown,omitempty"`
+	Destroy    Duration `json:"destroy,omitempty"`
+	Upload     Duration `json:"upload,omitempty"`
 	// API is latency added to every HTTP response, on the simulator's clock.
 	API Duration `json:"api,omitempty"`
 }

@@ -93,7 +93,20 @@ func (s *Simulator) startLocked(v *vm, skiplock bool, t *task, at time.Time) err
 	v.bootGen++
 	gen := v.bootGen
 	if s.guest != nil {
-		s.guest.startLocked(v, gen)
+		// The guest program stands for cloud-init and the agent: with a
+		// GuestStart latency they run once the modelled guest has booted
+		// that far (scheduled before the guest agent's event, so at equal
+		// times the seed is read first, as cloud-init reads it before the
+		// operator may eject it).
+		if d := s.cfg.Latency.GuestStart.D(); d > 0 {
+			s.scheduleLocked(at.Add(d), func(time.Time) {
+				if s.vms[v.vmid] == v && v.running && v.bootGen == gen {
+					s.guest.startLocked(v, gen)
+				}
+			})
+		} else {
+			s.guest.startLocked(v, gen)
+		}
 	}
 	s.scheduleLocked(at.Add(s.cfg.Latency.Boot.D()), func(time.Time) {
 		if s.vms[v.vmid] == v && v.running && v.bootGen == gen {

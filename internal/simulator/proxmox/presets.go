@@ -28,7 +28,8 @@ const (
 	// PresetRealistic is what a small Proxmox VE host does, each number
 	// sourced in README.md, "Timing presets": status sampled every 10 s
 	// (pvestatd), linked clone 5 s plus 1 s per GiB for full clones, boot
-	// to guest agent 20 s, storage locks waited for 10 s (cfs_lock).
+	// to guest agent and to cloud-init running the agent 20 s, storage
+	// locks waited for 10 s (cfs_lock).
 	PresetRealistic = "realistic"
 )
 
@@ -51,7 +52,7 @@ var presets = map[string]Timings{
 			// (qemu-img convert) at ~1 GiB/s, a local NVMe's pace.
 			CloneBase: ms(5000), ClonePerGiB: ms(1000),
 			Config: ms(200), Resize: ms(1000),
-			Start: ms(1000), Boot: ms(20_000),
+			Start: ms(1000), Boot: ms(20_000), GuestStart: ms(20_000),
 			Stop: ms(500), Shutdown: ms(5000),
 			Destroy: ms(1000), Upload: ms(200),
 		},

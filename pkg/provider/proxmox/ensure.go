@@ -32,8 +32,10 @@ const (
 	opBoot = "boot"
 )
 
-// Poll intervals: a task is polled after a quarter of the time it has run so
-// far, between minPoll and maxPoll. The guest agent is polled after an
+// Poll intervals: a task is polled just before the typical duration of its
+// kind on this cluster (pace.go); a task of a kind not seen yet, or one
+// that is late, after a quarter of the time it has run so far, between
+// minPoll and maxPoll. The guest agent is polled after an
 // eighth of the boot so far, between bootPoll and maxBootPoll: every agent
 // call costs QMP work on the node, yet a runner's job waits on the boot, so
 // the delay after the guest is up stays under a second.
@@ -165,8 +167,7 @@ func pollDelay(p *Provider, t *provider.Task) time.Duration {
 	if t == nil {
 		return minPoll
 	}
-	d := p.clock.Since(t.StartTime) / 4
-	return min(max(d, minPoll), maxPoll)
+	return p.pace.next(t.Operation, p.clock.Since(t.StartTime))
 }
 
 // phaseOf is the phase a running task stands for.
@@ -220,6 +221,7 @@ func (c *ensureCall) poll(ctx context.Context) (*provider.EnsureResult, bool, er
 	c.prog.Task = nil
 	c.p.clearInflight(c.prog.VMID, t.ID)
 	if st.ok() {
+		c.p.pace.observe(t.Operation, c.p.clock.Since(t.StartTime))
 		if t.Operation == opClone {
 			c.p.resetBackoff(c.prog.VMID)
 		}
@@ -472,7 +474,7 @@ func (c *ensureCall) clone(ctx context.Context) (*provider.EnsureResult, error) 
 	}
 	c.setTask(opClone, upid)
 	c.log.Info("Cloning VM", "template", tmpl.id, "linked", c.spec.Source.Linked)
-	return c.result(provider.PhaseCloning, cloneWait, "cloning %s to VM %d on node %s", fmtTemplate(tmpl), vmid, c.prog.Node), nil
+	return c.result(provider.PhaseCloning, c.pollDelay(), "cloning %s to VM %d on node %s", fmtTemplate(tmpl), vmid, c.prog.Node), nil
 }
 
 // cloneFailed handles a clone call Proxmox refused before starting a task.
@@ -581,7 +583,7 @@ func (c *ensureCall) upload(ctx context.Context) (*provider.EnsureResult, error)
 	}
 	c.p.forgetISO(c.prog.VMID)
 	c.setTask(opUpload, upid)
-	return c.result(provider.PhaseConfiguring, minPoll, "uploading the cloud-init ISO"), nil
+	return c.result(provider.PhaseConfiguring, c.pollDelay(), "uploading the cloud-init ISO"), nil
 }
 
 // configure applies resources, network, the ISO, tags and description in
@@ -695,7 +697,7 @@ func (c *ensureCall) resize(ctx context.Context, disk string) (*provider.EnsureR
 		return nil, fmt.Errorf("resize disk %s of VM %d: %w", disk, c.prog.VMID, err)
 	}
 	c.setTask(opResize, upid)
-	return c.result(provider.PhaseConfiguring, minPoll, "growing disk %s to %s", disk, formatSizeArg(c.spec.DiskBytes)), nil
+	return c.result(provider.PhaseConfiguring, c.pollDelay(), "growing disk %s to %s", disk, formatSizeArg(c.spec.DiskBytes)), nil
 }
 
 // start powers the VM on (a task).
@@ -710,7 +712,7 @@ func (c *ensureCall) start(ctx context.Context) (*provider.EnsureResult, error) 
 	}
 	c.setTask(opStart, upid)
 	c.log.V(1).Info("Starting VM")
-	return c.result(provider.PhaseStarting, minPoll, "starting VM %d", c.prog.VMID), nil
+	return c.result(provider.PhaseStarting, c.pollDelay(), "starting VM %d", c.prog.VMID), nil
 }
 
 // Agent errors that mean "not yet" while a VM boots.
@@ -821,7 +823,7 @@ func (c *ensureCall) cleanupISO(ctx context.Context, running bool) (*provider.En
 	if !running {
 		phase = provider.PhaseStopped
 	}
-	return c.result(phase, minPoll, "deleting the cloud-init ISO"), nil
+	return c.result(phase, c.pollDelay(), "deleting the cloud-init ISO"), nil
 }
 
 func (p *Provider) deleteISO(ctx context.Context, node string, vmid int, owner string) (string, error) {

@@ -93,6 +93,9 @@ type Provider struct {
 	insecure bool
 	// wake tells the caller about queued VMs that may go on (Deps.Wake).
 	wake func(provider.Owner)
+	// pace knows how long each kind of task typically takes here, for
+	// when to look at one again (pace.go).
+	pace taskPace
 
 	// mu guards the in-process state below. It is never held during an
 	// API call.
