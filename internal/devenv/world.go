@@ -308,7 +308,12 @@ func (w *World) start(ctx context.Context) (err error) {
 // scope: jobs are routed only to verified pools (docs/security.md), and
 // an organization pool would not find jobs queued before that.
 func (w *World) waitPoolVerified(ctx context.Context) error {
-	deadline := time.Now().Add(time.Minute)
+	// Three minutes: the cluster, the template and then the pool become
+	// Ready in turn, each after its own checks, and on a loaded 2-core
+	// machine (two real-guest worlds side by side) one minute was seen to
+	// be too short.
+	const within = 3 * time.Minute
+	deadline := time.Now().Add(within)
 	var pool hfv1.RunnerPool
 	for {
 		err := w.API.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: PoolName}, &pool)
@@ -316,8 +321,10 @@ func (w *World) waitPoolVerified(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("devenv: RunnerPool %s/%s was not verified within a minute (ScopeVerified %+v, err %w)", Namespace, PoolName,
-				hfv1.FindCondition(pool.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition), err)
+			if err != nil {
+				return fmt.Errorf("devenv: RunnerPool %s/%s was not verified within %s: %w", Namespace, PoolName, within, err)
+			}
+			return fmt.Errorf("devenv: RunnerPool %s/%s was not verified within %s (conditions %+v)", Namespace, PoolName, within, pool.Status.Conditions)
 		}
 		select {
 		case <-ctx.Done():
