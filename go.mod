@@ -22,6 +22,7 @@ require (
 	github.com/spiffe/spire-api-sdk v1.13.3
 	go.uber.org/zap v1.27.0
 	go.yaml.in/yaml/v3 v3.0.4
+	golang.org/x/sys v0.43.0
 	golang.org/x/time v0.12.0
 	gonum.org/v1/plot v0.15.2
 	google.golang.org/grpc v1.74.2
@@ -131,7 +132,6 @@ require (
 	golang.org/x/net v0.43.0 // indirect
 	golang.org/x/oauth2 v0.30.0 // indirect
 	golang.org/x/sync v0.16.0 // indirect
-	golang.org/x/sys v0.43.0 // indirect
 	golang.org/x/term v0.34.0 // indirect
 	golang.org/x/text v0.28.0 // indirect
 	gomodules.xyz/jsonpatch/v2 v2.4.0 // indirect

@@ -17,7 +17,9 @@
 #                             rest: debootstrap and e2fsprogs (hack/guest-image
 #                             builds the guest image), QEMU (qemu-system-x86
 #                             runs the guests, qemu-utils' qemu-img makes
-#                             their linked clones)
+#                             their linked clones), dnsmasq-base (the DHCP
+#                             server of the DHCP test's guest network) and
+#                             iproute2 (ip netns makes that network)
 set -euo pipefail
 
 dev_only=false
@@ -34,6 +36,8 @@ if $guest; then
 	command -v debugfs >/dev/null || missing+=(e2fsprogs)
 	command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
 	command -v qemu-img >/dev/null || missing+=(qemu-utils)
+	command -v dnsmasq >/dev/null || missing+=(dnsmasq-base)
+	command -v ip >/dev/null || missing+=(iproute2)
 fi
 if ! $dev_only; then
 	command -v cloud-init >/dev/null || missing+=(cloud-init)

@@ -221,16 +221,25 @@ const (
 // +kubebuilder:validation:Enum=mac;hostname
 type DHCPClientIdentifier string
 
+const (
+	// DHCPClientIdentifierMAC leaves the identifier to the image's DHCP
+	// client, asking for the NIC's MAC address where cloud-init can.
+	DHCPClientIdentifierMAC DHCPClientIdentifier = "mac"
+	// DHCPClientIdentifierHostname sends the VM's host name as option 61.
+	DHCPClientIdentifierHostname DHCPClientIdentifier = "hostname"
+)
+
 // DHCPOptions tune how a VM asks for its address.
-// +kubebuilder:validation:XValidation:rule="!has(self.clientIdentifier) || self.clientIdentifier != 'hostname'",message="network.dhcp.clientIdentifier hostname cannot be honoured: cloud-init's network config lets the DHCP client identify itself only by mac or duid, never by host name; use clientIdentifier mac with sendHostname true (DHCP servers keeping per-name reservations, such as dnsmasq dhcp-host=<name>, match the host name sent in option 12), or network.mode static with an IPPool"
+// +kubebuilder:validation:XValidation:rule="!has(self.clientIdentifier) || self.clientIdentifier != 'hostname' || !has(self.sendHostname) || self.sendHostname",message="network.dhcp.clientIdentifier hostname identifies the VM by its host name; it needs sendHostname true (the default)"
 type DHCPOptions struct {
 	// clientIdentifier is what the VM's DHCP client identifies itself
-	// with. Only mac (the default: the operator asks for the NIC's MAC
-	// address, which cloud-init honours where it renders for netplan) is
-	// accepted: hostname is refused because cloud-init's network config
-	// cannot make the DHCP client send the host name as its client
-	// identifier (docs/cloud-init.md). For per-name DHCP reservations keep
-	// sendHostname true: the server sees the host name in option 12.
+	// with (option 61). mac (the default) leaves it to the image's DHCP
+	// client: the operator asks for the NIC's MAC address, which cloud-init
+	// honours where it renders for netplan. hostname sends the VM's host
+	// name: cloud-init's network config cannot say so, so the seed's
+	// bootcmd configures isc-dhcp-client (ifupdown images such as Debian
+	// 12's) and renews the lease with it before anything else runs; it
+	// needs sendHostname true (docs/cloud-init.md).
 	// +optional
 	// +kubebuilder:default=mac
 	ClientIdentifier DHCPClientIdentifier `json:"clientIdentifier,omitempty"`

@@ -34,6 +34,18 @@ func TestTenancyAndMetadataRules(t *testing.T) {
 		t.Fatalf("a valid tenancy was rejected: %v", err)
 	}
 	t.Cleanup(func() { _ = env.Client.Delete(ctx, valid) })
+	// clientIdentifier hostname is accepted, with sendHostname explicit or
+	// defaulted.
+	for i, dhcp := range []map[string]any{{"clientIdentifier": "hostname", "sendHostname": true}, {"clientIdentifier": "hostname"}} {
+		tmpl := validTemplate()
+		tmpl.SetName(fmt.Sprintf("dhcp-hostname-%d", i))
+		tmpl.SetNamespace(ns)
+		set(dhcp, "spec", "network", "dhcp")(tmpl)
+		if err := env.Client.Create(ctx, tmpl, client.FieldValidation("Strict")); err != nil {
+			t.Fatalf("network.dhcp %v was rejected: %v", dhcp, err)
+		}
+		t.Cleanup(func() { _ = env.Client.Delete(ctx, tmpl) })
+	}
 
 	cases := []invalidCase{
 		{name: "tenancy template id and name", base: validCluster, mutate: set(rule(map[string]any{"templates": []any{map[string]any{"id": int64(9000), "name": "debian"}}}), "spec", "tenancy"), want: "set exactly one of id and name in a tenancy templates entry"},
@@ -43,7 +55,7 @@ func TestTenancyAndMetadataRules(t *testing.T) {
 		{name: "tenancy duplicate bridge", base: validCluster, mutate: set(rule(map[string]any{"bridges": []any{"vmbr0", "vmbr0"}}), "spec", "tenancy"), want: "spec.tenancy[0].bridges[1]: Duplicate value"},
 		{name: "template metadata hyperfleet label", base: validTemplate, mutate: set(map[string]any{"labels": map[string]any{"hyperfleet.io/runner-pool": "other"}}, "spec", "metadata"), want: "metadata.labels must not set hyperfleet.io/ keys"},
 		{name: "template metadata hyperfleet annotation", base: validTemplate, mutate: set(map[string]any{"annotations": map[string]any{"hyperfleet.io/fail-reason": "x"}}, "spec", "metadata"), want: "metadata.annotations must not set hyperfleet.io/ keys"},
-		{name: "template dhcp client identifier hostname", base: validTemplate, mutate: set(map[string]any{"clientIdentifier": "hostname", "sendHostname": true}, "spec", "network", "dhcp"), want: "network.dhcp.clientIdentifier hostname cannot be honoured"},
+		{name: "template dhcp client identifier hostname without sendHostname", base: validTemplate, mutate: set(map[string]any{"clientIdentifier": "hostname", "sendHostname": false}, "spec", "network", "dhcp"), want: "network.dhcp.clientIdentifier hostname identifies the VM by its host name; it needs sendHostname true"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -135,6 +135,29 @@ func fetchAgentCommand(v *Vars) []string {
 	return cmd
 }
 
+// DHCPClientIDConf is the DHCP client's configuration file that
+// clientIdentifier hostname appends its send statement to: isc-dhcp-client's,
+// which ifupdown runs for "iface eth0 inet dhcp", cloud-init's rendering on
+// Debian 12 (docs/cloud-init.md).
+const DHCPClientIDConf = "/etc/dhcp/dhclient.conf"
+
+// dhcpClientIDScript makes the DHCP client identify itself by the host
+// name ($1): cloud-init's network config cannot say so, and the first
+// lease was taken before any user-data module ran (networking.service
+// precedes cloud-init's network stage). So it releases that lease, keyed
+// on the default identifier, appends the send statement, and asks again.
+// Idempotent: on a later boot the statement is there and the first lease
+// already carried it.
+const dhcpClientIDScript = `line="send dhcp-client-identifier \"$1\";"
+grep -qxF "$line" ` + DHCPClientIDConf + ` 2>/dev/null && exit 0
+if ! command -v dhclient >/dev/null || ! command -v ifup >/dev/null; then
+    echo "hyperfleet: network.dhcp.clientIdentifier hostname needs ifupdown and isc-dhcp-client in the image (docs/cloud-init.md)" >&2
+    exit 1
+fi
+ifdown ` + InterfaceName + `
+echo "$line" >>` + DHCPClientIDConf + `
+ifup ` + InterfaceName
+
 // agentUnit is the systemd unit that runs the agent. After=cloud-final
 // makes it start once cloud-init has finished everything, the user's
 // runcmd and scripts included, even though runcmd queues it earlier.
@@ -287,6 +310,14 @@ func operatorCloudConfig(v *Vars) (*yaml.Node, error) {
 	root.Content = append(root.Content,
 		str("preserve_hostname"), boolean(false),
 		str("manage_etc_hosts"), boolean(true),
+	)
+	if v.NetworkMode == NetworkDHCP && v.DHCPClientIdentifier == DHCPIdentifierHostname {
+		// bootcmd: the first module of cloud-init's network stage, so
+		// the address changes before anything else uses it.
+		root.Content = append(root.Content, str("bootcmd"),
+			seq(seq(str("sh"), str("-c"), literal(dhcpClientIDScript), str("hyperfleet-dhcp-client-id"), str(v.Hostname))))
+	}
+	root.Content = append(root.Content,
 		str("write_files"), files,
 		str("runcmd"), runcmd,
 	)

@@ -84,6 +84,13 @@ func (w *World) Objects() ([]client.Object, error) {
 			}
 		}
 	}
+	if id := w.opts.DHCPClientIdentifier; id != "" {
+		for _, o := range objs {
+			if t, ok := o.(*hfv1.HypervisorMachineTemplate); ok {
+				t.Spec.Network.DHCP = &hfv1.DHCPOptions{ClientIdentifier: id}
+			}
+		}
+	}
 	if w.opts.SPIFFE {
 		// The samples' SPIFFE settings, so that the world runs what users
 		// copy: the join-token template's attestation, and the cluster's

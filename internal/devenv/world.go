@@ -43,6 +43,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+	"github.com/hyperfleet/hyperfleet/internal/simulator/guestnet"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 	vaultsim "github.com/hyperfleet/hyperfleet/internal/simulator/vault"
 	"github.com/hyperfleet/hyperfleet/internal/spireworld"
@@ -152,6 +153,16 @@ type Options struct {
 	// simulator's address range (10.99.0.0/24 by default, the host at .2,
 	// DNS at .3): a pool inside it, with that gateway, works there.
 	IPPool *hfv1.IPPoolSpec
+	// GuestNetwork, when set (with GuestImage), puts the real guests on
+	// this network instead of QEMU's user-mode one: a bridge in a network
+	// namespace whose DHCP server the caller runs. The guests reach the
+	// world's servers at the bridge's address (the simulator's
+	// GuestHostAddress), where the network forwards each server's port
+	// to its loopback listener.
+	GuestNetwork *guestnet.Network
+	// DHCPClientIdentifier, when set, is the template's
+	// spec.network.dhcp.clientIdentifier (network mode dhcp).
+	DHCPClientIdentifier hfv1.DHCPClientIdentifier
 	// KeepGuestDisks, when set, is where destroyed real guests' disk
 	// overlays are moved (proxmoxsim.GuestConfig.KeepDisks), for tests
 	// that read what a guest left on its disk.
@@ -190,6 +201,8 @@ type World struct {
 	webhook            webhookFiles
 	agentTLS           agentTLSFiles
 	logFile            *os.File
+	// forwardErr is the first port GuestNetwork could not forward.
+	forwardErr error
 
 	// SPIRE is the spire-server with Options.SPIFFE.
 	SPIRE *spireworld.Server
@@ -242,7 +255,11 @@ func Start(ctx context.Context, opts Options) (*World, error) {
 	if err := w.pickMetricsAddr(); err != nil {
 		return nil, err
 	}
-	if err := w.start(ctx); err != nil {
+	err := w.start(ctx)
+	if err == nil {
+		err = w.forwardErr
+	}
+	if err != nil {
 		_ = w.Stop()
 		return nil, err
 	}
@@ -401,6 +418,11 @@ func (w *World) guestURL(base string) string {
 // the guests reach it.
 func (w *World) guestHostPort(addr string) string {
 	_, port, _ := net.SplitHostPort(addr)
+	if n := w.opts.GuestNetwork; n != nil {
+		if err := n.Forward(port); err != nil && w.forwardErr == nil {
+			w.forwardErr = fmt.Errorf("devenv: forward the guests' port %s: %w", port, err)
+		}
+	}
 	return net.JoinHostPort(w.guestHost(), port)
 }
 
@@ -507,6 +529,9 @@ func (w *World) startProxmox() error {
 			// so that a scale-down finds it between polls.
 			"HF_SIM_POLL_WAIT": "1",
 		},
+	}
+	if n := w.opts.GuestNetwork; n != nil {
+		cfg.Guest.QEMU.Network = &proxmoxsim.TapNetwork{Netns: n.Netns, Bridge: guestnet.Bridge, HostAddress: n.Host.String()}
 	}
 	if w.opts.SPIFFE {
 		dir, err := spireworld.Dir()

@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	for _, bin := range []string{"qemu-system-x86_64", "qemu-img", "debootstrap", "debugfs"} {
+	for _, bin := range []string{"qemu-system-x86_64", "qemu-img", "debootstrap", "debugfs", "dnsmasq", "ip"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			fmt.Fprintf(os.Stderr, "%s is missing: hack/test-deps.sh --guest installs it (make test-guest runs it)\n", bin)
 			return 1

@@ -51,6 +51,21 @@ type QEMUConfig struct {
 	Img string `json:"img,omitempty"`
 	// Accel is QEMU's accelerator: tcg (the default) or kvm.
 	Accel string `json:"accel,omitempty"`
+	// Network, when set, puts the guests' NICs on a bridge in a network
+	// namespace instead of QEMU's user-mode network.
+	Network *TapNetwork `json:"network,omitempty"`
+}
+
+// TapNetwork is a bridge in a network namespace that the caller made and
+// serves: its DHCP server leases the guests their addresses, and the
+// servers guests use listen (or are forwarded to) at HostAddress. Each
+// guest's QEMU runs in the namespace with a tap device (hf<vmid>) that
+// it plugs into Bridge; the device goes when QEMU exits.
+type TapNetwork struct {
+	Netns  string `json:"netns"`
+	Bridge string `json:"bridge"`
+	// HostAddress is GuestHostAddress: the bridge's own address, say.
+	HostAddress string `json:"hostAddress"`
 }
 
 // realGuests runs the QEMU processes of VMs cloned from templates with a
@@ -124,6 +139,12 @@ func (r *realGuests) startLocked(v *vm, gen int) error {
 	if m.Append == "" {
 		m.Append = qemu.KernelArgs()
 	}
+	if tn := r.cfg.Network; tn != nil {
+		if m.Tap, err = tapOf(tn, v.vmid, dir); err != nil {
+			_ = os.RemoveAll(sockDir)
+			return fmt.Errorf("start failed: %w", err)
+		}
+	}
 	p, err := qemu.Start(m)
 	if err != nil {
 		_ = os.RemoveAll(sockDir)
@@ -136,6 +157,20 @@ func (r *realGuests) startLocked(v *vm, gen int) error {
 	go r.waitExit(v.vmid, g)
 	go r.waitAgent(ctx, v.vmid, g)
 	return nil
+}
+
+// tapOf is VM vmid's tap device on tn, with the script (in the VM's
+// directory) that plugs it into tn's bridge.
+func tapOf(tn *TapNetwork, vmid int, dir string) (qemu.Tap, error) {
+	if tn.Netns == "" || tn.Bridge == "" || tn.HostAddress == "" {
+		return qemu.Tap{}, errors.New("guest.qemu.network needs netns, bridge and hostAddress")
+	}
+	script := filepath.Join(dir, "ifup")
+	body := fmt.Sprintf("#!/bin/sh\nexec ip link set dev \"$1\" master %s up\n", tn.Bridge)
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		return qemu.Tap{}, fmt.Errorf("tap script: %w", err)
+	}
+	return qemu.Tap{Netns: tn.Netns, Name: fmt.Sprintf("hf%d", vmid), Script: script}, nil
 }
 
 // createOverlay makes the VM's linked clone: a qcow2 overlay whose
@@ -211,9 +246,13 @@ func (s *Simulator) userNet(addr string) qemu.UserNet {
 
 // GuestHostAddress is the address at which real guests reach the host's
 // loopback (QEMU's user-mode network forwards it to 127.0.0.1): the .2
-// address of the network of guest.addressRange, 10.99.0.2 by default.
+// address of the network of guest.addressRange, 10.99.0.2 by default;
+// guest.qemu.network's hostAddress with that network.
 // URLs that real guests use must name it, and certificates must list it.
 func (s *Simulator) GuestHostAddress() string {
+	if tn := s.cfg.Guest.QEMU.Network; tn != nil {
+		return tn.HostAddress
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.userNet(uint32IP(s.addrs.first)).Host

@@ -43,8 +43,12 @@ type Machine struct {
 	CDROM, CDROMID string
 	// MAC is the virtio NIC's address (net0's macaddr).
 	MAC string
-	// Net is the NIC's user-mode network.
+	// Net is the NIC's user-mode network, unless Tap is set.
 	Net UserNet
+	// Tap, when its Netns is set, attaches the NIC to a bridge in a network
+	// namespace instead of a user-mode network: QEMU runs in that
+	// namespace (ip netns exec) and creates the tap device.
+	Tap Tap
 	// Console receives the serial console (appended).
 	Console string
 	// SocketDir holds the QMP and guest agent sockets. Unix socket paths
@@ -57,6 +61,14 @@ type Machine struct {
 // everything else it connects to is connected to from the host.
 type UserNet struct {
 	Net, Host, DNS, Guest string
+}
+
+// Tap is a NIC's tap device in a network namespace: Name (at most 15
+// bytes) is created by QEMU when it starts and goes away when it exits;
+// Script, an executable QEMU runs with the device's name as its argument
+// (QEMU's script=), plugs it into the namespace's bridge.
+type Tap struct {
+	Netns, Name, Script string
 }
 
 // DefaultUserNet is QEMU's own: the guest is 10.0.2.15 and reaches the
@@ -80,7 +92,10 @@ func (m Machine) Args() []string {
 		format = "qcow2"
 	}
 	netdev := "user,id=net0"
-	if m.Net != (UserNet{}) {
+	switch {
+	case m.Tap.Netns != "":
+		netdev = "tap,id=net0,ifname=" + m.Tap.Name + ",script=" + m.Tap.Script + ",downscript=no"
+	case m.Net != (UserNet{}):
 		netdev += ",net=" + m.Net.Net + ",host=" + m.Net.Host + ",dns=" + m.Net.DNS + ",dhcpstart=" + m.Net.Guest
 	}
 	args := []string{
@@ -148,6 +163,10 @@ func Start(m Machine) (*Process, error) {
 		return nil, fmt.Errorf("QEMU log: %w", err)
 	}
 	cmd := exec.Command(path, m.Args()...)
+	if m.Tap.Netns != "" {
+		// ip execs QEMU in the namespace: the process (group) is QEMU's.
+		cmd = exec.Command("ip", append([]string{"netns", "exec", m.Tap.Netns, path}, m.Args()...)...)
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,228 @@
+// Package guestnet gives real guests (internal/simulator/qemu behind the
+// Proxmox simulator) a network of their own for tests: a network namespace
+// with a bridge, a real DHCP server on it (dnsmasq) and forwarders from
+// the bridge's address to servers on the host's loopback. Everything it
+// starts listens inside the namespace; Close removes it all. It needs
+// root (ip netns, setns). Nothing in the operator imports it.
+package guestnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Bridge is the name of the namespace's bridge.
+const Bridge = "br0"
+
+// Network is a network namespace with a bridge whose address is Host in
+// Prefix: the guests' taps plug into the bridge.
+type Network struct {
+	// Netns is the namespace's name (ip netns).
+	Netns string
+	// Prefix is the network; Host, its first address, is the bridge's.
+	Prefix netip.Prefix
+	Host   netip.Addr
+
+	mu        sync.Mutex
+	listeners map[string]net.Listener // port -> forwarder
+	conns     map[net.Conn]bool       // open forwarded connections, both sides
+	wg        sync.WaitGroup
+	closed    bool
+}
+
+// Create makes the namespace name with a bridge at the first address of
+// prefix (an IPv4 network, /24 or larger). Close it.
+func Create(name string, prefix netip.Prefix) (*Network, error) {
+	prefix = prefix.Masked()
+	if !prefix.Addr().Is4() || prefix.Bits() > 24 {
+		return nil, fmt.Errorf("guestnet: %s: want an IPv4 network of /24 or larger", prefix)
+	}
+	n := &Network{Netns: name, Prefix: prefix, Host: prefix.Addr().Next(), listeners: map[string]net.Listener{}, conns: map[net.Conn]bool{}}
+	if err := ip("netns", "add", name); err != nil {
+		return nil, err
+	}
+	for _, args := range [][]string{
+		{"link", "set", "lo", "up"},
+		{"link", "add", Bridge, "type", "bridge"},
+		{"addr", "add", netip.PrefixFrom(n.Host, prefix.Bits()).String(), "dev", Bridge},
+		{"link", "set", Bridge, "up"},
+	} {
+		if err := ip(append([]string{"-n", name}, args...)...); err != nil {
+			_ = n.Close()
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// Addr is the address offset addresses into the network (Host is 1).
+func (n *Network) Addr(offset int) netip.Addr {
+	a := n.Prefix.Addr()
+	for range offset {
+		a = a.Next()
+	}
+	return a
+}
+
+// Forward listens on the bridge's address at port, inside the namespace,
+// and connects every connection to 127.0.0.1:port in the caller's
+// namespace: the guests reach a loopback server at Host:port. A port
+// already forwarded is left as it is.
+func (n *Network) Forward(port string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return errors.New("guestnet: network closed")
+	}
+	if n.listeners[port] != nil {
+		return nil
+	}
+	ln, err := n.listen(net.JoinHostPort(n.Host.String(), port))
+	if err != nil {
+		return err
+	}
+	n.listeners[port] = ln
+	n.wg.Add(1)
+	go n.serve(ln, net.JoinHostPort("127.0.0.1", port))
+	return nil
+}
+
+// listen opens a TCP listener inside the namespace: the socket keeps the
+// namespace of the thread that made it, so one locked thread enters the
+// namespace, listens and returns.
+func (n *Network) listen(addr string) (net.Listener, error) {
+	type result struct {
+		ln  net.Listener
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		// Left locked when a step fails: the thread then exits with the
+		// goroutine instead of serving others in the wrong namespace.
+		home, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			done <- result{err: fmt.Errorf("guestnet: %w", err)}
+			return
+		}
+		defer home.Close()
+		target, err := os.Open("/run/netns/" + n.Netns)
+		if err != nil {
+			done <- result{err: fmt.Errorf("guestnet: %w", err)}
+			return
+		}
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			done <- result{err: fmt.Errorf("guestnet: enter %s: %w", n.Netns, err)}
+			return
+		}
+		ln, lerr := net.Listen("tcp", addr)
+		if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); err != nil {
+			if ln != nil {
+				_ = ln.Close()
+			}
+			done <- result{err: fmt.Errorf("guestnet: leave %s: %w", n.Netns, err)}
+			return
+		}
+		runtime.UnlockOSThread()
+		if lerr != nil {
+			lerr = fmt.Errorf("guestnet: listen in %s: %w", n.Netns, lerr)
+		}
+		done <- result{ln: ln, err: lerr}
+	}()
+	r := <-done
+	return r.ln, r.err
+}
+
+func (n *Network) serve(ln net.Listener, target string) {
+	defer n.wg.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if !n.track(c) {
+				return
+			}
+			defer n.untrack(c)
+			var d net.Dialer
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			up, err := d.DialContext(ctx, "tcp", target)
+			cancel()
+			if err != nil || !n.track(up) {
+				return
+			}
+			defer n.untrack(up)
+			done := make(chan struct{})
+			go func() {
+				_, _ = io.Copy(up, c)
+				_ = up.(*net.TCPConn).CloseWrite()
+				close(done)
+			}()
+			_, _ = io.Copy(c, up)
+			_ = c.(*net.TCPConn).CloseWrite()
+			<-done
+		}()
+	}
+}
+
+// track registers an open connection; false (and the connection closed)
+// once the network is closed.
+func (n *Network) track(c net.Conn) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		_ = c.Close()
+		return false
+	}
+	n.conns[c] = true
+	return true
+}
+
+func (n *Network) untrack(c net.Conn) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.conns, c)
+	_ = c.Close()
+}
+
+// Close stops the forwarders, closes their open connections (a guest that
+// is gone never closes its side) and deletes the namespace, with
+// everything in it.
+func (n *Network) Close() error {
+	n.mu.Lock()
+	n.closed = true
+	for _, ln := range n.listeners {
+		_ = ln.Close()
+	}
+	for c := range n.conns {
+		_ = c.Close()
+	}
+	n.mu.Unlock()
+	err := ip("netns", "del", n.Netns)
+	n.wg.Wait()
+	return err
+}
+
+func ip(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("guestnet: ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
