@@ -15,7 +15,9 @@
 // output of the controller package's BenchmarkOperator1000Claims whose
 // power-off figures the report includes; HF_BENCH_GUEST_TIMINGS, the
 // directory of real-guest timings (make test-guest's) the report shows next
-// to the simulated cold start.
+// to the simulated cold start; HF_BENCH_ONLY=churn runs the churn figure
+// alone (its jobs and maxReplicas from HF_BENCH_CHURN_JOBS and
+// HF_BENCH_CHURN_MAX when set), to study it without the rest.
 package bench
 
 import (
@@ -31,6 +33,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -80,6 +83,16 @@ func TestBench(t *testing.T) {
 	if isSmall {
 		sz = small
 	}
+	onlyChurn := os.Getenv("HF_BENCH_ONLY") == "churn"
+	for env, p := range map[string]*int{"HF_BENCH_CHURN_JOBS": &sz.churnJobs, "HF_BENCH_CHURN_MAX": &sz.churnMax} {
+		if v := os.Getenv(env); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("%s: %v", env, err)
+			}
+			*p = n
+		}
+	}
 	began := time.Now()
 	res := bench.Results{Date: began, Small: isSmall}
 	ctx := context.Background()
@@ -111,20 +124,34 @@ func TestBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	op := startOperator(t, w, managerBin, caFile)
+	if keep := os.Getenv("HF_BENCH_LOGS"); keep != "" {
+		// The world's directory goes with the test: keep the manager's
+		// log for whoever studies the run.
+		t.Cleanup(func() {
+			if b, err := os.ReadFile(filepath.Join(w.Dir(), "manager.log")); err == nil {
+				_ = os.WriteFile(filepath.Join(keep, "manager.log"), b, 0o644)
+			}
+		})
+	}
 	if err := w.ConnectOperator(ctx, op.webhookURL); err != nil {
 		t.Fatal(err)
 	}
 	logf("world and manager (pid %d) up", op.cmd.Process.Pid)
 
-	res.Cold, res.Timeline = coldStarts(t, w, px, sz.cold)
-	logf("cold starts: %d", len(res.Cold))
-	res.Warm = warmPool(t, w, sz.warm, sz.warmMin)
-	logf("warm pool: %+v", res.Warm)
+	if !onlyChurn {
+		res.Cold, res.Timeline = coldStarts(t, w, px, sz.cold)
+		logf("cold starts: %d", len(res.Cold))
+		res.Warm = warmPool(t, w, sz.warm, sz.warmMin)
+		logf("warm pool: %+v", res.Warm)
+	}
 
 	// Churn before the load: a job's calls are counted without the load
 	// clusters' polls, and the pool starts clean.
 	res.Churn, res.Process.Churn, res.Calls = churn(t, w, op, px, gh, sz.churnJobs, sz.churnMax, nil)
 	logf("churn: %+v", res.Churn)
+	if onlyChurn {
+		sz.levels = nil
+	}
 
 	for i, level := range sz.levels {
 		deadline := sz.levelDeadline
