@@ -179,6 +179,11 @@ func (s *PoolResync) resyncGroup(ctx context.Context, g *resyncGroup, cands []de
 	}
 	repos := map[string]bool{}
 	var records []*hfv1.CIJob
+	// recorded are the jobs the pools' namespaces already hold a CIJob
+	// of: a queued job listed again changes nothing in its record
+	// (demand.MergeEvent), and writing it anyway cost a create refused as
+	// existing and an uncached read per queued job and resync.
+	recorded := map[types.NamespacedName]bool{}
 	for _, pool := range g.pools {
 		if err := s.observeRunners(ctx, pool, byName, start); err != nil {
 			return err
@@ -193,6 +198,7 @@ func (s *PoolResync) resyncGroup(ctx context.Context, g *resyncGroup, cands []de
 			// they have seen (the platform has no cheap "repositories
 			// with queued jobs" call).
 			repos[j.Spec.Repository] = true
+			recorded[types.NamespacedName{Namespace: j.Namespace, Name: j.Name}] = true
 			if j.Status.State != hfv1.CIJobCompleted {
 				records = append(records, j)
 			}
@@ -221,7 +227,7 @@ func (s *PoolResync) resyncGroup(ctx context.Context, g *resyncGroup, cands []de
 		for _, job := range jobs {
 			queued[job.ID] = true
 			d := demand.Choose(cands, job)
-			if !d.Matched() {
+			if !d.Matched() || recorded[types.NamespacedName{Namespace: d.Pool.Pool.Namespace, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, job.ID)}] {
 				continue
 			}
 			out, err := s.Recorder.Apply(ctx, d.Pool.Pool, workload.JobEvent{Action: "queued", Job: job}, demand.SourceResync)
