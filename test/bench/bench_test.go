@@ -420,6 +420,8 @@ func churn(t *testing.T, w *devenv.World, op *operator, px, gh *recorder, jobs, 
 	if err != nil {
 		t.Fatal(err)
 	}
+	px.trace(true)
+	claims := map[string]*claimTimes{}
 	u0, start := op.usage(t), time.Now()
 	ids, err := w.EnqueueJobs(jobs, time.Millisecond)
 	if err != nil {
@@ -430,8 +432,10 @@ func churn(t *testing.T, w *devenv.World, op *operator, px, gh *recorder, jobs, 
 	// completed by then count, and the bottleneck says it stalled.
 	deadline := start.Add(4 * time.Minute)
 	for time.Now().Before(deadline) {
-		n := len(poolClaims(t, w))
+		cs := poolClaims(t, w)
+		n := len(cs)
 		inFlight, samples, most = inFlight+n, samples+1, max(most, n)
+		seeClaims(claims, cs, time.Now())
 		completed = 0
 		for _, id := range ids {
 			if j, _ := w.GitHub.Job(id); j.Status == "completed" {
@@ -444,6 +448,11 @@ func churn(t *testing.T, w *devenv.World, op *operator, px, gh *recorder, jobs, 
 		time.Sleep(100 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
+	stages := churnStages(claims, px.trace(false), w, ids)
+	if sum, n, err := op.histogram("hyperfleet_webhook_processing_duration_seconds"); err == nil && n > 0 {
+		stages += fmt.Sprintf("; a webhook received -> recorded, mean %.3f s over %d", sum/float64(n), n)
+	}
+	t.Logf("churn stages (median, p95 over %d claims): %s", len(claims), stages)
 	u1 := op.usage(t)
 	kubeAfter, err := op.kubeCalls()
 	if err != nil {
@@ -457,7 +466,7 @@ func churn(t *testing.T, w *devenv.World, op *operator, px, gh *recorder, jobs, 
 	}
 	c.Bottleneck += fmt.Sprintf("on average %.1f of the pool's %d VMs were in flight (at most %d), each claim living %.1f s (Little's law: in flight / life); "+
 		"a claim's life is its guest's: the real agent and the runner script start, register, run the job and power off, all on the same %d shared cores as the API server, the simulators, the operator (%.0f %% of one core) and the benchmark; "+
-		"the operator is not the limit while it has CPU to spare and the pool is not full", avg, maxR, most, life.Seconds(), bench.ReadMachine().NProc, 100*bench.CPUShare(u0, u1, elapsed))
+		"the operator is not the limit while it has CPU to spare and the pool is not full; a claim's stages (median, p95): %s", avg, maxR, most, life.Seconds(), bench.ReadMachine().NProc, 100*bench.CPUShare(u0, u1, elapsed), stages)
 	sample := bench.Sample{Window: elapsed, RSS: u1.RSS, HWM: u1.HWM, CPUShare: bench.CPUShare(u0, u1, elapsed)}
 
 	var calls []bench.Calls
@@ -479,6 +488,90 @@ func churn(t *testing.T, w *devenv.World, op *operator, px, gh *recorder, jobs, 
 	}
 	slices.SortFunc(calls, func(a, b bench.Calls) int { return cmp.Or(cmp.Compare(a.API, b.API), cmp.Compare(b.PerJob, a.PerJob)) })
 	return c, sample, calls
+}
+
+// claimTimes are when the benchmark saw one claim appear and go, and its
+// VM and runner.
+type claimTimes struct {
+	seen, gone time.Time
+	vmid       string
+	runner     string
+}
+
+func seeClaims(m map[string]*claimTimes, cs []hfv1.MachineClaim, now time.Time) {
+	present := map[string]bool{}
+	for i := range cs {
+		c := &cs[i]
+		present[c.Name] = true
+		ct := m[c.Name]
+		if ct == nil {
+			ct = &claimTimes{seen: now}
+			m[c.Name] = ct
+		}
+		if ref := c.Status.VMRef; ref != nil {
+			ct.vmid = fmt.Sprint(ref.VMID)
+		}
+		if st := c.Status.Bootstrap; st != nil && st.RunnerName != "" {
+			ct.runner = st.RunnerName
+		}
+	}
+	for name, ct := range m {
+		if !present[name] && ct.gone.IsZero() {
+			ct.gone = now
+		}
+	}
+}
+
+// churnStages cuts the claims' lives into stages, from what the benchmark
+// saw (claims, 100 ms polls), the Proxmox requests (vms) and the GitHub
+// simulator's jobs: the operator's (claim -> first call on its VM -> start
+// request; job end -> destroy request -> claim gone) and the guest's
+// (start request -> job started), with the job itself between.
+func churnStages(claims map[string]*claimTimes, vms map[string]*vmTimes, w *devenv.World, ids []int64) string {
+	jobOf := map[string]githubsim.Job{}
+	for _, id := range ids {
+		if j, ok := w.GitHub.Job(id); ok && j.RunnerName != "" {
+			jobOf[j.RunnerName] = j
+		}
+	}
+	// The webhook of a job's start, delivered (the simulator's log) after
+	// the job started: until the operator records it, a VM that ran its
+	// job and powered off cannot be told from one that failed.
+	delivered := map[int64]time.Time{}
+	for _, d := range w.GitHub.Deliveries() {
+		if d.Action == "in_progress" && !d.DeliveredAt.IsZero() {
+			delivered[d.JobID] = d.DeliveredAt
+		}
+	}
+	stages := []string{"claim seen -> VM's first call", "first call -> start request", "start -> job started (guest)", "job started -> ended",
+		"job ended -> destroy request", "destroy -> claim gone", "claim seen -> claim gone", "job started -> its in_progress webhook delivered"}
+	ds := make([][]time.Duration, len(stages))
+	add := func(i int, from, to time.Time) {
+		if !from.IsZero() && !to.IsZero() {
+			ds[i] = append(ds[i], to.Sub(from))
+		}
+	}
+	for _, c := range claims {
+		vm := vms[c.vmid]
+		if vm == nil {
+			vm = &vmTimes{}
+		}
+		j := jobOf[c.runner]
+		add(0, c.seen, vm.first)
+		add(1, vm.first, vm.start)
+		add(2, vm.start, j.StartedAt)
+		add(3, j.StartedAt, j.CompletedAt)
+		add(4, j.CompletedAt, vm.destroy)
+		add(5, vm.destroy, c.gone)
+		add(6, c.seen, c.gone)
+		add(7, j.StartedAt, delivered[j.ID])
+	}
+	parts := make([]string, len(stages))
+	for i, name := range stages {
+		s := bench.Summarize(ds[i])
+		parts[i] = fmt.Sprintf("%s %.2f s, %.2f s (%d)", name, s.P50.Seconds(), s.P95.Seconds(), len(ds[i]))
+	}
+	return strings.Join(parts, "; ")
 }
 
 type delta struct {

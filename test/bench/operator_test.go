@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -139,9 +140,8 @@ func (o *operator) usage(t *testing.T) bench.Usage {
 	return u
 }
 
-// kubeCalls reads the operator's Kubernetes API requests, by verb, from
-// client-go's rest_client_requests_total on its /metrics.
-func (o *operator) kubeCalls() (map[string]float64, error) {
+// scrape reads the operator's /metrics.
+func (o *operator) scrape() (map[string]*dto.MetricFamily, error) {
 	resp, err := http.Get(o.metricsURL)
 	if err != nil {
 		return nil, fmt.Errorf("scrape: %w", err)
@@ -154,6 +154,32 @@ func (o *operator) kubeCalls() (map[string]float64, error) {
 	fams, err := p.TextToMetricFamilies(bufio.NewReader(resp.Body))
 	if err != nil {
 		return nil, fmt.Errorf("scrape: %w", err)
+	}
+	return fams, nil
+}
+
+// histogram reads the sum and count of one of the operator's histograms.
+func (o *operator) histogram(name string) (float64, uint64, error) {
+	fams, err := o.scrape()
+	if err != nil {
+		return 0, 0, err
+	}
+	var sum float64
+	var n uint64
+	if f := fams[name]; f != nil {
+		for _, m := range f.GetMetric() {
+			sum, n = sum+m.GetHistogram().GetSampleSum(), n+m.GetHistogram().GetSampleCount()
+		}
+	}
+	return sum, n, nil
+}
+
+// kubeCalls reads the operator's Kubernetes API requests, by verb, from
+// client-go's rest_client_requests_total on its /metrics.
+func (o *operator) kubeCalls() (map[string]float64, error) {
+	fams, err := o.scrape()
+	if err != nil {
+		return nil, err
 	}
 	out := map[string]float64{}
 	if f := fams["rest_client_requests_total"]; f != nil {

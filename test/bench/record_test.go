@@ -20,6 +20,14 @@ type recorder struct {
 	first map[string]time.Time
 	// onClone, when set, is called with every clone request's arrival.
 	onClone func(time.Time)
+	// vms, while tracing, holds when each VM id was first named in a
+	// path and when its start and delete requests came (vmTimes).
+	vms map[string]*vmTimes
+}
+
+// vmTimes are one VM's requests, for the churn's stages.
+type vmTimes struct {
+	first, start, destroy time.Time
 }
 
 func newRecorder() *recorder {
@@ -35,6 +43,9 @@ func (r *recorder) observe(req *http.Request) {
 		r.first[key] = now
 	}
 	hook := r.onClone
+	if r.vms != nil {
+		r.traceVM(req, now)
+	}
 	r.mu.Unlock()
 	if hook != nil && req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/clone") {
 		hook(now)
@@ -70,6 +81,39 @@ func (r *recorder) firstSeen(method, suffix string) time.Time {
 		}
 	}
 	return at
+}
+
+// trace starts (or, with false, stops) keeping the VMs' request times.
+func (r *recorder) trace(on bool) map[string]*vmTimes {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	vms := r.vms
+	r.vms = nil
+	if on {
+		r.vms = map[string]*vmTimes{}
+	}
+	return vms
+}
+
+// traceVM notes a request naming a VM (/nodes/{node}/qemu/{id}/...);
+// the template's clone request names the template, not the new VM.
+func (r *recorder) traceVM(req *http.Request, now time.Time) {
+	_, rest, ok := strings.Cut(req.URL.Path, "/qemu/")
+	if !ok || strings.HasSuffix(rest, "/clone") {
+		return
+	}
+	id, _, _ := strings.Cut(rest, "/")
+	vm := r.vms[id]
+	if vm == nil {
+		vm = &vmTimes{first: now}
+		r.vms[id] = vm
+	}
+	switch {
+	case req.Method == http.MethodPost && strings.HasSuffix(rest, "/status/start"):
+		vm.start = now
+	case req.Method == http.MethodDelete && !strings.Contains(rest, "/"):
+		vm.destroy = now
+	}
 }
 
 func (r *recorder) setOnClone(f func(time.Time)) {
