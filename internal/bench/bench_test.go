@@ -187,3 +187,29 @@ func TestChurnStallIsNotOutOfReach(t *testing.T) {
 		}
 	}
 }
+
+// TestChurnMissOutOfReachOnlyWhenPoolFull: a churn miss is out of reach
+// only when the pool was kept full (the guests' life set the rate); a pool
+// not kept full, or a stalled run, is a miss to fix.
+func TestChurnMissOutOfReachOnlyWhenPoolFull(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		c         Churn
+		wantProof bool
+	}{
+		{"full", Churn{Jobs: 100, Duration: time.Minute, MaxReplicas: 20, InFlight: 19, Bottleneck: "guests"}, true},
+		{"not kept full", Churn{Jobs: 100, Duration: time.Minute, MaxReplicas: 20, InFlight: 2.5, Bottleneck: "operator"}, false},
+		{"stalled", Churn{Jobs: 10, Duration: time.Minute, MaxReplicas: 20, InFlight: 19, Bottleneck: "the run stalled: 10 of 100"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, f := range Figures(Results{Churn: tc.c}) {
+				if !strings.HasPrefix(f.Name, "churn:") {
+					continue
+				}
+				if f.Pass || (f.Proof != "") != tc.wantProof || (f.Note != "") == tc.wantProof {
+					t.Errorf("figure %+v: want a miss with proof %v", f, tc.wantProof)
+				}
+			}
+		})
+	}
+}

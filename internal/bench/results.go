@@ -150,8 +150,10 @@ type GrowthPoint struct {
 type Churn struct {
 	Jobs     int           `json:"jobs"`
 	Duration time.Duration `json:"duration"`
-	// MaxReplicas is the pool's ceiling during the run.
-	MaxReplicas int `json:"maxReplicas"`
+	// MaxReplicas is the pool's ceiling during the run; InFlight is how
+	// many of its VMs were in flight on average.
+	MaxReplicas int     `json:"maxReplicas"`
+	InFlight    float64 `json:"inFlight"`
 	// Bottleneck names what limited the run, with its evidence.
 	Bottleneck string `json:"bottleneck"`
 }

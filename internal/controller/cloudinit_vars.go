@@ -140,6 +140,19 @@ func claimVars(ws *workload.Backends, claim *hfv1.MachineClaim, tmpl *hfv1.Hyper
 	return v
 }
 
+// claimRunnerName is the runner name a claim's VM registers with, as
+// claimVars renders it: the name the claim asks for itself, else its host
+// name with the first 8 hex digits of its UID. The pool matches job
+// records to claims by it after the claim forgot its runner.
+func claimRunnerName(ws *workload.Backends, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) string {
+	if be, ok := ws.Claim(claim, tmpl); ok {
+		if cr := be.Claim(claim); cr.Name != "" {
+			return cr.Name
+		}
+	}
+	return runnerNameFor(claim, hostnameFor(claim, tmpl.Spec.Network.Hostname))
+}
+
 // setAgentVars fills the agent download variables of a template whose
 // agentSource is Operator, for the runner os and arch v already holds;
 // other templates keep them empty, so their cloud-init (and hash) does not

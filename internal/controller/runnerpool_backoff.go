@@ -43,6 +43,17 @@ func attemptOf(c *hfv1.MachineClaim) (scaling.Attempt, bool) {
 	return a, true
 }
 
+// runnersWithJobs are the runners the pool's job records say took a job.
+func runnersWithJobs(jobs map[int64]*hfv1.CIJob) map[string]bool {
+	out := make(map[string]bool, len(jobs))
+	for _, j := range jobs {
+		if j.Status.RunnerName != "" {
+			out[j.Status.RunnerName] = true
+		}
+	}
+	return out
+}
+
 // failureOf says why a claim failed, from what it recorded.
 func failureOf(c *hfv1.MachineClaim) string {
 	if r := c.Status.TerminationReason; r != "" {
@@ -96,17 +107,43 @@ func backoffStatus(s scaling.BackoffState) *hfv1.ReplacementBackoff {
 	}
 }
 
+// jobRecordGrace is how long the pool waits, after a claim's VM powered
+// off before the operator saw its runner online, for a job record naming
+// that runner. A VM whose job is short can register, run it and power off
+// between two resyncs and before the job's webhooks are recorded: without
+// the wait, a pool of such VMs counted every one as a failure and backed
+// off for minutes with jobs queued (docs/performance.md, churn).
+const jobRecordGrace = 15 * time.Second
+
 // observeAttempts counts the outcomes of the pool's claims into
 // status.replacementBackoff (it lives in status so that a restarted
 // operator keeps waiting) and sets the ReplacementBackoff condition.
 func (r *RunnerPoolReconciler) observeAttempts(v *poolView) {
 	pc := v.claims
 	var attempts []scaling.Attempt
+	var ran map[string]bool
 	for _, list := range [][]*hfv1.MachineClaim{pc.starting, pc.idle, pc.busy, pc.terminating, pc.retained, pc.finished} {
 		for _, c := range list {
-			if a, ok := attemptOf(c); ok {
-				attempts = append(attempts, a)
+			a, ok := attemptOf(c)
+			if !ok {
+				continue
 			}
+			if a.Failed && !c.HasFailed() && outcomeOf(c) == scaling.PoweredOff && v.tmpl != nil {
+				// Powered off with no job on record: a failure only if no
+				// job record names its runner within the grace.
+				if ran == nil {
+					ran = runnersWithJobs(v.jobs)
+				}
+				switch decided := a.At.Add(jobRecordGrace); {
+				case ran[claimRunnerName(r.Workloads, c, v.tmpl)]:
+					a.Failed, a.Reason = false, ""
+				case v.now.Before(decided):
+					v.undecided[c.UID] = true
+					v.wake(decided.Sub(v.now))
+					continue
+				}
+			}
+			attempts = append(attempts, a)
 		}
 	}
 	st := &v.pool.Status
@@ -135,8 +172,19 @@ func (r *RunnerPoolReconciler) observeAttempts(v *poolView) {
 // outside backoff; in backoff none before the next attempt time, then one
 // at a time (a probe), and none while an earlier one is still starting.
 func (r *RunnerPoolReconciler) allowedCreations(v *poolView, want int) int {
-	if r.Backoff.Threshold <= 0 || v.backoff.Failures < r.Backoff.Threshold {
+	if r.Backoff.Threshold <= 0 {
 		return want
+	}
+	if v.backoff.Failures < r.Backoff.Threshold {
+		if v.backoff.Failures+len(v.undecided) < r.Backoff.Threshold {
+			return want
+		}
+		// Claims still waiting for a job record (jobRecordGrace) could
+		// complete a backoff: hold replacements until they are decided
+		// (observeAttempts woke the pool for then), so that a broken
+		// image is not cloned again and again during the grace.
+		v.backoffHeld = want
+		return 0
 	}
 	if next, waiting := v.backoff.Waiting(v.now); waiting {
 		v.wake(next.Sub(v.now))

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
@@ -91,5 +93,50 @@ func TestBackoffSurvivesStatus(t *testing.T) {
 	}
 	if backoffStatus(scaling.BackoffState{}) != nil {
 		t.Fatal("a pool without outcomes gets a replacementBackoff status")
+	}
+}
+
+// TestShortJobIsNotABackoffFailure: a VM that registers, runs a short job
+// and powers off before the operator saw its runner online is not a
+// failure once a job record names its runner, and the pool waits
+// jobRecordGrace for that record (keeping the claim from pruning) before it
+// counts a VM powered off with no job as one.
+func TestShortJobIsNotABackoffFailure(t *testing.T) {
+	r := &RunnerPoolReconciler{Workloads: ciPlatforms, Recorder: record.NewFakeRecorder(16),
+		Backoff: scaling.Backoff{Threshold: 1, Base: time.Hour, Cap: time.Hour}}
+	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "t"}}
+	off := unitEpoch.Add(time.Minute)
+	poweredOff := func(c *hfv1.MachineClaim) {
+		c.Status.Phase, c.Status.PhaseTimes = hfv1.MachineClaimFinished, &hfv1.PhaseTimes{Finished: &metav1.Time{Time: off}}
+		c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndPoweredOff, StartedAt: metav1.Time{Time: off}, FinishedAt: &metav1.Time{Time: off}}
+		c.Status.TerminationReason = "VMPoweredOff: powered off before it was ready"
+	}
+	ran, silent := unitClaim("ran", 0, poweredOff), unitClaim("silent", 0, poweredOff)
+	job := &hfv1.CIJob{Status: hfv1.CIJobStatus{RunnerName: claimRunnerName(ciPlatforms, &ran, tmpl)}}
+	pool := &hfv1.RunnerPool{}
+	pass := func(now time.Time) *poolView {
+		v := &poolView{pool: pool, tmpl: tmpl, now: now, undecided: map[types.UID]bool{},
+			claims: &poolClaims{finished: []*hfv1.MachineClaim{&ran, &silent}}, jobs: map[int64]*hfv1.CIJob{1: job}}
+		r.observeAttempts(v)
+		return v
+	}
+
+	v := pass(off.Add(5 * time.Second))
+	if f := v.backoff.Failures; f != 0 {
+		t.Fatalf("within the grace: %d failures, want 0 (%+v)", f, pool.Status.ReplacementBackoff)
+	}
+	if !v.undecided[silent.UID] || v.undecided[ran.UID] {
+		t.Fatalf("undecided = %v, want only %s", v.undecided, silent.Name)
+	}
+	if want := jobRecordGrace - 5*time.Second; v.requeue != want {
+		t.Errorf("requeue = %s, want %s (when the grace ends)", v.requeue, want)
+	}
+
+	v = pass(off.Add(jobRecordGrace + time.Second))
+	if f := v.backoff.Failures; f != 1 || !strings.Contains(v.backoff.LastFailure, "MachineClaim silent") {
+		t.Fatalf("after the grace: %d failures (last %q), want 1 for claim silent", f, v.backoff.LastFailure)
+	}
+	if len(v.undecided) != 0 {
+		t.Errorf("undecided after the grace = %v", v.undecided)
 	}
 }

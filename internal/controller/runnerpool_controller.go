@@ -140,8 +140,11 @@ type poolView struct {
 	created  int
 	removed  map[scaling.Reason]int
 	ended    map[types.UID]bool // claims this pass ended
-	blockers map[string]int     // claim Provisioned reasons that hold capacity back
-	refused  *refusal           // a field of the pool the operator does not act on
+	// undecided are ended claims whose attempt waits for a job record
+	// (jobRecordGrace): kept from pruning until it is decided.
+	undecided map[types.UID]bool
+	blockers  map[string]int // claim Provisioned reasons that hold capacity back
+	refused   *refusal       // a field of the pool the operator does not act on
 	// scopeVerified: the pool may create VMs (ScopeVerified, or a pool
 	// without a CI platform scope).
 	scopeVerified bool
@@ -194,7 +197,7 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 	}()
 
-	v := &poolView{pool: pool, now: now, removed: map[scaling.Reason]int{}, ended: map[types.UID]bool{}, blockers: map[string]int{}}
+	v := &poolView{pool: pool, now: now, removed: map[scaling.Reason]int{}, ended: map[types.UID]bool{}, undecided: map[types.UID]bool{}, blockers: map[string]int{}}
 	// A refused pool creates no claims; the claims it already has (made
 	// before the field was set) live out their lifecycle.
 	v.refused = poolRefusal(r.Workloads, pool)
@@ -591,6 +594,10 @@ func (r *RunnerPoolReconciler) prune(ctx context.Context, v *poolView) error {
 		}
 		excess := len(pc.finished) - limit
 		for i, c := range pc.finished {
+			if v.undecided[c.UID] {
+				// observeAttempts woke the pool for when it is decided.
+				continue
+			}
 			until := finishedAt(c).Add(ttl)
 			if i < excess || !v.now.Before(until) {
 				if err := r.Client.Delete(ctx, c); err != nil && !apierrors.IsNotFound(err) {
@@ -779,6 +786,11 @@ func (r *RunnerPoolReconciler) setCapacity(v *poolView, d scaling.Decision) {
 	}
 	if !v.scopeVerified {
 		set(string(hfv1.ScopeNotVerifiedReason), "No new VMs until the pool's scope is verified against its template's credentials; see the ScopeVerified condition")
+		return
+	}
+	if v.backoffHeld > 0 && v.backoff.Failures < r.Backoff.Threshold {
+		set(string(hfv1.ConsecutiveFailuresReason), fmt.Sprintf("%d new VMs held back: %d claims powered off before their runner was seen online and wait up to %s for a job record naming it (a job record makes them a success; without one they count as failures, %d in a row so far)",
+			v.backoffHeld, len(v.undecided), jobRecordGrace, v.backoff.Failures))
 		return
 	}
 	if v.backoffHeld > 0 {

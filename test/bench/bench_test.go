@@ -458,15 +458,15 @@ func churn(t *testing.T, w *devenv.World, op *operator, px, gh *recorder, jobs, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := bench.Churn{Jobs: completed, Duration: elapsed, MaxReplicas: maxR}
 	avg := float64(inFlight) / float64(max(samples, 1))
+	c := bench.Churn{Jobs: completed, Duration: elapsed, MaxReplicas: maxR, InFlight: avg}
 	life := time.Duration(avg / float64(max(completed, 1)) * float64(elapsed))
 	if completed < jobs {
 		c.Bottleneck = fmt.Sprintf("the run stalled: %d of %d jobs completed within %s; ", completed, jobs, elapsed.Round(time.Second))
 	}
 	c.Bottleneck += fmt.Sprintf("on average %.1f of the pool's %d VMs were in flight (at most %d), each claim living %.1f s (Little's law: in flight / life); "+
 		"a claim's life is its guest's: the real agent and the runner script start, register, run the job and power off, all on the same %d shared cores as the API server, the simulators, the operator (%.0f %% of one core) and the benchmark; "+
-		"the operator is not the limit while it has CPU to spare and the pool is not full; a claim's stages (median, p95): %s", avg, maxR, most, life.Seconds(), bench.ReadMachine().NProc, 100*bench.CPUShare(u0, u1, elapsed), stages)
+		"with the pool not kept full, the operator's steps per claim set the rate; a claim's stages (median, p95): %s", avg, maxR, most, life.Seconds(), bench.ReadMachine().NProc, 100*bench.CPUShare(u0, u1, elapsed), stages)
 	sample := bench.Sample{Window: elapsed, RSS: u1.RSS, HWM: u1.HWM, CPUShare: bench.CPUShare(u0, u1, elapsed)}
 
 	var calls []bench.Calls
