@@ -205,6 +205,17 @@ func TestAgentFromOperatorOnRealGuests(t *testing.T) {
 	runJobs(t, scenario{jobs: 1, opts: devenv.Options{GuestImage: &img, AgentFromOperator: true}})
 }
 
+// keepLogs copies a failed scenario's world directory (the operator's and
+// the simulators' logs, the guests' consoles) to
+// $TMPDIR/hyperfleet-guest-<test name>.
+func keepLogs(t *testing.T, dir string) {
+	keep := filepath.Join(os.TempDir(), "hyperfleet-guest-"+strings.ReplaceAll(t.Name(), "/", "-"))
+	_ = os.RemoveAll(keep)
+	if err := os.CopyFS(keep, os.DirFS(dir)); err == nil {
+		t.Logf("logs kept in %s", keep)
+	}
+}
+
 // scenario is a run of jobs through a world of real guests.
 type scenario struct {
 	// jobs are queued at once, on a pool of at most that many VMs.
@@ -226,17 +237,16 @@ func runJobs(t *testing.T, sc scenario) (*devenv.World, devenv.Snapshot, *timeli
 	opts.KeepGuestDisks = filepath.Join(dir, "destroyed-disks")
 	w, err := devenv.Start(context.Background(), opts)
 	if err != nil {
+		// The operator's and the simulators' logs say why the world did
+		// not come up; keep them as a failed scenario's are kept.
+		keepLogs(t, dir)
 		t.Fatal(err)
 	}
 	tl := &timeline{vms: map[string]map[string]time.Time{}, ids: map[string]int{}, addrs: map[string][]string{}, secrets: map[string]map[string]string{}}
 	t.Cleanup(func() {
 		if t.Failed() {
-			keep := filepath.Join(os.TempDir(), "hyperfleet-guest-"+t.Name())
-			_ = os.RemoveAll(keep)
 			_ = os.RemoveAll(opts.KeepGuestDisks)
-			if err := os.CopyFS(keep, os.DirFS(dir)); err == nil {
-				t.Logf("logs kept in %s", keep)
-			}
+			keepLogs(t, dir)
 		}
 		if err := w.Stop(); err != nil {
 			t.Errorf("stop world: %v", err)
