@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,6 +70,22 @@ type HypervisorClusterReconciler struct {
 	// ownership block does not verify (the orphan sweeper reads them);
 	// nil leaves the UnverifiedVMs condition unset.
 	Unverified UnverifiedVMReporter
+	// SecretVersions reads the Secrets' metadata from the manager's
+	// metadata-only Secret watch (SetupWithManager sets the manager's
+	// cache); nil re-reads the credentials from the API server every poll.
+	SecretVersions client.Reader
+
+	// configs keeps each cluster's last resolved configuration with the
+	// key it was resolved at (credentialsKey): the credentials are read
+	// from the API server again only when the cluster's spec or one of
+	// its Secrets changed.
+	configs sync.Map // cluster name -> resolvedConfig
+}
+
+// resolvedConfig is a cluster's configuration and the key it was read at.
+type resolvedConfig struct {
+	key string
+	cfg provider.ClusterConfig
 }
 
 // UnverifiedVMReporter knows, per cluster, the VMs carrying this install's
@@ -88,6 +105,9 @@ const maxUnverifiedListed = 5
 func (r *HypervisorClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
+	}
+	if r.SecretVersions == nil {
+		r.SecretVersions = mgr.GetCache()
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&hfv1.HypervisorCluster{}).
@@ -116,6 +136,7 @@ func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Re
 	if err := r.Client.Get(ctx, req.NamespacedName, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Registry.Remove(req.Name)
+			r.configs.Delete(req.Name)
 			r.forgetSPIRE(req.Name)
 			metrics.ForgetCluster(req.Name)
 			if r.Unverified != nil {
@@ -468,9 +489,49 @@ func (r *HypervisorClusterReconciler) reconcileDelete(ctx context.Context, h *pa
 
 // clusterConfig resolves the cluster's spec and Secrets into a
 // provider.ClusterConfig.
+//
+// The Secrets are read from the API server (the manager caches no Secret
+// contents, internal/manager/secrets.go) only when the spec or one of the
+// Secrets changed since the last read: polling every few seconds must not
+// read every cluster's credentials every few seconds.
 func (r *HypervisorClusterReconciler) clusterConfig(ctx context.Context, c *hfv1.HypervisorCluster) (provider.ClusterConfig, error) {
-	return ClusterConfig(ctx, r.Client, c)
+	key, ok := r.credentialsKey(ctx, c)
+	if ok {
+		if v, found := r.configs.Load(c.Name); found && v.(resolvedConfig).key == key {
+			return v.(resolvedConfig).cfg, nil
+		}
+	}
+	cfg, err := ClusterConfig(ctx, r.Client, c)
+	if err != nil || !ok {
+		r.configs.Delete(c.Name)
+		return cfg, err
+	}
+	r.configs.Store(c.Name, resolvedConfig{key: key, cfg: cfg})
+	return cfg, nil
 }
+
+// credentialsKey names what c's configuration was resolved from: the
+// cluster (UID, generation) and the resource version of each Secret it
+// references (clusterSecretRefs), from the Secret watch's metadata. ok is false when a Secret
+// is not in that cache (missing, or outside the watched namespaces): the
+// configuration is then read every time.
+func (r *HypervisorClusterReconciler) credentialsKey(ctx context.Context, c *hfv1.HypervisorCluster) (string, bool) {
+	if r.SecretVersions == nil {
+		return "", false
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s/%d", c.UID, c.Generation)
+	for _, ref := range clusterSecretRefs(c) {
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+		if err := r.SecretVersions.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, m); err != nil {
+			return "", false
+		}
+		fmt.Fprintf(&b, "|%s/%s/%s@%s", ref.Namespace, ref.Name, m.UID, m.ResourceVersion)
+	}
+	return b.String(), true
+}
+
 
 // ClusterConfig resolves a HypervisorCluster's spec and the Secrets it
 // references (read with reader) into a provider.ClusterConfig. Errors name
