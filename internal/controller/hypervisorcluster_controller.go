@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -18,10 +20,12 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -101,6 +105,19 @@ type UnverifiedVMReporter interface {
 // maxUnverifiedListed bounds the VMs the UnverifiedVMs message names.
 const maxUnverifiedListed = 5
 
+// notStatusOnly drops the updates of a cluster that changed only its
+// status (the poll's own writes): each would start one more poll, with its
+// Proxmox calls, before the interval's.
+func notStatusOnly() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld, e.ObjectNew
+		return o.GetGeneration() != n.GetGeneration() || o.GetUID() != n.GetUID() ||
+			!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) ||
+			!slices.Equal(o.GetFinalizers(), n.GetFinalizers()) ||
+			!maps.Equal(o.GetLabels(), n.GetLabels()) || !maps.Equal(o.GetAnnotations(), n.GetAnnotations())
+	}}
+}
+
 // SetupWithManager registers the controller.
 func (r *HypervisorClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
@@ -110,7 +127,7 @@ func (r *HypervisorClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.SecretVersions = mgr.GetCache()
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&hfv1.HypervisorCluster{}).
+		For(&hfv1.HypervisorCluster{}, builder.WithPredicates(notStatusOnly())).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersForSecret)).
 		Named("hypervisorcluster").
 		Complete(r)

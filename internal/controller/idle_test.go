@@ -6,12 +6,15 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 )
 
 // kubeCallCounter counts a manager's Kubernetes API requests by method and
@@ -88,4 +91,40 @@ func TestClusterPollReadsCredentialsOnlyWhenChanged(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestClusterStatusWriteStartsNoPoll: a write of the cluster's status alone
+// (what every poll that changed something does) does not start another
+// poll before the interval's.
+func TestClusterStatusWriteStartsNoPoll(t *testing.T) {
+	sim := startSim(t, nil)
+	var polls atomic.Int32
+	count := func(r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/version") {
+			polls.Add(1)
+		}
+	}
+	sim.onRequest.Store(&count)
+	startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, func(c *hfv1.HypervisorCluster) {
+		c.Spec.PollInterval = &metav1.Duration{Duration: time.Minute}
+	})
+	waitClusterReady(t, f.cluster, metav1.ConditionTrue)
+	time.Sleep(time.Second)
+	before := polls.Load()
+	for range 3 {
+		c := &hfv1.HypervisorCluster{}
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.cluster), c); err != nil {
+			t.Fatal(err)
+		}
+		c.Status.LastPollTime = &metav1.Time{Time: time.Now()}
+		if err := env.Client.Status().Update(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	if n := polls.Load() - before; n != 0 {
+		t.Errorf("%d polls after 3 status writes within the 1-minute interval, want 0", n)
+	}
 }
