@@ -79,17 +79,10 @@ type HypervisorClusterReconciler struct {
 	// cache); nil re-reads the credentials from the API server every poll.
 	SecretVersions client.Reader
 
-	// configs keeps each cluster's last resolved configuration with the
-	// key it was resolved at (credentialsKey): the credentials are read
-	// from the API server again only when the cluster's spec or one of
-	// its Secrets changed.
-	configs sync.Map // cluster name -> resolvedConfig
-}
-
-// resolvedConfig is a cluster's configuration and the key it was read at.
-type resolvedConfig struct {
-	key string
-	cfg provider.ClusterConfig
+	// connectedAt keeps the key (credentialsKey) each cluster's provider
+	// was connected at: while it holds, the poll uses the connected
+	// provider, which holds the credentials anyway, and reads no Secret.
+	connectedAt sync.Map // cluster name -> string
 }
 
 // UnverifiedVMReporter knows, per cluster, the VMs carrying this install's
@@ -153,7 +146,7 @@ func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Re
 	if err := r.Client.Get(ctx, req.NamespacedName, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Registry.Remove(req.Name)
-			r.configs.Delete(req.Name)
+			r.connectedAt.Delete(req.Name)
 			r.forgetSPIRE(req.Name)
 			metrics.ForgetCluster(req.Name)
 			if r.Unverified != nil {
@@ -195,32 +188,11 @@ func (r *HypervisorClusterReconciler) reconcileConnection(ctx context.Context, c
 		r.markRefused(cluster, ref, wasReady)
 		return ctrl.Result{}, nil
 	}
-	cfg, err := r.clusterConfig(ctx, cluster)
-	if err != nil {
-		reason := hfv1.SecretNotFoundReason
-		if !errors.Is(err, errSecretMissing) {
-			reason = hfv1.UnreachableReason
-		}
-		r.markDown(cluster, hfv1.ConditionReason(string(reason)), err.Error(), wasReady)
-		// A Secret watch wakes the cluster once the Secret appears.
-		return ctrl.Result{RequeueAfter: maxProbeBackoff}, nil
-	}
-	factory := r.Factories[cluster.Spec.Provider]
-	if factory == nil {
-		r.markDown(cluster, hfv1.UnreachableReason, fmt.Sprintf("spec.provider: no implementation for %q in this operator build", cluster.Spec.Provider), wasReady)
-		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("no provider for %q", cluster.Spec.Provider))
-	}
-	p, err := r.Registry.Connect(name, cfg, func() (provider.Provider, error) {
-		return factory.New(cfg, provider.Deps{
-			Signer:   r.Signer,
-			Observer: metrics.NewProviderObserver(name),
-			Clock:    r.Clock,
-			Log:      log.WithName("provider"),
-			Wake:     r.wakeQueuedClaim,
-		})
-	})
-	if err != nil {
-		r.markDown(cluster, hfv1.InvalidTLSReason, fmt.Sprintf("spec.tls: %v", err), wasReady)
+	p, err := r.connect(ctx, cluster, wasReady)
+	switch {
+	case err != nil:
+		return ctrl.Result{}, err
+	case p == nil:
 		return ctrl.Result{RequeueAfter: maxProbeBackoff}, nil
 	}
 
@@ -258,11 +230,62 @@ func (r *HypervisorClusterReconciler) reconcileConnection(ctx context.Context, c
 	r.setConnectedStatus(cluster, info, now)
 	r.setUnverifiedCondition(cluster)
 	if !wasReady {
-		r.Recorder.Eventf(cluster, corev1.EventTypeNormal, "Connected", "Connected to %s (version %s, %d nodes)", cfg.Endpoint, info.Version, len(info.Nodes))
+		r.Recorder.Eventf(cluster, corev1.EventTypeNormal, "Connected", "Connected to %s (version %s, %d nodes)", cluster.Spec.Endpoint, info.Version, len(info.Nodes))
 		r.wakeWaitingClaims(ctx, name)
 	}
 	r.notifyChangedVMs(ctx, name, prev, vms)
 	return ctrl.Result{RequeueAfter: pollInterval(cluster)}, nil
+}
+
+// connect returns the cluster's provider: the connected one while neither
+// the cluster nor its Secrets changed since it was connected (the manager
+// caches no Secret contents, internal/manager/secrets.go, so reading the
+// credentials is a GET to the API server, which polling every few seconds
+// must not repeat), else one connected with the configuration read now. A
+// nil provider has been reported in the status (markDown); err is then a
+// terminal error or nil.
+func (r *HypervisorClusterReconciler) connect(ctx context.Context, cluster *hfv1.HypervisorCluster, wasReady bool) (provider.Provider, error) {
+	log := ctrl.LoggerFrom(ctx)
+	name := cluster.Name
+	key, keyed := r.credentialsKey(ctx, cluster)
+	if v, ok := r.connectedAt.Load(name); keyed && ok && v.(string) == key {
+		if p, _, connected := r.Registry.Provider(name); connected {
+			return p, nil
+		}
+	}
+	r.connectedAt.Delete(name)
+	cfg, err := r.clusterConfig(ctx, cluster)
+	if err != nil {
+		reason := hfv1.SecretNotFoundReason
+		if !errors.Is(err, errSecretMissing) {
+			reason = hfv1.UnreachableReason
+		}
+		r.markDown(cluster, hfv1.ConditionReason(string(reason)), err.Error(), wasReady)
+		// A Secret watch wakes the cluster once the Secret appears.
+		return nil, nil
+	}
+	factory := r.Factories[cluster.Spec.Provider]
+	if factory == nil {
+		r.markDown(cluster, hfv1.UnreachableReason, fmt.Sprintf("spec.provider: no implementation for %q in this operator build", cluster.Spec.Provider), wasReady)
+		return nil, reconcile.TerminalError(fmt.Errorf("no provider for %q", cluster.Spec.Provider))
+	}
+	p, err := r.Registry.Connect(name, cfg, func() (provider.Provider, error) {
+		return factory.New(cfg, provider.Deps{
+			Signer:   r.Signer,
+			Observer: metrics.NewProviderObserver(name),
+			Clock:    r.Clock,
+			Log:      log.WithName("provider"),
+			Wake:     r.wakeQueuedClaim,
+		})
+	})
+	if err != nil {
+		r.markDown(cluster, hfv1.InvalidTLSReason, fmt.Sprintf("spec.tls: %v", err), wasReady)
+		return nil, nil
+	}
+	if keyed {
+		r.connectedAt.Store(name, key)
+	}
+	return p, nil
 }
 
 // probeFailureReason names what the user has to look at.
@@ -506,32 +529,15 @@ func (r *HypervisorClusterReconciler) reconcileDelete(ctx context.Context, h *pa
 
 // clusterConfig resolves the cluster's spec and Secrets into a
 // provider.ClusterConfig.
-//
-// The Secrets are read from the API server (the manager caches no Secret
-// contents, internal/manager/secrets.go) only when the spec or one of the
-// Secrets changed since the last read: polling every few seconds must not
-// read every cluster's credentials every few seconds.
 func (r *HypervisorClusterReconciler) clusterConfig(ctx context.Context, c *hfv1.HypervisorCluster) (provider.ClusterConfig, error) {
-	key, ok := r.credentialsKey(ctx, c)
-	if ok {
-		if v, found := r.configs.Load(c.Name); found && v.(resolvedConfig).key == key {
-			return v.(resolvedConfig).cfg, nil
-		}
-	}
-	cfg, err := ClusterConfig(ctx, r.Client, c)
-	if err != nil || !ok {
-		r.configs.Delete(c.Name)
-		return cfg, err
-	}
-	r.configs.Store(c.Name, resolvedConfig{key: key, cfg: cfg})
-	return cfg, nil
+	return ClusterConfig(ctx, r.Client, c)
 }
 
 // credentialsKey names what c's configuration was resolved from: the
 // cluster (UID, generation) and the resource version of each Secret it
-// references (clusterSecretRefs), from the Secret watch's metadata. ok is false when a Secret
-// is not in that cache (missing, or outside the watched namespaces): the
-// configuration is then read every time.
+// references (clusterSecretRefs), from the Secret watch's metadata. ok is
+// false when a Secret is not in that cache (missing, or outside the
+// watched namespaces): the configuration is then read every time.
 func (r *HypervisorClusterReconciler) credentialsKey(ctx context.Context, c *hfv1.HypervisorCluster) (string, bool) {
 	if r.SecretVersions == nil {
 		return "", false
@@ -548,7 +554,6 @@ func (r *HypervisorClusterReconciler) credentialsKey(ctx context.Context, c *hfv
 	}
 	return b.String(), true
 }
-
 
 // ClusterConfig resolves a HypervisorCluster's spec and the Secrets it
 // references (read with reader) into a provider.ClusterConfig. Errors name
