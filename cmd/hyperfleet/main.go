@@ -29,6 +29,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/settings"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -85,6 +86,7 @@ func runManager(args []string) error {
 	metricsSecure := fs.Bool("metrics-secure", false, "serve /metrics over HTTPS and let only authenticated callers allowed get on the non-resource URL /metrics scrape it (TokenReview and SubjectAccessReview; the Helm chart's ClusterRole hyperfleet-metrics-reader grants it)")
 	metricsCertDir := fs.String("metrics-cert-dir", "", "directory with tls.crt and tls.key for --metrics-secure; empty: a self-signed certificate made at start")
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
+	pprofAddr := fs.String("pprof-bind-address", "0", "address Go's /debug/pprof profiles are served on (plain HTTP, no authentication: bind it to localhost); 0 disables it")
 	leaderElect := fs.Bool("leader-elect", true, "elect a leader so that only one replica reconciles")
 	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "hyperfleet-system"), "namespace of the operator (ownership Secret, leader lease)")
 	secretNamespaces := fs.String("secret-namespaces", "", "comma-separated namespaces whose Secrets HyperFleet objects reference (cluster credentials, template credentials): the manager watches Secrets there only, and its ServiceAccount needs the hyperfleet-secret-reader ClusterRole bound in each (docs/operations.md); --namespace is always one; * watches every namespace (bind the ClusterRole cluster-wide)")
@@ -137,10 +139,12 @@ func runManager(args []string) error {
 	if err != nil {
 		return fmt.Errorf("find the Kubernetes API: %w", err)
 	}
+	metrics.CountKubeAPIRequests(cfg)
 	mgrOpts := ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 manager.MetricsOptions(*metricsAddr, *metricsSecure, *metricsCertDir),
 		HealthProbeBindAddress:  *probeAddr,
+		PprofBindAddress:        *pprofAddr,
 		LeaderElection:          *leaderElect,
 		LeaderElectionID:        "hyperfleet-manager.hyperfleet.io",
 		LeaderElectionNamespace: *namespace,

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,10 +20,12 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -69,6 +74,15 @@ type HypervisorClusterReconciler struct {
 	// ownership block does not verify (the orphan sweeper reads them);
 	// nil leaves the UnverifiedVMs condition unset.
 	Unverified UnverifiedVMReporter
+	// SecretVersions reads the Secrets' metadata from the manager's
+	// metadata-only Secret watch (SetupWithManager sets the manager's
+	// cache); nil re-reads the credentials from the API server every poll.
+	SecretVersions client.Reader
+
+	// connectedAt keeps the key (credentialsKey) each cluster's provider
+	// was connected at: while it holds, the poll uses the connected
+	// provider, which holds the credentials anyway, and reads no Secret.
+	connectedAt sync.Map // cluster name -> string
 }
 
 // UnverifiedVMReporter knows, per cluster, the VMs carrying this install's
@@ -84,13 +98,29 @@ type UnverifiedVMReporter interface {
 // maxUnverifiedListed bounds the VMs the UnverifiedVMs message names.
 const maxUnverifiedListed = 5
 
+// notStatusOnly drops the updates of a cluster that changed only its
+// status (the poll's own writes): each would start one more poll, with its
+// Proxmox calls, before the interval's.
+func notStatusOnly() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld, e.ObjectNew
+		return o.GetGeneration() != n.GetGeneration() || o.GetUID() != n.GetUID() ||
+			!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) ||
+			!slices.Equal(o.GetFinalizers(), n.GetFinalizers()) ||
+			!maps.Equal(o.GetLabels(), n.GetLabels()) || !maps.Equal(o.GetAnnotations(), n.GetAnnotations())
+	}}
+}
+
 // SetupWithManager registers the controller.
 func (r *HypervisorClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
+	if r.SecretVersions == nil {
+		r.SecretVersions = mgr.GetCache()
+	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&hfv1.HypervisorCluster{}).
+		For(&hfv1.HypervisorCluster{}, builder.WithPredicates(notStatusOnly())).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.clustersForSecret)).
 		Named("hypervisorcluster").
 		Complete(r)
@@ -116,6 +146,7 @@ func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Re
 	if err := r.Client.Get(ctx, req.NamespacedName, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Registry.Remove(req.Name)
+			r.connectedAt.Delete(req.Name)
 			r.forgetSPIRE(req.Name)
 			metrics.ForgetCluster(req.Name)
 			if r.Unverified != nil {
@@ -157,32 +188,11 @@ func (r *HypervisorClusterReconciler) reconcileConnection(ctx context.Context, c
 		r.markRefused(cluster, ref, wasReady)
 		return ctrl.Result{}, nil
 	}
-	cfg, err := r.clusterConfig(ctx, cluster)
-	if err != nil {
-		reason := hfv1.SecretNotFoundReason
-		if !errors.Is(err, errSecretMissing) {
-			reason = hfv1.UnreachableReason
-		}
-		r.markDown(cluster, hfv1.ConditionReason(string(reason)), err.Error(), wasReady)
-		// A Secret watch wakes the cluster once the Secret appears.
-		return ctrl.Result{RequeueAfter: maxProbeBackoff}, nil
-	}
-	factory := r.Factories[cluster.Spec.Provider]
-	if factory == nil {
-		r.markDown(cluster, hfv1.UnreachableReason, fmt.Sprintf("spec.provider: no implementation for %q in this operator build", cluster.Spec.Provider), wasReady)
-		return ctrl.Result{}, reconcile.TerminalError(fmt.Errorf("no provider for %q", cluster.Spec.Provider))
-	}
-	p, err := r.Registry.Connect(name, cfg, func() (provider.Provider, error) {
-		return factory.New(cfg, provider.Deps{
-			Signer:   r.Signer,
-			Observer: metrics.NewProviderObserver(name),
-			Clock:    r.Clock,
-			Log:      log.WithName("provider"),
-			Wake:     r.wakeQueuedClaim,
-		})
-	})
-	if err != nil {
-		r.markDown(cluster, hfv1.InvalidTLSReason, fmt.Sprintf("spec.tls: %v", err), wasReady)
+	p, err := r.connect(ctx, cluster, wasReady)
+	switch {
+	case err != nil:
+		return ctrl.Result{}, err
+	case p == nil:
 		return ctrl.Result{RequeueAfter: maxProbeBackoff}, nil
 	}
 
@@ -220,11 +230,62 @@ func (r *HypervisorClusterReconciler) reconcileConnection(ctx context.Context, c
 	r.setConnectedStatus(cluster, info, now)
 	r.setUnverifiedCondition(cluster)
 	if !wasReady {
-		r.Recorder.Eventf(cluster, corev1.EventTypeNormal, "Connected", "Connected to %s (version %s, %d nodes)", cfg.Endpoint, info.Version, len(info.Nodes))
+		r.Recorder.Eventf(cluster, corev1.EventTypeNormal, "Connected", "Connected to %s (version %s, %d nodes)", cluster.Spec.Endpoint, info.Version, len(info.Nodes))
 		r.wakeWaitingClaims(ctx, name)
 	}
 	r.notifyChangedVMs(ctx, name, prev, vms)
 	return ctrl.Result{RequeueAfter: pollInterval(cluster)}, nil
+}
+
+// connect returns the cluster's provider: the connected one while neither
+// the cluster nor its Secrets changed since it was connected (the manager
+// caches no Secret contents, internal/manager/secrets.go, so reading the
+// credentials is a GET to the API server, which polling every few seconds
+// must not repeat), else one connected with the configuration read now. A
+// nil provider has been reported in the status (markDown); err is then a
+// terminal error or nil.
+func (r *HypervisorClusterReconciler) connect(ctx context.Context, cluster *hfv1.HypervisorCluster, wasReady bool) (provider.Provider, error) {
+	log := ctrl.LoggerFrom(ctx)
+	name := cluster.Name
+	key, keyed := r.credentialsKey(ctx, cluster)
+	if v, ok := r.connectedAt.Load(name); keyed && ok && v.(string) == key {
+		if p, _, connected := r.Registry.Provider(name); connected {
+			return p, nil
+		}
+	}
+	r.connectedAt.Delete(name)
+	cfg, err := r.clusterConfig(ctx, cluster)
+	if err != nil {
+		reason := hfv1.SecretNotFoundReason
+		if !errors.Is(err, errSecretMissing) {
+			reason = hfv1.UnreachableReason
+		}
+		r.markDown(cluster, hfv1.ConditionReason(string(reason)), err.Error(), wasReady)
+		// A Secret watch wakes the cluster once the Secret appears.
+		return nil, nil
+	}
+	factory := r.Factories[cluster.Spec.Provider]
+	if factory == nil {
+		r.markDown(cluster, hfv1.UnreachableReason, fmt.Sprintf("spec.provider: no implementation for %q in this operator build", cluster.Spec.Provider), wasReady)
+		return nil, reconcile.TerminalError(fmt.Errorf("no provider for %q", cluster.Spec.Provider))
+	}
+	p, err := r.Registry.Connect(name, cfg, func() (provider.Provider, error) {
+		return factory.New(cfg, provider.Deps{
+			Signer:   r.Signer,
+			Observer: metrics.NewProviderObserver(name),
+			Clock:    r.Clock,
+			Log:      log.WithName("provider"),
+			Wake:     r.wakeQueuedClaim,
+		})
+	})
+	if err != nil {
+		r.markDown(cluster, hfv1.InvalidTLSReason, fmt.Sprintf("spec.tls: %v", err), wasReady)
+		return nil, nil
+	}
+	if keyed {
+		r.connectedAt.Store(name, key)
+	}
+	return p, nil
 }
 
 // probeFailureReason names what the user has to look at.
@@ -470,6 +531,28 @@ func (r *HypervisorClusterReconciler) reconcileDelete(ctx context.Context, h *pa
 // provider.ClusterConfig.
 func (r *HypervisorClusterReconciler) clusterConfig(ctx context.Context, c *hfv1.HypervisorCluster) (provider.ClusterConfig, error) {
 	return ClusterConfig(ctx, r.Client, c)
+}
+
+// credentialsKey names what c's configuration was resolved from: the
+// cluster (UID, generation) and the resource version of each Secret it
+// references (clusterSecretRefs), from the Secret watch's metadata. ok is
+// false when a Secret is not in that cache (missing, or outside the
+// watched namespaces): the configuration is then read every time.
+func (r *HypervisorClusterReconciler) credentialsKey(ctx context.Context, c *hfv1.HypervisorCluster) (string, bool) {
+	if r.SecretVersions == nil {
+		return "", false
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s/%d", c.UID, c.Generation)
+	for _, ref := range clusterSecretRefs(c) {
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+		if err := r.SecretVersions.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, m); err != nil {
+			return "", false
+		}
+		fmt.Fprintf(&b, "|%s/%s/%s@%s", ref.Namespace, ref.Name, m.UID, m.ResourceVersion)
+	}
+	return b.String(), true
 }
 
 // ClusterConfig resolves a HypervisorCluster's spec and the Secrets it

@@ -126,6 +126,8 @@ type operatorOptions struct {
 	stuckBounds *controller.StuckBounds
 	// spireDial replaces the SPIRE Server API client (identitytest).
 	spireDial identity.Dialer
+	// kubeCalls, when set, counts the manager's Kubernetes API requests.
+	kubeCalls *kubeCallCounter
 	// infoLogs logs at the binary's default level (info) instead of debug;
 	// benchmarks use it so that they measure what production does.
 	infoLogs bool
@@ -169,6 +171,9 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 	// otherwise throttle the operator to client-go's 5 requests/s.
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS = -1
+	if o.kubeCalls != nil {
+		cfg.Wrap(o.kubeCalls.wrap)
+	}
 	mgrOpts := ctrl.Options{
 		Scheme:                 env.Scheme,
 		Logger:                 logger,

@@ -17,7 +17,11 @@
 // directory of real-guest timings (make test-guest's) the report shows next
 // to the simulated cold start; HF_BENCH_ONLY=churn runs the churn figure
 // alone (its jobs and maxReplicas from HF_BENCH_CHURN_JOBS and
-// HF_BENCH_CHURN_MAX when set), to study it without the rest.
+// HF_BENCH_CHURN_MAX when set), to study it without the rest;
+// HF_BENCH_GROWTH, comma-separated claim levels: only the growth curve at
+// those levels (no report), each idle window's calls logged by path;
+// HF_BENCH_PPROF, a directory where a CPU profile of the operator over each
+// idle window is saved.
 package bench
 
 import (
@@ -93,6 +97,18 @@ func TestBench(t *testing.T) {
 			*p = n
 		}
 	}
+	growthOnly := os.Getenv("HF_BENCH_GROWTH") != ""
+	if growthOnly {
+		sz.levels = nil
+		for _, f := range strings.Split(os.Getenv("HF_BENCH_GROWTH"), ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				t.Fatalf("HF_BENCH_GROWTH: %v", err)
+			}
+			sz.levels = append(sz.levels, n)
+		}
+		sz.main = -1
+	}
 	began := time.Now()
 	res := bench.Results{Date: began, Small: isSmall}
 	ctx := context.Background()
@@ -137,6 +153,12 @@ func TestBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	logf("world and manager (pid %d) up", op.cmd.Process.Pid)
+	if growthOnly {
+		for _, level := range sz.levels {
+			logf("growth: %+v", load.grow(t, op, level, sz.levelDeadline, sz.idleWindow))
+		}
+		return
+	}
 
 	if !onlyChurn {
 		res.Cold, res.Timeline = coldStarts(t, w, px, sz.cold)
@@ -709,6 +731,39 @@ func (l *loadWorld) running(t *testing.T) int {
 	return n
 }
 
+// proxmoxByPath sums the load clusters' Proxmox calls by method and path
+// pattern.
+func (l *loadWorld) proxmoxByPath() map[string]int {
+	out := map[string]int{}
+	for _, r := range l.recs {
+		for k, v := range r.snapshot() {
+			out[k] += v
+		}
+	}
+	return out
+}
+
+// logCallsPerMinute logs the calls of an idle window by path, most
+// frequent first.
+func logCallsPerMinute(t *testing.T, level int, before, after map[string]float64, elapsed time.Duration) {
+	type rate struct {
+		key string
+		v   float64
+	}
+	var rates []rate
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			rates = append(rates, rate{k, d / elapsed.Minutes()})
+		}
+	}
+	slices.SortFunc(rates, func(a, b rate) int { return cmp.Compare(b.v, a.v) })
+	var b strings.Builder
+	for _, r := range rates {
+		fmt.Fprintf(&b, "\n  %8.1f/min  %s", r.v, r.key)
+	}
+	t.Logf("idle calls at %d claims (Kubernetes by resource, Proxmox by path):%s", level, b.String())
+}
+
 func (l *loadWorld) proxmoxCalls() int {
 	n := 0
 	for _, r := range l.recs {
@@ -744,6 +799,16 @@ func (l *loadWorld) grow(t *testing.T, op *operator, level int, deadline, window
 	if err != nil {
 		t.Fatal(err)
 	}
+	r0, err := op.kubeCallsByResource()
+	if err != nil {
+		t.Fatal(err)
+	}
+	px0 := l.proxmoxByPath()
+	var profiled chan error
+	if dir := os.Getenv("HF_BENCH_PPROF"); dir != "" {
+		profiled = make(chan error, 1)
+		go func() { profiled <- op.cpuProfile(filepath.Join(dir, fmt.Sprintf("cpu-%d.pprof", level)), window) }()
+	}
 	p0, u0, start := l.proxmoxCalls(), op.usage(t), time.Now()
 	time.Sleep(window)
 	elapsed := time.Since(start)
@@ -753,6 +818,23 @@ func (l *loadWorld) grow(t *testing.T, op *operator, level int, deadline, window
 		t.Fatal(err)
 	}
 	p1 := l.proxmoxCalls()
+	r1, err := op.kubeCallsByResource()
+	if err != nil {
+		t.Fatal(err)
+	}
+	px1 := l.proxmoxByPath()
+	for k, v := range px1 {
+		r1["Proxmox "+k] = float64(v)
+	}
+	for k, v := range px0 {
+		r0["Proxmox "+k] = float64(v)
+	}
+	logCallsPerMinute(t, level, r0, r1, elapsed)
+	if profiled != nil {
+		if err := <-profiled; err != nil {
+			t.Error(err)
+		}
+	}
 	l.idleKube = map[string]float64{}
 	for verb, v := range k1 {
 		l.idleKube[verb] = (v - k0[verb]) / elapsed.Minutes()

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -31,6 +32,7 @@ type operator struct {
 	cmd        *exec.Cmd
 	metricsURL string
 	webhookURL string
+	pprofURL   string
 }
 
 // goBuild builds pkg into dir and returns the binary's path.
@@ -83,7 +85,7 @@ func startOperator(t *testing.T, w *devenv.World, binary, caFile string) *operat
 	}); err != nil {
 		t.Fatal(err)
 	}
-	metricsAddr, webhookAddr := freeAddr(t), freeAddr(t)
+	metricsAddr, webhookAddr, pprofAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	logFile, err := os.Create(filepath.Join(w.Dir(), "manager.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +95,7 @@ func startOperator(t *testing.T, w *devenv.World, binary, caFile string) *operat
 		"--leader-elect=false",
 		"--metrics-bind-address", metricsAddr,
 		"--health-probe-bind-address", "0",
+		"--pprof-bind-address", pprofAddr,
 		"--webhook-bind-address", webhookAddr,
 		"--webhook-cert-dir", certDir,
 		"--runnerpool-resync-interval", in.ResyncInterval.String(),
@@ -117,7 +120,7 @@ func startOperator(t *testing.T, w *devenv.World, binary, caFile string) *operat
 		}
 		_ = logFile.Close()
 	})
-	op := &operator{cmd: cmd, metricsURL: "http://" + metricsAddr + "/metrics", webhookURL: "https://" + webhookAddr + "/webhooks/github"}
+	op := &operator{cmd: cmd, metricsURL: "http://" + metricsAddr + "/metrics", webhookURL: "https://" + webhookAddr + "/webhooks/github", pprofURL: "http://" + pprofAddr + "/debug/pprof"}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if _, err := op.kubeCalls(); err == nil {
@@ -138,6 +141,26 @@ func (o *operator) usage(t *testing.T) bench.Usage {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// kubeCalls reads the operator's Kubernetes API requests, by verb, from
+// client-go's rest_client_requests_total on its /metrics.
+func (o *operator) kubeCalls() (map[string]float64, error) {
+	return o.counters("rest_client_requests_total", func(labels map[string]string) string {
+		return strings.ToUpper(labels["method"])
+	})
+}
+
+// kubeCallsByResource reads the same requests by verb, resource and
+// subresource, from hyperfleet_kube_api_requests_total.
+func (o *operator) kubeCallsByResource() (map[string]float64, error) {
+	return o.counters("hyperfleet_kube_api_requests_total", func(labels map[string]string) string {
+		k := labels["verb"] + " " + labels["resource"]
+		if s := labels["subresource"]; s != "" {
+			k += "/" + s
+		}
+		return k
+	})
 }
 
 // scrape reads the operator's /metrics.
@@ -174,24 +197,48 @@ func (o *operator) histogram(name string) (float64, uint64, error) {
 	return sum, n, nil
 }
 
-// kubeCalls reads the operator's Kubernetes API requests, by verb, from
-// client-go's rest_client_requests_total on its /metrics.
-func (o *operator) kubeCalls() (map[string]float64, error) {
+// counters sums the counter family name of the operator's /metrics by the
+// key of each series' labels.
+func (o *operator) counters(name string, key func(map[string]string) string) (map[string]float64, error) {
 	fams, err := o.scrape()
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]float64{}
-	if f := fams["rest_client_requests_total"]; f != nil {
+	if f := fams[name]; f != nil {
 		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "method" {
-					out[strings.ToUpper(l.GetValue())] += m.GetCounter().GetValue()
-				}
+				labels[l.GetName()] = l.GetValue()
 			}
+			out[key(labels)] += m.GetCounter().GetValue()
 		}
 	}
 	return out, nil
+}
+
+// cpuProfile saves a CPU profile of the operator over d into file.
+func (o *operator) cpuProfile(file string, d time.Duration) error {
+	resp, err := http.Get(fmt.Sprintf("%s/profile?seconds=%d", o.pprofURL, int(d.Seconds())))
+	if err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile: %s", resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("profile: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("profile: %w", err)
+	}
+	return nil
 }
 
 func sum(m map[string]float64) float64 {
