@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
@@ -556,17 +557,10 @@ func probeBackoff(failures int) time.Duration {
 // setCondition sets a condition; LastTransitionTime changes only when the
 // status does (meta.SetStatusCondition's rule).
 func setCondition(conds *[]metav1.Condition, generation int64, typ hfv1.ConditionType, status metav1.ConditionStatus, reason hfv1.ConditionReason, msg string) {
-	meta.SetStatusCondition(conds, metav1.Condition{
-		Type: string(typ), Status: status, Reason: string(reason), Message: truncate(msg, 32768), ObservedGeneration: generation,
-	})
+	conditions.Set(conds, generation, typ, status, reason, msg)
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
-}
+func truncate(s string, n int) string { return conditions.Truncate(s, n) }
 
 // reconcileSPIRE connects to the SPIRE server of the cluster's spec.spire
 // and reports it in SPIREConnected (not part of Ready: only templates that

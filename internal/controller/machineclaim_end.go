@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
@@ -53,7 +54,7 @@ func (r *MachineClaimReconciler) beginEnd(claim *hfv1.MachineClaim, e claimEnd) 
 		StartedAt: metav1.NewTime(r.Clock.Now()),
 	}
 	claim.Status.TerminationReason = truncate(e.code+": "+e.message, 1024)
-	setEnding(claim, e.condition, e.message)
+	claimstatus.SetEnding(claim, e.condition, e.message)
 }
 
 // fail ends a claim as Failed; its VM is then kept stopped when its pool
@@ -245,7 +246,7 @@ func (r *MachineClaimReconciler) deleteVM(ctx context.Context, claim *hfv1.Machi
 	}
 	p, health, connected := r.Registry.Provider(ref.HypervisorCluster)
 	if !connected {
-		setEnding(claim, hfv1.ClusterUnavailableReason,
+		claimstatus.SetEnding(claim, hfv1.ClusterUnavailableReason,
 			fmt.Sprintf("Cannot delete VM %d yet: HypervisorCluster %s is not connected: %s", ref.VMID, ref.HypervisorCluster, health.Message))
 		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}, nil
 	}
@@ -258,16 +259,16 @@ func (r *MachineClaimReconciler) deleteVM(ctx context.Context, claim *hfv1.Machi
 		class, reason := provider.Classify(err), provider.ReasonOf(err)
 		metrics.ClaimErrors.WithLabelValues(string(class), reason).Inc()
 		msg := fmt.Sprintf("Deleting VM %d failed (%s, will retry): %v", ref.VMID, class, err)
-		if endingReason(claim) != reason {
+		if claimstatus.EndingReason(claim) != reason {
 			r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.FailedDeleteReason), truncate(msg, 1024))
 		}
-		setEnding(claim, hfv1.ConditionReason(reason), msg)
+		claimstatus.SetEnding(claim, hfv1.ConditionReason(reason), msg)
 		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}, nil
 	}
 	r.attempts.Delete(claim.UID)
 	if !res.Done {
 		r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
-		setEnding(claim, hfv1.DeletingVMReason, orDefault(res.Message, fmt.Sprintf("Deleting VM %d", ref.VMID)))
+		claimstatus.SetEnding(claim, hfv1.DeletingVMReason, orDefault(res.Message, fmt.Sprintf("Deleting VM %d", ref.VMID)))
 		retry := res.RetryAfter
 		if retry <= 0 {
 			retry = callAgainNow
@@ -279,7 +280,7 @@ func (r *MachineClaimReconciler) deleteVM(ctx context.Context, claim *hfv1.Machi
 	claim.Status.VMRef, claim.Status.Task = nil, nil
 	r.releaseAddresses(ctx, claim)
 	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.VMDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
-	setEnding(claim, hfv1.VMDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
+	claimstatus.SetEnding(claim, hfv1.VMDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
 	return true, ctrl.Result{}, nil
 }
 
@@ -298,12 +299,12 @@ func (r *MachineClaimReconciler) keepForAdmin(ctx context.Context, claim *hfv1.M
 	msg := fmt.Sprintf("VM %d on HypervisorCluster %s does not carry this claim's verified ownership marker (%v). HyperFleet neither touches it nor releases this claim's addresses while it may exist. "+
 		"An admin must check VM %d by hand: once it is deleted the claim finishes on its own; if it is someone else's VM, delete this MachineClaim and remove its finalizer %s",
 		ref.VMID, ref.HypervisorCluster, err, ref.VMID, hfv1.MachineClaimFinalizer)
-	if endingReason(claim) != string(hfv1.OwnershipMismatchReason) {
+	if claimstatus.EndingReason(claim) != string(hfv1.OwnershipMismatchReason) {
 		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), truncate(msg, 1024))
 		ctrl.LoggerFrom(ctx).Info("VM ownership does not verify; keeping the claim's finalizer and addresses for an admin", "vmid", ref.VMID, "cluster", ref.HypervisorCluster, "err", err.Error())
 	}
 	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, truncate(msg, 32768))
-	setEnding(claim, hfv1.OwnershipMismatchReason, msg)
+	claimstatus.SetEnding(claim, hfv1.OwnershipMismatchReason, msg)
 	return ctrl.Result{RequeueAfter: ownershipRecheck}
 }
 
@@ -344,7 +345,7 @@ func (r *MachineClaimReconciler) retainFailedVM(ctx context.Context, claim *hfv1
 		return true, result
 	}
 	until := claim.Status.End.StartedAt.Add(failedRetentionTTL(pool))
-	setEnding(claim, hfv1.RetainedReason,
+	claimstatus.SetEnding(claim, hfv1.RetainedReason,
 		fmt.Sprintf("VM %d on %s is kept stopped for debugging until %s: %s", ref.VMID, ref.HypervisorCluster, until.UTC().Format(time.RFC3339), claim.Status.TerminationReason))
 	return true, ctrl.Result{RequeueAfter: 5 * time.Minute}
 }
@@ -356,13 +357,13 @@ func (r *MachineClaimReconciler) removeRetainedMedia(ctx context.Context, claim 
 	prev := progressOf(claim)
 	res, err := p.RemoveCloudInitMedia(ctx, ownerOf(claim), prev)
 	if err != nil {
-		setEnding(claim, hfv1.RetainingReason, fmt.Sprintf("VM %d is kept for debugging once its cloud-init ISO (it holds the runner credential) is removed: %v", ref.VMID, err))
+		claimstatus.SetEnding(claim, hfv1.RetainingReason, fmt.Sprintf("VM %d is kept for debugging once its cloud-init ISO (it holds the runner credential) is removed: %v", ref.VMID, err))
 		ctrl.LoggerFrom(ctx).Info("Could not remove the cloud-init ISO of the failed VM kept for debugging; retrying", "err", err.Error())
 		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
 	}
 	r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
 	if !res.Done {
-		setEnding(claim, hfv1.RetainingReason, orDefault(res.Message, fmt.Sprintf("Removing the cloud-init ISO of VM %d before keeping it", ref.VMID)))
+		claimstatus.SetEnding(claim, hfv1.RetainingReason, orDefault(res.Message, fmt.Sprintf("Removing the cloud-init ISO of VM %d before keeping it", ref.VMID)))
 		return false, ctrl.Result{RequeueAfter: max(res.RetryAfter, callAgainNow)}
 	}
 	return true, ctrl.Result{}
@@ -384,7 +385,7 @@ func (r *MachineClaimReconciler) deregisterRetainedRunner(ctx context.Context, c
 		st.RunnerID, st.RunnerName, st.RunnerState = 0, "", ""
 		return true, ctrl.Result{}
 	}
-	setEnding(claim, hfv1.RunnerNotRemovedReason, fmt.Sprintf("Removing runner %s before keeping its failed VM: %v", st.RunnerName, err))
+	claimstatus.SetEnding(claim, hfv1.RunnerNotRemovedReason, fmt.Sprintf("Removing runner %s before keeping its failed VM: %v", st.RunnerName, err))
 	ctrl.LoggerFrom(ctx).Info("Could not remove the runner of a failed VM kept for debugging; retrying", "runner", st.RunnerName, "err", err.Error())
 	switch wait, limited := retryAfterWorkload(err, r.Clock.Now()); {
 	case limited:
@@ -430,7 +431,7 @@ func (r *MachineClaimReconciler) finish(ctx context.Context, s *claimScope) erro
 		}
 		now := metav1.NewTime(r.Clock.Now())
 		claim.Status.End.FinishedAt = &now
-		setEnding(claim, hfv1.FinishedReason, "The VM is gone; the claim is kept as history")
+		claimstatus.SetEnding(claim, hfv1.FinishedReason, "The VM is gone; the claim is kept as history")
 		r.countOutcome(claim)
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
@@ -153,14 +154,14 @@ func (r *MachineClaimReconciler) releaseIdentity(ctx context.Context, claim *hfv
 	}
 	srv, ok := r.Identity.ByTrustDomain(id.TrustDomain())
 	if !ok {
-		setEnding(claim, hfv1.SPIREUnavailableReason, fmt.Sprintf("Waiting for the SPIRE server of trust domain %s to delete the VM's entry %s", id.TrustDomain(), st.EntryID))
+		claimstatus.SetEnding(claim, hfv1.SPIREUnavailableReason, fmt.Sprintf("Waiting for the SPIRE server of trust domain %s to delete the VM's entry %s", id.TrustDomain(), st.EntryID))
 		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
 	}
 	if done, res := r.forgetStoredCredential(ctx, claim, srv.Cluster); !done {
 		return false, res
 	}
 	if err := r.Issuer.Release(ctx, srv, claim); err != nil {
-		setEnding(claim, hfv1.SPIREUnavailableReason, "Could not delete the VM's SPIRE entries yet: "+err.Error())
+		claimstatus.SetEnding(claim, hfv1.SPIREUnavailableReason, "Could not delete the VM's SPIRE entries yet: "+err.Error())
 		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
 	}
 	st.ReleasedAt = &metav1.Time{Time: r.Clock.Now()}

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -39,7 +40,7 @@ func (r *MachineClaimReconciler) drainRunner(ctx context.Context, claim *hfv1.Ma
 		return true, ctrl.Result{}
 	case errors.Is(err, workload.ErrRunnerBusy):
 		msg := fmt.Sprintf("Runner %s is running a job; the VM is deleted when the job ends", claim.Status.Bootstrap.RunnerName)
-		setEnding(claim, hfv1.RunnerBusyReason, msg)
+		claimstatus.SetEnding(claim, hfv1.RunnerBusyReason, msg)
 		return false, ctrl.Result{RequeueAfter: runnerBusyRecheck}
 	}
 	if wait, limited := retryAfterWorkload(err, r.Clock.Now()); limited {
@@ -55,7 +56,7 @@ func (r *MachineClaimReconciler) drainRunner(ctx context.Context, claim *hfv1.Ma
 	if job, busy := r.runnerMayBeBusy(ctx, claim); busy {
 		msg := fmt.Sprintf("Cannot ask the CI platform whether runner %s still runs job %d (%v); the VM stays until it answers or the job is recorded as finished",
 			claim.Status.Bootstrap.RunnerName, job, err)
-		setEnding(claim, hfv1.RunnerStateUnknownReason, truncate(msg, 1024))
+		claimstatus.SetEnding(claim, hfv1.RunnerStateUnknownReason, truncate(msg, 1024))
 		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
 	}
 	ctrl.LoggerFrom(ctx).Info("Could not remove the runner before destroying its VM; retrying after", "err", err.Error())
@@ -102,7 +103,7 @@ func (r *MachineClaimReconciler) releaseRunner(ctx context.Context, claim *hfv1.
 			"Gave up removing runner %s after %s: %v; the CI platform removes offline ephemeral runners by itself", st.RunnerName, runnerReleaseDeadline, err)
 		return true, ctrl.Result{}
 	}
-	setEnding(claim, hfv1.RunnerNotRemovedReason, truncate(fmt.Sprintf("Removing runner %s: %v", st.RunnerName, err), 1024))
+	claimstatus.SetEnding(claim, hfv1.RunnerNotRemovedReason, truncate(fmt.Sprintf("Removing runner %s: %v", st.RunnerName, err), 1024))
 	if wait, limited := retryAfterWorkload(err, r.Clock.Now()); limited {
 		return false, ctrl.Result{RequeueAfter: wait}
 	}

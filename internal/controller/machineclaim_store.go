@@ -13,6 +13,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/secretstore"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
@@ -123,7 +124,7 @@ func (r *MachineClaimReconciler) forgetStoredCredential(ctx context.Context, cla
 	}
 	cluster := &hfv1.HypervisorCluster{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: clusterName}, cluster); err != nil {
-		setEnding(claim, hfv1.SecretStoreUnavailableReason, fmt.Sprintf("Waiting for HypervisorCluster %s to delete the VM's credential from its secrets store: %v", clusterName, err))
+		claimstatus.SetEnding(claim, hfv1.SecretStoreUnavailableReason, fmt.Sprintf("Waiting for HypervisorCluster %s to delete the VM's credential from its secrets store: %v", clusterName, err))
 		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
 	}
 	cfg := secretStoreOf(cluster)
@@ -137,7 +138,7 @@ func (r *MachineClaimReconciler) forgetStoredCredential(ctx context.Context, cla
 		err = identity.Forget(ctx, store, claim)
 	}
 	if err != nil {
-		setEnding(claim, storeReason(err), "Could not delete the VM's credential from the secrets store yet: "+err.Error())
+		claimstatus.SetEnding(claim, storeReason(err), "Could not delete the VM's credential from the secrets store yet: "+err.Error())
 		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
 	}
 	return true, ctrl.Result{}

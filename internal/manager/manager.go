@@ -27,6 +27,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
+	"github.com/hyperfleet/hyperfleet/internal/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/sweeper"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
@@ -78,8 +79,8 @@ type Options struct {
 	// failing; nil means scaling.DefaultBackoff.
 	ReplacementBackoff *scaling.Backoff
 	// StuckBounds are how long a MachineClaim may stay in each phase
-	// before it is reported Stuck; nil means controller.DefaultStuckBounds.
-	StuckBounds *controller.StuckBounds
+	// before it is reported Stuck; nil means stuck.DefaultBounds.
+	StuckBounds *stuck.Bounds
 	// AgentServer, when set, serves the in-VM agent binary over HTTPS (on
 	// every replica) to VMs of templates with agentSource Operator, and
 	// the credential broker VMs that attest with SPIRE fetch their runner
@@ -174,9 +175,9 @@ type Components struct {
 }
 
 // stuckBounds is b, or the defaults when unset.
-func stuckBounds(b *controller.StuckBounds) controller.StuckBounds {
+func stuckBounds(b *stuck.Bounds) stuck.Bounds {
 	if b == nil {
-		return controller.DefaultStuckBounds()
+		return stuck.DefaultBounds()
 	}
 	return *b
 }
