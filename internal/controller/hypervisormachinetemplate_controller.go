@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
@@ -159,7 +160,7 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 	if res, done, err := r.checkTenancy(ctx, tmpl, cluster); done || err != nil {
 		return res, err
 	}
-	if reason, msg := r.checkIdentity(tmpl, cluster); reason != "" {
+	if reason, msg := claimidentity.CheckTemplate(tmpl, cluster, r.Identity.Issuer != nil, r.Identity.Broker != nil); reason != "" {
 		return invalid(reason, msg)
 	}
 	if msg := invalidClaimMetadata(tmpl.Spec.Metadata); msg != "" {

@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -144,7 +145,7 @@ func clusterSecretRefs(c *hfv1.HypervisorCluster) []*hfv1.SecretKeySelector {
 	if c.Spec.TLS != nil && c.Spec.TLS.CABundleRef != nil {
 		out = append(out, c.Spec.TLS.CABundleRef)
 	}
-	if store := secretStoreOf(c); store != nil {
+	if store := claimidentity.SecretStoreOf(c); store != nil {
 		out = append(out, &store.TokenRef)
 		if store.CABundleRef != nil {
 			out = append(out, store.CABundleRef)

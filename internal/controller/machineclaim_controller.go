@@ -26,6 +26,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cachelag"
+	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
@@ -99,8 +100,8 @@ type MachineClaimReconciler struct {
 	// Credentials mints the runner credentials written to the secrets
 	// store of clusters with spec.spire.secretStore; StoreOpener opens
 	// those stores (nil: identity.OpenStore on Vault or OpenBao).
-	Credentials CredentialIssuer
-	StoreOpener StoreOpener
+	Credentials claimidentity.CredentialIssuer
+	StoreOpener claimidentity.StoreOpener
 	// ClaimEvents carries wake-ups from the HypervisorCluster poller and
 	// the RunnerPool resync.
 	ClaimEvents <-chan event.GenericEvent

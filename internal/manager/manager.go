@@ -20,6 +20,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
 	"github.com/hyperfleet/hyperfleet/internal/broker"
+	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
@@ -291,7 +292,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	runners := controller.NewRunnerObservations()
 	// Clusters with spec.spire.secretStore get their VMs' credentials
 	// minted as the broker mints them, and written to the store.
-	credentials, _ := ci.bootstrap.(controller.CredentialIssuer)
+	credentials, _ := ci.bootstrap.(claimidentity.CredentialIssuer)
 	if err := (&controller.MachineClaimReconciler{
 		Client:        mgr.GetClient(),
 		Registry:      registry,

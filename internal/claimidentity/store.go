@@ -1,4 +1,4 @@
-package controller
+package claimidentity
 
 import (
 	"context"
@@ -8,13 +8,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
+	"github.com/hyperfleet/hyperfleet/internal/secretref"
 	"github.com/hyperfleet/hyperfleet/internal/secretstore"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -22,14 +23,14 @@ import (
 
 // The VMs of a cluster with spec.spire.secretStore read their runner
 // credential from a Vault or OpenBao server instead of the broker
-// (docs/secrets-store.md): once a VM attested, storeCredential mints its
-// credential and writes it under the VM's path (identity.Deliver, whose
-// doc comment has the restart-safety reasoning), and releaseIdentity
-// deletes it with the SPIRE entries at the claim's end.
+// (docs/secrets-store.md): once a VM attested, Store mints its credential
+// and writes it under the VM's path (identity.Deliver, whose doc comment
+// has the restart-safety reasoning), and Release deletes it with the SPIRE
+// entries at the claim's end.
 
 // CredentialIssuer mints a claim's single-use runner credential and
-// records what it issued in the claim's status.bootstrap
-// (Workloads.BrokerCredential, the broker's own issuance).
+// records what it issued in the claim's status.bootstrap (the broker's own
+// issuance).
 type CredentialIssuer interface {
 	BrokerCredential(ctx context.Context, claim *hfv1.MachineClaim) (workload.Credential, error)
 }
@@ -38,61 +39,73 @@ type CredentialIssuer interface {
 // names.
 type StoreOpener func(ctx context.Context, cluster string, cfg *hfv1.SecretStoreConfig) (secretstore.Store, error)
 
-// secretStoreOf is the cluster's spec.spire.secretStore, nil when its VMs
+// SecretStoreOf is the cluster's spec.spire.secretStore, nil when its VMs
 // use the broker.
-func secretStoreOf(cluster *hfv1.HypervisorCluster) *hfv1.SecretStoreConfig {
+func SecretStoreOf(cluster *hfv1.HypervisorCluster) *hfv1.SecretStoreConfig {
 	if c := cluster.Spec.SPIRE; c != nil {
 		return c.SecretStore
 	}
 	return nil
 }
 
-// storeCredential writes the runner credential of a claim whose VM
-// attested into its cluster's secrets store.
-func (r *MachineClaimReconciler) storeCredential(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
-	claim := s.claim
-	st, cfg := claim.Status.Identity, secretStoreOf(s.cluster)
+// StoreResult is where a delivery through the secrets store stands.
+type StoreResult int
+
+const (
+	// StoreNotNeeded: nothing to deliver (yet), or delivered; go on.
+	StoreNotNeeded StoreResult = iota
+	// StoreWait: the claim waits (a step to persist, or a failure
+	// reported on its Bootstrapped condition).
+	StoreWait
+	// StoreDelivered: the credential was written; go on.
+	StoreDelivered
+)
+
+// Store writes the runner credential of a claim whose VM attested into its
+// cluster's secrets store.
+func (s *Service) Store(ctx context.Context, claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster) (StoreResult, time.Duration) {
+	st, cfg := claim.Status.Identity, SecretStoreOf(cluster)
 	if cfg == nil || st == nil || st.AttestedAt == nil || st.CredentialStoredAt != nil || claim.Status.End != nil || claim.EndRequested() {
-		return ctrl.Result{}, true, nil
+		return StoreNotNeeded, 0
 	}
-	if r.Credentials == nil {
-		return r.storeFailed(claim, hfv1.CredentialIssueFailedReason, errors.New("this operator runs no CI platform back-end that issues credentials"))
+	if s.Credentials == nil {
+		return s.storeFailed(claim, hfv1.CredentialIssueFailedReason, errors.New("this operator runs no CI platform back-end that issues credentials"))
 	}
-	store, err := r.openStore(ctx, s.cluster.Name, cfg)
+	store, err := s.openStore(ctx, cluster.Name, cfg)
 	if err != nil {
-		return r.storeFailed(claim, storeReason(err), err)
+		return s.storeFailed(claim, storeReason(err), err)
 	}
 	mint := func(ctx context.Context, claim *hfv1.MachineClaim) (secretstore.Credential, error) {
-		cred, err := r.Credentials.BrokerCredential(ctx, claim)
+		cred, err := s.Credentials.BrokerCredential(ctx, claim)
 		if err != nil {
 			return secretstore.Credential{}, errclass.Errorf(errclass.Classify(err), string(hfv1.CredentialIssueFailedReason), "%w", err)
 		}
 		return storedCredential(cred), nil
 	}
-	step, err := identity.Deliver(ctx, store, claim, r.Clock.Now(), mint)
+	step, err := identity.Deliver(ctx, store, claim, s.Clock.Now(), mint)
 	switch {
 	case err != nil:
-		return r.storeFailed(claim, storeReason(err), err)
+		return s.storeFailed(claim, storeReason(err), err)
 	case step == identity.StoreRecorded:
 		// Persisted before anything is minted or written.
-		return ctrl.Result{RequeueAfter: time.Millisecond}, false, nil
+		return StoreWait, time.Millisecond
 	case step == identity.StoreWritten:
-		r.attempts.Delete(claim.UID)
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.CredentialStoredReason,
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.CredentialStoredReason,
 			"The runner credential is in the secrets store for the VM ("+st.SPIFFEID+") to read once; waiting for its runner to come online")
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.CredentialStoredReason), "Wrote the single-use runner credential of runner %s to the secrets store at %s for %s",
+		s.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.CredentialStoredReason), "Wrote the single-use runner credential of runner %s to the secrets store at %s for %s",
 			runnerNameOf(claim), cfg.Address, st.SPIFFEID)
+		return StoreDelivered, 0
 	}
-	return ctrl.Result{}, true, nil
+	return StoreNotNeeded, 0
 }
 
 // storeFailed reports a failed delivery on the claim's Bootstrapped
 // condition and with an event, and retries with backoff.
-func (r *MachineClaimReconciler) storeFailed(claim *hfv1.MachineClaim, reason hfv1.ConditionReason, err error) (ctrl.Result, bool, error) {
+func (s *Service) storeFailed(claim *hfv1.MachineClaim, reason hfv1.ConditionReason, err error) (StoreResult, time.Duration) {
 	msg := "Could not hand the runner credential to the VM through the secrets store: " + err.Error()
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, reason, msg)
-	r.Recorder.Event(claim, corev1.EventTypeWarning, "FailedStoreCredential", msg)
-	return ctrl.Result{RequeueAfter: r.backoff(claim)}, false, nil
+	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, reason, msg)
+	s.Recorder.Event(claim, corev1.EventTypeWarning, "FailedStoreCredential", msg)
+	return StoreWait, s.Backoff(claim)
 }
 
 // storeReason is the condition reason of a failed delivery.
@@ -103,7 +116,7 @@ func storeReason(err error) hfv1.ConditionReason {
 		return hfv1.CredentialIssueFailedReason
 	case errclass.Classify(err) == errclass.ClassTransient:
 		return hfv1.SecretStoreUnavailableReason
-	case errors.Is(err, secretstore.ErrDenied), errors.Is(err, errSecretMissing):
+	case errors.Is(err, secretstore.ErrDenied), errors.Is(err, secretref.ErrMissing):
 		return hfv1.SecretStoreDeniedReason
 	case errclass.Classify(err) == errclass.ClassConfiguration || errclass.Classify(err) == errclass.ClassPermanent:
 		return hfv1.SecretStoreDeniedReason
@@ -111,51 +124,46 @@ func storeReason(err error) hfv1.ConditionReason {
 	return hfv1.SecretStoreUnavailableReason
 }
 
-// forgetStoredCredential deletes from the cluster's secrets store
-// whatever a delivery may have written for the claim's VM; done is false
-// while the store cannot be reached (the claim keeps its finalizer).
-func (r *MachineClaimReconciler) forgetStoredCredential(ctx context.Context, claim *hfv1.MachineClaim, clusterName string) (bool, ctrl.Result) {
+// forgetStored deletes from the cluster's secrets store whatever a
+// delivery may have written for the claim's VM; done is false while the
+// store cannot be reached.
+func (s *Service) forgetStored(ctx context.Context, claim *hfv1.MachineClaim, clusterName string) (bool, time.Duration) {
 	st := claim.Status.Identity
 	if st == nil || st.CredentialRequestedAt == nil {
-		return true, ctrl.Result{}
+		return true, 0
 	}
 	if ref := claim.Status.VMRef; ref != nil {
 		clusterName = ref.HypervisorCluster
 	}
 	cluster := &hfv1.HypervisorCluster{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: clusterName}, cluster); err != nil {
+	if err := s.Client.Get(ctx, client.ObjectKey{Name: clusterName}, cluster); err != nil {
 		claimstatus.SetEnding(claim, hfv1.SecretStoreUnavailableReason, fmt.Sprintf("Waiting for HypervisorCluster %s to delete the VM's credential from its secrets store: %v", clusterName, err))
-		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
+		return false, s.Backoff(claim)
 	}
-	cfg := secretStoreOf(cluster)
+	cfg := SecretStoreOf(cluster)
 	if cfg == nil {
 		// The broker delivered it, or the store was removed from the
 		// cluster since: there is no store to delete from.
-		return true, ctrl.Result{}
+		return true, 0
 	}
-	store, err := r.openStore(ctx, cluster.Name, cfg)
+	store, err := s.openStore(ctx, cluster.Name, cfg)
 	if err == nil {
 		err = identity.Forget(ctx, store, claim)
 	}
 	if err != nil {
 		claimstatus.SetEnding(claim, storeReason(err), "Could not delete the VM's credential from the secrets store yet: "+err.Error())
-		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
+		return false, s.Backoff(claim)
 	}
-	return true, ctrl.Result{}
+	return true, 0
 }
 
 // openStore opens a cluster's secrets store with StoreOpener, or, when
-// unset, on Vault or OpenBao with the Secrets read through the client.
-func (r *MachineClaimReconciler) openStore(ctx context.Context, cluster string, cfg *hfv1.SecretStoreConfig) (secretstore.Store, error) {
-	if r.StoreOpener != nil {
-		return r.StoreOpener(ctx, cluster, cfg)
+// unset, on Vault or OpenBao with the Secrets read through ReadSecret.
+func (s *Service) openStore(ctx context.Context, cluster string, cfg *hfv1.SecretStoreConfig) (secretstore.Store, error) {
+	if s.StoreOpener != nil {
+		return s.StoreOpener(ctx, cluster, cfg)
 	}
-	return identity.OpenStore(ctx, cfg, r.readClusterSecret)
-}
-
-// readClusterSecret reads a Secret key a cluster references.
-func (r *MachineClaimReconciler) readClusterSecret(ctx context.Context, field string, ref hfv1.SecretKeySelector) ([]byte, error) {
-	return secretValue(ctx, r.Client, field, ref.Namespace, ref.Name, ref.Key)
+	return identity.OpenStore(ctx, cfg, s.ReadSecret)
 }
 
 // storedCredential is cred as the store keeps it (agentconfig's document).
