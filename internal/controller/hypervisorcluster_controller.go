@@ -29,6 +29,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
+	"github.com/hyperfleet/hyperfleet/internal/reservation"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
@@ -486,12 +487,10 @@ func ClusterConfig(ctx context.Context, reader client.Reader, c *hfv1.Hypervisor
 		ISOStorage:       s.ISOStorage,
 		DefaultBridge:    s.DefaultBridge,
 		Tags:             s.Tags,
-		VMIDStart:        defaultVMIDStart,
-		VMIDEnd:          defaultVMIDEnd,
 		ClonesPerNode:    hfv1.DefaultClonesPerNode,
 		ClonesPerStorage: hfv1.DefaultClonesPerStorage,
 	}
-	cfg.VMIDStart, cfg.VMIDEnd = vmidRange(c)
+	cfg.VMIDStart, cfg.VMIDEnd = reservation.VMIDRange(c)
 	if l := s.Limits; l != nil {
 		if l.ClonesPerNode > 0 {
 			cfg.ClonesPerNode = int(l.ClonesPerNode)
