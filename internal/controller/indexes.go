@@ -10,6 +10,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
+	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -36,7 +37,7 @@ const (
 	// claimPoolIndex maps a RunnerPool name to its claims.
 	claimPoolIndex = "spec.runnerPoolRef.name"
 	// jobRunnerIndex maps a runner name to the CIJobs it took.
-	jobRunnerIndex = "status.runnerName"
+	jobRunnerIndex = claimrunner.JobRunnerIndex
 	// jobPoolIndex maps a RunnerPool name to the CIJobs routed to it.
 	jobPoolIndex = "spec.runnerPoolRef.name"
 	// poolTemplateIndex maps a template name to the RunnerPools using it.

@@ -17,7 +17,6 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
-	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // claimEnd is how a claim ends, before it is recorded in status.end.
@@ -341,8 +340,8 @@ func (r *MachineClaimReconciler) retainFailedVM(ctx context.Context, claim *hfv1
 	if done, result := r.removeRetainedMedia(ctx, claim, p); !done {
 		return true, result
 	}
-	if done, result := r.deregisterRetainedRunner(ctx, claim); !done {
-		return true, result
+	if done, requeue := r.runnerSteps().Deregister(ctx, claim); !done {
+		return true, ctrl.Result{RequeueAfter: requeue}
 	}
 	until := claim.Status.End.StartedAt.Add(failedRetentionTTL(pool))
 	claimstatus.SetEnding(claim, hfv1.RetainedReason,
@@ -367,34 +366,6 @@ func (r *MachineClaimReconciler) removeRetainedMedia(ctx context.Context, claim 
 		return false, ctrl.Result{RequeueAfter: max(res.RetryAfter, callAgainNow)}
 	}
 	return true, ctrl.Result{}
-}
-
-// deregisterRetainedRunner removes the runner of a claim whose failed VM is
-// kept: its registration must not outlive the VM's useful life. It reports
-// false (with the requeue) to retry; the claim is not reported retained
-// until the runner is gone. The pool's TTL bounds the retries: the claim's
-// deletion then removes the runner as for any claim.
-func (r *MachineClaimReconciler) deregisterRetainedRunner(ctx context.Context, claim *hfv1.MachineClaim) (bool, ctrl.Result) {
-	st := claim.Status.Bootstrap
-	if r.Bootstrap == nil || st == nil || st.RunnerName == "" && st.RunnerID == 0 {
-		return true, ctrl.Result{}
-	}
-	err := r.release(ctx, claim)
-	if err == nil {
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RunnerRemovedReason), "Runner %s is no longer registered; its failed VM is kept for debugging", st.RunnerName)
-		st.RunnerID, st.RunnerName, st.RunnerState = 0, "", ""
-		return true, ctrl.Result{}
-	}
-	claimstatus.SetEnding(claim, hfv1.RunnerNotRemovedReason, fmt.Sprintf("Removing runner %s before keeping its failed VM: %v", st.RunnerName, err))
-	ctrl.LoggerFrom(ctx).Info("Could not remove the runner of a failed VM kept for debugging; retrying", "runner", st.RunnerName, "err", err.Error())
-	switch wait, limited := retryAfterWorkload(err, r.Clock.Now()); {
-	case limited:
-		return false, ctrl.Result{RequeueAfter: wait}
-	case errors.Is(err, workload.ErrRunnerBusy):
-		// The platform has not yet seen the stopped VM's runner go idle.
-		return false, ctrl.Result{RequeueAfter: runnerBusyRecheck}
-	}
-	return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
 }
 
 // keepsHistory reports whether a finished claim of pool stays as history.
