@@ -16,6 +16,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/scaling"
 )
 
 // SummariseReady sets Ready from the other conditions: an ending claim is
@@ -143,4 +144,26 @@ func EndingReason(claim *hfv1.MachineClaim) string {
 		return c.Reason
 	}
 	return ""
+}
+
+// Outcome is a claim's runner outcome, from how it ended
+// (hyperfleet_runner_outcomes_total, and what the pool's replacement
+// backoff counts as a failure).
+func Outcome(claim *hfv1.MachineClaim) scaling.Reason {
+	reason := claim.EndReason()
+	switch reason {
+	case scaling.JobCompleted, scaling.IdleTimeout, scaling.MaxLifetime, scaling.JobTimeout,
+		scaling.BootstrapTimeout, scaling.DriftReplaced, scaling.ScaledDown, scaling.Orphaned:
+		return reason
+	}
+	switch {
+	case claim.HasFailed():
+		return scaling.Failed
+	case claim.Status.Bootstrap != nil && claim.Status.Bootstrap.JobID != 0:
+		// Powered off or deleted after its job: the job is what it did.
+		return scaling.JobCompleted
+	case reason == scaling.PoweredOff:
+		return scaling.PoweredOff
+	}
+	return scaling.Deleted
 }

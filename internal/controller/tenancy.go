@@ -214,3 +214,23 @@ func setTenancyCondition(cluster *hfv1.HypervisorCluster) {
 	}
 	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterTenancyRestrictedCondition, status, reason, msg)
 }
+
+// selectorAdmits applies an allowedNamespaces selector: unset or empty
+// admits every namespace.
+func selectorAdmits(ctx context.Context, c client.Reader, selector *metav1.LabelSelector, namespace string) (bool, error) {
+	if selector == nil {
+		return true, nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(selector)
+	if err != nil {
+		return false, fmt.Errorf("spec.allowedNamespaces is not a valid selector: %w", err)
+	}
+	if sel.Empty() {
+		return true, nil
+	}
+	var ns corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
+		return false, fmt.Errorf("read namespace %s: %w", namespace, err)
+	}
+	return sel.Matches(labels.Set(ns.Labels)), nil
+}
