@@ -90,7 +90,7 @@ func (s *Service) Issue(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv
 	if err != nil {
 		s.provisioned(claim, hfv1.SPIREUnavailableReason, "New VMs wait for the SPIRE server: "+err.Error())
 		// A wait, reported in the condition, not a failed reconcile.
-		return false, s.Backoff(claim), nil
+		return false, s.Backoff(claim), nil //nolint:nilerr // the condition carries the error; the backoff paces the retries
 	}
 	if st == nil {
 		plan, err := identity.Plan(srv, claim)
