@@ -222,14 +222,12 @@ func (s *Service) mayBeBusy(ctx context.Context, claim *hfv1.MachineClaim) (int6
 // (with the requeue) to retry; after releaseDeadline it gives up with a
 // warning event rather than hold the claim.
 func (s *Service) Release(ctx context.Context, claim *hfv1.MachineClaim) (bool, time.Duration) {
-	st := claim.Status.Bootstrap
-	if s.Releaser == nil || st == nil || st.RunnerName == "" && st.RunnerID == 0 {
+	if !s.registered(claim) {
 		return true, 0
 	}
-	err := s.release(ctx, claim)
+	st := claim.Status.Bootstrap
+	err := s.remove(ctx, claim, "")
 	if err == nil {
-		s.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RunnerRemovedReason), "Runner %s is no longer registered", st.RunnerName)
-		st.RunnerID, st.RunnerName = 0, ""
 		return true, 0
 	}
 	since := claim.CreationTimestamp.Time
@@ -254,14 +252,13 @@ func (s *Service) Release(ctx context.Context, claim *hfv1.MachineClaim) (bool, 
 // the runner is gone. The pool's TTL bounds the retries: the claim's
 // deletion then removes the runner as for any claim.
 func (s *Service) Deregister(ctx context.Context, claim *hfv1.MachineClaim) (bool, time.Duration) {
-	st := claim.Status.Bootstrap
-	if s.Releaser == nil || st == nil || st.RunnerName == "" && st.RunnerID == 0 {
+	if !s.registered(claim) {
 		return true, 0
 	}
-	err := s.release(ctx, claim)
+	st := claim.Status.Bootstrap
+	err := s.remove(ctx, claim, "; its failed VM is kept for debugging")
 	if err == nil {
-		s.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RunnerRemovedReason), "Runner %s is no longer registered; its failed VM is kept for debugging", st.RunnerName)
-		st.RunnerID, st.RunnerName, st.RunnerState = 0, "", ""
+		st.RunnerState = ""
 		return true, 0
 	}
 	claimstatus.SetEnding(claim, hfv1.RunnerNotRemovedReason, fmt.Sprintf("Removing runner %s before keeping its failed VM: %v", st.RunnerName, err))
@@ -274,6 +271,25 @@ func (s *Service) Deregister(ctx context.Context, claim *hfv1.MachineClaim) (boo
 		return false, BusyRecheck
 	}
 	return false, s.Backoff(claim)
+}
+
+// registered reports whether the claim has a runner registration to
+// remove.
+func (s *Service) registered(claim *hfv1.MachineClaim) bool {
+	st := claim.Status.Bootstrap
+	return s.Releaser != nil && st != nil && (st.RunnerName != "" || st.RunnerID != 0)
+}
+
+// remove removes the claim's runner registration; once it is gone it says
+// so in an event (with note) and the claim's status forgets the runner.
+func (s *Service) remove(ctx context.Context, claim *hfv1.MachineClaim, note string) error {
+	st := claim.Status.Bootstrap
+	if err := s.release(ctx, claim); err != nil {
+		return err
+	}
+	s.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RunnerRemovedReason), "Runner %s is no longer registered%s", st.RunnerName, note)
+	st.RunnerID, st.RunnerName = 0, ""
+	return nil
 }
 
 // release calls the Releaser with the claim's template.

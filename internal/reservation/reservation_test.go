@@ -11,20 +11,14 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
-func reservationSigner(t *testing.T, keyByte byte) *ownership.Signer {
-	t.Helper()
-	s, err := ownership.NewSigner("test", bytes.Repeat([]byte{keyByte}, ownership.MinKeyLength))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // TestReservationRoundTrip: what Annotate writes, Parse
 // reads back with a signature that verifies for the claim; malformed
 // values are rejected with what is wrong.
 func TestReservationRoundTrip(t *testing.T) {
-	signer := reservationSigner(t, 1)
+	signer, err := ownership.NewSigner("test", bytes.Repeat([]byte{1}, ownership.MinKeyLength))
+	if err != nil {
+		t.Fatal(err)
+	}
 	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{UID: "uid-1"}}
 	Annotate(claim, signer, "pve-a", provider.Progress{VMID: 1234, Node: "pve1"})
 	ref, sig, err := Parse(claim.Annotations[hfv1.VMReservationAnnotation])
