@@ -30,6 +30,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/internal/reservation"
+	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
@@ -137,7 +138,7 @@ func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Re
 		return ctrl.Result{}, h.PatchMetadata(ctx, cluster)
 	}
 
-	setTenancyCondition(cluster)
+	tenancy.SetCondition(cluster)
 	r.reconcileSPIRE(ctx, cluster)
 	result, err := r.reconcileConnection(ctx, cluster)
 	if perr := h.PatchStatus(ctx, cluster); perr != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
+	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -249,9 +250,9 @@ func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, 
 	invalid := func(reason hfv1.ConditionReason, msg string) (ctrl.Result, bool, error) {
 		return markTemplateInvalid(tmpl, reason, msg), true, nil
 	}
-	rules, admitted, err := tenancyRulesFor(ctx, r.Client, cluster, tmpl.Namespace)
+	rules, admitted, err := tenancy.RulesFor(ctx, r.Client, cluster, tmpl.Namespace)
 	switch {
-	case errors.Is(err, errInvalidSelector):
+	case errors.Is(err, tenancy.ErrInvalidSelector):
 		// The error quotes the cluster's selectors: log it, do not show
 		// it to the tenant.
 		ctrl.LoggerFrom(ctx).Error(err, "The cluster's allow-lists admit nobody", "HypervisorCluster", cluster.Name)
@@ -265,7 +266,7 @@ func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, 
 			"HypervisorCluster %s does not admit namespace %s (its spec.allowedNamespaces and spec.tenancy); ask the cluster's owner to admit the namespace, or set spec.hypervisorClusterRef to another cluster",
 			cluster.Name, tmpl.Namespace))
 	}
-	if problems := tenancyViolations(tmpl, cluster, rules); len(problems) > 0 {
+	if problems := tenancy.Violations(tmpl, cluster, rules); len(problems) > 0 {
 		return invalid(hfv1.NotAllowedByClusterReason, fmt.Sprintf(
 			"HypervisorCluster %s does not allow this template in namespace %s (spec.tenancy): %s; change the template, or ask the cluster's owner to allow these values",
 			cluster.Name, tmpl.Namespace, strings.Join(problems, "; ")))

@@ -8,6 +8,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/reservation"
+	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -52,7 +53,7 @@ func (r *MachineClaimReconciler) restoreReservation(ctx context.Context, s *clai
 func (r *MachineClaimReconciler) reservations() *reservation.Checker {
 	return &reservation.Checker{Client: r.Client, Signer: r.Signer, Recorder: r.Recorder,
 		Admits: func(ctx context.Context, cluster *hfv1.HypervisorCluster, namespace string) (bool, error) {
-			_, admitted, err := tenancyRulesFor(ctx, r.Client, cluster, namespace)
+			_, admitted, err := tenancy.RulesFor(ctx, r.Client, cluster, namespace)
 			return admitted, err
 		}}
 }

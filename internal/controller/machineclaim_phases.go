@@ -16,6 +16,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/claimvm"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -59,14 +60,14 @@ func (r *MachineClaimReconciler) loadDependencies(ctx context.Context, s *claimS
 		// Checked again here, not only when the template was validated: a
 		// cluster's owner may narrow what it admits between the template's
 		// last validation and this claim's placement.
-		rules, admitted, err := tenancyRulesFor(ctx, r.Client, cluster, claim.Namespace)
+		rules, admitted, err := tenancy.RulesFor(ctx, r.Client, cluster, claim.Namespace)
 		if err != nil {
 			return waitFor(hfv1.NamespaceNotAllowedReason, err.Error())
 		}
 		if !admitted {
 			return waitFor(hfv1.NamespaceNotAllowedReason, fmt.Sprintf("HypervisorCluster %s does not admit namespace %s (spec.allowedNamespaces and spec.tenancy); ask its owner to admit it or use another cluster", cluster.Name, claim.Namespace))
 		}
-		if problems := tenancyViolations(tmpl, cluster, rules); len(problems) > 0 {
+		if problems := tenancy.Violations(tmpl, cluster, rules); len(problems) > 0 {
 			return waitFor(hfv1.NotAllowedByClusterReason, fmt.Sprintf("HypervisorCluster %s does not allow template %s in namespace %s (spec.tenancy): %s", cluster.Name, tmpl.Name, claim.Namespace, strings.Join(problems, "; ")))
 		}
 	}
