@@ -26,11 +26,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/settings"
+	"github.com/hyperfleet/hyperfleet/internal/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
@@ -96,12 +96,12 @@ func runManager(args []string) error {
 	sweepInterval := fs.Duration("orphan-sweep-interval", time.Minute, "how often the orphan sweeper runs")
 	maxRetryDelay := fs.Duration("claim-max-retry-delay", 5*time.Minute, "longest wait between retries of a MachineClaim step after transient hypervisor errors (the wait doubles from 2s up to this)")
 	resyncInterval := fs.Duration("runnerpool-resync-interval", 30*time.Second, "how often RunnerPools compare runner states and queued jobs with the CI platform (one call set per credential scope)")
-	stuck := controller.DefaultStuckBounds()
-	fs.DurationVar(&stuck.Pending, "claim-stuck-pending", stuck.Pending, "a MachineClaim in phase Pending longer than this is reported Stuck (condition, event, hyperfleet_claims_stuck); 0 disables")
-	fs.DurationVar(&stuck.Provisioning, "claim-stuck-provisioning", stuck.Provisioning, "the same for phase Provisioning")
-	fs.DurationVar(&stuck.Bootstrapping, "claim-stuck-bootstrapping", stuck.Bootstrapping, "the same for phase Bootstrapping")
-	fs.DurationVar(&stuck.Draining, "claim-stuck-draining", stuck.Draining, "the same for phase Draining")
-	fs.DurationVar(&stuck.Terminating, "claim-stuck-terminating", stuck.Terminating, "the same for phase Terminating")
+	bounds := stuck.DefaultBounds()
+	fs.DurationVar(&bounds.Pending, "claim-stuck-pending", bounds.Pending, "a MachineClaim in phase Pending longer than this is reported Stuck (condition, event, hyperfleet_claims_stuck); 0 disables")
+	fs.DurationVar(&bounds.Provisioning, "claim-stuck-provisioning", bounds.Provisioning, "the same for phase Provisioning")
+	fs.DurationVar(&bounds.Bootstrapping, "claim-stuck-bootstrapping", bounds.Bootstrapping, "the same for phase Bootstrapping")
+	fs.DurationVar(&bounds.Draining, "claim-stuck-draining", bounds.Draining, "the same for phase Draining")
+	fs.DurationVar(&bounds.Terminating, "claim-stuck-terminating", bounds.Terminating, "the same for phase Terminating")
 	orphanGrace := fs.Duration("orphan-grace-period", 10*time.Minute, "how long an orphaned VM is left alone before it is destroyed")
 	sweepDryRun := fs.Bool("orphan-sweep-dry-run", false, "only report orphaned VMs (events, logs, metrics); never destroy them")
 	webhookAddr := fs.String("webhook-bind-address", ":9292", "HTTPS address of the GitHub webhook receiver (path "+webhook.Path+"); 0 disables it")
@@ -172,7 +172,7 @@ func runManager(args []string) error {
 		SweepInterval:     *sweepInterval,
 		ResyncInterval:    *resyncInterval,
 		MaxRetryDelay:     *maxRetryDelay,
-		StuckBounds:       &stuck,
+		StuckBounds:       &bounds,
 		OrphanGracePeriod: *orphanGrace,
 		SweepDryRun:       *sweepDryRun,
 		AgentServer:       agentServer,

@@ -29,10 +29,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
+	"github.com/hyperfleet/hyperfleet/internal/reservation"
+	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
@@ -166,7 +169,7 @@ func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Re
 		return ctrl.Result{}, h.PatchMetadata(ctx, cluster)
 	}
 
-	setTenancyCondition(cluster)
+	tenancy.SetCondition(cluster)
 	r.reconcileSPIRE(ctx, cluster)
 	result, err := r.reconcileConnection(ctx, cluster)
 	if perr := h.PatchStatus(ctx, cluster); perr != nil {
@@ -568,12 +571,10 @@ func ClusterConfig(ctx context.Context, reader client.Reader, c *hfv1.Hypervisor
 		ISOStorage:       s.ISOStorage,
 		DefaultBridge:    s.DefaultBridge,
 		Tags:             s.Tags,
-		VMIDStart:        defaultVMIDStart,
-		VMIDEnd:          defaultVMIDEnd,
 		ClonesPerNode:    hfv1.DefaultClonesPerNode,
 		ClonesPerStorage: hfv1.DefaultClonesPerStorage,
 	}
-	cfg.VMIDStart, cfg.VMIDEnd = vmidRange(c)
+	cfg.VMIDStart, cfg.VMIDEnd = reservation.VMIDRange(c)
 	if l := s.Limits; l != nil {
 		if l.ClonesPerNode > 0 {
 			cfg.ClonesPerNode = int(l.ClonesPerNode)
@@ -639,17 +640,10 @@ func probeBackoff(failures int) time.Duration {
 // setCondition sets a condition; LastTransitionTime changes only when the
 // status does (meta.SetStatusCondition's rule).
 func setCondition(conds *[]metav1.Condition, generation int64, typ hfv1.ConditionType, status metav1.ConditionStatus, reason hfv1.ConditionReason, msg string) {
-	meta.SetStatusCondition(conds, metav1.Condition{
-		Type: string(typ), Status: status, Reason: string(reason), Message: truncate(msg, 32768), ObservedGeneration: generation,
-	})
+	conditions.Set(conds, generation, typ, status, reason, msg)
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
-}
+func truncate(s string, n int) string { return conditions.Truncate(s, n) }
 
 // reconcileSPIRE connects to the SPIRE server of the cluster's spec.spire
 // and reports it in SPIREConnected (not part of Ready: only templates that

@@ -23,10 +23,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
+	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -159,7 +161,7 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 	if res, done, err := r.checkTenancy(ctx, tmpl, cluster); done || err != nil {
 		return res, err
 	}
-	if reason, msg := r.checkIdentity(tmpl, cluster); reason != "" {
+	if reason, msg := claimidentity.CheckTemplate(tmpl, cluster, r.Identity.Issuer != nil, r.Identity.Broker != nil); reason != "" {
 		return invalid(reason, msg)
 	}
 	if msg := invalidClaimMetadata(tmpl.Spec.Metadata); msg != "" {
@@ -248,9 +250,9 @@ func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, 
 	invalid := func(reason hfv1.ConditionReason, msg string) (ctrl.Result, bool, error) {
 		return markTemplateInvalid(tmpl, reason, msg), true, nil
 	}
-	rules, admitted, err := tenancyRulesFor(ctx, r.Client, cluster, tmpl.Namespace)
+	rules, admitted, err := tenancy.RulesFor(ctx, r.Client, cluster, tmpl.Namespace)
 	switch {
-	case errors.Is(err, errInvalidSelector):
+	case errors.Is(err, tenancy.ErrInvalidSelector):
 		// The error quotes the cluster's selectors: log it, do not show
 		// it to the tenant.
 		ctrl.LoggerFrom(ctx).Error(err, "The cluster's allow-lists admit nobody", "HypervisorCluster", cluster.Name)
@@ -264,7 +266,7 @@ func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, 
 			"HypervisorCluster %s does not admit namespace %s (its spec.allowedNamespaces and spec.tenancy); ask the cluster's owner to admit the namespace, or set spec.hypervisorClusterRef to another cluster",
 			cluster.Name, tmpl.Namespace))
 	}
-	if problems := tenancyViolations(tmpl, cluster, rules); len(problems) > 0 {
+	if problems := tenancy.Violations(tmpl, cluster, rules); len(problems) > 0 {
 		return invalid(hfv1.NotAllowedByClusterReason, fmt.Sprintf(
 			"HypervisorCluster %s does not allow this template in namespace %s (spec.tenancy): %s; change the template, or ask the cluster's owner to allow these values",
 			cluster.Name, tmpl.Namespace, strings.Join(problems, "; ")))

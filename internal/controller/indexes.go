@@ -9,6 +9,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
+	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -35,7 +37,7 @@ const (
 	// claimPoolIndex maps a RunnerPool name to its claims.
 	claimPoolIndex = "spec.runnerPoolRef.name"
 	// jobRunnerIndex maps a runner name to the CIJobs it took.
-	jobRunnerIndex = "status.runnerName"
+	jobRunnerIndex = claimrunner.JobRunnerIndex
 	// jobPoolIndex maps a RunnerPool name to the CIJobs routed to it.
 	jobPoolIndex = "spec.runnerPoolRef.name"
 	// poolTemplateIndex maps a template name to the RunnerPools using it.
@@ -144,7 +146,7 @@ func clusterSecretRefs(c *hfv1.HypervisorCluster) []*hfv1.SecretKeySelector {
 	if c.Spec.TLS != nil && c.Spec.TLS.CABundleRef != nil {
 		out = append(out, c.Spec.TLS.CABundleRef)
 	}
-	if store := secretStoreOf(c); store != nil {
+	if store := claimidentity.SecretStoreOf(c); store != nil {
 		out = append(out, &store.TokenRef)
 		if store.CABundleRef != nil {
 			out = append(out, store.CABundleRef)

@@ -19,6 +19,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
+	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 )
 
 // IPPoolReconciler loads each IPPool into the in-memory allocator, rebuilds
@@ -167,7 +168,7 @@ func (r *MachineClaimReconciler) staticAddress(ctx context.Context, claim *hfv1.
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: ref.Name}, poolObj); err != nil {
 		return netip.Addr{}, nil, false, r.waitForAddress(claim, string(hfv1.IPPoolExhaustedReason), fmt.Sprintf("spec.network.ipPoolRef of template %s: IPPool %s: %v", tmpl.Name, ref.Name, err))
 	}
-	allowed, err := selectorAdmits(ctx, r.Client, poolObj.Spec.AllowedNamespaces, claim.Namespace)
+	allowed, err := tenancy.SelectorAdmits(ctx, r.Client, poolObj.Spec.AllowedNamespaces, claim.Namespace)
 	if err != nil || !allowed {
 		return netip.Addr{}, nil, false, r.waitForAddress(claim, string(hfv1.NamespaceNotAllowedReason),
 			fmt.Sprintf("IPPool %s does not admit namespace %s (spec.allowedNamespaces)", ref.Name, claim.Namespace))

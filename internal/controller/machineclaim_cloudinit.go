@@ -36,7 +36,7 @@ func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error)
 		return provider.CloudInit{}, provider.Errorf(provider.ClassConfiguration, string(hfv1.AgentUnavailableReason), "HypervisorMachineTemplate %s: %w", c.tmpl.Name, err)
 	}
 	if vars.SPIFFEEnabled {
-		if err := c.r.setIdentityVars(ctx, c.claim, c.cluster, &vars); err != nil {
+		if err := c.r.identitySteps().Vars(ctx, c.claim, c.cluster, &vars); err != nil {
 			return provider.CloudInit{}, provider.Errorf(provider.ClassTransient, string(hfv1.SPIREUnavailableReason), "the VM's SPIFFE identity: %w", err)
 		}
 	}

@@ -26,10 +26,12 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cachelag"
+	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/internal/stuck"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -98,8 +100,8 @@ type MachineClaimReconciler struct {
 	// Credentials mints the runner credentials written to the secrets
 	// store of clusters with spec.spire.secretStore; StoreOpener opens
 	// those stores (nil: identity.OpenStore on Vault or OpenBao).
-	Credentials CredentialIssuer
-	StoreOpener StoreOpener
+	Credentials claimidentity.CredentialIssuer
+	StoreOpener claimidentity.StoreOpener
 	// ClaimEvents carries wake-ups from the HypervisorCluster poller and
 	// the RunnerPool resync.
 	ClaimEvents <-chan event.GenericEvent
@@ -113,8 +115,8 @@ type MachineClaimReconciler struct {
 	// transient hypervisor errors; zero means 5 minutes.
 	MaxRetryDelay time.Duration
 	// StuckBounds are how long a claim may stay in each phase before it is
-	// reported Stuck (machineclaim_stuck.go); zero fields check nothing.
-	StuckBounds StuckBounds
+	// reported Stuck (internal/stuck); zero fields check nothing.
+	StuckBounds stuck.Bounds
 	// Transitions are the VMs a hint says are about to stop: a running
 	// claim whose VM is in it reads the VM's status directly, every
 	// Transitions.Poll(), until it stops or the hint expires
@@ -124,8 +126,8 @@ type MachineClaimReconciler struct {
 	// gives none.
 	Notices *PowerOffNotices
 
-	// stuck counts stuck claims by phase for the gauge.
-	stuck stuckClaims
+	// stuckClaims reports stuck claims and counts them by phase.
+	stuckClaims stuck.Detector
 	// attempts counts consecutive transient failures per claim UID for
 	// backoff. Losing it on restart only restarts the backoff.
 	attempts sync.Map
@@ -162,7 +164,8 @@ func (r *MachineClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.MaxConcurrentReconciles == 0 {
 		r.MaxConcurrentReconciles = 16
 	}
-	r.stuck.reset(r.StuckBounds)
+	r.stuckClaims.Bounds, r.stuckClaims.Recorder = r.StuckBounds, r.Recorder
+	r.stuckClaims.Reset()
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&hfv1.MachineClaim{}).
 		Watches(&hfv1.HypervisorMachineTemplate{}, handler.EnqueueRequestsFromMapFunc(r.claimsForTemplate),
@@ -203,7 +206,7 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			if uid, ok := r.lag.Gone(req.NamespacedName); ok {
 				r.forget(uid)
 			}
-			r.stuck.set(req.NamespacedName, "", false)
+			r.stuckClaims.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

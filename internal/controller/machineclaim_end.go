@@ -2,21 +2,18 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
+	"github.com/hyperfleet/hyperfleet/internal/claimvm"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
-	"github.com/hyperfleet/hyperfleet/internal/scaling"
-	"github.com/hyperfleet/hyperfleet/pkg/provider"
-	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // claimEnd is how a claim ends, before it is recorded in status.end.
@@ -53,7 +50,7 @@ func (r *MachineClaimReconciler) beginEnd(claim *hfv1.MachineClaim, e claimEnd) 
 		StartedAt: metav1.NewTime(r.Clock.Now()),
 	}
 	claim.Status.TerminationReason = truncate(e.code+": "+e.message, 1024)
-	setEnding(claim, e.condition, e.message)
+	claimstatus.SetEnding(claim, e.condition, e.message)
 }
 
 // fail ends a claim as Failed; its VM is then kept stopped when its pool
@@ -235,165 +232,36 @@ func (r *MachineClaimReconciler) removeFinalizerPhase(ctx context.Context, s *cl
 	return ctrl.Result{}, false, nil
 }
 
-// deleteVM advances the deletion of the claim's VM by one step. It reports
-// done once no VM is left to delete.
-func (r *MachineClaimReconciler) deleteVM(ctx context.Context, claim *hfv1.MachineClaim) (bool, ctrl.Result, error) {
-	ref := claim.Status.VMRef
-	if ref == nil || ref.VMID == 0 {
-		r.releaseAddresses(ctx, claim)
-		return true, ctrl.Result{}, nil
-	}
-	p, health, connected := r.Registry.Provider(ref.HypervisorCluster)
-	if !connected {
-		setEnding(claim, hfv1.ClusterUnavailableReason,
-			fmt.Sprintf("Cannot delete VM %d yet: HypervisorCluster %s is not connected: %s", ref.VMID, ref.HypervisorCluster, health.Message))
-		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}, nil
-	}
-	prev := progressOf(claim)
-	res, err := p.DeleteVM(ctx, ownerOf(claim), prev)
-	switch {
-	case errors.Is(err, provider.ErrNotOwned):
-		return false, r.keepForAdmin(ctx, claim, err), nil
-	case err != nil:
-		class, reason := provider.Classify(err), provider.ReasonOf(err)
-		metrics.ClaimErrors.WithLabelValues(string(class), reason).Inc()
-		msg := fmt.Sprintf("Deleting VM %d failed (%s, will retry): %v", ref.VMID, class, err)
-		if endingReason(claim) != reason {
-			r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.FailedDeleteReason), truncate(msg, 1024))
-		}
-		setEnding(claim, hfv1.ConditionReason(reason), msg)
-		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}, nil
-	}
-	r.attempts.Delete(claim.UID)
-	if !res.Done {
-		r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
-		setEnding(claim, hfv1.DeletingVMReason, orDefault(res.Message, fmt.Sprintf("Deleting VM %d", ref.VMID)))
-		retry := res.RetryAfter
-		if retry <= 0 {
-			retry = callAgainNow
-		}
-		return false, ctrl.Result{RequeueAfter: retry}, nil
-	}
-	r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.VMDeletedReason), "VM %d on %s destroyed and its cloud-init ISO removed", ref.VMID, ref.HypervisorCluster)
-	r.forgetTransition(ref)
-	claim.Status.VMRef, claim.Status.Task = nil, nil
-	r.releaseAddresses(ctx, claim)
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.VMDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
-	setEnding(claim, hfv1.VMDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
-	return true, ctrl.Result{}, nil
+// vmSteps is the VM service with this reconciler's providers and backoff.
+func (r *MachineClaimReconciler) vmSteps() *claimvm.Service {
+	return &claimvm.Service{Providers: r.Registry, Recorder: r.Recorder, Clock: r.Clock, Backoff: r.backoff,
+		Reset: func(claim *hfv1.MachineClaim) { r.attempts.Delete(claim.UID) }}
 }
 
-// ownershipRecheck is how often a claim held by keepForAdmin reads its VM
-// again. The cluster poller wakes it sooner when the VM leaves the listing.
-const ownershipRecheck = 10 * time.Minute
-
-// keepForAdmin handles a VM whose ownership marker does not verify at
-// deletion. The VM is never touched, and since it may be the claim's own VM
-// with a damaged marker (still running with the claim's address), nothing
-// is released either: the claim keeps its VM reference, its addresses and
-// its finalizer until the VM is gone or an admin removes the finalizer
-// (docs/operations.md, docs/security.md "Absence and release").
-func (r *MachineClaimReconciler) keepForAdmin(ctx context.Context, claim *hfv1.MachineClaim, err error) ctrl.Result {
+// deleteVM advances the deletion of the claim's VM by one step. It reports
+// done once no VM is left to delete; the VM's addresses and power-off hint
+// go with it.
+func (r *MachineClaimReconciler) deleteVM(ctx context.Context, claim *hfv1.MachineClaim) (bool, ctrl.Result, error) {
 	ref := claim.Status.VMRef
-	msg := fmt.Sprintf("VM %d on HypervisorCluster %s does not carry this claim's verified ownership marker (%v). HyperFleet neither touches it nor releases this claim's addresses while it may exist. "+
-		"An admin must check VM %d by hand: once it is deleted the claim finishes on its own; if it is someone else's VM, delete this MachineClaim and remove its finalizer %s",
-		ref.VMID, ref.HypervisorCluster, err, ref.VMID, hfv1.MachineClaimFinalizer)
-	if endingReason(claim) != string(hfv1.OwnershipMismatchReason) {
-		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), truncate(msg, 1024))
-		ctrl.LoggerFrom(ctx).Info("VM ownership does not verify; keeping the claim's finalizer and addresses for an admin", "vmid", ref.VMID, "cluster", ref.HypervisorCluster, "err", err.Error())
+	done, requeue := r.vmSteps().Delete(ctx, claim)
+	if done {
+		r.forgetTransition(ref)
+		r.releaseAddresses(ctx, claim)
 	}
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, truncate(msg, 32768))
-	setEnding(claim, hfv1.OwnershipMismatchReason, msg)
-	return ctrl.Result{RequeueAfter: ownershipRecheck}
+	return done, ctrl.Result{RequeueAfter: requeue}, nil
 }
 
 // retainFailedVM keeps a failed claim's VM, stopped, when its pool retains
-// failed VMs for debugging (the pool deletes the claim after the TTL or
-// when more than maxRetained are kept). It reports false when the VM is
-// to be destroyed instead.
+// failed VMs for debugging. It reports false when the VM is to be
+// destroyed instead.
 func (r *MachineClaimReconciler) retainFailedVM(ctx context.Context, claim *hfv1.MachineClaim) (bool, ctrl.Result) {
 	pool := r.poolOf(ctx, claim)
-	if pool == nil || !retainsFailed(pool) || claim.Status.VMRef == nil {
+	if pool == nil || !retainsFailed(pool) {
 		return false, ctrl.Result{}
 	}
-	ref := claim.Status.VMRef
-	p, _, connected := r.Registry.Provider(ref.HypervisorCluster)
-	if !connected {
-		return true, ctrl.Result{RequeueAfter: waitForDependency}
-	}
-	vm, err := p.GetVM(ctx, provider.VMRef{VMID: int(ref.VMID), Node: ref.Node})
-	if err != nil {
-		// Gone, or unreadable: let the normal path clean up.
-		return false, ctrl.Result{}
-	}
-	if vm.Power != provider.PowerStopped {
-		if _, err := p.SetPower(ctx, ownerOf(claim), provider.VMRef{VMID: int(ref.VMID), Node: ref.Node}, provider.PowerOff); err != nil {
-			ctrl.LoggerFrom(ctx).Info("Could not stop the failed VM kept for debugging; retrying", "err", err.Error())
-			return true, ctrl.Result{RequeueAfter: r.backoff(claim)}
-		}
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RetainedReason), "VM %d stopped and kept for debugging (RunnerPool %s spec.lifecycle.failedRetention)", ref.VMID, pool.Name)
-	}
-	// A kept VM keeps nothing that still works as a credential: its
-	// cloud-init ISO (the single-use credential) leaves the storage and its
-	// runner leaves the CI platform before it is reported retained
-	// (docs/security.md, "Credentials after the VM").
-	if done, result := r.removeRetainedMedia(ctx, claim, p); !done {
-		return true, result
-	}
-	if done, result := r.deregisterRetainedRunner(ctx, claim); !done {
-		return true, result
-	}
-	until := claim.Status.End.StartedAt.Add(failedRetentionTTL(pool))
-	setEnding(claim, hfv1.RetainedReason,
-		fmt.Sprintf("VM %d on %s is kept stopped for debugging until %s: %s", ref.VMID, ref.HypervisorCluster, until.UTC().Format(time.RFC3339), claim.Status.TerminationReason))
-	return true, ctrl.Result{RequeueAfter: 5 * time.Minute}
-}
-
-// removeRetainedMedia advances the removal of a retained VM's cloud-init
-// media by one step; done once none is left.
-func (r *MachineClaimReconciler) removeRetainedMedia(ctx context.Context, claim *hfv1.MachineClaim, p provider.Provider) (bool, ctrl.Result) {
-	ref := claim.Status.VMRef
-	prev := progressOf(claim)
-	res, err := p.RemoveCloudInitMedia(ctx, ownerOf(claim), prev)
-	if err != nil {
-		setEnding(claim, hfv1.RetainingReason, fmt.Sprintf("VM %d is kept for debugging once its cloud-init ISO (it holds the runner credential) is removed: %v", ref.VMID, err))
-		ctrl.LoggerFrom(ctx).Info("Could not remove the cloud-init ISO of the failed VM kept for debugging; retrying", "err", err.Error())
-		return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
-	}
-	r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
-	if !res.Done {
-		setEnding(claim, hfv1.RetainingReason, orDefault(res.Message, fmt.Sprintf("Removing the cloud-init ISO of VM %d before keeping it", ref.VMID)))
-		return false, ctrl.Result{RequeueAfter: max(res.RetryAfter, callAgainNow)}
-	}
-	return true, ctrl.Result{}
-}
-
-// deregisterRetainedRunner removes the runner of a claim whose failed VM is
-// kept: its registration must not outlive the VM's useful life. It reports
-// false (with the requeue) to retry; the claim is not reported retained
-// until the runner is gone. The pool's TTL bounds the retries: the claim's
-// deletion then removes the runner as for any claim.
-func (r *MachineClaimReconciler) deregisterRetainedRunner(ctx context.Context, claim *hfv1.MachineClaim) (bool, ctrl.Result) {
-	st := claim.Status.Bootstrap
-	if r.Bootstrap == nil || st == nil || st.RunnerName == "" && st.RunnerID == 0 {
-		return true, ctrl.Result{}
-	}
-	err := r.release(ctx, claim)
-	if err == nil {
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RunnerRemovedReason), "Runner %s is no longer registered; its failed VM is kept for debugging", st.RunnerName)
-		st.RunnerID, st.RunnerName, st.RunnerState = 0, "", ""
-		return true, ctrl.Result{}
-	}
-	setEnding(claim, hfv1.RunnerNotRemovedReason, fmt.Sprintf("Removing runner %s before keeping its failed VM: %v", st.RunnerName, err))
-	ctrl.LoggerFrom(ctx).Info("Could not remove the runner of a failed VM kept for debugging; retrying", "runner", st.RunnerName, "err", err.Error())
-	switch wait, limited := retryAfterWorkload(err, r.Clock.Now()); {
-	case limited:
-		return false, ctrl.Result{RequeueAfter: wait}
-	case errors.Is(err, workload.ErrRunnerBusy):
-		// The platform has not yet seen the stopped VM's runner go idle.
-		return false, ctrl.Result{RequeueAfter: runnerBusyRecheck}
-	}
-	return false, ctrl.Result{RequeueAfter: r.backoff(claim)}
+	retained, requeue := r.vmSteps().Retain(ctx, claim, claimvm.Retention{Pool: pool.Name, TTL: failedRetentionTTL(pool),
+		DeregisterRunner: r.runnerSteps().Deregister, WaitForConnection: waitForDependency})
+	return retained, ctrl.Result{RequeueAfter: requeue}
 }
 
 // keepsHistory reports whether a finished claim of pool stays as history.
@@ -430,7 +298,7 @@ func (r *MachineClaimReconciler) finish(ctx context.Context, s *claimScope) erro
 		}
 		now := metav1.NewTime(r.Clock.Now())
 		claim.Status.End.FinishedAt = &now
-		setEnding(claim, hfv1.FinishedReason, "The VM is gone; the claim is kept as history")
+		claimstatus.SetEnding(claim, hfv1.FinishedReason, "The VM is gone; the claim is kept as history")
 		r.countOutcome(claim)
 		return nil
 	}
@@ -443,26 +311,6 @@ func (r *MachineClaimReconciler) countOutcome(claim *hfv1.MachineClaim) {
 	if ref := claim.Spec.RunnerPoolRef; ref != nil {
 		pool = ref.Name
 	}
-	metrics.RunnerOutcomes.WithLabelValues(claim.Namespace, pool, string(outcomeOf(claim))).Inc()
+	metrics.RunnerOutcomes.WithLabelValues(claim.Namespace, pool, string(claimstatus.Outcome(claim))).Inc()
 	r.Runners.Forget(claim.UID)
-}
-
-// outcomeOf is a claim's runner outcome, from how it ended.
-func outcomeOf(claim *hfv1.MachineClaim) scaling.Reason {
-	reason := claim.EndReason()
-	switch reason {
-	case scaling.JobCompleted, scaling.IdleTimeout, scaling.MaxLifetime, scaling.JobTimeout,
-		scaling.BootstrapTimeout, scaling.DriftReplaced, scaling.ScaledDown, scaling.Orphaned:
-		return reason
-	}
-	switch {
-	case claim.HasFailed():
-		return scaling.Failed
-	case claim.Status.Bootstrap != nil && claim.Status.Bootstrap.JobID != 0:
-		// Powered off or deleted after its job: the job is what it did.
-		return scaling.JobCompleted
-	case reason == scaling.PoweredOff:
-		return scaling.PoweredOff
-	}
-	return scaling.Deleted
 }

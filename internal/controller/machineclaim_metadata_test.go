@@ -17,7 +17,6 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
-	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
 func reservationSigner(t *testing.T, keyByte byte) *ownership.Signer {
@@ -27,30 +26,6 @@ func reservationSigner(t *testing.T, keyByte byte) *ownership.Signer {
 		t.Fatal(err)
 	}
 	return s
-}
-
-// TestReservationRoundTrip: what setReservation writes, parseReservation
-// reads back with a signature that verifies for the claim; malformed
-// values are rejected with what is wrong.
-func TestReservationRoundTrip(t *testing.T) {
-	r := &MachineClaimReconciler{Signer: reservationSigner(t, 1)}
-	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{UID: "uid-1"}}
-	r.setReservation(claim, "pve-a", provider.Progress{VMID: 1234, Node: "pve1"})
-	ref, sig, err := parseReservation(claim.Annotations[hfv1.VMReservationAnnotation])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (hfv1.VMReference{HypervisorCluster: "pve-a", Node: "pve1", VMID: 1234}); *ref != want {
-		t.Fatalf("got %+v, want %+v", *ref, want)
-	}
-	if !r.Signer.VerifyReservation(ownership.Reservation{ClaimUID: "uid-1", Cluster: "pve-a", Node: "pve1", VMID: 1234}, sig) {
-		t.Fatal("the written signature does not verify")
-	}
-	for _, bad := range []string{"", "pve-a/pve1", "pve-a/pve1/100", "pve-a/pve1/x/s", "pve-a/pve1/0/s", "pve-a/pve1/-3/s", "/pve1/100/s", "pve-a//100/s", "pve-a/pve1/100/", "a/b/c/100/s", "pve-a/pve1/99999999999/s"} {
-		if _, _, err := parseReservation(bad); err == nil {
-			t.Errorf("parseReservation(%q) accepted a malformed value", bad)
-		}
-	}
 }
 
 // reservationWorld is a template in namespace "team" on cluster "pve-a"
@@ -126,7 +101,7 @@ func TestRestoreReservation(t *testing.T) {
 			if tc.annotation != "" {
 				claim.Annotations = map[string]string{hfv1.VMReservationAnnotation: tc.annotation}
 			}
-			if err := r.restoreReservationOf(context.Background(), claim); err != nil {
+			if err := r.reservations().Restore(context.Background(), claim); err != nil {
 				t.Fatal(err)
 			}
 			switch got := claim.Status.VMRef; {
@@ -156,7 +131,7 @@ func TestRestoreReservationWithoutSigner(t *testing.T) {
 	r := &MachineClaimReconciler{Client: reservationWorld(t, map[string]string{"tenant": "yes"}), Recorder: record.NewFakeRecorder(10)}
 	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team", UID: "uid-1", Annotations: map[string]string{hfv1.VMReservationAnnotation: good}}}
 	claim.Spec.TemplateRef.Name = "tmpl"
-	if err := r.restoreReservationOf(context.Background(), claim); err != nil || claim.Status.VMRef != nil {
+	if err := r.reservations().Restore(context.Background(), claim); err != nil || claim.Status.VMRef != nil {
 		t.Fatalf("restored %+v (err %v) without a signer", claim.Status.VMRef, err)
 	}
 }

@@ -10,19 +10,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimvm"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
-
-// Reasons for claims that are specific to the claim controller.
-// callAgainNow is the requeue for a provider that asks to be called again
-// at once.
-const callAgainNow = 10 * time.Millisecond
 
 // loadDependencies loads the claim's template and cluster into the scope;
 // the claim waits (its Provisioned condition says why) while either is
@@ -64,14 +60,14 @@ func (r *MachineClaimReconciler) loadDependencies(ctx context.Context, s *claimS
 		// Checked again here, not only when the template was validated: a
 		// cluster's owner may narrow what it admits between the template's
 		// last validation and this claim's placement.
-		rules, admitted, err := tenancyRulesFor(ctx, r.Client, cluster, claim.Namespace)
+		rules, admitted, err := tenancy.RulesFor(ctx, r.Client, cluster, claim.Namespace)
 		if err != nil {
 			return waitFor(hfv1.NamespaceNotAllowedReason, err.Error())
 		}
 		if !admitted {
 			return waitFor(hfv1.NamespaceNotAllowedReason, fmt.Sprintf("HypervisorCluster %s does not admit namespace %s (spec.allowedNamespaces and spec.tenancy); ask its owner to admit it or use another cluster", cluster.Name, claim.Namespace))
 		}
-		if problems := tenancyViolations(tmpl, cluster, rules); len(problems) > 0 {
+		if problems := tenancy.Violations(tmpl, cluster, rules); len(problems) > 0 {
 			return waitFor(hfv1.NotAllowedByClusterReason, fmt.Sprintf("HypervisorCluster %s does not allow template %s in namespace %s (spec.tenancy): %s", cluster.Name, tmpl.Name, claim.Namespace, strings.Join(problems, "; ")))
 		}
 	}
@@ -146,7 +142,7 @@ func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (c
 		res, err := r.provisionError(ctx, s, err)
 		return res, false, err
 	}
-	prev := progressOf(claim)
+	prev := claimvm.Progress(claim)
 	if claim.Status.VMRef == nil {
 		claim.Status.TemplateHash = tmpl.Status.TemplateHash
 	}
@@ -158,7 +154,7 @@ func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (c
 		// closes; until it lands the annotation stands in for it
 		// (restoreReservation). If the write fails, the next pass starts
 		// over from the stored state.
-		r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
+		r.vmSteps().RecordProgress(ctx, claim, cluster.Name, prev, res.Progress)
 		r.setReservation(claim, cluster.Name, res.Progress)
 		if err := s.patch.PatchMetadata(ctx, claim); err != nil {
 			return ctrl.Result{}, false, fmt.Errorf("record VM id %d before cloning: %w", res.Progress.VMID, err)
@@ -172,13 +168,10 @@ func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (c
 		return res, false, err
 	}
 	r.attempts.Delete(claim.UID)
-	r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
-	retry := res.RetryAfter
-	if retry <= 0 {
-		// "Call again now": the status write usually wakes the claim
-		// first; this only covers a coalesced event.
-		retry = callAgainNow
-	}
+	r.vmSteps().RecordProgress(ctx, claim, cluster.Name, prev, res.Progress)
+	// "Call again now": the status write usually wakes the claim first;
+	// the requeue only covers a coalesced event.
+	retry := claimvm.CallAgain(res.RetryAfter)
 	provisioning := func(reason hfv1.ConditionReason, def string) (ctrl.Result, bool, error) {
 		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, orDefault(res.Message, def))
 		return ctrl.Result{RequeueAfter: retry}, false, nil
@@ -204,26 +197,6 @@ func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (c
 		return res, false, err
 	}
 	return provisioning(hfv1.QueuedReason, "Waiting for a clone slot")
-}
-
-// selectorAdmits applies an allowedNamespaces selector: unset or empty
-// admits every namespace.
-func selectorAdmits(ctx context.Context, c client.Reader, selector *metav1.LabelSelector, namespace string) (bool, error) {
-	if selector == nil {
-		return true, nil
-	}
-	sel, err := metav1.LabelSelectorAsSelector(selector)
-	if err != nil {
-		return false, fmt.Errorf("spec.allowedNamespaces is not a valid selector: %w", err)
-	}
-	if sel.Empty() {
-		return true, nil
-	}
-	var ns corev1.Namespace
-	if err := c.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
-		return false, fmt.Errorf("read namespace %s: %w", namespace, err)
-	}
-	return sel.Matches(labels.Set(ns.Labels)), nil
 }
 
 // watchRunning checks a running claim's VM against the latest listing of
@@ -361,45 +334,6 @@ func (r *MachineClaimReconciler) backoff(claim *hfv1.MachineClaim) time.Duration
 		d *= 2
 	}
 	return min(d, limit)
-}
-
-// progressOf is the provider progress persisted in the claim's status.
-func progressOf(claim *hfv1.MachineClaim) provider.Progress {
-	var p provider.Progress
-	if ref := claim.Status.VMRef; ref != nil {
-		p.VMID, p.Node = int(ref.VMID), ref.Node
-	}
-	if t := claim.Status.Task; t != nil {
-		p.Task = &provider.Task{ID: t.ID, Operation: t.Operation}
-		if t.StartTime != nil {
-			p.Task.StartTime = t.StartTime.Time
-		}
-	}
-	return p
-}
-
-// recordProgress writes the provider's progress into the claim's status
-// (persisted by the deferred patch before anything waits on it).
-func (r *MachineClaimReconciler) recordProgress(ctx context.Context, claim *hfv1.MachineClaim, cluster string, prev, next provider.Progress) {
-	if next.VMID == 0 {
-		claim.Status.VMRef = nil
-	} else {
-		claim.Status.VMRef = &hfv1.VMReference{HypervisorCluster: cluster, VMID: int32(next.VMID), Node: next.Node}
-	}
-	claim.Status.Task = nil
-	if t := next.Task; t != nil {
-		claim.Status.Task = &hfv1.TaskReference{ID: t.ID, Operation: t.Operation}
-		if !t.StartTime.IsZero() {
-			claim.Status.Task.StartTime = &metav1.Time{Time: t.StartTime}
-		}
-		if t.Operation == "clone" && (prev.Task == nil || prev.Task.ID != t.ID) {
-			metrics.CreatedToCloneRequest.Observe(r.Clock.Since(claim.CreationTimestamp.Time).Seconds())
-			r.Recorder.Eventf(claim, corev1.EventTypeNormal, "CloneStarted", "Cloning VM %d on %s/%s", next.VMID, cluster, next.Node)
-		}
-	}
-	if prev.VMID != 0 && next.VMID != 0 && prev.VMID != next.VMID {
-		ctrl.LoggerFrom(ctx).Info("VM id changed (the previous one was taken)", "previousVMID", prev.VMID, "vmid", next.VMID)
-	}
 }
 
 // networkStatus is what the claim reports about its VM's network.

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -73,9 +74,9 @@ func TestDrainRunnerWhenThePlatformCannotAnswer(t *testing.T) {
 			if tc.drained {
 				return
 			}
-			summariseReady(claim)
+			claimstatus.SummariseReady(claim)
 			ready := hfv1.FindCondition(claim.Status.Conditions, hfv1.ReadyCondition)
-			if phase := claimPhaseOf(claim); phase != hfv1.MachineClaimDraining || ready == nil || ready.Reason != string(hfv1.RunnerStateUnknownReason) || res.RequeueAfter <= 0 {
+			if phase := claimstatus.PhaseOf(claim); phase != hfv1.MachineClaimDraining || ready == nil || ready.Reason != string(hfv1.RunnerStateUnknownReason) || res.RequeueAfter <= 0 {
 				t.Fatalf("phase %s, Ready %+v, requeue %s; want Draining with %s and a retry", phase, ready, res.RequeueAfter, hfv1.RunnerStateUnknownReason)
 			}
 		})

@@ -4,13 +4,12 @@ import (
 	"context"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -76,10 +75,10 @@ func runPhases(ctx context.Context, s *claimScope, phases ...claimPhase) (ctrl.R
 func (r *MachineClaimReconciler) closeScope(ctx context.Context, s *claimScope, res ctrl.Result, err error) (ctrl.Result, error) {
 	claim := s.claim
 	if controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer) || claim.IsFinished() || claim.DeletionTimestamp.IsZero() {
-		summariseReady(claim)
-		phase := claimPhaseOf(claim)
-		r.recordPhase(ctx, claim, phase)
-		res = r.markStuck(ctx, claim, phase, res)
+		claimstatus.SummariseReady(claim)
+		phase := claimstatus.PhaseOf(claim)
+		claimstatus.RecordPhase(ctx, r.Recorder, claim, phase, metav1.NewTime(r.Clock.Now()))
+		res = r.stuckClaims.Mark(ctx, claim, phase, r.Clock.Now(), res)
 		if err == nil {
 			claim.Status.ObservedGeneration = claim.Generation
 			if d := s.recheckIn; d > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > d) {
@@ -101,129 +100,4 @@ func (r *MachineClaimReconciler) closeScope(ctx context.Context, s *claimScope, 
 		r.lag.Wrote(claim)
 	}
 	return res, err
-}
-
-// summariseReady sets Ready from the other conditions: an ending claim is
-// not Ready, for the reason its Ending condition gives; a running one is
-// Ready once its workload reports it; before that Ready repeats why the
-// claim is not provisioned yet.
-func summariseReady(claim *hfv1.MachineClaim) {
-	conds := &claim.Status.Conditions
-	gen := claim.Generation
-	provisioned := hfv1.FindCondition(*conds, hfv1.MachineClaimProvisionedCondition)
-	switch ending := hfv1.FindCondition(*conds, hfv1.MachineClaimEndingCondition); {
-	case ending != nil && ending.Status == metav1.ConditionTrue:
-		setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ConditionReason(ending.Reason), ending.Message)
-	case provisioned != nil && provisioned.Status == metav1.ConditionTrue:
-		attested := hfv1.FindCondition(*conds, hfv1.MachineClaimAttestedCondition)
-		bootstrapped := hfv1.FindCondition(*conds, hfv1.MachineClaimBootstrappedCondition)
-		switch {
-		case bootstrapped != nil && bootstrapped.Status == metav1.ConditionTrue:
-			setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM is up and the workload reports it ready")
-		case attested != nil && attested.Status != metav1.ConditionTrue:
-			setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ConditionReason(attested.Reason), attested.Message)
-		case bootstrapped != nil:
-			// The credential's way to the VM (the secrets store) says why.
-			setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ConditionReason(bootstrapped.Reason), bootstrapped.Message)
-		default:
-			setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.WaitingForRunnerReason, "The VM is up; waiting for the workload to report it ready")
-		}
-	case provisioned != nil:
-		setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ConditionReason(provisioned.Reason), provisioned.Message)
-	default:
-		setCondition(conds, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ReconcilingReason, "Waiting to be provisioned")
-	}
-}
-
-// claimPhaseOf derives the claim's display phase from its facts.
-func claimPhaseOf(claim *hfv1.MachineClaim) hfv1.MachineClaimPhase {
-	conds := claim.Status.Conditions
-	switch end := claim.Status.End; {
-	case claim.IsFinished():
-		return hfv1.MachineClaimFinished
-	case end != nil && end.Failed:
-		return hfv1.MachineClaimFailed
-	case end != nil:
-		return hfv1.MachineClaimTerminating
-	case hfv1.IsConditionTrue(conds, hfv1.MachineClaimEndingCondition):
-		// Asked to end; its runner's job keeps the VM.
-		return hfv1.MachineClaimDraining
-	case hfv1.IsConditionTrue(conds, hfv1.MachineClaimProvisionedCondition) &&
-		hfv1.IsConditionTrue(conds, hfv1.MachineClaimBootstrappedCondition):
-		return hfv1.MachineClaimReady
-	case hfv1.IsConditionTrue(conds, hfv1.MachineClaimProvisionedCondition):
-		return hfv1.MachineClaimBootstrapping
-	case claim.Status.VMRef != nil || claim.Status.Task != nil:
-		return hfv1.MachineClaimProvisioning
-	}
-	return hfv1.MachineClaimPending
-}
-
-// recordPhase writes the derived phase for display. When it changed, it
-// stamps the phase time, measures the phase left, and records an event
-// with Ready's reason and message (which say why).
-func (r *MachineClaimReconciler) recordPhase(ctx context.Context, claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase) {
-	old := claim.Status.Phase
-	if old == phase {
-		return
-	}
-	now := metav1.NewTime(r.Clock.Now())
-	if claim.Status.PhaseTimes == nil {
-		claim.Status.PhaseTimes = &hfv1.PhaseTimes{}
-	}
-	if p := phaseTime(claim.Status.PhaseTimes, old); p != nil && *p != nil {
-		metrics.ClaimPhaseSeconds.WithLabelValues(string(old)).Observe(now.Sub((*p).Time).Seconds())
-	}
-	if p := phaseTime(claim.Status.PhaseTimes, phase); p != nil {
-		*p = &now
-	}
-	claim.Status.Phase = phase
-	metrics.ClaimTransitions.WithLabelValues(string(phase)).Inc()
-	eventType := corev1.EventTypeNormal
-	if phase == hfv1.MachineClaimFailed {
-		eventType = corev1.EventTypeWarning
-	}
-	reason, msg := hfv1.CreatedReason, "Waiting to be provisioned"
-	if c := hfv1.FindCondition(claim.Status.Conditions, hfv1.ReadyCondition); c != nil {
-		reason, msg = hfv1.ConditionReason(c.Reason), c.Message
-	}
-	r.Recorder.Eventf(claim, eventType, string(phase), "%s: %s", reason, truncate(msg, 1000))
-	ctrl.LoggerFrom(ctx).Info("MachineClaim phase changed", "from", old, "to", phase, "reason", reason)
-}
-
-// phaseTime returns the pointer in t that records when phase began.
-func phaseTime(t *hfv1.PhaseTimes, phase hfv1.MachineClaimPhase) **metav1.Time {
-	switch phase {
-	case hfv1.MachineClaimPending:
-		return &t.Pending
-	case hfv1.MachineClaimProvisioning:
-		return &t.Provisioning
-	case hfv1.MachineClaimBootstrapping:
-		return &t.Bootstrapping
-	case hfv1.MachineClaimReady:
-		return &t.Ready
-	case hfv1.MachineClaimDraining:
-		return &t.Draining
-	case hfv1.MachineClaimTerminating:
-		return &t.Terminating
-	case hfv1.MachineClaimFailed:
-		return &t.Failed
-	case hfv1.MachineClaimFinished:
-		return &t.Finished
-	}
-	return nil
-}
-
-// setEnding records where an ending claim is (Ending True), which Ready
-// repeats when the scope closes.
-func setEnding(claim *hfv1.MachineClaim, reason hfv1.ConditionReason, msg string) {
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimEndingCondition, metav1.ConditionTrue, reason, truncate(msg, 32768))
-}
-
-// endingReason is the Ending condition's current reason ("" without one).
-func endingReason(claim *hfv1.MachineClaim) string {
-	if c := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimEndingCondition); c != nil {
-		return c.Reason
-	}
-	return ""
 }

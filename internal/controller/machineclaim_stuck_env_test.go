@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/controller"
+	"github.com/hyperfleet/hyperfleet/internal/stuck"
 )
 
 // TestClaimStuckInPending: a claim whose template does not exist stays
@@ -20,7 +20,7 @@ import (
 // naming the phase and what it waits on, and one Stuck event.
 func TestClaimStuckInPending(t *testing.T) {
 	sim := startSim(t, nil)
-	startOperator(t, operatorOptions{stuckBounds: &controller.StuckBounds{Pending: time.Second}})
+	startOperator(t, operatorOptions{stuckBounds: &stuck.Bounds{Pending: time.Second}})
 	f := newFixture(t, sim, nil)
 	claim := &hfv1.MachineClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "orphaned-template"},

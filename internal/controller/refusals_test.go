@@ -10,6 +10,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 )
 
 // TestRefusals: each field the operator does not act on is refused with
@@ -146,7 +147,7 @@ func TestSamplesWorkAsWritten(t *testing.T) {
 		// Every entry of the sample cluster's spec.tenancy selects the
 		// namespaces its allowedNamespaces admits: one must allow the
 		// template (docs/security.md, "Admin allow-lists").
-		if problems := tenancyViolations(tm, cluster, cluster.Spec.Tenancy); len(problems) > 0 {
+		if problems := tenancy.Violations(tm, cluster, cluster.Spec.Tenancy); len(problems) > 0 {
 			t.Errorf("sample template %s is not allowed by sample cluster %s: %s", tm.Name, cluster.Name, strings.Join(problems, "; "))
 		}
 	}

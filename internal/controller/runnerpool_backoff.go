@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 )
 
@@ -30,7 +31,7 @@ func attemptOf(c *hfv1.MachineClaim) (scaling.Attempt, bool) {
 	case c.HasFailed():
 		a.At = c.Status.End.StartedAt.Time
 	case c.Ended():
-		switch outcomeOf(c) {
+		switch claimstatus.Outcome(c) {
 		case scaling.PoweredOff, scaling.BootstrapTimeout, scaling.Failed:
 		default:
 			return a, false

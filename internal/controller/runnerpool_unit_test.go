@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -561,8 +562,8 @@ func TestOutcomeOf(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := unitClaim("c", 0, tc.mut...)
-			if got := outcomeOf(&c); got != tc.want {
-				t.Errorf("outcomeOf(%q) = %q, want %q", c.Status.TerminationReason, got, tc.want)
+			if got := claimstatus.Outcome(&c); got != tc.want {
+				t.Errorf("claimstatus.Outcome(%q) = %q, want %q", c.Status.TerminationReason, got, tc.want)
 			}
 		})
 	}

@@ -2,37 +2,17 @@ package controller
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/hyperfleet/hyperfleet/internal/secretref"
 )
 
 // errSecretMissing marks a Secret or key that does not exist; the object
 // waits for it (a Secret watch wakes it) instead of retrying in a loop.
-var errSecretMissing = errors.New("secret missing")
+var errSecretMissing = secretref.ErrMissing
 
-// missingSecretError is a readable errSecretMissing.
-type missingSecretError struct{ msg string }
-
-func (e *missingSecretError) Error() string        { return e.msg }
-func (e *missingSecretError) Is(target error) bool { return target == errSecretMissing }
-
-// secretValue reads one key of a Secret. The value is returned, never
-// logged; errors name the field that points at the Secret.
+// secretValue reads one key of a Secret (secretref.Value).
 func secretValue(ctx context.Context, c client.Reader, field, namespace, name, key string) ([]byte, error) {
-	var s corev1.Secret
-	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, &missingSecretError{fmt.Sprintf("%s: Secret %s/%s does not exist; create it or fix the reference", field, namespace, name)}
-		}
-		return nil, fmt.Errorf("%s: read Secret %s/%s: %w", field, namespace, name, err)
-	}
-	v, ok := s.Data[key]
-	if !ok || len(v) == 0 {
-		return nil, &missingSecretError{fmt.Sprintf("%s: Secret %s/%s has no key %q (or it is empty); add it or fix the key", field, namespace, name, key)}
-	}
-	return v, nil
+	return secretref.Value(ctx, c, field, namespace, name, key)
 }

@@ -31,12 +31,12 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
-	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/internal/stuck"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
@@ -123,7 +123,7 @@ type operatorOptions struct {
 	// backoff replaces the RunnerPools' replacement backoff.
 	backoff *scaling.Backoff
 	// stuckBounds replaces the manager's Stuck bounds (defaults: minutes).
-	stuckBounds *controller.StuckBounds
+	stuckBounds *stuck.Bounds
 	// spireDial replaces the SPIRE Server API client (identitytest).
 	spireDial identity.Dialer
 	// kubeCalls, when set, counts the manager's Kubernetes API requests.

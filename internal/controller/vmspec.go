@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimvm"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -103,16 +104,7 @@ func templateSource(tmpl *hfv1.HypervisorMachineTemplate) provider.TemplateSourc
 
 // ownerOf is the ownership record of a claim's VM.
 func ownerOf(claim *hfv1.MachineClaim) provider.Owner {
-	o := provider.Owner{
-		Namespace: claim.Namespace,
-		Name:      claim.Name,
-		UID:       string(claim.UID),
-		CreatedAt: claim.CreationTimestamp.UTC(),
-	}
-	if claim.Spec.RunnerPoolRef != nil {
-		o.Pool = claim.Spec.RunnerPoolRef.Name
-	}
-	return o
+	return claimvm.Owner(claim)
 }
 
 // vmSpecFor builds the VM spec of a claim around its rendered cloud-init.

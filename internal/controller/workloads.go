@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
@@ -333,11 +334,7 @@ func newConfigError(reason string, err error) error {
 
 // retryAfterWorkload is the requeue for a rate-limited workload call.
 func retryAfterWorkload(err error, now time.Time) (time.Duration, bool) {
-	d, ok := workload.RetryAfter(err, now)
-	if ok && d < time.Second {
-		d = time.Second
-	}
-	return d, ok
+	return claimrunner.RetryAfter(err, now)
 }
 
 // runnerName is the name the claim's runner registers under: a name the

@@ -20,6 +20,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
 	"github.com/hyperfleet/hyperfleet/internal/broker"
+	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
@@ -27,6 +28,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
+	"github.com/hyperfleet/hyperfleet/internal/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/sweeper"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
@@ -78,8 +80,8 @@ type Options struct {
 	// failing; nil means scaling.DefaultBackoff.
 	ReplacementBackoff *scaling.Backoff
 	// StuckBounds are how long a MachineClaim may stay in each phase
-	// before it is reported Stuck; nil means controller.DefaultStuckBounds.
-	StuckBounds *controller.StuckBounds
+	// before it is reported Stuck; nil means stuck.DefaultBounds.
+	StuckBounds *stuck.Bounds
 	// AgentServer, when set, serves the in-VM agent binary over HTTPS (on
 	// every replica) to VMs of templates with agentSource Operator, and
 	// the credential broker VMs that attest with SPIRE fetch their runner
@@ -174,9 +176,9 @@ type Components struct {
 }
 
 // stuckBounds is b, or the defaults when unset.
-func stuckBounds(b *controller.StuckBounds) controller.StuckBounds {
+func stuckBounds(b *stuck.Bounds) stuck.Bounds {
 	if b == nil {
-		return controller.DefaultStuckBounds()
+		return stuck.DefaultBounds()
 	}
 	return *b
 }
@@ -290,7 +292,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	runners := controller.NewRunnerObservations()
 	// Clusters with spec.spire.secretStore get their VMs' credentials
 	// minted as the broker mints them, and written to the store.
-	credentials, _ := ci.bootstrap.(controller.CredentialIssuer)
+	credentials, _ := ci.bootstrap.(claimidentity.CredentialIssuer)
 	if err := (&controller.MachineClaimReconciler{
 		Client:        mgr.GetClient(),
 		Registry:      registry,

@@ -29,7 +29,7 @@ var (
 	}, []string{"phase"})
 
 	// ClaimsStuck counts claims that overstayed their phase's bound
-	// (internal/controller/machineclaim_stuck.go), by phase.
+	// (internal/stuck), by phase.
 	ClaimsStuck = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "claims_stuck",
 		Help: "MachineClaims whose Stuck condition is True (in their phase longer than the manager's bound), by phase.",

@@ -1,4 +1,10 @@
-package controller
+// Package tenancy is the admin allow-lists of a HypervisorCluster
+// (spec.allowedNamespaces and spec.tenancy; docs/security.md "Admin
+// allow-lists"): which namespaces the cluster admits, and what a template
+// in one of them may use. What a tenant writes in a template never
+// authorizes a bridge, VLAN, template, storage or pool by itself; the
+// cluster's owner has to list it for the tenant's namespace.
+package tenancy
 
 import (
 	"context"
@@ -14,30 +20,26 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
 )
 
-// The admin allow-lists of a HypervisorCluster (spec.allowedNamespaces and
-// spec.tenancy, docs/security.md "Admin allow-lists"): what a tenant writes
-// in a template never authorizes a bridge, VLAN, template, storage or pool
-// by itself; the cluster's owner has to list it for the tenant's namespace.
-
-// errInvalidSelector marks a cluster selector that cannot be parsed: the
+// ErrInvalidSelector marks a cluster selector that cannot be parsed: the
 // cluster then admits nobody until its owner fixes it.
-var errInvalidSelector = errors.New("invalid namespace selector")
+var ErrInvalidSelector = errors.New("invalid namespace selector")
 
-// tenancyRulesFor returns the spec.tenancy entries that select namespace,
+// RulesFor returns the spec.tenancy entries that select namespace,
 // and whether the cluster admits the namespace at all: its
 // allowedNamespaces must select it and, when the cluster has tenancy
-// entries, at least one of them must. An error wrapping errInvalidSelector
+// entries, at least one of them must. An error wrapping ErrInvalidSelector
 // means the cluster admits nobody; any other is a failed read, worth a
 // retry.
-func tenancyRulesFor(ctx context.Context, c client.Reader, cluster *hfv1.HypervisorCluster, namespace string) ([]hfv1.TenancyRule, bool, error) {
+func RulesFor(ctx context.Context, c client.Reader, cluster *hfv1.HypervisorCluster, namespace string) ([]hfv1.TenancyRule, bool, error) {
 	if sel := cluster.Spec.AllowedNamespaces; sel != nil {
 		if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
-			return nil, false, fmt.Errorf("spec.allowedNamespaces of HypervisorCluster %s: %w: %w", cluster.Name, errInvalidSelector, err)
+			return nil, false, fmt.Errorf("spec.allowedNamespaces of HypervisorCluster %s: %w: %w", cluster.Name, ErrInvalidSelector, err)
 		}
 	}
-	admitted, err := selectorAdmits(ctx, c, cluster.Spec.AllowedNamespaces, namespace)
+	admitted, err := SelectorAdmits(ctx, c, cluster.Spec.AllowedNamespaces, namespace)
 	if err != nil || !admitted {
 		return nil, false, err
 	}
@@ -52,7 +54,7 @@ func tenancyRulesFor(ctx context.Context, c client.Reader, cluster *hfv1.Hypervi
 	for i, rule := range cluster.Spec.Tenancy {
 		sel, err := metav1.LabelSelectorAsSelector(&rule.NamespaceSelector)
 		if err != nil {
-			return nil, false, fmt.Errorf("spec.tenancy[%d].namespaceSelector of HypervisorCluster %s: %w: %w", i, cluster.Name, errInvalidSelector, err)
+			return nil, false, fmt.Errorf("spec.tenancy[%d].namespaceSelector of HypervisorCluster %s: %w: %w", i, cluster.Name, ErrInvalidSelector, err)
 		}
 		if sel.Matches(labels.Set(ns.Labels)) {
 			rules = append(rules, rule)
@@ -61,11 +63,11 @@ func tenancyRulesFor(ctx context.Context, c client.Reader, cluster *hfv1.Hypervi
 	return rules, len(rules) > 0, nil
 }
 
-// tenancyViolations says what the template uses that the selected rules do
+// Violations says what the template uses that the selected rules do
 // not allow: nothing when one rule allows every value (or the cluster has
 // no rules). Otherwise it returns the problems found against the rule that
 // comes closest, each naming the template's field and what is allowed.
-func tenancyViolations(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, rules []hfv1.TenancyRule) []string {
+func Violations(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, rules []hfv1.TenancyRule) []string {
 	var best []string
 	for i := range rules {
 		v := ruleViolations(tmpl, cluster, &rules[i])
@@ -191,9 +193,9 @@ func listOrNone(values []string) string {
 	return strings.Join(values, ", ")
 }
 
-// setTenancyCondition warns, in the cluster's status, while tenants are
+// SetCondition warns, in the cluster's status, while tenants are
 // not restricted: every namespace admitted, or no allow-lists.
-func setTenancyCondition(cluster *hfv1.HypervisorCluster) {
+func SetCondition(cluster *hfv1.HypervisorCluster) {
 	sel := cluster.Spec.AllowedNamespaces
 	allNamespaces := sel == nil || (len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0)
 	var problems []string
@@ -212,5 +214,25 @@ func setTenancyCondition(cluster *hfv1.HypervisorCluster) {
 	if len(problems) > 0 {
 		status, msg = metav1.ConditionFalse, strings.Join(problems, "; ")
 	}
-	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterTenancyRestrictedCondition, status, reason, msg)
+	conditions.Set(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterTenancyRestrictedCondition, status, reason, msg)
+}
+
+// SelectorAdmits applies an allowedNamespaces selector: unset or empty
+// admits every namespace.
+func SelectorAdmits(ctx context.Context, c client.Reader, selector *metav1.LabelSelector, namespace string) (bool, error) {
+	if selector == nil {
+		return true, nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(selector)
+	if err != nil {
+		return false, fmt.Errorf("spec.allowedNamespaces is not a valid selector: %w", err)
+	}
+	if sel.Empty() {
+		return true, nil
+	}
+	var ns corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
+		return false, fmt.Errorf("read namespace %s: %w", namespace, err)
+	}
+	return sel.Matches(labels.Set(ns.Labels)), nil
 }

@@ -1,4 +1,4 @@
-package controller
+package stuck
 
 import (
 	"context"
@@ -18,8 +18,8 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 )
 
-func TestCheckStuck(t *testing.T) {
-	bounds := StuckBounds{Pending: time.Minute, Provisioning: 10 * time.Minute, Terminating: 5 * time.Minute}
+func TestCheck(t *testing.T) {
+	bounds := Bounds{Pending: time.Minute, Provisioning: 10 * time.Minute, Terminating: 5 * time.Minute}
 	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: unitEpoch.Add(d)} }
 	tests := []struct {
 		name      string
@@ -39,25 +39,25 @@ func TestCheckStuck(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := unitClaim("c", 0)
+			c := unitClaim("c")
 			c.Status.Phase, c.Status.PhaseTimes = tc.phase, tc.times
-			got := checkStuck(&c, tc.phase, bounds, unitEpoch.Add(tc.now))
-			if got.stuck != tc.wantStuck || got.wake != tc.wantWake {
-				t.Fatalf("checkStuck = %+v, want stuck %v wake %s", got, tc.wantStuck, tc.wantWake)
+			got := Check(&c, tc.phase, bounds, unitEpoch.Add(tc.now))
+			if got.Stuck != tc.wantStuck || got.Wake != tc.wantWake {
+				t.Fatalf("Check = %+v, want stuck %v wake %s", got, tc.wantStuck, tc.wantWake)
 			}
 		})
 	}
 }
 
-// TestMarkStuck follows one claim through phases on a fake clock: the
+// TestMark follows one claim through phases on a fake clock: the
 // condition names the phase and what the claim waits on, the event comes
 // once per stay, the gauge counts it by phase, and a claim that moves on
 // is no longer counted.
-func TestMarkStuck(t *testing.T) {
+func TestMark(t *testing.T) {
 	clk := clocktesting.NewFakeClock(unitEpoch)
 	events := record.NewFakeRecorder(10)
-	r := &MachineClaimReconciler{Clock: clk, Recorder: events, StuckBounds: StuckBounds{Provisioning: 10 * time.Minute, Terminating: 5 * time.Minute}}
-	c := unitClaim("stuck-"+strings.ToLower(t.Name()), 0)
+	d := &Detector{Recorder: events, Bounds: Bounds{Provisioning: 10 * time.Minute, Terminating: 5 * time.Minute}}
+	c := unitClaim("stuck-" + strings.ToLower(t.Name()))
 	c.Namespace = "stuck-test"
 	c.Status.Phase = hfv1.MachineClaimProvisioning
 	c.Status.PhaseTimes = &hfv1.PhaseTimes{Provisioning: &metav1.Time{Time: unitEpoch}}
@@ -69,14 +69,14 @@ func TestMarkStuck(t *testing.T) {
 	ctx := context.Background()
 
 	clk.Step(4 * time.Minute)
-	res := r.markStuck(ctx, &c, c.Status.Phase, ctrl.Result{RequeueAfter: time.Hour})
+	res := d.Mark(ctx, &c, c.Status.Phase, clk.Now(), ctrl.Result{RequeueAfter: time.Hour})
 	if res.RequeueAfter != 6*time.Minute || hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimStuckCondition) != nil {
 		t.Fatalf("before the bound: requeue %s, conditions %+v", res.RequeueAfter, c.Status.Conditions)
 	}
 
 	clk.Step(6 * time.Minute)
 	for range 3 {
-		r.markStuck(ctx, &c, c.Status.Phase, ctrl.Result{})
+		d.Mark(ctx, &c, c.Status.Phase, clk.Now(), ctrl.Result{})
 	}
 	cond := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimStuckCondition)
 	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != string(hfv1.NoProgressReason) ||
@@ -94,7 +94,7 @@ func TestMarkStuck(t *testing.T) {
 	// Moves on: no longer stuck, no longer counted.
 	c.Status.Phase = hfv1.MachineClaimTerminating
 	c.Status.PhaseTimes.Terminating = &metav1.Time{Time: clk.Now()}
-	r.markStuck(ctx, &c, c.Status.Phase, ctrl.Result{})
+	d.Mark(ctx, &c, c.Status.Phase, clk.Now(), ctrl.Result{})
 	if cond := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimStuckCondition); cond.Status != metav1.ConditionFalse || cond.Reason != string(hfv1.ProgressingReason) {
 		t.Fatalf("after progress: Stuck = %+v", cond)
 	}
@@ -104,7 +104,7 @@ func TestMarkStuck(t *testing.T) {
 
 	// Stuck again in a later phase: a new event for the new stay.
 	clk.Step(5 * time.Minute)
-	r.markStuck(ctx, &c, c.Status.Phase, ctrl.Result{})
+	d.Mark(ctx, &c, c.Status.Phase, clk.Now(), ctrl.Result{})
 	if len(events.Events) != 1 || !strings.HasPrefix(<-events.Events, "Warning Stuck In phase Terminating") {
 		t.Fatal("no Stuck event for the stay in Terminating")
 	}
@@ -113,7 +113,7 @@ func TestMarkStuck(t *testing.T) {
 	}
 	// Finished: forgotten.
 	c.Status.Phase = hfv1.MachineClaimFinished
-	r.markStuck(ctx, &c, c.Status.Phase, ctrl.Result{})
+	d.Mark(ctx, &c, c.Status.Phase, clk.Now(), ctrl.Result{})
 	if got := gauge(hfv1.MachineClaimTerminating); got != baseTerm {
 		t.Fatalf("Terminating gauge %v after the claim finished, want %v", got, baseTerm)
 	}
@@ -124,14 +124,15 @@ func TestMarkStuck(t *testing.T) {
 // the claims counted before; phases without a bound get no series from it.
 func TestStuckGaugeReset(t *testing.T) {
 	gauge := func(p hfv1.MachineClaimPhase) float64 { return stuckGauge(t, p) }
-	var s stuckClaims
+	var s Detector
 	key := types.NamespacedName{Namespace: "stuck-reset", Name: "c"}
-	s.set(key, hfv1.MachineClaimDraining, true)
+	s.Set(key, hfv1.MachineClaimDraining, true)
 	if got := gauge(hfv1.MachineClaimDraining); got != 1 {
 		t.Fatalf("Draining gauge %v with one stuck claim, want 1", got)
 	}
 	metrics.ClaimsStuck.DeleteLabelValues(string(hfv1.MachineClaimPending))
-	s.reset(StuckBounds{Draining: time.Hour})
+	s.Bounds = Bounds{Draining: time.Hour}
+	s.Reset()
 	if got := gauge(hfv1.MachineClaimDraining); got != 0 {
 		t.Fatalf("Draining gauge %v after reset, want 0", got)
 	}
@@ -142,7 +143,7 @@ func TestStuckGaugeReset(t *testing.T) {
 		t.Fatal("reset created a series for Pending, which has no bound")
 	}
 	// Forgotten: the claim moving on changes nothing.
-	s.set(key, hfv1.MachineClaimDraining, false)
+	s.Set(key, hfv1.MachineClaimDraining, false)
 	if got := gauge(hfv1.MachineClaimDraining); got != 0 {
 		t.Fatalf("Draining gauge %v, want 0", got)
 	}
@@ -156,4 +157,12 @@ func stuckGauge(t *testing.T, p hfv1.MachineClaimPhase) float64 {
 		t.Fatal(err)
 	}
 	return m.GetGauge().GetValue()
+}
+
+var unitEpoch = time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+
+// unitClaim is a claim created at unitEpoch.
+func unitClaim(name string) hfv1.MachineClaim {
+	return hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name),
+		CreationTimestamp: metav1.Time{Time: unitEpoch}}}
 }

@@ -1,4 +1,4 @@
-package controller
+package tenancy
 
 import (
 	"context"
@@ -78,7 +78,7 @@ func TestTenancyViolations(t *testing.T) {
 			if tc.mutate != nil {
 				tc.mutate(tmpl)
 			}
-			got := strings.Join(tenancyViolations(tmpl, cluster, tc.rules), "; ")
+			got := strings.Join(Violations(tmpl, cluster, tc.rules), "; ")
 			switch {
 			case tc.want == "" && got != "":
 				t.Errorf("refused: %s", got)
@@ -107,7 +107,7 @@ func TestTenancyCondition(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &hfv1.HypervisorCluster{Spec: tc.spec}
-			setTenancyCondition(c)
+			SetCondition(c)
 			got := c.Status.Conditions[0]
 			if got.Type != string(hfv1.HypervisorClusterTenancyRestrictedCondition) || got.Reason != tc.reason || (got.Status == "True") != (tc.reason == string(hfv1.RestrictedReason)) {
 				t.Errorf("condition = %+v, want reason %s", got, tc.reason)
@@ -126,7 +126,7 @@ var (
 
 // TestTenancyRulesFor: which entries select a namespace, and the two kinds
 // of failure: a selector that cannot be parsed admits nobody
-// (errInvalidSelector), a namespace that cannot be read is an error to
+// (ErrInvalidSelector), a namespace that cannot be read is an error to
 // retry.
 func TestTenancyRulesFor(t *testing.T) {
 	scheme := runtime.NewScheme()
@@ -160,8 +160,8 @@ func TestTenancyRulesFor(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "pve"}, Spec: tc.spec}
-			rules, admitted, err := tenancyRulesFor(context.Background(), c, cluster, tc.ns)
-			if len(rules) != tc.rules || admitted != tc.admitted || (err != nil) != tc.err || errors.Is(err, errInvalidSelector) != tc.invalid {
+			rules, admitted, err := RulesFor(context.Background(), c, cluster, tc.ns)
+			if len(rules) != tc.rules || admitted != tc.admitted || (err != nil) != tc.err || errors.Is(err, ErrInvalidSelector) != tc.invalid {
 				t.Errorf("rules %d admitted %v err %v; want %d %v (error %v, invalid selector %v)", len(rules), admitted, err, tc.rules, tc.admitted, tc.err, tc.invalid)
 			}
 		})
