@@ -129,7 +129,7 @@ func (r *RunnerPoolReconciler) observeAttempts(v *poolView) {
 			if !ok {
 				continue
 			}
-			if a.Failed && !c.HasFailed() && outcomeOf(c) == scaling.PoweredOff && v.tmpl != nil {
+			if a.Failed && !c.HasFailed() && claimstatus.Outcome(c) == scaling.PoweredOff && v.tmpl != nil {
 				// Powered off with no job on record: a failure only if no
 				// job record names its runner within the grace.
 				if ran == nil {
