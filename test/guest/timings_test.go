@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ func writeTimings(t *testing.T, tl *timeline, start time.Time, dir string) {
 	}
 	paths := []string{filepath.Join(dir, "guest-timings.json")}
 	if d := os.Getenv(TimingsEnv); d != "" {
-		paths = append(paths, filepath.Join(d, filepath.Base(t.Name())+".json"))
+		paths = append(paths, filepath.Join(d, strings.ReplaceAll(t.Name(), "/", "-")+".json"))
 	}
 	for _, p := range paths {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
