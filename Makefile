@@ -180,15 +180,17 @@ test-spire: test-deps ## Run the SPIRE tests (build tag spire): a real spire-ser
 # make bench reads them for the report's "Real guests" table: outside the
 # repository, kept between runs.
 GUEST_TIMINGS ?= $(HOME)/.cache/hyperfleet/guest-timings
-# GUEST_PARALLEL is how many real-guest scenarios run at once: each guest is
-# one QEMU (TCG) thread, so two keep both cores of the CI machine busy while
-# the other scenario's operator and simulators wait on its guest.
+# GUEST_PARALLEL is how many test processes run the real-guest scenarios side
+# by side (hack/test-guest.sh deals the scenarios out among them): each
+# guest is one QEMU (TCG) thread, so two keep both cores of the CI machine
+# busy while the other's operator and simulators wait on its guest.
 GUEST_PARALLEL ?= 2
 
 .PHONY: test-guest
 test-guest: test-deps ## Run the real-guest tests (build tag guest): QEMU guests of the image hack/guest-image builds from docs/templates.md.
 	hack/test-deps.sh --guest
-	SPIRE_DIR="$$($(SPIRE_BUILD))" KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HF_GUEST_TIMINGS_OUT="$(GUEST_TIMINGS)" go test -tags guest -count=1 -parallel $(GUEST_PARALLEL) -timeout $(GUEST_TIMEOUT) -v ./test/guest/
+	SPIRE_DIR="$$($(SPIRE_BUILD))" KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HF_GUEST_TIMINGS_OUT="$(GUEST_TIMINGS)" \
+		GUEST_PARALLEL=$(GUEST_PARALLEL) GUEST_TIMEOUT=$(GUEST_TIMEOUT) hack/test-guest.sh
 
 .PHONY: dev
 dev: ## Run the whole loop locally (cmd/hyperfleet-dev); DEV_FLAGS passes flags, e.g. DEV_FLAGS="--jobs 10".

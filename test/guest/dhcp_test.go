@@ -26,7 +26,6 @@ import (
 // dnsmasq's range, and the claim reports it (read through the guest
 // agent). The job runs end to end over the namespace's forwarders.
 func TestDHCPClientIdentifierOnRealGuests(t *testing.T) {
-	t.Parallel()
 	for i, id := range []hfv1.DHCPClientIdentifier{hfv1.DHCPClientIdentifierMAC, hfv1.DHCPClientIdentifierHostname} {
 		t.Run(string(id), func(t *testing.T) {
 			gn, srv := dhcpNetwork(t, fmt.Sprintf("hf-dhcp-%d-%s", os.Getpid(), id), netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 98, byte(i + 1), 0}), 24))

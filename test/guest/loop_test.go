@@ -190,7 +190,6 @@ func vmOfRunner(runner string) string {
 // VM, ISO, claim, runner or guest disk is left, and the guests' disks hold
 // no credential.
 func TestRunnerPoolJobsOnRealGuests(t *testing.T) {
-	t.Parallel()
 	img := image
 	runJobs(t, scenario{jobs: 2, opts: devenv.Options{GuestImage: &img}})
 }
@@ -200,7 +199,6 @@ func TestRunnerPoolJobsOnRealGuests(t *testing.T) {
 // the operator's agent server (HTTPS, its CA from the seed), checks its
 // SHA-256 and installs it before the unit starts it.
 func TestAgentFromOperatorOnRealGuests(t *testing.T) {
-	t.Parallel()
 	img := operatorImage
 	runJobs(t, scenario{jobs: 1, opts: devenv.Options{GuestImage: &img, AgentFromOperator: true}})
 }

@@ -158,7 +158,6 @@ runcmd:
 // guest agent, ACPI shutdown, hard stop, a power-off of the guest's own,
 // destroy.
 func TestRealGuestThroughTheProxmoxAPI(t *testing.T) {
-	t.Parallel()
 	cfg := proxmoxsim.DefaultConfig()
 	cfg.Latency = proxmoxsim.Latency{}
 	cfg.AuthFailureDelay = 0

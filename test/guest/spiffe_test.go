@@ -55,7 +55,6 @@ func spireImage(t *testing.T) proxmoxsim.GuestImage {
 // was spent (its agent attested), and afterwards nothing is left on the
 // SPIRE server.
 func TestSPIFFEOnRealGuest(t *testing.T) {
-	t.Parallel()
 	img := spireImage(t)
 	td := spiffeid.RequireTrustDomainFromString(devenv.TrustDomain)
 	// The SPIRE agents seen while the guest ran (probes run in goroutines).

@@ -38,7 +38,6 @@ var staticPool = hfv1.IPPoolSpec{
 // exactly the address, prefix, gateway and DNS the operator allocated;
 // once the VM is gone the address is released.
 func TestStaticAddressOnRealGuests(t *testing.T) {
-	t.Parallel()
 	img := image
 	pool := staticPool
 	w, _, _ := runJobs(t, scenario{jobs: 1, opts: devenv.Options{GuestImage: &img, IPPool: &pool}, probe: probeStatic})
