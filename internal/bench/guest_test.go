@@ -18,14 +18,17 @@ func TestReadGuestTimings(t *testing.T) {
 	}
 	write("TestB.json", `{"test":"TestB","queuedAt":"2026-11-22T17:38:21Z","vms":[{"name":"b-1","vmid":1001,"at":{"created":1,"booted":2,"cloud-init done":140,"runner online":156,"job started":156.5,"job completed":161.5,"powered off":161.75,"destroyed":162.25}}]}`)
 	write("TestA.json", `{"test":"TestA","queuedAt":"2026-11-22T17:30:00Z","vms":[{"name":"a-1","vmid":1000,"at":{"created":1,"booted":2}}]}`)
+	// Powered off in a sample 0.6 s before the job's recorded end (two
+	// clocks): accepted, the step shown as no time.
+	write("TestC.json", `{"test":"TestC","queuedAt":"2026-11-22T17:40:00Z","vms":[{"name":"c-1","vmid":1002,"at":{"job completed":100.6,"powered off":100,"destroyed":101}}]}`)
 	write("notes.txt", "not a timings file")
 
 	runs, err := ReadGuestTimings(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != 2 || runs[0].Test != "TestA" || runs[1].Test != "TestB" {
-		t.Fatalf("runs = %+v, want TestA then TestB", runs)
+	if len(runs) != 3 || runs[0].Test != "TestA" || runs[1].Test != "TestB" || runs[2].Test != "TestC" {
+		t.Fatalf("runs = %+v, want TestA, TestB, TestC", runs)
 	}
 
 	var b strings.Builder
@@ -39,6 +42,7 @@ func TestReadGuestTimings(t *testing.T) {
 		"| b-1 (1001) | 1.00 s | 138.00 s | 16.00 s | 0.50 s | 5.00 s | 0.25 s | 0.50 s | 162.25 s |",
 		// a-1 never got further than booted.
 		"| a-1 (1000) | 1.00 s | - | - | - | - | - | - | - |",
+		"| c-1 (1002) | - | - | - | - | - | 0.00 s | 1.00 s | 101.00 s |",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("section lacks %q:\n%s", want, got)
@@ -51,7 +55,7 @@ func TestReadGuestTimingsRefusesBadFiles(t *testing.T) {
 		"not json":  `{`,
 		"no test":   `{"queuedAt":"2026-11-22T17:30:00Z"}`,
 		"no queued": `{"test":"TestA"}`,
-		"backwards": `{"test":"TestA","queuedAt":"2026-11-22T17:30:00Z","vms":[{"name":"a","at":{"booted":5,"cloud-init done":4}}]}`,
+		"backwards": `{"test":"TestA","queuedAt":"2026-11-22T17:30:00Z","vms":[{"name":"a","at":{"booted":5,"cloud-init done":3.5}}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
