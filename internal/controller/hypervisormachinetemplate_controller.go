@@ -29,6 +29,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -42,7 +43,7 @@ type HypervisorMachineTemplateReconciler struct {
 	Recorder record.EventRecorder
 	// Agent finds the agent binaries the operator serves; nil when it
 	// serves none (templates with agentSource Operator are then not Ready).
-	Agent AgentLocator
+	Agent vmspec.AgentLocator
 	// Runners resolves the runner version a template names to a package
 	// and its checksum; nil when the workload side publishes no releases
 	// (templates that name a version are then not Ready).
@@ -187,24 +188,24 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 	}
 	// The agent server is configured at start: only a restart changes the
 	// answer, and every template is reconciled then.
-	vars := templateVars(r.Workloads, tmpl, cluster, pool)
-	if err := setAgentVars(r.Workloads, tmpl, r.Agent, &vars); err != nil {
+	vars := vmspec.TemplateVars(r.Workloads, tmpl, cluster, pool)
+	if err := vmspec.SetAgentVars(r.Workloads, tmpl, r.Agent, &vars); err != nil {
 		return invalid(hfv1.AgentUnavailableReason, err.Error())
 	}
-	hash, err := templateHash(r.Workloads, tmpl, cluster, pool, r.Agent)
+	hash, err := vmspec.TemplateHash(r.Workloads, tmpl, cluster, pool, r.Agent)
 	if err != nil {
 		return invalid(hfv1.TemplateInvalidReason, err.Error())
 	}
 	// The hash renders without per-VM values; a VM's full cloud-init and
 	// agent configuration must render too, or every claim would fail.
-	if err := checkTemplateRender(r.Workloads, tmpl, cluster, pool, r.Agent); err != nil {
+	if err := vmspec.CheckTemplate(r.Workloads, tmpl, cluster, pool, r.Agent); err != nil {
 		return invalid(hfv1.TemplateInvalidReason, err.Error())
 	}
 	p, health, connected := r.Registry.Provider(cluster.Name)
 	if !connected || !health.Ready {
 		return invalid(hfv1.ClusterUnavailableReason, fmt.Sprintf("HypervisorCluster %s is not ready: %s", cluster.Name, health.Message))
 	}
-	src := templateSource(tmpl)
+	src := vmspec.Source(tmpl)
 	info, err := p.ValidateTemplate(ctx, src)
 	if err != nil {
 		// The provider's reasons (NotATemplate, LinkedCloneUnsupported ...)

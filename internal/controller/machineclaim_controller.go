@@ -32,6 +32,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/stuck"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -88,7 +89,7 @@ type MachineClaimReconciler struct {
 	Workloads *workload.Backends
 	// Agent finds the agent binaries the operator serves (templates with
 	// agentSource Operator); nil when it serves none.
-	Agent AgentLocator
+	Agent vmspec.AgentLocator
 	// Identity holds the clusters' SPIRE servers and Issuer issues VMs'
 	// identities on them (templates with attestation join-token); nil
 	// Issuer: such templates are refused.

@@ -17,6 +17,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/claimvm"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -127,17 +128,17 @@ func (r *MachineClaimReconciler) ensureAddress(ctx context.Context, s *claimScop
 // the finalizer in one write, the only one before the clone request.
 func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
 	claim, tmpl, cluster := s.claim, s.tmpl, s.cluster
-	var addr staticAddr
+	var addr vmspec.StaticAddr
 	if tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
 		ip, pool, _, err := r.staticAddress(ctx, claim, tmpl)
 		if err != nil {
 			res, err := r.provisionError(ctx, s, err)
 			return res, false, err
 		}
-		addr = staticAddr{ip: ip, pool: pool}
+		addr = vmspec.StaticAddr{IP: ip, Pool: pool}
 	}
 	ci := &claimCloudInit{r: r, claim: claim, tmpl: tmpl, cluster: cluster, addr: addr}
-	spec, err := vmSpecFor(claim, tmpl, cluster, ci)
+	spec, err := vmspec.For(claim, tmpl, cluster, ci)
 	if err != nil {
 		res, err := r.provisionError(ctx, s, err)
 		return res, false, err
@@ -270,7 +271,7 @@ func (r *MachineClaimReconciler) confirmStopped(ctx context.Context, s *claimSco
 func (r *MachineClaimReconciler) provisionError(ctx context.Context, s *claimScope, err error) (ctrl.Result, error) {
 	claim := s.claim
 	class, reason := provider.Classify(err), provider.ReasonOf(err)
-	if errors.Is(err, errRender) {
+	if errors.Is(err, vmspec.ErrRender) {
 		class, reason = provider.ClassConfiguration, "InvalidCloudInit"
 	}
 	if wait, limited := retryAfterWorkload(err, r.Clock.Now()); limited {
@@ -338,12 +339,12 @@ func (r *MachineClaimReconciler) backoff(claim *hfv1.MachineClaim) time.Duration
 
 // networkStatus is what the claim reports about its VM's network.
 func networkStatus(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, res *provider.EnsureResult) *hfv1.MachineNetworkStatus {
-	host := hostnameFor(claim, tmpl.Spec.Network.Hostname)
+	host := vmspec.Hostname(claim, tmpl.Spec.Network.Hostname)
 	st := &hfv1.MachineNetworkStatus{
 		Addresses:  res.Addresses,
 		MACAddress: res.MACAddress,
 		Hostname:   host,
-		FQDN:       fqdnFor(host, effectiveDNS(cluster, tmpl).Domain),
+		FQDN:       vmspec.FQDN(host, vmspec.DNS(cluster, tmpl).Domain),
 	}
 	if claim.Status.Network != nil {
 		st.IPAllocations = claim.Status.Network.IPAllocations

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 )
 
@@ -31,7 +32,7 @@ func TestRunnerNameMarkedUnlessClaimNamesIt(t *testing.T) {
 	be, _ := ciPlatforms.For(hfv1.WorkloadGitHubActions)
 	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", UID: types.UID("6f1c9a2e-0000-4000-8000-000000000001")}}
 	for _, host := range []string{"runner-abc", strings.Repeat("h", 63)} {
-		def := runnerNameFor(claim, host)
+		def := vmspec.DefaultRunnerName(claim, host)
 		name := w.runnerName(be, claim, def)
 		base, ok := signer.VerifyRunnerName(name)
 		if !ok || base != def || len(name) > ownership.MaxRunnerNameLength || !strings.HasSuffix(base, "-6f1c9a2e") {

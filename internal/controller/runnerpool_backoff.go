@@ -11,6 +11,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
 
 // attemptOf is what a claim tells the replacement backoff: its runner came
@@ -136,7 +137,7 @@ func (r *RunnerPoolReconciler) observeAttempts(v *poolView) {
 					ran = runnersWithJobs(v.jobs)
 				}
 				switch decided := a.At.Add(jobRecordGrace); {
-				case ran[claimRunnerName(r.Workloads, c, v.tmpl)]:
+				case ran[vmspec.RunnerName(r.Workloads, c, v.tmpl)]:
 					a.Failed, a.Reason = false, ""
 				case v.now.Before(decided):
 					v.undecided[c.UID] = true

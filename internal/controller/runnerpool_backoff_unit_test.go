@@ -11,6 +11,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
 
 func TestAttemptOf(t *testing.T) {
@@ -112,7 +113,7 @@ func TestShortJobIsNotABackoffFailure(t *testing.T) {
 		c.Status.TerminationReason = "VMPoweredOff: powered off before it was ready"
 	}
 	ran, silent := unitClaim("ran", 0, poweredOff), unitClaim("silent", 0, poweredOff)
-	job := &hfv1.CIJob{Status: hfv1.CIJobStatus{RunnerName: claimRunnerName(ciPlatforms, &ran, tmpl)}}
+	job := &hfv1.CIJob{Status: hfv1.CIJobStatus{RunnerName: vmspec.RunnerName(ciPlatforms, &ran, tmpl)}}
 	pool := &hfv1.RunnerPool{}
 	pass := func(now time.Time) *poolView {
 		v := &poolView{pool: pool, tmpl: tmpl, now: now, undecided: map[types.UID]bool{},

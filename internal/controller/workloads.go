@@ -14,6 +14,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -96,7 +97,7 @@ func (w *Workloads) BrokerCredential(ctx context.Context, claim *hfv1.MachineCla
 	if err := w.Client.Get(ctx, client.ObjectKey{Name: name}, cluster); err != nil {
 		return workload.Credential{}, fmt.Errorf("read the claim's HypervisorCluster: %w", err)
 	}
-	vars := claimVars(w.Backends, claim, tmpl, cluster, staticAddr{})
+	vars := vmspec.ClaimVars(w.Backends, claim, tmpl, cluster, vmspec.StaticAddr{})
 	cred, ok, err := w.issueFor(ctx, claim, tmpl, &vars)
 	if err != nil {
 		return workload.Credential{}, err

@@ -30,6 +30,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/sweeper"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
@@ -234,7 +235,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}
 	// Before the controllers: they hand VMs the URLs and checksums it serves.
 	var agentSrv *agentserver.Server
-	var agent controller.AgentLocator // stays a nil interface without a server
+	var agent vmspec.AgentLocator // stays a nil interface without a server
 	var brokerEndpoint controller.BrokerEndpoint
 	if opts.AgentServer != nil {
 		srv, err := newAgentServer(mgr, opts.AgentServer, credBroker, notices)
