@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/claimvm"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
@@ -274,7 +275,7 @@ func (r *MachineClaimReconciler) provisionError(ctx context.Context, s *claimSco
 	if errors.Is(err, vmspec.ErrRender) {
 		class, reason = provider.ClassConfiguration, "InvalidCloudInit"
 	}
-	if wait, limited := retryAfterWorkload(err, r.Clock.Now()); limited {
+	if wait, limited := claimrunner.RetryAfter(err, r.Clock.Now()); limited {
 		// The CI platform's rate limit: wait for it without counting a
 		// failure; the claim says until when.
 		metrics.ClaimErrors.WithLabelValues(string(provider.ClassResource), string(hfv1.RateLimitedReason)).Inc()

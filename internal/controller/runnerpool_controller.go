@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
@@ -378,7 +379,7 @@ func (r *RunnerPoolReconciler) cancelJob(ctx context.Context, v *poolView, c *hf
 			job.Spec.RunID, job.Spec.Repository, job.Spec.JobID, st.RunnerName, c.Name)
 		return true, nil
 	}
-	if wait, limited := retryAfterWorkload(err, v.now); limited {
+	if wait, limited := claimrunner.RetryAfter(err, v.now); limited {
 		v.wake(wait)
 		return false, nil
 	}

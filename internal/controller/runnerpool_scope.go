@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -128,7 +129,7 @@ func (r *RunnerPoolReconciler) scopeNotVerified(v *poolView, reason hfv1.Conditi
 // the credentials (rate limit, platform unavailable, a read that failed),
 // and when to check again.
 func scopeCheckTransient(err error, now time.Time) (time.Duration, bool) {
-	if wait, limited := retryAfterWorkload(err, now); limited {
+	if wait, limited := claimrunner.RetryAfter(err, now); limited {
 		return max(wait, time.Second), true
 	}
 	var classified *errclass.Error

@@ -32,6 +32,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/sweeper"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
+	"github.com/hyperfleet/hyperfleet/internal/workloads"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox"
@@ -408,7 +409,7 @@ func platformSeams(mgr ctrl.Manager, opts Options, backends *workload.Backends) 
 	if opts.Bootstrap != nil {
 		return ciSeams{bootstrap: opts.Bootstrap, scopes: opts.Bootstrap}
 	}
-	w := &controller.Workloads{Client: mgr.GetClient(), Backends: backends, Signer: opts.Signer}
+	w := &workloads.Platforms{Client: mgr.GetClient(), Backends: backends, Signer: opts.Signer}
 	return ciSeams{bootstrap: w, scopes: w, jobs: w, releases: w, providers: w, runners: w}
 }
 
