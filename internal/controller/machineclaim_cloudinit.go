@@ -36,7 +36,7 @@ func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error)
 			return provider.CloudInit{}, provider.Errorf(provider.ClassTransient, string(hfv1.SPIREUnavailableReason), "the VM's SPIFFE identity: %w", err)
 		}
 	}
-	vars.PowerOffNotify = c.r.Notices.notifyFor(c.claim)
+	vars.PowerOffNotify = c.r.Notices.NotifyFor(c.claim)
 	// Render check first: a credential is issued only for a cloud-init
 	// that renders, so a broken template never costs one.
 	if err := vmspec.CheckRender(c.r.Workloads, c.tmpl, vars); err != nil {

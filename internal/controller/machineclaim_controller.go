@@ -31,6 +31,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/internal/poweroff"
 	"github.com/hyperfleet/hyperfleet/internal/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
@@ -125,7 +126,7 @@ type MachineClaimReconciler struct {
 	Transitions *hypervisors.Transitions
 	// Notices gives VMs the URL and token of their power-off notice; nil
 	// gives none.
-	Notices *PowerOffNotices
+	Notices *poweroff.Notices
 
 	// stuckClaims reports stuck claims and counts them by phase.
 	stuckClaims stuck.Detector

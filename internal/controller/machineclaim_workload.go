@@ -11,6 +11,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/poweroff"
 )
 
 // The claim's runner on its CI platform is internal/claimrunner's: what
@@ -31,7 +32,7 @@ func NewRunnerObservations() *RunnerObservations { return claimrunner.NewObserva
 func (r *MachineClaimReconciler) runnerSteps() *claimrunner.Service {
 	return &claimrunner.Service{Client: r.Client, Releaser: r.Bootstrap, Runners: r.Runners, Recorder: r.Recorder, Clock: r.Clock, Backoff: r.backoff,
 		Hint: func(claim *hfv1.MachineClaim, source hypervisors.HintSource, now time.Time) hypervisors.MarkOutcome {
-			return markTransition(r.Transitions, claim, source, now)
+			return poweroff.Mark(r.Transitions, claim, source, now)
 		}}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/poweroff"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/sweeper"
@@ -174,7 +175,7 @@ type Components struct {
 	// Transitions are the VMs a hint put in transition, and
 	// PowerOffNotices takes the VMs' notices (also served by AgentServer).
 	Transitions     *hypervisors.Transitions
-	PowerOffNotices *controller.PowerOffNotices
+	PowerOffNotices *poweroff.Notices
 }
 
 // stuckBounds is b, or the defaults when unset.
@@ -217,7 +218,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	// VMs a hint says are about to stop (docs/architecture.md, "Power-off
 	// hints"); the agent server takes the VMs' own notices into it.
 	transitions := hypervisors.NewTransitions(hypervisors.TransitionOptions{Observe: func(n int) { metrics.VMsInTransition.Set(float64(n)) }})
-	notices := &controller.PowerOffNotices{
+	notices := &poweroff.Notices{
 		Reader: mgr.GetClient(), Signer: opts.Signer, Transitions: transitions, ClaimEvents: claimEvents,
 		Clock: opts.Clock, Elected: mgr.Elected(), Log: mgr.GetLogger().WithName("poweroff-notices"),
 	}
