@@ -35,6 +35,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/internal/reservation"
+	"github.com/hyperfleet/hyperfleet/internal/secretref"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
@@ -260,7 +261,7 @@ func (r *HypervisorClusterReconciler) connect(ctx context.Context, cluster *hfv1
 	cfg, err := r.clusterConfig(ctx, cluster)
 	if err != nil {
 		reason := hfv1.SecretNotFoundReason
-		if !errors.Is(err, errSecretMissing) {
+		if !errors.Is(err, secretref.ErrMissing) {
 			reason = hfv1.UnreachableReason
 		}
 		r.markDown(cluster, hfv1.ConditionReason(string(reason)), err.Error(), wasReady)
@@ -310,11 +311,11 @@ func probeFailureReason(err error) hfv1.ConditionReason {
 func (r *HypervisorClusterReconciler) markDown(cluster *hfv1.HypervisorCluster, reason hfv1.ConditionReason, msg string, wasReady bool) int {
 	failures := r.Registry.SetHealth(cluster.Name, hypervisors.Health{Ready: false, Reason: string(reason), Message: msg}, r.Clock.Now())
 	metrics.ClusterConnected.WithLabelValues(cluster.Name).Set(0)
-	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterConnectedCondition, metav1.ConditionFalse, reason, msg)
-	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, reason,
+	conditions.Set(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterConnectedCondition, metav1.ConditionFalse, reason, msg)
+	conditions.Set(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, reason,
 		"New VMs on this cluster are paused until it is reachable: "+msg)
 	if wasReady || failures == 1 {
-		r.Recorder.Event(cluster, corev1.EventTypeWarning, string(reason), truncate(msg, 1024))
+		r.Recorder.Event(cluster, corev1.EventTypeWarning, string(reason), conditions.Truncate(msg, 1024))
 	}
 	return failures
 }
@@ -326,7 +327,7 @@ func (r *HypervisorClusterReconciler) markRefused(cluster *hfv1.HypervisorCluste
 	r.Registry.SetHealth(cluster.Name, hypervisors.Health{Ready: false, Reason: string(ref.reason), Message: ref.message}, r.Clock.Now())
 	metrics.ClusterConnected.WithLabelValues(cluster.Name).Set(0)
 	ready := hfv1.FindCondition(cluster.Status.Conditions, hfv1.ReadyCondition)
-	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, ref.reason,
+	conditions.Set(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, ref.reason,
 		"New VMs on this cluster are paused: "+ref.message)
 	cluster.Status.ObservedGeneration = cluster.Generation
 	if wasReady || ready == nil || ready.Reason != string(ref.reason) {
@@ -377,14 +378,14 @@ func (r *HypervisorClusterReconciler) setConnectedStatus(cluster *hfv1.Hyperviso
 	}
 
 	msg := fmt.Sprintf("Connected: version %s, %d of %d nodes online", info.Version, online, len(info.Nodes))
-	setCondition(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterConnectedCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
+	conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterConnectedCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
 	if info.InsecureTLS {
-		setCondition(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterTLSVerifiedCondition, metav1.ConditionFalse, hfv1.InsecureTLSReason,
+		conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterTLSVerifiedCondition, metav1.ConditionFalse, hfv1.InsecureTLSReason,
 			"spec.tls.insecureSkipVerify is true: the API's certificate is not checked; set tls.caBundleRef or tls.fingerprintSHA256")
 	} else {
-		setCondition(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterTLSVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The API's certificate is verified")
+		conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterTLSVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The API's certificate is verified")
 	}
-	setCondition(&st.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
+	conditions.Set(&st.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
 	st.ObservedGeneration = cluster.Generation
 }
 
@@ -404,7 +405,7 @@ func (r *HypervisorClusterReconciler) setUnverifiedCondition(cluster *hfv1.Hyper
 	}
 	st := &cluster.Status
 	if len(vms) == 0 {
-		setCondition(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterUnverifiedVMsCondition, metav1.ConditionFalse, hfv1.AllVerifiedReason,
+		conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterUnverifiedVMsCondition, metav1.ConditionFalse, hfv1.AllVerifiedReason,
 			"Every VM with this install's tag that no claim records has a verifying ownership block")
 		return
 	}
@@ -423,7 +424,7 @@ func (r *HypervisorClusterReconciler) setUnverifiedCondition(cluster *hfv1.Hyper
 	msg := fmt.Sprintf("%d VMs carry this install's tag but their ownership block does not verify, so HyperFleet never touches them (%s); "+
 		"if they are this install's, put the key that signed them back into the ownership Secret, otherwise remove them by hand (docs/security.md)",
 		len(ids), strings.Join(named, "; "))
-	setCondition(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterUnverifiedVMsCondition, metav1.ConditionTrue, hfv1.OwnershipNotVerifiedReason, msg)
+	conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterUnverifiedVMsCondition, metav1.ConditionTrue, hfv1.OwnershipNotVerifiedReason, msg)
 }
 
 // wakeWaitingClaims enqueues the claims that wait for this cluster.
@@ -512,7 +513,7 @@ func (r *HypervisorClusterReconciler) reconcileDelete(ctx context.Context, h *pa
 	}
 	if n := len(claims.Items); n > 0 {
 		msg := fmt.Sprintf("Waiting for %d MachineClaims with VMs on this cluster to be deleted (first: %s)", n, klog.KObj(&claims.Items[0]))
-		setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.InUseReason, msg)
+		conditions.Set(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.InUseReason, msg)
 		if err := h.PatchStatus(ctx, cluster); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -560,7 +561,7 @@ func (r *HypervisorClusterReconciler) credentialsKey(ctx context.Context, c *hfv
 
 // ClusterConfig resolves a HypervisorCluster's spec and the Secrets it
 // references (read with reader) into a provider.ClusterConfig. Errors name
-// the field; a missing Secret or key wraps errSecretMissing.
+// the field; a missing Secret or key wraps secretref.ErrMissing.
 func ClusterConfig(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluster) (provider.ClusterConfig, error) {
 	s := c.Spec
 	cfg := provider.ClusterConfig{
@@ -590,7 +591,7 @@ func ClusterConfig(ctx context.Context, reader client.Reader, c *hfv1.Hypervisor
 		if ref == nil {
 			return "", nil
 		}
-		v, err := secretValue(ctx, reader, field, ref.Namespace, ref.Name, ref.Key)
+		v, err := secretref.Value(ctx, reader, field, ref.Namespace, ref.Name, ref.Key)
 		return string(v), err
 	}
 	var err error
@@ -637,14 +638,6 @@ func probeBackoff(failures int) time.Duration {
 	return min(d, maxProbeBackoff)
 }
 
-// setCondition sets a condition; LastTransitionTime changes only when the
-// status does (meta.SetStatusCondition's rule).
-func setCondition(conds *[]metav1.Condition, generation int64, typ hfv1.ConditionType, status metav1.ConditionStatus, reason hfv1.ConditionReason, msg string) {
-	conditions.Set(conds, generation, typ, status, reason, msg)
-}
-
-func truncate(s string, n int) string { return conditions.Truncate(s, n) }
-
 // reconcileSPIRE connects to the SPIRE server of the cluster's spec.spire
 // and reports it in SPIREConnected (not part of Ready: only templates that
 // attest need it, and they report it themselves).
@@ -661,21 +654,21 @@ func (r *HypervisorClusterReconciler) reconcileSPIRE(ctx context.Context, cluste
 	srv, err := r.Identity.Connect(ctx, cluster.Name, *cfg)
 	if err != nil {
 		was := hfv1.FindCondition(cluster.Status.Conditions, hfv1.HypervisorClusterSPIREConnectedCondition)
-		msg := truncate(err.Error(), 1024)
+		msg := conditions.Truncate(err.Error(), 1024)
 		// The client's reason when it has one (SPIRENotAdmin says what to
 		// fix), else SPIREUnavailable.
 		reason := hfv1.ConditionReason(errclass.ReasonOf(err))
 		if reason == "" || errclass.Classify(err) == errclass.ClassTransient {
 			reason = hfv1.SPIREUnavailableReason
 		}
-		setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterSPIREConnectedCondition, metav1.ConditionFalse, reason, msg)
+		conditions.Set(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterSPIREConnectedCondition, metav1.ConditionFalse, reason, msg)
 		if was == nil || was.Status != metav1.ConditionFalse || was.Reason != string(reason) {
 			r.Recorder.Event(cluster, corev1.EventTypeWarning, string(reason), msg)
 		}
 		return
 	}
 	b, _ := srv.Bundle()
-	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterSPIREConnectedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
+	conditions.Set(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterSPIREConnectedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
 		fmt.Sprintf("Connected to the SPIRE server of trust domain %s; its bundle has %d X.509 authorities", srv.TrustDomain, len(b.X509Authorities())))
 }
 

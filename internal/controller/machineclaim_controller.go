@@ -27,7 +27,9 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cachelag"
 	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
+	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
@@ -109,7 +111,7 @@ type MachineClaimReconciler struct {
 	ClaimEvents <-chan event.GenericEvent
 	// Runners are the latest runner observations of the RunnerPool resync;
 	// nil when nothing observes runners.
-	Runners *RunnerObservations
+	Runners *claimrunner.Observations
 	// MaxConcurrentReconciles bounds parallel reconciles (default 16):
 	// reconciles never wait for the hypervisor, so they are short.
 	MaxConcurrentReconciles int
@@ -246,7 +248,7 @@ func (r *MachineClaimReconciler) ensureMetadata(ctx context.Context, s *claimSco
 func (r *MachineClaimReconciler) refuseUnsupported(_ context.Context, s *claimScope) (ctrl.Result, bool, error) {
 	claim := s.claim
 	if ref := claimRefusal(r.Workloads, claim); ref != nil && claim.Status.VMRef == nil {
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, ref.reason, ref.message)
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, ref.reason, ref.message)
 		return ctrl.Result{}, false, nil
 	}
 	return ctrl.Result{}, true, nil

@@ -16,6 +16,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/claimvm"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
@@ -28,7 +29,7 @@ import (
 func (r *MachineClaimReconciler) loadDependencies(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
 	claim := s.claim
 	waitFor := func(reason hfv1.ConditionReason, msg string) (ctrl.Result, bool, error) {
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
 		return ctrl.Result{RequeueAfter: waitForDependency}, false, nil
 	}
 	tmpl := &hfv1.HypervisorMachineTemplate{}
@@ -99,7 +100,7 @@ func (r *MachineClaimReconciler) connectProvider(_ context.Context, s *claimScop
 	if claim.Status.VMRef == nil {
 		msg = "New VMs are paused. " + msg
 	}
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ClusterUnavailableReason, msg)
+	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ClusterUnavailableReason, msg)
 	return ctrl.Result{RequeueAfter: waitForDependency}, false, nil
 }
 
@@ -175,7 +176,7 @@ func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (c
 	// the requeue only covers a coalesced event.
 	retry := claimvm.CallAgain(res.RetryAfter)
 	provisioning := func(reason hfv1.ConditionReason, def string) (ctrl.Result, bool, error) {
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, orDefault(res.Message, def))
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, orDefault(res.Message, def))
 		return ctrl.Result{RequeueAfter: retry}, false, nil
 	}
 	switch res.Phase {
@@ -189,9 +190,9 @@ func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (c
 		return provisioning(hfv1.WaitingForGuestReason, "Waiting for the guest agent")
 	case provider.PhaseRunning:
 		claim.Status.Network = networkStatus(claim, tmpl, cluster, res)
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
 			fmt.Sprintf("VM %d runs on %s/%s with addresses %s", res.Progress.VMID, cluster.Name, res.Progress.Node, strings.Join(res.Addresses, ", ")))
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
 		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "Provisioned", "VM %d is up on %s/%s", res.Progress.VMID, cluster.Name, res.Progress.Node)
 		return ctrl.Result{RequeueAfter: resyncRunning()}, false, nil
 	case provider.PhaseStopped:
@@ -279,7 +280,7 @@ func (r *MachineClaimReconciler) provisionError(ctx context.Context, s *claimSco
 		// The CI platform's rate limit: wait for it without counting a
 		// failure; the claim says until when.
 		metrics.ClaimErrors.WithLabelValues(string(provider.ClassResource), string(hfv1.RateLimitedReason)).Inc()
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.RateLimitedReason,
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.RateLimitedReason,
 			fmt.Sprintf("Waiting %s for the CI platform's rate limit: %v", wait.Round(time.Second), err))
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
@@ -291,7 +292,7 @@ func (r *MachineClaimReconciler) provisionError(ctx context.Context, s *claimSco
 
 	switch {
 	case errors.Is(err, provider.ErrNotOwned):
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason,
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason,
 			"The VM recorded for this claim does not carry its verified ownership marker; it is never modified or destroyed: "+err.Error())
 		r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.OwnershipMismatchReason, message: msg})
 		return ctrl.Result{}, nil
@@ -300,9 +301,9 @@ func (r *MachineClaimReconciler) provisionError(ctx context.Context, s *claimSco
 		res, _, err := r.reconcileFailed(ctx, s)
 		return res, err
 	}
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
+	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
 	if changed {
-		r.Recorder.Event(claim, corev1.EventTypeWarning, "FailedProvision", truncate(msg, 1024))
+		r.Recorder.Event(claim, corev1.EventTypeWarning, "FailedProvision", conditions.Truncate(msg, 1024))
 	}
 	switch class {
 	case provider.ClassConfiguration:

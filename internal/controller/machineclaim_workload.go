@@ -17,16 +17,6 @@ import (
 // The claim's runner on its CI platform is internal/claimrunner's: what
 // the platform says about it, and removing it when the claim ends.
 
-// RunnerObservations are the latest runner observations of the RunnerPool
-// resync, which the claims read (claimrunner.Observations).
-type (
-	RunnerObservations = claimrunner.Observations
-	RunnerObservation  = claimrunner.Observation
-)
-
-// NewRunnerObservations returns an empty store.
-func NewRunnerObservations() *RunnerObservations { return claimrunner.NewObservations() }
-
 // runnerSteps is the runner service with this reconciler's dependencies and
 // backoff.
 func (r *MachineClaimReconciler) runnerSteps() *claimrunner.Service {

@@ -10,6 +10,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
@@ -41,7 +42,7 @@ func attemptOf(c *hfv1.MachineClaim) (scaling.Attempt, bool) {
 	default:
 		return a, false
 	}
-	a.Failed, a.Reason = true, truncate(fmt.Sprintf("MachineClaim %s: %s", c.Name, failureOf(c)), 1000)
+	a.Failed, a.Reason = true, conditions.Truncate(fmt.Sprintf("MachineClaim %s: %s", c.Name, failureOf(c)), 1000)
 	return a, true
 }
 
@@ -159,7 +160,7 @@ func (r *RunnerPoolReconciler) observeAttempts(v *poolView) {
 		if state.Failures > 0 {
 			msg = fmt.Sprintf("%d claims in a row failed before their runner came online (backoff from %d); last: %s", state.Failures, r.Backoff.Threshold, state.LastFailure)
 		}
-		setCondition(conds, v.pool.Generation, hfv1.RunnerPoolReplacementBackoffCondition, metav1.ConditionFalse, hfv1.NoRecentFailuresReason, msg)
+		conditions.Set(conds, v.pool.Generation, hfv1.RunnerPoolReplacementBackoffCondition, metav1.ConditionFalse, hfv1.NoRecentFailuresReason, msg)
 		return
 	}
 	msg := fmt.Sprintf("%d claims in a row failed before their runner came online; the last at %s: %s. Next replacement at %s, one at a time (the wait starts at %s and doubles per failure up to %s); a claim whose runner comes online resets this",
@@ -167,7 +168,7 @@ func (r *RunnerPoolReconciler) observeAttempts(v *poolView) {
 	if old := hfv1.FindCondition(*conds, hfv1.RunnerPoolReplacementBackoffCondition); old == nil || old.Status != metav1.ConditionTrue {
 		r.Recorder.Event(v.pool, corev1.EventTypeWarning, string(hfv1.RunnerPoolReplacementBackoffCondition), msg)
 	}
-	setCondition(conds, v.pool.Generation, hfv1.RunnerPoolReplacementBackoffCondition, metav1.ConditionTrue, hfv1.ConsecutiveFailuresReason, msg)
+	conditions.Set(conds, v.pool.Generation, hfv1.RunnerPoolReplacementBackoffCondition, metav1.ConditionTrue, hfv1.ConsecutiveFailuresReason, msg)
 }
 
 // allowedCreations bounds the claims this pass may create: all of want

@@ -25,6 +25,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
@@ -427,7 +428,7 @@ func (r *RunnerPoolReconciler) requestEnd(ctx context.Context, c *hfv1.MachineCl
 		return nil
 	}
 	h := patch.NewHelper(r.Client, c)
-	c.Spec.End = &hfv1.MachineClaimEndRequest{Reason: reason, Message: truncate(msg, 1024), Fail: fail, RequestedAt: metav1.NewTime(r.Clock.Now())}
+	c.Spec.End = &hfv1.MachineClaimEndRequest{Reason: reason, Message: conditions.Truncate(msg, 1024), Fail: fail, RequestedAt: metav1.NewTime(r.Clock.Now())}
 	return h.PatchMetadata(ctx, c)
 }
 
@@ -709,9 +710,9 @@ func (r *RunnerPoolReconciler) updateStatus(v *poolView, d scaling.Decision) {
 
 	// Ready: the pool can make VMs.
 	if ok, reason, msg := v.canBuild(); !ok {
-		setCondition(&st.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
+		conditions.Set(&st.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
 	} else {
-		setCondition(&st.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason,
+		conditions.Set(&st.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason,
 			fmt.Sprintf("Serving %s jobs with template %s", pool.Spec.Workload.Type, v.tmpl.Name))
 	}
 
@@ -726,14 +727,14 @@ func (r *RunnerPoolReconciler) updateStatus(v *poolView, d scaling.Decision) {
 	case v.created > 0:
 		msg := fmt.Sprintf("Creating %d VMs: %d pending jobs, %d busy, %d idle, %d starting; desired %d (min %d, max %d, minIdle %d)",
 			v.created, len(v.pending), len(pc.busy), len(pc.idle), len(pc.starting), d.Desired, pool.Spec.Scaling.MinReplicas, pool.Spec.Scaling.MaxReplicas, ptrOr(pool.Spec.Scaling.MinIdle, 0))
-		setCondition(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.DemandIncreasedReason, msg)
+		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.DemandIncreasedReason, msg)
 		r.Recorder.Event(pool, corev1.EventTypeNormal, "ScaledUp", msg)
 	case v.removed[scaling.DriftReplaced] > 0:
 		msg := fmt.Sprintf("Replacing %d VMs built from an older template (now %s); busy ones are replaced after their job", v.removed[scaling.DriftReplaced], shortHash(v.hash))
-		setCondition(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.ReplacingStaleReason, msg)
+		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.ReplacingStaleReason, msg)
 	case v.removed[scaling.ScaledDown] > 0:
 		msg := fmt.Sprintf("Removing %d idle VMs: desired %d (%d pending jobs, %d busy)", v.removed[scaling.ScaledDown], d.Desired, len(v.pending), len(pc.busy))
-		setCondition(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.DemandDecreasedReason, msg)
+		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.DemandDecreasedReason, msg)
 	case int(st.Replicas) != d.Desired:
 		reason, msg := hfv1.DemandIncreasedReason, fmt.Sprintf("Moving from %d to %d VMs", st.Replicas, d.Desired)
 		if int(st.Replicas) > d.Desired {
@@ -742,9 +743,9 @@ func (r *RunnerPoolReconciler) updateStatus(v *poolView, d scaling.Decision) {
 				msg += fmt.Sprintf("; idle VMs are removed at %s (spec.scaling.scaleDownDelay)", d.ScaleDownAt.UTC().Format(time.RFC3339))
 			}
 		}
-		setCondition(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, reason, msg)
+		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, reason, msg)
 	default:
-		setCondition(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionFalse, hfv1.StableReason,
+		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionFalse, hfv1.StableReason,
 			fmt.Sprintf("%d VMs for %d pending jobs and %d busy runners", st.Replicas, len(v.pending), len(pc.busy)))
 	}
 	for _, reason := range []scaling.Reason{scaling.IdleTimeout, scaling.JobTimeout, scaling.MaxLifetime} {
@@ -775,7 +776,7 @@ func (r *RunnerPoolReconciler) setCapacity(v *poolView, d scaling.Decision) {
 		if old == nil || old.Status != metav1.ConditionFalse || old.Reason != reason {
 			r.Recorder.Event(pool, corev1.EventTypeWarning, reason, msg)
 		}
-		setCondition(&st.Conditions, gen, hfv1.RunnerPoolCapacityCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
+		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolCapacityCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
 	}
 	if v.refused != nil {
 		set(string(v.refused.reason), "No new VMs: "+v.refused.message)
@@ -819,7 +820,7 @@ func (r *RunnerPoolReconciler) setCapacity(v *poolView, d scaling.Decision) {
 		set(string(hfv1.WaitingForTerminationReason), fmt.Sprintf("%d VMs are still being destroyed and hold room under maxReplicas (%d)", len(v.claims.terminating)+v.removedCount(), pool.Spec.Scaling.MaxReplicas))
 		return
 	}
-	setCondition(&st.Conditions, gen, hfv1.RunnerPoolCapacityCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The pool can serve its demand")
+	conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolCapacityCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The pool can serve its demand")
 }
 
 func ptrOr(p *int32, def int32) int32 {

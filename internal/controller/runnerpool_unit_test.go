@@ -13,7 +13,6 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
-	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // unitEpoch is the reference instant of the unit tests in this file.
@@ -480,55 +479,6 @@ func TestExpectations(t *testing.T) {
 			t.Error("forget dropped another pool's expectations")
 		}
 	})
-}
-
-func TestRunnerObservations(t *testing.T) {
-	o := NewRunnerObservations()
-	const uid = types.UID("u1")
-	if _, ok := o.Get(uid); ok {
-		t.Fatal("Get on an empty store found something")
-	}
-	steps := []struct {
-		name string
-		obs  RunnerObservation
-		want bool
-	}{
-		{"first", RunnerObservation{Present: true, State: workload.RunnerOffline, At: unitEpoch}, true},
-		{"same, later", RunnerObservation{Present: true, State: workload.RunnerOffline, At: unitEpoch.Add(time.Minute)}, false},
-		{"state", RunnerObservation{Present: true, State: workload.RunnerIdle, At: unitEpoch.Add(2 * time.Minute)}, true},
-		{"same state", RunnerObservation{Present: true, State: workload.RunnerIdle, At: unitEpoch.Add(2 * time.Minute)}, false},
-		{"busy", RunnerObservation{Present: true, State: workload.RunnerBusy, At: unitEpoch.Add(3 * time.Minute)}, true},
-		{"gone", RunnerObservation{Present: false, State: workload.RunnerBusy, At: unitEpoch.Add(4 * time.Minute)}, true},
-		{"gone again", RunnerObservation{Present: false, State: workload.RunnerBusy, At: unitEpoch.Add(5 * time.Minute)}, false},
-		{"gone, state cleared", RunnerObservation{Present: false, At: unitEpoch.Add(6 * time.Minute)}, true},
-	}
-	for _, s := range steps {
-		if got := o.Set(uid, s.obs); got != s.want {
-			t.Errorf("%s: Set = %v, want %v", s.name, got, s.want)
-		}
-		if got, ok := o.Get(uid); !ok || got != s.obs {
-			t.Errorf("%s: Get = %+v, %v; want the latest observation %+v", s.name, got, ok, s.obs)
-		}
-	}
-	if !o.Set("u2", RunnerObservation{}) {
-		t.Error("first Set of another claim reported no change")
-	}
-	o.Forget(uid)
-	if _, ok := o.Get(uid); ok {
-		t.Error("Get found a forgotten observation")
-	}
-	if _, ok := o.Get("u2"); !ok {
-		t.Error("Forget dropped another claim's observation")
-	}
-	if !o.Set(uid, RunnerObservation{Present: true, State: workload.RunnerIdle}) {
-		t.Error("Set after Forget reported no change")
-	}
-
-	var nilStore *RunnerObservations
-	if v, ok := nilStore.Get(uid); ok || v != (RunnerObservation{}) {
-		t.Errorf("nil store Get = %+v, %v; want zero, false", v, ok)
-	}
-	nilStore.Forget(uid) // no panic
 }
 
 func TestOutcomeOf(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/workloads"
 )
 
@@ -28,14 +29,14 @@ func (r *HypervisorMachineTemplateReconciler) reportReusableCredential(ctx conte
 	risky, msg := workloads.ReusableCredential(r.Workloads, tmpl, pools.Items)
 	was := hfv1.IsConditionTrue(tmpl.Status.Conditions, hfv1.HypervisorMachineTemplateReusableCredentialCondition)
 	if !risky {
-		setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateReusableCredentialCondition, metav1.ConditionFalse,
+		conditions.Set(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateReusableCredentialCondition, metav1.ConditionFalse,
 			hfv1.SingleUseCredentialReason, msg)
 		return
 	}
-	setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateReusableCredentialCondition, metav1.ConditionTrue,
+	conditions.Set(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateReusableCredentialCondition, metav1.ConditionTrue,
 		hfv1.OrganizationRegistrationTokenReason, msg)
 	if !was {
-		r.Recorder.Event(tmpl, corev1.EventTypeWarning, string(hfv1.OrganizationRegistrationTokenReason), truncate(msg, 1024))
+		r.Recorder.Event(tmpl, corev1.EventTypeWarning, string(hfv1.OrganizationRegistrationTokenReason), conditions.Truncate(msg, 1024))
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
 	"github.com/hyperfleet/hyperfleet/internal/broker"
 	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
+	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
@@ -292,7 +293,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up IPPool controller: %w", err)
 	}
-	runners := controller.NewRunnerObservations()
+	runners := claimrunner.NewObservations()
 	// Clusters with spec.spire.secretStore get their VMs' credentials
 	// minted as the broker mints them, and written to the store.
 	credentials, _ := ci.bootstrap.(claimidentity.CredentialIssuer)
