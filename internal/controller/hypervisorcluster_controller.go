@@ -29,12 +29,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/clusterconfig"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
-	"github.com/hyperfleet/hyperfleet/internal/reservation"
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
@@ -258,7 +258,7 @@ func (r *HypervisorClusterReconciler) connect(ctx context.Context, cluster *hfv1
 		}
 	}
 	r.connectedAt.Delete(name)
-	cfg, err := r.clusterConfig(ctx, cluster)
+	cfg, err := clusterconfig.Resolve(ctx, r.Client, cluster)
 	if err != nil {
 		reason := hfv1.SecretNotFoundReason
 		if !errors.Is(err, secretref.ErrMissing) {
@@ -531,15 +531,9 @@ func (r *HypervisorClusterReconciler) reconcileDelete(ctx context.Context, h *pa
 	return ctrl.Result{}, h.PatchMetadata(ctx, cluster)
 }
 
-// clusterConfig resolves the cluster's spec and Secrets into a
-// provider.ClusterConfig.
-func (r *HypervisorClusterReconciler) clusterConfig(ctx context.Context, c *hfv1.HypervisorCluster) (provider.ClusterConfig, error) {
-	return ClusterConfig(ctx, r.Client, c)
-}
-
 // credentialsKey names what c's configuration was resolved from: the
 // cluster (UID, generation) and the resource version of each Secret it
-// references (clusterSecretRefs), from the Secret watch's metadata. ok is
+// references (clusterconfig.SecretRefs), from the Secret watch's metadata. ok is
 // false when a Secret is not in that cache (missing, or outside the
 // watched namespaces): the configuration is then read every time.
 func (r *HypervisorClusterReconciler) credentialsKey(ctx context.Context, c *hfv1.HypervisorCluster) (string, bool) {
@@ -548,7 +542,7 @@ func (r *HypervisorClusterReconciler) credentialsKey(ctx context.Context, c *hfv
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s/%d", c.UID, c.Generation)
-	for _, ref := range clusterSecretRefs(c) {
+	for _, ref := range clusterconfig.SecretRefs(c) {
 		m := &metav1.PartialObjectMetadata{}
 		m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 		if err := r.SecretVersions.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, m); err != nil {
@@ -557,69 +551,6 @@ func (r *HypervisorClusterReconciler) credentialsKey(ctx context.Context, c *hfv
 		fmt.Fprintf(&b, "|%s/%s/%s@%s", ref.Namespace, ref.Name, m.UID, m.ResourceVersion)
 	}
 	return b.String(), true
-}
-
-// ClusterConfig resolves a HypervisorCluster's spec and the Secrets it
-// references (read with reader) into a provider.ClusterConfig. Errors name
-// the field; a missing Secret or key wraps secretref.ErrMissing.
-func ClusterConfig(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluster) (provider.ClusterConfig, error) {
-	s := c.Spec
-	cfg := provider.ClusterConfig{
-		Name:             c.Name,
-		Endpoint:         s.Endpoint,
-		Nodes:            s.Nodes,
-		DefaultStorage:   s.DefaultStorage,
-		ISOStorage:       s.ISOStorage,
-		DefaultBridge:    s.DefaultBridge,
-		Tags:             s.Tags,
-		ClonesPerNode:    hfv1.DefaultClonesPerNode,
-		ClonesPerStorage: hfv1.DefaultClonesPerStorage,
-	}
-	cfg.VMIDStart, cfg.VMIDEnd = reservation.VMIDRange(c)
-	if l := s.Limits; l != nil {
-		if l.ClonesPerNode > 0 {
-			cfg.ClonesPerNode = int(l.ClonesPerNode)
-		}
-		if l.ClonesPerStorage > 0 {
-			cfg.ClonesPerStorage = int(l.ClonesPerStorage)
-		}
-		if l.MaxMachines != nil {
-			cfg.MaxMachines = int(*l.MaxMachines)
-		}
-	}
-	read := func(field string, ref *hfv1.SecretKeySelector) (string, error) {
-		if ref == nil {
-			return "", nil
-		}
-		v, err := secretref.Value(ctx, reader, field, ref.Namespace, ref.Name, ref.Key)
-		return string(v), err
-	}
-	var err error
-	cr := s.Credentials
-	if cfg.TokenID, err = read("spec.credentials.tokenId", cr.TokenID); err != nil {
-		return cfg, err
-	}
-	if cfg.TokenSecret, err = read("spec.credentials.tokenSecret", cr.TokenSecret); err != nil {
-		return cfg, err
-	}
-	if cfg.Username, err = read("spec.credentials.username", cr.Username); err != nil {
-		return cfg, err
-	}
-	if cfg.Password, err = read("spec.credentials.password", cr.Password); err != nil {
-		return cfg, err
-	}
-	if t := s.TLS; t != nil {
-		cfg.FingerprintSHA256 = t.FingerprintSHA256
-		cfg.InsecureSkipVerify = t.InsecureSkipVerify
-		if t.CABundleRef != nil {
-			ca, err := read("spec.tls.caBundleRef", t.CABundleRef)
-			if err != nil {
-				return cfg, err
-			}
-			cfg.CABundle = []byte(ca)
-		}
-	}
-	return cfg, nil
 }
 
 func pollInterval(c *hfv1.HypervisorCluster) time.Duration {
