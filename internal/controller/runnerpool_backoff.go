@@ -125,7 +125,7 @@ func (r *RunnerPoolReconciler) observeAttempts(v *poolView) {
 	pc := v.claims
 	var attempts []scaling.Attempt
 	var ran map[string]bool
-	for _, list := range [][]*hfv1.MachineClaim{pc.starting, pc.idle, pc.busy, pc.terminating, pc.retained, pc.finished} {
+	for _, list := range [][]*hfv1.MachineClaim{pc.Starting, pc.Idle, pc.Busy, pc.Terminating, pc.Retained, pc.Finished} {
 		for _, c := range list {
 			a, ok := attemptOf(c)
 			if !ok {
@@ -194,7 +194,7 @@ func (r *RunnerPoolReconciler) allowedCreations(v *poolView, want int) int {
 		v.backoffHeld = want
 		return 0
 	}
-	if v.remaining(v.claims.starting) > 0 {
+	if v.remaining(v.claims.Starting) > 0 {
 		v.backoffHeld = want
 		return 0
 	}

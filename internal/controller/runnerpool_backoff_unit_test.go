@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/poolclaims"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
@@ -117,7 +118,7 @@ func TestShortJobIsNotABackoffFailure(t *testing.T) {
 	pool := &hfv1.RunnerPool{}
 	pass := func(now time.Time) *poolView {
 		v := &poolView{pool: pool, tmpl: tmpl, now: now, undecided: map[types.UID]bool{},
-			claims: &poolClaims{finished: []*hfv1.MachineClaim{&ran, &silent}}, jobs: map[int64]*hfv1.CIJob{1: job}}
+			claims: &poolclaims.Claims{Finished: []*hfv1.MachineClaim{&ran, &silent}}, jobs: map[int64]*hfv1.CIJob{1: job}}
 		r.observeAttempts(v)
 		return v
 	}
