@@ -53,7 +53,7 @@ const Path = "/broker/v1/credential"
 
 // Issuer mints a claim's single-use runner credential and records what it
 // issued (never the secret) in claim.Status.Bootstrap
-// (controller.Workloads.BrokerCredential).
+// (workloads.Platforms.BrokerCredential).
 type Issuer interface {
 	BrokerCredential(ctx context.Context, claim *hfv1.MachineClaim) (workload.Credential, error)
 }

@@ -29,12 +29,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/clusterconfig"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
-	"github.com/hyperfleet/hyperfleet/internal/reservation"
+	"github.com/hyperfleet/hyperfleet/internal/secretref"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
@@ -257,10 +258,10 @@ func (r *HypervisorClusterReconciler) connect(ctx context.Context, cluster *hfv1
 		}
 	}
 	r.connectedAt.Delete(name)
-	cfg, err := r.clusterConfig(ctx, cluster)
+	cfg, err := clusterconfig.Resolve(ctx, r.Client, cluster)
 	if err != nil {
 		reason := hfv1.SecretNotFoundReason
-		if !errors.Is(err, errSecretMissing) {
+		if !errors.Is(err, secretref.ErrMissing) {
 			reason = hfv1.UnreachableReason
 		}
 		r.markDown(cluster, hfv1.ConditionReason(string(reason)), err.Error(), wasReady)
@@ -310,11 +311,11 @@ func probeFailureReason(err error) hfv1.ConditionReason {
 func (r *HypervisorClusterReconciler) markDown(cluster *hfv1.HypervisorCluster, reason hfv1.ConditionReason, msg string, wasReady bool) int {
 	failures := r.Registry.SetHealth(cluster.Name, hypervisors.Health{Ready: false, Reason: string(reason), Message: msg}, r.Clock.Now())
 	metrics.ClusterConnected.WithLabelValues(cluster.Name).Set(0)
-	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterConnectedCondition, metav1.ConditionFalse, reason, msg)
-	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, reason,
+	conditions.Set(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterConnectedCondition, metav1.ConditionFalse, reason, msg)
+	conditions.Set(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, reason,
 		"New VMs on this cluster are paused until it is reachable: "+msg)
 	if wasReady || failures == 1 {
-		r.Recorder.Event(cluster, corev1.EventTypeWarning, string(reason), truncate(msg, 1024))
+		r.Recorder.Event(cluster, corev1.EventTypeWarning, string(reason), conditions.Truncate(msg, 1024))
 	}
 	return failures
 }
@@ -326,7 +327,7 @@ func (r *HypervisorClusterReconciler) markRefused(cluster *hfv1.HypervisorCluste
 	r.Registry.SetHealth(cluster.Name, hypervisors.Health{Ready: false, Reason: string(ref.reason), Message: ref.message}, r.Clock.Now())
 	metrics.ClusterConnected.WithLabelValues(cluster.Name).Set(0)
 	ready := hfv1.FindCondition(cluster.Status.Conditions, hfv1.ReadyCondition)
-	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, ref.reason,
+	conditions.Set(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, ref.reason,
 		"New VMs on this cluster are paused: "+ref.message)
 	cluster.Status.ObservedGeneration = cluster.Generation
 	if wasReady || ready == nil || ready.Reason != string(ref.reason) {
@@ -377,14 +378,14 @@ func (r *HypervisorClusterReconciler) setConnectedStatus(cluster *hfv1.Hyperviso
 	}
 
 	msg := fmt.Sprintf("Connected: version %s, %d of %d nodes online", info.Version, online, len(info.Nodes))
-	setCondition(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterConnectedCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
+	conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterConnectedCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
 	if info.InsecureTLS {
-		setCondition(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterTLSVerifiedCondition, metav1.ConditionFalse, hfv1.InsecureTLSReason,
+		conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterTLSVerifiedCondition, metav1.ConditionFalse, hfv1.InsecureTLSReason,
 			"spec.tls.insecureSkipVerify is true: the API's certificate is not checked; set tls.caBundleRef or tls.fingerprintSHA256")
 	} else {
-		setCondition(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterTLSVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The API's certificate is verified")
+		conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterTLSVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The API's certificate is verified")
 	}
-	setCondition(&st.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
+	conditions.Set(&st.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
 	st.ObservedGeneration = cluster.Generation
 }
 
@@ -404,7 +405,7 @@ func (r *HypervisorClusterReconciler) setUnverifiedCondition(cluster *hfv1.Hyper
 	}
 	st := &cluster.Status
 	if len(vms) == 0 {
-		setCondition(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterUnverifiedVMsCondition, metav1.ConditionFalse, hfv1.AllVerifiedReason,
+		conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterUnverifiedVMsCondition, metav1.ConditionFalse, hfv1.AllVerifiedReason,
 			"Every VM with this install's tag that no claim records has a verifying ownership block")
 		return
 	}
@@ -423,7 +424,7 @@ func (r *HypervisorClusterReconciler) setUnverifiedCondition(cluster *hfv1.Hyper
 	msg := fmt.Sprintf("%d VMs carry this install's tag but their ownership block does not verify, so HyperFleet never touches them (%s); "+
 		"if they are this install's, put the key that signed them back into the ownership Secret, otherwise remove them by hand (docs/security.md)",
 		len(ids), strings.Join(named, "; "))
-	setCondition(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterUnverifiedVMsCondition, metav1.ConditionTrue, hfv1.OwnershipNotVerifiedReason, msg)
+	conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterUnverifiedVMsCondition, metav1.ConditionTrue, hfv1.OwnershipNotVerifiedReason, msg)
 }
 
 // wakeWaitingClaims enqueues the claims that wait for this cluster.
@@ -512,7 +513,7 @@ func (r *HypervisorClusterReconciler) reconcileDelete(ctx context.Context, h *pa
 	}
 	if n := len(claims.Items); n > 0 {
 		msg := fmt.Sprintf("Waiting for %d MachineClaims with VMs on this cluster to be deleted (first: %s)", n, klog.KObj(&claims.Items[0]))
-		setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.InUseReason, msg)
+		conditions.Set(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.InUseReason, msg)
 		if err := h.PatchStatus(ctx, cluster); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -530,15 +531,9 @@ func (r *HypervisorClusterReconciler) reconcileDelete(ctx context.Context, h *pa
 	return ctrl.Result{}, h.PatchMetadata(ctx, cluster)
 }
 
-// clusterConfig resolves the cluster's spec and Secrets into a
-// provider.ClusterConfig.
-func (r *HypervisorClusterReconciler) clusterConfig(ctx context.Context, c *hfv1.HypervisorCluster) (provider.ClusterConfig, error) {
-	return ClusterConfig(ctx, r.Client, c)
-}
-
 // credentialsKey names what c's configuration was resolved from: the
 // cluster (UID, generation) and the resource version of each Secret it
-// references (clusterSecretRefs), from the Secret watch's metadata. ok is
+// references (clusterconfig.SecretRefs), from the Secret watch's metadata. ok is
 // false when a Secret is not in that cache (missing, or outside the
 // watched namespaces): the configuration is then read every time.
 func (r *HypervisorClusterReconciler) credentialsKey(ctx context.Context, c *hfv1.HypervisorCluster) (string, bool) {
@@ -547,7 +542,7 @@ func (r *HypervisorClusterReconciler) credentialsKey(ctx context.Context, c *hfv
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s/%d", c.UID, c.Generation)
-	for _, ref := range clusterSecretRefs(c) {
+	for _, ref := range clusterconfig.SecretRefs(c) {
 		m := &metav1.PartialObjectMetadata{}
 		m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 		if err := r.SecretVersions.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, m); err != nil {
@@ -556,69 +551,6 @@ func (r *HypervisorClusterReconciler) credentialsKey(ctx context.Context, c *hfv
 		fmt.Fprintf(&b, "|%s/%s/%s@%s", ref.Namespace, ref.Name, m.UID, m.ResourceVersion)
 	}
 	return b.String(), true
-}
-
-// ClusterConfig resolves a HypervisorCluster's spec and the Secrets it
-// references (read with reader) into a provider.ClusterConfig. Errors name
-// the field; a missing Secret or key wraps errSecretMissing.
-func ClusterConfig(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluster) (provider.ClusterConfig, error) {
-	s := c.Spec
-	cfg := provider.ClusterConfig{
-		Name:             c.Name,
-		Endpoint:         s.Endpoint,
-		Nodes:            s.Nodes,
-		DefaultStorage:   s.DefaultStorage,
-		ISOStorage:       s.ISOStorage,
-		DefaultBridge:    s.DefaultBridge,
-		Tags:             s.Tags,
-		ClonesPerNode:    hfv1.DefaultClonesPerNode,
-		ClonesPerStorage: hfv1.DefaultClonesPerStorage,
-	}
-	cfg.VMIDStart, cfg.VMIDEnd = reservation.VMIDRange(c)
-	if l := s.Limits; l != nil {
-		if l.ClonesPerNode > 0 {
-			cfg.ClonesPerNode = int(l.ClonesPerNode)
-		}
-		if l.ClonesPerStorage > 0 {
-			cfg.ClonesPerStorage = int(l.ClonesPerStorage)
-		}
-		if l.MaxMachines != nil {
-			cfg.MaxMachines = int(*l.MaxMachines)
-		}
-	}
-	read := func(field string, ref *hfv1.SecretKeySelector) (string, error) {
-		if ref == nil {
-			return "", nil
-		}
-		v, err := secretValue(ctx, reader, field, ref.Namespace, ref.Name, ref.Key)
-		return string(v), err
-	}
-	var err error
-	cr := s.Credentials
-	if cfg.TokenID, err = read("spec.credentials.tokenId", cr.TokenID); err != nil {
-		return cfg, err
-	}
-	if cfg.TokenSecret, err = read("spec.credentials.tokenSecret", cr.TokenSecret); err != nil {
-		return cfg, err
-	}
-	if cfg.Username, err = read("spec.credentials.username", cr.Username); err != nil {
-		return cfg, err
-	}
-	if cfg.Password, err = read("spec.credentials.password", cr.Password); err != nil {
-		return cfg, err
-	}
-	if t := s.TLS; t != nil {
-		cfg.FingerprintSHA256 = t.FingerprintSHA256
-		cfg.InsecureSkipVerify = t.InsecureSkipVerify
-		if t.CABundleRef != nil {
-			ca, err := read("spec.tls.caBundleRef", t.CABundleRef)
-			if err != nil {
-				return cfg, err
-			}
-			cfg.CABundle = []byte(ca)
-		}
-	}
-	return cfg, nil
 }
 
 func pollInterval(c *hfv1.HypervisorCluster) time.Duration {
@@ -637,14 +569,6 @@ func probeBackoff(failures int) time.Duration {
 	return min(d, maxProbeBackoff)
 }
 
-// setCondition sets a condition; LastTransitionTime changes only when the
-// status does (meta.SetStatusCondition's rule).
-func setCondition(conds *[]metav1.Condition, generation int64, typ hfv1.ConditionType, status metav1.ConditionStatus, reason hfv1.ConditionReason, msg string) {
-	conditions.Set(conds, generation, typ, status, reason, msg)
-}
-
-func truncate(s string, n int) string { return conditions.Truncate(s, n) }
-
 // reconcileSPIRE connects to the SPIRE server of the cluster's spec.spire
 // and reports it in SPIREConnected (not part of Ready: only templates that
 // attest need it, and they report it themselves).
@@ -661,21 +585,21 @@ func (r *HypervisorClusterReconciler) reconcileSPIRE(ctx context.Context, cluste
 	srv, err := r.Identity.Connect(ctx, cluster.Name, *cfg)
 	if err != nil {
 		was := hfv1.FindCondition(cluster.Status.Conditions, hfv1.HypervisorClusterSPIREConnectedCondition)
-		msg := truncate(err.Error(), 1024)
+		msg := conditions.Truncate(err.Error(), 1024)
 		// The client's reason when it has one (SPIRENotAdmin says what to
 		// fix), else SPIREUnavailable.
 		reason := hfv1.ConditionReason(errclass.ReasonOf(err))
 		if reason == "" || errclass.Classify(err) == errclass.ClassTransient {
 			reason = hfv1.SPIREUnavailableReason
 		}
-		setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterSPIREConnectedCondition, metav1.ConditionFalse, reason, msg)
+		conditions.Set(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterSPIREConnectedCondition, metav1.ConditionFalse, reason, msg)
 		if was == nil || was.Status != metav1.ConditionFalse || was.Reason != string(reason) {
 			r.Recorder.Event(cluster, corev1.EventTypeWarning, string(reason), msg)
 		}
 		return
 	}
 	b, _ := srv.Bundle()
-	setCondition(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterSPIREConnectedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
+	conditions.Set(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterSPIREConnectedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
 		fmt.Sprintf("Connected to the SPIRE server of trust domain %s; its bundle has %d X.509 authorities", srv.TrustDomain, len(b.X509Authorities())))
 }
 

@@ -24,11 +24,14 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
+	"github.com/hyperfleet/hyperfleet/internal/secretref"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -42,7 +45,7 @@ type HypervisorMachineTemplateReconciler struct {
 	Recorder record.EventRecorder
 	// Agent finds the agent binaries the operator serves; nil when it
 	// serves none (templates with agentSource Operator are then not Ready).
-	Agent AgentLocator
+	Agent vmspec.AgentLocator
 	// Runners resolves the runner version a template names to a package
 	// and its checksum; nil when the workload side publishes no releases
 	// (templates that name a version are then not Ready).
@@ -137,7 +140,7 @@ func (r *HypervisorMachineTemplateReconciler) recordTransition(before, after *hf
 	if now.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(after, corev1.EventTypeNormal, "Validated", "%s (hash %s)", now.Message, shortHash(after.Status.TemplateHash))
 	} else {
-		r.Recorder.Event(after, corev1.EventTypeWarning, now.Reason, truncate(now.Message, 1024))
+		r.Recorder.Event(after, corev1.EventTypeWarning, now.Reason, conditions.Truncate(now.Message, 1024))
 	}
 }
 
@@ -187,24 +190,24 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 	}
 	// The agent server is configured at start: only a restart changes the
 	// answer, and every template is reconciled then.
-	vars := templateVars(r.Workloads, tmpl, cluster, pool)
-	if err := setAgentVars(r.Workloads, tmpl, r.Agent, &vars); err != nil {
+	vars := vmspec.TemplateVars(r.Workloads, tmpl, cluster, pool)
+	if err := vmspec.SetAgentVars(r.Workloads, tmpl, r.Agent, &vars); err != nil {
 		return invalid(hfv1.AgentUnavailableReason, err.Error())
 	}
-	hash, err := templateHash(r.Workloads, tmpl, cluster, pool, r.Agent)
+	hash, err := vmspec.TemplateHash(r.Workloads, tmpl, cluster, pool, r.Agent)
 	if err != nil {
 		return invalid(hfv1.TemplateInvalidReason, err.Error())
 	}
 	// The hash renders without per-VM values; a VM's full cloud-init and
 	// agent configuration must render too, or every claim would fail.
-	if err := checkTemplateRender(r.Workloads, tmpl, cluster, pool, r.Agent); err != nil {
+	if err := vmspec.CheckTemplate(r.Workloads, tmpl, cluster, pool, r.Agent); err != nil {
 		return invalid(hfv1.TemplateInvalidReason, err.Error())
 	}
 	p, health, connected := r.Registry.Provider(cluster.Name)
 	if !connected || !health.Ready {
 		return invalid(hfv1.ClusterUnavailableReason, fmt.Sprintf("HypervisorCluster %s is not ready: %s", cluster.Name, health.Message))
 	}
-	src := templateSource(tmpl)
+	src := vmspec.Source(tmpl)
 	info, err := p.ValidateTemplate(ctx, src)
 	if err != nil {
 		// The provider's reasons (NotATemplate, LinkedCloneUnsupported ...)
@@ -231,8 +234,8 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 		tmpl.Status.ResolvedTemplate.Storage = info.Storages[0]
 	}
 	msg := fmt.Sprintf("Template %d (%s) on %s/%s is valid", info.ID, info.Name, cluster.Name, info.Node)
-	setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateValidCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
-	setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
+	conditions.Set(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateValidCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
+	conditions.Set(&tmpl.Status.Conditions, tmpl.Generation, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
 	tmpl.Status.ObservedGeneration = tmpl.Generation
 	// Re-validate now and then: someone may delete the template on the
 	// hypervisor.
@@ -279,8 +282,8 @@ func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, 
 // periodic look returned also notices templates appearing on the
 // hypervisor.
 func markTemplateInvalid(tmpl *hfv1.HypervisorMachineTemplate, reason hfv1.ConditionReason, msg string) ctrl.Result {
-	setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateValidCondition, metav1.ConditionFalse, reason, msg)
-	setCondition(&tmpl.Status.Conditions, tmpl.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, reason, msg)
+	conditions.Set(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateValidCondition, metav1.ConditionFalse, reason, msg)
+	conditions.Set(&tmpl.Status.Conditions, tmpl.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, reason, msg)
 	tmpl.Status.ObservedGeneration = tmpl.Generation
 	return ctrl.Result{RequeueAfter: waitForDependency}
 }
@@ -312,7 +315,7 @@ func (r *HypervisorMachineTemplateReconciler) missingSecrets(ctx context.Context
 	var missing []string
 	for _, f := range fields {
 		ref := refs[f]
-		if _, err := secretValue(ctx, r.Client, f, tmpl.Namespace, ref.Name, ref.Key); err != nil {
+		if _, err := secretref.Value(ctx, r.Client, f, tmpl.Namespace, ref.Name, ref.Key); err != nil {
 			missing = append(missing, err.Error())
 			ctrl.LoggerFrom(ctx).V(1).Info("Template Secret missing", "field", f, "Secret", klog.KRef(tmpl.Namespace, ref.Name))
 		}

@@ -9,8 +9,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
 	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
+	"github.com/hyperfleet/hyperfleet/internal/clusterconfig"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -127,32 +127,11 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager, ws *workload.Backends) 
 	}
 	return idx.IndexField(ctx, &hfv1.HypervisorCluster{}, clusterSecretIndex, func(o client.Object) []string {
 		var out []string
-		for _, ref := range clusterSecretRefs(o.(*hfv1.HypervisorCluster)) {
+		for _, ref := range clusterconfig.SecretRefs(o.(*hfv1.HypervisorCluster)) {
 			out = append(out, ref.Namespace+"/"+ref.Name)
 		}
 		return out
 	})
-}
-
-// clusterSecretRefs lists every Secret a cluster reads.
-func clusterSecretRefs(c *hfv1.HypervisorCluster) []*hfv1.SecretKeySelector {
-	var out []*hfv1.SecretKeySelector
-	cr := c.Spec.Credentials
-	for _, r := range []*hfv1.SecretKeySelector{cr.TokenID, cr.TokenSecret, cr.Username, cr.Password} {
-		if r != nil {
-			out = append(out, r)
-		}
-	}
-	if c.Spec.TLS != nil && c.Spec.TLS.CABundleRef != nil {
-		out = append(out, c.Spec.TLS.CABundleRef)
-	}
-	if store := claimidentity.SecretStoreOf(c); store != nil {
-		out = append(out, &store.TokenRef)
-		if store.CABundleRef != nil {
-			out = append(out, store.CABundleRef)
-		}
-	}
-	return out
 }
 
 // templateSecretRefs lists every Secret (in its own namespace) a template

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
@@ -85,8 +86,8 @@ func (r *IPPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err != nil {
 		// Keep the last valid spec in the allocator: claims holding its
 		// addresses keep them, new claims wait until the spec is fixed.
-		setCondition(&pool.Status.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.InvalidSpecReason, err.Error())
-		r.Recorder.Event(pool, corev1.EventTypeWarning, string(hfv1.InvalidSpecReason), truncate(err.Error(), 1024))
+		conditions.Set(&pool.Status.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.InvalidSpecReason, err.Error())
+		r.Recorder.Event(pool, corev1.EventTypeWarning, string(hfv1.InvalidSpecReason), conditions.Truncate(err.Error(), 1024))
 		return ctrl.Result{}, nil
 	}
 	for _, c := range r.IPAM.SetPool(pool.Name, parsed) {
@@ -113,17 +114,17 @@ func (r *IPPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	pool.Status.Total, pool.Status.Allocated, pool.Status.Free = counts.Total, counts.Allocated, counts.Free
 	metrics.IPPoolFree.WithLabelValues(pool.Name).Set(float64(counts.Free))
 	if counts.Free == 0 {
-		setCondition(&pool.Status.Conditions, gen, hfv1.IPPoolExhaustedCondition, metav1.ConditionTrue, hfv1.IPPoolExhaustedReason,
+		conditions.Set(&pool.Status.Conditions, gen, hfv1.IPPoolExhaustedCondition, metav1.ConditionTrue, hfv1.IPPoolExhaustedReason,
 			fmt.Sprintf("All %d addresses are allocated; new static-address claims wait. Add addresses to spec.addresses or free some", counts.Total))
 	} else {
-		setCondition(&pool.Status.Conditions, gen, hfv1.IPPoolExhaustedCondition, metav1.ConditionFalse, hfv1.ReadyReason,
+		conditions.Set(&pool.Status.Conditions, gen, hfv1.IPPoolExhaustedCondition, metav1.ConditionFalse, hfv1.ReadyReason,
 			fmt.Sprintf("%d of %d addresses free", counts.Free, counts.Total))
 	}
 	msg := fmt.Sprintf("%d of %d addresses allocated", counts.Allocated, counts.Total)
 	if len(parsed.Warnings) > 0 {
 		msg += "; warnings: " + fmt.Sprint(parsed.Warnings)
 	}
-	setCondition(&pool.Status.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
+	conditions.Set(&pool.Status.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
 	return ctrl.Result{}, nil
 }
 
@@ -207,7 +208,7 @@ func (r *MachineClaimReconciler) staticAddress(ctx context.Context, claim *hfv1.
 }
 
 func (r *MachineClaimReconciler) waitForAddress(claim *hfv1.MachineClaim, reason, msg string) error {
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
+	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
 	return errAddressWait
 }
 

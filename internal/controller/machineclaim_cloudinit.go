@@ -2,17 +2,13 @@ package controller
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
-
-// errRender marks cloud-init the user's template cannot render: a
-// configuration error, not a hypervisor one.
-var errRender = errors.New("render cloud-init")
 
 // claimCloudInit renders the NoCloud data of a claim's VM when the provider
 // delivers it: the template's cloud-init, the operator's per-VM values and
@@ -24,13 +20,13 @@ type claimCloudInit struct {
 	claim   *hfv1.MachineClaim
 	tmpl    *hfv1.HypervisorMachineTemplate
 	cluster *hfv1.HypervisorCluster
-	addr    staticAddr
+	addr    vmspec.StaticAddr
 }
 
 // Render implements provider.CloudInitSource.
 func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error) {
-	vars := claimVars(c.r.Workloads, c.claim, c.tmpl, c.cluster, c.addr)
-	if err := setAgentVars(c.r.Workloads, c.tmpl, c.r.Agent, &vars); err != nil {
+	vars := vmspec.ClaimVars(c.r.Workloads, c.claim, c.tmpl, c.cluster, c.addr)
+	if err := vmspec.SetAgentVars(c.r.Workloads, c.tmpl, c.r.Agent, &vars); err != nil {
 		// The template is not Ready in this case; only a claim that passed
 		// before an operator restart without the agent server gets here.
 		return provider.CloudInit{}, provider.Errorf(provider.ClassConfiguration, string(hfv1.AgentUnavailableReason), "HypervisorMachineTemplate %s: %w", c.tmpl.Name, err)
@@ -40,10 +36,10 @@ func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error)
 			return provider.CloudInit{}, provider.Errorf(provider.ClassTransient, string(hfv1.SPIREUnavailableReason), "the VM's SPIFFE identity: %w", err)
 		}
 	}
-	vars.PowerOffNotify = c.r.Notices.notifyFor(c.claim)
+	vars.PowerOffNotify = c.r.Notices.NotifyFor(c.claim)
 	// Render check first: a credential is issued only for a cloud-init
 	// that renders, so a broken template never costs one.
-	if err := checkRender(c.r.Workloads, c.tmpl, vars); err != nil {
+	if err := vmspec.CheckRender(c.r.Workloads, c.tmpl, vars); err != nil {
 		return provider.CloudInit{}, err
 	}
 	if b := c.r.Bootstrap; b != nil {
@@ -51,17 +47,9 @@ func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error)
 			return provider.CloudInit{}, fmt.Errorf("workload bootstrap data: %w", err)
 		}
 	}
-	out, err := cloudinit.Render(cloudInitInput(c.tmpl, vars))
+	out, err := cloudinit.Render(vmspec.Input(c.tmpl, vars))
 	if err != nil {
-		return provider.CloudInit{}, fmt.Errorf("%w of HypervisorMachineTemplate %s: %w", errRender, c.tmpl.Name, err)
+		return provider.CloudInit{}, fmt.Errorf("%w of HypervisorMachineTemplate %s: %w", vmspec.ErrRender, c.tmpl.Name, err)
 	}
 	return provider.CloudInit{UserData: out.UserData, MetaData: out.MetaData, NetworkConfig: out.NetworkConfig}, nil
-}
-
-func cloudInitInput(tmpl *hfv1.HypervisorMachineTemplate, vars cloudinit.Vars) cloudinit.Input {
-	in := cloudinit.Input{Vars: vars}
-	if ci := tmpl.Spec.CloudInit; ci != nil {
-		in.UserData, in.NetworkData, in.MetaData = ci.UserData, ci.NetworkData, ci.MetaData
-	}
-	return in
 }

@@ -27,11 +27,15 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cachelag"
 	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
+	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/internal/poweroff"
 	"github.com/hyperfleet/hyperfleet/internal/stuck"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -88,7 +92,7 @@ type MachineClaimReconciler struct {
 	Workloads *workload.Backends
 	// Agent finds the agent binaries the operator serves (templates with
 	// agentSource Operator); nil when it serves none.
-	Agent AgentLocator
+	Agent vmspec.AgentLocator
 	// Identity holds the clusters' SPIRE servers and Issuer issues VMs'
 	// identities on them (templates with attestation join-token); nil
 	// Issuer: such templates are refused.
@@ -107,7 +111,7 @@ type MachineClaimReconciler struct {
 	ClaimEvents <-chan event.GenericEvent
 	// Runners are the latest runner observations of the RunnerPool resync;
 	// nil when nothing observes runners.
-	Runners *RunnerObservations
+	Runners *claimrunner.Observations
 	// MaxConcurrentReconciles bounds parallel reconciles (default 16):
 	// reconciles never wait for the hypervisor, so they are short.
 	MaxConcurrentReconciles int
@@ -124,7 +128,7 @@ type MachineClaimReconciler struct {
 	Transitions *hypervisors.Transitions
 	// Notices gives VMs the URL and token of their power-off notice; nil
 	// gives none.
-	Notices *PowerOffNotices
+	Notices *poweroff.Notices
 
 	// stuckClaims reports stuck claims and counts them by phase.
 	stuckClaims stuck.Detector
@@ -244,7 +248,7 @@ func (r *MachineClaimReconciler) ensureMetadata(ctx context.Context, s *claimSco
 func (r *MachineClaimReconciler) refuseUnsupported(_ context.Context, s *claimScope) (ctrl.Result, bool, error) {
 	claim := s.claim
 	if ref := claimRefusal(r.Workloads, claim); ref != nil && claim.Status.VMRef == nil {
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, ref.reason, ref.message)
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, ref.reason, ref.message)
 		return ctrl.Result{}, false, nil
 	}
 	return ctrl.Result{}, true, nil

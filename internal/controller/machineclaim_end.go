@@ -13,6 +13,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
 	"github.com/hyperfleet/hyperfleet/internal/claimvm"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 )
 
@@ -45,11 +46,11 @@ func (r *MachineClaimReconciler) beginEnd(claim *hfv1.MachineClaim, e claimEnd) 
 	}
 	claim.Status.End = &hfv1.MachineClaimEnd{
 		Reason:    e.reason,
-		Message:   truncate(e.message, 1024),
+		Message:   conditions.Truncate(e.message, 1024),
 		Failed:    e.failed,
 		StartedAt: metav1.NewTime(r.Clock.Now()),
 	}
-	claim.Status.TerminationReason = truncate(e.code+": "+e.message, 1024)
+	claim.Status.TerminationReason = conditions.Truncate(e.code+": "+e.message, 1024)
 	claimstatus.SetEnding(claim, e.condition, e.message)
 }
 
@@ -60,7 +61,7 @@ func (r *MachineClaimReconciler) fail(claim *hfv1.MachineClaim, e claimEnd) {
 	if e.condition == "" {
 		e.condition = hfv1.ConditionReason(string(e.reason.ConditionReason()))
 	}
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, e.condition, truncate(e.message, 1024))
+	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, e.condition, conditions.Truncate(e.message, 1024))
 	r.beginEnd(claim, e)
 }
 
@@ -117,8 +118,8 @@ func (r *MachineClaimReconciler) replaceCause(claim *hfv1.MachineClaim) {
 	if req == nil || claim.HasFailed() || end.Reason == req.Reason || !endedByPoolCancellation(claim) {
 		return
 	}
-	end.Reason, end.Message = req.Reason, truncate(req.Message, 1024)
-	claim.Status.TerminationReason = truncate(string(req.Reason)+": "+req.Message, 1024)
+	end.Reason, end.Message = req.Reason, conditions.Truncate(req.Message, 1024)
+	claim.Status.TerminationReason = conditions.Truncate(string(req.Reason)+": "+req.Message, 1024)
 }
 
 // endedByPoolCancellation reports whether a claim's recorded end is what

@@ -7,6 +7,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
+	"github.com/hyperfleet/hyperfleet/internal/secretref"
 )
 
 // The claim's SPIFFE identity steps are internal/claimidentity's; these
@@ -80,5 +81,15 @@ func (r *MachineClaimReconciler) poweredOff(claim *hfv1.MachineClaim, msg string
 
 // readClusterSecret reads a Secret key a cluster references.
 func (r *MachineClaimReconciler) readClusterSecret(ctx context.Context, field string, ref hfv1.SecretKeySelector) ([]byte, error) {
-	return secretValue(ctx, r.Client, field, ref.Namespace, ref.Name, ref.Key)
+	return secretref.Value(ctx, r.Client, field, ref.Namespace, ref.Name, ref.Key)
+}
+
+// BrokerEndpoint is where VMs that attest with SPIRE fetch their runner
+// credential (internal/broker, served by the agent server).
+type BrokerEndpoint interface {
+	// URL is the broker's https:// URL as VMs reach it.
+	URL() string
+	// CA is the PEM CA bundle VMs trust for it, empty for their system
+	// roots.
+	CA() string
 }

@@ -13,6 +13,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cachelag"
+	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 )
 
 // memoryWorld is a claim reconciler on a fake API client whose cache is
@@ -29,7 +30,7 @@ func memoryWorld(t *testing.T, claims ...*hfv1.MachineClaim) (*MachineClaimRecon
 		b = b.WithObjects(c)
 	}
 	c := b.Build()
-	return &MachineClaimReconciler{Client: c, Runners: NewRunnerObservations()}, c
+	return &MachineClaimReconciler{Client: c, Runners: claimrunner.NewObservations()}, c
 }
 
 // aheadOfCache makes r believe it wrote claim uid after anything the
@@ -78,7 +79,7 @@ func TestGoneClaimsAreForgotten(t *testing.T) {
 	remember := func(cl *hfv1.MachineClaim) {
 		r.backoff(cl)
 		aheadOfCache(r, cl.UID)
-		r.Runners.Set(cl.UID, RunnerObservation{Present: true})
+		r.Runners.Set(cl.UID, claimrunner.Observation{Present: true})
 		if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cl)}); err != nil {
 			t.Fatal(err)
 		}

@@ -14,9 +14,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/claimvm"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -26,7 +29,7 @@ import (
 func (r *MachineClaimReconciler) loadDependencies(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
 	claim := s.claim
 	waitFor := func(reason hfv1.ConditionReason, msg string) (ctrl.Result, bool, error) {
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
 		return ctrl.Result{RequeueAfter: waitForDependency}, false, nil
 	}
 	tmpl := &hfv1.HypervisorMachineTemplate{}
@@ -97,7 +100,7 @@ func (r *MachineClaimReconciler) connectProvider(_ context.Context, s *claimScop
 	if claim.Status.VMRef == nil {
 		msg = "New VMs are paused. " + msg
 	}
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ClusterUnavailableReason, msg)
+	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ClusterUnavailableReason, msg)
 	return ctrl.Result{RequeueAfter: waitForDependency}, false, nil
 }
 
@@ -127,17 +130,17 @@ func (r *MachineClaimReconciler) ensureAddress(ctx context.Context, s *claimScop
 // the finalizer in one write, the only one before the clone request.
 func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
 	claim, tmpl, cluster := s.claim, s.tmpl, s.cluster
-	var addr staticAddr
+	var addr vmspec.StaticAddr
 	if tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
 		ip, pool, _, err := r.staticAddress(ctx, claim, tmpl)
 		if err != nil {
 			res, err := r.provisionError(ctx, s, err)
 			return res, false, err
 		}
-		addr = staticAddr{ip: ip, pool: pool}
+		addr = vmspec.StaticAddr{IP: ip, Pool: pool}
 	}
 	ci := &claimCloudInit{r: r, claim: claim, tmpl: tmpl, cluster: cluster, addr: addr}
-	spec, err := vmSpecFor(claim, tmpl, cluster, ci)
+	spec, err := vmspec.For(claim, tmpl, cluster, ci)
 	if err != nil {
 		res, err := r.provisionError(ctx, s, err)
 		return res, false, err
@@ -173,7 +176,7 @@ func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (c
 	// the requeue only covers a coalesced event.
 	retry := claimvm.CallAgain(res.RetryAfter)
 	provisioning := func(reason hfv1.ConditionReason, def string) (ctrl.Result, bool, error) {
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, orDefault(res.Message, def))
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, orDefault(res.Message, def))
 		return ctrl.Result{RequeueAfter: retry}, false, nil
 	}
 	switch res.Phase {
@@ -187,9 +190,9 @@ func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (c
 		return provisioning(hfv1.WaitingForGuestReason, "Waiting for the guest agent")
 	case provider.PhaseRunning:
 		claim.Status.Network = networkStatus(claim, tmpl, cluster, res)
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
 			fmt.Sprintf("VM %d runs on %s/%s with addresses %s", res.Progress.VMID, cluster.Name, res.Progress.Node, strings.Join(res.Addresses, ", ")))
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
 		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "Provisioned", "VM %d is up on %s/%s", res.Progress.VMID, cluster.Name, res.Progress.Node)
 		return ctrl.Result{RequeueAfter: resyncRunning()}, false, nil
 	case provider.PhaseStopped:
@@ -270,14 +273,14 @@ func (r *MachineClaimReconciler) confirmStopped(ctx context.Context, s *claimSco
 func (r *MachineClaimReconciler) provisionError(ctx context.Context, s *claimScope, err error) (ctrl.Result, error) {
 	claim := s.claim
 	class, reason := provider.Classify(err), provider.ReasonOf(err)
-	if errors.Is(err, errRender) {
+	if errors.Is(err, vmspec.ErrRender) {
 		class, reason = provider.ClassConfiguration, "InvalidCloudInit"
 	}
-	if wait, limited := retryAfterWorkload(err, r.Clock.Now()); limited {
+	if wait, limited := claimrunner.RetryAfter(err, r.Clock.Now()); limited {
 		// The CI platform's rate limit: wait for it without counting a
 		// failure; the claim says until when.
 		metrics.ClaimErrors.WithLabelValues(string(provider.ClassResource), string(hfv1.RateLimitedReason)).Inc()
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.RateLimitedReason,
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.RateLimitedReason,
 			fmt.Sprintf("Waiting %s for the CI platform's rate limit: %v", wait.Round(time.Second), err))
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
@@ -289,7 +292,7 @@ func (r *MachineClaimReconciler) provisionError(ctx context.Context, s *claimSco
 
 	switch {
 	case errors.Is(err, provider.ErrNotOwned):
-		setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason,
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason,
 			"The VM recorded for this claim does not carry its verified ownership marker; it is never modified or destroyed: "+err.Error())
 		r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.OwnershipMismatchReason, message: msg})
 		return ctrl.Result{}, nil
@@ -298,9 +301,9 @@ func (r *MachineClaimReconciler) provisionError(ctx context.Context, s *claimSco
 		res, _, err := r.reconcileFailed(ctx, s)
 		return res, err
 	}
-	setCondition(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
+	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
 	if changed {
-		r.Recorder.Event(claim, corev1.EventTypeWarning, "FailedProvision", truncate(msg, 1024))
+		r.Recorder.Event(claim, corev1.EventTypeWarning, "FailedProvision", conditions.Truncate(msg, 1024))
 	}
 	switch class {
 	case provider.ClassConfiguration:
@@ -338,12 +341,12 @@ func (r *MachineClaimReconciler) backoff(claim *hfv1.MachineClaim) time.Duration
 
 // networkStatus is what the claim reports about its VM's network.
 func networkStatus(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, res *provider.EnsureResult) *hfv1.MachineNetworkStatus {
-	host := hostnameFor(claim, tmpl.Spec.Network.Hostname)
+	host := vmspec.Hostname(claim, tmpl.Spec.Network.Hostname)
 	st := &hfv1.MachineNetworkStatus{
 		Addresses:  res.Addresses,
 		MACAddress: res.MACAddress,
 		Hostname:   host,
-		FQDN:       fqdnFor(host, effectiveDNS(cluster, tmpl).Domain),
+		FQDN:       vmspec.FQDN(host, vmspec.DNS(cluster, tmpl).Domain),
 	}
 	if claim.Status.Network != nil {
 		st.IPAllocations = claim.Status.Network.IPAllocations

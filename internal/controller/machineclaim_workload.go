@@ -11,27 +11,18 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/poweroff"
 )
 
 // The claim's runner on its CI platform is internal/claimrunner's: what
 // the platform says about it, and removing it when the claim ends.
-
-// RunnerObservations are the latest runner observations of the RunnerPool
-// resync, which the claims read (claimrunner.Observations).
-type (
-	RunnerObservations = claimrunner.Observations
-	RunnerObservation  = claimrunner.Observation
-)
-
-// NewRunnerObservations returns an empty store.
-func NewRunnerObservations() *RunnerObservations { return claimrunner.NewObservations() }
 
 // runnerSteps is the runner service with this reconciler's dependencies and
 // backoff.
 func (r *MachineClaimReconciler) runnerSteps() *claimrunner.Service {
 	return &claimrunner.Service{Client: r.Client, Releaser: r.Bootstrap, Runners: r.Runners, Recorder: r.Recorder, Clock: r.Clock, Backoff: r.backoff,
 		Hint: func(claim *hfv1.MachineClaim, source hypervisors.HintSource, now time.Time) hypervisors.MarkOutcome {
-			return markTransition(r.Transitions, claim, source, now)
+			return poweroff.Mark(r.Transitions, claim, source, now)
 		}}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
+	"github.com/hyperfleet/hyperfleet/internal/workloads"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -36,7 +37,7 @@ func TestPoolJobReaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readers := &controller.PoolJobReaders{Client: env.Client, Providers: &controller.Workloads{Client: env.Client, Backends: githubsimtest.Backends(t, gs.Transport)}}
+	readers := &controller.PoolJobReaders{Client: env.Client, Providers: &workloads.Platforms{Client: env.Client, Backends: githubsimtest.Backends(t, gs.Transport)}}
 	ctx := context.Background()
 	reader, err := readers.JobReaderFor(ctx, types.NamespacedName{Namespace: f.namespace, Name: pool.Name})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
 
 // TestRefusals: each field the operator does not act on is refused with
@@ -128,7 +129,7 @@ func TestSamplesWorkAsWritten(t *testing.T) {
 			t.Errorf("%s is refused (%s): %s", filepath.Base(f), ref.reason, ref.message)
 		}
 	}
-	agents := systemRootsAgents{fakeAgents{"linux/x64": strings.Repeat("ab", 32), "linux/arm64": strings.Repeat("cd", 32)}}
+	agents := sampleAgents{}
 	for _, tm := range templates {
 		cluster := clusters[tm.Spec.HypervisorClusterRef.Name]
 		if cluster == nil {
@@ -141,7 +142,7 @@ func TestSamplesWorkAsWritten(t *testing.T) {
 				continue
 			}
 		}
-		if err := checkTemplateRender(ciPlatforms, tm, cluster, p, agents); err != nil {
+		if err := vmspec.CheckTemplate(ciPlatforms, tm, cluster, p, agents); err != nil {
 			t.Errorf("sample template %s does not render for a VM: %v", tm.Name, err)
 		}
 		// Every entry of the sample cluster's spec.tenancy selects the
@@ -153,10 +154,18 @@ func TestSamplesWorkAsWritten(t *testing.T) {
 	}
 }
 
-// systemRootsAgents serves agents to VMs that trust their system roots.
-type systemRootsAgents struct{ fakeAgents }
+// sampleAgents serves the agents of linux/x64 and linux/arm64 runners to
+// VMs that trust their system roots.
+type sampleAgents struct{}
 
-func (systemRootsAgents) CA() string { return "" }
+func (sampleAgents) Lookup(os, arch string) (url, sha256 string, ok bool) {
+	if os != "linux" || arch != "x64" && arch != "arm64" {
+		return "", "", false
+	}
+	return "https://agents.example.com/hf/agent/v1/hyperfleet-agent-" + os + "-" + arch, strings.Repeat("ab", 32), true
+}
+
+func (sampleAgents) CA() string { return "" }
 
 func decodeSample(t *testing.T, file string, raw []byte, into any) {
 	t.Helper()

@@ -11,6 +11,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
 
 // countingBootstrap is the bootstrap seam with a count of the credentials
@@ -62,7 +63,7 @@ func TestClaimCloudInitChecksBeforeIssuing(t *testing.T) {
 			b := &countingBootstrap{}
 			ci := &claimCloudInit{r: &MachineClaimReconciler{Bootstrap: b, Workloads: ciPlatforms}, claim: claim.DeepCopy(), tmpl: renderCheckTemplate(tc.mutate), cluster: cluster}
 			_, err := ci.Render(context.Background())
-			if !errors.Is(err, errRender) {
+			if !errors.Is(err, vmspec.ErrRender) {
 				t.Fatalf("Render error = %v, want a render error", err)
 			}
 			if !strings.Contains(err.Error(), tc.field) {
@@ -86,7 +87,8 @@ func TestClaimCloudInitChecksBeforeIssuing(t *testing.T) {
 		if !strings.Contains(string(out.UserData), "jit-issued-for-this-vm") {
 			t.Error("the VM's cloud-init does not carry the issued credential")
 		}
-		if strings.Contains(string(out.UserData), placeholderCredential) {
+		// internal/vmspec's placeholderCredential.
+		if strings.Contains(string(out.UserData), "hyperfleet-placeholder-credential") {
 			t.Error("the placeholder credential reached the VM's cloud-init")
 		}
 	})
@@ -101,68 +103,21 @@ func TestCheckTemplateRender(t *testing.T) {
 			tmpl := renderCheckTemplate(tc.mutate)
 			// The case must get past the drift hash, or it would not show
 			// that the full render is needed.
-			if _, err := templateHash(ciPlatforms, tmpl, cluster, nil, nil); err != nil {
+			if _, err := vmspec.TemplateHash(ciPlatforms, tmpl, cluster, nil, nil); err != nil {
 				t.Fatalf("the drift hash already refuses the template: %v", err)
 			}
-			err := checkTemplateRender(ciPlatforms, tmpl, cluster, nil, nil)
+			err := vmspec.CheckTemplate(ciPlatforms, tmpl, cluster, nil, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.field) {
-				t.Fatalf("checkTemplateRender = %v, want an error naming %s", err, tc.field)
+				t.Fatalf("vmspec.CheckTemplate = %v, want an error naming %s", err, tc.field)
 			}
 		})
 	}
 	for _, method := range []hfv1.BootstrapMethod{hfv1.BootstrapJITConfig, hfv1.BootstrapRunnerToken} {
 		t.Run("valid "+string(method), func(t *testing.T) {
 			tmpl := renderCheckTemplate(func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Bootstrap.Method = method })
-			if err := checkTemplateRender(ciPlatforms, tmpl, cluster, nil, nil); err != nil {
-				t.Fatalf("checkTemplateRender of a valid template: %v", err)
+			if err := vmspec.CheckTemplate(ciPlatforms, tmpl, cluster, nil, nil); err != nil {
+				t.Fatalf("vmspec.CheckTemplate of a valid template: %v", err)
 			}
 		})
-	}
-}
-
-// TestCheckTemplateRenderWithSecretStore: a template that attests on a
-// cluster whose VMs read their credential from a secrets store passes the
-// check, which renders the store (with a placeholder role and path) and no
-// broker into the agent's configuration.
-func TestCheckTemplateRenderWithSecretStore(t *testing.T) {
-	cluster := &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{SPIRE: &hfv1.SPIREConfig{
-		TrustDomain: "example.org", ServerAddress: "spire.example.org:8081",
-		SecretStore: &hfv1.SecretStoreConfig{Address: "https://vault.example.com:8200"},
-	}}}
-	tmpl := renderCheckTemplate(func(tm *hfv1.HypervisorMachineTemplate) {
-		tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationJoinToken}
-	})
-	if err := checkTemplateRender(ciPlatforms, tmpl, cluster, nil, nil); err != nil {
-		t.Fatalf("checkTemplateRender: %v", err)
-	}
-	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "placeholder", UID: placeholderClaimUID}}
-	v := withPlaceholderCredentials(ciPlatforms, claimVars(ciPlatforms, claim, tmpl, cluster, staticAddr{}), tmpl)
-	if v.SecretStore == nil || v.SecretStore.Address != "https://vault.example.com:8200" || v.SecretStore.KVMount != "secret" || v.SecretStoreRole == "" || v.BrokerURL != "" {
-		t.Fatalf("check vars: store %+v role %q brokerURL %q", v.SecretStore, v.SecretStoreRole, v.BrokerURL)
-	}
-}
-
-// TestClusterConfigCloneLimits: the operator's clone limits for a cluster
-// without spec.limits are the API's defaults (which the CRD applies to a
-// field left out of limits; api/v1alpha1's TestCloneLimitDefaults checks
-// that side).
-func TestClusterConfigCloneLimits(t *testing.T) {
-	r := &HypervisorClusterReconciler{}
-	for name, limits := range map[string]*hfv1.HypervisorLimits{"unset": nil, "empty": {}} {
-		cfg, err := r.clusterConfig(context.Background(), &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{Limits: limits}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cfg.ClonesPerNode != hfv1.DefaultClonesPerNode || cfg.ClonesPerStorage != hfv1.DefaultClonesPerStorage {
-			t.Errorf("limits %s: clones per node %d, per storage %d; want the API defaults %d and %d",
-				name, cfg.ClonesPerNode, cfg.ClonesPerStorage, hfv1.DefaultClonesPerNode, hfv1.DefaultClonesPerStorage)
-		}
-	}
-	cfg, err := r.clusterConfig(context.Background(), &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{Limits: &hfv1.HypervisorLimits{ClonesPerNode: 1, ClonesPerStorage: 7}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.ClonesPerNode != 1 || cfg.ClonesPerStorage != 7 {
-		t.Errorf("explicit limits 1 and 7 became %d and %d", cfg.ClonesPerNode, cfg.ClonesPerStorage)
 	}
 }

@@ -10,7 +10,9 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
 
 // attemptOf is what a claim tells the replacement backoff: its runner came
@@ -40,7 +42,7 @@ func attemptOf(c *hfv1.MachineClaim) (scaling.Attempt, bool) {
 	default:
 		return a, false
 	}
-	a.Failed, a.Reason = true, truncate(fmt.Sprintf("MachineClaim %s: %s", c.Name, failureOf(c)), 1000)
+	a.Failed, a.Reason = true, conditions.Truncate(fmt.Sprintf("MachineClaim %s: %s", c.Name, failureOf(c)), 1000)
 	return a, true
 }
 
@@ -123,7 +125,7 @@ func (r *RunnerPoolReconciler) observeAttempts(v *poolView) {
 	pc := v.claims
 	var attempts []scaling.Attempt
 	var ran map[string]bool
-	for _, list := range [][]*hfv1.MachineClaim{pc.starting, pc.idle, pc.busy, pc.terminating, pc.retained, pc.finished} {
+	for _, list := range [][]*hfv1.MachineClaim{pc.Starting, pc.Idle, pc.Busy, pc.Terminating, pc.Retained, pc.Finished} {
 		for _, c := range list {
 			a, ok := attemptOf(c)
 			if !ok {
@@ -136,7 +138,7 @@ func (r *RunnerPoolReconciler) observeAttempts(v *poolView) {
 					ran = runnersWithJobs(v.jobs)
 				}
 				switch decided := a.At.Add(jobRecordGrace); {
-				case ran[claimRunnerName(r.Workloads, c, v.tmpl)]:
+				case ran[vmspec.RunnerName(r.Workloads, c, v.tmpl)]:
 					a.Failed, a.Reason = false, ""
 				case v.now.Before(decided):
 					v.undecided[c.UID] = true
@@ -158,7 +160,7 @@ func (r *RunnerPoolReconciler) observeAttempts(v *poolView) {
 		if state.Failures > 0 {
 			msg = fmt.Sprintf("%d claims in a row failed before their runner came online (backoff from %d); last: %s", state.Failures, r.Backoff.Threshold, state.LastFailure)
 		}
-		setCondition(conds, v.pool.Generation, hfv1.RunnerPoolReplacementBackoffCondition, metav1.ConditionFalse, hfv1.NoRecentFailuresReason, msg)
+		conditions.Set(conds, v.pool.Generation, hfv1.RunnerPoolReplacementBackoffCondition, metav1.ConditionFalse, hfv1.NoRecentFailuresReason, msg)
 		return
 	}
 	msg := fmt.Sprintf("%d claims in a row failed before their runner came online; the last at %s: %s. Next replacement at %s, one at a time (the wait starts at %s and doubles per failure up to %s); a claim whose runner comes online resets this",
@@ -166,7 +168,7 @@ func (r *RunnerPoolReconciler) observeAttempts(v *poolView) {
 	if old := hfv1.FindCondition(*conds, hfv1.RunnerPoolReplacementBackoffCondition); old == nil || old.Status != metav1.ConditionTrue {
 		r.Recorder.Event(v.pool, corev1.EventTypeWarning, string(hfv1.RunnerPoolReplacementBackoffCondition), msg)
 	}
-	setCondition(conds, v.pool.Generation, hfv1.RunnerPoolReplacementBackoffCondition, metav1.ConditionTrue, hfv1.ConsecutiveFailuresReason, msg)
+	conditions.Set(conds, v.pool.Generation, hfv1.RunnerPoolReplacementBackoffCondition, metav1.ConditionTrue, hfv1.ConsecutiveFailuresReason, msg)
 }
 
 // allowedCreations bounds the claims this pass may create: all of want
@@ -192,7 +194,7 @@ func (r *RunnerPoolReconciler) allowedCreations(v *poolView, want int) int {
 		v.backoffHeld = want
 		return 0
 	}
-	if v.remaining(v.claims.starting) > 0 {
+	if v.remaining(v.claims.Starting) > 0 {
 		v.backoffHeld = want
 		return 0
 	}

@@ -10,7 +10,9 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/poolclaims"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
 
 func TestAttemptOf(t *testing.T) {
@@ -112,11 +114,11 @@ func TestShortJobIsNotABackoffFailure(t *testing.T) {
 		c.Status.TerminationReason = "VMPoweredOff: powered off before it was ready"
 	}
 	ran, silent := unitClaim("ran", 0, poweredOff), unitClaim("silent", 0, poweredOff)
-	job := &hfv1.CIJob{Status: hfv1.CIJobStatus{RunnerName: claimRunnerName(ciPlatforms, &ran, tmpl)}}
+	job := &hfv1.CIJob{Status: hfv1.CIJobStatus{RunnerName: vmspec.RunnerName(ciPlatforms, &ran, tmpl)}}
 	pool := &hfv1.RunnerPool{}
 	pass := func(now time.Time) *poolView {
 		v := &poolView{pool: pool, tmpl: tmpl, now: now, undecided: map[types.UID]bool{},
-			claims: &poolClaims{finished: []*hfv1.MachineClaim{&ran, &silent}}, jobs: map[int64]*hfv1.CIJob{1: job}}
+			claims: &poolclaims.Claims{Finished: []*hfv1.MachineClaim{&ran, &silent}}, jobs: map[int64]*hfv1.CIJob{1: job}}
 		r.observeAttempts(v)
 		return v
 	}

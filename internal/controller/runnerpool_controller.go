@@ -24,8 +24,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
+	"github.com/hyperfleet/hyperfleet/internal/poolclaims"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -69,7 +72,7 @@ type RunnerPoolReconciler struct {
 	// spec.workload.
 	Workloads *workload.Backends
 
-	expect expectations
+	expect poolclaims.Expectations
 }
 
 // SetupWithManager registers the controller.
@@ -132,7 +135,7 @@ type poolView struct {
 	pool     *hfv1.RunnerPool
 	tmpl     *hfv1.HypervisorMachineTemplate // nil when missing
 	hash     string
-	claims   *poolClaims
+	claims   *poolclaims.Claims
 	pending  []*hfv1.CIJob
 	jobs     map[int64]*hfv1.CIJob // by job id
 	now      time.Time
@@ -181,7 +184,7 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err := r.Client.List(ctx, &claimList, client.InNamespace(pool.Namespace), client.MatchingFields{claimPoolIndex: pool.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list claims of pool: %w", err)
 	}
-	if !r.expect.satisfied(req.NamespacedName, claimList.Items, now) {
+	if !r.expect.Satisfied(req.NamespacedName, claimList.Items, now) {
 		// The cache has not caught up with this pool's own writes yet:
 		// deciding now could create or remove twice.
 		return ctrl.Result{RequeueAfter: 250 * time.Millisecond}, nil
@@ -242,7 +245,7 @@ func (r *RunnerPoolReconciler) load(ctx context.Context, v *poolView, claims []h
 			owned = append(owned, *c)
 		}
 	}
-	v.claims = classifyClaims(owned, v.hash, retainsFailed(pool))
+	v.claims = poolclaims.Classify(owned, v.hash, retainsFailed(pool))
 
 	var jobs hfv1.CIJobList
 	if err := r.Client.List(ctx, &jobs, client.InNamespace(pool.Namespace), client.MatchingFields{jobPoolIndex: pool.Name}); err != nil {
@@ -256,7 +259,7 @@ func (r *RunnerPoolReconciler) load(ctx context.Context, v *poolView, claims []h
 			v.pending = append(v.pending, j)
 		}
 	}
-	for _, c := range v.claims.starting {
+	for _, c := range v.claims.Starting {
 		if cond := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimProvisionedCondition); cond != nil && cond.Status == metav1.ConditionFalse {
 			switch cond.Reason {
 			case string(hfv1.IPPoolExhaustedReason), string(hfv1.RateLimitedReason), string(hfv1.ClusterUnavailableReason), string(hfv1.NamespaceNotAllowedReason), string(hfv1.TemplateNotReadyReason),
@@ -298,11 +301,11 @@ func (v *poolView) templateReady() (bool, string) {
 
 // enforceLifecycle ends the claims that reached a lifecycle limit.
 func (r *RunnerPoolReconciler) enforceLifecycle(ctx context.Context, v *poolView) error {
-	limits := poolLimits(v.pool)
+	limits := poolclaims.Limits(v.pool)
 	check := func(list []*hfv1.MachineClaim) ([]*hfv1.MachineClaim, error) {
 		keep := list[:0:0]
 		for _, c := range list {
-			reached, next := scaling.Expired(claimTimes(c), limits, v.now)
+			reached, next := scaling.Expired(poolclaims.Times(c), limits, v.now)
 			if reached.Reason == "" {
 				keep = append(keep, c)
 				if !next.At.IsZero() {
@@ -322,20 +325,20 @@ func (r *RunnerPoolReconciler) enforceLifecycle(ctx context.Context, v *poolView
 	}
 	var err error
 	pc := v.claims
-	if pc.starting, err = check(pc.starting); err != nil {
+	if pc.Starting, err = check(pc.Starting); err != nil {
 		return err
 	}
-	if pc.idle, err = check(pc.idle); err != nil {
+	if pc.Idle, err = check(pc.Idle); err != nil {
 		return err
 	}
-	pc.busy, err = check(pc.busy)
+	pc.Busy, err = check(pc.Busy)
 	return err
 }
 
 // endForLimit ends one claim that reached a limit; false when it must
 // wait (a hard limit whose job could not be cancelled yet).
 func (r *RunnerPoolReconciler) endForLimit(ctx context.Context, v *poolView, c *hfv1.MachineClaim, e scaling.Expiry) (bool, error) {
-	limits := poolLimits(v.pool)
+	limits := poolclaims.Limits(v.pool)
 	var msg string
 	switch e.Reason {
 	case scaling.BootstrapTimeout:
@@ -378,7 +381,7 @@ func (r *RunnerPoolReconciler) cancelJob(ctx context.Context, v *poolView, c *hf
 			job.Spec.RunID, job.Spec.Repository, job.Spec.JobID, st.RunnerName, c.Name)
 		return true, nil
 	}
-	if wait, limited := retryAfterWorkload(err, v.now); limited {
+	if wait, limited := claimrunner.RetryAfter(err, v.now); limited {
 		v.wake(wait)
 		return false, nil
 	}
@@ -395,7 +398,7 @@ func (r *RunnerPoolReconciler) endClaim(ctx context.Context, v *poolView, c *hfv
 	if err := r.requestEnd(ctx, c, reason, msg, false); err != nil {
 		return fmt.Errorf("end MachineClaim %s (%s): %w", c.Name, reason, err)
 	}
-	r.expect.ended(client.ObjectKeyFromObject(v.pool), c.UID, r.Clock.Now())
+	r.expect.Ended(client.ObjectKeyFromObject(v.pool), c.UID, r.Clock.Now())
 	v.removed[reason]++
 	v.ended[c.UID] = true
 	metrics.PoolScalingActions.WithLabelValues(v.pool.Namespace, v.pool.Name, "remove", string(reason)).Inc()
@@ -409,7 +412,7 @@ func (r *RunnerPoolReconciler) failClaim(ctx context.Context, v *poolView, c *hf
 	if err := r.requestEnd(ctx, c, reason, msg, true); err != nil {
 		return err
 	}
-	r.expect.ended(client.ObjectKeyFromObject(v.pool), c.UID, r.Clock.Now())
+	r.expect.Ended(client.ObjectKeyFromObject(v.pool), c.UID, r.Clock.Now())
 	v.removed[reason]++
 	v.ended[c.UID] = true
 	metrics.PoolScalingActions.WithLabelValues(v.pool.Namespace, v.pool.Name, "remove", string(reason)).Inc()
@@ -426,7 +429,7 @@ func (r *RunnerPoolReconciler) requestEnd(ctx context.Context, c *hfv1.MachineCl
 		return nil
 	}
 	h := patch.NewHelper(r.Client, c)
-	c.Spec.End = &hfv1.MachineClaimEndRequest{Reason: reason, Message: truncate(msg, 1024), Fail: fail, RequestedAt: metav1.NewTime(r.Clock.Now())}
+	c.Spec.End = &hfv1.MachineClaimEndRequest{Reason: reason, Message: conditions.Truncate(msg, 1024), Fail: fail, RequestedAt: metav1.NewTime(r.Clock.Now())}
 	return h.PatchMetadata(ctx, c)
 }
 
@@ -435,15 +438,15 @@ func (r *RunnerPoolReconciler) requestEnd(ctx context.Context, c *hfv1.MachineCl
 func (r *RunnerPoolReconciler) scale(ctx context.Context, v *poolView) (scaling.Decision, error) {
 	pool, pc := v.pool, v.claims
 	var staleStarting, freshStarting, staleIdle, freshIdle []*hfv1.MachineClaim
-	for _, c := range pc.starting {
-		if pc.stale[c.UID] {
+	for _, c := range pc.Starting {
+		if pc.Stale[c.UID] {
 			staleStarting = append(staleStarting, c)
 		} else {
 			freshStarting = append(freshStarting, c)
 		}
 	}
-	for _, c := range pc.idle {
-		if pc.stale[c.UID] {
+	for _, c := range pc.Idle {
+		if pc.Stale[c.UID] {
 			staleIdle = append(staleIdle, c)
 		} else {
 			freshIdle = append(freshIdle, c)
@@ -452,8 +455,8 @@ func (r *RunnerPoolReconciler) scale(ctx context.Context, v *poolView) (scaling.
 	in := scaling.Input{
 		MinReplicas: int(pool.Spec.Scaling.MinReplicas), MaxReplicas: int(pool.Spec.Scaling.MaxReplicas),
 		Pending: len(v.pending), Starting: len(freshStarting), StaleStarting: len(staleStarting),
-		Idle: len(freshIdle), StaleIdle: len(staleIdle), Busy: len(pc.busy),
-		Terminating: len(pc.terminating) + v.removedCount(), Retained: len(pc.retained),
+		Idle: len(freshIdle), StaleIdle: len(staleIdle), Busy: len(pc.Busy),
+		Terminating: len(pc.Terminating) + v.removedCount(), Retained: len(pc.Retained),
 		Now: v.now,
 	}
 	if pool.Spec.Scaling.MinIdle != nil {
@@ -543,7 +546,7 @@ func (r *RunnerPoolReconciler) createClaim(ctx context.Context, v *poolView) err
 	if err := r.Client.Create(ctx, claim); err != nil {
 		return fmt.Errorf("create MachineClaim for RunnerPool %s: %w", pool.Name, err)
 	}
-	r.expect.created(client.ObjectKeyFromObject(pool), claim.Name, r.Clock.Now())
+	r.expect.Created(client.ObjectKeyFromObject(pool), claim.Name, r.Clock.Now())
 	v.created++
 	metrics.PoolScalingActions.WithLabelValues(pool.Namespace, pool.Name, "create", "").Inc()
 	return nil
@@ -566,13 +569,13 @@ func templateClaimMetadata(tmpl *hfv1.HypervisorMachineTemplate) (labels, annota
 // claims beyond history.
 func (r *RunnerPoolReconciler) prune(ctx context.Context, v *poolView) error {
 	pool, pc := v.pool, v.claims
-	if f := pool.Spec.Lifecycle.FailedRetention; len(pc.retained) > 0 {
+	if f := pool.Spec.Lifecycle.FailedRetention; len(pc.Retained) > 0 {
 		maxKept, ttl := 0, failedRetentionTTL(pool)
 		if f != nil {
 			maxKept = int(f.MaxRetained)
 		}
-		excess := len(pc.retained) - maxKept
-		for i, c := range pc.retained { // oldest first
+		excess := len(pc.Retained) - maxKept
+		for i, c := range pc.Retained { // oldest first
 			until := failedAt(c).Add(ttl)
 			if i < excess || !v.now.Before(until) {
 				msg := fmt.Sprintf("failed VM kept for debugging past spec.lifecycle.failedRetention (ttl %s, at most %d)", ttl, maxKept)
@@ -584,7 +587,7 @@ func (r *RunnerPoolReconciler) prune(ctx context.Context, v *poolView) error {
 			v.wake(until.Sub(v.now))
 		}
 	}
-	if len(pc.finished) > 0 {
+	if len(pc.Finished) > 0 {
 		limit, ttl := 0, 24*time.Hour
 		if h := pool.Spec.Lifecycle.History; h != nil {
 			limit = int(h.Limit)
@@ -592,8 +595,8 @@ func (r *RunnerPoolReconciler) prune(ctx context.Context, v *poolView) error {
 				ttl = h.TTL.Duration
 			}
 		}
-		excess := len(pc.finished) - limit
-		for i, c := range pc.finished {
+		excess := len(pc.Finished) - limit
+		for i, c := range pc.Finished {
 			if v.undecided[c.UID] {
 				// observeAttempts woke the pool for when it is decided.
 				continue
@@ -603,7 +606,7 @@ func (r *RunnerPoolReconciler) prune(ctx context.Context, v *poolView) error {
 				if err := r.Client.Delete(ctx, c); err != nil && !apierrors.IsNotFound(err) {
 					return fmt.Errorf("delete finished MachineClaim %s: %w", c.Name, err)
 				}
-				r.expect.ended(client.ObjectKeyFromObject(pool), c.UID, r.Clock.Now())
+				r.expect.Ended(client.ObjectKeyFromObject(pool), c.UID, r.Clock.Now())
 				continue
 			}
 			v.wake(until.Sub(v.now))
@@ -614,7 +617,7 @@ func (r *RunnerPoolReconciler) prune(ctx context.Context, v *poolView) error {
 
 // deleteWithReason deletes a retained failed claim (its VM goes with it).
 func (r *RunnerPoolReconciler) deleteWithReason(ctx context.Context, v *poolView, c *hfv1.MachineClaim, msg string) error {
-	r.expect.ended(client.ObjectKeyFromObject(v.pool), c.UID, r.Clock.Now())
+	r.expect.Ended(client.ObjectKeyFromObject(v.pool), c.UID, r.Clock.Now())
 	if err := r.Client.Delete(ctx, c); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete retained MachineClaim %s: %w", c.Name, err)
 	}
@@ -663,7 +666,7 @@ func (r *RunnerPoolReconciler) collectJobs(ctx context.Context, v *poolView) err
 // forgetPool cleans up after a deleted pool: its demand records and its
 // metrics (its claims are garbage-collected through their owner reference).
 func (r *RunnerPoolReconciler) forgetPool(ctx context.Context, key types.NamespacedName) error {
-	r.expect.forget(key)
+	r.expect.Forget(key)
 	metrics.ForgetPool(key.Namespace, key.Name)
 	err := r.Client.DeleteAllOf(ctx, &hfv1.CIJob{}, client.InNamespace(key.Namespace),
 		client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(labels.Set{hfv1.RunnerPoolLabel: key.Name})})
@@ -679,20 +682,20 @@ func (r *RunnerPoolReconciler) updateStatus(v *poolView, d scaling.Decision) {
 	st := &pool.Status
 	gen := pool.Generation
 	stale := 0
-	for uid := range pc.stale {
+	for uid := range pc.Stale {
 		if !v.ended[uid] {
 			stale++
 		}
 	}
-	starting, idle, busy := v.remaining(pc.starting)+v.created, v.remaining(pc.idle), v.remaining(pc.busy)
+	starting, idle, busy := v.remaining(pc.Starting)+v.created, v.remaining(pc.Idle), v.remaining(pc.Busy)
 	st.Replicas = int32(starting + idle + busy)
 	st.DesiredReplicas = int32(d.Desired)
 	st.StartingReplicas = int32(starting)
 	st.IdleReplicas = int32(idle)
 	st.BusyReplicas = int32(busy)
 	st.ReadyReplicas = int32(idle + busy)
-	st.TerminatingReplicas = int32(len(pc.terminating) + v.removedCount() + v.released)
-	st.RetainedReplicas = int32(len(pc.retained) - v.released)
+	st.TerminatingReplicas = int32(len(pc.Terminating) + v.removedCount() + v.released)
+	st.RetainedReplicas = int32(len(pc.Retained) - v.released)
 	st.StaleReplicas = int32(stale)
 	st.PendingJobs = int32(len(v.pending))
 	st.TemplateHash = v.hash
@@ -708,9 +711,9 @@ func (r *RunnerPoolReconciler) updateStatus(v *poolView, d scaling.Decision) {
 
 	// Ready: the pool can make VMs.
 	if ok, reason, msg := v.canBuild(); !ok {
-		setCondition(&st.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
+		conditions.Set(&st.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
 	} else {
-		setCondition(&st.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason,
+		conditions.Set(&st.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason,
 			fmt.Sprintf("Serving %s jobs with template %s", pool.Spec.Workload.Type, v.tmpl.Name))
 	}
 
@@ -719,20 +722,20 @@ func (r *RunnerPoolReconciler) updateStatus(v *poolView, d scaling.Decision) {
 		r.Recorder.Eventf(pool, corev1.EventTypeNormal, string(hfv1.ReplacingStaleReason), "Replacing %d VMs built from an older template (now %s); busy ones are replaced after their job", n, shortHash(v.hash))
 	}
 	if n := v.removed[scaling.ScaledDown]; n > 0 {
-		r.Recorder.Eventf(pool, corev1.EventTypeNormal, "ScaledDown", "Removing %d idle VMs: desired %d (%d pending jobs, %d busy)", n, d.Desired, len(v.pending), len(pc.busy))
+		r.Recorder.Eventf(pool, corev1.EventTypeNormal, "ScaledDown", "Removing %d idle VMs: desired %d (%d pending jobs, %d busy)", n, d.Desired, len(v.pending), len(pc.Busy))
 	}
 	switch {
 	case v.created > 0:
 		msg := fmt.Sprintf("Creating %d VMs: %d pending jobs, %d busy, %d idle, %d starting; desired %d (min %d, max %d, minIdle %d)",
-			v.created, len(v.pending), len(pc.busy), len(pc.idle), len(pc.starting), d.Desired, pool.Spec.Scaling.MinReplicas, pool.Spec.Scaling.MaxReplicas, ptrOr(pool.Spec.Scaling.MinIdle, 0))
-		setCondition(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.DemandIncreasedReason, msg)
+			v.created, len(v.pending), len(pc.Busy), len(pc.Idle), len(pc.Starting), d.Desired, pool.Spec.Scaling.MinReplicas, pool.Spec.Scaling.MaxReplicas, ptrOr(pool.Spec.Scaling.MinIdle, 0))
+		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.DemandIncreasedReason, msg)
 		r.Recorder.Event(pool, corev1.EventTypeNormal, "ScaledUp", msg)
 	case v.removed[scaling.DriftReplaced] > 0:
 		msg := fmt.Sprintf("Replacing %d VMs built from an older template (now %s); busy ones are replaced after their job", v.removed[scaling.DriftReplaced], shortHash(v.hash))
-		setCondition(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.ReplacingStaleReason, msg)
+		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.ReplacingStaleReason, msg)
 	case v.removed[scaling.ScaledDown] > 0:
-		msg := fmt.Sprintf("Removing %d idle VMs: desired %d (%d pending jobs, %d busy)", v.removed[scaling.ScaledDown], d.Desired, len(v.pending), len(pc.busy))
-		setCondition(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.DemandDecreasedReason, msg)
+		msg := fmt.Sprintf("Removing %d idle VMs: desired %d (%d pending jobs, %d busy)", v.removed[scaling.ScaledDown], d.Desired, len(v.pending), len(pc.Busy))
+		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.DemandDecreasedReason, msg)
 	case int(st.Replicas) != d.Desired:
 		reason, msg := hfv1.DemandIncreasedReason, fmt.Sprintf("Moving from %d to %d VMs", st.Replicas, d.Desired)
 		if int(st.Replicas) > d.Desired {
@@ -741,10 +744,10 @@ func (r *RunnerPoolReconciler) updateStatus(v *poolView, d scaling.Decision) {
 				msg += fmt.Sprintf("; idle VMs are removed at %s (spec.scaling.scaleDownDelay)", d.ScaleDownAt.UTC().Format(time.RFC3339))
 			}
 		}
-		setCondition(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, reason, msg)
+		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, reason, msg)
 	default:
-		setCondition(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionFalse, hfv1.StableReason,
-			fmt.Sprintf("%d VMs for %d pending jobs and %d busy runners", st.Replicas, len(v.pending), len(pc.busy)))
+		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionFalse, hfv1.StableReason,
+			fmt.Sprintf("%d VMs for %d pending jobs and %d busy runners", st.Replicas, len(v.pending), len(pc.Busy)))
 	}
 	for _, reason := range []scaling.Reason{scaling.IdleTimeout, scaling.JobTimeout, scaling.MaxLifetime} {
 		if n := v.removed[reason]; n > 0 {
@@ -774,7 +777,7 @@ func (r *RunnerPoolReconciler) setCapacity(v *poolView, d scaling.Decision) {
 		if old == nil || old.Status != metav1.ConditionFalse || old.Reason != reason {
 			r.Recorder.Event(pool, corev1.EventTypeWarning, reason, msg)
 		}
-		setCondition(&st.Conditions, gen, hfv1.RunnerPoolCapacityCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
+		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolCapacityCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
 	}
 	if v.refused != nil {
 		set(string(v.refused.reason), "No new VMs: "+v.refused.message)
@@ -812,13 +815,13 @@ func (r *RunnerPoolReconciler) setCapacity(v *poolView, d scaling.Decision) {
 	switch d.Limit {
 	case scaling.AtMaxReplicas:
 		set(string(hfv1.AtMaxReplicasReason), fmt.Sprintf("Demand needs more than spec.scaling.maxReplicas (%d) allows: %d pending jobs, %d busy, %d failed VMs retained; raise maxReplicas or wait",
-			pool.Spec.Scaling.MaxReplicas, len(v.pending), len(v.claims.busy), len(v.claims.retained)))
+			pool.Spec.Scaling.MaxReplicas, len(v.pending), len(v.claims.Busy), len(v.claims.Retained)))
 		return
 	case scaling.WaitingForTermination:
-		set(string(hfv1.WaitingForTerminationReason), fmt.Sprintf("%d VMs are still being destroyed and hold room under maxReplicas (%d)", len(v.claims.terminating)+v.removedCount(), pool.Spec.Scaling.MaxReplicas))
+		set(string(hfv1.WaitingForTerminationReason), fmt.Sprintf("%d VMs are still being destroyed and hold room under maxReplicas (%d)", len(v.claims.Terminating)+v.removedCount(), pool.Spec.Scaling.MaxReplicas))
 		return
 	}
-	setCondition(&st.Conditions, gen, hfv1.RunnerPoolCapacityCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The pool can serve its demand")
+	conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolCapacityCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The pool can serve its demand")
 }
 
 func ptrOr(p *int32, def int32) int32 {

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
@@ -53,7 +54,7 @@ type PoolResync struct {
 	Backends *workload.Backends
 	Router   *demand.Router
 	Recorder *demand.Recorder
-	Runners  *RunnerObservations
+	Runners  *claimrunner.Observations
 	Events   record.EventRecorder
 	Clock    clock.PassiveClock
 	// ClaimEvents and PoolEvents wake claims whose runner changed and the
@@ -264,7 +265,7 @@ func (s *PoolResync) observeRunners(ctx context.Context, pool *hfv1.RunnerPool, 
 			continue
 		}
 		r, present := byName[st.RunnerName]
-		obs := RunnerObservation{Present: present, State: r.State, At: now}
+		obs := claimrunner.Observation{Present: present, State: r.State, At: now}
 		if s.Runners.Set(c.UID, obs) && s.ClaimEvents != nil {
 			select {
 			case s.ClaimEvents <- event.GenericEvent{Object: c}:

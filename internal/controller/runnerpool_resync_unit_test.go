@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -67,7 +68,7 @@ func TestResyncSkipsRecordedQueuedJobs(t *testing.T) {
 			},
 		}).Build()
 	clk := clocktesting.NewFakeClock(unitEpoch.Add(time.Minute))
-	s := &PoolResync{Client: c, Recorder: demand.NewRecorder(c, nil, clk), Runners: NewRunnerObservations(), Clock: clk}
+	s := &PoolResync{Client: c, Recorder: demand.NewRecorder(c, nil, clk), Runners: claimrunner.NewObservations(), Clock: clk}
 	cands := []demand.Candidate{{Pool: types.NamespacedName{Namespace: "team", Name: "runners"}, Scope: workload.Scope{Owner: "octo-org"},
 		RunnerLabels: []string{"self-hosted"}, Verified: true}}
 	// One job already recorded (its webhook arrived), and the repository

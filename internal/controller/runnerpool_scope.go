@@ -12,7 +12,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
+	"github.com/hyperfleet/hyperfleet/internal/secretref"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -109,7 +112,7 @@ func verificationMatches(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemp
 
 func (r *RunnerPoolReconciler) scopeVerified(v *poolView, scope workload.Scope) {
 	v.scopeVerified = true
-	setCondition(&v.pool.Status.Conditions, v.pool.Generation, hfv1.RunnerPoolScopeVerifiedCondition, metav1.ConditionTrue, hfv1.ScopeVerifiedReason,
+	conditions.Set(&v.pool.Status.Conditions, v.pool.Generation, hfv1.RunnerPoolScopeVerifiedCondition, metav1.ConditionTrue, hfv1.ScopeVerifiedReason,
 		fmt.Sprintf("The credentials of HypervisorMachineTemplate %s manage runners in %s", v.tmpl.Name, scope))
 }
 
@@ -121,14 +124,14 @@ func (r *RunnerPoolReconciler) scopeNotVerified(v *poolView, reason hfv1.Conditi
 	if old := hfv1.FindCondition(*conds, hfv1.RunnerPoolScopeVerifiedCondition); old == nil || old.Status != metav1.ConditionFalse || old.Reason != string(reason) {
 		r.Recorder.Event(v.pool, corev1.EventTypeWarning, string(reason), msg)
 	}
-	setCondition(conds, v.pool.Generation, hfv1.RunnerPoolScopeVerifiedCondition, metav1.ConditionFalse, reason, msg)
+	conditions.Set(conds, v.pool.Generation, hfv1.RunnerPoolScopeVerifiedCondition, metav1.ConditionFalse, reason, msg)
 }
 
 // scopeCheckTransient reports whether a failed check says nothing about
 // the credentials (rate limit, platform unavailable, a read that failed),
 // and when to check again.
 func scopeCheckTransient(err error, now time.Time) (time.Duration, bool) {
-	if wait, limited := retryAfterWorkload(err, now); limited {
+	if wait, limited := claimrunner.RetryAfter(err, now); limited {
 		return max(wait, time.Second), true
 	}
 	var classified *errclass.Error
@@ -136,7 +139,7 @@ func scopeCheckTransient(err error, now time.Time) (time.Duration, bool) {
 	case errors.Is(err, workload.ErrUnavailable):
 		return scopeRetry, true
 	case errors.As(err, &classified), errors.Is(err, workload.ErrNotFound), errors.Is(err, workload.ErrUnauthorized),
-		errors.Is(err, workload.ErrInvalidRequest), errors.Is(err, errSecretMissing):
+		errors.Is(err, workload.ErrInvalidRequest), errors.Is(err, secretref.ErrMissing):
 		return 0, false
 	}
 	return scopeRetry, true

@@ -12,8 +12,8 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
+	"github.com/hyperfleet/hyperfleet/internal/poolclaims"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
-	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // unitEpoch is the reference instant of the unit tests in this file.
@@ -109,20 +109,20 @@ func withEnd(reason hfv1.EndReason, msg string) func(*hfv1.MachineClaim) {
 	}
 }
 
-// unitStateName names a poolClaimState in failure messages.
-func unitStateName(s poolClaimState) string {
+// unitStateName names a poolclaims.State in failure messages.
+func unitStateName(s poolclaims.State) string {
 	switch s {
-	case claimStarting:
+	case poolclaims.Starting:
 		return "starting"
-	case claimIdle:
+	case poolclaims.Idle:
 		return "idle"
-	case claimBusy:
+	case poolclaims.Busy:
 		return "busy"
-	case claimTerminating:
+	case poolclaims.Terminating:
 		return "terminating"
-	case claimRetained:
+	case poolclaims.Retained:
 		return "retained"
-	case claimFinished:
+	case poolclaims.Finished:
 		return "finished"
 	}
 	return "unknown"
@@ -133,39 +133,39 @@ func TestClaimStateOf(t *testing.T) {
 		name    string
 		mut     []func(*hfv1.MachineClaim)
 		retains bool
-		want    poolClaimState
+		want    poolclaims.State
 	}{
-		{name: "new claim", want: claimStarting},
-		{name: "provisioning", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimProvisioning), withVM}, want: claimStarting},
-		{name: "bootstrapped false", mut: []func(*hfv1.MachineClaim){withBootstrapped(metav1.ConditionFalse)}, want: claimStarting},
-		{name: "runner offline", mut: []func(*hfv1.MachineClaim){withRunnerState(hfv1.RunnerStateOffline)}, want: claimStarting},
-		{name: "finished", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFinished)}, want: claimFinished},
-		{name: "finished retains", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFinished), withVM}, retains: true, want: claimFinished},
-		{name: "finished while deleting", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFinished), withDeleting}, want: claimFinished},
-		{name: "failed without VM", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed)}, want: claimFinished},
-		{name: "failed without VM retains", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed)}, retains: true, want: claimFinished},
-		{name: "failed with VM retains", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed), withVM}, retains: true, want: claimRetained},
-		{name: "failed with VM", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed), withVM}, want: claimTerminating},
-		{name: "failed with VM deleting retains", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed), withVM, withDeleting}, retains: true, want: claimTerminating},
-		{name: "failed without VM deleting", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed), withDeleting}, want: claimTerminating},
-		{name: "deletion timestamp", mut: []func(*hfv1.MachineClaim){withDeleting}, want: claimTerminating},
-		{name: "deletion timestamp busy", mut: []func(*hfv1.MachineClaim){withDeleting, withJob(7)}, want: claimTerminating},
-		{name: "terminating phase", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimTerminating)}, want: claimTerminating},
-		{name: "pool fails it", mut: []func(*hfv1.MachineClaim){withEndRequest(hfv1.EndBootstrapTimeout, true), withBootstrapped(metav1.ConditionTrue)}, want: claimTerminating},
-		{name: "pool ends it", mut: []func(*hfv1.MachineClaim){withEndRequest(hfv1.EndIdleTimeout, false), withBootstrapped(metav1.ConditionTrue)}, want: claimTerminating},
-		{name: "pool ends it busy", mut: []func(*hfv1.MachineClaim){withEndRequest(hfv1.EndMaxLifetime, false), withJob(3)}, want: claimTerminating},
-		{name: "job id", mut: []func(*hfv1.MachineClaim){withJob(42)}, want: claimBusy},
-		{name: "job id bootstrapped", mut: []func(*hfv1.MachineClaim){withJob(42), withBootstrapped(metav1.ConditionTrue)}, want: claimBusy},
-		{name: "runner busy", mut: []func(*hfv1.MachineClaim){withRunnerState(hfv1.RunnerStateBusy)}, want: claimBusy},
-		{name: "runner busy ready phase", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimReady), withRunnerState(hfv1.RunnerStateBusy), withBootstrapped(metav1.ConditionTrue)}, want: claimBusy},
-		{name: "bootstrapped", mut: []func(*hfv1.MachineClaim){withBootstrapped(metav1.ConditionTrue)}, want: claimIdle},
-		{name: "bootstrapped runner idle", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimReady), withRunnerState(hfv1.RunnerStateIdle), withBootstrapped(metav1.ConditionTrue)}, want: claimIdle},
-		{name: "draining idle", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimDraining), withBootstrapped(metav1.ConditionTrue)}, want: claimIdle},
+		{name: "new claim", want: poolclaims.Starting},
+		{name: "provisioning", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimProvisioning), withVM}, want: poolclaims.Starting},
+		{name: "bootstrapped false", mut: []func(*hfv1.MachineClaim){withBootstrapped(metav1.ConditionFalse)}, want: poolclaims.Starting},
+		{name: "runner offline", mut: []func(*hfv1.MachineClaim){withRunnerState(hfv1.RunnerStateOffline)}, want: poolclaims.Starting},
+		{name: "finished", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFinished)}, want: poolclaims.Finished},
+		{name: "finished retains", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFinished), withVM}, retains: true, want: poolclaims.Finished},
+		{name: "finished while deleting", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFinished), withDeleting}, want: poolclaims.Finished},
+		{name: "failed without VM", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed)}, want: poolclaims.Finished},
+		{name: "failed without VM retains", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed)}, retains: true, want: poolclaims.Finished},
+		{name: "failed with VM retains", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed), withVM}, retains: true, want: poolclaims.Retained},
+		{name: "failed with VM", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed), withVM}, want: poolclaims.Terminating},
+		{name: "failed with VM deleting retains", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed), withVM, withDeleting}, retains: true, want: poolclaims.Terminating},
+		{name: "failed without VM deleting", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimFailed), withDeleting}, want: poolclaims.Terminating},
+		{name: "deletion timestamp", mut: []func(*hfv1.MachineClaim){withDeleting}, want: poolclaims.Terminating},
+		{name: "deletion timestamp busy", mut: []func(*hfv1.MachineClaim){withDeleting, withJob(7)}, want: poolclaims.Terminating},
+		{name: "terminating phase", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimTerminating)}, want: poolclaims.Terminating},
+		{name: "pool fails it", mut: []func(*hfv1.MachineClaim){withEndRequest(hfv1.EndBootstrapTimeout, true), withBootstrapped(metav1.ConditionTrue)}, want: poolclaims.Terminating},
+		{name: "pool ends it", mut: []func(*hfv1.MachineClaim){withEndRequest(hfv1.EndIdleTimeout, false), withBootstrapped(metav1.ConditionTrue)}, want: poolclaims.Terminating},
+		{name: "pool ends it busy", mut: []func(*hfv1.MachineClaim){withEndRequest(hfv1.EndMaxLifetime, false), withJob(3)}, want: poolclaims.Terminating},
+		{name: "job id", mut: []func(*hfv1.MachineClaim){withJob(42)}, want: poolclaims.Busy},
+		{name: "job id bootstrapped", mut: []func(*hfv1.MachineClaim){withJob(42), withBootstrapped(metav1.ConditionTrue)}, want: poolclaims.Busy},
+		{name: "runner busy", mut: []func(*hfv1.MachineClaim){withRunnerState(hfv1.RunnerStateBusy)}, want: poolclaims.Busy},
+		{name: "runner busy ready phase", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimReady), withRunnerState(hfv1.RunnerStateBusy), withBootstrapped(metav1.ConditionTrue)}, want: poolclaims.Busy},
+		{name: "bootstrapped", mut: []func(*hfv1.MachineClaim){withBootstrapped(metav1.ConditionTrue)}, want: poolclaims.Idle},
+		{name: "bootstrapped runner idle", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimReady), withRunnerState(hfv1.RunnerStateIdle), withBootstrapped(metav1.ConditionTrue)}, want: poolclaims.Idle},
+		{name: "draining idle", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimDraining), withBootstrapped(metav1.ConditionTrue)}, want: poolclaims.Idle},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := unitClaim("c", 0, tc.mut...)
-			if got := claimStateOf(&c, tc.retains); got != tc.want {
-				t.Errorf("claimStateOf(retains=%v) = %s, want %s", tc.retains, unitStateName(got), unitStateName(tc.want))
+			if got := poolclaims.StateOf(&c, tc.retains); got != tc.want {
+				t.Errorf("poolclaims.StateOf(retains=%v) = %s, want %s", tc.retains, unitStateName(got), unitStateName(tc.want))
 			}
 		})
 	}
@@ -197,36 +197,36 @@ func TestClassifyClaims(t *testing.T) {
 	}
 
 	t.Run("buckets", func(t *testing.T) {
-		pc := classifyClaims(claims, "new", true)
+		pc := poolclaims.Classify(claims, "new", true)
 		for _, b := range []struct {
 			name string
 			got  []*hfv1.MachineClaim
 			want string
 		}{
-			{"starting", pc.starting, "start-old,start-mid,start-new"},
-			{"idle", pc.idle, "idle-old,idle-new"},
-			{"busy", pc.busy, "busy-old,busy-new"},
-			{"retained", pc.retained, "ret-old,ret-new"},
-			{"finished", pc.finished, "fin-old,fin-new"},
-			{"terminating", pc.terminating, "term"},
+			{"starting", pc.Starting, "start-old,start-mid,start-new"},
+			{"idle", pc.Idle, "idle-old,idle-new"},
+			{"busy", pc.Busy, "busy-old,busy-new"},
+			{"retained", pc.Retained, "ret-old,ret-new"},
+			{"finished", pc.Finished, "fin-old,fin-new"},
+			{"terminating", pc.Terminating, "term"},
 		} {
 			if got := unitNames(b.got); got != b.want {
 				t.Errorf("%s = %q, want %q (oldest first)", b.name, got, b.want)
 			}
 		}
 		// The buckets point into the caller's slice.
-		if len(pc.starting) > 0 && pc.starting[0] != &claims[3] {
+		if len(pc.Starting) > 0 && pc.Starting[0] != &claims[3] {
 			t.Errorf("starting[0] is a copy, want a pointer into the claims slice")
 		}
 	})
 
 	t.Run("retained without retention", func(t *testing.T) {
-		pc := classifyClaims(claims, "new", false)
-		if len(pc.retained) != 0 {
-			t.Errorf("retained = %q, want none", unitNames(pc.retained))
+		pc := poolclaims.Classify(claims, "new", false)
+		if len(pc.Retained) != 0 {
+			t.Errorf("retained = %q, want none", unitNames(pc.Retained))
 		}
 		// Terminating is not sorted: compare as a set.
-		names := strings.Split(unitNames(pc.terminating), ",")
+		names := strings.Split(unitNames(pc.Terminating), ",")
 		slices.Sort(names)
 		if got, want := strings.Join(names, ","), "ret-new,ret-old,term"; got != want {
 			t.Errorf("terminating = %q, want %q", got, want)
@@ -244,20 +244,20 @@ func TestClassifyClaims(t *testing.T) {
 			{hash: "other", want: []string{"idle-new", "busy-new", "start-old", "idle-old", "busy-old"}},
 			{hash: "", want: nil},
 		} {
-			pc := classifyClaims(claims, tc.hash, true)
+			pc := poolclaims.Classify(claims, tc.hash, true)
 			want := map[types.UID]bool{}
 			for _, n := range tc.want {
 				want[types.UID("uid-"+n)] = true
 			}
-			if len(pc.stale) != len(want) {
-				t.Errorf("hash %q: %d stale claims %v, want %v", tc.hash, len(pc.stale), pc.stale, tc.want)
+			if len(pc.Stale) != len(want) {
+				t.Errorf("hash %q: %d stale claims %v, want %v", tc.hash, len(pc.Stale), pc.Stale, tc.want)
 			}
 			for uid := range want {
-				if !pc.stale[uid] {
+				if !pc.Stale[uid] {
 					t.Errorf("hash %q: %s not stale, want stale", tc.hash, uid)
 				}
 			}
-			for uid, v := range pc.stale {
+			for uid, v := range pc.Stale {
 				if !v || !want[uid] {
 					t.Errorf("hash %q: stale[%s] = %v, want absent", tc.hash, uid, v)
 				}
@@ -266,111 +266,14 @@ func TestClassifyClaims(t *testing.T) {
 	})
 
 	t.Run("empty", func(t *testing.T) {
-		pc := classifyClaims(nil, "new", true)
-		if pc.stale == nil {
+		pc := poolclaims.Classify(nil, "new", true)
+		if pc.Stale == nil {
 			t.Fatal("stale map is nil")
 		}
-		if n := len(pc.starting) + len(pc.idle) + len(pc.busy) + len(pc.terminating) + len(pc.retained) + len(pc.finished) + len(pc.stale); n != 0 {
+		if n := len(pc.Starting) + len(pc.Idle) + len(pc.Busy) + len(pc.Terminating) + len(pc.Retained) + len(pc.Finished) + len(pc.Stale); n != 0 {
 			t.Errorf("%d entries for no claims", n)
 		}
 	})
-}
-
-func TestPoolClaimTimes(t *testing.T) {
-	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: unitEpoch.Add(d)} }
-	for _, tc := range []struct {
-		name string
-		mut  func(*hfv1.MachineClaim)
-		want scaling.ClaimTimes
-	}{
-		{name: "bare", mut: func(*hfv1.MachineClaim) {}, want: scaling.ClaimTimes{Created: unitEpoch}},
-		{
-			name: "phase times without provisioning",
-			mut:  func(c *hfv1.MachineClaim) { c.Status.PhaseTimes = &hfv1.PhaseTimes{Pending: at(time.Second)} },
-			want: scaling.ClaimTimes{Created: unitEpoch},
-		},
-		{
-			name: "provisioning",
-			mut:  func(c *hfv1.MachineClaim) { c.Status.PhaseTimes = &hfv1.PhaseTimes{Provisioning: at(time.Minute)} },
-			want: scaling.ClaimTimes{Created: unitEpoch, Provisioning: unitEpoch.Add(time.Minute)},
-		},
-		{
-			name: "registered",
-			mut: func(c *hfv1.MachineClaim) {
-				c.Status.Bootstrap = &hfv1.BootstrapStatus{RegisteredAt: at(2 * time.Minute)}
-			},
-			want: scaling.ClaimTimes{Created: unitEpoch, Registered: unitEpoch.Add(2 * time.Minute)},
-		},
-		{
-			name: "job start without job id is ignored",
-			mut: func(c *hfv1.MachineClaim) {
-				c.Status.Bootstrap = &hfv1.BootstrapStatus{JobStartedAt: at(3 * time.Minute)}
-			},
-			want: scaling.ClaimTimes{Created: unitEpoch},
-		},
-		{
-			name: "job id without start",
-			mut:  func(c *hfv1.MachineClaim) { c.Status.Bootstrap = &hfv1.BootstrapStatus{JobID: 9} },
-			want: scaling.ClaimTimes{Created: unitEpoch},
-		},
-		{
-			name: "all",
-			mut: func(c *hfv1.MachineClaim) {
-				c.Status.PhaseTimes = &hfv1.PhaseTimes{Provisioning: at(time.Minute)}
-				c.Status.Bootstrap = &hfv1.BootstrapStatus{RegisteredAt: at(2 * time.Minute), JobID: 9, JobStartedAt: at(3 * time.Minute)}
-			},
-			want: scaling.ClaimTimes{
-				Created: unitEpoch, Provisioning: unitEpoch.Add(time.Minute),
-				Registered: unitEpoch.Add(2 * time.Minute), JobStarted: unitEpoch.Add(3 * time.Minute),
-			},
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := unitClaim("c", 0, tc.mut)
-			got := claimTimes(&c)
-			if !got.Created.Equal(tc.want.Created) || !got.Provisioning.Equal(tc.want.Provisioning) ||
-				!got.Registered.Equal(tc.want.Registered) || !got.JobStarted.Equal(tc.want.JobStarted) {
-				t.Errorf("claimTimes = %+v, want %+v", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestPoolLimits(t *testing.T) {
-	dur := func(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
-	for _, tc := range []struct {
-		name string
-		lc   hfv1.Lifecycle
-		want scaling.Limits
-	}{
-		{
-			name: "defaults",
-			want: scaling.Limits{BootstrapTimeout: 10 * time.Minute, IdleTimeout: 30 * time.Minute, JobTimeout: 3 * time.Hour, MaxLifetime: 6 * time.Hour},
-		},
-		{
-			name: "all set",
-			lc:   hfv1.Lifecycle{BootstrapTimeout: dur(time.Minute), IdleTimeout: dur(2 * time.Minute), JobTimeout: dur(3 * time.Minute), MaxLifetime: dur(4 * time.Minute)},
-			want: scaling.Limits{BootstrapTimeout: time.Minute, IdleTimeout: 2 * time.Minute, JobTimeout: 3 * time.Minute, MaxLifetime: 4 * time.Minute},
-		},
-		{
-			name: "some set",
-			lc:   hfv1.Lifecycle{IdleTimeout: dur(5 * time.Minute), MaxLifetime: dur(48 * time.Hour)},
-			want: scaling.Limits{BootstrapTimeout: 10 * time.Minute, IdleTimeout: 5 * time.Minute, JobTimeout: 3 * time.Hour, MaxLifetime: 48 * time.Hour},
-		},
-		{
-			name: "explicit zero",
-			lc:   hfv1.Lifecycle{JobTimeout: dur(0)},
-			want: scaling.Limits{BootstrapTimeout: 10 * time.Minute, IdleTimeout: 30 * time.Minute, JobTimeout: 0, MaxLifetime: 6 * time.Hour},
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p := &hfv1.RunnerPool{}
-			p.Spec.Lifecycle = tc.lc
-			if got := poolLimits(p); got != tc.want {
-				t.Errorf("poolLimits = %+v, want %+v", got, tc.want)
-			}
-		})
-	}
 }
 
 func TestExpectations(t *testing.T) {
@@ -379,30 +282,30 @@ func TestExpectations(t *testing.T) {
 	now := unitEpoch
 
 	t.Run("empty", func(t *testing.T) {
-		var e expectations
-		if !e.satisfied(pool, nil, now) {
+		var e poolclaims.Expectations
+		if !e.Satisfied(pool, nil, now) {
 			t.Error("no expectations: not satisfied")
 		}
-		e.forget(pool) // no panic on a nil map
+		e.Forget(pool) // no panic on a nil map
 	})
 
 	t.Run("created", func(t *testing.T) {
-		var e expectations
-		e.created(pool, "a", now)
-		if e.satisfied(pool, nil, now) {
+		var e poolclaims.Expectations
+		e.Created(pool, "a", now)
+		if e.Satisfied(pool, nil, now) {
 			t.Error("satisfied before the created claim is listed")
 		}
-		if e.satisfied(pool, []hfv1.MachineClaim{unitClaim("b", 0)}, now.Add(time.Second)) {
+		if e.Satisfied(pool, []hfv1.MachineClaim{unitClaim("b", 0)}, now.Add(time.Second)) {
 			t.Error("satisfied by another claim")
 		}
-		if !e.satisfied(other, nil, now) {
+		if !e.Satisfied(other, nil, now) {
 			t.Error("another pool is not satisfied")
 		}
-		if !e.satisfied(pool, []hfv1.MachineClaim{unitClaim("b", 0), unitClaim("a", 0)}, now.Add(time.Second)) {
+		if !e.Satisfied(pool, []hfv1.MachineClaim{unitClaim("b", 0), unitClaim("a", 0)}, now.Add(time.Second)) {
 			t.Error("not satisfied once the created claim is listed")
 		}
 		// Seen once is forgotten: a later list without it is fine.
-		if !e.satisfied(pool, nil, now.Add(2*time.Second)) {
+		if !e.Satisfied(pool, nil, now.Add(2*time.Second)) {
 			t.Error("not satisfied after the expectation was met")
 		}
 	})
@@ -426,9 +329,9 @@ func TestExpectations(t *testing.T) {
 			{name: "same name new uid", listed: []hfv1.MachineClaim{unitClaim("x", 0, func(c *hfv1.MachineClaim) { c.UID = "uid-x2" })}, want: true},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				var e expectations
-				e.ended(pool, "uid-x", now)
-				if got := e.satisfied(pool, tc.listed, now.Add(time.Second)); got != tc.want {
+				var e poolclaims.Expectations
+				e.Ended(pool, "uid-x", now)
+				if got := e.Satisfied(pool, tc.listed, now.Add(time.Second)); got != tc.want {
 					t.Errorf("satisfied = %v, want %v", got, tc.want)
 				}
 			})
@@ -436,99 +339,50 @@ func TestExpectations(t *testing.T) {
 	})
 
 	t.Run("created and ended", func(t *testing.T) {
-		var e expectations
-		e.created(pool, "a", now)
-		e.ended(pool, "uid-x", now)
+		var e poolclaims.Expectations
+		e.Created(pool, "a", now)
+		e.Ended(pool, "uid-x", now)
 		x := unitClaim("x", 0, withBootstrapped(metav1.ConditionTrue))
-		if e.satisfied(pool, []hfv1.MachineClaim{x}, now) {
+		if e.Satisfied(pool, []hfv1.MachineClaim{x}, now) {
 			t.Error("satisfied with neither write shown")
 		}
-		if e.satisfied(pool, []hfv1.MachineClaim{x, unitClaim("a", 0)}, now) {
+		if e.Satisfied(pool, []hfv1.MachineClaim{x, unitClaim("a", 0)}, now) {
 			t.Error("satisfied with the end not shown")
 		}
 		// The create was forgotten when shown; only the end remains.
-		if !e.satisfied(pool, []hfv1.MachineClaim{unitClaim("x", 0, withDeleting)}, now) {
+		if !e.Satisfied(pool, []hfv1.MachineClaim{unitClaim("x", 0, withDeleting)}, now) {
 			t.Error("not satisfied with both writes shown")
 		}
 	})
 
 	t.Run("timeout", func(t *testing.T) {
-		var e expectations
-		e.created(pool, "a", now)
-		e.ended(pool, "uid-x", now)
+		var e poolclaims.Expectations
+		e.Created(pool, "a", now)
+		e.Ended(pool, "uid-x", now)
 		x := unitClaim("x", 0)
-		if e.satisfied(pool, []hfv1.MachineClaim{x}, now.Add(expectationTimeout)) {
-			t.Error("satisfied at exactly expectationTimeout")
+		if e.Satisfied(pool, []hfv1.MachineClaim{x}, now.Add(poolclaims.ExpectationTimeout)) {
+			t.Error("satisfied at exactly poolclaims.ExpectationTimeout")
 		}
-		if !e.satisfied(pool, []hfv1.MachineClaim{x}, now.Add(time.Hour)) {
+		if !e.Satisfied(pool, []hfv1.MachineClaim{x}, now.Add(time.Hour)) {
 			t.Error("expired expectations still block")
 		}
-		if !e.satisfied(pool, []hfv1.MachineClaim{x}, now) {
+		if !e.Satisfied(pool, []hfv1.MachineClaim{x}, now) {
 			t.Error("expired expectations came back")
 		}
 	})
 
 	t.Run("forget", func(t *testing.T) {
-		var e expectations
-		e.created(pool, "a", now)
-		e.created(other, "b", now)
-		e.forget(pool)
-		if !e.satisfied(pool, nil, now) {
+		var e poolclaims.Expectations
+		e.Created(pool, "a", now)
+		e.Created(other, "b", now)
+		e.Forget(pool)
+		if !e.Satisfied(pool, nil, now) {
 			t.Error("forgotten pool not satisfied")
 		}
-		if e.satisfied(other, nil, now) {
-			t.Error("forget dropped another pool's expectations")
+		if e.Satisfied(other, nil, now) {
+			t.Error("Forget dropped another pool's expectations")
 		}
 	})
-}
-
-func TestRunnerObservations(t *testing.T) {
-	o := NewRunnerObservations()
-	const uid = types.UID("u1")
-	if _, ok := o.Get(uid); ok {
-		t.Fatal("Get on an empty store found something")
-	}
-	steps := []struct {
-		name string
-		obs  RunnerObservation
-		want bool
-	}{
-		{"first", RunnerObservation{Present: true, State: workload.RunnerOffline, At: unitEpoch}, true},
-		{"same, later", RunnerObservation{Present: true, State: workload.RunnerOffline, At: unitEpoch.Add(time.Minute)}, false},
-		{"state", RunnerObservation{Present: true, State: workload.RunnerIdle, At: unitEpoch.Add(2 * time.Minute)}, true},
-		{"same state", RunnerObservation{Present: true, State: workload.RunnerIdle, At: unitEpoch.Add(2 * time.Minute)}, false},
-		{"busy", RunnerObservation{Present: true, State: workload.RunnerBusy, At: unitEpoch.Add(3 * time.Minute)}, true},
-		{"gone", RunnerObservation{Present: false, State: workload.RunnerBusy, At: unitEpoch.Add(4 * time.Minute)}, true},
-		{"gone again", RunnerObservation{Present: false, State: workload.RunnerBusy, At: unitEpoch.Add(5 * time.Minute)}, false},
-		{"gone, state cleared", RunnerObservation{Present: false, At: unitEpoch.Add(6 * time.Minute)}, true},
-	}
-	for _, s := range steps {
-		if got := o.Set(uid, s.obs); got != s.want {
-			t.Errorf("%s: Set = %v, want %v", s.name, got, s.want)
-		}
-		if got, ok := o.Get(uid); !ok || got != s.obs {
-			t.Errorf("%s: Get = %+v, %v; want the latest observation %+v", s.name, got, ok, s.obs)
-		}
-	}
-	if !o.Set("u2", RunnerObservation{}) {
-		t.Error("first Set of another claim reported no change")
-	}
-	o.Forget(uid)
-	if _, ok := o.Get(uid); ok {
-		t.Error("Get found a forgotten observation")
-	}
-	if _, ok := o.Get("u2"); !ok {
-		t.Error("Forget dropped another claim's observation")
-	}
-	if !o.Set(uid, RunnerObservation{Present: true, State: workload.RunnerIdle}) {
-		t.Error("Set after Forget reported no change")
-	}
-
-	var nilStore *RunnerObservations
-	if v, ok := nilStore.Get(uid); ok || v != (RunnerObservation{}) {
-		t.Errorf("nil store Get = %+v, %v; want zero, false", v, ok)
-	}
-	nilStore.Forget(uid) // no panic
 }
 
 func TestOutcomeOf(t *testing.T) {

@@ -97,7 +97,7 @@ func orDefault(s, def string) string {
 
 // Minter issues the claim's single-use runner credential and records what
 // it issued (never the secret) in the claim's status.bootstrap: the
-// broker's issuance (controller.Workloads.BrokerCredential).
+// broker's issuance (workloads.Platforms.BrokerCredential).
 type Minter func(ctx context.Context, claim *hfv1.MachineClaim) (secretstore.Credential, error)
 
 // StoreStep is what one Deliver call did; the caller persists the claim's
@@ -136,7 +136,7 @@ const (
 //     it replaces rather than adds: Store.Delete first removes an earlier
 //     write, then minting registers the runner under the name derived from
 //     the claim, which removes an earlier, never started registration of
-//     that name (Workloads.issue) and with it the worth of any earlier
+//     that name (workloads.Platforms.issue) and with it the worth of any earlier
 //     secret. Put is create-only (check-and-set 0): it never overwrites, so
 //     a write it did not expect fails with secretstore.ErrExists instead of
 //     replacing a credential unseen.

@@ -48,7 +48,7 @@ func (m *memStore) Delete(_ context.Context, id spiffeid.ID) error {
 }
 
 // platform is a CI platform whose runner names are derived from the claim,
-// as Workloads issues them: registering a name again replaces the earlier,
+// as workloads.Platforms issues them: registering a name again replaces the earlier,
 // never started registration, whose credential is worthless from then on.
 type platform struct {
 	generation map[string]int // by runner name

@@ -21,16 +21,20 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
 	"github.com/hyperfleet/hyperfleet/internal/broker"
 	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
+	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/poweroff"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/sweeper"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
+	"github.com/hyperfleet/hyperfleet/internal/workloads"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox"
@@ -172,7 +176,7 @@ type Components struct {
 	// Transitions are the VMs a hint put in transition, and
 	// PowerOffNotices takes the VMs' notices (also served by AgentServer).
 	Transitions     *hypervisors.Transitions
-	PowerOffNotices *controller.PowerOffNotices
+	PowerOffNotices *poweroff.Notices
 }
 
 // stuckBounds is b, or the defaults when unset.
@@ -215,7 +219,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	// VMs a hint says are about to stop (docs/architecture.md, "Power-off
 	// hints"); the agent server takes the VMs' own notices into it.
 	transitions := hypervisors.NewTransitions(hypervisors.TransitionOptions{Observe: func(n int) { metrics.VMsInTransition.Set(float64(n)) }})
-	notices := &controller.PowerOffNotices{
+	notices := &poweroff.Notices{
 		Reader: mgr.GetClient(), Signer: opts.Signer, Transitions: transitions, ClaimEvents: claimEvents,
 		Clock: opts.Clock, Elected: mgr.Elected(), Log: mgr.GetLogger().WithName("poweroff-notices"),
 	}
@@ -234,7 +238,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}
 	// Before the controllers: they hand VMs the URLs and checksums it serves.
 	var agentSrv *agentserver.Server
-	var agent controller.AgentLocator // stays a nil interface without a server
+	var agent vmspec.AgentLocator // stays a nil interface without a server
 	var brokerEndpoint controller.BrokerEndpoint
 	if opts.AgentServer != nil {
 		srv, err := newAgentServer(mgr, opts.AgentServer, credBroker, notices)
@@ -289,7 +293,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up IPPool controller: %w", err)
 	}
-	runners := controller.NewRunnerObservations()
+	runners := claimrunner.NewObservations()
 	// Clusters with spec.spire.secretStore get their VMs' credentials
 	// minted as the broker mints them, and written to the store.
 	credentials, _ := ci.bootstrap.(claimidentity.CredentialIssuer)
@@ -407,7 +411,7 @@ func platformSeams(mgr ctrl.Manager, opts Options, backends *workload.Backends) 
 	if opts.Bootstrap != nil {
 		return ciSeams{bootstrap: opts.Bootstrap, scopes: opts.Bootstrap}
 	}
-	w := &controller.Workloads{Client: mgr.GetClient(), Backends: backends, Signer: opts.Signer}
+	w := &workloads.Platforms{Client: mgr.GetClient(), Backends: backends, Signer: opts.Signer}
 	return ciSeams{bootstrap: w, scopes: w, jobs: w, releases: w, providers: w, runners: w}
 }
 

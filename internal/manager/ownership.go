@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/controller"
+	"github.com/hyperfleet/hyperfleet/internal/clusterconfig"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -227,7 +227,7 @@ func countClusterTaggedVMs(ctx context.Context, c client.Reader, factories map[h
 	if factory == nil {
 		return 0, fmt.Errorf("spec.provider: no implementation for %q in this operator build", hc.Spec.Provider)
 	}
-	cfg, err := controller.ClusterConfig(ctx, c, hc)
+	cfg, err := clusterconfig.Resolve(ctx, c, hc)
 	if err != nil {
 		return 0, err
 	}

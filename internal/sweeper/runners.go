@@ -30,7 +30,7 @@ type RunnerScope struct {
 }
 
 // RunnerScopes lists the scopes to sweep (implemented by the controllers'
-// side of the CI platforms, controller.Workloads).
+// side of the CI platforms, internal/workloads).
 type RunnerScopes interface {
 	RunnerScopes(ctx context.Context) ([]RunnerScope, error)
 }

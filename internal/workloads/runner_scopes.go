@@ -1,4 +1,4 @@
-package controller
+package workloads
 
 import (
 	"context"
@@ -12,13 +12,13 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
-var _ sweeper.RunnerScopes = (*Workloads)(nil)
+var _ sweeper.RunnerScopes = (*Platforms)(nil)
 
 // RunnerScopes implements sweeper.RunnerScopes: the scope of every
 // HypervisorMachineTemplate that names one and of every RunnerPool (with
 // its template's credentials), each scope of each platform endpoint once.
 // A scope whose credentials cannot be read is skipped this round.
-func (w *Workloads) RunnerScopes(ctx context.Context) ([]sweeper.RunnerScope, error) {
+func (w *Platforms) RunnerScopes(ctx context.Context) ([]sweeper.RunnerScope, error) {
 	var tmpls hfv1.HypervisorMachineTemplateList
 	if err := w.Client.List(ctx, &tmpls); err != nil {
 		return nil, fmt.Errorf("list HypervisorMachineTemplates: %w", err)
@@ -51,7 +51,7 @@ func (w *Workloads) RunnerScopes(ctx context.Context) ([]sweeper.RunnerScope, er
 }
 
 type scopeCollector struct {
-	w    *Workloads
+	w    *Platforms
 	seen map[string]bool
 	out  []sweeper.RunnerScope
 }

@@ -1,4 +1,4 @@
-package controller
+package vmspec
 
 import (
 	"crypto/sha256"
@@ -25,7 +25,7 @@ type hashedShape struct {
 	DNS       hfv1.DNSSettings      `json:"dns"`
 }
 
-// templateHash is the drift hash of a template (docs/architecture.md,
+// TemplateHash is the drift hash of a template (docs/architecture.md,
 // "Template drift hash"): a SHA-256 over the cloud-init rendered with every
 // per-VM value zeroed, plus the source template, resources and network. It
 // depends only on the template's and cluster's specs, and, for agentSource
@@ -33,12 +33,12 @@ type hashedShape struct {
 // agent build makes existing VMs stale, as a new template would); so it is
 // stable across operator restarts and identical for every VM of the
 // template.
-func templateHash(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool, agent AgentLocator) (string, error) {
-	vars := templateVars(ws, tmpl, cluster, pool)
-	if err := setAgentVars(ws, tmpl, agent, &vars); err != nil {
+func TemplateHash(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool, agent AgentLocator) (string, error) {
+	vars := TemplateVars(ws, tmpl, cluster, pool)
+	if err := SetAgentVars(ws, tmpl, agent, &vars); err != nil {
 		return "", err
 	}
-	out, err := cloudinit.Render(cloudInitInput(tmpl, vars.Canonical()))
+	out, err := cloudinit.Render(Input(tmpl, vars.Canonical()))
 	if err != nil {
 		return "", fmt.Errorf("spec.cloudInit does not render: %w", err)
 	}
@@ -47,7 +47,7 @@ func templateHash(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 		Resources: tmpl.Spec.Resources,
 		Network:   tmpl.Spec.Network,
 		Bridge:    orDefault(tmpl.Spec.Network.Bridge, cluster.Spec.DefaultBridge),
-		DNS:       effectiveDNS(cluster, tmpl),
+		DNS:       DNS(cluster, tmpl),
 	}
 	raw, err := json.Marshal(shape)
 	if err != nil {

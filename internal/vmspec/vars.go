@@ -1,6 +1,7 @@
-package controller
+package vmspec
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"net/url"
@@ -27,26 +28,16 @@ type AgentLocator interface {
 	CA() string
 }
 
-// BrokerEndpoint is where VMs that attest with SPIRE fetch their runner
-// credential (internal/broker, served by the agent server).
-type BrokerEndpoint interface {
-	// URL is the broker's https:// URL as VMs reach it.
-	URL() string
-	// CA is the PEM CA bundle VMs trust for it, empty for their system
-	// roots.
-	CA() string
+// StaticAddr is a claim's address in network mode static, with its pool.
+type StaticAddr struct {
+	IP   netip.Addr
+	Pool *ipam.Pool
 }
 
-// templateVars are the cloud-init variables every VM of a template shares.
-// The MachineClaim controller adds the per-VM ones (claimVars); the template
-// hash renders these alone, so both paths must build them here.
-// staticAddr is a claim's address in network mode static, with its pool.
-type staticAddr struct {
-	ip   netip.Addr
-	pool *ipam.Pool
-}
-
-func templateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool) cloudinit.Vars {
+// TemplateVars are the cloud-init variables every VM of a template shares.
+// ClaimVars adds the per-VM ones; the template hash renders these alone, so
+// both paths must build them here.
+func TemplateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool) cloudinit.Vars {
 	spec := tmpl.Spec
 	v := cloudinit.Vars{
 		NetworkMode:      orDefault(string(spec.Network.Mode), cloudinit.NetworkDHCP),
@@ -63,7 +54,7 @@ func templateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 			v.IPv6 = d.IPv6
 		}
 	}
-	dns := effectiveDNS(cluster, tmpl)
+	dns := DNS(cluster, tmpl)
 	v.DNSServers = cloudinit.List(dns.Servers)
 	v.SearchDomains = cloudinit.List(dns.Search)
 	if v.NetworkMode == cloudinit.NetworkStatic && pool != nil {
@@ -115,17 +106,17 @@ func templateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 	return v
 }
 
-// claimVars adds a claim's per-VM values to its template's variables.
-func claimVars(ws *workload.Backends, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, addr staticAddr) cloudinit.Vars {
-	v := templateVars(ws, tmpl, cluster, addr.pool)
-	if addr.ip.IsValid() {
-		v.StaticIP = addr.ip.String()
+// ClaimVars adds a claim's per-VM values to its template's variables.
+func ClaimVars(ws *workload.Backends, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, addr StaticAddr) cloudinit.Vars {
+	v := TemplateVars(ws, tmpl, cluster, addr.Pool)
+	if addr.IP.IsValid() {
+		v.StaticIP = addr.IP.String()
 	}
-	v.Hostname = hostnameFor(claim, tmpl.Spec.Network.Hostname)
-	v.FQDN = fqdnFor(v.Hostname, effectiveDNS(cluster, tmpl).Domain)
+	v.Hostname = Hostname(claim, tmpl.Spec.Network.Hostname)
+	v.FQDN = FQDN(v.Hostname, DNS(cluster, tmpl).Domain)
 	v.InstanceID = string(claim.UID)
-	v.MACAddress = macFor(string(claim.UID))
-	v.RunnerName = runnerNameFor(claim, v.Hostname)
+	v.MACAddress = MAC(string(claim.UID))
+	v.RunnerName = DefaultRunnerName(claim, v.Hostname)
 	if be, ok := ws.Claim(claim, tmpl); ok {
 		// The runner the claim asks for itself (spec.workloadConfig).
 		cr := be.Claim(claim)
@@ -140,25 +131,25 @@ func claimVars(ws *workload.Backends, claim *hfv1.MachineClaim, tmpl *hfv1.Hyper
 	return v
 }
 
-// claimRunnerName is the runner name a claim's VM registers with, as
-// claimVars renders it: the name the claim asks for itself, else its host
+// RunnerName is the runner name a claim's VM registers with, as
+// ClaimVars renders it: the name the claim asks for itself, else its host
 // name with the first 8 hex digits of its UID. The pool matches job
 // records to claims by it after the claim forgot its runner.
-func claimRunnerName(ws *workload.Backends, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) string {
+func RunnerName(ws *workload.Backends, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) string {
 	if be, ok := ws.Claim(claim, tmpl); ok {
 		if cr := be.Claim(claim); cr.Name != "" {
 			return cr.Name
 		}
 	}
-	return runnerNameFor(claim, hostnameFor(claim, tmpl.Spec.Network.Hostname))
+	return DefaultRunnerName(claim, Hostname(claim, tmpl.Spec.Network.Hostname))
 }
 
-// setAgentVars fills the agent download variables of a template whose
+// SetAgentVars fills the agent download variables of a template whose
 // agentSource is Operator, for the runner os and arch v already holds;
 // other templates keep them empty, so their cloud-init (and hash) does not
 // change when an agent server is configured. The error says what to fix;
 // the template controller reports it as AgentUnavailable.
-func setAgentVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, agent AgentLocator, v *cloudinit.Vars) error {
+func SetAgentVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, agent AgentLocator, v *cloudinit.Vars) error {
 	if tmpl.Spec.Bootstrap.AgentSource != hfv1.AgentSourceOperator {
 		return nil
 	}
@@ -188,4 +179,25 @@ func setAgentVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, a
 		v.BootstrapServiceURL = parsed.String()
 	}
 	return nil
+}
+
+// ErrRender marks cloud-init the user's template cannot render: a
+// configuration error, not a hypervisor one.
+var ErrRender = errors.New("render cloud-init")
+
+// Input is what cloudinit.Render renders for a VM of tmpl with vars: the
+// template's own cloud-init documents, if any.
+func Input(tmpl *hfv1.HypervisorMachineTemplate, vars cloudinit.Vars) cloudinit.Input {
+	in := cloudinit.Input{Vars: vars}
+	if ci := tmpl.Spec.CloudInit; ci != nil {
+		in.UserData, in.NetworkData, in.MetaData = ci.UserData, ci.NetworkData, ci.MetaData
+	}
+	return in
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }

@@ -1,4 +1,4 @@
-package controller
+package vmspec
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ const placeholderCredential = "hyperfleet-placeholder-credential"
 var placeholderExpiry = time.Date(2000, time.January, 1, 0, 0, 0, 0, time.UTC)
 
 // withPlaceholderCredentials returns v with stand-ins for everything the
-// workload side (BootstrapSource) fills in: the credential of the
+// workload side (internal/controller's BootstrapSource) fills in: the credential of the
 // template's kind, its expiry and the runner labels.
 func withPlaceholderCredentials(ws *workload.Backends, v cloudinit.Vars, tmpl *hfv1.HypervisorMachineTemplate) cloudinit.Vars {
 	if v.WorkloadMethod == cloudinit.WorkloadDirect {
@@ -65,12 +65,12 @@ func withPlaceholderCredentials(ws *workload.Backends, v cloudinit.Vars, tmpl *h
 	return v
 }
 
-// checkRender renders a VM's cloud-init with placeholder credentials and
-// validates it, agent configuration included. The error wraps errRender
+// CheckRender renders a VM's cloud-init with placeholder credentials and
+// validates it, agent configuration included. The error wraps ErrRender
 // and names the template and the field (and line) at fault.
-func checkRender(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, v cloudinit.Vars) error {
-	if _, err := cloudinit.Render(cloudInitInput(tmpl, withPlaceholderCredentials(ws, v, tmpl))); err != nil {
-		return fmt.Errorf("%w of HypervisorMachineTemplate %s: %w", errRender, tmpl.Name, err)
+func CheckRender(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, v cloudinit.Vars) error {
+	if _, err := cloudinit.Render(Input(tmpl, withPlaceholderCredentials(ws, v, tmpl))); err != nil {
+		return fmt.Errorf("%w of HypervisorMachineTemplate %s: %w", ErrRender, tmpl.Name, err)
 	}
 	return nil
 }
@@ -79,25 +79,25 @@ func checkRender(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, v 
 // checked with; it only shapes the placeholder's instance id and MAC.
 const placeholderClaimUID = "00000000-0000-4000-8000-000000000000"
 
-// checkTemplateRender renders the full cloud-init of a VM of tmpl, as a
+// CheckTemplate renders the full cloud-init of a VM of tmpl, as a
 // claim would, with a stand-in claim, a placeholder address (static mode)
 // and placeholder credentials. agent is the operator's agent locator (nil
 // when it serves none); the caller has already checked that it serves what
 // tmpl needs.
-func checkTemplateRender(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool, agent AgentLocator) error {
+func CheckTemplate(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool, agent AgentLocator) error {
 	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: tmpl.Namespace, Name: "placeholder", UID: placeholderClaimUID}}
-	addr := staticAddr{pool: pool}
+	addr := StaticAddr{Pool: pool}
 	if pool != nil {
-		addr.ip = pool.Network.Addr()
+		addr.IP = pool.Network.Addr()
 		if len(pool.Allocatable) > 0 {
-			addr.ip = pool.Allocatable[0].First
+			addr.IP = pool.Allocatable[0].First
 		}
 	}
-	vars := claimVars(ws, claim, tmpl, cluster, addr)
-	if err := setAgentVars(ws, tmpl, agent, &vars); err != nil {
+	vars := ClaimVars(ws, claim, tmpl, cluster, addr)
+	if err := SetAgentVars(ws, tmpl, agent, &vars); err != nil {
 		return err
 	}
-	if err := checkRender(ws, tmpl, vars); err != nil {
+	if err := CheckRender(ws, tmpl, vars); err != nil {
 		return fmt.Errorf("a VM's cloud-init does not render (checked with placeholder credentials): %w", err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package controller
+package workloads
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 )
 
@@ -23,15 +25,16 @@ import (
 // platform's length limit, and a name the claim sets is left as it is, so
 // the orphan sweep never removes that runner.
 func TestRunnerNameMarkedUnlessClaimNamesIt(t *testing.T) {
+	ciPlatforms := githubsimtest.Backends(t, nil)
 	signer, err := ownership.NewSigner("prod", bytes.Repeat([]byte{5}, ownership.MinKeyLength))
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &Workloads{Signer: signer, Backends: ciPlatforms}
+	w := &Platforms{Signer: signer, Backends: ciPlatforms}
 	be, _ := ciPlatforms.For(hfv1.WorkloadGitHubActions)
 	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", UID: types.UID("6f1c9a2e-0000-4000-8000-000000000001")}}
 	for _, host := range []string{"runner-abc", strings.Repeat("h", 63)} {
-		def := runnerNameFor(claim, host)
+		def := vmspec.DefaultRunnerName(claim, host)
 		name := w.runnerName(be, claim, def)
 		base, ok := signer.VerifyRunnerName(name)
 		if !ok || base != def || len(name) > ownership.MaxRunnerNameLength || !strings.HasSuffix(base, "-6f1c9a2e") {
@@ -44,7 +47,7 @@ func TestRunnerNameMarkedUnlessClaimNamesIt(t *testing.T) {
 	if got := w.runnerName(be, named, "my-runner"); got != "my-runner" {
 		t.Errorf("a name the claim sets became %q", got)
 	}
-	if got := (&Workloads{Backends: ciPlatforms}).runnerName(be, claim, "x-6f1c9a2e"); got != "x-6f1c9a2e" {
+	if got := (&Platforms{Backends: ciPlatforms}).runnerName(be, claim, "x-6f1c9a2e"); got != "x-6f1c9a2e" {
 		t.Errorf("without a signer the name became %q", got)
 	}
 }
@@ -53,6 +56,7 @@ func TestRunnerNameMarkedUnlessClaimNamesIt(t *testing.T) {
 // GitHub host (the CI platform's endpoint), a pool's event object is the pool, and a scope whose
 // credentials cannot be read is skipped.
 func TestRunnerScopes(t *testing.T) {
+	ciPlatforms := githubsimtest.Backends(t, nil)
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -80,7 +84,7 @@ func TestRunnerScopes(t *testing.T) {
 		tmpl("no-secret", "octo", "other", "", "", &hfv1.LocalSecretKeySelector{Name: "missing", Key: "token"}),
 		pool, samePool,
 	).Build()
-	w := &Workloads{Client: kube, Backends: ciPlatforms}
+	w := &Platforms{Client: kube, Backends: ciPlatforms}
 	scopes, err := w.RunnerScopes(context.Background())
 	if err != nil {
 		t.Fatal(err)

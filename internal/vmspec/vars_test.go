@@ -1,4 +1,4 @@
-package controller
+package vmspec
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
 )
 
 // fakeAgents serves a fixed set of platforms (GitHub naming, "linux/x64").
@@ -22,6 +23,7 @@ func (f fakeAgents) Lookup(os, arch string) (string, string, bool) {
 func (fakeAgents) CA() string { return "-----BEGIN CERTIFICATE-----\n..." }
 
 func TestSetAgentVars(t *testing.T) {
+	ciPlatforms := githubsimtest.Backends(t, nil)
 	sum := strings.Repeat("ab", 32)
 	agents := fakeAgents{"linux/x64": sum}
 	tmpl := func(source hfv1.AgentSource, arch hfv1.RunnerArch) *hfv1.HypervisorMachineTemplate {
@@ -31,21 +33,21 @@ func TestSetAgentVars(t *testing.T) {
 		return tm
 	}
 	vars := func(tm *hfv1.HypervisorMachineTemplate) cloudinit.Vars {
-		return templateVars(ciPlatforms, tm, &hfv1.HypervisorCluster{}, nil)
+		return TemplateVars(ciPlatforms, tm, &hfv1.HypervisorCluster{}, nil)
 	}
 
 	// Image (and unset, created before the field existed): nothing changes.
 	for _, source := range []hfv1.AgentSource{"", hfv1.AgentSourceImage} {
 		tm := tmpl(source, "")
 		v := vars(tm)
-		if err := setAgentVars(ciPlatforms, tm, agents, &v); err != nil || v.AgentDownloadURL != "" || v.BootstrapServiceURL != "" {
+		if err := SetAgentVars(ciPlatforms, tm, agents, &v); err != nil || v.AgentDownloadURL != "" || v.BootstrapServiceURL != "" {
 			t.Errorf("agentSource %q: %v, %+v", source, err, v)
 		}
 	}
 
 	tm := tmpl(hfv1.AgentSourceOperator, "")
 	v := vars(tm)
-	if err := setAgentVars(ciPlatforms, tm, agents, &v); err != nil {
+	if err := SetAgentVars(ciPlatforms, tm, agents, &v); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasSuffix(v.AgentDownloadURL, "/hyperfleet-agent-linux-x64?sha256="+sum) || v.AgentSHA256 != sum || v.AgentCA == "" {
@@ -66,7 +68,7 @@ func TestSetAgentVars(t *testing.T) {
 		{"32-bit arm", tmpl(hfv1.AgentSourceOperator, "arm"), agents, []string{"linux/x64 and linux/arm64 runners only, not linux/arm", "spec.bootstrap.github.runner"}},
 	} {
 		v := vars(tc.tm)
-		err := setAgentVars(ciPlatforms, tc.tm, tc.agents, &v)
+		err := SetAgentVars(ciPlatforms, tc.tm, tc.agents, &v)
 		for _, want := range tc.want {
 			if err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("%s: error %v does not mention %q", tc.name, err, want)

@@ -1,4 +1,4 @@
-package controller
+package workloads
 
 import (
 	"context"
@@ -14,21 +14,11 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
-// ciPlatforms are the CI platform back-ends of the unit tests: GitHub
-// Actions, registered by workload type as the operator binary registers it.
-var ciPlatforms = func() *workload.Backends {
-	b, err := workload.NewBackends(githubsimtest.Workloads(), workload.Dependencies{})
-	if err != nil {
-		panic(err)
-	}
-	return b
-}()
-
-// TestWorkloadsRecoversTakenName: a JIT name held by a runner that never
+// TestPlatformsRecoverTakenName: a JIT name held by a runner that never
 // came online (registered by an attempt the operator did not get to
 // record) is removed and registered again; a name held by a live runner is
 // a configuration error and the live runner is left alone.
-func TestWorkloadsRecoversTakenName(t *testing.T) {
+func TestPlatformsRecoverTakenName(t *testing.T) {
 	gs := githubsimtest.Start(t, githubsim.Config{
 		Organizations: []githubsim.OrgConfig{{Login: "octo-org"}},
 		PATs:          []githubsim.PATConfig{{Token: "ghp_bootstrapTest", Login: "octocat"}},
@@ -53,7 +43,7 @@ func TestWorkloadsRecoversTakenName(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &Workloads{}
+	w := &Platforms{}
 	second, err := w.issue(ctx, p, spec)
 	if err != nil {
 		t.Fatalf("re-issue over a never-started runner: %v", err)

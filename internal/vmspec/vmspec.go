@@ -1,4 +1,8 @@
-package controller
+// Package vmspec is what a claim's VM is made of: its hypervisor-neutral
+// spec (name, MAC, resources, network, template source), the variables of
+// its cloud-init seed (per template and per claim), the render check with
+// placeholder credentials, and the template drift hash over both.
+package vmspec
 
 import (
 	"crypto/sha256"
@@ -16,11 +20,11 @@ import (
 // maxHostnameLength is the DNS label limit (RFC 1035).
 const maxHostnameLength = 63
 
-// hostnameFor returns the claim's VM hostname: a valid DNS label derived
+// Hostname returns the claim's VM hostname: a valid DNS label derived
 // from the claim's name (and namespace, by the template's strategy). Names
 // that do not fit keep their start and get a hash of the full name, so two
 // long names never collide on their common prefix.
-func hostnameFor(claim *hfv1.MachineClaim, strategy hfv1.HostnameStrategy) string {
+func Hostname(claim *hfv1.MachineClaim, strategy hfv1.HostnameStrategy) string {
 	full := claim.Name
 	if strategy == hfv1.HostnameFromNamespaceAndName {
 		full = claim.Namespace + "-" + claim.Name
@@ -47,8 +51,8 @@ func hostnameFor(claim *hfv1.MachineClaim, strategy hfv1.HostnameStrategy) strin
 	return label
 }
 
-// fqdnFor appends the DNS domain, if any.
-func fqdnFor(hostname, domain string) string {
+// FQDN appends the DNS domain, if any.
+func FQDN(hostname, domain string) string {
 	domain = strings.Trim(domain, ".")
 	if domain == "" {
 		return ""
@@ -56,18 +60,18 @@ func fqdnFor(hostname, domain string) string {
 	return hostname + "." + domain
 }
 
-// macFor derives a stable, locally administered unicast MAC address from
+// MAC derives a stable, locally administered unicast MAC address from
 // the claim's UID, so network-config can name the interface before the VM
 // exists and a retried clone gets the same address.
-func macFor(uid string) string {
+func MAC(uid string) string {
 	sum := sha256.Sum256([]byte("hyperfleet-mac:" + uid))
 	mac := net.HardwareAddr{0x02, sum[0], sum[1], sum[2], sum[3], sum[4]}
 	return mac.String()
 }
 
-// effectiveDNS merges the cluster's DNS settings with the template's, field
+// DNS merges the cluster's DNS settings with the template's, field
 // by field (the template wins).
-func effectiveDNS(cluster *hfv1.HypervisorCluster, tmpl *hfv1.HypervisorMachineTemplate) hfv1.DNSSettings {
+func DNS(cluster *hfv1.HypervisorCluster, tmpl *hfv1.HypervisorMachineTemplate) hfv1.DNSSettings {
 	var out hfv1.DNSSettings
 	if d := cluster.Spec.DNS; d != nil {
 		out = d.DNSSettings
@@ -86,8 +90,8 @@ func effectiveDNS(cluster *hfv1.HypervisorCluster, tmpl *hfv1.HypervisorMachineT
 	return out
 }
 
-// templateSource converts the template's source into the provider's terms.
-func templateSource(tmpl *hfv1.HypervisorMachineTemplate) provider.TemplateSource {
+// Source converts the template's source into the provider's terms.
+func Source(tmpl *hfv1.HypervisorMachineTemplate) provider.TemplateSource {
 	src := tmpl.Spec.Source.Proxmox
 	out := provider.TemplateSource{
 		Name:         src.TemplateName,
@@ -102,25 +106,20 @@ func templateSource(tmpl *hfv1.HypervisorMachineTemplate) provider.TemplateSourc
 	return out
 }
 
-// ownerOf is the ownership record of a claim's VM.
-func ownerOf(claim *hfv1.MachineClaim) provider.Owner {
-	return claimvm.Owner(claim)
-}
-
-// vmSpecFor builds the VM spec of a claim around its rendered cloud-init.
-func vmSpecFor(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, ci provider.CloudInitSource) (*provider.VMSpec, error) {
+// For builds the VM spec of a claim around its rendered cloud-init.
+func For(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, ci provider.CloudInitSource) (*provider.VMSpec, error) {
 	res := tmpl.Spec.Resources
 	spec := &provider.VMSpec{
-		Owner:       ownerOf(claim),
-		Name:        hostnameFor(claim, tmpl.Spec.Network.Hostname),
+		Owner:       claimvm.Owner(claim),
+		Name:        Hostname(claim, tmpl.Spec.Network.Hostname),
 		Description: fmt.Sprintf("HyperFleet VM of MachineClaim %s/%s (template %s)", claim.Namespace, claim.Name, tmpl.Name),
-		Source:      templateSource(tmpl),
+		Source:      Source(tmpl),
 		CPUCores:    int(res.CPU),
 		MemoryBytes: res.Memory.Value(),
 		Network: provider.NetworkSpec{
 			Bridge:     tmpl.Spec.Network.Bridge,
 			Model:      tmpl.Spec.Network.Model,
-			MACAddress: macFor(string(claim.UID)),
+			MACAddress: MAC(string(claim.UID)),
 		},
 		CloudInit: ci,
 	}
@@ -138,17 +137,17 @@ func vmSpecFor(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, c
 }
 
 // maxRunnerNameLength is the limit on runner names, less the mark
-// Workloads appends to a default name (ownership.Signer.RunnerName), so
+// internal/workloads appends to a default name (ownership.Signer.RunnerName), so
 // the mark never cuts the UID part off.
 const maxRunnerNameLength = ownership.MaxRunnerNameLength - ownership.RunnerMarkLength
 
-// runnerNameFor is a claim's default runner name: its host name and the
+// DefaultRunnerName is a claim's default runner name: its host name and the
 // first eight characters of its UID. Runner names must be unique in a
 // repository or organization; claims of the same name in two namespaces
 // (or a claim re-created under an old name) must not collide, and a
 // deterministic name lets a restarted operator find a runner it
 // registered but did not get to record.
-func runnerNameFor(claim *hfv1.MachineClaim, hostname string) string {
+func DefaultRunnerName(claim *hfv1.MachineClaim, hostname string) string {
 	uid := strings.ReplaceAll(string(claim.UID), "-", "")
 	if len(uid) > 8 {
 		uid = uid[:8]

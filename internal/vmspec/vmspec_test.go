@@ -1,4 +1,4 @@
-package controller
+package vmspec
 
 import (
 	"net"
@@ -24,27 +24,27 @@ func TestHostnameFor(t *testing.T) {
 		{"ci", "...", hfv1.HostnameFromName, ""},
 	}
 	for _, tc := range cases {
-		got := hostnameFor(&hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: tc.ns, Name: tc.name}}, tc.strategy)
+		got := Hostname(&hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: tc.ns, Name: tc.name}}, tc.strategy)
 		if tc.want != "" && got != tc.want {
-			t.Errorf("hostnameFor(%s/%s, %q) = %q, want %q", tc.ns, tc.name, tc.strategy, got, tc.want)
+			t.Errorf("Hostname(%s/%s, %q) = %q, want %q", tc.ns, tc.name, tc.strategy, got, tc.want)
 		}
 		if len(got) == 0 || len(got) > maxHostnameLength || strings.HasPrefix(got, "-") || strings.HasSuffix(got, "-") {
-			t.Errorf("hostnameFor(%s/%s) = %q is not a DNS label", tc.ns, tc.name, got)
+			t.Errorf("Hostname(%s/%s) = %q is not a DNS label", tc.ns, tc.name, got)
 		}
 	}
-	a := hostnameFor(&hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: long + "x"}}, "")
-	b := hostnameFor(&hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: long + "y"}}, "")
+	a := Hostname(&hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: long + "x"}}, "")
+	b := Hostname(&hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: long + "y"}}, "")
 	if a == b || len(a) > maxHostnameLength || !strings.HasPrefix(a, "aaaa") {
 		t.Errorf("long names: %q and %q must differ, fit 63 characters and keep their start", a, b)
 	}
 }
 
 func TestMACForIsStableLocalUnicast(t *testing.T) {
-	m1, m2 := macFor("uid-1"), macFor("uid-1")
+	m1, m2 := MAC("uid-1"), MAC("uid-1")
 	if m1 != m2 {
 		t.Fatal("MAC changes between calls")
 	}
-	if macFor("uid-2") == m1 {
+	if MAC("uid-2") == m1 {
 		t.Fatal("two claims share a MAC")
 	}
 	hw, err := net.ParseMAC(m1)

@@ -1,31 +1,37 @@
-package controller
+// Package workloads is the controllers' side of the CI platforms: through
+// the back-end of an object's workload type (pkg/workload), it issues and
+// removes the runners of claims, verifies pools' scopes, cancels jobs,
+// resolves runner releases and lists the scopes the orphan sweep checks.
+// It imports no platform package: the platforms plug in as back-ends.
+package workloads
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/secretref"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
-// Workloads is the controllers' side of the CI platforms. For each object
+// Platforms is the controllers' side of the CI platforms. For each object
 // it finds the back-end of its workload type (pkg/workload) and, with the
 // account that back-end builds from the template's credentials, issues and
 // removes the runners of MachineClaims, verifies RunnerPools' scopes,
 // cancels jobs, resolves runner releases and lists the scopes the orphan
-// sweep checks. It is BootstrapSource, ScopeVerifier, JobCanceller,
-// RunnerReleaseSource, PoolProviders and sweeper.RunnerScopes at once; the
+// sweep checks. It is internal/controller's BootstrapSource, ScopeVerifier,
+// JobCanceller, RunnerReleaseSource and PoolProviders, and
+// sweeper.RunnerScopes, at once; the
 // platforms' own credentials never leave their back-ends.
 //
 // Issuance is recoverable without keeping the credential anywhere: the
@@ -34,7 +40,7 @@ import (
 // the name taken, removes that never-started runner and registers a new
 // one. Its id is recorded in status.bootstrap with the status patch that
 // follows the delivery.
-type Workloads struct {
+type Platforms struct {
 	// Client reads templates' Secrets and RunnerPools.
 	Client client.Reader
 	// Backends are the CI platforms by workload type.
@@ -46,20 +52,12 @@ type Workloads struct {
 	Signer *ownership.Signer
 }
 
-var (
-	_ BootstrapSource     = (*Workloads)(nil)
-	_ ScopeVerifier       = (*Workloads)(nil)
-	_ JobCanceller        = (*Workloads)(nil)
-	_ RunnerReleaseSource = (*Workloads)(nil)
-	_ PoolProviders       = (*Workloads)(nil)
-)
-
-// BootstrapVars implements BootstrapSource: it issues one single-use
+// BootstrapVars implements internal/controller's BootstrapSource: it issues one single-use
 // credential for the claim's VM (a registered runner's configuration, or
 // a registration token) and fills in the runner part of its cloud-init.
 // A VM that attests with SPIRE gets none here: it asks the credential
 // broker after attesting (BrokerCredential).
-func (w *Workloads) BootstrapVars(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, vars *cloudinit.Vars) error {
+func (w *Platforms) BootstrapVars(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, vars *cloudinit.Vars) error {
 	if vars.SPIFFEEnabled {
 		return nil
 	}
@@ -83,7 +81,7 @@ func (w *Workloads) BootstrapVars(ctx context.Context, claim *hfv1.MachineClaim,
 // BootstrapVars would have put it into the VM's cloud-init, and records
 // what it issued in claim.Status.Bootstrap (the broker persists it before
 // it answers).
-func (w *Workloads) BrokerCredential(ctx context.Context, claim *hfv1.MachineClaim) (workload.Credential, error) {
+func (w *Platforms) BrokerCredential(ctx context.Context, claim *hfv1.MachineClaim) (workload.Credential, error) {
 	tmpl := &hfv1.HypervisorMachineTemplate{}
 	if err := w.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, tmpl); err != nil {
 		return workload.Credential{}, fmt.Errorf("read the claim's HypervisorMachineTemplate: %w", err)
@@ -96,7 +94,7 @@ func (w *Workloads) BrokerCredential(ctx context.Context, claim *hfv1.MachineCla
 	if err := w.Client.Get(ctx, client.ObjectKey{Name: name}, cluster); err != nil {
 		return workload.Credential{}, fmt.Errorf("read the claim's HypervisorCluster: %w", err)
 	}
-	vars := claimVars(w.Backends, claim, tmpl, cluster, staticAddr{})
+	vars := vmspec.ClaimVars(w.Backends, claim, tmpl, cluster, vmspec.StaticAddr{})
 	cred, ok, err := w.issueFor(ctx, claim, tmpl, &vars)
 	if err != nil {
 		return workload.Credential{}, err
@@ -109,8 +107,8 @@ func (w *Workloads) BrokerCredential(ctx context.Context, claim *hfv1.MachineCla
 
 // issueFor issues the claim's credential and records it in its status;
 // ok is false for a platform this operator does not run (the claim is
-// refused by claimRefusal and gets no credential).
-func (w *Workloads) issueFor(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, vars *cloudinit.Vars) (workload.Credential, bool, error) {
+// refused by internal/controller's claimRefusal and gets no credential).
+func (w *Platforms) issueFor(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, vars *cloudinit.Vars) (workload.Credential, bool, error) {
 	be, ok := w.Backends.Claim(claim, tmpl)
 	if !ok {
 		return workload.Credential{}, false, nil
@@ -158,7 +156,7 @@ func (w *Workloads) issueFor(ctx context.Context, claim *hfv1.MachineClaim, tmpl
 // issue asks for the credential; a name already taken by a runner that
 // never came online (an earlier attempt of this claim) is removed once and
 // the request repeated.
-func (w *Workloads) issue(ctx context.Context, p workload.Provider, spec workload.RunnerSpec) (workload.Credential, error) {
+func (w *Platforms) issue(ctx context.Context, p workload.Provider, spec workload.RunnerSpec) (workload.Credential, error) {
 	cred, err := p.IssueCredential(ctx, spec)
 	if !errors.Is(err, workload.ErrNameTaken) {
 		return cred, err
@@ -181,11 +179,11 @@ func (w *Workloads) issue(ctx context.Context, p workload.Provider, spec workloa
 	return p.IssueCredential(ctx, spec)
 }
 
-// Release implements BootstrapSource: it removes the claim's runner from
+// Release implements internal/controller's BootstrapSource: it removes the claim's runner from
 // its CI platform. A runner the platform already removed (ephemeral
 // runners go after their job) is success; a busy one returns
 // workload.ErrRunnerBusy.
-func (w *Workloads) Release(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) error {
+func (w *Platforms) Release(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) error {
 	st := claim.Status.Bootstrap
 	if st == nil || st.RunnerName == "" && st.RunnerID == 0 {
 		return nil
@@ -224,7 +222,7 @@ func workloadError(be workload.Backend, err error) error {
 	switch {
 	case errors.As(err, &classified):
 		return err
-	case errors.Is(err, errSecretMissing):
+	case errors.Is(err, secretref.ErrMissing):
 		return newConfigError(string(hfv1.SecretNotFoundReason), err)
 	case errors.Is(err, errRunnerNameTaken):
 		return newConfigError("RunnerNameTaken", err)
@@ -234,7 +232,7 @@ func workloadError(be workload.Backend, err error) error {
 
 // runnerLabels are the labels the claim's runner registers with: the
 // claim's own, else its pool's, after the platform's default ones.
-func (w *Workloads) runnerLabels(be workload.Backend, claim *hfv1.MachineClaim, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) []string {
+func (w *Platforms) runnerLabels(be workload.Backend, claim *hfv1.MachineClaim, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) []string {
 	labels := be.Claim(claim).Labels
 	if len(labels) == 0 && pool != nil {
 		if ps, ok := be.Pool(pool, tmpl); ok {
@@ -247,7 +245,7 @@ func (w *Workloads) runnerLabels(be workload.Backend, claim *hfv1.MachineClaim, 
 
 // poolOf is the claim's RunnerPool; nil for a claim made by hand or whose
 // pool is gone.
-func (w *Workloads) poolOf(ctx context.Context, claim *hfv1.MachineClaim) (*hfv1.RunnerPool, error) {
+func (w *Platforms) poolOf(ctx context.Context, claim *hfv1.MachineClaim) (*hfv1.RunnerPool, error) {
 	ref := claim.Spec.RunnerPoolRef
 	if ref == nil {
 		return nil, nil
@@ -262,7 +260,7 @@ func (w *Workloads) poolOf(ctx context.Context, claim *hfv1.MachineClaim) (*hfv1
 // claimProvider returns the account the claim's runner registers with: its
 // pool's scope when the pool names one, else its template's, with the
 // template's credentials.
-func (w *Workloads) claimProvider(ctx context.Context, be workload.Backend, claim *hfv1.MachineClaim, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) (workload.Provider, error) {
+func (w *Platforms) claimProvider(ctx context.Context, be workload.Backend, claim *hfv1.MachineClaim, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) (workload.Provider, error) {
 	t, _ := be.Template(tmpl)
 	scope := t.Scope
 	if pool != nil {
@@ -276,11 +274,11 @@ func (w *Workloads) claimProvider(ctx context.Context, be workload.Backend, clai
 	return be.Provider(ctx, tmpl, scope, w.readSecret)
 }
 
-// PoolProvider implements PoolProviders: the account of the pool's scope
+// PoolProvider implements internal/controller's PoolProviders: the account of the pool's scope
 // (its own, else its template's) with the template's credentials, and a
 // key that is equal for pools sharing credentials and scope, so that a
 // resync asks the platform once for all of them.
-func (w *Workloads) PoolProvider(ctx context.Context, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) (workload.Provider, string, error) {
+func (w *Platforms) PoolProvider(ctx context.Context, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) (workload.Provider, string, error) {
 	be, ps, ok := w.Backends.Pool(pool, tmpl)
 	if !ok {
 		return nil, "", fmt.Errorf("RunnerPool %s (spec.workload.type %s): %w", pool.Name, pool.Spec.Workload.Type, errNoBackend)
@@ -297,9 +295,9 @@ func (w *Workloads) PoolProvider(ctx context.Context, pool *hfv1.RunnerPool, tmp
 	return p, key, nil
 }
 
-// CancelJob implements JobCanceller: it cancels the run of job on its CI
+// CancelJob implements internal/controller's JobCanceller: it cancels the run of job on its CI
 // platform.
-func (w *Workloads) CancelJob(ctx context.Context, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate, job *hfv1.CIJob) error {
+func (w *Platforms) CancelJob(ctx context.Context, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate, job *hfv1.CIJob) error {
 	p, _, err := w.PoolProvider(ctx, pool, tmpl)
 	if err != nil {
 		return err
@@ -310,9 +308,9 @@ func (w *Workloads) CancelJob(ctx context.Context, pool *hfv1.RunnerPool, tmpl *
 	return p.CancelRun(ctx, job.Spec.Repository, job.Spec.RunID)
 }
 
-// VerifyPoolScope implements ScopeVerifier with the pool's account (its
+// VerifyPoolScope implements internal/controller's ScopeVerifier with the pool's account (its
 // scope, its template's credentials).
-func (w *Workloads) VerifyPoolScope(ctx context.Context, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) error {
+func (w *Platforms) VerifyPoolScope(ctx context.Context, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) error {
 	p, _, err := w.PoolProvider(ctx, pool, tmpl)
 	if err != nil {
 		return err
@@ -322,8 +320,8 @@ func (w *Workloads) VerifyPoolScope(ctx context.Context, pool *hfv1.RunnerPool, 
 
 // readSecret is the workload.SecretReader of the back-ends: the Secrets of
 // the template's own namespace, through the controllers' client.
-func (w *Workloads) readSecret(ctx context.Context, field, namespace string, ref hfv1.LocalSecretKeySelector) ([]byte, error) {
-	return secretValue(ctx, w.Client, field, namespace, ref.Name, ref.Key)
+func (w *Platforms) readSecret(ctx context.Context, field, namespace string, ref hfv1.LocalSecretKeySelector) ([]byte, error) {
+	return secretref.Value(ctx, w.Client, field, namespace, ref.Name, ref.Key)
 }
 
 // newConfigError classifies err as a configuration problem the user must
@@ -332,17 +330,12 @@ func newConfigError(reason string, err error) error {
 	return &errclass.Error{Class: errclass.ClassConfiguration, Reason: reason, Err: err}
 }
 
-// retryAfterWorkload is the requeue for a rate-limited workload call.
-func retryAfterWorkload(err error, now time.Time) (time.Duration, bool) {
-	return claimrunner.RetryAfter(err, now)
-}
-
 // runnerName is the name the claim's runner registers under: a name the
 // claim sets (spec.workloadConfig) as given, since it is the user's and
 // the orphan sweep must never remove that runner; otherwise the default
 // name marked as this install's (ownership.Signer.RunnerName), so that the
 // sweep can remove the runner once its claim is gone.
-func (w *Workloads) runnerName(be workload.Backend, claim *hfv1.MachineClaim, name string) string {
+func (w *Platforms) runnerName(be workload.Backend, claim *hfv1.MachineClaim, name string) string {
 	if w.Signer == nil || be.Claim(claim).Name != "" {
 		return name
 	}

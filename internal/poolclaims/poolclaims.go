@@ -1,4 +1,8 @@
-package controller
+// Package poolclaims sorts a RunnerPool's claims for scaling: the state
+// each one is in (StateOf, Classify), the instants and limits of its
+// lifecycle (Times, Limits), and the expectations that keep a pool from
+// deciding twice against a cache that has not shown its writes yet.
+package poolclaims
 
 import (
 	"slices"
@@ -12,87 +16,87 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 )
 
-// poolClaimState is where one of a pool's claims stands, for scaling.
-type poolClaimState int
+// State is where one of a pool's claims stands, for scaling.
+type State int
 
 const (
-	claimStarting poolClaimState = iota
-	claimIdle
-	claimBusy
-	claimTerminating
-	claimRetained
-	claimFinished
+	Starting State = iota
+	Idle
+	Busy
+	Terminating
+	Retained
+	Finished
 )
 
-// poolClaims are a pool's claims sorted into the states scaling counts.
-type poolClaims struct {
-	starting, idle, busy, terminating, retained, finished []*hfv1.MachineClaim
-	// stale marks live (starting, idle, busy) claims built from an older
+// Claims are a pool's claims sorted into the states scaling counts.
+type Claims struct {
+	Starting, Idle, Busy, Terminating, Retained, Finished []*hfv1.MachineClaim
+	// Stale marks live (starting, idle, busy) claims built from an older
 	// template; busy ones are replaced after their job.
-	stale map[types.UID]bool
+	Stale map[types.UID]bool
 }
 
-// classifyClaims sorts claims by state. hash is the pool's current
+// Classify sorts claims by state. hash is the pool's current
 // template hash (empty when unknown: nothing is stale then).
-func classifyClaims(claims []hfv1.MachineClaim, hash string, retains bool) *poolClaims {
-	pc := &poolClaims{stale: map[types.UID]bool{}}
+func Classify(claims []hfv1.MachineClaim, hash string, retains bool) *Claims {
+	pc := &Claims{Stale: map[types.UID]bool{}}
 	for i := range claims {
 		c := &claims[i]
-		state := claimStateOf(c, retains)
+		state := StateOf(c, retains)
 		switch state {
-		case claimStarting:
-			pc.starting = append(pc.starting, c)
-		case claimIdle:
-			pc.idle = append(pc.idle, c)
-		case claimBusy:
-			pc.busy = append(pc.busy, c)
-		case claimTerminating:
-			pc.terminating = append(pc.terminating, c)
-		case claimRetained:
-			pc.retained = append(pc.retained, c)
-		case claimFinished:
-			pc.finished = append(pc.finished, c)
+		case Starting:
+			pc.Starting = append(pc.Starting, c)
+		case Idle:
+			pc.Idle = append(pc.Idle, c)
+		case Busy:
+			pc.Busy = append(pc.Busy, c)
+		case Terminating:
+			pc.Terminating = append(pc.Terminating, c)
+		case Retained:
+			pc.Retained = append(pc.Retained, c)
+		case Finished:
+			pc.Finished = append(pc.Finished, c)
 		}
-		if (state == claimStarting || state == claimIdle || state == claimBusy) && hash != "" && c.Status.TemplateHash != "" && c.Status.TemplateHash != hash {
-			pc.stale[c.UID] = true
+		if (state == Starting || state == Idle || state == Busy) && hash != "" && c.Status.TemplateHash != "" && c.Status.TemplateHash != hash {
+			pc.Stale[c.UID] = true
 		}
 	}
 	// Oldest first: scale-down and drift replacement remove the VMs
 	// closest to their maxLifetime, and history keeps the newest.
-	for _, l := range [][]*hfv1.MachineClaim{pc.starting, pc.idle, pc.busy, pc.terminating, pc.retained, pc.finished} {
+	for _, l := range [][]*hfv1.MachineClaim{pc.Starting, pc.Idle, pc.Busy, pc.Terminating, pc.Retained, pc.Finished} {
 		slices.SortFunc(l, func(a, b *hfv1.MachineClaim) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
 	}
 	return pc
 }
 
-// claimStateOf is one claim's state for scaling.
-func claimStateOf(c *hfv1.MachineClaim, retains bool) poolClaimState {
+// StateOf is one claim's state for scaling.
+func StateOf(c *hfv1.MachineClaim, retains bool) State {
 	st := c.Status.Bootstrap
 	switch {
 	case c.IsFinished():
-		return claimFinished
+		return Finished
 	case c.HasFailed() && c.DeletionTimestamp.IsZero():
 		if c.Status.VMRef == nil {
-			return claimFinished
+			return Finished
 		}
 		if retains {
-			return claimRetained
+			return Retained
 		}
-		return claimTerminating
+		return Terminating
 	case c.EndRequested(), c.Ended():
 		// Claims the pool asked to end count as terminating until they
 		// are gone: a VM still being destroyed holds its place.
-		return claimTerminating
+		return Terminating
 	case st != nil && (st.JobID != 0 || st.RunnerState == hfv1.RunnerStateBusy):
-		return claimBusy
+		return Busy
 	case hfv1.IsConditionTrue(c.Status.Conditions, hfv1.MachineClaimBootstrappedCondition):
-		return claimIdle
+		return Idle
 	}
-	return claimStarting
+	return Starting
 }
 
-// claimTimes are the instants a claim's lifecycle limits count from.
-func claimTimes(c *hfv1.MachineClaim) scaling.ClaimTimes {
+// Times are the instants a claim's lifecycle limits count from.
+func Times(c *hfv1.MachineClaim) scaling.ClaimTimes {
 	t := scaling.ClaimTimes{Created: c.CreationTimestamp.Time}
 	if pt := c.Status.PhaseTimes; pt != nil && pt.Provisioning != nil {
 		t.Provisioning = pt.Provisioning.Time
@@ -108,8 +112,8 @@ func claimTimes(c *hfv1.MachineClaim) scaling.ClaimTimes {
 	return t
 }
 
-// poolLimits are a pool's lifecycle limits.
-func poolLimits(p *hfv1.RunnerPool) scaling.Limits {
+// Limits are a pool's lifecycle limits.
+func Limits(p *hfv1.RunnerPool) scaling.Limits {
 	l := p.Spec.Lifecycle
 	d := func(v *metav1.Duration, def time.Duration) time.Duration {
 		if v == nil {
@@ -125,22 +129,22 @@ func poolLimits(p *hfv1.RunnerPool) scaling.Limits {
 	}
 }
 
-// expectations remember the claims a pool created or deleted until the
+// Expectations remember the claims a pool created or deleted until the
 // cache shows them, so that a decision is never made twice against a
 // cache that lags the API server (the ReplicaSet controller's technique).
 // They live in memory: after a restart the cache is synced before the
 // first reconcile, which is all they protect.
-type expectations struct {
+type Expectations struct {
 	mu sync.Mutex
-	m  map[types.NamespacedName]*poolExpectation
+	m  map[types.NamespacedName]*expectation
 }
 
-type poolExpectation struct {
+type expectation struct {
 	creates map[string]time.Time    // claim names created
 	deletes map[types.UID]time.Time // claims deleted or asked to end
 }
 
-// expectationTimeout bounds how long a pool waits for its cache: an
+// ExpectationTimeout bounds how long a pool waits for its cache: an
 // expectation older than this is dropped (the write probably failed
 // after all, and the next decision recomputes from what is there).
 // Expectations are stamped when their write returns, not when the
@@ -148,37 +152,37 @@ type poolExpectation struct {
 // API server can outlast the timeout, and stamping its first instant
 // dropped the last claims' expectations before the cache could show them
 // (a burst of 55 jobs then got 56 claims).
-const expectationTimeout = time.Minute
+const ExpectationTimeout = time.Minute
 
-func (e *expectations) get(pool types.NamespacedName) *poolExpectation {
+func (e *Expectations) get(pool types.NamespacedName) *expectation {
 	if e.m == nil {
-		e.m = map[types.NamespacedName]*poolExpectation{}
+		e.m = map[types.NamespacedName]*expectation{}
 	}
 	pe := e.m[pool]
 	if pe == nil {
-		pe = &poolExpectation{creates: map[string]time.Time{}, deletes: map[types.UID]time.Time{}}
+		pe = &expectation{creates: map[string]time.Time{}, deletes: map[types.UID]time.Time{}}
 		e.m[pool] = pe
 	}
 	return pe
 }
 
-// created records a claim the pool created.
-func (e *expectations) created(pool types.NamespacedName, name string, now time.Time) {
+// Created records a claim the pool created.
+func (e *Expectations) Created(pool types.NamespacedName, name string, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.get(pool).creates[name] = now
 }
 
-// ended records a claim the pool deleted or asked to end.
-func (e *expectations) ended(pool types.NamespacedName, uid types.UID, now time.Time) {
+// Ended records a claim the pool deleted or asked to end.
+func (e *Expectations) Ended(pool types.NamespacedName, uid types.UID, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.get(pool).deletes[uid] = now
 }
 
-// satisfied reports whether claims (from the cache) show every write the
+// Satisfied reports whether claims (from the cache) show every write the
 // pool made; it forgets the writes they show and those that timed out.
-func (e *expectations) satisfied(pool types.NamespacedName, claims []hfv1.MachineClaim, now time.Time) bool {
+func (e *Expectations) Satisfied(pool types.NamespacedName, claims []hfv1.MachineClaim, now time.Time) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	pe := e.m[pool]
@@ -192,17 +196,17 @@ func (e *expectations) satisfied(pool types.NamespacedName, claims []hfv1.Machin
 		c := &claims[i]
 		names[c.Name] = true
 		present[c.UID] = true
-		if claimStateOf(c, true) == claimTerminating || c.HasFailed() {
+		if StateOf(c, true) == Terminating || c.HasFailed() {
 			ending[c.UID] = true
 		}
 	}
 	for name, at := range pe.creates {
-		if names[name] || now.Sub(at) > expectationTimeout {
+		if names[name] || now.Sub(at) > ExpectationTimeout {
 			delete(pe.creates, name)
 		}
 	}
 	for uid, at := range pe.deletes {
-		if !present[uid] || ending[uid] || now.Sub(at) > expectationTimeout {
+		if !present[uid] || ending[uid] || now.Sub(at) > ExpectationTimeout {
 			delete(pe.deletes, uid)
 		}
 	}
@@ -213,8 +217,8 @@ func (e *expectations) satisfied(pool types.NamespacedName, claims []hfv1.Machin
 	return false
 }
 
-// forget drops a deleted pool's expectations.
-func (e *expectations) forget(pool types.NamespacedName) {
+// Forget drops a deleted pool's Expectations.
+func (e *Expectations) Forget(pool types.NamespacedName) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.m, pool)

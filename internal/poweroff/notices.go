@@ -1,8 +1,12 @@
-package controller
+// Package poweroff takes power-off hints: the in-VM agents' notices that
+// their VM is about to power off (tokens checked, leader only), and the
+// marks any hint puts on a claim's VM in hypervisors.Transitions, so that
+// the claim reads that VM's status directly for a while
+// (docs/architecture.md, "Power-off hints").
+package poweroff
 
 import (
 	"context"
-
 	"fmt"
 	"time"
 
@@ -12,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -24,7 +27,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 )
 
-// PowerOffNotices takes the in-VM agents' power-off notices
+// Notices takes the in-VM agents' power-off notices
 // (agentserver.PowerOffReceiver) and gives VMs the means to send one
 // (docs/architecture.md, "Power-off hints"). A notice is a hint: it marks
 // the claim's VM in transition, so that the claim reads that VM's status
@@ -35,7 +38,7 @@ import (
 // UID. Nothing is stored: every replica verifies it, before and after a
 // restart, and it authorizes one thing only. A forged token is refused
 // before anything is read; a genuine one costs at most one mark of one VM.
-type PowerOffNotices struct {
+type Notices struct {
 	// Reader reads claims (the manager's cache).
 	Reader client.Reader
 	// Signer computes and verifies the tokens.
@@ -58,10 +61,10 @@ type PowerOffNotices struct {
 	URL, CA string
 }
 
-var _ agentserver.PowerOffReceiver = (*PowerOffNotices)(nil)
+var _ agentserver.PowerOffReceiver = (*Notices)(nil)
 
 // PowerOffNotice implements agentserver.PowerOffReceiver.
-func (n *PowerOffNotices) PowerOffNotice(ctx context.Context, c agentconfig.ClaimRef, token string) error {
+func (n *Notices) PowerOffNotice(ctx context.Context, c agentconfig.ClaimRef, token string) error {
 	if n.Signer == nil || !n.Signer.VerifyPowerOffToken(c.Namespace, c.Name, c.UID, token) {
 		metrics.PowerOffHints.WithLabelValues(string(hypervisors.HintAgent), "refused").Inc()
 		return agentserver.ErrBadToken
@@ -84,7 +87,7 @@ func (n *PowerOffNotices) PowerOffNotice(ctx context.Context, c agentconfig.Clai
 		return fmt.Errorf("read MachineClaim %s/%s for its power-off notice: %w", c.Namespace, c.Name, err)
 	}
 	n.Log.V(1).Info("Power-off notice", "MachineClaim", klog.KObj(claim), "vmid", vmidOf(claim))
-	if markTransition(n.Transitions, claim, hypervisors.HintAgent, n.now()) == hypervisors.Marked && n.ClaimEvents != nil {
+	if Mark(n.Transitions, claim, hypervisors.HintAgent, n.now()) == hypervisors.Marked && n.ClaimEvents != nil {
 		// Wake the claim to read its VM now; never block the VM's request
 		// on the queue: a full channel leaves it to the claim's next pass.
 		select {
@@ -102,16 +105,16 @@ func vmidOf(claim *hfv1.MachineClaim) int32 {
 	return 0
 }
 
-func (n *PowerOffNotices) now() time.Time {
+func (n *Notices) now() time.Time {
 	if n.Clock == nil {
 		return time.Now()
 	}
 	return n.Clock.Now()
 }
 
-// notifyFor is what a claim's VM is given to send its notice; nil when the
+// NotifyFor is what a claim's VM is given to send its notice; nil when the
 // operator takes none.
-func (n *PowerOffNotices) notifyFor(claim *hfv1.MachineClaim) *agentconfig.PowerOffNotify {
+func (n *Notices) NotifyFor(claim *hfv1.MachineClaim) *agentconfig.PowerOffNotify {
 	if n == nil || n.URL == "" || n.Signer == nil {
 		return nil
 	}
@@ -123,12 +126,12 @@ func (n *PowerOffNotices) notifyFor(claim *hfv1.MachineClaim) *agentconfig.Power
 	}
 }
 
-// markTransition marks the VM of a running claim in transition and counts
+// Mark marks the VM of a running claim in transition and counts
 // the hint. A claim without a VM, or already ending (its deletion reads the
 // VM itself), is "unknown"; the job-completed hint marks the VM right
 // before its claim ends, so that the VM counts as in transition until it
 // is destroyed.
-func markTransition(t *hypervisors.Transitions, claim *hfv1.MachineClaim, source hypervisors.HintSource, now time.Time) hypervisors.MarkOutcome {
+func Mark(t *hypervisors.Transitions, claim *hfv1.MachineClaim, source hypervisors.HintSource, now time.Time) hypervisors.MarkOutcome {
 	ref := claim.Status.VMRef
 	if t == nil || ref == nil || ref.VMID == 0 || claim.Ended() {
 		metrics.PowerOffHints.WithLabelValues(string(source), "unknown").Inc()
@@ -137,32 +140,4 @@ func markTransition(t *hypervisors.Transitions, claim *hfv1.MachineClaim, source
 	out := t.Mark(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VMID: int(ref.VMID)}, source, now)
 	metrics.PowerOffHints.WithLabelValues(string(source), string(out)).Inc()
 	return out
-}
-
-// pollInTransition reads the claim's VM directly while a hint has it in
-// transition (handled: the claim ended). requeue is when to read it again
-// (zero when the VM is not in transition).
-func (r *MachineClaimReconciler) pollInTransition(ctx context.Context, s *claimScope, alreadyRead bool) (res ctrl.Result, handled bool, requeue time.Duration, err error) {
-	ref := s.claim.Status.VMRef
-	if r.Transitions == nil || ref == nil {
-		return ctrl.Result{}, false, 0, nil
-	}
-	now := r.Clock.Now()
-	until, ok := r.Transitions.Active(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VMID: int(ref.VMID)}, now)
-	if !ok {
-		return ctrl.Result{}, false, 0, nil
-	}
-	if !alreadyRead {
-		if res, handled, err := r.confirmStopped(ctx, s); handled || err != nil {
-			return res, handled, 0, err
-		}
-	}
-	return ctrl.Result{}, false, min(r.Transitions.Poll(), until.Sub(now)), nil
-}
-
-// forgetTransition drops the claim's VM from the set once it is destroyed.
-func (r *MachineClaimReconciler) forgetTransition(ref *hfv1.VMReference) {
-	if r.Transitions != nil && ref != nil {
-		r.Transitions.Forget(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VMID: int(ref.VMID)}, r.Clock.Now())
-	}
 }

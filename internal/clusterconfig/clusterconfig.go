@@ -1,0 +1,101 @@
+// Package clusterconfig resolves a HypervisorCluster into the
+// configuration its provider connects with: the cluster's spec and the
+// Secrets it references (Resolve), and which Secrets those are
+// (SecretRefs).
+package clusterconfig
+
+import (
+	"context"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
+	"github.com/hyperfleet/hyperfleet/internal/reservation"
+	"github.com/hyperfleet/hyperfleet/internal/secretref"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// Resolve resolves a HypervisorCluster's spec and the Secrets it
+// references (read with reader) into a provider.ClusterConfig. Errors name
+// the field; a missing Secret or key wraps secretref.ErrMissing.
+func Resolve(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluster) (provider.ClusterConfig, error) {
+	s := c.Spec
+	cfg := provider.ClusterConfig{
+		Name:             c.Name,
+		Endpoint:         s.Endpoint,
+		Nodes:            s.Nodes,
+		DefaultStorage:   s.DefaultStorage,
+		ISOStorage:       s.ISOStorage,
+		DefaultBridge:    s.DefaultBridge,
+		Tags:             s.Tags,
+		ClonesPerNode:    hfv1.DefaultClonesPerNode,
+		ClonesPerStorage: hfv1.DefaultClonesPerStorage,
+	}
+	cfg.VMIDStart, cfg.VMIDEnd = reservation.VMIDRange(c)
+	if l := s.Limits; l != nil {
+		if l.ClonesPerNode > 0 {
+			cfg.ClonesPerNode = int(l.ClonesPerNode)
+		}
+		if l.ClonesPerStorage > 0 {
+			cfg.ClonesPerStorage = int(l.ClonesPerStorage)
+		}
+		if l.MaxMachines != nil {
+			cfg.MaxMachines = int(*l.MaxMachines)
+		}
+	}
+	read := func(field string, ref *hfv1.SecretKeySelector) (string, error) {
+		if ref == nil {
+			return "", nil
+		}
+		v, err := secretref.Value(ctx, reader, field, ref.Namespace, ref.Name, ref.Key)
+		return string(v), err
+	}
+	var err error
+	cr := s.Credentials
+	if cfg.TokenID, err = read("spec.credentials.tokenId", cr.TokenID); err != nil {
+		return cfg, err
+	}
+	if cfg.TokenSecret, err = read("spec.credentials.tokenSecret", cr.TokenSecret); err != nil {
+		return cfg, err
+	}
+	if cfg.Username, err = read("spec.credentials.username", cr.Username); err != nil {
+		return cfg, err
+	}
+	if cfg.Password, err = read("spec.credentials.password", cr.Password); err != nil {
+		return cfg, err
+	}
+	if t := s.TLS; t != nil {
+		cfg.FingerprintSHA256 = t.FingerprintSHA256
+		cfg.InsecureSkipVerify = t.InsecureSkipVerify
+		if t.CABundleRef != nil {
+			ca, err := read("spec.tls.caBundleRef", t.CABundleRef)
+			if err != nil {
+				return cfg, err
+			}
+			cfg.CABundle = []byte(ca)
+		}
+	}
+	return cfg, nil
+}
+
+// SecretRefs lists every Secret a cluster reads.
+func SecretRefs(c *hfv1.HypervisorCluster) []*hfv1.SecretKeySelector {
+	var out []*hfv1.SecretKeySelector
+	cr := c.Spec.Credentials
+	for _, r := range []*hfv1.SecretKeySelector{cr.TokenID, cr.TokenSecret, cr.Username, cr.Password} {
+		if r != nil {
+			out = append(out, r)
+		}
+	}
+	if c.Spec.TLS != nil && c.Spec.TLS.CABundleRef != nil {
+		out = append(out, c.Spec.TLS.CABundleRef)
+	}
+	if store := claimidentity.SecretStoreOf(c); store != nil {
+		out = append(out, &store.TokenRef)
+		if store.CABundleRef != nil {
+			out = append(out, store.CABundleRef)
+		}
+	}
+	return out
+}

@@ -1,0 +1,112 @@
+package poolclaims
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/scaling"
+)
+
+// unitEpoch is the reference instant of the unit tests in this file.
+var unitEpoch = time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func TestTimes(t *testing.T) {
+	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: unitEpoch.Add(d)} }
+	for _, tc := range []struct {
+		name string
+		mut  func(*hfv1.MachineClaim)
+		want scaling.ClaimTimes
+	}{
+		{name: "bare", mut: func(*hfv1.MachineClaim) {}, want: scaling.ClaimTimes{Created: unitEpoch}},
+		{
+			name: "phase times without provisioning",
+			mut:  func(c *hfv1.MachineClaim) { c.Status.PhaseTimes = &hfv1.PhaseTimes{Pending: at(time.Second)} },
+			want: scaling.ClaimTimes{Created: unitEpoch},
+		},
+		{
+			name: "provisioning",
+			mut:  func(c *hfv1.MachineClaim) { c.Status.PhaseTimes = &hfv1.PhaseTimes{Provisioning: at(time.Minute)} },
+			want: scaling.ClaimTimes{Created: unitEpoch, Provisioning: unitEpoch.Add(time.Minute)},
+		},
+		{
+			name: "registered",
+			mut: func(c *hfv1.MachineClaim) {
+				c.Status.Bootstrap = &hfv1.BootstrapStatus{RegisteredAt: at(2 * time.Minute)}
+			},
+			want: scaling.ClaimTimes{Created: unitEpoch, Registered: unitEpoch.Add(2 * time.Minute)},
+		},
+		{
+			name: "job start without job id is ignored",
+			mut: func(c *hfv1.MachineClaim) {
+				c.Status.Bootstrap = &hfv1.BootstrapStatus{JobStartedAt: at(3 * time.Minute)}
+			},
+			want: scaling.ClaimTimes{Created: unitEpoch},
+		},
+		{
+			name: "job id without start",
+			mut:  func(c *hfv1.MachineClaim) { c.Status.Bootstrap = &hfv1.BootstrapStatus{JobID: 9} },
+			want: scaling.ClaimTimes{Created: unitEpoch},
+		},
+		{
+			name: "all",
+			mut: func(c *hfv1.MachineClaim) {
+				c.Status.PhaseTimes = &hfv1.PhaseTimes{Provisioning: at(time.Minute)}
+				c.Status.Bootstrap = &hfv1.BootstrapStatus{RegisteredAt: at(2 * time.Minute), JobID: 9, JobStartedAt: at(3 * time.Minute)}
+			},
+			want: scaling.ClaimTimes{
+				Created: unitEpoch, Provisioning: unitEpoch.Add(time.Minute),
+				Registered: unitEpoch.Add(2 * time.Minute), JobStarted: unitEpoch.Add(3 * time.Minute),
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", CreationTimestamp: metav1.Time{Time: unitEpoch}}}
+			tc.mut(&c)
+			got := Times(&c)
+			if !got.Created.Equal(tc.want.Created) || !got.Provisioning.Equal(tc.want.Provisioning) ||
+				!got.Registered.Equal(tc.want.Registered) || !got.JobStarted.Equal(tc.want.JobStarted) {
+				t.Errorf("Times = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestLimits(t *testing.T) {
+	dur := func(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+	for _, tc := range []struct {
+		name string
+		lc   hfv1.Lifecycle
+		want scaling.Limits
+	}{
+		{
+			name: "defaults",
+			want: scaling.Limits{BootstrapTimeout: 10 * time.Minute, IdleTimeout: 30 * time.Minute, JobTimeout: 3 * time.Hour, MaxLifetime: 6 * time.Hour},
+		},
+		{
+			name: "all set",
+			lc:   hfv1.Lifecycle{BootstrapTimeout: dur(time.Minute), IdleTimeout: dur(2 * time.Minute), JobTimeout: dur(3 * time.Minute), MaxLifetime: dur(4 * time.Minute)},
+			want: scaling.Limits{BootstrapTimeout: time.Minute, IdleTimeout: 2 * time.Minute, JobTimeout: 3 * time.Minute, MaxLifetime: 4 * time.Minute},
+		},
+		{
+			name: "some set",
+			lc:   hfv1.Lifecycle{IdleTimeout: dur(5 * time.Minute), MaxLifetime: dur(48 * time.Hour)},
+			want: scaling.Limits{BootstrapTimeout: 10 * time.Minute, IdleTimeout: 5 * time.Minute, JobTimeout: 3 * time.Hour, MaxLifetime: 48 * time.Hour},
+		},
+		{
+			name: "explicit zero",
+			lc:   hfv1.Lifecycle{JobTimeout: dur(0)},
+			want: scaling.Limits{BootstrapTimeout: 10 * time.Minute, IdleTimeout: 30 * time.Minute, JobTimeout: 0, MaxLifetime: 6 * time.Hour},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &hfv1.RunnerPool{}
+			p.Spec.Lifecycle = tc.lc
+			if got := Limits(p); got != tc.want {
+				t.Errorf("Limits = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
