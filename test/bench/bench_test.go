@@ -348,6 +348,11 @@ func coldStarts(t *testing.T, w *devenv.World, px *recorder, n int) ([]bench.Col
 		wg.Wait()
 		j, _ := w.GitHub.Job(ids[0])
 		seen[bench.EventQueued], seen[bench.EventJobStart], seen[bench.EventJobEnd] = j.CreatedAt, j.StartedAt, j.CompletedAt
+		if up := seen[bench.EventRunnerUp]; !j.StartedAt.IsZero() && (up.IsZero() || up.After(j.StartedAt)) {
+			// The runner was online by the time it started the job; the
+			// 20 ms poll can see it later than GitHub's own start time.
+			seen[bench.EventRunnerUp] = j.StartedAt
+		}
 		seen[bench.EventClone] = px.firstSeen("POST", "/clone")
 		seen[bench.EventConfigure] = earliest(px.firstSeen("POST", "/config"), px.firstSeen("PUT", "/config"))
 		seen[bench.EventBoot] = px.firstSeen("POST", "/status/start")
