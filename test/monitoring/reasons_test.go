@@ -31,9 +31,10 @@ const apiDir = "api/v1alpha1"
 // controllers put into conditions (docs/architecture.md, "Classified
 // errors"): the classification itself, the hypervisor side and each of its
 // implementations, the CI platform side and each of its back-ends, the
-// SPIRE Server API client, and the controllers. The test doubles (pkg/provider/fake, providertest) are not
+// SPIRE Server API client, the controllers and the services they call
+// (internal/workloads, vmspec, clusterconfig, the claim services). The test doubles (pkg/provider/fake, providertest) are not
 // the product and are left out.
-var errorReasonDirs = []string{"pkg/errclass", "pkg/provider", "pkg/provider/*", "pkg/workload", "pkg/workload/*", "internal/controller", "internal/spire"}
+var errorReasonDirs = []string{"pkg/errclass", "pkg/provider", "pkg/provider/*", "pkg/workload", "pkg/workload/*", "internal/controller", "internal/spire", "internal/workloads", "internal/vmspec", "internal/clusterconfig", "internal/claimvm", "internal/claimrunner", "internal/claimidentity", "internal/poweroff", "internal/poolclaims"}
 
 var errorReasonExcluded = []string{"pkg/provider/fake", "pkg/provider/providertest"}
 
