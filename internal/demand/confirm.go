@@ -79,8 +79,13 @@ func (r *Recorder) untrustedBecause(ctx context.Context, pool types.NamespacedNa
 	if ev.Job.State != workload.JobCompleted {
 		return "", nil
 	}
-	var cur hfv1.CIJob
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, ev.Job.ID)}
+	if cur, ok := r.written.get(key); ok && hfv1.CIJobRank(cur.Status.State) >= hfv1.CIJobRank(hfv1.CIJobInProgress) {
+		// Recorded in progress by this Recorder; a state only moves
+		// forward, so no one can have moved it back since.
+		return "", nil
+	}
+	var cur hfv1.CIJob
 	switch err := r.reader.Get(ctx, key, &cur); {
 	case apierrors.IsNotFound(err):
 		return "completed for a job not recorded", nil

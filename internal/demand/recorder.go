@@ -48,6 +48,9 @@ type Recorder struct {
 	// (ConfirmWebhookEvents).
 	readers     JobReaders
 	maxEventAge time.Duration
+	// written holds the records this Recorder wrote last, so that a job's
+	// next event is one write (written.go).
+	written *written
 }
 
 // NewRecorder returns a Recorder that writes through c and reads an
@@ -62,7 +65,7 @@ func NewRecorder(c client.Client, reader client.Reader, clk clock.PassiveClock) 
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Recorder{client: c, reader: reader, clock: clk}
+	return &Recorder{client: c, reader: reader, clock: clk, written: newWritten()}
 }
 
 // Record records ev as the CIJob of its job in pool's namespace, routed to
@@ -98,37 +101,57 @@ func (r *Recorder) Apply(ctx context.Context, pool types.NamespacedName, ev work
 		ev = confirmed
 	}
 	job := NewCIJob(pool, ev, source, r.clock.Now())
+	key := client.ObjectKeyFromObject(job)
+	if cur, ok := r.written.get(key); ok {
+		// This Recorder wrote the record last: one update, unless the copy
+		// is stale (then read it from the API server, below).
+		outcome, err := r.merge(ctx, pool, cur, ev, source)
+		switch {
+		case err == nil:
+			return outcome, nil
+		case !apierrors.IsConflict(err) && !apierrors.IsNotFound(err):
+			return Unchanged, fmt.Errorf("updating CIJob %s: %w", key, err)
+		}
+		r.written.forget(key)
+	}
 	err := r.client.Create(ctx, job)
 	if err == nil {
+		r.written.put(job)
 		observeQueueTime(pool, hfv1.CIJobQueued, &job.Status)
 		return Created, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
 		return Unchanged, fmt.Errorf("creating CIJob %s/%s: %w", job.Namespace, job.Name, err)
 	}
-	key := client.ObjectKeyFromObject(job)
 	outcome := Unchanged
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var cur hfv1.CIJob
 		if err := r.reader.Get(ctx, key, &cur); err != nil {
 			return err
 		}
-		was := cur.Status.State
-		if !MergeEvent(&cur, ev, source) {
-			outcome = Unchanged
-			return nil
-		}
-		if err := r.client.Update(ctx, &cur); err != nil {
-			return err
-		}
-		observeQueueTime(pool, was, &cur.Status)
-		outcome = Updated
-		return nil
+		var err error
+		outcome, err = r.merge(ctx, pool, &cur, ev, source)
+		return err
 	})
 	if err != nil {
 		return Unchanged, fmt.Errorf("updating CIJob %s: %w", key, err)
 	}
 	return outcome, nil
+}
+
+// merge applies ev to cur and writes it when that changed anything,
+// remembering what it wrote (or read, when nothing changed).
+func (r *Recorder) merge(ctx context.Context, pool types.NamespacedName, cur *hfv1.CIJob, ev workload.JobEvent, source string) (Outcome, error) {
+	was := cur.Status.State
+	if !MergeEvent(cur, ev, source) {
+		return Unchanged, nil
+	}
+	if err := r.client.Update(ctx, cur); err != nil {
+		return Unchanged, err
+	}
+	r.written.put(cur)
+	observeQueueTime(pool, was, &cur.Status)
+	return Updated, nil
 }
 
 // observeQueueTime measures a job's queue time (the platform's queued and

@@ -143,6 +143,7 @@ type Receiver struct {
 	log    logr.Logger
 	clock  clock.Clock
 	queue  chan item
+	order  *jobOrder
 	dedupe *dedupe
 	// slots admits deliveries (MaxInFlight tokens); large ones also need
 	// one of largeSlots.
@@ -154,6 +155,48 @@ type Receiver struct {
 type item struct {
 	ev       workload.JobEvent
 	received time.Time
+	// after is closed once the previous event of the same job is done
+	// (nil: none queued); done is closed when this one is.
+	after <-chan struct{}
+	done  chan struct{}
+}
+
+// jobOrder keeps one job's events in the order they were accepted while
+// several workers record events: GitHub sends a short job's in_progress
+// and completed deliveries milliseconds apart, and a completed event
+// recorded before its in_progress one must be confirmed with the CI
+// platform's API (demand.ConfirmWebhookEvents), a call and its latency
+// for nothing. Events of different jobs still run side by side.
+type jobOrder struct {
+	mu sync.Mutex
+	// last is each job's most recently accepted event's done channel,
+	// until that event is done.
+	last map[int64]chan struct{}
+}
+
+// enqueue puts ev on q behind the job's earlier events; false when q is
+// full.
+func (o *jobOrder) enqueue(q chan<- item, ev workload.JobEvent, received time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	it := item{ev: ev, received: received, after: o.last[ev.Job.ID], done: make(chan struct{})}
+	select {
+	case q <- it:
+		o.last[ev.Job.ID] = it.done
+		return true
+	default:
+		return false
+	}
+}
+
+// finish marks it done, letting the job's next event go.
+func (o *jobOrder) finish(it item) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	close(it.done)
+	if o.last[it.ev.Job.ID] == it.done {
+		delete(o.last, it.ev.Job.ID)
+	}
 }
 
 // NewReceiver checks opts and fills in the defaults.
@@ -193,6 +236,7 @@ func NewReceiver(opts Options) (*Receiver, error) {
 		log:        opts.Logger,
 		clock:      opts.Clock,
 		queue:      make(chan item, opts.QueueSize),
+		order:      &jobOrder{last: map[int64]chan struct{}{}},
 		dedupe:     newDedupe(opts.DedupeSize, opts.DedupeTTL),
 		slots:      make(chan struct{}, opts.MaxInFlight),
 		largeSlots: make(chan struct{}, max(1, opts.MaxInFlight/4)),
@@ -353,10 +397,9 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		reply(http.StatusOK, ResultDuplicate, "duplicate: this delivery was already accepted")
 		return
 	}
-	select {
-	case r.queue <- item{ev: ev, received: received}:
+	if r.order.enqueue(r.queue, ev, received) {
 		queueDepth.Set(float64(len(r.queue)))
-	default:
+	} else {
 		r.dedupe.forget(delivery)
 		log.Info("webhook queue full: delivery refused with 503", "queueSize", cap(r.queue))
 		w.Header().Set("Retry-After", strconv.Itoa(int((r.opts.RetryAfter+time.Second-1)/time.Second)))
@@ -425,22 +468,37 @@ func (r *Receiver) work(ctx, workCtx context.Context) {
 		select {
 		case it := <-r.queue:
 			queueDepth.Set(float64(len(r.queue)))
-			r.process(workCtx, it)
+			r.inOrder(workCtx, it)
 		case <-ctx.Done():
 			for {
 				select {
 				case it := <-r.queue:
 					queueDepth.Set(float64(len(r.queue)))
-					if workCtx.Err() != nil {
-						continue // out of time: left to the resync
-					}
-					r.process(workCtx, it)
+					r.inOrder(workCtx, it)
 				default:
 					return
 				}
 			}
 		}
 	}
+}
+
+// inOrder processes it once the job's earlier events are done. An event
+// waits only for events accepted before it, which other workers already
+// took from the queue, so the wait always ends. Out of time (ctx over),
+// it is left to the resync.
+func (r *Receiver) inOrder(ctx context.Context, it item) {
+	defer r.order.finish(it)
+	if it.after != nil {
+		select {
+		case <-it.after:
+		case <-ctx.Done():
+		}
+	}
+	if ctx.Err() != nil {
+		return // out of time: left to the resync
+	}
+	r.process(ctx, it)
 }
 
 // process routes and records one event. Failures are retried a few times;

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -728,4 +729,81 @@ func TestNoSecretYet(t *testing.T) {
 	if n := len(h.rec.got); n != 0 {
 		t.Fatalf("%d events recorded", n)
 	}
+}
+
+// gatedRecorder records in order, holding the events hold names until
+// released.
+type gatedRecorder struct {
+	hold    map[string]chan struct{} // by "<job>/<action>"
+	mu      sync.Mutex
+	order   []string
+	changed chan struct{}
+}
+
+func (g *gatedRecorder) Record(ctx context.Context, _ types.NamespacedName, ev workload.JobEvent, _ string) error {
+	key := fmt.Sprintf("%d/%s", ev.Job.ID, ev.Action)
+	if ch := g.hold[key]; ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	g.mu.Lock()
+	g.order = append(g.order, key)
+	g.mu.Unlock()
+	g.changed <- struct{}{}
+	return nil
+}
+
+func (g *gatedRecorder) recorded() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.order)
+}
+
+// TestReceiverKeepsAJobsEventsInOrder: with several workers, a job's
+// events are recorded in the order they were accepted (a completed event
+// never overtakes its in_progress one), while other jobs' events go on.
+func TestReceiverKeepsAJobsEventsInOrder(t *testing.T) {
+	release := make(chan struct{})
+	rec := &gatedRecorder{hold: map[string]chan struct{}{"1/queued": release}, changed: make(chan struct{}, 100)}
+	h := newHarness(t, routeTo("team", "gpu"), func(o *Options) { o.Workers, o.Recorder = 3, rec })
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	for i, d := range []struct {
+		job    int64
+		action string
+	}{{1, "queued"}, {1, "in_progress"}, {2, "queued"}, {1, "completed"}} {
+		if w := h.serve(delivery(fmt.Sprintf("o-%d", i), "workflow_job", jobBody(d.job, d.action))); w.Code != http.StatusAccepted {
+			t.Fatalf("delivery %d: status %d", i, w.Code)
+		}
+	}
+	next := func() {
+		t.Helper()
+		select {
+		case <-rec.changed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("nothing more was recorded; so far %v", rec.recorded())
+		}
+	}
+	// Job 2 goes on while job 1's first event is held; job 1's later
+	// events wait for it (nothing else can be recorded until it is).
+	next()
+	if got := rec.recorded(); fmt.Sprint(got) != "[2/queued]" {
+		t.Fatalf("recorded %v while job 1's queued event is held, want [2/queued]", got)
+	}
+	close(release)
+	next()
+	next()
+	next()
+	if got, want := rec.recorded(), []string{"2/queued", "1/queued", "1/in_progress", "1/completed"}; !slices.Equal(got, want) {
+		t.Fatalf("recorded %v, want %v", got, want)
+	}
+	waitFor(t, func() bool { h.r.order.mu.Lock(); defer h.r.order.mu.Unlock(); return len(h.r.order.last) == 0 })
 }

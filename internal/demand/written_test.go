@@ -1,0 +1,162 @@
+package demand
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/test/testenv"
+)
+
+// apiCalls counts a client's calls by verb.
+type apiCalls struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (a *apiCalls) add(verb string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.n[verb]++
+}
+
+// take returns the counts so far as "verb=n ..." (sorted) and resets them.
+func (a *apiCalls) take() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := ""
+	for _, v := range []string{"create", "get", "update"} {
+		if a.n[v] > 0 {
+			s += fmt.Sprintf("%s=%d ", v, a.n[v])
+		}
+	}
+	a.n = map[string]int{}
+	return s
+}
+
+// countedClient is a direct client of the test's API server that counts
+// its creates, gets and updates.
+func countedClient(t *testing.T, e *testenv.Environment) (client.WithWatch, *apiCalls) {
+	t.Helper()
+	c, err := client.NewWithWatch(e.Config, client.Options{Scheme: e.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := &apiCalls{n: map[string]int{}}
+	return interceptor.NewClient(c, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			calls.add("create")
+			return c.Create(ctx, obj, opts...)
+		},
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			calls.add("get")
+			return c.Get(ctx, key, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			calls.add("update")
+			return c.Update(ctx, obj, opts...)
+		},
+	}), calls
+}
+
+// TestRecorderWritesOnceAfterItsOwnWrite: a job's events after the one
+// that created its record are one update each, with no refused create and
+// no read, and a completed event after the in_progress this Recorder
+// wrote needs no confirmation (neither the platform nor the API server is
+// asked).
+func TestRecorderWritesOnceAfterItsOwnWrite(t *testing.T) {
+	e := testEnv(t)
+	ctx := context.Background()
+	ns := newNamespace(t, e.Client)
+	pool := nn(ns, "gpu")
+	c, calls := countedClient(t, e)
+	readers := &countingReaders{asked: map[types.NamespacedName]int{}, err: fmt.Errorf("the platform must not be asked")}
+	rec := NewRecorder(c, c, nil).ConfirmWebhookEvents(readers, time.Hour)
+	now := time.Now()
+	for _, step := range []struct {
+		state workload.JobState
+		want  Outcome
+		calls string
+	}{
+		{workload.JobQueued, Created, "create=1 "},
+		{workload.JobInProgress, Updated, "update=1 "},
+		{workload.JobCompleted, Updated, "update=1 "},
+		{workload.JobCompleted, Unchanged, ""},
+	} {
+		got, err := rec.Apply(ctx, pool, webhookEvent(5, step.state, now, "d-"+string(step.state)), SourceWebhook)
+		if err != nil || got != step.want {
+			t.Fatalf("%s: %s, %v; want %s", step.state, got, err, step.want)
+		}
+		if got := calls.take(); got != step.calls {
+			t.Errorf("%s: calls %q, want %q", step.state, got, step.calls)
+		}
+	}
+	if readers.count(pool) != 0 {
+		t.Errorf("the platform was asked %d times", readers.count(pool))
+	}
+	if cj := getJob(t, e.Client, ns, 5); cj.Status.State != hfv1.CIJobCompleted || cj.Status.RunnerName != "runner-1" || cj.Status.LastDeliveryID != "d-completed" {
+		t.Fatalf("record %+v", cj.Status)
+	}
+}
+
+// TestRecorderStaleCopy: what this Recorder remembers writing goes stale
+// when another replica writes the record, or someone deletes it; the
+// next event is still recorded right, from the API server.
+func TestRecorderStaleCopy(t *testing.T) {
+	e := testEnv(t)
+	ctx := context.Background()
+	ns := newNamespace(t, e.Client)
+	pool := nn(ns, "gpu")
+	c, calls := countedClient(t, e)
+	a, b := NewRecorder(c, c, nil), NewRecorder(e.Client, e.Client, nil)
+	now := time.Now()
+	mustApply := func(r *Recorder, state workload.JobState, delivery string, want Outcome) {
+		t.Helper()
+		got, err := r.Apply(ctx, pool, webhookEvent(6, state, now, delivery), SourceWebhook)
+		if err != nil || got != want {
+			t.Fatalf("%s %s: %s, %v; want %s", state, delivery, got, err, want)
+		}
+	}
+	mustApply(a, workload.JobQueued, "a-queued", Created)
+	// Another replica moves the record on; a's copy is stale.
+	mustApply(b, workload.JobInProgress, "b-progress", Updated)
+	calls.take()
+	mustApply(a, workload.JobInProgress, "a-progress", Unchanged)
+	if got := calls.take(); got != "create=1 get=1 update=1 " {
+		t.Errorf("stale copy: calls %q, want the refused update, the refused create and a read", got)
+	}
+	mustApply(a, workload.JobCompleted, "a-completed", Updated)
+	if cj := getJob(t, e.Client, ns, 6); cj.Status.State != hfv1.CIJobCompleted || cj.Status.LastDeliveryID != "a-completed" {
+		t.Fatalf("record %+v", cj.Status)
+	}
+
+	// Deleted under the copy: the next event that says more creates it
+	// again.
+	mustApply(a, workload.JobQueued, "a-queued", Unchanged)
+	id := int64(7)
+	for _, step := range []struct {
+		state workload.JobState
+		want  Outcome
+	}{{workload.JobQueued, Created}, {workload.JobInProgress, Updated}} {
+		if got, err := a.Apply(ctx, pool, webhookEvent(id, step.state, now, "x"), SourceWebhook); err != nil || got != step.want {
+			t.Fatalf("%s: %s, %v", step.state, got, err)
+		}
+	}
+	if err := e.Client.Delete(ctx, getJob(t, e.Client, ns, id)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Apply(ctx, pool, webhookEvent(id, workload.JobCompleted, now, "x-completed"), SourceWebhook); err != nil || got != Created {
+		t.Fatalf("completed after the record was deleted: %s, %v; want %s", got, err, Created)
+	}
+	if cj := getJob(t, e.Client, ns, id); cj.Status.State != hfv1.CIJobCompleted || cj.Status.RunnerName != "runner-1" {
+		t.Fatalf("recreated record %+v", cj.Status)
+	}
+}
