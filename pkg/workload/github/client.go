@@ -89,6 +89,8 @@ type Provider struct {
 	groups map[string]int64
 	// runnerPackages caches resolved runner releases by version/os/arch.
 	runnerPackages map[string]cachedPackage
+	// queuedRuns remembers the queued jobs of each queued run (jobs.go).
+	queuedRuns map[int64]seenRun
 }
 
 var _ workload.Provider = (*Provider)(nil)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
+	"time"
 
 	gh "github.com/google/go-github/v88/github"
 
@@ -22,15 +24,20 @@ func (p *Provider) QueuedJobs(ctx context.Context, repositories []string) ([]wor
 			return nil, err
 		}
 		opts := &gh.ListWorkflowRunsOptions{Status: "queued", ListOptions: gh.ListOptions{PerPage: 100}}
+		seen := map[int64]bool{}
 		for {
 			runs, resp, err := p.client.Actions.ListRepositoryWorkflowRuns(ctx, owner, name, opts)
 			if err != nil {
 				return nil, p.mapErr("list the queued runs of "+repo, resp, err)
 			}
 			for _, run := range runs.WorkflowRuns {
-				jobs, err := p.queuedJobsOf(ctx, owner, name, run)
-				if err != nil {
-					return nil, err
+				seen[run.GetID()] = true
+				jobs, ok := p.settledRun(run)
+				if !ok {
+					if jobs, err = p.queuedJobsOf(ctx, owner, name, run); err != nil {
+						return nil, err
+					}
+					p.rememberRun(repo, run, jobs)
 				}
 				out = append(out, jobs...)
 			}
@@ -39,8 +46,69 @@ func (p *Provider) QueuedJobs(ctx context.Context, repositories []string) ([]wor
 			}
 			opts.Page = resp.NextPage
 		}
+		p.forgetRuns(repo, seen)
 	}
 	return out, nil
+}
+
+// seenRun is what QueuedJobs last read of a queued run: its updated_at
+// and queued jobs, and how many listings in a row showed that updated_at.
+type seenRun struct {
+	repository string
+	updatedAt  time.Time
+	sightings  int
+	jobs       []workload.Job
+}
+
+// settledRun returns the queued jobs last read of run when they cannot
+// have changed since: GitHub moves a run's updated_at with each change of
+// its jobs, so the same updated_at means the same jobs. That costs each
+// queued run's jobs two reads (not one per resync: with 100 queued runs
+// and a 30 s resync, the per-run reads alone would spend 12,000 of an
+// installation's 5,000 calls an hour), and more only when it changes.
+// Two, because updated_at has whole seconds: a change in the second the
+// jobs were first read keeps it; the second read, a resync interval
+// later, sees every change of that second, and any later change moves
+// updated_at past it.
+func (p *Provider) settledRun(run *gh.WorkflowRun) ([]workload.Job, bool) {
+	at := run.GetUpdatedAt().Time
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := p.queuedRuns[run.GetID()]
+	if !ok || at.IsZero() || !r.updatedAt.Equal(at) || r.sightings < 2 {
+		return nil, false
+	}
+	return slices.Clone(r.jobs), true
+}
+
+// rememberRun records the queued jobs just read of run.
+func (p *Provider) rememberRun(repository string, run *gh.WorkflowRun, jobs []workload.Job) {
+	at := run.GetUpdatedAt().Time
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.queuedRuns == nil {
+		p.queuedRuns = map[int64]seenRun{}
+	}
+	r := p.queuedRuns[run.GetID()]
+	if r.updatedAt.Equal(at) && !at.IsZero() {
+		r.sightings++
+	} else {
+		r.updatedAt, r.sightings = at, 1
+	}
+	r.repository, r.jobs = repository, slices.Clone(jobs)
+	p.queuedRuns[run.GetID()] = r
+}
+
+// forgetRuns drops the remembered runs of repository that its complete
+// listing of queued runs no longer shows.
+func (p *Provider) forgetRuns(repository string, listed map[int64]bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, r := range p.queuedRuns {
+		if r.repository == repository && !listed[id] {
+			delete(p.queuedRuns, id)
+		}
+	}
 }
 
 // GetJob implements workload.Provider: GET

@@ -409,3 +409,90 @@ func mustJSON(t *testing.T, v any) string {
 	}
 	return string(b)
 }
+
+// jobReads counts the reads of a run's jobs on the way to the simulator.
+type jobReads struct {
+	next http.RoundTripper
+	n    atomic.Int32
+}
+
+func (c *jobReads) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(r.URL.Path, "/jobs") && strings.Contains(r.URL.Path, "/actions/runs/") {
+		c.n.Add(1)
+	}
+	return c.next.RoundTrip(r)
+}
+
+// TestQueuedJobsReadsAQueuedRunTwice: a queued run's jobs are read at
+// two listings in a row that show the same updated_at and not again
+// until it moves; a job added to the run (in the same second of
+// updated_at or a later one) is found.
+func TestQueuedJobsReadsAQueuedRunTwice(t *testing.T) {
+	clk := githubsim.NewFakeClock(time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC))
+	gs := githubsimtest.Start(t, simConfig(), githubsim.WithClock(clk))
+	reads := &jobReads{next: gs.Transport}
+	p := newProvider(t, gs.Sim, gs.URL, reads, nil)
+	ctx := context.Background()
+	a, err := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/app", Labels: []string{"self-hosted"}, Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func(want ...int64) {
+		t.Helper()
+		jobs, err := p.QueuedJobs(ctx, []string{"octo-org/app"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		for _, j := range jobs {
+			got = append(got, j.ID)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("queued jobs %v, want %v", got, want)
+		}
+	}
+	for i, wantReads := range []int32{1, 2, 2, 2} {
+		list(a.ID)
+		if got := reads.n.Load(); got != wantReads {
+			t.Fatalf("listing %d: %d reads of the run's jobs, want %d", i+1, got, wantReads)
+		}
+	}
+
+	// A job added in a later second moves updated_at: read again.
+	clk.Advance(2 * time.Second)
+	b, err := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/app", Labels: []string{"self-hosted"}, Duration: time.Minute, RunID: a.RunID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list(a.ID, b.ID)
+	if got := reads.n.Load(); got != 3 {
+		t.Fatalf("after a job was added: %d reads, want 3", got)
+	}
+
+	// A job added in the same second as the first read after it: the
+	// second read finds it, since the resync comes at least a second
+	// later.
+	clk.Advance(2 * time.Second)
+	c, err := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/app", Labels: []string{"self-hosted"}, Duration: time.Minute, RunID: a.RunID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list(a.ID, b.ID, c.ID)
+	d, err := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/app", Labels: []string{"self-hosted"}, Duration: time.Minute, RunID: a.RunID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(30 * time.Second)
+	list(a.ID, b.ID, c.ID, d.ID)
+	list(a.ID, b.ID, c.ID, d.ID)
+	if got := reads.n.Load(); got != 5 {
+		t.Fatalf("after a job added in the same second: %d reads, want 5", got)
+	}
+
+	// A run that leaves the queued listing is forgotten; cancelling it
+	// leaves nothing queued.
+	if err := p.CancelRun(ctx, "octo-org/app", a.RunID); err != nil {
+		t.Fatal(err)
+	}
+	list()
+}
