@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -71,8 +72,18 @@ type RunnerPoolReconciler struct {
 	// Workloads are the CI platform back-ends that read the pools'
 	// spec.workload.
 	Workloads *workload.Backends
+	// JobReports, when set, says which claims' VMs reported a job started
+	// in their power-off notice: such a claim awaiting its job record
+	// does not hold replacements back (runnerpool_backoff.go).
+	JobReports JobReportSource
 
 	expect poolclaims.Expectations
+}
+
+// JobReportSource is what the in-VM agents' power-off notices said of
+// their runner's job (poweroff.JobReports).
+type JobReportSource interface {
+	JobStarted(uid types.UID, now time.Time) bool
 }
 
 // SetupWithManager registers the controller.
@@ -85,7 +96,7 @@ func (r *RunnerPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&hfv1.RunnerPool{}).
-		Watches(&hfv1.MachineClaim{}, handler.EnqueueRequestsFromMapFunc(poolOfObject)).
+		Watches(&hfv1.MachineClaim{}, r.claimEvents()).
 		Watches(&hfv1.CIJob{}, handler.EnqueueRequestsFromMapFunc(poolOfObject)).
 		Watches(&hfv1.HypervisorMachineTemplate{}, handler.EnqueueRequestsFromMapFunc(r.poolsForTemplate)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
@@ -94,6 +105,29 @@ func (r *RunnerPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.WatchesRawSource(source.Channel(r.PoolEvents, &handler.EnqueueRequestForObject{}))
 	}
 	return b.Complete(r)
+}
+
+// claimEvents wakes a claim's pool, telling the pool's expectations first
+// that the cache has seen the claim (poolclaims.Expectations.Observed).
+func (r *RunnerPoolReconciler) claimEvents() handler.EventHandler {
+	wake := handler.EnqueueRequestsFromMapFunc(poolOfObject)
+	observed := func(o client.Object) {
+		for _, req := range poolOfObject(context.Background(), o) {
+			r.expect.Observed(req.NamespacedName, o.GetName(), r.Clock.Now())
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			observed(e.Object)
+			wake.Create(ctx, e, q)
+		},
+		UpdateFunc: wake.Update,
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			observed(e.Object)
+			wake.Delete(ctx, e, q)
+		},
+		GenericFunc: wake.Generic,
+	}
 }
 
 // poolOfObject maps a claim or CIJob to its pool.
@@ -146,8 +180,11 @@ type poolView struct {
 	// undecided are ended claims whose attempt waits for a job record
 	// (jobRecordGrace): kept from pruning until it is decided.
 	undecided map[types.UID]bool
-	blockers  map[string]int // claim Provisioned reasons that hold capacity back
-	refused   *refusal       // a field of the pool the operator does not act on
+	// vouched are the undecided claims whose VM reported a job started:
+	// they do not hold replacements back.
+	vouched  map[types.UID]bool
+	blockers map[string]int // claim Provisioned reasons that hold capacity back
+	refused  *refusal       // a field of the pool the operator does not act on
 	// scopeVerified: the pool may create VMs (ScopeVerified, or a pool
 	// without a CI platform scope).
 	scopeVerified bool
@@ -200,7 +237,7 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 	}()
 
-	v := &poolView{pool: pool, now: now, removed: map[scaling.Reason]int{}, ended: map[types.UID]bool{}, undecided: map[types.UID]bool{}, blockers: map[string]int{}}
+	v := &poolView{pool: pool, now: now, removed: map[scaling.Reason]int{}, ended: map[types.UID]bool{}, undecided: map[types.UID]bool{}, vouched: map[types.UID]bool{}, blockers: map[string]int{}}
 	// A refused pool creates no claims; the claims it already has (made
 	// before the field was set) live out their lifecycle.
 	v.refused = poolRefusal(r.Workloads, pool)
@@ -793,7 +830,7 @@ func (r *RunnerPoolReconciler) setCapacity(v *poolView, d scaling.Decision) {
 	}
 	if v.backoffHeld > 0 && v.backoff.Failures < r.Backoff.Threshold {
 		set(string(hfv1.ConsecutiveFailuresReason), fmt.Sprintf("%d new VMs held back: %d claims powered off before their runner was seen online and wait up to %s for a job record naming it (a job record makes them a success; without one they count as failures, %d in a row so far)",
-			v.backoffHeld, len(v.undecided), jobRecordGrace, v.backoff.Failures))
+			v.backoffHeld, len(v.undecided)-len(v.vouched), jobRecordGrace, v.backoff.Failures))
 		return
 	}
 	if v.backoffHeld > 0 {

@@ -371,6 +371,42 @@ func TestExpectations(t *testing.T) {
 		}
 	})
 
+	// A claim whose whole life fits between two of the pool's looks never
+	// shows in a list: the cache's announcement satisfies its creation,
+	// whether it comes before the create call returned or after.
+	t.Run("observed", func(t *testing.T) {
+		var e poolclaims.Expectations
+		e.Created(pool, "a", now)
+		e.Observed(pool, "a", now)
+		if !e.Satisfied(pool, nil, now.Add(time.Second)) {
+			t.Error("a created claim the cache announced (and that is gone) still blocks")
+		}
+		e.Observed(pool, "b", now)
+		e.Created(pool, "b", now)
+		if !e.Satisfied(pool, nil, now.Add(time.Second)) {
+			t.Error("a claim announced before its creation was recorded still blocks")
+		}
+		e.Created(pool, "c", now)
+		e.Observed(other, "c", now)
+		if e.Satisfied(pool, nil, now.Add(time.Second)) {
+			t.Error("another pool's announcement satisfied this pool")
+		}
+		// Names announced for claims the pool did not create are
+		// forgotten in time, and never block.
+		var f poolclaims.Expectations
+		f.Observed(pool, "foreign", now)
+		if !f.Satisfied(pool, nil, now) {
+			t.Error("an announced claim the pool did not create blocks")
+		}
+		if !f.Satisfied(pool, nil, now.Add(time.Hour)) {
+			t.Error("not satisfied once the announcement expired")
+		}
+		f.Created(pool, "foreign", now.Add(time.Hour))
+		if f.Satisfied(pool, nil, now.Add(time.Hour)) {
+			t.Error("an expired announcement satisfied a later creation")
+		}
+	})
+
 	t.Run("forget", func(t *testing.T) {
 		var e poolclaims.Expectations
 		e.Created(pool, "a", now)

@@ -142,6 +142,10 @@ type Expectations struct {
 type expectation struct {
 	creates map[string]time.Time    // claim names created
 	deletes map[types.UID]time.Time // claims deleted or asked to end
+	// seen are claim names the cache announced (Observed) before their
+	// creation was recorded here: the watch can be faster than the
+	// create call's return.
+	seen map[string]time.Time
 }
 
 // ExpectationTimeout bounds how long a pool waits for its cache: an
@@ -160,7 +164,7 @@ func (e *Expectations) get(pool types.NamespacedName) *expectation {
 	}
 	pe := e.m[pool]
 	if pe == nil {
-		pe = &expectation{creates: map[string]time.Time{}, deletes: map[types.UID]time.Time{}}
+		pe = &expectation{creates: map[string]time.Time{}, deletes: map[types.UID]time.Time{}, seen: map[string]time.Time{}}
 		e.m[pool] = pe
 	}
 	return pe
@@ -170,7 +174,30 @@ func (e *Expectations) get(pool types.NamespacedName) *expectation {
 func (e *Expectations) Created(pool types.NamespacedName, name string, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.get(pool).creates[name] = now
+	pe := e.get(pool)
+	if _, ok := pe.seen[name]; ok {
+		delete(pe.seen, name)
+		return
+	}
+	pe.creates[name] = now
+}
+
+// Observed records that the cache announced a claim of the pool (its
+// watch's create or delete event): from then on the cache has seen that
+// write, even if the claim is gone by the pool's next look. A claim whose
+// whole life fits between two of the pool's looks (a short job on a fast
+// hypervisor) would otherwise never show in a list, and the pool would
+// decide nothing until ExpectationTimeout: the churn benchmark's pools
+// stalled for a minute (docs/performance.md).
+func (e *Expectations) Observed(pool types.NamespacedName, name string, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pe := e.get(pool)
+	if _, ok := pe.creates[name]; ok {
+		delete(pe.creates, name)
+		return
+	}
+	pe.seen[name] = now
 }
 
 // Ended records a claim the pool deleted or asked to end.
@@ -210,11 +237,18 @@ func (e *Expectations) Satisfied(pool types.NamespacedName, claims []hfv1.Machin
 			delete(pe.deletes, uid)
 		}
 	}
-	if len(pe.creates) == 0 && len(pe.deletes) == 0 {
-		delete(e.m, pool)
-		return true
+	for name, at := range pe.seen {
+		// Claims the pool did not create (or whose creation failed after
+		// all) are not waited for; their names are forgotten in time.
+		if now.Sub(at) > ExpectationTimeout {
+			delete(pe.seen, name)
+		}
 	}
-	return false
+	done := len(pe.creates) == 0 && len(pe.deletes) == 0
+	if done && len(pe.seen) == 0 {
+		delete(e.m, pool)
+	}
+	return done
 }
 
 // Forget drops a deleted pool's Expectations.
