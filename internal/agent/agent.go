@@ -68,6 +68,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
@@ -260,6 +261,9 @@ type agent struct {
 	powerOff bool // set as soon as the config says so
 	// notify, when set, is where the power-off is announced first.
 	notify *agentconfig.PowerOffNotify
+	// runnerOnline and jobStarted are what the runner printed, for the
+	// power-off notice.
+	runnerOnline, jobStarted atomic.Bool
 
 	// cleanup state
 	installDir      string

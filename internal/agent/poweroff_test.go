@@ -16,14 +16,14 @@ import (
 )
 
 // TestPowerOffNotice: with powerOffNotify the agent announces the power-off
-// (bearer token, the claim's identity) before it runs the power-off
+// (bearer token, the claim's identity, what its runner printed) before it runs the power-off
 // command, retries a 503 (a replica that is not the leader), and powers
 // off all the same when the operator refuses or cannot be reached.
 func TestPowerOffNotice(t *testing.T) {
 	t.Parallel()
 	type notice struct {
 		auth         string
-		claim        agentconfig.ClaimRef
+		claim        agentconfig.PowerOffNotice
 		poweredFirst bool
 	}
 	var (
@@ -33,7 +33,7 @@ func TestPowerOffNotice(t *testing.T) {
 	)
 	v := newVM(t)
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var c agentconfig.ClaimRef
+		var c agentconfig.PowerOffNotice
 		_ = json.NewDecoder(r.Body).Decode(&c)
 		mu.Lock()
 		defer mu.Unlock()
@@ -62,8 +62,12 @@ func TestPowerOffNotice(t *testing.T) {
 		t.Fatalf("%d notices, want 2 (a 503, then accepted): %+v", len(got), got)
 	}
 	for _, n := range got {
-		if n.auth != "Bearer "+token || n.claim != claim || n.poweredFirst {
+		if n.auth != "Bearer "+token || n.claim.ClaimRef != claim || n.poweredFirst {
 			t.Errorf("notice %+v: want the bearer token, claim %+v, before the power-off", n, claim)
+		}
+		// What the runner printed: "Listening for Jobs", "Running job:".
+		if !n.claim.RunnerOnline || !n.claim.JobStarted {
+			t.Errorf("notice %+v: want runnerOnline and jobStarted", n.claim)
 		}
 	}
 	if strings.Contains(v.log.String(), token) {

@@ -76,10 +76,12 @@ func (a *agent) runRunner(ctx context.Context, sw *agentconfig.Software, install
 		switch {
 		case strings.Contains(line, lineJobStart):
 			job := strings.TrimSpace(line[strings.Index(line, lineJobStart)+len(lineJobStart):])
+			a.jobStarted.Store(true)
 			if !jobStarted.Swap(true) {
 				started <- job
 			}
 		case strings.Contains(line, lineListening):
+			a.runnerOnline.Store(true)
 			if !online.Swap(true) {
 				a.log.Info("runner online: listening for jobs")
 			}

@@ -160,6 +160,19 @@ type PowerOffNotify struct {
 	CA string `json:"ca,omitempty"`
 }
 
+// PowerOffNotice is the body of a power-off notice: the claim, and what
+// the agent saw its runner print. What the runner printed is the VM's word:
+// the operator takes it only as a reason not to hold back the pool's other
+// VMs while the job's record is on its way (docs/runnerpool.md,
+// "Replacement backoff"), never as a record of the job.
+type PowerOffNotice struct {
+	ClaimRef
+	// RunnerOnline: the runner printed "Listening for Jobs".
+	RunnerOnline bool `json:"runnerOnline,omitempty"`
+	// JobStarted: the runner printed "Running job:".
+	JobStarted bool `json:"jobStarted,omitempty"`
+}
+
 // ClaimRef names a MachineClaim.
 type ClaimRef struct {
 	Namespace string `json:"namespace"`

@@ -62,7 +62,7 @@ import (
 const PathPrefix = "/agent/v1/"
 
 // PowerOffPath is where VMs announce their power-off (POST, bearer token of
-// their claim, the claim's agentconfig.ClaimRef as JSON).
+// their claim, an agentconfig.PowerOffNotice as JSON).
 const PowerOffPath = "/hints/v1/power-off"
 
 // Errors a PowerOffReceiver returns, mapped to answers.
@@ -81,7 +81,7 @@ type PowerOffReceiver interface {
 	// PowerOffNotice verifies token for claim first, without any other
 	// work (ErrBadToken), then treats the notice as a hint about the
 	// claim's VM. Any other error is answered 500.
-	PowerOffNotice(ctx context.Context, claim agentconfig.ClaimRef, token string) error
+	PowerOffNotice(ctx context.Context, notice agentconfig.PowerOffNotice, token string) error
 }
 
 // maxNoticeBytes bounds a power-off notice's body.
@@ -412,12 +412,13 @@ func (s *Server) servePowerOff(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	var claim agentconfig.ClaimRef
-	if !ok || token == "" || json.NewDecoder(http.MaxBytesReader(w, r.Body, maxNoticeBytes)).Decode(&claim) != nil {
-		http.Error(w, "a power-off notice is the claim's {namespace, name, uid} as JSON with its bearer token", http.StatusBadRequest)
+	var notice agentconfig.PowerOffNotice
+	if !ok || token == "" || json.NewDecoder(http.MaxBytesReader(w, r.Body, maxNoticeBytes)).Decode(&notice) != nil {
+		http.Error(w, "a power-off notice is the claim's {namespace, name, uid} (and optionally runnerOnline, jobStarted) as JSON with its bearer token", http.StatusBadRequest)
 		return
 	}
-	err := s.opts.PowerOff.PowerOffNotice(r.Context(), claim, token)
+	claim := notice.ClaimRef
+	err := s.opts.PowerOff.PowerOffNotice(r.Context(), notice, token)
 	switch {
 	case err == nil:
 		w.WriteHeader(http.StatusAccepted)

@@ -13,11 +13,11 @@ import (
 // fakeReceiver accepts the one token "good" for claim ci/runner-1.
 type fakeReceiver struct {
 	mu       sync.Mutex
-	accepted []agentconfig.ClaimRef
+	accepted []agentconfig.PowerOffNotice
 	retry    bool
 }
 
-func (f *fakeReceiver) PowerOffNotice(_ context.Context, c agentconfig.ClaimRef, token string) error {
+func (f *fakeReceiver) PowerOffNotice(_ context.Context, c agentconfig.PowerOffNotice, token string) error {
 	if token != "good" || c.Namespace != "ci" || c.Name != "runner-1" {
 		return ErrBadToken
 	}
@@ -73,8 +73,15 @@ func TestPowerOffNotices(t *testing.T) {
 	if resp, _ := get(t, http.MethodGet, url); resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET: %s", resp.Status)
 	}
-	if len(rcv.accepted) != 1 {
+	if len(rcv.accepted) != 1 || rcv.accepted[0].UID != "u1" || rcv.accepted[0].JobStarted {
 		t.Errorf("accepted %v, want the one good notice", rcv.accepted)
+	}
+	// What the agent saw its runner print comes along.
+	if resp := notice(t, url, "Bearer good", `{"namespace":"ci","name":"runner-1","uid":"u1","runnerOnline":true,"jobStarted":true}`); resp.StatusCode != http.StatusAccepted {
+		t.Errorf("notice with a report: %s", resp.Status)
+	}
+	if got := rcv.accepted[len(rcv.accepted)-1]; !got.RunnerOnline || !got.JobStarted || got.Name != "runner-1" {
+		t.Errorf("notice with a report arrived as %+v", got)
 	}
 	rcv.retry = true
 	if resp := notice(t, url, "Bearer good", claim); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {

@@ -238,7 +238,7 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 					// The agent's notice, as its HTTPS handler passes it on
 					// (the endpoint itself: TestPowerOffHintEndsClaimBeforeListingRefresh),
 					// right before the power-off.
-					ref := agentconfig.ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)}
+					ref := agentconfig.PowerOffNotice{ClaimRef: agentconfig.ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)}}
 					if err := op.components.PowerOffNotices.PowerOffNotice(context.Background(), ref, testSigner.PowerOffToken(c.Namespace, c.Name, string(c.UID))); err != nil {
 						b.Fatal(err)
 					}

@@ -142,6 +142,9 @@ func (r *RunnerPoolReconciler) observeAttempts(v *poolView) {
 					a.Failed, a.Reason = false, ""
 				case v.now.Before(decided):
 					v.undecided[c.UID] = true
+					if r.JobReports != nil && r.JobReports.JobStarted(c.UID, v.now) {
+						v.vouched[c.UID] = true
+					}
 					v.wake(decided.Sub(v.now))
 					continue
 				}
@@ -179,13 +182,17 @@ func (r *RunnerPoolReconciler) allowedCreations(v *poolView, want int) int {
 		return want
 	}
 	if v.backoff.Failures < r.Backoff.Threshold {
-		if v.backoff.Failures+len(v.undecided) < r.Backoff.Threshold {
+		if v.backoff.Failures+len(v.undecided)-len(v.vouched) < r.Backoff.Threshold {
 			return want
 		}
 		// Claims still waiting for a job record (jobRecordGrace) could
 		// complete a backoff: hold replacements until they are decided
 		// (observeAttempts woke the pool for then), so that a broken
-		// image is not cloned again and again during the grace.
+		// image is not cloned again and again during the grace. A claim
+		// whose VM said its runner started a job (its power-off notice)
+		// does not hold: a VM of a broken image does not get that far,
+		// and its word is checked all the same, by the job record or the
+		// grace's end.
 		v.backoffHeld = want
 		return 0
 	}

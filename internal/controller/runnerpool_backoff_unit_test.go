@@ -98,6 +98,16 @@ func TestBackoffSurvivesStatus(t *testing.T) {
 	}
 }
 
+// poweredOffAt makes a claim one whose VM powered off at off before its
+// runner was seen online.
+func poweredOffAt(off time.Time) func(*hfv1.MachineClaim) {
+	return func(c *hfv1.MachineClaim) {
+		c.Status.Phase, c.Status.PhaseTimes = hfv1.MachineClaimFinished, &hfv1.PhaseTimes{Finished: &metav1.Time{Time: off}}
+		c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndPoweredOff, StartedAt: metav1.Time{Time: off}, FinishedAt: &metav1.Time{Time: off}}
+		c.Status.TerminationReason = "VMPoweredOff: powered off before it was ready"
+	}
+}
+
 // TestShortJobIsNotABackoffFailure: a VM that registers, runs a short job
 // and powers off before the operator saw its runner online is not a
 // failure once a job record names its runner, and the pool waits
@@ -108,11 +118,7 @@ func TestShortJobIsNotABackoffFailure(t *testing.T) {
 		Backoff: scaling.Backoff{Threshold: 1, Base: time.Hour, Cap: time.Hour}}
 	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "t"}}
 	off := unitEpoch.Add(time.Minute)
-	poweredOff := func(c *hfv1.MachineClaim) {
-		c.Status.Phase, c.Status.PhaseTimes = hfv1.MachineClaimFinished, &hfv1.PhaseTimes{Finished: &metav1.Time{Time: off}}
-		c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndPoweredOff, StartedAt: metav1.Time{Time: off}, FinishedAt: &metav1.Time{Time: off}}
-		c.Status.TerminationReason = "VMPoweredOff: powered off before it was ready"
-	}
+	poweredOff := poweredOffAt(off)
 	ran, silent := unitClaim("ran", 0, poweredOff), unitClaim("silent", 0, poweredOff)
 	job := &hfv1.CIJob{Status: hfv1.CIJobStatus{RunnerName: vmspec.RunnerName(ciPlatforms, &ran, tmpl)}}
 	pool := &hfv1.RunnerPool{}
@@ -140,5 +146,59 @@ func TestShortJobIsNotABackoffFailure(t *testing.T) {
 	}
 	if len(v.undecided) != 0 {
 		t.Errorf("undecided after the grace = %v", v.undecided)
+	}
+}
+
+// reportsOf is a JobReportSource for the claims named.
+type reportsOf map[types.UID]bool
+
+func (r reportsOf) JobStarted(uid types.UID, _ time.Time) bool { return r[uid] }
+
+// TestJobReportsDoNotHoldReplacements: claims awaiting their job record
+// hold replacements back, unless their VM's power-off notice said a job
+// started; the report decides nothing: with no job record by the grace's
+// end they are failures all the same.
+func TestJobReportsDoNotHoldReplacements(t *testing.T) {
+	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "t"}}
+	off := unitEpoch.Add(time.Minute)
+	poweredOff := poweredOffAt(off)
+	a, b, c := unitClaim("a", 0, poweredOff), unitClaim("b", 0, poweredOff), unitClaim("c", 0, poweredOff)
+	for _, tc := range []struct {
+		name    string
+		reports reportsOf
+		allowed int
+	}{
+		{"no reports: held", nil, 0},
+		{"one report: two undecided left, under the threshold", reportsOf{a.UID: true}, 5},
+		{"all reported", reportsOf{a.UID: true, b.UID: true, c.UID: true}, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &RunnerPoolReconciler{Workloads: ciPlatforms, Recorder: record.NewFakeRecorder(16),
+				Backoff: scaling.Backoff{Threshold: 3, Base: time.Hour, Cap: time.Hour}}
+			if tc.reports != nil {
+				r.JobReports = tc.reports
+			}
+			pool := &hfv1.RunnerPool{}
+			pass := func(now time.Time) *poolView {
+				v := &poolView{pool: pool, tmpl: tmpl, now: now, undecided: map[types.UID]bool{}, vouched: map[types.UID]bool{},
+					claims: &poolclaims.Claims{Finished: []*hfv1.MachineClaim{&a, &b, &c}}, jobs: map[int64]*hfv1.CIJob{}}
+				r.observeAttempts(v)
+				return v
+			}
+			v := pass(off.Add(time.Second))
+			if got := r.allowedCreations(v, 5); got != tc.allowed {
+				t.Fatalf("within the grace: %d creations allowed, want %d", got, tc.allowed)
+			}
+			if len(v.undecided) != 3 {
+				t.Fatalf("undecided = %v, want all three", v.undecided)
+			}
+			v = pass(off.Add(jobRecordGrace + time.Second))
+			if f := v.backoff.Failures; f != 3 {
+				t.Fatalf("after the grace with no job record: %d failures, want 3", f)
+			}
+			if got := r.allowedCreations(v, 5); got != 0 {
+				t.Errorf("in backoff: %d creations allowed", got)
+			}
+		})
 	}
 }

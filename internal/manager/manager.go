@@ -222,6 +222,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	notices := &poweroff.Notices{
 		Reader: mgr.GetClient(), Signer: opts.Signer, Transitions: transitions, ClaimEvents: claimEvents,
 		Clock: opts.Clock, Elected: mgr.Elected(), Log: mgr.GetLogger().WithName("poweroff-notices"),
+		Jobs: poweroff.NewJobReports(),
 	}
 	// VMs that attest with SPIRE get join tokens derived from the
 	// ownership key (internal/identity) and fetch their credential from
@@ -334,6 +335,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Scopes:     ci.scopes,
 		Workloads:  backends,
 		PoolEvents: poolEvents,
+		JobReports: notices.Jobs,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up RunnerPool controller: %w", err)
 	}

@@ -48,7 +48,9 @@ type Notices struct {
 	Transitions *hypervisors.Transitions
 	// ClaimEvents wakes the claim of a marked VM.
 	ClaimEvents chan<- event.GenericEvent
-	Clock       clock.PassiveClock
+	// Jobs, when set, keeps what notices say of their runner's job.
+	Jobs  *JobReports
+	Clock clock.PassiveClock
 	// Log logs accepted notices at debug level (requests carry no logger).
 	Log logr.Logger
 	// Elected is closed once this replica leads (mgr.Elected()): only the
@@ -64,7 +66,8 @@ type Notices struct {
 var _ agentserver.PowerOffReceiver = (*Notices)(nil)
 
 // PowerOffNotice implements agentserver.PowerOffReceiver.
-func (n *Notices) PowerOffNotice(ctx context.Context, c agentconfig.ClaimRef, token string) error {
+func (n *Notices) PowerOffNotice(ctx context.Context, notice agentconfig.PowerOffNotice, token string) error {
+	c := notice.ClaimRef
 	if n.Signer == nil || !n.Signer.VerifyPowerOffToken(c.Namespace, c.Name, c.UID, token) {
 		metrics.PowerOffHints.WithLabelValues(string(hypervisors.HintAgent), "refused").Inc()
 		return agentserver.ErrBadToken
@@ -86,7 +89,10 @@ func (n *Notices) PowerOffNotice(ctx context.Context, c agentconfig.ClaimRef, to
 	case err != nil:
 		return fmt.Errorf("read MachineClaim %s/%s for its power-off notice: %w", c.Namespace, c.Name, err)
 	}
-	n.Log.V(1).Info("Power-off notice", "MachineClaim", klog.KObj(claim), "vmid", vmidOf(claim))
+	n.Log.V(1).Info("Power-off notice", "MachineClaim", klog.KObj(claim), "vmid", vmidOf(claim), "runnerOnline", notice.RunnerOnline, "jobStarted", notice.JobStarted)
+	if notice.JobStarted && n.Jobs != nil {
+		n.Jobs.Add(claim.UID, n.now())
+	}
 	if Mark(n.Transitions, claim, hypervisors.HintAgent, n.now()) == hypervisors.Marked && n.ClaimEvents != nil {
 		// Wake the claim to read its VM now; never block the VM's request
 		// on the queue: a full channel leaves it to the claim's next pass.

@@ -1,0 +1,82 @@
+package poweroff
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/internal/agentserver"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
+)
+
+// TestNoticesKeepJobReports: a notice with a genuine token that says its
+// runner started a job is kept for the pool; a forged one is refused
+// before it is read, and one that says nothing of a job keeps nothing.
+func TestNoticesKeepJobReports(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := hfv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "runner-1", UID: "uid-1"}}
+	quiet := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "runner-2", UID: "uid-2"}}
+	signer, err := ownership.NewSigner("test", bytes.Repeat([]byte{7}, ownership.MinKeyLength))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	n := &Notices{Reader: fake.NewClientBuilder().WithScheme(scheme).WithObjects(claim, quiet).Build(), Signer: signer, Jobs: NewJobReports()}
+	notice := func(c *hfv1.MachineClaim, jobStarted bool) agentconfig.PowerOffNotice {
+		return agentconfig.PowerOffNotice{ClaimRef: agentconfig.ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)}, RunnerOnline: true, JobStarted: jobStarted}
+	}
+	ctx := context.Background()
+	if err := n.PowerOffNotice(ctx, notice(claim, true), "forged"); !errors.Is(err, agentserver.ErrBadToken) {
+		t.Fatalf("forged token: %v", err)
+	}
+	if n.Jobs.JobStarted(claim.UID, now) {
+		t.Fatal("a forged notice was kept")
+	}
+	if err := n.PowerOffNotice(ctx, notice(quiet, false), signer.PowerOffToken("ci", "runner-2", "uid-2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.PowerOffNotice(ctx, notice(claim, true), signer.PowerOffToken("ci", "runner-1", "uid-1")); err != nil {
+		t.Fatal(err)
+	}
+	if !n.Jobs.JobStarted(claim.UID, time.Now()) || n.Jobs.JobStarted(quiet.UID, time.Now()) {
+		t.Fatalf("reports: runner-1 %v (want true), runner-2 %v (want false)", n.Jobs.JobStarted(claim.UID, time.Now()), n.Jobs.JobStarted(quiet.UID, time.Now()))
+	}
+}
+
+func TestJobReportsExpireAndAreBounded(t *testing.T) {
+	r := NewJobReports()
+	now := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	r.Add("a", now)
+	if !r.JobStarted("a", now.Add(reportTTL)) || r.JobStarted("a", now.Add(reportTTL+time.Second)) {
+		t.Fatal("a report is kept for reportTTL and no longer")
+	}
+	var nilReports *JobReports
+	if nilReports.JobStarted("a", now) {
+		t.Fatal("a nil set knows something")
+	}
+	for i := range maxReports {
+		r.Add(types.UID(strconv.Itoa(i)), now)
+	}
+	r.Add("late", now)
+	if r.JobStarted("late", now) || len(r.at) > maxReports {
+		t.Fatalf("%d reports kept, the bound is %d", len(r.at), maxReports)
+	}
+	// Once the old ones expired they make room.
+	r.Add("later", now.Add(reportTTL+time.Second))
+	if !r.JobStarted("later", now.Add(reportTTL+time.Second)) {
+		t.Fatal("expired reports did not make room")
+	}
+}

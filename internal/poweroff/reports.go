@@ -1,0 +1,66 @@
+package poweroff
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// reportTTL bounds how long a report is kept: the pool asks about a claim
+// within jobRecordGrace of its VM's power-off (seconds), so anything older
+// is of no use.
+const reportTTL = 5 * time.Minute
+
+// maxReports bounds the reports kept, whatever the rate of notices.
+const maxReports = 10000
+
+// JobReports remembers the claims whose VM said, in its power-off notice,
+// that its runner started a job (agentconfig.PowerOffNotice.JobStarted).
+// The notice's token proves which claim's VM sent it, not that what it
+// says is true, so the report decides nothing: it only lets a RunnerPool
+// go on creating replacements while the job's record is on its way
+// (docs/runnerpool.md, "Replacement backoff"); the claim still counts as a
+// failure if no job record names its runner in time. In memory: after a
+// restart the pool just waits for the records, as without reports. Safe
+// for concurrent use.
+type JobReports struct {
+	mu sync.Mutex
+	at map[types.UID]time.Time
+}
+
+// NewJobReports returns an empty set.
+func NewJobReports() *JobReports { return &JobReports{at: map[types.UID]time.Time{}} }
+
+// Add records that claim uid's VM reported a job started, at now.
+func (r *JobReports) Add(uid types.UID, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.at) >= maxReports {
+		for k, at := range r.at {
+			if now.Sub(at) > reportTTL {
+				delete(r.at, k)
+			}
+		}
+		if len(r.at) >= maxReports {
+			return
+		}
+	}
+	r.at[uid] = now
+}
+
+// JobStarted reports whether claim uid's VM reported a job started within
+// reportTTL of now. Nil-safe: a nil set knows nothing.
+func (r *JobReports) JobStarted(uid types.UID, now time.Time) bool {
+	if r == nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.at[uid]
+	if ok && now.Sub(at) > reportTTL {
+		delete(r.at, uid)
+		return false
+	}
+	return ok
+}
