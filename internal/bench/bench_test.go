@@ -213,3 +213,25 @@ func TestChurnMissOutOfReachOnlyWhenPoolFull(t *testing.T) {
 		})
 	}
 }
+
+func TestParseCPUTimes(t *testing.T) {
+	got, err := ParseCPUTimes([]byte("cpu  100 5 50 800 20 3 2 0 7 0\ncpu0 50 2 25 400 10 1 1 0 0 0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// busy: user, nice, system, irq, softirq, steal; guest is in user.
+	if want := (CPUTimes{Busy: 160, Total: 980}); got != want {
+		t.Fatalf("ParseCPUTimes = %+v, want %+v", got, want)
+	}
+	if s := BusyShare(CPUTimes{Busy: 100, Total: 1000}, CPUTimes{Busy: 250, Total: 1200}); s != 0.75 {
+		t.Errorf("BusyShare = %v, want 0.75", s)
+	}
+	for _, bad := range []string{"", "intr 1 2 3\n", "cpu 1 2 x 4 5\n"} {
+		if _, err := ParseCPUTimes([]byte(bad)); err == nil {
+			t.Errorf("ParseCPUTimes(%q) took it", bad)
+		}
+	}
+	if pids := ProcessesNamed("no-such-process-name"); len(pids) != 0 {
+		t.Errorf("ProcessesNamed found %v", pids)
+	}
+}

@@ -94,3 +94,78 @@ func CPUShare(a, b Usage, wall time.Duration) float64 {
 	}
 	return float64(b.CPU-a.CPU) / float64(wall)
 }
+
+// CPUTimes are the machine's CPU times from /proc/stat's "cpu" line, in
+// clock ticks summed over all cores: busy is everything but idle and
+// iowait.
+type CPUTimes struct {
+	Busy, Total int64
+}
+
+// ReadCPUTimes reads the machine's CPU times.
+func ReadCPUTimes() (CPUTimes, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return CPUTimes{}, fmt.Errorf("read /proc/stat: %w", err)
+	}
+	return ParseCPUTimes(b)
+}
+
+// ParseCPUTimes parses /proc/stat's first line: "cpu user nice system
+// idle iowait irq softirq steal guest guest_nice" (guest time is already in
+// user and nice, so it is not added again).
+func ParseCPUTimes(b []byte) (CPUTimes, error) {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 5 || f[0] != "cpu" {
+		return CPUTimes{}, fmt.Errorf("/proc/stat starts %q, want the cpu line", line)
+	}
+	var t CPUTimes
+	for i, s := range f[1:min(len(f), 9)] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return CPUTimes{}, fmt.Errorf("/proc/stat cpu field %d: %w", i+1, err)
+		}
+		t.Total += n
+		if i != 3 && i != 4 { // idle, iowait
+			t.Busy += n
+		}
+	}
+	return t, nil
+}
+
+// BusyShare is the share of all the machine's cores busy between a and b
+// (1 is every core busy all the time).
+func BusyShare(a, b CPUTimes) float64 {
+	if b.Total <= a.Total {
+		return 0
+	}
+	return float64(b.Busy-a.Busy) / float64(b.Total-a.Total)
+}
+
+// ProcessesNamed returns the pids of the processes whose command name
+// (/proc/<pid>/comm) is one of names, by name.
+func ProcessesNamed(names ...string) map[string][]int {
+	out := map[string][]int{}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if err != nil {
+			continue
+		}
+		name := strings.TrimSpace(string(comm))
+		for _, n := range names {
+			if name == n {
+				out[n] = append(out[n], pid)
+			}
+		}
+	}
+	return out
+}

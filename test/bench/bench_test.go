@@ -75,7 +75,7 @@ type sizes struct {
 }
 
 var (
-	full  = sizes{cold: 3, warm: 10, warmMin: 3, clusters: 10, levels: []int{250, 1000, 4000}, main: 1000, probes: 100, idleWindow: 20 * time.Second, churnJobs: 100, churnMax: 20, levelDeadline: 5 * time.Minute, topDeadline: 2 * time.Minute}
+	full  = sizes{cold: 3, warm: 10, warmMin: 3, clusters: 10, levels: []int{250, 1000, 4000}, main: 1000, probes: 100, idleWindow: 20 * time.Second, churnJobs: 300, churnMax: 20, levelDeadline: 5 * time.Minute, topDeadline: 2 * time.Minute}
 	small = sizes{cold: 1, warm: 2, warmMin: 1, clusters: 2, levels: []int{4, 8}, main: 8, probes: 4, idleWindow: 3 * time.Second, churnJobs: 3, churnMax: 2, levelDeadline: 2 * time.Minute, topDeadline: 2 * time.Minute}
 )
 
@@ -139,7 +139,7 @@ func TestBench(t *testing.T) {
 	if err := os.WriteFile(caFile, append(ca, load.githubCA...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	op := startOperator(t, w, managerBin, caFile)
+	op := startOperator(t, w, managerBin, agentBin, caFile)
 	if keep := os.Getenv("HF_BENCH_LOGS"); keep != "" {
 		// The world's directory goes with the test: keep the manager's
 		// log for whoever studies the run.
@@ -448,7 +448,17 @@ func churn(t *testing.T, w *devenv.World, op *operator, px, gh *recorder, jobs, 
 		t.Fatal(err)
 	}
 	px.trace(true)
+	if dir := os.Getenv("HF_BENCH_PPROF"); dir != "" {
+		// The churn's first 20 s, for whoever studies its bottleneck.
+		go func() {
+			if err := op.cpuProfile(filepath.Join(dir, "cpu-churn.pprof"), 20*time.Second); err != nil {
+				t.Logf("churn CPU profile: %v", err)
+			}
+		}()
+	}
 	claims := map[string]*claimTimes{}
+	servers := bench.ProcessesNamed("kube-apiserver", "etcd")
+	s0, m0 := serverCPU(servers), readCPUTimes(t)
 	u0, start := op.usage(t), time.Now()
 	ids, err := w.EnqueueJobs(jobs, time.Millisecond)
 	if err != nil {
@@ -475,9 +485,19 @@ func churn(t *testing.T, w *devenv.World, op *operator, px, gh *recorder, jobs, 
 		time.Sleep(100 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
+	s1, m1 := serverCPU(servers), readCPUTimes(t)
 	stages := churnStages(claims, px.trace(false), w, ids)
 	if sum, n, err := op.histogram("hyperfleet_webhook_processing_duration_seconds"); err == nil && n > 0 {
 		stages += fmt.Sprintf("; a webhook received -> recorded, mean %.3f s over %d", sum/float64(n), n)
+	}
+	failed := map[string]int{}
+	for _, d := range w.GitHub.Deliveries() {
+		if d.Error != "" {
+			failed[d.Error]++
+		}
+	}
+	if len(failed) > 0 {
+		stages += fmt.Sprintf("; webhook deliveries that failed (by error): %v", failed)
 	}
 	t.Logf("churn stages (median, p95 over %d claims): %s", len(claims), stages)
 	u1 := op.usage(t)
@@ -493,7 +513,9 @@ func churn(t *testing.T, w *devenv.World, op *operator, px, gh *recorder, jobs, 
 	}
 	c.Bottleneck += fmt.Sprintf("on average %.1f of the pool's %d VMs were in flight (at most %d), each claim living %.1f s (Little's law: in flight / life); "+
 		"a claim's life is its guest's: the real agent and the runner script start, register, run the job and power off, all on the same %d shared cores as the API server, the simulators, the operator (%.0f %% of one core) and the benchmark; "+
-		"with the pool not kept full, the operator's steps per claim set the rate; a claim's stages (median, p95): %s", avg, maxR, most, life.Seconds(), bench.ReadMachine().NProc, 100*bench.CPUShare(u0, u1, elapsed), stages)
+		"the machine's cores were %.0f %% busy, the API server %.0f %% and etcd %.0f %% of one core; "+
+		"with the pool not kept full, the operator's steps per claim set the rate; a claim's stages (median, p95): %s", avg, maxR, most, life.Seconds(), bench.ReadMachine().NProc, 100*bench.CPUShare(u0, u1, elapsed),
+		100*bench.BusyShare(m0, m1), 100*(s1["kube-apiserver"]-s0["kube-apiserver"]).Seconds()/elapsed.Seconds(), 100*(s1["etcd"]-s0["etcd"]).Seconds()/elapsed.Seconds(), stages)
 	sample := bench.Sample{Window: elapsed, RSS: u1.RSS, HWM: u1.HWM, CPUShare: bench.CPUShare(u0, u1, elapsed)}
 
 	var calls []bench.Calls
@@ -515,6 +537,29 @@ func churn(t *testing.T, w *devenv.World, op *operator, px, gh *recorder, jobs, 
 	}
 	slices.SortFunc(calls, func(a, b bench.Calls) int { return cmp.Or(cmp.Compare(a.API, b.API), cmp.Compare(b.PerJob, a.PerJob)) })
 	return c, sample, calls
+}
+
+// serverCPU is the CPU time used so far by the processes of pids, by name
+// (processes gone since count nothing).
+func serverCPU(pids map[string][]int) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for name, list := range pids {
+		for _, pid := range list {
+			if u, err := bench.ReadUsage(pid); err == nil {
+				out[name] += u.CPU
+			}
+		}
+	}
+	return out
+}
+
+func readCPUTimes(t *testing.T) bench.CPUTimes {
+	t.Helper()
+	c, err := bench.ReadCPUTimes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // claimTimes are when the benchmark saw one claim appear and go, and its

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/hyperfleet/hyperfleet/internal/agentserver"
 	"github.com/hyperfleet/hyperfleet/internal/bench"
 	"github.com/hyperfleet/hyperfleet/internal/devenv"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
@@ -60,7 +62,7 @@ func freeAddr(t *testing.T) string {
 
 // startOperator runs the manager binary against the world with the flags
 // a Deployment would give it; caFile is what it trusts for GitHub.
-func startOperator(t *testing.T, w *devenv.World, binary, caFile string) *operator {
+func startOperator(t *testing.T, w *devenv.World, binary, agentBin, caFile string) *operator {
 	t.Helper()
 	ctx := context.Background()
 	in := w.OperatorInputs()
@@ -85,7 +87,17 @@ func startOperator(t *testing.T, w *devenv.World, binary, caFile string) *operat
 	}); err != nil {
 		t.Fatal(err)
 	}
-	metricsAddr, webhookAddr, pprofAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	// The agent server, as the chart runs it with agentServer.enabled:
+	// it takes the guests' power-off notices (docs/architecture.md,
+	// "Power-off hints").
+	agentDir := filepath.Join(w.Dir(), "agent-binaries")
+	if err := os.MkdirAll(agentDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(agentBin, filepath.Join(agentDir, agentserver.FilePrefix+"linux-"+runtime.GOARCH)); err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr, webhookAddr, pprofAddr, agentAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	logFile, err := os.Create(filepath.Join(w.Dir(), "manager.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +113,18 @@ func startOperator(t *testing.T, w *devenv.World, binary, caFile string) *operat
 		"--runnerpool-resync-interval", in.ResyncInterval.String(),
 		"--orphan-sweep-interval", in.SweepInterval.String(),
 		"--claim-max-retry-delay", in.MaxRetryDelay.String(),
+		"--agent-server-addr", agentAddr,
+		"--agent-server-url", "https://"+agentAddr,
+		"--agent-server-cert", in.AgentServerCertFile,
+		"--agent-server-key", in.AgentServerKeyFile,
+		"--agent-server-ca", in.AgentServerCAFile,
+		"--agent-binaries-dir", agentDir,
 	)
+	if os.Getenv("HF_BENCH_LOGS") != "" {
+		// Kept for study: the debug lines too (each webhook's record,
+		// each hint).
+		cmd.Args = append(cmd.Args, "--zap-log-level=debug", "--zap-time-encoding=rfc3339nano")
+	}
 	// controller-runtime reads KUBECONFIG; Go's TLS, SSL_CERT_FILE.
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+w.KubeconfigPath, "SSL_CERT_FILE="+caFile)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
