@@ -144,10 +144,13 @@ func TestWriteReport(t *testing.T) {
 			Bare:     Summary{N: 100, P50: 10 * time.Millisecond, P99: 50 * time.Millisecond}},
 		Cold: []ColdStart{{Total: 10 * time.Second, Clone: 4 * time.Second, Configure: 500 * time.Millisecond, Start: 500 * time.Millisecond, Boot: 4 * time.Second, Registration: 900 * time.Millisecond},
 			{Total: 11 * time.Second, Clone: 4 * time.Second, Configure: 500 * time.Millisecond, Start: 500 * time.Millisecond, Boot: 4 * time.Second, Registration: 900 * time.Millisecond}},
-		Warm:     Summary{N: 10, P50: time.Second, P95: 1500 * time.Millisecond},
-		Process:  Process{Idle: Sample{Claims: 1000, Window: time.Minute, RSS: 100 << 20, HWM: 120 << 20, CPUShare: 0.01}, Churn: Sample{RSS: 300 << 20}},
-		Churn:    Churn{Jobs: 100, Duration: time.Minute, MaxReplicas: 20, Bottleneck: "the guests"},
-		Calls:    []Calls{{API: "Proxmox", Call: "POST clone", PerJob: 1, Target: 1, Reason: "the VM"}},
+		Warm:    Summary{N: 10, P50: time.Second, P95: 1500 * time.Millisecond},
+		Process: Process{Idle: Sample{Claims: 1000, Window: time.Minute, RSS: 100 << 20, HWM: 120 << 20, CPUShare: 0.01}, Churn: Sample{RSS: 300 << 20}},
+		Churn:   Churn{Jobs: 100, Duration: time.Minute, MaxReplicas: 20, Bottleneck: "the guests"},
+		Calls: []Calls{{API: "Proxmox", Call: "POST clone", PerJob: 1, Target: 1, Reason: "the VM"},
+			{API: "Proxmox", Call: "GET config", PerJob: 10.5, Target: 3, Reason: "reads"},
+			{API: "Proxmox", Call: "GET /cluster/resources", PerJob: 1.5, Reason: "the poll"},
+			{API: "Kubernetes", Call: "PATCH", PerJob: 12, Target: 8, Reason: "status"}},
 		Timeline: fullTrace(),
 	}
 	if err := WriteReport(dir, r); err != nil {
@@ -167,6 +170,7 @@ func TestWriteReport(t *testing.T) {
 		"- churn: claims per minute end to end, 100 jobs, maxReplicas 20: the guests.",
 		"Misses out of reach here:",
 		"| Proxmox | POST clone | 1.00 | <= 1 | the VM |",
+		"Proxmox 11.5, against at most 10 per VM lifecycle: **over**; GitHub 0.0; Kubernetes 12.0.",
 		"![timeline](performance-timeline.png)",
 		"| power-off -> destroyed | 8.00 s | 9.00 s | 1.00 s |",
 	} {

@@ -28,6 +28,9 @@ const (
 	// (about 166 per minute); the churn target is three times it.
 	JITCeiling      = 166.0
 	TargetChurnRate = 3 * JITCeiling
+	// ProxmoxPerLifecycle bounds the Proxmox calls of one VM's lifecycle
+	// (clone to destroyed).
+	ProxmoxPerLifecycle = 10
 )
 
 // Figure is one line of the report: a measured value, its target, its
@@ -170,6 +173,9 @@ func WriteReport(dir string, r Results) error {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %.2f | <= %.0f%s | %s |\n", c.API, c.Call, c.PerJob, c.Target, res, c.Reason)
 	}
+	if len(r.Calls) > 0 {
+		b.WriteString("\n" + callTotals(r.Calls) + "\n")
+	}
 	b.WriteString("\n## One job's life\n\n")
 	if perr != nil {
 		fmt.Fprintf(&b, "No timeline: %v.\n", perr)
@@ -187,6 +193,25 @@ func WriteReport(dir string, r Results) error {
 		return fmt.Errorf("report: %w", err)
 	}
 	return nil
+}
+
+// callTotals sums each API's calls per job over the rows with a per-job
+// target (a target of 0 marks a call per cluster, pool or interval), and
+// holds Proxmox's against ProxmoxPerLifecycle.
+func callTotals(calls []Calls) string {
+	sums := map[string]float64{}
+	for _, c := range calls {
+		if c.Target > 0 {
+			sums[c.API] += c.PerJob
+		}
+	}
+	res := "met"
+	if sums["Proxmox"] > ProxmoxPerLifecycle {
+		res = "**over**"
+	}
+	return fmt.Sprintf("Per job, the calls of the rows with a per-job target (a target of 0 marks a call per cluster, pool or interval): "+
+		"Proxmox %.1f, against at most %d per VM lifecycle: %s; GitHub %.1f; Kubernetes %.1f.",
+		sums["Proxmox"], ProxmoxPerLifecycle, res, sums["GitHub"], sums["Kubernetes"])
 }
 
 // PlotTimeline draws phases as a Gantt chart into a PNG file.

@@ -21,7 +21,10 @@
 // HF_BENCH_GROWTH, comma-separated claim levels: only the growth curve at
 // those levels (no report), each idle window's calls logged by path;
 // HF_BENCH_PPROF, a directory where a CPU profile of the operator over each
-// idle window is saved.
+// idle window (and over the churn's first 20 s) is saved; HF_BENCH_LOGS, a
+// directory the manager's log is copied to at the end, written at debug
+// level with nanosecond times (each webhook's receipt and record, each
+// power-off notice).
 package bench
 
 import (
