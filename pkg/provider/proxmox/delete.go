@@ -54,7 +54,7 @@ func (p *Provider) DeleteVM(ctx context.Context, owner provider.Owner, prev prov
 	if prog.Task == nil || prog.Task.Operation == opBoot {
 		// A lost Progress: an upload this process started may still run,
 		// and its file would outlive a deletion that did not wait for it.
-		if t := p.inflightTask(prog.VMID); t != nil {
+		if t := p.inflightTask(prog.VMID, owner.UID); t != nil {
 			prog.Task = t
 		}
 	}
@@ -175,17 +175,8 @@ func (p *Provider) deleteStep(ctx context.Context, owner provider.Owner, prog *p
 	if l := cfg["lock"]; l != "" {
 		return &provider.DeleteResult{RetryAfter: lockedVM, Message: fmt.Sprintf("VM %d is locked (%s); waiting to delete it", prog.VMID, l)}, nil
 	}
-	st, err := p.api.status(ctx, prog.Node, prog.VMID)
-	if isNotFound(err) {
-		// Vanished since the config read: the next call confirms it.
-		return readBack(prog.VMID, "its status read says it is missing"), nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	if st.Status == "running" || st.Status == "paused" {
-		return p.stopForDelete(ctx, prog)
-	}
+	// No status read first: Proxmox refuses to destroy a running (or
+	// paused) VM, and that refusal is what sends it to be stopped.
 	q := url.Values{"purge": {"1"}, "destroy-unreferenced-disks": {"1"}}
 	upid, err := p.api.upid(ctx, http.MethodDelete, fmt.Sprintf("/nodes/%s/qemu/%d", prog.Node, prog.VMID), q, nil)
 	// A destroy can fail on a missing storage or volume: only the VM's own
@@ -194,7 +185,7 @@ func (p *Provider) deleteStep(ctx context.Context, owner provider.Owner, prog *p
 	switch {
 	case err == nil:
 	case strings.Contains(apiMessage(err), "is running"):
-		// Started again between the status read and the destroy.
+		// Running or paused ("VM N is running - destroy failed"): stop it.
 		return p.stopForDelete(ctx, prog)
 	case isLock(err):
 		return &provider.DeleteResult{RetryAfter: lockedVM, Message: fmt.Sprintf("VM %d is locked; retrying the destroy", prog.VMID)}, nil

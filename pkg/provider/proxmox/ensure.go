@@ -64,7 +64,10 @@ type ensureCall struct {
 }
 
 // EnsureVM implements provider.Provider. See the package documentation for
-// the steps; each call issues at most one write to the hypervisor.
+// the steps; each call issues at most one write to the hypervisor, except
+// where one step needs no answer before the next: configure is followed by
+// resize or start, and the ISO's eject by its deletion, in the same call
+// (each of those writes is safe to repeat when a Progress is lost).
 func (p *Provider) EnsureVM(ctx context.Context, spec *provider.VMSpec, prev provider.Progress) (*provider.EnsureResult, error) {
 	if err := p.validateSpec(spec); err != nil {
 		return nil, err
@@ -94,7 +97,7 @@ func (p *Provider) EnsureVM(ctx context.Context, spec *provider.VMSpec, prev pro
 		// A Progress that lost its task (the caller did not persist the
 		// last result): follow the task this process started rather than
 		// repeating its operation.
-		c.prog.Task = p.inflightTask(c.prog.VMID)
+		c.prog.Task = p.inflightTask(c.prog.VMID, spec.Owner.UID)
 	}
 	if t := c.prog.Task; t != nil {
 		if t.Operation == opBoot {
@@ -155,7 +158,7 @@ func (c *ensureCall) result(phase provider.Phase, retry time.Duration, format st
 
 func (c *ensureCall) setTask(op, upid string) {
 	c.prog.Task = &provider.Task{ID: upid, Operation: op, StartTime: c.p.clock.Now()}
-	c.p.setInflight(c.prog.VMID, c.prog.Task)
+	c.p.setInflight(c.prog.VMID, c.spec.Owner.UID, c.prog.Task)
 }
 
 // pollDelay is when to look at a task again.
@@ -316,6 +319,10 @@ func (c *ensureCall) next(ctx context.Context) (*provider.EnsureResult, error) {
 		c.p.noteISOGone(c.prog.VMID)
 		return c.running(ctx)
 	}
+	if c.p.unsentClone(c.spec.Owner.UID, c.prog.VMID) {
+		// Placed by this process, no clone sent: nothing to read back.
+		return c.clone(ctx)
+	}
 	return c.derive(ctx)
 }
 
@@ -467,6 +474,7 @@ func (c *ensureCall) clone(ctx context.Context) (*provider.EnsureResult, error) 
 		body["format"] = c.spec.Source.Format
 	}
 	path := fmt.Sprintf("/nodes/%s/qemu/%d/clone", tmpl.node, tmpl.id)
+	c.p.cloneSent(c.spec.Owner.UID, vmid)
 	upid, err := c.p.api.upid(ctx, http.MethodPost, path, nil, body)
 	if err != nil {
 		c.p.releaseCloneSlot(vmid)
@@ -618,7 +626,12 @@ func (c *ensureCall) configure(ctx context.Context, v *verified) (*provider.Ensu
 		return nil, fmt.Errorf("configure VM %d: %w", c.prog.VMID, err)
 	}
 	c.log.V(1).Info("Configured VM")
-	return c.result(provider.PhaseConfiguring, 0, "VM %d configured", c.prog.VMID), nil
+	// The config read before the update is current for the disk: the
+	// update does not touch it.
+	if key, size := v.cfg.bootDisk(); key != "" && c.spec.DiskBytes > size {
+		return c.resize(ctx, key)
+	}
+	return c.start(ctx)
 }
 
 // paramField maps a rejected config parameter to the field to fix.
@@ -786,17 +799,40 @@ func (c *ensureCall) eject(ctx context.Context, phase provider.Phase, addrs []st
 		}
 	}
 	c.prog.Task = nil
-	res := c.result(phase, 0, "guest is up; cloud-init ISO ejected")
+	// The file still holds the cloud-init data: delete it now, without
+	// waiting for that task here. This process follows it (the in-flight
+	// task of the VM): DeleteVM reads it before the VM goes, and a lost
+	// one leaves the file to DeleteVM's own check.
+	c.deleteISOAfterEject(ctx)
+	c.p.release(c.spec.Owner.UID, c.prog.VMID, true)
 	if phase == provider.PhaseStopped {
-		// Call again: the ISO file still holds the cloud-init data and is
-		// deleted next, as for a VM that reached Running (a stopped VM may
-		// be kept for debugging).
-		res.RetryAfter = minPoll
-		res.Message = fmt.Sprintf("VM %d powered off before its guest reported an address; deleting its cloud-init ISO", c.prog.VMID)
-		c.p.release(c.spec.Owner.UID, c.prog.VMID, true)
+		// A stopped VM may be kept for debugging; the ejected ISO shows
+		// that it has run, so it is never started again.
+		return c.result(phase, 0, "VM %d powered off before its guest reported an address; its cloud-init ISO is ejected and being deleted", c.prog.VMID), nil
 	}
+	res := c.result(provider.PhaseRunning, 0, "VM %d is running at %s", c.prog.VMID, strings.Join(addrs, ", "))
 	res.Addresses, res.MACAddress = addrs, mac
+	c.log.V(1).Info("VM is running", "addresses", addrs)
 	return res, nil
+}
+
+// deleteISOAfterEject starts the deletion of the VM's ejected ISO file,
+// unless this process already deleted it. A refused deletion is not the
+// VM's failure: DeleteVM checks for the file and deletes it before the
+// claim goes, and the orphan sweep covers a file whose claim is gone.
+func (c *ensureCall) deleteISOAfterEject(ctx context.Context) {
+	c.p.mu.Lock()
+	gone := c.p.isoGone[c.prog.VMID]
+	c.p.mu.Unlock()
+	if gone {
+		return
+	}
+	upid, err := c.p.deleteISO(ctx, c.prog.Node, c.prog.VMID, c.spec.Owner.UID)
+	if err != nil {
+		c.log.Info("Could not delete the cloud-init ISO after ejecting it; it is deleted with the VM", "err", err.Error())
+		return
+	}
+	c.p.setInflight(c.prog.VMID, c.spec.Owner.UID, &provider.Task{ID: upid, Operation: opISODelete, StartTime: c.p.clock.Now()})
 }
 
 // cleanupISO deletes the ISO file of a VM that has ejected it, then reports

@@ -175,6 +175,26 @@ func TestLifecycle(t *testing.T) {
 		t.Fatalf("second DeleteVM: %+v %v", res, err)
 	}
 
+	// The steps that need no answer in between share a call, and nothing
+	// is read back that this process just did (the package documentation):
+	// the clone goes out without a read of its id, the config is read
+	// once before the configuration and once before the eject, and the
+	// power state is never read while creating.
+	if c := creation[0]; c.method != "POST" || c.endpoint != "/nodes/{node}/qemu/{vmid}/clone" {
+		t.Errorf("first call of the creation: %s %s, want the clone", c.method, c.endpoint)
+	}
+	reads := map[string]int{}
+	for _, c := range creation {
+		if c.method == "GET" {
+			reads[c.endpoint]++
+		}
+	}
+	if n := reads["/nodes/{node}/qemu/{vmid}/config"]; n != 2 {
+		t.Errorf("%d config reads while creating, want 2 (before configuring, before ejecting)", n)
+	}
+	if n := reads["/nodes/{node}/qemu/{vmid}/status/current"] + reads["/nodes/{node}/storage/{storage}/content/{volume}"]; n != 0 {
+		t.Errorf("%d status or ISO reads while creating, want none", n)
+	}
 	mut, poll := countCalls(creation)
 	dmut, dpoll := countCalls(deletion)
 	t.Logf("creation: %d mutating calls, %d reads; deletion: %d mutating, %d reads; total mutating %d", mut, poll, dmut, dpoll, mut+dmut)
@@ -288,18 +308,15 @@ func TestStoppedBeforeBoot(t *testing.T) {
 	if err := e.sim.GuestPowerOff(d.prog.VMID); err != nil {
 		t.Fatal(err)
 	}
+	// One call: the ISO is ejected and its deletion started.
 	res, err := e.p.EnsureVM(ctx, spec, d.prog)
-	if err != nil || res.Phase != provider.PhaseStopped || res.RetryAfter == 0 {
+	if err != nil || res.Phase != provider.PhaseStopped || res.RetryAfter != 0 || res.Progress.Task != nil {
 		t.Fatalf("after an early power-off: %+v %v", res, err)
 	}
-	// The ISO is cleaned up before Stopped is final.
-	for res.RetryAfter > 0 {
-		e.advance(res.RetryAfter)
-		if res, err = e.p.EnsureVM(ctx, spec, res.Progress); err != nil || res.Phase != provider.PhaseStopped {
-			t.Fatalf("cleaning up a stopped VM: %+v %v", res, err)
-		}
+	if got := e.vm(d.prog.VMID).Config["ide2"]; got != "none,media=cdrom" {
+		t.Fatalf("ide2 of the stopped VM = %q, want the ISO ejected", got)
 	}
-	if e.volume(e.p.isoVolid(d.prog.VMID, "uid-ssss")) != nil || res.Progress.Task != nil {
+	if e.volume(e.p.isoVolid(d.prog.VMID, "uid-ssss")) != nil {
 		t.Fatalf("final Stopped %+v with the ISO still present", res)
 	}
 	// Even a new provider with a Progress that lost the boot marker sees a

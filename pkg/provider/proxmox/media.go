@@ -46,7 +46,7 @@ func (p *Provider) RemoveCloudInitMedia(ctx context.Context, owner provider.Owne
 	if prog.Task == nil || prog.Task.Operation == opBoot {
 		// An upload this process started may still run; its file would
 		// appear after this call found none.
-		prog.Task = p.inflightTask(prog.VMID)
+		prog.Task = p.inflightTask(prog.VMID, owner.UID)
 	}
 	if t := prog.Task; t != nil && t.Operation != opBoot && t.ID != "" {
 		st, err := p.api.task(ctx, t.ID)
@@ -91,7 +91,7 @@ func (p *Provider) RemoveCloudInitMedia(ctx context.Context, owner provider.Owne
 			return nil, err
 		}
 		prog.Task = &provider.Task{ID: upid, Operation: opISODelete, StartTime: p.clock.Now()}
-		p.setInflight(prog.VMID, prog.Task)
+		p.setInflight(prog.VMID, owner.UID, prog.Task)
 		return wait("deleting the cloud-init ISO of VM %d", prog.VMID), nil
 	}
 	return &provider.DeleteResult{Progress: prog, Done: true, Message: fmt.Sprintf("VM %d has no cloud-init ISO left", prog.VMID)}, nil

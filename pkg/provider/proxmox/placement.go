@@ -118,6 +118,12 @@ type reservation struct {
 	disk     int64
 	diskKeys []string
 	touch    time.Time
+	// unsent: this process placed the VM and has sent no clone request
+	// for it yet, so nothing can exist at its id that is the owner's, and
+	// EnsureVM clones without reading the id back first (a VM someone
+	// else made there meanwhile makes the clone fail, and cloneFailed
+	// reads it then).
+	unsent bool
 }
 
 // reservationLocked returns the owner's reservation, touching it. Expired
@@ -205,6 +211,25 @@ func (p *Provider) adopt(spec *provider.VMSpec, prog provider.Progress) {
 		memory: memoryHint(spec, nil), touch: p.clock.Now()})
 }
 
+// unsentClone reports whether this process placed owner's VM at vmid and
+// has not sent its clone request yet (reservation.unsent).
+func (p *Provider) unsentClone(owner string, vmid int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.reservations[owner]
+	return r != nil && r.vmid == vmid && r.unsent
+}
+
+// cloneSent records that owner's clone request to vmid has been sent
+// (whatever its answer): from now on the id is read back before acting.
+func (p *Provider) cloneSent(owner string, vmid int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.reservations[owner]; r != nil && r.vmid == vmid {
+		r.unsent = false
+	}
+}
+
 // release forgets everything in flight for owner's VM vmid. keepID keeps the
 // VM id reserved but frees its memory (the VM runs and the node counts it,
 // or the attempt failed).
@@ -290,7 +315,7 @@ func (p *Provider) place(ctx context.Context, spec *provider.VMSpec, exclude int
 	if err != nil {
 		return placement{}, err
 	}
-	r := &reservation{owner: spec.Owner.UID, vmid: vmid, node: node, memory: mem, touch: p.clock.Now()}
+	r := &reservation{owner: spec.Owner.UID, vmid: vmid, node: node, memory: mem, touch: p.clock.Now(), unsent: true}
 	if !spec.Source.Linked {
 		r.disk = diskNeed(spec, tmpl)
 		for _, sid := range p.vmDiskStorages(tmpl, spec) {
@@ -663,28 +688,31 @@ func (p *Provider) admissibleLocked() []provider.Owner {
 	return out
 }
 
-// inflightTask returns the task this process last started for vmid and
-// has not seen finish, nil if none.
-func (p *Provider) inflightTask(vmid int) *provider.Task {
+// inflightTask returns the task this process last started for owner's VM
+// vmid and has not seen finish, nil if none. A task started for another
+// owner at the same id (an id one owner lost to another) is not owner's
+// to follow.
+func (p *Provider) inflightTask(vmid int, owner string) *provider.Task {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if t, ok := p.inflight[vmid]; ok {
-		return &t
+	if t, ok := p.inflight[vmid]; ok && t.owner == owner {
+		task := t.task
+		return &task
 	}
 	return nil
 }
 
-func (p *Provider) setInflight(vmid int, t *provider.Task) {
+func (p *Provider) setInflight(vmid int, owner string, t *provider.Task) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.inflight[vmid] = *t
+	p.inflight[vmid] = inflight{owner: owner, task: *t}
 }
 
 // clearInflight forgets vmid's task if it is upid.
 func (p *Provider) clearInflight(vmid int, upid string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if t, ok := p.inflight[vmid]; ok && t.ID == upid {
+	if t, ok := p.inflight[vmid]; ok && t.task.ID == upid {
 		delete(p.inflight, vmid)
 	}
 }

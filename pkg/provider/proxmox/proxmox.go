@@ -13,15 +13,23 @@
 //	place      pick a VM id and a node, reserve them in-process (no API write)
 //	clone      POST .../qemu/{template}/clone with the signed ownership marker
 //	upload     POST .../storage/{iso}/upload of the NoCloud ISO
-//	configure  PUT .../qemu/{vmid}/config: cores, memory, net0, ISO, tags
+//	configure  PUT .../qemu/{vmid}/config: cores, memory, net0, ISO, tags,
+//	           followed in the same call by resize or start
 //	resize     PUT .../qemu/{vmid}/resize, only when the disk must grow
 //	start      POST .../status/start
 //	boot       poll the guest agent until it reports addresses
-//	eject      PUT .../config <slot>=none,media=cdrom
-//	delete ISO DELETE .../storage/{iso}/content/{volid}, then Running
+//	eject      PUT .../config <slot>=none,media=cdrom, followed in the same
+//	           call by DELETE .../storage/{iso}/content/{volid}; Running
+//
+// A step that needs no answer before the next (a synchronous config update,
+// the ISO's deletion after its eject) is not a call of its own: each round
+// trip through the caller is a status write on the API server and a wait for
+// its watch event (docs/performance.md, calls per job). The ISO deletion's
+// task is followed by DeleteVM, before the VM goes.
 //
 // After a restart (a Progress without a task) the step is read back from the
-// hypervisor; see derive in ensure.go.
+// hypervisor; see derive in ensure.go. Within one process, a VM placed and
+// not cloned yet is cloned without reading its id back first.
 //
 // # Ownership
 //
@@ -50,6 +58,12 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
+
+// inflight is a task this process started for an owner's VM.
+type inflight struct {
+	owner string
+	task  provider.Task
+}
 
 // Limits of the Proxmox VM id space.
 const (
@@ -136,7 +150,7 @@ type Provider struct {
 	backoff map[int]*backoffState
 	// inflight are the tasks this process started, by VM id, until it sees
 	// them finish.
-	inflight map[int]provider.Task
+	inflight map[int]inflight
 	// isoGone are VM ids whose ISO this process has deleted.
 	isoGone map[int]bool
 	// mediaTasks are the deletions of stray cloud-init ISOs this process
@@ -255,7 +269,7 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 		cursor:       cfg.VMIDStart,
 		clones:       map[int]*cloneSlot{},
 		backoff:      map[int]*backoffState{},
-		inflight:     map[int]provider.Task{},
+		inflight:     map[int]inflight{},
 		isoGone:      map[int]bool{},
 	}, nil
 }
