@@ -3,7 +3,6 @@ package claimvm
 import (
 	"context"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -43,8 +42,10 @@ func (s *Service) RecordProgress(ctx context.Context, claim *hfv1.MachineClaim, 
 			claim.Status.Task.StartTime = &metav1.Time{Time: t.StartTime}
 		}
 		if t.Operation == "clone" && (prev.Task == nil || prev.Task.ID != t.ID) {
+			// No event of its own: the Provisioning phase event of the same
+			// pass says the same (reason Cloning, the template, VM id and
+			// node), and every event is a write to the API server.
 			metrics.CreatedToCloneRequest.Observe(s.Clock.Since(claim.CreationTimestamp.Time).Seconds())
-			s.Recorder.Eventf(claim, corev1.EventTypeNormal, "CloneStarted", "Cloning VM %d on %s/%s", next.VMID, cluster, next.Node)
 		}
 	}
 	if prev.VMID != 0 && next.VMID != 0 && prev.VMID != next.VMID {

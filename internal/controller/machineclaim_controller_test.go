@@ -79,7 +79,7 @@ func TestClaimLifecycle(t *testing.T) {
 	if isos := isoVolumes(sim); len(isos) != 0 {
 		t.Errorf("cloud-init ISO not removed after boot: %v", isos)
 	}
-	wantEvents(t, got, "Provisioning", "CloneStarted", "Provisioned", "Bootstrapping")
+	wantEvents(t, got, "Provisioning", "Provisioned", "Bootstrapping")
 	// The workload credential reached the VM through the ISO, which is
 	// gone now that the guest is up: nothing on the hypervisor holds it.
 	assertNoSecrets(t, sim, op, jitSecretOf(string(got.UID)))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -531,13 +532,52 @@ func (r *RunnerPoolReconciler) scale(ctx context.Context, v *poolView) (scaling.
 		if ok, _, _ := v.canBuild(); !ok || !v.scopeVerified {
 			return d, nil
 		}
-		for range r.allowedCreations(v, d.Create) {
-			if err := r.createClaim(ctx, v); err != nil {
-				return d, err
-			}
+		if err := r.createClaims(ctx, v, r.allowedCreations(v, d.Create)); err != nil {
+			return d, err
 		}
 	}
 	return d, nil
+}
+
+// maxParallelCreates bounds the claim creations one pass sends at once.
+// One after the other, a pass that replaces several claims spends one API
+// round trip on each while the pool's other decisions wait for it (the
+// pool is one work item); in parallel the pass costs about one round trip.
+const maxParallelCreates = 8
+
+// createClaims creates n claims for the pool, up to maxParallelCreates at
+// a time. Every creation is tried; the errors are joined.
+func (r *RunnerPoolReconciler) createClaims(ctx context.Context, v *poolView, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	claims := make([]*hfv1.MachineClaim, n)
+	for i := range claims {
+		claims[i] = r.newClaim(v)
+	}
+	errs := make([]error, n)
+	sem := make(chan struct{}, maxParallelCreates)
+	var wg sync.WaitGroup
+	for i, claim := range claims {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := r.Client.Create(ctx, claim); err != nil {
+				errs[i] = fmt.Errorf("create MachineClaim for RunnerPool %s: %w", v.pool.Name, err)
+				return
+			}
+			r.expect.Created(client.ObjectKeyFromObject(v.pool), claim.Name, r.Clock.Now())
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err == nil {
+			v.created++
+			metrics.PoolScalingActions.WithLabelValues(v.pool.Namespace, v.pool.Name, "create", "").Inc()
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // removedCount is the number of claims this pass ended.
@@ -554,8 +594,8 @@ func (v *poolView) remaining(list []*hfv1.MachineClaim) int {
 	return n
 }
 
-// createClaim creates one claim for the pool, named <pool>-<suffix>.
-func (r *RunnerPoolReconciler) createClaim(ctx context.Context, v *poolView) error {
+// newClaim is a new claim for the pool, named <pool>-<suffix>.
+func (r *RunnerPoolReconciler) newClaim(v *poolView) *hfv1.MachineClaim {
 	pool := v.pool
 	labels, annotations := templateClaimMetadata(v.tmpl)
 	labels[hfv1.ManagedByLabel] = hfv1.ManagedByValue
@@ -580,13 +620,7 @@ func (r *RunnerPoolReconciler) createClaim(ctx context.Context, v *poolView) err
 	if _, ps, ok := r.Workloads.Pool(pool, v.tmpl); ok {
 		claim.Spec.WorkloadConfig = ps.Claim
 	}
-	if err := r.Client.Create(ctx, claim); err != nil {
-		return fmt.Errorf("create MachineClaim for RunnerPool %s: %w", pool.Name, err)
-	}
-	r.expect.Created(client.ObjectKeyFromObject(pool), claim.Name, r.Clock.Now())
-	v.created++
-	metrics.PoolScalingActions.WithLabelValues(pool.Namespace, pool.Name, "create", "").Inc()
-	return nil
+	return claim
 }
 
 // templateClaimMetadata returns copies of the template's spec.metadata
