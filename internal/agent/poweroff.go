@@ -46,7 +46,7 @@ func (a *agent) notifyPowerOff() {
 	ctx, cancel := context.WithTimeout(context.Background(), notifyBudget)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		code, err := postNotice(ctx, hc, n, body)
+		code, err := PostNotice(ctx, hc, n, body)
 		switch {
 		case err == nil && code == http.StatusAccepted:
 			a.log.Info("power-off announced to the operator", "url", safeURL(n.URL), "attempts", attempt)
@@ -64,7 +64,9 @@ func (a *agent) notifyPowerOff() {
 	}
 }
 
-func postNotice(ctx context.Context, hc *http.Client, n *agentconfig.PowerOffNotify, body []byte) (int, error) {
+// PostNotice sends one power-off notice (body, an agentconfig.PowerOffNotice)
+// to n and returns the HTTP status; the operator accepts it with 202.
+func PostNotice(ctx context.Context, hc *http.Client, n *agentconfig.PowerOffNotify, body []byte) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL, bytes.NewReader(body))
 	if err != nil {
 		return 0, err

@@ -15,17 +15,16 @@ var callTargets = map[string]struct {
 }{
 	"Proxmox POST /nodes/{nodes}/qemu/{id}/clone":                       {1, "create the VM (linked clone of the template)"},
 	"Proxmox POST /nodes/{nodes}/qemu/{id}/config":                      {2, "set the VM's resources, tags, ownership marker and NoCloud seed"},
-	"Proxmox PUT /nodes/{nodes}/qemu/{id}/config":                       {1, "the same, synchronous form"},
+	"Proxmox PUT /nodes/{nodes}/qemu/{id}/config":                       {2, "configure the VM (resources, network, seed ISO, tags, name), then eject the seed ISO once the guest is up"},
 	"Proxmox POST /nodes/{nodes}/storage/{storage}/upload":              {1, "upload the VM's NoCloud seed ISO"},
 	"Proxmox POST /nodes/{nodes}/qemu/{id}/status/start":                {1, "power the VM on"},
 	"Proxmox POST /nodes/{nodes}/qemu/{id}/status/stop":                 {1, "stop the VM before destroying it"},
 	"Proxmox DELETE /nodes/{nodes}/qemu/{id}":                           {1, "destroy the VM"},
-	"Proxmox DELETE /nodes/{nodes}/storage/{storage}/content/{id}":      {1, "delete the seed ISO"},
-	"Proxmox GET /nodes/{nodes}/tasks/{upid}/status":                    {6, "follow each asynchronous task (clone, config, start, stop, destroy) to its end"},
-	"Proxmox GET /nodes/{nodes}/qemu/{id}/status/current":               {4, "confirm power state: booted, stopped"},
-	"Proxmox GET /nodes/{nodes}/qemu/{id}/config":                       {3, "read back the marker before every destructive step (ownership check)"},
-	"Proxmox GET /nodes/{nodes}/storage/{storage}/content/{volume}":     {1, "check the seed ISO before uploading it (an upload is not idempotent)"},
-	"Proxmox DELETE /nodes/{nodes}/storage/{storage}/content/{volume}":  {1, "delete the seed ISO once the VM is gone"},
+	"Proxmox GET /nodes/{nodes}/tasks/{upid}/status":                    {6, "follow each task (clone, upload, start, ISO deletion, destroy) once it is due (learnt durations)"},
+	"Proxmox GET /nodes/{nodes}/qemu/{id}/status/current":               {1, "read a VM in transition: a power-off notice or the listing says it stopped"},
+	"Proxmox GET /nodes/{nodes}/qemu/{id}/config":                       {4, "the ownership marker before configuring, ejecting and destroying; once more after the destroy (gone only when the hypervisor says so)"},
+	"Proxmox GET /nodes/{nodes}/storage/{storage}/content/{volume}":     {1, "look for the seed ISO when a VM's state is read back (a restart lost it)"},
+	"Proxmox DELETE /nodes/{nodes}/storage/{storage}/content/{volume}":  {1, "delete the seed ISO once the guest is up (with the eject)"},
 	"Proxmox GET /nodes/{nodes}/storage/{storage}/content":              {0, "the orphan sweeper's ISO listing (per sweep, not per job)"},
 	"Proxmox GET /nodes/{nodes}/qemu/{id}/agent/network-get-interfaces": {2, "the VM's address from the guest agent, for the claim's status"},
 	"Proxmox GET /nodes":   {1, "pick the node to clone on (free memory)"},
@@ -41,7 +40,7 @@ var callTargets = map[string]struct {
 	"Kubernetes PATCH":  {8, "the claim's finalizer, VM reservation, status per phase, the pool's status"},
 	"Kubernetes PUT":    {2, "status updates that replace (conditions)"},
 	"Kubernetes DELETE": {1, "delete the claim when its job ends"},
-	"Kubernetes GET":    {2, "uncached reads: the ownership check of the claim before destroying"},
+	"Kubernetes GET":    {2, "uncached reads: the CI platform's credentials Secret (JIT configuration, runner removal)"},
 }
 
 func callRow(api, key string, perJob float64) bench.Calls {

@@ -18,6 +18,10 @@ type recorder struct {
 	// first holds the first time each pattern was seen since the last
 	// reset (the cold-start timeline).
 	first map[string]time.Time
+	// last holds the last time each pattern was seen since the last
+	// reset: a destroy refused because the VM still ran is followed by a
+	// stop and the destroy that happens.
+	last map[string]time.Time
 	// onClone, when set, is called with every clone request's arrival.
 	onClone func(time.Time)
 	// vms, while tracing, holds when each VM id was first named in a
@@ -31,7 +35,7 @@ type vmTimes struct {
 }
 
 func newRecorder() *recorder {
-	return &recorder{counts: map[string]int{}, first: map[string]time.Time{}}
+	return &recorder{counts: map[string]int{}, first: map[string]time.Time{}, last: map[string]time.Time{}}
 }
 
 func (r *recorder) observe(req *http.Request) {
@@ -42,6 +46,7 @@ func (r *recorder) observe(req *http.Request) {
 	if _, ok := r.first[key]; !ok {
 		r.first[key] = now
 	}
+	r.last[key] = now
 	hook := r.onClone
 	if r.vms != nil {
 		r.traceVM(req, now)
@@ -66,6 +71,7 @@ func (r *recorder) snapshot() map[string]int {
 func (r *recorder) resetFirst() {
 	r.mu.Lock()
 	clear(r.first)
+	clear(r.last)
 	r.mu.Unlock()
 }
 
@@ -77,6 +83,20 @@ func (r *recorder) firstSeen(method, suffix string) time.Time {
 	var at time.Time
 	for k, t := range r.first {
 		if strings.HasPrefix(k, method+" ") && strings.HasSuffix(k, suffix) && (at.IsZero() || t.Before(at)) {
+			at = t
+		}
+	}
+	return at
+}
+
+// lastSeen returns when a request matching method and a pattern suffix
+// was last seen since the last reset.
+func (r *recorder) lastSeen(method, suffix string) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var at time.Time
+	for k, t := range r.last {
+		if strings.HasPrefix(k, method+" ") && strings.HasSuffix(k, suffix) && t.After(at) {
 			at = t
 		}
 	}

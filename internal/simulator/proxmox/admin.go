@@ -2,6 +2,7 @@ package proxmoxsim
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -382,4 +383,20 @@ func loopbackPeer(r *http.Request) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// SetGuestProgram makes the VMs booted from now on run prog in process in
+// place of the guest command (GuestConfig.Program); nil goes back to the
+// command. The simulator must have a guest hook.
+func (s *Simulator) SetGuestProgram(prog GuestProgram) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.guest == nil:
+		return errors.New("proxmoxsim: no guest hook is configured (guest.command)")
+	case prog == nil && len(s.guest.cfg.Command) == 0:
+		return errors.New("proxmoxsim: the guest hook has no command to go back to")
+	}
+	s.guest.cfg.Program = prog
+	return nil
 }

@@ -47,6 +47,33 @@ type GuestConfig struct {
 	// and passes that directory as HF_SIM_ROOT: the program then finds the
 	// files cloud-init would have written, such as the agent's config.
 	WriteFiles bool `json:"writeFiles,omitempty"`
+	// Program, when set, runs in place of Command: the guest is a
+	// goroutine of the simulator instead of a process, and returning from
+	// it powers the VM off, as Command's exit does. Set only in process
+	// (Simulator.SetGuestProgram or the Config of New), never in a config
+	// file. The churn benchmark's VMs use it: their guest costs the
+	// machine the protocol it speaks, not a process tree per VM
+	// (docs/performance.md, churn).
+	Program GuestProgram `json:"-"`
+}
+
+// GuestProgram is a guest run in process. It must return when ctx ends
+// (the VM was stopped or destroyed).
+type GuestProgram func(ctx context.Context, g Guest) error
+
+// Guest is what an in-process guest program is given: what Command
+// receives in its environment (Env*), and its console.
+type Guest struct {
+	VMID       int
+	Node, Name string
+	// Dir is the VM's directory, SeedDir the files of its NoCloud ISO,
+	// Root (with WriteFiles) where its user-data's write_files are.
+	Dir, SeedDir, Root string
+	IP, MAC            string
+	// PowerOffURL powers this boot of the VM off (POST).
+	PowerOffURL string
+	// Console is the VM's console log.
+	Console io.Writer
 }
 
 // Environment variables a guest program receives.
@@ -79,10 +106,12 @@ type guestProc struct {
 	gen   int
 	token string
 	log   *os.File
+	// cancel ends an in-process guest (GuestConfig.Program).
+	cancel context.CancelFunc
 }
 
 func newGuestRunner(s *Simulator, cfg GuestConfig) (*guestRunner, error) {
-	if len(cfg.Command) == 0 || cfg.Command[0] == "" {
+	if cfg.Program == nil && (len(cfg.Command) == 0 || cfg.Command[0] == "") {
 		return nil, errors.New("guest.command needs a program")
 	}
 	g := &guestRunner{s: s, cfg: cfg, procs: map[int]*guestProc{}}
@@ -143,6 +172,24 @@ func (g *guestRunner) startLocked(v *vm, gen int) {
 	tok := make([]byte, 16)
 	_, _ = rand.Read(tok)
 	p := &guestProc{gen: gen, token: hex.EncodeToString(tok), log: logf}
+	powerOff := fmt.Sprintf("%s/poweroff?vmid=%d&token=%s", g.baseURL, v.vmid, p.token)
+	if prog := g.cfg.Program; prog != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		p.cancel = cancel
+		guest := Guest{VMID: v.vmid, Node: v.node, Name: v.conf["name"], Dir: dir, SeedDir: seed, IP: v.ipv4,
+			MAC: strings.ToLower(macOf(v.conf["net0"])), PowerOffURL: powerOff, Console: logf}
+		if g.cfg.WriteFiles {
+			guest.Root = root
+		}
+		g.procs[v.vmid] = p
+		g.wg.Add(1)
+		go func() {
+			err := prog(ctx, guest)
+			cancel()
+			g.exited(v.vmid, p, err)
+		}()
+		return
+	}
 	cmd := exec.Command(g.cfg.Command[0], g.cfg.Command[1:]...)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -150,7 +197,7 @@ func (g *guestRunner) startLocked(v *vm, gen int) {
 	cmd.Env = append(os.Environ(),
 		EnvVMID+"="+strconv.Itoa(v.vmid), EnvNode+"="+v.node, EnvName+"="+v.conf["name"],
 		EnvSeedDir+"="+seed, EnvVMDir+"="+dir, EnvIP+"="+v.ipv4, EnvMAC+"="+strings.ToLower(macOf(v.conf["net0"])),
-		EnvPowerOffURL+"="+fmt.Sprintf("%s/poweroff?vmid=%d&token=%s", g.baseURL, v.vmid, p.token),
+		EnvPowerOffURL+"="+powerOff,
 	)
 	if g.cfg.WriteFiles {
 		cmd.Env = append(cmd.Env, EnvRoot+"="+root)
@@ -173,8 +220,13 @@ func (g *guestRunner) startLocked(v *vm, gen int) {
 // wait reaps the program; an exit while the VM still runs this boot is a
 // guest-initiated power-off.
 func (g *guestRunner) wait(vmid int, p *guestProc) {
+	g.exited(vmid, p, p.cmd.Wait())
+}
+
+// exited handles the end of a guest program: an end while the VM still
+// runs this boot is a guest-initiated power-off.
+func (g *guestRunner) exited(vmid int, p *guestProc, err error) {
 	defer g.wg.Done()
-	err := p.cmd.Wait()
 	_ = p.log.Close()
 	s := g.s
 	s.mu.Lock()
@@ -197,6 +249,10 @@ func (g *guestRunner) killLocked(vmid int) {
 		return
 	}
 	delete(g.procs, vmid)
+	if p.cancel != nil {
+		p.cancel()
+		return
+	}
 	if p.cmd.Process != nil {
 		// Kill the whole process group: guest programs may fork.
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -177,4 +178,77 @@ func guestPID(t *testing.T, seen string) int {
 		t.Fatalf("no pid in %q", seen)
 	}
 	return pid
+}
+
+// TestGuestProgram: an in-process guest (GuestConfig.Program, set with
+// SetGuestProgram) sees what a guest command sees, powers the VM off by
+// returning, and is ended when the VM stops; nil goes back to the command.
+func TestGuestProgram(t *testing.T) {
+	ctx := context.Background()
+	sim, c, _ := guestEnv(t, "hang")
+	seen := make(chan Guest, 1)
+	ended := make(chan error, 1)
+	var hang atomic.Bool
+	if err := sim.SetGuestProgram(func(ctx context.Context, g Guest) error {
+		ud, err := os.ReadFile(filepath.Join(g.SeedDir, "user-data"))
+		if err != nil {
+			return fmt.Errorf("seed: %w", err)
+		}
+		if !strings.Contains(string(ud), "runner: token-abc") {
+			return fmt.Errorf("seed user-data %q lacks the runner", ud)
+		}
+		fmt.Fprintln(g.Console, "in-process guest up")
+		seen <- g
+		if hang.Load() {
+			<-ctx.Done()
+			ended <- ctx.Err()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bootWithSeed(ctx, t, c, "#cloud-config\nrunner: token-abc\n")
+	g := <-seen
+	if g.VMID != 150 || g.Node != "pve1" || g.IP != "10.99.0.10" || !strings.HasPrefix(g.PowerOffURL, "http://127.0.0.1:") {
+		t.Errorf("guest = %+v", g)
+	}
+	eventually(t, "power-off after the program returned", func() bool { return vmStatus(sim, 150) == "stopped" })
+	if out, err := sim.Console(150); err != nil || !strings.Contains(string(out), "in-process guest up") {
+		t.Errorf("console %q, %v", out, err)
+	}
+
+	// A program that does not return ends with the VM.
+	hang.Store(true)
+	n, err := c.Node(ctx, "pve1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := n.VirtualMachine(ctx, 150)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := v.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitOK(ctx, t, task)
+	<-seen
+	if vmStatus(sim, 150) != "running" {
+		t.Fatal("a guest program that has not returned must keep the VM running")
+	}
+	if task, err = v.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitOK(ctx, t, task)
+	select {
+	case err := <-ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the program's context ended with %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("stopping the VM did not end its guest program")
+	}
+	if err := sim.SetGuestProgram(nil); err != nil {
+		t.Errorf("back to the command: %v", err)
+	}
 }
