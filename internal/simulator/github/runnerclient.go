@@ -1,6 +1,7 @@
 package githubsim
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -106,7 +107,7 @@ func (r *JITRunner) Run(ctx context.Context, encoded string) (string, error) {
 	}
 	session := form.Get("session_id")
 	r.printf("√ Connected to GitHub\n\nCurrent runner version: 'simulator'\n%s: Listening for Jobs\n", stamp())
-	wait := cmpDuration(r.PollWait, 20*time.Second)
+	wait := cmp.Or(max(r.PollWait, 0), 20*time.Second)
 	for {
 		q := url.Values{"session": {session}, "wait": {strconv.FormatFloat(wait.Seconds(), 'f', -1, 64)}}
 		form, code, err := r.call(ctx, rc, http.MethodGet, base+"/message?"+q.Encode(), nil)
@@ -128,7 +129,7 @@ func (r *JITRunner) Run(ctx context.Context, encoded string) (string, error) {
 // completed.
 func (r *JITRunner) runJob(ctx context.Context, rc RunnerConfig, base, id, name string) (string, error) {
 	r.printf("%s: Running job: %s\n", stamp(), name)
-	every := cmpDuration(r.JobPoll, 200*time.Millisecond)
+	every := cmp.Or(max(r.JobPoll, 0), 200*time.Millisecond)
 	for {
 		form, code, err := r.call(ctx, rc, http.MethodGet, base+"/jobs/"+url.PathEscape(id), nil)
 		if err != nil {
@@ -139,7 +140,7 @@ func (r *JITRunner) runJob(ctx context.Context, rc RunnerConfig, base, id, name 
 		}
 		if form.Get("status") == "completed" {
 			result := map[string]string{"success": "Succeeded", "failure": "Failed", "cancelled": "Canceled"}[form.Get("conclusion")]
-			r.printf("%s: Job %s completed with result: %s\n", stamp(), name, cmpString(result, form.Get("conclusion")))
+			r.printf("%s: Job %s completed with result: %s\n", stamp(), name, cmp.Or(result, form.Get("conclusion")))
 			return form.Get("conclusion"), nil
 		}
 		select {
@@ -194,17 +195,3 @@ func (r *JITRunner) printf(format string, args ...any) {
 }
 
 func stamp() string { return time.Now().UTC().Format("2006-01-02 15:04:05Z") }
-
-func cmpDuration(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
-}
-
-func cmpString(s, def string) string {
-	if s != "" {
-		return s
-	}
-	return def
-}
