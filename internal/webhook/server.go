@@ -48,14 +48,14 @@ type ServerOptions struct {
 }
 
 // DefaultLimits are the receiver's connection caps (docs/security.md,
-// "Webhook intake"). GitHub opens a connection per delivery from a few
-// addresses, and at most DefaultMaxInFlight deliveries are read at once:
-// 64 connections from one address and 256 in all leave room for bursts
-// and keep-alive while bounding what stalled or idle connections hold
-// (each costs the process about 40 KiB). Behind an ingress every
-// connection comes from the ingress: raise MaxConnsPerAddress to
-// MaxConns there.
-var DefaultLimits = httpsserver.Limits{MaxConns: 256, MaxConnsPerAddress: 64}
+// "Webhook intake"). GitHub delivers from a few addresses, each delivery
+// read and verified in milliseconds. 16 connections from one address are
+// a quarter of the DefaultMaxInFlight slots, so that one address stalling
+// its bodies cannot hold every slot; 256 in all bound what stalled or idle
+// connections hold (each costs the process about 40 KiB). Behind an
+// ingress every connection comes from the ingress: raise
+// MaxConnsPerAddress to MaxConns there (the in-flight bound still holds).
+var DefaultLimits = httpsserver.Limits{MaxConns: 256, MaxConnsPerAddress: 16}
 
 // maxHeaderBytes bounds a delivery's request line and headers. GitHub
 // sends about 2 KiB of headers; 16 KiB leaves room for a proxy's
