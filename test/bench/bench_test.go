@@ -57,9 +57,9 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/bench"
 	"github.com/hyperfleet/hyperfleet/internal/devenv"
-	"github.com/hyperfleet/hyperfleet/test/managerproc"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/test/managerproc"
 )
 
 // sizes are one run's dimensions.
