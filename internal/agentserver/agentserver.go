@@ -183,11 +183,12 @@ const BrokerPath = "/broker/v1/credential"
 // "The agent server's bounds"). A VM holds one or two connections at a
 // time (its download, its broker request, its power-off notice), and many
 // VMs may reach the server from one NAT address: 128 connections from one
-// address and 512 in all. What each held connection costs the process
-// (about 60 KiB for a stalled download) keeps 512 of them within the
-// flood test's 64 MiB bound. Behind a load balancer every connection comes
-// from the balancer: raise MaxConnsPerAddress to MaxConns there.
-var DefaultLimits = httpsserver.Limits{MaxConns: 512, MaxConnsPerAddress: 128}
+// address and 256 in all. What each held connection costs the process
+// (about 125 KiB of RSS for a stalled download, measured by test/flood)
+// keeps 256 of them within the flood test's 64 MiB bound. Behind a load
+// balancer every connection comes from the balancer: raise
+// MaxConnsPerAddress to MaxConns there.
+var DefaultLimits = httpsserver.Limits{MaxConns: 256, MaxConnsPerAddress: 128}
 
 // maxHeaderBytes bounds a request's line and headers: a VM sends a URL
 // with a checksum or a claim's name and a bearer token, well under 1 KiB
