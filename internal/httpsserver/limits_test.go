@@ -36,7 +36,8 @@ func refusedAtOnce(c net.Conn) bool {
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, err := c.Read(make([]byte, 1))
 	var ne net.Error
-	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+	timedOut := errors.As(err, &ne) && ne.Timeout()
+	return err != nil && !timedOut
 }
 
 // TestLimitListener: connections beyond the per-address cap are closed

@@ -317,7 +317,7 @@ func servesAgain(op *managerproc.Process) error {
 		}
 		last = err
 	}
-	return fmt.Errorf("the agent server did not serve again within a minute after the flood: %v", last)
+	return fmt.Errorf("the agent server did not serve again within a minute after the flood: %w", last)
 }
 
 // watchRSS samples the manager's RSS, and the kernel's TCP memory, every
