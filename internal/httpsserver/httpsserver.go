@@ -28,7 +28,8 @@ type Options struct {
 	// Server names the server in metrics (the server label: "agent",
 	// "webhook").
 	Server string
-	// Limits cap the connections held open.
+	// Limits cap the connections held open (a zero cap is none: the
+	// servers fill in their defaults with Limits.Or).
 	Limits Limits
 	// Addr is the listen address; CertFile and KeyFile the serving
 	// certificate (chain) and key in PEM, reloaded when they change.
