@@ -292,8 +292,11 @@ func runJob(t *testing.T, w *devenv.World, op *managerproc.Process, signer *owne
 	if n == 0 {
 		return fmt.Errorf("job %d: no webhook delivered", id)
 	}
+	if noticeErr != nil {
+		return fmt.Errorf("job %d: a genuine power-off notice for its claim: %w", id, noticeErr)
+	}
 	if noticed != http.StatusAccepted {
-		return fmt.Errorf("job %d: a genuine power-off notice for its claim got %d (%v), want 202", id, noticed, noticeErr)
+		return fmt.Errorf("job %d: a genuine power-off notice for its claim got %d, want 202", id, noticed)
 	}
 	return nil
 }
