@@ -187,8 +187,12 @@ const BrokerPath = "/broker/v1/credential"
 // (about 125 KiB of RSS for a stalled download, measured by test/flood)
 // keeps 256 of them within the flood test's 64 MiB bound. Behind a load
 // balancer every connection comes from the balancer: raise
-// MaxConnsPerAddress to MaxConns there.
-var DefaultLimits = httpsserver.Limits{MaxConns: 256, MaxConnsPerAddress: 128}
+// MaxConnsPerAddress to MaxConns there. Each connection's kernel socket
+// buffers are capped at 128 KiB (256 KiB as Linux counts them), so that
+// 256 stalled downloads hold at most 64 MiB of kernel memory (charged to
+// the pod) instead of up to 4 MiB each; a download still moves at 128 KiB
+// per round trip, 12 MiB/s at 10 ms.
+var DefaultLimits = httpsserver.Limits{MaxConns: 256, MaxConnsPerAddress: 128, SocketBuffer: 128 << 10}
 
 // maxHeaderBytes bounds a request's line and headers: a VM sends a URL
 // with a checksum or a claim's name and a bearer token, well under 1 KiB

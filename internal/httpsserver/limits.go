@@ -23,6 +23,15 @@ type Limits struct {
 	// connection comes from the proxy's addresses: raise it to MaxConns,
 	// or set it to 0, there.
 	MaxConnsPerAddress int
+	// SocketBuffer caps each connection's kernel send and receive buffers
+	// (SO_SNDBUF, SO_RCVBUF) in bytes; 0: the kernel's autotuning. A
+	// client that stops reading (a zero-window download) or stops sending
+	// lets the kernel fill these buffers, up to net.ipv4.tcp_wmem's
+	// maximum (4 MiB by default) per connection: memory outside the
+	// process's RSS but charged to its cgroup, so to the pod's limit.
+	// Capped, MaxConns x 2 x SocketBuffer (Linux doubles the value set)
+	// bounds it.
+	SocketBuffer int
 }
 
 // Or fills in a server's defaults: a cap of 0 becomes d's, a negative
@@ -38,7 +47,10 @@ func (l Limits) Or(d Limits) Limits {
 		}
 		return v
 	}
-	return Limits{MaxConns: pick(l.MaxConns, d.MaxConns), MaxConnsPerAddress: pick(l.MaxConnsPerAddress, d.MaxConnsPerAddress)}
+	return Limits{
+		MaxConns: pick(l.MaxConns, d.MaxConns), MaxConnsPerAddress: pick(l.MaxConnsPerAddress, d.MaxConnsPerAddress),
+		SocketBuffer: pick(l.SocketBuffer, d.SocketBuffer),
+	}
 }
 
 // Refusal reasons (the reason label of
@@ -109,6 +121,12 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			_ = c.Close()
 			l.refused(reason, addr)
 			continue
+		}
+		if tcp, ok := c.(*net.TCPConn); ok && l.limits.SocketBuffer > 0 {
+			// Best effort: a buffer the kernel refuses leaves autotuning on,
+			// which the connection caps still bound.
+			_ = tcp.SetWriteBuffer(l.limits.SocketBuffer)
+			_ = tcp.SetReadBuffer(l.limits.SocketBuffer)
 		}
 		l.gauge.Inc()
 		return &limitedConn{Conn: c, release: func() { l.release(addr) }}, nil

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,6 +125,56 @@ func TestLimitListener(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(perAddr) + testutil.ToFloat64(global); got != 2 {
 		t.Fatalf("refusals %v, want still 2", got)
+	}
+}
+
+// TestLimitListenerSocketBuffer: an admitted connection's kernel buffers
+// are capped as Limits.SocketBuffer says (Linux reports twice the value
+// set), so that a client that stops reading cannot make the kernel hold
+// megabytes for it; without the cap autotuning stays on.
+func TestLimitListenerSocketBuffer(t *testing.T) {
+	for _, tc := range []struct {
+		set  int
+		want func(got int) bool
+	}{
+		{32 << 10, func(got int) bool { return got == 64<<10 }},
+		{0, func(got int) bool { return got != 64<<10 }},
+	} {
+		raw, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln := LimitListener(raw, Limits{SocketBuffer: tc.set}, "test-"+t.Name(), logr.Discard())
+		go func() {
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err == nil {
+				defer c.Close()
+				time.Sleep(time.Second)
+			}
+		}()
+		c, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw2, err := c.(*limitedConn).Conn.(*net.TCPConn).SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var snd, rcv int
+		var serr error
+		if err := raw2.Control(func(fd uintptr) {
+			snd, serr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF)
+			if serr == nil {
+				rcv, serr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF)
+			}
+		}); err != nil || serr != nil {
+			t.Fatal(err, serr)
+		}
+		if !tc.want(snd) || !tc.want(rcv) {
+			t.Errorf("SocketBuffer %d: SO_SNDBUF %d, SO_RCVBUF %d", tc.set, snd, rcv)
+		}
+		_ = c.Close()
+		_ = ln.Close()
 	}
 }
 

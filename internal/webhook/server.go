@@ -55,7 +55,9 @@ type ServerOptions struct {
 // connections hold (each costs the process about 40 KiB). Behind an
 // ingress every connection comes from the ingress: raise
 // MaxConnsPerAddress to MaxConns there (the in-flight bound still holds).
-var DefaultLimits = httpsserver.Limits{MaxConns: 256, MaxConnsPerAddress: 16}
+// Kernel socket buffers are capped at 64 KiB per connection: a delivery is
+// a few kB, and an upload that stalls then holds no more than that.
+var DefaultLimits = httpsserver.Limits{MaxConns: 256, MaxConnsPerAddress: 16, SocketBuffer: 64 << 10}
 
 // maxHeaderBytes bounds a delivery's request line and headers. GitHub
 // sends about 2 KiB of headers; 16 KiB leaves room for a proxy's
