@@ -171,47 +171,56 @@ func (i *Issuer) Attested(ctx context.Context, s *Server, claim *hfv1.MachineCla
 // step is idempotent. An X509-SVID already issued stays valid until it
 // expires (spec.spire.svidTTL): X.509 SVIDs cannot be revoked.
 func (i *Issuer) Evict(ctx context.Context, s *Server, claim *hfv1.MachineClaim) error {
-	st, _, node, err := recorded(s, claim)
+	st, node, agent, err := i.claimAgent(s, claim)
 	if err != nil {
 		return err
 	}
-	token, err := i.Token(claim)
-	if err != nil {
-		return err
-	}
-	agent := spire.JoinTokenAgentID(s.TrustDomain, token)
 	if err := s.API.BanAgent(ctx, agent); err != nil {
 		return fmt.Errorf("ban the SPIRE agent %s of claim %s/%s: %w", agent, claim.Namespace, claim.Name, err)
 	}
-	if err := s.API.DeleteEntries(ctx, st.EntryID); err != nil {
-		return fmt.Errorf("delete registration entry %s: %w", st.EntryID, err)
-	}
-	if _, err := s.API.DeleteEntriesBySPIFFEID(ctx, node); err != nil {
-		return fmt.Errorf("delete the alias entry %s: %w", node, err)
-	}
-	return nil
+	return deleteEntries(ctx, s, st, node)
 }
 
 // Release deletes the VM's registration entry, its agent's alias entry
 // and the agent itself from s; each is idempotent. A deleted join-token
 // agent cannot attest again: spire-agent stops on its next sync.
 func (i *Issuer) Release(ctx context.Context, s *Server, claim *hfv1.MachineClaim) error {
-	st, _, node, err := recorded(s, claim)
+	st, node, agent, err := i.claimAgent(s, claim)
 	if err != nil {
 		return err
+	}
+	if err := deleteEntries(ctx, s, st, node); err != nil {
+		return err
+	}
+	if err := s.API.DeleteAgent(ctx, agent); err != nil {
+		return fmt.Errorf("delete the SPIRE agent of claim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	return nil
+}
+
+// claimAgent is what Evict and Release act on: the claim's recorded
+// identity, its agent's alias and the agent that attested with its join
+// token.
+func (i *Issuer) claimAgent(s *Server, claim *hfv1.MachineClaim) (*hfv1.IdentityStatus, spiffeid.ID, spiffeid.ID, error) {
+	st, _, node, err := recorded(s, claim)
+	if err != nil {
+		return nil, spiffeid.ID{}, spiffeid.ID{}, err
 	}
 	token, err := i.Token(claim)
 	if err != nil {
-		return err
+		return nil, spiffeid.ID{}, spiffeid.ID{}, err
 	}
+	return st, node, spire.JoinTokenAgentID(s.TrustDomain, token), nil
+}
+
+// deleteEntries deletes the VM's registration entry and its agent's
+// alias entry; both are idempotent.
+func deleteEntries(ctx context.Context, s *Server, st *hfv1.IdentityStatus, node spiffeid.ID) error {
 	if err := s.API.DeleteEntries(ctx, st.EntryID); err != nil {
 		return fmt.Errorf("delete registration entry %s: %w", st.EntryID, err)
 	}
 	if _, err := s.API.DeleteEntriesBySPIFFEID(ctx, node); err != nil {
 		return fmt.Errorf("delete the alias entry %s: %w", node, err)
-	}
-	if err := s.API.DeleteAgent(ctx, spire.JoinTokenAgentID(s.TrustDomain, token)); err != nil {
-		return fmt.Errorf("delete the SPIRE agent of claim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
 	return nil
 }

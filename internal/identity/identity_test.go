@@ -170,16 +170,24 @@ func TestIssueAttestRelease(t *testing.T) {
 	}
 }
 
+// connected is a fake server of example.org and a registry connected to
+// it as cluster c1.
+func connected(t *testing.T) (*identitytest.Server, *identity.Server) {
+	t.Helper()
+	fs := identitytest.NewServer(t, "example.org")
+	r, _ := registry(fs)
+	srv, err := r.Connect(context.Background(), "c1", cfg("example.org", "/run/spire/api.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs, srv
+}
+
 func TestIssuerRefusesAnEditedIdentity(t *testing.T) {
 	// status.identity is only as trustworthy as who can write the claim's
 	// status: an identity naming another claim's entry is never acted on.
 	ctx := context.Background()
-	fs := identitytest.NewServer(t, "example.org")
-	r, _ := registry(fs)
-	srv, err := r.Connect(ctx, "c1", cfg("example.org", "/run/spire/api.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, srv := connected(t)
 	iss := &identity.Issuer{Key: make([]byte, 32)}
 	victim, c := claim("-victim"), claim("-1")
 	plan, _ := identity.Plan(srv, victim)
@@ -324,5 +332,68 @@ func TestLookupReadsOnlyAsAllowed(t *testing.T) {
 	}
 	if s, err := r.Lookup(ctx, "c1", cfg("example.org", "/run/spire/api.sock")); err != nil || s == nil || fs.State().BundleReads != 2 {
 		t.Fatalf("Lookup with a bundle in hand: %v, reads %d; want no read", err, fs.State().BundleReads)
+	}
+}
+
+// TestBrokerProof: the proof is derived from the claim's UID with a key of
+// its own (the same key for tokens and proofs gives different values),
+// stable across calls (so the operator needs to store nothing), distinct
+// per claim, and only the claim's own proof verifies.
+func TestBrokerProof(t *testing.T) {
+	key := []byte(strings.Repeat("k", 32))
+	iss := &identity.Issuer{Key: key, ProofKey: []byte(strings.Repeat("p", 32))}
+	a, b := claim("-a"), claim("-b")
+	pa, err := iss.BrokerProof(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := iss.BrokerProof(a); again != pa || len(pa) != 43 {
+		t.Fatalf("proof %q (%d characters), again %q: want one stable 43-character proof", pa, len(pa), again)
+	}
+	pb, _ := iss.BrokerProof(b)
+	token, _ := iss.Token(a)
+	sameKey, _ := (&identity.Issuer{Key: key, ProofKey: key}).BrokerProof(a)
+	if pb == pa || strings.Contains(pa, token) || sameKey == token {
+		t.Fatalf("proofs not separate: a %q, b %q, a's token %q, with the token key %q", pa, pb, token, sameKey)
+	}
+	for proof, want := range map[string]bool{pa: true, pb: false, "": false, pa[:42]: false, pa + "x": false} {
+		if got := iss.VerifyBrokerProof(a, proof); got != want {
+			t.Errorf("VerifyBrokerProof(%q) = %v, want %v", proof, got, want)
+		}
+	}
+	if (&identity.Issuer{Key: key}).VerifyBrokerProof(a, pa) {
+		t.Error("an issuer without a proof key verified a proof")
+	}
+	doc, err := iss.GuestSecrets(a)
+	if err != nil || !strings.Contains(string(doc), token) || !strings.Contains(string(doc), pa) {
+		t.Fatalf("GuestSecrets = %s, %v; want the token and the proof", doc, err)
+	}
+}
+
+// TestEvict: a stolen identity's agent is banned and the VM's entries go;
+// evicting twice, or an agent that is gone, is success.
+func TestEvict(t *testing.T) {
+	ctx := context.Background()
+	fs, srv := connected(t)
+	iss := &identity.Issuer{Key: make([]byte, 32)}
+	c := claim("-1")
+	plan, _ := identity.Plan(srv, c)
+	c.Status.Identity = plan
+	if _, err := iss.Issue(ctx, srv, c, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	token, _ := iss.Token(c)
+	fs.Attest(token)
+	for i := range 2 {
+		if err := iss.Evict(ctx, srv, c); err != nil {
+			t.Fatalf("Evict, call %d: %v", i+1, err)
+		}
+	}
+	st := fs.State()
+	if len(st.Banned) != 1 || st.Banned[0] != spire.JoinTokenAgentID(fs.TD, token) || len(st.Entries) != 0 || len(st.Aliases) != 0 {
+		t.Fatalf("after Evict: banned %v, entries %v, aliases %v; want the token's agent banned and no entry", st.Banned, st.Entries, st.Aliases)
+	}
+	if a, found, err := srv.API.Agent(ctx, spire.JoinTokenAgentID(fs.TD, token)); err != nil || !found || !a.Banned {
+		t.Errorf("Agent after Evict: %+v, %v, %v; want it listed as banned", a, found, err)
 	}
 }

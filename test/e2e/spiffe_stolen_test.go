@@ -313,12 +313,7 @@ func TestSPIFFENothingUsableOnTheSeed(t *testing.T) {
 	// The pool replaces the claim; its VM runs the job.
 	waitDone(t, w, 5*time.Minute)
 	watch.stop()
-	eventually(t, time.Minute, "nothing left on the SPIRE server", func() error {
-		if left := spireLeftovers(t, w); len(left) > 0 {
-			return fmt.Errorf("%s", strings.Join(left, "; "))
-		}
-		return nil
-	})
+	waitNothingOnSPIRE(t, w)
 }
 
 // countingServer counts the operator's reads of the trust bundle.

@@ -117,6 +117,18 @@ func spireLeftovers(t *testing.T, w *devenv.World) []string {
 	return left
 }
 
+// waitNothingOnSPIRE waits until HyperFleet has left nothing on the SPIRE
+// server.
+func waitNothingOnSPIRE(t *testing.T, w *devenv.World) {
+	t.Helper()
+	eventually(t, time.Minute, "nothing left on the SPIRE server", func() error {
+		if left := spireLeftovers(t, w); len(left) > 0 {
+			return fmt.Errorf("%s", strings.Join(left, "; "))
+		}
+		return nil
+	})
+}
+
 func startSPIFFEWorld(t *testing.T, options ...func(*devenv.Options)) (*devenv.World, *watcher, *seedWatch) {
 	t.Helper()
 	// A short directory: each guest's spire-agent socket lives under it,
@@ -170,12 +182,7 @@ func TestSPIFFEPoolRunsJobs(t *testing.T) {
 	for _, b := range seeds.bad {
 		t.Error(b)
 	}
-	eventually(t, time.Minute, "nothing left on the SPIRE server", func() error {
-		if left := spireLeftovers(t, w); len(left) > 0 {
-			return fmt.Errorf("%s", strings.Join(left, "; "))
-		}
-		return nil
-	})
+	waitNothingOnSPIRE(t, w)
 }
 
 // TestSPIFFEAttestationFailuresAndRestart: a VM whose spire-agent cannot
@@ -271,12 +278,7 @@ func TestSPIFFEAttestationFailuresAndRestart(t *testing.T) {
 	}
 	waitDone(t, w, 5*time.Minute)
 	watch.stop()
-	eventually(t, time.Minute, "nothing left on the SPIRE server", func() error {
-		if left := spireLeftovers(t, w); len(left) > 0 {
-			return fmt.Errorf("%s", strings.Join(left, "; "))
-		}
-		return nil
-	})
+	waitNothingOnSPIRE(t, w)
 	if len(watch.leaks) > 0 {
 		t.Errorf("the GitHub PAT appeared in: %v", watch.leaks)
 	}
@@ -387,10 +389,5 @@ func TestSPIFFEReusedJoinToken(t *testing.T) {
 	})
 	waitDone(t, w, 5*time.Minute)
 	watch.stop()
-	eventually(t, time.Minute, "nothing left on the SPIRE server", func() error {
-		if left := spireLeftovers(t, w); len(left) > 0 {
-			return fmt.Errorf("%s", strings.Join(left, "; "))
-		}
-		return nil
-	})
+	waitNothingOnSPIRE(t, w)
 }
