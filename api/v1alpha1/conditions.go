@@ -200,6 +200,17 @@ const (
 	// the cluster's spec.spire.attestationDeadline, or its join token
 	// expired unused; the claim fails and its VM is destroyed.
 	AttestationFailedReason ConditionReason = "AttestationFailed"
+	// IdentityStolenReason: the VM's identity (its join token or its
+	// X509-SVID) was used by someone other than the VM
+	// (status.identity.misuse says how it was found). The claim fails
+	// without a credential being handed out, and the SPIRE agent that
+	// attested with the join token is evicted.
+	IdentityStolenReason ConditionReason = "IdentityStolen"
+	// GuestAgentRequiredReason: the template attests with SPIRE join
+	// tokens, which reach only the running VM, through the hypervisor's
+	// guest channel; its hypervisor template has none (for Proxmox: no
+	// QEMU guest agent, agent: 1).
+	GuestAgentRequiredReason ConditionReason = "GuestAgentRequired"
 	// CredentialStoredReason: the VM's runner credential is in the
 	// cluster's secrets store (spec.spire.secretStore) for the VM to read
 	// once; the claim waits for its runner to come online.

@@ -203,9 +203,9 @@ type DurationBounds struct {
 // IdentityStatus is a claim's SPIFFE identity and where its issuance
 // stands. It is written before each step it records is taken, so an
 // operator restart at any point neither issues a second join token nor
-// leaves a registration entry behind. It never holds the join token: the
-// operator derives the token from the claim and its own key when it renders
-// the VM's cloud-init.
+// leaves a registration entry behind. It never holds the join token or the
+// broker proof: the operator derives both from the claim and its own key
+// when it places them in the running VM.
 type IdentityStatus struct {
 	// spiffeId is the VM's SPIFFE ID,
 	// spiffe://<trust domain>/vm/<namespace>/<claim>/<uid>.
@@ -234,6 +234,13 @@ type IdentityStatus struct {
 	// +optional
 	JoinTokenExpiresAt *metav1.Time `json:"joinTokenExpiresAt,omitempty"`
 
+	// joinTokenDeliveredAt is when the join token and the broker proof
+	// were written into the running VM through the hypervisor's guest
+	// channel (for Proxmox the QEMU guest agent). Neither is ever on the
+	// VM's cloud-init medium or disk.
+	// +optional
+	JoinTokenDeliveredAt *metav1.Time `json:"joinTokenDeliveredAt,omitempty"`
+
 	// attestedAt is when the SPIRE server first listed the VM's agent as
 	// attested.
 	// +optional
@@ -253,8 +260,52 @@ type IdentityStatus struct {
 	// +optional
 	CredentialStoredAt *metav1.Time `json:"credentialStoredAt,omitempty"`
 
+	// misuse, when set, records that the VM's identity was used by someone
+	// other than the VM: the claim fails without a credential being
+	// handed out, and the SPIRE agent that attested with its join token is
+	// evicted (docs/identity.md, "A stolen join token").
+	// +optional
+	Misuse *IdentityMisuse `json:"misuse,omitempty"`
+
 	// releasedAt is when the VM's entries and agent were deleted from the
 	// SPIRE server, at the claim's end.
 	// +optional
 	ReleasedAt *metav1.Time `json:"releasedAt,omitempty"`
+}
+
+// IdentityMisuseReason says how a VM identity's misuse was found.
+// +kubebuilder:validation:Enum=BrokerProofInvalid;JoinTokenReused
+type IdentityMisuseReason string
+
+const (
+	// MisuseBrokerProofInvalid: a valid X509-SVID of the claim was
+	// presented to the credential broker without the proof the operator
+	// placed in the claim's VM alone.
+	MisuseBrokerProofInvalid IdentityMisuseReason = "BrokerProofInvalid"
+	// MisuseJoinTokenReused: the VM's spire-agent found its join token
+	// spent, and the SPIRE server lists an agent that attested with it.
+	MisuseJoinTokenReused IdentityMisuseReason = "JoinTokenReused"
+)
+
+// IdentityMisuse is a VM identity found used by someone other than its VM.
+type IdentityMisuse struct {
+	// reason says how the misuse was found.
+	// +required
+	Reason IdentityMisuseReason `json:"reason"`
+
+	// detectedAt is when it was found.
+	// +required
+	DetectedAt metav1.Time `json:"detectedAt"`
+
+	// message says what was seen (the client's address at the broker, what
+	// the VM reported).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// evictedAt is when the SPIRE agent that attested with the VM's join
+	// token was banned and the VM's registration entries deleted, so that
+	// no SVID of this identity is issued or renewed any more.
+	// +optional
+	EvictedAt *metav1.Time `json:"evictedAt,omitempty"`
 }

@@ -28,6 +28,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
+	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/settings"
@@ -113,6 +114,7 @@ func runManager(args []string) error {
 	webhookMaxInFlight := fs.Int("webhook-max-in-flight", webhook.DefaultMaxInFlight, "webhook deliveries read and verified at once (a quarter of them for bodies over 64 KiB); beyond it deliveries get 503 before their body is read")
 	var webhookLimits httpsserver.Limits
 	bindLimitFlags(fs, "webhook", "the webhook receiver", &webhookLimits, webhook.DefaultLimits)
+	spireForcedRefresh := fs.Duration("spire-forced-refresh-interval", identity.DefaultForcedRefreshInterval, "shortest time between two reads of a SPIRE server's trust bundle that a certificate failing verification at the credential broker may force (anyone can present one); the reads about once a minute are not limited by it")
 	agentFlags := bindAgentServerFlags(fs)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
@@ -122,6 +124,9 @@ func runManager(args []string) error {
 	}
 	if err := checkMaxEventAge(*webhookMaxEventAge); err != nil {
 		return err
+	}
+	if *spireForcedRefresh <= 0 {
+		return fmt.Errorf("--spire-forced-refresh-interval is %s: set it above 0 (%s by default), so that certificates anyone can present do not make the operator read SPIRE's trust bundle at will", *spireForcedRefresh, identity.DefaultForcedRefreshInterval)
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	log := ctrl.Log.WithName("setup")
@@ -179,6 +184,8 @@ func runManager(args []string) error {
 		OrphanGracePeriod: *orphanGrace,
 		SweepDryRun:       *sweepDryRun,
 		AgentServer:       agentServer,
+
+		SPIREForcedRefreshInterval: *spireForcedRefresh,
 	}
 	if *webhookAddr != "0" {
 		// The Secret is watched: creating or rotating it takes effect

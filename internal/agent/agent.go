@@ -210,7 +210,7 @@ type Options struct {
 	// SPIRESocket, when set, is the Workload API socket of a spire-agent
 	// already running in the VM (installed and attested by the image's own
 	// means): broker mode fetches its X509-SVID there and starts no
-	// spire-agent, so attestationMethod and joinToken are ignored.
+	// spire-agent, so attestationMethod and the join token are not used.
 	SPIRESocket string
 	// AttestTimeout bounds broker mode's attestation and credential fetch
 	// together (DefaultAttestTimeout when zero); the attestation also ends
@@ -262,8 +262,9 @@ type agent struct {
 	// notify, when set, is where the power-off is announced first.
 	notify *agentconfig.PowerOffNotify
 	// runnerOnline and jobStarted are what the runner printed, for the
-	// power-off notice.
+	// power-off notice; attestationError why the VM got no identity.
 	runnerOnline, jobStarted atomic.Bool
+	attestationError         string
 
 	// cleanup state
 	installDir      string
@@ -371,6 +372,10 @@ func (a *agent) run(ctx context.Context) error {
 		o.useOptions(&a.opts)
 	}
 	cred, err := src.Credential(ctx)
+	if errors.Is(err, errJoinTokenRefused) {
+		// Used by someone else, unless it expired: the operator checks.
+		a.attestationError = agentconfig.AttestationJoinTokenRefused
+	}
 	if err != nil {
 		return err
 	}

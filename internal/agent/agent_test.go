@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -555,9 +556,27 @@ func (v *vm) brokerConfig(m agentconfig.AttestationMethod) *agentconfig.Config {
 	if m == agentconfig.AttestationTPM {
 		c.SPIFFE.TPMDevicePath = "/dev/tpmrm0"
 	} else {
-		c.SPIFFE.JoinToken = v.secret
+		c.SPIFFE.JoinTokenFile = agentconfig.JoinTokenFile
 	}
 	return c
+}
+
+// placeGuestSecrets puts what the operator places in a running VM
+// through the guest channel (the join token, v.secret, and a broker proof)
+// where the agent under v.root waits for it.
+func (v *vm) placeGuestSecrets() {
+	v.t.Helper()
+	path := filepath.Join(v.root, agentconfig.JoinTokenFile)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		v.t.Fatal(err)
+	}
+	doc, err := json.Marshal(agentconfig.GuestSecrets{JoinToken: v.secret, BrokerProof: "proof-" + v.secret})
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, doc, 0o666); err != nil {
+		v.t.Fatal(err)
+	}
 }
 
 // TestBrokerTPMUnsupported: TPM attestation is not built; the agent says
@@ -584,6 +603,7 @@ func TestBrokerWithoutSPIREAgent(t *testing.T) {
 	v := newVM(t)
 	writeScript(t, filepath.Join(v.install(), "run.sh"), v.goodRunner(0))
 	v.writeConfig(v.brokerConfig(agentconfig.AttestationJoinToken))
+	v.placeGuestSecrets()
 	v.opts.SPIREAgent = filepath.Join(v.dir, "no-spire-agent")
 	v.checkCommon(v.run(context.Background()), ExitAttestation, 1)
 	if v.ran("run") {
@@ -594,6 +614,9 @@ func TestBrokerWithoutSPIREAgent(t *testing.T) {
 	}
 	if entries, err := os.ReadDir(filepath.Join(v.root, SPIREDir)); err != nil || len(entries) != 0 {
 		t.Errorf("SPIRE directory left: %v (%v)", entries, err)
+	}
+	if _, err := os.Stat(filepath.Join(v.root, agentconfig.JoinTokenFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the join token file is still there: %v", err)
 	}
 }
 
@@ -887,8 +910,9 @@ func TestCredentialNeverPrinted(t *testing.T) {
 			t.Errorf("credential printed: %s", s)
 		}
 	}
-	// Nor a broker source's join token.
-	b := &BrokerSource{Method: agentconfig.BootstrapJITConfig, SPIFFE: &agentconfig.SPIFFE{JoinToken: "JOIN-TOKEN-456", BrokerURL: "https://broker.example"}}
+	// Nor a broker source's broker proof.
+	b := &BrokerSource{Method: agentconfig.BootstrapJITConfig, SPIFFE: &agentconfig.SPIFFE{JoinTokenFile: agentconfig.JoinTokenFile, BrokerURL: "https://broker.example"},
+		proof: "JOIN-TOKEN-456"}
 	buf.Reset()
 	slog.New(slog.NewTextHandler(&buf, nil)).Info("x", "source", b)
 	for _, s := range []string{fmt.Sprint(b), fmt.Sprintf("%+v", b), fmt.Sprintf("%#v", b), fmt.Sprintf("%+v", *b), buf.String()} {

@@ -24,11 +24,15 @@ import (
 // with SPIRE and fetches its runner credential from the operator's
 // credential broker over mTLS with its X509-SVID.
 //
-// With attestationMethod join-token, Credential writes a spire-agent
-// config (join token included) into a private directory under SPIREDir,
-// starts `spire-agent run`, fetches the X509-SVID from its Workload API
-// with `spire-agent api fetch x509` until one is issued, removes the
-// config as soon as the agent has attested, and calls the broker. The
+// With attestationMethod join-token, Credential waits for the operator to
+// place the join token and the broker proof in the running VM at
+// spiffe.joinTokenFile (they are never in the config, whose seed can be
+// read off the hypervisor's storage), reads and removes that file, writes
+// a spire-agent config (join token included) into a private directory
+// under SPIREDir, starts `spire-agent run`, fetches the X509-SVID from its
+// Workload API with `spire-agent api fetch x509` until one is issued,
+// removes the config as soon as the agent has attested, and calls the
+// broker with the SVID and the proof. The
 // agent drives SPIRE's own CLI rather than linking go-spiffe, so that it
 // stays a small static binary of the standard library only.
 //
@@ -38,8 +42,8 @@ import (
 // disk is one the job could use. Nothing of it outlives Credential.
 //
 // With SPIRESocket set, a pre-installed spire-agent serves the Workload
-// API: nothing is started, and attestationMethod and joinToken are
-// ignored (that agent attested by its own means). attestationMethod tpm
+// API: nothing is started and the join token is not used (that agent
+// attested by its own means); the broker proof is still waited for. attestationMethod tpm
 // without SPIRESocket is not implemented (ExitUnsupported).
 //
 // Retry contract: the Workload API is asked every second until it issues
@@ -76,6 +80,10 @@ type BrokerSource struct {
 	Logger *slog.Logger
 	// UserAgent is sent to the broker.
 	UserAgent string
+
+	// proof is the broker proof the operator placed in the VM with the
+	// join token; sent to the broker with the SVID.
+	proof string
 }
 
 // useOptions fills in the agent's settings.
@@ -92,7 +100,7 @@ func (b *BrokerSource) Credential(ctx context.Context) (Credential, error) {
 		if err != nil {
 			return Credential{}, err
 		}
-		client.log = run.log
+		client.log, client.proof = run.log, b.proof
 		cred, err := client.credential(fetchCtx)
 		if err != nil {
 			return Credential{}, err
@@ -148,21 +156,30 @@ func (b *BrokerSource) withSVID(ctx context.Context, use svidUser) (Credential, 
 }
 
 // attest gets the X509-SVID through run: from a spire-agent it starts with
-// the join token, or from SPIRESocket. fetchCtx bounds it, and ExpiresAt
-// (the join token is useless after it); ctx is the agent's own, whose end
-// (a signal) is not an attestation failure.
+// the join token the operator placed in the VM, or from SPIRESocket.
+// fetchCtx bounds it, and ExpiresAt (the join token is useless after it);
+// ctx is the agent's own, whose end (a signal) is not an attestation
+// failure.
 func (b *BrokerSource) attest(ctx, fetchCtx context.Context, run *spireRun) (tls.Certificate, error) {
-	if b.SPIRESocket != "" {
-		run.log.Info("using the Workload API of a pre-installed spire-agent", "socket", b.SPIRESocket)
-		run.useSocket(b.SPIRESocket)
-	} else if err := run.start(b.SPIFFE); err != nil {
-		return tls.Certificate{}, err
-	}
 	attestCtx := fetchCtx
 	if !b.ExpiresAt.IsZero() {
 		var cancel context.CancelFunc
 		attestCtx, cancel = context.WithDeadline(fetchCtx, b.ExpiresAt)
 		defer cancel()
+	}
+	var secrets agentconfig.GuestSecrets
+	if f := b.SPIFFE.JoinTokenFile; f != "" {
+		var err error
+		if secrets, err = waitGuestSecrets(ctx, attestCtx, run.log, filepath.Join(b.Root, filepath.FromSlash(f))); err != nil {
+			return tls.Certificate{}, err
+		}
+		b.proof = secrets.BrokerProof
+	}
+	if b.SPIRESocket != "" {
+		run.log.Info("using the Workload API of a pre-installed spire-agent", "socket", b.SPIRESocket)
+		run.useSocket(b.SPIRESocket)
+	} else if err := run.start(b.SPIFFE, secrets.JoinToken); err != nil {
+		return tls.Certificate{}, err
 	}
 	cert, id, err := run.waitSVID(ctx, attestCtx, b.SPIFFE)
 	if err != nil {
@@ -192,11 +209,13 @@ const (
 )
 
 // brokerClient asks the credential broker for the runner credential:
-// POST brokerURL, empty body, the X509-SVID as the client certificate.
+// POST brokerURL, empty body, the X509-SVID as the client certificate and
+// the broker proof in agentconfig.BrokerProofHeader.
 type brokerClient struct {
 	url       string
 	http      *http.Client
 	userAgent string
+	proof     string
 	log       *slog.Logger
 }
 
@@ -281,6 +300,9 @@ func (c *brokerClient) try(ctx context.Context) (Credential, *brokerAnswer, erro
 		return Credential{}, nil, fail(ExitBadConfig, "spiffe.brokerURL: %v", err)
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.proof != "" {
+		req.Header.Set(agentconfig.BrokerProofHeader, c.proof)
+	}
 	if c.userAgent != "" {
 		req.Header.Set("User-Agent", c.userAgent)
 	}

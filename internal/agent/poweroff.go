@@ -38,7 +38,8 @@ func (a *agent) notifyPowerOff() {
 		a.log.Warn("power-off notice not sent", "error", err)
 		return
 	}
-	body, err := json.Marshal(agentconfig.PowerOffNoticeBody{RunnerOnline: a.runnerOnline.Load(), JobStarted: a.jobStarted.Load()})
+	body, err := json.Marshal(agentconfig.PowerOffNoticeBody{RunnerOnline: a.runnerOnline.Load(), JobStarted: a.jobStarted.Load(),
+		AttestationError: a.attestationError})
 	if err != nil {
 		a.log.Warn("power-off notice not sent", "error", err)
 		return

@@ -77,13 +77,32 @@ func (w *spireWorld) vmIdentity(t *testing.T, claim string) (token, id string) {
 	return token, "spiffe://" + spireTrustDomain + workload
 }
 
-// source is a BrokerSource for token and the broker's case path.
+// placeSecrets puts what the operator places in the running VM through
+// its guest channel, token and the proof of brokerCase, under root.
+func placeSecrets(t *testing.T, root, token, brokerCase string) {
+	t.Helper()
+	path := filepath.Join(root, agentconfig.JoinTokenFile)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := json.Marshal(agentconfig.GuestSecrets{JoinToken: token, BrokerProof: "proof-" + brokerCase})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, doc, 0o666); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// source is a BrokerSource for token (placed in its VM as the operator
+// would) and the broker's case path.
 func (w *spireWorld) source(t *testing.T, token, wantID, brokerCase string, log *syncBuffer) (*BrokerSource, string) {
 	t.Helper()
 	root := t.TempDir()
+	placeSecrets(t, root, token, brokerCase)
 	s := &agentconfig.SPIFFE{
 		AttestationMethod: agentconfig.AttestationJoinToken,
-		JoinToken:         token,
+		JoinTokenFile:     agentconfig.JoinTokenFile,
 		SPIFFEID:          wantID,
 		TrustDomain:       spireTrustDomain,
 		TrustBundle:       string(w.server.Bundle),
@@ -104,9 +123,9 @@ func (w *spireWorld) source(t *testing.T, token, wantID, brokerCase string, log 
 
 // testBroker is the credential broker's contract: POST with the
 // X509-SVID as client certificate, verified against the trust domain's
-// bundle (with go-spiffe, in the test only). The last path element, one
-// per case, picks the answer: refuse (403), busy (503 with Retry-After,
-// then 200), any other a credential (200).
+// bundle (with go-spiffe, in the test only), and the case's broker proof.
+// The last path element, one per case, picks the answer: refuse (403),
+// busy (503 with Retry-After, then 200), any other a credential (200).
 type testBroker struct {
 	srv   *httptest.Server
 	caPEM string
@@ -134,6 +153,11 @@ func newTestBroker(t *testing.T, bundle *x509bundle.Bundle) *testBroker {
 			return
 		}
 		brokerCase := filepath.Base(r.URL.Path)
+		if got := r.Header.Get(agentconfig.BrokerProofHeader); got != "proof-"+brokerCase {
+			w.WriteHeader(http.StatusForbidden)
+			_ = json.NewEncoder(w).Encode(map[string]string{"reason": "BrokerProofInvalid", "message": "proof " + got})
+			return
+		}
 		b.mu.Lock()
 		b.seen[brokerCase] = append(b.seen[brokerCase], id.String())
 		b.calls[brokerCase]++
@@ -255,7 +279,7 @@ func TestBrokerSourceSPIRE(t *testing.T) {
 		if elapsed := time.Since(start); elapsed > time.Minute {
 			t.Errorf("the refused token took %s to fail", elapsed)
 		}
-		if !strings.Contains(err.Error(), "refused the join token") {
+		if !strings.Contains(err.Error(), "refused the join token") || !errors.Is(err, errJoinTokenRefused) {
 			t.Errorf("error does not say the token was refused: %v", err)
 		}
 		checkNothingLeft(t, root, usedToken, log.String(), err)
@@ -333,14 +357,13 @@ func TestBrokerSourceSPIRE(t *testing.T) {
 	t.Run("socket", func(t *testing.T) {
 		t.Parallel()
 		// A spire-agent the image runs itself: the agent uses its
-		// Workload API, starts none and uses no join token.
+		// Workload API, starts none and uses no join token (what the
+		// operator placed is used for its broker proof only).
 		token, id := w.vmIdentity(t, "socket")
 		pre := spiretest.StartAgent(t, w.server, token)
 		log := &syncBuffer{}
-		src, root := w.source(t, "", id, "socket", log)
+		src, root := w.source(t, "a-token-nobody-uses", id, "socket", log)
 		src.SPIRESocket = pre.SocketPath
-		// That agent attested by its own means: a TPM config is fine here.
-		src.SPIFFE.AttestationMethod, src.SPIFFE.TPMDevicePath = agentconfig.AttestationTPM, "/dev/tpmrm0"
 		cred, err := src.Credential(context.Background())
 		if err != nil {
 			t.Fatalf("Credential: %v\n%s", err, log)
@@ -396,8 +419,9 @@ func TestBrokerSourceSPIRE(t *testing.T) {
 		writeScript(t, filepath.Join(v.install(), "run.sh"), v.goodRunner(0))
 		c := v.baseConfig()
 		c.WorkloadMethod, c.JITConfig = agentconfig.WorkloadBroker, ""
+		placeSecrets(t, v.root, token, "run")
 		c.SPIFFE = &agentconfig.SPIFFE{
-			AttestationMethod: agentconfig.AttestationJoinToken, JoinToken: token, SPIFFEID: id,
+			AttestationMethod: agentconfig.AttestationJoinToken, JoinTokenFile: agentconfig.JoinTokenFile, SPIFFEID: id,
 			TrustDomain: spireTrustDomain, TrustBundle: string(w.server.Bundle), ServerAddress: w.server.Address,
 			BrokerURL: w.broker.srv.URL + "/credential/run", BrokerCA: w.broker.caPEM,
 		}

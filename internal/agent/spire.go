@@ -60,6 +60,12 @@ const spireStopGrace = 10 * time.Second
 // few seconds to appear after the attestation.
 const fetchInterval = time.Second
 
+// errJoinTokenRefused marks the attestation failure of a join token the
+// SPIRE server refused (used already, or expired): the agent says so in
+// its power-off notice, since a used token the VM never used is a stolen
+// one (agentconfig.AttestationJoinTokenRefused).
+var errJoinTokenRefused = errors.New("the SPIRE server refused the join token")
+
 // refusedToken are what spire-agent logs when the server refuses its join
 // token; it then retries for a minute for nothing, which the agent does
 // not wait for.
@@ -110,8 +116,9 @@ func hclString(field, s string) (string, error) {
 	return strconv.Quote(s), nil
 }
 
-// spireAgentConfig renders spire-agent's config for s in dir.
-func spireAgentConfig(s *agentconfig.SPIFFE, dir string) ([]byte, error) {
+// spireAgentConfig renders spire-agent's config for s, attesting with
+// token, in dir.
+func spireAgentConfig(s *agentconfig.SPIFFE, token, dir string) ([]byte, error) {
 	host, portText, err := net.SplitHostPort(s.ServerAddress)
 	if err != nil {
 		return nil, fail(ExitBadConfig, "spiffe.serverAddress: %v", err)
@@ -135,7 +142,7 @@ func spireAgentConfig(s *agentconfig.SPIFFE, dir string) ([]byte, error) {
 		quote("the SPIRE directory", filepath.Join(dir, spireSocket)),
 		quote("the SPIRE directory", filepath.Join(dir, spireBundleFile)),
 		quote("spiffe.trustDomain", s.TrustDomain),
-		quote("spiffe.joinToken", s.JoinToken))
+		quote("spiffe.joinTokenFile", token))
 	if len(errs) > 0 {
 		return nil, errs[0]
 	}
@@ -172,15 +179,15 @@ func newSPIRERun(log *slog.Logger, bin, base string) (*spireRun, error) {
 	return &spireRun{log: log, bin: bin, dir: dir}, nil
 }
 
-// start writes spire-agent's config and trust bundle and starts it; it
-// returns at once, before the attestation.
-func (r *spireRun) start(s *agentconfig.SPIFFE) error {
-	r.token = s.JoinToken
+// start writes spire-agent's config (with token) and trust bundle and
+// starts it; it returns at once, before the attestation.
+func (r *spireRun) start(s *agentconfig.SPIFFE, token string) error {
+	r.token = token
 	r.socket = filepath.Join(r.dir, spireSocket)
 	if len(r.socket) > maxSocketPath {
 		return fail(ExitAttestation, "the Workload API socket path %s is longer than %d bytes; use a shorter --root", r.socket, maxSocketPath)
 	}
-	conf, err := spireAgentConfig(s, r.dir)
+	conf, err := spireAgentConfig(s, token, r.dir)
 	if err != nil {
 		return err
 	}
@@ -230,7 +237,7 @@ func (r *spireRun) waitSVID(parent, ctx context.Context, s *agentconfig.SPIFFE) 
 	for {
 		if r.out != nil && r.out.containsAny(refusedToken) {
 			return tls.Certificate{}, "", fail(ExitAttestation,
-				"the SPIRE server refused the join token (used already, or expired): ask for a new VM; spire-agent's last lines:\n%s", r.logTail())
+				"%w (used already, or expired): ask for a new VM; spire-agent's last lines:\n%s", errJoinTokenRefused, r.logTail())
 		}
 		if isSocket(r.socket) {
 			r.removeToken()

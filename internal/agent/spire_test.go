@@ -11,10 +11,10 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 )
 
-func testSPIFFE(token string) *agentconfig.SPIFFE {
+func testSPIFFE() *agentconfig.SPIFFE {
 	return &agentconfig.SPIFFE{
 		AttestationMethod: agentconfig.AttestationJoinToken,
-		JoinToken:         token,
+		JoinTokenFile:     agentconfig.JoinTokenFile,
 		TrustDomain:       "example.org",
 		ServerAddress:     "spire.example.org:8081",
 		BrokerURL:         "https://broker.example.org",
@@ -25,7 +25,7 @@ func testSPIFFE(token string) *agentconfig.SPIFFE {
 // value that could end its string is refused without being shown.
 func TestSPIREAgentConfig(t *testing.T) {
 	t.Parallel()
-	conf, err := spireAgentConfig(testSPIFFE("0e7a1f6c-5b2d-4f3e-9a8b-1c2d3e4f5a6b"), "/run/hyperfleet/spire/attest-1")
+	conf, err := spireAgentConfig(testSPIFFE(), "0e7a1f6c-5b2d-4f3e-9a8b-1c2d3e4f5a6b", "/run/hyperfleet/spire/attest-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestSPIREAgentConfig(t *testing.T) {
 	}
 
 	for _, token := range []string{"tok\"\n}\nplugins {", "tok\\en-ünicode"} {
-		_, err := spireAgentConfig(testSPIFFE(token), "/run/x")
+		_, err := spireAgentConfig(testSPIFFE(), token, "/run/x")
 		if code := exitCode(err); code != ExitBadConfig {
 			t.Errorf("token %q: exit code %d (%v), want ExitBadConfig", token, code, err)
 		}
@@ -53,9 +53,9 @@ func TestSPIREAgentConfig(t *testing.T) {
 			t.Errorf("the error shows the token: %v", err)
 		}
 	}
-	s := testSPIFFE("x")
+	s := testSPIFFE()
 	s.ServerAddress = "spire:0"
-	if _, err := spireAgentConfig(s, "/run/x"); err == nil || !strings.Contains(err.Error(), "spiffe.serverAddress") {
+	if _, err := spireAgentConfig(s, "x", "/run/x"); err == nil || !strings.Contains(err.Error(), "spiffe.serverAddress") {
 		t.Errorf("port 0: %v", err)
 	}
 }
@@ -96,7 +96,7 @@ func TestLoadSVID(t *testing.T) {
 			dir := t.TempDir()
 			writeSVIDs(t, dir, tc.ids...)
 			r := &spireRun{log: slog.New(slog.DiscardHandler)}
-			s := testSPIFFE("")
+			s := testSPIFFE()
 			s.SPIFFEID = tc.spiffeID
 			cert, id, err := r.loadSVID(dir, s)
 			switch {

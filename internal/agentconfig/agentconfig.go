@@ -11,13 +11,13 @@
 //
 // What the file holds follows docs/architecture.md, "Single-use credentials
 // only": only single-use, short-lived material ever enters a VM. In direct
-// mode that is a GitHub
-// just-in-time runner configuration or a registration token. Broker mode
-// (only a SPIRE join token and the trust bundle in the file, the runner
-// credential fetched at the last moment from the operator's credential
-// broker over mTLS) is built in the agent for join-token attestation; the
-// operator refuses the attestation methods that need it until it renders
-// the mode (NotImplemented, docs/security.md "An honest API").
+// mode that is a GitHub just-in-time runner configuration or a
+// registration token. In broker mode the file holds no secret at all: the
+// SPIRE join token and the broker proof reach the running VM only, through
+// the hypervisor's guest channel, in the GuestSecrets document at
+// spiffe.joinTokenFile (docs/security.md, "Nothing replayable at rest");
+// the runner credential comes at the last moment from the operator's
+// credential broker over mTLS.
 package agentconfig
 
 import (
@@ -40,6 +40,17 @@ import (
 // owner root) and where the agent reads it by default.
 const Path = "/etc/hyperfleet/agent.json"
 
+// SecretsDir is the directory of the VM's secrets that never rest on a
+// disk: a directory of /run (a tmpfs) that only root may enter, made at
+// boot (cloud-init's bootcmd) and by the agent, mode 0700.
+const SecretsDir = "/run/hyperfleet"
+
+// JoinTokenFile is where the operator places the VM's GuestSecrets
+// (spiffe.joinTokenFile) through the hypervisor's guest channel once the
+// VM runs. The guest channel creates the file world-readable (QEMU's guest
+// agent makes new files 0666): SecretsDir's mode is what keeps it root's.
+const JoinTokenFile = SecretsDir + "/join-token.json"
+
 // CurrentVersion is the version of the file format described here. An agent
 // refuses files of another version instead of guessing.
 const CurrentVersion = 1
@@ -60,8 +71,7 @@ const (
 	// WorkloadBroker: the file holds no runner credential. The agent
 	// attests with SPIRE (join token; TPM is not implemented yet), then
 	// fetches the credential from the operator's credential broker over
-	// mTLS with its X509-SVID (the operator does not render this mode
-	// yet).
+	// mTLS with its X509-SVID, or from the cluster's secrets store.
 	WorkloadBroker WorkloadMethod = "broker"
 )
 
@@ -186,6 +196,52 @@ type PowerOffNoticeBody struct {
 	RunnerOnline bool `json:"runnerOnline,omitempty"`
 	// JobStarted: the runner printed "Running job:".
 	JobStarted bool `json:"jobStarted,omitempty"`
+	// AttestationError, when set, says why the VM got no identity:
+	// AttestationJoinTokenRefused when the SPIRE server refused its join
+	// token as used (or expired). Also the VM's word: the operator asks
+	// the SPIRE server whether an agent attested with that token
+	// (docs/identity.md, "A stolen join token").
+	AttestationError string `json:"attestationError,omitempty"`
+}
+
+// AttestationJoinTokenRefused is PowerOffNotice.AttestationError when the
+// SPIRE server refused the VM's join token as used or expired.
+const AttestationJoinTokenRefused = "JoinTokenRefused"
+
+// GuestSecrets is the document the operator places at
+// spiffe.joinTokenFile in the running VM, and nowhere else: never on the
+// VM's cloud-init medium or disk.
+type GuestSecrets struct {
+	// joinToken is the VM's single-use SPIRE join token.
+	JoinToken string `json:"joinToken"`
+	// brokerProof is what the agent sends the credential broker besides
+	// its X509-SVID (header BrokerProofHeader): whoever attests with a
+	// join token stolen elsewhere (an old seed, the SPIRE server's
+	// datastore, a log) has the SVID but not the proof, and the broker
+	// then reports the theft instead of handing out the credential.
+	BrokerProof string `json:"brokerProof"`
+}
+
+// BrokerProofHeader carries GuestSecrets.BrokerProof to the broker.
+const BrokerProofHeader = "Hyperfleet-Broker-Proof"
+
+// ParseGuestSecrets decodes a GuestSecrets document; a document cut short
+// (read while it was being written) is an error, as is one missing either
+// value. Errors never quote the document.
+func ParseGuestSecrets(data []byte) (GuestSecrets, error) {
+	var g GuestSecrets
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&g); err != nil {
+		return GuestSecrets{}, fmt.Errorf("the guest secrets (%d bytes) are not a complete JSON document of joinToken and brokerProof", len(data))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return GuestSecrets{}, errors.New("the guest secrets have data after the JSON object")
+	}
+	if g.JoinToken == "" || g.BrokerProof == "" {
+		return GuestSecrets{}, errors.New("the guest secrets lack joinToken or brokerProof")
+	}
+	return g, nil
 }
 
 // ClaimRef names a MachineClaim.
@@ -254,8 +310,14 @@ type SPIFFE struct {
 	// attestationMethod is "join-token" or "tpm".
 	AttestationMethod AttestationMethod `json:"attestationMethod"`
 
-	// joinToken is the single-use SPIRE join token (join-token only). Secret.
+	// joinToken is refused: the join token never rests on the VM's seed
+	// or disk. It reaches the running VM at joinTokenFile.
 	JoinToken string `json:"joinToken,omitempty"`
+
+	// joinTokenFile is where the running VM receives its GuestSecrets (the
+	// join token and the broker proof) through the hypervisor's guest
+	// channel (join-token only): JoinTokenFile.
+	JoinTokenFile string `json:"joinTokenFile,omitempty"`
 
 	// tpmDevicePath is the TPM device, such as /dev/tpmrm0 (tpm only).
 	TPMDevicePath string `json:"tpmDevicePath,omitempty"`
@@ -450,17 +512,20 @@ func (r *Runner) validate(bad func(field, format string, args ...any)) {
 }
 
 func (s *SPIFFE) validate(bad func(field, format string, args ...any)) {
+	if s.JoinToken != "" {
+		bad("spiffe.joinToken", "must not be in the config: a join token written to the VM's seed can be read off the storage and used first; the operator places it in the running VM at spiffe.joinTokenFile (docs/identity.md)")
+	}
 	switch s.AttestationMethod {
 	case AttestationJoinToken:
-		if s.JoinToken == "" {
-			bad("spiffe.joinToken", "is empty; attestationMethod join-token needs the SPIRE join token")
+		if s.JoinTokenFile == "" || !path.IsAbs(s.JoinTokenFile) || path.Clean(s.JoinTokenFile) != s.JoinTokenFile {
+			bad("spiffe.joinTokenFile", "%q must be the absolute path the operator places the join token at, %s", s.JoinTokenFile, JoinTokenFile)
 		}
 		if s.TPMDevicePath != "" {
 			bad("spiffe.tpmDevicePath", "is set but attestationMethod is join-token; remove it")
 		}
 	case AttestationTPM:
-		if s.JoinToken != "" {
-			bad("spiffe.joinToken", "is set but attestationMethod is tpm; remove it")
+		if s.JoinTokenFile != "" {
+			bad("spiffe.joinTokenFile", "is set but attestationMethod is tpm; remove it")
 		}
 		if !strings.HasPrefix(s.TPMDevicePath, "/dev/") {
 			bad("spiffe.tpmDevicePath", "%q must be a device path such as /dev/tpmrm0", s.TPMDevicePath)

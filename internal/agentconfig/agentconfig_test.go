@@ -56,7 +56,7 @@ func broker() Config {
 	c.JITConfig = ""
 	c.SPIFFE = &SPIFFE{
 		AttestationMethod: AttestationJoinToken,
-		JoinToken:         "9b2f4c1e",
+		JoinTokenFile:     JoinTokenFile,
 		SPIFFEID:          "spiffe://hyperfleet.io/vm/ci/runner-1/uid",
 		TrustDomain:       "hyperfleet.io",
 		TrustBundle:       testCA,
@@ -70,7 +70,7 @@ func broker() Config {
 func TestValidConfigsRoundTrip(t *testing.T) {
 	tpm := broker()
 	tpm.SPIFFE.AttestationMethod = AttestationTPM
-	tpm.SPIFFE.JoinToken = ""
+	tpm.SPIFFE.JoinTokenFile = ""
 	tpm.SPIFFE.TPMDevicePath = "/dev/tpmrm0"
 	for name, c := range map[string]Config{"direct jit": directJIT(), "direct token": directToken(), "broker join-token": broker(), "broker tpm": tpm} {
 		t.Run(name, func(t *testing.T) {
@@ -144,16 +144,25 @@ func TestValidateTokenAndBrokerErrors(t *testing.T) {
 
 	b := broker()
 	b.JITConfig = "leak"
-	b.SPIFFE.JoinToken = ""
+	b.SPIFFE.JoinTokenFile = "run/hyperfleet/../x"
 	b.SPIFFE.TrustBundle = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"
 	b.SPIFFE.ServerAddress = "spire"
 	b.SPIFFE.BrokerURL = "http://broker"
 	b.SPIFFE.SPIFFEID = "spiffe://other.org/vm"
 	err = b.Validate()
-	for _, w := range []string{"must be empty with workloadMethod broker", "spiffe.joinToken: is empty", "only CERTIFICATE blocks", "spiffe.serverAddress", "spiffe.brokerURL", "not in trust domain"} {
+	for _, w := range []string{"must be empty with workloadMethod broker", "spiffe.joinTokenFile: \"run/hyperfleet/../x\" must be the absolute path", "only CERTIFICATE blocks", "spiffe.serverAddress", "spiffe.brokerURL", "not in trust domain"} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("broker error %v does not mention %q", err, w)
 		}
+	}
+
+	// A join token in the config is refused, whatever else it says: the
+	// seed it would be written to can be read off the storage.
+	b = broker()
+	b.SPIFFE.JoinToken = "9b2f4c1e-7d3a-4f5b-8c6d-1e2f3a4b5c6d"
+	err = b.Validate()
+	if err == nil || !strings.Contains(err.Error(), "spiffe.joinToken: must not be in the config") || strings.Contains(err.Error(), "9b2f4c1e") {
+		t.Errorf("a config with a join token: %v; want it refused, naming the field, the token redacted", err)
 	}
 
 	b = broker()
@@ -241,4 +250,26 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("round trip changed the config:\n%s\n%s", b, b2)
 		}
 	})
+}
+
+func TestParseGuestSecrets(t *testing.T) {
+	good := `{"joinToken":"9b2f4c1e-7d3a-4f5b-8c6d-1e2f3a4b5c6d","brokerProof":"pr00f"}`
+	g, err := ParseGuestSecrets([]byte(good))
+	if err != nil || g.JoinToken != "9b2f4c1e-7d3a-4f5b-8c6d-1e2f3a4b5c6d" || g.BrokerProof != "pr00f" {
+		t.Fatalf("ParseGuestSecrets(%s) = %+v, %v", good, g, err)
+	}
+	// Every prefix of the document is what a reader sees while the guest
+	// channel writes it: never taken for a document.
+	for i := range len(good) {
+		if _, err := ParseGuestSecrets([]byte(good[:i])); err == nil {
+			t.Errorf("a document cut at byte %d parsed", i)
+		} else if i > 20 && strings.Contains(err.Error(), good[14:i]) {
+			t.Errorf("the error quotes the document: %v", err)
+		}
+	}
+	for _, bad := range []string{`{"joinToken":"t"}`, `{"brokerProof":"p"}`, good + `{}`, `{"joinToken":"t","brokerProof":"p","x":1}`} {
+		if _, err := ParseGuestSecrets([]byte(bad)); err == nil {
+			t.Errorf("ParseGuestSecrets(%s) accepted it", bad)
+		}
+	}
 }

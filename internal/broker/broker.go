@@ -9,7 +9,17 @@
 // trust bundle of a SPIRE server some HypervisorCluster names; a SPIFFE ID
 // of the VM shape (spiffe://<td>/vm/<namespace>/<claim>/<uid>) naming a
 // live claim with that UID, whose status records exactly that identity and
-// a VM, and that has not asked before. The request is recorded in the
+// a VM, and that has not asked before; and the claim's broker proof in the
+// request (agentconfig.BrokerProofHeader), which the operator placed in
+// the VM alone. A valid SVID without that proof was obtained with a join
+// token stolen from somewhere: the broker records the misuse in the
+// claim, which fails without a credential (internal/claimidentity).
+//
+// Nothing an unauthenticated caller sends makes the broker call SPIRE at
+// will or wait on what issuance needs: trust bundles are read from the
+// identity registry, which reads a server's bundle again for a
+// certificate that does not verify at most once per
+// --spire-forced-refresh-interval (identity.Registry.Refresh). The request is recorded in the
 // claim (status.identity.credentialRequestedAt, written under the claim's
 // resourceVersion, so of two racing requests on any replicas one wins)
 // before the credential is minted, and what was minted is recorded before
@@ -41,6 +51,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
@@ -69,11 +80,19 @@ type Broker struct {
 	// Identity holds the SPIRE servers whose bundles verify SVIDs.
 	Identity *identity.Registry
 	Issuer   Issuer
+	// Proofs verifies the broker proofs VMs present (the operator's
+	// identity.Issuer); without it every proof is refused.
+	Proofs   ProofVerifier
 	Recorder record.EventRecorder
 	Clock    clock.PassiveClock
 	// Limiter bounds the credentials minted per second across all VMs
 	// (each one costs CI platform API calls); nil: 10/s, bursts of 20.
 	Limiter *rate.Limiter
+}
+
+// ProofVerifier checks a claim's broker proof (identity.Issuer).
+type ProofVerifier interface {
+	VerifyBrokerProof(claim *hfv1.MachineClaim, proof string) bool
 }
 
 // Response is the body of a 200 answer: the credential, in the shape the
@@ -118,6 +137,8 @@ const (
 	ReasonNotAVMIdentity      = "NotAVMIdentity"
 	ReasonNoLiveClaim         = "NoLiveClaim"
 	ReasonNotBootstrapping    = "NotBootstrapping"
+	ReasonBrokerProofInvalid  = "BrokerProofInvalid"
+	ReasonIdentityCompromised = "IdentityCompromised"
 	ReasonAlreadyIssued       = "CredentialAlreadyIssued"
 	ReasonBusy                = "Busy"
 	ReasonIssueFailed         = "IssueFailed"
@@ -160,7 +181,7 @@ func (b *Broker) handle(ctx context.Context, r *http.Request) (*hfv1.MachineClai
 	if ref != nil {
 		return nil, nil, ref
 	}
-	claim, ref := b.liveClaim(ctx, id)
+	claim, ref := b.liveClaim(ctx, id, r.Header.Get(agentconfig.BrokerProofHeader), r.RemoteAddr)
 	if ref != nil {
 		return claim, nil, ref
 	}
@@ -186,15 +207,16 @@ func (b *Broker) authenticate(ctx context.Context, r *http.Request) (spiffeid.ID
 	if err != nil {
 		return spiffeid.ID{}, refuse(http.StatusUnauthorized, ReasonInvalidSVID, "the client certificate is not an X509-SVID: %v", err)
 	}
-	srv, err := b.serverOf(ctx, claimed.TrustDomain())
-	if err != nil {
-		return spiffeid.ID{}, refuse(http.StatusForbidden, ReasonUnknownTrustDomain, "%v", err)
+	srv, ref := b.serverOf(ctx, claimed.TrustDomain())
+	if ref != nil {
+		return spiffeid.ID{}, ref
 	}
 	bundle, _ := srv.Bundle()
 	id, _, err := x509svid.Verify(certs, bundle)
 	if err != nil {
 		// A bundle read before a CA rotation may miss the new authority:
-		// read it once more before refusing.
+		// read it once more before refusing, unless it was read moments
+		// ago (anyone can make a certificate that does not verify).
 		if rerr := b.Identity.Refresh(ctx, srv); rerr == nil {
 			bundle, _ = srv.Bundle()
 			id, _, err = x509svid.Verify(certs, bundle)
@@ -208,14 +230,16 @@ func (b *Broker) authenticate(ctx context.Context, r *http.Request) (spiffeid.ID
 
 // serverOf is the connected SPIRE server of td, connecting through a
 // HypervisorCluster that names it (the broker may run on a replica whose
-// controllers are idle).
-func (b *Broker) serverOf(ctx context.Context, td spiffeid.TrustDomain) (*identity.Server, error) {
+// controllers are idle); its bundle is read only as Registry.Lookup allows.
+func (b *Broker) serverOf(ctx context.Context, td spiffeid.TrustDomain) (*identity.Server, *refusal) {
 	if s, ok := b.Identity.ByTrustDomain(td); ok {
 		return s, nil
 	}
 	var clusters hfv1.HypervisorClusterList
 	if err := b.Clusters.List(ctx, &clusters); err != nil {
-		return nil, fmt.Errorf("list HypervisorClusters: %w", err)
+		ref := refuse(http.StatusServiceUnavailable, ReasonBusy, "list HypervisorClusters: %v", err)
+		ref.retryAfter = 2 * time.Second
+		return nil, ref
 	}
 	var lastErr error
 	for i := range clusters.Items {
@@ -223,21 +247,23 @@ func (b *Broker) serverOf(ctx context.Context, td spiffeid.TrustDomain) (*identi
 		if c.Spec.SPIRE == nil || c.Spec.SPIRE.TrustDomain != td.Name() {
 			continue
 		}
-		s, err := b.Identity.Connect(ctx, c.Name, *c.Spec.SPIRE)
+		s, err := b.Identity.Lookup(ctx, c.Name, *c.Spec.SPIRE)
 		if err == nil {
 			return s, nil
 		}
 		lastErr = err
 	}
 	if lastErr != nil {
-		return nil, fmt.Errorf("the SPIRE server of trust domain %s cannot be reached: %w", td, lastErr)
+		ref := refuse(http.StatusServiceUnavailable, ReasonBusy, "the trust bundle of SPIRE server %s is not at hand: %v", td, lastErr)
+		ref.retryAfter = 5 * time.Second
+		return nil, ref
 	}
-	return nil, fmt.Errorf("no HypervisorCluster's spec.spire names trust domain %s", td)
+	return nil, refuse(http.StatusForbidden, ReasonUnknownTrustDomain, "no HypervisorCluster's spec.spire names trust domain %s", td)
 }
 
-// liveClaim is the claim id names, if it is alive and records exactly
-// that identity and a VM.
-func (b *Broker) liveClaim(ctx context.Context, id spiffeid.ID) (*hfv1.MachineClaim, *refusal) {
+// liveClaim is the claim id names, if it is alive, records exactly that
+// identity and a VM, and proof is its broker proof.
+func (b *Broker) liveClaim(ctx context.Context, id spiffeid.ID, proof, remote string) (*hfv1.MachineClaim, *refusal) {
 	ns, name, uid, err := spire.ParseVMID(id.TrustDomain(), id)
 	if err != nil {
 		return nil, refuse(http.StatusForbidden, ReasonNotAVMIdentity, "%s is not a HyperFleet VM identity: %v", id, err)
@@ -257,6 +283,11 @@ func (b *Broker) liveClaim(ctx context.Context, id spiffeid.ID) (*hfv1.MachineCl
 		return nil, refuse(http.StatusForbidden, ReasonNoLiveClaim, "MachineClaim %s/%s is another claim than %s (uid %s)", ns, name, id, claim.UID)
 	case st == nil || st.SPIFFEID != id.String() || st.JoinTokenCreatedAt == nil:
 		return claim, refuse(http.StatusForbidden, ReasonNoLiveClaim, "MachineClaim %s/%s was issued no identity %s", ns, name, id)
+	case st.Misuse != nil:
+		return claim, refuse(http.StatusForbidden, ReasonIdentityCompromised, "the identity %s of MachineClaim %s/%s was used by someone other than its VM (%s); no credential is handed out for it",
+			id, ns, name, st.Misuse.Reason)
+	case b.Proofs == nil || !b.Proofs.VerifyBrokerProof(claim, proof):
+		return claim, b.stolen(ctx, claim, id, proof, remote)
 	case !claim.DeletionTimestamp.IsZero() || claim.EndRequested() || claim.Status.End != nil:
 		return claim, refuse(http.StatusForbidden, ReasonNotBootstrapping, "MachineClaim %s/%s is ending", ns, name)
 	case claim.Status.VMRef == nil:
@@ -277,6 +308,38 @@ func (b *Broker) liveClaim(ctx context.Context, id spiffeid.ID) (*hfv1.MachineCl
 		return claim, refuse(http.StatusForbidden, ReasonNotBootstrapping, "the VMs of HypervisorCluster %s read their runner credential from its secrets store (spec.spire.secretStore), not from the broker", cluster.Name)
 	}
 	return claim, nil
+}
+
+// stolen refuses a valid SVID presented without its claim's broker proof:
+// whoever holds it attested with the claim's join token without being the
+// VM. The misuse is recorded in the claim (under its resourceVersion; a
+// conflict reads it again), which the claim controller then evicts and
+// fails; the request is refused whether or not the record could be
+// written, and a later request records it if it could not.
+func (b *Broker) stolen(ctx context.Context, claim *hfv1.MachineClaim, id spiffeid.ID, proof, remote string) *refusal {
+	what := "without a broker proof"
+	if proof != "" {
+		what = "with a broker proof that is not its VM's"
+	}
+	msg := fmt.Sprintf("a valid X509-SVID of %s was presented to the credential broker from %s %s", id, remote, what)
+	identity.CountMisuse(hfv1.MisuseBrokerProofInvalid)
+	for attempt := 0; ; attempt++ {
+		if !identity.RecordMisuse(claim, hfv1.MisuseBrokerProofInvalid, msg, b.clock().Now()) {
+			break
+		}
+		err := b.Client.Status().Update(ctx, claim)
+		if err == nil {
+			b.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.IdentityStolenReason), "The VM's identity was stolen: "+msg)
+			break
+		}
+		fresh := &hfv1.MachineClaim{}
+		if !apierrors.IsConflict(err) || attempt == 4 || b.Reader.Get(ctx, client.ObjectKeyFromObject(claim), fresh) != nil || fresh.UID != claim.UID {
+			ctrl.LoggerFrom(ctx).Error(err, "Could not record a stolen identity in its claim", "MachineClaim", client.ObjectKeyFromObject(claim).String())
+			break
+		}
+		*claim = *fresh
+	}
+	return refuse(http.StatusForbidden, ReasonBrokerProofInvalid, "%s; the identity is evicted and its claim fails", msg)
 }
 
 // deliver records the request, mints the credential and records it.

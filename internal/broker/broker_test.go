@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -30,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
@@ -120,6 +122,8 @@ type world struct {
 	ca     *ca
 	issuer *issuer
 	events *record.FakeRecorder
+	// proofs derives the claims' broker proofs, as the operator does.
+	proofs *identity.Issuer
 }
 
 const td = "example.org"
@@ -141,10 +145,27 @@ func newWorld(t *testing.T, objs ...client.Object) *world {
 	}
 	iss := &issuer{}
 	events := record.NewFakeRecorder(100)
+	proofs := &identity.Issuer{Key: bytes.Repeat([]byte{1}, 32), ProofKey: bytes.Repeat([]byte{2}, 32)}
 	return &world{
-		broker: &Broker{Client: c, Reader: c, Clusters: c, Identity: reg, Issuer: iss, Recorder: events, Limiter: rate.NewLimiter(rate.Inf, 1)},
-		client: c, ca: auth, issuer: iss, events: events,
+		broker: &Broker{Client: c, Reader: c, Clusters: c, Identity: reg, Issuer: iss, Proofs: proofs, Recorder: events, Limiter: rate.NewLimiter(rate.Inf, 1)},
+		client: c, ca: auth, issuer: iss, events: events, proofs: proofs,
 	}
+}
+
+// proofOf is the broker proof the operator placed in the VM of the claim
+// that peer's SPIFFE ID names (by its UID, the ID's last segment), "" for
+// no peer.
+func (w *world) proofOf(t *testing.T, peer []*x509.Certificate) string {
+	t.Helper()
+	if len(peer) == 0 || len(peer[0].URIs) == 0 {
+		return ""
+	}
+	segments := strings.Split(peer[0].URIs[0].Path, "/")
+	proof, err := w.proofs.BrokerProof(&hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{UID: types.UID(segments[len(segments)-1])}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return proof
 }
 
 // liveClaim is a claim with an issued identity and a VM.
@@ -163,11 +184,22 @@ func liveClaim(name string) *hfv1.MachineClaim {
 
 func vmID(name string) string { return "spiffe://" + td + "/vm/ci/" + name + "/uid-" + name }
 
-// call sends one request with peer certificates (nil: none).
+// call sends one request with peer certificates (nil: none) and the
+// broker proof of the claim they name, as the claim's VM does.
 func (w *world) call(t *testing.T, method string, peer []*x509.Certificate) (*httptest.ResponseRecorder, Refusal, Response) {
+	t.Helper()
+	return w.callWithProof(t, method, peer, w.proofOf(t, peer))
+}
+
+// callWithProof sends one request with peer certificates and proof ("":
+// no proof header).
+func (w *world) callWithProof(t *testing.T, method string, peer []*x509.Certificate, proof string) (*httptest.ResponseRecorder, Refusal, Response) {
 	t.Helper()
 	req := httptest.NewRequest(method, "https://operator"+Path, nil)
 	req.TLS = &tls.ConnectionState{PeerCertificates: peer}
+	if proof != "" {
+		req.Header.Set(agentconfig.BrokerProofHeader, proof)
+	}
 	rec := httptest.NewRecorder()
 	w.broker.ServeHTTP(rec, req)
 	var ref Refusal

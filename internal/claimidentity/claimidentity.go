@@ -65,9 +65,11 @@ type Service struct {
 	StoreOpener StoreOpener
 	// ReadSecret reads a Secret key a cluster references.
 	ReadSecret identity.SecretReader
-	Recorder   record.EventRecorder
-	Clock      clock.PassiveClock
-	Backoff    func(*hfv1.MachineClaim) time.Duration
+	// Refusals are the VMs' reports of a refused join token (nil: none).
+	Refusals TokenRefusals
+	Recorder record.EventRecorder
+	Clock    clock.PassiveClock
+	Backoff  func(*hfv1.MachineClaim) time.Duration
 }
 
 // Attests reports whether the template's VMs attest with SPIRE join
@@ -138,7 +140,7 @@ func (s *Service) provisioned(claim *hfv1.MachineClaim, reason hfv1.ConditionRea
 func (s *Service) WatchAttestation(ctx context.Context, claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster) (recheck time.Duration, failure string) {
 	st := claim.Status.Identity
 	provisioned := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
-	if st == nil || st.AttestedAt != nil || st.JoinTokenCreatedAt == nil || provisioned == nil || provisioned.Status != metav1.ConditionTrue {
+	if st == nil || st.AttestedAt != nil || st.JoinTokenCreatedAt == nil || st.Misuse != nil || provisioned == nil || provisioned.Status != metav1.ConditionTrue {
 		return 0, ""
 	}
 	attested := func(msg string) {
@@ -220,8 +222,9 @@ func (s *Service) server(ctx context.Context, cluster *hfv1.HypervisorCluster) (
 }
 
 // Vars fills in what the VM's agent needs to attest and fetch its
-// credential: the join token (derived again, never stored), the trust
-// bundle, the SPIRE server, and the broker or the secrets store.
+// credential: the trust bundle, the SPIRE server, and the broker or the
+// secrets store. Not the join token: that reaches the running VM only
+// (Deliver).
 func (s *Service) Vars(ctx context.Context, claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster, v *cloudinit.Vars) error {
 	st := claim.Status.Identity
 	if st == nil || st.JoinTokenCreatedAt == nil {
@@ -231,12 +234,8 @@ func (s *Service) Vars(ctx context.Context, claim *hfv1.MachineClaim, cluster *h
 	if err != nil {
 		return err
 	}
-	token, err := s.Issuer.Token(claim)
-	if err != nil {
-		return err
-	}
 	_, pem := srv.Bundle()
-	v.SPIFFEID, v.TrustDomain, v.JoinToken, v.TrustBundle = st.SPIFFEID, srv.TrustDomain.Name(), token, pem
+	v.SPIFFEID, v.TrustDomain, v.TrustBundle = st.SPIFFEID, srv.TrustDomain.Name(), pem
 	v.SPIREServerAddress = cluster.Spec.SPIRE.ServerAddress
 	if cfg := SecretStoreOf(cluster); cfg != nil {
 		// The VM reads its credential from the store: no broker address.
@@ -258,20 +257,30 @@ func (s *Service) Vars(ctx context.Context, claim *hfv1.MachineClaim, cluster *h
 	return nil
 }
 
-// GaveUp reports whether a VM that powered off had given up on its join
-// token before its agent attested (the agent exits with code 9 when SPIRE
-// refuses it: used, expired, or the server unreachable until its
-// deadline); it then says so on the Attested condition and with an event,
-// and returns the message the claim ends with.
-func (s *Service) GaveUp(claim *hfv1.MachineClaim, msg string) (string, bool) {
+// GaveUp says why a VM that powered off before its agent fetched its
+// credential ended, when its identity is the reason; reason is empty
+// otherwise. A VM whose agent gave up on its join token (it exits with code
+// 9 when SPIRE refuses it: used, expired, or the server unreachable until
+// its deadline) before it attested ends with AttestationFailed. One that
+// reported its token refused while the SPIRE server lists an agent that
+// attested with it had its identity stolen: the misuse is recorded (the
+// claim's next pass evicts it) and the claim ends with IdentityStolen. The
+// Attested condition and an event say which; msg is extended with why.
+func (s *Service) GaveUp(ctx context.Context, claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster, msg string) (string, hfv1.ConditionReason) {
 	st := claim.Status.Identity
-	if st == nil || st.JoinTokenCreatedAt == nil || st.AttestedAt != nil {
-		return msg, false
+	if st == nil || st.JoinTokenCreatedAt == nil {
+		return msg, ""
+	}
+	if st.Misuse != nil || s.reusedToken(ctx, claim, cluster) {
+		return msg + ": " + stolenMessage(st), hfv1.IdentityStolenReason
+	}
+	if st.AttestedAt != nil {
+		return msg, ""
 	}
 	msg += " before its spire-agent attested: the VM's agent gave up on its join token (exit code 9: refused as used or expired, or the SPIRE server at spec.spire.serverAddress unreachable); its console says which"
 	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationFailedReason, msg)
 	s.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.AttestationFailedReason), msg)
-	return msg, true
+	return msg, hfv1.AttestationFailedReason
 }
 
 // attestationDeadline is the cluster's spec.spire.attestationDeadline.

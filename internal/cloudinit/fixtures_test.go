@@ -63,7 +63,6 @@ func spiffeVars(v Vars) Vars {
 	v.AttestationMethod = AttestationJoinToken
 	v.WorkloadMethod = WorkloadBroker
 	v.JITConfig = ""
-	v.JoinToken = "9b2f4c1e-7d3a-4f5b-8c6d-1e2f3a4b5c6d"
 	v.SPIFFEID = "spiffe://hyperfleet.io/vm/ci/runner-abc12/3f0c1a52-6d0e-4e55-9b1c-0d6c2f5b7a10"
 	v.TrustDomain = "hyperfleet.io"
 	v.TrustBundle = testCA
@@ -195,7 +194,6 @@ runner-labels: {{ toJson .Labels }}
 	v = spiffeVars(runnerTokenVars(baseVars()))
 	v.RunnerToken = ""
 	v.AttestationMethod = AttestationTPM
-	v.JoinToken = ""
 	v.TPMDevicePath = "/dev/tpmrm0"
 	cases = append(cases, goldenCase{
 		name:      "spiffe-tpm-runner-token",
@@ -348,7 +346,6 @@ write_files:
         {{ if .SPIFFEEnabled }}
         "spiffe": {
           "enabled": true,
-          "join_token": "{{ .JoinToken }}",
           "spiffe_id": "{{ .SPIFFEID }}"
         },
         {{ end }}

@@ -17,8 +17,6 @@ func TestRenderErrorsNeverEchoCredential(t *testing.T) {
 	jit.JITConfig = renderCanary
 	token := runnerTokenVars(baseVars())
 	token.RunnerToken = renderCanary
-	join := spiffeVars(baseVars())
-	join.JoinToken = renderCanary
 	cases := []struct {
 		name  string
 		vars  Vars
@@ -27,7 +25,6 @@ func TestRenderErrorsNeverEchoCredential(t *testing.T) {
 	}{
 		{"user data starting with the JIT config", jit, Input{UserData: "{{ .JITConfig }}\nruncmd: []\n"}, FieldUserData},
 		{"user data starting with the registration token", token, Input{UserData: "{{ .RunnerToken }}\n"}, FieldUserData},
-		{"user data starting with the join token", join, Input{UserData: "  {{ .JoinToken }} and more\n"}, FieldUserData},
 		{"the JIT config as a repeated key", jit, Input{UserData: "#cloud-config\n\"{{ .JITConfig }}\": 1\n\"{{ .JITConfig }}\": 2\n"}, FieldUserData},
 		{"the JIT config as a reserved-looking key", jit, Input{UserData: "#cloud-config\nwrite_files: [{path: /etc/hyperfleet/agent.json, content: \"{{ .JITConfig }}\"}]\n"}, FieldUserData},
 	}

@@ -236,6 +236,8 @@ func explain(field string, cause error) *Error {
 	case noFieldRE.MatchString(msg):
 		m := noFieldRE.FindStringSubmatch(msg)
 		switch {
+		case strings.HasSuffix(m[2], "cloudinit.Vars") && m[1] == "JoinToken":
+			detail = "unknown variable .JoinToken: the SPIRE join token is never rendered into cloud-init, whose seed can be read off the hypervisor's storage; HyperFleet's agent receives it in the running VM (docs/identity.md). Remove it from the template"
 		case strings.HasSuffix(m[2], "cloudinit.Vars"):
 			detail = fmt.Sprintf("unknown variable .%s;%s the variables are %s (see docs/cloud-init.md)", m[1], didYouMean(m[1], slices.Collect(maps.Keys(varFieldSet)), "."), variableNames())
 		case strings.HasSuffix(m[2], "cloudinit.RunnerConfig"):

@@ -15,6 +15,8 @@ func TestTemplateErrors(t *testing.T) {
 	}{
 		{"unknown variable", FieldUserData, "#cloud-config\n\nhostname_note: {{ .HostName }}\n",
 			[]string{"spec.cloudInit.userData line 3:", "unknown variable .HostName; did you mean .Hostname?"}},
+		{"the join token", FieldUserData, "#cloud-config\nwrite_files: [{path: /t, content: \"{{ .JoinToken }}\"}]\n",
+			[]string{"line 2", "unknown variable .JoinToken: the SPIRE join token is never rendered into cloud-init", "docs/identity.md"}},
 		{"unknown runner field", FieldUserData, "#cloud-config\na: {{ .RunnerConfig.Url }}\n",
 			[]string{"line 2", "unknown variable .RunnerConfig.Url", ".DownloadURL"}},
 		{"field inside range", FieldUserData, "#cloud-config\n{{ range .Labels }}\n{{ .Hostname }}\n{{ end }}\n",

@@ -212,7 +212,6 @@ func agentConfig(v *Vars) *agentconfig.Config {
 	if v.SPIFFEEnabled {
 		c.SPIFFE = &agentconfig.SPIFFE{
 			AttestationMethod: agentconfig.AttestationMethod(v.AttestationMethod),
-			JoinToken:         v.JoinToken,
 			TPMDevicePath:     v.TPMDevicePath,
 			SPIFFEID:          v.SPIFFEID,
 			TrustDomain:       v.TrustDomain,
@@ -220,6 +219,11 @@ func agentConfig(v *Vars) *agentconfig.Config {
 			ServerAddress:     v.SPIREServerAddress,
 			BrokerURL:         v.BrokerURL,
 			BrokerCA:          v.BrokerCA,
+		}
+		if v.AttestationMethod == AttestationJoinToken {
+			// Only where it arrives: the token itself reaches the running
+			// VM through the hypervisor's guest channel, never this file.
+			c.SPIFFE.JoinTokenFile = agentconfig.JoinTokenFile
 		}
 		if v.SecretStore != nil {
 			store := *v.SecretStore
@@ -311,11 +315,20 @@ func operatorCloudConfig(v *Vars) (*yaml.Node, error) {
 		str("preserve_hostname"), boolean(false),
 		str("manage_etc_hosts"), boolean(true),
 	)
+	// bootcmd: the first module of cloud-init's network stage.
+	bootcmd := seq()
 	if v.NetworkMode == NetworkDHCP && v.DHCPClientIdentifier == DHCPIdentifierHostname {
-		// bootcmd: the first module of cloud-init's network stage, so
-		// the address changes before anything else uses it.
-		root.Content = append(root.Content, str("bootcmd"),
-			seq(seq(str("sh"), str("-c"), literal(dhcpClientIDScript), str("hyperfleet-dhcp-client-id"), str(v.Hostname))))
+		// So that the address changes before anything else uses it.
+		bootcmd.Content = append(bootcmd.Content, seq(str("sh"), str("-c"), literal(dhcpClientIDScript), str("hyperfleet-dhcp-client-id"), str(v.Hostname)))
+	}
+	if v.SPIFFEEnabled && v.AttestationMethod == AttestationJoinToken {
+		// The directory the join token arrives in (agentconfig.SecretsDir),
+		// root's alone before the operator can write into it: the guest
+		// agent creates the file itself world-readable.
+		bootcmd.Content = append(bootcmd.Content, flow("install", "-d", "-m", "0700", "-o", "root", "-g", "root", agentconfig.SecretsDir))
+	}
+	if len(bootcmd.Content) > 0 {
+		root.Content = append(root.Content, str("bootcmd"), bootcmd)
 	}
 	root.Content = append(root.Content,
 		str("write_files"), files,

@@ -101,8 +101,6 @@ type Vars struct {
 	SPIFFEID string
 	// TrustDomain is the SPIFFE trust domain, such as hyperfleet.io.
 	TrustDomain string
-	// JoinToken is the single-use SPIRE join token (join-token). Per-VM, secret.
-	JoinToken string
 	// TrustBundle is the SPIRE server's PEM CA bundle. Zeroed by Canonical:
 	// it rotates on its own schedule, not with the template.
 	TrustBundle string
@@ -273,7 +271,7 @@ func (b Bytes) String() string { return fmt.Sprintf("<%d bytes; use base64>", le
 
 // Canonical returns v with every per-VM, per-claim and per-issue value
 // zeroed: Hostname, FQDN, InstanceID, MACAddress, StaticIP, SPIFFEID,
-// JoinToken, TrustBundle, AgentCA, BrokerCA, SecretStoreRole, SecretStorePath,
+// TrustBundle, AgentCA, BrokerCA, SecretStoreRole, SecretStorePath,
 // SecretStoreCA, JITConfig, RunnerToken, RunnerName, Labels, RunnerGroup,
 // ExpiresAt and PowerOffNotify. What remains is the same for every VM of one
 // template, so rendering the canonical vars gives identical bytes for all of
@@ -288,7 +286,6 @@ func (v Vars) Canonical() Vars {
 	v.MACAddress = ""
 	v.StaticIP = ""
 	v.SPIFFEID = ""
-	v.JoinToken = ""
 	v.TrustBundle = ""
 	v.AgentCA = ""
 	v.BrokerCA = ""
@@ -495,5 +492,5 @@ func (v *Vars) checkAgent() error {
 
 // secrets are the per-VM credential values in v.
 func (v *Vars) secrets() []string {
-	return []string{v.JITConfig, v.RunnerToken, v.JoinToken}
+	return []string{v.JITConfig, v.RunnerToken}
 }

@@ -14,7 +14,7 @@ import (
 // the ones it must keep. Every exported field is in exactly one list, so a
 // new field fails this test until someone decides which it is.
 var (
-	perVMFields = []string{"Hostname", "FQDN", "InstanceID", "MACAddress", "StaticIP", "SPIFFEID", "JoinToken",
+	perVMFields = []string{"Hostname", "FQDN", "InstanceID", "MACAddress", "StaticIP", "SPIFFEID",
 		"TrustBundle", "AgentCA", "BrokerCA", "SecretStoreRole", "SecretStorePath", "SecretStoreCA", "JITConfig", "RunnerToken", "RunnerName", "Labels",
 		"RunnerGroup", "ExpiresAt", "PowerOffNotify"}
 	templateFields = []string{"NetworkMode", "DHCPClientIdentifier", "SendHostname", "IPv6", "NetmaskBits", "Gateway",
@@ -89,7 +89,6 @@ func vmOf(base Vars, n int) Vars {
 	v.ExpiresAt = Time{time.Date(2025, 6, 1, n, 0, 0, 0, time.UTC)}
 	switch {
 	case v.SPIFFEEnabled:
-		v.JoinToken = "join-" + s
 		v.SPIFFEID = "spiffe://hyperfleet.io/vm/ci/" + v.Hostname + "/" + v.InstanceID
 		v.TrustBundle = testCA + strings.Repeat("\n", n) // rotation changes the bytes
 	case v.BootstrapMethod == BootstrapJITConfig:

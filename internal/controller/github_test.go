@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
@@ -58,10 +59,16 @@ func startGitHub(t *testing.T) *githubsimtest.Server {
 // startSimCapturingSeeds starts a Proxmox simulator whose guests copy the
 // cloud-init they boot with into dir/<vmid>, as a VM's cloud-init would
 // read it.
-func startSimCapturingSeeds(t *testing.T, dir string) *simulator {
+func startSimCapturingSeeds(t *testing.T, dir string, mutate ...func(*proxmoxsim.Config)) *simulator {
 	t.Helper()
 	return startSim(t, func(c *proxmoxsim.Config) {
-		c.Guest.Command = []string{"sh", "-c", `cp -r "$` + proxmoxsim.EnvSeedDir + `" "` + dir + `/$` + proxmoxsim.EnvVMID + `"; sleep 3600`}
+		for _, m := range mutate {
+			m(c)
+		}
+		// The mkdir stands in for cloud-init's bootcmd: the directory the
+		// operator places a VM's join token in (agentconfig.SecretsDir).
+		c.Guest.Command = []string{"sh", "-c", `cp -r "$` + proxmoxsim.EnvSeedDir + `" "` + dir + `/$` + proxmoxsim.EnvVMID + `"; ` +
+			`mkdir -m 0700 "$` + proxmoxsim.EnvVMDir + `/root` + agentconfig.SecretsDir + `"; sleep 3600`}
 	})
 }
 

@@ -223,6 +223,11 @@ func (r *HypervisorMachineTemplateReconciler) validate(ctx context.Context, tmpl
 		}
 		return invalid(reason, err.Error())
 	}
+	if claimidentity.Attests(tmpl) && !info.GuestFiles {
+		return invalid(hfv1.GuestAgentRequiredReason, fmt.Sprintf(
+			"spec.attestation.method is join-token, but hypervisor template %d has no guest agent: the join token reaches only the running VM, through its guest agent, never its cloud-init. Enable it on the template (Proxmox VE: qm set %d --agent enabled=1, with qemu-guest-agent in the image; docs/templates.md), or set spec.attestation.method none",
+			info.ID, info.ID))
+	}
 	if src.Linked && !info.LinkedCloneSupported {
 		return invalid(hfv1.LinkedCloneUnsupportedReason, fmt.Sprintf(
 			"spec.source.proxmox.cloneMode: template %d is on storage %s, which cannot hold linked clones; use cloneMode: full or move the template to LVM-thin, ZFS, RBD or qcow2 on a directory",

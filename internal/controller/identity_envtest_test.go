@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,17 +15,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/identity/identitytest"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 )
 
 // spiffeOperator runs the operator with its agent server (where the
 // credential broker lives) and an in-memory SPIRE server of trust domain
 // example.org; the fixture's cluster names it in spec.spire.
-func spiffeOperator(t *testing.T, deadline time.Duration) (*fixture, *identitytest.Server, *operator, *simulator, string) {
+func spiffeOperator(t *testing.T, deadline time.Duration, simConfig ...func(*proxmoxsim.Config)) (*fixture, *identitytest.Server, *operator, *simulator, string) {
 	t.Helper()
 	seeds := t.TempDir()
-	sim := startSimCapturingSeeds(t, seeds)
+	sim := startSimCapturingSeeds(t, seeds, simConfig...)
 	gs := startGitHub(t)
 	spire := identitytest.NewServer(t, "example.org")
 	certFile, keyFile, _ := webhookCertificate(t)
@@ -49,10 +52,11 @@ func spiffeOperator(t *testing.T, deadline time.Duration) (*fixture, *identityte
 
 // TestSPIFFEClaimIdentity: a template that attests is checked against its
 // cluster's spec.spire; a claim's identity is issued before its VM is
-// built, its VM's cloud-init holds the join token and no runner
-// credential, the claim is Attested once the token's agent is, and
+// built, its VM's cloud-init holds neither the join token nor a runner
+// credential, the token and the broker proof reach the running VM through
+// its guest agent, the claim is Attested once the token's agent is, and
 // deleting the claim removes its entries and agent from the SPIRE server.
-// The join token appears nowhere but in what reached the VM.
+// The join token appears nowhere but in the running VM.
 func TestSPIFFEClaimIdentity(t *testing.T) {
 	f, spire, op, sim, seeds := spiffeOperator(t, 10*time.Minute)
 	attest := func(ttl time.Duration) func(*hfv1.HypervisorMachineTemplate) {
@@ -120,20 +124,47 @@ func TestSPIFFEClaimIdentity(t *testing.T) {
 		t.Errorf("entry %+v does not match the claim's identity %+v", e, id)
 	}
 
-	// What the VM received: the token and where to use it, no runner
-	// credential.
+	// What the VM's seed holds: where its join token will arrive, and
+	// neither the token nor a runner credential.
 	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(claim), got); err != nil {
 		t.Fatal(err)
 	}
-	cfg := seedAgentConfig(t, seeds, got.Status.VMRef.VMID)
+	vmid := got.Status.VMRef.VMID
+	cfg := seedAgentConfig(t, seeds, vmid)
 	sp, _ := cfg["spiffe"].(map[string]any)
 	if cfg["workloadMethod"] != "broker" || cfg["jitConfig"] != nil || cfg["registrationToken"] != nil || sp == nil {
 		t.Fatalf("the VM's agent config is not broker mode without a credential: %v", cfg)
 	}
-	if sp["joinToken"] != token || sp["spiffeID"] != id.SPIFFEID || sp["serverAddress"] != "spire.example.org:8081" ||
+	if sp["joinToken"] != nil || sp["joinTokenFile"] != agentconfig.JoinTokenFile || sp["spiffeID"] != id.SPIFFEID || sp["serverAddress"] != "spire.example.org:8081" ||
 		sp["brokerURL"] != "https://hyperfleet-agent.test:9443/broker/v1/credential" || !strings.Contains(fmt.Sprint(sp["trustBundle"]), "BEGIN CERTIFICATE") {
 		t.Errorf("the VM's SPIFFE settings: %v", sp)
 	}
+	if seed := seedFiles(t, seeds, vmid); strings.Contains(seed, token) {
+		t.Error("the join token is on the VM's seed")
+	}
+	// The token reaches the running VM only, through its guest agent, with
+	// the broker proof.
+	var secrets agentconfig.GuestSecrets
+	eventually(t, 30*time.Second, "the join token placed in the running VM", func() error {
+		b, _, err := sim.GuestFile(context.Background(), int(vmid), agentconfig.JoinTokenFile)
+		if err != nil {
+			return err
+		}
+		secrets, err = agentconfig.ParseGuestSecrets(b)
+		return err
+	})
+	if secrets.JoinToken != token || len(secrets.BrokerProof) != 43 {
+		t.Errorf("the VM received token %.8s… and a proof of %d characters, want the created token and a 43-character proof", secrets.JoinToken, len(secrets.BrokerProof))
+	}
+	eventually(t, 10*time.Second, "the delivery recorded", func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(claim), got); err != nil {
+			return err
+		}
+		if got.Status.Identity.JoinTokenDeliveredAt == nil {
+			return errors.New("status.identity.joinTokenDeliveredAt is not set")
+		}
+		return nil
+	})
 
 	if !spire.Attest(token) {
 		t.Fatal("the token the VM received is not the one created")
@@ -142,7 +173,7 @@ func TestSPIFFEClaimIdentity(t *testing.T) {
 	if got.Status.Identity.AttestedAt == nil || got.Status.Bootstrap != nil && got.Status.Bootstrap.RunnerName != "" {
 		t.Errorf("attested claim: identity %+v bootstrap %+v (no credential before the broker is asked)", got.Status.Identity, got.Status.Bootstrap)
 	}
-	assertNoCanaries(t, canaryWorld{sim: sim, op: op, seeds: seeds}, token)
+	assertNoCanaries(t, canaryWorld{sim: sim, op: op, seeds: seeds}, token, secrets.BrokerProof)
 
 	if err := env.Client.Delete(context.Background(), claim); err != nil {
 		t.Fatal(err)
@@ -227,6 +258,37 @@ func TestSPIFFEAttestationDeadline(t *testing.T) {
 	}
 }
 
+// TestSPIFFETemplateNeedsGuestAgent: the join token reaches a VM through
+// its guest agent only, so a template that attests on a hypervisor
+// template without one is refused, naming the fix, and nothing is built
+// from it; the same template without attestation is fine.
+func TestSPIFFETemplateNeedsGuestAgent(t *testing.T) {
+	f, spire, _, sim, _ := spiffeOperator(t, 10*time.Minute, func(c *proxmoxsim.Config) {
+		for i := range c.Templates {
+			c.Templates[i].Agent = false
+		}
+	})
+	waitTemplate(t, f.template, metav1.ConditionTrue, "")
+	updateTemplate(t, f.template, func(tm *hfv1.HypervisorMachineTemplate) {
+		tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationJoinToken}
+	})
+	tmpl := waitTemplate(t, f.template, metav1.ConditionFalse, string(hfv1.GuestAgentRequiredReason))
+	if c := hfv1.FindCondition(tmpl.Status.Conditions, hfv1.ReadyCondition); !strings.Contains(c.Message, "spec.attestation.method is join-token") ||
+		!strings.Contains(c.Message, "--agent enabled=1") {
+		t.Errorf("the refusal does not name the field and the fix: %q", c.Message)
+	}
+	claim := &hfv1.MachineClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "no-guest-agent"},
+		Spec:       hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: f.template.Name}},
+	}
+	f.create(claim)
+	waitClaimProvisioned(t, claim, metav1.ConditionFalse, string(hfv1.TemplateNotReadyReason))
+	wantNothingBuilt(t, sim, claim)
+	if st := spire.State(); len(st.Tokens) != 0 {
+		t.Errorf("join tokens issued for a template that cannot deliver them: %v", st.Tokens)
+	}
+}
+
 // waitClaimAttested waits for the claim's Attested condition.
 func waitClaimAttested(t *testing.T, claim *hfv1.MachineClaim, status metav1.ConditionStatus, reason hfv1.ConditionReason) *hfv1.MachineClaim {
 	t.Helper()
@@ -241,4 +303,23 @@ func waitClaimAttested(t *testing.T, claim *hfv1.MachineClaim, status metav1.Con
 		return nil
 	})
 	return got
+}
+
+// seedFiles is everything the VM's guest found on its seed (its
+// cloud-init ISO), concatenated.
+func seedFiles(t *testing.T, seeds string, vmid int32) string {
+	t.Helper()
+	var all strings.Builder
+	entries, err := os.ReadDir(filepath.Join(seeds, strconv.Itoa(int(vmid))))
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("the seed of VM %d: %v, %d files", vmid, err, len(entries))
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(seeds, strconv.Itoa(int(vmid)), e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.Write(b)
+	}
+	return all.String()
 }

@@ -129,6 +129,9 @@ type MachineClaimReconciler struct {
 	// Notices gives VMs the URL and token of their power-off notice; nil
 	// gives none.
 	Notices *poweroff.Notices
+	// TokenRefusals are the VMs' power-off notices that their join token
+	// was refused (a sign of a stolen identity); nil: none are taken.
+	TokenRefusals claimidentity.TokenRefusals
 
 	// stuckClaims reports stuck claims and counts them by phase.
 	stuckClaims stuck.Detector
@@ -229,8 +232,8 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return runPhases(ctx, s, r.restoreReservation, r.holdFinalizer, r.beginDeletion, r.deleteVMPhase, r.releaseRunnerPhase,
 			r.releaseIdentityPhase, r.removeFinalizerPhase)
 	}
-	return runPhases(ctx, s, r.restoreReservation, r.ensureMetadata, r.handleEnd, r.refuseUnsupported,
-		r.loadDependencies, r.connectProvider, r.watchAttestation, r.storeCredential, r.watchRunning, r.ensureAddress, r.ensureIdentity, r.ensureVM)
+	return runPhases(ctx, s, r.restoreReservation, r.ensureMetadata, r.containMisuse, r.handleEnd, r.refuseUnsupported,
+		r.loadDependencies, r.connectProvider, r.deliverIdentity, r.watchAttestation, r.storeCredential, r.watchRunning, r.ensureAddress, r.ensureIdentity, r.ensureVM)
 }
 
 // ensureMetadata adds the finalizer and the standard labels (in memory;

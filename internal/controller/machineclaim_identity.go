@@ -19,8 +19,37 @@ func (r *MachineClaimReconciler) identitySteps() *claimidentity.Service {
 	return &claimidentity.Service{
 		Client: r.Client, Identity: r.Identity, Issuer: r.Issuer, Broker: r.Broker,
 		Credentials: r.Credentials, StoreOpener: r.StoreOpener, ReadSecret: r.readClusterSecret,
-		Recorder: r.Recorder, Clock: r.Clock, Backoff: r.backoff,
+		Refusals: r.TokenRefusals, Recorder: r.Recorder, Clock: r.Clock, Backoff: r.backoff,
 	}
+}
+
+// containMisuse evicts a stolen identity and fails its claim
+// (claimidentity.Contain); it runs on every pass of a claim that is not
+// being deleted, ended or not, until the eviction is done.
+func (r *MachineClaimReconciler) containMisuse(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+	failure, retry := r.identitySteps().Contain(ctx, s.claim)
+	if failure != "" {
+		r.fail(s.claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.IdentityStolenReason, message: failure})
+	}
+	s.recheck(retry)
+	return ctrl.Result{}, true, nil
+}
+
+// deliverIdentity places the join token and the broker proof in the
+// claim's running VM (claimidentity.Deliver).
+func (r *MachineClaimReconciler) deliverIdentity(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+	retry, failure, err := r.identitySteps().Deliver(ctx, s.claim, s.provider)
+	switch {
+	case err != nil:
+		res, err := r.provisionError(ctx, s, err)
+		return res, false, err
+	case failure != "":
+		r.fail(s.claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.AttestationFailedReason, message: failure})
+		res, _, err := r.reconcileFailed(ctx, s)
+		return res, false, err
+	}
+	s.recheck(retry)
+	return ctrl.Result{}, true, nil
 }
 
 // ensureIdentity issues the claim's identity before its VM is built.
@@ -70,13 +99,20 @@ func (r *MachineClaimReconciler) releaseIdentityPhase(ctx context.Context, s *cl
 	return result, done, nil
 }
 
-// poweredOff is the end of a claim whose VM powered off: one that gave up
-// on its join token before attesting says so.
-func (r *MachineClaimReconciler) poweredOff(claim *hfv1.MachineClaim, msg string) claimEnd {
-	if msg, gaveUp := r.identitySteps().GaveUp(claim, msg); gaveUp {
-		return claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.AttestationFailedReason, message: msg}
+// endPoweredOff ends a claim whose VM powered off: one that gave up on its
+// join token before attesting says so, and one that found it used by
+// someone else fails (its identity was stolen).
+func (r *MachineClaimReconciler) endPoweredOff(ctx context.Context, s *claimScope, msg string) (ctrl.Result, error) {
+	msg, reason := r.identitySteps().GaveUp(ctx, s.claim, s.cluster, msg)
+	switch reason {
+	case hfv1.IdentityStolenReason:
+		r.fail(s.claim, claimEnd{reason: hfv1.EndFailed, condition: reason, message: msg})
+		res, _, err := r.reconcileFailed(ctx, s)
+		return res, err
+	case "":
+		reason = hfv1.VMPoweredOffReason
 	}
-	return claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMPoweredOffReason, message: msg}
+	return r.endAndTerminate(ctx, s, claimEnd{reason: hfv1.EndPoweredOff, condition: reason, message: msg})
 }
 
 // readClusterSecret reads a Secret key a cluster references.

@@ -196,7 +196,7 @@ func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (c
 		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "Provisioned", "VM %d is up on %s/%s", res.Progress.VMID, cluster.Name, res.Progress.Node)
 		return ctrl.Result{RequeueAfter: resyncRunning()}, false, nil
 	case provider.PhaseStopped:
-		res, err := r.endAndTerminate(ctx, s, r.poweredOff(claim, fmt.Sprintf("VM %d powered off before it was ready", res.Progress.VMID)))
+		res, err := r.endPoweredOff(ctx, s, fmt.Sprintf("VM %d powered off before it was ready", res.Progress.VMID))
 		return res, false, err
 	}
 	return provisioning(hfv1.QueuedReason, "Waiting for a clone slot")
@@ -262,7 +262,7 @@ func (r *MachineClaimReconciler) confirmStopped(ctx context.Context, s *claimSco
 		ctrl.LoggerFrom(ctx).Info("Could not confirm the VM's power state; checking again later", "err", err.Error())
 		return ctrl.Result{RequeueAfter: r.backoff(claim)}, true, nil
 	case vm.Power == provider.PowerStopped:
-		res, err := r.endAndTerminate(ctx, s, r.poweredOff(claim, fmt.Sprintf("VM %d powered off", ref.VMID)))
+		res, err := r.endPoweredOff(ctx, s, fmt.Sprintf("VM %d powered off", ref.VMID))
 		return res, true, err
 	}
 	return ctrl.Result{}, false, nil

@@ -40,6 +40,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
@@ -176,6 +177,10 @@ type Options struct {
 	// the simulators receive before they answer it (the benchmarks count
 	// and time them). They must not read the body.
 	OnProxmoxRequest, OnGitHubRequest func(*http.Request)
+	// SPIREDial, when set, is how the in-process operator connects to the
+	// spire-server (manager.Options.SPIREDial): tests wrap the real client
+	// to count its calls.
+	SPIREDial identity.Dialer
 }
 
 // World is a running embedded world.
@@ -655,6 +660,7 @@ func (w *World) StartOperator(ctx context.Context) error {
 		// Leftovers show within seconds, as do the sweeper's metrics.
 		SweepInterval: sweepInterval,
 		MaxRetryDelay: maxRetryDelay,
+		SPIREDial:     w.opts.SPIREDial,
 	})
 	if err != nil {
 		cancel()
@@ -679,6 +685,18 @@ func (w *World) StartOperator(ctx context.Context) error {
 	}
 	w.operator = run
 	return nil
+}
+
+// Broker is the running in-process operator's credential broker as the
+// VMs reach it: its URL and the PEM CA its certificate verifies against.
+func (w *World) Broker() (url, ca string, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.operator == nil || w.operator.comps.AgentServer == nil || w.operator.comps.AgentServer.BrokerURL() == "" {
+		return "", "", errors.New("devenv: no operator with a credential broker runs in this process")
+	}
+	srv := w.operator.comps.AgentServer
+	return srv.BrokerURL(), srv.CA(), nil
 }
 
 // pointWebhook makes url the repository's only webhook.

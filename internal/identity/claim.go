@@ -2,6 +2,11 @@ package identity
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -10,6 +15,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
 )
 
@@ -18,13 +24,22 @@ import (
 // The join token is never stored, not even in the claim's status: it is
 // derived from the claim's UID with a key only the operator holds (the
 // ownership key, pkg/ownership Signer.DerivedKey), so the operator can
-// render the same token into the VM after a restart, and asking the SPIRE
+// place the same token in the VM after a restart, and asking the SPIRE
 // server for a token that exists already changes nothing. A claim gets
 // exactly one token: a VM that fails to attest fails the claim, and its
 // replacement is another claim with another UID.
+//
+// The broker proof is derived the same way, from the claim's UID with a key
+// of its own (ProofKey), and placed in the running VM with the token. The
+// SPIRE server never sees it, so whoever attests with a join token that
+// leaked from anywhere else (the server's datastore, an old seed, a log)
+// holds the VM's SVID but not its proof, and the broker tells them apart.
 type Issuer struct {
 	// Key derives the join tokens.
 	Key []byte
+	// ProofKey derives the broker proofs; a key of its own, so that a
+	// proof says nothing about a token and the other way round.
+	ProofKey []byte
 	// AgentUID is the uid the HyperFleet agent runs as inside the VM, the
 	// selector of the VM's registration entry: 0, since its systemd unit
 	// runs it as root while the runner and its jobs run as another user,
@@ -34,8 +49,12 @@ type Issuer struct {
 	AgentUID int
 }
 
-// errNoKey is a configuration mistake of the operator's wiring.
-var errNoKey = fmt.Errorf("the identity issuer has no key (of at least %d bytes) to derive join tokens from", spire.MinJoinTokenKeyLen)
+// errNoKey and errNoProofKey are configuration mistakes of the operator's
+// wiring.
+var (
+	errNoKey      = fmt.Errorf("the identity issuer has no key (of at least %d bytes) to derive join tokens from", spire.MinJoinTokenKeyLen)
+	errNoProofKey = fmt.Errorf("the identity issuer has no key (of at least %d bytes) to derive broker proofs from", spire.MinJoinTokenKeyLen)
+)
 
 // Plan is the identity of claim's VM on s: its SPIFFE ID, its agent's
 // alias and its entry id. Recording it in the claim's status comes before
@@ -59,6 +78,42 @@ func (i *Issuer) Token(claim *hfv1.MachineClaim) (string, error) {
 		return "", errNoKey
 	}
 	return spire.DeriveJoinToken(i.Key, string(claim.UID), 1), nil
+}
+
+// BrokerProof is the claim's broker proof: HMAC-SHA256 with ProofKey over
+// "hyperfleet broker proof", a NUL and the claim's UID, base64url without
+// padding (43 characters).
+func (i *Issuer) BrokerProof(claim *hfv1.MachineClaim) (string, error) {
+	if len(i.ProofKey) < spire.MinJoinTokenKeyLen {
+		return "", errNoProofKey
+	}
+	mac := hmac.New(sha256.New, i.ProofKey)
+	mac.Write([]byte("hyperfleet broker proof\x00" + string(claim.UID)))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil)), nil
+}
+
+// VerifyBrokerProof reports whether proof is the claim's broker proof,
+// compared in constant time. Without a proof key nothing verifies.
+func (i *Issuer) VerifyBrokerProof(claim *hfv1.MachineClaim, proof string) bool {
+	want, err := i.BrokerProof(claim)
+	if err != nil {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(want), []byte(proof)) == 1
+}
+
+// GuestSecrets is the document the operator places in the claim's running
+// VM (agentconfig.GuestSecrets): its join token and its broker proof.
+func (i *Issuer) GuestSecrets(claim *hfv1.MachineClaim) ([]byte, error) {
+	token, err := i.Token(claim)
+	if err != nil {
+		return nil, err
+	}
+	proof, err := i.BrokerProof(claim)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(agentconfig.GuestSecrets{JoinToken: token, BrokerProof: proof})
 }
 
 // Issue creates the claim's join token, with the agent alias of its
@@ -107,26 +162,65 @@ func (i *Issuer) Attested(ctx context.Context, s *Server, claim *hfv1.MachineCla
 	return found, nil
 }
 
+// Evict shuts out whoever holds the claim's identity after it was found
+// misused: the agent that attested with the claim's join token is banned
+// (the server renews none of its SVIDs and never lets it attest again; it
+// stays listed as banned, for the record, until Release deletes it) and
+// the VM's registration entry and the agent's alias entry are deleted, so
+// that no SVID of the VM's SPIFFE ID is issued or renewed any more. Each
+// step is idempotent. An X509-SVID already issued stays valid until it
+// expires (spec.spire.svidTTL): X.509 SVIDs cannot be revoked.
+func (i *Issuer) Evict(ctx context.Context, s *Server, claim *hfv1.MachineClaim) error {
+	st, node, agent, err := i.claimAgent(s, claim)
+	if err != nil {
+		return err
+	}
+	if err := s.API.BanAgent(ctx, agent); err != nil {
+		return fmt.Errorf("ban the SPIRE agent %s of claim %s/%s: %w", agent, claim.Namespace, claim.Name, err)
+	}
+	return deleteEntries(ctx, s, st, node)
+}
+
 // Release deletes the VM's registration entry, its agent's alias entry
 // and the agent itself from s; each is idempotent. A deleted join-token
 // agent cannot attest again: spire-agent stops on its next sync.
 func (i *Issuer) Release(ctx context.Context, s *Server, claim *hfv1.MachineClaim) error {
-	st, _, node, err := recorded(s, claim)
+	st, node, agent, err := i.claimAgent(s, claim)
 	if err != nil {
 		return err
+	}
+	if err := deleteEntries(ctx, s, st, node); err != nil {
+		return err
+	}
+	if err := s.API.DeleteAgent(ctx, agent); err != nil {
+		return fmt.Errorf("delete the SPIRE agent of claim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	return nil
+}
+
+// claimAgent is what Evict and Release act on: the claim's recorded
+// identity, its agent's alias and the agent that attested with its join
+// token.
+func (i *Issuer) claimAgent(s *Server, claim *hfv1.MachineClaim) (*hfv1.IdentityStatus, spiffeid.ID, spiffeid.ID, error) {
+	st, _, node, err := recorded(s, claim)
+	if err != nil {
+		return nil, spiffeid.ID{}, spiffeid.ID{}, err
 	}
 	token, err := i.Token(claim)
 	if err != nil {
-		return err
+		return nil, spiffeid.ID{}, spiffeid.ID{}, err
 	}
+	return st, node, spire.JoinTokenAgentID(s.TrustDomain, token), nil
+}
+
+// deleteEntries deletes the VM's registration entry and its agent's
+// alias entry; both are idempotent.
+func deleteEntries(ctx context.Context, s *Server, st *hfv1.IdentityStatus, node spiffeid.ID) error {
 	if err := s.API.DeleteEntries(ctx, st.EntryID); err != nil {
 		return fmt.Errorf("delete registration entry %s: %w", st.EntryID, err)
 	}
 	if _, err := s.API.DeleteEntriesBySPIFFEID(ctx, node); err != nil {
 		return fmt.Errorf("delete the alias entry %s: %w", node, err)
-	}
-	if err := s.API.DeleteAgent(ctx, spire.JoinTokenAgentID(s.TrustDomain, token)); err != nil {
-		return fmt.Errorf("delete the SPIRE agent of claim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
 	return nil
 }

@@ -2,10 +2,14 @@ package identity_test
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -166,16 +170,24 @@ func TestIssueAttestRelease(t *testing.T) {
 	}
 }
 
+// connected is a fake server of example.org and a registry connected to
+// it as cluster c1.
+func connected(t *testing.T) (*identitytest.Server, *identity.Server) {
+	t.Helper()
+	fs := identitytest.NewServer(t, "example.org")
+	r, _ := registry(fs)
+	srv, err := r.Connect(context.Background(), "c1", cfg("example.org", "/run/spire/api.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs, srv
+}
+
 func TestIssuerRefusesAnEditedIdentity(t *testing.T) {
 	// status.identity is only as trustworthy as who can write the claim's
 	// status: an identity naming another claim's entry is never acted on.
 	ctx := context.Background()
-	fs := identitytest.NewServer(t, "example.org")
-	r, _ := registry(fs)
-	srv, err := r.Connect(ctx, "c1", cfg("example.org", "/run/spire/api.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, srv := connected(t)
 	iss := &identity.Issuer{Key: make([]byte, 32)}
 	victim, c := claim("-victim"), claim("-1")
 	plan, _ := identity.Plan(srv, victim)
@@ -193,5 +205,195 @@ func TestIssuerRefusesAnEditedIdentity(t *testing.T) {
 	}
 	if _, err := (&identity.Issuer{}).Token(c); err == nil {
 		t.Error("an issuer without a key derived a token")
+	}
+}
+
+// blockingServer is a SPIRE server whose bundle reads wait until release
+// is closed, counting them.
+type blockingServer struct {
+	*identitytest.Server
+	release chan struct{}
+	reads   atomic.Int64
+}
+
+func (b *blockingServer) X509Bundle(ctx context.Context) (*x509bundle.Bundle, error) {
+	b.reads.Add(1)
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return b.Server.X509Bundle(ctx)
+}
+
+// TestBundleReadsHoldNoLock: a bundle read that hangs on the SPIRE server
+// (or a flood of reads forced by certificates that do not verify) never
+// holds up what issuance and the broker read from the registry, and the
+// callers that need a read while one is under way share it.
+func TestBundleReadsHoldNoLock(t *testing.T) {
+	ctx := context.Background()
+	fs := identitytest.NewServer(t, "example.org")
+	srv := &blockingServer{Server: fs, release: make(chan struct{})}
+	now := time.Unix(1_700_000_000, 0)
+	var clock atomic.Pointer[time.Time]
+	clock.Store(&now)
+	r := identity.NewRegistry()
+	r.Dial = func(context.Context, spire.Config) (identity.ServerAPI, error) { return srv, nil }
+	r.Now = func() time.Time { return *clock.Load() }
+	close(srv.release)
+	s, err := r.Connect(ctx, "c1", cfg("example.org", "/run/spire/api.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// From now on reads hang until released.
+	srv.release = make(chan struct{})
+	later := now.Add(2 * time.Minute)
+	clock.Store(&later)
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for range 50 {
+		wg.Add(2)
+		go func() { defer wg.Done(); errs <- r.Refresh(ctx, s) }()
+		go func() {
+			defer wg.Done()
+			_, err := r.Connect(ctx, "c1", cfg("example.org", "/run/spire/api.sock"))
+			errs <- err
+		}()
+	}
+	// While those wait for the server, everything issuance and the broker
+	// read answers at once, from the bundle in hand.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if b, _ := s.Bundle(); b == nil {
+			t.Error("the bundle in hand is gone while a read is under way")
+		}
+		if _, ok := r.ByTrustDomain(fs.TD); !ok {
+			t.Error("ByTrustDomain lost the server while a read is under way")
+		}
+		if _, ok := r.Bundles().Get(fs.TD); !ok {
+			t.Error("Bundles lost the trust domain while a read is under way")
+		}
+		if _, ok := r.Server("c1"); !ok {
+			t.Error("Server lost the cluster while a read is under way")
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("reading the registry waited for a SPIRE call in flight")
+	}
+	close(srv.release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil && !errors.Is(err, identity.ErrBundleFresh) {
+			t.Errorf("a caller failed: %v", err)
+		}
+	}
+	// One read at connect, one shared by the 100 callers.
+	if n := srv.reads.Load(); n != 2 {
+		t.Errorf("%d bundle reads, want 2: 100 callers share one read under way", n)
+	}
+	// A forced read within the interval of the last is not made.
+	if err := r.Refresh(ctx, s); !errors.Is(err, identity.ErrBundleFresh) || srv.reads.Load() != 2 {
+		t.Errorf("Refresh right after a read: %v, reads %d; want ErrBundleFresh and no read", err, srv.reads.Load())
+	}
+	after := later.Add(identity.DefaultForcedRefreshInterval)
+	clock.Store(&after)
+	if err := r.Refresh(ctx, s); err != nil || srv.reads.Load() != 3 {
+		t.Errorf("Refresh after the interval: %v, reads %d; want one more read", err, srv.reads.Load())
+	}
+}
+
+// TestLookupReadsOnlyAsAllowed: the broker's way to a server (Lookup)
+// reads a missing bundle at most once per interval, however many callers
+// ask while the server fails; Connect, the controllers' way, reads it
+// whenever it is missing.
+func TestLookupReadsOnlyAsAllowed(t *testing.T) {
+	ctx := context.Background()
+	fs := identitytest.NewServer(t, "example.org")
+	fs.Fail(errors.New("connection refused"))
+	now := time.Unix(1_700_000_000, 0)
+	r, dials := registry(fs)
+	r.Now = func() time.Time { return now }
+	for range 20 {
+		if _, err := r.Lookup(ctx, "c1", cfg("example.org", "/run/spire/api.sock")); err == nil {
+			t.Fatal("Lookup of a failing server succeeded")
+		}
+	}
+	if n := fs.State().BundleReads; n != 1 || *dials != 1 {
+		t.Fatalf("20 Lookups of a failing server: %d reads, %d dials; want 1 and 1", n, *dials)
+	}
+	fs.Fail(nil)
+	if _, err := r.Connect(ctx, "c1", cfg("example.org", "/run/spire/api.sock")); err != nil || fs.State().BundleReads != 2 {
+		t.Fatalf("Connect: %v, reads %d", err, fs.State().BundleReads)
+	}
+	if s, err := r.Lookup(ctx, "c1", cfg("example.org", "/run/spire/api.sock")); err != nil || s == nil || fs.State().BundleReads != 2 {
+		t.Fatalf("Lookup with a bundle in hand: %v, reads %d; want no read", err, fs.State().BundleReads)
+	}
+}
+
+// TestBrokerProof: the proof is derived from the claim's UID with a key of
+// its own (the same key for tokens and proofs gives different values),
+// stable across calls (so the operator needs to store nothing), distinct
+// per claim, and only the claim's own proof verifies.
+func TestBrokerProof(t *testing.T) {
+	key := []byte(strings.Repeat("k", 32))
+	iss := &identity.Issuer{Key: key, ProofKey: []byte(strings.Repeat("p", 32))}
+	a, b := claim("-a"), claim("-b")
+	pa, err := iss.BrokerProof(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := iss.BrokerProof(a); again != pa || len(pa) != 43 {
+		t.Fatalf("proof %q (%d characters), again %q: want one stable 43-character proof", pa, len(pa), again)
+	}
+	pb, _ := iss.BrokerProof(b)
+	token, _ := iss.Token(a)
+	sameKey, _ := (&identity.Issuer{Key: key, ProofKey: key}).BrokerProof(a)
+	if pb == pa || strings.Contains(pa, token) || sameKey == token {
+		t.Fatalf("proofs not separate: a %q, b %q, a's token %q, with the token key %q", pa, pb, token, sameKey)
+	}
+	for proof, want := range map[string]bool{pa: true, pb: false, "": false, pa[:42]: false, pa + "x": false} {
+		if got := iss.VerifyBrokerProof(a, proof); got != want {
+			t.Errorf("VerifyBrokerProof(%q) = %v, want %v", proof, got, want)
+		}
+	}
+	if (&identity.Issuer{Key: key}).VerifyBrokerProof(a, pa) {
+		t.Error("an issuer without a proof key verified a proof")
+	}
+	doc, err := iss.GuestSecrets(a)
+	if err != nil || !strings.Contains(string(doc), token) || !strings.Contains(string(doc), pa) {
+		t.Fatalf("GuestSecrets = %s, %v; want the token and the proof", doc, err)
+	}
+}
+
+// TestEvict: a stolen identity's agent is banned and the VM's entries go;
+// evicting twice, or an agent that is gone, is success.
+func TestEvict(t *testing.T) {
+	ctx := context.Background()
+	fs, srv := connected(t)
+	iss := &identity.Issuer{Key: make([]byte, 32)}
+	c := claim("-1")
+	plan, _ := identity.Plan(srv, c)
+	c.Status.Identity = plan
+	if _, err := iss.Issue(ctx, srv, c, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	token, _ := iss.Token(c)
+	fs.Attest(token)
+	for i := range 2 {
+		if err := iss.Evict(ctx, srv, c); err != nil {
+			t.Fatalf("Evict, call %d: %v", i+1, err)
+		}
+	}
+	st := fs.State()
+	if len(st.Banned) != 1 || st.Banned[0] != spire.JoinTokenAgentID(fs.TD, token) || len(st.Entries) != 0 || len(st.Aliases) != 0 {
+		t.Fatalf("after Evict: banned %v, entries %v, aliases %v; want the token's agent banned and no entry", st.Banned, st.Entries, st.Aliases)
+	}
+	if a, found, err := srv.API.Agent(ctx, spire.JoinTokenAgentID(fs.TD, token)); err != nil || !found || !a.Banned {
+		t.Errorf("Agent after Evict: %+v, %v, %v; want it listed as banned", a, found, err)
 	}
 }

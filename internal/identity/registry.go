@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
 )
 
@@ -26,6 +28,21 @@ import (
 // publishes the next key in the bundle before it signs with it, so a
 // minute-old bundle verifies every SVID in circulation.
 const bundleRefresh = time.Minute
+
+// DefaultForcedRefreshInterval is the shortest time between two bundle
+// reads of one server that the credential broker may force
+// (Registry.ForcedRefreshInterval).
+const DefaultForcedRefreshInterval = 30 * time.Second
+
+// bundleReadTimeout bounds one read of a trust bundle. The read is shared
+// by every caller that waits for it, so it does not end with the context
+// of the caller that started it.
+const bundleReadTimeout = 10 * time.Second
+
+// ErrBundleFresh is Refresh's answer when the bundle was read (or a read
+// was started) less than Registry.ForcedRefreshInterval ago: reading it
+// again would give nothing a verification could use.
+var ErrBundleFresh = errors.New("a read of the trust bundle began moments ago; not reading it again yet")
 
 // Dialer connects to a SPIRE server; spire.Dial outside tests.
 type Dialer func(ctx context.Context, cfg spire.Config) (ServerAPI, error)
@@ -39,6 +56,7 @@ type ServerAPI interface {
 	DeleteEntries(ctx context.Context, ids ...string) error
 	DeleteEntriesBySPIFFEID(ctx context.Context, id spiffeid.ID) (int, error)
 	Agent(ctx context.Context, id spiffeid.ID) (spire.Agent, bool, error)
+	BanAgent(ctx context.Context, id spiffeid.ID) error
 	DeleteAgent(ctx context.Context, id spiffeid.ID) error
 	Close() error
 }
@@ -47,11 +65,23 @@ type ServerAPI interface {
 // spec.spire. Every replica has one: the leader's cluster controller keeps
 // it current, and every replica's credential broker connects on demand to
 // verify the SVIDs presented to it.
+//
+// No lock is held across a call to a SPIRE server: a slow or unreachable
+// server (or a flood of requests that make the broker read a bundle) never
+// holds up what issuance reads from the registry. Reads of one server's
+// bundle are shared by everyone who needs one at the same time, and the
+// reads the broker forces for certificates that do not verify are rate
+// limited (Refresh), since the broker's callers are not authenticated yet.
 type Registry struct {
 	// Dial connects to a server; spire.Dial when nil.
 	Dial Dialer
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// ForcedRefreshInterval is the shortest time between two bundle reads
+	// of one server that Refresh and Lookup start (zero:
+	// DefaultForcedRefreshInterval). The reads once a minute for the
+	// controllers (Connect) are not limited by it.
+	ForcedRefreshInterval time.Duration
 
 	mu      sync.Mutex
 	servers map[string]*Server
@@ -72,11 +102,32 @@ type Server struct {
 	API ServerAPI
 
 	configKey string
+	// mu guards the fields below; it is never held during a SPIRE call.
 	mu        sync.Mutex
 	bundle    *x509bundle.Bundle
 	bundlePEM string
-	readAt    time.Time
+	// readAt is when the bundle in hand was read, attemptAt when the last
+	// read began (whatever came of it).
+	readAt, attemptAt time.Time
+	// reading is the read in flight, nil when none.
+	reading *bundleRead
 }
+
+// bundleRead is one read of a server's bundle, shared by every caller
+// that waits for it.
+type bundleRead struct {
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// Why a bundle is read, for the metrics.
+const (
+	// triggerPeriodic: the bundle is older than bundleRefresh, or there is
+	// none yet.
+	triggerPeriodic = "periodic"
+	// triggerForced: an SVID did not verify against the bundle in hand.
+	triggerForced = "forced"
+)
 
 // Bundle is the server's X.509 trust bundle as last read.
 func (s *Server) Bundle() (*x509bundle.Bundle, string) {
@@ -87,70 +138,163 @@ func (s *Server) Bundle() (*x509bundle.Bundle, string) {
 
 // Connect returns the cluster's server for cfg, dialling it when the
 // cluster has none or had another configuration, and reads its trust
-// bundle when it is older than a minute. The error says what to fix in
-// spec.spire.
+// bundle when it is older than a minute (a read already under way is
+// waited for, not repeated). The error says what to fix in spec.spire.
 func (r *Registry) Connect(ctx context.Context, cluster string, cfg hfv1.SPIREConfig) (*Server, error) {
+	s, err := r.server(ctx, cluster, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return s, s.refresh(ctx, r.now(), triggerPeriodic, 0)
+}
+
+// Lookup returns the cluster's server for cfg for the credential broker:
+// dialled when the cluster has none (a replica whose controllers are idle
+// has none yet), with a bundle. Unlike Connect it reads the bundle only
+// when there is none, and at most once per ForcedRefreshInterval: the
+// broker asks on behalf of callers it has not authenticated yet.
+func (r *Registry) Lookup(ctx context.Context, cluster string, cfg hfv1.SPIREConfig) (*Server, error) {
+	s, err := r.server(ctx, cluster, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if b, _ := s.Bundle(); b != nil {
+		return s, nil
+	}
+	if err := s.refresh(ctx, r.now(), triggerForced, r.forcedInterval()); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Refresh reads the server's bundle again for an SVID that did not verify
+// against the one in hand (a CA rotated since the last read), unless a
+// read began less than ForcedRefreshInterval ago: then it returns
+// ErrBundleFresh at once. So whatever certificates anyone presents, the
+// broker reads each server's bundle at most once per interval on their
+// account. A read under way is waited for, not repeated.
+func (r *Registry) Refresh(ctx context.Context, s *Server) error {
+	return s.refresh(ctx, r.now(), triggerForced, r.forcedInterval())
+}
+
+func (r *Registry) forcedInterval() time.Duration {
+	if r.ForcedRefreshInterval > 0 {
+		return r.ForcedRefreshInterval
+	}
+	return DefaultForcedRefreshInterval
+}
+
+// server returns the cluster's server for cfg, dialling a new one (outside
+// the registry's lock: with mTLS a dial waits for the operator's own SVID)
+// when the cluster has none or had another configuration.
+func (r *Registry) server(ctx context.Context, cluster string, cfg hfv1.SPIREConfig) (*Server, error) {
 	key := configKey(cfg)
 	r.mu.Lock()
+	s := r.servers[cluster]
+	r.mu.Unlock()
+	if s != nil && s.configKey == key {
+		return s, nil
+	}
+	td, err := spiffeid.TrustDomainFromString(cfg.TrustDomain)
+	if err != nil {
+		return nil, fmt.Errorf("spec.spire.trustDomain %q: %w", cfg.TrustDomain, err)
+	}
+	sc, err := apiConfig(td, cfg.ServerAPI)
+	if err != nil {
+		return nil, err
+	}
+	dial := r.Dial
+	if dial == nil {
+		dial = func(ctx context.Context, c spire.Config) (ServerAPI, error) { return spire.Dial(ctx, c) }
+	}
+	api, err := dial(ctx, sc)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the SPIRE Server API (spec.spire.serverAPI): %w", err)
+	}
+	fresh := &Server{Cluster: cluster, Config: *cfg.DeepCopy(), TrustDomain: td, API: api, configKey: key}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.servers == nil {
 		r.servers = map[string]*Server{}
 	}
-	s := r.servers[cluster]
-	if s != nil && s.configKey != key {
-		_ = s.API.Close()
-		delete(r.servers, cluster)
-		s = nil
+	switch cur := r.servers[cluster]; {
+	case cur != nil && cur.configKey == key:
+		// Another caller connected it meanwhile: one connection is kept.
+		_ = api.Close()
+		return cur, nil
+	case cur != nil:
+		_ = cur.API.Close()
 	}
-	if s == nil {
-		td, err := spiffeid.TrustDomainFromString(cfg.TrustDomain)
-		if err != nil {
-			r.mu.Unlock()
-			return nil, fmt.Errorf("spec.spire.trustDomain %q: %w", cfg.TrustDomain, err)
-		}
-		sc, err := apiConfig(td, cfg.ServerAPI)
-		if err != nil {
-			r.mu.Unlock()
-			return nil, err
-		}
-		dial := r.Dial
-		if dial == nil {
-			dial = func(ctx context.Context, c spire.Config) (ServerAPI, error) { return spire.Dial(ctx, c) }
-		}
-		api, err := dial(ctx, sc)
-		if err != nil {
-			r.mu.Unlock()
-			return nil, fmt.Errorf("connect to the SPIRE Server API (spec.spire.serverAPI): %w", err)
-		}
-		s = &Server{Cluster: cluster, Config: *cfg.DeepCopy(), TrustDomain: td, API: api, configKey: key}
-		r.servers[cluster] = s
-	}
-	r.mu.Unlock()
-	return s, s.refreshBundle(ctx, r.now(), false)
+	r.servers[cluster] = fresh
+	return fresh, nil
 }
 
-// Refresh reads the server's bundle again now.
-func (r *Registry) Refresh(ctx context.Context, s *Server) error {
-	return s.refreshBundle(ctx, r.now(), true)
-}
-
-func (s *Server) refreshBundle(ctx context.Context, now time.Time, force bool) error {
+// refresh reads the bundle for trigger: a periodic read only when the
+// bundle is older than bundleRefresh (or missing), a forced one only when
+// no read began within minForced. Callers that need a read while one is
+// under way wait for it; each waits at most until its ctx ends.
+func (s *Server) refresh(ctx context.Context, now time.Time, trigger string, minForced time.Duration) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !force && s.bundle != nil && now.Sub(s.readAt) < bundleRefresh {
+	switch {
+	case trigger == triggerPeriodic && s.bundle != nil && now.Sub(s.readAt) < bundleRefresh:
+		s.mu.Unlock()
 		return nil
+	case trigger == triggerForced && s.reading == nil && !s.attemptAt.IsZero() && now.Sub(s.attemptAt) < minForced:
+		s.mu.Unlock()
+		metrics.SPIREBundleReads.WithLabelValues(trigger, "suppressed").Inc()
+		return ErrBundleFresh
 	}
+	rd := s.reading
+	if rd == nil {
+		rd = &bundleRead{done: make(chan struct{})}
+		s.reading, s.attemptAt = rd, now
+		// Detached from ctx: the read is everyone's who waits for it.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bundleReadTimeout)
+		go func() {
+			defer cancel()
+			s.read(rctx, rd, now, trigger)
+		}()
+	}
+	s.mu.Unlock()
+	select {
+	case <-rd.done:
+		return rd.err
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the trust bundle of SPIRE server %s: %w", s.TrustDomain, ctx.Err())
+	}
+}
+
+// read makes one bundle read and ends rd with its outcome.
+func (s *Server) read(ctx context.Context, rd *bundleRead, now time.Time, trigger string) {
+	b, pem, err := s.fetch(ctx)
+	result := "read"
+	if err != nil {
+		result = "failed"
+	}
+	metrics.SPIREBundleReads.WithLabelValues(trigger, result).Inc()
+	s.mu.Lock()
+	if err == nil {
+		s.bundle, s.bundlePEM, s.readAt = b, pem, now
+	}
+	s.reading = nil
+	s.mu.Unlock()
+	rd.err = err
+	close(rd.done)
+}
+
+// fetch calls the server for its bundle and checks it.
+func (s *Server) fetch(ctx context.Context) (*x509bundle.Bundle, string, error) {
 	b, err := s.API.X509Bundle(ctx)
 	if err != nil {
-		return fmt.Errorf("read the trust bundle of SPIRE server %s (spec.spire.serverAPI): %w", s.TrustDomain, err)
+		return nil, "", fmt.Errorf("read the trust bundle of SPIRE server %s (spec.spire.serverAPI): %w", s.TrustDomain, err)
 	}
 	if b.TrustDomain() != s.TrustDomain {
-		return fmt.Errorf("the SPIRE server's bundle is for trust domain %s, not spec.spire.trustDomain %s: fix spec.spire.trustDomain", b.TrustDomain(), s.TrustDomain)
+		return nil, "", fmt.Errorf("the SPIRE server's bundle is for trust domain %s, not spec.spire.trustDomain %s: fix spec.spire.trustDomain", b.TrustDomain(), s.TrustDomain)
 	}
 	if len(b.X509Authorities()) == 0 {
-		return fmt.Errorf("the SPIRE server of trust domain %s has no X.509 authorities in its bundle", s.TrustDomain)
+		return nil, "", fmt.Errorf("the SPIRE server of trust domain %s has no X.509 authorities in its bundle", s.TrustDomain)
 	}
-	s.bundle, s.bundlePEM, s.readAt = b, spire.BundlePEM(b), now
-	return nil
+	return b, spire.BundlePEM(b), nil
 }
 
 // Server is the cluster's connected server with a trust bundle, if any.

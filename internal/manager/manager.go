@@ -100,6 +100,10 @@ type Options struct {
 	// SPIREDial connects to SPIRE servers; nil: the real Server API client
 	// (internal/spire). Tests put an in-memory server here.
 	SPIREDial identity.Dialer
+	// SPIREForcedRefreshInterval is the shortest time between two reads of
+	// a SPIRE server's trust bundle that the credential broker may force
+	// (identity.Registry.ForcedRefreshInterval); zero: its default.
+	SPIREForcedRefreshInterval time.Duration
 }
 
 // WorkloadStandIn stands in for the CI platforms' accounts (see
@@ -229,19 +233,19 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	notices := &poweroff.Notices{
 		Reader: mgr.GetClient(), Signer: opts.Signer, Transitions: transitions, ClaimEvents: claimEvents,
 		Clock: opts.Clock, Elected: mgr.Elected(), Log: mgr.GetLogger().WithName("poweroff-notices"),
-		Jobs: poweroff.NewJobReports(),
+		Jobs: poweroff.NewJobReports(), TokenRefusals: poweroff.NewTokenRefusals(),
 	}
 	// VMs that attest with SPIRE get join tokens derived from the
 	// ownership key (internal/identity) and fetch their credential from
 	// the broker on the agent server.
 	identities := identity.NewRegistry()
-	identities.Dial = opts.SPIREDial
-	issuer := &identity.Issuer{Key: opts.Signer.DerivedKey("spire join token"), AgentUID: opts.SPIREAgentUID}
+	identities.Dial, identities.ForcedRefreshInterval = opts.SPIREDial, opts.SPIREForcedRefreshInterval
+	issuer := &identity.Issuer{Key: opts.Signer.DerivedKey("spire join token"), ProofKey: opts.Signer.DerivedKey("broker proof"), AgentUID: opts.SPIREAgentUID}
 	var credBroker *broker.Broker
 	if iss, ok := ci.bootstrap.(broker.Issuer); ok && opts.AgentServer != nil {
 		credBroker = &broker.Broker{
 			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Clusters: mgr.GetClient(),
-			Identity: identities, Issuer: iss, Recorder: mgr.GetEventRecorderFor("credential-broker"), Clock: opts.Clock,
+			Identity: identities, Issuer: iss, Proofs: issuer, Recorder: mgr.GetEventRecorderFor("credential-broker"), Clock: opts.Clock,
 		}
 	}
 	// Before the controllers: they hand VMs the URLs and checksums it serves.
@@ -321,6 +325,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Agent:         agent,
 		Transitions:   transitions,
 		Notices:       notices,
+		TokenRefusals: notices.TokenRefusals,
 		Identity:      identities,
 		Issuer:        issuer,
 		Broker:        brokerEndpoint,

@@ -185,6 +185,27 @@ var (
 		Help: "Requests to the credential broker by attested VMs, by result: Delivered, or the reason of the refusal.",
 	}, []string{"reason"})
 
+	// SPIREBundleReads counts reads of SPIRE servers' trust bundles
+	// (internal/identity), by trigger (periodic: older than a minute or
+	// none yet; forced: an SVID presented to the broker did not verify)
+	// and result (read, failed, or suppressed: a forced read not made
+	// because one began less than --spire-forced-refresh-interval ago).
+	SPIREBundleReads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "spire_bundle_reads_total",
+		Help: "Reads of SPIRE servers' trust bundles, by trigger (periodic, forced) and result (read, failed, suppressed).",
+	}, []string{"trigger", "result"})
+
+	// IdentityMisuse counts VM identities found used by someone other
+	// than their VM (docs/identity.md, "A stolen join token"), by reason:
+	// BrokerProofInvalid (a valid SVID of a claim presented to the broker
+	// without the proof the operator placed in that claim's VM) or
+	// JoinTokenReused (the VM found its join token spent, and the SPIRE
+	// server lists an agent that attested with it).
+	IdentityMisuse = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "identity_misuse_total",
+		Help: "VM identities (join token, SVID) used by someone other than their VM, by reason (BrokerProofInvalid, JoinTokenReused).",
+	}, []string{"reason"})
+
 	// WebhookSecretReloads counts reads of the webhook Secret after it
 	// changed, by result: loaded, invalid (the last valid secrets stay in
 	// use), missing (deliveries are refused) or error (retried).
@@ -206,6 +227,7 @@ func init() {
 		PowerOffHints, VMsInTransition,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
 		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads, BrokerRequests,
+		SPIREBundleReads, IdentityMisuse,
 	)
 }
 

@@ -48,9 +48,11 @@ type Notices struct {
 	Transitions *hypervisors.Transitions
 	// ClaimEvents wakes the claim of a marked VM.
 	ClaimEvents chan<- event.GenericEvent
-	// Jobs, when set, keeps what notices say of their runner's job.
-	Jobs  *JobReports
-	Clock clock.PassiveClock
+	// Jobs, when set, keeps what notices say of their runner's job;
+	// TokenRefusals, those that say the VM's join token was refused.
+	Jobs          *JobReports
+	TokenRefusals *TokenRefusals
+	Clock         clock.PassiveClock
 	// Log logs accepted notices at debug level (requests carry no logger).
 	Log logr.Logger
 	// Elected is closed once this replica leads (mgr.Elected()): only the
@@ -99,6 +101,9 @@ func (n *Notices) PowerOffNotice(ctx context.Context, notice agentconfig.PowerOf
 	n.Log.V(1).Info("Power-off notice", "MachineClaim", klog.KObj(claim), "vmid", vmidOf(claim), "runnerOnline", notice.RunnerOnline, "jobStarted", notice.JobStarted)
 	if notice.JobStarted && n.Jobs != nil {
 		n.Jobs.Add(claim.UID, n.now())
+	}
+	if notice.AttestationError == agentconfig.AttestationJoinTokenRefused && n.TokenRefusals != nil {
+		n.TokenRefusals.Add(claim.UID, n.now())
 	}
 	if Mark(n.Transitions, claim, hypervisors.HintAgent, n.now()) == hypervisors.Marked && n.ClaimEvents != nil {
 		// Wake the claim to read its VM now; never block the VM's request

@@ -64,3 +64,24 @@ func (r *JobReports) JobStarted(uid types.UID, now time.Time) bool {
 	}
 	return ok
 }
+
+// TokenRefusals remembers the claims whose VM said, in its power-off
+// notice, that the SPIRE server refused its join token
+// (agentconfig.AttestationJoinTokenRefused). The VM's word alone decides
+// nothing: the claim controller asks the SPIRE server whether an agent
+// attested with that token before it reports the identity stolen
+// (internal/claimidentity). Kept like JobReports: in memory, for
+// reportTTL, bounded. Safe for concurrent use; nil knows nothing.
+type TokenRefusals struct{ r *JobReports }
+
+// NewTokenRefusals returns an empty set.
+func NewTokenRefusals() *TokenRefusals { return &TokenRefusals{r: NewJobReports()} }
+
+// Add records that claim uid's VM reported its join token refused, at now.
+func (t *TokenRefusals) Add(uid types.UID, now time.Time) { t.r.Add(uid, now) }
+
+// Refused reports whether claim uid's VM reported its join token refused
+// within reportTTL of now.
+func (t *TokenRefusals) Refused(uid types.UID, now time.Time) bool {
+	return t != nil && t.r.JobStarted(uid, now)
+}

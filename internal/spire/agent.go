@@ -53,6 +53,18 @@ func (c *Client) DeleteAgent(ctx context.Context, id spiffeid.ID) error {
 	return nil
 }
 
+// BanAgent bans the agent with id: the server refuses to renew its SVID
+// and to let it attest again, and the agent stays listed as banned (what
+// happened shows in the server's agent list) until it is deleted. An
+// agent the server does not have is success: there is nothing to evict.
+func (c *Client) BanAgent(ctx context.Context, id spiffeid.ID) error {
+	_, err := c.agents.BanAgent(ctx, &agentv1.BanAgentRequest{Id: protoID(id)})
+	if err != nil && status.Code(err) != codes.NotFound {
+		return c.wrap(fmt.Sprintf("banning agent %s", id), err)
+	}
+	return nil
+}
+
 // ListAgents returns every attested agent; for leak checks.
 func (c *Client) ListAgents(ctx context.Context) ([]Agent, error) {
 	const op = "listing the attested agents"

@@ -42,7 +42,6 @@ func withPlaceholderCredentials(ws *workload.Backends, v cloudinit.Vars, tmpl *h
 		}
 	}
 	if v.WorkloadMethod == cloudinit.WorkloadBroker {
-		v.JoinToken = placeholderCredential
 		if v.TrustDomain == "" {
 			v.TrustDomain = "placeholder.invalid"
 		}

@@ -26,6 +26,10 @@ var (
 	ErrIDRangeExhausted = errclass.NewSentinel("every VM id in the cluster's range is in use", ClassResource, "VMIDRangeExhausted")
 	// ErrTaskFailed: a hypervisor task ended with an error.
 	ErrTaskFailed = errclass.NewSentinel("hypervisor task failed", ClassTransient, "TaskFailed")
+	// ErrGuestNotReady: the VM's guest cannot take a file now: the VM is
+	// not running, its guest agent does not answer yet, or the directory
+	// of the file does not exist in the guest yet. Call again later.
+	ErrGuestNotReady = errclass.NewSentinel("the VM's guest cannot take a file yet", ClassTransient, "GuestNotReady")
 	// ErrInUse: the cloud-init medium belongs to a VM that exists (or is
 	// being cloned) and goes with that VM; it was not deleted.
 	ErrInUse = errclass.NewSentinel("cloud-init medium is in use by its VM", ClassTransient, "")

@@ -27,6 +27,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"path"
+	"strings"
 	"time"
 )
 
@@ -98,6 +100,27 @@ type Provider interface {
 	// hypervisor task, or nil when the VM is already in that state.
 	SetPower(ctx context.Context, owner Owner, ref VMRef, action PowerAction) (*Task, error)
 
+	// PlaceGuestFile writes file into the running guest of the owner's VM
+	// at ref through the hypervisor's guest channel (for Proxmox the QEMU
+	// guest agent), replacing a file of that path. It is how a secret
+	// reaches a VM without resting on any storage: the cloud-init medium
+	// and the disk never hold it (docs/security.md, "Nothing replayable at
+	// rest"). The VM's ownership marker is verified first, so a VM id
+	// reused by another VM is never written to (ErrNotOwned). It makes one
+	// write and waits for no task; writing the same file again is
+	// harmless.
+	//
+	// The guest decides the file's mode (QEMU's guest agent creates new
+	// files 0666 and keeps the mode of an existing one): file.Path must lie
+	// in a directory that only its reader can enter. A VM that is not
+	// running, whose guest channel does not answer yet, or whose guest has
+	// no such directory yet is ErrGuestNotReady (ClassTransient): call
+	// again later. A VM without a guest channel is ClassConfiguration
+	// (reason NoGuestAgent), a file larger than MaxGuestFileBytes or not at
+	// an absolute path ClassConfiguration (reason InvalidGuestFile), a VM
+	// that does not exist ErrNotFound.
+	PlaceGuestFile(ctx context.Context, owner Owner, ref VMRef, file GuestFile) error
+
 	// ListCloudInitMedia lists, on every online node, the cloud-init media
 	// whose names say this install wrote them (for Proxmox the NoCloud ISO
 	// files hf-<operator id>-<vmid>-<owner digest>.iso on the ISO
@@ -113,6 +136,31 @@ type Provider interface {
 	// it: DeleteCloudInitMedium returns ErrInUse and deletes nothing. A
 	// medium whose name is not this install's is never touched (ErrNotOwned).
 	DeleteCloudInitMedium(ctx context.Context, m CloudInitMedium) (*DeleteResult, error)
+}
+
+// GuestFile is a file PlaceGuestFile writes into a running guest.
+type GuestFile struct {
+	// Path is the file's absolute path in the guest.
+	Path string
+	// Content is what the file holds, at most MaxGuestFileBytes.
+	Content []byte
+}
+
+// MaxGuestFileBytes bounds GuestFile.Content: what every provider can
+// write in one call (Proxmox's agent/file-write takes 61,440 characters,
+// which base64 makes of 45 KiB).
+const MaxGuestFileBytes = 32 << 10
+
+// CheckGuestFile returns the ClassConfiguration error PlaceGuestFile
+// returns for a file no provider writes, nil for a file it may write.
+func CheckGuestFile(f GuestFile) error {
+	switch {
+	case len(f.Path) < 2 || f.Path[0] != '/' || strings.ContainsRune(f.Path, 0) || path.Clean(f.Path) != f.Path:
+		return Errorf(ClassConfiguration, "InvalidGuestFile", "guest file path %q is not a clean absolute path", f.Path)
+	case len(f.Content) > MaxGuestFileBytes:
+		return Errorf(ClassConfiguration, "InvalidGuestFile", "guest file %s holds %d bytes; at most %d can be written into a guest", f.Path, len(f.Content), MaxGuestFileBytes)
+	}
+	return nil
 }
 
 // CloudInitMedium is one cloud-init medium (for Proxmox a NoCloud ISO
@@ -210,6 +258,10 @@ type TemplateInfo struct {
 	MemoryBytes int64
 	// LinkedCloneSupported says whether the storages allow linked clones.
 	LinkedCloneSupported bool
+	// GuestFiles says the template's VMs have a guest channel, so that
+	// PlaceGuestFile can write into them (for Proxmox: the QEMU guest
+	// agent is enabled, agent: 1).
+	GuestFiles bool
 }
 
 // Owner identifies who a VM belongs to. It is written into the VM's signed

@@ -71,10 +71,5 @@ func TestSPIFFESecretStorePoolRunsJobs(t *testing.T) {
 		t.Error(b)
 	}
 	seeds.mu.Unlock()
-	eventually(t, time.Minute, "nothing left on the SPIRE server", func() error {
-		if left := spireLeftovers(t, w); len(left) > 0 {
-			return fmt.Errorf("%s", strings.Join(left, "; "))
-		}
-		return nil
-	})
+	waitNothingOnSPIRE(t, w)
 }

@@ -32,9 +32,10 @@ import (
 
 // These scenarios run the loop with SPIFFE identities (make test-spire):
 // a real spire-server, and in every simulated VM the real hyperfleet-agent
-// starting a real spire-agent with the join token from its cloud-init,
-// then fetching its runner credential from the operator's broker with its
-// X509-SVID (docs/identity.md).
+// starting a real spire-agent with the join token the operator placed in
+// the running VM through its guest agent, then fetching its runner
+// credential from the operator's broker with its X509-SVID and broker
+// proof (docs/identity.md).
 
 // seedWatch records what the VMs' cloud-init gave them: every user-data
 // seen, and any that carried a runner credential or lacked the way to
@@ -52,9 +53,9 @@ const (
 	viaStore  = `"secretStore"`
 )
 
-// sample reads every guest's seed user-data: it must be broker mode, with a
-// join token, the one way to fetch the credential that s.want names, and
-// no runner credential of any kind.
+// sample reads every guest's seed user-data: it must be broker mode, with
+// where the join token will arrive but no join token, the one way to fetch
+// the credential that s.want names, and no runner credential of any kind.
 func (s *seedWatch) sample(dir string) {
 	_ = filepath.WalkDir(filepath.Join(dir, "guests"), func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || d.Name() != "user-data" || !strings.Contains(path, "seed") {
@@ -68,7 +69,7 @@ func (s *seedWatch) sample(dir string) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.seeds[path] = true
-		forbidden := []string{`"jitConfig"`, `"registrationToken"`, devenv.PAT}
+		forbidden := []string{`"jitConfig"`, `"registrationToken"`, `"joinToken"`, devenv.PAT}
 		if s.want == viaStore {
 			forbidden = append(forbidden, viaBroker)
 		}
@@ -77,7 +78,7 @@ func (s *seedWatch) sample(dir string) {
 				s.bad = append(s.bad, path+" holds "+bad)
 			}
 		}
-		for _, want := range []string{`"workloadMethod": "broker"`, `"joinToken"`, `"trustBundle"`, s.want} {
+		for _, want := range []string{`"workloadMethod": "broker"`, `"joinTokenFile"`, `"trustBundle"`, s.want} {
 			if !strings.Contains(text, want) {
 				s.bad = append(s.bad, path+" lacks "+want)
 			}
@@ -116,6 +117,18 @@ func spireLeftovers(t *testing.T, w *devenv.World) []string {
 	return left
 }
 
+// waitNothingOnSPIRE waits until HyperFleet has left nothing on the SPIRE
+// server.
+func waitNothingOnSPIRE(t *testing.T, w *devenv.World) {
+	t.Helper()
+	eventually(t, time.Minute, "nothing left on the SPIRE server", func() error {
+		if left := spireLeftovers(t, w); len(left) > 0 {
+			return fmt.Errorf("%s", strings.Join(left, "; "))
+		}
+		return nil
+	})
+}
+
 func startSPIFFEWorld(t *testing.T, options ...func(*devenv.Options)) (*devenv.World, *watcher, *seedWatch) {
 	t.Helper()
 	// A short directory: each guest's spire-agent socket lives under it,
@@ -139,8 +152,8 @@ func startSPIFFEWorld(t *testing.T, options ...func(*devenv.Options)) (*devenv.W
 }
 
 // TestSPIFFEPoolRunsJobs: a pool whose template attests with join tokens
-// runs its jobs, each on a fresh VM whose cloud-init holds only the join
-// token, the trust bundle and the addresses; every credential comes from
+// runs its jobs, each on a fresh VM whose cloud-init holds only the trust
+// bundle and the addresses (the join token reaches the running VM); every credential comes from
 // the broker, once per VM; afterwards nothing is left, on the SPIRE server
 // either.
 func TestSPIFFEPoolRunsJobs(t *testing.T) {
@@ -169,12 +182,7 @@ func TestSPIFFEPoolRunsJobs(t *testing.T) {
 	for _, b := range seeds.bad {
 		t.Error(b)
 	}
-	eventually(t, time.Minute, "nothing left on the SPIRE server", func() error {
-		if left := spireLeftovers(t, w); len(left) > 0 {
-			return fmt.Errorf("%s", strings.Join(left, "; "))
-		}
-		return nil
-	})
+	waitNothingOnSPIRE(t, w)
 }
 
 // TestSPIFFEAttestationFailuresAndRestart: a VM whose spire-agent cannot
@@ -270,12 +278,7 @@ func TestSPIFFEAttestationFailuresAndRestart(t *testing.T) {
 	}
 	waitDone(t, w, 5*time.Minute)
 	watch.stop()
-	eventually(t, time.Minute, "nothing left on the SPIRE server", func() error {
-		if left := spireLeftovers(t, w); len(left) > 0 {
-			return fmt.Errorf("%s", strings.Join(left, "; "))
-		}
-		return nil
-	})
+	waitNothingOnSPIRE(t, w)
 	if len(watch.leaks) > 0 {
 		t.Errorf("the GitHub PAT appeared in: %v", watch.leaks)
 	}
@@ -386,10 +389,5 @@ func TestSPIFFEReusedJoinToken(t *testing.T) {
 	})
 	waitDone(t, w, 5*time.Minute)
 	watch.stop()
-	eventually(t, time.Minute, "nothing left on the SPIRE server", func() error {
-		if left := spireLeftovers(t, w); len(left) > 0 {
-			return fmt.Errorf("%s", strings.Join(left, "; "))
-		}
-		return nil
-	})
+	waitNothingOnSPIRE(t, w)
 }

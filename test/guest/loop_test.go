@@ -25,6 +25,8 @@ import (
 
 	"github.com/hyperfleet/hyperfleet/internal/bench"
 	"github.com/hyperfleet/hyperfleet/internal/devenv"
+	"github.com/hyperfleet/hyperfleet/internal/identity"
+	"github.com/hyperfleet/hyperfleet/internal/manager"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 )
 
@@ -39,12 +41,26 @@ type timeline struct {
 	vms   map[string]map[string]time.Time // VM name -> milestone -> time
 	ids   map[string]int
 	addrs map[string][]string // VM name -> addresses the claim reported
-	// secrets are the single-use credentials of each VM's seed, value ->
-	// what it is, read while the seed ISO exists.
-	secrets map[string]map[string]string
+	// secrets are the single-use credentials of each VM, value -> what it
+	// is: those of its seed, read while the seed ISO exists, and in SPIFFE
+	// mode the join token and broker proof placed in the running VM
+	// (derived from the claim as the operator derives them). seeded are
+	// those found on the seed alone.
+	secrets, seeded map[string]map[string]string
+	// identities derives the join tokens and broker proofs (SPIFFE mode
+	// only).
+	identities *identity.Issuer
 	// leaks names where the GitHub PAT appeared: it must never leave the
 	// operator (guests' consoles, the simulators' state).
 	leaks []string
+}
+
+// addSecret records that value (what it is) is a credential of vm in m.
+func (tl *timeline) addSecret(m map[string]map[string]string, vm, value, what string) {
+	if m[vm] == nil {
+		m[vm] = map[string]string{}
+	}
+	m[vm][value] = what
 }
 
 func (tl *timeline) mark(vm, milestone string, at time.Time) {
@@ -111,6 +127,14 @@ func (tl *timeline) sample(w *devenv.World) {
 		if c.Status.Network != nil && len(c.Status.Network.Addresses) > 0 {
 			tl.addrs[c.Name] = c.Status.Network.Addresses
 		}
+		if tl.identities != nil && c.Status.Identity != nil {
+			token, terr := tl.identities.Token(&c)
+			proof, perr := tl.identities.BrokerProof(&c)
+			if terr == nil && perr == nil {
+				tl.addSecret(tl.secrets, c.Name, token, "joinToken")
+				tl.addSecret(tl.secrets, c.Name, proof, "brokerProof")
+			}
+		}
 	}
 	// A seed is the ISO volume a VM's CD-ROM names.
 	seedOf := map[string]string{}
@@ -124,10 +148,10 @@ func (tl *timeline) sample(w *devenv.World) {
 	for _, st := range pve.Storages {
 		for _, vol := range st.Volumes {
 			if name := seedOf[vol.VolID]; name != "" {
-				if tl.secrets[name] == nil {
-					tl.secrets[name] = map[string]string{}
+				for value, what := range seedSecrets(vol.Files) {
+					tl.addSecret(tl.secrets, name, value, what)
+					tl.addSecret(tl.seeded, name, value, what)
 				}
-				maps.Copy(tl.secrets[name], seedSecrets(vol.Files))
 			}
 		}
 	}
@@ -240,7 +264,15 @@ func runJobs(t *testing.T, sc scenario) (*devenv.World, devenv.Snapshot, *timeli
 		keepLogs(t, dir)
 		t.Fatal(err)
 	}
-	tl := &timeline{vms: map[string]map[string]time.Time{}, ids: map[string]int{}, addrs: map[string][]string{}, secrets: map[string]map[string]string{}}
+	tl := &timeline{vms: map[string]map[string]time.Time{}, ids: map[string]int{}, addrs: map[string][]string{},
+		secrets: map[string]map[string]string{}, seeded: map[string]map[string]string{}}
+	if opts.SPIFFE {
+		signer, err := manager.LoadOrCreateSigner(context.Background(), w.API.Client, manager.SignerOptions{Namespace: devenv.SystemNamespace, Name: "hyperfleet-ownership"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tl.identities = &identity.Issuer{Key: signer.DerivedKey("spire join token"), ProofKey: signer.DerivedKey("broker proof")}
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			_ = os.RemoveAll(opts.KeepGuestDisks)
@@ -431,7 +463,7 @@ func checkDisks(t *testing.T, tl *timeline, ran map[string]bool, kept string) {
 	for vm := range ran {
 		overlay := filepath.Join(kept, fmt.Sprintf("vm-%d.qcow2", tl.ids[vm]))
 		if len(tl.secrets[vm]) == 0 {
-			t.Errorf("VM %s: no credential read from its seed, nothing to look for", vm)
+			t.Errorf("VM %s: no credential read from its seed or derived for it, nothing to look for", vm)
 		}
 		secrets := map[string]string{devenv.PAT: "the GitHub PAT"}
 		maps.Copy(secrets, tl.secrets[vm])

@@ -36,6 +36,7 @@ type Server struct {
 	entries map[string]spire.Entry // id -> entry
 	aliases map[spiffeid.ID]int    // alias entries by spiffe id
 	agents  map[spiffeid.ID]bool
+	banned  map[spiffeid.ID]bool
 	reads   int
 	closed  bool
 	fail    error
@@ -52,7 +53,7 @@ func NewServer(t testing.TB, td string) *Server {
 	d := spiffeid.RequireTrustDomainFromString(td)
 	return &Server{TD: d, bundle: x509bundle.FromX509Authorities(d, []*x509.Certificate{c.Leaf}),
 		tokens: map[string]spiffeid.ID{}, created: map[string]int{}, entries: map[string]spire.Entry{},
-		aliases: map[spiffeid.ID]int{}, agents: map[spiffeid.ID]bool{}}
+		aliases: map[spiffeid.ID]int{}, agents: map[spiffeid.ID]bool{}, banned: map[spiffeid.ID]bool{}}
 }
 
 // Dialer dials s for its trust domain and fails for any other.
@@ -144,7 +145,21 @@ func (s *Server) Agent(_ context.Context, id spiffeid.ID) (spire.Agent, bool, er
 	if s.fail != nil {
 		return spire.Agent{}, false, s.fail
 	}
-	return spire.Agent{ID: id, AttestationType: "join_token"}, s.agents[id], nil
+	return spire.Agent{ID: id, AttestationType: "join_token", Banned: s.banned[id]}, s.agents[id], nil
+}
+
+// BanAgent implements identity.ServerAPI: an agent it has is marked
+// banned; one it does not have is success, as the real client makes it.
+func (s *Server) BanAgent(_ context.Context, id spiffeid.ID) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return s.fail
+	}
+	if s.agents[id] {
+		s.banned[id] = true
+	}
+	return nil
 }
 
 // DeleteAgent implements identity.ServerAPI.
@@ -155,6 +170,7 @@ func (s *Server) DeleteAgent(_ context.Context, id spiffeid.ID) error {
 		return s.fail
 	}
 	delete(s.agents, id)
+	delete(s.banned, id)
 	return nil
 }
 
@@ -189,8 +205,9 @@ type State struct {
 	Entries map[string]spire.Entry
 	// Aliases counts the alias entries per agent alias.
 	Aliases map[spiffeid.ID]int
-	// Agents are the attested agents.
+	// Agents are the attested agents, Banned those of them banned.
 	Agents []spiffeid.ID
+	Banned []spiffeid.ID
 	// BundleReads counts X509Bundle calls; Closed is true once closed.
 	BundleReads int
 	Closed      bool
@@ -216,6 +233,9 @@ func (s *Server) State() State {
 	}
 	for id := range s.agents {
 		st.Agents = append(st.Agents, id)
+	}
+	for id := range s.banned {
+		st.Banned = append(st.Banned, id)
 	}
 	return st
 }

@@ -470,6 +470,12 @@ func configPrivilege(key, value string) string {
 	}
 }
 
+// fileWritePerms: PVE 8 checks VM.Monitor; PVE 9 VM.GuestAgent.FileWrite
+// or VM.GuestAgent.Unrestricted.
+func fileWritePerms(q *apiRequest) []permCheck {
+	return []permCheck{{path: "/vms/" + q.vars["vmid"], privs: []string{"VM.GuestAgent.FileWrite", "VM.GuestAgent.Unrestricted", "VM.Monitor"}, any: true}}
+}
+
 func agentPerms(q *apiRequest) []permCheck {
 	// PVE 8 checks VM.Monitor, PVE 9 VM.GuestAgent.Audit; accept either.
 	return []permCheck{{path: "/vms/" + q.vars["vmid"], privs: []string{"VM.GuestAgent.Audit", "VM.Monitor"}, any: true}}

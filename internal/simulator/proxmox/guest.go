@@ -157,11 +157,18 @@ func (g *guestRunner) startLocked(v *vm, gen int) {
 		// the reason where a test can see it.
 		fmt.Fprintf(logf, "proxmox-sim: no seed: %v\n", err)
 	}
-	root := filepath.Join(dir, "root")
+	root := g.rootDir(v.vmid)
 	if g.cfg.WriteFiles {
 		if err := os.RemoveAll(root); err != nil {
 			fmt.Fprintf(logf, "proxmox-sim: clear root: %v\n", err)
 		}
+	}
+	// Every boot has an empty /run (a tmpfs), before cloud-init writes
+	// anything and before the guest agent takes a file.
+	if err := g.resetRun(v.vmid); err != nil {
+		fmt.Fprintf(logf, "proxmox-sim: /run: %v\n", err)
+	}
+	if g.cfg.WriteFiles {
 		if userData, err := os.ReadFile(filepath.Join(seed, "user-data")); err == nil {
 			if err := applyWriteFiles(userData, root); err != nil {
 				// cloud-init logs the failure and boots on.

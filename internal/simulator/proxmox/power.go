@@ -139,6 +139,7 @@ func (s *Simulator) powerOffLocked(v *vm) {
 		return
 	}
 	v.running, v.agentUp, v.pid = false, false, 0
+	v.guestFiles = nil
 	v.bootGen++
 	if s.guest != nil {
 		s.guest.stopLocked(v.vmid)

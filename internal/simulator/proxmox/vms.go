@@ -28,6 +28,9 @@ type vm struct {
 	// image makes the VM a real guest booted by QEMU: set on templates
 	// (config or admin API) and inherited by their clones.
 	image *GuestImage
+	// guestFiles are the files agent/file-write put into a simulated guest
+	// that runs no guest program, by path; its next stop empties them.
+	guestFiles map[string]guestFile
 }
 
 func (v *vm) isTemplate() bool { return v.conf["template"] == "1" }

@@ -133,7 +133,32 @@ func (c *Cluster) GuestPowerOff(vmid int) error {
 	if v == nil || !v.running {
 		return fmt.Errorf("VM %d does not exist or is not running", vmid)
 	}
-	v.running = false
+	v.running, v.guestFiles = false, nil
+	return nil
+}
+
+// GuestFile returns the file at path in the guest of vmid as
+// PlaceGuestFile left it; ok is false when there is none (none written
+// since the VM last started).
+func (c *Cluster) GuestFile(vmid int, path string) (content []byte, ok bool) {
+	defer c.lock()()
+	v := c.vms[vmid]
+	if v == nil {
+		return nil, false
+	}
+	content, ok = v.guestFiles[path]
+	return slices.Clone(content), ok
+}
+
+// RemoveGuestAgent takes the guest channel away from a VM, as an admin
+// disabling its guest agent would.
+func (c *Cluster) RemoveGuestAgent(vmid int) error {
+	defer c.lock()()
+	v := c.vms[vmid]
+	if v == nil {
+		return fmt.Errorf("VM %d does not exist", vmid)
+	}
+	v.guestAgent = false
 	return nil
 }
 

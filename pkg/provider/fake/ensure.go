@@ -100,7 +100,7 @@ func (p *Provider) cloneLocked(spec *provider.VMSpec, tmpl *provider.TemplateInf
 	// The install's keyed name until the configuration, so that the orphan
 	// sweep finds a clone whose configuration never happens.
 	v := &vm{id: prev.VMID, node: prev.Node, name: p.signer.VMName(prev.VMID), description: p.signer.Description(spec.Description, rec),
-		storage: storage, memory: tmpl.MemoryBytes}
+		storage: storage, memory: tmpl.MemoryBytes, guestAgent: tmpl.GuestFiles}
 	p.c.vms[v.id] = v
 	return p.operate(res, provider.PhaseCloning, p.c.startLocked(v, opClone, func(time.Time) {}),
 		fmt.Sprintf("cloning template %d to VM %d on node %s", tmpl.ID, v.id, v.node)), nil

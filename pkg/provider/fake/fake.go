@@ -53,7 +53,7 @@ func DefaultOptions() Options {
 	return Options{
 		Nodes: []provider.NodeInfo{{Name: "node-1", Online: true, CPUs: 16, MemoryBytes: 64 << 30, MemoryUsedBytes: 2 << 30, StorageBytes: 1 << 40}},
 		Templates: []provider.TemplateInfo{{ID: 9000, Name: "ci-template", Node: "node-1", Storages: []string{"disks"}, DiskBytes: 16 << 30,
-			Cores: 2, MemoryBytes: 2 << 30, LinkedCloneSupported: true}},
+			Cores: 2, MemoryBytes: 2 << 30, LinkedCloneSupported: true, GuestFiles: true}},
 		OperationTime: time.Second, BootTime: 10 * time.Second,
 	}
 }
@@ -91,6 +91,11 @@ type vm struct {
 	// reports an address from then on.
 	since, guestUpAt time.Time
 	attached         string // the medium attached to it
+	// guestAgent says its guest has a guest channel (its template's
+	// GuestFiles); guestFiles are the files written into the running
+	// guest, gone when it stops (they stand for files in a tmpfs).
+	guestAgent bool
+	guestFiles map[string][]byte
 }
 
 // operation is one operation in flight on a VM; finish applies its effect
@@ -168,7 +173,7 @@ func (c *Cluster) powerOnLocked(v *vm) *provider.Task {
 }
 
 func (c *Cluster) powerOffLocked(v *vm, name string) *provider.Task {
-	return c.startLocked(v, name, func(time.Time) { v.running = false })
+	return c.startLocked(v, name, func(time.Time) { v.running, v.guestFiles = false, nil })
 }
 
 // inFlightLocked returns the task in flight on v and how long it still

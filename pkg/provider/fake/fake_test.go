@@ -108,6 +108,10 @@ func (e *env) harness(template provider.TemplateSource) *providertest.Harness {
 		FailDestroysOtherMissing: func(*testing.T) func() {
 			return c.FailDestroys(errors.New("a disk's storage does not exist"))
 		},
+		GuestFileOf: func(_ *testing.T, vmid int, path string) ([]byte, bool) {
+			return c.GuestFile(vmid, path)
+		},
+		RemoveGuestAgent: func(t *testing.T, vmid int) { must(t, c.RemoveGuestAgent(vmid)) },
 	}
 }
 
@@ -174,6 +178,14 @@ func (m mutant) RemoveCloudInitMedia(ctx context.Context, o provider.Owner, prev
 	return m.Provider.RemoveCloudInitMedia(ctx, o, prev)
 }
 
+func (m mutant) PlaceGuestFile(ctx context.Context, o provider.Owner, ref provider.VMRef, f provider.GuestFile) error {
+	err := m.Provider.PlaceGuestFile(ctx, o, ref, f)
+	if m.kind == "guest-file-ignores-ownership" && errors.Is(err, provider.ErrNotOwned) {
+		return nil
+	}
+	return err
+}
+
 func TestMutantContract(t *testing.T) {
 	kind := os.Getenv("HF_FAKE_MUTANT")
 	if kind == "" {
@@ -198,6 +210,7 @@ func TestSuiteCatchesMutants(t *testing.T) {
 		{"done-before-media", "DeleteVM", "--- FAIL: TestMutantContract/DeleteVM/while_booting"},
 		{"gone-on-any-missing", "DeleteVM/OtherMissingIsNotGone", "--- FAIL: TestMutantContract/DeleteVM/OtherMissingIsNotGone"},
 		{"keeps-cloud-init-media", "RemoveCloudInitMedia", "--- FAIL: TestMutantContract/RemoveCloudInitMedia/while_booting"},
+		{"guest-file-ignores-ownership", "PlaceGuestFile/NotOwned", "--- FAIL: TestMutantContract/PlaceGuestFile/NotOwned"},
 	}
 	for _, c := range cases {
 		t.Run(c.kind, func(t *testing.T) {
@@ -292,11 +305,12 @@ func TestControlsRefuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	for what, err := range map[string]error{
-		"AddForeignVM at a taken id":  func() error { _, err := e.c.AddForeignVM(fake.ForeignVM{VMID: id}); return err }(),
-		"AddForeignVM at a template":  func() error { _, err := e.c.AddForeignVM(fake.ForeignVM{VMID: 9000}); return err }(),
-		"GuestPowerOff of a stopped":  e.c.GuestPowerOff(id),
-		"SetDescription of a missing": e.c.SetDescription(999, "x"),
-		"RemoveVM of a missing":       e.c.RemoveVM(999),
+		"AddForeignVM at a taken id":    func() error { _, err := e.c.AddForeignVM(fake.ForeignVM{VMID: id}); return err }(),
+		"AddForeignVM at a template":    func() error { _, err := e.c.AddForeignVM(fake.ForeignVM{VMID: 9000}); return err }(),
+		"GuestPowerOff of a stopped":    e.c.GuestPowerOff(id),
+		"SetDescription of a missing":   e.c.SetDescription(999, "x"),
+		"RemoveVM of a missing":         e.c.RemoveVM(999),
+		"RemoveGuestAgent of a missing": e.c.RemoveGuestAgent(999),
 	} {
 		if err == nil {
 			t.Errorf("%s succeeded", what)

@@ -29,7 +29,8 @@
 //     bound (ownership.Signer.ForCluster) to the cluster the provider binds
 //     it to, so blocks the suite writes by hand verify there.
 //   - Template: a template whose clones boot to a guest that reports an
-//     address and stays up until powered off.
+//     address, takes guest files (TemplateInfo.GuestFiles) and stays up
+//     until powered off.
 //   - Advance: moves the backend's clock, and the provider's if it keeps its
 //     own, forward; when it returns, whatever fell due has happened.
 //   - GuestPowerOff: the guest of a running VM powers it off from inside.
@@ -48,6 +49,10 @@
 //     suite looks for a unique token it put in the user-data to check that
 //     the cloud-init payload is on the backend while the VM is being built
 //     and gone once it runs or is deleted.
+//   - GuestFileOf: the file at path in the running guest of vmid, as
+//     PlaceGuestFile (or the guest) left it; ok false when there is none.
+//   - RemoveGuestAgent: takes the guest channel away from VM vmid (for
+//     Proxmox agent: 0 in its config), as an admin would.
 //   - FailDestroysOtherMissing: from now until the returned func is called,
 //     every request to destroy a VM fails the way the backend answers when
 //     something other than the VM itself does not exist (a storage, a
@@ -73,16 +78,18 @@ import (
 // Harness connects the suite to one implementation and its backend. See
 // the package documentation for what each field must do.
 type Harness struct {
-	Provider        provider.Provider
-	NewProvider     func(t *testing.T, configure func(*provider.ClusterConfig)) provider.Provider
-	Signer          *ownership.Signer
-	Template        provider.TemplateSource
-	Advance         func(d time.Duration)
-	GuestPowerOff   func(t *testing.T, vmid int)
-	CreateForeignVM func(t *testing.T, vmid int, description string, tags []string) int
-	SetDescription  func(t *testing.T, vmid int, description string)
-	CloudInitOf     func(t *testing.T, vmid int) provider.CloudInit
-	StoredData      func(t *testing.T) []string
+	Provider         provider.Provider
+	NewProvider      func(t *testing.T, configure func(*provider.ClusterConfig)) provider.Provider
+	Signer           *ownership.Signer
+	Template         provider.TemplateSource
+	Advance          func(d time.Duration)
+	GuestPowerOff    func(t *testing.T, vmid int)
+	CreateForeignVM  func(t *testing.T, vmid int, description string, tags []string) int
+	SetDescription   func(t *testing.T, vmid int, description string)
+	CloudInitOf      func(t *testing.T, vmid int) provider.CloudInit
+	StoredData       func(t *testing.T) []string
+	GuestFileOf      func(t *testing.T, vmid int, path string) (content []byte, ok bool)
+	RemoveGuestAgent func(t *testing.T, vmid int)
 
 	FailDestroysOtherMissing func(t *testing.T) (stop func())
 }

@@ -44,6 +44,11 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"RemoveCloudInitMedia", testRemoveCloudInitMedia},
 		{"NotOwned", testNotOwned},
 		{"NotOwned/MarkerCopiedBetweenOwnedVMs", testCopiedMarker},
+		{"PlaceGuestFile/WrittenIntoRunningGuest", testGuestFileWritten},
+		{"PlaceGuestFile/GuestNotReady", testGuestFileNotReady},
+		{"PlaceGuestFile/NoGuestAgent", testGuestFileNoAgent},
+		{"PlaceGuestFile/NotOwned", testGuestFileNotOwned},
+		{"PlaceGuestFile/RefusedFiles", testGuestFileRefused},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -58,7 +63,7 @@ func checkHarness(t *testing.T, h *Harness) {
 	t.Helper()
 	if h == nil || h.Provider == nil || h.NewProvider == nil || h.Signer == nil || h.Advance == nil || h.GuestPowerOff == nil ||
 		h.CreateForeignVM == nil || h.SetDescription == nil || h.CloudInitOf == nil || h.StoredData == nil ||
-		h.FailDestroysOtherMissing == nil {
+		h.FailDestroysOtherMissing == nil || h.GuestFileOf == nil || h.RemoveGuestAgent == nil {
 		t.Fatal("the harness leaves a required field unset")
 	}
 	if h.Template.ID == 0 && h.Template.Name == "" {
@@ -135,6 +140,9 @@ func testValidateTemplate(t *testing.T, h *Harness) {
 	}
 	if h.Template.ID != 0 && info.ID != h.Template.ID {
 		t.Errorf("ValidateTemplate: id %d, want %d", info.ID, h.Template.ID)
+	}
+	if !info.GuestFiles {
+		t.Errorf("ValidateTemplate: GuestFiles false for the suite's template, whose clones take guest files")
 	}
 	if h.Template.Linked && !info.LinkedCloneSupported {
 		t.Errorf("ValidateTemplate accepted a linked clone but reports LinkedCloneSupported false")

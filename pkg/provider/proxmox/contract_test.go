@@ -1,6 +1,8 @@
 package proxmox
 
 import (
+	"errors"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -79,6 +81,19 @@ func TestContract(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
+			},
+			GuestFileOf: func(t *testing.T, vmid int, path string) ([]byte, bool) {
+				b, _, err := e.sim.GuestFile(t.Context(), vmid, path)
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil, false
+				}
+				if err != nil {
+					t.Fatalf("read %s in the guest of VM %d: %v", path, vmid, err)
+				}
+				return b, true
+			},
+			RemoveGuestAgent: func(t *testing.T, vmid int) {
+				e.rawAs(t, http.MethodPut, "/nodes/"+e.nodeOf(t, vmid)+"/qemu/"+strconv.Itoa(vmid)+"/config", url.Values{"agent": {"0"}})
 			},
 			StoredData: func(*testing.T) []string {
 				var out []string

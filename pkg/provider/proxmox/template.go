@@ -179,7 +179,7 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 			"template %d carries this install's tag %q; remove the tag (clones of it would look already configured)", t.id, p.signer.OperatorTag())
 	}
 	info := &provider.TemplateInfo{ID: t.id, Name: t.name, Node: t.node, DiskBytes: t.diskBytes, Cores: t.cores,
-		MemoryBytes: t.memoryBytes, LinkedCloneSupported: true}
+		MemoryBytes: t.memoryBytes, LinkedCloneSupported: true, GuestFiles: t.agent}
 	seen := map[string]bool{}
 	for _, d := range t.disks {
 		if !seen[d.storage] {

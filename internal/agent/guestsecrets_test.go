@@ -1,0 +1,130 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+)
+
+// TestWaitGuestSecrets: the agent waits for the document the operator
+// places through the guest channel, takes it only once it is complete,
+// removes it, keeps its directory root's alone, and gives up at the
+// attestation deadline naming the guest agent.
+func TestWaitGuestSecrets(t *testing.T) {
+	t.Parallel()
+	log := slog.New(slog.DiscardHandler)
+	doc := `{"joinToken":"9b2f4c1e-7d3a-4f5b-8c6d-1e2f3a4b5c6d","brokerProof":"proof-1"}`
+
+	t.Run("arrives late, written in pieces", func(t *testing.T) {
+		t.Parallel()
+		root := t.TempDir()
+		path := filepath.Join(root, agentconfig.JoinTokenFile)
+		// The directory exists from boot on, as cloud-init's bootcmd makes
+		// it, with a mode the agent tightens.
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			time.Sleep(500 * time.Millisecond)
+			// What a reader can see between the guest agent's open and its
+			// write: first a part, then the whole.
+			_ = os.WriteFile(path, []byte(doc[:20]), 0o666)
+			time.Sleep(600 * time.Millisecond)
+			_ = os.WriteFile(path, []byte(doc), 0o666)
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		g, err := waitGuestSecrets(context.Background(), ctx, log, path)
+		if err != nil || g.JoinToken != "9b2f4c1e-7d3a-4f5b-8c6d-1e2f3a4b5c6d" || g.BrokerProof != "proof-1" {
+			t.Fatalf("waitGuestSecrets = %+v, %v", g, err)
+		}
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the join token file is still there: %v", err)
+		}
+		if fi, err := os.Stat(filepath.Dir(path)); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v, %v; want mode 0700", filepath.Dir(path), fi.Mode().Perm(), err)
+		}
+	})
+
+	t.Run("never placed", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), agentconfig.JoinTokenFile)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := waitGuestSecrets(context.Background(), ctx, log, path)
+		if exitCode(err) != ExitAttestation || !strings.Contains(err.Error(), "before the attestation deadline") || !strings.Contains(err.Error(), "qemu-guest-agent") {
+			t.Fatalf("no token: %v (exit code %d), want ExitAttestation naming the deadline and the guest agent", err, exitCode(err))
+		}
+		// The directory is made (0700) before anything can be written.
+		if fi, err := os.Stat(filepath.Dir(path)); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v, %v; want made with mode 0700", filepath.Dir(path), fi, err)
+		}
+	})
+
+	t.Run("agent stopped", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), agentconfig.JoinTokenFile)
+		parent, stop := context.WithCancel(context.Background())
+		stop()
+		_, err := waitGuestSecrets(parent, context.Background(), log, path)
+		if err == nil || exitCode(err) == ExitAttestation {
+			t.Fatalf("a stopped agent: %v (exit code %d), want no attestation failure", err, exitCode(err))
+		}
+	})
+}
+
+// TestRefusedTokenNoticed: a join token the SPIRE server refuses as used
+// ends the agent with ExitAttestation, and its power-off notice says
+// attestationError JoinTokenRefused, which the operator checks against the
+// SPIRE server (a used token the VM never used is a stolen one).
+func TestRefusedTokenNoticed(t *testing.T) {
+	t.Parallel()
+	v := newVM(t)
+	var (
+		mu      sync.Mutex
+		notices []agentconfig.PowerOffNoticeBody
+		paths   []string
+	)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var n agentconfig.PowerOffNoticeBody
+		_ = json.NewDecoder(r.Body).Decode(&n)
+		mu.Lock()
+		notices = append(notices, n)
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer srv.Close()
+	// A spire-agent whose server refuses its token: it says so and keeps
+	// retrying, as the real one does.
+	fake := filepath.Join(v.dir, "spire-agent")
+	writeScript(t, fake, `echo 'level=error msg="Agent crashed" error="failed to attest: join token does not exist or has already been used"' >&2; exec sleep 60`)
+	c := v.brokerConfig(agentconfig.AttestationJoinToken)
+	claim := agentconfig.ClaimRef{Namespace: "ci", Name: "runner-1", UID: "uid-1"}
+	c.PowerOffNotify = &agentconfig.PowerOffNotify{URL: srv.URL + "/hints/v1/power-off", Token: strings.Repeat("ab", 32), Claim: claim,
+		CA: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))}
+	v.writeConfig(c)
+	v.placeGuestSecrets()
+	v.opts.SPIREAgent = fake
+	v.checkCommon(v.run(context.Background()), ExitAttestation, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(notices) != 1 || notices[0].AttestationError != agentconfig.AttestationJoinTokenRefused || paths[0] != "/hints/v1/power-off/ci/runner-1/uid-1" {
+		t.Fatalf("notices %+v at %v, want one for %+v with attestationError %s", notices, paths, claim, agentconfig.AttestationJoinTokenRefused)
+	}
+	if strings.Contains(v.log.String(), v.secret) {
+		t.Error("the log shows the join token")
+	}
+}
