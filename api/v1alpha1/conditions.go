@@ -271,6 +271,11 @@ const (
 	// ReservationRejectedReason: a claim's VM reservation annotation was
 	// not trusted (its signature or its placement did not check out).
 	ReservationRejectedReason ConditionReason = "ReservationRejected"
+	// PlacementRecordRejectedReason: the record of what a claim's VM was
+	// authorized to be (annotation hyperfleet.io/placement) is missing or
+	// does not verify; the claim fails rather than build its VM from
+	// values nobody authorized.
+	PlacementRecordRejectedReason ConditionReason = "PlacementRecordRejected"
 
 	// ScopeVerifiedReason: the credentials manage runners in the scope.
 	ScopeVerifiedReason ConditionReason = "CredentialsReachScope"
@@ -374,6 +379,17 @@ const (
 	// id) verifies and the VM is one placement could have chosen for the
 	// claim; see docs/security.md.
 	VMReservationAnnotation = "hyperfleet.io/vm-reservation"
+	// PlacementAnnotation records what a claim's VM was authorized to be
+	// when the claim was placed: the hypervisor template and clone mode,
+	// storage, resource pool, bridge, VLAN, NIC model and resources the
+	// cluster's allow-lists admitted, as JSON with a "signature" (an HMAC
+	// with the install's ownership key over the claim's UID, its VM's
+	// cluster and every value). The claim controller writes it in the same
+	// API write as VMReservationAnnotation, and every later step that
+	// builds the VM uses it instead of the template's current values; a
+	// claim whose record does not verify fails. See docs/security.md, "The
+	// placement record".
+	PlacementAnnotation = "hyperfleet.io/placement"
 
 	// MachineClaimFinalizer holds a claim until its VM and everything
 	// allocated for it are gone.
