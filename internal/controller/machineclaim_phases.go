@@ -18,6 +18,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/claimvm"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/reservation"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
@@ -145,6 +146,18 @@ func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (c
 		res, err := r.provisionError(ctx, s, err)
 		return res, false, err
 	}
+	if claim.Status.VMRef != nil {
+		// Placed: the VM is built from what was authorized then, never
+		// from the template's current values (docs/security.md, "The
+		// placement record").
+		placed, err := r.reservations().Placement(ctx, claim)
+		if err != nil {
+			r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.PlacementRecordRejectedReason, message: err.Error()})
+			res, _, err := r.reconcileFailed(ctx, s)
+			return res, false, err
+		}
+		reservation.ApplyPlacement(spec, placed)
+	}
 	prev := claimvm.Progress(claim)
 	if claim.Status.VMRef == nil {
 		claim.Status.TemplateHash = tmpl.Status.TemplateHash
@@ -158,7 +171,7 @@ func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (c
 		// (restoreReservation). If the write fails, the next pass starts
 		// over from the stored state.
 		r.vmSteps().RecordProgress(ctx, claim, cluster.Name, prev, res.Progress)
-		r.setReservation(claim, cluster.Name, res.Progress)
+		r.setReservation(claim, cluster.Name, res.Progress, spec)
 		if err := s.patch.PatchMetadata(ctx, claim); err != nil {
 			return ctrl.Result{}, false, fmt.Errorf("record VM id %d before cloning: %w", res.Progress.VMID, err)
 		}
