@@ -163,7 +163,10 @@ const (
 	TemplateInvalidReason ConditionReason = "TemplateInvalid"
 	// InvalidTLSReason: the CA bundle or fingerprint cannot be used.
 	InvalidTLSReason ConditionReason = "InvalidTLS"
-	// InUseReason: a deleted cluster still has claims with VMs on it.
+	// InUseReason: a deleted HypervisorCluster, HypervisorMachineTemplate
+	// or IPPool is still used by claims (VMs on the cluster, VMs built from
+	// the template, addresses from the pool); it stays, Terminating, until
+	// they are gone. The message names them.
 	InUseReason ConditionReason = "InUse"
 	// ClusterUnavailableReason: the referenced HypervisorCluster is not Ready.
 	ClusterUnavailableReason ConditionReason = "ClusterUnavailable"
@@ -398,4 +401,12 @@ const (
 	// it, so deleting a cluster never strands VMs the operator can no
 	// longer reach.
 	HypervisorClusterFinalizer = "hyperfleet.io/vms-released"
+	// HypervisorMachineTemplateFinalizer holds a template until no claim
+	// that began to use it (a VM placed, reserved or still to be torn down)
+	// is left, so that deleting a template never leaves a claim without the
+	// cloud-init and credentials its VM and runner need.
+	HypervisorMachineTemplateFinalizer = "hyperfleet.io/claims-released"
+	// IPPoolFinalizer holds an IPPool until no claim records an address
+	// from it: an address is free again only once its VM is gone.
+	IPPoolFinalizer = "hyperfleet.io/addresses-released"
 )

@@ -230,7 +230,7 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			r.releaseIdentityPhase, r.removeFinalizerPhase)
 	}
 	return runPhases(ctx, s, r.restoreReservation, r.ensureMetadata, r.handleEnd, r.refuseUnsupported,
-		r.loadDependencies, r.connectProvider, r.watchAttestation, r.storeCredential, r.watchRunning, r.ensureAddress, r.ensureIdentity, r.ensureVM)
+		r.loadDependencies, r.connectProvider, r.watchAttestation, r.storeCredential, r.watchRunning, r.requireTemplate, r.ensureAddress, r.ensureIdentity, r.ensureVM)
 }
 
 // ensureMetadata adds the finalizer and the standard labels (in memory;
