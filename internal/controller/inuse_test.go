@@ -56,15 +56,35 @@ func inUseEvent(obj client.Object) error {
 	return fmt.Errorf("no InUse event for %s", obj.GetName())
 }
 
+// deleteHeld waits until the operator put finalizer on obj, then deletes it.
+func deleteHeld(t *testing.T, obj client.Object, finalizer string) {
+	t.Helper()
+	eventually(t, 30*time.Second, obj.GetName()+"'s finalizer", func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		if !slices.Contains(obj.GetFinalizers(), finalizer) {
+			return fmt.Errorf("finalizers %v", obj.GetFinalizers())
+		}
+		return nil
+	})
+	if err := env.Client.Delete(context.Background(), obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // waitGone waits until obj no longer exists.
 func waitGone(t *testing.T, obj client.Object, timeout time.Duration) {
 	t.Helper()
 	eventually(t, timeout, obj.GetName()+" gone", func() error {
 		err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
-		if apierrors.IsNotFound(err) {
+		switch {
+		case apierrors.IsNotFound(err):
 			return nil
+		case err != nil:
+			return err
 		}
-		return fmt.Errorf("still there (finalizers %v, err %v)", obj.GetFinalizers(), err)
+		return fmt.Errorf("still there (finalizers %v)", obj.GetFinalizers())
 	})
 }
 
@@ -121,18 +141,7 @@ func TestDeletingAnInUseTemplateWaitsForItsClaims(t *testing.T) {
 	f := newFixture(t, sim, nil)
 	running := waitPhase(t, f.newClaim("running"), hfv1.MachineClaimBootstrapping, 60*time.Second)
 	tmpl := f.template.DeepCopy()
-	eventually(t, 30*time.Second, "the template's finalizer", func() error {
-		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(tmpl), tmpl); err != nil {
-			return err
-		}
-		if !slices.Contains(tmpl.Finalizers, hfv1.HypervisorMachineTemplateFinalizer) {
-			return fmt.Errorf("finalizers %v", tmpl.Finalizers)
-		}
-		return nil
-	})
-	if err := env.Client.Delete(context.Background(), tmpl); err != nil {
-		t.Fatal(err)
-	}
+	deleteHeld(t, tmpl, hfv1.HypervisorMachineTemplateFinalizer)
 	waitInUse(t, tmpl, func() []metav1.Condition { return tmpl.Status.Conditions }, f.namespace+"/"+running.Name)
 
 	// A new claim gets no VM from a template being deleted, and does not
@@ -182,12 +191,7 @@ func TestDeletingAnInUseIPPoolWaitsForItsClaims(t *testing.T) {
 		return p
 	}
 	pool := newPool()
-	static := f.template.DeepCopy()
-	static.ObjectMeta = metav1.ObjectMeta{Namespace: f.namespace, Name: "static"}
-	static.Status = hfv1.HypervisorMachineTemplateStatus{}
-	static.Spec.Network = hfv1.MachineNetwork{Mode: hfv1.NetworkModeStatic, IPPoolRef: &hfv1.ObjectName{Name: pool.Name}}
-	f.create(static)
-	waitTemplate(t, static, metav1.ConditionTrue, "")
+	static := f.staticTemplate(t, pool)
 	newClaim := func(name string) *hfv1.MachineClaim {
 		c := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name}, Spec: hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: static.Name}}}
 		f.create(c)
@@ -204,18 +208,7 @@ func TestDeletingAnInUseIPPoolWaitsForItsClaims(t *testing.T) {
 
 	first := newClaim("first")
 	addressOf(first)
-	eventually(t, 30*time.Second, "the pool's finalizer", func() error {
-		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(pool), pool); err != nil {
-			return err
-		}
-		if !slices.Contains(pool.Finalizers, hfv1.IPPoolFinalizer) {
-			return fmt.Errorf("finalizers %v", pool.Finalizers)
-		}
-		return nil
-	})
-	if err := env.Client.Delete(context.Background(), pool); err != nil {
-		t.Fatal(err)
-	}
+	deleteHeld(t, pool, hfv1.IPPoolFinalizer)
 	waitInUse(t, pool, func() []metav1.Condition { return pool.Status.Conditions }, f.namespace+"/"+first.Name)
 	late := newClaim("late")
 	eventually(t, 30*time.Second, "the late claim gets no address", func() error {
