@@ -163,7 +163,10 @@ const (
 	TemplateInvalidReason ConditionReason = "TemplateInvalid"
 	// InvalidTLSReason: the CA bundle or fingerprint cannot be used.
 	InvalidTLSReason ConditionReason = "InvalidTLS"
-	// InUseReason: a deleted cluster still has claims with VMs on it.
+	// InUseReason: a deleted HypervisorCluster, HypervisorMachineTemplate
+	// or IPPool is still used by claims (VMs on the cluster, VMs built from
+	// the template, addresses from the pool); it stays, Terminating, until
+	// they are gone. The message names them.
 	InUseReason ConditionReason = "InUse"
 	// ClusterUnavailableReason: the referenced HypervisorCluster is not Ready.
 	ClusterUnavailableReason ConditionReason = "ClusterUnavailable"
@@ -282,6 +285,11 @@ const (
 	// ReservationRejectedReason: a claim's VM reservation annotation was
 	// not trusted (its signature or its placement did not check out).
 	ReservationRejectedReason ConditionReason = "ReservationRejected"
+	// PlacementRecordRejectedReason: the record of what a claim's VM was
+	// authorized to be (annotation hyperfleet.io/placement) is missing or
+	// does not verify; the claim fails rather than build its VM from
+	// values nobody authorized.
+	PlacementRecordRejectedReason ConditionReason = "PlacementRecordRejected"
 
 	// ScopeVerifiedReason: the credentials manage runners in the scope.
 	ScopeVerifiedReason ConditionReason = "CredentialsReachScope"
@@ -385,6 +393,17 @@ const (
 	// id) verifies and the VM is one placement could have chosen for the
 	// claim; see docs/security.md.
 	VMReservationAnnotation = "hyperfleet.io/vm-reservation"
+	// PlacementAnnotation records what a claim's VM was authorized to be
+	// when the claim was placed: the hypervisor template and clone mode,
+	// storage, resource pool, bridge, VLAN, NIC model and resources the
+	// cluster's allow-lists admitted, as JSON with a "signature" (an HMAC
+	// with the install's ownership key over the claim's UID, its VM's
+	// cluster and every value). The claim controller writes it in the same
+	// API write as VMReservationAnnotation, and every later step that
+	// builds the VM uses it instead of the template's current values; a
+	// claim whose record does not verify fails. See docs/security.md, "The
+	// placement record".
+	PlacementAnnotation = "hyperfleet.io/placement"
 
 	// MachineClaimFinalizer holds a claim until its VM and everything
 	// allocated for it are gone.
@@ -393,4 +412,12 @@ const (
 	// it, so deleting a cluster never strands VMs the operator can no
 	// longer reach.
 	HypervisorClusterFinalizer = "hyperfleet.io/vms-released"
+	// HypervisorMachineTemplateFinalizer holds a template until no claim
+	// that began to use it (a VM placed, reserved or still to be torn down)
+	// is left, so that deleting a template never leaves a claim without the
+	// cloud-init and credentials its VM and runner need.
+	HypervisorMachineTemplateFinalizer = "hyperfleet.io/claims-released"
+	// IPPoolFinalizer holds an IPPool until no claim records an address
+	// from it: an address is free again only once its VM is gone.
+	IPPoolFinalizer = "hyperfleet.io/addresses-released"
 )

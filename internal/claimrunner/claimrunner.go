@@ -227,7 +227,15 @@ func (s *Service) Release(ctx context.Context, claim *hfv1.MachineClaim) (bool, 
 	}
 	st := claim.Status.Bootstrap
 	err := s.remove(ctx, claim, "")
-	if err == nil {
+	switch {
+	case err == nil:
+		return true, 0
+	case errors.Is(err, errTemplateGone):
+		// Retrying cannot help: whatever could remove the runner went
+		// with the template. The claim does not wait for it.
+		msg := fmt.Sprintf("Runner %s was not removed: %v. The orphan sweep removes it if a template or RunnerPool with credentials for its scope remains (docs/security.md, \"Orphans\"); the CI platform drops offline ephemeral runners by itself", st.RunnerName, err)
+		s.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.RunnerNotRemovedReason), conditions.Truncate(msg, 1024))
+		claimstatus.SetEnding(claim, hfv1.RunnerNotRemovedReason, conditions.Truncate(msg, 1024))
 		return true, 0
 	}
 	since := claim.CreationTimestamp.Time
@@ -292,12 +300,16 @@ func (s *Service) remove(ctx context.Context, claim *hfv1.MachineClaim, note str
 	return nil
 }
 
+// errTemplateGone: the claim's template, whose credentials remove its
+// runner, no longer exists.
+var errTemplateGone = errors.New("is gone with the credentials needed to remove the runner")
+
 // release calls the Releaser with the claim's template.
 func (s *Service) release(ctx context.Context, claim *hfv1.MachineClaim) error {
 	var tmpl hfv1.HypervisorMachineTemplate
 	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, &tmpl); err != nil {
 		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("HypervisorMachineTemplate %s is gone with the credentials needed to remove the runner: %w", claim.Spec.TemplateRef.Name, err)
+			return fmt.Errorf("HypervisorMachineTemplate %s/%s %w", claim.Namespace, claim.Spec.TemplateRef.Name, errTemplateGone)
 		}
 		return err
 	}

@@ -6,16 +6,16 @@ package controller
 
 // What each rule is for (docs/security.md, "What the operator can read"):
 // the operator never creates or deletes HypervisorClusters, templates, pools
-// or IPPools (people do); it adds and removes the HypervisorCluster
-// finalizer; it creates, patches and deletes MachineClaims (RunnerPools own
+// or IPPools (people do); it adds and removes the in-use finalizers of
+// HypervisorClusters, templates and IPPools (update, patch; inuse.go); it creates, patches and deletes MachineClaims (RunnerPools own
 // them, with blockOwnerDeletion, hence runnerpools/finalizers) and CIJobs.
 //
-// +kubebuilder:rbac:groups=hyperfleet.io,resources=hypervisormachinetemplates;runnerpools;ippools,verbs=get;list;watch
-// +kubebuilder:rbac:groups=hyperfleet.io,resources=hypervisorclusters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=hyperfleet.io,resources=runnerpools,verbs=get;list;watch
+// +kubebuilder:rbac:groups=hyperfleet.io,resources=hypervisorclusters;hypervisormachinetemplates;ippools,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=hyperfleet.io,resources=machineclaims;cijobs,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=hyperfleet.io,resources=cijobs,verbs=deletecollection
 // +kubebuilder:rbac:groups=hyperfleet.io,resources=hypervisorclusters/status;hypervisormachinetemplates/status;runnerpools/status;machineclaims/status;ippools/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=hyperfleet.io,resources=hypervisorclusters/finalizers;runnerpools/finalizers;machineclaims/finalizers,verbs=update
+// +kubebuilder:rbac:groups=hyperfleet.io,resources=hypervisorclusters/finalizers;hypervisormachinetemplates/finalizers;ippools/finalizers;runnerpools/finalizers;machineclaims/finalizers,verbs=update
 // Secrets are not in this role: the ClusterRole hyperfleet-secret-reader
 // (config/rbac/secret_reader_role.yaml) holds get, list and watch on them
 // and is bound only in the namespaces of --secret-namespaces, those whose

@@ -22,7 +22,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -165,9 +164,8 @@ func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Re
 	if !cluster.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, h, cluster)
 	}
-	if !controllerutil.ContainsFinalizer(cluster, hfv1.HypervisorClusterFinalizer) {
-		controllerutil.AddFinalizer(cluster, hfv1.HypervisorClusterFinalizer)
-		return ctrl.Result{}, h.PatchMetadata(ctx, cluster)
+	if wrote, err := clusterInUse(cluster).ensureFinalizer(ctx, h); wrote || err != nil {
+		return ctrl.Result{}, err
 	}
 
 	tenancy.SetCondition(cluster)
@@ -506,17 +504,21 @@ func (r *HypervisorClusterReconciler) sendClaimEvent(ctx context.Context, c *hfv
 	}
 }
 
+// clusterInUse is the cluster as claims' VMs use it.
+func clusterInUse(cluster *hfv1.HypervisorCluster) inUse {
+	return inUse{obj: cluster, conditions: &cluster.Status.Conditions, finalizer: hfv1.HypervisorClusterFinalizer, usage: "MachineClaims with VMs on this cluster"}
+}
+
 func (r *HypervisorClusterReconciler) reconcileDelete(ctx context.Context, h *patch.Helper, cluster *hfv1.HypervisorCluster) (ctrl.Result, error) {
 	var claims hfv1.MachineClaimList
 	if err := r.Client.List(ctx, &claims, client.MatchingFields{claimClusterIndex: cluster.Name}); err != nil {
 		return ctrl.Result{}, err
 	}
-	if n := len(claims.Items); n > 0 {
-		msg := fmt.Sprintf("Waiting for %d MachineClaims with VMs on this cluster to be deleted (first: %s)", n, klog.KObj(&claims.Items[0]))
-		conditions.Set(&cluster.Status.Conditions, cluster.Generation, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.InUseReason, msg)
-		if err := h.PatchStatus(ctx, cluster); err != nil {
-			return ctrl.Result{}, err
-		}
+	held, err := clusterInUse(cluster).releaseWhenUnused(ctx, h, r.Recorder, claimNames(claims.Items, func(*hfv1.MachineClaim) bool { return true }))
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if held {
 		// Keep the connection: the claims' finalizers need it to destroy
 		// their VMs.
 		if _, err := r.reconcileConnection(ctx, cluster); err != nil {
@@ -527,8 +529,7 @@ func (r *HypervisorClusterReconciler) reconcileDelete(ctx context.Context, h *pa
 	r.Registry.Remove(cluster.Name)
 	r.forgetSPIRE(cluster.Name)
 	metrics.ForgetCluster(cluster.Name)
-	controllerutil.RemoveFinalizer(cluster, hfv1.HypervisorClusterFinalizer)
-	return ctrl.Result{}, h.PatchMetadata(ctx, cluster)
+	return ctrl.Result{}, nil
 }
 
 // credentialsKey names what c's configuration was resolved from: the

@@ -18,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -80,6 +81,7 @@ func (r *HypervisorMachineTemplateReconciler) SetupWithManager(mgr ctrl.Manager)
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// A namespace's labels decide which allow-list entries apply.
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.templatesForNamespace)).
+		Watches(&hfv1.MachineClaim{}, handler.EnqueueRequestsFromMapFunc(r.deletedTemplateOfClaim)).
 		Named("hypervisormachinetemplate").
 		Complete(r)
 }
@@ -119,8 +121,16 @@ func (r *HypervisorMachineTemplateReconciler) Reconcile(ctx context.Context, req
 	if err := r.Client.Get(ctx, req.NamespacedName, tmpl); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	// Optimistic lock: a stale copy must not drop a finalizer added since
+	// (a merge patch replaces the whole list).
+	h := patch.NewHelper(r.Client, tmpl, patch.WithOptimisticLock())
+	if !tmpl.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, h, tmpl)
+	}
+	if wrote, err := templateInUse(tmpl).ensureFinalizer(ctx, h); wrote || err != nil {
+		return ctrl.Result{}, err
+	}
 	before := tmpl.DeepCopy()
-	h := patch.NewHelper(r.Client, tmpl)
 	result, err := r.validate(ctx, tmpl)
 	r.reportReusableCredential(ctx, tmpl)
 	if perr := h.PatchStatus(ctx, tmpl); perr != nil {
@@ -128,6 +138,55 @@ func (r *HypervisorMachineTemplateReconciler) Reconcile(ctx context.Context, req
 	}
 	r.recordTransition(before, tmpl)
 	return result, err
+}
+
+// templateInUse is the template as its claims use it.
+func templateInUse(tmpl *hfv1.HypervisorMachineTemplate) inUse {
+	return inUse{obj: tmpl, conditions: &tmpl.Status.Conditions, finalizer: hfv1.HypervisorMachineTemplateFinalizer, usage: "MachineClaims built from this template"}
+}
+
+// usesTemplate reports whether a claim began to use its template and may
+// need it again: it has a VM (recorded, or reserved and not ended), or a
+// runner registered with the template's credentials. A claim that did not
+// waits for its template as for any missing one.
+func usesTemplate(c *hfv1.MachineClaim) bool {
+	if !controllerutil.ContainsFinalizer(c, hfv1.MachineClaimFinalizer) {
+		return false
+	}
+	b := c.Status.Bootstrap
+	return c.Status.VMRef != nil || (c.Annotations[hfv1.VMReservationAnnotation] != "" && !c.Ended()) ||
+		(b != nil && (b.RunnerName != "" || b.RunnerID != 0))
+}
+
+// reconcileDelete holds a deleted template while claims use it (their VMs
+// are built from it, their runners removed with its credentials): it is
+// not validated any more, no new VM is built from it, and it goes once
+// the last of them is gone.
+func (r *HypervisorMachineTemplateReconciler) reconcileDelete(ctx context.Context, h *patch.Helper, tmpl *hfv1.HypervisorMachineTemplate) (ctrl.Result, error) {
+	var claims hfv1.MachineClaimList
+	if err := r.Client.List(ctx, &claims, client.InNamespace(tmpl.Namespace), client.MatchingFields{claimTemplateIndex: tmpl.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	held, err := templateInUse(tmpl).releaseWhenUnused(ctx, h, r.Recorder, claimNames(claims.Items, usesTemplate))
+	if err != nil || !held {
+		return ctrl.Result{}, err
+	}
+	// The claims' watch wakes the template when one lets go; this is the
+	// safety net.
+	return ctrl.Result{RequeueAfter: waitForDependency}, nil
+}
+
+// deletedTemplateOfClaim wakes a claim's template while it is being
+// deleted, so that it goes as soon as its last claim lets go; a template
+// in use is not revalidated for every claim's status write.
+func (r *HypervisorMachineTemplateReconciler) deletedTemplateOfClaim(ctx context.Context, o client.Object) []reconcile.Request {
+	c := o.(*hfv1.MachineClaim)
+	key := client.ObjectKey{Namespace: c.Namespace, Name: c.Spec.TemplateRef.Name}
+	var tmpl hfv1.HypervisorMachineTemplate
+	if err := r.Client.Get(ctx, key, &tmpl); err != nil || tmpl.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: key}}
 }
 
 // recordTransition emits an event when validity changes.

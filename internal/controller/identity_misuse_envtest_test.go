@@ -136,8 +136,11 @@ func TestSPIFFEReusedTokenReported(t *testing.T) {
 	refused := func(c *hfv1.MachineClaim) {
 		t.Helper()
 		notice := agentconfig.PowerOffNotice{ClaimRef: agentconfig.ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)},
-			AttestationError: agentconfig.AttestationJoinTokenRefused}
-		if err := op.components.PowerOffNotices.PowerOffNotice(context.Background(), notice, testSigner.PowerOffToken(c.Namespace, c.Name, string(c.UID))); err != nil {
+			PowerOffNoticeBody: agentconfig.PowerOffNoticeBody{AttestationError: agentconfig.AttestationJoinTokenRefused}}
+		if err := op.components.PowerOffNotices.AuthorizePowerOff(notice.ClaimRef, testSigner.PowerOffToken(c.Namespace, c.Name, string(c.UID))); err != nil {
+			t.Fatal(err)
+		}
+		if err := op.components.PowerOffNotices.PowerOffNotice(context.Background(), notice); err != nil {
 			t.Fatal(err)
 		}
 		if err := sim.GuestPowerOff(int(c.Status.VMRef.VMID)); err != nil {

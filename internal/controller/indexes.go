@@ -20,6 +20,9 @@ const (
 	claimVMIndex = "status.vmRef"
 	// claimClusterIndex maps a cluster name to the claims with a VM on it.
 	claimClusterIndex = "status.vmRef.hypervisorCluster"
+	// claimIPPoolIndex maps an IPPool name to the claims that record an
+	// address from it.
+	claimIPPoolIndex = "status.network.ipAllocations.poolRef"
 	// claimTemplateIndex maps a template name to the claims built from it.
 	claimTemplateIndex = "spec.templateRef.name"
 	// templateClusterIndex maps a cluster name to the templates using it.
@@ -65,6 +68,19 @@ func SetupIndexes(ctx context.Context, mgr ctrl.Manager, ws *workload.Backends) 
 			return nil
 		}
 		return []string{c.Status.VMRef.HypervisorCluster}
+	}); err != nil {
+		return err
+	}
+	if err := idx.IndexField(ctx, &hfv1.MachineClaim{}, claimIPPoolIndex, func(o client.Object) []string {
+		n := o.(*hfv1.MachineClaim).Status.Network
+		if n == nil {
+			return nil
+		}
+		var pools []string
+		for _, a := range n.IPAllocations {
+			pools = append(pools, a.PoolRef)
+		}
+		return pools
 	}); err != nil {
 		return err
 	}

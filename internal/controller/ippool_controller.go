@@ -73,7 +73,15 @@ func (r *IPPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	h := patch.NewHelper(r.Client, pool)
+	// Optimistic lock: a stale copy must not drop a finalizer added since
+	// (a merge patch replaces the whole list).
+	h := patch.NewHelper(r.Client, pool, patch.WithOptimisticLock())
+	if !pool.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, h, pool)
+	}
+	if wrote, err := ippoolInUse(pool).ensureFinalizer(ctx, h); wrote || err != nil {
+		return ctrl.Result{}, err
+	}
 	defer func() {
 		if err := h.PatchStatus(ctx, pool); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Patch IPPool status")
@@ -128,6 +136,31 @@ func (r *IPPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	return ctrl.Result{}, nil
 }
 
+// ippoolInUse is the pool as claims' addresses use it.
+func ippoolInUse(pool *hfv1.IPPool) inUse {
+	return inUse{obj: pool, conditions: &pool.Status.Conditions, finalizer: hfv1.IPPoolFinalizer, usage: "MachineClaims holding addresses from this pool"}
+}
+
+// reconcileDelete holds a deleted pool while claims record addresses from
+// it: an address is released only once its VM is gone (docs/security.md,
+// "Absence and release"), and a claim still being built needs the pool's
+// prefix, gateway and nameservers for its VM's network-config. The
+// allocator keeps the pool meanwhile (releases go on; staticAddress gives
+// no new claim an address from it) and forgets it when it goes.
+func (r *IPPoolReconciler) reconcileDelete(ctx context.Context, h *patch.Helper, pool *hfv1.IPPool) (ctrl.Result, error) {
+	var claims hfv1.MachineClaimList
+	if err := r.Client.List(ctx, &claims, client.MatchingFields{claimIPPoolIndex: pool.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	held, err := ippoolInUse(pool).releaseWhenUnused(ctx, h, r.Recorder, claimNames(claims.Items, func(*hfv1.MachineClaim) bool { return true }))
+	if err != nil || held {
+		return ctrl.Result{}, err
+	}
+	r.IPAM.RemovePool(pool.Name)
+	metrics.IPPoolFree.DeleteLabelValues(pool.Name)
+	return ctrl.Result{}, nil
+}
+
 // recordedAllocations reads every allocation from the pool that a claim's
 // status records.
 func (r *IPPoolReconciler) recordedAllocations(ctx context.Context, pool string) ([]ipam.Allocation, error) {
@@ -169,6 +202,10 @@ func (r *MachineClaimReconciler) staticAddress(ctx context.Context, claim *hfv1.
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: ref.Name}, poolObj); err != nil {
 		return netip.Addr{}, nil, false, r.waitForAddress(claim, string(hfv1.IPPoolExhaustedReason), fmt.Sprintf("spec.network.ipPoolRef of template %s: IPPool %s: %v", tmpl.Name, ref.Name, err))
 	}
+	recorded := recordedAllocation(claim, ref.Name)
+	if !poolObj.DeletionTimestamp.IsZero() && recorded == nil {
+		return netip.Addr{}, nil, false, r.waitForAddress(claim, "IPPoolNotReady", fmt.Sprintf("IPPool %s (spec.network.ipPoolRef of template %s) is being deleted and gives no new addresses; point the template at another pool", ref.Name, tmpl.Name))
+	}
 	allowed, err := tenancy.SelectorAdmits(ctx, r.Client, poolObj.Spec.AllowedNamespaces, claim.Namespace)
 	if err != nil || !allowed {
 		return netip.Addr{}, nil, false, r.waitForAddress(claim, string(hfv1.NamespaceNotAllowedReason),
@@ -178,13 +215,9 @@ func (r *MachineClaimReconciler) staticAddress(ctx context.Context, claim *hfv1.
 	if err != nil {
 		return netip.Addr{}, nil, false, r.waitForAddress(claim, string(hfv1.InvalidSpecReason), fmt.Sprintf("IPPool %s is invalid: %v", ref.Name, err))
 	}
-	if claim.Status.Network != nil {
-		for _, a := range claim.Status.Network.IPAllocations {
-			if a.PoolRef == ref.Name {
-				addr, err := ipam.ParseAllocatedAddress(a.Address)
-				return addr, pool, false, err
-			}
-		}
+	if recorded != nil {
+		addr, err := ipam.ParseAllocatedAddress(recorded.Address)
+		return addr, pool, false, err
 	}
 	addr, err := r.IPAM.Allocate(ref.Name, string(claim.UID))
 	switch {
@@ -205,6 +238,20 @@ func (r *MachineClaimReconciler) staticAddress(ctx context.Context, claim *hfv1.
 	r.Recorder.Eventf(claim, corev1.EventTypeNormal, "AddressAllocated", "Allocated %s from IPPool %s", alloc.Address, ref.Name)
 	// fresh: the caller persists the allocation before using it.
 	return addr, pool, true, nil
+}
+
+// recordedAllocation is the claim's address from pool as its status
+// records it; nil when it has none.
+func recordedAllocation(claim *hfv1.MachineClaim, pool string) *hfv1.IPAllocation {
+	if claim.Status.Network == nil {
+		return nil
+	}
+	for i, a := range claim.Status.Network.IPAllocations {
+		if a.PoolRef == pool {
+			return &claim.Status.Network.IPAllocations[i]
+		}
+	}
+	return nil
 }
 
 func (r *MachineClaimReconciler) waitForAddress(claim *hfv1.MachineClaim, reason, msg string) error {

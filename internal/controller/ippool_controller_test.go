@@ -12,6 +12,19 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 )
 
+// staticTemplate creates "static", the fixture's template with addresses
+// from pool, and waits until it is Ready.
+func (f *fixture) staticTemplate(t *testing.T, pool *hfv1.IPPool) *hfv1.HypervisorMachineTemplate {
+	t.Helper()
+	static := f.template.DeepCopy()
+	static.ObjectMeta = metav1.ObjectMeta{Namespace: f.namespace, Name: "static"}
+	static.Status = hfv1.HypervisorMachineTemplateStatus{}
+	static.Spec.Network = hfv1.MachineNetwork{Mode: hfv1.NetworkModeStatic, IPPoolRef: &hfv1.ObjectName{Name: pool.Name}}
+	f.create(static)
+	waitTemplate(t, static, metav1.ConditionTrue, "")
+	return static
+}
+
 // TestStaticAddresses: claims of a static-mode template get distinct
 // addresses from the pool, recorded in status; an exhausted pool makes the
 // next claim wait and say why; a deleted claim's address returns to the
@@ -32,12 +45,7 @@ func TestStaticAddresses(t *testing.T) {
 	}
 	f.create(pool)
 	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pool) })
-	static := f.template.DeepCopy()
-	static.ObjectMeta = metav1.ObjectMeta{Namespace: f.namespace, Name: "static"}
-	static.Status = hfv1.HypervisorMachineTemplateStatus{}
-	static.Spec.Network = hfv1.MachineNetwork{Mode: hfv1.NetworkModeStatic, IPPoolRef: &hfv1.ObjectName{Name: pool.Name}}
-	f.create(static)
-	waitTemplate(t, static, metav1.ConditionTrue, "")
+	static := f.staticTemplate(t, pool)
 
 	newStaticClaim := func(name string) *hfv1.MachineClaim {
 		c := &hfv1.MachineClaim{

@@ -233,7 +233,8 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			r.releaseIdentityPhase, r.removeFinalizerPhase)
 	}
 	return runPhases(ctx, s, r.restoreReservation, r.ensureMetadata, r.containMisuse, r.handleEnd, r.refuseUnsupported,
-		r.loadDependencies, r.connectProvider, r.deliverIdentity, r.watchAttestation, r.storeCredential, r.watchRunning, r.ensureAddress, r.ensureIdentity, r.ensureVM)
+		r.loadDependencies, r.connectProvider, r.deliverIdentity, r.watchAttestation, r.storeCredential, r.watchRunning, r.requireTemplate,
+		r.ensureAddress, r.ensureIdentity, r.ensureVM)
 }
 
 // ensureMetadata adds the finalizer and the standard labels (in memory;

@@ -32,10 +32,12 @@ func setStandardMetadata(claim *hfv1.MachineClaim, cluster string) {
 	claim.SetLabels(labels)
 }
 
-// setReservation records a reserved VM in the claim's annotation, signed
+// setReservation records a reserved VM and what spec's VM was authorized
+// to be (its placement record) in the claim's annotations, each signed
 // with the install's key (internal/reservation).
-func (r *MachineClaimReconciler) setReservation(claim *hfv1.MachineClaim, cluster string, p provider.Progress) {
+func (r *MachineClaimReconciler) setReservation(claim *hfv1.MachineClaim, cluster string, p provider.Progress, spec *provider.VMSpec) {
 	reservation.Annotate(claim, r.Signer, cluster, p)
+	reservation.RecordPlacement(claim, r.Signer, cluster, spec)
 }
 
 // restoreReservation puts a reserved VM back into the status of a claim

@@ -18,14 +18,19 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/claimvm"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/reservation"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
-// loadDependencies loads the claim's template and cluster into the scope;
-// the claim waits (its Provisioned condition says why) while either is
-// missing, the template is not Ready, or the cluster does not admit it.
+// loadDependencies loads the claim's template and cluster into the scope.
+// A claim still to be placed waits (its Provisioned condition says why)
+// while either is missing, the template is not Ready or is being deleted,
+// or the cluster does not admit it. A placed claim needs only its VM's
+// cluster: it is built from its placement record, and observing, ending
+// and deleting its VM need no template (a template deleted anyway leaves
+// s.tmpl nil; requireTemplate decides what that means).
 func (r *MachineClaimReconciler) loadDependencies(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
 	claim := s.claim
 	waitFor := func(reason hfv1.ConditionReason, msg string) (ctrl.Result, bool, error) {
@@ -33,31 +38,31 @@ func (r *MachineClaimReconciler) loadDependencies(ctx context.Context, s *claimS
 		return ctrl.Result{RequeueAfter: waitForDependency}, false, nil
 	}
 	tmpl := &hfv1.HypervisorMachineTemplate{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, tmpl); err != nil {
-		if apierrors.IsNotFound(err) {
-			return waitFor(hfv1.TemplateNotFoundReason, fmt.Sprintf("spec.templateRef: HypervisorMachineTemplate %s/%s does not exist; create it or fix the name", claim.Namespace, claim.Spec.TemplateRef.Name))
-		}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, tmpl)
+	switch {
+	case apierrors.IsNotFound(err) && claim.Status.VMRef != nil:
+		tmpl = nil
+	case apierrors.IsNotFound(err):
+		return waitFor(hfv1.TemplateNotFoundReason, fmt.Sprintf("spec.templateRef: HypervisorMachineTemplate %s/%s does not exist; create it or fix the name", claim.Namespace, claim.Spec.TemplateRef.Name))
+	case err != nil:
 		return waitFor(hfv1.TemplateNotFoundReason, fmt.Sprintf("read HypervisorMachineTemplate %s: %v", claim.Spec.TemplateRef.Name, err))
 	}
-	// A claim that already has a VM keeps working with the template it was
-	// built from, even if the template has since become invalid.
+	// A claim that already has a VM keeps working with what it was placed
+	// with, even if the template has since become invalid.
 	if claim.Status.VMRef == nil {
-		ready := hfv1.FindCondition(tmpl.Status.Conditions, hfv1.ReadyCondition)
-		if ready == nil || ready.Status != metav1.ConditionTrue || tmpl.Status.ObservedGeneration != tmpl.Generation {
-			msg := "it has not been validated yet"
-			if ready != nil && ready.Status == metav1.ConditionFalse {
-				msg = ready.Reason + ": " + ready.Message
-			}
-			return waitFor(hfv1.TemplateNotReadyReason, fmt.Sprintf("HypervisorMachineTemplate %s is not ready: %s", tmpl.Name, msg))
+		if msg := notReadyForNewVMs(tmpl); msg != "" {
+			return waitFor(hfv1.TemplateNotReadyReason, msg)
 		}
 	}
-	clusterName := tmpl.Spec.HypervisorClusterRef.Name
-	if claim.Status.VMRef != nil {
-		clusterName = claim.Status.VMRef.HypervisorCluster
+	var clusterName string
+	if ref := claim.Status.VMRef; ref != nil {
+		clusterName = ref.HypervisorCluster
+	} else {
+		clusterName = tmpl.Spec.HypervisorClusterRef.Name
 	}
 	cluster := &hfv1.HypervisorCluster{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: clusterName}, cluster); err != nil {
-		return waitFor(hfv1.ClusterUnavailableReason, fmt.Sprintf("HypervisorCluster %s (from template %s): %v", clusterName, tmpl.Name, err))
+		return waitFor(hfv1.ClusterUnavailableReason, fmt.Sprintf("HypervisorCluster %s (of template %s): %v", clusterName, claim.Spec.TemplateRef.Name, err))
 	}
 	if claim.Status.VMRef == nil {
 		// Checked again here, not only when the template was validated: a
@@ -79,6 +84,41 @@ func (r *MachineClaimReconciler) loadDependencies(ctx context.Context, s *claimS
 	// pass's other metadata changes).
 	setStandardMetadata(claim, cluster.Name)
 	return ctrl.Result{}, true, nil
+}
+
+// notReadyForNewVMs says why no new VM may be built from tmpl, "" when one
+// may: it must be Ready for its current generation and not being deleted.
+func notReadyForNewVMs(tmpl *hfv1.HypervisorMachineTemplate) string {
+	if !tmpl.DeletionTimestamp.IsZero() {
+		return fmt.Sprintf("HypervisorMachineTemplate %s is being deleted; no new VM is built from it", tmpl.Name)
+	}
+	ready := hfv1.FindCondition(tmpl.Status.Conditions, hfv1.ReadyCondition)
+	if ready != nil && ready.Status == metav1.ConditionTrue && tmpl.Status.ObservedGeneration == tmpl.Generation {
+		return ""
+	}
+	msg := "it has not been validated yet"
+	if ready != nil && ready.Status == metav1.ConditionFalse {
+		msg = ready.Reason + ": " + ready.Message
+	}
+	return fmt.Sprintf("HypervisorMachineTemplate %s is not ready: %s", tmpl.Name, msg)
+}
+
+// requireTemplate fails a claim whose VM is still being built but whose
+// template was deleted anyway (its finalizer removed by hand, or deleted
+// before templates had one): the VM's cloud-init and runner credential come
+// from the template, so the VM can never be finished, and it is destroyed.
+// A running claim never gets here: watchRunning ends each of its passes,
+// so it still sees its VM power off and ends without the template.
+func (r *MachineClaimReconciler) requireTemplate(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+	if s.tmpl != nil {
+		return ctrl.Result{}, true, nil
+	}
+	claim := s.claim
+	r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.TemplateNotFoundReason, message: fmt.Sprintf(
+		"spec.templateRef: HypervisorMachineTemplate %s/%s was deleted before VM %d was built; without its cloud-init and credentials the VM cannot be finished and is destroyed",
+		claim.Namespace, claim.Spec.TemplateRef.Name, claim.Status.VMRef.VMID)})
+	res, _, err := r.reconcileFailed(ctx, s)
+	return res, false, err
 }
 
 // connectProvider puts the cluster's provider into the scope. A claim
@@ -145,6 +185,18 @@ func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (c
 		res, err := r.provisionError(ctx, s, err)
 		return res, false, err
 	}
+	if claim.Status.VMRef != nil {
+		// Placed: the VM is built from what was authorized then, never
+		// from the template's current values (docs/security.md, "The
+		// placement record").
+		placed, err := r.reservations().Placement(ctx, claim)
+		if err != nil {
+			r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.PlacementRecordRejectedReason, message: err.Error()})
+			res, _, err := r.reconcileFailed(ctx, s)
+			return res, false, err
+		}
+		reservation.ApplyPlacement(spec, placed)
+	}
 	prev := claimvm.Progress(claim)
 	if claim.Status.VMRef == nil {
 		claim.Status.TemplateHash = tmpl.Status.TemplateHash
@@ -158,7 +210,7 @@ func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (c
 		// (restoreReservation). If the write fails, the next pass starts
 		// over from the stored state.
 		r.vmSteps().RecordProgress(ctx, claim, cluster.Name, prev, res.Progress)
-		r.setReservation(claim, cluster.Name, res.Progress)
+		r.setReservation(claim, cluster.Name, res.Progress, spec)
 		if err := s.patch.PatchMetadata(ctx, claim); err != nil {
 			return ctrl.Result{}, false, fmt.Errorf("record VM id %d before cloning: %w", res.Progress.VMID, err)
 		}

@@ -329,6 +329,8 @@ func (v *poolView) templateReady() (bool, string) {
 	}
 	ready := hfv1.FindCondition(v.tmpl.Status.Conditions, hfv1.ReadyCondition)
 	switch {
+	case !v.tmpl.DeletionTimestamp.IsZero():
+		return false, fmt.Sprintf("HypervisorMachineTemplate %s is being deleted; no new VM is built from it", v.tmpl.Name)
 	case ready == nil || v.tmpl.Status.ObservedGeneration != v.tmpl.Generation:
 		return false, fmt.Sprintf("HypervisorMachineTemplate %s has not been validated yet", v.tmpl.Name)
 	case ready.Status != metav1.ConditionTrue:

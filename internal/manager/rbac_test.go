@@ -15,17 +15,7 @@ import (
 // own: a compromised or buggy operator must not be able to add a cluster,
 // a template, a pool or an address range, nor remove one.
 func TestClusterRoleCannotCreateOrDeletePlatformObjects(t *testing.T) {
-	raw, err := os.ReadFile("../../config/rbac/role.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var role rbacv1.ClusterRole
-	if err := yaml.Unmarshal(raw, &role); err != nil {
-		t.Fatal(err)
-	}
-	if role.Name != "hyperfleet-manager" || len(role.Rules) == 0 {
-		t.Fatalf("config/rbac/role.yaml is not the manager's ClusterRole: %s with %d rules", role.Name, len(role.Rules))
-	}
+	role := managerRole(t)
 	protected := []string{"hypervisorclusters", "hypervisormachinetemplates", "runnerpools", "ippools"}
 	forbidden := []string{"create", "delete", "deletecollection", "*"}
 	for _, rule := range role.Rules {
@@ -43,4 +33,56 @@ func TestClusterRoleCannotCreateOrDeletePlatformObjects(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestClusterRoleHoldsWhatClaimsUse: the operator adds and removes the
+// in-use finalizers of HypervisorClusters, HypervisorMachineTemplates and
+// IPPools (update and patch on them, update on their finalizers
+// subresource), and nothing more on RunnerPools than it did.
+func TestClusterRoleHoldsWhatClaimsUse(t *testing.T) {
+	role := managerRole(t)
+	for _, res := range []string{"hypervisorclusters", "hypervisormachinetemplates", "ippools"} {
+		for _, verb := range []string{"get", "list", "watch", "update", "patch"} {
+			if !grants(role, res, verb) {
+				t.Errorf("the ClusterRole does not grant %q on %s: its in-use finalizer cannot be written", verb, res)
+			}
+		}
+		if !grants(role, res+"/finalizers", "update") {
+			t.Errorf("the ClusterRole does not grant update on %s/finalizers", res)
+		}
+	}
+	for _, verb := range []string{"update", "patch"} {
+		if grants(role, "runnerpools", verb) {
+			t.Errorf("the ClusterRole grants %q on runnerpools; the operator writes only their status", verb)
+		}
+	}
+}
+
+// managerRole reads the ClusterRole generated from the markers in
+// internal/controller/doc.go (make manifests).
+func managerRole(t *testing.T) rbacv1.ClusterRole {
+	t.Helper()
+	raw, err := os.ReadFile("../../config/rbac/role.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.Unmarshal(raw, &role); err != nil {
+		t.Fatal(err)
+	}
+	if role.Name != "hyperfleet-manager" || len(role.Rules) == 0 {
+		t.Fatalf("config/rbac/role.yaml is not the manager's ClusterRole: %s with %d rules", role.Name, len(role.Rules))
+	}
+	return role
+}
+
+// grants reports whether a rule of role grants verb on the hyperfleet.io
+// resource res.
+func grants(role rbacv1.ClusterRole, res, verb string) bool {
+	for _, rule := range role.Rules {
+		if slices.Contains(rule.APIGroups, "hyperfleet.io") && slices.Contains(rule.Resources, res) && slices.Contains(rule.Verbs, verb) {
+			return true
+		}
+	}
+	return false
 }

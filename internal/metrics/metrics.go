@@ -56,6 +56,15 @@ var (
 		Help: "VM reservation annotations on MachineClaims that were refused (signature or placement check failed).",
 	})
 
+	// PlacementRecordsRejected counts placement records (what a claim's VM
+	// was authorized to be) that did not verify when the claim went on
+	// building its VM: each is a record removed, edited or copied by
+	// someone other than the operator, and the claim failed.
+	PlacementRecordsRejected = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: namespace, Name: "placement_records_rejected_total",
+		Help: "MachineClaim placement records that were refused (missing, unreadable or signature check failed); each failed its claim.",
+	})
+
 	// PowerOffToDestroyed is the time from a VM being seen powered off to
 	// its VM destroyed and its claim gone.
 	PowerOffToDestroyed = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -223,7 +232,7 @@ var (
 
 func init() {
 	crmetrics.Registry.MustRegister(
-		ClaimPhaseSeconds, ClaimsStuck, ClaimTransitions, ClaimErrors, ReservationsRejected, PowerOffToDestroyed, CreatedToCloneRequest,
+		ClaimPhaseSeconds, ClaimsStuck, ClaimTransitions, ClaimErrors, ReservationsRejected, PlacementRecordsRejected, PowerOffToDestroyed, CreatedToCloneRequest,
 		PowerOffHints, VMsInTransition,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
 		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads, BrokerRequests,

@@ -1,9 +1,11 @@
-// Package reservation is the signed VM reservation a MachineClaim stores
-// in its annotation before its clone request (docs/architecture.md, "Never
-// block in Reconcile"): writing it, reading it, and deciding whether a
-// claim may trust it again after the operator stopped between the clone
-// request and the status write that records the VM. The signature is
-// pkg/ownership's.
+// Package reservation is what a MachineClaim stores in its annotations,
+// signed, in its one write before its clone request (docs/architecture.md,
+// "Never block in Reconcile"): the VM reservation (writing it, reading it,
+// and deciding whether a claim may trust it again after the operator stopped
+// between the clone request and the status write that records the VM) and
+// the placement record (what the VM was authorized to be, which every later
+// step builds the VM from; docs/security.md, "The placement record"). The
+// signatures are pkg/ownership's.
 package reservation
 
 import (
@@ -42,7 +44,7 @@ type Checker struct {
 // memory; the scope writes it), signed with the install's key over
 // the claim's UID, cluster, node and VM id: the annotation is writable by
 // anyone who may edit the claim, so only the signature makes it the
-// operator's word (docs/security.md, "Forged reservations").
+// operator's word (docs/security.md, "The placement record").
 func Annotate(claim *hfv1.MachineClaim, signer *ownership.Signer, cluster string, p provider.Progress) {
 	if claim.Annotations == nil {
 		claim.Annotations = map[string]string{}

@@ -26,33 +26,49 @@ type Reservation struct {
 	VMID     int
 }
 
-// SignReservation returns the MAC that proves r was written by this
-// install. The claim controller stores it next to the reservation in an
-// annotation that tenants can write (see docs/security.md, "Forged
-// reservations"); only a value carrying a MAC that verifies for the claim's
-// own UID is ever acted on.
-func (s *Signer) SignReservation(r Reservation) string {
-	return s.reservationMAC(s.signingID, s.keys[s.signingID], r)
+func (r Reservation) fields() []string {
+	return []string{r.ClaimUID, r.Cluster, r.Node, strconv.Itoa(r.VMID)}
 }
 
-// reservationMAC is "v1.<key id>.<MAC>" with the ring's key id.
-func (s *Signer) reservationMAC(id int, key []byte, r Reservation) string {
-	mac := hmac.New(sha256.New, key)
-	fmt.Fprintf(mac, "%s\n", reservationPurpose)
-	for _, f := range []string{s.operatorID, r.ClaimUID, r.Cluster, r.Node, strconv.Itoa(r.VMID)} {
-		// Length-prefixed, so moving characters between fields changes
-		// the signed bytes.
-		fmt.Fprintf(mac, "%d:%s\n", len(f), f)
-	}
-	return reservationVersion + "." + strconv.Itoa(id) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+// SignReservation returns the MAC that proves r was written by this
+// install. The claim controller stores it next to the reservation in an
+// annotation that tenants can write (see docs/security.md, "The placement
+// record"); only a value carrying a MAC that verifies for the claim's own
+// UID is ever acted on.
+func (s *Signer) SignReservation(r Reservation) string {
+	return s.signRecord(reservationPurpose, reservationVersion, r.fields())
 }
 
 // VerifyReservation reports whether sig is this install's MAC over r, made
 // with any key of the ring (a reservation signed just before a key
 // rotation still verifies), compared in constant time.
 func (s *Signer) VerifyReservation(r Reservation, sig string) bool {
-	version, rest, ok := strings.Cut(sig, ".")
-	if !ok || version != reservationVersion {
+	return s.verifyRecord(reservationPurpose, reservationVersion, r.fields(), sig)
+}
+
+// signRecord is "<version>.<key id>.<MAC>" over the operator id and fields,
+// under the ring's signing key. The MAC starts with purpose, so records of
+// different kinds made with one key never stand in for each other.
+func (s *Signer) signRecord(purpose, version string, fields []string) string {
+	return s.recordMAC(purpose, version, s.signingID, s.keys[s.signingID], fields)
+}
+
+func (s *Signer) recordMAC(purpose, version string, id int, key []byte, fields []string) string {
+	mac := hmac.New(sha256.New, key)
+	fmt.Fprintf(mac, "%s\n", purpose)
+	for _, f := range append([]string{s.operatorID}, fields...) {
+		// Length-prefixed, so moving characters between fields changes
+		// the signed bytes.
+		fmt.Fprintf(mac, "%d:%s\n", len(f), f)
+	}
+	return version + "." + strconv.Itoa(id) + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// verifyRecord reports whether sig is signRecord's result for fields under
+// the key of the ring it names, compared in constant time.
+func (s *Signer) verifyRecord(purpose, version string, fields []string, sig string) bool {
+	v, rest, ok := strings.Cut(sig, ".")
+	if !ok || v != version {
 		return false
 	}
 	idText, _, ok := strings.Cut(rest, ".")
@@ -67,5 +83,5 @@ func (s *Signer) VerifyReservation(r Reservation, sig string) bool {
 	if !ok {
 		return false
 	}
-	return hmac.Equal([]byte(s.reservationMAC(id, key, r)), []byte(sig))
+	return hmac.Equal([]byte(s.recordMAC(purpose, version, id, key, fields)), []byte(sig))
 }

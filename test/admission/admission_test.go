@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -204,5 +205,124 @@ func TestTenantCannotWriteOperatorMetadata(t *testing.T) {
 	wantRefused(t, "write status", tenant.Status().Update(ctx, cur.DeepCopy()), "status of machineclaims")
 	if err := operator.Status().Update(ctx, cur.DeepCopy()); err != nil {
 		t.Fatalf("the operator could not write status: %v", err)
+	}
+}
+
+// TestTenantCannotRemoveFinalizersOrEditCIJobs: a tenant (with
+// cluster-admin RBAC) can neither remove nor add HyperFleet's finalizers on
+// a claim (before or after deleting it), a template or an IPPool, and each
+// refusal says how to get what the tenant wants; nor create a CIJob or
+// change its state or labels. The operator can do each; the tenant's own
+// finalizers and the deletion itself stay the tenant's.
+func TestTenantCannotRemoveFinalizersOrEditCIJobs(t *testing.T) {
+	applyPolicies(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	tenant, operator := as(t, "alice"), as(t, operatorUser)
+
+	withFinalizer := func(obj client.Object, finalizer string) {
+		t.Helper()
+		obj.SetFinalizers([]string{finalizer})
+		if err := operator.Update(ctx, obj); err != nil {
+			t.Fatalf("the operator could not add finalizer %s to %s: %v", finalizer, obj.GetName(), err)
+		}
+	}
+	// edit applies mutate to the current obj as user.
+	edit := func(user client.Client, obj client.Object, mutate func(client.Object)) error {
+		t.Helper()
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			t.Fatal(err)
+		}
+		mutate(obj)
+		return user.Update(ctx, obj)
+	}
+	drop := func(o client.Object) { o.SetFinalizers(nil) }
+
+	// A claim: its finalizer holds it until its VM is gone.
+	c := claim(ns, "held", nil, nil)
+	if err := tenant.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	withFinalizer(c, hfv1.MachineClaimFinalizer)
+	wantRefused(t, "remove the claim's finalizer", edit(tenant, c, drop), "metadata.finalizers: "+hfv1.MachineClaimFinalizer)
+	err := edit(tenant, c, drop)
+	if err == nil || !strings.Contains(err.Error(), "to end a MachineClaim, delete it: the operator removes its finalizer when its VM is gone") {
+		t.Fatalf("the refusal does not say how to end a claim: %v", err)
+	}
+	if err := edit(tenant, c, func(o client.Object) { o.SetFinalizers(append(o.GetFinalizers(), "example.com/mine")) }); err != nil {
+		t.Fatalf("the tenant could not add a finalizer of its own: %v", err)
+	}
+	if err := tenant.Delete(ctx, c); err != nil {
+		t.Fatalf("the tenant could not delete its claim: %v", err)
+	}
+	wantRefused(t, "remove the finalizer of a deleted claim", edit(tenant, c, drop), hfv1.MachineClaimFinalizer)
+	if err := edit(tenant, c, func(o client.Object) { o.SetFinalizers([]string{hfv1.MachineClaimFinalizer}) }); err != nil {
+		t.Fatalf("the tenant could not remove a finalizer of its own: %v", err)
+	}
+	wantRefused(t, "create a claim with the operator's finalizer", tenant.Create(ctx, &hfv1.MachineClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pre-held", Finalizers: []string{hfv1.MachineClaimFinalizer}},
+		Spec:       hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: "debian"}},
+	}), hfv1.MachineClaimFinalizer)
+	if err := edit(operator, c, drop); err != nil {
+		t.Fatalf("the operator could not remove its finalizer: %v", err)
+	}
+
+	// A template and an IPPool: their finalizers hold them while claims use them.
+	tmpl := &hfv1.HypervisorMachineTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "debian"},
+		Spec: hfv1.HypervisorMachineTemplateSpec{
+			HypervisorClusterRef: hfv1.ObjectName{Name: "pve"},
+			Source:               hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateName: "debian-12"}},
+			Resources:            hfv1.MachineResources{CPU: 1, Memory: resource.MustParse("1Gi")},
+			Bootstrap: hfv1.Bootstrap{GitHub: hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org",
+				Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}}}},
+		},
+	}
+	pool := &hfv1.IPPool{
+		ObjectMeta: metav1.ObjectMeta{Name: ns + "-pool"},
+		Spec:       hfv1.IPPoolSpec{Addresses: []string{"10.9.0.10-10.9.0.20"}, Prefix: 24},
+	}
+	for _, tc := range []struct {
+		obj       client.Object
+		finalizer string
+	}{{tmpl, hfv1.HypervisorMachineTemplateFinalizer}, {pool, hfv1.IPPoolFinalizer}} {
+		if err := tenant.Create(ctx, tc.obj); err != nil {
+			t.Fatal(err)
+		}
+		withFinalizer(tc.obj, tc.finalizer)
+		if err := tenant.Delete(ctx, tc.obj); err != nil {
+			t.Fatalf("delete %s: %v", tc.obj.GetName(), err)
+		}
+		err := edit(tenant, tc.obj, drop)
+		wantRefused(t, "remove the finalizer of "+tc.obj.GetName(), err, "metadata.finalizers: "+tc.finalizer)
+		if !strings.Contains(err.Error(), "the operator removes its finalizer once no MachineClaim uses it") {
+			t.Fatalf("the refusal does not say what to do: %v", err)
+		}
+		if err := edit(operator, tc.obj, drop); err != nil {
+			t.Fatalf("the operator could not remove its finalizer from %s: %v", tc.obj.GetName(), err)
+		}
+	}
+
+	// CIJobs: the demand record is the operator's.
+	job := &hfv1.CIJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "github-actions-4242"},
+		Spec: hfv1.CIJobSpec{Platform: hfv1.WorkloadGitHubActions, JobID: 4242, Repository: "octo-org/app",
+			Labels: []string{"self-hosted"}, RunnerPoolRef: hfv1.ObjectName{Name: "linux"}},
+		Status: hfv1.CIJobStatus{State: hfv1.CIJobQueued},
+	}
+	wantRefused(t, "create a CIJob", tenant.Create(ctx, job.DeepCopy()), "cijobs")
+	if err := operator.Create(ctx, job); err != nil {
+		t.Fatalf("the operator could not record a job: %v", err)
+	}
+	wantRefused(t, "complete a queued job", edit(tenant, job, func(o client.Object) {
+		o.(*hfv1.CIJob).Status.State = hfv1.CIJobCompleted
+	}), "status.state")
+	wantRefused(t, "name another runner", edit(tenant, job, func(o client.Object) {
+		j := o.(*hfv1.CIJob)
+		j.Status.State, j.Status.RunnerName = hfv1.CIJobInProgress, "someone-elses-runner"
+	}), "cijobs")
+	wantRefused(t, "label a job", edit(tenant, job, func(o client.Object) { o.SetLabels(map[string]string{"team": "a"}) }), "cijobs")
+	if err := edit(operator, job, func(o client.Object) { o.(*hfv1.CIJob).Status.State = hfv1.CIJobInProgress }); err != nil {
+		t.Fatalf("the operator could not move the job forward: %v", err)
 	}
 }

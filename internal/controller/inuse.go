@@ -1,0 +1,92 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/patch"
+)
+
+// maxUsersListed bounds the claims an InUse message names.
+const maxUsersListed = 5
+
+// inUse is an object people create and delete that claims depend on (a
+// HypervisorCluster, HypervisorMachineTemplate or IPPool), held by its
+// finalizer while they do: deleting it leaves it Terminating until the
+// last claim using it is gone.
+type inUse struct {
+	obj        client.Object
+	conditions *[]metav1.Condition
+	finalizer  string
+	// usage says what the claims hold, as in "MachineClaims with VMs on
+	// this cluster".
+	usage string
+}
+
+// ensureFinalizer adds the finalizer (under h's optimistic lock) and
+// reports whether it wrote: the caller then returns, and the write's watch
+// event brings the object back.
+func (u inUse) ensureFinalizer(ctx context.Context, h *patch.Helper) (bool, error) {
+	if controllerutil.ContainsFinalizer(u.obj, u.finalizer) {
+		return false, nil
+	}
+	controllerutil.AddFinalizer(u.obj, u.finalizer)
+	if err := h.PatchMetadata(ctx, u.obj); err != nil {
+		return true, fmt.Errorf("add finalizer %s: %w", u.finalizer, err)
+	}
+	return true, nil
+}
+
+// releaseWhenUnused lets a deleted object go once no claim uses it. While
+// users (claims as namespace/name) is not empty the object keeps its
+// finalizer, its Ready condition is False with reason InUse naming them,
+// and an InUse warning event says so when the wait begins; then the
+// finalizer is removed under h's optimistic lock (a stale copy gets a
+// conflict instead of dropping someone else's finalizer). It reports
+// whether the object is still held.
+func (u inUse) releaseWhenUnused(ctx context.Context, h *patch.Helper, rec record.EventRecorder, users []string) (bool, error) {
+	if len(users) == 0 {
+		if !controllerutil.ContainsFinalizer(u.obj, u.finalizer) {
+			return false, nil
+		}
+		controllerutil.RemoveFinalizer(u.obj, u.finalizer)
+		if err := h.PatchMetadata(ctx, u.obj); err != nil {
+			return false, fmt.Errorf("remove finalizer %s: %w", u.finalizer, err)
+		}
+		return false, nil
+	}
+	slices.Sort(users)
+	named := users[:min(len(users), maxUsersListed)]
+	more := ""
+	if n := len(users) - len(named); n > 0 {
+		more = fmt.Sprintf(" and %d more", n)
+	}
+	msg := fmt.Sprintf("Deletion waits for %d %s: %s%s; it completes once they are gone (finalizer %s)",
+		len(users), u.usage, strings.Join(named, ", "), more, u.finalizer)
+	if !hfv1.HasReason(hfv1.FindCondition(*u.conditions, hfv1.ReadyCondition), hfv1.InUseReason) {
+		rec.Event(u.obj, corev1.EventTypeWarning, string(hfv1.InUseReason), conditions.Truncate(msg, 1024))
+	}
+	conditions.Set(u.conditions, u.obj.GetGeneration(), hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.InUseReason, msg)
+	return true, h.PatchStatus(ctx, u.obj)
+}
+
+// claimNames are the claims keep selects, as namespace/name.
+func claimNames(claims []hfv1.MachineClaim, keep func(*hfv1.MachineClaim) bool) []string {
+	var out []string
+	for i := range claims {
+		if keep(&claims[i]) {
+			out = append(out, claims[i].Namespace+"/"+claims[i].Name)
+		}
+	}
+	return out
+}
