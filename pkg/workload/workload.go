@@ -197,6 +197,13 @@ type JobEvent struct {
 	// or completed; Job.State is its normalised form.
 	Action string
 	Job    Job
+	// OwnerSigned is true when the delivery verified with a secret that
+	// only the job's owner (and the platform) holds: that owner's own key.
+	// False for a secret several owners share (the fallback), and for
+	// anything not parsed from a delivery: such an event proves only that
+	// one of the secret's holders sent it, so it does not take a job out
+	// of demand unconfirmed (docs/security.md, "Webhook intake").
+	OwnerSigned bool
 }
 
 // Provider is one CI platform account: a scope and the operator's
