@@ -35,7 +35,9 @@ func (queuedOnly) ListRunners(context.Context, string) ([]workload.Runner, error
 
 func (q queuedOnly) QueuedJobs(context.Context, []string) ([]workload.Job, error) { return q.jobs, nil }
 
-func (queuedOnly) Repositories(context.Context) ([]string, error) { return []string{"octo-org/app"}, nil }
+func (queuedOnly) Repositories(context.Context) ([]string, error) {
+	return []string{"octo-org/app"}, nil
+}
 
 // TestResyncSkipsRecordedQueuedJobs: a queued job the pool's namespace
 // already holds a CIJob of is not written again at every resync. Writing it

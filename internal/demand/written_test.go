@@ -170,7 +170,9 @@ type platformSays struct {
 	reads int
 }
 
-func (p *platformSays) JobReaderFor(context.Context, types.NamespacedName) (workload.JobReader, error) { return p, nil }
+func (p *platformSays) JobReaderFor(context.Context, types.NamespacedName) (workload.JobReader, error) {
+	return p, nil
+}
 
 func (p *platformSays) GetJob(_ context.Context, _ string, id int64) (workload.Job, error) {
 	p.reads++
