@@ -83,7 +83,7 @@ func startOperator(t *testing.T, w *devenv.World, binary, agentBin, caFile strin
 	}
 	if err := w.API.Client.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: "hyperfleet-github-webhook"},
-		StringData: map[string]string{"webhook-secret": in.WebhookSecret},
+		Data:       in.WebhookSecretData,
 	}); err != nil {
 		t.Fatal(err)
 	}
