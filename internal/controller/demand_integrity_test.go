@@ -78,6 +78,19 @@ func (w *poolWorld) forgeInProgress(job githubsim.Job, runner, secret string) {
 	}
 }
 
+// waitRunning waits until a runner took the job, and returns it.
+func (w *poolWorld) waitRunning(id int64) githubsim.Job {
+	w.t.Helper()
+	var j githubsim.Job
+	eventually(w.t, 3*time.Minute, "the job runs", func() error {
+		if j, _ = w.gs.Sim.Job(id); j.Status != "in_progress" {
+			return fmt.Errorf("job %d is %s; claims: %s", id, j.Status, w.claimSummary())
+		}
+		return nil
+	})
+	return j
+}
+
 // claimOfRunner is the pool's claim whose runner is name.
 func (w *poolWorld) claimOfRunner(p *hfv1.RunnerPool, name string) *hfv1.MachineClaim {
 	w.t.Helper()
@@ -115,13 +128,7 @@ func TestForgedInProgressDoesNotStarveAQueuedJob(t *testing.T) {
 
 	// A busy claim: its runner runs a long job.
 	busy := w.enqueue("forged", 1, 10*time.Minute)[0]
-	eventually(t, 3*time.Minute, "the first job runs", func() error {
-		if j, _ := w.gs.Sim.Job(busy); j.Status != "in_progress" {
-			return fmt.Errorf("job %d is %s; claims: %s", busy, j.Status, w.claimSummary())
-		}
-		return nil
-	})
-	busyJob, _ := w.gs.Sim.Job(busy)
+	busyJob := w.waitRunning(busy)
 	victim := w.dropNextWebhook("queued", func() int64 { return w.enqueue("forged", 1, time.Second)[0] })
 	victimJob, _ := w.gs.Sim.Job(victim)
 	w.forgeInProgress(victimJob, busyJob.RunnerName, poolWebhookSecret)
@@ -163,13 +170,7 @@ func TestResyncFindsQueuedJobInStartedRun(t *testing.T) {
 	w := startPoolWorld(t, poolWorldOptions{})
 	pool := w.newPool("matrix", nil)
 	first := w.enqueue("matrix", 1, 10*time.Minute)[0]
-	eventually(t, 3*time.Minute, "the first job of the run runs", func() error {
-		if j, _ := w.gs.Sim.Job(first); j.Status != "in_progress" {
-			return fmt.Errorf("job %d is %s; claims: %s", first, j.Status, w.claimSummary())
-		}
-		return nil
-	})
-	run, _ := w.gs.Sim.Job(first)
+	run := w.waitRunning(first)
 	second := w.dropNextWebhook("queued", func() int64 {
 		j, err := w.gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/app", Labels: []string{"self-hosted", "matrix"}, Duration: time.Second, RunID: run.RunID})
 		if err != nil {

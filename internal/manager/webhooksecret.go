@@ -95,27 +95,6 @@ func sharedSecretRefused(what, remove string) error {
 		what, ErrSharedSecretNotAllowed, WebhookOwnerKeyPrefix, remove, AllowSharedSecretFlag)
 }
 
-// WebhookSecretOf implements controller.WebhookSecrets: how the receiver
-// verifies deliveries about owner with the secrets it holds now.
-func (p *rotatingParser) WebhookSecretOf(platform hfv1.WorkloadType, owner string) (controller.WebhookSecretUse, bool) {
-	if platform != p.platform {
-		return controller.WebhookSecretUse{}, false
-	}
-	use := controller.WebhookSecretUse{Source: p.source, SharedKey: WebhookSecretKey, OwnKey: WebhookOwnerKeyPrefix + strings.ToLower(owner)}
-	secrets := p.secrets.Load()
-	if secrets == nil {
-		return use, true
-	}
-	use.Loaded = true
-	switch {
-	case len(secrets.Owners[strings.ToLower(owner)]) > 0:
-		use.Own = true
-	case len(secrets.Global) > 0:
-		use.Shared = true
-	}
-	return use, true
-}
-
 // rotatingParser verifies deliveries with the webhook Secret as it is now:
 // the watcher swaps the parser when the Secret changes, so a rotated
 // secret (by hand, or by External Secrets Operator) takes effect without a
@@ -154,6 +133,27 @@ func (p *rotatingParser) set(secrets *WebhookSecrets) {
 	parser := p.receiver.WebhookParser(secrets.Global, secrets.Owners)
 	p.current.Store(&parser)
 	p.secrets.Store(secrets)
+}
+
+// WebhookSecretOf implements controller.WebhookSecrets: how the receiver
+// verifies deliveries about owner with the secrets it holds now.
+func (p *rotatingParser) WebhookSecretOf(platform hfv1.WorkloadType, owner string) (controller.WebhookSecretUse, bool) {
+	if platform != p.platform {
+		return controller.WebhookSecretUse{}, false
+	}
+	use := controller.WebhookSecretUse{Source: p.source, SharedKey: WebhookSecretKey, OwnKey: WebhookOwnerKeyPrefix + strings.ToLower(owner)}
+	secrets := p.secrets.Load()
+	if secrets == nil {
+		return use, true
+	}
+	use.Loaded = true
+	switch {
+	case len(secrets.Owners[strings.ToLower(owner)]) > 0:
+		use.Own = true
+	case len(secrets.Global) > 0:
+		use.Shared = true
+	}
+	return use, true
 }
 
 // webhookSecretWatcher reloads the webhook Secret whenever it changes.
