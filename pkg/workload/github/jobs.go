@@ -236,25 +236,34 @@ func jobOf(repository string, j *gh.WorkflowJob, state workload.JobState) worklo
 	}
 }
 
+// queuedJobsOf reads the queued jobs of a run, every page, with
+// conditional requests: the second read at one updated_at (settledRun) is
+// then a 304 that costs no rate-limit budget unless the jobs changed.
 func (p *Provider) queuedJobsOf(ctx context.Context, owner, repo string, runID int64) ([]workload.Job, error) {
 	var out []workload.Job
-	opts := &gh.ListWorkflowJobsOptions{Filter: "latest", ListOptions: gh.ListOptions{PerPage: 100}}
-	for {
-		jobs, resp, err := p.client.Actions.ListWorkflowJobs(ctx, owner, repo, runID, opts)
-		if err != nil {
-			return nil, p.mapErr(fmt.Sprintf("list the jobs of run %d in %s/%s", runID, owner, repo), resp, err)
-		}
-		for _, j := range jobs.Jobs {
-			if s := j.GetStatus(); s != "queued" && s != "waiting" {
-				continue
+	what := fmt.Sprintf("list the jobs of run %d in %s/%s", runID, owner, repo)
+	for page := 1; page > 0; {
+		u := fmt.Sprintf("repos/%s/%s/actions/runs/%d/jobs?filter=latest&per_page=100&page=%d", url.PathEscape(owner), url.PathEscape(repo), runID, page)
+		jobs, next, err := conditionalPage(ctx, p, what, u, func(body []byte) ([]workload.Job, error) {
+			var list gh.Jobs
+			if err := json.Unmarshal(body, &list); err != nil {
+				return nil, err
 			}
-			out = append(out, jobOf(owner+"/"+repo, j, workload.JobQueued))
+			var queued []workload.Job
+			for _, j := range list.Jobs {
+				if s := j.GetStatus(); s == "queued" || s == "waiting" {
+					queued = append(queued, jobOf(owner+"/"+repo, j, workload.JobQueued))
+				}
+			}
+			return queued, nil
+		})
+		if err != nil {
+			return nil, err
 		}
-		if resp.NextPage == 0 {
-			return out, nil
-		}
-		opts.Page = resp.NextPage
+		out = append(out, jobs...)
+		page = next
 	}
+	return out, nil
 }
 
 // CancelRun implements workload.Provider. A run that already finished

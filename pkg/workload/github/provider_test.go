@@ -578,14 +578,18 @@ func TestQueuedJobsInRunsThatStarted(t *testing.T) {
 		t.Errorf("run listings by status: %s, want one per unfinished status", got)
 	}
 
-	// Once the run's jobs were read twice at one updated_at, nothing is
-	// read afresh: the five listings are conditional and answered 304,
-	// which GitHub does not count against the rate limit.
+	// Nothing changed: the second read of the run's jobs (at the same
+	// updated_at) and the five listings are conditional and answered 304,
+	// which GitHub does not count against the rate limit; once the jobs
+	// were read twice, only the listings are made.
+	before := p.Rate().Remaining
 	if _, err := p.QueuedJobs(ctx, []string{"octo-org/app"}); err != nil {
 		t.Fatal(err)
 	}
-	_, n = reqs.since(n)
-	before := p.Rate().Remaining
+	calls, n = reqs.since(n)
+	if len(calls) != 6 || p.Rate().Remaining != before {
+		t.Errorf("second listing: %d calls (%v), remaining budget %d -> %d; want the 5 listings and one read of the jobs, none counted", len(calls), calls, before, p.Rate().Remaining)
+	}
 	if jobs, err = p.QueuedJobs(ctx, []string{"octo-org/app"}); err != nil || len(jobs) != 1 || jobs[0].ID != waiting.ID {
 		t.Fatalf("settled listing: %+v, %v", jobs, err)
 	}
