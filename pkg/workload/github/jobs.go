@@ -32,12 +32,13 @@ var unfinishedRunStatuses = []string{"queued", "in_progress", "waiting", "pendin
 // What it costs, per repository and resync: one listing per status
 // (conditional: GitHub answers an unchanged listing 304, which does not
 // count against the rate limit), and each run's jobs read twice per
-// change of the run (settledRun). With 100 unfinished runs in a repository
-// and a 30 s resync that is 5 x 120 = 600 listings an hour, most of them
-// free 304s while nothing changes, plus two job reads per run and change
-// (a single-job run: two while queued, two once it started) instead of
-// 100 x 120 = 12,000 job reads an hour read afresh; an installation has
-// 5,000 calls an hour.
+// change of the run (settledRun), the second read a 304 too unless the
+// jobs changed. With 100 unfinished runs in a repository and a 30 s
+// resync that is 5 x 120 = 600 listings an hour, free while nothing
+// changes, plus at most two counted job reads per run and change (a
+// single-job run: one or two while queued, one or two once it started)
+// instead of 100 x 120 = 12,000 job reads an hour read afresh; an
+// installation has 5,000 calls an hour.
 func (p *Provider) QueuedJobs(ctx context.Context, repositories []string) ([]workload.Job, error) {
 	var out []workload.Job
 	for _, repo := range repositories {
