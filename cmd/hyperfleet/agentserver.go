@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
+	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 )
 
@@ -14,10 +15,11 @@ import (
 // Operator.
 type agentServerFlags struct {
 	addr, cert, key, ca, dir, url *string
+	limits                        httpsserver.Limits
 }
 
 func bindAgentServerFlags(fs *flag.FlagSet) *agentServerFlags {
-	return &agentServerFlags{
+	f := &agentServerFlags{
 		addr: fs.String("agent-server-addr", "", "HTTPS address of the agent server, which serves the in-VM agent to templates with agentSource Operator (path "+agentserver.PathPrefix+", on every replica), such as :9443; empty disables it"),
 		cert: fs.String("agent-server-cert", "", "PEM certificate (chain) of the agent server (reloaded when it changes)"),
 		key:  fs.String("agent-server-key", "", "PEM private key of the agent server (reloaded when it changes)"),
@@ -25,6 +27,15 @@ func bindAgentServerFlags(fs *flag.FlagSet) *agentServerFlags {
 		dir:  fs.String("agent-binaries-dir", "", "directory with the agent binaries, named "+agentserver.FilePrefix+"<os>-<arch> ("+strings.Join(agentserver.Platforms, ", ")+"); hashed once at start, so they must not change in place while served"),
 		url:  fs.String("agent-server-url", "", "https:// base URL VMs reach the agent server at, such as https://hyperfleet-agent.hyperfleet-system.svc:9443 (a Service in front of every replica)"),
 	}
+	bindLimitFlags(fs, "agent-server", "the agent server", &f.limits, agentserver.DefaultLimits)
+	return f
+}
+
+// bindLimitFlags binds a server's connection caps as
+// --<prefix>-max-conns and --<prefix>-max-conns-per-address.
+func bindLimitFlags(fs *flag.FlagSet, prefix, server string, l *httpsserver.Limits, defaults httpsserver.Limits) {
+	fs.IntVar(&l.MaxConns, prefix+"-max-conns", defaults.MaxConns, "connections "+server+" holds open from all clients together; more are closed at once (hyperfleet_https_connections_refused_total); -1: no cap")
+	fs.IntVar(&l.MaxConnsPerAddress, prefix+"-max-conns-per-address", defaults.MaxConnsPerAddress, "connections "+server+" holds open from one source IP address; behind a load balancer or ingress, where every connection comes from its addresses, set it to the --"+prefix+"-max-conns value or -1 (no cap)")
 }
 
 // options checks the flags: nil when the server is off.
@@ -52,6 +63,6 @@ func (f *agentServerFlags) options() (*manager.AgentServerOptions, error) {
 		return nil, fmt.Errorf("--agent-server-addr is set, so the agent server also needs %s (see docs/operations.md)", strings.Join(missing, ", "))
 	}
 	return &manager.AgentServerOptions{
-		Addr: *f.addr, CertFile: *f.cert, KeyFile: *f.key, CAFile: *f.ca, Dir: *f.dir, URL: *f.url,
+		Addr: *f.addr, CertFile: *f.cert, KeyFile: *f.key, CAFile: *f.ca, Dir: *f.dir, URL: *f.url, Limits: f.limits,
 	}, nil
 }

@@ -38,7 +38,7 @@ func (a *agent) notifyPowerOff() {
 		a.log.Warn("power-off notice not sent", "error", err)
 		return
 	}
-	body, err := json.Marshal(agentconfig.PowerOffNotice{ClaimRef: n.Claim, RunnerOnline: a.runnerOnline.Load(), JobStarted: a.jobStarted.Load()})
+	body, err := json.Marshal(agentconfig.PowerOffNoticeBody{RunnerOnline: a.runnerOnline.Load(), JobStarted: a.jobStarted.Load()})
 	if err != nil {
 		a.log.Warn("power-off notice not sent", "error", err)
 		return
@@ -64,10 +64,13 @@ func (a *agent) notifyPowerOff() {
 	}
 }
 
-// PostNotice sends one power-off notice (body, an agentconfig.PowerOffNotice)
-// to n and returns the HTTP status; the operator accepts it with 202.
+// PostNotice sends one power-off notice (body, an
+// agentconfig.PowerOffNoticeBody as JSON) to n's claim's URL (NoticeURL:
+// the claim is in the path, so that the operator checks the token before
+// it reads the body) and returns the HTTP status; the operator accepts it
+// with 202.
 func PostNotice(ctx context.Context, hc *http.Client, n *agentconfig.PowerOffNotify, body []byte) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.NoticeURL(), bytes.NewReader(body))
 	if err != nil {
 		return 0, err
 	}

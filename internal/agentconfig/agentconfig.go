@@ -146,8 +146,10 @@ type Config struct {
 
 // PowerOffNotify is the operator's endpoint for power-off notices.
 type PowerOffNotify struct {
-	// url is the https:// URL to POST the notice to (the operator's agent
-	// server, path /hints/v1/power-off).
+	// url is the https:// base URL of power-off notices (the operator's
+	// agent server, path /hints/v1/power-off); the notice is POSTed to
+	// <url>/<namespace>/<name>/<uid> of the claim (NoticeURL), so that
+	// the operator checks the token before it reads the body.
 	URL string `json:"url"`
 	// token is the bearer token of this VM's claim. Secret, though it
 	// authorizes nothing but one status read of this VM.
@@ -160,13 +162,26 @@ type PowerOffNotify struct {
 	CA string `json:"ca,omitempty"`
 }
 
-// PowerOffNotice is the body of a power-off notice: the claim, and what
-// the agent saw its runner print. What the runner printed is the VM's word:
-// the operator takes it only as a reason not to hold back the pool's other
-// VMs while the job's record is on its way (docs/runnerpool.md,
-// "Replacement backoff"), never as a record of the job.
+// NoticeURL is where the notice is POSTed: url/<namespace>/<name>/<uid>
+// of the claim, each part path-escaped.
+func (n *PowerOffNotify) NoticeURL() string {
+	return strings.TrimRight(n.URL, "/") + "/" + url.PathEscape(n.Claim.Namespace) + "/" +
+		url.PathEscape(n.Claim.Name) + "/" + url.PathEscape(n.Claim.UID)
+}
+
+// PowerOffNotice is a power-off notice as the operator takes it: the
+// claim (from the notice's URL), and what the agent saw its runner print
+// (from its body). What the runner printed is the VM's word: the operator
+// takes it only as a reason not to hold back the pool's other VMs while
+// the job's record is on its way (docs/runnerpool.md, "Replacement
+// backoff"), never as a record of the job.
 type PowerOffNotice struct {
 	ClaimRef
+	PowerOffNoticeBody
+}
+
+// PowerOffNoticeBody is the JSON body of a power-off notice.
+type PowerOffNoticeBody struct {
 	// RunnerOnline: the runner printed "Listening for Jobs".
 	RunnerOnline bool `json:"runnerOnline,omitempty"`
 	// JobStarted: the runner printed "Running job:".

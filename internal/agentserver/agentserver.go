@@ -61,8 +61,11 @@ import (
 // PathPrefix is the URL path under which binaries are served.
 const PathPrefix = "/agent/v1/"
 
-// PowerOffPath is where VMs announce their power-off (POST, bearer token of
-// their claim, an agentconfig.PowerOffNotice as JSON).
+// PowerOffPath is where VMs announce their power-off: POST
+// PowerOffPath/<namespace>/<name>/<uid> of their claim
+// (agentconfig.PowerOffNotify.NoticeURL) with the claim's bearer token and
+// an agentconfig.PowerOffNoticeBody as JSON. The claim is in the path so
+// that the token is checked before any body byte is read.
 const PowerOffPath = "/hints/v1/power-off"
 
 // Errors a PowerOffReceiver returns, mapped to answers.
@@ -78,14 +81,17 @@ var (
 // PowerOffReceiver takes VMs' power-off notices (docs/architecture.md,
 // "Power-off hints").
 type PowerOffReceiver interface {
-	// PowerOffNotice verifies token for claim first, without any other
-	// work (ErrBadToken), then treats the notice as a hint about the
-	// claim's VM. Any other error is answered 500.
-	PowerOffNotice(ctx context.Context, notice agentconfig.PowerOffNotice, token string) error
+	// AuthorizePowerOff verifies token for claim, without any other work
+	// (no read, no lock): ErrBadToken when it is not the claim's. The
+	// server calls it before it reads the notice's body.
+	AuthorizePowerOff(claim agentconfig.ClaimRef, token string) error
+	// PowerOffNotice treats an authorized notice as a hint about the
+	// claim's VM. ErrRetry is answered 503, any other error 500.
+	PowerOffNotice(ctx context.Context, notice agentconfig.PowerOffNotice) error
 }
 
-// maxNoticeBytes bounds a power-off notice's body.
-const maxNoticeBytes = 1 << 10
+// maxNoticeBytes bounds a power-off notice's body (two booleans).
+const maxNoticeBytes = 256
 
 // FilePrefix starts every agent binary's file name:
 // hyperfleet-agent-<os>-<arch>.
@@ -137,15 +143,25 @@ type Options struct {
 	CertFile string
 	KeyFile  string
 
-	// ReadHeaderTimeout, WriteTimeout and IdleTimeout bound connections
-	// (defaults 10 s, 10 min, 120 s; a slow VM link needs time for a
-	// binary of some tens of MiB).
+	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout bound
+	// connections (defaults 5 s, 10 s, 30 s, 30 s). ReadTimeout is how long
+	// a whole request, body included, may take to arrive: a VM sends a
+	// few hundred bytes. WriteTimeout bounds every answer but a binary's
+	// download, which StallTimeout bounds instead.
 	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
+	// StallTimeout is how long a download may make no progress (default
+	// 30 s): a slow but moving VM link gets the whole binary however long
+	// it takes, a client that stops reading is cut.
+	StallTimeout time.Duration
 	// ShutdownTimeout bounds the wait for in-flight downloads when the
 	// manager stops (default 10 s).
 	ShutdownTimeout time.Duration
+	// Limits cap the connections held open: a cap of 0 is the default
+	// (DefaultLimits), a negative one no cap.
+	Limits httpsserver.Limits
 	// Logger logs; the zero value discards.
 	Logger logr.Logger
 
@@ -162,6 +178,27 @@ type Options struct {
 
 // BrokerPath is where Options.Broker is served.
 const BrokerPath = "/broker/v1/credential"
+
+// DefaultLimits are the agent server's connection caps (docs/security.md,
+// "The agent server's bounds"). A VM holds one or two connections at a
+// time (its download, its broker request, its power-off notice), and many
+// VMs may reach the server from one NAT address: 128 connections from one
+// address and 256 in all. What each held connection costs the process
+// (about 125 KiB of RSS for a stalled download, measured by test/flood)
+// keeps 256 of them within the flood test's 64 MiB bound. Behind a load
+// balancer every connection comes from the balancer: raise
+// MaxConnsPerAddress to MaxConns there. Each connection's kernel socket
+// buffers are capped at 128 KiB (256 KiB as Linux counts them), so that
+// 256 stalled downloads hold at most 64 MiB of kernel memory (charged to
+// the pod) instead of up to 4 MiB each; a download still moves at 128 KiB
+// per round trip, 12 MiB/s at 10 ms.
+var DefaultLimits = httpsserver.Limits{MaxConns: 256, MaxConnsPerAddress: 128, SocketBuffer: 128 << 10}
+
+// maxHeaderBytes bounds a request's line and headers: a VM sends a URL
+// with a checksum or a claim's name and a bearer token, well under 1 KiB
+// (client certificates travel in the TLS handshake, not in headers).
+// 8 KiB leaves room for a proxy's additions.
+const maxHeaderBytes = 8 << 10
 
 // binary is one served file: opened and hashed once.
 type binary struct {
@@ -209,10 +246,13 @@ func New(opts Options) (*Server, error) {
 			*d = v
 		}
 	}
-	def(&opts.ReadHeaderTimeout, 10*time.Second)
-	def(&opts.WriteTimeout, 10*time.Minute)
-	def(&opts.IdleTimeout, 120*time.Second)
+	def(&opts.ReadHeaderTimeout, 5*time.Second)
+	def(&opts.ReadTimeout, 10*time.Second)
+	def(&opts.WriteTimeout, 30*time.Second)
+	def(&opts.IdleTimeout, 30*time.Second)
+	def(&opts.StallTimeout, 30*time.Second)
 	def(&opts.ShutdownTimeout, 10*time.Second)
+	opts.Limits = opts.Limits.Or(DefaultLimits)
 	s := &Server{opts: opts, base: base, bins: map[string]*binary{}, ready: make(chan struct{})}
 	if opts.CAFile != "" {
 		if s.ca, err = readCA(opts.CAFile); err != nil {
@@ -378,7 +418,8 @@ func (s *Server) Handler() http.Handler {
 		mux.Handle(BrokerPath, s.opts.Broker)
 	}
 	if s.opts.PowerOff != nil {
-		mux.HandleFunc(PowerOffPath, s.servePowerOff)
+		mux.HandleFunc(PowerOffPath+"/", s.servePowerOff)
+		mux.HandleFunc(PowerOffPath, s.serveOldPowerOff)
 	}
 	mux.HandleFunc("/", s.serve)
 	return mux
@@ -392,7 +433,8 @@ func (s *Server) BrokerURL() string {
 	return s.base + BrokerPath
 }
 
-// PowerOffURL is the URL VMs announce their power-off at, empty without a
+// PowerOffURL is the base URL VMs announce their power-off at (each under
+// its claim's path: agentconfig.PowerOffNotify.NoticeURL), empty without a
 // PowerOffReceiver.
 func (s *Server) PowerOffURL() string {
 	if s.opts.PowerOff == nil {
@@ -401,29 +443,48 @@ func (s *Server) PowerOffURL() string {
 	return s.base + PowerOffPath
 }
 
-// servePowerOff takes one power-off notice. The token is checked before
-// anything else; the answer says only accepted, refused or retry.
+// servePowerOff takes one power-off notice at
+// PowerOffPath/<namespace>/<name>/<uid>. The token is checked before any
+// byte of the body is read; every refusal closes the connection, so that
+// whoever has no token holds nothing. The answer says only accepted,
+// refused or retry.
 func (s *Server) servePowerOff(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	refuse := func(code int, msg string) {
+		httpsserver.DropConnection(w)
+		http.Error(w, msg, code)
+	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
-		http.Error(w, "power-off notices are POSTed", http.StatusMethodNotAllowed)
+		refuse(http.StatusMethodNotAllowed, "power-off notices are POSTed")
+		return
+	}
+	claim, ok := claimOfPath(r.URL.Path)
+	if !ok {
+		refuse(http.StatusBadRequest, "a power-off notice is POSTed to "+PowerOffPath+"/<namespace>/<name>/<uid> of the VM's claim")
 		return
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	var notice agentconfig.PowerOffNotice
-	if !ok || token == "" || json.NewDecoder(http.MaxBytesReader(w, r.Body, maxNoticeBytes)).Decode(&notice) != nil {
-		http.Error(w, "a power-off notice is the claim's {namespace, name, uid} (and optionally runnerOnline, jobStarted) as JSON with its bearer token", http.StatusBadRequest)
+	if !ok || token == "" {
+		refuse(http.StatusUnauthorized, "unauthorized: a power-off notice carries its claim's bearer token")
 		return
 	}
-	claim := notice.ClaimRef
-	err := s.opts.PowerOff.PowerOffNotice(r.Context(), notice, token)
+	if err := s.opts.PowerOff.AuthorizePowerOff(claim, token); err != nil {
+		refuse(http.StatusUnauthorized, "unauthorized")
+		return
+	}
+	notice := agentconfig.PowerOffNotice{ClaimRef: claim}
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxNoticeBytes)).Decode(&notice.PowerOffNoticeBody); err != nil {
+			refuse(http.StatusBadRequest, fmt.Sprintf("a power-off notice's body is empty or a JSON object of runnerOnline and jobStarted, at most %d bytes", maxNoticeBytes))
+			return
+		}
+	}
+	err := s.opts.PowerOff.PowerOffNotice(r.Context(), notice)
 	switch {
 	case err == nil:
 		w.WriteHeader(http.StatusAccepted)
-	case errors.Is(err, ErrBadToken):
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
 	case errors.Is(err, ErrRetry):
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "retry", http.StatusServiceUnavailable)
@@ -431,6 +492,33 @@ func (s *Server) servePowerOff(w http.ResponseWriter, r *http.Request) {
 		s.opts.Logger.Error(err, "Power-off notice", "namespace", claim.Namespace, "name", claim.Name)
 		http.Error(w, "internal error", http.StatusInternalServerError)
 	}
+}
+
+// serveOldPowerOff answers the notices of agents from before the claim
+// moved into the path (a JSON body naming the claim, POSTed to
+// PowerOffPath itself): 400, saying what changed, without reading the
+// body. The VM's power-off is still seen in the hypervisor's listing.
+func (s *Server) serveOldPowerOff(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	httpsserver.DropConnection(w)
+	http.Error(w, "this power-off notice has the old format: notices are now POSTed to "+PowerOffPath+
+		"/<namespace>/<name>/<uid> of the claim, with a body of runnerOnline and jobStarted only; "+
+		"update the VM's agent to the operator's version (the VM's power-off is still seen in the hypervisor's listing)",
+		http.StatusBadRequest)
+}
+
+// claimOfPath reads the claim from PowerOffPath/<namespace>/<name>/<uid>.
+func claimOfPath(path string) (agentconfig.ClaimRef, bool) {
+	rest, ok := strings.CutPrefix(path, PowerOffPath+"/")
+	if !ok {
+		return agentconfig.ClaimRef{}, false
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 3 || slices.Contains(parts, "") {
+		return agentconfig.ClaimRef{}, false
+	}
+	return agentconfig.ClaimRef{Namespace: parts[0], Name: parts[1], UID: parts[2]}, true
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
@@ -471,8 +559,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("ETag", `"sha256:`+b.sha256+`"`)
 	w.Header().Set("Content-Disposition", `attachment; filename="`+b.name+`"`)
 	// ServeContent sets Content-Length, answers HEAD without a body and
-	// handles Range and conditional requests.
-	http.ServeContent(w, r, "", b.modTime, io.NewSectionReader(b.f, 0, b.size))
+	// handles Range and conditional requests. The write deadline follows
+	// progress: a client that stops reading is cut after StallTimeout.
+	http.ServeContent(httpsserver.NewStallWriter(w, s.opts.StallTimeout), r, "", b.modTime, io.NewSectionReader(b.f, 0, b.size))
 }
 
 func (s *Server) notFound(w http.ResponseWriter, path string) {
@@ -504,12 +593,17 @@ func (s *Server) Start(ctx context.Context) error {
 		Handler:           s.Handler(),
 		TLSConfig:         s.tlsConfig(),
 		ReadHeaderTimeout: s.opts.ReadHeaderTimeout,
+		ReadTimeout:       s.opts.ReadTimeout,
 		WriteTimeout:      s.opts.WriteTimeout,
 		IdleTimeout:       s.opts.IdleTimeout,
-		MaxHeaderBytes:    16 << 10,
+		MaxHeaderBytes:    maxHeaderBytes,
+		// httpsserver.Serve serves HTTP/1.1 only: a VM makes a handful of
+		// requests in its life, and HTTP/2 would let one connection carry
+		// many concurrent streams, each with upload buffers, past the
+		// connection caps.
 	}
 	return httpsserver.Serve(ctx, httpsserver.Options{
-		Name: "agent server", Addr: s.opts.Addr, CertFile: s.opts.CertFile, KeyFile: s.opts.KeyFile,
+		Name: "agent server", Server: "agent", Limits: s.opts.Limits, Addr: s.opts.Addr, CertFile: s.opts.CertFile, KeyFile: s.opts.KeyFile,
 		ShutdownTimeout: s.opts.ShutdownTimeout, Logger: logger,
 	}, srv, func(addr net.Addr) {
 		s.mu.Lock()
@@ -525,7 +619,7 @@ func (s *Server) Start(ctx context.Context) error {
 // against bundles that change at run time).
 func (s *Server) tlsConfig() *tls.Config {
 	if s.opts.Broker == nil {
-		return nil
+		return &tls.Config{}
 	}
 	return &tls.Config{ClientAuth: tls.RequestClientCert}
 }

@@ -239,7 +239,10 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 					// (the endpoint itself: TestPowerOffHintEndsClaimBeforeListingRefresh),
 					// right before the power-off.
 					ref := agentconfig.PowerOffNotice{ClaimRef: agentconfig.ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)}}
-					if err := op.components.PowerOffNotices.PowerOffNotice(context.Background(), ref, testSigner.PowerOffToken(c.Namespace, c.Name, string(c.UID))); err != nil {
+					if err := op.components.PowerOffNotices.AuthorizePowerOff(ref.ClaimRef, testSigner.PowerOffToken(c.Namespace, c.Name, string(c.UID))); err != nil {
+						b.Fatal(err)
+					}
+					if err := op.components.PowerOffNotices.PowerOffNotice(context.Background(), ref); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -98,8 +98,9 @@ func TestPowerOffHintEndsClaimBeforeListingRefresh(t *testing.T) {
 
 	notice := func(c *hfv1.MachineClaim, token string) int {
 		t.Helper()
-		body, _ := json.Marshal(agentconfig.ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)})
-		req, err := http.NewRequest(http.MethodPost, noticeURL, bytes.NewReader(body))
+		body, _ := json.Marshal(agentconfig.PowerOffNoticeBody{RunnerOnline: true})
+		to := agentconfig.PowerOffNotify{URL: noticeURL, Claim: agentconfig.ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)}}
+		req, err := http.NewRequest(http.MethodPost, to.NoticeURL(), bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -65,7 +65,7 @@ func (w *World) InProcessGuest() proxmoxsim.GuestProgram {
 		_, runErr := r.Run(ctx, cfg.JITConfig)
 		if n := cfg.PowerOffNotify; n != nil && ctx.Err() == nil {
 			online, started := seen.state()
-			if err := clients.notify(ctx, n, agentconfig.PowerOffNotice{ClaimRef: n.Claim, RunnerOnline: online, JobStarted: started}); err != nil {
+			if err := clients.notify(ctx, n, agentconfig.PowerOffNoticeBody{RunnerOnline: online, JobStarted: started}); err != nil {
 				fmt.Fprintf(g.Console, "in-process guest: power-off notice: %v\n", err)
 			}
 		}
@@ -132,7 +132,7 @@ func (c *guestClients) forPEM(pem string) (*http.Client, error) {
 
 // notify posts the power-off notice as the agent does (internal/agent,
 // notifyPowerOff), once.
-func (c *guestClients) notify(ctx context.Context, n *agentconfig.PowerOffNotify, notice agentconfig.PowerOffNotice) error {
+func (c *guestClients) notify(ctx context.Context, n *agentconfig.PowerOffNotify, notice agentconfig.PowerOffNoticeBody) error {
 	hc, err := c.forPEM(n.CA)
 	if err != nil {
 		return err

@@ -1,7 +1,9 @@
 // Package httpsserver runs an http.Server over TLS for a controller-runtime
-// runnable: the certificate is reloaded when its files change, the server
-// stops gracefully when the context ends. The webhook receiver and the
-// agent server use it.
+// runnable, bounded like an internet-facing endpoint: HTTP/1.1 only,
+// connection caps (global and per source address), the certificate
+// reloaded when its files change, a graceful stop when the context ends.
+// The webhook receiver and the agent server use it (docs/security.md,
+// "The agent server's bounds" and "Webhook intake").
 package httpsserver
 
 import (
@@ -23,6 +25,12 @@ import (
 type Options struct {
 	// Name prefixes errors and log lines ("webhook server").
 	Name string
+	// Server names the server in metrics (the server label: "agent",
+	// "webhook").
+	Server string
+	// Limits cap the connections held open (a zero cap is none: the
+	// servers fill in their defaults with Limits.Or).
+	Limits Limits
 	// Addr is the listen address; CertFile and KeyFile the serving
 	// certificate (chain) and key in PEM, reloaded when they change.
 	Addr, CertFile, KeyFile string
@@ -34,7 +42,8 @@ type Options struct {
 
 // Serve serves srv over TLS on o.Addr until ctx ends, then shuts it down,
 // waiting up to o.ShutdownTimeout for in-flight requests. srv brings the
-// handler, timeouts and limits; Serve sets its TLS minimum version (1.2)
+// handler, timeouts and header limit; Serve caps its connections
+// (o.Limits), serves HTTP/1.1 only, sets its TLS minimum version (1.2)
 // and certificate, keeping the rest of srv.TLSConfig, and sends its error
 // lines (client-side problems: handshake errors, resets) to the logger at
 // debug level unless srv.ErrorLog is set. listening, if not nil, is called
@@ -63,6 +72,7 @@ func Serve(ctx context.Context, o Options, srv *http.Server, listening func(net.
 	}
 	srv.TLSConfig.MinVersion = tls.VersionTLS12
 	srv.TLSConfig.GetCertificate = watcher.GetCertificate
+	http1Only(srv)
 	if srv.ErrorLog == nil {
 		srv.ErrorLog = log.New(logWriter{log: logger, prefix: o.Name + ": "}, "", 0)
 	}
@@ -70,6 +80,7 @@ func Serve(ctx context.Context, o Options, srv *http.Server, listening func(net.
 		listening(ln.Addr())
 	}
 
+	ln = LimitListener(ln, o.Limits, o.Server, logger)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
 	select {
@@ -87,6 +98,35 @@ func Serve(ctx context.Context, o Options, srv *http.Server, listening func(net.
 		}
 		return fmt.Errorf("%s: %w", o.Name, err)
 	}
+}
+
+// http1Only turns HTTP/2 off. Neither server needs it (GitHub delivers
+// over HTTP/1.1; a VM makes a handful of requests in its life), and HTTP/2
+// lets one connection carry many concurrent requests whose uploads the
+// server buffers (up to 1 MiB per stream) before a handler, its token
+// check or its in-flight bound ever sees them: a connection cap would no
+// longer bound what a client holds. A client offering only h2 in ALPN
+// fails its handshake; one that sends the HTTP/2 preface anyway gets 505
+// and a closed connection (net/http hands the preface's "PRI *
+// HTTP/2.0" to the handler as a request).
+func http1Only(srv *http.Server) {
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.TLSConfig.NextProtos = []string{"http/1.1"}
+	// A non-nil empty map is the older switch for the same thing.
+	srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	next := srv.Handler
+	if next == nil {
+		next = http.DefaultServeMux
+	}
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor != 1 {
+			DropConnection(w)
+			http.Error(w, "HTTP/2 is not served here: use HTTP/1.1", http.StatusHTTPVersionNotSupported)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // logWriter sends net/http's own error lines to the logger at debug level.

@@ -24,6 +24,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
+	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
@@ -124,6 +125,9 @@ type AgentServerOptions struct {
 	// https://hyperfleet-agent.ci.example.com:9443 (VMs live outside the
 	// cluster: a .svc name works only if they resolve cluster DNS).
 	URL string
+	// Limits cap its connections (0: agentserver.DefaultLimits' cap,
+	// negative: none); see docs/security.md, "The agent server's bounds".
+	Limits httpsserver.Limits
 }
 
 // WebhookOptions configure the webhook receiver of a CI platform.
@@ -167,6 +171,9 @@ type WebhookOptions struct {
 	// serves report WebhookSecretShared (docs/security.md, "Webhook
 	// intake").
 	AllowSharedSecret bool
+	// Limits cap the receiver's connections (0: webhook.DefaultLimits'
+	// cap, negative: none); see docs/security.md, "Webhook intake".
+	Limits httpsserver.Limits
 }
 
 // Components are the pieces Setup created, for tests and the dev
@@ -508,7 +515,7 @@ func newWebhookServer(mgr ctrl.Manager, opts Options, backends *workload.Backend
 		return nil, fmt.Errorf("webhook receiver: %w", err)
 	}
 	srv, err := webhook.NewServer(webhook.ServerOptions{
-		Addr: w.Addr, CertFile: w.CertFile, KeyFile: w.KeyFile, Receiver: recv,
+		Addr: w.Addr, CertFile: w.CertFile, KeyFile: w.KeyFile, Receiver: recv, Limits: w.Limits,
 		Logger: mgr.GetLogger().WithName("webhook"),
 	})
 	if err != nil {
@@ -536,7 +543,7 @@ func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions, credBroker *broker.
 	}
 	so := agentserver.Options{
 		Dir: o.Dir, URL: o.URL, CAFile: o.CAFile, Addr: o.Addr, CertFile: o.CertFile, KeyFile: o.KeyFile,
-		Logger: mgr.GetLogger().WithName("agent-server"), PowerOff: notices,
+		Logger: mgr.GetLogger().WithName("agent-server"), PowerOff: notices, Limits: o.Limits,
 	}
 	if credBroker != nil {
 		so.Broker = credBroker

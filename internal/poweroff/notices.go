@@ -65,13 +65,20 @@ type Notices struct {
 
 var _ agentserver.PowerOffReceiver = (*Notices)(nil)
 
-// PowerOffNotice implements agentserver.PowerOffReceiver.
-func (n *Notices) PowerOffNotice(ctx context.Context, notice agentconfig.PowerOffNotice, token string) error {
-	c := notice.ClaimRef
+// AuthorizePowerOff implements agentserver.PowerOffReceiver: an HMAC
+// check, nothing else.
+func (n *Notices) AuthorizePowerOff(c agentconfig.ClaimRef, token string) error {
 	if n.Signer == nil || !n.Signer.VerifyPowerOffToken(c.Namespace, c.Name, c.UID, token) {
 		metrics.PowerOffHints.WithLabelValues(string(hypervisors.HintAgent), "refused").Inc()
 		return agentserver.ErrBadToken
 	}
+	return nil
+}
+
+// PowerOffNotice implements agentserver.PowerOffReceiver, for notices
+// AuthorizePowerOff admitted.
+func (n *Notices) PowerOffNotice(ctx context.Context, notice agentconfig.PowerOffNotice) error {
+	c := notice.ClaimRef
 	if n.Elected != nil {
 		select {
 		case <-n.Elected:

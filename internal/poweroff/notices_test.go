@@ -33,22 +33,33 @@ func TestNoticesKeepJobReports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
 	n := &Notices{Reader: fake.NewClientBuilder().WithScheme(scheme).WithObjects(claim, quiet).Build(), Signer: signer, Jobs: NewJobReports()}
 	notice := func(c *hfv1.MachineClaim, jobStarted bool) agentconfig.PowerOffNotice {
-		return agentconfig.PowerOffNotice{ClaimRef: agentconfig.ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)}, RunnerOnline: true, JobStarted: jobStarted}
+		return agentconfig.PowerOffNotice{ClaimRef: agentconfig.ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)},
+			PowerOffNoticeBody: agentconfig.PowerOffNoticeBody{RunnerOnline: true, JobStarted: jobStarted}}
 	}
 	ctx := context.Background()
-	if err := n.PowerOffNotice(ctx, notice(claim, true), "forged"); !errors.Is(err, agentserver.ErrBadToken) {
-		t.Fatalf("forged token: %v", err)
+	for _, c := range []struct {
+		ref   agentconfig.ClaimRef
+		token string
+	}{
+		{notice(claim, true).ClaimRef, "forged"},
+		{notice(claim, true).ClaimRef, signer.PowerOffToken("ci", "runner-2", "uid-2")},
+		{agentconfig.ClaimRef{Namespace: "ci", Name: "runner-1", UID: "uid-2"}, signer.PowerOffToken("ci", "runner-1", "uid-1")},
+	} {
+		if err := n.AuthorizePowerOff(c.ref, c.token); !errors.Is(err, agentserver.ErrBadToken) {
+			t.Fatalf("token %q for %+v: %v, want ErrBadToken", c.token, c.ref, err)
+		}
 	}
-	if n.Jobs.JobStarted(claim.UID, now) {
-		t.Fatal("a forged notice was kept")
+	for _, c := range []*hfv1.MachineClaim{quiet, claim} {
+		if err := n.AuthorizePowerOff(notice(c, false).ClaimRef, signer.PowerOffToken(c.Namespace, c.Name, string(c.UID))); err != nil {
+			t.Fatalf("%s's own token: %v", c.Name, err)
+		}
 	}
-	if err := n.PowerOffNotice(ctx, notice(quiet, false), signer.PowerOffToken("ci", "runner-2", "uid-2")); err != nil {
+	if err := n.PowerOffNotice(ctx, notice(quiet, false)); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.PowerOffNotice(ctx, notice(claim, true), signer.PowerOffToken("ci", "runner-1", "uid-1")); err != nil {
+	if err := n.PowerOffNotice(ctx, notice(claim, true)); err != nil {
 		t.Fatal(err)
 	}
 	if !n.Jobs.JobStarted(claim.UID, time.Now()) || n.Jobs.JobStarted(quiet.UID, time.Now()) {

@@ -22,6 +22,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 )
@@ -394,6 +395,10 @@ func TestWebhookAbuseServerProcess(t *testing.T) {
 	srv, err := NewServer(ServerOptions{
 		Addr: "127.0.0.1:0", CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"),
 		Receiver: recv, ReadTimeout: 5 * time.Minute, WriteTimeout: 5 * time.Minute,
+		// No connection caps: this test measures the in-flight bound
+		// alone, its 1,000 connections from one address
+		// (TestServerConnectionCaps and test/flood test the caps).
+		Limits: httpsserver.Limits{MaxConns: -1, MaxConnsPerAddress: -1},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -39,6 +39,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
+	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -279,17 +280,6 @@ func (r *Receiver) admit(contentLength int64) (release func(), ok bool) {
 	}, true
 }
 
-// dropConnection makes the server close the connection after a refusal
-// that left the body unread, at once: without it net/http reads up to
-// 256 KiB of the unwanted body first, and a sender that stalls would hold
-// the connection until the read timeout.
-func dropConnection(w http.ResponseWriter) {
-	w.Header().Set("Connection", "close")
-	// Not every ResponseWriter supports deadlines (httptest's does not);
-	// the Connection header alone still avoids reusing the connection.
-	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
-}
-
 // readBody reads a delivery's body, at most limit bytes. A declared length
 // is read into a buffer of exactly that size, so an admitted delivery
 // holds no more than it announced.
@@ -319,36 +309,36 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 
 	if req.Method != http.MethodPost {
-		dropConnection(w)
+		httpsserver.DropConnection(w)
 		w.Header().Set("Allow", http.MethodPost)
 		reply(http.StatusMethodNotAllowed, ResultMethodNotAllowed, "method not allowed: GitHub webhooks are delivered with POST")
 		return
 	}
 	if mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		dropConnection(w)
+		httpsserver.DropConnection(w)
 		reply(http.StatusUnsupportedMediaType, ResultUnsupportedMediaType,
 			"unsupported media type: set the webhook's content type to application/json in its GitHub settings")
 		return
 	}
 	delivery := req.Header.Get(headerDelivery)
 	if delivery == "" {
-		dropConnection(w)
+		httpsserver.DropConnection(w)
 		reply(http.StatusBadRequest, ResultMissingDeliveryID, "bad request: the X-GitHub-Delivery header is missing")
 		return
 	}
 	if !validDeliveryID(delivery) {
-		dropConnection(w)
+		httpsserver.DropConnection(w)
 		reply(http.StatusBadRequest, ResultMissingDeliveryID, "bad request: the X-GitHub-Delivery header is not a delivery id")
 		return
 	}
 	if req.ContentLength > r.opts.MaxBodyBytes {
-		dropConnection(w)
+		httpsserver.DropConnection(w)
 		reply(http.StatusRequestEntityTooLarge, ResultTooLarge, fmt.Sprintf("request entity too large: the limit is %d bytes", r.opts.MaxBodyBytes))
 		return
 	}
 	release, ok := r.admit(req.ContentLength)
 	if !ok {
-		dropConnection(w)
+		httpsserver.DropConnection(w)
 		w.Header().Set("Retry-After", strconv.Itoa(int((r.opts.RetryAfter+time.Second-1)/time.Second)))
 		reply(http.StatusServiceUnavailable, ResultTooManyInFlight, "service unavailable: too many deliveries are being received at once; retry later")
 		return
@@ -375,6 +365,9 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	case errors.Is(err, workload.ErrBadSignature):
 		log.V(1).Info("webhook delivery rejected: bad signature")
+		// Whoever cannot sign keeps no connection: it would otherwise
+		// wait, idle, for its next try until IdleTimeout.
+		httpsserver.DropConnection(w)
 		reply(http.StatusUnauthorized, ResultBadSignature,
 			"unauthorized: the X-Hub-Signature-256 signature is missing or does not match the webhook secret")
 		return

@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -41,9 +40,29 @@ type ServerOptions struct {
 	// ShutdownTimeout bounds the wait for in-flight requests when the
 	// manager stops (default 10 s).
 	ShutdownTimeout time.Duration
+	// Limits cap the connections held open: a cap of 0 is the default
+	// (DefaultLimits), a negative one no cap.
+	Limits httpsserver.Limits
 	// Logger logs; the zero value discards.
 	Logger logr.Logger
 }
+
+// DefaultLimits are the receiver's connection caps (docs/security.md,
+// "Webhook intake"). GitHub delivers from a few addresses, each delivery
+// read and verified in milliseconds. 16 connections from one address are
+// a quarter of the DefaultMaxInFlight slots, so that one address stalling
+// its bodies cannot hold every slot; 256 in all bound what stalled or idle
+// connections hold (each costs the process about 40 KiB). Behind an
+// ingress every connection comes from the ingress: raise
+// MaxConnsPerAddress to MaxConns there (the in-flight bound still holds).
+// Kernel socket buffers are capped at 64 KiB per connection: a delivery is
+// a few kB, and an upload that stalls then holds no more than that.
+var DefaultLimits = httpsserver.Limits{MaxConns: 256, MaxConnsPerAddress: 16, SocketBuffer: 64 << 10}
+
+// maxHeaderBytes bounds a delivery's request line and headers. GitHub
+// sends about 2 KiB of headers; 16 KiB leaves room for a proxy's
+// additions while a stalled header costs the server little.
+const maxHeaderBytes = 16 << 10
 
 // Server serves the Receiver over HTTPS and runs its workers. It is a
 // controller-runtime manager.Runnable that runs on every replica
@@ -77,6 +96,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	def(&opts.WriteTimeout, 30*time.Second)
 	def(&opts.IdleTimeout, 120*time.Second)
 	def(&opts.ShutdownTimeout, 10*time.Second)
+	opts.Limits = opts.Limits.Or(DefaultLimits)
 	return &Server{opts: opts, ready: make(chan struct{})}, nil
 }
 
@@ -118,24 +138,17 @@ func (s *Server) Start(ctx context.Context) error {
 		ReadTimeout:       s.opts.ReadTimeout,
 		WriteTimeout:      s.opts.WriteTimeout,
 		IdleTimeout:       s.opts.IdleTimeout,
-		MaxHeaderBytes:    64 << 10,
-		TLSConfig: &tls.Config{
-			// HTTP/1.1 only (docs/security.md, "Webhook intake").
-			NextProtos: []string{"http/1.1"},
-		},
-		// A non-nil empty map turns HTTP/2 off. GitHub delivers over
-		// HTTP/1.1; HTTP/2 would let one connection carry many
-		// concurrent uploads whose data the server buffers (up to 1 MiB
-		// per stream) before the handler, and its in-flight bound, ever
-		// sees them.
-		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+		MaxHeaderBytes:    maxHeaderBytes,
+		// httpsserver.Serve serves HTTP/1.1 only: with HTTP/2 one
+		// connection could carry many uploads that the server buffers
+		// before the handler, and its in-flight bound, ever sees them.
 	}
 
 	var workersDone chan struct{}
 	runCtx, stopWorkers := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopWorkers()
 	err := httpsserver.Serve(ctx, httpsserver.Options{
-		Name: "webhook server", Addr: s.opts.Addr, CertFile: s.opts.CertFile, KeyFile: s.opts.KeyFile,
+		Name: "webhook server", Server: "webhook", Limits: s.opts.Limits, Addr: s.opts.Addr, CertFile: s.opts.CertFile, KeyFile: s.opts.KeyFile,
 		ShutdownTimeout: s.opts.ShutdownTimeout, Logger: logger,
 	}, srv, func(addr net.Addr) {
 		s.mu.Lock()

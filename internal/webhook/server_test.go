@@ -1,17 +1,22 @@
 package webhook
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 )
@@ -136,5 +141,115 @@ func TestReadSecretFile(t *testing.T) {
 	}
 	if _, err := ReadSecretFile(filepath.Join(dir, "missing")); err == nil {
 		t.Fatal("a missing file was accepted")
+	}
+}
+
+// startTestServer runs a Server with limits on 127.0.0.1 and returns its
+// address and a TLS config that trusts it.
+func startTestServer(t *testing.T, limits httpsserver.Limits) (string, *tls.Config) {
+	t.Helper()
+	certFile, keyFile, pool := writeCert(t, t.TempDir())
+	r, err := NewReceiver(Options{Parser: github.WebhookParser{Secret: testSecret}, Router: routeTo("team", "gpu"), Recorder: newFakeRecorder()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServer(ServerOptions{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Receiver: r, Limits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Start: %v", err)
+		}
+	})
+	<-srv.Ready()
+	if srv.Addr() == nil {
+		t.Fatal("not listening")
+	}
+	return srv.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
+}
+
+// TestBadSignatureClosesConnection: a delivery whose signature does not
+// verify gets 401 and its connection is closed at once; before, it stayed
+// open, idle, until the server's 120 s idle timeout.
+func TestBadSignatureClosesConnection(t *testing.T) {
+	addr, tlsConfig := startTestServer(t, httpsserver.Limits{})
+	conn, err := tls.Dial("tcp", addr, tlsConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Bounds the wait for the close; not a timed assertion.
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	body := jobBody(5, "queued")
+	req := delivery("forged-1", "workflow_job", body)
+	req.Header.Set("X-Hub-Signature-256", github.SignWebhook([]byte("not-the-secret"), body))
+	req.URL, _ = url.Parse("https://" + addr + Path)
+	req.Host = addr
+	if err := req.Write(conn); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+		t.Fatalf("forged delivery: %d, Connection: close %v; want 401 and close", resp.StatusCode, resp.Close)
+	}
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("the connection stayed open after the 401: %v", err)
+	}
+}
+
+// TestServerConnectionCaps: the receiver applies its caps: a connection
+// beyond the per-address cap fails its TLS handshake while other
+// addresses are served, and the default caps are DefaultLimits.
+func TestServerConnectionCaps(t *testing.T) {
+	if d := (httpsserver.Limits{}).Or(DefaultLimits); d.MaxConnsPerAddress*4 != DefaultMaxInFlight || d.MaxConns <= d.MaxConnsPerAddress {
+		t.Fatalf("default caps %+v: one address should get a quarter of the %d in-flight slots, all addresses more", d, DefaultMaxInFlight)
+	}
+	addr, tlsConfig := startTestServer(t, httpsserver.Limits{MaxConns: 8, MaxConnsPerAddress: 2})
+	dial := func(src string) (*tls.Conn, error) {
+		d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+		c, err := tls.DialWithDialer(d, "tcp", addr, tlsConfig)
+		if err == nil {
+			t.Cleanup(func() { _ = c.Close() })
+		}
+		return c, err
+	}
+	for i := range 2 {
+		if _, err := dial("127.0.0.2"); err != nil {
+			t.Fatalf("connection %d from 127.0.0.2: %v", i, err)
+		}
+	}
+	if _, err := dial("127.0.0.2"); err == nil {
+		t.Fatal("a third connection from 127.0.0.2 completed its handshake")
+	}
+	c, err := dial("127.0.0.1")
+	if err != nil {
+		t.Fatalf("another address: %v", err)
+	}
+	// The other address is served: a signed delivery is accepted.
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: tlsConfig,
+		DialTLSContext:  func(context.Context, string, string) (net.Conn, error) { return c, nil },
+	}}
+	body := jobBody(6, "queued")
+	req, _ := http.NewRequest(http.MethodPost, "https://"+addr+Path, bytes.NewReader(body))
+	req.Header = delivery("capped-1", "workflow_job", body).Header
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("signed delivery from another address: %d", resp.StatusCode)
 	}
 }

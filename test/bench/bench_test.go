@@ -59,6 +59,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/devenv"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/test/managerproc"
 )
 
 // sizes are one run's dimensions.
@@ -120,8 +121,8 @@ func TestBench(t *testing.T) {
 		t.Logf("%s "+format, append([]any{time.Since(began).Round(time.Second)}, args...)...)
 	}
 
-	agentBin := goBuild(t, dir, "./cmd/hyperfleet-agent")
-	managerBin := goBuild(t, dir, "./cmd/hyperfleet")
+	agentBin := managerproc.GoBuild(t, dir, "./cmd/hyperfleet-agent")
+	managerBin := managerproc.GoBuild(t, dir, "./cmd/hyperfleet")
 
 	px, gh := newRecorder(), newRecorder()
 	w, err := devenv.Start(ctx, devenv.Options{
@@ -152,10 +153,10 @@ func TestBench(t *testing.T) {
 			}
 		})
 	}
-	if err := w.ConnectOperator(ctx, op.webhookURL); err != nil {
+	if err := w.ConnectOperator(ctx, op.WebhookURL); err != nil {
 		t.Fatal(err)
 	}
-	logf("world and manager (pid %d) up", op.cmd.Process.Pid)
+	logf("world and manager (pid %d) up", op.Cmd.Process.Pid)
 	if growthOnly {
 		for _, level := range sz.levels {
 			logf("growth: %+v", load.grow(t, op, level, sz.levelDeadline, sz.idleWindow))

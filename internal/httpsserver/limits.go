@@ -1,0 +1,210 @@
+package httpsserver
+
+import (
+	"net"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Limits cap the connections a server holds open (docs/security.md,
+// "The agent server's bounds"). A connection beyond a cap is closed as
+// soon as it is accepted, before its TLS handshake: it costs the server a
+// file descriptor for a moment and nothing else.
+type Limits struct {
+	// MaxConns caps the server's open connections from all clients
+	// together; 0: no cap.
+	MaxConns int
+	// MaxConnsPerAddress caps the open connections from one source IP
+	// address; 0: no cap. Behind a proxy or load balancer every
+	// connection comes from the proxy's addresses: raise it to MaxConns,
+	// or set it to 0, there.
+	MaxConnsPerAddress int
+	// SocketBuffer caps each connection's kernel send and receive buffers
+	// (SO_SNDBUF, SO_RCVBUF) in bytes; 0: the kernel's autotuning. A
+	// client that stops reading (a zero-window download) or stops sending
+	// lets the kernel fill these buffers, up to net.ipv4.tcp_wmem's
+	// maximum (4 MiB by default) per connection: memory outside the
+	// process's RSS but charged to its cgroup, so to the pod's limit.
+	// Capped, MaxConns x 2 x SocketBuffer (Linux doubles the value set)
+	// bounds it.
+	SocketBuffer int
+}
+
+// Or fills in a server's defaults: a cap of 0 becomes d's, a negative
+// one no cap (0). Options of the servers use it, so that a zero value is
+// bounded and "no cap" is said explicitly.
+func (l Limits) Or(d Limits) Limits {
+	pick := func(v, def int) int {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return 0
+		}
+		return v
+	}
+	return Limits{
+		MaxConns: pick(l.MaxConns, d.MaxConns), MaxConnsPerAddress: pick(l.MaxConnsPerAddress, d.MaxConnsPerAddress),
+		SocketBuffer: pick(l.SocketBuffer, d.SocketBuffer),
+	}
+}
+
+// Refusal reasons (the reason label of
+// hyperfleet_https_connections_refused_total).
+const (
+	ReasonMaxConns           = "max_conns"
+	ReasonMaxConnsPerAddress = "max_conns_per_address"
+)
+
+// refusedLogInterval is the least time between two log lines about
+// refused connections of one server: a flood must not become a flood of
+// log lines.
+const refusedLogInterval = 10 * time.Second
+
+var (
+	connectionsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "hyperfleet", Name: "https_connections_refused_total",
+		Help: "Connections the operator's HTTPS servers (server agent or webhook) closed at once because a connection cap was reached, by reason: max_conns (all clients) or max_conns_per_address (one source address).",
+	}, []string{"server", "reason"})
+	connectionsOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "hyperfleet", Name: "https_connections_open",
+		Help: "Connections the operator's HTTPS servers (server agent or webhook) hold open, handshaking ones included.",
+	}, []string{"server"})
+)
+
+func init() {
+	crmetrics.Registry.MustRegister(connectionsRefused, connectionsOpen)
+}
+
+// LimitListener returns ln with l's caps applied: Accept closes every
+// connection beyond a cap at once and waits for the next, so that the
+// server never sees it; each refusal is counted in
+// hyperfleet_https_connections_refused_total{server=server} and logged at
+// most once every 10 s (with the number refused since the last line). A
+// connection's place is released when it is closed.
+func LimitListener(ln net.Listener, l Limits, server string, logger logr.Logger) net.Listener {
+	return &limitListener{
+		Listener: ln, limits: l, server: server, log: logger,
+		perAddr: map[string]int{}, gauge: connectionsOpen.WithLabelValues(server),
+	}
+}
+
+type limitListener struct {
+	net.Listener
+	limits Limits
+	server string
+	log    logr.Logger
+	gauge  prometheus.Gauge
+
+	mu      sync.Mutex
+	total   int
+	perAddr map[string]int
+	// lastLog is when refusals were last logged, unlogged how many
+	// happened since.
+	lastLog  time.Time
+	unlogged int
+}
+
+// Accept implements net.Listener.
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		addr := sourceAddress(c.RemoteAddr())
+		if reason := l.take(addr); reason != "" {
+			_ = c.Close()
+			l.refused(reason, addr)
+			continue
+		}
+		if tcp, ok := c.(*net.TCPConn); ok && l.limits.SocketBuffer > 0 {
+			// Best effort: a buffer the kernel refuses leaves autotuning on,
+			// which the connection caps still bound.
+			_ = tcp.SetWriteBuffer(l.limits.SocketBuffer)
+			_ = tcp.SetReadBuffer(l.limits.SocketBuffer)
+		}
+		l.gauge.Inc()
+		return &limitedConn{Conn: c, release: func() { l.release(addr) }}, nil
+	}
+}
+
+// take counts a new connection from addr in, or says which cap refuses it.
+func (l *limitListener) take(addr string) (refusedBy string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.limits.MaxConns > 0 && l.total >= l.limits.MaxConns:
+		return ReasonMaxConns
+	case l.limits.MaxConnsPerAddress > 0 && l.perAddr[addr] >= l.limits.MaxConnsPerAddress:
+		return ReasonMaxConnsPerAddress
+	}
+	l.total++
+	l.perAddr[addr]++
+	return ""
+}
+
+func (l *limitListener) release(addr string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.total--
+	if l.perAddr[addr]--; l.perAddr[addr] <= 0 {
+		delete(l.perAddr, addr)
+	}
+	l.gauge.Dec()
+}
+
+// held is how many connections the listener holds now, in all and from
+// addr (a source IP address).
+func (l *limitListener) held(addr string) (total, fromAddr int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.total, l.perAddr[addr]
+}
+
+func (l *limitListener) refused(reason, addr string) {
+	connectionsRefused.WithLabelValues(l.server, reason).Inc()
+	l.mu.Lock()
+	l.unlogged++
+	now := time.Now()
+	if now.Sub(l.lastLog) < refusedLogInterval {
+		l.mu.Unlock()
+		return
+	}
+	n := l.unlogged
+	l.lastLog, l.unlogged = now, 0
+	l.mu.Unlock()
+	l.log.Info("Refusing connections: a connection cap is reached (see hyperfleet_https_connections_refused_total)",
+		"server", l.server, "reason", reason, "lastSource", addr, "refusedSinceLastLine", n,
+		"maxConns", l.limits.MaxConns, "maxConnsPerAddress", l.limits.MaxConnsPerAddress)
+}
+
+// sourceAddress is the IP address a connection comes from, without its
+// port: what the per-address cap counts by.
+func sourceAddress(a net.Addr) string {
+	if tcp, ok := a.(*net.TCPAddr); ok {
+		return tcp.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
+}
+
+// limitedConn releases its place in the caps once, when closed.
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}

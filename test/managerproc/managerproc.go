@@ -1,0 +1,229 @@
+// Package managerproc runs the manager binary built from cmd/hyperfleet as
+// its own process against an internal/devenv World (Options.ExternalOperator),
+// with the flags a Deployment gives it, the agent server included: what the
+// benchmarks (test/bench) and the flood test (test/flood) measure, as in
+// production, its RSS from /proc. It is test code: nothing in cmd/ imports it.
+package managerproc
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hyperfleet/hyperfleet/internal/agentserver"
+	"github.com/hyperfleet/hyperfleet/internal/bench"
+	"github.com/hyperfleet/hyperfleet/internal/devenv"
+	"github.com/hyperfleet/hyperfleet/test/testenv"
+)
+
+// Process is the manager binary running as its own process.
+type Process struct {
+	Cmd *exec.Cmd
+	// MetricsURL is its /metrics (plain HTTP), PprofURL its
+	// /debug/pprof.
+	MetricsURL, PprofURL string
+	// WebhookURL is the webhook receiver's https:// URL (path
+	// /webhooks/github), WebhookAddr its host:port.
+	WebhookURL, WebhookAddr string
+	// AgentServerAddr is the agent server's host:port (its URL is
+	// https://AgentServerAddr).
+	AgentServerAddr string
+	// LogFile is the manager's log.
+	LogFile string
+}
+
+// Options say what to run.
+type Options struct {
+	// Binary is the manager binary (GoBuild of ./cmd/hyperfleet).
+	Binary string
+	// AgentBinary is the hyperfleet-agent binary the agent server
+	// serves, as hyperfleet-agent-linux-<GOARCH>.
+	AgentBinary string
+	// CAFile is what the manager trusts for GitHub (SSL_CERT_FILE).
+	CAFile string
+	// Args are more flags.
+	Args []string
+}
+
+// GoBuild builds pkg (such as ./cmd/hyperfleet) into dir and returns the
+// binary's path.
+func GoBuild(t testing.TB, dir, pkg string) string {
+	t.Helper()
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = testenv.RepoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}
+
+// FreeAddr is a loopback address with a port nothing listens on now.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// Start runs the manager against the world with the flags a Deployment
+// would give it, the agent server on (as the chart's agentServer.enabled:
+// it serves the agent and takes the guests' power-off notices), and waits
+// until its metrics endpoint answers. The process is interrupted when the
+// test ends.
+func Start(t testing.TB, w *devenv.World, o Options) *Process {
+	t.Helper()
+	ctx := context.Background()
+	in := w.OperatorInputs()
+	// The receiver's serving certificate, where --webhook-cert-dir wants
+	// it, and the webhook secret, where --github-webhook-secret names it.
+	certDir := filepath.Join(w.Dir(), "webhook-tls")
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for src, dst := range map[string]string{in.WebhookCertFile: "tls.crt", in.WebhookKeyFile: "tls.key"} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(certDir, dst), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.API.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: "hyperfleet-github-webhook"},
+		Data:       in.WebhookSecretData,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	agentDir := filepath.Join(w.Dir(), "agent-binaries")
+	if err := os.MkdirAll(agentDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(o.AgentBinary, filepath.Join(agentDir, agentserver.FilePrefix+"linux-"+runtime.GOARCH)); err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr, webhookAddr, pprofAddr, agentAddr := FreeAddr(t), FreeAddr(t), FreeAddr(t), FreeAddr(t)
+	p := &Process{
+		MetricsURL: "http://" + metricsAddr + "/metrics", PprofURL: "http://" + pprofAddr + "/debug/pprof",
+		WebhookURL: "https://" + webhookAddr + "/webhooks/github", WebhookAddr: webhookAddr,
+		AgentServerAddr: agentAddr, LogFile: filepath.Join(w.Dir(), "manager.log"),
+	}
+	logFile, err := os.Create(p.LogFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(o.Binary, append([]string{"manager",
+		"--namespace", in.Namespace,
+		"--leader-elect=false",
+		"--metrics-bind-address", metricsAddr,
+		"--health-probe-bind-address", "0",
+		"--pprof-bind-address", pprofAddr,
+		"--webhook-bind-address", webhookAddr,
+		"--webhook-cert-dir", certDir,
+		"--runnerpool-resync-interval", in.ResyncInterval.String(),
+		"--orphan-sweep-interval", in.SweepInterval.String(),
+		"--claim-max-retry-delay", in.MaxRetryDelay.String(),
+		"--agent-server-addr", agentAddr,
+		"--agent-server-url", "https://" + agentAddr,
+		"--agent-server-cert", in.AgentServerCertFile,
+		"--agent-server-key", in.AgentServerKeyFile,
+		"--agent-server-ca", in.AgentServerCAFile,
+		"--agent-binaries-dir", agentDir,
+	}, o.Args...)...)
+	// controller-runtime reads KUBECONFIG; Go's TLS, SSL_CERT_FILE.
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+w.KubeconfigPath, "SSL_CERT_FILE="+o.CAFile)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.Cmd = cmd
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		_ = logFile.Close()
+	})
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if _, err := p.Scrape(); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the manager's metrics endpoint did not answer within 2 minutes; log: %s", p.LogFile)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return p
+}
+
+// Usage is the process's memory and CPU time now.
+func (p *Process) Usage(t testing.TB) bench.Usage {
+	t.Helper()
+	u, err := bench.ReadUsage(p.Cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// Scrape reads the process's /metrics.
+func (p *Process) Scrape() (map[string]*dto.MetricFamily, error) {
+	resp, err := http.Get(p.MetricsURL)
+	if err != nil {
+		return nil, fmt.Errorf("scrape: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape: %s", resp.Status)
+	}
+	var tp expfmt.TextParser
+	fams, err := tp.TextToMetricFamilies(bufio.NewReader(resp.Body))
+	if err != nil {
+		return nil, fmt.Errorf("scrape: %w", err)
+	}
+	return fams, nil
+}
+
+// Counters sums the counter family name of the process's /metrics by the
+// key of each series' labels.
+func (p *Process) Counters(name string, key func(map[string]string) string) (map[string]float64, error) {
+	fams, err := p.Scrape()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	if f := fams[name]; f != nil {
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			out[key(labels)] += m.GetCounter().GetValue()
+		}
+	}
+	return out, nil
+}
