@@ -84,6 +84,12 @@ const (
 	// RunnerPoolReplacementBackoffCondition is True while the pool waits
 	// before replacing claims that kept failing (docs/runnerpool.md).
 	RunnerPoolReplacementBackoffCondition ConditionType = "ReplacementBackoff"
+	// RunnerPoolWebhookSecretSharedCondition is True while the webhook
+	// deliveries about the pool's owner are verified with the shared
+	// fallback secret, which other owners hold too (docs/security.md,
+	// "Webhook intake"); False when the owner has its own key, or when no
+	// key verifies them (they are refused).
+	RunnerPoolWebhookSecretSharedCondition ConditionType = "WebhookSecretShared"
 
 	// MachineClaimProvisionedCondition is True once the VM exists, is
 	// configured and has been started.
@@ -305,6 +311,17 @@ const (
 	// AmbiguousJobRoutingReason (event): a job was covered by several
 	// equally specific verified pools and none was scaled for it.
 	AmbiguousJobRoutingReason ConditionReason = "AmbiguousJobRouting"
+
+	// SharedWebhookSecretReason (WebhookSecretShared True): the owner's
+	// deliveries verify with the shared fallback secret.
+	SharedWebhookSecretReason ConditionReason = "SharedWebhookSecret"
+	// OwnWebhookSecretReason (WebhookSecretShared False): the owner has
+	// its own key.
+	OwnWebhookSecretReason ConditionReason = "OwnWebhookSecret"
+	// NoWebhookSecretReason (WebhookSecretShared False): no key verifies
+	// the owner's deliveries; they are refused and only the resync
+	// records its jobs.
+	NoWebhookSecretReason ConditionReason = "NoWebhookSecret"
 
 	// ConsecutiveFailuresReason (ReplacementBackoff True): the pool's last
 	// claims failed before their runner came online; replacements wait.

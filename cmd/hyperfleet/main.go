@@ -108,7 +108,8 @@ func runManager(args []string) error {
 	sweepDryRun := fs.Bool("orphan-sweep-dry-run", false, "only report orphaned VMs (events, logs, metrics); never destroy them")
 	webhookAddr := fs.String("webhook-bind-address", ":9292", "HTTPS address of the GitHub webhook receiver (path "+webhook.Path+"); 0 disables it")
 	webhookCertDir := fs.String("webhook-cert-dir", "/etc/hyperfleet/webhook-tls", "directory with the receiver's tls.crt and tls.key (reloaded when they change)")
-	webhookSecret := fs.String("github-webhook-secret", "hyperfleet-github-webhook", "Secret (in --namespace) with the GitHub webhooks' secrets: key webhook-secret (the fallback) and keys owner.<login> (the secret of one organization's or user's webhooks, which only it may use)")
+	webhookSecret := fs.String("github-webhook-secret", "hyperfleet-github-webhook", "Secret (in --namespace) with the GitHub webhooks' secrets: keys owner.<login> (the secret of one organization's or user's webhooks, which only it may use) and, with --github-webhook-allow-fallback-secret, key webhook-secret (the fallback for every other owner)")
+	allowFallbackSecret := fs.Bool(strings.TrimPrefix(manager.AllowSharedSecretFlag, "--"), false, "accept key webhook-secret of --github-webhook-secret, a fallback secret shared by every owner without a key of its own: whoever holds it can sign deliveries about all of them, so their in_progress and completed events are confirmed with GitHub (one API call per job); without this flag such a Secret stops the manager at start")
 	webhookMaxBody := fs.Int64("webhook-max-body-bytes", webhook.DefaultMaxBodyBytes, "largest webhook delivery accepted; larger ones get 413")
 	webhookMaxEventAge := fs.Duration("webhook-max-event-age", demand.DefaultMaxEventAge, "webhook events older than this (by the CI platform's time) are confirmed with the platform's API before they change demand, as are completions of jobs not known to be running")
 	webhookMaxInFlight := fs.Int("webhook-max-in-flight", webhook.DefaultMaxInFlight, "webhook deliveries read and verified at once (a quarter of them for bodies over 64 KiB); beyond it deliveries get 503 before their body is read")
@@ -194,8 +195,10 @@ func runManager(args []string) error {
 			Addr: *webhookAddr, SecretRef: &types.NamespacedName{Namespace: *namespace, Name: *webhookSecret},
 			MaxBodyBytes: *webhookMaxBody, MaxInFlight: *webhookMaxInFlight, MaxEventAge: *webhookMaxEventAge, Limits: webhookLimits,
 			CertFile: filepath.Join(*webhookCertDir, "tls.crt"), KeyFile: filepath.Join(*webhookCertDir, "tls.key"),
+			AllowSharedSecret: *allowFallbackSecret,
 		}
-		log.Info("GitHub webhook receiver configured", "address", *webhookAddr, "path", webhook.Path, "secret", *namespace+"/"+*webhookSecret)
+		log.Info("GitHub webhook receiver configured", "address", *webhookAddr, "path", webhook.Path, "secret", *namespace+"/"+*webhookSecret,
+			"fallbackSecretAccepted", *allowFallbackSecret)
 	}
 	if _, err := manager.Setup(ctx, mgr, opts); err != nil {
 		return err

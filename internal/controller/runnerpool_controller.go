@@ -77,6 +77,10 @@ type RunnerPoolReconciler struct {
 	// in their power-off notice: such a claim awaiting its job record
 	// does not hold replacements back (runnerpool_backoff.go).
 	JobReports JobReportSource
+	// WebhookSecrets, when set, says which webhook secret verifies the
+	// deliveries about each pool's owner (condition WebhookSecretShared,
+	// runnerpool_webhooksecret.go).
+	WebhookSecrets WebhookSecrets
 
 	expect poolclaims.Expectations
 }
@@ -247,6 +251,7 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, err
 	}
 	r.verifyScope(ctx, v)
+	r.reportWebhookSecret(v)
 	r.observeAttempts(v)
 	if err := r.enforceLifecycle(ctx, v); err != nil {
 		return ctrl.Result{}, err

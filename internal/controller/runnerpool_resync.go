@@ -1,10 +1,14 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,9 +42,12 @@ type PoolProviders interface {
 //
 //   - the runner list gives each claim's runner state (online, busy, gone),
 //     which the claim controller turns into Bootstrapped and busy/idle;
-//   - the queued jobs of the pools' repositories are recorded as CIJobs
-//     exactly as webhooks are (routed by the same rule, de-duplicated by
-//     job id), so a lost queued webhook still scales a pool;
+//   - the queued jobs of the scope's repositories (repositoriesToScan:
+//     those of the pools' recorded jobs at every resync, the scope's other
+//     repositories in turns) are recorded as CIJobs exactly as webhooks are
+//     (routed by the same rule, de-duplicated by job id), whatever the
+//     state of their workflow run, so a lost queued webhook still scales a
+//     pool;
 //   - recorded jobs the platform no longer lists as queued, and in-progress
 //     jobs whose runner is gone, are read one by one and moved forward, so
 //     a lost in_progress or completed webhook does not leave demand behind.
@@ -66,9 +73,15 @@ type PoolResync struct {
 	// MaxJobLookups bounds the jobs read one by one per scope and resync
 	// (default 50), keeping the API budget for what matters.
 	MaxJobLookups int
+	// MaxRepositoryScans bounds the repositories of a scope scanned per
+	// resync besides those with recorded jobs (default 10): an
+	// organization's are scanned in turns (repositoriesToScan).
+	MaxRepositoryScans int
 
 	mu      sync.Mutex
 	lastErr map[string]string
+	// nextScan is where each scope's turn of repositories starts.
+	nextScan map[string]int
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -195,9 +208,6 @@ func (s *PoolResync) resyncGroup(ctx context.Context, g *resyncGroup, cands []de
 		}
 		for i := range jobs.Items {
 			j := &jobs.Items[i]
-			// Organization pools learn their repositories from the jobs
-			// they have seen (the platform has no cheap "repositories
-			// with queued jobs" call).
 			repos[j.Spec.Repository] = true
 			recorded[types.NamespacedName{Namespace: j.Namespace, Name: j.Name}] = true
 			if j.Status.State != hfv1.CIJobCompleted {
@@ -205,18 +215,12 @@ func (s *PoolResync) resyncGroup(ctx context.Context, g *resyncGroup, cands []de
 			}
 		}
 	}
-	// The group's pools share its scope: a repository pool's repository
-	// is asked about even before a job of it was seen.
-	if scope := g.p.Scope(); !scope.IsOrganization() {
-		repos[scope.String()] = true
+	repoList, listErr := s.repositoriesToScan(ctx, g, repos)
+	if listErr != nil {
+		// The repositories with recorded jobs are still scanned; the
+		// listing is tried again at the next resync.
+		s.reportError(g.key, g.pools, listErr)
 	}
-	repoList := make([]string, 0, len(repos))
-	for r := range repos {
-		if g.p.Scope().Contains(r) {
-			repoList = append(repoList, r)
-		}
-	}
-	sort.Strings(repoList)
 
 	queued := map[int64]bool{}
 	if len(repoList) > 0 {
@@ -244,11 +248,61 @@ func (s *PoolResync) resyncGroup(ctx context.Context, g *resyncGroup, cands []de
 	if err := s.advanceRecords(ctx, g, records, queued, byName, start); err != nil {
 		return err
 	}
-	s.reportError(g.key, g.pools, nil)
+	if listErr == nil {
+		s.reportError(g.key, g.pools, nil)
+	}
 	for _, pool := range g.pools {
 		s.markResynced(ctx, pool, start)
 	}
 	return nil
+}
+
+// repositoriesToScan are the repositories of g's scope whose queued jobs
+// this resync lists: every repository of a recorded job (recorded), and of
+// the scope's other repositories (Provider.Repositories: a repository
+// scope's one, an organization's, or a GitHub App installation's) at most
+// MaxRepositoryScans, the next ones at each resync. A repository whose
+// first job's webhook was lost is so found within ceil(R /
+// MaxRepositoryScans) resyncs for an organization of R repositories (200
+// repositories, 10 a turn, a 30 s resync: 10 minutes), at a bounded cost:
+// each scanned repository is one listing per unfinished run status, most
+// of them answered 304 (free) while nothing changes there. A failed
+// listing of the scope's repositories leaves the recorded ones, and
+// returns the error.
+func (s *PoolResync) repositoriesToScan(ctx context.Context, g *resyncGroup, recorded map[string]bool) ([]string, error) {
+	scope := g.p.Scope()
+	scan := map[string]string{} // lower case -> as named
+	for r := range recorded {
+		if scope.Contains(r) {
+			scan[strings.ToLower(r)] = r
+		}
+	}
+	all, err := g.p.Repositories(ctx)
+	if err != nil {
+		err = fmt.Errorf("list the repositories of %s: %w", scope, err)
+	}
+	var others []string
+	for _, r := range all {
+		if _, ok := scan[strings.ToLower(r)]; !ok && scope.Contains(r) {
+			others = append(others, r)
+		}
+	}
+	if limit := cmp.Or(max(s.MaxRepositoryScans, 0), 10); len(others) > limit {
+		s.mu.Lock()
+		if s.nextScan == nil {
+			s.nextScan = map[string]int{}
+		}
+		first := s.nextScan[g.key] % len(others)
+		s.nextScan[g.key] = first + limit
+		s.mu.Unlock()
+		others = append(slices.Clone(others[first:]), others[:first]...)[:limit]
+	}
+	for _, r := range others {
+		scan[strings.ToLower(r)] = r
+	}
+	out := slices.Collect(maps.Values(scan))
+	slices.Sort(out)
+	return out, err
 }
 
 // observeRunners records the runner state of the pool's claims and wakes

@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,6 +34,10 @@ func (queuedOnly) Scope() workload.Scope { return workload.Scope{Owner: "octo-or
 func (queuedOnly) ListRunners(context.Context, string) ([]workload.Runner, error) { return nil, nil }
 
 func (q queuedOnly) QueuedJobs(context.Context, []string) ([]workload.Job, error) { return q.jobs, nil }
+
+func (queuedOnly) Repositories(context.Context) ([]string, error) {
+	return []string{"octo-org/app"}, nil
+}
 
 // TestResyncSkipsRecordedQueuedJobs: a queued job the pool's namespace
 // already holds a CIJob of is not written again at every resync. Writing it
@@ -95,5 +101,47 @@ func TestResyncSkipsRecordedQueuedJobs(t *testing.T) {
 	}
 	if n, m := creates.Load(), gets.Load(); n != 0 || m != 0 {
 		t.Fatalf("a resync of jobs all recorded: %d CIJob creates and %d reads, want none", n, m)
+	}
+}
+
+// manyRepositories is an organization scope with n repositories.
+type manyRepositories struct {
+	workload.Provider
+	n int
+}
+
+func (manyRepositories) Scope() workload.Scope { return workload.Scope{Owner: "octo-org"} }
+
+func (m manyRepositories) Repositories(context.Context) ([]string, error) {
+	out := make([]string, 0, m.n+1)
+	for i := range m.n {
+		out = append(out, fmt.Sprintf("octo-org/repo-%02d", i))
+	}
+	// Another account's repository is never scanned.
+	return append(out, "someone/else"), nil
+}
+
+// TestRepositoriesToScan: the repositories of recorded jobs are scanned
+// at every resync; of the organization's others at most
+// MaxRepositoryScans a resync, in turns that cover every one.
+func TestRepositoriesToScan(t *testing.T) {
+	s := &PoolResync{MaxRepositoryScans: 10}
+	g := &resyncGroup{key: "org", p: manyRepositories{n: 25}}
+	recorded := map[string]bool{"Octo-Org/repo-03": true, "someone/other": true}
+	seen := map[string]int{}
+	for turn := range 3 {
+		got, err := s.repositoriesToScan(context.Background(), g, recorded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 11 || !slices.Contains(got, "Octo-Org/repo-03") {
+			t.Fatalf("turn %d: %d repositories %v; want the recorded one and 10 others", turn, len(got), got)
+		}
+		for _, r := range got {
+			seen[r]++
+		}
+	}
+	if len(seen) != 25 || seen["Octo-Org/repo-03"] != 3 || seen["someone/else"] != 0 || seen["someone/other"] != 0 {
+		t.Errorf("three turns scanned %d repositories: %v; want all 25 of the organization, the recorded one every time", len(seen), seen)
 	}
 }

@@ -56,6 +56,8 @@ type poolWorld struct {
 	gs  *githubsimtest.Server
 	op  *operator
 	f   *fixture
+	// hookClient trusts the operator's webhook receiver.
+	hookClient *http.Client
 	// maxVMs is the most operator VMs seen at once.
 	maxVMs atomic.Int64
 }
@@ -67,6 +69,9 @@ type poolWorldOptions struct {
 	github func(*githubsim.Config)
 	// backoff replaces the pools' replacement backoff.
 	backoff *scaling.Backoff
+	// sharedSecret verifies the webhooks with the shared fallback secret
+	// (accepted: AllowSharedSecret) instead of octo-org's own key.
+	sharedSecret bool
 }
 
 const poolWebhookSecret = "pool-test-webhook-secret"
@@ -98,9 +103,13 @@ func startPoolWorld(t *testing.T, o poolWorldOptions) *poolWorld {
 			c.Guest.Env = map[string]string{"HF_TEST_RUNNER_DIR": runnerDir, "HF_SIM_POLL_WAIT": "1"}
 		}
 	})
+	hooks := &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, OwnerSecrets: map[string][]byte{"octo-org": []byte(poolWebhookSecret)}}
+	if o.sharedSecret {
+		hooks.OwnerSecrets, hooks.Secret, hooks.AllowSharedSecret = nil, []byte(poolWebhookSecret), true
+	}
 	op := startOperator(t, operatorOptions{
 		github:         gs.Transport,
-		webhook:        &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Secret: []byte(poolWebhookSecret)},
+		webhook:        hooks,
 		resyncInterval: time.Second,
 		backoff:        o.backoff,
 	})
@@ -114,7 +123,7 @@ func startPoolWorld(t *testing.T, o poolWorldOptions) *poolWorld {
 	}
 	f := newFixture(t, sim, nil)
 	f.useGitHub(gs, nil)
-	w := &poolWorld{t: t, sim: sim, gs: gs, op: op, f: f}
+	w := &poolWorld{t: t, sim: sim, gs: gs, op: op, f: f, hookClient: hookClient}
 	// Registered after the fixture, so it runs before the fixture's
 	// cleanup changes anything.
 	t.Cleanup(func() {
@@ -398,9 +407,9 @@ func TestRunnerPoolServesJobs(t *testing.T) {
 // lost are still found by the resync, served and recorded as completed.
 func TestRunnerPoolWarmPoolAndResync(t *testing.T) {
 	w := startPoolWorld(t, poolWorldOptions{})
-	// A repository pool: the resync reads the queued jobs of the
-	// repositories it serves (an organization pool only knows the
-	// repositories it has seen jobs from).
+	// A repository pool: the resync reads the queued jobs of its
+	// repository at every resync (an organization pool's repositories
+	// without recorded jobs in turns).
 	pool := w.newPool("warm", func(p *hfv1.RunnerPool) {
 		p.Spec.Scaling.MinIdle = ptr.To[int32](2)
 		p.Spec.Workload.GitHub.Repository = "octo-org/app"

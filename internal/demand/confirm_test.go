@@ -150,17 +150,86 @@ func TestRecorderConfirmsUntrustedWebhookEvents(t *testing.T) {
 		}
 	})
 
-	t.Run("fresh in-order events are not confirmed", func(t *testing.T) {
+	t.Run("fresh in-order events signed with the owner's own secret are not confirmed", func(t *testing.T) {
 		pool := nn(newNamespace(t, e.Client), "pool")
-		// GitHub says this job waits, but the events are fresh and in
-		// order: recorded as delivered, the API is not asked.
-		for _, s := range []workload.JobState{workload.JobInProgress, workload.JobCompleted} {
-			if err := rec.Record(ctx, pool, webhookEvent(waiting.ID, s, now, string(s)), SourceWebhook); err != nil {
+		// GitHub says this job waits, but the events are fresh, in order
+		// and signed with a secret only the job's owner holds: recorded as
+		// delivered, the API is not asked.
+		for _, s := range []workload.JobState{workload.JobQueued, workload.JobInProgress, workload.JobCompleted} {
+			ev := webhookEvent(waiting.ID, s, now, string(s))
+			ev.OwnerSigned = true
+			if err := rec.Record(ctx, pool, ev, SourceWebhook); err != nil {
 				t.Fatal(err)
 			}
 		}
 		if got := state(pool, waiting.ID); got != hfv1.CIJobCompleted || readers.count(pool) != 0 {
 			t.Fatalf("state %s after %d API reads; want completed after 0", got, readers.count(pool))
+		}
+	})
+
+	// A fresh in_progress signed with the shared fallback secret (any
+	// owner whose webhook uses it can sign one about this owner's job):
+	// recorded as delivered, it took the job out of pending demand for
+	// good (nothing moves a record back) and gave the claim of the runner
+	// it names a job that runner never took.
+	for _, tc := range []struct {
+		name   string
+		before []workload.JobState // events recorded first, owner-signed
+	}{
+		{name: "forged in_progress of a job recorded queued", before: []workload.JobState{workload.JobQueued}},
+		{name: "forged in_progress of a job not recorded"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := nn(newNamespace(t, e.Client), "pool")
+			for _, s := range tc.before {
+				ev := webhookEvent(waiting.ID, s, now, "before-"+string(s))
+				ev.OwnerSigned = true
+				if err := rec.Record(ctx, pool, ev, SourceWebhook); err != nil {
+					t.Fatal(err)
+				}
+			}
+			forged := webhookEvent(waiting.ID, workload.JobInProgress, now, "forged")
+			forged.Job.RunnerName = "runner-of-a-busy-claim"
+			if err := rec.Record(ctx, pool, forged, SourceWebhook); err != nil {
+				t.Fatal(err)
+			}
+			cj := getJob(t, e.Client, pool.Namespace, waiting.ID)
+			if cj.Status.State != hfv1.CIJobQueued || cj.Status.RunnerName != "" || readers.count(pool) != 1 {
+				t.Fatalf("status %+v after %d API reads; want queued without a runner (as GitHub has it) after 1", cj.Status, readers.count(pool))
+			}
+			// The same delivery's completion, in order after it, is
+			// confirmed too: the start was never confirmed.
+			if err := rec.Record(ctx, pool, webhookEvent(waiting.ID, workload.JobCompleted, now, "forged-completed"), SourceWebhook); err != nil {
+				t.Fatal(err)
+			}
+			if got := state(pool, waiting.ID); got != hfv1.CIJobQueued || readers.count(pool) != 2 {
+				t.Fatalf("state %s after %d API reads; want queued after 2", got, readers.count(pool))
+			}
+		})
+	}
+
+	t.Run("shared-secret events of a job whose start the API confirmed", func(t *testing.T) {
+		pool := nn(newNamespace(t, e.Client), "pool")
+		// Recorded in progress by the resync (what the API said), without
+		// a runner name: a shared-secret event naming one is confirmed;
+		// its completion, the next step in order, is not.
+		if err := rec.Record(ctx, pool, workload.JobEvent{Action: "in_progress", Job: workload.Job{ID: waiting.ID, Repository: "octo-org/app",
+			State: workload.JobInProgress, StartedAt: now}}, SourceResync); err != nil {
+			t.Fatal(err)
+		}
+		if err := rec.Record(ctx, pool, webhookEvent(waiting.ID, workload.JobInProgress, now, "names-a-runner"), SourceWebhook); err != nil {
+			t.Fatal(err)
+		}
+		if cj := getJob(t, e.Client, pool.Namespace, waiting.ID); cj.Status.RunnerName != "" || readers.count(pool) != 1 {
+			t.Fatalf("status %+v after %d API reads; want no runner (GitHub names none) after 1", cj.Status, readers.count(pool))
+		}
+		shared := webhookEvent(waiting.ID, workload.JobCompleted, now, "completed")
+		shared.Job.RunnerName = ""
+		if err := rec.Record(ctx, pool, shared, SourceWebhook); err != nil {
+			t.Fatal(err)
+		}
+		if got := state(pool, waiting.ID); got != hfv1.CIJobCompleted || readers.count(pool) != 1 {
+			t.Fatalf("state %s after %d API reads; want completed after 1", got, readers.count(pool))
 		}
 	})
 

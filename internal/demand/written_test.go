@@ -69,9 +69,9 @@ func countedClient(t *testing.T, e *testenv.Environment) (client.WithWatch, *api
 
 // TestRecorderWritesOnceAfterItsOwnWrite: a job's events after the one
 // that created its record are one update each, with no refused create and
-// no read, and a completed event after the in_progress this Recorder
-// wrote needs no confirmation (neither the platform nor the API server is
-// asked).
+// no read, and, signed with the owner's own secret, an in_progress event
+// and a completed event after the in_progress this Recorder wrote need no
+// confirmation (neither the platform nor the API server is asked).
 func TestRecorderWritesOnceAfterItsOwnWrite(t *testing.T) {
 	e := testEnv(t)
 	ctx := context.Background()
@@ -91,7 +91,9 @@ func TestRecorderWritesOnceAfterItsOwnWrite(t *testing.T) {
 		{workload.JobCompleted, Updated, "update=1 "},
 		{workload.JobCompleted, Unchanged, ""},
 	} {
-		got, err := rec.Apply(ctx, pool, webhookEvent(5, step.state, now, "d-"+string(step.state)), SourceWebhook)
+		ev := webhookEvent(5, step.state, now, "d-"+string(step.state))
+		ev.OwnerSigned = true
+		got, err := rec.Apply(ctx, pool, ev, SourceWebhook)
 		if err != nil || got != step.want {
 			t.Fatalf("%s: %s, %v; want %s", step.state, got, err, step.want)
 		}
@@ -158,5 +160,51 @@ func TestRecorderStaleCopy(t *testing.T) {
 	}
 	if cj := getJob(t, e.Client, ns, id); cj.Status.State != hfv1.CIJobCompleted || cj.Status.RunnerName != "runner-1" {
 		t.Fatalf("recreated record %+v", cj.Status)
+	}
+}
+
+// platformSays is a CI platform whose API reports every job as job,
+// counting the reads.
+type platformSays struct {
+	job   workload.Job
+	reads int
+}
+
+func (p *platformSays) JobReaderFor(context.Context, types.NamespacedName) (workload.JobReader, error) {
+	return p, nil
+}
+
+func (p *platformSays) GetJob(_ context.Context, _ string, id int64) (workload.Job, error) {
+	p.reads++
+	j := p.job
+	j.ID = id
+	return j, nil
+}
+
+// TestSharedSecretCostsOneConfirmationPerJob: signed with the shared
+// fallback secret, an honest job's events cost one API read, when it
+// starts; its completion, the next step in order, is recorded as
+// delivered. What is recorded of the start is what the API says.
+func TestSharedSecretCostsOneConfirmationPerJob(t *testing.T) {
+	e := testEnv(t)
+	ctx := context.Background()
+	pool := nn(newNamespace(t, e.Client), "gpu")
+	now := time.Now()
+	platform := &platformSays{job: workload.Job{Repository: "octo-org/app", State: workload.JobInProgress, RunnerName: "pool-runner-7", RunnerID: 7, StartedAt: now}}
+	rec := NewRecorder(e.Client, e.Client, nil).ConfirmWebhookEvents(platform, time.Hour)
+	for _, step := range []struct {
+		state workload.JobState
+		reads int
+	}{{workload.JobQueued, 0}, {workload.JobInProgress, 1}, {workload.JobCompleted, 1}} {
+		ev := webhookEvent(8, step.state, now, "d-"+string(step.state))
+		if err := rec.Record(ctx, pool, ev, SourceWebhook); err != nil {
+			t.Fatal(err)
+		}
+		if platform.reads != step.reads {
+			t.Fatalf("%s: %d API reads so far, want %d", step.state, platform.reads, step.reads)
+		}
+	}
+	if cj := getJob(t, e.Client, pool.Namespace, 8); cj.Status.State != hfv1.CIJobCompleted || cj.Status.RunnerName != "pool-runner-7" {
+		t.Fatalf("record %+v; want completed, on the runner the API named", cj.Status)
 	}
 }

@@ -130,9 +130,11 @@ func freeLoopbackAddr() (string, error) {
 type OperatorInputs struct {
 	// Namespace is the operator's own namespace (its Secrets, its lease).
 	Namespace string
-	// WebhookSecret is the GitHub webhooks' secret (key webhook-secret
-	// of the operator's webhook Secret).
-	WebhookSecret string
+	// WebhookSecretData are the keys of the operator's webhook Secret
+	// (--github-webhook-secret): the world's webhook secret under
+	// owner.<login> of its organization, the owner's own key (no shared
+	// fallback: docs/security.md, "Webhook intake").
+	WebhookSecretData map[string][]byte
 	// WebhookCertFile and WebhookKeyFile are the webhook receiver's
 	// serving certificate and key, for 127.0.0.1; the GitHub simulator
 	// trusts that certificate.
@@ -154,9 +156,9 @@ type OperatorInputs struct {
 // OperatorInputs returns what an external operator needs.
 func (w *World) OperatorInputs() OperatorInputs {
 	return OperatorInputs{
-		Namespace:       SystemNamespace,
-		WebhookSecret:   webhookSecret,
-		WebhookCertFile: w.webhook.certFile, WebhookKeyFile: w.webhook.keyFile,
+		Namespace:         SystemNamespace,
+		WebhookSecretData: map[string][]byte{manager.WebhookOwnerKeyPrefix + Organization: []byte(webhookSecret)},
+		WebhookCertFile:   w.webhook.certFile, WebhookKeyFile: w.webhook.keyFile,
 		GitHubCAFile:        w.githubCAFile(),
 		AgentServerCertFile: w.agentTLS.certFile, AgentServerKeyFile: w.agentTLS.keyFile, AgentServerCAFile: w.agentTLS.caFile,
 		ResyncInterval: resyncInterval, SweepInterval: sweepInterval, MaxRetryDelay: maxRetryDelay,

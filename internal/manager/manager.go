@@ -152,7 +152,8 @@ type WebhookOptions struct {
 	// get 503.
 	SecretRef *types.NamespacedName
 	// Secret is the webhook secret configured on the platform: the
-	// fallback for owners without their own in OwnerSecrets.
+	// fallback for owners without their own in OwnerSecrets. It needs
+	// AllowSharedSecret.
 	Secret []byte
 	// OwnerSecrets are secrets per owner (organization or user login, lower
 	// case): deliveries about that owner's repositories verify with it
@@ -166,6 +167,14 @@ type WebhookOptions struct {
 	// MaxEventAge is how old an event may be before it is confirmed with
 	// the CI platform (0: demand.DefaultMaxEventAge, 10 minutes).
 	MaxEventAge time.Duration
+	// AllowSharedSecret accepts a fallback secret (Secret, or the
+	// Secret's key WebhookSecretKey), which every owner whose webhook uses
+	// it can sign deliveries about every owner without its own key with.
+	// Without it Setup refuses one (ErrSharedSecretNotAllowed), and an
+	// edit of the Secret that adds one is invalid; with it the pools it
+	// serves report WebhookSecretShared (docs/security.md, "Webhook
+	// intake").
+	AllowSharedSecret bool
 	// Limits cap the receiver's connections (0: webhook.DefaultLimits'
 	// cap, negative: none); see docs/security.md, "Webhook intake".
 	Limits httpsserver.Limits
@@ -221,6 +230,14 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	ci := platformSeams(mgr, opts, backends)
 	if err := controller.SetupIndexes(ctx, mgr, backends); err != nil {
 		return nil, fmt.Errorf("set up field indexes: %w", err)
+	}
+	// Before the controllers: the pools report which secret verifies
+	// their owner's deliveries.
+	var hooks *rotatingParser
+	if opts.Webhook != nil {
+		if hooks, err = webhookParser(ctx, mgr, opts.Webhook, backends); err != nil {
+			return nil, err
+		}
 	}
 	registry := hypervisors.NewRegistry()
 	addresses := ipam.NewManager()
@@ -338,7 +355,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	if opts.ReplacementBackoff != nil {
 		backoff = *opts.ReplacementBackoff
 	}
-	if err := (&controller.RunnerPoolReconciler{
+	pools := &controller.RunnerPoolReconciler{
 		Client:     mgr.GetClient(),
 		Backoff:    backoff,
 		Recorder:   mgr.GetEventRecorderFor("runnerpool-controller"),
@@ -348,7 +365,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Workloads:  backends,
 		PoolEvents: poolEvents,
 		JobReports: notices.Jobs,
-	}).SetupWithManager(mgr); err != nil {
+	}
+	if hooks != nil {
+		pools.WebhookSecrets = hooks
+	}
+	if err := pools.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up RunnerPool controller: %w", err)
 	}
 	var resync *controller.PoolResync
@@ -380,7 +401,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}
 	comps := &Components{Registry: registry, IPAM: addresses, Sweeper: sw, Resync: resync, AgentServer: agentSrv, Transitions: transitions, PowerOffNotices: notices}
 	if opts.Webhook != nil {
-		srv, err := newWebhookServer(ctx, mgr, opts, backends, ci.providers)
+		srv, err := newWebhookServer(mgr, opts, backends, ci.providers, hooks)
 		if err != nil {
 			return nil, err
 		}
@@ -430,8 +451,9 @@ func platformSeams(mgr ctrl.Manager, opts Options, backends *workload.Backends) 
 }
 
 // webhookParser is the parser of the platform whose webhooks are
-// received: w.Platform's, else the only back-end that receives any.
-func webhookParser(ctx context.Context, mgr ctrl.Manager, w *WebhookOptions, backends *workload.Backends) (workload.WebhookParser, error) {
+// received: w.Platform's, else the only back-end that receives any. Its
+// secrets are w's, or those of the Secret w names, watched.
+func webhookParser(ctx context.Context, mgr ctrl.Manager, w *WebhookOptions, backends *workload.Backends) (*rotatingParser, error) {
 	var receivers []hfv1.WorkloadType
 	for _, t := range backends.Types() {
 		be, _ := backends.For(t)
@@ -448,29 +470,36 @@ func webhookParser(ctx context.Context, mgr ctrl.Manager, w *WebhookOptions, bac
 		return nil, fmt.Errorf("webhooks: %d CI platforms receive webhooks (%v); name one as the receiver's platform", len(receivers), receivers)
 	}
 	be, _ := backends.For(receivers[0])
-	receiver := be.(workload.WebhookReceiver)
+	parser := &rotatingParser{receiver: be.(workload.WebhookReceiver), platform: receivers[0], allowShared: w.AllowSharedSecret}
 	if w.SecretRef == nil {
 		if len(w.Secret) == 0 && len(w.OwnerSecrets) == 0 {
 			return nil, fmt.Errorf("the webhook receiver needs the webhook secret configured on the CI platform (a fallback secret or one per owner)")
 		}
-		return receiver.WebhookParser(w.Secret, w.OwnerSecrets), nil
+		if len(w.Secret) > 0 && !w.AllowSharedSecret {
+			return nil, sharedSecretRefused("the webhook options hold a fallback Secret", "it")
+		}
+		parser.source = "the manager's webhook options"
+		owners := make(map[string][]byte, len(w.OwnerSecrets))
+		for login, secret := range w.OwnerSecrets {
+			owners[strings.ToLower(login)] = secret
+		}
+		secrets := &WebhookSecrets{Global: w.Secret, Owners: owners}
+		parser.set(secrets)
+		logSharedSecret(mgr.GetLogger().WithName("webhook"), secrets)
+		return parser, nil
 	}
-	parser := &rotatingParser{receiver: receiver}
+	parser.source = "Secret " + w.SecretRef.String()
 	if err := watchWebhookSecret(ctx, mgr, *w.SecretRef, parser); err != nil {
 		return nil, fmt.Errorf("watch the webhook Secret %s: %w", w.SecretRef, err)
 	}
 	return parser, nil
 }
 
-// newWebhookServer builds the webhook receiver and adds its server to the
-// manager. Events are confirmed with the pools' accounts (providers); nil
-// providers (a test's stand-in) leave them unconfirmed.
-func newWebhookServer(ctx context.Context, mgr ctrl.Manager, opts Options, backends *workload.Backends, providers controller.PoolProviders) (*webhook.Server, error) {
+// newWebhookServer builds the webhook receiver with parser and adds its
+// server to the manager. Events are confirmed with the pools' accounts
+// (providers); nil providers (a test's stand-in) leave them unconfirmed.
+func newWebhookServer(mgr ctrl.Manager, opts Options, backends *workload.Backends, providers controller.PoolProviders, parser workload.WebhookParser) (*webhook.Server, error) {
 	w := opts.Webhook
-	parser, err := webhookParser(ctx, mgr, w, backends)
-	if err != nil {
-		return nil, err
-	}
 	recorder := demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock)
 	if providers != nil {
 		recorder.ConfirmWebhookEvents(&controller.PoolJobReaders{Client: mgr.GetClient(), Providers: providers}, w.MaxEventAge)

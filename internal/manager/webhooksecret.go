@@ -2,11 +2,13 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,9 +16,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -28,6 +32,14 @@ const (
 	WebhookOwnerKeyPrefix = "owner."
 )
 
+// AllowSharedSecretFlag is the manager flag that accepts the shared
+// fallback secret (WebhookOptions.AllowSharedSecret).
+const AllowSharedSecretFlag = "--github-webhook-allow-fallback-secret"
+
+// ErrSharedSecretNotAllowed: the webhook secrets hold the shared fallback
+// secret, and the manager was not told to accept it.
+var ErrSharedSecretNotAllowed = errors.New("the shared fallback webhook secret is not allowed")
+
 // WebhookSecrets are the secrets of the webhook Secret.
 type WebhookSecrets struct {
 	// Global is the fallback for owners without their own.
@@ -38,12 +50,18 @@ type WebhookSecrets struct {
 
 // ParseWebhookSecrets checks the webhook Secret's keys: webhook-secret
 // (the fallback) and owner.<login> (that owner's own), at least one of
-// them, none empty, and no owner twice in different cases. secret names
-// the Secret in errors.
-func ParseWebhookSecrets(secret string, data map[string][]byte) (*WebhookSecrets, error) {
+// them, none empty, and no owner twice in different cases. The fallback is
+// refused (ErrSharedSecretNotAllowed) unless allowShared: every owner
+// whose webhook uses it can sign deliveries about every owner without a
+// key of its own (docs/security.md, "Webhook intake"). secret names the
+// Secret in errors.
+func ParseWebhookSecrets(secret string, data map[string][]byte, allowShared bool) (*WebhookSecrets, error) {
 	out := &WebhookSecrets{Global: data[WebhookSecretKey], Owners: map[string][]byte{}}
 	if v, ok := data[WebhookSecretKey]; ok && len(v) == 0 {
 		return nil, fmt.Errorf("GitHub webhook Secret %s: key %q is empty: put the webhook's secret there or remove the key", secret, WebhookSecretKey)
+	}
+	if _, ok := data[WebhookSecretKey]; ok && !allowShared {
+		return nil, sharedSecretRefused("GitHub webhook Secret "+secret+" holds key "+WebhookSecretKey, WebhookSecretKey+" from it")
 	}
 	for key, v := range data {
 		login, ok := strings.CutPrefix(key, WebhookOwnerKeyPrefix)
@@ -67,16 +85,33 @@ func ParseWebhookSecrets(secret string, data map[string][]byte) (*WebhookSecrets
 	return out, nil
 }
 
+// sharedSecretRefused is the error of a fallback secret the manager was not
+// told to accept: what holds it, and what to do.
+func sharedSecretRefused(what, remove string) error {
+	return fmt.Errorf("%s, the shared fallback secret: whoever holds it (every owner whose webhook uses it) can sign deliveries about "+
+		"the repositories of every owner without a key of its own: %w. Give each organization or user its own key %s<login> holding "+
+		"the secret of its webhook (for a GitHub App, the App's webhook secret under the key of each account it is installed on) and "+
+		"remove %s, or start the manager with %s to accept it (docs/github.md, \"Webhooks\")",
+		what, ErrSharedSecretNotAllowed, WebhookOwnerKeyPrefix, remove, AllowSharedSecretFlag)
+}
+
 // rotatingParser verifies deliveries with the webhook Secret as it is now:
 // the watcher swaps the parser when the Secret changes, so a rotated
 // secret (by hand, or by External Secrets Operator) takes effect without a
 // restart. Until a valid Secret exists, or after it is deleted, every
 // delivery is refused with 503 (the platform retries; the resync covers
 // demand meanwhile): an operator never accepts a delivery it cannot
-// verify.
+// verify. Secrets given as options (no Secret) are set once.
 type rotatingParser struct {
 	receiver workload.WebhookReceiver
-	current  atomic.Pointer[workload.WebhookParser]
+	// platform is the workload type whose webhooks it parses; source
+	// names where its secrets come from, for the pools' conditions.
+	platform hfv1.WorkloadType
+	source   string
+	// allowShared accepts the fallback secret (AllowSharedSecretFlag).
+	allowShared bool
+	current     atomic.Pointer[workload.WebhookParser]
+	secrets     atomic.Pointer[WebhookSecrets]
 }
 
 // Parse implements workload.WebhookParser.
@@ -92,10 +127,33 @@ func (p *rotatingParser) Parse(h http.Header, body []byte) (workload.JobEvent, e
 func (p *rotatingParser) set(secrets *WebhookSecrets) {
 	if secrets == nil {
 		p.current.Store(nil)
+		p.secrets.Store(nil)
 		return
 	}
 	parser := p.receiver.WebhookParser(secrets.Global, secrets.Owners)
 	p.current.Store(&parser)
+	p.secrets.Store(secrets)
+}
+
+// WebhookSecretOf implements controller.WebhookSecrets: how the receiver
+// verifies deliveries about owner with the secrets it holds now.
+func (p *rotatingParser) WebhookSecretOf(platform hfv1.WorkloadType, owner string) (controller.WebhookSecretUse, bool) {
+	if platform != p.platform {
+		return controller.WebhookSecretUse{}, false
+	}
+	use := controller.WebhookSecretUse{Source: p.source, SharedKey: WebhookSecretKey, OwnKey: WebhookOwnerKeyPrefix + strings.ToLower(owner)}
+	secrets := p.secrets.Load()
+	if secrets == nil {
+		return use, true
+	}
+	use.Loaded = true
+	switch {
+	case len(secrets.Owners[strings.ToLower(owner)]) > 0:
+		use.Own = true
+	case len(secrets.Global) > 0:
+		use.Shared = true
+	}
+	return use, true
 }
 
 // webhookSecretWatcher reloads the webhook Secret whenever it changes.
@@ -110,6 +168,14 @@ type webhookSecretWatcher struct {
 
 // Reconcile implements reconcile.Reconciler.
 func (w *webhookSecretWatcher) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	return ctrl.Result{}, w.reload(ctx, false)
+}
+
+// reload reads the Secret and installs its secrets. An invalid Secret is
+// logged and keeps the last valid secrets in use; at start (atStart) one
+// that holds the fallback secret the manager was not told to accept is an
+// error: the manager does not start, and says what to do.
+func (w *webhookSecretWatcher) reload(ctx context.Context, atStart bool) error {
 	log := ctrl.LoggerFrom(ctx).WithValues("secret", w.key.String())
 	var s corev1.Secret
 	switch err := w.reader.Get(ctx, w.key, &s); {
@@ -119,23 +185,40 @@ func (w *webhookSecretWatcher) Reconcile(ctx context.Context, _ ctrl.Request) (c
 		}
 		w.parser.set(nil)
 		metrics.WebhookSecretReloads.WithLabelValues("missing").Inc()
-		return ctrl.Result{}, nil
+		return nil
 	case err != nil:
 		metrics.WebhookSecretReloads.WithLabelValues("error").Inc()
-		return ctrl.Result{}, fmt.Errorf("read the GitHub webhook Secret %s: %w", w.key, err)
+		return fmt.Errorf("read the GitHub webhook Secret %s: %w", w.key, err)
 	}
-	secrets, err := ParseWebhookSecrets(w.key.String(), s.Data)
+	secrets, err := ParseWebhookSecrets(w.key.String(), s.Data, w.parser.allowShared)
 	if err != nil {
+		metrics.WebhookSecretReloads.WithLabelValues("invalid").Inc()
+		if atStart && errors.Is(err, ErrSharedSecretNotAllowed) {
+			return err
+		}
 		// Keep the last valid secrets: a half-edited Secret must not stop
 		// deliveries the previous one still verifies.
 		log.Error(err, "The GitHub webhook Secret is not valid; deliveries are still verified with its last valid version")
-		metrics.WebhookSecretReloads.WithLabelValues("invalid").Inc()
-		return ctrl.Result{}, nil
+		return nil
 	}
 	w.parser.set(secrets)
 	metrics.WebhookSecretReloads.WithLabelValues("loaded").Inc()
 	log.Info("Loaded the GitHub webhook Secret", "fallbackSecret", len(secrets.Global) > 0, "ownersWithOwnSecret", len(secrets.Owners))
-	return ctrl.Result{}, nil
+	logSharedSecret(log, secrets)
+	return nil
+}
+
+// logSharedSecret warns, at every load, that the fallback secret is in
+// use: the RunnerPools whose owner it serves say so too (condition
+// WebhookSecretShared).
+func logSharedSecret(log logr.Logger, secrets *WebhookSecrets) {
+	if len(secrets.Global) == 0 {
+		return
+	}
+	log.Info("Warning: the shared fallback webhook secret is accepted ("+AllowSharedSecretFlag+"): whoever holds it can sign deliveries about "+
+		"every owner without a key of its own, so their in_progress and completed events are confirmed with GitHub (one API call per job). "+
+		"Give each owner its own key "+WebhookOwnerKeyPrefix+"<login>; RunnerPools served by the fallback show the condition WebhookSecretShared",
+		"ownersWithOwnSecret", len(secrets.Owners))
 }
 
 // watchWebhookSecret loads the webhook Secret once and registers the
@@ -143,7 +226,7 @@ func (w *webhookSecretWatcher) Reconcile(ctx context.Context, _ ctrl.Request) (c
 // every replica (each serves webhooks), not only on the leader.
 func watchWebhookSecret(ctx context.Context, mgr ctrl.Manager, key types.NamespacedName, parser *rotatingParser) error {
 	w := &webhookSecretWatcher{reader: mgr.GetAPIReader(), key: key, parser: parser}
-	if _, err := w.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+	if err := w.reload(ctx, true); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
@@ -151,6 +234,6 @@ func watchWebhookSecret(ctx context.Context, mgr ctrl.Manager, key types.Namespa
 		For(&corev1.Secret{}, builder.OnlyMetadata, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetNamespace() == key.Namespace && o.GetName() == key.Name
 		}))).
-		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).
+		WithOptions(crcontroller.Options{NeedLeaderElection: ptr.To(false)}).
 		Complete(w)
 }

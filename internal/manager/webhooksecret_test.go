@@ -8,12 +8,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/controller"
+	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
@@ -23,17 +29,30 @@ var lazyEnv testenv.Lazy
 func TestMain(m *testing.M) { lazyEnv.Main(m) }
 
 func TestParseWebhookSecrets(t *testing.T) {
-	got, err := ParseWebhookSecrets("ns/hook", map[string][]byte{
+	withFallback := map[string][]byte{
 		"webhook-secret": []byte("fallback"), "owner.Octo-Org": []byte("octo"), "owner.someone": []byte("someone's"), "other": []byte("ignored"),
-	})
+	}
+	got, err := ParseWebhookSecrets("ns/hook", withFallback, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(got.Global) != "fallback" || len(got.Owners) != 2 || string(got.Owners["octo-org"]) != "octo" || string(got.Owners["someone"]) != "someone's" {
 		t.Fatalf("parsed %+v", got)
 	}
-	if got, err := ParseWebhookSecrets("ns/hook", map[string][]byte{"owner.octo-org": []byte("octo")}); err != nil || got.Global != nil || len(got.Owners) != 1 {
-		t.Fatalf("owner secrets only: %+v, %v", got, err)
+	// Without the opt-in the fallback is refused, saying why and what to do.
+	_, err = ParseWebhookSecrets("ns/hook", withFallback, false)
+	if !errors.Is(err, ErrSharedSecretNotAllowed) {
+		t.Fatalf("the fallback without the opt-in: %v, want ErrSharedSecretNotAllowed", err)
+	}
+	for _, says := range []string{"ns/hook", `key webhook-secret`, "owner.<login>", "--github-webhook-allow-fallback-secret", "GitHub App"} {
+		if !strings.Contains(err.Error(), says) {
+			t.Errorf("the refusal %q does not say %q", err, says)
+		}
+	}
+	for _, allow := range []bool{false, true} {
+		if got, err := ParseWebhookSecrets("ns/hook", map[string][]byte{"owner.octo-org": []byte("octo")}, allow); err != nil || got.Global != nil || len(got.Owners) != 1 {
+			t.Fatalf("owner secrets only (opt-in %v): %+v, %v", allow, got, err)
+		}
 	}
 	for name, tc := range map[string]struct {
 		data map[string][]byte
@@ -46,7 +65,7 @@ func TestParseWebhookSecrets(t *testing.T) {
 		"one owner in two keys": {map[string][]byte{"owner.a": []byte("x"), "owner.A": []byte("y")}, `owner "a" has more than one key`},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := ParseWebhookSecrets("ns/hook", tc.data); err == nil || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), "ns/hook") {
+			if _, err := ParseWebhookSecrets("ns/hook", tc.data, true); err == nil || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), "ns/hook") {
 				t.Fatalf("error %v, want one naming ns/hook and saying %q", err, tc.says)
 			}
 		})
@@ -83,7 +102,7 @@ func TestWebhookSecretRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := types.NamespacedName{Namespace: "default", Name: "rotation-webhook"}
-	parser := &rotatingParser{receiver: secretEcho{}}
+	parser := &rotatingParser{receiver: secretEcho{}, allowShared: true}
 	if err := watchWebhookSecret(ctx, mgr, key, parser); err != nil {
 		t.Fatal(err)
 	}
@@ -138,4 +157,114 @@ func TestWebhookSecretRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("deleted", "")
+}
+
+// TestSharedWebhookSecretNeedsOptIn: a webhook Secret holding the shared
+// fallback secret stops the manager at start unless it was told to accept
+// it, with a message that says what to do; accepted, a warning is logged
+// and the owners it serves are reported as served by a shared secret. An
+// edit that adds the fallback later, without the opt-in, is refused and
+// the last valid secrets stay in use.
+func TestSharedWebhookSecretNeedsOptIn(t *testing.T) {
+	env := lazyEnv.Get(t)
+	ctx := context.Background()
+	key := types.NamespacedName{Namespace: "default", Name: "shared-webhook"}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
+		Data: map[string][]byte{WebhookSecretKey: []byte("shared"), "owner.acme": []byte("acme's own")}}
+	if err := env.Client.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	newMgr := func() ctrl.Manager {
+		mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+			Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mgr
+	}
+
+	refused := &rotatingParser{receiver: secretEcho{}, platform: hfv1.WorkloadGitHubActions, source: "Secret " + key.String()}
+	err := watchWebhookSecret(ctx, newMgr(), key, refused)
+	if !errors.Is(err, ErrSharedSecretNotAllowed) || !strings.Contains(err.Error(), key.String()) || !strings.Contains(err.Error(), AllowSharedSecretFlag) {
+		t.Fatalf("start with the fallback and without %s: %v; want a refusal naming the Secret and the flag", AllowSharedSecretFlag, err)
+	}
+
+	var logs strings.Builder
+	logger := funcr.New(func(prefix, args string) { logs.WriteString(prefix + " " + args + "\n") }, funcr.Options{})
+	accepted := &rotatingParser{receiver: secretEcho{}, platform: hfv1.WorkloadGitHubActions, source: "Secret " + key.String(), allowShared: true}
+	if err := watchWebhookSecret(ctrl.LoggerInto(ctx, logger), newMgr(), key, accepted); err != nil {
+		t.Fatalf("start with the fallback and %s: %v", AllowSharedSecretFlag, err)
+	}
+	if !strings.Contains(logs.String(), "Warning: the shared fallback webhook secret is accepted") {
+		t.Errorf("no warning logged at load:\n%s", logs.String())
+	}
+	for owner, want := range map[string]controller.WebhookSecretUse{
+		"octo-org": {Loaded: true, Shared: true, Source: "Secret default/shared-webhook", OwnKey: "owner.octo-org", SharedKey: "webhook-secret"},
+		"ACME":     {Loaded: true, Own: true, Source: "Secret default/shared-webhook", OwnKey: "owner.acme", SharedKey: "webhook-secret"},
+	} {
+		if got, ok := accepted.WebhookSecretOf(hfv1.WorkloadGitHubActions, owner); !ok || got != want {
+			t.Errorf("WebhookSecretOf(%s) = %+v, %v; want %+v", owner, got, ok, want)
+		}
+	}
+	if _, ok := accepted.WebhookSecretOf("gitlab-ci", "octo-org"); ok {
+		t.Error("the receiver answered for another platform's webhooks")
+	}
+
+	// Without the opt-in, a valid Secret at start, then an edit adding the
+	// fallback: refused, the owner keys stay in use.
+	s.Data = map[string][]byte{"owner.acme": []byte("acme's own")}
+	if err := env.Client.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	later := &rotatingParser{receiver: secretEcho{}, platform: hfv1.WorkloadGitHubActions, source: "Secret " + key.String()}
+	w := &webhookSecretWatcher{reader: env.Client, key: key, parser: later}
+	if err := w.reload(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	s.Data[WebhookSecretKey] = []byte("shared")
+	if err := env.Client.Update(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := later.WebhookSecretOf(hfv1.WorkloadGitHubActions, "octo-org"); got.Shared || !got.Loaded {
+		t.Errorf("after an edit adding the fallback without the opt-in: %+v; want the last valid secrets (no fallback)", got)
+	}
+}
+
+// TestSharedWebhookSecretOptionNeedsOptIn: secrets given as options (the
+// local world's and the tests' operators) follow the same rule: a
+// fallback Secret without AllowSharedSecret stops Setup, saying what to
+// do; with it, or with owner keys only, the receiver is built and says
+// which owners the fallback serves.
+func TestSharedWebhookSecretOptionNeedsOptIn(t *testing.T) {
+	env := lazyEnv.Get(t)
+	ctx := context.Background()
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backends := githubsimtest.Backends(t, nil)
+	_, err = webhookParser(ctx, mgr, &WebhookOptions{Secret: []byte("shared")}, backends)
+	if !errors.Is(err, ErrSharedSecretNotAllowed) || !strings.Contains(err.Error(), "owner.<login>") {
+		t.Fatalf("a fallback Secret without AllowSharedSecret: %v; want ErrSharedSecretNotAllowed saying what to do", err)
+	}
+	for name, tc := range map[string]struct {
+		opts WebhookOptions
+		want controller.WebhookSecretUse
+	}{
+		"owner key": {WebhookOptions{OwnerSecrets: map[string][]byte{"Octo-Org": []byte("own")}},
+			controller.WebhookSecretUse{Loaded: true, Own: true, Source: "the manager's webhook options", OwnKey: "owner.octo-org", SharedKey: "webhook-secret"}},
+		"accepted fallback": {WebhookOptions{Secret: []byte("shared"), AllowSharedSecret: true},
+			controller.WebhookSecretUse{Loaded: true, Shared: true, Source: "the manager's webhook options", OwnKey: "owner.octo-org", SharedKey: "webhook-secret"}},
+	} {
+		p, err := webhookParser(ctx, mgr, &tc.opts, backends)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got, ok := p.WebhookSecretOf(hfv1.WorkloadGitHubActions, "octo-org"); !ok || got != tc.want {
+			t.Errorf("%s: WebhookSecretOf = %+v, %v; want %+v", name, got, ok, tc.want)
+		}
+	}
 }

@@ -223,6 +223,17 @@ var (
 		Help: "Reads of the GitHub webhook Secret, by result (loaded, invalid, missing, error).",
 	}, []string{"result"})
 
+	// WebhookConfirmations counts webhook events confirmed with the CI
+	// platform's API before they changed demand (internal/demand), by why:
+	// too_old, no_time, out_of_order (a completion of a job not recorded
+	// in progress) or shared_secret (signed with the fallback secret, it
+	// would take a job out of demand or name its runner). Each is one API
+	// call on the routed pool's budget.
+	WebhookConfirmations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "webhook_event_confirmations_total",
+		Help: "Webhook events confirmed with the CI platform's API before they changed demand, by reason (too_old, no_time, out_of_order, shared_secret).",
+	}, []string{"reason"})
+
 	// RunnersDeregistered counts runners removed from the CI platform.
 	RunnersDeregistered = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: namespace, Name: "runners_deregistered_total",
@@ -235,7 +246,7 @@ func init() {
 		ClaimPhaseSeconds, ClaimsStuck, ClaimTransitions, ClaimErrors, ReservationsRejected, PlacementRecordsRejected, PowerOffToDestroyed, CreatedToCloneRequest,
 		PowerOffHints, VMsInTransition,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
-		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads, BrokerRequests,
+		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads, WebhookConfirmations, BrokerRequests,
 		SPIREBundleReads, IdentityMisuse,
 	)
 }

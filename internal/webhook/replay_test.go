@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -19,6 +20,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -193,4 +195,31 @@ func TestReceiverReplayedAndForgedDeliveries(t *testing.T) {
 	if got, _ := stateOf(waiting); got != hfv1.CIJobQueued {
 		t.Fatalf("an unconfirmed completed delivery moved job %d to %s; GitHub has it queued", waiting, got)
 	}
+
+	// A fresh in_progress signed with the fallback secret, which every
+	// owner whose webhook uses it holds (no owner here has its own key):
+	// GitHub has the job queued, so it keeps its demand and no runner.
+	confirmations := metricValue(confirmationsTotal("shared_secret"))
+	if resp := post(t, httpClient, url, "forged-in-progress", payload(waiting, "in_progress", now), testSecret); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("in_progress delivery signed with the fallback: %d, want 202", resp.StatusCode)
+	}
+	for deadline := time.Now().Add(30 * time.Second); metricValue(matched)-matchedBefore < 4; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the in_progress delivery was not processed")
+		}
+	}
+	var cj hfv1.CIJob
+	if err := e.Client.Get(ctx, types.NamespacedName{Namespace: ns.Name, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, waiting)}, &cj); err != nil {
+		t.Fatal(err)
+	}
+	if cj.Status.State != hfv1.CIJobQueued || cj.Status.RunnerName != "" || metricValue(confirmationsTotal("shared_secret")) != confirmations+1 {
+		t.Fatalf("after a fresh in_progress signed with the fallback secret: status %+v, %v confirmations; want queued without a runner, confirmed once",
+			cj.Status, metricValue(confirmationsTotal("shared_secret"))-confirmations)
+	}
+}
+
+// confirmationsTotal is the counter of webhook events confirmed with the
+// CI platform for reason.
+func confirmationsTotal(reason string) prometheus.Counter {
+	return metrics.WebhookConfirmations.WithLabelValues(reason)
 }

@@ -197,6 +197,13 @@ type JobEvent struct {
 	// or completed; Job.State is its normalised form.
 	Action string
 	Job    Job
+	// OwnerSigned is true when the delivery verified with a secret that
+	// only the job's owner (and the platform) holds: that owner's own key.
+	// False for a secret several owners share (the fallback), and for
+	// anything not parsed from a delivery: such an event proves only that
+	// one of the secret's holders sent it, so it does not take a job out
+	// of demand unconfirmed (docs/security.md, "Webhook intake").
+	OwnerSigned bool
 }
 
 // Provider is one CI platform account: a scope and the operator's
@@ -230,8 +237,16 @@ type Provider interface {
 	// (all of them with an empty prefix).
 	ListRunners(ctx context.Context, prefix string) ([]Runner, error)
 	// QueuedJobs lists the jobs waiting for a runner in the given
-	// repositories (owner/name) of the scope; demand resync uses it.
+	// repositories (owner/name) of the scope, whatever the state of the
+	// workflow run they belong to; demand resync uses it.
 	QueuedJobs(ctx context.Context, repositories []string) ([]Job, error)
+	// Repositories lists the repositories (owner/name) of the scope that
+	// these credentials can see: the scope's repository, or an
+	// organization's repositories (for a platform's app installation, the
+	// ones it was granted). Demand resync scans them for jobs no webhook
+	// reported. Implementations bound and cache the listing: it may be
+	// minutes old.
+	Repositories(ctx context.Context) ([]string, error)
 	// CancelRun cancels a job's workflow run (hard limits cancel before
 	// they destroy a busy runner's VM).
 	CancelRun(ctx context.Context, repository string, runID int64) error

@@ -135,3 +135,24 @@ func convert(t *testing.T, o *unstructured.Unstructured, into any) {
 		t.Fatalf("%s: %v", key(o), err)
 	}
 }
+
+// TestWebhookFallbackSecretIsOptIn: the manager accepts the webhook
+// Secret's shared fallback key only when webhook.allowFallbackSecret says
+// so (--github-webhook-allow-fallback-secret; docs/security.md, "Webhook
+// intake").
+func TestWebhookFallbackSecretIsOptIn(t *testing.T) {
+	const flag = "--github-webhook-allow-fallback-secret"
+	for _, c := range []struct {
+		set  string
+		want bool
+	}{{"", false}, {"webhook.allowFallbackSecret=true", true}, {"webhook.allowFallbackSecret=true,webhook.enabled=false", false}} {
+		var extra []string
+		if c.set != "" {
+			extra = []string{"--set", c.set}
+		}
+		_, ctr := managerPod(t, render(t, defaults, extra...), defaults)
+		if got := slices.Contains(ctr.Args, flag); got != c.want {
+			t.Errorf("--set %q: %s passed %v, want %v (args %v)", c.set, flag, got, c.want, ctr.Args)
+		}
+	}
+}

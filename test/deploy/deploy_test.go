@@ -234,7 +234,7 @@ func createInstallSecrets(ctx context.Context, t *testing.T, c client.Client, in
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: "hyperfleet-webhook-tls"}, Type: corev1.SecretTypeTLS,
 			Data: map[string][]byte{"tls.crt": read(in.WebhookCertFile), "tls.key": read(in.WebhookKeyFile)}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: "hyperfleet-github-webhook"},
-			Data: map[string][]byte{"webhook-secret": []byte(in.WebhookSecret)}},
+			Data: in.WebhookSecretData},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: "hyperfleet-agent-tls"}, Type: corev1.SecretTypeTLS,
 			Data: map[string][]byte{"tls.crt": read(in.AgentServerCertFile), "tls.key": read(in.AgentServerKeyFile), "ca.crt": read(in.AgentServerCAFile)}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: "hyperfleet-trusted-ca"},

@@ -109,7 +109,7 @@ func Start(t testing.TB, w *devenv.World, o Options) *Process {
 	}
 	if err := w.API.Client.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: in.Namespace, Name: "hyperfleet-github-webhook"},
-		StringData: map[string]string{"webhook-secret": in.WebhookSecret},
+		Data:       in.WebhookSecretData,
 	}); err != nil {
 		t.Fatal(err)
 	}

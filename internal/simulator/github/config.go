@@ -101,6 +101,8 @@ type RepoConfig struct {
 	// empty for none (null).
 	License     string `json:"license,omitempty"`
 	Description string `json:"description,omitempty"`
+	// Archived repositories are read-only: they run no workflows.
+	Archived bool `json:"archived,omitempty"`
 }
 
 // PATConfig is a personal access token.

@@ -119,6 +119,12 @@ func newFixture(t *testing.T, mutate ...func(*Config)) *fixture {
 // encode as JSON.
 func (f *fixture) call(method, path, token string, body any) (*http.Response, []byte) {
 	f.t.Helper()
+	return f.callHeader(method, path, token, body, nil)
+}
+
+// callHeader is call with more request headers.
+func (f *fixture) callHeader(method, path, token string, body any, header http.Header) (*http.Response, []byte) {
+	f.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -138,6 +144,9 @@ func (f *fixture) call(method, path, token string, body any) (*http.Response, []
 		f.t.Fatal(err)
 	}
 	req.Header.Set("Accept", "application/vnd.github+json")
+	for k, v := range header {
+		req.Header[k] = v
+	}
 	if token != "" {
 		if strings.Count(token, ".") == 2 {
 			req.Header.Set("Authorization", "Bearer "+token)
@@ -420,4 +429,14 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// rateUsed is the x-ratelimit-used of a response.
+func rateUsed(t *testing.T, resp *http.Response) int {
+	t.Helper()
+	n, err := strconv.Atoi(resp.Header.Get("X-RateLimit-Used"))
+	if err != nil {
+		t.Fatalf("x-ratelimit-used %q: %v", resp.Header.Get("X-RateLimit-Used"), err)
+	}
+	return n
 }

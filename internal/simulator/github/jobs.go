@@ -114,6 +114,9 @@ func (s *Simulator) EnqueueJob(req JobRequest) (Job, error) {
 	if rp == nil {
 		return Job{}, fmt.Errorf("repository %q does not exist", req.Repository)
 	}
+	if rp.archived {
+		return Job{}, fmt.Errorf("repository %q is archived: it runs no workflows", req.Repository)
+	}
 	if len(req.Labels) == 0 {
 		return Job{}, errors.New("a job needs at least one runs-on label")
 	}

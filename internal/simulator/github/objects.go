@@ -180,7 +180,7 @@ func (s *Simulator) repoJSON(rp *repo) map[string]any {
 		"has_discussions":             false,
 		"forks_count":                 0,
 		"mirror_url":                  nil,
-		"archived":                    false,
+		"archived":                    rp.archived,
 		"disabled":                    false,
 		"open_issues_count":           0,
 		"license":                     s.licenseJSON(rp.license),

@@ -521,3 +521,119 @@ func TestAdminAPIOffByDefaultAndLoopbackOnly(t *testing.T) {
 		t.Errorf("runner package with the admin API off, from a remote peer: %d", rec.Code)
 	}
 }
+
+// TestRunStatusWhileJobsWait: a run is queued until one of its jobs
+// starts, then in_progress while others still wait (a matrix build), also
+// once the started ones are done, as on GitHub; the status filter lists it
+// under in_progress only.
+func TestRunStatusWhileJobsWait(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.HeartbeatTimeout = Duration(time.Hour) })
+	first := enqueue(t, f, "octo-org/app", time.Minute, "self-hosted", "matrix-a")
+	second, err := f.sim.EnqueueJob(JobRequest{Repository: "octo-org/app", Labels: []string{"self-hosted", "matrix-b"}, RunID: first.RunID, Duration: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := func(status string) []int64 {
+		t.Helper()
+		var ids []int64
+		for _, r := range f.mustCall("GET", "/repos/octo-org/app/actions/runs?status="+status, testPAT, nil, 200)["workflow_runs"].([]any) {
+			ids = append(ids, int64(r.(map[string]any)["id"].(float64)))
+		}
+		return ids
+	}
+	if q, p := listed("queued"), listed("in_progress"); len(q) != 1 || q[0] != first.RunID || len(p) != 0 {
+		t.Fatalf("before any job started: queued runs %v, in progress %v", q, p)
+	}
+	r := f.jitRunner("/orgs/octo-org", "matrix-a-runner", "self-hosted", "matrix-a")
+	r.connect()
+	r.poll()
+	for _, stage := range []string{"a job runs", "the started job is done"} {
+		if q, p := listed("queued"), listed("in_progress"); len(q) != 0 || len(p) != 1 || p[0] != first.RunID {
+			t.Fatalf("%s, the other queued: queued runs %v, in progress %v; want the run in progress only", stage, q, p)
+		}
+		f.clock.Advance(time.Minute)
+	}
+	if got, _ := f.sim.Job(second.ID); got.Status != "queued" {
+		t.Fatalf("job %d is %s, want queued", second.ID, got.Status)
+	}
+}
+
+// TestRepositoryListings: GET /orgs/{org}/repos lists what the caller
+// sees, newest first, filtered by type; GET /installation/repositories
+// answers installation tokens only, with the installation's selection.
+func TestRepositoryListings(t *testing.T) {
+	public := false
+	f := newFixture(t, func(c *Config) {
+		c.Repositories = append(c.Repositories, RepoConfig{Name: "octo-org/attic", ID: 376034446, Archived: true, Private: &public})
+		c.Apps[0].Installations = append(c.Apps[0].Installations,
+			InstallationConfig{ID: 79, Account: "octo-org", RepositorySelection: "selected", Repositories: []string{"other"}})
+	})
+	names := func(list []any) []string {
+		var out []string
+		for _, r := range list {
+			m := r.(map[string]any)
+			out = append(out, fmt.Sprintf("%s archived=%v", m["full_name"], m["archived"]))
+		}
+		return out
+	}
+	orgRepos := func(token, query string, want int) []string {
+		t.Helper()
+		resp, raw := f.call("GET", "/orgs/octo-org/repos"+query, token, nil)
+		if resp.StatusCode != want {
+			t.Fatalf("GET /orgs/octo-org/repos%s: %d, want %d: %s", query, resp.StatusCode, want, raw)
+		}
+		var list []any
+		if want == http.StatusOK {
+			if err := json.Unmarshal(raw, &list); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return names(list)
+	}
+	if got := fmt.Sprint(orgRepos(testPAT, "", 200)); got != "[octo-org/attic archived=true octo-org/other archived=false octo-org/app archived=false]" {
+		t.Errorf("organization repositories, newest first: %s", got)
+	}
+	if got := fmt.Sprint(orgRepos(testPAT, "?type=public", 200)); got != "[octo-org/attic archived=true]" {
+		t.Errorf("public ones: %s", got)
+	}
+	if got := fmt.Sprint(orgRepos(testPAT, "?per_page=1&page=3", 200)); got != "[octo-org/app archived=false]" {
+		t.Errorf("third page of one: %s", got)
+	}
+	orgRepos(testPATLimited, "", 404) // a token limited to octocat does not see octo-org
+	if got := fmt.Sprint(orgRepos(f.installationToken(79), "", 200)); got != "[octo-org/other archived=false]" {
+		t.Errorf("an installation on selected repositories: %s", got)
+	}
+
+	all := f.mustCall("GET", "/installation/repositories", f.installationToken(testOrgInst), nil, 200)
+	if got := fmt.Sprint(names(all["repositories"].([]any))); all["total_count"].(float64) != 3 || all["repository_selection"] != "all" ||
+		got != "[octo-org/app archived=false octo-org/other archived=false octo-org/attic archived=true]" {
+		t.Errorf("installation repositories: %v", all)
+	}
+	selected := f.mustCall("GET", "/installation/repositories", f.installationToken(79), nil, 200)
+	if got := fmt.Sprint(names(selected["repositories"].([]any))); got != "[octo-org/other archived=false]" || selected["repository_selection"] != "selected" {
+		t.Errorf("selected installation repositories: %v", selected)
+	}
+	out := f.mustCall("GET", "/installation/repositories", testPAT, nil, 403)
+	if !strings.Contains(out["message"].(string), "installation access token") {
+		t.Errorf("a personal access token: %v", out)
+	}
+	if _, err := f.sim.EnqueueJob(JobRequest{Repository: "octo-org/attic", Labels: []string{"x"}}); err == nil {
+		t.Error("an archived repository ran a workflow")
+	}
+
+	// A repository created later is the newest, and runs workflows.
+	if err := f.sim.AddRepository(RepoConfig{Name: "octo-org/fresh"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := orgRepos(testPAT, "?per_page=1", 200); fmt.Sprint(got) != "[octo-org/fresh archived=false]" {
+		t.Errorf("newest repository: %v", got)
+	}
+	if _, err := f.sim.EnqueueJob(JobRequest{Repository: "octo-org/fresh", Labels: []string{"x"}}); err != nil {
+		t.Error(err)
+	}
+	for _, bad := range []string{"octo-org/fresh", "nobody/repo", "octo-org"} {
+		if err := f.sim.AddRepository(RepoConfig{Name: bad}); err == nil {
+			t.Errorf("AddRepository(%q) succeeded", bad)
+		}
+	}
+}

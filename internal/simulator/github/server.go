@@ -2,6 +2,7 @@ package githubsim
 
 import (
 	"crypto/rsa"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -203,17 +204,7 @@ func (s *Simulator) initAccounts() error {
 	ensureUser(s.cfg.Sender)
 	for _, r := range s.cfg.Repositories {
 		ownerLogin, name, _ := strings.Cut(r.Name, "/")
-		ow := ensureUser(ownerLogin)
-		private := true
-		if r.Private != nil {
-			private = *r.Private
-		}
-		branch := r.DefaultBranch
-		if branch == "" {
-			branch = "main"
-		}
-		s.repos[strings.ToLower(r.Name)] = &repo{owner: ow, name: name, id: id(r.ID), private: private, defaultBranch: branch,
-			license: r.License, description: r.Description, workflowID: id(0)}
+		s.repos[strings.ToLower(r.Name)] = newRepo(ensureUser(ownerLogin), name, id(r.ID), id(0), r)
 	}
 	for i := range s.cfg.PATs {
 		p := s.cfg.PATs[i]
@@ -354,6 +345,7 @@ type repo struct {
 	defaultBranch string
 	license       string
 	description   string
+	archived      bool
 	workflowID    int64
 }
 
@@ -426,6 +418,11 @@ type route struct {
 }
 
 func newRoute(method, pattern string, auth authKind, scope scopeKind, doc string, codes []int, h func(*Simulator, *request) (int, any, error)) *route {
+	if method == http.MethodGet {
+		// Every GET answers a conditional request for an unchanged
+		// response with 304 (serveAPI).
+		codes = append(codes, http.StatusNotModified)
+	}
 	return &route{method: method, pattern: pattern, segs: strings.Split(strings.Trim(pattern, "/"), "/"), auth: auth, scope: scope,
 		doc: "https://docs.github.com/rest/" + doc, codes: codes, handler: h}
 }
@@ -458,6 +455,9 @@ func apiRoutes() []*route {
 		repoRunners(newRoute("DELETE", "/repos/{owner}/{repo}/actions/runners/{runner_id}", authToken, scopeRepo, shr+"delete-a-self-hosted-runner-from-a-repository", c(204, 404, 422), (*Simulator).handleDeleteRunner)),
 		orgRunners(newRoute("DELETE", "/orgs/{org}/actions/runners/{runner_id}", authToken, scopeOrg, shr+"delete-a-self-hosted-runner-from-an-organization", c(204, 404, 422), (*Simulator).handleDeleteRunner)),
 		orgRunners(newRoute("GET", "/orgs/{org}/actions/runner-groups", authToken, scopeOrg, "actions/self-hosted-runner-groups#list-self-hosted-runner-groups-for-an-organization", c(200, 404), (*Simulator).handleListRunnerGroups)),
+		// Organization pools' resync lists the repositories it scans.
+		newRoute("GET", "/orgs/{org}/repos", authToken, scopeOrg, "repos/repos#list-organization-repositories", c(200, 404), (*Simulator).handleListOrgRepos).withPerm("metadata", "read"),
+		newRoute("GET", "/installation/repositories", authToken, scopeNone, "apps/installations#list-repositories-accessible-to-the-app-installation", c(200), (*Simulator).handleListInstallationRepos),
 		newRoute("GET", "/repos/{owner}/{repo}/actions/runs", authToken, scopeRepo, runs+"list-workflow-runs-for-a-repository", c(200, 404), (*Simulator).handleListRuns).withPerm("actions", "read"),
 		newRoute("GET", "/repos/{owner}/{repo}/actions/runs/{run_id}", authToken, scopeRepo, runs+"get-a-workflow-run", c(200, 404), (*Simulator).handleGetRun).withPerm("actions", "read"),
 		newRoute("GET", "/repos/{owner}/{repo}/actions/runs/{run_id}/jobs", authToken, scopeRepo, jobs+"list-jobs-for-a-workflow-run", c(200, 404), (*Simulator).handleListJobs).withPerm("actions", "read"),
@@ -619,10 +619,36 @@ func (s *Simulator) serveAPI(w http.ResponseWriter, r *http.Request, path string
 		s.writeError(w, q, &apiError{code: http.StatusInternalServerError, msg: "encode response: " + err.Error()})
 		return
 	}
+	if r.Method == http.MethodGet && code == http.StatusOK {
+		etag := fmt.Sprintf(`W/"%x"`, sha256.Sum256(raw))
+		h.Set("ETag", etag)
+		if etagMatches(r.Header.Get("If-None-Match"), etag) {
+			// "Making a conditional request does not count against your
+			// primary rate limit if a 304 response is returned and the
+			// request was made while correctly authorized" (GitHub's REST
+			// best practices).
+			b.used--
+			s.setRateHeaders(h, b, q.now)
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+	}
 	h.Set("Content-Type", "application/json; charset=utf-8")
 	h.Set("Content-Length", strconv.Itoa(len(raw)))
 	w.WriteHeader(code)
 	_, _ = w.Write(raw)
+}
+
+// etagMatches reports whether an If-None-Match header names etag (or
+// "*"); weak and strong forms compare equal, as GitHub's do.
+func etagMatches(header, etag string) bool {
+	weak := func(t string) string { return strings.TrimPrefix(strings.TrimSpace(t), "W/") }
+	for _, t := range strings.Split(header, ",") {
+		if t = strings.TrimSpace(t); t == "*" || t != "" && weak(t) == weak(etag) {
+			return true
+		}
+	}
+	return false
 }
 
 // resolveScopeLocked finds the route's repository or organization and

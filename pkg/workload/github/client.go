@@ -89,8 +89,15 @@ type Provider struct {
 	groups map[string]int64
 	// runnerPackages caches resolved runner releases by version/os/arch.
 	runnerPackages map[string]cachedPackage
-	// queuedRuns remembers the queued jobs of each queued run (jobs.go).
+	// queuedRuns remembers the queued jobs of each unfinished run
+	// (jobs.go).
 	queuedRuns map[int64]seenRun
+	// repositories is an organization scope's repository list
+	// (repositories.go).
+	repositories listedRepositories
+	// pages are the listings read with conditional requests
+	// (conditional.go).
+	pages pageCache
 }
 
 var _ workload.Provider = (*Provider)(nil)
@@ -218,6 +225,10 @@ func operationOf(req *http.Request) string {
 		return "get-job"
 	case strings.HasSuffix(p, "/actions/runs"):
 		return "list-runs"
+	case strings.HasSuffix(p, "/installation/repositories"):
+		return "list-installation-repositories"
+	case strings.HasSuffix(p, "/repos") && strings.Contains(p, "/orgs/"):
+		return "list-org-repositories"
 	}
 	return "other"
 }

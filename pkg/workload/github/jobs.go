@@ -2,8 +2,10 @@ package github
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -13,9 +15,30 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
-// QueuedJobs implements workload.Provider: for each repository, the queued
-// workflow runs and, of each, the jobs still queued. Repositories outside
-// the scope are refused rather than silently asked about.
+// unfinishedRunStatuses are the workflow run statuses whose runs may hold
+// queued jobs, in the order QueuedJobs lists them (GitHub's status filter
+// takes one value, so each is a listing of its own): a run is queued until
+// one of its jobs starts and stays in_progress while others wait (a matrix
+// build, jobs that need others); waiting (a job awaits an environment's
+// approval), pending (a concurrency group) and requested (just created)
+// runs can hold queued jobs too.
+var unfinishedRunStatuses = []string{"queued", "in_progress", "waiting", "pending", "requested"}
+
+// QueuedJobs implements workload.Provider: for each repository, the
+// unfinished workflow runs (unfinishedRunStatuses) and, of each, the jobs
+// still queued. Repositories outside the scope are refused rather than
+// silently asked about.
+//
+// What it costs, per repository and resync: one listing per status
+// (conditional: GitHub answers an unchanged listing 304, which does not
+// count against the rate limit), and each run's jobs read twice per
+// change of the run (settledRun), the second read a 304 too unless the
+// jobs changed. With 100 unfinished runs in a repository and a 30 s
+// resync that is 5 x 120 = 600 listings an hour, free while nothing
+// changes, plus at most two counted job reads per run and change (a
+// single-job run: one or two while queued, one or two once it started)
+// instead of 100 x 120 = 12,000 job reads an hour read afresh; an
+// installation has 5,000 calls an hour.
 func (p *Provider) QueuedJobs(ctx context.Context, repositories []string) ([]workload.Job, error) {
 	var out []workload.Job
 	for _, repo := range repositories {
@@ -23,36 +46,70 @@ func (p *Provider) QueuedJobs(ctx context.Context, repositories []string) ([]wor
 		if err != nil {
 			return nil, err
 		}
-		opts := &gh.ListWorkflowRunsOptions{Status: "queued", ListOptions: gh.ListOptions{PerPage: 100}}
+		// A run whose status changes between two listings shows in both.
 		seen := map[int64]bool{}
-		for {
-			runs, resp, err := p.client.Actions.ListRepositoryWorkflowRuns(ctx, owner, name, opts)
+		for _, status := range unfinishedRunStatuses {
+			runs, err := p.unfinishedRuns(ctx, owner, name, status)
 			if err != nil {
-				return nil, p.mapErr("list the queued runs of "+repo, resp, err)
+				return nil, err
 			}
-			for _, run := range runs.WorkflowRuns {
-				seen[run.GetID()] = true
+			for _, run := range runs {
+				if seen[run.id] {
+					continue
+				}
+				seen[run.id] = true
 				jobs, ok := p.settledRun(run)
 				if !ok {
-					if jobs, err = p.queuedJobsOf(ctx, owner, name, run); err != nil {
+					if jobs, err = p.queuedJobsOf(ctx, owner, name, run.id); err != nil {
 						return nil, err
 					}
 					p.rememberRun(repo, run, jobs)
 				}
 				out = append(out, jobs...)
 			}
-			if resp.NextPage == 0 {
-				break
-			}
-			opts.Page = resp.NextPage
 		}
 		p.forgetRuns(repo, seen)
+	}
+	p.pages.sweep(p.clock.Now())
+	return out, nil
+}
+
+// listedRun is what QueuedJobs keeps of a run in a listing: its id and
+// when it last changed.
+type listedRun struct {
+	id        int64
+	updatedAt time.Time
+}
+
+// unfinishedRuns lists the repository's runs of one status, every page,
+// with conditional requests.
+func (p *Provider) unfinishedRuns(ctx context.Context, owner, repo, status string) ([]listedRun, error) {
+	var out []listedRun
+	for page := 1; page > 0; {
+		u := fmt.Sprintf("repos/%s/%s/actions/runs?status=%s&per_page=100&page=%d", url.PathEscape(owner), url.PathEscape(repo), status, page)
+		runs, next, err := conditionalPage(ctx, p, fmt.Sprintf("list the %s runs of %s/%s", status, owner, repo), u, func(body []byte) ([]listedRun, error) {
+			var list gh.WorkflowRuns
+			if err := json.Unmarshal(body, &list); err != nil {
+				return nil, err
+			}
+			runs := make([]listedRun, 0, len(list.WorkflowRuns))
+			for _, r := range list.WorkflowRuns {
+				runs = append(runs, listedRun{id: r.GetID(), updatedAt: r.GetUpdatedAt().Time})
+			}
+			return runs, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, runs...)
+		page = next
 	}
 	return out, nil
 }
 
-// seenRun is what QueuedJobs last read of a queued run: its updated_at
-// and queued jobs, and how many listings in a row showed that updated_at.
+// seenRun is what QueuedJobs last read of an unfinished run: its
+// updated_at and queued jobs, and how many listings in a row showed that
+// updated_at.
 type seenRun struct {
 	repository string
 	updatedAt  time.Time
@@ -63,44 +120,43 @@ type seenRun struct {
 // settledRun returns the queued jobs last read of run when they cannot
 // have changed since: GitHub moves a run's updated_at with each change of
 // its jobs, so the same updated_at means the same jobs. That costs each
-// queued run's jobs two reads (not one per resync: with 100 queued runs
-// and a 30 s resync, the per-run reads alone would spend 12,000 of an
-// installation's 5,000 calls an hour), and more only when it changes.
-// Two, because updated_at has whole seconds: a change in the second the
-// jobs were first read keeps it; the second read, a resync interval
-// later, sees every change of that second, and any later change moves
-// updated_at past it.
-func (p *Provider) settledRun(run *gh.WorkflowRun) ([]workload.Job, bool) {
-	at := run.GetUpdatedAt().Time
+// unfinished run's jobs two reads per change (not one per resync: with
+// 100 unfinished runs and a 30 s resync, the per-run reads alone would
+// spend 12,000 of an installation's 5,000 calls an hour). Two, because
+// updated_at has whole seconds: a change in the second the jobs were
+// first read keeps it; the second read, a resync interval later, sees
+// every change of that second, and any later change moves updated_at past
+// it. A run that moves from queued to in_progress (or waiting, ...) keeps
+// its id: its jobs are read again because its updated_at moved.
+func (p *Provider) settledRun(run listedRun) ([]workload.Job, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r, ok := p.queuedRuns[run.GetID()]
-	if !ok || at.IsZero() || !r.updatedAt.Equal(at) || r.sightings < 2 {
+	r, ok := p.queuedRuns[run.id]
+	if !ok || run.updatedAt.IsZero() || !r.updatedAt.Equal(run.updatedAt) || r.sightings < 2 {
 		return nil, false
 	}
 	return slices.Clone(r.jobs), true
 }
 
 // rememberRun records the queued jobs just read of run.
-func (p *Provider) rememberRun(repository string, run *gh.WorkflowRun, jobs []workload.Job) {
-	at := run.GetUpdatedAt().Time
+func (p *Provider) rememberRun(repository string, run listedRun, jobs []workload.Job) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.queuedRuns == nil {
 		p.queuedRuns = map[int64]seenRun{}
 	}
-	r := p.queuedRuns[run.GetID()]
-	if r.updatedAt.Equal(at) && !at.IsZero() {
+	r := p.queuedRuns[run.id]
+	if r.updatedAt.Equal(run.updatedAt) && !run.updatedAt.IsZero() {
 		r.sightings++
 	} else {
-		r.updatedAt, r.sightings = at, 1
+		r.updatedAt, r.sightings = run.updatedAt, 1
 	}
 	r.repository, r.jobs = repository, slices.Clone(jobs)
-	p.queuedRuns[run.GetID()] = r
+	p.queuedRuns[run.id] = r
 }
 
 // forgetRuns drops the remembered runs of repository that its complete
-// listing of queued runs no longer shows.
+// listings of unfinished runs no longer show.
 func (p *Provider) forgetRuns(repository string, listed map[int64]bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -181,25 +237,34 @@ func jobOf(repository string, j *gh.WorkflowJob, state workload.JobState) worklo
 	}
 }
 
-func (p *Provider) queuedJobsOf(ctx context.Context, owner, repo string, run *gh.WorkflowRun) ([]workload.Job, error) {
+// queuedJobsOf reads the queued jobs of a run, every page, with
+// conditional requests: the second read at one updated_at (settledRun) is
+// then a 304 that costs no rate-limit budget unless the jobs changed.
+func (p *Provider) queuedJobsOf(ctx context.Context, owner, repo string, runID int64) ([]workload.Job, error) {
 	var out []workload.Job
-	opts := &gh.ListWorkflowJobsOptions{Filter: "latest", ListOptions: gh.ListOptions{PerPage: 100}}
-	for {
-		jobs, resp, err := p.client.Actions.ListWorkflowJobs(ctx, owner, repo, run.GetID(), opts)
-		if err != nil {
-			return nil, p.mapErr(fmt.Sprintf("list the jobs of run %d in %s/%s", run.GetID(), owner, repo), resp, err)
-		}
-		for _, j := range jobs.Jobs {
-			if s := j.GetStatus(); s != "queued" && s != "waiting" {
-				continue
+	what := fmt.Sprintf("list the jobs of run %d in %s/%s", runID, owner, repo)
+	for page := 1; page > 0; {
+		u := fmt.Sprintf("repos/%s/%s/actions/runs/%d/jobs?filter=latest&per_page=100&page=%d", url.PathEscape(owner), url.PathEscape(repo), runID, page)
+		jobs, next, err := conditionalPage(ctx, p, what, u, func(body []byte) ([]workload.Job, error) {
+			var list gh.Jobs
+			if err := json.Unmarshal(body, &list); err != nil {
+				return nil, err
 			}
-			out = append(out, jobOf(owner+"/"+repo, j, workload.JobQueued))
+			var queued []workload.Job
+			for _, j := range list.Jobs {
+				if s := j.GetStatus(); s == "queued" || s == "waiting" {
+					queued = append(queued, jobOf(owner+"/"+repo, j, workload.JobQueued))
+				}
+			}
+			return queued, nil
+		})
+		if err != nil {
+			return nil, err
 		}
-		if resp.NextPage == 0 {
-			return out, nil
-		}
-		opts.Page = resp.NextPage
+		out = append(out, jobs...)
+		page = next
 	}
+	return out, nil
 }
 
 // CancelRun implements workload.Provider. A run that already finished

@@ -7,10 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
@@ -495,4 +500,163 @@ func TestQueuedJobsReadsAQueuedRunTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	list()
+}
+
+// requests records the requests on the way to the simulator, as
+// "METHOD path?query".
+type requests struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	log  []string
+}
+
+func (c *requests) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	c.log = append(c.log, r.Method+" "+strings.TrimPrefix(r.URL.Path, "/api/v3")+"?"+r.URL.RawQuery)
+	c.mu.Unlock()
+	return c.next.RoundTrip(r)
+}
+
+// since returns the requests made after the first n, and the new count.
+func (c *requests) since(n int) ([]string, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.log[n:]...), len(c.log)
+}
+
+// TestQueuedJobsInRunsThatStarted: a matrix build's run is in_progress as
+// soon as one of its jobs runs; the jobs of it still queued are listed.
+// Every unfinished status is a listing of its own; once nothing changed,
+// the listings are answered 304 and spend no rate-limit budget.
+func TestQueuedJobsInRunsThatStarted(t *testing.T) {
+	clk := githubsim.NewFakeClock(time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC))
+	gs := githubsimtest.Start(t, simConfig(), githubsim.WithClock(clk))
+	reqs := &requests{next: gs.Transport}
+	p := newProvider(t, gs.Sim, gs.URL, reqs, nil)
+	ctx := context.Background()
+	started, err := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/app", Labels: []string{"self-hosted", "matrix-a"}, Duration: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting, err := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/app", Labels: []string{"self-hosted", "matrix-b"}, Duration: time.Hour, RunID: started.RunID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A runner takes the first job: the run is in progress, the second
+	// job still queued.
+	cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "matrix-a-runner", Labels: []string{"self-hosted", "matrix-a"}, Method: workload.MethodJIT})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		_, _ = (&githubsim.JITRunner{Client: &http.Client{Transport: gs.Transport}, PollWait: time.Second}).Run(runCtx, cred.Secret.Reveal())
+	}()
+	waitFor(t, 30*time.Second, "the first job started", func() bool {
+		j, _ := gs.Sim.Job(started.ID)
+		return j.Status == "in_progress"
+	})
+
+	_, n := reqs.since(0)
+	jobs, err := p.QueuedJobs(ctx, []string{"octo-org/app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 1 || jobs[0].ID != waiting.ID || jobs[0].State != workload.JobQueued || jobs[0].RunID != started.RunID {
+		t.Fatalf("queued jobs %+v, want job %d of the in-progress run %d", jobs, waiting.ID, started.RunID)
+	}
+	calls, n := reqs.since(n)
+	var statuses []string
+	for _, c := range calls {
+		if _, q, ok := strings.Cut(c, "/actions/runs?"); ok {
+			v, _ := url.ParseQuery(q)
+			statuses = append(statuses, v.Get("status"))
+		}
+	}
+	if got := strings.Join(statuses, ","); got != "queued,in_progress,waiting,pending,requested" {
+		t.Errorf("run listings by status: %s, want one per unfinished status", got)
+	}
+
+	// Nothing changed: the second read of the run's jobs (at the same
+	// updated_at) and the five listings are conditional and answered 304,
+	// which GitHub does not count against the rate limit; once the jobs
+	// were read twice, only the listings are made.
+	before := p.Rate().Remaining
+	if _, err := p.QueuedJobs(ctx, []string{"octo-org/app"}); err != nil {
+		t.Fatal(err)
+	}
+	calls, n = reqs.since(n)
+	if len(calls) != 6 || p.Rate().Remaining != before {
+		t.Errorf("second listing: %d calls (%v), remaining budget %d -> %d; want the 5 listings and one read of the jobs, none counted", len(calls), calls, before, p.Rate().Remaining)
+	}
+	if jobs, err = p.QueuedJobs(ctx, []string{"octo-org/app"}); err != nil || len(jobs) != 1 || jobs[0].ID != waiting.ID {
+		t.Fatalf("settled listing: %+v, %v", jobs, err)
+	}
+	calls, _ = reqs.since(n)
+	if len(calls) != 5 || p.Rate().Remaining != before {
+		t.Errorf("settled listing: %d calls (%v), remaining budget %d -> %d; want the 5 listings, none counted", len(calls), calls, before, p.Rate().Remaining)
+	}
+}
+
+// TestRepositories: an organization scope's repositories are listed with
+// the credentials' own endpoint (a PAT: the organization's, archived ones
+// left out; an App: its installation's selection), kept for a few minutes,
+// and listed again conditionally: unchanged, at no rate-limit cost; a new
+// repository shows. A repository scope is its repository, with no call.
+func TestRepositories(t *testing.T) {
+	cfg := simConfig()
+	cfg.Repositories = append(cfg.Repositories, githubsim.RepoConfig{Name: "octo-org/attic", Archived: true}, githubsim.RepoConfig{Name: "octocat/personal"})
+	cfg.Apps[0].Installations = append(cfg.Apps[0].Installations,
+		githubsim.InstallationConfig{ID: testInstallOrg + 1, Account: "octo-org", RepositorySelection: "selected", Repositories: []string{"other"}})
+	gs := githubsimtest.Start(t, cfg)
+	ctx := context.Background()
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	reqs := &requests{next: gs.Transport}
+	org := newProvider(t, gs.Sim, gs.URL, reqs, func(c *ghworkload.Config) { c.Scope, c.Clock = workload.Scope{Owner: "octo-org"}, clk })
+	list := func(p *ghworkload.Provider, want string) {
+		t.Helper()
+		got, err := p.Repositories(ctx)
+		if err != nil || strings.Join(got, ",") != want {
+			t.Fatalf("Repositories = %v, %v; want %s", got, err, want)
+		}
+	}
+	list(org, "octo-org/app,octo-org/other")
+	calls, n := reqs.since(0)
+	if len(calls) != 1 || !strings.HasPrefix(calls[0], "GET /orgs/octo-org/repos?") {
+		t.Errorf("calls %v, want one organization listing", calls)
+	}
+	clk.SetTime(clk.Now().Add(4 * time.Minute))
+	list(org, "octo-org/app,octo-org/other")
+	if calls, n = reqs.since(n); len(calls) != 0 {
+		t.Errorf("within the refresh interval: calls %v, want none", calls)
+	}
+	clk.SetTime(clk.Now().Add(2 * time.Minute))
+	before := org.Rate().Remaining
+	list(org, "octo-org/app,octo-org/other")
+	if calls, n = reqs.since(n); len(calls) != 1 || org.Rate().Remaining != before {
+		t.Errorf("refresh of an unchanged list: calls %v, budget %d -> %d; want one call, not counted", calls, before, org.Rate().Remaining)
+	}
+	if err := gs.Sim.AddRepository(githubsim.RepoConfig{Name: "octo-org/fresh"}); err != nil {
+		t.Fatal(err)
+	}
+	clk.SetTime(clk.Now().Add(6 * time.Minute))
+	list(org, "octo-org/app,octo-org/fresh,octo-org/other")
+
+	app := newProvider(t, gs.Sim, gs.URL, reqs, func(c *ghworkload.Config) {
+		c.Scope, c.Token = workload.Scope{Owner: "octo-org"}, ""
+		c.App = &ghworkload.AppCredentials{AppID: testAppID, InstallationID: testInstallOrg + 1, PrivateKey: appKey.PrivatePEM}
+	})
+	_, n = reqs.since(n)
+	list(app, "octo-org/other")
+	if calls, _ := reqs.since(n); !slices.ContainsFunc(calls, func(c string) bool { return strings.HasPrefix(c, "GET /installation/repositories?") }) {
+		t.Errorf("an App's listing: calls %v, want GET /installation/repositories", calls)
+	}
+
+	repo := newProvider(t, gs.Sim, gs.URL, reqs, nil)
+	_, n = reqs.since(0)
+	list(repo, "octo-org/app")
+	if calls, _ := reqs.since(n); len(calls) != 0 {
+		t.Errorf("a repository scope: calls %v, want none", calls)
+	}
 }

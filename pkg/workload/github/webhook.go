@@ -183,13 +183,15 @@ func (p WebhookParser) Parse(header http.Header, body []byte) (workload.JobEvent
 	if !ok || owner == "" || name == "" {
 		return workload.JobEvent{}, fmt.Errorf("%w: repository.full_name is missing or not owner/name", workload.ErrMalformed)
 	}
-	if err := p.checkSignedFor(header, body, owner); err != nil {
+	own, err := p.checkSignedFor(header, body, owner)
+	if err != nil {
 		return workload.JobEvent{}, err
 	}
 	return workload.JobEvent{
-		DeliveryID: header.Get(WebhookDeliveryHeader),
-		Action:     action,
-		Job:        jobOf(repo, wj, state),
+		DeliveryID:  header.Get(WebhookDeliveryHeader),
+		Action:      action,
+		Job:         jobOf(repo, wj, state),
+		OwnerSigned: own,
 	}, nil
 }
 
@@ -197,13 +199,14 @@ func (p WebhookParser) Parse(header http.Header, body []byte) (workload.JobEvent
 // body verified above must also verify with the secret of the repository
 // owner the job is recorded for. It costs a second HMAC and guards against
 // the owner read before verification and the owner decoded after it ever
-// differing.
-func (p WebhookParser) checkSignedFor(header http.Header, body []byte, owner string) error {
-	secret, _ := p.SecretFor(owner)
+// differing. own reports whether that secret is the owner's own key (not
+// the fallback Secret every other owner's deliveries verify with).
+func (p WebhookParser) checkSignedFor(header http.Header, body []byte, owner string) (own bool, _ error) {
+	secret, own := p.SecretFor(owner)
 	if len(secret) == 0 {
-		return fmt.Errorf("%w: no webhook secret is configured for owner %q", workload.ErrBadSignature, webhookTruncate(owner, 64))
+		return false, fmt.Errorf("%w: no webhook secret is configured for owner %q", workload.ErrBadSignature, webhookTruncate(owner, 64))
 	}
-	return verifyHMAC(header, body, secret)
+	return own, verifyHMAC(header, body, secret)
 }
 
 // webhookJobState maps a workflow_job action to the neutral state.

@@ -306,12 +306,15 @@ func TestParseOwnerSecrets(t *testing.T) {
 		body   []byte
 		secret []byte
 		ok     bool
-		says   string
+		// own: the event says it verified with the owner's own key
+		// (workload.JobEvent.OwnerSigned), not the shared fallback.
+		own  bool
+		says string
 	}{
-		{name: "owner with its own secret", parser: parser, body: body("octo-org/app"), secret: orgSecret, ok: true},
-		{name: "owner's name in another case", parser: parser, body: body("Octo-Org/app"), secret: orgSecret, ok: true},
+		{name: "owner with its own secret", parser: parser, body: body("octo-org/app"), secret: orgSecret, ok: true, own: true},
+		{name: "owner's name in another case", parser: parser, body: body("Octo-Org/app"), secret: orgSecret, ok: true, own: true},
 		{name: "owner with its own secret, signed with the fallback", parser: parser, body: body("octo-org/app"), secret: globalSecret, says: "does not match"},
-		{name: "other owner with the fallback", parser: parser, body: body("someone/app"), secret: globalSecret, ok: true},
+		{name: "other owner with the fallback", parser: parser, body: body("someone/app"), secret: globalSecret, ok: true, own: false},
 		{name: "other owner signed with octo-org's secret", parser: parser, body: body("someone/app"), secret: orgSecret, says: "does not match"},
 		{
 			name: "other owner without a fallback", body: body("someone/app"), secret: orgSecret, says: `no webhook secret is configured for owner "someone"`,
@@ -333,8 +336,8 @@ func TestParseOwnerSecrets(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ev, err := tc.parser.Parse(signedHeader(tc.secret, tc.body, "workflow_job"), tc.body)
 			if tc.ok {
-				if err != nil || ev.Job.ID != 4242 {
-					t.Fatalf("Parse = %+v, %v; want the job", ev, err)
+				if err != nil || ev.Job.ID != 4242 || ev.OwnerSigned != tc.own {
+					t.Fatalf("Parse = %+v, %v; want the job, owner-signed %v", ev, err, tc.own)
 				}
 				return
 			}
