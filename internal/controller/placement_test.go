@@ -320,8 +320,16 @@ func TestEditedPlacementRecordFailsTheClaim(t *testing.T) {
 	if !strings.Contains(rec, `"bridge":"vmbr0"`) || !strings.Contains(rec, `"signature":"p1.`) {
 		t.Fatalf("the operator wrote placement record %q, want the authorized bridge and a signature", rec)
 	}
-	placed.Annotations[hfv1.PlacementAnnotation] = strings.Replace(rec, `"bridge":"vmbr0"`, `"bridge":"`+refusedBridge+`"`, 1)
-	if err := env.Client.Update(context.Background(), placed); err != nil {
+	// The operator may write the claim between the read and this write:
+	// edit the latest version (the record it holds is the one read).
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := getClaim(t, claim)
+		if err != nil {
+			return err
+		}
+		cur.Annotations[hfv1.PlacementAnnotation] = strings.Replace(cur.Annotations[hfv1.PlacementAnnotation], `"bridge":"vmbr0"`, `"bridge":"`+refusedBridge+`"`, 1)
+		return env.Client.Update(context.Background(), cur)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	w.stillCloning(placed.Status.VMRef.VMID)
