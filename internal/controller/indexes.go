@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"strconv"
 
@@ -49,105 +50,101 @@ const (
 
 func vmKey(cluster string, vmid int) string { return cluster + "/" + strconv.Itoa(vmid) }
 
-// SetupIndexes registers the field indexes the controllers use; ws read
-// which Secrets a template's CI platform credentials are in.
+// fieldIndex is one field index on the manager's cache.
+type fieldIndex struct {
+	obj     client.Object
+	field   string
+	extract client.IndexerFunc
+}
+
+// fieldIndexes are the field indexes the controllers use; ws read which
+// Secrets a template's CI platform credentials are in. Tests on a fake
+// client register the same ones.
+func fieldIndexes(ws *workload.Backends) []fieldIndex {
+	return []fieldIndex{
+		{&hfv1.MachineClaim{}, claimVMIndex, func(o client.Object) []string {
+			c := o.(*hfv1.MachineClaim)
+			if c.Status.VMRef == nil || c.Status.VMRef.VMID == 0 {
+				return nil
+			}
+			return []string{vmKey(c.Status.VMRef.HypervisorCluster, int(c.Status.VMRef.VMID))}
+		}},
+		{&hfv1.MachineClaim{}, claimClusterIndex, func(o client.Object) []string {
+			c := o.(*hfv1.MachineClaim)
+			if c.Status.VMRef == nil {
+				return nil
+			}
+			return []string{c.Status.VMRef.HypervisorCluster}
+		}},
+		{&hfv1.MachineClaim{}, claimIPPoolIndex, func(o client.Object) []string {
+			n := o.(*hfv1.MachineClaim).Status.Network
+			if n == nil {
+				return nil
+			}
+			var pools []string
+			for _, a := range n.IPAllocations {
+				pools = append(pools, a.PoolRef)
+			}
+			return pools
+		}},
+		{&hfv1.MachineClaim{}, claimTemplateIndex, func(o client.Object) []string {
+			return []string{o.(*hfv1.MachineClaim).Spec.TemplateRef.Name}
+		}},
+		{&hfv1.MachineClaim{}, claimRunnerIndex, func(o client.Object) []string {
+			if b := o.(*hfv1.MachineClaim).Status.Bootstrap; b != nil && b.RunnerName != "" {
+				return []string{b.RunnerName}
+			}
+			return nil
+		}},
+		{&hfv1.MachineClaim{}, claimPoolIndex, func(o client.Object) []string {
+			if ref := o.(*hfv1.MachineClaim).Spec.RunnerPoolRef; ref != nil {
+				return []string{ref.Name}
+			}
+			return nil
+		}},
+		{&hfv1.CIJob{}, jobRunnerIndex, func(o client.Object) []string {
+			if n := o.(*hfv1.CIJob).Status.RunnerName; n != "" {
+				return []string{n}
+			}
+			return nil
+		}},
+		{&hfv1.CIJob{}, jobPoolIndex, func(o client.Object) []string {
+			return []string{o.(*hfv1.CIJob).Spec.RunnerPoolRef.Name}
+		}},
+		{&hfv1.RunnerPool{}, poolTemplateIndex, func(o client.Object) []string {
+			return []string{o.(*hfv1.RunnerPool).Spec.TemplateRef.Name}
+		}},
+		{&hfv1.HypervisorMachineTemplate{}, templateClusterIndex, func(o client.Object) []string {
+			return []string{o.(*hfv1.HypervisorMachineTemplate).Spec.HypervisorClusterRef.Name}
+		}},
+		{&hfv1.HypervisorMachineTemplate{}, templatePoolIndex, func(o client.Object) []string {
+			if ref := o.(*hfv1.HypervisorMachineTemplate).Spec.Network.IPPoolRef; ref != nil {
+				return []string{ref.Name}
+			}
+			return nil
+		}},
+		{&hfv1.HypervisorMachineTemplate{}, templateSecretIndex, func(o client.Object) []string {
+			return templateSecretNames(ws, o.(*hfv1.HypervisorMachineTemplate))
+		}},
+		{&hfv1.HypervisorCluster{}, clusterSecretIndex, func(o client.Object) []string {
+			var out []string
+			for _, ref := range clusterconfig.SecretRefs(o.(*hfv1.HypervisorCluster)) {
+				out = append(out, ref.Namespace+"/"+ref.Name)
+			}
+			return out
+		}},
+	}
+}
+
+// SetupIndexes registers the field indexes the controllers use
+// (fieldIndexes) on the manager's cache.
 func SetupIndexes(ctx context.Context, mgr ctrl.Manager, ws *workload.Backends) error {
-	idx := mgr.GetFieldIndexer()
-	if err := idx.IndexField(ctx, &hfv1.MachineClaim{}, claimVMIndex, func(o client.Object) []string {
-		c := o.(*hfv1.MachineClaim)
-		if c.Status.VMRef == nil || c.Status.VMRef.VMID == 0 {
-			return nil
+	for _, ix := range fieldIndexes(ws) {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, ix.obj, ix.field, ix.extract); err != nil {
+			return fmt.Errorf("index %T by %s: %w", ix.obj, ix.field, err)
 		}
-		return []string{vmKey(c.Status.VMRef.HypervisorCluster, int(c.Status.VMRef.VMID))}
-	}); err != nil {
-		return err
 	}
-	if err := idx.IndexField(ctx, &hfv1.MachineClaim{}, claimClusterIndex, func(o client.Object) []string {
-		c := o.(*hfv1.MachineClaim)
-		if c.Status.VMRef == nil {
-			return nil
-		}
-		return []string{c.Status.VMRef.HypervisorCluster}
-	}); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &hfv1.MachineClaim{}, claimIPPoolIndex, func(o client.Object) []string {
-		n := o.(*hfv1.MachineClaim).Status.Network
-		if n == nil {
-			return nil
-		}
-		var pools []string
-		for _, a := range n.IPAllocations {
-			pools = append(pools, a.PoolRef)
-		}
-		return pools
-	}); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &hfv1.MachineClaim{}, claimTemplateIndex, func(o client.Object) []string {
-		return []string{o.(*hfv1.MachineClaim).Spec.TemplateRef.Name}
-	}); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &hfv1.MachineClaim{}, claimRunnerIndex, func(o client.Object) []string {
-		if b := o.(*hfv1.MachineClaim).Status.Bootstrap; b != nil && b.RunnerName != "" {
-			return []string{b.RunnerName}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &hfv1.MachineClaim{}, claimPoolIndex, func(o client.Object) []string {
-		if ref := o.(*hfv1.MachineClaim).Spec.RunnerPoolRef; ref != nil {
-			return []string{ref.Name}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &hfv1.CIJob{}, jobRunnerIndex, func(o client.Object) []string {
-		if n := o.(*hfv1.CIJob).Status.RunnerName; n != "" {
-			return []string{n}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &hfv1.CIJob{}, jobPoolIndex, func(o client.Object) []string {
-		return []string{o.(*hfv1.CIJob).Spec.RunnerPoolRef.Name}
-	}); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &hfv1.RunnerPool{}, poolTemplateIndex, func(o client.Object) []string {
-		return []string{o.(*hfv1.RunnerPool).Spec.TemplateRef.Name}
-	}); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &hfv1.HypervisorMachineTemplate{}, templateClusterIndex, func(o client.Object) []string {
-		return []string{o.(*hfv1.HypervisorMachineTemplate).Spec.HypervisorClusterRef.Name}
-	}); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &hfv1.HypervisorMachineTemplate{}, templatePoolIndex, func(o client.Object) []string {
-		if ref := o.(*hfv1.HypervisorMachineTemplate).Spec.Network.IPPoolRef; ref != nil {
-			return []string{ref.Name}
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if err := idx.IndexField(ctx, &hfv1.HypervisorMachineTemplate{}, templateSecretIndex, func(o client.Object) []string {
-		return templateSecretNames(ws, o.(*hfv1.HypervisorMachineTemplate))
-	}); err != nil {
-		return err
-	}
-	return idx.IndexField(ctx, &hfv1.HypervisorCluster{}, clusterSecretIndex, func(o client.Object) []string {
-		var out []string
-		for _, ref := range clusterconfig.SecretRefs(o.(*hfv1.HypervisorCluster)) {
-			out = append(out, ref.Namespace+"/"+ref.Name)
-		}
-		return out
-	})
+	return nil
 }
 
 // templateSecretRefs lists every Secret (in its own namespace) a template
