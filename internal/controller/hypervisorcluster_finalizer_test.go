@@ -13,7 +13,6 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
-	"github.com/hyperfleet/hyperfleet/internal/patch"
 )
 
 // TestClusterFinalizerRemovalUsesOptimisticLock: a HypervisorCluster read
@@ -38,7 +37,7 @@ func TestClusterFinalizerRemovalUsesOptimisticLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &HypervisorClusterReconciler{Client: c, Registry: hypervisors.NewRegistry()}
-	if _, err := r.reconcileDelete(ctx, patch.NewHelper(c, stale, patch.WithOptimisticLock()), stale); !apierrors.IsConflict(err) {
+	if _, err := r.holdWhileUsed(ctx, r.newClusterScope(stale)); !apierrors.IsConflict(err) {
 		t.Fatalf("finalizer removal from a stale copy: %v, want a conflict", err)
 	}
 	got := &hfv1.HypervisorCluster{}
@@ -48,7 +47,7 @@ func TestClusterFinalizerRemovalUsesOptimisticLock(t *testing.T) {
 	if !slices.Equal(got.Finalizers, []string{hfv1.HypervisorClusterFinalizer, "example.com/keep"}) {
 		t.Fatalf("finalizers after the stale removal: %v", got.Finalizers)
 	}
-	if _, err := r.reconcileDelete(ctx, patch.NewHelper(c, got, patch.WithOptimisticLock()), got); err != nil {
+	if _, err := r.holdWhileUsed(ctx, r.newClusterScope(got)); err != nil {
 		t.Fatalf("finalizer removal from the current copy: %v", err)
 	}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(cluster), got); err != nil || !slices.Equal(got.Finalizers, []string{"example.com/keep"}) {

@@ -33,13 +33,16 @@ type inUse struct {
 	usage string
 }
 
-// ensureFinalizer adds the finalizer (under h's optimistic lock) and
-// reports whether it wrote: the caller then returns, and the write's watch
-// event brings the object back.
-func (u inUse) ensureFinalizer(ctx context.Context, h *patch.Helper) (bool, error) {
-	if controllerutil.ContainsFinalizer(u.obj, u.finalizer) {
+// ensureFinalizer adds the finalizer to an object that is not being
+// deleted and writes it at once, under an optimistic lock (a copy from a
+// stale cache must not drop a finalizer someone added since: a merge patch
+// replaces the whole list). It reports whether it wrote: the caller then
+// returns, and the write's watch event brings the object back.
+func (u inUse) ensureFinalizer(ctx context.Context, c client.Client) (bool, error) {
+	if !u.obj.GetDeletionTimestamp().IsZero() || controllerutil.ContainsFinalizer(u.obj, u.finalizer) {
 		return false, nil
 	}
+	h := patch.NewHelper(c, u.obj, patch.WithOptimisticLock())
 	controllerutil.AddFinalizer(u.obj, u.finalizer)
 	if err := h.PatchMetadata(ctx, u.obj); err != nil {
 		return true, fmt.Errorf("add finalizer %s: %w", u.finalizer, err)
@@ -49,21 +52,23 @@ func (u inUse) ensureFinalizer(ctx context.Context, h *patch.Helper) (bool, erro
 
 // releaseWhenUnused lets a deleted object go once no claim uses it. While
 // users (claims as namespace/name) is not empty the object keeps its
-// finalizer, its Ready condition is False with reason InUse naming them,
-// and an InUse warning event says so when the wait begins; then the
-// finalizer is removed under h's optimistic lock (a stale copy gets a
-// conflict instead of dropping someone else's finalizer). It reports
-// whether the object is still held.
-func (u inUse) releaseWhenUnused(ctx context.Context, h *patch.Helper, rec record.EventRecorder, users []string) (bool, error) {
+// finalizer and the hold is returned: Ready False with reason InUse naming
+// them, which the scope's close sets, and an InUse warning event when the
+// wait begins. Then the finalizer is removed and written at once (the
+// object may be gone the moment it is) under h's optimistic lock: a stale
+// copy gets a conflict instead of dropping someone else's finalizer. A nil
+// hold means the object was let go.
+func (u inUse) releaseWhenUnused(ctx context.Context, h *patch.Helper, rec record.EventRecorder, users []string) (*readiness, error) {
 	if len(users) == 0 {
 		if !controllerutil.ContainsFinalizer(u.obj, u.finalizer) {
-			return false, nil
+			return nil, nil
 		}
 		controllerutil.RemoveFinalizer(u.obj, u.finalizer)
 		if err := h.PatchMetadata(ctx, u.obj); err != nil {
-			return false, fmt.Errorf("remove finalizer %s: %w", u.finalizer, err)
+			controllerutil.AddFinalizer(u.obj, u.finalizer)
+			return nil, fmt.Errorf("remove finalizer %s: %w", u.finalizer, err)
 		}
-		return false, nil
+		return nil, nil
 	}
 	slices.Sort(users)
 	named := users[:min(len(users), maxUsersListed)]
@@ -76,8 +81,7 @@ func (u inUse) releaseWhenUnused(ctx context.Context, h *patch.Helper, rec recor
 	if !hfv1.HasReason(hfv1.FindCondition(*u.conditions, hfv1.ReadyCondition), hfv1.InUseReason) {
 		rec.Event(u.obj, corev1.EventTypeWarning, string(hfv1.InUseReason), conditions.Truncate(msg, 1024))
 	}
-	conditions.Set(u.conditions, u.obj.GetGeneration(), hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.InUseReason, msg)
-	return true, h.PatchStatus(ctx, u.obj)
+	return notReady(hfv1.InUseReason, msg), nil
 }
 
 // claimNames are the claims keep selects, as namespace/name.

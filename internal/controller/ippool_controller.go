@@ -2,12 +2,14 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -18,6 +20,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 )
 
 // IPPoolReconciler loads each IPPool into the in-memory allocator, rebuilds
@@ -60,77 +63,159 @@ func ipamSpec(p *hfv1.IPPool) ipam.Spec {
 	}
 }
 
-// Reconcile implements reconcile.Reconciler.
-func (r *IPPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+// ipPoolScope is one reconcile of one IPPool: the pool, what its phases
+// found, and the patch helper its close writes with.
+type ipPoolScope struct {
+	pool  *hfv1.IPPool
+	patch *patch.Helper
+	// parsed is the pool's spec as the allocator holds it (parseSpec);
+	// invalid is why the spec cannot be used, when it cannot.
+	parsed  *ipam.Pool
+	invalid error
+	// counts are the allocator's totals (countAddresses); nil when this
+	// pass did not count.
+	counts *ipam.Counts
+	// hold is the in-use hold of a deleted pool (holdWhileUsed).
+	hold *readiness
+}
+
+// Reconcile implements reconcile.Reconciler: it opens the pool's scope,
+// runs the deletion or the normal phases, and closes the scope, which
+// derives the status and writes the pool once.
+func (r *IPPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	pool := &hfv1.IPPool{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.IPAM.RemovePool(req.Name)
-			metrics.IPPoolFree.DeleteLabelValues(req.Name)
+			r.forget(req.Name)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	// Optimistic lock: a stale copy must not drop a finalizer added since
-	// (a merge patch replaces the whole list).
-	h := patch.NewHelper(r.Client, pool, patch.WithOptimisticLock())
-	if !pool.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, h, pool)
-	}
-	if wrote, err := ippoolInUse(pool).ensureFinalizer(ctx, h); wrote || err != nil {
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("IPPool", klog.KObj(pool)))
+	if wrote, err := ippoolInUse(pool).ensureFinalizer(ctx, r.Client); wrote || err != nil {
 		return ctrl.Result{}, err
 	}
-	defer func() {
-		if err := h.PatchStatus(ctx, pool); err != nil {
-			ctrl.LoggerFrom(ctx).Error(err, "Patch IPPool status")
-		}
-	}()
-	gen := pool.Generation
-	pool.Status.ObservedGeneration = gen
+	s := r.newIPPoolScope(pool)
+	defer func() { res, err = r.closeIPPoolScope(ctx, s, res, err) }()
 
-	parsed, err := ipam.ParsePool(ipamSpec(pool))
+	if !pool.DeletionTimestamp.IsZero() {
+		return phase.Run(ctx, s, r.holdWhileUsed, r.forgetReleased)
+	}
+	return phase.Run(ctx, s, r.parseSpec, r.loadAllocator, r.rebuildAllocations, r.countAddresses)
+}
+
+// newIPPoolScope opens the scope of one reconcile. Its patch carries an
+// optimistic lock: a copy from a stale cache must not drop a finalizer
+// added since (a merge patch replaces the whole list).
+func (r *IPPoolReconciler) newIPPoolScope(pool *hfv1.IPPool) *ipPoolScope {
+	return &ipPoolScope{pool: pool, patch: patch.NewHelper(r.Client, pool, patch.WithOptimisticLock())}
+}
+
+// closeIPPoolScope derives the pool's status from what the phases found
+// (its counts, IPPoolExhausted, then Ready) and writes it once
+// (writeScope). A pool the pass let go is not written again.
+func (r *IPPoolReconciler) closeIPPoolScope(ctx context.Context, s *ipPoolScope, res ctrl.Result, err error) (ctrl.Result, error) {
+	pool := s.pool
+	if released(pool, hfv1.IPPoolFinalizer) {
+		return res, err
+	}
+	st, gen := &pool.Status, pool.Generation
+	if c := s.counts; c != nil {
+		st.Total, st.Allocated, st.Free = c.Total, c.Allocated, c.Free
+		metrics.IPPoolFree.WithLabelValues(pool.Name).Set(float64(c.Free))
+		if c.Free == 0 {
+			conditions.Set(&st.Conditions, gen, hfv1.IPPoolExhaustedCondition, metav1.ConditionTrue, hfv1.IPPoolExhaustedReason,
+				fmt.Sprintf("All %d addresses are allocated; new static-address claims wait. Add addresses to spec.addresses or free some", c.Total))
+		} else {
+			conditions.Set(&st.Conditions, gen, hfv1.IPPoolExhaustedCondition, metav1.ConditionFalse, hfv1.ReadyReason,
+				fmt.Sprintf("%d of %d addresses free", c.Free, c.Total))
+		}
+	}
+	s.readiness().setOn(&st.Conditions, gen)
+	if perr := writeScope(ctx, s.patch, pool, &st.ObservedGeneration, err); perr != nil {
+		return ctrl.Result{}, errors.Join(err, perr)
+	}
+	return res, err
+}
+
+// readiness is the pool's Ready as the pass found it: held by claims
+// while deleted, its spec invalid, or its counts; nil when the pass ended
+// before any of those (a failed read).
+func (s *ipPoolScope) readiness() *readiness {
+	switch {
+	case s.hold != nil:
+		return s.hold
+	case s.invalid != nil:
+		return notReady(hfv1.InvalidSpecReason, s.invalid.Error())
+	case s.counts != nil:
+		msg := fmt.Sprintf("%d of %d addresses allocated", s.counts.Allocated, s.counts.Total)
+		if len(s.parsed.Warnings) > 0 {
+			msg += "; warnings: " + fmt.Sprint(s.parsed.Warnings)
+		}
+		return isReady(msg)
+	}
+	return nil
+}
+
+// forget drops what memory holds about a pool that is gone.
+func (r *IPPoolReconciler) forget(name string) {
+	r.IPAM.RemovePool(name)
+	metrics.IPPoolFree.DeleteLabelValues(name)
+}
+
+// parseSpec reads the pool's spec. An invalid one stops the pass and
+// leaves the allocator with the last valid spec: claims holding its
+// addresses keep them, new claims wait until the spec is fixed.
+func (r *IPPoolReconciler) parseSpec(_ context.Context, s *ipPoolScope) (phase.Result, error) {
+	parsed, err := ipam.ParsePool(ipamSpec(s.pool))
 	if err != nil {
-		// Keep the last valid spec in the allocator: claims holding its
-		// addresses keep them, new claims wait until the spec is fixed.
-		conditions.Set(&pool.Status.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionFalse, hfv1.InvalidSpecReason, err.Error())
-		r.Recorder.Event(pool, corev1.EventTypeWarning, string(hfv1.InvalidSpecReason), conditions.Truncate(err.Error(), 1024))
-		return ctrl.Result{}, nil
+		s.invalid = err
+		r.Recorder.Event(s.pool, corev1.EventTypeWarning, string(hfv1.InvalidSpecReason), conditions.Truncate(err.Error(), 1024))
+		return phase.Stop(), nil
 	}
-	for _, c := range r.IPAM.SetPool(pool.Name, parsed) {
-		r.Recorder.Event(pool, corev1.EventTypeWarning, "AllocationConflict", c.String())
+	s.parsed = parsed
+	return phase.Next(), nil
+}
+
+// loadAllocator gives the allocator the pool's spec; an address held
+// that the new spec no longer contains is a conflict the pool reports.
+func (r *IPPoolReconciler) loadAllocator(_ context.Context, s *ipPoolScope) (phase.Result, error) {
+	for _, c := range r.IPAM.SetPool(s.pool.Name, s.parsed) {
+		r.Recorder.Event(s.pool, corev1.EventTypeWarning, "AllocationConflict", c.String())
 	}
-	if !r.IPAM.Rebuilt(pool.Name) {
-		allocs, err := r.recordedAllocations(ctx, pool.Name)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		conflicts, err := r.IPAM.Rebuild(pool.Name, allocs)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		for _, c := range conflicts {
-			r.Recorder.Event(pool, corev1.EventTypeWarning, "AllocationConflict", c.String())
-		}
-		ctrl.LoggerFrom(ctx).Info("IPPool allocations rebuilt from claims", "allocations", len(allocs), "conflicts", len(conflicts))
+	return phase.Next(), nil
+}
+
+// rebuildAllocations gives a pool the allocator has not rebuilt yet (the
+// first pass after a start) the allocations the claims' status records,
+// before any claim gets an address from it.
+func (r *IPPoolReconciler) rebuildAllocations(ctx context.Context, s *ipPoolScope) (phase.Result, error) {
+	name := s.pool.Name
+	if r.IPAM.Rebuilt(name) {
+		return phase.Next(), nil
 	}
-	counts, err := r.IPAM.Counts(pool.Name)
+	allocs, err := r.recordedAllocations(ctx, name)
 	if err != nil {
-		return ctrl.Result{}, err
+		return phase.Stop(), err
 	}
-	pool.Status.Total, pool.Status.Allocated, pool.Status.Free = counts.Total, counts.Allocated, counts.Free
-	metrics.IPPoolFree.WithLabelValues(pool.Name).Set(float64(counts.Free))
-	if counts.Free == 0 {
-		conditions.Set(&pool.Status.Conditions, gen, hfv1.IPPoolExhaustedCondition, metav1.ConditionTrue, hfv1.IPPoolExhaustedReason,
-			fmt.Sprintf("All %d addresses are allocated; new static-address claims wait. Add addresses to spec.addresses or free some", counts.Total))
-	} else {
-		conditions.Set(&pool.Status.Conditions, gen, hfv1.IPPoolExhaustedCondition, metav1.ConditionFalse, hfv1.ReadyReason,
-			fmt.Sprintf("%d of %d addresses free", counts.Free, counts.Total))
+	conflicts, err := r.IPAM.Rebuild(name, allocs)
+	if err != nil {
+		return phase.Stop(), fmt.Errorf("rebuild the allocations of IPPool %s: %w", name, err)
 	}
-	msg := fmt.Sprintf("%d of %d addresses allocated", counts.Allocated, counts.Total)
-	if len(parsed.Warnings) > 0 {
-		msg += "; warnings: " + fmt.Sprint(parsed.Warnings)
+	for _, c := range conflicts {
+		r.Recorder.Event(s.pool, corev1.EventTypeWarning, "AllocationConflict", c.String())
 	}
-	conditions.Set(&pool.Status.Conditions, gen, hfv1.ReadyCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
-	return ctrl.Result{}, nil
+	ctrl.LoggerFrom(ctx).Info("IPPool allocations rebuilt from claims", "allocations", len(allocs), "conflicts", len(conflicts))
+	return phase.Next(), nil
+}
+
+// countAddresses records the allocator's totals for the status.
+func (r *IPPoolReconciler) countAddresses(_ context.Context, s *ipPoolScope) (phase.Result, error) {
+	counts, err := r.IPAM.Counts(s.pool.Name)
+	if err != nil {
+		return phase.Stop(), fmt.Errorf("count the addresses of IPPool %s: %w", s.pool.Name, err)
+	}
+	s.counts = &counts
+	return phase.Next(), nil
 }
 
 // ippoolInUse is the pool as claims' addresses use it.
@@ -138,24 +223,29 @@ func ippoolInUse(pool *hfv1.IPPool) inUse {
 	return inUse{obj: pool, conditions: &pool.Status.Conditions, finalizer: hfv1.IPPoolFinalizer, usage: "MachineClaims holding addresses from this pool"}
 }
 
-// reconcileDelete holds a deleted pool while claims record addresses from
+// holdWhileUsed holds a deleted pool while claims record addresses from
 // it: an address is released only once its VM is gone (docs/security.md,
 // "Absence and release"), and a claim still being built needs the pool's
 // prefix, gateway and nameservers for its VM's network-config. The
 // allocator keeps the pool meanwhile (releases go on; staticAddress gives
-// no new claim an address from it) and forgets it when it goes.
-func (r *IPPoolReconciler) reconcileDelete(ctx context.Context, h *patch.Helper, pool *hfv1.IPPool) (ctrl.Result, error) {
+// no new claim an address from it).
+func (r *IPPoolReconciler) holdWhileUsed(ctx context.Context, s *ipPoolScope) (phase.Result, error) {
 	var claims hfv1.MachineClaimList
-	if err := r.Client.List(ctx, &claims, client.MatchingFields{claimIPPoolIndex: pool.Name}); err != nil {
-		return ctrl.Result{}, err
+	if err := r.Client.List(ctx, &claims, client.MatchingFields{claimIPPoolIndex: s.pool.Name}); err != nil {
+		return phase.Stop(), fmt.Errorf("list the claims holding addresses from IPPool %s: %w", s.pool.Name, err)
 	}
-	held, err := ippoolInUse(pool).releaseWhenUnused(ctx, h, r.Recorder, claimNames(claims.Items, func(*hfv1.MachineClaim) bool { return true }))
-	if err != nil || held {
-		return ctrl.Result{}, err
+	hold, err := ippoolInUse(s.pool).releaseWhenUnused(ctx, s.patch, r.Recorder, claimNames(claims.Items, func(*hfv1.MachineClaim) bool { return true }))
+	if err != nil || hold != nil {
+		s.hold = hold
+		return phase.Stop(), err
 	}
-	r.IPAM.RemovePool(pool.Name)
-	metrics.IPPoolFree.DeleteLabelValues(pool.Name)
-	return ctrl.Result{}, nil
+	return phase.Next(), nil
+}
+
+// forgetReleased drops a pool its deletion let go from the allocator.
+func (r *IPPoolReconciler) forgetReleased(_ context.Context, s *ipPoolScope) (phase.Result, error) {
+	r.forget(s.pool.Name)
+	return phase.Stop(), nil
 }
 
 // recordedAllocations reads every allocation from the pool that a claim's
@@ -163,7 +253,7 @@ func (r *IPPoolReconciler) reconcileDelete(ctx context.Context, h *patch.Helper,
 func (r *IPPoolReconciler) recordedAllocations(ctx context.Context, pool string) ([]ipam.Allocation, error) {
 	var claims hfv1.MachineClaimList
 	if err := r.Client.List(ctx, &claims); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list claims to rebuild the allocations of IPPool %s: %w", pool, err)
 	}
 	var out []ipam.Allocation
 	for i := range claims.Items {

@@ -11,6 +11,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/workloads"
 )
 
@@ -20,7 +21,8 @@ import (
 // registers any number of runners anywhere in the organization for an
 // hour, so a VM that leaks it (a job reading cloud-init's data, a kept
 // disk) leaks more than its own runner (docs/security.md).
-func (r *HypervisorMachineTemplateReconciler) reportReusableCredential(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate) {
+func (r *HypervisorMachineTemplateReconciler) reportReusableCredential(ctx context.Context, s *templateScope) (phase.Result, error) {
+	tmpl := s.tmpl
 	var pools hfv1.RunnerPoolList
 	if err := r.Client.List(ctx, &pools, client.InNamespace(tmpl.Namespace)); err != nil {
 		// The template's own scope still tells; pools are seen next time.
@@ -31,13 +33,14 @@ func (r *HypervisorMachineTemplateReconciler) reportReusableCredential(ctx conte
 	if !risky {
 		conditions.Set(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateReusableCredentialCondition, metav1.ConditionFalse,
 			hfv1.SingleUseCredentialReason, msg)
-		return
+		return phase.Next(), nil
 	}
 	conditions.Set(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateReusableCredentialCondition, metav1.ConditionTrue,
 		hfv1.OrganizationRegistrationTokenReason, msg)
 	if !was {
 		r.Recorder.Event(tmpl, corev1.EventTypeWarning, string(hfv1.OrganizationRegistrationTokenReason), conditions.Truncate(msg, 1024))
 	}
+	return phase.Next(), nil
 }
 
 // templateOfRunnerPool wakes the template a RunnerPool uses.

@@ -1,0 +1,264 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
+	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
+	"github.com/hyperfleet/hyperfleet/internal/secretref"
+	"github.com/hyperfleet/hyperfleet/internal/tenancy"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// The validation phases of a HypervisorMachineTemplate, in the order
+// Reconcile runs them: the first that finds the template unusable records
+// why (invalid) and ends the pass.
+
+// invalid records the template as not valid for reason and ends the pass.
+// Watches on the cluster, namespaces, Secrets and IPPools wake the
+// template; looking again within waitForDependency also notices templates
+// appearing on the hypervisor.
+func (s *templateScope) invalid(reason hfv1.ConditionReason, msg string) (phase.Result, error) {
+	s.validity = notReady(reason, msg)
+	return phase.StopAndRequeue(waitForDependency), nil
+}
+
+// refuseUnsupported stops a template that sets a field this operator does
+// not act on: nothing else matters until it is removed.
+func (r *HypervisorMachineTemplateReconciler) refuseUnsupported(_ context.Context, s *templateScope) (phase.Result, error) {
+	if ref := templateRefusal(r.Workloads, s.tmpl); ref != nil {
+		return s.invalid(ref.reason, ref.message)
+	}
+	return phase.Next(), nil
+}
+
+// loadCluster reads the template's HypervisorCluster.
+func (r *HypervisorMachineTemplateReconciler) loadCluster(ctx context.Context, s *templateScope) (phase.Result, error) {
+	name := s.tmpl.Spec.HypervisorClusterRef.Name
+	cluster := &hfv1.HypervisorCluster{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			return s.invalid(hfv1.ClusterUnavailableReason, fmt.Sprintf("spec.hypervisorClusterRef: HypervisorCluster %s does not exist", name))
+		}
+		return phase.Stop(), fmt.Errorf("read HypervisorCluster %s: %w", name, err)
+	}
+	s.cluster = cluster
+	return phase.Next(), nil
+}
+
+// checkTenancy applies the cluster's admin allow-lists (docs/security.md).
+// A namespace the cluster does not admit learns nothing about the cluster:
+// the template is not validated against it, and what an earlier validation
+// recorded (the resolved template, its node and storage, the hash over the
+// cluster's settings) is removed from its status. A failed read is
+// returned as an error (and retried) without touching the status.
+func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, s *templateScope) (phase.Result, error) {
+	tmpl, cluster := s.tmpl, s.cluster
+	rules, admitted, err := tenancy.RulesFor(ctx, r.Client, cluster, tmpl.Namespace)
+	switch {
+	case errors.Is(err, tenancy.ErrInvalidSelector):
+		// The error quotes the cluster's selectors: log it, do not show
+		// it to the tenant.
+		ctrl.LoggerFrom(ctx).Error(err, "The cluster's allow-lists admit nobody", "HypervisorCluster", cluster.Name)
+	case err != nil:
+		return phase.Stop(), fmt.Errorf("apply the allow-lists of HypervisorCluster %s: %w", cluster.Name, err)
+	}
+	if err != nil || !admitted {
+		tmpl.Status.ResolvedTemplate = nil
+		tmpl.Status.TemplateHash = ""
+		return s.invalid(hfv1.NamespaceNotAllowedReason, fmt.Sprintf(
+			"HypervisorCluster %s does not admit namespace %s (its spec.allowedNamespaces and spec.tenancy); ask the cluster's owner to admit the namespace, or set spec.hypervisorClusterRef to another cluster",
+			cluster.Name, tmpl.Namespace))
+	}
+	if problems := tenancy.Violations(tmpl, cluster, rules); len(problems) > 0 {
+		return s.invalid(hfv1.NotAllowedByClusterReason, fmt.Sprintf(
+			"HypervisorCluster %s does not allow this template in namespace %s (spec.tenancy): %s; change the template, or ask the cluster's owner to allow these values",
+			cluster.Name, tmpl.Namespace, strings.Join(problems, "; ")))
+	}
+	return phase.Next(), nil
+}
+
+// checkIdentity checks what a template that attests needs of its cluster
+// and of this operator (claimidentity.CheckTemplate).
+func (r *HypervisorMachineTemplateReconciler) checkIdentity(_ context.Context, s *templateScope) (phase.Result, error) {
+	if reason, msg := claimidentity.CheckTemplate(s.tmpl, s.cluster, r.Identity.Issuer != nil, r.Identity.Broker != nil); reason != "" {
+		return s.invalid(reason, msg)
+	}
+	return phase.Next(), nil
+}
+
+// checkMetadata checks that spec.metadata can be put on a MachineClaim.
+func (r *HypervisorMachineTemplateReconciler) checkMetadata(_ context.Context, s *templateScope) (phase.Result, error) {
+	if msg := invalidClaimMetadata(s.tmpl.Spec.Metadata); msg != "" {
+		return s.invalid(hfv1.TemplateInvalidReason, msg)
+	}
+	return phase.Next(), nil
+}
+
+// checkSecrets checks that every Secret key the template references
+// exists.
+func (r *HypervisorMachineTemplateReconciler) checkSecrets(ctx context.Context, s *templateScope) (phase.Result, error) {
+	if msg := r.missingSecrets(ctx, s.tmpl); msg != "" {
+		return s.invalid(hfv1.SecretNotFoundReason, msg)
+	}
+	return phase.Next(), nil
+}
+
+// resolveRunnerRelease resolves the runner version the template names
+// (resolveRunner).
+func (r *HypervisorMachineTemplateReconciler) resolveRunnerRelease(ctx context.Context, s *templateScope) (phase.Result, error) {
+	if reason, msg := r.resolveRunner(ctx, s.tmpl); reason != "" {
+		return s.invalid(hfv1.ConditionReason(reason), msg)
+	}
+	return phase.Next(), nil
+}
+
+// loadIPPool reads and parses the IPPool of a template with a static
+// network.
+func (r *HypervisorMachineTemplateReconciler) loadIPPool(ctx context.Context, s *templateScope) (phase.Result, error) {
+	ref := s.tmpl.Spec.Network.IPPoolRef
+	if ref == nil || s.tmpl.Spec.Network.Mode != hfv1.NetworkModeStatic {
+		return phase.Next(), nil
+	}
+	obj := &hfv1.IPPool{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: ref.Name}, obj); err != nil {
+		return s.invalid(hfv1.TemplateInvalidReason, fmt.Sprintf("spec.network.ipPoolRef: IPPool %s: %v", ref.Name, err))
+	}
+	p, err := ipam.ParsePool(ipamSpec(obj))
+	if err != nil {
+		return s.invalid(hfv1.TemplateInvalidReason, fmt.Sprintf("spec.network.ipPoolRef: IPPool %s is invalid: %v", ref.Name, err))
+	}
+	s.pool = p
+	return phase.Next(), nil
+}
+
+// render computes the template's drift hash and checks that a VM's full
+// cloud-init and agent configuration render: the hash renders without
+// per-VM values, and a template whose VMs cannot render would fail every
+// claim.
+func (r *HypervisorMachineTemplateReconciler) render(_ context.Context, s *templateScope) (phase.Result, error) {
+	tmpl, cluster := s.tmpl, s.cluster
+	// The agent server is configured at start: only a restart changes the
+	// answer, and every template is reconciled then.
+	vars := vmspec.TemplateVars(r.Workloads, tmpl, cluster, s.pool)
+	if err := vmspec.SetAgentVars(r.Workloads, tmpl, r.Agent, &vars); err != nil {
+		return s.invalid(hfv1.AgentUnavailableReason, err.Error())
+	}
+	hash, err := vmspec.TemplateHash(r.Workloads, tmpl, cluster, s.pool, r.Agent)
+	if err != nil {
+		return s.invalid(hfv1.TemplateInvalidReason, err.Error())
+	}
+	if err := vmspec.CheckTemplate(r.Workloads, tmpl, cluster, s.pool, r.Agent); err != nil {
+		return s.invalid(hfv1.TemplateInvalidReason, err.Error())
+	}
+	s.hash = hash
+	return phase.Next(), nil
+}
+
+// checkOnHypervisor checks the template's source on its cluster: it
+// exists, is a template, has the guest agent a template that attests
+// needs, and sits on storage that can hold the linked clones it asks for.
+func (r *HypervisorMachineTemplateReconciler) checkOnHypervisor(ctx context.Context, s *templateScope) (phase.Result, error) {
+	cluster := s.cluster
+	p, health, connected := r.Registry.Provider(cluster.Name)
+	if !connected || !health.Ready {
+		return s.invalid(hfv1.ClusterUnavailableReason, fmt.Sprintf("HypervisorCluster %s is not ready: %s", cluster.Name, health.Message))
+	}
+	src := vmspec.Source(s.tmpl)
+	info, err := p.ValidateTemplate(ctx, src)
+	if err != nil {
+		return s.invalid(templateProblemReason(err), err.Error())
+	}
+	if claimidentity.Attests(s.tmpl) && !info.GuestFiles {
+		return s.invalid(hfv1.GuestAgentRequiredReason, fmt.Sprintf(
+			"spec.attestation.method is join-token, but hypervisor template %d has no guest agent: the join token reaches only the running VM, through its guest agent, never its cloud-init. Enable it on the template (Proxmox VE: qm set %d --agent enabled=1, with qemu-guest-agent in the image; docs/templates.md), or set spec.attestation.method none",
+			info.ID, info.ID))
+	}
+	if src.Linked && !info.LinkedCloneSupported {
+		return s.invalid(hfv1.LinkedCloneUnsupportedReason, fmt.Sprintf(
+			"spec.source.proxmox.cloneMode: template %d is on storage %s, which cannot hold linked clones; use cloneMode: full or move the template to LVM-thin, ZFS, RBD or qcow2 on a directory",
+			info.ID, strings.Join(info.Storages, ", ")))
+	}
+	s.info = info
+	return phase.Next(), nil
+}
+
+// templateProblemReason is the condition reason of a template the
+// provider refused: the provider's own (NotATemplate,
+// LinkedCloneUnsupported ...), a few renamed to the API's.
+func templateProblemReason(err error) hfv1.ConditionReason {
+	reason := hfv1.ConditionReason(provider.ReasonOf(err))
+	switch {
+	case errors.Is(err, provider.ErrNotFound):
+		return hfv1.TemplateNotFoundReason
+	case provider.Classify(err) == provider.ClassTransient:
+		return hfv1.ClusterUnavailableReason
+	case reason == "ProviderError":
+		return hfv1.TemplateInvalidReason
+	}
+	return reason
+}
+
+// recordValid records a template that passed every check: its hash and
+// where it resolved to. It is validated again now and then: someone may
+// delete the template on the hypervisor.
+func (r *HypervisorMachineTemplateReconciler) recordValid(_ context.Context, s *templateScope) (phase.Result, error) {
+	st, info := &s.tmpl.Status, s.info
+	st.TemplateHash = s.hash
+	st.ResolvedTemplate = &hfv1.ResolvedTemplate{VMID: int32(info.ID), Node: info.Node}
+	if len(info.Storages) > 0 {
+		st.ResolvedTemplate.Storage = info.Storages[0]
+	}
+	s.validity = isReady(fmt.Sprintf("Template %d (%s) on %s/%s is valid", info.ID, info.Name, s.cluster.Name, info.Node))
+	return phase.Recheck(10 * waitForDependency), nil
+}
+
+// invalidClaimMetadata says why spec.metadata cannot be put on a
+// MachineClaim, "" if it can: the API server would refuse every claim a
+// RunnerPool creates with it.
+func invalidClaimMetadata(md *hfv1.ObjectMetadata) string {
+	if md == nil {
+		return ""
+	}
+	path := field.NewPath("spec", "metadata")
+	errs := metav1validation.ValidateLabels(md.Labels, path.Child("labels"))
+	errs = append(errs, apimachineryvalidation.ValidateAnnotations(md.Annotations, path.Child("annotations"))...)
+	if len(errs) == 0 {
+		return ""
+	}
+	return errs.ToAggregate().Error() + "; MachineClaims need valid Kubernetes labels and annotations"
+}
+
+// missingSecrets names every referenced Secret key that does not exist.
+func (r *HypervisorMachineTemplateReconciler) missingSecrets(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate) string {
+	refs := templateSecretRefs(r.Workloads, tmpl)
+	fields := make([]string, 0, len(refs))
+	for f := range refs {
+		fields = append(fields, f)
+	}
+	sort.Strings(fields)
+	var missing []string
+	for _, f := range fields {
+		ref := refs[f]
+		if _, err := secretref.Value(ctx, r.Client, f, tmpl.Namespace, ref.Name, ref.Key); err != nil {
+			missing = append(missing, err.Error())
+			ctrl.LoggerFrom(ctx).V(1).Info("Template Secret missing", "field", f, "Secret", klog.KRef(tmpl.Namespace, ref.Name))
+		}
+	}
+	return strings.Join(missing, "; ")
+}
