@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
@@ -121,8 +123,9 @@ const jobRecordGrace = 15 * time.Second
 // observeAttempts counts the outcomes of the pool's claims into
 // status.replacementBackoff (it lives in status so that a restarted
 // operator keeps waiting) and sets the ReplacementBackoff condition.
-func (r *RunnerPoolReconciler) observeAttempts(v *poolView) {
-	pc := v.claims
+func (r *RunnerPoolReconciler) observeAttempts(_ context.Context, s *poolScope) (phase.Result, error) {
+	pc := s.claims
+	res := phase.Next()
 	var attempts []scaling.Attempt
 	var ran map[string]bool
 	for _, list := range [][]*hfv1.MachineClaim{pc.Starting, pc.Idle, pc.Busy, pc.Terminating, pc.Retained, pc.Finished} {
@@ -131,30 +134,30 @@ func (r *RunnerPoolReconciler) observeAttempts(v *poolView) {
 			if !ok {
 				continue
 			}
-			if a.Failed && !c.HasFailed() && claimstatus.Outcome(c) == scaling.PoweredOff && v.tmpl != nil {
+			if a.Failed && !c.HasFailed() && claimstatus.Outcome(c) == scaling.PoweredOff && s.tmpl != nil {
 				// Powered off with no job on record: a failure only if no
 				// job record names its runner within the grace.
 				if ran == nil {
-					ran = runnersWithJobs(v.jobs)
+					ran = runnersWithJobs(s.jobs)
 				}
 				switch decided := a.At.Add(jobRecordGrace); {
-				case ran[vmspec.RunnerName(r.Workloads, c, v.tmpl)]:
+				case ran[vmspec.RunnerName(r.Workloads, c, s.tmpl)]:
 					a.Failed, a.Reason = false, ""
-				case v.now.Before(decided):
-					v.undecided[c.UID] = true
-					if r.JobReports != nil && r.JobReports.JobStarted(c.UID, v.now) {
-						v.vouched[c.UID] = true
+				case s.now.Before(decided):
+					s.undecided[c.UID] = true
+					if r.JobReports != nil && r.JobReports.JobStarted(c.UID, s.now) {
+						s.vouched[c.UID] = true
 					}
-					v.wake(decided.Sub(v.now))
+					res = res.Sooner(decided.Sub(s.now))
 					continue
 				}
 			}
 			attempts = append(attempts, a)
 		}
 	}
-	st := &v.pool.Status
+	st := &s.pool.Status
 	state, _ := r.Backoff.Observe(backoffState(st.ReplacementBackoff), attempts)
-	v.backoff = state
+	s.backoff = state
 	st.ReplacementBackoff = backoffStatus(state)
 
 	conds := &st.Conditions
@@ -163,27 +166,29 @@ func (r *RunnerPoolReconciler) observeAttempts(v *poolView) {
 		if state.Failures > 0 {
 			msg = fmt.Sprintf("%d claims in a row failed before their runner came online (backoff from %d); last: %s", state.Failures, r.Backoff.Threshold, state.LastFailure)
 		}
-		conditions.Set(conds, v.pool.Generation, hfv1.RunnerPoolReplacementBackoffCondition, metav1.ConditionFalse, hfv1.NoRecentFailuresReason, msg)
-		return
+		conditions.Set(conds, s.pool.Generation, hfv1.RunnerPoolReplacementBackoffCondition, metav1.ConditionFalse, hfv1.NoRecentFailuresReason, msg)
+		return res, nil
 	}
 	msg := fmt.Sprintf("%d claims in a row failed before their runner came online; the last at %s: %s. Next replacement at %s, one at a time (the wait starts at %s and doubles per failure up to %s); a claim whose runner comes online resets this",
 		state.Failures, state.LastFailureTime.UTC().Format(time.RFC3339), state.LastFailure, state.NextAttempt.UTC().Format(time.RFC3339), r.Backoff.Base, r.Backoff.Cap)
 	if old := hfv1.FindCondition(*conds, hfv1.RunnerPoolReplacementBackoffCondition); old == nil || old.Status != metav1.ConditionTrue {
-		r.Recorder.Event(v.pool, corev1.EventTypeWarning, string(hfv1.RunnerPoolReplacementBackoffCondition), msg)
+		r.Recorder.Event(s.pool, corev1.EventTypeWarning, string(hfv1.RunnerPoolReplacementBackoffCondition), msg)
 	}
-	conditions.Set(conds, v.pool.Generation, hfv1.RunnerPoolReplacementBackoffCondition, metav1.ConditionTrue, hfv1.ConsecutiveFailuresReason, msg)
+	conditions.Set(conds, s.pool.Generation, hfv1.RunnerPoolReplacementBackoffCondition, metav1.ConditionTrue, hfv1.ConsecutiveFailuresReason, msg)
+	return res, nil
 }
 
 // allowedCreations bounds the claims this pass may create: all of want
-// outside backoff; in backoff none before the next attempt time, then one
-// at a time (a probe), and none while an earlier one is still starting.
-func (r *RunnerPoolReconciler) allowedCreations(v *poolView, want int) int {
+// outside backoff; in backoff none before the next attempt time (returned
+// as when to look again), then one at a time (a probe), and none while an
+// earlier one is still starting.
+func (r *RunnerPoolReconciler) allowedCreations(s *poolScope, want int) (int, time.Duration) {
 	if r.Backoff.Threshold <= 0 {
-		return want
+		return want, 0
 	}
-	if v.backoff.Failures < r.Backoff.Threshold {
-		if v.backoff.Failures+len(v.undecided)-len(v.vouched) < r.Backoff.Threshold {
-			return want
+	if s.backoff.Failures < r.Backoff.Threshold {
+		if s.backoff.Failures+len(s.undecided)-len(s.vouched) < r.Backoff.Threshold {
+			return want, 0
 		}
 		// Claims still waiting for a job record (jobRecordGrace) could
 		// complete a backoff: hold replacements until they are decided
@@ -193,18 +198,17 @@ func (r *RunnerPoolReconciler) allowedCreations(v *poolView, want int) int {
 		// does not hold: a VM of a broken image does not get that far,
 		// and its word is checked all the same, by the job record or the
 		// grace's end.
-		v.backoffHeld = want
-		return 0
+		s.backoffHeld = want
+		return 0, 0
 	}
-	if next, waiting := v.backoff.Waiting(v.now); waiting {
-		v.wake(next.Sub(v.now))
-		v.backoffHeld = want
-		return 0
+	if next, waiting := s.backoff.Waiting(s.now); waiting {
+		s.backoffHeld = want
+		return 0, next.Sub(s.now)
 	}
-	if v.remaining(v.claims.Starting) > 0 {
-		v.backoffHeld = want
-		return 0
+	if s.remaining(s.claims.Starting) > 0 {
+		s.backoffHeld = want
+		return 0, 0
 	}
-	v.backoffHeld = want - min(want, 1)
-	return min(want, 1)
+	s.backoffHeld = want - min(want, 1)
+	return min(want, 1), 0
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/poolclaims"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
@@ -122,25 +124,28 @@ func TestShortJobIsNotABackoffFailure(t *testing.T) {
 	ran, silent := unitClaim("ran", 0, poweredOff), unitClaim("silent", 0, poweredOff)
 	job := &hfv1.CIJob{Status: hfv1.CIJobStatus{RunnerName: vmspec.RunnerName(ciPlatforms, &ran, tmpl)}}
 	pool := &hfv1.RunnerPool{}
-	pass := func(now time.Time) *poolView {
-		v := &poolView{pool: pool, tmpl: tmpl, now: now, undecided: map[types.UID]bool{},
+	pass := func(now time.Time) (*poolScope, phase.Result) {
+		v := &poolScope{pool: pool, tmpl: tmpl, now: now, undecided: map[types.UID]bool{},
 			claims: &poolclaims.Claims{Finished: []*hfv1.MachineClaim{&ran, &silent}}, jobs: map[int64]*hfv1.CIJob{1: job}}
-		r.observeAttempts(v)
-		return v
+		res, err := r.observeAttempts(context.Background(), v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v, res
 	}
 
-	v := pass(off.Add(5 * time.Second))
+	v, res := pass(off.Add(5 * time.Second))
 	if f := v.backoff.Failures; f != 0 {
 		t.Fatalf("within the grace: %d failures, want 0 (%+v)", f, pool.Status.ReplacementBackoff)
 	}
 	if !v.undecided[silent.UID] || v.undecided[ran.UID] {
 		t.Fatalf("undecided = %v, want only %s", v.undecided, silent.Name)
 	}
-	if want := jobRecordGrace - 5*time.Second; v.requeue != want {
-		t.Errorf("requeue = %s, want %s (when the grace ends)", v.requeue, want)
+	if want := jobRecordGrace - 5*time.Second; res.After() != want || res.Stopped() {
+		t.Errorf("requeue = %s (stopped %v), want %s (when the grace ends)", res.After(), res.Stopped(), want)
 	}
 
-	v = pass(off.Add(jobRecordGrace + time.Second))
+	v, _ = pass(off.Add(jobRecordGrace + time.Second))
 	if f := v.backoff.Failures; f != 1 || !strings.Contains(v.backoff.LastFailure, "MachineClaim silent") {
 		t.Fatalf("after the grace: %d failures (last %q), want 1 for claim silent", f, v.backoff.LastFailure)
 	}
@@ -179,14 +184,16 @@ func TestJobReportsDoNotHoldReplacements(t *testing.T) {
 				r.JobReports = tc.reports
 			}
 			pool := &hfv1.RunnerPool{}
-			pass := func(now time.Time) *poolView {
-				v := &poolView{pool: pool, tmpl: tmpl, now: now, undecided: map[types.UID]bool{}, vouched: map[types.UID]bool{},
+			pass := func(now time.Time) *poolScope {
+				v := &poolScope{pool: pool, tmpl: tmpl, now: now, undecided: map[types.UID]bool{}, vouched: map[types.UID]bool{},
 					claims: &poolclaims.Claims{Finished: []*hfv1.MachineClaim{&a, &b, &c}}, jobs: map[int64]*hfv1.CIJob{}}
-				r.observeAttempts(v)
+				if _, err := r.observeAttempts(context.Background(), v); err != nil {
+					t.Fatal(err)
+				}
 				return v
 			}
 			v := pass(off.Add(time.Second))
-			if got := r.allowedCreations(v, 5); got != tc.allowed {
+			if got, _ := r.allowedCreations(v, 5); got != tc.allowed {
 				t.Fatalf("within the grace: %d creations allowed, want %d", got, tc.allowed)
 			}
 			if len(v.undecided) != 3 {
@@ -196,7 +203,7 @@ func TestJobReportsDoNotHoldReplacements(t *testing.T) {
 			if f := v.backoff.Failures; f != 3 {
 				t.Fatalf("after the grace with no job record: %d failures, want 3", f)
 			}
-			if got := r.allowedCreations(v, 5); got != 0 {
+			if got, _ := r.allowedCreations(v, 5); got != 0 {
 				t.Errorf("in backoff: %d creations allowed", got)
 			}
 		})

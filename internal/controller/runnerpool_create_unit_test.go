@@ -69,7 +69,7 @@ func TestCreateClaimsInParallel(t *testing.T) {
 			},
 		}).Build()
 	r := &RunnerPoolReconciler{Client: c, Clock: clocktesting.NewFakeClock(unitEpoch)}
-	v := &poolView{pool: pool, now: unitEpoch, removed: map[scaling.Reason]int{}}
+	v := &poolScope{pool: pool, now: unitEpoch, removed: map[scaling.Reason]int{}}
 
 	start := time.Now()
 	err := r.createClaims(context.Background(), v, n)

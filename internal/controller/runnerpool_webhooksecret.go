@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -9,6 +10,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 )
 
 // WebhookSecrets says how the webhook receiver verifies deliveries about
@@ -39,15 +41,15 @@ type WebhookSecretUse struct {
 // call each to confirm; a platform engineer must see which owners still
 // depend on it. A pool without a scope, or whose platform's webhooks are
 // not received, has no such condition.
-func (r *RunnerPoolReconciler) reportWebhookSecret(v *poolView) {
-	pool := v.pool
+func (r *RunnerPoolReconciler) reportWebhookSecret(_ context.Context, s *poolScope) (phase.Result, error) {
+	pool := s.pool
 	conds := &pool.Status.Conditions
-	use, ok := r.webhookSecretOf(v)
+	use, ok := r.webhookSecretOf(s)
 	if !ok || !use.Loaded {
 		meta.RemoveStatusCondition(conds, string(hfv1.RunnerPoolWebhookSecretSharedCondition))
-		return
+		return phase.Next(), nil
 	}
-	_, ps, _ := r.Workloads.Pool(pool, v.tmpl)
+	_, ps, _ := r.Workloads.Pool(pool, s.tmpl)
 	owner := ps.Scope.Owner
 	status, reason := metav1.ConditionFalse, hfv1.OwnWebhookSecretReason
 	msg := fmt.Sprintf("Webhook deliveries about %s are verified with its own key %s of %s", owner, use.OwnKey, use.Source)
@@ -68,19 +70,20 @@ func (r *RunnerPoolReconciler) reportWebhookSecret(v *poolView) {
 		r.Recorder.Event(pool, corev1.EventTypeWarning, string(reason), msg)
 	}
 	conditions.Set(conds, pool.Generation, hfv1.RunnerPoolWebhookSecretSharedCondition, status, reason, msg)
+	return phase.Next(), nil
 }
 
-// webhookSecretOf is how the deliveries about v's pool's owner are
+// webhookSecretOf is how the deliveries about s's pool's owner are
 // verified; false when that cannot be said (no receiver, no scope).
-func (r *RunnerPoolReconciler) webhookSecretOf(v *poolView) (WebhookSecretUse, bool) {
+func (r *RunnerPoolReconciler) webhookSecretOf(s *poolScope) (WebhookSecretUse, bool) {
 	if r.WebhookSecrets == nil {
 		return WebhookSecretUse{}, false
 	}
-	_, ps, ok := r.Workloads.Pool(v.pool, v.tmpl)
+	_, ps, ok := r.Workloads.Pool(s.pool, s.tmpl)
 	if !ok || ps.Scope.Owner == "" {
 		return WebhookSecretUse{}, false
 	}
-	return r.WebhookSecrets.WebhookSecretOf(v.pool.Spec.Workload.Type, ps.Scope.Owner)
+	return r.WebhookSecrets.WebhookSecretOf(s.pool.Spec.Workload.Type, ps.Scope.Owner)
 }
 
 // hasReason reports whether conds holds a condition of type t with reason.

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -46,7 +47,9 @@ func TestReportWebhookSecret(t *testing.T) {
 			events := record.NewFakeRecorder(4)
 			r := &RunnerPoolReconciler{Workloads: ciPlatforms, Recorder: events, WebhookSecrets: tc.secrets}
 			for range 2 {
-				r.reportWebhookSecret(&poolView{pool: pool})
+				if _, err := r.reportWebhookSecret(context.Background(), &poolScope{pool: pool}); err != nil {
+					t.Fatal(err)
+				}
 			}
 			c := hfv1.FindCondition(pool.Status.Conditions, hfv1.RunnerPoolWebhookSecretSharedCondition)
 			switch {

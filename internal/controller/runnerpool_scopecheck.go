@@ -15,6 +15,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -36,67 +37,64 @@ const (
 	scopeRetry = 30 * time.Second
 )
 
-// verifyScope sets the pool's ScopeVerified condition and v.scopeVerified.
+// verifyScope sets the pool's ScopeVerified condition and s.scopeVerified.
 // Only pools of a CI platform this operator runs have a scope; a
 // verification stands while the pool's scope, its template and the
 // template's credentials are those it was made for, and for scopeRecheck.
-func (r *RunnerPoolReconciler) verifyScope(ctx context.Context, v *poolView) {
-	pool := v.pool
+func (r *RunnerPoolReconciler) verifyScope(ctx context.Context, s *poolScope) (phase.Result, error) {
+	pool := s.pool
 	st := &pool.Status
-	be, ps, ok := r.Workloads.Pool(pool, v.tmpl)
+	be, ps, ok := r.Workloads.Pool(pool, s.tmpl)
 	if !ok {
-		v.scopeVerified = true
+		s.scopeVerified = true
 		meta.RemoveStatusCondition(&st.Conditions, string(hfv1.RunnerPoolScopeVerifiedCondition))
 		st.ScopeVerification = nil
-		return
+		return phase.Next(), nil
 	}
-	if v.tmpl == nil {
-		r.scopeNotVerified(v, hfv1.TemplateNotReadyReason, fmt.Sprintf("spec.templateRef: HypervisorMachineTemplate %s does not exist; the pool's scope is checked with its credentials once it does", pool.Spec.TemplateRef.Name))
-		return
+	if s.tmpl == nil {
+		r.scopeNotVerified(s, hfv1.TemplateNotReadyReason, fmt.Sprintf("spec.templateRef: HypervisorMachineTemplate %s does not exist; the pool's scope is checked with its credentials once it does", pool.Spec.TemplateRef.Name))
+		return phase.Next(), nil
 	}
-	t, _ := be.Template(v.tmpl)
+	t, _ := be.Template(s.tmpl)
 	scope := ps.Scope
 	if scope.IsZero() {
-		r.scopeNotVerified(v, hfv1.ScopeNotReachableReason, fmt.Sprintf("neither %s (repository or organization) nor %s of HypervisorMachineTemplate %s names a scope; set one", ps.Field, t.Field, v.tmpl.Name))
-		return
+		r.scopeNotVerified(s, hfv1.ScopeNotReachableReason, fmt.Sprintf("neither %s (repository or organization) nor %s of HypervisorMachineTemplate %s names a scope; set one", ps.Field, t.Field, s.tmpl.Name))
+		return phase.Next(), nil
 	}
-	verifiedBefore := verificationMatches(pool, v.tmpl, t.CredentialsKey, scope)
-	if verifiedBefore && v.now.Before(st.ScopeVerification.VerifiedAt.Add(scopeRecheck)) {
+	verifiedBefore := verificationMatches(pool, s.tmpl, t.CredentialsKey, scope)
+	if verifiedBefore && s.now.Before(st.ScopeVerification.VerifiedAt.Add(scopeRecheck)) {
 		// Re-stamped for the current generation: a spec change that
 		// kept the scope (maxReplicas, labels) keeps the verification.
-		r.scopeVerified(v, scope)
-		v.wake(st.ScopeVerification.VerifiedAt.Add(scopeRecheck).Sub(v.now))
-		return
+		r.scopeVerified(s, scope)
+		return phase.Recheck(st.ScopeVerification.VerifiedAt.Add(scopeRecheck).Sub(s.now)), nil
 	}
 	if r.Scopes == nil {
-		r.scopeNotVerified(v, hfv1.ScopeCheckFailedReason, "the manager has no CI platform to check "+ps.Field+"'s scope with; no pool receives jobs without that check")
-		return
+		r.scopeNotVerified(s, hfv1.ScopeCheckFailedReason, "the manager has no CI platform to check "+ps.Field+"'s scope with; no pool receives jobs without that check")
+		return phase.Next(), nil
 	}
-	err := r.Scopes.VerifyPoolScope(ctx, pool, v.tmpl)
+	err := r.Scopes.VerifyPoolScope(ctx, pool, s.tmpl)
 	if err == nil {
-		st.ScopeVerification = &hfv1.ScopeVerification{Scope: scope.String(), Template: v.tmpl.Name, Credentials: t.CredentialsKey, VerifiedAt: metav1.Time{Time: v.now}}
-		r.scopeVerified(v, scope)
-		v.wake(scopeRecheck)
-		return
+		st.ScopeVerification = &hfv1.ScopeVerification{Scope: scope.String(), Template: s.tmpl.Name, Credentials: t.CredentialsKey, VerifiedAt: metav1.Time{Time: s.now}}
+		r.scopeVerified(s, scope)
+		return phase.Recheck(scopeRecheck), nil
 	}
-	if wait, transient := scopeCheckTransient(err, v.now); transient {
+	if wait, transient := scopeCheckTransient(err, s.now); transient {
 		// One check that could not be made is no evidence against an
 		// earlier one for the same scope and credentials.
-		v.wake(wait)
 		if verifiedBefore {
 			ctrl.LoggerFrom(ctx).Info("Could not check the pool's scope again; keeping the earlier verification", "scope", scope.String(), "error", err.Error())
-			r.scopeVerified(v, scope)
-			return
+			r.scopeVerified(s, scope)
+			return phase.Recheck(wait), nil
 		}
-		r.scopeNotVerified(v, hfv1.ScopeCheckFailedReason, fmt.Sprintf("could not check that the credentials of HypervisorMachineTemplate %s manage runners in %s (%s); retrying", v.tmpl.Name, scope, err))
-		return
+		r.scopeNotVerified(s, hfv1.ScopeCheckFailedReason, fmt.Sprintf("could not check that the credentials of HypervisorMachineTemplate %s manage runners in %s (%s); retrying", s.tmpl.Name, scope, err))
+		return phase.Recheck(wait), nil
 	}
 	st.ScopeVerification = nil
-	r.scopeNotVerified(v, hfv1.ScopeNotReachableReason, fmt.Sprintf(
+	r.scopeNotVerified(s, hfv1.ScopeNotReachableReason, fmt.Sprintf(
 		"%s (%s): the credentials of HypervisorMachineTemplate %s (%s.credentials) cannot manage runners there: %s. "+
 			"Give the template credentials for that scope or name a scope they reach; until then the pool receives no jobs and creates no VMs",
-		ps.ScopeField, scope, v.tmpl.Name, t.Field, err))
-	v.wake(scopeRetry)
+		ps.ScopeField, scope, s.tmpl.Name, t.Field, err))
+	return phase.Recheck(scopeRetry), nil
 }
 
 // verificationMatches reports whether status.scopeVerification and a True
@@ -110,21 +108,21 @@ func verificationMatches(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemp
 	return demand.ScopeVerified(stamped, tmpl.Name, credentials, scope)
 }
 
-func (r *RunnerPoolReconciler) scopeVerified(v *poolView, scope workload.Scope) {
-	v.scopeVerified = true
-	conditions.Set(&v.pool.Status.Conditions, v.pool.Generation, hfv1.RunnerPoolScopeVerifiedCondition, metav1.ConditionTrue, hfv1.ScopeVerifiedReason,
-		fmt.Sprintf("The credentials of HypervisorMachineTemplate %s manage runners in %s", v.tmpl.Name, scope))
+func (r *RunnerPoolReconciler) scopeVerified(s *poolScope, scope workload.Scope) {
+	s.scopeVerified = true
+	conditions.Set(&s.pool.Status.Conditions, s.pool.Generation, hfv1.RunnerPoolScopeVerifiedCondition, metav1.ConditionTrue, hfv1.ScopeVerifiedReason,
+		fmt.Sprintf("The credentials of HypervisorMachineTemplate %s manage runners in %s", s.tmpl.Name, scope))
 }
 
 // scopeNotVerified sets ScopeVerified False, with a warning event when the
 // reason is new.
-func (r *RunnerPoolReconciler) scopeNotVerified(v *poolView, reason hfv1.ConditionReason, msg string) {
-	v.scopeVerified = false
-	conds := &v.pool.Status.Conditions
+func (r *RunnerPoolReconciler) scopeNotVerified(s *poolScope, reason hfv1.ConditionReason, msg string) {
+	s.scopeVerified = false
+	conds := &s.pool.Status.Conditions
 	if old := hfv1.FindCondition(*conds, hfv1.RunnerPoolScopeVerifiedCondition); old == nil || old.Status != metav1.ConditionFalse || old.Reason != string(reason) {
-		r.Recorder.Event(v.pool, corev1.EventTypeWarning, string(reason), msg)
+		r.Recorder.Event(s.pool, corev1.EventTypeWarning, string(reason), msg)
 	}
-	conditions.Set(conds, v.pool.Generation, hfv1.RunnerPoolScopeVerifiedCondition, metav1.ConditionFalse, reason, msg)
+	conditions.Set(conds, s.pool.Generation, hfv1.RunnerPoolScopeVerifiedCondition, metav1.ConditionFalse, reason, msg)
 }
 
 // scopeCheckTransient reports whether a failed check says nothing about

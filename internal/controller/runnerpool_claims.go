@@ -1,0 +1,103 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
+	"github.com/hyperfleet/hyperfleet/internal/poolclaims"
+)
+
+// load reads the pool's template, classifies its claims and reads its
+// CIJobs. The pool is looked at again within poolResync whatever happens.
+func (r *RunnerPoolReconciler) load(ctx context.Context, s *poolScope) (phase.Result, error) {
+	pool, claims := s.pool, s.listed
+	tmpl := &hfv1.HypervisorMachineTemplate{}
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: pool.Spec.TemplateRef.Name}, tmpl); {
+	case err == nil:
+		s.tmpl = tmpl
+		s.hash = tmpl.Status.TemplateHash
+	case apierrors.IsNotFound(err):
+	default:
+		return phase.Stop(), fmt.Errorf("read HypervisorMachineTemplate %s: %w", pool.Spec.TemplateRef.Name, err)
+	}
+	owned := claims[:0:0]
+	for i := range claims {
+		if c := &claims[i]; metav1.IsControlledBy(c, pool) || len(c.OwnerReferences) == 0 {
+			owned = append(owned, *c)
+		}
+	}
+	s.claims = poolclaims.Classify(owned, s.hash, retainsFailed(pool))
+
+	var jobs hfv1.CIJobList
+	if err := r.Client.List(ctx, &jobs, client.InNamespace(pool.Namespace), client.MatchingFields{jobPoolIndex: pool.Name}); err != nil {
+		return phase.Stop(), fmt.Errorf("list CIJobs of pool: %w", err)
+	}
+	s.jobs = make(map[int64]*hfv1.CIJob, len(jobs.Items))
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		s.jobs[j.Spec.JobID] = j
+		if j.Status.State == hfv1.CIJobQueued || j.Status.State == "" {
+			s.pending = append(s.pending, j)
+		}
+	}
+	for _, c := range s.claims.Starting {
+		if cond := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimProvisionedCondition); cond != nil && cond.Status == metav1.ConditionFalse {
+			switch cond.Reason {
+			case string(hfv1.IPPoolExhaustedReason), string(hfv1.RateLimitedReason), string(hfv1.ClusterUnavailableReason), string(hfv1.NamespaceNotAllowedReason), string(hfv1.TemplateNotReadyReason),
+				string(hfv1.MaxMachinesReachedReason), string(hfv1.InsufficientCapacityReason):
+				s.blockers[cond.Reason]++
+			}
+		}
+	}
+	return phase.Recheck(poolResync), nil
+}
+
+// canBuild reports whether the pool may create claims: it sets no refused
+// field and its template is ready. Otherwise it gives the reason and the
+// message for the pool's Ready condition.
+func (s *poolScope) canBuild() (bool, string, string) {
+	if s.refused != nil {
+		return false, string(s.refused.reason), s.refused.message
+	}
+	if ok, msg := s.templateReady(); !ok {
+		return false, string(hfv1.TemplateNotReadyReason), msg
+	}
+	return true, "", ""
+}
+
+// templateReady reports whether new VMs can be built from the template.
+func (s *poolScope) templateReady() (bool, string) {
+	if s.tmpl == nil {
+		return false, fmt.Sprintf("spec.templateRef: HypervisorMachineTemplate %s/%s does not exist; create it or fix the name", s.pool.Namespace, s.pool.Spec.TemplateRef.Name)
+	}
+	ready := hfv1.FindCondition(s.tmpl.Status.Conditions, hfv1.ReadyCondition)
+	switch {
+	case !s.tmpl.DeletionTimestamp.IsZero():
+		return false, fmt.Sprintf("HypervisorMachineTemplate %s is being deleted; no new VM is built from it", s.tmpl.Name)
+	case ready == nil || s.tmpl.Status.ObservedGeneration != s.tmpl.Generation:
+		return false, fmt.Sprintf("HypervisorMachineTemplate %s has not been validated yet", s.tmpl.Name)
+	case ready.Status != metav1.ConditionTrue:
+		return false, fmt.Sprintf("HypervisorMachineTemplate %s is not ready: %s: %s", s.tmpl.Name, ready.Reason, ready.Message)
+	}
+	return true, ""
+}
+
+// removedCount is the number of claims this pass ended.
+func (s *poolScope) removedCount() int { return len(s.ended) }
+
+// remaining counts the claims of list this pass did not end.
+func (s *poolScope) remaining(list []*hfv1.MachineClaim) int {
+	n := 0
+	for _, c := range list {
+		if !s.ended[c.UID] {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,174 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
+	"github.com/hyperfleet/hyperfleet/internal/scaling"
+)
+
+// scale decides the pool's size (scaling.Plan) and applies the decision:
+// drift replacement, scale-down of surplus idle claims, and new claims.
+func (r *RunnerPoolReconciler) scale(ctx context.Context, s *poolScope) (phase.Result, error) {
+	staleStarting, freshStarting := byDrift(s.claims.Starting, s.claims.Stale)
+	staleIdle, freshIdle := byDrift(s.claims.Idle, s.claims.Stale)
+	in := s.scalingInput(len(freshStarting), len(staleStarting), len(freshIdle), len(staleIdle))
+	d := scaling.Plan(in)
+	s.decision = d
+	res := phase.Next()
+	if !d.ScaleDownAt.IsZero() {
+		res = res.Sooner(d.ScaleDownAt.Sub(s.now))
+	}
+	for _, c := range slices.Concat(staleStarting[:d.RemoveStaleStarting], staleIdle[:d.RemoveStaleIdle]) {
+		msg := fmt.Sprintf("built from template hash %s; the template is now %s", shortHash(c.Status.TemplateHash), shortHash(s.hash))
+		if err := r.endClaim(ctx, s, c, scaling.DriftReplaced, msg); err != nil {
+			return phase.Stop(), err
+		}
+	}
+	for _, c := range freshIdle[:d.RemoveIdle] {
+		msg := fmt.Sprintf("demand stayed below the pool's size for spec.scaling.scaleDownDelay (%s)", in.ScaleDownDelay)
+		if err := r.endClaim(ctx, s, c, scaling.ScaledDown, msg); err != nil {
+			return phase.Stop(), err
+		}
+	}
+	if ok, _, _ := s.canBuild(); d.Create <= 0 || !ok || !s.scopeVerified {
+		return res, nil
+	}
+	n, wait := r.allowedCreations(s, d.Create)
+	if err := r.createClaims(ctx, s, n); err != nil {
+		return phase.Stop(), err
+	}
+	return res.Sooner(wait), nil
+}
+
+// byDrift splits claims into those built from an older template (stale)
+// and the others.
+func byDrift(claims []*hfv1.MachineClaim, stale map[types.UID]bool) (old, fresh []*hfv1.MachineClaim) {
+	for _, c := range claims {
+		if stale[c.UID] {
+			old = append(old, c)
+		} else {
+			fresh = append(fresh, c)
+		}
+	}
+	return old, fresh
+}
+
+// scalingInput is what scaling.Plan decides the pool's size from, with
+// the starting and idle claims counted apart by drift.
+func (s *poolScope) scalingInput(starting, staleStarting, idle, staleIdle int) scaling.Input {
+	pool, pc := s.pool, s.claims
+	in := scaling.Input{
+		MinReplicas: int(pool.Spec.Scaling.MinReplicas), MaxReplicas: int(pool.Spec.Scaling.MaxReplicas),
+		Pending: len(s.pending), Starting: starting, StaleStarting: staleStarting,
+		Idle: idle, StaleIdle: staleIdle, Busy: len(pc.Busy),
+		Terminating: len(pc.Terminating) + s.removedCount(), Retained: len(pc.Retained),
+		Now: s.now, ScaleDownDelay: 5 * time.Minute,
+	}
+	if pool.Spec.Scaling.MinIdle != nil {
+		in.MinIdle = int(*pool.Spec.Scaling.MinIdle)
+	}
+	if d := pool.Spec.Scaling.ScaleDownDelay; d != nil {
+		in.ScaleDownDelay = d.Duration
+	}
+	if t := pool.Status.LowDemandSince; t != nil {
+		at := t.Time
+		in.LowDemandSince = &at
+	}
+	return in
+}
+
+// maxParallelCreates bounds the claim creations one pass sends at once.
+// One after the other, a pass that replaces several claims spends one API
+// round trip on each while the pool's other decisions wait for it (the
+// pool is one work item); in parallel the pass costs about one round trip.
+const maxParallelCreates = 8
+
+// createClaims creates n claims for the pool, up to maxParallelCreates at
+// a time. Every creation is tried; the errors are joined.
+func (r *RunnerPoolReconciler) createClaims(ctx context.Context, s *poolScope, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	claims := make([]*hfv1.MachineClaim, n)
+	for i := range claims {
+		claims[i] = r.newClaim(s)
+	}
+	errs := make([]error, n)
+	sem := make(chan struct{}, maxParallelCreates)
+	var wg sync.WaitGroup
+	for i, claim := range claims {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := r.Client.Create(ctx, claim); err != nil {
+				errs[i] = fmt.Errorf("create MachineClaim for RunnerPool %s: %w", s.pool.Name, err)
+				return
+			}
+			r.expect.Created(client.ObjectKeyFromObject(s.pool), claim.Name, r.Clock.Now())
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err == nil {
+			s.created++
+			metrics.PoolScalingActions.WithLabelValues(s.pool.Namespace, s.pool.Name, "create", "").Inc()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// newClaim is a new claim for the pool, named <pool>-<suffix>.
+func (r *RunnerPoolReconciler) newClaim(s *poolScope) *hfv1.MachineClaim {
+	pool := s.pool
+	labels, annotations := templateClaimMetadata(s.tmpl)
+	labels[hfv1.ManagedByLabel] = hfv1.ManagedByValue
+	labels[hfv1.RunnerPoolLabel] = pool.Name
+	labels[hfv1.MachineTemplateLabel] = pool.Spec.TemplateRef.Name
+	claim := &hfv1.MachineClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:       pool.Namespace,
+			GenerateName:    pool.Name + "-",
+			Labels:          labels,
+			Annotations:     annotations,
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pool, hfv1.GroupVersion.WithKind("RunnerPool"))},
+		},
+		Spec: hfv1.MachineClaimSpec{
+			TemplateRef:   pool.Spec.TemplateRef,
+			RunnerPoolRef: &hfv1.ObjectName{Name: pool.Name},
+		},
+	}
+	if s.hash != "" {
+		claim.Labels[hfv1.TemplateHashLabel] = s.hash[:min(63, len(s.hash))]
+	}
+	if _, ps, ok := r.Workloads.Pool(pool, s.tmpl); ok {
+		claim.Spec.WorkloadConfig = ps.Claim
+	}
+	return claim
+}
+
+// templateClaimMetadata returns copies of the template's spec.metadata
+// labels and annotations (empty maps without a template), which a new
+// claim starts from; the caller sets HyperFleet's own labels over them.
+func templateClaimMetadata(tmpl *hfv1.HypervisorMachineTemplate) (labels, annotations map[string]string) {
+	labels, annotations = map[string]string{}, map[string]string{}
+	if tmpl == nil || tmpl.Spec.Metadata == nil {
+		return labels, annotations
+	}
+	maps.Copy(labels, tmpl.Spec.Metadata.Labels)
+	maps.Copy(annotations, tmpl.Spec.Metadata.Annotations)
+	return labels, annotations
+}
