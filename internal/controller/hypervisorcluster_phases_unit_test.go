@@ -1,0 +1,226 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	fakeprovider "github.com/hyperfleet/hyperfleet/pkg/provider/fake"
+)
+
+// probeFails is a provider whose probe fails with err.
+type probeFails struct {
+	provider.Provider
+	err error
+}
+
+func (p probeFails) Probe(context.Context) (*provider.ClusterInfo, error) { return nil, p.err }
+
+// unitProviders are Factories of providers on the in-memory hypervisor
+// hv; a non-nil probeErr makes their probe fail with it.
+func unitProviders(t *testing.T, hv *fakeprovider.Cluster, probeErr error) map[hfv1.HypervisorProvider]provider.Factory {
+	t.Helper()
+	return map[hfv1.HypervisorProvider]provider.Factory{hfv1.ProviderProxmox: provider.FactoryFunc(func(cfg provider.ClusterConfig, deps provider.Deps) (provider.Provider, error) {
+		p, err := hv.NewProvider(cfg, deps)
+		if err != nil || probeErr == nil {
+			return p, err
+		}
+		return probeFails{p, probeErr}, nil
+	})}
+}
+
+// unitSigner is the ownership key of the table tests.
+func unitSigner(t *testing.T) *ownership.Signer {
+	t.Helper()
+	s, err := ownership.NewSigner("unit", bytes.Repeat([]byte{7}, ownership.MinKeyLength))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestReconcileHypervisorCluster runs the HypervisorCluster's phase lists
+// from a starting state each: the normal list (tenancy, SPIRE, then the
+// connection: refused fields, provider, probe, VM list, listing) and the
+// deletion list (hold while claims have VMs on it, keeping the
+// connection), with the close that sets Ready and writes the cluster once.
+func TestReconcileHypervisorCluster(t *testing.T) {
+	const name = "pve"
+	newCluster := func(mut ...func(*hfv1.HypervisorCluster)) *hfv1.HypervisorCluster {
+		c := &hfv1.HypervisorCluster{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Generation: 2, Finalizers: []string{hfv1.HypervisorClusterFinalizer}},
+			Spec:       hfv1.HypervisorClusterSpec{Provider: hfv1.ProviderProxmox, Endpoint: "https://pve.example:8006"},
+			Status:     hfv1.HypervisorClusterStatus{ObservedGeneration: 1},
+		}
+		for _, m := range mut {
+			m(c)
+		}
+		return c
+	}
+	wasReady := func(c *hfv1.HypervisorCluster) {
+		c.Status.Conditions = []metav1.Condition{{Type: string(hfv1.ReadyCondition), Status: metav1.ConditionTrue, Reason: string(hfv1.ReadyReason),
+			Message: "Connected earlier", LastTransitionTime: metav1.Time{Time: unitEpoch}}}
+	}
+	withVM := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "runs"},
+		Status: hfv1.MachineClaimStatus{VMRef: &hfv1.VMReference{HypervisorCluster: name, VMID: 100, Node: "node-1"}}}
+	connected := map[hfv1.ConditionType]wantCondition{
+		hfv1.ReadyCondition:                              {status: metav1.ConditionTrue, reason: hfv1.ReadyReason, says: []string{"Connected: version fake, 1 of 1 nodes online"}},
+		hfv1.HypervisorClusterConnectedCondition:         {status: metav1.ConditionTrue, reason: hfv1.ReadyReason},
+		hfv1.HypervisorClusterTLSVerifiedCondition:       {status: metav1.ConditionTrue, reason: hfv1.ReadyReason},
+		hfv1.HypervisorClusterTenancyRestrictedCondition: {status: metav1.ConditionFalse, reason: hfv1.AllNamespacesAdmittedReason},
+	}
+	for _, tc := range []struct {
+		name    string
+		cluster *hfv1.HypervisorCluster
+		objs    []client.Object
+		funcs   interceptor.Funcs
+		// noFactory: the operator build has no provider for the cluster;
+		// probeErr makes the provider's probe fail.
+		noFactory bool
+		probeErr  error
+		// ready: the registry holds the cluster Ready from earlier polls.
+		ready    bool
+		wantRes  ctrl.Result
+		wantErr  error
+		want     map[hfv1.ConditionType]wantCondition
+		events   []string
+		observed int64
+		// gone: the pass let the cluster go; healthy: the registry holds
+		// it Ready after the pass.
+		gone, healthy bool
+	}{
+		{
+			name: "a new cluster gets its finalizer and nothing else", cluster: newCluster(func(c *hfv1.HypervisorCluster) { c.Finalizers = nil }),
+			want: map[hfv1.ConditionType]wantCondition{hfv1.ReadyCondition: {}}, observed: 1,
+		},
+		{
+			name: "a reachable cluster is Connected and Ready and polled at its interval", cluster: newCluster(),
+			wantRes: ctrl.Result{RequeueAfter: defaultPollInterval}, want: connected, events: []string{"Normal Connected"},
+			observed: 2, healthy: true,
+		},
+		{
+			name: "an unreachable cluster is not Ready and retried with a backoff", cluster: newCluster(), probeErr: provider.ErrUnreachable,
+			wantRes: ctrl.Result{RequeueAfter: probeBackoff(1)},
+			want: map[hfv1.ConditionType]wantCondition{
+				hfv1.ReadyCondition:                      {status: metav1.ConditionFalse, reason: hfv1.UnreachableReason, says: []string{"New VMs on this cluster are paused until it is reachable"}},
+				hfv1.HypervisorClusterConnectedCondition: {status: metav1.ConditionFalse, reason: hfv1.UnreachableReason},
+			},
+			events: []string{"Warning Unreachable"}, observed: 2,
+		},
+		{
+			name: "a Ready cluster absorbs one transient probe failure", cluster: newCluster(wasReady), probeErr: provider.ErrUnreachable, ready: true,
+			wantRes: ctrl.Result{RequeueAfter: time.Second},
+			want: map[hfv1.ConditionType]wantCondition{
+				hfv1.ReadyCondition:                      {status: metav1.ConditionTrue, reason: hfv1.ReadyReason, says: []string{"Connected earlier"}},
+				hfv1.HypervisorClusterConnectedCondition: {},
+			},
+			observed: 2, healthy: true,
+		},
+		{
+			name: "refused credentials name the field to fix", cluster: newCluster(), probeErr: fmt.Errorf("token refused: %w", provider.ErrUnauthorized),
+			wantRes: ctrl.Result{RequeueAfter: probeBackoff(1)},
+			want: map[hfv1.ConditionType]wantCondition{
+				hfv1.ReadyCondition: {status: metav1.ConditionFalse, reason: hfv1.AuthenticationFailedReason, says: []string{"token refused"}},
+			},
+			events: []string{"Warning AuthenticationFailed"}, observed: 2,
+		},
+		{
+			name: "a field the operator does not act on pauses new VMs", cluster: newCluster(func(c *hfv1.HypervisorCluster) { c.Spec.DNS = &hfv1.ClusterDNSSettings{RegisterVMs: true} }),
+			want: map[hfv1.ConditionType]wantCondition{
+				hfv1.ReadyCondition:                      {status: metav1.ConditionFalse, reason: hfv1.NotImplementedReason, says: []string{"New VMs on this cluster are paused", "spec.dns.registerVMs"}},
+				hfv1.HypervisorClusterConnectedCondition: {},
+			},
+			events: []string{"Warning NotImplemented"}, observed: 2,
+		},
+		{
+			name: "a provider this build lacks is a terminal error", cluster: newCluster(), noFactory: true,
+			wantErr: reconcile.TerminalError(nil),
+			want: map[hfv1.ConditionType]wantCondition{
+				hfv1.ReadyCondition: {status: metav1.ConditionFalse, reason: hfv1.UnreachableReason, says: []string{`spec.provider: no implementation for "proxmox"`}},
+			},
+			events: []string{"Warning Unreachable"}, observed: 1,
+		},
+		{
+			name: "a failed status write is the pass's error", cluster: newCluster(), funcs: failStatusWrites(),
+			wantErr: errInjected, want: map[hfv1.ConditionType]wantCondition{hfv1.ReadyCondition: {}},
+			events: []string{"Normal Connected"}, observed: 1, healthy: true,
+		},
+		{
+			name: "a deleted cluster with claims' VMs on it is held, connected and polled", cluster: deleting(newCluster()), objs: []client.Object{withVM},
+			wantRes: ctrl.Result{RequeueAfter: defaultPollInterval},
+			want: map[hfv1.ConditionType]wantCondition{
+				hfv1.ReadyCondition:                      {status: metav1.ConditionFalse, reason: hfv1.InUseReason, says: []string{"1 MachineClaims with VMs on this cluster: team/runs"}},
+				hfv1.HypervisorClusterConnectedCondition: {status: metav1.ConditionTrue, reason: hfv1.ReadyReason},
+			},
+			events: []string{"Warning InUse", "Normal Connected"}, observed: 2, healthy: true,
+		},
+		{
+			name: "a deleted cluster no claim uses goes and is forgotten", cluster: deleting(newCluster()), ready: true,
+			gone: true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			clk := clocktesting.NewFakeClock(unitEpoch)
+			hv, err := fakeprovider.NewCluster(clk, fakeprovider.DefaultOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := unitWorld(t, tc.funcs, append(tc.objs, tc.cluster)...)
+			rec := record.NewFakeRecorder(16)
+			r := &HypervisorClusterReconciler{Client: c, Registry: hypervisors.NewRegistry(), Signer: unitSigner(t), Recorder: rec, Clock: clk}
+			if !tc.noFactory {
+				r.Factories = unitProviders(t, hv, tc.probeErr)
+			}
+			if tc.ready {
+				r.Registry.SetHealth(name, hypervisors.Health{Ready: true}, unitEpoch)
+			}
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(tc.cluster)})
+			checkErr(t, err, tc.wantErr)
+			if res != tc.wantRes {
+				t.Errorf("result %+v, want %+v", res, tc.wantRes)
+			}
+			checkEvents(t, rec, tc.events...)
+			if got := r.Registry.Health(name).Ready; got != tc.healthy {
+				t.Errorf("the registry holds the cluster Ready: %v, want %v", got, tc.healthy)
+			}
+			got := &hfv1.HypervisorCluster{}
+			err = c.Get(ctx, client.ObjectKeyFromObject(tc.cluster), got)
+			if tc.gone {
+				if !apierrors.IsNotFound(err) {
+					t.Fatalf("the cluster is still there (%v): finalizers %v", err, got.Finalizers)
+				}
+				if _, _, connected := r.Registry.Provider(name); connected {
+					t.Error("the registry still holds the gone cluster's provider")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !controllerutil.ContainsFinalizer(got, hfv1.HypervisorClusterFinalizer) {
+				t.Errorf("finalizers %v, want %s", got.Finalizers, hfv1.HypervisorClusterFinalizer)
+			}
+			if got.Status.ObservedGeneration != tc.observed {
+				t.Errorf("observedGeneration %d, want %d", got.Status.ObservedGeneration, tc.observed)
+			}
+			checkConditions(t, got.Status.Conditions, tc.want)
+		})
+	}
+}

@@ -1,0 +1,220 @@
+package controller
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	fakeprovider "github.com/hyperfleet/hyperfleet/pkg/provider/fake"
+)
+
+// TestReconcileHypervisorMachineTemplate runs the template's phase lists
+// from a starting state each: the validation list (credential reach,
+// refused fields, cluster, tenancy, identity, metadata, Secrets, runner
+// release, IPPool, rendering, the template on the hypervisor) and the
+// deletion list (hold while claims use it), with the close that sets
+// Valid and Ready, writes the template once and reports a change of
+// validity.
+func TestReconcileHypervisorMachineTemplate(t *testing.T) {
+	const ns, cluster = "team", "pve"
+	newTemplate := func(mut ...func(*hfv1.HypervisorMachineTemplate)) *hfv1.HypervisorMachineTemplate {
+		tm := &hfv1.HypervisorMachineTemplate{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "debian", Generation: 2, Finalizers: []string{hfv1.HypervisorMachineTemplateFinalizer}},
+			Spec: hfv1.HypervisorMachineTemplateSpec{
+				HypervisorClusterRef: hfv1.ObjectName{Name: cluster},
+				Source:               hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateID: ptr.To[int32](9000)}},
+				Resources:            hfv1.MachineResources{CPU: 2, Memory: resource.MustParse("2Gi")},
+				Bootstrap: hfv1.Bootstrap{GitHub: hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org",
+					Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}}}},
+			},
+			Status: hfv1.HypervisorMachineTemplateStatus{ObservedGeneration: 1},
+		}
+		for _, m := range mut {
+			m(tm)
+		}
+		return tm
+	}
+	wasValid := func(tm *hfv1.HypervisorMachineTemplate) {
+		tm.Status.Conditions = []metav1.Condition{{Type: string(hfv1.HypervisorMachineTemplateValidCondition), Status: metav1.ConditionTrue,
+			Reason: string(hfv1.ReadyReason), Message: "valid earlier", LastTransitionTime: metav1.Time{Time: unitEpoch}}}
+		tm.Status.TemplateHash = "earlier-hash"
+		tm.Status.ResolvedTemplate = &hfv1.ResolvedTemplate{VMID: 9000, Node: "node-1"}
+	}
+	pveCluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}, Spec: hfv1.HypervisorClusterSpec{Provider: hfv1.ProviderProxmox}}
+	pat := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "github"}, Data: map[string][]byte{"token": []byte("ghp_unit")}}
+	world := []client.Object{pveCluster, pat, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}}
+	usesIt := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "runs", Finalizers: []string{hfv1.MachineClaimFinalizer}},
+		Spec:   hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: "debian"}},
+		Status: hfv1.MachineClaimStatus{VMRef: &hfv1.VMReference{HypervisorCluster: cluster, VMID: 100, Node: "node-1"}}}
+	invalid := func(reason hfv1.ConditionReason, says ...string) map[hfv1.ConditionType]wantCondition {
+		w := wantCondition{status: metav1.ConditionFalse, reason: reason, says: says}
+		return map[hfv1.ConditionType]wantCondition{hfv1.HypervisorMachineTemplateValidCondition: w, hfv1.ReadyCondition: w}
+	}
+	valid := wantCondition{status: metav1.ConditionTrue, reason: hfv1.ReadyReason, says: []string{"Template 9000 (ci-template) on pve/node-1 is valid"}}
+	untouched := map[hfv1.ConditionType]wantCondition{hfv1.ReadyCondition: {}}
+	for _, tc := range []struct {
+		name  string
+		tmpl  *hfv1.HypervisorMachineTemplate
+		objs  []client.Object
+		funcs interceptor.Funcs
+		// offline: the registry holds no connected provider for the
+		// cluster.
+		offline  bool
+		wantRes  ctrl.Result
+		wantErr  error
+		want     map[hfv1.ConditionType]wantCondition
+		events   []string
+		observed int64
+		// resolved is the template id status.resolvedTemplate names (0:
+		// none); gone: the pass let the template go.
+		resolved int32
+		gone     bool
+	}{
+		{
+			name: "a new template gets its finalizer and nothing else", tmpl: newTemplate(func(tm *hfv1.HypervisorMachineTemplate) { tm.Finalizers = nil }),
+			objs: world, want: untouched, observed: 1,
+		},
+		{
+			name: "a valid template is Valid and Ready, says so once, and is validated again later", tmpl: newTemplate(), objs: world,
+			wantRes: ctrl.Result{RequeueAfter: 10 * waitForDependency},
+			want: map[hfv1.ConditionType]wantCondition{
+				hfv1.HypervisorMachineTemplateValidCondition:              valid,
+				hfv1.ReadyCondition:                                       valid,
+				hfv1.HypervisorMachineTemplateReusableCredentialCondition: {status: metav1.ConditionFalse, reason: hfv1.SingleUseCredentialReason},
+			},
+			events: []string{"Normal Validated"}, observed: 2, resolved: 9000,
+		},
+		{
+			name: "a template still valid emits no event", tmpl: newTemplate(wasValid), objs: world,
+			wantRes:  ctrl.Result{RequeueAfter: 10 * waitForDependency},
+			want:     map[hfv1.ConditionType]wantCondition{hfv1.HypervisorMachineTemplateValidCondition: valid, hfv1.ReadyCondition: valid},
+			observed: 2, resolved: 9000,
+		},
+		{
+			name: "a missing cluster", tmpl: newTemplate(), objs: []client.Object{pat},
+			wantRes: ctrl.Result{RequeueAfter: waitForDependency},
+			want:    invalid(hfv1.ClusterUnavailableReason, "spec.hypervisorClusterRef: HypervisorCluster pve does not exist"),
+			events:  []string{"Warning ClusterUnavailable"}, observed: 2,
+		},
+		{
+			name: "a cluster that is not connected", tmpl: newTemplate(), objs: world, offline: true,
+			wantRes: ctrl.Result{RequeueAfter: waitForDependency},
+			want:    invalid(hfv1.ClusterUnavailableReason, "HypervisorCluster pve is not ready"),
+			events:  []string{"Warning ClusterUnavailable"}, observed: 2,
+		},
+		{
+			name: "a field the operator does not act on", tmpl: newTemplate(func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Attestation.Method = hfv1.AttestationTPM }),
+			objs: world, wantRes: ctrl.Result{RequeueAfter: waitForDependency},
+			want:   invalid(hfv1.NotImplementedReason, "spec.attestation.method: tpm"),
+			events: []string{"Warning NotImplemented"}, observed: 2,
+		},
+		{
+			name: "a namespace the cluster does not admit learns nothing about it", tmpl: newTemplate(wasValid),
+			objs: []client.Object{pat, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+				&hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}, Spec: hfv1.HypervisorClusterSpec{Provider: hfv1.ProviderProxmox,
+					AllowedNamespaces: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "yes"}}}}},
+			wantRes: ctrl.Result{RequeueAfter: waitForDependency},
+			want:    invalid(hfv1.NamespaceNotAllowedReason, "HypervisorCluster pve does not admit namespace team"),
+			events:  []string{"Warning NamespaceNotAllowed"}, observed: 2,
+		},
+		{
+			name: "a Secret the template references is missing", tmpl: newTemplate(), objs: []client.Object{pveCluster},
+			wantRes: ctrl.Result{RequeueAfter: waitForDependency},
+			want:    invalid(hfv1.SecretNotFoundReason, "github"),
+			events:  []string{"Warning SecretNotFound"}, observed: 2,
+		},
+		{
+			name: "a template the hypervisor does not have", tmpl: newTemplate(func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Source.Proxmox.TemplateID = ptr.To[int32](9999) }),
+			objs: world, wantRes: ctrl.Result{RequeueAfter: waitForDependency},
+			want:   invalid(hfv1.TemplateNotFoundReason),
+			events: []string{"Warning TemplateNotFound"}, observed: 2,
+		},
+		{
+			name: "a failed read of the cluster ends the pass before observedGeneration moves", tmpl: newTemplate(wasValid), objs: world,
+			funcs: failGets(&hfv1.HypervisorCluster{}), wantErr: errInjected,
+			want:     map[hfv1.ConditionType]wantCondition{hfv1.HypervisorMachineTemplateValidCondition: {status: metav1.ConditionTrue, reason: hfv1.ReadyReason, says: []string{"valid earlier"}}},
+			observed: 1, resolved: 9000,
+		},
+		{
+			name: "a failed status write is the pass's error, and no event claims what was not written", tmpl: newTemplate(), objs: world,
+			funcs: failStatusWrites(), wantErr: errInjected, want: untouched, observed: 1,
+		},
+		{
+			name: "a deleted template a claim's VM was built from is held", tmpl: deleting(newTemplate(wasValid)), objs: append([]client.Object{usesIt}, world...),
+			wantRes: ctrl.Result{RequeueAfter: waitForDependency},
+			want: map[hfv1.ConditionType]wantCondition{
+				hfv1.ReadyCondition:                          {status: metav1.ConditionFalse, reason: hfv1.InUseReason, says: []string{"1 MachineClaims built from this template: team/runs"}},
+				hfv1.HypervisorMachineTemplateValidCondition: {status: metav1.ConditionTrue, reason: hfv1.ReadyReason, says: []string{"valid earlier"}},
+			},
+			events: []string{"Warning InUse"}, observed: 2, resolved: 9000,
+		},
+		{
+			name: "a deleted template no claim uses goes", tmpl: deleting(newTemplate(wasValid)), objs: world, gone: true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			hv, err := fakeprovider.NewCluster(clocktesting.NewFakeClock(unitEpoch), fakeprovider.DefaultOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg := hypervisors.NewRegistry()
+			if !tc.offline {
+				cfg := provider.ClusterConfig{Name: cluster, VMIDStart: 100, VMIDEnd: 999}
+				if _, err := reg.Connect(cluster, cfg, func() (provider.Provider, error) {
+					return hv.NewProvider(cfg, provider.Deps{Signer: unitSigner(t)})
+				}); err != nil {
+					t.Fatal(err)
+				}
+				reg.SetHealth(cluster, hypervisors.Health{Ready: true}, unitEpoch)
+			}
+			c := unitWorld(t, tc.funcs, append(tc.objs, tc.tmpl)...)
+			rec := record.NewFakeRecorder(16)
+			r := &HypervisorMachineTemplateReconciler{Client: c, Registry: reg, Recorder: rec, Workloads: ciPlatforms}
+			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(tc.tmpl)})
+			checkErr(t, err, tc.wantErr)
+			if res != tc.wantRes {
+				t.Errorf("result %+v, want %+v", res, tc.wantRes)
+			}
+			checkEvents(t, rec, tc.events...)
+			got := &hfv1.HypervisorMachineTemplate{}
+			err = c.Get(ctx, client.ObjectKeyFromObject(tc.tmpl), got)
+			if tc.gone {
+				if !apierrors.IsNotFound(err) {
+					t.Fatalf("the template is still there (%v): finalizers %v", err, got.Finalizers)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !controllerutil.ContainsFinalizer(got, hfv1.HypervisorMachineTemplateFinalizer) {
+				t.Errorf("finalizers %v, want %s", got.Finalizers, hfv1.HypervisorMachineTemplateFinalizer)
+			}
+			if got.Status.ObservedGeneration != tc.observed {
+				t.Errorf("observedGeneration %d, want %d", got.Status.ObservedGeneration, tc.observed)
+			}
+			checkConditions(t, got.Status.Conditions, tc.want)
+			switch rt := got.Status.ResolvedTemplate; {
+			case tc.resolved == 0 && (rt != nil || got.Status.TemplateHash != ""):
+				t.Errorf("status names template %+v, hash %q; want none", rt, got.Status.TemplateHash)
+			case tc.resolved != 0 && (rt == nil || rt.VMID != tc.resolved || got.Status.TemplateHash == ""):
+				t.Errorf("status names template %+v, hash %q; want %d with a hash", rt, got.Status.TemplateHash, tc.resolved)
+			}
+		})
+	}
+}
