@@ -7,14 +7,12 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -192,35 +190,15 @@ func TestReconcileHypervisorCluster(t *testing.T) {
 				r.Registry.SetHealth(name, hypervisors.Health{Ready: true}, unitEpoch)
 			}
 			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(tc.cluster)})
-			checkErr(t, err, tc.wantErr)
-			if res != tc.wantRes {
-				t.Errorf("result %+v, want %+v", res, tc.wantRes)
-			}
-			checkEvents(t, rec, tc.events...)
 			if got := r.Registry.Health(name).Ready; got != tc.healthy {
 				t.Errorf("the registry holds the cluster Ready: %v, want %v", got, tc.healthy)
 			}
-			got := &hfv1.HypervisorCluster{}
-			err = c.Get(ctx, client.ObjectKeyFromObject(tc.cluster), got)
-			if tc.gone {
-				if !apierrors.IsNotFound(err) {
-					t.Fatalf("the cluster is still there (%v): finalizers %v", err, got.Finalizers)
-				}
+			if !checkPass(t, c, rec, tc.cluster.DeepCopy(), res, err, passWant{res: tc.wantRes, err: tc.wantErr, events: tc.events, gone: tc.gone,
+				finalizer: hfv1.HypervisorClusterFinalizer, observed: tc.observed, conds: tc.want}) {
 				if _, _, connected := r.Registry.Provider(name); connected {
 					t.Error("the registry still holds the gone cluster's provider")
 				}
-				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !controllerutil.ContainsFinalizer(got, hfv1.HypervisorClusterFinalizer) {
-				t.Errorf("finalizers %v, want %s", got.Finalizers, hfv1.HypervisorClusterFinalizer)
-			}
-			if got.Status.ObservedGeneration != tc.observed {
-				t.Errorf("observedGeneration %d, want %d", got.Status.ObservedGeneration, tc.observed)
-			}
-			checkConditions(t, got.Status.Conditions, tc.want)
 		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
@@ -14,7 +13,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
@@ -186,29 +184,11 @@ func TestReconcileHypervisorMachineTemplate(t *testing.T) {
 			rec := record.NewFakeRecorder(16)
 			r := &HypervisorMachineTemplateReconciler{Client: c, Registry: reg, Recorder: rec, Workloads: ciPlatforms}
 			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(tc.tmpl)})
-			checkErr(t, err, tc.wantErr)
-			if res != tc.wantRes {
-				t.Errorf("result %+v, want %+v", res, tc.wantRes)
-			}
-			checkEvents(t, rec, tc.events...)
-			got := &hfv1.HypervisorMachineTemplate{}
-			err = c.Get(ctx, client.ObjectKeyFromObject(tc.tmpl), got)
-			if tc.gone {
-				if !apierrors.IsNotFound(err) {
-					t.Fatalf("the template is still there (%v): finalizers %v", err, got.Finalizers)
-				}
+			got := tc.tmpl.DeepCopy()
+			if !checkPass(t, c, rec, got, res, err, passWant{res: tc.wantRes, err: tc.wantErr, events: tc.events, gone: tc.gone,
+				finalizer: hfv1.HypervisorMachineTemplateFinalizer, observed: tc.observed, conds: tc.want}) {
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !controllerutil.ContainsFinalizer(got, hfv1.HypervisorMachineTemplateFinalizer) {
-				t.Errorf("finalizers %v, want %s", got.Finalizers, hfv1.HypervisorMachineTemplateFinalizer)
-			}
-			if got.Status.ObservedGeneration != tc.observed {
-				t.Errorf("observedGeneration %d, want %d", got.Status.ObservedGeneration, tc.observed)
-			}
-			checkConditions(t, got.Status.Conditions, tc.want)
 			switch rt := got.Status.ResolvedTemplate; {
 			case tc.resolved == 0 && (rt != nil || got.Status.TemplateHash != ""):
 				t.Errorf("status names template %+v, hash %q; want none", rt, got.Status.TemplateHash)

@@ -4,14 +4,12 @@ import (
 	"context"
 	"testing"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
@@ -137,11 +135,6 @@ func TestReconcileIPPool(t *testing.T) {
 				tc.prep(r.IPAM)
 			}
 			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(tc.pool)})
-			checkErr(t, err, tc.wantErr)
-			if res != tc.wantRes {
-				t.Errorf("result %+v, want %+v", res, tc.wantRes)
-			}
-			checkEvents(t, rec, tc.events...)
 			counts, cerr := r.IPAM.Counts(name)
 			switch {
 			case tc.gone && cerr == nil:
@@ -149,24 +142,11 @@ func TestReconcileIPPool(t *testing.T) {
 			case tc.counts != nil && (cerr != nil || counts != *tc.counts):
 				t.Errorf("allocator counts %+v (%v), want %+v", counts, cerr, *tc.counts)
 			}
-			got := &hfv1.IPPool{}
-			err = c.Get(ctx, client.ObjectKeyFromObject(tc.pool), got)
-			if tc.gone {
-				if !apierrors.IsNotFound(err) {
-					t.Fatalf("the pool is still there (%v): finalizers %v", err, got.Finalizers)
-				}
+			got := tc.pool.DeepCopy()
+			if !checkPass(t, c, rec, got, res, err, passWant{res: tc.wantRes, err: tc.wantErr, events: tc.events, gone: tc.gone,
+				finalizer: hfv1.IPPoolFinalizer, observed: tc.observed, conds: tc.want}) {
 				return
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !controllerutil.ContainsFinalizer(got, hfv1.IPPoolFinalizer) {
-				t.Errorf("finalizers %v, want %s", got.Finalizers, hfv1.IPPoolFinalizer)
-			}
-			if got.Status.ObservedGeneration != tc.observed {
-				t.Errorf("observedGeneration %d, want %d", got.Status.ObservedGeneration, tc.observed)
-			}
-			checkConditions(t, got.Status.Conditions, tc.want)
 			if st := got.Status; tc.status != nil && (ipam.Counts{Total: st.Total, Allocated: st.Allocated, Free: st.Free}) != *tc.status {
 				t.Errorf("status counts %d/%d/%d, want %+v", st.Total, st.Allocated, st.Free, *tc.status)
 			}

@@ -192,7 +192,7 @@ func (r *RunnerPoolReconciler) allowedCreations(s *poolScope, want int) (int, ti
 		}
 		// Claims still waiting for a job record (jobRecordGrace) could
 		// complete a backoff: hold replacements until they are decided
-		// (observeAttempts woke the pool for then), so that a broken
+		// (observeAttempts asked to look again then), so that a broken
 		// image is not cloned again and again during the grace. A claim
 		// whose VM said its runner started a job (its power-off notice)
 		// does not hold: a VM of a broken image does not get that far,

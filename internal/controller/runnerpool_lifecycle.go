@@ -78,7 +78,7 @@ func (r *RunnerPoolReconciler) endForLimit(ctx context.Context, s *poolScope, c 
 	switch e.Reason {
 	case scaling.BootstrapTimeout:
 		msg = fmt.Sprintf("the runner did not come online within spec.lifecycle.bootstrapTimeout (%s)", limits.BootstrapTimeout)
-		return true, 0, r.failClaim(ctx, s, c, e.Reason, msg)
+		return true, 0, r.endClaim(ctx, s, c, e.Reason, msg, true)
 	case scaling.IdleTimeout:
 		msg = fmt.Sprintf("the runner took no job within spec.lifecycle.idleTimeout (%s)", limits.IdleTimeout)
 	case scaling.JobTimeout:
@@ -94,7 +94,7 @@ func (r *RunnerPoolReconciler) endForLimit(ctx context.Context, s *poolScope, c 
 			msg += fmt.Sprintf("; job %d was cancelled first", st.JobID)
 		}
 	}
-	return true, 0, r.endClaim(ctx, s, c, e.Reason, msg)
+	return true, 0, r.endClaim(ctx, s, c, e.Reason, msg, false)
 }
 
 // cancelJob cancels a busy claim's job before a hard limit ends it. It
@@ -126,30 +126,21 @@ func (r *RunnerPoolReconciler) cancelJob(ctx context.Context, s *poolScope, c *h
 // endClaim asks a claim to end, recording why; the claim controller
 // deregisters its runner (waiting while it is busy, unless a hard limit
 // ends it), destroys its VM and then keeps the claim as history or
-// deletes it.
-func (r *RunnerPoolReconciler) endClaim(ctx context.Context, s *poolScope, c *hfv1.MachineClaim, reason scaling.Reason, msg string) error {
-	if err := r.requestEnd(ctx, c, reason, msg, false); err != nil {
+// deletes it. A claim asked to fail keeps its VM for debugging when the
+// pool retains failed VMs, and the pool says so in a warning event.
+func (r *RunnerPoolReconciler) endClaim(ctx context.Context, s *poolScope, c *hfv1.MachineClaim, reason scaling.Reason, msg string, fail bool) error {
+	if err := r.requestEnd(ctx, c, reason, msg, fail); err != nil {
 		return fmt.Errorf("end MachineClaim %s (%s): %w", c.Name, reason, err)
 	}
 	r.expect.Ended(client.ObjectKeyFromObject(s.pool), c.UID, r.Clock.Now())
 	s.removed[reason]++
 	s.ended[c.UID] = true
 	metrics.PoolScalingActions.WithLabelValues(s.pool.Namespace, s.pool.Name, "remove", string(reason)).Inc()
-	ctrl.LoggerFrom(ctx).Info("Ending MachineClaim", "MachineClaim", c.Name, "reason", reason, "message", msg)
-	return nil
-}
-
-// failClaim asks the claim controller to fail a claim (its VM is then
-// kept for debugging when the pool retains failed VMs).
-func (r *RunnerPoolReconciler) failClaim(ctx context.Context, s *poolScope, c *hfv1.MachineClaim, reason scaling.Reason, msg string) error {
-	if err := r.requestEnd(ctx, c, reason, msg, true); err != nil {
-		return fmt.Errorf("fail MachineClaim %s (%s): %w", c.Name, reason, err)
+	if fail {
+		r.Recorder.Eventf(s.pool, corev1.EventTypeWarning, string(reason.ConditionReason()), "MachineClaim %s failed: %s", c.Name, msg)
+		return nil
 	}
-	r.expect.Ended(client.ObjectKeyFromObject(s.pool), c.UID, r.Clock.Now())
-	s.removed[reason]++
-	s.ended[c.UID] = true
-	metrics.PoolScalingActions.WithLabelValues(s.pool.Namespace, s.pool.Name, "remove", string(reason)).Inc()
-	r.Recorder.Eventf(s.pool, corev1.EventTypeWarning, string(reason.ConditionReason()), "MachineClaim %s failed: %s", c.Name, msg)
+	ctrl.LoggerFrom(ctx).Info("Ending MachineClaim", "MachineClaim", c.Name, "reason", reason, "message", msg)
 	return nil
 }
 
@@ -200,7 +191,7 @@ func (r *RunnerPoolReconciler) prune(ctx context.Context, s *poolScope) (phase.R
 		excess := len(pc.Finished) - limit
 		for i, c := range pc.Finished {
 			if s.undecided[c.UID] {
-				// observeAttempts woke the pool for when it is decided.
+				// observeAttempts asked to look again when it is decided.
 				continue
 			}
 			until := finishedAt(c).Add(ttl)

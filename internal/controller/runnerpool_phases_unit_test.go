@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
@@ -172,11 +171,6 @@ func TestReconcileRunnerPool(t *testing.T) {
 				r.expect.Created(key, name, unitEpoch)
 			}
 			res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: key})
-			checkErr(t, err, tc.wantErr)
-			if res != tc.wantRes {
-				t.Errorf("result %+v, want %+v", res, tc.wantRes)
-			}
-			checkEvents(t, rec, tc.events...)
 			var jobs hfv1.CIJobList
 			if err := c.List(ctx, &jobs, client.InNamespace(ns)); err == nil && tc.jobs >= 0 && len(jobs.Items) != tc.jobs {
 				t.Errorf("%d CIJobs, want %d", len(jobs.Items), tc.jobs)
@@ -194,24 +188,14 @@ func TestReconcileRunnerPool(t *testing.T) {
 					t.Errorf("claim %s asked to end: %+v", claim.Name, e)
 				}
 			}
-			got := &hfv1.RunnerPool{}
-			err = c.Get(ctx, key, got)
-			if tc.pool == nil {
-				if !apierrors.IsNotFound(err) {
-					t.Fatalf("the pool is there: %v", err)
-				}
+			got := &hfv1.RunnerPool{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+			if !checkPass(t, c, rec, got, res, err, passWant{res: tc.wantRes, err: tc.wantErr, events: tc.events, gone: tc.pool == nil,
+				observed: tc.observed, conds: tc.want}) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.Status.ObservedGeneration != tc.observed {
-				t.Errorf("observedGeneration %d, want %d", got.Status.ObservedGeneration, tc.observed)
 			}
 			if got.Status.Replicas != tc.replicas || got.Status.PendingJobs != tc.pending {
 				t.Errorf("status: %d replicas and %d pending jobs, want %d and %d", got.Status.Replicas, got.Status.PendingJobs, tc.replicas, tc.pending)
 			}
-			checkConditions(t, got.Status.Conditions, tc.want)
 		})
 	}
 }

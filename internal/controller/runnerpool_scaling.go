@@ -33,13 +33,13 @@ func (r *RunnerPoolReconciler) scale(ctx context.Context, s *poolScope) (phase.R
 	}
 	for _, c := range slices.Concat(staleStarting[:d.RemoveStaleStarting], staleIdle[:d.RemoveStaleIdle]) {
 		msg := fmt.Sprintf("built from template hash %s; the template is now %s", shortHash(c.Status.TemplateHash), shortHash(s.hash))
-		if err := r.endClaim(ctx, s, c, scaling.DriftReplaced, msg); err != nil {
+		if err := r.endClaim(ctx, s, c, scaling.DriftReplaced, msg, false); err != nil {
 			return phase.Stop(), err
 		}
 	}
 	for _, c := range freshIdle[:d.RemoveIdle] {
 		msg := fmt.Sprintf("demand stayed below the pool's size for spec.scaling.scaleDownDelay (%s)", in.ScaleDownDelay)
-		if err := r.endClaim(ctx, s, c, scaling.ScaledDown, msg); err != nil {
+		if err := r.endClaim(ctx, s, c, scaling.ScaledDown, msg, false); err != nil {
 			return phase.Stop(), err
 		}
 	}

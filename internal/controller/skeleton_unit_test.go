@@ -10,12 +10,16 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 )
@@ -147,6 +151,58 @@ func checkEvents(t *testing.T, rec *record.FakeRecorder, want ...string) {
 	if got := eventsOf(rec); !slices.Equal(got, want) {
 		t.Errorf("events %q, want %q", got, want)
 	}
+}
+
+// passWant is what a row expects of one pass: its result, error (matched
+// with errors.Is; nil: none) and events, and the object after it: gone
+// (the pass let it go), or holding finalizer (unless empty) with
+// status.observedGeneration at observed and the conditions conds.
+type passWant struct {
+	res       ctrl.Result
+	err       error
+	events    []string
+	gone      bool
+	finalizer string
+	observed  int64
+	conds     map[hfv1.ConditionType]wantCondition
+}
+
+// checkPass checks a pass against want and reads the object named by obj
+// back into it; it reports whether the object is still there.
+func checkPass(t *testing.T, c client.Client, rec *record.FakeRecorder, obj conditioned, res ctrl.Result, err error, want passWant) bool {
+	t.Helper()
+	checkErr(t, err, want.err)
+	if res != want.res {
+		t.Errorf("result %+v, want %+v", res, want.res)
+	}
+	checkEvents(t, rec, want.events...)
+	err = c.Get(context.Background(), client.ObjectKeyFromObject(obj), obj)
+	switch {
+	case want.gone && !apierrors.IsNotFound(err):
+		t.Fatalf("%s is still there (%v): finalizers %v", obj.GetName(), err, obj.GetFinalizers())
+	case want.gone:
+		return false
+	case err != nil:
+		t.Fatal(err)
+	}
+	if want.finalizer != "" && !controllerutil.ContainsFinalizer(obj, want.finalizer) {
+		t.Errorf("finalizers %v, want %s", obj.GetFinalizers(), want.finalizer)
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := unstructured.NestedInt64(u, "status", "observedGeneration"); got != want.observed {
+		t.Errorf("observedGeneration %d, want %d", got, want.observed)
+	}
+	checkConditions(t, obj.GetConditions(), want.conds)
+	return true
+}
+
+// conditioned is an object of a kind whose status has conditions.
+type conditioned interface {
+	client.Object
+	GetConditions() []metav1.Condition
 }
 
 // checkErr compares a pass's error with the one wanted (errors.Is; nil:
