@@ -65,6 +65,65 @@ func (a *agent) notifyPowerOff() {
 	}
 }
 
+// readyHintBudget bounds the ready hint's attempts: a hint only saves the
+// operator's next look at the booting VM, and the secrets' wait goes on
+// while it is sent.
+const readyHintBudget = 10 * time.Second
+
+// announceReady tells the operator that the agent runs and waits for the
+// secrets it places in the VM (a ready hint, POSTed to the claim's URL
+// under powerOffNotify.readyURL with the notice token), so that the
+// operator looks at the VM now instead of at its next boot poll. It
+// retries while the operator asks to (503, 429) or cannot be reached,
+// within ctx; failures are logged and otherwise ignored: the operator
+// still finds the VM running at its own pace.
+func (a *agent) announceReady(ctx context.Context) {
+	n := a.notify
+	if n == nil || n.ReadyURL == "" {
+		return
+	}
+	hc, err := notifyClient(n.CA)
+	if err != nil {
+		a.log.Warn("ready hint not sent", "error", err)
+		return
+	}
+	for attempt := 1; ; attempt++ {
+		code, err := PostReadyHint(ctx, hc, n)
+		switch {
+		case err == nil && code == http.StatusAccepted:
+			a.log.Info("told the operator the VM waits for its secrets", "url", safeURL(n.ReadyURL), "attempts", attempt)
+			return
+		case err == nil && code != http.StatusServiceUnavailable && code != http.StatusTooManyRequests:
+			a.log.Warn("the operator refused the ready hint", "url", safeURL(n.ReadyURL), "status", code)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			a.log.Warn("ready hint not delivered; the operator finds the VM at its own pace", "url", safeURL(n.ReadyURL), "attempts", attempt, "lastError", errString(err), "lastStatus", code)
+			return
+		case <-time.After(notifyRetry):
+		}
+	}
+}
+
+// PostReadyHint sends one ready hint to n's claim's URL
+// (ReadyHintURL: the claim is in the path, so that the operator checks
+// the token first; the body is empty) and returns the HTTP status; the
+// operator accepts it with 202.
+func PostReadyHint(ctx context.Context, hc *http.Client, n *agentconfig.PowerOffNotify) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.ReadyHintURL(), http.NoBody)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+n.Token)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
 // PostNotice sends one power-off notice (body, an
 // agentconfig.PowerOffNoticeBody as JSON) to n's claim's URL (NoticeURL:
 // the claim is in the path, so that the operator checks the token before
