@@ -183,11 +183,11 @@ Restart=no
 // agentConfig builds the agent's config file from v.
 func agentConfig(v *Vars) *agentconfig.Config {
 	c := &agentconfig.Config{
-		Version:           agentconfig.CurrentVersion,
-		Platform:          agentconfig.PlatformGitHubActions,
-		WorkloadMethod:    agentconfig.WorkloadMethod(v.WorkloadMethod),
-		BootstrapMethod:   agentconfig.BootstrapMethod(v.BootstrapMethod),
-		RegistrationURL:   v.RegistrationURL,
+		Version:         agentconfig.CurrentVersion,
+		Platform:        agentconfig.PlatformGitHubActions,
+		WorkloadMethod:  agentconfig.WorkloadMethod(v.WorkloadMethod),
+		BootstrapMethod: agentconfig.BootstrapMethod(v.BootstrapMethod),
+		RegistrationURL: v.RegistrationURL,
 		Runner: agentconfig.Runner{
 			Name:   v.RunnerName,
 			Labels: []string(v.Labels),
