@@ -60,9 +60,9 @@ type Notices struct {
 	// Nil: always.
 	Elected <-chan struct{}
 	// URL is where VMs POST their notice (the agent server's
-	// PowerOffURL) and CA the PEM bundle they trust for it; empty URL:
-	// VMs are given none.
-	URL, CA string
+	// PowerOffURL), ReadyURL their ready hint (its ReadyURL), and CA the
+	// PEM bundle they trust for both; empty URL: VMs are given none.
+	URL, ReadyURL, CA string
 }
 
 var _ agentserver.PowerOffReceiver = (*Notices)(nil)
@@ -75,6 +75,58 @@ func (n *Notices) AuthorizePowerOff(c agentconfig.ClaimRef, token string) error 
 		return agentserver.ErrBadToken
 	}
 	return nil
+}
+
+// AuthorizeReady implements agentserver.PowerOffReceiver: the same HMAC
+// check for a ready hint.
+func (n *Notices) AuthorizeReady(c agentconfig.ClaimRef, token string) error {
+	if n.Signer == nil || !n.Signer.VerifyPowerOffToken(c.Namespace, c.Name, c.UID, token) {
+		metrics.ReadyHints.WithLabelValues("refused").Inc()
+		return agentserver.ErrBadToken
+	}
+	return nil
+}
+
+// ReadyHint implements agentserver.PowerOffReceiver: the claim's agent
+// runs and waits for the secrets the operator places in its VM, so the
+// claim is woken to look at its VM now (its guest is read at once, and
+// the secrets placed when it runs) instead of at its next boot poll. A
+// hint decides nothing: the claim reads the VM through the hypervisor as
+// always, and places the secrets only through the hypervisor's guest
+// channel, into the VM its ownership marker names.
+func (n *Notices) ReadyHint(ctx context.Context, c agentconfig.ClaimRef) error {
+	if n.Elected != nil {
+		select {
+		case <-n.Elected:
+		default:
+			return agentserver.ErrRetry
+		}
+	}
+	claim := &hfv1.MachineClaim{}
+	err := n.Reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, claim)
+	switch {
+	case apierrors.IsNotFound(err) || err == nil && (string(claim.UID) != c.UID || claim.Status.VMRef == nil || claim.Ended()):
+		metrics.ReadyHints.WithLabelValues("unknown").Inc()
+		return nil
+	case err != nil:
+		return fmt.Errorf("read MachineClaim %s/%s for its ready hint: %w", c.Namespace, c.Name, err)
+	}
+	n.Log.V(1).Info("Ready hint", "MachineClaim", klog.KObj(claim), "vmid", vmidOf(claim))
+	metrics.ReadyHints.WithLabelValues("accepted").Inc()
+	n.wake(c)
+	return nil
+}
+
+// wake enqueues the claim; it never blocks the VM's request on the
+// queue: a full channel leaves it to the claim's next pass.
+func (n *Notices) wake(c agentconfig.ClaimRef) {
+	if n.ClaimEvents == nil {
+		return
+	}
+	select {
+	case n.ClaimEvents <- event.GenericEvent{Object: &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name}}}:
+	default:
+	}
 }
 
 // PowerOffNotice implements agentserver.PowerOffReceiver, for notices
@@ -105,13 +157,9 @@ func (n *Notices) PowerOffNotice(ctx context.Context, notice agentconfig.PowerOf
 	if notice.AttestationError == agentconfig.AttestationJoinTokenRefused && n.TokenRefusals != nil {
 		n.TokenRefusals.Add(claim.UID, n.now())
 	}
-	if Mark(n.Transitions, claim, hypervisors.HintAgent, n.now()) == hypervisors.Marked && n.ClaimEvents != nil {
-		// Wake the claim to read its VM now; never block the VM's request
-		// on the queue: a full channel leaves it to the claim's next pass.
-		select {
-		case n.ClaimEvents <- event.GenericEvent{Object: &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name}}}:
-		default:
-		}
+	if Mark(n.Transitions, claim, hypervisors.HintAgent, n.now()) == hypervisors.Marked {
+		// Wake the claim to read its VM now.
+		n.wake(c)
 	}
 	return nil
 }
@@ -137,10 +185,11 @@ func (n *Notices) NotifyFor(claim *hfv1.MachineClaim) *agentconfig.PowerOffNotif
 		return nil
 	}
 	return &agentconfig.PowerOffNotify{
-		URL:   n.URL,
-		Token: n.Signer.PowerOffToken(claim.Namespace, claim.Name, string(claim.UID)),
-		Claim: agentconfig.ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID)},
-		CA:    n.CA,
+		URL:      n.URL,
+		ReadyURL: n.ReadyURL,
+		Token:    n.Signer.PowerOffToken(claim.Namespace, claim.Name, string(claim.UID)),
+		Claim:    agentconfig.ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID)},
+		CA:       n.CA,
 	}
 }
 
