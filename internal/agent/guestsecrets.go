@@ -107,6 +107,13 @@ type GuestSource struct {
 // useOptions fills in the agent's settings.
 func (g *GuestSource) useOptions(o *Options) { g.Root, g.Logger = o.Root, o.Logger }
 
+// Prepare makes the directory the credential arrives in root's alone, as
+// Run does before its ready hint (a guest that sends the hint itself calls
+// it first).
+func (g *GuestSource) Prepare() error {
+	return prepareSecretsDir(filepath.Join(g.Root, filepath.FromSlash(g.File)), ExitNoSecrets)
+}
+
 // Credential waits for the runner credential (see GuestSource).
 func (g *GuestSource) Credential(ctx context.Context) (Credential, error) {
 	log := g.Logger

@@ -135,7 +135,7 @@ func TestSPIFFEClaimIdentity(t *testing.T) {
 	if cfg["workloadMethod"] != "broker" || cfg["jitConfig"] != nil || cfg["registrationToken"] != nil || sp == nil {
 		t.Fatalf("the VM's agent config is not broker mode without a credential: %v", cfg)
 	}
-	if sp["joinToken"] != nil || sp["joinTokenFile"] != agentconfig.JoinTokenFile || sp["spiffeID"] != id.SPIFFEID || sp["serverAddress"] != "spire.example.org:8081" ||
+	if sp["joinToken"] != nil || cfg["secretsFile"] != agentconfig.SecretsFile || sp["spiffeID"] != id.SPIFFEID || sp["serverAddress"] != "spire.example.org:8081" ||
 		sp["brokerURL"] != "https://hyperfleet-agent.test:9443/broker/v1/credential" || !strings.Contains(fmt.Sprint(sp["trustBundle"]), "BEGIN CERTIFICATE") {
 		t.Errorf("the VM's SPIFFE settings: %v", sp)
 	}
@@ -146,7 +146,7 @@ func TestSPIFFEClaimIdentity(t *testing.T) {
 	// the broker proof.
 	var secrets agentconfig.GuestSecrets
 	eventually(t, 30*time.Second, "the join token placed in the running VM", func() error {
-		b, _, err := sim.GuestFile(context.Background(), int(vmid), agentconfig.JoinTokenFile)
+		b, _, err := sim.GuestFile(context.Background(), int(vmid), agentconfig.SecretsFile)
 		if err != nil {
 			return err
 		}

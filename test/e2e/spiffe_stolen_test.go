@@ -232,7 +232,7 @@ func TestSPIFFENothingUsableOnTheSeed(t *testing.T) {
 	// The join token arrives in the running VM, and only there.
 	var secrets agentconfig.GuestSecrets
 	eventually(t, time.Minute, "the join token placed in the running VM", func() error {
-		b, _, err := w.Proxmox.GuestFile(ctx, g.VMID, agentconfig.JoinTokenFile)
+		b, _, err := w.Proxmox.GuestFile(ctx, g.VMID, agentconfig.SecretsFile)
 		if err != nil {
 			return err
 		}
@@ -245,8 +245,8 @@ func TestSPIFFENothingUsableOnTheSeed(t *testing.T) {
 	}
 	cfg := seedAgentConfig(t, iso)
 	sp, _ := cfg["spiffe"].(map[string]any)
-	if sp == nil || sp["joinToken"] != nil || sp["joinTokenFile"] != agentconfig.JoinTokenFile {
-		t.Fatalf("the seed's spiffe settings: %v; want no joinToken, joinTokenFile %s", sp, agentconfig.JoinTokenFile)
+	if sp == nil || sp["joinToken"] != nil || cfg["secretsFile"] != agentconfig.SecretsFile {
+		t.Fatalf("the seed's spiffe settings: %v; want no joinToken, secretsFile %s", cfg, agentconfig.SecretsFile)
 	}
 	for _, secret := range []string{secrets.JoinToken, secrets.BrokerProof} {
 		if bytes.Contains(iso.Data, []byte(secret)) {
