@@ -259,20 +259,29 @@ func TestSPIFFEAttestationDeadline(t *testing.T) {
 }
 
 // TestSPIFFETemplateNeedsGuestAgent: the join token reaches a VM through
-// its guest agent only, so a template that attests on a hypervisor
-// template without one is refused, naming the fix, and nothing is built
-// from it; the same template without attestation is fine.
+// its guest agent only, as does every VM's runner credential, so a
+// template on a hypervisor template without one is refused, naming the
+// fix, and nothing is built from it, with attestation or without.
 func TestSPIFFETemplateNeedsGuestAgent(t *testing.T) {
 	f, spire, _, sim, _ := spiffeOperator(t, 10*time.Minute, func(c *proxmoxsim.Config) {
 		for i := range c.Templates {
 			c.Templates[i].Agent = false
 		}
 	})
-	waitTemplate(t, f.template, metav1.ConditionTrue, "")
+	tmpl := waitTemplate(t, f.template, metav1.ConditionFalse, string(hfv1.GuestAgentRequiredReason))
+	if c := hfv1.FindCondition(tmpl.Status.Conditions, hfv1.ReadyCondition); !strings.Contains(c.Message, "the runner credential reaches only the running VM") {
+		t.Errorf("the refusal without attestation does not say why: %q", c.Message)
+	}
 	updateTemplate(t, f.template, func(tm *hfv1.HypervisorMachineTemplate) {
 		tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationJoinToken}
 	})
-	tmpl := waitTemplate(t, f.template, metav1.ConditionFalse, string(hfv1.GuestAgentRequiredReason))
+	eventually(t, 30*time.Second, "the refusal names the attestation", func() error {
+		tmpl = waitTemplate(t, f.template, metav1.ConditionFalse, string(hfv1.GuestAgentRequiredReason))
+		if c := hfv1.FindCondition(tmpl.Status.Conditions, hfv1.ReadyCondition); !strings.Contains(c.Message, "spec.attestation.method is join-token") {
+			return fmt.Errorf("message %q", c.Message)
+		}
+		return nil
+	})
 	if c := hfv1.FindCondition(tmpl.Status.Conditions, hfv1.ReadyCondition); !strings.Contains(c.Message, "spec.attestation.method is join-token") ||
 		!strings.Contains(c.Message, "--agent enabled=1") {
 		t.Errorf("the refusal does not name the field and the fix: %q", c.Message)

@@ -64,7 +64,7 @@ func TestClaimCloudInitChecksBeforeIssuing(t *testing.T) {
 	for _, tc := range brokenTemplates {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &countingBootstrap{}
-			ci := &claimCloudInit{r: &MachineClaimReconciler{Bootstrap: b, Workloads: ciPlatforms}, claim: claim.DeepCopy(), tmpl: renderCheckTemplate(tc.mutate), cluster: cluster}
+			ci := &claimCloudInit{r: &MachineClaimReconciler{Bootstrap: b, Workloads: ciPlatforms, Clock: clocktesting.NewFakeClock(time.Now())}, claim: claim.DeepCopy(), tmpl: renderCheckTemplate(tc.mutate), cluster: cluster}
 			_, err := ci.Render(context.Background())
 			if !errors.Is(err, vmspec.ErrRender) {
 				t.Fatalf("Render error = %v, want a render error", err)
