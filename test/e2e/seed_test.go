@@ -190,7 +190,7 @@ func TestNothingUsableOnTheSeed(t *testing.T) {
 		}
 	}
 	if cfg["secretsFile"] != agentconfig.SecretsFile || cfg["secretsDeadline"] == nil {
-		t.Errorf("the seed's agent.json does not name where and until when the credential arrives: %v", cfg)
+		t.Errorf("the seed's agent.json does not name where and until when the credential arrives: secretsFile %v, secretsDeadline %v", cfg["secretsFile"], cfg["secretsDeadline"])
 	}
 	claim := claimOfVM(t, w, g.VMID)
 	if n, _ := cfg["powerOffNotify"].(map[string]any); n != nil {
