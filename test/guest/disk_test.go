@@ -5,21 +5,30 @@ package guest
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
+
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 )
 
 // seedSecretRE finds the single-use credentials in a seed's user-data:
 // the agent's config is JSON inside it (docs/cloud-init.md).
-var seedSecretRE = regexp.MustCompile(`"(jitConfig|joinToken)":\s*"([^"]+)"`)
+var seedSecretRE = regexp.MustCompile(`"(jitConfig|registrationToken|joinToken)":\s*"([^"]+)"`)
 
 // seedSecrets returns the credentials in a seed's files, value -> what it
 // is.
@@ -135,4 +144,59 @@ func scanBytes(path string, secrets map[string]string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// placedSecrets keeps what the operator writes into running guests
+// (POST .../agent/file-write, whose content is a GuestSecrets document),
+// by VM id: each value -> what it is.
+type placedSecrets struct {
+	mu   sync.Mutex
+	byVM map[int]map[string]string
+}
+
+// fileWritePath is a file-write request's path; its fifth part is the VM id.
+var fileWritePath = regexp.MustCompile(`/nodes/[^/]+/qemu/([0-9]+)/agent/file-write$`)
+
+// observe is devenv.Options.OnProxmoxRequest: it reads a file-write's
+// body and puts it back for the simulator.
+func (p *placedSecrets) observe(r *http.Request) {
+	m := fileWritePath.FindStringSubmatch(r.URL.Path)
+	if r.Method != http.MethodPost || m == nil {
+		return
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var params struct {
+		Content string `json:"content"`
+	}
+	if json.Unmarshal(body, &params) != nil {
+		form, _ := url.ParseQuery(string(body))
+		params.Content = form.Get("content")
+	}
+	raw, err := base64.StdEncoding.DecodeString(params.Content)
+	if err != nil {
+		return
+	}
+	doc, err := agentconfig.ParseGuestSecrets(raw)
+	if err != nil {
+		return
+	}
+	vmid, _ := strconv.Atoi(m[1])
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.byVM[vmid] == nil {
+		p.byVM[vmid] = map[string]string{}
+	}
+	for what, v := range map[string]string{"jitConfig": doc.JITConfig, "registrationToken": doc.RegistrationToken, "joinToken": doc.JoinToken, "brokerProof": doc.BrokerProof} {
+		if v != "" {
+			p.byVM[vmid][v] = what
+		}
+	}
+}
+
+// of is what was placed in VM vmid.
+func (p *placedSecrets) of(vmid int) map[string]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.byVM[vmid])
 }
