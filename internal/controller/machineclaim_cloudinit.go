@@ -43,8 +43,9 @@ func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error)
 	}
 	vars.PowerOffNotify = c.r.Notices.NotifyFor(c.claim)
 	vars.SecretsDeadline = cloudinit.Time{Time: c.r.secretsDeadline()}
-	// Render check first: a credential is issued only for a cloud-init
-	// that renders, so a broken template never costs one.
+	// Render check first: a broken template never reaches the workload
+	// side (and is never Ready: the template controller runs the same
+	// check).
 	if err := vmspec.CheckRender(c.r.Workloads, c.tmpl, vars); err != nil {
 		return provider.CloudInit{}, err
 	}
