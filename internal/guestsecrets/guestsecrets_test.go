@@ -135,8 +135,11 @@ func TestDeliverAfterRestart(t *testing.T) {
 	ctx := context.Background()
 	claim, m := runningClaim(), &minter{}
 	s, _ := service(m, &Minted{})
-	s.Deliver(ctx, claim, &guest{})
-	s.Deliver(ctx, claim, &guest{errs: []error{fmt.Errorf("cut: %w", provider.ErrGuestNotReady)}})
+	for _, g := range []*guest{{}, {errs: []error{fmt.Errorf("cut: %w", provider.ErrGuestNotReady)}}} {
+		if _, _, err := s.Deliver(ctx, claim, g); err != nil {
+			t.Fatal(err)
+		}
+	}
 	restarted, _ := service(m, &Minted{})
 	g := &guest{}
 	if _, _, err := restarted.Deliver(ctx, claim, g); err != nil || m.issued != 2 {
@@ -213,7 +216,9 @@ func TestDeliverRefusals(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			claim := runningClaim()
 			s, _ := service(&minter{}, &Minted{})
-			s.Deliver(ctx, claim, &guest{})
+			if _, _, err := s.Deliver(ctx, claim, &guest{}); err != nil {
+				t.Fatal(err)
+			}
 			retry, failure, err := s.Deliver(ctx, claim, &guest{errs: []error{tc.err}})
 			if (err != nil) != tc.wantErr || !strings.Contains(failure, tc.wantFailure) || (tc.wantFailure == "") != (failure == "") || retry != tc.wantRetry {
 				t.Fatalf("Deliver = %v, %q, %v", retry, failure, err)
