@@ -46,19 +46,30 @@ func (a *agent) notifyPowerOff() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), notifyBudget)
 	defer cancel()
+	a.sendHint(ctx, "power-off notice", n.URL, "powering off anyway", func(ctx context.Context) (int, error) {
+		return PostNotice(ctx, hc, n, body)
+	})
+}
+
+// sendHint sends one hint (what, to url) with post until the operator
+// accepts it (202) or refuses it, retrying while it asks to (503: the
+// replica reached does not lead; 429) or cannot be reached, until ctx
+// ends; then meanwhile says what happens all the same. Failures are
+// logged and otherwise ignored: hints only speed the operator up.
+func (a *agent) sendHint(ctx context.Context, what, url, meanwhile string, post func(context.Context) (int, error)) {
 	for attempt := 1; ; attempt++ {
-		code, err := PostNotice(ctx, hc, n, body)
+		code, err := post(ctx)
 		switch {
 		case err == nil && code == http.StatusAccepted:
-			a.log.Info("power-off announced to the operator", "url", safeURL(n.URL), "attempts", attempt)
+			a.log.Info("the operator took the "+what, "url", safeURL(url), "attempts", attempt)
 			return
 		case err == nil && code != http.StatusServiceUnavailable && code != http.StatusTooManyRequests:
-			a.log.Warn("the operator refused the power-off notice", "url", safeURL(n.URL), "status", code)
+			a.log.Warn("the operator refused the "+what, "url", safeURL(url), "status", code)
 			return
 		}
 		select {
 		case <-ctx.Done():
-			a.log.Warn("power-off notice not delivered in time; powering off anyway", "url", safeURL(n.URL), "attempts", attempt, "lastError", errString(err), "lastStatus", code)
+			a.log.Warn("the "+what+" was not delivered in time; "+meanwhile, "url", safeURL(url), "attempts", attempt, "lastError", errString(err), "lastStatus", code)
 			return
 		case <-time.After(notifyRetry):
 		}
@@ -87,23 +98,9 @@ func (a *agent) announceReady(ctx context.Context) {
 		a.log.Warn("ready hint not sent", "error", err)
 		return
 	}
-	for attempt := 1; ; attempt++ {
-		code, err := PostReadyHint(ctx, hc, n)
-		switch {
-		case err == nil && code == http.StatusAccepted:
-			a.log.Info("told the operator the VM waits for its secrets", "url", safeURL(n.ReadyURL), "attempts", attempt)
-			return
-		case err == nil && code != http.StatusServiceUnavailable && code != http.StatusTooManyRequests:
-			a.log.Warn("the operator refused the ready hint", "url", safeURL(n.ReadyURL), "status", code)
-			return
-		}
-		select {
-		case <-ctx.Done():
-			a.log.Warn("ready hint not delivered; the operator finds the VM at its own pace", "url", safeURL(n.ReadyURL), "attempts", attempt, "lastError", errString(err), "lastStatus", code)
-			return
-		case <-time.After(notifyRetry):
-		}
-	}
+	a.sendHint(ctx, "ready hint", n.ReadyURL, "the operator finds the VM at its own pace", func(ctx context.Context) (int, error) {
+		return PostReadyHint(ctx, hc, n)
+	})
 }
 
 // PostReadyHint sends one ready hint to n's claim's URL

@@ -1,14 +1,9 @@
 package controller_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +13,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 )
 
 // TestRestartBetweenMintAndDeliveryLeavesNoUsableRunner: an operator that
@@ -42,21 +38,11 @@ func TestRestartBetweenMintAndDeliveryLeavesNoUsableRunner(t *testing.T) {
 	)
 	held, release := make(chan struct{}), make(chan struct{})
 	hook := func(r *http.Request) {
-		if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/agent/file-write") {
+		_, raw, ok := proxmoxsim.FileWriteRequest(r)
+		if !ok {
 			return
 		}
 		once.Do(func() {
-			body, _ := io.ReadAll(r.Body)
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			// go-proxmox sends a JSON body; a form is read as well.
-			var params struct {
-				Content string `json:"content"`
-			}
-			if json.Unmarshal(body, &params) != nil {
-				form, _ := url.ParseQuery(string(body))
-				params.Content = form.Get("content")
-			}
-			raw, _ := base64.StdEncoding.DecodeString(params.Content)
 			firstMu.Lock()
 			first, _ = agentconfig.ParseGuestSecrets(raw)
 			firstMu.Unlock()

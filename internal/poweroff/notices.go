@@ -95,26 +95,40 @@ func (n *Notices) AuthorizeReady(c agentconfig.ClaimRef, token string) error {
 // always, and places the secrets only through the hypervisor's guest
 // channel, into the VM its ownership marker names.
 func (n *Notices) ReadyHint(ctx context.Context, c agentconfig.ClaimRef) error {
-	if n.Elected != nil {
-		select {
-		case <-n.Elected:
-		default:
-			return agentserver.ErrRetry
-		}
+	claim, err := n.claimOf(ctx, c, "ready hint")
+	if err != nil {
+		return err
 	}
-	claim := &hfv1.MachineClaim{}
-	err := n.Reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, claim)
-	switch {
-	case apierrors.IsNotFound(err) || err == nil && (string(claim.UID) != c.UID || claim.Status.VMRef == nil || claim.Ended()):
+	if claim == nil || claim.Status.VMRef == nil || claim.Ended() {
 		metrics.ReadyHints.WithLabelValues("unknown").Inc()
 		return nil
-	case err != nil:
-		return fmt.Errorf("read MachineClaim %s/%s for its ready hint: %w", c.Namespace, c.Name, err)
 	}
 	n.Log.V(1).Info("Ready hint", "MachineClaim", klog.KObj(claim), "vmid", vmidOf(claim))
 	metrics.ReadyHints.WithLabelValues("accepted").Inc()
 	n.wake(c)
 	return nil
+}
+
+// claimOf reads the claim a hint names, on the leader only (ErrRetry on
+// other replicas: only the leader's claim controller acts on it); nil when
+// it is gone or a new claim has its name (nothing to read).
+func (n *Notices) claimOf(ctx context.Context, c agentconfig.ClaimRef, what string) (*hfv1.MachineClaim, error) {
+	if n.Elected != nil {
+		select {
+		case <-n.Elected:
+		default:
+			return nil, agentserver.ErrRetry
+		}
+	}
+	claim := &hfv1.MachineClaim{}
+	err := n.Reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, claim)
+	switch {
+	case apierrors.IsNotFound(err) || err == nil && string(claim.UID) != c.UID:
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read MachineClaim %s/%s for its %s: %w", c.Namespace, c.Name, what, err)
+	}
+	return claim, nil
 }
 
 // wake enqueues the claim; it never blocks the VM's request on the
@@ -133,22 +147,13 @@ func (n *Notices) wake(c agentconfig.ClaimRef) {
 // AuthorizePowerOff admitted.
 func (n *Notices) PowerOffNotice(ctx context.Context, notice agentconfig.PowerOffNotice) error {
 	c := notice.ClaimRef
-	if n.Elected != nil {
-		select {
-		case <-n.Elected:
-		default:
-			return agentserver.ErrRetry
-		}
+	claim, err := n.claimOf(ctx, c, "power-off notice")
+	if err != nil {
+		return err
 	}
-	claim := &hfv1.MachineClaim{}
-	err := n.Reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, claim)
-	switch {
-	case apierrors.IsNotFound(err) || err == nil && string(claim.UID) != c.UID:
-		// Gone, or a new claim of the same name: nothing to read.
+	if claim == nil {
 		metrics.PowerOffHints.WithLabelValues(string(hypervisors.HintAgent), "unknown").Inc()
 		return nil
-	case err != nil:
-		return fmt.Errorf("read MachineClaim %s/%s for its power-off notice: %w", c.Namespace, c.Name, err)
 	}
 	n.Log.V(1).Info("Power-off notice", "MachineClaim", klog.KObj(claim), "vmid", vmidOf(claim), "runnerOnline", notice.RunnerOnline, "jobStarted", notice.JobStarted)
 	if notice.JobStarted && n.Jobs != nil {

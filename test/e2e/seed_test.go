@@ -138,41 +138,13 @@ func claimOfVM(t *testing.T, w *devenv.World, vmid int) *hfv1.MachineClaim {
 func TestNothingUsableOnTheSeed(t *testing.T) {
 	w, watch := startWorld(t)
 	ctx := context.Background()
-	// The VM's own agent is held back: its guest program only does what
-	// cloud-init's bootcmd does (the directory the credential arrives in),
-	// then waits until the test lets it power off.
-	held, release := make(chan proxmoxsim.Guest, 8), make(chan struct{})
-	if err := w.Proxmox.SetGuestProgram(func(ctx context.Context, g proxmoxsim.Guest) error {
-		if err := os.MkdirAll(filepath.Join(g.Root, agentconfig.SecretsDir), 0o700); err != nil {
-			return err
-		}
-		select {
-		case held <- g:
-		default:
-		}
-		select {
-		case <-ctx.Done():
-		case <-release:
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	release := make(chan struct{})
 	isos := watchISOs(t, w)
 	ids, err := w.EnqueueJobs(1, jobDuration)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var g proxmoxsim.Guest
-	select {
-	case g = <-held:
-	case <-time.After(3 * time.Minute):
-		t.Fatal("no VM booted within 3 minutes")
-	}
-	// The pool's next VMs run the agent again.
-	if err := w.Proxmox.SetGuestProgram(nil); err != nil {
-		t.Fatal(err)
-	}
+	g := holdAgent(t, w, release)
 	iso, ok := isos.of(g.VMID)
 	if !ok {
 		t.Fatalf("the seed ISO of VM %d was never seen on the storage", g.VMID)
@@ -240,6 +212,41 @@ func TestNothingUsableOnTheSeed(t *testing.T) {
 	waitDone(t, w, 5*time.Minute)
 	watch.stop()
 	checkJobs(t, w, watch, 1)
+}
+
+// holdAgent holds back the agent of the next VM that boots: its guest
+// program only does what cloud-init's bootcmd does (the directory its
+// secrets arrive in), then waits until release is closed (the VM then
+// powers off) or the VM stops. The VMs after it run the agent again.
+func holdAgent(t *testing.T, w *devenv.World, release <-chan struct{}) proxmoxsim.Guest {
+	t.Helper()
+	held := make(chan proxmoxsim.Guest, 8)
+	if err := w.Proxmox.SetGuestProgram(func(ctx context.Context, g proxmoxsim.Guest) error {
+		if err := os.MkdirAll(filepath.Join(g.Root, agentconfig.SecretsDir), 0o700); err != nil {
+			return err
+		}
+		select {
+		case held <- g:
+		default:
+		}
+		select {
+		case <-ctx.Done():
+		case <-release:
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var g proxmoxsim.Guest
+	select {
+	case g = <-held:
+	case <-time.After(3 * time.Minute):
+		t.Fatal("no VM booted within 3 minutes")
+	}
+	if err := w.Proxmox.SetGuestProgram(nil); err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
 
 // stealJob is the storage reader's attack with a JIT configuration found

@@ -17,8 +17,6 @@ import (
 	"math/big"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,7 +33,6 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/devenv"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
 	"github.com/hyperfleet/hyperfleet/test/spiretest"
 )
@@ -99,37 +96,12 @@ func TestSPIFFENothingUsableOnTheSeed(t *testing.T) {
 		return testutil.ToFloat64(metrics.IdentityMisuse.WithLabelValues(string(hfv1.MisuseBrokerProofInvalid)))
 	}
 	misuseBefore := misused()
-	// The VM's own agent is held back: its guest program only does what
-	// cloud-init's bootcmd does (the directory the join token arrives in),
-	// then waits.
-	held := make(chan proxmoxsim.Guest, 8)
-	if err := w.Proxmox.SetGuestProgram(func(ctx context.Context, g proxmoxsim.Guest) error {
-		if err := os.MkdirAll(filepath.Join(g.Root, agentconfig.SecretsDir), 0o700); err != nil {
-			return err
-		}
-		select {
-		case held <- g:
-		default:
-		}
-		<-ctx.Done()
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	// The VM's own agent is held back until its VM is destroyed.
 	isos := watchISOs(t, w)
 	if _, err := w.EnqueueJobs(1, jobDuration); err != nil {
 		t.Fatal(err)
 	}
-	var g proxmoxsim.Guest
-	select {
-	case g = <-held:
-	case <-time.After(3 * time.Minute):
-		t.Fatal("no VM booted within 3 minutes")
-	}
-	// The pool's next VMs run the agent again.
-	if err := w.Proxmox.SetGuestProgram(nil); err != nil {
-		t.Fatal(err)
-	}
+	g := holdAgent(t, w, nil)
 	claim := claimOfVM(t, w, g.VMID)
 
 	// The join token arrives in the running VM, and only there.

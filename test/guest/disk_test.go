@@ -5,25 +5,22 @@ package guest
 import (
 	"bufio"
 	"bytes"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"maps"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 )
 
 // seedSecretRE finds the single-use credentials in a seed's user-data:
@@ -154,34 +151,17 @@ type placedSecrets struct {
 	byVM map[int]map[string]string
 }
 
-// fileWritePath is a file-write request's path; its fifth part is the VM id.
-var fileWritePath = regexp.MustCompile(`/nodes/[^/]+/qemu/([0-9]+)/agent/file-write$`)
-
 // observe is devenv.Options.OnProxmoxRequest: it reads a file-write's
-// body and puts it back for the simulator.
+// content (and puts the body back for the simulator).
 func (p *placedSecrets) observe(r *http.Request) {
-	m := fileWritePath.FindStringSubmatch(r.URL.Path)
-	if r.Method != http.MethodPost || m == nil {
-		return
-	}
-	body, _ := io.ReadAll(r.Body)
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	var params struct {
-		Content string `json:"content"`
-	}
-	if json.Unmarshal(body, &params) != nil {
-		form, _ := url.ParseQuery(string(body))
-		params.Content = form.Get("content")
-	}
-	raw, err := base64.StdEncoding.DecodeString(params.Content)
-	if err != nil {
+	vmid, raw, ok := proxmoxsim.FileWriteRequest(r)
+	if !ok {
 		return
 	}
 	doc, err := agentconfig.ParseGuestSecrets(raw)
 	if err != nil {
 		return
 	}
-	vmid, _ := strconv.Atoi(m[1])
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.byVM[vmid] == nil {
