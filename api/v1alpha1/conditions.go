@@ -215,11 +215,19 @@ const (
 	// without a credential being handed out, and the SPIRE agent that
 	// attested with the join token is evicted.
 	IdentityStolenReason ConditionReason = "IdentityStolen"
-	// GuestAgentRequiredReason: the template attests with SPIRE join
-	// tokens, which reach only the running VM, through the hypervisor's
-	// guest channel; its hypervisor template has none (for Proxmox: no
-	// QEMU guest agent, agent: 1).
+	// GuestAgentRequiredReason: the VM's secrets (its runner credential,
+	// or its SPIRE join token) reach only the running VM, through the
+	// hypervisor's guest channel; its hypervisor template has none (for
+	// Proxmox: no QEMU guest agent, agent: 1).
 	GuestAgentRequiredReason ConditionReason = "GuestAgentRequired"
+	// CredentialDeliveredReason: the VM's runner credential was placed in
+	// the running VM through the hypervisor's guest channel; the claim
+	// waits for its runner to come online.
+	CredentialDeliveredReason ConditionReason = "CredentialDelivered"
+	// CredentialNotDeliveredReason: the runner credential could not be
+	// placed in the running VM yet (its guest not ready, the CI platform
+	// or the hypervisor unavailable); retried.
+	CredentialNotDeliveredReason ConditionReason = "CredentialNotDelivered"
 	// CredentialStoredReason: the VM's runner credential is in the
 	// cluster's secrets store (spec.spire.secretStore) for the VM to read
 	// once; the claim waits for its runner to come online.

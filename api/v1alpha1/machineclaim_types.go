@@ -346,6 +346,21 @@ type BootstrapStatus struct {
 	// +optional
 	CredentialExpiresAt *metav1.Time `json:"credentialExpiresAt,omitempty"`
 
+	// credentialRequestedAt is when the operator began to issue the runner
+	// credential it places in the running VM (templates that do not
+	// attest). Set before the credential is issued: a restart that lost
+	// an issued, undelivered credential finds it here and replaces its
+	// runner instead of leaving it usable.
+	// +optional
+	CredentialRequestedAt *metav1.Time `json:"credentialRequestedAt,omitempty"`
+
+	// credentialDeliveredAt is when the runner credential was written into
+	// the running VM through the hypervisor's guest channel (for Proxmox
+	// the QEMU guest agent). It is never on the VM's cloud-init medium or
+	// disk.
+	// +optional
+	CredentialDeliveredAt *metav1.Time `json:"credentialDeliveredAt,omitempty"`
+
 	// runnerState is the runner's state on the CI platform as last
 	// observed (runner list resync, or the job's webhooks).
 	// +optional

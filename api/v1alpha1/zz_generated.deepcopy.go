@@ -102,6 +102,14 @@ func (in *BootstrapStatus) DeepCopyInto(out *BootstrapStatus) {
 		in, out := &in.CredentialExpiresAt, &out.CredentialExpiresAt
 		*out = (*in).DeepCopy()
 	}
+	if in.CredentialRequestedAt != nil {
+		in, out := &in.CredentialRequestedAt, &out.CredentialRequestedAt
+		*out = (*in).DeepCopy()
+	}
+	if in.CredentialDeliveredAt != nil {
+		in, out := &in.CredentialDeliveredAt, &out.CredentialDeliveredAt
+		*out = (*in).DeepCopy()
+	}
 	if in.RegisteredAt != nil {
 		in, out := &in.RegisteredAt, &out.RegisteredAt
 		*out = (*in).DeepCopy()

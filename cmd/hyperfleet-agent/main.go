@@ -4,17 +4,19 @@
 //
 //	/usr/local/bin/hyperfleet-agent --config /etc/hyperfleet/agent.json
 //
-// It reads (and at once removes) the config file with the single-use
-// runner credential, installs the GitHub Actions runner, registers it if
-// needed, runs exactly one job, cleans up and powers the VM off. The exit
-// codes are those of package internal/agent (0 job done, 1 agent error,
-// 2 bad config, 3 runner software, 4 registration failed, 5 runner
-// failed, 6 idle deadline, 7 credential expired, 8 unsupported mode,
-// 9 SPIRE attestation failed, 10 credential broker refused, 11 credential
-// broker unavailable).
+// It reads (and at once removes) the config file, waits for the operator to
+// place the single-use runner credential in the running VM (at the
+// config's secretsFile, through the hypervisor's guest channel; never on
+// the seed), installs the GitHub Actions runner, registers it if needed,
+// runs exactly one job, cleans up and powers the VM off. The exit codes
+// are those of package internal/agent (0 job done, 1 agent error, 2 bad
+// config, 3 runner software, 4 registration failed, 5 runner failed,
+// 6 idle deadline, 7 credential expired, 8 unsupported mode, 9 SPIRE
+// attestation failed, 10 credential broker refused, 11 credential broker
+// unavailable, 12 no credential placed before secretsDeadline).
 //
 // In broker mode (workloadMethod broker) it attests with SPIRE by running
-// spire-agent with the config's join token, fetches its X509-SVID from
+// spire-agent with the join token the operator places at secretsFile, fetches its X509-SVID from
 // spire-agent's Workload API, asks the operator's credential broker for
 // the runner credential over mTLS, then stops spire-agent and removes
 // everything of the identity before the job runs.

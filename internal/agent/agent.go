@@ -5,31 +5,36 @@
 // Run goes through these steps, logging each with log/slog and never
 // logging a secret:
 //
-//  1. Read the config file (agentconfig.Path), remove it at once (it holds
-//     the single-use runner credential) with cloud-init's copies of the
-//     user-data it came in (CloudInitCopies, CloudInitScanned), then parse
-//     and validate it with agentconfig.Parse. A credential whose expiresAt
-//     has passed is not tried.
-//  2. Obtain the runner credential from a CredentialSource: the file itself
-//     with workloadMethod direct; with workloadMethod broker (BrokerSource),
-//     attest with SPIRE (spire-agent and a join token, or a pre-installed
-//     spire-agent's Workload API) and fetch the credential from the
-//     operator's credential broker over mTLS with the X509-SVID; nothing of
-//     the identity stays on the disk or running afterwards.
-//  3. Install the runner: download runner.software.downloadURL, check it
+//  1. Read the config file (agentconfig.Path), remove it at once with
+//     cloud-init's copies of the user-data it came in (CloudInitCopies,
+//     CloudInitScanned), then parse and validate it with agentconfig.Parse.
+//     A join token whose expiresAt has passed is not tried.
+//  2. When the config names a secretsFile, make its directory root's alone
+//     and tell the operator the VM waits for its secrets (a ready hint to
+//     powerOffNotify.readyURL, best effort), so that it places them now.
+//  3. Obtain the runner credential from a CredentialSource: with
+//     workloadMethod direct (GuestSource), wait until secretsDeadline for
+//     the operator to place it at secretsFile through the hypervisor's
+//     guest channel; with workloadMethod broker (BrokerSource), wait there
+//     for the join token, attest with SPIRE (spire-agent and the join
+//     token, or a pre-installed spire-agent's Workload API) and fetch the
+//     credential from the operator's credential broker over mTLS with the
+//     X509-SVID; nothing of the identity stays on the disk or running
+//     afterwards.
+//  4. Install the runner: download runner.software.downloadURL, check it
 //     against downloadSHA256 and unpack it (.tar.gz, .tgz or .zip) into
 //     installPath; without a downloadURL the runner must already be there.
-//  4. With bootstrapMethod runner-token, register an ephemeral runner with
+//  5. With bootstrapMethod runner-token, register an ephemeral runner with
 //     the runner's config script; the token goes in the environment
 //     variable ACTIONS_RUNNER_INPUT_TOKEN, never on the command line.
-//  5. Run the runner's run script (with jit-config, the JIT configuration
+//  6. Run the runner's run script (with jit-config, the JIT configuration
 //     in ACTIONS_RUNNER_INPUT_JITCONFIG), copy its output into the log,
 //     watch for "Listening for Jobs" and "Running job:", stop it when the
 //     agent is asked to stop or when no job started within the idle
 //     timeout.
-//  6. Clean up whatever happened: the runner's credential files, the work
+//  7. Clean up whatever happened: the runner's credential files, the work
 //     directory's contents, a downloaded runner, temporary files.
-//  7. Power the VM off when powerOffOnFinish is set, whatever the outcome.
+//  8. Power the VM off when powerOffOnFinish is set, whatever the outcome.
 //
 // Run returns the process exit code:
 //
@@ -40,7 +45,8 @@
 //	 4 ExitRegistration      the runner's config script failed (runner-token)
 //	 5 ExitRunnerFailed      the runner exited non-zero
 //	 6 ExitIdle              no job started within the idle timeout
-//	 7 ExitExpired           the credential's expiresAt has passed
+//	 7 ExitExpired           the credential's (or join token's) expiry has
+//	                         passed
 //	 8 ExitUnsupported       a mode this agent version does not implement
 //	                         (attestationMethod tpm)
 //	 9 ExitAttestation       broker mode got no X509-SVID: spire-agent
@@ -54,6 +60,9 @@
 //	                         or busy (429, 503), or held no credential,
 //	                         until the deadline, or its certificate is not
 //	                         trusted
+//	12 ExitNoSecrets         workloadMethod direct: the operator placed no
+//	                         runner credential at secretsFile before
+//	                         secretsDeadline
 package agent
 
 import (
@@ -119,6 +128,11 @@ const (
 	// spiffe.secretStore: the store was unreachable or failing, or the
 	// operator had not written the credential, until the deadline.
 	ExitBrokerUnavailable = 11
+	// ExitNoSecrets: workloadMethod direct, and the operator placed no
+	// runner credential of the config's bootstrapMethod at secretsFile
+	// before secretsDeadline (the VM's guest agent not running, the
+	// operator unable to reach the hypervisor, or the claim ended).
+	ExitNoSecrets = 12
 )
 
 // Defaults of the hyperfleet-agent flags.
@@ -342,10 +356,11 @@ func (a *agent) run(ctx context.Context) error {
 	a.log.Info("config read", "workloadMethod", cfg.WorkloadMethod, "bootstrapMethod", cfg.BootstrapMethod,
 		"runnerName", cfg.Runner.Name, "labels", strings.Join(cfg.Runner.Labels, ","), "group", cfg.Runner.Group,
 		"registrationURL", cfg.RegistrationURL, "downloadURL", safeURL(sw.DownloadURL), "installPath", sw.InstallPath,
-		"workDir", sw.WorkDir, "expiresAt", cfg.ExpiresAt, "powerOffOnFinish", cfg.PowerOffOnFinish)
+		"workDir", sw.WorkDir, "expiresAt", cfg.ExpiresAt, "secretsFile", cfg.SecretsFile, "secretsDeadline", cfg.SecretsDeadline,
+		"powerOffOnFinish", cfg.PowerOffOnFinish)
 
 	if !cfg.ExpiresAt.IsZero() && !time.Now().Before(cfg.ExpiresAt) {
-		return fail(ExitExpired, "credential expired at %s; not trying it", cfg.ExpiresAt.UTC().Format(time.RFC3339))
+		return fail(ExitExpired, "the join token expired at %s; not trying it", cfg.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 
 	install, err := a.rooted("runner.software.installPath", sw.InstallPath)
@@ -364,6 +379,19 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	a.log.Info("runner user", "user", user.describe(), "uid", user.uid, "gid", user.gid)
 
+	if cfg.SecretsFile != "" {
+		// Made before the hint: the operator may write as soon as it hears.
+		code := ExitNoSecrets
+		if cfg.WorkloadMethod == agentconfig.WorkloadBroker {
+			code = ExitAttestation
+		}
+		if err := prepareSecretsDir(filepath.Join(a.opts.Root, filepath.FromSlash(cfg.SecretsFile)), code); err != nil {
+			return err
+		}
+		hintCtx, stop := context.WithTimeout(ctx, readyHintBudget)
+		defer stop()
+		go a.announceReady(hintCtx)
+	}
 	src, err := a.opts.NewCredentialSource(cfg)
 	if err != nil {
 		return err

@@ -56,6 +56,8 @@ type vm struct {
 	log      *syncBuffer
 	secret   string
 	opts     Options
+	// holdCredential keeps writeConfig from placing the runner credential.
+	holdCredential bool
 }
 
 const (
@@ -109,7 +111,8 @@ func (v *vm) baseConfig() *agentconfig.Config {
 		Platform:        agentconfig.PlatformGitHubActions,
 		WorkloadMethod:  agentconfig.WorkloadDirect,
 		BootstrapMethod: agentconfig.BootstrapJITConfig,
-		JITConfig:       v.secret,
+		SecretsFile:     agentconfig.SecretsFile,
+		SecretsDeadline: time.Now().Add(time.Minute),
 		Runner: agentconfig.Runner{Software: agentconfig.Software{
 			InstallPath: installPath, WorkDir: workPath,
 			ConfigScript: "config.sh", RunScript: "run.sh", OS: "linux", Arch: "x64",
@@ -118,6 +121,9 @@ func (v *vm) baseConfig() *agentconfig.Config {
 	}
 }
 
+// writeConfig writes c as the VM's agent.json and, in direct mode unless
+// v.holdCredential, places the runner credential v.secret where the
+// operator would once the VM runs.
 func (v *vm) writeConfig(c *agentconfig.Config) {
 	v.t.Helper()
 	if err := c.Validate(); err != nil {
@@ -128,6 +134,37 @@ func (v *vm) writeConfig(c *agentconfig.Config) {
 		v.t.Fatal(err)
 	}
 	if err := os.WriteFile(v.cfgPath, data, 0o600); err != nil {
+		v.t.Fatal(err)
+	}
+	if c.WorkloadMethod == agentconfig.WorkloadDirect && !v.holdCredential {
+		v.placeCredential(c.BootstrapMethod)
+	}
+}
+
+// placeCredential puts the runner credential v.secret of method where the
+// agent under v.root waits for it, as the operator places it through the
+// guest channel.
+func (v *vm) placeCredential(method agentconfig.BootstrapMethod) {
+	v.t.Helper()
+	g := agentconfig.GuestSecrets{JITConfig: v.secret}
+	if method == agentconfig.BootstrapRunnerToken {
+		g = agentconfig.GuestSecrets{RegistrationToken: v.secret}
+	}
+	v.placeSecrets(g)
+}
+
+// placeSecrets writes g at the secrets file under v.root.
+func (v *vm) placeSecrets(g agentconfig.GuestSecrets) {
+	v.t.Helper()
+	path := filepath.Join(v.root, agentconfig.SecretsFile)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		v.t.Fatal(err)
+	}
+	doc, err := json.Marshal(g)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, doc, 0o666); err != nil {
 		v.t.Fatal(err)
 	}
 }
@@ -296,7 +333,7 @@ echo '{}' >.credentials_rsaparams
 echo "√ Runner successfully added"`)
 	writeScript(t, filepath.Join(v.install(), "run.sh"), v.goodRunner(0))
 	c := v.baseConfig()
-	c.BootstrapMethod, c.JITConfig, c.RegistrationToken = agentconfig.BootstrapRunnerToken, "", v.secret
+	c.BootstrapMethod = agentconfig.BootstrapRunnerToken
 	c.RegistrationURL = "https://github.example/octo-org/app"
 	c.Runner.Name, c.Runner.Labels, c.Runner.Group = "vm-1", []string{"hyperfleet", "gpu"}, "ci"
 	v.writeConfig(c)
@@ -334,7 +371,7 @@ echo "config.sh: registration refused (HTTP 401): the registration token is not 
 exit 2`)
 	writeScript(t, filepath.Join(v.install(), "run.sh"), v.goodRunner(0))
 	c := v.baseConfig()
-	c.BootstrapMethod, c.JITConfig, c.RegistrationToken = agentconfig.BootstrapRunnerToken, "", v.secret
+	c.BootstrapMethod = agentconfig.BootstrapRunnerToken
 	c.RegistrationURL, c.Runner.Name = "https://github.example/octo-org", "vm-2"
 	v.writeConfig(c)
 	v.checkCommon(v.run(context.Background()), ExitRegistration, 1)
@@ -518,24 +555,35 @@ func TestExpiredCredential(t *testing.T) {
 	t.Parallel()
 	v := newVM(t)
 	writeScript(t, filepath.Join(v.install(), "run.sh"), v.goodRunner(0))
-	c := v.baseConfig()
-	c.ExpiresAt = time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
-	v.writeConfig(c)
+	v.holdCredential = true
+	expired := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
+	v.writeConfig(v.baseConfig())
+	v.placeSecrets(agentconfig.GuestSecrets{JITConfig: v.secret, ExpiresAt: expired})
 	v.checkCommon(v.run(context.Background()), ExitExpired, 1)
 	if v.ran("run") {
 		t.Error("the runner ran with an expired credential")
 	}
-	if !strings.Contains(v.log.String(), "credential expired at "+c.ExpiresAt.Format(time.RFC3339)) {
+	if !strings.Contains(v.log.String(), "credential expired at "+expired.Format(time.RFC3339)) {
 		t.Error("log lacks the expiry")
 	}
 
 	// Not expired yet: runs.
 	v2 := newVM(t)
 	writeScript(t, filepath.Join(v2.install(), "run.sh"), v2.goodRunner(0))
-	c2 := v2.baseConfig()
-	c2.ExpiresAt = time.Now().Add(time.Hour)
-	v2.writeConfig(c2)
+	v2.holdCredential = true
+	v2.writeConfig(v2.baseConfig())
+	v2.placeSecrets(agentconfig.GuestSecrets{JITConfig: v2.secret, ExpiresAt: time.Now().Add(time.Hour)})
 	v2.checkCommon(v2.run(context.Background()), ExitOK, 1)
+
+	// A join token past its expiresAt is not tried either.
+	v3 := newVM(t)
+	c3 := v3.brokerConfig(agentconfig.AttestationJoinToken)
+	c3.ExpiresAt = expired
+	v3.writeConfig(c3)
+	v3.checkCommon(v3.run(context.Background()), ExitExpired, 1)
+	if !strings.Contains(v3.log.String(), "the join token expired at "+expired.Format(time.RFC3339)) {
+		t.Error("log lacks the join token's expiry")
+	}
 }
 
 func testTrustBundle(t *testing.T) string {
@@ -550,13 +598,12 @@ func testTrustBundle(t *testing.T) string {
 // brokerConfig is v's config in broker mode with attestation method m.
 func (v *vm) brokerConfig(m agentconfig.AttestationMethod) *agentconfig.Config {
 	c := v.baseConfig()
-	c.WorkloadMethod, c.JITConfig = agentconfig.WorkloadBroker, ""
+	c.WorkloadMethod = agentconfig.WorkloadBroker
 	c.SPIFFE = &agentconfig.SPIFFE{AttestationMethod: m, TrustDomain: "hyperfleet.io",
 		TrustBundle: testTrustBundle(v.t), ServerAddress: "spire.example:8081", BrokerURL: "https://broker.example"}
 	if m == agentconfig.AttestationTPM {
 		c.SPIFFE.TPMDevicePath = "/dev/tpmrm0"
-	} else {
-		c.SPIFFE.JoinTokenFile = agentconfig.JoinTokenFile
+		c.SecretsFile, c.SecretsDeadline = "", time.Time{}
 	}
 	return c
 }
@@ -566,17 +613,7 @@ func (v *vm) brokerConfig(m agentconfig.AttestationMethod) *agentconfig.Config {
 // where the agent under v.root waits for it.
 func (v *vm) placeGuestSecrets() {
 	v.t.Helper()
-	path := filepath.Join(v.root, agentconfig.JoinTokenFile)
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		v.t.Fatal(err)
-	}
-	doc, err := json.Marshal(agentconfig.GuestSecrets{JoinToken: v.secret, BrokerProof: "proof-" + v.secret})
-	if err != nil {
-		v.t.Fatal(err)
-	}
-	if err := os.WriteFile(path, doc, 0o666); err != nil {
-		v.t.Fatal(err)
-	}
+	v.placeSecrets(agentconfig.GuestSecrets{JoinToken: v.secret, BrokerProof: "proof-" + v.secret})
 }
 
 // TestBrokerTPMUnsupported: TPM attestation is not built; the agent says
@@ -615,7 +652,7 @@ func TestBrokerWithoutSPIREAgent(t *testing.T) {
 	if entries, err := os.ReadDir(filepath.Join(v.root, SPIREDir)); err != nil || len(entries) != 0 {
 		t.Errorf("SPIRE directory left: %v (%v)", entries, err)
 	}
-	if _, err := os.Stat(filepath.Join(v.root, agentconfig.JoinTokenFile)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(v.root, agentconfig.SecretsFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the join token file is still there: %v", err)
 	}
 }
@@ -654,7 +691,7 @@ func TestMissingRunner(t *testing.T) {
 	v2 := newVM(t)
 	writeScript(t, filepath.Join(v2.install(), "run.sh"), v2.goodRunner(0))
 	c := v2.baseConfig()
-	c.BootstrapMethod, c.JITConfig, c.RegistrationToken = agentconfig.BootstrapRunnerToken, "", v2.secret
+	c.BootstrapMethod = agentconfig.BootstrapRunnerToken
 	c.RegistrationURL, c.Runner.Name = "https://github.example/octo-org", "vm-3"
 	v2.writeConfig(c)
 	v2.checkCommon(v2.run(context.Background()), ExitRunnerSoftware, 1)
@@ -905,13 +942,13 @@ func TestCredentialNeverPrinted(t *testing.T) {
 	c := Credential{Method: agentconfig.BootstrapRunnerToken, RegistrationToken: "TOKEN-123", RegistrationURL: "https://x/y"}
 	var buf bytes.Buffer
 	slog.New(slog.NewTextHandler(&buf, nil)).Info("x", "cred", c)
-	for _, s := range []string{fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), buf.String(), fmt.Sprintf("%v", DirectSource(c))} {
+	for _, s := range []string{fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), buf.String(), fmt.Sprintf("%v", &GuestSource{Method: c.Method, File: agentconfig.SecretsFile})} {
 		if strings.Contains(s, "TOKEN-123") {
 			t.Errorf("credential printed: %s", s)
 		}
 	}
 	// Nor a broker source's broker proof.
-	b := &BrokerSource{Method: agentconfig.BootstrapJITConfig, SPIFFE: &agentconfig.SPIFFE{JoinTokenFile: agentconfig.JoinTokenFile, BrokerURL: "https://broker.example"},
+	b := &BrokerSource{Method: agentconfig.BootstrapJITConfig, SPIFFE: &agentconfig.SPIFFE{BrokerURL: "https://broker.example"}, SecretsFile: agentconfig.SecretsFile,
 		proof: "JOIN-TOKEN-456"}
 	buf.Reset()
 	slog.New(slog.NewTextHandler(&buf, nil)).Info("x", "source", b)

@@ -25,8 +25,8 @@ import (
 // credential broker over mTLS with its X509-SVID.
 //
 // With attestationMethod join-token, Credential waits for the operator to
-// place the join token and the broker proof in the running VM at
-// spiffe.joinTokenFile (they are never in the config, whose seed can be
+// place the join token and the broker proof in the running VM at the
+// config's secretsFile (they are never in the config, whose seed can be
 // read off the hypervisor's storage), reads and removes that file, writes
 // a spire-agent config (join token included) into a private directory
 // under SPIREDir, starts `spire-agent run`, fetches the X509-SVID from its
@@ -63,6 +63,11 @@ type BrokerSource struct {
 	// ExpiresAt is the config's expiresAt: the join token is not usable
 	// after it. Zero: no bound.
 	ExpiresAt time.Time
+	// SecretsFile is the config's secretsFile, where the join token and
+	// the broker proof arrive (empty: none are waited for), and
+	// SecretsDeadline its secretsDeadline. Zero: no bound.
+	SecretsFile     string
+	SecretsDeadline time.Time
 
 	// The agent's settings (Options), filled in by Run.
 
@@ -162,16 +167,21 @@ func (b *BrokerSource) withSVID(ctx context.Context, use svidUser) (Credential, 
 // failure.
 func (b *BrokerSource) attest(ctx, fetchCtx context.Context, run *spireRun) (tls.Certificate, error) {
 	attestCtx := fetchCtx
-	if !b.ExpiresAt.IsZero() {
-		var cancel context.CancelFunc
-		attestCtx, cancel = context.WithDeadline(fetchCtx, b.ExpiresAt)
-		defer cancel()
+	for _, at := range []time.Time{b.ExpiresAt, b.SecretsDeadline} {
+		if !at.IsZero() {
+			var cancel context.CancelFunc
+			attestCtx, cancel = context.WithDeadline(attestCtx, at)
+			defer cancel()
+		}
 	}
 	var secrets agentconfig.GuestSecrets
-	if f := b.SPIFFE.JoinTokenFile; f != "" {
+	if f := b.SecretsFile; f != "" {
 		var err error
-		if secrets, err = waitGuestSecrets(ctx, attestCtx, run.log, filepath.Join(b.Root, filepath.FromSlash(f))); err != nil {
+		if secrets, err = waitGuestSecrets(ctx, attestCtx, run.log, filepath.Join(b.Root, filepath.FromSlash(f)), ExitAttestation); err != nil {
 			return tls.Certificate{}, err
+		}
+		if secrets.JoinToken == "" {
+			return tls.Certificate{}, fail(ExitAttestation, "the secrets the operator placed at %s hold no join token and broker proof", f)
 		}
 		b.proof = secrets.BrokerProof
 	}

@@ -70,20 +70,16 @@ func (e *UnsupportedError) Error() string {
 	return e.What + " is not supported by this agent version yet"
 }
 
-// NewCredentialSource picks the credential source for cfg: DirectSource
+// NewCredentialSource picks the credential source for cfg: GuestSource
 // for workloadMethod direct; for broker, VaultSource when spiffe.secretStore
 // names a secrets store, else BrokerSource.
 func NewCredentialSource(cfg *agentconfig.Config) (CredentialSource, error) {
 	switch cfg.WorkloadMethod {
 	case agentconfig.WorkloadDirect:
-		return DirectSource{
-			Method:            cfg.BootstrapMethod,
-			JITConfig:         cfg.JITConfig,
-			RegistrationToken: cfg.RegistrationToken,
-			RegistrationURL:   cfg.RegistrationURL,
-		}, nil
+		return &GuestSource{Method: cfg.BootstrapMethod, File: cfg.SecretsFile, Deadline: cfg.SecretsDeadline, RegistrationURL: cfg.RegistrationURL}, nil
 	case agentconfig.WorkloadBroker:
-		b := &BrokerSource{Method: cfg.BootstrapMethod, SPIFFE: cfg.SPIFFE, ExpiresAt: cfg.ExpiresAt}
+		b := &BrokerSource{Method: cfg.BootstrapMethod, SPIFFE: cfg.SPIFFE, ExpiresAt: cfg.ExpiresAt,
+			SecretsFile: cfg.SecretsFile, SecretsDeadline: cfg.SecretsDeadline}
 		if s := cfg.SPIFFE; s != nil && s.SecretStore != nil {
 			return &VaultSource{Store: *s.SecretStore, SPIRE: b}, nil
 		}
@@ -92,18 +88,3 @@ func NewCredentialSource(cfg *agentconfig.Config) (CredentialSource, error) {
 		return nil, &UnsupportedError{What: fmt.Sprintf("workloadMethod %q", cfg.WorkloadMethod)}
 	}
 }
-
-// DirectSource is workloadMethod direct: the credential was in the config
-// file.
-type DirectSource Credential
-
-// Credential returns the credential from the config file.
-func (d DirectSource) Credential(context.Context) (Credential, error) {
-	return Credential(d), nil
-}
-
-// String hides the secret.
-func (d DirectSource) String() string { return Credential(d).String() }
-
-// GoString hides the secret.
-func (d DirectSource) GoString() string { return Credential(d).String() }

@@ -181,7 +181,6 @@ func TestGitHubSimulator(t *testing.T) {
 		v := newVM(t)
 		v.secret = jit
 		c := v.baseConfig()
-		c.JITConfig = jit
 		runJob(t, v, c, "agent-jit", "agent-jit")
 	})
 
@@ -194,7 +193,7 @@ func TestGitHubSimulator(t *testing.T) {
 		v := newVM(t)
 		v.secret = token
 		c := v.baseConfig()
-		c.BootstrapMethod, c.JITConfig, c.RegistrationToken = agentconfig.BootstrapRunnerToken, "", token
+		c.BootstrapMethod = agentconfig.BootstrapRunnerToken
 		c.RegistrationURL = gs.URL + "/octo-org/app"
 		c.Runner.Name, c.Runner.Labels = "agent-reg", []string{"hyperfleet", "agent-reg"}
 		runJob(t, v, c, "agent-reg", "agent-reg")

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -30,7 +32,7 @@ func TestWaitGuestSecrets(t *testing.T) {
 	t.Run("arrives late, written in pieces", func(t *testing.T) {
 		t.Parallel()
 		root := t.TempDir()
-		path := filepath.Join(root, agentconfig.JoinTokenFile)
+		path := filepath.Join(root, agentconfig.SecretsFile)
 		// The directory exists from boot on, as cloud-init's bootcmd makes
 		// it, with a mode the agent tightens.
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -46,7 +48,7 @@ func TestWaitGuestSecrets(t *testing.T) {
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		g, err := waitGuestSecrets(context.Background(), ctx, log, path)
+		g, err := waitGuestSecrets(context.Background(), ctx, log, path, ExitAttestation)
 		if err != nil || g.JoinToken != "9b2f4c1e-7d3a-4f5b-8c6d-1e2f3a4b5c6d" || g.BrokerProof != "proof-1" {
 			t.Fatalf("waitGuestSecrets = %+v, %v", g, err)
 		}
@@ -60,11 +62,11 @@ func TestWaitGuestSecrets(t *testing.T) {
 
 	t.Run("never placed", func(t *testing.T) {
 		t.Parallel()
-		path := filepath.Join(t.TempDir(), agentconfig.JoinTokenFile)
+		path := filepath.Join(t.TempDir(), agentconfig.SecretsFile)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_, err := waitGuestSecrets(context.Background(), ctx, log, path)
-		if exitCode(err) != ExitAttestation || !strings.Contains(err.Error(), "before the attestation deadline") || !strings.Contains(err.Error(), "qemu-guest-agent") {
+		_, err := waitGuestSecrets(context.Background(), ctx, log, path, ExitAttestation)
+		if exitCode(err) != ExitAttestation || !strings.Contains(err.Error(), "before the deadline") || !strings.Contains(err.Error(), "qemu-guest-agent") {
 			t.Fatalf("no token: %v (exit code %d), want ExitAttestation naming the deadline and the guest agent", err, exitCode(err))
 		}
 		// The directory is made (0700) before anything can be written.
@@ -75,10 +77,10 @@ func TestWaitGuestSecrets(t *testing.T) {
 
 	t.Run("agent stopped", func(t *testing.T) {
 		t.Parallel()
-		path := filepath.Join(t.TempDir(), agentconfig.JoinTokenFile)
+		path := filepath.Join(t.TempDir(), agentconfig.SecretsFile)
 		parent, stop := context.WithCancel(context.Background())
 		stop()
-		_, err := waitGuestSecrets(parent, context.Background(), log, path)
+		_, err := waitGuestSecrets(parent, context.Background(), log, path, ExitAttestation)
 		if err == nil || exitCode(err) == ExitAttestation {
 			t.Fatalf("a stopped agent: %v (exit code %d), want no attestation failure", err, exitCode(err))
 		}
@@ -126,5 +128,88 @@ func TestRefusedTokenNoticed(t *testing.T) {
 	}
 	if strings.Contains(v.log.String(), v.secret) {
 		t.Error("the log shows the join token")
+	}
+}
+
+// TestCredentialArrivesInTheRunningVM: in direct mode the config holds no
+// credential; the agent makes the secrets' directory root's alone, tells
+// the operator it waits (a ready hint with the claim in the path, the
+// notice token, no body), and runs the runner with the credential the
+// operator then places, whose file it removes.
+func TestCredentialArrivesInTheRunningVM(t *testing.T) {
+	t.Parallel()
+	v := newVM(t)
+	writeScript(t, filepath.Join(v.install(), "run.sh"), v.goodRunner(0))
+	v.holdCredential = true
+	dir := filepath.Join(v.root, agentconfig.SecretsDir)
+	var (
+		mu    sync.Mutex
+		hints []string
+	)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		fi, err := os.Stat(dir)
+		mu.Lock()
+		hints = append(hints, fmt.Sprintf("%s %s %q %d %v", r.Method, r.URL.Path, r.Header.Get("Authorization"), len(body), err == nil && fi.Mode().Perm() == 0o700))
+		mu.Unlock()
+		if strings.HasPrefix(r.URL.Path, "/hints/v1/ready/") {
+			// The operator places the credential once it hears.
+			v.placeCredential(agentconfig.BootstrapJITConfig)
+		}
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer srv.Close()
+	c := v.baseConfig()
+	token := strings.Repeat("cd", 32)
+	c.PowerOffNotify = &agentconfig.PowerOffNotify{URL: srv.URL + "/hints/v1/power-off", ReadyURL: srv.URL + "/hints/v1/ready", Token: token,
+		Claim: agentconfig.ClaimRef{Namespace: "ci", Name: "runner-1", UID: "uid-1"},
+		CA:    string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))}
+	v.writeConfig(c)
+	v.checkCommon(v.run(context.Background()), ExitOK, 1)
+	if got := v.read("run.jit"); got != v.secret {
+		t.Errorf("ACTIONS_RUNNER_INPUT_JITCONFIG = %q, want the credential placed in the VM", got)
+	}
+	if _, err := os.Stat(filepath.Join(v.root, agentconfig.SecretsFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the secrets file is still there: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := fmt.Sprintf("POST /hints/v1/ready/ci/runner-1/uid-1 %q 0 true", "Bearer "+token)
+	if len(hints) != 2 || hints[0] != want || !strings.HasPrefix(hints[1], "POST /hints/v1/power-off/ci/runner-1/uid-1 ") {
+		t.Errorf("requests to the operator: %q; want the ready hint (%s), then the power-off notice", hints, want)
+	}
+}
+
+// TestNoCredentialBeforeTheDeadline: a credential that never arrives (no
+// guest agent, the operator down), or one of another kind than the
+// config's bootstrapMethod, ends the agent at secretsDeadline with
+// ExitNoSecrets, naming the file and the guest agent, and powers the VM
+// off without running anything.
+func TestNoCredentialBeforeTheDeadline(t *testing.T) {
+	t.Parallel()
+	for name, place := range map[string]*agentconfig.GuestSecrets{
+		"nothing placed":    nil,
+		"another kind":      {RegistrationToken: "AABBCCDD", RegistrationURL: "https://github.example/o"},
+		"a join token only": {JoinToken: "tok", BrokerProof: "proof"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			v := newVM(t)
+			writeScript(t, filepath.Join(v.install(), "run.sh"), v.goodRunner(0))
+			v.holdCredential = true
+			c := v.baseConfig()
+			c.SecretsDeadline = time.Now().Add(time.Second)
+			v.writeConfig(c)
+			if place != nil {
+				v.placeSecrets(*place)
+			}
+			v.checkCommon(v.run(context.Background()), ExitNoSecrets, 1)
+			if v.ran("run") {
+				t.Error("the runner ran without its credential")
+			}
+			if log := v.log.String(); !strings.Contains(log, agentconfig.SecretsFile) || place == nil && !strings.Contains(log, "qemu-guest-agent") {
+				t.Errorf("the log does not name the secrets file and the guest agent:\n%s", log)
+			}
+		})
 	}
 }

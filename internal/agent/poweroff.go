@@ -46,23 +46,79 @@ func (a *agent) notifyPowerOff() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), notifyBudget)
 	defer cancel()
+	a.sendHint(ctx, "power-off notice", n.URL, "powering off anyway", func(ctx context.Context) (int, error) {
+		return PostNotice(ctx, hc, n, body)
+	})
+}
+
+// sendHint sends one hint (what, to url) with post until the operator
+// accepts it (202) or refuses it, retrying while it asks to (503: the
+// replica reached does not lead; 429) or cannot be reached, until ctx
+// ends; then meanwhile says what happens all the same. Failures are
+// logged and otherwise ignored: hints only speed the operator up.
+func (a *agent) sendHint(ctx context.Context, what, url, meanwhile string, post func(context.Context) (int, error)) {
 	for attempt := 1; ; attempt++ {
-		code, err := PostNotice(ctx, hc, n, body)
+		code, err := post(ctx)
 		switch {
 		case err == nil && code == http.StatusAccepted:
-			a.log.Info("power-off announced to the operator", "url", safeURL(n.URL), "attempts", attempt)
+			a.log.Info("the operator took the "+what, "url", safeURL(url), "attempts", attempt)
 			return
 		case err == nil && code != http.StatusServiceUnavailable && code != http.StatusTooManyRequests:
-			a.log.Warn("the operator refused the power-off notice", "url", safeURL(n.URL), "status", code)
+			a.log.Warn("the operator refused the "+what, "url", safeURL(url), "status", code)
 			return
 		}
 		select {
 		case <-ctx.Done():
-			a.log.Warn("power-off notice not delivered in time; powering off anyway", "url", safeURL(n.URL), "attempts", attempt, "lastError", errString(err), "lastStatus", code)
+			a.log.Warn("the "+what+" was not delivered in time; "+meanwhile, "url", safeURL(url), "attempts", attempt, "lastError", errString(err), "lastStatus", code)
 			return
 		case <-time.After(notifyRetry):
 		}
 	}
+}
+
+// readyHintBudget bounds the ready hint's attempts: a hint only saves the
+// operator's next look at the booting VM, and the secrets' wait goes on
+// while it is sent.
+const readyHintBudget = 10 * time.Second
+
+// announceReady tells the operator that the agent runs and waits for the
+// secrets it places in the VM (a ready hint, POSTed to the claim's URL
+// under powerOffNotify.readyURL with the notice token), so that the
+// operator looks at the VM now instead of at its next boot poll. It
+// retries while the operator asks to (503, 429) or cannot be reached,
+// within ctx; failures are logged and otherwise ignored: the operator
+// still finds the VM running at its own pace.
+func (a *agent) announceReady(ctx context.Context) {
+	n := a.notify
+	if n == nil || n.ReadyURL == "" {
+		return
+	}
+	hc, err := notifyClient(n.CA)
+	if err != nil {
+		a.log.Warn("ready hint not sent", "error", err)
+		return
+	}
+	a.sendHint(ctx, "ready hint", n.ReadyURL, "the operator finds the VM at its own pace", func(ctx context.Context) (int, error) {
+		return PostReadyHint(ctx, hc, n)
+	})
+}
+
+// PostReadyHint sends one ready hint to n's claim's URL
+// (ReadyHintURL: the claim is in the path, so that the operator checks
+// the token first; the body is empty) and returns the HTTP status; the
+// operator accepts it with 202.
+func PostReadyHint(ctx context.Context, hc *http.Client, n *agentconfig.PowerOffNotify) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.ReadyHintURL(), http.NoBody)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+n.Token)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
 }
 
 // PostNotice sends one power-off notice (body, an

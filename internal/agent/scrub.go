@@ -135,8 +135,9 @@ func holdsSecret(p string, secrets []string) (bool, error) {
 	return false, nil
 }
 
-// configSecrets are the credential values of a config document, read
-// loosely so that an invalid document still yields them.
+// configSecrets are the secret values of a config document, read loosely
+// so that an invalid document still yields them: a credential only an
+// operator from before the guest channel wrote there, and the notice token.
 func configSecrets(data []byte) []string {
 	var loose struct {
 		JITConfig         string `json:"jitConfig"`
@@ -144,11 +145,17 @@ func configSecrets(data []byte) []string {
 		SPIFFE            *struct {
 			JoinToken string `json:"joinToken"`
 		} `json:"spiffe"`
+		PowerOffNotify *struct {
+			Token string `json:"token"`
+		} `json:"powerOffNotify"`
 	}
 	if json.Unmarshal(data, &loose) != nil {
 		return nil
 	}
 	var out []string
+	if n := loose.PowerOffNotify; n != nil && n.Token != "" {
+		out = append(out, n.Token)
+	}
 	for _, s := range []string{loose.JITConfig, loose.RegistrationToken} {
 		if s != "" {
 			out = append(out, s)

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 )
 
 // cloudInitTree writes, under root, a VM's cloud-init state after a boot
@@ -98,7 +100,11 @@ func TestAgentScrubsCloudInit(t *testing.T) {
 		gone, kept := cloudInitTree(t, v.root, v.secret)
 		writeScript(t, filepath.Join(v.install(), "run.sh"), v.goodRunner(0))
 		if valid {
-			v.writeConfig(v.baseConfig())
+			// The seed's one secret now: the notice token.
+			c := v.baseConfig()
+			c.PowerOffNotify = &agentconfig.PowerOffNotify{URL: "https://127.0.0.1:1/hints/v1/power-off", Token: v.secret,
+				Claim: agentconfig.ClaimRef{Namespace: "ci", Name: "runner-1", UID: "uid-1"}}
+			v.writeConfig(c)
 		} else if err := os.WriteFile(v.cfgPath, []byte(`{"version": 99, "jitConfig": "`+v.secret+`", "powerOffOnFinish": true}`), 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -81,7 +81,7 @@ func (w *spireWorld) vmIdentity(t *testing.T, claim string) (token, id string) {
 // its guest channel, token and the proof of brokerCase, under root.
 func placeSecrets(t *testing.T, root, token, brokerCase string) {
 	t.Helper()
-	path := filepath.Join(root, agentconfig.JoinTokenFile)
+	path := filepath.Join(root, agentconfig.SecretsFile)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,6 @@ func (w *spireWorld) source(t *testing.T, token, wantID, brokerCase string, log 
 	placeSecrets(t, root, token, brokerCase)
 	s := &agentconfig.SPIFFE{
 		AttestationMethod: agentconfig.AttestationJoinToken,
-		JoinTokenFile:     agentconfig.JoinTokenFile,
 		SPIFFEID:          wantID,
 		TrustDomain:       spireTrustDomain,
 		TrustBundle:       string(w.server.Bundle),
@@ -113,6 +112,7 @@ func (w *spireWorld) source(t *testing.T, token, wantID, brokerCase string, log 
 	return &BrokerSource{
 		Method:        agentconfig.BootstrapJITConfig,
 		SPIFFE:        s,
+		SecretsFile:   agentconfig.SecretsFile,
 		Root:          root,
 		SPIREAgent:    w.bin,
 		AttestTimeout: 2 * time.Minute,
@@ -418,10 +418,10 @@ func TestBrokerSourceSPIRE(t *testing.T) {
 		v.secret = brokerJIT(id)
 		writeScript(t, filepath.Join(v.install(), "run.sh"), v.goodRunner(0))
 		c := v.baseConfig()
-		c.WorkloadMethod, c.JITConfig = agentconfig.WorkloadBroker, ""
+		c.WorkloadMethod = agentconfig.WorkloadBroker
 		placeSecrets(t, v.root, token, "run")
 		c.SPIFFE = &agentconfig.SPIFFE{
-			AttestationMethod: agentconfig.AttestationJoinToken, JoinTokenFile: agentconfig.JoinTokenFile, SPIFFEID: id,
+			AttestationMethod: agentconfig.AttestationJoinToken, SPIFFEID: id,
 			TrustDomain: spireTrustDomain, TrustBundle: string(w.server.Bundle), ServerAddress: w.server.Address,
 			BrokerURL: w.broker.srv.URL + "/credential/run", BrokerCA: w.broker.caPEM,
 		}

@@ -142,7 +142,7 @@ func spireAgentConfig(s *agentconfig.SPIFFE, token, dir string) ([]byte, error) 
 		quote("the SPIRE directory", filepath.Join(dir, spireSocket)),
 		quote("the SPIRE directory", filepath.Join(dir, spireBundleFile)),
 		quote("spiffe.trustDomain", s.TrustDomain),
-		quote("spiffe.joinTokenFile", token))
+		quote("the join token at secretsFile", token))
 	if len(errs) > 0 {
 		return nil, errs[0]
 	}

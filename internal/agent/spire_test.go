@@ -14,7 +14,6 @@ import (
 func testSPIFFE() *agentconfig.SPIFFE {
 	return &agentconfig.SPIFFE{
 		AttestationMethod: agentconfig.AttestationJoinToken,
-		JoinTokenFile:     agentconfig.JoinTokenFile,
 		TrustDomain:       "example.org",
 		ServerAddress:     "spire.example.org:8081",
 		BrokerURL:         "https://broker.example.org",
@@ -44,12 +43,12 @@ func TestSPIREAgentConfig(t *testing.T) {
 		}
 	}
 
-	for _, token := range []string{"tok\"\n}\nplugins {", "tok\\en-ünicode"} {
+	for _, token := range []string{"tk\"\n}\nplugins {", "tk\\en-ünicode"} {
 		_, err := spireAgentConfig(testSPIFFE(), token, "/run/x")
 		if code := exitCode(err); code != ExitBadConfig {
 			t.Errorf("token %q: exit code %d (%v), want ExitBadConfig", token, code, err)
 		}
-		if err != nil && strings.Contains(err.Error(), "tok") {
+		if err != nil && strings.Contains(err.Error(), "tk") {
 			t.Errorf("the error shows the token: %v", err)
 		}
 	}

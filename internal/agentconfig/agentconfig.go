@@ -10,14 +10,17 @@
 // few dependencies, can import it without pulling in Kubernetes libraries.
 //
 // What the file holds follows docs/architecture.md, "Single-use credentials
-// only": only single-use, short-lived material ever enters a VM. In direct
-// mode that is a GitHub just-in-time runner configuration or a
-// registration token. In broker mode the file holds no secret at all: the
-// SPIRE join token and the broker proof reach the running VM only, through
-// the hypervisor's guest channel, in the GuestSecrets document at
-// spiffe.joinTokenFile (docs/security.md, "Nothing replayable at rest");
-// the runner credential comes at the last moment from the operator's
-// credential broker over mTLS.
+// only": only single-use, short-lived material ever enters a VM, and none
+// of it through this file, which rests on the VM's seed (the NoCloud ISO
+// on the hypervisor's storage) until the guest is up. The file names where
+// the secrets will arrive (secretsFile) and until when the agent waits for
+// them (secretsDeadline); the operator places the GuestSecrets document
+// there through the hypervisor's guest channel once the VM runs
+// (docs/security.md, "Nothing replayable at rest"). In direct mode that
+// document carries the single-use runner credential (a GitHub just-in-time
+// runner configuration or a registration token); in broker mode the SPIRE
+// join token and the broker proof, and the runner credential comes at the
+// last moment from the operator's credential broker over mTLS.
 package agentconfig
 
 import (
@@ -45,11 +48,11 @@ const Path = "/etc/hyperfleet/agent.json"
 // boot (cloud-init's bootcmd) and by the agent, mode 0700.
 const SecretsDir = "/run/hyperfleet"
 
-// JoinTokenFile is where the operator places the VM's GuestSecrets
-// (spiffe.joinTokenFile) through the hypervisor's guest channel once the
-// VM runs. The guest channel creates the file world-readable (QEMU's guest
-// agent makes new files 0666): SecretsDir's mode is what keeps it root's.
-const JoinTokenFile = SecretsDir + "/join-token.json"
+// SecretsFile is where the operator places the VM's GuestSecrets
+// (secretsFile) through the hypervisor's guest channel once the VM runs.
+// The guest channel creates the file world-readable (QEMU's guest agent
+// makes new files 0666): SecretsDir's mode is what keeps it root's.
+const SecretsFile = SecretsDir + "/secrets.json"
 
 // CurrentVersion is the version of the file format described here. An agent
 // refuses files of another version instead of guessing.
@@ -65,8 +68,9 @@ const PlatformGitHubActions Platform = "github-actions"
 type WorkloadMethod string
 
 const (
-	// WorkloadDirect: the single-use runner credential (jitConfig or
-	// registrationToken) is in this file. Used without attestation.
+	// WorkloadDirect: the operator places the single-use runner credential
+	// (a JIT configuration or a registration token) in the running VM, in
+	// the GuestSecrets at secretsFile. Used without attestation.
 	WorkloadDirect WorkloadMethod = "direct"
 	// WorkloadBroker: the file holds no runner credential. The agent
 	// attests with SPIRE (join token; TPM is not implemented yet), then
@@ -108,21 +112,35 @@ type Config struct {
 	// platform is the CI platform; "github-actions".
 	Platform Platform `json:"platform"`
 
-	// workloadMethod is "direct" (credential in this file) or "broker"
-	// (credential fetched from the operator's broker after attestation).
+	// workloadMethod is "direct" (the operator places the credential in
+	// the running VM, at secretsFile) or "broker" (credential fetched from
+	// the operator's broker after attestation).
 	WorkloadMethod WorkloadMethod `json:"workloadMethod"`
 
 	// bootstrapMethod is "jit-config" or "runner-token": the kind of runner
-	// credential, whether it is in this file or comes from the broker.
+	// credential, whether it arrives at secretsFile or comes from the
+	// broker.
 	BootstrapMethod BootstrapMethod `json:"bootstrapMethod"`
 
-	// jitConfig is GitHub's encoded just-in-time runner configuration
-	// (workloadMethod direct, bootstrapMethod jit-config only). Secret.
+	// jitConfig is refused: a runner credential in this file rests on the
+	// VM's seed, where whoever reads the hypervisor's storage could use it
+	// first. It arrives at secretsFile (GuestSecrets).
 	JITConfig string `json:"jitConfig,omitempty"`
 
-	// registrationToken is a GitHub runner registration token
-	// (workloadMethod direct, bootstrapMethod runner-token only). Secret.
+	// registrationToken is refused, as jitConfig.
 	RegistrationToken string `json:"registrationToken,omitempty"`
+
+	// secretsFile is where the running VM receives its GuestSecrets
+	// through the hypervisor's guest channel: SecretsFile. Required with
+	// workloadMethod direct (the runner credential) and with
+	// spiffe.attestationMethod join-token (the join token and the broker
+	// proof).
+	SecretsFile string `json:"secretsFile,omitempty"`
+
+	// secretsDeadline, RFC 3339, is when the agent stops waiting for its
+	// GuestSecrets: it then exits (ExitNoSecrets, or ExitAttestation in
+	// broker mode) and powers the VM off. Required with secretsFile.
+	SecretsDeadline time.Time `json:"secretsDeadline,omitzero"`
 
 	// registrationURL is the repository or organization URL the runner
 	// registers to, such as https://github.com/octo-org (bootstrapMethod
@@ -136,9 +154,10 @@ type Config struct {
 	// workloadMethod is broker.
 	SPIFFE *SPIFFE `json:"spiffe,omitempty"`
 
-	// expiresAt is when the credential handed to the VM (runner credential
-	// or join token) stops being usable, RFC 3339. Optional; the agent gives
-	// up with a clear message instead of trying an expired credential.
+	// expiresAt is when the join token the VM receives stops being usable,
+	// RFC 3339 (broker mode). Optional; the agent gives up with a clear
+	// message instead of trying an expired token. A runner credential's
+	// expiry travels with it in the GuestSecrets.
 	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 
 	// powerOffOnFinish powers the VM off when the runner exits (the
@@ -170,13 +189,33 @@ type PowerOffNotify struct {
 	// ca, optional, is the PEM CA bundle to trust for url; empty: the
 	// system roots.
 	CA string `json:"ca,omitempty"`
+	// readyURL, optional, is the https:// base URL of ready hints (the
+	// operator's agent server, path /hints/v1/ready): once it runs and
+	// waits for its GuestSecrets, the agent POSTs an empty body to
+	// <readyURL>/<namespace>/<name>/<uid> with the same token, so that
+	// the operator looks at the VM now instead of at its next boot poll
+	// (ReadyHintURL). A hint only: the secrets still arrive through the
+	// hypervisor's guest channel alone.
+	ReadyURL string `json:"readyURL,omitempty"`
 }
 
 // NoticeURL is where the notice is POSTed: url/<namespace>/<name>/<uid>
 // of the claim, each part path-escaped.
-func (n *PowerOffNotify) NoticeURL() string {
-	return strings.TrimRight(n.URL, "/") + "/" + url.PathEscape(n.Claim.Namespace) + "/" +
-		url.PathEscape(n.Claim.Name) + "/" + url.PathEscape(n.Claim.UID)
+func (n *PowerOffNotify) NoticeURL() string { return n.Claim.under(n.URL) }
+
+// ReadyHintURL is where the ready hint is POSTed:
+// readyURL/<namespace>/<name>/<uid> of the claim; empty without readyURL.
+func (n *PowerOffNotify) ReadyHintURL() string {
+	if n.ReadyURL == "" {
+		return ""
+	}
+	return n.Claim.under(n.ReadyURL)
+}
+
+// under is base/<namespace>/<name>/<uid>, each part path-escaped.
+func (c ClaimRef) under(base string) string {
+	return strings.TrimRight(base, "/") + "/" + url.PathEscape(c.Namespace) + "/" +
+		url.PathEscape(c.Name) + "/" + url.PathEscape(c.UID)
 }
 
 // PowerOffNotice is a power-off notice as the operator takes it: the
@@ -208,38 +247,59 @@ type PowerOffNoticeBody struct {
 // SPIRE server refused the VM's join token as used or expired.
 const AttestationJoinTokenRefused = "JoinTokenRefused"
 
-// GuestSecrets is the document the operator places at
-// spiffe.joinTokenFile in the running VM, and nowhere else: never on the
-// VM's cloud-init medium or disk.
+// GuestSecrets is the document the operator places at secretsFile in the
+// running VM, and nowhere else: never on the VM's cloud-init medium or
+// disk. It carries what the VM's mode needs: the runner credential
+// (workloadMethod direct), or the join token and the broker proof
+// (spiffe.attestationMethod join-token).
 type GuestSecrets struct {
 	// joinToken is the VM's single-use SPIRE join token.
-	JoinToken string `json:"joinToken"`
+	JoinToken string `json:"joinToken,omitempty"`
 	// brokerProof is what the agent sends the credential broker besides
 	// its X509-SVID (header BrokerProofHeader): whoever attests with a
 	// join token stolen elsewhere (an old seed, the SPIRE server's
 	// datastore, a log) has the SVID but not the proof, and the broker
 	// then reports the theft instead of handing out the credential.
-	BrokerProof string `json:"brokerProof"`
+	BrokerProof string `json:"brokerProof,omitempty"`
+	// jitConfig is GitHub's encoded just-in-time runner configuration
+	// (bootstrapMethod jit-config).
+	JITConfig string `json:"jitConfig,omitempty"`
+	// registrationToken is a GitHub runner registration token
+	// (bootstrapMethod runner-token), registrationURL where it registers
+	// (optional: the config's registrationURL otherwise).
+	RegistrationToken string `json:"registrationToken,omitempty"`
+	RegistrationURL   string `json:"registrationURL,omitempty"`
+	// expiresAt is when the runner credential stops being usable;
+	// optional.
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 }
 
 // BrokerProofHeader carries GuestSecrets.BrokerProof to the broker.
 const BrokerProofHeader = "Hyperfleet-Broker-Proof"
 
 // ParseGuestSecrets decodes a GuestSecrets document; a document cut short
-// (read while it was being written) is an error, as is one missing either
-// value. Errors never quote the document.
+// (read while it was being written) is an error, as is one that carries
+// neither a join token with its broker proof nor exactly one runner
+// credential. Errors never quote the document.
 func ParseGuestSecrets(data []byte) (GuestSecrets, error) {
 	var g GuestSecrets
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&g); err != nil {
-		return GuestSecrets{}, fmt.Errorf("the guest secrets (%d bytes) are not a complete JSON document of joinToken and brokerProof", len(data))
+		return GuestSecrets{}, fmt.Errorf("the guest secrets (%d bytes) are not a complete JSON document of joinToken and brokerProof, or of a runner credential", len(data))
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return GuestSecrets{}, errors.New("the guest secrets have data after the JSON object")
 	}
-	if g.JoinToken == "" || g.BrokerProof == "" {
+	identity := g.JoinToken != "" || g.BrokerProof != ""
+	runner := g.JITConfig != "" || g.RegistrationToken != ""
+	switch {
+	case identity && (g.JoinToken == "" || g.BrokerProof == ""):
 		return GuestSecrets{}, errors.New("the guest secrets lack joinToken or brokerProof")
+	case g.JITConfig != "" && g.RegistrationToken != "":
+		return GuestSecrets{}, errors.New("the guest secrets carry both a jitConfig and a registrationToken; a VM gets one runner credential")
+	case !identity && !runner:
+		return GuestSecrets{}, errors.New("the guest secrets carry neither a join token nor a runner credential")
 	}
 	return g, nil
 }
@@ -311,13 +371,9 @@ type SPIFFE struct {
 	AttestationMethod AttestationMethod `json:"attestationMethod"`
 
 	// joinToken is refused: the join token never rests on the VM's seed
-	// or disk. It reaches the running VM at joinTokenFile.
+	// or disk. It reaches the running VM in the GuestSecrets at the
+	// config's secretsFile.
 	JoinToken string `json:"joinToken,omitempty"`
-
-	// joinTokenFile is where the running VM receives its GuestSecrets (the
-	// join token and the broker proof) through the hypervisor's guest
-	// channel (join-token only): JoinTokenFile.
-	JoinTokenFile string `json:"joinTokenFile,omitempty"`
 
 	// tpmDevicePath is the TPM device, such as /dev/tpmrm0 (tpm only).
 	TPMDevicePath string `json:"tpmDevicePath,omitempty"`
@@ -387,33 +443,23 @@ func (c *Config) Validate() error {
 		if c.SPIFFE != nil {
 			bad("spiffe", "is set but workloadMethod is direct; SPIFFE attestation implies workloadMethod broker")
 		}
-		switch c.BootstrapMethod {
-		case BootstrapJITConfig:
-			if c.JITConfig == "" {
-				bad("jitConfig", "is empty; bootstrapMethod jit-config with workloadMethod direct needs GitHub's encoded JIT configuration")
-			}
-			if c.RegistrationToken != "" {
-				bad("registrationToken", "is set but bootstrapMethod is jit-config; remove it")
-			}
-		case BootstrapRunnerToken:
-			if c.RegistrationToken == "" {
-				bad("registrationToken", "is empty; bootstrapMethod runner-token with workloadMethod direct needs a registration token")
-			}
-			if c.JITConfig != "" {
-				bad("jitConfig", "is set but bootstrapMethod is runner-token; remove it")
-			}
+		if c.SecretsFile == "" {
+			bad("secretsFile", "is empty; workloadMethod direct needs where the operator places the runner credential in the running VM, %s", SecretsFile)
 		}
 	case WorkloadBroker:
 		if c.SPIFFE == nil {
 			bad("spiffe", "is missing; workloadMethod broker needs SPIFFE attestation settings")
 		}
-		if c.JITConfig != "" || c.RegistrationToken != "" {
-			bad("jitConfig/registrationToken", "must be empty with workloadMethod broker: the runner credential comes from the broker, never from the VM's cloud-init")
-		}
 	default:
 		bad("workloadMethod", "is %q; must be %q or %q", c.WorkloadMethod, WorkloadDirect, WorkloadBroker)
 	}
 
+	for field, v := range map[string]string{"jitConfig": c.JITConfig, "registrationToken": c.RegistrationToken} {
+		if v != "" {
+			bad(field, "must not be in the config: a runner credential written to the VM's seed can be read off the hypervisor's storage and used first; the operator places it in the running VM at secretsFile (docs/security.md, \"Nothing replayable at rest\"). An agent from before that change reads it here: update the agent")
+		}
+	}
+	c.validateSecretsFile(bad)
 	if c.BootstrapMethod == BootstrapRunnerToken {
 		if c.RegistrationURL == "" {
 			bad("registrationURL", "is empty; bootstrapMethod runner-token needs the URL the runner registers to, such as https://github.com/octo-org/octo-repo")
@@ -429,7 +475,7 @@ func (c *Config) Validate() error {
 	}
 	c.Runner.validate(bad)
 	if c.SPIFFE != nil {
-		c.SPIFFE.validate(bad)
+		c.SPIFFE.validate(c.SecretsFile, bad)
 	}
 	if c.PowerOffNotify != nil {
 		c.PowerOffNotify.validate(bad)
@@ -437,9 +483,31 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// validateSecretsFile checks secretsFile and secretsDeadline; which modes
+// need them is checked with the mode.
+func (c *Config) validateSecretsFile(bad func(field, format string, args ...any)) {
+	if c.SecretsFile == "" {
+		if !c.SecretsDeadline.IsZero() {
+			bad("secretsDeadline", "is set but secretsFile is empty; remove it")
+		}
+		return
+	}
+	if !path.IsAbs(c.SecretsFile) || path.Clean(c.SecretsFile) != c.SecretsFile {
+		bad("secretsFile", "%q must be the absolute path the operator places the VM's secrets at, %s", c.SecretsFile, SecretsFile)
+	}
+	if c.SecretsDeadline.IsZero() {
+		bad("secretsDeadline", "is empty; with secretsFile the agent needs to know until when the operator may place its secrets")
+	}
+}
+
 func (n *PowerOffNotify) validate(bad func(field, format string, args ...any)) {
 	if u, err := url.Parse(n.URL); err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil {
 		bad("powerOffNotify.url", "%q is not an https:// URL without credentials", n.URL)
+	}
+	if n.ReadyURL != "" {
+		if u, err := url.Parse(n.ReadyURL); err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil {
+			bad("powerOffNotify.readyURL", "%q is not an https:// URL without credentials", n.ReadyURL)
+		}
 	}
 	if n.Token == "" {
 		bad("powerOffNotify.token", "is empty")
@@ -511,21 +579,21 @@ func (r *Runner) validate(bad func(field, format string, args ...any)) {
 	}
 }
 
-func (s *SPIFFE) validate(bad func(field, format string, args ...any)) {
+func (s *SPIFFE) validate(secretsFile string, bad func(field, format string, args ...any)) {
 	if s.JoinToken != "" {
-		bad("spiffe.joinToken", "must not be in the config: a join token written to the VM's seed can be read off the storage and used first; the operator places it in the running VM at spiffe.joinTokenFile (docs/identity.md)")
+		bad("spiffe.joinToken", "must not be in the config: a join token written to the VM's seed can be read off the storage and used first; the operator places it in the running VM at secretsFile (docs/identity.md)")
 	}
 	switch s.AttestationMethod {
 	case AttestationJoinToken:
-		if s.JoinTokenFile == "" || !path.IsAbs(s.JoinTokenFile) || path.Clean(s.JoinTokenFile) != s.JoinTokenFile {
-			bad("spiffe.joinTokenFile", "%q must be the absolute path the operator places the join token at, %s", s.JoinTokenFile, JoinTokenFile)
+		if secretsFile == "" {
+			bad("secretsFile", "is empty; spiffe.attestationMethod join-token needs where the operator places the join token in the running VM, %s", SecretsFile)
 		}
 		if s.TPMDevicePath != "" {
 			bad("spiffe.tpmDevicePath", "is set but attestationMethod is join-token; remove it")
 		}
 	case AttestationTPM:
-		if s.JoinTokenFile != "" {
-			bad("spiffe.joinTokenFile", "is set but attestationMethod is tpm; remove it")
+		if secretsFile != "" {
+			bad("secretsFile", "is set but spiffe.attestationMethod is tpm, whose VM receives no join token; remove it")
 		}
 		if !strings.HasPrefix(s.TPMDevicePath, "/dev/") {
 			bad("spiffe.tpmDevicePath", "%q must be a device path such as /dev/tpmrm0", s.TPMDevicePath)

@@ -24,7 +24,8 @@ func directJIT() Config {
 		Platform:        PlatformGitHubActions,
 		WorkloadMethod:  WorkloadDirect,
 		BootstrapMethod: BootstrapJITConfig,
-		JITConfig:       "eyJmYWtlIjp0cnVlfQ==",
+		SecretsFile:     SecretsFile,
+		SecretsDeadline: time.Date(2025, 6, 1, 12, 30, 0, 0, time.UTC),
 		Runner: Runner{
 			Name:   "runner-1",
 			Labels: []string{"self-hosted", "linux"},
@@ -41,8 +42,6 @@ func directJIT() Config {
 func directToken() Config {
 	c := directJIT()
 	c.BootstrapMethod = BootstrapRunnerToken
-	c.JITConfig = ""
-	c.RegistrationToken = "AABBCC"
 	c.RegistrationURL = "https://github.com/octo-org/octo-repo"
 	c.Runner.Group = "ci"
 	c.Runner.Software.DownloadURL = "https://github.com/actions/runner/releases/download/v2.329.0/actions-runner-linux-x64-2.329.0.tar.gz"
@@ -53,10 +52,8 @@ func directToken() Config {
 func broker() Config {
 	c := directJIT()
 	c.WorkloadMethod = WorkloadBroker
-	c.JITConfig = ""
 	c.SPIFFE = &SPIFFE{
 		AttestationMethod: AttestationJoinToken,
-		JoinTokenFile:     JoinTokenFile,
 		SPIFFEID:          "spiffe://hyperfleet.io/vm/ci/runner-1/uid",
 		TrustDomain:       "hyperfleet.io",
 		TrustBundle:       testCA,
@@ -70,7 +67,7 @@ func broker() Config {
 func TestValidConfigsRoundTrip(t *testing.T) {
 	tpm := broker()
 	tpm.SPIFFE.AttestationMethod = AttestationTPM
-	tpm.SPIFFE.JoinTokenFile = ""
+	tpm.SecretsFile, tpm.SecretsDeadline = "", time.Time{}
 	tpm.SPIFFE.TPMDevicePath = "/dev/tpmrm0"
 	for name, c := range map[string]Config{"direct jit": directJIT(), "direct token": directToken(), "broker join-token": broker(), "broker tpm": tpm} {
 		t.Run(name, func(t *testing.T) {
@@ -100,8 +97,8 @@ func TestValidateErrors(t *testing.T) {
 	}{
 		{"version", func(c *Config) { c.Version = 2 }, []string{"version: is 2"}},
 		{"platform", func(c *Config) { c.Platform = "gitlab" }, []string{"platform:"}},
-		{"no jit", func(c *Config) { c.JITConfig = "" }, []string{"jitConfig: is empty"}},
-		{"jit and token", func(c *Config) { c.RegistrationToken = "x" }, []string{"registrationToken: is set but bootstrapMethod is jit-config"}},
+		{"no secrets file", func(c *Config) { c.SecretsFile = "" }, []string{"secretsFile: is empty; workloadMethod direct needs", "secretsDeadline: is set but secretsFile is empty"}},
+		{"secrets file", func(c *Config) { c.SecretsFile = "run/hyperfleet/../x"; c.SecretsDeadline = time.Time{} }, []string{`secretsFile: "run/hyperfleet/../x" must be the absolute path`, "secretsDeadline: is empty"}},
 		{"workload method", func(c *Config) { c.WorkloadMethod = "vault" }, []string{`workloadMethod: is "vault"`}},
 		{"bootstrap method", func(c *Config) { c.BootstrapMethod = "pat" }, []string{`bootstrapMethod: is "pat"`}},
 		{"spiffe with direct", func(c *Config) { c.SPIFFE = broker().SPIFFE }, []string{"spiffe: is set but workloadMethod is direct"}},
@@ -134,23 +131,22 @@ func TestValidateErrors(t *testing.T) {
 
 func TestValidateTokenAndBrokerErrors(t *testing.T) {
 	c := directToken()
-	c.RegistrationToken, c.RegistrationURL, c.Runner.Name = "", "", ""
+	c.RegistrationURL, c.Runner.Name = "", ""
 	err := c.Validate()
-	for _, w := range []string{"registrationToken: is empty", "registrationURL: is empty", "runner.name: is empty"} {
+	for _, w := range []string{"registrationURL: is empty", "runner.name: is empty"} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("runner-token error %v does not mention %q", err, w)
 		}
 	}
 
 	b := broker()
-	b.JITConfig = "leak"
-	b.SPIFFE.JoinTokenFile = "run/hyperfleet/../x"
+	b.SecretsFile = ""
 	b.SPIFFE.TrustBundle = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"
 	b.SPIFFE.ServerAddress = "spire"
 	b.SPIFFE.BrokerURL = "http://broker"
 	b.SPIFFE.SPIFFEID = "spiffe://other.org/vm"
 	err = b.Validate()
-	for _, w := range []string{"must be empty with workloadMethod broker", "spiffe.joinTokenFile: \"run/hyperfleet/../x\" must be the absolute path", "only CERTIFICATE blocks", "spiffe.serverAddress", "spiffe.brokerURL", "not in trust domain"} {
+	for _, w := range []string{"secretsFile: is empty; spiffe.attestationMethod join-token needs", "only CERTIFICATE blocks", "spiffe.serverAddress", "spiffe.brokerURL", "not in trust domain"} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("broker error %v does not mention %q", err, w)
 		}
@@ -163,6 +159,21 @@ func TestValidateTokenAndBrokerErrors(t *testing.T) {
 	err = b.Validate()
 	if err == nil || !strings.Contains(err.Error(), "spiffe.joinToken: must not be in the config") || strings.Contains(err.Error(), "9b2f4c1e") {
 		t.Errorf("a config with a join token: %v; want it refused, naming the field, the token redacted", err)
+	}
+
+	// So is a runner credential, in every mode: the seed is read off the
+	// storage before the guest is up.
+	for name, c := range map[string]Config{"direct jit": directJIT(), "direct token": directToken(), "broker": broker()} {
+		c.JITConfig, c.RegistrationToken = "eyJydW5uZXIiOiJzdG9sZW4ifQ==", "AABBCCDDEEFF0011"
+		err := c.Validate()
+		for _, w := range []string{"jitConfig: must not be in the config", "registrationToken: must not be in the config", "places it in the running VM at secretsFile"} {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%s with a runner credential: %v; want it refused, mentioning %q", name, err, w)
+			}
+		}
+		if err != nil && (strings.Contains(err.Error(), "eyJydW5u") || strings.Contains(err.Error(), "AABBCCDD")) {
+			t.Errorf("%s: the refusal quotes the credential: %v", name, err)
+		}
 	}
 
 	b = broker()
@@ -267,7 +278,17 @@ func TestParseGuestSecrets(t *testing.T) {
 			t.Errorf("the error quotes the document: %v", err)
 		}
 	}
-	for _, bad := range []string{`{"joinToken":"t"}`, `{"brokerProof":"p"}`, good + `{}`, `{"joinToken":"t","brokerProof":"p","x":1}`} {
+	for doc, want := range map[string]GuestSecrets{
+		`{"jitConfig":"eyJh"}`: {JITConfig: "eyJh"},
+		`{"registrationToken":"AABB","registrationURL":"https://github.com/o","expiresAt":"2025-06-01T13:00:00Z"}`: {
+			RegistrationToken: "AABB", RegistrationURL: "https://github.com/o", ExpiresAt: time.Date(2025, 6, 1, 13, 0, 0, 0, time.UTC)},
+	} {
+		if g, err := ParseGuestSecrets([]byte(doc)); err != nil || g != want {
+			t.Errorf("ParseGuestSecrets(%s) = %+v, %v; want %+v", doc, g, err, want)
+		}
+	}
+	for _, bad := range []string{`{"joinToken":"t"}`, `{"brokerProof":"p"}`, good + `{}`, `{"joinToken":"t","brokerProof":"p","x":1}`,
+		`{}`, `{"jitConfig":"a","registrationToken":"b","registrationURL":"https://github.com/o"}`} {
 		if _, err := ParseGuestSecrets([]byte(bad)); err == nil {
 			t.Errorf("ParseGuestSecrets(%s) accepted it", bad)
 		}

@@ -68,6 +68,12 @@ const PathPrefix = "/agent/v1/"
 // that the token is checked before any body byte is read.
 const PowerOffPath = "/hints/v1/power-off"
 
+// ReadyPath is where VMs' agents say they run and wait for the secrets the
+// operator places in the VM: POST ReadyPath/<namespace>/<name>/<uid> of
+// their claim (agentconfig.PowerOffNotify.ReadyHintURL) with the claim's
+// notice token and no body. Checked, and bounded, as power-off notices.
+const ReadyPath = "/hints/v1/ready"
+
 // Errors a PowerOffReceiver returns, mapped to answers.
 var (
 	// ErrBadToken: the token is not the claim's (401). Nothing else was
@@ -88,6 +94,12 @@ type PowerOffReceiver interface {
 	// PowerOffNotice treats an authorized notice as a hint about the
 	// claim's VM. ErrRetry is answered 503, any other error 500.
 	PowerOffNotice(ctx context.Context, notice agentconfig.PowerOffNotice) error
+	// AuthorizeReady is AuthorizePowerOff for a ready hint.
+	AuthorizeReady(claim agentconfig.ClaimRef, token string) error
+	// ReadyHint treats an authorized ready hint (the claim's agent runs
+	// and waits for its secrets) as a reason to look at the claim's VM
+	// now. Errors are answered as PowerOffNotice's.
+	ReadyHint(ctx context.Context, claim agentconfig.ClaimRef) error
 }
 
 // maxNoticeBytes bounds a power-off notice's body (two booleans).
@@ -420,6 +432,7 @@ func (s *Server) Handler() http.Handler {
 	if s.opts.PowerOff != nil {
 		mux.HandleFunc(PowerOffPath+"/", s.servePowerOff)
 		mux.HandleFunc(PowerOffPath, s.serveOldPowerOff)
+		mux.HandleFunc(ReadyPath+"/", s.serveReady)
 	}
 	mux.HandleFunc("/", s.serve)
 	return mux
@@ -433,6 +446,16 @@ func (s *Server) BrokerURL() string {
 	return s.base + BrokerPath
 }
 
+// ReadyURL is the base URL VMs' agents send their ready hint to (each
+// under its claim's path: agentconfig.PowerOffNotify.ReadyHintURL), empty
+// without a PowerOffReceiver.
+func (s *Server) ReadyURL() string {
+	if s.opts.PowerOff == nil {
+		return ""
+	}
+	return s.base + ReadyPath
+}
+
 // PowerOffURL is the base URL VMs announce their power-off at (each under
 // its claim's path: agentconfig.PowerOffNotify.NoticeURL), empty without a
 // PowerOffReceiver.
@@ -443,45 +466,78 @@ func (s *Server) PowerOffURL() string {
 	return s.base + PowerOffPath
 }
 
-// servePowerOff takes one power-off notice at
-// PowerOffPath/<namespace>/<name>/<uid>. The token is checked before any
-// byte of the body is read; every refusal closes the connection, so that
-// whoever has no token holds nothing. The answer says only accepted,
-// refused or retry.
-func (s *Server) servePowerOff(w http.ResponseWriter, r *http.Request) {
+// hintRefusal answers a refused hint and closes the connection, so that
+// whoever has no token holds nothing.
+func hintRefusal(w http.ResponseWriter, code int, msg string) {
+	httpsserver.DropConnection(w)
+	http.Error(w, msg, code)
+}
+
+// authorizeHint checks a hint's method, path (base/<namespace>/<name>/<uid>)
+// and bearer token, before any byte of its body is read, answering every
+// refusal itself (ok false). what names the hint in the answers.
+func (s *Server) authorizeHint(w http.ResponseWriter, r *http.Request, base, what string, authorize func(agentconfig.ClaimRef, string) error) (agentconfig.ClaimRef, bool) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	refuse := func(code int, msg string) {
-		httpsserver.DropConnection(w)
-		http.Error(w, msg, code)
-	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
-		refuse(http.StatusMethodNotAllowed, "power-off notices are POSTed")
-		return
+		hintRefusal(w, http.StatusMethodNotAllowed, what+"s are POSTed")
+		return agentconfig.ClaimRef{}, false
 	}
-	claim, ok := claimOfPath(r.URL.Path)
+	claim, ok := claimOfPath(base, r.URL.Path)
 	if !ok {
-		refuse(http.StatusBadRequest, "a power-off notice is POSTed to "+PowerOffPath+"/<namespace>/<name>/<uid> of the VM's claim")
-		return
+		hintRefusal(w, http.StatusBadRequest, "a "+what+" is POSTed to "+base+"/<namespace>/<name>/<uid> of the VM's claim")
+		return agentconfig.ClaimRef{}, false
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || token == "" {
-		refuse(http.StatusUnauthorized, "unauthorized: a power-off notice carries its claim's bearer token")
-		return
+		hintRefusal(w, http.StatusUnauthorized, "unauthorized: a "+what+" carries its claim's bearer token")
+		return agentconfig.ClaimRef{}, false
 	}
-	if err := s.opts.PowerOff.AuthorizePowerOff(claim, token); err != nil {
-		refuse(http.StatusUnauthorized, "unauthorized")
+	if err := authorize(claim, token); err != nil {
+		hintRefusal(w, http.StatusUnauthorized, "unauthorized")
+		return agentconfig.ClaimRef{}, false
+	}
+	return claim, true
+}
+
+// servePowerOff takes one power-off notice at
+// PowerOffPath/<namespace>/<name>/<uid>. The token is checked before any
+// byte of the body is read; every refusal closes the connection. The
+// answer says only accepted, refused or retry.
+func (s *Server) servePowerOff(w http.ResponseWriter, r *http.Request) {
+	claim, ok := s.authorizeHint(w, r, PowerOffPath, "power-off notice", s.opts.PowerOff.AuthorizePowerOff)
+	if !ok {
 		return
 	}
 	notice := agentconfig.PowerOffNotice{ClaimRef: claim}
 	if r.ContentLength != 0 {
 		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxNoticeBytes)).Decode(&notice.PowerOffNoticeBody); err != nil {
-			refuse(http.StatusBadRequest, fmt.Sprintf("a power-off notice's body is empty or a JSON object of runnerOnline and jobStarted, at most %d bytes", maxNoticeBytes))
+			hintRefusal(w, http.StatusBadRequest, fmt.Sprintf("a power-off notice's body is empty or a JSON object of runnerOnline and jobStarted, at most %d bytes", maxNoticeBytes))
 			return
 		}
 	}
-	err := s.opts.PowerOff.PowerOffNotice(r.Context(), notice)
+	s.answerHint(w, claim, "Power-off notice", s.opts.PowerOff.PowerOffNotice(r.Context(), notice))
+}
+
+// serveReady takes one ready hint at ReadyPath/<namespace>/<name>/<uid>:
+// the token is checked first, as for a power-off notice, and a hint has
+// no body: one that declares any is refused unread.
+func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
+	claim, ok := s.authorizeHint(w, r, ReadyPath, "ready hint", s.opts.PowerOff.AuthorizeReady)
+	if !ok {
+		return
+	}
+	if r.ContentLength != 0 {
+		hintRefusal(w, http.StatusBadRequest, "a ready hint has no body")
+		return
+	}
+	s.answerHint(w, claim, "Ready hint", s.opts.PowerOff.ReadyHint(r.Context(), claim))
+}
+
+// answerHint answers a hint the receiver took (err nil: 202), asked to
+// retry (503) or failed on.
+func (s *Server) answerHint(w http.ResponseWriter, claim agentconfig.ClaimRef, what string, err error) {
 	switch {
 	case err == nil:
 		w.WriteHeader(http.StatusAccepted)
@@ -489,7 +545,7 @@ func (s *Server) servePowerOff(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "retry", http.StatusServiceUnavailable)
 	default:
-		s.opts.Logger.Error(err, "Power-off notice", "namespace", claim.Namespace, "name", claim.Name)
+		s.opts.Logger.Error(err, what, "namespace", claim.Namespace, "name", claim.Name)
 		http.Error(w, "internal error", http.StatusInternalServerError)
 	}
 }
@@ -508,9 +564,9 @@ func (s *Server) serveOldPowerOff(w http.ResponseWriter, _ *http.Request) {
 		http.StatusBadRequest)
 }
 
-// claimOfPath reads the claim from PowerOffPath/<namespace>/<name>/<uid>.
-func claimOfPath(path string) (agentconfig.ClaimRef, bool) {
-	rest, ok := strings.CutPrefix(path, PowerOffPath+"/")
+// claimOfPath reads the claim from base/<namespace>/<name>/<uid>.
+func claimOfPath(base, path string) (agentconfig.ClaimRef, bool) {
+	rest, ok := strings.CutPrefix(path, base+"/")
 	if !ok {
 		return agentconfig.ClaimRef{}, false
 	}

@@ -20,6 +20,7 @@ import (
 type fakeReceiver struct {
 	mu       sync.Mutex
 	accepted []agentconfig.PowerOffNotice
+	ready    []agentconfig.ClaimRef
 	retry    bool
 }
 
@@ -40,6 +41,26 @@ func (f *fakeReceiver) PowerOffNotice(_ context.Context, n agentconfig.PowerOffN
 	}
 	f.accepted = append(f.accepted, n)
 	return nil
+}
+
+func (f *fakeReceiver) AuthorizeReady(c agentconfig.ClaimRef, token string) error {
+	return f.AuthorizePowerOff(c, token)
+}
+
+func (f *fakeReceiver) ReadyHint(_ context.Context, c agentconfig.ClaimRef) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.retry {
+		return ErrRetry
+	}
+	f.ready = append(f.ready, c)
+	return nil
+}
+
+func (f *fakeReceiver) readyHints() []agentconfig.ClaimRef {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]agentconfig.ClaimRef(nil), f.ready...)
 }
 
 func (f *fakeReceiver) notices() []agentconfig.PowerOffNotice {
@@ -203,5 +224,67 @@ func TestPowerOffTokenBeforeBody(t *testing.T) {
 	}
 	if len(rcv.notices()) != 0 {
 		t.Error("a refused notice was taken")
+	}
+}
+
+// TestReadyHints: a ready hint is taken with its claim's token and no
+// body; a forged or missing token, another claim's, a body, a malformed
+// path or another method are refused and the connection closed, and the
+// token is checked before anything else of the request is looked at.
+func TestReadyHints(t *testing.T) {
+	rcv := &fakeReceiver{}
+	s, ts, _ := newTestServer(t, Options{PowerOff: rcv})
+	if got := s.ReadyURL(); got != "https://hyperfleet-agent.hyperfleet-system.svc:9443"+ReadyPath {
+		t.Fatalf("ReadyURL = %q", got)
+	}
+	to := func(c agentconfig.ClaimRef) string {
+		n := agentconfig.PowerOffNotify{URL: ts.URL + PowerOffPath, ReadyURL: ts.URL + ReadyPath, Claim: c}
+		return n.ReadyHintURL()
+	}
+	good := to(goodClaim)
+	if want := ts.URL + "/hints/v1/ready/ci/runner-1/u1"; good != want {
+		t.Fatalf("ReadyHintURL = %q, want %q", good, want)
+	}
+	for _, c := range []struct {
+		name, url, auth, body string
+		want                  int
+	}{
+		{"accepted", good, "Bearer good", "", http.StatusAccepted},
+		{"forged token", good, "Bearer forged", "", http.StatusUnauthorized},
+		{"another claim", to(agentconfig.ClaimRef{Namespace: "ci", Name: "runner-2", UID: "u2"}), "Bearer good", "", http.StatusUnauthorized},
+		{"no token", good, "", "", http.StatusUnauthorized},
+		{"a body", good, "Bearer good", "{}", http.StatusBadRequest},
+		{"too few parts", ts.URL + ReadyPath + "/ci/runner-1", "Bearer good", "", http.StatusBadRequest},
+	} {
+		resp, msg := notice(t, c.url, c.auth, c.body)
+		if resp.StatusCode != c.want {
+			t.Errorf("%s: %s (%s), want %d", c.name, resp.Status, strings.TrimSpace(msg), c.want)
+		}
+		if c.want != http.StatusAccepted && !resp.Close {
+			t.Errorf("%s: a refusal keeps the connection open", c.name)
+		}
+	}
+	if resp, _ := get(t, http.MethodGet, good); resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET: %s", resp.Status)
+	}
+	if got := rcv.readyHints(); len(got) != 1 || got[0] != goodClaim {
+		t.Errorf("ready hints taken: %+v, want the one good hint", got)
+	}
+	if len(rcv.notices()) != 0 {
+		t.Error("a ready hint was taken as a power-off notice")
+	}
+	rcv.retry = true
+	if resp, _ := notice(t, good, "Bearer good", ""); resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("not the leader: %s, Retry-After %q", resp.Status, resp.Header.Get("Retry-After"))
+	}
+
+	// Token before body: a bogus token with a body that never arrives is
+	// answered at once and the connection closed.
+	addr := strings.TrimPrefix(ts.URL, "http://")
+	for _, tok := range []string{"bogus", "good"} {
+		want := map[string]int{"bogus": http.StatusUnauthorized, "good": http.StatusBadRequest}[tok]
+		if status, closed := stalledNotice(t, addr, ReadyPath+"/ci/runner-1/u1", tok); status != want || !closed {
+			t.Errorf("stalled ready hint with token %s: %d, closed %v; want %d and closed", tok, status, closed, want)
+		}
 	}
 }

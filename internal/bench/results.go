@@ -97,8 +97,9 @@ type ColdStart struct {
 	// latencies for the VM's clone, its configuration tasks (config
 	// write, ISO upload, disk resize: those the operator issued) and its
 	// start; Boot is the guest's boot until it runs cloud-init and the
-	// agent (the simulator's guestStart); Registration is that moment ->
-	// runner online on the GitHub simulator.
+	// agent (the simulator's guestStart); Registration is that moment, or
+	// the operator's write of the runner credential into the running VM
+	// when that came later, -> runner online on the GitHub simulator.
 	Clone        time.Duration `json:"clone"`
 	Configure    time.Duration `json:"configure"`
 	Start        time.Duration `json:"start"`

@@ -64,9 +64,9 @@ const Path = "/broker/v1/credential"
 
 // Issuer mints a claim's single-use runner credential and records what it
 // issued (never the secret) in claim.Status.Bootstrap
-// (workloads.Platforms.BrokerCredential).
+// (workloads.Platforms.RunnerCredential).
 type Issuer interface {
-	BrokerCredential(ctx context.Context, claim *hfv1.MachineClaim) (workload.Credential, error)
+	RunnerCredential(ctx context.Context, claim *hfv1.MachineClaim) (workload.Credential, error)
 }
 
 // Broker serves Path.
@@ -353,7 +353,7 @@ func (b *Broker) deliver(ctx context.Context, claim *hfv1.MachineClaim) (*Respon
 		ref.retryAfter = time.Second
 		return nil, ref
 	}
-	cred, err := b.Issuer.BrokerCredential(ctx, claim)
+	cred, err := b.Issuer.RunnerCredential(ctx, claim)
 	if err != nil {
 		// Nothing was handed out: free the claim for the VM's retry.
 		b.undo(ctx, claim)

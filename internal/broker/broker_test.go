@@ -105,7 +105,7 @@ type issuer struct {
 	err   error
 }
 
-func (i *issuer) BrokerCredential(_ context.Context, c *hfv1.MachineClaim) (workload.Credential, error) {
+func (i *issuer) RunnerCredential(_ context.Context, c *hfv1.MachineClaim) (workload.Credential, error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	i.calls++

@@ -32,7 +32,7 @@ import (
 // records what it issued in the claim's status.bootstrap (the broker's own
 // issuance).
 type CredentialIssuer interface {
-	BrokerCredential(ctx context.Context, claim *hfv1.MachineClaim) (workload.Credential, error)
+	RunnerCredential(ctx context.Context, claim *hfv1.MachineClaim) (workload.Credential, error)
 }
 
 // StoreOpener opens the secrets store a cluster's spec.spire.secretStore
@@ -76,7 +76,7 @@ func (s *Service) Store(ctx context.Context, claim *hfv1.MachineClaim, cluster *
 		return s.storeFailed(claim, storeReason(err), err)
 	}
 	mint := func(ctx context.Context, claim *hfv1.MachineClaim) (secretstore.Credential, error) {
-		cred, err := s.Credentials.BrokerCredential(ctx, claim)
+		cred, err := s.Credentials.RunnerCredential(ctx, claim)
 		if err != nil {
 			return secretstore.Credential{}, errclass.Errorf(errclass.Classify(err), string(hfv1.CredentialIssueFailedReason), "%w", err)
 		}

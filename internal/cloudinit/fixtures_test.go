@@ -31,11 +31,10 @@ func baseVars() Vars {
 		AttestationMethod:    AttestationNone,
 		WorkloadMethod:       WorkloadDirect,
 		BootstrapMethod:      BootstrapJITConfig,
-		JITConfig:            "eyJydW5uZXIiOiJydW5uZXItYWJjMTIiLCJmYWtlIjp0cnVlfQ==",
 		RegistrationURL:      "https://github.com/octo-org/octo-repo",
 		RunnerName:           "runner-abc12",
 		Labels:               List{"self-hosted", "hyperfleet", "linux"},
-		ExpiresAt:            Time{time.Date(2025, 6, 1, 13, 0, 0, 0, time.UTC)},
+		SecretsDeadline:      Time{time.Date(2025, 6, 1, 12, 30, 0, 0, time.UTC)},
 		RunnerConfig: RunnerConfig{
 			InstallPath:  "/opt/actions-runner",
 			WorkDir:      "/var/lib/hyperfleet/work",
@@ -50,8 +49,6 @@ func baseVars() Vars {
 
 func runnerTokenVars(v Vars) Vars {
 	v.BootstrapMethod = BootstrapRunnerToken
-	v.JITConfig = ""
-	v.RunnerToken = "AABBCCDDEEFFGGHHIIJJKKLLMMNNO"
 	v.RunnerGroup = "ci-runners"
 	v.RunnerConfig.DownloadURL = "https://github.com/actions/runner/releases/download/v2.329.0/actions-runner-linux-x64-2.329.0.tar.gz"
 	v.RunnerConfig.DownloadSHA256 = "194f1e1e4bd02f80b7e9633fc546084d8d4e19f3928a324d512ea53430102e1d"
@@ -62,7 +59,7 @@ func spiffeVars(v Vars) Vars {
 	v.SPIFFEEnabled = true
 	v.AttestationMethod = AttestationJoinToken
 	v.WorkloadMethod = WorkloadBroker
-	v.JITConfig = ""
+	v.ExpiresAt = Time{time.Date(2025, 6, 1, 13, 0, 0, 0, time.UTC)}
 	v.SPIFFEID = "spiffe://hyperfleet.io/vm/ci/runner-abc12/3f0c1a52-6d0e-4e55-9b1c-0d6c2f5b7a10"
 	v.TrustDomain = "hyperfleet.io"
 	v.TrustBundle = testCA
@@ -192,7 +189,6 @@ runner-labels: {{ toJson .Labels }}
 	})
 
 	v = spiffeVars(runnerTokenVars(baseVars()))
-	v.RunnerToken = ""
 	v.AttestationMethod = AttestationTPM
 	v.TPMDevicePath = "/dev/tpmrm0"
 	cases = append(cases, goldenCase{
@@ -350,7 +346,7 @@ write_files:
         },
         {{ end }}
         {{ if eq .BootstrapMethod "runner-token" }}
-        "runner_token": "{{ .RunnerToken }}",
+        "secrets_file": "/run/hyperfleet/secrets.json",
         "registration_url": "{{ .RegistrationURL }}",
         "runner_name": "{{ .RunnerName }}",
         "labels": {{ .Labels | toJson }},

@@ -4,40 +4,41 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 )
 
-// renderCanary stands for a VM's credential; no render error may show it.
+// renderCanary stands for the VM's notice token, the one secret the
+// variables still hold (no credential is ever a variable); no render error
+// may show it.
 const renderCanary = "CANARY-ci-7b3e01"
 
-// TestRenderErrorsNeverEchoCredential: user templates that fail where the
-// message quotes rendered text never get the credential into the error,
+// TestRenderErrorsNeverEchoSecrets: user templates that fail where the
+// message quotes rendered text never get the notice token into the error,
 // yet the error still names the field and line to fix.
-func TestRenderErrorsNeverEchoCredential(t *testing.T) {
-	jit := baseVars()
-	jit.JITConfig = renderCanary
-	token := runnerTokenVars(baseVars())
-	token.RunnerToken = renderCanary
+func TestRenderErrorsNeverEchoSecrets(t *testing.T) {
+	v := baseVars()
+	v.PowerOffNotify = &agentconfig.PowerOffNotify{URL: "https://op.example.com/hints/v1/power-off", Token: renderCanary,
+		Claim: agentconfig.ClaimRef{Namespace: "ci", Name: "runner-abc12", UID: v.InstanceID}}
 	cases := []struct {
 		name  string
-		vars  Vars
 		in    Input
 		field string
 	}{
-		{"user data starting with the JIT config", jit, Input{UserData: "{{ .JITConfig }}\nruncmd: []\n"}, FieldUserData},
-		{"user data starting with the registration token", token, Input{UserData: "{{ .RunnerToken }}\n"}, FieldUserData},
-		{"the JIT config as a repeated key", jit, Input{UserData: "#cloud-config\n\"{{ .JITConfig }}\": 1\n\"{{ .JITConfig }}\": 2\n"}, FieldUserData},
-		{"the JIT config as a reserved-looking key", jit, Input{UserData: "#cloud-config\nwrite_files: [{path: /etc/hyperfleet/agent.json, content: \"{{ .JITConfig }}\"}]\n"}, FieldUserData},
+		{"user data starting with the token", Input{UserData: "{{ .PowerOffNotify.Token }}\nruncmd: []\n"}, FieldUserData},
+		{"the token as a repeated key", Input{UserData: "#cloud-config\n\"{{ .PowerOffNotify.Token }}\": 1\n\"{{ .PowerOffNotify.Token }}\": 2\n"}, FieldUserData},
+		{"the token as a reserved-looking key", Input{UserData: "#cloud-config\nwrite_files: [{path: /etc/hyperfleet/agent.json, content: \"{{ .PowerOffNotify.Token }}\"}]\n"}, FieldUserData},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			in := c.in
-			in.Vars = c.vars
+			in.Vars = v
 			_, err := Render(in)
 			if err == nil {
 				t.Fatal("Render succeeded; the test needs a failing template")
 			}
 			if strings.Contains(err.Error(), renderCanary) || strings.Contains(err.Error(), renderCanary[:10]) {
-				t.Errorf("the error shows the credential: %v", err)
+				t.Errorf("the error shows the token: %v", err)
 			}
 			var ce *Error
 			if !errors.As(err, &ce) || ce.Field != c.field {

@@ -16,6 +16,8 @@ import (
 	"text/template/parse"
 
 	yaml "go.yaml.in/yaml/v3"
+
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 )
 
 // Field paths of the user's templates, used in every error about them.
@@ -238,6 +240,8 @@ func explain(field string, cause error) *Error {
 		switch {
 		case strings.HasSuffix(m[2], "cloudinit.Vars") && m[1] == "JoinToken":
 			detail = "unknown variable .JoinToken: the SPIRE join token is never rendered into cloud-init, whose seed can be read off the hypervisor's storage; HyperFleet's agent receives it in the running VM (docs/identity.md). Remove it from the template"
+		case strings.HasSuffix(m[2], "cloudinit.Vars") && (m[1] == "JITConfig" || m[1] == "RunnerToken"):
+			detail = fmt.Sprintf("unknown variable .%s: the runner credential is never rendered into cloud-init, whose seed can be read off the hypervisor's storage and used before the VM runs; the operator places it in the running VM, where HyperFleet's agent receives it (docs/security.md, \"Nothing replayable at rest\"). Remove it from the template; to run the runner yourself, read it from %s in the VM", m[1], agentconfig.SecretsFile)
 		case strings.HasSuffix(m[2], "cloudinit.Vars"):
 			detail = fmt.Sprintf("unknown variable .%s;%s the variables are %s (see docs/cloud-init.md)", m[1], didYouMean(m[1], slices.Collect(maps.Keys(varFieldSet)), "."), variableNames())
 		case strings.HasSuffix(m[2], "cloudinit.RunnerConfig"):

@@ -17,6 +17,10 @@ func TestTemplateErrors(t *testing.T) {
 			[]string{"spec.cloudInit.userData line 3:", "unknown variable .HostName; did you mean .Hostname?"}},
 		{"the join token", FieldUserData, "#cloud-config\nwrite_files: [{path: /t, content: \"{{ .JoinToken }}\"}]\n",
 			[]string{"line 2", "unknown variable .JoinToken: the SPIRE join token is never rendered into cloud-init", "docs/identity.md"}},
+		{"the JIT configuration", FieldUserData, "#cloud-config\nruncmd: [[run.sh, --jitconfig, \"{{ .JITConfig }}\"]]\n",
+			[]string{"line 2", "unknown variable .JITConfig: the runner credential is never rendered into cloud-init", "used before the VM runs", "/run/hyperfleet/secrets.json"}},
+		{"the registration token", FieldUserData, "#cloud-config\nwrite_files: [{path: /t, content: \"{{ .RunnerToken }}\"}]\n",
+			[]string{"line 2", "unknown variable .RunnerToken: the runner credential is never rendered into cloud-init", "Nothing replayable at rest"}},
 		{"unknown runner field", FieldUserData, "#cloud-config\na: {{ .RunnerConfig.Url }}\n",
 			[]string{"line 2", "unknown variable .RunnerConfig.Url", ".DownloadURL"}},
 		{"field inside range", FieldUserData, "#cloud-config\n{{ range .Labels }}\n{{ .Hostname }}\n{{ end }}\n",
@@ -103,7 +107,7 @@ func TestTemplateFunctionsAndVariables(t *testing.T) {
 		{"{{ .Hostname | base64 }}", "cnVubmVyLWFiYzEy"},
 		{"{{ .BootstrapServiceBinary | base64 }}", "AAEC/w=="},
 		{"{{ .BootstrapServiceBinary }}", "<4 bytes; use base64>"},
-		{"{{ .ExpiresAt }}", "2025-06-01T13:00:00Z"},
+		{"{{ .SecretsDeadline }}", "2025-06-01T12:30:00Z"},
 		{"{{ .RunnerConfig.DownloadUrl }}", v.RunnerConfig.DownloadURL},
 		{"{{ upper .RunnerConfig.OS }}-{{ lower \"X64\" }}", "LINUX-x64"},
 		{"{{ default \"none\" .RunnerGroup }} {{ default \"none\" .SPIFFEID }}", "ci-runners none"},
@@ -123,9 +127,9 @@ func TestTemplateFunctionsAndVariables(t *testing.T) {
 	}
 	// Zero time and empty lists print as nothing and [].
 	c := v.Canonical()
-	out, err := execute(FieldUserData, "{{ .ExpiresAt }}|{{ .Labels }}", c)
+	out, err := execute(FieldUserData, "{{ .SecretsDeadline }}|{{ .Labels }}", c)
 	if err != nil || string(out) != "|[]" {
-		t.Errorf("canonical ExpiresAt and Labels print %q (%v), want \"|[]\"", out, err)
+		t.Errorf("canonical SecretsDeadline and Labels print %q (%v), want \"|[]\"", out, err)
 	}
 }
 

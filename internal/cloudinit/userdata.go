@@ -183,13 +183,11 @@ Restart=no
 // agentConfig builds the agent's config file from v.
 func agentConfig(v *Vars) *agentconfig.Config {
 	c := &agentconfig.Config{
-		Version:           agentconfig.CurrentVersion,
-		Platform:          agentconfig.PlatformGitHubActions,
-		WorkloadMethod:    agentconfig.WorkloadMethod(v.WorkloadMethod),
-		BootstrapMethod:   agentconfig.BootstrapMethod(v.BootstrapMethod),
-		JITConfig:         v.JITConfig,
-		RegistrationToken: v.RunnerToken,
-		RegistrationURL:   v.RegistrationURL,
+		Version:         agentconfig.CurrentVersion,
+		Platform:        agentconfig.PlatformGitHubActions,
+		WorkloadMethod:  agentconfig.WorkloadMethod(v.WorkloadMethod),
+		BootstrapMethod: agentconfig.BootstrapMethod(v.BootstrapMethod),
+		RegistrationURL: v.RegistrationURL,
 		Runner: agentconfig.Runner{
 			Name:   v.RunnerName,
 			Labels: []string(v.Labels),
@@ -209,6 +207,12 @@ func agentConfig(v *Vars) *agentconfig.Config {
 		PowerOffOnFinish: v.PowerOffOnFinish,
 		PowerOffNotify:   v.PowerOffNotify,
 	}
+	if v.receivesSecrets() {
+		// Only where they arrive and until when: the secrets themselves
+		// reach the running VM through the hypervisor's guest channel,
+		// never this file.
+		c.SecretsFile, c.SecretsDeadline = agentconfig.SecretsFile, v.SecretsDeadline.Time
+	}
 	if v.SPIFFEEnabled {
 		c.SPIFFE = &agentconfig.SPIFFE{
 			AttestationMethod: agentconfig.AttestationMethod(v.AttestationMethod),
@@ -219,11 +223,6 @@ func agentConfig(v *Vars) *agentconfig.Config {
 			ServerAddress:     v.SPIREServerAddress,
 			BrokerURL:         v.BrokerURL,
 			BrokerCA:          v.BrokerCA,
-		}
-		if v.AttestationMethod == AttestationJoinToken {
-			// Only where it arrives: the token itself reaches the running
-			// VM through the hypervisor's guest channel, never this file.
-			c.SPIFFE.JoinTokenFile = agentconfig.JoinTokenFile
 		}
 		if v.SecretStore != nil {
 			store := *v.SecretStore
@@ -321,8 +320,8 @@ func operatorCloudConfig(v *Vars) (*yaml.Node, error) {
 		// So that the address changes before anything else uses it.
 		bootcmd.Content = append(bootcmd.Content, seq(str("sh"), str("-c"), literal(dhcpClientIDScript), str("hyperfleet-dhcp-client-id"), str(v.Hostname)))
 	}
-	if v.SPIFFEEnabled && v.AttestationMethod == AttestationJoinToken {
-		// The directory the join token arrives in (agentconfig.SecretsDir),
+	if v.receivesSecrets() {
+		// The directory the secrets arrive in (agentconfig.SecretsDir),
 		// root's alone before the operator can write into it: the guest
 		// agent creates the file itself world-readable.
 		bootcmd.Content = append(bootcmd.Content, flow("install", "-d", "-m", "0700", "-o", "root", "-g", "root", agentconfig.SecretsDir))

@@ -352,8 +352,9 @@ func TestCloudInitValidatesGoldens(t *testing.T) {
 			ac, err := agentconfig.Parse([]byte(content))
 			if err != nil {
 				t.Errorf("the agent cannot read the config cloud-init writes: %v", err)
-			} else if ac.JITConfig != v.JITConfig || ac.RegistrationToken != v.RunnerToken || (ac.SPIFFE != nil) != v.SPIFFEEnabled {
-				t.Errorf("agent config does not carry the VM's credential: %+v", ac)
+			} else if ac.JITConfig != "" || ac.RegistrationToken != "" || (ac.SPIFFE != nil) != v.SPIFFEEnabled ||
+				(ac.SecretsFile == agentconfig.SecretsFile) != v.receivesSecrets() || v.receivesSecrets() && !ac.SecretsDeadline.Equal(v.SecretsDeadline.Time) {
+				t.Errorf("agent config holds a credential, or does not name where the VM's secrets arrive: %+v", ac)
 			}
 
 			// meta-data as NoCloud reads it.

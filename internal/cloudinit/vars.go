@@ -130,17 +130,14 @@ type Vars struct {
 	// own schedule, not with the template.
 	SecretStoreCA string
 
-	// WorkloadMethod is direct (runner credential in cloud-init) or broker
-	// (fetched after attestation); broker exactly when SPIFFEEnabled.
+	// WorkloadMethod is direct (the runner credential is placed in the
+	// running VM) or broker (fetched after attestation); broker exactly
+	// when SPIFFEEnabled.
 	WorkloadMethod string
 	// BootstrapMethod is jit-config or runner-token (spec.bootstrap.method).
+	// The credential itself is never a variable: it reaches the running VM
+	// only (agentconfig.GuestSecrets), never its seed.
 	BootstrapMethod string
-	// JITConfig is GitHub's encoded JIT runner configuration (direct,
-	// jit-config). Per-VM, secret.
-	JITConfig string
-	// RunnerToken is a GitHub registration token (direct, runner-token).
-	// Per-VM, secret.
-	RunnerToken string
 	// RegistrationURL is the URL the runner registers to, such as
 	// https://github.com/octo-org/octo-repo (spec.bootstrap.github.runnerURLs
 	// expanded).
@@ -152,9 +149,13 @@ type Vars struct {
 	// RunnerGroup is the organization runner group. Per-claim (zeroed by
 	// Canonical, a claim may override the template's group).
 	RunnerGroup string
-	// ExpiresAt is when the credential handed to the VM expires; printed in
-	// RFC 3339, empty when unknown. Per-VM.
+	// ExpiresAt is when the join token handed to the VM expires (broker
+	// mode); printed in RFC 3339, empty when unknown. Per-VM.
 	ExpiresAt Time
+	// SecretsDeadline is until when the VM's agent waits for the secrets
+	// the operator places in the running VM (agentconfig's
+	// secretsDeadline); printed in RFC 3339. Per-VM.
+	SecretsDeadline Time
 	// RunnerConfig is the runner software (spec.bootstrap.github.runner,
 	// with defaults applied).
 	RunnerConfig RunnerConfig
@@ -272,8 +273,8 @@ func (b Bytes) String() string { return fmt.Sprintf("<%d bytes; use base64>", le
 // Canonical returns v with every per-VM, per-claim and per-issue value
 // zeroed: Hostname, FQDN, InstanceID, MACAddress, StaticIP, SPIFFEID,
 // TrustBundle, AgentCA, BrokerCA, SecretStoreRole, SecretStorePath,
-// SecretStoreCA, JITConfig, RunnerToken, RunnerName, Labels, RunnerGroup,
-// ExpiresAt and PowerOffNotify. What remains is the same for every VM of one
+// SecretStoreCA, RunnerName, Labels, RunnerGroup, ExpiresAt,
+// SecretsDeadline and PowerOffNotify. What remains is the same for every VM of one
 // template, so rendering the canonical vars gives identical bytes for all of
 // them and the bytes change only when something that shapes the VMs changes
 // (docs/architecture.md, "Template drift hash"). Render accepts canonical
@@ -292,12 +293,11 @@ func (v Vars) Canonical() Vars {
 	v.SecretStoreRole = ""
 	v.SecretStorePath = ""
 	v.SecretStoreCA = ""
-	v.JITConfig = ""
-	v.RunnerToken = ""
 	v.RunnerName = ""
 	v.Labels = nil
 	v.RunnerGroup = ""
 	v.ExpiresAt = Time{}
+	v.SecretsDeadline = Time{}
 	v.PowerOffNotify = nil
 	v.DNSServers = cloneList(v.DNSServers)
 	v.SearchDomains = cloneList(v.SearchDomains)
@@ -490,7 +490,17 @@ func (v *Vars) checkAgent() error {
 	return nil
 }
 
-// secrets are the per-VM credential values in v.
+// secrets are the per-VM secret values in v: only the notice token (no
+// credential is ever a variable).
 func (v *Vars) secrets() []string {
-	return []string{v.JITConfig, v.RunnerToken}
+	if n := v.PowerOffNotify; n != nil {
+		return []string{n.Token}
+	}
+	return nil
+}
+
+// receivesSecrets reports whether the VM receives GuestSecrets in the
+// running guest: its runner credential (direct), or its join token.
+func (v *Vars) receivesSecrets() bool {
+	return v.WorkloadMethod == WorkloadDirect || v.SPIFFEEnabled && v.AttestationMethod == AttestationJoinToken
 }

@@ -15,8 +15,8 @@ import (
 // new field fails this test until someone decides which it is.
 var (
 	perVMFields = []string{"Hostname", "FQDN", "InstanceID", "MACAddress", "StaticIP", "SPIFFEID",
-		"TrustBundle", "AgentCA", "BrokerCA", "SecretStoreRole", "SecretStorePath", "SecretStoreCA", "JITConfig", "RunnerToken", "RunnerName", "Labels",
-		"RunnerGroup", "ExpiresAt", "PowerOffNotify"}
+		"TrustBundle", "AgentCA", "BrokerCA", "SecretStoreRole", "SecretStorePath", "SecretStoreCA", "RunnerName", "Labels",
+		"RunnerGroup", "ExpiresAt", "SecretsDeadline", "PowerOffNotify"}
 	templateFields = []string{"NetworkMode", "DHCPClientIdentifier", "SendHostname", "IPv6", "NetmaskBits", "Gateway",
 		"DNSServers", "SearchDomains", "SPIFFEEnabled", "AttestationMethod", "TrustDomain", "SPIREServerAddress",
 		"TPMDevicePath", "BrokerURL", "SecretStore", "WorkloadMethod", "BootstrapMethod", "RegistrationURL", "RunnerConfig",
@@ -46,7 +46,7 @@ func TestCanonicalFieldClassification(t *testing.T) {
 	// Canonical zeroes exactly the per-VM fields.
 	v := operatorAgentVars(spiffeVars(runnerTokenVars(baseVars())))
 	v.NetworkMode, v.StaticIP, v.NetmaskBits, v.Gateway = NetworkStatic, "192.0.2.10", 24, "192.0.2.1"
-	v.JITConfig, v.RunnerToken = "jit", "token" // not a valid VM; Canonical does not care
+	v.SecretsDeadline = Time{time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)} // not a valid VM; Canonical does not care
 	v.PowerOffNotify = &agentconfig.PowerOffNotify{URL: "https://op.example.com/hints/v1/power-off", Token: "t"}
 	v.BrokerCA = testCA
 	v.SecretStore = &agentconfig.SecretStore{Address: "https://vault.example.com:8200", AuthMount: "jwt", Audience: "hyperfleet-secret-store", KVMount: "secret"}
@@ -87,14 +87,10 @@ func vmOf(base Vars, n int) Vars {
 	v.Labels = List{"self-hosted", "pool-" + s}
 	v.RunnerGroup = "group-" + s
 	v.ExpiresAt = Time{time.Date(2025, 6, 1, n, 0, 0, 0, time.UTC)}
-	switch {
-	case v.SPIFFEEnabled:
+	v.SecretsDeadline = Time{time.Date(2025, 6, 1, n, 30, 0, 0, time.UTC)}
+	if v.SPIFFEEnabled {
 		v.SPIFFEID = "spiffe://hyperfleet.io/vm/ci/" + v.Hostname + "/" + v.InstanceID
 		v.TrustBundle = testCA + strings.Repeat("\n", n) // rotation changes the bytes
-	case v.BootstrapMethod == BootstrapJITConfig:
-		v.JITConfig = "jit-" + s
-	default:
-		v.RunnerToken = "token-" + s
 	}
 	return v
 }
@@ -207,7 +203,7 @@ func TestVarsErrors(t *testing.T) {
 		{"broker without spiffe", func(v *Vars) { v.WorkloadMethod = WorkloadBroker }, "needs SPIFFE"},
 		{"direct with spiffe", func(v *Vars) { v.SPIFFEEnabled, v.AttestationMethod = true, AttestationJoinToken }, "set WorkloadMethod broker"},
 		{"bootstrap", func(v *Vars) { v.BootstrapMethod = "pat" }, "BootstrapMethod"},
-		{"agent config", func(v *Vars) { v.JITConfig = "" }, "jitConfig: is empty"},
+		{"agent config", func(v *Vars) { v.SecretsDeadline = Time{} }, "secretsDeadline: is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := baseVars()

@@ -157,9 +157,10 @@ func TestGitHubJITRunner(t *testing.T) {
 		t.Errorf("runner labels %v, want %s", r.Labels, want)
 	}
 
-	// The VM booted with exactly that runner's JIT configuration.
+	// The running VM received exactly that runner's JIT configuration,
+	// through its guest agent; its seed holds none.
 	agent := seedAgentConfig(t, seeds, got.Status.VMRef.VMID)
-	jit, _ := agent["jitConfig"].(string)
+	jit := placedSecrets(t, sim, got).JITConfig
 	files := map[string]string{}
 	raw, err := base64.StdEncoding.DecodeString(jit)
 	if err != nil || json.Unmarshal(raw, &files) != nil {
@@ -169,7 +170,7 @@ func TestGitHubJITRunner(t *testing.T) {
 	if !strings.Contains(string(runnerFile), fmt.Sprintf(`"agentId": %d`, bs.RunnerID)) {
 		t.Errorf(".runner of the VM's JIT config is for another runner:\n%s", runnerFile)
 	}
-	if agent["bootstrapMethod"] != "jit-config" || agent["registrationToken"] != nil {
+	if agent["bootstrapMethod"] != "jit-config" || agent["registrationToken"] != nil || agent["jitConfig"] != nil || agent["secretsFile"] != agentconfig.SecretsFile {
 		t.Errorf("agent config: %+v", agent)
 	}
 	assertNoGitHubSecrets(t, sim, op, seeds, jit)
@@ -252,9 +253,11 @@ func TestGitHubAppRegistrationToken(t *testing.T) {
 		t.Fatalf("status.bootstrap = %+v", bs)
 	}
 	agent := seedAgentConfig(t, seeds, got.Status.VMRef.VMID)
-	token, _ := agent["registrationToken"].(string)
-	if token == "" || agent["registrationURL"] != gs.URL+"/octo-org/app" || agent["jitConfig"] != nil {
-		t.Fatalf("agent config: %+v", agent)
+	placed := placedSecrets(t, sim, got)
+	token := placed.RegistrationToken
+	if token == "" || placed.RegistrationURL != gs.URL+"/octo-org/app" || agent["registrationURL"] != gs.URL+"/octo-org/app" ||
+		agent["jitConfig"] != nil || agent["registrationToken"] != nil || placed.JITConfig != "" {
+		t.Fatalf("agent config: %+v; placed in the VM: a token %v, URL %s", agent, token != "", placed.RegistrationURL)
 	}
 	// The token registers the VM's runner with the package's config.sh.
 	dir := gs.InstallRunner(t)
@@ -279,11 +282,27 @@ func TestGitHubAppRegistrationToken(t *testing.T) {
 	}
 }
 
+// placedSecrets waits for the secrets the operator places in the claim's
+// running VM through its guest agent.
+func placedSecrets(t *testing.T, sim *simulator, claim *hfv1.MachineClaim) agentconfig.GuestSecrets {
+	t.Helper()
+	var doc agentconfig.GuestSecrets
+	eventually(t, 30*time.Second, "the VM's secrets placed", func() error {
+		b, _, err := sim.GuestFile(context.Background(), int(claim.Status.VMRef.VMID), agentconfig.SecretsFile)
+		if err != nil {
+			return err
+		}
+		doc, err = agentconfig.ParseGuestSecrets(b)
+		return err
+	})
+	return doc
+}
+
 // assertNoGitHubSecrets: no long-lived GitHub credential (PAT, App key,
 // installation token) is in anything destined for a VM (the cloud-init the
 // guests booted with, the Proxmox simulator's state), the operator's logs,
-// events or claims; the single-use credential is only in the VM's
-// cloud-init.
+// events or claims; the single-use credential is in none of them either,
+// the VM's cloud-init included: it reaches the running VM only.
 func assertNoGitHubSecrets(t *testing.T, sim *simulator, op *operator, seeds, singleUse string) {
 	t.Helper()
 	assertNoSecrets(t, sim, op, singleUse)
@@ -320,7 +339,7 @@ func assertNoGitHubSecrets(t *testing.T, sim *simulator, op *operator, seeds, si
 		if m := regexp.MustCompile(`ghs_[A-Za-z0-9]{20,}`).FindString(text); m != "" {
 			t.Errorf("an installation token (%s…) found in %s", m[:8], where)
 		}
-		if where != "VM cloud-init" && strings.Contains(text, singleUse) {
+		if strings.Contains(text, singleUse) {
 			t.Errorf("the VM's single-use credential found in %s", where)
 		}
 	}

@@ -184,10 +184,14 @@ func (r *HypervisorMachineTemplateReconciler) checkOnHypervisor(ctx context.Cont
 	if err != nil {
 		return s.invalid(templateProblemReason(err), err.Error())
 	}
-	if claimidentity.Attests(s.tmpl) && !info.GuestFiles {
+	if !info.GuestFiles {
+		what := "the runner credential reaches"
+		if claimidentity.Attests(s.tmpl) {
+			what = "spec.attestation.method is join-token, and the join token reaches"
+		}
 		return s.invalid(hfv1.GuestAgentRequiredReason, fmt.Sprintf(
-			"spec.attestation.method is join-token, but hypervisor template %d has no guest agent: the join token reaches only the running VM, through its guest agent, never its cloud-init. Enable it on the template (Proxmox VE: qm set %d --agent enabled=1, with qemu-guest-agent in the image; docs/templates.md), or set spec.attestation.method none",
-			info.ID, info.ID))
+			"hypervisor template %d has no guest agent: %s only the running VM, through its guest agent, never its cloud-init, which can be read off the hypervisor's storage. Enable it on the template (Proxmox VE: qm set %d --agent enabled=1, with qemu-guest-agent in the image; docs/templates.md)",
+			info.ID, what, info.ID))
 	}
 	if src.Linked && !info.LinkedCloneSupported {
 		return s.invalid(hfv1.LinkedCloneUnsupportedReason, fmt.Sprintf(

@@ -135,7 +135,7 @@ func TestSPIFFEClaimIdentity(t *testing.T) {
 	if cfg["workloadMethod"] != "broker" || cfg["jitConfig"] != nil || cfg["registrationToken"] != nil || sp == nil {
 		t.Fatalf("the VM's agent config is not broker mode without a credential: %v", cfg)
 	}
-	if sp["joinToken"] != nil || sp["joinTokenFile"] != agentconfig.JoinTokenFile || sp["spiffeID"] != id.SPIFFEID || sp["serverAddress"] != "spire.example.org:8081" ||
+	if sp["joinToken"] != nil || cfg["secretsFile"] != agentconfig.SecretsFile || sp["spiffeID"] != id.SPIFFEID || sp["serverAddress"] != "spire.example.org:8081" ||
 		sp["brokerURL"] != "https://hyperfleet-agent.test:9443/broker/v1/credential" || !strings.Contains(fmt.Sprint(sp["trustBundle"]), "BEGIN CERTIFICATE") {
 		t.Errorf("the VM's SPIFFE settings: %v", sp)
 	}
@@ -146,7 +146,7 @@ func TestSPIFFEClaimIdentity(t *testing.T) {
 	// the broker proof.
 	var secrets agentconfig.GuestSecrets
 	eventually(t, 30*time.Second, "the join token placed in the running VM", func() error {
-		b, _, err := sim.GuestFile(context.Background(), int(vmid), agentconfig.JoinTokenFile)
+		b, _, err := sim.GuestFile(context.Background(), int(vmid), agentconfig.SecretsFile)
 		if err != nil {
 			return err
 		}
@@ -259,20 +259,29 @@ func TestSPIFFEAttestationDeadline(t *testing.T) {
 }
 
 // TestSPIFFETemplateNeedsGuestAgent: the join token reaches a VM through
-// its guest agent only, so a template that attests on a hypervisor
-// template without one is refused, naming the fix, and nothing is built
-// from it; the same template without attestation is fine.
+// its guest agent only, as does every VM's runner credential, so a
+// template on a hypervisor template without one is refused, naming the
+// fix, and nothing is built from it, with attestation or without.
 func TestSPIFFETemplateNeedsGuestAgent(t *testing.T) {
 	f, spire, _, sim, _ := spiffeOperator(t, 10*time.Minute, func(c *proxmoxsim.Config) {
 		for i := range c.Templates {
 			c.Templates[i].Agent = false
 		}
 	})
-	waitTemplate(t, f.template, metav1.ConditionTrue, "")
+	tmpl := waitTemplate(t, f.template, metav1.ConditionFalse, string(hfv1.GuestAgentRequiredReason))
+	if c := hfv1.FindCondition(tmpl.Status.Conditions, hfv1.ReadyCondition); !strings.Contains(c.Message, "the runner credential reaches only the running VM") {
+		t.Errorf("the refusal without attestation does not say why: %q", c.Message)
+	}
 	updateTemplate(t, f.template, func(tm *hfv1.HypervisorMachineTemplate) {
 		tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationJoinToken}
 	})
-	tmpl := waitTemplate(t, f.template, metav1.ConditionFalse, string(hfv1.GuestAgentRequiredReason))
+	eventually(t, 30*time.Second, "the refusal names the attestation", func() error {
+		tmpl = waitTemplate(t, f.template, metav1.ConditionFalse, string(hfv1.GuestAgentRequiredReason))
+		if c := hfv1.FindCondition(tmpl.Status.Conditions, hfv1.ReadyCondition); !strings.Contains(c.Message, "spec.attestation.method is join-token") {
+			return fmt.Errorf("message %q", c.Message)
+		}
+		return nil
+	})
 	if c := hfv1.FindCondition(tmpl.Status.Conditions, hfv1.ReadyCondition); !strings.Contains(c.Message, "spec.attestation.method is join-token") ||
 		!strings.Contains(c.Message, "--agent enabled=1") {
 		t.Errorf("the refusal does not name the field and the fix: %q", c.Message)

@@ -35,7 +35,7 @@ func attestingClaim(t *testing.T, f *fixture, sim *simulator, name string) (*hfv
 		if got.Status.Identity == nil || got.Status.Identity.JoinTokenDeliveredAt == nil || got.Status.VMRef == nil {
 			return fmt.Errorf("identity %+v", got.Status.Identity)
 		}
-		b, _, err := sim.GuestFile(context.Background(), int(got.Status.VMRef.VMID), agentconfig.JoinTokenFile)
+		b, _, err := sim.GuestFile(context.Background(), int(got.Status.VMRef.VMID), agentconfig.SecretsFile)
 		if err != nil {
 			return err
 		}

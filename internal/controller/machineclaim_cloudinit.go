@@ -1,20 +1,25 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"time"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
 // claimCloudInit renders the NoCloud data of a claim's VM when the provider
 // delivers it: the template's cloud-init, the operator's per-VM values and
-// the workload's single-use credential from the BootstrapSource. Rendering
-// late means a credential is issued only for a VM that exists and is about
-// to boot, never for one still waiting for a clone slot.
+// the workload's runner settings from the BootstrapSource. It holds no
+// secret that could be used before the VM runs: the runner credential (or
+// the join token) reaches the running VM only (internal/guestsecrets), and
+// the seed names where and until when (agentconfig's secretsFile and
+// secretsDeadline).
 type claimCloudInit struct {
 	r       *MachineClaimReconciler
 	claim   *hfv1.MachineClaim
@@ -37,12 +42,14 @@ func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error)
 		}
 	}
 	vars.PowerOffNotify = c.r.Notices.NotifyFor(c.claim)
-	// Render check first: a credential is issued only for a cloud-init
-	// that renders, so a broken template never costs one.
+	vars.SecretsDeadline = cloudinit.Time{Time: c.r.secretsDeadline()}
+	// Render check first: a broken template never reaches the workload
+	// side (and is never Ready: the template controller runs the same
+	// check).
 	if err := vmspec.CheckRender(c.r.Workloads, c.tmpl, vars); err != nil {
 		return provider.CloudInit{}, err
 	}
-	if b := c.r.Bootstrap; b != nil {
+	if b := c.r.Bootstrap; b != nil && !vars.SPIFFEEnabled {
 		if err := b.BootstrapVars(ctx, c.claim, c.tmpl, &vars); err != nil {
 			return provider.CloudInit{}, fmt.Errorf("workload bootstrap data: %w", err)
 		}
@@ -52,4 +59,16 @@ func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error)
 		return provider.CloudInit{}, fmt.Errorf("%w of HypervisorMachineTemplate %s: %w", vmspec.ErrRender, c.tmpl.Name, err)
 	}
 	return provider.CloudInit{UserData: out.UserData, MetaData: out.MetaData, NetworkConfig: out.NetworkConfig}, nil
+}
+
+// secretsDeadline is until when a VM rendered now waits for the secrets the
+// operator places in it: the rest of its provisioning (start and boot)
+// and its bootstrapping, at the bounds past which the claim is reported
+// stuck (--claim-stuck-provisioning, --claim-stuck-bootstrapping; their
+// defaults when disabled). A VM whose secrets never come then powers off
+// and its claim ends, instead of idling until the pool's bootstrapTimeout.
+func (r *MachineClaimReconciler) secretsDeadline() time.Time {
+	def := stuck.DefaultBounds()
+	b := r.StuckBounds
+	return r.Clock.Now().Add(cmp.Or(b.Provisioning, def.Provisioning) + cmp.Or(b.Bootstrapping, def.Bootstrapping))
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/guestsecrets"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
@@ -101,9 +102,10 @@ type MachineClaimReconciler struct {
 	// Broker is the credential broker VMs that attest fetch their runner
 	// credential from; nil when the operator runs none.
 	Broker BrokerEndpoint
-	// Credentials mints the runner credentials written to the secrets
-	// store of clusters with spec.spire.secretStore; StoreOpener opens
-	// those stores (nil: identity.OpenStore on Vault or OpenBao).
+	// Credentials mints the runner credentials placed in running VMs
+	// (templates that do not attest) and written to the secrets store of
+	// clusters with spec.spire.secretStore; StoreOpener opens those stores
+	// (nil: identity.OpenStore on Vault or OpenBao).
 	Credentials claimidentity.CredentialIssuer
 	StoreOpener claimidentity.StoreOpener
 	// ClaimEvents carries wake-ups from the HypervisorCluster poller and
@@ -138,6 +140,10 @@ type MachineClaimReconciler struct {
 	// attempts counts consecutive transient failures per claim UID for
 	// backoff. Losing it on restart only restarts the backoff.
 	attempts sync.Map
+	// minted keeps runner credentials issued and not yet placed in their
+	// VM (guestsecrets.Minted); losing it on restart costs a new
+	// registration, which replaces the lost one.
+	minted guestsecrets.Minted
 	// lag keeps a reconcile from repeating a step against a cache older
 	// than this controller's last write of the claim (a second cloud-init
 	// delivery would issue a second runner credential), and drops a gone
@@ -160,6 +166,7 @@ func (r *MachineClaimReconciler) waitForCache(ctx context.Context, claim *hfv1.M
 // its own): a reconcile found its name gone, or taken by a new claim.
 func (r *MachineClaimReconciler) forget(uid types.UID) {
 	r.attempts.Delete(uid)
+	r.minted.Forget(uid)
 	r.Runners.Forget(uid)
 }
 
@@ -233,7 +240,7 @@ func (r *MachineClaimReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			r.releaseIdentityPhase, r.removeFinalizerPhase)
 	}
 	return runPhases(ctx, s, r.restoreReservation, r.ensureMetadata, r.containMisuse, r.handleEnd, r.refuseUnsupported,
-		r.loadDependencies, r.connectProvider, r.deliverIdentity, r.watchAttestation, r.storeCredential, r.watchRunning, r.requireTemplate,
+		r.loadDependencies, r.connectProvider, r.deliverSecrets, r.watchAttestation, r.storeCredential, r.watchRunning, r.requireTemplate,
 		r.ensureAddress, r.ensureIdentity, r.ensureVM)
 }
 

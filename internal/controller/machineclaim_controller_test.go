@@ -20,6 +20,7 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 )
 
@@ -53,8 +54,11 @@ func TestClaimLifecycle(t *testing.T) {
 			t.Errorf("condition %s not True: %+v", typ, st.Conditions)
 		}
 	}
-	if c := hfv1.FindCondition(st.Conditions, hfv1.ReadyCondition); c == nil || c.Reason != string(hfv1.WaitingForRunnerReason) {
-		t.Errorf("Ready condition = %+v, want False/WaitingForRunner", c)
+	if c := hfv1.FindCondition(st.Conditions, hfv1.ReadyCondition); c == nil || c.Reason != string(hfv1.CredentialDeliveredReason) {
+		t.Errorf("Ready condition = %+v, want False/CredentialDelivered", c)
+	}
+	if b := st.Bootstrap; b == nil || b.CredentialRequestedAt == nil || b.CredentialDeliveredAt == nil || b.CredentialDeliveredAt.Before(b.CredentialRequestedAt) || b.RunnerName == "" {
+		t.Errorf("status.bootstrap = %+v, want the credential requested, then delivered", b)
 	}
 	for k, v := range map[string]string{
 		hfv1.ManagedByLabel: hfv1.ManagedByValue, hfv1.MachineTemplateLabel: "debian", hfv1.HypervisorClusterLabel: f.cluster.Name,
@@ -79,9 +83,16 @@ func TestClaimLifecycle(t *testing.T) {
 	if isos := isoVolumes(sim); len(isos) != 0 {
 		t.Errorf("cloud-init ISO not removed after boot: %v", isos)
 	}
-	wantEvents(t, got, "Provisioning", "Provisioned", "Bootstrapping")
-	// The workload credential reached the VM through the ISO, which is
-	// gone now that the guest is up: nothing on the hypervisor holds it.
+	wantEvents(t, got, "Provisioning", "Provisioned", "Bootstrapping", string(hfv1.CredentialDeliveredReason))
+	// The workload credential reached the running VM through its guest
+	// agent, and nothing else on the hypervisor holds it.
+	placed, _, err := sim.GuestFile(context.Background(), vmid, agentconfig.SecretsFile)
+	if err != nil {
+		t.Fatalf("the VM's secrets file: %v", err)
+	}
+	if doc, err := agentconfig.ParseGuestSecrets(placed); err != nil || doc.JITConfig != jitSecretOf(string(got.UID)) {
+		t.Errorf("the VM received %+v, %v; want its JIT configuration", doc, err)
+	}
 	assertNoSecrets(t, sim, op, jitSecretOf(string(got.UID)))
 
 	// Deleting the claim destroys the VM.

@@ -7,6 +7,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
+	"github.com/hyperfleet/hyperfleet/internal/guestsecrets"
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
 )
 
@@ -35,16 +36,31 @@ func (r *MachineClaimReconciler) containMisuse(ctx context.Context, s *claimScop
 	return ctrl.Result{}, true, nil
 }
 
-// deliverIdentity places the join token and the broker proof in the
-// claim's running VM (claimidentity.Deliver).
-func (r *MachineClaimReconciler) deliverIdentity(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
-	retry, failure, err := r.identitySteps().Deliver(ctx, s.claim, s.provider)
+// secretSteps is the guest-secrets service with this reconciler's
+// dependencies and backoff.
+func (r *MachineClaimReconciler) secretSteps() *guestsecrets.Service {
+	s := &guestsecrets.Service{Minter: r.Credentials, Minted: &r.minted, Recorder: r.Recorder, Clock: r.Clock, Backoff: r.backoff}
+	if r.Issuer != nil {
+		s.Identity = r.Issuer
+	}
+	return s
+}
+
+// deliverSecrets places the claim's secrets in its running VM
+// (guestsecrets.Deliver): its runner credential, or its join token and
+// broker proof.
+func (r *MachineClaimReconciler) deliverSecrets(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+	retry, failure, err := r.secretSteps().Deliver(ctx, s.claim, s.provider)
 	switch {
 	case err != nil:
 		res, err := r.provisionError(ctx, s, err)
 		return res, false, err
 	case failure != "":
-		r.fail(s.claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.AttestationFailedReason, message: failure})
+		reason := hfv1.GuestAgentRequiredReason
+		if s.claim.Status.Identity != nil {
+			reason = hfv1.AttestationFailedReason
+		}
+		r.fail(s.claim, claimEnd{reason: hfv1.EndFailed, condition: reason, message: failure})
 		res, _, err := r.reconcileFailed(ctx, s)
 		return res, false, err
 	}

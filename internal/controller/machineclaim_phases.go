@@ -246,6 +246,12 @@ func (r *MachineClaimReconciler) ensureVM(ctx context.Context, s *claimScope) (c
 			fmt.Sprintf("VM %d runs on %s/%s with addresses %s", res.Progress.VMID, cluster.Name, res.Progress.Node, strings.Join(res.Addresses, ", ")))
 		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
 		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "Provisioned", "VM %d is up on %s/%s", res.Progress.VMID, cluster.Name, res.Progress.Node)
+		if r.secretSteps().Prepare(claim) {
+			// Recorded with Provisioned, in this pass's status write: the
+			// credential is issued and placed in the next pass, which that
+			// write's watch event starts.
+			return ctrl.Result{RequeueAfter: time.Second}, false, nil
+		}
 		return ctrl.Result{RequeueAfter: resyncRunning()}, false, nil
 	case provider.PhaseStopped:
 		res, err := r.endPoweredOff(ctx, s, fmt.Sprintf("VM %d powered off before it was ready", res.Progress.VMID))

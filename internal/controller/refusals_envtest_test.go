@@ -60,6 +60,8 @@ func wantNothingBuilt(t *testing.T, sim *simulator, claim *hfv1.MachineClaim) {
 func wantBuilt(t *testing.T, claim *hfv1.MachineClaim) {
 	t.Helper()
 	waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
+	// Issued once the VM runs, and placed in it.
+	waitClaimBootstrapped(t, claim, hfv1.CredentialDeliveredReason)
 	if n := credentialsIssuedFor(claim); n != 1 {
 		t.Errorf("%d credentials were issued for claim %s, want 1", n, claim.Name)
 	}

@@ -9,19 +9,20 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	clocktesting "k8s.io/utils/clock/testing"
+
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
 
-// countingBootstrap is the bootstrap seam with a count of the credentials
-// it issued.
+// countingBootstrap is the bootstrap seam with a count of its calls.
 type countingBootstrap struct{ issued int }
 
 func (b *countingBootstrap) BootstrapVars(_ context.Context, _ *hfv1.MachineClaim, _ *hfv1.HypervisorMachineTemplate, v *cloudinit.Vars) error {
 	b.issued++
-	v.JITConfig = "jit-issued-for-this-vm"
-	v.ExpiresAt = cloudinit.Time{Time: time.Now().Add(time.Hour)}
+	v.RunnerName = "runner-named-by-the-platform"
 	return nil
 }
 
@@ -54,14 +55,16 @@ var brokenTemplates = []struct {
 }
 
 // TestClaimCloudInitChecksBeforeIssuing: a claim whose cloud-init cannot
-// render gets no credential; one that renders gets exactly one.
+// render never reaches the workload side; one that renders gets its runner
+// settings once, and its seed holds no credential: it names where the
+// credential arrives in the running VM, and until when.
 func TestClaimCloudInitChecksBeforeIssuing(t *testing.T) {
 	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "runner-1", UID: "5f0c4a5e-1b7e-4c55-9d55-0a4f7f0b8e21"}}
 	cluster := &hfv1.HypervisorCluster{}
 	for _, tc := range brokenTemplates {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &countingBootstrap{}
-			ci := &claimCloudInit{r: &MachineClaimReconciler{Bootstrap: b, Workloads: ciPlatforms}, claim: claim.DeepCopy(), tmpl: renderCheckTemplate(tc.mutate), cluster: cluster}
+			ci := &claimCloudInit{r: &MachineClaimReconciler{Bootstrap: b, Workloads: ciPlatforms, Clock: clocktesting.NewFakeClock(time.Now())}, claim: claim.DeepCopy(), tmpl: renderCheckTemplate(tc.mutate), cluster: cluster}
 			_, err := ci.Render(context.Background())
 			if !errors.Is(err, vmspec.ErrRender) {
 				t.Fatalf("Render error = %v, want a render error", err)
@@ -70,26 +73,33 @@ func TestClaimCloudInitChecksBeforeIssuing(t *testing.T) {
 				t.Errorf("error %q does not name %s", err, tc.field)
 			}
 			if b.issued != 0 {
-				t.Errorf("%d credentials issued for a cloud-init that does not render, want 0", b.issued)
+				t.Errorf("the workload side was asked %d times for a cloud-init that does not render, want 0", b.issued)
 			}
 		})
 	}
 	t.Run("valid template", func(t *testing.T) {
 		b := &countingBootstrap{}
-		ci := &claimCloudInit{r: &MachineClaimReconciler{Bootstrap: b, Workloads: ciPlatforms}, claim: claim.DeepCopy(), tmpl: renderCheckTemplate(nil), cluster: cluster}
+		now := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+		ci := &claimCloudInit{r: &MachineClaimReconciler{Bootstrap: b, Workloads: ciPlatforms, Clock: clocktesting.NewFakeClock(now)},
+			claim: claim.DeepCopy(), tmpl: renderCheckTemplate(nil), cluster: cluster}
 		out, err := ci.Render(context.Background())
 		if err != nil {
 			t.Fatalf("Render: %v", err)
 		}
 		if b.issued != 1 {
-			t.Errorf("%d credentials issued, want 1", b.issued)
+			t.Errorf("the workload side was asked %d times, want 1", b.issued)
 		}
-		if !strings.Contains(string(out.UserData), "jit-issued-for-this-vm") {
-			t.Error("the VM's cloud-init does not carry the issued credential")
+		ud := string(out.UserData)
+		deadline := now.Add(stuck.DefaultBounds().Provisioning + stuck.DefaultBounds().Bootstrapping).Format(time.RFC3339)
+		for _, want := range []string{"runner-named-by-the-platform", `"secretsFile": "/run/hyperfleet/secrets.json"`, `"secretsDeadline": "` + deadline + `"`} {
+			if !strings.Contains(ud, want) {
+				t.Errorf("the VM's cloud-init lacks %s", want)
+			}
 		}
-		// internal/vmspec's placeholderCredential.
-		if strings.Contains(string(out.UserData), "hyperfleet-placeholder-credential") {
-			t.Error("the placeholder credential reached the VM's cloud-init")
+		for _, bad := range []string{"jitConfig", "registrationToken"} {
+			if strings.Contains(ud, bad) {
+				t.Errorf("the VM's cloud-init holds %s", bad)
+			}
 		}
 	})
 }

@@ -11,29 +11,26 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 )
 
 // TestRetainedFailedVMKeepsNoCredential: a failed VM kept for debugging
-// keeps neither its cloud-init ISO (which holds the single-use runner
-// credential) nor its runner registration. The guest agent never answers,
-// so the claim fails while the ISO is still attached and on storage and
-// its JIT runner is registered but has never come online.
+// keeps neither its cloud-init ISO nor its runner registration, nor the
+// runner credential placed in it. The VM's runner never comes online
+// (nothing runs in the guest), so the claim fails after its JIT runner
+// was registered and its credential placed in the running VM.
 func TestRetainedFailedVMKeepsNoCredential(t *testing.T) {
 	w := startPoolWorld(t, poolWorldOptions{noGuest: true})
-	if err := w.sim.SetFaults(proxmoxsim.Faults{Classes: map[string]proxmoxsim.FaultSpec{"agent": {ErrorRate: 1}}}); err != nil {
-		t.Fatal(err)
-	}
 	pool := w.newPool("keep", func(p *hfv1.RunnerPool) {
 		p.Spec.Scaling.MinReplicas, p.Spec.Scaling.MaxReplicas = 1, 1
 		p.Spec.Lifecycle = hfv1.Lifecycle{FailedRetention: &hfv1.FailedRetention{MaxRetained: 1, TTL: &metav1.Duration{Duration: time.Hour}}}
 	})
 
 	var booting hfv1.MachineClaim
-	eventually(t, 2*time.Minute, "a claim waits for its guest with its runner registered", func() error {
+	eventually(t, 2*time.Minute, "a claim waits for its runner with its credential placed", func() error {
 		for _, c := range w.claims(pool) {
-			cond := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
-			if c.Status.VMRef != nil && c.Status.Bootstrap != nil && c.Status.Bootstrap.RunnerName != "" && cond != nil && cond.Reason == "WaitingForGuest" {
+			cond := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimBootstrappedCondition)
+			if c.Status.VMRef != nil && c.Status.Bootstrap != nil && c.Status.Bootstrap.RunnerName != "" && cond != nil && cond.Reason == string(hfv1.CredentialDeliveredReason) {
 				booting = c
 				return nil
 			}
@@ -42,8 +39,8 @@ func TestRetainedFailedVMKeepsNoCredential(t *testing.T) {
 	})
 	vmid, runner := int(booting.Status.VMRef.VMID), booting.Status.Bootstrap.RunnerName
 	iso := fmt.Sprintf("-%d-", vmid)
-	if !hasISO(w.sim, iso) || !runnerRegistered(w, runner) {
-		t.Fatalf("before the failure: ISO of VM %d stored %v, runner %s registered %v; the test needs both", vmid, hasISO(w.sim, iso), runner, runnerRegistered(w, runner))
+	if _, _, err := w.sim.GuestFile(context.Background(), vmid, agentconfig.SecretsFile); err != nil || !runnerRegistered(w, runner) {
+		t.Fatalf("before the failure: the credential in VM %d (%v), runner %s registered %v; the test needs both", vmid, err, runner, runnerRegistered(w, runner))
 	}
 
 	patch := client.MergeFrom(booting.DeepCopy())
@@ -76,6 +73,9 @@ func TestRetainedFailedVMKeepsNoCredential(t *testing.T) {
 	}
 	if runnerRegistered(w, runner) {
 		t.Errorf("runner %s of retained VM %d is still registered", runner, vmid)
+	}
+	if _, _, err := w.sim.GuestFile(context.Background(), vmid, agentconfig.SecretsFile); err == nil {
+		t.Errorf("the credential placed in retained VM %d is still in it", vmid)
 	}
 	assertNoCanaries(t, canaryWorld{sim: w.sim, gs: w.gs, op: w.op})
 }

@@ -29,17 +29,27 @@ import (
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 )
 
-// guestAgentScript stands in for the in-VM agent (issue 7 brings the real
-// one): it reads the JIT runner configuration from the cloud-init the VM
-// booted with, runs the simulator's runner package with it for one job and
+// guestAgentScript stands in for the in-VM agent: it makes the directory
+// the operator places the VM's secrets in (as cloud-init's bootcmd does),
+// waits for the JIT runner configuration to arrive there through the guest
+// agent, runs the simulator's runner package with it for one job and
 // powers the VM off. VMs whose name starts with "noboot-" never start
 // their runner (bootstrap timeouts); those whose name starts with "crash-"
 // power off at once, before their runner comes online (a broken image).
 const guestAgentScript = `
 case "$HF_SIM_NAME" in noboot-*) exec sleep 3600;; esac
 case "$HF_SIM_NAME" in crash-*) curl -s -X POST "$HF_SIM_POWEROFF_URL"; exec sleep 3600;; esac
-jit=$(sed -n 's/^ *"jitConfig": *"\([^"]*\)".*/\1/p' "$HF_SIM_SEED_DIR/user-data")
-if [ -z "$jit" ]; then echo "guest: no jitConfig in user-data"; exec sleep 3600; fi
+mkdir -p -m 0700 "$HF_SIM_VM_DIR/root/run/hyperfleet"
+secrets="$HF_SIM_VM_DIR/root/run/hyperfleet/secrets.json"
+i=0
+while :; do
+  jit=$(sed -n 's/.*"jitConfig":"\([^"]*\)".*/\1/p' "$secrets" 2>/dev/null)
+  [ -n "$jit" ] && break
+  i=$((i+1))
+  if [ $i -gt 3000 ]; then echo "guest: no JIT configuration placed in the VM"; exec sleep 3600; fi
+  sleep 0.05
+done
+rm -f "$secrets"
 cp -r "$HF_TEST_RUNNER_DIR" runner && cd runner || exit 1
 sh run.sh --jitconfig "$jit"
 echo "guest: run.sh exited $?"

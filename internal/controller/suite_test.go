@@ -38,6 +38,7 @@ import (
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/internal/stuck"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 
@@ -264,12 +265,24 @@ func (testBootstrap) VerifyPoolScope(context.Context, *hfv1.RunnerPool, *hfv1.Hy
 	return nil
 }
 
-func (testBootstrap) BootstrapVars(_ context.Context, claim *hfv1.MachineClaim, _ *hfv1.HypervisorMachineTemplate, v *cloudinit.Vars) error {
-	n, _ := testCredentialsIssued.LoadOrStore(claim.UID, new(atomic.Int64))
-	n.(*atomic.Int64).Add(1)
-	v.JITConfig = jitSecretOf(string(claim.UID))
-	v.ExpiresAt = cloudinit.Time{Time: time.Now().Add(time.Hour)}
+func (testBootstrap) BootstrapVars(context.Context, *hfv1.MachineClaim, *hfv1.HypervisorMachineTemplate, *cloudinit.Vars) error {
 	return nil
+}
+
+// RunnerCredential issues the stand-in credential placed in the claim's
+// running VM, and records it as workloads.Platforms does.
+func (testBootstrap) RunnerCredential(_ context.Context, claim *hfv1.MachineClaim) (workload.Credential, error) {
+	n, _ := testCredentialsIssued.LoadOrStore(claim.UID, new(atomic.Int64))
+	id := n.(*atomic.Int64).Add(1)
+	now := time.Now()
+	cred := workload.Credential{Method: workload.MethodJIT, Secret: workload.NewSecret(jitSecretOf(string(claim.UID))),
+		RunnerName: claim.Name, RunnerID: id, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}
+	st := &hfv1.BootstrapStatus{RunnerName: cred.RunnerName, RunnerID: cred.RunnerID, CredentialIssuedAt: &metav1.Time{Time: now}}
+	if old := claim.Status.Bootstrap; old != nil {
+		st.CredentialRequestedAt = old.CredentialRequestedAt
+	}
+	claim.Status.Bootstrap = st
+	return cred, nil
 }
 
 // simulator is a Proxmox simulator on loopback TLS.

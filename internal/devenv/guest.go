@@ -6,6 +6,8 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -32,10 +34,12 @@ func (w *World) UseInProcessGuests(on bool) error {
 // InProcessGuest is a simulated VM that does what a VM running the agent
 // does towards the operator and the CI platform, and nothing else: it reads
 // the agent configuration the operator's cloud-init wrote (its user-data's
-// write_files), runs the JIT runner it carries for one job
-// (githubsim.JITRunner: the runner protocol of the runner package's
-// run.sh), sends the power-off notice with what the runner printed, and
-// powers off. No process is started and the HTTPS connections are shared
+// write_files), makes the secrets' directory, sends the ready hint, waits
+// for the JIT runner configuration the operator places in the running VM
+// through the guest agent (agentconfig's secretsFile), runs that runner
+// for one job (githubsim.JITRunner: the runner protocol of the runner
+// package's run.sh), sends the power-off notice with what the runner
+// printed, and powers off. No process is started and the HTTPS connections are shared
 // between VMs, so a VM costs the machine the protocol it speaks, not a
 // process tree (a shell, the agent, the runner script's curl and sed
 // calls): the churn benchmark's VMs, whose guests would otherwise share
@@ -52,9 +56,21 @@ func (w *World) InProcessGuest() proxmoxsim.GuestProgram {
 		if err != nil {
 			return fmt.Errorf("in-process guest %d: %w", g.VMID, err)
 		}
-		if cfg.JITConfig == "" {
-			return fmt.Errorf("in-process guest %d: the configuration carries no JIT runner configuration (workloadMethod %s, bootstrapMethod %s)",
+		if cfg.WorkloadMethod != agentconfig.WorkloadDirect || cfg.BootstrapMethod != agentconfig.BootstrapJITConfig {
+			return fmt.Errorf("in-process guest %d: runs JIT runners placed in the VM only, not workloadMethod %s, bootstrapMethod %s",
 				g.VMID, cfg.WorkloadMethod, cfg.BootstrapMethod)
+		}
+		src := &agent.GuestSource{Method: cfg.BootstrapMethod, File: cfg.SecretsFile, Deadline: cfg.SecretsDeadline, Root: g.Root,
+			Logger: slog.New(slog.NewTextHandler(g.Console, nil))}
+		if err := src.Prepare(); err != nil {
+			return fmt.Errorf("in-process guest %d: %w", g.VMID, err)
+		}
+		if n := cfg.PowerOffNotify; n != nil && n.ReadyURL != "" {
+			go clients.ready(ctx, n, g.Console)
+		}
+		cred, err := src.Credential(ctx)
+		if err != nil {
+			return fmt.Errorf("in-process guest %d: %w", g.VMID, err)
 		}
 		gh, err := clients.forFile(w.githubCAFile())
 		if err != nil {
@@ -62,7 +78,7 @@ func (w *World) InProcessGuest() proxmoxsim.GuestProgram {
 		}
 		seen := &runnerLines{out: g.Console}
 		r := &githubsim.JITRunner{Client: gh, Out: seen, PollWait: time.Second, JobPoll: 50 * time.Millisecond}
-		_, runErr := r.Run(ctx, cfg.JITConfig)
+		_, runErr := r.Run(ctx, cred.JITConfig)
 		if n := cfg.PowerOffNotify; n != nil && ctx.Err() == nil {
 			online, started := seen.state()
 			if err := clients.notify(ctx, n, agentconfig.PowerOffNoticeBody{RunnerOnline: online, JobStarted: started}); err != nil {
@@ -128,6 +144,32 @@ func (c *guestClients) forPEM(pem string) (*http.Client, error) {
 	}}
 	c.byCA[pem] = hc
 	return hc, nil
+}
+
+// ready sends the ready hint as the agent does (internal/agent,
+// announceReady): retried while the operator asks to, for a few seconds.
+func (c *guestClients) ready(ctx context.Context, n *agentconfig.PowerOffNotify, console io.Writer) {
+	hc, err := c.forPEM(n.CA)
+	if err != nil {
+		fmt.Fprintf(console, "in-process guest: ready hint: %v\n", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		code, err := agent.PostReadyHint(ctx, hc, n)
+		if err == nil && code != http.StatusServiceUnavailable && code != http.StatusTooManyRequests {
+			if code != http.StatusAccepted {
+				fmt.Fprintf(console, "in-process guest: ready hint: the operator answered HTTP %d\n", code)
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // notify posts the power-off notice as the agent does (internal/agent,

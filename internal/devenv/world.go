@@ -175,7 +175,8 @@ type Options struct {
 	MetricsAddr string
 	// OnProxmoxRequest and OnGitHubRequest, when set, see every request
 	// the simulators receive before they answer it (the benchmarks count
-	// and time them). They must not read the body.
+	// and time them). One that reads the body puts it back (r.Body) for
+	// the simulator.
 	OnProxmoxRequest, OnGitHubRequest func(*http.Request)
 	// SPIREDial, when set, is how the in-process operator connects to the
 	// spire-server (manager.Options.SPIREDial): tests wrap the real client

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -102,18 +101,18 @@ func (i *Issuer) VerifyBrokerProof(claim *hfv1.MachineClaim, proof string) bool 
 	return subtle.ConstantTimeCompare([]byte(want), []byte(proof)) == 1
 }
 
-// GuestSecrets is the document the operator places in the claim's running
-// VM (agentconfig.GuestSecrets): its join token and its broker proof.
-func (i *Issuer) GuestSecrets(claim *hfv1.MachineClaim) ([]byte, error) {
+// GuestSecrets is what the operator places in the claim's running VM
+// (agentconfig.GuestSecrets): its join token and its broker proof.
+func (i *Issuer) GuestSecrets(claim *hfv1.MachineClaim) (agentconfig.GuestSecrets, error) {
 	token, err := i.Token(claim)
 	if err != nil {
-		return nil, err
+		return agentconfig.GuestSecrets{}, err
 	}
 	proof, err := i.BrokerProof(claim)
 	if err != nil {
-		return nil, err
+		return agentconfig.GuestSecrets{}, err
 	}
-	return json.Marshal(agentconfig.GuestSecrets{JoinToken: token, BrokerProof: proof})
+	return agentconfig.GuestSecrets{JoinToken: token, BrokerProof: proof}, nil
 }
 
 // Issue creates the claim's join token, with the agent alias of its

@@ -97,7 +97,7 @@ func orDefault(s, def string) string {
 
 // Minter issues the claim's single-use runner credential and records what
 // it issued (never the secret) in the claim's status.bootstrap: the
-// broker's issuance (workloads.Platforms.BrokerCredential).
+// broker's issuance (workloads.Platforms.RunnerCredential).
 type Minter func(ctx context.Context, claim *hfv1.MachineClaim) (secretstore.Credential, error)
 
 // StoreStep is what one Deliver call did; the caller persists the claim's

@@ -275,7 +275,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 			return nil, err
 		}
 		agentSrv, agent = srv, srv
-		notices.URL, notices.CA = srv.PowerOffURL(), srv.CA()
+		notices.URL, notices.ReadyURL, notices.CA = srv.PowerOffURL(), srv.ReadyURL(), srv.CA()
 		if credBroker != nil {
 			brokerEndpoint = endpoint{url: srv.BrokerURL(), ca: srv.CA()}
 		}

@@ -85,6 +85,24 @@ var (
 		Help: "Hints that a VM is about to power off, by source and result.",
 	}, []string{"source", "result"})
 
+	// ReadyHints counts the in-VM agents' hints that they run and wait for
+	// the secrets the operator places in the VM (docs/security.md, "Power-off
+	// notices"), by result: accepted (the claim was woken to look at its
+	// VM now), unknown (no claim with a VM of that name and UID), refused
+	// (the token does not verify; nothing was read).
+	ReadyHints = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "ready_hints_total",
+		Help: "Hints from VMs' agents that they wait for their secrets, by result.",
+	}, []string{"result"})
+
+	// GuestSecretsDelivered counts the GuestSecrets documents placed in
+	// running VMs through the hypervisor's guest channel, by what they
+	// carry: runner-credential (direct mode) or join-token (SPIFFE).
+	GuestSecretsDelivered = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "guest_secrets_delivered_total",
+		Help: "Secrets placed in running VMs through the hypervisor's guest channel, by content (runner-credential, join-token).",
+	}, []string{"content"})
+
 	// VMsInTransition is the number of VMs read one by one because a hint
 	// said they are about to stop.
 	VMsInTransition = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -244,7 +262,7 @@ var (
 func init() {
 	crmetrics.Registry.MustRegister(
 		ClaimPhaseSeconds, ClaimsStuck, ClaimTransitions, ClaimErrors, ReservationsRejected, PlacementRecordsRejected, PowerOffToDestroyed, CreatedToCloneRequest,
-		PowerOffHints, VMsInTransition,
+		PowerOffHints, ReadyHints, GuestSecretsDelivered, VMsInTransition,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
 		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads, WebhookConfirmations, BrokerRequests,
 		SPIREBundleReads, IdentityMisuse,

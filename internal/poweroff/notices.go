@@ -60,9 +60,9 @@ type Notices struct {
 	// Nil: always.
 	Elected <-chan struct{}
 	// URL is where VMs POST their notice (the agent server's
-	// PowerOffURL) and CA the PEM bundle they trust for it; empty URL:
-	// VMs are given none.
-	URL, CA string
+	// PowerOffURL), ReadyURL their ready hint (its ReadyURL), and CA the
+	// PEM bundle they trust for both; empty URL: VMs are given none.
+	URL, ReadyURL, CA string
 }
 
 var _ agentserver.PowerOffReceiver = (*Notices)(nil)
@@ -77,26 +77,83 @@ func (n *Notices) AuthorizePowerOff(c agentconfig.ClaimRef, token string) error 
 	return nil
 }
 
-// PowerOffNotice implements agentserver.PowerOffReceiver, for notices
-// AuthorizePowerOff admitted.
-func (n *Notices) PowerOffNotice(ctx context.Context, notice agentconfig.PowerOffNotice) error {
-	c := notice.ClaimRef
+// AuthorizeReady implements agentserver.PowerOffReceiver: the same HMAC
+// check for a ready hint.
+func (n *Notices) AuthorizeReady(c agentconfig.ClaimRef, token string) error {
+	if n.Signer == nil || !n.Signer.VerifyPowerOffToken(c.Namespace, c.Name, c.UID, token) {
+		metrics.ReadyHints.WithLabelValues("refused").Inc()
+		return agentserver.ErrBadToken
+	}
+	return nil
+}
+
+// ReadyHint implements agentserver.PowerOffReceiver: the claim's agent
+// runs and waits for the secrets the operator places in its VM, so the
+// claim is woken to look at its VM now (its guest is read at once, and
+// the secrets placed when it runs) instead of at its next boot poll. A
+// hint decides nothing: the claim reads the VM through the hypervisor as
+// always, and places the secrets only through the hypervisor's guest
+// channel, into the VM its ownership marker names.
+func (n *Notices) ReadyHint(ctx context.Context, c agentconfig.ClaimRef) error {
+	claim, err := n.claimOf(ctx, c, "ready hint")
+	if err != nil {
+		return err
+	}
+	if claim == nil || claim.Status.VMRef == nil || claim.Ended() {
+		metrics.ReadyHints.WithLabelValues("unknown").Inc()
+		return nil
+	}
+	n.Log.V(1).Info("Ready hint", "MachineClaim", klog.KObj(claim), "vmid", vmidOf(claim))
+	metrics.ReadyHints.WithLabelValues("accepted").Inc()
+	n.wake(c)
+	return nil
+}
+
+// claimOf reads the claim a hint names, on the leader only (ErrRetry on
+// other replicas: only the leader's claim controller acts on it); nil when
+// it is gone or a new claim has its name (nothing to read).
+func (n *Notices) claimOf(ctx context.Context, c agentconfig.ClaimRef, what string) (*hfv1.MachineClaim, error) {
 	if n.Elected != nil {
 		select {
 		case <-n.Elected:
 		default:
-			return agentserver.ErrRetry
+			return nil, agentserver.ErrRetry
 		}
 	}
 	claim := &hfv1.MachineClaim{}
 	err := n.Reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: c.Name}, claim)
 	switch {
 	case apierrors.IsNotFound(err) || err == nil && string(claim.UID) != c.UID:
-		// Gone, or a new claim of the same name: nothing to read.
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read MachineClaim %s/%s for its %s: %w", c.Namespace, c.Name, what, err)
+	}
+	return claim, nil
+}
+
+// wake enqueues the claim; it never blocks the VM's request on the
+// queue: a full channel leaves it to the claim's next pass.
+func (n *Notices) wake(c agentconfig.ClaimRef) {
+	if n.ClaimEvents == nil {
+		return
+	}
+	select {
+	case n.ClaimEvents <- event.GenericEvent{Object: &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name}}}:
+	default:
+	}
+}
+
+// PowerOffNotice implements agentserver.PowerOffReceiver, for notices
+// AuthorizePowerOff admitted.
+func (n *Notices) PowerOffNotice(ctx context.Context, notice agentconfig.PowerOffNotice) error {
+	c := notice.ClaimRef
+	claim, err := n.claimOf(ctx, c, "power-off notice")
+	if err != nil {
+		return err
+	}
+	if claim == nil {
 		metrics.PowerOffHints.WithLabelValues(string(hypervisors.HintAgent), "unknown").Inc()
 		return nil
-	case err != nil:
-		return fmt.Errorf("read MachineClaim %s/%s for its power-off notice: %w", c.Namespace, c.Name, err)
 	}
 	n.Log.V(1).Info("Power-off notice", "MachineClaim", klog.KObj(claim), "vmid", vmidOf(claim), "runnerOnline", notice.RunnerOnline, "jobStarted", notice.JobStarted)
 	if notice.JobStarted && n.Jobs != nil {
@@ -105,13 +162,9 @@ func (n *Notices) PowerOffNotice(ctx context.Context, notice agentconfig.PowerOf
 	if notice.AttestationError == agentconfig.AttestationJoinTokenRefused && n.TokenRefusals != nil {
 		n.TokenRefusals.Add(claim.UID, n.now())
 	}
-	if Mark(n.Transitions, claim, hypervisors.HintAgent, n.now()) == hypervisors.Marked && n.ClaimEvents != nil {
-		// Wake the claim to read its VM now; never block the VM's request
-		// on the queue: a full channel leaves it to the claim's next pass.
-		select {
-		case n.ClaimEvents <- event.GenericEvent{Object: &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name}}}:
-		default:
-		}
+	if Mark(n.Transitions, claim, hypervisors.HintAgent, n.now()) == hypervisors.Marked {
+		// Wake the claim to read its VM now.
+		n.wake(c)
 	}
 	return nil
 }
@@ -137,10 +190,11 @@ func (n *Notices) NotifyFor(claim *hfv1.MachineClaim) *agentconfig.PowerOffNotif
 		return nil
 	}
 	return &agentconfig.PowerOffNotify{
-		URL:   n.URL,
-		Token: n.Signer.PowerOffToken(claim.Namespace, claim.Name, string(claim.UID)),
-		Claim: agentconfig.ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID)},
-		CA:    n.CA,
+		URL:      n.URL,
+		ReadyURL: n.ReadyURL,
+		Token:    n.Signer.PowerOffToken(claim.Namespace, claim.Name, string(claim.UID)),
+		Claim:    agentconfig.ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID)},
+		CA:       n.CA,
 	}
 }
 

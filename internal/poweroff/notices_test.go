@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
@@ -89,5 +90,51 @@ func TestJobReportsExpireAndAreBounded(t *testing.T) {
 	r.Add("later", now.Add(reportTTL+time.Second))
 	if !r.JobStarted("later", now.Add(reportTTL+time.Second)) {
 		t.Fatal("expired reports did not make room")
+	}
+}
+
+// TestReadyHintWakesTheClaim: a ready hint with the claim's own token
+// wakes that claim (and nothing else happens); another claim's token is
+// refused before anything is read, and a hint for a claim without a VM,
+// an ended one or a gone one wakes nothing. Only the leader takes it.
+func TestReadyHintWakesTheClaim(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := hfv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	vm := &hfv1.VMReference{HypervisorCluster: "pve", Node: "pve1", VMID: 1000}
+	booting := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "runner-1", UID: "uid-1"}, Status: hfv1.MachineClaimStatus{VMRef: vm}}
+	unplaced := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "runner-2", UID: "uid-2"}}
+	signer, err := ownership.NewSigner("test", bytes.Repeat([]byte{7}, ownership.MinKeyLength))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan event.GenericEvent, 4)
+	elected := make(chan struct{})
+	n := &Notices{Reader: fake.NewClientBuilder().WithScheme(scheme).WithObjects(booting, unplaced).Build(), Signer: signer, ClaimEvents: events, Elected: elected}
+	ref := func(c *hfv1.MachineClaim) agentconfig.ClaimRef {
+		return agentconfig.ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)}
+	}
+	if err := n.AuthorizeReady(ref(booting), signer.PowerOffToken("ci", "runner-2", "uid-2")); !errors.Is(err, agentserver.ErrBadToken) {
+		t.Fatalf("another claim's token: %v, want ErrBadToken", err)
+	}
+	if err := n.AuthorizeReady(ref(booting), signer.PowerOffToken("ci", "runner-1", "uid-1")); err != nil {
+		t.Fatalf("the claim's own token: %v", err)
+	}
+	ctx := context.Background()
+	if err := n.ReadyHint(ctx, ref(booting)); !errors.Is(err, agentserver.ErrRetry) {
+		t.Fatalf("a replica that does not lead: %v, want ErrRetry", err)
+	}
+	close(elected)
+	for _, c := range []agentconfig.ClaimRef{ref(unplaced), {Namespace: "ci", Name: "runner-1", UID: "uid-9"}, {Namespace: "ci", Name: "gone", UID: "uid-3"}, ref(booting)} {
+		if err := n.ReadyHint(ctx, c); err != nil {
+			t.Fatalf("ReadyHint(%+v): %v", c, err)
+		}
+	}
+	if len(events) != 1 {
+		t.Fatalf("%d claims woken, want the booting one only", len(events))
+	}
+	if e := <-events; e.Object.GetNamespace() != "ci" || e.Object.GetName() != "runner-1" {
+		t.Fatalf("woke %s/%s", e.Object.GetNamespace(), e.Object.GetName())
 	}
 }

@@ -14,33 +14,21 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
-// The cloud-init of a VM is rendered twice: once with placeholder
-// credentials, to check it, and only if that succeeds, once more with the
-// single-use credential the workload side issues for the VM. A template
-// whose cloud-init or agent configuration cannot render therefore never
-// costs a credential (a registered, never-used runner on the CI platform), and the
-// template controller runs the same check so that such a template is never
-// Ready (docs/security.md, "An honest API").
+// The cloud-init of a VM is rendered twice: once with placeholder values
+// for what is per VM, to check it, and only if that succeeds, once more for
+// the VM. The template controller runs the same check, so that a template
+// whose cloud-init or agent configuration cannot render is never Ready
+// (docs/security.md, "An honest API"). No credential is ever rendered: the
+// runner credential reaches the running VM only, and is issued only then.
 
-// placeholderCredential stands in for a single-use runner credential in a
-// check render. It is never delivered: check renders are thrown away.
-const placeholderCredential = "hyperfleet-placeholder-credential"
-
-// placeholderExpiry stands in for the credential's expiry in a check render.
+// placeholderExpiry stands in for the join token's expiry and the secrets'
+// deadline in a check render.
 var placeholderExpiry = time.Date(2000, time.January, 1, 0, 0, 0, 0, time.UTC)
 
-// withPlaceholderCredentials returns v with stand-ins for everything the
-// workload side (internal/controller's BootstrapSource) fills in: the credential of the
-// template's kind, its expiry and the runner labels.
+// withPlaceholderCredentials returns v with stand-ins for everything filled
+// in per VM right before its render: the SPIFFE identity, the expiry and
+// deadline, and the runner labels.
 func withPlaceholderCredentials(ws *workload.Backends, v cloudinit.Vars, tmpl *hfv1.HypervisorMachineTemplate) cloudinit.Vars {
-	if v.WorkloadMethod == cloudinit.WorkloadDirect {
-		switch v.BootstrapMethod {
-		case cloudinit.BootstrapJITConfig:
-			v.JITConfig = placeholderCredential
-		case cloudinit.BootstrapRunnerToken:
-			v.RunnerToken = placeholderCredential
-		}
-	}
 	if v.WorkloadMethod == cloudinit.WorkloadBroker {
 		if v.TrustDomain == "" {
 			v.TrustDomain = "placeholder.invalid"
@@ -59,6 +47,7 @@ func withPlaceholderCredentials(ws *workload.Backends, v cloudinit.Vars, tmpl *h
 		}
 	}
 	v.ExpiresAt = cloudinit.Time{Time: placeholderExpiry}
+	v.SecretsDeadline = cloudinit.Time{Time: placeholderExpiry}
 	_, t, _ := ws.Template(tmpl)
 	v.Labels = cloudinit.List(workload.RunnerLabels(t.DefaultLabels, []string(v.Labels)))
 	return v

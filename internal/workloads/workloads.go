@@ -36,10 +36,10 @@ import (
 //
 // Issuance is recoverable without keeping the credential anywhere: the
 // runner name is derived from the claim, so if the operator restarts
-// between registering a runner and recording it, the next attempt finds
-// the name taken, removes that never-started runner and registers a new
-// one. Its id is recorded in status.bootstrap with the status patch that
-// follows the delivery.
+// between registering a runner and delivering or recording it, the next
+// attempt finds the name taken, removes that never-started runner and
+// registers a new one. Its id is recorded in status.bootstrap with the
+// status patch that follows the delivery.
 type Platforms struct {
 	// Client reads templates' Secrets and RunnerPools.
 	Client client.Reader
@@ -52,36 +52,32 @@ type Platforms struct {
 	Signer *ownership.Signer
 }
 
-// BootstrapVars implements internal/controller's BootstrapSource: it issues one single-use
-// credential for the claim's VM (a registered runner's configuration, or
-// a registration token) and fills in the runner part of its cloud-init.
-// A VM that attests with SPIRE gets none here: it asks the credential
-// broker after attesting (BrokerCredential).
+// BootstrapVars implements internal/controller's BootstrapSource: it fills
+// in the runner part of the VM's cloud-init (the runner's name, marked as
+// this install's, and labels), and issues nothing: the single-use
+// credential is issued once the VM runs (RunnerCredential) and reaches
+// the running VM only, never its seed (docs/security.md, "Nothing
+// replayable at rest").
 func (w *Platforms) BootstrapVars(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, vars *cloudinit.Vars) error {
-	if vars.SPIFFEEnabled {
+	be, ok := w.Backends.Claim(claim, tmpl)
+	if !ok {
 		return nil
 	}
-	cred, ok, err := w.issueFor(ctx, claim, tmpl, vars)
-	if err != nil || !ok {
-		return err
+	pool, err := w.poolOf(ctx, claim)
+	if err != nil {
+		return workloadError(be, err)
 	}
-	switch cred.Method {
-	case workload.MethodJIT:
-		vars.JITConfig = cred.Secret.Reveal()
-	case workload.MethodRegistrationToken:
-		vars.RunnerToken = cred.Secret.Reveal()
-		vars.RegistrationURL = cred.RegistrationURL
-	}
-	vars.ExpiresAt = cloudinit.Time{Time: cred.ExpiresAt}
+	vars.Labels = cloudinit.List(w.runnerLabels(be, claim, pool, tmpl))
+	vars.RunnerName = w.runnerName(be, claim, vars.RunnerName)
 	return nil
 }
 
-// BrokerCredential issues the single-use credential of a claim whose VM
-// attested and asked the credential broker for it, exactly as
-// BootstrapVars would have put it into the VM's cloud-init, and records
-// what it issued in claim.Status.Bootstrap (the broker persists it before
-// it answers).
-func (w *Platforms) BrokerCredential(ctx context.Context, claim *hfv1.MachineClaim) (workload.Credential, error) {
+// RunnerCredential issues the single-use credential of a claim whose VM
+// runs: the operator places it in the VM through the hypervisor's guest
+// channel, or, for a VM that attested, the credential broker hands it out
+// or the secrets store holds it. It records what it issued in
+// claim.Status.Bootstrap (the caller persists it).
+func (w *Platforms) RunnerCredential(ctx context.Context, claim *hfv1.MachineClaim) (workload.Credential, error) {
 	tmpl := &hfv1.HypervisorMachineTemplate{}
 	if err := w.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, tmpl); err != nil {
 		return workload.Credential{}, fmt.Errorf("read the claim's HypervisorMachineTemplate: %w", err)
@@ -142,6 +138,7 @@ func (w *Platforms) issueFor(ctx context.Context, claim *hfv1.MachineClaim, tmpl
 	}
 	if old := claim.Status.Bootstrap; old != nil {
 		st.SPIFFEID, st.JobID, st.JobStartedAt = old.SPIFFEID, old.JobID, old.JobStartedAt
+		st.CredentialRequestedAt = old.CredentialRequestedAt
 	}
 	if id := claim.Status.Identity; id != nil {
 		st.SPIFFEID = id.SPIFFEID

@@ -12,14 +12,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/big"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,8 +26,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
-	yaml "go.yaml.in/yaml/v3"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
@@ -38,104 +33,9 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/devenv"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
 	"github.com/hyperfleet/hyperfleet/test/spiretest"
 )
-
-// isoWatch keeps every cloud-init ISO seen on the simulator's storage, as
-// whoever can read the hypervisor's ISO storage would: the operator
-// deletes a VM's ISO once the VM runs, so it is read while VMs are built.
-type isoWatch struct {
-	mu   sync.Mutex
-	isos map[string]proxmoxsim.VolumeState
-}
-
-func watchISOs(t *testing.T, w *devenv.World) *isoWatch {
-	iw := &isoWatch{isos: map[string]proxmoxsim.VolumeState{}}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			for _, st := range w.Proxmox.State().Storages {
-				for _, v := range st.Volumes {
-					if v.Content == "iso" && strings.HasPrefix(v.VolID[strings.Index(v.VolID, "/")+1:], "hf-") && len(v.Data) > 0 {
-						iw.mu.Lock()
-						iw.isos[v.VolID] = v
-						iw.mu.Unlock()
-					}
-				}
-			}
-			select {
-			case <-done:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
-	t.Cleanup(func() { close(done); wg.Wait() })
-	return iw
-}
-
-// of is the seed ISO of VM vmid (hf-<operator id>-<vmid>-<digest>.iso).
-func (iw *isoWatch) of(vmid int) (proxmoxsim.VolumeState, bool) {
-	iw.mu.Lock()
-	defer iw.mu.Unlock()
-	for id, v := range iw.isos {
-		if strings.Contains(id, fmt.Sprintf("-%d-", vmid)) {
-			return v, true
-		}
-	}
-	return proxmoxsim.VolumeState{}, false
-}
-
-// seedAgentConfig is the agent.json the seed's user-data writes, as the
-// reader of the ISO extracts it.
-func seedAgentConfig(t *testing.T, iso proxmoxsim.VolumeState) map[string]any {
-	t.Helper()
-	var doc struct {
-		WriteFiles []struct {
-			Path    string `yaml:"path"`
-			Content string `yaml:"content"`
-		} `yaml:"write_files"`
-	}
-	if err := yaml.Unmarshal([]byte(iso.Files["user-data"]), &doc); err != nil {
-		t.Fatalf("the seed's user-data: %v", err)
-	}
-	for _, f := range doc.WriteFiles {
-		if f.Path == agentconfig.Path {
-			var cfg map[string]any
-			if err := json.Unmarshal([]byte(f.Content), &cfg); err != nil {
-				t.Fatalf("the seed's agent.json: %v", err)
-			}
-			return cfg
-		}
-	}
-	t.Fatalf("the seed %s writes no %s", iso.VolID, agentconfig.Path)
-	return nil
-}
-
-// claimOfVM is the world's claim whose VM is vmid.
-func claimOfVM(t *testing.T, w *devenv.World, vmid int) *hfv1.MachineClaim {
-	t.Helper()
-	var found *hfv1.MachineClaim
-	eventually(t, time.Minute, fmt.Sprintf("the claim of VM %d", vmid), func() error {
-		var list hfv1.MachineClaimList
-		if err := w.API.Client.List(context.Background(), &list, client.InNamespace(devenv.Namespace)); err != nil {
-			return err
-		}
-		for i := range list.Items {
-			if ref := list.Items[i].Status.VMRef; ref != nil && int(ref.VMID) == vmid {
-				found = &list.Items[i]
-				return nil
-			}
-		}
-		return errors.New("none yet")
-	})
-	return found
-}
 
 // callBroker asks the broker for a credential with cert as the client
 // certificate and proof in the proof header ("": none), as a VM (or a
@@ -196,43 +96,18 @@ func TestSPIFFENothingUsableOnTheSeed(t *testing.T) {
 		return testutil.ToFloat64(metrics.IdentityMisuse.WithLabelValues(string(hfv1.MisuseBrokerProofInvalid)))
 	}
 	misuseBefore := misused()
-	// The VM's own agent is held back: its guest program only does what
-	// cloud-init's bootcmd does (the directory the join token arrives in),
-	// then waits.
-	held := make(chan proxmoxsim.Guest, 8)
-	if err := w.Proxmox.SetGuestProgram(func(ctx context.Context, g proxmoxsim.Guest) error {
-		if err := os.MkdirAll(filepath.Join(g.Root, agentconfig.SecretsDir), 0o700); err != nil {
-			return err
-		}
-		select {
-		case held <- g:
-		default:
-		}
-		<-ctx.Done()
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	// The VM's own agent is held back until its VM is destroyed.
 	isos := watchISOs(t, w)
 	if _, err := w.EnqueueJobs(1, jobDuration); err != nil {
 		t.Fatal(err)
 	}
-	var g proxmoxsim.Guest
-	select {
-	case g = <-held:
-	case <-time.After(3 * time.Minute):
-		t.Fatal("no VM booted within 3 minutes")
-	}
-	// The pool's next VMs run the agent again.
-	if err := w.Proxmox.SetGuestProgram(nil); err != nil {
-		t.Fatal(err)
-	}
+	g := holdAgent(t, w, nil)
 	claim := claimOfVM(t, w, g.VMID)
 
 	// The join token arrives in the running VM, and only there.
 	var secrets agentconfig.GuestSecrets
 	eventually(t, time.Minute, "the join token placed in the running VM", func() error {
-		b, _, err := w.Proxmox.GuestFile(ctx, g.VMID, agentconfig.JoinTokenFile)
+		b, _, err := w.Proxmox.GuestFile(ctx, g.VMID, agentconfig.SecretsFile)
 		if err != nil {
 			return err
 		}
@@ -245,8 +120,8 @@ func TestSPIFFENothingUsableOnTheSeed(t *testing.T) {
 	}
 	cfg := seedAgentConfig(t, iso)
 	sp, _ := cfg["spiffe"].(map[string]any)
-	if sp == nil || sp["joinToken"] != nil || sp["joinTokenFile"] != agentconfig.JoinTokenFile {
-		t.Fatalf("the seed's spiffe settings: %v; want no joinToken, joinTokenFile %s", sp, agentconfig.JoinTokenFile)
+	if sp == nil || sp["joinToken"] != nil || cfg["secretsFile"] != agentconfig.SecretsFile {
+		t.Fatalf("the seed's spiffe settings: %v; want no joinToken, secretsFile %s", cfg, agentconfig.SecretsFile)
 	}
 	for _, secret := range []string{secrets.JoinToken, secrets.BrokerProof} {
 		if bytes.Contains(iso.Data, []byte(secret)) {

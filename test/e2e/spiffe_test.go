@@ -78,7 +78,7 @@ func (s *seedWatch) sample(dir string) {
 				s.bad = append(s.bad, path+" holds "+bad)
 			}
 		}
-		for _, want := range []string{`"workloadMethod": "broker"`, `"joinTokenFile"`, `"trustBundle"`, s.want} {
+		for _, want := range []string{`"workloadMethod": "broker"`, `"secretsFile"`, `"trustBundle"`, s.want} {
 			if !strings.Contains(text, want) {
 				s.bad = append(s.bad, path+" lacks "+want)
 			}

@@ -9,17 +9,23 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
+
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 )
 
 // seedSecretRE finds the single-use credentials in a seed's user-data:
 // the agent's config is JSON inside it (docs/cloud-init.md).
-var seedSecretRE = regexp.MustCompile(`"(jitConfig|joinToken)":\s*"([^"]+)"`)
+var seedSecretRE = regexp.MustCompile(`"(jitConfig|registrationToken|joinToken)":\s*"([^"]+)"`)
 
 // seedSecrets returns the credentials in a seed's files, value -> what it
 // is.
@@ -135,4 +141,42 @@ func scanBytes(path string, secrets map[string]string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// placedSecrets keeps what the operator writes into running guests
+// (POST .../agent/file-write, whose content is a GuestSecrets document),
+// by VM id: each value -> what it is.
+type placedSecrets struct {
+	mu   sync.Mutex
+	byVM map[int]map[string]string
+}
+
+// observe is devenv.Options.OnProxmoxRequest: it reads a file-write's
+// content (and puts the body back for the simulator).
+func (p *placedSecrets) observe(r *http.Request) {
+	vmid, raw, ok := proxmoxsim.FileWriteRequest(r)
+	if !ok {
+		return
+	}
+	doc, err := agentconfig.ParseGuestSecrets(raw)
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.byVM[vmid] == nil {
+		p.byVM[vmid] = map[string]string{}
+	}
+	for what, v := range map[string]string{"jitConfig": doc.JITConfig, "registrationToken": doc.RegistrationToken, "joinToken": doc.JoinToken, "brokerProof": doc.BrokerProof} {
+		if v != "" {
+			p.byVM[vmid][v] = what
+		}
+	}
+}
+
+// of is what was placed in VM vmid.
+func (p *placedSecrets) of(vmid int) map[string]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.byVM[vmid])
 }

@@ -42,11 +42,16 @@ type timeline struct {
 	ids   map[string]int
 	addrs map[string][]string // VM name -> addresses the claim reported
 	// secrets are the single-use credentials of each VM, value -> what it
-	// is: those of its seed, read while the seed ISO exists, and in SPIFFE
-	// mode the join token and broker proof placed in the running VM
-	// (derived from the claim as the operator derives them). seeded are
-	// those found on the seed alone.
+	// is: those of its seed, read while the seed ISO exists (none since
+	// the seed holds none; kept to catch one that does), what the operator
+	// placed in the running VM (placed), and in SPIFFE mode the join
+	// token and broker proof (derived from the claim as the operator
+	// derives them). seeded are those found on the seed alone.
 	secrets, seeded map[string]map[string]string
+	// placed are the secrets the operator wrote into each running VM
+	// through its guest agent, by VM id (captured from the Proxmox
+	// simulator's requests: the guest's file is gone once read).
+	placed *placedSecrets
 	// identities derives the join tokens and broker proofs (SPIFFE mode
 	// only).
 	identities *identity.Issuer
@@ -143,6 +148,11 @@ func (tl *timeline) sample(w *devenv.World) {
 			if volid, _, _ := strings.Cut(v, ","); strings.Contains(volid, ":iso/") && tl.vms[vm.Name] != nil {
 				seedOf[volid] = vm.Name
 			}
+		}
+	}
+	for name, id := range tl.ids {
+		for value, what := range tl.placed.of(id) {
+			tl.addSecret(tl.secrets, name, value, what)
 		}
 	}
 	for _, st := range pve.Storages {
@@ -257,6 +267,8 @@ func runJobs(t *testing.T, sc scenario) (*devenv.World, devenv.Snapshot, *timeli
 	opts := sc.opts
 	opts.Dir, opts.AgentBinary, opts.MaxReplicas, opts.Progress = dir, agentBinary, int32(sc.jobs), testWriter{t}
 	opts.KeepGuestDisks = filepath.Join(dir, "destroyed-disks")
+	placed := &placedSecrets{byVM: map[int]map[string]string{}}
+	opts.OnProxmoxRequest = placed.observe
 	w, err := devenv.Start(context.Background(), opts)
 	if err != nil {
 		// The operator's and the simulators' logs say why the world did
@@ -265,7 +277,7 @@ func runJobs(t *testing.T, sc scenario) (*devenv.World, devenv.Snapshot, *timeli
 		t.Fatal(err)
 	}
 	tl := &timeline{vms: map[string]map[string]time.Time{}, ids: map[string]int{}, addrs: map[string][]string{},
-		secrets: map[string]map[string]string{}, seeded: map[string]map[string]string{}}
+		secrets: map[string]map[string]string{}, seeded: map[string]map[string]string{}, placed: placed}
 	if opts.SPIFFE {
 		signer, err := manager.LoadOrCreateSigner(context.Background(), w.API.Client, manager.SignerOptions{Namespace: devenv.SystemNamespace, Name: "hyperfleet-ownership"})
 		if err != nil {
@@ -354,6 +366,13 @@ func runJobs(t *testing.T, sc scenario) (*devenv.World, devenv.Snapshot, *timeli
 			names = append(names, e.Name())
 		}
 		t.Errorf("left in the guests' work dir: %v", names)
+	}
+	// The seed holds no secret in any mode: the runner credential (or
+	// the join token) reaches the running VM through its guest agent.
+	for vm, seeded := range tl.seeded {
+		for _, what := range seeded {
+			t.Errorf("VM %s: its seed holds a %s; a seed holds no secret, the VM receives it through its guest agent", vm, what)
+		}
 	}
 	checkDisks(t, tl, seen, opts.KeepGuestDisks)
 	return w, last, tl
@@ -453,8 +472,8 @@ func checkMilestones(t *testing.T, tl *timeline, vm string) {
 
 // checkDisks scans the disk each VM that ran a job left when it was
 // destroyed. The PAT must not be anywhere in what the guest wrote (it
-// never reaches a VM); no file may hold the seed's single-use
-// credentials, which the agent and cloud-init's scrub remove (blocks of
+// never reaches a VM); no file may hold the single-use credentials the
+// VM received (in /run, a tmpfs, which the agent removes; blocks of
 // deleted files may still hold spent ones: logged, not long-lived). The
 // disks are removed afterwards.
 func checkDisks(t *testing.T, tl *timeline, ran map[string]bool, kept string) {
@@ -463,7 +482,7 @@ func checkDisks(t *testing.T, tl *timeline, ran map[string]bool, kept string) {
 	for vm := range ran {
 		overlay := filepath.Join(kept, fmt.Sprintf("vm-%d.qcow2", tl.ids[vm]))
 		if len(tl.secrets[vm]) == 0 {
-			t.Errorf("VM %s: no credential read from its seed or derived for it, nothing to look for", vm)
+			t.Errorf("VM %s: no credential seen placed in it or derived for it, nothing to look for", vm)
 		}
 		secrets := map[string]string{devenv.PAT: "the GitHub PAT"}
 		maps.Copy(secrets, tl.secrets[vm])

@@ -1,14 +1,21 @@
 package proxmoxsim
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/http"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -232,4 +239,44 @@ func realGuestFile(ctx context.Context, vmid int, socket, file string) ([]byte, 
 	}
 	b, err := base64.StdEncoding.DecodeString(b64)
 	return b, fs.FileMode(mode), err
+}
+
+// fileWritePath is POST .../agent/file-write's path, with the VM id.
+var fileWritePath = regexp.MustCompile(`/nodes/[^/]+/qemu/([0-9]+)/agent/file-write$`)
+
+// FileWriteRequest is, for a request hook that sees requests before the
+// simulator (such as the tests' record of what the operator wrote into
+// guests), the VM and the content of an agent/file-write request, as the
+// guest would receive it; ok is false for any other request. It reads the
+// request's body and puts it back for the simulator.
+func FileWriteRequest(r *http.Request) (vmid int, content []byte, ok bool) {
+	m := fileWritePath.FindStringSubmatch(r.URL.Path)
+	if r.Method != http.MethodPost || m == nil || r.Body == nil {
+		return 0, nil, false
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	_ = r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, false
+	}
+	params := map[string]string{}
+	var js map[string]any
+	if json.Unmarshal(body, &js) == nil {
+		for k, v := range js {
+			params[k] = fmt.Sprint(v)
+		}
+	} else if form, err := url.ParseQuery(string(body)); err == nil {
+		for k := range form {
+			params[k] = form.Get(k)
+		}
+	}
+	content = []byte(params["content"])
+	if params["encode"] == "0" {
+		if content, err = base64.StdEncoding.DecodeString(params["content"]); err != nil {
+			return 0, nil, false
+		}
+	}
+	vmid, _ = strconv.Atoi(m[1])
+	return vmid, content, true
 }

@@ -112,6 +112,12 @@ func TestLifecycle(t *testing.T) {
 	if e.nonTemplateVMs() != 1 {
 		t.Fatalf("%d VMs", e.nonTemplateVMs())
 	}
+	// The VM's secrets (its runner credential, or its join token) reach
+	// the running VM through its guest agent: part of every lifecycle.
+	if err := e.p.PlaceGuestFile(ctx, spec.Owner, provider.VMRef{VMID: vmid, Node: "pve1"},
+		provider.GuestFile{Path: "/run/hyperfleet/secrets.json", Content: []byte(`{"jitConfig":"eyJh"}`)}); err != nil {
+		t.Fatalf("PlaceGuestFile: %v", err)
+	}
 	creation := e.obs.snapshot()
 
 	// Running is stable: another call changes nothing.
@@ -178,7 +184,8 @@ func TestLifecycle(t *testing.T) {
 	// The steps that need no answer in between share a call, and nothing
 	// is read back that this process just did (the package documentation):
 	// the clone goes out without a read of its id, the config is read
-	// once before the configuration and once before the eject, and the
+	// once before the configuration, once before the eject and once before
+	// the guest file's write (each verifies the ownership marker), and the
 	// power state is never read while creating.
 	if c := creation[0]; c.method != "POST" || c.endpoint != "/nodes/{node}/qemu/{vmid}/clone" {
 		t.Errorf("first call of the creation: %s %s, want the clone", c.method, c.endpoint)
@@ -189,8 +196,8 @@ func TestLifecycle(t *testing.T) {
 			reads[c.endpoint]++
 		}
 	}
-	if n := reads["/nodes/{node}/qemu/{vmid}/config"]; n != 2 {
-		t.Errorf("%d config reads while creating, want 2 (before configuring, before ejecting)", n)
+	if n := reads["/nodes/{node}/qemu/{vmid}/config"]; n != 3 {
+		t.Errorf("%d config reads while creating, want 3 (before configuring, before ejecting, before writing into the guest)", n)
 	}
 	if n := reads["/nodes/{node}/qemu/{vmid}/status/current"] + reads["/nodes/{node}/storage/{storage}/content/{volume}"]; n != 0 {
 		t.Errorf("%d status or ISO reads while creating, want none", n)
