@@ -34,6 +34,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/poweroff"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
@@ -210,8 +211,8 @@ func (r *Reconciler) claimsForTemplate(ctx context.Context, o client.Object) []r
 }
 
 // Reconcile implements reconcile.Reconciler: it opens the claim's scope,
-// runs the deletion or the normal phases, and closes the scope, which
-// derives the status and writes the claim once.
+// runs the phase list of the claim's state (claimPhases), and closes the
+// scope, which derives the status and writes the claim once.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	claim := &hfv1.MachineClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
@@ -234,34 +235,81 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	s := r.newClaimScope(claim)
 	defer func() { res, retErr = r.closeScope(ctx, s, res, retErr) }()
 
+	return phase.Run(ctx, s, r.claimPhases(claim)...)
+}
+
+// claimPhases is the phase list of a pass (docs/architecture.md, "The
+// claim's reconcile"): a deleted claim runs the deletion list; any other
+// runs the shared prefix, then the list of its state (runStateList).
+func (r *Reconciler) claimPhases(claim *hfv1.MachineClaim) []phase.Func[*claimScope] {
 	if !claim.DeletionTimestamp.IsZero() {
-		return runPhases(ctx, s, r.restoreReservation, r.holdFinalizer, r.beginDeletion, r.deleteVMPhase, r.releaseRunnerPhase,
-			r.releaseIdentityPhase, r.removeFinalizerPhase)
+		return []phase.Func[*claimScope]{r.checkReservation, r.checkFinalizer, r.checkDeletion, r.releaseVM,
+			r.releaseRunner, r.releaseIdentity, r.releaseFinalizer}
 	}
-	return runPhases(ctx, s, r.restoreReservation, r.ensureMetadata, r.containMisuse, r.handleEnd, r.refuseUnsupported,
-		r.loadDependencies, r.connectProvider, r.deliverSecrets, r.watchAttestation, r.storeCredential, r.watchRunning, r.requireTemplate,
-		r.ensureAddress, r.ensureIdentity, r.ensureVM)
+	return []phase.Func[*claimScope]{r.checkReservation, r.ensureMetadata, r.checkMisuse, r.checkEndRequest, r.runStateList}
+}
+
+// buildPhases build a claim's VM: the claim is neither ended nor
+// provisioned.
+func (r *Reconciler) buildPhases() []phase.Func[*claimScope] {
+	return []phase.Func[*claimScope]{r.checkSupported, r.loadDependencies, r.loadProvider, r.checkTemplate,
+		r.ensureAddress, r.ensureIdentity, r.ensureVM}
+}
+
+// runningPhases watch a provisioned claim: its secrets placed, its
+// attestation, its VM and its runner; checkRunning ends every such pass.
+// checkSupported acts only on a claim without a VM reference.
+func (r *Reconciler) runningPhases() []phase.Func[*claimScope] {
+	return []phase.Func[*claimScope]{r.checkSupported, r.loadDependencies, r.loadProvider, r.ensureSecrets,
+		r.checkAttestation, r.ensureStoredCredential, r.checkRunning}
+}
+
+// endPhases tear an ended claim down.
+func (r *Reconciler) endPhases() []phase.Func[*claimScope] {
+	return []phase.Func[*claimScope]{r.releaseEnded}
+}
+
+// runStateList runs the list of the claim's state after the shared prefix:
+// ended -> endPhases, provisioned -> runningPhases, else buildPhases. A
+// phase of those two that finds the claim's end records it and stops; the
+// end list then runs in this same pass, with no requeue in between, and
+// the wishes of the phases that ran are kept.
+func (r *Reconciler) runStateList(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	if claim.Ended() {
+		return phase.Sequence(r.endPhases()...)(ctx, s)
+	}
+	list := r.buildPhases()
+	if hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+		list = r.runningPhases()
+	}
+	res, err := phase.Sequence(list...)(ctx, s)
+	if err != nil || !claim.Ended() {
+		return res, err
+	}
+	end, err := phase.Sequence(r.endPhases()...)(ctx, s)
+	return end.Sooner(res.After()), err
 }
 
 // ensureMetadata adds the finalizer and the standard labels (in memory;
 // the scope writes them, or ensureVM before its clone request).
-func (r *Reconciler) ensureMetadata(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+func (r *Reconciler) ensureMetadata(ctx context.Context, s *claimScope) (phase.Result, error) {
 	if s.claim.IsFinished() {
-		return ctrl.Result{}, false, nil
+		return phase.Stop(), nil
 	}
 	setStandardMetadata(s.claim, r.clusterOf(ctx, s.claim))
-	return ctrl.Result{}, true, nil
+	return phase.Next(), nil
 }
 
-// refuseUnsupported stops a claim that sets a field this operator does
+// checkSupported stops a claim that sets a field this operator does
 // not act on, before anything is built; a spec change wakes it.
-func (r *Reconciler) refuseUnsupported(_ context.Context, s *claimScope) (ctrl.Result, bool, error) {
+func (r *Reconciler) checkSupported(_ context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
 	if ref := refusal.Claim(r.Workloads, claim); ref != nil && claim.Status.VMRef == nil {
 		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, ref.Reason, ref.Message)
-		return ctrl.Result{}, false, nil
+		return phase.Stop(), nil
 	}
-	return ctrl.Result{}, true, nil
+	return phase.Next(), nil
 }
 
 // clusterOf names the claim's HypervisorCluster: where its VM is, else

@@ -6,13 +6,13 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 )
 
 // claimEnd is how a claim ends, before it is recorded in status.end.
@@ -63,46 +63,46 @@ func (r *Reconciler) fail(claim *hfv1.MachineClaim, e claimEnd) {
 	r.beginEnd(claim, e)
 }
 
-// endAndTerminate ends a claim and starts deleting its VM at once, without
-// waiting for another pass.
-func (r *Reconciler) endAndTerminate(ctx context.Context, s *claimScope, e claimEnd) (ctrl.Result, error) {
-	r.beginEnd(s.claim, e)
-	res, _, err := r.reconcileTerminate(ctx, s)
-	return res, err
-}
-
-// handleEnd carries out the pool's request (spec.end) and runs an ended
-// claim's teardown; a claim that has not ended and was not asked to goes
-// on to provisioning.
-func (r *Reconciler) handleEnd(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+// checkEndRequest carries out the pool's request (spec.end) on a claim
+// that has not ended: it fails the claim, or ends it once its runner is
+// removed (a claim whose runner runs a job waits, Draining); a hard limit
+// does not wait, its pool cancelled the job.
+func (r *Reconciler) checkEndRequest(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
-	if req := claim.Spec.End; req != nil && !claim.Ended() {
-		if req.Fail {
-			r.fail(claim, poolEnd(req))
-		} else {
-			if !req.Reason.Hard() {
-				// The runner goes first, which the CI platform refuses
-				// while it runs a job: the VM then stays (Draining). A
-				// hard limit does not wait: its pool cancelled the job.
-				if drained, wait := r.drainRunner(ctx, claim); !drained {
-					return ctrl.Result{RequeueAfter: wait}, false, nil
-				}
-			}
-			r.beginEnd(claim, poolEnd(req))
+	req := claim.Spec.End
+	switch {
+	case req == nil || claim.Ended():
+		return phase.Next(), nil
+	case req.Fail:
+		r.fail(claim, poolEnd(req))
+		return phase.Next(), nil
+	}
+	if !req.Reason.Hard() {
+		// The runner goes first, which the CI platform refuses while it
+		// runs a job: the VM then stays (Draining).
+		if drained, wait := r.drainRunner(ctx, claim); !drained {
+			return phase.StopAndRequeue(wait), nil
 		}
 	}
-	if claim.Ended() {
-		r.replaceCause(claim)
-	}
+	r.beginEnd(claim, poolEnd(req))
+	return phase.Next(), nil
+}
+
+// releaseEnded is the end list's one phase: it settles the recorded cause,
+// then tears down what an ended claim holds. A finished claim holds
+// nothing; a failed one keeps or loses its VM and stays for inspection
+// (reconcileFailed); any other loses its VM, runner and identity and is
+// finished (reconcileTerminate).
+func (r *Reconciler) releaseEnded(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	r.replaceCause(claim)
 	switch {
 	case claim.IsFinished():
-		return ctrl.Result{}, false, nil
+		return phase.Stop(), nil
 	case claim.HasFailed():
 		return r.reconcileFailed(ctx, s)
-	case claim.Ended():
-		return r.reconcileTerminate(ctx, s)
 	}
-	return ctrl.Result{}, true, nil
+	return r.reconcileTerminate(ctx, s)
 }
 
 // replaceCause makes the pool's hard limit the recorded cause of a claim
@@ -136,68 +136,69 @@ func endedByPoolCancellation(claim *hfv1.MachineClaim) bool {
 
 // reconcileTerminate destroys the VM of an ended claim, then ends the
 // claim: kept as history or deleted.
-func (r *Reconciler) reconcileTerminate(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+func (r *Reconciler) reconcileTerminate(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
-	done, result := r.deleteVM(ctx, s)
-	if !done {
-		return result, false, nil
+	if done, result := r.deleteVM(ctx, s); !done {
+		return phase.StopAndRequeue(result.RequeueAfter), nil
 	}
-	if done, wait := r.releaseRunner(ctx, claim); !done {
-		return ctrl.Result{RequeueAfter: wait}, false, nil
+	if done, wait := r.releaseRunnerOfGoneVM(ctx, claim); !done {
+		return phase.StopAndRequeue(wait), nil
 	}
-	if done, wait := r.releaseIdentity(ctx, claim); !done {
-		return ctrl.Result{RequeueAfter: wait}, false, nil
+	if done, wait := r.releaseIdentityOfGoneVM(ctx, claim); !done {
+		return phase.StopAndRequeue(wait), nil
 	}
 	if end := claim.Status.End; end != nil {
 		metrics.PowerOffToDestroyed.Observe(r.Clock.Since(end.StartedAt.Time).Seconds())
 	}
 	if err := r.finish(ctx, s); err != nil {
-		return ctrl.Result{}, false, fmt.Errorf("end MachineClaim after its VM was destroyed: %w", err)
+		return phase.Stop(), fmt.Errorf("end MachineClaim after its VM was destroyed: %w", err)
 	}
-	return ctrl.Result{}, false, nil
+	return phase.Stop(), nil
 }
 
 // reconcileFailed removes the VM of a failed claim (unless its ownership
 // does not verify) and keeps the claim for inspection.
-func (r *Reconciler) reconcileFailed(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+func (r *Reconciler) reconcileFailed(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
 	if claim.Status.VMRef == nil || hfv1.IsConditionFalse(claim.Status.Conditions, hfv1.MachineClaimOwnershipVerifiedCondition) {
-		return ctrl.Result{}, false, nil
+		return phase.Stop(), nil
 	}
 	if retained, result := r.retainFailedVM(ctx, s); retained {
 		// A VM kept for debugging is stopped: its identity goes now.
-		if done, wait := r.releaseIdentity(ctx, claim); !done {
-			return ctrl.Result{RequeueAfter: wait}, false, nil
+		if done, wait := r.releaseIdentityOfGoneVM(ctx, claim); !done {
+			return phase.StopAndRequeue(wait), nil
 		}
-		return result, false, nil
+		return phase.StopAndRequeue(result.RequeueAfter), nil
 	}
-	done, result := r.deleteVM(ctx, s)
-	if !done {
-		return result, false, nil
+	if done, result := r.deleteVM(ctx, s); !done {
+		return phase.StopAndRequeue(result.RequeueAfter), nil
 	}
-	_, wait := r.releaseIdentity(ctx, claim)
-	return ctrl.Result{RequeueAfter: wait}, false, nil
+	_, wait := r.releaseIdentityOfGoneVM(ctx, claim)
+	return phase.StopAndRequeue(wait), nil
 }
 
-// holdFinalizer ends the deletion pass of a claim without the finalizer:
+// checkFinalizer ends the deletion pass of a claim without the finalizer:
 // nothing is left to clean up.
-func (r *Reconciler) holdFinalizer(_ context.Context, s *claimScope) (ctrl.Result, bool, error) {
-	return ctrl.Result{}, controllerutil.ContainsFinalizer(s.claim, hfv1.MachineClaimFinalizer), nil
+func (r *Reconciler) checkFinalizer(_ context.Context, s *claimScope) (phase.Result, error) {
+	if !controllerutil.ContainsFinalizer(s.claim, hfv1.MachineClaimFinalizer) {
+		return phase.Stop(), nil
+	}
+	return phase.Next(), nil
 }
 
-// beginDeletion ends a deleted claim that had not ended yet. A runner in
+// checkDeletion ends a deleted claim that had not ended yet. A runner in
 // the middle of a job keeps its VM (docs/architecture.md, "Teardown never
 // kills a busy runner"): the runner is removed first, which the CI
 // platform refuses while it is busy. A hard limit does not wait: its pool
 // cancelled the job first.
-func (r *Reconciler) beginDeletion(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+func (r *Reconciler) checkDeletion(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
 	if claim.Ended() {
-		return ctrl.Result{}, true, nil
+		return phase.Next(), nil
 	}
 	if !claim.HardEnd() {
 		if drained, wait := r.drainRunner(ctx, claim); !drained {
-			return ctrl.Result{RequeueAfter: wait}, false, nil
+			return phase.StopAndRequeue(wait), nil
 		}
 	}
 	e := claimEnd{reason: hfv1.EndDeleted, code: string(hfv1.EndDeleted), message: "the MachineClaim was deleted"}
@@ -206,29 +207,33 @@ func (r *Reconciler) beginDeletion(ctx context.Context, s *claimScope) (ctrl.Res
 		e.failed = false
 	}
 	r.beginEnd(claim, e)
-	return ctrl.Result{}, true, nil
+	return phase.Next(), nil
 }
 
-// deleteVMPhase destroys a deleted claim's VM.
-func (r *Reconciler) deleteVMPhase(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
-	done, result := r.deleteVM(ctx, s)
-	return result, done, nil
+// releaseVM destroys a deleted claim's VM.
+func (r *Reconciler) releaseVM(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if done, result := r.deleteVM(ctx, s); !done {
+		return phase.StopAndRequeue(result.RequeueAfter), nil
+	}
+	return phase.Next(), nil
 }
 
-// releaseRunnerPhase removes a deleted claim's runner once its VM is gone.
-func (r *Reconciler) releaseRunnerPhase(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
-	done, wait := r.releaseRunner(ctx, s.claim)
-	return ctrl.Result{RequeueAfter: wait}, done, nil
+// releaseRunner removes a deleted claim's runner once its VM is gone.
+func (r *Reconciler) releaseRunner(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if done, wait := r.releaseRunnerOfGoneVM(ctx, s.claim); !done {
+		return phase.StopAndRequeue(wait), nil
+	}
+	return phase.Next(), nil
 }
 
-// removeFinalizerPhase lets a deleted claim go, its VM and runner gone.
-func (r *Reconciler) removeFinalizerPhase(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+// releaseFinalizer lets a deleted claim go, its VM and runner gone.
+func (r *Reconciler) releaseFinalizer(ctx context.Context, s *claimScope) (phase.Result, error) {
 	if err := r.removeFinalizer(ctx, s); err != nil {
-		return ctrl.Result{}, false, err
+		return phase.Stop(), err
 	}
 	r.countOutcome(s.claim)
 	r.attempts.Delete(s.claim.UID)
-	return ctrl.Result{}, false, nil
+	return phase.Stop(), nil
 }
 
 // keepsHistory reports whether a finished claim of pool stays as history.

@@ -3,9 +3,8 @@ package machineclaim
 import (
 	"context"
 
-	ctrl "sigs.k8s.io/controller-runtime"
-
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
 )
 
@@ -13,16 +12,15 @@ import (
 // (identity_service.go, identity_store.go, identity_misuse.go); these
 // phases run them and carry their failures into the claim's end.
 
-// containMisuse evicts a stolen identity and fails its claim
+// checkMisuse evicts a stolen identity and fails its claim
 // (containStolenIdentity); it runs on every pass of a claim that is not
 // being deleted, ended or not, until the eviction is done.
-func (r *Reconciler) containMisuse(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+func (r *Reconciler) checkMisuse(ctx context.Context, s *claimScope) (phase.Result, error) {
 	failure, retry := r.containStolenIdentity(ctx, s.claim)
 	if failure != "" {
 		r.fail(s.claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.IdentityStolenReason, message: failure})
 	}
-	s.recheck(retry)
-	return ctrl.Result{}, true, nil
+	return phase.Recheck(retry), nil
 }
 
 // secretSteps is the guest-secrets service with this reconciler's
@@ -35,83 +33,82 @@ func (r *Reconciler) secretSteps() *secretsService {
 	return s
 }
 
-// deliverSecrets places the claim's secrets in its running VM
+// ensureSecrets places the claim's secrets in its running VM
 // (Deliver): its runner credential, or its join token and
 // broker proof.
-func (r *Reconciler) deliverSecrets(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+func (r *Reconciler) ensureSecrets(ctx context.Context, s *claimScope) (phase.Result, error) {
 	retry, failure, err := r.secretSteps().Deliver(ctx, s.claim, s.provider)
 	switch {
 	case err != nil:
-		res, err := r.provisionError(ctx, s, err)
-		return res, false, err
+		return r.provisionError(ctx, s, err)
 	case failure != "":
 		reason := hfv1.GuestAgentRequiredReason
 		if s.claim.Status.Identity != nil {
 			reason = hfv1.AttestationFailedReason
 		}
 		r.fail(s.claim, claimEnd{reason: hfv1.EndFailed, condition: reason, message: failure})
-		res, _, err := r.reconcileFailed(ctx, s)
-		return res, false, err
+		return phase.Stop(), nil
 	}
-	s.recheck(retry)
-	return ctrl.Result{}, true, nil
+	return phase.Recheck(retry), nil
 }
 
 // ensureIdentity issues the claim's identity before its VM is built.
-func (r *Reconciler) ensureIdentity(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+func (r *Reconciler) ensureIdentity(ctx context.Context, s *claimScope) (phase.Result, error) {
 	done, requeue, err := r.issueIdentity(ctx, s.claim, s.tmpl, s.cluster)
-	if err != nil {
-		res, err := r.provisionError(ctx, s, err)
-		return res, false, err
+	switch {
+	case err != nil:
+		return r.provisionError(ctx, s, err)
+	case !done:
+		return phase.StopAndRequeue(requeue), nil
 	}
-	return ctrl.Result{RequeueAfter: requeue}, done, nil
+	return phase.Next(), nil
 }
 
-// watchAttestation fails a claim whose VM's agent did not attest in time.
-func (r *Reconciler) watchAttestation(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
-	recheck, failure := r.checkAttestation(ctx, s.claim, s.cluster)
+// checkAttestation fails a claim whose VM's agent did not attest in time.
+func (r *Reconciler) checkAttestation(ctx context.Context, s *claimScope) (phase.Result, error) {
+	recheck, failure := r.awaitAttestation(ctx, s.claim, s.cluster)
 	if failure != "" {
 		r.fail(s.claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.AttestationFailedReason, message: failure})
-		res, _, err := r.reconcileFailed(ctx, s)
-		return res, false, err
+		return phase.Stop(), nil
 	}
-	s.recheck(recheck)
-	return ctrl.Result{}, true, nil
+	return phase.Recheck(recheck), nil
 }
 
-// storeCredential hands an attested VM its runner credential through its
+// ensureStoredCredential hands an attested VM its runner credential through its
 // cluster's secrets store.
-func (r *Reconciler) storeCredential(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+func (r *Reconciler) ensureStoredCredential(ctx context.Context, s *claimScope) (phase.Result, error) {
 	switch result, requeue := r.storeCredentialInStore(ctx, s.claim, s.cluster); result {
 	case StoreWait:
-		return ctrl.Result{RequeueAfter: requeue}, false, nil
+		return phase.StopAndRequeue(requeue), nil
 	case StoreDelivered:
 		r.attempts.Delete(s.claim.UID)
 	}
-	return ctrl.Result{}, true, nil
+	return phase.Next(), nil
 }
 
-// releaseIdentityPhase releases a deleted claim's identity once its VM is
+// releaseIdentity releases a deleted claim's identity once its VM is
 // gone.
-func (r *Reconciler) releaseIdentityPhase(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
-	done, wait := r.releaseIdentity(ctx, s.claim)
-	return ctrl.Result{RequeueAfter: wait}, done, nil
+func (r *Reconciler) releaseIdentity(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if done, wait := r.releaseIdentityOfGoneVM(ctx, s.claim); !done {
+		return phase.StopAndRequeue(wait), nil
+	}
+	return phase.Next(), nil
 }
 
-// endPoweredOff ends a claim whose VM powered off: one that gave up on its
-// join token before attesting says so, and one that found it used by
-// someone else fails (its identity was stolen).
-func (r *Reconciler) endPoweredOff(ctx context.Context, s *claimScope, msg string) (ctrl.Result, error) {
+// endPoweredOff records the end of a claim whose VM powered off: one that
+// gave up on its join token before attesting says so, and one that found
+// it used by someone else fails (its identity was stolen). The end list
+// runs in the same pass.
+func (r *Reconciler) endPoweredOff(ctx context.Context, s *claimScope, msg string) {
 	msg, reason := r.joinTokenGaveUp(ctx, s.claim, s.cluster, msg)
 	switch reason {
 	case hfv1.IdentityStolenReason:
 		r.fail(s.claim, claimEnd{reason: hfv1.EndFailed, condition: reason, message: msg})
-		res, _, err := r.reconcileFailed(ctx, s)
-		return res, err
+		return
 	case "":
 		reason = hfv1.VMPoweredOffReason
 	}
-	return r.endAndTerminate(ctx, s, claimEnd{reason: hfv1.EndPoweredOff, condition: reason, message: msg})
+	r.beginEnd(s.claim, claimEnd{reason: hfv1.EndPoweredOff, condition: reason, message: msg})
 }
 
 // readClusterSecret reads a Secret key a cluster references.

@@ -2,10 +2,10 @@
 // whose template attests with SPIRE (spec.attestation.method join-token;
 // docs/identity.md): each step is recorded in status.identity before the
 // next is taken. issueIdentity plans the ids, then creates the join token
-// and the registration entry before the VM is built; checkAttestation waits
+// and the registration entry before the VM is built; awaitAttestation waits
 // for the VM's spire-agent to attest, failing the claim at the cluster's
 // deadline; storeCredentialInStore hands the runner credential to the VM
-// through the cluster's secrets store (identity_store.go); releaseIdentity
+// through the cluster's secrets store (identity_store.go); releaseIdentityOfGoneVM
 // deletes the entries, the agent and the stored credential when the VM is
 // gone. The SPIRE and secrets-store clients are
 // internal/identity's; this service decides when to call them and what the
@@ -101,12 +101,12 @@ func (r *Reconciler) identityWaits(claim *hfv1.MachineClaim, reason hfv1.Conditi
 	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
 }
 
-// checkAttestation checks whether a running VM's agent attested. It returns
+// awaitAttestation checks whether a running VM's agent attested. It returns
 // how soon to look again (zero: no need), or, for a VM that has not
 // attested by the cluster's deadline or whose token expired unused (a used
 // or expired token makes spire-agent retry forever), the message the claim
 // fails with.
-func (r *Reconciler) checkAttestation(ctx context.Context, claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster) (recheck time.Duration, failure string) {
+func (r *Reconciler) awaitAttestation(ctx context.Context, claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster) (recheck time.Duration, failure string) {
 	st := claim.Status.Identity
 	provisioned := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
 	if st == nil || st.AttestedAt != nil || st.JoinTokenCreatedAt == nil || st.Misuse != nil || provisioned == nil || provisioned.Status != metav1.ConditionTrue {
@@ -146,11 +146,11 @@ func (r *Reconciler) checkAttestation(ctx context.Context, claim *hfv1.MachineCl
 	return min(attestationRecheck, deadline.Sub(now)+time.Millisecond), ""
 }
 
-// releaseIdentity deletes the VM's entries and agent from the SPIRE server, and
+// releaseIdentityOfGoneVM deletes the VM's entries and agent from the SPIRE server, and
 // its credential from the secrets store, once its VM is gone; done is
 // false while either cannot be reached (the claim keeps its finalizer
 // until then, and its Ending condition says why).
-func (r *Reconciler) releaseIdentity(ctx context.Context, claim *hfv1.MachineClaim) (done bool, requeue time.Duration) {
+func (r *Reconciler) releaseIdentityOfGoneVM(ctx context.Context, claim *hfv1.MachineClaim) (done bool, requeue time.Duration) {
 	st := claim.Status.Identity
 	if st == nil || st.ReleasedAt != nil || r.Issuer == nil {
 		return true, 0

@@ -25,7 +25,7 @@ import (
 // credential from a Vault or OpenBao server instead of the broker
 // (docs/secrets-store.md): once a VM attested, Store mints its credential
 // and writes it under the VM's path (identity.Deliver, whose doc comment
-// has the restart-safety reasoning), and releaseIdentity deletes it with the SPIRE
+// has the restart-safety reasoning), and releaseIdentityOfGoneVM deletes it with the SPIRE
 // entries at the claim's end.
 
 // CredentialIssuer mints a claim's single-use runner credential and

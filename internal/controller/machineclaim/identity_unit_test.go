@@ -137,12 +137,12 @@ func TestIssueIdentity(t *testing.T) {
 	}
 }
 
-// TestCheckAttestation runs the identity service's attestation check
-// (checkAttestation) on a running claim whose token was issued: it waits
+// TestAwaitAttestation runs the identity service's attestation check
+// (awaitAttestation) on a running claim whose token was issued: it waits
 // for the agent (rechecking within 3 s) until the cluster's deadline, or
 // until the token expires if that comes first, and then fails the claim;
 // an agent that attested with the token makes the claim Attested.
-func TestCheckAttestation(t *testing.T) {
+func TestAwaitAttestation(t *testing.T) {
 	for name, tc := range map[string]struct {
 		// after is how long after the VM became Provisioned the check runs.
 		after time.Duration
@@ -194,9 +194,9 @@ func TestCheckAttestation(t *testing.T) {
 			}
 			drainEvents(rec)
 			clk.Step(tc.after)
-			recheck, failure := r.checkAttestation(context.Background(), &c, cluster)
+			recheck, failure := r.awaitAttestation(context.Background(), &c, cluster)
 			if recheck != tc.wantRecheck || !strings.Contains(failure, tc.wantFailure) || (tc.wantFailure == "") != (failure == "") {
-				t.Errorf("checkAttestation = %s, %q; want %s, %q", recheck, failure, tc.wantRecheck, tc.wantFailure)
+				t.Errorf("awaitAttestation = %s, %q; want %s, %q", recheck, failure, tc.wantRecheck, tc.wantFailure)
 			}
 			att := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimAttestedCondition)
 			if att == nil || att.Status != tc.wantAttested || att.Reason != string(tc.wantReason) {

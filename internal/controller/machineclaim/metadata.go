@@ -3,10 +3,10 @@ package machineclaim
 import (
 	"context"
 
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -38,12 +38,14 @@ func (r *Reconciler) setReservation(claim *hfv1.MachineClaim, cluster string, p 
 	RecordPlacement(claim, r.Signer, cluster, spec)
 }
 
-// restoreReservation puts a reserved VM back into the status of a claim
+// checkReservation puts a reserved VM back into the status of a claim
 // whose operator stopped between its clone request and the status write
 // that records the VM, if the reservation is trusted (reservation.go).
 // An error means the check could not be made: the pass ends and retries
 // instead of placing a second VM.
-func (r *Reconciler) restoreReservation(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
-	err := r.restoreReservedVM(ctx, s)
-	return ctrl.Result{}, err == nil, err
+func (r *Reconciler) checkReservation(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if err := r.restoreReservedVM(ctx, s); err != nil {
+		return phase.Stop(), err
+	}
+	return phase.Next(), nil
 }

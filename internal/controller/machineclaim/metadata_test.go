@@ -179,7 +179,8 @@ func TestClaimRechecksTenancy(t *testing.T) {
 			r := &Reconciler{Client: c, Recorder: record.NewFakeRecorder(10)}
 			claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team", UID: "uid-1"}}
 			claim.Spec.TemplateRef.Name = "tmpl"
-			_, next, err := r.loadDependencies(ctx, r.newClaimScope(claim))
+			res, err := r.loadDependencies(ctx, r.newClaimScope(claim))
+			next := !res.Stopped()
 			cond := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
 			switch {
 			case err != nil:

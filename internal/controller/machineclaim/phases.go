@@ -16,6 +16,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
@@ -27,12 +28,12 @@ import (
 // or the cluster does not admit it. A placed claim needs only its VM's
 // cluster: it is built from its placement record, and observing, ending
 // and deleting its VM need no template (a template deleted anyway leaves
-// s.tmpl nil; requireTemplate decides what that means).
-func (r *Reconciler) loadDependencies(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+// s.tmpl nil; checkTemplate decides what that means).
+func (r *Reconciler) loadDependencies(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
-	waitFor := func(reason hfv1.ConditionReason, msg string) (ctrl.Result, bool, error) {
+	waitFor := func(reason hfv1.ConditionReason, msg string) (phase.Result, error) {
 		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
-		return ctrl.Result{RequeueAfter: waitForDependency}, false, nil
+		return phase.StopAndRequeue(waitForDependency), nil
 	}
 	tmpl := &hfv1.HypervisorMachineTemplate{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, tmpl)
@@ -80,7 +81,7 @@ func (r *Reconciler) loadDependencies(ctx context.Context, s *claimScope) (ctrl.
 	// The cluster label, now that the cluster is known (written with the
 	// pass's other metadata changes).
 	setStandardMetadata(claim, cluster.Name)
-	return ctrl.Result{}, true, nil
+	return phase.Next(), nil
 }
 
 // notReadyForNewVMs says why no new VM may be built from tmpl, "" when one
@@ -100,80 +101,79 @@ func notReadyForNewVMs(tmpl *hfv1.HypervisorMachineTemplate) string {
 	return fmt.Sprintf("HypervisorMachineTemplate %s is not ready: %s", tmpl.Name, msg)
 }
 
-// requireTemplate fails a claim whose VM is still being built but whose
+// checkTemplate fails a claim whose VM is still being built but whose
 // template was deleted anyway (its finalizer removed by hand, or deleted
 // before templates had one): the VM's cloud-init and runner credential come
 // from the template, so the VM can never be finished, and it is destroyed.
-// A running claim never gets here: watchRunning ends each of its passes,
+// A running claim never gets here: checkRunning ends each of its passes,
 // so it still sees its VM power off and ends without the template.
-func (r *Reconciler) requireTemplate(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+func (r *Reconciler) checkTemplate(_ context.Context, s *claimScope) (phase.Result, error) {
 	if s.tmpl != nil {
-		return ctrl.Result{}, true, nil
+		return phase.Next(), nil
 	}
 	claim := s.claim
 	r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.TemplateNotFoundReason, message: fmt.Sprintf(
 		"spec.templateRef: HypervisorMachineTemplate %s/%s was deleted before VM %d was built; without its cloud-init and credentials the VM cannot be finished and is destroyed",
 		claim.Namespace, claim.Spec.TemplateRef.Name, claim.Status.VMRef.VMID)})
-	res, _, err := r.reconcileFailed(ctx, s)
-	return res, false, err
+	return phase.Stop(), nil
 }
 
-// connectProvider puts the cluster's provider into the scope. A claim
+// loadProvider puts the cluster's provider into the scope. A claim
 // still to be built waits for a cluster that is not connected and Ready
 // (new VMs are paused); a running one goes on without it, since its
 // workload is observed without the hypervisor and the cluster controller
 // wakes it when the cluster is back.
-func (r *Reconciler) connectProvider(_ context.Context, s *claimScope) (ctrl.Result, bool, error) {
+func (r *Reconciler) loadProvider(_ context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
 	p, health, connected := r.Registry.Provider(s.cluster.Name)
 	if connected && health.Ready {
 		s.provider = p
-		return ctrl.Result{}, true, nil
+		return phase.Next(), nil
 	}
 	if hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
-		return ctrl.Result{}, true, nil
+		return phase.Next(), nil
 	}
 	msg := fmt.Sprintf("Waiting for HypervisorCluster %s: %s", s.cluster.Name, health.Message)
 	if claim.Status.VMRef == nil {
 		msg = "New VMs are paused. " + msg
 	}
 	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ClusterUnavailableReason, msg)
-	return ctrl.Result{RequeueAfter: waitForDependency}, false, nil
+	return phase.StopAndRequeue(waitForDependency), nil
 }
 
 // ensureAddress allocates the claim's static address (network mode
 // static) and has it stored before any VM is built with it.
-func (r *Reconciler) ensureAddress(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+func (r *Reconciler) ensureAddress(ctx context.Context, s *claimScope) (phase.Result, error) {
 	if s.tmpl.Spec.Network.Mode != hfv1.NetworkModeStatic {
-		return ctrl.Result{}, true, nil
+		return phase.Next(), nil
 	}
 	_, _, fresh, err := r.staticAddress(ctx, s.claim, s.tmpl)
 	switch {
 	case errors.Is(err, errAddressWait):
-		return ctrl.Result{RequeueAfter: 10 * time.Second}, false, nil
+		return phase.StopAndRequeue(10 * time.Second), nil
 	case err != nil:
-		res, err := r.provisionError(ctx, s, err)
-		return res, false, err
+		return r.provisionError(ctx, s, err)
 	case fresh:
 		// Persist the allocation (the scope's status write) before any VM
 		// is built with it.
-		return ctrl.Result{RequeueAfter: time.Millisecond}, false, nil
+		return phase.StopAndRequeue(time.Millisecond), nil
 	}
-	return ctrl.Result{}, true, nil
+	return phase.Next(), nil
 }
 
-// watchRunning checks a running claim's VM against the latest listing of
+// checkRunning checks a running claim's VM against the latest listing of
 // its cluster (a VM that powered off or vanished ends the claim) and folds
-// in what the CI platform says about its runner.
-func (r *Reconciler) watchRunning(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+// in what the CI platform says about its runner. It ends every pass of a
+// running claim.
+func (r *Reconciler) checkRunning(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
 	if !hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
-		return ctrl.Result{}, true, nil
+		return phase.Next(), nil
 	}
 	ref := claim.Status.VMRef
 	if ref == nil {
-		res, err := r.endAndTerminate(ctx, s, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason, message: "The claim lost its VM reference"})
-		return res, false, err
+		r.beginEnd(claim, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason, message: "The claim lost its VM reference"})
+		return phase.Stop(), nil
 	}
 	read := false
 	if l := r.Registry.Listing(ref.HypervisorCluster); l != nil {
@@ -182,55 +182,57 @@ func (r *Reconciler) watchRunning(ctx context.Context, s *claimScope) (ctrl.Resu
 			// The batch listing's power state can lag the hypervisor by
 			// its refresh interval (10 s on Proxmox): confirm with one
 			// per-VM read before ending the claim.
-			if res, handled, err := r.confirmStopped(ctx, s); handled || err != nil {
-				return res, false, err
+			if res, err := r.confirmStopped(ctx, s); res.Stopped() || err != nil {
+				return res, err
 			}
 			read = true
 		}
 	}
-	if res, handled, err := r.observeWorkload(ctx, s); handled || err != nil {
-		return res, false, err
+	if res, err := r.observeWorkload(ctx, s); res.Stopped() || err != nil {
+		return res, err
 	}
 	// A hint (the agent's notice, the runner gone) says the VM is about to
 	// stop: read it directly instead of waiting up to a listing refresh.
-	res, handled, poll, err := r.pollInTransition(ctx, s, read)
-	if handled || err != nil {
-		return res, false, err
+	res, poll, err := r.pollInTransition(ctx, s, read)
+	if res.Stopped() || err != nil {
+		return res, err
 	}
 	if poll > 0 {
-		return ctrl.Result{RequeueAfter: poll}, false, nil
+		return phase.StopAndRequeue(poll), nil
 	}
-	return ctrl.Result{RequeueAfter: resyncRunning()}, false, nil
+	return phase.StopAndRequeue(resyncRunning()), nil
 }
 
 // confirmStopped reads the claim's VM directly; if it is gone or powered
-// off the claim terminates (handled is true).
-func (r *Reconciler) confirmStopped(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+// off the claim ends (the pass stops, and the end list runs), and a read
+// that failed stops the pass to be retried.
+func (r *Reconciler) confirmStopped(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
 	ref := claim.Status.VMRef
 	p, _, connected := r.Registry.Provider(ref.HypervisorCluster)
 	if !connected {
-		return ctrl.Result{}, false, nil
+		return phase.Next(), nil
 	}
 	vm, err := p.GetVM(ctx, provider.VMRef{VMID: int(ref.VMID), Node: ref.Node})
 	switch {
 	case errors.Is(err, provider.ErrNotFound):
-		res, err := r.endAndTerminate(ctx, s, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason,
+		r.beginEnd(claim, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason,
 			message: fmt.Sprintf("VM %d no longer exists on %s", ref.VMID, ref.HypervisorCluster)})
-		return res, true, err
+		return phase.Stop(), nil
 	case err != nil:
 		ctrl.LoggerFrom(ctx).Info("Could not confirm the VM's power state; checking again later", "err", err.Error())
-		return ctrl.Result{RequeueAfter: r.backoff(claim)}, true, nil
+		return phase.StopAndRequeue(r.backoff(claim)), nil
 	case vm.Power == provider.PowerStopped:
-		res, err := r.endPoweredOff(ctx, s, fmt.Sprintf("VM %d powered off", ref.VMID))
-		return res, true, err
+		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %d powered off", ref.VMID))
+		return phase.Stop(), nil
 	}
-	return ctrl.Result{}, false, nil
+	return phase.Next(), nil
 }
 
 // provisionError surfaces a classified error (docs/architecture.md,
-// "Classified errors") and chooses how to go on.
-func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err error) (ctrl.Result, error) {
+// "Classified errors") and chooses how to go on: it always stops the pass,
+// and a claim it fails goes on to the end list in the same pass.
+func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err error) (phase.Result, error) {
 	claim := s.claim
 	class, reason := provider.Classify(err), provider.ReasonOf(err)
 	if errors.Is(err, vmspec.ErrRender) {
@@ -242,7 +244,7 @@ func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err erro
 		metrics.ClaimErrors.WithLabelValues(string(provider.ClassResource), string(hfv1.RateLimitedReason)).Inc()
 		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.RateLimitedReason,
 			fmt.Sprintf("Waiting %s for the CI platform's rate limit: %v", wait.Round(time.Second), err))
-		return ctrl.Result{RequeueAfter: wait}, nil
+		return phase.StopAndRequeue(wait), nil
 	}
 	metrics.ClaimErrors.WithLabelValues(string(class), reason).Inc()
 	msg := fmt.Sprintf("%s error: %v", class, err)
@@ -255,11 +257,10 @@ func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err erro
 		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason,
 			"The VM recorded for this claim does not carry its verified ownership marker; it is never modified or destroyed: "+err.Error())
 		r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.OwnershipMismatchReason, message: msg})
-		return ctrl.Result{}, nil
+		return phase.Stop(), nil
 	case class == provider.ClassPermanent:
 		r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.ProvisioningFailedReason, message: msg})
-		res, _, err := r.reconcileFailed(ctx, s)
-		return res, err
+		return phase.Stop(), nil
 	}
 	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
 	if changed {
@@ -268,11 +269,11 @@ func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err erro
 	switch class {
 	case provider.ClassConfiguration:
 		// The user must act; a spec or Secret change wakes the claim.
-		return ctrl.Result{RequeueAfter: 5 * time.Minute}, nil
+		return phase.StopAndRequeue(5 * time.Minute), nil
 	case provider.ClassResource:
-		return ctrl.Result{RequeueAfter: 30 * time.Second}, nil
+		return phase.StopAndRequeue(30 * time.Second), nil
 	default:
-		return ctrl.Result{RequeueAfter: r.backoff(claim)}, nil
+		return phase.StopAndRequeue(r.backoff(claim)), nil
 	}
 }
 

@@ -9,20 +9,25 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 )
 
 // The claim's runner on its CI platform is the runner service's (runner_service.go): what
 // the platform says about it, and removing it when the claim ends.
 
 // observeWorkload folds what the CI platform says about the claim's runner
-// into its status; a runner whose job completed ends the claim (handled).
-func (r *Reconciler) observeWorkload(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+// into its status; a runner whose job completed ends the claim (the pass
+// stops, and the end list runs).
+func (r *Reconciler) observeWorkload(ctx context.Context, s *claimScope) (phase.Result, error) {
 	jobDone, err := r.observeRunner(ctx, s.claim)
-	if err != nil || jobDone == "" {
-		return ctrl.Result{}, false, err
+	switch {
+	case err != nil:
+		return phase.Stop(), err
+	case jobDone == "":
+		return phase.Next(), nil
 	}
-	res, err := r.endAndTerminate(ctx, s, claimEnd{reason: hfv1.EndJobCompleted, code: string(hfv1.EndJobCompleted), message: jobDone})
-	return res, true, err
+	r.beginEnd(s.claim, claimEnd{reason: hfv1.EndJobCompleted, code: string(hfv1.EndJobCompleted), message: jobDone})
+	return phase.Stop(), nil
 }
 
 // claimsForJob wakes the claim whose runner a CIJob names.

@@ -55,7 +55,7 @@ func TestReleaseWithoutTemplateDoesNotHoldTheClaim(t *testing.T) {
 		Client: fake.NewClientBuilder().WithScheme(scheme).Build(), Bootstrap: unusedReleaser{t}, Recorder: rec,
 		Clock: clocktesting.NewFakeClock(now),
 	}
-	done, requeue := r.releaseRunner(context.Background(), claim)
+	done, requeue := r.releaseRunnerOfGoneVM(context.Background(), claim)
 	if !done || requeue != 0 {
 		t.Fatalf("Release = %v, %s; want done at once", done, requeue)
 	}

@@ -194,10 +194,10 @@ func (r *Reconciler) runnerMayBeBusy(ctx context.Context, claim *hfv1.MachineCla
 	return st.JobID, job != nil && job.Status.State != hfv1.CIJobCompleted
 }
 
-// releaseRunner removes the claim's runner once its VM is gone. It reports false
+// releaseRunnerOfGoneVM removes the claim's runner once its VM is gone. It reports false
 // (with the requeue) to retry; after releaseDeadline it gives up with a
 // warning event rather than hold the claim.
-func (r *Reconciler) releaseRunner(ctx context.Context, claim *hfv1.MachineClaim) (bool, time.Duration) {
+func (r *Reconciler) releaseRunnerOfGoneVM(ctx context.Context, claim *hfv1.MachineClaim) (bool, time.Duration) {
 	if !r.runnerRegistered(claim) {
 		return true, 0
 	}

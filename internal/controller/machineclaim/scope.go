@@ -2,7 +2,6 @@ package machineclaim
 
 import (
 	"context"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,24 +19,13 @@ type claimScope struct {
 	claim *hfv1.MachineClaim
 	patch *patch.Helper
 	// tmpl, cluster and provider are set by loadDependencies and
-	// connectProvider; provider stays nil while the cluster is not
+	// loadProvider; provider stays nil while the cluster is not
 	// connected.
 	tmpl     *hfv1.HypervisorMachineTemplate
 	cluster  *hfv1.HypervisorCluster
 	provider provider.Provider
 	// startRV is the claim's resourceVersion as read.
 	startRV string
-	// recheckIn is the latest a phase that let the pass go on wants to
-	// look again (zero: no wish); closeScope shortens the pass's requeue
-	// to it.
-	recheckIn time.Duration
-}
-
-// recheck asks for the claim to be reconciled again within d.
-func (s *claimScope) recheck(d time.Duration) {
-	if d > 0 && (s.recheckIn == 0 || d < s.recheckIn) {
-		s.recheckIn = d
-	}
 }
 
 // newClaimScope opens the scope of one reconcile. The metadata patch
@@ -49,21 +37,6 @@ func (r *Reconciler) newClaimScope(claim *hfv1.MachineClaim) *claimScope {
 		patch:   patch.NewHelper(r.Client, claim, patch.WithOptimisticLock()),
 		startRV: claim.ResourceVersion,
 	}
-}
-
-// claimPhase is one step of a reconcile. next is true when the following
-// step may run in the same pass; otherwise the pass ends with res.
-type claimPhase func(ctx context.Context, s *claimScope) (res ctrl.Result, next bool, err error)
-
-// runPhases runs phases in order until one ends the pass.
-func runPhases(ctx context.Context, s *claimScope, phases ...claimPhase) (ctrl.Result, error) {
-	for _, phase := range phases {
-		res, next, err := phase(ctx, s)
-		if err != nil || !next {
-			return res, err
-		}
-	}
-	return ctrl.Result{}, nil
 }
 
 // closeScope computes the claim's status from the facts the pass
@@ -80,9 +53,6 @@ func (r *Reconciler) closeScope(ctx context.Context, s *claimScope, res ctrl.Res
 		res = r.stuckClaims.Mark(ctx, claim, phase, r.Clock.Now(), res)
 		if err == nil {
 			claim.Status.ObservedGeneration = claim.Generation
-			if d := s.recheckIn; d > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > d) {
-				res.RequeueAfter = d
-			}
 		}
 	}
 	if perr := s.patch.Patch(ctx, claim); perr != nil {

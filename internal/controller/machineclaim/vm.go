@@ -22,6 +22,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -39,22 +40,20 @@ const (
 // ensureVM advances the claim's VM by one provider step and records where
 // it is (the Provisioned condition). A fresh VM reservation is stored with
 // the finalizer in one write, the only one before the clone request.
-func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (ctrl.Result, bool, error) {
+func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim, tmpl, cluster := s.claim, s.tmpl, s.cluster
 	var addr vmspec.StaticAddr
 	if tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
 		ip, pool, _, err := r.staticAddress(ctx, claim, tmpl)
 		if err != nil {
-			res, err := r.provisionError(ctx, s, err)
-			return res, false, err
+			return r.provisionError(ctx, s, err)
 		}
 		addr = vmspec.StaticAddr{IP: ip, Pool: pool}
 	}
 	ci := &claimCloudInit{r: r, claim: claim, tmpl: tmpl, cluster: cluster, addr: addr}
 	spec, err := vmspec.For(claim, tmpl, cluster, ci)
 	if err != nil {
-		res, err := r.provisionError(ctx, s, err)
-		return res, false, err
+		return r.provisionError(ctx, s, err)
 	}
 	if claim.Status.VMRef != nil {
 		// Placed: the VM is built from what was authorized then, never
@@ -62,9 +61,10 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (ctrl.Result, 
 		// placement record").
 		placed, err := r.verifiedPlacement(ctx, s)
 		if err != nil {
+			// The claim fails with the refusal (the end list runs in
+			// this pass); the pass itself succeeded.
 			r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.PlacementRecordRejectedReason, message: err.Error()})
-			res, _, err := r.reconcileFailed(ctx, s)
-			return res, false, err
+			return phase.Stop(), nil //nolint:nilerr // the refusal is recorded in the claim's end, not a failed reconcile
 		}
 		ApplyPlacement(spec, placed)
 	}
@@ -78,29 +78,28 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (ctrl.Result, 
 		// then clone in this same pass instead of waiting for that write's
 		// watch event. The status recording the VM follows when the scope
 		// closes; until it lands the annotation stands in for it
-		// (restoreReservation). If the write fails, the next pass starts
+		// (checkReservation). If the write fails, the next pass starts
 		// over from the stored state.
 		r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
 		r.setReservation(claim, cluster.Name, res.Progress, spec)
 		if err := s.patch.PatchMetadata(ctx, claim); err != nil {
-			return ctrl.Result{}, false, fmt.Errorf("record VM id %d before cloning: %w", res.Progress.VMID, err)
+			return phase.Stop(), fmt.Errorf("record VM id %d before cloning: %w", res.Progress.VMID, err)
 		}
 		ctrl.LoggerFrom(ctx).V(1).Info("Recorded the VM reservation", "vmid", res.Progress.VMID, "node", res.Progress.Node)
 		prev = res.Progress
 		res, err = s.provider.EnsureVM(ctx, spec, prev)
 	}
 	if err != nil {
-		res, err := r.provisionError(ctx, s, err)
-		return res, false, err
+		return r.provisionError(ctx, s, err)
 	}
 	r.attempts.Delete(claim.UID)
 	r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
 	// "Call again now": the status write usually wakes the claim first;
 	// the requeue only covers a coalesced event.
 	retry := CallAgain(res.RetryAfter)
-	provisioning := func(reason hfv1.ConditionReason, def string) (ctrl.Result, bool, error) {
+	provisioning := func(reason hfv1.ConditionReason, def string) (phase.Result, error) {
 		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, cmp.Or(res.Message, def))
-		return ctrl.Result{RequeueAfter: retry}, false, nil
+		return phase.StopAndRequeue(retry), nil
 	}
 	switch res.Phase {
 	case provider.PhaseCloning:
@@ -121,12 +120,12 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (ctrl.Result, 
 			// Recorded with Provisioned, in this pass's status write: the
 			// credential is issued and placed in the next pass, which that
 			// write's watch event starts.
-			return ctrl.Result{RequeueAfter: time.Second}, false, nil
+			return phase.StopAndRequeue(time.Second), nil
 		}
-		return ctrl.Result{RequeueAfter: resyncRunning()}, false, nil
+		return phase.StopAndRequeue(resyncRunning()), nil
 	case provider.PhaseStopped:
-		res, err := r.endPoweredOff(ctx, s, fmt.Sprintf("VM %d powered off before it was ready", res.Progress.VMID))
-		return res, false, err
+		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %d powered off before it was ready", res.Progress.VMID))
+		return phase.Stop(), nil
 	}
 	return provisioning(hfv1.QueuedReason, "Waiting for a clone slot")
 }

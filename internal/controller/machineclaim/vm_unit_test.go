@@ -282,8 +282,8 @@ func TestProvisionError(t *testing.T) {
 				if err != nil {
 					t.Fatalf("pass %d: %v", i, err)
 				}
-				if res.RequeueAfter != p.requeue {
-					t.Errorf("pass %d: requeue %s, want %s", i, res.RequeueAfter, p.requeue)
+				if !res.Stopped() || res.After() != p.requeue {
+					t.Errorf("pass %d: %+v, want the pass stopped, requeued after %s", i, res, p.requeue)
 				}
 				if got := hasEvent(drainEvents(rec), "Warning FailedProvision"); got != p.event {
 					t.Errorf("pass %d: FailedProvision event %v, want %v", i, got, p.event)
