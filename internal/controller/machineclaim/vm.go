@@ -1,9 +1,10 @@
 // The VM service is a MachineClaim's VM as its reconciler drives it
 // through pkg/provider, one provider step per call (docs/architecture.md,
-// "Never block in Reconcile"): the provider's progress kept in the claim's
-// status (vm_progress.go), deleting the VM, never one whose ownership marker
-// does not verify (this file), and keeping a failed VM stopped for
-// debugging (vm_retain.go). Which step comes when is the reconciler's.
+// "Never block in Reconcile"): building it (ensureVM) and deleting it,
+// never one whose ownership marker does not verify (deleteVM, keepForAdmin;
+// this file), the provider's progress kept in the claim's status
+// (vm_progress.go), and keeping a failed VM stopped for debugging
+// (vm_retain.go). Which step comes when is the phase lists'.
 
 package machineclaim
 
