@@ -13,7 +13,7 @@
 // request (agentconfig.BrokerProofHeader), which the operator placed in
 // the VM alone. A valid SVID without that proof was obtained with a join
 // token stolen from somewhere: the broker records the misuse in the
-// claim, which fails without a credential (internal/claimidentity).
+// claim, which fails without a credential (internal/controller/machineclaim, identity_store.go).
 //
 // Nothing an unauthenticated caller sends makes the broker call SPIRE at
 // will or wait on what issuance needs: trust bundles are read from the

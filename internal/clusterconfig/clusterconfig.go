@@ -10,8 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
-	"github.com/hyperfleet/hyperfleet/internal/reservation"
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -32,7 +30,7 @@ func Resolve(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluste
 		ClonesPerNode:    hfv1.DefaultClonesPerNode,
 		ClonesPerStorage: hfv1.DefaultClonesPerStorage,
 	}
-	cfg.VMIDStart, cfg.VMIDEnd = reservation.VMIDRange(c)
+	cfg.VMIDStart, cfg.VMIDEnd = VMIDRange(c)
 	if l := s.Limits; l != nil {
 		if l.ClonesPerNode > 0 {
 			cfg.ClonesPerNode = int(l.ClonesPerNode)
@@ -91,7 +89,7 @@ func SecretRefs(c *hfv1.HypervisorCluster) []*hfv1.SecretKeySelector {
 	if c.Spec.TLS != nil && c.Spec.TLS.CABundleRef != nil {
 		out = append(out, c.Spec.TLS.CABundleRef)
 	}
-	if store := claimidentity.SecretStoreOf(c); store != nil {
+	if store := SecretStoreOf(c); store != nil {
 		out = append(out, &store.TokenRef)
 		if store.CABundleRef != nil {
 			out = append(out, store.CABundleRef)
@@ -99,3 +97,27 @@ func SecretRefs(c *hfv1.HypervisorCluster) []*hfv1.SecretKeySelector {
 	}
 	return out
 }
+
+// SecretStoreOf is the cluster's spec.spire.secretStore, nil when its VMs
+// use the broker.
+func SecretStoreOf(cluster *hfv1.HypervisorCluster) *hfv1.SecretStoreConfig {
+	if c := cluster.Spec.SPIRE; c != nil {
+		return c.SecretStore
+	}
+	return nil
+}
+
+// VMIDRange is the block of VM ids placement allocates from on cluster.
+func VMIDRange(cluster *hfv1.HypervisorCluster) (start, end int) {
+	if rg := cluster.Spec.VMIDRange; rg != nil {
+		return int(rg.Start), int(rg.End)
+	}
+	return defaultVMIDStart, defaultVMIDEnd
+}
+
+// The VM id range placement uses when a cluster sets none: every id
+// Proxmox allows.
+const (
+	defaultVMIDStart = 100
+	defaultVMIDEnd   = 999999999
+)

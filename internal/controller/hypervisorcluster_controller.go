@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
@@ -124,7 +125,7 @@ func (r *HypervisorClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 func (r *HypervisorClusterReconciler) clustersForSecret(ctx context.Context, o client.Object) []reconcile.Request {
 	var list hfv1.HypervisorClusterList
-	if err := r.Client.List(ctx, &list, client.MatchingFields{clusterSecretIndex: o.GetNamespace() + "/" + o.GetName()}); err != nil {
+	if err := r.Client.List(ctx, &list, client.MatchingFields{fieldindex.ClusterSecret: o.GetNamespace() + "/" + o.GetName()}); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "List clusters for Secret", "Secret", klog.KObj(o))
 		return nil
 	}
@@ -230,7 +231,7 @@ func clusterInUse(cluster *hfv1.HypervisorCluster) inUse {
 func (r *HypervisorClusterReconciler) holdWhileUsed(ctx context.Context, s *clusterScope) (phase.Result, error) {
 	cluster := s.cluster
 	var claims hfv1.MachineClaimList
-	if err := r.Client.List(ctx, &claims, client.MatchingFields{claimClusterIndex: cluster.Name}); err != nil {
+	if err := r.Client.List(ctx, &claims, client.MatchingFields{fieldindex.ClaimCluster: cluster.Name}); err != nil {
 		return phase.Stop(), fmt.Errorf("list the claims with VMs on HypervisorCluster %s: %w", cluster.Name, err)
 	}
 	hold, err := clusterInUse(cluster).releaseWhenUnused(ctx, s.patch, r.Recorder, claimNames(claims.Items, func(*hfv1.MachineClaim) bool { return true }))
@@ -299,7 +300,7 @@ func (r *HypervisorClusterReconciler) notifyChangedVMs(ctx context.Context, clus
 
 func (r *HypervisorClusterReconciler) wakeClaimOfVM(ctx context.Context, cluster string, vmid int) {
 	var claims hfv1.MachineClaimList
-	if err := r.Client.List(ctx, &claims, client.MatchingFields{claimVMIndex: vmKey(cluster, vmid)}); err != nil {
+	if err := r.Client.List(ctx, &claims, client.MatchingFields{fieldindex.ClaimVM: fieldindex.VMKey(cluster, vmid)}); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "List claim of VM", "vmid", vmid)
 		return
 	}

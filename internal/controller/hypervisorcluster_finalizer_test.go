@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 )
 
@@ -26,7 +27,7 @@ func TestClusterFinalizerRemovalUsesOptimisticLock(t *testing.T) {
 	}
 	cluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "pve", Finalizers: []string{hfv1.HypervisorClusterFinalizer}}}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(cluster).
-		WithIndex(&hfv1.MachineClaim{}, claimClusterIndex, func(client.Object) []string { return nil }).Build()
+		WithIndex(&hfv1.MachineClaim{}, fieldindex.ClaimCluster, func(client.Object) []string { return nil }).Build()
 	stale := &hfv1.HypervisorCluster{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(cluster), stale); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/clusterconfig"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/controller/refusal"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
@@ -87,7 +88,7 @@ func (r *HypervisorClusterReconciler) forgetSPIRE(name string) {
 // for the cluster (ClusterUnavailable, with this message) instead of
 // getting VMs that would lack what the field promises.
 func (r *HypervisorClusterReconciler) refuseUnsupported(_ context.Context, s *clusterScope) (phase.Result, error) {
-	if ref := clusterRefusal(s.cluster); ref != nil {
+	if ref := refusal.Cluster(s.cluster); ref != nil {
 		r.markRefused(s, ref)
 		return phase.Stop(), nil
 	}
@@ -277,14 +278,14 @@ func (r *HypervisorClusterReconciler) markDown(s *clusterScope, reason hfv1.Cond
 // markRefused records a cluster that sets a field the operator does not act
 // on: Ready=False with the refusal's reason and message, and new VMs on
 // the cluster paused. Connected is left as it was: nothing was tried.
-func (r *HypervisorClusterReconciler) markRefused(s *clusterScope, ref *refusal) {
+func (r *HypervisorClusterReconciler) markRefused(s *clusterScope, ref *refusal.Refusal) {
 	cluster := s.cluster
-	r.Registry.SetHealth(cluster.Name, hypervisors.Health{Ready: false, Reason: string(ref.reason), Message: ref.message}, r.Clock.Now())
+	r.Registry.SetHealth(cluster.Name, hypervisors.Health{Ready: false, Reason: string(ref.Reason), Message: ref.Message}, r.Clock.Now())
 	metrics.ClusterConnected.WithLabelValues(cluster.Name).Set(0)
 	ready := hfv1.FindCondition(cluster.Status.Conditions, hfv1.ReadyCondition)
-	s.ready = notReady(ref.reason, "New VMs on this cluster are paused: "+ref.message)
-	if s.wasReady || ready == nil || ready.Reason != string(ref.reason) {
-		r.Recorder.Event(cluster, corev1.EventTypeWarning, string(ref.reason), ref.message)
+	s.ready = notReady(ref.Reason, "New VMs on this cluster are paused: "+ref.Message)
+	if s.wasReady || ready == nil || ready.Reason != string(ref.Reason) {
+		r.Recorder.Event(cluster, corev1.EventTypeWarning, string(ref.Reason), ref.Message)
 	}
 }
 

@@ -20,6 +20,8 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
@@ -58,7 +60,7 @@ type IdentitySupport struct {
 	// Issuer issues join tokens and entries; nil without one.
 	Issuer *identity.Issuer
 	// Broker is the credential broker; nil when none runs.
-	Broker BrokerEndpoint
+	Broker machineclaim.BrokerEndpoint
 }
 
 // SetupWithManager registers the controller.
@@ -80,11 +82,11 @@ func (r *HypervisorMachineTemplateReconciler) SetupWithManager(mgr ctrl.Manager)
 }
 
 func (r *HypervisorMachineTemplateReconciler) templatesForCluster(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.templateRequests(ctx, client.MatchingFields{templateClusterIndex: o.GetName()})
+	return r.templateRequests(ctx, client.MatchingFields{fieldindex.TemplateCluster: o.GetName()})
 }
 
 func (r *HypervisorMachineTemplateReconciler) templatesForPool(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.templateRequests(ctx, client.MatchingFields{templatePoolIndex: o.GetName()})
+	return r.templateRequests(ctx, client.MatchingFields{fieldindex.TemplatePool: o.GetName()})
 }
 
 func (r *HypervisorMachineTemplateReconciler) templatesForNamespace(ctx context.Context, o client.Object) []reconcile.Request {
@@ -92,7 +94,7 @@ func (r *HypervisorMachineTemplateReconciler) templatesForNamespace(ctx context.
 }
 
 func (r *HypervisorMachineTemplateReconciler) templatesForSecret(ctx context.Context, o client.Object) []reconcile.Request {
-	return r.templateRequests(ctx, client.InNamespace(o.GetNamespace()), client.MatchingFields{templateSecretIndex: o.GetName()})
+	return r.templateRequests(ctx, client.InNamespace(o.GetNamespace()), client.MatchingFields{fieldindex.TemplateSecret: o.GetName()})
 }
 
 func (r *HypervisorMachineTemplateReconciler) templateRequests(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
@@ -210,7 +212,7 @@ func usesTemplate(c *hfv1.MachineClaim) bool {
 func (r *HypervisorMachineTemplateReconciler) holdWhileUsed(ctx context.Context, s *templateScope) (phase.Result, error) {
 	tmpl := s.tmpl
 	var claims hfv1.MachineClaimList
-	if err := r.Client.List(ctx, &claims, client.InNamespace(tmpl.Namespace), client.MatchingFields{claimTemplateIndex: tmpl.Name}); err != nil {
+	if err := r.Client.List(ctx, &claims, client.InNamespace(tmpl.Namespace), client.MatchingFields{fieldindex.ClaimTemplate: tmpl.Name}); err != nil {
 		return phase.Stop(), fmt.Errorf("list the claims of HypervisorMachineTemplate %s: %w", tmpl.Name, err)
 	}
 	hold, err := templateInUse(tmpl).releaseWhenUnused(ctx, s.patch, r.Recorder, claimNames(claims.Items, usesTemplate))

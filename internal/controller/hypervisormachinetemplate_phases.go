@@ -16,7 +16,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
+	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
+	"github.com/hyperfleet/hyperfleet/internal/controller/refusal"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
@@ -41,8 +43,8 @@ func (s *templateScope) invalid(reason hfv1.ConditionReason, msg string) (phase.
 // refuseUnsupported stops a template that sets a field this operator does
 // not act on: nothing else matters until it is removed.
 func (r *HypervisorMachineTemplateReconciler) refuseUnsupported(_ context.Context, s *templateScope) (phase.Result, error) {
-	if ref := templateRefusal(r.Workloads, s.tmpl); ref != nil {
-		return s.invalid(ref.reason, ref.message)
+	if ref := refusal.Template(r.Workloads, s.tmpl); ref != nil {
+		return s.invalid(ref.Reason, ref.Message)
 	}
 	return phase.Next(), nil
 }
@@ -94,9 +96,9 @@ func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, 
 }
 
 // checkIdentity checks what a template that attests needs of its cluster
-// and of this operator (claimidentity.CheckTemplate).
+// and of this operator (machineclaim.CheckTemplateIdentity).
 func (r *HypervisorMachineTemplateReconciler) checkIdentity(_ context.Context, s *templateScope) (phase.Result, error) {
-	if reason, msg := claimidentity.CheckTemplate(s.tmpl, s.cluster, r.Identity.Issuer != nil, r.Identity.Broker != nil); reason != "" {
+	if reason, msg := machineclaim.CheckTemplateIdentity(s.tmpl, s.cluster, r.Identity.Issuer != nil, r.Identity.Broker != nil); reason != "" {
 		return s.invalid(reason, msg)
 	}
 	return phase.Next(), nil
@@ -139,7 +141,7 @@ func (r *HypervisorMachineTemplateReconciler) loadIPPool(ctx context.Context, s 
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: ref.Name}, obj); err != nil {
 		return s.invalid(hfv1.TemplateInvalidReason, fmt.Sprintf("spec.network.ipPoolRef: IPPool %s: %v", ref.Name, err))
 	}
-	p, err := ipam.ParsePool(ipamSpec(obj))
+	p, err := ipam.ParsePool(machineclaim.PoolSpec(obj))
 	if err != nil {
 		return s.invalid(hfv1.TemplateInvalidReason, fmt.Sprintf("spec.network.ipPoolRef: IPPool %s is invalid: %v", ref.Name, err))
 	}
@@ -186,7 +188,7 @@ func (r *HypervisorMachineTemplateReconciler) checkOnHypervisor(ctx context.Cont
 	}
 	if !info.GuestFiles {
 		what := "the runner credential reaches"
-		if claimidentity.Attests(s.tmpl) {
+		if machineclaim.Attests(s.tmpl) {
 			what = "spec.attestation.method is join-token, and the join token reaches"
 		}
 		return s.invalid(hfv1.GuestAgentRequiredReason, fmt.Sprintf(
@@ -250,7 +252,7 @@ func invalidClaimMetadata(md *hfv1.ObjectMetadata) string {
 
 // missingSecrets names every referenced Secret key that does not exist.
 func (r *HypervisorMachineTemplateReconciler) missingSecrets(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate) string {
-	refs := templateSecretRefs(r.Workloads, tmpl)
+	refs := fieldindex.TemplateSecretRefs(r.Workloads, tmpl)
 	fields := make([]string, 0, len(refs))
 	for f := range refs {
 		fields = append(fields, f)

@@ -17,6 +17,8 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
@@ -53,14 +55,6 @@ func poolsOfClaim(_ context.Context, o client.Object) []reconcile.Request {
 		out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Name: a.PoolRef}})
 	}
 	return out
-}
-
-// ipamSpec converts the API type for the ipam package.
-func ipamSpec(p *hfv1.IPPool) ipam.Spec {
-	return ipam.Spec{
-		Addresses: p.Spec.Addresses, ExcludedAddresses: p.Spec.ExcludedAddresses, Prefix: p.Spec.Prefix,
-		Gateways: p.Spec.Gateways, Nameservers: p.Spec.Nameservers, SearchDomains: p.Spec.SearchDomains,
-	}
 }
 
 // ipPoolScope is one reconcile of one IPPool: the pool, what its phases
@@ -166,7 +160,7 @@ func (r *IPPoolReconciler) forget(name string) {
 // leaves the allocator with the last valid spec: claims holding its
 // addresses keep them, new claims wait until the spec is fixed.
 func (r *IPPoolReconciler) parseSpec(_ context.Context, s *ipPoolScope) (phase.Result, error) {
-	parsed, err := ipam.ParsePool(ipamSpec(s.pool))
+	parsed, err := ipam.ParsePool(machineclaim.PoolSpec(s.pool))
 	if err != nil {
 		s.invalid = err
 		r.Recorder.Event(s.pool, corev1.EventTypeWarning, string(hfv1.InvalidSpecReason), conditions.Truncate(err.Error(), 1024))
@@ -231,7 +225,7 @@ func ippoolInUse(pool *hfv1.IPPool) inUse {
 // no new claim an address from it).
 func (r *IPPoolReconciler) holdWhileUsed(ctx context.Context, s *ipPoolScope) (phase.Result, error) {
 	var claims hfv1.MachineClaimList
-	if err := r.Client.List(ctx, &claims, client.MatchingFields{claimIPPoolIndex: s.pool.Name}); err != nil {
+	if err := r.Client.List(ctx, &claims, client.MatchingFields{fieldindex.ClaimIPPool: s.pool.Name}); err != nil {
 		return phase.Stop(), fmt.Errorf("list the claims holding addresses from IPPool %s: %w", s.pool.Name, err)
 	}
 	hold, err := ippoolInUse(s.pool).releaseWhenUnused(ctx, s.patch, r.Recorder, claimNames(claims.Items, func(*hfv1.MachineClaim) bool { return true }))

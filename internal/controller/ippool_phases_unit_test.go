@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 )
 
@@ -38,7 +39,7 @@ func TestReconcileIPPool(t *testing.T) {
 		return c
 	}
 	loaded := func(m *ipam.Manager) {
-		p, err := ipam.ParsePool(ipamSpec(newPool()))
+		p, err := ipam.ParsePool(machineclaim.PoolSpec(newPool()))
 		if err != nil {
 			panic(err)
 		}

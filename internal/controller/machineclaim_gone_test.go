@@ -9,13 +9,10 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 )
 
@@ -117,60 +114,5 @@ func TestOwnershipMismatchAtDeleteKeepsClaim(t *testing.T) {
 	})
 	if owner, held := op.components.IPAM.Owner(pool.Name, addr); held {
 		t.Errorf("address %s still held by %q after the claim finished", addr, owner)
-	}
-}
-
-// TestRemoveFinalizerUsesOptimisticLock: removing the claim finalizer from
-// a stale copy fails with a conflict instead of dropping a finalizer added
-// since; from a current copy it removes only its own.
-func TestRemoveFinalizerUsesOptimisticLock(t *testing.T) {
-	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "finalizer-lock"}}
-	if err := env.Client.Create(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Client.Delete(ctx, ns) })
-	const other = "example.com/keep"
-	claim := &hfv1.MachineClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "c", Finalizers: []string{hfv1.MachineClaimFinalizer}},
-		Spec:       hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: "none"}},
-	}
-	if err := env.Client.Create(ctx, claim); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		var c hfv1.MachineClaim
-		if env.Client.Get(ctx, client.ObjectKeyFromObject(claim), &c) == nil {
-			c.Finalizers = nil
-			_ = env.Client.Update(ctx, &c)
-			_ = env.Client.Delete(ctx, &c)
-		}
-	})
-	stale := claim.DeepCopy()
-	current, err := getClaim(t, claim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	current.Finalizers = append(current.Finalizers, other)
-	if err := env.Client.Update(ctx, current); err != nil {
-		t.Fatal(err)
-	}
-
-	r := &controller.MachineClaimReconciler{Client: env.Client}
-	if err := r.RemoveFinalizerForTest(ctx, stale); !apierrors.IsConflict(err) {
-		t.Fatalf("removeFinalizer with a stale copy: %v, want a conflict", err)
-	}
-	got, err := getClaim(t, claim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(got.Finalizers, []string{hfv1.MachineClaimFinalizer, other}) {
-		t.Fatalf("finalizers after the stale removal: %v", got.Finalizers)
-	}
-	if err := r.RemoveFinalizerForTest(ctx, got); err != nil {
-		t.Fatalf("removeFinalizer with the current copy: %v", err)
-	}
-	if got, err = getClaim(t, claim); err != nil || !slices.Equal(got.Finalizers, []string{other}) {
-		t.Fatalf("finalizers after the removal: %v (%v)", got.Finalizers, err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/stuck"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
 )
 
 // TestClaimStuckInPending: a claim whose template does not exist stays

@@ -6,9 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
+	"github.com/hyperfleet/hyperfleet/internal/controller/refusal"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
@@ -17,13 +20,13 @@ import (
 // TestRefusals: each field the operator does not act on is refused with
 // the reason and a message naming the field and the way out.
 func TestRefusals(t *testing.T) {
-	tmpl := func(mutate func(*hfv1.HypervisorMachineTemplate)) *refusal {
+	tmpl := func(mutate func(*hfv1.HypervisorMachineTemplate)) *refusal.Refusal {
 		tm := renderCheckTemplate(mutate)
-		return templateRefusal(ciPlatforms, tm)
+		return refusal.Template(ciPlatforms, tm)
 	}
 	cases := []struct {
 		name    string
-		got     *refusal
+		got     *refusal.Refusal
 		reason  string
 		mention []string
 	}{
@@ -33,15 +36,15 @@ func TestRefusals(t *testing.T) {
 		{"windows runner", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{OS: "win"}
 		}), string(hfv1.UnsupportedReason), []string{"spec.bootstrap.github.runner.os: win", "set os: linux"}},
-		{"gitlab pool", poolRefusal(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitLabCI}}}),
+		{"gitlab pool", refusal.Pool(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitLabCI}}}),
 			string(hfv1.NotImplementedReason), []string{"spec.workload.type: gitlab-ci is not implemented yet", "type: github-actions"}},
-		{"generic pool", poolRefusal(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGeneric}}}),
+		{"generic pool", refusal.Pool(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGeneric}}}),
 			string(hfv1.NotImplementedReason), []string{"spec.workload.type: generic"}},
-		{"buildkite claim", claimRefusal(ciPlatforms, &hfv1.MachineClaim{Spec: hfv1.MachineClaimSpec{WorkloadConfig: &hfv1.WorkloadConfig{Type: hfv1.WorkloadBuildkite}}}),
+		{"buildkite claim", refusal.Claim(ciPlatforms, &hfv1.MachineClaim{Spec: hfv1.MachineClaimSpec{WorkloadConfig: &hfv1.WorkloadConfig{Type: hfv1.WorkloadBuildkite}}}),
 			string(hfv1.NotImplementedReason), []string{"spec.workloadConfig.type: buildkite", "remove spec.workloadConfig"}},
-		{"dns registration", clusterRefusal(&hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DNS: &hfv1.ClusterDNSSettings{RegisterVMs: true, DNSProvider: &hfv1.DNSProvider{Type: "rfc2136"}}}}),
+		{"dns registration", refusal.Cluster(&hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DNS: &hfv1.ClusterDNSSettings{RegisterVMs: true, DNSProvider: &hfv1.DNSProvider{Type: "rfc2136"}}}}),
 			string(hfv1.NotImplementedReason), []string{"spec.dns.registerVMs", "spec.dns.dnsProvider", "remove both"}},
-		{"dns provider alone", clusterRefusal(&hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DNS: &hfv1.ClusterDNSSettings{DNSProvider: &hfv1.DNSProvider{Type: "route53"}}}}),
+		{"dns provider alone", refusal.Cluster(&hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DNS: &hfv1.ClusterDNSSettings{DNSProvider: &hfv1.DNSProvider{Type: "route53"}}}}),
 			string(hfv1.NotImplementedReason), []string{"spec.dns.dnsProvider"}},
 	}
 	for _, tc := range cases {
@@ -49,12 +52,12 @@ func TestRefusals(t *testing.T) {
 			if tc.got == nil {
 				t.Fatal("not refused")
 			}
-			if string(tc.got.reason) != tc.reason {
-				t.Errorf("reason %s, want %s", tc.got.reason, tc.reason)
+			if string(tc.got.Reason) != tc.reason {
+				t.Errorf("reason %s, want %s", tc.got.Reason, tc.reason)
 			}
 			for _, m := range tc.mention {
-				if !strings.Contains(tc.got.message, m) {
-					t.Errorf("message %q does not mention %q", tc.got.message, m)
+				if !strings.Contains(tc.got.Message, m) {
+					t.Errorf("message %q does not mention %q", tc.got.Message, m)
 				}
 			}
 		})
@@ -67,13 +70,13 @@ func TestRefusals(t *testing.T) {
 	}); r != nil {
 		t.Errorf("a template with attestation none and a linux runner is refused: %+v", r)
 	}
-	if r := poolRefusal(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitHubActions}}}); r != nil {
+	if r := refusal.Pool(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitHubActions}}}); r != nil {
 		t.Errorf("a github-actions pool is refused: %+v", r)
 	}
-	if r := claimRefusal(ciPlatforms, &hfv1.MachineClaim{}); r != nil {
+	if r := refusal.Claim(ciPlatforms, &hfv1.MachineClaim{}); r != nil {
 		t.Errorf("a claim without workloadConfig is refused: %+v", r)
 	}
-	if r := clusterRefusal(&hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DNS: &hfv1.ClusterDNSSettings{DNSSettings: hfv1.DNSSettings{Domain: "ci.example.com"}}}}); r != nil {
+	if r := refusal.Cluster(&hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DNS: &hfv1.ClusterDNSSettings{DNSSettings: hfv1.DNSSettings{Domain: "ci.example.com"}}}}); r != nil {
 		t.Errorf("a cluster with a DNS domain is refused: %+v", r)
 	}
 }
@@ -98,35 +101,35 @@ func TestSamplesWorkAsWritten(t *testing.T) {
 		if err := yaml.Unmarshal(raw, &head); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		var ref *refusal
+		var ref *refusal.Refusal
 		switch head.Kind {
 		case "HypervisorMachineTemplate":
 			tm := &hfv1.HypervisorMachineTemplate{}
 			decodeSample(t, f, raw, tm)
 			templates = append(templates, tm)
-			ref = templateRefusal(ciPlatforms, tm)
+			ref = refusal.Template(ciPlatforms, tm)
 		case "RunnerPool":
 			p := &hfv1.RunnerPool{}
 			decodeSample(t, f, raw, p)
-			ref = poolRefusal(ciPlatforms, p)
+			ref = refusal.Pool(ciPlatforms, p)
 		case "MachineClaim":
 			c := &hfv1.MachineClaim{}
 			decodeSample(t, f, raw, c)
-			ref = claimRefusal(ciPlatforms, c)
+			ref = refusal.Claim(ciPlatforms, c)
 		case "HypervisorCluster":
 			c := &hfv1.HypervisorCluster{}
 			decodeSample(t, f, raw, c)
 			clusters[c.Name] = c
-			ref = clusterRefusal(c)
+			ref = refusal.Cluster(c)
 		case "IPPool":
 			p := &hfv1.IPPool{}
 			decodeSample(t, f, raw, p)
-			if pools[p.Name], err = ipam.ParsePool(ipamSpec(p)); err != nil {
+			if pools[p.Name], err = ipam.ParsePool(machineclaim.PoolSpec(p)); err != nil {
 				t.Fatalf("%s: %v", f, err)
 			}
 		}
 		if ref != nil {
-			t.Errorf("%s is refused (%s): %s", filepath.Base(f), ref.reason, ref.message)
+			t.Errorf("%s is refused (%s): %s", filepath.Base(f), ref.Reason, ref.Message)
 		}
 	}
 	agents := sampleAgents{}
@@ -172,4 +175,14 @@ func decodeSample(t *testing.T, file string, raw []byte, into any) {
 	if err := yaml.UnmarshalStrict(raw, into); err != nil {
 		t.Fatalf("%s does not decode into the Go types: %v", file, err)
 	}
+}
+
+// renderCheckTemplate is a GitHub Actions template, changed by mutate.
+func renderCheckTemplate(mutate func(*hfv1.HypervisorMachineTemplate)) *hfv1.HypervisorMachineTemplate {
+	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "debian"}}
+	tmpl.Spec.Bootstrap.GitHub = hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org"}
+	if mutate != nil {
+		mutate(tmpl)
+	}
+	return tmpl
 }

@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
@@ -35,7 +35,7 @@ func attemptOf(c *hfv1.MachineClaim) (scaling.Attempt, bool) {
 	case c.HasFailed():
 		a.At = c.Status.End.StartedAt.Time
 	case c.Ended():
-		switch claimstatus.Outcome(c) {
+		switch machineclaim.Outcome(c) {
 		case scaling.PoweredOff, scaling.BootstrapTimeout, scaling.Failed:
 		default:
 			return a, false
@@ -134,7 +134,7 @@ func (r *RunnerPoolReconciler) observeAttempts(_ context.Context, s *poolScope) 
 			if !ok {
 				continue
 			}
-			if a.Failed && !c.HasFailed() && claimstatus.Outcome(c) == scaling.PoweredOff && s.tmpl != nil {
+			if a.Failed && !c.HasFailed() && machineclaim.Outcome(c) == scaling.PoweredOff && s.tmpl != nil {
 				// Powered off with no job on record: a failure only if no
 				// job record names its runner within the grace.
 				if ran == nil {

@@ -9,6 +9,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/poolclaims"
 )
@@ -32,10 +34,10 @@ func (r *RunnerPoolReconciler) load(ctx context.Context, s *poolScope) (phase.Re
 			owned = append(owned, *c)
 		}
 	}
-	s.claims = poolclaims.Classify(owned, s.hash, retainsFailed(pool))
+	s.claims = poolclaims.Classify(owned, s.hash, machineclaim.RetainsFailed(pool))
 
 	var jobs hfv1.CIJobList
-	if err := r.Client.List(ctx, &jobs, client.InNamespace(pool.Namespace), client.MatchingFields{jobPoolIndex: pool.Name}); err != nil {
+	if err := r.Client.List(ctx, &jobs, client.InNamespace(pool.Namespace), client.MatchingFields{fieldindex.JobPool: pool.Name}); err != nil {
 		return phase.Stop(), fmt.Errorf("list CIJobs of pool: %w", err)
 	}
 	s.jobs = make(map[int64]*hfv1.CIJob, len(jobs.Items))
@@ -63,7 +65,7 @@ func (r *RunnerPoolReconciler) load(ctx context.Context, s *poolScope) (phase.Re
 // message for the pool's Ready condition.
 func (s *poolScope) canBuild() (bool, string, string) {
 	if s.refused != nil {
-		return false, string(s.refused.reason), s.refused.message
+		return false, string(s.refused.Reason), s.refused.Message
 	}
 	if ok, msg := s.templateReady(); !ok {
 		return false, string(hfv1.TemplateNotReadyReason), msg

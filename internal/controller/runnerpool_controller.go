@@ -22,6 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
+	"github.com/hyperfleet/hyperfleet/internal/controller/refusal"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
@@ -150,7 +152,7 @@ func poolOfObject(_ context.Context, o client.Object) []reconcile.Request {
 // poolsForTemplate wakes the pools of a template.
 func (r *RunnerPoolReconciler) poolsForTemplate(ctx context.Context, o client.Object) []reconcile.Request {
 	var list hfv1.RunnerPoolList
-	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{poolTemplateIndex: o.GetName()}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{fieldindex.PoolTemplate: o.GetName()}); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "List pools of template", "HypervisorMachineTemplate", klog.KObj(o))
 		return nil
 	}
@@ -173,7 +175,7 @@ type poolScope struct {
 	// refused is a field of the pool the operator does not act on: a
 	// refused pool creates no claims, and the claims it already has (made
 	// before the field was set) live out their lifecycle.
-	refused *refusal
+	refused *refusal.Refusal
 
 	// What load read: the template (nil when missing) and its hash, the
 	// claims by state, the CIJobs by job id and the pending ones, and the
@@ -227,7 +229,7 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("RunnerPool", klog.KObj(pool)))
 	now := r.Clock.Now()
 	var claims hfv1.MachineClaimList
-	if err := r.Client.List(ctx, &claims, client.InNamespace(pool.Namespace), client.MatchingFields{claimPoolIndex: pool.Name}); err != nil {
+	if err := r.Client.List(ctx, &claims, client.InNamespace(pool.Namespace), client.MatchingFields{fieldindex.ClaimPool: pool.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list claims of pool: %w", err)
 	}
 	if !r.expect.Satisfied(req.NamespacedName, claims.Items, now) {
@@ -246,7 +248,7 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 func (r *RunnerPoolReconciler) newPoolScope(pool *hfv1.RunnerPool, claims []hfv1.MachineClaim, now time.Time) *poolScope {
 	return &poolScope{
 		pool: pool, patch: patch.NewHelper(r.Client, pool), now: now, listed: claims,
-		refused:   poolRefusal(r.Workloads, pool),
+		refused:   refusal.Pool(r.Workloads, pool),
 		blockers:  map[string]int{},
 		undecided: map[types.UID]bool{}, vouched: map[types.UID]bool{},
 		removed: map[scaling.Reason]int{}, ended: map[types.UID]bool{},

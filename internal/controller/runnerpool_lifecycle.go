@@ -13,8 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
@@ -116,7 +116,7 @@ func (r *RunnerPoolReconciler) cancelJob(ctx context.Context, s *poolScope, c *h
 			job.Spec.RunID, job.Spec.Repository, job.Spec.JobID, st.RunnerName, c.Name)
 		return true, 0
 	}
-	if wait, limited := claimrunner.RetryAfter(err, s.now); limited {
+	if wait, limited := machineclaim.RetryAfter(err, s.now); limited {
 		return false, wait
 	}
 	r.Recorder.Eventf(s.pool, corev1.EventTypeWarning, "JobCancelFailed", "Could not cancel job %d of claim %s (retrying before destroying its VM): %v", job.Spec.JobID, c.Name, err)
@@ -163,7 +163,7 @@ func (r *RunnerPoolReconciler) prune(ctx context.Context, s *poolScope) (phase.R
 	pool, pc := s.pool, s.claims
 	res := phase.Next()
 	if f := pool.Spec.Lifecycle.FailedRetention; len(pc.Retained) > 0 {
-		maxKept, ttl := 0, failedRetentionTTL(pool)
+		maxKept, ttl := 0, machineclaim.FailedRetentionTTL(pool)
 		if f != nil {
 			maxKept = int(f.MaxRetained)
 		}

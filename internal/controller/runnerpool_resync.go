@@ -23,7 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
+	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
@@ -61,7 +62,7 @@ type PoolResync struct {
 	Backends *workload.Backends
 	Router   *demand.Router
 	Recorder *demand.Recorder
-	Runners  *claimrunner.Observations
+	Runners  *machineclaim.RunnerObservations
 	Events   record.EventRecorder
 	Clock    clock.PassiveClock
 	// ClaimEvents and PoolEvents wake claims whose runner changed and the
@@ -203,7 +204,7 @@ func (s *PoolResync) resyncGroup(ctx context.Context, g *resyncGroup, cands []de
 			return err
 		}
 		var jobs hfv1.CIJobList
-		if err := s.Client.List(ctx, &jobs, client.InNamespace(pool.Namespace), client.MatchingFields{jobPoolIndex: pool.Name}); err != nil {
+		if err := s.Client.List(ctx, &jobs, client.InNamespace(pool.Namespace), client.MatchingFields{fieldindex.JobPool: pool.Name}); err != nil {
 			return fmt.Errorf("list CIJobs of RunnerPool %s/%s: %w", pool.Namespace, pool.Name, err)
 		}
 		for i := range jobs.Items {
@@ -309,7 +310,7 @@ func (s *PoolResync) repositoriesToScan(ctx context.Context, g *resyncGroup, rec
 // the claims whose runner changed.
 func (s *PoolResync) observeRunners(ctx context.Context, pool *hfv1.RunnerPool, byName map[string]workload.Runner, now time.Time) error {
 	var claims hfv1.MachineClaimList
-	if err := s.Client.List(ctx, &claims, client.InNamespace(pool.Namespace), client.MatchingFields{claimPoolIndex: pool.Name}); err != nil {
+	if err := s.Client.List(ctx, &claims, client.InNamespace(pool.Namespace), client.MatchingFields{fieldindex.ClaimPool: pool.Name}); err != nil {
 		return fmt.Errorf("list claims of RunnerPool %s/%s: %w", pool.Namespace, pool.Name, err)
 	}
 	for i := range claims.Items {
@@ -319,7 +320,7 @@ func (s *PoolResync) observeRunners(ctx context.Context, pool *hfv1.RunnerPool, 
 			continue
 		}
 		r, present := byName[st.RunnerName]
-		obs := claimrunner.Observation{Present: present, State: r.State, At: now}
+		obs := machineclaim.RunnerObservation{Present: present, State: r.State, At: now}
 		if s.Runners.Set(c.UID, obs) && s.ClaimEvents != nil {
 			select {
 			case s.ClaimEvents <- event.GenericEvent{Object: c}:

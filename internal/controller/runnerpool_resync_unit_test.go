@@ -17,7 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
+	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -57,8 +58,8 @@ func TestResyncSkipsRecordedQueuedJobs(t *testing.T) {
 	}
 	var creates, gets atomic.Int32
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pool).WithStatusSubresource(pool).
-		WithIndex(&hfv1.CIJob{}, jobPoolIndex, func(o client.Object) []string { return []string{o.(*hfv1.CIJob).Spec.RunnerPoolRef.Name} }).
-		WithIndex(&hfv1.MachineClaim{}, claimPoolIndex, func(o client.Object) []string { return nil }).
+		WithIndex(&hfv1.CIJob{}, fieldindex.JobPool, func(o client.Object) []string { return []string{o.(*hfv1.CIJob).Spec.RunnerPoolRef.Name} }).
+		WithIndex(&hfv1.MachineClaim{}, fieldindex.ClaimPool, func(o client.Object) []string { return nil }).
 		WithInterceptorFuncs(interceptor.Funcs{
 			Create: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.CreateOption) error {
 				if _, ok := o.(*hfv1.CIJob); ok {
@@ -74,7 +75,7 @@ func TestResyncSkipsRecordedQueuedJobs(t *testing.T) {
 			},
 		}).Build()
 	clk := clocktesting.NewFakeClock(unitEpoch.Add(time.Minute))
-	s := &PoolResync{Client: c, Recorder: demand.NewRecorder(c, nil, clk), Runners: claimrunner.NewObservations(), Clock: clk}
+	s := &PoolResync{Client: c, Recorder: demand.NewRecorder(c, nil, clk), Runners: machineclaim.NewRunnerObservations(), Clock: clk}
 	cands := []demand.Candidate{{Pool: types.NamespacedName{Namespace: "team", Name: "runners"}, Scope: workload.Scope{Owner: "octo-org"},
 		RunnerLabels: []string{"self-hosted"}, Verified: true}}
 	// One job already recorded (its webhook arrived), and the repository

@@ -12,8 +12,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
@@ -129,7 +129,7 @@ func (r *RunnerPoolReconciler) scopeNotVerified(s *poolScope, reason hfv1.Condit
 // the credentials (rate limit, platform unavailable, a read that failed),
 // and when to check again.
 func scopeCheckTransient(err error, now time.Time) (time.Duration, bool) {
-	if wait, limited := claimrunner.RetryAfter(err, now); limited {
+	if wait, limited := machineclaim.RetryAfter(err, now); limited {
 		return max(wait, time.Second), true
 	}
 	var classified *errclass.Error

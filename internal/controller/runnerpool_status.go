@@ -126,7 +126,7 @@ func (r *RunnerPoolReconciler) setCapacity(s *poolScope) {
 		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolCapacityCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
 	}
 	if s.refused != nil {
-		set(string(s.refused.reason), "No new VMs: "+s.refused.message)
+		set(string(s.refused.Reason), "No new VMs: "+s.refused.Message)
 		return
 	}
 	if ok, msg := s.templateReady(); !ok {

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/claimstatus"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
 	"github.com/hyperfleet/hyperfleet/internal/poolclaims"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 )
@@ -452,8 +452,8 @@ func TestOutcomeOf(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := unitClaim("c", 0, tc.mut...)
-			if got := claimstatus.Outcome(&c); got != tc.want {
-				t.Errorf("claimstatus.Outcome(%q) = %q, want %q", c.Status.TerminationReason, got, tc.want)
+			if got := machineclaim.Outcome(&c); got != tc.want {
+				t.Errorf("machineclaim.Outcome(%q) = %q, want %q", c.Status.TerminationReason, got, tc.want)
 			}
 		})
 	}
@@ -503,4 +503,17 @@ func TestHardEnd(t *testing.T) {
 			}
 		})
 	}
+}
+
+// endOf is the status.end a claim in phase has (nil before it ends).
+func endOf(phase hfv1.MachineClaimPhase) *hfv1.MachineClaimEnd {
+	switch phase {
+	case hfv1.MachineClaimTerminating:
+		return &hfv1.MachineClaimEnd{Reason: hfv1.EndPoweredOff}
+	case hfv1.MachineClaimFailed:
+		return &hfv1.MachineClaimEnd{Reason: hfv1.EndFailed, Failed: true}
+	case hfv1.MachineClaimFinished:
+		return &hfv1.MachineClaimEnd{Reason: hfv1.EndJobCompleted, FinishedAt: &metav1.Time{}}
+	}
+	return nil
 }

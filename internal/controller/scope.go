@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,6 +18,10 @@ import (
 // skeleton for every reconciler"): a reconcile opens a scope, runs its
 // phases (internal/phase) and closes the scope, which derives Ready from
 // what the phases recorded and writes the object once.
+
+// waitForDependency is how long a template waits for a missing cluster,
+// pool or Secret before looking again (watches usually wake it sooner).
+const waitForDependency = time.Minute
 
 // readiness is what a pass found an object's Ready condition to be. Phases
 // record it on their scope; the scope's close sets the condition, so that

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
 )
 
 // The helpers of the table tests of the reconcilers' phase lists
@@ -47,8 +48,8 @@ func unitWorld(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) cli
 	}
 	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).
 		WithStatusSubresource(&hfv1.HypervisorCluster{}, &hfv1.HypervisorMachineTemplate{}, &hfv1.IPPool{}, &hfv1.RunnerPool{}, &hfv1.MachineClaim{}, &hfv1.CIJob{})
-	for _, ix := range fieldIndexes(ciPlatforms) {
-		b = b.WithIndex(ix.obj, ix.field, ix.extract)
+	for _, ix := range fieldindex.All(ciPlatforms) {
+		b = b.WithIndex(ix.Obj, ix.Field, ix.Extract)
 	}
 	var names atomic.Int64
 	create := funcs.Create

@@ -20,9 +20,10 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
 	"github.com/hyperfleet/hyperfleet/internal/broker"
-	"github.com/hyperfleet/hyperfleet/internal/claimidentity"
-	"github.com/hyperfleet/hyperfleet/internal/claimrunner"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
+	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
@@ -31,7 +32,6 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/poweroff"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
-	"github.com/hyperfleet/hyperfleet/internal/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/sweeper"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
@@ -109,7 +109,7 @@ type Options struct {
 // WorkloadStandIn stands in for the CI platforms' accounts (see
 // Options.Bootstrap).
 type WorkloadStandIn interface {
-	controller.BootstrapSource
+	machineclaim.BootstrapSource
 	controller.ScopeVerifier
 }
 
@@ -228,7 +228,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		return nil, err
 	}
 	ci := platformSeams(mgr, opts, backends)
-	if err := controller.SetupIndexes(ctx, mgr, backends); err != nil {
+	if err := fieldindex.Setup(ctx, mgr, backends); err != nil {
 		return nil, fmt.Errorf("set up field indexes: %w", err)
 	}
 	// Before the controllers: the pools report which secret verifies
@@ -268,7 +268,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	// Before the controllers: they hand VMs the URLs and checksums it serves.
 	var agentSrv *agentserver.Server
 	var agent vmspec.AgentLocator // stays a nil interface without a server
-	var brokerEndpoint controller.BrokerEndpoint
+	var brokerEndpoint machineclaim.BrokerEndpoint
 	if opts.AgentServer != nil {
 		srv, err := newAgentServer(mgr, opts.AgentServer, credBroker, notices)
 		if err != nil {
@@ -322,11 +322,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up IPPool controller: %w", err)
 	}
-	runners := claimrunner.NewObservations()
+	runners := machineclaim.NewRunnerObservations()
 	// Clusters with spec.spire.secretStore get their VMs' credentials
 	// minted as the broker mints them, and written to the store.
-	credentials, _ := ci.bootstrap.(claimidentity.CredentialIssuer)
-	if err := (&controller.MachineClaimReconciler{
+	credentials, _ := ci.bootstrap.(machineclaim.CredentialIssuer)
+	if err := (&machineclaim.Reconciler{
 		Client:        mgr.GetClient(),
 		Registry:      registry,
 		IPAM:          addresses,
@@ -432,7 +432,7 @@ func newBackends(opts Options) (*workload.Backends, error) {
 // ciSeams are the controllers' ways to the CI platforms' accounts; a nil
 // one means the operator does without.
 type ciSeams struct {
-	bootstrap controller.BootstrapSource
+	bootstrap machineclaim.BootstrapSource
 	scopes    controller.ScopeVerifier
 	jobs      controller.JobCanceller
 	releases  controller.RunnerReleaseSource

@@ -29,7 +29,7 @@ var (
 	}, []string{"phase"})
 
 	// ClaimsStuck counts claims that overstayed their phase's bound
-	// (internal/stuck), by phase.
+	// (internal/controller/machineclaim/stuck), by phase.
 	ClaimsStuck = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "claims_stuck",
 		Help: "MachineClaims whose Stuck condition is True (in their phase longer than the manager's bound), by phase.",

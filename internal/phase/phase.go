@@ -76,16 +76,30 @@ type Func[S any] func(ctx context.Context, s S) (Result, error)
 // ran asked for. An error ends the pass at once; its requeue is the
 // controller's backoff, so no result accompanies it.
 func Run[S any](ctx context.Context, s S, phases ...Func[S]) (ctrl.Result, error) {
-	var after time.Duration
-	for _, p := range phases {
-		res, err := p(ctx, s)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		after = Soonest(after, res.after)
-		if res.stop {
-			break
-		}
+	res, err := Sequence(phases...)(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	return ctrl.Result{RequeueAfter: after}, nil
+	return ctrl.Result{RequeueAfter: res.after}, nil
+}
+
+// Sequence is phases as one phase, for a list a reconciler chooses during
+// the pass (the MachineClaim's list for its state): they run in order until
+// one stops or fails; the Result stops when one of them stopped, and keeps
+// the soonest wish of those that ran.
+func Sequence[S any](phases ...Func[S]) Func[S] {
+	return func(ctx context.Context, s S) (Result, error) {
+		var after time.Duration
+		for _, p := range phases {
+			res, err := p(ctx, s)
+			if err != nil {
+				return Result{}, err
+			}
+			after = Soonest(after, res.after)
+			if res.stop {
+				return Result{stop: true, after: after}, nil
+			}
+		}
+		return Result{after: after}, nil
+	}
 }

@@ -55,6 +55,36 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestSequence: a list run as one phase stops when one of its phases
+// stopped, with the soonest wish of those that ran, and goes on otherwise.
+func TestSequence(t *testing.T) {
+	boom := errors.New("boom")
+	ran := 0
+	step := func(res Result, err error) Func[int] {
+		return func(context.Context, int) (Result, error) { ran++; return res, err }
+	}
+	for _, tc := range []struct {
+		name    string
+		phases  []Func[int]
+		ran     int
+		want    Result
+		wantErr error
+	}{
+		{"goes on", []Func[int]{step(Recheck(time.Minute), nil), step(Recheck(time.Second), nil)}, 2, Recheck(time.Second), nil},
+		{"stops", []Func[int]{step(Recheck(time.Second), nil), step(StopAndRequeue(time.Minute), nil), step(Next(), nil)}, 2, StopAndRequeue(time.Second), nil},
+		{"fails", []Func[int]{step(Recheck(time.Second), nil), step(Stop(), boom), step(Next(), nil)}, 2, Result{}, boom},
+		{"empty", nil, 0, Next(), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ran = 0
+			got, err := Sequence(tc.phases...)(context.Background(), 0)
+			if got != tc.want || !errors.Is(err, tc.wantErr) || ran != tc.ran {
+				t.Fatalf("Sequence = %+v, %v after %d phases; want %+v, %v after %d", got, err, ran, tc.want, tc.wantErr, tc.ran)
+			}
+		})
+	}
+}
+
 func TestResult(t *testing.T) {
 	if Next().Stopped() || Recheck(time.Second).Stopped() || !Stop().Stopped() || !StopAndRequeue(time.Second).Stopped() {
 		t.Fatal("Stopped: only Stop and StopAndRequeue end the pass")

@@ -70,7 +70,7 @@ func (r *JobReports) JobStarted(uid types.UID, now time.Time) bool {
 // (agentconfig.AttestationJoinTokenRefused). The VM's word alone decides
 // nothing: the claim controller asks the SPIRE server whether an agent
 // attested with that token before it reports the identity stolen
-// (internal/claimidentity). Kept like JobReports: in memory, for
+// (internal/controller/machineclaim, identity_misuse.go). Kept like JobReports: in memory, for
 // reportTTL, bounded. Safe for concurrent use; nil knows nothing.
 type TokenRefusals struct{ r *JobReports }
 

@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/claimvm"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -110,7 +109,7 @@ func Source(tmpl *hfv1.HypervisorMachineTemplate) provider.TemplateSource {
 func For(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, ci provider.CloudInitSource) (*provider.VMSpec, error) {
 	res := tmpl.Spec.Resources
 	spec := &provider.VMSpec{
-		Owner:       claimvm.Owner(claim),
+		Owner:       Owner(claim),
 		Name:        Hostname(claim, tmpl.Spec.Network.Hostname),
 		Description: fmt.Sprintf("HyperFleet VM of MachineClaim %s/%s (template %s)", claim.Namespace, claim.Name, tmpl.Name),
 		Source:      Source(tmpl),
@@ -160,4 +159,18 @@ func DefaultRunnerName(claim *hfv1.MachineClaim, hostname string) string {
 		base = strings.TrimRight(base[:maxRunnerNameLength-len(uid)-1], "-")
 	}
 	return base + "-" + uid
+}
+
+// Owner is the claim as the provider's ownership marker names it.
+func Owner(claim *hfv1.MachineClaim) provider.Owner {
+	o := provider.Owner{
+		Namespace: claim.Namespace,
+		Name:      claim.Name,
+		UID:       string(claim.UID),
+		CreatedAt: claim.CreationTimestamp.UTC(),
+	}
+	if claim.Spec.RunnerPoolRef != nil {
+		o.Pool = claim.Spec.RunnerPoolRef.Name
+	}
+	return o
 }

@@ -29,8 +29,9 @@ import (
 // account that back-end builds from the template's credentials, issues and
 // removes the runners of MachineClaims, verifies RunnerPools' scopes,
 // cancels jobs, resolves runner releases and lists the scopes the orphan
-// sweep checks. It is internal/controller's BootstrapSource, ScopeVerifier,
-// JobCanceller, RunnerReleaseSource and PoolProviders, and
+// sweep checks. It is internal/controller/machineclaim's BootstrapSource,
+// internal/controller's ScopeVerifier, JobCanceller, RunnerReleaseSource
+// and PoolProviders, and
 // sweeper.RunnerScopes, at once; the
 // platforms' own credentials never leave their back-ends.
 //
@@ -52,7 +53,7 @@ type Platforms struct {
 	Signer *ownership.Signer
 }
 
-// BootstrapVars implements internal/controller's BootstrapSource: it fills
+// BootstrapVars implements internal/controller/machineclaim's BootstrapSource: it fills
 // in the runner part of the VM's cloud-init (the runner's name, marked as
 // this install's, and labels), and issues nothing: the single-use
 // credential is issued once the VM runs (RunnerCredential) and reaches
@@ -103,7 +104,7 @@ func (w *Platforms) RunnerCredential(ctx context.Context, claim *hfv1.MachineCla
 
 // issueFor issues the claim's credential and records it in its status;
 // ok is false for a platform this operator does not run (the claim is
-// refused by internal/controller's claimRefusal and gets no credential).
+// refused by internal/controller/refusal's Claim and gets no credential).
 func (w *Platforms) issueFor(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, vars *cloudinit.Vars) (workload.Credential, bool, error) {
 	be, ok := w.Backends.Claim(claim, tmpl)
 	if !ok {
@@ -176,7 +177,7 @@ func (w *Platforms) issue(ctx context.Context, p workload.Provider, spec workloa
 	return p.IssueCredential(ctx, spec)
 }
 
-// Release implements internal/controller's BootstrapSource: it removes the claim's runner from
+// Release implements internal/controller/machineclaim's BootstrapSource: it removes the claim's runner from
 // its CI platform. A runner the platform already removed (ephemeral
 // runners go after their job) is success; a busy one returns
 // workload.ErrRunnerBusy.

@@ -32,9 +32,10 @@ const apiDir = "api/v1alpha1"
 // errors"): the classification itself, the hypervisor side and each of its
 // implementations, the CI platform side and each of its back-ends, the
 // SPIRE Server API client, the controllers and the services they call
-// (internal/workloads, vmspec, clusterconfig, the claim services). The test doubles (pkg/provider/fake, providertest) are not
+// (internal/workloads, vmspec, clusterconfig, the claim services in
+// internal/controller/machineclaim). The test doubles (pkg/provider/fake, providertest) are not
 // the product and are left out.
-var errorReasonDirs = []string{"pkg/errclass", "pkg/provider", "pkg/provider/*", "pkg/workload", "pkg/workload/*", "internal/controller", "internal/spire", "internal/workloads", "internal/vmspec", "internal/clusterconfig", "internal/claimvm", "internal/claimrunner", "internal/claimidentity", "internal/poweroff", "internal/poolclaims"}
+var errorReasonDirs = []string{"pkg/errclass", "pkg/provider", "pkg/provider/*", "pkg/workload", "pkg/workload/*", "internal/controller", "internal/controller/*", "internal/spire", "internal/workloads", "internal/vmspec", "internal/clusterconfig", "internal/poweroff", "internal/poolclaims"}
 
 var errorReasonExcluded = []string{"pkg/provider/fake", "pkg/provider/providertest"}
 

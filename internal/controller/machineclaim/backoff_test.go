@@ -1,0 +1,33 @@
+package machineclaim
+
+import (
+	"testing"
+	"time"
+)
+
+// TestClaimBackoff: transient failures double the wait from 2s up to the
+// configured cap (5 minutes unless set), and a success starts over.
+func TestClaimBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		limit time.Duration
+		want  []time.Duration
+	}{
+		{"default cap", 0, []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, 64 * time.Second, 128 * time.Second, 256 * time.Second, 5 * time.Minute, 5 * time.Minute}},
+		{"lowered cap", 10 * time.Second, []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Reconciler{MaxRetryDelay: tc.limit}
+			claim := unitClaim("c", 0)
+			for i, want := range tc.want {
+				if got := r.backoff(&claim); got != want {
+					t.Fatalf("failure %d: backoff %s, want %s", i+1, got, want)
+				}
+			}
+			r.attempts.Delete(claim.UID)
+			if got := r.backoff(&claim); got != 2*time.Second {
+				t.Errorf("after a success: backoff %s, want 2s", got)
+			}
+		})
+	}
+}

@@ -1,0 +1,74 @@
+package machineclaim
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// claimCloudInit renders the NoCloud data of a claim's VM when the provider
+// delivers it: the template's cloud-init, the operator's per-VM values and
+// the workload's runner settings from the BootstrapSource. It holds no
+// secret that could be used before the VM runs: the runner credential (or
+// the join token) reaches the running VM only (guestsecrets.go), and
+// the seed names where and until when (agentconfig's secretsFile and
+// secretsDeadline).
+type claimCloudInit struct {
+	r       *Reconciler
+	claim   *hfv1.MachineClaim
+	tmpl    *hfv1.HypervisorMachineTemplate
+	cluster *hfv1.HypervisorCluster
+	addr    vmspec.StaticAddr
+}
+
+// Render implements provider.CloudInitSource.
+func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error) {
+	vars := vmspec.ClaimVars(c.r.Workloads, c.claim, c.tmpl, c.cluster, c.addr)
+	if err := vmspec.SetAgentVars(c.r.Workloads, c.tmpl, c.r.Agent, &vars); err != nil {
+		// The template is not Ready in this case; only a claim that passed
+		// before an operator restart without the agent server gets here.
+		return provider.CloudInit{}, provider.Errorf(provider.ClassConfiguration, string(hfv1.AgentUnavailableReason), "HypervisorMachineTemplate %s: %w", c.tmpl.Name, err)
+	}
+	if vars.SPIFFEEnabled {
+		if err := c.r.identityVars(ctx, c.claim, c.cluster, &vars); err != nil {
+			return provider.CloudInit{}, provider.Errorf(provider.ClassTransient, string(hfv1.SPIREUnavailableReason), "the VM's SPIFFE identity: %w", err)
+		}
+	}
+	vars.PowerOffNotify = c.r.Notices.NotifyFor(c.claim)
+	vars.SecretsDeadline = cloudinit.Time{Time: c.r.secretsDeadline()}
+	// Render check first: a broken template never reaches the workload
+	// side (and is never Ready: the template controller runs the same
+	// check).
+	if err := vmspec.CheckRender(c.r.Workloads, c.tmpl, vars); err != nil {
+		return provider.CloudInit{}, err
+	}
+	if b := c.r.Bootstrap; b != nil && !vars.SPIFFEEnabled {
+		if err := b.BootstrapVars(ctx, c.claim, c.tmpl, &vars); err != nil {
+			return provider.CloudInit{}, fmt.Errorf("workload bootstrap data: %w", err)
+		}
+	}
+	out, err := cloudinit.Render(vmspec.Input(c.tmpl, vars))
+	if err != nil {
+		return provider.CloudInit{}, fmt.Errorf("%w of HypervisorMachineTemplate %s: %w", vmspec.ErrRender, c.tmpl.Name, err)
+	}
+	return provider.CloudInit{UserData: out.UserData, MetaData: out.MetaData, NetworkConfig: out.NetworkConfig}, nil
+}
+
+// secretsDeadline is until when a VM rendered now waits for the secrets the
+// operator places in it: the rest of its provisioning (start and boot)
+// and its bootstrapping, at the bounds past which the claim is reported
+// stuck (--claim-stuck-provisioning, --claim-stuck-bootstrapping; their
+// defaults when disabled). A VM whose secrets never come then powers off
+// and its claim ends, instead of idling until the pool's bootstrapTimeout.
+func (r *Reconciler) secretsDeadline() time.Time {
+	def := stuck.DefaultBounds()
+	b := r.StuckBounds
+	return r.Clock.Now().Add(cmp.Or(b.Provisioning, def.Provisioning) + cmp.Or(b.Bootstrapping, def.Bootstrapping))
+}

@@ -1,0 +1,342 @@
+package machineclaim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/cachelag"
+	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
+	"github.com/hyperfleet/hyperfleet/internal/controller/refusal"
+	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/identity"
+	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
+	"github.com/hyperfleet/hyperfleet/internal/poweroff"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+const (
+	// runningResync rechecks a running claim without any event, a safety
+	// net behind the cluster poller's shutdown notifications. It is
+	// jittered (see resyncRunning) so that claims that came up together
+	// do not all wake together and delay new claims in the queue.
+	runningResync = 2 * time.Minute
+	// waitForDependency is how long a claim waits for a missing template or
+	// cluster before looking again (watches usually wake it sooner).
+	waitForDependency = time.Minute
+)
+
+// resyncRunning is runningResync plus up to half of it again, at random.
+func resyncRunning() time.Duration {
+	return runningResync + time.Duration(rand.Int64N(int64(runningResync/2)))
+}
+
+// BootstrapSource is the seam to the workload side (GitHub Actions first):
+// it fills in the workload part of a VM's cloud-init variables (runner name,
+// labels, and the single-use credential) right before the cloud-init is
+// rendered. The workload side reports the runner online by setting the
+// claim's Bootstrapped condition to True, which makes the claim Ready.
+//
+// BootstrapVars runs once per cloud-init delivery, right before the ISO is
+// built; it may record what it issued (never a secret) in
+// claim.Status.Bootstrap, which the claim controller persists.
+// Release undoes the registration when the claim goes; it returns an error
+// matching workload.ErrRunnerBusy while the runner runs a job.
+type BootstrapSource interface {
+	BootstrapVars(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, vars *cloudinit.Vars) error
+	Release(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) error
+}
+
+// Reconciler turns each MachineClaim into one owned VM and
+// removes the VM when the claim goes away or the VM powers off.
+type Reconciler struct {
+	Client   client.Client
+	Registry *hypervisors.Registry
+	// IPAM allocates static addresses (network mode static).
+	IPAM     *ipam.Manager
+	Recorder record.EventRecorder
+	Clock    clock.PassiveClock
+	// Signer signs and verifies the VM reservations the claim controller
+	// writes into claims (the install's ownership key); without it no
+	// reservation is ever trusted.
+	Signer *ownership.Signer
+	// Bootstrap supplies workload credentials; nil renders VMs without any.
+	Bootstrap BootstrapSource
+	// Workloads are the CI platform back-ends that read the claims' and
+	// templates' runner settings.
+	Workloads *workload.Backends
+	// Agent finds the agent binaries the operator serves (templates with
+	// agentSource Operator); nil when it serves none.
+	Agent vmspec.AgentLocator
+	// Identity holds the clusters' SPIRE servers and Issuer issues VMs'
+	// identities on them (templates with attestation join-token); nil
+	// Issuer: such templates are refused.
+	Identity *identity.Registry
+	Issuer   *identity.Issuer
+	// Broker is the credential broker VMs that attest fetch their runner
+	// credential from; nil when the operator runs none.
+	Broker BrokerEndpoint
+	// Credentials mints the runner credentials placed in running VMs
+	// (templates that do not attest) and written to the secrets store of
+	// clusters with spec.spire.secretStore; StoreOpener opens those stores
+	// (nil: identity.OpenStore on Vault or OpenBao).
+	Credentials CredentialIssuer
+	StoreOpener StoreOpener
+	// ClaimEvents carries wake-ups from the HypervisorCluster poller and
+	// the RunnerPool resync.
+	ClaimEvents <-chan event.GenericEvent
+	// Runners are the latest runner observations of the RunnerPool resync;
+	// nil when nothing observes runners.
+	Runners *RunnerObservations
+	// MaxConcurrentReconciles bounds parallel reconciles (default 16):
+	// reconciles never wait for the hypervisor, so they are short.
+	MaxConcurrentReconciles int
+	// MaxRetryDelay caps the exponential backoff (2s, 4s, 8s ...) after
+	// transient hypervisor errors; zero means 5 minutes.
+	MaxRetryDelay time.Duration
+	// StuckBounds are how long a claim may stay in each phase before it is
+	// reported Stuck (internal/controller/machineclaim/stuck); zero fields check nothing.
+	StuckBounds stuck.Bounds
+	// Transitions are the VMs a hint says are about to stop: a running
+	// claim whose VM is in it reads the VM's status directly, every
+	// Transitions.Poll(), until it stops or the hint expires
+	// (docs/architecture.md, "Power-off hints"). Nil: the listing only.
+	Transitions *hypervisors.Transitions
+	// Notices gives VMs the URL and token of their power-off notice; nil
+	// gives none.
+	Notices *poweroff.Notices
+	// TokenRefusals are the VMs' power-off notices that their join token
+	// was refused (a sign of a stolen identity); nil: none are taken.
+	TokenRefusals TokenRefusals
+
+	// stuckClaims reports stuck claims and counts them by phase.
+	stuckClaims stuck.Detector
+	// attempts counts consecutive transient failures per claim UID for
+	// backoff. Losing it on restart only restarts the backoff.
+	attempts sync.Map
+	// minted keeps runner credentials issued and not yet placed in their
+	// VM (Minted); losing it on restart costs a new
+	// registration, which replaces the lost one.
+	minted Minted
+	// lag keeps a reconcile from repeating a step against a cache older
+	// than this controller's last write of the claim (a second cloud-init
+	// delivery would issue a second runner credential), and drops a gone
+	// claim's memory.
+	lag cachelag.Tracker
+}
+
+// waitForCache reports whether the cache still shows the claim older than
+// this controller's last write, with the requeue to wait for it.
+func (r *Reconciler) waitForCache(ctx context.Context, claim *hfv1.MachineClaim) (ctrl.Result, bool) {
+	wait, stale, reads := r.lag.Stale(claim)
+	if reads == cachelag.ReportAfter {
+		ctrl.LoggerFrom(ctx).Info("The cache still shows an older version of the claim than this controller wrote; waiting for it",
+			"resourceVersion", claim.ResourceVersion, "waits", reads)
+	}
+	return ctrl.Result{RequeueAfter: wait}, stale
+}
+
+// forget drops the rest of a gone claim's memory (the lag tracker dropped
+// its own): a reconcile found its name gone, or taken by a new claim.
+func (r *Reconciler) forget(uid types.UID) {
+	r.attempts.Delete(uid)
+	r.minted.Forget(uid)
+	r.Runners.Forget(uid)
+}
+
+// SetupWithManager registers the controller.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.MaxConcurrentReconciles == 0 {
+		r.MaxConcurrentReconciles = 16
+	}
+	r.stuckClaims.Bounds, r.stuckClaims.Recorder = r.StuckBounds, r.Recorder
+	r.stuckClaims.Reset()
+	b := ctrl.NewControllerManagedBy(mgr).
+		For(&hfv1.MachineClaim{}).
+		Watches(&hfv1.HypervisorMachineTemplate{}, handler.EnqueueRequestsFromMapFunc(r.claimsForTemplate),
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.ResourceVersionChangedPredicate{}))).
+		Watches(&hfv1.CIJob{}, handler.EnqueueRequestsFromMapFunc(r.claimsForJob)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		Named("machineclaim")
+	if r.ClaimEvents != nil {
+		b = b.WatchesRawSource(source.Channel(r.ClaimEvents, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
+}
+
+// claimsForTemplate wakes the claims of a template that still wait for it.
+func (r *Reconciler) claimsForTemplate(ctx context.Context, o client.Object) []reconcile.Request {
+	var list hfv1.MachineClaimList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingFields{fieldindex.ClaimTemplate: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "List claims of template", "HypervisorMachineTemplate", klog.KObj(o))
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		c := &list.Items[i]
+		if c.Status.VMRef == nil {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+		}
+	}
+	return out
+}
+
+// Reconcile implements reconcile.Reconciler: it opens the claim's scope,
+// runs the phase list of the claim's state (claimPhases), and closes the
+// scope, which derives the status and writes the claim once.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
+	claim := &hfv1.MachineClaim{}
+	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
+		if apierrors.IsNotFound(err) {
+			if uid, ok := r.lag.Gone(req.NamespacedName); ok {
+				r.forget(uid)
+			}
+			r.stuckClaims.Forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if uid, ok := r.lag.Observe(req.NamespacedName, claim.UID); ok {
+		r.forget(uid)
+	}
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("MachineClaim", klog.KObj(claim)))
+	if res, stale := r.waitForCache(ctx, claim); stale {
+		// The watch event of our own last write is on its way.
+		return res, nil
+	}
+	s := r.newClaimScope(claim)
+	defer func() { res, retErr = r.closeScope(ctx, s, res, retErr) }()
+
+	return phase.Run(ctx, s, r.claimPhases(claim)...)
+}
+
+// claimPhases is the phase list of a pass (docs/architecture.md, "The
+// claim's reconcile"): a deleted claim runs the deletion list; any other
+// runs the shared prefix, then the list of its state (runStateList).
+func (r *Reconciler) claimPhases(claim *hfv1.MachineClaim) []phase.Func[*claimScope] {
+	if !claim.DeletionTimestamp.IsZero() {
+		return []phase.Func[*claimScope]{r.checkReservation, r.checkFinalizer, r.checkDeletion, r.releaseVM,
+			r.releaseRunner, r.releaseIdentity, r.releaseFinalizer}
+	}
+	return []phase.Func[*claimScope]{r.checkReservation, r.ensureMetadata, r.checkMisuse, r.checkEndRequest, r.runStateList}
+}
+
+// buildPhases build a claim's VM: the claim is neither ended nor
+// provisioned.
+func (r *Reconciler) buildPhases() []phase.Func[*claimScope] {
+	return []phase.Func[*claimScope]{r.checkSupported, r.loadDependencies, r.loadProvider, r.checkTemplate,
+		r.ensureAddress, r.ensureIdentity, r.ensureVM}
+}
+
+// runningPhases watch a provisioned claim: its secrets placed, its
+// attestation, its VM and its runner; checkRunning ends every such pass.
+// checkSupported acts only on a claim without a VM reference.
+func (r *Reconciler) runningPhases() []phase.Func[*claimScope] {
+	return []phase.Func[*claimScope]{r.checkSupported, r.loadDependencies, r.loadProvider, r.ensureSecrets,
+		r.checkAttestation, r.ensureStoredCredential, r.checkRunning}
+}
+
+// endPhases tear an ended claim down.
+func (r *Reconciler) endPhases() []phase.Func[*claimScope] {
+	return []phase.Func[*claimScope]{r.releaseEnded}
+}
+
+// runStateList runs the list of the claim's state after the shared prefix:
+// ended -> endPhases, provisioned -> runningPhases, else buildPhases. A
+// phase of those two that finds the claim's end records it and stops; the
+// end list then runs in this same pass, with no requeue in between, and
+// the wishes of the phases that ran are kept.
+func (r *Reconciler) runStateList(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	if claim.Ended() {
+		return phase.Sequence(r.endPhases()...)(ctx, s)
+	}
+	list := r.buildPhases()
+	if hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+		list = r.runningPhases()
+	}
+	res, err := phase.Sequence(list...)(ctx, s)
+	if err != nil || !claim.Ended() {
+		return res, err
+	}
+	end, err := phase.Sequence(r.endPhases()...)(ctx, s)
+	return end.Sooner(res.After()), err
+}
+
+// ensureMetadata adds the finalizer and the standard labels (in memory;
+// the scope writes them, or ensureVM before its clone request).
+func (r *Reconciler) ensureMetadata(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if s.claim.IsFinished() {
+		return phase.Stop(), nil
+	}
+	setStandardMetadata(s.claim, r.clusterOf(ctx, s.claim))
+	return phase.Next(), nil
+}
+
+// checkSupported stops a claim that sets a field this operator does
+// not act on, before anything is built; a spec change wakes it.
+func (r *Reconciler) checkSupported(_ context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	if ref := refusal.Claim(r.Workloads, claim); ref != nil && claim.Status.VMRef == nil {
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, ref.Reason, ref.Message)
+		return phase.Stop(), nil
+	}
+	return phase.Next(), nil
+}
+
+// clusterOf names the claim's HypervisorCluster: where its VM is, else
+// where its template points (empty when the template is missing).
+func (r *Reconciler) clusterOf(ctx context.Context, claim *hfv1.MachineClaim) string {
+	if ref := claim.Status.VMRef; ref != nil {
+		return ref.HypervisorCluster
+	}
+	tmpl := &hfv1.HypervisorMachineTemplate{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, tmpl); err != nil {
+		return ""
+	}
+	return tmpl.Spec.HypervisorClusterRef.Name
+}
+
+// removeFinalizer drops the claim's finalizer and writes it at once,
+// under the scope's optimistic lock: a copy from a stale cache must fail
+// with a conflict rather than drop a finalizer someone added since.
+func (r *Reconciler) removeFinalizer(ctx context.Context, s *claimScope) error {
+	claim := s.claim
+	if !controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer) {
+		return nil
+	}
+	controllerutil.RemoveFinalizer(claim, hfv1.MachineClaimFinalizer)
+	if err := s.patch.PatchMetadata(ctx, claim); err != nil {
+		controllerutil.AddFinalizer(claim, hfv1.MachineClaimFinalizer)
+		return fmt.Errorf("remove finalizer %s from MachineClaim %s/%s: %w", hfv1.MachineClaimFinalizer, claim.Namespace, claim.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,288 @@
+package machineclaim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
+)
+
+// claimEnd is how a claim ends, before it is recorded in status.end.
+type claimEnd struct {
+	// reason is the typed cause (and the runner outcome).
+	reason hfv1.EndReason
+	// condition is the Ending condition's reason; code is the code
+	// status.terminationReason shows. Both default to the reason's own.
+	condition hfv1.ConditionReason
+	code      string
+	message   string
+	failed    bool
+}
+
+// poolEnd is the end a claim's RunnerPool asked for in spec.end.
+func poolEnd(req *hfv1.MachineClaimEndRequest) claimEnd {
+	return claimEnd{reason: req.Reason, code: string(req.Reason), message: req.Message, failed: req.Fail}
+}
+
+// beginEnd records that the claim began to end: status.end, the display
+// reason and the Ending condition. A claim ends once; a later call only
+// replaces the recorded cause (see replaceCause).
+func (r *Reconciler) beginEnd(claim *hfv1.MachineClaim, e claimEnd) {
+	if e.condition == "" {
+		e.condition = hfv1.ConditionReason(string(e.reason.ConditionReason()))
+	}
+	if e.code == "" {
+		e.code = string(e.condition)
+	}
+	claim.Status.End = &hfv1.MachineClaimEnd{
+		Reason:    e.reason,
+		Message:   conditions.Truncate(e.message, 1024),
+		Failed:    e.failed,
+		StartedAt: metav1.NewTime(r.Clock.Now()),
+	}
+	claim.Status.TerminationReason = conditions.Truncate(e.code+": "+e.message, 1024)
+	SetEnding(claim, e.condition, e.message)
+}
+
+// fail ends a claim as Failed; its VM is then kept stopped when its pool
+// retains failed VMs.
+func (r *Reconciler) fail(claim *hfv1.MachineClaim, e claimEnd) {
+	e.failed = true
+	if e.condition == "" {
+		e.condition = hfv1.ConditionReason(string(e.reason.ConditionReason()))
+	}
+	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, e.condition, conditions.Truncate(e.message, 1024))
+	r.beginEnd(claim, e)
+}
+
+// checkEndRequest carries out the pool's request (spec.end) on a claim
+// that has not ended: it fails the claim, or ends it once its runner is
+// removed (a claim whose runner runs a job waits, Draining); a hard limit
+// does not wait, its pool cancelled the job.
+func (r *Reconciler) checkEndRequest(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	req := claim.Spec.End
+	switch {
+	case req == nil || claim.Ended():
+		return phase.Next(), nil
+	case req.Fail:
+		r.fail(claim, poolEnd(req))
+		return phase.Next(), nil
+	}
+	if !req.Reason.Hard() {
+		// The runner goes first, which the CI platform refuses while it
+		// runs a job: the VM then stays (Draining).
+		if drained, wait := r.drainRunner(ctx, claim); !drained {
+			return phase.StopAndRequeue(wait), nil
+		}
+	}
+	r.beginEnd(claim, poolEnd(req))
+	return phase.Next(), nil
+}
+
+// releaseEnded is the end list's one phase: it settles the recorded cause,
+// then tears down what an ended claim holds. A finished claim holds
+// nothing; a failed one keeps or loses its VM and stays for inspection
+// (reconcileFailed); any other loses its VM, runner and identity and is
+// finished (reconcileTerminate).
+func (r *Reconciler) releaseEnded(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	r.replaceCause(claim)
+	switch {
+	case claim.IsFinished():
+		return phase.Stop(), nil
+	case claim.HasFailed():
+		return r.reconcileFailed(ctx, s)
+	}
+	return r.reconcileTerminate(ctx, s)
+}
+
+// replaceCause makes the pool's hard limit the recorded cause of a claim
+// that ended before the pool's request reached it. A hard limit cancels
+// the job before its pool asks the claim to end; the runner's exit powers
+// the VM off, and the cancelled job's completion arrives too, so shutdown
+// detection or the job's end can be seen first. The pool's reason is the
+// cause, so it replaces either.
+func (r *Reconciler) replaceCause(claim *hfv1.MachineClaim) {
+	req, end := claim.Spec.End, claim.Status.End
+	if req == nil || claim.HasFailed() || end.Reason == req.Reason || !endedByPoolCancellation(claim) {
+		return
+	}
+	end.Reason, end.Message = req.Reason, conditions.Truncate(req.Message, 1024)
+	claim.Status.TerminationReason = conditions.Truncate(string(req.Reason)+": "+req.Message, 1024)
+}
+
+// endedByPoolCancellation reports whether a claim's recorded end is what
+// its pool's hard limit caused: its VM powered off, or, when the pool asked
+// for a hard limit, its job finished as cancelled.
+func endedByPoolCancellation(claim *hfv1.MachineClaim) bool {
+	switch claim.EndReason() {
+	case hfv1.EndPoweredOff:
+		return true
+	case hfv1.EndJobCompleted:
+		st := claim.Status.Bootstrap
+		return claim.HardEnd() && st != nil && st.JobConclusion == "cancelled"
+	}
+	return false
+}
+
+// reconcileTerminate destroys the VM of an ended claim, then ends the
+// claim: kept as history or deleted.
+func (r *Reconciler) reconcileTerminate(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	if done, result := r.deleteVM(ctx, s); !done {
+		return phase.StopAndRequeue(result.RequeueAfter), nil
+	}
+	if done, wait := r.releaseRunnerOfGoneVM(ctx, claim); !done {
+		return phase.StopAndRequeue(wait), nil
+	}
+	if done, wait := r.releaseIdentityOfGoneVM(ctx, claim); !done {
+		return phase.StopAndRequeue(wait), nil
+	}
+	if end := claim.Status.End; end != nil {
+		metrics.PowerOffToDestroyed.Observe(r.Clock.Since(end.StartedAt.Time).Seconds())
+	}
+	if err := r.finish(ctx, s); err != nil {
+		return phase.Stop(), fmt.Errorf("end MachineClaim after its VM was destroyed: %w", err)
+	}
+	return phase.Stop(), nil
+}
+
+// reconcileFailed removes the VM of a failed claim (unless its ownership
+// does not verify) and keeps the claim for inspection.
+func (r *Reconciler) reconcileFailed(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	if claim.Status.VMRef == nil || hfv1.IsConditionFalse(claim.Status.Conditions, hfv1.MachineClaimOwnershipVerifiedCondition) {
+		return phase.Stop(), nil
+	}
+	if retained, result := r.retainFailedVM(ctx, s); retained {
+		// A VM kept for debugging is stopped: its identity goes now.
+		if done, wait := r.releaseIdentityOfGoneVM(ctx, claim); !done {
+			return phase.StopAndRequeue(wait), nil
+		}
+		return phase.StopAndRequeue(result.RequeueAfter), nil
+	}
+	if done, result := r.deleteVM(ctx, s); !done {
+		return phase.StopAndRequeue(result.RequeueAfter), nil
+	}
+	_, wait := r.releaseIdentityOfGoneVM(ctx, claim)
+	return phase.StopAndRequeue(wait), nil
+}
+
+// checkFinalizer ends the deletion pass of a claim without the finalizer:
+// nothing is left to clean up.
+func (r *Reconciler) checkFinalizer(_ context.Context, s *claimScope) (phase.Result, error) {
+	if !controllerutil.ContainsFinalizer(s.claim, hfv1.MachineClaimFinalizer) {
+		return phase.Stop(), nil
+	}
+	return phase.Next(), nil
+}
+
+// checkDeletion ends a deleted claim that had not ended yet. A runner in
+// the middle of a job keeps its VM (docs/architecture.md, "Teardown never
+// kills a busy runner"): the runner is removed first, which the CI
+// platform refuses while it is busy. A hard limit does not wait: its pool
+// cancelled the job first.
+func (r *Reconciler) checkDeletion(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	if claim.Ended() {
+		return phase.Next(), nil
+	}
+	if !claim.HardEnd() {
+		if drained, wait := r.drainRunner(ctx, claim); !drained {
+			return phase.StopAndRequeue(wait), nil
+		}
+	}
+	e := claimEnd{reason: hfv1.EndDeleted, code: string(hfv1.EndDeleted), message: "the MachineClaim was deleted"}
+	if req := claim.Spec.End; req != nil {
+		e = poolEnd(req)
+		e.failed = false
+	}
+	r.beginEnd(claim, e)
+	return phase.Next(), nil
+}
+
+// releaseVM destroys a deleted claim's VM.
+func (r *Reconciler) releaseVM(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if done, result := r.deleteVM(ctx, s); !done {
+		return phase.StopAndRequeue(result.RequeueAfter), nil
+	}
+	return phase.Next(), nil
+}
+
+// releaseRunner removes a deleted claim's runner once its VM is gone.
+func (r *Reconciler) releaseRunner(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if done, wait := r.releaseRunnerOfGoneVM(ctx, s.claim); !done {
+		return phase.StopAndRequeue(wait), nil
+	}
+	return phase.Next(), nil
+}
+
+// releaseFinalizer lets a deleted claim go, its VM and runner gone.
+func (r *Reconciler) releaseFinalizer(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if err := r.removeFinalizer(ctx, s); err != nil {
+		return phase.Stop(), err
+	}
+	r.countOutcome(s.claim)
+	r.attempts.Delete(s.claim.UID)
+	return phase.Stop(), nil
+}
+
+// keepsHistory reports whether a finished claim of pool stays as history.
+func keepsHistory(pool *hfv1.RunnerPool) bool {
+	h := pool.Spec.Lifecycle.History
+	return h != nil && h.Limit > 0
+}
+
+// RetainsFailed reports whether pool keeps failed VMs.
+func RetainsFailed(pool *hfv1.RunnerPool) bool {
+	f := pool.Spec.Lifecycle.FailedRetention
+	return f != nil && f.MaxRetained > 0
+}
+
+// FailedRetentionTTL is how long pool keeps a failed VM.
+func FailedRetentionTTL(pool *hfv1.RunnerPool) time.Duration {
+	if f := pool.Spec.Lifecycle.FailedRetention; f != nil && f.TTL != nil {
+		return f.TTL.Duration
+	}
+	return 24 * time.Hour
+}
+
+// finish ends a claim whose VM is gone: it stays as history (Finished, no
+// finalizer) when its pool keeps history, else it is deleted. Either way
+// its runner outcome is counted here, once.
+func (r *Reconciler) finish(ctx context.Context, s *claimScope) error {
+	claim := s.claim
+	if pool := r.poolOf(ctx, claim); pool != nil && keepsHistory(pool) && claim.DeletionTimestamp.IsZero() {
+		// The finalizer goes first: a Finished claim is never reconciled
+		// again, so a removal that fails (a conflict with a newer version)
+		// must leave the claim in a state that retries it.
+		if err := r.removeFinalizer(ctx, s); err != nil {
+			return err
+		}
+		now := metav1.NewTime(r.Clock.Now())
+		claim.Status.End.FinishedAt = &now
+		SetEnding(claim, hfv1.FinishedReason, "The VM is gone; the claim is kept as history")
+		r.countOutcome(claim)
+		return nil
+	}
+	return client.IgnoreNotFound(r.Client.Delete(ctx, claim))
+}
+
+// countOutcome counts the claim's runner outcome.
+func (r *Reconciler) countOutcome(claim *hfv1.MachineClaim) {
+	pool := ""
+	if ref := claim.Spec.RunnerPoolRef; ref != nil {
+		pool = ref.Name
+	}
+	metrics.RunnerOutcomes.WithLabelValues(claim.Namespace, pool, string(Outcome(claim))).Inc()
+	r.Runners.Forget(claim.UID)
+}

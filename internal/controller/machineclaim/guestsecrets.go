@@ -1,0 +1,321 @@
+// The guest-secrets service places a claim's secrets in its running VM, through
+// the hypervisor's guest channel (provider.Provider.PlaceGuestFile), and
+// nowhere else: never on the VM's seed (the NoCloud ISO on the hypervisor's
+// storage) or its disk, where whoever reads the storage could use them
+// first (docs/security.md, "Nothing replayable at rest"). One document,
+// agentconfig.GuestSecrets at agentconfig.SecretsFile, carries what the
+// VM's mode needs:
+//
+//   - a template that does not attest: the single-use runner credential,
+//     issued only now, when the VM runs and its guest agent answers;
+//   - a template that attests with SPIRE join tokens: the join token and
+//     the broker proof (issued before the VM was built, derived again
+//     here; the runner credential then comes from the broker).
+//
+// Each step is recorded in the claim's status, which the caller persists
+// before the next: status.bootstrap.credentialRequestedAt before a runner
+// credential is issued, credentialDeliveredAt (or, for the join token,
+// status.identity.joinTokenDeliveredAt) after the write.
+
+package machineclaim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+// guestRetry is how soon the secrets are offered again to a guest that
+// cannot take them yet (its guest agent not up, or the directory they go
+// in not made yet): the guest is booting, and its agent waits for them. Its
+// ready hint wakes the claim sooner; the agent's secretsDeadline and the
+// attestation deadline bound the retries.
+const guestRetry = 2 * time.Second
+
+// Minter issues a claim's single-use runner credential and records what
+// it issued (runner name and id, never the secret) in its
+// status.bootstrap (workloads.Platforms.RunnerCredential).
+type Minter interface {
+	RunnerCredential(ctx context.Context, claim *hfv1.MachineClaim) (workload.Credential, error)
+}
+
+// Identity derives a claim's join token and broker proof
+// (identity.Issuer.GuestSecrets).
+type Identity interface {
+	GuestSecrets(claim *hfv1.MachineClaim) (agentconfig.GuestSecrets, error)
+}
+
+// secretsService places claims' secrets in their running VMs. Backoff is the
+// claim's next retry delay after a transient failure (the reconciler's).
+type secretsService struct {
+	// Minter issues runner credentials; nil: claims that need one wait
+	// (their Bootstrapped condition says why).
+	Minter Minter
+	// Identity derives join tokens and broker proofs; nil: no claim has
+	// an identity to deliver.
+	Identity Identity
+	// Minted keeps the credentials issued and not yet placed (the
+	// reconciler's).
+	Minted   *Minted
+	Recorder record.EventRecorder
+	Clock    clock.PassiveClock
+	Backoff  func(*hfv1.MachineClaim) time.Duration
+}
+
+// NeedsCredential reports whether the claim's running VM is to receive its
+// runner credential through the guest channel and has not yet: its
+// template does not attest (no status.identity) and no credential was
+// issued for its seed by an operator from before the guest channel (a
+// credentialIssuedAt without credentialRequestedAt, which such a VM
+// already holds).
+func NeedsCredential(claim *hfv1.MachineClaim) bool {
+	if claim.Status.Identity != nil {
+		return false
+	}
+	b := claim.Status.Bootstrap
+	return b == nil || b.CredentialDeliveredAt == nil && (b.CredentialRequestedAt != nil || b.CredentialIssuedAt == nil)
+}
+
+// needsJoinToken reports whether the claim's running VM is to receive its
+// join token and broker proof and has not yet.
+func needsJoinToken(claim *hfv1.MachineClaim) bool {
+	st := claim.Status.Identity
+	return st != nil && st.JoinTokenCreatedAt != nil && st.JoinTokenDeliveredAt == nil && st.AttestedAt == nil && st.Misuse == nil
+}
+
+// Prepare records, in memory for the caller to persist, that a runner
+// credential is about to be issued for the claim's VM
+// (status.bootstrap.credentialRequestedAt), when it needs one and nothing
+// says so yet. The claim controller calls it in the pass that finds the
+// VM running, so that the status write that says so carries the record
+// too and the next pass issues and places the credential. It reports
+// whether it recorded anything.
+func (s *secretsService) Prepare(claim *hfv1.MachineClaim) bool {
+	if !NeedsCredential(claim) {
+		return false
+	}
+	if claim.Status.Bootstrap == nil {
+		claim.Status.Bootstrap = &hfv1.BootstrapStatus{}
+	}
+	if claim.Status.Bootstrap.CredentialRequestedAt != nil {
+		return false
+	}
+	claim.Status.Bootstrap.CredentialRequestedAt = &metav1.Time{Time: s.Clock.Now()}
+	return true
+}
+
+// Deliver places the secrets the claim's running VM needs, once (see the
+// package documentation).
+//
+// Restart safety. A runner credential is issued only once
+// credentialRequestedAt is persisted, so a restart that loses one issued
+// and not placed (its secret lived in this process only) finds the record:
+// the credential is issued again under the runner name derived from the
+// claim, which removes the earlier, never started registration of that
+// name (workloads.Platforms) and with it the worth of the lost secret. A
+// restart between the write and its record places the document again: a
+// join token works once anyway, and a runner credential issued again
+// replaces the first (an agent that already took the first then holds a
+// worthless one, does not come online, and the claim is replaced as any
+// VM that fails to register). Within this process a credential that could
+// not be placed yet (the guest not ready) is kept in Minted and offered
+// again, so that a slow guest costs no further registrations.
+//
+// It returns how soon to look again (zero: nothing to do now), or the
+// message the claim fails with when the secrets can never be placed (a VM
+// without a guest agent). An error is the provider's ErrNotOwned: the VM
+// recorded for the claim does not carry its ownership marker, and nothing
+// was written into it.
+func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, p provider.Provider) (retry time.Duration, failure string, err error) {
+	ref := claim.Status.VMRef
+	runner, identity := NeedsCredential(claim), needsJoinToken(claim)
+	if !runner && !identity || ref == nil || claim.Status.End != nil || claim.EndRequested() ||
+		!hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+		return 0, "", nil
+	}
+	if runner && s.Prepare(claim) {
+		// Persisted before anything is issued.
+		return time.Millisecond, "", nil
+	}
+	if p == nil {
+		// The cluster is not connected; its controller wakes the claim.
+		return guestRetry, "", nil
+	}
+	doc, what, err := s.document(ctx, claim, runner, identity)
+	if err != nil {
+		msg := "Could not issue the VM's " + what + " yet: " + err.Error()
+		if c := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimBootstrappedCondition); c == nil || c.Message != conditions.Truncate(msg, 32768) {
+			s.Recorder.Event(claim, corev1.EventTypeWarning, "FailedDeliverCredential", conditions.Truncate(msg, 1024))
+		}
+		s.pending(claim, runner, msg)
+		return s.Backoff(claim), "", nil
+	}
+	content, err := json.Marshal(doc)
+	if err != nil {
+		return 0, "", fmt.Errorf("encode the VM's secrets: %w", err)
+	}
+	file := provider.GuestFile{Path: agentconfig.SecretsFile, Content: content}
+	err = p.PlaceGuestFile(ctx, vmspec.Owner(claim), provider.VMRef{VMID: int(ref.VMID), Node: ref.Node}, file)
+	clear(content)
+	switch c := provider.Classify(err); {
+	case err == nil:
+		s.delivered(claim, runner, identity)
+		return 0, "", nil
+	case errors.Is(err, provider.ErrNotOwned):
+		s.Minted.Forget(claim.UID)
+		return 0, "", err
+	case errors.Is(err, provider.ErrGuestNotReady):
+		s.pending(claim, runner, "Waiting for the VM's guest to take its "+what+": "+err.Error())
+		return guestRetry, "", nil
+	case c == provider.ClassConfiguration || c == provider.ClassPermanent:
+		s.Minted.Forget(claim.UID)
+		return 0, fmt.Sprintf("the %s cannot be placed in VM %d, so the VM can never run its job: %v", what, ref.VMID, err), nil
+	default:
+		ctrl.LoggerFrom(ctx).Info("Placing the VM's secrets failed; retrying", "err", err.Error())
+		s.pending(claim, runner, "Could not place the "+what+" in the VM yet: "+err.Error())
+		return s.Backoff(claim), "", nil
+	}
+}
+
+// document is what the claim's VM receives, and what it is called in
+// conditions and events.
+func (s *secretsService) document(ctx context.Context, claim *hfv1.MachineClaim, runner, identity bool) (agentconfig.GuestSecrets, string, error) {
+	var doc agentconfig.GuestSecrets
+	what := "join token"
+	if identity {
+		if s.Identity == nil {
+			return doc, what, errors.New("this operator issues no SPIFFE identities")
+		}
+		var err error
+		if doc, err = s.Identity.GuestSecrets(claim); err != nil {
+			return doc, what, err
+		}
+	}
+	if !runner {
+		return doc, what, nil
+	}
+	what = "runner credential"
+	cred, err := s.credential(ctx, claim)
+	if err != nil {
+		return doc, what, err
+	}
+	switch cred.Method {
+	case workload.MethodJIT:
+		doc.JITConfig = cred.Secret.Reveal()
+	case workload.MethodRegistrationToken:
+		doc.RegistrationToken, doc.RegistrationURL = cred.Secret.Reveal(), cred.RegistrationURL
+	default:
+		return doc, what, fmt.Errorf("the CI platform issued a credential of method %q, which the agent does not take", cred.Method)
+	}
+	doc.ExpiresAt = cred.ExpiresAt
+	return doc, what, nil
+}
+
+// credential is the claim's runner credential: the one issued earlier in
+// this process and not placed yet, or a new one.
+func (s *secretsService) credential(ctx context.Context, claim *hfv1.MachineClaim) (workload.Credential, error) {
+	if cred, ok := s.Minted.get(claim); ok {
+		return cred, nil
+	}
+	if s.Minter == nil {
+		return workload.Credential{}, errors.New("this operator runs no CI platform back-end that issues credentials")
+	}
+	cred, err := s.Minter.RunnerCredential(ctx, claim)
+	if err != nil {
+		return workload.Credential{}, err
+	}
+	s.Minted.put(claim.UID, cred)
+	return cred, nil
+}
+
+// delivered records the write.
+func (s *secretsService) delivered(claim *hfv1.MachineClaim, runner, identity bool) {
+	now := &metav1.Time{Time: s.Clock.Now()}
+	ref := claim.Status.VMRef
+	if identity {
+		claim.Status.Identity.JoinTokenDeliveredAt = now
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason,
+			"The join token is in the running VM ("+agentconfig.SecretsFile+"); waiting for its spire-agent to attest")
+		s.Recorder.Eventf(claim, corev1.EventTypeNormal, "JoinTokenDelivered", "Placed the join token and the broker proof in VM %d through its guest agent", ref.VMID)
+		metrics.GuestSecretsDelivered.WithLabelValues("join-token").Inc()
+	}
+	if runner {
+		s.Minted.Forget(claim.UID)
+		b := claim.Status.Bootstrap
+		b.CredentialDeliveredAt = now
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.CredentialDeliveredReason,
+			fmt.Sprintf("The runner credential of runner %s is in the running VM (%s); waiting for the runner to come online", b.RunnerName, agentconfig.SecretsFile))
+		s.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.CredentialDeliveredReason), "Placed the single-use runner credential of runner %s in VM %d through its guest agent", b.RunnerName, ref.VMID)
+		metrics.GuestSecretsDelivered.WithLabelValues("runner-credential").Inc()
+	}
+}
+
+// pending says on the claim why its secrets are not in the VM yet.
+func (s *secretsService) pending(claim *hfv1.MachineClaim, runner bool, msg string) {
+	if runner {
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.CredentialNotDeliveredReason, msg)
+		return
+	}
+	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason, msg)
+}
+
+// Minted holds, in this process's memory only, the runner credentials
+// issued for claims' VMs and not placed in them yet, so that a guest not
+// ready for them is offered the same credential again rather than a new
+// registration. Losing it (a restart) is what credentialRequestedAt
+// covers: the next attempt issues a new credential that replaces the
+// lost one. The zero value and nil are ready to use.
+type Minted struct {
+	m sync.Map // types.UID -> workload.Credential
+}
+
+func (m *Minted) put(uid types.UID, cred workload.Credential) {
+	if m != nil {
+		m.m.Store(uid, cred)
+	}
+}
+
+// get returns the credential issued for the claim if it is still the
+// runner the claim's status records (a status write that was lost
+// leaves another id there, and the credential is issued again).
+func (m *Minted) get(claim *hfv1.MachineClaim) (workload.Credential, bool) {
+	if m == nil {
+		return workload.Credential{}, false
+	}
+	v, ok := m.m.Load(claim.UID)
+	if !ok {
+		return workload.Credential{}, false
+	}
+	cred := v.(workload.Credential)
+	if b := claim.Status.Bootstrap; b == nil || b.RunnerID != cred.RunnerID || b.RunnerName != cred.RunnerName {
+		m.m.Delete(claim.UID)
+		return workload.Credential{}, false
+	}
+	return cred, true
+}
+
+// Forget drops what is kept for the claim (delivered, or the claim ended
+// or is gone).
+func (m *Minted) Forget(uid types.UID) {
+	if m != nil {
+		m.m.Delete(uid)
+	}
+}

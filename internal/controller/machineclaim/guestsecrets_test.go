@@ -1,0 +1,234 @@
+package machineclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+// guest is a provider whose only method in use is PlaceGuestFile: it
+// answers with the next of errs (nil when they ran out) and keeps what it
+// wrote.
+type guest struct {
+	provider.Provider
+	errs    []error
+	written []provider.GuestFile
+}
+
+func (g *guest) PlaceGuestFile(_ context.Context, _ provider.Owner, _ provider.VMRef, f provider.GuestFile) error {
+	var err error
+	if len(g.errs) > 0 {
+		err, g.errs = g.errs[0], g.errs[1:]
+	}
+	if err == nil {
+		// A copy, as a hypervisor's channel takes it: the caller clears
+		// the content once the write returns.
+		f.Content = slices.Clone(f.Content)
+		g.written = append(g.written, f)
+	}
+	return err
+}
+
+// minter issues JIT configurations jit-1, jit-2, ... for runners 1, 2, ...
+// and records them as workloads.Platforms does.
+type minter struct{ issued int }
+
+func (m *minter) RunnerCredential(_ context.Context, claim *hfv1.MachineClaim) (workload.Credential, error) {
+	m.issued++
+	st := &hfv1.BootstrapStatus{RunnerName: "runner-a", RunnerID: int64(m.issued), CredentialIssuedAt: &metav1.Time{Time: time.Now()}}
+	if old := claim.Status.Bootstrap; old != nil {
+		st.CredentialRequestedAt = old.CredentialRequestedAt
+	}
+	claim.Status.Bootstrap = st
+	return workload.Credential{Method: workload.MethodJIT, Secret: workload.NewSecret(fmt.Sprintf("jit-%d", m.issued)), RunnerName: "runner-a", RunnerID: int64(m.issued)}, nil
+}
+
+type fakeIdentity struct{}
+
+func (fakeIdentity) GuestSecrets(*hfv1.MachineClaim) (agentconfig.GuestSecrets, error) {
+	return agentconfig.GuestSecrets{JoinToken: "join-token", BrokerProof: "proof"}, nil
+}
+
+func runningClaim() *hfv1.MachineClaim {
+	c := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "runner-a", UID: "uid-a"}}
+	c.Status.VMRef = &hfv1.VMReference{HypervisorCluster: "pve", Node: "pve1", VMID: 1000}
+	c.Status.Conditions = []metav1.Condition{{Type: string(hfv1.MachineClaimProvisionedCondition), Status: metav1.ConditionTrue, Reason: "Ready"}}
+	return c
+}
+
+func service(m Minter, minted *Minted) (*secretsService, *record.FakeRecorder) {
+	rec := record.NewFakeRecorder(16)
+	return &secretsService{Minter: m, Identity: fakeIdentity{}, Minted: minted, Recorder: rec, Clock: clocktesting.NewFakeClock(time.Now()),
+		Backoff: func(*hfv1.MachineClaim) time.Duration { return time.Minute }}, rec
+}
+
+func placed(t *testing.T, g *guest) agentconfig.GuestSecrets {
+	t.Helper()
+	if len(g.written) != 1 || g.written[0].Path != agentconfig.SecretsFile {
+		t.Fatalf("written %d files (%+v), want one at %s", len(g.written), g.written, agentconfig.SecretsFile)
+	}
+	doc, err := agentconfig.ParseGuestSecrets(g.written[0].Content)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return doc
+}
+
+// TestDeliverRunnerCredential: the issue is recorded before anything is
+// issued; a guest not ready yet is offered the same credential again (no
+// second registration); the write is recorded; nothing happens after.
+func TestDeliverRunnerCredential(t *testing.T) {
+	ctx := context.Background()
+	claim, m, g := runningClaim(), &minter{}, &guest{errs: []error{fmt.Errorf("not yet: %w", provider.ErrGuestNotReady)}}
+	s, rec := service(m, &Minted{})
+
+	retry, failure, err := s.Deliver(ctx, claim, g)
+	if err != nil || failure != "" || retry <= 0 || m.issued != 0 || claim.Status.Bootstrap == nil || claim.Status.Bootstrap.CredentialRequestedAt == nil {
+		t.Fatalf("first pass: retry %v, %q, %v, issued %d, bootstrap %+v; want the request recorded and nothing issued", retry, failure, err, m.issued, claim.Status.Bootstrap)
+	}
+	if retry, _, _ = s.Deliver(ctx, claim, g); retry != guestRetry || m.issued != 1 || len(g.written) != 0 {
+		t.Fatalf("a guest not ready: retry %v, issued %d, written %d", retry, m.issued, len(g.written))
+	}
+	if c := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimBootstrappedCondition); c == nil || c.Reason != string(hfv1.CredentialNotDeliveredReason) {
+		t.Errorf("Bootstrapped = %+v, want CredentialNotDelivered", c)
+	}
+	if retry, failure, err = s.Deliver(ctx, claim, g); retry != 0 || failure != "" || err != nil || m.issued != 1 {
+		t.Fatalf("delivery: %v %q %v, issued %d; want the first credential placed", retry, failure, err, m.issued)
+	}
+	if doc := placed(t, g); doc.JITConfig != "jit-1" || doc.JoinToken != "" {
+		t.Errorf("placed %+v, want jit-1 alone", doc)
+	}
+	b := claim.Status.Bootstrap
+	if b.CredentialDeliveredAt == nil || b.CredentialRequestedAt == nil || b.RunnerID != 1 {
+		t.Errorf("status.bootstrap %+v, want requested, delivered, runner 1", b)
+	}
+	if c := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimBootstrappedCondition); c == nil || c.Reason != string(hfv1.CredentialDeliveredReason) {
+		t.Errorf("Bootstrapped = %+v, want CredentialDelivered", c)
+	}
+	if e := <-rec.Events; !strings.Contains(e, "CredentialDelivered") || strings.Contains(e, "jit-1") {
+		t.Errorf("event %q, want CredentialDelivered without the secret", e)
+	}
+	if _, ok := s.Minted.get(claim); ok {
+		t.Error("the placed credential is still kept in memory")
+	}
+	if retry, _, _ = s.Deliver(ctx, claim, g); retry != 0 || m.issued != 1 || len(g.written) != 1 {
+		t.Errorf("after the delivery: retry %v, issued %d, written %d; want nothing", retry, m.issued, len(g.written))
+	}
+}
+
+// TestDeliverAfterRestart: an operator that lost the credential it issued
+// (a new process: nothing in Minted) issues a new one and places that.
+func TestDeliverAfterRestart(t *testing.T) {
+	ctx := context.Background()
+	claim, m := runningClaim(), &minter{}
+	s, _ := service(m, &Minted{})
+	for _, g := range []*guest{{}, {errs: []error{fmt.Errorf("cut: %w", provider.ErrGuestNotReady)}}} {
+		if _, _, err := s.Deliver(ctx, claim, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restarted, _ := service(m, &Minted{})
+	g := &guest{}
+	if _, _, err := restarted.Deliver(ctx, claim, g); err != nil || m.issued != 2 {
+		t.Fatalf("after the restart: %v, issued %d; want a second credential", err, m.issued)
+	}
+	if doc := placed(t, g); doc.JITConfig != "jit-2" {
+		t.Errorf("placed %q, want the new jit-2", doc.JITConfig)
+	}
+	// A status write that was lost leaves another runner in the status
+	// than the one kept: the kept credential is not used.
+	kept := &Minted{}
+	kept.put(claim.UID, workload.Credential{RunnerName: "runner-a", RunnerID: 99, Secret: workload.NewSecret("stale")})
+	if _, ok := kept.get(claim); ok {
+		t.Error("a credential of another runner than the status records was reused")
+	}
+}
+
+// TestDeliverWhatEachVMNeeds: a claim whose VM got its credential on its
+// seed from an operator before the guest channel gets none; a claim that
+// attests gets its join token and proof, never a runner credential; a VM
+// not running, or a claim ending, gets nothing yet.
+func TestDeliverWhatEachVMNeeds(t *testing.T) {
+	ctx := context.Background()
+	m := &minter{}
+	s, _ := service(m, &Minted{})
+
+	seeded := runningClaim()
+	seeded.Status.Bootstrap = &hfv1.BootstrapStatus{RunnerName: "runner-a", CredentialIssuedAt: &metav1.Time{Time: time.Now()}}
+	g := &guest{}
+	if retry, _, _ := s.Deliver(ctx, seeded, g); retry != 0 || m.issued != 0 || len(g.written) != 0 || seeded.Status.Bootstrap.CredentialRequestedAt != nil {
+		t.Errorf("a VM seeded before the guest channel: retry %v, issued %d, written %d", retry, m.issued, len(g.written))
+	}
+
+	attests := runningClaim()
+	attests.Status.Identity = &hfv1.IdentityStatus{SPIFFEID: "spiffe://example.org/vm/ci/runner-a/uid-a", JoinTokenCreatedAt: &metav1.Time{Time: time.Now()}}
+	g = &guest{}
+	if _, _, err := s.Deliver(ctx, attests, g); err != nil || m.issued != 0 {
+		t.Fatalf("a claim that attests: %v, issued %d", err, m.issued)
+	}
+	if doc := placed(t, g); doc.JoinToken != "join-token" || doc.BrokerProof != "proof" || doc.JITConfig != "" {
+		t.Errorf("placed %+v, want the join token and the proof alone", doc)
+	}
+	if attests.Status.Identity.JoinTokenDeliveredAt == nil || attests.Status.Bootstrap != nil {
+		t.Errorf("identity %+v, bootstrap %+v", attests.Status.Identity, attests.Status.Bootstrap)
+	}
+
+	booting := runningClaim()
+	booting.Status.Conditions = nil
+	ending := runningClaim()
+	ending.Status.End = &hfv1.MachineClaimEnd{}
+	for name, c := range map[string]*hfv1.MachineClaim{"booting": booting, "ending": ending} {
+		g := &guest{}
+		if retry, _, _ := s.Deliver(ctx, c, g); retry != 0 || len(g.written) != 0 || c.Status.Bootstrap != nil {
+			t.Errorf("%s: retry %v, written %d, bootstrap %+v; want nothing", name, retry, len(g.written), c.Status.Bootstrap)
+		}
+	}
+}
+
+// TestDeliverRefusals: a VM whose marker does not verify gets nothing and
+// the error goes up; one without a guest agent fails the claim; a
+// transient failure retries with backoff.
+func TestDeliverRefusals(t *testing.T) {
+	ctx := context.Background()
+	for name, tc := range map[string]struct {
+		err         error
+		wantErr     bool
+		wantFailure string
+		wantRetry   time.Duration
+	}{
+		"not owned":      {err: fmt.Errorf("VM 1000: %w", provider.ErrNotOwned), wantErr: true},
+		"no guest agent": {err: provider.Errorf(provider.ClassConfiguration, "NoGuestAgent", "no agent"), wantFailure: "cannot be placed in VM 1000"},
+		"transient":      {err: errors.New("connection reset"), wantRetry: time.Minute},
+	} {
+		t.Run(name, func(t *testing.T) {
+			claim := runningClaim()
+			s, _ := service(&minter{}, &Minted{})
+			if _, _, err := s.Deliver(ctx, claim, &guest{}); err != nil {
+				t.Fatal(err)
+			}
+			retry, failure, err := s.Deliver(ctx, claim, &guest{errs: []error{tc.err}})
+			if (err != nil) != tc.wantErr || !strings.Contains(failure, tc.wantFailure) || (tc.wantFailure == "") != (failure == "") || retry != tc.wantRetry {
+				t.Fatalf("Deliver = %v, %q, %v", retry, failure, err)
+			}
+			if _, kept := s.Minted.get(claim); kept != (tc.wantRetry > 0) {
+				t.Errorf("credential kept in memory: %v", kept)
+			}
+			if claim.Status.Bootstrap.CredentialDeliveredAt != nil {
+				t.Error("recorded as delivered")
+			}
+		})
+	}
+}

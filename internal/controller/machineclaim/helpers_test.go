@@ -1,0 +1,35 @@
+package machineclaim
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+// ciPlatforms are the CI platform back-ends of the unit tests: GitHub
+// Actions, registered by workload type as the operator binary registers it.
+var ciPlatforms = func() *workload.Backends {
+	b, err := workload.NewBackends(githubsimtest.Workloads(), workload.Dependencies{})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}()
+
+// unitEpoch is the unit tests' "now".
+var unitEpoch = time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+
+// unitClaim is a claim in namespace default created age after unitEpoch.
+func unitClaim(name string, age time.Duration) hfv1.MachineClaim {
+	return hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{
+		Name:              name,
+		Namespace:         "default",
+		UID:               types.UID("uid-" + name),
+		CreationTimestamp: metav1.Time{Time: unitEpoch.Add(age)},
+	}}
+}

@@ -1,0 +1,127 @@
+package machineclaim
+
+import (
+	"context"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
+	"github.com/hyperfleet/hyperfleet/internal/secretref"
+)
+
+// The claim's SPIFFE identity steps are the identity service's
+// (identity_service.go, identity_store.go, identity_misuse.go); these
+// phases run them and carry their failures into the claim's end.
+
+// checkMisuse evicts a stolen identity and fails its claim
+// (containStolenIdentity); it runs on every pass of a claim that is not
+// being deleted, ended or not, until the eviction is done.
+func (r *Reconciler) checkMisuse(ctx context.Context, s *claimScope) (phase.Result, error) {
+	failure, retry := r.containStolenIdentity(ctx, s.claim)
+	if failure != "" {
+		r.fail(s.claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.IdentityStolenReason, message: failure})
+	}
+	return phase.Recheck(retry), nil
+}
+
+// secretSteps is the guest-secrets service with this reconciler's
+// dependencies and backoff.
+func (r *Reconciler) secretSteps() *secretsService {
+	s := &secretsService{Minter: r.Credentials, Minted: &r.minted, Recorder: r.Recorder, Clock: r.Clock, Backoff: r.backoff}
+	if r.Issuer != nil {
+		s.Identity = r.Issuer
+	}
+	return s
+}
+
+// ensureSecrets places the claim's secrets in its running VM
+// (Deliver): its runner credential, or its join token and
+// broker proof.
+func (r *Reconciler) ensureSecrets(ctx context.Context, s *claimScope) (phase.Result, error) {
+	retry, failure, err := r.secretSteps().Deliver(ctx, s.claim, s.provider)
+	switch {
+	case err != nil:
+		return r.provisionError(ctx, s, err)
+	case failure != "":
+		reason := hfv1.GuestAgentRequiredReason
+		if s.claim.Status.Identity != nil {
+			reason = hfv1.AttestationFailedReason
+		}
+		r.fail(s.claim, claimEnd{reason: hfv1.EndFailed, condition: reason, message: failure})
+		return phase.Stop(), nil
+	}
+	return phase.Recheck(retry), nil
+}
+
+// ensureIdentity issues the claim's identity before its VM is built.
+func (r *Reconciler) ensureIdentity(ctx context.Context, s *claimScope) (phase.Result, error) {
+	done, requeue, err := r.issueIdentity(ctx, s.claim, s.tmpl, s.cluster)
+	switch {
+	case err != nil:
+		return r.provisionError(ctx, s, err)
+	case !done:
+		return phase.StopAndRequeue(requeue), nil
+	}
+	return phase.Next(), nil
+}
+
+// checkAttestation fails a claim whose VM's agent did not attest in time.
+func (r *Reconciler) checkAttestation(ctx context.Context, s *claimScope) (phase.Result, error) {
+	recheck, failure := r.awaitAttestation(ctx, s.claim, s.cluster)
+	if failure != "" {
+		r.fail(s.claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.AttestationFailedReason, message: failure})
+		return phase.Stop(), nil
+	}
+	return phase.Recheck(recheck), nil
+}
+
+// ensureStoredCredential hands an attested VM its runner credential through its
+// cluster's secrets store.
+func (r *Reconciler) ensureStoredCredential(ctx context.Context, s *claimScope) (phase.Result, error) {
+	switch result, requeue := r.storeCredentialInStore(ctx, s.claim, s.cluster); result {
+	case StoreWait:
+		return phase.StopAndRequeue(requeue), nil
+	case StoreDelivered:
+		r.attempts.Delete(s.claim.UID)
+	}
+	return phase.Next(), nil
+}
+
+// releaseIdentity releases a deleted claim's identity once its VM is
+// gone.
+func (r *Reconciler) releaseIdentity(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if done, wait := r.releaseIdentityOfGoneVM(ctx, s.claim); !done {
+		return phase.StopAndRequeue(wait), nil
+	}
+	return phase.Next(), nil
+}
+
+// endPoweredOff records the end of a claim whose VM powered off: one that
+// gave up on its join token before attesting says so, and one that found
+// it used by someone else fails (its identity was stolen). The end list
+// runs in the same pass.
+func (r *Reconciler) endPoweredOff(ctx context.Context, s *claimScope, msg string) {
+	msg, reason := r.joinTokenGaveUp(ctx, s.claim, s.cluster, msg)
+	switch reason {
+	case hfv1.IdentityStolenReason:
+		r.fail(s.claim, claimEnd{reason: hfv1.EndFailed, condition: reason, message: msg})
+		return
+	case "":
+		reason = hfv1.VMPoweredOffReason
+	}
+	r.beginEnd(s.claim, claimEnd{reason: hfv1.EndPoweredOff, condition: reason, message: msg})
+}
+
+// readClusterSecret reads a Secret key a cluster references.
+func (r *Reconciler) readClusterSecret(ctx context.Context, field string, ref hfv1.SecretKeySelector) ([]byte, error) {
+	return secretref.Value(ctx, r.Client, field, ref.Namespace, ref.Name, ref.Key)
+}
+
+// BrokerEndpoint is where VMs that attest with SPIRE fetch their runner
+// credential (internal/broker, served by the agent server).
+type BrokerEndpoint interface {
+	// URL is the broker's https:// URL as VMs reach it.
+	URL() string
+	// CA is the PEM CA bundle VMs trust for it, empty for their system
+	// roots.
+	CA() string
+}

@@ -1,0 +1,261 @@
+// The identity service carries out the SPIFFE identity of a MachineClaim
+// whose template attests with SPIRE (spec.attestation.method join-token;
+// docs/identity.md): each step is recorded in status.identity before the
+// next is taken. issueIdentity plans the ids, then creates the join token
+// and the registration entry before the VM is built; awaitAttestation waits
+// for the VM's spire-agent to attest, failing the claim at the cluster's
+// deadline; storeCredentialInStore hands the runner credential to the VM
+// through the cluster's secrets store (identity_store.go); releaseIdentityOfGoneVM
+// deletes the entries, the agent and the stored credential when the VM is
+// gone. The SPIRE and secrets-store clients are
+// internal/identity's; this service decides when to call them and what the
+// claim says about it.
+
+package machineclaim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/clusterconfig"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/identity"
+	"github.com/hyperfleet/hyperfleet/pkg/errclass"
+)
+
+const (
+	// attestationRecheck is how often a VM whose agent has not attested
+	// yet is looked up on the SPIRE server.
+	attestationRecheck = 3 * time.Second
+	// defaultJoinTokenTTL and defaultAttestationDeadline are the API's
+	// defaults, for objects written before the defaults existed.
+	defaultJoinTokenTTL        = 15 * time.Minute
+	defaultAttestationDeadline = 10 * time.Minute
+)
+
+// Attests reports whether the template's VMs attest with SPIRE join
+// tokens.
+func Attests(tmpl *hfv1.HypervisorMachineTemplate) bool {
+	return tmpl.Spec.Attestation.Method == hfv1.AttestationJoinToken
+}
+
+// issueIdentity issues the claim's identity before its VM is built. done is true
+// when the claim needs nothing (more) issued; otherwise the claim waits
+// requeue, having recorded a step or why it waits. An error is a
+// classified failure for the caller to report (a refused request, an entry
+// of ours taken by another identity).
+func (r *Reconciler) issueIdentity(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) (done bool, requeue time.Duration, err error) {
+	st := claim.Status.Identity
+	if !Attests(tmpl) || claim.Status.VMRef != nil || st != nil && st.JoinTokenCreatedAt != nil {
+		return true, 0, nil
+	}
+	srv, err := r.spireServer(ctx, cluster)
+	if err != nil {
+		r.identityWaits(claim, hfv1.SPIREUnavailableReason, "New VMs wait for the SPIRE server: "+err.Error())
+		// A wait, reported in the condition, not a failed reconcile.
+		return false, r.backoff(claim), nil //nolint:nilerr // the condition carries the error; the backoff paces the retries
+	}
+	if st == nil {
+		plan, err := identity.Plan(srv, claim)
+		if err != nil {
+			return false, 0, err
+		}
+		// Recorded first: whatever is created on the SPIRE server from
+		// here on is found again, and removed, through these ids.
+		claim.Status.Identity = plan
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason,
+			"The VM's SPIFFE ID is "+plan.SPIFFEID+"; its join token is not issued yet")
+		return false, time.Millisecond, nil
+	}
+	ttl := defaultJoinTokenTTL
+	if jt := tmpl.Spec.Attestation.JoinToken; jt != nil && jt.TTL != nil {
+		ttl = jt.TTL.Duration
+	}
+	expires, err := r.Issuer.Issue(ctx, srv, claim, ttl)
+	if c := errclass.Classify(err); err != nil && (c == errclass.ClassPermanent || c == errclass.ClassConfiguration) {
+		return false, 0, fmt.Errorf("issue the VM's identity: %w", err)
+	}
+	if err != nil {
+		r.identityWaits(claim, hfv1.SPIREUnavailableReason, "Could not issue the VM's identity: "+err.Error())
+		ctrl.LoggerFrom(ctx).Info("Issuing the VM's identity failed", "err", err.Error())
+		return false, r.backoff(claim), nil
+	}
+	now := metav1.NewTime(r.Clock.Now())
+	st.JoinTokenCreatedAt, st.JoinTokenExpiresAt = &now, &metav1.Time{Time: expires}
+	r.Recorder.Eventf(claim, corev1.EventTypeNormal, "IdentityIssued", "Join token (valid until %s) and registration entry %s issued for %s",
+		expires.UTC().Format(time.RFC3339), st.EntryID, st.SPIFFEID)
+	// Stored before the VM's cloud-init is rendered with the token.
+	return false, time.Millisecond, nil
+}
+
+// identityWaits says on the Provisioned condition why a new VM waits.
+func (r *Reconciler) identityWaits(claim *hfv1.MachineClaim, reason hfv1.ConditionReason, msg string) {
+	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
+}
+
+// awaitAttestation checks whether a running VM's agent attested. It returns
+// how soon to look again (zero: no need), or, for a VM that has not
+// attested by the cluster's deadline or whose token expired unused (a used
+// or expired token makes spire-agent retry forever), the message the claim
+// fails with.
+func (r *Reconciler) awaitAttestation(ctx context.Context, claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster) (recheck time.Duration, failure string) {
+	st := claim.Status.Identity
+	provisioned := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+	if st == nil || st.AttestedAt != nil || st.JoinTokenCreatedAt == nil || st.Misuse != nil || provisioned == nil || provisioned.Status != metav1.ConditionTrue {
+		return 0, ""
+	}
+	attested := func(msg string) {
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason, msg)
+	}
+	srv, err := r.spireServer(ctx, cluster)
+	if err == nil {
+		var ok bool
+		if ok, err = r.Issuer.Attested(ctx, srv, claim); err == nil && ok {
+			st.AttestedAt = &metav1.Time{Time: r.Clock.Now()}
+			conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimAttestedCondition, metav1.ConditionTrue, hfv1.AttestedReason,
+				"The VM's spire-agent attested as "+st.NodeID)
+			r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.AttestedReason), "The VM's spire-agent attested; its SPIFFE ID is %s", st.SPIFFEID)
+			return 0, ""
+		}
+	}
+	now := r.Clock.Now()
+	deadline := provisioned.LastTransitionTime.Add(attestationDeadline(cluster))
+	why := fmt.Sprintf("the VM's spire-agent did not attest within spec.spire.attestationDeadline (%s) of HypervisorCluster %s", attestationDeadline(cluster), cluster.Name)
+	if exp := st.JoinTokenExpiresAt; exp != nil && exp.Before(&metav1.Time{Time: deadline}) {
+		deadline = exp.Time
+		why = fmt.Sprintf("the VM's join token expired at %s before its spire-agent attested (spec.attestation.joinToken.ttl is shorter than cloning and booting take)", exp.UTC().Format(time.RFC3339))
+	}
+	if !now.Before(deadline) {
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationFailedReason, why)
+		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.AttestationFailedReason), why)
+		return 0, why + "; the claim fails and its VM is destroyed. The agent's log in the VM's console says why (a reused or expired join token, or no route to the SPIRE server at spec.spire.serverAddress)"
+	}
+	msg := fmt.Sprintf("Waiting for the VM's spire-agent to attest (deadline %s)", deadline.UTC().Format(time.RFC3339))
+	if err != nil {
+		msg += "; the SPIRE server could not be asked: " + err.Error()
+	}
+	attested(msg)
+	return min(attestationRecheck, deadline.Sub(now)+time.Millisecond), ""
+}
+
+// releaseIdentityOfGoneVM deletes the VM's entries and agent from the SPIRE server, and
+// its credential from the secrets store, once its VM is gone; done is
+// false while either cannot be reached (the claim keeps its finalizer
+// until then, and its Ending condition says why).
+func (r *Reconciler) releaseIdentityOfGoneVM(ctx context.Context, claim *hfv1.MachineClaim) (done bool, requeue time.Duration) {
+	st := claim.Status.Identity
+	if st == nil || st.ReleasedAt != nil || r.Issuer == nil {
+		return true, 0
+	}
+	id, err := spiffeid.FromString(st.SPIFFEID)
+	if err != nil {
+		// Not an id this operator wrote; nothing of it can be on a server.
+		return true, 0
+	}
+	srv, ok := r.Identity.ByTrustDomain(id.TrustDomain())
+	if !ok {
+		SetEnding(claim, hfv1.SPIREUnavailableReason, fmt.Sprintf("Waiting for the SPIRE server of trust domain %s to delete the VM's entry %s", id.TrustDomain(), st.EntryID))
+		return false, r.backoff(claim)
+	}
+	if done, requeue := r.forgetStoredCredential(ctx, claim, srv.Cluster); !done {
+		return false, requeue
+	}
+	if err := r.Issuer.Release(ctx, srv, claim); err != nil {
+		SetEnding(claim, hfv1.SPIREUnavailableReason, "Could not delete the VM's SPIRE entries yet: "+err.Error())
+		return false, r.backoff(claim)
+	}
+	st.ReleasedAt = &metav1.Time{Time: r.Clock.Now()}
+	r.Recorder.Eventf(claim, corev1.EventTypeNormal, "IdentityReleased", "Deleted SPIRE entry %s, the agent alias %s and the agent", st.EntryID, st.NodeID)
+	return true, 0
+}
+
+// spireServer is the cluster's SPIRE server, connected on demand (the
+// HypervisorCluster controller keeps it current and reports it).
+func (r *Reconciler) spireServer(ctx context.Context, cluster *hfv1.HypervisorCluster) (*identity.Server, error) {
+	cfg := cluster.Spec.SPIRE
+	if cfg == nil {
+		return nil, fmt.Errorf("HypervisorCluster %s has no spec.spire", cluster.Name)
+	}
+	if r.Identity == nil || r.Issuer == nil {
+		return nil, fmt.Errorf("this operator was started without SPIRE support")
+	}
+	return r.Identity.Connect(ctx, cluster.Name, *cfg)
+}
+
+// identityVars fills in what the VM's agent needs to attest and fetch its
+// credential: the trust bundle, the SPIRE server, and the broker or the
+// secrets store. Not the join token: that reaches the running VM only
+// (Deliver).
+func (r *Reconciler) identityVars(ctx context.Context, claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster, v *cloudinit.Vars) error {
+	st := claim.Status.Identity
+	if st == nil || st.JoinTokenCreatedAt == nil {
+		return fmt.Errorf("the claim's identity is not issued yet")
+	}
+	srv, err := r.spireServer(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	_, pem := srv.Bundle()
+	v.SPIFFEID, v.TrustDomain, v.TrustBundle = st.SPIFFEID, srv.TrustDomain.Name(), pem
+	v.SPIREServerAddress = cluster.Spec.SPIRE.ServerAddress
+	if cfg := clusterconfig.SecretStoreOf(cluster); cfg != nil {
+		// The VM reads its credential from the store: no broker address.
+		store, err := identity.StoreAgentConfig(ctx, cfg, st.SPIFFEID, r.readClusterSecret)
+		if err != nil {
+			return err
+		}
+		v.SecretStore, v.BrokerURL, v.BrokerCA = store, "", ""
+		v.SecretStoreRole, v.SecretStorePath, v.SecretStoreCA = store.Role, store.Path, store.CABundle
+	} else {
+		if r.Broker == nil {
+			return fmt.Errorf("this operator runs no credential broker: start the manager with the agent server (--agent-server-addr, --agent-server-url, --agent-server-cert, --agent-server-key)")
+		}
+		v.BrokerURL, v.BrokerCA = r.Broker.URL(), r.Broker.CA()
+	}
+	if exp := st.JoinTokenExpiresAt; exp != nil {
+		v.ExpiresAt = cloudinit.Time{Time: exp.Time}
+	}
+	return nil
+}
+
+// joinTokenGaveUp says why a VM that powered off before its agent fetched its
+// credential ended, when its identity is the reason; reason is empty
+// otherwise. A VM whose agent gave up on its join token (it exits with code
+// 9 when SPIRE refuses it: used, expired, or the server unreachable until
+// its deadline) before it attested ends with AttestationFailed. One that
+// reported its token refused while the SPIRE server lists an agent that
+// attested with it had its identity stolen: the misuse is recorded (the
+// claim's next pass evicts it) and the claim ends with IdentityStolen. The
+// Attested condition and an event say which; msg is extended with why.
+func (r *Reconciler) joinTokenGaveUp(ctx context.Context, claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster, msg string) (string, hfv1.ConditionReason) {
+	st := claim.Status.Identity
+	if st == nil || st.JoinTokenCreatedAt == nil {
+		return msg, ""
+	}
+	if st.Misuse != nil || r.joinTokenReused(ctx, claim, cluster) {
+		return msg + ": " + stolenMessage(st), hfv1.IdentityStolenReason
+	}
+	if st.AttestedAt != nil {
+		return msg, ""
+	}
+	msg += " before its spire-agent attested: the VM's agent gave up on its join token (exit code 9: refused as used or expired, or the SPIRE server at spec.spire.serverAddress unreachable); its console says which"
+	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationFailedReason, msg)
+	r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.AttestationFailedReason), msg)
+	return msg, hfv1.AttestationFailedReason
+}
+
+// attestationDeadline is the cluster's spec.spire.attestationDeadline.
+func attestationDeadline(cluster *hfv1.HypervisorCluster) time.Duration {
+	if c := cluster.Spec.SPIRE; c != nil && c.AttestationDeadline != nil {
+		return c.AttestationDeadline.Duration
+	}
+	return defaultAttestationDeadline
+}

@@ -1,0 +1,210 @@
+package machineclaim
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/identity"
+	"github.com/hyperfleet/hyperfleet/internal/identity/identitytest"
+)
+
+// identityWorld is serviceWorld with SPIRE: the cluster's spec.spire names
+// the in-memory SPIRE server fs, whose clock is the reconciler's.
+func identityWorld(t *testing.T) (*Reconciler, *identitytest.Server, *hfv1.HypervisorCluster, *clocktesting.FakeClock, *record.FakeRecorder) {
+	t.Helper()
+	r, _, clk, rec := serviceWorld(t)
+	fs := identitytest.NewServer(t, "example.org")
+	fs.SetClock(clk.Now)
+	r.Identity = identity.NewRegistry()
+	r.Identity.Dial = identitytest.Dialer(fs)
+	r.Issuer = &identity.Issuer{Key: make([]byte, 32)}
+	cluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: unitCluster}}
+	cluster.Spec.SPIRE = &hfv1.SPIREConfig{TrustDomain: "example.org", ServerAddress: "spire.example.org:8081",
+		ServerAPI:           hfv1.SPIREServerAPI{AdminSocket: "/run/spire/api.sock"},
+		AttestationDeadline: &metav1.Duration{Duration: 10 * time.Minute}}
+	return r, fs, cluster, clk, rec
+}
+
+// attestingTemplate is a template whose VMs attest with join tokens.
+func attestingTemplate() *hfv1.HypervisorMachineTemplate {
+	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "debian"}}
+	tmpl.Spec.Attestation.Method = hfv1.AttestationJoinToken
+	return tmpl
+}
+
+// TestIssueIdentity runs the identity service's issue (issueIdentity) for
+// a claim still to be built, pass after pass: the ids are planned and
+// recorded first, the join token and entry issued in the next pass, then
+// the claim goes on to its VM; without SPIRE, or with the server failing,
+// it waits with Provisioned saying why.
+func TestIssueIdentity(t *testing.T) {
+	for name, tc := range map[string]struct {
+		tmpl func() *hfv1.HypervisorMachineTemplate
+		// noIssuer starts the operator without SPIRE support; fail makes
+		// the server fail.
+		noIssuer bool
+		fail     error
+		passes   int
+		wantDone bool
+		// wantRequeue is the last pass's.
+		wantRequeue time.Duration
+		// wantProvisioned is the Provisioned reason, "" for none.
+		wantProvisioned hfv1.ConditionReason
+		wantPlanned     bool
+		wantIssued      bool
+		wantEvent       string
+	}{
+		"a template that does not attest": {
+			tmpl: func() *hfv1.HypervisorMachineTemplate {
+				t := attestingTemplate()
+				t.Spec.Attestation.Method = ""
+				return t
+			},
+			passes: 1, wantDone: true,
+		},
+		"no SPIRE support": {
+			tmpl: attestingTemplate, noIssuer: true,
+			passes: 1, wantRequeue: 2 * time.Second, wantProvisioned: hfv1.SPIREUnavailableReason,
+		},
+		"the ids are recorded first": {
+			tmpl:   attestingTemplate,
+			passes: 1, wantRequeue: time.Millisecond, wantPlanned: true,
+		},
+		"then the token is issued": {
+			tmpl:   attestingTemplate,
+			passes: 2, wantRequeue: time.Millisecond, wantPlanned: true, wantIssued: true, wantEvent: "Normal IdentityIssued",
+		},
+		"then the claim goes on": {
+			tmpl:   attestingTemplate,
+			passes: 3, wantDone: true, wantPlanned: true, wantIssued: true,
+		},
+		"the SPIRE server fails": {
+			tmpl: attestingTemplate, fail: errors.New("connection refused"),
+			passes: 1, wantRequeue: 2 * time.Second, wantProvisioned: hfv1.SPIREUnavailableReason,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, fs, cluster, _, rec := identityWorld(t)
+			if tc.noIssuer {
+				r.Issuer = nil
+			}
+			if tc.fail != nil {
+				fs.Fail(tc.fail)
+			}
+			c := unitClaim("runner-1", 0)
+			tmpl := tc.tmpl()
+			var done bool
+			var requeue time.Duration
+			for i := range tc.passes {
+				var err error
+				if done, requeue, err = r.issueIdentity(context.Background(), &c, tmpl, cluster); err != nil {
+					t.Fatalf("pass %d: %v", i, err)
+				}
+			}
+			if done != tc.wantDone || requeue != tc.wantRequeue {
+				t.Errorf("issueIdentity = %v, %s; want %v, %s", done, requeue, tc.wantDone, tc.wantRequeue)
+			}
+			prov := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+			switch {
+			case tc.wantProvisioned == "" && prov != nil:
+				t.Errorf("Provisioned = %+v, want none", prov)
+			case tc.wantProvisioned != "" && (prov == nil || prov.Reason != string(tc.wantProvisioned)):
+				t.Errorf("Provisioned = %+v, want reason %s", prov, tc.wantProvisioned)
+			}
+			st := c.Status.Identity
+			if planned := st != nil && strings.HasPrefix(st.SPIFFEID, "spiffe://example.org/"); planned != tc.wantPlanned {
+				t.Errorf("status.identity = %+v, want the ids planned: %v", st, tc.wantPlanned)
+			}
+			issued := st != nil && st.JoinTokenCreatedAt != nil
+			if issued != tc.wantIssued || len(fs.State().Tokens) != map[bool]int{true: 1}[tc.wantIssued] {
+				t.Errorf("token recorded %v, server tokens %d; want issued %v", issued, len(fs.State().Tokens), tc.wantIssued)
+			}
+			if events := drainEvents(rec); tc.wantEvent != "" && !hasEvent(events, tc.wantEvent) {
+				t.Errorf("events %q, want one %q", events, tc.wantEvent)
+			}
+			if issued && !st.JoinTokenExpiresAt.Time.Equal(unitEpoch.Add(defaultJoinTokenTTL)) {
+				t.Errorf("token expires at %s, want %s", st.JoinTokenExpiresAt, unitEpoch.Add(defaultJoinTokenTTL))
+			}
+		})
+	}
+}
+
+// TestAwaitAttestation runs the identity service's attestation check
+// (awaitAttestation) on a running claim whose token was issued: it waits
+// for the agent (rechecking within 3 s) until the cluster's deadline, or
+// until the token expires if that comes first, and then fails the claim;
+// an agent that attested with the token makes the claim Attested.
+func TestAwaitAttestation(t *testing.T) {
+	for name, tc := range map[string]struct {
+		// after is how long after the VM became Provisioned the check runs.
+		after time.Duration
+		// ttl is the join token's lifetime.
+		ttl          time.Duration
+		attest       bool
+		wantRecheck  time.Duration
+		wantFailure  string
+		wantAttested metav1.ConditionStatus
+		wantReason   hfv1.ConditionReason
+		wantEvent    string
+	}{
+		"waiting for the agent": {
+			after: time.Minute, ttl: 15 * time.Minute,
+			wantRecheck: attestationRecheck, wantAttested: metav1.ConditionFalse, wantReason: hfv1.AttestationPendingReason,
+		},
+		"the agent attested": {
+			after: time.Minute, ttl: 15 * time.Minute, attest: true,
+			wantAttested: metav1.ConditionTrue, wantReason: hfv1.AttestedReason, wantEvent: "Normal Attested",
+		},
+		"past the cluster's deadline": {
+			after: 11 * time.Minute, ttl: 15 * time.Minute,
+			wantFailure: "did not attest within spec.spire.attestationDeadline", wantAttested: metav1.ConditionFalse,
+			wantReason: hfv1.AttestationFailedReason, wantEvent: "Warning AttestationFailed",
+		},
+		"the token expired first": {
+			after: 6 * time.Minute, ttl: 5 * time.Minute,
+			wantFailure: "join token expired", wantAttested: metav1.ConditionFalse,
+			wantReason: hfv1.AttestationFailedReason, wantEvent: "Warning AttestationFailed",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, fs, cluster, clk, rec := identityWorld(t)
+			c := unitClaim("runner-1", 0)
+			tmpl := attestingTemplate()
+			tmpl.Spec.Attestation.JoinToken = &hfv1.JoinTokenAttestation{TTL: &metav1.Duration{Duration: tc.ttl}}
+			for range 2 {
+				if _, _, err := r.issueIdentity(context.Background(), &c, tmpl, cluster); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.Status.Conditions = append(c.Status.Conditions, metav1.Condition{Type: string(hfv1.MachineClaimProvisionedCondition),
+				Status: metav1.ConditionTrue, Reason: string(hfv1.ReadyReason), LastTransitionTime: metav1.NewTime(unitEpoch)})
+			if tc.attest {
+				token, err := r.Issuer.Token(&c)
+				if err != nil || !fs.Attest(token) {
+					t.Fatalf("the agent cannot attest with the claim's token (%v)", err)
+				}
+			}
+			drainEvents(rec)
+			clk.Step(tc.after)
+			recheck, failure := r.awaitAttestation(context.Background(), &c, cluster)
+			if recheck != tc.wantRecheck || !strings.Contains(failure, tc.wantFailure) || (tc.wantFailure == "") != (failure == "") {
+				t.Errorf("awaitAttestation = %s, %q; want %s, %q", recheck, failure, tc.wantRecheck, tc.wantFailure)
+			}
+			att := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimAttestedCondition)
+			if att == nil || att.Status != tc.wantAttested || att.Reason != string(tc.wantReason) {
+				t.Errorf("Attested = %+v, want %s %s", att, tc.wantAttested, tc.wantReason)
+			}
+			if events := drainEvents(rec); tc.wantEvent != "" && !hasEvent(events, tc.wantEvent) {
+				t.Errorf("events %q, want one %q", events, tc.wantEvent)
+			}
+		})
+	}
+}

@@ -1,0 +1,51 @@
+package machineclaim
+
+import (
+	"context"
+
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// setStandardMetadata adds the finalizer and the standard labels (the
+// cluster label when cluster is known) in memory; claimMetadata.flush
+// writes them before any VM exists.
+func setStandardMetadata(claim *hfv1.MachineClaim, cluster string) {
+	controllerutil.AddFinalizer(claim, hfv1.MachineClaimFinalizer)
+	labels := claim.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[hfv1.ManagedByLabel] = hfv1.ManagedByValue
+	labels[hfv1.MachineTemplateLabel] = claim.Spec.TemplateRef.Name
+	if claim.Spec.RunnerPoolRef != nil {
+		labels[hfv1.RunnerPoolLabel] = claim.Spec.RunnerPoolRef.Name
+	}
+	if cluster != "" {
+		labels[hfv1.HypervisorClusterLabel] = cluster
+	}
+	claim.SetLabels(labels)
+}
+
+// setReservation records a reserved VM and what spec's VM was authorized
+// to be (its placement record) in the claim's annotations, each signed
+// with the install's key (reservation.go).
+func (r *Reconciler) setReservation(claim *hfv1.MachineClaim, cluster string, p provider.Progress, spec *provider.VMSpec) {
+	Annotate(claim, r.Signer, cluster, p)
+	RecordPlacement(claim, r.Signer, cluster, spec)
+}
+
+// checkReservation puts a reserved VM back into the status of a claim
+// whose operator stopped between its clone request and the status write
+// that records the VM, if the reservation is trusted (reservation.go).
+// An error means the check could not be made: the pass ends and retries
+// instead of placing a second VM.
+func (r *Reconciler) checkReservation(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if err := r.restoreReservedVM(ctx, s); err != nil {
+		return phase.Stop(), err
+	}
+	return phase.Next(), nil
+}

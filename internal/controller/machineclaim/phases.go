@@ -1,0 +1,301 @@
+package machineclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
+	"github.com/hyperfleet/hyperfleet/internal/tenancy"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// loadDependencies loads the claim's template and cluster into the scope.
+// A claim still to be placed waits (its Provisioned condition says why)
+// while either is missing, the template is not Ready or is being deleted,
+// or the cluster does not admit it. A placed claim needs only its VM's
+// cluster: it is built from its placement record, and observing, ending
+// and deleting its VM need no template (a template deleted anyway leaves
+// s.tmpl nil; checkTemplate decides what that means).
+func (r *Reconciler) loadDependencies(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	waitFor := func(reason hfv1.ConditionReason, msg string) (phase.Result, error) {
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
+		return phase.StopAndRequeue(waitForDependency), nil
+	}
+	tmpl := &hfv1.HypervisorMachineTemplate{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, tmpl)
+	switch {
+	case apierrors.IsNotFound(err) && claim.Status.VMRef != nil:
+		tmpl = nil
+	case apierrors.IsNotFound(err):
+		return waitFor(hfv1.TemplateNotFoundReason, fmt.Sprintf("spec.templateRef: HypervisorMachineTemplate %s/%s does not exist; create it or fix the name", claim.Namespace, claim.Spec.TemplateRef.Name))
+	case err != nil:
+		return waitFor(hfv1.TemplateNotFoundReason, fmt.Sprintf("read HypervisorMachineTemplate %s: %v", claim.Spec.TemplateRef.Name, err))
+	}
+	// A claim that already has a VM keeps working with what it was placed
+	// with, even if the template has since become invalid.
+	if claim.Status.VMRef == nil {
+		if msg := notReadyForNewVMs(tmpl); msg != "" {
+			return waitFor(hfv1.TemplateNotReadyReason, msg)
+		}
+	}
+	var clusterName string
+	if ref := claim.Status.VMRef; ref != nil {
+		clusterName = ref.HypervisorCluster
+	} else {
+		clusterName = tmpl.Spec.HypervisorClusterRef.Name
+	}
+	cluster := &hfv1.HypervisorCluster{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: clusterName}, cluster); err != nil {
+		return waitFor(hfv1.ClusterUnavailableReason, fmt.Sprintf("HypervisorCluster %s (of template %s): %v", clusterName, claim.Spec.TemplateRef.Name, err))
+	}
+	if claim.Status.VMRef == nil {
+		// Checked again here, not only when the template was validated: a
+		// cluster's owner may narrow what it admits between the template's
+		// last validation and this claim's placement.
+		rules, admitted, err := tenancy.RulesFor(ctx, r.Client, cluster, claim.Namespace)
+		if err != nil {
+			return waitFor(hfv1.NamespaceNotAllowedReason, err.Error())
+		}
+		if !admitted {
+			return waitFor(hfv1.NamespaceNotAllowedReason, fmt.Sprintf("HypervisorCluster %s does not admit namespace %s (spec.allowedNamespaces and spec.tenancy); ask its owner to admit it or use another cluster", cluster.Name, claim.Namespace))
+		}
+		if problems := tenancy.Violations(tmpl, cluster, rules); len(problems) > 0 {
+			return waitFor(hfv1.NotAllowedByClusterReason, fmt.Sprintf("HypervisorCluster %s does not allow template %s in namespace %s (spec.tenancy): %s", cluster.Name, tmpl.Name, claim.Namespace, strings.Join(problems, "; ")))
+		}
+	}
+	s.tmpl, s.cluster = tmpl, cluster
+	// The cluster label, now that the cluster is known (written with the
+	// pass's other metadata changes).
+	setStandardMetadata(claim, cluster.Name)
+	return phase.Next(), nil
+}
+
+// notReadyForNewVMs says why no new VM may be built from tmpl, "" when one
+// may: it must be Ready for its current generation and not being deleted.
+func notReadyForNewVMs(tmpl *hfv1.HypervisorMachineTemplate) string {
+	if !tmpl.DeletionTimestamp.IsZero() {
+		return fmt.Sprintf("HypervisorMachineTemplate %s is being deleted; no new VM is built from it", tmpl.Name)
+	}
+	ready := hfv1.FindCondition(tmpl.Status.Conditions, hfv1.ReadyCondition)
+	if ready != nil && ready.Status == metav1.ConditionTrue && tmpl.Status.ObservedGeneration == tmpl.Generation {
+		return ""
+	}
+	msg := "it has not been validated yet"
+	if ready != nil && ready.Status == metav1.ConditionFalse {
+		msg = ready.Reason + ": " + ready.Message
+	}
+	return fmt.Sprintf("HypervisorMachineTemplate %s is not ready: %s", tmpl.Name, msg)
+}
+
+// checkTemplate fails a claim whose VM is still being built but whose
+// template was deleted anyway (its finalizer removed by hand, or deleted
+// before templates had one): the VM's cloud-init and runner credential come
+// from the template, so the VM can never be finished, and it is destroyed.
+// A running claim never gets here: checkRunning ends each of its passes,
+// so it still sees its VM power off and ends without the template.
+func (r *Reconciler) checkTemplate(_ context.Context, s *claimScope) (phase.Result, error) {
+	if s.tmpl != nil {
+		return phase.Next(), nil
+	}
+	claim := s.claim
+	r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.TemplateNotFoundReason, message: fmt.Sprintf(
+		"spec.templateRef: HypervisorMachineTemplate %s/%s was deleted before VM %d was built; without its cloud-init and credentials the VM cannot be finished and is destroyed",
+		claim.Namespace, claim.Spec.TemplateRef.Name, claim.Status.VMRef.VMID)})
+	return phase.Stop(), nil
+}
+
+// loadProvider puts the cluster's provider into the scope. A claim
+// still to be built waits for a cluster that is not connected and Ready
+// (new VMs are paused); a running one goes on without it, since its
+// workload is observed without the hypervisor and the cluster controller
+// wakes it when the cluster is back.
+func (r *Reconciler) loadProvider(_ context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	p, health, connected := r.Registry.Provider(s.cluster.Name)
+	if connected && health.Ready {
+		s.provider = p
+		return phase.Next(), nil
+	}
+	if hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+		return phase.Next(), nil
+	}
+	msg := fmt.Sprintf("Waiting for HypervisorCluster %s: %s", s.cluster.Name, health.Message)
+	if claim.Status.VMRef == nil {
+		msg = "New VMs are paused. " + msg
+	}
+	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ClusterUnavailableReason, msg)
+	return phase.StopAndRequeue(waitForDependency), nil
+}
+
+// ensureAddress allocates the claim's static address (network mode
+// static) and has it stored before any VM is built with it.
+func (r *Reconciler) ensureAddress(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if s.tmpl.Spec.Network.Mode != hfv1.NetworkModeStatic {
+		return phase.Next(), nil
+	}
+	_, _, fresh, err := r.staticAddress(ctx, s.claim, s.tmpl)
+	switch {
+	case errors.Is(err, errAddressWait):
+		return phase.StopAndRequeue(10 * time.Second), nil
+	case err != nil:
+		return r.provisionError(ctx, s, err)
+	case fresh:
+		// Persist the allocation (the scope's status write) before any VM
+		// is built with it.
+		return phase.StopAndRequeue(time.Millisecond), nil
+	}
+	return phase.Next(), nil
+}
+
+// checkRunning checks a running claim's VM against the latest listing of
+// its cluster (a VM that powered off or vanished ends the claim) and folds
+// in what the CI platform says about its runner. It ends every pass of a
+// running claim.
+func (r *Reconciler) checkRunning(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	if !hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+		return phase.Next(), nil
+	}
+	ref := claim.Status.VMRef
+	if ref == nil {
+		r.beginEnd(claim, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason, message: "The claim lost its VM reference"})
+		return phase.Stop(), nil
+	}
+	read := false
+	if l := r.Registry.Listing(ref.HypervisorCluster); l != nil {
+		vm, found := l.VM(int(ref.VMID))
+		if !found || vm.Power == provider.PowerStopped {
+			// The batch listing's power state can lag the hypervisor by
+			// its refresh interval (10 s on Proxmox): confirm with one
+			// per-VM read before ending the claim.
+			if res, err := r.confirmStopped(ctx, s); res.Stopped() || err != nil {
+				return res, err
+			}
+			read = true
+		}
+	}
+	if res, err := r.observeWorkload(ctx, s); res.Stopped() || err != nil {
+		return res, err
+	}
+	// A hint (the agent's notice, the runner gone) says the VM is about to
+	// stop: read it directly instead of waiting up to a listing refresh.
+	res, poll, err := r.pollInTransition(ctx, s, read)
+	if res.Stopped() || err != nil {
+		return res, err
+	}
+	if poll > 0 {
+		return phase.StopAndRequeue(poll), nil
+	}
+	return phase.StopAndRequeue(resyncRunning()), nil
+}
+
+// confirmStopped reads the claim's VM directly; if it is gone or powered
+// off the claim ends (the pass stops, and the end list runs), and a read
+// that failed stops the pass to be retried.
+func (r *Reconciler) confirmStopped(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	ref := claim.Status.VMRef
+	p, _, connected := r.Registry.Provider(ref.HypervisorCluster)
+	if !connected {
+		return phase.Next(), nil
+	}
+	vm, err := p.GetVM(ctx, provider.VMRef{VMID: int(ref.VMID), Node: ref.Node})
+	switch {
+	case errors.Is(err, provider.ErrNotFound):
+		r.beginEnd(claim, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason,
+			message: fmt.Sprintf("VM %d no longer exists on %s", ref.VMID, ref.HypervisorCluster)})
+		return phase.Stop(), nil
+	case err != nil:
+		ctrl.LoggerFrom(ctx).Info("Could not confirm the VM's power state; checking again later", "err", err.Error())
+		return phase.StopAndRequeue(r.backoff(claim)), nil
+	case vm.Power == provider.PowerStopped:
+		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %d powered off", ref.VMID))
+		return phase.Stop(), nil
+	}
+	return phase.Next(), nil
+}
+
+// provisionError surfaces a classified error (docs/architecture.md,
+// "Classified errors") and chooses how to go on: it always stops the pass,
+// and a claim it fails goes on to the end list in the same pass.
+func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err error) (phase.Result, error) {
+	claim := s.claim
+	class, reason := provider.Classify(err), provider.ReasonOf(err)
+	if errors.Is(err, vmspec.ErrRender) {
+		class, reason = provider.ClassConfiguration, "InvalidCloudInit"
+	}
+	if wait, limited := RetryAfter(err, r.Clock.Now()); limited {
+		// The CI platform's rate limit: wait for it without counting a
+		// failure; the claim says until when.
+		metrics.ClaimErrors.WithLabelValues(string(provider.ClassResource), string(hfv1.RateLimitedReason)).Inc()
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.RateLimitedReason,
+			fmt.Sprintf("Waiting %s for the CI platform's rate limit: %v", wait.Round(time.Second), err))
+		return phase.StopAndRequeue(wait), nil
+	}
+	metrics.ClaimErrors.WithLabelValues(string(class), reason).Inc()
+	msg := fmt.Sprintf("%s error: %v", class, err)
+	cond := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+	changed := cond == nil || cond.Reason != reason
+	ctrl.LoggerFrom(ctx).Info("Provisioning step failed", "class", class, "reason", reason, "err", err.Error())
+
+	switch {
+	case errors.Is(err, provider.ErrNotOwned):
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason,
+			"The VM recorded for this claim does not carry its verified ownership marker; it is never modified or destroyed: "+err.Error())
+		r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.OwnershipMismatchReason, message: msg})
+		return phase.Stop(), nil
+	case class == provider.ClassPermanent:
+		r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.ProvisioningFailedReason, message: msg})
+		return phase.Stop(), nil
+	}
+	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
+	if changed {
+		r.Recorder.Event(claim, corev1.EventTypeWarning, "FailedProvision", conditions.Truncate(msg, 1024))
+	}
+	switch class {
+	case provider.ClassConfiguration:
+		// The user must act; a spec or Secret change wakes the claim.
+		return phase.StopAndRequeue(5 * time.Minute), nil
+	case provider.ClassResource:
+		return phase.StopAndRequeue(30 * time.Second), nil
+	default:
+		return phase.StopAndRequeue(r.backoff(claim)), nil
+	}
+}
+
+// defaultMaxRetryDelay caps a claim's transient-failure backoff unless
+// Reconciler.MaxRetryDelay says otherwise.
+const defaultMaxRetryDelay = 5 * time.Minute
+
+// backoff returns the next retry delay of a claim's transient failures:
+// 2s, 4s, 8s ... capped at MaxRetryDelay (5 minutes by default).
+func (r *Reconciler) backoff(claim *hfv1.MachineClaim) time.Duration {
+	n := 0
+	if v, ok := r.attempts.Load(claim.UID); ok {
+		n = v.(int)
+	}
+	r.attempts.Store(claim.UID, n+1)
+	limit := r.MaxRetryDelay
+	if limit <= 0 {
+		limit = defaultMaxRetryDelay
+	}
+	d := 2 * time.Second
+	for i := 0; i < n && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}

@@ -1,0 +1,165 @@
+// The reservation service is what a MachineClaim stores in its annotations,
+// signed, in its one write before its clone request (docs/architecture.md,
+// "Never block in Reconcile"): the VM reservation (writing it, reading it,
+// and deciding whether a claim may trust it again after the operator stopped
+// between the clone request and the status write that records the VM) and
+// the placement record (what the VM was authorized to be, which every later
+// step builds the VM from; docs/security.md, "The placement record"). The
+// signatures are pkg/ownership's.
+
+package machineclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/clusterconfig"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/tenancy"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// Annotate records a reserved VM in the claim's annotation (in
+// memory; the scope writes it), signed with the install's key over
+// the claim's UID, cluster, node and VM id: the annotation is writable by
+// anyone who may edit the claim, so only the signature makes it the
+// operator's word (docs/security.md, "The placement record").
+func Annotate(claim *hfv1.MachineClaim, signer *ownership.Signer, cluster string, p provider.Progress) {
+	if claim.Annotations == nil {
+		claim.Annotations = map[string]string{}
+	}
+	sig := signer.SignReservation(ownership.Reservation{ClaimUID: string(claim.UID), Cluster: cluster, Node: p.Node, VMID: p.VMID})
+	claim.Annotations[hfv1.VMReservationAnnotation] = fmt.Sprintf("%s/%s/%d/%s", cluster, p.Node, p.VMID, sig)
+}
+
+// Parse reads a VMReservationAnnotation value: the reserved VM
+// and the signature that must verify before it is trusted.
+func Parse(v string) (*hfv1.VMReference, string, error) {
+	parts := strings.Split(v, "/")
+	if len(parts) != 4 || parts[0] == "" || parts[1] == "" || parts[3] == "" {
+		return nil, "", fmt.Errorf("%q is not <HypervisorCluster>/<node>/<vmid>/<signature>", v)
+	}
+	id, err := strconv.ParseInt(parts[2], 10, 32)
+	if err != nil || id <= 0 {
+		return nil, "", fmt.Errorf("%q: VM id %q is not a positive number", v, parts[2])
+	}
+	return &hfv1.VMReference{HypervisorCluster: parts[0], Node: parts[1], VMID: int32(id)}, parts[3], nil
+}
+
+// reservationRefusal is why a reservation annotation is not trusted.
+type reservationRefusal struct{ reason string }
+
+func (e *reservationRefusal) Error() string { return e.reason }
+
+func refuse(format string, args ...any) error {
+	return &reservationRefusal{reason: fmt.Sprintf(format, args...)}
+}
+
+// restoreReservedVM puts a reserved VM back into a claim's status when the
+// operator stopped after its clone request and before the status write
+// that records the VM: the claim then continues that clone (or deletes
+// that VM) instead of placing a second one. It only applies to claims that
+// have not yet recorded a VM of their own.
+//
+// The annotation is the one claim field a tenant could use to point the
+// operator at a VM, so it is trusted only when its signature verifies for
+// this claim's UID AND the VM it names is one placement could have chosen
+// for the claim: the template's cluster, a namespace that cluster admits,
+// a VM id in its range and an allowed node. Anything else is refused with
+// a warning event and the claim is placed as if it had no reservation.
+// An error means the check could not be made (a read failed): the caller
+// retries instead of placing a second VM.
+func (r *Reconciler) restoreReservedVM(ctx context.Context, s *claimScope) error {
+	claim := s.claim
+	v, ok := claim.Annotations[hfv1.VMReservationAnnotation]
+	if !ok || claim.Status.VMRef != nil || claim.Ended() || hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+		return nil
+	}
+	ref, sig, err := Parse(v)
+	if err == nil {
+		err = r.verifyReservation(ctx, claim, ref, sig)
+	}
+	var refused *reservationRefusal
+	switch {
+	case errors.As(err, &refused):
+		r.rejectReservation(ctx, claim, refused.reason)
+		return nil
+	case errors.Is(err, errReservationWait):
+		return nil
+	case err != nil && ref == nil:
+		// Unreadable: nothing the operator wrote.
+		r.rejectReservation(ctx, claim, err.Error())
+		return nil
+	case err != nil:
+		return fmt.Errorf("check the VM reservation in annotation %s: %w", hfv1.VMReservationAnnotation, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Continuing with the VM reserved before the last clone request", "cluster", ref.HypervisorCluster, "node", ref.Node, "vmid", ref.VMID)
+	claim.Status.VMRef = ref
+	return nil
+}
+
+// errReservationWait: the reservation cannot be checked yet (its template
+// is missing); the claim waits for the template without placing a VM.
+var errReservationWait = errors.New("reservation cannot be checked yet")
+
+// verifyReservation checks the signature, then that placement could have
+// chosen ref for this claim.
+func (r *Reconciler) verifyReservation(ctx context.Context, claim *hfv1.MachineClaim, ref *hfv1.VMReference, sig string) error {
+	res := ownership.Reservation{ClaimUID: string(claim.UID), Cluster: ref.HypervisorCluster, Node: ref.Node, VMID: int(ref.VMID)}
+	if r.Signer == nil || !r.Signer.VerifyReservation(res, sig) {
+		return refuse("its signature does not verify for this claim (written by someone other than this operator, edited, or copied from another claim)")
+	}
+	deleting := !claim.DeletionTimestamp.IsZero()
+	tmpl := &hfv1.HypervisorMachineTemplate{}
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, tmpl); {
+	case apierrors.IsNotFound(err) && !deleting:
+		return errReservationWait
+	case apierrors.IsNotFound(err):
+		// Deleting: the signature is the operator's word; the VM itself is
+		// only destroyed if its ownership marker verifies for this claim.
+	case err != nil:
+		return fmt.Errorf("read HypervisorMachineTemplate %s: %w", claim.Spec.TemplateRef.Name, err)
+	case tmpl.Spec.HypervisorClusterRef.Name != ref.HypervisorCluster:
+		return refuse("it names HypervisorCluster %s but template %s uses %s", ref.HypervisorCluster, tmpl.Name, tmpl.Spec.HypervisorClusterRef.Name)
+	}
+	cluster := &hfv1.HypervisorCluster{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: ref.HypervisorCluster}, cluster); err != nil {
+		return fmt.Errorf("read HypervisorCluster %s: %w", ref.HypervisorCluster, err)
+	}
+	if !deleting {
+		_, admitted, err := tenancy.RulesFor(ctx, r.Client, cluster, claim.Namespace)
+		if err != nil {
+			return err
+		}
+		if !admitted {
+			return refuse("HypervisorCluster %s does not admit namespace %s", cluster.Name, claim.Namespace)
+		}
+	}
+	if start, end := clusterconfig.VMIDRange(cluster); int(ref.VMID) < start || int(ref.VMID) > end {
+		return refuse("VM id %d is outside HypervisorCluster %s's vmidRange %d-%d", ref.VMID, cluster.Name, start, end)
+	}
+	if len(cluster.Spec.Nodes) > 0 && !slices.Contains(cluster.Spec.Nodes, ref.Node) {
+		return refuse("node %s is not in HypervisorCluster %s's spec.nodes", ref.Node, cluster.Name)
+	}
+	return nil
+}
+
+// rejectReservation reports a reservation annotation that is not trusted.
+func (r *Reconciler) rejectReservation(ctx context.Context, claim *hfv1.MachineClaim, reason string) {
+	msg := fmt.Sprintf("Ignoring annotation %s: %s; the claim is placed as if it had none", hfv1.VMReservationAnnotation, reason)
+	ctrl.LoggerFrom(ctx).Info("Refused a VM reservation annotation", "reason", reason)
+	metrics.ReservationsRejected.Inc()
+	r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.ReservationRejectedReason), conditions.Truncate(msg, 1024))
+}

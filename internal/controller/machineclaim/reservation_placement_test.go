@@ -1,0 +1,146 @@
+package machineclaim
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/ptr"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+func testPlacementSigner(t *testing.T, key byte) *ownership.Signer {
+	t.Helper()
+	s, err := ownership.NewSigner("test", bytes.Repeat([]byte{key}, ownership.MinKeyLength))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// authorizedSpec is a VM spec as the claim controller builds it from a
+// template the cluster's allow-lists admitted.
+func authorizedSpec() *provider.VMSpec {
+	return &provider.VMSpec{
+		Name:   "runner-1",
+		Source: provider.TemplateSource{ID: 9000, Linked: false, Storage: "local-lvm", Format: "raw", ResourcePool: "ci"},
+		Network: provider.NetworkSpec{
+			Bridge: "vmbr0", VLAN: 100, Model: "virtio", MACAddress: "02:00:00:00:00:01",
+		},
+		CPUCores: 2, MemoryBytes: 2 << 30, DiskBytes: 40 << 30, MemoryHint: 2 << 30,
+	}
+}
+
+// placedClaim is a claim whose VM 1100 is on cluster pve-a.
+func placedClaim(uid string) *hfv1.MachineClaim {
+	return &hfv1.MachineClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "runner-1", UID: k8stypes.UID("uid-" + uid)},
+		Status:     hfv1.MachineClaimStatus{VMRef: &hfv1.VMReference{HypervisorCluster: "pve-a", Node: "pve1", VMID: 1100}},
+	}
+}
+
+// TestPlacementRecordRoundTrip: what RecordPlacement writes, Placement
+// returns for the claim, and applying it to a spec built from an edited
+// template gives back every authorized value (source, storage, pool,
+// bridge, VLAN, NIC model, resources) while the per-claim values stay.
+func TestPlacementRecordRoundTrip(t *testing.T) {
+	signer := testPlacementSigner(t, 1)
+	claim := placedClaim("1")
+	RecordPlacement(claim, signer, "pve-a", authorizedSpec())
+	r := &Reconciler{Signer: signer, Recorder: record.NewFakeRecorder(8)}
+	p, err := r.verifiedPlacement(context.Background(), &claimScope{claim: claim})
+	if err != nil {
+		t.Fatalf("the operator's own record is refused: %v", err)
+	}
+	// The template now says what the cluster refuses.
+	edited := authorizedSpec()
+	edited.Source = provider.TemplateSource{ID: 9001, Linked: true, Storage: "local", ResourcePool: "infra"}
+	edited.Network.Bridge, edited.Network.VLAN, edited.Network.Model = "vmbr9", 4000, "e1000"
+	edited.CPUCores, edited.MemoryBytes, edited.DiskBytes, edited.MemoryHint = 64, 256<<30, 4<<40, 256<<30
+	ApplyPlacement(edited, p)
+	want := authorizedSpec()
+	if edited.Source != want.Source || edited.Network != want.Network || edited.CPUCores != want.CPUCores ||
+		edited.MemoryBytes != want.MemoryBytes || edited.DiskBytes != want.DiskBytes || edited.MemoryHint != want.MemoryHint || edited.Name != want.Name {
+		t.Fatalf("applied record gives %+v, want %+v", edited, want)
+	}
+}
+
+// TestPlacementRecordRefusals: a record that is missing, unreadable, made
+// up, edited (any authorized value changed, signature kept), copied from
+// another claim, pointed at another cluster or signed by another install
+// is refused, each with a warning event naming the annotation.
+func TestPlacementRecordRefusals(t *testing.T) {
+	signer := testPlacementSigner(t, 1)
+	other := placedClaim("2")
+	RecordPlacement(other, signer, "pve-a", authorizedSpec())
+	foreign := placedClaim("1")
+	RecordPlacement(foreign, testPlacementSigner(t, 2), "pve-a", authorizedSpec())
+	own := placedClaim("1")
+	RecordPlacement(own, signer, "pve-a", authorizedSpec())
+	signed := own.Annotations[hfv1.PlacementAnnotation]
+	edit := func(from, to string) string {
+		t.Helper()
+		if !strings.Contains(signed, from) {
+			t.Fatalf("record %s does not contain %s", signed, from)
+		}
+		return strings.Replace(signed, from, to, 1)
+	}
+	cases := map[string]struct {
+		value   *string
+		reason  string
+		cluster string
+	}{
+		"missing":        {reason: "no placement record"},
+		"garbage":        {value: ptr.To("pve-a/pve1/1100/r1.1.abc"), reason: "not a placement record"},
+		"unknown field":  {value: ptr.To(edit(`"signature"`, `"extra":1,"signature"`)), reason: "not a placement record"},
+		"trailing data":  {value: ptr.To(signed + `{}`), reason: "not a placement record"},
+		"unsigned":       {value: ptr.To(`{"cluster":"pve-a","templateId":9000,"bridge":"vmbr0"}`), reason: "signature missing"},
+		"made up":        {value: ptr.To(edit(`"signature":"p1.1.`, `"signature":"p1.1.AAAA`)), reason: "does not verify"},
+		"bridge edited":  {value: ptr.To(edit(`"bridge":"vmbr0"`, `"bridge":"vmbr9"`)), reason: "does not verify"},
+		"vlan edited":    {value: ptr.To(edit(`"vlan":100`, `"vlan":4000`)), reason: "does not verify"},
+		"template":       {value: ptr.To(edit(`"templateId":9000`, `"templateId":9001`)), reason: "does not verify"},
+		"storage":        {value: ptr.To(edit(`"storage":"local-lvm"`, `"storage":"local"`)), reason: "does not verify"},
+		"pool":           {value: ptr.To(edit(`"resourcePool":"ci"`, `"resourcePool":"infra"`)), reason: "does not verify"},
+		"cores":          {value: ptr.To(edit(`"cpuCores":2`, `"cpuCores":64`)), reason: "does not verify"},
+		"linked added":   {value: ptr.To(edit(`"cluster"`, `"linkedClone":true,"cluster"`)), reason: "does not verify"},
+		"other claim":    {value: ptr.To(other.Annotations[hfv1.PlacementAnnotation]), reason: "does not verify"},
+		"other install":  {value: ptr.To(foreign.Annotations[hfv1.PlacementAnnotation]), reason: "does not verify"},
+		"other cluster":  {value: ptr.To(edit(`"cluster":"pve-a"`, `"cluster":"pve-b"`)), reason: "names HypervisorCluster pve-b"},
+		"VM moved":       {value: ptr.To(signed), cluster: "pve-b", reason: "names HypervisorCluster pve-a"},
+		"reservation id": {value: ptr.To(strings.Replace(signed, `"p1.1.`, `"r1.1.`, 1)), reason: "does not verify"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			claim := placedClaim("1")
+			if tc.value != nil {
+				claim.Annotations = map[string]string{hfv1.PlacementAnnotation: *tc.value}
+			}
+			if tc.cluster != "" {
+				claim.Status.VMRef.HypervisorCluster = tc.cluster
+			}
+			rec := record.NewFakeRecorder(8)
+			_, err := (&Reconciler{Signer: signer, Recorder: rec}).verifiedPlacement(context.Background(), &claimScope{claim: claim})
+			if err == nil {
+				t.Fatal("refused record accepted")
+			}
+			if !strings.Contains(err.Error(), tc.reason) || !strings.Contains(err.Error(), hfv1.PlacementAnnotation) {
+				t.Errorf("error %q does not name the annotation and %q", err, tc.reason)
+			}
+			select {
+			case e := <-rec.Events:
+				if !strings.HasPrefix(e, "Warning "+string(hfv1.PlacementRecordRejectedReason)) {
+					t.Errorf("event %q", e)
+				}
+			default:
+				t.Error("no event")
+			}
+		})
+	}
+}

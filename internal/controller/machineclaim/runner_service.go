@@ -1,0 +1,294 @@
+// The runner service is a MachineClaim's runner on its CI platform: what
+// the platform says about it (the job it took, from the CIJobs; its state in
+// the latest runner list) and removing its registration when the claim
+// ends, never while it runs a job (docs/architecture.md, "Teardown never
+// kills a busy runner"). The platform is reached through the
+// reconciler's BootstrapSource; this service decides when to ask it and
+// what the claim says about the answer.
+
+package machineclaim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
+	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/poweroff"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+const (
+	// BusyRecheck is how often an ending claim whose runner runs a job
+	// asks again.
+	BusyRecheck = 15 * time.Second
+	// releaseDeadline bounds retries to remove a runner once its VM is
+	// gone: the CI platform drops offline ephemeral runners by itself
+	// (GitHub after a day), so a claim never hangs on it forever.
+	releaseDeadline = 10 * time.Minute
+)
+
+// RetryAfter is the requeue for a rate-limited workload call (at least a
+// second), and whether err is one.
+func RetryAfter(err error, now time.Time) (time.Duration, bool) {
+	d, ok := workload.RetryAfter(err, now)
+	if ok && d < time.Second {
+		d = time.Second
+	}
+	return d, ok
+}
+
+// observeRunner folds what the CI platform says about the claim's runner into
+// its status: the job it took (from the job's CIJob, written by the webhook
+// receiver or the resync) and its state in the latest runner list. A
+// runner seen online makes the claim Bootstrapped. A runner whose job
+// completed returns why the claim ends (its VM has done its one job).
+func (r *Reconciler) observeRunner(ctx context.Context, claim *hfv1.MachineClaim) (jobDone string, err error) {
+	st := claim.Status.Bootstrap
+	if st == nil || st.RunnerName == "" {
+		return "", nil
+	}
+	now := r.Clock.Now()
+	if job, err := r.jobOf(ctx, claim); err != nil {
+		return "", err
+	} else if job != nil {
+		if st.JobID != job.Spec.JobID {
+			st.JobID = job.Spec.JobID
+			started := job.Status.StartedAt
+			if started == nil {
+				started = &metav1.Time{Time: now}
+			}
+			st.JobStartedAt = started
+			r.Recorder.Eventf(claim, corev1.EventTypeNormal, "JobStarted", "Runner %s took job %d (%s / %s) of %s",
+				st.RunnerName, job.Spec.JobID, job.Spec.WorkflowName, job.Spec.JobName, job.Spec.Repository)
+		}
+		r.markRunnerRegistered(claim, now, "took job "+fmt.Sprint(job.Spec.JobID))
+		st.RunnerState = hfv1.RunnerStateBusy
+		if job.Status.State == hfv1.CIJobCompleted {
+			// The job's end ends the claim, whose deletion reads and stops
+			// the VM itself; the VM is in transition until destroyed.
+			poweroff.Mark(r.Transitions, claim, hypervisors.HintJobCompleted, now)
+			st.RunnerState = ""
+			st.JobConclusion = conditions.Truncate(job.Status.Conclusion, 64)
+			conclusion := job.Status.Conclusion
+			if conclusion == "" {
+				conclusion = "no conclusion"
+			}
+			return fmt.Sprintf("job %d finished (%s)", job.Spec.JobID, conclusion), nil
+		}
+	}
+	obs, ok := r.Runners.Get(claim.UID)
+	if ok && !obs.Present && st.RegisteredAt != nil {
+		// The platform removed the runner it had listed: an ephemeral
+		// runner goes after its one job, so the VM is about to power off
+		// even when the job's events were lost (the resync's hint).
+		if poweroff.Mark(r.Transitions, claim, hypervisors.HintRunnerGone, now) == hypervisors.Marked {
+			ctrl.LoggerFrom(ctx).V(1).Info("Runner gone from the CI platform; reading the VM directly for a while", "runner", st.RunnerName)
+		}
+	}
+	if ok && obs.Present {
+		switch obs.State {
+		case workload.RunnerIdle, workload.RunnerBusy:
+			r.markRunnerRegistered(claim, obs.At, "is online")
+			if st.JobID == 0 {
+				st.RunnerState = hfv1.RunnerState(obs.State)
+			}
+		default:
+			if st.RunnerState == "" {
+				st.RunnerState = hfv1.RunnerStateOffline
+			}
+		}
+	}
+	return "", nil
+}
+
+// markRunnerRegistered records that the claim's runner came online.
+func (r *Reconciler) markRunnerRegistered(claim *hfv1.MachineClaim, at time.Time, how string) {
+	st := claim.Status.Bootstrap
+	if st.RegisteredAt == nil {
+		st.RegisteredAt = &metav1.Time{Time: at}
+	}
+	if !hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimBootstrappedCondition) {
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimBootstrappedCondition, metav1.ConditionTrue, hfv1.RunnerOnlineReason,
+			fmt.Sprintf("Runner %s %s", st.RunnerName, how))
+		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RunnerOnlineReason), "Runner %s %s", st.RunnerName, how)
+	}
+}
+
+// jobOf is the most advanced CIJob the claim's runner took, if any.
+func (r *Reconciler) jobOf(ctx context.Context, claim *hfv1.MachineClaim) (*hfv1.CIJob, error) {
+	var jobs hfv1.CIJobList
+	if err := r.Client.List(ctx, &jobs, client.InNamespace(claim.Namespace), client.MatchingFields{fieldindex.JobRunner: claim.Status.Bootstrap.RunnerName}); err != nil {
+		return nil, fmt.Errorf("list CIJobs of runner %s: %w", claim.Status.Bootstrap.RunnerName, err)
+	}
+	var best *hfv1.CIJob
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		if best == nil || hfv1.CIJobRank(j.Status.State) > hfv1.CIJobRank(best.Status.State) {
+			best = j
+		}
+	}
+	return best, nil
+}
+
+// drainRunner removes an ending claim's runner while its VM still runs. It
+// reports false (with the requeue) while the runner is busy: the claim's
+// Ending condition says why it waits (phase Draining) and the VM keeps
+// running the job.
+func (r *Reconciler) drainRunner(ctx context.Context, claim *hfv1.MachineClaim) (bool, time.Duration) {
+	if r.Bootstrap == nil || claim.Status.Bootstrap == nil || claim.Status.VMRef == nil {
+		return true, 0
+	}
+	err := r.releaseRegistration(ctx, claim)
+	switch {
+	case err == nil:
+		return true, 0
+	case errors.Is(err, workload.ErrRunnerBusy):
+		msg := fmt.Sprintf("Runner %s is running a job; the VM is deleted when the job ends", claim.Status.Bootstrap.RunnerName)
+		SetEnding(claim, hfv1.RunnerBusyReason, msg)
+		return false, BusyRecheck
+	}
+	if wait, limited := RetryAfter(err, r.Clock.Now()); limited {
+		return false, wait
+	}
+	// Anything else (the template or its credentials are gone, GitHub is
+	// down): the platform cannot say whether the runner is busy. A runner
+	// known to have taken a job not yet recorded as finished keeps its VM
+	// (docs/architecture.md: teardown never kills a busy runner) until the
+	// platform answers or the job's CIJob completes (its watch wakes the
+	// claim); an idle VM is not kept alive: it is destroyed, and removing
+	// the runner is tried again once the VM is gone.
+	if job, busy := r.runnerMayBeBusy(ctx, claim); busy {
+		msg := fmt.Sprintf("Cannot ask the CI platform whether runner %s still runs job %d (%v); the VM stays until it answers or the job is recorded as finished",
+			claim.Status.Bootstrap.RunnerName, job, err)
+		SetEnding(claim, hfv1.RunnerStateUnknownReason, conditions.Truncate(msg, 1024))
+		return false, r.backoff(claim)
+	}
+	ctrl.LoggerFrom(ctx).Info("Could not remove the runner before destroying its VM; retrying after", "err", err.Error())
+	return true, 0
+}
+
+// runnerMayBeBusy reports whether the claim's runner took a job that is not
+// recorded as finished (a CIJob that cannot be read counts as unfinished;
+// one that is gone was a finished one collected after its retention, since
+// only finished CIJobs are collected), and which job.
+func (r *Reconciler) runnerMayBeBusy(ctx context.Context, claim *hfv1.MachineClaim) (int64, bool) {
+	st := claim.Status.Bootstrap
+	if st == nil || st.JobID == 0 {
+		return 0, false
+	}
+	job, err := r.jobOf(ctx, claim)
+	if err != nil {
+		return st.JobID, true
+	}
+	return st.JobID, job != nil && job.Status.State != hfv1.CIJobCompleted
+}
+
+// releaseRunnerOfGoneVM removes the claim's runner once its VM is gone. It reports false
+// (with the requeue) to retry; after releaseDeadline it gives up with a
+// warning event rather than hold the claim.
+func (r *Reconciler) releaseRunnerOfGoneVM(ctx context.Context, claim *hfv1.MachineClaim) (bool, time.Duration) {
+	if !r.runnerRegistered(claim) {
+		return true, 0
+	}
+	st := claim.Status.Bootstrap
+	err := r.removeRunner(ctx, claim, "")
+	switch {
+	case err == nil:
+		return true, 0
+	case errors.Is(err, errTemplateGone):
+		// Retrying cannot help: whatever could remove the runner went
+		// with the template. The claim does not wait for it.
+		msg := fmt.Sprintf("Runner %s was not removed: %v. The orphan sweep removes it if a template or RunnerPool with credentials for its scope remains (docs/security.md, \"Orphans\"); the CI platform drops offline ephemeral runners by itself", st.RunnerName, err)
+		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.RunnerNotRemovedReason), conditions.Truncate(msg, 1024))
+		SetEnding(claim, hfv1.RunnerNotRemovedReason, conditions.Truncate(msg, 1024))
+		return true, 0
+	}
+	since := claim.CreationTimestamp.Time
+	if end := claim.Status.End; end != nil {
+		since = end.StartedAt.Time
+	}
+	if r.Clock.Since(since) > releaseDeadline {
+		r.Recorder.Eventf(claim, corev1.EventTypeWarning, string(hfv1.RunnerNotRemovedReason),
+			"Gave up removing runner %s after %s: %v; the CI platform removes offline ephemeral runners by itself", st.RunnerName, releaseDeadline, err)
+		return true, 0
+	}
+	SetEnding(claim, hfv1.RunnerNotRemovedReason, conditions.Truncate(fmt.Sprintf("Removing runner %s: %v", st.RunnerName, err), 1024))
+	if wait, limited := RetryAfter(err, r.Clock.Now()); limited {
+		return false, wait
+	}
+	return false, r.backoff(claim)
+}
+
+// deregisterRunner removes the runner of a claim whose failed VM is kept: its
+// registration must not outlive the VM's useful life. It reports false
+// (with the requeue) to retry; the claim is not reported retained until
+// the runner is gone. The pool's TTL bounds the retries: the claim's
+// deletion then removes the runner as for any claim.
+func (r *Reconciler) deregisterRunner(ctx context.Context, claim *hfv1.MachineClaim) (bool, time.Duration) {
+	if !r.runnerRegistered(claim) {
+		return true, 0
+	}
+	st := claim.Status.Bootstrap
+	err := r.removeRunner(ctx, claim, "; its failed VM is kept for debugging")
+	if err == nil {
+		st.RunnerState = ""
+		return true, 0
+	}
+	SetEnding(claim, hfv1.RunnerNotRemovedReason, fmt.Sprintf("Removing runner %s before keeping its failed VM: %v", st.RunnerName, err))
+	ctrl.LoggerFrom(ctx).Info("Could not remove the runner of a failed VM kept for debugging; retrying", "runner", st.RunnerName, "err", err.Error())
+	switch wait, limited := RetryAfter(err, r.Clock.Now()); {
+	case limited:
+		return false, wait
+	case errors.Is(err, workload.ErrRunnerBusy):
+		// The platform has not yet seen the stopped VM's runner go idle.
+		return false, BusyRecheck
+	}
+	return false, r.backoff(claim)
+}
+
+// runnerRegistered reports whether the claim has a runner registration to
+// removeRunner.
+func (r *Reconciler) runnerRegistered(claim *hfv1.MachineClaim) bool {
+	st := claim.Status.Bootstrap
+	return r.Bootstrap != nil && st != nil && (st.RunnerName != "" || st.RunnerID != 0)
+}
+
+// removeRunner removes the claim's runner registration; once it is gone it says
+// so in an event (with note) and the claim's status forgets the runner.
+func (r *Reconciler) removeRunner(ctx context.Context, claim *hfv1.MachineClaim, note string) error {
+	st := claim.Status.Bootstrap
+	if err := r.releaseRegistration(ctx, claim); err != nil {
+		return err
+	}
+	r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RunnerRemovedReason), "Runner %s is no longer registered%s", st.RunnerName, note)
+	st.RunnerID, st.RunnerName = 0, ""
+	return nil
+}
+
+// errTemplateGone: the claim's template, whose credentials remove its
+// runner, no longer exists.
+var errTemplateGone = errors.New("is gone with the credentials needed to remove the runner")
+
+// releaseRegistration asks the BootstrapSource to remove the claim's
+// runner, with the claim's template.
+func (r *Reconciler) releaseRegistration(ctx context.Context, claim *hfv1.MachineClaim) error {
+	var tmpl hfv1.HypervisorMachineTemplate
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, &tmpl); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("HypervisorMachineTemplate %s/%s %w", claim.Namespace, claim.Spec.TemplateRef.Name, errTemplateGone)
+		}
+		return err
+	}
+	return r.Bootstrap.Release(ctx, claim, &tmpl)
+}

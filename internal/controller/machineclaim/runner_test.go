@@ -1,0 +1,84 @@
+package machineclaim
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+// unreachableCI is a CI platform that cannot be asked anything.
+type unreachableCI struct{}
+
+func (unreachableCI) BootstrapVars(context.Context, *hfv1.MachineClaim, *hfv1.HypervisorMachineTemplate, *cloudinit.Vars) error {
+	return errors.New("not used")
+}
+
+func (unreachableCI) Release(context.Context, *hfv1.MachineClaim, *hfv1.HypervisorMachineTemplate) error {
+	return workload.ErrUnavailable
+}
+
+// TestDrainRunnerWhenThePlatformCannotAnswer: while the CI platform cannot
+// say whether a runner is busy, a runner that took a job not recorded as
+// finished keeps its VM (Draining, RunnerStateUnknown); a runner with no
+// job, or whose job is recorded as finished or collected, does not keep an
+// idle VM alive.
+func TestDrainRunnerWhenThePlatformCannotAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		jobID    int64
+		jobState hfv1.CIJobState // "" for no CIJob
+		drained  bool
+	}{
+		{name: "no job taken", drained: true},
+		{name: "job in progress", jobID: 7, jobState: hfv1.CIJobInProgress},
+		{name: "job finished", jobID: 7, jobState: hfv1.CIJobCompleted, drained: true},
+		{name: "finished job collected", jobID: 7, drained: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scheme := runtime.NewScheme()
+			if err := hfv1.AddToScheme(scheme); err != nil {
+				t.Fatal(err)
+			}
+			tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "tmpl"}}
+			b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(tmpl).
+				WithIndex(&hfv1.CIJob{}, fieldindex.JobRunner, func(o client.Object) []string { return []string{o.(*hfv1.CIJob).Status.RunnerName} })
+			if tc.jobState != "" {
+				job := &hfv1.CIJob{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "job-7"}}
+				job.Spec.JobID = 7
+				job.Status.State, job.Status.RunnerName = tc.jobState, "runner-1"
+				b = b.WithObjects(job).WithStatusSubresource(job)
+			}
+			r := &Reconciler{Client: b.Build(), Bootstrap: unreachableCI{}, Recorder: record.NewFakeRecorder(10), Clock: clocktesting.NewFakeClock(time.Now())}
+			claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "c", UID: "uid-1"}}
+			claim.Spec.TemplateRef.Name = "tmpl"
+			claim.Status.Phase = hfv1.MachineClaimReady
+			claim.Status.VMRef = &hfv1.VMReference{HypervisorCluster: "pve", Node: "pve1", VMID: 1000}
+			claim.Status.Bootstrap = &hfv1.BootstrapStatus{RunnerName: "runner-1", JobID: tc.jobID}
+			drained, wait := r.drainRunner(context.Background(), claim)
+			if drained != tc.drained {
+				t.Fatalf("drained = %v, want %v", drained, tc.drained)
+			}
+			if tc.drained {
+				return
+			}
+			SummariseReady(claim)
+			ready := hfv1.FindCondition(claim.Status.Conditions, hfv1.ReadyCondition)
+			if phase := PhaseOf(claim); phase != hfv1.MachineClaimDraining || ready == nil || ready.Reason != string(hfv1.RunnerStateUnknownReason) || wait <= 0 {
+				t.Fatalf("phase %s, Ready %+v, requeue %s; want Draining with %s and a retry", phase, ready, wait, hfv1.RunnerStateUnknownReason)
+			}
+		})
+	}
+}

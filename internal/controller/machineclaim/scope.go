@@ -1,0 +1,72 @@
+package machineclaim
+
+import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/patch"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// claimScope is one reconcile of one claim: the claim, what it depends on
+// (loaded once, by the phase that needs it) and the patch helper that
+// writes the pass's changes once, when the scope closes.
+type claimScope struct {
+	claim *hfv1.MachineClaim
+	patch *patch.Helper
+	// tmpl, cluster and provider are set by loadDependencies and
+	// loadProvider; provider stays nil while the cluster is not
+	// connected.
+	tmpl     *hfv1.HypervisorMachineTemplate
+	cluster  *hfv1.HypervisorCluster
+	provider provider.Provider
+	// startRV is the claim's resourceVersion as read.
+	startRV string
+}
+
+// newClaimScope opens the scope of one reconcile. The metadata patch
+// carries an optimistic lock: a claim read from a stale cache must not
+// overwrite a newer VM reservation or finalizer list.
+func (r *Reconciler) newClaimScope(claim *hfv1.MachineClaim) *claimScope {
+	return &claimScope{
+		claim:   claim,
+		patch:   patch.NewHelper(r.Client, claim, patch.WithOptimisticLock()),
+		startRV: claim.ResourceVersion,
+	}
+}
+
+// closeScope computes the claim's status from the facts the pass
+// recorded (Ready from the conditions, then the phase), reports a stuck
+// claim, and writes metadata and status: metadata first, since the
+// finalizer must be stored before a status that names a VM.
+// observedGeneration moves only after a pass that succeeded.
+func (r *Reconciler) closeScope(ctx context.Context, s *claimScope, res ctrl.Result, err error) (ctrl.Result, error) {
+	claim := s.claim
+	if controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer) || claim.IsFinished() || claim.DeletionTimestamp.IsZero() {
+		SummariseReady(claim)
+		phase := PhaseOf(claim)
+		RecordPhase(ctx, r.Recorder, claim, phase, metav1.NewTime(r.Clock.Now()))
+		res = r.stuckClaims.Mark(ctx, claim, phase, r.Clock.Now(), res)
+		if err == nil {
+			claim.Status.ObservedGeneration = claim.Generation
+		}
+	}
+	if perr := s.patch.Patch(ctx, claim); perr != nil {
+		ctrl.LoggerFrom(ctx).Error(perr, "Write MachineClaim")
+		if err == nil {
+			err = perr
+		}
+	}
+	switch {
+	case !controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer):
+		// Gone, or Finished: nothing more is done to it.
+		r.lag.Done(claim.UID)
+	case claim.ResourceVersion != s.startRV:
+		r.lag.Wrote(claim)
+	}
+	return res, err
+}

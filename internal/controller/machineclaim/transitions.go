@@ -1,0 +1,42 @@
+package machineclaim
+
+import (
+	"context"
+	"time"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
+)
+
+// A claim whose VM a power-off hint marked in transition (internal/poweroff)
+// reads that VM directly until the mark expires or the VM is destroyed.
+
+// pollInTransition reads the claim's VM directly while a hint has it in
+// transition; the result stops the pass when the read found the claim's
+// end (or must be retried). requeue is when to read it again (zero when
+// the VM is not in transition).
+func (r *Reconciler) pollInTransition(ctx context.Context, s *claimScope, alreadyRead bool) (res phase.Result, requeue time.Duration, err error) {
+	ref := s.claim.Status.VMRef
+	if r.Transitions == nil || ref == nil {
+		return phase.Next(), 0, nil
+	}
+	now := r.Clock.Now()
+	until, ok := r.Transitions.Active(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VMID: int(ref.VMID)}, now)
+	if !ok {
+		return phase.Next(), 0, nil
+	}
+	if !alreadyRead {
+		if res, err := r.confirmStopped(ctx, s); res.Stopped() || err != nil {
+			return res, 0, err
+		}
+	}
+	return phase.Next(), min(r.Transitions.Poll(), until.Sub(now)), nil
+}
+
+// forgetTransition drops the claim's VM from the set once it is destroyed.
+func (r *Reconciler) forgetTransition(ref *hfv1.VMReference) {
+	if r.Transitions != nil && ref != nil {
+		r.Transitions.Forget(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VMID: int(ref.VMID)}, r.Clock.Now())
+	}
+}

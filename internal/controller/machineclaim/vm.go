@@ -1,0 +1,234 @@
+// The VM service is a MachineClaim's VM as its reconciler drives it
+// through pkg/provider, one provider step per call (docs/architecture.md,
+// "Never block in Reconcile"): building it (ensureVM) and deleting it,
+// never one whose ownership marker does not verify (deleteVM, keepForAdmin;
+// this file), the provider's progress kept in the claim's status
+// (vm_progress.go), and keeping a failed VM stopped for debugging
+// (vm_retain.go). Which step comes when is the phase lists'.
+
+package machineclaim
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+const (
+	// CallAgainNow is the requeue for a provider that asks to be called
+	// again at once.
+	CallAgainNow = 10 * time.Millisecond
+	// ownershipRecheck is how often a claim whose VM's ownership does not
+	// verify reads its VM again. The cluster poller wakes it sooner when
+	// the VM leaves the listing.
+	ownershipRecheck = 10 * time.Minute
+)
+
+// ensureVM advances the claim's VM by one provider step and records where
+// it is (the Provisioned condition). A fresh VM reservation is stored with
+// the finalizer in one write, the only one before the clone request.
+func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim, tmpl, cluster := s.claim, s.tmpl, s.cluster
+	var addr vmspec.StaticAddr
+	if tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
+		ip, pool, _, err := r.staticAddress(ctx, claim, tmpl)
+		if err != nil {
+			return r.provisionError(ctx, s, err)
+		}
+		addr = vmspec.StaticAddr{IP: ip, Pool: pool}
+	}
+	ci := &claimCloudInit{r: r, claim: claim, tmpl: tmpl, cluster: cluster, addr: addr}
+	spec, err := vmspec.For(claim, tmpl, cluster, ci)
+	if err != nil {
+		return r.provisionError(ctx, s, err)
+	}
+	if claim.Status.VMRef != nil {
+		// Placed: the VM is built from what was authorized then, never
+		// from the template's current values (docs/security.md, "The
+		// placement record").
+		placed, err := r.verifiedPlacement(ctx, s)
+		if err != nil {
+			// The claim fails with the refusal (the end list runs in
+			// this pass); the pass itself succeeded.
+			r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.PlacementRecordRejectedReason, message: err.Error()})
+			return phase.Stop(), nil //nolint:nilerr // the refusal is recorded in the claim's end, not a failed reconcile
+		}
+		ApplyPlacement(spec, placed)
+	}
+	prev := Progress(claim)
+	if claim.Status.VMRef == nil {
+		claim.Status.TemplateHash = tmpl.Status.TemplateHash
+	}
+	res, err := s.provider.EnsureVM(ctx, spec, prev)
+	if err == nil && res.Phase == provider.PhasePlaced && res.RetryAfter <= 0 && prev.VMID != res.Progress.VMID {
+		// A fresh reservation: store it with the finalizer in one write,
+		// then clone in this same pass instead of waiting for that write's
+		// watch event. The status recording the VM follows when the scope
+		// closes; until it lands the annotation stands in for it
+		// (checkReservation). If the write fails, the next pass starts
+		// over from the stored state.
+		r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
+		r.setReservation(claim, cluster.Name, res.Progress, spec)
+		if err := s.patch.PatchMetadata(ctx, claim); err != nil {
+			return phase.Stop(), fmt.Errorf("record VM id %d before cloning: %w", res.Progress.VMID, err)
+		}
+		ctrl.LoggerFrom(ctx).V(1).Info("Recorded the VM reservation", "vmid", res.Progress.VMID, "node", res.Progress.Node)
+		prev = res.Progress
+		res, err = s.provider.EnsureVM(ctx, spec, prev)
+	}
+	if err != nil {
+		return r.provisionError(ctx, s, err)
+	}
+	r.attempts.Delete(claim.UID)
+	r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
+	// "Call again now": the status write usually wakes the claim first;
+	// the requeue only covers a coalesced event.
+	retry := CallAgain(res.RetryAfter)
+	provisioning := func(reason hfv1.ConditionReason, def string) (phase.Result, error) {
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, cmp.Or(res.Message, def))
+		return phase.StopAndRequeue(retry), nil
+	}
+	switch res.Phase {
+	case provider.PhaseCloning:
+		return provisioning(hfv1.CloningReason, "Cloning the template")
+	case provider.PhaseConfiguring:
+		return provisioning(hfv1.ConfiguringReason, "Configuring the VM")
+	case provider.PhaseStarting:
+		return provisioning(hfv1.StartingReason, "Starting the VM")
+	case provider.PhaseBooting:
+		return provisioning(hfv1.WaitingForGuestReason, "Waiting for the guest agent")
+	case provider.PhaseRunning:
+		claim.Status.Network = networkStatus(claim, tmpl, cluster, res)
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
+			fmt.Sprintf("VM %d runs on %s/%s with addresses %s", res.Progress.VMID, cluster.Name, res.Progress.Node, strings.Join(res.Addresses, ", ")))
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
+		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "Provisioned", "VM %d is up on %s/%s", res.Progress.VMID, cluster.Name, res.Progress.Node)
+		if r.secretSteps().Prepare(claim) {
+			// Recorded with Provisioned, in this pass's status write: the
+			// credential is issued and placed in the next pass, which that
+			// write's watch event starts.
+			return phase.StopAndRequeue(time.Second), nil
+		}
+		return phase.StopAndRequeue(resyncRunning()), nil
+	case provider.PhaseStopped:
+		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %d powered off before it was ready", res.Progress.VMID))
+		return phase.Stop(), nil
+	}
+	return provisioning(hfv1.QueuedReason, "Waiting for a clone slot")
+}
+
+// deleteVM advances the deletion of the claim's VM by one step, and reports
+// done once no VM is left to delete (the claim's VM reference is then
+// cleared, and the VM's addresses and power-off hint go with it). Where it
+// is, or why it waits, is in the claim's Ending condition.
+func (r *Reconciler) deleteVM(ctx context.Context, s *claimScope) (bool, ctrl.Result) {
+	ref := s.claim.Status.VMRef
+	done, requeue := r.deleteVMStep(ctx, s)
+	if done {
+		r.forgetTransition(ref)
+		r.releaseAddresses(ctx, s.claim)
+	}
+	return done, ctrl.Result{RequeueAfter: requeue}
+}
+
+// deleteVMStep is one provider step of deleteVM.
+func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, time.Duration) {
+	claim := s.claim
+	ref := claim.Status.VMRef
+	if ref == nil || ref.VMID == 0 {
+		return true, 0
+	}
+	p, health, connected := r.Registry.Provider(ref.HypervisorCluster)
+	if !connected {
+		SetEnding(claim, hfv1.ClusterUnavailableReason,
+			fmt.Sprintf("Cannot delete VM %d yet: HypervisorCluster %s is not connected: %s", ref.VMID, ref.HypervisorCluster, health.Message))
+		return false, r.backoff(claim)
+	}
+	prev := Progress(claim)
+	res, err := p.DeleteVM(ctx, vmspec.Owner(claim), prev)
+	switch {
+	case errors.Is(err, provider.ErrNotOwned):
+		return false, r.keepForAdmin(ctx, claim, err)
+	case err != nil:
+		class, reason := provider.Classify(err), provider.ReasonOf(err)
+		metrics.ClaimErrors.WithLabelValues(string(class), reason).Inc()
+		msg := fmt.Sprintf("Deleting VM %d failed (%s, will retry): %v", ref.VMID, class, err)
+		if EndingReason(claim) != reason {
+			r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.FailedDeleteReason), conditions.Truncate(msg, 1024))
+		}
+		SetEnding(claim, hfv1.ConditionReason(reason), msg)
+		return false, r.backoff(claim)
+	}
+	r.attempts.Delete(claim.UID)
+	if !res.Done {
+		r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
+		SetEnding(claim, hfv1.DeletingVMReason, cmp.Or(res.Message, fmt.Sprintf("Deleting VM %d", ref.VMID)))
+		return false, CallAgain(res.RetryAfter)
+	}
+	r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.VMDeletedReason), "VM %d on %s destroyed and its cloud-init ISO removed", ref.VMID, ref.HypervisorCluster)
+	claim.Status.VMRef, claim.Status.Task = nil, nil
+	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.VMDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
+	SetEnding(claim, hfv1.VMDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
+	return true, 0
+}
+
+// keepForAdmin handles a VM whose ownership marker does not verify at
+// deletion. The VM is never touched, and since it may be the claim's own VM
+// with a damaged marker (still running with the claim's address), nothing
+// is released either: the claim keeps its VM reference, its addresses and
+// its finalizer until the VM is gone or an admin removes the finalizer
+// (docs/operations.md, docs/security.md "Absence and release").
+func (r *Reconciler) keepForAdmin(ctx context.Context, claim *hfv1.MachineClaim, err error) time.Duration {
+	ref := claim.Status.VMRef
+	msg := fmt.Sprintf("VM %d on HypervisorCluster %s does not carry this claim's verified ownership marker (%v). HyperFleet neither touches it nor releases this claim's addresses while it may exist. "+
+		"An admin must check VM %d by hand: once it is deleted the claim finishes on its own; if it is someone else's VM, delete this MachineClaim and remove its finalizer %s",
+		ref.VMID, ref.HypervisorCluster, err, ref.VMID, hfv1.MachineClaimFinalizer)
+	if EndingReason(claim) != string(hfv1.OwnershipMismatchReason) {
+		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), conditions.Truncate(msg, 1024))
+		ctrl.LoggerFrom(ctx).Info("VM ownership does not verify; keeping the claim's finalizer and addresses for an admin", "vmid", ref.VMID, "cluster", ref.HypervisorCluster, "err", err.Error())
+	}
+	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, msg)
+	SetEnding(claim, hfv1.OwnershipMismatchReason, msg)
+	return ownershipRecheck
+}
+
+// CallAgain is the requeue a provider asked for, CallAgainNow when it asked
+// for none ("call again now").
+func CallAgain(retryAfter time.Duration) time.Duration {
+	if retryAfter <= 0 {
+		return CallAgainNow
+	}
+	return retryAfter
+}
+
+// networkStatus is what the claim reports about its VM's network.
+func networkStatus(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, res *provider.EnsureResult) *hfv1.MachineNetworkStatus {
+	host := vmspec.Hostname(claim, tmpl.Spec.Network.Hostname)
+	st := &hfv1.MachineNetworkStatus{
+		Addresses:  res.Addresses,
+		MACAddress: res.MACAddress,
+		Hostname:   host,
+		FQDN:       vmspec.FQDN(host, vmspec.DNS(cluster, tmpl).Domain),
+	}
+	if claim.Status.Network != nil {
+		st.IPAllocations = claim.Status.Network.IPAllocations
+	}
+	if len(st.Addresses) > 16 {
+		st.Addresses = st.Addresses[:16]
+	}
+	return st
+}

@@ -1,0 +1,93 @@
+// Package refusal finds the fields of an object that the API server accepts
+// but this operator does not act on (not implemented yet, or not supported
+// in this combination), so that each reconciler refuses the object with a
+// reason and a message that names the field and the way out.
+package refusal
+
+import (
+	"fmt"
+	"strings"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+// A Refusal is a field the API server accepts but this operator does not
+// act on (not implemented yet, or not supported in this combination). The
+// object carrying it is refused at reconcile time, with Ready=False, the
+// refusal's reason and a message that names the field and the way out,
+// before any VM is cloned or any credential issued: an accepted field
+// either works as documented or is refused (docs/security.md, "An honest
+// API"). Not-yet-implemented features are refused here rather than by CEL
+// so that the API stays the same when they are implemented.
+type Refusal struct {
+	Reason  hfv1.ConditionReason
+	Message string
+}
+
+// Template is the first field of tmpl this operator does not act
+// on, or nil.
+func Template(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate) *Refusal {
+	if tmpl.Spec.Attestation.Method == hfv1.AttestationTPM {
+		return &Refusal{hfv1.NotImplementedReason,
+			"spec.attestation.method: tpm is not implemented yet (nor spec.attestation.tpm: devicePath, addVirtualTPM, ekCABundleRef); use method join-token (docs/identity.md), or none"}
+	}
+	if _, t, ok := ws.Template(tmpl); ok && t.Runner.OS != "linux" {
+		// The operator's cloud-config starts the agent as a systemd unit
+		// (docs/cloud-init.md): only Linux VMs can run it.
+		return &Refusal{hfv1.UnsupportedReason, fmt.Sprintf(
+			"%s.runner.os: %s is not supported: the HyperFleet agent runs as a systemd service on Linux VMs only; set os: linux (or remove it) and use a Linux template", t.Field, t.Runner.OS)}
+	}
+	return nil
+}
+
+// Pool is the first field of pool this operator does not act on,
+// or nil: a workload type no registered back-end serves.
+func Pool(ws *workload.Backends, pool *hfv1.RunnerPool) *Refusal {
+	if t := pool.Spec.Workload.Type; !served(ws, t) {
+		return &Refusal{hfv1.NotImplementedReason, fmt.Sprintf(
+			"spec.workload.type: %s is not implemented yet; %s", t, servedTypes(ws))}
+	}
+	return nil
+}
+
+// Claim is the first field of claim this operator does not act
+// on, or nil.
+func Claim(ws *workload.Backends, claim *hfv1.MachineClaim) *Refusal {
+	if wc := claim.Spec.WorkloadConfig; wc != nil && !served(ws, wc.Type) {
+		return &Refusal{hfv1.NotImplementedReason, fmt.Sprintf(
+			"spec.workloadConfig.type: %s is not implemented yet; %s, or remove spec.workloadConfig", wc.Type, servedTypes(ws))}
+	}
+	return nil
+}
+
+// served reports whether a back-end serves workload type t.
+func served(ws *workload.Backends, t hfv1.WorkloadType) bool {
+	_, ok := ws.For(t)
+	return ok
+}
+
+// servedTypes says which workload types exist, as the way out of a
+// refusal: "only github-actions runners exist today: set type:
+// github-actions".
+func servedTypes(ws *workload.Backends) string {
+	types := ws.Types()
+	if len(types) == 0 {
+		return "this operator runs no CI platform"
+	}
+	names := make([]string, len(types))
+	for i, t := range types {
+		names[i] = string(t)
+	}
+	return fmt.Sprintf("only %s runners exist today: set type: %s", strings.Join(names, ", "), strings.Join(names, " or "))
+}
+
+// Cluster is the first field of cluster this operator does not act
+// on, or nil.
+func Cluster(cluster *hfv1.HypervisorCluster) *Refusal {
+	if d := cluster.Spec.DNS; d != nil && (d.RegisterVMs || d.DNSProvider != nil) {
+		return &Refusal{hfv1.NotImplementedReason,
+			"spec.dns.registerVMs and spec.dns.dnsProvider are not implemented yet: the operator registers no DNS records; remove both (a DHCP server with DHCP-driven DNS can register VMs by the hostname they send)"}
+	}
+	return nil
+}
