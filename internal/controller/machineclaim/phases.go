@@ -254,8 +254,12 @@ func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err erro
 
 	switch {
 	case errors.Is(err, provider.ErrNotOwned):
-		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason,
-			"The VM recorded for this claim does not carry its verified ownership marker; it is never modified or destroyed: "+err.Error())
+		owned := "The VM recorded for this claim does not carry its verified ownership marker; it is never modified or destroyed: " + err.Error()
+		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, owned)
+		// The same warning as a mismatch found at deletion (keepForAdmin,
+		// which then records no second one): whichever step meets the
+		// marker first, an admin is told once.
+		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), conditions.Truncate(owned, 1024))
 		r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.OwnershipMismatchReason, message: msg})
 		return phase.Stop(), nil
 	case class == provider.ClassPermanent:
