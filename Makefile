@@ -92,8 +92,9 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC into config/ and copy the
 	done
 
 .PHONY: docs
-docs: manifests ## Generate the per-kind API reference in docs/reference and the chart's values table in its README.
+docs: manifests ## Generate the per-kind API reference in docs/reference, the chart's values table in its README and the package table of docs/architecture.md.
 	go run ./hack/crd-docs --crds config/crd/bases --samples config/samples --out docs/reference
+	go run ./hack/pkg-docs --doc docs/architecture.md
 	go run ./hack/chart-docs --values $(CHART_DIR)/values.yaml --readme $(CHART_DIR)/README.md
 
 ##@ Development
