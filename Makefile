@@ -232,7 +232,7 @@ bench: ## Run the benchmarks and write docs/performance.md.
 bench-small: ## Run every benchmark at a toy size and write its report into a temporary directory.
 	@tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
 	export KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))"; \
-	go test -count=1 -run '^$$' -bench . -benchtime 1x ./internal/ipam/ ./internal/simulator/proxmox/ ./pkg/provider/proxmox/; \
+	go test -count=1 -run '^$$' -bench . -benchtime 1x ./internal/ipam/ ./internal/testworld/simulator/proxmox/ ./pkg/provider/proxmox/; \
 	HF_BENCH_SMALL=1 go test -count=1 -run '^$$' -bench BenchmarkOperator1000Claims -benchtime 1x -timeout $(BENCH_TIMEOUT) ./internal/controller/ | tee "$$tmp/poweroff.txt"; \
 	HF_BENCH_SMALL=1 HF_BENCH_OUT="$$tmp/report" HF_BENCH_POWEROFF="$$tmp/poweroff.txt" HF_BENCH_GUEST_TIMINGS="$(GUEST_TIMINGS)" go test -tags bench -count=1 -run TestBench -v -timeout $(BENCH_TIMEOUT) ./test/bench/; \
 	test -s "$$tmp/report/performance.md"

@@ -12,16 +12,16 @@ import (
 )
 
 // testWorld matches the packages the operator binary must not link: the
-// simulators, the embedded local world (internal/devenv, run by
-// cmd/hyperfleet-dev, and internal/spireworld, its spire-server), everything under test/ (test/testenv starts an API
+// simulators, the embedded local world (internal/testworld/devenv, run by
+// cmd/hyperfleet-dev, and internal/testworld/spireworld, its spire-server), everything under test/ (test/testenv starts an API
 // server), envtest, the test doubles and helpers (pkg/provider/fake,
-// pkg/provider/providertest, internal/testdeps), and testing packages
+// pkg/provider/providertest, internal/testworld/testdeps), and testing packages
 // (the standard library's and any .../testing). A binary that links them
 // ships code written for tests, not reviewed as product, in the operator's
 // image; envtest even starts an API server.
 var testWorld = regexp.MustCompile(`simulator|envtest|devenv|spireworld|/testing$|^testing$` +
 	`|^github\.com/hyperfleet/hyperfleet/test/` +
-	`|^github\.com/hyperfleet/hyperfleet/(internal/testdeps|internal/identity/identitytest|pkg/provider/fake|pkg/provider/providertest)$`)
+	`|^github\.com/hyperfleet/hyperfleet/(internal/testworld/testdeps|internal/testworld/identitytest|pkg/provider/fake|pkg/provider/providertest)$`)
 
 // upstreamTestImports are testing packages a dependency links into every
 // binary that uses it, each with the only packages allowed to import it.
@@ -133,7 +133,7 @@ func TestTestWorldLinksNamesTheChain(t *testing.T) {
 	const (
 		root    = "github.com/hyperfleet/hyperfleet/cmd/hyperfleet"
 		manager = "github.com/hyperfleet/hyperfleet/internal/manager"
-		devenv  = "github.com/hyperfleet/hyperfleet/internal/devenv"
+		devenv  = "github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
 		testenv = "github.com/hyperfleet/hyperfleet/test/testenv"
 		gentype = "k8s.io/client-go/gentype"
 		fakes   = "k8s.io/client-go/testing"

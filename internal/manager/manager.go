@@ -2,7 +2,7 @@
 // the webhook receiver, the agent server and the credential broker, and
 // their shared state, into one controller-runtime manager, and loads or
 // creates the ownership key ring (ownership.go). The operator binary, the
-// local world (internal/devenv) and the end-to-end tests all use it, so they
+// local world (internal/testworld/devenv) and the end-to-end tests all use it, so they
 // run exactly the same wiring.
 package manager
 
