@@ -54,6 +54,9 @@ const defaultTags = "e2e,spire,guest,bench,flood,deploy"
 // product, everything else in listedRoots the test world.
 var productCommands = []string{"./cmd/hyperfleet", "./cmd/hyperfleet-agent"}
 
+// testWorldRoot is where the internal packages of the test world live.
+const testWorldRoot = "internal/testworld"
+
 func main() {
 	doc := flag.String("doc", "docs/architecture.md", "the page whose package table is rewritten")
 	tags := flag.String("tags", defaultTags, "the build tags of every test suite, so that tag-gated packages are listed")
@@ -314,7 +317,7 @@ func renderTables(pkgs []pkg) (string, error) {
 	var b strings.Builder
 	b.WriteString("The product (what `cmd/hyperfleet` and `cmd/hyperfleet-agent` link, and the API):\n\n")
 	writeTable(&b, pkgs, true)
-	b.WriteString("\nThe test world (what no product binary links: simulators, the local world, test doubles, suites):\n\n")
+	b.WriteString("\nThe test world (what no product binary links: simulators, the local world, test doubles, suites; its internal packages under `" + testWorldRoot + "`):\n\n")
 	writeTable(&b, pkgs, false)
 	return b.String(), nil
 }

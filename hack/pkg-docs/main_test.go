@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -13,13 +14,7 @@ import (
 // row, a row of a package that is gone, a doc comment or an import that
 // changed): `make docs` rewrites it.
 func TestArchitectureTableIsCurrent(t *testing.T) {
-	pkgs, err := loadPackages("../..", defaultTags)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(pkgs) < 50 {
-		t.Fatalf("listed %d packages, expected the repository's (more than 50)", len(pkgs))
-	}
+	pkgs := repoPackages(t)
 	table, err := renderTables(pkgs)
 	if err != nil {
 		t.Fatal(err)
@@ -39,6 +34,39 @@ func TestArchitectureTableIsCurrent(t *testing.T) {
 			}
 		}
 		t.Fatal("docs/architecture.md's package table is out of date: run `make docs` (go run ./hack/pkg-docs)")
+	}
+}
+
+// repoPackages lists this repository's packages once for every test.
+var repoPackages = func() func(t *testing.T) []pkg {
+	load := sync.OnceValues(func() ([]pkg, error) { return loadPackages("../..", defaultTags) })
+	return func(t *testing.T) []pkg {
+		t.Helper()
+		pkgs, err := load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pkgs) < 50 {
+			t.Fatalf("listed %d packages, expected the repository's (more than 50)", len(pkgs))
+		}
+		return pkgs
+	}
+}()
+
+// TestTestWorldUnderOneRoot fails when an internal package that no product
+// binary links sits outside internal/testworld, or one under it is linked:
+// the test world has one root, so that the product's checks
+// (cmd/hyperfleet/deps_test.go, the depguard rule in .golangci.yml) name it
+// by one prefix.
+func TestTestWorldUnderOneRoot(t *testing.T) {
+	for _, p := range repoPackages(t) {
+		inTestWorld := strings.HasPrefix(p.Path, testWorldRoot+"/")
+		switch {
+		case p.Product && inTestWorld:
+			t.Errorf("%s is linked by a product binary but sits under %s", p.Path, testWorldRoot)
+		case !p.Product && !inTestWorld && strings.HasPrefix(p.Path, "internal/"):
+			t.Errorf("%s is linked by no product binary (test world): move it under %s/", p.Path, testWorldRoot)
+		}
 	}
 }
 
