@@ -207,8 +207,9 @@ dev: ## Run the whole loop locally (cmd/hyperfleet-dev); DEV_FLAGS passes flags,
 	hack/test-deps.sh --dev
 	go run ./cmd/hyperfleet-dev $(DEV_FLAGS)
 
-# make bench measures the operator against the targets of issue 20 and
-# writes docs/performance.md and its timeline figure (test/bench, build tag
+# make bench measures the operator against its performance targets
+# (docs/architecture.md, "Performance targets") and writes
+# docs/performance.md and its timeline figure (test/bench, build tag
 # bench): the controller package's power-off benchmark (10 clusters of 10
 # claims, 100 VMs powered off at once), then the manager binary as its own
 # process through cold and warm starts, 250 / 1,000 / 4,000 claims over 10

@@ -13,8 +13,9 @@ import (
 )
 
 // setStandardMetadata adds the finalizer and the standard labels (the
-// cluster label when cluster is known) in memory; claimMetadata.flush
-// writes them before any VM exists.
+// cluster label when cluster is known) in memory; the claim's scope writes
+// them (its patch), or ensureVM before its clone request, so before any VM
+// exists.
 func setStandardMetadata(claim *hfv1.MachineClaim, cluster string) {
 	controllerutil.AddFinalizer(claim, hfv1.MachineClaimFinalizer)
 	labels := claim.GetLabels()

@@ -15,7 +15,7 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// The targets of issue 20 (docs/architecture.md, "Performance targets").
+// The performance targets (docs/architecture.md, "Performance targets").
 const (
 	TargetPowerOffP99   = 10 * time.Second
 	TargetOverheadRatio = 1.5
