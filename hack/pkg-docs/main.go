@@ -7,10 +7,10 @@
 // goes without a row that says what it is.
 //
 // The table has two parts. The product is what the operator and the agent
-// binaries link (go list -deps ./cmd/hyperfleet ./cmd/hyperfleet-agent)
-// plus the public API packages they are built on; the test world is every
-// other package: the simulators, the local world, the test doubles, the
-// suites and the commands that run them (docs/architecture.md, "Packages").
+// binaries link (go list -deps ./cmd/hyperfleet ./cmd/hyperfleet-agent);
+// the test world is every other package: the simulators, the local world,
+// the test doubles, the suites and the commands that run them
+// (docs/architecture.md, "Packages").
 // Packages are listed with the build tags of every test suite, so that a
 // tag-gated suite (test/e2e, test/guest, ...) has a row too; a package with
 // test files only is described by their doc comment and imports.
@@ -92,7 +92,7 @@ type pkg struct {
 	Path    string   // relative to the module: "internal/ipam"
 	Doc     string   // first paragraph of the doc comment, on one line
 	Imports []string // the project packages it imports, relative to the module
-	Product bool     // linked by a product binary, or part of the public API it is built on
+	Product bool     // linked by a product binary
 }
 
 // listedPackage is the part of go list -json this command reads.
