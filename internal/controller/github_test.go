@@ -142,7 +142,7 @@ func TestGitHubJITRunner(t *testing.T) {
 		}},
 	}
 	f.create(claim)
-	got := waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
+	got := waitDelivered(t, claim, 60*time.Second)
 	bs := got.Status.Bootstrap
 	// The default name, marked as this install's for the orphan sweep.
 	wantName := testSigner.RunnerName("gh-runner-" + strings.ReplaceAll(string(got.UID), "-", "")[:8])
@@ -247,7 +247,7 @@ func TestGitHubAppRegistrationToken(t *testing.T) {
 		}}
 	})
 	claim := f.newClaim("rt-runner")
-	got := waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
+	got := waitDelivered(t, claim, 60*time.Second)
 	bs := got.Status.Bootstrap
 	if bs == nil || bs.RunnerID != 0 || bs.CredentialExpiresAt == nil || bs.CredentialExpiresAt.Time.Before(time.Now().Add(50*time.Minute)) {
 		t.Fatalf("status.bootstrap = %+v", bs)

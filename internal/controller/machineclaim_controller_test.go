@@ -32,7 +32,7 @@ func TestClaimLifecycle(t *testing.T) {
 	f := newFixture(t, sim, nil)
 	claim := f.newClaim("runner-1")
 
-	got := waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
+	got := waitDelivered(t, claim, 60*time.Second)
 	st := got.Status
 	if st.VMRef == nil || st.VMRef.HypervisorCluster != f.cluster.Name || st.VMRef.VMID < 1000 || st.VMRef.VMID > 1999 || st.VMRef.Node != "pve1" {
 		t.Fatalf("vmRef = %+v", st.VMRef)

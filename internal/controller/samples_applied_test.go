@@ -163,7 +163,7 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 		})
 	}
 	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: samplesNamespace, Name: "debug-runner"}}
-	got := waitPhase(t, claim, hfv1.MachineClaimBootstrapping, time.Minute)
+	got := waitDelivered(t, claim, time.Minute)
 	if got.Status.Bootstrap == nil || got.Status.Bootstrap.CredentialIssuedAt == nil {
 		t.Fatalf("the sample claim's runner credential was not issued: %+v", got.Status.Bootstrap)
 	}

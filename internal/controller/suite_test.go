@@ -537,6 +537,25 @@ func waitPhase(t testing.TB, c *hfv1.MachineClaim, phase hfv1.MachineClaimPhase,
 	return got
 }
 
+// waitDelivered waits until the claim runs and its runner credential is in
+// the running VM: the phase says Bootstrapping once the VM runs, and the
+// credential is issued and placed in the passes after that.
+func waitDelivered(t testing.TB, c *hfv1.MachineClaim, timeout time.Duration) *hfv1.MachineClaim {
+	t.Helper()
+	var got *hfv1.MachineClaim
+	eventually(t, timeout, fmt.Sprintf("claim %s credential delivered", c.Name), func() error {
+		var err error
+		if got, err = getClaim(t, c); err != nil {
+			return err
+		}
+		if b := got.Status.Bootstrap; got.Status.Phase != hfv1.MachineClaimBootstrapping || b == nil || b.CredentialDeliveredAt == nil {
+			return fmt.Errorf("phase %q, bootstrap %+v, conditions %+v", got.Status.Phase, got.Status.Bootstrap, got.Status.Conditions)
+		}
+		return nil
+	})
+	return got
+}
+
 // operatorVMs lists the simulator's VMs carrying the test install's tag.
 func operatorVMs(sim *simulator) []proxmoxsim.VMState {
 	var out []proxmoxsim.VMState
