@@ -92,8 +92,9 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC into config/ and copy the
 	done
 
 .PHONY: docs
-docs: manifests ## Generate the per-kind API reference in docs/reference and the chart's values table in its README.
+docs: manifests ## Generate the per-kind API reference in docs/reference, the chart's values table in its README and the package table of docs/architecture.md.
 	go run ./hack/crd-docs --crds config/crd/bases --samples config/samples --out docs/reference
+	go run ./hack/pkg-docs --doc docs/architecture.md
 	go run ./hack/chart-docs --values $(CHART_DIR)/values.yaml --readme $(CHART_DIR)/README.md
 
 ##@ Development
@@ -206,8 +207,9 @@ dev: ## Run the whole loop locally (cmd/hyperfleet-dev); DEV_FLAGS passes flags,
 	hack/test-deps.sh --dev
 	go run ./cmd/hyperfleet-dev $(DEV_FLAGS)
 
-# make bench measures the operator against the targets of issue 20 and
-# writes docs/performance.md and its timeline figure (test/bench, build tag
+# make bench measures the operator against its performance targets
+# (docs/architecture.md, "Performance targets") and writes
+# docs/performance.md and its timeline figure (test/bench, build tag
 # bench): the controller package's power-off benchmark (10 clusters of 10
 # claims, 100 VMs powered off at once), then the manager binary as its own
 # process through cold and warm starts, 250 / 1,000 / 4,000 claims over 10
@@ -231,7 +233,7 @@ bench: ## Run the benchmarks and write docs/performance.md.
 bench-small: ## Run every benchmark at a toy size and write its report into a temporary directory.
 	@tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
 	export KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))"; \
-	go test -count=1 -run '^$$' -bench . -benchtime 1x ./internal/ipam/ ./internal/simulator/proxmox/ ./pkg/provider/proxmox/; \
+	go test -count=1 -run '^$$' -bench . -benchtime 1x ./internal/ipam/ ./internal/testworld/simulator/proxmox/ ./pkg/provider/proxmox/; \
 	HF_BENCH_SMALL=1 go test -count=1 -run '^$$' -bench BenchmarkOperator1000Claims -benchtime 1x -timeout $(BENCH_TIMEOUT) ./internal/controller/ | tee "$$tmp/poweroff.txt"; \
 	HF_BENCH_SMALL=1 HF_BENCH_OUT="$$tmp/report" HF_BENCH_POWEROFF="$$tmp/poweroff.txt" HF_BENCH_GUEST_TIMINGS="$(GUEST_TIMINGS)" go test -tags bench -count=1 -run TestBench -v -timeout $(BENCH_TIMEOUT) ./test/bench/; \
 	test -s "$$tmp/report/performance.md"

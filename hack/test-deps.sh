@@ -61,7 +61,7 @@ fi
 
 { $dev_only || $guest; } && exit 0
 
-# Keep these versions in step with internal/testdeps.
+# Keep these versions in step with internal/testworld/testdeps.
 npm_packages=(@octokit/openapi@23.0.2 @octokit/webhooks-examples@7.6.1)
 cache_root=${HYPERFLEET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hyperfleet}
 npm_dir="$cache_root/npm"

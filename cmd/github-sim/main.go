@@ -24,7 +24,7 @@ import (
 	"syscall"
 	"time"
 
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 )
 
 // multiFlag is a repeatable string flag.

@@ -1,8 +1,9 @@
-// Command hyperfleet-agent is HyperFleet's in-VM agent. The
-// hyperfleet-agent systemd unit that cloud-init installs runs it once per
-// VM:
-//
-//	/usr/local/bin/hyperfleet-agent --config /etc/hyperfleet/agent.json
+// Command hyperfleet-agent is HyperFleet's in-VM agent: the hyperfleet-agent
+// systemd unit that cloud-init installs runs it once per VM
+// (`hyperfleet-agent --config /etc/hyperfleet/agent.json`), and it runs
+// package internal/agent with the configuration file of package
+// internal/agentconfig. It links only the standard library and this module
+// (deps_test.go).
 //
 // It reads (and at once removes) the config file, waits for the operator to
 // place the single-use runner credential in the running VM (at the

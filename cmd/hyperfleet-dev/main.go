@@ -4,7 +4,7 @@
 //
 // It is a binary of its own, not a command of the operator, so that the
 // operator (cmd/hyperfleet) links none of this test world: the simulators,
-// internal/devenv, test/testenv and envtest (cmd/hyperfleet/deps_test.go
+// internal/testworld/devenv, test/testenv and envtest (cmd/hyperfleet/deps_test.go
 // keeps it so).
 package main
 
@@ -24,7 +24,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hyperfleet/hyperfleet/internal/devenv"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/devenv"
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 )
 
 func isTerminal(f *os.File) bool {

@@ -11,17 +11,19 @@ import (
 	"testing"
 )
 
-// testWorld matches the packages the operator binary must not link: the
-// simulators, the embedded local world (internal/devenv, run by
-// cmd/hyperfleet-dev, and internal/spireworld, its spire-server), everything under test/ (test/testenv starts an API
-// server), envtest, the test doubles and helpers (pkg/provider/fake,
-// pkg/provider/providertest, internal/testdeps), and testing packages
-// (the standard library's and any .../testing). A binary that links them
-// ships code written for tests, not reviewed as product, in the operator's
-// image; envtest even starts an API server.
-var testWorld = regexp.MustCompile(`simulator|envtest|devenv|spireworld|/testing$|^testing$` +
-	`|^github\.com/hyperfleet/hyperfleet/test/` +
-	`|^github\.com/hyperfleet/hyperfleet/(internal/testdeps|internal/identity/identitytest|pkg/provider/fake|pkg/provider/providertest)$`)
+// testWorld matches the packages the operator binary must not link:
+// internal/testworld (the simulators, the local world of cmd/hyperfleet-dev
+// and its spire-server, test helpers and doubles), everything under test/
+// (test/testenv starts an API server), the public test doubles of the
+// provider contract (pkg/provider/fake, pkg/provider/providertest),
+// envtest, and testing packages (the standard library's and any
+// .../testing). A binary that links them ships code written for tests, not
+// reviewed as product, in the operator's image; envtest even starts an API
+// server. hack/pkg-docs's TestTestWorldUnderOneRoot keeps every internal
+// package the product does not link under internal/testworld.
+var testWorld = regexp.MustCompile(`envtest|/testing$|^testing$` +
+	`|^github\.com/hyperfleet/hyperfleet/(internal/testworld|test)/` +
+	`|^github\.com/hyperfleet/hyperfleet/pkg/provider/(fake|providertest)$`)
 
 // upstreamTestImports are testing packages a dependency links into every
 // binary that uses it, each with the only packages allowed to import it.
@@ -133,7 +135,7 @@ func TestTestWorldLinksNamesTheChain(t *testing.T) {
 	const (
 		root    = "github.com/hyperfleet/hyperfleet/cmd/hyperfleet"
 		manager = "github.com/hyperfleet/hyperfleet/internal/manager"
-		devenv  = "github.com/hyperfleet/hyperfleet/internal/devenv"
+		devenv  = "github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
 		testenv = "github.com/hyperfleet/hyperfleet/test/testenv"
 		gentype = "k8s.io/client-go/gentype"
 		fakes   = "k8s.io/client-go/testing"

@@ -1,4 +1,8 @@
-// Command hyperfleet is the HyperFleet operator.
+// Command hyperfleet is the HyperFleet operator binary: `hyperfleet manager`
+// reads its flags (and the environment and settings file,
+// internal/settings), loads or creates the ownership Secret and starts the
+// manager that internal/manager wires; it registers the CI platforms it
+// ships (workload.Register). It links no test world (deps_test.go).
 //
 //	hyperfleet manager [flags]   run the controllers (the container's entrypoint)
 //

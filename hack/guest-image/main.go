@@ -37,7 +37,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hyperfleet/hyperfleet/internal/simulator/qemu"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/qemu"
 )
 
 //go:embed base.sh

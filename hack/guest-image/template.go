@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hyperfleet/hyperfleet/internal/simulator/qemu"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/qemu"
 )
 
 // Bounds of the template's first boot under emulation; measured on 2

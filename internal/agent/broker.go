@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -146,7 +147,7 @@ func (b *BrokerSource) withSVID(ctx context.Context, use svidUser) (Credential, 
 	fetchCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	run, err := newSPIRERun(log, orDefault(b.SPIREAgent, DefaultSPIREAgent), filepath.Join(b.Root, filepath.FromSlash(SPIREDir)))
+	run, err := newSPIRERun(log, cmp.Or(b.SPIREAgent, DefaultSPIREAgent), filepath.Join(b.Root, filepath.FromSlash(SPIREDir)))
 	if err != nil {
 		return Credential{}, err
 	}
@@ -197,13 +198,6 @@ func (b *BrokerSource) attest(ctx, fetchCtx context.Context, run *spireRun) (tls
 	}
 	run.log.Info("X509-SVID obtained", "spiffeID", id, "notAfter", cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
 	return cert, nil
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // maxBrokerResponse bounds what is read of a broker response: a

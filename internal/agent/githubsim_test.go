@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
-	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 )
 
 const simPAT = "ghp_agentTest000000000000000000000000000"

@@ -1,5 +1,7 @@
 // Package agentserver serves the in-VM agent binary (hyperfleet-agent) to
-// VMs over HTTPS, for templates with spec.bootstrap.agentSource Operator.
+// VMs over HTTPS, for templates with spec.bootstrap.agentSource Operator,
+// and takes the agents' power-off notices; the same server carries the
+// credential broker (internal/broker).
 //
 // Why it exists: baking the agent into every Proxmox template ties each
 // agent upgrade to rebuilding every template. With the operator serving the

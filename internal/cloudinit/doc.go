@@ -1,5 +1,7 @@
-// Package cloudinit renders the NoCloud seed (user-data, meta-data,
-// network-config) HyperFleet puts on each VM's cloud-init ISO.
+// Package cloudinit renders and merges the NoCloud seed (user-data,
+// meta-data, network-config) HyperFleet puts on each VM's cloud-init ISO,
+// from the variables of the claim and its template (Vars) and the tenant's
+// own templates.
 //
 // Why it exists: every VM needs three things from cloud-init that only the
 // operator knows at creation time — its identity (host name, instance id),

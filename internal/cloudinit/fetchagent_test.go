@@ -15,7 +15,7 @@ import (
 	yaml "go.yaml.in/yaml/v3"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 )
 
 // renderedAgentFetch is what the operator's cloud-config carries for the

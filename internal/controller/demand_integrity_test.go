@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 )
 
 // dropNextWebhook makes the simulator lose the webhook of the next event

@@ -1,4 +1,16 @@
-// Package controller holds HyperFleet's reconcilers, one per kind.
+// Package controller holds HyperFleet's reconcilers, one per kind, each in
+// the same skeleton (docs/architecture.md, "One skeleton for every
+// reconciler"): <kind>_controller.go has the setup, the watches, Reconcile
+// and the scope's open and close, and <kind>_phases.go the phases (the
+// RunnerPool's are split by concern: runnerpool_claims.go, _scopecheck.go,
+// _backoff.go, _lifecycle.go, _scaling.go, _status.go). Around them: the
+// scopes' shared parts (scope.go), the in-use finalizers (inuse.go), the
+// RunnerPool resync (runnerpool_resync.go), refusals (refusals.go) and the
+// field indexes (indexes.go). The MachineClaim reconciler
+// (machineclaim_*.go) keeps its scope, its phase lists, its static addresses
+// (machineclaim_address.go) and the calls into the claim services
+// (internal/claimvm, claimrunner, claimidentity, guestsecrets, reservation,
+// claimstatus).
 //
 // The RBAC markers below are the permissions the manager needs as a whole;
 // controller-gen turns them into config/rbac/role.yaml.

@@ -17,7 +17,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 )
 
 func waitTemplate(t *testing.T, tmpl *hfv1.HypervisorMachineTemplate, status metav1.ConditionStatus, reason string) *hfv1.HypervisorMachineTemplate {

@@ -16,9 +16,9 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
-	"github.com/hyperfleet/hyperfleet/internal/identity/identitytest"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/identitytest"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 )
 
 // spiffeOperator runs the operator with its agent server (where the

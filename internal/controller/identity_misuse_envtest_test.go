@@ -14,7 +14,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
-	"github.com/hyperfleet/hyperfleet/internal/identity/identitytest"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/identitytest"
 )
 
 // attestingClaim creates a claim of f's attesting template and waits until

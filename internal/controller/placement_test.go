@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 )
 
 // placementWorld is a cluster whose tenancy gives the fixture's namespace

@@ -24,9 +24,9 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
-	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 )
 
 // guestAgentScript stands in for the in-VM agent: it makes the directory

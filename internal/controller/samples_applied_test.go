@@ -19,9 +19,9 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
-	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 

@@ -19,7 +19,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agent"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
-	vaultsim "github.com/hyperfleet/hyperfleet/internal/simulator/vault"
+	vaultsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/vault"
 )
 
 // TestSPIFFESecretStoreClaim: on a cluster with spec.spire.secretStore, a

@@ -1,5 +1,7 @@
-// Package hypervisors keeps one live Provider per HypervisorCluster, its
-// health and its latest VM listing, shared by every controller.
+// Package hypervisors is the registry of live hypervisors: one Provider per
+// HypervisorCluster, its health and its latest VM listing, shared by every
+// controller and the orphan sweeper, and the transitions (power-off hints)
+// that make a claim read its VM directly.
 //
 // The HypervisorCluster controller is the only writer of connections and
 // health: it builds the Provider from the cluster's spec and Secrets, probes

@@ -16,8 +16,8 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
-	"github.com/hyperfleet/hyperfleet/internal/identity/identitytest"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/identitytest"
 )
 
 func cfg(td, socket string) hfv1.SPIREConfig {

@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,9 +40,9 @@ func OpenStore(ctx context.Context, cfg *hfv1.SecretStoreConfig, read SecretRead
 // storeConfig is the back-end's configuration of cfg, without the token.
 func storeConfig(ctx context.Context, cfg *hfv1.SecretStoreConfig, read SecretReader) (vault.Config, error) {
 	vc := vault.Config{
-		Address: cfg.Address, KVMount: orDefault(cfg.KVMount, "secret"), PathPrefix: orDefault(cfg.PathPrefix, "hyperfleet"),
-		AuthMount: orDefault(cfg.AuthMount, "jwt"), Audience: orDefault(cfg.Audience, "hyperfleet-secret-store"),
-		VMPolicy: orDefault(cfg.VMPolicy, "hyperfleet-vm"),
+		Address: cfg.Address, KVMount: cmp.Or(cfg.KVMount, "secret"), PathPrefix: cmp.Or(cfg.PathPrefix, "hyperfleet"),
+		AuthMount: cmp.Or(cfg.AuthMount, "jwt"), Audience: cmp.Or(cfg.Audience, "hyperfleet-secret-store"),
+		VMPolicy: cmp.Or(cfg.VMPolicy, "hyperfleet-vm"),
 	}
 	if ref := cfg.CABundleRef; ref != nil {
 		ca, err := read(ctx, "spec.spire.secretStore.caBundleRef", *ref)
@@ -83,16 +84,9 @@ func StoreAgentConfig(ctx context.Context, cfg *hfv1.SecretStoreConfig, id strin
 // and path and the CA bundle (read from a Secret).
 func StoreSettings(cfg *hfv1.SecretStoreConfig) agentconfig.SecretStore {
 	return agentconfig.SecretStore{
-		Address: cfg.Address, AuthMount: orDefault(cfg.AuthMount, "jwt"), Audience: orDefault(cfg.Audience, "hyperfleet-secret-store"),
-		KVMount: orDefault(cfg.KVMount, "secret"),
+		Address: cfg.Address, AuthMount: cmp.Or(cfg.AuthMount, "jwt"), Audience: cmp.Or(cfg.Audience, "hyperfleet-secret-store"),
+		KVMount: cmp.Or(cfg.KVMount, "secret"),
 	}
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // Minter issues the claim's single-use runner credential and records what

@@ -1,7 +1,9 @@
-// Package manager wires HyperFleet's controllers, the orphan sweeper and
-// their shared state into a controller-runtime manager. The operator binary,
-// the local dev environment and the end-to-end tests all use it, so they run
-// exactly the same wiring.
+// Package manager wires every controller, the poller, the orphan sweeper,
+// the webhook receiver, the agent server and the credential broker, and
+// their shared state, into one controller-runtime manager, and loads or
+// creates the ownership key ring (ownership.go). The operator binary, the
+// local world (internal/testworld/devenv) and the end-to-end tests all use it, so they
+// run exactly the same wiring.
 package manager
 
 import (

@@ -1,6 +1,8 @@
-// Package metrics defines HyperFleet's Prometheus metrics. They are
-// registered on controller-runtime's registry, so the manager's /metrics
-// endpoint serves them next to the controller-runtime ones.
+// Package metrics defines the Prometheus metrics of every HyperFleet
+// controller; a CI platform's own (its API calls, its rate limits) are its
+// back-end's (pkg/workload/github). They are registered on
+// controller-runtime's registry, so the manager's /metrics endpoint serves
+// them next to the controller-runtime ones.
 package metrics
 
 import (

@@ -1,5 +1,8 @@
 // Package phase is the one step type every HyperFleet reconciler runs its
-// phases with (docs/architecture.md, "One skeleton for every reconciler").
+// phases with (docs/architecture.md, "One skeleton for every reconciler"): a
+// phase answers with a Result (Next, Recheck, Stop, StopAndRequeue), and Run
+// runs a scope's phase list in order until one stops or fails, keeping the
+// soonest requeue any of them asked for.
 //
 // A reconcile opens a scope (the object, what it depends on, one patch
 // helper), runs an ordered list of phases against it, and closes the scope,

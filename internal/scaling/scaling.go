@@ -1,7 +1,10 @@
-// Package scaling decides a RunnerPool's size. It is pure: the RunnerPool
+// Package scaling decides a RunnerPool's size with pure rules: the pool's
+// desired size and which claims to remove (scaling.go: the RunnerPool
 // controller counts the pool's claims and jobs into an Input, and Plan says
-// how many claims to create and which kinds to remove. Nothing here reads a
-// clock or the API server, so every rule is checked by property tests.
+// how many claims to create and which kinds to remove), the lifecycle limits
+// (lifecycle.go) and the replacement backoff (backoff.go). Nothing here
+// reads a clock or the API server, so every rule is checked by property
+// tests.
 //
 // # The rule
 //

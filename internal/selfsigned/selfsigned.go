@@ -1,6 +1,8 @@
-// Package selfsigned makes throw-away certificates for the simulators and
-// the tests: a certificate authority and a serving certificate it signs,
-// or one self-signed serving certificate. Production code does not use it.
+// Package selfsigned makes throw-away certificates: a certificate authority
+// and a serving certificate it signs, or one self-signed serving
+// certificate. The simulators and the tests use it for their TLS, and so
+// does the product: internal/vmspec's render check makes its placeholder
+// SPIRE trust bundle with it.
 package selfsigned
 
 import (

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox"
 )

@@ -250,7 +250,7 @@ func (w *world) sweepFor(d time.Duration) {
 	}
 }
 
-// vmsOf returns the ids of the non-template VMs, besides the ignored ones.
+// vms returns the ids of the non-template VMs, besides the ignored ones.
 func (w *world) vms() []int {
 	var out []int
 	for _, v := range w.hv.VMs() {

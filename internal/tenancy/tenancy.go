@@ -1,9 +1,8 @@
 // Package tenancy is the admin allow-lists of a HypervisorCluster
 // (spec.allowedNamespaces and spec.tenancy; docs/security.md "Admin
-// allow-lists"): which namespaces the cluster admits, and what a template
-// in one of them may use. What a tenant writes in a template never
-// authorizes a bridge, VLAN, template, storage or pool by itself; the
-// cluster's owner has to list it for the tenant's namespace.
+// allow-lists"): which namespaces the cluster admits (RulesFor), what a
+// template in one of them may use (Violations), and the TenancyRestricted
+// condition that reports it.
 package tenancy
 
 import (

@@ -1,6 +1,7 @@
 package vmspec
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -46,7 +47,7 @@ func TemplateHash(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 		Source:    tmpl.Spec.Source.Proxmox,
 		Resources: tmpl.Spec.Resources,
 		Network:   tmpl.Spec.Network,
-		Bridge:    orDefault(tmpl.Spec.Network.Bridge, cluster.Spec.DefaultBridge),
+		Bridge:    cmp.Or(tmpl.Spec.Network.Bridge, cluster.Spec.DefaultBridge),
 		DNS:       DNS(cluster, tmpl),
 	}
 	raw, err := json.Marshal(shape)

@@ -1,6 +1,7 @@
 package vmspec
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -40,14 +41,14 @@ type StaticAddr struct {
 func TemplateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool) cloudinit.Vars {
 	spec := tmpl.Spec
 	v := cloudinit.Vars{
-		NetworkMode:      orDefault(string(spec.Network.Mode), cloudinit.NetworkDHCP),
+		NetworkMode:      cmp.Or(string(spec.Network.Mode), cloudinit.NetworkDHCP),
 		PowerOffOnFinish: true,
 	}
 	if v.NetworkMode == cloudinit.NetworkDHCP {
 		v.DHCPClientIdentifier = cloudinit.DHCPIdentifierMAC
 		v.SendHostname = true
 		if d := spec.Network.DHCP; d != nil {
-			v.DHCPClientIdentifier = orDefault(string(d.ClientIdentifier), cloudinit.DHCPIdentifierMAC)
+			v.DHCPClientIdentifier = cmp.Or(string(d.ClientIdentifier), cloudinit.DHCPIdentifierMAC)
 			if d.SendHostname != nil {
 				v.SendHostname = *d.SendHostname
 			}
@@ -74,7 +75,7 @@ func TemplateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 		}
 	}
 
-	v.AttestationMethod = orDefault(string(spec.Attestation.Method), cloudinit.AttestationNone)
+	v.AttestationMethod = cmp.Or(string(spec.Attestation.Method), cloudinit.AttestationNone)
 	v.SPIFFEEnabled = v.AttestationMethod != cloudinit.AttestationNone
 	v.WorkloadMethod = cloudinit.WorkloadDirect
 	if v.SPIFFEEnabled {
@@ -92,7 +93,7 @@ func TemplateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 	if tpm := spec.Attestation.TPM; tpm != nil {
 		v.TPMDevicePath = tpm.DevicePath
 	}
-	v.BootstrapMethod = orDefault(string(spec.Bootstrap.Method), cloudinit.BootstrapJITConfig)
+	v.BootstrapMethod = cmp.Or(string(spec.Bootstrap.Method), cloudinit.BootstrapJITConfig)
 	// The runner part is the CI platform's: its back-end reads it from
 	// the template, defaults and resolved release included.
 	_, t, _ := ws.Template(tmpl)
@@ -193,11 +194,4 @@ func Input(tmpl *hfv1.HypervisorMachineTemplate, vars cloudinit.Vars) cloudinit.
 		in.UserData, in.NetworkData, in.MetaData = ci.UserData, ci.NetworkData, ci.MetaData
 	}
 	return in
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }

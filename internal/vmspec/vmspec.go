@@ -1,7 +1,8 @@
 // Package vmspec is what a claim's VM is made of: its hypervisor-neutral
-// spec (name, MAC, resources, network, template source), the variables of
-// its cloud-init seed (per template and per claim), the render check with
-// placeholder credentials, and the template drift hash over both.
+// provider.VMSpec (host name, MAC, resources, network, template source), the
+// cloud-init variables of its template and of the claim (vars.go), the
+// render check with placeholder credentials (render_check.go), and the
+// template drift hash over both (templatehash.go).
 package vmspec
 
 import (

@@ -28,7 +28,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
-	"github.com/hyperfleet/hyperfleet/internal/testdeps"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/testdeps"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 )

@@ -1,5 +1,7 @@
-// Package webhook receives GitHub's workflow_job webhooks and turns them
-// into demand records (CIJobs) through package demand.
+// Package webhook is the HTTPS receiver of GitHub's workflow_job webhooks,
+// on every manager replica: it bounds each delivery, verifies its signature,
+// drops repeated delivery ids and queues the event for workers that turn it
+// into a demand record (a CIJob) through package demand.
 //
 // The Receiver answers fast and works asynchronously: it checks the
 // request (method, content type, size, delivery id), admits it within the

@@ -1,6 +1,7 @@
 package workloads
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,7 +16,7 @@ import (
 func ReusableCredential(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, pools []hfv1.RunnerPool) (bool, string) {
 	b := tmpl.Spec.Bootstrap
 	if b.Method != hfv1.BootstrapRunnerToken {
-		return false, "Each VM receives a single-use credential for its own runner only (spec.bootstrap.method " + string(orDefaultMethod(b.Method)) + ")"
+		return false, "Each VM receives a single-use credential for its own runner only (spec.bootstrap.method " + string(cmp.Or(b.Method, hfv1.BootstrapJITConfig)) + ")"
 	}
 	var where []string
 	if _, t, ok := ws.Template(tmpl); ok && organizationScope(t.Scope) {
@@ -42,10 +43,3 @@ func ReusableCredential(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTempl
 // organizationScope reports whether s is a whole organization (and not no
 // scope at all).
 func organizationScope(s workload.Scope) bool { return !s.IsZero() && s.IsOrganization() }
-
-func orDefaultMethod(m hfv1.BootstrapMethod) hfv1.BootstrapMethod {
-	if m == "" {
-		return hfv1.BootstrapJITConfig
-	}
-	return m
-}

@@ -1,8 +1,10 @@
-// Package workloads is the controllers' side of the CI platforms: through
-// the back-end of an object's workload type (pkg/workload), it issues and
-// removes the runners of claims, verifies pools' scopes, cancels jobs,
-// resolves runner releases and lists the scopes the orphan sweep checks.
-// It imports no platform package: the platforms plug in as back-ends.
+// Package workloads is the controllers' side of the CI platforms
+// (Platforms): through the back-end of an object's workload type
+// (pkg/workload), it issues and removes the runners of claims with the
+// account their back-end builds, verifies pools' scopes, cancels jobs,
+// resolves runner releases (runner_release.go), lists the scopes the orphan
+// sweep checks (runner_scopes.go) and says whether a template's VMs get a
+// reusable credential (credential_scope.go). It imports no platform package.
 package workloads
 
 import (

@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
-	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 

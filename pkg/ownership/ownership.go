@@ -1,5 +1,8 @@
-// Package ownership marks hypervisor VMs as created by one HyperFleet install
-// and proves it later (docs/security.md, "Ownership keys").
+// Package ownership marks hypervisor VMs as created by one HyperFleet
+// install and proves it later (docs/security.md, "Ownership keys"): the
+// signed ownership block in a VM's description, and the signed VM
+// reservation and placement record of a claim. It is part of the hypervisor
+// contract (a provider writes and verifies the block), hence public.
 //
 // Proxmox tags cannot carry key/value pairs such as hyperfleet.io/managed-by=x
 // ('/', '=' and ':' are illegal), so a VM carries two marks:

@@ -1,6 +1,9 @@
-// Package provider is HyperFleet's hypervisor-neutral contract: the types
-// and the Provider interface the controllers use to create, observe and
-// destroy VMs, with no hypervisor library type leaking through.
+// Package provider is HyperFleet's hypervisor-neutral contract: the Provider
+// interface the controllers use to create, observe and destroy VMs, its
+// types (VMSpec, Progress, ClusterConfig) and its sentinel errors with their
+// classes (pkg/errclass), with no hypervisor library type leaking through. A
+// hypervisor is an implementation of it (pkg/provider/proxmox) registered by
+// kind.
 //
 // # Never block
 //

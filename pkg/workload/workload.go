@@ -1,9 +1,9 @@
-// Package workload is HyperFleet's neutral view of a CI platform: it issues
-// the single-use credential a VM's runner registers with, removes runners,
-// reports their state, lists the jobs waiting for runners and turns the
-// platform's webhooks into job events. GitHub Actions is the first
-// implementation (package github); GitLab CI and Buildkite can follow
-// without changing the controllers, so nothing here carries a GitHub shape.
+// Package workload is HyperFleet's neutral view of a CI platform: the
+// Provider that issues the single-use credential a VM's runner registers
+// with, removes runners, reports their state, lists the jobs waiting for
+// runners and turns the platform's webhooks into job events (WebhookParser),
+// and the Backend a platform plugs in with, registered by workload type
+// (backend.go, registry.go).
 //
 // Long-lived platform credentials (a personal access token, an App private
 // key, an installation token) stay inside an implementation. What leaves it

@@ -2,13 +2,13 @@
 
 // Package bench is the performance benchmark behind docs/performance.md
 // (`make bench`; `make bench-small` runs every part at a toy size). It
-// drives the local world of internal/devenv (the real kube-apiserver, the
-// Proxmox VE and GitHub simulators, guests running the real agent) with
-// the manager binary built from cmd/hyperfleet running as its own
-// process, measures each figure of issue 20 against the best that could
-// physically be done in the same run, and writes the report with
-// internal/bench. Nothing here asserts a speed: the report says PASS or
-// MISS.
+// drives the local world of internal/testworld/devenv (the real
+// kube-apiserver, the Proxmox VE and GitHub simulators, guests running the
+// real agent) with the manager binary built from cmd/hyperfleet running as
+// its own process, measures each figure of docs/architecture.md's
+// "Performance targets" against the best that could physically be done in
+// the same run, and writes the report with internal/testworld/bench. Nothing
+// here asserts a speed: the report says PASS or MISS.
 //
 // Environment: HF_BENCH_SMALL=1 for the small run; HF_BENCH_OUT, the
 // report's directory (default: a temporary one); HF_BENCH_POWEROFF, the
@@ -57,10 +57,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/bench"
-	"github.com/hyperfleet/hyperfleet/internal/devenv"
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/bench"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/test/managerproc"
 )
 

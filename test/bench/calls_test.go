@@ -3,7 +3,7 @@
 package bench
 
 import (
-	"github.com/hyperfleet/hyperfleet/internal/bench"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/bench"
 )
 
 // callTargets are the calls a job's life should make, with how many and

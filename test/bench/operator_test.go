@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hyperfleet/hyperfleet/internal/bench"
-	"github.com/hyperfleet/hyperfleet/internal/devenv"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/bench"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
 	"github.com/hyperfleet/hyperfleet/test/managerproc"
 )
 

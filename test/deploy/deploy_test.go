@@ -6,7 +6,7 @@
 // and the Deployment's pod run by podman kube play with the chart's own
 // security context, read-only root and volumes, its manager
 // authenticating as its ServiceAccount. The end-to-end
-// loop (internal/devenv: both simulators, guests that download the agent
+// loop (internal/testworld/devenv: both simulators, guests that download the agent
 // from the operator) must then pass with no forbidden request. Run with
 // `make test-deploy`.
 package deploy
@@ -41,7 +41,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/devenv"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
 )
 
 const (

@@ -12,8 +12,8 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/broker"
-	"github.com/hyperfleet/hyperfleet/internal/devenv"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
 )
 
 // TestSPIFFESecretStorePoolRunsJobs: with spec.spire.secretStore on the

@@ -23,9 +23,9 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
-	"github.com/hyperfleet/hyperfleet/internal/devenv"
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 )
 
 // isoWatch keeps every cloud-init ISO seen on the simulator's storage, as

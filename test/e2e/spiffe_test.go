@@ -21,12 +21,12 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/broker"
-	"github.com/hyperfleet/hyperfleet/internal/devenv"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
-	"github.com/hyperfleet/hyperfleet/internal/spireworld"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/spireworld"
 	"github.com/hyperfleet/hyperfleet/test/spiretest"
 )
 
@@ -298,7 +298,7 @@ func setSPIRE(t *testing.T, w *devenv.World, cfg *hfv1.SPIREConfig) {
 	})
 }
 
-// quick is the world's own latency model (internal/devenv); slowClone
+// quick is the world's own latency model (internal/testworld/devenv); slowClone
 // stretches the clone so that a restart fits between the join token's
 // creation and the VM's start.
 func quick() proxmoxsim.Latency {

@@ -8,7 +8,7 @@
 // gets through (docs/security.md, "The agent server's bounds").
 //
 // The manager runs as its own process (test/managerproc), built from
-// cmd/hyperfleet, against the local world of internal/devenv: the real
+// cmd/hyperfleet, against the local world of internal/testworld/devenv: the real
 // kube-apiserver, the Proxmox VE and GitHub simulators, and guests that
 // download the real agent from the manager's agent server, run a job and
 // send their power-off notice. Attackers connect from other loopback
@@ -43,8 +43,8 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/agent"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
-	"github.com/hyperfleet/hyperfleet/internal/devenv"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/test/managerproc"
 )

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/devenv"
-	"github.com/hyperfleet/hyperfleet/internal/simulator/guestnet"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/guestnet"
 )
 
 // TestDHCPClientIdentifierOnRealGuests: a template in network mode dhcp,

@@ -20,7 +20,7 @@ import (
 	"sync"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 )
 
 // seedSecretRE finds the single-use credentials in a seed's user-data:

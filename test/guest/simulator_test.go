@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
-	"github.com/hyperfleet/hyperfleet/internal/simulator/qemu"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/qemu"
 )
 
 // pve is a minimal Proxmox API client: form parameters in, data out.

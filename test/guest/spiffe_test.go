@@ -15,10 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/devenv"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
-	"github.com/hyperfleet/hyperfleet/internal/spireworld"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/spireworld"
 )
 
 var (

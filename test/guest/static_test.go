@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/devenv"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
 )
 
 // staticPool fits QEMU's user network (the simulator's 10.99.0.0/24:

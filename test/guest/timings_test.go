@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hyperfleet/hyperfleet/internal/bench"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/bench"
 )
 
 // TimingsEnv names a directory into which every scenario also writes its

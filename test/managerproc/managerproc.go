@@ -1,5 +1,5 @@
 // Package managerproc runs the manager binary built from cmd/hyperfleet as
-// its own process against an internal/devenv World (Options.ExternalOperator),
+// its own process against an internal/testworld/devenv World (Options.ExternalOperator),
 // with the flags a Deployment gives it, the agent server included: what the
 // benchmarks (test/bench) and the flood test (test/flood) measure, as in
 // production, its RSS from /proc. It is test code: nothing in cmd/ imports it.
@@ -24,8 +24,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
-	"github.com/hyperfleet/hyperfleet/internal/bench"
-	"github.com/hyperfleet/hyperfleet/internal/devenv"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/bench"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 

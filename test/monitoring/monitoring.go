@@ -241,7 +241,7 @@ func (d *Dashboard) Substitute(s string) (string, error) {
 	return out, nil
 }
 
-// labelValues matches Grafana's Prometheus variable functions whose
+// labelValuesCall and queryResultCall match Grafana's Prometheus variable functions whose
 // argument is PromQL: label_values(<selector>, <label>) and
 // query_result(<query>).
 var (

@@ -22,7 +22,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/secretstore"
 	"github.com/hyperfleet/hyperfleet/internal/secretstore/vault"
-	vaultsim "github.com/hyperfleet/hyperfleet/internal/simulator/vault"
+	vaultsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/vault"
 	"github.com/hyperfleet/hyperfleet/test/spiretest"
 )
 

@@ -15,10 +15,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/hyperfleet/hyperfleet/internal/spireworld"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/spireworld"
 )
 
-// Server is a running spire-server (internal/spireworld) with Server API
+// Server is a running spire-server (internal/testworld/spireworld) with Server API
 // clients on its admin socket.
 type Server struct {
 	*spireworld.Server

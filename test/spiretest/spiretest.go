@@ -20,7 +20,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/hyperfleet/hyperfleet/internal/spireworld"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/spireworld"
 )
 
 // SpireDir returns the directory holding spire-server and spire-agent:

@@ -13,7 +13,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
-	"github.com/hyperfleet/hyperfleet/internal/identity/identitytest"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/identitytest"
 )
 
 // identityWorld is serviceWorld with SPIRE: the cluster's spec.spire names

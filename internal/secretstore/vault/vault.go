@@ -1,7 +1,7 @@
 // Package vault is the secretstore back-end for HashiCorp Vault and OpenBao
-// (one API; the client is OpenBao's, which speaks to both). For each VM it
+// (one API; the client is OpenBao's, which speaks to both): for each VM it
 // writes the runner credential to the KV version 2 engine and creates the
-// JWT auth role the VM logs in with, bound to the VM's SPIFFE ID:
+// JWT auth role the VM logs in with, bound to the VM's SPIFFE ID.
 //
 //	<kvMount>/data/<pathPrefix>/<trust domain>/vm/<namespace>/<claim>/<uid>
 //	auth/<authMount>/role/<uid>

@@ -1,6 +1,6 @@
-// Package providertest is the contract test suite of provider.Provider.
-// Every implementation runs it, the in-memory fake and the real providers
-// against their simulators alike:
+// Package providertest is the contract test suite of provider.Provider,
+// which every implementation runs: the in-memory fake (pkg/provider/fake)
+// and the real providers against their simulators alike.
 //
 //	func TestContract(t *testing.T) {
 //		providertest.Run(t, func(t *testing.T) *providertest.Harness { ... })

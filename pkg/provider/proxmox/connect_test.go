@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 

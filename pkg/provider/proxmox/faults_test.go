@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 

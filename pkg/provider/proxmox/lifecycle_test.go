@@ -270,7 +270,7 @@ func TestEndpointTemplate(t *testing.T) {
 	}
 }
 
-// TestPowerAndStoppedVM: SetPower on an owned VM, and EnsureVM on a VM a
+// TestSetPower: SetPower on an owned VM, and EnsureVM on a VM a
 // caller powered off.
 func TestSetPower(t *testing.T) {
 	e := newEnv(t)

@@ -1,5 +1,8 @@
 // Package proxmox implements provider.Provider for Proxmox VE on
-// github.com/luthermonson/go-proxmox.
+// github.com/luthermonson/go-proxmox and the raw API, one step per call:
+// place, clone with the ownership marker, upload the NoCloud ISO, configure
+// and then resize or start, wait for the guest agent's addresses, eject and
+// delete the ISO.
 //
 // # Never block
 //

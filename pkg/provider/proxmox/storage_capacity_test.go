@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 

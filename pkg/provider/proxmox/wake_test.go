@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 

@@ -1,6 +1,7 @@
 package github
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -89,7 +90,7 @@ func (*Backend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Templat
 		CredentialsKey:  credentialsKey(gh),
 	}
 	t.Scope, t.ScopeField = templateScope(&gh)
-	if base := orDefault(gh.APIBaseURL, DefaultBaseURL); base != DefaultBaseURL {
+	if base := cmp.Or(gh.APIBaseURL, DefaultBaseURL); base != DefaultBaseURL {
 		t.Endpoint = base
 	}
 	t.DefaultLabels = DefaultLabels(t.Runner.OS, t.Runner.Arch)
@@ -167,7 +168,7 @@ func (b *Backend) Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemp
 func (b *Backend) config(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, scope workload.Scope, secrets workload.SecretReader) (Config, error) {
 	gh := tmpl.Spec.Bootstrap.GitHub
 	cfg := Config{
-		BaseURL: orDefault(gh.APIBaseURL, DefaultBaseURL), Scope: scope,
+		BaseURL: cmp.Or(gh.APIBaseURL, DefaultBaseURL), Scope: scope,
 		Transport: b.transport, Clock: b.clock,
 		RunnerURL:   runnerURLFor(gh, scope),
 		ObserveCall: observeCall, ObserveRate: observeRate(scope.Owner),
@@ -305,12 +306,12 @@ func runnerSoftware(tmpl *hfv1.HypervisorMachineTemplate) workload.RunnerSoftwar
 	if r == nil {
 		return rs
 	}
-	rs.InstallPath = orDefault(r.InstallPath, rs.InstallPath)
-	rs.WorkDir = orDefault(r.WorkDir, rs.WorkDir)
-	rs.ConfigScript = orDefault(r.ConfigScript, rs.ConfigScript)
-	rs.RunScript = orDefault(r.RunScript, rs.RunScript)
-	rs.OS = orDefault(string(r.OS), rs.OS)
-	rs.Arch = orDefault(string(r.Arch), rs.Arch)
+	rs.InstallPath = cmp.Or(r.InstallPath, rs.InstallPath)
+	rs.WorkDir = cmp.Or(r.WorkDir, rs.WorkDir)
+	rs.ConfigScript = cmp.Or(r.ConfigScript, rs.ConfigScript)
+	rs.RunScript = cmp.Or(r.RunScript, rs.RunScript)
+	rs.OS = cmp.Or(string(r.OS), rs.OS)
+	rs.Arch = cmp.Or(string(r.Arch), rs.Arch)
 	rs.Version = r.Version
 	rs.DownloadURL = strings.NewReplacer("{os}", rs.OS, "{arch}", rs.Arch).Replace(r.DownloadURL)
 	rs.DownloadSHA256 = r.DownloadSHA256
@@ -351,11 +352,4 @@ func registrationURL(gh hfv1.GitHubBootstrap) string {
 func runnerURLFor(gh hfv1.GitHubBootstrap, scope workload.Scope) string {
 	gh.Owner, gh.Repository = scope.Owner, scope.Repository
 	return registrationURL(gh)
-}
-
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }

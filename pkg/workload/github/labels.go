@@ -1,8 +1,10 @@
 // Package github is the GitHub Actions implementation of package workload:
-// runner credentials (JIT configurations and registration tokens) through
-// go-github with a personal access token or a GitHub App installation
-// (ghinstallation), runner deregistration, queued-job resync, run
-// cancellation, and verified workflow_job webhooks.
+// the Backend (backend.go: what a template, a pool and a claim say to
+// GitHub, and the providers of a template's credentials), runner credentials
+// (JIT configurations and registration tokens) through go-github with a
+// personal access token or a GitHub App installation (ghinstallation),
+// runner deregistration, queued-job resync, run cancellation, verified
+// workflow_job webhooks, rate limits and the metrics of its API calls.
 package github
 
 import "github.com/hyperfleet/hyperfleet/pkg/workload"

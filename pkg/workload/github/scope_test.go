@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
-	"github.com/hyperfleet/hyperfleet/internal/simulator/github/githubsimtest"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	ghworkload "github.com/hyperfleet/hyperfleet/pkg/workload/github"
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hyperfleet/hyperfleet/internal/testdeps"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/testdeps"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 

@@ -141,7 +141,7 @@ type GrowthPoint struct {
 	// window / poll interval); CPUPerPoll the CPU time over them.
 	Polls      int           `json:"polls"`
 	CPUPerPoll time.Duration `json:"cpuPerPoll"`
-	// KubeCalls and ProxmoxCalls are the operator's requests over the
+	// KubeCallsPerMin and ProxmoxCallsPerMin are the operator's requests over the
 	// window, per minute.
 	KubeCallsPerMin    float64 `json:"kubeCallsPerMin"`
 	ProxmoxCallsPerMin float64 `json:"proxmoxCallsPerMin"`

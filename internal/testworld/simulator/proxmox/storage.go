@@ -483,8 +483,8 @@ func splitList(v string) []string {
 	return f
 }
 
-// volumesOfVMLocked lists volumes owned by vmid in scope order, for the
-// state dump.
+// sortedVolumes lists a storage's volumes by scope, then volume id, for
+// the state dump.
 func sortedVolumes(st *storage) []*volume {
 	out := make([]*volume, 0, len(st.volumes))
 	for _, v := range st.volumes {

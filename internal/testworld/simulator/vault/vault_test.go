@@ -15,7 +15,7 @@ import (
 
 	bao "github.com/openbao/openbao/api/v2"
 
-	"github.com/hyperfleet/hyperfleet/internal/simulator/vault"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/vault"
 )
 
 const (

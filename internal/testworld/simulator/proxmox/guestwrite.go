@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hyperfleet/hyperfleet/internal/simulator/qemu"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/qemu"
 )
 
 // maxFileWriteContent is qemu-server's limit on file-write's content

@@ -1,4 +1,4 @@
-// Package guestnet gives real guests (internal/simulator/qemu behind the
+// Package guestnet gives real guests (internal/testworld/simulator/qemu behind the
 // Proxmox simulator) a network of their own for tests: a network namespace
 // with a bridge, a real DHCP server on it (dnsmasq) and forwarders from
 // the bridge's address to servers on the host's loopback. Everything it

@@ -9,8 +9,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 )
 
 // EnqueueJobs queues n jobs for the pool's label on the repository; each

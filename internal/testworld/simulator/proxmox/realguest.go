@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hyperfleet/hyperfleet/internal/simulator/qemu"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/qemu"
 )
 
 // GuestImage marks a template as a real guest: starting it, or any clone

@@ -17,8 +17,8 @@ import (
 
 	"github.com/hyperfleet/hyperfleet/internal/agent"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 )
 
 // UseInProcessGuests makes the VMs booted from now on in-process guests

@@ -21,7 +21,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 
-	"github.com/hyperfleet/hyperfleet/internal/testdeps"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/testdeps"
 )
 
 // This file checks the simulator against GitHub's own published contract:

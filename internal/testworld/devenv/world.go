@@ -43,11 +43,11 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
-	"github.com/hyperfleet/hyperfleet/internal/simulator/guestnet"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
-	vaultsim "github.com/hyperfleet/hyperfleet/internal/simulator/vault"
-	"github.com/hyperfleet/hyperfleet/internal/spireworld"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/guestnet"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
+	vaultsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/vault"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/spireworld"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
@@ -126,7 +126,7 @@ type Options struct {
 	// as hyperfleet-agent-linux-amd64.
 	AgentFromOperator bool
 	// SPIFFE gives the VMs SPIFFE identities: the world runs a real
-	// spire-server (internal/spireworld), the cluster names it in
+	// spire-server (internal/testworld/spireworld), the cluster names it in
 	// spec.spire, the template attests with join tokens, and every guest's
 	// agent starts a real spire-agent with its token, then fetches its
 	// runner credential from the operator's credential broker with its
@@ -144,7 +144,7 @@ type Options struct {
 	GuestImage *proxmoxsim.GuestImage
 	// SecretStore (with SPIFFE) has the VMs read their runner credential
 	// from a secrets store instead of the broker: the world runs the fake
-	// Vault (internal/simulator/vault) on loopback HTTPS, its JWT auth
+	// Vault (internal/testworld/simulator/vault) on loopback HTTPS, its JWT auth
 	// trusting the spire-server's JWT keys, and sets the cluster's
 	// spec.spire.secretStore (docs/secrets-store.md).
 	SecretStore bool

@@ -1,5 +1,5 @@
 // Package spireworld runs the real spire-server for HyperFleet's local
-// world (`hyperfleet dev --spiffe`, internal/devenv) and its tests
+// world (`hyperfleet dev --spiffe`, internal/testworld/devenv) and its tests
 // (test/spiretest wraps it for *testing.T): one trust domain, the
 // join_token node attestor, the admin API on a unix socket and the agent
 // API on a loopback port. Like the simulators it is test world: the
@@ -87,7 +87,7 @@ func repoRoot() string {
 	if !ok {
 		panic("spireworld: cannot find the source file's path")
 	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
 }
 
 // Server is a running spire-server.

@@ -1,12 +1,12 @@
-package githubsim
+package proxmoxsim
 
 import (
 	"time"
 
-	"github.com/hyperfleet/hyperfleet/internal/simulator/simclock"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/simclock"
 )
 
-// Clock is the simulator's source of time (package simclock). Job durations, token expiry, rate-limit windows and runner heartbeat timeouts run on it.
+// Clock is the simulator's source of time (package simclock). Every task, boot and status sample is scheduled on it.
 type Clock = simclock.Clock
 
 // Timer is a scheduled call that can be stopped.

@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
-	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/simulator/proxmox"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 )
 
 // TestSnapshotDone: done means every job completed and nothing beyond the

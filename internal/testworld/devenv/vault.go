@@ -11,8 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	githubsim "github.com/hyperfleet/hyperfleet/internal/simulator/github"
-	vaultsim "github.com/hyperfleet/hyperfleet/internal/simulator/vault"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
+	vaultsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/vault"
 )
 
 // The world's secrets store (Options.SecretStore), configured as
@@ -34,7 +34,7 @@ const (
 	vaultOperatorToken = "s.hyperfleet-operator-dev"
 )
 
-// startVault runs the fake Vault (internal/simulator/vault) on loopback
+// startVault runs the fake Vault (internal/testworld/simulator/vault) on loopback
 // HTTPS: KV version 2, JWT auth whose jwks_url serves the world's
 // spire-server's JWT keys (read again on every fetch, so a rotation is
 // followed), the VMs' templated policy and the operator's token.
