@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"testing"
@@ -17,7 +16,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
-	"github.com/hyperfleet/hyperfleet/pkg/ownership"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/testobjects"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	fakeprovider "github.com/hyperfleet/hyperfleet/pkg/provider/fake"
 )
@@ -41,16 +40,6 @@ func unitProviders(t *testing.T, hv *fakeprovider.Cluster, probeErr error) map[h
 		}
 		return probeFails{p, probeErr}, nil
 	})}
-}
-
-// unitSigner is the ownership key of the table tests.
-func unitSigner(t *testing.T) *ownership.Signer {
-	t.Helper()
-	s, err := ownership.NewSigner("unit", bytes.Repeat([]byte{7}, ownership.MinKeyLength))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // TestReconcileHypervisorCluster runs the HypervisorCluster's phase lists
@@ -182,7 +171,7 @@ func TestReconcileHypervisorCluster(t *testing.T) {
 			}
 			c := unitWorld(t, tc.funcs, append(tc.objs, tc.cluster)...)
 			rec := record.NewFakeRecorder(16)
-			r := &HypervisorClusterReconciler{Client: c, Registry: hypervisors.NewRegistry(), Signer: unitSigner(t), Recorder: rec, Clock: clk}
+			r := &HypervisorClusterReconciler{Client: c, Registry: hypervisors.NewRegistry(), Signer: testobjects.Signer(t), Recorder: rec, Clock: clk}
 			if !tc.noFactory {
 				r.Factories = unitProviders(t, hv, tc.probeErr)
 			}

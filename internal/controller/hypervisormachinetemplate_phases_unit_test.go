@@ -16,6 +16,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/testobjects"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	fakeprovider "github.com/hyperfleet/hyperfleet/pkg/provider/fake"
 )
@@ -174,7 +175,7 @@ func TestReconcileHypervisorMachineTemplate(t *testing.T) {
 			if !tc.offline {
 				cfg := provider.ClusterConfig{Name: cluster, VMIDStart: 100, VMIDEnd: 999}
 				if _, err := reg.Connect(cluster, cfg, func() (provider.Provider, error) {
-					return hv.NewProvider(cfg, provider.Deps{Signer: unitSigner(t)})
+					return hv.NewProvider(cfg, provider.Deps{Signer: testobjects.Signer(t)})
 				}); err != nil {
 					t.Fatal(err)
 				}

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -14,6 +13,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/controller/refusal"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/testobjects"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
 
@@ -21,7 +21,7 @@ import (
 // the reason and a message naming the field and the way out.
 func TestRefusals(t *testing.T) {
 	tmpl := func(mutate func(*hfv1.HypervisorMachineTemplate)) *refusal.Refusal {
-		tm := renderCheckTemplate(mutate)
+		tm := testobjects.GitHubTemplate(mutate)
 		return refusal.Template(ciPlatforms, tm)
 	}
 	cases := []struct {
@@ -175,14 +175,4 @@ func decodeSample(t *testing.T, file string, raw []byte, into any) {
 	if err := yaml.UnmarshalStrict(raw, into); err != nil {
 		t.Fatalf("%s does not decode into the Go types: %v", file, err)
 	}
-}
-
-// renderCheckTemplate is a GitHub Actions template, changed by mutate.
-func renderCheckTemplate(mutate func(*hfv1.HypervisorMachineTemplate)) *hfv1.HypervisorMachineTemplate {
-	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "debian"}}
-	tmpl.Spec.Bootstrap.GitHub = hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org"}
-	if mutate != nil {
-		mutate(tmpl)
-	}
-	return tmpl
 }

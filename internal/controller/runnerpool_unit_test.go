@@ -14,6 +14,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
 	"github.com/hyperfleet/hyperfleet/internal/poolclaims"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/testobjects"
 )
 
 // unitEpoch is the reference instant of the unit tests in this file.
@@ -39,7 +40,7 @@ func unitClaim(name string, age time.Duration, mut ...func(*hfv1.MachineClaim)) 
 func withPhase(p hfv1.MachineClaimPhase) func(*hfv1.MachineClaim) {
 	return func(c *hfv1.MachineClaim) {
 		c.Status.Phase = p
-		e := endOf(p)
+		e := testobjects.EndOf(p)
 		if e == nil {
 			return
 		}
@@ -503,17 +504,4 @@ func TestHardEnd(t *testing.T) {
 			}
 		})
 	}
-}
-
-// endOf is the status.end a claim in phase has (nil before it ends).
-func endOf(phase hfv1.MachineClaimPhase) *hfv1.MachineClaimEnd {
-	switch phase {
-	case hfv1.MachineClaimTerminating:
-		return &hfv1.MachineClaimEnd{Reason: hfv1.EndPoweredOff}
-	case hfv1.MachineClaimFailed:
-		return &hfv1.MachineClaimEnd{Reason: hfv1.EndFailed, Failed: true}
-	case hfv1.MachineClaimFinished:
-		return &hfv1.MachineClaimEnd{Reason: hfv1.EndJobCompleted, FinishedAt: &metav1.Time{}}
-	}
-	return nil
 }

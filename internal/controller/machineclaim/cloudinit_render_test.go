@@ -14,6 +14,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/testobjects"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
 
@@ -28,15 +29,6 @@ func (b *countingBootstrap) BootstrapVars(_ context.Context, _ *hfv1.MachineClai
 
 func (b *countingBootstrap) Release(context.Context, *hfv1.MachineClaim, *hfv1.HypervisorMachineTemplate) error {
 	return nil
-}
-
-func renderCheckTemplate(mutate func(*hfv1.HypervisorMachineTemplate)) *hfv1.HypervisorMachineTemplate {
-	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "debian"}}
-	tmpl.Spec.Bootstrap.GitHub = hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org"}
-	if mutate != nil {
-		mutate(tmpl)
-	}
-	return tmpl
 }
 
 // brokenTemplates render without per-VM values (the template hash), but
@@ -64,7 +56,7 @@ func TestClaimCloudInitChecksBeforeIssuing(t *testing.T) {
 	for _, tc := range brokenTemplates {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &countingBootstrap{}
-			ci := &claimCloudInit{r: &Reconciler{Bootstrap: b, Workloads: ciPlatforms, Clock: clocktesting.NewFakeClock(time.Now())}, claim: claim.DeepCopy(), tmpl: renderCheckTemplate(tc.mutate), cluster: cluster}
+			ci := &claimCloudInit{r: &Reconciler{Bootstrap: b, Workloads: ciPlatforms, Clock: clocktesting.NewFakeClock(time.Now())}, claim: claim.DeepCopy(), tmpl: testobjects.GitHubTemplate(tc.mutate), cluster: cluster}
 			_, err := ci.Render(context.Background())
 			if !errors.Is(err, vmspec.ErrRender) {
 				t.Fatalf("Render error = %v, want a render error", err)
@@ -81,7 +73,7 @@ func TestClaimCloudInitChecksBeforeIssuing(t *testing.T) {
 		b := &countingBootstrap{}
 		now := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
 		ci := &claimCloudInit{r: &Reconciler{Bootstrap: b, Workloads: ciPlatforms, Clock: clocktesting.NewFakeClock(now)},
-			claim: claim.DeepCopy(), tmpl: renderCheckTemplate(nil), cluster: cluster}
+			claim: claim.DeepCopy(), tmpl: testobjects.GitHubTemplate(nil), cluster: cluster}
 		out, err := ci.Render(context.Background())
 		if err != nil {
 			t.Fatalf("Render: %v", err)
@@ -110,7 +102,7 @@ func TestCheckTemplateRender(t *testing.T) {
 	cluster := &hfv1.HypervisorCluster{}
 	for _, tc := range brokenTemplates {
 		t.Run(tc.name, func(t *testing.T) {
-			tmpl := renderCheckTemplate(tc.mutate)
+			tmpl := testobjects.GitHubTemplate(tc.mutate)
 			// The case must get past the drift hash, or it would not show
 			// that the full render is needed.
 			if _, err := vmspec.TemplateHash(ciPlatforms, tmpl, cluster, nil, nil); err != nil {
@@ -124,7 +116,7 @@ func TestCheckTemplateRender(t *testing.T) {
 	}
 	for _, method := range []hfv1.BootstrapMethod{hfv1.BootstrapJITConfig, hfv1.BootstrapRunnerToken} {
 		t.Run("valid "+string(method), func(t *testing.T) {
-			tmpl := renderCheckTemplate(func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Bootstrap.Method = method })
+			tmpl := testobjects.GitHubTemplate(func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Bootstrap.Method = method })
 			if err := vmspec.CheckTemplate(ciPlatforms, tmpl, cluster, nil, nil); err != nil {
 				t.Fatalf("vmspec.CheckTemplate of a valid template: %v", err)
 			}

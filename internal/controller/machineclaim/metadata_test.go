@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/testobjects"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 )
 
@@ -97,7 +98,7 @@ func TestRestoreReservation(t *testing.T) {
 			r := &Reconciler{Client: reservationWorld(t, tc.nsLabels), Signer: signer, Recorder: events}
 			claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team", UID: types.UID("uid-1")}}
 			claim.Spec.TemplateRef.Name = "tmpl"
-			claim.Status.Phase, claim.Status.VMRef, claim.Status.End = tc.phase, tc.vmRef, endOf(tc.phase)
+			claim.Status.Phase, claim.Status.VMRef, claim.Status.End = tc.phase, tc.vmRef, testobjects.EndOf(tc.phase)
 			if tc.annotation != "" {
 				claim.Annotations = map[string]string{hfv1.VMReservationAnnotation: tc.annotation}
 			}
@@ -192,17 +193,4 @@ func TestClaimRechecksTenancy(t *testing.T) {
 			}
 		})
 	}
-}
-
-// endOf is the status.end a claim in phase has (nil before it ends).
-func endOf(phase hfv1.MachineClaimPhase) *hfv1.MachineClaimEnd {
-	switch phase {
-	case hfv1.MachineClaimTerminating:
-		return &hfv1.MachineClaimEnd{Reason: hfv1.EndPoweredOff}
-	case hfv1.MachineClaimFailed:
-		return &hfv1.MachineClaimEnd{Reason: hfv1.EndFailed, Failed: true}
-	case hfv1.MachineClaimFinished:
-		return &hfv1.MachineClaimEnd{Reason: hfv1.EndJobCompleted, FinishedAt: &metav1.Time{}}
-	}
-	return nil
 }

@@ -1,7 +1,6 @@
 package machineclaim
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/testobjects"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
@@ -31,16 +31,6 @@ import (
 // unitCluster is the HypervisorCluster the service tests connect.
 const unitCluster = "pve-a"
 
-// unitSigner is the ownership key of the service tests.
-func unitSigner(t *testing.T) *ownership.Signer {
-	t.Helper()
-	s, err := ownership.NewSigner("unit", bytes.Repeat([]byte{7}, ownership.MinKeyLength))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // serviceWorld is a reconciler whose registry has unitCluster connected
 // and Ready on an in-memory hypervisor, with a fake clock and recorder.
 func serviceWorld(t *testing.T) (*Reconciler, *fakeprovider.Cluster, *clocktesting.FakeClock, *record.FakeRecorder) {
@@ -50,7 +40,7 @@ func serviceWorld(t *testing.T) (*Reconciler, *fakeprovider.Cluster, *clocktesti
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer := unitSigner(t)
+	signer := testobjects.Signer(t)
 	reg := hypervisors.NewRegistry()
 	cfg := provider.ClusterConfig{Name: unitCluster, VMIDStart: 1000, VMIDEnd: 1999, Nodes: []string{"node-1"}}
 	if _, err := reg.Connect(unitCluster, cfg, func() (provider.Provider, error) {
