@@ -23,7 +23,9 @@
 // claim (status.identity.credentialRequestedAt, written under the claim's
 // resourceVersion, so of two racing requests on any replicas one wins)
 // before the credential is minted, and what was minted is recorded before
-// it is returned. Every refusal has its own HTTP status and reason, an
+// it is returned. Those records, and a misuse, are the only things the
+// broker writes in a claim (recordFacts): facts, never a condition or
+// the phase, which the claim reconciler derives from them. Every refusal has its own HTTP status and reason, an
 // event on the claim when one is identified, and a count in
 // hyperfleet_broker_requests_total.
 //
@@ -324,10 +326,11 @@ func (b *Broker) stolen(ctx context.Context, claim *hfv1.MachineClaim, id spiffe
 	msg := fmt.Sprintf("a valid X509-SVID of %s was presented to the credential broker from %s %s", id, remote, what)
 	identity.CountMisuse(hfv1.MisuseBrokerProofInvalid)
 	for attempt := 0; ; attempt++ {
-		if !identity.RecordMisuse(claim, hfv1.MisuseBrokerProofInvalid, msg, b.clock().Now()) {
+		marked := claim.DeepCopy()
+		if !identity.RecordMisuse(marked, hfv1.MisuseBrokerProofInvalid, msg, b.clock().Now()) {
 			break
 		}
-		err := b.Client.Status().Update(ctx, claim)
+		err := b.recordFacts(ctx, claim, marked.Status.Identity, claim.Status.Bootstrap)
 		if err == nil {
 			b.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.IdentityStolenReason), "The VM's identity was stolen: "+msg)
 			break
@@ -344,16 +347,19 @@ func (b *Broker) stolen(ctx context.Context, claim *hfv1.MachineClaim, id spiffe
 
 // deliver records the request, mints the credential and records it.
 func (b *Broker) deliver(ctx context.Context, claim *hfv1.MachineClaim) (*Response, *refusal) {
-	now := metav1.NewTime(b.clock().Now())
-	claim.Status.Identity.CredentialRequestedAt = &now
-	if err := b.Client.Status().Update(ctx, claim); err != nil {
+	requested := claim.Status.Identity.DeepCopy()
+	requested.CredentialRequestedAt = &metav1.Time{Time: b.clock().Now()}
+	if err := b.recordFacts(ctx, claim, requested, claim.Status.Bootstrap); err != nil {
 		// A conflict is another replica serving the same VM's retry, or
 		// the claim controller writing: the VM asks again and one wins.
 		ref := refuse(http.StatusServiceUnavailable, ReasonBusy, "record the request in MachineClaim %s/%s: %v", claim.Namespace, claim.Name, err)
 		ref.retryAfter = time.Second
 		return nil, ref
 	}
-	cred, err := b.Issuer.RunnerCredential(ctx, claim)
+	// The issuer fills in the bootstrap record of a copy: recordIssued
+	// writes it as the change from the claim as recorded.
+	minted := claim.DeepCopy()
+	cred, err := b.Issuer.RunnerCredential(ctx, minted)
 	if err != nil {
 		// Nothing was handed out: free the claim for the VM's retry.
 		b.undo(ctx, claim)
@@ -364,7 +370,7 @@ func (b *Broker) deliver(ctx context.Context, claim *hfv1.MachineClaim) (*Respon
 		}
 		return nil, ref
 	}
-	if err := b.recordIssued(ctx, claim); err != nil {
+	if err := b.recordIssued(ctx, claim, minted.Status.Bootstrap); err != nil {
 		// The credential exists but is not recorded: withhold it (the
 		// runner never comes online, and the claim is replaced) rather
 		// than hand out something the operator would not clean up.
@@ -394,10 +400,9 @@ func regToken(c workload.Credential) string {
 
 // recordIssued writes the bootstrap status the issuer filled in, reading
 // the claim again on a conflict.
-func (b *Broker) recordIssued(ctx context.Context, claim *hfv1.MachineClaim) error {
-	issued := claim.Status.Bootstrap.DeepCopy()
+func (b *Broker) recordIssued(ctx context.Context, claim *hfv1.MachineClaim, issued *hfv1.BootstrapStatus) error {
 	for attempt := 0; ; attempt++ {
-		err := b.Client.Status().Update(ctx, claim)
+		err := b.recordFacts(ctx, claim, claim.Status.Identity, issued)
 		if err == nil || !apierrors.IsConflict(err) || attempt == 4 {
 			return err
 		}
@@ -405,7 +410,6 @@ func (b *Broker) recordIssued(ctx context.Context, claim *hfv1.MachineClaim) err
 		if err := b.Reader.Get(ctx, client.ObjectKeyFromObject(claim), fresh); err != nil {
 			return err
 		}
-		fresh.Status.Bootstrap = issued
 		*claim = *fresh
 	}
 }
@@ -416,10 +420,32 @@ func (b *Broker) undo(ctx context.Context, claim *hfv1.MachineClaim) {
 	if err := b.Reader.Get(ctx, client.ObjectKeyFromObject(claim), fresh); err != nil || fresh.Status.Identity == nil {
 		return
 	}
-	fresh.Status.Identity.CredentialRequestedAt = nil
-	if err := b.Client.Status().Update(ctx, fresh); err != nil {
+	cleared := fresh.Status.Identity.DeepCopy()
+	cleared.CredentialRequestedAt = nil
+	if err := b.recordFacts(ctx, fresh, cleared, fresh.Status.Bootstrap); err != nil {
 		ctrl.LoggerFrom(ctx).Info("Could not clear the credential request after a failed issue; the claim's VM cannot retry", "err", err.Error())
 	}
+}
+
+// recordFacts writes the broker's facts about a claim and nothing else:
+// status.identity and status.bootstrap as given, as a JSON merge patch
+// computed against the claim as read (so it names only what changed in
+// those two fields), under the claim's resourceVersion (a conflict means
+// the claim was written since; the caller decides whether to read it
+// again). These facts must be stored before a credential leaves: the
+// broker serves on every replica, the claim reconciler runs on the leader
+// alone. It never writes a condition or the phase; the reconciler derives
+// those from these facts when the status write wakes it through its watch
+// (docs/architecture.md, "Who writes a claim's status"). On success claim
+// is the claim as stored.
+func (b *Broker) recordFacts(ctx context.Context, claim *hfv1.MachineClaim, id *hfv1.IdentityStatus, boot *hfv1.BootstrapStatus) error {
+	after := claim.DeepCopy()
+	after.Status.Identity, after.Status.Bootstrap = id.DeepCopy(), boot.DeepCopy()
+	if err := b.Client.Status().Patch(ctx, after, client.MergeFromWithOptions(claim, client.MergeFromWithOptimisticLock{})); err != nil {
+		return err
+	}
+	*claim = *after
+	return nil
 }
 
 func (b *Broker) limiter() *rate.Limiter {

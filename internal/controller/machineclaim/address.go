@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 )
@@ -24,24 +23,25 @@ var errAddressWait = errors.New("waiting for an address")
 // staticAddress returns the claim's address from its template's pool,
 // allocating one (and recording it in status) on first use. The address is
 // recorded before anything uses it, so a restart never hands it out twice.
-func (r *Reconciler) staticAddress(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) (netip.Addr, *ipam.Pool, bool, error) {
+func (r *Reconciler) staticAddress(ctx context.Context, s *claimScope, tmpl *hfv1.HypervisorMachineTemplate) (netip.Addr, *ipam.Pool, bool, error) {
+	claim := s.claim
 	ref := tmpl.Spec.Network.IPPoolRef
 	poolObj := &hfv1.IPPool{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: ref.Name}, poolObj); err != nil {
-		return netip.Addr{}, nil, false, r.waitForAddress(claim, string(hfv1.IPPoolExhaustedReason), fmt.Sprintf("spec.network.ipPoolRef of template %s: IPPool %s: %v", tmpl.Name, ref.Name, err))
+		return netip.Addr{}, nil, false, r.waitForAddress(s, string(hfv1.IPPoolExhaustedReason), fmt.Sprintf("spec.network.ipPoolRef of template %s: IPPool %s: %v", tmpl.Name, ref.Name, err))
 	}
 	recorded := recordedAllocation(claim, ref.Name)
 	if !poolObj.DeletionTimestamp.IsZero() && recorded == nil {
-		return netip.Addr{}, nil, false, r.waitForAddress(claim, "IPPoolNotReady", fmt.Sprintf("IPPool %s (spec.network.ipPoolRef of template %s) is being deleted and gives no new addresses; point the template at another pool", ref.Name, tmpl.Name))
+		return netip.Addr{}, nil, false, r.waitForAddress(s, "IPPoolNotReady", fmt.Sprintf("IPPool %s (spec.network.ipPoolRef of template %s) is being deleted and gives no new addresses; point the template at another pool", ref.Name, tmpl.Name))
 	}
 	allowed, err := tenancy.SelectorAdmits(ctx, r.Client, poolObj.Spec.AllowedNamespaces, claim.Namespace)
 	if err != nil || !allowed {
-		return netip.Addr{}, nil, false, r.waitForAddress(claim, string(hfv1.NamespaceNotAllowedReason),
+		return netip.Addr{}, nil, false, r.waitForAddress(s, string(hfv1.NamespaceNotAllowedReason),
 			fmt.Sprintf("IPPool %s does not admit namespace %s (spec.allowedNamespaces)", ref.Name, claim.Namespace))
 	}
 	pool, err := ipam.ParsePool(PoolSpec(poolObj))
 	if err != nil {
-		return netip.Addr{}, nil, false, r.waitForAddress(claim, string(hfv1.InvalidSpecReason), fmt.Sprintf("IPPool %s is invalid: %v", ref.Name, err))
+		return netip.Addr{}, nil, false, r.waitForAddress(s, string(hfv1.InvalidSpecReason), fmt.Sprintf("IPPool %s is invalid: %v", ref.Name, err))
 	}
 	if recorded != nil {
 		addr, err := ipam.ParseAllocatedAddress(recorded.Address)
@@ -51,9 +51,9 @@ func (r *Reconciler) staticAddress(ctx context.Context, claim *hfv1.MachineClaim
 	switch {
 	case errors.Is(err, ipam.ErrExhausted):
 		r.Recorder.Eventf(claim, corev1.EventTypeWarning, string(hfv1.IPPoolExhaustedReason), "IPPool %s has no free address", ref.Name)
-		return netip.Addr{}, nil, false, r.waitForAddress(claim, string(hfv1.IPPoolExhaustedReason), fmt.Sprintf("IPPool %s has no free address; the claim waits for one", ref.Name))
+		return netip.Addr{}, nil, false, r.waitForAddress(s, string(hfv1.IPPoolExhaustedReason), fmt.Sprintf("IPPool %s has no free address; the claim waits for one", ref.Name))
 	case err != nil:
-		return netip.Addr{}, nil, false, r.waitForAddress(claim, "IPPoolNotReady", fmt.Sprintf("IPPool %s: %v", ref.Name, err))
+		return netip.Addr{}, nil, false, r.waitForAddress(s, "IPPoolNotReady", fmt.Sprintf("IPPool %s: %v", ref.Name, err))
 	}
 	if claim.Status.Network == nil {
 		claim.Status.Network = &hfv1.MachineNetworkStatus{}
@@ -82,8 +82,8 @@ func recordedAllocation(claim *hfv1.MachineClaim, pool string) *hfv1.IPAllocatio
 	return nil
 }
 
-func (r *Reconciler) waitForAddress(claim *hfv1.MachineClaim, reason, msg string) error {
-	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
+func (r *Reconciler) waitForAddress(s *claimScope, reason, msg string) error {
+	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
 	return errAddressWait
 }
 

@@ -27,7 +27,6 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cachelag"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
-	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/controller/refusal"
@@ -280,7 +279,7 @@ func (r *Reconciler) runStateList(ctx context.Context, s *claimScope) (phase.Res
 		return phase.Sequence(r.endPhases()...)(ctx, s)
 	}
 	list := r.buildPhases()
-	if hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+	if s.facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) {
 		list = r.runningPhases()
 	}
 	res, err := phase.Sequence(list...)(ctx, s)
@@ -306,7 +305,7 @@ func (r *Reconciler) ensureMetadata(ctx context.Context, s *claimScope) (phase.R
 func (r *Reconciler) checkSupported(_ context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
 	if ref := refusal.Claim(r.Workloads, claim); ref != nil && claim.Status.VMRef == nil {
-		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, ref.Reason, ref.Message)
+		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, ref.Reason, ref.Message)
 		return phase.Stop(), nil
 	}
 	return phase.Next(), nil

@@ -35,7 +35,8 @@ func poolEnd(req *hfv1.MachineClaimEndRequest) claimEnd {
 // beginEnd records that the claim began to end: status.end, the display
 // reason and the Ending condition. A claim ends once; a later call only
 // replaces the recorded cause (see replaceCause).
-func (r *Reconciler) beginEnd(claim *hfv1.MachineClaim, e claimEnd) {
+func (r *Reconciler) beginEnd(s *claimScope, e claimEnd) {
+	claim := s.claim
 	if e.condition == "" {
 		e.condition = hfv1.ConditionReason(string(e.reason.ConditionReason()))
 	}
@@ -49,18 +50,18 @@ func (r *Reconciler) beginEnd(claim *hfv1.MachineClaim, e claimEnd) {
 		StartedAt: metav1.NewTime(r.Clock.Now()),
 	}
 	claim.Status.TerminationReason = conditions.Truncate(e.code+": "+e.message, 1024)
-	SetEnding(claim, e.condition, e.message)
+	s.facts.ending(e.condition, e.message)
 }
 
 // fail ends a claim as Failed; its VM is then kept stopped when its pool
 // retains failed VMs.
-func (r *Reconciler) fail(claim *hfv1.MachineClaim, e claimEnd) {
+func (r *Reconciler) fail(s *claimScope, e claimEnd) {
 	e.failed = true
 	if e.condition == "" {
 		e.condition = hfv1.ConditionReason(string(e.reason.ConditionReason()))
 	}
-	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, e.condition, conditions.Truncate(e.message, 1024))
-	r.beginEnd(claim, e)
+	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, e.condition, conditions.Truncate(e.message, 1024))
+	r.beginEnd(s, e)
 }
 
 // checkEndRequest carries out the pool's request (spec.end) on a claim
@@ -74,17 +75,17 @@ func (r *Reconciler) checkEndRequest(ctx context.Context, s *claimScope) (phase.
 	case req == nil || claim.Ended():
 		return phase.Next(), nil
 	case req.Fail:
-		r.fail(claim, poolEnd(req))
+		r.fail(s, poolEnd(req))
 		return phase.Next(), nil
 	}
 	if !req.Reason.Hard() {
 		// The runner goes first, which the CI platform refuses while it
 		// runs a job: the VM then stays (Draining).
-		if drained, wait := r.drainRunner(ctx, claim); !drained {
+		if drained, wait := r.drainRunner(ctx, s); !drained {
 			return phase.StopAndRequeue(wait), nil
 		}
 	}
-	r.beginEnd(claim, poolEnd(req))
+	r.beginEnd(s, poolEnd(req))
 	return phase.Next(), nil
 }
 
@@ -141,10 +142,10 @@ func (r *Reconciler) reconcileTerminate(ctx context.Context, s *claimScope) (pha
 	if done, result := r.deleteVM(ctx, s); !done {
 		return phase.StopAndRequeue(result.RequeueAfter), nil
 	}
-	if done, wait := r.releaseRunnerOfGoneVM(ctx, claim); !done {
+	if done, wait := r.releaseRunnerOfGoneVM(ctx, s); !done {
 		return phase.StopAndRequeue(wait), nil
 	}
-	if done, wait := r.releaseIdentityOfGoneVM(ctx, claim); !done {
+	if done, wait := r.releaseIdentityOfGoneVM(ctx, s); !done {
 		return phase.StopAndRequeue(wait), nil
 	}
 	if end := claim.Status.End; end != nil {
@@ -160,12 +161,12 @@ func (r *Reconciler) reconcileTerminate(ctx context.Context, s *claimScope) (pha
 // does not verify) and keeps the claim for inspection.
 func (r *Reconciler) reconcileFailed(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
-	if claim.Status.VMRef == nil || hfv1.IsConditionFalse(claim.Status.Conditions, hfv1.MachineClaimOwnershipVerifiedCondition) {
+	if claim.Status.VMRef == nil || s.facts.isFalse(claim, hfv1.MachineClaimOwnershipVerifiedCondition) {
 		return phase.Stop(), nil
 	}
 	if retained, result := r.retainFailedVM(ctx, s); retained {
 		// A VM kept for debugging is stopped: its identity goes now.
-		if done, wait := r.releaseIdentityOfGoneVM(ctx, claim); !done {
+		if done, wait := r.releaseIdentityOfGoneVM(ctx, s); !done {
 			return phase.StopAndRequeue(wait), nil
 		}
 		return phase.StopAndRequeue(result.RequeueAfter), nil
@@ -173,7 +174,7 @@ func (r *Reconciler) reconcileFailed(ctx context.Context, s *claimScope) (phase.
 	if done, result := r.deleteVM(ctx, s); !done {
 		return phase.StopAndRequeue(result.RequeueAfter), nil
 	}
-	_, wait := r.releaseIdentityOfGoneVM(ctx, claim)
+	_, wait := r.releaseIdentityOfGoneVM(ctx, s)
 	return phase.StopAndRequeue(wait), nil
 }
 
@@ -197,7 +198,7 @@ func (r *Reconciler) checkDeletion(ctx context.Context, s *claimScope) (phase.Re
 		return phase.Next(), nil
 	}
 	if !claim.HardEnd() {
-		if drained, wait := r.drainRunner(ctx, claim); !drained {
+		if drained, wait := r.drainRunner(ctx, s); !drained {
 			return phase.StopAndRequeue(wait), nil
 		}
 	}
@@ -206,7 +207,7 @@ func (r *Reconciler) checkDeletion(ctx context.Context, s *claimScope) (phase.Re
 		e = poolEnd(req)
 		e.failed = false
 	}
-	r.beginEnd(claim, e)
+	r.beginEnd(s, e)
 	return phase.Next(), nil
 }
 
@@ -220,7 +221,7 @@ func (r *Reconciler) releaseVM(ctx context.Context, s *claimScope) (phase.Result
 
 // releaseRunner removes a deleted claim's runner once its VM is gone.
 func (r *Reconciler) releaseRunner(ctx context.Context, s *claimScope) (phase.Result, error) {
-	if done, wait := r.releaseRunnerOfGoneVM(ctx, s.claim); !done {
+	if done, wait := r.releaseRunnerOfGoneVM(ctx, s); !done {
 		return phase.StopAndRequeue(wait), nil
 	}
 	return phase.Next(), nil
@@ -270,7 +271,7 @@ func (r *Reconciler) finish(ctx context.Context, s *claimScope) error {
 		}
 		now := metav1.NewTime(r.Clock.Now())
 		claim.Status.End.FinishedAt = &now
-		SetEnding(claim, hfv1.FinishedReason, "The VM is gone; the claim is kept as history")
+		s.facts.ending(hfv1.FinishedReason, "The VM is gone; the claim is kept as history")
 		r.countOutcome(claim)
 		return nil
 	}

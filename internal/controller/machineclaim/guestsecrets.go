@@ -144,11 +144,11 @@ func (s *secretsService) Prepare(claim *hfv1.MachineClaim) bool {
 // without a guest agent). An error is the provider's ErrNotOwned: the VM
 // recorded for the claim does not carry its ownership marker, and nothing
 // was written into it.
-func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, p provider.Provider) (retry time.Duration, failure string, err error) {
+func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, facts *claimFacts, p provider.Provider) (retry time.Duration, failure string, err error) {
 	ref := claim.Status.VMRef
 	runner, identity := NeedsCredential(claim), needsJoinToken(claim)
 	if !runner && !identity || ref == nil || claim.Status.End != nil || claim.EndRequested() ||
-		!hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+		!facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) {
 		return 0, "", nil
 	}
 	if runner && s.Prepare(claim) {
@@ -162,10 +162,10 @@ func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, 
 	doc, what, err := s.document(ctx, claim, runner, identity)
 	if err != nil {
 		msg := "Could not issue the VM's " + what + " yet: " + err.Error()
-		if c := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimBootstrappedCondition); c == nil || c.Message != conditions.Truncate(msg, 32768) {
+		if c := facts.condition(claim, hfv1.MachineClaimBootstrappedCondition); c == nil || c.Message != conditions.Truncate(msg, 32768) {
 			s.Recorder.Event(claim, corev1.EventTypeWarning, "FailedDeliverCredential", conditions.Truncate(msg, 1024))
 		}
-		s.pending(claim, runner, msg)
+		s.pending(claim, facts, runner, msg)
 		return s.Backoff(claim), "", nil
 	}
 	content, err := json.Marshal(doc)
@@ -177,20 +177,20 @@ func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, 
 	clear(content)
 	switch c := provider.Classify(err); {
 	case err == nil:
-		s.delivered(claim, runner, identity)
+		s.delivered(claim, facts, runner, identity)
 		return 0, "", nil
 	case errors.Is(err, provider.ErrNotOwned):
 		s.Minted.Forget(claim.UID)
 		return 0, "", err
 	case errors.Is(err, provider.ErrGuestNotReady):
-		s.pending(claim, runner, "Waiting for the VM's guest to take its "+what+": "+err.Error())
+		s.pending(claim, facts, runner, "Waiting for the VM's guest to take its "+what+": "+err.Error())
 		return guestRetry, "", nil
 	case c == provider.ClassConfiguration || c == provider.ClassPermanent:
 		s.Minted.Forget(claim.UID)
 		return 0, fmt.Sprintf("the %s cannot be placed in VM %d, so the VM can never run its job: %v", what, ref.VMID, err), nil
 	default:
 		ctrl.LoggerFrom(ctx).Info("Placing the VM's secrets failed; retrying", "err", err.Error())
-		s.pending(claim, runner, "Could not place the "+what+" in the VM yet: "+err.Error())
+		s.pending(claim, facts, runner, "Could not place the "+what+" in the VM yet: "+err.Error())
 		return s.Backoff(claim), "", nil
 	}
 }
@@ -247,12 +247,12 @@ func (s *secretsService) credential(ctx context.Context, claim *hfv1.MachineClai
 }
 
 // delivered records the write.
-func (s *secretsService) delivered(claim *hfv1.MachineClaim, runner, identity bool) {
+func (s *secretsService) delivered(claim *hfv1.MachineClaim, facts *claimFacts, runner, identity bool) {
 	now := &metav1.Time{Time: s.Clock.Now()}
 	ref := claim.Status.VMRef
 	if identity {
 		claim.Status.Identity.JoinTokenDeliveredAt = now
-		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason,
+		facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason,
 			"The join token is in the running VM ("+agentconfig.SecretsFile+"); waiting for its spire-agent to attest")
 		s.Recorder.Eventf(claim, corev1.EventTypeNormal, "JoinTokenDelivered", "Placed the join token and the broker proof in VM %d through its guest agent", ref.VMID)
 		metrics.GuestSecretsDelivered.WithLabelValues("join-token").Inc()
@@ -261,7 +261,7 @@ func (s *secretsService) delivered(claim *hfv1.MachineClaim, runner, identity bo
 		s.Minted.Forget(claim.UID)
 		b := claim.Status.Bootstrap
 		b.CredentialDeliveredAt = now
-		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.CredentialDeliveredReason,
+		facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.CredentialDeliveredReason,
 			fmt.Sprintf("The runner credential of runner %s is in the running VM (%s); waiting for the runner to come online", b.RunnerName, agentconfig.SecretsFile))
 		s.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.CredentialDeliveredReason), "Placed the single-use runner credential of runner %s in VM %d through its guest agent", b.RunnerName, ref.VMID)
 		metrics.GuestSecretsDelivered.WithLabelValues("runner-credential").Inc()
@@ -269,12 +269,12 @@ func (s *secretsService) delivered(claim *hfv1.MachineClaim, runner, identity bo
 }
 
 // pending says on the claim why its secrets are not in the VM yet.
-func (s *secretsService) pending(claim *hfv1.MachineClaim, runner bool, msg string) {
+func (s *secretsService) pending(claim *hfv1.MachineClaim, facts *claimFacts, runner bool, msg string) {
 	if runner {
-		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.CredentialNotDeliveredReason, msg)
+		facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.CredentialNotDeliveredReason, msg)
 		return
 	}
-	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason, msg)
+	facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason, msg)
 }
 
 // Minted holds, in this process's memory only, the runner credentials

@@ -95,17 +95,17 @@ func TestDeliverRunnerCredential(t *testing.T) {
 	claim, m, g := runningClaim(), &minter{}, &guest{errs: []error{fmt.Errorf("not yet: %w", provider.ErrGuestNotReady)}}
 	s, rec := service(m, &Minted{})
 
-	retry, failure, err := s.Deliver(ctx, claim, g)
+	retry, failure, err := deliver(ctx, s, claim, g)
 	if err != nil || failure != "" || retry <= 0 || m.issued != 0 || claim.Status.Bootstrap == nil || claim.Status.Bootstrap.CredentialRequestedAt == nil {
 		t.Fatalf("first pass: retry %v, %q, %v, issued %d, bootstrap %+v; want the request recorded and nothing issued", retry, failure, err, m.issued, claim.Status.Bootstrap)
 	}
-	if retry, _, _ = s.Deliver(ctx, claim, g); retry != guestRetry || m.issued != 1 || len(g.written) != 0 {
+	if retry, _, _ = deliver(ctx, s, claim, g); retry != guestRetry || m.issued != 1 || len(g.written) != 0 {
 		t.Fatalf("a guest not ready: retry %v, issued %d, written %d", retry, m.issued, len(g.written))
 	}
 	if c := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimBootstrappedCondition); c == nil || c.Reason != string(hfv1.CredentialNotDeliveredReason) {
 		t.Errorf("Bootstrapped = %+v, want CredentialNotDelivered", c)
 	}
-	if retry, failure, err = s.Deliver(ctx, claim, g); retry != 0 || failure != "" || err != nil || m.issued != 1 {
+	if retry, failure, err = deliver(ctx, s, claim, g); retry != 0 || failure != "" || err != nil || m.issued != 1 {
 		t.Fatalf("delivery: %v %q %v, issued %d; want the first credential placed", retry, failure, err, m.issued)
 	}
 	if doc := placed(t, g); doc.JITConfig != "jit-1" || doc.JoinToken != "" {
@@ -124,7 +124,7 @@ func TestDeliverRunnerCredential(t *testing.T) {
 	if _, ok := s.Minted.get(claim); ok {
 		t.Error("the placed credential is still kept in memory")
 	}
-	if retry, _, _ = s.Deliver(ctx, claim, g); retry != 0 || m.issued != 1 || len(g.written) != 1 {
+	if retry, _, _ = deliver(ctx, s, claim, g); retry != 0 || m.issued != 1 || len(g.written) != 1 {
 		t.Errorf("after the delivery: retry %v, issued %d, written %d; want nothing", retry, m.issued, len(g.written))
 	}
 }
@@ -136,13 +136,13 @@ func TestDeliverAfterRestart(t *testing.T) {
 	claim, m := runningClaim(), &minter{}
 	s, _ := service(m, &Minted{})
 	for _, g := range []*guest{{}, {errs: []error{fmt.Errorf("cut: %w", provider.ErrGuestNotReady)}}} {
-		if _, _, err := s.Deliver(ctx, claim, g); err != nil {
+		if _, _, err := deliver(ctx, s, claim, g); err != nil {
 			t.Fatal(err)
 		}
 	}
 	restarted, _ := service(m, &Minted{})
 	g := &guest{}
-	if _, _, err := restarted.Deliver(ctx, claim, g); err != nil || m.issued != 2 {
+	if _, _, err := deliver(ctx, restarted, claim, g); err != nil || m.issued != 2 {
 		t.Fatalf("after the restart: %v, issued %d; want a second credential", err, m.issued)
 	}
 	if doc := placed(t, g); doc.JITConfig != "jit-2" {
@@ -169,14 +169,14 @@ func TestDeliverWhatEachVMNeeds(t *testing.T) {
 	seeded := runningClaim()
 	seeded.Status.Bootstrap = &hfv1.BootstrapStatus{RunnerName: "runner-a", CredentialIssuedAt: &metav1.Time{Time: time.Now()}}
 	g := &guest{}
-	if retry, _, _ := s.Deliver(ctx, seeded, g); retry != 0 || m.issued != 0 || len(g.written) != 0 || seeded.Status.Bootstrap.CredentialRequestedAt != nil {
+	if retry, _, _ := deliver(ctx, s, seeded, g); retry != 0 || m.issued != 0 || len(g.written) != 0 || seeded.Status.Bootstrap.CredentialRequestedAt != nil {
 		t.Errorf("a VM seeded before the guest channel: retry %v, issued %d, written %d", retry, m.issued, len(g.written))
 	}
 
 	attests := runningClaim()
 	attests.Status.Identity = &hfv1.IdentityStatus{SPIFFEID: "spiffe://example.org/vm/ci/runner-a/uid-a", JoinTokenCreatedAt: &metav1.Time{Time: time.Now()}}
 	g = &guest{}
-	if _, _, err := s.Deliver(ctx, attests, g); err != nil || m.issued != 0 {
+	if _, _, err := deliver(ctx, s, attests, g); err != nil || m.issued != 0 {
 		t.Fatalf("a claim that attests: %v, issued %d", err, m.issued)
 	}
 	if doc := placed(t, g); doc.JoinToken != "join-token" || doc.BrokerProof != "proof" || doc.JITConfig != "" {
@@ -192,7 +192,7 @@ func TestDeliverWhatEachVMNeeds(t *testing.T) {
 	ending.Status.End = &hfv1.MachineClaimEnd{}
 	for name, c := range map[string]*hfv1.MachineClaim{"booting": booting, "ending": ending} {
 		g := &guest{}
-		if retry, _, _ := s.Deliver(ctx, c, g); retry != 0 || len(g.written) != 0 || c.Status.Bootstrap != nil {
+		if retry, _, _ := deliver(ctx, s, c, g); retry != 0 || len(g.written) != 0 || c.Status.Bootstrap != nil {
 			t.Errorf("%s: retry %v, written %d, bootstrap %+v; want nothing", name, retry, len(g.written), c.Status.Bootstrap)
 		}
 	}
@@ -216,10 +216,10 @@ func TestDeliverRefusals(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			claim := runningClaim()
 			s, _ := service(&minter{}, &Minted{})
-			if _, _, err := s.Deliver(ctx, claim, &guest{}); err != nil {
+			if _, _, err := deliver(ctx, s, claim, &guest{}); err != nil {
 				t.Fatal(err)
 			}
-			retry, failure, err := s.Deliver(ctx, claim, &guest{errs: []error{tc.err}})
+			retry, failure, err := deliver(ctx, s, claim, &guest{errs: []error{tc.err}})
 			if (err != nil) != tc.wantErr || !strings.Contains(failure, tc.wantFailure) || (tc.wantFailure == "") != (failure == "") || retry != tc.wantRetry {
 				t.Fatalf("Deliver = %v, %q, %v", retry, failure, err)
 			}

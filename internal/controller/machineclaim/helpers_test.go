@@ -1,6 +1,7 @@
 package machineclaim
 
 import (
+	"context"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -8,6 +9,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -32,4 +34,21 @@ func unitClaim(name string, age time.Duration) hfv1.MachineClaim {
 		UID:               types.UID("uid-" + name),
 		CreationTimestamp: metav1.Time{Time: unitEpoch.Add(age)},
 	}}
+}
+
+// deliver runs one Deliver step and writes the conditions it found, as
+// the scope's close does.
+func deliver(ctx context.Context, s *secretsService, claim *hfv1.MachineClaim, p provider.Provider) (time.Duration, string, error) {
+	var facts claimFacts
+	retry, failure, err := s.Deliver(ctx, claim, &facts, p)
+	setConditions(claim, &facts)
+	return retry, failure, err
+}
+
+// inScope runs step on a scope of claim and writes the conditions it
+// found, as the scope's close does.
+func inScope(claim *hfv1.MachineClaim, step func(s *claimScope)) {
+	s := &claimScope{claim: claim}
+	step(s)
+	setConditions(claim, &s.facts)
 }

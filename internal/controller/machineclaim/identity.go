@@ -16,9 +16,9 @@ import (
 // (containStolenIdentity); it runs on every pass of a claim that is not
 // being deleted, ended or not, until the eviction is done.
 func (r *Reconciler) checkMisuse(ctx context.Context, s *claimScope) (phase.Result, error) {
-	failure, retry := r.containStolenIdentity(ctx, s.claim)
+	failure, retry := r.containStolenIdentity(ctx, s)
 	if failure != "" {
-		r.fail(s.claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.IdentityStolenReason, message: failure})
+		r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.IdentityStolenReason, message: failure})
 	}
 	return phase.Recheck(retry), nil
 }
@@ -37,7 +37,7 @@ func (r *Reconciler) secretSteps() *secretsService {
 // (Deliver): its runner credential, or its join token and
 // broker proof.
 func (r *Reconciler) ensureSecrets(ctx context.Context, s *claimScope) (phase.Result, error) {
-	retry, failure, err := r.secretSteps().Deliver(ctx, s.claim, s.provider)
+	retry, failure, err := r.secretSteps().Deliver(ctx, s.claim, &s.facts, s.provider)
 	switch {
 	case err != nil:
 		return r.provisionError(ctx, s, err)
@@ -46,7 +46,7 @@ func (r *Reconciler) ensureSecrets(ctx context.Context, s *claimScope) (phase.Re
 		if s.claim.Status.Identity != nil {
 			reason = hfv1.AttestationFailedReason
 		}
-		r.fail(s.claim, claimEnd{reason: hfv1.EndFailed, condition: reason, message: failure})
+		r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: reason, message: failure})
 		return phase.Stop(), nil
 	}
 	return phase.Recheck(retry), nil
@@ -54,7 +54,7 @@ func (r *Reconciler) ensureSecrets(ctx context.Context, s *claimScope) (phase.Re
 
 // ensureIdentity issues the claim's identity before its VM is built.
 func (r *Reconciler) ensureIdentity(ctx context.Context, s *claimScope) (phase.Result, error) {
-	done, requeue, err := r.issueIdentity(ctx, s.claim, s.tmpl, s.cluster)
+	done, requeue, err := r.issueIdentity(ctx, s, s.tmpl, s.cluster)
 	switch {
 	case err != nil:
 		return r.provisionError(ctx, s, err)
@@ -66,9 +66,9 @@ func (r *Reconciler) ensureIdentity(ctx context.Context, s *claimScope) (phase.R
 
 // checkAttestation fails a claim whose VM's agent did not attest in time.
 func (r *Reconciler) checkAttestation(ctx context.Context, s *claimScope) (phase.Result, error) {
-	recheck, failure := r.awaitAttestation(ctx, s.claim, s.cluster)
+	recheck, failure := r.awaitAttestation(ctx, s, s.cluster)
 	if failure != "" {
-		r.fail(s.claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.AttestationFailedReason, message: failure})
+		r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.AttestationFailedReason, message: failure})
 		return phase.Stop(), nil
 	}
 	return phase.Recheck(recheck), nil
@@ -77,7 +77,7 @@ func (r *Reconciler) checkAttestation(ctx context.Context, s *claimScope) (phase
 // ensureStoredCredential hands an attested VM its runner credential through its
 // cluster's secrets store.
 func (r *Reconciler) ensureStoredCredential(ctx context.Context, s *claimScope) (phase.Result, error) {
-	switch result, requeue := r.storeCredentialInStore(ctx, s.claim, s.cluster); result {
+	switch result, requeue := r.storeCredentialInStore(ctx, s, s.cluster); result {
 	case StoreWait:
 		return phase.StopAndRequeue(requeue), nil
 	case StoreDelivered:
@@ -89,7 +89,7 @@ func (r *Reconciler) ensureStoredCredential(ctx context.Context, s *claimScope) 
 // releaseIdentity releases a deleted claim's identity once its VM is
 // gone.
 func (r *Reconciler) releaseIdentity(ctx context.Context, s *claimScope) (phase.Result, error) {
-	if done, wait := r.releaseIdentityOfGoneVM(ctx, s.claim); !done {
+	if done, wait := r.releaseIdentityOfGoneVM(ctx, s); !done {
 		return phase.StopAndRequeue(wait), nil
 	}
 	return phase.Next(), nil
@@ -100,15 +100,15 @@ func (r *Reconciler) releaseIdentity(ctx context.Context, s *claimScope) (phase.
 // it used by someone else fails (its identity was stolen). The end list
 // runs in the same pass.
 func (r *Reconciler) endPoweredOff(ctx context.Context, s *claimScope, msg string) {
-	msg, reason := r.joinTokenGaveUp(ctx, s.claim, s.cluster, msg)
+	msg, reason := r.joinTokenGaveUp(ctx, s, s.cluster, msg)
 	switch reason {
 	case hfv1.IdentityStolenReason:
-		r.fail(s.claim, claimEnd{reason: hfv1.EndFailed, condition: reason, message: msg})
+		r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: reason, message: msg})
 		return
 	case "":
 		reason = hfv1.VMPoweredOffReason
 	}
-	r.beginEnd(s.claim, claimEnd{reason: hfv1.EndPoweredOff, condition: reason, message: msg})
+	r.beginEnd(s, claimEnd{reason: hfv1.EndPoweredOff, condition: reason, message: msg})
 }
 
 // readClusterSecret reads a Secret key a cluster references.

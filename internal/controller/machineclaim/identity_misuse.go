@@ -40,7 +40,8 @@ type TokenRefusals interface {
 // and returns the message the claim fails with, empty when it has ended
 // already or no misuse is recorded. retry is how soon to try the eviction
 // again when the server could not be reached.
-func (r *Reconciler) containStolenIdentity(ctx context.Context, claim *hfv1.MachineClaim) (failure string, retry time.Duration) {
+func (r *Reconciler) containStolenIdentity(ctx context.Context, s *claimScope) (failure string, retry time.Duration) {
+	claim := s.claim
 	st := claim.Status.Identity
 	if st == nil || st.Misuse == nil {
 		return "", 0
@@ -58,7 +59,7 @@ func (r *Reconciler) containStolenIdentity(ctx context.Context, claim *hfv1.Mach
 				st.SPIFFEID, st.EntryID, st.NodeID)
 		}
 	}
-	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.IdentityStolenReason, conditions.Truncate(msg, 1024))
+	s.facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.IdentityStolenReason, conditions.Truncate(msg, 1024))
 	if claim.Status.End != nil {
 		return "", retry
 	}

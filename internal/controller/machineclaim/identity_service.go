@@ -26,7 +26,6 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/clusterconfig"
-	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 )
@@ -52,14 +51,15 @@ func Attests(tmpl *hfv1.HypervisorMachineTemplate) bool {
 // requeue, having recorded a step or why it waits. An error is a
 // classified failure for the caller to report (a refused request, an entry
 // of ours taken by another identity).
-func (r *Reconciler) issueIdentity(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) (done bool, requeue time.Duration, err error) {
+func (r *Reconciler) issueIdentity(ctx context.Context, s *claimScope, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) (done bool, requeue time.Duration, err error) {
+	claim := s.claim
 	st := claim.Status.Identity
 	if !Attests(tmpl) || claim.Status.VMRef != nil || st != nil && st.JoinTokenCreatedAt != nil {
 		return true, 0, nil
 	}
 	srv, err := r.spireServer(ctx, cluster)
 	if err != nil {
-		r.identityWaits(claim, hfv1.SPIREUnavailableReason, "New VMs wait for the SPIRE server: "+err.Error())
+		r.identityWaits(s, hfv1.SPIREUnavailableReason, "New VMs wait for the SPIRE server: "+err.Error())
 		// A wait, reported in the condition, not a failed reconcile.
 		return false, r.backoff(claim), nil //nolint:nilerr // the condition carries the error; the backoff paces the retries
 	}
@@ -71,7 +71,7 @@ func (r *Reconciler) issueIdentity(ctx context.Context, claim *hfv1.MachineClaim
 		// Recorded first: whatever is created on the SPIRE server from
 		// here on is found again, and removed, through these ids.
 		claim.Status.Identity = plan
-		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason,
+		s.facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason,
 			"The VM's SPIFFE ID is "+plan.SPIFFEID+"; its join token is not issued yet")
 		return false, time.Millisecond, nil
 	}
@@ -84,7 +84,7 @@ func (r *Reconciler) issueIdentity(ctx context.Context, claim *hfv1.MachineClaim
 		return false, 0, fmt.Errorf("issue the VM's identity: %w", err)
 	}
 	if err != nil {
-		r.identityWaits(claim, hfv1.SPIREUnavailableReason, "Could not issue the VM's identity: "+err.Error())
+		r.identityWaits(s, hfv1.SPIREUnavailableReason, "Could not issue the VM's identity: "+err.Error())
 		ctrl.LoggerFrom(ctx).Info("Issuing the VM's identity failed", "err", err.Error())
 		return false, r.backoff(claim), nil
 	}
@@ -97,8 +97,8 @@ func (r *Reconciler) issueIdentity(ctx context.Context, claim *hfv1.MachineClaim
 }
 
 // identityWaits says on the Provisioned condition why a new VM waits.
-func (r *Reconciler) identityWaits(claim *hfv1.MachineClaim, reason hfv1.ConditionReason, msg string) {
-	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
+func (r *Reconciler) identityWaits(s *claimScope, reason hfv1.ConditionReason, msg string) {
+	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
 }
 
 // awaitAttestation checks whether a running VM's agent attested. It returns
@@ -106,21 +106,22 @@ func (r *Reconciler) identityWaits(claim *hfv1.MachineClaim, reason hfv1.Conditi
 // attested by the cluster's deadline or whose token expired unused (a used
 // or expired token makes spire-agent retry forever), the message the claim
 // fails with.
-func (r *Reconciler) awaitAttestation(ctx context.Context, claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster) (recheck time.Duration, failure string) {
+func (r *Reconciler) awaitAttestation(ctx context.Context, s *claimScope, cluster *hfv1.HypervisorCluster) (recheck time.Duration, failure string) {
+	claim := s.claim
 	st := claim.Status.Identity
-	provisioned := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+	provisioned := s.facts.condition(claim, hfv1.MachineClaimProvisionedCondition)
 	if st == nil || st.AttestedAt != nil || st.JoinTokenCreatedAt == nil || st.Misuse != nil || provisioned == nil || provisioned.Status != metav1.ConditionTrue {
 		return 0, ""
 	}
 	attested := func(msg string) {
-		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason, msg)
+		s.facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason, msg)
 	}
 	srv, err := r.spireServer(ctx, cluster)
 	if err == nil {
 		var ok bool
 		if ok, err = r.Issuer.Attested(ctx, srv, claim); err == nil && ok {
 			st.AttestedAt = &metav1.Time{Time: r.Clock.Now()}
-			conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimAttestedCondition, metav1.ConditionTrue, hfv1.AttestedReason,
+			s.facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionTrue, hfv1.AttestedReason,
 				"The VM's spire-agent attested as "+st.NodeID)
 			r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.AttestedReason), "The VM's spire-agent attested; its SPIFFE ID is %s", st.SPIFFEID)
 			return 0, ""
@@ -134,7 +135,7 @@ func (r *Reconciler) awaitAttestation(ctx context.Context, claim *hfv1.MachineCl
 		why = fmt.Sprintf("the VM's join token expired at %s before its spire-agent attested (spec.attestation.joinToken.ttl is shorter than cloning and booting take)", exp.UTC().Format(time.RFC3339))
 	}
 	if !now.Before(deadline) {
-		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationFailedReason, why)
+		s.facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationFailedReason, why)
 		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.AttestationFailedReason), why)
 		return 0, why + "; the claim fails and its VM is destroyed. The agent's log in the VM's console says why (a reused or expired join token, or no route to the SPIRE server at spec.spire.serverAddress)"
 	}
@@ -150,7 +151,8 @@ func (r *Reconciler) awaitAttestation(ctx context.Context, claim *hfv1.MachineCl
 // its credential from the secrets store, once its VM is gone; done is
 // false while either cannot be reached (the claim keeps its finalizer
 // until then, and its Ending condition says why).
-func (r *Reconciler) releaseIdentityOfGoneVM(ctx context.Context, claim *hfv1.MachineClaim) (done bool, requeue time.Duration) {
+func (r *Reconciler) releaseIdentityOfGoneVM(ctx context.Context, s *claimScope) (done bool, requeue time.Duration) {
+	claim := s.claim
 	st := claim.Status.Identity
 	if st == nil || st.ReleasedAt != nil || r.Issuer == nil {
 		return true, 0
@@ -162,14 +164,14 @@ func (r *Reconciler) releaseIdentityOfGoneVM(ctx context.Context, claim *hfv1.Ma
 	}
 	srv, ok := r.Identity.ByTrustDomain(id.TrustDomain())
 	if !ok {
-		SetEnding(claim, hfv1.SPIREUnavailableReason, fmt.Sprintf("Waiting for the SPIRE server of trust domain %s to delete the VM's entry %s", id.TrustDomain(), st.EntryID))
+		s.facts.ending(hfv1.SPIREUnavailableReason, fmt.Sprintf("Waiting for the SPIRE server of trust domain %s to delete the VM's entry %s", id.TrustDomain(), st.EntryID))
 		return false, r.backoff(claim)
 	}
-	if done, requeue := r.forgetStoredCredential(ctx, claim, srv.Cluster); !done {
+	if done, requeue := r.forgetStoredCredential(ctx, s, srv.Cluster); !done {
 		return false, requeue
 	}
 	if err := r.Issuer.Release(ctx, srv, claim); err != nil {
-		SetEnding(claim, hfv1.SPIREUnavailableReason, "Could not delete the VM's SPIRE entries yet: "+err.Error())
+		s.facts.ending(hfv1.SPIREUnavailableReason, "Could not delete the VM's SPIRE entries yet: "+err.Error())
 		return false, r.backoff(claim)
 	}
 	st.ReleasedAt = &metav1.Time{Time: r.Clock.Now()}
@@ -235,7 +237,8 @@ func (r *Reconciler) identityVars(ctx context.Context, claim *hfv1.MachineClaim,
 // attested with it had its identity stolen: the misuse is recorded (the
 // claim's next pass evicts it) and the claim ends with IdentityStolen. The
 // Attested condition and an event say which; msg is extended with why.
-func (r *Reconciler) joinTokenGaveUp(ctx context.Context, claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster, msg string) (string, hfv1.ConditionReason) {
+func (r *Reconciler) joinTokenGaveUp(ctx context.Context, s *claimScope, cluster *hfv1.HypervisorCluster, msg string) (string, hfv1.ConditionReason) {
+	claim := s.claim
 	st := claim.Status.Identity
 	if st == nil || st.JoinTokenCreatedAt == nil {
 		return msg, ""
@@ -247,7 +250,7 @@ func (r *Reconciler) joinTokenGaveUp(ctx context.Context, claim *hfv1.MachineCla
 		return msg, ""
 	}
 	msg += " before its spire-agent attested: the VM's agent gave up on its join token (exit code 9: refused as used or expired, or the SPIRE server at spec.spire.serverAddress unreachable); its console says which"
-	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationFailedReason, msg)
+	s.facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationFailedReason, msg)
 	r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.AttestationFailedReason), msg)
 	return msg, hfv1.AttestationFailedReason
 }

@@ -13,7 +13,6 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/clusterconfig"
-	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
 	"github.com/hyperfleet/hyperfleet/internal/secretstore"
@@ -54,17 +53,18 @@ const (
 
 // storeCredentialInStore writes the runner credential of a claim whose VM attested into its
 // cluster's secrets store.
-func (r *Reconciler) storeCredentialInStore(ctx context.Context, claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster) (StoreResult, time.Duration) {
+func (r *Reconciler) storeCredentialInStore(ctx context.Context, s *claimScope, cluster *hfv1.HypervisorCluster) (StoreResult, time.Duration) {
+	claim := s.claim
 	st, cfg := claim.Status.Identity, clusterconfig.SecretStoreOf(cluster)
 	if cfg == nil || st == nil || st.AttestedAt == nil || st.CredentialStoredAt != nil || claim.Status.End != nil || claim.EndRequested() {
 		return StoreNotNeeded, 0
 	}
 	if r.Credentials == nil {
-		return r.storeFailed(claim, hfv1.CredentialIssueFailedReason, errors.New("this operator runs no CI platform back-end that issues credentials"))
+		return r.storeFailed(s, hfv1.CredentialIssueFailedReason, errors.New("this operator runs no CI platform back-end that issues credentials"))
 	}
 	store, err := r.openSecretStore(ctx, cluster.Name, cfg)
 	if err != nil {
-		return r.storeFailed(claim, storeReason(err), err)
+		return r.storeFailed(s, storeReason(err), err)
 	}
 	mint := func(ctx context.Context, claim *hfv1.MachineClaim) (secretstore.Credential, error) {
 		cred, err := r.Credentials.RunnerCredential(ctx, claim)
@@ -76,12 +76,12 @@ func (r *Reconciler) storeCredentialInStore(ctx context.Context, claim *hfv1.Mac
 	step, err := identity.Deliver(ctx, store, claim, r.Clock.Now(), mint)
 	switch {
 	case err != nil:
-		return r.storeFailed(claim, storeReason(err), err)
+		return r.storeFailed(s, storeReason(err), err)
 	case step == identity.StoreRecorded:
 		// Persisted before anything is minted or written.
 		return StoreWait, time.Millisecond
 	case step == identity.StoreWritten:
-		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.CredentialStoredReason,
+		s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.CredentialStoredReason,
 			"The runner credential is in the secrets store for the VM ("+st.SPIFFEID+") to read once; waiting for its runner to come online")
 		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.CredentialStoredReason), "Wrote the single-use runner credential of runner %s to the secrets store at %s for %s",
 			runnerNameOf(claim), cfg.Address, st.SPIFFEID)
@@ -92,9 +92,10 @@ func (r *Reconciler) storeCredentialInStore(ctx context.Context, claim *hfv1.Mac
 
 // storeFailed reports a failed delivery on the claim's Bootstrapped
 // condition and with an event, and retries with backoff.
-func (r *Reconciler) storeFailed(claim *hfv1.MachineClaim, reason hfv1.ConditionReason, err error) (StoreResult, time.Duration) {
+func (r *Reconciler) storeFailed(s *claimScope, reason hfv1.ConditionReason, err error) (StoreResult, time.Duration) {
+	claim := s.claim
 	msg := "Could not hand the runner credential to the VM through the secrets store: " + err.Error()
-	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, reason, msg)
+	s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, reason, msg)
 	r.Recorder.Event(claim, corev1.EventTypeWarning, "FailedStoreCredential", msg)
 	return StoreWait, r.backoff(claim)
 }
@@ -118,7 +119,8 @@ func storeReason(err error) hfv1.ConditionReason {
 // forgetStoredCredential deletes from the cluster's secrets store whatever a
 // delivery may have written for the claim's VM; done is false while the
 // store cannot be reached.
-func (r *Reconciler) forgetStoredCredential(ctx context.Context, claim *hfv1.MachineClaim, clusterName string) (bool, time.Duration) {
+func (r *Reconciler) forgetStoredCredential(ctx context.Context, s *claimScope, clusterName string) (bool, time.Duration) {
+	claim := s.claim
 	st := claim.Status.Identity
 	if st == nil || st.CredentialRequestedAt == nil {
 		return true, 0
@@ -128,7 +130,7 @@ func (r *Reconciler) forgetStoredCredential(ctx context.Context, claim *hfv1.Mac
 	}
 	cluster := &hfv1.HypervisorCluster{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: clusterName}, cluster); err != nil {
-		SetEnding(claim, hfv1.SecretStoreUnavailableReason, fmt.Sprintf("Waiting for HypervisorCluster %s to delete the VM's credential from its secrets store: %v", clusterName, err))
+		s.facts.ending(hfv1.SecretStoreUnavailableReason, fmt.Sprintf("Waiting for HypervisorCluster %s to delete the VM's credential from its secrets store: %v", clusterName, err))
 		return false, r.backoff(claim)
 	}
 	cfg := clusterconfig.SecretStoreOf(cluster)
@@ -142,7 +144,7 @@ func (r *Reconciler) forgetStoredCredential(ctx context.Context, claim *hfv1.Mac
 		err = identity.Forget(ctx, store, claim)
 	}
 	if err != nil {
-		SetEnding(claim, storeReason(err), "Could not delete the VM's credential from the secrets store yet: "+err.Error())
+		s.facts.ending(storeReason(err), "Could not delete the VM's credential from the secrets store yet: "+err.Error())
 		return false, r.backoff(claim)
 	}
 	return true, 0

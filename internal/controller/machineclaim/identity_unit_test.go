@@ -105,7 +105,8 @@ func TestIssueIdentity(t *testing.T) {
 			var requeue time.Duration
 			for i := range tc.passes {
 				var err error
-				if done, requeue, err = r.issueIdentity(context.Background(), &c, tmpl, cluster); err != nil {
+				inScope(&c, func(s *claimScope) { done, requeue, err = r.issueIdentity(context.Background(), s, tmpl, cluster) })
+				if err != nil {
 					t.Fatalf("pass %d: %v", i, err)
 				}
 			}
@@ -180,7 +181,9 @@ func TestAwaitAttestation(t *testing.T) {
 			tmpl := attestingTemplate()
 			tmpl.Spec.Attestation.JoinToken = &hfv1.JoinTokenAttestation{TTL: &metav1.Duration{Duration: tc.ttl}}
 			for range 2 {
-				if _, _, err := r.issueIdentity(context.Background(), &c, tmpl, cluster); err != nil {
+				var err error
+				inScope(&c, func(s *claimScope) { _, _, err = r.issueIdentity(context.Background(), s, tmpl, cluster) })
+				if err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -194,7 +197,9 @@ func TestAwaitAttestation(t *testing.T) {
 			}
 			drainEvents(rec)
 			clk.Step(tc.after)
-			recheck, failure := r.awaitAttestation(context.Background(), &c, cluster)
+			var recheck time.Duration
+			var failure string
+			inScope(&c, func(s *claimScope) { recheck, failure = r.awaitAttestation(context.Background(), s, cluster) })
 			if recheck != tc.wantRecheck || !strings.Contains(failure, tc.wantFailure) || (tc.wantFailure == "") != (failure == "") {
 				t.Errorf("awaitAttestation = %s, %q; want %s, %q", recheck, failure, tc.wantRecheck, tc.wantFailure)
 			}

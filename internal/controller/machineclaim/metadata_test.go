@@ -180,7 +180,9 @@ func TestClaimRechecksTenancy(t *testing.T) {
 			r := &Reconciler{Client: c, Recorder: record.NewFakeRecorder(10)}
 			claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team", UID: "uid-1"}}
 			claim.Spec.TemplateRef.Name = "tmpl"
-			res, err := r.loadDependencies(ctx, r.newClaimScope(claim))
+			s := r.newClaimScope(claim)
+			res, err := r.loadDependencies(ctx, s)
+			setConditions(claim, &s.facts)
 			next := !res.Stopped()
 			cond := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
 			switch {

@@ -32,7 +32,7 @@ import (
 func (r *Reconciler) loadDependencies(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
 	waitFor := func(reason hfv1.ConditionReason, msg string) (phase.Result, error) {
-		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
+		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
 		return phase.StopAndRequeue(waitForDependency), nil
 	}
 	tmpl := &hfv1.HypervisorMachineTemplate{}
@@ -112,7 +112,7 @@ func (r *Reconciler) checkTemplate(_ context.Context, s *claimScope) (phase.Resu
 		return phase.Next(), nil
 	}
 	claim := s.claim
-	r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.TemplateNotFoundReason, message: fmt.Sprintf(
+	r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.TemplateNotFoundReason, message: fmt.Sprintf(
 		"spec.templateRef: HypervisorMachineTemplate %s/%s was deleted before VM %d was built; without its cloud-init and credentials the VM cannot be finished and is destroyed",
 		claim.Namespace, claim.Spec.TemplateRef.Name, claim.Status.VMRef.VMID)})
 	return phase.Stop(), nil
@@ -130,14 +130,14 @@ func (r *Reconciler) loadProvider(_ context.Context, s *claimScope) (phase.Resul
 		s.provider = p
 		return phase.Next(), nil
 	}
-	if hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+	if s.facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) {
 		return phase.Next(), nil
 	}
 	msg := fmt.Sprintf("Waiting for HypervisorCluster %s: %s", s.cluster.Name, health.Message)
 	if claim.Status.VMRef == nil {
 		msg = "New VMs are paused. " + msg
 	}
-	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ClusterUnavailableReason, msg)
+	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ClusterUnavailableReason, msg)
 	return phase.StopAndRequeue(waitForDependency), nil
 }
 
@@ -147,7 +147,7 @@ func (r *Reconciler) ensureAddress(ctx context.Context, s *claimScope) (phase.Re
 	if s.tmpl.Spec.Network.Mode != hfv1.NetworkModeStatic {
 		return phase.Next(), nil
 	}
-	_, _, fresh, err := r.staticAddress(ctx, s.claim, s.tmpl)
+	_, _, fresh, err := r.staticAddress(ctx, s, s.tmpl)
 	switch {
 	case errors.Is(err, errAddressWait):
 		return phase.StopAndRequeue(10 * time.Second), nil
@@ -167,12 +167,12 @@ func (r *Reconciler) ensureAddress(ctx context.Context, s *claimScope) (phase.Re
 // running claim.
 func (r *Reconciler) checkRunning(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
-	if !hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+	if !s.facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) {
 		return phase.Next(), nil
 	}
 	ref := claim.Status.VMRef
 	if ref == nil {
-		r.beginEnd(claim, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason, message: "The claim lost its VM reference"})
+		r.beginEnd(s, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason, message: "The claim lost its VM reference"})
 		return phase.Stop(), nil
 	}
 	read := false
@@ -216,7 +216,7 @@ func (r *Reconciler) confirmStopped(ctx context.Context, s *claimScope) (phase.R
 	vm, err := p.GetVM(ctx, provider.VMRef{VMID: int(ref.VMID), Node: ref.Node})
 	switch {
 	case errors.Is(err, provider.ErrNotFound):
-		r.beginEnd(claim, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason,
+		r.beginEnd(s, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason,
 			message: fmt.Sprintf("VM %d no longer exists on %s", ref.VMID, ref.HypervisorCluster)})
 		return phase.Stop(), nil
 	case err != nil:
@@ -242,31 +242,31 @@ func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err erro
 		// The CI platform's rate limit: wait for it without counting a
 		// failure; the claim says until when.
 		metrics.ClaimErrors.WithLabelValues(string(provider.ClassResource), string(hfv1.RateLimitedReason)).Inc()
-		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.RateLimitedReason,
+		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.RateLimitedReason,
 			fmt.Sprintf("Waiting %s for the CI platform's rate limit: %v", wait.Round(time.Second), err))
 		return phase.StopAndRequeue(wait), nil
 	}
 	metrics.ClaimErrors.WithLabelValues(string(class), reason).Inc()
 	msg := fmt.Sprintf("%s error: %v", class, err)
-	cond := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition)
+	cond := s.facts.condition(claim, hfv1.MachineClaimProvisionedCondition)
 	changed := cond == nil || cond.Reason != reason
 	ctrl.LoggerFrom(ctx).Info("Provisioning step failed", "class", class, "reason", reason, "err", err.Error())
 
 	switch {
 	case errors.Is(err, provider.ErrNotOwned):
 		owned := "The VM recorded for this claim does not carry its verified ownership marker; it is never modified or destroyed: " + err.Error()
-		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, owned)
+		s.facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, owned)
 		// The same warning as a mismatch found at deletion (keepForAdmin,
 		// which then records no second one): whichever step meets the
 		// marker first, an admin is told once.
 		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), conditions.Truncate(owned, 1024))
-		r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.OwnershipMismatchReason, message: msg})
+		r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.OwnershipMismatchReason, message: msg})
 		return phase.Stop(), nil
 	case class == provider.ClassPermanent:
-		r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.ProvisioningFailedReason, message: msg})
+		r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.ProvisioningFailedReason, message: msg})
 		return phase.Stop(), nil
 	}
-	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
+	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
 	if changed {
 		r.Recorder.Event(claim, corev1.EventTypeWarning, "FailedProvision", conditions.Truncate(msg, 1024))
 	}

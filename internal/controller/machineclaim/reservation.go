@@ -84,7 +84,7 @@ func refuse(format string, args ...any) error {
 func (r *Reconciler) restoreReservedVM(ctx context.Context, s *claimScope) error {
 	claim := s.claim
 	v, ok := claim.Annotations[hfv1.VMReservationAnnotation]
-	if !ok || claim.Status.VMRef != nil || claim.Ended() || hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+	if !ok || claim.Status.VMRef != nil || claim.Ended() || s.facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) {
 		return nil
 	}
 	ref, sig, err := Parse(v)

@@ -19,14 +19,14 @@ import (
 // into its status; a runner whose job completed ends the claim (the pass
 // stops, and the end list runs).
 func (r *Reconciler) observeWorkload(ctx context.Context, s *claimScope) (phase.Result, error) {
-	jobDone, err := r.observeRunner(ctx, s.claim)
+	jobDone, err := r.observeRunner(ctx, s)
 	switch {
 	case err != nil:
 		return phase.Stop(), err
 	case jobDone == "":
 		return phase.Next(), nil
 	}
-	r.beginEnd(s.claim, claimEnd{reason: hfv1.EndJobCompleted, code: string(hfv1.EndJobCompleted), message: jobDone})
+	r.beginEnd(s, claimEnd{reason: hfv1.EndJobCompleted, code: string(hfv1.EndJobCompleted), message: jobDone})
 	return phase.Stop(), nil
 }
 

@@ -55,7 +55,9 @@ func TestReleaseWithoutTemplateDoesNotHoldTheClaim(t *testing.T) {
 		Client: fake.NewClientBuilder().WithScheme(scheme).Build(), Bootstrap: unusedReleaser{t}, Recorder: rec,
 		Clock: clocktesting.NewFakeClock(now),
 	}
-	done, requeue := r.releaseRunnerOfGoneVM(context.Background(), claim)
+	var done bool
+	var requeue time.Duration
+	inScope(claim, func(s *claimScope) { done, requeue = r.releaseRunnerOfGoneVM(context.Background(), s) })
 	if !done || requeue != 0 {
 		t.Fatalf("Release = %v, %s; want done at once", done, requeue)
 	}

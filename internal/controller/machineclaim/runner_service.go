@@ -53,7 +53,8 @@ func RetryAfter(err error, now time.Time) (time.Duration, bool) {
 // receiver or the resync) and its state in the latest runner list. A
 // runner seen online makes the claim Bootstrapped. A runner whose job
 // completed returns why the claim ends (its VM has done its one job).
-func (r *Reconciler) observeRunner(ctx context.Context, claim *hfv1.MachineClaim) (jobDone string, err error) {
+func (r *Reconciler) observeRunner(ctx context.Context, s *claimScope) (jobDone string, err error) {
+	claim := s.claim
 	st := claim.Status.Bootstrap
 	if st == nil || st.RunnerName == "" {
 		return "", nil
@@ -72,7 +73,7 @@ func (r *Reconciler) observeRunner(ctx context.Context, claim *hfv1.MachineClaim
 			r.Recorder.Eventf(claim, corev1.EventTypeNormal, "JobStarted", "Runner %s took job %d (%s / %s) of %s",
 				st.RunnerName, job.Spec.JobID, job.Spec.WorkflowName, job.Spec.JobName, job.Spec.Repository)
 		}
-		r.markRunnerRegistered(claim, now, "took job "+fmt.Sprint(job.Spec.JobID))
+		r.markRunnerRegistered(s, now, "took job "+fmt.Sprint(job.Spec.JobID))
 		st.RunnerState = hfv1.RunnerStateBusy
 		if job.Status.State == hfv1.CIJobCompleted {
 			// The job's end ends the claim, whose deletion reads and stops
@@ -99,7 +100,7 @@ func (r *Reconciler) observeRunner(ctx context.Context, claim *hfv1.MachineClaim
 	if ok && obs.Present {
 		switch obs.State {
 		case workload.RunnerIdle, workload.RunnerBusy:
-			r.markRunnerRegistered(claim, obs.At, "is online")
+			r.markRunnerRegistered(s, obs.At, "is online")
 			if st.JobID == 0 {
 				st.RunnerState = hfv1.RunnerState(obs.State)
 			}
@@ -113,13 +114,14 @@ func (r *Reconciler) observeRunner(ctx context.Context, claim *hfv1.MachineClaim
 }
 
 // markRunnerRegistered records that the claim's runner came online.
-func (r *Reconciler) markRunnerRegistered(claim *hfv1.MachineClaim, at time.Time, how string) {
+func (r *Reconciler) markRunnerRegistered(s *claimScope, at time.Time, how string) {
+	claim := s.claim
 	st := claim.Status.Bootstrap
 	if st.RegisteredAt == nil {
 		st.RegisteredAt = &metav1.Time{Time: at}
 	}
-	if !hfv1.IsConditionTrue(claim.Status.Conditions, hfv1.MachineClaimBootstrappedCondition) {
-		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimBootstrappedCondition, metav1.ConditionTrue, hfv1.RunnerOnlineReason,
+	if !s.facts.isTrue(claim, hfv1.MachineClaimBootstrappedCondition) {
+		s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionTrue, hfv1.RunnerOnlineReason,
 			fmt.Sprintf("Runner %s %s", st.RunnerName, how))
 		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RunnerOnlineReason), "Runner %s %s", st.RunnerName, how)
 	}
@@ -145,7 +147,8 @@ func (r *Reconciler) jobOf(ctx context.Context, claim *hfv1.MachineClaim) (*hfv1
 // reports false (with the requeue) while the runner is busy: the claim's
 // Ending condition says why it waits (phase Draining) and the VM keeps
 // running the job.
-func (r *Reconciler) drainRunner(ctx context.Context, claim *hfv1.MachineClaim) (bool, time.Duration) {
+func (r *Reconciler) drainRunner(ctx context.Context, s *claimScope) (bool, time.Duration) {
+	claim := s.claim
 	if r.Bootstrap == nil || claim.Status.Bootstrap == nil || claim.Status.VMRef == nil {
 		return true, 0
 	}
@@ -155,7 +158,7 @@ func (r *Reconciler) drainRunner(ctx context.Context, claim *hfv1.MachineClaim) 
 		return true, 0
 	case errors.Is(err, workload.ErrRunnerBusy):
 		msg := fmt.Sprintf("Runner %s is running a job; the VM is deleted when the job ends", claim.Status.Bootstrap.RunnerName)
-		SetEnding(claim, hfv1.RunnerBusyReason, msg)
+		s.facts.ending(hfv1.RunnerBusyReason, msg)
 		return false, BusyRecheck
 	}
 	if wait, limited := RetryAfter(err, r.Clock.Now()); limited {
@@ -171,7 +174,7 @@ func (r *Reconciler) drainRunner(ctx context.Context, claim *hfv1.MachineClaim) 
 	if job, busy := r.runnerMayBeBusy(ctx, claim); busy {
 		msg := fmt.Sprintf("Cannot ask the CI platform whether runner %s still runs job %d (%v); the VM stays until it answers or the job is recorded as finished",
 			claim.Status.Bootstrap.RunnerName, job, err)
-		SetEnding(claim, hfv1.RunnerStateUnknownReason, conditions.Truncate(msg, 1024))
+		s.facts.ending(hfv1.RunnerStateUnknownReason, conditions.Truncate(msg, 1024))
 		return false, r.backoff(claim)
 	}
 	ctrl.LoggerFrom(ctx).Info("Could not remove the runner before destroying its VM; retrying after", "err", err.Error())
@@ -197,7 +200,8 @@ func (r *Reconciler) runnerMayBeBusy(ctx context.Context, claim *hfv1.MachineCla
 // releaseRunnerOfGoneVM removes the claim's runner once its VM is gone. It reports false
 // (with the requeue) to retry; after releaseDeadline it gives up with a
 // warning event rather than hold the claim.
-func (r *Reconciler) releaseRunnerOfGoneVM(ctx context.Context, claim *hfv1.MachineClaim) (bool, time.Duration) {
+func (r *Reconciler) releaseRunnerOfGoneVM(ctx context.Context, s *claimScope) (bool, time.Duration) {
+	claim := s.claim
 	if !r.runnerRegistered(claim) {
 		return true, 0
 	}
@@ -211,7 +215,7 @@ func (r *Reconciler) releaseRunnerOfGoneVM(ctx context.Context, claim *hfv1.Mach
 		// with the template. The claim does not wait for it.
 		msg := fmt.Sprintf("Runner %s was not removed: %v. The orphan sweep removes it if a template or RunnerPool with credentials for its scope remains (docs/security.md, \"Orphans\"); the CI platform drops offline ephemeral runners by itself", st.RunnerName, err)
 		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.RunnerNotRemovedReason), conditions.Truncate(msg, 1024))
-		SetEnding(claim, hfv1.RunnerNotRemovedReason, conditions.Truncate(msg, 1024))
+		s.facts.ending(hfv1.RunnerNotRemovedReason, conditions.Truncate(msg, 1024))
 		return true, 0
 	}
 	since := claim.CreationTimestamp.Time
@@ -223,7 +227,7 @@ func (r *Reconciler) releaseRunnerOfGoneVM(ctx context.Context, claim *hfv1.Mach
 			"Gave up removing runner %s after %s: %v; the CI platform removes offline ephemeral runners by itself", st.RunnerName, releaseDeadline, err)
 		return true, 0
 	}
-	SetEnding(claim, hfv1.RunnerNotRemovedReason, conditions.Truncate(fmt.Sprintf("Removing runner %s: %v", st.RunnerName, err), 1024))
+	s.facts.ending(hfv1.RunnerNotRemovedReason, conditions.Truncate(fmt.Sprintf("Removing runner %s: %v", st.RunnerName, err), 1024))
 	if wait, limited := RetryAfter(err, r.Clock.Now()); limited {
 		return false, wait
 	}
@@ -235,7 +239,8 @@ func (r *Reconciler) releaseRunnerOfGoneVM(ctx context.Context, claim *hfv1.Mach
 // (with the requeue) to retry; the claim is not reported retained until
 // the runner is gone. The pool's TTL bounds the retries: the claim's
 // deletion then removes the runner as for any claim.
-func (r *Reconciler) deregisterRunner(ctx context.Context, claim *hfv1.MachineClaim) (bool, time.Duration) {
+func (r *Reconciler) deregisterRunner(ctx context.Context, s *claimScope) (bool, time.Duration) {
+	claim := s.claim
 	if !r.runnerRegistered(claim) {
 		return true, 0
 	}
@@ -245,7 +250,7 @@ func (r *Reconciler) deregisterRunner(ctx context.Context, claim *hfv1.MachineCl
 		st.RunnerState = ""
 		return true, 0
 	}
-	SetEnding(claim, hfv1.RunnerNotRemovedReason, fmt.Sprintf("Removing runner %s before keeping its failed VM: %v", st.RunnerName, err))
+	s.facts.ending(hfv1.RunnerNotRemovedReason, fmt.Sprintf("Removing runner %s before keeping its failed VM: %v", st.RunnerName, err))
 	ctrl.LoggerFrom(ctx).Info("Could not remove the runner of a failed VM kept for debugging; retrying", "runner", st.RunnerName, "err", err.Error())
 	switch wait, limited := RetryAfter(err, r.Clock.Now()); {
 	case limited:

@@ -67,7 +67,9 @@ func TestDrainRunnerWhenThePlatformCannotAnswer(t *testing.T) {
 			claim.Status.Phase = hfv1.MachineClaimReady
 			claim.Status.VMRef = &hfv1.VMReference{HypervisorCluster: "pve", Node: "pve1", VMID: 1000}
 			claim.Status.Bootstrap = &hfv1.BootstrapStatus{RunnerName: "runner-1", JobID: tc.jobID}
-			drained, wait := r.drainRunner(context.Background(), claim)
+			var drained bool
+			var wait time.Duration
+			inScope(claim, func(s *claimScope) { drained, wait = r.drainRunner(context.Background(), s) })
 			if drained != tc.drained {
 				t.Fatalf("drained = %v, want %v", drained, tc.drained)
 			}

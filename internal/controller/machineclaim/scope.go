@@ -24,6 +24,9 @@ type claimScope struct {
 	tmpl     *hfv1.HypervisorMachineTemplate
 	cluster  *hfv1.HypervisorCluster
 	provider provider.Provider
+	// facts are what the pass found out about the claim's conditions;
+	// closeScope derives the conditions from them (status.go).
+	facts claimFacts
 	// startRV is the claim's resourceVersion as read.
 	startRV string
 }
@@ -40,20 +43,23 @@ func (r *Reconciler) newClaimScope(claim *hfv1.MachineClaim) *claimScope {
 }
 
 // closeScope computes the claim's status from the facts the pass
-// recorded (Ready from the conditions, then the phase), reports a stuck
-// claim, and writes metadata and status: metadata first, since the
-// finalizer must be stored before a status that names a VM.
+// recorded (deriveStatus: the conditions, Ready, then the phase),
+// reports a stuck claim, and writes metadata and status: metadata first,
+// since the finalizer must be stored before a status that names a VM.
 // observedGeneration moves only after a pass that succeeded.
 func (r *Reconciler) closeScope(ctx context.Context, s *claimScope, res ctrl.Result, err error) (ctrl.Result, error) {
 	claim := s.claim
 	if controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer) || claim.IsFinished() || claim.DeletionTimestamp.IsZero() {
-		SummariseReady(claim)
-		phase := PhaseOf(claim)
+		phase := deriveStatus(claim, &s.facts)
 		RecordPhase(ctx, r.Recorder, claim, phase, metav1.NewTime(r.Clock.Now()))
 		res = r.stuckClaims.Mark(ctx, claim, phase, r.Clock.Now(), res)
 		if err == nil {
 			claim.Status.ObservedGeneration = claim.Generation
 		}
+	} else {
+		// Released: the pass's last facts are written with it; nothing
+		// is derived for a claim about to go.
+		setConditions(claim, &s.facts)
 	}
 	if perr := s.patch.Patch(ctx, claim); perr != nil {
 		ctrl.LoggerFrom(ctx).Error(perr, "Write MachineClaim")

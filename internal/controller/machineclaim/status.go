@@ -1,8 +1,10 @@
-// The status derives a MachineClaim's summary status from the facts
-// its reconcile recorded: Ready from the other conditions, then the display
-// phase and when each phase began (docs/architecture.md, "The claim's
-// reconcile: a scope, phases, a status derived last"). Nothing here reads
-// the API server or the hypervisor.
+// The status derives a MachineClaim's status from the facts its
+// reconcile recorded: its conditions (this file is the only place in the
+// package that sets them; phases and services record claimFacts), Ready
+// from the other conditions, then the display phase and when each phase
+// began (docs/architecture.md, "The claim's reconcile: a scope, phases, a
+// status derived last"). Nothing here reads the API server or the
+// hypervisor.
 
 package machineclaim
 
@@ -20,6 +22,92 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 )
+
+// conditionFact is what a phase found out this pass about one of the
+// claim's conditions: the status, reason and message setConditions
+// writes when the scope closes.
+type conditionFact struct {
+	status  metav1.ConditionStatus
+	reason  hfv1.ConditionReason
+	message string
+}
+
+// claimFacts are the facts one reconcile recorded, by condition, in the
+// order first recorded (the order new conditions are listed in). Phases
+// and services record them; only setConditions turns them into the
+// claim's conditions, when the scope closes.
+type claimFacts struct {
+	order  []hfv1.ConditionType
+	byType map[hfv1.ConditionType]conditionFact
+}
+
+// record notes where one condition stands; a later fact about the same
+// condition in the same pass replaces it.
+func (f *claimFacts) record(typ hfv1.ConditionType, status metav1.ConditionStatus, reason hfv1.ConditionReason, msg string) {
+	if f.byType == nil {
+		f.byType = map[hfv1.ConditionType]conditionFact{}
+	}
+	if _, ok := f.byType[typ]; !ok {
+		f.order = append(f.order, typ)
+	}
+	f.byType[typ] = conditionFact{status: status, reason: reason, message: conditions.Truncate(msg, conditions.MaxMessage)}
+}
+
+// ending records where an ending claim is (Ending True), which Ready
+// repeats when the scope closes.
+func (f *claimFacts) ending(reason hfv1.ConditionReason, msg string) {
+	f.record(hfv1.MachineClaimEndingCondition, metav1.ConditionTrue, reason, msg)
+}
+
+// condition is a condition as this pass sees it: the fact recorded this
+// pass, else the claim's stored condition (nil without either).
+func (f *claimFacts) condition(claim *hfv1.MachineClaim, typ hfv1.ConditionType) *metav1.Condition {
+	if fact, ok := f.byType[typ]; ok {
+		return &metav1.Condition{Type: string(typ), Status: fact.status, Reason: string(fact.reason), Message: fact.message, ObservedGeneration: claim.Generation}
+	}
+	return hfv1.FindCondition(claim.Status.Conditions, typ)
+}
+
+// isTrue reports whether a condition is True as this pass sees it.
+func (f *claimFacts) isTrue(claim *hfv1.MachineClaim, typ hfv1.ConditionType) bool {
+	c := f.condition(claim, typ)
+	return c != nil && c.Status == metav1.ConditionTrue
+}
+
+// isFalse reports whether a condition is False as this pass sees it.
+func (f *claimFacts) isFalse(claim *hfv1.MachineClaim, typ hfv1.ConditionType) bool {
+	c := f.condition(claim, typ)
+	return c != nil && c.Status == metav1.ConditionFalse
+}
+
+// endingReason is the Ending condition's reason as this pass sees it
+// ("" without one).
+func (f *claimFacts) endingReason(claim *hfv1.MachineClaim) string {
+	if c := f.condition(claim, hfv1.MachineClaimEndingCondition); c != nil {
+		return c.Reason
+	}
+	return ""
+}
+
+// deriveStatus is the one place a claim's conditions are set: every fact
+// the pass recorded (setConditions), then Ready from the conditions
+// (SummariseReady). It returns the display phase derived from the result
+// (PhaseOf). closeScope calls it once per pass.
+func deriveStatus(claim *hfv1.MachineClaim, facts *claimFacts) hfv1.MachineClaimPhase {
+	setConditions(claim, facts)
+	SummariseReady(claim)
+	return PhaseOf(claim)
+}
+
+// setConditions writes the facts the pass recorded into the claim's
+// conditions, in the order first recorded. A condition's transition time
+// moves only when its status differs from the stored one.
+func setConditions(claim *hfv1.MachineClaim, facts *claimFacts) {
+	for _, typ := range facts.order {
+		fact := facts.byType[typ]
+		conditions.Set(&claim.Status.Conditions, claim.Generation, typ, fact.status, fact.reason, fact.message)
+	}
+}
 
 // SummariseReady sets Ready from the other conditions: an ending claim is
 // not Ready, for the reason its Ending condition gives; a running one is
@@ -109,20 +197,6 @@ func RecordPhase(ctx context.Context, rec record.EventRecorder, claim *hfv1.Mach
 	}
 	rec.Eventf(claim, eventType, string(phase), "%s: %s", reason, conditions.Truncate(msg, 1000))
 	ctrl.LoggerFrom(ctx).Info("MachineClaim phase changed", "from", old, "to", phase, "reason", reason)
-}
-
-// SetEnding records where an ending claim is (Ending True), which Ready
-// repeats when the scope closes.
-func SetEnding(claim *hfv1.MachineClaim, reason hfv1.ConditionReason, msg string) {
-	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimEndingCondition, metav1.ConditionTrue, reason, msg)
-}
-
-// EndingReason is the Ending condition's current reason ("" without one).
-func EndingReason(claim *hfv1.MachineClaim) string {
-	if c := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimEndingCondition); c != nil {
-		return c.Reason
-	}
-	return ""
 }
 
 // Outcome is a claim's runner outcome, from how it ended

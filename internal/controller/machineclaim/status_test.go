@@ -1,6 +1,7 @@
 package machineclaim
 
 import (
+	"slices"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -41,11 +42,11 @@ func TestReadyAndPhase(t *testing.T) {
 		{"draining", func(c *hfv1.MachineClaim) {
 			set(c, hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason)
 			set(c, hfv1.MachineClaimBootstrappedCondition, metav1.ConditionTrue, hfv1.RunnerOnlineReason)
-			SetEnding(c, hfv1.RunnerBusyReason, "busy")
+			set(c, hfv1.MachineClaimEndingCondition, metav1.ConditionTrue, hfv1.RunnerBusyReason)
 		}, hfv1.MachineClaimDraining, metav1.ConditionFalse, hfv1.RunnerBusyReason},
 		{"failed", func(c *hfv1.MachineClaim) {
 			c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndFailed, Failed: true}
-			SetEnding(c, hfv1.ProvisioningFailedReason, "failed")
+			set(c, hfv1.MachineClaimEndingCondition, metav1.ConditionTrue, hfv1.ProvisioningFailedReason)
 		}, hfv1.MachineClaimFailed, metav1.ConditionFalse, hfv1.ProvisioningFailedReason},
 	}
 	for _, tc := range tests {
@@ -58,5 +59,221 @@ func TestReadyAndPhase(t *testing.T) {
 				t.Fatalf("phase %s, Ready %+v; want %s, Ready=%s %s", got, ready, tc.wantPhase, tc.wantReady, tc.wantReason)
 			}
 		})
+	}
+}
+
+// TestDeriveStatus: the one function that sets a claim's conditions turns
+// the facts a pass recorded, over the status the claim was read with,
+// into its conditions, Ready and phase: a fact replaces the stored
+// condition of its type and leaves the others; a later fact about the
+// same condition replaces an earlier one; a transition time moves only
+// when the status does.
+func TestDeriveStatus(t *testing.T) {
+	stored := metav1.NewTime(unitEpoch)
+	cond := func(typ hfv1.ConditionType, status metav1.ConditionStatus, reason hfv1.ConditionReason) metav1.Condition {
+		return metav1.Condition{Type: string(typ), Status: status, Reason: string(reason), Message: string(reason), LastTransitionTime: stored}
+	}
+	type fact struct {
+		typ    hfv1.ConditionType
+		status metav1.ConditionStatus
+		reason hfv1.ConditionReason
+	}
+	type want struct {
+		status metav1.ConditionStatus
+		reason hfv1.ConditionReason
+		moved  bool // the transition time is this pass's, not the stored one
+	}
+	const (
+		provisioned  = hfv1.MachineClaimProvisionedCondition
+		ending       = hfv1.MachineClaimEndingCondition
+		attested     = hfv1.MachineClaimAttestedCondition
+		bootstrapped = hfv1.MachineClaimBootstrappedCondition
+		owned        = hfv1.MachineClaimOwnershipVerifiedCondition
+		ready        = hfv1.ReadyCondition
+		tru, fals    = metav1.ConditionTrue, metav1.ConditionFalse
+	)
+	tests := []struct {
+		name      string
+		start     func(c *hfv1.MachineClaim)
+		facts     []fact
+		wantConds map[hfv1.ConditionType]want
+		wantOrder []hfv1.ConditionType
+		wantPhase hfv1.MachineClaimPhase
+	}{
+		{
+			name:      "a new claim without facts waits to be provisioned",
+			start:     func(*hfv1.MachineClaim) {},
+			wantConds: map[hfv1.ConditionType]want{ready: {fals, hfv1.ReconcilingReason, true}},
+			wantOrder: []hfv1.ConditionType{ready},
+			wantPhase: hfv1.MachineClaimPending,
+		},
+		{
+			name: "a pass without facts keeps the stored conditions and their times",
+			start: func(c *hfv1.MachineClaim) {
+				c.Status.Conditions = []metav1.Condition{cond(provisioned, tru, hfv1.ReadyReason), cond(bootstrapped, tru, hfv1.RunnerOnlineReason),
+					cond(ready, tru, hfv1.ReadyReason)}
+			},
+			wantConds: map[hfv1.ConditionType]want{provisioned: {tru, hfv1.ReadyReason, false}, bootstrapped: {tru, hfv1.RunnerOnlineReason, false},
+				ready: {tru, hfv1.ReadyReason, false}},
+			wantPhase: hfv1.MachineClaimReady,
+		},
+		{
+			name:      "cloning: Provisioned False, Ready repeats it",
+			start:     func(c *hfv1.MachineClaim) { c.Status.VMRef = &hfv1.VMReference{VMID: 100} },
+			facts:     []fact{{provisioned, fals, hfv1.CloningReason}},
+			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, hfv1.CloningReason, true}, ready: {fals, hfv1.CloningReason, true}},
+			wantOrder: []hfv1.ConditionType{provisioned, ready},
+			wantPhase: hfv1.MachineClaimProvisioning,
+		},
+		{
+			name: "the VM up: a fact replaces the stored condition of its type; the time moves with the status",
+			start: func(c *hfv1.MachineClaim) {
+				c.Status.VMRef = &hfv1.VMReference{VMID: 100}
+				c.Status.Conditions = []metav1.Condition{cond(provisioned, fals, hfv1.CloningReason), cond(ready, fals, hfv1.CloningReason)}
+			},
+			facts: []fact{{provisioned, tru, hfv1.ReadyReason}, {owned, tru, hfv1.ReadyReason}},
+			wantConds: map[hfv1.ConditionType]want{provisioned: {tru, hfv1.ReadyReason, true}, owned: {tru, hfv1.ReadyReason, true},
+				ready: {fals, hfv1.WaitingForRunnerReason, false}},
+			wantOrder: []hfv1.ConditionType{provisioned, ready, owned},
+			wantPhase: hfv1.MachineClaimBootstrapping,
+		},
+		{
+			name: "the same status again keeps the stored transition time",
+			start: func(c *hfv1.MachineClaim) {
+				c.Status.Conditions = []metav1.Condition{cond(provisioned, fals, hfv1.CloningReason)}
+			},
+			facts:     []fact{{provisioned, fals, hfv1.ConditionReason("Starting")}},
+			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, "Starting", false}, ready: {fals, "Starting", true}},
+			wantPhase: hfv1.MachineClaimPending,
+		},
+		{
+			name: "a later fact about the same condition in the pass wins",
+			start: func(c *hfv1.MachineClaim) {
+				c.Status.Conditions = []metav1.Condition{cond(provisioned, tru, hfv1.ReadyReason)}
+			},
+			facts:     []fact{{provisioned, fals, hfv1.CloningReason}, {attested, fals, hfv1.AttestationPendingReason}, {provisioned, tru, hfv1.ReadyReason}},
+			wantConds: map[hfv1.ConditionType]want{provisioned: {tru, hfv1.ReadyReason, false}, attested: {fals, hfv1.AttestationPendingReason, true}, ready: {fals, hfv1.AttestationPendingReason, true}},
+			wantOrder: []hfv1.ConditionType{provisioned, attested, ready},
+			wantPhase: hfv1.MachineClaimBootstrapping,
+		},
+		{
+			name: "the credential on its way: Ready repeats Bootstrapped",
+			start: func(c *hfv1.MachineClaim) {
+				c.Status.Conditions = []metav1.Condition{cond(provisioned, tru, hfv1.ReadyReason)}
+			},
+			facts:     []fact{{bootstrapped, fals, hfv1.CredentialDeliveredReason}},
+			wantConds: map[hfv1.ConditionType]want{provisioned: {tru, hfv1.ReadyReason, false}, bootstrapped: {fals, hfv1.CredentialDeliveredReason, true}, ready: {fals, hfv1.CredentialDeliveredReason, true}},
+			wantPhase: hfv1.MachineClaimBootstrapping,
+		},
+		{
+			name: "the runner online",
+			start: func(c *hfv1.MachineClaim) {
+				c.Status.Conditions = []metav1.Condition{cond(provisioned, tru, hfv1.ReadyReason), cond(bootstrapped, fals, hfv1.CredentialDeliveredReason)}
+			},
+			facts: []fact{{bootstrapped, tru, hfv1.RunnerOnlineReason}},
+			wantConds: map[hfv1.ConditionType]want{provisioned: {tru, hfv1.ReadyReason, false}, bootstrapped: {tru, hfv1.RunnerOnlineReason, true},
+				ready: {tru, hfv1.ReadyReason, true}},
+			wantPhase: hfv1.MachineClaimReady,
+		},
+		{
+			name: "asked to end while its job runs: Ending, the others kept",
+			start: func(c *hfv1.MachineClaim) {
+				c.Status.Conditions = []metav1.Condition{cond(provisioned, tru, hfv1.ReadyReason), cond(bootstrapped, tru, hfv1.RunnerOnlineReason), cond(ready, tru, hfv1.ReadyReason)}
+			},
+			facts: []fact{{ending, tru, hfv1.RunnerBusyReason}},
+			wantConds: map[hfv1.ConditionType]want{provisioned: {tru, hfv1.ReadyReason, false}, bootstrapped: {tru, hfv1.RunnerOnlineReason, false},
+				ending: {tru, hfv1.RunnerBusyReason, true}, ready: {fals, hfv1.RunnerBusyReason, true}},
+			wantPhase: hfv1.MachineClaimDraining,
+		},
+		{
+			name: "an ownership mismatch fails the claim",
+			start: func(c *hfv1.MachineClaim) {
+				c.Status.VMRef = &hfv1.VMReference{VMID: 100}
+				c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndFailed, Failed: true}
+			},
+			facts: []fact{{owned, fals, hfv1.OwnershipMismatchReason}, {provisioned, fals, hfv1.OwnershipMismatchReason}, {ending, tru, hfv1.OwnershipMismatchReason}},
+			wantConds: map[hfv1.ConditionType]want{owned: {fals, hfv1.OwnershipMismatchReason, true}, provisioned: {fals, hfv1.OwnershipMismatchReason, true},
+				ending: {tru, hfv1.OwnershipMismatchReason, true}, ready: {fals, hfv1.OwnershipMismatchReason, true}},
+			wantOrder: []hfv1.ConditionType{owned, provisioned, ending, ready},
+			wantPhase: hfv1.MachineClaimFailed,
+		},
+		{
+			name: "the VM destroyed on a claim that ends",
+			start: func(c *hfv1.MachineClaim) {
+				c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndPoweredOff}
+				c.Status.Conditions = []metav1.Condition{cond(provisioned, tru, hfv1.ReadyReason), cond(ending, tru, hfv1.DeletingVMReason)}
+			},
+			facts:     []fact{{provisioned, fals, hfv1.VMDeletedReason}, {ending, tru, hfv1.VMDeletedReason}},
+			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, hfv1.VMDeletedReason, true}, ending: {tru, hfv1.VMDeletedReason, false}, ready: {fals, hfv1.VMDeletedReason, true}},
+			wantPhase: hfv1.MachineClaimTerminating,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &hfv1.MachineClaim{}
+			c.Generation = 3
+			tc.start(c)
+			var facts claimFacts
+			recorded := map[hfv1.ConditionType]bool{}
+			for _, f := range tc.facts {
+				facts.record(f.typ, f.status, f.reason, string(f.reason))
+				recorded[f.typ] = true
+			}
+			if got := deriveStatus(c, &facts); got != tc.wantPhase {
+				t.Errorf("phase %s, want %s", got, tc.wantPhase)
+			}
+			for typ, w := range tc.wantConds {
+				got := hfv1.FindCondition(c.Status.Conditions, typ)
+				switch {
+				case got == nil:
+					t.Errorf("%s missing; conditions %+v", typ, c.Status.Conditions)
+				case got.Status != w.status || got.Reason != string(w.reason):
+					t.Errorf("%s = %s %s, want %s %s", typ, got.Status, got.Reason, w.status, w.reason)
+				case got.LastTransitionTime.Equal(&stored) == w.moved:
+					t.Errorf("%s transition time %s; moved = %v wanted", typ, got.LastTransitionTime, w.moved)
+				case (typ == ready || recorded[typ]) && got.ObservedGeneration != c.Generation:
+					t.Errorf("%s observedGeneration %d, want the claim's %d", typ, got.ObservedGeneration, c.Generation)
+				}
+			}
+			if len(c.Status.Conditions) != len(tc.wantConds) {
+				t.Errorf("%d conditions, want %d: %+v", len(c.Status.Conditions), len(tc.wantConds), c.Status.Conditions)
+			}
+			if tc.wantOrder != nil {
+				var order []hfv1.ConditionType
+				for _, got := range c.Status.Conditions {
+					order = append(order, hfv1.ConditionType(got.Type))
+				}
+				if !slices.Equal(order, tc.wantOrder) {
+					t.Errorf("conditions listed %v, want %v", order, tc.wantOrder)
+				}
+			}
+		})
+	}
+}
+
+// TestFactsReadThrough: a step later in the pass reads a condition as the
+// pass left it: the fact recorded this pass, else the stored condition.
+func TestFactsReadThrough(t *testing.T) {
+	c := &hfv1.MachineClaim{}
+	c.Status.Conditions = []metav1.Condition{
+		{Type: string(hfv1.MachineClaimProvisionedCondition), Status: metav1.ConditionFalse, Reason: string(hfv1.CloningReason)},
+		{Type: string(hfv1.MachineClaimOwnershipVerifiedCondition), Status: metav1.ConditionTrue, Reason: string(hfv1.ReadyReason)},
+	}
+	var facts claimFacts
+	if facts.isTrue(c, hfv1.MachineClaimProvisionedCondition) || !facts.isFalse(c, hfv1.MachineClaimProvisionedCondition) || facts.endingReason(c) != "" {
+		t.Fatal("without facts the stored conditions must be read")
+	}
+	facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "up")
+	facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, "not ours")
+	facts.ending(hfv1.DeletingVMReason, "deleting")
+	if !facts.isTrue(c, hfv1.MachineClaimProvisionedCondition) || !facts.isFalse(c, hfv1.MachineClaimOwnershipVerifiedCondition) ||
+		facts.endingReason(c) != string(hfv1.DeletingVMReason) {
+		t.Errorf("the pass's facts must be read over the stored conditions")
+	}
+	if got := facts.condition(c, hfv1.MachineClaimProvisionedCondition); got.Message != "up" {
+		t.Errorf("Provisioned message %q, want the fact's", got.Message)
+	}
+	if hfv1.IsConditionTrue(c.Status.Conditions, hfv1.MachineClaimProvisionedCondition) {
+		t.Error("recording a fact must not write the claim's conditions")
 	}
 }

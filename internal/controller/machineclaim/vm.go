@@ -45,7 +45,7 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 	claim, tmpl, cluster := s.claim, s.tmpl, s.cluster
 	var addr vmspec.StaticAddr
 	if tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
-		ip, pool, _, err := r.staticAddress(ctx, claim, tmpl)
+		ip, pool, _, err := r.staticAddress(ctx, s, tmpl)
 		if err != nil {
 			return r.provisionError(ctx, s, err)
 		}
@@ -64,7 +64,7 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 		if err != nil {
 			// The claim fails with the refusal (the end list runs in
 			// this pass); the pass itself succeeded.
-			r.fail(claim, claimEnd{reason: hfv1.EndFailed, condition: hfv1.PlacementRecordRejectedReason, message: err.Error()})
+			r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.PlacementRecordRejectedReason, message: err.Error()})
 			return phase.Stop(), nil //nolint:nilerr // the refusal is recorded in the claim's end, not a failed reconcile
 		}
 		ApplyPlacement(spec, placed)
@@ -99,7 +99,7 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 	// the requeue only covers a coalesced event.
 	retry := CallAgain(res.RetryAfter)
 	provisioning := func(reason hfv1.ConditionReason, def string) (phase.Result, error) {
-		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, cmp.Or(res.Message, def))
+		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, cmp.Or(res.Message, def))
 		return phase.StopAndRequeue(retry), nil
 	}
 	switch res.Phase {
@@ -113,9 +113,9 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 		return provisioning(hfv1.WaitingForGuestReason, "Waiting for the guest agent")
 	case provider.PhaseRunning:
 		claim.Status.Network = networkStatus(claim, tmpl, cluster, res)
-		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
+		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
 			fmt.Sprintf("VM %d runs on %s/%s with addresses %s", res.Progress.VMID, cluster.Name, res.Progress.Node, strings.Join(res.Addresses, ", ")))
-		conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
+		s.facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
 		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "Provisioned", "VM %d is up on %s/%s", res.Progress.VMID, cluster.Name, res.Progress.Node)
 		if r.secretSteps().Prepare(claim) {
 			// Recorded with Provisioned, in this pass's status write: the
@@ -154,7 +154,7 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 	}
 	p, health, connected := r.Registry.Provider(ref.HypervisorCluster)
 	if !connected {
-		SetEnding(claim, hfv1.ClusterUnavailableReason,
+		s.facts.ending(hfv1.ClusterUnavailableReason,
 			fmt.Sprintf("Cannot delete VM %d yet: HypervisorCluster %s is not connected: %s", ref.VMID, ref.HypervisorCluster, health.Message))
 		return false, r.backoff(claim)
 	}
@@ -162,27 +162,27 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 	res, err := p.DeleteVM(ctx, vmspec.Owner(claim), prev)
 	switch {
 	case errors.Is(err, provider.ErrNotOwned):
-		return false, r.keepForAdmin(ctx, claim, err)
+		return false, r.keepForAdmin(ctx, s, err)
 	case err != nil:
 		class, reason := provider.Classify(err), provider.ReasonOf(err)
 		metrics.ClaimErrors.WithLabelValues(string(class), reason).Inc()
 		msg := fmt.Sprintf("Deleting VM %d failed (%s, will retry): %v", ref.VMID, class, err)
-		if EndingReason(claim) != reason {
+		if s.facts.endingReason(claim) != reason {
 			r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.FailedDeleteReason), conditions.Truncate(msg, 1024))
 		}
-		SetEnding(claim, hfv1.ConditionReason(reason), msg)
+		s.facts.ending(hfv1.ConditionReason(reason), msg)
 		return false, r.backoff(claim)
 	}
 	r.attempts.Delete(claim.UID)
 	if !res.Done {
 		r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
-		SetEnding(claim, hfv1.DeletingVMReason, cmp.Or(res.Message, fmt.Sprintf("Deleting VM %d", ref.VMID)))
+		s.facts.ending(hfv1.DeletingVMReason, cmp.Or(res.Message, fmt.Sprintf("Deleting VM %d", ref.VMID)))
 		return false, CallAgain(res.RetryAfter)
 	}
 	r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.VMDeletedReason), "VM %d on %s destroyed and its cloud-init ISO removed", ref.VMID, ref.HypervisorCluster)
 	claim.Status.VMRef, claim.Status.Task = nil, nil
-	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.VMDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
-	SetEnding(claim, hfv1.VMDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
+	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.VMDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
+	s.facts.ending(hfv1.VMDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
 	return true, 0
 }
 
@@ -192,17 +192,18 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 // is released either: the claim keeps its VM reference, its addresses and
 // its finalizer until the VM is gone or an admin removes the finalizer
 // (docs/operations.md, docs/security.md "Absence and release").
-func (r *Reconciler) keepForAdmin(ctx context.Context, claim *hfv1.MachineClaim, err error) time.Duration {
+func (r *Reconciler) keepForAdmin(ctx context.Context, s *claimScope, err error) time.Duration {
+	claim := s.claim
 	ref := claim.Status.VMRef
 	msg := fmt.Sprintf("VM %d on HypervisorCluster %s does not carry this claim's verified ownership marker (%v). HyperFleet neither touches it nor releases this claim's addresses while it may exist. "+
 		"An admin must check VM %d by hand: once it is deleted the claim finishes on its own; if it is someone else's VM, delete this MachineClaim and remove its finalizer %s",
 		ref.VMID, ref.HypervisorCluster, err, ref.VMID, hfv1.MachineClaimFinalizer)
-	if EndingReason(claim) != string(hfv1.OwnershipMismatchReason) {
+	if s.facts.endingReason(claim) != string(hfv1.OwnershipMismatchReason) {
 		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), conditions.Truncate(msg, 1024))
 		ctrl.LoggerFrom(ctx).Info("VM ownership does not verify; keeping the claim's finalizer and addresses for an admin", "vmid", ref.VMID, "cluster", ref.HypervisorCluster, "err", err.Error())
 	}
-	conditions.Set(&claim.Status.Conditions, claim.Generation, hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, msg)
-	SetEnding(claim, hfv1.OwnershipMismatchReason, msg)
+	s.facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, msg)
+	s.facts.ending(hfv1.OwnershipMismatchReason, msg)
 	return ownershipRecheck
 }
 

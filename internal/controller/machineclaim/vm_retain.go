@@ -51,32 +51,33 @@ func (r *Reconciler) retainFailedVM(ctx context.Context, s *claimScope) (retaine
 	// cloud-init ISO (the single-use credential) leaves the storage and its
 	// runner leaves the CI platform before it is reported retained
 	// (docs/security.md, "Credentials after the VM").
-	if done, wait := r.removeMedia(ctx, claim, p); !done {
+	if done, wait := r.removeMedia(ctx, s, p); !done {
 		return true, requeue(wait)
 	}
-	if done, wait := r.deregisterRunner(ctx, claim); !done {
+	if done, wait := r.deregisterRunner(ctx, s); !done {
 		return true, requeue(wait)
 	}
 	until := claim.Status.End.StartedAt.Add(FailedRetentionTTL(pool))
-	SetEnding(claim, hfv1.RetainedReason,
+	s.facts.ending(hfv1.RetainedReason,
 		fmt.Sprintf("VM %d on %s is kept stopped for debugging until %s: %s", ref.VMID, ref.HypervisorCluster, until.UTC().Format(time.RFC3339), claim.Status.TerminationReason))
 	return true, requeue(5 * time.Minute)
 }
 
 // removeMedia advances the removal of a retained VM's cloud-init media by
 // one step; done once none is left.
-func (r *Reconciler) removeMedia(ctx context.Context, claim *hfv1.MachineClaim, p provider.Provider) (bool, time.Duration) {
+func (r *Reconciler) removeMedia(ctx context.Context, s *claimScope, p provider.Provider) (bool, time.Duration) {
+	claim := s.claim
 	ref := claim.Status.VMRef
 	prev := Progress(claim)
 	res, err := p.RemoveCloudInitMedia(ctx, vmspec.Owner(claim), prev)
 	if err != nil {
-		SetEnding(claim, hfv1.RetainingReason, fmt.Sprintf("VM %d is kept for debugging once its cloud-init ISO (it holds the runner credential) is removed: %v", ref.VMID, err))
+		s.facts.ending(hfv1.RetainingReason, fmt.Sprintf("VM %d is kept for debugging once its cloud-init ISO (it holds the runner credential) is removed: %v", ref.VMID, err))
 		ctrl.LoggerFrom(ctx).Info("Could not remove the cloud-init ISO of the failed VM kept for debugging; retrying", "err", err.Error())
 		return false, r.backoff(claim)
 	}
 	r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
 	if !res.Done {
-		SetEnding(claim, hfv1.RetainingReason, cmp.Or(res.Message, fmt.Sprintf("Removing the cloud-init ISO of VM %d before keeping it", ref.VMID)))
+		s.facts.ending(hfv1.RetainingReason, cmp.Or(res.Message, fmt.Sprintf("Removing the cloud-init ISO of VM %d before keeping it", ref.VMID)))
 		return false, max(res.RetryAfter, CallAgainNow)
 	}
 	return true, 0

@@ -15,6 +15,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/testobjects"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
@@ -174,14 +175,13 @@ func TestDeleteVM(t *testing.T) {
 			if ref := claim.Status.VMRef; ref != nil {
 				vmid = int(ref.VMID)
 			}
-			s := &claimScope{claim: claim}
 			var done bool
 			var res ctrl.Result
 			for i := range tc.passes {
 				if i > 0 {
 					clk.Step(2 * time.Second)
 				}
-				done, res = r.deleteVM(context.Background(), s)
+				inScope(claim, func(s *claimScope) { done, res = r.deleteVM(context.Background(), s) })
 			}
 			if done != tc.wantDone || res.RequeueAfter != tc.wantRequeue {
 				t.Errorf("deleteVM = %v, %s; want %v, %s", done, res.RequeueAfter, tc.wantDone, tc.wantRequeue)
@@ -266,9 +266,10 @@ func TestProvisionError(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r, _, _, rec := serviceWorld(t)
 			c := unitClaim("runner-1", 0)
-			s := &claimScope{claim: &c}
 			for i, p := range tc.passes {
-				res, err := r.provisionError(context.Background(), s, tc.err)
+				var res phase.Result
+				var err error
+				inScope(&c, func(s *claimScope) { res, err = r.provisionError(context.Background(), s, tc.err) })
 				if err != nil {
 					t.Fatalf("pass %d: %v", i, err)
 				}
