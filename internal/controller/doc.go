@@ -4,13 +4,11 @@
 // and the scope's open and close, and <kind>_phases.go the phases (the
 // RunnerPool's are split by concern: runnerpool_claims.go, _scopecheck.go,
 // _backoff.go, _lifecycle.go, _scaling.go, _status.go). Around them: the
-// scopes' shared parts (scope.go), the in-use finalizers (inuse.go), the
-// RunnerPool resync (runnerpool_resync.go), refusals (refusals.go) and the
-// field indexes (indexes.go). The MachineClaim reconciler
-// (machineclaim_*.go) keeps its scope, its phase lists, its static addresses
-// (machineclaim_address.go) and the calls into the claim services
-// (internal/claimvm, claimrunner, claimidentity, guestsecrets, reservation,
-// claimstatus).
+// scopes' shared parts (scope.go), the in-use finalizers (inuse.go) and the
+// RunnerPool resync (runnerpool_resync.go). The MachineClaim's reconciler,
+// phases, status and services are the package machineclaim below this one;
+// the field indexes (fieldindex) and refusals (refusal) are small packages
+// of their own because both this package and machineclaim use them.
 //
 // The RBAC markers below are the permissions the manager needs as a whole;
 // controller-gen turns them into config/rbac/role.yaml.
