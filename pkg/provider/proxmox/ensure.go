@@ -290,7 +290,7 @@ func (c *ensureCall) taskFailed(_ context.Context, t *provider.Task, exit string
 	case t.Operation == opClone && isNotFound(err):
 		hint = "; check " + fieldTemplateID + ": the template or a storage it uses is gone"
 	case t.Operation == opUpload:
-		hint = "; check spec.isoStorage of the HypervisorCluster"
+		hint = "; check spec.proxmox.isoStorage of the HypervisorCluster"
 	}
 	return nil, provider.Errorf(provider.ClassPermanent, reasonOf(err), "VM %d on node %s: %w%s", c.prog.VMID, c.prog.Node, err, hint)
 }
@@ -589,7 +589,7 @@ func (c *ensureCall) upload(ctx context.Context) (*provider.EnsureResult, error)
 	upid, err := c.p.api.upload(ctx, c.prog.Node, c.p.cfg.ISOStorage, c.p.isoName(c.prog.VMID, c.spec.Owner.UID), iso)
 	if err != nil {
 		if msg := apiMessage(err); strings.Contains(msg, "storage '") || strings.Contains(msg, "storage type '") || reasonOf(err) == "InvalidParameter" {
-			return nil, withField(err, "spec.isoStorage of the HypervisorCluster", "name a file-based storage with iso content on every allowed node")
+			return nil, withField(err, "spec.proxmox.isoStorage of the HypervisorCluster", "name a file-based storage with iso content on every allowed node")
 		}
 		return nil, fmt.Errorf("upload the cloud-init ISO of VM %d: %w", c.prog.VMID, err)
 	}
