@@ -48,16 +48,16 @@ func TestProxmoxSettings(t *testing.T) {
 		{name: "neither: the defaults", start: 100, end: 999999999, iso: hfv1.DefaultISOStorage},
 		{name: "an empty proxmox section: the defaults", spec: hfv1.HypervisorClusterSpec{Proxmox: &hfv1.ProxmoxClusterSettings{}},
 			start: 100, end: 999999999, iso: hfv1.DefaultISOStorage},
-		{name: "the deprecated fields alone still work", spec: hfv1.HypervisorClusterSpec{VMIDRange: legacyRange, ISOStorage: "isos"},
+		{name: "the deprecated fields alone still work", spec: hfv1.HypervisorClusterSpec{VMIDRange: legacyRange, ISOStorage: "isos"}, //nolint:staticcheck // the deprecated fields under test
 			start: 1000, end: 1999, iso: "isos",
 			deprecated: []MovedField{{"spec.vmidRange", "spec.proxmox.vmidRange"}, {"spec.isoStorage", "spec.proxmox.isoStorage"}}},
 		{name: "the proxmox section alone", spec: hfv1.HypervisorClusterSpec{Proxmox: &hfv1.ProxmoxClusterSettings{VMIDRange: newRange, ISOStorage: "cephfs"}},
 			start: 5000, end: 5999, iso: "cephfs"},
 		{name: "the section wins over a deprecated field (admission refuses both; a cluster stored before the rule may have both)",
-			spec:  hfv1.HypervisorClusterSpec{VMIDRange: legacyRange, ISOStorage: "isos", Proxmox: &hfv1.ProxmoxClusterSettings{VMIDRange: newRange, ISOStorage: "cephfs"}},
+			spec:  hfv1.HypervisorClusterSpec{VMIDRange: legacyRange, ISOStorage: "isos", Proxmox: &hfv1.ProxmoxClusterSettings{VMIDRange: newRange, ISOStorage: "cephfs"}}, //nolint:staticcheck // the deprecated fields under test
 			start: 5000, end: 5999, iso: "cephfs",
 			deprecated: []MovedField{{"spec.vmidRange", "spec.proxmox.vmidRange"}, {"spec.isoStorage", "spec.proxmox.isoStorage"}}},
-		{name: "one setting moved, the other still deprecated", spec: hfv1.HypervisorClusterSpec{ISOStorage: "isos", Proxmox: &hfv1.ProxmoxClusterSettings{VMIDRange: newRange}},
+		{name: "one setting moved, the other still deprecated", spec: hfv1.HypervisorClusterSpec{ISOStorage: "isos", Proxmox: &hfv1.ProxmoxClusterSettings{VMIDRange: newRange}}, //nolint:staticcheck // the deprecated fields under test
 			start: 5000, end: 5999, iso: "isos", deprecated: []MovedField{{"spec.isoStorage", "spec.proxmox.isoStorage"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
