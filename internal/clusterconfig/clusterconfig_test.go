@@ -53,7 +53,7 @@ func TestProxmoxSettings(t *testing.T) {
 			deprecated: []MovedField{{"spec.vmidRange", "spec.proxmox.vmidRange"}, {"spec.isoStorage", "spec.proxmox.isoStorage"}}},
 		{name: "the proxmox section alone", spec: hfv1.HypervisorClusterSpec{Proxmox: &hfv1.ProxmoxClusterSettings{VMIDRange: newRange, ISOStorage: "cephfs"}},
 			start: 5000, end: 5999, iso: "cephfs"},
-		{name: "the section wins over a deprecated field (admission refuses both; a cluster stored before the rule may have both)",
+		{name: "the section wins over a deprecated field (admission refuses both; the reader still picks one)",
 			spec:  hfv1.HypervisorClusterSpec{VMIDRange: legacyRange, ISOStorage: "isos", Proxmox: &hfv1.ProxmoxClusterSettings{VMIDRange: newRange, ISOStorage: "cephfs"}}, //nolint:staticcheck // the deprecated fields under test
 			start: 5000, end: 5999, iso: "cephfs",
 			deprecated: []MovedField{{"spec.vmidRange", "spec.proxmox.vmidRange"}, {"spec.isoStorage", "spec.proxmox.isoStorage"}}},
