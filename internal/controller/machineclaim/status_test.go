@@ -101,6 +101,17 @@ func TestDeriveStatus(t *testing.T) {
 		ready        = hfv1.ReadyCondition
 		tru, fals    = metav1.ConditionTrue, metav1.ConditionFalse
 	)
+	// cloningSince starts a claim in Provisioning since entered, cloning
+	// its VM, with the stored conditions that say so and extra ones.
+	cloningSince := func(entered time.Time, extra ...metav1.Condition) func(c *hfv1.MachineClaim) {
+		return func(c *hfv1.MachineClaim) {
+			c.Status.VMRef = &hfv1.VMReference{VMID: 100}
+			c.Status.Task = &hfv1.TaskReference{ID: "UPID:pve1:0001:clone", Operation: "clone"}
+			c.Status.Phase = hfv1.MachineClaimProvisioning
+			c.Status.PhaseTimes = &hfv1.PhaseTimes{Provisioning: &metav1.Time{Time: entered}}
+			c.Status.Conditions = append([]metav1.Condition{cond(provisioned, fals, hfv1.CloningReason), cond(ready, fals, hfv1.CloningReason)}, extra...)
+		}
+	}
 	tests := []struct {
 		name      string
 		start     func(c *hfv1.MachineClaim)
@@ -224,23 +235,17 @@ func TestDeriveStatus(t *testing.T) {
 			wantPhase: hfv1.MachineClaimTerminating,
 		},
 		{
-			name: "within the Provisioning bound: not stuck, woken when it would be",
-			start: func(c *hfv1.MachineClaim) {
-				provisioning(c, unitEpoch)
-				c.Status.Conditions = []metav1.Condition{cond(provisioned, fals, hfv1.CloningReason), cond(ready, fals, hfv1.CloningReason)}
-			},
+			name:      "within the Provisioning bound: not stuck, woken when it would be",
+			start:     cloningSince(unitEpoch),
 			now:       9 * time.Minute,
 			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, hfv1.CloningReason, false}, ready: {fals, hfv1.CloningReason, false}},
 			wantPhase: hfv1.MachineClaimProvisioning,
 			wantWake:  time.Minute,
 		},
 		{
-			name: "past the Provisioning bound: Stuck True, naming the phase, the task and the condition it waits on",
-			start: func(c *hfv1.MachineClaim) {
-				provisioning(c, unitEpoch)
-				c.Status.Conditions = []metav1.Condition{cond(provisioned, fals, hfv1.CloningReason), cond(ready, fals, hfv1.CloningReason)}
-			},
-			now: 10 * time.Minute,
+			name:  "past the Provisioning bound: Stuck True, naming the phase, the task and the condition it waits on",
+			start: cloningSince(unitEpoch),
+			now:   10 * time.Minute,
 			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, hfv1.CloningReason, false}, ready: {fals, hfv1.CloningReason, false},
 				stuckCond: {tru, hfv1.NoProgressReason, true}},
 			wantOrder: []hfv1.ConditionType{provisioned, ready, stuckCond},
@@ -248,12 +253,8 @@ func TestDeriveStatus(t *testing.T) {
 			wantStuck: "In phase Provisioning since 2025-01-01T12:00:00Z, longer than the manager's bound for it (10m0s); waiting on hypervisor task clone (UPID:pve1:0001:clone); Provisioned=False Cloning: Cloning",
 		},
 		{
-			name: "still stuck in the same stay: Stuck kept, not reported again",
-			start: func(c *hfv1.MachineClaim) {
-				provisioning(c, unitEpoch.Add(-time.Hour))
-				c.Status.Conditions = []metav1.Condition{cond(provisioned, fals, hfv1.CloningReason), cond(ready, fals, hfv1.CloningReason),
-					cond(stuckCond, tru, hfv1.NoProgressReason)}
-			},
+			name:  "still stuck in the same stay: Stuck kept, not reported again",
+			start: cloningSince(unitEpoch.Add(-time.Hour), cond(stuckCond, tru, hfv1.NoProgressReason)),
 			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, hfv1.CloningReason, false}, ready: {fals, hfv1.CloningReason, false},
 				stuckCond: {tru, hfv1.NoProgressReason, false}},
 			wantPhase: hfv1.MachineClaimProvisioning,
@@ -274,12 +275,8 @@ func TestDeriveStatus(t *testing.T) {
 			wantStuck: "In phase Terminating since 2025-01-01T12:01:00Z, longer than the manager's bound for it (5m0s); waiting on Ready=False DeletingVM: DeletingVM",
 		},
 		{
-			name: "a stuck claim that moves on: Stuck False, the new phase's time stamped",
-			start: func(c *hfv1.MachineClaim) {
-				provisioning(c, unitEpoch.Add(-time.Hour))
-				c.Status.Conditions = []metav1.Condition{cond(provisioned, fals, hfv1.CloningReason), cond(ready, fals, hfv1.CloningReason),
-					cond(stuckCond, tru, hfv1.NoProgressReason)}
-			},
+			name:  "a stuck claim that moves on: Stuck False, the new phase's time stamped",
+			start: cloningSince(unitEpoch.Add(-time.Hour), cond(stuckCond, tru, hfv1.NoProgressReason)),
 			facts: []fact{{provisioned, tru, hfv1.ReadyReason}},
 			wantConds: map[hfv1.ConditionType]want{provisioned: {tru, hfv1.ReadyReason, true}, ready: {fals, hfv1.WaitingForRunnerReason, false},
 				stuckCond: {fals, hfv1.ProgressingReason, true}},
@@ -357,14 +354,6 @@ func TestDeriveStatus(t *testing.T) {
 
 // unitStuckBounds are the stuck bounds of the status tests.
 var unitStuckBounds = stuck.Bounds{Pending: 15 * time.Minute, Provisioning: 10 * time.Minute, Terminating: 5 * time.Minute}
-
-// provisioning puts c in phase Provisioning since entered, cloning its VM.
-func provisioning(c *hfv1.MachineClaim, entered time.Time) {
-	c.Status.VMRef = &hfv1.VMReference{VMID: 100}
-	c.Status.Task = &hfv1.TaskReference{ID: "UPID:pve1:0001:clone", Operation: "clone"}
-	c.Status.Phase = hfv1.MachineClaimProvisioning
-	c.Status.PhaseTimes = &hfv1.PhaseTimes{Provisioning: &metav1.Time{Time: entered}}
-}
 
 // TestStuckAcrossPasses follows one claim through passes on a fake clock
 // as closeScope runs them (deriveStatus, then the stuck detector's
