@@ -445,6 +445,8 @@ func newBackends(opts Options) (*workload.Backends, error) {
 // ciSeams are the controllers' ways to the CI platforms' accounts; a nil
 // one means the operator does without.
 type ciSeams struct {
+	// claims are the claim reconciler's: the back-ends and the runners'
+	// registrations.
 	claims machineclaim.CIPlatforms
 	// credentials mint the runner credentials of VMs that attest (the
 	// broker's, and those written to secrets stores).
@@ -457,7 +459,9 @@ type ciSeams struct {
 }
 
 // platformSeams wires every seam to the back-ends' accounts, or, when a
-// test stands in for them (Options.Bootstrap), only the two it covers.
+// test stands in for them (Options.Bootstrap), only those it covers (the
+// claims' with the real back-ends, the credentials when it mints them,
+// the scopes).
 func platformSeams(mgr ctrl.Manager, opts Options, backends *workload.Backends) ciSeams {
 	if opts.Bootstrap != nil {
 		credentials, _ := opts.Bootstrap.(machineclaim.CredentialIssuer)
