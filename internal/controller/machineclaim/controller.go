@@ -93,9 +93,9 @@ type Reconciler struct {
 	// reservation is ever trusted.
 	Signer *ownership.Signer
 	// CI is the claims' CI platforms: their back-ends and their runners'
-	// registrations. Nil: no back-end reads any runner settings (a claim
-	// naming a workload type is refused) and VMs are rendered without any
-	// runner.
+	// registrations. Nil (unit tests) serves none: nothing registers or
+	// releases a runner, and no back-end reads the objects' runner
+	// settings (a claim naming a workload type is refused).
 	CI CIPlatforms
 	// Agent finds the agent binaries the operator serves (templates with
 	// agentSource Operator); nil when it serves none.
