@@ -13,7 +13,12 @@ type HypervisorProvider string
 const ProviderProxmox HypervisorProvider = "proxmox"
 
 // HypervisorClusterSpec says how to reach one hypervisor cluster and how VMs
-// are placed on it.
+// are placed on it. The fields at its top level are shared by every
+// hypervisor; what only one kind of hypervisor has is in that kind's own
+// section (spec.proxmox), which is allowed only with that provider.
+// +kubebuilder:validation:XValidation:rule="!has(self.proxmox) || self.provider == 'proxmox'",message="spec.proxmox holds Proxmox VE settings and is allowed only with provider proxmox: remove spec.proxmox or set provider: proxmox",fieldPath=".proxmox"
+// +kubebuilder:validation:XValidation:rule="!has(self.vmidRange) || !has(self.proxmox) || !has(self.proxmox.vmidRange)",message="vmidRange is set twice: remove the deprecated spec.vmidRange and keep spec.proxmox.vmidRange",fieldPath=".vmidRange"
+// +kubebuilder:validation:XValidation:rule="!has(self.isoStorage) || !has(self.proxmox) || !has(self.proxmox.isoStorage)",message="isoStorage is set twice: remove the deprecated spec.isoStorage and keep spec.proxmox.isoStorage",fieldPath=".isoStorage"
 type HypervisorClusterSpec struct {
 	// provider is the hypervisor implementation. Only "proxmox" exists today.
 	// It cannot be changed: create a new HypervisorCluster instead.
@@ -62,16 +67,6 @@ type HypervisorClusterSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-zA-Z][-_a-zA-Z0-9]*$`
 	DefaultStorage string `json:"defaultStorage,omitempty"`
 
-	// isoStorage is an iso-capable, file-based storage on every allowed node
-	// (for example local) that receives each VM's NoCloud cloud-init ISO. The
-	// ISO is deleted once the guest is up and always when the VM is deleted.
-	// +optional
-	// +kubebuilder:default=local
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:Pattern=`^[a-zA-Z][-_a-zA-Z0-9]*$`
-	ISOStorage string `json:"isoStorage,omitempty"`
-
 	// defaultBridge is the network bridge VMs attach to when the template
 	// does not name one (for example vmbr0).
 	// +optional
@@ -81,10 +76,29 @@ type HypervisorClusterSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-zA-Z][-_.a-zA-Z0-9]*$`
 	DefaultBridge string `json:"defaultBridge,omitempty"`
 
-	// vmidRange is the block of VM ids the operator allocates from. Keep it
-	// apart from ids used by hand or by other tools.
+	// proxmox holds the settings only Proxmox VE has (VM ids, the storage
+	// of the cloud-init ISOs). Set it only with provider proxmox; every
+	// other field of the spec means the same on every hypervisor
+	// (docs/architecture.md, "A second hypervisor").
+	// +optional
+	Proxmox *ProxmoxClusterSettings `json:"proxmox,omitempty"`
+
+	// vmidRange is the block of VM ids the operator allocates from.
+	//
+	// Deprecated: set spec.proxmox.vmidRange instead; this field is still
+	// read when that one is unset, and the two may not both be set.
 	// +optional
 	VMIDRange *VMIDRange `json:"vmidRange,omitempty"`
+
+	// isoStorage is the storage that receives the cloud-init ISOs.
+	//
+	// Deprecated: set spec.proxmox.isoStorage instead; this field is still
+	// read when that one is unset, and the two may not both be set.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z][-_a-zA-Z0-9]*$`
+	ISOStorage string `json:"isoStorage,omitempty"`
 
 	// limits bound the load the operator puts on this cluster.
 	// +optional
@@ -282,6 +296,33 @@ type HypervisorTLS struct {
 	// +optional
 	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
 }
+
+// ProxmoxClusterSettings are the settings of a HypervisorCluster that only
+// Proxmox VE has.
+type ProxmoxClusterSettings struct {
+	// vmidRange is the block of VM ids the operator allocates from. Keep it
+	// apart from ids used by hand or by other tools. Unset: every id Proxmox
+	// allows (100-999999999).
+	// +optional
+	VMIDRange *VMIDRange `json:"vmidRange,omitempty"`
+
+	// isoStorage is an iso-capable, file-based storage on every allowed node
+	// that receives each VM's NoCloud cloud-init ISO. The ISO is deleted
+	// once the guest is up and always when the VM is deleted. Unset: local.
+	// (The default is the operator's, DefaultISOStorage, not the schema's:
+	// a schema default would make a cluster that still sets the deprecated
+	// spec.isoStorage set it twice as soon as it adds this section.)
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z][-_a-zA-Z0-9]*$`
+	ISOStorage string `json:"isoStorage,omitempty"`
+}
+
+// DefaultISOStorage is the storage that receives the cloud-init ISOs of a
+// Proxmox cluster that names none (spec.proxmox.isoStorage): the storage
+// every Proxmox VE node has.
+const DefaultISOStorage = "local"
 
 // VMIDRange is an inclusive block of hypervisor VM ids.
 // +kubebuilder:validation:XValidation:rule="self.start <= self.end",message="vmidRange.start must not be greater than vmidRange.end"

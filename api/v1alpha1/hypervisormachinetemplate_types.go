@@ -65,7 +65,13 @@ const (
 	CloneModeFull CloneMode = "full"
 )
 
-// MachineSource is the template a VM is cloned from.
+// MachineSource is the template a VM is cloned from: a one-of with one
+// section per hypervisor kind, each named like the HypervisorCluster
+// provider it is for. Proxmox VE is the only kind today, so its section is
+// required. A second kind adds its own optional section, makes proxmox
+// optional, adds a CEL rule on this type that exactly one section is set,
+// and has the template refused when its section is not the kind of its
+// cluster (docs/architecture.md, "A second hypervisor").
 type MachineSource struct {
 	// proxmox names a Proxmox VE template.
 	// +required

@@ -1,10 +1,12 @@
 // Package clusterconfig resolves a HypervisorCluster into the
 // configuration its provider connects with: the cluster's spec and the
-// Secrets it references (Resolve), and which Secrets those are
-// (SecretRefs).
+// Secrets it references (Resolve), which Secrets those are (SecretRefs),
+// and the one reader of each provider setting that also has a deprecated
+// top-level field (VMIDRange, ISOStorage, Deprecated).
 package clusterconfig
 
 import (
+	"cmp"
 	"context"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,7 +26,7 @@ func Resolve(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluste
 		Endpoint:         s.Endpoint,
 		Nodes:            s.Nodes,
 		DefaultStorage:   s.DefaultStorage,
-		ISOStorage:       s.ISOStorage,
+		ISOStorage:       ISOStorage(c),
 		DefaultBridge:    s.DefaultBridge,
 		Tags:             s.Tags,
 		ClonesPerNode:    hfv1.DefaultClonesPerNode,
@@ -107,9 +109,15 @@ func SecretStoreOf(cluster *hfv1.HypervisorCluster) *hfv1.SecretStoreConfig {
 	return nil
 }
 
-// VMIDRange is the block of VM ids placement allocates from on cluster.
+// VMIDRange is the block of VM ids placement allocates from on cluster:
+// spec.proxmox.vmidRange, else the deprecated spec.vmidRange, else every id
+// Proxmox allows.
 func VMIDRange(cluster *hfv1.HypervisorCluster) (start, end int) {
-	if rg := cluster.Spec.VMIDRange; rg != nil {
+	rg := cluster.Spec.VMIDRange //nolint:staticcheck // the one reader of the deprecated field
+	if p := cluster.Spec.Proxmox; p != nil && p.VMIDRange != nil {
+		rg = p.VMIDRange
+	}
+	if rg != nil {
 		return int(rg.Start), int(rg.End)
 	}
 	return defaultVMIDStart, defaultVMIDEnd
@@ -121,3 +129,36 @@ const (
 	defaultVMIDStart = 100
 	defaultVMIDEnd   = 999999999
 )
+
+// ISOStorage is the storage that receives cluster's cloud-init ISOs:
+// spec.proxmox.isoStorage, else the deprecated spec.isoStorage, else
+// hfv1.DefaultISOStorage.
+func ISOStorage(cluster *hfv1.HypervisorCluster) string {
+	var fromSection string
+	if p := cluster.Spec.Proxmox; p != nil {
+		fromSection = p.ISOStorage
+	}
+	return cmp.Or(fromSection, cluster.Spec.ISOStorage, hfv1.DefaultISOStorage) //nolint:staticcheck // the one reader of the deprecated field
+}
+
+// MovedField is a deprecated field a cluster sets, with the path that
+// replaces it.
+type MovedField struct {
+	Field, Replacement string
+}
+
+// Deprecated lists the deprecated fields cluster sets, in the order of the
+// spec. Each still works (VMIDRange, ISOStorage read it when its
+// replacement is unset); the HypervisorCluster controller reports them in
+// a DeprecatedField event.
+func Deprecated(cluster *hfv1.HypervisorCluster) []MovedField {
+	var out []MovedField
+	s := cluster.Spec
+	if s.VMIDRange != nil { //nolint:staticcheck // reports the deprecated field
+		out = append(out, MovedField{"spec.vmidRange", "spec.proxmox.vmidRange"})
+	}
+	if s.ISOStorage != "" { //nolint:staticcheck // reports the deprecated field
+		out = append(out, MovedField{"spec.isoStorage", "spec.proxmox.isoStorage"})
+	}
+	return out
+}

@@ -80,6 +80,9 @@ type HypervisorClusterReconciler struct {
 	// was connected at: while it holds, the poll uses the connected
 	// provider, which holds the credentials anyway, and reads no Secret.
 	connectedAt sync.Map // cluster name -> string
+	// deprecationsReported keeps the generation ("UID/generation") whose
+	// deprecated fields each cluster was told about (reportDeprecated).
+	deprecationsReported sync.Map // cluster name -> string
 }
 
 // UnverifiedVMReporter knows, per cluster, the VMs carrying this install's
@@ -175,7 +178,7 @@ func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Re
 	if !cluster.DeletionTimestamp.IsZero() {
 		return phase.Run(ctx, s, r.holdWhileUsed, r.keepConnection)
 	}
-	return phase.Run(ctx, s, slices.Concat([]phase.Func[*clusterScope]{r.reportTenancy, r.connectSPIRE}, r.connection())...)
+	return phase.Run(ctx, s, slices.Concat([]phase.Func[*clusterScope]{r.reportDeprecated, r.reportTenancy, r.connectSPIRE}, r.connection())...)
 }
 
 // connection are the phases that connect to the cluster, report its
@@ -214,6 +217,7 @@ func (r *HypervisorClusterReconciler) closeClusterScope(ctx context.Context, s *
 func (r *HypervisorClusterReconciler) forget(name string) {
 	r.Registry.Remove(name)
 	r.connectedAt.Delete(name)
+	r.deprecationsReported.Delete(name)
 	r.forgetSPIRE(name)
 	metrics.ForgetCluster(name)
 	if r.Unverified != nil {

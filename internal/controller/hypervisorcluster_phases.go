@@ -32,9 +32,34 @@ import (
 )
 
 // The phases of a HypervisorCluster's reconcile, in the order Reconcile
-// runs them: the tenancy and SPIRE conditions, then the connection
-// (connection()): refused fields, the provider, its probe, its VM list and
-// what the listing changed.
+// runs them: the deprecated fields' event, the tenancy and SPIRE
+// conditions, then the connection (connection()): refused fields, the
+// provider, its probe, its VM list and what the listing changed.
+
+// reportDeprecated tells a cluster that sets deprecated fields where each
+// moved, in one Normal DeprecatedField event per generation (per operator
+// start: the polls in between stay quiet). The fields still work
+// (clusterconfig.VMIDRange, clusterconfig.ISOStorage), so nothing else
+// changes.
+func (r *HypervisorClusterReconciler) reportDeprecated(_ context.Context, s *clusterScope) (phase.Result, error) {
+	cluster := s.cluster
+	moved := clusterconfig.Deprecated(cluster)
+	if len(moved) == 0 {
+		r.deprecationsReported.Delete(cluster.Name)
+		return phase.Next(), nil
+	}
+	generation := fmt.Sprintf("%s/%d", cluster.UID, cluster.Generation)
+	if was, ok := r.deprecationsReported.Swap(cluster.Name, generation); ok && was == generation {
+		return phase.Next(), nil
+	}
+	fields := make([]string, len(moved))
+	for i, m := range moved {
+		fields[i] = fmt.Sprintf("%s is deprecated: move it to %s", m.Field, m.Replacement)
+	}
+	r.Recorder.Event(cluster, corev1.EventTypeNormal, "DeprecatedField",
+		strings.Join(fields, "; ")+" (the deprecated fields still work; a field may not be set in both places)")
+	return phase.Next(), nil
+}
 
 // reportTenancy sets the TenancyRestricted condition.
 func (r *HypervisorClusterReconciler) reportTenancy(_ context.Context, s *clusterScope) (phase.Result, error) {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/testobjects"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	fakeprovider "github.com/hyperfleet/hyperfleet/pkg/provider/fake"
@@ -99,6 +101,14 @@ func TestReconcileHypervisorCluster(t *testing.T) {
 		{
 			name: "a reachable cluster is Connected and Ready and polled at its interval", cluster: newCluster(),
 			wantRes: ctrl.Result{RequeueAfter: defaultPollInterval}, want: connected, events: []string{"Normal Connected"},
+			observed: 2, healthy: true,
+		},
+		{
+			name: "a cluster still setting deprecated fields is connected and told where they moved",
+			cluster: newCluster(func(c *hfv1.HypervisorCluster) {
+				c.Spec.VMIDRange = &hfv1.VMIDRange{Start: 1000, End: 1999} //nolint:staticcheck // the deprecated field under test
+			}),
+			wantRes: ctrl.Result{RequeueAfter: defaultPollInterval}, want: connected, events: []string{"Normal DeprecatedField", "Normal Connected"},
 			observed: 2, healthy: true,
 		},
 		{
@@ -189,5 +199,56 @@ func TestReconcileHypervisorCluster(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReportDeprecatedOncePerGeneration: a cluster that sets deprecated
+// fields gets one DeprecatedField event naming each field and its new
+// path, not one per poll; a new generation that still sets one is told
+// again, and one that moved every field is not.
+func TestReportDeprecatedOncePerGeneration(t *testing.T) {
+	ctx := context.Background()
+	cluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "pve", UID: "uid-1", Generation: 1}}
+	cluster.Spec.VMIDRange = &hfv1.VMIDRange{Start: 1000, End: 1999} //nolint:staticcheck // the deprecated field under test
+	cluster.Spec.ISOStorage = "isos"                                 //nolint:staticcheck // the deprecated field under test
+	rec := record.NewFakeRecorder(16)
+	r := &HypervisorClusterReconciler{Recorder: rec}
+	pass := func() []string {
+		t.Helper()
+		if res, err := r.reportDeprecated(ctx, &clusterScope{cluster: cluster}); err != nil || res != phase.Next() {
+			t.Fatalf("reportDeprecated = %v, %v; want the next phase", res, err)
+		}
+		var got []string
+		for len(rec.Events) > 0 {
+			got = append(got, <-rec.Events)
+		}
+		return got
+	}
+	first := pass()
+	if len(first) != 1 || !strings.HasPrefix(first[0], "Normal DeprecatedField ") ||
+		!strings.Contains(first[0], "spec.vmidRange is deprecated: move it to spec.proxmox.vmidRange") ||
+		!strings.Contains(first[0], "spec.isoStorage is deprecated: move it to spec.proxmox.isoStorage") {
+		t.Fatalf("first pass: events %q, want one DeprecatedField event naming both fields and their new paths", first)
+	}
+	if got := pass(); len(got) != 0 {
+		t.Errorf("a poll of the same generation: events %q, want none", got)
+	}
+	cluster.Generation = 2
+	cluster.Spec.VMIDRange = nil //nolint:staticcheck // the deprecated field under test
+	cluster.Spec.Proxmox = &hfv1.ProxmoxClusterSettings{VMIDRange: &hfv1.VMIDRange{Start: 1000, End: 1999}}
+	if got := pass(); len(got) != 1 || strings.Contains(got[0], "vmidRange") || !strings.Contains(got[0], "spec.isoStorage") {
+		t.Errorf("generation 2, which moved vmidRange only: events %q, want one naming spec.isoStorage alone", got)
+	}
+	cluster.Generation = 3
+	cluster.Spec.ISOStorage = "" //nolint:staticcheck // the deprecated field under test
+	cluster.Spec.Proxmox.ISOStorage = "isos"
+	if got := pass(); len(got) != 0 {
+		t.Errorf("generation 3, which moved every field: events %q, want none", got)
+	}
+	cluster.Generation = 4
+	cluster.Spec.ISOStorage = "isos" //nolint:staticcheck // the deprecated field under test
+	cluster.Spec.Proxmox.ISOStorage = ""
+	if got := pass(); len(got) != 1 {
+		t.Errorf("generation 4, back on a deprecated field: events %q, want one", got)
 	}
 }

@@ -391,7 +391,7 @@ func newFixture(t testing.TB, sim *simulator, mutateCluster func(*hfv1.Hyperviso
 				TokenSecret: &hfv1.SecretKeySelector{Namespace: secretNamespace, Name: secretName, Key: "secret"},
 			},
 			TLS:          &hfv1.HypervisorTLS{FingerprintSHA256: sim.fingerprint},
-			VMIDRange:    &hfv1.VMIDRange{Start: 1000, End: 1999},
+			Proxmox:      &hfv1.ProxmoxClusterSettings{VMIDRange: &hfv1.VMIDRange{Start: 1000, End: 1999}},
 			PollInterval: &metav1.Duration{Duration: time.Second},
 		},
 	}

@@ -22,6 +22,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
 	"github.com/hyperfleet/hyperfleet/internal/broker"
+	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
@@ -109,11 +110,23 @@ type Options struct {
 }
 
 // WorkloadStandIn stands in for the CI platforms' accounts (see
-// Options.Bootstrap).
+// Options.Bootstrap): it fills in the runner part of VMs' cloud-init,
+// releases claims' runners and verifies pools' scopes, as
+// internal/workloads.Platforms does with the accounts.
 type WorkloadStandIn interface {
-	machineclaim.BootstrapSource
+	BootstrapVars(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, vars *cloudinit.Vars) error
+	Release(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) error
 	controller.ScopeVerifier
 }
+
+// standInCI are the claims' CI platforms when a test stands in for their
+// accounts: the back-ends still read the objects' platform sections.
+type standInCI struct {
+	WorkloadStandIn
+	backends *workload.Backends
+}
+
+func (c standInCI) Workloads() *workload.Backends { return c.backends }
 
 // AgentServerOptions configure the agent server (internal/agentserver).
 type AgentServerOptions struct {
@@ -261,10 +274,10 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	identities.Dial, identities.ForcedRefreshInterval = opts.SPIREDial, opts.SPIREForcedRefreshInterval
 	issuer := &identity.Issuer{Key: opts.Signer.DerivedKey("spire join token"), ProofKey: opts.Signer.DerivedKey("broker proof"), AgentUID: opts.SPIREAgentUID}
 	var credBroker *broker.Broker
-	if iss, ok := ci.bootstrap.(broker.Issuer); ok && opts.AgentServer != nil {
+	if ci.credentials != nil && opts.AgentServer != nil {
 		credBroker = &broker.Broker{
 			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Clusters: mgr.GetClient(),
-			Identity: identities, Issuer: iss, Proofs: issuer, Recorder: mgr.GetEventRecorderFor("credential-broker"), Clock: opts.Clock,
+			Identity: identities, Issuer: ci.credentials, Proofs: issuer, Recorder: mgr.GetEventRecorderFor("credential-broker"), Clock: opts.Clock,
 		}
 	}
 	// Before the controllers: they hand VMs the URLs and checksums it serves.
@@ -325,9 +338,6 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		return nil, fmt.Errorf("set up IPPool controller: %w", err)
 	}
 	runners := machineclaim.NewRunnerObservations()
-	// Clusters with spec.spire.secretStore get their VMs' credentials
-	// minted as the broker mints them, and written to the store.
-	credentials, _ := ci.bootstrap.(machineclaim.CredentialIssuer)
 	if err := (&machineclaim.Reconciler{
 		Client:        mgr.GetClient(),
 		Registry:      registry,
@@ -335,8 +345,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Signer:        opts.Signer,
 		Recorder:      mgr.GetEventRecorderFor("machineclaim-controller"),
 		Clock:         opts.Clock,
-		Bootstrap:     ci.bootstrap,
-		Workloads:     backends,
+		CI:            ci.claims,
 		ClaimEvents:   claimEvents,
 		Runners:       runners,
 		MaxRetryDelay: opts.MaxRetryDelay,
@@ -348,7 +357,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Identity:      identities,
 		Issuer:        issuer,
 		Broker:        brokerEndpoint,
-		Credentials:   credentials,
+		// Clusters with spec.spire.secretStore get their VMs' credentials
+		// minted as the broker mints them, and written to the store.
+		Credentials: ci.credentials,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up MachineClaim controller: %w", err)
 	}
@@ -434,22 +445,30 @@ func newBackends(opts Options) (*workload.Backends, error) {
 // ciSeams are the controllers' ways to the CI platforms' accounts; a nil
 // one means the operator does without.
 type ciSeams struct {
-	bootstrap machineclaim.BootstrapSource
-	scopes    controller.ScopeVerifier
-	jobs      controller.JobCanceller
-	releases  controller.RunnerReleaseSource
-	providers controller.PoolProviders
-	runners   sweeper.RunnerScopes
+	// claims are the claim reconciler's: the back-ends and the runners'
+	// registrations.
+	claims machineclaim.CIPlatforms
+	// credentials mint the runner credentials of VMs that attest (the
+	// broker's, and those written to secrets stores).
+	credentials machineclaim.CredentialIssuer
+	scopes      controller.ScopeVerifier
+	jobs        controller.JobCanceller
+	releases    controller.RunnerReleaseSource
+	providers   controller.PoolProviders
+	runners     sweeper.RunnerScopes
 }
 
 // platformSeams wires every seam to the back-ends' accounts, or, when a
-// test stands in for them (Options.Bootstrap), only the two it covers.
+// test stands in for them (Options.Bootstrap), only those it covers (the
+// claims' with the real back-ends, the credentials when it mints them,
+// the scopes).
 func platformSeams(mgr ctrl.Manager, opts Options, backends *workload.Backends) ciSeams {
 	if opts.Bootstrap != nil {
-		return ciSeams{bootstrap: opts.Bootstrap, scopes: opts.Bootstrap}
+		credentials, _ := opts.Bootstrap.(machineclaim.CredentialIssuer)
+		return ciSeams{claims: standInCI{opts.Bootstrap, backends}, credentials: credentials, scopes: opts.Bootstrap}
 	}
 	w := &workloads.Platforms{Client: mgr.GetClient(), Backends: backends, Signer: opts.Signer}
-	return ciSeams{bootstrap: w, scopes: w, jobs: w, releases: w, providers: w, runners: w}
+	return ciSeams{claims: w, credentials: w, scopes: w, jobs: w, releases: w, providers: w, runners: w}
 }
 
 // webhookParser is the parser of the platform whose webhooks are

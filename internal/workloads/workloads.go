@@ -31,7 +31,7 @@ import (
 // account that back-end builds from the template's credentials, issues and
 // removes the runners of MachineClaims, verifies RunnerPools' scopes,
 // cancels jobs, resolves runner releases and lists the scopes the orphan
-// sweep checks. It is internal/controller/machineclaim's BootstrapSource,
+// sweep checks. It is internal/controller/machineclaim's CIPlatforms,
 // internal/controller's ScopeVerifier, JobCanceller, RunnerReleaseSource
 // and PoolProviders, and
 // sweeper.RunnerScopes, at once; the
@@ -55,7 +55,11 @@ type Platforms struct {
 	Signer *ownership.Signer
 }
 
-// BootstrapVars implements internal/controller/machineclaim's BootstrapSource: it fills
+// Workloads implements internal/controller/machineclaim's CIPlatforms:
+// the back-ends, by workload type.
+func (w *Platforms) Workloads() *workload.Backends { return w.Backends }
+
+// BootstrapVars implements internal/controller/machineclaim's CIPlatforms: it fills
 // in the runner part of the VM's cloud-init (the runner's name, marked as
 // this install's, and labels), and issues nothing: the single-use
 // credential is issued once the VM runs (RunnerCredential) and reaches
@@ -179,7 +183,7 @@ func (w *Platforms) issue(ctx context.Context, p workload.Provider, spec workloa
 	return p.IssueCredential(ctx, spec)
 }
 
-// Release implements internal/controller/machineclaim's BootstrapSource: it removes the claim's runner from
+// Release implements internal/controller/machineclaim's CIPlatforms: it removes the claim's runner from
 // its CI platform. A runner the platform already removed (ephemeral
 // runners go after their job) is success; a busy one returns
 // workload.ErrRunnerBusy.

@@ -775,7 +775,7 @@ func startLoadWorld(t *testing.T, w *devenv.World, clusters int) *loadWorld {
 				TokenID:     &hfv1.SecretKeySelector{Namespace: devenv.SystemNamespace, Name: name, Key: "id"},
 				TokenSecret: &hfv1.SecretKeySelector{Namespace: devenv.SystemNamespace, Name: name, Key: "secret"},
 			},
-			TLS: &hfv1.HypervisorTLS{FingerprintSHA256: strings.Join(fp, ":")}, VMIDRange: &hfv1.VMIDRange{Start: 1000, End: 9999},
+			TLS: &hfv1.HypervisorTLS{FingerprintSHA256: strings.Join(fp, ":")}, Proxmox: &hfv1.ProxmoxClusterSettings{VMIDRange: &hfv1.VMIDRange{Start: 1000, End: 9999}},
 			PollInterval: &metav1.Duration{Duration: pollInterval},
 		}})
 		mustCreate(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})

@@ -15,7 +15,7 @@ import (
 
 // claimCloudInit renders the NoCloud data of a claim's VM when the provider
 // delivers it: the template's cloud-init, the operator's per-VM values and
-// the workload's runner settings from the BootstrapSource. It holds no
+// the workload's runner settings from the reconciler's CI platforms. It holds no
 // secret that could be used before the VM runs: the runner credential (or
 // the join token) reaches the running VM only (guestsecrets.go), and
 // the seed names where and until when (agentconfig's secretsFile and
@@ -30,8 +30,8 @@ type claimCloudInit struct {
 
 // Render implements provider.CloudInitSource.
 func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error) {
-	vars := vmspec.ClaimVars(c.r.Workloads, c.claim, c.tmpl, c.cluster, c.addr)
-	if err := vmspec.SetAgentVars(c.r.Workloads, c.tmpl, c.r.Agent, &vars); err != nil {
+	vars := vmspec.ClaimVars(c.r.workloads(), c.claim, c.tmpl, c.cluster, c.addr)
+	if err := vmspec.SetAgentVars(c.r.workloads(), c.tmpl, c.r.Agent, &vars); err != nil {
 		// The template is not Ready in this case; only a claim that passed
 		// before an operator restart without the agent server gets here.
 		return provider.CloudInit{}, provider.Errorf(provider.ClassConfiguration, string(hfv1.AgentUnavailableReason), "HypervisorMachineTemplate %s: %w", c.tmpl.Name, err)
@@ -46,11 +46,11 @@ func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error)
 	// Render check first: a broken template never reaches the workload
 	// side (and is never Ready: the template controller runs the same
 	// check).
-	if err := vmspec.CheckRender(c.r.Workloads, c.tmpl, vars); err != nil {
+	if err := vmspec.CheckRender(c.r.workloads(), c.tmpl, vars); err != nil {
 		return provider.CloudInit{}, err
 	}
-	if b := c.r.Bootstrap; b != nil && !vars.SPIFFEEnabled {
-		if err := b.BootstrapVars(ctx, c.claim, c.tmpl, &vars); err != nil {
+	if ci := c.r.CI; ci != nil && !vars.SPIFFEEnabled {
+		if err := ci.BootstrapVars(ctx, c.claim, c.tmpl, &vars); err != nil {
 			return provider.CloudInit{}, fmt.Errorf("workload bootstrap data: %w", err)
 		}
 	}

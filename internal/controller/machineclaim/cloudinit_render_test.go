@@ -12,24 +12,10 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/testobjects"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
-
-// countingBootstrap is the bootstrap seam with a count of its calls.
-type countingBootstrap struct{ issued int }
-
-func (b *countingBootstrap) BootstrapVars(_ context.Context, _ *hfv1.MachineClaim, _ *hfv1.HypervisorMachineTemplate, v *cloudinit.Vars) error {
-	b.issued++
-	v.RunnerName = "runner-named-by-the-platform"
-	return nil
-}
-
-func (b *countingBootstrap) Release(context.Context, *hfv1.MachineClaim, *hfv1.HypervisorMachineTemplate) error {
-	return nil
-}
 
 // brokenTemplates render without per-VM values (the template hash), but
 // not for a VM: every claim of them would fail.
@@ -55,8 +41,8 @@ func TestClaimCloudInitChecksBeforeIssuing(t *testing.T) {
 	cluster := &hfv1.HypervisorCluster{}
 	for _, tc := range brokenTemplates {
 		t.Run(tc.name, func(t *testing.T) {
-			b := &countingBootstrap{}
-			ci := &claimCloudInit{r: &Reconciler{Bootstrap: b, Workloads: ciPlatforms, Clock: clocktesting.NewFakeClock(time.Now())}, claim: claim.DeepCopy(), tmpl: testobjects.GitHubTemplate(tc.mutate), cluster: cluster}
+			b := &ciDouble{runnerName: "runner-named-by-the-platform"}
+			ci := &claimCloudInit{r: &Reconciler{CI: b, Clock: clocktesting.NewFakeClock(time.Now())}, claim: claim.DeepCopy(), tmpl: testobjects.GitHubTemplate(tc.mutate), cluster: cluster}
 			_, err := ci.Render(context.Background())
 			if !errors.Is(err, vmspec.ErrRender) {
 				t.Fatalf("Render error = %v, want a render error", err)
@@ -64,22 +50,22 @@ func TestClaimCloudInitChecksBeforeIssuing(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.field) {
 				t.Errorf("error %q does not name %s", err, tc.field)
 			}
-			if b.issued != 0 {
-				t.Errorf("the workload side was asked %d times for a cloud-init that does not render, want 0", b.issued)
+			if b.varsCalls != 0 {
+				t.Errorf("the workload side was asked %d times for a cloud-init that does not render, want 0", b.varsCalls)
 			}
 		})
 	}
 	t.Run("valid template", func(t *testing.T) {
-		b := &countingBootstrap{}
+		b := &ciDouble{runnerName: "runner-named-by-the-platform"}
 		now := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
-		ci := &claimCloudInit{r: &Reconciler{Bootstrap: b, Workloads: ciPlatforms, Clock: clocktesting.NewFakeClock(now)},
+		ci := &claimCloudInit{r: &Reconciler{CI: b, Clock: clocktesting.NewFakeClock(now)},
 			claim: claim.DeepCopy(), tmpl: testobjects.GitHubTemplate(nil), cluster: cluster}
 		out, err := ci.Render(context.Background())
 		if err != nil {
 			t.Fatalf("Render: %v", err)
 		}
-		if b.issued != 1 {
-			t.Errorf("the workload side was asked %d times, want 1", b.issued)
+		if b.varsCalls != 1 {
+			t.Errorf("the workload side was asked %d times, want 1", b.varsCalls)
 		}
 		ud := string(out.UserData)
 		deadline := now.Add(stuck.DefaultBounds().Provisioning + stuck.DefaultBounds().Bootstrapping).Format(time.RFC3339)

@@ -56,18 +56,25 @@ func resyncRunning() time.Duration {
 	return runningResync + time.Duration(rand.Int64N(int64(runningResync/2)))
 }
 
-// BootstrapSource is the seam to the workload side (GitHub Actions first):
-// it fills in the workload part of a VM's cloud-init variables (runner name,
-// labels, and the single-use credential) right before the cloud-init is
-// rendered. The workload side reports the runner online by setting the
-// claim's Bootstrapped condition to True, which makes the claim Ready.
+// CIPlatforms is the claim's way to its CI platform (GitHub Actions first;
+// internal/workloads.Platforms): the platforms' back-ends, and the
+// registration of the claim's runner.
 //
-// BootstrapVars runs once per cloud-init delivery, right before the ISO is
-// built; it may record what it issued (never a secret) in
-// claim.Status.Bootstrap, which the claim controller persists.
+// Workloads are the back-ends by workload type (pkg/workload), which read
+// the claims' and templates' runner settings; a nil *workload.Backends
+// has none.
+//
+// BootstrapVars fills in the workload part of a VM's cloud-init variables
+// (runner name, labels) right before the cloud-init is rendered, once per
+// delivery; it may record what it issued (never a secret) in
+// claim.Status.Bootstrap, which the claim controller persists. The
+// workload side reports the runner online by setting the claim's
+// Bootstrapped condition to True, which makes the claim Ready.
+//
 // Release undoes the registration when the claim goes; it returns an error
 // matching workload.ErrRunnerBusy while the runner runs a job.
-type BootstrapSource interface {
+type CIPlatforms interface {
+	Workloads() *workload.Backends
 	BootstrapVars(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, vars *cloudinit.Vars) error
 	Release(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) error
 }
@@ -85,11 +92,11 @@ type Reconciler struct {
 	// writes into claims (the install's ownership key); without it no
 	// reservation is ever trusted.
 	Signer *ownership.Signer
-	// Bootstrap supplies workload credentials; nil renders VMs without any.
-	Bootstrap BootstrapSource
-	// Workloads are the CI platform back-ends that read the claims' and
-	// templates' runner settings.
-	Workloads *workload.Backends
+	// CI is the claims' CI platforms: their back-ends and their runners'
+	// registrations. Nil (unit tests) serves none: nothing registers or
+	// releases a runner, and no back-end reads the objects' runner
+	// settings (a claim naming a workload type is refused).
+	CI CIPlatforms
 	// Agent finds the agent binaries the operator serves (templates with
 	// agentSource Operator); nil when it serves none.
 	Agent vmspec.AgentLocator
@@ -167,6 +174,14 @@ func (r *Reconciler) forget(uid types.UID) {
 	r.attempts.Delete(uid)
 	r.minted.Forget(uid)
 	r.Runners.Forget(uid)
+}
+
+// workloads are the CI platforms' back-ends; none without CI.
+func (r *Reconciler) workloads() *workload.Backends {
+	if r.CI == nil {
+		return nil
+	}
+	return r.CI.Workloads()
 }
 
 // SetupWithManager registers the controller.
@@ -304,7 +319,7 @@ func (r *Reconciler) ensureMetadata(ctx context.Context, s *claimScope) (phase.R
 // not act on, before anything is built; a spec change wakes it.
 func (r *Reconciler) checkSupported(_ context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
-	if ref := refusal.Claim(r.Workloads, claim); ref != nil && claim.Status.VMRef == nil {
+	if ref := refusal.Claim(r.workloads(), claim); ref != nil && claim.Status.VMRef == nil {
 		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, ref.Reason, ref.Message)
 		return phase.Stop(), nil
 	}

@@ -2,12 +2,14 @@ package machineclaim
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -22,6 +24,51 @@ var ciPlatforms = func() *workload.Backends {
 	}
 	return b
 }()
+
+// ciDouble is the claim's CI platforms (CIPlatforms) in the unit tests:
+// the GitHub Actions back-ends (ciPlatforms) read the objects' runner
+// settings; BootstrapVars and Release answer as the test says and count
+// their calls.
+type ciDouble struct {
+	// runnerName, when set, is the name BootstrapVars gives the runner;
+	// varsErr is its answer.
+	runnerName string
+	varsErr    error
+	// release is Release's answer.
+	release error
+
+	mu                  sync.Mutex
+	varsCalls, releases int
+}
+
+func (d *ciDouble) Workloads() *workload.Backends { return ciPlatforms }
+
+func (d *ciDouble) BootstrapVars(_ context.Context, _ *hfv1.MachineClaim, _ *hfv1.HypervisorMachineTemplate, v *cloudinit.Vars) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.varsCalls++
+	if d.varsErr != nil {
+		return d.varsErr
+	}
+	if d.runnerName != "" {
+		v.RunnerName = d.runnerName
+	}
+	return nil
+}
+
+func (d *ciDouble) Release(context.Context, *hfv1.MachineClaim, *hfv1.HypervisorMachineTemplate) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.releases++
+	return d.release
+}
+
+// calls are how often BootstrapVars and Release were called.
+func (d *ciDouble) calls() (vars, releases int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.varsCalls, d.releases
+}
 
 // unitEpoch is the unit tests' "now".
 var unitEpoch = time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)

@@ -46,7 +46,7 @@ func reservationWorld(t *testing.T, nsLabels map[string]string) client.Client {
 	}
 	cluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "pve-a"}}
 	cluster.Spec.Nodes = []string{"pve1", "pve2"}
-	cluster.Spec.VMIDRange = &hfv1.VMIDRange{Start: 1000, End: 1999}
+	cluster.Spec.Proxmox = &hfv1.ProxmoxClusterSettings{VMIDRange: &hfv1.VMIDRange{Start: 1000, End: 1999}}
 	cluster.Spec.AllowedNamespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "yes"}}
 	other := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "pve-b"}}
 	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: "tmpl", Namespace: "team"}}

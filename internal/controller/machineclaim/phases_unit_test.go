@@ -170,7 +170,7 @@ func TestReconcileMachineClaim(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r, hv, _, rec := serviceWorld(t)
 			claim := tc.claim()
-			r.Workloads = ciPlatforms
+			r.CI = &ciDouble{}
 			r.Client = claimWorld(t, append([]client.Object{claim.DeepCopy()}, tc.objs...)...)
 			if tc.listing {
 				r.Registry.SetListing(unitCluster, nil, unitEpoch)

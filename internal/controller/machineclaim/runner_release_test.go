@@ -2,7 +2,6 @@ package machineclaim
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -14,22 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 )
-
-// unusedReleaser fails the test if a runner is released: without its
-// template there is nothing to release it with.
-type unusedReleaser struct{ t *testing.T }
-
-func (r unusedReleaser) BootstrapVars(context.Context, *hfv1.MachineClaim, *hfv1.HypervisorMachineTemplate, *cloudinit.Vars) error {
-	r.t.Error("BootstrapVars called by the release of a runner")
-	return nil
-}
-
-func (r unusedReleaser) Release(context.Context, *hfv1.MachineClaim, *hfv1.HypervisorMachineTemplate) error {
-	r.t.Error("Release called without the claim's template")
-	return errors.New("unexpected")
-}
 
 // TestReleaseWithoutTemplateDoesNotHoldTheClaim: a claim whose VM is gone
 // and whose template was deleted (with the credentials that remove its
@@ -51,8 +35,11 @@ func TestReleaseWithoutTemplateDoesNotHoldTheClaim(t *testing.T) {
 		},
 	}
 	rec := record.NewFakeRecorder(4)
+	// Without its template there is nothing to release the runner with:
+	// the CI platforms must not be asked.
+	ci := &ciDouble{}
 	r := &Reconciler{
-		Client: fake.NewClientBuilder().WithScheme(scheme).Build(), Bootstrap: unusedReleaser{t}, Recorder: rec,
+		Client: fake.NewClientBuilder().WithScheme(scheme).Build(), CI: ci, Recorder: rec,
 		Clock: clocktesting.NewFakeClock(now),
 	}
 	var done bool
@@ -60,6 +47,9 @@ func TestReleaseWithoutTemplateDoesNotHoldTheClaim(t *testing.T) {
 	inScope(claim, func(s *claimScope) { done, requeue = r.releaseRunnerOfGoneVM(context.Background(), s) })
 	if !done || requeue != 0 {
 		t.Fatalf("Release = %v, %s; want done at once", done, requeue)
+	}
+	if vars, releases := ci.calls(); vars != 0 || releases != 0 {
+		t.Errorf("the CI platforms were asked: %d BootstrapVars, %d Release calls; want none", vars, releases)
 	}
 	ending := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimEndingCondition)
 	if !hfv1.HasReason(ending, hfv1.RunnerNotRemovedReason) || !strings.Contains(ending.Message, "HypervisorMachineTemplate team-a/deleted") ||

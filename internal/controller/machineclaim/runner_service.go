@@ -3,8 +3,8 @@
 // the latest runner list) and removing its registration when the claim
 // ends, never while it runs a job (docs/architecture.md, "Teardown never
 // kills a busy runner"). The platform is reached through the
-// reconciler's BootstrapSource; this service decides when to ask it and
-// what the claim says about the answer.
+// reconciler's CI platforms (Reconciler.CI); this service decides when to
+// ask them and what the claim says about the answer.
 
 package machineclaim
 
@@ -149,7 +149,7 @@ func (r *Reconciler) jobOf(ctx context.Context, claim *hfv1.MachineClaim) (*hfv1
 // running the job.
 func (r *Reconciler) drainRunner(ctx context.Context, s *claimScope) (bool, time.Duration) {
 	claim := s.claim
-	if r.Bootstrap == nil || claim.Status.Bootstrap == nil || claim.Status.VMRef == nil {
+	if r.CI == nil || claim.Status.Bootstrap == nil || claim.Status.VMRef == nil {
 		return true, 0
 	}
 	err := r.releaseRegistration(ctx, claim)
@@ -266,7 +266,7 @@ func (r *Reconciler) deregisterRunner(ctx context.Context, s *claimScope) (bool,
 // removeRunner.
 func (r *Reconciler) runnerRegistered(claim *hfv1.MachineClaim) bool {
 	st := claim.Status.Bootstrap
-	return r.Bootstrap != nil && st != nil && (st.RunnerName != "" || st.RunnerID != 0)
+	return r.CI != nil && st != nil && (st.RunnerName != "" || st.RunnerID != 0)
 }
 
 // removeRunner removes the claim's runner registration; once it is gone it says
@@ -285,7 +285,7 @@ func (r *Reconciler) removeRunner(ctx context.Context, claim *hfv1.MachineClaim,
 // runner, no longer exists.
 var errTemplateGone = errors.New("is gone with the credentials needed to remove the runner")
 
-// releaseRegistration asks the BootstrapSource to remove the claim's
+// releaseRegistration asks the CI platforms to remove the claim's
 // runner, with the claim's template.
 func (r *Reconciler) releaseRegistration(ctx context.Context, claim *hfv1.MachineClaim) error {
 	var tmpl hfv1.HypervisorMachineTemplate
@@ -295,5 +295,5 @@ func (r *Reconciler) releaseRegistration(ctx context.Context, claim *hfv1.Machin
 		}
 		return err
 	}
-	return r.Bootstrap.Release(ctx, claim, &tmpl)
+	return r.CI.Release(ctx, claim, &tmpl)
 }

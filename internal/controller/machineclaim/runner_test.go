@@ -14,21 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
-
-// unreachableCI is a CI platform that cannot be asked anything.
-type unreachableCI struct{}
-
-func (unreachableCI) BootstrapVars(context.Context, *hfv1.MachineClaim, *hfv1.HypervisorMachineTemplate, *cloudinit.Vars) error {
-	return errors.New("not used")
-}
-
-func (unreachableCI) Release(context.Context, *hfv1.MachineClaim, *hfv1.HypervisorMachineTemplate) error {
-	return workload.ErrUnavailable
-}
 
 // TestDrainRunnerWhenThePlatformCannotAnswer: while the CI platform cannot
 // say whether a runner is busy, a runner that took a job not recorded as
@@ -61,7 +49,7 @@ func TestDrainRunnerWhenThePlatformCannotAnswer(t *testing.T) {
 				job.Status.State, job.Status.RunnerName = tc.jobState, "runner-1"
 				b = b.WithObjects(job).WithStatusSubresource(job)
 			}
-			r := &Reconciler{Client: b.Build(), Bootstrap: unreachableCI{}, Recorder: record.NewFakeRecorder(10), Clock: clocktesting.NewFakeClock(time.Now())}
+			r := &Reconciler{Client: b.Build(), CI: &ciDouble{varsErr: errors.New("not used"), release: workload.ErrUnavailable}, Recorder: record.NewFakeRecorder(10), Clock: clocktesting.NewFakeClock(time.Now())}
 			claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "c", UID: "uid-1"}}
 			claim.Spec.TemplateRef.Name = "tmpl"
 			claim.Status.Phase = hfv1.MachineClaimReady

@@ -52,16 +52,21 @@ func (r *Reconciler) newClaimScope(claim *hfv1.MachineClaim) *claimScope {
 }
 
 // closeScope computes the claim's status from the facts the pass
-// recorded (deriveStatus: the conditions, Ready, then the phase),
-// reports a stuck claim, and writes metadata and status: metadata first,
+// recorded (deriveStatus: the conditions, Ready, the phase, then Stuck),
+// reports a phase change and a stuck claim (the stuck detector: its
+// event, the gauge, a wake-up when the claim would become stuck), and
+// writes metadata and status: metadata first,
 // since the finalizer must be stored before a status that names a VM.
 // observedGeneration moves only after a pass that succeeded.
 func (r *Reconciler) closeScope(ctx context.Context, s *claimScope, res ctrl.Result, err error) (ctrl.Result, error) {
 	claim := s.claim
 	if controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer) || claim.IsFinished() || claim.DeletionTimestamp.IsZero() {
-		phase := deriveStatus(claim, &s.facts)
-		RecordPhase(ctx, r.Recorder, claim, phase, metav1.NewTime(r.Clock.Now()))
-		res = r.stuckClaims.Mark(ctx, claim, phase, r.Clock.Now(), res)
+		now := r.Clock.Now()
+		d := deriveStatus(claim, &s.facts, now, r.stuckClaims.Bounds)
+		if d.changed {
+			RecordPhase(ctx, r.Recorder, claim, d.left, metav1.NewTime(now))
+		}
+		res = r.stuckClaims.Report(ctx, claim, d.phase, d.stuck, d.nowStuck, res)
 		if err == nil {
 			claim.Status.ObservedGeneration = claim.Generation
 		}

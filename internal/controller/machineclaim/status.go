@@ -10,8 +10,11 @@ package machineclaim
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -89,14 +92,79 @@ func (f *claimFacts) endingReason(claim *hfv1.MachineClaim) string {
 	return ""
 }
 
+// derivedStatus is what deriveStatus derived for closeScope to report
+// rather than write: the display phase, whether it changed this pass and
+// from which, and the stuck detector's verdict on the phase with, when
+// the claim became stuck this pass, the Stuck condition's message (the
+// warning event's).
+type derivedStatus struct {
+	phase, left hfv1.MachineClaimPhase
+	changed     bool
+	stuck       stuck.Verdict
+	nowStuck    string
+}
+
 // deriveStatus is the one place a claim's conditions are set: every fact
 // the pass recorded (setConditions), then Ready from the conditions
-// (SummariseReady). It returns the display phase derived from the result
-// (PhaseOf). closeScope calls it once per pass.
-func deriveStatus(claim *hfv1.MachineClaim, facts *claimFacts) hfv1.MachineClaimPhase {
+// (SummariseReady), then the display phase (PhaseOf) with when it began
+// (enterPhase), then Stuck from how long the claim has been in that phase
+// at now (setStuck, bounds). closeScope calls it once per pass.
+func deriveStatus(claim *hfv1.MachineClaim, facts *claimFacts, now time.Time, bounds stuck.Bounds) derivedStatus {
 	setConditions(claim, facts)
 	SummariseReady(claim)
-	return PhaseOf(claim)
+	d := derivedStatus{phase: PhaseOf(claim)}
+	d.left, d.changed = enterPhase(claim, d.phase, metav1.NewTime(now))
+	if d.phase != hfv1.MachineClaimFinished {
+		// A finished claim is history: its Stuck condition stays as it
+		// was when the claim finished.
+		d.stuck = stuck.Check(claim, d.phase, bounds, now)
+		d.nowStuck = setStuck(claim, d.phase, d.stuck, bounds.Bound(d.phase))
+	}
+	return d
+}
+
+// enterPhase writes the derived phase for display and, when it changed,
+// stamps when it began (status.phaseTimes). It returns the phase left,
+// and whether the phase changed.
+func enterPhase(claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, now metav1.Time) (hfv1.MachineClaimPhase, bool) {
+	old := claim.Status.Phase
+	if old == phase {
+		return old, false
+	}
+	if claim.Status.PhaseTimes == nil {
+		claim.Status.PhaseTimes = &hfv1.PhaseTimes{}
+	}
+	if p := stuck.PhaseTime(claim.Status.PhaseTimes, phase); p != nil {
+		*p = &now
+	}
+	claim.Status.Phase = phase
+	return old, true
+}
+
+// setStuck sets the Stuck condition from the stuck detector's verdict on
+// the claim's phase (bound is the phase's): True with NoProgress once the
+// claim overstayed the bound, naming the phase, since when, the bound and
+// what the claim waits on; False with Progressing once a stuck claim
+// moved on. A Stuck condition from an earlier stay is replaced, so that
+// its transition time is this stay's. It returns the message when the
+// claim became stuck this pass (one warning event per stay), "" else.
+func setStuck(claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, v stuck.Verdict, bound time.Duration) string {
+	conds := &claim.Status.Conditions
+	old := hfv1.FindCondition(*conds, hfv1.MachineClaimStuckCondition)
+	switch {
+	case v.Stuck && old != nil && old.Status == metav1.ConditionTrue && !old.LastTransitionTime.Time.Before(v.Since):
+		// Already reported for this stay in the phase.
+	case v.Stuck:
+		meta.RemoveStatusCondition(conds, string(hfv1.MachineClaimStuckCondition))
+		msg := fmt.Sprintf("In phase %s since %s, longer than the manager's bound for it (%s); waiting on %s",
+			phase, v.Since.UTC().Format(time.RFC3339), bound, stuck.WaitingOn(claim, phase))
+		conditions.Set(conds, claim.Generation, hfv1.MachineClaimStuckCondition, metav1.ConditionTrue, hfv1.NoProgressReason, msg)
+		return msg
+	case old != nil && old.Status == metav1.ConditionTrue:
+		conditions.Set(conds, claim.Generation, hfv1.MachineClaimStuckCondition, metav1.ConditionFalse, hfv1.ProgressingReason,
+			fmt.Sprintf("Now in phase %s", phase))
+	}
+	return ""
 }
 
 // setConditions writes the facts the pass recorded into the claim's
@@ -168,24 +236,15 @@ func PhaseOf(claim *hfv1.MachineClaim) hfv1.MachineClaimPhase {
 	return hfv1.MachineClaimPending
 }
 
-// RecordPhase writes the derived phase for display. When it changed, it
-// stamps the phase time, measures the phase left, and records an event
-// with Ready's reason and message (which say why).
-func RecordPhase(ctx context.Context, rec record.EventRecorder, claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, now metav1.Time) {
-	old := claim.Status.Phase
-	if old == phase {
-		return
+// RecordPhase reports a phase change deriveStatus made (left is the
+// phase the claim left, "" for a new claim): it measures the phase left,
+// counts the transition, and records an event with Ready's reason and
+// message (which say why).
+func RecordPhase(ctx context.Context, rec record.EventRecorder, claim *hfv1.MachineClaim, left hfv1.MachineClaimPhase, now metav1.Time) {
+	phase := claim.Status.Phase
+	if p := stuck.PhaseTime(claim.Status.PhaseTimes, left); p != nil && *p != nil {
+		metrics.ClaimPhaseSeconds.WithLabelValues(string(left)).Observe(now.Sub((*p).Time).Seconds())
 	}
-	if claim.Status.PhaseTimes == nil {
-		claim.Status.PhaseTimes = &hfv1.PhaseTimes{}
-	}
-	if p := stuck.PhaseTime(claim.Status.PhaseTimes, old); p != nil && *p != nil {
-		metrics.ClaimPhaseSeconds.WithLabelValues(string(old)).Observe(now.Sub((*p).Time).Seconds())
-	}
-	if p := stuck.PhaseTime(claim.Status.PhaseTimes, phase); p != nil {
-		*p = &now
-	}
-	claim.Status.Phase = phase
 	metrics.ClaimTransitions.WithLabelValues(string(phase)).Inc()
 	eventType := corev1.EventTypeNormal
 	if phase == hfv1.MachineClaimFailed {
@@ -196,7 +255,7 @@ func RecordPhase(ctx context.Context, rec record.EventRecorder, claim *hfv1.Mach
 		reason, msg = hfv1.ConditionReason(c.Reason), c.Message
 	}
 	rec.Eventf(claim, eventType, string(phase), "%s: %s", reason, conditions.Truncate(msg, 1000))
-	ctrl.LoggerFrom(ctx).Info("MachineClaim phase changed", "from", old, "to", phase, "reason", reason)
+	ctrl.LoggerFrom(ctx).Info("MachineClaim phase changed", "from", left, "to", phase, "reason", reason)
 }
 
 // Outcome is a claim's runner outcome, from how it ended

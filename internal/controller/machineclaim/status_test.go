@@ -1,13 +1,20 @@
 package machineclaim
 
 import (
+	"context"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
 )
 
 // TestReadyAndPhase: Ready and the phase follow from the facts alone, in
@@ -64,10 +71,11 @@ func TestReadyAndPhase(t *testing.T) {
 
 // TestDeriveStatus: the one function that sets a claim's conditions turns
 // the facts a pass recorded, over the status the claim was read with,
-// into its conditions, Ready and phase: a fact replaces the stored
+// into its conditions, Ready, phase and Stuck: a fact replaces the stored
 // condition of its type and leaves the others; a later fact about the
 // same condition replaces an earlier one; a transition time moves only
-// when the status does.
+// when the status does; Stuck turns True once the claim overstayed its
+// phase's bound (reported once per stay) and False once it moved on.
 func TestDeriveStatus(t *testing.T) {
 	stored := metav1.NewTime(unitEpoch)
 	cond := func(typ hfv1.ConditionType, status metav1.ConditionStatus, reason hfv1.ConditionReason) metav1.Condition {
@@ -89,9 +97,21 @@ func TestDeriveStatus(t *testing.T) {
 		attested     = hfv1.MachineClaimAttestedCondition
 		bootstrapped = hfv1.MachineClaimBootstrappedCondition
 		owned        = hfv1.MachineClaimOwnershipVerifiedCondition
+		stuckCond    = hfv1.MachineClaimStuckCondition
 		ready        = hfv1.ReadyCondition
 		tru, fals    = metav1.ConditionTrue, metav1.ConditionFalse
 	)
+	// cloningSince starts a claim in Provisioning since entered, cloning
+	// its VM, with the stored conditions that say so and extra ones.
+	cloningSince := func(entered time.Time, extra ...metav1.Condition) func(c *hfv1.MachineClaim) {
+		return func(c *hfv1.MachineClaim) {
+			c.Status.VMRef = &hfv1.VMReference{VMID: 100}
+			c.Status.Task = &hfv1.TaskReference{ID: "UPID:pve1:0001:clone", Operation: "clone"}
+			c.Status.Phase = hfv1.MachineClaimProvisioning
+			c.Status.PhaseTimes = &hfv1.PhaseTimes{Provisioning: &metav1.Time{Time: entered}}
+			c.Status.Conditions = append([]metav1.Condition{cond(provisioned, fals, hfv1.CloningReason), cond(ready, fals, hfv1.CloningReason)}, extra...)
+		}
+	}
 	tests := []struct {
 		name      string
 		start     func(c *hfv1.MachineClaim)
@@ -99,6 +119,13 @@ func TestDeriveStatus(t *testing.T) {
 		wantConds map[hfv1.ConditionType]want
 		wantOrder []hfv1.ConditionType
 		wantPhase hfv1.MachineClaimPhase
+		// now is the pass's time after unitEpoch.
+		now time.Duration
+		// wantStuck is what the Stuck message must say when the claim
+		// became stuck this pass (reported: one event), "" when it did
+		// not; wantWake, when set, is when it would become stuck.
+		wantStuck string
+		wantWake  time.Duration
 	}{
 		{
 			name:      "a new claim without facts waits to be provisioned",
@@ -207,6 +234,66 @@ func TestDeriveStatus(t *testing.T) {
 			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, hfv1.VMDeletedReason, true}, ending: {tru, hfv1.VMDeletedReason, false}, ready: {fals, hfv1.VMDeletedReason, true}},
 			wantPhase: hfv1.MachineClaimTerminating,
 		},
+		{
+			name:      "within the Provisioning bound: not stuck, woken when it would be",
+			start:     cloningSince(unitEpoch),
+			now:       9 * time.Minute,
+			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, hfv1.CloningReason, false}, ready: {fals, hfv1.CloningReason, false}},
+			wantPhase: hfv1.MachineClaimProvisioning,
+			wantWake:  time.Minute,
+		},
+		{
+			name:  "past the Provisioning bound: Stuck True, naming the phase, the task and the condition it waits on",
+			start: cloningSince(unitEpoch),
+			now:   10 * time.Minute,
+			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, hfv1.CloningReason, false}, ready: {fals, hfv1.CloningReason, false},
+				stuckCond: {tru, hfv1.NoProgressReason, true}},
+			wantOrder: []hfv1.ConditionType{provisioned, ready, stuckCond},
+			wantPhase: hfv1.MachineClaimProvisioning,
+			wantStuck: "In phase Provisioning since 2025-01-01T12:00:00Z, longer than the manager's bound for it (10m0s); waiting on hypervisor task clone (UPID:pve1:0001:clone); Provisioned=False Cloning: Cloning",
+		},
+		{
+			name:  "still stuck in the same stay: Stuck kept, not reported again",
+			start: cloningSince(unitEpoch.Add(-time.Hour), cond(stuckCond, tru, hfv1.NoProgressReason)),
+			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, hfv1.CloningReason, false}, ready: {fals, hfv1.CloningReason, false},
+				stuckCond: {tru, hfv1.NoProgressReason, false}},
+			wantPhase: hfv1.MachineClaimProvisioning,
+		},
+		{
+			name: "stuck again in a later stay: the earlier Stuck is replaced and reported anew",
+			start: func(c *hfv1.MachineClaim) {
+				c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndPoweredOff}
+				c.Status.Phase = hfv1.MachineClaimTerminating
+				c.Status.PhaseTimes = &hfv1.PhaseTimes{Terminating: &metav1.Time{Time: unitEpoch.Add(time.Minute)}}
+				c.Status.Conditions = []metav1.Condition{cond(ending, tru, hfv1.DeletingVMReason), cond(ready, fals, hfv1.DeletingVMReason),
+					cond(stuckCond, tru, hfv1.NoProgressReason)}
+			},
+			now: 6 * time.Minute,
+			wantConds: map[hfv1.ConditionType]want{ending: {tru, hfv1.DeletingVMReason, false}, ready: {fals, hfv1.DeletingVMReason, false},
+				stuckCond: {tru, hfv1.NoProgressReason, true}},
+			wantPhase: hfv1.MachineClaimTerminating,
+			wantStuck: "In phase Terminating since 2025-01-01T12:01:00Z, longer than the manager's bound for it (5m0s); waiting on Ready=False DeletingVM: DeletingVM",
+		},
+		{
+			name:  "a stuck claim that moves on: Stuck False, the new phase's time stamped",
+			start: cloningSince(unitEpoch.Add(-time.Hour), cond(stuckCond, tru, hfv1.NoProgressReason)),
+			facts: []fact{{provisioned, tru, hfv1.ReadyReason}},
+			wantConds: map[hfv1.ConditionType]want{provisioned: {tru, hfv1.ReadyReason, true}, ready: {fals, hfv1.WaitingForRunnerReason, false},
+				stuckCond: {fals, hfv1.ProgressingReason, true}},
+			wantPhase: hfv1.MachineClaimBootstrapping,
+		},
+		{
+			name: "a finished claim keeps its Stuck condition as it was",
+			start: func(c *hfv1.MachineClaim) {
+				c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndPoweredOff, FinishedAt: &stored}
+				c.Status.Phase = hfv1.MachineClaimTerminating
+				c.Status.PhaseTimes = &hfv1.PhaseTimes{Terminating: &metav1.Time{Time: unitEpoch.Add(-time.Hour)}}
+				c.Status.Conditions = []metav1.Condition{cond(ending, tru, hfv1.VMDeletedReason), cond(stuckCond, tru, hfv1.NoProgressReason)}
+			},
+			wantConds: map[hfv1.ConditionType]want{ending: {tru, hfv1.VMDeletedReason, false}, ready: {fals, hfv1.VMDeletedReason, true},
+				stuckCond: {tru, hfv1.NoProgressReason, false}},
+			wantPhase: hfv1.MachineClaimFinished,
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -219,8 +306,22 @@ func TestDeriveStatus(t *testing.T) {
 				facts.record(f.typ, f.status, f.reason, string(f.reason))
 				recorded[f.typ] = true
 			}
-			if got := deriveStatus(c, &facts); got != tc.wantPhase {
-				t.Errorf("phase %s, want %s", got, tc.wantPhase)
+			now := unitEpoch.Add(tc.now)
+			d := deriveStatus(c, &facts, now, unitStuckBounds)
+			if d.phase != tc.wantPhase || c.Status.Phase != tc.wantPhase {
+				t.Errorf("phase %s (status %s), want %s", d.phase, c.Status.Phase, tc.wantPhase)
+			}
+			if entered := stuck.PhaseTime(c.Status.PhaseTimes, d.phase); d.changed && (entered == nil || *entered == nil || !(*entered).Time.Equal(now)) {
+				t.Errorf("phase %s entered this pass, but status.phaseTimes = %+v", d.phase, c.Status.PhaseTimes)
+			}
+			if d.nowStuck != tc.wantStuck {
+				t.Errorf("reported stuck %q, want %q", d.nowStuck, tc.wantStuck)
+			}
+			if tc.wantStuck != "" && hfv1.FindCondition(c.Status.Conditions, stuckCond).Message != tc.wantStuck {
+				t.Errorf("Stuck message %q, want the one reported", hfv1.FindCondition(c.Status.Conditions, stuckCond).Message)
+			}
+			if tc.wantWake != 0 && d.stuck.Wake != tc.wantWake {
+				t.Errorf("wake after %s, want %s", d.stuck.Wake, tc.wantWake)
 			}
 			for typ, w := range tc.wantConds {
 				got := hfv1.FindCondition(c.Status.Conditions, typ)
@@ -248,6 +349,78 @@ func TestDeriveStatus(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// unitStuckBounds are the stuck bounds of the status tests.
+var unitStuckBounds = stuck.Bounds{Pending: 15 * time.Minute, Provisioning: 10 * time.Minute, Terminating: 5 * time.Minute}
+
+// TestStuckAcrossPasses follows one claim through passes on a fake clock
+// as closeScope runs them (deriveStatus, then the stuck detector's
+// Report): the claim is woken when it would become stuck; Stuck names the
+// phase and what the claim waits on; its event comes once per stay; a
+// claim that moves on is Stuck False, and stuck again in a later phase is
+// reported anew; a finished claim is left alone.
+func TestStuckAcrossPasses(t *testing.T) {
+	clk := clocktesting.NewFakeClock(unitEpoch)
+	events := record.NewFakeRecorder(10)
+	detector := &stuck.Detector{Recorder: events, Bounds: stuck.Bounds{Provisioning: 10 * time.Minute, Terminating: 5 * time.Minute}}
+	c := unitClaim("stuck-across-passes", 0)
+	c.Namespace = "status-test"
+	c.Status.VMRef = &hfv1.VMReference{VMID: 100}
+	c.Status.Task = &hfv1.TaskReference{ID: "UPID:pve1:0001:clone", Operation: "clone"}
+	ctx := context.Background()
+	pass := func(record func(f *claimFacts)) ctrl.Result {
+		var facts claimFacts
+		if record != nil {
+			record(&facts)
+		}
+		d := deriveStatus(&c, &facts, clk.Now(), detector.Bounds)
+		return detector.Report(ctx, &c, d.phase, d.stuck, d.nowStuck, ctrl.Result{})
+	}
+	stuckCond := func() *metav1.Condition {
+		return hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimStuckCondition)
+	}
+
+	pass(func(f *claimFacts) {
+		f.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.CloningReason, "cloning from template 9000")
+	})
+	clk.Step(4 * time.Minute)
+	if res := pass(nil); res.RequeueAfter != 6*time.Minute || stuckCond() != nil {
+		t.Fatalf("before the bound: requeue %s, Stuck %+v", res.RequeueAfter, stuckCond())
+	}
+
+	clk.Step(6 * time.Minute)
+	for range 3 {
+		pass(nil)
+	}
+	if cond := stuckCond(); cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != string(hfv1.NoProgressReason) ||
+		!strings.Contains(cond.Message, "In phase Provisioning") || !strings.Contains(cond.Message, "clone (UPID:pve1:0001:clone)") ||
+		!strings.Contains(cond.Message, "Cloning: cloning from template 9000") {
+		t.Fatalf("Stuck = %+v", cond)
+	}
+	if got := drainEvents(events); len(got) != 1 || !strings.HasPrefix(got[0], "Warning Stuck In phase Provisioning") {
+		t.Fatalf("events %q, want exactly one Stuck event", got)
+	}
+
+	// Moves on: no longer stuck.
+	c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndPoweredOff, StartedAt: metav1.NewTime(clk.Now())}
+	pass(nil)
+	if cond := stuckCond(); c.Status.Phase != hfv1.MachineClaimTerminating || cond.Status != metav1.ConditionFalse || cond.Reason != string(hfv1.ProgressingReason) {
+		t.Fatalf("after progress: phase %s, Stuck = %+v", c.Status.Phase, cond)
+	}
+
+	// Stuck again in a later phase: a new event for the new stay.
+	clk.Step(5 * time.Minute)
+	pass(nil)
+	if got := drainEvents(events); len(got) != 1 || !strings.HasPrefix(got[0], "Warning Stuck In phase Terminating") {
+		t.Fatalf("events %q, want one Stuck event for the stay in Terminating", got)
+	}
+	// Finished: left as it was, no event.
+	c.Status.End.FinishedAt = &metav1.Time{Time: clk.Now()}
+	before := *stuckCond()
+	if res := pass(nil); res.RequeueAfter != 0 || c.Status.Phase != hfv1.MachineClaimFinished || *stuckCond() != before || len(events.Events) != 0 {
+		t.Fatalf("finished: requeue %s, phase %s, Stuck %+v (was %+v), %d events", res.RequeueAfter, c.Status.Phase, stuckCond(), before, len(events.Events))
 	}
 }
 

@@ -39,7 +39,7 @@ func (w *World) Objects() ([]client.Object, error) {
 					TokenSecret: &hfv1.SecretKeySelector{Namespace: SystemNamespace, Name: "local-pve-token", Key: "secret"},
 				},
 				TLS:          &hfv1.HypervisorTLS{FingerprintSHA256: w.proxmoxFingerprint},
-				VMIDRange:    &hfv1.VMIDRange{Start: 1000, End: 1999},
+				Proxmox:      &hfv1.ProxmoxClusterSettings{VMIDRange: &hfv1.VMIDRange{Start: 1000, End: 1999}},
 				PollInterval: &metav1.Duration{Duration: 2e9},
 			},
 		},

@@ -1,7 +1,8 @@
 // Package stuck detects MachineClaims that stay in a phase longer than the
-// manager's bound for it, and reports them: the claim's Stuck condition, one
-// warning event per stay, and the hyperfleet_claims_stuck gauge
-// (docs/operations.md). It reads only the claim's status.
+// manager's bound for it (Check, whose verdict the claim's status turns
+// into its Stuck condition), and reports them: one warning event per stay,
+// and the hyperfleet_claims_stuck gauge (docs/operations.md). It reads
+// only the claim's status and writes none of it.
 package stuck
 
 import (
@@ -172,38 +173,27 @@ func (d *Detector) Reset() {
 	}
 }
 
-// Mark sets the claim's Stuck condition after a reconcile, records a
-// warning event when it becomes stuck, and asks for a reconcile when the
-// claim would become stuck, so that a claim nothing else wakes is still
-// reported. It changes only status; the caller writes it.
-func (d *Detector) Mark(ctx context.Context, claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, now time.Time, res ctrl.Result) ctrl.Result {
+// Report reports a claim after a reconcile, from the verdict on its
+// phase: it counts the claim in hyperfleet_claims_stuck, records the
+// warning event (and a log line) when the claim became stuck this pass
+// (nowStuck, the Stuck condition's message, "" otherwise), and asks for a
+// reconcile when the claim would become stuck, so that a claim nothing
+// else wakes is still reported. A Finished claim is forgotten. It changes
+// nothing in the claim: its Stuck condition is set with its other
+// conditions (internal/controller/machineclaim's status.go).
+func (d *Detector) Report(ctx context.Context, claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, v Verdict, nowStuck string, res ctrl.Result) ctrl.Result {
 	key := types.NamespacedName{Namespace: claim.Namespace, Name: claim.Name}
 	if phase == hfv1.MachineClaimFinished {
 		d.Forget(key)
 		return res
 	}
-	check := Check(claim, phase, d.Bounds, now)
-	d.Set(key, phase, check.Stuck)
-	conds := &claim.Status.Conditions
-	old := hfv1.FindCondition(*conds, hfv1.MachineClaimStuckCondition)
-	switch {
-	case check.Stuck && old != nil && old.Status == metav1.ConditionTrue && !old.LastTransitionTime.Time.Before(check.Since):
-		// Already reported for this stay in the phase: one event only.
-	case check.Stuck:
-		// A Stuck condition from an earlier phase is replaced, so that
-		// its transition time (and the event) are this stay's.
-		meta.RemoveStatusCondition(conds, string(hfv1.MachineClaimStuckCondition))
-		msg := fmt.Sprintf("In phase %s since %s, longer than the manager's bound for it (%s); waiting on %s",
-			phase, check.Since.UTC().Format(time.RFC3339), d.Bounds.Bound(phase), WaitingOn(claim, phase))
-		conditions.Set(conds, claim.Generation, hfv1.MachineClaimStuckCondition, metav1.ConditionTrue, hfv1.NoProgressReason, msg)
-		d.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.MachineClaimStuckCondition), msg)
-		ctrl.LoggerFrom(ctx).Info("MachineClaim is stuck", "phase", phase, "since", check.Since, "waitingOn", WaitingOn(claim, phase))
-	case old != nil && old.Status == metav1.ConditionTrue:
-		conditions.Set(conds, claim.Generation, hfv1.MachineClaimStuckCondition, metav1.ConditionFalse, hfv1.ProgressingReason,
-			fmt.Sprintf("Now in phase %s", phase))
+	d.Set(key, phase, v.Stuck)
+	if nowStuck != "" {
+		d.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.MachineClaimStuckCondition), nowStuck)
+		ctrl.LoggerFrom(ctx).Info("MachineClaim is stuck", "phase", phase, "since", v.Since, "waitingOn", WaitingOn(claim, phase))
 	}
-	if check.Wake > 0 && (res.RequeueAfter == 0 || check.Wake < res.RequeueAfter) {
-		res.RequeueAfter = check.Wake
+	if v.Wake > 0 && (res.RequeueAfter == 0 || v.Wake < res.RequeueAfter) {
+		res.RequeueAfter = v.Wake
 	}
 	return res
 }

@@ -7,11 +7,9 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
-	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -49,40 +47,33 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-// TestMark follows one claim through phases on a fake clock: the
-// condition names the phase and what the claim waits on, the event comes
-// once per stay, the gauge counts it by phase, and a claim that moves on
-// is no longer counted.
-func TestMark(t *testing.T) {
-	clk := clocktesting.NewFakeClock(unitEpoch)
+// TestReport: the detector counts a claim by its phase's verdict, records
+// the warning event only for the pass the claim became stuck in, wakes the
+// claim when it would become stuck, and forgets it once it moved on or
+// finished. It never touches the claim's conditions (status.go sets
+// Stuck).
+func TestReport(t *testing.T) {
 	events := record.NewFakeRecorder(10)
 	d := &Detector{Recorder: events, Bounds: Bounds{Provisioning: 10 * time.Minute, Terminating: 5 * time.Minute}}
-	c := unitClaim("stuck-" + strings.ToLower(t.Name()))
-	c.Namespace = "stuck-test"
-	c.Status.Phase = hfv1.MachineClaimProvisioning
-	c.Status.PhaseTimes = &hfv1.PhaseTimes{Provisioning: &metav1.Time{Time: unitEpoch}}
-	c.Status.Task = &hfv1.TaskReference{ID: "UPID:pve1:0001:clone", Operation: "clone"}
-	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: string(hfv1.MachineClaimProvisionedCondition), Status: metav1.ConditionFalse,
-		Reason: string(hfv1.CloningReason), Message: "cloning from template 9000"})
+	c := unitClaim("report-" + strings.ToLower(t.Name()))
+	c.Namespace = "stuck-report"
 	gauge := func(p hfv1.MachineClaimPhase) float64 { return stuckGauge(t, p) }
 	basePro, baseTerm := gauge(hfv1.MachineClaimProvisioning), gauge(hfv1.MachineClaimTerminating)
 	ctx := context.Background()
 
-	clk.Step(4 * time.Minute)
-	res := d.Mark(ctx, &c, c.Status.Phase, clk.Now(), ctrl.Result{RequeueAfter: time.Hour})
-	if res.RequeueAfter != 6*time.Minute || hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimStuckCondition) != nil {
-		t.Fatalf("before the bound: requeue %s, conditions %+v", res.RequeueAfter, c.Status.Conditions)
+	res := d.Report(ctx, &c, hfv1.MachineClaimProvisioning, Verdict{Since: unitEpoch, Wake: 6 * time.Minute}, "", ctrl.Result{RequeueAfter: time.Hour})
+	if res.RequeueAfter != 6*time.Minute || len(events.Events) != 0 || gauge(hfv1.MachineClaimProvisioning) != basePro {
+		t.Fatalf("before the bound: requeue %s, %d events, gauge %v", res.RequeueAfter, len(events.Events), gauge(hfv1.MachineClaimProvisioning))
+	}
+	if res := d.Report(ctx, &c, hfv1.MachineClaimProvisioning, Verdict{Since: unitEpoch, Wake: 6 * time.Minute}, "", ctrl.Result{RequeueAfter: time.Minute}); res.RequeueAfter != time.Minute {
+		t.Fatalf("a sooner requeue of the pass must be kept: %s", res.RequeueAfter)
 	}
 
-	clk.Step(6 * time.Minute)
-	for range 3 {
-		d.Mark(ctx, &c, c.Status.Phase, clk.Now(), ctrl.Result{})
-	}
-	cond := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimStuckCondition)
-	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != string(hfv1.NoProgressReason) ||
-		!strings.Contains(cond.Message, "In phase Provisioning") || !strings.Contains(cond.Message, "clone (UPID:pve1:0001:clone)") ||
-		!strings.Contains(cond.Message, "Cloning: cloning from template 9000") {
-		t.Fatalf("Stuck = %+v", cond)
+	stuck := Verdict{Stuck: true, Since: unitEpoch}
+	d.Report(ctx, &c, hfv1.MachineClaimProvisioning, stuck, "In phase Provisioning since ...", ctrl.Result{})
+	for range 2 {
+		// Later passes of the same stay: the condition is already True.
+		d.Report(ctx, &c, hfv1.MachineClaimProvisioning, stuck, "", ctrl.Result{})
 	}
 	if len(events.Events) != 1 || !strings.HasPrefix(<-events.Events, "Warning Stuck In phase Provisioning") {
 		t.Fatalf("want exactly one Stuck event, %d left", len(events.Events))
@@ -90,30 +81,23 @@ func TestMark(t *testing.T) {
 	if got := gauge(hfv1.MachineClaimProvisioning); got != basePro+1 {
 		t.Fatalf("hyperfleet_claims_stuck{phase=Provisioning} = %v, want %v", got, basePro+1)
 	}
-
-	// Moves on: no longer stuck, no longer counted.
-	c.Status.Phase = hfv1.MachineClaimTerminating
-	c.Status.PhaseTimes.Terminating = &metav1.Time{Time: clk.Now()}
-	d.Mark(ctx, &c, c.Status.Phase, clk.Now(), ctrl.Result{})
-	if cond := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimStuckCondition); cond.Status != metav1.ConditionFalse || cond.Reason != string(hfv1.ProgressingReason) {
-		t.Fatalf("after progress: Stuck = %+v", cond)
+	if len(c.Status.Conditions) != 0 {
+		t.Fatalf("the detector wrote conditions: %+v", c.Status.Conditions)
 	}
+
+	// Moves on: no longer counted.
+	d.Report(ctx, &c, hfv1.MachineClaimTerminating, Verdict{Since: unitEpoch, Wake: 5 * time.Minute}, "", ctrl.Result{})
 	if got := gauge(hfv1.MachineClaimProvisioning); got != basePro {
 		t.Fatalf("Provisioning gauge %v after the claim moved on, want %v", got, basePro)
 	}
-
-	// Stuck again in a later phase: a new event for the new stay.
-	clk.Step(5 * time.Minute)
-	d.Mark(ctx, &c, c.Status.Phase, clk.Now(), ctrl.Result{})
-	if len(events.Events) != 1 || !strings.HasPrefix(<-events.Events, "Warning Stuck In phase Terminating") {
-		t.Fatal("no Stuck event for the stay in Terminating")
+	d.Report(ctx, &c, hfv1.MachineClaimTerminating, Verdict{Stuck: true, Since: unitEpoch}, "In phase Terminating since ...", ctrl.Result{})
+	if got := gauge(hfv1.MachineClaimTerminating); got != baseTerm+1 || len(events.Events) != 1 {
+		t.Fatalf("Terminating gauge %v (want %v), %d events (want 1)", got, baseTerm+1, len(events.Events))
 	}
-	if got := gauge(hfv1.MachineClaimTerminating); got != baseTerm+1 {
-		t.Fatalf("Terminating gauge %v, want %v", got, baseTerm+1)
+	// Finished: forgotten, whatever the verdict.
+	if res := d.Report(ctx, &c, hfv1.MachineClaimFinished, Verdict{Wake: time.Minute}, "", ctrl.Result{}); res.RequeueAfter != 0 {
+		t.Fatalf("a finished claim is woken after %s", res.RequeueAfter)
 	}
-	// Finished: forgotten.
-	c.Status.Phase = hfv1.MachineClaimFinished
-	d.Mark(ctx, &c, c.Status.Phase, clk.Now(), ctrl.Result{})
 	if got := gauge(hfv1.MachineClaimTerminating); got != baseTerm {
 		t.Fatalf("Terminating gauge %v after the claim finished, want %v", got, baseTerm)
 	}
