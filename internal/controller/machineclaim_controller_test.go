@@ -530,12 +530,7 @@ func TestClaimWrittenBeforeProviderIDs(t *testing.T) {
 	if err := env.Client.Delete(context.Background(), got); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "claim gone", func() error {
-		if _, err := getClaim(t, claim); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("claim still there: %w", err)
-		}
-		return nil
-	})
+	waitGone(t, got, 30*time.Second)
 	if vms := operatorVMs(sim); len(vms) != 0 {
 		t.Fatalf("VMs left after delete: %+v", vms)
 	}

@@ -32,6 +32,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -390,6 +391,30 @@ type ID string
 // older or more important.
 func (id ID) Compare(other ID) int {
 	return cmp.Or(cmp.Compare(len(id), len(other)), strings.Compare(string(id), string(other)))
+}
+
+// IntIDs is the ID scheme of a hypervisor that numbers its VMs: a prefix
+// and the VM's positive decimal number, nothing else ("proxmox://1234").
+type IntIDs struct {
+	// Prefix starts every ID, such as "proxmox://".
+	Prefix string
+	// Hypervisor names the hypervisor in errors.
+	Hypervisor string
+}
+
+// Format is the ID of VM number n.
+func (s IntIDs) Format(n int) ID { return ID(s.Prefix + strconv.Itoa(n)) }
+
+// Parse returns the number of an ID Format wrote; anything else (another
+// scheme, a damaged or padded number) is ClassPermanent, reason
+// InvalidVMID: no retry makes it name one of this hypervisor's VMs.
+func (s IntIDs) Parse(id ID) (int, error) {
+	digits, ok := strings.CutPrefix(string(id), s.Prefix)
+	n, err := strconv.Atoi(digits)
+	if !ok || err != nil || n <= 0 || s.Format(n) != id {
+		return 0, Errorf(ClassPermanent, "InvalidVMID", "%q is not a %s VM id (%s<n>)", string(id), s.Hypervisor, s.Prefix)
+	}
+	return n, nil
 }
 
 // Progress is the state a caller persists between calls. Every field is

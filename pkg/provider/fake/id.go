@@ -2,21 +2,17 @@ package fake
 
 import (
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
-// idScheme prefixes the provider.IDs the fake writes. It differs from
+// ids is the scheme of the provider.IDs the fake writes. It differs from
 // every real provider's on purpose: a caller that parses IDs instead of
 // passing them through breaks on the fake.
-const idScheme = "fake://"
+var ids = provider.IntIDs{Prefix: "fake://", Hypervisor: "fake provider"}
 
 // FormatID is the provider.ID of the fake VM with id vmid.
-func FormatID(vmid int) provider.ID {
-	return provider.ID(idScheme + strconv.Itoa(vmid))
-}
+func FormatID(vmid int) provider.ID { return ids.Format(vmid) }
 
 // ParseID returns the fake VM id of id; the empty ID is zero. Anything
 // else the fake did not write is ClassPermanent.
@@ -24,12 +20,7 @@ func ParseID(id provider.ID) (int, error) {
 	if id == "" {
 		return 0, nil
 	}
-	digits, ok := strings.CutPrefix(string(id), idScheme)
-	vmid, err := strconv.Atoi(digits)
-	if !ok || err != nil || vmid <= 0 || FormatID(vmid) != id {
-		return 0, provider.Errorf(provider.ClassPermanent, "InvalidVMID", "%q is not a VM id of the fake provider (%s<n>)", string(id), idScheme)
-	}
-	return vmid, nil
+	return ids.Parse(id)
 }
 
 // CheckRef implements provider.Provider.

@@ -2,35 +2,23 @@ package proxmox
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
-// idScheme prefixes the provider.IDs this provider writes.
-const idScheme = "proxmox://"
+// ids is the scheme of the provider.IDs this provider writes.
+var ids = provider.IntIDs{Prefix: "proxmox://", Hypervisor: "Proxmox"}
 
 // FormatID is the provider.ID of the VM with Proxmox id vmid:
 // "proxmox://<vmid>". The node is not part of it: a Proxmox VM id is
 // unique in its cluster and a VM keeps it when it migrates, so the ID
 // names the VM wherever it runs (provider.Progress carries the node as a
 // hint).
-func FormatID(vmid int) provider.ID {
-	return provider.ID(idScheme + strconv.Itoa(vmid))
-}
+func FormatID(vmid int) provider.ID { return ids.Format(vmid) }
 
 // ParseID returns the Proxmox VM id of id, or an error (ClassPermanent,
-// reason InvalidVMID) when id is not one FormatID writes: no retry makes
-// a foreign or damaged id name a Proxmox VM.
-func ParseID(id provider.ID) (int, error) {
-	digits, ok := strings.CutPrefix(string(id), idScheme)
-	vmid, err := strconv.Atoi(digits)
-	if !ok || err != nil || vmid <= 0 || FormatID(vmid) != id {
-		return 0, provider.Errorf(provider.ClassPermanent, "InvalidVMID", "%q is not a Proxmox VM id (%s<vmid>)", string(id), idScheme)
-	}
-	return vmid, nil
-}
+// reason InvalidVMID) when id is not one FormatID writes.
+func ParseID(id provider.ID) (int, error) { return ids.Parse(id) }
 
 // progress is provider.Progress with the VM id parsed: what the
 // provider's steps work on.
