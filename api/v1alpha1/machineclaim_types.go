@@ -235,19 +235,35 @@ type MachineClaimStatus struct {
 }
 
 // VMReference locates a VM on a hypervisor.
+// +kubebuilder:validation:XValidation:rule="has(self.providerID) || has(self.vmId)",message="status.vmRef needs providerID: the provider's id of the VM"
 type VMReference struct {
 	// hypervisorCluster is the HypervisorCluster's name.
 	// +required
 	// +kubebuilder:validation:MaxLength=253
 	HypervisorCluster string `json:"hypervisorCluster"`
 
-	// vmId is the hypervisor's VM id.
-	// +required
+	// providerID is the VM's id on its hypervisor, written by the provider
+	// that created the VM and opaque to everything else, like Cluster API's
+	// providerID: proxmox://<vmid> on Proxmox VE. The operator finds,
+	// deletes and matches the VM by it (docs/architecture.md, "A second
+	// hypervisor").
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[a-z][a-z0-9+.-]*://[^\s]+$`
+	ProviderID string `json:"providerID,omitempty"`
+
+	// vmId mirrors the Proxmox VM id of a proxmox:// providerID, for
+	// kubectl's VMID column and scripts that read it; other hypervisors
+	// leave it empty. A claim written before providerID existed has only
+	// vmId, then always a Proxmox VM id: the operator reads it as
+	// proxmox://<vmId> and adds providerID at its next status write.
+	// +optional
 	// +kubebuilder:validation:Minimum=100
 	// +kubebuilder:validation:Maximum=999999999
-	VMID int32 `json:"vmId"`
+	VMID int32 `json:"vmId,omitempty"`
 
-	// node is the node the VM lives on.
+	// node is the node the VM was last seen on: a hint the provider
+	// corrects when the VM moved.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Node string `json:"node,omitempty"`
@@ -424,7 +440,8 @@ type PhaseTimes struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.runnerPoolRef.name`
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.status.vmRef.hypervisorCluster`
-// +kubebuilder:printcolumn:name="VMID",type=integer,JSONPath=`.status.vmRef.vmId`
+// +kubebuilder:printcolumn:name="VM",type=string,JSONPath=`.status.vmRef.providerID`
+// +kubebuilder:printcolumn:name="VMID",type=integer,JSONPath=`.status.vmRef.vmId`,priority=1
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.vmRef.node`,priority=1
 // +kubebuilder:printcolumn:name="Template",type=string,JSONPath=`.spec.templateRef.name`,priority=1
 // +kubebuilder:printcolumn:name="Runner",type=string,JSONPath=`.status.bootstrap.runnerName`,priority=1

@@ -464,6 +464,8 @@ func invalidCases() []invalidCase {
 		// MachineClaim
 		{name: "claim without template", base: validClaim, mutate: del("spec", "templateRef"), want: "spec.templateRef: Required value"},
 		{name: "claim unknown phase", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set(map[string]any{"phase": "Running"}, "status"), status: true, want: `status.phase: Unsupported value: "Running"`},
+		{name: "claim vmRef naming no VM", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set(map[string]any{"vmRef": map[string]any{"hypervisorCluster": "pve", "node": "pve1"}}, "status"), status: true, want: "status.vmRef needs providerID"},
+		{name: "claim providerID without scheme", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set(map[string]any{"vmRef": map[string]any{"hypervisorCluster": "pve", "providerID": "1234"}}, "status"), status: true, want: "status.vmRef.providerID: Invalid value"},
 		{name: "claim vmId below range", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set(map[string]any{"vmRef": map[string]any{"hypervisorCluster": "pve", "vmId": int64(7)}}, "status"), status: true, want: "status.vmRef.vmId: Invalid value: 7"},
 		{name: "claim github without runner block", base: validClaim, mutate: set(map[string]any{"type": "github-actions"}, "spec", "workloadConfig"), want: "workloadConfig.type github-actions needs workloadConfig.github"},
 		{name: "claim github runner on generic", base: validClaim, mutate: set(map[string]any{"type": "generic", "github": map[string]any{"runnerName": "x"}}, "spec", "workloadConfig"), want: "workloadConfig.github applies only to workloadConfig.type github-actions"},

@@ -90,7 +90,7 @@ type HypervisorClusterReconciler struct {
 type UnverifiedVMReporter interface {
 	// Unverified returns those VMs with the reason, by VM id; swept is
 	// false while the cluster has not been looked at yet.
-	Unverified(cluster string) (vms map[int]string, swept bool)
+	Unverified(cluster string) (vms map[provider.ID]string, swept bool)
 	// Forget drops a deleted cluster.
 	Forget(cluster string)
 }
@@ -279,33 +279,33 @@ func (r *HypervisorClusterReconciler) notifyChangedVMs(ctx context.Context, clus
 	if r.ClaimEvents == nil {
 		return
 	}
-	seen := make(map[int]bool, len(vms))
+	seen := make(map[provider.ID]bool, len(vms))
 	for _, vm := range vms {
-		seen[vm.VMID] = true
+		seen[vm.ID] = true
 		if vm.Template || vm.Power != provider.PowerStopped {
 			continue
 		}
-		if old, ok := prev.VM(vm.VMID); ok && old.Power == provider.PowerStopped {
+		if old, ok := prev.VM(vm.ID); ok && old.Power == provider.PowerStopped {
 			// Already stopped last time: the claim was woken then. Claims
 			// that are still Running requeue themselves.
 			continue
 		}
-		r.wakeClaimOfVM(ctx, cluster, vm.VMID)
+		r.wakeClaimOfVM(ctx, cluster, vm.ID)
 	}
 	if prev == nil {
 		return
 	}
 	for _, old := range prev.VMs {
-		if !seen[old.VMID] {
-			r.wakeClaimOfVM(ctx, cluster, old.VMID)
+		if !seen[old.ID] {
+			r.wakeClaimOfVM(ctx, cluster, old.ID)
 		}
 	}
 }
 
-func (r *HypervisorClusterReconciler) wakeClaimOfVM(ctx context.Context, cluster string, vmid int) {
+func (r *HypervisorClusterReconciler) wakeClaimOfVM(ctx context.Context, cluster string, vm provider.ID) {
 	var claims hfv1.MachineClaimList
-	if err := r.Client.List(ctx, &claims, client.MatchingFields{fieldindex.ClaimVM: fieldindex.VMKey(cluster, vmid)}); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "List claim of VM", "vmid", vmid)
+	if err := r.Client.List(ctx, &claims, client.MatchingFields{fieldindex.ClaimVM: fieldindex.VMKey(cluster, string(vm))}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "List claim of VM", "vm", vm)
 		return
 	}
 	for i := range claims.Items {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -390,14 +392,10 @@ func (r *HypervisorClusterReconciler) setUnverifiedCondition(cluster *hfv1.Hyper
 			"Every VM with this install's tag that no claim records has a verifying ownership block")
 		return
 	}
-	ids := make([]int, 0, len(vms))
-	for id := range vms {
-		ids = append(ids, id)
-	}
-	sort.Ints(ids)
+	ids := slices.SortedFunc(maps.Keys(vms), provider.ID.Compare)
 	var named []string
 	for _, id := range ids[:min(len(ids), maxUnverifiedListed)] {
-		named = append(named, fmt.Sprintf("VM %d: %s", id, vms[id]))
+		named = append(named, fmt.Sprintf("VM %s: %s", id, vms[id]))
 	}
 	if len(ids) > maxUnverifiedListed {
 		named = append(named, fmt.Sprintf("and %d more", len(ids)-maxUnverifiedListed))

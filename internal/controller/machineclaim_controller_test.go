@@ -231,8 +231,9 @@ func TestOperatorStoppedAfterCloneRequestCreatesNoSecondVM(t *testing.T) {
 
 	first.restart(t, operatorOptions{})
 	got := waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
-	if want := fmt.Sprintf("%s/%s/%d/", got.Status.VMRef.HypervisorCluster, got.Status.VMRef.Node, got.Status.VMRef.VMID); !strings.HasPrefix(reservation, want) {
-		t.Fatalf("claim runs VM %s, reserved %s", want, reservation)
+	ref := got.Status.VMRef
+	if !strings.HasPrefix(reservation, ref.HypervisorCluster+"/"+ref.Node+"/") || !strings.HasSuffix(reservation, "/"+ref.ProviderID) || ref.ProviderID == "" {
+		t.Fatalf("claim runs VM %+v, reserved %s", ref, reservation)
 	}
 	expectOneVMOneClone(t, sim, got)
 }
@@ -484,4 +485,53 @@ func TestMetricsExposed(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestClaimWrittenBeforeProviderIDs: a running claim whose status an
+// earlier version wrote (status.vmRef with vmId and node, no providerID)
+// keeps its VM across the upgrade: the new operator records the VM's
+// providerID (proxmox://<vmId>) at its next reconcile, creates no second
+// VM, and deleting the claim destroys exactly that VM.
+func TestClaimWrittenBeforeProviderIDs(t *testing.T) {
+	sim := startSim(t, nil)
+	first := startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	claim := f.newClaim("runner-legacy")
+	got := waitDelivered(t, claim, 60*time.Second)
+	ref := *got.Status.VMRef
+	if ref.ProviderID != fmt.Sprintf("proxmox://%d", ref.VMID) || ref.VMID == 0 {
+		t.Fatalf("vmRef = %+v, want providerID proxmox://<vmId> and vmId mirrored", ref)
+	}
+	first.stop(t)
+
+	// What an earlier version stored.
+	got.Status.VMRef = &hfv1.VMReference{HypervisorCluster: ref.HypervisorCluster, VMID: ref.VMID, Node: ref.Node}
+	if err := env.Client.Status().Update(context.Background(), got); err != nil {
+		t.Fatalf("write the legacy vmRef: %v", err)
+	}
+	if stored, err := getClaim(t, claim); err != nil || stored.Status.VMRef.ProviderID != "" {
+		t.Fatalf("the legacy vmRef was not stored as written: %+v, %v", stored.Status.VMRef, err)
+	}
+
+	first.restart(t, operatorOptions{})
+	eventually(t, 30*time.Second, "providerID recorded", func() error {
+		stored, err := getClaim(t, claim)
+		if err != nil {
+			return err
+		}
+		if r := stored.Status.VMRef; r == nil || *r != ref {
+			return fmt.Errorf("vmRef %+v, want %+v", r, ref)
+		}
+		return nil
+	})
+	if vms := operatorVMs(sim); len(vms) != 1 || vms[0].VMID != int(ref.VMID) {
+		t.Fatalf("operator VMs %+v, want only VM %d", vms, ref.VMID)
+	}
+	if err := env.Client.Delete(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, got, 30*time.Second)
+	if vms := operatorVMs(sim); len(vms) != 0 {
+		t.Fatalf("VMs left after delete: %+v", vms)
+	}
 }

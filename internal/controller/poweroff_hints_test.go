@@ -78,7 +78,7 @@ func TestPowerOffHintEndsClaimBeforeListingRefresh(t *testing.T) {
 			return fmt.Errorf("no listing yet")
 		}
 		for _, n := range names {
-			if vm, ok := l.VM(int(claims[n].Status.VMRef.VMID)); !ok || vm.Power != provider.PowerRunning {
+			if vm, ok := l.VM(provider.ID(claims[n].Status.VMRef.ID())); !ok || vm.Power != provider.PowerRunning {
 				return fmt.Errorf("VM of claim %s: %+v, listed %v", n, vm, ok)
 			}
 		}

@@ -30,8 +30,8 @@ func TestForgedReservationGetsNoVM(t *testing.T) {
 	// signature the operator made.
 	legit := waitPhase(t, f.newClaim("legit"), hfv1.MachineClaimBootstrapping, 60*time.Second)
 	signed := legit.Annotations[hfv1.VMReservationAnnotation]
-	if parts := strings.Split(signed, "/"); len(parts) != 4 {
-		t.Fatalf("the operator wrote reservation %q, want <cluster>/<node>/<vmid>/<signature>", signed)
+	if parts := strings.SplitN(signed, "/", 4); len(parts) != 4 || parts[3] != legit.Status.VMRef.ProviderID || !strings.HasPrefix(parts[2], "r2.") {
+		t.Fatalf("the operator wrote reservation %q, want <cluster>/<node>/<signature>/%s", signed, legit.Status.VMRef.ProviderID)
 	}
 	node := legit.Status.VMRef.Node
 
@@ -46,9 +46,10 @@ func TestForgedReservationGetsNoVM(t *testing.T) {
 
 	forgeries := map[string]string{
 		"unsigned":   fmt.Sprintf("%s/%s/4242", f.cluster.Name, node),
-		"made-up":    fmt.Sprintf("%s/%s/4242/v1.bm90LWEtc2lnbmF0dXJl", f.cluster.Name, node),
+		"made-up":    fmt.Sprintf("%s/%s/r2.1.bm90LWEtc2lnbmF0dXJl/proxmox://4242", f.cluster.Name, node),
+		"made-up-r1": fmt.Sprintf("%s/%s/4242/r1.1.bm90LWEtc2lnbmF0dXJl", f.cluster.Name, node),
 		"copied":     signed,
-		"re-pointed": strings.Replace(signed, fmt.Sprintf("/%d/", legit.Status.VMRef.VMID), "/4242/", 1),
+		"re-pointed": strings.Replace(signed, "/"+legit.Status.VMRef.ID(), "/proxmox://4242", 1),
 	}
 	var claims []*hfv1.MachineClaim
 	for name, annotation := range forgeries {

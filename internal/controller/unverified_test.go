@@ -44,7 +44,7 @@ func TestUnverifiedVMsSurfaceAsConditionAndMetric(t *testing.T) {
 
 	c := waitUnverified(t, f, metav1.ConditionTrue, 2, string(hfv1.OwnershipNotVerifiedReason))
 	msg := hfv1.FindCondition(c.Status.Conditions, hfv1.HypervisorClusterUnverifiedVMsCondition).Message
-	for _, want := range []string{"2 VMs", "VM 1700: " + ownership.ErrUnknownKey.Error(), "VM 1701: " + ownership.ErrOtherCluster.Error()} {
+	for _, want := range []string{"2 VMs", "VM proxmox://1700: " + ownership.ErrUnknownKey.Error(), "VM proxmox://1701: " + ownership.ErrOtherCluster.Error()} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("UnverifiedVMs message %q does not contain %q", msg, want)
 		}

@@ -37,15 +37,15 @@ type Listing struct {
 	VMs []provider.VMSummary
 	At  time.Time
 	// byID indexes VMs by id.
-	byID map[int]int
+	byID map[provider.ID]int
 }
 
-// VM returns the listed VM with id vmid.
-func (l *Listing) VM(vmid int) (provider.VMSummary, bool) {
+// VM returns the listed VM with id id.
+func (l *Listing) VM(id provider.ID) (provider.VMSummary, bool) {
 	if l == nil {
 		return provider.VMSummary{}, false
 	}
-	i, ok := l.byID[vmid]
+	i, ok := l.byID[id]
 	if !ok {
 		return provider.VMSummary{}, false
 	}
@@ -172,9 +172,9 @@ func (r *Registry) Health(name string) Health {
 
 // SetListing stores a new VM listing and returns the previous one.
 func (r *Registry) SetListing(name string, vms []provider.VMSummary, at time.Time) *Listing {
-	l := &Listing{VMs: vms, At: at, byID: make(map[int]int, len(vms))}
+	l := &Listing{VMs: vms, At: at, byID: make(map[provider.ID]int, len(vms))}
 	for i, vm := range vms {
-		l.byID[vm.VMID] = i
+		l.byID[vm.ID] = i
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

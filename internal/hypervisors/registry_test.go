@@ -71,23 +71,23 @@ func TestListing(t *testing.T) {
 		t.Fatal("listing before the first poll")
 	}
 	var nilListing *Listing
-	if _, ok := nilListing.VM(1); ok {
+	if _, ok := nilListing.VM("vm://1"); ok {
 		t.Fatal("nil listing found a VM")
 	}
 	at := time.Now()
-	prev := r.SetListing("x", []provider.VMSummary{{VMID: 100, Power: provider.PowerRunning}, {VMID: 101}}, at)
+	prev := r.SetListing("x", []provider.VMSummary{{ID: "vm://100", Power: provider.PowerRunning}, {ID: "vm://101"}}, at)
 	if prev != nil {
 		t.Fatal("first listing had a predecessor")
 	}
-	prev = r.SetListing("x", []provider.VMSummary{{VMID: 101, Power: provider.PowerStopped}}, at.Add(time.Second))
-	if vm, ok := prev.VM(100); !ok || vm.Power != provider.PowerRunning {
+	prev = r.SetListing("x", []provider.VMSummary{{ID: "vm://101", Power: provider.PowerStopped}}, at.Add(time.Second))
+	if vm, ok := prev.VM("vm://100"); !ok || vm.Power != provider.PowerRunning {
 		t.Fatalf("previous listing lost VM 100: %+v", vm)
 	}
 	l := r.Listing("x")
-	if _, ok := l.VM(100); ok {
+	if _, ok := l.VM("vm://100"); ok {
 		t.Fatal("VM 100 still listed")
 	}
-	if vm, ok := l.VM(101); !ok || vm.Power != provider.PowerStopped || !l.At.Equal(at.Add(time.Second)) {
+	if vm, ok := l.VM("vm://101"); !ok || vm.Power != provider.PowerStopped || !l.At.Equal(at.Add(time.Second)) {
 		t.Fatalf("VM 101 = %+v at %v", vm, l.At)
 	}
 	r.Remove("x")

@@ -4,6 +4,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
 // HintSource says who told the operator that a VM is about to stop.
@@ -36,7 +38,7 @@ const (
 // VMKey names a VM: its cluster and its id there.
 type VMKey struct {
 	Cluster string
-	VMID    int
+	VM      provider.ID
 }
 
 // Transition defaults (docs/architecture.md, "Power-off hints").

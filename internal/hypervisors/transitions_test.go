@@ -1,16 +1,19 @@
 package hypervisors
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
 func TestTransitionsExpiry(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	var gauge []int
 	s := NewTransitions(TransitionOptions{TTL: 60 * time.Second, Observe: func(n int) { gauge = append(gauge, n) }})
-	k := VMKey{Cluster: "pve", VMID: 101}
+	k := VMKey{Cluster: "pve", VM: "vm://101"}
 	if _, ok := s.Active(k, t0); ok {
 		t.Fatal("an unmarked VM is in transition")
 	}
@@ -40,7 +43,7 @@ func TestTransitionsExpiry(t *testing.T) {
 func TestTransitionsDedupe(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	s := NewTransitions(TransitionOptions{TTL: 10 * time.Second})
-	k := VMKey{Cluster: "pve", VMID: 101}
+	k := VMKey{Cluster: "pve", VM: "vm://101"}
 	s.Mark(k, HintJobCompleted, t0)
 	if got := s.Mark(k, HintJobCompleted, t0.Add(5*time.Second)); got != Duplicate {
 		t.Fatalf("second mark by the same source = %s", got)
@@ -69,11 +72,11 @@ func TestTransitionsBounded(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	s := NewTransitions(TransitionOptions{TTL: 10 * time.Second, Max: 3})
 	for i := range 3 {
-		if got := s.Mark(VMKey{"pve", 100 + i}, HintAgent, t0); got != Marked {
+		if got := s.Mark(VMKey{"pve", provider.ID(fmt.Sprint("vm://", 100+i))}, HintAgent, t0); got != Marked {
 			t.Fatalf("mark %d = %s", i, got)
 		}
 	}
-	if got := s.Mark(VMKey{"pve", 200}, HintAgent, t0.Add(time.Second)); got != Full {
+	if got := s.Mark(VMKey{"pve", "vm://200"}, HintAgent, t0.Add(time.Second)); got != Full {
 		t.Fatalf("fourth VM = %s, want Full", got)
 	}
 	if n := s.Len(t0.Add(time.Second)); n != 3 {
@@ -82,7 +85,7 @@ func TestTransitionsBounded(t *testing.T) {
 	// Once the first three are spent, new VMs get in; the set never holds
 	// more than Max entries.
 	for i := range 5 {
-		if got := s.Mark(VMKey{"pve", 300 + i}, HintAgent, t0.Add(11*time.Second)); got != Marked && i < 3 {
+		if got := s.Mark(VMKey{"pve", provider.ID(fmt.Sprint("vm://", 300+i))}, HintAgent, t0.Add(11*time.Second)); got != Marked && i < 3 {
 			t.Fatalf("mark after expiry %d = %s", i, got)
 		}
 	}
@@ -92,7 +95,7 @@ func TestTransitionsBounded(t *testing.T) {
 	if n > 3 {
 		t.Fatalf("the set holds %d entries, bound 3", n)
 	}
-	if got := s.Mark(VMKey{"other", 100}, HintAgent, t0.Add(11*time.Second)); got != Full {
+	if got := s.Mark(VMKey{"other", "vm://100"}, HintAgent, t0.Add(11*time.Second)); got != Full {
 		t.Fatalf("a VM of another cluster with the set full = %s", got)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
 // Notices takes the in-VM agents' power-off notices
@@ -103,7 +104,7 @@ func (n *Notices) ReadyHint(ctx context.Context, c agentconfig.ClaimRef) error {
 		metrics.ReadyHints.WithLabelValues("unknown").Inc()
 		return nil
 	}
-	n.Log.V(1).Info("Ready hint", "MachineClaim", klog.KObj(claim), "vmid", vmidOf(claim))
+	n.Log.V(1).Info("Ready hint", "MachineClaim", klog.KObj(claim), "vm", claim.Status.VMRef.ID())
 	metrics.ReadyHints.WithLabelValues("accepted").Inc()
 	n.wake(c)
 	return nil
@@ -155,7 +156,7 @@ func (n *Notices) PowerOffNotice(ctx context.Context, notice agentconfig.PowerOf
 		metrics.PowerOffHints.WithLabelValues(string(hypervisors.HintAgent), "unknown").Inc()
 		return nil
 	}
-	n.Log.V(1).Info("Power-off notice", "MachineClaim", klog.KObj(claim), "vmid", vmidOf(claim), "runnerOnline", notice.RunnerOnline, "jobStarted", notice.JobStarted)
+	n.Log.V(1).Info("Power-off notice", "MachineClaim", klog.KObj(claim), "vm", claim.Status.VMRef.ID(), "runnerOnline", notice.RunnerOnline, "jobStarted", notice.JobStarted)
 	if notice.JobStarted && n.Jobs != nil {
 		n.Jobs.Add(claim.UID, n.now())
 	}
@@ -167,13 +168,6 @@ func (n *Notices) PowerOffNotice(ctx context.Context, notice agentconfig.PowerOf
 		n.wake(c)
 	}
 	return nil
-}
-
-func vmidOf(claim *hfv1.MachineClaim) int32 {
-	if ref := claim.Status.VMRef; ref != nil {
-		return ref.VMID
-	}
-	return 0
 }
 
 func (n *Notices) now() time.Time {
@@ -205,11 +199,11 @@ func (n *Notices) NotifyFor(claim *hfv1.MachineClaim) *agentconfig.PowerOffNotif
 // is destroyed.
 func Mark(t *hypervisors.Transitions, claim *hfv1.MachineClaim, source hypervisors.HintSource, now time.Time) hypervisors.MarkOutcome {
 	ref := claim.Status.VMRef
-	if t == nil || ref == nil || ref.VMID == 0 || claim.Ended() {
+	if t == nil || ref.ID() == "" || claim.Ended() {
 		metrics.PowerOffHints.WithLabelValues(string(source), "unknown").Inc()
 		return ""
 	}
-	out := t.Mark(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VMID: int(ref.VMID)}, source, now)
+	out := t.Mark(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VM: provider.ID(ref.ID())}, source, now)
 	metrics.PowerOffHints.WithLabelValues(string(source), string(out)).Inc()
 	return out
 }

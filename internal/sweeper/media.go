@@ -112,9 +112,9 @@ func (s *Sweeper) strayMedium(ctx context.Context, cluster, k string, m provider
 	if s.DryRun {
 		mode = "dry-run: it will not be deleted"
 	}
-	ctrl.LoggerFrom(ctx).Info("Found a cloud-init ISO without a MachineClaim", "HypervisorCluster", cluster, "medium", m.ID, "node", m.Node, "vmid", m.VMID, "dryRun", s.DryRun)
+	ctrl.LoggerFrom(ctx).Info("Found a cloud-init ISO without a MachineClaim", "HypervisorCluster", cluster, "medium", m.ID, "node", m.Node, "vmid", m.VM, "dryRun", s.DryRun)
 	s.event(ctx, cluster, corev1.EventTypeWarning, "OrphanISOFound",
-		fmt.Sprintf("Cloud-init ISO %s on node %s (VM %d) has no MachineClaim; %s", m.ID, m.Node, m.VMID, mode))
+		fmt.Sprintf("Cloud-init ISO %s on node %s (VM %s) has no MachineClaim; %s", m.ID, m.Node, m.VM, mode))
 	return o
 }
 
@@ -145,7 +145,7 @@ func (s *Sweeper) removeMedium(ctx context.Context, cluster string, p provider.P
 		return nil
 	}
 	metrics.OrphanMediaRemoved.WithLabelValues(cluster).Inc()
-	s.event(ctx, cluster, corev1.EventTypeNormal, "OrphanISORemoved", fmt.Sprintf("Deleted stray cloud-init ISO %s on node %s (VM %d)", o.medium.ID, o.medium.Node, o.medium.VMID))
+	s.event(ctx, cluster, corev1.EventTypeNormal, "OrphanISORemoved", fmt.Sprintf("Deleted stray cloud-init ISO %s on node %s (VM %s)", o.medium.ID, o.medium.Node, o.medium.VM))
 	ctrl.LoggerFrom(ctx).Info("Removed stray cloud-init ISO", "HypervisorCluster", cluster, "medium", o.medium.ID, "node", o.medium.Node)
 	return nil
 }

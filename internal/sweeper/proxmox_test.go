@@ -62,7 +62,7 @@ func TestLeakCloneRequestLostBeforePlaceholder(t *testing.T) {
 	if res, err := first.EnsureVM(ctx, spec, placed.Progress); err != nil || res.Phase != provider.PhaseCloning {
 		t.Fatalf("clone request: %v %+v", err, res)
 	} // its answer is lost: only the placement was persisted
-	vmid := placed.Progress.VMID
+	vmid := placed.Progress.ID
 
 	// A new operator deletes the claim before the placeholder exists.
 	p := connect()
@@ -72,7 +72,7 @@ func TestLeakCloneRequestLostBeforePlaceholder(t *testing.T) {
 	}
 	w.deleteClaim(victim)
 	advance(5 * time.Minute) // the clone completes
-	vm, err := p.GetVM(ctx, provider.VMRef{VMID: vmid})
+	vm, err := p.GetVM(ctx, provider.VMRef{ID: vmid})
 	if err != nil {
 		t.Fatalf("the lost clone did not complete: %v", err)
 	}
@@ -98,8 +98,8 @@ func TestLeakCloneRequestLostBeforePlaceholder(t *testing.T) {
 		for len(events.Events) > 0 {
 			e := <-events.Events
 			if vmRemovedRE.MatchString(e) {
-				if v, err := p.GetVM(ctx, provider.VMRef{VMID: vmid}); err == nil {
-					t.Errorf("reported removed while VM %d exists (%s): %s", vmid, v.Power, e)
+				if v, err := p.GetVM(ctx, provider.VMRef{ID: vmid}); err == nil {
+					t.Errorf("reported removed while VM %s exists (%s): %s", vmid, v.Power, e)
 				}
 				gone = true
 			}

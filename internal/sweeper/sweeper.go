@@ -72,7 +72,7 @@ type Sweeper struct {
 	// unverified are, by cluster, the VMs of the latest sweep that carry
 	// this install's tag but whose ownership block does not verify, with
 	// the reason.
-	unverified map[string]map[int]string
+	unverified map[string]map[provider.ID]string
 }
 
 type orphan struct {
@@ -124,7 +124,7 @@ func (s *Sweeper) defaults() {
 		if s.orphans == nil {
 			s.orphans = map[string]*orphan{}
 			s.reported = map[string]bool{}
-			s.unverified = map[string]map[int]string{}
+			s.unverified = map[string]map[provider.ID]string{}
 			s.media = map[string]*strayMedium{}
 			s.runners = map[string]*orphanRunner{}
 		}
@@ -142,7 +142,7 @@ func (s *Sweeper) SweepAll(ctx context.Context) {
 	inUse := map[string]bool{}
 	for i := range claims.Items {
 		if ref := claims.Items[i].Status.VMRef; ref != nil {
-			inUse[key(ref.HypervisorCluster, int(ref.VMID))] = true
+			inUse[key(ref.HypervisorCluster, provider.ID(ref.ID()))] = true
 		}
 	}
 	live := claimDigests(claims.Items)
@@ -196,10 +196,10 @@ func (s *Sweeper) Sweep(ctx context.Context, cluster string, inUse map[string]bo
 	metrics.SweepingCluster(cluster)
 	now := s.Clock.Now()
 	live := map[string]bool{}
-	unverified := map[int]string{}
+	unverified := map[provider.ID]string{}
 	defer s.setUnverified(cluster, unverified)
 	for _, vm := range listing.VMs {
-		k := key(cluster, vm.VMID)
+		k := key(cluster, vm.ID)
 		// A configured VM carries the install's tag; a clone that was never
 		// configured carries only the install's keyed name.
 		if (!vm.OperatorTagged && !vm.InstallNamed) || vm.Template || inUse[k] {
@@ -208,7 +208,7 @@ func (s *Sweeper) Sweep(ctx context.Context, cluster string, inUse map[string]bo
 		live[k] = true
 		o, err := s.candidate(ctx, p, cluster, vm, now, unverified)
 		if err != nil {
-			log.Error(err, "Check orphan candidate", "vmid", vm.VMID)
+			log.Error(err, "Check orphan candidate", "vmid", vm.ID)
 			continue
 		}
 		if o == nil || now.Sub(o.firstSeen) < s.GracePeriod {
@@ -217,8 +217,8 @@ func (s *Sweeper) Sweep(ctx context.Context, cluster string, inUse map[string]bo
 		if s.DryRun {
 			continue
 		}
-		if err := s.remove(ctx, p, cluster, vm.VMID, o); err != nil {
-			log.Error(err, "Remove orphaned VM", "vmid", vm.VMID)
+		if err := s.remove(ctx, p, cluster, vm.ID, o); err != nil {
+			log.Error(err, "Remove orphaned VM", "vmid", vm.ID)
 		}
 	}
 	// An orphan whose deletion this sweeper started leaves the listing
@@ -238,8 +238,8 @@ func (s *Sweeper) Sweep(ctx context.Context, cluster string, inUse map[string]bo
 	}
 	s.mu.Unlock()
 	for _, o := range unfinished {
-		if err := s.remove(ctx, p, cluster, o.progress.VMID, o); err != nil {
-			log.Error(err, "Remove orphaned VM", "vmid", o.progress.VMID)
+		if err := s.remove(ctx, p, cluster, o.progress.ID, o); err != nil {
+			log.Error(err, "Remove orphaned VM", "vmid", o.progress.ID)
 		}
 	}
 	return nil
@@ -248,21 +248,21 @@ func (s *Sweeper) Sweep(ctx context.Context, cluster string, inUse map[string]bo
 // candidate verifies a tagged VM and returns its orphan record, or nil when
 // the VM is not an orphan (foreign, or its claim lives). A VM whose block
 // does not verify is added to unverified with the reason.
-func (s *Sweeper) candidate(ctx context.Context, p provider.Provider, cluster string, summary provider.VMSummary, now time.Time, unverified map[int]string) (*orphan, error) {
+func (s *Sweeper) candidate(ctx context.Context, p provider.Provider, cluster string, summary provider.VMSummary, now time.Time, unverified map[provider.ID]string) (*orphan, error) {
 	log := ctrl.LoggerFrom(ctx)
-	k := key(cluster, summary.VMID)
+	k := key(cluster, summary.ID)
 	s.mu.Lock()
 	o := s.orphans[k]
 	s.mu.Unlock()
 	if o != nil {
 		return o, nil
 	}
-	vm, err := p.GetVM(ctx, provider.VMRef{VMID: summary.VMID, Node: summary.Node})
+	vm, err := p.GetVM(ctx, provider.VMRef{ID: summary.ID, Node: summary.Node})
 	if err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
 	if vm.Owner == nil {
-		unverified[summary.VMID] = fmt.Sprint(vm.OwnershipError)
+		unverified[summary.ID] = fmt.Sprint(vm.OwnershipError)
 		s.mu.Lock()
 		first := !s.reported[k]
 		s.reported[k] = true
@@ -276,7 +276,7 @@ func (s *Sweeper) candidate(ctx context.Context, p provider.Provider, cluster st
 				what = "VM carries this install's clone name"
 			}
 			log.Info(what+" but its ownership marker does not verify; never touching it",
-				"vmid", summary.VMID, "name", vm.Name, "reason", fmt.Sprint(vm.OwnershipError))
+				"vmid", summary.ID, "name", vm.Name, "reason", fmt.Sprint(vm.OwnershipError))
 		}
 		return nil, nil
 	}
@@ -288,7 +288,7 @@ func (s *Sweeper) candidate(ctx context.Context, p provider.Provider, cluster st
 	case err != nil && !apierrors.IsNotFound(err):
 		return nil, err
 	}
-	o = &orphan{firstSeen: now, owner: *vm.Owner, progress: provider.Progress{VMID: summary.VMID, Node: summary.Node}}
+	o = &orphan{firstSeen: now, owner: *vm.Owner, progress: provider.Progress{ID: summary.ID, Node: summary.Node}}
 	s.mu.Lock()
 	s.orphans[k] = o
 	s.mu.Unlock()
@@ -297,14 +297,14 @@ func (s *Sweeper) candidate(ctx context.Context, p provider.Provider, cluster st
 	if s.DryRun {
 		mode = "dry-run: it will not be destroyed"
 	}
-	msg := fmt.Sprintf("VM %d (claim %s/%s, uid %s) has no MachineClaim; %s", summary.VMID, vm.Owner.Namespace, vm.Owner.Name, vm.Owner.UID, mode)
-	log.Info("Found orphaned VM", "vmid", summary.VMID, "claim", vm.Owner.Namespace+"/"+vm.Owner.Name, "dryRun", s.DryRun)
+	msg := fmt.Sprintf("VM %s (claim %s/%s, uid %s) has no MachineClaim; %s", summary.ID, vm.Owner.Namespace, vm.Owner.Name, vm.Owner.UID, mode)
+	log.Info("Found orphaned VM", "vmid", summary.ID, "claim", vm.Owner.Namespace+"/"+vm.Owner.Name, "dryRun", s.DryRun)
 	s.event(ctx, cluster, corev1.EventTypeWarning, "OrphanFound", msg)
 	return o, nil
 }
 
 // setUnverified records a sweep's unverifiable VMs of cluster.
-func (s *Sweeper) setUnverified(cluster string, vms map[int]string) {
+func (s *Sweeper) setUnverified(cluster string, vms map[provider.ID]string) {
 	s.mu.Lock()
 	s.unverified[cluster] = vms
 	s.mu.Unlock()
@@ -316,7 +316,7 @@ func (s *Sweeper) setUnverified(cluster string, vms map[int]string) {
 // the latest sweep, with the reason; swept is false until cluster has been
 // swept once. VMs that claims record are checked by the claims themselves
 // (their OwnershipVerified condition), not here.
-func (s *Sweeper) Unverified(cluster string) (vms map[int]string, swept bool) {
+func (s *Sweeper) Unverified(cluster string) (vms map[provider.ID]string, swept bool) {
 	s.defaults()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -333,7 +333,7 @@ func (s *Sweeper) Forget(cluster string) {
 }
 
 // remove advances the deletion of an orphan by one step per sweep.
-func (s *Sweeper) remove(ctx context.Context, p provider.Provider, cluster string, vmid int, o *orphan) error {
+func (s *Sweeper) remove(ctx context.Context, p provider.Provider, cluster string, vmid provider.ID, o *orphan) error {
 	res, err := p.DeleteVM(ctx, o.owner, o.progress)
 	if errors.Is(err, provider.ErrNotOwned) {
 		// The VM at that id no longer proves it is the orphan's (its marker
@@ -358,7 +358,7 @@ func (s *Sweeper) remove(ctx context.Context, p provider.Provider, cluster strin
 	delete(s.orphans, key(cluster, vmid))
 	s.mu.Unlock()
 	metrics.OrphansRemoved.WithLabelValues(cluster).Inc()
-	s.event(ctx, cluster, corev1.EventTypeNormal, "OrphanRemoved", fmt.Sprintf("Destroyed orphaned VM %d of deleted claim %s/%s", vmid, o.owner.Namespace, o.owner.Name))
+	s.event(ctx, cluster, corev1.EventTypeNormal, "OrphanRemoved", fmt.Sprintf("Destroyed orphaned VM %s of deleted claim %s/%s", vmid, o.owner.Namespace, o.owner.Name))
 	ctrl.LoggerFrom(ctx).Info("Removed orphaned VM", "vmid", vmid, "HypervisorCluster", cluster)
 	return nil
 }
@@ -386,4 +386,4 @@ func (s *Sweeper) Orphans() []string {
 	return out
 }
 
-func key(cluster string, vmid int) string { return fmt.Sprintf("%s/%d", cluster, vmid) }
+func key(cluster string, vm provider.ID) string { return cluster + "/" + string(vm) }

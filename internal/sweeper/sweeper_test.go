@@ -155,7 +155,7 @@ func (w *world) setVMRef(o provider.Owner, prog provider.Progress) {
 	if err := w.kube.Get(context.Background(), client.ObjectKey{Namespace: o.Namespace, Name: o.Name}, &c); err != nil {
 		w.t.Fatal(err)
 	}
-	c.Status.VMRef = &hfv1.VMReference{HypervisorCluster: w.cluster, Node: prog.Node, VMID: int32(prog.VMID)}
+	c.Status.VMRef = &hfv1.VMReference{HypervisorCluster: w.cluster, Node: prog.Node, VMID: int32(fakeVMID(prog.ID))}
 	if err := w.kube.Status().Update(context.Background(), &c); err != nil {
 		w.t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func (w *world) sweep() {
 }
 
 var (
-	vmRemovedRE     = regexp.MustCompile(`^Normal OrphanRemoved Destroyed orphaned VM (\d+) `)
+	vmRemovedRE     = regexp.MustCompile(`^Normal OrphanRemoved Destroyed orphaned VM [a-z]+://(\d+) `)
 	mediumRemoved   = regexp.MustCompile(`^Normal OrphanISORemoved Deleted stray cloud-init ISO (\S+) on node `)
 	runnerRemovedRE = regexp.MustCompile(`^Normal OrphanRunnerRemoved Removed runner (\S+) `)
 	removalReasons  = regexp.MustCompile(`Removed `)
@@ -299,8 +299,8 @@ func TestLeakOperatorKilledAtEachStep(t *testing.T) {
 			w.setVMRef(keep, keepProg)
 			victim := w.claim("victim")
 			prog, phase := w.ensure(victim, step)
-			t.Logf("killed in phase %s at VM %d", phase, prog.VMID)
-			_, victimVM := w.hv.VM(prog.VMID)
+			t.Logf("killed in phase %s at VM %d", phase, fakeVMID(prog.ID))
+			_, victimVM := w.hv.VM(fakeVMID(prog.ID))
 			w.restart()
 			w.deleteClaim(victim)
 
@@ -308,11 +308,11 @@ func TestLeakOperatorKilledAtEachStep(t *testing.T) {
 			w.sweepFor(3 * grace)
 
 			keeper := -1
-			if v, ok := w.hv.VM(keepProg.VMID); ok {
+			if v, ok := w.hv.VM(fakeVMID(keepProg.ID)); ok {
 				keeper = v.VMID
 			}
 			if keeper < 0 {
-				t.Fatalf("the live claim's VM %d was destroyed", keepProg.VMID)
+				t.Fatalf("the live claim's VM %d was destroyed", fakeVMID(keepProg.ID))
 			}
 			if got := w.vms(); !slices.Equal(got, []int{keeper}) {
 				t.Errorf("VMs left: %v, want only the live claim's %d", got, keeper)
@@ -328,7 +328,7 @@ func TestLeakOperatorKilledAtEachStep(t *testing.T) {
 			}
 			want := []int{}
 			if victimVM {
-				want = append(want, prog.VMID)
+				want = append(want, fakeVMID(prog.ID))
 			}
 			if !slices.Equal(append([]int{}, w.removedVMs...), want) {
 				t.Errorf("reported removed VMs %v, want %v", w.removedVMs, want)
@@ -375,16 +375,16 @@ func TestLeakUnconfiguredClone(t *testing.T) {
 		}
 	}
 	w.sweepFor(3 * grace)
-	if _, ok := w.hv.VM(prog.VMID); ok {
-		t.Errorf("unconfigured clone %d is still there", prog.VMID)
+	if _, ok := w.hv.VM(fakeVMID(prog.ID)); ok {
+		t.Errorf("unconfigured clone %d is still there", fakeVMID(prog.ID))
 	}
 	for what, f := range foreign {
 		if _, ok := w.hv.VM(f.VMID); !ok {
 			t.Errorf("%s: VM %d was destroyed", what, f.VMID)
 		}
 	}
-	if !slices.Equal(w.removedVMs, []int{prog.VMID}) {
-		t.Errorf("reported removed %v, want [%d]", w.removedVMs, prog.VMID)
+	if !slices.Equal(w.removedVMs, []int{fakeVMID(prog.ID)}) {
+		t.Errorf("reported removed %v, want [%d]", w.removedVMs, fakeVMID(prog.ID))
 	}
 }
 
@@ -404,7 +404,7 @@ func TestLeakStrayISO(t *testing.T) {
 		t.Fatalf("media %v, want the two uploads", w.media())
 	}
 	// The victim's VM is destroyed by hand; its ISO stays behind.
-	if err := w.hv.RemoveVM(vprog.VMID); err != nil {
+	if err := w.hv.RemoveVM(fakeVMID(vprog.ID)); err != nil {
 		t.Fatal(err)
 	}
 	w.restart()
@@ -422,8 +422,8 @@ func TestLeakStrayISO(t *testing.T) {
 	if len(w.removedMedia) != 1 || !strings.Contains(w.removedMedia[0], provider.OwnerDigest(victim.UID)) {
 		t.Errorf("reported removed %v, want the victim's ISO", w.removedMedia)
 	}
-	if _, ok := w.hv.VM(kprog.VMID); !ok {
-		t.Errorf("the live claim's VM %d was destroyed", kprog.VMID)
+	if _, ok := w.hv.VM(fakeVMID(kprog.ID)); !ok {
+		t.Errorf("the live claim's VM %d was destroyed", fakeVMID(kprog.ID))
 	}
 }
 
@@ -472,7 +472,7 @@ func TestLeakDryRunReportsOnly(t *testing.T) {
 		}
 		w.clock.Step(round)
 	}
-	if _, ok := w.hv.VM(prog.VMID); !ok {
+	if _, ok := w.hv.VM(fakeVMID(prog.ID)); !ok {
 		t.Error("dry-run destroyed the orphaned VM")
 	}
 	if len(w.media()) != 1 {
@@ -514,11 +514,11 @@ func TestOrphanThatStopsVerifyingIsLeftAlone(t *testing.T) {
 	if got := w.sweeper.Orphans(); len(got) != 1 {
 		t.Fatalf("orphans %v, want the victim's VM", got)
 	}
-	if err := w.hv.SetDescription(prog.VMID, "kept by an admin for debugging"); err != nil {
+	if err := w.hv.SetDescription(fakeVMID(prog.ID), "kept by an admin for debugging"); err != nil {
 		t.Fatal(err)
 	}
 	w.sweepFor(3 * grace)
-	if _, ok := w.hv.VM(prog.VMID); !ok {
+	if _, ok := w.hv.VM(fakeVMID(prog.ID)); !ok {
 		t.Fatal("the VM that no longer verifies was destroyed")
 	}
 	if len(w.removedVMs) != 0 {
@@ -527,4 +527,13 @@ func TestOrphanThatStopsVerifyingIsLeftAlone(t *testing.T) {
 	if got := w.sweeper.Orphans(); len(got) != 0 {
 		t.Errorf("still tracked as orphans: %v", got)
 	}
+}
+
+// fakeVMID is the fake provider's VM id of id.
+func fakeVMID(id provider.ID) int {
+	vmid, err := fakeprovider.ParseID(id)
+	if err != nil {
+		panic(err)
+	}
+	return vmid
 }

@@ -14,20 +14,29 @@ import (
 // never stand in for a reservation, nor the other way round.
 const reservationPurpose = "hyperfleet.io/vm-reservation"
 
-// reservationVersion prefixes reservation signatures: "r1.<key id>.<MAC>".
-const reservationVersion = "r1"
+// reservationVersion prefixes reservation signatures: "r2.<key id>.<MAC>".
+// An r2 reservation signs the VM's provider ID.
+const reservationVersion = "r2"
+
+// legacyReservationVersion prefixes the signatures of reservations written
+// before provider IDs, which signed the decimal Proxmox VM id instead; they
+// still verify (VerifyLegacyReservation), so that a claim reserved just
+// before an upgrade keeps its VM.
+const legacyReservationVersion = "r1"
 
 // Reservation is a VM the operator reserved for a MachineClaim before its
-// clone request: which cluster, node and VM id, and for which claim (UID).
+// clone request: which cluster, node and VM, and for which claim (UID).
 type Reservation struct {
 	ClaimUID string
 	Cluster  string
 	Node     string
-	VMID     int
+	// VM is the VM's provider ID (pkg/provider.ID); in a legacy (r1)
+	// reservation the decimal Proxmox VM id.
+	VM string
 }
 
 func (r Reservation) fields() []string {
-	return []string{r.ClaimUID, r.Cluster, r.Node, strconv.Itoa(r.VMID)}
+	return []string{r.ClaimUID, r.Cluster, r.Node, r.VM}
 }
 
 // SignReservation returns the MAC that proves r was written by this
@@ -44,6 +53,13 @@ func (s *Signer) SignReservation(r Reservation) string {
 // rotation still verifies), compared in constant time.
 func (s *Signer) VerifyReservation(r Reservation, sig string) bool {
 	return s.verifyRecord(reservationPurpose, reservationVersion, r.fields(), sig)
+}
+
+// VerifyLegacyReservation is VerifyReservation for a reservation an
+// earlier version wrote (signature "r1..."): r.VM is the decimal Proxmox
+// VM id it named.
+func (s *Signer) VerifyLegacyReservation(r Reservation, sig string) bool {
+	return s.verifyRecord(reservationPurpose, legacyReservationVersion, r.fields(), sig)
 }
 
 // signRecord is "<version>.<key id>.<MAC>" over the operator id and fields,

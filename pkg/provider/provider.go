@@ -27,10 +27,12 @@
 package provider
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -92,6 +94,15 @@ type Provider interface {
 	// proves no ownership: a VM's OperatorTagged only says it carries this
 	// install's tag. Use GetVM to verify.
 	ListVMs(ctx context.Context) ([]VMSummary, error)
+
+	// CheckRef reports whether ref is a VM this provider could have
+	// created under its cluster's configuration: an ID of its own scheme
+	// inside the range the cluster allots (for Proxmox a VM id in
+	// vmidRange) on a node placement may use. It makes no call; it lets a
+	// caller refuse a reference it read from somewhere a tenant can write
+	// before acting on it. The error is ClassConfiguration and says what
+	// is outside.
+	CheckRef(ref VMRef) error
 
 	// GetVM reads one VM and verifies its ownership marker. It returns
 	// ErrNotFound only if the hypervisor says the VM itself does not exist.
@@ -175,8 +186,8 @@ type CloudInitMedium struct {
 	// Node is the node it was listed on (files of node-local storages
 	// exist per node).
 	Node string
-	// VMID is the VM id it was written for.
-	VMID int
+	// VM is the VM it was written for.
+	VM ID
 	// OwnerDigest is OwnerDigest of the UID of the claim it was written
 	// for.
 	OwnerDigest string
@@ -366,19 +377,61 @@ const (
 	PhaseStopped Phase = "Stopped"
 )
 
+// ID names one VM on its hypervisor cluster. Only the provider that wrote
+// it reads it; to everything else it is an opaque string, like Cluster
+// API's providerID: "<kind>://<what the provider needs to find the VM>".
+// The Proxmox provider writes "proxmox://<vmid>" (pkg/provider/proxmox,
+// FormatID). The empty ID names no VM. Callers store it
+// (status.vmRef.providerID), compare it and key maps by it, never parse it.
+type ID string
+
+// Compare orders IDs for stable listings and messages: shorter first,
+// then by their text, so that IDs of one scheme whose tails are numbers
+// (proxmox://99, proxmox://100) sort by number. It never says which VM is
+// older or more important.
+func (id ID) Compare(other ID) int {
+	return cmp.Or(cmp.Compare(len(id), len(other)), strings.Compare(string(id), string(other)))
+}
+
+// IntIDs is the ID scheme of a hypervisor that numbers its VMs: a prefix
+// and the VM's positive decimal number, nothing else ("proxmox://1234").
+type IntIDs struct {
+	// Prefix starts every ID, such as "proxmox://".
+	Prefix string
+	// Hypervisor names the hypervisor in errors.
+	Hypervisor string
+}
+
+// Format is the ID of VM number n.
+func (s IntIDs) Format(n int) ID { return ID(s.Prefix + strconv.Itoa(n)) }
+
+// Parse returns the number of an ID Format wrote; anything else (another
+// scheme, a damaged or padded number) is ClassPermanent, reason
+// InvalidVMID: no retry makes it name one of this hypervisor's VMs.
+func (s IntIDs) Parse(id ID) (int, error) {
+	digits, ok := strings.CutPrefix(string(id), s.Prefix)
+	n, err := strconv.Atoi(digits)
+	if !ok || err != nil || n <= 0 || s.Format(n) != id {
+		return 0, Errorf(ClassPermanent, "InvalidVMID", "%q is not a %s VM id (%s<n>)", string(id), s.Hypervisor, s.Prefix)
+	}
+	return n, nil
+}
+
 // Progress is the state a caller persists between calls. Every field is
 // plain data so it fits into an object's status.
 type Progress struct {
-	// VMID and Node locate the VM (or its reservation). Zero VMID means
+	// ID and Node locate the VM (or its reservation). An empty ID means
 	// nothing is reserved.
-	VMID int
+	ID ID
+	// Node is the hypervisor node the VM was last seen on, a hint the
+	// provider may ignore and correct; empty when unknown.
 	Node string
 	// Task is the hypervisor task in flight, nil when none.
 	Task *Task
 }
 
 // VMRef locates a VM.
-func (p Progress) VMRef() VMRef { return VMRef{VMID: p.VMID, Node: p.Node} }
+func (p Progress) VMRef() VMRef { return VMRef{ID: p.ID, Node: p.Node} }
 
 // Task is a hypervisor task to persist and poll.
 type Task struct {
@@ -419,8 +472,8 @@ type DeleteResult struct {
 
 // VMRef locates a VM on the cluster.
 type VMRef struct {
-	VMID int
-	// Node may be empty; the provider then looks the VM up.
+	ID ID
+	// Node may be empty or stale; the provider then looks the VM up.
 	Node string
 }
 
@@ -447,7 +500,7 @@ const (
 
 // VMSummary is one VM as the batch listing shows it.
 type VMSummary struct {
-	VMID  int
+	ID    ID
 	Node  string
 	Name  string
 	Power PowerState

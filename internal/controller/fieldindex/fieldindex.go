@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"strconv"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,8 +50,8 @@ const (
 	PoolTemplate = "spec.templateRef.name"
 )
 
-// VMKey is the ClaimVM index value of VM vmid on cluster.
-func VMKey(cluster string, vmid int) string { return cluster + "/" + strconv.Itoa(vmid) }
+// VMKey is the ClaimVM index value of the VM with provider ID vm on cluster.
+func VMKey(cluster, vm string) string { return cluster + "/" + vm }
 
 // Index is one field index on the manager's cache.
 type Index struct {
@@ -68,10 +67,10 @@ func All(ws *workload.Backends) []Index {
 	return []Index{
 		{&hfv1.MachineClaim{}, ClaimVM, func(o client.Object) []string {
 			c := o.(*hfv1.MachineClaim)
-			if c.Status.VMRef == nil || c.Status.VMRef.VMID == 0 {
+			if c.Status.VMRef.ID() == "" {
 				return nil
 			}
-			return []string{VMKey(c.Status.VMRef.HypervisorCluster, int(c.Status.VMRef.VMID))}
+			return []string{VMKey(c.Status.VMRef.HypervisorCluster, c.Status.VMRef.ID())}
 		}},
 		{&hfv1.MachineClaim{}, ClaimCluster, func(o client.Object) []string {
 			c := o.(*hfv1.MachineClaim)

@@ -173,7 +173,7 @@ func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, 
 		return 0, "", fmt.Errorf("encode the VM's secrets: %w", err)
 	}
 	file := provider.GuestFile{Path: agentconfig.SecretsFile, Content: content}
-	err = p.PlaceGuestFile(ctx, vmspec.Owner(claim), provider.VMRef{VMID: int(ref.VMID), Node: ref.Node}, file)
+	err = p.PlaceGuestFile(ctx, vmspec.Owner(claim), vmRefOf(ref), file)
 	clear(content)
 	switch c := provider.Classify(err); {
 	case err == nil:
@@ -187,7 +187,7 @@ func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, 
 		return guestRetry, "", nil
 	case c == provider.ClassConfiguration || c == provider.ClassPermanent:
 		s.Minted.Forget(claim.UID)
-		return 0, fmt.Sprintf("the %s cannot be placed in VM %d, so the VM can never run its job: %v", what, ref.VMID, err), nil
+		return 0, fmt.Sprintf("the %s cannot be placed in VM %s, so the VM can never run its job: %v", what, ref.ID(), err), nil
 	default:
 		ctrl.LoggerFrom(ctx).Info("Placing the VM's secrets failed; retrying", "err", err.Error())
 		s.pending(claim, facts, runner, "Could not place the "+what+" in the VM yet: "+err.Error())
@@ -254,7 +254,7 @@ func (s *secretsService) delivered(claim *hfv1.MachineClaim, facts *claimFacts, 
 		claim.Status.Identity.JoinTokenDeliveredAt = now
 		facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason,
 			"The join token is in the running VM ("+agentconfig.SecretsFile+"); waiting for its spire-agent to attest")
-		s.Recorder.Eventf(claim, corev1.EventTypeNormal, "JoinTokenDelivered", "Placed the join token and the broker proof in VM %d through its guest agent", ref.VMID)
+		s.Recorder.Eventf(claim, corev1.EventTypeNormal, "JoinTokenDelivered", "Placed the join token and the broker proof in VM %s through its guest agent", ref.ID())
 		metrics.GuestSecretsDelivered.WithLabelValues("join-token").Inc()
 	}
 	if runner {
@@ -263,7 +263,7 @@ func (s *secretsService) delivered(claim *hfv1.MachineClaim, facts *claimFacts, 
 		b.CredentialDeliveredAt = now
 		facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.CredentialDeliveredReason,
 			fmt.Sprintf("The runner credential of runner %s is in the running VM (%s); waiting for the runner to come online", b.RunnerName, agentconfig.SecretsFile))
-		s.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.CredentialDeliveredReason), "Placed the single-use runner credential of runner %s in VM %d through its guest agent", b.RunnerName, ref.VMID)
+		s.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.CredentialDeliveredReason), "Placed the single-use runner credential of runner %s in VM %s through its guest agent", b.RunnerName, ref.ID())
 		metrics.GuestSecretsDelivered.WithLabelValues("runner-credential").Inc()
 	}
 }

@@ -64,7 +64,7 @@ func (fakeIdentity) GuestSecrets(*hfv1.MachineClaim) (agentconfig.GuestSecrets, 
 
 func runningClaim() *hfv1.MachineClaim {
 	c := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "runner-a", UID: "uid-a"}}
-	c.Status.VMRef = &hfv1.VMReference{HypervisorCluster: "pve", Node: "pve1", VMID: 1000}
+	c.Status.VMRef = hfv1.NewVMReference("pve", "proxmox://1000", "pve1")
 	c.Status.Conditions = []metav1.Condition{{Type: string(hfv1.MachineClaimProvisionedCondition), Status: metav1.ConditionTrue, Reason: "Ready"}}
 	return c
 }
@@ -210,7 +210,7 @@ func TestDeliverRefusals(t *testing.T) {
 		wantRetry   time.Duration
 	}{
 		"not owned":      {err: fmt.Errorf("VM 1000: %w", provider.ErrNotOwned), wantErr: true},
-		"no guest agent": {err: provider.Errorf(provider.ClassConfiguration, "NoGuestAgent", "no agent"), wantFailure: "cannot be placed in VM 1000"},
+		"no guest agent": {err: provider.Errorf(provider.ClassConfiguration, "NoGuestAgent", "no agent"), wantFailure: "cannot be placed in VM proxmox://1000"},
 		"transient":      {err: errors.New("connection reset"), wantRetry: time.Minute},
 	} {
 		t.Run(name, func(t *testing.T) {

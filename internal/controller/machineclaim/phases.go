@@ -113,8 +113,8 @@ func (r *Reconciler) checkTemplate(_ context.Context, s *claimScope) (phase.Resu
 	}
 	claim := s.claim
 	r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.TemplateNotFoundReason, message: fmt.Sprintf(
-		"spec.templateRef: HypervisorMachineTemplate %s/%s was deleted before VM %d was built; without its cloud-init and credentials the VM cannot be finished and is destroyed",
-		claim.Namespace, claim.Spec.TemplateRef.Name, claim.Status.VMRef.VMID)})
+		"spec.templateRef: HypervisorMachineTemplate %s/%s was deleted before VM %s was built; without its cloud-init and credentials the VM cannot be finished and is destroyed",
+		claim.Namespace, claim.Spec.TemplateRef.Name, claim.Status.VMRef.ID())})
 	return phase.Stop(), nil
 }
 
@@ -177,7 +177,7 @@ func (r *Reconciler) checkRunning(ctx context.Context, s *claimScope) (phase.Res
 	}
 	read := false
 	if l := r.Registry.Listing(ref.HypervisorCluster); l != nil {
-		vm, found := l.VM(int(ref.VMID))
+		vm, found := l.VM(provider.ID(ref.ID()))
 		if !found || vm.Power == provider.PowerStopped {
 			// The batch listing's power state can lag the hypervisor by
 			// its refresh interval (10 s on Proxmox): confirm with one
@@ -213,17 +213,17 @@ func (r *Reconciler) confirmStopped(ctx context.Context, s *claimScope) (phase.R
 	if !connected {
 		return phase.Next(), nil
 	}
-	vm, err := p.GetVM(ctx, provider.VMRef{VMID: int(ref.VMID), Node: ref.Node})
+	vm, err := p.GetVM(ctx, vmRefOf(ref))
 	switch {
 	case errors.Is(err, provider.ErrNotFound):
 		r.beginEnd(s, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason,
-			message: fmt.Sprintf("VM %d no longer exists on %s", ref.VMID, ref.HypervisorCluster)})
+			message: fmt.Sprintf("VM %s no longer exists on %s", ref.ID(), ref.HypervisorCluster)})
 		return phase.Stop(), nil
 	case err != nil:
 		ctrl.LoggerFrom(ctx).Info("Could not confirm the VM's power state; checking again later", "err", err.Error())
 		return phase.StopAndRequeue(r.backoff(claim)), nil
 	case vm.Power == provider.PowerStopped:
-		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %d powered off", ref.VMID))
+		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %s powered off", ref.ID()))
 		return phase.Stop(), nil
 	}
 	return phase.Next(), nil

@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -23,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/clusterconfig"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
@@ -33,29 +31,53 @@ import (
 
 // Annotate records a reserved VM in the claim's annotation (in
 // memory; the scope writes it), signed with the install's key over
-// the claim's UID, cluster, node and VM id: the annotation is writable by
-// anyone who may edit the claim, so only the signature makes it the
-// operator's word (docs/security.md, "The placement record").
+// the claim's UID, cluster, node and the VM's provider ID: the annotation
+// is writable by anyone who may edit the claim, so only the signature
+// makes it the operator's word (docs/security.md, "The placement record").
+// The value is "<cluster>/<node>/<signature>/<provider ID>": the ID comes
+// last because it holds slashes of its own.
 func Annotate(claim *hfv1.MachineClaim, signer *ownership.Signer, cluster string, p provider.Progress) {
 	if claim.Annotations == nil {
 		claim.Annotations = map[string]string{}
 	}
-	sig := signer.SignReservation(ownership.Reservation{ClaimUID: string(claim.UID), Cluster: cluster, Node: p.Node, VMID: p.VMID})
-	claim.Annotations[hfv1.VMReservationAnnotation] = fmt.Sprintf("%s/%s/%d/%s", cluster, p.Node, p.VMID, sig)
+	sig := signer.SignReservation(ownership.Reservation{ClaimUID: string(claim.UID), Cluster: cluster, Node: p.Node, VM: string(p.ID)})
+	claim.Annotations[hfv1.VMReservationAnnotation] = strings.Join([]string{cluster, p.Node, sig, string(p.ID)}, "/")
 }
 
-// Parse reads a VMReservationAnnotation value: the reserved VM
+// Reserved is a VMReservationAnnotation value as read: the reserved VM
 // and the signature that must verify before it is trusted.
-func Parse(v string) (*hfv1.VMReference, string, error) {
-	parts := strings.Split(v, "/")
-	if len(parts) != 4 || parts[0] == "" || parts[1] == "" || parts[3] == "" {
-		return nil, "", fmt.Errorf("%q is not <HypervisorCluster>/<node>/<vmid>/<signature>", v)
+type Reserved struct {
+	Ref *hfv1.VMReference
+	Sig string
+	// Legacy: written by a version before provider IDs as
+	// "<cluster>/<node>/<vmid>/<r1 signature>" (the VM id then always a
+	// Proxmox one); its signature is over the decimal id.
+	Legacy bool
+}
+
+// Parse reads a VMReservationAnnotation value.
+func Parse(v string) (Reserved, error) {
+	parts := strings.SplitN(v, "/", 4)
+	if len(parts) != 4 || parts[0] == "" || parts[2] == "" || parts[3] == "" {
+		return Reserved{}, fmt.Errorf("%q is not <HypervisorCluster>/<node>/<signature>/<provider ID>", v)
 	}
-	id, err := strconv.ParseInt(parts[2], 10, 32)
-	if err != nil || id <= 0 {
-		return nil, "", fmt.Errorf("%q: VM id %q is not a positive number", v, parts[2])
+	cluster, node := parts[0], parts[1]
+	if id, err := strconv.ParseInt(parts[2], 10, 32); err == nil && strings.HasPrefix(parts[3], "r1.") {
+		if id < 100 || node == "" || strings.Contains(parts[3], "/") {
+			return Reserved{}, fmt.Errorf("%q is not <HypervisorCluster>/<node>/<vmid>/<signature>", v)
+		}
+		return Reserved{Ref: &hfv1.VMReference{HypervisorCluster: cluster, Node: node, VMID: int32(id)}, Sig: parts[3], Legacy: true}, nil
 	}
-	return &hfv1.VMReference{HypervisorCluster: parts[0], Node: parts[1], VMID: int32(id)}, parts[3], nil
+	return Reserved{Ref: hfv1.NewVMReference(cluster, parts[3], node), Sig: parts[2]}, nil
+}
+
+// reservation is what the signature of r covers.
+func (r Reserved) reservation(claim *hfv1.MachineClaim) ownership.Reservation {
+	res := ownership.Reservation{ClaimUID: string(claim.UID), Cluster: r.Ref.HypervisorCluster, Node: r.Ref.Node, VM: r.Ref.ProviderID}
+	if r.Legacy {
+		res.VM = strconv.Itoa(int(r.Ref.VMID))
+	}
+	return res
 }
 
 // reservationRefusal is why a reservation annotation is not trusted.
@@ -87,9 +109,10 @@ func (r *Reconciler) restoreReservedVM(ctx context.Context, s *claimScope) error
 	if !ok || claim.Status.VMRef != nil || claim.Ended() || s.facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) {
 		return nil
 	}
-	ref, sig, err := Parse(v)
+	reserved, err := Parse(v)
+	ref := reserved.Ref
 	if err == nil {
-		err = r.verifyReservation(ctx, claim, ref, sig)
+		err = r.verifyReservation(ctx, claim, reserved)
 	}
 	var refused *reservationRefusal
 	switch {
@@ -105,8 +128,8 @@ func (r *Reconciler) restoreReservedVM(ctx context.Context, s *claimScope) error
 	case err != nil:
 		return fmt.Errorf("check the VM reservation in annotation %s: %w", hfv1.VMReservationAnnotation, err)
 	}
-	ctrl.LoggerFrom(ctx).Info("Continuing with the VM reserved before the last clone request", "cluster", ref.HypervisorCluster, "node", ref.Node, "vmid", ref.VMID)
-	claim.Status.VMRef = ref
+	ctrl.LoggerFrom(ctx).Info("Continuing with the VM reserved before the last clone request", "cluster", ref.HypervisorCluster, "node", ref.Node, "vm", ref.ID())
+	claim.Status.VMRef = hfv1.NewVMReference(ref.HypervisorCluster, ref.ID(), ref.Node)
 	return nil
 }
 
@@ -115,10 +138,14 @@ func (r *Reconciler) restoreReservedVM(ctx context.Context, s *claimScope) error
 var errReservationWait = errors.New("reservation cannot be checked yet")
 
 // verifyReservation checks the signature, then that placement could have
-// chosen ref for this claim.
-func (r *Reconciler) verifyReservation(ctx context.Context, claim *hfv1.MachineClaim, ref *hfv1.VMReference, sig string) error {
-	res := ownership.Reservation{ClaimUID: string(claim.UID), Cluster: ref.HypervisorCluster, Node: ref.Node, VMID: int(ref.VMID)}
-	if r.Signer == nil || !r.Signer.VerifyReservation(res, sig) {
+// chosen the reserved VM for this claim.
+func (r *Reconciler) verifyReservation(ctx context.Context, claim *hfv1.MachineClaim, reserved Reserved) error {
+	ref := reserved.Ref
+	verify := r.Signer.VerifyReservation
+	if reserved.Legacy {
+		verify = r.Signer.VerifyLegacyReservation
+	}
+	if r.Signer == nil || !verify(reserved.reservation(claim), reserved.Sig) {
 		return refuse("its signature does not verify for this claim (written by someone other than this operator, edited, or copied from another claim)")
 	}
 	deleting := !claim.DeletionTimestamp.IsZero()
@@ -147,11 +174,16 @@ func (r *Reconciler) verifyReservation(ctx context.Context, claim *hfv1.MachineC
 			return refuse("HypervisorCluster %s does not admit namespace %s", cluster.Name, claim.Namespace)
 		}
 	}
-	if start, end := clusterconfig.VMIDRange(cluster); int(ref.VMID) < start || int(ref.VMID) > end {
-		return refuse("VM id %d is outside HypervisorCluster %s's vmidRange %d-%d", ref.VMID, cluster.Name, start, end)
+	// The provider knows its ids: whether this one is of its scheme, in
+	// the cluster's range, on a node placement may use. A cluster not
+	// connected yet cannot say: retry rather than place a second VM (or,
+	// when deleting, forget the reserved one).
+	p, health, connected := r.Registry.Provider(cluster.Name)
+	if !connected {
+		return fmt.Errorf("HypervisorCluster %s is not connected (%s); the reservation is checked once it is", cluster.Name, health.Message)
 	}
-	if len(cluster.Spec.Nodes) > 0 && !slices.Contains(cluster.Spec.Nodes, ref.Node) {
-		return refuse("node %s is not in HypervisorCluster %s's spec.nodes", ref.Node, cluster.Name)
+	if err := p.CheckRef(vmRefOf(ref)); err != nil {
+		return refuse("HypervisorCluster %s could not have placed VM %s: %v", cluster.Name, ref.ID(), err)
 	}
 	return nil
 }

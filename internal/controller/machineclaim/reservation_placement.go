@@ -116,7 +116,7 @@ func (r *Reconciler) readPlacement(claim *hfv1.MachineClaim) (ownership.Placemen
 	}
 	v, ok := claim.Annotations[hfv1.PlacementAnnotation]
 	if !ok {
-		return ownership.Placement{}, fmt.Errorf("the claim has VM %d but no placement record (removed, or placed by a HyperFleet version without placement records)", ref.VMID)
+		return ownership.Placement{}, fmt.Errorf("the claim has VM %s but no placement record (removed, or placed by a HyperFleet version without placement records)", ref.ID())
 	}
 	p, sig, err := ParsePlacement(v)
 	switch {

@@ -42,7 +42,7 @@ func authorizedSpec() *provider.VMSpec {
 func placedClaim(uid string) *hfv1.MachineClaim {
 	return &hfv1.MachineClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "runner-1", UID: k8stypes.UID("uid-" + uid)},
-		Status:     hfv1.MachineClaimStatus{VMRef: &hfv1.VMReference{HypervisorCluster: "pve-a", Node: "pve1", VMID: 1100}},
+		Status:     hfv1.MachineClaimStatus{VMRef: hfv1.NewVMReference("pve-a", "proxmox://1100", "pve1")},
 	}
 }
 

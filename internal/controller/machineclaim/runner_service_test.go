@@ -73,7 +73,7 @@ func runnerJob(state hfv1.CIJobState, conclusion string) *hfv1.CIJob {
 // step's answer, the facts it recorded (conditions, status.bootstrap, the
 // power-off hint), what the CI platforms were asked and the events.
 func TestRunnerService(t *testing.T) {
-	vmKey := hypervisors.VMKey{Cluster: unitCluster, VMID: 1001}
+	vmKey := hypervisors.VMKey{Cluster: unitCluster, VM: "proxmox://1001"}
 	gone := func(c *hfv1.MachineClaim) {
 		c.Status.VMRef = nil
 		c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndPoweredOff, StartedAt: metav1.NewTime(unitEpoch)}
@@ -259,7 +259,7 @@ func TestRunnerService(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			claim := unitClaim("runner-1", 0)
 			claim.Spec.TemplateRef.Name = "debian"
-			claim.Status.VMRef = &hfv1.VMReference{HypervisorCluster: unitCluster, VMID: 1001, Node: "node-1"}
+			claim.Status.VMRef = hfv1.NewVMReference(unitCluster, "proxmox://1001", "node-1")
 			claim.Status.Bootstrap = &hfv1.BootstrapStatus{RunnerName: "runner-1", RunnerID: 42}
 			if tc.claim != nil {
 				tc.claim(&claim)

@@ -53,7 +53,7 @@ func TestDrainRunnerWhenThePlatformCannotAnswer(t *testing.T) {
 			claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "c", UID: "uid-1"}}
 			claim.Spec.TemplateRef.Name = "tmpl"
 			claim.Status.Phase = hfv1.MachineClaimReady
-			claim.Status.VMRef = &hfv1.VMReference{HypervisorCluster: "pve", Node: "pve1", VMID: 1000}
+			claim.Status.VMRef = hfv1.NewVMReference("pve", "proxmox://1000", "pve1")
 			claim.Status.Bootstrap = &hfv1.BootstrapStatus{RunnerName: "runner-1", JobID: tc.jobID}
 			var drained bool
 			var wait time.Duration

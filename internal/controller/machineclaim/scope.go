@@ -34,12 +34,21 @@ type claimScope struct {
 // newClaimScope opens the scope of one reconcile. The metadata patch
 // carries an optimistic lock: a claim read from a stale cache must not
 // overwrite a newer VM reservation or finalizer list.
+//
+// A claim written before provider IDs names its VM by vmId alone (then
+// always a Proxmox VM): the scope records its providerID, which the
+// status write that closes the pass stores, so that every claim carries
+// one after its next reconcile.
 func (r *Reconciler) newClaimScope(claim *hfv1.MachineClaim) *claimScope {
-	return &claimScope{
+	s := &claimScope{
 		claim:   claim,
 		patch:   patch.NewHelper(r.Client, claim, patch.WithOptimisticLock()),
 		startRV: claim.ResourceVersion,
 	}
+	if ref := claim.Status.VMRef; ref.Legacy() {
+		claim.Status.VMRef = hfv1.NewVMReference(ref.HypervisorCluster, ref.ID(), ref.Node)
+	}
+	return s
 }
 
 // closeScope computes the claim's status from the facts the pass

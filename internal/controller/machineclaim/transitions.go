@@ -7,6 +7,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
 // A claim whose VM a power-off hint marked in transition (internal/poweroff)
@@ -22,7 +23,7 @@ func (r *Reconciler) pollInTransition(ctx context.Context, s *claimScope, alread
 		return phase.Next(), 0, nil
 	}
 	now := r.Clock.Now()
-	until, ok := r.Transitions.Active(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VMID: int(ref.VMID)}, now)
+	until, ok := r.Transitions.Active(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VM: provider.ID(ref.ID())}, now)
 	if !ok {
 		return phase.Next(), 0, nil
 	}
@@ -37,6 +38,6 @@ func (r *Reconciler) pollInTransition(ctx context.Context, s *claimScope, alread
 // forgetTransition drops the claim's VM from the set once it is destroyed.
 func (r *Reconciler) forgetTransition(ref *hfv1.VMReference) {
 	if r.Transitions != nil && ref != nil {
-		r.Transitions.Forget(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VMID: int(ref.VMID)}, r.Clock.Now())
+		r.Transitions.Forget(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VM: provider.ID(ref.ID())}, r.Clock.Now())
 	}
 }

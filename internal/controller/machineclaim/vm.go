@@ -74,7 +74,7 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 		claim.Status.TemplateHash = tmpl.Status.TemplateHash
 	}
 	res, err := s.provider.EnsureVM(ctx, spec, prev)
-	if err == nil && res.Phase == provider.PhasePlaced && res.RetryAfter <= 0 && prev.VMID != res.Progress.VMID {
+	if err == nil && res.Phase == provider.PhasePlaced && res.RetryAfter <= 0 && prev.ID != res.Progress.ID {
 		// A fresh reservation: store it with the finalizer in one write,
 		// then clone in this same pass instead of waiting for that write's
 		// watch event. The status recording the VM follows when the scope
@@ -84,9 +84,9 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 		r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
 		r.setReservation(claim, cluster.Name, res.Progress, spec)
 		if err := s.patch.PatchMetadata(ctx, claim); err != nil {
-			return phase.Stop(), fmt.Errorf("record VM id %d before cloning: %w", res.Progress.VMID, err)
+			return phase.Stop(), fmt.Errorf("record VM id %s before cloning: %w", res.Progress.ID, err)
 		}
-		ctrl.LoggerFrom(ctx).V(1).Info("Recorded the VM reservation", "vmid", res.Progress.VMID, "node", res.Progress.Node)
+		ctrl.LoggerFrom(ctx).V(1).Info("Recorded the VM reservation", "vm", res.Progress.ID, "node", res.Progress.Node)
 		prev = res.Progress
 		res, err = s.provider.EnsureVM(ctx, spec, prev)
 	}
@@ -114,9 +114,9 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 	case provider.PhaseRunning:
 		claim.Status.Network = networkStatus(claim, tmpl, cluster, res)
 		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
-			fmt.Sprintf("VM %d runs on %s/%s with addresses %s", res.Progress.VMID, cluster.Name, res.Progress.Node, strings.Join(res.Addresses, ", ")))
+			fmt.Sprintf("VM %s runs on %s/%s with addresses %s", res.Progress.ID, cluster.Name, res.Progress.Node, strings.Join(res.Addresses, ", ")))
 		s.facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "Provisioned", "VM %d is up on %s/%s", res.Progress.VMID, cluster.Name, res.Progress.Node)
+		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "Provisioned", "VM %s is up on %s/%s", res.Progress.ID, cluster.Name, res.Progress.Node)
 		if r.secretSteps().Prepare(claim) {
 			// Recorded with Provisioned, in this pass's status write: the
 			// credential is issued and placed in the next pass, which that
@@ -125,7 +125,7 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 		}
 		return phase.StopAndRequeue(resyncRunning()), nil
 	case provider.PhaseStopped:
-		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %d powered off before it was ready", res.Progress.VMID))
+		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %s powered off before it was ready", res.Progress.ID))
 		return phase.Stop(), nil
 	}
 	return provisioning(hfv1.QueuedReason, "Waiting for a clone slot")
@@ -149,13 +149,13 @@ func (r *Reconciler) deleteVM(ctx context.Context, s *claimScope) (bool, ctrl.Re
 func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, time.Duration) {
 	claim := s.claim
 	ref := claim.Status.VMRef
-	if ref == nil || ref.VMID == 0 {
+	if ref.ID() == "" {
 		return true, 0
 	}
 	p, health, connected := r.Registry.Provider(ref.HypervisorCluster)
 	if !connected {
 		s.facts.ending(hfv1.ClusterUnavailableReason,
-			fmt.Sprintf("Cannot delete VM %d yet: HypervisorCluster %s is not connected: %s", ref.VMID, ref.HypervisorCluster, health.Message))
+			fmt.Sprintf("Cannot delete VM %s yet: HypervisorCluster %s is not connected: %s", ref.ID(), ref.HypervisorCluster, health.Message))
 		return false, r.backoff(claim)
 	}
 	prev := Progress(claim)
@@ -166,7 +166,7 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 	case err != nil:
 		class, reason := provider.Classify(err), provider.ReasonOf(err)
 		metrics.ClaimErrors.WithLabelValues(string(class), reason).Inc()
-		msg := fmt.Sprintf("Deleting VM %d failed (%s, will retry): %v", ref.VMID, class, err)
+		msg := fmt.Sprintf("Deleting VM %s failed (%s, will retry): %v", ref.ID(), class, err)
 		if s.facts.endingReason(claim) != reason {
 			r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.FailedDeleteReason), conditions.Truncate(msg, 1024))
 		}
@@ -176,13 +176,13 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 	r.attempts.Delete(claim.UID)
 	if !res.Done {
 		r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
-		s.facts.ending(hfv1.DeletingVMReason, cmp.Or(res.Message, fmt.Sprintf("Deleting VM %d", ref.VMID)))
+		s.facts.ending(hfv1.DeletingVMReason, cmp.Or(res.Message, fmt.Sprintf("Deleting VM %s", ref.ID())))
 		return false, CallAgain(res.RetryAfter)
 	}
-	r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.VMDeletedReason), "VM %d on %s destroyed and its cloud-init ISO removed", ref.VMID, ref.HypervisorCluster)
+	r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.VMDeletedReason), "VM %s on %s destroyed and its cloud-init ISO removed", ref.ID(), ref.HypervisorCluster)
 	claim.Status.VMRef, claim.Status.Task = nil, nil
-	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.VMDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
-	s.facts.ending(hfv1.VMDeletedReason, fmt.Sprintf("VM %d was destroyed", ref.VMID))
+	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.VMDeletedReason, fmt.Sprintf("VM %s was destroyed", ref.ID()))
+	s.facts.ending(hfv1.VMDeletedReason, fmt.Sprintf("VM %s was destroyed", ref.ID()))
 	return true, 0
 }
 
@@ -195,12 +195,12 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 func (r *Reconciler) keepForAdmin(ctx context.Context, s *claimScope, err error) time.Duration {
 	claim := s.claim
 	ref := claim.Status.VMRef
-	msg := fmt.Sprintf("VM %d on HypervisorCluster %s does not carry this claim's verified ownership marker (%v). HyperFleet neither touches it nor releases this claim's addresses while it may exist. "+
-		"An admin must check VM %d by hand: once it is deleted the claim finishes on its own; if it is someone else's VM, delete this MachineClaim and remove its finalizer %s",
-		ref.VMID, ref.HypervisorCluster, err, ref.VMID, hfv1.MachineClaimFinalizer)
+	msg := fmt.Sprintf("VM %s on HypervisorCluster %s does not carry this claim's verified ownership marker (%v). HyperFleet neither touches it nor releases this claim's addresses while it may exist. "+
+		"An admin must check VM %s by hand: once it is deleted the claim finishes on its own; if it is someone else's VM, delete this MachineClaim and remove its finalizer %s",
+		ref.ID(), ref.HypervisorCluster, err, ref.ID(), hfv1.MachineClaimFinalizer)
 	if s.facts.endingReason(claim) != string(hfv1.OwnershipMismatchReason) {
 		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), conditions.Truncate(msg, 1024))
-		ctrl.LoggerFrom(ctx).Info("VM ownership does not verify; keeping the claim's finalizer and addresses for an admin", "vmid", ref.VMID, "cluster", ref.HypervisorCluster, "err", err.Error())
+		ctrl.LoggerFrom(ctx).Info("VM ownership does not verify; keeping the claim's finalizer and addresses for an admin", "vm", ref.ID(), "cluster", ref.HypervisorCluster, "err", err.Error())
 	}
 	s.facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, msg)
 	s.facts.ending(hfv1.OwnershipMismatchReason, msg)

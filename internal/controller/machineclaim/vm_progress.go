@@ -15,7 +15,7 @@ import (
 func Progress(claim *hfv1.MachineClaim) provider.Progress {
 	var p provider.Progress
 	if ref := claim.Status.VMRef; ref != nil {
-		p.VMID, p.Node = int(ref.VMID), ref.Node
+		p.ID, p.Node = provider.ID(ref.ID()), ref.Node
 	}
 	if t := claim.Status.Task; t != nil {
 		p.Task = &provider.Task{ID: t.ID, Operation: t.Operation}
@@ -30,10 +30,10 @@ func Progress(claim *hfv1.MachineClaim) provider.Progress {
 // (persisted by the reconciler's status write before anything waits on
 // it), and reports a clone request once.
 func (r *Reconciler) recordProgress(ctx context.Context, claim *hfv1.MachineClaim, cluster string, prev, next provider.Progress) {
-	if next.VMID == 0 {
+	if next.ID == "" {
 		claim.Status.VMRef = nil
 	} else {
-		claim.Status.VMRef = &hfv1.VMReference{HypervisorCluster: cluster, VMID: int32(next.VMID), Node: next.Node}
+		claim.Status.VMRef = hfv1.NewVMReference(cluster, string(next.ID), next.Node)
 	}
 	claim.Status.Task = nil
 	if t := next.Task; t != nil {
@@ -48,7 +48,14 @@ func (r *Reconciler) recordProgress(ctx context.Context, claim *hfv1.MachineClai
 			metrics.CreatedToCloneRequest.Observe(r.Clock.Since(claim.CreationTimestamp.Time).Seconds())
 		}
 	}
-	if prev.VMID != 0 && next.VMID != 0 && prev.VMID != next.VMID {
-		ctrl.LoggerFrom(ctx).Info("VM id changed (the previous one was taken)", "previousVMID", prev.VMID, "vmid", next.VMID)
+	if prev.ID != "" && next.ID != "" && prev.ID != next.ID {
+		ctrl.LoggerFrom(ctx).Info("VM id changed (the previous one was taken)", "previousVM", prev.ID, "vm", next.ID)
 	}
+}
+
+// vmRefOf is the provider's reference of the VM ref records; a reference
+// written before providerID existed reads as its Proxmox ID
+// (hfv1.VMReference.ID).
+func vmRefOf(ref *hfv1.VMReference) provider.VMRef {
+	return provider.VMRef{ID: provider.ID(ref.ID()), Node: ref.Node}
 }

@@ -34,7 +34,7 @@ func (r *Reconciler) retainFailedVM(ctx context.Context, s *claimScope) (retaine
 	if !connected {
 		return true, requeue(waitForDependency)
 	}
-	vmRef := provider.VMRef{VMID: int(ref.VMID), Node: ref.Node}
+	vmRef := vmRefOf(ref)
 	vm, err := p.GetVM(ctx, vmRef)
 	if err != nil {
 		// Gone, or unreadable: let the normal path clean up.
@@ -45,7 +45,7 @@ func (r *Reconciler) retainFailedVM(ctx context.Context, s *claimScope) (retaine
 			ctrl.LoggerFrom(ctx).Info("Could not stop the failed VM kept for debugging; retrying", "err", err.Error())
 			return true, requeue(r.backoff(claim))
 		}
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RetainedReason), "VM %d stopped and kept for debugging (RunnerPool %s spec.lifecycle.failedRetention)", ref.VMID, pool.Name)
+		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RetainedReason), "VM %s stopped and kept for debugging (RunnerPool %s spec.lifecycle.failedRetention)", ref.ID(), pool.Name)
 	}
 	// A kept VM keeps nothing that still works as a credential: its
 	// cloud-init ISO (the single-use credential) leaves the storage and its
@@ -59,7 +59,7 @@ func (r *Reconciler) retainFailedVM(ctx context.Context, s *claimScope) (retaine
 	}
 	until := claim.Status.End.StartedAt.Add(FailedRetentionTTL(pool))
 	s.facts.ending(hfv1.RetainedReason,
-		fmt.Sprintf("VM %d on %s is kept stopped for debugging until %s: %s", ref.VMID, ref.HypervisorCluster, until.UTC().Format(time.RFC3339), claim.Status.TerminationReason))
+		fmt.Sprintf("VM %s on %s is kept stopped for debugging until %s: %s", ref.ID(), ref.HypervisorCluster, until.UTC().Format(time.RFC3339), claim.Status.TerminationReason))
 	return true, requeue(5 * time.Minute)
 }
 
@@ -71,13 +71,13 @@ func (r *Reconciler) removeMedia(ctx context.Context, s *claimScope, p provider.
 	prev := Progress(claim)
 	res, err := p.RemoveCloudInitMedia(ctx, vmspec.Owner(claim), prev)
 	if err != nil {
-		s.facts.ending(hfv1.RetainingReason, fmt.Sprintf("VM %d is kept for debugging once its cloud-init ISO (it holds the runner credential) is removed: %v", ref.VMID, err))
+		s.facts.ending(hfv1.RetainingReason, fmt.Sprintf("VM %s is kept for debugging once its cloud-init ISO (it holds the runner credential) is removed: %v", ref.ID(), err))
 		ctrl.LoggerFrom(ctx).Info("Could not remove the cloud-init ISO of the failed VM kept for debugging; retrying", "err", err.Error())
 		return false, r.backoff(claim)
 	}
 	r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
 	if !res.Done {
-		s.facts.ending(hfv1.RetainingReason, cmp.Or(res.Message, fmt.Sprintf("Removing the cloud-init ISO of VM %d before keeping it", ref.VMID)))
+		s.facts.ending(hfv1.RetainingReason, cmp.Or(res.Message, fmt.Sprintf("Removing the cloud-init ISO of VM %s before keeping it", ref.ID())))
 		return false, max(res.RetryAfter, CallAgainNow)
 	}
 	return true, 0

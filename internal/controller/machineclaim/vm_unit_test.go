@@ -71,7 +71,7 @@ func ownedVM(t *testing.T, hv *fakeprovider.Cluster, signer *ownership.Signer, c
 func placedClaimOn(cluster string, vmid int32) *hfv1.MachineClaim {
 	c := unitClaim("runner-1", 0)
 	c.Spec.TemplateRef.Name = "debian"
-	c.Status.VMRef = &hfv1.VMReference{HypervisorCluster: cluster, VMID: vmid, Node: "node-1"}
+	c.Status.VMRef = hfv1.NewVMReference(cluster, string(fakeprovider.FormatID(int(vmid))), "node-1")
 	c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndPoweredOff, StartedAt: metav1.NewTime(unitEpoch)}
 	return &c
 }
@@ -171,9 +171,9 @@ func TestDeleteVM(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(t, r, hv, claim)
 			}
-			vmid := 0
-			if ref := claim.Status.VMRef; ref != nil {
-				vmid = int(ref.VMID)
+			vmid, err := fakeprovider.ParseID(provider.ID(claim.Status.VMRef.ID()))
+			if err != nil {
+				t.Fatal(err)
 			}
 			var done bool
 			var res ctrl.Result

@@ -64,7 +64,7 @@ func (c *Cluster) Media() []Medium {
 	defer c.lock()()
 	var out []Medium
 	for _, m := range c.media {
-		out = append(out, Medium{CloudInitMedium: provider.CloudInitMedium{ID: m.id, Node: m.node, VMID: m.vmid, OwnerDigest: m.digest}, Data: m.data})
+		out = append(out, Medium{CloudInitMedium: provider.CloudInitMedium{ID: m.id, Node: m.node, VM: FormatID(m.vmid), OwnerDigest: m.digest}, Data: m.data})
 	}
 	slices.SortFunc(out, func(a, b Medium) int { return strings.Compare(a.ID, b.ID) })
 	return out

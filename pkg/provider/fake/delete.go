@@ -12,9 +12,13 @@ import (
 // stop the VM if it runs, destroy it, and once it is gone delete its
 // cloud-init medium and drop its placement.
 func (p *Provider) DeleteVM(_ context.Context, owner provider.Owner, prev provider.Progress) (*provider.DeleteResult, error) {
+	vmid, err := ParseID(prev.ID)
+	if err != nil {
+		return nil, err
+	}
 	defer p.c.lock()()
-	res := &provider.DeleteResult{Progress: provider.Progress{VMID: prev.VMID, Node: prev.Node}}
-	if v := p.c.vms[prev.VMID]; v != nil {
+	res := &provider.DeleteResult{Progress: provider.Progress{ID: prev.ID, Node: prev.Node}}
+	if v := p.c.vms[vmid]; v != nil {
 		if err := p.ownedLocked(v, owner); err != nil {
 			return nil, err
 		}
@@ -32,9 +36,9 @@ func (p *Provider) DeleteVM(_ context.Context, owner provider.Owner, prev provid
 		res.RetryAfter, res.Message = p.c.opts.OperationTime, fmt.Sprintf("%s VM %d", res.Progress.Task.Operation, v.id)
 		return res, nil
 	}
-	delete(p.c.media, p.mediumID(prev.VMID, owner.UID))
+	delete(p.c.media, p.mediumID(vmid, owner.UID))
 	delete(p.reservations, owner.UID)
-	res.Done, res.Message = true, fmt.Sprintf("VM %d and its cloud-init medium are gone", prev.VMID)
+	res.Done, res.Message = true, fmt.Sprintf("VM %d and its cloud-init medium are gone", vmid)
 	return res, nil
 }
 
@@ -42,10 +46,14 @@ func (p *Provider) DeleteVM(_ context.Context, owner provider.Owner, prev provid
 // in flight, then detach and delete the medium in one operation that takes
 // no time.
 func (p *Provider) RemoveCloudInitMedia(_ context.Context, owner provider.Owner, prev provider.Progress) (*provider.DeleteResult, error) {
+	vmid, err := ParseID(prev.ID)
+	if err != nil {
+		return nil, err
+	}
 	defer p.c.lock()()
-	res := &provider.DeleteResult{Progress: provider.Progress{VMID: prev.VMID, Node: prev.Node}}
-	id := p.mediumID(prev.VMID, owner.UID)
-	if v := p.c.vms[prev.VMID]; v != nil {
+	res := &provider.DeleteResult{Progress: provider.Progress{ID: prev.ID, Node: prev.Node}}
+	id := p.mediumID(vmid, owner.UID)
+	if v := p.c.vms[vmid]; v != nil {
 		if err := p.ownedLocked(v, owner); err != nil {
 			return nil, err
 		}
@@ -57,7 +65,7 @@ func (p *Provider) RemoveCloudInitMedia(_ context.Context, owner provider.Owner,
 		}
 	}
 	delete(p.c.media, id)
-	res.Done, res.Message = true, fmt.Sprintf("the cloud-init medium of VM %d is gone", prev.VMID)
+	res.Done, res.Message = true, fmt.Sprintf("the cloud-init medium of VM %d is gone", vmid)
 	return res, nil
 }
 

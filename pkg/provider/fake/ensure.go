@@ -30,17 +30,21 @@ func (p *Provider) EnsureVM(ctx context.Context, spec *provider.VMSpec, prev pro
 	if spec == nil || spec.Owner.UID == "" {
 		return nil, provider.Errorf(provider.ClassConfiguration, "InvalidSpec", "EnsureVM needs a VM spec with an owner UID")
 	}
+	vmid, err := ParseID(prev.ID)
+	if err != nil {
+		return nil, err
+	}
 	defer p.c.lock()()
 	tmpl, err := p.templateLocked(spec.Source)
 	if err != nil {
 		return nil, err
 	}
-	if prev.VMID == 0 {
+	if vmid == 0 {
 		return p.placeLocked(spec, tmpl)
 	}
-	v := p.c.vms[prev.VMID]
+	v := p.c.vms[vmid]
 	if v == nil {
-		return p.cloneLocked(spec, tmpl, prev)
+		return p.cloneLocked(spec, tmpl, vmid, prev.Node)
 	}
 	if err := p.ownedLocked(v, spec.Owner); err != nil {
 		// Someone else's VM holds the id (a restarted instance handed it
@@ -53,7 +57,7 @@ func (p *Provider) EnsureVM(ctx context.Context, spec *provider.VMSpec, prev pro
 		res.Message = fmt.Sprintf("VM id %d is taken by a VM this claim does not own; %s", v.id, res.Message)
 		return res, nil
 	}
-	res := &provider.EnsureResult{Progress: provider.Progress{VMID: v.id, Node: v.node}, MACAddress: v.mac}
+	res := &provider.EnsureResult{Progress: provider.Progress{ID: FormatID(v.id), Node: v.node}, MACAddress: v.mac}
 	if v.op != nil {
 		res.Progress.Task, res.RetryAfter = p.c.inFlightLocked(v)
 		res.Phase = phaseOf(v)
@@ -79,27 +83,27 @@ func phaseOf(v *vm) provider.Phase {
 // cloneLocked clones the template to the id prev reserved, where nothing
 // exists yet, once a clone slot is free. A restarted instance takes the
 // reservation over from prev.
-func (p *Provider) cloneLocked(spec *provider.VMSpec, tmpl *provider.TemplateInfo, prev provider.Progress) (*provider.EnsureResult, error) {
+func (p *Provider) cloneLocked(spec *provider.VMSpec, tmpl *provider.TemplateInfo, vmid int, node string) (*provider.EnsureResult, error) {
 	o := spec.Owner
-	if !p.c.hasNode(prev.Node) {
+	if !p.c.hasNode(node) {
 		delete(p.reservations, o.UID)
 		return p.placeLocked(spec, tmpl)
 	}
-	p.reservations[o.UID] = reservation{vmid: prev.VMID, node: prev.Node, memory: memoryHint(spec, tmpl)}
-	res := &provider.EnsureResult{Progress: provider.Progress{VMID: prev.VMID, Node: prev.Node}}
+	p.reservations[o.UID] = reservation{vmid: vmid, node: node, memory: memoryHint(spec, tmpl)}
+	res := &provider.EnsureResult{Progress: provider.Progress{ID: FormatID(vmid), Node: node}}
 	storage := tmpl.Storages[0]
 	if !spec.Source.Linked && spec.Source.Storage != "" {
 		storage = spec.Source.Storage
 	}
-	if !p.cloneSlotFreeLocked(prev.Node, storage) {
+	if !p.cloneSlotFreeLocked(node, storage) {
 		res.Phase, res.RetryAfter = provider.PhaseQueued, p.c.opts.OperationTime
-		res.Message = fmt.Sprintf("waiting for a clone slot on node %s and storage %s", prev.Node, storage)
+		res.Message = fmt.Sprintf("waiting for a clone slot on node %s and storage %s", node, storage)
 		return res, nil
 	}
-	rec := ownership.Record{Namespace: o.Namespace, Name: o.Name, UID: o.UID, Pool: o.Pool, VMID: prev.VMID, CreatedAt: o.CreatedAt}
+	rec := ownership.Record{Namespace: o.Namespace, Name: o.Name, UID: o.UID, Pool: o.Pool, VMID: vmid, CreatedAt: o.CreatedAt}
 	// The install's keyed name until the configuration, so that the orphan
 	// sweep finds a clone whose configuration never happens.
-	v := &vm{id: prev.VMID, node: prev.Node, name: p.signer.VMName(prev.VMID), description: p.signer.Description(spec.Description, rec),
+	v := &vm{id: vmid, node: node, name: p.signer.VMName(vmid), description: p.signer.Description(spec.Description, rec),
 		storage: storage, memory: tmpl.MemoryBytes, guestAgent: tmpl.GuestFiles}
 	p.c.vms[v.id] = v
 	return p.operate(res, provider.PhaseCloning, p.c.startLocked(v, opClone, func(time.Time) {}),

@@ -81,14 +81,19 @@ func (e *env) harness(template provider.TemplateSource) *providertest.Harness {
 		Signer:        e.deps.Signer,
 		Template:      template,
 		Advance:       e.clock.Step,
-		GuestPowerOff: func(t *testing.T, vmid int) { must(t, c.GuestPowerOff(vmid)) },
-		CreateForeignVM: func(t *testing.T, vmid int, description string, tags []string) int {
+		GuestPowerOff: func(t *testing.T, id provider.ID) { must(t, c.GuestPowerOff(vmidOf(t, id))) },
+		CreateForeignVM: func(t *testing.T, vmid int, description string, tags []string) provider.ID {
 			id, err := c.AddForeignVM(fake.ForeignVM{VMID: vmid, Description: description, Tags: tags})
 			must(t, err)
-			return id
+			return fake.FormatID(id)
 		},
-		SetDescription: func(t *testing.T, vmid int, description string) { must(t, c.SetDescription(vmid, description)) },
-		CloudInitOf: func(t *testing.T, vmid int) provider.CloudInit {
+		SetDescription: func(t *testing.T, id provider.ID, description string) {
+			must(t, c.SetDescription(vmidOf(t, id), description))
+		},
+		VMID: vmidOf,
+		ID:   fake.FormatID,
+		CloudInitOf: func(t *testing.T, id provider.ID) provider.CloudInit {
+			vmid := vmidOf(t, id)
 			data, ok := c.DeliveredCloudInit(vmid)
 			if !ok {
 				t.Fatalf("the guest of VM %d never read its cloud-init", vmid)
@@ -108,11 +113,22 @@ func (e *env) harness(template provider.TemplateSource) *providertest.Harness {
 		FailDestroysOtherMissing: func(*testing.T) func() {
 			return c.FailDestroys(errors.New("a disk's storage does not exist"))
 		},
-		GuestFileOf: func(_ *testing.T, vmid int, path string) ([]byte, bool) {
-			return c.GuestFile(vmid, path)
+		GuestFileOf: func(t *testing.T, id provider.ID, path string) ([]byte, bool) {
+			return c.GuestFile(vmidOf(t, id), path)
 		},
-		RemoveGuestAgent: func(t *testing.T, vmid int) { must(t, c.RemoveGuestAgent(vmid)) },
+		RemoveGuestAgent: func(t *testing.T, id provider.ID) { must(t, c.RemoveGuestAgent(vmidOf(t, id))) },
 	}
+}
+
+// vmidOf is the fake VM id of id; the test fails for an ID the fake did
+// not write.
+func vmidOf(t *testing.T, id provider.ID) int {
+	t.Helper()
+	vmid, err := fake.ParseID(id)
+	if err != nil || vmid == 0 {
+		t.Fatalf("VM %q: %v", id, err)
+	}
+	return vmid
 }
 
 // twoNodes is the default cluster with a second, larger node.
@@ -166,14 +182,14 @@ func (m mutant) DeleteVM(ctx context.Context, o provider.Owner, prev provider.Pr
 	case m.kind == "gone-on-any-missing" && err != nil && strings.Contains(err.Error(), "does not exist"):
 		// Any "does not exist" taken for the VM's absence (docs/security.md,
 		// "Absence and release").
-		return &provider.DeleteResult{Progress: provider.Progress{VMID: prev.VMID, Node: prev.Node}, Done: true}, nil
+		return &provider.DeleteResult{Progress: provider.Progress{ID: prev.ID, Node: prev.Node}, Done: true}, nil
 	}
 	return res, err
 }
 
 func (m mutant) RemoveCloudInitMedia(ctx context.Context, o provider.Owner, prev provider.Progress) (*provider.DeleteResult, error) {
 	if m.kind == "keeps-cloud-init-media" {
-		return &provider.DeleteResult{Progress: provider.Progress{VMID: prev.VMID, Node: prev.Node}, Done: true}, nil
+		return &provider.DeleteResult{Progress: provider.Progress{ID: prev.ID, Node: prev.Node}, Done: true}, nil
 	}
 	return m.Provider.RemoveCloudInitMedia(ctx, o, prev)
 }

@@ -34,7 +34,7 @@ func (p *Provider) ListCloudInitMedia(_ context.Context) ([]provider.CloudInitMe
 	var out []provider.CloudInitMedium
 	for _, m := range p.c.media {
 		if vmid, digest, ok := p.parseMediumID(m.id); ok {
-			out = append(out, provider.CloudInitMedium{ID: m.id, Node: m.node, VMID: vmid, OwnerDigest: digest})
+			out = append(out, provider.CloudInitMedium{ID: m.id, Node: m.node, VM: FormatID(vmid), OwnerDigest: digest})
 		}
 	}
 	slices.SortFunc(out, func(a, b provider.CloudInitMedium) int { return strings.Compare(a.ID, b.ID) })
@@ -47,10 +47,10 @@ func (p *Provider) ListCloudInitMedia(_ context.Context) ([]provider.CloudInitMe
 func (p *Provider) DeleteCloudInitMedium(_ context.Context, m provider.CloudInitMedium) (*provider.DeleteResult, error) {
 	defer p.c.lock()()
 	vmid, digest, ok := p.parseMediumID(m.ID)
-	if !ok || vmid != m.VMID || digest != m.OwnerDigest {
+	if !ok || FormatID(vmid) != m.VM || digest != m.OwnerDigest {
 		return nil, provider.Errorf(provider.ClassPermanent, "NotOwned", "%w: %q is not a cloud-init medium of this install", provider.ErrNotOwned, m.ID)
 	}
-	res := &provider.DeleteResult{Progress: provider.Progress{VMID: vmid, Node: m.Node}, Done: true, Message: fmt.Sprintf("cloud-init medium %s is gone", m.ID)}
+	res := &provider.DeleteResult{Progress: provider.Progress{ID: FormatID(vmid), Node: m.Node}, Done: true, Message: fmt.Sprintf("cloud-init medium %s is gone", m.ID)}
 	if p.c.media[m.ID] == nil {
 		return res, nil
 	}

@@ -32,7 +32,7 @@ func (p *Provider) placeLocked(spec *provider.VMSpec, tmpl *provider.TemplateInf
 		}
 		p.reservations[o.UID] = r
 	}
-	return &provider.EnsureResult{Progress: provider.Progress{VMID: r.vmid, Node: r.node}, Phase: provider.PhasePlaced,
+	return &provider.EnsureResult{Progress: provider.Progress{ID: FormatID(r.vmid), Node: r.node}, Phase: provider.PhasePlaced,
 		Message: fmt.Sprintf("VM id %d reserved on node %s", r.vmid, r.node)}, nil
 }
 

@@ -78,7 +78,7 @@ func (p *Provider) ListVMs(_ context.Context) ([]provider.VMSummary, error) {
 
 func (p *Provider) summaryLocked(v *vm) provider.VMSummary {
 	s := provider.VMSummary{
-		VMID: v.id, Node: v.node, Name: v.name, Power: provider.PowerStopped, Template: v.template != nil, Tags: slices.Clone(v.tags),
+		ID: FormatID(v.id), Node: v.node, Name: v.name, Power: provider.PowerStopped, Template: v.template != nil, Tags: slices.Clone(v.tags),
 		OperatorTagged: p.signer.HasOperatorTag(v.tags), InstallNamed: p.signer.VerifyVMName(v.name, v.id),
 	}
 	if v.running {
@@ -89,10 +89,14 @@ func (p *Provider) summaryLocked(v *vm) provider.VMSummary {
 
 // GetVM implements provider.Provider.
 func (p *Provider) GetVM(_ context.Context, ref provider.VMRef) (*provider.VM, error) {
+	vmid, err := ParseID(ref.ID)
+	if err != nil {
+		return nil, err
+	}
 	defer p.c.lock()()
-	v := p.c.vms[ref.VMID]
+	v := p.c.vms[vmid]
 	if v == nil {
-		return nil, fmt.Errorf("VM %d: %w", ref.VMID, provider.ErrNotFound)
+		return nil, fmt.Errorf("VM %s: %w", ref.ID, provider.ErrNotFound)
 	}
 	out := &provider.VM{VMSummary: p.summaryLocked(v)}
 	rec, err := p.signer.Verify(v.description, v.id)
@@ -108,10 +112,14 @@ func (p *Provider) GetVM(_ context.Context, ref provider.VMRef) (*provider.VM, e
 // SetPower implements provider.Provider. A VM with an operation in flight
 // refuses with a transient error.
 func (p *Provider) SetPower(_ context.Context, owner provider.Owner, ref provider.VMRef, action provider.PowerAction) (*provider.Task, error) {
+	vmid, err := ParseID(ref.ID)
+	if err != nil {
+		return nil, err
+	}
 	defer p.c.lock()()
-	v := p.c.vms[ref.VMID]
+	v := p.c.vms[vmid]
 	if v == nil {
-		return nil, fmt.Errorf("VM %d: %w", ref.VMID, provider.ErrNotFound)
+		return nil, fmt.Errorf("VM %s: %w", ref.ID, provider.ErrNotFound)
 	}
 	if err := p.ownedLocked(v, owner); err != nil {
 		return nil, err

@@ -83,13 +83,20 @@ type Harness struct {
 	Signer           *ownership.Signer
 	Template         provider.TemplateSource
 	Advance          func(d time.Duration)
-	GuestPowerOff    func(t *testing.T, vmid int)
-	CreateForeignVM  func(t *testing.T, vmid int, description string, tags []string) int
-	SetDescription   func(t *testing.T, vmid int, description string)
-	CloudInitOf      func(t *testing.T, vmid int) provider.CloudInit
+	GuestPowerOff    func(t *testing.T, vm provider.ID)
+	CreateForeignVM  func(t *testing.T, vmid int, description string, tags []string) provider.ID
+	SetDescription   func(t *testing.T, vm provider.ID, description string)
+	CloudInitOf      func(t *testing.T, vm provider.ID) provider.CloudInit
 	StoredData       func(t *testing.T) []string
-	GuestFileOf      func(t *testing.T, vmid int, path string) (content []byte, ok bool)
-	RemoveGuestAgent func(t *testing.T, vmid int)
+	GuestFileOf      func(t *testing.T, vm provider.ID, path string) (content []byte, ok bool)
+	RemoveGuestAgent func(t *testing.T, vm provider.ID)
+	// VMID is the integer VM id in the provider's ClusterConfig range
+	// (VMIDStart..VMIDEnd) that an ID of the provider names; it fails the
+	// test for an ID that names none.
+	VMID func(t *testing.T, vm provider.ID) int
+	// ID is the provider's ID of the integer VM id vmid (the inverse of
+	// VMID), whether or not a VM exists there.
+	ID func(vmid int) provider.ID
 
 	FailDestroysOtherMissing func(t *testing.T) (stop func())
 }
@@ -248,7 +255,7 @@ func (d *drive) until(what string, done func(*provider.EnsureResult) bool) *prov
 	d.t.Helper()
 	res, ok := d.untilOrRunning(done)
 	if !ok {
-		d.t.Fatalf("%s: VM %d reached %s first", what, res.Progress.VMID, res.Phase)
+		d.t.Fatalf("%s: VM %v reached %s first", what, res.Progress.ID, res.Phase)
 	}
 	return res
 }
@@ -284,7 +291,7 @@ func describe(r *provider.EnsureResult) string {
 	if r.Progress.Task != nil {
 		task = r.Progress.Task.Operation + " " + r.Progress.Task.ID
 	}
-	return fmt.Sprintf("phase %s, VM %d on %q, task %s, retry after %s: %s", r.Phase, r.Progress.VMID, r.Progress.Node, task, r.RetryAfter, r.Message)
+	return fmt.Sprintf("phase %s, VM %v on %q, task %s, retry after %s: %s", r.Phase, r.Progress.ID, r.Progress.Node, task, r.RetryAfter, r.Message)
 }
 
 // checkResult checks what holds for every EnsureVM result.
@@ -296,7 +303,7 @@ func checkResult(t *testing.T, s *provider.VMSpec, r *provider.EnsureResult) {
 	if r.RetryAfter < 0 {
 		t.Errorf("EnsureVM(%s): negative RetryAfter %s", s.Name, r.RetryAfter)
 	}
-	if r.Progress.VMID == 0 || r.Progress.Node == "" {
+	if r.Progress.ID == "" || r.Progress.Node == "" {
 		t.Fatalf("EnsureVM(%s): progress %+v does not locate the VM or its reservation (%s)", s.Name, r.Progress, describe(r))
 	}
 	if tk := r.Progress.Task; tk != nil && (tk.ID == "" || tk.Operation == "") {
@@ -338,12 +345,12 @@ func ownedBy(t *testing.T, p provider.Provider, o provider.Owner) []*provider.VM
 		if s.Template {
 			continue
 		}
-		vm, err := p.GetVM(t.Context(), provider.VMRef{VMID: s.VMID, Node: s.Node})
+		vm, err := p.GetVM(t.Context(), provider.VMRef{ID: s.ID, Node: s.Node})
 		if errors.Is(err, provider.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			t.Fatalf("GetVM(%d): %v", s.VMID, err)
+			t.Fatalf("GetVM(%v): %v", s.ID, err)
 		}
 		if vm.Owner != nil && vm.Owner.UID == o.UID {
 			out = append(out, vm)
@@ -354,19 +361,19 @@ func ownedBy(t *testing.T, p provider.Provider, o provider.Owner) []*provider.VM
 
 // expectOneVM lets the backend settle, then checks that o owns exactly one
 // VM, vmid, and that it carries the operator's tag.
-func expectOneVM(t *testing.T, h *Harness, p provider.Provider, o provider.Owner, vmid int) {
+func expectOneVM(t *testing.T, h *Harness, p provider.Provider, o provider.Owner, vmid provider.ID) {
 	t.Helper()
 	h.Advance(settleTime)
 	vms := ownedBy(t, p, o)
-	var ids []int
+	var ids []provider.ID
 	for _, vm := range vms {
-		ids = append(ids, vm.VMID)
+		ids = append(ids, vm.ID)
 	}
-	if len(vms) != 1 || vms[0].VMID != vmid {
-		t.Fatalf("claim %s/%s owns VMs %v, want exactly [%d]", o.Namespace, o.Name, ids, vmid)
+	if len(vms) != 1 || vms[0].ID != vmid {
+		t.Fatalf("claim %s/%s owns VMs %v, want exactly [%s]", o.Namespace, o.Name, ids, vmid)
 	}
 	if !vms[0].OperatorTagged {
-		t.Errorf("VM %d of %s/%s does not carry the operator tag %q (tags %v)", vmid, o.Namespace, o.Name, h.Signer.OperatorTag(), vms[0].Tags)
+		t.Errorf("VM %s of %s/%s does not carry the operator tag %q (tags %v)", vmid, o.Namespace, o.Name, h.Signer.OperatorTag(), vms[0].Tags)
 	}
 }
 
@@ -375,7 +382,7 @@ func expectNoVM(t *testing.T, h *Harness, p provider.Provider, o provider.Owner)
 	t.Helper()
 	h.Advance(settleTime)
 	if vms := ownedBy(t, p, o); len(vms) != 0 {
-		t.Fatalf("claim %s/%s still owns VM %d", o.Namespace, o.Name, vms[0].VMID)
+		t.Fatalf("claim %s/%s still owns VM %v", o.Namespace, o.Name, vms[0].ID)
 	}
 }
 
@@ -447,18 +454,18 @@ func waitPower(t *testing.T, h *Harness, p provider.Provider, ref provider.VMRef
 	for i := 0; i < 600; i++ {
 		vm, err := p.GetVM(t.Context(), ref)
 		if err != nil {
-			t.Fatalf("GetVM(%d): %v", ref.VMID, err)
+			t.Fatalf("GetVM(%v): %v", ref.ID, err)
 		}
 		if got = vm.Power; got == want {
 			return
 		}
 		h.Advance(time.Second)
 	}
-	t.Fatalf("VM %d: power %s after 10 minutes, want %s", ref.VMID, got, want)
+	t.Fatalf("VM %v: power %s after 10 minutes, want %s", ref.ID, got, want)
 }
 
 // freeIDs returns the set of VM ids the backend uses.
-func usedIDs(t *testing.T, p provider.Provider) map[int]bool {
+func usedIDs(t *testing.T, h *Harness, p provider.Provider) map[int]bool {
 	t.Helper()
 	list, err := p.ListVMs(t.Context())
 	if err != nil {
@@ -466,7 +473,7 @@ func usedIDs(t *testing.T, p provider.Provider) map[int]bool {
 	}
 	used := map[int]bool{}
 	for _, s := range list {
-		used[s.VMID] = true
+		used[h.VMID(t, s.ID)] = true
 	}
 	return used
 }

@@ -37,6 +37,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"EnsureVM/UnconfiguredCloneIsFindable", testUnconfiguredCloneFindable},
 		{"CloudInitMedia/StrayListedAndDeleted", testStrayMedia},
 		{"GetVM", testGetVM},
+		{"CheckRef", testCheckRef},
 		{"ListVMs", testListVMs},
 		{"SetPower", testSetPower},
 		{"DeleteVM", testDeleteVM},
@@ -63,7 +64,7 @@ func checkHarness(t *testing.T, h *Harness) {
 	t.Helper()
 	if h == nil || h.Provider == nil || h.NewProvider == nil || h.Signer == nil || h.Advance == nil || h.GuestPowerOff == nil ||
 		h.CreateForeignVM == nil || h.SetDescription == nil || h.CloudInitOf == nil || h.StoredData == nil ||
-		h.FailDestroysOtherMissing == nil || h.GuestFileOf == nil || h.RemoveGuestAgent == nil {
+		h.FailDestroysOtherMissing == nil || h.GuestFileOf == nil || h.RemoveGuestAgent == nil || h.VMID == nil || h.ID == nil {
 		t.Fatal("the harness leaves a required field unset")
 	}
 	if h.Template.ID == 0 && h.Template.Name == "" {
@@ -148,7 +149,7 @@ func testValidateTemplate(t *testing.T, h *Harness) {
 		t.Errorf("ValidateTemplate accepted a linked clone but reports LinkedCloneSupported false")
 	}
 	missing := 0
-	for id := range usedIDs(t, h.Provider) {
+	for id := range usedIDs(t, h, h.Provider) {
 		missing = max(missing, id)
 	}
 	missing += 1000
@@ -204,8 +205,8 @@ func testDrivesToRunning(t *testing.T, h *Harness) {
 		if phaseOrder[cur.Phase] < phaseOrder[prev.Phase] {
 			t.Errorf("phase went back from %s to %s at call %d", prev.Phase, cur.Phase, i+1)
 		}
-		if cur.Progress.VMID != prev.Progress.VMID {
-			t.Errorf("VM id changed from %d to %d at call %d with nobody else around", prev.Progress.VMID, cur.Progress.VMID, i+1)
+		if cur.Progress.ID != prev.Progress.ID {
+			t.Errorf("VM id changed from %v to %v at call %v with nobody else around", prev.Progress.ID, cur.Progress.ID, i+1)
 		}
 	}
 	vm, err := h.Provider.GetVM(t.Context(), res.Progress.VMRef())
@@ -223,11 +224,11 @@ func testDrivesToRunning(t *testing.T, h *Harness) {
 	for i := 0; i < 3; i++ {
 		d.advance(max(res.RetryAfter, time.Second))
 		again := d.step()
-		if again.Phase != provider.PhaseRunning || again.Progress.VMID != res.Progress.VMID || again.Progress.Task != nil {
+		if again.Phase != provider.PhaseRunning || again.Progress.ID != res.Progress.ID || again.Progress.Task != nil {
 			t.Fatalf("EnsureVM on a running VM: %s", describe(again))
 		}
 	}
-	expectOneVM(t, h, h.Provider, s.Owner, res.Progress.VMID)
+	expectOneVM(t, h, h.Provider, s.Owner, res.Progress.ID)
 }
 
 func testCloudInitDelivered(t *testing.T, h *Harness) {
@@ -243,7 +244,7 @@ func testCloudInitDelivered(t *testing.T, h *Harness) {
 	if !stored {
 		t.Error("the cloud-init payload was never seen on the backend while the VM was built; StoredData cannot detect leaks")
 	}
-	got := h.CloudInitOf(t, res.Progress.VMID)
+	got := h.CloudInitOf(t, res.Progress.ID)
 	want, err := s.CloudInit.Render(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -335,7 +336,7 @@ func testRepeatedCalls(t *testing.T, h *Harness) {
 	d := newDrive(t, h, h.Provider, s)
 	d.repeat = true
 	res := d.toPhase(provider.PhaseRunning)
-	expectOneVM(t, h, h.Provider, s.Owner, res.Progress.VMID)
+	expectOneVM(t, h, h.Provider, s.Owner, res.Progress.ID)
 }
 
 func testRestart(t *testing.T, h *Harness) {
@@ -375,10 +376,10 @@ func testRestart(t *testing.T, h *Harness) {
 			after := newDrive(t, h, h.NewProvider(t, nil), s)
 			after.prog = prog
 			res := after.toPhase(provider.PhaseRunning)
-			if c.vmExists && res.Progress.VMID != at.Progress.VMID {
-				t.Errorf("the restarted provider moved the VM from id %d to %d", at.Progress.VMID, res.Progress.VMID)
+			if c.vmExists && res.Progress.ID != at.Progress.ID {
+				t.Errorf("the restarted provider moved the VM from id %v to %v", at.Progress.ID, res.Progress.ID)
 			}
-			expectOneVM(t, h, h.Provider, s.Owner, res.Progress.VMID)
+			expectOneVM(t, h, h.Provider, s.Owner, res.Progress.ID)
 		})
 	}
 }
@@ -396,8 +397,8 @@ func testVMIDReuseAfterRestart(t *testing.T, h *Harness) {
 			a.p = p2 // the first instance is gone
 			b := newDrive(t, h, p2, spec(h.Template, 51+2*row))
 			b.toPhase(provider.PhasePlaced)
-			if a.prog.VMID == b.prog.VMID {
-				t.Logf("both owners hold VM id %d", a.prog.VMID)
+			if a.prog.ID == b.prog.ID {
+				t.Logf("both owners hold VM id %s", a.prog.ID)
 			}
 			first, second := a, b
 			if !earlierFirst {
@@ -405,11 +406,11 @@ func testVMIDReuseAfterRestart(t *testing.T, h *Harness) {
 			}
 			r1 := first.toPhase(provider.PhaseRunning)
 			r2 := second.toPhase(provider.PhaseRunning)
-			if r1.Progress.VMID == r2.Progress.VMID {
-				t.Fatalf("both owners run on VM %d", r1.Progress.VMID)
+			if r1.Progress.ID == r2.Progress.ID {
+				t.Fatalf("both owners run on VM %v", r1.Progress.ID)
 			}
-			expectOneVM(t, h, p2, first.spec.Owner, r1.Progress.VMID)
-			expectOneVM(t, h, p2, second.spec.Owner, r2.Progress.VMID)
+			expectOneVM(t, h, p2, first.spec.Owner, r1.Progress.ID)
+			expectOneVM(t, h, p2, second.spec.Owner, r2.Progress.ID)
 		})
 	}
 }
@@ -418,23 +419,23 @@ func testTakenVMID(t *testing.T, h *Harness) {
 	s := spec(h.Template, 1)
 	d := newDrive(t, h, h.Provider, s)
 	placed := d.toPhase(provider.PhasePlaced)
-	taken := placed.Progress.VMID
+	taken := placed.Progress.ID
 	const desc = "made by hand at the id HyperFleet had reserved"
-	if got := h.CreateForeignVM(t, taken, desc, nil); got != taken {
-		t.Fatalf("CreateForeignVM made VM %d, asked for %d", got, taken)
+	if got := h.CreateForeignVM(t, h.VMID(t, taken), desc, nil); got != taken {
+		t.Fatalf("CreateForeignVM made VM %v, asked for %v", got, taken)
 	}
 	res := d.toPhase(provider.PhaseRunning)
-	if res.Progress.VMID == taken {
-		t.Fatalf("EnsureVM runs on VM %d, which someone else made", taken)
+	if res.Progress.ID == taken {
+		t.Fatalf("EnsureVM runs on VM %v, which someone else made", taken)
 	}
-	vm, err := h.Provider.GetVM(t.Context(), provider.VMRef{VMID: taken})
+	vm, err := h.Provider.GetVM(t.Context(), provider.VMRef{ID: taken})
 	if err != nil {
-		t.Fatalf("the foreign VM %d is gone: %v", taken, err)
+		t.Fatalf("the foreign VM %v is gone: %v", taken, err)
 	}
 	if vm.Owner != nil {
-		t.Errorf("the foreign VM %d now verifies for %+v", taken, *vm.Owner)
+		t.Errorf("the foreign VM %v now verifies for %+v", taken, *vm.Owner)
 	}
-	expectOneVM(t, h, h.Provider, s.Owner, res.Progress.VMID)
+	expectOneVM(t, h, h.Provider, s.Owner, res.Progress.ID)
 }
 
 func testConcurrentOwners(t *testing.T, h *Harness) {
@@ -491,12 +492,12 @@ func testConcurrentOwners(t *testing.T, h *Harness) {
 					wait = max(wait, results[i].RetryAfter)
 				}
 				if round == 0 && instances == 1 {
-					ids := map[int]bool{}
+					ids := map[provider.ID]bool{}
 					for _, d := range drives {
-						if ids[d.prog.VMID] {
-							t.Errorf("one instance placed two owners on VM id %d", d.prog.VMID)
+						if ids[d.prog.ID] {
+							t.Errorf("one instance placed two owners on VM id %v", d.prog.ID)
 						}
-						ids[d.prog.VMID] = true
+						ids[d.prog.ID] = true
 					}
 				}
 				if !slices.Contains(done, false) {
@@ -504,15 +505,15 @@ func testConcurrentOwners(t *testing.T, h *Harness) {
 				}
 				h.Advance(wait)
 			}
-			ids := map[int]string{}
+			ids := map[provider.ID]string{}
 			for _, d := range drives {
-				if other, dup := ids[d.prog.VMID]; dup {
-					t.Fatalf("%s and %s both run on VM %d", other, d.spec.Name, d.prog.VMID)
+				if other, dup := ids[d.prog.ID]; dup {
+					t.Fatalf("%s and %s both run on VM %v", other, d.spec.Name, d.prog.ID)
 				}
-				ids[d.prog.VMID] = d.spec.Name
+				ids[d.prog.ID] = d.spec.Name
 			}
 			for _, d := range drives {
-				expectOneVM(t, h, h.Provider, d.spec.Owner, d.prog.VMID)
+				expectOneVM(t, h, h.Provider, d.spec.Owner, d.prog.ID)
 			}
 		})
 	}
@@ -571,9 +572,9 @@ func testGuestPowerOff(t *testing.T, h *Harness) {
 	s := spec(h.Template, 1)
 	d := newDrive(t, h, h.Provider, s)
 	running := d.toPhase(provider.PhaseRunning)
-	h.GuestPowerOff(t, running.Progress.VMID)
+	h.GuestPowerOff(t, running.Progress.ID)
 	res := d.until("after the guest powered off", func(r *provider.EnsureResult) bool { return r.Phase == provider.PhaseStopped })
-	if res.Progress.VMID != running.Progress.VMID || res.Progress.Task != nil {
+	if res.Progress.ID != running.Progress.ID || res.Progress.Task != nil {
 		t.Errorf("Stopped: %s", describe(res))
 	}
 	// Stopped is final: EnsureVM does not start the VM again.
@@ -603,12 +604,12 @@ func testRangeExhausted(t *testing.T, h *Harness) {
 		}
 	}
 	t.Run("range taken by a foreign VM", func(t *testing.T) {
-		id := h.CreateForeignVM(t, 0, "", nil)
+		id := h.VMID(t, h.CreateForeignVM(t, 0, "", nil))
 		p := h.NewProvider(t, func(c *provider.ClusterConfig) { c.VMIDStart, c.VMIDEnd = id, id })
 		expectExhausted(t, p, spec(h.Template, 1))
 	})
 	t.Run("one id, two owners", func(t *testing.T) {
-		used := usedIDs(t, h.Provider)
+		used := usedIDs(t, h, h.Provider)
 		id := 0
 		p := h.NewProvider(t, func(c *provider.ClusterConfig) {
 			for id = c.VMIDStart; used[id]; id++ {
@@ -616,8 +617,8 @@ func testRangeExhausted(t *testing.T, h *Harness) {
 			c.VMIDStart, c.VMIDEnd = id, id
 		})
 		a := newDrive(t, h, p, spec(h.Template, 1))
-		if got := a.toPhase(provider.PhasePlaced); got.Progress.VMID != id {
-			t.Fatalf("placed on %d, the only id in range is %d", got.Progress.VMID, id)
+		if got := a.toPhase(provider.PhasePlaced); got.Progress.ID != h.ID(id) {
+			t.Fatalf("placed on %v, the only id in range is %v", got.Progress.ID, id)
 		}
 		b := spec(h.Template, 2)
 		expectExhausted(t, p, b) // held by a's reservation
@@ -625,7 +626,7 @@ func testRangeExhausted(t *testing.T, h *Harness) {
 		expectExhausted(t, p, b) // held by a's VM
 		deleteUntilDone(t, h, p, a.spec.Owner, a.prog)
 		res, err := p.EnsureVM(t.Context(), b, provider.Progress{})
-		if err != nil || res.Progress.VMID != id {
+		if err != nil || res.Progress.ID != h.ID(id) {
 			t.Fatalf("EnsureVM after the only id was freed: %v, %s", err, describe(res))
 		}
 	})
@@ -634,7 +635,7 @@ func testRangeExhausted(t *testing.T, h *Harness) {
 func testGetVM(t *testing.T, h *Harness) {
 	s := spec(h.Template, 1)
 	res := newDrive(t, h, h.Provider, s).toPhase(provider.PhaseRunning)
-	for _, ref := range []provider.VMRef{res.Progress.VMRef(), {VMID: res.Progress.VMID}} {
+	for _, ref := range []provider.VMRef{res.Progress.VMRef(), {ID: res.Progress.ID}} {
 		vm, err := h.Provider.GetVM(t.Context(), ref)
 		if err != nil {
 			t.Fatalf("GetVM(%+v): %v", ref, err)
@@ -652,13 +653,13 @@ func testGetVM(t *testing.T, h *Harness) {
 		if vm.CreatedAt.IsZero() || o.CreatedAt.IsZero() {
 			t.Errorf("GetVM(%+v): no creation time", ref)
 		}
-		if vm.VMID != res.Progress.VMID || vm.Node != res.Progress.Node || vm.Template || !vm.OperatorTagged {
+		if vm.ID != res.Progress.ID || vm.Node != res.Progress.Node || vm.Template || !vm.OperatorTagged {
 			t.Errorf("GetVM(%+v): %+v", ref, vm.VMSummary)
 		}
 	}
 
 	foreign := h.CreateForeignVM(t, 0, "made by hand", nil)
-	vm, err := h.Provider.GetVM(t.Context(), provider.VMRef{VMID: foreign})
+	vm, err := h.Provider.GetVM(t.Context(), provider.VMRef{ID: foreign})
 	if err != nil {
 		t.Fatalf("GetVM of a foreign VM: %v", err)
 	}
@@ -667,11 +668,50 @@ func testGetVM(t *testing.T, h *Harness) {
 	}
 
 	missing := 0
-	for id := range usedIDs(t, h.Provider) {
+	for id := range usedIDs(t, h, h.Provider) {
 		missing = max(missing, id)
 	}
-	if _, err := h.Provider.GetVM(t.Context(), provider.VMRef{VMID: missing + 1000}); !errors.Is(err, provider.ErrNotFound) {
+	if _, err := h.Provider.GetVM(t.Context(), provider.VMRef{ID: h.ID(missing + 1000)}); !errors.Is(err, provider.ErrNotFound) {
 		t.Errorf("GetVM of a missing VM: %v, want %v", err, provider.ErrNotFound)
+	}
+}
+
+// testCheckRef: the reference of a VM the provider made passes, with its
+// node or without; an ID of another scheme, an id outside the configured
+// range and a node placement may not use are refused with
+// ClassConfiguration, and IDs round-trip through the harness's mapping.
+func testCheckRef(t *testing.T, h *Harness) {
+	res := newDrive(t, h, h.Provider, spec(h.Template, 1)).toPhase(provider.PhasePlaced)
+	vmid := h.VMID(t, res.Progress.ID)
+	if got := h.ID(vmid); got != res.Progress.ID {
+		t.Fatalf("ID(VMID(%s)) = %s", res.Progress.ID, got)
+	}
+	for _, ref := range []provider.VMRef{res.Progress.VMRef(), {ID: res.Progress.ID}} {
+		if err := h.Provider.CheckRef(ref); err != nil {
+			t.Errorf("CheckRef(%+v) of the provider's own VM: %v", ref, err)
+		}
+	}
+	narrow := h.NewProvider(t, func(c *provider.ClusterConfig) {
+		c.VMIDStart, c.VMIDEnd = vmid, vmid
+		c.Nodes = []string{res.Progress.Node}
+	})
+	for name, ref := range map[string]provider.VMRef{
+		"empty ID":           {},
+		"another scheme":     {ID: "another-hypervisor://" + res.Progress.ID},
+		"digits only":        {ID: provider.ID(fmt.Sprint(vmid))},
+		"below the range":    {ID: h.ID(vmid - 1)},
+		"above the range":    {ID: h.ID(vmid + 1)},
+		"node not allowed":   {ID: res.Progress.ID, Node: res.Progress.Node + "-elsewhere"},
+		"trailing garbage":   {ID: res.Progress.ID + "/x"},
+		"leading whitespace": {ID: " " + res.Progress.ID},
+	} {
+		err := narrow.CheckRef(ref)
+		if err == nil || provider.Classify(err) != provider.ClassConfiguration {
+			t.Errorf("CheckRef, %s (%+v): %v (class %s), want a %s error", name, ref, err, provider.Classify(err), provider.ClassConfiguration)
+		}
+	}
+	if err := narrow.CheckRef(res.Progress.VMRef()); err != nil {
+		t.Errorf("CheckRef of the only id in range on the only node: %v", err)
 	}
 }
 
@@ -688,17 +728,17 @@ func testListVMs(t *testing.T, h *Harness) {
 	if err != nil {
 		t.Fatalf("ListVMs: %v", err)
 	}
-	byID := map[int]provider.VMSummary{}
+	byID := map[provider.ID]provider.VMSummary{}
 	for _, s := range list {
-		if _, dup := byID[s.VMID]; dup {
-			t.Errorf("ListVMs lists VM %d twice", s.VMID)
+		if _, dup := byID[s.ID]; dup {
+			t.Errorf("ListVMs lists VM %v twice", s.ID)
 		}
-		byID[s.VMID] = s
+		byID[s.ID] = s
 	}
-	ours, ok := byID[res.Progress.VMID]
+	ours, ok := byID[res.Progress.ID]
 	switch {
 	case !ok:
-		t.Errorf("ListVMs does not list VM %d", res.Progress.VMID)
+		t.Errorf("ListVMs does not list VM %v", res.Progress.ID)
 	case !ours.OperatorTagged || ours.Template || ours.Node != res.Progress.Node:
 		t.Errorf("ListVMs: our VM is %+v", ours)
 	case ours.Power != provider.PowerRunning && ours.Power != provider.PowerUnknown:
@@ -710,17 +750,17 @@ func testListVMs(t *testing.T, h *Harness) {
 		}
 	}
 	if s, ok := byID[plain]; !ok || s.OperatorTagged {
-		t.Errorf("ListVMs: foreign VM %d: listed %v, %+v", plain, ok, s)
+		t.Errorf("ListVMs: foreign VM %v: listed %v, %+v", plain, ok, s)
 	}
 	if s, ok := byID[tagged]; !ok || !s.OperatorTagged {
-		t.Errorf("ListVMs: foreign VM %d with the operator's tags: listed %v, %+v", tagged, ok, s)
+		t.Errorf("ListVMs: foreign VM %v with the operator's tags: listed %v, %+v", tagged, ok, s)
 	}
 	// The tag only makes a candidate; GetVM proves it is not ours.
-	vm, err := h.Provider.GetVM(t.Context(), provider.VMRef{VMID: tagged})
+	vm, err := h.Provider.GetVM(t.Context(), provider.VMRef{ID: tagged})
 	if err != nil || vm.Owner != nil {
 		t.Errorf("GetVM of a foreign VM with the operator's tags: %v, %+v", err, vm)
 	}
-	if s, ok := byID[info.ID]; !ok || !s.Template || s.OperatorTagged {
+	if s, ok := byID[h.ID(info.ID)]; !ok || !s.Template || s.OperatorTagged {
 		t.Errorf("ListVMs: template %d: listed %v, %+v", info.ID, ok, s)
 	}
 }
@@ -786,7 +826,7 @@ func testDeleteVM(t *testing.T, h *Harness) {
 				t.Skipf("the implementation went to Running without reporting this state (%s)", describe(at))
 			}
 			if c.powerOff {
-				h.GuestPowerOff(t, at.Progress.VMID)
+				h.GuestPowerOff(t, at.Progress.ID)
 				d.until("after the guest powered off", is(provider.PhaseStopped))
 			}
 			prev := d.prog
@@ -795,8 +835,8 @@ func testDeleteVM(t *testing.T, h *Harness) {
 			}
 			deleted := deleteUntilDone(t, h, h.Provider, s.Owner, prev)
 			expectNoVM(t, h, h.Provider, s.Owner)
-			if _, err := h.Provider.GetVM(t.Context(), provider.VMRef{VMID: prev.VMID}); !errors.Is(err, provider.ErrNotFound) {
-				t.Errorf("GetVM(%d) after DeleteVM: %v, want %v", prev.VMID, err, provider.ErrNotFound)
+			if _, err := h.Provider.GetVM(t.Context(), provider.VMRef{ID: prev.ID}); !errors.Is(err, provider.ErrNotFound) {
+				t.Errorf("GetVM(%v) after DeleteVM: %v, want %v", prev.ID, err, provider.ErrNotFound)
 			}
 			if storedContains(t, h, token(40+i)) {
 				t.Error("the cloud-init payload is still stored on the backend after DeleteVM is Done")
@@ -819,7 +859,7 @@ func testDeleteOtherMissing(t *testing.T, h *Harness) {
 	s := spec(h.Template, 60)
 	d := newDrive(t, h, h.Provider, s)
 	d.toPhase(provider.PhaseRunning)
-	vmid := d.prog.VMID
+	vmid := d.prog.ID
 	stop := h.FailDestroysOtherMissing(t)
 	prog := persist(t, d.prog)
 	failures := 0
@@ -831,7 +871,7 @@ func testDeleteOtherMissing(t *testing.T, h *Harness) {
 			continue
 		}
 		if res.Done {
-			t.Fatalf("DeleteVM is Done while every destroy fails (%s); VM %d still exists", res.Message, vmid)
+			t.Fatalf("DeleteVM is Done while every destroy fails (%s); VM %v still exists", res.Message, vmid)
 		}
 		prog = persist(t, res.Progress)
 		h.Advance(max(res.RetryAfter, time.Millisecond))
@@ -839,8 +879,8 @@ func testDeleteOtherMissing(t *testing.T, h *Harness) {
 	if failures < 3 {
 		t.Fatalf("DeleteVM reported no error in %d calls while every destroy fails", maxSteps)
 	}
-	if _, err := h.Provider.GetVM(t.Context(), provider.VMRef{VMID: vmid}); err != nil {
-		t.Fatalf("GetVM(%d) while its destroy fails: %v", vmid, err)
+	if _, err := h.Provider.GetVM(t.Context(), provider.VMRef{ID: vmid}); err != nil {
+		t.Fatalf("GetVM(%v) while its destroy fails: %v", vmid, err)
 	}
 	expectOneVM(t, h, h.Provider, s.Owner, vmid)
 	stop()
@@ -899,10 +939,10 @@ func testRemoveCloudInitMedia(t *testing.T, h *Harness) {
 				t.Fatalf("GetVM after: %v", err)
 			}
 			if after.Owner == nil || after.Owner.UID != s.Owner.UID {
-				t.Errorf("VM %d after RemoveCloudInitMedia: owner %+v (%v), want %s", prev.VMID, after.Owner, after.OwnershipError, s.Owner.UID)
+				t.Errorf("VM %v after RemoveCloudInitMedia: owner %+v (%v), want %s", prev.ID, after.Owner, after.OwnershipError, s.Owner.UID)
 			}
 			if c.powerOff && after.Power != provider.PowerStopped || !c.powerOff && before.Power == provider.PowerRunning && after.Power != provider.PowerRunning {
-				t.Errorf("VM %d: power %s before RemoveCloudInitMedia, %s after; it must not change", prev.VMID, before.Power, after.Power)
+				t.Errorf("VM %v: power %s before RemoveCloudInitMedia, %s after; it must not change", prev.ID, before.Power, after.Power)
 			}
 			intruder := owner(n + 100)
 			if _, err := h.Provider.RemoveCloudInitMedia(t.Context(), intruder, persist(t, removed.Progress)); !errors.Is(err, provider.ErrNotOwned) {
@@ -971,41 +1011,41 @@ func testNotOwned(t *testing.T, h *Harness) {
 	elsewhere := h.Signer.ForCluster(otherCluster)
 	cases := []struct {
 		name      string
-		target    func(t *testing.T) int
+		target    func(t *testing.T) provider.ID
 		wantError error // what GetVM's OwnershipError wraps, nil when the marker verifies for someone else
 	}{
-		{name: "foreign VM without a marker", wantError: ownership.ErrNoMarker, target: func(t *testing.T) int {
+		{name: "foreign VM without a marker", wantError: ownership.ErrNoMarker, target: func(t *testing.T) provider.ID {
 			return h.CreateForeignVM(t, 0, "made by hand", nil)
 		}},
-		{name: "foreign VM with the operator's tags", wantError: ownership.ErrNoMarker, target: func(t *testing.T) int {
+		{name: "foreign VM with the operator's tags", wantError: ownership.ErrNoMarker, target: func(t *testing.T) provider.ID {
 			return h.CreateForeignVM(t, 0, "tagged by hand", h.Signer.Tags())
 		}},
-		{name: "marker signed with another install's key", wantError: ownership.ErrBadSignature, target: func(t *testing.T) int {
+		{name: "marker signed with another install's key", wantError: ownership.ErrBadSignature, target: func(t *testing.T) provider.ID {
 			id := h.CreateForeignVM(t, 0, "", h.Signer.Tags())
-			h.SetDescription(t, id, other.Description("", record(a, id)))
+			h.SetDescription(t, id, other.Description("", record(a, h.VMID(t, id))))
 			return id
 		}},
-		{name: "marker copied from another VM", wantError: ownership.ErrBadSignature, target: func(t *testing.T) int {
+		{name: "marker copied from another VM", wantError: ownership.ErrBadSignature, target: func(t *testing.T) provider.ID {
 			id := h.CreateForeignVM(t, 0, "", h.Signer.Tags())
-			desc := h.Signer.Description("copied", record(a, id+1))
-			if _, err := h.Signer.Verify(desc, id+1); err != nil {
+			desc := h.Signer.Description("copied", record(a, h.VMID(t, id)+1))
+			if _, err := h.Signer.Verify(desc, h.VMID(t, id)+1); err != nil {
 				t.Fatalf("the copied marker does not even verify for its own VM: %v", err)
 			}
 			h.SetDescription(t, id, desc)
 			return id
 		}},
-		{name: "marker copied from another cluster", wantError: ownership.ErrOtherCluster, target: func(t *testing.T) int {
+		{name: "marker copied from another cluster", wantError: ownership.ErrOtherCluster, target: func(t *testing.T) provider.ID {
 			id := h.CreateForeignVM(t, 0, "", h.Signer.Tags())
-			h.SetDescription(t, id, elsewhere.Description("copied", record(a, id)))
+			h.SetDescription(t, id, elsewhere.Description("copied", record(a, h.VMID(t, id))))
 			return id
 		}},
-		{name: "edited marker on the owner's own VM", wantError: ownership.ErrBadSignature, target: func(t *testing.T) int {
+		{name: "edited marker on the owner's own VM", wantError: ownership.ErrBadSignature, target: func(t *testing.T) provider.ID {
 			res := newDrive(t, h, h.Provider, spec(h.Template, 1)).toPhase(provider.PhaseRunning)
-			id := res.Progress.VMID
-			good := h.Signer.Description("", record(a, id))
+			id := res.Progress.ID
+			good := h.Signer.Description("", record(a, h.VMID(t, id)))
 			// Control: a marker re-signed for this VM and owner verifies.
 			h.SetDescription(t, id, good)
-			if vm, err := h.Provider.GetVM(t.Context(), provider.VMRef{VMID: id}); err != nil || vm.Owner == nil {
+			if vm, err := h.Provider.GetVM(t.Context(), provider.VMRef{ID: id}); err != nil || vm.Owner == nil {
 				t.Fatalf("a freshly signed marker does not verify: %v, %+v", err, vm)
 			}
 			stamp := a.CreatedAt.Format(time.RFC3339)
@@ -1016,30 +1056,30 @@ func testNotOwned(t *testing.T, h *Harness) {
 			h.SetDescription(t, id, edited)
 			return id
 		}},
-		{name: "VM of another claim", target: func(t *testing.T) int {
-			return newDrive(t, h, h.Provider, spec(h.Template, 2)).toPhase(provider.PhaseRunning).Progress.VMID
+		{name: "VM of another claim", target: func(t *testing.T) provider.ID {
+			return newDrive(t, h, h.Provider, spec(h.Template, 2)).toPhase(provider.PhaseRunning).Progress.ID
 		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			id := c.target(t)
-			before, err := h.Provider.GetVM(t.Context(), provider.VMRef{VMID: id})
+			before, err := h.Provider.GetVM(t.Context(), provider.VMRef{ID: id})
 			if err != nil {
-				t.Fatalf("GetVM(%d): %v", id, err)
+				t.Fatalf("GetVM(%v): %v", id, err)
 			}
 			if c.wantError != nil && (before.Owner != nil || !errors.Is(before.OwnershipError, c.wantError)) {
-				t.Errorf("GetVM(%d): owner %v, ownership error %v; want %v", id, before.Owner, before.OwnershipError, c.wantError)
+				t.Errorf("GetVM(%v): owner %v, ownership error %v; want %v", id, before.Owner, before.OwnershipError, c.wantError)
 			}
-			ref := provider.VMRef{VMID: id, Node: before.Node}
+			ref := provider.VMRef{ID: id, Node: before.Node}
 			expectNotOwned := func(what string, err error) {
 				t.Helper()
 				if !errors.Is(err, provider.ErrNotOwned) || provider.Classify(err) != provider.ClassPermanent {
 					t.Errorf("%s: %v (class %s), want ErrNotOwned of class %s", what, err, provider.Classify(err), provider.ClassPermanent)
 				}
 			}
-			_, err = h.Provider.DeleteVM(t.Context(), a, provider.Progress{VMID: id, Node: before.Node})
+			_, err = h.Provider.DeleteVM(t.Context(), a, provider.Progress{ID: id, Node: before.Node})
 			expectNotOwned("DeleteVM", err)
-			_, err = h.Provider.DeleteVM(t.Context(), a, provider.Progress{VMID: id})
+			_, err = h.Provider.DeleteVM(t.Context(), a, provider.Progress{ID: id})
 			expectNotOwned("DeleteVM without a node", err)
 			for _, action := range []provider.PowerAction{provider.PowerOff, provider.PowerShutdown, provider.PowerOn} {
 				_, err = h.Provider.SetPower(t.Context(), a, ref, action)
@@ -1048,13 +1088,13 @@ func testNotOwned(t *testing.T, h *Harness) {
 			h.Advance(settleTime)
 			after, err := h.Provider.GetVM(t.Context(), ref)
 			if err != nil {
-				t.Fatalf("VM %d after the refused calls: %v", id, err)
+				t.Fatalf("VM %v after the refused calls: %v", id, err)
 			}
 			if after.Power != before.Power {
-				t.Errorf("VM %d: power went from %s to %s", id, before.Power, after.Power)
+				t.Errorf("VM %v: power went from %s to %s", id, before.Power, after.Power)
 			}
 			if (after.Owner == nil) != (before.Owner == nil) || after.Owner != nil && *after.Owner != *before.Owner {
-				t.Errorf("VM %d: owner went from %+v to %+v", id, before.Owner, after.Owner)
+				t.Errorf("VM %v: owner went from %+v to %+v", id, before.Owner, after.Owner)
 			}
 		})
 	}
@@ -1068,12 +1108,12 @@ func testCopiedMarker(t *testing.T, h *Harness) {
 	ra := da.toPhase(provider.PhaseRunning)
 	rb := db.toPhase(provider.PhaseRunning)
 	a, b := da.spec.Owner, db.spec.Owner
-	copied := h.Signer.Description(da.spec.Description, record(a, ra.Progress.VMID))
-	h.SetDescription(t, rb.Progress.VMID, copied)
+	copied := h.Signer.Description(da.spec.Description, record(a, h.VMID(t, ra.Progress.ID)))
+	h.SetDescription(t, rb.Progress.ID, copied)
 
 	vm, err := h.Provider.GetVM(t.Context(), rb.Progress.VMRef())
 	if err != nil {
-		t.Fatalf("GetVM(%d): %v", rb.Progress.VMID, err)
+		t.Fatalf("GetVM(%v): %v", rb.Progress.ID, err)
 	}
 	if vm.Owner != nil || !errors.Is(vm.OwnershipError, ownership.ErrBadSignature) {
 		t.Errorf("GetVM of the VM with a copied marker: owner %v, error %v", vm.Owner, vm.OwnershipError)
@@ -1102,25 +1142,25 @@ func testUnconfiguredCloneFindable(t *testing.T, h *Harness) {
 	s := spec(h.Template, 1)
 	d := newDrive(t, h, h.Provider, s)
 	res := d.toPhase(provider.PhaseConfiguring)
-	vmid := res.Progress.VMID
+	vmid := res.Progress.ID
 	vm, err := h.Provider.GetVM(t.Context(), res.Progress.VMRef())
 	if err != nil {
 		t.Fatalf("GetVM of the unconfigured clone: %v", err)
 	}
-	if vm.OperatorTagged || !vm.InstallNamed || vm.Name != h.Signer.VMName(vmid) {
+	if vm.OperatorTagged || !vm.InstallNamed || vm.Name != h.Signer.VMName(h.VMID(t, vmid)) {
 		t.Errorf("unconfigured clone: name %q, tagged %v, install-named %v; want the name %q, install-named and no tag yet",
-			vm.Name, vm.OperatorTagged, vm.InstallNamed, h.Signer.VMName(vmid))
+			vm.Name, vm.OperatorTagged, vm.InstallNamed, h.Signer.VMName(h.VMID(t, vmid)))
 	}
 	// The batch listing of a restarted operator shows it too.
 	h.Advance(settleTime)
 	listed := false
 	for _, v := range listVMs(t, h.NewProvider(t, nil)) {
-		if v.VMID == vmid {
+		if v.ID == vmid {
 			listed = v.InstallNamed && !v.OperatorTagged
 		}
 	}
 	if !listed {
-		t.Errorf("ListVMs does not show VM %d as install-named and untagged", vmid)
+		t.Errorf("ListVMs does not show VM %v as install-named and untagged", vmid)
 	}
 	res = d.toPhase(provider.PhaseRunning)
 	vm, err = h.Provider.GetVM(t.Context(), res.Progress.VMRef())
@@ -1152,7 +1192,7 @@ func testStrayMedia(t *testing.T, h *Harness) {
 	s := spec(h.Template, 1)
 	d := newDrive(t, h, h.Provider, s)
 	res := d.toPhase(provider.PhaseConfiguring) // the upload is under way
-	vmid := res.Progress.VMID
+	vmid := res.Progress.ID
 	h.Advance(settleTime) // the upload finishes; nothing attaches it
 	medium := func(p provider.Provider) (provider.CloudInitMedium, bool) {
 		t.Helper()
@@ -1161,7 +1201,7 @@ func testStrayMedia(t *testing.T, h *Harness) {
 			t.Fatalf("ListCloudInitMedia: %v", err)
 		}
 		for _, m := range media {
-			if m.VMID == vmid {
+			if m.VM == vmid {
 				return m, true
 			}
 		}
@@ -1169,7 +1209,7 @@ func testStrayMedia(t *testing.T, h *Harness) {
 	}
 	m, ok := medium(h.NewProvider(t, nil))
 	if !ok {
-		t.Fatalf("ListCloudInitMedia does not list the medium of VM %d", vmid)
+		t.Fatalf("ListCloudInitMedia does not list the medium of VM %v", vmid)
 	}
 	if m.OwnerDigest != provider.OwnerDigest(s.Owner.UID) || m.ID == "" || m.Node == "" {
 		t.Errorf("medium %+v: want owner digest %s, an id and a node", m, provider.OwnerDigest(s.Owner.UID))

@@ -44,18 +44,23 @@ func TestContract(t *testing.T) {
 			Signer:   e.signer,
 			Template: provider.TemplateSource{ID: 9000, Linked: true},
 			Advance:  e.advance,
-			GuestPowerOff: func(t *testing.T, vmid int) {
+			VMID:     vmidOf,
+			ID:       FormatID,
+			GuestPowerOff: func(t *testing.T, id provider.ID) {
+				vmid := vmidOf(t, id)
 				if err := e.sim.GuestPowerOff(vmid); err != nil {
 					t.Fatalf("power off VM %d: %v", vmid, err)
 				}
 			},
-			CreateForeignVM: func(t *testing.T, vmid int, description string, tags []string) int {
-				return e.createForeignVM(t, vmid, description, tags)
+			CreateForeignVM: func(t *testing.T, vmid int, description string, tags []string) provider.ID {
+				return FormatID(e.createForeignVM(t, vmid, description, tags))
 			},
-			SetDescription: func(t *testing.T, vmid int, description string) {
+			SetDescription: func(t *testing.T, id provider.ID, description string) {
+				vmid := vmidOf(t, id)
 				e.rawAs(t, http.MethodPut, "/nodes/"+e.nodeOf(t, vmid)+"/qemu/"+strconv.Itoa(vmid)+"/config", url.Values{"description": {description}})
 			},
-			CloudInitOf: func(t *testing.T, vmid int) provider.CloudInit {
+			CloudInitOf: func(t *testing.T, id provider.ID) provider.CloudInit {
+				vmid := vmidOf(t, id)
 				seed := filepath.Join(guests, "vm-"+strconv.Itoa(vmid), "seed")
 				read := func(name string) []byte {
 					b, err := os.ReadFile(filepath.Join(seed, name))
@@ -82,7 +87,8 @@ func TestContract(t *testing.T) {
 					}
 				}
 			},
-			GuestFileOf: func(t *testing.T, vmid int, path string) ([]byte, bool) {
+			GuestFileOf: func(t *testing.T, id provider.ID, path string) ([]byte, bool) {
+				vmid := vmidOf(t, id)
 				b, _, err := e.sim.GuestFile(t.Context(), vmid, path)
 				if errors.Is(err, fs.ErrNotExist) {
 					return nil, false
@@ -92,7 +98,8 @@ func TestContract(t *testing.T) {
 				}
 				return b, true
 			},
-			RemoveGuestAgent: func(t *testing.T, vmid int) {
+			RemoveGuestAgent: func(t *testing.T, id provider.ID) {
+				vmid := vmidOf(t, id)
 				e.rawAs(t, http.MethodPut, "/nodes/"+e.nodeOf(t, vmid)+"/qemu/"+strconv.Itoa(vmid)+"/config", url.Values{"agent": {"0"}})
 			},
 			StoredData: func(*testing.T) []string {
@@ -157,6 +164,17 @@ func (e *env) createForeignVM(t *testing.T, vmid int, description string, tags [
 	e.rawAs(t, http.MethodPut, "/nodes/pve1/qemu/"+id+"/config", form)
 	if v := e.vm(vmid); v == nil || v.Description != description {
 		t.Fatalf("foreign VM %d: %+v", vmid, v)
+	}
+	return vmid
+}
+
+// vmidOf is the Proxmox VM id of id; the test fails for an ID the
+// provider did not write.
+func vmidOf(t *testing.T, id provider.ID) int {
+	t.Helper()
+	vmid, err := ParseID(id)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return vmid
 }

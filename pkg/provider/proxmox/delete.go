@@ -29,14 +29,17 @@ import (
 // its id reused) is left to the orphan sweep, which recognises the
 // install's prefix.
 func (p *Provider) DeleteVM(ctx context.Context, owner provider.Owner, prev provider.Progress) (*provider.DeleteResult, error) {
-	log := p.log.WithValues("MachineClaim", owner.Namespace+"/"+owner.Name, "vmid", prev.VMID, "node", prev.Node)
-	prog := prev
+	prog, err := progressOf(prev)
+	if err != nil {
+		return nil, err
+	}
+	log := p.log.WithValues("MachineClaim", owner.Namespace+"/"+owner.Name, "vmid", prog.VMID, "node", prog.Node)
 	if prog.VMID == 0 {
 		p.release(owner.UID, 0, false)
 		return &provider.DeleteResult{Done: true, Message: "no VM was created"}, nil
 	}
 	result := func(done bool, format string, args ...any) *provider.DeleteResult {
-		r := &provider.DeleteResult{Progress: prog, Done: done, Message: fmt.Sprintf(format, args...)}
+		r := &provider.DeleteResult{Progress: prog.public(), Done: done, Message: fmt.Sprintf(format, args...)}
 		if prog.Task != nil {
 			t := *prog.Task
 			r.Progress.Task = &t
@@ -129,14 +132,14 @@ func (p *Provider) DeleteVM(ctx context.Context, owner provider.Owner, prev prov
 	p.noteFreed(prog.VMID)
 	p.wakeAtCap()
 	log.V(1).Info("VM deleted")
-	return &provider.DeleteResult{Progress: provider.Progress{VMID: prog.VMID, Node: prog.Node}, Done: true,
+	return &provider.DeleteResult{Progress: progress{VMID: prog.VMID, Node: prog.Node}.public(), Done: true,
 		Message: fmt.Sprintf("VM %d and its cloud-init ISO are gone", prog.VMID)}, nil
 }
 
 // deleteStep stops or destroys the VM. It returns (nil, nil) only when the
 // VM is confirmed gone (see confirmGone), a result while something runs or
 // an answer must be read back, or ErrNotOwned.
-func (p *Provider) deleteStep(ctx context.Context, owner provider.Owner, prog *provider.Progress) (*provider.DeleteResult, error) {
+func (p *Provider) deleteStep(ctx context.Context, owner provider.Owner, prog *progress) (*provider.DeleteResult, error) {
 	cfg, err := p.api.config(ctx, prog.Node, prog.VMID)
 	if isNotFound(err) {
 		gone, cerr := p.confirmGone(ctx, prog)
@@ -198,7 +201,7 @@ func (p *Provider) deleteStep(ctx context.Context, owner provider.Owner, prog *p
 	return &provider.DeleteResult{Message: fmt.Sprintf("destroying VM %d", prog.VMID)}, nil
 }
 
-func (p *Provider) stopForDelete(ctx context.Context, prog *provider.Progress) (*provider.DeleteResult, error) {
+func (p *Provider) stopForDelete(ctx context.Context, prog *progress) (*provider.DeleteResult, error) {
 	upid, err := p.api.upid(ctx, http.MethodPost, fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", prog.Node, prog.VMID), nil, nil)
 	err = aboutVM(err, prog.VMID)
 	if isNotFound(err) {
@@ -220,7 +223,7 @@ func (p *Provider) stopForDelete(ctx context.Context, prog *provider.Progress) (
 // no longer holds its id. Listed on another node it has migrated
 // (prog.Node follows it); listed on the node whose config read said
 // missing, the two answers disagree and the VM counts as present.
-func (p *Provider) confirmGone(ctx context.Context, prog *provider.Progress) (bool, error) {
+func (p *Provider) confirmGone(ctx context.Context, prog *progress) (bool, error) {
 	node, err := p.locate(ctx, prog.VMID)
 	switch {
 	case isNotFound(err):

@@ -46,10 +46,10 @@ func TestDeleteOtherMissingIsNotGone(t *testing.T) {
 			e := newEnv(t)
 			spec := testSpec("runner-g", "uid-gggg")
 			d := e.ensure(e.p, spec, provider.Progress{}, provider.PhaseRunning, 200)
-			vmid := d.prog.VMID
+			vmid := mustVMID(d.prog.ID)
 			prog := d.prog
 			if c.loseNode {
-				prog = provider.Progress{VMID: vmid}
+				prog = provider.Progress{ID: FormatID(vmid)}
 			}
 			msgs := messages
 			if c.ownConfig {

@@ -53,7 +53,7 @@ const (
 type ensureCall struct {
 	p    *Provider
 	spec *provider.VMSpec
-	prog provider.Progress
+	prog progress
 	log  logr.Logger
 	// after is the operation whose task has just succeeded, "" when the
 	// step must be read back from the hypervisor; finished is that task.
@@ -76,13 +76,17 @@ func (p *Provider) EnsureVM(ctx context.Context, spec *provider.VMSpec, prev pro
 	if err != nil {
 		return nil, err
 	}
-	c := &ensureCall{p: p, spec: spec, prog: prev, marker: marker,
-		log: p.log.WithValues("MachineClaim", spec.Owner.Namespace+"/"+spec.Owner.Name, "vmid", prev.VMID, "node", prev.Node)}
-	if prev.VMID == 0 {
+	prog, err := progressOf(prev)
+	if err != nil {
+		return nil, err
+	}
+	c := &ensureCall{p: p, spec: spec, prog: prog, marker: marker,
+		log: p.log.WithValues("MachineClaim", spec.Owner.Namespace+"/"+spec.Owner.Name, "vmid", prog.VMID, "node", prog.Node)}
+	if prog.VMID == 0 {
 		return c.place(ctx, 0)
 	}
-	if prev.Node == "" {
-		node, err := p.locate(ctx, prev.VMID)
+	if prog.Node == "" {
+		node, err := p.locate(ctx, prog.VMID)
 		if err != nil && !isNotFound(err) {
 			return nil, err
 		}
@@ -153,7 +157,7 @@ func (c *ensureCall) result(phase provider.Phase, retry time.Duration, format st
 		t := *prog.Task
 		prog.Task = &t
 	}
-	return &provider.EnsureResult{Progress: prog, Phase: phase, RetryAfter: retry, Message: fmt.Sprintf(format, args...)}
+	return &provider.EnsureResult{Progress: prog.public(), Phase: phase, RetryAfter: retry, Message: fmt.Sprintf(format, args...)}
 }
 
 func (c *ensureCall) setTask(op, upid string) {
@@ -195,7 +199,7 @@ func (c *ensureCall) place(ctx context.Context, exclude int) (*provider.EnsureRe
 	if err != nil {
 		return nil, err
 	}
-	c.prog = provider.Progress{VMID: pl.vmid, Node: pl.node}
+	c.prog = progress{VMID: pl.vmid, Node: pl.node}
 	c.log.V(1).Info("Placed VM", "newVMID", pl.vmid, "newNode", pl.node)
 	return c.result(provider.PhasePlaced, 0, "VM id %d reserved on node %s", pl.vmid, pl.node), nil
 }
@@ -286,7 +290,7 @@ func (c *ensureCall) taskFailed(_ context.Context, t *provider.Task, exit string
 	case t.Operation == opClone && isNotFound(err):
 		hint = "; check " + fieldTemplateID + ": the template or a storage it uses is gone"
 	case t.Operation == opUpload:
-		hint = "; check spec.isoStorage of the HypervisorCluster"
+		hint = "; check spec.proxmox.isoStorage of the HypervisorCluster"
 	}
 	return nil, provider.Errorf(provider.ClassPermanent, reasonOf(err), "VM %d on node %s: %w%s", c.prog.VMID, c.prog.Node, err, hint)
 }
@@ -585,7 +589,7 @@ func (c *ensureCall) upload(ctx context.Context) (*provider.EnsureResult, error)
 	upid, err := c.p.api.upload(ctx, c.prog.Node, c.p.cfg.ISOStorage, c.p.isoName(c.prog.VMID, c.spec.Owner.UID), iso)
 	if err != nil {
 		if msg := apiMessage(err); strings.Contains(msg, "storage '") || strings.Contains(msg, "storage type '") || reasonOf(err) == "InvalidParameter" {
-			return nil, withField(err, "spec.isoStorage of the HypervisorCluster", "name a file-based storage with iso content on every allowed node")
+			return nil, withField(err, "spec.proxmox.isoStorage of the HypervisorCluster", "name a file-based storage with iso content on every allowed node")
 		}
 		return nil, fmt.Errorf("upload the cloud-init ISO of VM %d: %w", c.prog.VMID, err)
 	}

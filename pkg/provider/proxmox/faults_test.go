@@ -43,7 +43,7 @@ func TestInjectedErrorsConverge(t *testing.T) {
 			if err := e.sim.SetFaults(proxmoxsim.Faults{}); err != nil {
 				t.Fatal(err)
 			}
-			if e.nonTemplateVMs() != 0 || e.volume(e.p.isoVolid(d.prog.VMID, spec.Owner.UID)) != nil {
+			if e.nonTemplateVMs() != 0 || e.volume(e.p.isoVolid(mustVMID(d.prog.ID), spec.Owner.UID)) != nil {
 				t.Fatal("VM or ISO left behind")
 			}
 		})
@@ -268,7 +268,7 @@ func TestPlacementCapacity(t *testing.T) {
 		t.Fatalf("third VM in a two-id range: %v", err)
 	}
 	// Deleting a placed-only claim frees its id.
-	if res, err := e.p.DeleteVM(ctx, half(0).Owner, provider.Progress{VMID: 1000, Node: "pve1"}); err != nil || !res.Done {
+	if res, err := e.p.DeleteVM(ctx, half(0).Owner, provider.Progress{ID: FormatID(1000), Node: "pve1"}); err != nil || !res.Done {
 		t.Fatalf("DeleteVM of a placement: %+v %v", res, err)
 	}
 	if _, err := e.p.EnsureVM(ctx, small(1), provider.Progress{}); err != nil {
@@ -305,7 +305,7 @@ func TestTwoNodesPlacement(t *testing.T) {
 	}
 	s := testSpec("runner-x", "uid-x")
 	d := e.ensure(e.p, s, provider.Progress{}, provider.PhaseRunning, 200)
-	if v := e.vm(d.prog.VMID); v == nil || v.Node != d.prog.Node || v.Node == "pve3" {
+	if v := e.vm(mustVMID(d.prog.ID)); v == nil || v.Node != d.prog.Node || v.Node == "pve3" {
 		t.Fatalf("VM %+v, progress %+v", v, d.prog)
 	}
 }
@@ -326,9 +326,9 @@ func TestMigratedVMIsDeleted(t *testing.T) {
 	}
 	// The simulator has no migrate call; a Progress naming the old node is
 	// exactly what the provider sees after a migration.
-	stale := provider.Progress{VMID: d.prog.VMID, Node: "pve1"}
+	stale := provider.Progress{ID: FormatID(mustVMID(d.prog.ID)), Node: "pve1"}
 	e.remove(e.p, spec.Owner, stale, 40)
-	if e.vm(d.prog.VMID) != nil {
+	if e.vm(mustVMID(d.prog.ID)) != nil {
 		t.Fatal("DeleteVM with a stale node reported Done and left the VM")
 	}
 }

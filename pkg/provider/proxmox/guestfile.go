@@ -21,7 +21,11 @@ import (
 // The guest agent creates a new file with mode 0666 whatever its umask
 // (an existing file keeps its mode): the caller's directory is what keeps
 // the file from the guest's other users.
-func (p *Provider) PlaceGuestFile(ctx context.Context, owner provider.Owner, ref provider.VMRef, file provider.GuestFile) error {
+func (p *Provider) PlaceGuestFile(ctx context.Context, owner provider.Owner, at provider.VMRef, file provider.GuestFile) error {
+	ref, err := refOf(at)
+	if err != nil {
+		return err
+	}
 	if err := provider.CheckGuestFile(file); err != nil {
 		return err
 	}

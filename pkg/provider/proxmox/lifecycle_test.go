@@ -41,7 +41,7 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Phase != provider.PhasePlaced || res.Progress.VMID != 1000 || res.Progress.Node != "pve1" || res.Progress.Task != nil {
+	if res.Phase != provider.PhasePlaced || mustVMID(res.Progress.ID) != 1000 || res.Progress.Node != "pve1" || res.Progress.Task != nil {
 		t.Fatalf("placement: %+v", res)
 	}
 	if e.nonTemplateVMs() != 0 {
@@ -52,7 +52,7 @@ func TestLifecycle(t *testing.T) {
 	if err != nil || again.Progress != res.Progress {
 		t.Fatalf("second placement: %+v %v", again, err)
 	}
-	vmid := res.Progress.VMID
+	vmid := mustVMID(res.Progress.ID)
 
 	// Until the guest boots, the ISO is on storage and attached.
 	d := e.ensure(e.p, spec, res.Progress, provider.PhaseBooting, 50)
@@ -114,7 +114,7 @@ func TestLifecycle(t *testing.T) {
 	}
 	// The VM's secrets (its runner credential, or its join token) reach
 	// the running VM through its guest agent: part of every lifecycle.
-	if err := e.p.PlaceGuestFile(ctx, spec.Owner, provider.VMRef{VMID: vmid, Node: "pve1"},
+	if err := e.p.PlaceGuestFile(ctx, spec.Owner, provider.VMRef{ID: FormatID(vmid), Node: "pve1"},
 		provider.GuestFile{Path: "/run/hyperfleet/secrets.json", Content: []byte(`{"jitConfig":"eyJh"}`)}); err != nil {
 		t.Fatalf("PlaceGuestFile: %v", err)
 	}
@@ -133,18 +133,18 @@ func TestLifecycle(t *testing.T) {
 	}
 	var listed *provider.VMSummary
 	for i := range vms {
-		if vms[i].VMID == vmid {
+		if mustVMID(vms[i].ID) == vmid {
 			listed = &vms[i]
 		}
 	}
 	if listed == nil || !listed.OperatorTagged || listed.Template || listed.Node != "pve1" {
 		t.Fatalf("listing: %+v", vms)
 	}
-	got, err := e.p.GetVM(ctx, provider.VMRef{VMID: vmid})
+	got, err := e.p.GetVM(ctx, provider.VMRef{ID: FormatID(vmid)})
 	if err != nil || got.Owner == nil || got.Owner.UID != "uid-aaaa" || got.Power != provider.PowerRunning || got.OwnershipError != nil {
 		t.Fatalf("GetVM: %+v %v", got, err)
 	}
-	if _, err := e.p.GetVM(ctx, provider.VMRef{VMID: 1999, Node: "pve1"}); !errors.Is(err, provider.ErrNotFound) {
+	if _, err := e.p.GetVM(ctx, provider.VMRef{ID: FormatID(1999), Node: "pve1"}); !errors.Is(err, provider.ErrNotFound) {
 		t.Fatalf("GetVM of a missing VM: %v", err)
 	}
 
@@ -286,7 +286,7 @@ func TestSetPower(t *testing.T) {
 		t.Fatalf("shutdown: %+v %v", task, err)
 	}
 	e.advance(10 * time.Second)
-	if e.vm(ref.VMID).Status != "stopped" {
+	if e.vm(mustVMID(ref.ID)).Status != "stopped" {
 		t.Fatal("shutdown did not stop the VM")
 	}
 	if task, err := e.p.SetPower(ctx, spec.Owner, ref, provider.PowerOff); err != nil || task != nil {
@@ -296,7 +296,7 @@ func TestSetPower(t *testing.T) {
 	if err != nil || res.Phase != provider.PhaseStopped {
 		t.Fatalf("EnsureVM on a stopped VM: %+v %v", res, err)
 	}
-	task, err = e.p.SetPower(ctx, spec.Owner, provider.VMRef{VMID: ref.VMID}, provider.PowerOn)
+	task, err = e.p.SetPower(ctx, spec.Owner, provider.VMRef{ID: FormatID(mustVMID(ref.ID))}, provider.PowerOn)
 	if err != nil || task == nil || task.Operation != "start" {
 		t.Fatalf("PowerOn: %+v %v", task, err)
 	}
@@ -312,7 +312,7 @@ func TestStoppedBeforeBoot(t *testing.T) {
 	if d.prog.Task == nil || d.prog.Task.Operation != opBoot {
 		t.Fatalf("booting progress: %+v", d.prog)
 	}
-	if err := e.sim.GuestPowerOff(d.prog.VMID); err != nil {
+	if err := e.sim.GuestPowerOff(mustVMID(d.prog.ID)); err != nil {
 		t.Fatal(err)
 	}
 	// One call: the ISO is ejected and its deletion started.
@@ -320,16 +320,16 @@ func TestStoppedBeforeBoot(t *testing.T) {
 	if err != nil || res.Phase != provider.PhaseStopped || res.RetryAfter != 0 || res.Progress.Task != nil {
 		t.Fatalf("after an early power-off: %+v %v", res, err)
 	}
-	if got := e.vm(d.prog.VMID).Config["ide2"]; got != "none,media=cdrom" {
+	if got := e.vm(mustVMID(d.prog.ID)).Config["ide2"]; got != "none,media=cdrom" {
 		t.Fatalf("ide2 of the stopped VM = %q, want the ISO ejected", got)
 	}
-	if e.volume(e.p.isoVolid(d.prog.VMID, "uid-ssss")) != nil {
+	if e.volume(e.p.isoVolid(mustVMID(d.prog.ID), "uid-ssss")) != nil {
 		t.Fatalf("final Stopped %+v with the ISO still present", res)
 	}
 	// Even a new provider with a Progress that lost the boot marker sees a
 	// VM that has run.
 	fresh := e.newProvider(e.cfg)
-	res, err = fresh.EnsureVM(ctx, spec, provider.Progress{VMID: d.prog.VMID, Node: d.prog.Node})
+	res, err = fresh.EnsureVM(ctx, spec, provider.Progress{ID: FormatID(mustVMID(d.prog.ID)), Node: d.prog.Node})
 	for err == nil && res.Phase != provider.PhaseStopped && res.Progress.Task != nil {
 		e.advance(res.RetryAfter)
 		res, err = fresh.EnsureVM(ctx, spec, res.Progress)
@@ -337,11 +337,11 @@ func TestStoppedBeforeBoot(t *testing.T) {
 	if err != nil || res.Phase != provider.PhaseStopped {
 		t.Fatalf("restart after an early power-off: %+v %v", res, err)
 	}
-	if e.vm(d.prog.VMID).Status != "stopped" {
+	if e.vm(mustVMID(d.prog.ID)).Status != "stopped" {
 		t.Fatal("the VM was started again")
 	}
 	e.remove(fresh, spec.Owner, res.Progress, 30)
-	if e.volume(e.p.isoVolid(d.prog.VMID, "uid-ssss")) != nil || e.nonTemplateVMs() != 0 {
+	if e.volume(e.p.isoVolid(mustVMID(d.prog.ID), "uid-ssss")) != nil || e.nonTemplateVMs() != 0 {
 		t.Fatal("VM or ISO left behind")
 	}
 }

@@ -29,12 +29,15 @@ import (
 // holds the VM's single-use runner credential, and nothing may keep it on
 // storage past the VM's useful life (docs/security.md).
 func (p *Provider) RemoveCloudInitMedia(ctx context.Context, owner provider.Owner, prev provider.Progress) (*provider.DeleteResult, error) {
-	prog := provider.Progress{VMID: prev.VMID, Node: prev.Node, Task: prev.Task}
+	prog, err := progressOf(prev)
+	if err != nil {
+		return nil, err
+	}
 	if prog.VMID == 0 {
 		return &provider.DeleteResult{Done: true, Message: "no VM was created"}, nil
 	}
 	wait := func(format string, args ...any) *provider.DeleteResult {
-		r := &provider.DeleteResult{Progress: prog, Message: fmt.Sprintf(format, args...)}
+		r := &provider.DeleteResult{Progress: prog.public(), Message: fmt.Sprintf(format, args...)}
 		r.RetryAfter = lockedVM
 		if prog.Task != nil {
 			t := *prog.Task
@@ -76,7 +79,7 @@ func (p *Provider) RemoveCloudInitMedia(ctx context.Context, owner provider.Owne
 	}
 	if prog.Node == "" {
 		// Never created anywhere: no file was ever uploaded for it.
-		return &provider.DeleteResult{Progress: prog, Done: true, Message: fmt.Sprintf("VM %d does not exist", prog.VMID)}, nil
+		return &provider.DeleteResult{Progress: prog.public(), Done: true, Message: fmt.Sprintf("VM %d does not exist", prog.VMID)}, nil
 	}
 	if res, err := p.ejectForRemoval(ctx, owner, &prog); res != nil || err != nil {
 		return res, err
@@ -94,13 +97,13 @@ func (p *Provider) RemoveCloudInitMedia(ctx context.Context, owner provider.Owne
 		p.setInflight(prog.VMID, owner.UID, prog.Task)
 		return wait("deleting the cloud-init ISO of VM %d", prog.VMID), nil
 	}
-	return &provider.DeleteResult{Progress: prog, Done: true, Message: fmt.Sprintf("VM %d has no cloud-init ISO left", prog.VMID)}, nil
+	return &provider.DeleteResult{Progress: prog.public(), Done: true, Message: fmt.Sprintf("VM %d has no cloud-init ISO left", prog.VMID)}, nil
 }
 
 // ejectForRemoval detaches the owner's ISO from its VM if a drive holds
 // it. It returns (nil, nil) when no drive holds it (or the VM is gone), a
 // result to wait, or ErrNotOwned.
-func (p *Provider) ejectForRemoval(ctx context.Context, owner provider.Owner, prog *provider.Progress) (*provider.DeleteResult, error) {
+func (p *Provider) ejectForRemoval(ctx context.Context, owner provider.Owner, prog *progress) (*provider.DeleteResult, error) {
 	cfg, err := p.api.config(ctx, prog.Node, prog.VMID)
 	if isNotFound(err) {
 		return nil, nil
@@ -109,7 +112,7 @@ func (p *Provider) ejectForRemoval(ctx context.Context, owner provider.Owner, pr
 		return nil, err
 	}
 	if l := cfg["lock"]; l != "" {
-		return &provider.DeleteResult{Progress: *prog, RetryAfter: lockedVM, Message: fmt.Sprintf("VM %d is locked (%s); waiting to remove its cloud-init ISO", prog.VMID, l)}, nil
+		return &provider.DeleteResult{Progress: prog.public(), RetryAfter: lockedVM, Message: fmt.Sprintf("VM %d is locked (%s); waiting to remove its cloud-init ISO", prog.VMID, l)}, nil
 	}
 	marker, err := p.marker(ctx)
 	if err != nil {
@@ -125,7 +128,7 @@ func (p *Provider) ejectForRemoval(ctx context.Context, owner provider.Owner, pr
 	err = p.api.call(ctx, http.MethodPut, fmt.Sprintf("/nodes/%s/qemu/%d/config", prog.Node, prog.VMID), nil,
 		map[string]any{slot: "none,media=cdrom"}, nil)
 	if isLock(err) {
-		return &provider.DeleteResult{Progress: *prog, RetryAfter: lockedVM, Message: fmt.Sprintf("VM %d is locked; retrying to eject its cloud-init ISO", prog.VMID)}, nil
+		return &provider.DeleteResult{Progress: prog.public(), RetryAfter: lockedVM, Message: fmt.Sprintf("VM %d is locked; retrying to eject its cloud-init ISO", prog.VMID)}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("eject the cloud-init ISO of VM %d: %w", prog.VMID, err)
@@ -194,7 +197,7 @@ func (p *Provider) ListCloudInitMedia(ctx context.Context) ([]provider.CloudInit
 				continue
 			}
 			seen[e.Volid] = true
-			out = append(out, provider.CloudInitMedium{ID: e.Volid, Node: n.Node, VMID: vmid, OwnerDigest: digest})
+			out = append(out, provider.CloudInitMedium{ID: e.Volid, Node: n.Node, VM: FormatID(vmid), OwnerDigest: digest})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
@@ -211,30 +214,30 @@ func (p *Provider) ListCloudInitMedia(ctx context.Context) ([]provider.CloudInit
 //	otherwise                            -> delete the file (task)
 func (p *Provider) DeleteCloudInitMedium(ctx context.Context, m provider.CloudInitMedium) (*provider.DeleteResult, error) {
 	vmid, digest, ok := p.parseISOVolid(m.ID)
-	if !ok || vmid != m.VMID || digest != m.OwnerDigest || m.Node == "" {
+	if !ok || FormatID(vmid) != m.VM || digest != m.OwnerDigest || m.Node == "" {
 		return nil, provider.Errorf(provider.ClassPermanent, "NotOwned", "%w: %q on node %q is not a cloud-init ISO of this install", provider.ErrNotOwned, m.ID, m.Node)
 	}
-	prog := provider.Progress{VMID: vmid, Node: m.Node}
+	prog := progress{VMID: vmid, Node: m.Node}
 	present, err := p.api.volumeExists(ctx, m.Node, p.cfg.ISOStorage, m.ID)
 	if err != nil {
 		return nil, fmt.Errorf("read the cloud-init ISO %s on node %s: %w", m.ID, m.Node, err)
 	}
 	if !present {
 		p.setMediumTask(m.ID, nil)
-		return &provider.DeleteResult{Progress: prog, Done: true, Message: fmt.Sprintf("cloud-init ISO %s is gone", m.ID)}, nil
+		return &provider.DeleteResult{Progress: prog.public(), Done: true, Message: fmt.Sprintf("cloud-init ISO %s is gone", m.ID)}, nil
 	}
 	if t := p.mediumTask(m.ID); t != nil {
 		st, err := p.api.task(ctx, t.ID)
 		switch {
 		case err == nil && st.running():
 			prog.Task = t
-			return &provider.DeleteResult{Progress: prog, RetryAfter: pollDelay(p, t), Message: fmt.Sprintf("deleting cloud-init ISO %s", m.ID)}, nil
+			return &provider.DeleteResult{Progress: prog.public(), RetryAfter: pollDelay(p, t), Message: fmt.Sprintf("deleting cloud-init ISO %s", m.ID)}, nil
 		case err != nil && !isNotFound(err):
 			return nil, err
 		}
 		p.setMediumTask(m.ID, nil)
 	}
-	if err := p.mediumInUse(ctx, m); err != nil {
+	if err := p.mediumInUse(ctx, m, vmid); err != nil {
 		return nil, err
 	}
 	upid, err := p.api.upid(ctx, http.MethodDelete, fmt.Sprintf("/nodes/%s/storage/%s/content/%s", m.Node, p.cfg.ISOStorage, m.ID), nil, nil)
@@ -245,30 +248,30 @@ func (p *Provider) DeleteCloudInitMedium(ctx context.Context, m provider.CloudIn
 	p.setMediumTask(m.ID, t)
 	p.log.Info("Deleting a stray cloud-init ISO", "volume", m.ID, "node", m.Node, "vmid", vmid)
 	prog.Task = t
-	return &provider.DeleteResult{Progress: prog, RetryAfter: minPoll, Message: fmt.Sprintf("deleting cloud-init ISO %s", m.ID)}, nil
+	return &provider.DeleteResult{Progress: prog.public(), RetryAfter: minPoll, Message: fmt.Sprintf("deleting cloud-init ISO %s", m.ID)}, nil
 }
 
 // mediumInUse returns ErrInUse when the VM the medium was written for
 // exists and may still need it: being cloned (no marker to read yet),
 // carrying a marker that verifies for the medium's owner, or having the
 // file attached.
-func (p *Provider) mediumInUse(ctx context.Context, m provider.CloudInitMedium) error {
-	node, err := p.locate(ctx, m.VMID)
+func (p *Provider) mediumInUse(ctx context.Context, m provider.CloudInitMedium, vmid int) error {
+	node, err := p.locate(ctx, vmid)
 	if isNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	cfg, err := p.api.config(ctx, node, m.VMID)
+	cfg, err := p.api.config(ctx, node, vmid)
 	if isNotFound(err) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("read VM %d on node %s: %w", m.VMID, node, err)
+		return fmt.Errorf("read VM %d on node %s: %w", vmid, node, err)
 	}
 	inUse := func(why string) error {
-		return provider.Errorf(provider.ClassPermanent, "InUse", "%w: %s: VM %d %s", provider.ErrInUse, m.ID, m.VMID, why)
+		return provider.Errorf(provider.ClassPermanent, "InUse", "%w: %s: VM %d %s", provider.ErrInUse, m.ID, vmid, why)
 	}
 	if cfg["lock"] == "clone" {
 		return inUse("is being cloned")
@@ -280,7 +283,7 @@ func (p *Provider) mediumInUse(ctx context.Context, m provider.CloudInitMedium) 
 	if err != nil {
 		return err
 	}
-	if rec, err := marker.Verify(cfg["description"], m.VMID); err == nil && provider.OwnerDigest(rec.UID) == m.OwnerDigest {
+	if rec, err := marker.Verify(cfg["description"], vmid); err == nil && provider.OwnerDigest(rec.UID) == m.OwnerDigest {
 		return inUse(fmt.Sprintf("belongs to its claim %s/%s", rec.Namespace, rec.Name))
 	}
 	return nil

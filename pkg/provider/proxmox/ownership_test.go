@@ -73,7 +73,7 @@ func (e *env) assertUntouched(vmid int, owner provider.Owner, want error) {
 	if before == nil || before.Status != "running" {
 		e.t.Fatalf("VM %d before: %+v", vmid, before)
 	}
-	prog := provider.Progress{VMID: vmid, Node: "pve1"}
+	prog := provider.Progress{ID: FormatID(vmid), Node: "pve1"}
 	for i := 0; i < 3; i++ {
 		if _, err := e.p.DeleteVM(ctx, owner, prog); !errors.Is(err, provider.ErrNotOwned) || provider.Classify(err) != provider.ClassPermanent {
 			e.t.Fatalf("DeleteVM of VM %d: %v", vmid, err)
@@ -174,7 +174,7 @@ func TestForeignMarkersAreNeverTouched(t *testing.T) {
 		e.foreignVM("1506", e.signer.Description("", r))
 		before := e.vm(1506)
 		ctx := context.Background()
-		if _, err := e.p.DeleteVM(ctx, victim, provider.Progress{VMID: 1506, Node: "pve1"}); !errors.Is(err, provider.ErrNotOwned) {
+		if _, err := e.p.DeleteVM(ctx, victim, provider.Progress{ID: FormatID(1506), Node: "pve1"}); !errors.Is(err, provider.ErrNotOwned) {
 			t.Fatalf("DeleteVM for another claim: %v", err)
 		}
 		if e.vm(1506).Description != before.Description || e.vm(1506).Status != "running" {
@@ -185,8 +185,8 @@ func TestForeignMarkersAreNeverTouched(t *testing.T) {
 		e.t = t
 		spec := testSpec("victim", "uid-victim")
 		before := e.vm(1500)
-		res, err := e.p.EnsureVM(context.Background(), spec, provider.Progress{VMID: 1500, Node: "pve1"})
-		if err != nil || res.Phase != provider.PhasePlaced || res.Progress.VMID == 1500 || res.Progress.VMID == 0 {
+		res, err := e.p.EnsureVM(context.Background(), spec, provider.Progress{ID: FormatID(1500), Node: "pve1"})
+		if err != nil || res.Phase != provider.PhasePlaced || mustVMID(res.Progress.ID) == 1500 || mustVMID(res.Progress.ID) == 0 {
 			t.Fatalf("EnsureVM at a foreign id: %+v %v", res, err)
 		}
 		d := e.ensure(e.p, spec, res.Progress, provider.PhaseRunning, 200)
@@ -194,7 +194,7 @@ func TestForeignMarkersAreNeverTouched(t *testing.T) {
 		if after.Description != before.Description || after.Tags != before.Tags || after.Status != "running" {
 			t.Fatal("the foreign VM was touched")
 		}
-		if d.prog.VMID == 1500 {
+		if mustVMID(d.prog.ID) == 1500 {
 			t.Fatal("the claim kept the foreign id")
 		}
 	})
@@ -208,7 +208,7 @@ func TestRestartMidClone(t *testing.T) {
 	ctx := context.Background()
 	spec := testSpec("runner-r", "uid-rest")
 	d := e.ensure(e.p, spec, provider.Progress{}, provider.PhaseCloning, 5)
-	lost := provider.Progress{VMID: d.prog.VMID, Node: d.prog.Node}
+	lost := provider.Progress{ID: FormatID(mustVMID(d.prog.ID)), Node: d.prog.Node}
 
 	// The same instance, called again with the Progress from before the
 	// clone, follows its own clone.
@@ -226,8 +226,8 @@ func TestRestartMidClone(t *testing.T) {
 		}
 	}
 	d = e.ensure(p2, spec, lost, provider.PhaseRunning, 200)
-	if d.prog.VMID != lost.VMID {
-		t.Fatalf("the VM moved to %d", d.prog.VMID)
+	if mustVMID(d.prog.ID) != mustVMID(lost.ID) {
+		t.Fatalf("the VM moved to %d", mustVMID(d.prog.ID))
 	}
 	if n := cloneTasks(e); n != 1 || e.nonTemplateVMs() != 1 {
 		t.Fatalf("%d clone tasks, %d VMs; want 1 and 1", n, e.nonTemplateVMs())
@@ -269,13 +269,13 @@ func TestRestartAtEveryStep(t *testing.T) {
 			prog = res.Progress
 			break
 		}
-		prog = provider.Progress{VMID: res.Progress.VMID, Node: res.Progress.Node}
+		prog = provider.Progress{ID: FormatID(mustVMID(res.Progress.ID)), Node: res.Progress.Node}
 		e.advance(max(res.RetryAfter, 250*time.Millisecond))
 	}
 	if n := cloneTasks(e); n != 1 || e.nonTemplateVMs() != 1 {
 		t.Fatalf("%d clone tasks, %d VMs; want 1 and 1", n, e.nonTemplateVMs())
 	}
-	if e.volume(e.p.isoVolid(prog.VMID, spec.Owner.UID)) != nil {
+	if e.volume(e.p.isoVolid(mustVMID(prog.ID), spec.Owner.UID)) != nil {
 		t.Fatal("ISO left while Running")
 	}
 	for i := 0; ; i++ {
@@ -289,7 +289,7 @@ func TestRestartAtEveryStep(t *testing.T) {
 		if res.Done {
 			break
 		}
-		prog = provider.Progress{VMID: res.Progress.VMID, Node: res.Progress.Node}
+		prog = provider.Progress{ID: FormatID(mustVMID(res.Progress.ID)), Node: res.Progress.Node}
 		e.advance(max(res.RetryAfter, 250*time.Millisecond))
 	}
 	if e.nonTemplateVMs() != 0 {
@@ -313,18 +313,18 @@ func TestTakenVMIDAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pa.Progress.VMID != pb.Progress.VMID {
-		t.Skipf("ids differ (%d, %d); nothing to race", pa.Progress.VMID, pb.Progress.VMID)
+	if mustVMID(pa.Progress.ID) != mustVMID(pb.Progress.ID) {
+		t.Skipf("ids differ (%d, %d); nothing to race", mustVMID(pa.Progress.ID), mustVMID(pb.Progress.ID))
 	}
 	da := e.ensure(p2, b, pb.Progress, provider.PhaseRunning, 200)
 	db := e.ensure(e.p, a, pa.Progress, provider.PhaseRunning, 200)
-	if da.prog.VMID == db.prog.VMID || e.nonTemplateVMs() != 2 {
-		t.Fatalf("claims share VM %d (%d VMs)", da.prog.VMID, e.nonTemplateVMs())
+	if mustVMID(da.prog.ID) == mustVMID(db.prog.ID) || e.nonTemplateVMs() != 2 {
+		t.Fatalf("claims share VM %d (%d VMs)", mustVMID(da.prog.ID), e.nonTemplateVMs())
 	}
 	for _, x := range []struct {
 		spec *provider.VMSpec
 		vmid int
-	}{{b, da.prog.VMID}, {a, db.prog.VMID}} {
+	}{{b, mustVMID(da.prog.ID)}, {a, mustVMID(db.prog.ID)}} {
 		rec, err := e.signer.Verify(e.vm(x.vmid).Description, x.vmid)
 		if err != nil || rec.UID != x.spec.Owner.UID {
 			t.Fatalf("VM %d marker %+v %v", x.vmid, rec, err)
@@ -341,7 +341,7 @@ func TestOwnershipBoundToStandaloneNode(t *testing.T) {
 	}
 	owner := provider.Owner{Namespace: "ci", Name: "solo", UID: "uid-solo", CreatedAt: t0}
 	e.foreignVM("1510", e.signer.Description("", ownership.Record{Namespace: "ci", Name: "solo", UID: "uid-solo", VMID: 1510, CreatedAt: t0}))
-	vm, err := e.p.GetVM(context.Background(), provider.VMRef{VMID: 1510})
+	vm, err := e.p.GetVM(context.Background(), provider.VMRef{ID: FormatID(1510)})
 	if err != nil || vm.Owner == nil || vm.Owner.UID != owner.UID {
 		t.Fatalf("GetVM on a standalone node: %+v, %v", vm, err)
 	}

@@ -195,7 +195,7 @@ func (p *Provider) freeMemoryLocked(r *reservation) {
 // adopt re-creates the reservation of a VM this process did not place (after
 // a restart), so that no other owner is given its id; a reservation of the
 // id by someone else is left alone (whoever clones first keeps the id).
-func (p *Provider) adopt(spec *provider.VMSpec, prog provider.Progress) {
+func (p *Provider) adopt(spec *provider.VMSpec, prog progress) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if r := p.reservationLocked(spec.Owner.UID); r != nil {

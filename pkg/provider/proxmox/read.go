@@ -23,21 +23,24 @@ func (p *Provider) ListVMs(ctx context.Context) ([]provider.VMSummary, error) {
 	}
 	p.noteListing(rs)
 	p.setView(newView(p.clock.Now(), rs))
-	out := make([]provider.VMSummary, 0, len(rs))
+	vms := make([]resource, 0, len(rs))
 	for _, r := range rs {
-		if r.Type != "qemu" {
-			continue
+		if r.Type == "qemu" {
+			vms = append(vms, r)
 		}
-		out = append(out, p.summary(r))
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].VMID < out[j].VMID })
+	sort.Slice(vms, func(i, j int) bool { return vms[i].VMID < vms[j].VMID })
+	out := make([]provider.VMSummary, len(vms))
+	for i, r := range vms {
+		out[i] = p.summary(r)
+	}
 	return out, nil
 }
 
 func (p *Provider) summary(r resource) provider.VMSummary {
 	tags := splitTags(r.Tags)
 	s := provider.VMSummary{
-		VMID: r.VMID, Node: r.Node, Name: r.Name, Power: powerState(r.Status), Template: r.Template == 1,
+		ID: FormatID(r.VMID), Node: r.Node, Name: r.Name, Power: powerState(r.Status), Template: r.Template == 1,
 		Lock: r.Lock, Tags: tags, OperatorTagged: p.signer.HasOperatorTag(tags),
 		InstallNamed: p.signer.VerifyVMName(r.Name, r.VMID),
 	}
@@ -61,7 +64,11 @@ func powerState(status string) provider.PowerState {
 
 // GetVM implements provider.Provider: the config (for the marker) and the
 // current status (for power, lock and uptime).
-func (p *Provider) GetVM(ctx context.Context, ref provider.VMRef) (*provider.VM, error) {
+func (p *Provider) GetVM(ctx context.Context, at provider.VMRef) (*provider.VM, error) {
+	ref, err := refOf(at)
+	if err != nil {
+		return nil, err
+	}
 	node := ref.Node
 	if node == "" {
 		var err error
@@ -79,7 +86,7 @@ func (p *Provider) GetVM(ctx context.Context, ref provider.VMRef) (*provider.VM,
 	}
 	tags := splitTags(cfg["tags"])
 	vm := &provider.VM{VMSummary: provider.VMSummary{
-		VMID: ref.VMID, Node: node, Name: cfg["name"], Power: powerState(st.Status), Template: cfg["template"] == "1",
+		ID: at.ID, Node: node, Name: cfg["name"], Power: powerState(st.Status), Template: cfg["template"] == "1",
 		Lock: cfg["lock"], Tags: tags, OperatorTagged: p.signer.HasOperatorTag(tags),
 		InstallNamed: p.signer.VerifyVMName(cfg["name"], ref.VMID),
 	}}
@@ -101,7 +108,11 @@ func (p *Provider) GetVM(ctx context.Context, ref provider.VMRef) (*provider.VM,
 }
 
 // SetPower implements provider.Provider.
-func (p *Provider) SetPower(ctx context.Context, owner provider.Owner, ref provider.VMRef, action provider.PowerAction) (*provider.Task, error) {
+func (p *Provider) SetPower(ctx context.Context, owner provider.Owner, at provider.VMRef, action provider.PowerAction) (*provider.Task, error) {
+	ref, err := refOf(at)
+	if err != nil {
+		return nil, err
+	}
 	node := ref.Node
 	if node == "" {
 		var err error

@@ -1,0 +1,84 @@
+package proxmox
+
+import (
+	"fmt"
+
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// ids is the scheme of the provider.IDs this provider writes.
+var ids = provider.IntIDs{Prefix: "proxmox://", Hypervisor: "Proxmox"}
+
+// FormatID is the provider.ID of the VM with Proxmox id vmid:
+// "proxmox://<vmid>". The node is not part of it: a Proxmox VM id is
+// unique in its cluster and a VM keeps it when it migrates, so the ID
+// names the VM wherever it runs (provider.Progress carries the node as a
+// hint).
+func FormatID(vmid int) provider.ID { return ids.Format(vmid) }
+
+// ParseID returns the Proxmox VM id of id, or an error (ClassPermanent,
+// reason InvalidVMID) when id is not one FormatID writes.
+func ParseID(id provider.ID) (int, error) { return ids.Parse(id) }
+
+// progress is provider.Progress with the VM id parsed: what the
+// provider's steps work on.
+type progress struct {
+	VMID int
+	Node string
+	Task *provider.Task
+}
+
+// progressOf parses the caller's Progress; a Progress without an ID has
+// VMID zero.
+func progressOf(p provider.Progress) (progress, error) {
+	out := progress{Node: p.Node, Task: p.Task}
+	if p.ID == "" {
+		return out, nil
+	}
+	vmid, err := ParseID(p.ID)
+	if err != nil {
+		return progress{}, fmt.Errorf("progress: %w", err)
+	}
+	out.VMID = vmid
+	return out, nil
+}
+
+// public is the Progress the caller persists.
+func (p progress) public() provider.Progress {
+	out := provider.Progress{Node: p.Node, Task: p.Task}
+	if p.VMID != 0 {
+		out.ID = FormatID(p.VMID)
+	}
+	return out
+}
+
+// vmRef is provider.VMRef with the VM id parsed.
+type vmRef struct {
+	VMID int
+	Node string
+}
+
+// refOf parses the caller's VMRef.
+func refOf(r provider.VMRef) (vmRef, error) {
+	vmid, err := ParseID(r.ID)
+	if err != nil {
+		return vmRef{}, err
+	}
+	return vmRef{VMID: vmid, Node: r.Node}, nil
+}
+
+// CheckRef implements provider.Provider: ref must be a Proxmox VM id in
+// the cluster's vmidRange, on a node placement may use (or no node).
+func (p *Provider) CheckRef(at provider.VMRef) error {
+	ref, err := refOf(at)
+	if err != nil {
+		return provider.Errorf(provider.ClassConfiguration, "InvalidVMRef", "%w", err)
+	}
+	if ref.VMID < p.cfg.VMIDStart || ref.VMID > p.cfg.VMIDEnd {
+		return provider.Errorf(provider.ClassConfiguration, "InvalidVMRef", "VM id %d is outside the cluster's vmidRange %d-%d", ref.VMID, p.cfg.VMIDStart, p.cfg.VMIDEnd)
+	}
+	if ref.Node != "" && !p.allowed(ref.Node) {
+		return provider.Errorf(provider.ClassConfiguration, "InvalidVMRef", "node %s is not in the cluster's nodes %v", ref.Node, p.cfg.Nodes)
+	}
+	return nil
+}
