@@ -2,9 +2,10 @@ package chart_test
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 
@@ -56,12 +57,12 @@ func compareSchema(t *testing.T, path string, values map[string]any, node *schem
 	if node.AdditionalProperties != false {
 		t.Errorf("values.schema.json: %s lists its properties but does not close the map (additionalProperties: false)", name)
 	}
-	for _, k := range sortedAnyKeys(values) {
+	for _, k := range slices.Sorted(maps.Keys(values)) {
 		if _, ok := node.Properties[k]; !ok {
 			t.Errorf("values.yaml has %s%s, values.schema.json does not describe it", path, k)
 		}
 	}
-	for _, k := range sortedSchemaKeys(node.Properties) {
+	for _, k := range slices.Sorted(maps.Keys(node.Properties)) {
 		prop := node.Properties[k]
 		v, ok := values[k]
 		if !ok {
@@ -75,24 +76,6 @@ func compareSchema(t *testing.T, path string, values map[string]any, node *schem
 			compareSchema(t, path+k+".", m, prop)
 		}
 	}
-}
-
-func sortedAnyKeys(m map[string]any) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func sortedSchemaKeys(m map[string]*schemaNode) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // TestSchemaRefusesWrongValues: helm lint --strict and helm template both
