@@ -33,6 +33,14 @@ SPIRE_BUILD := hack/spire/build.sh
 # (a chart reads only its own files), and test/chart checks that both
 # install the same objects.
 CHART_DIR := charts/hyperfleet
+# The chart's CRDs are templates (templates/crds), so that helm upgrade
+# updates them (Helm never upgrades a chart's crds/ directory): each is
+# config/'s, guarded by crds.enabled and, with crds.keep, annotated
+# helm.sh/resource-policy: keep so that helm uninstall leaves the CRDs, and
+# with them every claim, in place (cert-manager's pattern). CRD_KEEP is the
+# awk program that adds the annotation after controller-gen's.
+CRD_KEEP := {print} /^    controller-gen.kubebuilder.io\/version:/ { \
+	print "    {{- if .Values.crds.keep }}"; print "    helm.sh/resource-policy: keep"; print "    {{- end }}" }
 CHART_CONFIG_FILES := rbac/role.yaml rbac/leader_election_role.yaml rbac/metrics_auth_role.yaml \
 	rbac/metrics_reader_role.yaml rbac/secret_reader_role.yaml admission/protected_metadata_policy.yaml
 
@@ -81,12 +89,14 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code for the API types.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths="./api/..."
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC into config/ and copy them (and the roles and admission policy) into the chart.
+manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC into config/ and copy them (the CRDs as templates, the roles and admission policy as files) into the chart.
 	$(CONTROLLER_GEN) crd paths="./api/..." output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=hyperfleet-manager paths="./internal/..." output:rbac:artifacts:config=config/rbac
-	rm -rf $(CHART_DIR)/crds $(CHART_DIR)/files/config
-	mkdir -p $(CHART_DIR)/crds
-	cp config/crd/bases/*.yaml $(CHART_DIR)/crds/
+	rm -rf $(CHART_DIR)/crds $(CHART_DIR)/templates/crds $(CHART_DIR)/files/config
+	mkdir -p $(CHART_DIR)/templates/crds
+	for f in config/crd/bases/*.yaml; do \
+		{ echo '{{- if .Values.crds.enabled }}'; awk '$(CRD_KEEP)' $$f; echo '{{- end }}'; } > $(CHART_DIR)/templates/crds/$$(basename $$f); \
+	done
 	for f in $(CHART_CONFIG_FILES); do \
 		mkdir -p $(CHART_DIR)/files/config/$$(dirname $$f) && cp config/$$f $(CHART_DIR)/files/config/$$f; \
 	done

@@ -3,10 +3,13 @@
 // template with the default values and with every optional part on
 // (testdata/everything-on.yaml), each rendered object server-side applied
 // to the real kube-apiserver with strict field validation; values the chart
-// must refuse; the Secret-reading bindings and flag, and the trusted CAs
-// (manager_test.go); and (compare_test.go) that the chart and config/
+// must refuse, and values.schema.json against values.yaml (schema_test.go);
+// the Secret-reading bindings and flag, and the trusted CAs
+// (manager_test.go); (compare_test.go) that the chart and config/
 // (kustomize) install the same objects but for the differences listed
-// there.
+// there; and (lifecycle_test.go) helm install, upgrade and uninstall
+// against the real kube-apiserver: an upgrade updates the CRDs, an
+// uninstall keeps them and every claim.
 package chart_test
 
 import (
@@ -69,9 +72,10 @@ func (r release) fullname() string {
 	return r.name + "-hyperfleet"
 }
 
-// templateArgs are the arguments of `helm template` for r, CRDs included.
+// templateArgs are the arguments of `helm template` for r (the CRDs are
+// templates, so rendered with the rest).
 func templateArgs(r release, extra ...string) []string {
-	args := []string{"template", r.name, chartDir, "--namespace", r.namespace, "--include-crds"}
+	args := []string{"template", r.name, chartDir, "--namespace", r.namespace}
 	for _, f := range r.values {
 		args = append(args, "--values", filepath.Join("test", "chart", f))
 	}
@@ -338,7 +342,9 @@ func mapKeys(m map[string]string) []string {
 }
 
 // TestBadValuesAreRefused: values that would install a manager that cannot
-// work fail helm template, saying what to set.
+// work fail helm template, saying what to set. The templates check them
+// themselves, beyond values.schema.json (schema_test.go): these run with
+// --skip-schema-validation, as a user may.
 func TestBadValuesAreRefused(t *testing.T) {
 	cases := []struct {
 		name string
@@ -355,7 +361,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var extra []string
+			extra := []string{"--skip-schema-validation"}
 			for _, s := range tc.set {
 				extra = append(extra, "--set", s)
 			}

@@ -105,6 +105,13 @@ var differences = []difference{
 		},
 	},
 	{
+		what: "the CRDs carry the annotation helm.sh/resource-policy: keep (crds.keep)",
+		why:  "helm uninstall leaves the CRDs, and so every claim, in place; deleting a CRD deletes its objects",
+		undo: func(chart, config *unstructured.Unstructured) bool {
+			return chart.GetKind() == "CustomResourceDefinition" && dropKey(chart, config, "helm.sh/resource-policy", "metadata", "annotations")
+		},
+	},
+	{
 		what: "the Deployment's pods carry the annotation checksum/config",
 		why:  "a change of values: config restarts the manager",
 		undo: func(chart, config *unstructured.Unstructured) bool {

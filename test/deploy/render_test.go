@@ -26,9 +26,8 @@ const (
 type values map[string]any
 
 // renderManifests returns what `helm install` of the chart with v into
-// namespace would install, in order: `helm template` with the chart's CRDs
-// (its crds/ directory, which helm install creates first) and a values
-// file holding v.
+// namespace would install, in order (helm sorts the CRDs, templates of
+// the chart, first): `helm template` with a values file holding v.
 func renderManifests(t *testing.T, namespace string, v values) []*unstructured.Unstructured {
 	t.Helper()
 	data, err := yaml.Marshal(v)
@@ -39,7 +38,7 @@ func renderManifests(t *testing.T, namespace string, v values) []*unstructured.U
 	if err := os.WriteFile(file, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := testenv.Helm(t, "template", releaseName, chartDir, "--namespace", namespace, "--include-crds", "--values", file)
+	out, err := testenv.Helm(t, "template", releaseName, chartDir, "--namespace", namespace, "--values", file)
 	if err != nil {
 		t.Fatalf("render the chart: %v", err)
 	}

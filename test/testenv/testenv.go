@@ -142,6 +142,19 @@ func Start() (*Environment, error) {
 // StartWithProgress is Start that reports the first build of the binaries
 // to progress (see AssetsDirWithProgress).
 func StartWithProgress(progress io.Writer) (*Environment, error) {
+	return start(progress, []string{filepath.Join(RepoRoot(), "config", "crd", "bases")})
+}
+
+// StartWithoutCRDs starts etcd and kube-apiserver with no CRD installed,
+// for tests that install the CRDs the way a user does (test/chart installs,
+// upgrades and uninstalls the chart with helm). Call Stop when done.
+func StartWithoutCRDs() (*Environment, error) {
+	return start(nil, nil)
+}
+
+// start starts the API server and installs the CRDs of crdDirs (none when
+// empty).
+func start(progress io.Writer, crdDirs []string) (*Environment, error) {
 	// envtest logs through controller-runtime's logger; without one it
 	// prints a warning with a stack trace instead.
 	logf.SetLogger(logr.Discard())
@@ -154,7 +167,7 @@ func StartWithProgress(progress io.Writer) (*Environment, error) {
 		return nil, err
 	}
 	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
+		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: true,
 		// Generous: with every test package starting its own API server
 		// on two loaded cores, the default 20 s is sometimes not enough.
