@@ -135,6 +135,7 @@ image-context: ## Build the static binaries and stage the image's build context 
 		GOOS=$${p%/*} GOARCH=$${p#*/} $(GO_STATIC) -o $(IMAGE_CONTEXT)/agent/hyperfleet-agent-$${p%/*}-$${p#*/} ./cmd/hyperfleet-agent; \
 	done
 	cp hack/image/passwd hack/image/group $(IMAGE_CONTEXT)/etc/
+	cp LICENSE NOTICE $(IMAGE_CONTEXT)/
 	cp $(CA_BUNDLE) $(IMAGE_CONTEXT)/ca-certificates.crt
 	chmod -R a+rX,go-w $(IMAGE_CONTEXT)
 

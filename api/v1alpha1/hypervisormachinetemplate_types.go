@@ -29,8 +29,10 @@ type HypervisorMachineTemplateSpec struct {
 	Network MachineNetwork `json:"network,omitempty"`
 
 	// attestation is how a VM proves its identity before it is given a
-	// workload credential. Only method none is implemented today; the
-	// others make the template not Ready (reason NotImplemented).
+	// workload credential: none (default) or join-token (SPIFFE identity
+	// from SPIRE, then the credential broker; docs/identity.md). Method
+	// tpm is not implemented yet and makes the template not Ready (reason
+	// NotImplemented).
 	// +optional
 	// +kubebuilder:default={method: none}
 	Attestation Attestation `json:"attestation,omitempty"`
