@@ -195,6 +195,16 @@ type WebhookOptions struct {
 	Limits httpsserver.Limits
 }
 
+// The manager's readiness checks (/readyz) of its HTTPS servers: each
+// fails while its server does not serve, such as while it waits for a TLS
+// certificate it can load (internal/httpsserver). Liveness (/healthz) never
+// depends on them: a server without a certificate must not get the
+// manager restarted, whose controllers keep running meanwhile.
+const (
+	ReadyzWebhookServer = "webhook-server"
+	ReadyzAgentServer   = "agent-server"
+)
+
 // Components are the pieces Setup created, for tests and the dev
 // environment.
 type Components struct {
@@ -550,6 +560,9 @@ func newWebhookServer(mgr ctrl.Manager, opts Options, backends *workload.Backend
 	if err := mgr.Add(srv); err != nil {
 		return nil, fmt.Errorf("add webhook server: %w", err)
 	}
+	if err := mgr.AddReadyzCheck(ReadyzWebhookServer, srv.Check); err != nil {
+		return nil, fmt.Errorf("add the webhook server's readiness check: %w", err)
+	}
 	return srv, nil
 }
 
@@ -581,6 +594,9 @@ func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions, credBroker *broker.
 	if err := mgr.Add(srv); err != nil {
 		srv.Close()
 		return nil, fmt.Errorf("add agent server: %w", err)
+	}
+	if err := mgr.AddReadyzCheck(ReadyzAgentServer, srv.Check); err != nil {
+		return nil, fmt.Errorf("add the agent server's readiness check: %w", err)
 	}
 	return srv, nil
 }
