@@ -65,33 +65,57 @@ func (s *Status) set(serving bool, why string) {
 	s.serving, s.why = serving, why
 }
 
-// waitForCertificate loads o's certificate, retrying with backoff while it
-// is missing or cannot be loaded (a key that does not match, a file that
-// is not PEM): the server waits, says why in its Status, its log and
+// waitForCertificate loads o's certificate, retrying while it is missing
+// or cannot be loaded (a key that does not match, a file that is not
+// PEM): the server waits, says why in its Status, its log and
 // hyperfleet_https_server_ready, and never makes the manager exit, whose
 // controllers (VM cleanup among them) must keep running. It returns nil
 // when ctx ends first.
 func waitForCertificate(ctx context.Context, o Options) *certwatcher.CertWatcher {
+	var watcher *certwatcher.CertWatcher
+	waited := false
+	loaded := WaitFor(ctx, func() error {
+		w, err := certwatcher.New(o.CertFile, o.KeyFile)
+		if err != nil {
+			err = fmt.Errorf("%s: loading the TLS certificate %s and key %s: %w", o.Name, o.CertFile, o.KeyFile, err)
+			o.Status.set(false, "waiting for its TLS certificate: "+err.Error())
+			return err
+		}
+		watcher = w
+		return nil
+	}, func(err error) {
+		waited = true
+		o.Logger.Error(err, o.Name+": waiting for a TLS certificate it can load: it does not serve until then, and everything else keeps running; "+
+			"put a PEM certificate and its key there (the Secret mounted there, such as the one cert-manager issues)", "retryEvery", certRetryMax.String())
+	})
+	if !loaded {
+		return nil
+	}
+	if waited {
+		o.Logger.Info(o.Name+": loaded its TLS certificate after waiting for it", "certFile", o.CertFile, "keyFile", o.KeyFile)
+	}
+	return watcher
+}
+
+// WaitFor calls load until it succeeds, after 1 s, 2 s, 4 s and then every
+// 10 s, calling failed once per distinct error (not at every attempt, so
+// that a file missing for hours is a few log lines). It reports whether
+// load succeeded; false means ctx ended first. The servers wait for their
+// files with it instead of failing, which would stop the whole manager.
+func WaitFor(ctx context.Context, load func() error, failed func(error)) bool {
 	delay, lastErr := certRetryMin, ""
 	for {
-		watcher, err := certwatcher.New(o.CertFile, o.KeyFile)
+		err := load()
 		if err == nil {
-			if lastErr != "" {
-				o.Logger.Info(o.Name+": loaded its TLS certificate after waiting for it", "certFile", o.CertFile, "keyFile", o.KeyFile)
-			}
-			return watcher
+			return true
 		}
-		err = fmt.Errorf("%s: loading the TLS certificate %s and key %s: %w", o.Name, o.CertFile, o.KeyFile, err)
 		if err.Error() != lastErr {
-			// Once per distinct reason, not at every attempt.
-			o.Logger.Error(err, o.Name+": waiting for a TLS certificate it can load: it does not serve until then, and everything else keeps running; "+
-				"put a PEM certificate and its key there (the Secret mounted there, such as the one cert-manager issues)", "retryEvery", certRetryMax.String())
+			failed(err)
 			lastErr = err.Error()
 		}
-		o.Status.set(false, "waiting for its TLS certificate: "+err.Error())
 		select {
 		case <-ctx.Done():
-			return nil
+			return false
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, certRetryMax)

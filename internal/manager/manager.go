@@ -300,9 +300,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 			return nil, err
 		}
 		agentSrv, agent = srv, srv
-		notices.URL, notices.ReadyURL, notices.CA = srv.PowerOffURL(), srv.ReadyURL(), srv.CA()
+		notices.URL, notices.ReadyURL, notices.CA = srv.PowerOffURL(), srv.ReadyURL(), srv.CA
 		if credBroker != nil {
-			brokerEndpoint = endpoint{url: srv.BrokerURL(), ca: srv.CA()}
+			brokerEndpoint = endpoint{url: srv.BrokerURL(), ca: srv.CA}
 		}
 	}
 
@@ -601,8 +601,12 @@ func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions, credBroker *broker.
 	return srv, nil
 }
 
-// endpoint is the broker as VMs reach it.
-type endpoint struct{ url, ca string }
+// endpoint is the broker as VMs reach it; its CA is read when asked, as
+// the agent server may read its CA file after the start.
+type endpoint struct {
+	url string
+	ca  func() string
+}
 
 func (e endpoint) URL() string { return e.url }
-func (e endpoint) CA() string  { return e.ca }
+func (e endpoint) CA() string  { return e.ca() }

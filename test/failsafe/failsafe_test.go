@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -55,6 +56,7 @@ func TestManagerRunsWhileItsServersWaitForCertificates(t *testing.T) {
 		Args: []string{
 			"--webhook-cert-dir", webhookTLS,
 			"--agent-server-cert", filepath.Join(agentTLS, "tls.crt"), "--agent-server-key", filepath.Join(agentTLS, "tls.key"),
+			"--agent-server-ca", filepath.Join(agentTLS, "ca.crt"),
 		},
 	})
 	t.Cleanup(func() {
@@ -66,8 +68,9 @@ func TestManagerRunsWhileItsServersWaitForCertificates(t *testing.T) {
 	})
 
 	// The controllers reconcile meanwhile: the HypervisorCluster gets
-	// connected, the template and then the pool become ready, and the
-	// pool's GitHub scope is verified (ConnectOperator waits for that).
+	// connected and the pool's GitHub scope is verified (ConnectOperator
+	// waits for that); the template, whose VMs download the agent from
+	// the agent server, waits for the CA they are to trust.
 	if err := w.ConnectOperator(ctx, op.WebhookURL); err != nil {
 		t.Fatalf("the controllers did not reconcile while the servers wait for their certificates: %v", err)
 	}
@@ -77,6 +80,10 @@ func TestManagerRunsWhileItsServersWaitForCertificates(t *testing.T) {
 	}
 	if !hfv1.IsConditionTrue(cluster.Status.Conditions, hfv1.HypervisorClusterConnectedCondition) {
 		t.Fatalf("HypervisorCluster %s is not Connected: %+v", cluster.Name, cluster.Status.Conditions)
+	}
+	tmpl := waitTemplate(ctx, t, w, metav1.ConditionFalse)
+	if c := hfv1.FindCondition(tmpl.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition); c.Reason != string(hfv1.AgentUnavailableReason) || !strings.Contains(c.Message, "waits for the CA file") {
+		t.Fatalf("template %s is %s %s %q, want AgentUnavailable saying the agent server waits for its CA", tmpl.Name, c.Status, c.Reason, c.Message)
 	}
 
 	// Both servers say they wait, and why, and neither listens.
@@ -110,6 +117,7 @@ func TestManagerRunsWhileItsServersWaitForCertificates(t *testing.T) {
 	copyFile(t, in.WebhookKeyFile, filepath.Join(webhookTLS, "tls.key"))
 	copyFile(t, in.AgentServerCertFile, filepath.Join(agentTLS, "tls.crt"))
 	copyFile(t, in.AgentServerKeyFile, filepath.Join(agentTLS, "tls.key"))
+	copyFile(t, in.AgentServerCAFile, filepath.Join(agentTLS, "ca.crt"))
 	deadline := time.Now().Add(time.Minute)
 	for {
 		status, body = get(t, op.ReadyzURL+"?verbose")
@@ -125,6 +133,8 @@ func TestManagerRunsWhileItsServersWaitForCertificates(t *testing.T) {
 		t.Fatalf("the manager process is gone: %v", err)
 	}
 	wantReady(t, op, map[string]float64{"webhook": 1, "agent": 1})
+	// The template is checked again (within a minute) and valid.
+	waitTemplate(ctx, t, w, metav1.ConditionTrue)
 	for url, caFile := range map[string]string{op.WebhookURL: in.WebhookCertFile, "https://" + op.AgentServerAddr + "/": in.AgentServerCAFile} {
 		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool(t, caFile), MinVersion: tls.VersionTLS12}}}
 		resp, err := c.Get(url)
@@ -132,6 +142,24 @@ func TestManagerRunsWhileItsServersWaitForCertificates(t *testing.T) {
 			t.Fatalf("%s after its certificate appeared: %v", url, err)
 		}
 		resp.Body.Close()
+	}
+}
+
+// waitTemplate waits (up to 2 minutes) until the world's template's Valid
+// condition has status want.
+func waitTemplate(ctx context.Context, t *testing.T, w *devenv.World, want metav1.ConditionStatus) *hfv1.HypervisorMachineTemplate {
+	t.Helper()
+	var tmpl hfv1.HypervisorMachineTemplate
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := w.API.Client.Get(ctx, client.ObjectKey{Namespace: devenv.Namespace, Name: devenv.TemplateName}, &tmpl)
+		if c := hfv1.FindCondition(tmpl.Status.Conditions, hfv1.HypervisorMachineTemplateValidCondition); err == nil && c != nil && c.Status == want {
+			return &tmpl
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("template %s/%s not Valid=%s within 2 minutes (%v): %+v", devenv.Namespace, devenv.TemplateName, want, err, tmpl.Status.Conditions)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
