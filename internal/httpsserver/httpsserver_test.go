@@ -53,7 +53,6 @@ func TestServe(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
-
 }
 
 // TestServeWaitsForItsCertificate: a server whose certificate is missing,
