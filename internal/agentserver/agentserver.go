@@ -279,7 +279,8 @@ func New(opts Options) (*Server, error) {
 	opts.Limits = opts.Limits.Or(DefaultLimits)
 	s := &Server{opts: opts, base: base, bins: map[string]*binary{}, ready: make(chan struct{})}
 	if opts.CAFile != "" {
-		s.loadCA()
+		// An error is kept for CAError; Start reads the file again.
+		_ = s.loadCA()
 	}
 	if err := s.scan(); err != nil {
 		s.Close()

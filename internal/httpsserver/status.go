@@ -24,12 +24,12 @@ func init() {
 }
 
 // The waits between two attempts to load a missing or unloadable
-// certificate: doubling from certRetryMin up to certRetryMax. Reading two
+// certificate: doubling from certRetryFirst up to certRetryMax. Reading two
 // small files every 10 s costs nothing, and a certificate cert-manager
 // issues (or a Secret the kubelet mounts late) is picked up within that.
 const (
-	certRetryMin = time.Second
-	certRetryMax = 10 * time.Second
+	certRetryFirst = time.Second
+	certRetryMax   = 10 * time.Second
 )
 
 // Status is whether a server serves, and why not: its Check is a
@@ -103,7 +103,7 @@ func waitForCertificate(ctx context.Context, o Options) *certwatcher.CertWatcher
 // load succeeded; false means ctx ended first. The servers wait for their
 // files with it instead of failing, which would stop the whole manager.
 func WaitFor(ctx context.Context, load func() error, failed func(error)) bool {
-	delay, lastErr := certRetryMin, ""
+	delay, lastErr := certRetryFirst, ""
 	for {
 		err := load()
 		if err == nil {
