@@ -244,7 +244,8 @@ const (
 	CredentialIssueFailedReason ConditionReason = "CredentialIssueFailed"
 	// AgentUnavailableReason: the template takes the agent from the
 	// operator (bootstrap.agentSource Operator), but the operator serves no
-	// agent binary for the template's runner os and arch.
+	// agent binary for the template's runner os and arch, or its agent
+	// server waits for the CA file VMs are to trust.
 	AgentUnavailableReason ConditionReason = "AgentUnavailable"
 
 	// MaxMachinesReachedReason: the cluster's spec.limits.maxMachines VMs

@@ -88,9 +88,7 @@ Run "hyperfleet <command> -h" for the command's flags.
 
 func runManager(args []string) error {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
-	metricsAddr := fs.String("metrics-bind-address", ":8080", "address the /metrics endpoint binds to; 0 disables it")
-	metricsSecure := fs.Bool("metrics-secure", false, "serve /metrics over HTTPS and let only authenticated callers allowed get on the non-resource URL /metrics scrape it (TokenReview and SubjectAccessReview; the Helm chart's ClusterRole hyperfleet-metrics-reader grants it)")
-	metricsCertDir := fs.String("metrics-cert-dir", "", "directory with tls.crt and tls.key for --metrics-secure; empty: a self-signed certificate made at start")
+	metricsFlags := bindMetricsFlags(fs)
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
 	pprofAddr := fs.String("pprof-bind-address", "0", "address Go's /debug/pprof profiles are served on (plain HTTP, no authentication: bind it to localhost); 0 disables it")
 	leaderElect := fs.Bool("leader-elect", true, "elect a leader so that only one replica reconciles")
@@ -155,7 +153,7 @@ func runManager(args []string) error {
 	metrics.CountKubeAPIRequests(cfg)
 	mgrOpts := ctrl.Options{
 		Scheme:                  scheme,
-		Metrics:                 manager.MetricsOptions(*metricsAddr, *metricsSecure, *metricsCertDir),
+		Metrics:                 metricsFlags.options(),
 		HealthProbeBindAddress:  *probeAddr,
 		PprofBindAddress:        *pprofAddr,
 		LeaderElection:          *leaderElect,

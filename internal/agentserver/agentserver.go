@@ -229,13 +229,21 @@ type binary struct {
 type Server struct {
 	opts Options
 	base string // opts.URL without a trailing slash
-	ca   string
 	bins map[string]*binary
+
+	// ca is the CA file's content once read; caErr why it is not (yet):
+	// Start reads it again until it can (waitForCA).
+	caMu  sync.Mutex
+	ca    string
+	caErr error
 
 	mu   sync.Mutex
 	addr net.Addr
 	// ready is closed once the listener is up (or Start failed).
 	ready chan struct{}
+	// status says whether it serves, or why not (such as a certificate
+	// it waits for).
+	status httpsserver.Status
 }
 
 var (
@@ -245,8 +253,10 @@ var (
 
 // New checks opts, reads the CA file and opens and hashes every binary in
 // Dir. A Dir without any binary is an error: a server with nothing to serve
-// is a configuration mistake. Close releases the files (Start does when it
-// returns).
+// is a configuration mistake. A CA file that is missing or holds no
+// certificate is not: like the serving certificate (often in the same
+// Secret) it is waited for, and CAError says why until Start has read it.
+// Close releases the files (Start does when it returns).
 func New(opts Options) (*Server, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("agent server: the binaries directory is required")
@@ -269,9 +279,8 @@ func New(opts Options) (*Server, error) {
 	opts.Limits = opts.Limits.Or(DefaultLimits)
 	s := &Server{opts: opts, base: base, bins: map[string]*binary{}, ready: make(chan struct{})}
 	if opts.CAFile != "" {
-		if s.ca, err = readCA(opts.CAFile); err != nil {
-			return nil, err
-		}
+		// An error is kept for CAError; Start reads the file again.
+		_ = s.loadCA()
 	}
 	if err := s.scan(); err != nil {
 		s.Close()
@@ -392,8 +401,46 @@ func (s *Server) Lookup(osName, arch string) (downloadURL, sha256 string, ok boo
 }
 
 // CA is the PEM CA bundle VMs must trust to reach the server, empty when
-// they use their system roots.
-func (s *Server) CA() string { return s.ca }
+// they use their system roots, or while CAError is not nil.
+func (s *Server) CA() string {
+	s.caMu.Lock()
+	defer s.caMu.Unlock()
+	return s.ca
+}
+
+// CAError is why the CA file (Options.CAFile) is not read yet, nil once it
+// is (or without one): VMs cannot be told what to trust until then.
+func (s *Server) CAError() error {
+	s.caMu.Lock()
+	defer s.caMu.Unlock()
+	if s.caErr != nil {
+		return fmt.Errorf("the agent server waits for the CA file VMs trust: %w", s.caErr)
+	}
+	return nil
+}
+
+// loadCA reads the CA file, keeping why it could not.
+func (s *Server) loadCA() error {
+	ca, err := readCA(s.opts.CAFile)
+	s.caMu.Lock()
+	defer s.caMu.Unlock()
+	if err == nil {
+		s.ca = ca
+	}
+	s.caErr = err
+	return err
+}
+
+// waitForCA reads the CA file until it can, as the serving certificate is
+// waited for (httpsserver.WaitFor).
+func (s *Server) waitForCA(ctx context.Context) {
+	if httpsserver.WaitFor(ctx, s.loadCA, func(err error) {
+		s.opts.Logger.Error(err, "agent server: waiting for the CA file VMs trust (--agent-server-ca): templates with agentSource Operator are not valid until then, and everything else keeps running",
+			"caFile", s.opts.CAFile)
+	}) {
+		s.opts.Logger.Info("agent server: read the CA file VMs trust after waiting for it", "caFile", s.opts.CAFile)
+	}
+}
 
 // Binaries are the names of the served binaries, sorted.
 func (s *Server) Binaries() []string {
@@ -417,8 +464,19 @@ func (s *Server) Addr() net.Addr {
 	return s.addr
 }
 
-// Ready is closed once the server listens, or failed to start.
+// Ready is closed once the server listens, or failed to start. A server
+// waiting for its certificate is neither: Ready stays open.
 func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// Check is a readiness check (controller-runtime's healthz.Checker): nil
+// while the server serves and its CA file is read, else why not, such as
+// the certificate it waits for (httpsserver.Status).
+func (s *Server) Check(r *http.Request) error {
+	if err := s.CAError(); err != nil {
+		return err
+	}
+	return s.status.Check(r)
+}
 
 // Handler serves the binaries and their checksums under PathPrefix, and
 // power-off notices at PowerOffPath when Options.PowerOff is set, and the
@@ -646,6 +704,11 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.opts.Addr == "" || s.opts.CertFile == "" || s.opts.KeyFile == "" {
 		return errors.New("agent server: the listen address, certificate file and key file are required to serve")
 	}
+	if s.CAError() != nil {
+		caCtx, stopCA := context.WithCancel(ctx)
+		defer stopCA()
+		go s.waitForCA(caCtx)
+	}
 
 	srv := &http.Server{
 		Handler:           s.Handler(),
@@ -662,7 +725,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	return httpsserver.Serve(ctx, httpsserver.Options{
 		Name: "agent server", Server: "agent", Limits: s.opts.Limits, Addr: s.opts.Addr, CertFile: s.opts.CertFile, KeyFile: s.opts.KeyFile,
-		ShutdownTimeout: s.opts.ShutdownTimeout, Logger: logger,
+		ShutdownTimeout: s.opts.ShutdownTimeout, Status: &s.status, Logger: logger,
 	}, srv, func(addr net.Addr) {
 		s.mu.Lock()
 		s.addr = addr

@@ -246,8 +246,6 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"http url", Options{Dir: withBin, URL: "http://hyperfleet-agent:9443"}, "must be an https:// URL"},
 		{"no url", Options{Dir: withBin}, "must be an https:// URL"},
 		{"url with query", Options{Dir: withBin, URL: url + "/?x=1"}, "without query"},
-		{"CA not PEM", Options{Dir: withBin, URL: url, CAFile: notPEM}, "holds no PEM certificate"},
-		{"CA missing", Options{Dir: withBin, URL: url, CAFile: notPEM + ".absent"}, "reading the CA"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -260,6 +258,61 @@ func TestNewRejectsBadOptions(t *testing.T) {
 				t.Errorf("error %q does not say %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestCAFileIsWaitedFor: a CA file that is missing, or holds no
+// certificate, does not stop the server (nor, through it, the manager):
+// CAError and the readiness check say why, CA is empty, and once the file
+// holds a certificate the running server reads it.
+func TestCAFileIsWaitedFor(t *testing.T) {
+	dir := t.TempDir()
+	writeBinary(t, dir, "hyperfleet-agent-linux-amd64", 10)
+	certFile, keyFile, caFile, caPEM := writeTLS(t)
+	pending := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(pending, []byte("not a certificate"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Options{Dir: dir, URL: "https://127.0.0.1:9443", CAFile: pending, Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile})
+	if err != nil {
+		t.Fatalf("New with a CA file that holds no certificate yet: %v", err)
+	}
+	for _, err := range []error{s.CAError(), s.Check(nil)} {
+		if err == nil || !strings.Contains(err.Error(), "waits for the CA file") || !strings.Contains(err.Error(), "holds no PEM certificate") {
+			t.Fatalf("error %v, want one saying the server waits for its CA file, and why", err)
+		}
+	}
+	if s.CA() != "" {
+		t.Fatalf("CA() = %q before the CA file holds one", s.CA())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Start returned %v", err)
+		}
+	}()
+	b, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pending+".tmp", b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(pending+".tmp", pending); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for s.CAError() != nil || s.Check(nil) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the CA file holds a certificate: CAError %v, Check %v", s.CAError(), s.Check(nil))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if strings.TrimSpace(s.CA()) != strings.TrimSpace(string(caPEM)) {
+		t.Fatalf("CA() = %q, want the CA file", s.CA())
 	}
 }
 

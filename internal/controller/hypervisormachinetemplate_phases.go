@@ -155,8 +155,9 @@ func (r *HypervisorMachineTemplateReconciler) loadIPPool(ctx context.Context, s 
 // claim.
 func (r *HypervisorMachineTemplateReconciler) render(_ context.Context, s *templateScope) (phase.Result, error) {
 	tmpl, cluster := s.tmpl, s.cluster
-	// The agent server is configured at start: only a restart changes the
-	// answer, and every template is reconciled then.
+	// The agent server's binaries are fixed at start; its CA may be read
+	// later (AgentUnavailable until then), which the requeue of an
+	// invalid template (waitForDependency) notices.
 	vars := vmspec.TemplateVars(r.Workloads, tmpl, cluster, s.pool)
 	if err := vmspec.SetAgentVars(r.Workloads, tmpl, r.Agent, &vars); err != nil {
 		return s.invalid(hfv1.AgentUnavailableReason, err.Error())

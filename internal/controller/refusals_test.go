@@ -168,7 +168,8 @@ func (sampleAgents) Lookup(os, arch string) (url, sha256 string, ok bool) {
 	return "https://agents.example.com/hf/agent/v1/hyperfleet-agent-" + os + "-" + arch, strings.Repeat("ab", 32), true
 }
 
-func (sampleAgents) CA() string { return "" }
+func (sampleAgents) CA() string     { return "" }
+func (sampleAgents) CAError() error { return nil }
 
 func decodeSample(t *testing.T, file string, raw []byte, into any) {
 	t.Helper()

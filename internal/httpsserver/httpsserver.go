@@ -1,7 +1,9 @@
 // Package httpsserver runs an http.Server over TLS for a controller-runtime
 // runnable, bounded like an internet-facing endpoint: HTTP/1.1 only,
 // connection caps (global and per source address), the certificate
-// reloaded when its files change, a graceful stop when the context ends.
+// reloaded when its files change, a server that waits for a missing or
+// unloadable certificate instead of failing (status.go), a graceful stop
+// when the context ends.
 // The webhook receiver and the agent server use it (docs/security.md,
 // "The agent server's bounds" and "Webhook intake").
 package httpsserver
@@ -18,7 +20,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 )
 
 // Options say where and how to serve.
@@ -37,7 +38,10 @@ type Options struct {
 	// ShutdownTimeout bounds the wait for in-flight requests once the
 	// context ends.
 	ShutdownTimeout time.Duration
-	Logger          logr.Logger
+	// Status, when set, follows whether the server serves (its Check is
+	// a readiness check).
+	Status *Status
+	Logger logr.Logger
 }
 
 // Serve serves srv over TLS on o.Addr until ctx ends, then shuts it down,
@@ -47,13 +51,24 @@ type Options struct {
 // and certificate, keeping the rest of srv.TLSConfig, and sends its error
 // lines (client-side problems: handshake errors, resets) to the logger at
 // debug level unless srv.ErrorLog is set. listening, if not nil, is called
-// with the listener's address before the server accepts connections. It
-// returns nil when ctx ends, or why it could not serve.
+// with the listener's address before the server accepts connections.
+//
+// A certificate that is missing or cannot be loaded is waited for
+// (waitForCertificate): the server does not listen until it loads, and
+// o.Status and hyperfleet_https_server_ready{server=o.Server} say so. It
+// returns nil when ctx ends, or why it could not serve (such as an address
+// in use).
 func Serve(ctx context.Context, o Options, srv *http.Server, listening func(net.Addr)) error {
 	logger := o.Logger
-	watcher, err := certwatcher.New(o.CertFile, o.KeyFile)
-	if err != nil {
-		return fmt.Errorf("%s: loading the TLS certificate %s and key %s: %w", o.Name, o.CertFile, o.KeyFile, err)
+	ready := serverReady.WithLabelValues(o.Server)
+	ready.Set(0)
+	defer func() {
+		ready.Set(0)
+		o.Status.set(false, "stopped")
+	}()
+	watcher := waitForCertificate(ctx, o)
+	if watcher == nil {
+		return nil
 	}
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
@@ -83,6 +98,8 @@ func Serve(ctx context.Context, o Options, srv *http.Server, listening func(net.
 	ln = LimitListener(ln, o.Limits, o.Server, logger)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
+	ready.Set(1)
+	o.Status.set(true, "")
 	select {
 	case <-ctx.Done():
 		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ShutdownTimeout)

@@ -195,6 +195,16 @@ type WebhookOptions struct {
 	Limits httpsserver.Limits
 }
 
+// The manager's readiness checks (/readyz) of its HTTPS servers: each
+// fails while its server does not serve, such as while it waits for a TLS
+// certificate it can load (internal/httpsserver). Liveness (/healthz) never
+// depends on them: a server without a certificate must not get the
+// manager restarted, whose controllers keep running meanwhile.
+const (
+	ReadyzWebhookServer = "webhook-server"
+	ReadyzAgentServer   = "agent-server"
+)
+
 // Components are the pieces Setup created, for tests and the dev
 // environment.
 type Components struct {
@@ -290,9 +300,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 			return nil, err
 		}
 		agentSrv, agent = srv, srv
-		notices.URL, notices.ReadyURL, notices.CA = srv.PowerOffURL(), srv.ReadyURL(), srv.CA()
+		notices.URL, notices.ReadyURL, notices.CA = srv.PowerOffURL(), srv.ReadyURL(), srv.CA
 		if credBroker != nil {
-			brokerEndpoint = endpoint{url: srv.BrokerURL(), ca: srv.CA()}
+			brokerEndpoint = endpoint{url: srv.BrokerURL(), ca: srv.CA}
 		}
 	}
 
@@ -550,6 +560,9 @@ func newWebhookServer(mgr ctrl.Manager, opts Options, backends *workload.Backend
 	if err := mgr.Add(srv); err != nil {
 		return nil, fmt.Errorf("add webhook server: %w", err)
 	}
+	if err := mgr.AddReadyzCheck(ReadyzWebhookServer, srv.Check); err != nil {
+		return nil, fmt.Errorf("add the webhook server's readiness check: %w", err)
+	}
 	return srv, nil
 }
 
@@ -582,11 +595,18 @@ func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions, credBroker *broker.
 		srv.Close()
 		return nil, fmt.Errorf("add agent server: %w", err)
 	}
+	if err := mgr.AddReadyzCheck(ReadyzAgentServer, srv.Check); err != nil {
+		return nil, fmt.Errorf("add the agent server's readiness check: %w", err)
+	}
 	return srv, nil
 }
 
-// endpoint is the broker as VMs reach it.
-type endpoint struct{ url, ca string }
+// endpoint is the broker as VMs reach it; its CA is read when asked, as
+// the agent server may read its CA file after the start.
+type endpoint struct {
+	url string
+	ca  func() string
+}
 
 func (e endpoint) URL() string { return e.url }
-func (e endpoint) CA() string  { return e.ca }
+func (e endpoint) CA() string  { return e.ca() }

@@ -61,9 +61,12 @@ type Notices struct {
 	// Nil: always.
 	Elected <-chan struct{}
 	// URL is where VMs POST their notice (the agent server's
-	// PowerOffURL), ReadyURL their ready hint (its ReadyURL), and CA the
-	// PEM bundle they trust for both; empty URL: VMs are given none.
-	URL, ReadyURL, CA string
+	// PowerOffURL), ReadyURL their ready hint (its ReadyURL); empty URL:
+	// VMs are given none.
+	URL, ReadyURL string
+	// CA is the PEM bundle VMs trust for both, as it is now (the agent
+	// server's CA may be read after the start); nil: their system roots.
+	CA func() string
 }
 
 var _ agentserver.PowerOffReceiver = (*Notices)(nil)
@@ -188,8 +191,15 @@ func (n *Notices) NotifyFor(claim *hfv1.MachineClaim) *agentconfig.PowerOffNotif
 		ReadyURL: n.ReadyURL,
 		Token:    n.Signer.PowerOffToken(claim.Namespace, claim.Name, string(claim.UID)),
 		Claim:    agentconfig.ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID)},
-		CA:       n.CA,
+		CA:       n.ca(),
 	}
+}
+
+func (n *Notices) ca() string {
+	if n.CA == nil {
+		return ""
+	}
+	return n.CA()
 }
 
 // Mark marks the VM of a running claim in transition and counts

@@ -18,7 +18,8 @@ import (
 
 // AgentLocator finds the agent binary the operator serves to VMs whose
 // template has spec.bootstrap.agentSource Operator (internal/agentserver's
-// Server). It is fixed for the life of the process.
+// Server). Its binaries are fixed for the life of the process; its CA may
+// arrive after the start (CAError).
 type AgentLocator interface {
 	// Lookup returns the download URL and SHA-256 of the agent for a
 	// runner os and arch in the CI platform's naming (linux, x64); ok is
@@ -27,6 +28,9 @@ type AgentLocator interface {
 	// CA is the PEM CA bundle VMs trust for the download, empty for their
 	// system roots.
 	CA() string
+	// CAError is why the CA VMs should trust is not read yet (its file is
+	// missing or holds no certificate); nil once it is, or without one.
+	CAError() error
 }
 
 // StaticAddr is a claim's address in network mode static, with its pool.
@@ -168,6 +172,11 @@ func SetAgentVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, a
 	if !ok {
 		return fmt.Errorf("spec.bootstrap.agentSource is Operator, but the operator's agent server has no %s (for runner os %s, arch %s): put that file into the manager's --agent-binaries-dir and restart the manager",
 			name, goos, arch)
+	}
+	if err := agent.CAError(); err != nil {
+		// A VM given no CA would not trust the server: wait for it (the
+		// template is checked again within a minute).
+		return fmt.Errorf("spec.bootstrap.agentSource is Operator, but %w: put the CA (PEM) in the file --agent-server-ca names (the chart: ca.crt of the agent server's TLS Secret)", err)
 	}
 	v.AgentDownloadURL, v.AgentSHA256, v.AgentCA = u, sum, agent.CA()
 	// The directory of the binaries, for templates that fetch files of

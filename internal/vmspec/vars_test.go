@@ -20,7 +20,8 @@ func (f fakeAgents) Lookup(os, arch string) (string, string, bool) {
 	return "https://agents.example.com:9443/hf/agent/v1/hyperfleet-agent-" + os + "-" + arch + "?sha256=" + sum, sum, true
 }
 
-func (fakeAgents) CA() string { return "-----BEGIN CERTIFICATE-----\n..." }
+func (fakeAgents) CA() string     { return "-----BEGIN CERTIFICATE-----\n..." }
+func (fakeAgents) CAError() error { return nil }
 
 func TestSetAgentVars(t *testing.T) {
 	ciPlatforms := githubsimtest.Backends(t, nil)

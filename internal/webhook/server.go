@@ -74,6 +74,9 @@ type Server struct {
 	addr net.Addr
 	// ready is closed once the listener is up (or Start failed).
 	ready chan struct{}
+	// status says whether it serves, or why not (such as a certificate
+	// it waits for).
+	status httpsserver.Status
 }
 
 var (
@@ -112,8 +115,14 @@ func (s *Server) Addr() net.Addr {
 	return s.addr
 }
 
-// Ready is closed once the server listens, or failed to start.
+// Ready is closed once the server listens, or failed to start. A server
+// waiting for its certificate is neither: Ready stays open.
 func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// Check is a readiness check (controller-runtime's healthz.Checker): nil
+// while the server serves, else why not, such as the certificate it waits
+// for (httpsserver.Status).
+func (s *Server) Check(r *http.Request) error { return s.status.Check(r) }
 
 // Handler is the server's HTTP handler: the Receiver at Path, 404
 // elsewhere.
@@ -149,7 +158,7 @@ func (s *Server) Start(ctx context.Context) error {
 	defer stopWorkers()
 	err := httpsserver.Serve(ctx, httpsserver.Options{
 		Name: "webhook server", Server: "webhook", Limits: s.opts.Limits, Addr: s.opts.Addr, CertFile: s.opts.CertFile, KeyFile: s.opts.KeyFile,
-		ShutdownTimeout: s.opts.ShutdownTimeout, Logger: logger,
+		ShutdownTimeout: s.opts.ShutdownTimeout, Status: &s.status, Logger: logger,
 	}, srv, func(addr net.Addr) {
 		s.mu.Lock()
 		s.addr = addr

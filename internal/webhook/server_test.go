@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,8 +116,28 @@ func TestServerBadCert(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Start(context.Background()); err == nil {
-		t.Fatal("started without a certificate")
+	// Without a certificate it waits for one (internal/httpsserver),
+	// saying so in its readiness check, until the manager stops.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Start(ctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := srv.Check(nil)
+		if err != nil && strings.Contains(err.Error(), "waiting for its TLS certificate") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readiness %v, want one saying it waits for its certificate", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if srv.Addr() != nil {
+		t.Fatalf("listening on %s without a certificate", srv.Addr())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Start: %v", err)
 	}
 	if _, err := NewServer(ServerOptions{Addr: ":0"}); err == nil {
 		t.Fatal("NewServer accepted missing options")

@@ -109,7 +109,7 @@ func TestFlood(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			if b, err := os.ReadFile(op.LogFile); err == nil {
-				t.Logf("manager log (last 8 KiB):\n%s", tail(b, 8<<10))
+				t.Logf("manager log (last 8 KiB):\n%s", managerproc.Tail(b, 8<<10))
 			}
 		}
 	})
@@ -448,11 +448,4 @@ func table(rs []result) string {
 		fmt.Fprintf(&b, "| %s | %s | %d MiB | %d MiB | %d / %d | %v | %d MiB | %s |\n", r.server, r.variant, r.baseRSS>>20, r.peakRSS>>20, r.established, r.refused, r.refusedByCap, r.socketMemPeak>>20, r.legit)
 	}
 	return b.String()
-}
-
-func tail(b []byte, n int) []byte {
-	if len(b) > n {
-		return b[len(b)-n:]
-	}
-	return b
 }

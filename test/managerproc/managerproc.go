@@ -41,6 +41,9 @@ type Process struct {
 	// AgentServerAddr is the agent server's host:port (its URL is
 	// https://AgentServerAddr).
 	AgentServerAddr string
+	// ReadyzURL is its readiness endpoint (/readyz, plain HTTP; verbose
+	// with ?verbose).
+	ReadyzURL string
 	// LogFile is the manager's log.
 	LogFile string
 }
@@ -120,9 +123,9 @@ func Start(t testing.TB, w *devenv.World, o Options) *Process {
 	if err := os.Symlink(o.AgentBinary, filepath.Join(agentDir, agentserver.FilePrefix+"linux-"+runtime.GOARCH)); err != nil {
 		t.Fatal(err)
 	}
-	metricsAddr, webhookAddr, pprofAddr, agentAddr := FreeAddr(t), FreeAddr(t), FreeAddr(t), FreeAddr(t)
+	metricsAddr, webhookAddr, pprofAddr, agentAddr, probeAddr := FreeAddr(t), FreeAddr(t), FreeAddr(t), FreeAddr(t), FreeAddr(t)
 	p := &Process{
-		MetricsURL: "http://" + metricsAddr + "/metrics", PprofURL: "http://" + pprofAddr + "/debug/pprof",
+		MetricsURL: "http://" + metricsAddr + "/metrics", PprofURL: "http://" + pprofAddr + "/debug/pprof", ReadyzURL: "http://" + probeAddr + "/readyz",
 		WebhookURL: "https://" + webhookAddr + "/webhooks/github", WebhookAddr: webhookAddr,
 		AgentServerAddr: agentAddr, LogFile: filepath.Join(w.Dir(), "manager.log"),
 	}
@@ -134,7 +137,10 @@ func Start(t testing.TB, w *devenv.World, o Options) *Process {
 		"--namespace", in.Namespace,
 		"--leader-elect=false",
 		"--metrics-bind-address", metricsAddr,
-		"--health-probe-bind-address", "0",
+		// Plain HTTP, scraped by the benchmarks (the binary's default is
+		// the chart's: HTTPS with authentication).
+		"--metrics-secure=false",
+		"--health-probe-bind-address", probeAddr,
 		"--pprof-bind-address", pprofAddr,
 		"--webhook-bind-address", webhookAddr,
 		"--webhook-cert-dir", certDir,
@@ -155,15 +161,15 @@ func Start(t testing.TB, w *devenv.World, o Options) *Process {
 		t.Fatal(err)
 	}
 	p.Cmd = cmd
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-exited:
 		case <-time.After(30 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			<-exited
 		}
 		_ = logFile.Close()
 	})
@@ -171,6 +177,12 @@ func Start(t testing.TB, w *devenv.World, o Options) *Process {
 	for {
 		if _, err := p.Scrape(); err == nil {
 			break
+		}
+		select {
+		case <-exited:
+			b, _ := os.ReadFile(p.LogFile)
+			t.Fatalf("the manager exited (%s) before its metrics endpoint answered; its log ends:\n%s", cmd.ProcessState, Tail(b, 4<<10))
+		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the manager's metrics endpoint did not answer within 2 minutes; log: %s", p.LogFile)
@@ -226,4 +238,12 @@ func (p *Process) Counters(name string, key func(map[string]string) string) (map
 		}
 	}
 	return out, nil
+}
+
+// Tail is the last n bytes of b (of a log).
+func Tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
 }
