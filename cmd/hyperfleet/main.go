@@ -64,6 +64,10 @@ func main() {
 		// "unknown command" to someone following an older note.
 		fmt.Fprintln(os.Stderr, "hyperfleet: the local world is its own binary now: make dev, or go run ./cmd/hyperfleet-dev [flags]")
 		os.Exit(2)
+	case "version", "--version":
+		// What hyperfleet_build_info reports, for a shell.
+		b := metrics.Build()
+		fmt.Printf("hyperfleet %s (revision %s, %s)\n", b[0], b[1], b[2])
 	case "-h", "--help", "help":
 		usage()
 	default:
@@ -78,6 +82,7 @@ func usage() {
 
 Commands:
   manager   run the HyperFleet operator (controllers, poller, orphan sweeper)
+  version   print the version, VCS revision and Go version (hyperfleet_build_info's labels)
 
 The whole loop on this machine (API server, simulators, operator, agent) is
 another binary: make dev, or go run ./cmd/hyperfleet-dev.

@@ -24,12 +24,18 @@ var BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 }, []string{"version", "revision", "goversion"})
 
 func init() {
+	BuildInfo.WithLabelValues(Build()...).Set(1)
+	crmetrics.Registry.MustRegister(BuildInfo)
+}
+
+// Build returns the running build's version, VCS revision and Go version:
+// BuildInfo's labels, which `hyperfleet version` prints.
+func Build() []string {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
 		info = nil
 	}
-	BuildInfo.WithLabelValues(buildLabels(Version, info)...).Set(1)
-	crmetrics.Registry.MustRegister(BuildInfo)
+	return buildLabels(Version, info)
 }
 
 // buildLabels returns BuildInfo's label values for version and the
