@@ -176,11 +176,24 @@ test: test-deps ## Run every test against the real API server (builds it, and he
 	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))" go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
 
 .PHONY: test-race
-# One package at a time (-p 1): under the race detector every envtest package
-# is several times slower, and packages running side by side starve each
-# other's API servers into timeouts on a 2-core machine.
-test-race: test-deps ## Run every test under the race detector, one package at a time, without the long controller scenarios (-short).
-	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))" go test -race -short -p 1 $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
+# In two runs. The packages whose tests start the real API server (their
+# test dependencies include test/testenv or controller-runtime's envtest)
+# run one at a time (-p 1): under the race detector every envtest package is
+# several times slower, and two side by side starve each other's API servers
+# into timeouts on a 2-core machine. Every other package runs first, two at
+# a time (go test's default -p is the cores), so that linking one
+# race-instrumented test binary overlaps running another.
+API_TEST_PKGS = go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}{{end}}' ./... | \
+	awk '/ sigs\.k8s\.io\/controller-runtime\/pkg\/envtest( |$$)| github\.com\/hyperfleet\/hyperfleet\/test\/testenv( |$$)/ { print $$1 }' | sort -u
+test-race: test-deps ## Run every test under the race detector (the API server's packages one at a time), without the long controller scenarios (-short).
+	@api="$$($(API_TEST_PKGS))"; test -n "$$api" || { echo "test-race: found no package that starts the API server" >&2; exit 1; }; \
+	unit="$$(go list ./... | grep -vxF "$$api")"; \
+	export KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))"; rc=0; \
+	echo "go test -race -short (two at a time): $$(echo $$unit | wc -w) packages"; \
+	go test -race -short $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $$unit || rc=1; \
+	echo "go test -race -short -p 1 (the API server's): $$(echo $$api | wc -w) packages"; \
+	go test -race -short -p 1 $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $$api || rc=1; \
+	exit $$rc
 
 .PHONY: test-e2e
 test-e2e: test-deps ## Run the end-to-end scenarios: operator, both simulators, the real agent in every VM.

@@ -37,6 +37,18 @@ if [[ -x "$dir/syft" && -x "$dir/cosign" && -x "$dir/sign-image" ]]; then
 fi
 
 mkdir -p "$dir"
+# One build at a time per directory: a second caller (CI starts this build
+# in the background, then a step needs it) waits for the first and uses
+# what it built.
+exec 9>"$dir/.lock"
+if ! flock -n 9; then
+	echo "$(basename "$0"): waiting for the build already running into $dir" >&2
+	flock 9
+fi
+if [[ -x "$dir/syft" && -x "$dir/cosign" && -x "$dir/sign-image" ]]; then
+	echo "$dir"
+	exit 0
+fi
 tmp=$(mktemp -d "$dir/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
