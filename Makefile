@@ -171,18 +171,33 @@ spire: ## Build (or reuse) the cached spire-server and spire-agent; prints their
 test-deps: ## Install the system programs tests run (Debian's cloud-init).
 	hack/test-deps.sh
 
+# The controller suite (internal/controller) is most of make test's time
+# (about 500 s alone) while it uses about 0.4 of a core, waiting on timers,
+# requeues and its API server: it runs as CONTROLLER_SHARDS test processes
+# (hack/go-test-shards.sh), beside go test over every other package.
+# GO_TEST_FLAGS applies to the other packages; to run some controller tests,
+# go test ./internal/controller -run ... with KUBEBUILDER_ASSETS set.
+CONTROLLER_PKG := github.com/hyperfleet/hyperfleet/internal/controller
+CONTROLLER_SHARDS ?= 3
+CONTROLLER_RACE_SHARDS ?= 2
+
 .PHONY: test
 test: test-deps ## Run every test against the real API server (builds it, and helm, on first use).
-	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))" go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...
+	@export KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))"; rc=0; \
+	hack/go-test-shards.sh -n $(CONTROLLER_SHARDS) -timeout $(TEST_TIMEOUT) $(CONTROLLER_PKG) & shards=$$!; \
+	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -vxF $(CONTROLLER_PKG)) || rc=1; \
+	wait $$shards || rc=1; exit $$rc
 
 .PHONY: test-race
-# In two runs. The packages whose tests start the real API server (their
-# test dependencies include test/testenv or controller-runtime's envtest)
-# run one at a time (-p 1): under the race detector every envtest package is
-# several times slower, and two side by side starve each other's API servers
-# into timeouts on a 2-core machine. Every other package runs first, two at
-# a time (go test's default -p is the cores), so that linking one
-# race-instrumented test binary overlaps running another.
+# In three runs. Every package that starts no API server first, two at a
+# time (go test's default -p is the cores), so that linking one
+# race-instrumented test binary overlaps running another. Then the
+# controller suite as CONTROLLER_RACE_SHARDS processes (hack/go-test-shards.sh;
+# it waits more than it computes, even under the race detector). Then the
+# other packages whose tests start the real API server (their test
+# dependencies include test/testenv or controller-runtime's envtest) one at a
+# time (-p 1): race-instrumented envtest packages of different kinds side by
+# side starved each other's API servers into timeouts on a 2-core machine.
 API_TEST_PKGS = go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}{{end}}' ./... | \
 	awk '/ sigs\.k8s\.io\/controller-runtime\/pkg\/envtest( |$$)| github\.com\/hyperfleet\/hyperfleet\/test\/testenv( |$$)/ { print $$1 }' | sort -u
 test-race: test-deps ## Run every test under the race detector (the API server's packages one at a time), without the long controller scenarios (-short).
@@ -191,6 +206,8 @@ test-race: test-deps ## Run every test under the race detector (the API server's
 	export KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))"; rc=0; \
 	echo "go test -race -short (two at a time): $$(echo $$unit | wc -w) packages"; \
 	go test -race -short $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $$unit || rc=1; \
+	hack/go-test-shards.sh -n $(CONTROLLER_RACE_SHARDS) -race -short -timeout $(TEST_TIMEOUT) $(CONTROLLER_PKG) || rc=1; \
+	api="$$(echo "$$api" | grep -vxF $(CONTROLLER_PKG))"; \
 	echo "go test -race -short -p 1 (the API server's): $$(echo $$api | wc -w) packages"; \
 	go test -race -short -p 1 $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $$api || rc=1; \
 	exit $$rc
@@ -232,7 +249,7 @@ test-spire: test-deps ## Run the SPIRE tests (build tag spire): a real spire-ser
 # repository, kept between runs.
 GUEST_TIMINGS ?= $(HOME)/.cache/hyperfleet/guest-timings
 # GUEST_PARALLEL is how many test processes run the real-guest scenarios side
-# by side (hack/test-guest.sh deals the scenarios out among them): each
+# by side (hack/go-test-shards.sh deals the scenarios out among them): each
 # guest is one QEMU (TCG) thread, so two keep both cores of the CI machine
 # busy while the other's operator and simulators wait on its guest.
 GUEST_PARALLEL ?= 2
@@ -241,7 +258,7 @@ GUEST_PARALLEL ?= 2
 test-guest: test-deps ## Run the real-guest tests (build tag guest): QEMU guests of the image hack/guest-image builds from docs/templates.md.
 	hack/test-deps.sh --guest
 	SPIRE_DIR="$$($(SPIRE_BUILD))" KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HF_GUEST_TIMINGS_OUT="$(GUEST_TIMINGS)" \
-		GUEST_PARALLEL=$(GUEST_PARALLEL) GUEST_TIMEOUT=$(GUEST_TIMEOUT) hack/test-guest.sh
+		hack/go-test-shards.sh -v -n $(GUEST_PARALLEL) -tags guest -timeout $(GUEST_TIMEOUT) ./test/guest
 
 .PHONY: dev
 dev: ## Run the whole loop locally (cmd/hyperfleet-dev); DEV_FLAGS passes flags, e.g. DEV_FLAGS="--jobs 10".

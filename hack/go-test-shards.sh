@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Runs one Go package's tests as N test processes side by side (shards), for
+# packages whose tests mostly wait: the controller suite (internal/controller)
+# spends about 0.4 of a core over its 500 s, on timers, requeues and its API
+# server, and the real-guest scenarios (test/guest) wait on their QEMU
+# guests. Processes, not t.Parallel: each test of these packages drives an
+# operator in its process, and controller-runtime keeps process-wide state
+# (its logger, its metrics registry, controller names); each process starts
+# its own API server (the package's TestMain).
+#
+#   hack/go-test-shards.sh [-n N] [-v] [-race] [-short] [-tags T] [-timeout D] PACKAGE
+#
+# The test binary is built once; its top-level tests (-test.list: tests,
+# fuzz targets' seed corpora, examples) are dealt out longest first, each to
+# the shard with the least work so far, by the durations the last run of the
+# same package and flags recorded in $HYPERFLEET_CACHE/test-durations (a
+# test without one counts as their mean; the first run deals them in list
+# order). -v streams every line with its shard's number; without it a
+# passing shard prints one line and a failing one its whole output. The run
+# fails when a shard fails or a listed test neither passed nor skipped.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+n=2 verbose=0 timeout=60m build=() run=()
+while (($#)); do
+	case $1 in
+	-n) n=$2; shift 2 ;;
+	-v) verbose=1; shift ;;
+	-race) build+=(-race); shift ;;
+	-short) run+=(-test.short); shift ;;
+	-tags) build+=(-tags "$2"); shift 2 ;;
+	-timeout) timeout=$2; shift 2 ;;
+	-*) echo "go-test-shards: unknown flag $1" >&2; exit 2 ;;
+	*) break ;;
+	esac
+done
+(($# == 1)) || { echo "usage: $0 [-n N] [-v] [-race] [-short] [-tags T] [-timeout D] PACKAGE" >&2; exit 2; }
+pkg=$1
+dir=$(go list -f '{{.Dir}}' "$pkg")
+path=$(go list -f '{{.ImportPath}}' "$pkg")
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+go test -c "${build[@]}" -o "$work/pkg.test" "$pkg"
+mapfile -t tests < <(cd "$dir" && "$work/pkg.test" -test.list '.*' | grep -E '^(Test|Fuzz|Example)')
+if ((${#tests[@]} == 0)); then
+	echo "go-test-shards: $path lists no tests" >&2
+	exit 1
+fi
+((n > ${#tests[@]})) && n=${#tests[@]}
+
+cache=${HYPERFLEET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hyperfleet}/test-durations
+mkdir -p "$cache"
+durations="$cache/$(echo "$path ${build[*]} ${run[*]}" | tr -c 'A-Za-z0-9.-' _).tsv"
+
+# Longest first onto the least loaded shard (durations in seconds; the
+# mean for a test without one).
+mapfile -t groups < <(
+	{ [[ -f "$durations" ]] && cat "$durations"; printf '%s\n' "${tests[@]/#/- }"; } |
+		awk -v n="$n" '
+			$1 != "-" { d[$2] = $1; next }
+			{ order[++m] = $2 }
+			END {
+				k = 0; sum = 0
+				for (t in d) { k++; sum += d[t] }
+				mean = k ? sum / k : 5
+				for (i = 1; i <= m; i++) {
+					t = order[i]; w[t] = (t in d) ? d[t] : mean
+					# Keep list order among equal weights (stable insertion sort).
+					for (j = i; j > 1 && w[sorted[j-1]] < w[t]; j--) sorted[j] = sorted[j-1]
+					sorted[j] = t
+				}
+				for (s = 0; s < n; s++) load[s] = 0
+				for (i = 1; i <= m; i++) {
+					best = 0
+					for (s = 1; s < n; s++) if (load[s] < load[best]) best = s
+					load[best] += w[sorted[i]]
+					g[best] = g[best] ? g[best] "|" sorted[i] : sorted[i]
+				}
+				for (s = 0; s < n; s++) print g[s]
+			}'
+)
+
+pids=()
+start=$SECONDS
+for s in "${!groups[@]}"; do
+	count=$(tr '|' '\n' <<<"${groups[s]}" | wc -l)
+	((verbose)) && echo "== $path shard $s: ${groups[s]//|/, }"
+	(
+		cd "$dir"
+		if ((verbose)); then
+			"$work/pkg.test" -test.v -test.count=1 -test.timeout "$timeout" "${run[@]}" -test.run "^(${groups[s]})\$" 2>&1 |
+				tee "$work/out-$s.log" | sed -u "s/^/[shard $s] /"
+		else
+			if "$work/pkg.test" -test.v -test.count=1 -test.timeout "$timeout" "${run[@]}" -test.run "^(${groups[s]})\$" >"$work/out-$s.log" 2>&1; then
+				echo "ok  	$path (shard $s of ${#groups[@]}: $count tests)	$((SECONDS - start))s"
+			else
+				cat "$work/out-$s.log"
+				echo "FAIL	$path (shard $s of ${#groups[@]})"
+				exit 1
+			fi
+		fi
+	) &
+	pids+=($!)
+done
+
+failed=0
+for s in "${!pids[@]}"; do
+	if ! wait "${pids[s]}"; then
+		echo "== $path shard $s failed"
+		failed=1
+	fi
+done
+for t in "${tests[@]}"; do
+	if ! grep -qE -- "^--- (PASS|SKIP): $t " "$work"/out-*.log; then
+		echo "== $path: $t did not pass"
+		failed=1
+	fi
+done
+# What each top-level test took, for the next run's deal.
+grep -hE '^--- (PASS|FAIL|SKIP): [^ /]+ \(' "$work"/out-*.log |
+	sed -E 's/^--- [A-Z]+: ([^ ]+) \(([0-9.]+)s\).*/\2 \1/' >"$durations.tmp" && mv "$durations.tmp" "$durations"
+exit "$failed"
