@@ -21,14 +21,9 @@ if [[ -x "$dir/helm" ]]; then
 fi
 
 mkdir -p "$dir"
-# One build at a time per directory: a second caller (CI starts this build
-# in the background, then a step needs it) waits for the first and uses
-# what it built.
-exec 9>"$dir/.lock"
-if ! flock -n 9; then
-	echo "$(basename "$0"): waiting for the build already running into $dir" >&2
-	flock 9
-fi
+# Wait for a build already running into $dir (hack/build-lock.sh).
+source "$(dirname "${BASH_SOURCE[0]}")/../build-lock.sh"
+build_lock "$dir"
 if [[ -x "$dir/helm" ]]; then
 	echo "$dir/helm"
 	exit 0

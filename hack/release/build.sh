@@ -37,14 +37,9 @@ if [[ -x "$dir/syft" && -x "$dir/cosign" && -x "$dir/sign-image" ]]; then
 fi
 
 mkdir -p "$dir"
-# One build at a time per directory: a second caller (CI starts this build
-# in the background, then a step needs it) waits for the first and uses
-# what it built.
-exec 9>"$dir/.lock"
-if ! flock -n 9; then
-	echo "$(basename "$0"): waiting for the build already running into $dir" >&2
-	flock 9
-fi
+# Wait for a build already running into $dir (hack/build-lock.sh).
+source "$here/../build-lock.sh"
+build_lock "$dir"
 if [[ -x "$dir/syft" && -x "$dir/cosign" && -x "$dir/sign-image" ]]; then
 	echo "$dir"
 	exit 0

@@ -35,14 +35,9 @@ if ! command -v "${cc%% *}" >/dev/null; then
 fi
 
 mkdir -p "$dir"
-# One build at a time per directory: a second caller (CI starts this build
-# in the background, then a step needs it) waits for the first and uses
-# what it built.
-exec 9>"$dir/.lock"
-if ! flock -n 9; then
-	echo "$(basename "$0"): waiting for the build already running into $dir" >&2
-	flock 9
-fi
+# Wait for a build already running into $dir (hack/build-lock.sh).
+source "$here/../build-lock.sh"
+build_lock "$dir"
 if [[ -x "$dir/spire-server" && -x "$dir/spire-agent" ]]; then
 	echo "$dir"
 	exit 0
