@@ -21,14 +21,14 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-n=2 verbose=0 timeout=60m build=() run=()
+n=2 verbose=0 timeout=60m build=() run=() tags=()
 while (($#)); do
 	case $1 in
 	-n) n=$2; shift 2 ;;
 	-v) verbose=1; shift ;;
 	-race) build+=(-race); shift ;;
 	-short) run+=(-test.short); shift ;;
-	-tags) build+=(-tags "$2"); shift 2 ;;
+	-tags) tags=(-tags "$2"); shift 2 ;;
 	-timeout) timeout=$2; shift 2 ;;
 	-*) echo "go-test-shards: unknown flag $1" >&2; exit 2 ;;
 	*) break ;;
@@ -36,8 +36,11 @@ while (($#)); do
 done
 (($# == 1)) || { echo "usage: $0 [-n N] [-v] [-race] [-short] [-tags T] [-timeout D] PACKAGE" >&2; exit 2; }
 pkg=$1
-dir=$(go list -f '{{.Dir}}' "$pkg")
-path=$(go list -f '{{.ImportPath}}' "$pkg")
+# The tags go to go list too: a package whose files all carry a build tag
+# (test/guest) does not exist without it.
+build+=("${tags[@]}")
+dir=$(go list "${tags[@]}" -f '{{.Dir}}' "$pkg")
+path=$(go list "${tags[@]}" -f '{{.ImportPath}}' "$pkg")
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
