@@ -10,6 +10,9 @@ import (
 	"testing"
 
 	yaml "go.yaml.in/yaml/v3"
+	"pgregory.net/rapid"
+
+	"github.com/hyperfleet/hyperfleet/internal/testworld/proptest"
 )
 
 func newRand(t testing.TB, seed uint64) *rand.Rand {
@@ -18,6 +21,11 @@ func newRand(t testing.TB, seed uint64) *rand.Rand {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// intner is where the generators below take their choices from: a seeded
+// *rand.Rand, or rapid through proptest.Draws (then rapid shrinks a failing
+// case's choices towards zero: fewer keys, shallower values).
+type intner interface{ IntN(n int) int }
 
 // ---- Property test of the merge against a reference model ----
 
@@ -32,7 +40,7 @@ var (
 	}
 )
 
-func randScalar(r *rand.Rand) any {
+func randScalar(r intner) any {
 	switch r.IntN(4) {
 	case 0:
 		return r.IntN(1000)
@@ -43,7 +51,7 @@ func randScalar(r *rand.Rand) any {
 	}
 }
 
-func randValue(r *rand.Rand, depth int) any {
+func randValue(r intner, depth int) any {
 	switch k := r.IntN(6); {
 	case k < 2 || depth > 2:
 		return randScalar(r)
@@ -62,7 +70,7 @@ func randValue(r *rand.Rand, depth int) any {
 	}
 }
 
-func randMap(r *rand.Rand, depth int) map[string]any {
+func randMap(r intner, depth int) map[string]any {
 	m := map[string]any{}
 	for range r.IntN(4) {
 		m[randNestKeys[r.IntN(len(randNestKeys))]] = randValue(r, depth)
@@ -70,7 +78,7 @@ func randMap(r *rand.Rand, depth int) map[string]any {
 	return m
 }
 
-func randTop(r *rand.Rand, operator bool) map[string]any {
+func randTop(r intner, operator bool) map[string]any {
 	m := map[string]any{}
 	for range r.IntN(7) {
 		k := randTopKeys[r.IntN(len(randTopKeys))]
@@ -149,7 +157,10 @@ func refConflict(u, o map[string]any) string {
 	return ""
 }
 
-func toNode(t *testing.T, v any) *yaml.Node {
+func toNode(t interface {
+	Helper()
+	Fatal(...any)
+}, v any) *yaml.Node {
 	t.Helper()
 	var n yaml.Node
 	if err := n.Encode(v); err != nil {
@@ -158,25 +169,27 @@ func toNode(t *testing.T, v any) *yaml.Node {
 	return &n
 }
 
-// TestMergeProperties draws random user and operator configs and checks
+// Feature: hyperfleet-operator, Property 5: Cloud-Init Data Merging
+//
+// TestMergeProperties draws user and operator configs (rapid; 3,000 cases) and checks
 // the merge against refMerge: a merge that succeeds never loses a user key
 // or value, never changes an operator value except a default the user set,
 // puts the user's list items before the operator's, and fails exactly when
 // the rules say it must, naming the key.
 func TestMergeProperties(t *testing.T) {
-	r := newRand(t, 1)
 	var ok, conflicts int
-	for i := range 3000 {
+	proptest.Check(t, 3000, func(rt *rapid.T) {
+		r := proptest.Draws{T: rt}
 		u, o := randTop(r, false), randTop(r, true)
 		text, err := yaml.Marshal(u)
 		if err != nil {
-			t.Fatal(err)
+			rt.Fatal(err)
 		}
 		// The user's values as yaml.v3 reads them back (same types as the
 		// merged output decodes to).
 		var uBack map[string]any
 		if err := yaml.Unmarshal(text, &uBack); err != nil {
-			t.Fatal(err)
+			rt.Fatal(err)
 		}
 		if uBack == nil {
 			uBack = map[string]any{}
@@ -184,54 +197,54 @@ func TestMergeProperties(t *testing.T) {
 		var oBack map[string]any
 		ob, _ := yaml.Marshal(o)
 		if err := yaml.Unmarshal(ob, &oBack); err != nil {
-			t.Fatal(err)
+			rt.Fatal(err)
 		}
 		if oBack == nil {
 			oBack = map[string]any{}
 		}
 
-		merged, err := mergeCloudConfig(text, toNode(t, o), testPolicy)
+		merged, err := mergeCloudConfig(text, toNode(rt, o), testPolicy)
 		want := refConflict(uBack, oBack)
 		if want != "" {
 			conflicts++
 			var e *Error
 			if err == nil || !errors.As(err, &e) || e.Field != FieldUserData {
-				t.Fatalf("case %d: want a %s error from the merge, got %v\nuser: %v\noperator: %v", i, want, err, uBack, oBack)
+				rt.Fatalf("want a %s error from the merge, got %v\nuser: %v\noperator: %v", want, err, uBack, oBack)
 			}
-			continue
+			return
 		}
 		if err != nil {
-			t.Fatalf("case %d: unexpected error %v\nuser: %v\noperator: %v", i, err, uBack, oBack)
+			rt.Fatalf("unexpected error %v\nuser: %v\noperator: %v", err, uBack, oBack)
 		}
 		ok++
 		out, err := encodeYAML(merged)
 		if err != nil {
-			t.Fatal(err)
+			rt.Fatal(err)
 		}
 		var got map[string]any
 		if err := yaml.Unmarshal(out, &got); err != nil {
-			t.Fatalf("case %d: merged output does not parse: %v\n%s", i, err, out)
+			rt.Fatalf("merged output does not parse: %v\n%s", err, out)
 		}
 		if got == nil {
 			got = map[string]any{}
 		}
 		ref, _ := refMerge(uBack, oBack, true)
 		if !reflect.DeepEqual(got, ref) {
-			t.Fatalf("case %d: merge differs from the reference\nuser: %v\noperator: %v\ngot:  %v\nwant: %v", i, uBack, oBack, got, ref)
+			rt.Fatalf("merge differs from the reference\nuser: %v\noperator: %v\ngot:  %v\nwant: %v", uBack, oBack, got, ref)
 		}
 		// The properties spelled out, independent of refMerge.
 		for k, uv := range uBack {
 			gv, present := got[k]
 			if !present {
-				t.Fatalf("case %d: user key %q lost", i, k)
+				rt.Fatalf("user key %q lost", k)
 			}
 			if ul, isList := uv.([]any); isList {
 				gl, _ := gv.([]any)
 				if len(gl) < len(ul) || !reflect.DeepEqual(gl[:len(ul)], ul) {
-					t.Fatalf("case %d: user list %q = %v does not start with the user's items %v", i, k, gv, ul)
+					rt.Fatalf("user list %q = %v does not start with the user's items %v", k, gv, ul)
 				}
 			} else if _, isMap := uv.(map[string]any); !isMap && uv != nil && !reflect.DeepEqual(gv, uv) {
-				t.Fatalf("case %d: user value %q changed from %v to %v", i, k, uv, gv)
+				rt.Fatalf("user value %q changed from %v to %v", k, uv, gv)
 			}
 		}
 		for k, ov := range oBack {
@@ -242,13 +255,13 @@ func TestMergeProperties(t *testing.T) {
 			if ol, isList := ov.([]any); isList {
 				gl, _ := gv.([]any)
 				if len(gl) < len(ol) || !reflect.DeepEqual(gl[len(gl)-len(ol):], ol) {
-					t.Fatalf("case %d: operator list %q = %v does not end with the operator's items %v", i, k, gv, ol)
+					rt.Fatalf("operator list %q = %v does not end with the operator's items %v", k, gv, ol)
 				}
 			} else if _, isMap := ov.(map[string]any); !isMap && !reflect.DeepEqual(gv, ov) {
-				t.Fatalf("case %d: operator value %q changed from %v to %v", i, k, ov, gv)
+				rt.Fatalf("operator value %q changed from %v to %v", k, ov, gv)
 			}
 		}
-	}
+	})
 	if ok < 300 || conflicts < 300 {
 		t.Fatalf("the generator is unbalanced: %d merges, %d conflicts", ok, conflicts)
 	}
@@ -338,11 +351,11 @@ var flowTraps = func() []string {
 	return out
 }()
 
-func randFlowTrap(r *rand.Rand) string { return flowTraps[r.IntN(len(flowTraps))] }
+func randFlowTrap(r intner) string { return flowTraps[r.IntN(len(flowTraps))] }
 
-func randTrap(r *rand.Rand) string { return trapScalars[r.IntN(len(trapScalars))] }
+func randTrap(r intner) string { return trapScalars[r.IntN(len(trapScalars))] }
 
-func writeRandValue(b *strings.Builder, r *rand.Rand, indent, depth int) {
+func writeRandValue(b *strings.Builder, r intner, indent, depth int) {
 	pad := strings.Repeat(" ", indent+2)
 	switch k := r.IntN(7); {
 	case k < 3 || depth > 2:
@@ -377,7 +390,7 @@ func writeRandValue(b *strings.Builder, r *rand.Rand, indent, depth int) {
 
 // randomUserCloudConfig writes a conflict-free user #cloud-config: lists
 // for the operator's list keys, anything elsewhere.
-func randomUserCloudConfig(r *rand.Rand) string {
+func randomUserCloudConfig(r intner) string {
 	var b strings.Builder
 	b.WriteString("#cloud-config\n")
 	if r.IntN(3) == 0 {

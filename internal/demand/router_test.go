@@ -3,7 +3,6 @@ package demand
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -11,9 +10,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"pgregory.net/rapid"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/proptest"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
@@ -179,38 +180,41 @@ func TestChoose(t *testing.T) {
 
 func ptrTo[T any](v T) *T { return &v }
 
-// TestChooseProperty checks on random pools and jobs that the chosen pool
+// Feature: hyperfleet-operator, Property 13: Webhook-Based Autoscaling
+//
+// TestChooseProperty checks on generated pools and jobs (rapid, 2,000 cases) that the chosen pool
 // is verified, in scope and covers the job, that no other verified covering
 // pool in scope is as specific (else the job is ambiguous and every tied
 // pool is listed), that unverified pools are never considered, that a job
 // no pool covers gets no pool, and that every verified in-scope pool is
 // chosen, ambiguous or reported with the labels it lacks.
 func TestChooseProperty(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	rng := rand.New(rand.NewPCG(seed, 42))
 	vocab := []string{"self-hosted", "Linux", "linux", "X64", "ARM64", "gpu", "GPU", "big", "small", "db", "hyperfleet", "windows"}
 	scopes := []workload.Scope{{Owner: "octo"}, {Owner: "octo", Repository: "app"}, {Owner: "octo", Repository: "web"}, {Owner: "other"}}
 	repos := []string{"octo/app", "OCTO/web", "other/x", "nobody/y"}
-	pick := func(n int) []string {
-		var out []string
-		for range n {
-			out = append(out, vocab[rng.IntN(len(vocab))])
-		}
-		return out
-	}
 	const cases = 2000
-	for i := range cases {
+	var id int64
+	proptest.Check(t, cases, func(rt *rapid.T) {
+		rng := proptest.Draws{T: rt}
+		pick := func(n int) []string {
+			var out []string
+			for range n {
+				out = append(out, vocab[rng.IntN(len(vocab))])
+			}
+			return out
+		}
 		var cands []Candidate
 		for p := range rng.IntN(6) {
 			c := cand(fmt.Sprintf("ns%d", rng.IntN(3)), fmt.Sprintf("pool%d", p), scopes[rng.IntN(len(scopes))], pick(rng.IntN(4))...)
 			c.Verified = rng.IntN(4) != 0
 			cands = append(cands, c)
 		}
-		job := workload.Job{ID: int64(i + 1), Repository: repos[rng.IntN(len(repos))], Labels: pick(1 + rng.IntN(3))}
+		id++
+		job := workload.Job{ID: id, Repository: repos[rng.IntN(len(repos))], Labels: pick(1 + rng.IntN(3))}
 		d := Choose(cands, job)
 		fail := func(format string, args ...any) {
-			t.Helper()
-			t.Fatalf("seed %d case %d: job %+v, pools %+v: %s", seed, i, job, cands, fmt.Sprintf(format, args...))
+			rt.Helper()
+			rt.Fatalf("job %+v, pools %+v: %s", job, cands, fmt.Sprintf(format, args...))
 		}
 		inScope := 0
 		for _, c := range cands {
@@ -278,7 +282,7 @@ func TestChooseProperty(t *testing.T) {
 		if uniqueNames(cands) && chosen+len(d.Unmatched)+len(d.Ambiguous) > inScope {
 			fail("%d chosen + %d unmatched + %d ambiguous > %d in scope", chosen, len(d.Unmatched), len(d.Ambiguous), inScope)
 		}
-	}
+	})
 }
 
 func uniqueNames(cs []Candidate) bool {

@@ -2,11 +2,12 @@ package scaling
 
 import (
 	"fmt"
-	mrand "math/rand"
-	"reflect"
 	"testing"
-	"testing/quick"
 	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/hyperfleet/hyperfleet/internal/testworld/proptest"
 )
 
 func TestExpired(t *testing.T) {
@@ -80,49 +81,48 @@ func TestReasonHard(t *testing.T) {
 	}
 }
 
-// genClaim is a claim, its pool's limits and an instant, drawn by
-// testing/quick: each time is zero or after the previous one, each limit
-// zero or up to three hours.
+// genClaim is a claim, its pool's limits and an instant: each time is zero
+// or after the previous one, each limit zero or up to three hours.
 type genClaim struct {
 	c   ClaimTimes
 	l   Limits
 	now time.Time
 }
 
-func (genClaim) Generate(r *mrand.Rand, _ int) reflect.Value {
+var claims = rapid.Custom(func(rt *rapid.T) genClaim {
 	t := baseNow
-	later := func() time.Time {
-		t = t.Add(time.Duration(r.Int63n(int64(time.Hour))))
+	later := func(label string) time.Time {
+		t = t.Add(time.Duration(rapid.Int64Range(0, int64(time.Hour)-1).Draw(rt, label)))
 		return t
 	}
-	limit := func() time.Duration {
-		if r.Intn(4) == 0 {
+	limit := func(label string) time.Duration {
+		if rapid.IntRange(0, 3).Draw(rt, label+" set") == 0 {
 			return 0
 		}
-		return time.Duration(1 + r.Int63n(int64(3*time.Hour)))
+		return time.Duration(rapid.Int64Range(1, int64(3*time.Hour)).Draw(rt, label))
 	}
 	var g genClaim
-	if r.Intn(8) != 0 {
-		g.c.Created = later()
+	if rapid.IntRange(0, 7).Draw(rt, "created set") != 0 {
+		g.c.Created = later("created")
 	}
-	// A claim goes through the phases in order and stops at a random one.
-	phases := r.Intn(4)
+	// A claim goes through the phases in order and stops at any of them.
+	phases := rapid.IntRange(0, 3).Draw(rt, "phases")
 	if phases >= 1 {
-		g.c.Provisioning = later()
+		g.c.Provisioning = later("provisioning")
 	}
 	if phases >= 2 {
-		g.c.Registered = later()
+		g.c.Registered = later("registered")
 	}
 	if phases >= 3 {
-		g.c.JobStarted = later()
+		g.c.JobStarted = later("jobStarted")
 	}
-	if r.Intn(10) == 0 { // out-of-order or partial times: Expired must still be total
+	if rapid.IntRange(0, 9).Draw(rt, "drop provisioning") == 0 { // out-of-order or partial times: Expired must still be total
 		g.c.Provisioning = time.Time{}
 	}
-	g.l = Limits{BootstrapTimeout: limit(), IdleTimeout: limit(), JobTimeout: limit(), MaxLifetime: limit()}
-	g.now = baseNow.Add(time.Duration(r.Int63n(int64(8 * time.Hour))))
-	return reflect.ValueOf(g)
-}
+	g.l = Limits{BootstrapTimeout: limit("bootstrapTimeout"), IdleTimeout: limit("idleTimeout"), JobTimeout: limit("jobTimeout"), MaxLifetime: limit("maxLifetime")}
+	g.now = baseNow.Add(time.Duration(rapid.Int64Range(0, int64(8*time.Hour)-1).Draw(rt, "now")))
+	return g
+})
 
 func (g genClaim) GoString() string {
 	rel := func(x time.Time) string {
@@ -135,36 +135,38 @@ func (g genClaim) GoString() string {
 		rel(g.c.Created), rel(g.c.Provisioning), rel(g.c.Registered), rel(g.c.JobStarted), g.l, rel(g.now))
 }
 
+// Feature: hyperfleet-operator, Property 10: VM Lifecycle Policy Enforcement
+//
 // TestPropertyExpired: a reached limit is in the past of now, the next
 // deadline in its future, the reason is one that applies to the claim's
 // phase, and only maxLifetime and jobTimeout are hard.
 func TestPropertyExpired(t *testing.T) {
 	var reachedN, nextN int
-	prop := func(g genClaim) bool {
+	proptest.Check(t, propertyCases, func(rt *rapid.T) {
+		g := claims.Draw(rt, "claim")
 		reached, next := Expired(g.c, g.l, g.now)
-		fail := func(msg string) bool {
-			t.Errorf("%s\n  input: %#v\n  reached=%+v next=%+v", msg, g, reached, next)
-			return false
+		fail := func(msg string) {
+			rt.Fatalf("%s\n  input: %#v\n  reached=%+v next=%+v", msg, g, reached, next)
 		}
 		if reached.Reason != "" {
 			reachedN++
 			if reached.At.After(g.now) {
-				return fail("reached in the future")
+				fail("reached in the future")
 			}
 		} else if !reached.At.IsZero() {
-			return fail("reached has a time but no reason")
+			fail("reached has a time but no reason")
 		}
 		if !next.At.IsZero() {
 			nextN++
 			if !next.At.After(g.now) {
-				return fail("next deadline not after now")
+				fail("next deadline not after now")
 			}
 		}
 		if next.Reason != "" {
-			return fail("next has a reason")
+			fail("next has a reason")
 		}
 		if reached.Reason.Hard() != (reached.Reason == MaxLifetime || reached.Reason == JobTimeout) {
-			return fail("Hard() wrong")
+			fail("Hard() wrong")
 		}
 		// The reason must apply to the claim's phase.
 		var phase Reason
@@ -177,18 +179,14 @@ func TestPropertyExpired(t *testing.T) {
 			phase = BootstrapTimeout
 		}
 		if reached.Reason != "" && reached.Reason != MaxLifetime && reached.Reason != phase {
-			return fail(fmt.Sprintf("reason %q does not apply to a claim in phase %q", reached.Reason, phase))
+			fail(fmt.Sprintf("reason %q does not apply to a claim in phase %q", reached.Reason, phase))
 		}
 		// maxLifetime wins whenever it is reached.
 		if ml := g.c.Created.Add(g.l.MaxLifetime); g.l.MaxLifetime > 0 && !g.c.Created.IsZero() && !g.now.Before(ml) &&
 			(reached.Reason != MaxLifetime || !reached.At.Equal(ml)) {
-			return fail("maxLifetime reached but not reported")
+			fail("maxLifetime reached but not reported")
 		}
-		return true
-	}
-	if err := quick.Check(prop, &quick.Config{MaxCount: propertyCases, Rand: mrand.New(mrand.NewSource(7))}); err != nil {
-		t.Error(err)
-	}
+	})
 	if reachedN < 100 || nextN < 100 {
 		t.Errorf("generator drew %d claims with a reached limit and %d with a next deadline; want both >= 100", reachedN, nextN)
 	}

@@ -2,72 +2,65 @@ package scaling
 
 import (
 	"fmt"
-	mrand "math/rand"
 	"reflect"
 	"testing"
-	"testing/quick"
 	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/hyperfleet/hyperfleet/internal/testworld/proptest"
 )
 
-// propertyCases is how many inputs each property draws.
+// propertyCases is how many inputs each property draws: Plan is pure and
+// cheap (2,000 cases take about 20 ms), so far more than the minimum.
 const propertyCases = 2000
 
 var baseNow = time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC)
 
-// genInput is an Input drawn by testing/quick: small realistic counts,
-// consistent bounds, and LowDemandSince nil, in the past or in the future
-// of Now.
-type genInput struct{ Input }
-
 // count draws 0..40, biased towards zero and small values so that pools
 // fitting under maxReplicas are common.
-func count(r *mrand.Rand) int {
-	switch r.Intn(3) {
+func count(t *rapid.T, label string) int {
+	switch rapid.IntRange(0, 2).Draw(t, label+" size") {
 	case 0:
 		return 0
 	case 1:
-		return r.Intn(6)
+		return rapid.IntRange(0, 5).Draw(t, label)
 	default:
-		return r.Intn(41)
+		return rapid.IntRange(0, 40).Draw(t, label)
 	}
 }
 
-func randomInput(r *mrand.Rand) Input {
-	in := Input{MaxReplicas: 1 + r.Intn(60)}
-	in.MinReplicas = r.Intn(in.MaxReplicas + 1)
-	in.MinIdle = r.Intn(in.MaxReplicas + 1)
-	if r.Intn(4) != 0 {
-		in.ScaleDownDelay = time.Duration(r.Int63n(int64(10*time.Minute) + 1))
+// inputs draws Inputs: small realistic counts, consistent bounds, and
+// LowDemandSince nil, in the past or in the future of Now. rapid shrinks a
+// failing one towards zeros and nil, so the input it reports is minimal.
+var inputs = rapid.Custom(func(t *rapid.T) Input {
+	in := Input{MaxReplicas: rapid.IntRange(1, 60).Draw(t, "maxReplicas")}
+	in.MinReplicas = rapid.IntRange(0, in.MaxReplicas).Draw(t, "minReplicas")
+	in.MinIdle = rapid.IntRange(0, in.MaxReplicas).Draw(t, "minIdle")
+	if rapid.IntRange(0, 3).Draw(t, "delay set") != 0 {
+		in.ScaleDownDelay = time.Duration(rapid.Int64Range(0, int64(10*time.Minute)).Draw(t, "scaleDownDelay"))
 	}
-	in.Pending = count(r)
-	in.Starting, in.StaleStarting = count(r), count(r)
-	in.Idle, in.StaleIdle = count(r), count(r)
-	in.Busy = count(r)
-	in.Terminating = count(r)
-	in.Retained = count(r) / 4 // failed VMs kept for debugging are few
-	in.Now = baseNow.Add(time.Duration(r.Int63n(int64(24 * time.Hour))))
-	switch r.Intn(4) {
+	in.Pending = count(t, "pending")
+	in.Starting, in.StaleStarting = count(t, "starting"), count(t, "staleStarting")
+	in.Idle, in.StaleIdle = count(t, "idle"), count(t, "staleIdle")
+	in.Busy = count(t, "busy")
+	in.Terminating = count(t, "terminating")
+	in.Retained = count(t, "retained") / 4 // failed VMs kept for debugging are few
+	in.Now = baseNow.Add(time.Duration(rapid.Int64Range(0, int64(24*time.Hour)-1).Draw(t, "now")))
+	switch rapid.IntRange(0, 3).Draw(t, "lowDemandSince kind") {
 	case 0: // nil
 	case 1, 2: // in the past, up to 15 minutes, sometimes exactly now
-		t := in.Now.Add(-time.Duration(r.Int63n(int64(15*time.Minute) + 1)))
-		if r.Intn(8) == 0 {
-			t = in.Now
+		since := in.Now.Add(-time.Duration(rapid.Int64Range(0, int64(15*time.Minute)).Draw(t, "low demand for")))
+		if rapid.IntRange(0, 7).Draw(t, "exactly now") == 0 {
+			since = in.Now
 		}
-		in.LowDemandSince = &t
+		in.LowDemandSince = &since
 	case 3: // in the future
-		t := in.Now.Add(time.Duration(1 + r.Int63n(int64(10*time.Minute))))
-		in.LowDemandSince = &t
+		since := in.Now.Add(time.Duration(rapid.Int64Range(1, int64(10*time.Minute)).Draw(t, "ahead by")))
+		in.LowDemandSince = &since
 	}
 	return in
-}
-
-// Generate implements quick.Generator.
-func (genInput) Generate(r *mrand.Rand, _ int) reflect.Value {
-	return reflect.ValueOf(genInput{randomInput(r)})
-}
-
-// GoString is what quick.Check prints for a failing input.
-func (g genInput) GoString() string { return describeInput(g.Input) }
+})
 
 func describeInput(in Input) string {
 	lds := "nil"
@@ -91,34 +84,32 @@ func describeDecision(in Input, d Decision) string {
 		d.Desired, d.Create, d.RemoveStaleStarting, d.RemoveStaleIdle, d.RemoveIdle, lds, at, d.Limit)
 }
 
-// checkProperty runs prop over propertyCases generated inputs; prop
-// returns an empty string when the property holds, otherwise what broke.
-func checkProperty(t *testing.T, seed int64, cases int, prop func(Input, Decision) string) {
+// checkProperty runs prop over propertyCases generated inputs; prop returns an empty string when the property holds,
+// otherwise what broke. rapid shrinks a failing input before reporting it.
+func checkProperty(t *testing.T, prop func(Input, Decision) string) {
 	t.Helper()
-	f := func(g genInput) bool {
-		d := Plan(g.Input)
-		if msg := prop(g.Input, d); msg != "" {
-			t.Errorf("%s\n  input:    %s\n  decision: %s", msg, describeInput(g.Input), describeDecision(g.Input, d))
-			return false
+	proptest.Check(t, propertyCases, func(rt *rapid.T) {
+		in := inputs.Draw(rt, "input")
+		d := Plan(in)
+		if msg := prop(in, d); msg != "" {
+			rt.Fatalf("%s\n  input:    %s\n  decision: %s", msg, describeInput(in), describeDecision(in, d))
 		}
-		return true
-	}
-	if err := quick.Check(f, &quick.Config{MaxCount: cases, Rand: mrand.New(mrand.NewSource(seed))}); err != nil {
-		t.Error(err)
-	}
+	})
 }
 
 // vms is the number of VMs that exist for the input (live, terminating
 // and retained).
 func vms(in Input) int { return in.Live() + in.Terminating + in.Retained }
 
+// Feature: hyperfleet-operator, Property 9: RunnerPool Scaling Behavior
+//
 // TestPropertyNeverAboveMax: the VMs after the decision (live claims left,
 // created ones, terminating ones including the claims just removed, and
 // retained ones) never exceed maxReplicas when they did not already; and
 // nothing is created when they already reach it.
 func TestPropertyNeverAboveMax(t *testing.T) {
 	var under, over int
-	checkProperty(t, 1, propertyCases, func(in Input, d Decision) string {
+	checkProperty(t, func(in Input, d Decision) string {
 		after := in.Live() - d.Removals() + d.Create + in.Terminating + in.Retained + d.Removals()
 		if d.Create < 0 {
 			return "Create is negative"
@@ -142,11 +133,13 @@ func TestPropertyNeverAboveMax(t *testing.T) {
 	}
 }
 
+// Feature: hyperfleet-operator, Property 9: RunnerPool Scaling Behavior
+//
 // TestPropertyNeverBelowMin: removals never take the live claims below
 // desired (beyond what drift replacement removes), and desired honours
 // minReplicas within the ceiling left by retained VMs.
 func TestPropertyNeverBelowMin(t *testing.T) {
-	checkProperty(t, 2, propertyCases, func(in Input, d Decision) string {
+	checkProperty(t, func(in Input, d Decision) string {
 		left := in.Live() - d.Removals()
 		fresh := in.Live() - in.StaleStarting - in.StaleIdle
 		if floor := min(d.Desired, fresh); left < floor {
@@ -165,10 +158,12 @@ func TestPropertyNeverBelowMin(t *testing.T) {
 	})
 }
 
+// Feature: hyperfleet-operator, Property 9: RunnerPool Scaling Behavior
+//
 // TestPropertyNeverRemovesBusy: every removal comes from a claim of the
 // kind it names, busy claims are never removed, and desired keeps them.
 func TestPropertyNeverRemovesBusy(t *testing.T) {
-	checkProperty(t, 3, propertyCases, func(in Input, d Decision) string {
+	checkProperty(t, func(in Input, d Decision) string {
 		switch {
 		case d.RemoveIdle < 0 || d.RemoveStaleIdle < 0 || d.RemoveStaleStarting < 0:
 			return "a removal count is negative"
@@ -187,13 +182,15 @@ func TestPropertyNeverRemovesBusy(t *testing.T) {
 	})
 }
 
+// Feature: hyperfleet-operator, Property 9: RunnerPool Scaling Behavior
+//
 // TestPropertyScaleDownWaitsForDelay: surplus idle claims are removed only
 // once demand stayed low for scaleDownDelay, counted from LowDemandSince
 // (or from now when it is unset or in the future); while they wait,
 // ScaleDownAt says until when.
 func TestPropertyScaleDownWaitsForDelay(t *testing.T) {
 	var removed, waiting int
-	checkProperty(t, 4, propertyCases, func(in Input, d Decision) string {
+	checkProperty(t, func(in Input, d Decision) string {
 		since := in.Now
 		if in.LowDemandSince != nil && !in.LowDemandSince.After(in.Now) {
 			since = *in.LowDemandSince
@@ -249,11 +246,13 @@ func isNoop(in Input, d Decision) bool {
 	return d.Create == 0 && d.Removals() == 0 && in.Live() == d.Desired
 }
 
+// Feature: hyperfleet-operator, Property 9: RunnerPool Scaling Behavior
+//
 // TestPropertyConverges: with demand held constant, applying Plan's
 // decisions reaches within 20 steps a pool of exactly desired live claims
 // where Plan does nothing, and stays there.
 func TestPropertyConverges(t *testing.T) {
-	checkProperty(t, 5, 500, func(start Input, _ Decision) string {
+	checkProperty(t, func(start Input, _ Decision) string {
 		in := start
 		for i := range 20 {
 			d := Plan(in)
@@ -290,11 +289,13 @@ func invariants(in Input, d Decision) string {
 	return ""
 }
 
+// Feature: hyperfleet-operator, Property 9: RunnerPool Scaling Behavior
+//
 // TestPropertyIdempotent: Plan is deterministic and leaves its input,
 // LowDemandSince included, untouched.
 func TestPropertyIdempotent(t *testing.T) {
-	f := func(g genInput) bool {
-		in := g.Input
+	proptest.Check(t, propertyCases, func(rt *rapid.T) {
+		in := inputs.Draw(rt, "input")
 		orig := in // shares LowDemandSince; its value is kept in before
 		var before *time.Time
 		if in.LowDemandSince != nil {
@@ -310,22 +311,17 @@ func TestPropertyIdempotent(t *testing.T) {
 		}
 		d2 := Plan(in2)
 		d3 := Plan(in)
-		fail := func(msg string) bool {
-			t.Errorf("%s\n  input:    %s\n  decision: %s", msg, describeInput(orig), describeDecision(orig, d1))
-			return false
+		fail := func(msg string) {
+			rt.Fatalf("%s\n  input:    %s\n  decision: %s", msg, describeInput(orig), describeDecision(orig, d1))
 		}
 		if !reflect.DeepEqual(d1, d2) || !reflect.DeepEqual(d1, d3) {
-			return fail(fmt.Sprintf("Plan not deterministic: then %s, then %s", describeDecision(in, d2), describeDecision(in, d3)))
+			fail(fmt.Sprintf("Plan not deterministic: then %s, then %s", describeDecision(in, d2), describeDecision(in, d3)))
 		}
 		if in != orig {
-			return fail("Plan changed its input")
+			fail("Plan changed its input")
 		}
 		if before != nil && !before.Equal(*in.LowDemandSince) {
-			return fail(fmt.Sprintf("Plan changed the LowDemandSince it was given to Now%+v", in.LowDemandSince.Sub(in.Now)))
+			fail(fmt.Sprintf("Plan changed the LowDemandSince it was given to Now%+v", in.LowDemandSince.Sub(in.Now)))
 		}
-		return true
-	}
-	if err := quick.Check(f, &quick.Config{MaxCount: propertyCases, Rand: mrand.New(mrand.NewSource(6))}); err != nil {
-		t.Error(err)
-	}
+	})
 }
