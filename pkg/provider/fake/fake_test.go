@@ -154,6 +154,16 @@ func TestContract(t *testing.T) {
 	}
 }
 
+// Feature: hyperfleet-operator, Property 24: Provider Interface Implementation
+//
+// TestContractProperty runs the contract's state-machine property
+// (providertest.Property) against the fake on two nodes.
+func TestContractProperty(t *testing.T) {
+	providertest.Property(t, func(t *testing.T) *providertest.Harness {
+		return newEnv(t, twoNodes(), nil).harness(provider.TemplateSource{ID: 9000, Linked: true})
+	})
+}
+
 // The mutants below are providers with one contract violation each. The
 // suite must fail against every one of them; TestSuiteCatchesMutants runs
 // them in a child process and checks that it does.
