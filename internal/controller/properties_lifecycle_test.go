@@ -104,7 +104,7 @@ func (w *propertyWorld) deleteAndCheckGone(t *rapid.T, claim *hfv1.MachineClaim,
 	}
 	within(t, 60*time.Second, "claim "+claim.Name+" gone", func() error {
 		if _, err := getClaim(w.f.t, claim); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("still there (%v)", err)
+			return fmt.Errorf("still there (%w)", err)
 		}
 		return nil
 	})

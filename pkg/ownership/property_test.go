@@ -88,7 +88,8 @@ func TestOwnershipMetadataProperty(t *testing.T) {
 		}
 		for _, tag := range tags {
 			for i, c := range tag {
-				if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || i > 0 && (c == '-' || c == '+' || c == '.')) {
+				legal := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || i > 0 && (c == '-' || c == '+' || c == '.')
+				if !legal {
 					t.Fatalf("tag %q has %q, which Proxmox refuses", tag, c)
 				}
 			}

@@ -145,7 +145,7 @@ func diskVolumes(vm proxmoxsim.VMState) []string {
 		if !slices.ContainsFunc([]string{"scsi", "virtio", "sata", "ide"}, func(p string) bool { return strings.HasPrefix(k, p) }) {
 			continue
 		}
-		if _, err := strconv.Atoi(strings.TrimLeft(k, "scivrtoaide")); err != nil || strings.Contains(v, "media=cdrom") || strings.Contains(v, "cloudinit") {
+		if _, err := strconv.Atoi(strings.TrimLeft(k, "scivrtoade")); err != nil || strings.Contains(v, "media=cdrom") || strings.Contains(v, "cloudinit") {
 			continue
 		}
 		volid, _, _ := strings.Cut(v, ",")
