@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -274,7 +275,8 @@ func (r *HypervisorClusterReconciler) wakeWaitingClaims(ctx context.Context, clu
 // notifyChangedVMs wakes the claims whose VM stopped or vanished since the
 // previous listing (shutdown detection), and claims whose stopped VM was
 // already stopped but whose claim still believes it runs (a restarted
-// operator, or a missed event).
+// operator, a missed event, or a VM that started and powered off between
+// two listings, so that both showed it stopped).
 func (r *HypervisorClusterReconciler) notifyChangedVMs(ctx context.Context, cluster string, prev *hypervisors.Listing, vms []provider.VMSummary) {
 	if r.ClaimEvents == nil {
 		return
@@ -286,30 +288,49 @@ func (r *HypervisorClusterReconciler) notifyChangedVMs(ctx context.Context, clus
 			continue
 		}
 		if old, ok := prev.VM(vm.ID); ok && old.Power == provider.PowerStopped {
-			// Already stopped last time: the claim was woken then. Claims
-			// that are still Running requeue themselves.
+			// Already stopped last time: its claim was woken then, unless
+			// it was then still being built (a clone is stopped until it
+			// starts). A claim that is provisioned now and still sees its
+			// VM stopped ran for less than a poll interval: wake it, or it
+			// would wait for its own resync (minutes). A claim still
+			// being built is not woken again: its build goes on by itself.
+			r.wakeClaimOfVM(ctx, cluster, vm.ID, provisionedOnly)
 			continue
 		}
-		r.wakeClaimOfVM(ctx, cluster, vm.ID)
+		r.wakeClaimOfVM(ctx, cluster, vm.ID, anyClaim)
 	}
 	if prev == nil {
 		return
 	}
 	for _, old := range prev.VMs {
 		if !seen[old.ID] {
-			r.wakeClaimOfVM(ctx, cluster, old.ID)
+			r.wakeClaimOfVM(ctx, cluster, old.ID, anyClaim)
 		}
 	}
 }
 
-func (r *HypervisorClusterReconciler) wakeClaimOfVM(ctx context.Context, cluster string, vm provider.ID) {
+// Which claims of a VM wakeClaimOfVM wakes.
+const (
+	anyClaim        = false
+	provisionedOnly = true
+)
+
+// wakeClaimOfVM sends the claim whose VM vm is (from the cache's index) to
+// the claim controller; with provisionedOnly, only a claim that believes
+// its VM runs (Provisioned=True, not ended, not being deleted).
+func (r *HypervisorClusterReconciler) wakeClaimOfVM(ctx context.Context, cluster string, vm provider.ID, onlyProvisioned bool) {
 	var claims hfv1.MachineClaimList
 	if err := r.Client.List(ctx, &claims, client.MatchingFields{fieldindex.ClaimVM: fieldindex.VMKey(cluster, string(vm))}); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "List claim of VM", "vm", vm)
 		return
 	}
 	for i := range claims.Items {
-		r.sendClaimEvent(ctx, &claims.Items[i])
+		c := &claims.Items[i]
+		if onlyProvisioned && (!c.DeletionTimestamp.IsZero() || c.Ended() ||
+			!meta.IsStatusConditionTrue(c.Status.Conditions, string(hfv1.MachineClaimProvisionedCondition))) {
+			continue
+		}
+		r.sendClaimEvent(ctx, c)
 	}
 }
 

@@ -301,12 +301,14 @@ func TestShutdownDetectionProperty(t *testing.T) {
 		if err := w.sim.GuestPowerOff(vmid); err != nil {
 			rt.Fatal(err)
 		}
-		// The design's bound: the VM deleted and its claim removed within
-		// five minutes. A claim still there after 30 s is logged with what
-		// the operator did with it: detection is meant to take well under
-		// that (docs/performance.md measures it).
+		// The cluster is listed every second here: a claim still there a
+		// minute after its VM stopped missed its wake-up and waits for its
+		// own resync (minutes; the design's bound is 30 s to detect). A
+		// claim still there after 30 s is logged with what the operator
+		// did with it. (How fast detection is, is measured by the
+		// benchmarks, docs/performance.md.)
 		stopped, slowLogged := time.Now(), false
-		within(rt, 5*time.Minute, "claim "+claim.Name+" removed after its VM stopped", func() error {
+		within(rt, time.Minute, "claim "+claim.Name+" removed after its VM stopped", func() error {
 			c, err := getClaim(w.f.t, claim)
 			if apierrors.IsNotFound(err) {
 				return nil
