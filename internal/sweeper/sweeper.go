@@ -258,8 +258,14 @@ func (s *Sweeper) candidate(ctx context.Context, p provider.Provider, cluster st
 		return o, nil
 	}
 	vm, err := p.GetVM(ctx, provider.VMRef{ID: summary.ID, Node: summary.Node})
+	if errors.Is(err, provider.ErrNotFound) {
+		// Gone since the listing was taken (destroyed by its claim, most
+		// often): nothing to sweep.
+		log.V(1).Info("Orphan candidate is gone", "vmid", summary.ID)
+		return nil, nil
+	}
 	if err != nil {
-		return nil, client.IgnoreNotFound(err)
+		return nil, err
 	}
 	if vm.Owner == nil {
 		unverified[summary.ID] = fmt.Sprint(vm.OwnershipError)
