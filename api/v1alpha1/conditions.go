@@ -113,6 +113,12 @@ const (
 	// status does not carry this operator's valid ownership marker; such a
 	// VM is never modified or destroyed.
 	MachineClaimOwnershipVerifiedCondition ConditionType = "OwnershipVerified"
+	// MachineClaimFinalizedCondition is True once the claim's VM was
+	// released from HyperFleet's management without being deleted (a
+	// platform admin's annotation hyperfleet.io/disown, reason Disowned):
+	// the VM keeps running with its tags and ownership block stripped, and
+	// nothing of HyperFleet touches it again. It never turns False.
+	MachineClaimFinalizedCondition ConditionType = "Finalized"
 
 	// IPPoolExhaustedCondition is True when no address is left to allocate.
 	IPPoolExhaustedCondition ConditionType = "Exhausted"
@@ -381,6 +387,35 @@ const (
 	RunnerStateUnknownReason ConditionReason = "RunnerStateUnknown"
 	// FinishedReason: the VM is gone; the claim is kept as history.
 	FinishedReason ConditionReason = "Finished"
+
+	// Reasons of a platform admin's actions on a claim (annotations
+	// hyperfleet.io/force-delete and hyperfleet.io/disown; see
+	// machineclaim_admin.go).
+	// ForceDeletedReason (Ending True, and a warning event when the claim
+	// goes): a platform admin force-deleted the claim; its VM is abandoned
+	// without a call to the hypervisor, and its runner, identity and
+	// addresses are released.
+	ForceDeletedReason ConditionReason = "ForceDeleted"
+	// DisowningReason (Ending True): the claim's VM is being released from
+	// HyperFleet's management (its cloud-init media removed, then its tags
+	// and ownership block stripped).
+	DisowningReason ConditionReason = "Disowning"
+	// DisownedReason (Finalized True, Provisioned False, and an event): the
+	// claim's VM was released from HyperFleet's management and left as it
+	// was; it is no longer HyperFleet's.
+	DisownedReason ConditionReason = "Disowned"
+	// FailedDisownReason (Ending True, and a warning event): releasing the
+	// claim's VM from management failed; it is retried.
+	FailedDisownReason ConditionReason = "FailedDisown"
+	// AddressNotExcludedReason (Ending True, and a warning event): the
+	// disowned VM keeps its static address, so the claim holds it until a
+	// platform admin adds it to its IPPool's spec.excludedAddresses; the
+	// message names the address and the pool.
+	AddressNotExcludedReason ConditionReason = "AddressNotExcluded"
+	// InvalidAdminAnnotationReason (a warning event): the annotation
+	// hyperfleet.io/force-delete or hyperfleet.io/disown is set without a
+	// usable reason (empty or too long) and is ignored.
+	InvalidAdminAnnotationReason ConditionReason = "InvalidAdminAnnotation"
 
 	// NoProgressReason (Stuck True): the claim stayed in its phase longer
 	// than the manager's bound for that phase.

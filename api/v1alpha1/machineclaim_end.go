@@ -29,6 +29,10 @@ const (
 	EndPoweredOff EndReason = "powered_off"
 	// EndDeleted: the claim was deleted by someone else.
 	EndDeleted EndReason = "deleted"
+	// EndDisowned: a platform admin released the claim's VM from
+	// HyperFleet's management (annotation hyperfleet.io/disown); the VM
+	// was kept, not destroyed.
+	EndDisowned EndReason = "disowned"
 )
 
 // Hard reports whether the reason is a hard limit: it ends a busy runner,
@@ -49,6 +53,7 @@ var endConditionReasons = map[EndReason]ConditionReason{
 	EndFailed:           ProvisioningFailedReason,
 	EndPoweredOff:       VMPoweredOffReason,
 	EndDeleted:          DeletedReason,
+	EndDisowned:         DisownedReason,
 }
 
 // ConditionReason is the reason's condition reason (and event reason):

@@ -178,7 +178,8 @@ type MachineClaimStatus struct {
 	Phase MachineClaimPhase `json:"phase,omitempty"`
 
 	// conditions are Ready (summarised from the others), Provisioned,
-	// Bootstrapped, Ending, OwnershipVerified and Stuck.
+	// Bootstrapped, Ending, OwnershipVerified, Stuck and, once a platform
+	// admin disowned the claim's VM, Finalized.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -228,7 +229,7 @@ type MachineClaimStatus struct {
 	// display (status.end holds the same as typed fields): a code
 	// (job_completed, idle_timeout, max_lifetime, job_timeout,
 	// bootstrap_timeout, drift_replaced, scaled_down, powered_off, failed,
-	// deleted), a colon and an explanation.
+	// deleted, disowned), a colon and an explanation.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	TerminationReason string `json:"terminationReason,omitempty"`

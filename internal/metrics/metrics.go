@@ -67,6 +67,23 @@ var (
 		Help: "MachineClaim placement records that were refused (missing, unreadable or signature check failed); each failed its claim.",
 	})
 
+	// ClaimsForceDeleted counts claims a platform admin force-deleted
+	// (annotation hyperfleet.io/force-delete), by the HypervisorCluster of
+	// the VM each abandoned: each such VM was left to the orphan sweep
+	// without a call to its hypervisor. Bounded by the clusters.
+	ClaimsForceDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "claims_force_deleted_total",
+		Help: "MachineClaims force-deleted by a platform admin (annotation hyperfleet.io/force-delete): their VM abandoned without the hypervisor, by the VM's HypervisorCluster (empty when the claim recorded no VM).",
+	}, []string{"cluster"})
+
+	// ClaimsDisowned counts VMs a platform admin released from
+	// management (annotation hyperfleet.io/disown), by HypervisorCluster:
+	// each is a VM still running that HyperFleet no longer tracks.
+	ClaimsDisowned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "claims_disowned_total",
+		Help: "MachineClaims whose VM a platform admin released from HyperFleet's management without deleting it (annotation hyperfleet.io/disown), by the VM's HypervisorCluster (empty when the claim recorded no VM).",
+	}, []string{"cluster"})
+
 	// PowerOffToDestroyed is the time from a VM being seen powered off to
 	// its VM destroyed and its claim gone.
 	PowerOffToDestroyed = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -263,7 +280,7 @@ var (
 
 func init() {
 	crmetrics.Registry.MustRegister(
-		ClaimPhaseSeconds, ClaimsStuck, ClaimTransitions, ClaimErrors, ReservationsRejected, PlacementRecordsRejected, PowerOffToDestroyed, CreatedToCloneRequest,
+		ClaimPhaseSeconds, ClaimsStuck, ClaimTransitions, ClaimErrors, ReservationsRejected, PlacementRecordsRejected, ClaimsForceDeleted, ClaimsDisowned, PowerOffToDestroyed, CreatedToCloneRequest,
 		PowerOffHints, ReadyHints, GuestSecretsDelivered, VMsInTransition,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
 		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads, WebhookConfirmations, BrokerRequests,
@@ -326,4 +343,6 @@ func ForgetCluster(cluster string) {
 	UnverifiedVMs.DeleteLabelValues(cluster)
 	OrphanMediaFound.DeleteLabelValues(cluster)
 	OrphanMediaRemoved.DeleteLabelValues(cluster)
+	ClaimsForceDeleted.DeleteLabelValues(cluster)
+	ClaimsDisowned.DeleteLabelValues(cluster)
 }

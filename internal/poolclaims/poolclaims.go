@@ -73,7 +73,9 @@ func Classify(claims []hfv1.MachineClaim, hash string, retains bool) *Claims {
 func StateOf(c *hfv1.MachineClaim, retains bool) State {
 	st := c.Status.Bootstrap
 	switch {
-	case c.IsFinished():
+	case c.IsFinished(), c.Disowned():
+		// A disowned claim's VM is no longer the pool's: the pool does
+		// not count it, and replaces it.
 		return Finished
 	case c.HasFailed() && c.DeletionTimestamp.IsZero():
 		if c.Status.VMRef == nil {

@@ -110,3 +110,45 @@ func TestLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestStateOfAdminActions: a claim whose VM a platform admin disowned is no
+// longer the pool's (Finished: not counted, so the pool replaces it), also
+// while it still holds its address; one being disowned still counts as
+// terminating, since its VM is the pool's until released.
+func TestStateOfAdminActions(t *testing.T) {
+	finalized := metav1.Condition{Type: string(hfv1.MachineClaimFinalizedCondition), Status: metav1.ConditionTrue, Reason: string(hfv1.DisownedReason)}
+	for _, tc := range []struct {
+		name string
+		mut  func(*hfv1.MachineClaim)
+		want State
+	}{
+		{name: "idle", mut: func(*hfv1.MachineClaim) {}, want: Idle},
+		{name: "being disowned", mut: func(c *hfv1.MachineClaim) {
+			c.Annotations = map[string]string{hfv1.DisownAnnotation: "forensics"}
+			c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndDisowned}
+		}, want: Terminating},
+		{name: "disowned, holding its address", mut: func(c *hfv1.MachineClaim) {
+			c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndDisowned}
+			c.Status.Conditions = append(c.Status.Conditions, finalized)
+			c.Status.Network = &hfv1.MachineNetworkStatus{IPAllocations: []hfv1.IPAllocation{{PoolRef: "p", Address: "10.0.0.5/24"}}}
+		}, want: Finished},
+		{name: "disowned, runner busy", mut: func(c *hfv1.MachineClaim) {
+			c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndDisowned}
+			c.Status.Conditions = append(c.Status.Conditions, finalized)
+			c.Status.Bootstrap.JobID = 42
+		}, want: Finished},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c"}, Status: hfv1.MachineClaimStatus{
+				Bootstrap:  &hfv1.BootstrapStatus{RunnerName: "r"},
+				Conditions: []metav1.Condition{{Type: string(hfv1.MachineClaimBootstrappedCondition), Status: metav1.ConditionTrue, Reason: string(hfv1.RunnerOnlineReason)}},
+			}}
+			tc.mut(&c)
+			for _, retains := range []bool{false, true} {
+				if got := StateOf(&c, retains); got != tc.want {
+					t.Errorf("StateOf (retains %v) = %d, want %d", retains, got, tc.want)
+				}
+			}
+		})
+	}
+}

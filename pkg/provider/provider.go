@@ -90,6 +90,28 @@ type Provider interface {
 	// a VM that EnsureVM will not drive again.
 	RemoveCloudInitMedia(ctx context.Context, owner Owner, prev Progress) (*DeleteResult, error)
 
+	// DisownVM releases the owner's VM at ref from this install's
+	// management without deleting it (a platform admin keeps it, for
+	// forensics or debugging): in one hypervisor write it removes this
+	// install's tags, replaces the ownership block with a plain note of
+	// whose VM it was (ownership.Signer.ReleasedDescription), and renames
+	// a VM that still carries the install's clone name. Everything else
+	// stays as it is: power state, disks, network, other tags and text.
+	// Afterwards the VM is foreign to this install: ListVMs shows it
+	// neither OperatorTagged nor InstallNamed (the orphan sweep passes it
+	// by), GetVM returns it with Owner nil, and every call that modifies
+	// or destroys a VM refuses it with ErrNotOwned. Call
+	// RemoveCloudInitMedia first: the VM's media are the install's and go
+	// no other way once it is foreign.
+	//
+	// It is idempotent: a VM this call already released for owner is Done
+	// with Removed empty. A VM whose ownership marker does not verify for
+	// owner (and that no release for owner left) is never touched:
+	// ErrNotOwned. A VM the hypervisor says does not exist is ErrNotFound.
+	// A VM that is locked (a task in flight) is not Done: call again after
+	// RetryAfter.
+	DisownVM(ctx context.Context, owner Owner, ref VMRef) (*DisownResult, error)
+
 	// ListVMs returns every VM of the cluster from one batch call. It
 	// proves no ownership: a VM's OperatorTagged only says it carries this
 	// install's tag. Use GetVM to verify.
@@ -468,6 +490,19 @@ type DeleteResult struct {
 	// RetryAfter says when calling again is useful.
 	RetryAfter time.Duration
 	Message    string
+}
+
+// DisownResult is what DisownVM reports.
+type DisownResult struct {
+	// Done is true once the VM is released.
+	Done bool
+	// RetryAfter says when calling again is useful while not Done.
+	RetryAfter time.Duration
+	// Removed names what this call removed from the VM, in words (the
+	// tags, the ownership block, the clone name); empty when an earlier
+	// call had released it.
+	Removed []string
+	Message string
 }
 
 // VMRef locates a VM on the cluster.

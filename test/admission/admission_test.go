@@ -326,3 +326,162 @@ func TestTenantCannotRemoveFinalizersOrEditCIJobs(t *testing.T) {
 		t.Fatalf("the operator could not move the job forward: %v", err)
 	}
 }
+
+// applyFile creates every object of a YAML file of the repository.
+func applyFile(t *testing.T, path ...string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(append([]string{testenv.RepoRoot()}, path...)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(raw)), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			break
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := env.Client.Create(context.Background(), u); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("create %s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+	}
+}
+
+// bind binds user to the ClusterRole role: in ns with a RoleBinding, or
+// cluster-wide when ns is empty.
+func bind(t *testing.T, user, role, ns string) {
+	t.Helper()
+	subjects := []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}
+	ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}
+	var obj client.Object = &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "admission-test-" + user + "-" + role}, RoleRef: ref, Subjects: subjects}
+	if ns != "" {
+		obj = &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: user + "-" + role}, RoleRef: ref, Subjects: subjects}
+	}
+	if err := env.Client.Create(context.Background(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// TestOnlyPlatformAdminsForceDeleteOrDisown: the annotations
+// hyperfleet.io/force-delete and hyperfleet.io/disown of a MachineClaim
+// may be written only by a caller the authorizer grants the verb of the
+// same name (the ClusterRole hyperfleet-claim-admin of config/rbac). A
+// namespace admin with every ordinary verb on claims is refused, on create
+// and on update, with a message that names the annotation, says it is for
+// platform admins and names the role; a user bound to the role may add,
+// change and remove both, but only with a reason of 1 to 256 characters,
+// and still no other hyperfleet.io/* key; the admin annotations stay
+// forbidden on every other kind. A role with the verb '*' on claims
+// includes the two verbs (why tenants must get explicit verbs).
+func TestOnlyPlatformAdminsForceDeleteOrDisown(t *testing.T) {
+	applyPolicies(t)
+	applyFile(t, "config", "rbac", "claim_admin_role.yaml")
+	ctx := context.Background()
+	ns := newNamespace(t)
+	// A namespace admin as tenants are set up: the built-in admin role and
+	// every ordinary verb on HyperFleet's kinds in the namespace.
+	tenantRole := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "admission-test-hyperfleet-tenant"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{hfv1.GroupVersion.Group}, Resources: []string{"machineclaims", "hypervisormachinetemplates", "runnerpools"},
+			Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}}},
+	}
+	wildcard := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "admission-test-claims-wildcard"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{hfv1.GroupVersion.Group}, Resources: []string{"machineclaims"}, Verbs: []string{"*"}}},
+	}
+	for _, r := range []*rbacv1.ClusterRole{tenantRole, wildcard} {
+		if err := env.Client.Create(ctx, r); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	bind(t, "nadia", "admin", ns)
+	bind(t, "nadia", tenantRole.Name, ns)
+	bind(t, "pat", "hyperfleet-claim-admin", "")
+	bind(t, "wes", wildcard.Name, ns)
+	tenant, admin, wildcardUser := as(t, "nadia"), as(t, "pat"), as(t, "wes")
+
+	// wantAdminOnly fails unless err is the policy's refusal of key.
+	wantAdminOnly := func(what string, err error, key, verb string) {
+		t.Helper()
+		if err == nil {
+			t.Fatalf("%s: accepted, want refused by the admission policy", what)
+		}
+		for _, s := range []string{"hyperfleet-operator-owned-fields", "metadata.annotations: " + key, "is for platform admins", "nadia may not",
+			"the verb " + verb + " on machineclaims", "ClusterRole hyperfleet-claim-admin"} {
+			if !strings.Contains(err.Error(), s) {
+				t.Fatalf("%s: message %q does not say %q", what, err.Error(), s)
+			}
+		}
+	}
+	c := claim(ns, "held", nil, nil)
+	if err := tenant.Create(ctx, c); err != nil {
+		t.Fatalf("the namespace admin cannot create a claim (the test's RBAC is wrong): %v", err)
+	}
+	// patchAs applies mutate to the current claim as user, with a merge
+	// patch (what kubectl annotate sends).
+	patchAs := func(user client.Client, mutate func(*hfv1.MachineClaim)) error {
+		t.Helper()
+		cur := &hfv1.MachineClaim{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), cur); err != nil {
+			t.Fatal(err)
+		}
+		before := cur.DeepCopy()
+		if cur.Annotations == nil {
+			cur.Annotations = map[string]string{}
+		}
+		mutate(cur)
+		return user.Patch(ctx, cur, client.MergeFrom(before))
+	}
+	set := func(key, value string) func(*hfv1.MachineClaim) {
+		return func(m *hfv1.MachineClaim) { m.Annotations[key] = value }
+	}
+	unset := func(key string) func(*hfv1.MachineClaim) {
+		return func(m *hfv1.MachineClaim) { delete(m.Annotations, key) }
+	}
+
+	for _, a := range []struct{ key, verb string }{{hfv1.ForceDeleteAnnotation, hfv1.ForceDeleteVerb}, {hfv1.DisownAnnotation, hfv1.DisownVerb}} {
+		wantAdminOnly("namespace admin adds "+a.key, patchAs(tenant, set(a.key, "my VM is stuck")), a.key, a.verb)
+		wantAdminOnly("namespace admin creates a claim with "+a.key, tenant.Create(ctx, claim(ns, "pre-"+a.verb, nil, map[string]string{a.key: "x"})), a.key, a.verb)
+		if err := patchAs(admin, set(a.key, "pve-b lost its disks; ticket OPS-42")); err != nil {
+			t.Fatalf("the platform admin could not set %s: %v", a.key, err)
+		}
+		if err := patchAs(admin, set(a.key, "ticket OPS-43")); err != nil {
+			t.Fatalf("the platform admin could not change %s: %v", a.key, err)
+		}
+		wantAdminOnly("namespace admin removes "+a.key, patchAs(tenant, unset(a.key)), a.key, a.verb)
+		if err := patchAs(admin, unset(a.key)); err != nil {
+			t.Fatalf("the platform admin could not remove %s: %v", a.key, err)
+		}
+		for name, value := range map[string]string{"empty": "", "blank": "   ", "over 256 characters": strings.Repeat("r", 257)} {
+			err := patchAs(admin, set(a.key, value))
+			if err == nil || !strings.Contains(err.Error(), "metadata.annotations: "+a.key+": the value is the reason, for the record: 1 to 256 characters") {
+				t.Errorf("the platform admin set %s to a reason that is %s: %v, want the policy's refusal", a.key, name, err)
+			}
+		}
+		if err := patchAs(admin, set(a.key, strings.Repeat("é", 256))); err != nil {
+			t.Errorf("a reason of 256 characters (512 bytes) in %s was refused: %v", a.key, err)
+		}
+		if err := patchAs(admin, unset(a.key)); err != nil {
+			t.Fatal(err)
+		}
+		if err := patchAs(wildcardUser, set(a.key, "granted by '*'")); err != nil {
+			t.Errorf("a role with the verb '*' on machineclaims does not include %s: %v", a.verb, err)
+		}
+		if err := patchAs(admin, unset(a.key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The role's verbs open the two annotations, nothing else.
+	wantRefused(t, "platform admin writes the reservation", patchAs(admin, set(hfv1.VMReservationAnnotation, "pve/pve1/sig/proxmox://4242")),
+		"metadata.annotations: "+hfv1.VMReservationAnnotation)
+	wantRefused(t, "platform admin writes a made-up key", patchAs(admin, set("hyperfleet.io/force", "x")), "metadata.annotations: hyperfleet.io/force")
+	wantRefused(t, "platform admin labels the claim", patchAs(admin, func(m *hfv1.MachineClaim) {
+		m.Labels = map[string]string{hfv1.RunnerPoolLabel: "other"}
+	}), "metadata.labels: "+hfv1.RunnerPoolLabel)
+	// On any other kind the two keys are the operator's like any other.
+	pool := &hfv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: ns + "-pool", Annotations: map[string]string{hfv1.DisownAnnotation: "x"}},
+		Spec: hfv1.IPPoolSpec{Addresses: []string{"10.9.0.10-10.9.0.20"}, Prefix: 24}}
+	wantRefused(t, "cluster admin annotates an IPPool with "+hfv1.DisownAnnotation, as(t, "alice").Create(ctx, pool), "metadata.annotations: "+hfv1.DisownAnnotation)
+}

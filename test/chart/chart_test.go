@@ -139,6 +139,7 @@ func TestLint(t *testing.T) {
 var optionalObjects = []string{
 	"Certificate ci-infra/ci-hyperfleet-agent",
 	"Certificate ci-infra/ci-hyperfleet-webhook",
+	"ClusterRoleBinding /ci-hyperfleet-claim-admin",
 	"ClusterRoleBinding /ci-hyperfleet-metrics-reader",
 	"ConfigMap ci-infra/ci-hyperfleet-dashboards",
 	"NetworkPolicy ci-infra/ci-hyperfleet-manager",
@@ -154,7 +155,7 @@ var optionalObjects = []string{
 // only what the manager cannot do without.
 func TestTemplate(t *testing.T) {
 	want := []string{
-		"ClusterRole /hyperfleet-manager", "ClusterRole /hyperfleet-metrics-auth", "ClusterRole /hyperfleet-metrics-reader",
+		"ClusterRole /hyperfleet-claim-admin", "ClusterRole /hyperfleet-manager", "ClusterRole /hyperfleet-metrics-auth", "ClusterRole /hyperfleet-metrics-reader",
 		"ClusterRole /hyperfleet-secret-reader", "ClusterRoleBinding /hyperfleet-manager", "ClusterRoleBinding /hyperfleet-metrics-auth",
 		"ConfigMap hyperfleet-system/hyperfleet-config",
 		"CustomResourceDefinition /cijobs.hyperfleet.io", "CustomResourceDefinition /hypervisorclusters.hyperfleet.io",
@@ -203,6 +204,46 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestClaimAdminRoleOfTheRelease: the release installs the ClusterRole
+// <fullname>-claim-admin with the verbs the admission policy asks for
+// (force-delete, disown), with no aggregation to the namespace roles, and
+// the policy's messages name that role; everything-on.yaml binds it to
+// admissionPolicy.claimAdmins.
+func TestClaimAdminRoleOfTheRelease(t *testing.T) {
+	for _, r := range []release{defaults, everythingOn} {
+		objs := render(t, r)
+		role := r.fullname() + "-claim-admin"
+		cr := find(t, objs, "ClusterRole", role)
+		rules, _, _ := unstructured.NestedSlice(cr.Object, "rules")
+		raw := fmt.Sprint(rules)
+		for _, want := range []string{"force-delete", "disown", "machineclaims", "hyperfleet.io"} {
+			if !strings.Contains(raw, want) {
+				t.Errorf("%s: ClusterRole %s does not grant %s: %v", r.name, role, want, rules)
+			}
+		}
+		for k := range cr.GetLabels() {
+			if strings.HasPrefix(k, "rbac.authorization.k8s.io/aggregate-to-") {
+				t.Errorf("%s: ClusterRole %s is aggregated (%s): namespace admins would get its verbs", r.name, role, k)
+			}
+		}
+		policy := find(t, objs, "ValidatingAdmissionPolicy", r.fullname()+"-operator-owned-fields")
+		validations, _, _ := unstructured.NestedSlice(policy.Object, "spec", "validations")
+		named := 0
+		for _, v := range validations {
+			if m, _ := v.(map[string]any)["messageExpression"].(string); strings.Contains(m, "ClusterRole "+role+" grants") {
+				named++
+			}
+		}
+		if named != 2 {
+			t.Errorf("%s: %d policy messages name the ClusterRole %s, want 2 (force-delete and disown)", r.name, named, role)
+		}
+	}
+	binding := find(t, render(t, everythingOn), "ClusterRoleBinding", everythingOn.fullname()+"-claim-admin")
+	if subjects, _, _ := unstructured.NestedSlice(binding.Object, "subjects"); len(subjects) != 1 || !strings.Contains(fmt.Sprint(subjects), "platform-admins") {
+		t.Errorf("the claim-admin binding's subjects are %v, want the group platform-admins", subjects)
+	}
 }
 
 // TestAdmissionPolicyExemptsTheReleaseServiceAccount: the policy's

@@ -199,6 +199,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&hfv1.HypervisorMachineTemplate{}, handler.EnqueueRequestsFromMapFunc(r.claimsForTemplate),
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.ResourceVersionChangedPredicate{}))).
 		Watches(&hfv1.CIJob{}, handler.EnqueueRequestsFromMapFunc(r.claimsForJob)).
+		Watches(&hfv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.disownedClaimsOfPool),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
 		Named("machineclaim")
 	if r.ClaimEvents != nil {
@@ -253,14 +255,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 }
 
 // claimPhases is the phase list of a pass (docs/architecture.md, "The
-// claim's reconcile"): a deleted claim runs the deletion list; any other
-// runs the shared prefix, then the list of its state (runStateList).
+// claim's reconcile"): a claim a platform admin force-deleted or disowned
+// runs the list of that action (adminPhases, admin.go); a deleted claim
+// runs the deletion list; any other runs the shared prefix, then the list
+// of its state (runStateList).
 func (r *Reconciler) claimPhases(claim *hfv1.MachineClaim) []phase.Func[*claimScope] {
+	if list := r.adminPhases(claim); list != nil {
+		return list
+	}
 	if !claim.DeletionTimestamp.IsZero() {
-		return []phase.Func[*claimScope]{r.checkReservation, r.checkFinalizer, r.checkDeletion, r.releaseVM,
+		return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.checkFinalizer, r.checkDeletion, r.releaseVM,
 			r.releaseRunner, r.releaseIdentity, r.releaseFinalizer}
 	}
-	return []phase.Func[*claimScope]{r.checkReservation, r.ensureMetadata, r.checkMisuse, r.checkEndRequest, r.runStateList}
+	return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.ensureMetadata, r.checkMisuse, r.checkEndRequest, r.runStateList}
 }
 
 // buildPhases build a claim's VM: the claim is neither ended nor

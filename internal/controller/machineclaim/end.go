@@ -271,7 +271,11 @@ func (r *Reconciler) finish(ctx context.Context, s *claimScope) error {
 		}
 		now := metav1.NewTime(r.Clock.Now())
 		claim.Status.End.FinishedAt = &now
-		s.facts.ending(hfv1.FinishedReason, "The VM is gone; the claim is kept as history")
+		msg := "The VM is gone; the claim is kept as history"
+		if claim.Disowned() || s.facts.isTrue(claim, hfv1.MachineClaimFinalizedCondition) {
+			msg = "The VM was disowned and is no longer HyperFleet's; the claim is kept as history"
+		}
+		s.facts.ending(hfv1.FinishedReason, msg)
 		r.countOutcome(claim)
 		return nil
 	}

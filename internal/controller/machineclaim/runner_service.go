@@ -197,16 +197,22 @@ func (r *Reconciler) runnerMayBeBusy(ctx context.Context, claim *hfv1.MachineCla
 	return st.JobID, job != nil && job.Status.State != hfv1.CIJobCompleted
 }
 
-// releaseRunnerOfGoneVM removes the claim's runner once its VM is gone. It reports false
-// (with the requeue) to retry; after releaseDeadline it gives up with a
-// warning event rather than hold the claim.
+// releaseRunnerOfGoneVM removes the claim's runner once its VM is gone. It
+// reports false (with the requeue) to retry (settleRunnerRemoval).
 func (r *Reconciler) releaseRunnerOfGoneVM(ctx context.Context, s *claimScope) (bool, time.Duration) {
-	claim := s.claim
-	if !r.runnerRegistered(claim) {
+	if !r.runnerRegistered(s.claim) {
 		return true, 0
 	}
+	return r.settleRunnerRemoval(ctx, s, r.removeRunner(ctx, s.claim, ""))
+}
+
+// settleRunnerRemoval decides what the answer err of a runner's removal
+// means for a claim that no longer waits for its runner: done, or false
+// with the requeue to retry; after releaseDeadline it gives up with a
+// warning event rather than hold the claim.
+func (r *Reconciler) settleRunnerRemoval(_ context.Context, s *claimScope, err error) (bool, time.Duration) {
+	claim := s.claim
 	st := claim.Status.Bootstrap
-	err := r.removeRunner(ctx, claim, "")
 	switch {
 	case err == nil:
 		return true, 0

@@ -212,6 +212,20 @@ func (m mutant) PlaceGuestFile(ctx context.Context, o provider.Owner, ref provid
 	return err
 }
 
+func (m mutant) DisownVM(ctx context.Context, o provider.Owner, ref provider.VMRef) (*provider.DisownResult, error) {
+	if m.kind == "disown-leaves-marks" {
+		return &provider.DisownResult{Done: true, Removed: []string{"the ownership block"}, Message: "released"}, nil
+	}
+	res, err := m.Provider.DisownVM(ctx, o, ref)
+	switch {
+	case m.kind == "disown-ignores-ownership" && errors.Is(err, provider.ErrNotOwned):
+		return &provider.DisownResult{Done: true, Removed: []string{"the ownership block"}, Message: "released"}, nil
+	case m.kind == "disown-not-idempotent" && err == nil && res.Done && len(res.Removed) == 0:
+		return nil, fmt.Errorf("VM %s: %w", ref.ID, provider.ErrNotOwned)
+	}
+	return res, err
+}
+
 func TestMutantContract(t *testing.T) {
 	kind := os.Getenv("HF_FAKE_MUTANT")
 	if kind == "" {
@@ -237,6 +251,9 @@ func TestSuiteCatchesMutants(t *testing.T) {
 		{"gone-on-any-missing", "DeleteVM/OtherMissingIsNotGone", "--- FAIL: TestMutantContract/DeleteVM/OtherMissingIsNotGone"},
 		{"keeps-cloud-init-media", "RemoveCloudInitMedia", "--- FAIL: TestMutantContract/RemoveCloudInitMedia/while_booting"},
 		{"guest-file-ignores-ownership", "PlaceGuestFile/NotOwned", "--- FAIL: TestMutantContract/PlaceGuestFile/NotOwned"},
+		{"disown-ignores-ownership", "NotOwned", "--- FAIL: TestMutantContract/NotOwned/foreign_VM_without_a_marker"},
+		{"disown-leaves-marks", "DisownVM", "--- FAIL: TestMutantContract/DisownVM/running"},
+		{"disown-not-idempotent", "DisownVM", "--- FAIL: TestMutantContract/DisownVM/running"},
 	}
 	for _, c := range cases {
 		t.Run(c.kind, func(t *testing.T) {

@@ -43,6 +43,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"DeleteVM", testDeleteVM},
 		{"DeleteVM/OtherMissingIsNotGone", testDeleteOtherMissing},
 		{"RemoveCloudInitMedia", testRemoveCloudInitMedia},
+		{"DisownVM", testDisownVM},
 		{"NotOwned", testNotOwned},
 		{"NotOwned/MarkerCopiedBetweenOwnedVMs", testCopiedMarker},
 		{"PlaceGuestFile/WrittenIntoRunningGuest", testGuestFileWritten},
@@ -995,8 +996,9 @@ func removeMediaUntilDone(t *testing.T, h *Harness, o provider.Owner, prev provi
 	return nil
 }
 
-// testNotOwned: DeleteVM and SetPower refuse every VM whose marker does
-// not verify for the owner they are given, and leave it as it was.
+// testNotOwned: DeleteVM, SetPower and DisownVM refuse every VM whose
+// marker does not verify for the owner they are given, and leave it as it
+// was (power, owner, tags and name).
 func testNotOwned(t *testing.T, h *Harness) {
 	a := owner(1)
 	other, err := ownership.NewSigner(h.Signer.OperatorID(), bytes.Repeat([]byte{0x5a}, ownership.MinKeyLength))
@@ -1085,6 +1087,8 @@ func testNotOwned(t *testing.T, h *Harness) {
 				_, err = h.Provider.SetPower(t.Context(), a, ref, action)
 				expectNotOwned("SetPower "+string(action), err)
 			}
+			_, err = h.Provider.DisownVM(t.Context(), a, ref)
+			expectNotOwned("DisownVM", err)
 			h.Advance(settleTime)
 			after, err := h.Provider.GetVM(t.Context(), ref)
 			if err != nil {
@@ -1095,6 +1099,9 @@ func testNotOwned(t *testing.T, h *Harness) {
 			}
 			if (after.Owner == nil) != (before.Owner == nil) || after.Owner != nil && *after.Owner != *before.Owner {
 				t.Errorf("VM %v: owner went from %+v to %+v", id, before.Owner, after.Owner)
+			}
+			if !slices.Equal(after.Tags, before.Tags) || after.Name != before.Name {
+				t.Errorf("VM %v: tags went from %v to %v, name from %q to %q", id, before.Tags, after.Tags, before.Name, after.Name)
 			}
 		})
 	}
@@ -1124,6 +1131,9 @@ func testCopiedMarker(t *testing.T, h *Harness) {
 		}
 		if _, err := h.Provider.SetPower(t.Context(), o, rb.Progress.VMRef(), provider.PowerOff); !errors.Is(err, provider.ErrNotOwned) {
 			t.Errorf("SetPower(%s) of the VM with a copied marker: %v, want %v", o.Name, err, provider.ErrNotOwned)
+		}
+		if _, err := h.Provider.DisownVM(t.Context(), o, rb.Progress.VMRef()); !errors.Is(err, provider.ErrNotOwned) {
+			t.Errorf("DisownVM(%s) of the VM with a copied marker: %v, want %v", o.Name, err, provider.ErrNotOwned)
 		}
 	}
 	waitPower(t, h, h.Provider, rb.Progress.VMRef(), provider.PowerRunning)
