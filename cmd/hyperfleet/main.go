@@ -97,6 +97,10 @@ func runManager(args []string) error {
 	probeAddr := fs.String("health-probe-bind-address", ":8081", "address the /healthz and /readyz endpoints bind to")
 	pprofAddr := fs.String("pprof-bind-address", "0", "address Go's /debug/pprof profiles are served on (plain HTTP, no authentication: bind it to localhost); 0 disables it")
 	leaderElect := fs.Bool("leader-elect", true, "elect a leader so that only one replica reconciles")
+	lease := leaderElectionFlags{}
+	fs.DurationVar(&lease.duration, "leader-elect-lease-duration", defaultLeaseDuration, "how long a standby waits, after the leader last renewed the lease, before it takes over (a crashed leader's controllers pause this long)")
+	fs.DurationVar(&lease.renewDeadline, "leader-elect-renew-deadline", defaultRenewDeadline, "how long the leader keeps trying to renew the lease before it gives up leadership and exits; below --leader-elect-lease-duration")
+	fs.DurationVar(&lease.retryPeriod, "leader-elect-retry-period", defaultRetryPeriod, "how often replicas try to acquire or renew the lease")
 	namespace := fs.String("namespace", envOr("POD_NAMESPACE", "hyperfleet-system"), "namespace of the operator (ownership Secret, leader lease)")
 	secretNamespaces := fs.String("secret-namespaces", "", "comma-separated namespaces whose Secrets HyperFleet objects reference (cluster credentials, template credentials): the manager watches Secrets there only, and its ServiceAccount needs the hyperfleet-secret-reader ClusterRole bound in each (docs/operations.md); --namespace is always one; * watches every namespace (bind the ClusterRole cluster-wide)")
 	ownershipSecret := fs.String("ownership-secret", "hyperfleet-ownership", "Secret (in --namespace) with the HMAC key that signs VM ownership; created on first start")
@@ -128,6 +132,9 @@ func runManager(args []string) error {
 	zapOpts.BindFlags(fs)
 	sources, err := settings.Parse(fs, args, os.Environ())
 	if err != nil {
+		return err
+	}
+	if err := lease.check(); err != nil {
 		return err
 	}
 	if err := checkMaxEventAge(*webhookMaxEventAge); err != nil {
@@ -164,6 +171,14 @@ func runManager(args []string) error {
 		LeaderElection:          *leaderElect,
 		LeaderElectionID:        "hyperfleet-manager.hyperfleet.io",
 		LeaderElectionNamespace: *namespace,
+		LeaseDuration:           &lease.duration,
+		RenewDeadline:           &lease.renewDeadline,
+		RetryPeriod:             &lease.retryPeriod,
+		// A leader stopped on purpose (a rollout, a drain) gives the lease
+		// up instead of letting it run out: the standby takes over within
+		// a retry period rather than a lease duration. Safe because the
+		// process exits as soon as the manager returns (runManager).
+		LeaderElectionReleaseOnCancel: true,
 	}
 	manager.ConfigureSecretReads(&mgrOpts, parseSecretNamespaces(*secretNamespaces, *namespace))
 	mgr, err := ctrl.NewManager(cfg, mgrOpts)
