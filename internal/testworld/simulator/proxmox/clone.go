@@ -193,6 +193,12 @@ func (s *Simulator) cloneFinish(t *task, p *clonePlan, at time.Time) {
 		t.finish(at, fmt.Errorf("clone failed: source VM %d vanished", p.src))
 		return
 	}
+	if err := s.taskFaultLocked(classClone, strconv.Itoa(p.newid), p.storage); err != nil {
+		// A failed clone worker removes what it created.
+		delete(s.vms, p.newid)
+		t.finish(at, err)
+		return
+	}
 	conf := map[string]string{}
 	for k, v := range src.conf {
 		switch k {

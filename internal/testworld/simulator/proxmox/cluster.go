@@ -103,6 +103,7 @@ func (s *Simulator) nodeReachableLocked(name string) error {
 		return serverError("hostname lookup '%s' failed - failed to get address info for: %s: Name or service not known", name, name)
 	}
 	if !n.online {
+		s.countFaultLocked(FaultOffline, "node")
 		return &apiError{code: 595, msg: "No route to host\n"}
 	}
 	return nil

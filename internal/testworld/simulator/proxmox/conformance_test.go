@@ -1,8 +1,10 @@
 package proxmoxsim
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -718,5 +720,65 @@ func TestClusterStatusOfStandaloneNode(t *testing.T) {
 		if len(clusters) != want || (want == 1 && clusters[0] != name) || entries[len(entries)-1]["type"] != "node" {
 			t.Errorf("clusterName %q: /cluster/status = %v", name, entries)
 		}
+	}
+}
+
+// TestTaskFailureFault: with TaskFailRate 1 a request still gets its UPID,
+// and its task ends with a worker's error having done nothing: no clone,
+// the VM still there after a failed destroy, still stopped after a failed
+// start; every injected fault is counted by kind and class.
+func TestTaskFailureFault(t *testing.T) {
+	e := newEnv(t, nil)
+	if err := e.sim.SetFaults(Faults{Classes: map[string]FaultSpec{"*": {TaskFailRate: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	upid := e.clone("131", nil)
+	if st := e.task(upid); st["status"] != "stopped" || !strings.HasPrefix(fmt.Sprint(st["exitstatus"]), "clone failed: ") {
+		t.Fatalf("clone task under TaskFailRate 1: %v", st)
+	}
+	if r := e.call("GET", "/nodes/pve1/qemu/131/config", nil); r.code != 500 {
+		t.Fatalf("the failed clone left VM 131: %s", r.raw)
+	}
+	if err := e.sim.SetFaults(Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	e.wantExit(e.clone("132", nil), "OK")
+	if err := e.sim.SetFaults(Faults{Classes: map[string]FaultSpec{"power": {TaskFailRate: 1}, "destroy": {TaskFailRate: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	upid = e.upid(e.call("POST", "/nodes/pve1/qemu/132/status/start", nil))
+	if st := e.task(upid); st["exitstatus"] == "OK" {
+		t.Fatalf("start task under TaskFailRate 1: %v", st)
+	}
+	if st := e.mustOK(e.call("GET", "/nodes/pve1/qemu/132/status/current", nil)).dataMap(t); st["status"] != "stopped" {
+		t.Fatalf("VM 132 after a failed start: %v", st["status"])
+	}
+	upid = e.upid(e.call("DELETE", "/nodes/pve1/qemu/132", nil))
+	if st := e.task(upid); st["exitstatus"] == "OK" {
+		t.Fatalf("destroy task under TaskFailRate 1: %v", st)
+	}
+	if cfg := e.mustOK(e.call("GET", "/nodes/pve1/qemu/132/config", nil)).dataMap(t); cfg["lock"] != nil {
+		t.Fatalf("VM 132 after a failed destroy keeps lock %v; want none", cfg["lock"])
+	}
+	if err := e.sim.SetFaults(Faults{Classes: map[string]FaultSpec{"config": {ErrorRate: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.call("PUT", "/nodes/pve1/qemu/132/config", form("description", "x")); r.code != 500 {
+		t.Fatalf("config under ErrorRate 1: %s", r.status)
+	}
+	if err := e.sim.SetFaults(Faults{OfflineNodes: []string{"pve1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.call("GET", "/nodes/pve1/qemu/132/status/current", nil); r.code != 595 {
+		t.Fatalf("offline node: %s", r.status)
+	}
+	got := e.sim.InjectedFaults()
+	want := map[string]map[string]int{
+		FaultTaskFailure: {"clone": 1, "power": 1, "destroy": 1},
+		FaultError:       {"config": 1},
+		FaultOffline:     {"node": 1},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("InjectedFaults() = %v; want %v", got, want)
 	}
 }

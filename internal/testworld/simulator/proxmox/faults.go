@@ -1,7 +1,9 @@
 package proxmoxsim
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
@@ -57,6 +59,32 @@ type FaultSpec struct {
 	SpikeLatency Duration `json:"spikeLatency,omitempty"`
 	// DropRate closes the connection without any response.
 	DropRate float64 `json:"dropRate,omitempty"`
+	// TaskFailRate fails the worker task a request started (clone, power,
+	// destroy, config, upload, storage deletion): the request succeeds
+	// with its UPID, and the task ends with a realistic error without
+	// doing its work, as a worker that hits a lock or I/O timeout does.
+	TaskFailRate float64 `json:"taskFailRate,omitempty"`
+}
+
+// Injected fault kinds, the keys of InjectedFaults.
+const (
+	FaultError       = "error"
+	FaultDrop        = "drop"
+	FaultSpike       = "spike"
+	FaultTaskFailure = "task-failure"
+	// FaultOffline counts requests refused (595) because their node was
+	// offline.
+	FaultOffline = "node-offline"
+)
+
+// defaultTaskFailures are the errors real workers end with under load.
+var defaultTaskFailures = map[endpointClass][]string{
+	classClone:   {"clone failed: can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout", "clone failed: command 'qemu-img convert' failed: exit code 1"},
+	classPower:   {"timeout waiting on systemd", "can't lock file '/var/lock/qemu-server/lock-{vmid}.conf' - got timeout"},
+	classDestroy: {"can't lock file '/var/lock/qemu-server/lock-{vmid}.conf' - got timeout"},
+	classConfig:  {"can't lock file '/var/lock/qemu-server/lock-{vmid}.conf' - got timeout"},
+	classUpload:  {"can't lock file '/var/lock/pve-manager/pve-storage-{storage}' - got timeout"},
+	classStorage: {"can't lock file '/var/lock/pve-manager/pve-storage-{storage}' - got timeout"},
 }
 
 // defaultFaultErrors are messages real clusters produce under load.
@@ -80,7 +108,7 @@ func (f Faults) validate() error {
 		if !knownClasses[endpointClass(name)] {
 			return fmt.Errorf("faults: unknown endpoint class %q", name)
 		}
-		for _, r := range []float64{spec.ErrorRate, spec.SpikeRate, spec.DropRate} {
+		for _, r := range []float64{spec.ErrorRate, spec.SpikeRate, spec.DropRate, spec.TaskFailRate} {
 			if r < 0 || r > 1 {
 				return fmt.Errorf("faults %s: rates must be between 0 and 1", name)
 			}
@@ -154,6 +182,11 @@ func (s *Simulator) injectTransportFault(w http.ResponseWriter, r *http.Request,
 		drop = spec.DropRate > 0 && s.rng.Float64() < spec.DropRate
 		spike = spec.SpikeRate > 0 && s.rng.Float64() < spec.SpikeRate
 	}
+	if drop {
+		s.countFaultLocked(FaultDrop, c)
+	} else if spike {
+		s.countFaultLocked(FaultSpike, c)
+	}
 	s.mu.Unlock()
 	if drop {
 		if hj, ok := w.(http.Hijacker); ok {
@@ -188,5 +221,46 @@ func (s *Simulator) injectErrorLocked(q *apiRequest) error {
 	if code == 0 {
 		code = http.StatusInternalServerError
 	}
+	s.countFaultLocked(FaultError, q.route.class)
 	return &apiError{code: code, msg: msg + "\n"}
+}
+
+// taskFaultLocked draws whether a task of class c fails (FaultSpec.
+// TaskFailRate) and returns its error, with {vmid} and {storage}
+// substituted; nil when it runs.
+func (s *Simulator) taskFaultLocked(c endpointClass, vmid, storage string) error {
+	spec, ok := s.cfg.Faults.spec(c)
+	if !ok || spec.TaskFailRate <= 0 || s.rng.Float64() >= spec.TaskFailRate {
+		return nil
+	}
+	msgs := defaultTaskFailures[c]
+	if len(msgs) == 0 {
+		msgs = []string{"got timeout"}
+	}
+	s.countFaultLocked(FaultTaskFailure, c)
+	return errors.New(strings.NewReplacer("{vmid}", vmid, "{storage}", storage).Replace(msgs[s.rng.Intn(len(msgs))]))
+}
+
+// countFaultLocked counts one injected fault of kind on class c.
+func (s *Simulator) countFaultLocked(kind string, c endpointClass) {
+	if s.injected == nil {
+		s.injected = map[string]map[string]int{}
+	}
+	if s.injected[kind] == nil {
+		s.injected[kind] = map[string]int{}
+	}
+	s.injected[kind][string(c)]++
+}
+
+// InjectedFaults counts the faults injected so far, by kind (FaultError,
+// FaultDrop, FaultSpike, FaultTaskFailure, FaultOffline) and endpoint
+// class: what a chaos run reports it injected.
+func (s *Simulator) InjectedFaults() map[string]map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]map[string]int, len(s.injected))
+	for kind, byClass := range s.injected {
+		out[kind] = maps.Clone(byClass)
+	}
+	return out
 }

@@ -54,7 +54,13 @@ func (s *Simulator) schedulePowerTaskLocked(q *apiRequest, typ string, d time.Du
 	}
 	skiplock := q.boolean("skiplock", false)
 	t := s.newTaskLocked(v.node, typ, strconv.Itoa(v.vmid), q.auth)
-	s.afterLocked(d, func(at time.Time) { work(v, skiplock, t, at) })
+	s.afterLocked(d, func(at time.Time) {
+		if err := s.taskFaultLocked(classPower, strconv.Itoa(v.vmid), ""); err != nil {
+			t.finish(at, err)
+			return
+		}
+		work(v, skiplock, t, at)
+	})
 	return t.upid, nil
 }
 
@@ -210,9 +216,21 @@ func (s *Simulator) handleDestroy(q *apiRequest) (any, error) {
 	}
 	// The config stays as a "lock: destroyed" stub until the task removed
 	// the disks.
+	lock, locked := v.conf["lock"]
 	v.conf["lock"] = "destroyed"
 	t := s.newTaskLocked(v.node, "qmdestroy", strconv.Itoa(v.vmid), q.auth)
 	s.afterLocked(s.cfg.Latency.Destroy.D(), func(at time.Time) {
+		if err := s.taskFaultLocked(classDestroy, strconv.Itoa(v.vmid), ""); err != nil {
+			// The worker failed before removing anything: the VM stays
+			// as it was.
+			if locked {
+				v.conf["lock"] = lock
+			} else {
+				delete(v.conf, "lock")
+			}
+			t.finish(at, err)
+			return
+		}
 		for _, volid := range s.volumesOwnedLocked(v) {
 			if st, vol := s.findVolumeLocked(volid, v.node); vol != nil {
 				delete(st.volumes, volumeKey(vol.scope, vol.volid))

@@ -54,6 +54,9 @@ type Simulator struct {
 	pools       map[string]*pool
 	users       map[string]*user
 	rng         *mrand.Rand
+	// injected counts injected faults by kind and endpoint class
+	// (InjectedFaults).
+	injected map[string]map[string]int
 	events      eventQueue
 	eventSeq    uint64
 	timer       Timer

@@ -340,6 +340,10 @@ func (s *Simulator) handleDeleteContent(q *apiRequest) (any, error) {
 	t := s.newTaskLocked(nodeName, "imgdel", "", q.auth)
 	key := volumeKey(st.scope(nodeName), volid)
 	s.afterLocked(0, func(at time.Time) {
+		if err := s.taskFaultLocked(classStorage, "", st.id); err != nil {
+			t.finish(at, err)
+			return
+		}
 		if st.volumes[key] == nil {
 			t.finish(at, fmt.Errorf("unlink '%s' failed - No such file or directory", st.volumePath(volid)))
 			return
@@ -425,6 +429,10 @@ func (s *Simulator) handleUpload(q *apiRequest) (any, error) {
 	t.logf("starting file import from: /var/tmp/pveupload-%x", sha1.Sum([]byte(volid)))
 	want := strings.ToLower(q.str("checksum"))
 	s.afterLocked(s.cfg.Latency.Upload.D(), func(at time.Time) {
+		if err := s.taskFaultLocked(classUpload, "", st.id); err != nil {
+			t.finish(at, err)
+			return
+		}
 		if sum != "" {
 			t.logf("calculating checksum...")
 			if sum != want {

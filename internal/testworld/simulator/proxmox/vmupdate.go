@@ -89,6 +89,10 @@ func (s *Simulator) updateConfig(q *apiRequest, sync bool) (any, error) {
 			t.finish(at, fmt.Errorf("Configuration file 'nodes/%s/qemu-server/%d.conf' does not exist", gen.node, gen.vmid)) //nolint:staticcheck,revive // ST1005/error-strings: Proxmox's own message, verbatim on the wire
 			return
 		}
+		if err := s.taskFaultLocked(classConfig, strconv.Itoa(gen.vmid), ""); err != nil {
+			t.finish(at, err)
+			return
+		}
 		s.applyConfigLocked(gen, changes, deletes, t)
 		t.finish(at, nil)
 	})
