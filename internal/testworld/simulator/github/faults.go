@@ -2,6 +2,7 @@ package githubsim
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -97,6 +98,7 @@ func (s *Simulator) injectFaultLocked(q *request, path string, h http.Header, b 
 		if f.ZeroRemaining {
 			h.Set("X-RateLimit-Remaining", "0")
 		}
+		s.countFaultLocked(fmt.Sprintf("secondary-limit-%d", code))
 		return e
 	}
 	for _, f := range s.faults.errors {
@@ -113,9 +115,27 @@ func (s *Simulator) injectFaultLocked(q *request, path string, h http.Header, b 
 				msg = "Server Error"
 			}
 		}
+		s.countFaultLocked(fmt.Sprintf("error-%d", f.Status))
 		return &apiError{code: f.Status, msg: msg}
 	}
 	return nil
+}
+
+// countFaultLocked counts one injected fault of kind (InjectedFaults).
+func (s *Simulator) countFaultLocked(kind string) {
+	if s.injected == nil {
+		s.injected = map[string]int{}
+	}
+	s.injected[kind]++
+}
+
+// InjectedFaults counts the faults injected so far by kind:
+// "error-<status>" and "secondary-limit-<status>" for API requests,
+// "webhook-drop" for lost deliveries. A chaos run reports them.
+func (s *Simulator) InjectedFaults() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.injected)
 }
 
 // pruneFaultsLocked drops rules that are spent (count reached zero and no

@@ -300,6 +300,9 @@ func TestWebhookHeadersDropAndRedeliver(t *testing.T) {
 	if len(log) != 1 || !log[0].Dropped || log[0].Action != "queued" || log[0].JobID != job.ID {
 		t.Fatalf("delivery log = %+v", log)
 	}
+	if n := f.sim.InjectedFaults()["webhook-drop"]; n != 1 {
+		t.Errorf("InjectedFaults()[webhook-drop] = %d; want 1", n)
+	}
 	d, err := f.sim.Redeliver(log[0].ID)
 	if err != nil || !d.Redelivery {
 		t.Fatal(err, d)

@@ -3,6 +3,7 @@ package githubsim
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -402,6 +403,10 @@ func TestSecondaryLimitsAndInjectedErrors(t *testing.T) {
 	f.mustCall("GET", "/orgs/octo-org/actions/runners", testPAT, nil, 503)
 	if len(f.sim.Faults().Errors) != 1 {
 		t.Errorf("faults = %+v", f.sim.Faults())
+	}
+	want := map[string]int{"secondary-limit-403": 3, "secondary-limit-429": 1, "error-502": 1, "error-503": 1}
+	if got := f.sim.InjectedFaults(); !maps.Equal(got, want) {
+		t.Errorf("InjectedFaults() = %v; want %v", got, want)
 	}
 	f.sim.ClearFaults()
 	f.mustCall("GET", "/orgs/octo-org/actions/runners", testPAT, nil, 200)

@@ -59,6 +59,8 @@ type Simulator struct {
 	runOrder      []int64
 	labelIDs      map[string]int64
 	faults        faultState
+	// injected counts injected faults by kind (InjectedFaults).
+	injected map[string]int
 	reqSeq        uint64
 	nextRunnerID  int64
 	nextRunID     int64

@@ -186,6 +186,7 @@ func (s *Simulator) emitLocked(j *job, action string) {
 				h.dropNext--
 			}
 			d.Dropped, d.Error = true, "dropped by fault injection"
+			s.countFaultLocked("webhook-drop")
 			continue
 		}
 		h.enqueueLocked(hw, d)
