@@ -69,6 +69,17 @@ func within(t *rapid.T, timeout time.Duration, what string, cond func() error) {
 	}
 }
 
+// logOf is the operator's log lines about the claim named name.
+func (w *propertyWorld) logOf(name string) string {
+	var lines []string
+	for _, l := range strings.Split(w.op.logs.String(), "\n") {
+		if strings.Contains(l, `"`+name+`"`) {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
 // vmsOf are the simulator's VMs whose ownership block names uid.
 func (w *propertyWorld) vmsOf(uid string) []proxmoxsim.VMState {
 	var out []proxmoxsim.VMState
@@ -109,7 +120,7 @@ func (w *propertyWorld) deleteAndCheckGone(t *rapid.T, claim *hfv1.MachineClaim,
 		return nil
 	})
 	if vms := w.vmsOf(string(claim.UID)); len(vms) > 0 {
-		t.Fatalf("claim %s is gone but its VM %d is still on the cluster (%s)", claim.Name, vms[0].VMID, vms[0].Status)
+		t.Fatalf("claim %s is gone but its VM %d is still on the cluster (%s); the operator's log of the claim:\n%s", claim.Name, vms[0].VMID, vms[0].Status, w.logOf(claim.Name))
 	}
 	if isos := w.isosOf(vmids...); len(isos) > 0 {
 		t.Fatalf("claim %s is gone but its cloud-init ISO %v is still on the cluster", claim.Name, isos)
@@ -320,14 +331,8 @@ func TestShutdownDetectionProperty(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			var lines []string
-			for _, l := range strings.Split(w.op.logs.String(), "\n") {
-				if strings.Contains(l, `"`+claim.Name+`"`) {
-					lines = append(lines, l)
-				}
-			}
 			detail := fmt.Errorf("still there: phase %s, deleting %v, end %+v, conditions %+v; its VMs %+v; the operator's log of it:\n%s",
-				c.Status.Phase, c.DeletionTimestamp != nil, c.Spec.End, c.Status.Conditions, w.vmsOf(string(c.UID)), strings.Join(lines, "\n"))
+				c.Status.Phase, c.DeletionTimestamp != nil, c.Spec.End, c.Status.Conditions, w.vmsOf(string(c.UID)), w.logOf(claim.Name))
 			if !slowLogged && time.Since(stopped) > 30*time.Second {
 				slowLogged = true
 				t.Logf("claim %s not removed 30 s after its VM powered off: %v", claim.Name, detail)

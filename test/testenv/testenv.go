@@ -45,6 +45,8 @@ type Environment struct {
 	Scheme *k8sruntime.Scheme
 
 	env *envtest.Environment
+	// restarted are the API servers RestartAPIServer started.
+	restarted []restartedProcess
 }
 
 // RepoRoot is the repository's top directory, found from this file's path
@@ -193,6 +195,7 @@ func (e *Environment) Stop() error {
 	if e == nil || e.env == nil {
 		return nil
 	}
+	e.stopRestarted()
 	if err := e.env.Stop(); err != nil {
 		return fmt.Errorf("stopping the test API server: %w", err)
 	}
