@@ -20,13 +20,20 @@
 #                             their linked clones), dnsmasq-base (the DHCP
 #                             server of the DHCP test's guest network) and
 #                             iproute2 (ip netns makes that network)
+#   hack/test-deps.sh --chaos only what the chaos runs (`make test-chaos`,
+#                             `make test-chaos-small`) need besides the rest:
+#                             iproute2 and nftables (internal/testworld/netns:
+#                             a Proxmox cluster in a network namespace that
+#                             the run partitions from the manager)
 set -euo pipefail
 
 dev_only=false
 guest=false
+chaos=false
 case ${1:-} in
 --dev) dev_only=true ;;
 --guest) guest=true ;;
+--chaos) chaos=true ;;
 esac
 
 missing=()
@@ -38,6 +45,10 @@ if $guest; then
 	command -v qemu-img >/dev/null || missing+=(qemu-utils)
 	command -v dnsmasq >/dev/null || missing+=(dnsmasq-base)
 	command -v ip >/dev/null || missing+=(iproute2)
+fi
+if $chaos; then
+	command -v ip >/dev/null || missing+=(iproute2)
+	command -v nft >/dev/null || missing+=(nftables)
 fi
 if ! $dev_only; then
 	command -v cloud-init >/dev/null || missing+=(cloud-init)
@@ -59,7 +70,7 @@ if ((${#missing[@]})); then
 	DEBIAN_FRONTEND=noninteractive "${run[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-{ $dev_only || $guest; } && exit 0
+{ $dev_only || $guest || $chaos; } && exit 0
 
 # Keep these versions in step with internal/testworld/testdeps.
 npm_packages=(@octokit/openapi@23.0.2 @octokit/webhooks-examples@7.6.1)

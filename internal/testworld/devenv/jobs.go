@@ -16,18 +16,7 @@ import (
 // EnqueueJobs queues n jobs for the pool's label on the repository; each
 // runs for d once a runner takes it. It returns their ids.
 func (w *World) EnqueueJobs(n int, d time.Duration) ([]int64, error) {
-	ids := make([]int64, 0, n)
-	for range n {
-		j, err := w.GitHub.EnqueueJob(githubsim.JobRequest{Repository: Repository, Labels: []string{"self-hosted", JobLabel}, Duration: d})
-		if err != nil {
-			return ids, fmt.Errorf("devenv: enqueue job: %w", err)
-		}
-		ids = append(ids, j.ID)
-	}
-	w.mu.Lock()
-	w.jobs = append(w.jobs, ids...)
-	w.mu.Unlock()
-	return ids, nil
+	return w.EnqueueJobsFor(JobLabel, n, d)
 }
 
 // Snapshot is the world at one moment, for the live table and the tests.

@@ -222,6 +222,8 @@ type World struct {
 	mu       sync.Mutex
 	operator *operatorRun
 	jobs     []int64
+	// clusters are the simulators AddCluster started.
+	clusters []*proxmoxsim.Simulator
 }
 
 // webhookFiles are the operator's webhook serving certificate files and a
@@ -395,13 +397,19 @@ func (w *World) serveTLS(h http.Handler, cert tls.Certificate) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("devenv: listen: %w", err)
 	}
+	return w.serveTLSOn(ln, h, cert), nil
+}
+
+// serveTLSOn serves h over HTTPS on ln until Stop, and returns its
+// https:// base URL.
+func (w *World) serveTLSOn(ln net.Listener, h http.Handler, cert tls.Certificate) string {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		// The simulators' own loggers report what matters.
 		ErrorLog: slogDiscard()}
 	w.servers = append(w.servers, srv)
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
-	return "https://" + ln.Addr().String(), nil
+	return "https://" + ln.Addr().String()
 }
 
 // guestHost is the address at which guests reach the host's loopback:
@@ -511,10 +519,48 @@ func (w *World) writeWebhookCert() error {
 }
 
 func (w *World) startProxmox() error {
+	cfg, err := w.simConfig()
+	if err != nil {
+		return err
+	}
+	sim, err := proxmoxsim.New(cfg, proxmoxsim.WithAdmin(w.opts.SimulatorAdmin), proxmoxsim.WithLogger(w.simLogger("proxmox-sim")))
+	if err != nil {
+		return fmt.Errorf("devenv: Proxmox simulator: %w", err)
+	}
+	w.Proxmox = sim
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("devenv: listen: %w", err)
+	}
+	w.ProxmoxURL, w.proxmoxFingerprint, err = w.serveProxmox(sim, ln)
+	return err
+}
+
+// serveProxmox serves sim over HTTPS on ln with a fresh self-signed
+// certificate, and returns its API URL and the certificate's SHA-256
+// fingerprint (as HypervisorCluster spec.tls pins it).
+func (w *World) serveProxmox(sim *proxmoxsim.Simulator, ln net.Listener) (apiURL, fingerprint string, err error) {
+	host, _, _ := net.SplitHostPort(ln.Addr().String())
+	cert, _, err := githubsim.SelfSignedCertificate(host, "localhost")
+	if err != nil {
+		return "", "", fmt.Errorf("devenv: %w", err)
+	}
+	base := w.serveTLSOn(ln, observe(sim, w.opts.OnProxmoxRequest), cert)
+	sum := sha256.Sum256(cert.Certificate[0])
+	fp := make([]string, len(sum))
+	for i, b := range sum {
+		fp[i] = fmt.Sprintf("%02X", b)
+	}
+	return base + "/api2/json", strings.Join(fp, ":"), nil
+}
+
+// simConfig is the Proxmox simulator's configuration: the timings asked
+// for, one big node, the guest that runs the real agent.
+func (w *World) simConfig() (proxmoxsim.Config, error) {
 	cfg := proxmoxsim.DefaultConfig()
 	timings, err := proxmoxsim.Preset(cmp.Or(w.opts.Timings, proxmoxsim.PresetFast))
 	if err != nil {
-		return fmt.Errorf("devenv: %w", err)
+		return cfg, fmt.Errorf("devenv: %w", err)
 	}
 	cfg.ApplyTimings(timings)
 	if w.opts.Latency != (proxmoxsim.Latency{}) {
@@ -542,31 +588,11 @@ func (w *World) startProxmox() error {
 	if w.opts.SPIFFE {
 		dir, err := spireworld.Dir()
 		if err != nil {
-			return fmt.Errorf("devenv: %w", err)
+			return cfg, fmt.Errorf("devenv: %w", err)
 		}
 		cfg.Guest.Env["HF_SPIRE_AGENT"] = filepath.Join(dir, "spire-agent")
 	}
-	sim, err := proxmoxsim.New(cfg, proxmoxsim.WithAdmin(w.opts.SimulatorAdmin), proxmoxsim.WithLogger(w.simLogger("proxmox-sim")))
-	if err != nil {
-		return fmt.Errorf("devenv: Proxmox simulator: %w", err)
-	}
-	w.Proxmox = sim
-	cert, _, err := githubsim.SelfSignedCertificate("127.0.0.1", "localhost")
-	if err != nil {
-		return fmt.Errorf("devenv: %w", err)
-	}
-	base, err := w.serveTLS(observe(sim, w.opts.OnProxmoxRequest), cert)
-	if err != nil {
-		return err
-	}
-	w.ProxmoxURL = base + "/api2/json"
-	sum := sha256.Sum256(cert.Certificate[0])
-	fp := make([]string, len(sum))
-	for i, b := range sum {
-		fp[i] = fmt.Sprintf("%02X", b)
-	}
-	w.proxmoxFingerprint = strings.Join(fp, ":")
-	return nil
+	return cfg, nil
 }
 
 // Dir is the world's directory (Options.Dir): kubeconfig, logs, guests.
@@ -741,6 +767,9 @@ func (w *World) Stop() error {
 	}
 	if w.Proxmox != nil {
 		_ = w.Proxmox.Close()
+	}
+	for _, sim := range w.clusters {
+		_ = sim.Close()
 	}
 	if w.SPIRE != nil {
 		w.SPIRE.Stop()

@@ -60,7 +60,7 @@ type Simulator struct {
 	labelIDs      map[string]int64
 	faults        faultState
 	// injected counts injected faults by kind (InjectedFaults).
-	injected map[string]int
+	injected      map[string]int
 	reqSeq        uint64
 	nextRunnerID  int64
 	nextRunID     int64

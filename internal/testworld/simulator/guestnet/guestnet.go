@@ -13,14 +13,12 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/netns"
 )
 
 // Bridge is the name of the namespace's bridge.
@@ -99,51 +97,13 @@ func (n *Network) Forward(port string) error {
 	return nil
 }
 
-// listen opens a TCP listener inside the namespace: the socket keeps the
-// namespace of the thread that made it, so one locked thread enters the
-// namespace, listens and returns.
+// listen opens a TCP listener inside the namespace.
 func (n *Network) listen(addr string) (net.Listener, error) {
-	type result struct {
-		ln  net.Listener
-		err error
+	ln, err := netns.Listen(n.Netns, addr)
+	if err != nil {
+		return nil, fmt.Errorf("guestnet: %w", err)
 	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		// Left locked when a step fails: the thread then exits with the
-		// goroutine instead of serving others in the wrong namespace.
-		home, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			done <- result{err: fmt.Errorf("guestnet: %w", err)}
-			return
-		}
-		defer home.Close()
-		target, err := os.Open("/run/netns/" + n.Netns)
-		if err != nil {
-			done <- result{err: fmt.Errorf("guestnet: %w", err)}
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			done <- result{err: fmt.Errorf("guestnet: enter %s: %w", n.Netns, err)}
-			return
-		}
-		ln, lerr := net.Listen("tcp", addr)
-		if err := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); err != nil {
-			if ln != nil {
-				_ = ln.Close()
-			}
-			done <- result{err: fmt.Errorf("guestnet: leave %s: %w", n.Netns, err)}
-			return
-		}
-		runtime.UnlockOSThread()
-		if lerr != nil {
-			lerr = fmt.Errorf("guestnet: listen in %s: %w", n.Netns, lerr)
-		}
-		done <- result{ln: ln, err: lerr}
-	}()
-	r := <-done
-	return r.ln, r.err
+	return ln, nil
 }
 
 func (n *Network) serve(ln net.Listener, target string) {

@@ -41,22 +41,22 @@ type Simulator struct {
 	// one starts. Guarded by mu.
 	real *realGuests
 
-	mu          sync.Mutex
-	cfg         Config
-	closed      bool
-	nodes       map[string]*node
-	nodeOrder   []string
-	storages    map[string]*storage
-	storeOrder  []string
-	vms         map[int]*vm
-	tasks       map[string]*task
-	taskOrder   []string
-	pools       map[string]*pool
-	users       map[string]*user
-	rng         *mrand.Rand
+	mu         sync.Mutex
+	cfg        Config
+	closed     bool
+	nodes      map[string]*node
+	nodeOrder  []string
+	storages   map[string]*storage
+	storeOrder []string
+	vms        map[int]*vm
+	tasks      map[string]*task
+	taskOrder  []string
+	pools      map[string]*pool
+	users      map[string]*user
+	rng        *mrand.Rand
 	// injected counts injected faults by kind and endpoint class
 	// (InjectedFaults).
-	injected map[string]map[string]int
+	injected    map[string]map[string]int
 	events      eventQueue
 	eventSeq    uint64
 	timer       Timer
