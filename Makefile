@@ -230,6 +230,31 @@ test-deploy: test-deps ## Build the image with podman, render the chart and appl
 test-flood: test-deps ## Run the flood test (build tag flood) against the built manager process.
 	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" go test -tags flood -count=1 -timeout 10m -v ./test/flood/
 
+.PHONY: test-chaos test-chaos-small
+# The chaos run (test/chaos, build tag chaos; docs/testing.md, "Chaos"):
+# CHAOS_CLAIMS claims' jobs through four pools on three simulated Proxmox
+# VE clusters while Proxmox and GitHub calls fail, manager replicas are
+# killed, the API server restarts, a node goes offline and a cluster is
+# partitioned away (a network namespace: root, ip and nft). The full run
+# writes docs/reliability.md and measures the load figures (CHAOS_LOAD
+# cycles); the small one, which CI runs, writes its report into a
+# temporary directory.
+CHAOS_CLAIMS ?= 1000
+CHAOS_SMALL_CLAIMS ?= 300
+CHAOS_LOAD ?= 5
+CHAOS_TIMEOUT ?= 90m
+test-chaos: ## The full chaos run (1,000 claims, every fault, the load figures); writes docs/reliability.md.
+	hack/test-deps.sh --chaos
+	go test -tags chaos -count=1 -timeout 5m -v ./internal/testworld/netns/
+	SPIRE_DIR="$$($(SPIRE_BUILD))" KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" CHAOS_CLAIMS=$(CHAOS_CLAIMS) CHAOS_LOAD=$(CHAOS_LOAD) HF_CHAOS_OUT=$(CURDIR)/docs \
+		go test -tags chaos -count=1 -timeout $(CHAOS_TIMEOUT) -v -run TestChaos ./test/chaos/
+
+test-chaos-small: ## The reduced chaos run CI runs (300 claims, every fault kind at least once, about 10 minutes).
+	hack/test-deps.sh --chaos
+	go test -tags chaos -count=1 -timeout 5m -v ./internal/testworld/netns/
+	SPIRE_DIR="$$($(SPIRE_BUILD))" KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" CHAOS_CLAIMS=$(CHAOS_SMALL_CLAIMS) CHAOS_TIMEOUT_MINUTES=25 \
+		go test -tags chaos -count=1 -timeout 30m -v -run TestChaos ./test/chaos/
+
 .PHONY: test-release
 # About 4 minutes warm (the arm64 build and both images), plus about 7 the
 # first time for syft and cosign (hack/release/build.sh).

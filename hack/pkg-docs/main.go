@@ -48,7 +48,7 @@ var listedRoots = []string{"api/", "cmd/", "internal/", "pkg/", "test/"}
 
 // defaultTags are the build tags of the test suites (test/e2e, test/guest,
 // ...), so that every package of the repository is listed.
-const defaultTags = "e2e,spire,guest,bench,flood,deploy"
+const defaultTags = "e2e,spire,guest,bench,flood,deploy,release,chaos"
 
 // productCommands are the binaries that ship; what they link is the
 // product, everything else in listedRoots the test world.

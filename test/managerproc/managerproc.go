@@ -46,6 +46,9 @@ type Process struct {
 	ReadyzURL string
 	// LogFile is the manager's log.
 	LogFile string
+
+	// exited is closed once the process has exited.
+	exited chan struct{}
 }
 
 // Options say what to run.
@@ -59,6 +62,13 @@ type Options struct {
 	CAFile string
 	// Args are more flags.
 	Args []string
+	// LeaderElect runs the replicas with --leader-elect (off by default:
+	// one process).
+	LeaderElect bool
+	// AgentServerURL is the agent server's URL as the VMs reach it
+	// (--agent-server-url): a Service in front of the replicas. Empty:
+	// the replica's own address.
+	AgentServerURL string
 }
 
 // GoBuild builds pkg (such as ./cmd/hyperfleet) into dir and returns the
@@ -93,12 +103,28 @@ func FreeAddr(t testing.TB) string {
 // test ends.
 func Start(t testing.TB, w *devenv.World, o Options) *Process {
 	t.Helper()
+	return Prepare(t, w, o).Start(t)
+}
+
+// Deployment is what the manager's replicas share, as a Deployment's pods
+// do: the webhook Secret, the serving certificates, the agent binaries.
+type Deployment struct {
+	w        *devenv.World
+	o        Options
+	certDir  string
+	agentDir string
+	replicas int
+}
+
+// Prepare writes what every replica of the manager needs (the receiver's
+// certificate where --webhook-cert-dir wants it, the webhook Secret, the
+// agent binaries' directory); Start starts each replica.
+func Prepare(t testing.TB, w *devenv.World, o Options) *Deployment {
+	t.Helper()
 	ctx := context.Background()
 	in := w.OperatorInputs()
-	// The receiver's serving certificate, where --webhook-cert-dir wants
-	// it, and the webhook secret, where --github-webhook-secret names it.
-	certDir := filepath.Join(w.Dir(), "webhook-tls")
-	if err := os.MkdirAll(certDir, 0o700); err != nil {
+	d := &Deployment{w: w, o: o, certDir: filepath.Join(w.Dir(), "webhook-tls"), agentDir: filepath.Join(w.Dir(), "agent-binaries")}
+	if err := os.MkdirAll(d.certDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	for src, dst := range map[string]string{in.WebhookCertFile: "tls.crt", in.WebhookKeyFile: "tls.key"} {
@@ -106,7 +132,7 @@ func Start(t testing.TB, w *devenv.World, o Options) *Process {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(certDir, dst), b, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(d.certDir, dst), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -116,26 +142,45 @@ func Start(t testing.TB, w *devenv.World, o Options) *Process {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	agentDir := filepath.Join(w.Dir(), "agent-binaries")
-	if err := os.MkdirAll(agentDir, 0o755); err != nil {
+	if err := os.MkdirAll(d.agentDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(o.AgentBinary, filepath.Join(agentDir, agentserver.FilePrefix+"linux-"+runtime.GOARCH)); err != nil {
+	if err := os.Symlink(o.AgentBinary, filepath.Join(d.agentDir, agentserver.FilePrefix+"linux-"+runtime.GOARCH)); err != nil {
 		t.Fatal(err)
 	}
+	return d
+}
+
+// Start starts one more replica, on ports of its own, and waits until its
+// metrics endpoint answers. The first replica logs to manager.log, the
+// next ones to manager-2.log and so on. It is interrupted when the test
+// ends, if it still runs.
+func (d *Deployment) Start(t testing.TB) *Process {
+	t.Helper()
+	d.replicas++
+	in := d.w.OperatorInputs()
 	metricsAddr, webhookAddr, pprofAddr, agentAddr, probeAddr := FreeAddr(t), FreeAddr(t), FreeAddr(t), FreeAddr(t), FreeAddr(t)
+	logName := "manager.log"
+	if d.replicas > 1 {
+		logName = fmt.Sprintf("manager-%d.log", d.replicas)
+	}
 	p := &Process{
 		MetricsURL: "http://" + metricsAddr + "/metrics", PprofURL: "http://" + pprofAddr + "/debug/pprof", ReadyzURL: "http://" + probeAddr + "/readyz",
 		WebhookURL: "https://" + webhookAddr + "/webhooks/github", WebhookAddr: webhookAddr,
-		AgentServerAddr: agentAddr, LogFile: filepath.Join(w.Dir(), "manager.log"),
+		AgentServerAddr: agentAddr, LogFile: filepath.Join(d.w.Dir(), logName),
+		exited: make(chan struct{}),
 	}
 	logFile, err := os.Create(p.LogFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(o.Binary, append([]string{"manager",
+	agentURL := d.o.AgentServerURL
+	if agentURL == "" {
+		agentURL = "https://" + agentAddr
+	}
+	cmd := exec.Command(d.o.Binary, append([]string{"manager",
 		"--namespace", in.Namespace,
-		"--leader-elect=false",
+		fmt.Sprintf("--leader-elect=%t", d.o.LeaderElect),
 		"--metrics-bind-address", metricsAddr,
 		// Plain HTTP, scraped by the benchmarks (the binary's default is
 		// the chart's: HTTPS with authentication).
@@ -143,33 +188,32 @@ func Start(t testing.TB, w *devenv.World, o Options) *Process {
 		"--health-probe-bind-address", probeAddr,
 		"--pprof-bind-address", pprofAddr,
 		"--webhook-bind-address", webhookAddr,
-		"--webhook-cert-dir", certDir,
+		"--webhook-cert-dir", d.certDir,
 		"--runnerpool-resync-interval", in.ResyncInterval.String(),
 		"--orphan-sweep-interval", in.SweepInterval.String(),
 		"--claim-max-retry-delay", in.MaxRetryDelay.String(),
 		"--agent-server-addr", agentAddr,
-		"--agent-server-url", "https://" + agentAddr,
+		"--agent-server-url", agentURL,
 		"--agent-server-cert", in.AgentServerCertFile,
 		"--agent-server-key", in.AgentServerKeyFile,
 		"--agent-server-ca", in.AgentServerCAFile,
-		"--agent-binaries-dir", agentDir,
-	}, o.Args...)...)
+		"--agent-binaries-dir", d.agentDir,
+	}, d.o.Args...)...)
 	// controller-runtime reads KUBECONFIG; Go's TLS, SSL_CERT_FILE.
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+w.KubeconfigPath, "SSL_CERT_FILE="+o.CAFile)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.w.KubeconfigPath, "SSL_CERT_FILE="+d.o.CAFile)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	p.Cmd = cmd
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	go func() { _ = cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
-		case <-exited:
+		case <-p.exited:
 		case <-time.After(30 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			<-p.exited
 		}
 		_ = logFile.Close()
 	})
@@ -179,7 +223,7 @@ func Start(t testing.TB, w *devenv.World, o Options) *Process {
 			break
 		}
 		select {
-		case <-exited:
+		case <-p.exited:
 			b, _ := os.ReadFile(p.LogFile)
 			t.Fatalf("the manager exited (%s) before its metrics endpoint answered; its log ends:\n%s", cmd.ProcessState, Tail(b, 4<<10))
 		default:
@@ -190,6 +234,38 @@ func Start(t testing.TB, w *devenv.World, o Options) *Process {
 		time.Sleep(200 * time.Millisecond)
 	}
 	return p
+}
+
+// Kill kills the process (SIGKILL, as a crash or an OOM kill) and waits
+// until it has exited.
+func (p *Process) Kill() {
+	_ = p.Cmd.Process.Kill()
+	<-p.exited
+}
+
+// Exited reports whether the process has exited.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// IsLeader reports whether the process holds the leader lease
+// (controller-runtime's leader_election_master_status gauge).
+func (p *Process) IsLeader() (bool, error) {
+	fams, err := p.Scrape()
+	if err != nil {
+		return false, err
+	}
+	for _, m := range fams["leader_election_master_status"].GetMetric() {
+		if m.GetGauge().GetValue() == 1 {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // Usage is the process's memory and CPU time now.

@@ -100,6 +100,9 @@ type PoolSpec struct {
 	// IPPool, when set, gives its VMs static addresses from an IPPool of
 	// the pool's name.
 	IPPool *hfv1.IPPoolSpec
+	// Attest keeps the world's attestation (Options.SPIFFE) on the pool's
+	// template; without it the template attests nothing.
+	Attest bool
 }
 
 // AddPool creates a RunnerPool and its template, copies of the world's
@@ -113,6 +116,9 @@ func (w *World) AddPool(ctx context.Context, spec PoolSpec) error {
 	tmpl := objectOf[*hfv1.HypervisorMachineTemplate](objs).DeepCopy()
 	tmpl.ObjectMeta = metav1.ObjectMeta{Namespace: Namespace, Name: spec.Name}
 	tmpl.Spec.HypervisorClusterRef = hfv1.ObjectName{Name: spec.Cluster}
+	if !spec.Attest {
+		tmpl.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationNone}
+	}
 	created := []client.Object{}
 	if spec.IPPool != nil {
 		created = append(created, &hfv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: spec.Name}, Spec: *spec.IPPool.DeepCopy()})

@@ -71,6 +71,13 @@ func (s *Simulator) Runners() []Runner {
 	return live
 }
 
+// AllRunners returns every runner ever registered, the removed ones
+// (Removed set) after the live ones.
+func (s *Simulator) AllRunners() []Runner {
+	live, removed := s.runnerLists()
+	return append(live, removed...)
+}
+
 // RunnerByName returns a live runner by name (any scope).
 func (s *Simulator) RunnerByName(name string) (Runner, bool) {
 	for _, r := range s.Runners() {
