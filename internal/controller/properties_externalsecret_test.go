@@ -36,8 +36,6 @@ func externalSecretMeta(s *corev1.Secret, owner string, hash string) {
 	}}
 }
 
-func ptrTo[T any](v T) *T { return &v }
-
 // Feature: hyperfleet-operator, Property 23: External Secret Integration
 //
 // TestExternalSecretProperty: for a template whose GitHub credentials (a
