@@ -76,6 +76,7 @@ func (w *Platforms) BootstrapVars(ctx context.Context, claim *hfv1.MachineClaim,
 	}
 	vars.Labels = cloudinit.List(w.runnerLabels(be, claim, pool, tmpl))
 	vars.RunnerName = w.runnerName(be, claim, vars.RunnerName)
+	vars.RunnerGroup = runnerGroup(be, claim, claimScope(be, pool, tmpl), vars.RunnerGroup)
 	return nil
 }
 
@@ -126,6 +127,7 @@ func (w *Platforms) issueFor(ctx context.Context, claim *hfv1.MachineClaim, tmpl
 	}
 	labels := w.runnerLabels(be, claim, pool, tmpl)
 	vars.RunnerName = w.runnerName(be, claim, vars.RunnerName)
+	vars.RunnerGroup = runnerGroup(be, claim, p.Scope(), vars.RunnerGroup)
 	spec := workload.RunnerSpec{
 		Name: vars.RunnerName, Labels: labels, Group: vars.RunnerGroup,
 		Method: workload.Method(vars.BootstrapMethod), WorkFolder: vars.RunnerConfig.WorkDir,
@@ -266,16 +268,40 @@ func (w *Platforms) poolOf(ctx context.Context, claim *hfv1.MachineClaim) (*hfv1
 // template's credentials.
 func (w *Platforms) claimProvider(ctx context.Context, be workload.Backend, claim *hfv1.MachineClaim, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) (workload.Provider, error) {
 	t, _ := be.Template(tmpl)
-	scope := t.Scope
-	if pool != nil {
-		if ps, ok := be.Pool(pool, tmpl); ok {
-			scope = ps.Scope
-		}
-	}
+	scope := claimScope(be, pool, tmpl)
 	if scope.IsZero() {
 		return nil, newConfigError(be.Name()+"ScopeMissing", fmt.Errorf("MachineClaim %s: neither its RunnerPool nor %s of HypervisorMachineTemplate %s names a scope to register its runner in", claim.Name, t.Field, tmpl.Name))
 	}
 	return be.Provider(ctx, tmpl, scope, w.readSecret)
+}
+
+// claimScope is the scope the claim's runner registers in: its pool's when
+// the pool names one, else its template's; zero when neither does.
+func claimScope(be workload.Backend, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) workload.Scope {
+	t, _ := be.Template(tmpl)
+	if pool != nil {
+		if ps, ok := be.Pool(pool, tmpl); ok {
+			return ps.Scope
+		}
+	}
+	return t.Scope
+}
+
+// runnerGroup is the runner group the claim's runner joins, given group,
+// the one its variables hold (the claim's own, which its pool's is copied
+// into, else the template's). The template's is the default of the
+// template's organization runners only: a pool that narrows a template of
+// organization runners to one repository registers repository runners,
+// which have no runner groups, so the template's group does not apply to
+// them. Passing it on made every credential of such a pool fail ("remove
+// runnerGroup", a field the pool does not even have); property 12's test
+// (property_test.go) found it. A group the claim or its pool asks for
+// itself is kept: the platform's refusal then names the user's own field.
+func runnerGroup(be workload.Backend, claim *hfv1.MachineClaim, scope workload.Scope, group string) string {
+	if be.Claim(claim).Group == "" && !scope.IsZero() && !scope.IsOrganization() {
+		return ""
+	}
+	return group
 }
 
 // PoolProvider implements internal/controller's PoolProviders: the account of the pool's scope

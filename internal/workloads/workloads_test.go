@@ -73,3 +73,32 @@ func TestPlatformsRecoverTakenName(t *testing.T) {
 	}
 	proc.Kill()
 }
+
+// TestTemplateRunnerGroupOnlyForOrganizationRunners: the template's runner
+// group is the default of organization runners; a pool that narrows the
+// template to a repository registers repository runners without it, while
+// a group the claim (or its pool) asks for itself is passed on as asked.
+func TestTemplateRunnerGroupOnlyForOrganizationRunners(t *testing.T) {
+	be, ok := githubsimtest.Backends(t, nil).For(hfv1.WorkloadGitHubActions)
+	if !ok {
+		t.Fatal("no GitHub Actions back-end")
+	}
+	plain := &hfv1.MachineClaim{}
+	own := &hfv1.MachineClaim{Spec: hfv1.MachineClaimSpec{WorkloadConfig: &hfv1.WorkloadConfig{
+		Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubRunnerConfig{RunnerGroup: "mine"}}}}
+	org, repo := workload.Scope{Owner: "octo-org"}, workload.Scope{Owner: "octo-org", Repository: "app"}
+	for _, tc := range []struct {
+		claim      *hfv1.MachineClaim
+		scope      workload.Scope
+		vars, want string
+	}{
+		{plain, org, "tmpl", "tmpl"},
+		{plain, repo, "tmpl", ""},
+		{own, org, "mine", "mine"},
+		{own, repo, "mine", "mine"},
+	} {
+		if got := runnerGroup(be, tc.claim, tc.scope, tc.vars); got != tc.want {
+			t.Errorf("claim group %q in %s: %q, want %q", be.Claim(tc.claim).Group, tc.scope, got, tc.want)
+		}
+	}
+}
