@@ -138,11 +138,10 @@ type timedAction struct {
 
 // failover is one leader kill.
 type failover struct {
-	killed              time.Time
-	role                string
-	takeover, webhooks  time.Duration
-	controllers         time.Duration
-	replicasBeforeAfter string
+	killed             time.Time
+	role               string
+	takeover, webhooks time.Duration
+	controllers        time.Duration
 }
 
 // plan sets the pools' quotas and the schedule.

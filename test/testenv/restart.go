@@ -99,7 +99,7 @@ func (e *Environment) waitReady(ctx context.Context, exited <-chan struct{}) err
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("testenv: the restarted API server not ready within 2 minutes: %v", err)
+			return fmt.Errorf("testenv: the restarted API server not ready within 2 minutes: %w", err)
 		}
 	}
 }
@@ -149,7 +149,7 @@ func waitGone(ctx context.Context, pid int) error {
 	for range 500 {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
-			return nil
+			return nil //nolint:nilerr // no /proc entry: the process is gone, which is what was waited for
 		}
 		if f := strings.Fields(string(b)); len(f) > 2 && f[2] == "Z" {
 			return nil
