@@ -71,32 +71,7 @@ func TestGitHubSimulator(t *testing.T) {
 			t.Fatalf("%s is required by the simulator's runner scripts (make test-deps installs curl): %v", tool, err)
 		}
 	}
-	gs := githubsimtest.Start(t, githubsim.Config{
-		Organizations:    []githubsim.OrgConfig{{Login: "octo-org"}},
-		Repositories:     []githubsim.RepoConfig{{Name: "octo-org/app"}},
-		PATs:             []githubsim.PATConfig{{Token: simPAT, Login: "octocat"}},
-		HeartbeatTimeout: githubsim.Duration(10 * time.Second),
-	})
-	caFile := filepath.Join(t.TempDir(), "sim-ca.pem")
-	if err := os.WriteFile(caFile, gs.CAPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("SSL_CERT_FILE", caFile)
-	// Short long-polls, so a stopped runner does not linger in one.
-	t.Setenv("HF_SIM_POLL_WAIT", "1")
-
-	pkgURL := gs.URL + "/_sim/runner/actions-runner-linux-x64.tar.gz"
-	resp, err := gs.Client().Get(pkgURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkg, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("runner package: HTTP %d, %v", resp.StatusCode, err)
-	}
-	sum := sha256.Sum256(pkg)
-	pkgSHA := hex.EncodeToString(sum[:])
+	gs, pkgURL, pkgSHA := startRunnerSimulator(t)
 
 	// runJob runs the agent with c until the simulator job for label has
 	// run on runner name, and checks the outcome.
@@ -201,4 +176,37 @@ func TestGitHubSimulator(t *testing.T) {
 			t.Error("log lacks the registration")
 		}
 	})
+}
+
+// startRunnerSimulator starts the GitHub simulator for the agent's tests,
+// trusted through SSL_CERT_FILE (so the test cannot be parallel), with
+// short runner long-polls, and returns it with the URL and SHA-256 of its
+// runner package.
+func startRunnerSimulator(t *testing.T) (gs *githubsimtest.Server, pkgURL, pkgSHA string) {
+	t.Helper()
+	gs = githubsimtest.Start(t, githubsim.Config{
+		Organizations:    []githubsim.OrgConfig{{Login: "octo-org"}},
+		Repositories:     []githubsim.RepoConfig{{Name: "octo-org/app"}},
+		PATs:             []githubsim.PATConfig{{Token: simPAT, Login: "octocat"}},
+		HeartbeatTimeout: githubsim.Duration(10 * time.Second),
+	})
+	caFile := filepath.Join(t.TempDir(), "sim-ca.pem")
+	if err := os.WriteFile(caFile, gs.CAPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SSL_CERT_FILE", caFile)
+	// Short long-polls, so a stopped runner does not linger in one.
+	t.Setenv("HF_SIM_POLL_WAIT", "1")
+	pkgURL = gs.URL + "/_sim/runner/actions-runner-linux-x64.tar.gz"
+	resp, err := gs.Client().Get(pkgURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkg, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("runner package: HTTP %d, %v", resp.StatusCode, err)
+	}
+	sum := sha256.Sum256(pkg)
+	return gs, pkgURL, hex.EncodeToString(sum[:])
 }

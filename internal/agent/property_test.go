@@ -3,8 +3,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -89,30 +87,7 @@ func registrations(gs *githubsimtest.Server, name string) (n int, last githubsim
 // Not parallel: it sets SSL_CERT_FILE (the simulator's CA), which the
 // agent's default HTTP client trusts.
 func TestBootstrapServiceProperty(t *testing.T) {
-	gs := githubsimtest.Start(t, githubsim.Config{
-		Organizations:    []githubsim.OrgConfig{{Login: "octo-org"}},
-		Repositories:     []githubsim.RepoConfig{{Name: "octo-org/app"}},
-		PATs:             []githubsim.PATConfig{{Token: simPAT, Login: "octocat"}},
-		HeartbeatTimeout: githubsim.Duration(10 * time.Second),
-	})
-	caFile := filepath.Join(t.TempDir(), "sim-ca.pem")
-	if err := os.WriteFile(caFile, gs.CAPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("SSL_CERT_FILE", caFile)
-	t.Setenv("HF_SIM_POLL_WAIT", "1")
-	pkgURL := gs.URL + "/_sim/runner/actions-runner-linux-x64.tar.gz"
-	resp, err := gs.Client().Get(pkgURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkg, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("runner package: HTTP %d, %v", resp.StatusCode, err)
-	}
-	sum := sha256.Sum256(pkg)
-	pkgSHA := hex.EncodeToString(sum[:])
+	gs, pkgURL, pkgSHA := startRunnerSimulator(t)
 
 	n := 0
 	proptest.Check(t, proptest.Minimum, func(rt *rapid.T) {

@@ -1,11 +1,12 @@
 package managerproc
 
 import (
-	"io"
 	"net"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/testworld/netns"
 )
 
 // Service is a TCP front for the replicas' servers, as a Kubernetes
@@ -90,15 +91,7 @@ func (s *Service) forward(c net.Conn) {
 		return
 	}
 	defer s.untrack(up)
-	done := make(chan struct{})
-	go func() {
-		_, _ = io.Copy(up, c)
-		_ = up.(*net.TCPConn).CloseWrite()
-		close(done)
-	}()
-	_, _ = io.Copy(c, up)
-	_ = c.(*net.TCPConn).CloseWrite()
-	<-done
+	netns.Pipe(c, up)
 }
 
 func (s *Service) track(c net.Conn) bool {

@@ -9,6 +9,7 @@ package netns
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -152,4 +153,28 @@ func run(args ...string) error {
 		return fmt.Errorf("netns: %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// Pipe copies between two TCP connections both ways until both directions
+// are done, half-closing each side as the other finishes sending: what a
+// forwarder between two networks does with each connection.
+func Pipe(a, b net.Conn) {
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(b, a)
+		closeWrite(b)
+		close(done)
+	}()
+	_, _ = io.Copy(a, b)
+	closeWrite(a)
+	<-done
+}
+
+// closeWrite half-closes a TCP connection (anything else is closed).
+func closeWrite(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+		return
+	}
+	_ = c.Close()
 }

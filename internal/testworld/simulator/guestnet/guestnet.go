@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -128,15 +127,7 @@ func (n *Network) serve(ln net.Listener, target string) {
 				return
 			}
 			defer n.untrack(up)
-			done := make(chan struct{})
-			go func() {
-				_, _ = io.Copy(up, c)
-				_ = up.(*net.TCPConn).CloseWrite()
-				close(done)
-			}()
-			_, _ = io.Copy(c, up)
-			_ = c.(*net.TCPConn).CloseWrite()
-			<-done
+			netns.Pipe(c, up)
 		}()
 	}
 }
