@@ -117,8 +117,11 @@ type churn struct {
 	unplanned  int
 	converged  time.Duration
 	feedLength time.Duration
-	length     time.Duration
-	load       *loadFigures
+	// githubCalls and proxmoxCalls are the calls made by the time the
+	// jobs were done.
+	githubCalls, proxmoxCalls int64
+	length                    time.Duration
+	load                      *loadFigures
 }
 
 // step is a fault the schedule injects once progress (completed jobs over
@@ -318,6 +321,7 @@ func (r *churn) loop(ctx context.Context, t *testing.T) {
 			if feedDone.IsZero() {
 				feedDone = time.Now()
 				r.feedLength = time.Since(r.started)
+				r.githubCalls, r.proxmoxCalls = c.githubCalls.Load(), c.proxmoxCalls.Load()
 				r.faultsOff()
 			}
 			if len(r.undo) == 0 && r.settled(ctx) {

@@ -34,8 +34,10 @@ func (r *churn) report() string {
 		}
 		p("| `%s`%s | `%s` | %d | %d | %d |\n", pool.Name, note, pool.Cluster, pool.MinReplicas, pool.MaxReplicas, len(r.jobs[pool.Name]))
 	}
-	p("\n**%d claims' jobs** (each VM runs one job of %s), fed at twice each pool's maximum; the jobs were done after %s and the whole run, load figures included, took %s.\n\n",
+	p("\n**%d claims' jobs** (each VM runs one job of %s), fed at twice each pool's maximum; the jobs were done after %s and the whole run, load figures included, took %s. ",
 		r.total, jobDuration, secs(r.feedLength), secs(r.length))
+	p("The operator made %d GitHub REST calls with its PAT (%.1f per job; the PAT's budget is raised to %d an hour: at this churn a PAT's 5,000 run out, and the operator then keeps its reserve for cleanup and issues no new credential until the hour resets), and the clusters answered %d Proxmox VE API calls (%.1f per job), faults and retries included, by the time the jobs were done.\n\n",
+		r.githubCalls, float64(r.githubCalls)/float64(r.total), githubRateLimit, r.proxmoxCalls, float64(r.proxmoxCalls)/float64(r.total))
 
 	p("## What was injected\n\n")
 	p("From 3 %% of the jobs to 95 %%, on every request class of every cluster: %.0f %% of Proxmox calls answered with a handler error (lock timeouts), %.0f %% dropped without an answer, %.0f %% of tasks failed, %.0f %% delayed by %s; ",

@@ -5,10 +5,12 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -42,6 +44,9 @@ func chaosPools() []devenv.PoolSpec {
 	}
 }
 
+// githubRateLimit is the PAT's hourly budget on the GitHub simulator.
+const githubRateLimit = 200000
+
 // The lease timings of the run's replicas: a crashed leader is replaced
 // within 10 s. (4 s renew deadlines made leaders give up under the load
 // of the run, a finding written in docs/high-availability.md.)
@@ -60,6 +65,9 @@ type chaosWorld struct {
 	// webhook and agent are the Services in front of the replicas.
 	webhook, agent *managerproc.Service
 	pools          []devenv.PoolSpec
+	// githubCalls counts the calls the GitHub simulator received with
+	// the PAT (the operator's), proxmoxCalls every Proxmox VE API call.
+	githubCalls, proxmoxCalls atomic.Int64
 }
 
 // startWorld brings the world up: the API server, the simulators, the
@@ -69,15 +77,29 @@ func startWorld(t *testing.T, dir string) *chaosWorld {
 	ctx := context.Background()
 	agentBin := managerproc.GoBuild(t, dir, "./cmd/hyperfleet-agent")
 	managerBin := managerproc.GoBuild(t, dir, "./cmd/hyperfleet")
+	c := &chaosWorld{t: t, pools: chaosPools()}
 	w, err := devenv.Start(ctx, devenv.Options{
 		Dir: filepath.Join(dir, "world"), AgentBinary: agentBin, ExternalOperator: true, AgentFromOperator: true,
 		SPIFFE: true, MinReplicas: 0, MaxReplicas: 3,
+		// 1,000 claims in a quarter of an hour take more than a PAT's
+		// 5,000 calls an hour (the first full run stalled on it, the
+		// operator keeping its reserve for cleanup, as it should); the
+		// report states the calls made per claim.
+		GitHubRateLimit: githubRateLimit,
+		OnGitHubRequest: func(r *http.Request) {
+			// The operator's calls: those made with the PAT (the runners
+			// use their own credentials).
+			if strings.HasSuffix(r.Header.Get("Authorization"), devenv.PAT) {
+				c.githubCalls.Add(1)
+			}
+		},
+		OnProxmoxRequest: func(*http.Request) { c.proxmoxCalls.Add(1) },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Stop() })
-	c := &chaosWorld{t: t, w: w, sims: map[string]*proxmoxsim.Simulator{devenv.ClusterName: w.Proxmox}, pools: chaosPools()}
+	c.w, c.sims = w, map[string]*proxmoxsim.Simulator{devenv.ClusterName: w.Proxmox}
 	// Cluster B lives in a network namespace of its own; its name is
 	// unique per process so that runs do not collide.
 	removeStaleLinks(t)

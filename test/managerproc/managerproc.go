@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -202,6 +203,9 @@ func (d *Deployment) Start(t testing.TB) *Process {
 	// controller-runtime reads KUBECONFIG; Go's TLS, SSL_CERT_FILE.
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+d.w.KubeconfigPath, "SSL_CERT_FILE="+d.o.CAFile)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// A test killed before its cleanup (a timeout, a SIGTERM) takes its
+	// replicas with it instead of leaving them to reconcile on.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

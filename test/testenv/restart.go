@@ -49,6 +49,8 @@ func (e *Environment) RestartAPIServer(ctx context.Context, down time.Duration) 
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = env
+	// Gone with the test process if it dies before Stop.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("testenv: start the API server again: %w", err)
 	}

@@ -182,6 +182,11 @@ type Options struct {
 	// spire-server (manager.Options.SPIREDial): tests wrap the real client
 	// to count its calls.
 	SPIREDial identity.Dialer
+	// GitHubRateLimit is the PAT's hourly request budget on the GitHub
+	// simulator; 0 is GitHub's 5,000. A churn of hundreds of claims a
+	// minute needs more, as an organization at that rate would (a GitHub
+	// App's installation budget grows to 12,500, or several credentials).
+	GitHubRateLimit int
 }
 
 // World is a running embedded world.
@@ -476,7 +481,7 @@ func (w *World) startGitHub() error {
 	sim, err := githubsim.New(githubsim.Config{
 		Organizations: []githubsim.OrgConfig{{Login: Organization}},
 		Repositories:  []githubsim.RepoConfig{{Name: Repository}},
-		PATs:          []githubsim.PATConfig{{Token: PAT, Login: "octocat"}},
+		PATs:          []githubsim.PATConfig{{Token: PAT, Login: "octocat", RateLimit: w.opts.GitHubRateLimit}},
 		// A loaded laptop may stall a runner's poll for seconds; GitHub
 		// would not call that runner lost either.
 		HeartbeatTimeout: githubsim.Duration(30 * time.Second),
