@@ -201,8 +201,8 @@ func (m *claimModel) expect(proofOK bool) (int, string) {
 // runner recorded in the claim, registered on the GitHub simulator), and
 // once. Every other request is refused with the reason the broker's
 // checks give, counted under it, and mints nothing; a valid SVID without
-// the VM's proof is recorded as a misuse in the claim. A fifth of the
-// cases generate the template's attestation instead: TPM (accepted by the
+// the VM's proof is recorded as a misuse in the claim. About one case in
+// seven generates the template's attestation instead: TPM (accepted by the
 // API, refused by the operator as NotImplemented, naming
 // spec.attestation.method, and nothing issued for its claim), options of
 // the wrong method or a join-token ttl the API refuses naming the field,
@@ -225,8 +225,10 @@ func TestAttestationCredentialProperty(t *testing.T) {
 	})
 	cases := templates + claims
 	t.Logf("%d template cases, %d claim cases, %d of them delivering a credential", templates, claims, delivered)
-	if templates*10 < cases || claims*2 < cases || delivered*4 < claims {
-		t.Errorf("the generator made %d template cases and %d claim cases, %d of them delivering a credential; want a tenth of template cases, half of claims, a quarter of those delivering",
+	// Half the attestations leave the VM without an SVID (expired,
+	// stolen), and an end or a deletion may come before the VM asks.
+	if templates*10 < cases || claims*2 < cases || delivered*5 < claims {
+		t.Errorf("the generator made %d template cases and %d claim cases, %d of them delivering a credential; want a tenth of template cases, half of claims, a fifth of those delivering",
 			templates, claims, delivered)
 	}
 }
@@ -328,7 +330,7 @@ func (w *attestationWorld) claimCase(rt *rapid.T) bool {
 	before := map[string]float64{}
 	for _, r := range []string{broker.ReasonDelivered, broker.ReasonNoClientCertificate, broker.ReasonUnknownTrustDomain, broker.ReasonInvalidSVID,
 		broker.ReasonNotAVMIdentity, broker.ReasonNoLiveClaim, broker.ReasonNotBootstrapping, broker.ReasonBrokerProofInvalid,
-		broker.ReasonIdentityCompromised, broker.ReasonAlreadyIssued} {
+		broker.ReasonIdentityCompromised, broker.ReasonAlreadyIssued, broker.ReasonBusy} {
 		before[r] = testutil.ToFloat64(metrics.BrokerRequests.WithLabelValues(r))
 	}
 	record := func(a answer) {
@@ -345,6 +347,14 @@ func (w *attestationWorld) claimCase(rt *rapid.T) bool {
 		status, reason := m.expect(proofOK)
 		a := w.ask(rt, cert, proof)
 		record(a)
+		// A 503 is the broker's write of the request conflicting with the
+		// claim controller's (it says Retry-After): the agent asks again,
+		// and so does this VM, within its bound.
+		for try := 0; a.status == http.StatusServiceUnavailable && a.reason == broker.ReasonBusy && try < 50; try++ {
+			time.Sleep(100 * time.Millisecond)
+			a = w.ask(rt, cert, proof)
+			record(a)
+		}
 		if a.status != status || a.reason != reason {
 			gone := false
 			if m.deleted && a.status == http.StatusForbidden && a.reason == broker.ReasonNoLiveClaim {
@@ -394,14 +404,14 @@ func (w *attestationWorld) claimCase(rt *rapid.T) bool {
 
 	steps := rapid.IntRange(1, 6).Draw(rt, "steps")
 	for i := range steps {
-		switch step := rapid.IntRange(0, 5).Draw(rt, fmt.Sprintf("step %d", i)); step {
-		case 0, 1: // the VM asks, as its agent does once it has its SVID
+		switch step := rapid.IntRange(0, 6).Draw(rt, fmt.Sprintf("step %d", i)); step {
+		case 0, 1, 2: // the VM asks, as its agent does once it has its SVID
 			if vmSVID == nil {
 				// No SVID: the agent exits (code 9) without asking.
 				continue
 			}
 			asClaim("the VM", vmSVID, secrets.BrokerProof, true)
-		case 2: // a thief with the stolen token's SVID, without the VM's proof
+		case 3: // a thief with the stolen token's SVID, without the VM's proof
 			proof := rapid.SampledFrom([]string{"none", "another VM's", "forged"}).Draw(rt, fmt.Sprintf("thief's proof %d", i))
 			p := map[string]string{"none": "", "another VM's": otherProof(), "forged": strings.Repeat("A", 43)}[proof]
 			if thiefSVID == nil {
@@ -415,7 +425,7 @@ func (w *attestationWorld) claimCase(rt *rapid.T) bool {
 				continue
 			}
 			asClaim("a thief with "+proof+" proof", thiefSVID, p, false)
-		case 3: // a stranger, with the VM's proof (which alone gets nothing)
+		case 4: // a stranger, with the VM's proof (which alone gets nothing)
 			kind := rapid.IntRange(0, 8).Draw(rt, fmt.Sprintf("stranger %d", i))
 			var cert *tls.Certificate
 			var want string
@@ -465,7 +475,7 @@ func (w *attestationWorld) claimCase(rt *rapid.T) bool {
 			if a.status != wantStatus || a.reason != want {
 				rt.Fatalf("stranger %d against claim %s: %d %s, want %d %s", kind, name, a.status, a.reason, wantStatus, want)
 			}
-		case 4: // the claim ends (as its pool ends it)
+		case 5: // the claim ends (as its pool ends it)
 			if m.deleted || m.ending {
 				continue
 			}
@@ -475,7 +485,7 @@ func (w *attestationWorld) claimCase(rt *rapid.T) bool {
 				rt.Fatalf("end claim %s: %v", name, err)
 			}
 			m.ending = true
-		case 5: // the claim is deleted
+		case 6: // the claim is deleted
 			if m.deleted {
 				continue
 			}
