@@ -9,8 +9,16 @@ package identitytest
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
 	"fmt"
+	"math/big"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -19,7 +27,6 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/hyperfleet/hyperfleet/internal/identity"
-	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
 )
 
@@ -27,32 +34,57 @@ import (
 type Server struct {
 	TD     spiffeid.TrustDomain
 	bundle *x509bundle.Bundle
+	// ca and caKey sign the X509-SVIDs the server hands out.
+	ca    *x509.Certificate
+	caKey *ecdsa.PrivateKey
 
 	mu sync.Mutex
 	// clock is the clock of token expiries; time.Now when nil.
-	clock   func() time.Time
-	tokens  map[string]spiffeid.ID // unused token -> agent alias
-	created map[string]int         // token -> CreateJoinToken calls
-	entries map[string]spire.Entry // id -> entry
-	aliases map[spiffeid.ID]int    // alias entries by spiffe id
-	agents  map[spiffeid.ID]bool
-	banned  map[spiffeid.ID]bool
-	reads   int
-	closed  bool
-	fail    error
+	clock  func() time.Time
+	tokens map[string]spiffeid.ID // unused token -> agent alias
+	expiry map[string]time.Time   // unused token -> when it expires
+	// agentAlias is the alias of each attested agent's join token: the
+	// parent of the entries whose SVIDs it gets.
+	agentAlias map[spiffeid.ID]spiffeid.ID
+	created    map[string]int         // token -> CreateJoinToken calls
+	entries    map[string]spire.Entry // id -> entry
+	aliases    map[spiffeid.ID]int    // alias entries by spiffe id
+	agents     map[spiffeid.ID]bool
+	banned     map[spiffeid.ID]bool
+	reads      int
+	closed     bool
+	fail       error
 }
 
 // NewServer returns an empty server of trust domain td with a fresh CA in
 // its bundle.
 func NewServer(t testing.TB, td string) *Server {
 	t.Helper()
-	c, err := selfsigned.New("spire.invalid")
+	d := spiffeid.RequireTrustDomainFromString(td)
+	// A CA certificate as SPIRE's (URI SAN the trust domain's id), so
+	// that the SVIDs it signs verify with go-spiffe as the broker's do.
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := spiffeid.RequireTrustDomainFromString(td)
-	return &Server{TD: d, bundle: x509bundle.FromX509Authorities(d, []*x509.Certificate{c.Leaf}),
-		tokens: map[string]spiffeid.ID{}, created: map[string]int{}, entries: map[string]spire.Entry{},
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{Organization: []string{"SPIRE"}, CommonName: "identitytest " + td},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		URIs: []*url.URL{d.ID().URL()},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Server{TD: d, bundle: x509bundle.FromX509Authorities(d, []*x509.Certificate{ca}), ca: ca, caKey: key,
+		tokens: map[string]spiffeid.ID{}, expiry: map[string]time.Time{}, agentAlias: map[spiffeid.ID]spiffeid.ID{},
+		created: map[string]int{}, entries: map[string]spire.Entry{},
 		aliases: map[spiffeid.ID]int{}, agents: map[spiffeid.ID]bool{}, banned: map[spiffeid.ID]bool{}}
 }
 
@@ -99,7 +131,8 @@ func (s *Server) CreateJoinToken(_ context.Context, token string, ttl time.Durat
 	}
 	s.tokens[token] = agentID
 	s.created[token]++
-	return s.now().Add(ttl), nil
+	s.expiry[token] = s.now().Add(ttl)
+	return s.expiry[token], nil
 }
 
 // EnsureEntry implements identity.ServerAPI.
@@ -171,6 +204,7 @@ func (s *Server) DeleteAgent(_ context.Context, id spiffeid.ID) error {
 	}
 	delete(s.agents, id)
 	delete(s.banned, id)
+	delete(s.agentAlias, id)
 	return nil
 }
 
@@ -183,16 +217,101 @@ func (s *Server) Close() error {
 }
 
 // Attest spends token as spire-agent does when it attests with it, and
-// reports whether the token existed.
+// reports whether it could: a token never created, already used or
+// expired (by the server's clock, SetClock) attests nothing, as the real
+// server refuses it.
 func (s *Server) Attest(token string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.tokens[token]; !ok {
+	alias, ok := s.tokens[token]
+	if !ok || s.now().After(s.expiry[token]) {
 		return false
 	}
-	s.agents[spire.JoinTokenAgentID(s.TD, token)] = true
+	agent := spire.JoinTokenAgentID(s.TD, token)
+	s.agents[agent] = true
+	s.agentAlias[agent] = alias
 	delete(s.tokens, token)
+	delete(s.expiry, token)
 	return true
+}
+
+// ErrNoSVID is X509SVID's answer when the server would hand the caller
+// no SVID of that id.
+var ErrNoSVID = errors.New("identitytest: no X509-SVID for this agent and id")
+
+// X509SVID is the X509-SVID of id that the agent which attested with
+// token gets through its Workload API, valid for ttl: only an agent that
+// attested (Attest), is not banned or deleted, and whose token's alias is
+// the parent of a registration entry of id gets one, as SPIRE hands an
+// agent the SVIDs of the entries parented by it.
+func (s *Server) X509SVID(token string, id spiffeid.ID, ttl time.Duration) (tls.Certificate, error) {
+	s.mu.Lock()
+	agent := spire.JoinTokenAgentID(s.TD, token)
+	attested, banned := s.agents[agent], s.banned[agent]
+	alias := s.agentAlias[agent]
+	found := false
+	for _, e := range s.entries {
+		found = found || e.SPIFFEID == id && e.ParentID == alias
+	}
+	s.mu.Unlock()
+	if !attested || banned || !found {
+		return tls.Certificate{}, fmt.Errorf("%w: agent %s (attested %v, banned %v), entry of %s under it %v", ErrNoSVID, agent, attested, banned, id, found)
+	}
+	now := time.Now()
+	return s.SignX509SVID(id, now.Add(-time.Minute), now.Add(ttl))
+}
+
+// SelfSigned is a certificate anyone can make: self-signed, with id as
+// its URI SAN, shaped like an X509-SVID but signed by no SPIRE server.
+func SelfSigned(id spiffeid.ID) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("generate key: %w", err)
+	}
+	now := time.Now()
+	// No CA: sign signs with the certificate's own key.
+	return (&Server{caKey: key}).sign(id, key, now.Add(-time.Hour), now.Add(time.Hour))
+}
+
+// SignX509SVID is an X509-SVID of id signed by the server's CA, valid
+// from notBefore to notAfter, whoever asks: the SVID some other workload
+// of the trust domain holds (a registration entry not of the caller's
+// agent), or one that expired. X509SVID is what an agent gets.
+func (s *Server) SignX509SVID(id spiffeid.ID, notBefore, notAfter time.Time) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("generate SVID key: %w", err)
+	}
+	return s.sign(id, key, notBefore, notAfter)
+}
+
+// sign makes the certificate of id for key, signed by s.ca with s.caKey,
+// or self-signed when s has no CA.
+func (s *Server) sign(id spiffeid.ID, key *ecdsa.PrivateKey, notBefore, notAfter time.Time) (tls.Certificate, error) {
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("SVID serial: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{Organization: []string{"SPIRE"}},
+		NotBefore: notBefore, NotAfter: notAfter,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
+		URIs:        []*url.URL{id.URL()},
+	}
+	parent := s.ca
+	if parent == nil {
+		parent = tmpl
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, s.caKey)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("sign SVID: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("parse SVID: %w", err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
 }
 
 // State is what the server holds.
