@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -330,5 +331,41 @@ func TestMigratedVMIsDeleted(t *testing.T) {
 	e.remove(e.p, spec.Owner, stale, 40)
 	if e.vm(mustVMID(d.prog.ID)) != nil {
 		t.Fatal("DeleteVM with a stale node reported Done and left the VM")
+	}
+}
+
+// TestCloneBackoffKeepsItsCause: while a clone refused on a lock waits for
+// its retry, every call says why, not only the one that failed: the
+// claim's condition is the message of the latest call (found by property
+// 8's test, TestRetryAndErrorHandlingProperty in internal/controller).
+func TestCloneBackoffKeepsItsCause(t *testing.T) {
+	e := newEnv(t)
+	if err := e.sim.SetFaults(proxmoxsim.Faults{Classes: map[string]proxmoxsim.FaultSpec{
+		"clone": {ErrorRate: 1, Errors: []string{"VM is locked (clone)"}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	spec := testSpec("runner-b", "uid-bbbb")
+	prog := provider.Progress{}
+	var msgs []string
+	for i := 0; i < 4; i++ {
+		res, err := e.p.EnsureVM(context.Background(), spec, prog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog = res.Progress
+		msgs = append(msgs, res.Message)
+	}
+	refused := 0
+	for _, m := range msgs {
+		if strings.Contains(m, "retrying the clone in") && !strings.Contains(m, "VM is locked (clone)") {
+			t.Fatalf("a call waiting for its retry does not say why: %q (all: %q)", m, msgs)
+		}
+		if strings.Contains(m, "VM is locked (clone)") {
+			refused++
+		}
+	}
+	if refused < 2 {
+		t.Fatalf("want the refusal and at least one call waiting after it, got %q", msgs)
 	}
 }
