@@ -229,7 +229,8 @@ func (c *ensureCall) poll(ctx context.Context) (*provider.EnsureResult, bool, er
 	c.p.clearInflight(c.prog.VMID, t.ID)
 	if st.ok() {
 		c.p.pace.observe(t.Operation, c.p.clock.Since(t.StartTime))
-		if t.Operation == opClone {
+		if t.Operation == opClone || t.Operation == opStart {
+			// A success ends the run of failures its backoff counted.
 			c.p.resetBackoff(c.prog.VMID)
 		}
 		c.after, c.finished = t.Operation, t
@@ -428,10 +429,10 @@ func (c *ensureCall) replace(ctx context.Context, why error) (*provider.EnsureRe
 // slot is free and no backoff is pending.
 func (c *ensureCall) clone(ctx context.Context) (*provider.EnsureResult, error) {
 	vmid := c.prog.VMID
-	if wait, cause := c.p.backoffWait(vmid); wait > 0 {
+	if wait, at, cause := c.p.backoffWait(vmid); wait > 0 {
 		// The cause again, not only in the call that failed: the claim's
 		// condition is this message for as long as the wait lasts.
-		return c.result(provider.PhaseQueued, wait, "retrying the clone in %s after: %s", wait.Round(time.Millisecond), cause), nil
+		return c.result(provider.PhaseQueued, wait, "retrying the clone at %s after: %s", retryTime(at), cause), nil
 	}
 	tmpl, err := c.p.template(ctx, c.spec.Source)
 	if err != nil {
@@ -721,6 +722,14 @@ func (c *ensureCall) resize(ctx context.Context, disk string) (*provider.EnsureR
 
 // start powers the VM on (a task).
 func (c *ensureCall) start(ctx context.Context) (*provider.EnsureResult, error) {
+	if wait, at, cause := c.p.backoffWait(c.prog.VMID); wait > 0 {
+		// A call before the backoff is over (the claim woken by its own
+		// status write) must not start again: each refusal doubles the
+		// wait, and a claim retried on every wake-up was seen waiting a
+		// minute for a lock that lasted 0.7 s (property 8's test,
+		// TestRetryAndErrorHandlingProperty in internal/controller).
+		return c.result(provider.PhaseStarting, wait, "retrying the start at %s after: %s", retryTime(at), cause), nil
+	}
 	upid, err := c.p.api.upid(ctx, http.MethodPost, fmt.Sprintf("/nodes/%s/qemu/%d/status/start", c.prog.Node, c.prog.VMID), nil, nil)
 	if err != nil {
 		if isLock(err) {

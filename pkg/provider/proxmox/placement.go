@@ -765,17 +765,23 @@ func (p *Provider) backoffAfterFailure(vmid int, cause string) time.Duration {
 }
 
 // backoffWait returns how long vmid must still wait before its next try,
-// and the failure it waits after.
-func (p *Provider) backoffWait(vmid int) (time.Duration, string) {
+// when that is, and the failure it waits after.
+func (p *Provider) backoffWait(vmid int) (time.Duration, time.Time, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if b := p.backoff[vmid]; b != nil {
 		if d := b.next.Sub(p.clock.Now()); d > 0 {
-			return d, b.cause
+			return d, b.next, b.cause
 		}
 	}
-	return 0, ""
+	return 0, time.Time{}, ""
 }
+
+// retryTime formats when a backoff ends for a message that stays the same
+// while it is waited for: a message with the time left in it would change
+// on every call, and every change is a status write of the claim that
+// wakes it for another call.
+func retryTime(t time.Time) string { return t.UTC().Format("15:04:05.000") + " UTC" }
 
 func (p *Provider) resetBackoff(vmid int) {
 	p.mu.Lock()
