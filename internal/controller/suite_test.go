@@ -119,6 +119,8 @@ type operatorOptions struct {
 	// maxRetryDelay caps claim retry backoff (default 5m); fault tests
 	// lower it so that a run of injected errors cannot outlast their wait.
 	maxRetryDelay time.Duration
+	// minRetryDelay is that backoff's first wait (default 2s).
+	minRetryDelay time.Duration
 	// agentServer, when set, serves agent binaries (agentSource Operator).
 	agentServer *manager.AgentServerOptions
 	// backoff replaces the RunnerPools' replacement backoff.
@@ -206,6 +208,7 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 		opts.Bootstrap, opts.WorkloadTransport = nil, o.github
 	}
 	opts.Webhook, opts.ResyncInterval, opts.Clock, opts.MaxRetryDelay = o.webhook, o.resyncInterval, o.clock, o.maxRetryDelay
+	opts.MinRetryDelay = o.minRetryDelay
 	opts.AgentServer = o.agentServer
 	opts.SPIREDial = o.spireDial
 	opts.StuckBounds = o.stuckBounds

@@ -84,6 +84,8 @@ type Options struct {
 	// MaxRetryDelay caps the exponential backoff of a MachineClaim's
 	// transient hypervisor errors; zero means 5 minutes.
 	MaxRetryDelay time.Duration
+	// MinRetryDelay is that backoff's first wait; zero means 2 seconds.
+	MinRetryDelay time.Duration
 	// ReplacementBackoff is the backoff of RunnerPools whose claims keep
 	// failing; nil means scaling.DefaultBackoff.
 	ReplacementBackoff *scaling.Backoff
@@ -359,6 +361,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		ClaimEvents:   claimEvents,
 		Runners:       runners,
 		MaxRetryDelay: opts.MaxRetryDelay,
+		MinRetryDelay: opts.MinRetryDelay,
 		StuckBounds:   stuckBounds(opts.StuckBounds),
 		Agent:         agent,
 		Transitions:   transitions,

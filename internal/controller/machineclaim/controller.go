@@ -126,6 +126,10 @@ type Reconciler struct {
 	// MaxRetryDelay caps the exponential backoff (2s, 4s, 8s ...) after
 	// transient hypervisor errors; zero means 5 minutes.
 	MaxRetryDelay time.Duration
+	// MinRetryDelay is the backoff's first wait, doubled on each failure in
+	// a row up to MaxRetryDelay; zero means 2 seconds. Tests shorten it so
+	// that a property can watch the doubling itself in milliseconds.
+	MinRetryDelay time.Duration
 	// StuckBounds are how long a claim may stay in each phase before it is
 	// reported Stuck (internal/controller/machineclaim/stuck); zero fields check nothing.
 	StuckBounds stuck.Bounds
@@ -146,6 +150,10 @@ type Reconciler struct {
 	// attempts counts consecutive transient failures per claim UID for
 	// backoff. Losing it on restart only restarts the backoff.
 	attempts sync.Map
+	// provisionRetryAt is when a claim whose provider step failed
+	// transiently may call the provider again (UID -> time.Time): a wake-up
+	// before then waits it out (ensureVM).
+	provisionRetryAt sync.Map
 	// minted keeps runner credentials issued and not yet placed in their
 	// VM (Minted); losing it on restart costs a new
 	// registration, which replaces the lost one.
@@ -172,6 +180,7 @@ func (r *Reconciler) waitForCache(ctx context.Context, claim *hfv1.MachineClaim)
 // its own): a reconcile found its name gone, or taken by a new claim.
 func (r *Reconciler) forget(uid types.UID) {
 	r.attempts.Delete(uid)
+	r.provisionRetryAt.Delete(uid)
 	r.minted.Forget(uid)
 	r.Runners.Forget(uid)
 }

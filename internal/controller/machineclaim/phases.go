@@ -277,7 +277,9 @@ func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err erro
 	case provider.ClassResource:
 		return phase.StopAndRequeue(30 * time.Second), nil
 	default:
-		return phase.StopAndRequeue(r.backoff(claim)), nil
+		wait := r.backoff(claim)
+		r.provisionRetryAt.Store(claim.UID, r.Clock.Now().Add(wait))
+		return phase.StopAndRequeue(wait), nil
 	}
 }
 
@@ -286,7 +288,8 @@ func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err erro
 const defaultMaxRetryDelay = 5 * time.Minute
 
 // backoff returns the next retry delay of a claim's transient failures:
-// 2s, 4s, 8s ... capped at MaxRetryDelay (5 minutes by default).
+// 2s, 4s, 8s ... (from MinRetryDelay when set) capped at MaxRetryDelay
+// (5 minutes by default).
 func (r *Reconciler) backoff(claim *hfv1.MachineClaim) time.Duration {
 	n := 0
 	if v, ok := r.attempts.Load(claim.UID); ok {
@@ -297,7 +300,10 @@ func (r *Reconciler) backoff(claim *hfv1.MachineClaim) time.Duration {
 	if limit <= 0 {
 		limit = defaultMaxRetryDelay
 	}
-	d := 2 * time.Second
+	d := r.MinRetryDelay
+	if d <= 0 {
+		d = 2 * time.Second
+	}
 	for i := 0; i < n && d < limit; i++ {
 		d *= 2
 	}

@@ -43,6 +43,17 @@ const (
 // the finalizer in one write, the only one before the clone request.
 func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim, tmpl, cluster := s.claim, s.tmpl, s.cluster
+	if at, ok := r.provisionRetryAt.Load(claim.UID); ok {
+		// The last step failed transiently and its backoff is not over:
+		// whatever woke the claim early (above all the failed pass's own
+		// status write, whenever the error's text changed, as a dropped
+		// connection's does) must not call the hypervisor again, or the
+		// backoff paces nothing (found by property 8's test,
+		// TestRetryAndErrorHandlingProperty in internal/controller).
+		if wait := at.(time.Time).Sub(r.Clock.Now()); wait > 0 {
+			return phase.StopAndRequeue(wait), nil
+		}
+	}
 	var addr vmspec.StaticAddr
 	if tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
 		ip, pool, _, err := r.staticAddress(ctx, s, tmpl)
@@ -94,6 +105,7 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 		return r.provisionError(ctx, s, err)
 	}
 	r.attempts.Delete(claim.UID)
+	r.provisionRetryAt.Delete(claim.UID)
 	r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
 	// "Call again now": the status write usually wakes the claim first;
 	// the requeue only covers a coalesced event.

@@ -731,6 +731,9 @@ func (p *Provider) dequeueLocked(vmid int) {
 type backoffState struct {
 	attempts int
 	next     time.Time
+	// cause is the last failure's message: the claim's condition quotes
+	// it for as long as the wait lasts, not only in the pass that failed.
+	cause string
 }
 
 // Backoff after lock timeouts: 2 s, 4 s, 8 s ... up to a minute, plus a
@@ -740,8 +743,9 @@ const (
 	backoffMax  = time.Minute
 )
 
-// backoffAfterFailure records a failure worth retrying and returns the wait.
-func (p *Provider) backoffAfterFailure(vmid int) time.Duration {
+// backoffAfterFailure records a failure worth retrying, and why, and
+// returns the wait.
+func (p *Provider) backoffAfterFailure(vmid int, cause string) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	b := p.backoff[vmid]
@@ -750,6 +754,7 @@ func (p *Provider) backoffAfterFailure(vmid int) time.Duration {
 		p.backoff[vmid] = b
 	}
 	b.attempts++
+	b.cause = cause
 	d := backoffBase << min(b.attempts-1, 5)
 	if d > backoffMax {
 		d = backoffMax
@@ -759,17 +764,24 @@ func (p *Provider) backoffAfterFailure(vmid int) time.Duration {
 	return d
 }
 
-// backoffWait returns how long vmid must still wait before its next try.
-func (p *Provider) backoffWait(vmid int) time.Duration {
+// backoffWait returns how long vmid must still wait before its next try,
+// when that is, and the failure it waits after.
+func (p *Provider) backoffWait(vmid int) (time.Duration, time.Time, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if b := p.backoff[vmid]; b != nil {
 		if d := b.next.Sub(p.clock.Now()); d > 0 {
-			return d
+			return d, b.next, b.cause
 		}
 	}
-	return 0
+	return 0, time.Time{}, ""
 }
+
+// retryTime formats when a backoff ends for a message that stays the same
+// while it is waited for: a message with the time left in it would change
+// on every call, and every change is a status write of the claim that
+// wakes it for another call.
+func retryTime(t time.Time) string { return t.UTC().Format("15:04:05.000") + " UTC" }
 
 func (p *Provider) resetBackoff(vmid int) {
 	p.mu.Lock()

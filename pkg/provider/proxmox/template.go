@@ -80,6 +80,14 @@ func (p *Provider) template(ctx context.Context, src provider.TemplateSource) (*
 	if err != nil {
 		return nil, err
 	}
+	if src.ID == 0 && cfg["name"] != src.Name {
+		// The listing is pvestatd's, seconds old: the VM it still shows
+		// under this name has been renamed since. Resolving the name to
+		// it would clone a template the spec no longer names (found by
+		// property 3's test, TestTemplateValidationProperty in
+		// internal/controller).
+		return nil, configErr("TemplateNotFound", fieldTemplateName, "no template is named %q: VM %d was, and is now named %q: %w", src.Name, id, cfg["name"], provider.ErrNotFound)
+	}
 	if cfg["template"] != "1" {
 		field := fieldTemplateID
 		if src.ID == 0 {

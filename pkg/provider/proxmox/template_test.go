@@ -168,3 +168,25 @@ func FuzzSplitTags(f *testing.F) {
 		}
 	})
 }
+
+// TestTemplateRenamedSinceTheListing: a template referred to by name and
+// renamed since the cluster's resource listing was sampled (pvestatd's
+// seconds) is not found, though the listing still shows the old name: its
+// configuration says otherwise (found by property 3's test,
+// TestTemplateValidationProperty in internal/controller).
+func TestTemplateRenamedSinceTheListing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	src := provider.TemplateSource{Name: "debian-12-ci"}
+	if _, err := e.p.ValidateTemplate(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.api.call(ctx, http.MethodPut, "/nodes/pve1/qemu/9000/config", nil, map[string]any{"name": "renamed"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// No time passes: the listing still names VM 9000 debian-12-ci.
+	_, err := e.p.ValidateTemplate(ctx, src)
+	if !errors.Is(err, provider.ErrNotFound) || provider.ReasonOf(err) != "TemplateNotFound" || !strings.Contains(err.Error(), fieldTemplateName) {
+		t.Fatalf("a renamed template by its old name: %v, want TemplateNotFound naming %s", err, fieldTemplateName)
+	}
+}
