@@ -9,7 +9,9 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"pgregory.net/rapid"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/proptest"
@@ -92,6 +94,13 @@ func TestMultiHypervisorProperty(t *testing.T) {
 				_ = w.sims[i].SetFaults(proxmoxsim.Faults{})
 			}
 		}()
+		// Every cluster starts the case healthy and Ready, its template
+		// too: a cluster a previous case took down is probed again only
+		// after its backoff, and its claims would wait for that, not for
+		// anything this case does.
+		for i := range k {
+			w.waitReady(rt, i)
+		}
 		for i := range k {
 			h := clusterHealths[0]
 			if rapid.Bool().Draw(rt, fmt.Sprintf("cluster %d sick", i)) {
@@ -191,4 +200,28 @@ func TestMultiHypervisorProperty(t *testing.T) {
 	if total := healthyClaims + sickClaims; healthyClaims*4 < total || sickClaims*4 < total {
 		t.Errorf("the generator made %d claims on healthy clusters and %d on sick ones; want a quarter of each at least", healthyClaims, sickClaims)
 	}
+}
+
+// waitReady waits until cluster i's HypervisorCluster and template are
+// Ready (a minute at most: a cluster that was down is probed again after a
+// backoff of up to 30 s).
+func (w *multiWorld) waitReady(rt *rapid.T, i int) {
+	f := w.fs[i]
+	within(rt, time.Minute, "cluster "+f.cluster.Name+" and its template Ready", func() error {
+		var c hfv1.HypervisorCluster
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.cluster), &c); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(c.Status.Conditions, string(hfv1.ReadyCondition)) {
+			return fmt.Errorf("cluster not Ready: %+v", c.Status.Conditions)
+		}
+		var tmpl hfv1.HypervisorMachineTemplate
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.template), &tmpl); err != nil {
+			return err
+		}
+		if !meta.IsStatusConditionTrue(tmpl.Status.Conditions, string(hfv1.ReadyCondition)) {
+			return fmt.Errorf("template not Ready: %+v", tmpl.Status.Conditions)
+		}
+		return nil
+	})
 }

@@ -40,6 +40,8 @@ type Helper struct {
 	doc  map[string]any
 	opts options
 	err  error
+	// gone is set once a write found the object deleted (Gone).
+	gone bool
 }
 
 type options struct {
@@ -101,6 +103,7 @@ func (h *Helper) PatchMetadata(ctx context.Context, obj client.Object) error {
 	cp := obj.DeepCopyObject().(client.Object)
 	if err := h.c.Patch(ctx, cp, client.RawPatch(types.MergePatchType, data)); err != nil {
 		if apierrors.IsNotFound(err) {
+			h.gone = true
 			return nil
 		}
 		return fmt.Errorf("patch %s metadata: %w", kindOf(obj), err)
@@ -113,6 +116,11 @@ func (h *Helper) PatchMetadata(ctx context.Context, obj client.Object) error {
 	h.doc["status"] = status
 	return nil
 }
+
+// Gone reports whether a write found the object deleted: the write was
+// dropped without an error, and whatever it was to guard (a finalizer
+// before a VM is cloned) is not in place.
+func (h *Helper) Gone() bool { return h.gone }
 
 // PatchStatus writes obj's status changes.
 func (h *Helper) PatchStatus(ctx context.Context, obj client.Object) error {
@@ -154,6 +162,7 @@ func (h *Helper) writeStatus(ctx context.Context, obj client.Object, data []byte
 	cp := obj.DeepCopyObject().(client.Object)
 	if err := h.c.Status().Patch(ctx, cp, client.RawPatch(types.MergePatchType, data)); err != nil {
 		if apierrors.IsNotFound(err) {
+			h.gone = true
 			return nil
 		}
 		return fmt.Errorf("patch %s status: %w", kindOf(obj), err)

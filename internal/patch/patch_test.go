@@ -189,7 +189,13 @@ func TestPatchGone(t *testing.T) {
 	}
 	c.Labels = map[string]string{"a": "b"}
 	meta.SetStatusCondition(&c.Status.Conditions, cond(string(hfv1.MachineClaimStuckCondition), "X"))
+	if h.Gone() {
+		t.Fatal("Gone before any write")
+	}
 	if err := h.Patch(ctx, c); err != nil {
 		t.Fatalf("patching a deleted object: %v", err)
+	}
+	if !h.Gone() {
+		t.Fatal("a write that found the object deleted does not report it Gone")
 	}
 }

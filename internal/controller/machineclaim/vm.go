@@ -97,6 +97,22 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 		if err := s.patch.PatchMetadata(ctx, claim); err != nil {
 			return phase.Stop(), fmt.Errorf("record VM id %s before cloning: %w", res.Progress.ID, err)
 		}
+		if s.patch.Gone() {
+			// Deleted before it had a finalizer, after this pass read it
+			// from the cache: the reservation and the finalizer were
+			// not stored, and a clone now would belong to no claim (found
+			// by property 7's test, TestFinalizerCleanupProperty, which
+			// deletes claims within a millisecond of creating them).
+			// The provider's own hold on the VM id goes the way of any
+			// VM that was never cloned: a deletion finds nothing and
+			// releases it.
+			log := ctrl.LoggerFrom(ctx)
+			if del, err := s.provider.DeleteVM(ctx, vmspec.Owner(claim), res.Progress); err != nil || !del.Done {
+				log.Info("Claim deleted before its VM reservation was stored; its VM id is released later", "vm", res.Progress.ID, "err", err)
+			}
+			log.V(1).Info("Claim deleted before its VM reservation was stored; not cloning", "vm", res.Progress.ID)
+			return phase.Stop(), nil
+		}
 		ctrl.LoggerFrom(ctx).V(1).Info("Recorded the VM reservation", "vm", res.Progress.ID, "node", res.Progress.Node)
 		prev = res.Progress
 		res, err = s.provider.EnsureVM(ctx, spec, prev)
