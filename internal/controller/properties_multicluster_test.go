@@ -127,7 +127,7 @@ func TestMultiHypervisorProperty(t *testing.T) {
 						}
 					}
 					if time.Now().After(deadline) {
-						errs <- fmt.Errorf("claim %s/%s on healthy cluster %d not running with its credential after 20 s: %v %+v",
+						errs <- fmt.Errorf("claim %s/%s on healthy cluster %d not running with its credential after 20 s: %w %+v",
 							c.claim.Namespace, c.claim.Name, c.cluster, err, got.Status.Conditions)
 						return
 					}

@@ -177,9 +177,7 @@ func TestRetryAndErrorHandlingProperty(t *testing.T) {
 			at               time.Time
 			reason, message  string
 			failed           bool
-			failedAt         time.Time
 			endMessage       string
-			delivered        bool
 			provisionedFalse bool
 		}
 		var states []seen
