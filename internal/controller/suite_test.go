@@ -1,10 +1,12 @@
 package controller_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -298,6 +300,40 @@ type simulator struct {
 	// onRequest, when set, sees every request before the simulator does
 	// (benchmarks time clone requests with it).
 	onRequest atomic.Pointer[func(*http.Request)]
+	// onResponse, when set, sees every request with the status code the
+	// simulator answered; 0 when it took the connection over: its errors
+	// (written by hand, with Proxmox's reason phrase) and dropped
+	// connections.
+	onResponse atomic.Pointer[func(*http.Request, int)]
+}
+
+// statusRecorder remembers the status code a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.code == 0 {
+		s.code = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Hijack lets the simulator drop a connection through the recorder.
+func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := s.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, fmt.Errorf("%T cannot hijack", s.ResponseWriter)
+	}
+	return h.Hijack()
 }
 
 // fastLatency keeps lifecycles short in wall time but every step still
@@ -327,6 +363,12 @@ func startSim(t testing.TB, mutate func(*proxmoxsim.Config), opts ...proxmoxsim.
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if hook := out.onRequest.Load(); hook != nil {
 			(*hook)(r)
+		}
+		if hook := out.onResponse.Load(); hook != nil {
+			rec := &statusRecorder{ResponseWriter: w}
+			sim.ServeHTTP(rec, r)
+			(*hook)(r, rec.code)
+			return
 		}
 		sim.ServeHTTP(w, r)
 	}))
