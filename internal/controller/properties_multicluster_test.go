@@ -94,8 +94,12 @@ func (w *multiWorld) waitAllReady(t *rapid.T) {
 			t.Fatal(err)
 		}
 		within(t, 15*time.Second, "cluster "+f.cluster.Name+" Ready again", func() error {
-			if ok, err := ready(); err != nil || !ok {
-				return fmt.Errorf("not ready (%v)", err)
+			ok, err := ready()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("not ready")
 			}
 			return nil
 		})
