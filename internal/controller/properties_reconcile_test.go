@@ -139,7 +139,7 @@ func TestReconciliationProperty(t *testing.T) {
 		// about to take a job; only idle ones are, and no runner comes
 		// online in this world), so these may stay above the final
 		// bounds; the pool must not add any beyond them.
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(150 * time.Millisecond)
 		before := map[string]bool{}
 		if cs, err := liveClaims(ctx, pool); err == nil {
 			for _, c := range cs {
@@ -196,7 +196,7 @@ func TestReconciliationProperty(t *testing.T) {
 			return nil
 		}
 		within(rt, 45*time.Second, fmt.Sprintf("pool %s converged after %v", pool.Name, done), converged)
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 		if err := converged(); err != nil {
 			rt.Fatalf("pool %s converged after %v, then left it: %v", pool.Name, done, err)
 		}

@@ -46,7 +46,7 @@ var templateSources = []templateSource{
 	{name: "missing name", ref: "no-such-template", problem: "TemplateNotFound", field: "spec.source.proxmox.templateName", linkedOK: true},
 	{name: "plain VM", id: 9002, problem: "NotATemplate", field: "spec.source.proxmox.templateId", linkedOK: true},
 	{name: "template without guest agent", id: 9003, problem: string(hfv1.GuestAgentRequiredReason), field: "qm set 9003 --agent", linkedOK: true},
-	{name: "template on a raw directory disk", id: 9004, linkedOK: false},
+	{name: "template on thick LVM", id: 9004, linkedOK: false},
 }
 
 // templateInventory adds property 3's templates, storage and pool to the
@@ -54,7 +54,8 @@ var templateSources = []templateSource{
 func templateInventory(c *proxmoxsim.Config) {
 	c.Latency = propertyLatency()
 	c.RefreshInterval = proxmoxsim.Duration(100 * time.Millisecond)
-	c.Storages = append(c.Storages, proxmoxsim.StorageConfig{ID: "dirimg", Type: "dir", Content: []string{"images"}, Capacity: 100 << 30, Path: "/var/lib/dirimg"})
+	// Thick LVM holds VM disks but cannot be the base of a linked clone.
+	c.Storages = append(c.Storages, proxmoxsim.StorageConfig{ID: "thick", Type: "lvm", Content: []string{"images"}, Capacity: 500 << 30})
 	c.Pools = append(c.Pools, proxmoxsim.PoolConfig{ID: "ci-pool"})
 	base := c.Templates[0]
 	add := func(vmid int, name string, mutate func(*proxmoxsim.TemplateConfig)) {
@@ -68,7 +69,7 @@ func templateInventory(c *proxmoxsim.Config) {
 	add(9001, "ci-b", nil)
 	add(9002, "plain-vm", func(t *proxmoxsim.TemplateConfig) { t.NotTemplate = true })
 	add(9003, "no-agent", func(t *proxmoxsim.TemplateConfig) { t.Agent = false })
-	add(9004, "on-dir", func(t *proxmoxsim.TemplateConfig) { t.Storage, t.Format, t.CloudInitStorage = "dirimg", "raw", "" })
+	add(9004, "on-thick", func(t *proxmoxsim.TemplateConfig) { t.Storage, t.CloudInitStorage = "thick", "" })
 }
 
 // renameVM renames a VM on the simulator through its API, as an admin
