@@ -129,6 +129,25 @@ func (w *propertyWorld) deleteAndCheckGone(t *rapid.T, claim *hfv1.MachineClaim,
 	}
 }
 
+// deleteCurrentAndCheckGone reads claim as it is now and deletes it with
+// deleteAndCheckGone, checking the ISOs of its recorded VM and of every VM
+// that names it.
+func (w *propertyWorld) deleteCurrentAndCheckGone(t *rapid.T, claim *hfv1.MachineClaim) {
+	t.Helper()
+	got, err := getClaim(w.f.t, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vmids []int
+	if ref := got.Status.VMRef; ref != nil {
+		vmids = append(vmids, int(ref.VMID))
+	}
+	for _, vm := range w.vmsOf(string(got.UID)) {
+		vmids = append(vmids, vm.VMID)
+	}
+	w.deleteAndCheckGone(t, got, vmids)
+}
+
 // phaseRank orders a claim's phases along its life.
 var phaseRank = map[hfv1.MachineClaimPhase]int{
 	"": 0, hfv1.MachineClaimPending: 1, hfv1.MachineClaimProvisioning: 2, hfv1.MachineClaimBootstrapping: 3,
@@ -292,18 +311,7 @@ func TestFinalizerCleanupProperty(t *testing.T) {
 			rt.Fatal(err)
 		}
 		defer func() { _ = w.sim.SetFaults(proxmoxsim.Faults{}) }()
-		got, err := getClaim(w.f.t, claim)
-		if err != nil {
-			rt.Fatal(err)
-		}
-		var vmids []int
-		if ref := got.Status.VMRef; ref != nil {
-			vmids = append(vmids, int(ref.VMID))
-		}
-		for _, vm := range w.vmsOf(string(got.UID)) {
-			vmids = append(vmids, vm.VMID)
-		}
-		w.deleteAndCheckGone(rt, got, vmids)
+		w.deleteCurrentAndCheckGone(rt, claim)
 	})
 }
 

@@ -296,18 +296,7 @@ func TestRetryAndErrorHandlingProperty(t *testing.T) {
 		if err := sim.SetFaults(proxmoxsim.Faults{}); err != nil {
 			rt.Fatal(err)
 		}
-		got, err := getClaim(w.f.t, claim)
-		if err != nil {
-			rt.Fatal(err)
-		}
-		var vmids []int
-		if ref := got.Status.VMRef; ref != nil {
-			vmids = append(vmids, int(ref.VMID))
-		}
-		for _, vm := range w.vmsOf(string(got.UID)) {
-			vmids = append(vmids, vm.VMID)
-		}
-		w.deleteAndCheckGone(rt, got, vmids)
+		w.deleteCurrentAndCheckGone(rt, claim)
 	})
 	t.Logf("cases: %d under persistent transient faults, %d under a share of failing requests, %d terminal (%d failed)", persistent, partial, terminal, failedSeen)
 	if cases := persistent + partial + terminal; persistent*10 < cases || terminal*10 < cases {
