@@ -367,6 +367,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Transitions:   transitions,
 		Notices:       notices,
 		TokenRefusals: notices.TokenRefusals,
+		Vanished:      sw,
 		Identity:      identities,
 		Issuer:        issuer,
 		Broker:        brokerEndpoint,

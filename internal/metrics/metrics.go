@@ -67,6 +67,17 @@ var (
 		Help: "MachineClaim placement records that were refused (missing, unreadable or signature check failed); each failed its claim.",
 	})
 
+	// ClaimsVanished counts claims that left the API server still carrying
+	// the operator's finalizer, by the HypervisorCluster of the VM each
+	// left behind: a delete that raced the finalizer's write removed them
+	// although that write succeeded (kubernetes/kubernetes#77988), so no
+	// deletion pass ran and the VM went to the orphan sweeper at once.
+	// Bounded by the clusters.
+	ClaimsVanished = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "claims_vanished_total",
+		Help: "MachineClaims the API server removed while they still carried the operator's finalizer (a delete racing the finalizer's write), by the HypervisorCluster of the VM handed to the orphan sweeper.",
+	}, []string{"cluster"})
+
 	// ClaimsForceDeleted counts claims a platform admin force-deleted
 	// (annotation hyperfleet.io/force-delete), by the HypervisorCluster of
 	// the VM each abandoned: each such VM was left to the orphan sweep
@@ -280,7 +291,7 @@ var (
 
 func init() {
 	crmetrics.Registry.MustRegister(
-		ClaimPhaseSeconds, ClaimsStuck, ClaimTransitions, ClaimErrors, ReservationsRejected, PlacementRecordsRejected, ClaimsForceDeleted, ClaimsDisowned, PowerOffToDestroyed, CreatedToCloneRequest,
+		ClaimPhaseSeconds, ClaimsStuck, ClaimTransitions, ClaimErrors, ReservationsRejected, PlacementRecordsRejected, ClaimsVanished, ClaimsForceDeleted, ClaimsDisowned, PowerOffToDestroyed, CreatedToCloneRequest,
 		PowerOffHints, ReadyHints, GuestSecretsDelivered, VMsInTransition,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
 		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads, WebhookConfirmations, BrokerRequests,

@@ -73,6 +73,9 @@ type Sweeper struct {
 	// this install's tag but whose ownership block does not verify, with
 	// the reason.
 	unverified map[string]map[provider.ID]string
+	// kick wakes the loop to destroy VMs handed over by Vanished, without
+	// waiting for the next sweep.
+	kick chan struct{}
 }
 
 type orphan struct {
@@ -82,6 +85,9 @@ type orphan struct {
 	// deleting is set once DeleteVM was called: the deletion is finished
 	// even after the VM has left the listing.
 	deleting bool
+	// vanished: handed over by Vanished, its claim known gone; destroyed
+	// without the grace period.
+	vanished bool
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
@@ -101,6 +107,12 @@ func (s *Sweeper) Start(ctx context.Context) error {
 			return nil
 		case <-t.C:
 			s.SweepAll(ctx)
+		case <-s.kick:
+			if s.removeVanished(ctx) {
+				// Unfinished (a clone still holds the VM's lock, the
+				// cluster is away): look again shortly.
+				time.AfterFunc(vanishedRetry, s.wake)
+			}
 		}
 	}
 }
@@ -121,6 +133,7 @@ func (s *Sweeper) defaults() {
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		s.kick = make(chan struct{}, 1)
 		if s.orphans == nil {
 			s.orphans = map[string]*orphan{}
 			s.reported = map[string]bool{}
@@ -211,7 +224,7 @@ func (s *Sweeper) Sweep(ctx context.Context, cluster string, inUse map[string]bo
 			log.Error(err, "Check orphan candidate", "vmid", vm.ID)
 			continue
 		}
-		if o == nil || now.Sub(o.firstSeen) < s.GracePeriod {
+		if o == nil || (!o.vanished && now.Sub(o.firstSeen) < s.GracePeriod) {
 			continue
 		}
 		if s.DryRun {
@@ -230,7 +243,9 @@ func (s *Sweeper) Sweep(ctx context.Context, cluster string, inUse map[string]bo
 		if len(k) <= len(cluster) || k[:len(cluster)+1] != cluster+"/" || live[k] {
 			continue
 		}
-		if o.deleting && !s.DryRun {
+		// A vanished claim's VM may not be listed yet (its clone was
+		// requested after the listing): it is destroyed all the same.
+		if (o.deleting || o.vanished) && !s.DryRun {
 			unfinished = append(unfinished, o)
 			continue
 		}
