@@ -1,0 +1,68 @@
+// Package dnsreg registers a VM's addresses in DNS under its host name and
+// removes them again: the forward records (A, AAAA) in the cluster's zone
+// and, where a reverse zone is configured, a PTR for each address in its
+// in-addr.arpa or ip6.arpa zone. It is one concern only; which name a VM
+// gets, and when, is the controller's.
+//
+// # Back-ends
+//
+// A Registrar is one DNS service. Back-ends register a Factory under the
+// API's dns.dnsProvider.type (Register, Registered), the way CI platforms
+// do in pkg/workload; the binary's main registers those it ships. The first
+// is rfc2136 (package rfc2136): dynamic UPDATE signed with TSIG, which
+// BIND, Knot, PowerDNS and Windows DNS all accept.
+//
+// # Ownership
+//
+// DNS has no labels, so every name HyperFleet writes carries one TXT record
+// of its own next to the addresses, written and removed in the same atomic
+// update:
+//
+//	vm-1.ci.example.com. 300 IN TXT "hyperfleet-claim=<claim uid> install=<operator id>"
+//
+// (OwnerTXT, ParseOwnerTXT). The same TXT sits at each reverse name next to
+// its PTR. It is what makes the records findable after an operator restart
+// and safe to remove:
+//
+//   - a name is registered only when it is unused or already carries this
+//     claim's TXT; a name someone else uses (a hand-made record, another
+//     claim, another install) is refused with ErrNameTaken, never taken
+//     over;
+//   - removal is conditional on the TXT RRset being exactly this claim's,
+//     and deletes only the individual records that were registered, so a
+//     record of another owner at the same name stays;
+//   - List reads the zones back (a zone transfer, signed with the same key)
+//     and returns every name carrying a HyperFleet TXT, with its owner and
+//     addresses, so a sweep can find names whose claim is gone.
+//
+// The install id keeps two operators that share a zone from sweeping each
+// other's records. The TXT is not signed: whoever holds an update key for
+// the zone is trusted, as the key already lets them change any record.
+// Keeping the marker in DNS rather than only in the claim's status means
+// the zone stays the single source of truth: a claim deleted while the
+// operator was down, or a status lost with its object, still leaves its
+// names findable.
+//
+// # How the controller will use it (not wired yet)
+//
+// HypervisorCluster.spec.dns.registerVMs is still refused (reason
+// NotImplemented); this package is the library the next step wires in:
+//
+//   - when a claim's VM has its address (status.addresses known) and its
+//     cluster sets registerVMs, the claim controller calls Register with the
+//     VM's FQDN (hostname + dns.domain), its addresses, and Owner{Claim:
+//     claim UID, Install: operator id}. Register is idempotent and
+//     replaces the addresses of a name the claim already owns, so calling it
+//     on every reconcile where the address changed is safe;
+//   - when the claim ends (its finalizer runs, before the VM is released),
+//     the controller calls Remove with the same Record; Remove of records
+//     already gone is not an error;
+//   - a periodic sweep (next to internal/sweeper) calls List with the
+//     install's owner and Removes every record whose claim UID no longer
+//     exists, catching claims deleted while the operator was down.
+//
+// Errors are classified with pkg/errclass: a refused key or policy, a name
+// outside the zone or taken by someone else are Configuration (the user must
+// fix something, a condition says what); timeouts and server failures are
+// Transient.
+package dnsreg
