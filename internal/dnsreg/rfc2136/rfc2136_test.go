@@ -46,7 +46,10 @@ func newRegistrar(t *testing.T, cfg rfc2136.Config) *rfc2136.Registrar {
 }
 
 func TestContract(t *testing.T) {
-	for _, srv := range servers {
+	for _, srv := range append(servers, struct {
+		name  string
+		start func(*testing.T) *server
+	}{"bind-update-policy", startBINDPolicy}) {
 		t.Run(srv.name, func(t *testing.T) {
 			s := srv.start(t)
 			dnsregtest.Run(t, dnsregtest.Harness{

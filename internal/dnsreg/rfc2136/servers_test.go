@@ -156,9 +156,16 @@ func run(t *testing.T, kind, addr string, cmd *exec.Cmd) *server {
 	return &server{kind: kind, addr: addr}
 }
 
-// startBIND runs named with the three zones, updatable and transferable
-// with updateKey.
-func startBIND(t *testing.T) *server {
+// startBIND runs named with the three zones, updatable (allow-update)
+// and transferable with updateKey.
+func startBIND(t *testing.T) *server { return bind(t, false) }
+
+// startBINDPolicy is startBIND with an update-policy that grants
+// updateKey only the types HyperFleet writes, as docs/networking.md
+// suggests.
+func startBINDPolicy(t *testing.T) *server { return bind(t, true) }
+
+func bind(t *testing.T, policy bool) *server {
 	named := binary(t, "named", "bind9")
 	dir := t.TempDir()
 	port := freePort(t)
@@ -184,13 +191,22 @@ controls { };
 		if err := os.WriteFile(file, []byte(zoneFile(zone)), 0o644); err != nil {
 			t.Fatal(err)
 		}
+		keyName := strings.TrimSuffix(updateKey.name, ".")
+		update := fmt.Sprintf("allow-update { key %q; };", keyName)
+		if policy {
+			types := "PTR TXT"
+			if zone == fwdZone {
+				types = "A AAAA TXT"
+			}
+			update = fmt.Sprintf("update-policy { grant %s subdomain %s %s; };", keyName, zone, types)
+		}
 		fmt.Fprintf(&conf, `zone %q {
 	type primary;
 	file %q;
-	allow-update { key %q; };
+	%s
 	allow-transfer { key %q; };
 };
-`, strings.TrimSuffix(zone, "."), file, strings.TrimSuffix(updateKey.name, "."), strings.TrimSuffix(updateKey.name, "."))
+`, strings.TrimSuffix(zone, "."), file, update, keyName)
 	}
 	confPath := filepath.Join(dir, "named.conf")
 	if err := os.WriteFile(confPath, []byte(conf.String()), 0o644); err != nil {
