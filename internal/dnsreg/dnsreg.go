@@ -48,7 +48,10 @@ type Registrar interface {
 	// Register makes rec.Name resolve to exactly rec.Addrs, with a PTR
 	// back for each address in a configured reverse zone. A name already
 	// registered by rec.Owner has its addresses replaced; a name in use
-	// by anyone else is refused (ErrNameTaken) and left alone.
+	// by anyone else is refused (ErrNameTaken) and left alone. Each
+	// zone is changed atomically, but the forward and reverse zones one
+	// after the other: after an error some of the records may be in
+	// place, and calling Register again (or Remove) converges.
 	Register(ctx context.Context, rec Record) error
 	// Remove deletes the records Register wrote for rec: the owner
 	// marker, and rec.Addrs' address and PTR records, each only where it

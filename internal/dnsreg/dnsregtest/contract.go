@@ -56,9 +56,30 @@ func Run(t *testing.T, h Harness) {
 		if len(txt) != 1 || txt[0].(*dns.TXT).Txt[0] != dnsreg.OwnerTXT(rec.Owner) {
 			t.Fatalf("TXT at %s = %v, want the owner marker only", rec.Name, txt)
 		}
-		// Idempotent.
+		// Idempotent, and a Register that changes nothing leaves the
+		// zones' serials alone (secondaries transfer nothing).
+		serials := func() []uint32 {
+			var out []uint32
+			for _, z := range []string{h.Zone, "2.0.192.in-addr.arpa.", "8.b.d.0.1.0.0.2.ip6.arpa."} {
+				soa := h.Lookup(t, z, dns.TypeSOA)
+				if len(soa) != 1 {
+					t.Fatalf("SOA of %s: %v", z, soa)
+				}
+				out = append(out, soa[0].(*dns.SOA).Serial)
+			}
+			return out
+		}
+		before := serials()
 		mustRegister(t, r, rec)
 		wantAddrs(t, h, rec.Name, 60, v4, v6)
+		if after := serials(); !slices.Equal(before, after) {
+			t.Fatalf("a repeated Register changed the zones' serials from %v to %v", before, after)
+		}
+		// A new TTL is a change.
+		rec.TTL = 90 * time.Second
+		mustRegister(t, r, rec)
+		wantAddrs(t, h, rec.Name, 90, v4, v6)
+		wantPTR(t, h, v4, rec.Name, 90)
 	})
 
 	t.Run("ListFindsRecordsByOwnerAndForSweep", func(t *testing.T) {

@@ -253,32 +253,98 @@ func (r *Registrar) Register(ctx context.Context, rec dnsreg.Record) error {
 	for _, a := range c.addrs {
 		addrRRs = append(addrRRs, addrRR(c.name, a, c.ttl))
 	}
-	// The addresses the name had before, so that PTRs of addresses it no
-	// longer has are removed after the forward records are replaced.
-	before, err := r.ownedAddrs(ctx, c)
+	// What the name holds now: no update is sent when it already is as
+	// asked (a repeated Register costs queries only), and the PTRs of
+	// addresses it no longer has are removed afterwards.
+	fwd, err := r.inspect(ctx, r.zone, c, c.name, []uint16{dns.TypeA, dns.TypeAAAA}, addrRRs)
 	if err != nil {
 		return err
 	}
-	if err := r.claimName(ctx, r.zone, c, c.name, []uint16{dns.TypeA, dns.TypeAAAA}, addrRRs); err != nil {
-		return err
+	if !fwd.same {
+		if err := r.claimName(ctx, r.zone, c, c.name, []uint16{dns.TypeA, dns.TypeAAAA}, addrRRs); err != nil {
+			return err
+		}
 	}
 	for _, a := range c.addrs {
 		zone, rev, ok := r.reverseZone(a)
 		if !ok {
 			continue
 		}
-		if err := r.claimName(ctx, zone, c, rev, []uint16{dns.TypePTR}, []dns.RR{ptrRR(rev, c.name, c.ttl)}); err != nil {
+		ptr := []dns.RR{ptrRR(rev, c.name, c.ttl)}
+		back, err := r.inspect(ctx, zone, c, rev, []uint16{dns.TypePTR}, ptr)
+		if err != nil {
+			return err
+		}
+		if back.same {
+			continue
+		}
+		if err := r.claimName(ctx, zone, c, rev, []uint16{dns.TypePTR}, ptr); err != nil {
 			return err
 		}
 	}
-	for _, a := range before {
-		if !slices.Contains(c.addrs, a) {
+	for _, rr := range fwd.current {
+		if a, ok := rrAddr(rr); ok && fwd.owned && !slices.Contains(c.addrs, a) {
 			if err := r.releaseReverse(ctx, c, a); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// state is what a name holds of the types Register writes there.
+type state struct {
+	// owned: the name carries c's marker.
+	owned bool
+	// same: it carries only c's marker and exactly the wanted records,
+	// all with the wanted TTL.
+	same bool
+	// current are its records of those types.
+	current []dns.RR
+}
+
+// inspect reads name's marker and its records of types, and compares them
+// with want. It only reads: the update that follows is what is guarded.
+func (r *Registrar) inspect(ctx context.Context, zone string, c checked, name string, types []uint16, want []dns.RR) (state, error) {
+	var st state
+	txts, err := r.query(ctx, zone, name, dns.TypeTXT)
+	if err != nil {
+		return st, err
+	}
+	st.owned = hasMarker(txts, c.txt)
+	if !st.owned {
+		return st, nil
+	}
+	for _, t := range types {
+		rrs, err := r.query(ctx, zone, name, t)
+		if err != nil {
+			return st, err
+		}
+		st.current = append(st.current, rrs...)
+	}
+	st.same = sameRRs(txts, []dns.RR{c.txtRR(name)}) && sameRRs(st.current, want)
+	return st, nil
+}
+
+// sameRRs reports whether a and b hold the same records with the same
+// TTLs, in any order.
+func sameRRs(a, b []dns.RR) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		if !slices.ContainsFunc(b, func(y dns.RR) bool { return dns.IsDuplicate(x, y) && x.Header().Ttl == y.Header().Ttl }) {
+			return false
+		}
+	}
+	return true
+}
+
+func hasMarker(txts []dns.RR, marker string) bool {
+	return slices.ContainsFunc(txts, func(rr dns.RR) bool {
+		t, ok := rr.(*dns.TXT)
+		return ok && len(t.Txt) == 1 && t.Txt[0] == marker
+	})
 }
 
 // claimName makes name (in zone) hold c's owner marker and exactly data in
@@ -378,13 +444,7 @@ func (r *Registrar) release(ctx context.Context, zone string, c checked, name st
 		if err != nil {
 			return err
 		}
-		ours := false
-		for _, rr := range txts {
-			if t, ok := rr.(*dns.TXT); ok && len(t.Txt) == 1 && t.Txt[0] == c.txt {
-				ours = true
-			}
-		}
-		if !ours {
+		if !hasMarker(txts, c.txt) {
 			return nil
 		}
 		m := r.update(zone)
@@ -404,37 +464,6 @@ func (r *Registrar) release(ctx context.Context, zone string, c checked, name st
 		}
 	}
 	return fmt.Errorf("zone %s: %s: %w (its TXT records kept changing while HyperFleet removed its own)", zone, name, dnsreg.ErrNameTaken)
-}
-
-// ownedAddrs returns the addresses name holds while it carries c's marker;
-// none when it does not.
-func (r *Registrar) ownedAddrs(ctx context.Context, c checked) ([]netip.Addr, error) {
-	txts, err := r.query(ctx, r.zone, c.name, dns.TypeTXT)
-	if err != nil {
-		return nil, err
-	}
-	ours := false
-	for _, rr := range txts {
-		if t, ok := rr.(*dns.TXT); ok && len(t.Txt) == 1 && t.Txt[0] == c.txt {
-			ours = true
-		}
-	}
-	if !ours {
-		return nil, nil
-	}
-	var addrs []netip.Addr
-	for _, t := range []uint16{dns.TypeA, dns.TypeAAAA} {
-		rrs, err := r.query(ctx, r.zone, c.name, t)
-		if err != nil {
-			return nil, err
-		}
-		for _, rr := range rrs {
-			if a, ok := rrAddr(rr); ok {
-				addrs = append(addrs, a)
-			}
-		}
-	}
-	return addrs, nil
 }
 
 func rrAddr(rr dns.RR) (netip.Addr, bool) {
