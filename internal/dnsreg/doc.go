@@ -27,7 +27,9 @@
 //   - a name is registered only when it is unused or already carries this
 //     claim's TXT; a name someone else uses (a hand-made record, another
 //     claim, another install) is refused with ErrNameTaken, never taken
-//     over;
+//     over. A name a claim owns is its VM's: registering it again replaces
+//     its address (or PTR) records as a whole, so an address added to it
+//     by hand does not survive an address change; a TXT added to it does;
 //   - removal is conditional on the TXT RRset being exactly this claim's,
 //     and deletes only the individual records that were registered, so a
 //     record of another owner at the same name stays;

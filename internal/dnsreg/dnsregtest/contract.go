@@ -175,6 +175,58 @@ func Run(t *testing.T, h Harness) {
 		wantPTR(t, h, rec.Addrs[0], "", 0)
 	})
 
+	t.Run("ReRegisterKeepsATXTAddedToTheName", func(t *testing.T) {
+		r := h.New(t)
+		rec := dnsreg.Record{Name: name("vm-spf"), Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.55")}, Owner: owner("claim-spf")}
+		mustRegister(t, r, rec)
+		h.Add(t, dns.Fqdn(rec.Name)+` 300 IN TXT "v=spf1 -all"`)
+		rec.Addrs = []netip.Addr{netip.MustParseAddr("192.0.2.56")}
+		rec.TTL = 120 * time.Second
+		mustRegister(t, r, rec)
+		wantAddrs(t, h, rec.Name, 120, rec.Addrs...)
+		var got []string
+		for _, rr := range h.Lookup(t, dns.Fqdn(rec.Name), dns.TypeTXT) {
+			got = append(got, rr.(*dns.TXT).Txt[0])
+		}
+		slices.Sort(got)
+		if want := []string{dnsreg.OwnerTXT(rec.Owner), "v=spf1 -all"}; !slices.Equal(got, want) {
+			t.Fatalf("TXT at %s = %q, want %q", rec.Name, got, want)
+		}
+		if err := r.Remove(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		wantAddrs(t, h, rec.Name, 0)
+	})
+
+	t.Run("ConcurrentClaimsOfOneNameHaveOneWinner", func(t *testing.T) {
+		r := h.New(t)
+		n := name("vm-race")
+		const claims = 4
+		errs := make(chan error, claims)
+		for i := range claims {
+			go func() {
+				errs <- r.Register(ctx, dnsreg.Record{Name: n, Addrs: []netip.Addr{netip.AddrFrom4([4]byte{192, 0, 2, byte(80 + i)})}, Owner: owner("claim-race-" + string(rune('a'+i)))})
+			}()
+		}
+		won := 0
+		for range claims {
+			switch err := <-errs; {
+			case err == nil:
+				won++
+			case !errors.Is(err, dnsreg.ErrNameTaken):
+				t.Errorf("a losing Register: %v, want ErrNameTaken", err)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("%d of %d concurrent claims of %s won, want 1", won, claims, n)
+		}
+		txt := h.Lookup(t, dns.Fqdn(n), dns.TypeTXT)
+		a := h.Lookup(t, dns.Fqdn(n), dns.TypeA)
+		if len(txt) != 1 || len(a) != 1 {
+			t.Fatalf("%s after the race: TXT %v, A %v; want one claim's records", n, txt, a)
+		}
+	})
+
 	t.Run("AnotherOwnersNameIsNeitherTakenNorRemoved", func(t *testing.T) {
 		r := h.New(t)
 		theirs := dnsreg.Record{Name: name("vm-theirs"), Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.61")}, Owner: owner("claim-theirs")}

@@ -351,11 +351,13 @@ func hasMarker(txts []dns.RR, marker string) bool {
 // place of its RRsets of types. It first tries the update that only an
 // unused name accepts (prerequisite "name is not in use", RFC 2136 2.4.5):
 // a new name is written whole or not at all. When the name is in use, it
-// tries the update that only a name marked as c's owner accepts
-// (prerequisite "RRset exists, value dependent", 2.4.2, on the TXT RRset):
-// the name is ours, and its address (or PTR) RRsets are replaced. A name
-// that passes neither holds someone else's records and is left alone. The
-// loop covers a name removed or created between the two attempts.
+// reads the name's TXT RRset; if c's marker is in it the name is ours, and
+// the update that replaces its address (or PTR) RRsets carries that TXT
+// RRset, exactly as read, as its prerequisite ("RRset exists, value
+// dependent", 2.4.2), so that the server refuses it if the name changed
+// hands in between. A TXT someone else added next to the marker stays. A
+// name without c's marker holds someone else's records and is left alone.
+// The loop covers a name removed or created between the attempts.
 func (r *Registrar) claimName(ctx context.Context, zone string, c checked, name string, types []uint16, data []dns.RR) error {
 	for range 3 {
 		m := r.update(zone)
@@ -373,15 +375,24 @@ func (r *Registrar) claimName(ctx context.Context, zone string, c checked, name 
 			return r.rcodeError(rcode, nil, zone, name)
 		}
 
+		txts, err := r.query(ctx, zone, name, dns.TypeTXT)
+		if err != nil {
+			return err
+		}
+		if !hasMarker(txts, c.txt) {
+			// Someone else's name, or ours removed since the first
+			// attempt: look again.
+			continue
+		}
 		m = r.update(zone)
-		m.Used([]dns.RR{c.txtRR(name)})
-		rm := []dns.RR{anyRR(name, dns.TypeTXT)}
+		m.Used(txts)
+		var rm []dns.RR
 		for _, t := range types {
 			rm = append(rm, anyRR(name, t))
 		}
-		// Deleting and re-adding the marker updates its TTL; the
-		// prerequisite has already pinned the TXT RRset to it.
 		m.RemoveRRset(rm)
+		// Deleting and re-adding the marker updates its TTL.
+		m.Remove([]dns.RR{c.txtRR(name)})
 		m.Insert([]dns.RR{c.txtRR(name)})
 		m.Insert(data)
 		rcode, err = r.exchange(ctx, m, zone, name)
@@ -392,7 +403,7 @@ func (r *Registrar) claimName(ctx context.Context, zone string, c checked, name 
 		case dns.RcodeSuccess:
 			return nil
 		case dns.RcodeNXRrset:
-			// Not ours, or removed since the first attempt: try again.
+			// The TXT RRset changed since it was read: look again.
 			continue
 		default:
 			return r.rcodeError(rcode, nil, zone, name)
