@@ -72,6 +72,7 @@ func TestServerErrors(t *testing.T) {
 			s := srv.start(t)
 			check := func(t *testing.T, err error, want ...string) {
 				t.Helper()
+				t.Log(err)
 				if !errors.Is(err, dnsreg.ErrRefused) || errclass.Classify(err) != errclass.ClassConfiguration {
 					t.Fatalf("error %v: want ErrRefused, a Configuration error", err)
 				}
@@ -139,39 +140,63 @@ func TestServerErrors(t *testing.T) {
 	}
 }
 
-// TestUnreachableServerTimesOut: a server that takes the connection and
-// never answers costs one timeout, not a hang.
+// TestUnreachableServerTimesOut: a server that takes the request and
+// never answers costs one timeout, not a hang, over either transport; a
+// closed port fails at once. All are transient.
 func TestUnreachableServerTimesOut(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	silentTCP, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = l.Close() })
+	t.Cleanup(func() { _ = silentTCP.Close() })
 	go func() {
 		for {
-			c, err := l.Accept()
+			c, err := silentTCP.Accept()
 			if err != nil {
 				return
 			}
 			t.Cleanup(func() { _ = c.Close() })
 		}
 	}()
-	r := newRegistrar(t, rfc2136.Config{
-		Server:  l.Addr().String(),
-		Timeout: 300 * time.Millisecond,
-		Key:     rfc2136.TSIGKey{Name: updateKey.name, Secret: updateKey.secret},
-		Zone:    fwdZone,
-	})
-	start := time.Now()
-	err = r.Register(context.Background(), dnsreg.Record{Name: "vm." + fwdZone, Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.1")}, Owner: dnsreg.Owner{Claim: "c", Install: "i"}})
-	took := time.Since(start)
-	if err == nil || !strings.Contains(err.Error(), "no answer from DNS server "+l.Addr().String()) || !strings.Contains(err.Error(), "300ms") {
-		t.Fatalf("Register at a silent server: %v, want a timeout naming it", err)
+	silentUDP, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if errclass.Classify(err) != errclass.ClassTransient {
-		t.Errorf("timeout classified %s, want Transient", errclass.Classify(err))
+	t.Cleanup(func() { _ = silentUDP.Close() })
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if took > 2*time.Second {
-		t.Errorf("Register took %s with a 300ms timeout", took)
+	closedAddr := closed.Addr().String()
+	_ = closed.Close()
+
+	for _, c := range []struct {
+		name, transport, server, want string
+	}{
+		{"SilentTCP", rfc2136.TCP, silentTCP.Addr().String(), "no answer from DNS server " + silentTCP.Addr().String() + " over tcp within 300ms"},
+		{"SilentUDP", rfc2136.UDP, silentUDP.LocalAddr().String(), "no answer from DNS server " + silentUDP.LocalAddr().String() + " over udp within 300ms"},
+		{"ClosedPort", rfc2136.TCP, closedAddr, "connection refused"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRegistrar(t, rfc2136.Config{
+				Server:    c.server,
+				Transport: c.transport,
+				Timeout:   300 * time.Millisecond,
+				Key:       rfc2136.TSIGKey{Name: updateKey.name, Secret: updateKey.secret},
+				Zone:      fwdZone,
+			})
+			start := time.Now()
+			err := r.Register(context.Background(), dnsreg.Record{Name: "vm." + fwdZone, Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.1")}, Owner: dnsreg.Owner{Claim: "c", Install: "i"}})
+			took := time.Since(start)
+			if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "vm."+fwdZone) {
+				t.Fatalf("Register: %v, want an error naming the record and saying %q", err, c.want)
+			}
+			if errclass.Classify(err) != errclass.ClassTransient {
+				t.Errorf("classified %s, want Transient", errclass.Classify(err))
+			}
+			if took > 2*time.Second {
+				t.Errorf("Register took %s with a 300ms timeout", took)
+			}
+		})
 	}
 }
