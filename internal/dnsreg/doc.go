@@ -66,5 +66,12 @@
 // Errors are classified with pkg/errclass: a refused key or policy, a name
 // outside the zone or taken by someone else are Configuration (the user must
 // fix something, a condition says what); timeouts and server failures are
-// Transient.
+// Transient. Wiring it in also means building a Config from
+// spec.dns.dnsProvider (zone and the tsigKey credential; the server address
+// and the reverse zones are not in the API yet), lifting the NotImplemented
+// refusal, and giving its
+// reasons (DNSNameTaken, DNSNameOutOfZone, DNSUpdateRefused, DNSInvalid,
+// DNSServerFailure, DNSUpdateFailed, DNSProviderUnsupported) entries in
+// docs/troubleshooting.md, with this package added to the packages
+// test/monitoring scans for them.
 package dnsreg
