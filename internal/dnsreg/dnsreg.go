@@ -53,13 +53,15 @@ type Registrar interface {
 	// after the other: after an error some of the records may be in
 	// place, and calling Register again (or Remove) converges.
 	Register(ctx context.Context, rec Record) error
-	// Remove deletes the records Register wrote for rec: the owner
-	// marker, and rec.Addrs' address and PTR records, each only where it
-	// still belongs to rec.Owner. Records already gone are not an error.
+	// Remove deletes the records Register wrote for rec.Name: the owner
+	// marker, the address records it lists and their PTRs (and the PTRs
+	// of rec.Addrs), each only where it still belongs to rec.Owner; other
+	// records at the names stay. rec.Addrs may be empty. Records already
+	// gone are not an error.
 	Remove(ctx context.Context, rec Record) error
 	// List returns the records registered by owner, read back from the
-	// DNS service: one Record per name, with the addresses found for it in
-	// the forward and reverse zones. A zero owner.Claim matches every
+	// DNS service: one Record per name, with the addresses its marker
+	// lists and those of the PTRs pointing to it. A zero owner.Claim matches every
 	// claim of owner.Install (a sweep); Records are sorted by name.
 	List(ctx context.Context, owner Owner) ([]Record, error)
 }

@@ -2,6 +2,8 @@ package dnsreg_test
 
 import (
 	"errors"
+	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -121,4 +123,39 @@ func TestRegistry(t *testing.T) {
 		t.Fatalf("New of an unregistered type: %v, want a Configuration error", err)
 	}
 	dnsreg.Register(typ, func(dnsreg.Config) (dnsreg.Registrar, error) { return nil, nil })
+}
+
+func TestAddrsTXT(t *testing.T) {
+	addrs := []netip.Addr{netip.MustParseAddr("2001:db8::10"), netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.10")}
+	s := dnsreg.AddrsTXT(addrs)
+	if want := "addrs=192.0.2.10,2001:db8::10"; s != want {
+		t.Fatalf("AddrsTXT = %q, want %q", s, want)
+	}
+	got, ok := dnsreg.ParseAddrsTXT(s)
+	if !ok || !slices.Equal(got, []netip.Addr{addrs[1], addrs[0]}) {
+		t.Fatalf("ParseAddrsTXT(%q) = %v, %v", s, got, ok)
+	}
+	for _, s := range []string{
+		"", "addrs=", "addrs=192.0.2.10,", "addrs=2001:db8::10,192.0.2.10", "addrs=192.0.2.10,192.0.2.10",
+		"addrs=2001:DB8::10", "addrs=2001:db8:0::10", "addrs=::ffff:192.0.2.1", "addrs=fe80::1%eth0", "addrs=192.0.2.010", "Addrs=192.0.2.1",
+	} {
+		if got, ok := dnsreg.ParseAddrsTXT(s); ok {
+			t.Errorf("ParseAddrsTXT(%q) = %v, want none", s, got)
+		}
+	}
+}
+
+func FuzzParseAddrsTXT(f *testing.F) {
+	for _, s := range []string{"addrs=192.0.2.10,2001:db8::10", "addrs=::", "addrs=1.2.3.4,1.2.3.4", "addrs=::ffff:1.2.3.4"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		addrs, ok := dnsreg.ParseAddrsTXT(s)
+		if !ok {
+			return
+		}
+		if back := dnsreg.AddrsTXT(addrs); back != s {
+			t.Fatalf("ParseAddrsTXT(%q) = %v, which formats as %q", s, addrs, back)
+		}
+	})
 }

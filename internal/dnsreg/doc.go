@@ -16,23 +16,24 @@
 //
 // DNS has no labels, so every name HyperFleet writes carries one TXT record
 // of its own next to the addresses, written and removed in the same atomic
-// update:
+// update, naming the owner and the addresses HyperFleet wrote there:
 //
-//	vm-1.ci.example.com. 300 IN TXT "hyperfleet-claim=<claim uid> install=<operator id>"
+//	vm-1.ci.example.com. 300 IN TXT "hyperfleet-claim=<claim uid> install=<operator id>" "addrs=192.0.2.10,2001:db8::10"
 //
-// (OwnerTXT, ParseOwnerTXT). The same TXT sits at each reverse name next to
-// its PTR. It is what makes the records findable after an operator restart
-// and safe to remove:
+// (OwnerTXT, AddrsTXT and their parsers). Each reverse name carries the
+// first string alone next to its PTR (the name is the address). The marker
+// is what makes the records findable after an operator restart and safe to
+// remove:
 //
 //   - a name is registered only when it is unused or already carries this
 //     claim's TXT; a name someone else uses (a hand-made record, another
 //     claim, another install) is refused with ErrNameTaken, never taken
-//     over. A name a claim owns is its VM's: registering it again replaces
-//     its address (or PTR) records as a whole, so an address added to it
-//     by hand does not survive an address change; a TXT added to it does;
-//   - removal is conditional on the TXT RRset being exactly this claim's,
-//     and deletes only the individual records that were registered, so a
-//     record of another owner at the same name stays;
+//     over;
+//   - every change to a name it owns (a new address, removal) is
+//     conditional on the name's TXT RRset being as HyperFleet read it, and
+//     deletes only the individual records the marker lists, so a record
+//     someone else added at the same name stays; a reverse name is the
+//     address of this claim's VM, so its PTRs are replaced as a whole;
 //   - List reads the zones back (a zone transfer, signed with the same key)
 //     and returns every name carrying a HyperFleet TXT, with its owner and
 //     addresses, so a sweep can find names whose claim is gone.

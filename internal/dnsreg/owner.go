@@ -2,6 +2,8 @@ package dnsreg
 
 import (
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -72,4 +74,44 @@ func ParseOwnerTXT(s string) (Owner, bool) {
 // install, and the same claim unless o.Claim is empty.
 func (o Owner) Matches(m Owner) bool {
 	return m.Install == o.Install && (o.Claim == "" || m.Claim == o.Claim)
+}
+
+const addrsPrefix = "addrs="
+
+// AddrsTXT is the second string of the TXT marker at a forward name: the
+// addresses HyperFleet wrote there, such as
+// "addrs=192.0.2.10,2001:db8::10" (sorted, each once). With it, Remove
+// and a sweep delete exactly those address records, whatever else someone
+// added to the name, and never leave one behind.
+func AddrsTXT(addrs []netip.Addr) string {
+	sorted := slices.Clone(addrs)
+	slices.SortFunc(sorted, netip.Addr.Compare)
+	sorted = slices.Compact(sorted)
+	parts := make([]string, len(sorted))
+	for i, a := range sorted {
+		parts[i] = a.String()
+	}
+	return addrsPrefix + strings.Join(parts, ",")
+}
+
+// ParseAddrsTXT reads a string written by AddrsTXT; false for anything
+// else. Only what AddrsTXT writes parses: addresses in their canonical
+// form, without zones or IPv4-mapped forms, sorted, each once.
+func ParseAddrsTXT(s string) ([]netip.Addr, bool) {
+	rest, ok := strings.CutPrefix(s, addrsPrefix)
+	if !ok || rest == "" {
+		return nil, false
+	}
+	var addrs []netip.Addr
+	for p := range strings.SplitSeq(rest, ",") {
+		a, err := netip.ParseAddr(p)
+		if err != nil || a.String() != p || a.Zone() != "" || a.Is4In6() {
+			return nil, false
+		}
+		if n := len(addrs); n > 0 && addrs[n-1].Compare(a) >= 0 {
+			return nil, false
+		}
+		addrs = append(addrs, a)
+	}
+	return addrs, true
 }

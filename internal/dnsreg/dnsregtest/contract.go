@@ -53,8 +53,12 @@ func Run(t *testing.T, h Harness) {
 		wantPTR(t, h, v4, rec.Name, 60)
 		wantPTR(t, h, v6, rec.Name, 60)
 		txt := h.Lookup(t, dns.Fqdn(rec.Name), dns.TypeTXT)
-		if len(txt) != 1 || txt[0].(*dns.TXT).Txt[0] != dnsreg.OwnerTXT(rec.Owner) {
-			t.Fatalf("TXT at %s = %v, want the owner marker only", rec.Name, txt)
+		if want := []string{dnsreg.OwnerTXT(rec.Owner), dnsreg.AddrsTXT(rec.Addrs)}; len(txt) != 1 || !slices.Equal(txt[0].(*dns.TXT).Txt, want) {
+			t.Fatalf("TXT at %s = %v, want the marker %q only", rec.Name, txt, want)
+		}
+		rev, _ := dns.ReverseAddr(v4.String())
+		if txt := h.Lookup(t, rev, dns.TypeTXT); len(txt) != 1 || !slices.Equal(txt[0].(*dns.TXT).Txt, []string{dnsreg.OwnerTXT(rec.Owner)}) {
+			t.Fatalf("TXT at %s = %v, want the owner marker only", rev, txt)
 		}
 		// Idempotent, and a Register that changes nothing leaves the
 		// zones' serials alone (secondaries transfer nothing).
@@ -196,6 +200,27 @@ func Run(t *testing.T, h Harness) {
 			t.Fatal(err)
 		}
 		wantAddrs(t, h, rec.Name, 0)
+	})
+
+	t.Run("ReRegisterKeepsAnAddressAddedToTheName", func(t *testing.T) {
+		r := h.New(t)
+		rec := dnsreg.Record{Name: name("vm-extra"), Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.57")}, Owner: owner("claim-extra")}
+		mustRegister(t, r, rec)
+		extra := netip.MustParseAddr("192.0.2.98")
+		h.Add(t, dns.Fqdn(rec.Name)+" 300 IN A "+extra.String())
+		rec.Addrs = []netip.Addr{netip.MustParseAddr("192.0.2.58")}
+		mustRegister(t, r, rec)
+		wantAddrs(t, h, rec.Name, 300, rec.Addrs[0], extra)
+		wantPTR(t, h, netip.MustParseAddr("192.0.2.57"), "", 0)
+		// Remove without addresses removes what the marker lists.
+		if err := r.Remove(ctx, dnsreg.Record{Name: rec.Name, Owner: rec.Owner}); err != nil {
+			t.Fatal(err)
+		}
+		wantAddrs(t, h, rec.Name, 300, extra)
+		wantPTR(t, h, rec.Addrs[0], "", 0)
+		if txt := h.Lookup(t, dns.Fqdn(rec.Name), dns.TypeTXT); len(txt) != 0 {
+			t.Fatalf("TXT left at %s: %v", rec.Name, txt)
+		}
 	})
 
 	t.Run("ConcurrentClaimsOfOneNameHaveOneWinner", func(t *testing.T) {

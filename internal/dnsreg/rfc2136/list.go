@@ -70,13 +70,12 @@ func (r *Registrar) List(ctx context.Context, owner dnsreg.Owner) ([]dnsreg.Reco
 					continue
 				}
 				if zone == r.zone {
+					// The addresses are those the marker lists:
+					// what HyperFleet wrote, not what else the
+					// name holds.
 					rec := get(name, m.owner)
-					rec.TTL = time.Duration(m.ttl) * time.Second
-					for _, rr := range rrs {
-						if a, ok := rrAddr(rr); ok {
-							rec.Addrs = append(rec.Addrs, a)
-						}
-					}
+					rec.TTL = time.Duration(m.txt.Hdr.Ttl) * time.Second
+					rec.Addrs = append(rec.Addrs, markerAddrs(m.txt)...)
 					continue
 				}
 				addr, ok := ParseReverseName(name)
@@ -87,7 +86,7 @@ func (r *Registrar) List(ctx context.Context, owner dnsreg.Owner) ([]dnsreg.Reco
 					if p, ok := rr.(*dns.PTR); ok {
 						rec := get(strings.ToLower(p.Ptr), m.owner)
 						if rec.TTL == 0 {
-							rec.TTL = time.Duration(m.ttl) * time.Second
+							rec.TTL = time.Duration(m.txt.Hdr.Ttl) * time.Second
 						}
 						rec.Addrs = append(rec.Addrs, addr)
 					}
@@ -114,7 +113,7 @@ func checkSelector(o dnsreg.Owner) error {
 
 type marker struct {
 	owner dnsreg.Owner
-	ttl   uint32
+	txt   *dns.TXT
 }
 
 // markers are the HyperFleet owner markers among rrs.
@@ -122,11 +121,11 @@ func markers(rrs []dns.RR) []marker {
 	var ms []marker
 	for _, rr := range rrs {
 		t, ok := rr.(*dns.TXT)
-		if !ok || len(t.Txt) != 1 {
+		if !ok || len(t.Txt) == 0 || len(t.Txt) > 2 {
 			continue
 		}
 		if o, ok := dnsreg.ParseOwnerTXT(t.Txt[0]); ok {
-			ms = append(ms, marker{owner: o, ttl: t.Hdr.Ttl})
+			ms = append(ms, marker{owner: o, txt: t})
 		}
 	}
 	return ms

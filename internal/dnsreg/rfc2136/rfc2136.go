@@ -215,6 +215,10 @@ func (r *Registrar) check(rec dnsreg.Record, needAddrs bool) (checked, error) {
 		return c, fmt.Errorf("%w: record %s has no address", dnsreg.ErrInvalid, c.name)
 	}
 	slices.SortFunc(c.addrs, netip.Addr.Compare)
+	if len(dnsreg.AddrsTXT(c.addrs)) > 255 {
+		// One TXT string holds at most 255 bytes.
+		return c, fmt.Errorf("%w: record %s has too many addresses to list in its marker (%d)", dnsreg.ErrInvalid, c.name, len(c.addrs))
+	}
 	return c, nil
 }
 
@@ -222,8 +226,16 @@ func hdr(name string, t uint16, ttl uint32) dns.RR_Header {
 	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: ttl}
 }
 
-func (c checked) txtRR(name string) dns.RR {
-	return &dns.TXT{Hdr: hdr(name, dns.TypeTXT, c.ttl), Txt: []string{c.txt}}
+// forwardMarker is the marker at c's name: its owner and the addresses
+// written there.
+func (c checked) forwardMarker() dns.RR {
+	return &dns.TXT{Hdr: hdr(c.name, dns.TypeTXT, c.ttl), Txt: []string{c.txt, dnsreg.AddrsTXT(c.addrs)}}
+}
+
+// reverseMarker is the marker at a reverse name: its owner only, as the
+// name is the address and the PTR points to c's name.
+func (c checked) reverseMarker(rev string) dns.RR {
+	return &dns.TXT{Hdr: hdr(rev, dns.TypeTXT, c.ttl), Txt: []string{c.txt}}
 }
 
 func addrRR(name string, a netip.Addr, ttl uint32) dns.RR {
@@ -256,12 +268,24 @@ func (r *Registrar) Register(ctx context.Context, rec dnsreg.Record) error {
 	// What the name holds now: no update is sent when it already is as
 	// asked (a repeated Register costs queries only), and the PTRs of
 	// addresses it no longer has are removed afterwards.
-	fwd, err := r.inspect(ctx, r.zone, c, c.name, []uint16{dns.TypeA, dns.TypeAAAA}, addrRRs)
+	fwd, err := r.inspect(ctx, r.zone, c, c.name, c.forwardMarker(), []uint16{dns.TypeA, dns.TypeAAAA}, addrRRs, false)
 	if err != nil {
 		return err
 	}
 	if !fwd.same {
-		if err := r.claimName(ctx, r.zone, c, c.name, []uint16{dns.TypeA, dns.TypeAAAA}, addrRRs); err != nil {
+		// An owned name's old addresses are those its marker lists:
+		// they are deleted one by one, so an address someone else
+		// added to the name stays.
+		drop := func(m *dns.Msg, old *dns.TXT) {
+			var stale []dns.RR
+			for _, a := range markerAddrs(old) {
+				stale = append(stale, addrRR(c.name, a, 0))
+			}
+			if len(stale) > 0 {
+				m.Remove(stale)
+			}
+		}
+		if err := r.claimName(ctx, r.zone, c, c.name, c.forwardMarker(), addrRRs, drop); err != nil {
 			return err
 		}
 	}
@@ -271,19 +295,22 @@ func (r *Registrar) Register(ctx context.Context, rec dnsreg.Record) error {
 			continue
 		}
 		ptr := []dns.RR{ptrRR(rev, c.name, c.ttl)}
-		back, err := r.inspect(ctx, zone, c, rev, []uint16{dns.TypePTR}, ptr)
+		back, err := r.inspect(ctx, zone, c, rev, c.reverseMarker(rev), []uint16{dns.TypePTR}, ptr, true)
 		if err != nil {
 			return err
 		}
 		if back.same {
 			continue
 		}
-		if err := r.claimName(ctx, zone, c, rev, []uint16{dns.TypePTR}, ptr); err != nil {
+		// An owned reverse name is the address of this claim's VM: its
+		// PTRs are replaced as a whole.
+		drop := func(m *dns.Msg, _ *dns.TXT) { m.RemoveRRset([]dns.RR{anyRR(rev, dns.TypePTR)}) }
+		if err := r.claimName(ctx, zone, c, rev, c.reverseMarker(rev), ptr, drop); err != nil {
 			return err
 		}
 	}
-	for _, rr := range fwd.current {
-		if a, ok := rrAddr(rr); ok && fwd.owned && !slices.Contains(c.addrs, a) {
+	for _, a := range markerAddrs(fwd.marker) {
+		if !slices.Contains(c.addrs, a) {
 			if err := r.releaseReverse(ctx, c, a); err != nil {
 				return err
 			}
@@ -294,75 +321,91 @@ func (r *Registrar) Register(ctx context.Context, rec dnsreg.Record) error {
 
 // state is what a name holds of the types Register writes there.
 type state struct {
-	// owned: the name carries c's marker.
-	owned bool
-	// same: it carries only c's marker and exactly the wanted records,
-	// all with the wanted TTL.
+	// marker is c's marker at the name as found; nil when there is none.
+	marker *dns.TXT
+	// same: the name holds exactly the wanted marker and the wanted
+	// records, with the wanted TTLs.
 	same bool
-	// current are its records of those types.
-	current []dns.RR
 }
 
 // inspect reads name's marker and its records of types, and compares them
-// with want. It only reads: the update that follows is what is guarded.
-func (r *Registrar) inspect(ctx context.Context, zone string, c checked, name string, types []uint16, want []dns.RR) (state, error) {
+// with the wanted marker and records: exactly those when exact, else at
+// least those (other addresses may share a forward name). It only reads:
+// the update that follows is what is guarded.
+func (r *Registrar) inspect(ctx context.Context, zone string, c checked, name string, marker dns.RR, types []uint16, want []dns.RR, exact bool) (state, error) {
 	var st state
 	txts, err := r.query(ctx, zone, name, dns.TypeTXT)
 	if err != nil {
 		return st, err
 	}
-	st.owned = hasMarker(txts, c.txt)
-	if !st.owned {
+	st.marker = findMarker(txts, c.txt)
+	if st.marker == nil {
 		return st, nil
 	}
+	var current []dns.RR
 	for _, t := range types {
 		rrs, err := r.query(ctx, zone, name, t)
 		if err != nil {
 			return st, err
 		}
-		st.current = append(st.current, rrs...)
+		current = append(current, rrs...)
 	}
-	st.same = sameRRs(txts, []dns.RR{c.txtRR(name)}) && sameRRs(st.current, want)
+	st.same = sameRR(st.marker, marker) && holds(current, want) && (!exact || len(current) == len(want))
 	return st, nil
 }
 
-// sameRRs reports whether a and b hold the same records with the same
-// TTLs, in any order.
-func sameRRs(a, b []dns.RR) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for _, x := range a {
-		if !slices.ContainsFunc(b, func(y dns.RR) bool { return dns.IsDuplicate(x, y) && x.Header().Ttl == y.Header().Ttl }) {
+// sameRR reports whether a and b are the same record with the same TTL.
+func sameRR(a, b dns.RR) bool {
+	return dns.IsDuplicate(a, b) && a.Header().Ttl == b.Header().Ttl
+}
+
+// holds reports whether every record of want is in rrs, with its TTL.
+func holds(rrs, want []dns.RR) bool {
+	for _, w := range want {
+		if !slices.ContainsFunc(rrs, func(rr dns.RR) bool { return sameRR(rr, w) }) {
 			return false
 		}
 	}
 	return true
 }
 
-func hasMarker(txts []dns.RR, marker string) bool {
-	return slices.ContainsFunc(txts, func(rr dns.RR) bool {
-		t, ok := rr.(*dns.TXT)
-		return ok && len(t.Txt) == 1 && t.Txt[0] == marker
-	})
+// findMarker returns the TXT record among txts that marks its name as
+// owner's (owner is OwnerTXT's string); nil when there is none.
+func findMarker(txts []dns.RR, owner string) *dns.TXT {
+	for _, rr := range txts {
+		if t, ok := rr.(*dns.TXT); ok && len(t.Txt) >= 1 && t.Txt[0] == owner {
+			return t
+		}
+	}
+	return nil
 }
 
-// claimName makes name (in zone) hold c's owner marker and exactly data in
-// place of its RRsets of types. It first tries the update that only an
-// unused name accepts (prerequisite "name is not in use", RFC 2136 2.4.5):
-// a new name is written whole or not at all. When the name is in use, it
-// reads the name's TXT RRset; if c's marker is in it the name is ours, and
-// the update that replaces its address (or PTR) RRsets carries that TXT
-// RRset, exactly as read, as its prerequisite ("RRset exists, value
-// dependent", 2.4.2), so that the server refuses it if the name changed
-// hands in between. A TXT someone else added next to the marker stays. A
-// name without c's marker holds someone else's records and is left alone.
-// The loop covers a name removed or created between the attempts.
-func (r *Registrar) claimName(ctx context.Context, zone string, c checked, name string, types []uint16, data []dns.RR) error {
+// markerAddrs are the addresses a forward marker lists; none for nil, a
+// reverse marker or a list that does not parse.
+func markerAddrs(m *dns.TXT) []netip.Addr {
+	if m == nil || len(m.Txt) != 2 {
+		return nil
+	}
+	addrs, _ := dnsreg.ParseAddrsTXT(m.Txt[1])
+	return addrs
+}
+
+// claimName makes name (in zone) hold marker and data. It first tries the
+// update that only an unused name accepts (prerequisite "name is not in
+// use", RFC 2136 2.4.5): a new name is written whole or not at all. When
+// the name is in use, it reads the name's TXT RRset; if c's marker is in
+// it the name is c's, and the update that replaces the old marker with the
+// new one, deletes what drop adds for the old marker (the records written
+// last time) and adds data carries that TXT RRset, exactly as read, as its
+// prerequisite ("RRset exists, value dependent", 2.4.2): the server
+// refuses it if the name changed hands in between. A name without c's
+// marker holds someone else's records and is left alone. The loop covers a
+// name removed or created between the attempts.
+func (r *Registrar) claimName(ctx context.Context, zone string, c checked, name string, marker dns.RR, data []dns.RR, drop func(m *dns.Msg, old *dns.TXT)) error {
 	for range 3 {
-		m := r.update(zone)
+		m := newUpdate(zone)
 		m.NameNotUsed([]dns.RR{anyRR(name, dns.TypeANY)})
-		m.Insert([]dns.RR{c.txtRR(name)})
+		m.Insert([]dns.RR{dns.Copy(marker)})
 		m.Insert(data)
 		rcode, err := r.exchange(ctx, m, zone, name)
 		if err != nil {
@@ -379,21 +422,19 @@ func (r *Registrar) claimName(ctx context.Context, zone string, c checked, name 
 		if err != nil {
 			return err
 		}
-		if !hasMarker(txts, c.txt) {
+		old := findMarker(txts, c.txt)
+		if old == nil {
 			// Someone else's name, or ours removed since the first
 			// attempt: look again.
 			continue
 		}
-		m = r.update(zone)
-		m.Used(txts)
-		var rm []dns.RR
-		for _, t := range types {
-			rm = append(rm, anyRR(name, t))
-		}
-		m.RemoveRRset(rm)
-		// Deleting and re-adding the marker updates its TTL.
-		m.Remove([]dns.RR{c.txtRR(name)})
-		m.Insert([]dns.RR{c.txtRR(name)})
+		m = newUpdate(zone)
+		drop(m, old)
+		// Used and Remove rewrite the headers of the records they are
+		// given, hence the copies.
+		m.Remove([]dns.RR{dns.Copy(old)})
+		m.Used(copyRRs(txts))
+		m.Insert([]dns.RR{dns.Copy(marker)})
 		m.Insert(data)
 		rcode, err = r.exchange(ctx, m, zone, name)
 		if err != nil {
@@ -412,23 +453,45 @@ func (r *Registrar) claimName(ctx context.Context, zone string, c checked, name 
 	return fmt.Errorf("zone %s: %s: %w (it exists without HyperFleet's TXT marker for %s)", zone, name, dnsreg.ErrNameTaken, c.owner)
 }
 
-// Remove implements dnsreg.Registrar. The reverse names go first, so that a
-// failure leaves the forward marker, which List finds, in place.
+func copyRRs(rrs []dns.RR) []dns.RR {
+	out := make([]dns.RR, len(rrs))
+	for i, rr := range rrs {
+		out[i] = dns.Copy(rr)
+	}
+	return out
+}
+
+// Remove implements dnsreg.Registrar. The addresses removed are those
+// the name's marker lists (what Register wrote), with rec.Addrs for their
+// PTRs too. The reverse names go first, so that a failure leaves the
+// forward marker, which List finds, in place.
 func (r *Registrar) Remove(ctx context.Context, rec dnsreg.Record) error {
 	c, err := r.check(rec, false)
 	if err != nil {
 		return err
 	}
-	for _, a := range c.addrs {
+	txts, err := r.query(ctx, r.zone, c.name, dns.TypeTXT)
+	if err != nil {
+		return err
+	}
+	addrs := slices.Clone(c.addrs)
+	for _, a := range markerAddrs(findMarker(txts, c.txt)) {
+		if !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
+	}
+	for _, a := range addrs {
 		if err := r.releaseReverse(ctx, c, a); err != nil {
 			return err
 		}
 	}
-	var rrs []dns.RR
-	for _, a := range c.addrs {
-		rrs = append(rrs, addrRR(c.name, a, 0))
-	}
-	return r.release(ctx, r.zone, c, c.name, rrs)
+	return r.release(ctx, r.zone, c, c.name, func(old *dns.TXT) []dns.RR {
+		var rrs []dns.RR
+		for _, a := range markerAddrs(old) {
+			rrs = append(rrs, addrRR(c.name, a, 0))
+		}
+		return rrs
+	})
 }
 
 func (r *Registrar) releaseReverse(ctx context.Context, c checked, a netip.Addr) error {
@@ -436,31 +499,32 @@ func (r *Registrar) releaseReverse(ctx context.Context, c checked, a netip.Addr)
 	if !ok {
 		return nil
 	}
-	return r.release(ctx, zone, c, rev, []dns.RR{ptrRR(rev, c.name, 0)})
+	return r.release(ctx, zone, c, rev, func(*dns.TXT) []dns.RR { return []dns.RR{ptrRR(rev, c.name, 0)} })
 }
 
-// release deletes c's marker and the records data from name, only while
-// the marker is there. It reads the name's TXT RRset, and when c's marker
-// is in it, sends an update whose prerequisite is that RRset exactly as
-// read (RFC 2136 2.4.2, value dependent) and which deletes individual
-// records (class NONE, 2.5.4), never whole RRsets: an address or TXT
-// someone else added to the name stays, and if the name changed hands
-// between the read and the update, the server refuses the update
+// release deletes c's marker from name and the records data names for it,
+// only while the marker is there. It reads the name's TXT RRset, and when
+// c's marker is in it, sends an update whose prerequisite is that RRset
+// exactly as read (RFC 2136 2.4.2, value dependent) and which deletes
+// individual records (class NONE, 2.5.4), never whole RRsets: an address
+// or TXT someone else added to the name stays, and if the name changed
+// hands between the read and the update, the server refuses the update
 // (NXRRSET) and the name is read again. A name without c's marker holds
 // nothing of c's (the marker and the records are always written and
 // deleted together), so there is nothing to remove.
-func (r *Registrar) release(ctx context.Context, zone string, c checked, name string, data []dns.RR) error {
+func (r *Registrar) release(ctx context.Context, zone string, c checked, name string, data func(old *dns.TXT) []dns.RR) error {
 	for range 3 {
 		txts, err := r.query(ctx, zone, name, dns.TypeTXT)
 		if err != nil {
 			return err
 		}
-		if !hasMarker(txts, c.txt) {
+		old := findMarker(txts, c.txt)
+		if old == nil {
 			return nil
 		}
-		m := r.update(zone)
-		m.Used(txts)
-		m.Remove(append([]dns.RR{c.txtRR(name)}, data...))
+		m := newUpdate(zone)
+		m.Remove(append([]dns.RR{dns.Copy(old)}, data(old)...))
+		m.Used(copyRRs(txts))
 		rcode, err := r.exchange(ctx, m, zone, name)
 		if err != nil {
 			return err
@@ -477,19 +541,8 @@ func (r *Registrar) release(ctx context.Context, zone string, c checked, name st
 	return fmt.Errorf("zone %s: %s: %w (its TXT records kept changing while HyperFleet removed its own)", zone, name, dnsreg.ErrNameTaken)
 }
 
-func rrAddr(rr dns.RR) (netip.Addr, bool) {
-	switch rr := rr.(type) {
-	case *dns.A:
-		a, ok := netip.AddrFromSlice(rr.A)
-		return a.Unmap(), ok
-	case *dns.AAAA:
-		return netip.AddrFromSlice(rr.AAAA)
-	}
-	return netip.Addr{}, false
-}
-
-// update starts a signed UPDATE message for zone.
-func (r *Registrar) update(zone string) *dns.Msg {
+// newUpdate starts an UPDATE message for zone; exchange signs it.
+func newUpdate(zone string) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetUpdate(zone)
 	return m
