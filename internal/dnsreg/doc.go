@@ -51,15 +51,19 @@
 // HypervisorCluster.spec.dns.registerVMs is still refused (reason
 // NotImplemented); this package is the library the next step wires in:
 //
-//   - when a claim's VM has its address (status.addresses known) and its
-//     cluster sets registerVMs, the claim controller calls Register with the
-//     VM's FQDN (hostname + dns.domain), its addresses, and Owner{Claim:
-//     claim UID, Install: operator id}. Register is idempotent and
-//     replaces the addresses of a name the claim already owns, so calling it
-//     on every reconcile where the address changed is safe;
+//   - when a claim's VM has its addresses (status.network.addresses, their
+//     prefix lengths dropped, link-local ones left out as they do not
+//     belong in DNS) and its cluster sets registerVMs, the claim controller
+//     calls Register with status.network.fqdn, those addresses, and
+//     Owner{Claim: claim UID, Install: operator id}. Register is idempotent
+//     and replaces the addresses of a name the claim already owns, so
+//     calling it again whenever the addresses change is safe. The marker
+//     lists the addresses in one 255-byte TXT string, which holds six IPv6
+//     addresses at least; more are refused (ErrInvalid);
 //   - when the claim ends (its finalizer runs, before the VM is released),
-//     the controller calls Remove with the same Record; Remove of records
-//     already gone is not an error;
+//     the controller calls Remove with the name and owner (the addresses
+//     are optional: the marker lists them); Remove of records already gone
+//     is not an error;
 //   - a periodic sweep (next to internal/sweeper) calls List with the
 //     install's owner and Removes every record whose claim UID no longer
 //     exists, catching claims deleted while the operator was down.
@@ -70,9 +74,8 @@
 // Transient. Wiring it in also means building a Config from
 // spec.dns.dnsProvider (zone and the tsigKey credential; the server address
 // and the reverse zones are not in the API yet), lifting the NotImplemented
-// refusal, and giving its
-// reasons (DNSNameTaken, DNSNameOutOfZone, DNSUpdateRefused, DNSInvalid,
-// DNSServerFailure, DNSUpdateFailed, DNSProviderUnsupported) entries in
-// docs/troubleshooting.md, with this package added to the packages
-// test/monitoring scans for them.
+// refusal, and giving its reasons (DNSNameTaken, DNSNameOutOfZone,
+// DNSUpdateRefused, DNSInvalid, DNSServerFailure, DNSUpdateFailed,
+// DNSProviderUnsupported) entries in docs/troubleshooting.md, with this
+// package added to the packages test/monitoring scans for them.
 package dnsreg
