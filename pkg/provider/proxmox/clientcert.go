@@ -102,7 +102,7 @@ func proxyRefusal(body []byte) string {
 // clientCertRefused is the error of a request the proxy answered with a
 // refusal of the client certificate.
 func clientCertRefused(method, endpoint, refusal string) error {
-	hint := "set spec.credentials.clientCert to a certificate the proxy in front of the Proxmox API trusts"
+	hint := "the proxy requires a client certificate: set spec.credentials.clientCert to a Secret holding one it trusts (tls.crt and tls.key)"
 	if refusal == proxyRefusals[1] {
 		hint = "the certificate of spec.credentials.clientCert must be signed by a CA the proxy trusts (nginx: ssl_client_certificate), be valid now and allow clientAuth"
 	}
