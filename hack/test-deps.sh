@@ -3,7 +3,10 @@
 #   - Debian's cloud-init (its schema validator and network-config converter
 #     check every rendered cloud-init), curl (the GitHub simulator's runner
 #     scripts use it) and prometheus (promtool checks and unit-tests the
-#     alerts; test/e2e scrapes the operator with the prometheus server),
+#     alerts; test/e2e scrapes the operator with the prometheus server) and
+#     nginx (internal/testworld/mtlsproxy: the TLS-terminating proxy that
+#     requires client certificates in front of the Proxmox simulator, for
+#     the mTLS tests of pkg/provider/proxmox and internal/controller),
 #     through apt-get as root or through sudo;
 #   - GitHub's published REST description and webhook examples (npm
 #     @octokit/openapi and @octokit/webhooks-examples), pinned, into
@@ -54,6 +57,8 @@ if ! $dev_only; then
 	command -v cloud-init >/dev/null || missing+=(cloud-init)
 	command -v npm >/dev/null || missing+=(npm)
 	{ command -v prometheus && command -v promtool; } >/dev/null || missing+=(prometheus)
+	# Debian puts nginx in /usr/sbin, which a user's PATH may lack.
+	{ command -v nginx || [[ -x /usr/sbin/nginx ]]; } >/dev/null || missing+=(nginx)
 fi
 if ((${#missing[@]})); then
 	run=()
@@ -66,7 +71,8 @@ if ((${#missing[@]})); then
 	# cloud-init is only run as a validator here; its services are never
 	# enabled in this environment. The tests start prometheus themselves;
 	# on a machine run by systemd the package also starts its own service
-	# (port 9090), which `systemctl disable --now prometheus` stops.
+	# (port 9090), which `systemctl disable --now prometheus` stops; the same
+	# goes for nginx (port 80, `systemctl disable --now nginx`).
 	DEBIAN_FRONTEND=noninteractive "${run[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
