@@ -102,8 +102,13 @@ func Start(t testing.TB, o Options) *Proxy {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("mtlsproxy: start %s: %v", bin, err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// exited is closed when nginx has exited, with waitErr set.
+	var waitErr error
+	exited := make(chan struct{})
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -126,10 +131,9 @@ func Start(t testing.TB, o Options) *Proxy {
 			break
 		}
 		select {
-		case werr := <-exited:
-			exited <- werr
+		case <-exited:
 			log, _ := os.ReadFile(errLog)
-			t.Fatalf("mtlsproxy: nginx exited before it listened (%v): %s\n%s", werr, stderr.String(), log)
+			t.Fatalf("mtlsproxy: nginx exited before it listened (%v): %s\n%s", waitErr, stderr.String(), log)
 		default:
 		}
 		if time.Now().After(deadline) {
