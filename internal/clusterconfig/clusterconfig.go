@@ -67,10 +67,10 @@ func Resolve(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluste
 	}
 	if cc := cr.ClientCert; cc != nil {
 		certRef, keyRef := ClientCertRefs(cc)
-		if cfg.ClientCertificate, err = readBytes(ctx, reader, "spec.credentials.clientCert.certificateKey", certRef); err != nil {
+		if cfg.ClientCertificate, err = secretref.Value(ctx, reader, "spec.credentials.clientCert.certificateKey", certRef.Namespace, certRef.Name, certRef.Key); err != nil {
 			return cfg, err
 		}
-		if cfg.ClientKey, err = readBytes(ctx, reader, "spec.credentials.clientCert.privateKeyKey", keyRef); err != nil {
+		if cfg.ClientKey, err = secretref.Value(ctx, reader, "spec.credentials.clientCert.privateKeyKey", keyRef.Namespace, keyRef.Name, keyRef.Key); err != nil {
 			return cfg, err
 		}
 	}
@@ -86,12 +86,6 @@ func Resolve(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluste
 		}
 	}
 	return cfg, nil
-}
-
-// readBytes reads one Secret key for field; errors name the field, the
-// Secret and the key.
-func readBytes(ctx context.Context, reader client.Reader, field string, ref *hfv1.SecretKeySelector) ([]byte, error) {
-	return secretref.Value(ctx, reader, field, ref.Namespace, ref.Name, ref.Key)
 }
 
 // ClientCertRefs are the two Secret keys spec.credentials.clientCert

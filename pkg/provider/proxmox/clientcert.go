@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -88,9 +89,12 @@ var proxyRefusals = []string{
 	"The SSL certificate error",
 }
 
-// proxyRefusal returns the proxy's words if body is a proxy's refusal of
-// the client certificate, "" otherwise.
-func proxyRefusal(body []byte) string {
+// proxyRefusal returns the proxy's words if an answer with status code
+// and body is a proxy's refusal of the client certificate, "" otherwise.
+func proxyRefusal(code int, body []byte) string {
+	if code != http.StatusBadRequest {
+		return ""
+	}
 	for _, text := range proxyRefusals {
 		if strings.Contains(string(body), text) {
 			return text

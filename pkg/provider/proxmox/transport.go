@@ -156,7 +156,7 @@ func (t *instrumented) RoundTrip(req *http.Request) (*http.Response, error) {
 				x.message = strings.TrimSpace(body.Message)
 				x.params = body.Errors
 			} else {
-				x.refusal = proxyRefusal(raw)
+				x.refusal = proxyRefusal(code, raw)
 			}
 		}
 	}
@@ -367,7 +367,7 @@ func (a *authenticator) login(ctx context.Context, user, password string) (*sess
 			"%w: Proxmox refused the login of %q (%d %s); check credentials.username and credentials.password", provider.ErrUnauthorized, user, res.StatusCode, statusReason(res.Status))
 	}
 	if res.StatusCode != http.StatusOK {
-		return nil, httpError(&exchange{code: res.StatusCode, reason: statusReason(res.Status), refusal: proxyRefusal(raw)}, http.MethodPost, "/access/ticket")
+		return nil, httpError(&exchange{code: res.StatusCode, reason: statusReason(res.Status), refusal: proxyRefusal(res.StatusCode, raw)}, http.MethodPost, "/access/ticket")
 	}
 	var body struct {
 		Data proxmox.Session `json:"data"`
