@@ -5,7 +5,10 @@
 #     scripts use it) and prometheus (promtool checks and unit-tests the
 #     alerts; test/e2e scrapes the operator with the prometheus server),
 #     bind9 and knot (internal/dnsreg/rfc2136 runs its DNS registration
-#     tests against a real BIND named and Knot knotd on loopback),
+#     tests against a real BIND named and Knot knotd on loopback) and
+#     nginx (internal/testworld/mtlsproxy: the TLS-terminating proxy that
+#     requires client certificates in front of the Proxmox simulator, for
+#     the mTLS tests of pkg/provider/proxmox and internal/controller),
 #     through apt-get as root or through sudo;
 #   - GitHub's published REST description and webhook examples (npm
 #     @octokit/openapi and @octokit/webhooks-examples), pinned, into
@@ -56,10 +59,11 @@ if ! $dev_only; then
 	command -v cloud-init >/dev/null || missing+=(cloud-init)
 	command -v npm >/dev/null || missing+=(npm)
 	{ command -v prometheus && command -v promtool; } >/dev/null || missing+=(prometheus)
-	# The DNS servers of internal/dnsreg/rfc2136's tests; both live in
+	# The DNS servers of internal/dnsreg/rfc2136's tests and nginx live in
 	# /usr/sbin, which a non-root PATH may lack.
 	[[ -x /usr/sbin/named ]] || command -v named >/dev/null || missing+=(bind9)
 	[[ -x /usr/sbin/knotd ]] || command -v knotd >/dev/null || missing+=(knot)
+	[[ -x /usr/sbin/nginx ]] || command -v nginx >/dev/null || missing+=(nginx)
 fi
 if ((${#missing[@]})); then
 	run=()
@@ -73,9 +77,9 @@ if ((${#missing[@]})); then
 	# enabled in this environment. The tests start prometheus themselves;
 	# on a machine run by systemd the package also starts its own service
 	# (port 9090), which `systemctl disable --now prometheus` stops.
-	# Likewise bind9 and knot start their own services (port 53); the
-	# tests run their own servers on free ports and need neither
-	# (`systemctl disable --now named knot` stops them).
+	# Likewise bind9 and knot (port 53) and nginx (port 80); the tests run
+	# their own servers on free ports and need none of those services
+	# (`systemctl disable --now named knot nginx` stops them).
 	DEBIAN_FRONTEND=noninteractive "${run[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 

@@ -175,6 +175,12 @@ const (
 	TemplateInvalidReason ConditionReason = "TemplateInvalid"
 	// InvalidTLSReason: the CA bundle or fingerprint cannot be used.
 	InvalidTLSReason ConditionReason = "InvalidTLS"
+	// InvalidClientCertificateReason: spec.credentials.clientCert's Secret
+	// holds no usable certificate, or a private key that does not match it.
+	InvalidClientCertificateReason ConditionReason = "InvalidClientCertificate"
+	// ClientCertificateRefusedReason: the TLS proxy in front of the
+	// hypervisor API refused the client certificate, or got none.
+	ClientCertificateRefusedReason ConditionReason = "ClientCertificateRefused"
 	// InUseReason: a deleted HypervisorCluster, HypervisorMachineTemplate
 	// or IPPool is still used by claims (VMs on the cluster, VMs built from
 	// the template, addresses from the pool); it stays, Terminating, until

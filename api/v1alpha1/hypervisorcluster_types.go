@@ -274,7 +274,63 @@ type HypervisorCredentials struct {
 	// password selects the user's password.
 	// +optional
 	Password *SecretKeySelector `json:"password,omitempty"`
+
+	// clientCert selects a TLS client certificate and its private key, for
+	// an API behind a TLS-terminating proxy that verifies client
+	// certificates (mutual TLS). It is presented in addition to the API
+	// token or the username and password above, never instead of them.
+	// Unset: no client certificate is sent.
+	// +optional
+	ClientCert *ClientCertificateSelector `json:"clientCert,omitempty"`
 }
+
+// ClientCertificateSelector selects a PEM certificate and its PEM private
+// key in one Secret. The default keys are those of a Secret of type
+// kubernetes.io/tls (as cert-manager writes them); any other Secret works
+// with certificateKey and privateKeyKey set to its keys.
+// +kubebuilder:validation:XValidation:rule="!has(self.certificateKey) || !has(self.privateKeyKey) || self.certificateKey != self.privateKeyKey",message="credentials.clientCert: certificateKey and privateKeyKey must name two different keys of the Secret (a kubernetes.io/tls Secret has tls.crt and tls.key)"
+type ClientCertificateSelector struct {
+	// name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+
+	// namespace of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace"`
+
+	// certificateKey is the Secret key holding the client certificate in
+	// PEM, followed by any intermediate CA certificates the proxy needs to
+	// build the chain. Default tls.crt.
+	// +optional
+	// +kubebuilder:default="tls.crt"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	CertificateKey string `json:"certificateKey,omitempty"`
+
+	// privateKeyKey is the Secret key holding the certificate's private key
+	// in PEM (PKCS #1, PKCS #8 or SEC 1, unencrypted). Default tls.key.
+	// +optional
+	// +kubebuilder:default="tls.key"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	PrivateKeyKey string `json:"privateKeyKey,omitempty"`
+}
+
+// Secret keys of a kubernetes.io/tls Secret: the defaults of
+// ClientCertificateSelector's certificateKey and privateKeyKey. The CRD's
+// defaults (markers above) must be the same strings.
+const (
+	DefaultClientCertificateKey = "tls.crt"
+	DefaultClientPrivateKeyKey  = "tls.key"
+)
 
 // HypervisorTLS says how the API's certificate is trusted.
 // +kubebuilder:validation:XValidation:rule="[has(self.caBundleRef), has(self.fingerprintSHA256), has(self.insecureSkipVerify) && self.insecureSkipVerify].filter(x, x).size() <= 1",message="set at most one of tls.caBundleRef, tls.fingerprintSHA256 and tls.insecureSkipVerify=true"

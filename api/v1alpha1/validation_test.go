@@ -117,6 +117,7 @@ func TestDefaultsAreApplied(t *testing.T) {
 	}
 	cluster := validStoreCluster()
 	cluster.SetName("defaults-store")
+	_ = unstructured.SetNestedMap(cluster.Object, map[string]any{"name": "pve-client", "namespace": "hf"}, "spec", "credentials", "clientCert")
 	if err := env.Client.Create(ctx, cluster, client.FieldValidation("Strict")); err != nil {
 		t.Fatalf("creating a cluster with a minimal secret store: %v", err)
 	}
@@ -144,6 +145,8 @@ func TestDefaultsAreApplied(t *testing.T) {
 		{cluster, append(store, "authMount"), "jwt"},
 		{cluster, append(store, "audience"), "hyperfleet-secret-store"},
 		{cluster, append(store, "vmPolicy"), "hyperfleet-vm"},
+		{cluster, []string{"spec", "credentials", "clientCert", "certificateKey"}, hfv1.DefaultClientCertificateKey},
+		{cluster, []string{"spec", "credentials", "clientCert", "privateKeyKey"}, hfv1.DefaultClientPrivateKeyKey},
 	}
 	for _, w := range want {
 		got, found, err := unstructured.NestedFieldNoCopy(w.obj.Object, w.path...)
@@ -376,6 +379,11 @@ func invalidCases() []invalidCase {
 		{name: "cluster token and password", base: validCluster, mutate: all(set(secretRef("pve", "user"), "spec", "credentials", "username"), set(secretRef("pve", "pw"), "spec", "credentials", "password")), want: "set exactly one credential pair"},
 		{name: "cluster token without secret", base: validCluster, mutate: del("spec", "credentials", "tokenSecret"), want: "set exactly one credential pair"},
 		{name: "cluster secret ref without namespace", base: validCluster, mutate: del("spec", "credentials", "tokenId", "namespace"), want: "spec.credentials.tokenId.namespace: Required value"},
+		{name: "cluster clientCert with one key for both", base: validCluster, mutate: set(map[string]any{"name": "pve-client", "namespace": "hf", "certificateKey": "client.pem", "privateKeyKey": "client.pem"}, "spec", "credentials", "clientCert"),
+			want: "credentials.clientCert: certificateKey and privateKeyKey must name two different keys of the Secret"},
+		{name: "cluster clientCert without namespace", base: validCluster, mutate: set(map[string]any{"name": "pve-client"}, "spec", "credentials", "clientCert"), want: "spec.credentials.clientCert.namespace: Required value"},
+		{name: "cluster clientCert alone", base: validCluster, mutate: all(del("spec", "credentials", "tokenId"), del("spec", "credentials", "tokenSecret"), set(map[string]any{"name": "pve-client", "namespace": "hf"}, "spec", "credentials", "clientCert")),
+			want: "set exactly one credential pair"},
 		{name: "cluster two TLS trust modes", base: validCluster, mutate: set(map[string]any{"insecureSkipVerify": true, "fingerprintSHA256": strings.Repeat("AB:", 31) + "AB"}, "spec", "tls"), want: "set at most one of tls.caBundleRef, tls.fingerprintSHA256 and tls.insecureSkipVerify=true"},
 		{name: "cluster malformed fingerprint", base: validCluster, mutate: set("AB:CD", "spec", "tls", "fingerprintSHA256"), want: "spec.tls.fingerprintSHA256: Invalid value"},
 		{name: "cluster vmid range reversed", base: validCluster, mutate: set(map[string]any{"start": int64(2000), "end": int64(1000)}, "spec", "vmidRange"), want: "vmidRange.start must not be greater than vmidRange.end"},

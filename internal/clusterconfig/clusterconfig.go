@@ -65,6 +65,15 @@ func Resolve(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluste
 	if cfg.Password, err = read("spec.credentials.password", cr.Password); err != nil {
 		return cfg, err
 	}
+	if cc := cr.ClientCert; cc != nil {
+		certRef, keyRef := ClientCertRefs(cc)
+		if cfg.ClientCertificate, err = secretref.Value(ctx, reader, "spec.credentials.clientCert.certificateKey", certRef.Namespace, certRef.Name, certRef.Key); err != nil {
+			return cfg, err
+		}
+		if cfg.ClientKey, err = secretref.Value(ctx, reader, "spec.credentials.clientCert.privateKeyKey", keyRef.Namespace, keyRef.Name, keyRef.Key); err != nil {
+			return cfg, err
+		}
+	}
 	if t := s.TLS; t != nil {
 		cfg.FingerprintSHA256 = t.FingerprintSHA256
 		cfg.InsecureSkipVerify = t.InsecureSkipVerify
@@ -79,6 +88,15 @@ func Resolve(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluste
 	return cfg, nil
 }
 
+// ClientCertRefs are the two Secret keys spec.credentials.clientCert
+// selects, the certificate's and the private key's, with the defaults of a
+// kubernetes.io/tls Secret for keys left unset.
+func ClientCertRefs(cc *hfv1.ClientCertificateSelector) (cert, key *hfv1.SecretKeySelector) {
+	cert = &hfv1.SecretKeySelector{Namespace: cc.Namespace, Name: cc.Name, Key: cmp.Or(cc.CertificateKey, hfv1.DefaultClientCertificateKey)}
+	key = &hfv1.SecretKeySelector{Namespace: cc.Namespace, Name: cc.Name, Key: cmp.Or(cc.PrivateKeyKey, hfv1.DefaultClientPrivateKeyKey)}
+	return cert, key
+}
+
 // SecretRefs lists every Secret a cluster reads.
 func SecretRefs(c *hfv1.HypervisorCluster) []*hfv1.SecretKeySelector {
 	var out []*hfv1.SecretKeySelector
@@ -87,6 +105,10 @@ func SecretRefs(c *hfv1.HypervisorCluster) []*hfv1.SecretKeySelector {
 		if r != nil {
 			out = append(out, r)
 		}
+	}
+	if cr.ClientCert != nil {
+		cert, key := ClientCertRefs(cr.ClientCert)
+		out = append(out, cert, key)
 	}
 	if c.Spec.TLS != nil && c.Spec.TLS.CABundleRef != nil {
 		out = append(out, c.Spec.TLS.CABundleRef)

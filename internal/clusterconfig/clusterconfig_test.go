@@ -2,10 +2,18 @@ package clusterconfig
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/secretref"
 )
 
 // TestResolveCloneLimits: the operator's clone limits for a cluster
@@ -78,6 +86,72 @@ func TestProxmoxSettings(t *testing.T) {
 			}
 			if got := Deprecated(c); !slices.Equal(got, tc.deprecated) {
 				t.Errorf("Deprecated = %v, want %v", got, tc.deprecated)
+			}
+		})
+	}
+}
+
+// TestClientCert: spec.credentials.clientCert is read from the keys of a
+// kubernetes.io/tls Secret unless it names others, both keys are among the
+// Secrets the cluster reads (so a rotated Secret is noticed), and a
+// missing Secret or key is secretref.ErrMissing naming the field.
+func TestClientCert(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	reader := fake.NewClientBuilder().WithScheme(scheme).WithObjects(
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "hf", Name: "pve-token"}, Data: map[string][]byte{"id": []byte("op@pve!t"), "secret": []byte("s")}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "hf", Name: "tls"}, Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{"tls.crt": []byte("CERT"), "tls.key": []byte("KEY")}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "hf", Name: "opaque"}, Data: map[string][]byte{"client.pem": []byte("CERT2"), "client-key.pem": []byte("KEY2")}},
+	).Build()
+	cluster := func(cc *hfv1.ClientCertificateSelector) *hfv1.HypervisorCluster {
+		return &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{Credentials: hfv1.HypervisorCredentials{
+			TokenID:     &hfv1.SecretKeySelector{Namespace: "hf", Name: "pve-token", Key: "id"},
+			TokenSecret: &hfv1.SecretKeySelector{Namespace: "hf", Name: "pve-token", Key: "secret"},
+			ClientCert:  cc,
+		}}}
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		cc        *hfv1.ClientCertificateSelector
+		cert, key string
+		missing   string
+	}{
+		{name: "none", cc: nil},
+		{name: "kubernetes.io/tls defaults", cc: &hfv1.ClientCertificateSelector{Namespace: "hf", Name: "tls"}, cert: "CERT", key: "KEY"},
+		{name: "named keys", cc: &hfv1.ClientCertificateSelector{Namespace: "hf", Name: "opaque", CertificateKey: "client.pem", PrivateKeyKey: "client-key.pem"}, cert: "CERT2", key: "KEY2"},
+		{name: "missing Secret", cc: &hfv1.ClientCertificateSelector{Namespace: "hf", Name: "nope"}, missing: "spec.credentials.clientCert.certificateKey: Secret hf/nope does not exist"},
+		{name: "missing key", cc: &hfv1.ClientCertificateSelector{Namespace: "hf", Name: "opaque", CertificateKey: "client.pem"}, missing: `spec.credentials.clientCert.privateKeyKey: Secret hf/opaque has no key "tls.key"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cluster(tc.cc)
+			cfg, err := Resolve(ctx, reader, c)
+			if tc.missing != "" {
+				if !errors.Is(err, secretref.ErrMissing) || !strings.Contains(err.Error(), tc.missing) {
+					t.Fatalf("Resolve: %v, want ErrMissing saying %q", err, tc.missing)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(cfg.ClientCertificate) != tc.cert || string(cfg.ClientKey) != tc.key {
+				t.Fatalf("client certificate %q, key %q; want %q and %q", cfg.ClientCertificate, cfg.ClientKey, tc.cert, tc.key)
+			}
+			refs := map[string]bool{}
+			for _, r := range SecretRefs(c) {
+				refs[r.Namespace+"/"+r.Name+"/"+r.Key] = true
+			}
+			if tc.cc != nil {
+				cert, key := ClientCertRefs(tc.cc)
+				for _, r := range []*hfv1.SecretKeySelector{cert, key} {
+					if !refs[r.Namespace+"/"+r.Name+"/"+r.Key] {
+						t.Errorf("SecretRefs %v lacks %s/%s/%s", refs, r.Namespace, r.Name, r.Key)
+					}
+				}
 			}
 		})
 	}

@@ -242,6 +242,11 @@ func (r *HypervisorClusterReconciler) connect(ctx context.Context, s *clusterSco
 		})
 	})
 	if err != nil {
+		if provider.ReasonOf(err) == string(hfv1.InvalidClientCertificateReason) {
+			// The message names spec.credentials.clientCert and the fix.
+			r.markDown(s, hfv1.InvalidClientCertificateReason, err.Error())
+			return nil, nil
+		}
 		r.markDown(s, hfv1.InvalidTLSReason, fmt.Sprintf("spec.tls: %v", err))
 		return nil, nil
 	}

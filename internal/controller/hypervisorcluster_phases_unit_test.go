@@ -83,6 +83,8 @@ func TestReconcileHypervisorCluster(t *testing.T) {
 		// probeErr makes the provider's probe fail.
 		noFactory bool
 		probeErr  error
+		// buildErr makes building the provider fail.
+		buildErr error
 		// ready: the registry holds the cluster Ready from earlier polls.
 		ready    bool
 		wantRes  ctrl.Result
@@ -138,6 +140,26 @@ func TestReconcileHypervisorCluster(t *testing.T) {
 			events: []string{"Warning AuthenticationFailed"}, observed: 2,
 		},
 		{
+			name: "a client certificate that cannot be used is reported before any connection", cluster: newCluster(),
+			buildErr: provider.Errorf(provider.ClassConfiguration, string(hfv1.InvalidClientCertificateReason), "spec.credentials.clientCert: tls: private key does not match public key"),
+			wantRes:  ctrl.Result{RequeueAfter: maxProbeBackoff},
+			want: map[hfv1.ConditionType]wantCondition{
+				hfv1.ReadyCondition:                      {status: metav1.ConditionFalse, reason: hfv1.InvalidClientCertificateReason, says: []string{"spec.credentials.clientCert: tls: private key does not match public key"}},
+				hfv1.HypervisorClusterConnectedCondition: {status: metav1.ConditionFalse, reason: hfv1.InvalidClientCertificateReason},
+			},
+			events: []string{"Warning InvalidClientCertificate"}, observed: 2,
+		},
+		{
+			name: "a Ready cluster whose proxy refuses the client certificate is marked down at once", cluster: newCluster(wasReady), ready: true,
+			probeErr: provider.Errorf(provider.ClassConfiguration, string(hfv1.ClientCertificateRefusedReason), "GET /version: the TLS proxy in front of the Proxmox API refused the client certificate"),
+			wantRes:  ctrl.Result{RequeueAfter: probeBackoff(1)},
+			want: map[hfv1.ConditionType]wantCondition{
+				hfv1.ReadyCondition:                      {status: metav1.ConditionFalse, reason: hfv1.ClientCertificateRefusedReason, says: []string{"refused the client certificate"}},
+				hfv1.HypervisorClusterConnectedCondition: {status: metav1.ConditionFalse, reason: hfv1.ClientCertificateRefusedReason},
+			},
+			events: []string{"Warning ClientCertificateRefused"}, observed: 2,
+		},
+		{
 			name: "a field the operator does not act on pauses new VMs", cluster: newCluster(func(c *hfv1.HypervisorCluster) { c.Spec.DNS = &hfv1.ClusterDNSSettings{RegisterVMs: true} }),
 			want: map[hfv1.ConditionType]wantCondition{
 				hfv1.ReadyCondition:                      {status: metav1.ConditionFalse, reason: hfv1.NotImplementedReason, says: []string{"New VMs on this cluster are paused", "spec.dns.registerVMs"}},
@@ -184,6 +206,11 @@ func TestReconcileHypervisorCluster(t *testing.T) {
 			r := &HypervisorClusterReconciler{Client: c, Registry: hypervisors.NewRegistry(), Signer: testobjects.Signer(t), Recorder: rec, Clock: clk}
 			if !tc.noFactory {
 				r.Factories = unitProviders(t, hv, tc.probeErr)
+			}
+			if tc.buildErr != nil {
+				r.Factories = map[hfv1.HypervisorProvider]provider.Factory{hfv1.ProviderProxmox: provider.FactoryFunc(func(provider.ClusterConfig, provider.Deps) (provider.Provider, error) {
+					return nil, tc.buildErr
+				})}
 			}
 			if tc.ready {
 				r.Registry.SetHealth(name, hypervisors.Health{Ready: true}, unitEpoch)

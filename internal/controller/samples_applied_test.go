@@ -19,6 +19,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/mtlsproxy"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
@@ -32,7 +33,8 @@ const samplesNamespace = "hyperfleet-samples"
 // TestSamplesWorkWhenApplied applies every sample in config/samples to the
 // real API server as written, with only the addresses, TLS pins and
 // Secrets of this machine's simulators filled in (as a user fills in their
-// own), and checks each object's conditions: clusters connected and Ready,
+// own; the mTLS sample's cluster is put behind a real nginx that requires
+// its client certificate), and checks each object's conditions: clusters connected and Ready,
 // templates Ready, IP pools Ready, pools Ready, and the manual claim up
 // with its runner credential issued. The simulators are set up as the
 // samples assume a real site is (nodes, templates, storages, resource pool,
@@ -88,6 +90,15 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 	secret(samplesNamespace, "github-app", map[string]string{"app-id": fmt.Sprint(testGitHubAppID), "installation-id": fmt.Sprint(testGitHubInstall), "private-key": string(testAppKey.PrivatePEM)})
 	secret(samplesNamespace, "github-pat", map[string]string{"token": testGitHubPAT})
 	secret(samplesNamespace, "ghes-pat", map[string]string{"token": testGitHubPAT})
+	// The mTLS sample's cluster is reached through a real nginx that
+	// requires a client certificate from clientCA, with the one its Secret
+	// holds (a kubernetes.io/tls Secret, as the sample says).
+	clientCA := mtlsproxy.NewCA(t, "samples client CA")
+	proxy := mtlsproxy.Start(t, mtlsproxy.Options{Upstream: strings.TrimSuffix(sim.url, "/api2/json"), ClientCA: clientCA.PEM})
+	clientCert := clientCA.Issue(t, mtlsproxy.CertOptions{CommonName: "hyperfleet"})
+	ensure(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "hyperfleet-system", Name: "proxmox-client-cert"}, Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{corev1.TLSCertKey: clientCert.CertPEM, corev1.TLSPrivateKeyKey: clientCert.KeyPEM}})
+	secret("hyperfleet-system", "proxmox-gw-ca", map[string]string{"ca.crt": string(proxy.ServerCA)})
 
 	// The addresses a user fills in: the simulators instead of
 	// pve.example.com, github.com and github.example.com.
@@ -113,9 +124,14 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 			// keeps users from creating one.
 			continue
 		case "HypervisorCluster":
+			_ = unstructured.SetNestedField(u.Object, "1s", "spec", "pollInterval")
+			if _, mtls, _ := unstructured.NestedMap(u.Object, "spec", "credentials", "clientCert"); mtls {
+				// The sample's own tls.caBundleRef trusts the proxy.
+				_ = unstructured.SetNestedField(u.Object, proxy.URL+"/api2/json", "spec", "endpoint")
+				break
+			}
 			_ = unstructured.SetNestedField(u.Object, sim.url, "spec", "endpoint")
 			_ = unstructured.SetNestedMap(u.Object, map[string]any{"fingerprintSHA256": sim.fingerprint}, "spec", "tls")
-			_ = unstructured.SetNestedField(u.Object, "1s", "spec", "pollInterval")
 		case "HypervisorMachineTemplate":
 			if _, found, _ := unstructured.NestedString(u.Object, "spec", "bootstrap", "github", "apiBaseURL"); !found {
 				_ = unstructured.SetNestedField(u.Object, gs.URL+"/api/v3", "spec", "bootstrap", "github", "apiBaseURL")
@@ -161,6 +177,9 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 			}
 			return nil
 		})
+	}
+	if reqs := proxy.Requests(t); len(reqs) == 0 || reqs[len(reqs)-1].Serial != clientCert.Serial || reqs[len(reqs)-1].Verify != "SUCCESS" {
+		t.Fatalf("the mTLS sample's cluster did not reach the API through the proxy with its client certificate: %+v", reqs)
 	}
 	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: samplesNamespace, Name: "debug-runner"}}
 	got := waitDelivered(t, claim, time.Minute)

@@ -31,6 +31,13 @@ type ClusterConfig struct {
 	FingerprintSHA256  string
 	InsecureSkipVerify bool
 
+	// ClientCertificate (PEM, leaf first, then any intermediates) and
+	// ClientKey (its PEM private key) are presented to a TLS-terminating
+	// proxy in front of the API that verifies client certificates; both
+	// empty: none is sent. They add to the token or ticket above.
+	ClientCertificate []byte
+	ClientKey         []byte
+
 	// Nodes restricts placement; empty means every online node.
 	Nodes []string
 	// DefaultStorage is the full-clone target when the template names none.

@@ -126,6 +126,8 @@ func httpError(x *exchange, method, endpoint string) error {
 	}
 	ae := &apiError{method: method, endpoint: endpoint, code: x.code, message: msg, params: x.params}
 	switch {
+	case x.refusal != "":
+		return clientCertRefused(method, endpoint, x.refusal)
 	case x.code >= 300 && x.code < 400:
 		return provider.Errorf(provider.ClassConfiguration, "Redirected",
 			"%s %s: %w (%d to %q); set spec.endpoint to the URL the API answers at without a redirect", method, endpoint, errRedirect, x.code, x.location)
@@ -173,6 +175,11 @@ func transportError(ctx context.Context, err error, method, endpoint string) err
 		errors.As(err, &invalid) || errors.As(err, &verify) {
 		return provider.Errorf(provider.ClassConfiguration, "TLSVerificationFailed",
 			"%s %s: the API certificate is not trusted: %w; set tls.caBundleRef to the cluster CA (/etc/pve/pve-root-ca.pem) or pin tls.fingerprintSHA256", method, endpoint, err)
+	}
+	if alert, ok := peerRefusedCertificate(err); ok {
+		return provider.Errorf(provider.ClassConfiguration, reasonClientCertRefused,
+			"%s %s: the TLS server in front of the Proxmox API refused the client certificate (%s): %w; set spec.credentials.clientCert to a certificate it trusts, valid now and allowing clientAuth",
+			method, endpoint, alert, err)
 	}
 	if errors.Is(err, errForeignHost) {
 		return provider.Errorf(provider.ClassConfiguration, "ForeignHost", "%s %s: %w; only spec.endpoint's host receives credentials", method, endpoint, err)

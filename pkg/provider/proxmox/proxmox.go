@@ -210,6 +210,17 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 	if err != nil {
 		return nil, wrap(err)
 	}
+	clk := deps.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	clientCert, err := clientCertificate(cfg, clk.Now())
+	if err != nil {
+		return nil, err
+	}
+	if clientCert != nil {
+		tc.GetClientCertificate = presentAlways(clientCert)
+	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = defaultRequestTimeout
 	}
@@ -230,14 +241,12 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 	cfg.Nodes = append([]string(nil), cfg.Nodes...)
 	cfg.Tags = append([]string(nil), cfg.Tags...)
 	cfg.CABundle = append([]byte(nil), cfg.CABundle...)
+	cfg.ClientCertificate = append([]byte(nil), cfg.ClientCertificate...)
+	cfg.ClientKey = append([]byte(nil), cfg.ClientKey...)
 
 	obs := deps.Observer
 	if obs == nil {
 		obs = provider.NopObserver{}
-	}
-	clk := deps.Clock
-	if clk == nil {
-		clk = clock.RealClock{}
 	}
 	// pveproxy speaks HTTP/1.1 and closes the connection after errors;
 	// keep a few idle connections per cluster for the polling.

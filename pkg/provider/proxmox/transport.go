@@ -100,6 +100,9 @@ type exchange struct {
 	// message and params come from an error body.
 	message string
 	params  map[string]string
+	// refusal is a TLS proxy's refusal of the client certificate, read
+	// from an error body that is not the API's (proxyRefusal).
+	refusal string
 }
 
 type exchangeKey struct{}
@@ -152,6 +155,8 @@ func (t *instrumented) RoundTrip(req *http.Request) (*http.Response, error) {
 			if json.Unmarshal(raw, &body) == nil {
 				x.message = strings.TrimSpace(body.Message)
 				x.params = body.Errors
+			} else {
+				x.refusal = proxyRefusal(code, raw)
 			}
 		}
 	}
@@ -362,7 +367,7 @@ func (a *authenticator) login(ctx context.Context, user, password string) (*sess
 			"%w: Proxmox refused the login of %q (%d %s); check credentials.username and credentials.password", provider.ErrUnauthorized, user, res.StatusCode, statusReason(res.Status))
 	}
 	if res.StatusCode != http.StatusOK {
-		return nil, httpError(&exchange{code: res.StatusCode, reason: statusReason(res.Status)}, http.MethodPost, "/access/ticket")
+		return nil, httpError(&exchange{code: res.StatusCode, reason: statusReason(res.Status), refusal: proxyRefusal(res.StatusCode, raw)}, http.MethodPost, "/access/ticket")
 	}
 	var body struct {
 		Data proxmox.Session `json:"data"`
