@@ -305,7 +305,11 @@ func TestVMLifecycleProperty(t *testing.T) {
 // its life (before its clone, while cloning, configuring, booting or
 // running) while a generated share of the cluster's stop, destroy and
 // storage requests fail, is removed only once its VM and its cloud-init
-// ISO are gone from the cluster.
+// ISO are gone from the cluster. The one exception is the API server's:
+// a claim it removes while the claim carries the finalizer (a delete that
+// raced the finalizer's write, kubernetes/kubernetes#77988) has its VM
+// destroyed right after, by the orphan sweeper the claim controller hands
+// it to (internal/controller/machineclaim, vanished.go).
 func TestFinalizerCleanupProperty(t *testing.T) {
 	longScenario(t)
 	w := newPropertyWorld(t)
