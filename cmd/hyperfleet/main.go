@@ -32,6 +32,8 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg/rfc2136"
 	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
@@ -42,10 +44,13 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 )
 
-// The CI platforms this binary ships, by workload type (spec.workload.type).
-// Supporting another is its package under pkg/workload and one line here.
+// The CI platforms this binary ships, by workload type (spec.workload.type),
+// and its DNS registration back-ends, by dns.dnsProvider.type. Supporting
+// another is its package (under pkg/workload, or internal/dnsreg) and one
+// line here.
 func init() {
 	workload.Register(hfv1.WorkloadGitHubActions, github.NewBackend)
+	dnsreg.Register(rfc2136.Type, rfc2136.Factory)
 }
 
 func main() {
