@@ -34,7 +34,11 @@ type VanishedVMs interface {
 // in flight, the pass that cloned its VM included, has ended.
 func (r *Reconciler) vanishedClaims() handler.EventHandler {
 	return handler.Funcs{DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-		if claim, ok := e.Object.(*hfv1.MachineClaim); ok && r.noteVanished(claim) {
+		// A tombstone (DeleteStateUnknown: the watch missed the deletion)
+		// carries a state that may be older than the claim's last one, so
+		// it proves nothing; such a claim's VM, if any, is the periodic
+		// sweep's.
+		if claim, ok := e.Object.(*hfv1.MachineClaim); ok && !e.DeleteStateUnknown && r.noteVanished(claim) {
 			q.Add(reconcile.Request{NamespacedName: client.ObjectKeyFromObject(claim)})
 		}
 	}}
