@@ -7,7 +7,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
@@ -90,5 +93,35 @@ func TestVanishedClaimHandsOverItsVM(t *testing.T) {
 				t.Fatalf("handed over %q, want %q (once)", rec.got, want)
 			}
 		})
+	}
+}
+
+// TestVanishedClaimsHandlerQueuesTheName: the DELETED event of a vanished
+// claim queues a reconcile of its name (the hand-over waits for it); a
+// tombstone, whose state may be stale, queues nothing and notes nothing.
+func TestVanishedClaimsHandlerQueuesTheName(t *testing.T) {
+	signer, err := ownership.NewSigner("test", bytes.Repeat([]byte{1}, ownership.MinKeyLength))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "v", UID: "u1", Finalizers: []string{hfv1.MachineClaimFinalizer}}}
+	Annotate(c, signer, "pve-a", provider.Progress{ID: "proxmox://1201", Node: "pve1"})
+	for _, tombstone := range []bool{true, false} {
+		rec := &vanishedRecorder{}
+		r := &Reconciler{Signer: signer, Vanished: rec}
+		q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+		r.vanishedClaims().Delete(context.Background(), event.DeleteEvent{Object: c, DeleteStateUnknown: tombstone}, q)
+		want := 1
+		if tombstone {
+			want = 0
+		}
+		if q.Len() != want {
+			t.Errorf("tombstone %v: %d requests queued, want %d", tombstone, q.Len(), want)
+		}
+		r.handOverVanished(context.Background(), client.ObjectKeyFromObject(c))
+		if len(rec.got) != want {
+			t.Errorf("tombstone %v: handed over %v", tombstone, rec.got)
+		}
+		q.ShutDown()
 	}
 }
