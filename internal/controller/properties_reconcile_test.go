@@ -138,8 +138,22 @@ func TestReconciliationProperty(t *testing.T) {
 		// claim still starting is not removed to scale down (it may be
 		// about to take a job; only idle ones are, and no runner comes
 		// online in this world), so these may stay above the final
-		// bounds; the pool must not add any beyond them.
-		time.Sleep(150 * time.Millisecond)
+		// bounds; the pool must not add any beyond them. Seen means the
+		// pool's status reports the edit's generation: the pass that
+		// wrote it ran on the last spec, and every pass before it, which
+		// may have created claims for an older one, has ended (a fixed
+		// 150 ms wait missed a claim a pass of the old spec created later
+		// on a loaded CI machine).
+		within(rt, 30*time.Second, "pool "+pool.Name+" observed its last edit", func() error {
+			var p hfv1.RunnerPool
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), &p); err != nil {
+				return err
+			}
+			if p.Status.ObservedGeneration != p.Generation {
+				return fmt.Errorf("observedGeneration %d, generation %d", p.Status.ObservedGeneration, p.Generation)
+			}
+			return nil
+		})
 		before := map[string]bool{}
 		if cs, err := liveClaims(ctx, pool); err == nil {
 			for _, c := range cs {
