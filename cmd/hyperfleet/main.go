@@ -1,8 +1,9 @@
 // Command hyperfleet is the HyperFleet operator binary: `hyperfleet manager`
 // reads its flags (and the environment and settings file,
 // internal/settings), loads or creates the ownership Secret and starts the
-// manager that internal/manager wires; it registers the CI platforms it
-// ships (workload.Register). It links no test world (deps_test.go).
+// manager that internal/manager wires; it registers the CI platforms and
+// DNS back-ends it ships (workload.Register, dnsreg.Register). It links no
+// test world (deps_test.go).
 //
 //	hyperfleet manager [flags]   run the controllers (the container's entrypoint)
 //
@@ -32,6 +33,8 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg/rfc2136"
 	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
@@ -42,10 +45,12 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 )
 
-// The CI platforms this binary ships, by workload type (spec.workload.type).
-// Supporting another is its package under pkg/workload and one line here.
+// The CI platforms this binary ships, by workload type (spec.workload.type),
+// and its DNS back-ends, by spec.dns.dnsProvider.type. Supporting another
+// is its package under pkg/workload (internal/dnsreg) and one line here.
 func init() {
 	workload.Register(hfv1.WorkloadGitHubActions, github.NewBackend)
+	dnsreg.Register(dnsreg.TypeRFC2136, rfc2136.Factory)
 }
 
 func main() {
