@@ -42,7 +42,8 @@ const (
 )
 
 // DNSRecord is what a claim registers: its status.network.fqdn and the
-// addresses of status.network.addresses without their prefix lengths,
+// addresses of status.network.ipAllocations, else of
+// status.network.addresses, without their prefix lengths,
 // link-local, loopback and unspecified ones left out (they mean nothing
 // outside the VM), owned by the claim's UID in install. why is set, and
 // the record empty, when the claim has no name or no address to register.
@@ -51,8 +52,19 @@ func DNSRecord(claim *hfv1.MachineClaim, install string) (rec dnsreg.Record, why
 	if n == nil || n.FQDN == "" {
 		return rec, "The VM has no FQDN yet (status.network.fqdn)"
 	}
+	// A claim's static addresses (ipAllocations) are what HyperFleet
+	// configured on the VM: they are registered rather than whatever else
+	// its guest agent reports (container bridges, a DHCP lease on a second
+	// NIC). Without them, the guest's addresses are.
+	reported := n.Addresses
+	if len(n.IPAllocations) > 0 {
+		reported = nil
+		for _, a := range n.IPAllocations {
+			reported = append(reported, a.Address)
+		}
+	}
 	var addrs []netip.Addr
-	for _, s := range n.Addresses {
+	for _, s := range reported {
 		a, err := netip.ParseAddr(s)
 		if p, perr := netip.ParsePrefix(s); perr == nil {
 			a, err = p.Addr(), nil

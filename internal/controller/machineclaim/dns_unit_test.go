@@ -26,6 +26,11 @@ func TestDNSRecord(t *testing.T) {
 	}{
 		{"static and guest addresses", claim("vm-1.ci.example.com", "192.0.2.10/24", "2001:db8::10", "fe80::1", "127.0.0.1", "192.0.2.10"),
 			[]string{"192.0.2.10", "2001:db8::10"}, false},
+		{"static allocations win over the guest's report", func() *hfv1.MachineClaim {
+			c := claim("vm-1.ci.example.com", "10.99.0.10", "172.17.0.1")
+			c.Status.Network.IPAllocations = []hfv1.IPAllocation{{PoolRef: "p", Address: "192.0.2.2/29"}}
+			return c
+		}(), []string{"192.0.2.2"}, false},
 		{"no fqdn", claim("", "192.0.2.10"), nil, true},
 		{"no network status", &hfv1.MachineClaim{}, nil, true},
 		{"only link-local", claim("vm-1.ci.example.com", "fe80::1/64", "169.254.1.1"), nil, true},
