@@ -36,10 +36,10 @@ const apiDir = "api/v1alpha1"
 // internal/controller/machineclaim), and the DNS registration library and
 // its back-ends (internal/dnsreg), whose reasons the DNSReady and
 // DNSRegistered conditions carry. The test doubles (pkg/provider/fake,
-// providertest, dnsregtest) are not the product and are left out.
+// providertest) are not the product and are left out.
 var errorReasonDirs = []string{"pkg/errclass", "pkg/provider", "pkg/provider/*", "pkg/workload", "pkg/workload/*", "internal/controller", "internal/controller/*", "internal/spire", "internal/workloads", "internal/vmspec", "internal/clusterconfig", "internal/poweroff", "internal/poolclaims", "internal/dnsreg", "internal/dnsreg/*"}
 
-var errorReasonExcluded = []string{"pkg/provider/fake", "pkg/provider/providertest", "internal/dnsreg/dnsregtest"}
+var errorReasonExcluded = []string{"pkg/provider/fake", "pkg/provider/providertest"}
 
 // TestEveryConditionReasonHasAnEntry: someone who reads `Ready=False
 // reason=X` in kubectl describe finds X in docs/troubleshooting.md. Every

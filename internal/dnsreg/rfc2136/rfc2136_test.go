@@ -12,8 +12,8 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
-	"github.com/hyperfleet/hyperfleet/internal/dnsreg/dnsregtest"
 	"github.com/hyperfleet/hyperfleet/internal/dnsreg/rfc2136"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/dnsregtest"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 )
 
