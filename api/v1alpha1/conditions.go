@@ -59,6 +59,13 @@ const (
 	// only templates that attest with SPIRE need it.
 	HypervisorClusterSPIREConnectedCondition ConditionType = "SPIREConnected"
 
+	// HypervisorClusterDNSReadyCondition is True when the DNS server of
+	// spec.dns.dnsProvider answered a query for each of its zones signed
+	// with the configured key; absent without a dnsProvider. It does not
+	// affect Ready: VMs are created and deleted whether their names can be
+	// registered or not (docs/networking.md, "DNS registration").
+	HypervisorClusterDNSReadyCondition ConditionType = "DNSReady"
+
 	// HypervisorMachineTemplateValidCondition is True when the template was
 	// checked against its cluster: it sets no field the operator does not
 	// act on, the source exists and is a template, the clone mode is
@@ -119,6 +126,12 @@ const (
 	// the VM keeps running with its tags and ownership block stripped, and
 	// nothing of HyperFleet touches it again. It never turns False.
 	MachineClaimFinalizedCondition ConditionType = "Finalized"
+	// MachineClaimDNSRegisteredCondition is True once the VM's name and
+	// addresses are registered in its cluster's DNS service (the message
+	// names them); False with the reason of the failure, which never holds
+	// the VM back, or once the records were removed as the claim ended.
+	// Present only on clusters with spec.dns.registerVMs.
+	MachineClaimDNSRegisteredCondition ConditionType = "DNSRegistered"
 
 	// IPPoolExhaustedCondition is True when no address is left to allocate.
 	IPPoolExhaustedCondition ConditionType = "Exhausted"
@@ -422,6 +435,22 @@ const (
 	// hyperfleet.io/force-delete or hyperfleet.io/disown is set without a
 	// usable reason (empty or too long) and is ignored.
 	InvalidAdminAnnotationReason ConditionReason = "InvalidAdminAnnotation"
+
+	// DNSServerUnreachableReason (DNSReady, DNSRegistered False): the DNS
+	// server of spec.dns.dnsProvider did not answer in time, or refused the
+	// connection.
+	DNSServerUnreachableReason ConditionReason = "DNSServerUnreachable"
+	// DNSRecordsRemovedReason (DNSRegistered False): the claim ended and
+	// its records were removed.
+	DNSRecordsRemovedReason ConditionReason = "DNSRecordsRemoved"
+	// DNSRemoveAbandonedReason (DNSRegistered False, and a warning event):
+	// the records of an ending claim could not be removed after a few
+	// attempts; the claim went on without them and the DNS sweep removes
+	// them once the DNS server takes updates again.
+	DNSRemoveAbandonedReason ConditionReason = "DNSRemoveAbandoned"
+	// DNSNotRegisteredReason (DNSRegistered False): the VM has no address
+	// or name to register yet.
+	DNSNotRegisteredReason ConditionReason = "DNSNotRegistered"
 
 	// NoProgressReason (Stuck True): the claim stayed in its phase longer
 	// than the manager's bound for that phase.

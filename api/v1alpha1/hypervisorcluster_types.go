@@ -104,10 +104,10 @@ type HypervisorClusterSpec struct {
 	// +optional
 	Limits *HypervisorLimits `json:"limits,omitempty"`
 
-	// dns holds the name-resolution settings given to VMs on this cluster.
-	// A template's own dns settings take precedence field by field.
-	// Registering VMs in DNS (registerVMs, dnsProvider) is not implemented
-	// yet.
+	// dns holds the name-resolution settings given to VMs on this cluster,
+	// and the DNS service their names are registered in (registerVMs,
+	// dnsProvider). A template's own dns settings take precedence field by
+	// field.
 	// +optional
 	DNS *ClusterDNSSettings `json:"dns,omitempty"`
 
@@ -438,18 +438,22 @@ type HypervisorLimits struct {
 
 // ClusterDNSSettings are DNS settings for the VMs of a cluster.
 // +kubebuilder:validation:XValidation:rule="!has(self.registerVMs) || !self.registerVMs || has(self.dnsProvider)",message="dns.registerVMs needs dns.dnsProvider: say which DNS service receives the records"
+// +kubebuilder:validation:XValidation:rule="!has(self.dnsProvider) || has(self.dnsProvider.zone) || has(self.domain)",message="dns.dnsProvider needs a zone: set dns.dnsProvider.zone, or dns.domain (the zone then defaults to it)"
 type ClusterDNSSettings struct {
 	DNSSettings `json:",inline"`
 
-	// registerVMs is to publish each VM's address under its FQDN through
-	// dnsProvider. Not implemented yet: a cluster that sets it is not Ready
-	// (reason NotImplemented) and no VMs are created on it.
+	// registerVMs publishes each VM's addresses under its FQDN
+	// (status.network.fqdn of its MachineClaim) through dnsProvider: an A
+	// or AAAA record each, and a PTR each in dnsProvider.reverseZones. The
+	// records are removed when the claim ends; a failure to write them
+	// never holds a VM back (the claim's DNSRegistered condition says
+	// what went wrong). Only dnsProvider type rfc2136 is implemented.
 	// +optional
 	RegisterVMs bool `json:"registerVMs,omitempty"`
 
-	// dnsProvider is the DNS service VMs are to be registered in. Not
-	// implemented yet: a cluster that sets it is not Ready (reason
-	// NotImplemented).
+	// dnsProvider is the DNS service VMs are registered in. It is checked
+	// (the cluster's DNSReady condition) also while registerVMs is false,
+	// so that a set-up can be tried before VMs are registered.
 	// +optional
 	DNSProvider *DNSProvider `json:"dnsProvider,omitempty"`
 }
@@ -458,25 +462,90 @@ type ClusterDNSSettings struct {
 // +kubebuilder:validation:Enum=route53;cloudflare;rfc2136
 type DNSProviderType string
 
+// DefaultDNSTTLSeconds is the TTL of registered records when
+// dnsProvider.ttlSeconds is unset; the CRD's default marker is the same
+// number.
+const DefaultDNSTTLSeconds = 300
+
 // DNSProvider is a DNS service that receives VM records.
+// +kubebuilder:validation:XValidation:rule="self.type != 'rfc2136' || has(self.rfc2136)",message="dns.dnsProvider.type rfc2136 needs dns.dnsProvider.rfc2136 with the server's address (host:port)"
+// +kubebuilder:validation:XValidation:rule="!has(self.rfc2136) || self.type == 'rfc2136'",message="dns.dnsProvider.rfc2136 is only for type rfc2136: remove it or set type: rfc2136"
+// +kubebuilder:validation:XValidation:rule="self.type != 'rfc2136' || (has(self.credentials) && self.credentials.exists(c, c.name == 'tsigKey'))",message="dns.dnsProvider.type rfc2136 needs a credential named tsigKey: the Secret key holding the TSIG key (name, algorithm and secret; see docs/networking.md)"
 type DNSProvider struct {
-	// type is the DNS service.
+	// type is the DNS service. Only rfc2136 (dynamic update signed with
+	// TSIG) is implemented; route53 and cloudflare are refused (reason
+	// NotImplemented) and will be served through external-dns.
 	// +required
 	Type DNSProviderType `json:"type"`
 
 	// zone is the DNS zone records are written to; defaults to dns.domain.
+	// A VM's FQDN must be a name below it.
 	// +optional
+	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^([a-zA-Z0-9_]([-a-zA-Z0-9_]*[a-zA-Z0-9_])?\.)*[a-zA-Z0-9_]([-a-zA-Z0-9_]*[a-zA-Z0-9_])?\.?$`
 	Zone string `json:"zone,omitempty"`
 
-	// credentials selects the service's credentials by name (for example
-	// accessKeyId and secretAccessKey for route53, apiToken for cloudflare,
-	// tsigKey for rfc2136).
+	// reverseZones are the in-addr.arpa and ip6.arpa zones PTR records are
+	// written to, such as 2.0.192.in-addr.arpa; an address in none of them
+	// gets no PTR.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.all(z, z.lowerAscii().endsWith('.in-addr.arpa') || z.lowerAscii().endsWith('.in-addr.arpa.') || z.lowerAscii().endsWith('.ip6.arpa') || z.lowerAscii().endsWith('.ip6.arpa.'))",message="each of dns.dnsProvider.reverseZones must be a zone below in-addr.arpa or ip6.arpa, such as 2.0.192.in-addr.arpa"
+	// +listType=set
+	ReverseZones []string `json:"reverseZones,omitempty"`
+
+	// ttlSeconds is the TTL of every record written, in seconds (default
+	// 300).
+	// +optional
+	// +kubebuilder:default=300
+	// +kubebuilder:validation:Minimum=5
+	// +kubebuilder:validation:Maximum=86400
+	TTLSeconds int32 `json:"ttlSeconds,omitempty"`
+
+	// rfc2136 are the settings of type rfc2136: the DNS server that takes
+	// the dynamic updates. Its TSIG key is the credential named tsigKey.
+	// +optional
+	RFC2136 *RFC2136Settings `json:"rfc2136,omitempty"`
+
+	// credentials selects the service's credentials by name: tsigKey for
+	// rfc2136, a Secret key holding the TSIG key as BIND's key clause
+	// (key "name" { algorithm hmac-sha256; secret "..."; };, as
+	// tsig-keygen prints it) or as name:secret or algorithm:name:secret.
 	// +optional
 	// +kubebuilder:validation:MaxItems=8
 	// +listType=map
 	// +listMapKey=name
 	Credentials []NamedSecretKeySelector `json:"credentials,omitempty"`
+}
+
+// DNS transports of dynamic updates.
+const (
+	DNSTransportTCP = "tcp"
+	DNSTransportUDP = "udp"
+)
+
+// RFC2136Settings are the DNS server VMs are registered on by dynamic
+// update (RFC 2136) signed with TSIG (RFC 8945).
+type RFC2136Settings struct {
+	// server is the primary DNS server of the zones, as host:port (an IPv6
+	// address in brackets), such as ns1.example.com:53 or [2001:db8::53]:53.
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=261
+	// +kubebuilder:validation:Pattern=`^(\[[0-9a-fA-F:.]+\]|[a-zA-Z0-9]([-a-zA-Z0-9.]*[a-zA-Z0-9])?):[0-9]{1,5}$`
+	Server string `json:"server"`
+
+	// transport is tcp (the default) or udp. Updates with several
+	// addresses and a TSIG signature can outgrow a UDP message, and TCP
+	// is not open to spoofed answers; zone transfers (the sweep) always
+	// use TCP.
+	// +optional
+	// +kubebuilder:default=tcp
+	// +kubebuilder:validation:Enum=tcp;udp
+	Transport string `json:"transport,omitempty"`
 }
 
 // NamedSecretKeySelector is a SecretKeySelector under a name that says what
@@ -496,7 +565,8 @@ type NamedSecretKeySelector struct {
 
 // HypervisorClusterStatus is what the operator observed of the cluster.
 type HypervisorClusterStatus struct {
-	// conditions are Ready, Connected, TLSVerified and TenancyRestricted.
+	// conditions are Ready, Connected, TLSVerified, TenancyRestricted,
+	// UnverifiedVMs, SPIREConnected and, with dns.dnsProvider, DNSReady.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -178,8 +178,9 @@ type MachineClaimStatus struct {
 	Phase MachineClaimPhase `json:"phase,omitempty"`
 
 	// conditions are Ready (summarised from the others), Provisioned,
-	// Bootstrapped, Ending, OwnershipVerified, Stuck and, once a platform
-	// admin disowned the claim's VM, Finalized.
+	// Bootstrapped, Ending, OwnershipVerified, Stuck, DNSRegistered (on a
+	// cluster with dns.registerVMs) and, once a platform admin disowned the
+	// claim's VM, Finalized.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -406,6 +406,20 @@ func invalidCases() []invalidCase {
 		{name: "cluster poll interval not a duration", base: validCluster, mutate: set("often", "spec", "pollInterval"), want: "spec.pollInterval: Invalid value"},
 		{name: "cluster dns server not an IP", base: validCluster, mutate: set([]string{"dns.example.com"}, "spec", "dns", "servers"), want: "each DNS server must be an IPv4 or IPv6 address"},
 		{name: "cluster registerVMs without provider", base: validCluster, mutate: set(map[string]any{"domain": "ci.example.com", "registerVMs": true}, "spec", "dns"), want: "dns.registerVMs needs dns.dnsProvider"},
+		{name: "cluster dns provider without zone", base: validCluster,
+			mutate: set(map[string]any{"dnsProvider": rfc2136Provider()}, "spec", "dns"), want: "dns.dnsProvider needs a zone"},
+		{name: "cluster rfc2136 without server", base: validCluster,
+			mutate: set(map[string]any{"domain": "ci.example.com", "dnsProvider": without(rfc2136Provider(), "rfc2136")}, "spec", "dns"), want: "needs dns.dnsProvider.rfc2136 with the server's address"},
+		{name: "cluster rfc2136 without tsig key", base: validCluster,
+			mutate: set(map[string]any{"domain": "ci.example.com", "dnsProvider": without(rfc2136Provider(), "credentials")}, "spec", "dns"), want: "needs a credential named tsigKey"},
+		{name: "cluster rfc2136 settings on route53", base: validCluster,
+			mutate: set(map[string]any{"domain": "ci.example.com", "dnsProvider": with(rfc2136Provider(), "type", "route53")}, "spec", "dns"), want: "dns.dnsProvider.rfc2136 is only for type rfc2136"},
+		{name: "cluster rfc2136 server without port", base: validCluster,
+			mutate: set(map[string]any{"domain": "ci.example.com", "dnsProvider": with(rfc2136Provider(), "rfc2136", map[string]any{"server": "ns1.example.com"})}, "spec", "dns"), want: "spec.dns.dnsProvider.rfc2136.server: Invalid value"},
+		{name: "cluster reverse zone outside arpa", base: validCluster,
+			mutate: set(map[string]any{"domain": "ci.example.com", "dnsProvider": with(rfc2136Provider(), "reverseZones", []any{"example.com"})}, "spec", "dns"), want: "must be a zone below in-addr.arpa or ip6.arpa"},
+		{name: "cluster dns ttl too short", base: validCluster,
+			mutate: set(map[string]any{"domain": "ci.example.com", "dnsProvider": with(rfc2136Provider(), "ttlSeconds", int64(1))}, "spec", "dns"), want: "spec.dns.dnsProvider.ttlSeconds: Invalid value: 1"},
 		{name: "cluster secret store over http", base: validStoreCluster, mutate: set("http://vault.example.com:8200", "spec", "spire", "secretStore", "address"), want: "spire.secretStore.address must be an https:// URL"},
 		{name: "cluster secret store address with a path", base: validStoreCluster, mutate: set("https://vault.example.com:8200/v1", "spec", "spire", "secretStore", "address"), want: "spire.secretStore.address must be an https:// URL without a path"},
 		{name: "cluster secret store address not a URL", base: validStoreCluster, mutate: set("vault.example.com:8200", "spec", "spire", "secretStore", "address"), want: "spire.secretStore.address must be an https:// URL"},
@@ -504,6 +518,21 @@ func invalidCases() []invalidCase {
 
 // TestInvalidObjectsAreRejected feeds the API server objects that break one
 // rule each and checks that the rejection names the problem.
+// rfc2136Provider is a valid dns.dnsProvider of type rfc2136.
+func rfc2136Provider() map[string]any {
+	return map[string]any{
+		"type":         "rfc2136",
+		"reverseZones": []any{"2.0.192.in-addr.arpa"},
+		"rfc2136":      map[string]any{"server": "ns1.example.com:53"},
+		"credentials": []any{map[string]any{"name": "tsigKey",
+			"secretKeyRef": map[string]any{"name": "dns-key", "namespace": "hf", "key": "tsig.key"}}},
+	}
+}
+
+func with(m map[string]any, k string, v any) map[string]any { m[k] = v; return m }
+
+func without(m map[string]any, k string) map[string]any { delete(m, k); return m }
+
 func TestInvalidObjectsAreRejected(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)

@@ -1,8 +1,9 @@
 // Command hyperfleet is the HyperFleet operator binary: `hyperfleet manager`
 // reads its flags (and the environment and settings file,
 // internal/settings), loads or creates the ownership Secret and starts the
-// manager that internal/manager wires; it registers the CI platforms it
-// ships (workload.Register). It links no test world (deps_test.go).
+// manager that internal/manager wires; it registers the CI platforms and
+// DNS back-ends it ships (workload.Register, dnsreg.Register). It links no
+// test world (deps_test.go).
 //
 //	hyperfleet manager [flags]   run the controllers (the container's entrypoint)
 //
@@ -45,12 +46,11 @@ import (
 )
 
 // The CI platforms this binary ships, by workload type (spec.workload.type),
-// and its DNS registration back-ends, by dns.dnsProvider.type. Supporting
-// another is its package (under pkg/workload, or internal/dnsreg) and one
-// line here.
+// and its DNS back-ends, by spec.dns.dnsProvider.type. Supporting another
+// is its package under pkg/workload (internal/dnsreg) and one line here.
 func init() {
 	workload.Register(hfv1.WorkloadGitHubActions, github.NewBackend)
-	dnsreg.Register(rfc2136.Type, rfc2136.Factory)
+	dnsreg.Register(dnsreg.TypeRFC2136, rfc2136.Factory)
 }
 
 func main() {

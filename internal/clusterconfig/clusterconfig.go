@@ -8,10 +8,12 @@ package clusterconfig
 import (
 	"cmp"
 	"context"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -183,4 +185,65 @@ func Deprecated(cluster *hfv1.HypervisorCluster) []MovedField {
 		out = append(out, MovedField{"spec.isoStorage", "spec.proxmox.isoStorage"})
 	}
 	return out
+}
+
+// DNSSecretRefs lists the Secrets a cluster's spec.dns.dnsProvider reads
+// (its credentials). They are not among SecretRefs: a changed TSIG key
+// rebuilds the cluster's DNS registrar, not its hypervisor connection.
+func DNSSecretRefs(c *hfv1.HypervisorCluster) []*hfv1.SecretKeySelector {
+	d := c.Spec.DNS
+	if d == nil || d.DNSProvider == nil {
+		return nil
+	}
+	out := make([]*hfv1.SecretKeySelector, 0, len(d.DNSProvider.Credentials))
+	for i := range d.DNSProvider.Credentials {
+		out = append(out, &d.DNSProvider.Credentials[i].SecretKeyRef)
+	}
+	return out
+}
+
+// DNSZone is the zone a cluster's VMs are registered in:
+// spec.dns.dnsProvider.zone, else spec.dns.domain.
+func DNSZone(c *hfv1.HypervisorCluster) string {
+	d := c.Spec.DNS
+	if d == nil {
+		return ""
+	}
+	if p := d.DNSProvider; p != nil && p.Zone != "" {
+		return p.Zone
+	}
+	return d.Domain
+}
+
+// DNS resolves a cluster's spec.dns.dnsProvider and the Secrets its
+// credentials reference (read with reader) into the configuration its DNS
+// back-end is built from (dnsreg.New). The rfc2136 settings become the
+// options server and transport. Errors name the field; a missing Secret or
+// key wraps secretref.ErrMissing. The cluster must have a dnsProvider.
+func DNS(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluster) (dnsreg.Config, error) {
+	p := c.Spec.DNS.DNSProvider
+	ttl := p.TTLSeconds
+	if ttl == 0 {
+		ttl = hfv1.DefaultDNSTTLSeconds
+	}
+	cfg := dnsreg.Config{
+		Zone:         DNSZone(c),
+		ReverseZones: p.ReverseZones,
+		TTL:          time.Duration(ttl) * time.Second,
+		Options:      map[string]string{},
+		Credentials:  map[string][]byte{},
+	}
+	if r := p.RFC2136; r != nil {
+		cfg.Options["server"] = r.Server
+		cfg.Options["transport"] = cmp.Or(r.Transport, hfv1.DNSTransportTCP)
+	}
+	for _, cred := range p.Credentials {
+		ref := cred.SecretKeyRef
+		v, err := secretref.Value(ctx, reader, "spec.dns.dnsProvider.credentials["+cred.Name+"]", ref.Namespace, ref.Name, ref.Key)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Credentials[cred.Name] = v
+	}
+	return cfg, nil
 }

@@ -27,6 +27,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
@@ -76,6 +77,12 @@ type HypervisorClusterReconciler struct {
 	// metadata-only Secret watch (SetupWithManager sets the manager's
 	// cache); nil re-reads the credentials from the API server every poll.
 	SecretVersions client.Reader
+	// DNS holds each cluster's DNS registrar (spec.dns.dnsProvider), built
+	// and checked by this controller, for the claim controller and the
+	// sweep; nil leaves spec.dns.dnsProvider unchecked (DNSReady unset)
+	// and no VM registered. DNSFactories are the DNS back-ends by type.
+	DNS          *dnsreg.Clusters
+	DNSFactories map[hfv1.DNSProviderType]dnsreg.Factory
 
 	// connectedAt keeps the key (credentialsKey) each cluster's provider
 	// was connected at: while it holds, the poll uses the connected
@@ -179,7 +186,7 @@ func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Re
 	if !cluster.DeletionTimestamp.IsZero() {
 		return phase.Run(ctx, s, r.holdWhileUsed, r.keepConnection)
 	}
-	return phase.Run(ctx, s, slices.Concat([]phase.Func[*clusterScope]{r.reportDeprecated, r.reportTenancy, r.connectSPIRE}, r.connection())...)
+	return phase.Run(ctx, s, slices.Concat([]phase.Func[*clusterScope]{r.reportDeprecated, r.reportTenancy, r.connectSPIRE, r.checkDNS}, r.connection())...)
 }
 
 // connection are the phases that connect to the cluster, report its
@@ -220,6 +227,9 @@ func (r *HypervisorClusterReconciler) forget(name string) {
 	r.connectedAt.Delete(name)
 	r.deprecationsReported.Delete(name)
 	r.forgetSPIRE(name)
+	if r.DNS != nil {
+		r.DNS.Remove(name)
+	}
 	metrics.ForgetCluster(name)
 	if r.Unverified != nil {
 		r.Unverified.Forget(name)

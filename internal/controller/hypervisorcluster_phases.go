@@ -32,9 +32,10 @@ import (
 )
 
 // The phases of a HypervisorCluster's reconcile, in the order Reconcile
-// runs them: the deprecated fields' event, the tenancy and SPIRE
-// conditions, then the connection (connection()): refused fields, the
-// provider, its probe, its VM list and what the listing changed.
+// runs them: the deprecated fields' event, the tenancy, SPIRE and DNS
+// conditions (checkDNS, hypervisorcluster_dns.go), then the connection
+// (connection()): refused fields, the provider, its probe, its VM list and
+// what the listing changed.
 
 // reportDeprecated tells a cluster that sets deprecated fields where each
 // moved, in one Normal DeprecatedField event per generation (per operator

@@ -223,8 +223,9 @@ func TestRefusedPoolAndClaim(t *testing.T) {
 	})
 }
 
-// TestRefusedCluster: a HypervisorCluster asking for DNS registration is
-// NotImplemented; nothing is built on it until the fields are removed.
+// TestRefusedCluster: a HypervisorCluster asking for DNS registration
+// through route53 (to be served by external-dns) is NotImplemented;
+// nothing is built on it until the fields are removed.
 func TestRefusedCluster(t *testing.T) {
 	sim := startSim(t, nil)
 	startOperator(t, operatorOptions{})
@@ -232,13 +233,13 @@ func TestRefusedCluster(t *testing.T) {
 		c.Spec.DNS = &hfv1.ClusterDNSSettings{
 			DNSSettings: hfv1.DNSSettings{Domain: "ci.example.com"},
 			RegisterVMs: true,
-			DNSProvider: &hfv1.DNSProvider{Type: "rfc2136"},
+			DNSProvider: &hfv1.DNSProvider{Type: "route53"},
 		}
 	})
 	ctx := context.Background()
 	cluster := f.cluster
 	ready := waitCondition(t, cluster, func() []metav1.Condition { return cluster.Status.Conditions }, string(hfv1.ReadyCondition), metav1.ConditionFalse, string(hfv1.NotImplementedReason))
-	if !strings.Contains(ready.Message, "spec.dns.registerVMs") {
+	if !strings.Contains(ready.Message, "spec.dns.dnsProvider.type: route53") || !strings.Contains(ready.Message, "external-dns") {
 		t.Errorf("cluster message %q does not name the field", ready.Message)
 	}
 	waitTemplate(t, f.template, metav1.ConditionFalse, string(hfv1.ClusterUnavailableReason))

@@ -19,6 +19,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/dnsserver"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/mtlsproxy"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
@@ -34,7 +35,8 @@ const samplesNamespace = "hyperfleet-samples"
 // real API server as written, with only the addresses, TLS pins and
 // Secrets of this machine's simulators filled in (as a user fills in their
 // own; the mTLS sample's cluster is put behind a real nginx that requires
-// its client certificate), and checks each object's conditions: clusters connected and Ready,
+// its client certificate, and the DNS sample's cluster registers on a real
+// BIND), and checks each object's conditions: clusters connected and Ready,
 // templates Ready, IP pools Ready, pools Ready, and the manual claim up
 // with its runner credential issued. The simulators are set up as the
 // samples assume a real site is (nodes, templates, storages, resource pool,
@@ -99,10 +101,15 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 	ensure(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "hyperfleet-system", Name: "proxmox-client-cert"}, Type: corev1.SecretTypeTLS,
 		Data: map[string][]byte{corev1.TLSCertKey: clientCert.CertPEM, corev1.TLSPrivateKeyKey: clientCert.KeyPEM}})
 	secret("hyperfleet-system", "proxmox-gw-ca", map[string]string{"ca.crt": string(proxy.ServerCA)})
+	// The DNS sample's cluster registers its VMs on a real BIND holding
+	// its zones, with the TSIG key its Secret holds.
+	bind := dnsserver.StartBIND(t, dnsserver.Options{Zones: []string{"ci.example.com", "2.0.192.in-addr.arpa"}})
+	secret("hyperfleet-system", "dns-update-key", map[string]string{"tsig.key": dnsserver.UpdateKey.Clause()})
 
 	// The addresses a user fills in: the simulators instead of
 	// pve.example.com, github.com and github.example.com.
 	local := strings.NewReplacer(
+		"ns1.example.com:53", bind.Addr,
 		"https://api.github.com", gs.URL+"/api/v3",
 		"https://github.example.com/api/v3", gs.URL+"/api/v3",
 		"https://github.com", gs.URL,
@@ -178,6 +185,8 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 			return nil
 		})
 	}
+	dnsCluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "proxmox-dns"}}
+	waitClusterCondition(t, dnsCluster, string(hfv1.HypervisorClusterDNSReadyCondition), metav1.ConditionTrue, string(hfv1.ReadyReason))
 	if reqs := proxy.Requests(t); len(reqs) == 0 || reqs[len(reqs)-1].Serial != clientCert.Serial || reqs[len(reqs)-1].Verify != "SUCCESS" {
 		t.Fatalf("the mTLS sample's cluster did not reach the API through the proxy with its client certificate: %+v", reqs)
 	}

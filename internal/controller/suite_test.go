@@ -34,6 +34,8 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg/rfc2136"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
@@ -205,6 +207,8 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 		// its accounts.
 		Workloads: githubsimtest.Workloads(),
 		Bootstrap: testBootstrap{},
+		// The DNS back-ends the operator binary registers.
+		DNSProviders: map[hfv1.DNSProviderType]dnsreg.Factory{dnsreg.TypeRFC2136: rfc2136.Factory},
 	}
 	if o.github != nil {
 		opts.Bootstrap, opts.WorkloadTransport = nil, o.github

@@ -46,36 +46,42 @@
 // operator was down, or a status lost with its object, still leaves its
 // names findable.
 //
-// # How the controller will use it (not wired yet)
+// # How the controllers use it
 //
-// HypervisorCluster.spec.dns.registerVMs is still refused (reason
-// NotImplemented); this package is the library the next step wires in:
+// HypervisorCluster.spec.dns.dnsProvider of type rfc2136 (route53 and
+// cloudflare are refused, to be served through external-dns) is built into
+// a Registrar by the HypervisorCluster controller (New, from the factories
+// of Register) with a Config from its spec and the Secret of its tsigKey
+// credential (clusterconfig.DNS). The controller keeps it in Clusters, by
+// cluster name, checks it (Checker: a signed SOA query per zone) when the
+// cluster or its Secret changes and once a minute, and reports the result
+// in the cluster's DNSReady condition, which is not part of Ready: DNS
+// never holds a VM back.
 //
 //   - when a claim's VM has its addresses (status.network.addresses, their
 //     prefix lengths dropped, link-local ones left out as they do not
 //     belong in DNS) and its cluster sets registerVMs, the claim controller
 //     calls Register with status.network.fqdn, those addresses, and
-//     Owner{Claim: claim UID, Install: operator id}. Register is idempotent
-//     and replaces the addresses of a name the claim already owns, so
-//     calling it again whenever the addresses change is safe. The marker
-//     lists the addresses in one 255-byte TXT string, which holds six IPv6
-//     addresses at least; more are refused (ErrInvalid);
-//   - when the claim ends (its finalizer runs, before the VM is released),
-//     the controller calls Remove with the name and owner (the addresses
-//     are optional: the marker lists them); Remove of records already gone
-//     is not an error;
-//   - a periodic sweep (next to internal/sweeper) calls List with the
-//     install's owner and Removes every record whose claim UID no longer
-//     exists, catching claims deleted while the operator was down.
+//     Owner{Claim: claim UID, Install: operator id}, and reports it in the
+//     claim's DNSRegistered condition. Register is idempotent and replaces
+//     the addresses of a name the claim already owns, so calling it again
+//     whenever the addresses change is safe. The marker lists the
+//     addresses in one 255-byte TXT string, which holds six IPv6 addresses
+//     at least; more are refused (ErrInvalid);
+//   - when the claim ends or is deleted, the controller calls Remove with
+//     the name and owner (the addresses are optional: the marker lists
+//     them), a few times at most; Remove of records already gone is not an
+//     error;
+//   - the sweep next to the orphan VM sweep (internal/sweeper, dns.go)
+//     calls List with the install's owner and Removes every record whose
+//     claim UID no longer exists, after the grace period, catching claims
+//     deleted while the operator was down or that gave the removal up.
 //
 // Errors are classified with pkg/errclass: a refused key or policy, a name
 // outside the zone or taken by someone else are Configuration (the user must
 // fix something, a condition says what); timeouts and server failures are
-// Transient. Wiring it in also means building a Config from
-// spec.dns.dnsProvider (zone and the tsigKey credential; the server address
-// and the reverse zones are not in the API yet), lifting the NotImplemented
-// refusal, and giving its reasons (DNSNameTaken, DNSNameOutOfZone,
+// Transient. Their reasons (DNSNameTaken, DNSNameOutOfZone,
 // DNSUpdateRefused, DNSInvalid, DNSServerFailure, DNSUpdateFailed,
-// DNSProviderUnsupported) entries in docs/troubleshooting.md, with this
-// package added to the packages test/monitoring scans for them.
+// DNSProviderUnsupported) have entries in docs/troubleshooting.md, which
+// test/monitoring checks by scanning this package.
 package dnsreg

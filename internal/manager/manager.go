@@ -28,6 +28,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
 	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
@@ -49,6 +50,12 @@ import (
 type Options struct {
 	// Signer marks and verifies VM ownership. Required.
 	Signer *ownership.Signer
+	// DNSProviders build the DNS back-ends VMs are registered with, by
+	// spec.dns.dnsProvider.type; nil means the ones registered with
+	// dnsreg.Register, which the binary's main does. A type none serves
+	// is reported in the cluster's DNSReady condition
+	// (DNSProviderUnsupported).
+	DNSProviders map[hfv1.DNSProviderType]dnsreg.Factory
 	// Factories build Providers per hypervisor kind; nil means the built-in
 	// ones (Proxmox).
 	Factories map[hfv1.HypervisorProvider]provider.Factory
@@ -213,6 +220,8 @@ type Components struct {
 	Registry *hypervisors.Registry
 	IPAM     *ipam.Manager
 	Sweeper  *sweeper.Sweeper
+	// DNS holds the clusters' DNS registrars.
+	DNS *dnsreg.Clusters
 	// Webhook is the webhook server, when Options.Webhook was set.
 	Webhook *webhook.Server
 	// AgentServer serves the agent binary, when Options.AgentServer was set.
@@ -268,6 +277,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}
 	registry := hypervisors.NewRegistry()
 	addresses := ipam.NewManager()
+	// Each cluster's DNS registrar (spec.dns.dnsProvider): the cluster
+	// controller builds and checks it, the claims and the sweep use it.
+	dnsClusters := dnsreg.NewClusters()
+	if opts.DNSProviders == nil {
+		opts.DNSProviders = dnsreg.Registered()
+	}
 	// Buffered so a poll that wakes many claims does not wait for the
 	// claim controller's queue one event at a time.
 	claimEvents := make(chan event.GenericEvent, 1024)
@@ -317,17 +332,20 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Interval:    opts.SweepInterval,
 		GracePeriod: opts.OrphanGracePeriod,
 		DryRun:      opts.SweepDryRun,
+		DNS:         dnsClusters,
 	}
 	if err := (&controller.HypervisorClusterReconciler{
-		Client:      mgr.GetClient(),
-		Registry:    registry,
-		Factories:   opts.Factories,
-		Signer:      opts.Signer,
-		Recorder:    mgr.GetEventRecorderFor("hypervisorcluster-controller"),
-		Clock:       opts.Clock,
-		ClaimEvents: claimEvents,
-		Unverified:  sw,
-		Identity:    identities,
+		Client:       mgr.GetClient(),
+		Registry:     registry,
+		Factories:    opts.Factories,
+		Signer:       opts.Signer,
+		Recorder:     mgr.GetEventRecorderFor("hypervisorcluster-controller"),
+		Clock:        opts.Clock,
+		ClaimEvents:  claimEvents,
+		Unverified:   sw,
+		Identity:     identities,
+		DNS:          dnsClusters,
+		DNSFactories: opts.DNSProviders,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up HypervisorCluster controller: %w", err)
 	}
@@ -368,6 +386,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Notices:       notices,
 		TokenRefusals: notices.TokenRefusals,
 		Vanished:      sw,
+		DNS:           dnsClusters,
 		Identity:      identities,
 		Issuer:        issuer,
 		Broker:        brokerEndpoint,
@@ -426,7 +445,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	if err := mgr.Add(controller.NewClaimPhaseCollector(mgr.GetClient())); err != nil {
 		return nil, fmt.Errorf("add claim phase metrics: %w", err)
 	}
-	comps := &Components{Registry: registry, IPAM: addresses, Sweeper: sw, Resync: resync, AgentServer: agentSrv, Transitions: transitions, PowerOffNotices: notices}
+	comps := &Components{Registry: registry, IPAM: addresses, Sweeper: sw, DNS: dnsClusters, Resync: resync, AgentServer: agentSrv, Transitions: transitions, PowerOffNotices: notices}
 	if opts.Webhook != nil {
 		srv, err := newWebhookServer(mgr, opts, backends, ci.providers, hooks)
 		if err != nil {

@@ -282,6 +282,31 @@ var (
 		Help: "Webhook events confirmed with the CI platform's API before they changed demand, by reason (too_old, no_time, out_of_order, shared_secret).",
 	}, []string{"reason"})
 
+	// DNSReady is 1 while the DNS service of a cluster's
+	// spec.dns.dnsProvider answers with the configured key, else 0.
+	DNSReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "dns_ready",
+		Help: "1 while the DNS service of the cluster's spec.dns.dnsProvider answers for its zones with the configured key (DNSReady=True), else 0.",
+	}, []string{"cluster"})
+
+	// DNSUpdates counts the claim controller's registrations and removals
+	// of VM records, by cluster, operation and result.
+	DNSUpdates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "dns_updates_total",
+		Help: "VM record registrations (op=register) and removals (op=remove) by the claim controller, by result (ok, or the failure's condition reason).",
+	}, []string{"cluster", "op", "result"})
+
+	// OrphanDNSFound and OrphanDNSRemoved count the DNS names carrying
+	// this install's marker whose claim no longer exists.
+	OrphanDNSFound = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "orphan_dns_records_found_total",
+		Help: "DNS names registered by this install found without a live MachineClaim.",
+	}, []string{"cluster"})
+	OrphanDNSRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "orphan_dns_records_removed_total",
+		Help: "DNS names of deleted claims whose records the sweeper removed (not in dry-run mode).",
+	}, []string{"cluster"})
+
 	// RunnersDeregistered counts runners removed from the CI platform.
 	RunnersDeregistered = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: namespace, Name: "runners_deregistered_total",
@@ -295,7 +320,7 @@ func init() {
 		PowerOffHints, ReadyHints, GuestSecretsDelivered, VMsInTransition,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
 		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads, WebhookConfirmations, BrokerRequests,
-		SPIREBundleReads, IdentityMisuse,
+		SPIREBundleReads, IdentityMisuse, DNSReady, DNSUpdates, OrphanDNSFound, OrphanDNSRemoved,
 	)
 }
 
@@ -336,6 +361,12 @@ func SweepingCluster(cluster string) {
 	}
 }
 
+// SweepingDNS does the same for a cluster's orphan DNS record counters.
+func SweepingDNS(cluster string) {
+	OrphanDNSFound.WithLabelValues(cluster).Add(0)
+	OrphanDNSRemoved.WithLabelValues(cluster).Add(0)
+}
+
 // SweepingRunnerScope does the same for a CI scope's orphan runner
 // counters.
 func SweepingRunnerScope(scope string) {
@@ -356,4 +387,8 @@ func ForgetCluster(cluster string) {
 	OrphanMediaRemoved.DeleteLabelValues(cluster)
 	ClaimsForceDeleted.DeleteLabelValues(cluster)
 	ClaimsDisowned.DeleteLabelValues(cluster)
+	DNSReady.DeleteLabelValues(cluster)
+	DNSUpdates.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
+	OrphanDNSFound.DeleteLabelValues(cluster)
+	OrphanDNSRemoved.DeleteLabelValues(cluster)
 }

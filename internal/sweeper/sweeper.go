@@ -1,6 +1,6 @@
 // Package sweeper finds and removes what deleted MachineClaims left
-// behind: orphaned VMs, stray cloud-init ISOs and orphaned CI runners
-// (docs/architecture.md, "Lifecycle: labels, sweep, retention, stuck
+// behind: orphaned VMs, stray cloud-init ISOs, orphaned CI runners and DNS
+// records (docs/architecture.md, "Lifecycle: labels, sweep, retention, stuck
 // detection"; docs/security.md, "Orphans: VMs, ISOs, runners").
 //
 // A VM is destroyed only when all of these hold: it carries this install's
@@ -11,9 +11,10 @@
 // has been seen orphaned for longer than the grace period. Foreign VMs,
 // forged or copied markers and templates are never touched.
 //
-// An ISO (media.go) and a runner (runners.go) are removed under the same
-// rules: a name only this install writes, no claim in the cache nor on the
-// API server, the grace period; the provider re-checks an ISO against its
+// An ISO (media.go), a runner (runners.go) and a DNS name (dns.go) are
+// removed under the same rules: a name only this install writes (for DNS,
+// its marker TXT), no claim in the cache nor on the API server, the grace
+// period; the provider re-checks an ISO against its
 // VM before deleting it. Removals are reported only once the thing is gone.
 // In dry-run mode the sweeper only reports.
 package sweeper
@@ -34,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
@@ -62,6 +64,9 @@ type Sweeper struct {
 	// Runners lists the CI scopes whose runners are swept; nil sweeps no
 	// runners.
 	Runners RunnerScopes
+	// DNS holds the clusters' DNS registrars; with Signer (whose operator
+	// id owns the records) it enables the DNS record sweep (dns.go).
+	DNS *dnsreg.Clusters
 
 	init     sync.Once
 	mu       sync.Mutex
@@ -69,6 +74,7 @@ type Sweeper struct {
 	reported map[string]bool          // foreign VMs already logged
 	media    map[string]*strayMedium  // by cluster/node/medium id
 	runners  map[string]*orphanRunner // by scope/runner name
+	dnsNames map[string]*orphanName   // by cluster/name/claim UID
 	// unverified are, by cluster, the VMs of the latest sweep that carry
 	// this install's tag but whose ownership block does not verify, with
 	// the reason.
@@ -140,6 +146,7 @@ func (s *Sweeper) defaults() {
 			s.unverified = map[string]map[provider.ID]string{}
 			s.media = map[string]*strayMedium{}
 			s.runners = map[string]*orphanRunner{}
+			s.dnsNames = map[string]*orphanName{}
 		}
 	})
 }
@@ -178,6 +185,7 @@ func (s *Sweeper) SweepAll(ctx context.Context) {
 		}
 	}
 	s.sweepRunners(ctx, runnersOf(claims.Items), confirm)
+	s.sweepDNS(ctx, liveDNSOwners(claims.Items), confirm)
 }
 
 // confirmClaims returns a function that lists the claims from the API

@@ -33,9 +33,11 @@ const apiDir = "api/v1alpha1"
 // implementations, the CI platform side and each of its back-ends, the
 // SPIRE Server API client, the controllers and the services they call
 // (internal/workloads, vmspec, clusterconfig, the claim services in
-// internal/controller/machineclaim). The test doubles (pkg/provider/fake, providertest) are not
-// the product and are left out.
-var errorReasonDirs = []string{"pkg/errclass", "pkg/provider", "pkg/provider/*", "pkg/workload", "pkg/workload/*", "internal/controller", "internal/controller/*", "internal/spire", "internal/workloads", "internal/vmspec", "internal/clusterconfig", "internal/poweroff", "internal/poolclaims"}
+// internal/controller/machineclaim), and the DNS registration library and
+// its back-ends (internal/dnsreg), whose reasons the DNSReady and
+// DNSRegistered conditions carry. The test doubles (pkg/provider/fake,
+// providertest) are not the product and are left out.
+var errorReasonDirs = []string{"pkg/errclass", "pkg/provider", "pkg/provider/*", "pkg/workload", "pkg/workload/*", "internal/controller", "internal/controller/*", "internal/spire", "internal/workloads", "internal/vmspec", "internal/clusterconfig", "internal/poweroff", "internal/poolclaims", "internal/dnsreg", "internal/dnsreg/*"}
 
 var errorReasonExcluded = []string{"pkg/provider/fake", "pkg/provider/providertest"}
 

@@ -131,7 +131,8 @@ func All(ws *workload.Backends) []Index {
 		}},
 		{&hfv1.HypervisorCluster{}, ClusterSecret, func(o client.Object) []string {
 			var out []string
-			for _, ref := range clusterconfig.SecretRefs(o.(*hfv1.HypervisorCluster)) {
+			c := o.(*hfv1.HypervisorCluster)
+			for _, ref := range append(clusterconfig.SecretRefs(c), clusterconfig.DNSSecretRefs(c)...) {
 				out = append(out, ref.Namespace+"/"+ref.Name)
 			}
 			return out

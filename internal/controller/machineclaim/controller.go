@@ -30,6 +30,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/controller/refusal"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
@@ -148,6 +149,9 @@ type Reconciler struct {
 	// TokenRefusals are the VMs' power-off notices that their join token
 	// was refused (a sign of a stolen identity); nil: none are taken.
 	TokenRefusals TokenRefusals
+	// DNS holds the clusters' DNS registrars (spec.dns.registerVMs), built
+	// by the HypervisorCluster controller; nil registers no VM (dns.go).
+	DNS *dnsreg.Clusters
 
 	// stuckClaims reports stuck claims and counts them by phase.
 	stuckClaims stuck.Detector
@@ -171,6 +175,13 @@ type Reconciler struct {
 	// they carried the finalizer, by name, until a reconcile of the name
 	// hands their VM over (vanished.go).
 	vanished sync.Map
+	// dnsRegistered keeps, by claim UID, the registration last written
+	// (the cluster's registrar key, the name and the addresses), so that a
+	// running claim's passes do not ask the DNS server again; losing it on
+	// restart costs one idempotent Register. dnsRemoveAttempts counts the
+	// failed removals of an ending claim's records (dns.go).
+	dnsRegistered     sync.Map
+	dnsRemoveAttempts sync.Map
 }
 
 // waitForCache reports whether the cache still shows the claim older than
@@ -191,6 +202,8 @@ func (r *Reconciler) forget(uid types.UID) {
 	r.provisionRetryAt.Delete(uid)
 	r.minted.Forget(uid)
 	r.Runners.Forget(uid)
+	r.dnsRegistered.Delete(uid)
+	r.dnsRemoveAttempts.Delete(uid)
 }
 
 // workloads are the CI platforms' back-ends; none without CI.
@@ -283,8 +296,8 @@ func (r *Reconciler) claimPhases(claim *hfv1.MachineClaim) []phase.Func[*claimSc
 		return list
 	}
 	if !claim.DeletionTimestamp.IsZero() {
-		return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.checkFinalizer, r.checkDeletion, r.releaseVM,
-			r.releaseRunner, r.releaseIdentity, r.releaseFinalizer}
+		return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.checkFinalizer, r.checkDeletion, r.releaseDNS, r.releaseVM,
+			r.releaseRunner, r.releaseIdentity, r.holdForDNS, r.releaseFinalizer}
 	}
 	return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.ensureMetadata, r.checkMisuse, r.checkEndRequest, r.runStateList}
 }
@@ -296,17 +309,18 @@ func (r *Reconciler) buildPhases() []phase.Func[*claimScope] {
 		r.ensureAddress, r.ensureIdentity, r.ensureVM}
 }
 
-// runningPhases watch a provisioned claim: its secrets placed, its
-// attestation, its VM and its runner; checkRunning ends every such pass.
+// runningPhases watch a provisioned claim: its DNS records, its secrets
+// placed, its attestation, its VM and its runner; checkRunning ends every
+// such pass.
 // checkSupported acts only on a claim without a VM reference.
 func (r *Reconciler) runningPhases() []phase.Func[*claimScope] {
-	return []phase.Func[*claimScope]{r.checkSupported, r.loadDependencies, r.loadProvider, r.ensureSecrets,
+	return []phase.Func[*claimScope]{r.checkSupported, r.ensureDNS, r.loadDependencies, r.loadProvider, r.ensureSecrets,
 		r.checkAttestation, r.ensureStoredCredential, r.checkRunning}
 }
 
-// endPhases tear an ended claim down.
+// endPhases tear an ended claim down, its DNS records first (dns.go).
 func (r *Reconciler) endPhases() []phase.Func[*claimScope] {
-	return []phase.Func[*claimScope]{r.releaseEnded}
+	return []phase.Func[*claimScope]{r.releaseDNS, r.releaseEnded}
 }
 
 // runStateList runs the list of the claim's state after the shared prefix:

@@ -29,6 +29,9 @@ type claimScope struct {
 	facts claimFacts
 	// startRV is the claim's resourceVersion as read.
 	startRV string
+	// dnsTried is set once the pass tried to remove the claim's DNS
+	// records: one attempt per pass (dns.go).
+	dnsTried bool
 }
 
 // newClaimScope opens the scope of one reconcile. The metadata patch

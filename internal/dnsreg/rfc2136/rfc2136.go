@@ -22,13 +22,9 @@ import (
 
 	"github.com/miekg/dns"
 
-	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 )
-
-// Type is the dns.dnsProvider.type this back-end registers under.
-const Type hfv1.DNSProviderType = "rfc2136"
 
 // Transports.
 const (

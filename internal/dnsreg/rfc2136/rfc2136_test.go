@@ -28,9 +28,9 @@ var servers = []struct {
 
 func config(s *server, k key) rfc2136.Config {
 	return rfc2136.Config{
-		Server:       s.addr,
+		Server:       s.Addr,
 		Timeout:      2 * time.Second,
-		Key:          rfc2136.TSIGKey{Name: k.name, Secret: k.secret},
+		Key:          rfc2136.TSIGKey{Name: k.Name, Secret: k.Secret},
 		Zone:         fwdZone,
 		ReverseZones: []string{v4Zone, v6Zone},
 	}
@@ -55,8 +55,8 @@ func TestContract(t *testing.T) {
 			dnsregtest.Run(t, dnsregtest.Harness{
 				Zone:   fwdZone,
 				New:    func(t *testing.T) dnsreg.Registrar { return newRegistrar(t, config(s, updateKey)) },
-				Lookup: s.lookup,
-				Add:    s.add,
+				Lookup: lookup(s),
+				Add:    add(s),
 			})
 		})
 	}
@@ -84,12 +84,12 @@ func TestServerErrors(t *testing.T) {
 			}
 			t.Run("WrongSecret", func(t *testing.T) {
 				cfg := config(s, updateKey)
-				cfg.Key.Secret = readonlyKey.secret
+				cfg.Key.Secret = readonlyKey.Secret
 				err := newRegistrar(t, cfg).Register(ctx, rec)
 				check(t, err, "BADSIG", "secret of TSIG key hf-update.", fwdZone)
 			})
 			t.Run("UnknownKey", func(t *testing.T) {
-				cfg := config(s, key{name: "hf-nobody.", secret: updateKey.secret})
+				cfg := config(s, key{Name: "hf-nobody.", Secret: updateKey.Secret})
 				err := newRegistrar(t, cfg).Register(ctx, rec)
 				check(t, err, "BADKEY", "hf-nobody.", "key name and algorithm")
 			})
@@ -129,7 +129,7 @@ func TestServerErrors(t *testing.T) {
 				if err := r.Register(ctx, udp); err != nil {
 					t.Fatal(err)
 				}
-				if got := s.lookup(t, udp.Name, dns.TypeA); len(got) != 1 {
+				if got := s.Lookup(t, udp.Name, dns.TypeA); len(got) != 1 {
 					t.Fatalf("A of %s over UDP registration = %v", udp.Name, got)
 				}
 				if err := r.Remove(ctx, udp); err != nil {
@@ -182,7 +182,7 @@ func TestUnreachableServerTimesOut(t *testing.T) {
 				Server:    c.server,
 				Transport: c.transport,
 				Timeout:   300 * time.Millisecond,
-				Key:       rfc2136.TSIGKey{Name: updateKey.name, Secret: updateKey.secret},
+				Key:       rfc2136.TSIGKey{Name: updateKey.Name, Secret: updateKey.Secret},
 				Zone:      fwdZone,
 			})
 			start := time.Now()

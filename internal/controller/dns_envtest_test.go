@@ -1,0 +1,266 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg/rfc2136"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/dnsserver"
+)
+
+// The DNS set-up of the registration tests: the cluster's domain is the
+// forward zone, and its static pool is in the reverse zone's prefix.
+const (
+	dnsTestZone    = "ci.example.test"
+	dnsTestReverse = "2.0.192.in-addr.arpa"
+)
+
+// startDNS runs a BIND holding the test zones, updatable with
+// dnsserver.UpdateKey.
+func startDNS(t *testing.T) *dnsserver.Server {
+	t.Helper()
+	return dnsserver.StartBIND(t, dnsserver.Options{Zones: []string{dnsTestZone, dnsTestReverse}})
+}
+
+// registeringCluster makes the fixture's cluster register its VMs on the
+// DNS server at addr, with the TSIG key in Secret secretName (key
+// tsig.key) of secretNamespace.
+func registeringCluster(addr, secretName string) func(*hfv1.HypervisorCluster) {
+	return func(c *hfv1.HypervisorCluster) {
+		c.Spec.DNS = &hfv1.ClusterDNSSettings{
+			DNSSettings: hfv1.DNSSettings{Domain: dnsTestZone},
+			RegisterVMs: true,
+			DNSProvider: &hfv1.DNSProvider{
+				Type:         dnsreg.TypeRFC2136,
+				ReverseZones: []string{dnsTestReverse},
+				TTLSeconds:   60,
+				RFC2136:      &hfv1.RFC2136Settings{Server: addr},
+				Credentials: []hfv1.NamedSecretKeySelector{{Name: rfc2136.CredentialKey,
+					SecretKeyRef: hfv1.SecretKeySelector{Namespace: secretNamespace, Name: secretName, Key: "tsig.key"}}},
+			},
+		}
+	}
+}
+
+// dnsFixture starts the operator's world for a registration test: a
+// simulator, the operator (sweeping every 200 ms with a one-second grace
+// period), a cluster registering on addr, its TSIG Secret, and a static
+// pool 192.0.2.0/29 with its template.
+func dnsFixture(t *testing.T, addr string) (*fixture, *hfv1.HypervisorMachineTemplate, *simulator) {
+	t.Helper()
+	sim := startSim(t, nil)
+	startOperator(t, operatorOptions{sweepInterval: 200 * time.Millisecond, orphanGrace: time.Second})
+	secretName := "tsig-" + strconv.Itoa(fixtureSeq+1)
+	f := newFixture(t, sim, registeringCluster(addr, secretName))
+	f.create(&corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: secretNamespace, Name: secretName},
+		StringData: map[string]string{"tsig.key": dnsserver.UpdateKey.Clause()},
+	})
+	pool := &hfv1.IPPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool-" + f.namespace},
+		Spec:       hfv1.IPPoolSpec{Addresses: []string{"192.0.2.0/29"}, Prefix: 29, Gateways: []string{"192.0.2.1"}},
+	}
+	f.create(pool)
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pool) })
+	return f, f.staticTemplate(t, pool), sim
+}
+
+func newClaimOf(f *fixture, tmpl *hfv1.HypervisorMachineTemplate, name string) *hfv1.MachineClaim {
+	c := &hfv1.MachineClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name},
+		Spec:       hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: tmpl.Name}},
+	}
+	f.create(c)
+	return c
+}
+
+// waitClaimCondition waits until the claim's condition typ has status and
+// reason.
+func waitClaimCondition(t *testing.T, c *hfv1.MachineClaim, typ hfv1.ConditionType, status metav1.ConditionStatus, reason hfv1.ConditionReason) *metav1.Condition {
+	t.Helper()
+	var cond *metav1.Condition
+	eventually(t, 60*time.Second, fmt.Sprintf("claim %s %s=%s/%s", c.Name, typ, status, reason), func() error {
+		got, err := getClaim(t, c)
+		if err != nil {
+			return err
+		}
+		cond = hfv1.FindCondition(got.Status.Conditions, typ)
+		if cond == nil || cond.Status != status || cond.Reason != string(reason) {
+			return fmt.Errorf("%s = %+v", typ, cond)
+		}
+		return nil
+	})
+	return cond
+}
+
+// addrsOf are the A records' addresses of rrs, sorted.
+func addrsOf(rrs []dns.RR) []string {
+	var out []string
+	for _, rr := range rrs {
+		if a, ok := rr.(*dns.A); ok {
+			out = append(out, a.A.String())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ptrsOf are the PTR records' targets of rrs.
+func ptrsOf(rrs []dns.RR) []string {
+	var out []string
+	for _, rr := range rrs {
+		if p, ok := rr.(*dns.PTR); ok {
+			out = append(out, p.Ptr)
+		}
+	}
+	return out
+}
+
+// TestDNSRegistration: on a cluster with dns.registerVMs and an rfc2136
+// provider (a real BIND on loopback), the cluster reports DNSReady; a
+// claim with a static address from an IPPool gets an A record under its
+// FQDN and a PTR back (read with real queries), and its DNSRegistered
+// condition says so; the records go when the claim is deleted; and a name
+// the install registered for a claim that no longer exists is swept.
+func TestDNSRegistration(t *testing.T) {
+	bind := startDNS(t)
+	f, static, _ := dnsFixture(t, bind.Addr)
+	waitClusterCondition(t, f.cluster, string(hfv1.HypervisorClusterDNSReadyCondition), metav1.ConditionTrue, string(hfv1.ReadyReason))
+
+	claim := newClaimOf(f, static, "dns-vm")
+	waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
+	cond := waitClaimCondition(t, claim, hfv1.MachineClaimDNSRegisteredCondition, metav1.ConditionTrue, hfv1.ReadyReason)
+	got, err := getClaim(t, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, why := machineclaim.DNSRecord(got, testSigner.OperatorID())
+	if why != "" {
+		t.Fatalf("claim has nothing to register: %s", why)
+	}
+	alloc := got.Status.Network.IPAllocations
+	if len(alloc) != 1 {
+		t.Fatalf("allocations %+v", alloc)
+	}
+	static4 := netip.MustParsePrefix(alloc[0].Address).Addr()
+	if !slices.Contains(rec.Addrs, static4) {
+		t.Fatalf("the VM's addresses %v lack its static address %s", rec.Addrs, static4)
+	}
+	fqdn := "dns-vm." + dnsTestZone + "."
+	if rec.Name != "dns-vm."+dnsTestZone || !strings.Contains(cond.Message, fqdn) {
+		t.Fatalf("record name %q, condition %q", rec.Name, cond.Message)
+	}
+	var want []string
+	for _, a := range rec.Addrs {
+		want = append(want, a.String())
+	}
+	slices.Sort(want)
+	if got := addrsOf(bind.Lookup(t, fqdn, dns.TypeA)); !slices.Equal(got, want) {
+		t.Fatalf("A %s = %v, want %v", fqdn, got, want)
+	}
+	rev, _ := dns.ReverseAddr(static4.String())
+	if got := ptrsOf(bind.Lookup(t, rev, dns.TypePTR)); !slices.Equal(got, []string{fqdn}) {
+		t.Fatalf("PTR %s = %v, want %s", rev, got, fqdn)
+	}
+
+	// A name registered by this install for a claim that is gone (as if
+	// the operator had been down when it was deleted) is swept; the live
+	// claim's records stay.
+	reg, err := rfc2136.New(rfc2136.Config{
+		Server: bind.Addr, Timeout: 2 * time.Second,
+		Key:  rfc2136.TSIGKey{Name: dnsserver.UpdateKey.Name, Secret: dnsserver.UpdateKey.Secret},
+		Zone: dnsTestZone, ReverseZones: []string{dnsTestReverse},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost := dnsreg.Record{Name: "ghost." + dnsTestZone, Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.99")},
+		Owner: dnsreg.Owner{Claim: "0d5c1f3e-gone", Install: testSigner.OperatorID()}}
+	if err := reg.Register(context.Background(), ghost); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the vanished claim's records swept", func() error {
+		if a := bind.Lookup(t, "ghost."+dnsTestZone, dns.TypeA); len(a) != 0 {
+			return fmt.Errorf("ghost A %v", a)
+		}
+		if p := bind.Lookup(t, "99.2.0.192.in-addr.arpa.", dns.TypePTR); len(p) != 0 {
+			return fmt.Errorf("ghost PTR %v", p)
+		}
+		return nil
+	})
+	if got := addrsOf(bind.Lookup(t, fqdn, dns.TypeA)); !slices.Equal(got, want) {
+		t.Fatalf("after the sweep, A %s = %v, want %v: the sweep removed a live claim's records", fqdn, got, want)
+	}
+
+	// The claim's deletion removes its records.
+	if err := env.Client.Delete(context.Background(), claim); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, claim, 60*time.Second)
+	if a := bind.Lookup(t, fqdn, dns.TypeA); len(a) != 0 {
+		t.Fatalf("A %s = %v after the claim went", fqdn, a)
+	}
+	if p := bind.Lookup(t, rev, dns.TypePTR); len(p) != 0 {
+		t.Fatalf("PTR %s = %v after the claim went", rev, p)
+	}
+	if txt := bind.Lookup(t, fqdn, dns.TypeTXT); len(txt) != 0 {
+		t.Fatalf("TXT %s = %v after the claim went", fqdn, txt)
+	}
+}
+
+// TestDNSServerUnreachable: a cluster whose DNS server does not answer
+// reports DNSReady False (DNSServerUnreachable) and stays Ready; its
+// claims' VMs are created (the claim says why it is not registered) and
+// deleted all the same, promptly.
+func TestDNSServerUnreachable(t *testing.T) {
+	down := net.JoinHostPort("127.0.0.1", strconv.Itoa(dnsserver.FreePort(t)))
+	f, static, sim := dnsFixture(t, down)
+	waitClusterCondition(t, f.cluster, string(hfv1.HypervisorClusterDNSReadyCondition), metav1.ConditionFalse, string(hfv1.DNSServerUnreachableReason))
+	waitClusterReady(t, f.cluster, metav1.ConditionTrue)
+
+	claim := newClaimOf(f, static, "no-dns")
+	waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
+	waitClaimCondition(t, claim, hfv1.MachineClaimDNSRegisteredCondition, metav1.ConditionFalse, hfv1.DNSServerUnreachableReason)
+	got, err := getClaim(t, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := int(got.Status.VMRef.VMID)
+	if vm == 0 {
+		t.Fatalf("claim records no VM id: %+v", got.Status.VMRef)
+	}
+
+	start := time.Now()
+	if err := env.Client.Delete(context.Background(), claim); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, claim, 60*time.Second)
+	t.Logf("claim deleted in %s", time.Since(start).Round(time.Millisecond))
+	for _, v := range sim.State().VMs {
+		if v.VMID == vm {
+			t.Fatalf("VM %d is still there after its claim went", vm)
+		}
+	}
+	var c hfv1.HypervisorCluster
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.cluster), &c); err != nil {
+		t.Fatal(err)
+	}
+	if !hfv1.IsConditionTrue(c.Status.Conditions, hfv1.ReadyCondition) {
+		t.Fatalf("cluster Ready = %+v", hfv1.FindCondition(c.Status.Conditions, hfv1.ReadyCondition))
+	}
+}
