@@ -1,0 +1,299 @@
+package proxmoxsim
+
+import (
+	"crypto/sha1" //nolint:gosec // qemu-server's instance id is a SHA-1 hex digest; nothing is secured by it
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/diskfs/go-diskfs/backend/file"
+	"github.com/diskfs/go-diskfs/filesystem/iso9660"
+)
+
+// maxSnippetBytes is what qemu-server reads of a cicustom snippet
+// (read_cloudinit_snippets_file: file_get_contents with a 1 MiB limit).
+const maxSnippetBytes = 1 << 20
+
+// PutSnippet places a file in the snippets directory of a file-based
+// storage, as a platform admin does on a real node (scp to
+// <path>/snippets/): Proxmox's API has no call that writes snippets (its
+// upload takes iso, vztmpl and import only, Proxmox bug 2208). The storage
+// must allow content snippets; node names the node for a node-local
+// storage and is ignored for a shared one. It returns the volume id a
+// cicustom option names, "<storage>:snippets/<name>".
+func (s *Simulator) PutSnippet(storageID, node, name string, data []byte) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.storages[storageID]
+	switch {
+	case !ok:
+		return "", fmt.Errorf("storage '%s' does not exist", storageID)
+	case !st.fileBased():
+		return "", fmt.Errorf("storage '%s' (type %s) has no directory for snippets", storageID, st.typ)
+	case !st.content["snippets"]:
+		return "", fmt.Errorf("storage '%s' does not support 'snippets' content", storageID)
+	case !st.shared && (node == "" || !st.availableOn(node)):
+		return "", fmt.Errorf("storage '%s' is not available on node '%s'", storageID, node)
+	case name == "" || normalizeContentFilename(name) != name:
+		return "", fmt.Errorf("snippet name %q: use letters, digits, '_', '.' and '-' only", name)
+	case len(data) > maxSnippetBytes:
+		return "", fmt.Errorf("snippet %s holds %d bytes; qemu-server reads at most %d", name, len(data), maxSnippetBytes)
+	}
+	volid := storageID + ":snippets/" + name
+	scope := st.scope(node)
+	s.addVolumeLocked(st, scope, &volume{volid: volid, scope: scope, content: "snippets", format: "snippet",
+		size: int64(len(data)), ctime: s.clock.Now().Unix(), data: append([]byte(nil), data...)})
+	return volid, nil
+}
+
+// nativeCloudInitLocked renders the NoCloud files qemu-server generates
+// for v's cloud-init drive when the VM starts (PVE::QemuServer::Cloudinit,
+// generate_nocloud): user-data from the VM's name, searchdomain, ciuser,
+// cipassword, sshkeys and ciupgrade; network-config (version 1) from each
+// netN that has an ipconfigN, with nameserver and searchdomain; meta-data
+// with an instance id that changes with them. A cicustom user=, network=
+// or meta= snippet replaces the generated file whole (vendor= adds
+// vendor-data), as on Proxmox; a snippet that is missing, or a volume that
+// is not in a snippets directory, fails the start with qemu-server's
+// message. Proxmox falls back to the node's own resolv.conf when neither
+// nameserver nor searchdomain is set; the simulator has no node resolver
+// and writes no DNS then.
+func (s *Simulator) nativeCloudInitLocked(v *vm) (map[string][]byte, error) {
+	custom := map[string]string{}
+	if c := v.conf["cicustom"]; c != "" {
+		p, err := propertyString(c, "")
+		if err != nil {
+			return nil, fmt.Errorf("cicustom: %s", strings.TrimSpace(err.Error()))
+		}
+		custom = p
+	}
+	files := map[string][]byte{}
+	for _, part := range []struct{ key, file string }{{"user", "user-data"}, {"network", "network-config"}, {"meta", "meta-data"}, {"vendor", "vendor-data"}} {
+		volid, ok := custom[part.key]
+		if !ok {
+			continue
+		}
+		data, err := s.readSnippetLocked(volid, v.node)
+		if err != nil {
+			return nil, err
+		}
+		files[part.file] = data
+	}
+	if _, ok := files["user-data"]; !ok {
+		files["user-data"] = []byte(proxmoxUserData(v))
+	}
+	if _, ok := files["network-config"]; !ok {
+		files["network-config"] = []byte(proxmoxNetworkConfig(v.conf))
+	}
+	if _, ok := files["meta-data"]; !ok {
+		// qemu-server's instance id is a digest of what it generated, so a
+		// changed config is a new instance to cloud-init.
+		sum := sha1.Sum(append(append([]byte(nil), files["user-data"]...), files["network-config"]...)) //nolint:gosec // see the import
+		files["meta-data"] = []byte("instance-id: " + hex.EncodeToString(sum[:]) + "\n")
+	}
+	return files, nil
+}
+
+// readSnippetLocked reads a cicustom volume as read_cloudinit_snippets_file
+// does: it must be a snippets volume and exist.
+func (s *Simulator) readSnippetLocked(volid, node string) ([]byte, error) {
+	sid, name, ok := strings.Cut(volid, ":")
+	if !ok || !strings.HasPrefix(name, "snippets/") {
+		return nil, fmt.Errorf("%s is not in the snippets directory", volid)
+	}
+	st := s.storages[sid]
+	if st == nil {
+		return nil, fmt.Errorf("storage '%s' does not exist", sid)
+	}
+	_, vol := s.findVolumeLocked(volid, node)
+	if vol == nil || vol.content != "snippets" {
+		return nil, fmt.Errorf("can't open '%s' - No such file or directory", st.volumePath(volid))
+	}
+	return vol.data, nil
+}
+
+// proxmoxUserData is qemu-server's cloudinit_userdata.
+func proxmoxUserData(v *vm) string {
+	host, fqdn := proxmoxHostname(v)
+	var b strings.Builder
+	b.WriteString("#cloud-config\nhostname: " + host + "\nmanage_etc_hosts: true\n")
+	if fqdn != "" {
+		b.WriteString("fqdn: " + fqdn + "\n")
+	}
+	user, hasUser := v.conf["ciuser"]
+	if hasUser {
+		b.WriteString("user: " + user + "\n")
+		if user == "root" {
+			b.WriteString("disable_root: False\n")
+		}
+	}
+	if pw, ok := v.conf["cipassword"]; ok {
+		b.WriteString("password: " + pw + "\n")
+	}
+	if k, ok := v.conf["sshkeys"]; ok {
+		keys, _ := url.PathUnescape(k)
+		b.WriteString("ssh_authorized_keys:\n")
+		for _, line := range strings.Split(keys, "\n") {
+			if line = strings.TrimRight(line, "\r"); strings.TrimSpace(line) != "" {
+				b.WriteString("  - " + line + "\n")
+			}
+		}
+	}
+	b.WriteString("chpasswd:\n  expire: False\n")
+	if !hasUser || user != "root" {
+		b.WriteString("users:\n  - default\n")
+	}
+	if up, ok := v.conf["ciupgrade"]; !ok || up == "1" {
+		b.WriteString("package_upgrade: true\n")
+	}
+	return b.String()
+}
+
+// proxmoxHostname is qemu-server's get_hostname_fqdn: the VM's name (or
+// VM<id>), its first label if it has dots, with the first search domain
+// for the FQDN.
+func proxmoxHostname(v *vm) (string, string) {
+	host := v.conf["name"]
+	if host == "" {
+		host = "VM" + strconv.Itoa(v.vmid)
+	}
+	if first, _, ok := strings.Cut(host, "."); ok {
+		return first, host
+	}
+	if sd := splitDNSList(v.conf["searchdomain"]); len(sd) > 0 {
+		return host, host + "." + sd[0]
+	}
+	return host, ""
+}
+
+// proxmoxNetworkConfig is qemu-server's nocloud_network: only the NICs
+// that have an ipconfigN are configured.
+func proxmoxNetworkConfig(conf map[string]string) string {
+	var b strings.Builder
+	b.WriteString("version: 1\nconfig:\n")
+	var ids []int
+	for k := range conf {
+		if n, ok := strings.CutPrefix(k, "net"); ok {
+			if id, err := strconv.Atoi(n); err == nil && conf["ipconfig"+n] != "" {
+				ids = append(ids, id)
+			}
+		}
+	}
+	sort.Ints(ids)
+	const i = "    "
+	for _, id := range ids {
+		ipc, _ := propertyString(conf["ipconfig"+strconv.Itoa(id)], "")
+		fmt.Fprintf(&b, "%s- type: physical\n%s  name: eth%d\n%s  mac_address: '%s'\n%s  subnets:\n", i, i, id, i, strings.ToLower(macOf(conf["net"+strconv.Itoa(id)])), i)
+		const j = i + "  "
+		switch ip := ipc["ip"]; {
+		case ip == "dhcp":
+			b.WriteString(j + "- type: dhcp4\n")
+		case ip != "":
+			addr, ipnet, err := net.ParseCIDR(ip)
+			if err == nil {
+				fmt.Fprintf(&b, "%s- type: static\n%s  address: '%s'\n%s  netmask: '%s'\n", j, j, addr, j, net.IP(ipnet.Mask))
+				if gw := ipc["gw"]; gw != "" {
+					fmt.Fprintf(&b, "%s  gateway: '%s'\n", j, gw)
+				}
+			}
+		}
+		switch ip6 := ipc["ip6"]; ip6 {
+		case "":
+		case "dhcp":
+			b.WriteString(j + "- type: dhcp6\n")
+		case "auto":
+			b.WriteString(j + "- type: ipv6_slaac\n")
+		default:
+			fmt.Fprintf(&b, "%s- type: static6\n%s  address: '%s'\n", j, j, ip6)
+			if gw := ipc["gw6"]; gw != "" {
+				fmt.Fprintf(&b, "%s  gateway: '%s'\n", j, gw)
+			}
+		}
+	}
+	ns, sd := splitDNSList(conf["nameserver"]), splitDNSList(conf["searchdomain"])
+	if len(ns) > 0 || len(sd) > 0 {
+		b.WriteString(i + "- type: nameserver\n")
+		for _, l := range []struct {
+			key  string
+			vals []string
+		}{{"address", ns}, {"search", sd}} {
+			if len(l.vals) == 0 {
+				continue
+			}
+			b.WriteString(i + "  " + l.key + ":\n")
+			for _, a := range l.vals {
+				fmt.Fprintf(&b, "%s  - '%s'\n", i, a)
+			}
+		}
+	}
+	return b.String()
+}
+
+// splitDNSList splits nameserver and searchdomain values, which Proxmox
+// takes separated by spaces, commas or semicolons.
+func splitDNSList(v string) []string {
+	return strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' || r == ';' })
+}
+
+// cloudInitDriveKey is the config key of v's Proxmox cloud-init drive, ""
+// without one.
+func cloudInitDriveKey(v *vm) string {
+	for _, k := range driveKeys(v.conf) {
+		if parseDrive(v.conf[k]).isCloudInit() {
+			return k
+		}
+	}
+	return ""
+}
+
+// writeNoCloudISO writes files as an ISO9660 image labelled cidata (Rock
+// Ridge and Joliet names), what qemu-server makes of a nocloud drive, at
+// path.
+func writeNoCloudISO(path string, files map[string][]byte) (err error) {
+	work, err := os.MkdirTemp("", "proxmox-sim-cidata-")
+	if err != nil {
+		return fmt.Errorf("cloud-init drive: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(work) }()
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("cloud-init drive: %w", err)
+	}
+	defer func() {
+		if cerr := f.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("cloud-init drive: %w", cerr)
+		}
+	}()
+	fsys, err := iso9660.Create(file.New(f, false), 0, 0, 2048, work)
+	if err != nil {
+		return fmt.Errorf("cloud-init drive: create ISO9660: %w", err)
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		w, err := fsys.OpenFile("/"+name, os.O_CREATE|os.O_RDWR)
+		if err != nil {
+			return fmt.Errorf("cloud-init drive: add %s: %w", name, err)
+		}
+		if _, err := w.Write(files[name]); err != nil {
+			_ = w.Close()
+			return fmt.Errorf("cloud-init drive: write %s: %w", name, err)
+		}
+		// go-diskfs records a file's size when it is closed.
+		if err := w.Close(); err != nil {
+			return fmt.Errorf("cloud-init drive: close %s: %w", name, err)
+		}
+	}
+	if err := fsys.Finalize(iso9660.FinalizeOptions{RockRidge: true, Joliet: true, VolumeIdentifier: "cidata"}); err != nil {
+		return fmt.Errorf("cloud-init drive: finalize: %w", err)
+	}
+	return nil
+}
