@@ -6,13 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/diskfs/go-diskfs/backend/file"
-	"github.com/diskfs/go-diskfs/filesystem/iso9660"
 )
 
 // maxSnippetBytes is what qemu-server reads of a cicustom snippet
@@ -249,51 +245,4 @@ func cloudInitDriveKey(v *vm) string {
 		}
 	}
 	return ""
-}
-
-// writeNoCloudISO writes files as an ISO9660 image labelled cidata (Rock
-// Ridge and Joliet names), what qemu-server makes of a nocloud drive, at
-// path.
-func writeNoCloudISO(path string, files map[string][]byte) (err error) {
-	work, err := os.MkdirTemp("", "proxmox-sim-cidata-")
-	if err != nil {
-		return fmt.Errorf("cloud-init drive: %w", err)
-	}
-	defer func() { _ = os.RemoveAll(work) }()
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("cloud-init drive: %w", err)
-	}
-	defer func() {
-		if cerr := f.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("cloud-init drive: %w", cerr)
-		}
-	}()
-	fsys, err := iso9660.Create(file.New(f, false), 0, 0, 2048, work)
-	if err != nil {
-		return fmt.Errorf("cloud-init drive: create ISO9660: %w", err)
-	}
-	names := make([]string, 0, len(files))
-	for name := range files {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		w, err := fsys.OpenFile("/"+name, os.O_CREATE|os.O_RDWR)
-		if err != nil {
-			return fmt.Errorf("cloud-init drive: add %s: %w", name, err)
-		}
-		if _, err := w.Write(files[name]); err != nil {
-			_ = w.Close()
-			return fmt.Errorf("cloud-init drive: write %s: %w", name, err)
-		}
-		// go-diskfs records a file's size when it is closed.
-		if err := w.Close(); err != nil {
-			return fmt.Errorf("cloud-init drive: close %s: %w", name, err)
-		}
-	}
-	if err := fsys.Finalize(iso9660.FinalizeOptions{RockRidge: true, Joliet: true, VolumeIdentifier: "cidata"}); err != nil {
-		return fmt.Errorf("cloud-init drive: finalize: %w", err)
-	}
-	return nil
 }

@@ -232,8 +232,8 @@ func (s *Simulator) writeISOLocked(v *vm, dir string) (string, string, error) {
 			return "", "", err
 		}
 		path := filepath.Join(dir, k+".iso")
-		if err := writeNoCloudISO(path, files); err != nil {
-			return "", "", err
+		if err := qemu.WriteNoCloudISO(path, files); err != nil {
+			return "", "", fmt.Errorf("cloud-init drive %s: %w", k, err)
 		}
 		return path, k, nil
 	}
