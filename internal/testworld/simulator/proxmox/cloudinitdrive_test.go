@@ -13,7 +13,8 @@ import (
 
 // TestProxmoxCloudInitFiles: the files of a cloud-init drive are what
 // qemu-server's cloudinit_userdata and nocloud_network write, byte for
-// byte, for the fields HyperFleet and users set.
+// byte (their indentation included: the subnets list sits at the level of
+// its key), for the fields HyperFleet and users set.
 func TestProxmoxCloudInitFiles(t *testing.T) {
 	cases := []struct {
 		name          string
@@ -31,8 +32,8 @@ func TestProxmoxCloudInitFiles(t *testing.T) {
 				"ssh_authorized_keys:\n  - ssh-ed25519 AAAA a@b\n  - ssh-rsa BBBB\nchpasswd:\n  expire: False\nusers:\n  - default\n",
 			// net1 has no ipconfig1: Proxmox leaves it out.
 			network: "version: 1\nconfig:\n    - type: physical\n      name: eth0\n      mac_address: 'bc:24:11:00:00:01'\n      subnets:\n" +
-				"        - type: static\n          address: '10.0.0.5'\n          netmask: '255.255.255.0'\n          gateway: '10.0.0.1'\n" +
-				"        - type: static6\n          address: 'fd00::5/64'\n          gateway: 'fd00::1'\n" +
+				"      - type: static\n        address: '10.0.0.5'\n        netmask: '255.255.255.0'\n        gateway: '10.0.0.1'\n" +
+				"      - type: static6\n        address: 'fd00::5/64'\n        gateway: 'fd00::1'\n" +
 				"    - type: nameserver\n      address:\n      - '192.0.2.53'\n      - '192.0.2.54'\n      search:\n      - 'ci.example.com'\n",
 		},
 		{
@@ -40,7 +41,7 @@ func TestProxmoxCloudInitFiles(t *testing.T) {
 			conf: map[string]string{"net0": "virtio=BC:24:11:00:00:01,bridge=vmbr0", "ipconfig0": "ip=dhcp,ip6=auto", "ciuser": "root"},
 			user: "#cloud-config\nhostname: VM150\nmanage_etc_hosts: true\nuser: root\ndisable_root: False\nchpasswd:\n  expire: False\npackage_upgrade: true\n",
 			network: "version: 1\nconfig:\n    - type: physical\n      name: eth0\n      mac_address: 'bc:24:11:00:00:01'\n      subnets:\n" +
-				"        - type: dhcp4\n        - type: ipv6_slaac\n",
+				"      - type: dhcp4\n      - type: ipv6_slaac\n",
 		},
 		{
 			name:    "dotted name is the FQDN",
