@@ -87,12 +87,36 @@ func (s *Simulator) nativeCloudInitLocked(v *vm) (map[string][]byte, error) {
 		files["network-config"] = []byte(proxmoxNetworkConfig(v.conf))
 	}
 	if _, ok := files["meta-data"]; !ok {
-		// qemu-server's instance id is a digest of what it generated, so a
-		// changed config is a new instance to cloud-init.
-		sum := sha1.Sum(append(append([]byte(nil), files["user-data"]...), files["network-config"]...)) //nolint:gosec // see the import
-		files["meta-data"] = []byte("instance-id: " + hex.EncodeToString(sum[:]) + "\n")
+		files["meta-data"] = []byte(proxmoxMetaData(files["user-data"], files["network-config"]))
 	}
 	return files, nil
+}
+
+// proxmoxMetaData is the generated meta-data: qemu-server's instance id is
+// a digest of the user-data and network-config, so a changed config is a
+// new instance to cloud-init.
+func proxmoxMetaData(userData, networkConfig []byte) string {
+	sum := sha1.Sum(append(append([]byte(nil), userData...), networkConfig...)) //nolint:gosec // see the import
+	return "instance-id: " + hex.EncodeToString(sum[:]) + "\n"
+}
+
+// handleCloudInitDump is GET .../cloudinit/dump (qm cloudinit dump): the
+// file qemu-server generates from the VM's fields, type user, network or
+// meta. Like Proxmox it ignores cicustom: it shows what the snippets
+// replace, a starting point for writing one.
+func (s *Simulator) handleCloudInitDump(q *apiRequest) (any, error) {
+	v, err := s.vmOnNodeLocked(q)
+	if err != nil {
+		return nil, err
+	}
+	user, network := proxmoxUserData(v), proxmoxNetworkConfig(v.conf)
+	switch q.str("type") {
+	case "user":
+		return user, nil
+	case "network":
+		return network, nil
+	}
+	return proxmoxMetaData([]byte(user), []byte(network)), nil
 }
 
 // readSnippetLocked reads a cicustom volume as read_cloudinit_snippets_file

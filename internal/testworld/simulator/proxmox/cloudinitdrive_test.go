@@ -145,4 +145,14 @@ func TestCICustomSnippets(t *testing.T) {
 	if !strings.HasPrefix(seed["meta-data"], "instance-id: ") {
 		t.Errorf("meta-data %q", seed["meta-data"])
 	}
+	// qm cloudinit dump shows the generated files, cicustom or not.
+	for typ, want := range map[string]string{"user": "user: ci\n", "network": "address: '10.0.0.5'", "meta": "instance-id: "} {
+		var got string
+		if err := c.Get(ctx, "/nodes/pve1/qemu/150/cloudinit/dump?type="+typ, &got); err != nil {
+			t.Fatalf("cloudinit/dump type %s: %v", typ, err)
+		}
+		if !strings.Contains(got, want) {
+			t.Errorf("cloudinit/dump type %s = %q, want %q in it", typ, got, want)
+		}
+	}
 }
