@@ -12,8 +12,13 @@ import (
 )
 
 // maxSnippetBytes is what qemu-server reads of a cicustom snippet
-// (read_cloudinit_snippets_file: file_get_contents with a 1 MiB limit).
-const maxSnippetBytes = 1 << 20
+// (read_cloudinit_snippets_file: file_get_contents with a 1 MiB limit), and
+// maxCloudInitBytes what the files of a drive may sum to (its 4 MiB volume
+// less the ISO's overhead).
+const (
+	maxSnippetBytes   = 1 << 20
+	maxCloudInitBytes = 3 << 20
+)
 
 // PutSnippet places a file in the snippets directory of a file-based
 // storage, as a platform admin does on a real node (scp to
@@ -54,11 +59,11 @@ func (s *Simulator) PutSnippet(storageID, node, name string, data []byte) (strin
 // netN that has an ipconfigN, with nameserver and searchdomain; meta-data
 // with an instance id that changes with them. A cicustom user=, network=
 // or meta= snippet replaces the generated file whole (vendor= adds
-// vendor-data), as on Proxmox; a snippet that is missing, or a volume that
-// is not in a snippets directory, fails the start with qemu-server's
-// message. Proxmox falls back to the node's own resolv.conf when neither
-// nameserver nor searchdomain is set; the simulator has no node resolver
-// and writes no DNS then.
+// vendor-data, else empty), as on Proxmox; a snippet that is missing, a
+// volume that is not in a snippets directory, or files over 3 MiB in all
+// fail the start with qemu-server's message. Proxmox takes the node's own
+// resolv.conf for whichever of nameserver and searchdomain is unset; the
+// simulated nodes have no resolver settings, so only the VM's are written.
 func (s *Simulator) nativeCloudInitLocked(v *vm) (map[string][]byte, error) {
 	custom := map[string]string{}
 	if c := v.conf["cicustom"]; c != "" {
@@ -86,8 +91,19 @@ func (s *Simulator) nativeCloudInitLocked(v *vm) (map[string][]byte, error) {
 	if _, ok := files["network-config"]; !ok {
 		files["network-config"] = []byte(proxmoxNetworkConfig(v.conf))
 	}
+	if _, ok := files["vendor-data"]; !ok {
+		// Written empty when no snippet gives it.
+		files["vendor-data"] = []byte{}
+	}
 	if _, ok := files["meta-data"]; !ok {
 		files["meta-data"] = []byte(proxmoxMetaData(files["user-data"], files["network-config"]))
+	}
+	total := 0
+	for _, f := range files {
+		total += len(f)
+	}
+	if total > maxCloudInitBytes {
+		return nil, fmt.Errorf("Cloud-Init sum of snippets too big (> 3 MiB)") //nolint:staticcheck,revive // ST1005/error-strings: qemu-server's own message, verbatim in the task
 	}
 	return files, nil
 }
@@ -141,10 +157,7 @@ func (s *Simulator) readSnippetLocked(volid, node string) ([]byte, error) {
 func proxmoxUserData(v *vm) string {
 	host, fqdn := proxmoxHostname(v)
 	var b strings.Builder
-	b.WriteString("#cloud-config\nhostname: " + host + "\nmanage_etc_hosts: true\n")
-	if fqdn != "" {
-		b.WriteString("fqdn: " + fqdn + "\n")
-	}
+	b.WriteString("#cloud-config\nhostname: " + host + "\nmanage_etc_hosts: true\nfqdn: " + fqdn + "\n")
 	user, hasUser := v.conf["ciuser"]
 	if hasUser {
 		b.WriteString("user: " + user + "\n")
@@ -159,7 +172,7 @@ func proxmoxUserData(v *vm) string {
 		keys, _ := url.PathUnescape(k)
 		b.WriteString("ssh_authorized_keys:\n")
 		for _, line := range strings.Split(keys, "\n") {
-			if line = strings.TrimRight(line, "\r"); strings.TrimSpace(line) != "" {
+			if strings.TrimSpace(line) != "" {
 				b.WriteString("  - " + line + "\n")
 			}
 		}
@@ -175,20 +188,21 @@ func proxmoxUserData(v *vm) string {
 }
 
 // proxmoxHostname is qemu-server's get_hostname_fqdn: the VM's name (or
-// VM<id>), its first label if it has dots, with the first search domain
-// for the FQDN.
+// VM<id>); a dotted name is the FQDN and its first label the host name,
+// else the FQDN is the name plus the searchdomain value as written, or the
+// name alone.
 func proxmoxHostname(v *vm) (string, string) {
-	host := v.conf["name"]
-	if host == "" {
+	host, ok := v.conf["name"]
+	if !ok {
 		host = "VM" + strconv.Itoa(v.vmid)
 	}
 	if first, _, ok := strings.Cut(host, "."); ok {
 		return first, host
 	}
-	if sd := splitDNSList(v.conf["searchdomain"]); len(sd) > 0 {
-		return host, host + "." + sd[0]
+	if sd := v.conf["searchdomain"]; sd != "" {
+		return host, host + "." + sd
 	}
-	return host, ""
+	return host, host
 }
 
 // proxmoxNetworkConfig is qemu-server's nocloud_network: only the NICs
@@ -235,29 +249,22 @@ func proxmoxNetworkConfig(conf map[string]string) string {
 			}
 		}
 	}
-	ns, sd := splitDNSList(conf["nameserver"]), splitDNSList(conf["searchdomain"])
-	if len(ns) > 0 || len(sd) > 0 {
-		b.WriteString(i + "- type: nameserver\n")
-		for _, l := range []struct {
-			key  string
-			vals []string
-		}{{"address", ns}, {"search", sd}} {
-			if len(l.vals) == 0 {
-				continue
-			}
-			b.WriteString(i + "  " + l.key + ":\n")
-			for _, a := range l.vals {
-				fmt.Fprintf(&b, "%s  - '%s'\n", i, a)
-			}
+	// get_dns_conf's lists are always there (the node's settings fill in),
+	// so the entry is too, even empty; qemu-server splits on whitespace.
+	b.WriteString(i + "- type: nameserver\n")
+	for _, l := range []struct {
+		key  string
+		vals []string
+	}{{"address", strings.Fields(conf["nameserver"])}, {"search", strings.Fields(conf["searchdomain"])}} {
+		if len(l.vals) == 0 {
+			continue
+		}
+		b.WriteString(i + "  " + l.key + ":\n")
+		for _, a := range l.vals {
+			fmt.Fprintf(&b, "%s  - '%s'\n", i, a)
 		}
 	}
 	return b.String()
-}
-
-// splitDNSList splits nameserver and searchdomain values, which Proxmox
-// takes separated by spaces, commas or semicolons.
-func splitDNSList(v string) []string {
-	return strings.FieldsFunc(v, func(r rune) bool { return r == ' ' || r == ',' || r == ';' })
 }
 
 // cloudInitDriveKey is the config key of v's Proxmox cloud-init drive, ""

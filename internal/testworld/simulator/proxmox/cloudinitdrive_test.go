@@ -39,15 +39,17 @@ func TestProxmoxCloudInitFiles(t *testing.T) {
 		{
 			name: "dhcp, no name, root, upgrade by default",
 			conf: map[string]string{"net0": "virtio=BC:24:11:00:00:01,bridge=vmbr0", "ipconfig0": "ip=dhcp,ip6=auto", "ciuser": "root"},
-			user: "#cloud-config\nhostname: VM150\nmanage_etc_hosts: true\nuser: root\ndisable_root: False\nchpasswd:\n  expire: False\npackage_upgrade: true\n",
+			user: "#cloud-config\nhostname: VM150\nmanage_etc_hosts: true\nfqdn: VM150\nuser: root\ndisable_root: False\nchpasswd:\n  expire: False\npackage_upgrade: true\n",
+			// The nameserver entry is there even empty (on Proxmox the
+			// node's resolv.conf fills it).
 			network: "version: 1\nconfig:\n    - type: physical\n      name: eth0\n      mac_address: 'bc:24:11:00:00:01'\n      subnets:\n" +
-				"      - type: dhcp4\n      - type: ipv6_slaac\n",
+				"      - type: dhcp4\n      - type: ipv6_slaac\n    - type: nameserver\n",
 		},
 		{
 			name:    "dotted name is the FQDN",
 			conf:    map[string]string{"name": "runner-2.lab.example.com", "ciupgrade": "0"},
 			user:    "#cloud-config\nhostname: runner-2\nmanage_etc_hosts: true\nfqdn: runner-2.lab.example.com\nchpasswd:\n  expire: False\nusers:\n  - default\n",
-			network: "version: 1\nconfig:\n",
+			network: "version: 1\nconfig:\n    - type: nameserver\n",
 		},
 	}
 	for _, tc := range cases {
@@ -73,7 +75,7 @@ func TestCICustomSnippets(t *testing.T) {
 	seeds := make(chan map[string]string, 1)
 	if err := sim.SetGuestProgram(func(ctx context.Context, g Guest) error {
 		files := map[string]string{}
-		for _, name := range []string{"user-data", "meta-data", "network-config"} {
+		for _, name := range []string{"user-data", "meta-data", "network-config", "vendor-data"} {
 			b, err := os.ReadFile(filepath.Join(g.SeedDir, name))
 			if err != nil {
 				return err
@@ -142,8 +144,8 @@ func TestCICustomSnippets(t *testing.T) {
 	if !strings.Contains(seed["network-config"], "address: '10.0.0.5'") || !strings.Contains(seed["network-config"], "- '192.0.2.53'") {
 		t.Errorf("network-config is not generated from ipconfig0 and nameserver:\n%s", seed["network-config"])
 	}
-	if !strings.HasPrefix(seed["meta-data"], "instance-id: ") {
-		t.Errorf("meta-data %q", seed["meta-data"])
+	if !strings.HasPrefix(seed["meta-data"], "instance-id: ") || seed["vendor-data"] != "" {
+		t.Errorf("meta-data %q, vendor-data %q: want a generated instance id and no vendor-data", seed["meta-data"], seed["vendor-data"])
 	}
 	// qm cloudinit dump shows the generated files, cicustom or not.
 	for typ, want := range map[string]string{"user": "user: ci\n", "network": "address: '10.0.0.5'", "meta": "instance-id: "} {
