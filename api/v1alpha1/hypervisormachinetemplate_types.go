@@ -598,9 +598,37 @@ type RunnerSoftware struct {
 	Arch RunnerArch `json:"arch,omitempty"`
 }
 
+// CloudInitDelivery is how a VM's cloud-init data reaches it.
+// +kubebuilder:validation:Enum=iso;proxmox
+type CloudInitDelivery string
+
+const (
+	// CloudInitDeliveryISO: the operator renders a NoCloud ISO per VM,
+	// uploads it to the cluster's spec.proxmox.isoStorage, attaches it as a
+	// CD-ROM and deletes it once the guest is up.
+	CloudInitDeliveryISO CloudInitDelivery = "iso"
+	// CloudInitDeliveryProxmox: Proxmox's own cloud-init drive, generated
+	// from the VM's ci* config fields; not implemented yet (see the field).
+	CloudInitDeliveryProxmox CloudInitDelivery = "proxmox"
+)
+
 // CloudInit is the user's cloud-init for the VMs; the operator merges its
 // own per-VM data into it.
 type CloudInit struct {
+	// delivery is how the cloud-init data reaches each VM. iso (the
+	// default): a NoCloud ISO per VM on the cluster's spec.proxmox.isoStorage,
+	// attached as a CD-ROM and deleted once the guest is up. proxmox:
+	// Proxmox's own cloud-init drive, generated from the VM's ipconfig0,
+	// nameserver, searchdomain, ciuser and sshkeys fields, for clusters
+	// without ISO-capable storage. proxmox is not implemented yet: the
+	// operator's per-VM user-data (the agent's configuration) would need a
+	// cicustom snippet, and Proxmox's API cannot write snippets; a template
+	// that sets it is not Ready, with reason NotImplemented
+	// (docs/cloud-init.md, "Delivery").
+	// +optional
+	// +kubebuilder:default=iso
+	Delivery CloudInitDelivery `json:"delivery,omitempty"`
+
 	// userData is a #cloud-config document (a Go template).
 	// +optional
 	// +kubebuilder:validation:MaxLength=65536

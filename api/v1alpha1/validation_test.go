@@ -106,6 +106,8 @@ func TestDefaultsAreApplied(t *testing.T) {
 	ns := newNamespace(t)
 	tpl := validTemplate()
 	tpl.SetNamespace(ns)
+	// An empty cloudInit: its fields are defaulted, not the section itself.
+	_ = unstructured.SetNestedMap(tpl.Object, map[string]any{}, "spec", "cloudInit")
 	if err := env.Client.Create(ctx, tpl); err != nil {
 		t.Fatalf("creating a minimal template: %v", err)
 	}
@@ -135,6 +137,7 @@ func TestDefaultsAreApplied(t *testing.T) {
 		{tpl, []string{"spec", "bootstrap", "agentSource"}, "Image"},
 		{tpl, []string{"spec", "bootstrap", "github", "apiBaseURL"}, "https://api.github.com"},
 		{tpl, []string{"spec", "source", "proxmox", "cloneMode"}, "linked"},
+		{tpl, []string{"spec", "cloudInit", "delivery"}, "iso"},
 		{pool, []string{"spec", "scaling", "minReplicas"}, int64(0)},
 		{pool, []string{"spec", "scaling", "maxReplicas"}, int64(10)},
 		{pool, []string{"spec", "scaling", "scaleDownDelay"}, "5m"},
@@ -462,6 +465,7 @@ func invalidCases() []invalidCase {
 		{name: "template download without checksum", base: validTemplate, mutate: set(map[string]any{"downloadURL": "https://example.com/actions-runner-{os}-{arch}.tar.gz"}, "spec", "bootstrap", "github", "runner"), want: "runner.downloadURL needs runner.downloadSHA256"},
 		{name: "template checksum without download", base: validTemplate, mutate: set(map[string]any{"downloadSHA256": strings.Repeat("ab", 32)}, "spec", "bootstrap", "github", "runner"), want: "runner.downloadSHA256 applies only with runner.downloadURL"},
 		{name: "template http timeout too long", base: validTemplate, mutate: set("10m", "spec", "bootstrap", "httpTimeout"), want: "bootstrap.httpTimeout must be between 1s and 5m"},
+		{name: "template unknown cloud-init delivery", base: validTemplate, mutate: set(map[string]any{"delivery": "snippets"}, "spec", "cloudInit"), want: `spec.cloudInit.delivery: Unsupported value: "snippets"`},
 		{name: "template user data too large", base: validTemplate, mutate: set(map[string]any{"userData": "#cloud-config\n" + strings.Repeat("#", 70000)}, "spec", "cloudInit"), want: "spec.cloudInit.userData: Too long"},
 
 		// RunnerPool

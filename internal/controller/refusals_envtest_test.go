@@ -83,8 +83,8 @@ func updateTemplate(t *testing.T, tmpl *hfv1.HypervisorMachineTemplate, mutate f
 	}
 }
 
-// TestRefusedTemplatesBuildNothing: a template with attestation tpm is
-// NotImplemented, one with join-token on a cluster without spec.spire is
+// TestRefusedTemplatesBuildNothing: a template with attestation tpm, or
+// with cloudInit.delivery proxmox, is NotImplemented, one with join-token on a cluster without spec.spire is
 // SPIRENotConfigured, one whose cloud-init renders without per-VM
 // values but not for a VM is TemplateInvalid; their claims wait with
 // TemplateNotReady, without a VM or a credential.
@@ -103,6 +103,9 @@ func TestRefusedTemplatesBuildNothing(t *testing.T) {
 		}},
 		{"tpm", string(hfv1.NotImplementedReason), "spec.attestation.method: tpm is not implemented yet", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationTPM, TPM: &hfv1.TPMAttestation{AddVirtualTPM: true}}
+		}},
+		{"proxmox-cloud-init", string(hfv1.NotImplementedReason), "spec.cloudInit.delivery: proxmox is not implemented yet", func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.CloudInit = &hfv1.CloudInit{Delivery: hfv1.CloudInitDeliveryProxmox}
 		}},
 		{"per-vm-render", string(hfv1.TemplateInvalidReason), "userData", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.CloudInit = &hfv1.CloudInit{UserData: "#cloud-config\n{{ if .RunnerName }}runcmd: [{{ .NoSuchVariable }}]{{ end }}\n"}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -328,12 +327,19 @@ func (s *Simulator) writeSeedLocked(v *vm, seed string) error {
 		}
 		return extractISO(vol.data, seed)
 	}
-	for _, k := range driveKeys(v.conf) {
-		if parseDrive(v.conf[k]).isCloudInit() {
-			return writeNativeCloudInit(v, seed)
+	if cloudInitDriveKey(v) == "" {
+		return errors.New("no ISO or cloud-init drive attached")
+	}
+	files, err := s.nativeCloudInitLocked(v)
+	if err != nil {
+		return err
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(seed, name), content, 0o600); err != nil {
+			return fmt.Errorf("write seed file %s: %w", name, err)
 		}
 	}
-	return errors.New("no ISO or cloud-init drive attached")
+	return nil
 }
 
 // extractISO copies the root files of an ISO9660 image into dst.
@@ -345,61 +351,6 @@ func extractISO(data []byte, dst string) error {
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dst, filepath.Base(name)), content, 0o600); err != nil {
 			return fmt.Errorf("write seed file %s: %w", name, err)
-		}
-	}
-	return nil
-}
-
-// writeNativeCloudInit renders the NoCloud files Proxmox would generate
-// from ciuser, sshkeys, ipconfig0, nameserver and searchdomain.
-func writeNativeCloudInit(v *vm, seed string) error {
-	name := v.conf["name"]
-	if name == "" {
-		name = fmt.Sprintf("vm%d", v.vmid)
-	}
-	meta := fmt.Sprintf("instance-id: %s\nlocal-hostname: %s\n", configDigest(v.conf), name)
-	var ud strings.Builder
-	ud.WriteString("#cloud-config\nhostname: " + name + "\nmanage_etc_hosts: true\n")
-	if u := v.conf["ciuser"]; u != "" {
-		ud.WriteString("user: " + u + "\n")
-	}
-	if k := v.conf["sshkeys"]; k != "" {
-		keys, _ := url.PathUnescape(k)
-		ud.WriteString("ssh_authorized_keys:\n")
-		for _, line := range strings.Split(strings.TrimSpace(keys), "\n") {
-			ud.WriteString("  - " + strconv.Quote(line) + "\n")
-		}
-	}
-	var nc strings.Builder
-	nc.WriteString("version: 1\nconfig:\n")
-	for i := 0; i < 32; i++ {
-		netv, ok := v.conf[fmt.Sprintf("net%d", i)]
-		if !ok {
-			continue
-		}
-		fmt.Fprintf(&nc, "  - type: physical\n    name: eth%d\n    mac_address: '%s'\n    subnets:\n", i, strings.ToLower(macOf(netv)))
-		p, _ := propertyString(v.conf[fmt.Sprintf("ipconfig%d", i)], "")
-		if p == nil || p["ip"] == "" || p["ip"] == "dhcp" {
-			nc.WriteString("      - type: dhcp4\n")
-		} else {
-			fmt.Fprintf(&nc, "      - type: static\n        address: '%s'\n", p["ip"])
-			if p["gw"] != "" {
-				fmt.Fprintf(&nc, "        gateway: '%s'\n", p["gw"])
-			}
-		}
-	}
-	if ns := v.conf["nameserver"]; ns != "" {
-		nc.WriteString("  - type: nameserver\n    address:\n")
-		for _, a := range splitList(ns) {
-			fmt.Fprintf(&nc, "      - '%s'\n", a)
-		}
-		if sd := v.conf["searchdomain"]; sd != "" {
-			fmt.Fprintf(&nc, "    search:\n      - '%s'\n", sd)
-		}
-	}
-	for fname, content := range map[string]string{"meta-data": meta, "user-data": ud.String(), "network-config": nc.String()} {
-		if err := os.WriteFile(filepath.Join(seed, fname), []byte(content), 0o600); err != nil {
-			return fmt.Errorf("write %s: %w", fname, err)
 		}
 	}
 	return nil

@@ -83,9 +83,12 @@ func (s *Simulator) startLocked(v *vm, skiplock bool, t *task, at time.Time) err
 	if s.memUsedLocked(n)+v.memoryBytes() > n.memTotal {
 		return fmt.Errorf("start failed: QEMU exited with code 1")
 	}
-	for _, k := range driveKeys(v.conf) {
-		if d := parseDrive(v.conf[k]); d.isCloudInit() {
-			t.logf("generating cloud-init ISO")
+	if cloudInitDriveKey(v) != "" {
+		// qemu-server generates the drive's content at every start; a
+		// cicustom snippet it cannot read fails the start.
+		t.logf("generating cloud-init ISO")
+		if _, err := s.nativeCloudInitLocked(v); err != nil {
+			return err
 		}
 	}
 	if v.ipv4 == "" {

@@ -199,9 +199,10 @@ func (r *realGuests) createOverlay(path string, img *GuestImage, size int64) err
 	return nil
 }
 
-// writeISOLocked writes the first attached ISO CD-ROM (the NoCloud seed)
-// next to the VM's disk and returns its path and config key ("" without
-// one). ISOs of earlier boots are removed.
+// writeISOLocked writes the first attached ISO CD-ROM (the NoCloud seed),
+// or else the content of the VM's Proxmox cloud-init drive, next to the
+// VM's disk and returns its path and config key ("" without either). ISOs
+// of earlier boots are removed.
 func (s *Simulator) writeISOLocked(v *vm, dir string) (string, string, error) {
 	if old, err := filepath.Glob(filepath.Join(dir, "*.iso")); err == nil {
 		for _, f := range old {
@@ -220,6 +221,19 @@ func (s *Simulator) writeISOLocked(v *vm, dir string) (string, string, error) {
 		path := filepath.Join(dir, k+".iso")
 		if err := os.WriteFile(path, vol.data, 0o600); err != nil {
 			return "", "", fmt.Errorf("write ISO %s: %w", d.file, err)
+		}
+		return path, k, nil
+	}
+	if k := cloudInitDriveKey(v); k != "" {
+		// No ISO: the drive qemu-server generates from the VM's ci* fields
+		// and cicustom snippets, regenerated at every start.
+		files, err := s.nativeCloudInitLocked(v)
+		if err != nil {
+			return "", "", err
+		}
+		path := filepath.Join(dir, k+".iso")
+		if err := qemu.WriteNoCloudISO(path, files); err != nil {
+			return "", "", fmt.Errorf("cloud-init drive %s: %w", k, err)
 		}
 		return path, k, nil
 	}

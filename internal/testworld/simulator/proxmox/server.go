@@ -561,6 +561,8 @@ func apiRoutes() []*route {
 		newRoute(http.MethodGet, "/nodes/{node}/qemu/{vmid}/config", classStatus, sch(nodeP, vmidP,
 			param{name: "current", kind: kBool, optional: true}, param{name: "snapshot", kind: kString, optional: true}), vmPerm("VM.Audit"), (*Simulator).handleGetConfig),
 		newRoute(http.MethodGet, "/nodes/{node}/qemu/{vmid}/pending", classStatus, sch(nodeP, vmidP), vmPerm("VM.Audit"), (*Simulator).handleGetPending),
+		newRoute(http.MethodGet, "/nodes/{node}/qemu/{vmid}/cloudinit/dump", classStatus, sch(nodeP, vmidP,
+			param{name: "type", kind: kString, enum: []string{"user", "network", "meta"}}), vmPerm("VM.Audit"), (*Simulator).handleCloudInitDump),
 		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/config", classConfig, vmConfigSchema(), configPerms, (*Simulator).handleConfigAsync),
 		newRoute(http.MethodPut, "/nodes/{node}/qemu/{vmid}/config", classConfig, vmConfigSchema(), configPerms, (*Simulator).handleConfigSync),
 		newRoute(http.MethodPut, "/nodes/{node}/qemu/{vmid}/resize", classConfig, resizeSchema, vmPerm("VM.Config.Disk"), (*Simulator).handleResize),

@@ -302,6 +302,8 @@ func (st *storage) volumePath(v string) string {
 		return path.Join(st.path, "template", "cache", strings.TrimPrefix(name, "vztmpl/"))
 	case strings.HasPrefix(name, "import/"):
 		return path.Join(st.path, "import", strings.TrimPrefix(name, "import/"))
+	case strings.HasPrefix(name, "snippets/"):
+		return path.Join(st.path, name)
 	case st.fileBased():
 		return path.Join(st.path, "images", name)
 	}
