@@ -10,7 +10,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -50,24 +49,7 @@ var pveTestKey = func() string {
 // "Delivery"). The operator is not involved: it refuses that delivery for
 // now.
 func TestProxmoxCloudInitDriveOnRealGuests(t *testing.T) {
-	cfg := proxmoxsim.DefaultConfig()
-	cfg.Latency = proxmoxsim.Latency{}
-	cfg.AuthFailureDelay = 0
-	cfg.Templates[0].GuestImage = &image
-	cfg.Templates[0].Cores, cfg.Templates[0].MemoryMiB = 1, 1024
-	cfg.Guest.WorkDir = t.TempDir()
-	sim, err := proxmoxsim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(sim)
-	t.Cleanup(func() {
-		srv.Close()
-		if err := sim.Close(); err != nil {
-			t.Errorf("close simulator: %v", err)
-		}
-	})
-	c := pve{t: t, base: srv.URL}
+	c, sim := startGuestSimulator(t, t.TempDir())
 	const vmid, name = 102, "pve-ci-102"
 	// Inside QEMU's user network (the simulator's 10.99.0.0/24), above its
 	// DHCP leases: the same address plan as TestStaticAddressOnRealGuests.

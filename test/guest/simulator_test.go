@@ -153,17 +153,18 @@ runcmd:
   - [sh, -c, 'touch /var/lib/hyperfleet-test/booted; echo "hyperfleet-test: runcmd ran, $(cat /var/lib/hyperfleet-test/hello)" >/dev/ttyS0']
 `
 
-// TestRealGuestThroughTheProxmoxAPI drives one real guest through the
-// simulator's API as the operator would: linked clone, NoCloud ISO, start,
-// guest agent, ACPI shutdown, hard stop, a power-off of the guest's own,
-// destroy.
-func TestRealGuestThroughTheProxmoxAPI(t *testing.T) {
+// startGuestSimulator starts a Proxmox simulator alone (no operator) whose
+// template boots the guest image under QEMU, one core and 1 GiB, without
+// latency, its guests' files under workDir, and returns a client of its
+// API and the simulator; the test's cleanup stops both.
+func startGuestSimulator(t *testing.T, workDir string) (pve, *proxmoxsim.Simulator) {
+	t.Helper()
 	cfg := proxmoxsim.DefaultConfig()
 	cfg.Latency = proxmoxsim.Latency{}
 	cfg.AuthFailureDelay = 0
 	cfg.Templates[0].GuestImage = &image
 	cfg.Templates[0].Cores, cfg.Templates[0].MemoryMiB = 1, 1024
-	cfg.Guest.WorkDir = t.TempDir()
+	cfg.Guest.WorkDir = workDir
 	sim, err := proxmoxsim.New(cfg, proxmoxsim.WithAdmin(true))
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +176,16 @@ func TestRealGuestThroughTheProxmoxAPI(t *testing.T) {
 			t.Errorf("close simulator: %v", err)
 		}
 	})
-	c := pve{t: t, base: srv.URL}
+	return pve{t: t, base: srv.URL}, sim
+}
+
+// TestRealGuestThroughTheProxmoxAPI drives one real guest through the
+// simulator's API as the operator would: linked clone, NoCloud ISO, start,
+// guest agent, ACPI shutdown, hard stop, a power-off of the guest's own,
+// destroy.
+func TestRealGuestThroughTheProxmoxAPI(t *testing.T) {
+	workDir := t.TempDir()
+	c, sim := startGuestSimulator(t, workDir)
 
 	c.task(c.must("POST", "/nodes/pve1/qemu/9000/clone", url.Values{"newid": {"101"}, "name": {"guest-101"}}), time.Minute)
 	var conf map[string]any
@@ -262,7 +272,7 @@ func TestRealGuestThroughTheProxmoxAPI(t *testing.T) {
 	// The operator ejects the ISO once the guest is up.
 	c.task(c.must("POST", "/nodes/pve1/qemu/101/config", url.Values{"ide2": {"none,media=cdrom"}}), time.Minute)
 	eventually(t, 30*time.Second, "the ejected seed's file removed", func() error {
-		if _, err := os.Stat(filepath.Join(cfg.Guest.WorkDir, "vm-101", "ide2.iso")); err == nil {
+		if _, err := os.Stat(filepath.Join(workDir, "vm-101", "ide2.iso")); err == nil {
 			return fmt.Errorf("still there")
 		}
 		return nil
@@ -315,7 +325,7 @@ func TestRealGuestThroughTheProxmoxAPI(t *testing.T) {
 	if _, err := sim.Console(101); err == nil {
 		t.Errorf("the console of a destroyed VM is still readable")
 	}
-	if entries, _ := os.ReadDir(cfg.Guest.WorkDir); len(entries) != 0 {
+	if entries, _ := os.ReadDir(workDir); len(entries) != 0 {
 		t.Errorf("left in the guest work dir after destroy: %v", entries)
 	}
 }
