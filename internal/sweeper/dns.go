@@ -127,21 +127,12 @@ func (s *Sweeper) sweepDNSCluster(ctx context.Context, cluster string, reg dnsre
 // orphanName returns the record of a name without a live claim, reporting
 // it the first time.
 func (s *Sweeper) orphanName(ctx context.Context, cluster, k string, rec dnsreg.Record, now time.Time) *orphanName {
-	s.mu.Lock()
-	o := s.dnsNames[k]
-	if o == nil {
-		o = &orphanName{firstSeen: now, rec: rec}
-		s.dnsNames[k] = o
-	}
-	s.mu.Unlock()
-	if o.firstSeen != now {
+	o, first := sighting(s, s.dnsNames, k, func() *orphanName { return &orphanName{firstSeen: now, rec: rec} })
+	if !first {
 		return o
 	}
 	metrics.OrphanDNSFound.WithLabelValues(cluster).Inc()
-	mode := "its records will be removed after the grace period"
-	if s.DryRun {
-		mode = "dry-run: its records will not be removed"
-	}
+	mode := s.graceMode("its records", "removed")
 	ctrl.LoggerFrom(ctx).Info("Found DNS records without a MachineClaim", "HypervisorCluster", cluster, "name", rec.Name, "claimUID", rec.Owner.Claim, "dryRun", s.DryRun)
 	s.event(ctx, cluster, corev1.EventTypeWarning, "OrphanDNSFound",
 		fmt.Sprintf("DNS name %s (addresses %s) was registered for claim %s, which no longer exists; %s", dnsreg.Fqdn(rec.Name), addrs(rec), rec.Owner.Claim, mode))

@@ -97,21 +97,12 @@ func (s *Sweeper) sweepMedia(ctx context.Context, cluster string, p provider.Pro
 // strayMedium returns the record of a medium without a live claim,
 // reporting it the first time.
 func (s *Sweeper) strayMedium(ctx context.Context, cluster, k string, m provider.CloudInitMedium, now time.Time) *strayMedium {
-	s.mu.Lock()
-	o := s.media[k]
-	if o == nil {
-		o = &strayMedium{firstSeen: now, medium: m}
-		s.media[k] = o
-	}
-	s.mu.Unlock()
-	if o.firstSeen != now {
+	o, first := sighting(s, s.media, k, func() *strayMedium { return &strayMedium{firstSeen: now, medium: m} })
+	if !first {
 		return o
 	}
 	metrics.OrphanMediaFound.WithLabelValues(cluster).Inc()
-	mode := "it will be deleted after the grace period"
-	if s.DryRun {
-		mode = "dry-run: it will not be deleted"
-	}
+	mode := s.graceMode("it", "deleted")
 	ctrl.LoggerFrom(ctx).Info("Found a cloud-init ISO without a MachineClaim", "HypervisorCluster", cluster, "medium", m.ID, "node", m.Node, "vmid", m.VM, "dryRun", s.DryRun)
 	s.event(ctx, cluster, corev1.EventTypeWarning, "OrphanISOFound",
 		fmt.Sprintf("Cloud-init ISO %s on node %s (VM %s) has no MachineClaim; %s", m.ID, m.Node, m.VM, mode))

@@ -147,21 +147,12 @@ func (s *Sweeper) sweepScope(ctx context.Context, sc RunnerScope, live liveRunne
 }
 
 func (s *Sweeper) orphanRunner(ctx context.Context, sc RunnerScope, k string, r workload.Runner, now time.Time) *orphanRunner {
-	s.mu.Lock()
-	o := s.runners[k]
-	if o == nil {
-		o = &orphanRunner{firstSeen: now, runner: r}
-		s.runners[k] = o
-	}
-	s.mu.Unlock()
-	if o.firstSeen != now {
+	o, first := sighting(s, s.runners, k, func() *orphanRunner { return &orphanRunner{firstSeen: now, runner: r} })
+	if !first {
 		return o
 	}
 	metrics.OrphanRunnersFound.WithLabelValues(sc.Key).Inc()
-	mode := "it will be removed after the grace period"
-	if s.DryRun {
-		mode = "dry-run: it will not be removed"
-	}
+	mode := s.graceMode("it", "removed")
 	ctrl.LoggerFrom(ctx).Info("Found a runner without a MachineClaim", "scope", sc.Key, "runner", r.Name, "runnerID", r.ID, "state", r.State, "dryRun", s.DryRun)
 	s.recordOn(sc.EventObject, corev1.EventTypeWarning, "OrphanRunnerFound",
 		fmt.Sprintf("Runner %s (id %d, %s) in %s has no MachineClaim; %s", r.Name, r.ID, r.State, sc.Key, mode))

@@ -322,10 +322,7 @@ func (s *Sweeper) candidate(ctx context.Context, p provider.Provider, cluster st
 	s.orphans[k] = o
 	s.mu.Unlock()
 	metrics.OrphansFound.WithLabelValues(cluster).Inc()
-	mode := "it will be destroyed after the grace period"
-	if s.DryRun {
-		mode = "dry-run: it will not be destroyed"
-	}
+	mode := s.graceMode("it", "destroyed")
 	msg := fmt.Sprintf("VM %s (claim %s/%s, uid %s) has no MachineClaim; %s", summary.ID, vm.Owner.Namespace, vm.Owner.Name, vm.Owner.UID, mode)
 	log.Info("Found orphaned VM", "vmid", summary.ID, "claim", vm.Owner.Namespace+"/"+vm.Owner.Name, "dryRun", s.DryRun)
 	s.event(ctx, cluster, corev1.EventTypeWarning, "OrphanFound", msg)
@@ -390,6 +387,30 @@ func (s *Sweeper) remove(ctx context.Context, p provider.Provider, cluster strin
 	s.event(ctx, cluster, corev1.EventTypeNormal, "OrphanRemoved", fmt.Sprintf("Destroyed orphaned VM %s of deleted claim %s/%s", vmid, o.owner.Namespace, o.owner.Name))
 	ctrl.LoggerFrom(ctx).Info("Removed orphaned VM", "vmid", vmid, "HypervisorCluster", cluster)
 	return nil
+}
+
+// sighting returns the record of key k in m, made with fresh when there is
+// none, and whether this call made it: the sweeps report a stray VM, ISO,
+// runner or DNS name once, when first seen, and remove it after the grace
+// period counted from then.
+func sighting[R any](s *Sweeper, m map[string]*R, k string, fresh func() *R) (*R, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o := m[k]; o != nil {
+		return o, false
+	}
+	o := fresh()
+	m[k] = o
+	return o, true
+}
+
+// graceMode says, in a found event, what becomes of subject: done after
+// the grace period, or nothing in dry-run mode.
+func (s *Sweeper) graceMode(subject, done string) string {
+	if s.DryRun {
+		return "dry-run: " + subject + " will not be " + done
+	}
+	return subject + " will be " + done + " after the grace period"
 }
 
 // event records an event on the HypervisorCluster.
