@@ -40,6 +40,16 @@ func (s *templateScope) invalid(reason hfv1.ConditionReason, msg string) (phase.
 	return phase.StopAndRequeue(waitForDependency), nil
 }
 
+// unreachable records a template whose check on a Ready cluster failed on
+// the way (a dropped request, a 5xx from the API proxy) and ends the pass.
+// No watch fires for such a blip: the cluster stays Ready, so the template
+// looks again after transientRecheck, not waitForDependency, or its claims
+// would wait a minute for a request that fails once.
+func (s *templateScope) unreachable(msg string) (phase.Result, error) {
+	s.validity = notReady(hfv1.ClusterUnavailableReason, msg)
+	return phase.StopAndRequeue(transientRecheck), nil
+}
+
 // refuseUnsupported stops a template that sets a field this operator does
 // not act on: nothing else matters until it is removed.
 func (r *HypervisorMachineTemplateReconciler) refuseUnsupported(_ context.Context, s *templateScope) (phase.Result, error) {
@@ -185,6 +195,9 @@ func (r *HypervisorMachineTemplateReconciler) checkOnHypervisor(ctx context.Cont
 	src := vmspec.Source(s.tmpl)
 	info, err := p.ValidateTemplate(ctx, src)
 	if err != nil {
+		if provider.Classify(err) == provider.ClassTransient && !errors.Is(err, provider.ErrNotFound) {
+			return s.unreachable(err.Error())
+		}
 		return s.invalid(templateProblemReason(err), err.Error())
 	}
 	if !info.GuestFiles {

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,12 +73,15 @@ func TestReconcileHypervisorMachineTemplate(t *testing.T) {
 		funcs interceptor.Funcs
 		// offline: the registry holds no connected provider for the
 		// cluster.
-		offline  bool
-		wantRes  ctrl.Result
-		wantErr  error
-		want     map[hfv1.ConditionType]wantCondition
-		events   []string
-		observed int64
+		offline bool
+		// validateErr, when set, is what the provider's ValidateTemplate
+		// returns.
+		validateErr error
+		wantRes     ctrl.Result
+		wantErr     error
+		want        map[hfv1.ConditionType]wantCondition
+		events      []string
+		observed    int64
 		// resolved is the template id status.resolvedTemplate names (0:
 		// none); gone: the pass let the template go.
 		resolved int32
@@ -143,6 +147,13 @@ func TestReconcileHypervisorMachineTemplate(t *testing.T) {
 			events: []string{"Warning TemplateNotFound"}, observed: 2,
 		},
 		{
+			name: "a request to a Ready cluster that fails on the way is retried within seconds, not a minute", tmpl: newTemplate(wasValid), objs: world,
+			validateErr: fmt.Errorf("GET /cluster/resources: 503 Can't connect to 127.0.0.1:85 (Connection refused): %w", provider.ErrUnreachable),
+			wantRes:     ctrl.Result{RequeueAfter: transientRecheck},
+			want:        invalid(hfv1.ClusterUnavailableReason, "503 Can't connect"),
+			events:      []string{"Warning ClusterUnavailable"}, observed: 2, resolved: 9000,
+		},
+		{
 			name: "a failed read of the cluster ends the pass before observedGeneration moves", tmpl: newTemplate(wasValid), objs: world,
 			funcs: failGets(&hfv1.HypervisorCluster{}), wantErr: errInjected,
 			want:     map[hfv1.ConditionType]wantCondition{hfv1.HypervisorMachineTemplateValidCondition: {status: metav1.ConditionTrue, reason: hfv1.ReadyReason, says: []string{"valid earlier"}}},
@@ -175,7 +186,11 @@ func TestReconcileHypervisorMachineTemplate(t *testing.T) {
 			if !tc.offline {
 				cfg := provider.ClusterConfig{Name: cluster, VMIDStart: 100, VMIDEnd: 999}
 				if _, err := reg.Connect(cluster, cfg, func() (provider.Provider, error) {
-					return hv.NewProvider(cfg, provider.Deps{Signer: testobjects.Signer(t)})
+					p, err := hv.NewProvider(cfg, provider.Deps{Signer: testobjects.Signer(t)})
+					if err != nil || tc.validateErr == nil {
+						return p, err
+					}
+					return failingValidation{Provider: p, err: tc.validateErr}, nil
 				}); err != nil {
 					t.Fatal(err)
 				}
@@ -198,4 +213,14 @@ func TestReconcileHypervisorMachineTemplate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failingValidation is a provider whose ValidateTemplate fails with err.
+type failingValidation struct {
+	provider.Provider
+	err error
+}
+
+func (f failingValidation) ValidateTemplate(context.Context, provider.TemplateSource) (*provider.TemplateInfo, error) {
+	return nil, f.err
 }

@@ -23,6 +23,10 @@ import (
 // pool or Secret before looking again (watches usually wake it sooner).
 const waitForDependency = time.Minute
 
+// transientRecheck is how long a template whose check failed on the way to
+// a Ready cluster waits before checking again.
+const transientRecheck = 5 * time.Second
+
 // readiness is what a pass found an object's Ready condition to be. Phases
 // record it on their scope; the scope's close sets the condition, so that
 // each kind sets Ready in one place.
