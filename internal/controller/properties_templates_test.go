@@ -330,7 +330,11 @@ func TestTemplateValidationProperty(t *testing.T) {
 		w.deleteAndCheckGone(rt, got, vmids)
 	})
 	t.Logf("templates: %d valid, %d invalid, %d refused by the API, %d renamed away and back", valid, invalid, apiRefused, renamed)
-	if cases := valid + invalid + apiRefused; valid*10 < cases || invalid*4 < cases || renamed == 0 {
-		t.Errorf("the generator made %d valid and %d invalid templates of %d (%d renamed); want a tenth and a quarter at least, and a rename", valid, invalid, cases, renamed)
+	// The floors are for coverage, well below the shares the generator
+	// draws (about 45% valid, 35% invalid, 20% refused by the API, over
+	// 10,000 draws): a run of 111 cases once made 26 invalid, which a
+	// quarter refused.
+	if cases := valid + invalid + apiRefused; valid*10 < cases || invalid*5 < cases || renamed == 0 {
+		t.Errorf("the generator made %d valid and %d invalid templates of %d (%d renamed); want a tenth and a fifth at least, and a rename", valid, invalid, cases, renamed)
 	}
 }
