@@ -1,0 +1,154 @@
+package netcheck
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/hyperfleet/hyperfleet/internal/testworld/dnsserver"
+)
+
+func addrs(s ...string) []netip.Addr {
+	out := make([]netip.Addr, len(s))
+	for i, a := range s {
+		out[i] = netip.MustParseAddr(a)
+	}
+	return out
+}
+
+func timeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestLookupsAgainstBIND: forward and reverse lookups against a real BIND
+// holding a VM's A, AAAA and PTR records pass only for exactly the VM's
+// addresses and name, and a server that is down fails with no answer.
+func TestLookupsAgainstBIND(t *testing.T) {
+	srv := dnsserver.StartBIND(t, dnsserver.Options{})
+	for _, rr := range []string{
+		"vm-1.ci.example.test. 300 IN A 192.0.2.10",
+		"vm-1.ci.example.test. 300 IN AAAA 2001:db8::10",
+		"10.2.0.192.in-addr.arpa. 300 IN PTR vm-1.ci.example.test.",
+		"11.2.0.192.in-addr.arpa. 300 IN PTR other.ci.example.test.",
+	} {
+		srv.Add(t, rr)
+	}
+	server := netip.MustParseAddrPort(srv.Addr)
+	ctx := timeout(t, 30*time.Second)
+	if err := Forward(ctx, server, "vm-1.ci.example.test", addrs("2001:db8::10", "192.0.2.10")); err != nil {
+		t.Errorf("forward lookup of the VM's own addresses: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		want []netip.Addr
+	}{
+		{"vm-1.ci.example.test", addrs("192.0.2.10")},                               // an address too many in DNS
+		{"vm-1.ci.example.test", addrs("192.0.2.10", "192.0.2.11", "2001:db8::10")}, // one missing
+		{"vm-2.ci.example.test", addrs("192.0.2.12")},                               // no such name
+	} {
+		if err := Forward(ctx, server, c.name, c.want); !errors.Is(err, ErrMismatch) {
+			t.Errorf("forward %s want %v: got %v, want a mismatch", c.name, c.want, err)
+		}
+	}
+	if err := Reverse(ctx, server, netip.MustParseAddr("192.0.2.10"), "vm-1.ci.example.test"); err != nil {
+		t.Errorf("reverse lookup of the VM's address: %v", err)
+	}
+	for _, a := range []string{"192.0.2.11", "192.0.2.12"} { // another name; no PTR
+		err := Reverse(ctx, server, netip.MustParseAddr(a), "vm-1.ci.example.test")
+		if !errors.Is(err, ErrMismatch) {
+			t.Errorf("reverse %s: got %v, want a mismatch", a, err)
+		}
+	}
+	down := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(dnsserver.FreePort(t)))
+	err := Forward(timeout(t, 3*time.Second), down, "vm-1.ci.example.test", addrs("192.0.2.10"))
+	if err == nil || errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "no answer") {
+		t.Errorf("forward lookup at a server that is down: %v, want no answer", err)
+	}
+}
+
+// TestPingLoopback: the kernel's own echo reply on loopback passes; an
+// address nobody answers for fails when the context ends.
+func TestPingLoopback(t *testing.T) {
+	rtt, err := Ping(timeout(t, 5*time.Second), netip.MustParseAddr("127.0.0.1"))
+	if err != nil {
+		t.Fatalf("ping 127.0.0.1: %v", err)
+	}
+	t.Logf("127.0.0.1 answered in %s", rtt)
+	// 192.0.2.0/24 (TEST-NET-1) is never routed to a host that answers.
+	if _, err := Ping(timeout(t, 2500*time.Millisecond), netip.MustParseAddr("192.0.2.254")); err == nil || errors.Is(err, ErrNotPermitted) {
+		t.Errorf("ping of an address without a host: %v, want no reply", err)
+	}
+}
+
+// TestSSHHostKey: an SSH server (golang.org/x/crypto/ssh's) on loopback
+// shows its host key; a TCP server that does not speak SSH, and a closed
+// port, fail.
+func TestSSHHostKey(t *testing.T) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &ssh.ServerConfig{PasswordCallback: func(ssh.ConnMetadata, []byte) (*ssh.Permissions, error) {
+		return nil, errors.New("no login")
+	}}
+	cfg.AddHostKey(signer)
+	sshAddr := serve(t, func(c net.Conn) {
+		if sc, _, _, err := ssh.NewServerConn(c, cfg); err == nil {
+			_ = sc.Close()
+		}
+	})
+	key, err := SSH(timeout(t, 5*time.Second), sshAddr)
+	if err != nil {
+		t.Fatalf("SSH host key: %v", err)
+	}
+	if want := ssh.FingerprintSHA256(signer.PublicKey()); key.Type != ssh.KeyAlgoED25519 || key.Fingerprint != want {
+		t.Errorf("host key %+v, want %s %s", key, ssh.KeyAlgoED25519, want)
+	}
+	httpAddr := serve(t, func(c net.Conn) { _, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n")) })
+	if _, err := SSH(timeout(t, 5*time.Second), httpAddr); err == nil {
+		t.Error("a server that does not speak SSH passed")
+	}
+	closed := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(dnsserver.FreePort(t)))
+	if _, err := SSH(timeout(t, 5*time.Second), closed); err == nil {
+		t.Error("a closed port passed")
+	}
+}
+
+// serve accepts connections on a loopback port and hands each to handle,
+// closing it afterwards, until the test ends.
+func serve(t *testing.T, handle func(net.Conn)) netip.AddrPort {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = c.Close() }()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				handle(c)
+			}()
+		}
+	}()
+	return netip.MustParseAddrPort(ln.Addr().String())
+}
