@@ -132,6 +132,14 @@ const (
 	// the VM back, or once the records were removed as the claim ended.
 	// Present only on clusters with spec.dns.registerVMs.
 	MachineClaimDNSRegisteredCondition ConditionType = "DNSRegistered"
+	// MachineClaimNetworkValidatedCondition is True when the last
+	// validation of the running VM passed (its FQDN resolves to its
+	// addresses at every DNS server, its addresses answer ping and SSH, as
+	// configured); False with the reason of the first failed check;
+	// Unknown while the first validation runs. Present only on clusters
+	// with spec.dns.validation or spec.network.validation; it does not
+	// affect Ready unless onFailure is FailClaim, which fails the claim.
+	MachineClaimNetworkValidatedCondition ConditionType = "NetworkValidated"
 
 	// IPPoolExhaustedCondition is True when no address is left to allocate.
 	IPPoolExhaustedCondition ConditionType = "Exhausted"
@@ -451,6 +459,40 @@ const (
 	// DNSNotRegisteredReason (DNSRegistered False): the VM has no address
 	// or name to register yet.
 	DNSNotRegisteredReason ConditionReason = "DNSNotRegistered"
+
+	// ValidatingReason (NetworkValidated Unknown): the claim's first
+	// validation is running.
+	ValidatingReason ConditionReason = "Validating"
+	// NetworkValidatedReason (NetworkValidated True): every configured
+	// check passed.
+	NetworkValidatedReason ConditionReason = "Validated"
+	// ValidationNotPossibleReason (NetworkValidated False): a DNS check is
+	// configured but the VM has no FQDN (no dns.domain) or no DNS server is
+	// configured (dns.servers, or the template's network.dns.servers).
+	ValidationNotPossibleReason ConditionReason = "ValidationNotPossible"
+	// DNSLookupFailedReason (NetworkValidated False): a DNS server did not
+	// answer, or its A and AAAA records of the FQDN are not exactly the
+	// VM's addresses.
+	DNSLookupFailedReason ConditionReason = "DNSLookupFailed"
+	// ReverseLookupMismatchReason (NetworkValidated False): a DNS server's
+	// PTR record of one of the VM's addresses is missing or names another
+	// host (dns.validation.validateReverse).
+	ReverseLookupMismatchReason ConditionReason = "ReverseLookupMismatch"
+	// PingFailedReason (NetworkValidated False): an address of the VM did
+	// not answer ICMP echo within network.validation.timeoutSeconds.
+	PingFailedReason ConditionReason = "PingFailed"
+	// PingNotPermittedReason (NetworkValidated False): the operator may not
+	// open an ICMP socket (neither net.ipv4.ping_group_range covers its
+	// group nor does it have CAP_NET_RAW).
+	PingNotPermittedReason ConditionReason = "PingNotPermitted"
+	// SSHUnreachableReason (NetworkValidated False): no SSH server
+	// answered with its host key on network.validation.sshPort of an
+	// address of the VM.
+	SSHUnreachableReason ConditionReason = "SSHUnreachable"
+	// NetworkValidationFailedReason (Ending True, and a warning event): a
+	// validation failed on a cluster whose onFailure is FailClaim; the
+	// claim ended as Failed.
+	NetworkValidationFailedReason ConditionReason = "NetworkValidationFailed"
 
 	// NoProgressReason (Stuck True): the claim stayed in its phase longer
 	// than the manager's bound for that phase.

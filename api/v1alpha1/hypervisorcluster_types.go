@@ -111,6 +111,11 @@ type HypervisorClusterSpec struct {
 	// +optional
 	DNS *ClusterDNSSettings `json:"dns,omitempty"`
 
+	// network holds the checks of the VMs' reachability from the operator
+	// (validation).
+	// +optional
+	Network *ClusterNetworkSettings `json:"network,omitempty"`
+
 	// tags are extra hypervisor tags set on every VM the operator creates,
 	// on top of the operator's own ownership tags. Proxmox tags allow only
 	// letters, digits and _ - + . (no '/', ':' or '='); they are stored
@@ -456,6 +461,12 @@ type ClusterDNSSettings struct {
 	// so that a set-up can be tried before VMs are registered.
 	// +optional
 	DNSProvider *DNSProvider `json:"dnsProvider,omitempty"`
+
+	// validation checks each running VM's FQDN at the DNS servers
+	// (servers, or the template's network.dns.servers) from the operator:
+	// the claim's NetworkValidated condition and status.networkValidation.
+	// +optional
+	Validation *DNSValidation `json:"validation,omitempty"`
 }
 
 // DNSProviderType names a DNS service.

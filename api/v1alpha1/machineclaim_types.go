@@ -179,7 +179,8 @@ type MachineClaimStatus struct {
 
 	// conditions are Ready (summarised from the others), Provisioned,
 	// Bootstrapped, Ending, OwnershipVerified, Stuck, DNSRegistered (on a
-	// cluster with dns.registerVMs) and, once a platform admin disowned the
+	// cluster with dns.registerVMs), NetworkValidated (on a cluster with
+	// dns.validation or network.validation) and, once a platform admin disowned the
 	// claim's VM, Finalized.
 	// +optional
 	// +listType=map
@@ -212,6 +213,12 @@ type MachineClaimStatus struct {
 	// with spec.attestation.method join-token.
 	// +optional
 	Identity *IdentityStatus `json:"identity,omitempty"`
+
+	// networkValidation is the outcome of the last DNS and network
+	// validation of a running VM, on clusters with spec.dns.validation or
+	// spec.network.validation.
+	// +optional
+	NetworkValidation *NetworkValidationStatus `json:"networkValidation,omitempty"`
 
 	// templateHash is the template hash the VM was built from.
 	// +optional

@@ -185,6 +185,17 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 			return nil
 		})
 	}
+	// The validation sample's settings reach the API server as written
+	// (a misspelt field would be pruned silently); claims are validated
+	// with them in TestNetworkValidation and test/guest.
+	validated := &hfv1.HypervisorCluster{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: "proxmox-validated"}, validated); err != nil {
+		t.Fatal(err)
+	}
+	if d, n := validated.Spec.DNS, validated.Spec.Network; d == nil || d.Validation == nil || !d.Validation.ValidateReverse || d.Validation.OnFailure != hfv1.ValidationReport ||
+		n == nil || n.Validation == nil || !n.Validation.SSHTest || n.Validation.OnFailure != hfv1.ValidationFailClaim {
+		t.Fatalf("the validation sample's cluster reads back as dns %+v, network %+v", d, n)
+	}
 	dnsCluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "proxmox-dns"}}
 	waitClusterCondition(t, dnsCluster, string(hfv1.HypervisorClusterDNSReadyCondition), metav1.ConditionTrue, string(hfv1.ReadyReason))
 	if reqs := proxy.Requests(t); len(reqs) == 0 || reqs[len(reqs)-1].Serial != clientCert.Serial || reqs[len(reqs)-1].Verify != "SUCCESS" {

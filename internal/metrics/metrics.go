@@ -307,6 +307,19 @@ var (
 		Help: "DNS names of deleted claims whose records the sweeper removed (not in dry-run mode).",
 	}, []string{"cluster"})
 
+	// NetworkValidations counts the checks of claims' validations (DNS
+	// forward and reverse lookups, ping, SSH), by cluster, check and
+	// result; NetworkValidationSeconds is how long each check took.
+	NetworkValidations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "network_validation_total",
+		Help: "Checks of running VMs' DNS names and reachability from the operator (check=forward, reverse, ping, ssh), by result (passed, failed).",
+	}, []string{"cluster", "check", "result"})
+	NetworkValidationSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: namespace, Name: "network_validation_duration_seconds",
+		Help:    "How long one check of a VM's validation took (all its servers and addresses), by check.",
+		Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120},
+	}, []string{"check"})
+
 	// RunnersDeregistered counts runners removed from the CI platform.
 	RunnersDeregistered = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: namespace, Name: "runners_deregistered_total",
@@ -321,6 +334,7 @@ func init() {
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
 		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads, WebhookConfirmations, BrokerRequests,
 		SPIREBundleReads, IdentityMisuse, DNSReady, DNSUpdates, OrphanDNSFound, OrphanDNSRemoved,
+		NetworkValidations, NetworkValidationSeconds,
 	)
 }
 
@@ -391,4 +405,5 @@ func ForgetCluster(cluster string) {
 	DNSUpdates.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
 	OrphanDNSFound.DeleteLabelValues(cluster)
 	OrphanDNSRemoved.DeleteLabelValues(cluster)
+	NetworkValidations.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
 }

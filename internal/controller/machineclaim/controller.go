@@ -182,6 +182,9 @@ type Reconciler struct {
 	// failed removals of an ending claim's records (dns.go).
 	dnsRegistered     sync.Map
 	dnsRemoveAttempts sync.Map
+	// validation runs the claims' validation rounds off the reconcile
+	// path (validation.go).
+	validation validations
 }
 
 // waitForCache reports whether the cache still shows the claim older than
@@ -204,6 +207,7 @@ func (r *Reconciler) forget(uid types.UID) {
 	r.Runners.Forget(uid)
 	r.dnsRegistered.Delete(uid)
 	r.dnsRemoveAttempts.Delete(uid)
+	r.validation.forget(uid)
 }
 
 // workloads are the CI platforms' back-ends; none without CI.
@@ -237,6 +241,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.ClaimEvents != nil {
 		b = b.WatchesRawSource(source.Channel(r.ClaimEvents, &handler.EnqueueRequestForObject{}))
 	}
+	// A finished validation round wakes its claim to be recorded.
+	r.validation.wake = make(chan event.GenericEvent, 256)
+	b = b.WatchesRawSource(source.Channel(r.validation.wake, &handler.EnqueueRequestForObject{}))
 	return b.Complete(r)
 }
 
@@ -310,12 +317,12 @@ func (r *Reconciler) buildPhases() []phase.Func[*claimScope] {
 }
 
 // runningPhases watch a provisioned claim: its DNS records, its secrets
-// placed, its attestation, its VM and its runner; checkRunning ends every
+// placed, its attestation, its validation, its VM and its runner; checkRunning ends every
 // such pass.
 // checkSupported acts only on a claim without a VM reference.
 func (r *Reconciler) runningPhases() []phase.Func[*claimScope] {
 	return []phase.Func[*claimScope]{r.checkSupported, r.ensureDNS, r.loadDependencies, r.loadProvider, r.ensureSecrets,
-		r.checkAttestation, r.ensureStoredCredential, r.checkRunning}
+		r.checkAttestation, r.ensureStoredCredential, r.validateNetwork, r.checkRunning}
 }
 
 // endPhases tear an ended claim down, its DNS records first (dns.go).

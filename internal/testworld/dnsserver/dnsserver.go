@@ -16,6 +16,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,6 +64,11 @@ type Options struct {
 	// of allow-update, only the types HyperFleet writes, as
 	// docs/networking.md suggests.
 	Policy bool
+	// Listen (BIND only), when set, is the address the server listens on
+	// at the standard port 53, instead of a free port on 127.0.0.1: where
+	// the operator looks for the resolvers of spec.dns.servers, which are
+	// addresses without a port. Give an address no other test uses.
+	Listen netip.Addr
 }
 
 func (o Options) zones() []string {
@@ -208,21 +214,26 @@ func StartBIND(t testing.TB, opts Options) *Server {
 	fwd := zones[0]
 	policy := opts.Policy
 	dir := t.TempDir()
-	port := FreePort(t)
+	host, port := "127.0.0.1", 53
+	if opts.Listen.IsValid() {
+		host = opts.Listen.String()
+	} else {
+		port = FreePort(t)
+	}
 	var conf strings.Builder
 	fmt.Fprintf(&conf, `options {
 	directory %q;
 	pid-file %q;
 	session-keyfile %q;
 	managed-keys-directory %q;
-	listen-on port %d { 127.0.0.1; };
+	listen-on port %d { %s; };
 	listen-on-v6 { none; };
 	recursion no;
 	dnssec-validation no;
 	notify no;
 };
 controls { };
-`, dir, filepath.Join(dir, "named.pid"), filepath.Join(dir, "session.key"), dir, port)
+`, dir, filepath.Join(dir, "named.pid"), filepath.Join(dir, "session.key"), dir, port, host)
 	for _, k := range []Key{UpdateKey, ReadonlyKey} {
 		fmt.Fprintf(&conf, "key %q { algorithm hmac-sha256; secret %q; };\n", strings.TrimSuffix(k.Name, "."), k.Secret)
 	}
@@ -252,7 +263,7 @@ controls { };
 	if err := os.WriteFile(confPath, []byte(conf.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	// -g: foreground, log to stderr; -4: IPv4 only. Root is fine here:
 	// without -u named keeps the user it was started as.
 	return run(t, "named", addr, zones, exec.Command(named, "-g", "-4", "-c", confPath))

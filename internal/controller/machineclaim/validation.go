@@ -1,0 +1,334 @@
+package machineclaim
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// DNS and network validation of a running claim's VM (docs/networking.md,
+// "DNS and network validation"): on a cluster with spec.dns.validation or
+// spec.network.validation, a claim whose VM runs and reports an address is
+// validated (validateNetwork), at once or after validateInterval, and
+// again every validateInterval. A round of checks talks to DNS servers and
+// to the VM, which may take the checks' whole timeouts, so it never runs
+// in a reconcile: validateNetwork starts it in a goroutine of its own
+// (validations), and the claim's next reconcile, which the round's end
+// wakes, records the outcome in the claim's NetworkValidated condition and
+// status.networkValidation, and fails the claim where onFailure says so.
+
+// dnsPort is the port of the DNS servers checked: spec.dns.servers are
+// resolvers' addresses, which VMs reach on the standard port.
+const dnsPort = 53
+
+// validationPlan is what one round checks, resolved from the claim, its
+// cluster and its template when the round starts.
+type validationPlan struct {
+	cluster string
+	// name and addrs are the VM's FQDN and addresses (DNSRecord's).
+	name  string
+	addrs []netip.Addr
+	// dns: the lookups are on; servers are the resolvers, reverse adds
+	// the PTR checks; dnsTimeout bounds each query.
+	dns        bool
+	servers    []netip.AddrPort
+	reverse    bool
+	dnsTimeout time.Duration
+	// ping and ssh are the network checks; netTimeout bounds each
+	// address's.
+	ping, ssh  bool
+	sshPort    uint16
+	netTimeout time.Duration
+	// onReady and interval schedule the rounds (dns.validation's).
+	onReady  bool
+	interval time.Duration
+	// failDNS and failNetwork: a failed check of that kind fails the
+	// claim (onFailure FailClaim).
+	failDNS, failNetwork bool
+}
+
+// validationRound is the outcome of one round.
+type validationRound struct {
+	finished time.Time
+	results  []hfv1.NetworkCheckResult
+	// reason is the first failed check's condition reason, "" when every
+	// check passed; fail says whether that failure fails the claim.
+	reason hfv1.ConditionReason
+	fail   bool
+}
+
+// validations are the rounds in flight and those finished but not yet
+// recorded, by claim UID. Losing them on restart costs one round.
+type validations struct {
+	mu       sync.Mutex
+	running  map[types.UID]bool
+	finished map[types.UID]validationRound
+	// wake enqueues a claim whose round finished (a channel source of the
+	// controller); nil in tests without a manager, where the claim's
+	// recheck collects the round instead.
+	wake chan event.GenericEvent
+}
+
+// start runs plan in a goroutine unless a round of the claim is already
+// running; false when one is.
+func (v *validations) start(claim *hfv1.MachineClaim, plan validationPlan, now func() time.Time) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.running[claim.UID] {
+		return false
+	}
+	if v.running == nil {
+		v.running, v.finished = map[types.UID]bool{}, map[types.UID]validationRound{}
+	}
+	v.running[claim.UID] = true
+	key := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}}
+	go func() {
+		round := runRound(plan)
+		round.finished = now()
+		v.mu.Lock()
+		if v.running[key.UID] {
+			delete(v.running, key.UID)
+			v.finished[key.UID] = round
+		}
+		v.mu.Unlock()
+		if v.wake != nil {
+			select {
+			case v.wake <- event.GenericEvent{Object: key}:
+			default:
+				// The queue is full; the claim's recheck collects it.
+			}
+		}
+	}()
+	return true
+}
+
+// take returns the claim's finished round, once.
+func (v *validations) take(uid types.UID) (validationRound, bool, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	r, ok := v.finished[uid]
+	delete(v.finished, uid)
+	return r, ok, v.running[uid]
+}
+
+// forget drops a gone claim's rounds; one still running is dropped when
+// it ends.
+func (v *validations) forget(uid types.UID) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.running, uid)
+	delete(v.finished, uid)
+}
+
+// planValidation resolves what the claim's rounds check; false when its
+// cluster validates nothing.
+func planValidation(claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster, tmpl *hfv1.HypervisorMachineTemplate) (validationPlan, bool) {
+	p := validationPlan{cluster: cluster.Name, onReady: true, interval: hfv1.DefaultValidationInterval * time.Second}
+	if d := cluster.Spec.DNS; d != nil && d.Validation != nil && enabled(d.Validation.Enabled) {
+		v := d.Validation
+		p.dns, p.reverse, p.failDNS = true, v.ValidateReverse, v.OnFailure == hfv1.ValidationFailClaim
+		p.dnsTimeout = seconds(v.TimeoutSeconds, hfv1.DefaultDNSValidationTimeoutSeconds)
+		p.onReady = enabled(v.ValidateOnReady)
+		if v.ValidateInterval != nil {
+			p.interval = v.ValidateInterval.Duration
+		}
+	}
+	if n := cluster.Spec.Network; n != nil && n.Validation != nil && enabled(n.Validation.Enabled) {
+		v := n.Validation
+		p.ping, p.ssh, p.failNetwork = enabled(v.PingTest), v.SSHTest, v.OnFailure == hfv1.ValidationFailClaim
+		p.sshPort = uint16(hfv1.DefaultSSHPort)
+		if v.SSHPort > 0 {
+			p.sshPort = uint16(v.SSHPort)
+		}
+		p.netTimeout = seconds(v.TimeoutSeconds, hfv1.DefaultNetworkValidationTimeoutSeconds)
+	}
+	if !p.dns && !p.ping && !p.ssh {
+		return p, false
+	}
+	if rec, why := DNSRecord(claim, ""); why == "" {
+		p.name, p.addrs = rec.Name, rec.Addrs
+	} else {
+		p.addrs = validatedAddrs(claim)
+	}
+	settings := hfv1.DNSSettings{}
+	if cluster.Spec.DNS != nil {
+		settings = cluster.Spec.DNS.DNSSettings
+	}
+	if tmpl != nil {
+		settings = vmspec.DNS(cluster, tmpl)
+	}
+	for _, s := range settings.Servers {
+		if a, err := netip.ParseAddr(s); err == nil {
+			p.servers = append(p.servers, netip.AddrPortFrom(a, dnsPort))
+		}
+	}
+	return p, true
+}
+
+// validatedAddrs are the addresses of a claim without an FQDN, chosen as
+// DNSRecord chooses them.
+func validatedAddrs(claim *hfv1.MachineClaim) []netip.Addr {
+	c := claim.DeepCopy()
+	if c.Status.Network == nil {
+		return nil
+	}
+	c.Status.Network.FQDN = "unnamed"
+	rec, _ := DNSRecord(c, "")
+	return rec.Addrs
+}
+
+func enabled(b *bool) bool { return b == nil || *b }
+
+func seconds(n, def int32) time.Duration {
+	if n <= 0 {
+		n = def
+	}
+	return time.Duration(n) * time.Second
+}
+
+// bound is the longest a round may take: its checks of one kind run in
+// parallel, the kinds one after the other.
+func (p validationPlan) bound() time.Duration {
+	return 2*p.dnsTimeout + 2*p.netTimeout + 5*time.Second
+}
+
+// validateNetwork validates a running claim's VM on its cluster's
+// schedule: it records a finished round, starts the next one when it is
+// due, and asks to be woken when that is. It stops the pass only when a
+// failed round fails the claim (the end list then runs).
+func (r *Reconciler) validateNetwork(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	if s.cluster == nil || !s.facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) {
+		return phase.Next(), nil
+	}
+	plan, on := planValidation(claim, s.cluster, s.tmpl)
+	if !on || len(plan.addrs) == 0 {
+		return phase.Next(), nil
+	}
+	round, finished, running := r.validation.take(claim.UID)
+	if finished && !r.vmStillRuns(claim) {
+		// The VM stopped while it was checked (its job done, or shut
+		// down): the round says nothing about its network, and
+		// checkRunning ends the claim.
+		finished = false
+	}
+	if finished && r.recordRound(ctx, s, plan, round) {
+		return phase.Stop(), nil
+	}
+	if running {
+		return phase.Recheck(plan.bound()), nil
+	}
+	now := r.Clock.Now()
+	due, again := r.nextValidation(s, plan)
+	if !again {
+		return phase.Next(), nil
+	}
+	if now.Before(due) {
+		return phase.Recheck(due.Sub(now)), nil
+	}
+	if r.validation.start(claim, plan, r.Clock.Now) && s.facts.condition(claim, hfv1.MachineClaimNetworkValidatedCondition) == nil {
+		s.facts.record(hfv1.MachineClaimNetworkValidatedCondition, metav1.ConditionUnknown, hfv1.ValidatingReason,
+			"The first validation of the VM's DNS name and network is running")
+	}
+	return phase.Recheck(plan.bound()), nil
+}
+
+// vmStillRuns reports whether the latest listing of the claim's cluster
+// still shows its VM running (true without a listing).
+func (r *Reconciler) vmStillRuns(claim *hfv1.MachineClaim) bool {
+	ref := claim.Status.VMRef
+	if ref == nil {
+		return false
+	}
+	l := r.Registry.Listing(ref.HypervisorCluster)
+	if l == nil {
+		return true
+	}
+	vm, found := l.VM(provider.ID(ref.ID()))
+	return found && vm.Power != provider.PowerStopped
+}
+
+// nextValidation is when the claim's next round is due; again is false
+// when none is (validateInterval 0s, after the first).
+func (r *Reconciler) nextValidation(s *claimScope, plan validationPlan) (due time.Time, again bool) {
+	claim := s.claim
+	if st := claim.Status.NetworkValidation; st != nil && st.LastValidated != nil {
+		if plan.interval <= 0 {
+			return time.Time{}, false
+		}
+		return st.LastValidated.Add(plan.interval), true
+	}
+	if plan.onReady {
+		return time.Time{}, true
+	}
+	since := r.Clock.Now()
+	if c := s.facts.condition(claim, hfv1.MachineClaimProvisionedCondition); c != nil && !c.LastTransitionTime.IsZero() {
+		since = c.LastTransitionTime.Time
+	}
+	return since.Add(plan.interval), plan.interval > 0
+}
+
+// recordRound records a finished round in the claim's status and its
+// NetworkValidated condition, with an event when the outcome changed;
+// true when the round failed the claim.
+func (r *Reconciler) recordRound(ctx context.Context, s *claimScope, plan validationPlan, round validationRound) bool {
+	claim := s.claim
+	at := metav1.NewTime(round.finished)
+	claim.Status.NetworkValidation = &hfv1.NetworkValidationStatus{LastValidated: &at, Checks: round.results}
+	prev := s.facts.condition(claim, hfv1.MachineClaimNetworkValidatedCondition)
+	if round.reason == "" {
+		msg := "Every check passed: " + summary(round.results)
+		if prev == nil || prev.Status != metav1.ConditionTrue {
+			r.Recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.NetworkValidatedReason), conditions.Truncate(msg, 1024))
+		}
+		s.facts.record(hfv1.MachineClaimNetworkValidatedCondition, metav1.ConditionTrue, hfv1.NetworkValidatedReason, msg)
+		return false
+	}
+	msg := conditions.Truncate("Validation failed: "+failures(round.results), 1024)
+	if prev == nil || prev.Reason != string(round.reason) {
+		r.Recorder.Event(claim, corev1.EventTypeWarning, string(round.reason), msg)
+		ctrl.LoggerFrom(ctx).Info("The VM's validation failed", "reason", round.reason, "message", msg)
+	}
+	s.facts.record(hfv1.MachineClaimNetworkValidatedCondition, metav1.ConditionFalse, round.reason, msg)
+	if !round.fail {
+		return false
+	}
+	end := fmt.Sprintf("The VM failed its validation and HypervisorCluster %s says onFailure: FailClaim (%s: %s)", plan.cluster, round.reason, failures(round.results))
+	r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.NetworkValidationFailedReason), conditions.Truncate(end, 1024))
+	r.beginEnd(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.NetworkValidationFailedReason, message: end, failed: true})
+	return true
+}
+
+// summary and failures render a round's results for a message.
+func summary(results []hfv1.NetworkCheckResult) string {
+	parts := make([]string, len(results))
+	for i, c := range results {
+		parts[i] = c.Message
+	}
+	return strings.Join(parts, "; ")
+}
+
+func failures(results []hfv1.NetworkCheckResult) string {
+	var parts []string
+	for _, c := range results {
+		if !c.Passed {
+			parts = append(parts, c.Message)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
