@@ -120,6 +120,8 @@ func TestDefaultsAreApplied(t *testing.T) {
 	cluster := validStoreCluster()
 	cluster.SetName("defaults-store")
 	_ = unstructured.SetNestedMap(cluster.Object, map[string]any{"name": "pve-client", "namespace": "hf"}, "spec", "credentials", "clientCert")
+	_ = unstructured.SetNestedMap(cluster.Object, map[string]any{}, "spec", "dns", "validation")
+	_ = unstructured.SetNestedMap(cluster.Object, map[string]any{}, "spec", "network", "validation")
 	if err := env.Client.Create(ctx, cluster, client.FieldValidation("Strict")); err != nil {
 		t.Fatalf("creating a cluster with a minimal secret store: %v", err)
 	}
@@ -150,6 +152,18 @@ func TestDefaultsAreApplied(t *testing.T) {
 		{cluster, append(store, "vmPolicy"), "hyperfleet-vm"},
 		{cluster, []string{"spec", "credentials", "clientCert", "certificateKey"}, hfv1.DefaultClientCertificateKey},
 		{cluster, []string{"spec", "credentials", "clientCert", "privateKeyKey"}, hfv1.DefaultClientPrivateKeyKey},
+		// The validation settings' defaults are the operator's own for a
+		// field left out (hfv1.Default*; planValidation).
+		{cluster, []string{"spec", "dns", "validation", "enabled"}, true},
+		{cluster, []string{"spec", "dns", "validation", "validateOnReady"}, true},
+		{cluster, []string{"spec", "dns", "validation", "validateInterval"}, "5m"},
+		{cluster, []string{"spec", "dns", "validation", "timeoutSeconds"}, int64(hfv1.DefaultDNSValidationTimeoutSeconds)},
+		{cluster, []string{"spec", "dns", "validation", "onFailure"}, string(hfv1.ValidationReport)},
+		{cluster, []string{"spec", "network", "validation", "enabled"}, true},
+		{cluster, []string{"spec", "network", "validation", "pingTest"}, true},
+		{cluster, []string{"spec", "network", "validation", "sshPort"}, int64(hfv1.DefaultSSHPort)},
+		{cluster, []string{"spec", "network", "validation", "timeoutSeconds"}, int64(hfv1.DefaultNetworkValidationTimeoutSeconds)},
+		{cluster, []string{"spec", "network", "validation", "onFailure"}, string(hfv1.ValidationReport)},
 	}
 	for _, w := range want {
 		got, found, err := unstructured.NestedFieldNoCopy(w.obj.Object, w.path...)
@@ -408,6 +422,16 @@ func invalidCases() []invalidCase {
 		{name: "cluster poll interval too short", base: validCluster, mutate: set("100ms", "spec", "pollInterval"), want: "pollInterval must be between 1s and 5m"},
 		{name: "cluster poll interval not a duration", base: validCluster, mutate: set("often", "spec", "pollInterval"), want: "spec.pollInterval: Invalid value"},
 		{name: "cluster dns server not an IP", base: validCluster, mutate: set([]string{"dns.example.com"}, "spec", "dns", "servers"), want: "each DNS server must be an IPv4 or IPv6 address"},
+		{name: "cluster network validation checking nothing", base: validCluster, mutate: set(map[string]any{"pingTest": false}, "spec", "network", "validation"),
+			want: "network.validation checks nothing with pingTest and sshTest both false: set one of them to true, or enabled: false"},
+		{name: "cluster dns validation interval too short", base: validCluster, mutate: set(map[string]any{"validateInterval": "30s"}, "spec", "dns", "validation"),
+			want: "dns.validation.validateInterval must be 0s (validate once) or between 1m and 24h"},
+		{name: "cluster dns validation timeout too long", base: validCluster, mutate: set(map[string]any{"timeoutSeconds": int64(61)}, "spec", "dns", "validation"),
+			want: "spec.dns.validation.timeoutSeconds: Invalid value: 61"},
+		{name: "cluster network validation unknown onFailure", base: validCluster, mutate: set(map[string]any{"onFailure": "Delete"}, "spec", "network", "validation"),
+			want: "spec.network.validation.onFailure: Unsupported value: \"Delete\""},
+		{name: "cluster ssh port out of range", base: validCluster, mutate: set(map[string]any{"sshTest": true, "sshPort": int64(70000)}, "spec", "network", "validation"),
+			want: "spec.network.validation.sshPort: Invalid value: 70000"},
 		{name: "cluster registerVMs without provider", base: validCluster, mutate: set(map[string]any{"domain": "ci.example.com", "registerVMs": true}, "spec", "dns"), want: "dns.registerVMs needs dns.dnsProvider"},
 		{name: "cluster dns provider without zone", base: validCluster,
 			mutate: set(map[string]any{"dnsProvider": rfc2136Provider()}, "spec", "dns"), want: "dns.dnsProvider needs a zone"},
