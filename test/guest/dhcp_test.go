@@ -24,13 +24,26 @@ import (
 // VM's host name as client identifier (option 61), in mac mode on no such
 // identifier; the guest holds exactly that lease's address, from
 // dnsmasq's range, and the claim reports it (read through the guest
-// agent). The job runs end to end over the namespace's forwarders.
+// agent). The job runs end to end over the namespace's forwarders. In mac
+// mode the operator also registers the guest in a real BIND on the bridge
+// and validates it from the host's side of the bridge: forward and
+// reverse lookups at that BIND, and ping (validateOnBridge).
 func TestDHCPClientIdentifierOnRealGuests(t *testing.T) {
 	for i, id := range []hfv1.DHCPClientIdentifier{hfv1.DHCPClientIdentifierMAC, hfv1.DHCPClientIdentifierHostname} {
 		t.Run(string(id), func(t *testing.T) {
 			gn, srv := dhcpNetwork(t, fmt.Sprintf("hf-dhcp-%d-%s", os.Getpid(), id), netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 98, byte(i + 1), 0}), 24))
 			img := image
-			runJobs(t, scenario{jobs: 1, opts: devenv.Options{GuestImage: &img, GuestNetwork: gn, DHCPClientIdentifier: id}, probe: probeDHCP(gn, srv, id)})
+			opts := devenv.Options{GuestImage: &img, GuestNetwork: gn, DHCPClientIdentifier: id}
+			// The mac guest also proves DNS and network validation, with
+			// no guest of its own (validation_test.go).
+			var validated func(*devenv.World)
+			if id == hfv1.DHCPClientIdentifierMAC {
+				validated = validateOnBridge(t, gn, &opts)
+			}
+			w, _, _ := runJobs(t, scenario{jobs: 1, opts: opts, probe: probeDHCP(gn, srv, id)})
+			if validated != nil {
+				validated(w)
+			}
 			leases, err := srv.Leases()
 			if err != nil {
 				t.Fatal(err)

@@ -123,6 +123,17 @@ func (w *World) Objects() ([]client.Object, error) {
 			}
 		}
 	}
+	for _, o := range objs {
+		if c, ok := o.(*hfv1.HypervisorCluster); ok {
+			c.Spec.DNS, c.Spec.Network = w.opts.ClusterDNS.DeepCopy(), w.opts.ClusterNetwork.DeepCopy()
+		}
+	}
+	for i := len(w.opts.Secrets) - 1; i >= 0; i-- {
+		// After the system namespace, before the cluster that uses them.
+		secret := w.opts.Secrets[i].DeepCopy()
+		secret.Namespace = SystemNamespace
+		objs = append([]client.Object{objs[0], secret}, objs[1:]...)
+	}
 	if w.opts.SecretStore {
 		// Before the cluster that references it.
 		secret, _ := w.vaultObjects()

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -161,6 +162,13 @@ type Options struct {
 	// GuestHostAddress), where the network forwards each server's port
 	// to its loopback listener.
 	GuestNetwork *guestnet.Network
+	// ClusterDNS and ClusterNetwork, when set, are the cluster's spec.dns
+	// and spec.network (DNS registration, DNS and network validation);
+	// Secrets (a DNS provider's TSIG key) are created in SystemNamespace
+	// before the cluster.
+	ClusterDNS     *hfv1.ClusterDNSSettings
+	ClusterNetwork *hfv1.ClusterNetworkSettings
+	Secrets        []*corev1.Secret
 	// DHCPClientIdentifier, when set, is the template's
 	// spec.network.dhcp.clientIdentifier (network mode dhcp).
 	DHCPClientIdentifier hfv1.DHCPClientIdentifier

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -71,6 +72,37 @@ func (n *Network) Addr(offset int) netip.Addr {
 		a = a.Next()
 	}
 	return a
+}
+
+// Join plugs the caller's network namespace into the bridge with a veth
+// pair whose end on this side has the network's address at offset: a
+// process here (the operator under test) then reaches the guests
+// directly, over the bridge, as an operator on the VMs' network would,
+// and the guests reach servers listening here at that address. The pair
+// goes with the namespace (Close).
+func (n *Network) Join(offset int) (netip.Addr, error) {
+	addr := n.Addr(offset)
+	if !n.Prefix.Contains(addr) || addr == n.Host {
+		return netip.Addr{}, fmt.Errorf("guestnet: offset %d is not a free address of %s", offset, n.Prefix)
+	}
+	// Interface names are at most 15 characters; the namespace's name is
+	// unique to the test, and so is its hash.
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(n.Netns))
+	host := fmt.Sprintf("hfj%08x", h.Sum32())
+	for _, args := range [][]string{
+		{"link", "add", host, "type", "veth", "peer", "name", "join0", "netns", n.Netns},
+		{"-n", n.Netns, "link", "set", "join0", "master", Bridge},
+		{"-n", n.Netns, "link", "set", "join0", "up"},
+		{"addr", "add", netip.PrefixFrom(addr, n.Prefix.Bits()).String(), "dev", host},
+		{"link", "set", host, "up"},
+	} {
+		if err := ip(args...); err != nil {
+			_ = ip("link", "del", host)
+			return netip.Addr{}, err
+		}
+	}
+	return addr, nil
 }
 
 // Forward listens on the bridge's address at port, inside the namespace,

@@ -1,0 +1,128 @@
+//go:build guest
+
+package guest
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg/rfc2136"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/dnsserver"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/guestnet"
+)
+
+// validationZone is the guests' DNS domain in the validation scenario.
+const validationZone = "ci.example.test"
+
+// validateOnBridge sets opts up for DNS and network validation of real
+// guests on gn's bridge: the host joins the bridge (at its .254), a real
+// BIND listens there at port 53 with the forward zone and the bridge
+// network's reverse zone, the cluster registers its VMs on that BIND
+// (rfc2136) and validates them against it (dns.servers), forward and
+// reverse, and pings them from the operator's own network. sshTest stays
+// off: the guest image has no SSH server (docs/networking.md). The
+// returned check, run after the jobs, reads what the operator found.
+func validateOnBridge(t *testing.T, gn *guestnet.Network, opts *devenv.Options) func(w *devenv.World) {
+	t.Helper()
+	host, err := gn.Join(254)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := gn.Prefix.Addr().As4()
+	reverse := fmt.Sprintf("%d.%d.%d.in-addr.arpa", b[2], b[1], b[0])
+	bind := dnsserver.StartBIND(t, dnsserver.Options{Zones: []string{validationZone, reverse}, Listen: host})
+	opts.Secrets = []*corev1.Secret{{ObjectMeta: metav1.ObjectMeta{Name: "dns-update-key"}, StringData: map[string]string{"tsig.key": dnsserver.UpdateKey.Clause()}}}
+	opts.ClusterDNS = &hfv1.ClusterDNSSettings{
+		DNSSettings: hfv1.DNSSettings{Domain: validationZone, Servers: []string{host.String()}},
+		RegisterVMs: true,
+		DNSProvider: &hfv1.DNSProvider{
+			Type: dnsreg.TypeRFC2136, ReverseZones: []string{reverse}, TTLSeconds: 60,
+			RFC2136: &hfv1.RFC2136Settings{Server: bind.Addr},
+			Credentials: []hfv1.NamedSecretKeySelector{{Name: rfc2136.CredentialKey,
+				SecretKeyRef: hfv1.SecretKeySelector{Namespace: devenv.SystemNamespace, Name: "dns-update-key", Key: "tsig.key"}}},
+		},
+		Validation: &hfv1.DNSValidation{ValidateReverse: true, TimeoutSeconds: 5},
+	}
+	opts.ClusterNetwork = &hfv1.ClusterNetworkSettings{Validation: &hfv1.NetworkValidation{TimeoutSeconds: 10}}
+	before := map[string]float64{}
+	for _, check := range []string{"forward", "reverse", "ping"} {
+		before[check] = testutil.ToFloat64(metrics.NetworkValidations.WithLabelValues(devenv.ClusterName, check, "passed"))
+	}
+	return func(w *devenv.World) {
+		t.Helper()
+		var events corev1.EventList
+		if err := w.API.Client.List(context.Background(), &events, client.InNamespace(devenv.Namespace)); err != nil {
+			t.Fatal(err)
+		}
+		validated := 0
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind != "MachineClaim" {
+				continue
+			}
+			if isValidationReason(e.Reason) {
+				// Said for the record; the Validated event below is what
+				// must be there.
+				t.Logf("claim %s: %s %s: %s", e.InvolvedObject.Name, e.Type, e.Reason, e.Message)
+			}
+			if e.Reason != string(hfv1.NetworkValidatedReason) {
+				continue
+			}
+			validated++
+			t.Logf("claim %s: %s", e.InvolvedObject.Name, e.Message)
+			addr, err := pingedAddr(e.Message)
+			if err != nil || !gn.Prefix.Contains(addr) {
+				t.Errorf("claim %s: the validation pinged %v (%v), not an address of the guests' network %s", e.InvolvedObject.Name, addr, err, gn.Prefix)
+				continue
+			}
+			fqdn := e.InvolvedObject.Name + "." + validationZone
+			for _, want := range []string{
+				fmt.Sprintf("%s resolves to %s at %s", fqdn, addr, host),
+				fmt.Sprintf("the PTR records of %s name %s at %s", addr, fqdn, host),
+			} {
+				if !strings.Contains(e.Message, want) {
+					t.Errorf("claim %s: the validation's message lacks %q", e.InvolvedObject.Name, want)
+				}
+			}
+		}
+		if validated == 0 {
+			t.Errorf("no claim was NetworkValidated (event %s); events: %+v", hfv1.NetworkValidatedReason, events.Items)
+		}
+		for check, n := range before {
+			if got := testutil.ToFloat64(metrics.NetworkValidations.WithLabelValues(devenv.ClusterName, check, "passed")); got <= n {
+				t.Errorf("hyperfleet_network_validation_total{check=%q,result=\"passed\"} = %v, not above %v", check, got, n)
+			}
+		}
+	}
+}
+
+// isValidationReason: a failure reason of the NetworkValidated condition.
+func isValidationReason(reason string) bool {
+	switch hfv1.ConditionReason(reason) {
+	case hfv1.DNSLookupFailedReason, hfv1.ReverseLookupMismatchReason, hfv1.PingFailedReason, hfv1.PingNotPermittedReason,
+		hfv1.SSHUnreachableReason, hfv1.ValidationNotPossibleReason, hfv1.NetworkValidationFailedReason:
+		return true
+	}
+	return false
+}
+
+// pingedAddr reads the address out of "ping answered by <addr> in <rtt>".
+func pingedAddr(msg string) (netip.Addr, error) {
+	_, rest, ok := strings.Cut(msg, "ping answered by ")
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("no ping in %q", msg)
+	}
+	a, _, _ := strings.Cut(rest, " ")
+	return netip.ParseAddr(a)
+}
