@@ -111,20 +111,22 @@ func isReply(b []byte, proto int, peer net.Addr, addr netip.Addr, token []byte) 
 // listenICMP opens an ICMP socket of the family: unprivileged first, raw
 // when that is refused. raw says which.
 func listenICMP(v4 bool) (conn *icmp.PacketConn, raw bool, err error) {
-	dgram, rawNet, any := "udp4", "ip4:icmp", "0.0.0.0"
+	dgram, rawNet, wildcard := "udp4", "ip4:icmp", "0.0.0.0"
 	if !v4 {
-		dgram, rawNet, any = "udp6", "ip6:ipv6-icmp", "::"
+		dgram, rawNet, wildcard = "udp6", "ip6:ipv6-icmp", "::"
 	}
-	conn, err = icmp.ListenPacket(dgram, any)
+	conn, err = icmp.ListenPacket(dgram, wildcard)
 	if err == nil {
 		return conn, false, nil
 	}
-	conn, rerr := icmp.ListenPacket(rawNet, any)
+	conn, rerr := icmp.ListenPacket(rawNet, wildcard)
 	if rerr == nil {
 		return conn, true, nil
 	}
 	if denied(err) && denied(rerr) {
-		return nil, false, fmt.Errorf("%w (unprivileged: %v; raw: %v): allow the operator's group in net.ipv4.ping_group_range, or give it CAP_NET_RAW", ErrNotPermitted, err, rerr)
+		// Both refusals wrap: the message shows each; ErrNotPermitted is
+		// what callers match.
+		return nil, false, fmt.Errorf("%w (unprivileged: %w; raw: %w): allow the operator's group in net.ipv4.ping_group_range, or give it CAP_NET_RAW", ErrNotPermitted, err, rerr)
 	}
 	return nil, false, fmt.Errorf("open an ICMP socket: %w", errors.Join(err, rerr))
 }

@@ -23,6 +23,10 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/guestnet"
 )
 
+// The in-process operator builds DNS back-ends from dnsreg's registry, as
+// the binary does once its main registered rfc2136 (cmd/hyperfleet).
+func init() { dnsreg.Register(dnsreg.TypeRFC2136, rfc2136.Factory) }
+
 // validationZone is the guests' DNS domain in the validation scenario.
 const validationZone = "ci.example.test"
 

@@ -316,13 +316,15 @@ func (r *Reconciler) buildPhases() []phase.Func[*claimScope] {
 		r.ensureAddress, r.ensureIdentity, r.ensureVM}
 }
 
-// runningPhases watch a provisioned claim: its DNS records, its secrets
-// placed, its attestation, its validation, its VM and its runner; checkRunning ends every
+// runningPhases watch a provisioned claim: its DNS records, its
+// validation (right after the cluster is loaded, so that a finished round
+// is recorded even while a later phase waits), its secrets placed, its
+// attestation, its VM and its runner; checkRunning ends every
 // such pass.
 // checkSupported acts only on a claim without a VM reference.
 func (r *Reconciler) runningPhases() []phase.Func[*claimScope] {
-	return []phase.Func[*claimScope]{r.checkSupported, r.ensureDNS, r.loadDependencies, r.loadProvider, r.ensureSecrets,
-		r.checkAttestation, r.ensureStoredCredential, r.validateNetwork, r.checkRunning}
+	return []phase.Func[*claimScope]{r.checkSupported, r.ensureDNS, r.loadDependencies, r.loadProvider, r.validateNetwork,
+		r.ensureSecrets, r.checkAttestation, r.ensureStoredCredential, r.checkRunning}
 }
 
 // endPhases tear an ended claim down, its DNS records first (dns.go).
