@@ -28,6 +28,7 @@ const (
 // FQDN must resolve to exactly its addresses at every configured DNS
 // server (docs/networking.md, "DNS and network validation").
 // +kubebuilder:validation:XValidation:rule="!has(self.validateInterval) || duration(self.validateInterval) == duration('0s') || (duration(self.validateInterval) >= duration('1m') && duration(self.validateInterval) <= duration('24h'))",message="dns.validation.validateInterval must be 0s (validate once) or between 1m and 24h",fieldPath=".validateInterval"
+// +kubebuilder:validation:XValidation:rule="!has(self.validateOnReady) || self.validateOnReady || !has(self.validateInterval) || duration(self.validateInterval) > duration('0s')",message="dns.validation never validates with validateOnReady false and validateInterval 0s: set validateOnReady true or an interval"
 type DNSValidation struct {
 	// enabled turns the DNS checks on (default true once validation is
 	// set).

@@ -426,6 +426,8 @@ func invalidCases() []invalidCase {
 			want: "network.validation checks nothing with pingTest and sshTest both false: set one of them to true, or enabled: false"},
 		{name: "cluster dns validation interval too short", base: validCluster, mutate: set(map[string]any{"validateInterval": "30s"}, "spec", "dns", "validation"),
 			want: "dns.validation.validateInterval must be 0s (validate once) or between 1m and 24h"},
+		{name: "cluster dns validation that never runs", base: validCluster, mutate: set(map[string]any{"validateOnReady": false, "validateInterval": "0s"}, "spec", "dns", "validation"),
+			want: "dns.validation never validates with validateOnReady false and validateInterval 0s"},
 		{name: "cluster dns validation timeout too long", base: validCluster, mutate: set(map[string]any{"timeoutSeconds": int64(61)}, "spec", "dns", "validation"),
 			want: "spec.dns.validation.timeoutSeconds: Invalid value: 61"},
 		{name: "cluster network validation unknown onFailure", base: validCluster, mutate: set(map[string]any{"onFailure": "Delete"}, "spec", "network", "validation"),
