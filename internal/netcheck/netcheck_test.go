@@ -5,13 +5,18 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/sys/unix"
 
 	"github.com/hyperfleet/hyperfleet/internal/testworld/dnsserver"
 )
@@ -76,14 +81,17 @@ func TestLookupsAgainstBIND(t *testing.T) {
 	}
 }
 
-// TestPingLoopback: the kernel's own echo reply on loopback passes; an
+// TestPingLoopback: the kernel's own echo reply on loopback (IPv4 and
+// IPv6) passes; an
 // address nobody answers for fails when the context ends.
 func TestPingLoopback(t *testing.T) {
-	rtt, err := Ping(timeout(t, 5*time.Second), netip.MustParseAddr("127.0.0.1"))
-	if err != nil {
-		t.Fatalf("ping 127.0.0.1: %v", err)
+	for _, a := range []string{"127.0.0.1", "::1"} {
+		rtt, err := Ping(timeout(t, 5*time.Second), netip.MustParseAddr(a))
+		if err != nil {
+			t.Fatalf("ping %s: %v", a, err)
+		}
+		t.Logf("%s answered in %s", a, rtt)
 	}
-	t.Logf("127.0.0.1 answered in %s", rtt)
 	// 192.0.2.0/24 (TEST-NET-1) is never routed to a host that answers.
 	if _, err := Ping(timeout(t, 2500*time.Millisecond), netip.MustParseAddr("192.0.2.254")); err == nil || errors.Is(err, ErrNotPermitted) {
 		t.Errorf("ping of an address without a host: %v, want no reply", err)
@@ -151,4 +159,82 @@ func serve(t *testing.T, handle func(net.Conn)) netip.AddrPort {
 		}
 	}()
 	return netip.MustParseAddrPort(ln.Addr().String())
+}
+
+// TestPingUnprivileged: in a network namespace whose
+// net.ipv4.ping_group_range admits the test's group, Ping uses an
+// unprivileged ICMP socket, the one an operator pod without CAP_NET_RAW
+// gets, and its echo is answered; where the range admits no group the
+// kernel refuses that socket and only a raw one (root here) is left.
+func TestPingUnprivileged(t *testing.T) {
+	name := fmt.Sprintf("hfping%d", os.Getpid()%100000)
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	for _, args := range [][]string{{"ip", "-n", name, "link", "set", "lo", "up"}} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", args, err, out)
+		}
+	}
+	setRange := func(r string) {
+		t.Helper()
+		if out, err := exec.Command("ip", "netns", "exec", name, "sysctl", "-w", "net.ipv4.ping_group_range="+r).CombinedOutput(); err != nil {
+			t.Fatalf("sysctl: %v: %s", err, out)
+		}
+	}
+	gid := fmt.Sprint(os.Getgid())
+	setRange(gid + " " + gid)
+	inNamespace(t, name, func() {
+		conn, raw, err := listenICMP(true)
+		if err != nil {
+			t.Errorf("ICMP socket with the group in ping_group_range: %v", err)
+			return
+		}
+		_ = conn.Close()
+		if raw {
+			t.Error("a raw socket was opened though the group may open an unprivileged one")
+		}
+		if _, err := Ping(timeout(t, 5*time.Second), netip.MustParseAddr("127.0.0.1")); err != nil {
+			t.Errorf("ping over an unprivileged socket: %v", err)
+		}
+	})
+	setRange("1 0")
+	inNamespace(t, name, func() {
+		conn, raw, err := listenICMP(true)
+		if err != nil {
+			t.Errorf("ICMP socket as root: %v", err)
+			return
+		}
+		_ = conn.Close()
+		if !raw {
+			t.Error("an unprivileged socket was opened though ping_group_range admits no group")
+		}
+	})
+}
+
+// inNamespace runs f on a thread in the network namespace name: the
+// sockets f opens belong to it. f runs outside the test's goroutine, so it
+// reports with t.Errorf, never t.Fatal.
+func inNamespace(t *testing.T, name string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// The thread stays locked, and so exits with the goroutine rather
+		// than serve others in the wrong namespace.
+		runtime.LockOSThread()
+		ns, err := os.Open("/run/netns/" + name)
+		if err != nil {
+			t.Errorf("open the namespace: %v", err)
+			return
+		}
+		defer func() { _ = ns.Close() }()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			t.Errorf("enter the namespace: %v", err)
+			return
+		}
+		f()
+	}()
+	<-done
 }
