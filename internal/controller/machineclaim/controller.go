@@ -323,7 +323,7 @@ func (r *Reconciler) buildPhases() []phase.Func[*claimScope] {
 // such pass.
 // checkSupported acts only on a claim without a VM reference.
 func (r *Reconciler) runningPhases() []phase.Func[*claimScope] {
-	return []phase.Func[*claimScope]{r.checkSupported, r.ensureDNS, r.loadDependencies, r.loadProvider, r.validateNetwork,
+	return []phase.Func[*claimScope]{r.checkSupported, r.ensureDNS, r.loadDependencies, r.loadProvider, r.checkNetwork,
 		r.ensureSecrets, r.checkAttestation, r.ensureStoredCredential, r.checkRunning}
 }
 

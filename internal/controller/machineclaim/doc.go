@@ -6,7 +6,9 @@
 // (address.go), the signed VM reservation and placement record
 // (reservation.go, reservation_placement.go), the SPIFFE identity
 // (identity*.go), the secrets placed in the running VM (guestsecrets.go),
-// the runner on its CI platform (runner*.go), the end (end.go) and a
+// the VM's name in DNS (dns.go) and its DNS and network validation
+// (validation*.go), the runner on its CI platform (runner*.go), the end
+// (end.go) and a
 // platform admin's force-delete and disownment (admin.go). See
 // docs/architecture.md, "The claim's reconcile".
 package machineclaim

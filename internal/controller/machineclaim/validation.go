@@ -24,10 +24,10 @@ import (
 // DNS and network validation of a running claim's VM (docs/networking.md,
 // "DNS and network validation"): on a cluster with spec.dns.validation or
 // spec.network.validation, a claim whose VM runs and reports an address is
-// validated (validateNetwork), at once or after validateInterval, and
+// validated (checkNetwork), at once or after validateInterval, and
 // again every validateInterval. A round of checks talks to DNS servers and
 // to the VM, which may take the checks' whole timeouts, so it never runs
-// in a reconcile: validateNetwork starts it in a goroutine of its own
+// in a reconcile: checkNetwork starts it in a goroutine of its own
 // (validations), and the claim's next reconcile, which the round's end
 // wakes, records the outcome in the claim's NetworkValidated condition and
 // status.networkValidation, and fails the claim where onFailure says so.
@@ -207,11 +207,11 @@ func (p validationPlan) bound() time.Duration {
 	return 2*p.dnsTimeout + 2*p.netTimeout + 5*time.Second
 }
 
-// validateNetwork validates a running claim's VM on its cluster's
+// checkNetwork validates a running claim's VM on its cluster's
 // schedule: it records a finished round, starts the next one when it is
 // due, and asks to be woken when that is. It stops the pass only when a
 // failed round fails the claim (the end list then runs).
-func (r *Reconciler) validateNetwork(ctx context.Context, s *claimScope) (phase.Result, error) {
+func (r *Reconciler) checkNetwork(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
 	if s.cluster == nil || !s.facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) {
 		return phase.Next(), nil
