@@ -339,6 +339,33 @@ type netVars struct {
 	dns     []string
 }
 
+// checkDHCP checks the settings of NetworkMode dhcp: they agree with each
+// other and are not set in another mode.
+func (v *Vars) checkDHCP() error {
+	switch v.DHCPClientIdentifier {
+	case "", DHCPIdentifierMAC:
+	case DHCPIdentifierHostname:
+		if !v.SendHostname {
+			return fmt.Errorf("vars: DHCPClientIdentifier hostname identifies the VM by the host name it sends; SendHostname must be true")
+		}
+	default:
+		return fmt.Errorf("vars: DHCPClientIdentifier %q must be %s or %s", v.DHCPClientIdentifier, DHCPIdentifierMAC, DHCPIdentifierHostname)
+	}
+	if v.RequestStaticLease && v.DHCPClientIdentifier != DHCPIdentifierHostname {
+		return fmt.Errorf("vars: RequestStaticLease asks for the address reserved for the host name; DHCPClientIdentifier must be hostname")
+	}
+	if v.DHCPLeaseSeconds < 0 || v.DHCPLeaseSeconds > maxLeaseSeconds {
+		return fmt.Errorf("vars: DHCPLeaseSeconds %d must be between 0 (the server's) and %d", v.DHCPLeaseSeconds, maxLeaseSeconds)
+	}
+	if (v.RequestStaticLease || v.DHCPLeaseSeconds > 0) && v.NetworkMode != NetworkDHCP {
+		return fmt.Errorf("vars: RequestStaticLease and DHCPLeaseSeconds apply only to NetworkMode dhcp, not %s", v.NetworkMode)
+	}
+	if v.IPv6 && v.NetworkMode != NetworkDHCP {
+		return fmt.Errorf("vars: IPv6 (DHCPv6) applies only to NetworkMode dhcp, not %s", v.NetworkMode)
+	}
+	return nil
+}
+
 // check validates v. Problems here are the operator's (the controller
 // filled v), so errors name the Vars field.
 func (v *Vars) check() (netVars, error) {
@@ -379,26 +406,8 @@ func (v *Vars) check() (netVars, error) {
 		}
 		nv.mac = hw.String()
 	}
-	switch v.DHCPClientIdentifier {
-	case "", DHCPIdentifierMAC:
-	case DHCPIdentifierHostname:
-		if !v.SendHostname {
-			return nv, fmt.Errorf("vars: DHCPClientIdentifier hostname identifies the VM by the host name it sends; SendHostname must be true")
-		}
-	default:
-		return nv, fmt.Errorf("vars: DHCPClientIdentifier %q must be %s or %s", v.DHCPClientIdentifier, DHCPIdentifierMAC, DHCPIdentifierHostname)
-	}
-	if v.RequestStaticLease && v.DHCPClientIdentifier != DHCPIdentifierHostname {
-		return nv, fmt.Errorf("vars: RequestStaticLease asks for the address reserved for the host name; DHCPClientIdentifier must be hostname")
-	}
-	if v.DHCPLeaseSeconds < 0 || v.DHCPLeaseSeconds > maxLeaseSeconds {
-		return nv, fmt.Errorf("vars: DHCPLeaseSeconds %d must be between 0 (the server's) and %d", v.DHCPLeaseSeconds, maxLeaseSeconds)
-	}
-	if (v.RequestStaticLease || v.DHCPLeaseSeconds > 0) && v.NetworkMode != NetworkDHCP {
-		return nv, fmt.Errorf("vars: RequestStaticLease and DHCPLeaseSeconds apply only to NetworkMode dhcp, not %s", v.NetworkMode)
-	}
-	if v.IPv6 && v.NetworkMode != NetworkDHCP {
-		return nv, fmt.Errorf("vars: IPv6 (DHCPv6) applies only to NetworkMode dhcp, not %s", v.NetworkMode)
+	if err := v.checkDHCP(); err != nil {
+		return nv, err
 	}
 	if v.NetworkMode == NetworkStatic {
 		if err := perVM("StaticIP", v.StaticIP); err != nil {
