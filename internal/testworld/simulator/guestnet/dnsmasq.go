@@ -137,15 +137,17 @@ func (s *DHCPServer) Reserve(hostname string, addr netip.Addr) error {
 	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		return fmt.Errorf("guestnet: reload dnsmasq's reservations: %w", err)
 	}
-	// dnsmasq logs "read <file> - N addresses" for each file it reloads.
+	// dnsmasq logs "read <file>" for each hosts file it reads; the log
+	// only grows.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		out, _ := os.ReadFile(s.LogFile)
-		if len(out) >= len(before) && strings.Contains(string(out[len(before):]), "read "+s.HostsFile) {
+		since := string(out[min(len(before), len(out)):])
+		if strings.Contains(since, "read "+s.HostsFile) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("guestnet: dnsmasq did not read %s again within 10 s: %s", s.HostsFile, out[len(before):])
+			return fmt.Errorf("guestnet: dnsmasq did not read %s again within 10 s: %s", s.HostsFile, since)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
