@@ -161,9 +161,9 @@ type Options struct {
 	// GuestHostAddress), where the network forwards each server's port
 	// to its loopback listener.
 	GuestNetwork *guestnet.Network
-	// DHCPClientIdentifier, when set, is the template's
-	// spec.network.dhcp.clientIdentifier (network mode dhcp).
-	DHCPClientIdentifier hfv1.DHCPClientIdentifier
+	// DHCP, when set, is the template's spec.network.dhcp (network mode
+	// dhcp).
+	DHCP *hfv1.DHCPOptions
 	// KeepGuestDisks, when set, is where destroyed real guests' disk
 	// overlays are moved (proxmoxsim.GuestConfig.KeepDisks), for tests
 	// that read what a guest left on its disk.
