@@ -23,7 +23,9 @@
 #                             builds the guest image), QEMU (qemu-system-x86
 #                             runs the guests, qemu-utils' qemu-img makes
 #                             their linked clones), dnsmasq-base (the DHCP
-#                             server of the DHCP test's guest network) and
+#                             server of the DHCP test's guest network),
+#                             isc-dhcp-client (the client of the DHCP
+#                             reservation test without a guest) and
 #                             iproute2 (ip netns makes that network)
 #   hack/test-deps.sh --chaos only what the chaos runs (`make test-chaos`,
 #                             `make test-chaos-small`) need besides the rest:
@@ -49,6 +51,7 @@ if $guest; then
 	command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
 	command -v qemu-img >/dev/null || missing+=(qemu-utils)
 	command -v dnsmasq >/dev/null || missing+=(dnsmasq-base)
+	[[ -x /usr/sbin/dhclient ]] || command -v dhclient >/dev/null || missing+=(isc-dhcp-client)
 	command -v ip >/dev/null || missing+=(iproute2)
 fi
 if $chaos; then

@@ -219,6 +219,11 @@ const (
 	// on in this combination (for example a Windows runner, which the
 	// Linux-only agent cannot run). The message names the field and the fix.
 	UnsupportedReason ConditionReason = "Unsupported"
+	// DHCPClientUnsupportedReason: the template's spec.network.dhcp asks
+	// for something (requestStaticLease, leaseTime, clientIdentifier
+	// hostname) that the image's DHCP client (spec.network.dhcp.client)
+	// cannot be configured to do through the operator's cloud-init.
+	DHCPClientUnsupportedReason ConditionReason = "DHCPClientUnsupported"
 	// SPIRENotConfiguredReason: the template attests with SPIRE but its
 	// HypervisorCluster has no spec.spire.
 	SPIRENotConfiguredReason ConditionReason = "SPIRENotConfigured"

@@ -237,8 +237,24 @@ const (
 	DHCPClientIdentifierHostname DHCPClientIdentifier = "hostname"
 )
 
+// DHCPClient is the DHCP client of a template's image.
+// +kubebuilder:validation:Enum=isc-dhcp-client;systemd-networkd
+type DHCPClient string
+
+const (
+	// DHCPClientISC is isc-dhcp-client (dhclient), which ifupdown runs:
+	// Debian 12's cloud images and docs/templates.md's recipe.
+	DHCPClientISC DHCPClient = "isc-dhcp-client"
+	// DHCPClientNetworkd is systemd-networkd, directly or under netplan:
+	// Ubuntu's cloud images.
+	DHCPClientNetworkd DHCPClient = "systemd-networkd"
+)
+
 // DHCPOptions tune how a VM asks for its address.
 // +kubebuilder:validation:XValidation:rule="!has(self.clientIdentifier) || self.clientIdentifier != 'hostname' || !has(self.sendHostname) || self.sendHostname",message="network.dhcp.clientIdentifier hostname identifies the VM by its host name; it needs sendHostname true (the default)"
+// +kubebuilder:validation:XValidation:rule="!has(self.requestStaticLease) || !self.requestStaticLease || !has(self.sendHostname) || self.sendHostname",message="network.dhcp.requestStaticLease asks for the address reserved for the VM's host name, which the VM must send: set sendHostname true (the default) or remove requestStaticLease"
+// +kubebuilder:validation:XValidation:rule="!has(self.requestStaticLease) || !self.requestStaticLease || (has(self.clientIdentifier) && self.clientIdentifier == 'hostname')",message="network.dhcp.requestStaticLease needs clientIdentifier hostname, so that servers reserving by client identifier (ISC dhcpd, Kea) recognise the VM by its host name: set clientIdentifier: hostname"
+// +kubebuilder:validation:XValidation:rule="!((has(self.requestStaticLease) && self.requestStaticLease) || has(self.leaseTime)) || has(self.client)",message="network.dhcp.requestStaticLease and network.dhcp.leaseTime are carried out by the image's DHCP client: set network.dhcp.client to it (isc-dhcp-client for ifupdown images such as Debian 12's)"
 type DHCPOptions struct {
 	// clientIdentifier is what the VM's DHCP client identifies itself
 	// with (option 61). mac (the default) leaves it to the image's DHCP
@@ -261,6 +277,40 @@ type DHCPOptions struct {
 	// ipv6 also asks for an IPv6 address (DHCPv6 / SLAAC).
 	// +optional
 	IPv6 bool `json:"ipv6,omitempty"`
+
+	// requestStaticLease makes the VM ask for the address the site's DHCP
+	// server reserves for its host name, so that a VM of the same name gets
+	// the same address every time. The VM sends its host name as option 12
+	// (what dnsmasq's dhcp-host=<name>,<address> matches) and as its client
+	// identifier, option 61 (what ISC dhcpd's and Kea's reservations by
+	// client identifier match); the operator does not write the
+	// reservation, the platform team's DHCP server holds it. Needs
+	// clientIdentifier hostname, sendHostname true and client
+	// isc-dhcp-client; other clients are refused when the template is
+	// validated (reason DHCPClientUnsupported). docs/networking.md.
+	// +optional
+	RequestStaticLease bool `json:"requestStaticLease,omitempty"`
+
+	// leaseTime is the lease time the VM's DHCP client asks for (option
+	// 51), such as 30m, from 2m to 168h; fractions of a second are
+	// dropped. A server grants at most its own maximum (dnsmasq: its
+	// range's lease time). DHCPv4 only; unset leaves it to the server.
+	// Needs client isc-dhcp-client, like requestStaticLease.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('2m') && duration(self) <= duration('168h')",message="network.dhcp.leaseTime must be between 2m and 168h"
+	LeaseTime *metav1.Duration `json:"leaseTime,omitempty"`
+
+	// client is the DHCP client of the template's image, which the
+	// operator configures for requestStaticLease, leaseTime and
+	// clientIdentifier hostname: isc-dhcp-client (ifupdown images such as
+	// Debian 12's) or systemd-networkd (netplan and networkd images such as
+	// Ubuntu's). Required with requestStaticLease or leaseTime. Only
+	// isc-dhcp-client can do them: with systemd-networkd the template is
+	// not Ready (reason DHCPClientUnsupported), before any VM boots.
+	// +optional
+	Client DHCPClient `json:"client,omitempty"`
 }
 
 // AttestationMethod is how a VM proves its identity.

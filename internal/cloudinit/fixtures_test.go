@@ -114,6 +114,19 @@ func goldenCases() []goldenCase {
 		userParts: []string{"text/cloud-config"},
 	})
 
+	// requestStaticLease and leaseTime: the host name as client identifier
+	// and host name, and the lease time, all in the one bootcmd entry.
+	v = baseVars()
+	v.DHCPClientIdentifier = DHCPIdentifierHostname
+	v.RequestStaticLease = true
+	v.DHCPLeaseSeconds = 1800
+	cases = append(cases, goldenCase{
+		name:      "dhcp-static-lease",
+		in:        Input{Vars: v},
+		networkd:  []string{"MACAddress=bc:24:11:5e:00:01", "DHCP=ipv4", "SendHostname=True", "Hostname=runner-abc12"},
+		userParts: []string{"text/cloud-config"},
+	})
+
 	v = runnerTokenVars(baseVars())
 	v.NetworkMode = NetworkStatic
 	v.DHCPClientIdentifier = ""

@@ -136,27 +136,52 @@ func fetchAgentCommand(v *Vars) []string {
 }
 
 // DHCPClientIDConf is the DHCP client's configuration file that
-// clientIdentifier hostname appends its send statement to: isc-dhcp-client's,
-// which ifupdown runs for "iface eth0 inet dhcp", cloud-init's rendering on
-// Debian 12 (docs/cloud-init.md).
+// clientIdentifier hostname, requestStaticLease and leaseTime append their
+// send statements to: isc-dhcp-client's, which ifupdown runs for "iface
+// eth0 inet dhcp", cloud-init's rendering on Debian 12 (docs/cloud-init.md).
 const DHCPClientIDConf = "/etc/dhcp/dhclient.conf"
 
-// dhcpClientIDScript makes the DHCP client identify itself by the host
-// name ($1): cloud-init's network config cannot say so, and the first
-// lease was taken before any user-data module ran (networking.service
-// precedes cloud-init's network stage). So it releases that lease, keyed
-// on the default identifier, appends the send statement, and asks again.
-// Idempotent: on a later boot the statement is there and the first lease
-// already carried it.
-const dhcpClientIDScript = `line="send dhcp-client-identifier \"$1\";"
-grep -qxF "$line" ` + DHCPClientIDConf + ` 2>/dev/null && exit 0
+// dhcpClientScript makes the DHCP client send what the template asks (its
+// arguments, one dhclient.conf statement each): cloud-init's network config
+// cannot say so, and the first lease was taken before any user-data module
+// ran (networking.service precedes cloud-init's network stage). So it
+// releases that lease, keyed on the default identifier, appends the
+// statements, and asks again. Idempotent: on a later boot the statements
+// are there and the first lease already carried them.
+const dhcpClientScript = `conf=` + DHCPClientIDConf + `
+missing=
+for line; do grep -qxF "$line" "$conf" 2>/dev/null || missing=1; done
+[ -n "$missing" ] || exit 0
 if ! command -v dhclient >/dev/null || ! command -v ifup >/dev/null; then
-    echo "hyperfleet: network.dhcp.clientIdentifier hostname needs ifupdown and isc-dhcp-client in the image (docs/cloud-init.md)" >&2
+    echo "hyperfleet: network.dhcp clientIdentifier hostname, requestStaticLease and leaseTime need ifupdown and isc-dhcp-client in the image (docs/cloud-init.md)" >&2
     exit 1
 fi
 ifdown ` + InterfaceName + `
-echo "$line" >>` + DHCPClientIDConf + `
+for line; do grep -qxF "$line" "$conf" 2>/dev/null || echo "$line" >>"$conf"; done
 ifup ` + InterfaceName
+
+// dhcpClientStatements are the dhclient.conf statements v's DHCP settings
+// need, none when the image's defaults do: the host name as client
+// identifier (option 61, as its bytes: what dnsmasq's id:<name> and ISC
+// dhcpd's dhcp-client-identifier "<name>" match), the host name (option
+// 12) named explicitly for a reservation by name, whatever the image's
+// default send host-name says, and the lease time (option 51).
+func dhcpClientStatements(v *Vars) []string {
+	if v.NetworkMode != NetworkDHCP {
+		return nil
+	}
+	var lines []string
+	if v.DHCPClientIdentifier == DHCPIdentifierHostname {
+		lines = append(lines, fmt.Sprintf("send dhcp-client-identifier %q;", v.Hostname))
+	}
+	if v.RequestStaticLease {
+		lines = append(lines, fmt.Sprintf("send host-name %q;", v.Hostname))
+	}
+	if v.DHCPLeaseSeconds > 0 {
+		lines = append(lines, fmt.Sprintf("send dhcp-lease-time %d;", v.DHCPLeaseSeconds))
+	}
+	return lines
+}
 
 // agentUnit is the systemd unit that runs the agent. After=cloud-final
 // makes it start once cloud-init has finished everything, the user's
@@ -316,9 +341,13 @@ func operatorCloudConfig(v *Vars) (*yaml.Node, error) {
 	)
 	// bootcmd: the first module of cloud-init's network stage.
 	bootcmd := seq()
-	if v.NetworkMode == NetworkDHCP && v.DHCPClientIdentifier == DHCPIdentifierHostname {
+	if lines := dhcpClientStatements(v); len(lines) > 0 {
 		// So that the address changes before anything else uses it.
-		bootcmd.Content = append(bootcmd.Content, seq(str("sh"), str("-c"), literal(dhcpClientIDScript), str("hyperfleet-dhcp-client-id"), str(v.Hostname)))
+		cmd := seq(str("sh"), str("-c"), literal(dhcpClientScript), str("hyperfleet-dhcp-client"))
+		for _, l := range lines {
+			cmd.Content = append(cmd.Content, str(l))
+		}
+		bootcmd.Content = append(bootcmd.Content, cmd)
 	}
 	if v.receivesSecrets() {
 		// The directory the secrets arrive in (agentconfig.SecretsDir),

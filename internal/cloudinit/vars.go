@@ -21,6 +21,10 @@ const (
 	NetworkCloudInit = "cloud-init"
 )
 
+// maxLeaseSeconds bounds Vars.DHCPLeaseSeconds: a week, as
+// spec.network.dhcp.leaseTime's CRD bound.
+const maxLeaseSeconds = 7 * 24 * 3600
+
 // DHCP client identifiers (Vars.DHCPClientIdentifier), as in
 // spec.network.dhcp.clientIdentifier.
 const (
@@ -78,6 +82,13 @@ type Vars struct {
 	SendHostname bool
 	// IPv6 also asks for IPv6 (DHCPv6 and router advertisements); dhcp mode.
 	IPv6 bool
+	// RequestStaticLease asks for the address the DHCP server reserves for
+	// Hostname: the DHCP client sends it as host name and as client
+	// identifier (spec.network.dhcp.requestStaticLease); dhcp mode.
+	RequestStaticLease bool
+	// DHCPLeaseSeconds is the lease time the DHCP client asks for (option
+	// 51, spec.network.dhcp.leaseTime), 0 for the server's; dhcp mode.
+	DHCPLeaseSeconds int
 	// StaticIP is the address allocated from the IPPool, without prefix
 	// length; static mode. Per-VM.
 	StaticIP string
@@ -328,6 +339,33 @@ type netVars struct {
 	dns     []string
 }
 
+// checkDHCP checks the settings of NetworkMode dhcp: they agree with each
+// other and are not set in another mode.
+func (v *Vars) checkDHCP() error {
+	switch v.DHCPClientIdentifier {
+	case "", DHCPIdentifierMAC:
+	case DHCPIdentifierHostname:
+		if !v.SendHostname {
+			return fmt.Errorf("vars: DHCPClientIdentifier hostname identifies the VM by the host name it sends; SendHostname must be true")
+		}
+	default:
+		return fmt.Errorf("vars: DHCPClientIdentifier %q must be %s or %s", v.DHCPClientIdentifier, DHCPIdentifierMAC, DHCPIdentifierHostname)
+	}
+	if v.RequestStaticLease && v.DHCPClientIdentifier != DHCPIdentifierHostname {
+		return fmt.Errorf("vars: RequestStaticLease asks for the address reserved for the host name; DHCPClientIdentifier must be hostname")
+	}
+	if v.DHCPLeaseSeconds < 0 || v.DHCPLeaseSeconds > maxLeaseSeconds {
+		return fmt.Errorf("vars: DHCPLeaseSeconds %d must be between 0 (the server's) and %d", v.DHCPLeaseSeconds, maxLeaseSeconds)
+	}
+	if (v.RequestStaticLease || v.DHCPLeaseSeconds > 0) && v.NetworkMode != NetworkDHCP {
+		return fmt.Errorf("vars: RequestStaticLease and DHCPLeaseSeconds apply only to NetworkMode dhcp, not %s", v.NetworkMode)
+	}
+	if v.IPv6 && v.NetworkMode != NetworkDHCP {
+		return fmt.Errorf("vars: IPv6 (DHCPv6) applies only to NetworkMode dhcp, not %s", v.NetworkMode)
+	}
+	return nil
+}
+
 // check validates v. Problems here are the operator's (the controller
 // filled v), so errors name the Vars field.
 func (v *Vars) check() (netVars, error) {
@@ -368,17 +406,8 @@ func (v *Vars) check() (netVars, error) {
 		}
 		nv.mac = hw.String()
 	}
-	switch v.DHCPClientIdentifier {
-	case "", DHCPIdentifierMAC:
-	case DHCPIdentifierHostname:
-		if !v.SendHostname {
-			return nv, fmt.Errorf("vars: DHCPClientIdentifier hostname identifies the VM by the host name it sends; SendHostname must be true")
-		}
-	default:
-		return nv, fmt.Errorf("vars: DHCPClientIdentifier %q must be %s or %s", v.DHCPClientIdentifier, DHCPIdentifierMAC, DHCPIdentifierHostname)
-	}
-	if v.IPv6 && v.NetworkMode != NetworkDHCP {
-		return nv, fmt.Errorf("vars: IPv6 (DHCPv6) applies only to NetworkMode dhcp, not %s", v.NetworkMode)
+	if err := v.checkDHCP(); err != nil {
+		return nv, err
 	}
 	if v.NetworkMode == NetworkStatic {
 		if err := perVM("StaticIP", v.StaticIP); err != nil {

@@ -17,7 +17,7 @@ var (
 	perVMFields = []string{"Hostname", "FQDN", "InstanceID", "MACAddress", "StaticIP", "SPIFFEID",
 		"TrustBundle", "AgentCA", "BrokerCA", "SecretStoreRole", "SecretStorePath", "SecretStoreCA", "RunnerName", "Labels",
 		"RunnerGroup", "ExpiresAt", "SecretsDeadline", "PowerOffNotify"}
-	templateFields = []string{"NetworkMode", "DHCPClientIdentifier", "SendHostname", "IPv6", "NetmaskBits", "Gateway",
+	templateFields = []string{"NetworkMode", "DHCPClientIdentifier", "SendHostname", "IPv6", "RequestStaticLease", "DHCPLeaseSeconds", "NetmaskBits", "Gateway",
 		"DNSServers", "SearchDomains", "SPIFFEEnabled", "AttestationMethod", "TrustDomain", "SPIREServerAddress",
 		"TPMDevicePath", "BrokerURL", "SecretStore", "WorkloadMethod", "BootstrapMethod", "RegistrationURL", "RunnerConfig",
 		"PowerOffOnFinish", "AgentDownloadURL", "AgentSHA256", "BootstrapServiceURL", "BootstrapServiceBinary"}
@@ -188,6 +188,12 @@ func TestVarsErrors(t *testing.T) {
 		{"mac", func(v *Vars) { v.MACAddress = "zz:00" }, "MACAddress"},
 		{"identifier", func(v *Vars) { v.DHCPClientIdentifier = "duid" }, "DHCPClientIdentifier"},
 		{"hostname id without sending", func(v *Vars) { v.DHCPClientIdentifier, v.SendHostname = DHCPIdentifierHostname, false }, "SendHostname must be true"},
+		{"static lease with mac id", func(v *Vars) { v.RequestStaticLease = true }, "DHCPClientIdentifier must be hostname"},
+		{"lease time too long", func(v *Vars) { v.DHCPLeaseSeconds = 8 * 24 * 3600 }, "DHCPLeaseSeconds 691200 must be between"},
+		{"negative lease time", func(v *Vars) { v.DHCPLeaseSeconds = -1 }, "DHCPLeaseSeconds -1"},
+		{"lease time static", func(v *Vars) {
+			v.NetworkMode, v.DHCPLeaseSeconds, v.StaticIP, v.NetmaskBits, v.DHCPClientIdentifier = NetworkStatic, 600, "192.0.2.1", 24, ""
+		}, "apply only to NetworkMode dhcp"},
 		{"ipv6 static", func(v *Vars) { v.NetworkMode, v.IPv6, v.StaticIP, v.NetmaskBits = NetworkStatic, true, "192.0.2.1", 24 }, "IPv6 (DHCPv6) applies only"},
 		{"static without ip", func(v *Vars) { v.NetworkMode, v.NetmaskBits = NetworkStatic, 24 }, "StaticIP is empty"},
 		{"bad ip", func(v *Vars) { v.NetworkMode, v.StaticIP = NetworkStatic, "192.0.2.1/24" }, "without prefix"},

@@ -84,7 +84,6 @@ func (r *HypervisorClusterReconciler) connectSPIRE(ctx context.Context, s *clust
 	}
 	srv, err := r.Identity.Connect(ctx, cluster.Name, *cfg)
 	if err != nil {
-		was := hfv1.FindCondition(cluster.Status.Conditions, hfv1.HypervisorClusterSPIREConnectedCondition)
 		msg := conditions.Truncate(err.Error(), 1024)
 		// The client's reason when it has one (SPIRENotAdmin says what to
 		// fix), else SPIREUnavailable.
@@ -92,10 +91,12 @@ func (r *HypervisorClusterReconciler) connectSPIRE(ctx context.Context, s *clust
 		if reason == "" || errclass.Classify(err) == errclass.ClassTransient {
 			reason = hfv1.SPIREUnavailableReason
 		}
-		conditions.Set(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterSPIREConnectedCondition, metav1.ConditionFalse, reason, msg)
-		if was == nil || was.Status != metav1.ConditionFalse || was.Reason != string(reason) {
+		// Compared before the condition is set: FindCondition points into
+		// the slice that conditions.Set updates in place.
+		if was := hfv1.FindCondition(cluster.Status.Conditions, hfv1.HypervisorClusterSPIREConnectedCondition); was == nil || was.Status != metav1.ConditionFalse || was.Reason != string(reason) {
 			r.Recorder.Event(cluster, corev1.EventTypeWarning, string(reason), msg)
 		}
+		conditions.Set(&cluster.Status.Conditions, cluster.Generation, hfv1.HypervisorClusterSPIREConnectedCondition, metav1.ConditionFalse, reason, msg)
 		return phase.Next(), nil
 	}
 	b, _ := srv.Bundle()

@@ -59,6 +59,17 @@ func (r *HypervisorMachineTemplateReconciler) refuseUnsupported(_ context.Contex
 	return phase.Next(), nil
 }
 
+// checkDHCPClient stops a template whose spec.network.dhcp asks the image's
+// DHCP client for what it cannot be configured to do
+// (vmspec.DHCPClientProblem): its VMs would boot and not get the address
+// the template promises.
+func (r *HypervisorMachineTemplateReconciler) checkDHCPClient(_ context.Context, s *templateScope) (phase.Result, error) {
+	if msg := vmspec.DHCPClientProblem(s.tmpl); msg != "" {
+		return s.invalid(hfv1.DHCPClientUnsupportedReason, msg)
+	}
+	return phase.Next(), nil
+}
+
 // loadCluster reads the template's HypervisorCluster.
 func (r *HypervisorMachineTemplateReconciler) loadCluster(ctx context.Context, s *templateScope) (phase.Result, error) {
 	name := s.tmpl.Spec.HypervisorClusterRef.Name

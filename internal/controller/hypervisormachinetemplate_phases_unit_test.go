@@ -126,6 +126,23 @@ func TestReconcileHypervisorMachineTemplate(t *testing.T) {
 			events: []string{"Warning NotImplemented"}, observed: 2,
 		},
 		{
+			name: "a DHCP client that cannot request a lease time is refused before any VM boots", tmpl: newTemplate(func(tm *hfv1.HypervisorMachineTemplate) {
+				tm.Spec.Network.DHCP = &hfv1.DHCPOptions{Client: hfv1.DHCPClientNetworkd, LeaseTime: &metav1.Duration{Duration: 3600e9}}
+			}),
+			objs: world, wantRes: ctrl.Result{RequeueAfter: waitForDependency},
+			want:   invalid(hfv1.DHCPClientUnsupportedReason, "spec.network.dhcp.client: systemd-networkd", "remove leaseTime"),
+			events: []string{"Warning DHCPClientUnsupported"}, observed: 2,
+		},
+		{
+			name: "isc-dhcp-client with a static lease and a lease time is valid", tmpl: newTemplate(func(tm *hfv1.HypervisorMachineTemplate) {
+				tm.Spec.Network.DHCP = &hfv1.DHCPOptions{Client: hfv1.DHCPClientISC, ClientIdentifier: hfv1.DHCPClientIdentifierHostname,
+					RequestStaticLease: true, LeaseTime: &metav1.Duration{Duration: 3600e9}}
+			}, wasValid),
+			objs: world, wantRes: ctrl.Result{RequeueAfter: 10 * waitForDependency},
+			want:     map[hfv1.ConditionType]wantCondition{hfv1.HypervisorMachineTemplateValidCondition: valid, hfv1.ReadyCondition: valid},
+			observed: 2, resolved: 9000,
+		},
+		{
 			name: "a namespace the cluster does not admit learns nothing about it", tmpl: newTemplate(wasValid),
 			objs: []client.Object{pat, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
 				&hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: cluster}, Spec: hfv1.HypervisorClusterSpec{Provider: hfv1.ProviderProxmox,

@@ -85,7 +85,8 @@ func updateTemplate(t *testing.T, tmpl *hfv1.HypervisorMachineTemplate, mutate f
 
 // TestRefusedTemplatesBuildNothing: a template with attestation tpm, or
 // with cloudInit.delivery proxmox, is NotImplemented, one with join-token on a cluster without spec.spire is
-// SPIRENotConfigured, one whose cloud-init renders without per-VM
+// SPIRENotConfigured, one asking systemd-networkd for a DHCP lease time is
+// DHCPClientUnsupported, one whose cloud-init renders without per-VM
 // values but not for a VM is TemplateInvalid; their claims wait with
 // TemplateNotReady, without a VM or a credential.
 func TestRefusedTemplatesBuildNothing(t *testing.T) {
@@ -106,6 +107,9 @@ func TestRefusedTemplatesBuildNothing(t *testing.T) {
 		}},
 		{"proxmox-cloud-init", string(hfv1.NotImplementedReason), "spec.cloudInit.delivery: proxmox is not implemented yet", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.CloudInit = &hfv1.CloudInit{Delivery: hfv1.CloudInitDeliveryProxmox}
+		}},
+		{"networkd-lease-time", string(hfv1.DHCPClientUnsupportedReason), "spec.network.dhcp.client: systemd-networkd", func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Network.DHCP = &hfv1.DHCPOptions{Client: hfv1.DHCPClientNetworkd, LeaseTime: &metav1.Duration{Duration: time.Hour}}
 		}},
 		{"per-vm-render", string(hfv1.TemplateInvalidReason), "userData", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.CloudInit = &hfv1.CloudInit{UserData: "#cloud-config\n{{ if .RunnerName }}runcmd: [{{ .NoSuchVariable }}]{{ end }}\n"}

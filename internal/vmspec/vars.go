@@ -57,6 +57,10 @@ func TemplateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 				v.SendHostname = *d.SendHostname
 			}
 			v.IPv6 = d.IPv6
+			v.RequestStaticLease = d.RequestStaticLease
+			if d.LeaseTime != nil {
+				v.DHCPLeaseSeconds = int(d.LeaseTime.Seconds())
+			}
 		}
 	}
 	dns := DNS(cluster, tmpl)

@@ -10,10 +10,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/guestnet"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
 
 // TestDHCPClientIdentifierOnRealGuests: a template in network mode dhcp,
@@ -22,25 +26,38 @@ import (
 // network.dhcp.clientIdentifier. What dnsmasq recorded proves what the
 // guest's DHCP client sent: in hostname mode the lease is keyed on the
 // VM's host name as client identifier (option 61), in mac mode on no such
-// identifier; the guest holds exactly that lease's address, from
-// dnsmasq's range, and the claim reports it (read through the guest
-// agent). The job runs end to end over the namespace's forwarders. In mac
-// mode the operator also registers the guest in a real BIND on the bridge
-// and validates it from the host's side of the bridge: forward and
-// reverse lookups at that BIND, and ping (validateOnBridge).
+// identifier; the guest holds exactly that lease's address and the claim
+// reports it (read through the guest agent). The job runs end to end over
+// the namespace's forwarders.
+//
+// The hostname run is also the server-side static lease of
+// network.dhcp.requestStaticLease, with a leaseTime: dnsmasq holds a
+// reservation for the claim's host name (dhcp-host=<name>,<address>, added
+// as soon as the claim exists, as a platform team adds one per name), at an
+// address outside its range, and leases for 12 hours; the guest gets
+// exactly the reserved address, and the lease file shows the 10 minutes
+// the template asked for.
+//
+// The mac run also proves DNS and network validation, with no guest of
+// its own: the operator registers the guest in a real BIND on the bridge
+// and validates it from the host's side of the bridge, forward and reverse
+// lookups at that BIND and ping (validateOnBridge, validation_test.go).
 func TestDHCPClientIdentifierOnRealGuests(t *testing.T) {
-	for i, id := range []hfv1.DHCPClientIdentifier{hfv1.DHCPClientIdentifierMAC, hfv1.DHCPClientIdentifierHostname} {
-		t.Run(string(id), func(t *testing.T) {
-			gn, srv := dhcpNetwork(t, fmt.Sprintf("hf-dhcp-%d-%s", os.Getpid(), id), netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 98, byte(i + 1), 0}), 24))
+	static := &hfv1.DHCPOptions{ClientIdentifier: hfv1.DHCPClientIdentifierHostname, RequestStaticLease: true,
+		LeaseTime: &metav1.Duration{Duration: 10 * time.Minute}, Client: hfv1.DHCPClientISC}
+	for i, dhcp := range []*hfv1.DHCPOptions{{ClientIdentifier: hfv1.DHCPClientIdentifierMAC}, static} {
+		t.Run(string(dhcp.ClientIdentifier), func(t *testing.T) {
+			gn, srv := dhcpNetwork(t, fmt.Sprintf("hf-dhcp-%d-%s", os.Getpid(), dhcp.ClientIdentifier), netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 98, byte(i + 1), 0}), 24))
 			img := image
-			opts := devenv.Options{GuestImage: &img, GuestNetwork: gn, DHCPClientIdentifier: id}
-			// The mac guest also proves DNS and network validation, with
-			// no guest of its own (validation_test.go).
-			var validated func(*devenv.World)
-			if id == hfv1.DHCPClientIdentifierMAC {
-				validated = validateOnBridge(t, gn, &opts)
+			sc := scenario{jobs: 1, opts: devenv.Options{GuestImage: &img, GuestNetwork: gn, DHCP: dhcp}, probe: probeDHCP(gn, srv, dhcp)}
+			if dhcp.RequestStaticLease {
+				sc.onClaim = reserveFor(srv, gn.Addr(reservedOffset))
 			}
-			w, _, _ := runJobs(t, scenario{jobs: 1, opts: opts, probe: probeDHCP(gn, srv, id)})
+			var validated func(*devenv.World)
+			if dhcp.ClientIdentifier == hfv1.DHCPClientIdentifierMAC {
+				validated = validateOnBridge(t, gn, &sc.opts)
+			}
+			w, _, _ := runJobs(t, sc)
 			if validated != nil {
 				validated(w)
 			}
@@ -54,8 +71,29 @@ func TestDHCPClientIdentifierOnRealGuests(t *testing.T) {
 	}
 }
 
+// reservedOffset is the address dnsmasq reserves for a claim's host name,
+// outside its range (.100-.199): only the reservation can lease it.
+const reservedOffset = 50
+
+// reserveFor reserves addr for each claim's host name, once.
+func reserveFor(srv *guestnet.DHCPServer, addr netip.Addr) func(hfv1.MachineClaim) error {
+	done := map[string]bool{}
+	return func(claim hfv1.MachineClaim) error {
+		name := vmspec.Hostname(&claim, "")
+		if done[name] {
+			return nil
+		}
+		if len(done) > 0 {
+			return fmt.Errorf("a second claim (%s) in a one-job scenario; the reservation is %v's", name, done)
+		}
+		done[name] = true
+		return srv.Reserve(name, addr)
+	}
+}
+
 // dhcpNetwork creates the namespace with its bridge and runs dnsmasq on
-// it, leasing .100-.199; both go when the test ends, after its world.
+// it, leasing .100-.199 for 12 hours; both go when the test ends, after
+// its world.
 func dhcpNetwork(t *testing.T, name string, prefix netip.Prefix) (*guestnet.Network, *guestnet.DHCPServer) {
 	t.Helper()
 	gn, err := guestnet.Create(name, prefix)
@@ -67,7 +105,7 @@ func dhcpNetwork(t *testing.T, name string, prefix netip.Prefix) (*guestnet.Netw
 			t.Errorf("remove the guests' network: %v", err)
 		}
 	})
-	srv, err := gn.StartDHCP(t.TempDir(), gn.Addr(100), gn.Addr(199))
+	srv, err := gn.StartDHCP(t.TempDir(), gn.Addr(100), gn.Addr(199), 12*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +114,8 @@ func dhcpNetwork(t *testing.T, name string, prefix netip.Prefix) (*guestnet.Netw
 }
 
 // probeDHCP checks a guest's lease against dnsmasq's records.
-func probeDHCP(gn *guestnet.Network, srv *guestnet.DHCPServer, id hfv1.DHCPClientIdentifier) func(context.Context, *devenv.World, int, hfv1.MachineClaim) error {
+func probeDHCP(gn *guestnet.Network, srv *guestnet.DHCPServer, dhcp *hfv1.DHCPOptions) func(context.Context, *devenv.World, int, hfv1.MachineClaim) error {
+	id := dhcp.ClientIdentifier
 	return func(ctx context.Context, w *devenv.World, vmid int, claim hfv1.MachineClaim) error {
 		st := claim.Status.Network
 		if st == nil || st.MACAddress == "" || st.Hostname == "" {
@@ -98,8 +137,14 @@ func probeDHCP(gn *guestnet.Network, srv *guestnet.DHCPServer, id hfv1.DHCPClien
 			return fmt.Errorf("dnsmasq holds %d leases for %s, want 1: %+v", len(mine), st.MACAddress, leases)
 		}
 		l := mine[0]
-		if l.Addr.Less(gn.Addr(100)) || gn.Addr(199).Less(l.Addr) {
+		switch {
+		case dhcp.RequestStaticLease && l.Addr != gn.Addr(reservedOffset):
+			return fmt.Errorf("lease %s is not the address reserved for %s (%s)", l.Addr, st.Hostname, gn.Addr(reservedOffset))
+		case !dhcp.RequestStaticLease && (l.Addr.Less(gn.Addr(100)) || gn.Addr(199).Less(l.Addr)):
 			return fmt.Errorf("lease %s is outside dnsmasq's range", l.Addr)
+		}
+		if err := checkLeaseTime(l, dhcp.LeaseTime); err != nil {
+			return err
 		}
 		hostID := guestnet.HexID([]byte(st.Hostname))
 		switch {
@@ -132,4 +177,18 @@ func probeDHCP(gn *guestnet.Network, srv *guestnet.DHCPServer, id hfv1.DHCPClien
 func nicKeyed(id, mac string) bool {
 	mac = strings.ToLower(mac)
 	return id == "" || id == "01:"+mac || strings.HasPrefix(id, "ff:"+mac[len("00:00:"):]+":")
+}
+
+// checkLeaseTime: with a leaseTime the lease ends within that time of now
+// (not the range's 12 hours) and, since the client renews halfway, not
+// before half of it less a minute's slack has gone by.
+func checkLeaseTime(l guestnet.Lease, want *metav1.Duration) error {
+	if want == nil {
+		return nil
+	}
+	left := time.Until(l.Expires)
+	if left > want.Duration+2*time.Second || left < want.Duration/2-time.Minute {
+		return fmt.Errorf("lease %s ends in %s, want at most the %s the template asked for (and over half of it: the client renews halfway)", l.Addr, left.Round(time.Second), want.Duration)
+	}
+	return nil
 }

@@ -257,6 +257,11 @@ type scenario struct {
 	// answers). It runs on every sample until it returns nil, which it
 	// must have done for every VM that ran a job.
 	probe func(ctx context.Context, w *devenv.World, vmid int, claim hfv1.MachineClaim) error
+	// onClaim, when set, is called with every claim of every sample, from
+	// its first sighting (before its VM boots): what the world outside the
+	// operator prepares per claim, such as a DHCP reservation for its host
+	// name. An error fails the test.
+	onClaim func(claim hfv1.MachineClaim) error
 }
 
 // runJobs runs the scenario and checks everything the loop promises. It
@@ -304,6 +309,13 @@ func runJobs(t *testing.T, sc scenario) (*devenv.World, devenv.Snapshot, *timeli
 	for {
 		tl.sample(w)
 		snap, err := w.Snapshot(context.Background())
+		if sc.onClaim != nil && err == nil {
+			for _, c := range snap.Claims {
+				if err := sc.onClaim(c); err != nil {
+					t.Fatalf("claim %s: %v", c.Name, err)
+				}
+			}
+		}
 		if sc.probe != nil && err == nil {
 			probes.start(w, snap)
 		}

@@ -84,10 +84,10 @@ func (w *World) Objects() ([]client.Object, error) {
 			}
 		}
 	}
-	if id := w.opts.DHCPClientIdentifier; id != "" {
+	if d := w.opts.DHCP; d != nil {
 		for _, o := range objs {
 			if t, ok := o.(*hfv1.HypervisorMachineTemplate); ok {
-				t.Spec.Network.DHCP = &hfv1.DHCPOptions{ClientIdentifier: id}
+				t.Spec.Network.DHCP = d.DeepCopy()
 			}
 		}
 	}

@@ -169,9 +169,9 @@ type Options struct {
 	ClusterDNS     *hfv1.ClusterDNSSettings
 	ClusterNetwork *hfv1.ClusterNetworkSettings
 	Secrets        []*corev1.Secret
-	// DHCPClientIdentifier, when set, is the template's
-	// spec.network.dhcp.clientIdentifier (network mode dhcp).
-	DHCPClientIdentifier hfv1.DHCPClientIdentifier
+	// DHCP, when set, is the template's spec.network.dhcp (network mode
+	// dhcp).
+	DHCP *hfv1.DHCPOptions
 	// KeepGuestDisks, when set, is where destroyed real guests' disk
 	// overlays are moved (proxmoxsim.GuestConfig.KeepDisks), for tests
 	// that read what a guest left on its disk.

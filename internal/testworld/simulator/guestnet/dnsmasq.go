@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -19,20 +21,30 @@ type DHCPServer struct {
 	// LeaseFile and LogFile are dnsmasq's lease database and its output
 	// (--log-dhcp: every packet's options, client identifier included).
 	LeaseFile, LogFile string
-	cmd                *exec.Cmd
-	done               chan struct{}
+	// HostsFile holds the host reservations (Reserve), one dhcp-host
+	// line each.
+	HostsFile string
+	cmd       *exec.Cmd
+	done      chan struct{}
+	mu        sync.Mutex // Reserve's appends and reloads
 }
 
-// StartDHCP runs dnsmasq in n's namespace, leasing first-last for an hour,
-// with its files in dir. Debian's dnsmasq-base package provides it
+// StartDHCP runs dnsmasq in n's namespace, leasing first-last for
+// leaseTime (at least 2 minutes, dnsmasq's minimum), with its files in
+// dir. A client that asks for a shorter lease (option 51) gets it: dnsmasq
+// grants the shorter of the two. Debian's dnsmasq-base package provides it
 // (hack/test-deps.sh --guest installs it). The leases offer no router and
 // no DNS server: the guests' world is the bridge's network.
-func (n *Network) StartDHCP(dir string, first, last netip.Addr) (*DHCPServer, error) {
+func (n *Network) StartDHCP(dir string, first, last netip.Addr, leaseTime time.Duration) (*DHCPServer, error) {
 	bin, err := exec.LookPath("dnsmasq")
 	if err != nil {
 		return nil, fmt.Errorf("guestnet: dnsmasq is not installed (hack/test-deps.sh --guest installs Debian's dnsmasq-base): %w", err)
 	}
-	s := &DHCPServer{LeaseFile: filepath.Join(dir, "dnsmasq.leases"), LogFile: filepath.Join(dir, "dnsmasq.log"), done: make(chan struct{})}
+	s := &DHCPServer{LeaseFile: filepath.Join(dir, "dnsmasq.leases"), LogFile: filepath.Join(dir, "dnsmasq.log"),
+		HostsFile: filepath.Join(dir, "dnsmasq.hosts"), done: make(chan struct{})}
+	if err := os.WriteFile(s.HostsFile, nil, 0o644); err != nil {
+		return nil, fmt.Errorf("guestnet: %w", err)
+	}
 	log, err := os.Create(s.LogFile)
 	if err != nil {
 		return nil, fmt.Errorf("guestnet: %w", err)
@@ -43,7 +55,9 @@ func (n *Network) StartDHCP(dir string, first, last netip.Addr) (*DHCPServer, er
 		"--no-daemon", "--conf-file=/dev/null", "--user=root", "--port=0",
 		"--interface="+Bridge, "--bind-interfaces", "--log-dhcp", "--log-facility=-",
 		"--dhcp-leasefile="+s.LeaseFile, "--pid-file="+filepath.Join(dir, "dnsmasq.pid"),
-		fmt.Sprintf("--dhcp-range=%s,%s,%s,1h", first, last, mask),
+		fmt.Sprintf("--dhcp-range=%s,%s,%s,%d", first, last, mask, int(leaseTime.Seconds())),
+		// Reservations, read again on SIGHUP (Reserve).
+		"--dhcp-hostsfile="+s.HostsFile,
 		// No router: nothing is routed out of the namespace.
 		"--dhcp-option=option:router")
 	s.cmd.Stdout, s.cmd.Stderr = log, log
@@ -94,6 +108,51 @@ func (s *DHCPServer) Stop() {
 	}
 }
 
+// Reserve gives the client that names itself hostname (option 12) the
+// address addr, as a platform team's dnsmasq.conf line
+// dhcp-host=<hostname>,<addr> would: it appends the line to HostsFile and
+// has dnsmasq read the file again (SIGHUP), returning once dnsmasq says it
+// did. addr may lie outside the leased range, inside the network.
+func (s *DHCPServer) Reserve(hostname string, addr netip.Addr) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if strings.ContainsAny(hostname, ", \t\n") || hostname == "" {
+		return fmt.Errorf("guestnet: reserve %q: not a host name", hostname)
+	}
+	before, err := os.ReadFile(s.LogFile)
+	if err != nil {
+		return fmt.Errorf("guestnet: %w", err)
+	}
+	f, err := os.OpenFile(s.HostsFile, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("guestnet: %w", err)
+	}
+	_, err = fmt.Fprintf(f, "%s,%s\n", hostname, addr)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("guestnet: reserve %s: %w", hostname, err)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		return fmt.Errorf("guestnet: reload dnsmasq's reservations: %w", err)
+	}
+	// dnsmasq logs "read <file>" for each hosts file it reads; the log
+	// only grows.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _ := os.ReadFile(s.LogFile)
+		since := string(out[min(len(before), len(out)):])
+		if strings.Contains(since, "read "+s.HostsFile) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("guestnet: dnsmasq did not read %s again within 10 s: %s", s.HostsFile, since)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // Lease is a line of dnsmasq's lease file.
 type Lease struct {
 	MAC      string
@@ -102,10 +161,15 @@ type Lease struct {
 	// ClientID is the client identifier (option 61) dnsmasq keyed the
 	// lease on, as it writes it (hex bytes, colon-separated), "" without.
 	ClientID string
+	// Expires is when the lease ends, to the second; zero for an infinite
+	// lease. Minus the time it was granted or renewed, it is the lease
+	// time dnsmasq gave.
+	Expires time.Time
 }
 
 // Leases reads the lease file: "<expiry> <MAC> <address> <host name or
-// *> <client id or *>" per line.
+// *> <client id or *>" per line, the expiry in seconds since the epoch
+// (0: infinite).
 func (s *DHCPServer) Leases() ([]Lease, error) {
 	f, err := os.Open(s.LeaseFile)
 	if errors.Is(err, os.ErrNotExist) {
@@ -126,7 +190,14 @@ func (s *DHCPServer) Leases() ([]Lease, error) {
 		if err != nil {
 			return nil, fmt.Errorf("guestnet: lease %q: %w", sc.Text(), err)
 		}
+		exp, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("guestnet: lease %q: expiry: %w", sc.Text(), err)
+		}
 		l := Lease{MAC: fields[1], Addr: addr}
+		if exp != 0 {
+			l.Expires = time.Unix(exp, 0)
+		}
 		if fields[3] != "*" {
 			l.Hostname = fields[3]
 		}
