@@ -192,6 +192,10 @@ const (
 	NotATemplateReason ConditionReason = "NotATemplate"
 	// LinkedCloneUnsupportedReason: the template's storage cannot hold linked clones.
 	LinkedCloneUnsupportedReason ConditionReason = "LinkedCloneUnsupported"
+	// IPPoolFamilyConflictReason: spec.network.ipPoolRefs names two IPPools
+	// of one address family; a dual-stack VM takes one IPv4 and one IPv6
+	// address.
+	IPPoolFamilyConflictReason ConditionReason = "IPPoolFamilyConflict"
 	// TemplateInvalidReason: the template fails validation for another reason.
 	TemplateInvalidReason ConditionReason = "TemplateInvalid"
 	// InvalidTLSReason: the CA bundle or fingerprint cannot be used.

@@ -161,12 +161,15 @@ const (
 )
 
 // MachineNetwork is a VM's network interface and addressing.
-// +kubebuilder:validation:XValidation:rule="self.mode != 'static' || has(self.ipPoolRef)",message="network.mode static needs network.ipPoolRef: name the IPPool that addresses come from"
+// +kubebuilder:validation:XValidation:rule="self.mode != 'static' || has(self.ipPoolRef) || has(self.ipPoolRefs)",message="network.mode static needs network.ipPoolRef (one IPPool) or network.ipPoolRefs (an IPv4 and an IPv6 IPPool, for dual stack): name the IPPools that addresses come from"
 // +kubebuilder:validation:XValidation:rule="self.mode == 'static' || !has(self.ipPoolRef)",message="network.ipPoolRef applies only to network.mode static"
+// +kubebuilder:validation:XValidation:rule="self.mode == 'static' || !has(self.ipPoolRefs)",message="network.ipPoolRefs applies only to network.mode static"
+// +kubebuilder:validation:XValidation:rule="!has(self.ipPoolRef) || !has(self.ipPoolRefs)",message="network.ipPoolRef and network.ipPoolRefs are exclusive: keep ipPoolRef for one IPPool, or list every IPPool (one IPv4, one IPv6) in ipPoolRefs"
 // +kubebuilder:validation:XValidation:rule="self.mode == 'dhcp' || !has(self.dhcp)",message="network.dhcp applies only to network.mode dhcp"
 type MachineNetwork struct {
-	// mode is dhcp (default), static (an address from ipPoolRef) or
-	// cloud-init (the template's cloudInit.networkData, unchanged).
+	// mode is dhcp (default), static (an address from ipPoolRef, or one
+	// from each pool of ipPoolRefs) or cloud-init (the template's
+	// cloudInit.networkData, unchanged).
 	// +optional
 	// +kubebuilder:default=dhcp
 	Mode NetworkMode `json:"mode,omitempty"`
@@ -196,9 +199,22 @@ type MachineNetwork struct {
 	DHCP *DHCPOptions `json:"dhcp,omitempty"`
 
 	// ipPoolRef names the cluster-scoped IPPool static addresses come from;
-	// mode static only, and then required.
+	// mode static only, where it or ipPoolRefs is required.
 	// +optional
 	IPPoolRef *ObjectName `json:"ipPoolRef,omitempty"`
+
+	// ipPoolRefs names the IPPools of a dual-stack VM, one IPv4 and one
+	// IPv6 pool (docs/networking.md, "Dual stack"): each VM gets an address
+	// from each, configured on its one NIC. Mode static only; exclusive
+	// with ipPoolRef. Two pools of one family are refused when the template
+	// is validated (IPPoolFamilyConflict): the API server cannot read the
+	// pools.
+	// +optional
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:XValidation:rule="self.size() < 2 || self[0].name != self[1].name",message="network.ipPoolRefs names one IPPool twice; name one IPv4 and one IPv6 IPPool"
+	// +listType=atomic
+	IPPoolRefs []ObjectName `json:"ipPoolRefs,omitempty"`
 
 	// dns overrides the cluster's DNS settings for these VMs, field by field.
 	// +optional
@@ -212,6 +228,25 @@ type MachineNetwork struct {
 	// +optional
 	// +kubebuilder:default=name
 	Hostname HostnameStrategy `json:"hostname,omitempty"`
+}
+
+// IPPoolNames are the IPPools a static network takes its addresses from:
+// ipPoolRefs, else ipPoolRef; none in the other modes.
+func (n *MachineNetwork) IPPoolNames() []string {
+	if n.Mode != NetworkModeStatic {
+		return nil
+	}
+	if len(n.IPPoolRefs) > 0 {
+		names := make([]string, 0, len(n.IPPoolRefs))
+		for _, r := range n.IPPoolRefs {
+			names = append(names, r.Name)
+		}
+		return names
+	}
+	if n.IPPoolRef != nil {
+		return []string{n.IPPoolRef.Name}
+	}
+	return nil
 }
 
 // HostnameStrategy says how a VM's hostname is derived from its claim.

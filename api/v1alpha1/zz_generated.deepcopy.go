@@ -1514,6 +1514,11 @@ func (in *MachineNetwork) DeepCopyInto(out *MachineNetwork) {
 		*out = new(ObjectName)
 		**out = **in
 	}
+	if in.IPPoolRefs != nil {
+		in, out := &in.IPPoolRefs, &out.IPPoolRefs
+		*out = make([]ObjectName, len(*in))
+		copy(*out, *in)
+	}
 	if in.DNS != nil {
 		in, out := &in.DNS, &out.DNS
 		*out = new(DNSSettings)

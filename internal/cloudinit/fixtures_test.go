@@ -159,6 +159,21 @@ func goldenCases() []goldenCase {
 		userParts: []string{"text/cloud-config"},
 	})
 
+	// Dual stack: an address from an IPv4 and an IPv6 pool on one NIC,
+	// each family with its gateway.
+	v = baseVars()
+	v.DHCPClientIdentifier = ""
+	v.SendHostname = false
+	dualStack(&v)
+	v.DNSServers = List{"192.0.2.53", "2001:db8::53"}
+	cases = append(cases, goldenCase{
+		name: "static-dual-stack",
+		in:   Input{Vars: v},
+		networkd: []string{"MACAddress=bc:24:11:5e:00:01", "Address=192.0.2.10/24", "Address=2001:db8::10/64",
+			"Gateway=192.0.2.1", "Gateway=2001:db8::1", "DNS=192.0.2.53 2001:db8::53", "DHCP=no"},
+		userParts: []string{"text/cloud-config"},
+	})
+
 	v = baseVars()
 	v.NetworkMode = NetworkCloudInit
 	v.DHCPClientIdentifier = ""

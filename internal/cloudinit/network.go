@@ -88,6 +88,14 @@ func renderNetwork(v *Vars, nv netVars) ([]byte, error) {
 				eth.Gateway6 = nv.gateway.String()
 			}
 		}
+		// A dual-stack VM: both addresses on the one NIC, IPv4 first,
+		// each family with its own gateway key.
+		if nv.addr6.IsValid() {
+			eth.Addresses = append(eth.Addresses, nv.addr6.String()+"/"+strconv.Itoa(v.NetmaskBitsIPv6))
+		}
+		if nv.gateway6.IsValid() {
+			eth.Gateway6 = nv.gateway6.String()
+		}
 	}
 	if len(nv.dns) > 0 || len(v.SearchDomains) > 0 {
 		eth.Nameservers = &nameservers{Addresses: nv.dns, Search: v.SearchDomains}

@@ -90,12 +90,22 @@ type Vars struct {
 	// 51, spec.network.dhcp.leaseTime), 0 for the server's; dhcp mode.
 	DHCPLeaseSeconds int
 	// StaticIP is the address allocated from the IPPool, without prefix
-	// length; static mode. Per-VM.
+	// length; static mode. A dual-stack VM's IPv4 address. Per-VM.
 	StaticIP string
 	// NetmaskBits is the prefix length of StaticIP (the IPPool's prefix).
 	NetmaskBits int
 	// Gateway is the IPPool's default gateway for StaticIP's family.
 	Gateway string
+	// StaticIPv6 is a dual-stack VM's IPv6 address, without prefix length
+	// (spec.network.ipPoolRefs with an IPv4 and an IPv6 pool; StaticIP is
+	// then the IPv4 one); empty for a VM of one pool, whatever its family.
+	// Per-VM.
+	StaticIPv6 string
+	// NetmaskBitsIPv6 is the prefix length of StaticIPv6 (its IPPool's
+	// prefix).
+	NetmaskBitsIPv6 int
+	// GatewayIPv6 is the IPv6 pool's default gateway of a dual-stack VM.
+	GatewayIPv6 string
 	// DNSServers are the resolvers, in order. Printed with {{ .DNSServers }}
 	// they form a JSON (and YAML flow) list.
 	DNSServers List
@@ -282,7 +292,7 @@ func (b Bytes) Len() int { return len(b.b) }
 func (b Bytes) String() string { return fmt.Sprintf("<%d bytes; use base64>", len(b.b)) }
 
 // Canonical returns v with every per-VM, per-claim and per-issue value
-// zeroed: Hostname, FQDN, InstanceID, MACAddress, StaticIP, SPIFFEID,
+// zeroed: Hostname, FQDN, InstanceID, MACAddress, StaticIP, StaticIPv6, SPIFFEID,
 // TrustBundle, AgentCA, BrokerCA, SecretStoreRole, SecretStorePath,
 // SecretStoreCA, RunnerName, Labels, RunnerGroup, ExpiresAt,
 // SecretsDeadline and PowerOffNotify. What remains is the same for every VM of one
@@ -297,6 +307,7 @@ func (v Vars) Canonical() Vars {
 	v.InstanceID = ""
 	v.MACAddress = ""
 	v.StaticIP = ""
+	v.StaticIPv6 = ""
 	v.SPIFFEID = ""
 	v.TrustBundle = ""
 	v.AgentCA = ""
@@ -326,6 +337,53 @@ func cloneList(l List) List {
 	return append(List(nil), l...)
 }
 
+// checkIPv6 checks the second address of a dual-stack VM. NetmaskBitsIPv6
+// marks one (canonical vars keep it while StaticIPv6 is zeroed); its
+// StaticIP, when known, must then be the IPv4 address.
+func (v *Vars) checkIPv6(nv *netVars) error {
+	if v.StaticIPv6 == "" && v.NetmaskBitsIPv6 == 0 && v.GatewayIPv6 == "" {
+		return nil
+	}
+	if v.NetworkMode != NetworkStatic {
+		return fmt.Errorf("vars: StaticIPv6, NetmaskBitsIPv6 and GatewayIPv6 are set but NetworkMode is %s; they apply to static only", v.NetworkMode)
+	}
+	if v.NetmaskBitsIPv6 < 1 || v.NetmaskBitsIPv6 > 128 {
+		return fmt.Errorf("vars: NetmaskBitsIPv6 %d must be between 1 and 128", v.NetmaskBitsIPv6)
+	}
+	if err := v.perVM("StaticIPv6", v.StaticIPv6); err != nil {
+		return err
+	}
+	if nv.addr.IsValid() && !nv.addr.Is4() {
+		return fmt.Errorf("vars: StaticIP %s of a dual-stack VM must be its IPv4 address (StaticIPv6 is the IPv6 one)", v.StaticIP)
+	}
+	if v.StaticIPv6 != "" {
+		a, err := netip.ParseAddr(v.StaticIPv6)
+		if err != nil || a.Zone() != "" || !a.Is6() || a.Is4In6() {
+			return fmt.Errorf("vars: StaticIPv6 %q is not an IPv6 address without prefix, such as 2001:db8::10", v.StaticIPv6)
+		}
+		nv.addr6 = a
+	}
+	if v.GatewayIPv6 != "" {
+		g, err := netip.ParseAddr(v.GatewayIPv6)
+		if err != nil || g.Zone() != "" || !g.Is6() || g.Is4In6() {
+			return fmt.Errorf("vars: GatewayIPv6 %q is not an IPv6 address", v.GatewayIPv6)
+		}
+		nv.gateway6 = g
+	}
+	if nv.gateway.IsValid() && !nv.gateway.Is4() {
+		return fmt.Errorf("vars: Gateway %s of a dual-stack VM must be the IPv4 gateway (GatewayIPv6 is the IPv6 one)", v.Gateway)
+	}
+	return nil
+}
+
+// perVM fails for a per-VM value left empty outside canonical vars.
+func (v *Vars) perVM(name, val string) error {
+	if val == "" && !v.canonical {
+		return fmt.Errorf("vars: %s is empty; it is required for a VM (only Canonical vars may leave it empty)", name)
+	}
+	return nil
+}
+
 var (
 	dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 	dnsNameRE  = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
@@ -333,10 +391,12 @@ var (
 
 // netVars is the parsed network part of Vars.
 type netVars struct {
-	mac     string     // canonical lower-case form, "" when unknown
-	addr    netip.Addr // static address, invalid when unset
-	gateway netip.Addr // invalid when unset
-	dns     []string
+	mac      string     // canonical lower-case form, "" when unknown
+	addr     netip.Addr // static address, invalid when unset
+	gateway  netip.Addr // invalid when unset
+	addr6    netip.Addr // a dual-stack VM's IPv6 address, invalid when unset
+	gateway6 netip.Addr // its gateway, invalid when unset
+	dns      []string
 }
 
 // checkDHCP checks the settings of NetworkMode dhcp: they agree with each
@@ -370,12 +430,7 @@ func (v *Vars) checkDHCP() error {
 // filled v), so errors name the Vars field.
 func (v *Vars) check() (netVars, error) {
 	var nv netVars
-	perVM := func(name, val string) error {
-		if val == "" && !v.canonical {
-			return fmt.Errorf("vars: %s is empty; it is required for a VM (only Canonical vars may leave it empty)", name)
-		}
-		return nil
-	}
+	perVM := v.perVM
 	if err := perVM("Hostname", v.Hostname); err != nil {
 		return nv, err
 	}
@@ -445,6 +500,9 @@ func (v *Vars) check() (netVars, error) {
 		if nv.addr.IsValid() && nv.addr.Is4() != nv.gateway.Is4() {
 			return nv, fmt.Errorf("vars: Gateway %s and StaticIP %s are of different IP families", v.Gateway, v.StaticIP)
 		}
+	}
+	if err := v.checkIPv6(&nv); err != nil {
+		return nv, err
 	}
 	for _, s := range v.DNSServers {
 		a, err := netip.ParseAddr(s)

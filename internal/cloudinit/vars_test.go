@@ -14,10 +14,11 @@ import (
 // the ones it must keep. Every exported field is in exactly one list, so a
 // new field fails this test until someone decides which it is.
 var (
-	perVMFields = []string{"Hostname", "FQDN", "InstanceID", "MACAddress", "StaticIP", "SPIFFEID",
+	perVMFields = []string{"Hostname", "FQDN", "InstanceID", "MACAddress", "StaticIP", "StaticIPv6", "SPIFFEID",
 		"TrustBundle", "AgentCA", "BrokerCA", "SecretStoreRole", "SecretStorePath", "SecretStoreCA", "RunnerName", "Labels",
 		"RunnerGroup", "ExpiresAt", "SecretsDeadline", "PowerOffNotify"}
 	templateFields = []string{"NetworkMode", "DHCPClientIdentifier", "SendHostname", "IPv6", "RequestStaticLease", "DHCPLeaseSeconds", "NetmaskBits", "Gateway",
+		"NetmaskBitsIPv6", "GatewayIPv6",
 		"DNSServers", "SearchDomains", "SPIFFEEnabled", "AttestationMethod", "TrustDomain", "SPIREServerAddress",
 		"TPMDevicePath", "BrokerURL", "SecretStore", "WorkloadMethod", "BootstrapMethod", "RegistrationURL", "RunnerConfig",
 		"PowerOffOnFinish", "AgentDownloadURL", "AgentSHA256", "BootstrapServiceURL", "BootstrapServiceBinary"}
@@ -46,6 +47,7 @@ func TestCanonicalFieldClassification(t *testing.T) {
 	// Canonical zeroes exactly the per-VM fields.
 	v := operatorAgentVars(spiffeVars(runnerTokenVars(baseVars())))
 	v.NetworkMode, v.StaticIP, v.NetmaskBits, v.Gateway = NetworkStatic, "192.0.2.10", 24, "192.0.2.1"
+	v.StaticIPv6, v.NetmaskBitsIPv6, v.GatewayIPv6 = "2001:db8::10", 64, "2001:db8::1"
 	v.SecretsDeadline = Time{time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)} // not a valid VM; Canonical does not care
 	v.PowerOffNotify = &agentconfig.PowerOffNotify{URL: "https://op.example.com/hints/v1/power-off", Token: "t"}
 	v.BrokerCA = testCA
@@ -202,6 +204,15 @@ func TestVarsErrors(t *testing.T) {
 			v.NetworkMode, v.StaticIP, v.NetmaskBits, v.Gateway = NetworkStatic, "192.0.2.1", 24, "2001:db8::1"
 		}, "different IP families"},
 		{"gateway with dhcp", func(v *Vars) { v.Gateway = "192.0.2.1" }, "DHCP supplies the gateway"},
+		{"ipv6 address with dhcp", func(v *Vars) { v.StaticIPv6, v.NetmaskBitsIPv6 = "2001:db8::10", 64 }, "they apply to static only"},
+		{"dual without ipv6 address", func(v *Vars) { dualStack(v); v.StaticIPv6 = "" }, "StaticIPv6 is empty"},
+		{"dual ipv6 bits", func(v *Vars) { dualStack(v); v.NetmaskBitsIPv6 = 129 }, "NetmaskBitsIPv6 129 must be between 1 and 128"},
+		{"dual ipv6 address is ipv4", func(v *Vars) { dualStack(v); v.StaticIPv6 = "192.0.2.11" }, "StaticIPv6 \"192.0.2.11\" is not an IPv6 address"},
+		{"dual first address is ipv6", func(v *Vars) {
+			dualStack(v)
+			v.StaticIP, v.NetmaskBits, v.Gateway = "2001:db8::11", 64, ""
+		}, "must be its IPv4 address"},
+		{"dual ipv6 gateway", func(v *Vars) { dualStack(v); v.GatewayIPv6 = "192.0.2.1" }, "GatewayIPv6"},
 		{"dns", func(v *Vars) { v.DNSServers = List{"dns.example"} }, "DNSServers"},
 		{"search", func(v *Vars) { v.SearchDomains = List{"bad domain"} }, "SearchDomains"},
 		{"spiffe without method", func(v *Vars) { v.SPIFFEEnabled = true }, "SPIFFEEnabled is true"},
@@ -223,4 +234,11 @@ func TestVarsErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// dualStack makes v a dual-stack VM's vars: 192.0.2.10/24 via 192.0.2.1
+// and 2001:db8::10/64 via 2001:db8::1.
+func dualStack(v *Vars) {
+	v.NetworkMode, v.StaticIP, v.NetmaskBits, v.Gateway = NetworkStatic, "192.0.2.10", 24, "192.0.2.1"
+	v.StaticIPv6, v.NetmaskBitsIPv6, v.GatewayIPv6 = "2001:db8::10", 64, "2001:db8::1"
 }

@@ -24,17 +24,19 @@ import (
 )
 
 // The DNS set-up of the registration tests: the cluster's domain is the
-// forward zone, and its static pool is in the reverse zone's prefix.
+// forward zone, and its static pools (one IPv4, one IPv6: the template is
+// dual-stack) are in the reverse zones' prefixes.
 const (
-	dnsTestZone    = "ci.example.test"
-	dnsTestReverse = "2.0.192.in-addr.arpa"
+	dnsTestZone     = "ci.example.test"
+	dnsTestReverse  = "2.0.192.in-addr.arpa"
+	dnsTestReverse6 = "8.b.d.0.1.0.0.2.ip6.arpa"
 )
 
 // startDNS runs a BIND holding the test zones, updatable with
 // dnsserver.UpdateKey.
 func startDNS(t *testing.T) *dnsserver.Server {
 	t.Helper()
-	return dnsserver.StartBIND(t, dnsserver.Options{Zones: []string{dnsTestZone, dnsTestReverse}})
+	return dnsserver.StartBIND(t, dnsserver.Options{Zones: []string{dnsTestZone, dnsTestReverse, dnsTestReverse6}})
 }
 
 // registeringCluster makes the fixture's cluster register its VMs on the
@@ -47,7 +49,7 @@ func registeringCluster(addr, secretName string) func(*hfv1.HypervisorCluster) {
 			RegisterVMs: true,
 			DNSProvider: &hfv1.DNSProvider{
 				Type:         dnsreg.TypeRFC2136,
-				ReverseZones: []string{dnsTestReverse},
+				ReverseZones: []string{dnsTestReverse, dnsTestReverse6},
 				TTLSeconds:   60,
 				RFC2136:      &hfv1.RFC2136Settings{Server: addr},
 				Credentials: []hfv1.NamedSecretKeySelector{{Name: rfc2136.CredentialKey,
@@ -59,8 +61,9 @@ func registeringCluster(addr, secretName string) func(*hfv1.HypervisorCluster) {
 
 // dnsFixture starts the operator's world for a registration test: a
 // simulator, the operator (sweeping every 200 ms with a one-second grace
-// period), a cluster registering on addr, its TSIG Secret, and a static
-// pool 192.0.2.0/29 with its template.
+// period), a cluster registering on addr, its TSIG Secret, and a
+// dual-stack template with the static pools 192.0.2.0/29 and
+// 2001:db8::/64.
 func dnsFixture(t *testing.T, addr string) (*fixture, *hfv1.HypervisorMachineTemplate, *simulator) {
 	t.Helper()
 	sim := startSim(t, nil)
@@ -75,9 +78,15 @@ func dnsFixture(t *testing.T, addr string) (*fixture, *hfv1.HypervisorMachineTem
 		ObjectMeta: metav1.ObjectMeta{Name: "pool-" + f.namespace},
 		Spec:       hfv1.IPPoolSpec{Addresses: []string{"192.0.2.0/29"}, Prefix: 29, Gateways: []string{"192.0.2.1"}},
 	}
-	f.create(pool)
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pool) })
-	return f, f.staticTemplate(t, pool), sim
+	pool6 := &hfv1.IPPool{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool6-" + f.namespace},
+		Spec:       hfv1.IPPoolSpec{Addresses: []string{"2001:db8::/64"}, Prefix: 64, Gateways: []string{"2001:db8::1"}},
+	}
+	for _, p := range []*hfv1.IPPool{pool, pool6} {
+		f.create(p)
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), p) })
+	}
+	return f, f.staticTemplate(t, pool, pool6), sim
 }
 
 func newClaimOf(f *fixture, tmpl *hfv1.HypervisorMachineTemplate, name string) *hfv1.MachineClaim {
@@ -108,12 +117,15 @@ func waitClaimCondition(t *testing.T, c *hfv1.MachineClaim, typ hfv1.ConditionTy
 	return cond
 }
 
-// addrsOf are the A records' addresses of rrs, sorted.
+// addrsOf are the A and AAAA records' addresses of rrs, sorted.
 func addrsOf(rrs []dns.RR) []string {
 	var out []string
 	for _, rr := range rrs {
-		if a, ok := rr.(*dns.A); ok {
+		switch a := rr.(type) {
+		case *dns.A:
 			out = append(out, a.A.String())
+		case *dns.AAAA:
+			out = append(out, a.AAAA.String())
 		}
 	}
 	slices.Sort(out)
@@ -133,10 +145,12 @@ func ptrsOf(rrs []dns.RR) []string {
 
 // TestDNSRegistration: on a cluster with dns.registerVMs and an rfc2136
 // provider (a real BIND on loopback), the cluster reports DNSReady; a
-// claim with a static address from an IPPool gets an A record under its
-// FQDN and a PTR back (read with real queries), and its DNSRegistered
-// condition says so; the records go when the claim is deleted; and a name
-// the install registered for a claim that no longer exists is swept.
+// dual-stack claim with a static address from an IPv4 and from an IPv6
+// IPPool records both in its status and gets an A and an AAAA record under
+// its FQDN and a PTR back for each, in the in-addr.arpa and the ip6.arpa
+// zone (read with real queries), and its DNSRegistered condition says so;
+// the records go when the claim is deleted; and a name the install
+// registered for a claim that no longer exists is swept.
 func TestDNSRegistration(t *testing.T) {
 	bind := startDNS(t)
 	f, static, _ := dnsFixture(t, bind.Addr)
@@ -154,12 +168,13 @@ func TestDNSRegistration(t *testing.T) {
 		t.Fatalf("claim has nothing to register: %s", why)
 	}
 	alloc := got.Status.Network.IPAllocations
-	if len(alloc) != 1 {
-		t.Fatalf("allocations %+v", alloc)
+	if len(alloc) != 2 || alloc[0].Address != "192.0.2.2/29" || alloc[0].Gateway != "192.0.2.1" || alloc[1].Address != "2001:db8::2/64" || alloc[1].Gateway != "2001:db8::1" {
+		t.Fatalf("allocations %+v, want 192.0.2.2/29 via 192.0.2.1 and 2001:db8::2/64 via 2001:db8::1", alloc)
 	}
 	static4 := netip.MustParsePrefix(alloc[0].Address).Addr()
-	if !slices.Contains(rec.Addrs, static4) {
-		t.Fatalf("the VM's addresses %v lack its static address %s", rec.Addrs, static4)
+	static6 := netip.MustParsePrefix(alloc[1].Address).Addr()
+	if !slices.Equal(rec.Addrs, []netip.Addr{static4, static6}) {
+		t.Fatalf("the VM's addresses %v are not its static addresses %s and %s", rec.Addrs, static4, static6)
 	}
 	fqdn := "dns-vm." + dnsTestZone + "."
 	if rec.Name != "dns-vm."+dnsTestZone || !strings.Contains(cond.Message, fqdn) {
@@ -170,12 +185,15 @@ func TestDNSRegistration(t *testing.T) {
 		want = append(want, a.String())
 	}
 	slices.Sort(want)
-	if got := addrsOf(bind.Lookup(t, fqdn, dns.TypeA)); !slices.Equal(got, want) {
-		t.Fatalf("A %s = %v, want %v", fqdn, got, want)
+	if got := addrsOf(append(bind.Lookup(t, fqdn, dns.TypeA), bind.Lookup(t, fqdn, dns.TypeAAAA)...)); !slices.Equal(got, want) {
+		t.Fatalf("A and AAAA %s = %v, want %v", fqdn, got, want)
 	}
 	rev, _ := dns.ReverseAddr(static4.String())
-	if got := ptrsOf(bind.Lookup(t, rev, dns.TypePTR)); !slices.Equal(got, []string{fqdn}) {
-		t.Fatalf("PTR %s = %v, want %s", rev, got, fqdn)
+	rev6, _ := dns.ReverseAddr(static6.String())
+	for _, r := range []string{rev, rev6} {
+		if got := ptrsOf(bind.Lookup(t, r, dns.TypePTR)); !slices.Equal(got, []string{fqdn}) {
+			t.Fatalf("PTR %s = %v, want %s", r, got, fqdn)
+		}
 	}
 
 	// A name registered by this install for a claim that is gone (as if
@@ -184,7 +202,7 @@ func TestDNSRegistration(t *testing.T) {
 	reg, err := rfc2136.New(rfc2136.Config{
 		Server: bind.Addr, Timeout: 2 * time.Second,
 		Key:  rfc2136.TSIGKey{Name: dnsserver.UpdateKey.Name, Secret: dnsserver.UpdateKey.Secret},
-		Zone: dnsTestZone, ReverseZones: []string{dnsTestReverse},
+		Zone: dnsTestZone, ReverseZones: []string{dnsTestReverse, dnsTestReverse6},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -203,8 +221,8 @@ func TestDNSRegistration(t *testing.T) {
 		}
 		return nil
 	})
-	if got := addrsOf(bind.Lookup(t, fqdn, dns.TypeA)); !slices.Equal(got, want) {
-		t.Fatalf("after the sweep, A %s = %v, want %v: the sweep removed a live claim's records", fqdn, got, want)
+	if got := addrsOf(append(bind.Lookup(t, fqdn, dns.TypeA), bind.Lookup(t, fqdn, dns.TypeAAAA)...)); !slices.Equal(got, want) {
+		t.Fatalf("after the sweep, A and AAAA %s = %v, want %v: the sweep removed a live claim's records", fqdn, got, want)
 	}
 
 	// The claim's deletion removes its records.
@@ -212,11 +230,15 @@ func TestDNSRegistration(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGone(t, claim, 60*time.Second)
-	if a := bind.Lookup(t, fqdn, dns.TypeA); len(a) != 0 {
-		t.Fatalf("A %s = %v after the claim went", fqdn, a)
+	for _, typ := range []uint16{dns.TypeA, dns.TypeAAAA} {
+		if a := bind.Lookup(t, fqdn, typ); len(a) != 0 {
+			t.Fatalf("%s %s = %v after the claim went", dns.TypeToString[typ], fqdn, a)
+		}
 	}
-	if p := bind.Lookup(t, rev, dns.TypePTR); len(p) != 0 {
-		t.Fatalf("PTR %s = %v after the claim went", rev, p)
+	for _, r := range []string{rev, rev6} {
+		if p := bind.Lookup(t, r, dns.TypePTR); len(p) != 0 {
+			t.Fatalf("PTR %s = %v after the claim went", r, p)
+		}
 	}
 	if txt := bind.Lookup(t, fqdn, dns.TypeTXT); len(txt) != 0 {
 		t.Fatalf("TXT %s = %v after the claim went", fqdn, txt)

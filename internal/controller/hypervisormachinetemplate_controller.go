@@ -118,11 +118,11 @@ type templateScope struct {
 	// wasValid is the Valid condition as read: the close emits an event
 	// when validity changes.
 	wasValid *metav1.Condition
-	// cluster (loadCluster), pool (loadIPPool, nil without a static
-	// network), hash (render) and info (checkOnHypervisor) are what the
-	// validation loaded and found so far.
+	// cluster (loadCluster), pools (loadIPPool, in spec order; none
+	// without a static network), hash (render) and info
+	// (checkOnHypervisor) are what the validation loaded and found so far.
 	cluster *hfv1.HypervisorCluster
-	pool    *ipam.Pool
+	pools   []*ipam.Pool
 	hash    string
 	info    *provider.TemplateInfo
 	// validity is the outcome of the validation (Valid, and Ready with

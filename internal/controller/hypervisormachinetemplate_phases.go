@@ -151,23 +151,42 @@ func (r *HypervisorMachineTemplateReconciler) resolveRunnerRelease(ctx context.C
 	return phase.Next(), nil
 }
 
-// loadIPPool reads and parses the IPPool of a template with a static
-// network.
+// loadIPPool reads and parses the IPPools of a template with a static
+// network: one, or an IPv4 and an IPv6 one (dual stack). Two pools of one
+// family are refused here, as the API server cannot read the pools to
+// refuse them at admission.
 func (r *HypervisorMachineTemplateReconciler) loadIPPool(ctx context.Context, s *templateScope) (phase.Result, error) {
-	ref := s.tmpl.Spec.Network.IPPoolRef
-	if ref == nil || s.tmpl.Spec.Network.Mode != hfv1.NetworkModeStatic {
-		return phase.Next(), nil
+	field := "spec.network.ipPoolRef"
+	if len(s.tmpl.Spec.Network.IPPoolRefs) > 0 {
+		field = "spec.network.ipPoolRefs"
 	}
-	obj := &hfv1.IPPool{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: ref.Name}, obj); err != nil {
-		return s.invalid(hfv1.TemplateInvalidReason, fmt.Sprintf("spec.network.ipPoolRef: IPPool %s: %v", ref.Name, err))
+	var pools []*ipam.Pool
+	for _, name := range s.tmpl.Spec.Network.IPPoolNames() {
+		obj := &hfv1.IPPool{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, obj); err != nil {
+			return s.invalid(hfv1.TemplateInvalidReason, fmt.Sprintf("%s: IPPool %s: %v", field, name, err))
+		}
+		p, err := ipam.ParsePool(machineclaim.PoolSpec(obj))
+		if err != nil {
+			return s.invalid(hfv1.TemplateInvalidReason, fmt.Sprintf("%s: IPPool %s is invalid: %v", field, name, err))
+		}
+		pools = append(pools, p)
 	}
-	p, err := ipam.ParsePool(machineclaim.PoolSpec(obj))
-	if err != nil {
-		return s.invalid(hfv1.TemplateInvalidReason, fmt.Sprintf("spec.network.ipPoolRef: IPPool %s is invalid: %v", ref.Name, err))
+	if msg := familyConflict(s.tmpl.Spec.Network.IPPoolNames(), pools); msg != "" {
+		return s.invalid(hfv1.IPPoolFamilyConflictReason, msg)
 	}
-	s.pool = p
+	s.pools = pools
 	return phase.Next(), nil
+}
+
+// familyConflict says why pools (named names) cannot serve one dual-stack
+// VM, empty when they can: a VM takes one address per family.
+func familyConflict(names []string, pools []*ipam.Pool) string {
+	if len(pools) != 2 || pools[0].Family != pools[1].Family {
+		return ""
+	}
+	return fmt.Sprintf("spec.network.ipPoolRefs: IPPools %s and %s are both %s, but a dual-stack VM takes one address per family: name one IPv4 and one IPv6 IPPool (or one pool in ipPoolRef for a single-stack VM)",
+		names[0], names[1], pools[0].Family)
 }
 
 // render computes the template's drift hash and checks that a VM's full
@@ -179,15 +198,15 @@ func (r *HypervisorMachineTemplateReconciler) render(_ context.Context, s *templ
 	// The agent server's binaries are fixed at start; its CA may be read
 	// later (AgentUnavailable until then), which the requeue of an
 	// invalid template (waitForDependency) notices.
-	vars := vmspec.TemplateVars(r.Workloads, tmpl, cluster, s.pool)
+	vars := vmspec.TemplateVars(r.Workloads, tmpl, cluster, s.pools)
 	if err := vmspec.SetAgentVars(r.Workloads, tmpl, r.Agent, &vars); err != nil {
 		return s.invalid(hfv1.AgentUnavailableReason, err.Error())
 	}
-	hash, err := vmspec.TemplateHash(r.Workloads, tmpl, cluster, s.pool, r.Agent)
+	hash, err := vmspec.TemplateHash(r.Workloads, tmpl, cluster, s.pools, r.Agent)
 	if err != nil {
 		return s.invalid(hfv1.TemplateInvalidReason, err.Error())
 	}
-	if err := vmspec.CheckTemplate(r.Workloads, tmpl, cluster, s.pool, r.Agent); err != nil {
+	if err := vmspec.CheckTemplate(r.Workloads, tmpl, cluster, s.pools, r.Agent); err != nil {
 		return s.invalid(hfv1.TemplateInvalidReason, err.Error())
 	}
 	s.hash = hash

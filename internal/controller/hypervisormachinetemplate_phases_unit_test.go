@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -66,6 +67,22 @@ func TestReconcileHypervisorMachineTemplate(t *testing.T) {
 	}
 	valid := wantCondition{status: metav1.ConditionTrue, reason: hfv1.ReadyReason, says: []string{"Template 9000 (ci-template) on pve/node-1 is valid"}}
 	untouched := map[hfv1.ConditionType]wantCondition{hfv1.ReadyCondition: {}}
+	ipPool := func(name string, addresses ...string) *hfv1.IPPool {
+		prefix := int32(24)
+		if strings.Contains(addresses[0], ":") {
+			prefix = 64
+		}
+		return &hfv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: hfv1.IPPoolSpec{Addresses: addresses, Prefix: prefix}}
+	}
+	pools := []client.Object{ipPool("v4", "192.0.2.0/24"), ipPool("v4-b", "198.51.100.0/24"), ipPool("v6", "2001:db8::/64")}
+	staticOn := func(names ...string) func(*hfv1.HypervisorMachineTemplate) {
+		return func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Network = hfv1.MachineNetwork{Mode: hfv1.NetworkModeStatic}
+			for _, n := range names {
+				tm.Spec.Network.IPPoolRefs = append(tm.Spec.Network.IPPoolRefs, hfv1.ObjectName{Name: n})
+			}
+		}
+	}
 	for _, tc := range []struct {
 		name  string
 		tmpl  *hfv1.HypervisorMachineTemplate
@@ -100,6 +117,24 @@ func TestReconcileHypervisorMachineTemplate(t *testing.T) {
 				hfv1.HypervisorMachineTemplateReusableCredentialCondition: {status: metav1.ConditionFalse, reason: hfv1.SingleUseCredentialReason},
 			},
 			events: []string{"Normal Validated"}, observed: 2, resolved: 9000,
+		},
+		{
+			name: "a dual-stack template with an IPv6 and an IPv4 IPPool is valid", tmpl: newTemplate(wasValid, staticOn("v6", "v4")), objs: append(pools, world...),
+			wantRes:  ctrl.Result{RequeueAfter: 10 * waitForDependency},
+			want:     map[hfv1.ConditionType]wantCondition{hfv1.HypervisorMachineTemplateValidCondition: valid, hfv1.ReadyCondition: valid},
+			observed: 2, resolved: 9000,
+		},
+		{
+			name: "two IPPools of one family are refused, naming both", tmpl: newTemplate(staticOn("v4", "v4-b")), objs: append(pools, world...),
+			wantRes: ctrl.Result{RequeueAfter: waitForDependency},
+			want:    invalid(hfv1.IPPoolFamilyConflictReason, "spec.network.ipPoolRefs: IPPools v4 and v4-b are both IPv4", "name one IPv4 and one IPv6 IPPool"),
+			events:  []string{"Warning IPPoolFamilyConflict"}, observed: 2,
+		},
+		{
+			name: "a missing IPPool of a dual-stack template", tmpl: newTemplate(staticOn("v4", "v6-gone")), objs: append(pools, world...),
+			wantRes: ctrl.Result{RequeueAfter: waitForDependency},
+			want:    invalid(hfv1.TemplateInvalidReason, "spec.network.ipPoolRefs: IPPool v6-gone"),
+			events:  []string{"Warning TemplateInvalid"}, observed: 2,
 		},
 		{
 			name: "a template still valid emits no event", tmpl: newTemplate(wasValid), objs: world,

@@ -13,13 +13,21 @@ import (
 )
 
 // staticTemplate creates "static", the fixture's template with addresses
-// from pool, and waits until it is Ready.
-func (f *fixture) staticTemplate(t *testing.T, pool *hfv1.IPPool) *hfv1.HypervisorMachineTemplate {
+// from pool (and, for a dual-stack template, from the pool of the other
+// family in dualStack), and waits until it is Ready.
+func (f *fixture) staticTemplate(t *testing.T, pool *hfv1.IPPool, dualStack ...*hfv1.IPPool) *hfv1.HypervisorMachineTemplate {
 	t.Helper()
 	static := f.template.DeepCopy()
 	static.ObjectMeta = metav1.ObjectMeta{Namespace: f.namespace, Name: "static"}
 	static.Status = hfv1.HypervisorMachineTemplateStatus{}
 	static.Spec.Network = hfv1.MachineNetwork{Mode: hfv1.NetworkModeStatic, IPPoolRef: &hfv1.ObjectName{Name: pool.Name}}
+	if len(dualStack) > 0 {
+		// Dual stack: the pools in ipPoolRefs.
+		static.Spec.Network.IPPoolRef = nil
+		for _, p := range append([]*hfv1.IPPool{pool}, dualStack...) {
+			static.Spec.Network.IPPoolRefs = append(static.Spec.Network.IPPoolRefs, hfv1.ObjectName{Name: p.Name})
+		}
+	}
 	f.create(static)
 	waitTemplate(t, static, metav1.ConditionTrue, "")
 	return static

@@ -146,14 +146,16 @@ func TestSamplesWorkAsWritten(t *testing.T) {
 		if cluster == nil {
 			cluster = &hfv1.HypervisorCluster{}
 		}
-		var p *ipam.Pool
-		if ref := tm.Spec.Network.IPPoolRef; ref != nil {
-			if p = pools[ref.Name]; p == nil {
-				t.Errorf("sample template %s names IPPool %s, which no sample defines", tm.Name, ref.Name)
+		var ps []*ipam.Pool
+		for _, name := range tm.Spec.Network.IPPoolNames() {
+			p := pools[name]
+			if p == nil {
+				t.Errorf("sample template %s names IPPool %s, which no sample defines", tm.Name, name)
 				continue
 			}
+			ps = append(ps, p)
 		}
-		if err := vmspec.CheckTemplate(ciPlatforms, tm, cluster, p, agents); err != nil {
+		if err := vmspec.CheckTemplate(ciPlatforms, tm, cluster, ps, agents); err != nil {
 			t.Errorf("sample template %s does not render for a VM: %v", tm.Name, err)
 		}
 		// Every entry of the sample cluster's spec.tenancy selects the

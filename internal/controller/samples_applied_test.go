@@ -103,7 +103,7 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 	secret("hyperfleet-system", "proxmox-gw-ca", map[string]string{"ca.crt": string(proxy.ServerCA)})
 	// The DNS sample's cluster registers its VMs on a real BIND holding
 	// its zones, with the TSIG key its Secret holds.
-	bind := dnsserver.StartBIND(t, dnsserver.Options{Zones: []string{"ci.example.com", "2.0.192.in-addr.arpa"}})
+	bind := dnsserver.StartBIND(t, dnsserver.Options{Zones: []string{"ci.example.com", "2.0.192.in-addr.arpa", "8.b.d.0.1.0.0.2.ip6.arpa"}})
 	secret("hyperfleet-system", "dns-update-key", map[string]string{"tsig.key": dnsserver.UpdateKey.Clause()})
 
 	// The addresses a user fills in: the simulators instead of

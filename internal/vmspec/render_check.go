@@ -72,16 +72,17 @@ const placeholderClaimUID = "00000000-0000-4000-8000-000000000000"
 // and placeholder credentials. agent is the operator's agent locator (nil
 // when it serves none); the caller has already checked that it serves what
 // tmpl needs.
-func CheckTemplate(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool, agent AgentLocator) error {
+func CheckTemplate(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pools []*ipam.Pool, agent AgentLocator) error {
 	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: tmpl.Namespace, Name: "placeholder", UID: placeholderClaimUID}}
-	addr := StaticAddr{Pool: pool}
-	if pool != nil {
-		addr.IP = pool.Network.Addr()
+	var addrs []StaticAddr
+	for _, pool := range pools {
+		addr := StaticAddr{Pool: pool, IP: pool.Network.Addr()}
 		if len(pool.Allocatable) > 0 {
 			addr.IP = pool.Allocatable[0].First
 		}
+		addrs = append(addrs, addr)
 	}
-	vars := ClaimVars(ws, claim, tmpl, cluster, addr)
+	vars := ClaimVars(ws, claim, tmpl, cluster, addrs)
 	if err := SetAgentVars(ws, tmpl, agent, &vars); err != nil {
 		return err
 	}

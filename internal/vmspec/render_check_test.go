@@ -26,7 +26,7 @@ func TestCheckTemplateRenderWithSecretStore(t *testing.T) {
 		t.Fatalf("CheckTemplate: %v", err)
 	}
 	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "placeholder", UID: placeholderClaimUID}}
-	v := withPlaceholderCredentials(ws, ClaimVars(ws, claim, tmpl, cluster, StaticAddr{}), tmpl)
+	v := withPlaceholderCredentials(ws, ClaimVars(ws, claim, tmpl, cluster, nil), tmpl)
 	if v.SecretStore == nil || v.SecretStore.Address != "https://vault.example.com:8200" || v.SecretStore.KVMount != "secret" || v.SecretStoreRole == "" || v.BrokerURL != "" {
 		t.Fatalf("check vars: store %+v role %q brokerURL %q", v.SecretStore, v.SecretStoreRole, v.BrokerURL)
 	}

@@ -34,8 +34,8 @@ type hashedShape struct {
 // agent build makes existing VMs stale, as a new template would); so it is
 // stable across operator restarts and identical for every VM of the
 // template.
-func TemplateHash(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool, agent AgentLocator) (string, error) {
-	vars := TemplateVars(ws, tmpl, cluster, pool)
+func TemplateHash(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pools []*ipam.Pool, agent AgentLocator) (string, error) {
+	vars := TemplateVars(ws, tmpl, cluster, pools)
 	if err := SetAgentVars(ws, tmpl, agent, &vars); err != nil {
 		return "", err
 	}

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/url"
 	"path"
+	"slices"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
@@ -39,10 +40,20 @@ type StaticAddr struct {
 	Pool *ipam.Pool
 }
 
+// Pools are the pools of addrs, in order.
+func Pools(addrs []StaticAddr) []*ipam.Pool {
+	var out []*ipam.Pool
+	for _, a := range addrs {
+		out = append(out, a.Pool)
+	}
+	return out
+}
+
 // TemplateVars are the cloud-init variables every VM of a template shares.
 // ClaimVars adds the per-VM ones; the template hash renders these alone, so
-// both paths must build them here.
-func TemplateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pool *ipam.Pool) cloudinit.Vars {
+// both paths must build them here. pools are the template's IPPools in
+// spec order (network mode static): one, or an IPv4 and an IPv6 one.
+func TemplateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pools []*ipam.Pool) cloudinit.Vars {
 	spec := tmpl.Spec
 	v := cloudinit.Vars{
 		NetworkMode:      cmp.Or(string(spec.Network.Mode), cloudinit.NetworkDHCP),
@@ -66,21 +77,8 @@ func TemplateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 	dns := DNS(cluster, tmpl)
 	v.DNSServers = cloudinit.List(dns.Servers)
 	v.SearchDomains = cloudinit.List(dns.Search)
-	if v.NetworkMode == cloudinit.NetworkStatic && pool != nil {
-		// The pool's subnet settings; the template's or cluster's DNS
-		// settings win where given.
-		v.NetmaskBits = pool.Prefix()
-		if gw := pool.Gateway(); gw.IsValid() {
-			v.Gateway = gw.String()
-		}
-		if len(v.DNSServers) == 0 {
-			for _, ns := range pool.Nameservers {
-				v.DNSServers = append(v.DNSServers, ns.String())
-			}
-		}
-		if len(v.SearchDomains) == 0 {
-			v.SearchDomains = cloudinit.List(pool.SearchDomains)
-		}
+	if v.NetworkMode == cloudinit.NetworkStatic {
+		setPoolVars(&v, pools)
 	}
 
 	v.AttestationMethod = cmp.Or(string(spec.Attestation.Method), cloudinit.AttestationNone)
@@ -115,11 +113,69 @@ func TemplateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 	return v
 }
 
+// setPoolVars sets the subnet settings of a static VM's pools: a dual-stack
+// VM's IPv4 pool fills NetmaskBits and Gateway and its IPv6 pool
+// NetmaskBitsIPv6 and GatewayIPv6; a single pool, of either family, the
+// first two. The template's or cluster's DNS settings win where given;
+// otherwise the pools' nameservers and search domains are used, IPv4
+// pool's first.
+func setPoolVars(v *cloudinit.Vars, pools []*ipam.Pool) {
+	pools = slices.DeleteFunc(slices.Clone(pools), func(p *ipam.Pool) bool { return p == nil })
+	dual := isDualStack(pools)
+	if dual {
+		pools = orderedByFamily(pools)
+	}
+	dns, search := len(v.DNSServers) == 0, len(v.SearchDomains) == 0
+	for i, pool := range pools {
+		gw := ""
+		if g := pool.Gateway(); g.IsValid() {
+			gw = g.String()
+		}
+		if dual && i == 1 {
+			v.NetmaskBitsIPv6, v.GatewayIPv6 = pool.Prefix(), gw
+		} else {
+			v.NetmaskBits, v.Gateway = pool.Prefix(), gw
+		}
+		for _, ns := range pool.Nameservers {
+			if dns && !slices.Contains(v.DNSServers, ns.String()) {
+				v.DNSServers = append(v.DNSServers, ns.String())
+			}
+		}
+		for _, d := range pool.SearchDomains {
+			if search && !slices.Contains(v.SearchDomains, d) {
+				v.SearchDomains = append(v.SearchDomains, d)
+			}
+		}
+	}
+}
+
+// isDualStack reports whether pools are an IPv4 and an IPv6 pool (the
+// template check refuses two of one family).
+func isDualStack(pools []*ipam.Pool) bool {
+	return len(pools) == 2 && pools[0].Family != pools[1].Family
+}
+
+// orderedByFamily puts the IPv4 pool first.
+func orderedByFamily(pools []*ipam.Pool) []*ipam.Pool {
+	if len(pools) == 2 && pools[1].Family == ipam.IPv4 {
+		return []*ipam.Pool{pools[1], pools[0]}
+	}
+	return pools
+}
+
 // ClaimVars adds a claim's per-VM values to its template's variables.
-func ClaimVars(ws *workload.Backends, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, addr StaticAddr) cloudinit.Vars {
-	v := TemplateVars(ws, tmpl, cluster, addr.Pool)
-	if addr.IP.IsValid() {
-		v.StaticIP = addr.IP.String()
+// addrs are its static addresses, one per pool of its template, in spec
+// order.
+func ClaimVars(ws *workload.Backends, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, addrs []StaticAddr) cloudinit.Vars {
+	v := TemplateVars(ws, tmpl, cluster, Pools(addrs))
+	for _, a := range addrs {
+		switch {
+		case !a.IP.IsValid():
+		case len(addrs) == 2 && a.IP.Is6() && v.NetmaskBitsIPv6 > 0:
+			v.StaticIPv6 = a.IP.String()
+		default:
+			v.StaticIP = a.IP.String()
+		}
 	}
 	v.Hostname = Hostname(claim, tmpl.Spec.Network.Hostname)
 	v.FQDN = FQDN(v.Hostname, DNS(cluster, tmpl).Domain)

@@ -1,11 +1,16 @@
 package vmspec
 
 import (
+	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 )
 
@@ -78,5 +83,52 @@ func TestSetAgentVars(t *testing.T) {
 		if v.AgentDownloadURL != "" {
 			t.Errorf("%s: a download URL despite the error", tc.name)
 		}
+	}
+}
+
+// TestDualStackVars: a claim of a template with an IPv6 and an IPv4 pool
+// (in that order) gets StaticIP and its prefix and gateway from the IPv4
+// pool and the IPv6 fields from the IPv6 one, the pools' nameservers
+// IPv4 pool's first; its network-config carries both addresses and both
+// gateways. A template of one IPv6 pool keeps it in StaticIP.
+func TestDualStackVars(t *testing.T) {
+	ws := githubsimtest.Backends(t, nil)
+	pool := func(spec ipam.Spec) *ipam.Pool {
+		p, err := ipam.ParsePool(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	v6 := pool(ipam.Spec{Addresses: []string{"2001:db8:1::/64"}, Prefix: 64, Gateways: []string{"2001:db8:1::1"}, Nameservers: []string{"2001:db8::53"}})
+	v4 := pool(ipam.Spec{Addresses: []string{"192.0.2.0/24"}, Prefix: 24, Gateways: []string{"192.0.2.1"}, Nameservers: []string{"192.0.2.53"}})
+	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "dual"}}
+	tmpl.Spec.Bootstrap.GitHub = hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org"}
+	tmpl.Spec.Network = hfv1.MachineNetwork{Mode: hfv1.NetworkModeStatic, IPPoolRefs: []hfv1.ObjectName{{Name: "v6"}, {Name: "v4"}}}
+	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "vm-1", UID: placeholderClaimUID}}
+	addrs := []StaticAddr{{IP: netip.MustParseAddr("2001:db8:1::10"), Pool: v6}, {IP: netip.MustParseAddr("192.0.2.10"), Pool: v4}}
+	v := ClaimVars(ws, claim, tmpl, &hfv1.HypervisorCluster{}, addrs)
+	got := []any{v.StaticIP, v.NetmaskBits, v.Gateway, v.StaticIPv6, v.NetmaskBitsIPv6, v.GatewayIPv6, v.DNSServers.String()}
+	want := []any{"192.0.2.10", 24, "192.0.2.1", "2001:db8:1::10", 64, "2001:db8:1::1", `["192.0.2.53","2001:db8::53"]`}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("vars %v, want %v", got, want)
+	}
+	out, err := cloudinit.Render(Input(tmpl, withPlaceholderCredentials(ws, v, tmpl)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"- 192.0.2.10/24", "- 2001:db8:1::10/64", "gateway4: 192.0.2.1", "gateway6: 2001:db8:1::1"} {
+		if !strings.Contains(string(out.NetworkConfig), line) {
+			t.Errorf("network-config lacks %q:\n%s", line, out.NetworkConfig)
+		}
+	}
+	if err := CheckTemplate(ws, tmpl, &hfv1.HypervisorCluster{}, []*ipam.Pool{v6, v4}, nil); err != nil {
+		t.Errorf("CheckTemplate: %v", err)
+	}
+
+	tmpl.Spec.Network = hfv1.MachineNetwork{Mode: hfv1.NetworkModeStatic, IPPoolRef: &hfv1.ObjectName{Name: "v6"}}
+	v = ClaimVars(ws, claim, tmpl, &hfv1.HypervisorCluster{}, addrs[:1])
+	if v.StaticIP != "2001:db8:1::10" || v.NetmaskBits != 64 || v.Gateway != "2001:db8:1::1" || v.StaticIPv6 != "" || v.NetmaskBitsIPv6 != 0 {
+		t.Errorf("single IPv6 pool: StaticIP %q/%d via %q, StaticIPv6 %q/%d", v.StaticIP, v.NetmaskBits, v.Gateway, v.StaticIPv6, v.NetmaskBitsIPv6)
 	}
 }

@@ -98,7 +98,7 @@ func (w *Platforms) RunnerCredential(ctx context.Context, claim *hfv1.MachineCla
 	if err := w.Client.Get(ctx, client.ObjectKey{Name: name}, cluster); err != nil {
 		return workload.Credential{}, fmt.Errorf("read the claim's HypervisorCluster: %w", err)
 	}
-	vars := vmspec.ClaimVars(w.Backends, claim, tmpl, cluster, vmspec.StaticAddr{})
+	vars := vmspec.ClaimVars(w.Backends, claim, tmpl, cluster, nil)
 	cred, ok, err := w.issueFor(ctx, claim, tmpl, &vars)
 	if err != nil {
 		return workload.Credential{}, err

@@ -165,7 +165,7 @@ func probeDHCP(gn *guestnet.Network, srv *guestnet.DHCPServer, dhcp *hfv1.DHCPOp
 			return fmt.Errorf("claim %s reports %v, not the lease's %s", claim.Name, st.Addresses, l.Addr)
 		}
 		// The guest's own view: that one address on eth0.
-		return ipAddresses(ctx, w, vmid, netip.PrefixFrom(l.Addr, gn.Prefix.Bits()))
+		return ipAddresses(ctx, w, vmid, addressPlan{v4: netip.PrefixFrom(l.Addr, gn.Prefix.Bits())})
 	}
 }
 

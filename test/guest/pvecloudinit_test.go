@@ -76,14 +76,14 @@ func TestProxmoxCloudInitDriveOnRealGuests(t *testing.T) {
 	w := &devenv.World{Proxmox: sim}
 	ctx := context.Background()
 	eventually(t, 8*time.Minute, "the guest agent reports the ipconfig0 address on eth0", func() error {
-		return agentInterfaces(ctx, w, vmid, want)
+		return agentInterfaces(ctx, w, vmid, slirpPlan(want))
 	})
 	t.Logf("guest agent reports %s after %s", want, time.Since(start).Round(time.Second))
 	eventually(t, 5*time.Minute, "cloud-init has finished", func() error {
 		return guestOutput(ctx, sim, vmid, "status: done", "cloud-init", "status")
 	})
-	for _, check := range []func(context.Context, *devenv.World, int, netip.Prefix) error{ipAddresses, ipRoutes, resolvConf, consoleTable} {
-		if err := check(ctx, w, vmid, want); err != nil {
+	for _, check := range []func(context.Context, *devenv.World, int, addressPlan) error{ipAddresses, ipRoutes, resolvConf, consoleTable} {
+		if err := check(ctx, w, vmid, slirpPlan(want)); err != nil {
 			t.Error(err)
 		}
 	}

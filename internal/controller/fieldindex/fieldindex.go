@@ -30,7 +30,8 @@ const (
 	ClaimTemplate = "spec.templateRef.name"
 	// TemplateCluster maps a cluster name to the templates using it.
 	TemplateCluster = "spec.hypervisorClusterRef.name"
-	// TemplatePool maps an IPPool name to the templates using it.
+	// TemplatePool maps an IPPool name to the templates using it
+	// (spec.network.ipPoolRef or ipPoolRefs).
 	TemplatePool = "spec.network.ipPoolRef.name"
 	// ClusterSecret maps "<namespace>/<name>" of a Secret to the
 	// clusters that reference it.
@@ -121,10 +122,7 @@ func All(ws *workload.Backends) []Index {
 			return []string{o.(*hfv1.HypervisorMachineTemplate).Spec.HypervisorClusterRef.Name}
 		}},
 		{&hfv1.HypervisorMachineTemplate{}, TemplatePool, func(o client.Object) []string {
-			if ref := o.(*hfv1.HypervisorMachineTemplate).Spec.Network.IPPoolRef; ref != nil {
-				return []string{ref.Name}
-			}
-			return nil
+			return o.(*hfv1.HypervisorMachineTemplate).Spec.Network.IPPoolNames()
 		}},
 		{&hfv1.HypervisorMachineTemplate{}, TemplateSecret, func(o client.Object) []string {
 			return templateSecretNames(ws, o.(*hfv1.HypervisorMachineTemplate))

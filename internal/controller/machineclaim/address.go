@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,58 +13,112 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
 
 // errAddressWait means the claim must wait for its pool before it can get
 // an address; the claim's condition says why.
 var errAddressWait = errors.New("waiting for an address")
 
-// staticAddress returns the claim's address from its template's pool,
-// allocating one (and recording it in status) on first use. The address is
-// recorded before anything uses it, so a restart never hands it out twice.
-func (r *Reconciler) staticAddress(ctx context.Context, s *claimScope, tmpl *hfv1.HypervisorMachineTemplate) (netip.Addr, *ipam.Pool, bool, error) {
+// staticAddresses returns the claim's addresses, one from each IPPool of
+// its template (spec.network.ipPoolRef, or ipPoolRefs for dual stack), in
+// spec order, allocating the missing ones and recording them in status.
+// fresh is true when some were allocated now: the caller persists them
+// before anything uses them, so a restart never hands one out twice.
+//
+// The addresses of one call are all or nothing: when a pool cannot give
+// one, those this call allocated from the other pools are released again
+// (they were never recorded), so a claim waiting for its IPv6 address
+// holds no IPv4 address meanwhile. Addresses recorded by an earlier pass
+// stay: a VM may be using them.
+func (r *Reconciler) staticAddresses(ctx context.Context, s *claimScope, tmpl *hfv1.HypervisorMachineTemplate) ([]vmspec.StaticAddr, bool, error) {
 	claim := s.claim
-	ref := tmpl.Spec.Network.IPPoolRef
-	poolObj := &hfv1.IPPool{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: ref.Name}, poolObj); err != nil {
-		return netip.Addr{}, nil, false, r.waitForAddress(s, string(hfv1.IPPoolExhaustedReason), fmt.Sprintf("spec.network.ipPoolRef of template %s: IPPool %s: %v", tmpl.Name, ref.Name, err))
+	field := "spec.network.ipPoolRef"
+	if len(tmpl.Spec.Network.IPPoolRefs) > 0 {
+		field = "spec.network.ipPoolRefs"
 	}
-	recorded := recordedAllocation(claim, ref.Name)
-	if !poolObj.DeletionTimestamp.IsZero() && recorded == nil {
-		return netip.Addr{}, nil, false, r.waitForAddress(s, "IPPoolNotReady", fmt.Sprintf("IPPool %s (spec.network.ipPoolRef of template %s) is being deleted and gives no new addresses; point the template at another pool", ref.Name, tmpl.Name))
+	var addrs []vmspec.StaticAddr
+	var fresh []hfv1.IPAllocation
+	for _, name := range tmpl.Spec.Network.IPPoolNames() {
+		addr, alloc, err := r.staticAddress(ctx, s, tmpl, field, name)
+		if err != nil {
+			r.releaseUnrecorded(ctx, claim, fresh)
+			return nil, false, err
+		}
+		addrs = append(addrs, addr)
+		if alloc != nil {
+			fresh = append(fresh, *alloc)
+		}
 	}
-	allowed, err := tenancy.SelectorAdmits(ctx, r.Client, poolObj.Spec.AllowedNamespaces, claim.Namespace)
-	if err != nil || !allowed {
-		return netip.Addr{}, nil, false, r.waitForAddress(s, string(hfv1.NamespaceNotAllowedReason),
-			fmt.Sprintf("IPPool %s does not admit namespace %s (spec.allowedNamespaces)", ref.Name, claim.Namespace))
-	}
-	pool, err := ipam.ParsePool(PoolSpec(poolObj))
-	if err != nil {
-		return netip.Addr{}, nil, false, r.waitForAddress(s, string(hfv1.InvalidSpecReason), fmt.Sprintf("IPPool %s is invalid: %v", ref.Name, err))
-	}
-	if recorded != nil {
-		addr, err := ipam.ParseAllocatedAddress(recorded.Address)
-		return addr, pool, false, err
-	}
-	addr, err := r.IPAM.Allocate(ref.Name, string(claim.UID))
-	switch {
-	case errors.Is(err, ipam.ErrExhausted):
-		r.Recorder.Eventf(claim, corev1.EventTypeWarning, string(hfv1.IPPoolExhaustedReason), "IPPool %s has no free address", ref.Name)
-		return netip.Addr{}, nil, false, r.waitForAddress(s, string(hfv1.IPPoolExhaustedReason), fmt.Sprintf("IPPool %s has no free address; the claim waits for one", ref.Name))
-	case err != nil:
-		return netip.Addr{}, nil, false, r.waitForAddress(s, "IPPoolNotReady", fmt.Sprintf("IPPool %s: %v", ref.Name, err))
+	if len(fresh) == 0 {
+		return addrs, false, nil
 	}
 	if claim.Status.Network == nil {
 		claim.Status.Network = &hfv1.MachineNetworkStatus{}
 	}
-	alloc := hfv1.IPAllocation{PoolRef: ref.Name, Address: pool.WithPrefix(addr).String()}
+	claim.Status.Network.IPAllocations = append(claim.Status.Network.IPAllocations, fresh...)
+	for _, a := range fresh {
+		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "AddressAllocated", "Allocated %s from IPPool %s", a.Address, a.PoolRef)
+	}
+	return addrs, true, nil
+}
+
+// staticAddress returns the claim's address from the IPPool name (its
+// template's field), allocating one on first use; alloc is the new
+// allocation to record, nil when the claim's status already records it.
+func (r *Reconciler) staticAddress(ctx context.Context, s *claimScope, tmpl *hfv1.HypervisorMachineTemplate, field, name string) (vmspec.StaticAddr, *hfv1.IPAllocation, error) {
+	claim := s.claim
+	poolObj := &hfv1.IPPool{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, poolObj); err != nil {
+		return vmspec.StaticAddr{}, nil, r.waitForAddress(s, string(hfv1.IPPoolExhaustedReason), fmt.Sprintf("%s of template %s: IPPool %s: %v", field, tmpl.Name, name, err))
+	}
+	recorded := recordedAllocation(claim, name)
+	if !poolObj.DeletionTimestamp.IsZero() && recorded == nil {
+		return vmspec.StaticAddr{}, nil, r.waitForAddress(s, "IPPoolNotReady", fmt.Sprintf("IPPool %s (%s of template %s) is being deleted and gives no new addresses; point the template at another pool", name, field, tmpl.Name))
+	}
+	allowed, err := tenancy.SelectorAdmits(ctx, r.Client, poolObj.Spec.AllowedNamespaces, claim.Namespace)
+	if err != nil || !allowed {
+		return vmspec.StaticAddr{}, nil, r.waitForAddress(s, string(hfv1.NamespaceNotAllowedReason),
+			fmt.Sprintf("IPPool %s does not admit namespace %s (spec.allowedNamespaces)", name, claim.Namespace))
+	}
+	pool, err := ipam.ParsePool(PoolSpec(poolObj))
+	if err != nil {
+		return vmspec.StaticAddr{}, nil, r.waitForAddress(s, string(hfv1.InvalidSpecReason), fmt.Sprintf("IPPool %s is invalid: %v", name, err))
+	}
+	if recorded != nil {
+		addr, err := ipam.ParseAllocatedAddress(recorded.Address)
+		return vmspec.StaticAddr{IP: addr, Pool: pool}, nil, err
+	}
+	addr, err := r.IPAM.Allocate(name, string(claim.UID))
+	switch {
+	case errors.Is(err, ipam.ErrExhausted):
+		r.Recorder.Eventf(claim, corev1.EventTypeWarning, string(hfv1.IPPoolExhaustedReason), "IPPool %s has no free address", name)
+		return vmspec.StaticAddr{}, nil, r.waitForAddress(s, string(hfv1.IPPoolExhaustedReason), fmt.Sprintf("IPPool %s has no free address; the claim waits for one", name))
+	case err != nil:
+		return vmspec.StaticAddr{}, nil, r.waitForAddress(s, "IPPoolNotReady", fmt.Sprintf("IPPool %s: %v", name, err))
+	}
+	alloc := &hfv1.IPAllocation{PoolRef: name, Address: pool.WithPrefix(addr).String()}
 	if gw := pool.Gateway(); gw.IsValid() {
 		alloc.Gateway = gw.String()
 	}
-	claim.Status.Network.IPAllocations = append(claim.Status.Network.IPAllocations, alloc)
-	r.Recorder.Eventf(claim, corev1.EventTypeNormal, "AddressAllocated", "Allocated %s from IPPool %s", alloc.Address, ref.Name)
-	// fresh: the caller persists the allocation before using it.
-	return addr, pool, true, nil
+	return vmspec.StaticAddr{IP: addr, Pool: pool}, alloc, nil
+}
+
+// releaseUnrecorded gives back addresses allocated in this pass and never
+// recorded: the claim's other pool could not give its address.
+func (r *Reconciler) releaseUnrecorded(ctx context.Context, claim *hfv1.MachineClaim, allocs []hfv1.IPAllocation) {
+	for _, a := range allocs {
+		addr, err := ipam.ParseAllocatedAddress(a.Address)
+		if err == nil {
+			err = r.IPAM.Release(a.PoolRef, string(claim.UID), addr)
+		}
+		if err != nil {
+			// Still held in memory for the claim: its next pass gets the
+			// same address back (Allocate is idempotent per owner), and
+			// its end frees it (ReleaseOwnerEverywhere).
+			ctrl.LoggerFrom(ctx).Error(err, "Release an unrecorded address", "pool", a.PoolRef, "address", a.Address)
+		}
+	}
 }
 
 // recordedAllocation is the claim's address from pool as its status

@@ -25,12 +25,12 @@ type claimCloudInit struct {
 	claim   *hfv1.MachineClaim
 	tmpl    *hfv1.HypervisorMachineTemplate
 	cluster *hfv1.HypervisorCluster
-	addr    vmspec.StaticAddr
+	addrs   []vmspec.StaticAddr
 }
 
 // Render implements provider.CloudInitSource.
 func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error) {
-	vars := vmspec.ClaimVars(c.r.workloads(), c.claim, c.tmpl, c.cluster, c.addr)
+	vars := vmspec.ClaimVars(c.r.workloads(), c.claim, c.tmpl, c.cluster, c.addrs)
 	if err := vmspec.SetAgentVars(c.r.workloads(), c.tmpl, c.r.Agent, &vars); err != nil {
 		// The template is not Ready in this case; only a claim that passed
 		// before an operator restart without the agent server gets here.

@@ -141,13 +141,14 @@ func (r *Reconciler) loadProvider(_ context.Context, s *claimScope) (phase.Resul
 	return phase.StopAndRequeue(waitForDependency), nil
 }
 
-// ensureAddress allocates the claim's static address (network mode
-// static) and has it stored before any VM is built with it.
+// ensureAddress allocates the claim's static addresses (network mode
+// static: one, or an IPv4 and an IPv6 one) and has them stored before any
+// VM is built with them.
 func (r *Reconciler) ensureAddress(ctx context.Context, s *claimScope) (phase.Result, error) {
 	if s.tmpl.Spec.Network.Mode != hfv1.NetworkModeStatic {
 		return phase.Next(), nil
 	}
-	_, _, fresh, err := r.staticAddress(ctx, s, s.tmpl)
+	_, fresh, err := r.staticAddresses(ctx, s, s.tmpl)
 	switch {
 	case errors.Is(err, errAddressWait):
 		return phase.StopAndRequeue(10 * time.Second), nil

@@ -54,15 +54,14 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 			return phase.StopAndRequeue(wait), nil
 		}
 	}
-	var addr vmspec.StaticAddr
+	var addrs []vmspec.StaticAddr
 	if tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
-		ip, pool, _, err := r.staticAddress(ctx, s, tmpl)
-		if err != nil {
+		var err error
+		if addrs, _, err = r.staticAddresses(ctx, s, tmpl); err != nil {
 			return r.provisionError(ctx, s, err)
 		}
-		addr = vmspec.StaticAddr{IP: ip, Pool: pool}
 	}
-	ci := &claimCloudInit{r: r, claim: claim, tmpl: tmpl, cluster: cluster, addr: addr}
+	ci := &claimCloudInit{r: r, claim: claim, tmpl: tmpl, cluster: cluster, addrs: addrs}
 	spec, err := vmspec.For(claim, tmpl, cluster, ci)
 	if err != nil {
 		return r.provisionError(ctx, s, err)

@@ -77,10 +77,16 @@ func (w *World) Objects() ([]client.Object, error) {
 		},
 	}
 	if w.opts.IPPool != nil {
+		network := hfv1.MachineNetwork{Mode: hfv1.NetworkModeStatic, IPPoolRef: &hfv1.ObjectName{Name: IPPoolName}}
+		if w.opts.IPv6Pool != nil {
+			objs = append([]client.Object{&hfv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: IPv6PoolName}, Spec: *w.opts.IPv6Pool.DeepCopy()}}, objs...)
+			network.IPPoolRef = nil
+			network.IPPoolRefs = []hfv1.ObjectName{{Name: IPPoolName}, {Name: IPv6PoolName}}
+		}
 		objs = append([]client.Object{&hfv1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: IPPoolName}, Spec: *w.opts.IPPool.DeepCopy()}}, objs...)
 		for _, o := range objs {
 			if t, ok := o.(*hfv1.HypervisorMachineTemplate); ok {
-				t.Spec.Network = hfv1.MachineNetwork{Mode: hfv1.NetworkModeStatic, IPPoolRef: &hfv1.ObjectName{Name: IPPoolName}}
+				t.Spec.Network = *network.DeepCopy()
 			}
 		}
 	}

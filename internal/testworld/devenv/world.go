@@ -64,6 +64,8 @@ const (
 	TemplateName = "debian-runner"
 	// IPPoolName is the IPPool of Options.IPPool.
 	IPPoolName = "guests"
+	// IPv6PoolName is the IPPool of Options.IPv6Pool.
+	IPv6PoolName = "guests-v6"
 	// ClusterName is the HypervisorCluster (the Proxmox simulator).
 	ClusterName = "local-pve"
 	// Organization and Repository are the GitHub account and repository.
@@ -155,6 +157,12 @@ type Options struct {
 	// simulator's address range (10.99.0.0/24 by default, the host at .2,
 	// DNS at .3): a pool inside it, with that gateway, works there.
 	IPPool *hfv1.IPPoolSpec
+	// IPv6Pool, when set with an IPv4 IPPool, makes the template
+	// dual-stack: a second IPPool of this spec (named IPv6PoolName) joins
+	// IPPool's in spec.network.ipPoolRefs. QEMU's user network gives the
+	// guests no IPv6 network such a pool can use: put them on a
+	// GuestNetwork with an IPv6 prefix (guestnet.Network.AddIPv6).
+	IPv6Pool *hfv1.IPPoolSpec
 	// GuestNetwork, when set (with GuestImage), puts the real guests on
 	// this network instead of QEMU's user-mode one: a bridge in a network
 	// namespace whose DHCP server the caller runs. The guests reach the

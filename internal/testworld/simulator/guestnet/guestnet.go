@@ -32,6 +32,10 @@ type Network struct {
 	// Prefix is the network; Host, its first address, is the bridge's.
 	Prefix netip.Prefix
 	Host   netip.Addr
+	// Prefix6 and Host6 are the same for IPv6, once AddIPv6 gave the
+	// bridge an IPv6 network; invalid until then.
+	Prefix6 netip.Prefix
+	Host6   netip.Addr
 
 	mu        sync.Mutex
 	listeners map[string]net.Listener // port -> forwarder
@@ -63,6 +67,24 @@ func Create(name string, prefix netip.Prefix) (*Network, error) {
 		}
 	}
 	return n, nil
+}
+
+// AddIPv6 gives the bridge the first address of prefix (an IPv6 network,
+// /64 or larger) as well, for guests with static IPv6 addresses: the
+// namespace sends no router advertisements, so a guest's only IPv6
+// addresses are the ones it configures and its link-local one. The
+// address skips duplicate address detection, so that it answers at once.
+func (n *Network) AddIPv6(prefix netip.Prefix) error {
+	prefix = prefix.Masked()
+	if !prefix.Addr().Is6() || prefix.Addr().Is4In6() || prefix.Bits() > 64 {
+		return fmt.Errorf("guestnet: %s: want an IPv6 network of /64 or larger", prefix)
+	}
+	host := prefix.Addr().Next()
+	if err := ip("-n", n.Netns, "addr", "add", netip.PrefixFrom(host, prefix.Bits()).String(), "dev", Bridge, "nodad"); err != nil {
+		return err
+	}
+	n.Prefix6, n.Host6 = prefix, host
+	return nil
 }
 
 // Addr is the address offset addresses into the network (Host is 1).
@@ -103,6 +125,12 @@ func (n *Network) Join(offset int) (netip.Addr, error) {
 		}
 	}
 	return addr, nil
+}
+
+// Listen opens a TCP listener at addr inside the namespace, for a test's
+// own server on the bridge, such as one a guest connects to.
+func (n *Network) Listen(addr string) (net.Listener, error) {
+	return n.listen(addr)
 }
 
 // Forward listens on the bridge's address at port, inside the namespace,
