@@ -1,6 +1,7 @@
 package cloudinit
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
@@ -98,4 +99,15 @@ func writeIndented(b *strings.Builder, text, indent string) {
 		}
 		b.WriteString(indent + line + "\n")
 	}
+}
+
+// AgentConfigFile is the agent's configuration for v as the file the
+// operator places at GuestAgentConfigPath under delivery proxmox: the
+// same document the NoCloud ISO's user-data writes to AgentConfigPath.
+func AgentConfigFile(v *Vars) ([]byte, error) {
+	cfg := agentConfig(v)
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("vars: the agent config they produce is invalid: %w", err)
+	}
+	return cfg.Marshal()
 }

@@ -661,7 +661,7 @@ func (c *ensureCall) configure(ctx context.Context, v *verified) (*provider.Ensu
 	case c.spec.Native != nil && strings.Contains(apiMessage(err), "does not support content-type 'images'"):
 		// Proxmox allocates the drive in the update and fails it with a
 		// 500; no retry makes the storage take images.
-		return nil, withField(err, fieldDriveStorage, "name a storage with images content on the VM's node")
+		return nil, provider.Errorf(provider.ClassConfiguration, "NoCloudInitStorage", "%s: %w; name a storage with images content on the VM's node", fieldDriveStorage, err)
 	default:
 		return nil, fmt.Errorf("configure VM %d: %w", c.prog.VMID, err)
 	}

@@ -36,7 +36,8 @@ func (c vmConfig) cloudInitSlot() string {
 // for n (qemu-server's PVE::QemuServer::Cloudinit generates the NoCloud
 // files from it at every start; docs/cloud-init.md, "Delivery"): the
 // drive itself when the clone has none, citype nocloud, ipconfig0,
-// nameserver, searchdomain, ciuser, sshkeys and cicustom. The host name is
+// nameserver, searchdomain, ciuser, sshkeys, cicustom and ciupgrade off.
+// The host name is
 // the VM's name, which configBody sets; with a search domain Proxmox
 // makes the FQDN of the two.
 func nativeConfig(body map[string]any, n *provider.NativeCloudInit, cfg vmConfig) error {
@@ -58,6 +59,11 @@ func nativeConfig(body map[string]any, n *provider.NativeCloudInit, cfg vmConfig
 		body[slot] = storage + ":cloudinit"
 	}
 	body["citype"] = "nocloud"
+	// Proxmox's drive upgrades every package at first boot unless told
+	// not to (ciupgrade defaults to 1): slow, needs a mirror, and makes
+	// two VMs of one template differ. The image decides its packages, as
+	// it does under the NoCloud ISO.
+	body["ciupgrade"] = 0
 	set := map[string]string{
 		"ipconfig0":    ipConfig(n),
 		"nameserver":   strings.Join(n.Nameservers, " "),

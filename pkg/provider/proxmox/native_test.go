@@ -69,6 +69,7 @@ func TestNativeCloudInitLifecycle(t *testing.T) {
 	v := e.vm(vmid)
 	want := map[string]string{
 		"citype":       "nocloud",
+		"ciupgrade":    "0",
 		"ipconfig0":    "ip=10.99.0.241/24,gw=10.99.0.2",
 		"nameserver":   "10.99.0.3 2001:db8::53",
 		"searchdomain": "ci.example.com", // one: it also makes the FQDN
@@ -86,6 +87,9 @@ func TestNativeCloudInitLifecycle(t *testing.T) {
 		t.Errorf("ide2 = %q, want the clone's cloud-init drive", got)
 	}
 	user := e.dump(vmid, "user")
+	if strings.Contains(user, "package_upgrade") {
+		t.Errorf("generated user-data upgrades packages:\n%s", user)
+	}
 	for _, w := range []string{"hostname: runner-n\n", "fqdn: runner-n.ci.example.com\n", "user: ci\n", "  - " + nativeTestKey + "\n", "  - ssh-rsa AAAAB3NzaC1yc2E second\n"} {
 		if !strings.Contains(user, w) {
 			t.Errorf("generated user-data lacks %q:\n%s", w, user)
@@ -197,7 +201,7 @@ func TestNativeCloudInitDrive(t *testing.T) {
 		}
 		e.advance(res.RetryAfter)
 	}
-	if err == nil || provider.Classify(err) != provider.ClassConfiguration || !strings.Contains(err.Error(), "spec.cloudInit.proxmox.driveStorage") {
+	if err == nil || provider.Classify(err) != provider.ClassConfiguration || provider.ReasonOf(err) != "NoCloudInitStorage" || !strings.Contains(err.Error(), "spec.cloudInit.proxmox.driveStorage") {
 		t.Errorf("a drive on a storage without images content: %v (class %s)", err, provider.Classify(err))
 	}
 }
