@@ -195,3 +195,22 @@ func guestJSON(ctx context.Context, w *devenv.World, vmid int, out any, argv ...
 	}
 	return nil
 }
+
+// TestProxmoxDeliveryOnRealGuests: a template with cloudInit.delivery
+// proxmox, network mode static and an IPPool runs a job end to end with
+// no ISO at all. The operator sets the VM's ipconfig0 (the allocated
+// address, prefix and gateway), nameserver and searchdomain; Proxmox's
+// own cloud-init drive (the simulator generates it as qemu-server does)
+// carries them and, as vendor-data, the static kit the platform team
+// placed on a snippets storage (cloudinit.ProxmoxKit, here with the GitHub
+// simulator's CA); the operator places the agent's configuration through
+// the guest agent into /run/hyperfleet, where the kit's path unit starts
+// the agent. The guest's network is exactly the allocation (probeStatic).
+func TestProxmoxDeliveryOnRealGuests(t *testing.T) {
+	img := image
+	pool := staticPool
+	_, _, tl := runJobs(t, scenario{jobs: 1, opts: devenv.Options{GuestImage: &img, IPPool: &pool, ProxmoxDelivery: true}, probe: probeStatic})
+	if n := tl.placed.uploads(); n != 0 {
+		t.Errorf("%d uploads to the simulator's storages under delivery proxmox, want none", n)
+	}
+}
