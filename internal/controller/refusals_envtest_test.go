@@ -104,9 +104,6 @@ func TestRefusedTemplatesBuildNothing(t *testing.T) {
 		{"tpm", string(hfv1.NotImplementedReason), "spec.attestation.method: tpm is not implemented yet", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationTPM, TPM: &hfv1.TPMAttestation{AddVirtualTPM: true}}
 		}},
-		{"proxmox-cloud-init", string(hfv1.NotImplementedReason), "spec.cloudInit.delivery: proxmox is not implemented yet", func(tm *hfv1.HypervisorMachineTemplate) {
-			tm.Spec.CloudInit = &hfv1.CloudInit{Delivery: hfv1.CloudInitDeliveryProxmox}
-		}},
 		{"per-vm-render", string(hfv1.TemplateInvalidReason), "userData", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.CloudInit = &hfv1.CloudInit{UserData: "#cloud-config\n{{ if .RunnerName }}runcmd: [{{ .NoSuchVariable }}]{{ end }}\n"}
 		}},
