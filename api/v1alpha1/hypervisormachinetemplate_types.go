@@ -611,7 +611,8 @@ const (
 	// CD-ROM and deletes it once the guest is up.
 	CloudInitDeliveryISO CloudInitDelivery = "iso"
 	// CloudInitDeliveryProxmox: Proxmox's own cloud-init drive, generated
-	// from the VM's ci* config fields; not implemented yet (see the field).
+	// from the VM's ci* config fields, with the static kit as vendor-data;
+	// the agent's configuration goes through the guest agent.
 	CloudInitDeliveryProxmox CloudInitDelivery = "proxmox"
 )
 
@@ -624,11 +625,12 @@ type CloudInit struct {
 	// default): a NoCloud ISO per VM on the cluster's spec.proxmox.isoStorage,
 	// attached as a CD-ROM and deleted once the guest is up. proxmox:
 	// Proxmox's own cloud-init drive, generated from the VM's ipconfig0,
-	// nameserver, searchdomain, ciuser and sshkeys fields, for clusters
-	// without ISO-capable storage. proxmox is not implemented yet: the
-	// operator's per-VM user-data (the agent's configuration) would need a
-	// cicustom snippet, and Proxmox's API cannot write snippets; a template
-	// that sets it is not Ready, with reason NotImplemented
+	// nameserver, searchdomain, ciuser, sshkeys and cicustom fields, for
+	// clusters without ISO-capable storage; the agent's unit comes from
+	// the static kit (hyperfleet proxmox-kit) named by
+	// cloudInit.proxmox.vendorSnippet or baked into the image, and the
+	// agent's per-VM configuration through the guest agent. userData,
+	// networkData and metaData cannot be used with it
 	// (docs/cloud-init.md, "Delivery").
 	// +optional
 	// +kubebuilder:default=iso
