@@ -6,6 +6,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -41,5 +42,32 @@ func TestNative(t *testing.T) {
 		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: Native = %+v, want %+v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestTemplateHashNative: under delivery proxmox the template's
+// cloudInit.proxmox fields reach the VM through its config, not through
+// the rendered files, so changing them makes its VMs stale.
+func TestTemplateHashNative(t *testing.T) {
+	ws := githubsimtest.Backends(t, nil)
+	hash := func(p *hfv1.ProxmoxCloudInit) string {
+		tm := &hfv1.HypervisorMachineTemplate{}
+		tm.Spec.CloudInit = &hfv1.CloudInit{Delivery: hfv1.CloudInitDeliveryProxmox, Proxmox: p}
+		h, err := TemplateHash(ws, tm, &hfv1.HypervisorCluster{}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	seen := map[string]string{}
+	for name, p := range map[string]*hfv1.ProxmoxCloudInit{
+		"unset": nil, "user": {User: "ci"}, "other user": {User: "ops"}, "kit": {VendorSnippet: "local:snippets/kit.yaml"},
+		"key": {SSHAuthorizedKeys: []string{"ssh-ed25519 AAAA a"}}, "drive": {DriveStorage: "ceph"},
+	} {
+		h := hash(p)
+		if other, ok := seen[h]; ok {
+			t.Errorf("%s and %s have the same template hash", name, other)
+		}
+		seen[h] = name
 	}
 }
