@@ -106,6 +106,12 @@ func Source(tmpl *hfv1.HypervisorMachineTemplate) provider.TemplateSource {
 	if src.TemplateID != nil {
 		out.ID = int(*src.TemplateID)
 	}
+	if ci := tmpl.Spec.CloudInit; ci != nil && ci.Delivery == hfv1.CloudInitDeliveryProxmox && ci.Proxmox != nil {
+		// Checked with the template: what the VMs' drive names on the
+		// hypervisor.
+		p := ci.Proxmox
+		out.Native = &provider.NativeFiles{VendorData: p.VendorSnippet, UserData: p.UserSnippet, Storage: p.DriveStorage}
+	}
 	return out
 }
 

@@ -280,6 +280,17 @@ type TemplateSource struct {
 	Format  string
 	// ResourcePool puts the VM into this hypervisor resource pool.
 	ResourcePool string
+	// Native, when set, is the hypervisor's own cloud-init the template's
+	// VMs will use (VMSpec.Native): ValidateTemplate checks on the
+	// template's node that its files exist where a VM can read them and
+	// that its Storage can hold the seed. EnsureVM ignores it.
+	Native *NativeFiles
+}
+
+// NativeFiles is what ValidateTemplate checks of a native cloud-init: the
+// NativeCloudInit fields that name things on the hypervisor.
+type NativeFiles struct {
+	VendorData, UserData, Storage string
 }
 
 // TemplateInfo is what ValidateTemplate learned about a template.

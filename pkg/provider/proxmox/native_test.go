@@ -233,3 +233,35 @@ func TestNativeSpecChecked(t *testing.T) {
 		t.Error("a refused spec cloned a VM")
 	}
 }
+
+// TestValidateTemplateNativeFiles: a template whose VMs use Proxmox's own
+// cloud-init is checked for what it names: the drive's storage takes VM
+// disks, each snippet is on a storage with snippets content and exists.
+func TestValidateTemplateNativeFiles(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if _, err := e.sim.PutSnippet("local", "pve1", "kit.yaml", []byte("#cloud-config\n")); err != nil {
+		t.Fatal(err)
+	}
+	src := provider.TemplateSource{ID: 9000, Linked: true}
+	for _, tc := range []struct {
+		native         provider.NativeFiles
+		reason, saying string
+	}{
+		{provider.NativeFiles{VendorData: "local:snippets/kit.yaml", Storage: "local-lvm"}, "", ""},
+		{provider.NativeFiles{VendorData: "local:snippets/missing.yaml"}, "SnippetNotFound", "spec.cloudInit.proxmox.vendorSnippet: local:snippets/missing.yaml does not exist on node pve1"},
+		{provider.NativeFiles{UserData: "local-lvm:snippets/kit.yaml"}, "StorageNoSnippets", "spec.cloudInit.proxmox.userSnippet: storage \"local-lvm\" does not hold snippets"},
+		{provider.NativeFiles{VendorData: "nas:snippets/kit.yaml"}, "StorageNotFound", "spec.cloudInit.proxmox.vendorSnippet: storage \"nas\""},
+		{provider.NativeFiles{Storage: "local"}, "StorageNoImages", "spec.cloudInit.proxmox.driveStorage: storage \"local\" does not allow VM disks"},
+		{provider.NativeFiles{Storage: "ceph"}, "StorageNotFound", "spec.cloudInit.proxmox.driveStorage"},
+	} {
+		src.Native = &tc.native
+		_, err := e.p.ValidateTemplate(ctx, src)
+		switch {
+		case tc.reason == "" && err != nil:
+			t.Errorf("%+v: %v", tc.native, err)
+		case tc.reason != "" && (provider.Classify(err) != provider.ClassConfiguration || provider.ReasonOf(err) != tc.reason || !strings.Contains(fmt.Sprint(err), tc.saying)):
+			t.Errorf("%+v: %v (reason %s), want %s saying %q", tc.native, err, provider.ReasonOf(err), tc.reason, tc.saying)
+		}
+	}
+}
