@@ -71,6 +71,11 @@ func TestRefusals(t *testing.T) {
 	}); r != nil {
 		t.Errorf("a template with attestation none and a linux runner is refused: %+v", r)
 	}
+	if r := tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
+		tm.Spec.CloudInit = &hfv1.CloudInit{Delivery: hfv1.CloudInitDeliveryProxmox, Proxmox: &hfv1.ProxmoxCloudInit{VendorSnippet: "local:snippets/kit.yaml"}}
+	}); r != nil {
+		t.Errorf("a template with cloudInit.delivery proxmox is refused: %+v", r)
+	}
 	if r := refusal.Pool(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitHubActions}}}); r != nil {
 		t.Errorf("a github-actions pool is refused: %+v", r)
 	}
