@@ -36,6 +36,10 @@ func TestNative(t *testing.T) {
 		{"static ipv6", proxmoxTmpl(&hfv1.ProxmoxCloudInit{UserSnippet: "local:snippets/user.yaml"}), hfv1.DNSSettings{},
 			cloudinit.Vars{NetworkMode: cloudinit.NetworkStatic, StaticIP: "2001:db8::7", NetmaskBits: 64, Gateway: "2001:db8::1"},
 			&provider.NativeCloudInit{IPv6: "2001:db8::7/64", Gateway6: "2001:db8::1", UserData: "local:snippets/user.yaml"}},
+		{"dual stack", proxmoxTmpl(nil), hfv1.DNSSettings{},
+			cloudinit.Vars{NetworkMode: cloudinit.NetworkStatic, StaticIP: "10.0.0.7", NetmaskBits: 24, Gateway: "10.0.0.1",
+				StaticIPv6: "2001:db8::7", NetmaskBitsIPv6: 64, GatewayIPv6: "2001:db8::1"},
+			&provider.NativeCloudInit{IPv4: "10.0.0.7/24", Gateway4: "10.0.0.1", IPv6: "2001:db8::7/64", Gateway6: "2001:db8::1"}},
 	}
 	for _, tc := range cases {
 		got := Native(tc.tmpl, tc.dns, tc.vars)
