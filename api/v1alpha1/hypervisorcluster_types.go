@@ -225,6 +225,19 @@ type TenancyRule struct {
 	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9_][-A-Za-z0-9_]*$`
 	// +listType=set
 	ResourcePools []string `json:"resourcePools,omitempty"`
+
+	// snippets are the snippet volumes (such as
+	// local:snippets/hyperfleet-kit.yaml) these namespaces' templates may
+	// name in spec.cloudInit.proxmox.vendorSnippet and userSnippet: a VM
+	// boots with the file it names, so a namespace that could name any
+	// would read another team's. Left out: none. A template's
+	// cloudInit.proxmox.driveStorage must be one of storages.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=255
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z][-_a-zA-Z0-9]*:snippets/[a-zA-Z0-9_][-_.a-zA-Z0-9]*$`
+	// +listType=set
+	Snippets []string `json:"snippets,omitempty"`
 }
 
 // AllowedTemplate names one Proxmox template, by VM id or by name.

@@ -9,6 +9,9 @@ import (
 // template: where they run, their size and network, how they prove who they
 // are and how their CI runner is bootstrapped.
 // +kubebuilder:validation:XValidation:rule="self.network.mode != 'cloud-init' || (has(self.cloudInit) && has(self.cloudInit.networkData))",message="network.mode cloud-init takes the network configuration from cloudInit.networkData: set it, or use mode dhcp or static"
+// +kubebuilder:validation:XValidation:rule="!has(self.cloudInit) || !has(self.cloudInit.delivery) || self.cloudInit.delivery != 'proxmox' || self.network.mode != 'cloud-init'",message="network.mode cloud-init takes the network from cloudInit.networkData, which cloudInit.delivery proxmox cannot carry: use network.mode dhcp or static (Proxmox's ipconfig0), or delivery iso"
+// +kubebuilder:validation:XValidation:rule="!has(self.cloudInit) || !has(self.cloudInit.delivery) || self.cloudInit.delivery != 'proxmox' || !has(self.network.dhcp) || !has(self.network.dhcp.clientIdentifier) || self.network.dhcp.clientIdentifier != 'hostname'",message="network.dhcp.clientIdentifier hostname needs a bootcmd in the VM's user-data, which cloudInit.delivery proxmox cannot carry: use clientIdentifier mac, or delivery iso"
+// +kubebuilder:validation:XValidation:rule="!has(self.cloudInit) || !has(self.cloudInit.delivery) || self.cloudInit.delivery != 'proxmox' || !has(self.bootstrap.agentSource) || self.bootstrap.agentSource != 'Operator'",message="bootstrap.agentSource Operator downloads the agent from per-template user-data, which cloudInit.delivery proxmox cannot carry: use agentSource Image (the agent in the template's image), or delivery iso"
 type HypervisorMachineTemplateSpec struct {
 	// hypervisorClusterRef names the cluster-scoped HypervisorCluster the VMs
 	// are created on. Its allowedNamespaces must admit this namespace.
@@ -693,26 +696,35 @@ const (
 	// CD-ROM and deletes it once the guest is up.
 	CloudInitDeliveryISO CloudInitDelivery = "iso"
 	// CloudInitDeliveryProxmox: Proxmox's own cloud-init drive, generated
-	// from the VM's ci* config fields; not implemented yet (see the field).
+	// from the VM's ci* config fields, with the static kit as vendor-data;
+	// the agent's configuration goes through the guest agent.
 	CloudInitDeliveryProxmox CloudInitDelivery = "proxmox"
 )
 
 // CloudInit is the user's cloud-init for the VMs; the operator merges its
 // own per-VM data into it.
+// +kubebuilder:validation:XValidation:rule="!has(self.proxmox) || (has(self.delivery) && self.delivery == 'proxmox')",message="cloudInit.proxmox applies only to cloudInit.delivery proxmox: remove it, or set delivery: proxmox"
+// +kubebuilder:validation:XValidation:rule="!has(self.delivery) || self.delivery != 'proxmox' || (!has(self.userData) && !has(self.networkData) && !has(self.metaData))",message="cloudInit.userData, networkData and metaData cannot reach a VM under cloudInit.delivery proxmox (Proxmox's drive has no place for them): put your cloud-config in a snippet named by cloudInit.proxmox.userSnippet, or use delivery iso"
 type CloudInit struct {
 	// delivery is how the cloud-init data reaches each VM. iso (the
 	// default): a NoCloud ISO per VM on the cluster's spec.proxmox.isoStorage,
 	// attached as a CD-ROM and deleted once the guest is up. proxmox:
 	// Proxmox's own cloud-init drive, generated from the VM's ipconfig0,
-	// nameserver, searchdomain, ciuser and sshkeys fields, for clusters
-	// without ISO-capable storage. proxmox is not implemented yet: the
-	// operator's per-VM user-data (the agent's configuration) would need a
-	// cicustom snippet, and Proxmox's API cannot write snippets; a template
-	// that sets it is not Ready, with reason NotImplemented
+	// nameserver, searchdomain, ciuser, sshkeys and cicustom fields, for
+	// clusters without ISO-capable storage; the agent's unit comes from
+	// the static kit (hyperfleet proxmox-kit) named by
+	// cloudInit.proxmox.vendorSnippet or baked into the image, and the
+	// agent's per-VM configuration through the guest agent. userData,
+	// networkData and metaData cannot be used with it
 	// (docs/cloud-init.md, "Delivery").
 	// +optional
 	// +kubebuilder:default=iso
 	Delivery CloudInitDelivery `json:"delivery,omitempty"`
+
+	// proxmox is what Proxmox's own cloud-init drive carries besides the
+	// VM's name and network: delivery proxmox only.
+	// +optional
+	Proxmox *ProxmoxCloudInit `json:"proxmox,omitempty"`
 
 	// userData is a #cloud-config document (a Go template).
 	// +optional
@@ -730,6 +742,60 @@ type CloudInit struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=8192
 	MetaData string `json:"metaData,omitempty"`
+}
+
+// ProxmoxCloudInit is the part of Proxmox's own cloud-init drive a template
+// chooses (docs/cloud-init.md, "Delivery"). Every value here becomes a VM
+// config field, which anyone with VM.Audit on the VM can read: public keys
+// and names only, never a secret.
+// +kubebuilder:validation:XValidation:rule="!has(self.userSnippet) || (!has(self.user) && !has(self.sshAuthorizedKeys))",message="cloudInit.proxmox.userSnippet replaces Proxmox's generated user-data whole, so user and sshAuthorizedKeys would be lost: put the user and its keys in the snippet, or remove userSnippet"
+type ProxmoxCloudInit struct {
+	// driveStorage is the storage the VM's cloud-init drive (ide2
+	// <storage>:cloudinit) is made on; it needs images content. Unset: the
+	// storage of the VM's boot disk.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z][-_a-zA-Z0-9]*$`
+	DriveStorage string `json:"driveStorage,omitempty"`
+
+	// user is the guest user Proxmox's drive creates (ciuser); unset keeps
+	// the image's default user.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_-]*$`
+	User string `json:"user,omitempty"`
+
+	// sshAuthorizedKeys are OpenSSH public keys (one line each) the user
+	// (or the image's default user) accepts (sshkeys).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=2048
+	// +kubebuilder:validation:items:Pattern=`^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]+={0,3}( [ -~]*)?$`
+	SSHAuthorizedKeys []string `json:"sshAuthorizedKeys,omitempty"`
+
+	// vendorSnippet is the volume of the static kit HyperFleet's agent
+	// needs (what "hyperfleet proxmox-kit" prints), placed by the platform
+	// team on a storage with snippets content, such as
+	// local:snippets/hyperfleet-kit.yaml (cicustom vendor=). Unset: the
+	// template's image has the kit baked in. The operator never writes it:
+	// Proxmox's API cannot write snippets.
+	// +optional
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z][-_a-zA-Z0-9]*:snippets/[a-zA-Z0-9_][-_.a-zA-Z0-9]*$`
+	VendorSnippet string `json:"vendorSnippet,omitempty"`
+
+	// userSnippet is the volume of the platform team's own user-data on a
+	// storage with snippets content (cicustom user=). It replaces
+	// Proxmox's generated user-data whole, and with it the host name and
+	// FQDN (Proxmox's meta-data carries neither), user and keys: the
+	// snippet sets what the VMs need of those.
+	// +optional
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z][-_a-zA-Z0-9]*:snippets/[a-zA-Z0-9_][-_.a-zA-Z0-9]*$`
+	UserSnippet string `json:"userSnippet,omitempty"`
 }
 
 // ObjectMetadata is labels and annotations to stamp on created objects.

@@ -69,6 +69,11 @@ func main() {
 		// "unknown command" to someone following an older note.
 		fmt.Fprintln(os.Stderr, "hyperfleet: the local world is its own binary now: make dev, or go run ./cmd/hyperfleet-dev [flags]")
 		os.Exit(2)
+	case "proxmox-kit":
+		if err := printProxmoxKit(os.Stdout, os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "hyperfleet proxmox-kit:", err)
+			os.Exit(2)
+		}
 	case "version", "--version":
 		// What hyperfleet_build_info reports, for a shell.
 		b := metrics.Build()
@@ -86,8 +91,10 @@ func usage() {
 	fmt.Fprint(os.Stderr, `Usage: hyperfleet <command> [flags]
 
 Commands:
-  manager   run the HyperFleet operator (controllers, poller, orphan sweeper)
-  version   print the version, VCS revision and Go version (hyperfleet_build_info's labels)
+  manager      run the HyperFleet operator (controllers, poller, orphan sweeper)
+  proxmox-kit  print the static cloud-config snippet templates with
+               spec.cloudInit.delivery: proxmox need on a snippets storage
+  version      print the version, VCS revision and Go version (hyperfleet_build_info's labels)
 
 The whole loop on this machine (API server, simulators, operator, agent) is
 another binary: make dev, or go run ./cmd/hyperfleet-dev.

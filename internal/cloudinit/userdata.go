@@ -186,17 +186,20 @@ func dhcpClientStatements(v *Vars) []string {
 // agentUnit is the systemd unit that runs the agent. After=cloud-final
 // makes it start once cloud-init has finished everything, the user's
 // runcmd and scripts included, even though runcmd queues it earlier.
-func agentUnit(powerOff bool) string {
+func agentUnit(powerOff bool) string { return agentUnitAt(AgentConfigPath, powerOff) }
+
+// agentUnitAt is the agent's unit reading its configuration from config.
+func agentUnitAt(config string, powerOff bool) string {
 	var b strings.Builder
 	b.WriteString(`[Unit]
 Description=HyperFleet agent: runs one CI job, then powers the VM off
 Wants=network-online.target
 After=network-online.target cloud-final.service
-ConditionPathExists=` + AgentConfigPath + `
+ConditionPathExists=` + config + `
 
 [Service]
 Type=exec
-ExecStart=` + AgentBinary + ` --config ` + AgentConfigPath + `
+ExecStart=` + AgentBinary + ` --config ` + config + `
 Restart=no
 `)
 	if powerOff {

@@ -105,9 +105,6 @@ func TestRefusedTemplatesBuildNothing(t *testing.T) {
 		{"tpm", string(hfv1.NotImplementedReason), "spec.attestation.method: tpm is not implemented yet", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationTPM, TPM: &hfv1.TPMAttestation{AddVirtualTPM: true}}
 		}},
-		{"proxmox-cloud-init", string(hfv1.NotImplementedReason), "spec.cloudInit.delivery: proxmox is not implemented yet", func(tm *hfv1.HypervisorMachineTemplate) {
-			tm.Spec.CloudInit = &hfv1.CloudInit{Delivery: hfv1.CloudInitDeliveryProxmox}
-		}},
 		{"networkd-lease-time", string(hfv1.DHCPClientUnsupportedReason), "spec.network.dhcp.client: systemd-networkd", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Network.DHCP = &hfv1.DHCPOptions{Client: hfv1.DHCPClientNetworkd, LeaseTime: &metav1.Duration{Duration: time.Hour}}
 		}},

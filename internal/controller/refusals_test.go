@@ -33,9 +33,6 @@ func TestRefusals(t *testing.T) {
 		{"tpm", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationTPM, TPM: &hfv1.TPMAttestation{AddVirtualTPM: true}}
 		}), string(hfv1.NotImplementedReason), []string{"spec.attestation.method: tpm", "addVirtualTPM", "use method join-token", "or none"}},
-		{"proxmox cloud-init delivery", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
-			tm.Spec.CloudInit = &hfv1.CloudInit{Delivery: hfv1.CloudInitDeliveryProxmox}
-		}), string(hfv1.NotImplementedReason), []string{"spec.cloudInit.delivery: proxmox is not implemented yet", "snippets", "set iso", "spec.proxmox.isoStorage"}},
 		{"windows runner", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{OS: "win"}
 		}), string(hfv1.UnsupportedReason), []string{"spec.bootstrap.github.runner.os: win", "set os: linux"}},
@@ -73,6 +70,11 @@ func TestRefusals(t *testing.T) {
 		tm.Spec.CloudInit = &hfv1.CloudInit{Delivery: hfv1.CloudInitDeliveryISO}
 	}); r != nil {
 		t.Errorf("a template with attestation none and a linux runner is refused: %+v", r)
+	}
+	if r := tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
+		tm.Spec.CloudInit = &hfv1.CloudInit{Delivery: hfv1.CloudInitDeliveryProxmox, Proxmox: &hfv1.ProxmoxCloudInit{VendorSnippet: "local:snippets/kit.yaml"}}
+	}); r != nil {
+		t.Errorf("a template with cloudInit.delivery proxmox is refused: %+v", r)
 	}
 	if r := refusal.Pool(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitHubActions}}}); r != nil {
 		t.Errorf("a github-actions pool is refused: %+v", r)

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/dnsserver"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/mtlsproxy"
@@ -57,6 +58,12 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 		c.Templates = []proxmoxsim.TemplateConfig{t9000, t9001, tv1}
 		c.Pools = []proxmoxsim.PoolConfig{{ID: "ci"}}
 	})
+	// The kit the delivery proxmox sample names, placed as a platform
+	// team does (scp to the node's snippets directory): the template is
+	// not Ready without it.
+	if _, err := sim.PutSnippet("local", "pve-node-1", "hyperfleet-kit.yaml", cloudinit.ProxmoxKit(true)); err != nil {
+		t.Fatal(err)
+	}
 	gs := githubsimtest.Start(t, githubsim.Config{
 		Organizations: []githubsim.OrgConfig{{Login: "example-org", RunnerGroups: []githubsim.RunnerGroupConfig{{ID: 7, Name: "hyperfleet"}}}, {Login: "platform"}},
 		Users:         []githubsim.UserConfig{{Login: "example"}},

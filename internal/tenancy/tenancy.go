@@ -92,6 +92,29 @@ func ruleViolations(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.Hypervis
 	add(vlanViolation(tmpl, rule))
 	add(storageViolation(&tmpl.Spec.Source.Proxmox, cluster, rule))
 	add(poolViolation(&tmpl.Spec.Source.Proxmox, rule))
+	if ci := tmpl.Spec.CloudInit; ci != nil && ci.Delivery == hfv1.CloudInitDeliveryProxmox && ci.Proxmox != nil {
+		for _, v := range nativeViolations(ci.Proxmox, rule) {
+			add(v)
+		}
+	}
+	return out
+}
+
+// nativeViolations checks what Proxmox's own cloud-init drive of the
+// template's VMs names: its snippets (a VM boots with the file, so a
+// namespace that could name any would read another team's) and the
+// storage of the drive.
+func nativeViolations(p *hfv1.ProxmoxCloudInit, rule *hfv1.TenancyRule) []string {
+	var out []string
+	for field, v := range map[string]string{"vendorSnippet": p.VendorSnippet, "userSnippet": p.UserSnippet} {
+		if v != "" && !slices.Contains(rule.Snippets, v) {
+			out = append(out, fmt.Sprintf("spec.cloudInit.proxmox.%s %s is not allowed; allowed snippets: %s", field, v, listOrNone(rule.Snippets)))
+		}
+	}
+	slices.Sort(out)
+	if s := p.DriveStorage; s != "" && !slices.Contains(rule.Storages, s) {
+		out = append(out, fmt.Sprintf("spec.cloudInit.proxmox.driveStorage %s is not allowed; allowed storages: %s (or leave it unset for the VM's disk storage)", s, listOrNone(rule.Storages)))
+	}
 	return out
 }
 

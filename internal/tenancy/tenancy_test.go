@@ -30,6 +30,13 @@ func TestTenancyViolations(t *testing.T) {
 	vlans.VLANs = []hfv1.VLANRange{{Start: 100, End: 199}, {Start: 300, End: 300}}
 	lists := minimal
 	lists.Bridges, lists.Storages, lists.ResourcePools = []string{"vmbr5"}, []string{"fast"}, []string{"ci"}
+	snippets := minimal
+	snippets.Snippets = []string{"local:snippets/kit.yaml", "local:snippets/team-a.yaml"}
+	native := func(p *hfv1.ProxmoxCloudInit) func(*hfv1.HypervisorMachineTemplate) {
+		return func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.CloudInit = &hfv1.CloudInit{Delivery: hfv1.CloudInitDeliveryProxmox, Proxmox: p}
+		}
+	}
 
 	cases := []struct {
 		name   string
@@ -66,6 +73,20 @@ func TestTenancyViolations(t *testing.T) {
 		{"pool, none allowed", []hfv1.TenancyRule{minimal}, func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Source.Proxmox.Pool = "ci" }, "allowed resource pools: none"},
 		{"listed pool", []hfv1.TenancyRule{lists}, func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Network.Bridge, tm.Spec.Source.Proxmox.Pool = "vmbr5", "ci"
+		}, ""},
+		{"kit snippet, none allowed", []hfv1.TenancyRule{minimal}, native(&hfv1.ProxmoxCloudInit{VendorSnippet: "local:snippets/kit.yaml"}),
+			"spec.cloudInit.proxmox.vendorSnippet local:snippets/kit.yaml is not allowed; allowed snippets: none"},
+		{"listed snippets", []hfv1.TenancyRule{snippets}, native(&hfv1.ProxmoxCloudInit{VendorSnippet: "local:snippets/kit.yaml", UserSnippet: "local:snippets/team-a.yaml"}), ""},
+		{"another team's user-data", []hfv1.TenancyRule{snippets}, native(&hfv1.ProxmoxCloudInit{UserSnippet: "local:snippets/team-b.yaml"}),
+			"userSnippet local:snippets/team-b.yaml is not allowed; allowed snippets: local:snippets/kit.yaml, local:snippets/team-a.yaml"},
+		{"drive storage, list left out", []hfv1.TenancyRule{minimal}, native(&hfv1.ProxmoxCloudInit{DriveStorage: "fast"}), "driveStorage fast is not allowed; allowed storages: none"},
+		{"listed drive storage", []hfv1.TenancyRule{lists}, func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Network.Bridge = "vmbr5"
+			native(&hfv1.ProxmoxCloudInit{DriveStorage: "fast"})(tm)
+		}, ""},
+		{"snippets under iso are not used", []hfv1.TenancyRule{minimal}, func(tm *hfv1.HypervisorMachineTemplate) {
+			native(&hfv1.ProxmoxCloudInit{VendorSnippet: "local:snippets/kit.yaml"})(tm)
+			tm.Spec.CloudInit.Delivery = hfv1.CloudInitDeliveryISO
 		}, ""},
 		// Bridge allowed by one entry, VLAN by another: not allowed.
 		{"entries do not add up", []hfv1.TenancyRule{lists, vlans}, func(tm *hfv1.HypervisorMachineTemplate) {

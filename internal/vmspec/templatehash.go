@@ -24,6 +24,11 @@ type hashedShape struct {
 	Network   hfv1.MachineNetwork   `json:"network"`
 	Bridge    string                `json:"bridge"`
 	DNS       hfv1.DNSSettings      `json:"dns"`
+	// Native is spec.cloudInit.proxmox (empty when unset) under delivery
+	// proxmox, where those fields, not the rendered files, reach the VM;
+	// absent under iso, so that the hash of a template that does not use
+	// it is what it was before the field existed.
+	Native *hfv1.ProxmoxCloudInit `json:"native,omitempty"`
 }
 
 // TemplateHash is the drift hash of a template (docs/architecture.md,
@@ -49,6 +54,9 @@ func TemplateHash(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 		Network:   tmpl.Spec.Network,
 		Bridge:    cmp.Or(tmpl.Spec.Network.Bridge, cluster.Spec.DefaultBridge),
 		DNS:       DNS(cluster, tmpl),
+	}
+	if ci := tmpl.Spec.CloudInit; ci != nil && ci.Delivery == hfv1.CloudInitDeliveryProxmox {
+		shape.Native = cmp.Or(ci.Proxmox, &hfv1.ProxmoxCloudInit{})
 	}
 	raw, err := json.Marshal(shape)
 	if err != nil {

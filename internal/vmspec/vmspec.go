@@ -10,9 +10,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/netip"
+	"slices"
 	"strings"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -103,6 +106,12 @@ func Source(tmpl *hfv1.HypervisorMachineTemplate) provider.TemplateSource {
 	if src.TemplateID != nil {
 		out.ID = int(*src.TemplateID)
 	}
+	if ci := tmpl.Spec.CloudInit; ci != nil && ci.Delivery == hfv1.CloudInitDeliveryProxmox && ci.Proxmox != nil {
+		// Checked with the template: what the VMs' drive names on the
+		// hypervisor.
+		p := ci.Proxmox
+		out.Native = &provider.NativeFiles{VendorData: p.VendorSnippet, UserData: p.UserSnippet, Storage: p.DriveStorage}
+	}
 	return out
 }
 
@@ -174,4 +183,55 @@ func Owner(claim *hfv1.MachineClaim) provider.Owner {
 		o.Pool = claim.Spec.RunnerPoolRef.Name
 	}
 	return o
+}
+
+// Native is the hypervisor's own cloud-init of a claim's VM whose template
+// sets spec.cloudInit.delivery proxmox (nil otherwise), from the claim's
+// variables v (ClaimVars): its address (DHCP, or the IPPool's with its
+// prefix length and gateway), its resolver, and the template's user, keys
+// and snippets. Proxmox's single searchdomain both completes the host name
+// to the FQDN and is the resolver's search list, so it is the DNS domain
+// when one is set, else the first search domain (docs/cloud-init.md,
+// "Delivery").
+func Native(tmpl *hfv1.HypervisorMachineTemplate, dns hfv1.DNSSettings, v cloudinit.Vars) *provider.NativeCloudInit {
+	ci := tmpl.Spec.CloudInit
+	if ci == nil || ci.Delivery != hfv1.CloudInitDeliveryProxmox {
+		return nil
+	}
+	n := &provider.NativeCloudInit{Nameservers: slices.Clone([]string(v.DNSServers))}
+	switch {
+	case v.NetworkMode == cloudinit.NetworkStatic && v.StaticIP != "":
+		ip, err := netip.ParseAddr(v.StaticIP)
+		if err != nil {
+			break
+		}
+		cidr := netip.PrefixFrom(ip, v.NetmaskBits).String()
+		if ip.Is4() {
+			n.IPv4, n.Gateway4 = cidr, v.Gateway
+		} else {
+			n.IPv6, n.Gateway6 = cidr, v.Gateway
+		}
+		// A dual-stack VM's second address: ipconfig0's ip6= and gw6=.
+		if ip6, err := netip.ParseAddr(v.StaticIPv6); err == nil {
+			n.IPv6, n.Gateway6 = netip.PrefixFrom(ip6, v.NetmaskBitsIPv6).String(), v.GatewayIPv6
+		}
+	default:
+		n.IPv4 = "dhcp"
+		if v.IPv6 {
+			n.IPv6 = "dhcp"
+		}
+	}
+	if dns.Domain != "" {
+		n.SearchDomains = append(n.SearchDomains, dns.Domain)
+	}
+	for _, d := range []string(v.SearchDomains) {
+		if !slices.Contains(n.SearchDomains, d) {
+			n.SearchDomains = append(n.SearchDomains, d)
+		}
+	}
+	if p := ci.Proxmox; p != nil {
+		n.User, n.SSHAuthorizedKeys = p.User, slices.Clone(p.SSHAuthorizedKeys)
+		n.VendorData, n.UserData, n.Storage = p.VendorSnippet, p.UserSnippet, p.DriveStorage
+	}
+	return n
 }

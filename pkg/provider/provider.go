@@ -56,7 +56,9 @@ type Provider interface {
 	// caller persisted from the previous call (zero on the first call).
 	// The returned Progress must be persisted before the next call. When
 	// the result's Phase is PhaseRunning the VM is up, its addresses are
-	// known and its cloud-init ISO has been removed.
+	// known and its cloud-init ISO has been removed (under spec.Native,
+	// the hypervisor's own cloud-init drive detached: it holds no secret,
+	// and its absence tells a VM that has run from one never started).
 	//
 	// A hypervisor task that failed for a reason worth retrying (a lock
 	// timeout, a busy storage) is not an error: the result carries Task
@@ -83,7 +85,8 @@ type Provider interface {
 	// leaves the VM itself (its disks, its power state) as it is. It
 	// returns Done once no cloud-init media of the VM is left; a VM that
 	// is gone, or was never created, is Done once its media is. It waits
-	// for a task in flight in prev. A VM whose ownership does not verify
+	// for a task in flight in prev. A VM built from a spec with Native
+	// has no medium of the provider's: Done at once. A VM whose ownership does not verify
 	// for owner is never touched: ErrNotOwned. The cloud-init data holds
 	// the VM's single-use credential: a VM kept after its run (a failed
 	// VM kept for debugging) must not keep it on storage. Call it only for
@@ -277,6 +280,17 @@ type TemplateSource struct {
 	Format  string
 	// ResourcePool puts the VM into this hypervisor resource pool.
 	ResourcePool string
+	// Native, when set, is the hypervisor's own cloud-init the template's
+	// VMs will use (VMSpec.Native): ValidateTemplate checks on the
+	// template's node that its files exist where a VM can read them and
+	// that its Storage can hold the seed. EnsureVM ignores it.
+	Native *NativeFiles
+}
+
+// NativeFiles is what ValidateTemplate checks of a native cloud-init: the
+// NativeCloudInit fields that name things on the hypervisor.
+type NativeFiles struct {
+	VendorData, UserData, Storage string
 }
 
 // TemplateInfo is what ValidateTemplate learned about a template.
@@ -336,6 +350,12 @@ type VMSpec struct {
 	// the clone exists), not before: a claim that waits for a clone slot
 	// holds no single-use credential yet. A CloudInit value renders itself.
 	CloudInit CloudInitSource
+	// Native, when set, delivers the VM's cloud-init through the
+	// hypervisor's own cloud-init instead (for Proxmox its cloud-init
+	// drive, generated from the VM's config): CloudInit is then never
+	// rendered, the provider writes no medium of its own, and what a VM
+	// needs beyond these fields reaches it through PlaceGuestFile.
+	Native *NativeCloudInit
 	// Tags are extra tags for the VM besides the ownership tags; they must
 	// already be legal for the hypervisor.
 	Tags []string
@@ -356,6 +376,41 @@ type NetworkSpec struct {
 	// colon-separated). HyperFleet derives it from the claim so that
 	// network-config can match the interface before the VM exists.
 	MACAddress string
+}
+
+// NativeCloudInit is what a hypervisor's own cloud-init builds a VM's seed
+// from: the VM's name as host name, its first interface's addressing, its
+// resolver, a user with public keys, and files placed on the hypervisor by
+// its administrators. Whoever may read the VM's configuration reads these
+// (for Proxmox anyone with VM.Audit): no secret and nothing per VM but the
+// address belongs here.
+type NativeCloudInit struct {
+	// IPv4 is "dhcp", an address with its prefix length ("192.0.2.10/24"),
+	// or empty for none; Gateway4 goes with an address.
+	IPv4     string
+	Gateway4 string
+	// IPv6 is "dhcp", "auto" (SLAAC), an address with its prefix length,
+	// or empty for none; Gateway6 goes with an address.
+	IPv6     string
+	Gateway6 string
+	// Nameservers are IP addresses; SearchDomains DNS names. The first
+	// search domain completes the host name to the FQDN; a hypervisor may
+	// take only that one (Proxmox does).
+	Nameservers   []string
+	SearchDomains []string
+	// User is the guest user to create, empty for the image's default
+	// user; SSHAuthorizedKeys are OpenSSH public keys it accepts.
+	User              string
+	SSHAuthorizedKeys []string
+	// VendorData and UserData name files on the hypervisor that become
+	// the seed's vendor-data and replace its generated user-data whole
+	// (for Proxmox snippet volumes, "<storage>:snippets/<file>"); empty
+	// for none.
+	VendorData string
+	UserData   string
+	// Storage is where the hypervisor keeps the VM's seed; empty: the
+	// storage of its boot disk.
+	Storage string
 }
 
 // CloudInit is the rendered NoCloud data delivered to the VM.

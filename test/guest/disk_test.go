@@ -149,11 +149,18 @@ func scanBytes(path string, secrets map[string]string) ([]string, error) {
 type placedSecrets struct {
 	mu   sync.Mutex
 	byVM map[int]map[string]string
+	// uploaded counts uploads to a storage (cloud-init ISOs).
+	uploaded int
 }
 
 // observe is devenv.Options.OnProxmoxRequest: it reads a file-write's
 // content (and puts the body back for the simulator).
 func (p *placedSecrets) observe(r *http.Request) {
+	if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/upload") {
+		p.mu.Lock()
+		p.uploaded++
+		p.mu.Unlock()
+	}
 	vmid, raw, ok := proxmoxsim.FileWriteRequest(r)
 	if !ok {
 		return
@@ -172,6 +179,13 @@ func (p *placedSecrets) observe(r *http.Request) {
 			p.byVM[vmid][v] = what
 		}
 	}
+}
+
+// uploads is how many uploads to a storage were seen.
+func (p *placedSecrets) uploads() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.uploaded
 }
 
 // of is what was placed in VM vmid.

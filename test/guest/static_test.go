@@ -332,3 +332,37 @@ func guestJSON(ctx context.Context, w *devenv.World, vmid int, out any, argv ...
 	}
 	return nil
 }
+
+// TestProxmoxDeliveryOnRealGuests: a dual-stack template (an IPv4 and an
+// IPv6 IPPool) with cloudInit.delivery proxmox runs a job end to end with
+// no ISO at all. The operator sets the VM's ipconfig0 (both allocated
+// addresses with their prefixes and gateways: ip=, gw=, ip6=, gw6=),
+// nameserver and searchdomain; Proxmox's own cloud-init drive (the
+// simulator generates it as qemu-server does) carries them and, as
+// vendor-data, the static kit the platform team placed on a snippets
+// storage (cloudinit.ProxmoxKit, here with the GitHub simulator's CA); the
+// operator places the agent's configuration through the guest agent into
+// /run/hyperfleet, where the kit's path unit starts the agent. The guest's
+// network is exactly the two allocations (probeDualStack), as with the
+// NoCloud ISO in TestStaticAddressOnRealGuests.
+func TestProxmoxDeliveryOnRealGuests(t *testing.T) {
+	gn, err := guestnet.Create(fmt.Sprintf("hf-pvedel-%d", os.Getpid()), dualNet4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := gn.Close(); err != nil {
+			t.Errorf("remove the guests' network: %v", err)
+		}
+	})
+	if err := gn.AddIPv6(dualNet6); err != nil {
+		t.Fatal(err)
+	}
+	img := image
+	v4, v6 := dualV4, dualV6
+	_, _, tl := runJobs(t, scenario{jobs: 1, opts: devenv.Options{GuestImage: &img, GuestNetwork: gn, IPPool: &v4, IPv6Pool: &v6, ProxmoxDelivery: true},
+		probe: probeDualStack(gn)})
+	if n := tl.placed.uploads(); n != 0 {
+		t.Errorf("%d uploads to the simulator's storages under delivery proxmox, want none", n)
+	}
+}

@@ -30,15 +30,40 @@ type claimCloudInit struct {
 
 // Render implements provider.CloudInitSource.
 func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error) {
+	vars, err := c.vars(ctx)
+	if err != nil {
+		return provider.CloudInit{}, err
+	}
+	out, err := cloudinit.Render(vmspec.Input(c.tmpl, vars))
+	if err != nil {
+		return provider.CloudInit{}, fmt.Errorf("%w of HypervisorMachineTemplate %s: %w", vmspec.ErrRender, c.tmpl.Name, err)
+	}
+	return provider.CloudInit{UserData: out.UserData, MetaData: out.MetaData, NetworkConfig: out.NetworkConfig}, nil
+}
+
+// AgentConfig is the agent's configuration file of the claim's VM under
+// delivery proxmox, which the operator places in the running VM
+// (cloudinit.GuestAgentConfigPath) because Proxmox's drive cannot carry
+// it: the same document the NoCloud ISO carries, built the same way.
+func (c *claimCloudInit) AgentConfig(ctx context.Context) ([]byte, error) {
+	vars, err := c.vars(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return cloudinit.AgentConfigFile(&vars)
+}
+
+// vars are the claim's cloud-init variables, the agent's included.
+func (c *claimCloudInit) vars(ctx context.Context) (cloudinit.Vars, error) {
 	vars := vmspec.ClaimVars(c.r.workloads(), c.claim, c.tmpl, c.cluster, c.addrs)
 	if err := vmspec.SetAgentVars(c.r.workloads(), c.tmpl, c.r.Agent, &vars); err != nil {
 		// The template is not Ready in this case; only a claim that passed
 		// before an operator restart without the agent server gets here.
-		return provider.CloudInit{}, provider.Errorf(provider.ClassConfiguration, string(hfv1.AgentUnavailableReason), "HypervisorMachineTemplate %s: %w", c.tmpl.Name, err)
+		return vars, provider.Errorf(provider.ClassConfiguration, string(hfv1.AgentUnavailableReason), "HypervisorMachineTemplate %s: %w", c.tmpl.Name, err)
 	}
 	if vars.SPIFFEEnabled {
 		if err := c.r.identityVars(ctx, c.claim, c.cluster, &vars); err != nil {
-			return provider.CloudInit{}, provider.Errorf(provider.ClassTransient, string(hfv1.SPIREUnavailableReason), "the VM's SPIFFE identity: %w", err)
+			return vars, provider.Errorf(provider.ClassTransient, string(hfv1.SPIREUnavailableReason), "the VM's SPIFFE identity: %w", err)
 		}
 	}
 	vars.PowerOffNotify = c.r.Notices.NotifyFor(c.claim)
@@ -47,18 +72,14 @@ func (c *claimCloudInit) Render(ctx context.Context) (provider.CloudInit, error)
 	// side (and is never Ready: the template controller runs the same
 	// check).
 	if err := vmspec.CheckRender(c.r.workloads(), c.tmpl, vars); err != nil {
-		return provider.CloudInit{}, err
+		return vars, err
 	}
 	if ci := c.r.CI; ci != nil && !vars.SPIFFEEnabled {
 		if err := ci.BootstrapVars(ctx, c.claim, c.tmpl, &vars); err != nil {
-			return provider.CloudInit{}, fmt.Errorf("workload bootstrap data: %w", err)
+			return vars, fmt.Errorf("workload bootstrap data: %w", err)
 		}
 	}
-	out, err := cloudinit.Render(vmspec.Input(c.tmpl, vars))
-	if err != nil {
-		return provider.CloudInit{}, fmt.Errorf("%w of HypervisorMachineTemplate %s: %w", vmspec.ErrRender, c.tmpl.Name, err)
-	}
-	return provider.CloudInit{UserData: out.UserData, MetaData: out.MetaData, NetworkConfig: out.NetworkConfig}, nil
+	return vars, nil
 }
 
 // secretsDeadline is until when a VM rendered now waits for the secrets the

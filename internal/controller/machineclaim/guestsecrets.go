@@ -36,6 +36,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
@@ -78,6 +79,11 @@ type secretsService struct {
 	Recorder record.EventRecorder
 	Clock    clock.PassiveClock
 	Backoff  func(*hfv1.MachineClaim) time.Duration
+	// AgentConfig, when set, builds the agent's configuration file, which
+	// Deliver places (cloudinit.GuestAgentConfigPath) before the secrets:
+	// a VM whose seed cannot carry it (delivery proxmox) receives it
+	// through the guest channel too.
+	AgentConfig func(ctx context.Context) ([]byte, error)
 }
 
 // NeedsCredential reports whether the claim's running VM is to receive its
@@ -159,6 +165,11 @@ func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, 
 		// The cluster is not connected; its controller wakes the claim.
 		return guestRetry, "", nil
 	}
+	if s.AgentConfig != nil {
+		if retry, failure, done, err := s.placeAgentConfig(ctx, claim, facts, p, runner); !done {
+			return retry, failure, err
+		}
+	}
 	doc, what, err := s.document(ctx, claim, runner, identity)
 	if err != nil {
 		msg := "Could not issue the VM's " + what + " yet: " + err.Error()
@@ -192,6 +203,42 @@ func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, 
 		ctrl.LoggerFrom(ctx).Info("Placing the VM's secrets failed; retrying", "err", err.Error())
 		s.pending(claim, facts, runner, "Could not place the "+what+" in the VM yet: "+err.Error())
 		return s.Backoff(claim), "", nil
+	}
+}
+
+// placeAgentConfig places the agent's configuration in the claim's running
+// VM. done is false when Deliver must return what it returns: the guest
+// cannot take the file yet, or never will. Placing it again after a
+// restart is harmless: the agent's path unit starts a unit that already
+// runs, which is nothing.
+func (s *secretsService) placeAgentConfig(ctx context.Context, claim *hfv1.MachineClaim, facts *claimFacts, p provider.Provider, runner bool) (retry time.Duration, failure string, done bool, err error) {
+	const what = "agent configuration"
+	content, err := s.AgentConfig(ctx)
+	if err != nil {
+		msg := "Could not build the VM's " + what + ": " + err.Error()
+		s.pending(claim, facts, runner, msg)
+		if c := provider.Classify(err); c == provider.ClassConfiguration || c == provider.ClassPermanent {
+			return 0, msg, false, nil
+		}
+		return s.Backoff(claim), "", false, nil
+	}
+	file := provider.GuestFile{Path: cloudinit.GuestAgentConfigPath, Content: content}
+	err = p.PlaceGuestFile(ctx, vmspec.Owner(claim), vmRefOf(claim.Status.VMRef), file)
+	clear(content)
+	switch c := provider.Classify(err); {
+	case err == nil:
+		return 0, "", true, nil
+	case errors.Is(err, provider.ErrNotOwned):
+		return 0, "", false, err
+	case errors.Is(err, provider.ErrGuestNotReady):
+		s.pending(claim, facts, runner, "Waiting for the VM's guest to take its "+what+": "+err.Error())
+		return guestRetry, "", false, nil
+	case c == provider.ClassConfiguration || c == provider.ClassPermanent:
+		return 0, fmt.Sprintf("the %s cannot be placed in VM %s, so the VM can never run its job: %v", what, claim.Status.VMRef.ID(), err), false, nil
+	default:
+		ctrl.LoggerFrom(ctx).Info("Placing the VM's agent configuration failed; retrying", "err", err.Error())
+		s.pending(claim, facts, runner, "Could not place the "+what+" in the VM yet: "+err.Error())
+		return s.Backoff(claim), "", false, nil
 	}
 }
 

@@ -232,3 +232,43 @@ func TestDeliverRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestDeliverAgentConfig: under delivery proxmox the agent's configuration
+// goes through the guest channel too, before the secrets; while the
+// guest cannot take it (its directory not made yet) nothing is placed
+// and the claim says why; a configuration that cannot be built fails
+// the claim when no retry helps.
+func TestDeliverAgentConfig(t *testing.T) {
+	ctx := context.Background()
+	claim, m := runningClaim(), &minter{}
+	g := &guest{errs: []error{fmt.Errorf("no directory: %w", provider.ErrGuestNotReady)}}
+	s, _ := service(m, &Minted{})
+	s.AgentConfig = func(context.Context) ([]byte, error) { return []byte(`{"version":1}`), nil }
+
+	if retry, _, _ := deliver(ctx, s, claim, g); retry <= 0 {
+		t.Fatalf("first pass: retry %v, want the request recorded", retry)
+	}
+	retry, failure, err := deliver(ctx, s, claim, g)
+	if retry != guestRetry || failure != "" || err != nil || len(g.written) != 0 || m.issued != 0 {
+		t.Fatalf("a guest without its directory: retry %v %q %v, written %d, issued %d; want a retry and nothing issued", retry, failure, err, len(g.written), m.issued)
+	}
+	if c := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimBootstrappedCondition); c == nil || !strings.Contains(c.Message, "agent configuration") {
+		t.Errorf("Bootstrapped = %+v, want it to say the agent configuration waits", c)
+	}
+	if retry, failure, err = deliver(ctx, s, claim, g); retry != 0 || failure != "" || err != nil {
+		t.Fatalf("delivery: %v %q %v", retry, failure, err)
+	}
+	if len(g.written) != 2 || g.written[0].Path != "/run/hyperfleet/agent.json" || string(g.written[0].Content) != `{"version":1}` || g.written[1].Path != agentconfig.SecretsFile {
+		t.Fatalf("written %+v, want the agent configuration, then the secrets", g.written)
+	}
+
+	broken, _ := service(m, &Minted{})
+	broken.AgentConfig = func(context.Context) ([]byte, error) {
+		return nil, provider.Errorf(provider.ClassConfiguration, "AgentUnavailable", "no agent served")
+	}
+	claim2 := runningClaim()
+	_, _, _ = deliver(ctx, broken, claim2, &guest{})
+	if _, failure, _ := deliver(ctx, broken, claim2, &guest{}); !strings.Contains(failure, "agent configuration") {
+		t.Errorf("a configuration that cannot be built: failure %q, want the claim failed naming it", failure)
+	}
+}

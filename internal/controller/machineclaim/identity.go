@@ -6,6 +6,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
 
 // The claim's SPIFFE identity steps are the identity service's
@@ -37,7 +38,23 @@ func (r *Reconciler) secretSteps() *secretsService {
 // (Deliver): its runner credential, or its join token and
 // broker proof.
 func (r *Reconciler) ensureSecrets(ctx context.Context, s *claimScope) (phase.Result, error) {
-	retry, failure, err := r.secretSteps().Deliver(ctx, s.claim, &s.facts, s.provider)
+	steps := r.secretSteps()
+	if s.tmpl != nil && s.tmpl.Spec.CloudInit != nil && s.tmpl.Spec.CloudInit.Delivery == hfv1.CloudInitDeliveryProxmox {
+		// Proxmox's drive cannot carry the agent's configuration: it goes
+		// the secrets' way, just before them.
+		steps.AgentConfig = func(ctx context.Context) ([]byte, error) {
+			var addrs []vmspec.StaticAddr
+			if s.tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
+				var err error
+				if addrs, _, err = r.staticAddresses(ctx, s, s.tmpl); err != nil {
+					return nil, err
+				}
+			}
+			c := &claimCloudInit{r: r, claim: s.claim, tmpl: s.tmpl, cluster: s.cluster, addrs: addrs}
+			return c.AgentConfig(ctx)
+		}
+	}
+	retry, failure, err := steps.Deliver(ctx, s.claim, &s.facts, s.provider)
 	switch {
 	case err != nil:
 		return r.provisionError(ctx, s, err)

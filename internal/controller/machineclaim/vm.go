@@ -66,6 +66,7 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 	if err != nil {
 		return r.provisionError(ctx, s, err)
 	}
+	spec.Native = vmspec.Native(tmpl, vmspec.DNS(cluster, tmpl), vmspec.ClaimVars(r.workloads(), claim, tmpl, cluster, addrs))
 	if claim.Status.VMRef != nil {
 		// Placed: the VM is built from what was authorized then, never
 		// from the template's current values (docs/security.md, "The

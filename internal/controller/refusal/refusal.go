@@ -33,14 +33,6 @@ func Template(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate) *Refu
 		return &Refusal{hfv1.NotImplementedReason,
 			"spec.attestation.method: tpm is not implemented yet (nor spec.attestation.tpm: devicePath, addVirtualTPM, ekCABundleRef); use method join-token (docs/identity.md), or none"}
 	}
-	if ci := tmpl.Spec.CloudInit; ci != nil && ci.Delivery == hfv1.CloudInitDeliveryProxmox {
-		// Proxmox's API cannot write the cicustom snippet the operator's
-		// per-VM user-data would need (upload takes iso, vztmpl and import
-		// only), and the ci* fields alone cannot start the agent: VMs built
-		// this way would boot and never run a job.
-		return &Refusal{hfv1.NotImplementedReason,
-			"spec.cloudInit.delivery: proxmox is not implemented yet: the agent's per-VM configuration needs user-data that Proxmox's API cannot place on a snippets storage (docs/cloud-init.md, \"Delivery\"); remove delivery (or set iso) and give the HypervisorCluster an ISO-capable spec.proxmox.isoStorage"}
-	}
 	if _, t, ok := ws.Template(tmpl); ok && t.Runner.OS != "linux" {
 		// The operator's cloud-config starts the agent as a systemd unit
 		// (docs/cloud-init.md): only Linux VMs can run it.

@@ -2,6 +2,7 @@ package devenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 
@@ -182,12 +184,45 @@ func (w *World) cloudInit() *hfv1.CloudInit {
 	if w.opts.GuestImage == nil {
 		return nil
 	}
+	if w.opts.ProxmoxDelivery {
+		return &hfv1.CloudInit{Delivery: hfv1.CloudInitDeliveryProxmox, Proxmox: &hfv1.ProxmoxCloudInit{VendorSnippet: KitSnippet}}
+	}
+	return &hfv1.CloudInit{UserData: "#cloud-config\n" + w.caCerts()}
+}
+
+// caCerts is the cloud-config key that has a guest trust the GitHub
+// simulator's CA.
+func (w *World) caCerts() string {
 	var b strings.Builder
-	b.WriteString("#cloud-config\nca_certs:\n  trusted:\n    - |\n")
+	b.WriteString("ca_certs:\n  trusted:\n    - |\n")
 	for _, line := range strings.Split(strings.TrimSpace(string(w.githubCA)), "\n") {
 		b.WriteString("      " + line + "\n")
 	}
-	return &hfv1.CloudInit{UserData: b.String()}
+	return b.String()
+}
+
+// KitSnippet is the volume of the static kit the world places for
+// Options.ProxmoxDelivery.
+const KitSnippet = "local:snippets/" + kitFile
+
+const kitFile = "hyperfleet-kit.yaml"
+
+// putKit places, for Options.ProxmoxDelivery, the static kit with the
+// GitHub simulator's CA on the simulator's local storage, as a platform
+// team copies what "hyperfleet proxmox-kit" prints onto its snippets
+// storage and adds its own keys.
+func (w *World) putKit() error {
+	if !w.opts.ProxmoxDelivery {
+		return nil
+	}
+	if w.opts.GuestImage == nil {
+		return errors.New("devenv: ProxmoxDelivery needs GuestImage: only a real guest runs cloud-init")
+	}
+	kit := string(cloudinit.ProxmoxKit(true)) + w.caCerts()
+	if _, err := w.Proxmox.PutSnippet("local", w.Proxmox.State().Nodes[0].Name, kitFile, []byte(kit)); err != nil {
+		return fmt.Errorf("devenv: place the static kit: %w", err)
+	}
+	return nil
 }
 
 // agentSource is the template's: Operator with Options.AgentFromOperator.

@@ -145,6 +145,14 @@ type Options struct {
 	// trust the simulator's CA. With AgentFromOperator the agent server's
 	// URL names it too.
 	GuestImage *proxmoxsim.GuestImage
+	// ProxmoxDelivery (with GuestImage) sets the template's
+	// spec.cloudInit.delivery to proxmox: no ISO, Proxmox's own
+	// cloud-init drive, and as vendor-data the snippet KitSnippet, which
+	// the world places on the simulator's local storage as an admin
+	// would: cloudinit.ProxmoxKit plus the GitHub simulator's CA (what
+	// the template's userData carries otherwise, which delivery proxmox
+	// refuses).
+	ProxmoxDelivery bool
 	// SecretStore (with SPIFFE) has the VMs read their runner credential
 	// from a secrets store instead of the broker: the world runs the fake
 	// Vault (internal/testworld/simulator/vault) on loopback HTTPS, its JWT auth
@@ -337,6 +345,9 @@ func (w *World) start(ctx context.Context) (err error) {
 	}
 	// The objects first: the operator keeps its ownership key in a Secret
 	// of SystemNamespace.
+	if err := w.putKit(); err != nil {
+		return err
+	}
 	if err := w.applyObjects(ctx); err != nil {
 		return err
 	}

@@ -78,6 +78,18 @@ func (c *Cluster) DeliveredCloudInit(vmid int) (provider.CloudInit, bool) {
 	return data, ok
 }
 
+// NativeCloudInit returns the hypervisor's own cloud-init VM vmid was
+// configured with (a spec with Native), false for a VM configured with a
+// medium or not configured.
+func (c *Cluster) NativeCloudInit(vmid int) (provider.NativeCloudInit, bool) {
+	defer c.lock()()
+	v := c.vms[vmid]
+	if v == nil || v.native == nil {
+		return provider.NativeCloudInit{}, false
+	}
+	return *cloneNative(v.native), true
+}
+
 // ForeignVM is a VM made outside HyperFleet, on the first node.
 type ForeignVM struct {
 	// VMID zero takes the lowest free id.

@@ -116,7 +116,7 @@ func (p *Provider) stepLocked(ctx context.Context, spec *provider.VMSpec, v *vm,
 	id := p.mediumID(v.id, spec.Owner.UID)
 	m := c.media[id]
 	switch {
-	case !v.configured && m == nil:
+	case !v.configured && m == nil && spec.Native == nil:
 		// Rendered only now that the clone exists: the data holds a
 		// single-use credential.
 		data, err := provider.RenderCloudInit(ctx, spec)
@@ -135,8 +135,14 @@ func (p *Provider) stepLocked(ctx context.Context, spec *provider.VMSpec, v *vm,
 		if mac == "" {
 			mac = macOf(v.id)
 		}
+		attach, native := id, (*provider.NativeCloudInit)(nil)
+		if spec.Native != nil {
+			// The hypervisor's own cloud-init: no medium of the
+			// provider's, the fields kept in the VM's config.
+			attach, native = "", cloneNative(spec.Native)
+		}
 		return p.operate(res, provider.PhaseConfiguring, c.startLocked(v, opConfigure, func(time.Time) {
-			v.configured, v.name, v.tags, v.memory, v.mac, v.attached = true, name, tags, memory, mac, id
+			v.configured, v.name, v.tags, v.memory, v.mac, v.attached, v.native = true, name, tags, memory, mac, attach, native
 		}), fmt.Sprintf("configuring VM %d", v.id)), nil
 	case !v.started:
 		return p.operate(res, provider.PhaseStarting, c.powerOnLocked(v), fmt.Sprintf("starting VM %d", v.id)), nil
@@ -174,4 +180,13 @@ func macOf(id int) string {
 // addressOf is the address the guest of VM id reports.
 func addressOf(id int) string {
 	return fmt.Sprintf("10.%d.%d.%d", id>>16&0xff, id>>8&0xff, id&0xff)
+}
+
+// cloneNative copies n, lists included, so that a caller's later change
+// to its spec does not reach the VM's config.
+func cloneNative(n *provider.NativeCloudInit) *provider.NativeCloudInit {
+	c := *n
+	c.Nameservers, c.SearchDomains = slices.Clone(n.Nameservers), slices.Clone(n.SearchDomains)
+	c.SSHAuthorizedKeys = slices.Clone(n.SSHAuthorizedKeys)
+	return &c
 }

@@ -91,6 +91,9 @@ type vm struct {
 	// reports an address from then on.
 	since, guestUpAt time.Time
 	attached         string // the medium attached to it
+	// native is the hypervisor's own cloud-init of a VM configured from
+	// a spec with Native, nil otherwise.
+	native *provider.NativeCloudInit
 	// guestAgent says its guest has a guest channel (its template's
 	// GuestFiles); guestFiles are the files written into the running
 	// guest, gone when it stops (they stand for files in a tmpfs).

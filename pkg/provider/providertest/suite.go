@@ -26,6 +26,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 		{"EnsureVM/DrivesToRunning", testDrivesToRunning},
 		{"EnsureVM/CloudInitDelivered", testCloudInitDelivered},
 		{"EnsureVM/CloudInitRenderedOnlyForDelivery", testCloudInitRenderedLate},
+		{"EnsureVM/NativeCloudInit", testNativeCloudInit},
 		{"EnsureVM/RepeatedCallsAreIdempotent", testRepeatedCalls},
 		{"EnsureVM/RestartContinuesFromProgress", testRestart},
 		{"EnsureVM/VMIDReservedBeforeRestartIsReused", testVMIDReuseAfterRestart},
@@ -331,6 +332,69 @@ func testCloudInitRenderedLate(t *testing.T, h *Harness) {
 }
 
 var errRenderContract = errors.New("contract: render refused")
+
+// testNativeCloudInit: a spec with Native is delivered by the hypervisor's
+// own cloud-init. The provider never renders the spec's CloudInit and
+// keeps no medium of its own (ListCloudInitMedia shows none for the VM,
+// RemoveCloudInitMedia is Done at once and leaves the VM as it is); the VM
+// runs, takes guest files, and after a restart and its guest's power-off
+// is Stopped, never started again.
+func testNativeCloudInit(t *testing.T, h *Harness) {
+	s := spec(h.Template, 1)
+	src := &countingCloudInit{data: s.CloudInit.(provider.CloudInit)}
+	s.CloudInit = src
+	s.Native = &provider.NativeCloudInit{IPv4: "dhcp", Nameservers: []string{"192.0.2.53"}, SearchDomains: []string{"ci.example.com"}}
+	d := newDrive(t, h, h.Provider, s)
+	d.onStep = func(*provider.EnsureResult) {
+		if storedContains(t, h, token(1)) {
+			t.Fatal("the spec's cloud-init payload is on the backend, though the spec asks for native delivery")
+		}
+	}
+	res := d.toPhase(provider.PhaseRunning)
+	if n := src.renders(); n != 0 {
+		t.Errorf("the spec's CloudInit was rendered %d times under native delivery, want none", n)
+	}
+	if len(res.Addresses) == 0 {
+		t.Errorf("Running without an address: %+v", res)
+	}
+	media, err := h.Provider.ListCloudInitMedia(t.Context())
+	if err != nil {
+		t.Fatalf("ListCloudInitMedia: %v", err)
+	}
+	for _, m := range media {
+		if m.VM == res.Progress.ID {
+			t.Errorf("a cloud-init medium %s is listed for VM %s under native delivery", m.ID, m.VM)
+		}
+	}
+	ref := provider.VMRef{ID: res.Progress.ID, Node: res.Progress.Node}
+	file := provider.GuestFile{Path: guestPath, Content: guestSecret(1, 1)}
+	if err := h.Provider.PlaceGuestFile(t.Context(), s.Owner, ref, file); err != nil {
+		t.Fatalf("PlaceGuestFile: %v", err)
+	}
+	if got, ok := h.GuestFileOf(t, res.Progress.ID, file.Path); !ok || !bytes.Equal(got, file.Content) {
+		t.Errorf("the guest holds %q (%v), want %q", got, ok, file.Content)
+	}
+	removed := removeMediaUntilDone(t, h, s.Owner, persist(t, res.Progress))
+	if vm, err := h.Provider.GetVM(t.Context(), ref); err != nil || vm.Owner == nil || vm.Power != provider.PowerRunning {
+		t.Fatalf("VM after RemoveCloudInitMedia: %+v, %v; want it running and owned", vm, err)
+	}
+	restarted := h.NewProvider(t, nil)
+	if again, err := restarted.EnsureVM(t.Context(), s, persist(t, removed.Progress)); err != nil || again.Phase != provider.PhaseRunning {
+		t.Fatalf("EnsureVM after a restart: %+v, %v; want Running", again, err)
+	}
+	h.GuestPowerOff(t, res.Progress.ID)
+	d2 := newDrive(t, h, restarted, s)
+	d2.prog = persist(t, res.Progress)
+	d2.prog.Task = nil
+	d2.toPhase(provider.PhaseStopped)
+	d2.advance(time.Minute)
+	if again := d2.step(); again.Phase != provider.PhaseStopped {
+		t.Errorf("EnsureVM after Stopped: %s", describe(again))
+	}
+	if vm, err := restarted.GetVM(t.Context(), ref); err != nil || vm.Power != provider.PowerStopped {
+		t.Fatalf("VM after its power-off: %+v, %v; want it stopped, never started again", vm, err)
+	}
+}
 
 func testRepeatedCalls(t *testing.T, h *Harness) {
 	s := spec(h.Template, 1)

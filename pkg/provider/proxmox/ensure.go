@@ -3,6 +3,7 @@ package proxmox
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -146,6 +147,9 @@ func (p *Provider) validateSpec(spec *provider.VMSpec) error {
 		if !tagRE.MatchString(strings.ToLower(t)) {
 			return bad("tags", "%q is not a legal Proxmox tag (letters, digits, _ - + . only)", t)
 		}
+	}
+	if spec.Native != nil {
+		return checkNative(spec.Native, bad)
 	}
 	return nil
 }
@@ -312,6 +316,9 @@ func (c *ensureCall) next(ctx context.Context) (*provider.EnsureResult, error) {
 	switch c.after {
 	case opClone:
 		// Our clone exists and carries our marker.
+		if c.spec.Native != nil {
+			return c.configure(ctx, nil)
+		}
 		return c.upload(ctx)
 	case opUpload:
 		return c.configure(ctx, nil)
@@ -362,6 +369,9 @@ func (c *ensureCall) derive(ctx context.Context) (*provider.EnsureResult, error)
 		return c.result(provider.PhaseConfiguring, lockedVM, "VM %d is locked (%s); waiting", c.prog.VMID, l), nil
 	}
 	if !c.p.signer.HasOperatorTag(cfg.tags()) {
+		if c.spec.Native != nil {
+			return c.configure(ctx, &verified{cfg: cfg, rec: rec})
+		}
 		// Not configured yet. The ISO's name is this claim's, so a file of
 		// that name is this claim's finished upload.
 		present, err := c.isoPresent(ctx)
@@ -377,7 +387,7 @@ func (c *ensureCall) derive(ctx context.Context) (*provider.EnsureResult, error)
 	if err != nil {
 		return nil, err
 	}
-	slot := cfg.isoSlot(c.p.isoVolid(c.prog.VMID, c.spec.Owner.UID))
+	slot := c.seedSlot(cfg)
 	switch {
 	case slot != "" && st.Status == "running":
 		// Started by a call whose Progress was lost: no boot marker (no
@@ -388,8 +398,27 @@ func (c *ensureCall) derive(ctx context.Context) (*provider.EnsureResult, error)
 			return c.resize(ctx, key)
 		}
 		return c.start(ctx)
+	case c.spec.Native != nil:
+		// Proxmox's drive is detached: the guest has run. No file of
+		// this install's is left to delete.
+		if st.Status == "running" {
+			return c.running(ctx)
+		}
+		c.p.release(c.spec.Owner.UID, c.prog.VMID, true)
+		return c.result(provider.PhaseStopped, 0, "VM %d has run and is powered off", c.prog.VMID), nil
 	}
 	return c.cleanupISO(ctx, st.Status == "running")
+}
+
+// seedSlot is the drive that holds the VM's cloud-init seed while the VM
+// has not run: the NoCloud ISO, or Proxmox's own cloud-init drive under a
+// native spec. Detaching it once the guest reports an address is what
+// tells, after a restart, a VM that ran from one that was never started.
+func (c *ensureCall) seedSlot(cfg vmConfig) string {
+	if c.spec.Native != nil {
+		return cfg.cloudInitSlot()
+	}
+	return cfg.isoSlot(c.p.isoVolid(c.prog.VMID, c.spec.Owner.UID))
 }
 
 // verified is a config whose marker verified for the owner.
@@ -628,7 +657,11 @@ func (c *ensureCall) configure(ctx context.Context, v *verified) (*provider.Ensu
 		// The ISO vanished between upload and configure: upload again.
 		return c.upload(ctx)
 	case reasonOf(err) == "InvalidParameter":
-		return nil, withField(err, paramField(err), "fix the value Proxmox rejected")
+		return nil, withField(err, paramField(err, c.spec.Native != nil), "fix the value Proxmox rejected")
+	case c.spec.Native != nil && strings.Contains(apiMessage(err), "does not support content-type 'images'"):
+		// Proxmox allocates the drive in the update and fails it with a
+		// 500; no retry makes the storage take images.
+		return nil, provider.Errorf(provider.ClassConfiguration, "NoCloudInitStorage", "%s: %w; name a storage with images content on the VM's node", fieldDriveStorage, err)
 	default:
 		return nil, fmt.Errorf("configure VM %d: %w", c.prog.VMID, err)
 	}
@@ -641,12 +674,22 @@ func (c *ensureCall) configure(ctx context.Context, v *verified) (*provider.Ensu
 	return c.start(ctx)
 }
 
-// paramField maps a rejected config parameter to the field to fix.
-func paramField(err error) string {
-	for param, field := range map[string]string{
+// paramField maps a rejected config parameter to the field to fix; native
+// says the update carried Proxmox's cloud-init drive and fields.
+func paramField(err error, native bool) string {
+	fields := map[string]string{
 		"cores": "spec.resources.cpu", "memory": "spec.resources.memory", "net0": "spec.network",
 		"tags": "tags", "description": "description", "name": "name",
-	} {
+	}
+	if native {
+		maps.Copy(fields, map[string]string{
+			"ide0": fieldDriveStorage, "ide1": fieldDriveStorage, "ide2": fieldDriveStorage, "ide3": fieldDriveStorage,
+			"ipconfig0": "spec.network", "nameserver": "spec.dns.servers", "searchdomain": "spec.dns.domain",
+			"ciuser": "spec.cloudInit.proxmox.user", "sshkeys": "spec.cloudInit.proxmox.sshAuthorizedKeys",
+			"cicustom": "spec.cloudInit.proxmox.vendorSnippet or userSnippet",
+		})
+	}
+	for param, field := range fields {
 		if paramMessage(err, param) != "" {
 			return field
 		}
@@ -686,6 +729,12 @@ func (c *ensureCall) configBody(v *verified) (map[string]any, error) {
 		n.tag = strconv.Itoa(c.spec.Network.VLAN)
 	}
 	body["net0"] = n.String()
+	if c.spec.Native != nil {
+		if err := nativeConfig(body, c.spec.Native, v.cfg); err != nil {
+			return nil, err
+		}
+		return c.finishConfigBody(body, v), nil
+	}
 	volid := c.p.isoVolid(c.prog.VMID, c.spec.Owner.UID)
 	slot := v.cfg.isoSlot(volid)
 	if slot == "" {
@@ -696,6 +745,11 @@ func (c *ensureCall) configBody(v *verified) (map[string]any, error) {
 		}
 	}
 	body[slot] = volid + ",media=cdrom"
+	return c.finishConfigBody(body, v), nil
+}
+
+// finishConfigBody adds the name, the tags and the description.
+func (c *ensureCall) finishConfigBody(body map[string]any, v *verified) map[string]any {
 	// The name and the tags change in one update: the VM is findable by
 	// one or the other at every moment.
 	body["name"] = c.spec.Name
@@ -703,7 +757,7 @@ func (c *ensureCall) configBody(v *verified) (map[string]any, error) {
 	// Rewritten with the verified record (same VM id and creation time),
 	// so the spec's text is current and the block still verifies.
 	body["description"] = c.marker.Description(c.spec.Description, v.rec)
-	return body, nil
+	return body
 }
 
 // resize grows the boot disk (a task).
@@ -802,10 +856,17 @@ func (c *ensureCall) eject(ctx context.Context, phase provider.Phase, addrs []st
 	if _, err := c.p.verifyOwner(c.marker, cfg, c.prog.VMID, c.spec.Owner); err != nil {
 		return c.replace(ctx, err)
 	}
-	slot := cfg.isoSlot(c.p.isoVolid(c.prog.VMID, c.spec.Owner.UID))
+	slot := c.seedSlot(cfg)
 	if slot != "" {
-		err := c.p.api.call(ctx, http.MethodPut, fmt.Sprintf("/nodes/%s/qemu/%d/config", c.prog.Node, c.prog.VMID), nil,
-			map[string]any{slot: "none,media=cdrom"}, nil)
+		body := map[string]any{slot: "none,media=cdrom"}
+		if c.spec.Native != nil {
+			// Proxmox's drive is removed, not emptied: it holds no file of
+			// this install's. On a running VM Proxmox keeps the removal
+			// pending until the VM stops, and its config shows the VM
+			// without it (GET config gives pending values).
+			body = map[string]any{"delete": slot}
+		}
+		err := c.p.api.call(ctx, http.MethodPut, fmt.Sprintf("/nodes/%s/qemu/%d/config", c.prog.Node, c.prog.VMID), nil, body, nil)
 		if isLock(err) {
 			return c.result(phase, lockedVM, "VM %d is locked; retrying to eject the cloud-init ISO", c.prog.VMID), nil
 		}
@@ -818,7 +879,9 @@ func (c *ensureCall) eject(ctx context.Context, phase provider.Phase, addrs []st
 	// waiting for that task here. This process follows it (the in-flight
 	// task of the VM): DeleteVM reads it before the VM goes, and a lost
 	// one leaves the file to DeleteVM's own check.
-	c.deleteISOAfterEject(ctx)
+	if c.spec.Native == nil {
+		c.deleteISOAfterEject(ctx)
+	}
 	c.p.release(c.spec.Owner.UID, c.prog.VMID, true)
 	if phase == provider.PhaseStopped {
 		// A stopped VM may be kept for debugging; the ejected ISO shows

@@ -252,10 +252,57 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 			return nil, configErr("PoolNotFound", fieldPool, "resource pool %q does not exist (or the operator's token cannot see it); create it with pveum pool add %s", src.ResourcePool, src.ResourcePool)
 		}
 	}
+	if src.Native != nil {
+		if err := p.checkNativeFiles(ctx, view, t, src.Native); err != nil {
+			return nil, err
+		}
+	}
 	if !t.agent {
 		p.log.Info("Template has no QEMU guest agent; VMs will never report addresses", "template", t.id)
 	}
 	return info, nil
+}
+
+// checkNativeFiles checks, on the template's node, what a native
+// cloud-init of its VMs names: the storage of Proxmox's drive takes VM
+// disks, and each snippet is on a storage with snippets content and
+// exists. Proxmox's API cannot write snippets, so a missing one is the
+// platform team's to place; without this check the VM's start would fail
+// with qemu-server's "can't open" after the clone. A node-local storage
+// is checked on the template's node only.
+func (p *Provider) checkNativeFiles(ctx context.Context, view *clusterView, t *templateInfo, n *provider.NativeFiles) error {
+	if s := n.Storage; s != "" {
+		st, ok := view.storages[t.node][s]
+		if !ok {
+			return configErr("StorageNotFound", fieldDriveStorage, "storage %q does not exist on node %s, where template %d lives", s, t.node, t.id)
+		}
+		if !strings.Contains(","+st.Content+",", ",images,") {
+			return configErr("StorageNoImages", fieldDriveStorage, "storage %q does not allow VM disks (content %q), which Proxmox's cloud-init drive is; enable images on it or pick another", s, st.Content)
+		}
+	}
+	for _, f := range []struct{ field, volid string }{
+		{"spec.cloudInit.proxmox.vendorSnippet", n.VendorData}, {"spec.cloudInit.proxmox.userSnippet", n.UserData},
+	} {
+		if f.volid == "" {
+			continue
+		}
+		storage, _, _ := strings.Cut(f.volid, ":")
+		st, ok := view.storages[t.node][storage]
+		if !ok {
+			return configErr("StorageNotFound", f.field, "storage %q of %s does not exist on node %s, where template %d lives", storage, f.volid, t.node, t.id)
+		}
+		if !strings.Contains(","+st.Content+",", ",snippets,") {
+			return configErr("StorageNoSnippets", f.field, "storage %q does not hold snippets (content %q); enable snippets on it (pvesm set %s --content %s,snippets) and place %s there", storage, st.Content, storage, st.Content, f.volid)
+		}
+		found, err := p.api.volumeExists(ctx, t.node, storage, f.volid)
+		if err != nil {
+			return fmt.Errorf("look for %s on node %s: %w", f.volid, t.node, err)
+		}
+		if !found {
+			return configErr("SnippetNotFound", f.field, "%s does not exist on node %s; Proxmox's API cannot write snippets, so place the file there (hyperfleet proxmox-kit prints the kit)", f.volid, t.node)
+		}
+	}
+	return nil
 }
 
 // cloneStorageKeys are the storages a clone of t for spec writes to, as
