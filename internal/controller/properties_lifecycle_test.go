@@ -132,8 +132,19 @@ func (w *propertyWorld) deleteAndCheckGone(t *rapid.T, claim *hfv1.MachineClaim,
 	if err == nil {
 		return
 	}
-	if !w.vanished(claim) {
-		t.Fatalf("claim %s is gone but %v; the operator's log of the claim:\n%s", claim.Name, err, w.logOf(claim.Name))
+	// A claim the API server removed is found by its DELETED event, and
+	// handed over by the next reconcile of its name, which runs once the
+	// pass in flight (the one that cloned) has ended: that may be a moment
+	// after the claim is gone.
+	deadline := time.Now().Add(10 * time.Second)
+	for !w.vanished(claim) {
+		if time.Now().After(deadline) {
+			t.Fatalf("claim %s is gone but %v; the operator's log of the claim:\n%s", claim.Name, err, w.logOf(claim.Name))
+		}
+		if err = left(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	// The API server removed the claim while it carried the finalizer
 	// (kubernetes/kubernetes#77988; internal/controller/machineclaim,
