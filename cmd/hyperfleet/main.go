@@ -209,6 +209,7 @@ func runManager(args []string) error {
 		"signingKey", signer.SigningKeyID(), "keys", signer.KeyIDs())
 	opts := manager.Options{
 		Signer:            signer,
+		Namespace:         *namespace,
 		SweepInterval:     *sweepInterval,
 		ResyncInterval:    *resyncInterval,
 		MaxRetryDelay:     *maxRetryDelay,
