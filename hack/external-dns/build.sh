@@ -50,7 +50,7 @@ export GOFLAGS=
 # reports.
 ld="-s -w -X sigs.k8s.io/external-dns/pkg/apis/externaldns.Version=$version"
 
-echo "Building external-dns $version into $dir (the first build takes about 6 minutes on 2 cores, most of it downloading and compiling the providers' SDKs)" >&2
+echo "Building external-dns $version into $dir (the first build takes about 6 minutes and up to 2 GB of memory on 2 cores, most of it compiling the providers' SDKs)" >&2
 start=$SECONDS
 CGO_ENABLED=0 GOBIN="$tmp" go install -trimpath -ldflags "$ld" "sigs.k8s.io/external-dns@$version"
 echo "hack/external-dns/build.sh: built in $((SECONDS - start))s" >&2
