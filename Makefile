@@ -27,6 +27,10 @@ HELM_BUILD := hack/helm/build.sh
 # the same cache (see hack/spire; about 15 minutes the first time). The
 # SPIRE tests (test/spiretest) find them through SPIRE_DIR.
 SPIRE_BUILD := hack/spire/build.sh
+# The real external-dns, built from its Go module into the same cache (see
+# hack/external-dns; about 6 minutes the first time). The external-dns
+# end-to-end test (internal/controller) finds it through EXTERNAL_DNS.
+EXTERNAL_DNS_BUILD := hack/external-dns/build.sh
 
 # The Helm chart, the primary install. It installs the same CRDs, rules and
 # admission policy as config/: `make manifests` copies them into the chart
@@ -167,6 +171,10 @@ helm: ## Build (or reuse) the cached helm CLI; prints its path.
 spire: ## Build (or reuse) the cached spire-server and spire-agent; prints their directory.
 	@$(SPIRE_BUILD)
 
+.PHONY: external-dns
+external-dns: ## Build (or reuse) the cached external-dns; prints its path.
+	@$(EXTERNAL_DNS_BUILD)
+
 .PHONY: test-deps
 test-deps: ## Install the system programs tests run (Debian's cloud-init).
 	hack/test-deps.sh
@@ -182,8 +190,8 @@ CONTROLLER_SHARDS ?= 3
 CONTROLLER_RACE_SHARDS ?= 2
 
 .PHONY: test
-test: test-deps ## Run every test against the real API server (builds it, and helm, on first use).
-	@export KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))"; rc=0; \
+test: test-deps ## Run every test against the real API server (builds it, helm and external-dns on first use).
+	@export KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))" EXTERNAL_DNS="$$($(EXTERNAL_DNS_BUILD))"; rc=0; \
 	hack/go-test-shards.sh -n $(CONTROLLER_SHARDS) -timeout $(TEST_TIMEOUT) $(CONTROLLER_PKG) & shards=$$!; \
 	go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -vxF $(CONTROLLER_PKG)) || rc=1; \
 	wait $$shards || rc=1; exit $$rc
@@ -203,7 +211,7 @@ API_TEST_PKGS = go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}
 test-race: test-deps ## Run every test under the race detector (the API server's packages one at a time), without the long controller scenarios (-short).
 	@api="$$($(API_TEST_PKGS))"; test -n "$$api" || { echo "test-race: found no package that starts the API server" >&2; exit 1; }; \
 	unit="$$(go list ./... | grep -vxF "$$api")"; \
-	export KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))"; rc=0; \
+	export KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))" EXTERNAL_DNS="$$($(EXTERNAL_DNS_BUILD))"; rc=0; \
 	echo "go test -race -short (two at a time): $$(echo $$unit | wc -w) packages"; \
 	go test -race -short $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $$unit || rc=1; \
 	hack/go-test-shards.sh -n $(CONTROLLER_RACE_SHARDS) -race -short -timeout $(TEST_TIMEOUT) $(CONTROLLER_PKG) || rc=1; \

@@ -5,7 +5,9 @@
 #     scripts use it) and prometheus (promtool checks and unit-tests the
 #     alerts; test/e2e scrapes the operator with the prometheus server),
 #     bind9 and knot (internal/dnsreg/rfc2136 runs its DNS registration
-#     tests against a real BIND named and Knot knotd on loopback) and
+#     tests against a real BIND named and Knot knotd on loopback, and the
+#     external-dns end-to-end test publishes to a BIND; its external-dns is
+#     built by hack/external-dns/build.sh, which make test calls) and
 #     nginx (internal/testworld/mtlsproxy: the TLS-terminating proxy that
 #     requires client certificates in front of the Proxmox simulator, for
 #     the mTLS tests of pkg/provider/proxmox and internal/controller),

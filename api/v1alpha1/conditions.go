@@ -59,9 +59,12 @@ const (
 	// only templates that attest with SPIRE need it.
 	HypervisorClusterSPIREConnectedCondition ConditionType = "SPIREConnected"
 
-	// HypervisorClusterDNSReadyCondition is True when the DNS server of
-	// spec.dns.dnsProvider answered a query for each of its zones signed
-	// with the configured key; absent without a dnsProvider. It does not
+	// HypervisorClusterDNSReadyCondition is True when the DNS service of
+	// spec.dns.dnsProvider works as far as can be checked without a
+	// change: for rfc2136, its server answered a query for each of its
+	// zones signed with the configured key; for the external-dns types,
+	// the DNSEndpoint CRD is installed and the operator may write
+	// DNSEndpoints in their namespace. Absent without a dnsProvider. It does not
 	// affect Ready: VMs are created and deleted whether their names can be
 	// registered or not (docs/networking.md, "DNS registration").
 	HypervisorClusterDNSReadyCondition ConditionType = "DNSReady"
@@ -128,7 +131,8 @@ const (
 	MachineClaimFinalizedCondition ConditionType = "Finalized"
 	// MachineClaimDNSRegisteredCondition is True once the VM's name and
 	// addresses are registered in its cluster's DNS service (the message
-	// names them); False with the reason of the failure, which never holds
+	// names them; with the external-dns types, once its DNSEndpoint is
+	// written, which external-dns then publishes); False with the reason of the failure, which never holds
 	// the VM back, or once the records were removed as the claim ended.
 	// Present only on clusters with spec.dns.registerVMs.
 	MachineClaimDNSRegisteredCondition ConditionType = "DNSRegistered"

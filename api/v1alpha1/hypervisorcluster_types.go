@@ -465,7 +465,7 @@ type ClusterDNSSettings struct {
 	// or AAAA record each, and a PTR each in dnsProvider.reverseZones. The
 	// records are removed when the claim ends; a failure to write them
 	// never holds a VM back (the claim's DNSRegistered condition says
-	// what went wrong). Only dnsProvider type rfc2136 is implemented.
+	// what went wrong).
 	// +optional
 	RegisterVMs bool `json:"registerVMs,omitempty"`
 
@@ -482,8 +482,10 @@ type ClusterDNSSettings struct {
 	Validation *DNSValidation `json:"validation,omitempty"`
 }
 
-// DNSProviderType names a DNS service.
-// +kubebuilder:validation:Enum=route53;cloudflare;rfc2136
+// DNSProviderType names a DNS service: rfc2136, which HyperFleet updates
+// itself, or external-dns, route53 and cloudflare, whose records HyperFleet
+// hands to external-dns as DNSEndpoint objects.
+// +kubebuilder:validation:Enum=route53;cloudflare;rfc2136;external-dns
 type DNSProviderType string
 
 // DefaultDNSTTLSeconds is the TTL of registered records when
@@ -495,10 +497,18 @@ const DefaultDNSTTLSeconds = 300
 // +kubebuilder:validation:XValidation:rule="self.type != 'rfc2136' || has(self.rfc2136)",message="dns.dnsProvider.type rfc2136 needs dns.dnsProvider.rfc2136 with the server's address (host:port)"
 // +kubebuilder:validation:XValidation:rule="!has(self.rfc2136) || self.type == 'rfc2136'",message="dns.dnsProvider.rfc2136 is only for type rfc2136: remove it or set type: rfc2136"
 // +kubebuilder:validation:XValidation:rule="self.type != 'rfc2136' || (has(self.credentials) && self.credentials.exists(c, c.name == 'tsigKey'))",message="dns.dnsProvider.type rfc2136 needs a credential named tsigKey: the Secret key holding the TSIG key (name, algorithm and secret; see docs/networking.md)"
+// +kubebuilder:validation:XValidation:rule="!has(self.externalDNS) || self.type != 'rfc2136'",message="dns.dnsProvider.externalDNS is for types external-dns, route53 and cloudflare (records handed to external-dns): remove it or change the type"
+// +kubebuilder:validation:XValidation:rule="self.type == 'rfc2136' || !has(self.credentials) || size(self.credentials) == 0",message="dns.dnsProvider.credentials are for type rfc2136 only: with external-dns, route53 and cloudflare, external-dns holds the DNS service's credentials and HyperFleet needs none; remove them"
 type DNSProvider struct {
-	// type is the DNS service. Only rfc2136 (dynamic update signed with
-	// TSIG) is implemented; route53 and cloudflare are refused (reason
-	// NotImplemented) and will be served through external-dns.
+	// type is the DNS service. rfc2136: HyperFleet updates the zones
+	// itself, by dynamic update signed with TSIG (settings in rfc2136,
+	// the key in credentials). external-dns: HyperFleet writes a
+	// DNSEndpoint object (externaldns.k8s.io/v1alpha1) per VM and
+	// external-dns, which the platform team runs with the provider of its
+	// choice, publishes it. route53 and cloudflare are external-dns too:
+	// the same DNSEndpoints, labelled hyperfleet.io/dns-provider with the
+	// type, for an external-dns running with that provider
+	// (docs/networking.md, "DNS registration through external-dns").
 	// +required
 	Type DNSProviderType `json:"type"`
 
@@ -534,10 +544,19 @@ type DNSProvider struct {
 	// +optional
 	RFC2136 *RFC2136Settings `json:"rfc2136,omitempty"`
 
+	// externalDNS are the settings of types external-dns, route53 and
+	// cloudflare: where HyperFleet writes the DNSEndpoint objects that
+	// external-dns publishes. Optional: without it they go to the
+	// operator's own namespace.
+	// +optional
+	ExternalDNS *ExternalDNSSettings `json:"externalDNS,omitempty"`
+
 	// credentials selects the service's credentials by name: tsigKey for
 	// rfc2136, a Secret key holding the TSIG key as BIND's key clause
 	// (key "name" { algorithm hmac-sha256; secret "..."; };, as
 	// tsig-keygen prints it) or as name:secret or algorithm:name:secret.
+	// The external-dns types take none: external-dns holds the DNS
+	// service's credentials.
 	// +optional
 	// +kubebuilder:validation:MaxItems=8
 	// +listType=map
@@ -570,6 +589,21 @@ type RFC2136Settings struct {
 	// +kubebuilder:default=tcp
 	// +kubebuilder:validation:Enum=tcp;udp
 	Transport string `json:"transport,omitempty"`
+}
+
+// ExternalDNSSettings say where the DNSEndpoint objects of a cluster's VMs
+// go, for external-dns to publish.
+type ExternalDNSSettings struct {
+	// namespace is where HyperFleet writes the cluster's DNSEndpoints, one
+	// per VM; it must exist. Default: the operator's namespace. Keep it a
+	// namespace only the platform team writes to: external-dns publishes
+	// whatever DNSEndpoint it finds there, and HyperFleet trusts the
+	// labels of the ones it wrote.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // NamedSecretKeySelector is a SecretKeySelector under a name that says what

@@ -34,6 +34,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg/externaldns"
 	"github.com/hyperfleet/hyperfleet/internal/dnsreg/rfc2136"
 	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
@@ -51,6 +52,9 @@ import (
 func init() {
 	workload.Register(hfv1.WorkloadGitHubActions, github.NewBackend)
 	dnsreg.Register(dnsreg.TypeRFC2136, rfc2136.Factory)
+	for _, t := range dnsreg.ExternalDNSTypes {
+		dnsreg.Register(t, externaldns.Factory(t))
+	}
 }
 
 func main() {
@@ -212,6 +216,7 @@ func runManager(args []string) error {
 		"signingKey", signer.SigningKeyID(), "keys", signer.KeyIDs())
 	opts := manager.Options{
 		Signer:            signer,
+		Namespace:         *namespace,
 		SweepInterval:     *sweepInterval,
 		ResyncInterval:    *resyncInterval,
 		MaxRetryDelay:     *maxRetryDelay,

@@ -218,8 +218,9 @@ func DNSZone(c *hfv1.HypervisorCluster) string {
 // DNS resolves a cluster's spec.dns.dnsProvider and the Secrets its
 // credentials reference (read with reader) into the configuration its DNS
 // back-end is built from (dnsreg.New). The rfc2136 settings become the
-// options server and transport. Errors name the field; a missing Secret or
-// key wraps secretref.ErrMissing. The cluster must have a dnsProvider.
+// options server and transport, the externalDNS settings the option
+// namespace. Errors name the field; a missing Secret or key wraps
+// secretref.ErrMissing. The cluster must have a dnsProvider.
 func DNS(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluster) (dnsreg.Config, error) {
 	p := c.Spec.DNS.DNSProvider
 	ttl := p.TTLSeconds
@@ -236,6 +237,9 @@ func DNS(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluster) (
 	if r := p.RFC2136; r != nil {
 		cfg.Options["server"] = r.Server
 		cfg.Options["transport"] = cmp.Or(r.Transport, hfv1.DNSTransportTCP)
+	}
+	if e := p.ExternalDNS; e != nil && e.Namespace != "" {
+		cfg.Options["namespace"] = e.Namespace
 	}
 	for _, cred := range p.Credentials {
 		ref := cred.SecretKeyRef

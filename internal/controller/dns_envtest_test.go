@@ -13,14 +13,18 @@ import (
 
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
 	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg/externaldns"
 	"github.com/hyperfleet/hyperfleet/internal/dnsreg/rfc2136"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/dnsserver"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/extdns"
 )
 
 // The DNS set-up of the registration tests: the cluster's domain is the
@@ -66,14 +70,22 @@ func registeringCluster(addr, secretName string) func(*hfv1.HypervisorCluster) {
 // 2001:db8::/64.
 func dnsFixture(t *testing.T, addr string) (*fixture, *hfv1.HypervisorMachineTemplate, *simulator) {
 	t.Helper()
-	sim := startSim(t, nil)
-	startOperator(t, operatorOptions{sweepInterval: 200 * time.Millisecond, orphanGrace: time.Second})
 	secretName := "tsig-" + strconv.Itoa(fixtureSeq+1)
-	f := newFixture(t, sim, registeringCluster(addr, secretName))
+	f, tmpl, sim := dnsFixtureOf(t, registeringCluster(addr, secretName))
 	f.create(&corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: secretNamespace, Name: secretName},
 		StringData: map[string]string{"tsig.key": dnsserver.UpdateKey.Clause()},
 	})
+	return f, tmpl, sim
+}
+
+// dnsFixtureOf is dnsFixture with the cluster's DNS settings made by
+// mutate, and no Secret.
+func dnsFixtureOf(t *testing.T, mutate func(*hfv1.HypervisorCluster)) (*fixture, *hfv1.HypervisorMachineTemplate, *simulator) {
+	t.Helper()
+	sim := startSim(t, nil)
+	startOperator(t, operatorOptions{sweepInterval: 200 * time.Millisecond, orphanGrace: time.Second})
+	f := newFixture(t, sim, mutate)
 	pool := &hfv1.IPPool{
 		ObjectMeta: metav1.ObjectMeta{Name: "pool-" + f.namespace},
 		Spec:       hfv1.IPPoolSpec{Addresses: []string{"192.0.2.0/29"}, Prefix: 29, Gateways: []string{"192.0.2.1"}},
@@ -285,4 +297,188 @@ func TestDNSServerUnreachable(t *testing.T) {
 	if !hfv1.IsConditionTrue(c.Status.Conditions, hfv1.ReadyCondition) {
 		t.Fatalf("cluster Ready = %+v", hfv1.FindCondition(c.Status.Conditions, hfv1.ReadyCondition))
 	}
+}
+
+// TestExternalDNSRegistration: on a cluster with dns.registerVMs and a
+// dnsProvider of type external-dns, the cluster reports DNSReady (the
+// DNSEndpoint CRD is installed, the operator may write them in the
+// cluster's namespace); a claim with a static address gets a DNSEndpoint
+// there, labelled with its owner, and a real external-dns (built from its
+// Go module, rfc2136 provider, TXT registry, watching that namespace and
+// label) publishes it to a real BIND, where real queries find the A record
+// and the PTR; a DNSEndpoint of the install whose claim is gone is swept;
+// and the claim's deletion deletes its DNSEndpoint, after which
+// external-dns removes the records.
+func TestExternalDNSRegistration(t *testing.T) {
+	bind := startDNS(t)
+	ctx := context.Background()
+	ns := fmt.Sprintf("dns-endpoints-%d", fixtureSeq+1)
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	})
+	// Its output is logged when the test fails.
+	extdns.Start(t, extdns.Options{
+		KubeConfig: env.KubeConfig(), Namespace: ns, LabelFilter: externaldns.ProviderLabel + "=" + string(dnsreg.TypeExternalDNS),
+		Server: bind.Addr, Zones: []string{dnsTestZone, dnsTestReverse},
+		KeyName: dnsserver.UpdateKey.Name, KeySecret: dnsserver.UpdateKey.Secret,
+	})
+	f, static, _ := dnsFixtureOf(t, func(c *hfv1.HypervisorCluster) {
+		c.Spec.DNS = &hfv1.ClusterDNSSettings{
+			DNSSettings: hfv1.DNSSettings{Domain: dnsTestZone},
+			RegisterVMs: true,
+			DNSProvider: &hfv1.DNSProvider{
+				Type:         dnsreg.TypeExternalDNS,
+				ReverseZones: []string{dnsTestReverse},
+				TTLSeconds:   60,
+				ExternalDNS:  &hfv1.ExternalDNSSettings{Namespace: ns},
+			},
+		}
+	})
+	ready := waitClusterCondition(t, f.cluster, string(hfv1.HypervisorClusterDNSReadyCondition), metav1.ConditionTrue, string(hfv1.ReadyReason))
+	if !strings.Contains(ready.Message, "namespace "+ns) {
+		t.Errorf("DNSReady message %q does not name the namespace", ready.Message)
+	}
+
+	claim := newClaimOf(f, static, "edns-vm")
+	waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
+	cond := waitClaimCondition(t, claim, hfv1.MachineClaimDNSRegisteredCondition, metav1.ConditionTrue, hfv1.ReadyReason)
+	got, err := getClaim(t, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, why := machineclaim.DNSRecord(got, testSigner.OperatorID())
+	if why != "" {
+		t.Fatalf("claim has nothing to register: %s", why)
+	}
+	fqdn := "edns-vm." + dnsTestZone + "."
+	object := externaldns.ObjectName(fqdn)
+	if !strings.Contains(cond.Message, "DNSEndpoint "+ns+"/"+object) || !strings.Contains(cond.Message, fqdn) {
+		t.Fatalf("DNSRegistered message %q does not name the DNSEndpoint and the name", cond.Message)
+	}
+	endpoint := &unstructured.Unstructured{}
+	endpoint.SetGroupVersionKind(externaldns.GroupVersion.WithKind(externaldns.Kind))
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: object}, endpoint); err != nil {
+		t.Fatalf("the claim's DNSEndpoint: %v", err)
+	}
+	if l := endpoint.GetLabels(); l[externaldns.ClaimLabel] != string(got.UID) || l[externaldns.InstallLabel] != testSigner.OperatorID() {
+		t.Fatalf("the DNSEndpoint's labels %v do not name the claim and the install", l)
+	}
+	var want []string
+	for _, a := range rec.Addrs {
+		want = append(want, a.String())
+	}
+	slices.Sort(want)
+	static4 := netip.MustParsePrefix(got.Status.Network.IPAllocations[0].Address).Addr()
+	rev, _ := dns.ReverseAddr(static4.String())
+	eventually(t, 60*time.Second, "external-dns publishes the claim's records", func() error {
+		if got := addrsOf(bind.Lookup(t, fqdn, dns.TypeA)); !slices.Equal(got, want) {
+			return fmt.Errorf("A %s = %v, want %v", fqdn, got, want)
+		}
+		if got := ptrsOf(bind.Lookup(t, rev, dns.TypePTR)); !slices.Equal(got, []string{fqdn}) {
+			return fmt.Errorf("PTR %s = %v, want %s", rev, got, fqdn)
+		}
+		return nil
+	})
+	if a := bind.Lookup(t, fqdn, dns.TypeA); a[0].Header().Ttl != 60 {
+		t.Errorf("A %s has TTL %d, want dnsProvider.ttlSeconds 60", fqdn, a[0].Header().Ttl)
+	}
+
+	// A DNSEndpoint of this install for a claim that is gone (as if the
+	// operator had been down when it was deleted) is swept, and its
+	// records go from DNS; the live claim's stay.
+	reg, err := externaldns.New(externaldns.Config{Client: env.Client, Namespace: ns, Provider: dnsreg.TypeExternalDNS, Zone: dnsTestZone, ReverseZones: []string{dnsTestReverse}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost := dnsreg.Record{Name: "ghost." + dnsTestZone, Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.99")},
+		Owner: dnsreg.Owner{Claim: "0d5c1f3e-gone", Install: testSigner.OperatorID()}}
+	if err := reg.Register(ctx, ghost); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the vanished claim's DNSEndpoint swept and its records gone", func() error {
+		ghostObj := &unstructured.Unstructured{}
+		ghostObj.SetGroupVersionKind(externaldns.GroupVersion.WithKind(externaldns.Kind))
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: externaldns.ObjectName(ghost.Name)}, ghostObj); err == nil {
+			return fmt.Errorf("DNSEndpoint %s still there", ghostObj.GetName())
+		}
+		if a := bind.Lookup(t, "ghost."+dnsTestZone, dns.TypeA); len(a) != 0 {
+			return fmt.Errorf("ghost A %v", a)
+		}
+		return nil
+	})
+	if got := addrsOf(bind.Lookup(t, fqdn, dns.TypeA)); !slices.Equal(got, want) {
+		t.Fatalf("after the sweep, A %s = %v, want %v: the sweep removed a live claim's records", fqdn, got, want)
+	}
+
+	// The claim's deletion deletes its DNSEndpoint, and external-dns
+	// removes the records.
+	if err := env.Client.Delete(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, claim, 60*time.Second)
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: object}, endpoint); !apierrors.IsNotFound(err) {
+		t.Fatalf("the claim's DNSEndpoint after the claim went: %v", err)
+	}
+	eventually(t, 60*time.Second, "external-dns removes the claim's records", func() error {
+		if a := bind.Lookup(t, fqdn, dns.TypeA); len(a) != 0 {
+			return fmt.Errorf("A %s = %v", fqdn, a)
+		}
+		if p := bind.Lookup(t, rev, dns.TypePTR); len(p) != 0 {
+			return fmt.Errorf("PTR %s = %v", rev, p)
+		}
+		return nil
+	})
+}
+
+// TestExternalDNSNotSetUp: a cluster of type external-dns whose DNSEndpoints
+// cannot be written (here: the namespace it names does not exist; the
+// missing CRD and missing permissions take the same path, each with its
+// reason, internal/dnsreg/externaldns) reports DNSReady False with the
+// reason and the fix, and stays Ready; its claims' VMs are created (the
+// claim says why it is not registered) and deleted all the same, promptly.
+// Creating the namespace makes it work without a restart.
+func TestExternalDNSNotSetUp(t *testing.T) {
+	ns := fmt.Sprintf("dns-endpoints-later-%d", fixtureSeq+1)
+	f, static, sim := dnsFixtureOf(t, func(c *hfv1.HypervisorCluster) {
+		c.Spec.DNS = &hfv1.ClusterDNSSettings{
+			DNSSettings: hfv1.DNSSettings{Domain: dnsTestZone},
+			RegisterVMs: true,
+			DNSProvider: &hfv1.DNSProvider{Type: dnsreg.TypeCloudflare, ExternalDNS: &hfv1.ExternalDNSSettings{Namespace: ns}},
+		}
+	})
+	reason := externaldns.ErrNamespaceMissing.Reason()
+	notReady := waitClusterCondition(t, f.cluster, string(hfv1.HypervisorClusterDNSReadyCondition), metav1.ConditionFalse, reason)
+	if !strings.Contains(notReady.Message, "namespace "+ns+" does not exist") || !strings.Contains(notReady.Message, "dns.dnsProvider.externalDNS.namespace") {
+		t.Errorf("DNSReady message %q names neither the namespace nor the fix", notReady.Message)
+	}
+	waitClusterReady(t, f.cluster, metav1.ConditionTrue)
+
+	claim := newClaimOf(f, static, "no-endpoint")
+	waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
+	waitClaimCondition(t, claim, hfv1.MachineClaimDNSRegisteredCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason))
+	got, err := getClaim(t, claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := int(got.Status.VMRef.VMID)
+	if err := env.Client.Delete(context.Background(), claim); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, claim, 60*time.Second)
+	for _, v := range sim.State().VMs {
+		if v.VMID == vm {
+			t.Fatalf("VM %d is still there after its claim went", vm)
+		}
+	}
+
+	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	})
+	waitClusterCondition(t, f.cluster, string(hfv1.HypervisorClusterDNSReadyCondition), metav1.ConditionTrue, string(hfv1.ReadyReason))
 }

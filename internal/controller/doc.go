@@ -31,5 +31,11 @@ package controller
 // and is bound only in the namespaces of --secret-namespaces, those whose
 // Secrets HyperFleet objects reference (docs/security.md).
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// The DNSEndpoints of clusters whose dns.dnsProvider is served through
+// external-dns (internal/dnsreg/externaldns): one per registered VM, in the
+// namespace the cluster names; listed in every namespace to find a name's
+// other records before taking it. Harmless where external-dns's CRD is
+// not installed.
+// +kubebuilder:rbac:groups=externaldns.k8s.io,resources=dnsendpoints,verbs=get;list;create;update;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

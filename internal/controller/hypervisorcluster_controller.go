@@ -83,6 +83,10 @@ type HypervisorClusterReconciler struct {
 	// and no VM registered. DNSFactories are the DNS back-ends by type.
 	DNS          *dnsreg.Clusters
 	DNSFactories map[hfv1.DNSProviderType]dnsreg.Factory
+	// DNSKubernetes is the API access the DNS back-ends that write
+	// Kubernetes objects are built with (the external-dns types'
+	// DNSEndpoints): an uncached client and the operator's namespace.
+	DNSKubernetes *dnsreg.Kubernetes
 
 	// connectedAt keeps the key (credentialsKey) each cluster's provider
 	// was connected at: while it holds, the poll uses the connected
@@ -192,7 +196,7 @@ func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Re
 // connection are the phases that connect to the cluster, report its
 // health and poll its VM list (hypervisorcluster_phases.go).
 func (r *HypervisorClusterReconciler) connection() []phase.Func[*clusterScope] {
-	return []phase.Func[*clusterScope]{r.refuseUnsupported, r.connectProvider, r.probe, r.listVMs, r.recordListing}
+	return []phase.Func[*clusterScope]{r.connectProvider, r.probe, r.listVMs, r.recordListing}
 }
 
 // newClusterScope opens the scope of one reconcile. Its patch carries an

@@ -16,7 +16,6 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/clusterconfig"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
-	"github.com/hyperfleet/hyperfleet/internal/controller/refusal"
 	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
@@ -37,7 +36,8 @@ const (
 )
 
 // checkDNS builds the DNS registrar of the cluster's spec.dns.dnsProvider,
-// checks it (a signed SOA query per zone) and reports the result in
+// checks it (rfc2136: a signed SOA query per zone; the external-dns types:
+// the DNSEndpoint CRD and the operator's permissions) and reports the result in
 // DNSReady; the claims register their VMs with it (Registry DNS). It never
 // stops the pass: DNS is not part of Ready, and VMs are created and
 // deleted whatever it finds (docs/networking.md, "DNS registration").
@@ -50,7 +50,7 @@ func (r *HypervisorClusterReconciler) checkDNS(ctx context.Context, s *clusterSc
 		return phase.Next(), nil
 	}
 	d := cluster.Spec.DNS
-	if d == nil || d.DNSProvider == nil || refusal.Cluster(cluster) != nil {
+	if d == nil || d.DNSProvider == nil {
 		r.forgetDNS(cluster)
 		return phase.Next(), nil
 	}
@@ -69,7 +69,7 @@ func (r *HypervisorClusterReconciler) checkDNS(ctx context.Context, s *clusterSc
 		err = checkRegistrar(ctx, reg)
 	}
 	r.DNS.Set(cluster.Name, dnsreg.Cluster{Registrar: reg, Key: key, RegisterVMs: d.RegisterVMs, CheckedAt: now, CheckErr: err})
-	r.setDNSCondition(ctx, cluster, err)
+	r.setDNSCondition(ctx, cluster, reg, err)
 	return phase.Next(), nil
 }
 
@@ -88,6 +88,7 @@ func (r *HypervisorClusterReconciler) buildRegistrar(ctx context.Context, cluste
 	if err != nil {
 		return nil, err
 	}
+	cfg.Kubernetes = r.DNSKubernetes
 	reg, err := dnsreg.New(r.DNSFactories, cluster.Spec.DNS.DNSProvider.Type, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("spec.dns.dnsProvider: %w", err)
@@ -140,13 +141,16 @@ func DNSReason(err error) hfv1.ConditionReason {
 	return hfv1.DNSServerUnreachableReason
 }
 
-// setDNSCondition reports a check in DNSReady, the dns_ready gauge and, on
-// a change to failing, a warning event.
-func (r *HypervisorClusterReconciler) setDNSCondition(ctx context.Context, cluster *hfv1.HypervisorCluster, err error) {
+// setDNSCondition reports reg's check in DNSReady, the dns_ready gauge
+// and, on a change to failing, a warning event.
+func (r *HypervisorClusterReconciler) setDNSCondition(ctx context.Context, cluster *hfv1.HypervisorCluster, reg dnsreg.Registrar, err error) {
 	p := cluster.Spec.DNS.DNSProvider
 	zones := strings.Join(append([]string{clusterconfig.DNSZone(cluster)}, p.ReverseZones...), ", ")
 	if err == nil {
 		msg := fmt.Sprintf("The DNS server answers for zones %s with the configured key", zones)
+		if d, ok := reg.(dnsreg.Describer); ok {
+			msg = d.Checked(zones)
+		}
 		if !cluster.Spec.DNS.RegisterVMs {
 			msg += "; dns.registerVMs is false, so no VM is registered"
 		}

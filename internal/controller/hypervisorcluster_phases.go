@@ -21,7 +21,6 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/clusterconfig"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
-	"github.com/hyperfleet/hyperfleet/internal/controller/refusal"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
@@ -110,18 +109,6 @@ func (r *HypervisorClusterReconciler) forgetSPIRE(name string) {
 	if r.Identity != nil {
 		r.Identity.Remove(name)
 	}
-}
-
-// refuseUnsupported stops a cluster that sets a field the operator does
-// not act on. It is not Ready in the registry either, so that claims wait
-// for the cluster (ClusterUnavailable, with this message) instead of
-// getting VMs that would lack what the field promises.
-func (r *HypervisorClusterReconciler) refuseUnsupported(_ context.Context, s *clusterScope) (phase.Result, error) {
-	if ref := refusal.Cluster(s.cluster); ref != nil {
-		r.markRefused(s, ref)
-		return phase.Stop(), nil
-	}
-	return phase.Next(), nil
 }
 
 // connectProvider sets the scope's provider (connect); without one the
@@ -307,20 +294,6 @@ func (r *HypervisorClusterReconciler) markDown(s *clusterScope, reason hfv1.Cond
 		r.Recorder.Event(cluster, corev1.EventTypeWarning, string(reason), conditions.Truncate(msg, 1024))
 	}
 	return failures
-}
-
-// markRefused records a cluster that sets a field the operator does not act
-// on: Ready=False with the refusal's reason and message, and new VMs on
-// the cluster paused. Connected is left as it was: nothing was tried.
-func (r *HypervisorClusterReconciler) markRefused(s *clusterScope, ref *refusal.Refusal) {
-	cluster := s.cluster
-	r.Registry.SetHealth(cluster.Name, hypervisors.Health{Ready: false, Reason: string(ref.Reason), Message: ref.Message}, r.Clock.Now())
-	metrics.ClusterConnected.WithLabelValues(cluster.Name).Set(0)
-	ready := hfv1.FindCondition(cluster.Status.Conditions, hfv1.ReadyCondition)
-	s.ready = notReady(ref.Reason, "New VMs on this cluster are paused: "+ref.Message)
-	if s.wasReady || ready == nil || ready.Reason != string(ref.Reason) {
-		r.Recorder.Event(cluster, corev1.EventTypeWarning, string(ref.Reason), ref.Message)
-	}
 }
 
 // setConnectedStatus records a connected cluster: its version, nodes and

@@ -160,16 +160,6 @@ func TestReconcileHypervisorCluster(t *testing.T) {
 			events: []string{"Warning ClientCertificateRefused"}, observed: 2,
 		},
 		{
-			name: "a field the operator does not act on pauses new VMs", cluster: newCluster(func(c *hfv1.HypervisorCluster) {
-				c.Spec.DNS = &hfv1.ClusterDNSSettings{RegisterVMs: true, DNSProvider: &hfv1.DNSProvider{Type: "cloudflare"}}
-			}),
-			want: map[hfv1.ConditionType]wantCondition{
-				hfv1.ReadyCondition:                      {status: metav1.ConditionFalse, reason: hfv1.NotImplementedReason, says: []string{"New VMs on this cluster are paused", "spec.dns.dnsProvider.type: cloudflare"}},
-				hfv1.HypervisorClusterConnectedCondition: {},
-			},
-			events: []string{"Warning NotImplemented"}, observed: 2,
-		},
-		{
 			name: "a provider this build lacks is a terminal error", cluster: newCluster(), noFactory: true,
 			wantErr: reconcile.TerminalError(nil),
 			want: map[hfv1.ConditionType]wantCondition{

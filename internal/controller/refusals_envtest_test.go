@@ -226,38 +226,3 @@ func TestRefusedPoolAndClaim(t *testing.T) {
 		return nil
 	})
 }
-
-// TestRefusedCluster: a HypervisorCluster asking for DNS registration
-// through route53 (to be served by external-dns) is NotImplemented;
-// nothing is built on it until the fields are removed.
-func TestRefusedCluster(t *testing.T) {
-	sim := startSim(t, nil)
-	startOperator(t, operatorOptions{})
-	f := newFixture(t, sim, func(c *hfv1.HypervisorCluster) {
-		c.Spec.DNS = &hfv1.ClusterDNSSettings{
-			DNSSettings: hfv1.DNSSettings{Domain: "ci.example.com"},
-			RegisterVMs: true,
-			DNSProvider: &hfv1.DNSProvider{Type: "route53"},
-		}
-	})
-	ctx := context.Background()
-	cluster := f.cluster
-	ready := waitCondition(t, cluster, func() []metav1.Condition { return cluster.Status.Conditions }, string(hfv1.ReadyCondition), metav1.ConditionFalse, string(hfv1.NotImplementedReason))
-	if !strings.Contains(ready.Message, "spec.dns.dnsProvider.type: route53") || !strings.Contains(ready.Message, "external-dns") {
-		t.Errorf("cluster message %q does not name the field", ready.Message)
-	}
-	waitTemplate(t, f.template, metav1.ConditionFalse, string(hfv1.ClusterUnavailableReason))
-	claim := f.newClaim("on-refused-cluster")
-	waitClaimProvisioned(t, claim, metav1.ConditionFalse, string(hfv1.TemplateNotReadyReason))
-	wantNothingBuilt(t, sim, claim)
-
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); err != nil {
-		t.Fatal(err)
-	}
-	cluster.Spec.DNS.RegisterVMs, cluster.Spec.DNS.DNSProvider = false, nil
-	if err := env.Client.Update(ctx, cluster); err != nil {
-		t.Fatal(err)
-	}
-	waitCondition(t, cluster, func() []metav1.Condition { return cluster.Status.Conditions }, string(hfv1.ReadyCondition), metav1.ConditionTrue, string(hfv1.ReadyReason))
-	wantBuilt(t, claim)
-}

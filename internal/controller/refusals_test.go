@@ -42,10 +42,6 @@ func TestRefusals(t *testing.T) {
 			string(hfv1.NotImplementedReason), []string{"spec.workload.type: generic"}},
 		{"buildkite claim", refusal.Claim(ciPlatforms, &hfv1.MachineClaim{Spec: hfv1.MachineClaimSpec{WorkloadConfig: &hfv1.WorkloadConfig{Type: hfv1.WorkloadBuildkite}}}),
 			string(hfv1.NotImplementedReason), []string{"spec.workloadConfig.type: buildkite", "remove spec.workloadConfig"}},
-		{"dns registration with route53", refusal.Cluster(&hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DNS: &hfv1.ClusterDNSSettings{RegisterVMs: true, DNSProvider: &hfv1.DNSProvider{Type: "route53"}}}}),
-			string(hfv1.NotImplementedReason), []string{"spec.dns.dnsProvider.type: route53", "external-dns", "use type rfc2136"}},
-		{"cloudflare provider alone", refusal.Cluster(&hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DNS: &hfv1.ClusterDNSSettings{DNSProvider: &hfv1.DNSProvider{Type: "cloudflare"}}}}),
-			string(hfv1.NotImplementedReason), []string{"spec.dns.dnsProvider.type: cloudflare", "external-dns"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,13 +77,6 @@ func TestRefusals(t *testing.T) {
 	}
 	if r := refusal.Claim(ciPlatforms, &hfv1.MachineClaim{}); r != nil {
 		t.Errorf("a claim without workloadConfig is refused: %+v", r)
-	}
-	if r := refusal.Cluster(&hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DNS: &hfv1.ClusterDNSSettings{DNSSettings: hfv1.DNSSettings{Domain: "ci.example.com"}}}}); r != nil {
-		t.Errorf("a cluster with a DNS domain is refused: %+v", r)
-	}
-	if r := refusal.Cluster(&hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DNS: &hfv1.ClusterDNSSettings{RegisterVMs: true,
-		DNSProvider: &hfv1.DNSProvider{Type: "rfc2136", RFC2136: &hfv1.RFC2136Settings{Server: "192.0.2.53:53"}}}}}); r != nil {
-		t.Errorf("a cluster registering VMs with rfc2136 is refused: %+v", r)
 	}
 }
 
@@ -130,7 +119,6 @@ func TestSamplesWorkAsWritten(t *testing.T) {
 			c := &hfv1.HypervisorCluster{}
 			decodeSample(t, f, raw, c)
 			clusters[c.Name] = c
-			ref = refusal.Cluster(c)
 		case "IPPool":
 			p := &hfv1.IPPool{}
 			decodeSample(t, f, raw, p)

@@ -36,8 +36,10 @@ const samplesNamespace = "hyperfleet-samples"
 // real API server as written, with only the addresses, TLS pins and
 // Secrets of this machine's simulators filled in (as a user fills in their
 // own; the mTLS sample's cluster is put behind a real nginx that requires
-// its client certificate, and the DNS sample's cluster registers on a real
-// BIND), and checks each object's conditions: clusters connected and Ready,
+// its client certificate, the DNS sample's cluster registers on a real
+// BIND, and the external-dns sample's writes its DNSEndpoints into the
+// namespace it names, with external-dns's CRD installed as the sample
+// asks), and checks each object's conditions: clusters connected and Ready,
 // templates Ready, IP pools Ready, pools Ready, and the manual claim up
 // with its runner credential issued. The simulators are set up as the
 // samples assume a real site is (nodes, templates, storages, resource pool,
@@ -112,6 +114,9 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 	// its zones, with the TSIG key its Secret holds.
 	bind := dnsserver.StartBIND(t, dnsserver.Options{Zones: []string{"ci.example.com", "2.0.192.in-addr.arpa", "8.b.d.0.1.0.0.2.ip6.arpa"}})
 	secret("hyperfleet-system", "dns-update-key", map[string]string{"tsig.key": dnsserver.UpdateKey.Clause()})
+	// The external-dns sample's DNSEndpoints go to external-dns's namespace
+	// (the suite's API server has its CRD).
+	ensure(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "external-dns"}})
 
 	// The addresses a user fills in: the simulators instead of
 	// pve.example.com, github.com and github.example.com.
@@ -205,6 +210,11 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 	}
 	dnsCluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "proxmox-dns"}}
 	waitClusterCondition(t, dnsCluster, string(hfv1.HypervisorClusterDNSReadyCondition), metav1.ConditionTrue, string(hfv1.ReadyReason))
+	// route53 is served through external-dns: DNSEndpoints labelled for it.
+	route53 := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "proxmox-route53"}}
+	if c := waitClusterCondition(t, route53, string(hfv1.HypervisorClusterDNSReadyCondition), metav1.ConditionTrue, string(hfv1.ReadyReason)); !strings.Contains(c.Message, "namespace external-dns") || !strings.Contains(c.Message, "hyperfleet.io/dns-provider=route53") {
+		t.Errorf("the external-dns sample's DNSReady says %q", c.Message)
+	}
 	if reqs := proxy.Requests(t); len(reqs) == 0 || reqs[len(reqs)-1].Serial != clientCert.Serial || reqs[len(reqs)-1].Verify != "SUCCESS" {
 		t.Fatalf("the mTLS sample's cluster did not reach the API through the proxy with its client certificate: %+v", reqs)
 	}

@@ -35,10 +35,12 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
+	"github.com/hyperfleet/hyperfleet/internal/dnsreg/externaldns"
 	"github.com/hyperfleet/hyperfleet/internal/dnsreg/rfc2136"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/extdns"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
@@ -48,7 +50,19 @@ import (
 
 var env *testenv.Environment
 
-func TestMain(m *testing.M) { os.Exit(testenv.Run(m, &env)) }
+// TestMain starts the API server with HyperFleet's CRDs and external-dns's
+// DNSEndpoint, which the clusters of the external-dns DNS types write.
+func TestMain(m *testing.M) { os.Exit(testenv.Run(m, &env, extdns.CRDDir())) }
+
+// dnsProviders are the DNS back-ends the operator binary registers
+// (cmd/hyperfleet).
+func dnsProviders() map[hfv1.DNSProviderType]dnsreg.Factory {
+	out := map[hfv1.DNSProviderType]dnsreg.Factory{dnsreg.TypeRFC2136: rfc2136.Factory}
+	for _, t := range dnsreg.ExternalDNSTypes {
+		out[t] = externaldns.Factory(t)
+	}
+	return out
+}
 
 const (
 	simTokenID     = "root@pam!sim"
@@ -208,7 +222,8 @@ func newOperator(t testing.TB, o operatorOptions) *operator {
 		Workloads: githubsimtest.Workloads(),
 		Bootstrap: testBootstrap{},
 		// The DNS back-ends the operator binary registers.
-		DNSProviders: map[hfv1.DNSProviderType]dnsreg.Factory{dnsreg.TypeRFC2136: rfc2136.Factory},
+		DNSProviders: dnsProviders(),
+		Namespace:    secretNamespace,
 	}
 	if o.github != nil {
 		opts.Bootstrap, opts.WorkloadTransport = nil, o.github

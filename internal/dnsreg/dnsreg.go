@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 )
@@ -16,6 +18,19 @@ import (
 // TypeRFC2136 is the dns.dnsProvider.type of dynamic UPDATE (RFC 2136)
 // signed with TSIG (RFC 8945).
 const TypeRFC2136 hfv1.DNSProviderType = "rfc2136"
+
+// The dns.dnsProvider.types served through external-dns: HyperFleet writes
+// DNSEndpoint objects and an external-dns the platform team runs publishes
+// them. TypeRoute53 and TypeCloudflare are the same objects, labelled for
+// an external-dns running with that provider (package externaldns).
+const (
+	TypeExternalDNS hfv1.DNSProviderType = "external-dns"
+	TypeRoute53     hfv1.DNSProviderType = "route53"
+	TypeCloudflare  hfv1.DNSProviderType = "cloudflare"
+)
+
+// ExternalDNSTypes are the types served through external-dns.
+var ExternalDNSTypes = []hfv1.DNSProviderType{TypeExternalDNS, TypeRoute53, TypeCloudflare}
 
 // TTL bounds. A short TTL lets a recycled address move quickly; below
 // MinTTL resolvers are asked to come back faster than is useful for a VM
@@ -66,6 +81,18 @@ type Registrar interface {
 	List(ctx context.Context, owner Owner) ([]Record, error)
 }
 
+// Describer is implemented by Registrars that hand the records to another
+// program, which publishes them later (external-dns): the conditions then
+// say what HyperFleet did, not that the name resolves.
+type Describer interface {
+	// Checked says what a passing Check showed, for the cluster's
+	// DNSReady condition; zones lists the zones.
+	Checked(zones string) string
+	// Registered says where Register put rec, for the claim's
+	// DNSRegistered condition.
+	Registered(rec Record) string
+}
+
 // Config is what every back-end is built from: the zones, the TTL and the
 // service's own settings, resolved from a HypervisorCluster's
 // spec.dns.dnsProvider and its Secrets.
@@ -83,6 +110,24 @@ type Config struct {
 	// Credentials are the back-end's secrets, by the name
 	// dns.dnsProvider.credentials gives them (such as tsigKey).
 	Credentials map[string][]byte
+	// Kubernetes is the operator's own access to the API server, for the
+	// back-ends that hand records to another program as Kubernetes
+	// objects (external-dns) rather than talk to a DNS service; the
+	// cluster controller sets it for every back-end, and the others
+	// ignore it.
+	Kubernetes *Kubernetes
+}
+
+// Kubernetes is the API server access of the back-ends that write
+// Kubernetes objects.
+type Kubernetes struct {
+	// Client reads and writes through the API server directly, without a
+	// cache: a registration must see the objects as they are now, and a
+	// cache would need a watch on a kind whose CRD may not be installed.
+	Client client.Client
+	// Namespace is the operator's own namespace, where objects go when the
+	// cluster's spec names no other.
+	Namespace string
 }
 
 // Factory builds one DNS service's Registrar.

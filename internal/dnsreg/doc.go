@@ -8,9 +8,17 @@
 //
 // A Registrar is one DNS service. Back-ends register a Factory under the
 // API's dns.dnsProvider.type (Register, Registered), the way CI platforms
-// do in pkg/workload; the binary's main registers those it ships. The first
-// is rfc2136 (package rfc2136): dynamic UPDATE signed with TSIG, which
-// BIND, Knot, PowerDNS and Windows DNS all accept.
+// do in pkg/workload; the binary's main registers those it ships: rfc2136
+// (package rfc2136), dynamic UPDATE signed with TSIG, which BIND, Knot,
+// PowerDNS and Windows DNS all accept; and externaldns (package
+// externaldns) for the types external-dns, route53 and cloudflare, which
+// writes DNSEndpoint objects through the Kubernetes API (Config.Kubernetes)
+// for an external-dns to publish, and keeps the owner in their labels
+// rather than in DNS. The ownership marker below is rfc2136's; the rules it
+// serves (a name is taken only when free or already the claim's, only the
+// owner's records are changed, List finds the install's names) hold for
+// every back-end, and the contract in internal/testworld/dnsregtest checks
+// them.
 //
 // # Ownership
 //
@@ -48,12 +56,12 @@
 //
 // # How the controllers use it
 //
-// HypervisorCluster.spec.dns.dnsProvider of type rfc2136 (route53 and
-// cloudflare are refused, to be served through external-dns) is built into
-// a Registrar by the HypervisorCluster controller (New, from the factories
-// of Register) with a Config from its spec and the Secret of its tsigKey
-// credential (clusterconfig.DNS). The controller keeps it in Clusters, by
-// cluster name, checks it (Checker: a signed SOA query per zone) when the
+// HypervisorCluster.spec.dns.dnsProvider is built into a Registrar by the
+// HypervisorCluster controller (New, from the factories of Register) with a
+// Config from its spec and the Secrets of its credentials
+// (clusterconfig.DNS). The controller keeps it in Clusters, by cluster
+// name, checks it (Checker: for rfc2136 a signed SOA query per zone, for
+// externaldns the CRD and the operator's permissions) when the
 // cluster or its Secret changes and once a minute, and reports the result
 // in the cluster's DNSReady condition, which is not part of Ready: DNS
 // never holds a VM back.

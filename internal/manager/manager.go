@@ -7,6 +7,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -56,6 +58,11 @@ type Options struct {
 	// is reported in the cluster's DNSReady condition
 	// (DNSProviderUnsupported).
 	DNSProviders map[hfv1.DNSProviderType]dnsreg.Factory
+	// Namespace is the operator's own namespace (--namespace): the DNS
+	// back-ends that write Kubernetes objects (the DNSEndpoints of the
+	// external-dns types) put them there when the cluster names no other
+	// namespace. Empty means DefaultNamespace.
+	Namespace string
 	// Factories build Providers per hypervisor kind; nil means the built-in
 	// ones (Proxmox).
 	Factories map[hfv1.HypervisorProvider]provider.Factory
@@ -243,6 +250,10 @@ func stuckBounds(b *stuck.Bounds) stuck.Bounds {
 	return *b
 }
 
+// DefaultNamespace is the operator's namespace when Options.Namespace is
+// empty, as the manager's --namespace flag defaults to it.
+const DefaultNamespace = "hyperfleet-system"
+
 // DefaultFactories are the hypervisor implementations built in.
 func DefaultFactories() map[hfv1.HypervisorProvider]provider.Factory {
 	return map[hfv1.HypervisorProvider]provider.Factory{hfv1.ProviderProxmox: proxmox.Factory}
@@ -283,6 +294,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	if opts.DNSProviders == nil {
 		opts.DNSProviders = dnsreg.Registered()
 	}
+	// The back-ends that write DNSEndpoints do so directly through the API
+	// server: a cache would watch a kind whose CRD may not be installed.
+	dnsClient, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return nil, fmt.Errorf("create the DNS back-ends' client: %w", err)
+	}
+	dnsKube := &dnsreg.Kubernetes{Client: dnsClient, Namespace: cmp.Or(opts.Namespace, DefaultNamespace)}
 	// Buffered so a poll that wakes many claims does not wait for the
 	// claim controller's queue one event at a time.
 	claimEvents := make(chan event.GenericEvent, 1024)
@@ -335,17 +353,18 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		DNS:         dnsClusters,
 	}
 	if err := (&controller.HypervisorClusterReconciler{
-		Client:       mgr.GetClient(),
-		Registry:     registry,
-		Factories:    opts.Factories,
-		Signer:       opts.Signer,
-		Recorder:     mgr.GetEventRecorderFor("hypervisorcluster-controller"),
-		Clock:        opts.Clock,
-		ClaimEvents:  claimEvents,
-		Unverified:   sw,
-		Identity:     identities,
-		DNS:          dnsClusters,
-		DNSFactories: opts.DNSProviders,
+		Client:        mgr.GetClient(),
+		Registry:      registry,
+		Factories:     opts.Factories,
+		Signer:        opts.Signer,
+		Recorder:      mgr.GetEventRecorderFor("hypervisorcluster-controller"),
+		Clock:         opts.Clock,
+		ClaimEvents:   claimEvents,
+		Unverified:    sw,
+		Identity:      identities,
+		DNS:           dnsClusters,
+		DNSFactories:  opts.DNSProviders,
+		DNSKubernetes: dnsKube,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up HypervisorCluster controller: %w", err)
 	}

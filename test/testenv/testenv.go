@@ -147,6 +147,13 @@ func StartWithProgress(progress io.Writer) (*Environment, error) {
 	return start(progress, []string{filepath.Join(RepoRoot(), "config", "crd", "bases")})
 }
 
+// StartWithCRDs is Start that also installs the CRDs of extraCRDDirs,
+// such as external-dns's DNSEndpoint (internal/testworld/extdns.CRDDir):
+// kinds of other projects that HyperFleet writes.
+func StartWithCRDs(extraCRDDirs ...string) (*Environment, error) {
+	return start(nil, append([]string{filepath.Join(RepoRoot(), "config", "crd", "bases")}, extraCRDDirs...))
+}
+
 // StartWithoutCRDs starts etcd and kube-apiserver with no CRD installed,
 // for tests that install the CRDs the way a user does (test/chart installs,
 // upgrades and uninstalls the chart with helm). Call Stop when done.
@@ -206,7 +213,7 @@ func (e *Environment) Stop() error {
 // as a cluster administrator.
 func (e *Environment) KubeConfig() []byte { return e.env.KubeConfig }
 
-// CRDNames lists the HyperFleet CRDs the environment installed.
+// CRDNames lists the CRDs the environment installed.
 func (e *Environment) CRDNames() []string {
 	names := make([]string, 0, len(e.env.CRDs))
 	for _, crd := range e.env.CRDs {
@@ -215,11 +222,12 @@ func (e *Environment) CRDNames() []string {
 	return names
 }
 
-// Run is a TestMain body: it starts an environment, stores it in *env,
-// runs the package's tests and stops the environment. A failure to start
-// fails the package.
-func Run(m *testing.M, env **Environment) int {
-	started, err := Start()
+// Run is a TestMain body: it starts an environment (with the CRDs of
+// extraCRDDirs too, see StartWithCRDs), stores it in *env, runs the
+// package's tests and stops the environment. A failure to start fails the
+// package.
+func Run(m *testing.M, env **Environment, extraCRDDirs ...string) int {
+	started, err := StartWithCRDs(extraCRDDirs...)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
 		return 1

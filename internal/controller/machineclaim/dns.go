@@ -144,6 +144,9 @@ func (r *Reconciler) ensureDNS(ctx context.Context, s *claimScope) (phase.Result
 	metrics.DNSUpdates.WithLabelValues(cluster, "register", "ok").Inc()
 	r.dnsRegistered.Store(claim.UID, done)
 	msg := fmt.Sprintf("%s is registered with addresses %s", dnsreg.Fqdn(rec.Name), addrList(rec.Addrs))
+	if d, ok := reg.(dnsreg.Describer); ok {
+		msg = d.Registered(rec)
+	}
 	if !s.facts.isTrue(claim, hfv1.MachineClaimDNSRegisteredCondition) {
 		r.Recorder.Event(claim, corev1.EventTypeNormal, "DNSRegistered", msg)
 		ctrl.LoggerFrom(ctx).V(1).Info("Registered the VM in DNS", "name", rec.Name, "addresses", addrList(rec.Addrs))

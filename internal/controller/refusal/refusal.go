@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -81,20 +80,4 @@ func servedTypes(ws *workload.Backends) string {
 		names[i] = string(t)
 	}
 	return fmt.Sprintf("only %s runners exist today: set type: %s", strings.Join(names, ", "), strings.Join(names, " or "))
-}
-
-// Cluster is the first field of cluster this operator does not act
-// on, or nil: a DNS provider type other than rfc2136. Those will be served
-// through external-dns (DNSEndpoint objects) rather than by HyperFleet
-// itself, so they stay refused until that mode exists.
-func Cluster(cluster *hfv1.HypervisorCluster) *Refusal {
-	d := cluster.Spec.DNS
-	if d == nil || d.DNSProvider == nil {
-		return nil
-	}
-	if t := d.DNSProvider.Type; t != dnsreg.TypeRFC2136 {
-		return &Refusal{hfv1.NotImplementedReason, fmt.Sprintf(
-			"spec.dns.dnsProvider.type: %s is not implemented yet: it will be served through external-dns; use type rfc2136 (a DNS server that takes dynamic updates signed with TSIG, docs/networking.md), or remove spec.dns.dnsProvider and spec.dns.registerVMs", t)}
-	}
-	return nil
 }

@@ -53,10 +53,11 @@ func TestContract(t *testing.T) {
 		t.Run(srv.name, func(t *testing.T) {
 			s := srv.start(t)
 			dnsregtest.Run(t, dnsregtest.Harness{
-				Zone:   fwdZone,
-				New:    func(t *testing.T) dnsreg.Registrar { return newRegistrar(t, config(s, updateKey)) },
-				Lookup: lookup(s),
-				Add:    add(s),
+				Zone:    fwdZone,
+				New:     func(t *testing.T) dnsreg.Registrar { return newRegistrar(t, config(s, updateKey)) },
+				Lookup:  lookup(s),
+				Add:     add(s),
+				Markers: true,
 			})
 		})
 	}

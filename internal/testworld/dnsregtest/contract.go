@@ -1,11 +1,13 @@
-// Package dnsregtest is the contract every dnsreg.Registrar meets, run
-// against a real DNS server by each back-end's tests (as
-// pkg/provider/providertest is for hypervisors).
+// Package dnsregtest is the contract every dnsreg.Registrar meets, run by
+// each back-end's tests against the real service it writes to (as
+// pkg/provider/providertest is for hypervisors): a DNS server for rfc2136,
+// the API server's DNSEndpoint objects for externaldns.
 package dnsregtest
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -17,21 +19,32 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
 )
 
-// Harness is one DNS server with a Registrar for it. The server holds the
-// forward zone Zone, the reverse zones of 192.0.2.0/24 and 2001:db8::/32,
-// and lets the Registrar's credentials update and transfer all three.
+// Harness is one DNS service with a Registrar for it. The service holds
+// the forward zone Zone, the reverse zones of 192.0.2.0/24 and
+// 2001:db8::/32, and lets the Registrar's credentials update and read all
+// three.
 type Harness struct {
 	// Zone is the forward zone, fully qualified.
 	Zone string
-	// New returns a Registrar for the server's zones with default TTL
+	// New returns a Registrar for the service's zones with default TTL
 	// 300 s.
 	New func(t *testing.T) dnsreg.Registrar
-	// Lookup asks the server itself (no cache in between) for name's
+	// Lookup asks the service itself (no cache in between) for name's
 	// records of type t.
 	Lookup func(t *testing.T, name string, qtype uint16) []dns.RR
 	// Add writes a record, given in zone-file syntax, as another tool
 	// would: no HyperFleet marker, no prerequisite.
 	Add func(t *testing.T, rr string)
+	// Markers says that the back-end keeps its ownership marker in DNS,
+	// as TXT records next to the names it writes (dnsreg.OwnerTXT and
+	// AddrsTXT; rfc2136). A back-end that keeps the owner elsewhere
+	// (externaldns: its objects' labels) must write no TXT at all, which
+	// the contract checks instead.
+	Markers bool
+	// Version returns a token that changes whenever the service's records
+	// change; nil means the SOA serials of the three zones (Lookup). A
+	// Register that changes nothing must leave it as it was.
+	Version func(t *testing.T) string
 }
 
 const install = "op-1"
@@ -52,32 +65,14 @@ func Run(t *testing.T, h Harness) {
 		wantAddrs(t, h, rec.Name, 60, v4, v6)
 		wantPTR(t, h, v4, rec.Name, 60)
 		wantPTR(t, h, v6, rec.Name, 60)
-		txt := h.Lookup(t, dns.Fqdn(rec.Name), dns.TypeTXT)
-		if want := []string{dnsreg.OwnerTXT(rec.Owner), dnsreg.AddrsTXT(rec.Addrs)}; len(txt) != 1 || !slices.Equal(txt[0].(*dns.TXT).Txt, want) {
-			t.Fatalf("TXT at %s = %v, want the marker %q only", rec.Name, txt, want)
-		}
-		rev, _ := dns.ReverseAddr(v4.String())
-		if txt := h.Lookup(t, rev, dns.TypeTXT); len(txt) != 1 || !slices.Equal(txt[0].(*dns.TXT).Txt, []string{dnsreg.OwnerTXT(rec.Owner)}) {
-			t.Fatalf("TXT at %s = %v, want the owner marker only", rev, txt)
-		}
-		// Idempotent, and a Register that changes nothing leaves the
-		// zones' serials alone (secondaries transfer nothing).
-		serials := func() []uint32 {
-			var out []uint32
-			for _, z := range []string{h.Zone, "2.0.192.in-addr.arpa.", "8.b.d.0.1.0.0.2.ip6.arpa."} {
-				soa := h.Lookup(t, z, dns.TypeSOA)
-				if len(soa) != 1 {
-					t.Fatalf("SOA of %s: %v", z, soa)
-				}
-				out = append(out, soa[0].(*dns.SOA).Serial)
-			}
-			return out
-		}
-		before := serials()
+		wantMarkers(t, h, rec, v4)
+		// Idempotent, and a Register that changes nothing changes
+		// nothing in the service (secondaries transfer nothing).
+		before := version(t, h)
 		mustRegister(t, r, rec)
 		wantAddrs(t, h, rec.Name, 60, v4, v6)
-		if after := serials(); !slices.Equal(before, after) {
-			t.Fatalf("a repeated Register changed the zones' serials from %v to %v", before, after)
+		if after := version(t, h); before != after {
+			t.Fatalf("a repeated Register changed the service from %s to %s", before, after)
 		}
 		// A new TTL is a change.
 		rec.TTL = 90 * time.Second
@@ -193,7 +188,11 @@ func Run(t *testing.T, h Harness) {
 			got = append(got, rr.(*dns.TXT).Txt[0])
 		}
 		slices.Sort(got)
-		if want := []string{dnsreg.OwnerTXT(rec.Owner), "v=spf1 -all"}; !slices.Equal(got, want) {
+		want := []string{"v=spf1 -all"}
+		if markerCount(h) == 1 {
+			want = []string{dnsreg.OwnerTXT(rec.Owner), "v=spf1 -all"}
+		}
+		if !slices.Equal(got, want) {
 			t.Fatalf("TXT at %s = %q, want %q", rec.Name, got, want)
 		}
 		if err := r.Remove(ctx, rec); err != nil {
@@ -247,7 +246,7 @@ func Run(t *testing.T, h Harness) {
 		}
 		txt := h.Lookup(t, dns.Fqdn(n), dns.TypeTXT)
 		a := h.Lookup(t, dns.Fqdn(n), dns.TypeA)
-		if len(txt) != 1 || len(a) != 1 {
+		if len(txt) != markerCount(h) || len(a) != 1 {
 			t.Fatalf("%s after the race: TXT %v, A %v; want one claim's records", n, txt, a)
 		}
 	})
@@ -308,6 +307,55 @@ func Run(t *testing.T, h Harness) {
 			}
 		}
 	})
+}
+
+// wantMarkers checks the TXT records at rec's name and at addr's reverse
+// name: HyperFleet's markers only when the back-end keeps them in DNS
+// (Harness.Markers), else none at all.
+func wantMarkers(t *testing.T, h Harness, rec dnsreg.Record, addr netip.Addr) {
+	t.Helper()
+	txt := h.Lookup(t, dns.Fqdn(rec.Name), dns.TypeTXT)
+	rev, _ := dns.ReverseAddr(addr.String())
+	revTXT := h.Lookup(t, rev, dns.TypeTXT)
+	if !h.Markers {
+		if len(txt) != 0 || len(revTXT) != 0 {
+			t.Fatalf("TXT at %s = %v and at %s = %v, want none: the back-end keeps no marker in DNS", rec.Name, txt, rev, revTXT)
+		}
+		return
+	}
+	if want := []string{dnsreg.OwnerTXT(rec.Owner), dnsreg.AddrsTXT(rec.Addrs)}; len(txt) != 1 || !slices.Equal(txt[0].(*dns.TXT).Txt, want) {
+		t.Fatalf("TXT at %s = %v, want the marker %q only", rec.Name, txt, want)
+	}
+	if len(revTXT) != 1 || !slices.Equal(revTXT[0].(*dns.TXT).Txt, []string{dnsreg.OwnerTXT(rec.Owner)}) {
+		t.Fatalf("TXT at %s = %v, want the owner marker only", rev, revTXT)
+	}
+}
+
+// markerCount is how many TXT records HyperFleet keeps at a registered
+// name: its marker, or none.
+func markerCount(h Harness) int {
+	if h.Markers {
+		return 1
+	}
+	return 0
+}
+
+// version is h.Version, else the SOA serials of the forward and the two
+// reverse zones.
+func version(t *testing.T, h Harness) string {
+	t.Helper()
+	if h.Version != nil {
+		return h.Version(t)
+	}
+	var out []string
+	for _, z := range []string{h.Zone, "2.0.192.in-addr.arpa.", "8.b.d.0.1.0.0.2.ip6.arpa."} {
+		soa := h.Lookup(t, z, dns.TypeSOA)
+		if len(soa) != 1 {
+			t.Fatalf("SOA of %s: %v", z, soa)
+		}
+		out = append(out, fmt.Sprint(soa[0].(*dns.SOA).Serial))
+	}
+	return "SOA serials " + strings.Join(out, ", ")
 }
 
 func mustRegister(t *testing.T, r dnsreg.Registrar, rec dnsreg.Record) {
