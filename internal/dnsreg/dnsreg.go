@@ -201,6 +201,40 @@ func CheckTTL(ttl, def time.Duration) (uint32, error) {
 	return uint32(ttl / time.Second), nil
 }
 
+// CheckZones checks a back-end's forward zone and reverse zones (each
+// under in-addr.arpa or ip6.arpa) and returns them fully qualified,
+// lower-cased: what every back-end is built from (Config.Zone,
+// Config.ReverseZones).
+func CheckZones(zone string, reverse []string) (string, []string, error) {
+	check := func(z string) (string, error) {
+		if err := CheckName(z); err != nil {
+			return "", fmt.Errorf("zone: %w", err)
+		}
+		return Fqdn(z), nil
+	}
+	fwd, err := check(zone)
+	if err != nil {
+		return "", nil, err
+	}
+	var out []string
+	for _, z := range reverse {
+		fz, err := check(z)
+		if err != nil {
+			return "", nil, err
+		}
+		if !under(fz, "in-addr.arpa.") && !under(fz, "ip6.arpa.") {
+			return "", nil, fmt.Errorf("%w: reverse zone %s is under neither in-addr.arpa nor ip6.arpa", ErrInvalid, z)
+		}
+		out = append(out, fz)
+	}
+	return fwd, out, nil
+}
+
+// under reports whether the fully qualified name is parent or below it.
+func under(name, parent string) bool {
+	return name == parent || strings.HasSuffix(name, "."+parent)
+}
+
 // Fqdn returns name lower-cased with its trailing dot.
 func Fqdn(name string) string {
 	name = strings.ToLower(name)

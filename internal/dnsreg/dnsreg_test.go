@@ -159,3 +159,18 @@ func FuzzParseAddrsTXT(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckZones: zones come back fully qualified and lower-cased; a
+// reverse zone outside in-addr.arpa and ip6.arpa, or a zone that is no
+// domain name, is refused.
+func TestCheckZones(t *testing.T) {
+	fwd, rev, err := dnsreg.CheckZones("CI.example.com", []string{"2.0.192.in-addr.arpa", "8.b.d.0.1.0.0.2.ip6.arpa.", "in-addr.arpa"})
+	if err != nil || fwd != "ci.example.com." || len(rev) != 3 || rev[0] != "2.0.192.in-addr.arpa." || rev[1] != "8.b.d.0.1.0.0.2.ip6.arpa." {
+		t.Fatalf("CheckZones = %q, %q, %v", fwd, rev, err)
+	}
+	for _, bad := range [][]string{{"example.com", "example.org"}, {"example.com", "notin-addr.arpa"}, {"bad zone", ""}, {"example.com", "a..in-addr.arpa"}} {
+		if _, _, err := dnsreg.CheckZones(bad[0], bad[1:]); err == nil {
+			t.Errorf("CheckZones(%q) accepted", bad)
+		}
+	}
+}

@@ -138,27 +138,10 @@ func New(cfg Config) (*Registrar, error) {
 		return nil, err
 	}
 	r.key = k
-	if r.zone, err = checkZone(cfg.Zone); err != nil {
+	if r.zone, r.reverse, err = dnsreg.CheckZones(cfg.Zone, cfg.ReverseZones); err != nil {
 		return nil, err
 	}
-	for _, z := range cfg.ReverseZones {
-		fz, err := checkZone(z)
-		if err != nil {
-			return nil, err
-		}
-		if !dns.IsSubDomain("in-addr.arpa.", fz) && !dns.IsSubDomain("ip6.arpa.", fz) {
-			return nil, fmt.Errorf("%w: reverse zone %s is under neither in-addr.arpa nor ip6.arpa", dnsreg.ErrInvalid, z)
-		}
-		r.reverse = append(r.reverse, fz)
-	}
 	return r, nil
-}
-
-func checkZone(z string) (string, error) {
-	if err := dnsreg.CheckName(z); err != nil {
-		return "", fmt.Errorf("zone: %w", err)
-	}
-	return dnsreg.Fqdn(z), nil
 }
 
 // reverseZone returns the configured reverse zone that holds addr's
