@@ -67,18 +67,7 @@ var (
 // to a server on the bridge); the job runs over IPv4. Once the VM is gone
 // both addresses are released.
 func TestStaticAddressOnRealGuests(t *testing.T) {
-	gn, err := guestnet.Create(fmt.Sprintf("hf-static-%d", os.Getpid()), dualNet4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := gn.Close(); err != nil {
-			t.Errorf("remove the guests' network: %v", err)
-		}
-	})
-	if err := gn.AddIPv6(dualNet6); err != nil {
-		t.Fatal(err)
-	}
+	gn := dualStackNetwork(t, fmt.Sprintf("hf-static-%d", os.Getpid()))
 	img := image
 	v4, v6 := dualV4, dualV6
 	w, _, _ := runJobs(t, scenario{jobs: 1, opts: devenv.Options{GuestImage: &img, GuestNetwork: gn, IPPool: &v4, IPv6Pool: &v6}, probe: probeDualStack(gn)})
@@ -94,6 +83,26 @@ func TestStaticAddressOnRealGuests(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// dualStackNetwork creates the dual-stack scenario's namespace: its bridge
+// at .1 of dualNet4 and ::1 of dualNet6. It goes when the test ends, after
+// its world.
+func dualStackNetwork(t *testing.T, name string) *guestnet.Network {
+	t.Helper()
+	gn, err := guestnet.Create(name, dualNet4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := gn.Close(); err != nil {
+			t.Errorf("remove the guests' network: %v", err)
+		}
+	})
+	if err := gn.AddIPv6(dualNet6); err != nil {
+		t.Fatal(err)
+	}
+	return gn
 }
 
 // addressPlan is what a guest's static network must be: its IPv4 address
@@ -346,18 +355,7 @@ func guestJSON(ctx context.Context, w *devenv.World, vmid int, out any, argv ...
 // network is exactly the two allocations (probeDualStack), as with the
 // NoCloud ISO in TestStaticAddressOnRealGuests.
 func TestProxmoxDeliveryOnRealGuests(t *testing.T) {
-	gn, err := guestnet.Create(fmt.Sprintf("hf-pvedel-%d", os.Getpid()), dualNet4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := gn.Close(); err != nil {
-			t.Errorf("remove the guests' network: %v", err)
-		}
-	})
-	if err := gn.AddIPv6(dualNet6); err != nil {
-		t.Fatal(err)
-	}
+	gn := dualStackNetwork(t, fmt.Sprintf("hf-pvedel-%d", os.Getpid()))
 	img := image
 	v4, v6 := dualV4, dualV6
 	_, _, tl := runJobs(t, scenario{jobs: 1, opts: devenv.Options{GuestImage: &img, GuestNetwork: gn, IPPool: &v4, IPv6Pool: &v6, ProxmoxDelivery: true},
