@@ -302,11 +302,11 @@ func TestDNSServerUnreachable(t *testing.T) {
 // TestExternalDNSRegistration: on a cluster with dns.registerVMs and a
 // dnsProvider of type external-dns, the cluster reports DNSReady (the
 // DNSEndpoint CRD is installed, the operator may write them in the
-// cluster's namespace); a claim with a static address gets a DNSEndpoint
+// cluster's namespace); a dual-stack claim with static addresses gets a DNSEndpoint
 // there, labelled with its owner, and a real external-dns (built from its
 // Go module, rfc2136 provider, TXT registry, watching that namespace and
-// label) publishes it to a real BIND, where real queries find the A record
-// and the PTR; a DNSEndpoint of the install whose claim is gone is swept;
+// label) publishes it to a real BIND, where real queries find the A and
+// AAAA records and the PTR; a DNSEndpoint of the install whose claim is gone is swept;
 // and the claim's deletion deletes its DNSEndpoint, after which
 // external-dns removes the records.
 func TestExternalDNSRegistration(t *testing.T) {
@@ -366,16 +366,28 @@ func TestExternalDNSRegistration(t *testing.T) {
 	if l := endpoint.GetLabels(); l[externaldns.ClaimLabel] != string(got.UID) || l[externaldns.InstallLabel] != testSigner.OperatorID() {
 		t.Fatalf("the DNSEndpoint's labels %v do not name the claim and the install", l)
 	}
-	var want []string
+	// The fixture is dual stack: an A and an AAAA record.
+	var want, want6 []string
 	for _, a := range rec.Addrs {
-		want = append(want, a.String())
+		if a.Is4() {
+			want = append(want, a.String())
+		} else {
+			want6 = append(want6, a.String())
+		}
 	}
 	slices.Sort(want)
-	static4 := netip.MustParsePrefix(got.Status.Network.IPAllocations[0].Address).Addr()
+	slices.Sort(want6)
+	if len(want) != 1 || len(want6) != 1 {
+		t.Fatalf("claim registers %v; want an IPv4 and an IPv6 address", rec.Addrs)
+	}
+	static4 := netip.MustParseAddr(want[0])
 	rev, _ := dns.ReverseAddr(static4.String())
 	eventually(t, 60*time.Second, "external-dns publishes the claim's records", func() error {
 		if got := addrsOf(bind.Lookup(t, fqdn, dns.TypeA)); !slices.Equal(got, want) {
 			return fmt.Errorf("A %s = %v, want %v", fqdn, got, want)
+		}
+		if got := addrsOf(bind.Lookup(t, fqdn, dns.TypeAAAA)); !slices.Equal(got, want6) {
+			return fmt.Errorf("AAAA %s = %v, want %v", fqdn, got, want6)
 		}
 		if got := ptrsOf(bind.Lookup(t, rev, dns.TypePTR)); !slices.Equal(got, []string{fqdn}) {
 			return fmt.Errorf("PTR %s = %v, want %s", rev, got, fqdn)

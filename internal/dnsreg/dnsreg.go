@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -228,6 +229,39 @@ func CheckZones(zone string, reverse []string) (string, []string, error) {
 		out = append(out, fz)
 	}
 	return fwd, out, nil
+}
+
+// CheckRecord checks a record against its back-end's forward zone (fully
+// qualified, as CheckZones returns it) and default TTL: its name is a
+// domain name below the zone, its TTL valid, its addresses valid. It
+// returns the name fully qualified, the TTL in seconds and the addresses
+// unmapped, without zones, de-duplicated and sorted; needAddrs refuses a
+// record without any (Register's; Remove's may have none).
+func CheckRecord(rec Record, zone string, defTTL time.Duration, needAddrs bool) (name string, ttl uint32, addrs []netip.Addr, err error) {
+	name = Fqdn(rec.Name)
+	if err := CheckName(rec.Name); err != nil {
+		return name, 0, nil, fmt.Errorf("record name: %w", err)
+	}
+	if name == zone || !under(name, zone) {
+		return name, 0, nil, fmt.Errorf("%w: %s is not a name below zone %s", ErrOutOfZone, name, zone)
+	}
+	if ttl, err = CheckTTL(rec.TTL, defTTL); err != nil {
+		return name, 0, nil, err
+	}
+	for _, a := range rec.Addrs {
+		if !a.IsValid() {
+			return name, 0, nil, fmt.Errorf("%w: record %s has an invalid address", ErrInvalid, name)
+		}
+		a = a.Unmap().WithZone("")
+		if !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
+	}
+	if needAddrs && len(addrs) == 0 {
+		return name, 0, nil, fmt.Errorf("%w: record %s has no address", ErrInvalid, name)
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	return name, ttl, addrs, nil
 }
 
 // under reports whether the fully qualified name is parent or below it.

@@ -237,31 +237,11 @@ func (r *Registrar) check(rec dnsreg.Record, needAddrs bool) (checked, error) {
 			return c, fmt.Errorf("%w: %s %q is not a label value: %s", dnsreg.ErrInvalid, what, v, strings.Join(errs, "; "))
 		}
 	}
-	if err := dnsreg.CheckName(rec.Name); err != nil {
-		return c, fmt.Errorf("record name: %w", err)
-	}
-	if !dns.IsSubDomain(r.zone, c.fqdn) || c.fqdn == r.zone {
-		return c, fmt.Errorf("%w: %s is not a name below zone %s", dnsreg.ErrOutOfZone, c.fqdn, r.zone)
-	}
-	c.name = ObjectName(c.fqdn)
-	ttl, err := dnsreg.CheckTTL(rec.TTL, r.ttl)
-	if err != nil {
+	var err error
+	if c.fqdn, c.ttl, c.addrs, err = dnsreg.CheckRecord(rec, r.zone, r.ttl, needAddrs); err != nil {
 		return c, err
 	}
-	c.ttl = ttl
-	for _, a := range rec.Addrs {
-		if !a.IsValid() {
-			return c, fmt.Errorf("%w: record %s has an invalid address", dnsreg.ErrInvalid, c.fqdn)
-		}
-		a = a.Unmap().WithZone("")
-		if !slices.Contains(c.addrs, a) {
-			c.addrs = append(c.addrs, a)
-		}
-	}
-	if needAddrs && len(c.addrs) == 0 {
-		return c, fmt.Errorf("%w: record %s has no address", dnsreg.ErrInvalid, c.fqdn)
-	}
-	slices.SortFunc(c.addrs, netip.Addr.Compare)
+	c.name = ObjectName(c.fqdn)
 	return c, nil
 }
 

@@ -174,30 +174,10 @@ func (r *Registrar) check(rec dnsreg.Record, needAddrs bool) (checked, error) {
 		return c, err
 	}
 	c.txt = dnsreg.OwnerTXT(rec.Owner)
-	if err := dnsreg.CheckName(rec.Name); err != nil {
-		return c, fmt.Errorf("record name: %w", err)
-	}
-	if !dns.IsSubDomain(r.zone, c.name) || c.name == r.zone {
-		return c, fmt.Errorf("%w: %s is not a name below zone %s", dnsreg.ErrOutOfZone, c.name, r.zone)
-	}
-	ttl, err := dnsreg.CheckTTL(rec.TTL, r.ttl)
-	if err != nil {
+	var err error
+	if c.name, c.ttl, c.addrs, err = dnsreg.CheckRecord(rec, r.zone, r.ttl, needAddrs); err != nil {
 		return c, err
 	}
-	c.ttl = ttl
-	for _, a := range rec.Addrs {
-		if !a.IsValid() {
-			return c, fmt.Errorf("%w: record %s has an invalid address", dnsreg.ErrInvalid, c.name)
-		}
-		a = a.Unmap().WithZone("")
-		if !slices.Contains(c.addrs, a) {
-			c.addrs = append(c.addrs, a)
-		}
-	}
-	if needAddrs && len(c.addrs) == 0 {
-		return c, fmt.Errorf("%w: record %s has no address", dnsreg.ErrInvalid, c.name)
-	}
-	slices.SortFunc(c.addrs, netip.Addr.Compare)
 	if len(dnsreg.AddrsTXT(c.addrs)) > 255 {
 		// One TXT string holds at most 255 bytes.
 		return c, fmt.Errorf("%w: record %s has too many addresses to list in its marker (%d)", dnsreg.ErrInvalid, c.name, len(c.addrs))
