@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -217,7 +218,11 @@ func (r *Reconciler) checkNetwork(ctx context.Context, s *claimScope) (phase.Res
 		return phase.Next(), nil
 	}
 	plan, on := planValidation(claim, s.cluster, s.tmpl)
-	if !on || len(plan.addrs) == 0 {
+	if !on {
+		r.dropValidation(claim)
+		return phase.Next(), nil
+	}
+	if len(plan.addrs) == 0 {
 		return phase.Next(), nil
 	}
 	round, finished, running := r.validation.take(claim.UID)
@@ -246,6 +251,17 @@ func (r *Reconciler) checkNetwork(ctx context.Context, s *claimScope) (phase.Res
 			"The first validation of the VM's DNS name and network is running")
 	}
 	return phase.Recheck(plan.bound()), nil
+}
+
+// dropValidation clears what earlier rounds reported of a claim whose
+// cluster no longer validates (validation turned off): a NetworkValidated
+// condition and results nobody refreshes would go on vouching for, or
+// against, a network nobody checks. A round still running is discarded
+// when it ends.
+func (r *Reconciler) dropValidation(claim *hfv1.MachineClaim) {
+	r.validation.take(claim.UID)
+	claim.Status.NetworkValidation = nil
+	meta.RemoveStatusCondition(&claim.Status.Conditions, string(hfv1.MachineClaimNetworkValidatedCondition))
 }
 
 // vmStillRuns reports whether the latest listing of the claim's cluster

@@ -111,3 +111,43 @@ func TestNextValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestValidationTurnedOff: a running claim of a cluster that no longer
+// validates loses its NetworkValidated condition and its results, which
+// nothing would refresh any more; a claim of a cluster that validates
+// keeps them.
+func TestValidationTurnedOff(t *testing.T) {
+	last := metav1.NewTime(time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC))
+	claimOf := func() *hfv1.MachineClaim {
+		return &hfv1.MachineClaim{
+			Status: hfv1.MachineClaimStatus{
+				Network:           &hfv1.MachineNetworkStatus{FQDN: "vm-1.ci.example.com", Addresses: []string{"192.0.2.10"}},
+				NetworkValidation: &hfv1.NetworkValidationStatus{LastValidated: &last},
+				Conditions: []metav1.Condition{
+					{Type: string(hfv1.MachineClaimProvisionedCondition), Status: metav1.ConditionTrue, Reason: string(hfv1.ReadyReason)},
+					{Type: string(hfv1.MachineClaimNetworkValidatedCondition), Status: metav1.ConditionTrue, Reason: string(hfv1.NetworkValidatedReason)},
+				},
+			},
+		}
+	}
+	off := &hfv1.HypervisorCluster{}
+	off.Spec.DNS = &hfv1.ClusterDNSSettings{DNSSettings: hfv1.DNSSettings{Servers: []string{"192.0.2.53"}}}
+	r := &Reconciler{Clock: clocktesting.NewFakeClock(last.Add(time.Minute))}
+	claim := claimOf()
+	if _, err := r.checkNetwork(t.Context(), &claimScope{claim: claim, cluster: off}); err != nil {
+		t.Fatal(err)
+	}
+	if c := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimNetworkValidatedCondition); c != nil || claim.Status.NetworkValidation != nil {
+		t.Fatalf("validation off: condition %+v, results %+v; want neither", c, claim.Status.NetworkValidation)
+	}
+
+	on := off.DeepCopy()
+	on.Spec.DNS.Validation = &hfv1.DNSValidation{ValidateInterval: &metav1.Duration{Duration: time.Hour}}
+	claim = claimOf()
+	if _, err := r.checkNetwork(t.Context(), &claimScope{claim: claim, cluster: on}); err != nil {
+		t.Fatal(err)
+	}
+	if c := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimNetworkValidatedCondition); c == nil || claim.Status.NetworkValidation == nil {
+		t.Fatalf("validation on: condition %+v, results %+v; want both kept", c, claim.Status.NetworkValidation)
+	}
+}
