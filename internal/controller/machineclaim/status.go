@@ -11,6 +11,7 @@ package machineclaim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,6 +43,22 @@ type conditionFact struct {
 type claimFacts struct {
 	order  []hfv1.ConditionType
 	byType map[hfv1.ConditionType]conditionFact
+	// withdrawn are conditions that no longer apply (withdraw): the
+	// scope's close removes them.
+	withdrawn []hfv1.ConditionType
+}
+
+// withdraw notes that a condition no longer applies to the claim (what it
+// reported is no longer checked): the scope's close removes it. A fact
+// recorded for it this pass is dropped.
+func (f *claimFacts) withdraw(typ hfv1.ConditionType) {
+	if _, ok := f.byType[typ]; ok {
+		delete(f.byType, typ)
+		f.order = slices.DeleteFunc(f.order, func(t hfv1.ConditionType) bool { return t == typ })
+	}
+	if !slices.Contains(f.withdrawn, typ) {
+		f.withdrawn = append(f.withdrawn, typ)
+	}
 }
 
 // record notes where one condition stands; a later fact about the same
@@ -171,6 +188,9 @@ func setStuck(claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, v stuck.Ve
 // conditions, in the order first recorded. A condition's transition time
 // moves only when its status differs from the stored one.
 func setConditions(claim *hfv1.MachineClaim, facts *claimFacts) {
+	for _, typ := range facts.withdrawn {
+		meta.RemoveStatusCondition(&claim.Status.Conditions, string(typ))
+	}
 	for _, typ := range facts.order {
 		fact := facts.byType[typ]
 		conditions.Set(&claim.Status.Conditions, claim.Generation, typ, fact.status, fact.reason, fact.message)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -219,7 +218,7 @@ func (r *Reconciler) checkNetwork(ctx context.Context, s *claimScope) (phase.Res
 	}
 	plan, on := planValidation(claim, s.cluster, s.tmpl)
 	if !on {
-		r.dropValidation(claim)
+		r.dropValidation(s)
 		return phase.Next(), nil
 	}
 	if len(plan.addrs) == 0 {
@@ -258,10 +257,10 @@ func (r *Reconciler) checkNetwork(ctx context.Context, s *claimScope) (phase.Res
 // condition and results nobody refreshes would go on vouching for, or
 // against, a network nobody checks. A round still running is discarded
 // when it ends.
-func (r *Reconciler) dropValidation(claim *hfv1.MachineClaim) {
-	r.validation.take(claim.UID)
-	claim.Status.NetworkValidation = nil
-	meta.RemoveStatusCondition(&claim.Status.Conditions, string(hfv1.MachineClaimNetworkValidatedCondition))
+func (r *Reconciler) dropValidation(s *claimScope) {
+	r.validation.take(s.claim.UID)
+	s.claim.Status.NetworkValidation = nil
+	s.facts.withdraw(hfv1.MachineClaimNetworkValidatedCondition)
 }
 
 // vmStillRuns reports whether the latest listing of the claim's cluster

@@ -134,9 +134,11 @@ func TestValidationTurnedOff(t *testing.T) {
 	off.Spec.DNS = &hfv1.ClusterDNSSettings{DNSSettings: hfv1.DNSSettings{Servers: []string{"192.0.2.53"}}}
 	r := &Reconciler{Clock: clocktesting.NewFakeClock(last.Add(time.Minute))}
 	claim := claimOf()
-	if _, err := r.checkNetwork(t.Context(), &claimScope{claim: claim, cluster: off}); err != nil {
+	s := &claimScope{claim: claim, cluster: off}
+	if _, err := r.checkNetwork(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
+	setConditions(claim, &s.facts)
 	if c := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimNetworkValidatedCondition); c != nil || claim.Status.NetworkValidation != nil {
 		t.Fatalf("validation off: condition %+v, results %+v; want neither", c, claim.Status.NetworkValidation)
 	}
@@ -144,9 +146,11 @@ func TestValidationTurnedOff(t *testing.T) {
 	on := off.DeepCopy()
 	on.Spec.DNS.Validation = &hfv1.DNSValidation{ValidateInterval: &metav1.Duration{Duration: time.Hour}}
 	claim = claimOf()
-	if _, err := r.checkNetwork(t.Context(), &claimScope{claim: claim, cluster: on}); err != nil {
+	s = &claimScope{claim: claim, cluster: on}
+	if _, err := r.checkNetwork(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
+	setConditions(claim, &s.facts)
 	if c := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimNetworkValidatedCondition); c == nil || claim.Status.NetworkValidation == nil {
 		t.Fatalf("validation on: condition %+v, results %+v; want both kept", c, claim.Status.NetworkValidation)
 	}
