@@ -75,7 +75,7 @@ func startAdminWorld(t *testing.T) *adminWorld {
 // kubectl annotate does.
 func annotateClaim(t *testing.T, c *hfv1.MachineClaim, key, value string) {
 	t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(conflictRetry, func() error {
 		cur := &hfv1.MachineClaim{}
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(c), cur); err != nil {
 			return err
@@ -334,7 +334,7 @@ func TestDisownAClaimOfARunnerPool(t *testing.T) {
 
 	step("replaced")
 	// Excluded: the claim goes, and nobody gets the address.
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(conflictRetry, func() error {
 		p := &hfv1.IPPool{}
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(w.pool), p); err != nil {
 			return err

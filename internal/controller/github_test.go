@@ -76,7 +76,7 @@ func startSimCapturingSeeds(t *testing.T, dir string, mutate ...func(*proxmoxsim
 func (f *fixture) useGitHub(gs *githubsimtest.Server, mutate func(*hfv1.Bootstrap)) {
 	f.t.Helper()
 	var tmpl hfv1.HypervisorMachineTemplate
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(conflictRetry, func() error {
 		if err := env.Client.Get(f.ctx, client.ObjectKeyFromObject(f.template), &tmpl); err != nil {
 			return err
 		}

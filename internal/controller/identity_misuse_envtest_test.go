@@ -101,7 +101,7 @@ func TestSPIFFEStolenIdentityFailsTheClaim(t *testing.T) {
 	}
 	waitClaimAttested(t, claim, metav1.ConditionTrue, hfv1.AttestedReason)
 	// The broker finds the thief's SVID without the proof and records it.
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	if err := retry.RetryOnConflict(conflictRetry, func() error {
 		c := &hfv1.MachineClaim{}
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(claim), c); err != nil {
 			return err

@@ -117,7 +117,7 @@ func forceDelete(t *testing.T, obj client.Object) {
 	if err := env.Client.Delete(ctx, obj); err != nil {
 		t.Fatal(err)
 	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(conflictRetry, func() error {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 			return client.IgnoreNotFound(err)
 		}

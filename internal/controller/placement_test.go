@@ -111,7 +111,7 @@ func (w *placementWorld) record(r *http.Request) {
 
 func (w *placementWorld) updateTemplate(mutate func(*hfv1.HypervisorMachineTemplate)) {
 	w.t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(conflictRetry, func() error {
 		tmpl := &hfv1.HypervisorMachineTemplate{}
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(w.f.template), tmpl); err != nil {
 			return err
@@ -322,7 +322,7 @@ func TestEditedPlacementRecordFailsTheClaim(t *testing.T) {
 	}
 	// The operator may write the claim between the read and this write:
 	// edit the latest version (the record it holds is the one read).
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	if err := retry.RetryOnConflict(conflictRetry, func() error {
 		cur, err := getClaim(t, claim)
 		if err != nil {
 			return err

@@ -240,7 +240,7 @@ func TestHypervisorConnectionProperty(t *testing.T) {
 				}
 			}
 			if spec.portWrong || spec.fpWrong {
-				if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				if err := retry.RetryOnConflict(conflictRetry, func() error {
 					var c hfv1.HypervisorCluster
 					if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, &c); err != nil {
 						return err

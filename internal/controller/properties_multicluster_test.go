@@ -79,7 +79,7 @@ func (w *multiWorld) waitAllReady(t *rapid.T) {
 		} else if ok {
 			continue
 		}
-		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := retry.RetryOnConflict(conflictRetry, func() error {
 			var c hfv1.HypervisorCluster
 			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(f.cluster), &c); err != nil {
 				return err

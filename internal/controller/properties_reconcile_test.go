@@ -92,7 +92,7 @@ func TestReconciliationProperty(t *testing.T) {
 			done = append(done, op.String())
 			if op.kind == "template" {
 				// The pool's template changes: its VMs differ from now on.
-				if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				if err := retry.RetryOnConflict(conflictRetry, func() error {
 					var tmpl hfv1.HypervisorMachineTemplate
 					if err := env.Client.Get(ctx, client.ObjectKey{Namespace: pool.Namespace, Name: final.TemplateRef.Name}, &tmpl); err != nil {
 						return err
@@ -104,7 +104,7 @@ func TestReconciliationProperty(t *testing.T) {
 				}
 				continue
 			}
-			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			err := retry.RetryOnConflict(conflictRetry, func() error {
 				var p hfv1.RunnerPool
 				if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), &p); err != nil {
 					return err

@@ -136,7 +136,7 @@ func waitValid(t *rapid.T, tmpl *hfv1.HypervisorMachineTemplate, reason, field s
 // validates it again now rather than at its periodic recheck.
 func bumpCPU(t *rapid.T, tmpl *hfv1.HypervisorMachineTemplate) {
 	t.Helper()
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	if err := retry.RetryOnConflict(conflictRetry, func() error {
 		var got hfv1.HypervisorMachineTemplate
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(tmpl), &got); err != nil {
 			return err

@@ -71,7 +71,7 @@ func updateTemplate(t *testing.T, tmpl *hfv1.HypervisorMachineTemplate, mutate f
 	t.Helper()
 	// The operator writes the template's status meanwhile: read again on
 	// a conflict.
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(conflictRetry, func() error {
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(tmpl), tmpl); err != nil {
 			return err
 		}

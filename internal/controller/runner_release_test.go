@@ -51,7 +51,7 @@ func TestTemplateRunnerVersionResolvesRelease(t *testing.T) {
 		t.Fatalf("the VM's runner software is %+v, want the resolved %+v", software, resolved)
 	}
 
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	if err := retry.RetryOnConflict(conflictRetry, func() error {
 		var tmpl hfv1.HypervisorMachineTemplate
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(f.template), &tmpl); err != nil {
 			return err

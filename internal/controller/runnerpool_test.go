@@ -515,7 +515,7 @@ func TestRunnerPoolDrift(t *testing.T) {
 			busy = c.Name
 		}
 	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(conflictRetry, func() error {
 		var tmpl hfv1.HypervisorMachineTemplate
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(w.f.template), &tmpl); err != nil {
 			return err
@@ -714,7 +714,7 @@ func TestRunnerPoolLifecycleLimits(t *testing.T) {
 // labels.
 func TestRunnerPoolTemplateMetadata(t *testing.T) {
 	w := startPoolWorld(t, poolWorldOptions{noGuest: true})
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	if err := retry.RetryOnConflict(conflictRetry, func() error {
 		var cur hfv1.HypervisorMachineTemplate
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(w.f.template), &cur); err != nil {
 			return err

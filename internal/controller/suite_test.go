@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -551,6 +552,12 @@ func (f *fixture) newClaim(name string) *hfv1.MachineClaim {
 // in full; `make test-race` passes -short and leaves them out, because the
 // race detector makes each one several times slower while the shorter
 // tests already run the same reconcilers concurrently under it.
+// conflictRetry is how tests retry a read-modify-write of an object the
+// operator also writes: client-go's DefaultRetry (5 tries in about 50 ms)
+// lost every try to a RunnerPool's status writes under CI's load once
+// (property 16's test); this keeps trying for about 10 s.
+var conflictRetry = wait.Backoff{Steps: 14, Duration: 10 * time.Millisecond, Factor: 2, Jitter: 0.1, Cap: time.Second}
+
 func longScenario(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
