@@ -406,7 +406,8 @@ const (
 	// (Ending True).
 	// CreatedReason: the claim waits to be provisioned.
 	CreatedReason ConditionReason = "Created"
-	// QueuedReason: the VM waits for a clone slot.
+	// QueuedReason: the VM waits for a clone slot, a clone retry, or a
+	// clone at its VM id that it cannot yet tell is its own.
 	QueuedReason ConditionReason = "Queued"
 	// ConfiguringReason: the VM is being configured.
 	ConfiguringReason ConditionReason = "Configuring"

@@ -436,7 +436,11 @@ type Phase string
 const (
 	// PhasePlaced: an id and a node are reserved; nothing exists yet.
 	PhasePlaced Phase = "Placed"
-	// PhaseQueued: waiting for a free clone slot on the node or storage.
+	// PhaseQueued: waiting for a free clone slot on the node or storage, a
+	// retry after a failed clone, or the end of a clone at the reserved id
+	// that this Progress does not name (a lost Progress's own clone, or
+	// another claim's after a restart forgot the reservation; then the
+	// claim starts over at PhasePlaced).
 	PhaseQueued Phase = "Queued"
 	// PhaseCloning: the clone task runs.
 	PhaseCloning Phase = "Cloning"

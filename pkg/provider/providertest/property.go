@@ -89,14 +89,16 @@ func (m *machine) ensure(rt *rapid.T) {
 		}
 		return
 	}
-	if c.started && phaseOrder[res.Phase] < phaseOrder[c.phase] {
-		rt.Fatalf("EnsureVM of %s: phase went back from %s to %s", c.spec.Owner.Name, c.phase, res.Phase)
-	}
-	// An id may change only before the clone made a VM there: a
-	// restarted provider forgot the reservation and another claim took
-	// the id (the contract's TakenVMIDIsPlacedAgain).
-	if c.started && c.prog.ID != "" && res.Progress.ID != c.prog.ID && phaseOrder[c.phase] > phaseOrder[provider.PhaseQueued] {
+	// An id may change only before the claim's own clone made a VM
+	// there: a restarted provider forgot the reservation and another
+	// claim took the id (the contract's TakenVMIDIsPlacedAgain). The
+	// claim then starts over at Placed; that is the one way back.
+	moved := c.started && c.prog.ID != "" && res.Progress.ID != c.prog.ID
+	if moved && phaseOrder[c.phase] > phaseOrder[provider.PhaseQueued] {
 		rt.Fatalf("EnsureVM of %s: VM id changed from %v to %v after %s", c.spec.Owner.Name, c.prog.ID, res.Progress.ID, c.phase)
+	}
+	if c.started && phaseOrder[res.Phase] < phaseOrder[c.phase] && (!moved || res.Phase != provider.PhasePlaced) {
+		rt.Fatalf("EnsureVM of %s: phase went back from %s to %s", c.spec.Owner.Name, c.phase, res.Phase)
 	}
 	c.prog, c.phase, c.started = res.Progress, res.Phase, true
 	m.h.Advance(min(res.RetryAfter, time.Minute))
@@ -137,6 +139,11 @@ func (m *machine) delete(rt *rapid.T) {
 func (m *machine) guestPowerOff(rt *rapid.T) {
 	c := m.live(rt)
 	if c.phase != provider.PhaseRunning {
+		rt.Skip("the claim's VM is not running")
+	}
+	// The phase is the last EnsureVM's: a guest that powered off since,
+	// with no EnsureVM after, is still Running to the claim.
+	if vm, err := m.p.GetVM(m.t.Context(), c.prog.VMRef()); err != nil || vm.Power != provider.PowerRunning {
 		rt.Skip("the claim's VM is not running")
 	}
 	m.h.GuestPowerOff(m.t, c.prog.ID)

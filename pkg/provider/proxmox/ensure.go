@@ -358,7 +358,7 @@ func (c *ensureCall) derive(ctx context.Context) (*provider.EnsureResult, error)
 		return nil, err
 	}
 	if cfg["lock"] == "clone" {
-		return c.result(provider.PhaseCloning, cloneWait, "VM %d is being cloned", c.prog.VMID), nil
+		return c.foreignCloneWait(), nil
 	}
 	rec, err := c.p.verifyOwner(c.marker, cfg, c.prog.VMID, c.spec.Owner)
 	if err != nil {
@@ -439,6 +439,17 @@ func (p *Provider) verifyOwner(marker *ownership.Signer, cfg vmConfig, vmid int,
 			provider.ErrNotOwned, vmid, rec.Namespace, rec.Name, rec.UID, owner.Namespace, owner.Name, owner.UID)
 	}
 	return rec, nil
+}
+
+// foreignCloneWait is the wait while a clone this call cannot name as its
+// own (no task in the claim's Progress, or its own clone call refused)
+// holds the claim's VM id. Proxmox's clone writes only "lock: clone" until
+// it finishes, so whose VM it becomes is read afterwards: a lost Progress's
+// clone goes on to Configuring, another claim's makes derive place this
+// one again. Queued, not Cloning, because the claim may start over at
+// Placed, and a phase never goes back past a clone that was its own.
+func (c *ensureCall) foreignCloneWait() *provider.EnsureResult {
+	return c.result(provider.PhaseQueued, cloneWait, "VM id %d is held by a clone in progress that this claim's progress does not name; waiting to read whose VM it is", c.prog.VMID)
 }
 
 // replace moves the claim to another VM id because its id is held by a VM
@@ -536,22 +547,22 @@ func (c *ensureCall) cloneFailed(ctx context.Context, tmpl *templateInfo, err er
 			if lerr != nil {
 				// No node lists the id yet (a clone starting) or the listing
 				// failed: wait and look again, saying why.
-				return c.result(provider.PhaseCloning, cloneWait, "VM id %d is being taken; waiting (%v)", c.prog.VMID, lerr), nil
+				return c.result(provider.PhaseQueued, cloneWait, "VM id %d is held by a clone in progress that this claim's progress does not name; waiting (%v)", c.prog.VMID, lerr), nil
 			}
 			if node == c.prog.Node {
-				return c.result(provider.PhaseCloning, cloneWait, "VM id %d is being taken; waiting", c.prog.VMID), nil
+				return c.foreignCloneWait(), nil
 			}
 			c.log.Info("VM id is held on another node", "otherNode", node)
 			c.prog.Node = node
 			if cfg, gerr = c.p.api.config(ctx, c.prog.Node, c.prog.VMID); isNotFound(gerr) {
-				return c.result(provider.PhaseCloning, cloneWait, "VM id %d is being taken; waiting", c.prog.VMID), nil
+				return c.foreignCloneWait(), nil
 			}
 		}
 		switch {
 		case gerr != nil:
 			return nil, gerr
 		case cfg["lock"] == "clone":
-			return c.result(provider.PhaseCloning, cloneWait, "VM %d is being cloned", c.prog.VMID), nil
+			return c.foreignCloneWait(), nil
 		}
 		if _, verr := c.p.verifyOwner(c.marker, cfg, c.prog.VMID, c.spec.Owner); verr != nil {
 			return c.replace(ctx, verr)

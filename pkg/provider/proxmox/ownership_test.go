@@ -202,7 +202,9 @@ func TestForeignMarkersAreNeverTouched(t *testing.T) {
 
 // TestRestartMidClone: the operator restarts while the clone runs and the
 // clone's task id was never persisted. The new instance finds the clone in
-// progress, never starts a second one, and finishes the VM.
+// progress, never starts a second one, waits for it as Queued (Proxmox's
+// clone writes only its lock until it ends, so whose clone it is cannot be
+// read before), and finishes the VM.
 func TestRestartMidClone(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -221,7 +223,7 @@ func TestRestartMidClone(t *testing.T) {
 	p2 := e.newProvider(e.cfg)
 	for i := 0; i < 3; i++ {
 		res, err := p2.EnsureVM(ctx, spec, lost)
-		if err != nil || res.Phase != provider.PhaseCloning {
+		if err != nil || res.Phase != provider.PhaseQueued {
 			t.Fatalf("after restart: %+v %v", res, err)
 		}
 	}
