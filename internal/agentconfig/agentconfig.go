@@ -261,6 +261,11 @@ type GuestSecrets struct {
 	// datastore, a log) has the SVID but not the proof, and the broker
 	// then reports the theft instead of handing out the credential.
 	BrokerProof string `json:"brokerProof,omitempty"`
+	// enrollmentProof is what the agent sends the TPM enrollment endpoints
+	// (header EnrollmentProofHeader, attestation method tpm): only the VM
+	// the operator created receives it, through the hypervisor's guest
+	// channel, so a copy of the seed on another VM enrolls no TPM.
+	EnrollmentProof string `json:"enrollmentProof,omitempty"`
 	// jitConfig is GitHub's encoded just-in-time runner configuration
 	// (bootstrapMethod jit-config).
 	JITConfig string `json:"jitConfig,omitempty"`
