@@ -19,11 +19,14 @@ suite=bookworm
 # systemd, cloud-init (python3-cffi-backend is a dependency of a
 # dependency that debootstrap's resolver misses; without it cloud-init's
 # configuration stage fails), the guest agent, ifupdown and a DHCP client
-# (cloud-init's ENI renderer, Debian 12's default), sudo and locales.
+# (cloud-init's ENI renderer, Debian 12's default), sudo, locales and an
+# SSH server (network validation's sshTest reads its host key, and
+# operators log in with the template's sshAuthorizedKeys).
 packages=(
 	linux-image-cloud-amd64 initramfs-tools systemd-sysv udev dbus
 	cloud-init python3-cffi-backend qemu-guest-agent
 	ifupdown isc-dhcp-client iproute2 netbase ca-certificates curl sudo locales
+	openssh-server
 	"$@"
 )
 
@@ -76,6 +79,7 @@ systemctl --root="$root" enable serial-getty@ttyS0.service >/dev/null 2>&1 || tr
 # machine-id, no SSH host keys.
 : >"$root/etc/hostname"
 : >"$root/etc/machine-id"
+rm -f "$root"/etc/ssh/ssh_host_*
 rm -f "$root/var/lib/dbus/machine-id"
 for m in dev/pts dev sys proc; do umount "$root/$m"; done
 

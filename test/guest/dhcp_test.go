@@ -41,7 +41,8 @@ import (
 // The mac run also proves DNS and network validation, with no guest of
 // its own: the operator registers the guest in a real BIND on the bridge
 // and validates it from the host's side of the bridge, forward and reverse
-// lookups at that BIND and ping (validateOnBridge, validation_test.go).
+// lookups at that BIND, ping and the guest's SSH host key
+// (validateOnBridge, validation_test.go).
 func TestDHCPClientIdentifierOnRealGuests(t *testing.T) {
 	static := &hfv1.DHCPOptions{ClientIdentifier: hfv1.DHCPClientIdentifierHostname, RequestStaticLease: true,
 		LeaseTime: &metav1.Duration{Duration: 10 * time.Minute}, Client: hfv1.DHCPClientISC}
@@ -55,7 +56,9 @@ func TestDHCPClientIdentifierOnRealGuests(t *testing.T) {
 			}
 			var validated func(*devenv.World)
 			if dhcp.ClientIdentifier == hfv1.DHCPClientIdentifierMAC {
-				validated = validateOnBridge(t, gn, &sc.opts)
+				var hostKeys func(context.Context, *devenv.World, int, hfv1.MachineClaim) error
+				hostKeys, validated = validateOnBridge(t, gn, &sc.opts)
+				sc.probe = probeAll(sc.probe, hostKeys)
 			}
 			w, _, _ := runJobs(t, sc)
 			if validated != nil {
@@ -191,4 +194,20 @@ func checkLeaseTime(l guestnet.Lease, want *metav1.Duration) error {
 		return fmt.Errorf("lease %s ends in %s, want at most the %s the template asked for (and over half of it: the client renews halfway)", l.Addr, left.Round(time.Second), want.Duration)
 	}
 	return nil
+}
+
+// probeAll is a probe that runs each of probes in turn on a guest; the
+// guest is probed again until all of them pass.
+func probeAll(probes ...func(context.Context, *devenv.World, int, hfv1.MachineClaim) error) func(context.Context, *devenv.World, int, hfv1.MachineClaim) error {
+	return func(ctx context.Context, w *devenv.World, vmid int, claim hfv1.MachineClaim) error {
+		for _, p := range probes {
+			if p == nil {
+				continue
+			}
+			if err := p(ctx, w, vmid, claim); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -35,10 +36,13 @@ const validationZone = "ci.example.test"
 // BIND listens there at port 53 with the forward zone and the bridge
 // network's reverse zone, the cluster registers its VMs on that BIND
 // (rfc2136) and validates them against it (dns.servers), forward and
-// reverse, and pings them from the operator's own network. sshTest stays
-// off: the guest image has no SSH server (docs/networking.md). The
-// returned check, run after the jobs, reads what the operator found.
-func validateOnBridge(t *testing.T, gn *guestnet.Network, opts *devenv.Options) func(w *devenv.World) {
+// reverse, pings them from the operator's own network and reads their SSH
+// servers' host keys (the guest image runs openssh-server, as Debian's
+// cloud images do). The returned probe, run on each running guest, reads
+// the guest's own host keys through its guest agent; the returned check,
+// run after the jobs, reads what the operator found and compares the host
+// key it saw with the guest's.
+func validateOnBridge(t *testing.T, gn *guestnet.Network, opts *devenv.Options) (probe func(context.Context, *devenv.World, int, hfv1.MachineClaim) error, check func(w *devenv.World)) {
 	t.Helper()
 	host, err := gn.Join(254)
 	if err != nil {
@@ -59,12 +63,27 @@ func validateOnBridge(t *testing.T, gn *guestnet.Network, opts *devenv.Options) 
 		},
 		Validation: &hfv1.DNSValidation{ValidateReverse: true, TimeoutSeconds: 5},
 	}
-	opts.ClusterNetwork = &hfv1.ClusterNetworkSettings{Validation: &hfv1.NetworkValidation{TimeoutSeconds: 10}}
+	opts.ClusterNetwork = &hfv1.ClusterNetworkSettings{Validation: &hfv1.NetworkValidation{TimeoutSeconds: 10, SSHTest: true}}
 	before := map[string]float64{}
-	for _, check := range []string{"forward", "reverse", "ping"} {
+	for _, check := range []string{"forward", "reverse", "ping", "ssh"} {
 		before[check] = testutil.ToFloat64(metrics.NetworkValidations.WithLabelValues(devenv.ClusterName, check, "passed"))
 	}
-	return func(w *devenv.World) {
+	var mu sync.Mutex
+	hostKeys := map[string]string{} // claim name -> ssh-keygen -l of the guest's host keys
+	probe = func(ctx context.Context, w *devenv.World, vmid int, claim hfv1.MachineClaim) error {
+		res, err := w.Proxmox.GuestExec(ctx, vmid, "sh", "-c", "for k in /etc/ssh/ssh_host_*_key.pub; do ssh-keygen -l -f \"$k\"; done")
+		if err != nil {
+			return err
+		}
+		if res.ExitCode != 0 || !strings.Contains(res.Stdout, "SHA256:") {
+			return fmt.Errorf("the guest's SSH host keys: exit %d, output %q (stderr %q)", res.ExitCode, res.Stdout, res.Stderr)
+		}
+		mu.Lock()
+		hostKeys[claim.Name] = res.Stdout
+		mu.Unlock()
+		return nil
+	}
+	return probe, func(w *devenv.World) {
 		t.Helper()
 		var events corev1.EventList
 		if err := w.API.Client.List(context.Background(), &events, client.InNamespace(devenv.Namespace)); err != nil {
@@ -94,10 +113,20 @@ func validateOnBridge(t *testing.T, gn *guestnet.Network, opts *devenv.Options) 
 			for _, want := range []string{
 				fmt.Sprintf("%s resolves to %s at %s", fqdn, addr, host),
 				fmt.Sprintf("the PTR records of %s name %s at %s", addr, fqdn, host),
+				fmt.Sprintf("SSH on port %d answered by %s (", hfv1.DefaultSSHPort, addr),
 			} {
 				if !strings.Contains(e.Message, want) {
 					t.Errorf("claim %s: the validation's message lacks %q", e.InvolvedObject.Name, want)
 				}
+			}
+			// The key the check saw is the guest's own, not some other
+			// server's on that address.
+			fp, err := sshFingerprint(e.Message)
+			mu.Lock()
+			keys := hostKeys[e.InvolvedObject.Name]
+			mu.Unlock()
+			if err != nil || keys == "" || !strings.Contains(keys, fp+" ") {
+				t.Errorf("claim %s: the SSH check saw host key %q (%v); the guest's host keys are %q", e.InvolvedObject.Name, fp, err, keys)
 			}
 		}
 		if validated == 0 {
@@ -119,6 +148,25 @@ func isValidationReason(reason string) bool {
 		return true
 	}
 	return false
+}
+
+// sshFingerprint reads the fingerprint out of "SSH on port N answered by
+// <addr> (<type> <fingerprint>)".
+func sshFingerprint(msg string) (string, error) {
+	_, rest, ok := strings.Cut(msg, "SSH on port ")
+	if !ok {
+		return "", fmt.Errorf("no SSH check in %q", msg)
+	}
+	_, rest, ok = strings.Cut(rest, "(")
+	if !ok {
+		return "", fmt.Errorf("no host key in %q", msg)
+	}
+	key, _, _ := strings.Cut(rest, ")")
+	_, fp, ok := strings.Cut(key, " ")
+	if !ok || !strings.HasPrefix(fp, "SHA256:") {
+		return "", fmt.Errorf("host key %q has no SHA256 fingerprint", key)
+	}
+	return fp, nil
 }
 
 // pingedAddr reads the address out of "ping answered by <addr> in <rtt>".
