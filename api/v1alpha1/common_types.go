@@ -57,6 +57,23 @@ type ObjectName struct {
 	Name string `json:"name"`
 }
 
+// SecretReference names a Secret in a namespace.
+type SecretReference struct {
+	// name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+
+	// namespace of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace"`
+}
+
 // DNSSettings are the name-resolution settings handed to a VM.
 type DNSSettings struct {
 	// domain is the DNS domain of the VMs; a VM's FQDN is <hostname>.<domain>.

@@ -68,6 +68,50 @@ type SPIREConfig struct {
 	// once the VM's agent has attested and deletes it when the claim ends.
 	// +optional
 	SecretStore *SecretStoreConfig `json:"secretStore,omitempty"`
+
+	// tpm is what TPM attestation (templates with spec.attestation.method
+	// tpm) trusts and signs with on this cluster: the CAs of the TPMs'
+	// endorsement keys and the CA the operator signs each VM's DevID
+	// certificate with. Both are the platform team's; spire-server's
+	// tpm_devid node attestor is configured with the same two
+	// (docs/identity.md, "TPM"). A template with method tpm on a cluster
+	// without it is not Ready (TPMNotConfigured).
+	// +optional
+	TPM *SPIRETPMConfig `json:"tpm,omitempty"`
+}
+
+// SPIRETPMConfig is a cluster's TPM attestation trust (docs/identity.md,
+// "TPM").
+type SPIRETPMConfig struct {
+	// ekCABundleRef selects a Secret key with the PEM certificates of the
+	// CAs that sign the TPMs' endorsement key (EK) certificates: for
+	// Proxmox's virtual TPMs each node's swtpm local CA (its issuing
+	// certificate as well as its root: a TPM holds no intermediates), for
+	// hardware TPMs their manufacturers' CAs. A VM whose EK certificate
+	// does not chain to one of them gets no DevID certificate. Give
+	// spire-server's tpm_devid endorsement_ca_path the same bundle.
+	// +required
+	EKCABundleRef SecretKeySelector `json:"ekCABundleRef"`
+
+	// devIDCASecretRef names the Secret (keys tls.crt and tls.key, PEM) of
+	// the CA the operator signs VMs' DevID certificates with; `hyperfleet
+	// tpm-devid-ca` makes one. spire-server's tpm_devid devid_ca_path
+	// trusts its certificate. To rotate it, put the new certificate in
+	// spire-server's bundle first, then the new key and certificate in this
+	// Secret; the old certificate may leave the bundle once the DevID
+	// certificates it signed expired (devIDCertificateTTL).
+	// +required
+	DevIDCASecretRef SecretReference `json:"devIDCASecretRef"`
+
+	// devIDCertificateTTL is how long each VM's DevID certificate is
+	// valid. A VM's spire-agent attests with it once and again when its
+	// own SVID expires; a VM lives for one job, so an hour is plenty.
+	// +optional
+	// +kubebuilder:default="1h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('10m') && duration(self) <= duration('168h')",message="spire.tpm.devIDCertificateTTL must be between 10m and 168h"
+	DevIDCertificateTTL *metav1.Duration `json:"devIDCertificateTTL,omitempty"`
 }
 
 // SecretStoreConfig is a Vault or OpenBao server the operator writes the
@@ -267,14 +311,70 @@ type IdentityStatus struct {
 	// +optional
 	Misuse *IdentityMisuse `json:"misuse,omitempty"`
 
+	// tpm is where the VM's TPM enrollment stands (attestation method
+	// tpm); unset for join tokens.
+	// +optional
+	TPM *TPMIdentityStatus `json:"tpm,omitempty"`
+
 	// releasedAt is when the VM's entries and agent were deleted from the
 	// SPIRE server, at the claim's end.
 	// +optional
 	ReleasedAt *metav1.Time `json:"releasedAt,omitempty"`
 }
 
+// TPMIdentityStatus is a VM's TPM DevID enrollment (docs/identity.md,
+// "TPM"). The first TPM to enroll for a claim is its TPM for good: the
+// enrollment proof reaches the claim's VM alone, and another TPM presenting
+// it means the proof was taken from that VM (MisuseTPMMismatch).
+type TPMIdentityStatus struct {
+	// entriesCreatedAt is when the agent's alias entry (selecting the
+	// DevID certificate's common name) and the VM's registration entry
+	// were created on the SPIRE server.
+	// +optional
+	EntriesCreatedAt *metav1.Time `json:"entriesCreatedAt,omitempty"`
+
+	// secretsDeliveredAt is when the enrollment proof and the broker proof
+	// were written into the running VM through the hypervisor's guest
+	// channel.
+	// +optional
+	SecretsDeliveredAt *metav1.Time `json:"secretsDeliveredAt,omitempty"`
+
+	// ekFingerprint is the SHA-256 of the DER EK certificate of the TPM
+	// that enrolled, in hex.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
+	EKFingerprint string `json:"ekFingerprint,omitempty"`
+
+	// devIDFingerprint is the SHA-1 of the DER DevID certificate last
+	// issued, in hex: the last segment of the SPIFFE ID SPIRE gives the
+	// agent that attests with it (spiffe://<td>/spire/agent/tpm_devid/<it>).
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{40}$`
+	DevIDFingerprint string `json:"devIDFingerprint,omitempty"`
+
+	// enrolledAt is when the DevID certificate was issued.
+	// +optional
+	EnrolledAt *metav1.Time `json:"enrolledAt,omitempty"`
+
+	// devIDNotAfter is when that certificate expires.
+	// +optional
+	DevIDNotAfter *metav1.Time `json:"devIDNotAfter,omitempty"`
+}
+
+// Issued reports whether the claim's identity was issued on the SPIRE
+// server: its join token and entries, or its TPM entries.
+func (st *IdentityStatus) Issued() bool {
+	return st != nil && (st.JoinTokenCreatedAt != nil || st.TPM != nil && st.TPM.EntriesCreatedAt != nil)
+}
+
+// SecretsDelivered reports whether the claim's guest secrets (join token
+// or enrollment proof, and broker proof) reached its running VM.
+func (st *IdentityStatus) SecretsDelivered() bool {
+	return st != nil && (st.JoinTokenDeliveredAt != nil || st.TPM != nil && st.TPM.SecretsDeliveredAt != nil)
+}
+
 // IdentityMisuseReason says how a VM identity's misuse was found.
-// +kubebuilder:validation:Enum=BrokerProofInvalid;JoinTokenReused
+// +kubebuilder:validation:Enum=BrokerProofInvalid;JoinTokenReused;TPMMismatch
 type IdentityMisuseReason string
 
 const (
@@ -285,6 +385,9 @@ const (
 	// MisuseJoinTokenReused: the VM's spire-agent found its join token
 	// spent, and the SPIRE server lists an agent that attested with it.
 	MisuseJoinTokenReused IdentityMisuseReason = "JoinTokenReused"
+	// MisuseTPMMismatch: the claim's enrollment proof came with a TPM
+	// other than the one that enrolled for the claim first.
+	MisuseTPMMismatch IdentityMisuseReason = "TPMMismatch"
 )
 
 // IdentityMisuse is a VM identity found used by someone other than its VM.

@@ -39,6 +39,11 @@ type Issuer struct {
 	// ProofKey derives the broker proofs; a key of its own, so that a
 	// proof says nothing about a token and the other way round.
 	ProofKey []byte
+	// EnrollmentKey derives the TPM enrollment proofs, ActivationKey the
+	// secrets of the TPM credential activation challenges (tpm.go); keys
+	// of their own, like ProofKey.
+	EnrollmentKey []byte
+	ActivationKey []byte
 	// AgentUID is the uid the HyperFleet agent runs as inside the VM, the
 	// selector of the VM's registration entry: 0, since its systemd unit
 	// runs it as root while the runner and its jobs run as another user,
@@ -102,13 +107,21 @@ func (i *Issuer) VerifyBrokerProof(claim *hfv1.MachineClaim, proof string) bool 
 }
 
 // GuestSecrets is what the operator places in the claim's running VM
-// (agentconfig.GuestSecrets): its join token and its broker proof.
+// (agentconfig.GuestSecrets): its broker proof, and its join token or,
+// for a VM that attests with its TPM, its enrollment proof.
 func (i *Issuer) GuestSecrets(claim *hfv1.MachineClaim) (agentconfig.GuestSecrets, error) {
-	token, err := i.Token(claim)
+	proof, err := i.BrokerProof(claim)
 	if err != nil {
 		return agentconfig.GuestSecrets{}, err
 	}
-	proof, err := i.BrokerProof(claim)
+	if UsesTPM(claim) {
+		enroll, err := i.EnrollmentProof(claim)
+		if err != nil {
+			return agentconfig.GuestSecrets{}, err
+		}
+		return agentconfig.GuestSecrets{EnrollmentProof: enroll, BrokerProof: proof}, nil
+	}
+	token, err := i.Token(claim)
 	if err != nil {
 		return agentconfig.GuestSecrets{}, err
 	}
@@ -148,13 +161,14 @@ func (i *Issuer) Issue(ctx context.Context, s *Server, claim *hfv1.MachineClaim,
 }
 
 // Attested reports whether the claim's VM agent has attested: the server
-// lists an agent under the id its join token gives it.
+// lists an agent under the id its join token, or its DevID certificate,
+// gives it.
 func (i *Issuer) Attested(ctx context.Context, s *Server, claim *hfv1.MachineClaim) (bool, error) {
-	token, err := i.Token(claim)
-	if err != nil {
+	id, ok, err := i.agentOf(s, claim)
+	if err != nil || !ok {
 		return false, err
 	}
-	_, found, err := s.API.Agent(ctx, spire.JoinTokenAgentID(s.TrustDomain, token))
+	_, found, err := s.API.Agent(ctx, id)
 	if err != nil {
 		return false, fmt.Errorf("look up the SPIRE agent of claim %s/%s: %w", claim.Namespace, claim.Name, err)
 	}
@@ -174,15 +188,20 @@ func (i *Issuer) Evict(ctx context.Context, s *Server, claim *hfv1.MachineClaim)
 	if err != nil {
 		return err
 	}
-	if err := s.API.BanAgent(ctx, agent); err != nil {
-		return fmt.Errorf("ban the SPIRE agent %s of claim %s/%s: %w", agent, claim.Namespace, claim.Name, err)
+	if !agent.IsZero() {
+		if err := s.API.BanAgent(ctx, agent); err != nil {
+			return fmt.Errorf("ban the SPIRE agent %s of claim %s/%s: %w", agent, claim.Namespace, claim.Name, err)
+		}
 	}
 	return deleteEntries(ctx, s, st, node)
 }
 
 // Release deletes the VM's registration entry, its agent's alias entry
 // and the agent itself from s; each is idempotent. A deleted join-token
-// agent cannot attest again: spire-agent stops on its next sync.
+// agent cannot attest again: spire-agent stops on its next sync. An agent
+// that attested with a DevID certificate could attest again with it until
+// it expires, so it is banned instead, which revokes the certificate for
+// SPIRE; the sweep deletes it once the certificate has expired.
 func (i *Issuer) Release(ctx context.Context, s *Server, claim *hfv1.MachineClaim) error {
 	st, node, agent, err := i.claimAgent(s, claim)
 	if err != nil {
@@ -190,6 +209,15 @@ func (i *Issuer) Release(ctx context.Context, s *Server, claim *hfv1.MachineClai
 	}
 	if err := deleteEntries(ctx, s, st, node); err != nil {
 		return err
+	}
+	if agent.IsZero() {
+		return nil
+	}
+	if UsesTPM(claim) {
+		if err := s.API.BanAgent(ctx, agent); err != nil {
+			return fmt.Errorf("ban the SPIRE agent %s of claim %s/%s: %w", agent, claim.Namespace, claim.Name, err)
+		}
+		return nil
 	}
 	if err := s.API.DeleteAgent(ctx, agent); err != nil {
 		return fmt.Errorf("delete the SPIRE agent of claim %s/%s: %w", claim.Namespace, claim.Name, err)
@@ -199,21 +227,37 @@ func (i *Issuer) Release(ctx context.Context, s *Server, claim *hfv1.MachineClai
 
 // claimAgent is what Evict and Release act on: the claim's recorded
 // identity, its agent's alias and the agent that attested with its join
-// token.
+// token or DevID certificate (zero when no DevID certificate was issued).
 func (i *Issuer) claimAgent(s *Server, claim *hfv1.MachineClaim) (*hfv1.IdentityStatus, spiffeid.ID, spiffeid.ID, error) {
 	st, _, node, err := recorded(s, claim)
 	if err != nil {
 		return nil, spiffeid.ID{}, spiffeid.ID{}, err
 	}
-	token, err := i.Token(claim)
+	agent, _, err := i.agentOf(s, claim)
 	if err != nil {
 		return nil, spiffeid.ID{}, spiffeid.ID{}, err
 	}
-	return st, node, spire.JoinTokenAgentID(s.TrustDomain, token), nil
+	return st, node, agent, nil
+}
+
+// agentOf is the id of the agent that attests for claim: the one its join
+// token names, or the one its last DevID certificate names (ok false
+// before one was issued).
+func (i *Issuer) agentOf(s *Server, claim *hfv1.MachineClaim) (spiffeid.ID, bool, error) {
+	if UsesTPM(claim) {
+		id, ok := tpmAgent(s.TrustDomain, claim.Status.Identity)
+		return id, ok, nil
+	}
+	token, err := i.Token(claim)
+	if err != nil {
+		return spiffeid.ID{}, false, err
+	}
+	return spire.JoinTokenAgentID(s.TrustDomain, token), true, nil
 }
 
 // deleteEntries deletes the VM's registration entry and its agent's
-// alias entry; both are idempotent.
+// alias entry (the join token's, or the TPM claim's node entry: both have
+// the alias as SPIFFE ID); both are idempotent.
 func deleteEntries(ctx context.Context, s *Server, st *hfv1.IdentityStatus, node spiffeid.ID) error {
 	if err := s.API.DeleteEntries(ctx, st.EntryID); err != nil {
 		return fmt.Errorf("delete registration entry %s: %w", st.EntryID, err)
