@@ -235,6 +235,9 @@ const (
 	// SPIRENotConfiguredReason: the template attests with SPIRE but its
 	// HypervisorCluster has no spec.spire.
 	SPIRENotConfiguredReason ConditionReason = "SPIRENotConfigured"
+	// TPMNotConfiguredReason: the template attests with its VMs' TPMs but
+	// its cluster has no spec.spire.tpm (the EK CAs and the DevID CA).
+	TPMNotConfiguredReason ConditionReason = "TPMNotConfigured"
 	// SPIREUnavailableReason: the operator cannot reach, or is not an
 	// admin of, the SPIRE server of the cluster's spec.spire.
 	SPIREUnavailableReason ConditionReason = "SPIREUnavailable"

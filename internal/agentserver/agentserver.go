@@ -186,6 +186,11 @@ type Options struct {
 	// X509-SVID, and downloads need none.
 	Broker http.Handler
 
+	// TPMEnrollment, when set, serves the TPM DevID enrollment
+	// (internal/tpmenroll) at agentconfig.TPMEnrollPath and
+	// agentconfig.TPMActivatePath: the VMs reach it at the broker's host.
+	TPMEnrollment http.Handler
+
 	// PowerOff, when set, receives power-off notices at PowerOffPath.
 	PowerOff PowerOffReceiver
 }
@@ -480,14 +485,18 @@ func (s *Server) Check(r *http.Request) error {
 
 // Handler serves the binaries and their checksums under PathPrefix, and
 // power-off notices at PowerOffPath when Options.PowerOff is set, and the
-// broker at BrokerPath when there is one.
+// broker at BrokerPath and the TPM enrollment when there are.
 func (s *Server) Handler() http.Handler {
-	if s.opts.Broker == nil && s.opts.PowerOff == nil {
+	if s.opts.Broker == nil && s.opts.PowerOff == nil && s.opts.TPMEnrollment == nil {
 		return http.HandlerFunc(s.serve)
 	}
 	mux := http.NewServeMux()
 	if s.opts.Broker != nil {
 		mux.Handle(BrokerPath, s.opts.Broker)
+	}
+	if s.opts.TPMEnrollment != nil {
+		mux.Handle(agentconfig.TPMEnrollPath, s.opts.TPMEnrollment)
+		mux.Handle(agentconfig.TPMActivatePath, s.opts.TPMEnrollment)
 	}
 	if s.opts.PowerOff != nil {
 		mux.HandleFunc(PowerOffPath+"/", s.servePowerOff)

@@ -283,7 +283,7 @@ func (b *Broker) liveClaim(ctx context.Context, id spiffeid.ID, proof, remote st
 	switch {
 	case string(claim.UID) != uid:
 		return nil, refuse(http.StatusForbidden, ReasonNoLiveClaim, "MachineClaim %s/%s is another claim than %s (uid %s)", ns, name, id, claim.UID)
-	case st == nil || st.SPIFFEID != id.String() || st.JoinTokenCreatedAt == nil:
+	case st == nil || st.SPIFFEID != id.String() || !st.Issued():
 		return claim, refuse(http.StatusForbidden, ReasonNoLiveClaim, "MachineClaim %s/%s was issued no identity %s", ns, name, id)
 	case st.Misuse != nil:
 		return claim, refuse(http.StatusForbidden, ReasonIdentityCompromised, "the identity %s of MachineClaim %s/%s was used by someone other than its VM (%s); no credential is handed out for it",

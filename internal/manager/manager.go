@@ -317,7 +317,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	// the broker on the agent server.
 	identities := identity.NewRegistry()
 	identities.Dial, identities.ForcedRefreshInterval = opts.SPIREDial, opts.SPIREForcedRefreshInterval
-	issuer := &identity.Issuer{Key: opts.Signer.DerivedKey("spire join token"), ProofKey: opts.Signer.DerivedKey("broker proof"), AgentUID: opts.SPIREAgentUID}
+	issuer := &identity.Issuer{
+		Key: opts.Signer.DerivedKey("spire join token"), ProofKey: opts.Signer.DerivedKey("broker proof"),
+		EnrollmentKey: opts.Signer.DerivedKey("tpm enrollment proof"), ActivationKey: opts.Signer.DerivedKey("tpm activation secret"),
+		AgentUID: opts.SPIREAgentUID,
+	}
 	var credBroker *broker.Broker
 	if ci.credentials != nil && opts.AgentServer != nil {
 		credBroker = &broker.Broker{

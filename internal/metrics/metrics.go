@@ -127,10 +127,11 @@ var (
 
 	// GuestSecretsDelivered counts the GuestSecrets documents placed in
 	// running VMs through the hypervisor's guest channel, by what they
-	// carry: runner-credential (direct mode) or join-token (SPIFFE).
+	// carry: runner-credential (direct mode), join-token or tpm (SPIFFE;
+	// tpm: the enrollment proof).
 	GuestSecretsDelivered = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "guest_secrets_delivered_total",
-		Help: "Secrets placed in running VMs through the hypervisor's guest channel, by content (runner-credential, join-token).",
+		Help: "Secrets placed in running VMs through the hypervisor's guest channel, by content (runner-credential, join-token, tpm).",
 	}, []string{"content"})
 
 	// VMsInTransition is the number of VMs read one by one because a hint
@@ -242,6 +243,14 @@ var (
 		Help: "Requests to the credential broker by attested VMs, by result: Delivered, or the reason of the refusal.",
 	}, []string{"reason"})
 
+	// TPMEnrollmentRequests counts the TPM enrollment endpoints' answers
+	// (internal/tpmenroll), by endpoint (enroll, activate) and reason:
+	// Challenged, Enrolled, or why it refused.
+	TPMEnrollmentRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "tpm_enrollment_requests_total",
+		Help: "Requests to the TPM DevID enrollment endpoints by VMs, by endpoint and result: Challenged, Enrolled, or the reason of the refusal.",
+	}, []string{"endpoint", "reason"})
+
 	// SPIREBundleReads counts reads of SPIRE servers' trust bundles
 	// (internal/identity), by trigger (periodic: older than a minute or
 	// none yet; forced: an SVID presented to the broker did not verify)
@@ -332,7 +341,7 @@ func init() {
 		ClaimPhaseSeconds, ClaimsStuck, ClaimTransitions, ClaimErrors, ReservationsRejected, PlacementRecordsRejected, ClaimsVanished, ClaimsForceDeleted, ClaimsDisowned, PowerOffToDestroyed, CreatedToCloneRequest,
 		PowerOffHints, ReadyHints, GuestSecretsDelivered, VMsInTransition,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
-		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads, WebhookConfirmations, BrokerRequests,
+		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads, WebhookConfirmations, BrokerRequests, TPMEnrollmentRequests,
 		SPIREBundleReads, IdentityMisuse, DNSReady, DNSUpdates, OrphanDNSFound, OrphanDNSRemoved,
 		NetworkValidations, NetworkValidationSeconds,
 	)

@@ -38,6 +38,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	idpkg "github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
@@ -101,10 +102,10 @@ func NeedsCredential(claim *hfv1.MachineClaim) bool {
 }
 
 // needsJoinToken reports whether the claim's running VM is to receive its
-// join token and broker proof and has not yet.
+// join token (or TPM enrollment proof) and broker proof and has not yet.
 func needsJoinToken(claim *hfv1.MachineClaim) bool {
 	st := claim.Status.Identity
-	return st != nil && st.JoinTokenCreatedAt != nil && st.JoinTokenDeliveredAt == nil && st.AttestedAt == nil && st.Misuse == nil
+	return st.Issued() && !st.SecretsDelivered() && st.AttestedAt == nil && st.Misuse == nil
 }
 
 // Prepare records, in memory for the caller to persist, that a runner
@@ -247,6 +248,9 @@ func (s *secretsService) placeAgentConfig(ctx context.Context, claim *hfv1.Machi
 func (s *secretsService) document(ctx context.Context, claim *hfv1.MachineClaim, runner, identity bool) (agentconfig.GuestSecrets, string, error) {
 	var doc agentconfig.GuestSecrets
 	what := "join token"
+	if idpkg.UsesTPM(claim) {
+		what = "TPM enrollment proof"
+	}
 	if identity {
 		if s.Identity == nil {
 			return doc, what, errors.New("this operator issues no SPIFFE identities")
@@ -297,7 +301,14 @@ func (s *secretsService) credential(ctx context.Context, claim *hfv1.MachineClai
 func (s *secretsService) delivered(claim *hfv1.MachineClaim, facts *claimFacts, runner, identity bool) {
 	now := &metav1.Time{Time: s.Clock.Now()}
 	ref := claim.Status.VMRef
-	if identity {
+	switch {
+	case identity && idpkg.UsesTPM(claim):
+		claim.Status.Identity.TPM.SecretsDeliveredAt = now
+		facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason,
+			"The TPM enrollment proof is in the running VM ("+agentconfig.SecretsFile+"); waiting for its TPM to enroll and its spire-agent to attest")
+		s.Recorder.Eventf(claim, corev1.EventTypeNormal, "EnrollmentProofDelivered", "Placed the TPM enrollment proof and the broker proof in VM %s through its guest agent", ref.ID())
+		metrics.GuestSecretsDelivered.WithLabelValues("tpm").Inc()
+	case identity:
 		claim.Status.Identity.JoinTokenDeliveredAt = now
 		facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason,
 			"The join token is in the running VM ("+agentconfig.SecretsFile+"); waiting for its spire-agent to attest")

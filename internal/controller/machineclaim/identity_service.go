@@ -27,6 +27,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/clusterconfig"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
+	"github.com/hyperfleet/hyperfleet/internal/spire"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 )
 
@@ -40,10 +41,11 @@ const (
 	defaultAttestationDeadline = 10 * time.Minute
 )
 
-// Attests reports whether the template's VMs attest with SPIRE join
-// tokens.
+// Attests reports whether the template's VMs attest with SPIRE, with a
+// join token or with their TPM.
 func Attests(tmpl *hfv1.HypervisorMachineTemplate) bool {
-	return tmpl.Spec.Attestation.Method == hfv1.AttestationJoinToken
+	m := tmpl.Spec.Attestation.Method
+	return m == hfv1.AttestationJoinToken || m == hfv1.AttestationTPM
 }
 
 // issueIdentity issues the claim's identity before its VM is built. done is true
@@ -54,7 +56,7 @@ func Attests(tmpl *hfv1.HypervisorMachineTemplate) bool {
 func (r *Reconciler) issueIdentity(ctx context.Context, s *claimScope, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) (done bool, requeue time.Duration, err error) {
 	claim := s.claim
 	st := claim.Status.Identity
-	if !Attests(tmpl) || claim.Status.VMRef != nil || st != nil && st.JoinTokenCreatedAt != nil {
+	if !Attests(tmpl) || claim.Status.VMRef != nil || st.Issued() {
 		return true, 0, nil
 	}
 	srv, err := r.spireServer(ctx, cluster)
@@ -71,9 +73,17 @@ func (r *Reconciler) issueIdentity(ctx context.Context, s *claimScope, tmpl *hfv
 		// Recorded first: whatever is created on the SPIRE server from
 		// here on is found again, and removed, through these ids.
 		claim.Status.Identity = plan
+		what := "its join token is not issued yet"
+		if tmpl.Spec.Attestation.Method == hfv1.AttestationTPM {
+			plan.TPM = &hfv1.TPMIdentityStatus{}
+			what = "its SPIRE entries are not created yet"
+		}
 		s.facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason,
-			"The VM's SPIFFE ID is "+plan.SPIFFEID+"; its join token is not issued yet")
+			"The VM's SPIFFE ID is "+plan.SPIFFEID+"; "+what)
 		return false, time.Millisecond, nil
+	}
+	if st.TPM != nil {
+		return r.issueTPMIdentity(ctx, s, srv)
 	}
 	ttl := defaultJoinTokenTTL
 	if jt := tmpl.Spec.Attestation.JoinToken; jt != nil && jt.TTL != nil {
@@ -96,6 +106,28 @@ func (r *Reconciler) issueIdentity(ctx context.Context, s *claimScope, tmpl *hfv
 	return false, time.Millisecond, nil
 }
 
+// issueTPMIdentity creates the entries of a claim whose VM attests with
+// its TPM: its agent's alias, selecting the DevID certificate's common
+// name, and its registration entry. The DevID certificate itself is signed
+// once the running VM's TPM enrolled (internal/tpmenroll).
+func (r *Reconciler) issueTPMIdentity(ctx context.Context, s *claimScope, srv *identity.Server) (done bool, requeue time.Duration, err error) {
+	claim := s.claim
+	st := claim.Status.Identity
+	err = r.Issuer.IssueTPM(ctx, srv, claim)
+	if c := errclass.Classify(err); err != nil && (c == errclass.ClassPermanent || c == errclass.ClassConfiguration) {
+		return false, 0, fmt.Errorf("issue the VM's identity: %w", err)
+	}
+	if err != nil {
+		r.identityWaits(s, hfv1.SPIREUnavailableReason, "Could not issue the VM's identity: "+err.Error())
+		ctrl.LoggerFrom(ctx).Info("Issuing the VM's identity failed", "err", err.Error())
+		return false, r.backoff(claim), nil
+	}
+	st.TPM.EntriesCreatedAt = &metav1.Time{Time: r.Clock.Now()}
+	r.Recorder.Eventf(claim, corev1.EventTypeNormal, "IdentityIssued", "Registration entry %s and the agent alias %s (selecting tpm_devid:subject:cn:%s) issued for %s",
+		st.EntryID, st.NodeID, spire.DevIDCommonName(string(claim.UID)), st.SPIFFEID)
+	return false, time.Millisecond, nil
+}
+
 // identityWaits says on the Provisioned condition why a new VM waits.
 func (r *Reconciler) identityWaits(s *claimScope, reason hfv1.ConditionReason, msg string) {
 	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
@@ -110,7 +142,7 @@ func (r *Reconciler) awaitAttestation(ctx context.Context, s *claimScope, cluste
 	claim := s.claim
 	st := claim.Status.Identity
 	provisioned := s.facts.condition(claim, hfv1.MachineClaimProvisionedCondition)
-	if st == nil || st.AttestedAt != nil || st.JoinTokenCreatedAt == nil || st.Misuse != nil || provisioned == nil || provisioned.Status != metav1.ConditionTrue {
+	if st == nil || st.AttestedAt != nil || !st.Issued() || st.Misuse != nil || provisioned == nil || provisioned.Status != metav1.ConditionTrue {
 		return 0, ""
 	}
 	attested := func(msg string) {
@@ -198,7 +230,7 @@ func (r *Reconciler) spireServer(ctx context.Context, cluster *hfv1.HypervisorCl
 // (Deliver).
 func (r *Reconciler) identityVars(ctx context.Context, claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster, v *cloudinit.Vars) error {
 	st := claim.Status.Identity
-	if st == nil || st.JoinTokenCreatedAt == nil {
+	if !st.Issued() {
 		return fmt.Errorf("the claim's identity is not issued yet")
 	}
 	srv, err := r.spireServer(ctx, cluster)
@@ -240,16 +272,20 @@ func (r *Reconciler) identityVars(ctx context.Context, claim *hfv1.MachineClaim,
 func (r *Reconciler) joinTokenGaveUp(ctx context.Context, s *claimScope, cluster *hfv1.HypervisorCluster, msg string) (string, hfv1.ConditionReason) {
 	claim := s.claim
 	st := claim.Status.Identity
-	if st == nil || st.JoinTokenCreatedAt == nil {
+	if !st.Issued() {
 		return msg, ""
 	}
-	if st.Misuse != nil || r.joinTokenReused(ctx, claim, cluster) {
+	if st.Misuse != nil || st.TPM == nil && r.joinTokenReused(ctx, claim, cluster) {
 		return msg + ": " + stolenMessage(st), hfv1.IdentityStolenReason
 	}
 	if st.AttestedAt != nil {
 		return msg, ""
 	}
-	msg += " before its spire-agent attested: the VM's agent gave up on its join token (exit code 9: refused as used or expired, or the SPIRE server at spec.spire.serverAddress unreachable); its console says which"
+	if st.TPM != nil {
+		msg += " before its spire-agent attested: the VM's agent gave up on TPM attestation (exit code 9: no TPM in the VM, its enrollment refused (the claim's TPMEnrollmentRefused events say why), or the SPIRE server at spec.spire.serverAddress unreachable); its console says which"
+	} else {
+		msg += " before its spire-agent attested: the VM's agent gave up on its join token (exit code 9: refused as used or expired, or the SPIRE server at spec.spire.serverAddress unreachable); its console says which"
+	}
 	s.facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationFailedReason, msg)
 	r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.AttestationFailedReason), msg)
 	return msg, hfv1.AttestationFailedReason

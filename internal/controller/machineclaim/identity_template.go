@@ -24,9 +24,16 @@ func CheckTemplateIdentity(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.H
 	if !Attests(tmpl) {
 		return "", ""
 	}
+	method := tmpl.Spec.Attestation.Method
 	cfg := cluster.Spec.SPIRE
 	if cfg == nil {
-		return hfv1.SPIRENotConfiguredReason, fmt.Sprintf("spec.attestation.method is join-token, but HypervisorCluster %s has no spec.spire: ask its owner to connect it to a SPIRE server (docs/identity.md), or set spec.attestation.method none", cluster.Name)
+		return hfv1.SPIRENotConfiguredReason, fmt.Sprintf("spec.attestation.method is %s, but HypervisorCluster %s has no spec.spire: ask its owner to connect it to a SPIRE server (docs/identity.md), or set spec.attestation.method none", method, cluster.Name)
+	}
+	if method == hfv1.AttestationTPM {
+		if cfg.TPM == nil {
+			return hfv1.TPMNotConfiguredReason, fmt.Sprintf("spec.attestation.method is tpm, but HypervisorCluster %s has no spec.spire.tpm (the EK CAs it trusts and the DevID CA): ask its owner to set it up (docs/identity.md, \"TPM\"), or use join-token", cluster.Name)
+		}
+		return checkBrokerAndServer(cluster, method, canIssue, hasBroker)
 	}
 	ttl := defaultJoinTokenTTL
 	if jt := tmpl.Spec.Attestation.JoinToken; jt != nil && jt.TTL != nil {
@@ -45,8 +52,16 @@ func CheckTemplateIdentity(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.H
 		return hfv1.JoinTokenTTLNotAllowedReason, fmt.Sprintf("spec.attestation.joinToken.ttl %s is outside the join-token lifetimes HypervisorCluster %s allows (spec.spire.joinTokenTTL, %s to %s); choose a ttl within them",
 			ttl, cluster.Name, lo, hi)
 	}
-	if !canIssue || cfg.SecretStore == nil && !hasBroker {
-		return hfv1.BrokerUnavailableReason, "spec.attestation.method is join-token, but this operator runs no credential broker for the VMs to fetch their runner credential from: start the manager with the agent server (--agent-server-addr, --agent-server-url, --agent-server-cert and --agent-server-key; docs/identity.md), or set spec.attestation.method none"
+	return checkBrokerAndServer(cluster, method, canIssue, hasBroker)
+}
+
+// checkBrokerAndServer says why the cluster's VMs could not attest or
+// fetch their credential: no broker (nor secrets store), or a SPIRE server
+// not connected.
+func checkBrokerAndServer(cluster *hfv1.HypervisorCluster, method hfv1.AttestationMethod, canIssue, hasBroker bool) (hfv1.ConditionReason, string) {
+	cfg := cluster.Spec.SPIRE
+	if !canIssue || cfg.SecretStore == nil && !hasBroker || method == hfv1.AttestationTPM && !hasBroker {
+		return hfv1.BrokerUnavailableReason, fmt.Sprintf("spec.attestation.method is %s, but this operator runs no credential broker for the VMs to fetch their runner credential from (or, for tpm, to enroll their TPM with): start the manager with the agent server (--agent-server-addr, --agent-server-url, --agent-server-cert and --agent-server-key; docs/identity.md), or set spec.attestation.method none", method)
 	}
 	if c := hfv1.FindCondition(cluster.Status.Conditions, hfv1.HypervisorClusterSPIREConnectedCondition); c == nil || c.Status != metav1.ConditionTrue {
 		msg := "it has not been reached yet"
