@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -44,5 +45,26 @@ func TestTPM(t *testing.T) {
 		if !reflect.DeepEqual(spec.TPM, tc.want) {
 			t.Errorf("%s: VMSpec.TPM = %+v, want %+v", tc.name, spec.TPM, tc.want)
 		}
+	}
+}
+
+// TestTemplateHashAddVirtualTPM: turning addVirtualTPM on makes existing
+// VMs stale (they have no TPM of their own); a template without it keeps
+// the hash it had before the field was hashed.
+func TestTemplateHashAddVirtualTPM(t *testing.T) {
+	ws := githubsimtest.Backends(t, nil)
+	hash := func(a hfv1.Attestation) string {
+		tm := &hfv1.HypervisorMachineTemplate{}
+		tm.Spec.Attestation = a
+		h, err := TemplateHash(ws, tm, &hfv1.HypervisorCluster{}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	own := hash(hfv1.Attestation{Method: hfv1.AttestationTPM, TPM: &hfv1.TPMAttestation{}})
+	added := hash(hfv1.Attestation{Method: hfv1.AttestationTPM, TPM: &hfv1.TPMAttestation{AddVirtualTPM: true}})
+	if own == added {
+		t.Error("addVirtualTPM does not change the template hash")
 	}
 }
