@@ -415,9 +415,13 @@ type TPMAttestation struct {
 	// +kubebuilder:validation:Pattern=`^/dev/[a-z0-9]+$`
 	DevicePath string `json:"devicePath,omitempty"`
 
-	// addVirtualTPM is to attach a virtual TPM 2.0 (Proxmox tpmstate0) to
-	// each VM when the template has none; not implemented yet, like method
-	// tpm itself.
+	// addVirtualTPM attaches a new virtual TPM 2.0 (Proxmox tpmstate0, on
+	// the VM's boot disk storage) to each VM before its first start, so
+	// that every VM has an endorsement key of its own; a tpmstate0 the
+	// template has is replaced. When false the template must have a
+	// tpmstate0 of version v2.0 and must never have been started since it
+	// got it (a started one's state, endorsement key included, is copied
+	// into every clone; docs/templates.md, "TPM").
 	// +optional
 	AddVirtualTPM bool `json:"addVirtualTPM,omitempty"`
 

@@ -29,6 +29,10 @@ type hashedShape struct {
 	// absent under iso, so that the hash of a template that does not use
 	// it is what it was before the field existed.
 	Native *hfv1.ProxmoxCloudInit `json:"native,omitempty"`
+	// AddVirtualTPM is set when the VMs get a virtual TPM of their own
+	// (TPM): a VM cloned before the change has none. Omitted when false,
+	// so that other templates keep the hash they had.
+	AddVirtualTPM bool `json:"addVirtualTPM,omitempty"`
 }
 
 // TemplateHash is the drift hash of a template (docs/architecture.md,
@@ -57,6 +61,9 @@ func TemplateHash(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 	}
 	if ci := tmpl.Spec.CloudInit; ci != nil && ci.Delivery == hfv1.CloudInitDeliveryProxmox {
 		shape.Native = cmp.Or(ci.Proxmox, &hfv1.ProxmoxCloudInit{})
+	}
+	if tpm := TPM(tmpl); tpm != nil {
+		shape.AddVirtualTPM = tpm.Add
 	}
 	raw, err := json.Marshal(shape)
 	if err != nil {

@@ -112,7 +112,19 @@ func Source(tmpl *hfv1.HypervisorMachineTemplate) provider.TemplateSource {
 		p := ci.Proxmox
 		out.Native = &provider.NativeFiles{VendorData: p.VendorSnippet, UserData: p.UserSnippet, Storage: p.DriveStorage}
 	}
+	out.TPM = TPM(tmpl)
 	return out
+}
+
+// TPM is the TPM the template's VMs need: a TPM 2.0 under attestation
+// method tpm (added to each VM when spec.attestation.tpm.addVirtualTPM is
+// set, else the template's own), nil under every other method.
+func TPM(tmpl *hfv1.HypervisorMachineTemplate) *provider.VMTPM {
+	a := tmpl.Spec.Attestation
+	if a.Method != hfv1.AttestationTPM {
+		return nil
+	}
+	return &provider.VMTPM{Add: a.TPM != nil && a.TPM.AddVirtualTPM}
 }
 
 // For builds the VM spec of a claim around its rendered cloud-init.
@@ -131,6 +143,7 @@ func For(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster
 			MACAddress: MAC(string(claim.UID)),
 		},
 		CloudInit: ci,
+		TPM:       TPM(tmpl),
 	}
 	if spec.Network.Bridge == "" {
 		spec.Network.Bridge = cluster.Spec.DefaultBridge

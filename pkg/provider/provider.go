@@ -285,6 +285,10 @@ type TemplateSource struct {
 	// template's node that its files exist where a VM can read them and
 	// that its Storage can hold the seed. EnsureVM ignores it.
 	Native *NativeFiles
+	// TPM, when set, is the TPM the template's VMs need (VMSpec.TPM):
+	// with Add false ValidateTemplate refuses a template that has no TPM
+	// 2.0 of its own. EnsureVM ignores it.
+	TPM *VMTPM
 }
 
 // NativeFiles is what ValidateTemplate checks of a native cloud-init: the
@@ -312,6 +316,9 @@ type TemplateInfo struct {
 	// PlaceGuestFile can write into them (for Proxmox: the QEMU guest
 	// agent is enabled, agent: 1).
 	GuestFiles bool
+	// TPM says the template has a TPM 2.0 its clones inherit (for Proxmox
+	// a tpmstate0 of version v2.0).
+	TPM bool
 }
 
 // Owner identifies who a VM belongs to. It is written into the VM's signed
@@ -362,6 +369,18 @@ type VMSpec struct {
 	// MemoryHint is the memory the VM will need, used to reserve capacity
 	// when placing it (MemoryBytes, or the template's memory when zero).
 	MemoryHint int64
+	// TPM, when set, says the VM needs a TPM 2.0 (its workload identity is
+	// attested with it); nil: the VM gets whatever TPM its template has.
+	TPM *VMTPM
+}
+
+// VMTPM is the TPM a VM needs.
+type VMTPM struct {
+	// Add attaches a fresh virtual TPM 2.0 while the VM is configured,
+	// before its first start, so that its endorsement key is the VM's own
+	// (for Proxmox a new tpmstate0 volume). False: the template must have
+	// one already; ValidateTemplate checks it (TemplateSource.TPM).
+	Add bool
 }
 
 // NetworkSpec is the VM's first network interface.
@@ -625,6 +644,9 @@ type VM struct {
 	OwnershipError error
 	// CreatedAt is the creation time written in the verified marker.
 	CreatedAt time.Time
+	// TPM says the VM has a TPM 2.0 (for Proxmox a tpmstate0 of version
+	// v2.0), so a claim that attests with one can refuse a VM without.
+	TPM bool
 }
 
 // Observer receives measurements from a provider; metrics implement it.

@@ -104,7 +104,7 @@ func (p *Provider) cloneLocked(spec *provider.VMSpec, tmpl *provider.TemplateInf
 	// The install's keyed name until the configuration, so that the orphan
 	// sweep finds a clone whose configuration never happens.
 	v := &vm{id: vmid, node: node, name: p.signer.VMName(vmid), description: p.signer.Description(spec.Description, rec),
-		storage: storage, memory: tmpl.MemoryBytes, guestAgent: tmpl.GuestFiles}
+		storage: storage, memory: tmpl.MemoryBytes, guestAgent: tmpl.GuestFiles, tpm: tmpl.TPM}
 	p.c.vms[v.id] = v
 	return p.operate(res, provider.PhaseCloning, p.c.startLocked(v, opClone, func(time.Time) {}),
 		fmt.Sprintf("cloning template %d to VM %d on node %s", tmpl.ID, v.id, v.node)), nil
@@ -141,8 +141,10 @@ func (p *Provider) stepLocked(ctx context.Context, spec *provider.VMSpec, v *vm,
 			// provider's, the fields kept in the VM's config.
 			attach, native = "", cloneNative(spec.Native)
 		}
+		addTPM := spec.TPM != nil && spec.TPM.Add
 		return p.operate(res, provider.PhaseConfiguring, c.startLocked(v, opConfigure, func(time.Time) {
 			v.configured, v.name, v.tags, v.memory, v.mac, v.attached, v.native = true, name, tags, memory, mac, attach, native
+			v.tpm = v.tpm || addTPM
 		}), fmt.Sprintf("configuring VM %d", v.id)), nil
 	case !v.started:
 		return p.operate(res, provider.PhaseStarting, c.powerOnLocked(v), fmt.Sprintf("starting VM %d", v.id)), nil

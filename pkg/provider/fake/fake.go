@@ -99,6 +99,9 @@ type vm struct {
 	// guest, gone when it stops (they stand for files in a tmpfs).
 	guestAgent bool
 	guestFiles map[string][]byte
+	// tpm says it has a TPM 2.0: its template's, or one its
+	// configuration added (VMSpec.TPM).
+	tpm bool
 }
 
 // operation is one operation in flight on a VM; finish applies its effect

@@ -62,6 +62,9 @@ func (p *Provider) templateLocked(src provider.TemplateSource) (*provider.Templa
 		return nil, provider.Errorf(provider.ClassConfiguration, "LinkedCloneUnsupported", "template %d does not allow linked clones", t.ID)
 	case !src.Linked && src.Storage != "" && !storages[src.Storage]:
 		return nil, provider.Errorf(provider.ClassConfiguration, "StorageNotFound", "full-clone target storage %q does not exist", src.Storage)
+	case src.TPM != nil && !src.TPM.Add && !t.TPM:
+		return nil, provider.Errorf(provider.ClassConfiguration, "TemplateHasNoTPM",
+			"spec.attestation.tpm.addVirtualTPM: template %d has no TPM 2.0; give it one or set addVirtualTPM", t.ID)
 	}
 	return t, nil
 }
@@ -98,7 +101,7 @@ func (p *Provider) GetVM(_ context.Context, ref provider.VMRef) (*provider.VM, e
 	if v == nil {
 		return nil, fmt.Errorf("VM %s: %w", ref.ID, provider.ErrNotFound)
 	}
-	out := &provider.VM{VMSummary: p.summaryLocked(v)}
+	out := &provider.VM{VMSummary: p.summaryLocked(v), TPM: v.tpm}
 	rec, err := p.signer.Verify(v.description, v.id)
 	if err != nil {
 		out.OwnershipError = err

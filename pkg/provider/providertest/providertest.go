@@ -30,7 +30,7 @@
 //     it to, so blocks the suite writes by hand verify there.
 //   - Template: a template whose clones boot to a guest that reports an
 //     address, takes guest files (TemplateInfo.GuestFiles) and stays up
-//     until powered off.
+//     until powered off. It has no TPM (TemplateInfo.TPM false).
 //   - Advance: moves the backend's clock, and the provider's if it keeps its
 //     own, forward; when it returns, whatever fell due has happened.
 //   - GuestPowerOff: the guest of a running VM powers it off from inside.

@@ -23,10 +23,12 @@ func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
 	}{
 		{"Probe", testProbe},
 		{"ValidateTemplate", testValidateTemplate},
+		{"ValidateTemplate/TPM", testTPMTemplate},
 		{"EnsureVM/DrivesToRunning", testDrivesToRunning},
 		{"EnsureVM/CloudInitDelivered", testCloudInitDelivered},
 		{"EnsureVM/CloudInitRenderedOnlyForDelivery", testCloudInitRenderedLate},
 		{"EnsureVM/NativeCloudInit", testNativeCloudInit},
+		{"EnsureVM/AddedTPM", testAddedTPM},
 		{"EnsureVM/RepeatedCallsAreIdempotent", testRepeatedCalls},
 		{"EnsureVM/RestartContinuesFromProgress", testRestart},
 		{"EnsureVM/VMIDReservedBeforeRestartIsReused", testVMIDReuseAfterRestart},

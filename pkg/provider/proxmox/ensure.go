@@ -690,7 +690,7 @@ func (c *ensureCall) configure(ctx context.Context, v *verified) (*provider.Ensu
 func paramField(err error, native bool) string {
 	fields := map[string]string{
 		"cores": "spec.resources.cpu", "memory": "spec.resources.memory", "net0": "spec.network",
-		"tags": "tags", "description": "description", "name": "name",
+		"tags": "tags", "description": "description", "name": "name", tpmKey: fieldAddTPM,
 	}
 	if native {
 		maps.Copy(fields, map[string]string{
@@ -740,6 +740,9 @@ func (c *ensureCall) configBody(v *verified) (map[string]any, error) {
 		n.tag = strconv.Itoa(c.spec.Network.VLAN)
 	}
 	body["net0"] = n.String()
+	if err := c.tpmConfig(body, v.cfg); err != nil {
+		return nil, err
+	}
 	if c.spec.Native != nil {
 		if err := nativeConfig(body, c.spec.Native, v.cfg); err != nil {
 			return nil, err
@@ -757,6 +760,34 @@ func (c *ensureCall) configBody(v *verified) (map[string]any, error) {
 	}
 	body[slot] = volid + ",media=cdrom"
 	return c.finishConfigBody(body, v), nil
+}
+
+// tpmConfig adds a new TPM 2.0 state to the configuration update when the
+// spec asks for one, in Proxmox's allocation syntax "<storage>:<size>"
+// (qemu-server allocates 4 MiB whatever the size says: TPMSTATE_DISK_SIZE
+// in src/PVE/QemuServer/Drive.pm). It goes to the boot disk's storage:
+// that storage holds VM images on the VM's node already, and every
+// Proxmox storage type holds raw volumes, the TPM state's format. A
+// tpmstate0 the clone copied from its template is replaced (Proxmox keeps
+// it as unusedN and destroys it with the VM): it may carry the
+// template's endorsement key (docs/templates.md, "TPM"). The state is
+// empty until the VM's first start, when Proxmox's start_swtpm
+// manufactures it with the VM's own endorsement key.
+func (c *ensureCall) tpmConfig(body map[string]any, cfg vmConfig) error {
+	if c.spec.TPM == nil || !c.spec.TPM.Add {
+		return nil
+	}
+	key, _ := cfg.bootDisk()
+	storage := ""
+	if key != "" {
+		storage = parseDrive(cfg[key]).storage()
+	}
+	if storage == "" {
+		return provider.Errorf(provider.ClassConfiguration, "NoTPMStorage",
+			"%s: the VM has no boot disk on a Proxmox storage to hold its TPM state; give the template a boot disk on a storage, or clear addVirtualTPM and add tpmstate0 to the template", fieldAddTPM)
+	}
+	body[tpmKey] = storage + ":1,version=v2.0"
+	return nil
 }
 
 // finishConfigBody adds the name, the tags and the description.

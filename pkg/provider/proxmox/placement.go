@@ -452,7 +452,7 @@ func (p *Provider) vmDiskStorages(tmpl *templateInfo, spec *provider.VMSpec) []s
 	}
 	var out []string
 	for _, d := range tmpl.disks {
-		if !d.cloud && !slices.Contains(out, d.storage) {
+		if !d.copied && !slices.Contains(out, d.storage) {
 			out = append(out, d.storage)
 		}
 	}

@@ -89,7 +89,7 @@ func (p *Provider) GetVM(ctx context.Context, at provider.VMRef) (*provider.VM, 
 		ID: at.ID, Node: node, Name: cfg["name"], Power: powerState(st.Status), Template: cfg["template"] == "1",
 		Lock: cfg["lock"], Tags: tags, OperatorTagged: p.signer.HasOperatorTag(tags),
 		InstallNamed: p.signer.VerifyVMName(cfg["name"], ref.VMID),
-	}}
+	}, TPM: cfg.hasTPM2()}
 	if vm.Power == provider.PowerRunning {
 		vm.Uptime = time.Duration(st.Uptime) * time.Second
 	}

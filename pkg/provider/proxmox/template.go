@@ -22,8 +22,10 @@ type templateInfo struct {
 	cores       int
 	memoryBytes int64
 	agent       bool
-	tags        []string
-	at          time.Time
+	// tpm is the version of the template's tpmstate0, "" without one.
+	tpm  string
+	tags []string
+	at   time.Time
 }
 
 // templateDisk is one volume a clone copies.
@@ -31,7 +33,11 @@ type templateDisk struct {
 	key     string
 	storage string
 	format  string
-	cloud   bool
+	// copied says Proxmox copies the volume in full even in a linked
+	// clone: cloud-init drives and TPM state (qemu-server's clone_vm,
+	// src/PVE/API2/Qemu.pm: "$full || drive_is_cloudinit($drive) ||
+	// $opt eq 'tpmstate0'").
+	copied bool
 }
 
 // Fields of the machine template the messages point at.
@@ -42,6 +48,7 @@ const (
 	fieldStorage      = "spec.source.proxmox.storage"
 	fieldFormat       = "spec.source.proxmox.format"
 	fieldPool         = "spec.source.proxmox.pool"
+	fieldAddTPM       = "spec.attestation.tpm.addVirtualTPM"
 )
 
 func configErr(reason, field, format string, args ...any) error {
@@ -95,10 +102,11 @@ func (p *Provider) template(ctx context.Context, src provider.TemplateSource) (*
 		}
 		return nil, configErr("NotATemplate", field, "VM %d is not a template; convert it (qm template %d) or name a template", id, id)
 	}
-	t := &templateInfo{id: id, name: cfg["name"], node: node, agent: agentOn(cfg["agent"]), tags: cfg.tags(), at: p.clock.Now()}
+	t := &templateInfo{id: id, name: cfg["name"], node: node, agent: agentOn(cfg["agent"]), tpm: cfg.tpmVersion(), tags: cfg.tags(), at: p.clock.Now()}
 	for _, k := range cfg.disks() {
 		d := parseDrive(cfg[k])
-		t.disks = append(t.disks, templateDisk{key: k, storage: d.storage(), format: d.format(), cloud: d.cloudInit()})
+		t.disks = append(t.disks, templateDisk{key: k, storage: d.storage(), format: d.format(),
+			copied: d.cloudInit() || k == tpmKey})
 	}
 	_, t.diskBytes = cfg.bootDisk()
 	t.cores = 1 // qemu-server's defaults: one socket, one core
@@ -187,15 +195,16 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 			"template %d carries this install's tag %q; remove the tag (clones of it would look already configured)", t.id, p.signer.OperatorTag())
 	}
 	info := &provider.TemplateInfo{ID: t.id, Name: t.name, Node: t.node, DiskBytes: t.diskBytes, Cores: t.cores,
-		MemoryBytes: t.memoryBytes, LinkedCloneSupported: true, GuestFiles: t.agent}
+		MemoryBytes: t.memoryBytes, LinkedCloneSupported: true, GuestFiles: t.agent, TPM: t.tpm == "v2.0"}
 	seen := map[string]bool{}
 	for _, d := range t.disks {
 		if !seen[d.storage] {
 			seen[d.storage] = true
 			info.Storages = append(info.Storages, d.storage)
 		}
-		if d.cloud {
-			// Proxmox copies cloud-init drives in full, whatever the mode.
+		if d.copied {
+			// Proxmox copies cloud-init drives and TPM state in full,
+			// whatever the mode.
 			continue
 		}
 		st, ok := view.storages[t.node][d.storage]
@@ -237,6 +246,9 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 			}
 		}
 	}
+	if err := checkTemplateTPM(t, src.TPM); err != nil {
+		return nil, err
+	}
 	if src.ResourcePool != "" {
 		var pools []struct {
 			PoolID string `json:"poolid"`
@@ -261,6 +273,23 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 		p.log.Info("Template has no QEMU guest agent; VMs will never report addresses", "template", t.id)
 	}
 	return info, nil
+}
+
+// checkTemplateTPM refuses a template whose VMs would lack the TPM 2.0
+// they need: without addVirtualTPM the clone keeps the template's
+// tpmstate0, which must exist and be v2.0 (Proxmox cannot change a TPM
+// state's version after creation: prohibit_tpm_version_change in
+// qemu-server's src/PVE/API2/Qemu.pm). With addVirtualTPM the VM gets a
+// new state whatever the template has.
+func checkTemplateTPM(t *templateInfo, need *provider.VMTPM) error {
+	if need == nil || need.Add || t.tpm == "v2.0" {
+		return nil
+	}
+	fix := fmt.Sprintf("add one to the template (qm set %d --tpmstate0 <storage>:1,version=v2.0, before the template is ever started; docs/templates.md, \"TPM\") or set addVirtualTPM", t.id)
+	if t.tpm == "" {
+		return configErr("TemplateHasNoTPM", fieldAddTPM, "%s has no TPM (tpmstate0) and attestation method tpm needs a TPM 2.0; %s", fmtTemplate(t), fix)
+	}
+	return configErr("TemplateTPMVersion", fieldAddTPM, "%s's TPM (tpmstate0) is version %s and attestation method tpm needs v2.0, which Proxmox cannot change in place; remove it and %s", fmtTemplate(t), t.tpm, fix)
 }
 
 // checkNativeFiles checks, on the template's node, what a native

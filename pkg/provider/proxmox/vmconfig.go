@@ -127,7 +127,9 @@ func (c vmConfig) bootDisk() (string, int64) {
 	}
 	for _, k := range append(order, c.drives()...) {
 		v, ok := c[k]
-		if !ok || !driveKeyRE.MatchString(k) {
+		if !ok || !driveKeyRE.MatchString(k) || k == "efidisk0" || k == tpmKey {
+			// EFI variables and TPM state are not disks a guest boots
+			// from (tpmstate0 sorts before virtio0).
 			continue
 		}
 		d := parseDrive(v)
@@ -139,6 +141,31 @@ func (c vmConfig) bootDisk() (string, int64) {
 	}
 	return "", 0
 }
+
+// tpmKey is Proxmox's one TPM state drive.
+const tpmKey = "tpmstate0"
+
+// tpmVersion is the TPM version of the config's tpmstate0, "" without
+// one. qemu-server's tpmstate0 format is
+// "[file=]<volume>[,size=<size>][,version=<v1.2|v2.0>]", version v1.2
+// when absent (src/PVE/QemuServer/Drive.pm, $tpmversion_fmt).
+func (c vmConfig) tpmVersion() string {
+	v, ok := c[tpmKey]
+	if !ok {
+		return ""
+	}
+	d := parseDrive(v)
+	if d.file == "" || d.file == "none" {
+		return ""
+	}
+	if ver := d.opts["version"]; ver != "" {
+		return ver
+	}
+	return "v1.2"
+}
+
+// hasTPM2 says the config has a TPM 2.0.
+func (c vmConfig) hasTPM2() bool { return c.tpmVersion() == "v2.0" }
 
 // isoSlot returns the drive key holding volid, "" if none.
 func (c vmConfig) isoSlot(volid string) string {

@@ -2,6 +2,7 @@ package proxmoxsim
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -90,7 +91,12 @@ func (s *Simulator) handleClone(q *apiRequest) (any, error) {
 		if !d.isCloudInit() {
 			p.totalBytes += vol.size
 		}
-		if !p.full && !d.isCloudInit() && (!src.isTemplate() || !st.supportsLinkedClone(vol.format)) {
+		if p.full && src.running && k == tpmKey {
+			return nil, serverError("cannot clone TPM state while VM is running")
+		}
+		// Cloud-init drives and TPM state are copied in full whatever
+		// the mode (qemu-server's clone_vm).
+		if !p.full && !d.isCloudInit() && k != tpmKey && (!src.isTemplate() || !st.supportsLinkedClone(vol.format)) {
 			return nil, serverError("Linked clone feature is not supported for '%s' (%s)", d.file, k)
 		}
 		tst := st
@@ -250,6 +256,15 @@ func (s *Simulator) cloneFinish(t *task, p *clonePlan, at time.Time) {
 			// The cloud-init drive is always copied in full.
 			nd.file = s.cloudInitVolid(tst, p.newid)
 			s.addVolumeLocked(tst, scope, &volume{volid: nd.file, content: "images", format: svol.format, size: svol.size, vmid: p.newid})
+		case k == tpmKey:
+			// A copy, content and all, on the full clone's target
+			// storage or the template's: a state manufactured by an
+			// earlier start travels with it, endorsement key included
+			// (docs/templates.md, "TPM").
+			nd.file = s.newDiskNameLocked(tst, scope, p.newid, "raw")
+			t.logf("create full clone of drive %s (%s)", k, d.file)
+			s.addVolumeLocked(tst, scope, &volume{volid: nd.file, content: "images", format: "raw", size: svol.size, vmid: p.newid,
+				data: slices.Clone(svol.data)})
 		case p.full:
 			format := svol.format
 			if p.format != "" && tst.fileBased() {

@@ -104,6 +104,10 @@ type TemplateConfig struct {
 	CloudInitStorage string `json:"cloudInitStorage,omitempty"`
 	// NotTemplate makes this a plain VM instead of a template.
 	NotTemplate bool `json:"notTemplate,omitempty"`
+	// TPMVersion, when set (v2.0 or v1.2), adds tpmstate0 of that version
+	// on Storage: an empty 4 MiB state, as if added by qm set --tpmstate0
+	// and never started since.
+	TPMVersion string `json:"tpmVersion,omitempty"`
 	// Extra config keys, written verbatim.
 	Config map[string]string `json:"config,omitempty"`
 	// GuestImage makes the template a real guest: its clones boot in QEMU
@@ -352,6 +356,9 @@ func (c *Config) Validate() error {
 			if _, ok := storages[t.CloudInitStorage]; !ok {
 				return fmt.Errorf("template %d: unknown cloud-init storage %q", t.VMID, t.CloudInitStorage)
 			}
+		}
+		if t.TPMVersion != "" && t.TPMVersion != tpmV12 && t.TPMVersion != tpmV20 {
+			return fmt.Errorf("template %d: tpmVersion %q is not v1.2 or v2.0", t.VMID, t.TPMVersion)
 		}
 		if t.Name != "" && !dnsNameRE.MatchString(t.Name) {
 			return fmt.Errorf("template %d: name %q is not a DNS name", t.VMID, t.Name)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/qemu"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/swtpm"
 )
 
 // GuestImage marks a template as a real guest: starting it, or any clone
@@ -78,6 +79,9 @@ type realGuests struct {
 	ownsDir bool
 	vms     map[int]*realGuest
 	wg      sync.WaitGroup
+	// tpmCA manufactures the guests' TPMs (realtpm.go), nil until one
+	// starts.
+	tpmCA *swtpm.LocalCA
 }
 
 // realGuest is one boot of one VM.
@@ -86,6 +90,9 @@ type realGuest struct {
 	gen     int
 	sockDir string
 	stop    context.CancelFunc
+	// tpm is its swtpm, nil without tpmstate0; node is where its volume is.
+	tpm  *realTPM
+	node string
 }
 
 // realGuestsLocked returns the runner, creating it (and its work
@@ -145,13 +152,22 @@ func (r *realGuests) startLocked(v *vm, gen int) error {
 			return fmt.Errorf("start failed: %w", err)
 		}
 	}
-	p, err := qemu.Start(m)
+	tpm, err := r.startTPMLocked(v, dir, sockDir)
 	if err != nil {
 		_ = os.RemoveAll(sockDir)
 		return fmt.Errorf("start failed: %w", err)
 	}
+	if tpm != nil {
+		m.TPMCtrl = tpm.tpm.Ctrl
+	}
+	p, err := qemu.Start(m)
+	if err != nil {
+		r.stopTPMLocked(tpm, v.node)
+		_ = os.RemoveAll(sockDir)
+		return fmt.Errorf("start failed: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &realGuest{proc: p, gen: gen, sockDir: sockDir, stop: cancel}
+	g := &realGuest{proc: p, gen: gen, sockDir: sockDir, stop: cancel, tpm: tpm, node: v.node}
 	r.vms[v.vmid] = g
 	r.wg.Add(2)
 	go r.waitExit(v.vmid, g)
@@ -278,10 +294,12 @@ func (r *realGuests) waitExit(vmid int, g *realGuest) {
 	defer r.wg.Done()
 	<-g.proc.Done()
 	g.stop()
-	_ = os.RemoveAll(g.sockDir)
 	s := r.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// The TPM goes with QEMU, as swtpm --terminate does under Proxmox.
+	r.stopTPMLocked(g.tpm, g.node)
+	_ = os.RemoveAll(g.sockDir)
 	if r.vms[vmid] == g {
 		delete(r.vms, vmid)
 	}
@@ -314,6 +332,9 @@ func (r *realGuests) stopLocked(vmid int) {
 	if g := r.vms[vmid]; g != nil {
 		delete(r.vms, vmid)
 		g.proc.Kill()
+		// At once, not when waitExit runs: a start that follows must
+		// find the state back in the volume and no swtpm on its file.
+		r.stopTPMLocked(g.tpm, g.node)
 	}
 }
 

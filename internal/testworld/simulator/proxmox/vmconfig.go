@@ -92,6 +92,8 @@ func vmConfigSchema() *schema {
 		param{name: "background_delay", kind: kInt, optional: true, min: intPtr(1), max: intPtr(30)},
 	)
 	s.dynamic = []dynParam{
+		// tpmstate0 has a format of its own; lookup takes the first match.
+		{re: regexp.MustCompile(`^` + tpmKey + `$`), p: param{kind: kString, optional: true, format: verifyTPMState}},
 		{re: driveKeyRE, p: param{kind: kString, optional: true, format: verifyDrive}},
 		{re: netKeyRE, p: param{kind: kString, optional: true, format: verifyNet}},
 		{re: ipcfgKeyRE, p: param{kind: kString, optional: true, format: verifyIPConfig}},

@@ -62,7 +62,7 @@ func (v *vm) memoryBytes() int64 { return v.memoryMiB() << 20 }
 func (v *vm) bootDiskSize() int64 {
 	for _, k := range driveKeys(v.conf) {
 		d := parseDrive(v.conf[k])
-		if d.isCDROM() || d.isCloudInit() {
+		if d.isCDROM() || d.isCloudInit() || k == "efidisk0" || k == tpmKey {
 			continue
 		}
 		if n, _, ok := parseSize(d.opts["size"]); ok {
@@ -152,6 +152,15 @@ func (s *Simulator) initTemplates() error {
 			civol := s.cloudInitVolid(cst, tc.VMID)
 			s.addVolumeLocked(cst, cst.scope(tc.Node), &volume{volid: civol, content: "images", format: "raw", size: 4 << 20, vmid: tc.VMID})
 			conf["ide2"] = civol + ",media=cdrom"
+		}
+		if tc.TPMVersion != "" {
+			tpmVol := strings.Replace(volid, "-disk-0", "-disk-1", 1)
+			tpmVol = strings.TrimSuffix(tpmVol, "."+format)
+			if st.fileBased() {
+				tpmVol += ".raw"
+			}
+			s.addVolumeLocked(st, scope, &volume{volid: tpmVol, content: "images", format: "raw", size: tpmStateSize, vmid: tc.VMID, ctime: now.Unix()})
+			conf[tpmKey] = fmt.Sprintf("%s,size=%s,version=%s", tpmVol, formatSize(tpmStateSize), tc.TPMVersion)
 		}
 		for k, v := range tc.Config {
 			conf[k] = v

@@ -2,6 +2,7 @@ package proxmoxsim
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -111,6 +112,11 @@ func contains(list []string, s string) bool {
 // checkDriveLocked validates the storage side of a drive value: an ISO must
 // exist, new disks need an images storage on the VM's node.
 func (s *Simulator) checkDriveLocked(v *vm, key, val string) error {
+	if key == tpmKey {
+		if err := checkTPMVersionChange(v.conf[key], val); err != nil {
+			return err
+		}
+	}
 	d := parseDrive(val)
 	if d.file == "none" || d.file == "cdrom" || strings.HasPrefix(d.file, "/dev/") {
 		return nil
@@ -121,9 +127,17 @@ func (s *Simulator) checkDriveLocked(v *vm, key, val string) error {
 		return err
 	}
 	switch {
-	case rest == "cloudinit" || isNewDiskSize(rest):
+	case rest == "cloudinit":
+		// qemu-server's $check_storage_access passes cloud-init drives;
+		// the allocation fails later, with a 500.
 		if !st.content["images"] {
 			return serverError("storage '%s' does not support content-type 'images'", sid)
+		}
+	case isNewDiskSize(rest):
+		// $check_storage_access (src/PVE/API2/Qemu.pm) refuses a new
+		// disk on such a storage up front, naming the storage.
+		if !st.content["images"] {
+			return paramError(map[string]string{"storage": fmt.Sprintf("storage '%s' does not support vm images", sid)})
 		}
 	default:
 		if st.volumes[volumeKey(st.scope(v.node), d.file)] == nil {
@@ -209,6 +223,18 @@ func (s *Simulator) allocDriveLocked(v *vm, key, val string, t *task) string {
 	}
 	scope := st.scope(v.node)
 	switch {
+	case key == tpmKey && isNewDiskSize(rest):
+		// A fixed 4 MiB raw volume, named like any disk; the size given
+		// is ignored (qemu-server's create_disks).
+		d.file = s.newDiskNameLocked(st, scope, v.vmid, "raw")
+		s.addVolumeLocked(st, scope, &volume{volid: d.file, content: "images", format: "raw", size: tpmStateSize, vmid: v.vmid})
+		delete(d.opts, "format")
+		d.keys = slices.DeleteFunc(d.keys, func(k string) bool { return k == "format" })
+		d.set("size", formatSize(tpmStateSize))
+		if t != nil {
+			t.logf("%s: successfully created disk '%s'", key, printTPMState(d))
+		}
+		return printTPMState(d)
 	case rest == "cloudinit":
 		d.file = s.cloudInitVolid(st, v.vmid)
 		s.addVolumeLocked(st, scope, &volume{volid: d.file, content: "images", format: "raw", size: 4 << 20, vmid: v.vmid})

@@ -54,6 +54,12 @@ type Machine struct {
 	// SocketDir holds the QMP and guest agent sockets. Unix socket paths
 	// are limited to 107 bytes: keep it short.
 	SocketDir string
+	// TPMCtrl, when set, is the control socket of a running swtpm (swtpm
+	// socket --ctrl type=unixio,path=...), attached as Proxmox attaches
+	// tpmstate0: a TPM TIS device on QEMU's emulator backend
+	// (add_tpm_device in qemu-server's src/PVE/QemuServer.pm). QEMU hands
+	// swtpm the data channel over that socket.
+	TPMCtrl string
 }
 
 // UserNet is a user-mode (slirp) network: the guest gets Guest by DHCP in
@@ -118,6 +124,12 @@ func (m Machine) Args() []string {
 		"-mon", "chardev=qmp,mode=control",
 		"-chardev", "file,id=serial0,path=" + m.Console + ",append=on",
 		"-serial", "chardev:serial0",
+	}
+	if m.TPMCtrl != "" {
+		args = append(args,
+			"-chardev", "socket,id=tpmchar,path="+m.TPMCtrl,
+			"-tpmdev", "emulator,id=tpmdev,chardev=tpmchar",
+			"-device", "tpm-tis,tpmdev=tpmdev")
 	}
 	if m.CDROM != "" {
 		id := m.CDROMID

@@ -1,0 +1,37 @@
+package qemu
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestArgsTPM: a machine with an swtpm control socket gets Proxmox's TPM
+// devices (a tpm-tis device on the emulator backend, its chardev on the
+// control socket), each once; one without gets no TPM device at all.
+func TestArgsTPM(t *testing.T) {
+	m := Machine{Name: "t", Kernel: "k", Initrd: "i", Disk: "d", MAC: "02:00:00:00:00:01", Console: "/tmp/c", SocketDir: "/tmp/s"}
+	if args := strings.Join(m.Args(), " "); strings.Contains(args, "tpm") {
+		t.Fatalf("no TPM asked, yet: %s", args)
+	}
+	m.TPMCtrl = "/run/hf/tpm.sock.ctrl"
+	args := m.Args()
+	for _, pair := range [][2]string{
+		{"-chardev", "socket,id=tpmchar,path=/run/hf/tpm.sock.ctrl"},
+		{"-tpmdev", "emulator,id=tpmdev,chardev=tpmchar"},
+		{"-device", "tpm-tis,tpmdev=tpmdev"},
+	} {
+		n := 0
+		for i := 0; i+1 < len(args); i++ {
+			if args[i] == pair[0] && args[i+1] == pair[1] {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%s %s appears %d times in %q, want once", pair[0], pair[1], n, args)
+		}
+	}
+	if slices.Contains(args, "tpm-crb,tpmdev=tpmdev") {
+		t.Errorf("a CRB device besides TIS: %q", args)
+	}
+}
