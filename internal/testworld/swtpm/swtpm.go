@@ -183,8 +183,7 @@ func Start(state, runDir string) (*TPM, error) {
 	t.cmd = exec.Command(bin, "socket", "--tpm2", "--tpmstate", tpmstate,
 		"--server", "type=unixio,path="+t.Socket,
 		"--ctrl", "type=unixio,path="+t.Ctrl,
-		"--flags", "not-need-init,startup-clear",
-		"--log", "level=1")
+		"--flags", "not-need-init,startup-clear")
 	t.cmd.Stdout = logFile
 	t.cmd.Stderr = logFile
 	// Its own process group: a terminal's Ctrl-C reaches the test, which
