@@ -1,13 +1,19 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +21,8 @@ import (
 	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/swtpm"
+	"github.com/hyperfleet/hyperfleet/internal/tpmdevid"
 )
 
 // TestSPIREAgentConfigTPM: with a DevID spire-agent attests with
@@ -296,4 +304,334 @@ func TestTPMRefusesJoinToken(t *testing.T) {
 	if got := notices.attestationErrors(); len(got) != 1 || got[0] != "" {
 		t.Errorf("power-off notices' attestationError %q, want one without", got)
 	}
+}
+
+// tpmOperator is the operator's side of the TPM enrollment endpoints, as
+// an httptest TLS server built on internal/tpmdevid's own operator half:
+// it checks the enrollment proof, verifies the enrollment against the
+// swtpm local CA's EK bundle (tpmdevid.Verify), challenges with a secret
+// derived from the enrollment (the operator keeps no state between the
+// two calls), and on the right answer signs a DevID certificate
+// (CA.IssueDevID). Its switches make it answer as a busy or refusing
+// operator would, or corrupt the challenge so that no TPM can activate it.
+type tpmOperator struct {
+	srv   *httptest.Server
+	caPEM string // the server's certificate, for spiffe.brokerCA
+	proof string
+	ekCAs *x509.CertPool
+	devID *tpmdevid.CA
+	key   []byte // derives the challenges' secrets
+
+	// busyFirst answers the first enrollment 503 with Retry-After 1;
+	// refuse answers every enrollment 403; corrupt flips a byte of the
+	// challenge's encrypted secret.
+	busyFirst, refuse, corrupt bool
+
+	mu     sync.Mutex
+	calls  map[string]int // path -> requests
+	issued [][]byte       // DER DevID certificates
+}
+
+func newTPMOperator(t *testing.T, ekBundle []byte, proof string, setup func(*tpmOperator)) *tpmOperator {
+	t.Helper()
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ekBundle) {
+		t.Fatal("the swtpm local CA's bundle holds no certificate")
+	}
+	devID, err := tpmdevid.NewCA("hyperfleet test DevID CA", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &tpmOperator{proof: proof, ekCAs: pool, devID: devID, key: []byte("test operator key"), calls: map[string]int{}}
+	if setup != nil {
+		setup(o)
+	}
+	o.srv = httptest.NewTLSServer(o)
+	t.Cleanup(o.srv.Close)
+	o.caPEM = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: o.srv.Certificate().Raw}))
+	return o
+}
+
+// devIDCAPEM is the DevID CA's certificate, spire-server's devid_ca_path.
+func (o *tpmOperator) devIDCAPEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: o.devID.Certificate().Raw})
+}
+
+func (o *tpmOperator) refusal(w http.ResponseWriter, code int, reason, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"reason": reason, "message": message})
+}
+
+// secret is the challenge's secret for an enrollment of spiffeID.
+func (o *tpmOperator) secret(spiffeID string, v *tpmdevid.Verified) []byte {
+	m := hmac.New(sha256.New, o.key)
+	m.Write([]byte(spiffeID + "\x00" + v.EKFingerprint + "\x00" + v.DevIDFingerprint + "\x00"))
+	m.Write(v.AKName)
+	return m.Sum(nil)
+}
+
+func (o *tpmOperator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	o.mu.Lock()
+	o.calls[r.URL.Path]++
+	n := o.calls[r.URL.Path]
+	o.mu.Unlock()
+	if r.Method != http.MethodPost {
+		o.refusal(w, http.StatusMethodNotAllowed, "MethodNotAllowed", r.Method)
+		return
+	}
+	if r.Header.Get(agentconfig.EnrollmentProofHeader) != o.proof {
+		o.refusal(w, http.StatusForbidden, "EnrollmentProofInvalid", "not this claim's enrollment proof")
+		return
+	}
+	var req agentconfig.TPMActivateRequest // TPMEnrollRequest's fields and the answer
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		o.refusal(w, http.StatusBadRequest, "BadRequest", err.Error())
+		return
+	}
+	v, err := tpmdevid.Verify(&req.Enrollment, o.ekCAs, time.Now())
+	if err != nil {
+		o.refusal(w, http.StatusForbidden, "EnrollmentInvalid", err.Error())
+		return
+	}
+	secret := o.secret(req.SPIFFEID, v)
+	switch r.URL.Path {
+	case agentconfig.TPMEnrollPath:
+		switch {
+		case o.busyFirst && n == 1:
+			w.Header().Set("Retry-After", "1")
+			o.refusal(w, http.StatusServiceUnavailable, "NotLeader", "ask again")
+			return
+		case o.refuse:
+			o.refusal(w, http.StatusForbidden, "ClaimNotEnrolling", "the claim of "+req.SPIFFEID+" enrolls no TPM")
+			return
+		}
+		ch, err := v.Challenge(secret)
+		if err != nil {
+			o.refusal(w, http.StatusInternalServerError, "ChallengeFailed", err.Error())
+			return
+		}
+		if o.corrupt {
+			ch.Secret[len(ch.Secret)/2] ^= 0xff
+		}
+		_ = json.NewEncoder(w).Encode(agentconfig.TPMChallenge{Challenge: ch})
+	case agentconfig.TPMActivatePath:
+		if !hmac.Equal(req.Answer, secret) {
+			o.refusal(w, http.StatusForbidden, "WrongAnswer", "the answer is not the challenge's secret")
+			return
+		}
+		now := time.Now()
+		der, err := o.devID.IssueDevID(v.DevIDKey, "vm-"+v.DevIDFingerprint[:16], now.Add(-time.Minute), now.Add(30*time.Minute))
+		if err != nil {
+			o.refusal(w, http.StatusInternalServerError, "IssueFailed", err.Error())
+			return
+		}
+		o.mu.Lock()
+		o.issued = append(o.issued, der)
+		o.mu.Unlock()
+		_ = json.NewEncoder(w).Encode(agentconfig.TPMActivateResponse{DevIDCertificate: der, CACertificates: [][]byte{o.devID.Certificate().Raw}})
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (o *tpmOperator) counts() (enroll, activate int, issued [][]byte) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.calls[agentconfig.TPMEnrollPath], o.calls[agentconfig.TPMActivatePath], append([][]byte(nil), o.issued...)
+}
+
+// testTPM is a swtpm manufactured by a local CA (internal/testworld/swtpm)
+// and the CA's EK bundle. A missing swtpm fails the test.
+func testTPM(t *testing.T, ca *swtpm.LocalCA) (*swtpm.TPM, []byte) {
+	t.Helper()
+	state := filepath.Join(t.TempDir(), "tpmstate")
+	if err := ca.Manufacture(state); err != nil {
+		t.Fatal(err)
+	}
+	// A short directory: a unix socket's path has at most 107 bytes.
+	runDir, err := os.MkdirTemp("", "tpm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(runDir) })
+	tpm, err := swtpm.Start(state, runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := tpm.Stop(); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			t.Logf("swtpm log (%s):\n%s", tpm.LogPath, tpm.Log())
+		}
+	})
+	bundle, err := ca.BundlePEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tpm, bundle
+}
+
+// tpmSource is a BrokerSource in tpm mode whose VM (root) has tpm at
+// /dev/tpmrm0 (a symbolic link to its socket, which go-tpm and
+// spire-agent follow) and enrolls at o.
+func tpmSource(t *testing.T, tpm *swtpm.TPM, o *tpmOperator, log *syncBuffer) *BrokerSource {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "dev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(tpm.Socket, filepath.Join(root, "dev", "tpmrm0")); err != nil {
+		t.Fatal(err)
+	}
+	return &BrokerSource{
+		Method: agentconfig.BootstrapJITConfig,
+		SPIFFE: &agentconfig.SPIFFE{
+			AttestationMethod: agentconfig.AttestationTPM,
+			TPMDevicePath:     "/dev/tpmrm0",
+			SPIFFEID:          "spiffe://example.org/vm/ns/tpm/uid",
+			TrustDomain:       "example.org",
+			BrokerURL:         o.srv.URL + "/credential/tpm",
+			BrokerCA:          o.caPEM,
+		},
+		SecretsFile:   agentconfig.SecretsFile,
+		Root:          root,
+		AttestTimeout: time.Minute,
+		Logger:        slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		UserAgent:     "hyperfleet-agent/test",
+	}
+}
+
+// TestEnrollTPM enrolls a swtpm's DevID at the operator's endpoints (real
+// tpmdevid on both sides): the agent writes the certificate the operator
+// issued, in PEM, and the TPM's blobs, 0600, in the run directory; a busy
+// operator is asked again after Retry-After, a refusal carries its reason
+// (TPMEnrollmentRefused), and a challenge the TPM cannot activate is
+// TPMActivationFailed.
+func TestEnrollTPM(t *testing.T) {
+	t.Parallel()
+	ca, err := swtpm.NewLocalCA(filepath.Join(t.TempDir(), "localca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpm, ekBundle := testTPM(t, ca)
+	const proof = "enrollment-proof-of-the-claim"
+	enroll := func(t *testing.T, o *tpmOperator, proof string) (*spireRun, *syncBuffer, nodeAttestor, error) {
+		t.Helper()
+		log := &syncBuffer{}
+		src := tpmSource(t, tpm, o, log)
+		run, err := newSPIRERun(src.Logger, "spire-agent", filepath.Join(src.Root, SPIREDir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(run.stop)
+		att, err := src.enrollTPM(context.Background(), context.Background(), run, proof)
+		if err != nil && strings.Contains(err.Error()+log.String(), proof) {
+			t.Errorf("the enrollment proof is shown: %v\n%s", err, log)
+		}
+		return run, log, att, err
+	}
+
+	// One TPM: the cases run one after the other (a TPM runs one command
+	// at a time, and go-tpm's socket connection is per command).
+	t.Run("ok", func(t *testing.T) {
+		o := newTPMOperator(t, ekBundle, proof, func(o *tpmOperator) { o.busyFirst = true })
+		start := time.Now()
+		run, log, att, err := enroll(t, o, proof)
+		if err != nil {
+			t.Fatalf("enrollTPM: %v (exit code %d)\n%s", err, exitCode(err), log)
+		}
+		t.Logf("enrolled in %s", time.Since(start).Round(time.Millisecond))
+		enrolls, activates, issued := o.counts()
+		if enrolls != 2 || activates != 1 || len(issued) != 1 {
+			t.Fatalf("operator saw %d enrollments (want 2: 503, then 200) and %d activations (want 1), issued %d", enrolls, activates, len(issued))
+		}
+		if time.Since(start) < time.Second {
+			t.Errorf("the 503's Retry-After (1s) was not waited for")
+		}
+		// run.dir is <root>/run/hyperfleet/spire/attest-*.
+		root := filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(run.dir))))
+		if att.devID == nil || att.tpmDevice != filepath.Join(root, "dev", "tpmrm0") {
+			t.Fatalf("attestor %+v, want tpm_devid at the VM's /dev/tpmrm0", att)
+		}
+		for _, p := range []string{att.devID.cert, att.devID.pub, att.devID.priv} {
+			fi, err := os.Stat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != 0o600 || filepath.Dir(p) != run.dir || fi.Size() == 0 {
+				t.Errorf("%s: mode %v, size %d; want a non-empty 0600 file in the run directory %s", p, fi.Mode(), fi.Size(), run.dir)
+			}
+		}
+		certPEM, err := os.ReadFile(att.devID.cert)
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, rest := pem.Decode(certPEM)
+		if block == nil || block.Type != "CERTIFICATE" || !bytes.Equal(block.Bytes, issued[0]) || len(bytes.TrimSpace(rest)) != 0 {
+			t.Errorf("devid_cert_path holds %q, want the issued certificate as one PEM CERTIFICATE block", certPEM)
+		}
+		conf, err := spireAgentConfig(&agentconfig.SPIFFE{TrustDomain: "example.org", ServerAddress: "127.0.0.1:8081"}, att, run.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(conf), `tpm_device_path = "`+att.tpmDevice+`"`) || !strings.Contains(string(conf), `devid_priv_path = "`+att.devID.priv+`"`) {
+			t.Errorf("spire-agent's config does not name the DevID:\n%s", conf)
+		}
+	})
+
+	t.Run("refused", func(t *testing.T) {
+		o := newTPMOperator(t, ekBundle, proof, func(o *tpmOperator) { o.refuse = true })
+		_, log, _, err := enroll(t, o, proof)
+		if exitCode(err) != ExitAttestation || attestationErrorOf(err) != agentconfig.AttestationTPMEnrollmentRefused {
+			t.Fatalf("error %v (exit code %d), want ExitAttestation and TPMEnrollmentRefused\n%s", err, exitCode(err), log)
+		}
+		for _, want := range []string{"403", "ClaimNotEnrolling", "enrolls no TPM"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error lacks the operator's %q: %v", want, err)
+			}
+		}
+	})
+
+	t.Run("wrong proof", func(t *testing.T) {
+		o := newTPMOperator(t, ekBundle, proof, nil)
+		_, log, _, err := enroll(t, o, "another claim's proof")
+		if attestationErrorOf(err) != agentconfig.AttestationTPMEnrollmentRefused || !strings.Contains(err.Error(), "EnrollmentProofInvalid") {
+			t.Fatalf("error %v, want TPMEnrollmentRefused with EnrollmentProofInvalid\n%s", err, log)
+		}
+	})
+
+	t.Run("activation fails", func(t *testing.T) {
+		o := newTPMOperator(t, ekBundle, proof, func(o *tpmOperator) { o.corrupt = true })
+		_, log, _, err := enroll(t, o, proof)
+		if exitCode(err) != ExitAttestation || attestationErrorOf(err) != agentconfig.AttestationTPMActivationFailed {
+			t.Fatalf("error %v (exit code %d), want ExitAttestation and TPMActivationFailed\n%s", err, exitCode(err), log)
+		}
+		if _, activates, _ := o.counts(); activates != 0 {
+			t.Errorf("the agent answered a challenge its TPM could not activate (%d activations)", activates)
+		}
+	})
+
+	t.Run("untrusted EK", func(t *testing.T) {
+		// The operator trusts another hypervisor's EK CA: it refuses the
+		// enrollment, and says why.
+		other, err := swtpm.NewLocalCA(filepath.Join(t.TempDir(), "other"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Manufacture(filepath.Join(t.TempDir(), "state")); err != nil {
+			t.Fatal(err)
+		}
+		otherBundle, err := other.BundlePEM()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := newTPMOperator(t, otherBundle, proof, nil)
+		_, log, _, err := enroll(t, o, proof)
+		if attestationErrorOf(err) != agentconfig.AttestationTPMEnrollmentRefused || !strings.Contains(err.Error(), "EnrollmentInvalid") {
+			t.Fatalf("error %v, want TPMEnrollmentRefused with EnrollmentInvalid\n%s", err, log)
+		}
+	})
 }
