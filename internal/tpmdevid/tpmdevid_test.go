@@ -8,8 +8,6 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -19,39 +17,10 @@ import (
 )
 
 // newLocalCA makes a swtpm local CA in the test's directory.
-func newLocalCA(t testing.TB) *swtpm.LocalCA {
-	t.Helper()
-	ca, err := swtpm.NewLocalCA(filepath.Join(t.TempDir(), "localca"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ca
-}
+func newLocalCA(t testing.TB) *swtpm.LocalCA { return swtpm.NewLocalCAForTest(t) }
 
 // startTPM manufactures a TPM with ca and runs it until the test ends.
-func startTPM(t testing.TB, ca *swtpm.LocalCA) *swtpm.TPM {
-	t.Helper()
-	state := filepath.Join(t.TempDir(), "tpmstate")
-	if err := ca.Manufacture(state); err != nil {
-		t.Fatal(err)
-	}
-	// A short directory: a unix socket's path has at most 107 bytes.
-	runDir, err := os.MkdirTemp("", "tpm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(runDir) })
-	tpm, err := swtpm.Start(state, runDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := tpm.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	return tpm
-}
+func startTPM(t testing.TB, ca *swtpm.LocalCA) *swtpm.TPM { return swtpm.StartForTest(t, ca) }
 
 // ekPool is the local CA's bundle as a pool of trust anchors.
 func ekPool(t testing.TB, ca *swtpm.LocalCA) *x509.CertPool {

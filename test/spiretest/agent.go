@@ -42,10 +42,7 @@ const agentConfig = `agent {
 }
 
 plugins {
-	NodeAttestor "join_token" {
-		plugin_data {}
-	}
-	KeyManager "disk" {
+%s	KeyManager "disk" {
 		plugin_data {
 			directory = %q
 		}
@@ -56,14 +53,62 @@ plugins {
 }
 `
 
-// StartAgent starts a spire-agent that attests to server with joinToken and
-// returns at once, without waiting for the attestation: a token that was
+// joinTokenAttestor is the agent's join_token node attestor; the token is
+// given on the command line.
+const joinTokenAttestor = `	NodeAttestor "join_token" {
+		plugin_data {}
+	}
+`
+
+// AgentOption changes the agent StartAgent configures.
+type AgentOption func(*agentOptions)
+
+type agentOptions struct {
+	tpmDevID *TPMDevIDAgent
+}
+
+// TPMDevIDAgent configures spire-agent's tpm_devid node attestor
+// (pkg/agent/plugin/nodeattestor/tpmdevid in SPIRE's module): the DevID
+// certificate (PEM) and the DevID key's TPM blobs, loaded under SPIRE's
+// SRK in the TPM at DevicePath, which the blobs must come from.
+type TPMDevIDAgent struct {
+	// DevicePath is a TPM device or a swtpm socket (tpm_device_path).
+	DevicePath string
+	// CertPath, PubPath and PrivPath are devid_cert_path,
+	// devid_pub_path and devid_priv_path.
+	CertPath, PubPath, PrivPath string
+}
+
+// AttestWithTPMDevID makes the agent attest with tpm_devid instead of a join
+// token (StartAgent's joinToken is then ignored).
+func AttestWithTPMDevID(c TPMDevIDAgent) AgentOption {
+	return func(o *agentOptions) { o.tpmDevID = &c }
+}
+
+// StartAgent starts a spire-agent that attests to server with joinToken
+// (or as an option says) and returns at once, without waiting for the attestation: a token that was
 // used already or has expired leaves an agent that retries (every 5
 // seconds, for a minute) and never serves the Workload API, and a test may
 // want to see exactly that (WaitX509SVID with a deadline). t.Cleanup stops
 // the agent.
-func StartAgent(t testing.TB, server *Server, joinToken string) *Agent {
+func StartAgent(t testing.TB, server *Server, joinToken string, opts ...AgentOption) *Agent {
 	t.Helper()
+	var o agentOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	attestor, args := joinTokenAttestor, []string{"-joinToken", joinToken}
+	if c := o.tpmDevID; c != nil {
+		attestor, args = fmt.Sprintf(`	NodeAttestor "tpm_devid" {
+		plugin_data {
+			tpm_device_path = %q
+			devid_cert_path = %q
+			devid_pub_path = %q
+			devid_priv_path = %q
+		}
+	}
+`, c.DevicePath, c.CertPath, c.PubPath, c.PrivPath), nil
+	}
 	bin := filepath.Join(SpireDir(t), "spire-agent")
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
@@ -74,9 +119,9 @@ func StartAgent(t testing.TB, server *Server, joinToken string) *Agent {
 		t.Fatal(err)
 	}
 	writeFile(t, conf, fmt.Appendf(nil, agentConfig,
-		data, host, port, a.SocketPath, server.BundlePath, server.TrustDomain, data))
+		data, host, port, a.SocketPath, server.BundlePath, server.TrustDomain, attestor, data))
 	a.proc = startProcess(t, "spire-agent", filepath.Join(dir, "agent.log"), bin,
-		"run", "-config", conf, "-joinToken", joinToken)
+		append([]string{"run", "-config", conf}, args...)...)
 	return a
 }
 

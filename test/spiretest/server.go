@@ -41,6 +41,15 @@ func WithAdminIDs(ids ...string) ServerOption {
 	return func(o *spireworld.ServerOptions) { o.AdminIDs = append(o.AdminIDs, ids...) }
 }
 
+// WithTPMDevIDAttestor adds SPIRE's tpm_devid node attestor, trusting DevID
+// certificates signed by the CAs in the PEM file devIDCAPath and EK
+// certificates signed by those in endorsementCAPath.
+func WithTPMDevIDAttestor(devIDCAPath, endorsementCAPath string) ServerOption {
+	return func(o *spireworld.ServerOptions) {
+		o.TPMDevID = &spireworld.TPMDevIDServer{DevIDCAPath: devIDCAPath, EndorsementCAPath: endorsementCAPath}
+	}
+}
+
 // StartServer starts a spire-server for trustDomain on a free loopback
 // port and waits until its admin API answers; t.Cleanup stops it. A server
 // that does not start fails the test, with its log.

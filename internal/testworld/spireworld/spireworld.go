@@ -121,6 +121,37 @@ type ServerOptions struct {
 	AdminIDs []string
 	// DefaultX509SVIDTTL is the SVIDs' lifetime (default 1h).
 	DefaultX509SVIDTTL time.Duration
+	// TPMDevID, when set, adds SPIRE's tpm_devid node attestor next to
+	// join_token.
+	TPMDevID *TPMDevIDServer
+}
+
+// TPMDevIDServer configures spire-server's tpm_devid node attestor
+// (pkg/server/plugin/nodeattestor/tpmdevid in SPIRE's module), which
+// takes only these two bundles.
+type TPMDevIDServer struct {
+	// DevIDCAPath is a PEM bundle of the CAs that sign DevID
+	// certificates (devid_ca_path).
+	DevIDCAPath string
+	// EndorsementCAPath is a PEM bundle of the TPM manufacturers' CAs
+	// (endorsement_ca_path). Every certificate in it is a trust anchor
+	// and the agent sends no intermediates, so an EK certificate's
+	// issuing CA must be in it, not only its root.
+	EndorsementCAPath string
+}
+
+// plugin is the server's tpm_devid plugin block.
+func (o *TPMDevIDServer) plugin() string {
+	if o == nil {
+		return ""
+	}
+	return fmt.Sprintf(`	NodeAttestor "tpm_devid" {
+		plugin_data {
+			devid_ca_path = %q
+			endorsement_ca_path = %q
+		}
+	}
+`, o.DevIDCAPath, o.EndorsementCAPath)
 }
 
 // serverConfig is spire-server's configuration: the sqlite datastore and
@@ -153,7 +184,7 @@ plugins {
 	NodeAttestor "join_token" {
 		plugin_data {}
 	}
-}
+%s}
 `
 
 // StartServer starts a spire-server on a free loopback port and waits
@@ -188,7 +219,7 @@ func StartServer(ctx context.Context, o ServerOptions) (*Server, error) {
 	data := filepath.Join(o.Dir, "data")
 	conf := filepath.Join(o.Dir, "server.conf")
 	if err := WriteFile(conf, fmt.Appendf(nil, serverConfig, addr.IP.String(), addr.Port, s.SocketPath, o.TrustDomain, data,
-		ttl.String(), strings.Join(quoted, ", "), filepath.Join(data, "datastore.sqlite3"), filepath.Join(data, "keys.json"))); err != nil {
+		ttl.String(), strings.Join(quoted, ", "), filepath.Join(data, "datastore.sqlite3"), filepath.Join(data, "keys.json"), o.TPMDevID.plugin())); err != nil {
 		_ = os.RemoveAll(sockDir)
 		return nil, err
 	}

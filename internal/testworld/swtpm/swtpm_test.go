@@ -26,10 +26,7 @@ var sanOID = asn1.ObjectIdentifier{2, 5, 29, 17}
 // backends, starts it, reads the RSA EK certificate over the socket with
 // go-tpm and verifies it against the local CA's bundle.
 func TestManufacturedEKCertificate(t *testing.T) {
-	ca, err := NewLocalCA(filepath.Join(t.TempDir(), "ca"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca := NewLocalCAForTest(t)
 	for _, backend := range []string{"dir", "file"} {
 		t.Run(backend, func(t *testing.T) {
 			state := filepath.Join(t.TempDir(), "state")
