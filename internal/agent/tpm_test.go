@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -421,7 +422,7 @@ func (o *tpmOperator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		now := time.Now()
-		der, err := o.devID.IssueDevID(v.DevIDKey, "vm-"+v.DevIDFingerprint[:16], now.Add(-time.Minute), now.Add(30*time.Minute))
+		der, err := o.devID.IssueDevID(v.DevIDKey, devIDCommonName(req.SPIFFEID), now.Add(-time.Minute), now.Add(30*time.Minute))
 		if err != nil {
 			o.refusal(w, http.StatusInternalServerError, "IssueFailed", err.Error())
 			return
@@ -435,38 +436,24 @@ func (o *tpmOperator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// devIDCommonName is the subject CN the test operator gives the DevID of
+// the VM spiffeID names (its last path element, the claim's uid): the
+// selector tpm_devid:subject:cn:<it> of the VM's node alias.
+func devIDCommonName(spiffeID string) string {
+	return "hyperfleet." + path.Base(spiffeID)
+}
+
 func (o *tpmOperator) counts() (enroll, activate int, issued [][]byte) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.calls[agentconfig.TPMEnrollPath], o.calls[agentconfig.TPMActivatePath], append([][]byte(nil), o.issued...)
 }
 
-// testTPM is a swtpm manufactured by a local CA (internal/testworld/swtpm)
-// and the CA's EK bundle. A missing swtpm fails the test.
+// testTPM is a swtpm manufactured by ca (swtpm.StartForTest: a missing
+// swtpm fails the test) and the CA's EK bundle.
 func testTPM(t *testing.T, ca *swtpm.LocalCA) (*swtpm.TPM, []byte) {
 	t.Helper()
-	state := filepath.Join(t.TempDir(), "tpmstate")
-	if err := ca.Manufacture(state); err != nil {
-		t.Fatal(err)
-	}
-	// A short directory: a unix socket's path has at most 107 bytes.
-	runDir, err := os.MkdirTemp("", "tpm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(runDir) })
-	tpm, err := swtpm.Start(state, runDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := tpm.Stop(); err != nil {
-			t.Error(err)
-		}
-		if t.Failed() {
-			t.Logf("swtpm log (%s):\n%s", tpm.LogPath, tpm.Log())
-		}
-	})
+	tpm := swtpm.StartForTest(t, ca)
 	bundle, err := ca.BundlePEM()
 	if err != nil {
 		t.Fatal(err)
@@ -512,11 +499,7 @@ func tpmSource(t *testing.T, tpm *swtpm.TPM, o *tpmOperator, log *syncBuffer) *B
 // TPMActivationFailed.
 func TestEnrollTPM(t *testing.T) {
 	t.Parallel()
-	ca, err := swtpm.NewLocalCA(filepath.Join(t.TempDir(), "localca"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tpm, ekBundle := testTPM(t, ca)
+	tpm, ekBundle := testTPM(t, swtpm.NewLocalCAForTest(t))
 	const proof = "enrollment-proof-of-the-claim"
 	enroll := func(t *testing.T, o *tpmOperator, proof string) (*spireRun, *syncBuffer, nodeAttestor, error) {
 		t.Helper()
