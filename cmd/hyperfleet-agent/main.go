@@ -2,8 +2,8 @@
 // systemd unit that cloud-init installs runs it once per VM
 // (`hyperfleet-agent --config /etc/hyperfleet/agent.json`), and it runs
 // package internal/agent with the configuration file of package
-// internal/agentconfig. It links only the standard library and this module
-// (deps_test.go).
+// internal/agentconfig. It links only the standard library and this module,
+// and go-tpm for attestationMethod tpm (deps_test.go).
 //
 // It reads (and at once removes) the config file, waits for the operator to
 // place the single-use runner credential in the running VM (at the
@@ -20,7 +20,21 @@
 // spire-agent with the join token the operator places at secretsFile, fetches its X509-SVID from
 // spire-agent's Workload API, asks the operator's credential broker for
 // the runner credential over mTLS, then stops spire-agent and removes
-// everything of the identity before the job runs.
+// everything of the identity before the job runs. With
+// spiffe.attestationMethod tpm the operator places an enrollment proof
+// instead of the join token: the agent creates a DevID key in the VM's TPM
+// (spiffe.tpmDevicePath), has the operator certify it at the enrollment
+// endpoints on the broker's host (/tpm/v1/enroll, a credential activation
+// challenge only that TPM answers, /tpm/v1/activate), and runs spire-agent
+// with SPIRE's tpm_devid node attestor.
+//
+// Exit code 9 comes with an attestationError in the power-off notice when
+// the operator has something to look at: JoinTokenRefused (SPIRE refused
+// the join token as used or expired), TPMNotFound (no TPM at
+// spiffe.tpmDevicePath), TPMEnrollmentRefused (the operator's enrollment
+// endpoints refused the enrollment or the challenge's answer; the agent
+// logs their reason) or TPMActivationFailed (the TPM could not recover the
+// operator's challenge).
 //
 // Flags:
 //
@@ -48,16 +62,17 @@
 //	                         /opt/spire/bin/spire-agent)
 //	--spire-socket PATH      the Workload API socket of a spire-agent the
 //	                         image runs itself: broker mode fetches its
-//	                         X509-SVID there, starts no spire-agent and
-//	                         uses no join token (attestationMethod tpm is
-//	                         then accepted too; --spire-agent is still
-//	                         run, for `spire-agent api fetch x509`)
+//	                         X509-SVID there, starts no spire-agent, uses
+//	                         no join token and enrolls no TPM
+//	                         (--spire-agent is still run, for
+//	                         `spire-agent api fetch x509`)
 //	--attest-timeout D       bound on broker mode's attestation and
 //	                         credential fetch (default 5m; the attestation
 //	                         also ends at the config's expiresAt)
 //	--version                print the version and exit
 //
-// The binary uses the standard library only and is built static:
+// The binary uses the standard library (and go-tpm, pure Go) only and is
+// built static:
 //
 //	CGO_ENABLED=0 go build -ldflags "-X main.version=$VERSION" ./cmd/hyperfleet-agent
 package main

@@ -48,10 +48,12 @@
 //	 7 ExitExpired           the credential's (or join token's) expiry has
 //	                         passed
 //	 8 ExitUnsupported       a mode this agent version does not implement
-//	                         (attestationMethod tpm)
 //	 9 ExitAttestation       broker mode got no X509-SVID: spire-agent
 //	                         missing or exited, join token refused, wrong
-//	                         SPIFFE ID, attestation deadline
+//	                         SPIFFE ID, attestation deadline; with
+//	                         attestationMethod tpm also no TPM at
+//	                         tpmDevicePath, enrollment refused by the
+//	                         operator, challenge not activated by the TPM
 //	10 ExitBrokerRefused     the credential broker refused (an error status
 //	                         but 429 and 503, or a TLS alert) or answered no
 //	                         valid credential; or the secrets store refused
@@ -107,12 +109,16 @@ const (
 	// ExitExpired: the credential's expiresAt has passed.
 	ExitExpired = 7
 	// ExitUnsupported: the config asks for a mode this agent version does
-	// not implement (attestationMethod tpm).
+	// not implement.
 	ExitUnsupported = 8
 	// ExitAttestation: broker mode got no X509-SVID: spire-agent is
 	// missing or exited, the SPIRE server refused the join token (used or
 	// expired), the SVID is not the expected SPIFFE ID, or the attestation
 	// deadline passed (Options.AttestTimeout, the config's expiresAt).
+	// With attestationMethod tpm also: no TPM at spiffe.tpmDevicePath, the
+	// operator refused the enrollment (an error status other than 429 and
+	// 503), or the TPM could not activate the challenge; the power-off
+	// notice's attestationError says which (attestationErrorOf).
 	ExitAttestation = 9
 	// ExitBrokerRefused: the credential broker refused (an error status
 	// other than 429 and 503, its reason and message logged; or a TLS
@@ -121,7 +127,8 @@ const (
 	// spiffe.secretStore: the store refused the JWT-SVID's login or the
 	// read, or held no valid credential (VaultSource).
 	ExitBrokerRefused = 10
-	// ExitBrokerUnavailable: the broker could not be reached, or stayed
+	// ExitBrokerUnavailable: the broker (or, with attestationMethod tpm,
+	// its host's TPM enrollment endpoints) could not be reached, or stayed
 	// busy (429, 503), until the deadline; or its certificate is not
 	// trusted (spiffe.brokerCA). Kept apart from ExitBrokerRefused because
 	// it points at the network or the operator rather than at the VM. With
@@ -248,6 +255,26 @@ func (e *exitError) Unwrap() error { return e.err }
 // fail returns an error that makes Run exit with code.
 func fail(code int, format string, args ...any) error {
 	return &exitError{code: code, err: fmt.Errorf(format, args...)}
+}
+
+// attestationErrorOf is the power-off notice's attestationError for the
+// credential source's err: why the VM got no identity, when the operator
+// has something to check or fix ("" otherwise).
+func attestationErrorOf(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, errJoinTokenRefused):
+		// Used by someone else, unless it expired: the operator checks.
+		return agentconfig.AttestationJoinTokenRefused
+	case errors.Is(err, errTPMNotFound):
+		return agentconfig.AttestationTPMNotFound
+	case errors.Is(err, errTPMEnrollmentRefused):
+		return agentconfig.AttestationTPMEnrollmentRefused
+	case errors.Is(err, errTPMActivationFailed):
+		return agentconfig.AttestationTPMActivationFailed
+	}
+	return ""
 }
 
 // exitCode maps an error of a step to Run's exit code.
@@ -400,10 +427,7 @@ func (a *agent) run(ctx context.Context) error {
 		o.useOptions(&a.opts)
 	}
 	cred, err := src.Credential(ctx)
-	if errors.Is(err, errJoinTokenRefused) {
-		// Used by someone else, unless it expired: the operator checks.
-		a.attestationError = agentconfig.AttestationJoinTokenRefused
-	}
+	a.attestationError = attestationErrorOf(err)
 	if err != nil {
 		return err
 	}

@@ -603,7 +603,7 @@ func (v *vm) brokerConfig(m agentconfig.AttestationMethod) *agentconfig.Config {
 		TrustBundle: testTrustBundle(v.t), ServerAddress: "spire.example:8081", BrokerURL: "https://broker.example"}
 	if m == agentconfig.AttestationTPM {
 		c.SPIFFE.TPMDevicePath = "/dev/tpmrm0"
-		c.SecretsFile, c.SecretsDeadline = "", time.Time{}
+		c.SPIFFE.SPIFFEID = "spiffe://hyperfleet.io/vm/ci/runner-1/uid"
 	}
 	return c
 }
@@ -614,22 +614,6 @@ func (v *vm) brokerConfig(m agentconfig.AttestationMethod) *agentconfig.Config {
 func (v *vm) placeGuestSecrets() {
 	v.t.Helper()
 	v.placeSecrets(agentconfig.GuestSecrets{JoinToken: v.secret, BrokerProof: "proof-" + v.secret})
-}
-
-// TestBrokerTPMUnsupported: TPM attestation is not built; the agent says
-// so and runs nothing.
-func TestBrokerTPMUnsupported(t *testing.T) {
-	t.Parallel()
-	v := newVM(t)
-	writeScript(t, filepath.Join(v.install(), "run.sh"), v.goodRunner(0))
-	v.writeConfig(v.brokerConfig(agentconfig.AttestationTPM))
-	v.checkCommon(v.run(context.Background()), ExitUnsupported, 1)
-	if v.ran("run") {
-		t.Error("the runner ran without a credential")
-	}
-	if !strings.Contains(v.log.String(), "TPM attestation (spiffe.attestationMethod tpm) is not implemented yet") {
-		t.Error("log lacks the TPM message")
-	}
 }
 
 // TestBrokerWithoutSPIREAgent: broker mode in an image without spire-agent

@@ -35,27 +35,39 @@ import (
 // removes the config as soon as the agent has attested, and calls the
 // broker with the SVID and the proof. The
 // agent drives SPIRE's own CLI rather than linking go-spiffe, so that it
-// stays a small static binary of the standard library only.
+// stays a small static binary of the standard library only (and go-tpm
+// for the TPM enrollment, which SPIRE's CLI does not do).
 //
 // spire-agent runs until the credential is fetched (or the attempt
 // failed), then is stopped and its directory removed: the X509-SVID is
 // needed only for the broker call, and an identity left running or on the
 // disk is one the job could use. Nothing of it outlives Credential.
 //
+// With attestationMethod tpm, the secrets at secretsFile are the
+// enrollment proof and the broker proof (a join token there is refused):
+// the agent enrolls a DevID in the VM's TPM at the operator's enrollment
+// endpoints (enrollTPM, in tpm.go) and starts spire-agent with SPIRE's
+// tpm_devid node attestor instead of the join token; the rest is the same.
+//
 // With SPIRESocket set, a pre-installed spire-agent serves the Workload
-// API: nothing is started and the join token is not used (that agent
-// attested by its own means); the broker proof is still waited for. attestationMethod tpm
-// without SPIRESocket is not implemented (ExitUnsupported).
+// API: nothing is started, no join token is used and no TPM enrolled
+// (that agent attested by its own means); the broker proof is still
+// waited for.
 //
 // Retry contract: the Workload API is asked every second until it issues
 // an SVID; the broker is asked again after 429 or 503 (after Retry-After
 // when given, else with a backoff up to 30 seconds) and after network
 // errors. Both stop at the deadline: AttestTimeout from the start, and
 // for the attestation never past ExpiresAt (the join token's expiry).
-// Exit codes: ExitAttestation when no SVID came, ExitBrokerRefused when the
-// broker answered with a refusal or no valid credential,
-// ExitBrokerUnavailable when it could not be reached (or stayed busy)
-// until the deadline, or its certificate is not trusted.
+// The TPM enrollment endpoints are asked again likewise, within the
+// attestation deadline.
+//
+// Exit codes: ExitAttestation when no SVID came (with tpm also: no TPM at
+// spiffe.tpmDevicePath, the enrollment refused, the TPM unable to answer
+// the challenge), ExitBrokerRefused when the broker answered with a
+// refusal or no valid credential, ExitBrokerUnavailable when it (or the
+// TPM enrollment endpoints) could not be reached, or stayed busy, until
+// the deadline, or its certificate is not trusted.
 type BrokerSource struct {
 	// Method is the kind of credential to ask the broker for.
 	Method agentconfig.BootstrapMethod
@@ -132,9 +144,10 @@ func (b *BrokerSource) withSVID(ctx context.Context, use svidUser) (Credential, 
 	if s == nil {
 		return Credential{}, fail(ExitBadConfig, "spiffe: is missing; workloadMethod broker needs SPIFFE attestation settings")
 	}
-	if b.SPIRESocket == "" && s.AttestationMethod != agentconfig.AttestationJoinToken {
-		return Credential{}, fail(ExitUnsupported,
-			"TPM attestation (spiffe.attestationMethod %s) is not implemented yet; use join-token, or a pre-installed spire-agent that attests by itself (--spire-socket)", s.AttestationMethod)
+	switch s.AttestationMethod {
+	case agentconfig.AttestationJoinToken, agentconfig.AttestationTPM:
+	default:
+		return Credential{}, fail(ExitUnsupported, "spiffe.attestationMethod %q is not one this agent implements (join-token, tpm)", s.AttestationMethod)
 	}
 	log := b.Logger
 	if log == nil {
@@ -162,7 +175,8 @@ func (b *BrokerSource) withSVID(ctx context.Context, use svidUser) (Credential, 
 }
 
 // attest gets the X509-SVID through run: from a spire-agent it starts with
-// the join token the operator placed in the VM, or from SPIRESocket.
+// the join token the operator placed in the VM or with the TPM DevID it
+// enrolls (enrollTPM), or from SPIRESocket.
 // fetchCtx bounds it, and ExpiresAt (the join token is useless after it);
 // ctx is the agent's own, whose end (a signal) is not an attestation
 // failure.
@@ -175,22 +189,44 @@ func (b *BrokerSource) attest(ctx, fetchCtx context.Context, run *spireRun) (tls
 			defer cancel()
 		}
 	}
+	tpm := b.SPIFFE.AttestationMethod == agentconfig.AttestationTPM
 	var secrets agentconfig.GuestSecrets
 	if f := b.SecretsFile; f != "" {
 		var err error
 		if secrets, err = waitGuestSecrets(ctx, attestCtx, run.log, filepath.Join(b.Root, filepath.FromSlash(f)), ExitAttestation); err != nil {
 			return tls.Certificate{}, err
 		}
-		if secrets.JoinToken == "" {
+		switch {
+		case tpm && secrets.JoinToken != "":
+			// A join token where the operator enrolls TPMs was not
+			// placed by this VM's operator, or the config is not its.
+			return tls.Certificate{}, fail(ExitAttestation, "the secrets the operator placed at %s hold a join token, but spiffe.attestationMethod is tpm; not using it", f)
+		case tpm && secrets.EnrollmentProof == "" && b.SPIRESocket == "":
+			return tls.Certificate{}, fail(ExitAttestation, "the secrets the operator placed at %s hold no enrollment proof and broker proof (spiffe.attestationMethod tpm)", f)
+		case !tpm && secrets.JoinToken == "":
 			return tls.Certificate{}, fail(ExitAttestation, "the secrets the operator placed at %s hold no join token and broker proof", f)
 		}
 		b.proof = secrets.BrokerProof
 	}
-	if b.SPIRESocket != "" {
+	switch {
+	case b.SPIRESocket != "":
 		run.log.Info("using the Workload API of a pre-installed spire-agent", "socket", b.SPIRESocket)
 		run.useSocket(b.SPIRESocket)
-	} else if err := run.start(b.SPIFFE, secrets.JoinToken); err != nil {
-		return tls.Certificate{}, err
+	case tpm:
+		if b.SecretsFile == "" {
+			return tls.Certificate{}, fail(ExitBadConfig, "secretsFile: is empty; spiffe.attestationMethod tpm needs the enrollment proof the operator places there")
+		}
+		att, err := b.enrollTPM(ctx, attestCtx, run, secrets.EnrollmentProof)
+		if err != nil {
+			return tls.Certificate{}, err
+		}
+		if err := run.start(b.SPIFFE, att); err != nil {
+			return tls.Certificate{}, err
+		}
+	default:
+		if err := run.start(b.SPIFFE, nodeAttestor{joinToken: secrets.JoinToken}); err != nil {
+			return tls.Certificate{}, err
+		}
 	}
 	cert, id, err := run.waitSVID(ctx, attestCtx, b.SPIFFE)
 	if err != nil {
@@ -227,7 +263,20 @@ type brokerClient struct {
 // whose certificate is verified against caPEM (the system roots when
 // empty).
 func newBrokerClient(brokerURL, caPEM string, cert tls.Certificate, userAgent string) (*brokerClient, error) {
-	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	hc, err := brokerHTTPClient(caPEM, []tls.Certificate{cert})
+	if err != nil {
+		return nil, err
+	}
+	return &brokerClient{url: brokerURL, userAgent: userAgent, log: slog.Default(), http: hc}, nil
+}
+
+// brokerHTTPClient is the client of the operator's agent server (the
+// broker, the TPM enrollment endpoints): its certificate verified against
+// caPEM (spiffe.brokerCA; the system roots when empty), certs presented
+// when it asks for a client certificate (none before the VM has its
+// X509-SVID).
+func brokerHTTPClient(caPEM string, certs []tls.Certificate) (*http.Client, error) {
+	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: certs}
 	if caPEM != "" {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM([]byte(caPEM)) {
@@ -242,16 +291,11 @@ func newBrokerClient(brokerURL, caPEM string, cert tls.Certificate, userAgent st
 		ForceAttemptHTTP2:   true,
 		DisableKeepAlives:   true,
 	}
-	return &brokerClient{
-		url:       brokerURL,
-		userAgent: userAgent,
-		log:       slog.Default(),
-		http: &http.Client{
-			Transport: transport,
-			// A redirect would resend the request elsewhere: the broker
-			// answers itself, so a redirect is an answer like any other.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+	return &http.Client{
+		Transport: transport,
+		// A redirect would resend the request elsewhere: the server
+		// answers itself, so a redirect is an answer like any other.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}, nil
 }
 

@@ -33,8 +33,9 @@ const (
 
 // SPIREDir is where (under Options.Root) the agent keeps, in a private
 // directory of each run, what spire-agent needs while it attests: its
-// config (with the join token), the trust bundle, its data directory, the
-// Workload API socket and the fetched X509-SVID. /run is a tmpfs, so not
+// config (with the join token), the trust bundle, the TPM DevID's files
+// (attestationMethod tpm), its data directory, the Workload API socket and
+// the fetched X509-SVID. /run is a tmpfs, so not
 // even a crash leaves them on the disk; the agent removes them anyway as
 // soon as it has the credential.
 const SPIREDir = "/run/hyperfleet/spire"
@@ -46,6 +47,11 @@ const (
 	spireDataDir    = "data"
 	spireSocket     = "api.sock"
 	spireSVIDDir    = "svid"
+	// The TPM DevID's files (attestationMethod tpm), which spire-agent's
+	// tpm_devid attestor reads when it starts.
+	devIDCertFile = "devid.pem"
+	devIDPubFile  = "devid.pub"
+	devIDPrivFile = "devid.priv"
 )
 
 // maxSocketPath is the longest unix socket path Linux takes (108 bytes
@@ -75,9 +81,9 @@ var refusedToken = []string{
 }
 
 // agentConfigTemplate is spire-agent's configuration: the server, the
-// bundle it is trusted by, the join token (in this 0600 file rather than
-// on the command line, since /proc/<pid>/cmdline is world-readable), keys
-// in memory (nothing to remove from the disk afterwards; a join-token agent
+// bundle it is trusted by, the node attestor's settings (nodeAttestor),
+// keys in memory (nothing to remove from the disk afterwards; the agent
+// stops spire-agent once it has its credential, and a join-token agent
 // cannot attest again after a restart anyway), and the unix workload
 // attestor, which identifies the agent by its uid. Values are quoted with
 // hclString.
@@ -88,13 +94,12 @@ const agentConfigTemplate = `agent {
 	socket_path = %s
 	trust_bundle_path = %s
 	trust_domain = %s
-	join_token = %s
-	log_level = "INFO"
+%s	log_level = "INFO"
 }
 
 plugins {
-	NodeAttestor "join_token" {
-		plugin_data {}
+	NodeAttestor %s {
+		plugin_data {%s}
 	}
 	KeyManager "memory" {
 		plugin_data {}
@@ -104,6 +109,23 @@ plugins {
 	}
 }
 `
+
+// nodeAttestor is how spire-agent attests: with the join token (in its
+// 0600 config file rather than on the command line, since
+// /proc/<pid>/cmdline is world-readable), or, when devID is set, with the
+// TPM DevID the operator certified (SPIRE's tpm_devid attestor; its files
+// are in the run directory, the TPM at tpmDevice).
+type nodeAttestor struct {
+	joinToken string
+	devID     *devIDFiles
+	tpmDevice string
+}
+
+// devIDFiles are the paths of the DevID's files spire-agent's tpm_devid
+// reads: the certificate in PEM, the TPM's public and private blobs.
+type devIDFiles struct {
+	cert, pub, priv string
+}
 
 // hclString quotes s for an HCL file. Only printable ASCII is accepted, so
 // that no value can end its string and add settings of its own.
@@ -117,8 +139,8 @@ func hclString(field, s string) (string, error) {
 }
 
 // spireAgentConfig renders spire-agent's config for s, attesting with
-// token, in dir.
-func spireAgentConfig(s *agentconfig.SPIFFE, token, dir string) ([]byte, error) {
+// att, in dir.
+func spireAgentConfig(s *agentconfig.SPIFFE, att nodeAttestor, dir string) ([]byte, error) {
 	host, portText, err := net.SplitHostPort(s.ServerAddress)
 	if err != nil {
 		return nil, fail(ExitBadConfig, "spiffe.serverAddress: %v", err)
@@ -135,6 +157,20 @@ func spireAgentConfig(s *agentconfig.SPIFFE, token, dir string) ([]byte, error) 
 		}
 		return q
 	}
+	// The attestor's settings, one per line, in the agent block (the
+	// join token) or in the plugin's plugin_data (tpm_devid).
+	var agentSettings, plugin, pluginData string
+	if d := att.devID; d != nil {
+		plugin = `"tpm_devid"`
+		pluginData = "\n" +
+			"\t\t\tdevid_cert_path = " + quote("the SPIRE directory", d.cert) + "\n" +
+			"\t\t\tdevid_priv_path = " + quote("the SPIRE directory", d.priv) + "\n" +
+			"\t\t\tdevid_pub_path = " + quote("the SPIRE directory", d.pub) + "\n" +
+			"\t\t\ttpm_device_path = " + quote("spiffe.tpmDevicePath", att.tpmDevice) + "\n\t\t"
+	} else {
+		plugin = `"join_token"`
+		agentSettings = "\tjoin_token = " + quote("the join token at secretsFile", att.joinToken) + "\n"
+	}
 	conf := fmt.Appendf(nil, agentConfigTemplate,
 		quote("the SPIRE directory", filepath.Join(dir, spireDataDir)),
 		quote("spiffe.serverAddress", host),
@@ -142,7 +178,7 @@ func spireAgentConfig(s *agentconfig.SPIFFE, token, dir string) ([]byte, error) 
 		quote("the SPIRE directory", filepath.Join(dir, spireSocket)),
 		quote("the SPIRE directory", filepath.Join(dir, spireBundleFile)),
 		quote("spiffe.trustDomain", s.TrustDomain),
-		quote("the join token at secretsFile", token))
+		agentSettings, plugin, pluginData)
 	if len(errs) > 0 {
 		return nil, errs[0]
 	}
@@ -179,15 +215,15 @@ func newSPIRERun(log *slog.Logger, bin, base string) (*spireRun, error) {
 	return &spireRun{log: log, bin: bin, dir: dir}, nil
 }
 
-// start writes spire-agent's config (with token) and trust bundle and
-// starts it; it returns at once, before the attestation.
-func (r *spireRun) start(s *agentconfig.SPIFFE, token string) error {
-	r.token = token
+// start writes spire-agent's config (attesting with att) and trust bundle
+// and starts it; it returns at once, before the attestation.
+func (r *spireRun) start(s *agentconfig.SPIFFE, att nodeAttestor) error {
+	r.token = att.joinToken
 	r.socket = filepath.Join(r.dir, spireSocket)
 	if len(r.socket) > maxSocketPath {
 		return fail(ExitAttestation, "the Workload API socket path %s is longer than %d bytes; use a shorter --root", r.socket, maxSocketPath)
 	}
-	conf, err := spireAgentConfig(s, token, r.dir)
+	conf, err := spireAgentConfig(s, att, r.dir)
 	if err != nil {
 		return err
 	}
@@ -210,7 +246,11 @@ func (r *spireRun) start(s *agentconfig.SPIFFE, token string) error {
 		r.waitErr = r.cmd.Wait()
 		close(r.done)
 	}()
-	r.log.Info("spire-agent started", "pid", r.cmd.Process.Pid, "serverAddress", s.ServerAddress, "trustDomain", s.TrustDomain, "dir", r.dir)
+	method := "join_token"
+	if att.devID != nil {
+		method = "tpm_devid"
+	}
+	r.log.Info("spire-agent started", "pid", r.cmd.Process.Pid, "serverAddress", s.ServerAddress, "trustDomain", s.TrustDomain, "nodeAttestor", method, "dir", r.dir)
 	return nil
 }
 

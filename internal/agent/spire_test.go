@@ -24,7 +24,7 @@ func testSPIFFE() *agentconfig.SPIFFE {
 // value that could end its string is refused without being shown.
 func TestSPIREAgentConfig(t *testing.T) {
 	t.Parallel()
-	conf, err := spireAgentConfig(testSPIFFE(), "0e7a1f6c-5b2d-4f3e-9a8b-1c2d3e4f5a6b", "/run/hyperfleet/spire/attest-1")
+	conf, err := spireAgentConfig(testSPIFFE(), nodeAttestor{joinToken: "0e7a1f6c-5b2d-4f3e-9a8b-1c2d3e4f5a6b"}, "/run/hyperfleet/spire/attest-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestSPIREAgentConfig(t *testing.T) {
 	}
 
 	for _, token := range []string{"tk\"\n}\nplugins {", "tk\\en-ünicode"} {
-		_, err := spireAgentConfig(testSPIFFE(), token, "/run/x")
+		_, err := spireAgentConfig(testSPIFFE(), nodeAttestor{joinToken: token}, "/run/x")
 		if code := exitCode(err); code != ExitBadConfig {
 			t.Errorf("token %q: exit code %d (%v), want ExitBadConfig", token, code, err)
 		}
@@ -54,7 +54,7 @@ func TestSPIREAgentConfig(t *testing.T) {
 	}
 	s := testSPIFFE()
 	s.ServerAddress = "spire:0"
-	if _, err := spireAgentConfig(s, "x", "/run/x"); err == nil || !strings.Contains(err.Error(), "spiffe.serverAddress") {
+	if _, err := spireAgentConfig(s, nodeAttestor{joinToken: "x"}, "/run/x"); err == nil || !strings.Contains(err.Error(), "spiffe.serverAddress") {
 		t.Errorf("port 0: %v", err)
 	}
 }

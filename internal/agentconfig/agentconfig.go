@@ -73,7 +73,8 @@ const (
 	// the GuestSecrets at secretsFile. Used without attestation.
 	WorkloadDirect WorkloadMethod = "direct"
 	// WorkloadBroker: the file holds no runner credential. The agent
-	// attests with SPIRE (join token; TPM is not implemented yet), then
+	// attests with SPIRE (join token, or a TPM DevID the operator
+	// certifies: docs/identity.md, "TPM"), then
 	// fetches the credential from the operator's credential broker over
 	// mTLS with its X509-SVID, or from the cluster's secrets store.
 	WorkloadBroker WorkloadMethod = "broker"
@@ -132,9 +133,9 @@ type Config struct {
 
 	// secretsFile is where the running VM receives its GuestSecrets
 	// through the hypervisor's guest channel: SecretsFile. Required with
-	// workloadMethod direct (the runner credential) and with
+	// workloadMethod direct (the runner credential), with
 	// spiffe.attestationMethod join-token (the join token and the broker
-	// proof).
+	// proof) and with tpm (the enrollment proof and the broker proof).
 	SecretsFile string `json:"secretsFile,omitempty"`
 
 	// secretsDeadline, RFC 3339, is when the agent stops waiting for its
@@ -237,21 +238,39 @@ type PowerOffNoticeBody struct {
 	JobStarted bool `json:"jobStarted,omitempty"`
 	// AttestationError, when set, says why the VM got no identity:
 	// AttestationJoinTokenRefused when the SPIRE server refused its join
-	// token as used (or expired). Also the VM's word: the operator asks
+	// token as used (or expired); with attestationMethod tpm,
+	// AttestationTPMNotFound, AttestationTPMEnrollmentRefused or
+	// AttestationTPMActivationFailed. Also the VM's word: the operator asks
 	// the SPIRE server whether an agent attested with that token
 	// (docs/identity.md, "A stolen join token").
 	AttestationError string `json:"attestationError,omitempty"`
 }
 
-// AttestationJoinTokenRefused is PowerOffNotice.AttestationError when the
-// SPIRE server refused the VM's join token as used or expired.
-const AttestationJoinTokenRefused = "JoinTokenRefused"
+// PowerOffNotice.AttestationError values.
+const (
+	// AttestationJoinTokenRefused: the SPIRE server refused the VM's join
+	// token as used or expired.
+	AttestationJoinTokenRefused = "JoinTokenRefused"
+	// AttestationTPMNotFound: the VM has no TPM at spiffe.tpmDevicePath
+	// (the template gave it none, or the guest has no driver for it).
+	AttestationTPMNotFound = "TPMNotFound"
+	// AttestationTPMEnrollmentRefused: the operator's TPM enrollment
+	// endpoints refused the VM's enrollment or its answer to the
+	// challenge (an error status other than 429 and 503; the agent logs
+	// the operator's reason).
+	AttestationTPMEnrollmentRefused = "TPMEnrollmentRefused"
+	// AttestationTPMActivationFailed: the VM's TPM could not recover the
+	// operator's credential activation challenge (TPM2_ActivateCredential
+	// failed): the challenge was made for another TPM's keys.
+	AttestationTPMActivationFailed = "TPMActivationFailed"
+)
 
 // GuestSecrets is the document the operator places at secretsFile in the
 // running VM, and nowhere else: never on the VM's cloud-init medium or
 // disk. It carries what the VM's mode needs: the runner credential
-// (workloadMethod direct), or the join token and the broker proof
-// (spiffe.attestationMethod join-token).
+// (workloadMethod direct), the join token and the broker proof
+// (spiffe.attestationMethod join-token), or the enrollment proof and the
+// broker proof (tpm).
 type GuestSecrets struct {
 	// joinToken is the VM's single-use SPIRE join token.
 	JoinToken string `json:"joinToken,omitempty"`
@@ -284,23 +303,28 @@ const BrokerProofHeader = "Hyperfleet-Broker-Proof"
 
 // ParseGuestSecrets decodes a GuestSecrets document; a document cut short
 // (read while it was being written) is an error, as is one that carries
-// neither a join token with its broker proof nor exactly one runner
-// credential. Errors never quote the document.
+// none of a join token with its broker proof, an enrollment proof with
+// its broker proof, or exactly one runner credential. A join token with an
+// enrollment proof is refused: a VM attests one way. Whether the kind
+// matches the config's attestationMethod is the agent's to check. Errors
+// never quote the document.
 func ParseGuestSecrets(data []byte) (GuestSecrets, error) {
 	var g GuestSecrets
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&g); err != nil {
-		return GuestSecrets{}, fmt.Errorf("the guest secrets (%d bytes) are not a complete JSON document of joinToken and brokerProof, or of a runner credential", len(data))
+		return GuestSecrets{}, fmt.Errorf("the guest secrets (%d bytes) are not a complete JSON document of joinToken or enrollmentProof and brokerProof, or of a runner credential", len(data))
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return GuestSecrets{}, errors.New("the guest secrets have data after the JSON object")
 	}
-	identity := g.JoinToken != "" || g.BrokerProof != ""
+	identity := g.JoinToken != "" || g.EnrollmentProof != "" || g.BrokerProof != ""
 	runner := g.JITConfig != "" || g.RegistrationToken != ""
 	switch {
-	case identity && (g.JoinToken == "" || g.BrokerProof == ""):
-		return GuestSecrets{}, errors.New("the guest secrets lack joinToken or brokerProof")
+	case g.JoinToken != "" && g.EnrollmentProof != "":
+		return GuestSecrets{}, errors.New("the guest secrets carry both a joinToken and an enrollmentProof; a VM attests either with a join token or with its TPM")
+	case identity && (g.JoinToken == "" && g.EnrollmentProof == "" || g.BrokerProof == ""):
+		return GuestSecrets{}, errors.New("the guest secrets lack joinToken (or enrollmentProof) or brokerProof")
 	case g.JITConfig != "" && g.RegistrationToken != "":
 		return GuestSecrets{}, errors.New("the guest secrets carry both a jitConfig and a registrationToken; a VM gets one runner credential")
 	case !identity && !runner:
@@ -380,12 +404,15 @@ type SPIFFE struct {
 	// config's secretsFile.
 	JoinToken string `json:"joinToken,omitempty"`
 
-	// tpmDevicePath is the TPM device, such as /dev/tpmrm0 (tpm only).
+	// tpmDevicePath is the TPM device, such as /dev/tpmrm0 (tpm only,
+	// required there): the agent enrolls a DevID in it and spire-agent's
+	// tpm_devid attestor uses it.
 	TPMDevicePath string `json:"tpmDevicePath,omitempty"`
 
 	// spiffeID is the SPIFFE ID the VM is expected to receive, such as
-	// spiffe://hyperfleet.io/vm/ci/runner-abc/<uid>. Optional; when set the
-	// agent checks its SVID against it.
+	// spiffe://hyperfleet.io/vm/ci/runner-abc/<uid>. Optional with
+	// join-token, required with tpm (the TPM enrollment names the VM by
+	// it); when set the agent checks its SVID against it.
 	SPIFFEID string `json:"spiffeID,omitempty"`
 
 	// trustDomain is the SPIFFE trust domain, such as hyperfleet.io.
@@ -399,7 +426,9 @@ type SPIFFE struct {
 	ServerAddress string `json:"serverAddress"`
 
 	// brokerURL is the https:// URL of the operator's credential broker;
-	// optional when secretStore is set.
+	// optional when secretStore is set, except with attestationMethod tpm:
+	// the TPM enrollment endpoints are on its host (TPMEnrollPath), and
+	// with secretStore it serves only them.
 	BrokerURL string `json:"brokerURL,omitempty"`
 
 	// brokerCA is the PEM-encoded CA bundle (one or more CERTIFICATE
@@ -597,11 +626,18 @@ func (s *SPIFFE) validate(secretsFile string, bad func(field, format string, arg
 			bad("spiffe.tpmDevicePath", "is set but attestationMethod is join-token; remove it")
 		}
 	case AttestationTPM:
-		if secretsFile != "" {
-			bad("secretsFile", "is set but spiffe.attestationMethod is tpm, whose VM receives no join token; remove it")
+		if secretsFile == "" {
+			bad("secretsFile", "is empty; spiffe.attestationMethod tpm needs where the operator places the enrollment proof and the broker proof in the running VM, %s", SecretsFile)
 		}
-		if !strings.HasPrefix(s.TPMDevicePath, "/dev/") {
+		switch {
+		case s.TPMDevicePath == "":
+			bad("spiffe.tpmDevicePath", "is empty; spiffe.attestationMethod tpm needs the VM's TPM device, such as /dev/tpmrm0")
+		case !strings.HasPrefix(s.TPMDevicePath, "/dev/") || path.Clean(s.TPMDevicePath) != s.TPMDevicePath:
 			bad("spiffe.tpmDevicePath", "%q must be a device path such as /dev/tpmrm0", s.TPMDevicePath)
+		}
+		if s.SPIFFEID == "" {
+			// TPMEnrollRequest names the VM's claim by it.
+			bad("spiffe.spiffeID", "is empty; spiffe.attestationMethod tpm names the VM to the operator's enrollment endpoints by its SPIFFE ID")
 		}
 	default:
 		bad("spiffe.attestationMethod", "is %q; must be %q or %q", s.AttestationMethod, AttestationJoinToken, AttestationTPM)
@@ -630,6 +666,18 @@ func (s *SPIFFE) validate(secretsFile string, bad func(field, format string, arg
 		bad("spiffe.serverAddress", "%q must be host:port, such as spire.example.com:8081", s.ServerAddress)
 	}
 	switch {
+	case s.AttestationMethod == AttestationTPM:
+		// The TPM enrollment endpoints are on the broker's host
+		// (TPMEnrollPath), also when the credential comes from the
+		// secrets store.
+		if s.BrokerURL == "" {
+			bad("spiffe.brokerURL", "is empty; spiffe.attestationMethod tpm enrolls the VM's TPM at the operator's agent server, whose URL it is (%s on its host)", TPMEnrollPath)
+		} else if err := checkHTTPSURL(s.BrokerURL); err != nil {
+			bad("spiffe.brokerURL", "%v", err)
+		}
+		if s.SecretStore != nil {
+			s.SecretStore.validate(bad)
+		}
 	case s.SecretStore != nil:
 		if s.BrokerURL != "" {
 			bad("spiffe.brokerURL", "is set but so is spiffe.secretStore; the credential comes from one of them: remove one")

@@ -67,7 +67,6 @@ func broker() Config {
 func TestValidConfigsRoundTrip(t *testing.T) {
 	tpm := broker()
 	tpm.SPIFFE.AttestationMethod = AttestationTPM
-	tpm.SecretsFile, tpm.SecretsDeadline = "", time.Time{}
 	tpm.SPIFFE.TPMDevicePath = "/dev/tpmrm0"
 	for name, c := range map[string]Config{"direct jit": directJIT(), "direct token": directToken(), "broker join-token": broker(), "broker tpm": tpm} {
 		t.Run(name, func(t *testing.T) {
@@ -282,15 +281,61 @@ func TestParseGuestSecrets(t *testing.T) {
 		`{"jitConfig":"eyJh"}`: {JITConfig: "eyJh"},
 		`{"registrationToken":"AABB","registrationURL":"https://github.com/o","expiresAt":"2025-06-01T13:00:00Z"}`: {
 			RegistrationToken: "AABB", RegistrationURL: "https://github.com/o", ExpiresAt: time.Date(2025, 6, 1, 13, 0, 0, 0, time.UTC)},
+		`{"enrollmentProof":"e","brokerProof":"p"}`: {EnrollmentProof: "e", BrokerProof: "p"},
 	} {
 		if g, err := ParseGuestSecrets([]byte(doc)); err != nil || g != want {
 			t.Errorf("ParseGuestSecrets(%s) = %+v, %v; want %+v", doc, g, err, want)
 		}
 	}
 	for _, bad := range []string{`{"joinToken":"t"}`, `{"brokerProof":"p"}`, good + `{}`, `{"joinToken":"t","brokerProof":"p","x":1}`,
-		`{}`, `{"jitConfig":"a","registrationToken":"b","registrationURL":"https://github.com/o"}`} {
+		`{}`, `{"jitConfig":"a","registrationToken":"b","registrationURL":"https://github.com/o"}`,
+		`{"enrollmentProof":"e"}`, `{"joinToken":"t","enrollmentProof":"e","brokerProof":"p"}`} {
 		if _, err := ParseGuestSecrets([]byte(bad)); err == nil {
 			t.Errorf("ParseGuestSecrets(%s) accepted it", bad)
 		}
+	}
+}
+
+// TestValidateTPM: attestationMethod tpm needs the TPM device, the broker
+// URL (whose host serves the enrollment endpoints, also beside a secrets
+// store) and secretsFile (the enrollment and broker proofs); each refusal
+// names its field.
+func TestValidateTPM(t *testing.T) {
+	tpm := func() Config {
+		c := broker()
+		c.SPIFFE.AttestationMethod = AttestationTPM
+		c.SPIFFE.TPMDevicePath = "/dev/tpmrm0"
+		return c
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"no device", func(c *Config) { c.SPIFFE.TPMDevicePath = "" }, "spiffe.tpmDevicePath: is empty; spiffe.attestationMethod tpm needs"},
+		{"not a device", func(c *Config) { c.SPIFFE.TPMDevicePath = "/run/tpm.sock" }, `spiffe.tpmDevicePath: "/run/tpm.sock" must be a device path`},
+		{"dotdot", func(c *Config) { c.SPIFFE.TPMDevicePath = "/dev/../etc/tpm" }, `spiffe.tpmDevicePath: "/dev/../etc/tpm" must be a device path`},
+		{"no broker", func(c *Config) { c.SPIFFE.BrokerURL = "" }, "spiffe.brokerURL: is empty; spiffe.attestationMethod tpm enrolls"},
+		{"no broker with store", func(c *Config) {
+			c.SPIFFE.BrokerURL = ""
+			c.SPIFFE.SecretStore = withSecretStore().SPIFFE.SecretStore
+		}, "spiffe.brokerURL: is empty; spiffe.attestationMethod tpm enrolls"},
+		{"http broker", func(c *Config) { c.SPIFFE.BrokerURL = "http://broker" }, `spiffe.brokerURL: "http://broker" must be an https:// URL`},
+		{"no secrets file", func(c *Config) { c.SecretsFile, c.SecretsDeadline = "", time.Time{} }, "secretsFile: is empty; spiffe.attestationMethod tpm needs"},
+		{"no spiffe id", func(c *Config) { c.SPIFFE.SPIFFEID = "" }, "spiffe.spiffeID: is empty; spiffe.attestationMethod tpm names"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tpm()
+			tc.mutate(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Validate: %v; want an error with %q", err, tc.want)
+			}
+		})
+	}
+	c := tpm()
+	c.SPIFFE.SecretStore = withSecretStore().SPIFFE.SecretStore
+	if err := c.Validate(); err != nil {
+		t.Errorf("tpm with a secrets store and brokerURL (the enrollment host): %v", err)
 	}
 }
