@@ -587,7 +587,8 @@ func (v *Vars) secrets() []string {
 }
 
 // receivesSecrets reports whether the VM receives GuestSecrets in the
-// running guest: its runner credential (direct), or its join token.
+// running guest: its runner credential (direct), its join token, or its
+// TPM enrollment proof.
 func (v *Vars) receivesSecrets() bool {
-	return v.WorkloadMethod == WorkloadDirect || v.SPIFFEEnabled && v.AttestationMethod == AttestationJoinToken
+	return v.WorkloadMethod == WorkloadDirect || v.SPIFFEEnabled && (v.AttestationMethod == AttestationJoinToken || v.AttestationMethod == AttestationTPM)
 }

@@ -569,10 +569,9 @@ func (w *attestationWorld) templateCase(rt *rapid.T) {
 	var apiField, reason, says string
 	switch kind := rapid.IntRange(0, 5).Draw(rt, "attestation"); kind {
 	case 0:
-		att, reason, says = hfv1.Attestation{Method: hfv1.AttestationTPM}, string(hfv1.NotImplementedReason), "spec.attestation.method: tpm"
-		if rapid.Bool().Draw(rt, "tpm options") {
-			att.TPM = tpm
-		}
+		// The world's cluster trusts no TPMs (no spec.spire.tpm).
+		tpm.AddVirtualTPM = true
+		att, reason, says = hfv1.Attestation{Method: hfv1.AttestationTPM, TPM: tpm}, string(hfv1.TPMNotConfiguredReason), "spec.spire.tpm"
 	case 1:
 		att, apiField = hfv1.Attestation{Method: hfv1.AttestationJoinToken, TPM: tpm}, "attestation.tpm applies only to attestation.method tpm"
 	case 2:

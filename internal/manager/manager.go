@@ -39,6 +39,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/poweroff"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/sweeper"
+	"github.com/hyperfleet/hyperfleet/internal/tpmenroll"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
 	"github.com/hyperfleet/hyperfleet/internal/workloads"
@@ -334,7 +335,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	var agent vmspec.AgentLocator // stays a nil interface without a server
 	var brokerEndpoint machineclaim.BrokerEndpoint
 	if opts.AgentServer != nil {
-		srv, err := newAgentServer(mgr, opts.AgentServer, credBroker, notices)
+		// VMs that attest with their TPM enroll it at the agent server
+		// (internal/tpmenroll), every replica answering.
+		enroll := &tpmenroll.Handler{
+			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Clusters: mgr.GetClient(), Secrets: mgr.GetClient(),
+			Issuer: issuer, Recorder: mgr.GetEventRecorderFor("tpm-enrollment"), Clock: opts.Clock,
+		}
+		srv, err := newAgentServer(mgr, opts.AgentServer, credBroker, enroll, notices)
 		if err != nil {
 			return nil, err
 		}
@@ -614,7 +621,7 @@ func newWebhookServer(mgr ctrl.Manager, opts Options, backends *workload.Backend
 
 // newAgentServer hashes the agent binaries and adds their server to the
 // manager.
-func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions, credBroker *broker.Broker, notices agentserver.PowerOffReceiver) (*agentserver.Server, error) {
+func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions, credBroker *broker.Broker, enroll http.Handler, notices agentserver.PowerOffReceiver) (*agentserver.Server, error) {
 	var missing []string
 	for _, f := range []struct{ name, value string }{
 		{"Addr", o.Addr}, {"CertFile", o.CertFile}, {"KeyFile", o.KeyFile}, {"Dir", o.Dir}, {"URL", o.URL},
@@ -628,7 +635,7 @@ func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions, credBroker *broker.
 	}
 	so := agentserver.Options{
 		Dir: o.Dir, URL: o.URL, CAFile: o.CAFile, Addr: o.Addr, CertFile: o.CertFile, KeyFile: o.KeyFile,
-		Logger: mgr.GetLogger().WithName("agent-server"), PowerOff: notices, Limits: o.Limits,
+		Logger: mgr.GetLogger().WithName("agent-server"), PowerOff: notices, Limits: o.Limits, TPMEnrollment: enroll,
 	}
 	if credBroker != nil {
 		so.Broker = credBroker

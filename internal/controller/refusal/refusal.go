@@ -28,10 +28,6 @@ type Refusal struct {
 // Template is the first field of tmpl this operator does not act
 // on, or nil.
 func Template(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate) *Refusal {
-	if tmpl.Spec.Attestation.Method == hfv1.AttestationTPM {
-		return &Refusal{hfv1.NotImplementedReason,
-			"spec.attestation.method: tpm is not implemented yet (nor spec.attestation.tpm: devicePath, addVirtualTPM, ekCABundleRef); use method join-token (docs/identity.md), or none"}
-	}
 	if _, t, ok := ws.Template(tmpl); ok && t.Runner.OS != "linux" {
 		// The operator's cloud-config starts the agent as a systemd unit
 		// (docs/cloud-init.md): only Linux VMs can run it.
