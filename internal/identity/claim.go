@@ -44,6 +44,10 @@ type Issuer struct {
 	// of their own, like ProofKey.
 	EnrollmentKey []byte
 	ActivationKey []byte
+	// Install is the install's operator id (ownership.Signer.OperatorID):
+	// the entries carry it as their hint (spire.InstallHint), which is how
+	// the sweep knows its own.
+	Install string
 	// AgentUID is the uid the HyperFleet agent runs as inside the VM, the
 	// selector of the VM's registration entry: 0, since its systemd unit
 	// runs it as root while the runner and its jobs run as another user,
@@ -145,12 +149,7 @@ func (i *Issuer) Issue(ctx context.Context, s *Server, claim *hfv1.MachineClaim,
 	if err != nil {
 		return time.Time{}, fmt.Errorf("create the join token of %s: %w", vm, err)
 	}
-	entry := spire.Entry{
-		ID:        st.EntryID,
-		SPIFFEID:  vm,
-		ParentID:  node,
-		Selectors: []spire.Selector{{Type: "unix", Value: "uid:" + strconv.Itoa(i.AgentUID)}},
-	}
+	entry := i.vmEntry(st, vm, node)
 	if d := s.Config.SVIDTTL; d != nil {
 		entry.X509SVIDTTL = d.Duration
 	}
@@ -158,6 +157,26 @@ func (i *Issuer) Issue(ctx context.Context, s *Server, claim *hfv1.MachineClaim,
 		return time.Time{}, fmt.Errorf("create the registration entry of %s: %w", vm, err)
 	}
 	return expires, nil
+}
+
+// vmEntry is the VM's registration entry: its SPIFFE ID for the
+// HyperFleet agent (AgentUID) on the agent with alias node.
+func (i *Issuer) vmEntry(st *hfv1.IdentityStatus, vm, node spiffeid.ID) spire.Entry {
+	return spire.Entry{
+		ID:        st.EntryID,
+		SPIFFEID:  vm,
+		ParentID:  node,
+		Selectors: []spire.Selector{{Type: "unix", Value: "uid:" + strconv.Itoa(i.AgentUID)}},
+		Hint:      i.hint(),
+	}
+}
+
+// hint is the install's entry hint; none without an Install.
+func (i *Issuer) hint() string {
+	if i.Install == "" {
+		return ""
+	}
+	return spire.InstallHint(i.Install)
 }
 
 // Attested reports whether the claim's VM agent has attested: the server

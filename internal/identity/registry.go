@@ -58,6 +58,10 @@ type ServerAPI interface {
 	Agent(ctx context.Context, id spiffeid.ID) (spire.Agent, bool, error)
 	BanAgent(ctx context.Context, id spiffeid.ID) error
 	DeleteAgent(ctx context.Context, id spiffeid.ID) error
+	// ListEntries and ListAgents list everything, for the orphan sweep
+	// (internal/sweeper, spire.go).
+	ListEntries(ctx context.Context) ([]spire.Entry, error)
+	ListAgents(ctx context.Context) ([]spire.Agent, error)
 	Close() error
 }
 
@@ -309,6 +313,17 @@ func (r *Registry) Server(cluster string) (*Server, bool) {
 		return nil, false
 	}
 	return s, true
+}
+
+// Servers are the connected servers, by cluster name.
+func (r *Registry) Servers() map[string]*Server {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]*Server, len(r.servers))
+	for name, s := range r.servers {
+		out[name] = s
+	}
+	return out
 }
 
 // Remove closes and forgets the cluster's server.

@@ -9,7 +9,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -110,16 +109,12 @@ func (i *Issuer) IssueTPM(ctx context.Context, s *Server, claim *hfv1.MachineCla
 		SPIFFEID:  node,
 		ParentID:  spire.DefaultServerID(s.TrustDomain),
 		Selectors: []spire.Selector{spire.DevIDSelector(uid)},
+		Hint:      i.hint(),
 	}
 	if err := s.API.EnsureEntry(ctx, alias); err != nil {
 		return fmt.Errorf("create the agent alias entry of %s: %w", vm, err)
 	}
-	entry := spire.Entry{
-		ID:        st.EntryID,
-		SPIFFEID:  vm,
-		ParentID:  node,
-		Selectors: []spire.Selector{{Type: "unix", Value: "uid:" + strconv.Itoa(i.AgentUID)}},
-	}
+	entry := i.vmEntry(st, vm, node)
 	if d := s.Config.SVIDTTL; d != nil {
 		entry.X509SVIDTTL = d.Duration
 	}

@@ -321,7 +321,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	issuer := &identity.Issuer{
 		Key: opts.Signer.DerivedKey("spire join token"), ProofKey: opts.Signer.DerivedKey("broker proof"),
 		EnrollmentKey: opts.Signer.DerivedKey("tpm enrollment proof"), ActivationKey: opts.Signer.DerivedKey("tpm activation secret"),
-		AgentUID: opts.SPIREAgentUID,
+		Install: opts.Signer.OperatorID(), AgentUID: opts.SPIREAgentUID,
 	}
 	var credBroker *broker.Broker
 	if ci.credentials != nil && opts.AgentServer != nil {
@@ -362,6 +362,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		GracePeriod: opts.OrphanGracePeriod,
 		DryRun:      opts.SweepDryRun,
 		DNS:         dnsClusters,
+		Identity:    identities,
 	}
 	if err := (&controller.HypervisorClusterReconciler{
 		Client:        mgr.GetClient(),

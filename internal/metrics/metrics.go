@@ -316,6 +316,20 @@ var (
 		Help: "DNS names of deleted claims whose records the sweeper removed (not in dry-run mode).",
 	}, []string{"cluster"})
 
+	// OrphanIdentitiesFound and OrphanIdentitiesRemoved count what claims
+	// that no longer exist left on SPIRE servers (internal/sweeper,
+	// spire.go), by cluster and kind: entry (registration and TPM alias
+	// entries; found and removed) or agent (banned tpm_devid agents past
+	// their certificates' lifetime; removed).
+	OrphanIdentitiesFound = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "orphan_spire_objects_found_total",
+		Help: "SPIRE entries of this install found without a live MachineClaim, by kind.",
+	}, []string{"cluster", "kind"})
+	OrphanIdentitiesRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "orphan_spire_objects_removed_total",
+		Help: "SPIRE entries and banned TPM agents of deleted claims that the sweeper deleted (not in dry-run mode), by kind.",
+	}, []string{"cluster", "kind"})
+
 	// NetworkValidations counts the checks of claims' validations (DNS
 	// forward and reverse lookups, ping, SSH), by cluster, check and
 	// result; NetworkValidationSeconds is how long each check took.
@@ -342,7 +356,7 @@ func init() {
 		PowerOffHints, ReadyHints, GuestSecretsDelivered, VMsInTransition,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
 		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads, WebhookConfirmations, BrokerRequests, TPMEnrollmentRequests,
-		SPIREBundleReads, IdentityMisuse, DNSReady, DNSUpdates, OrphanDNSFound, OrphanDNSRemoved,
+		SPIREBundleReads, IdentityMisuse, DNSReady, DNSUpdates, OrphanDNSFound, OrphanDNSRemoved, OrphanIdentitiesFound, OrphanIdentitiesRemoved,
 		NetworkValidations, NetworkValidationSeconds,
 	)
 }

@@ -22,6 +22,9 @@ type Agent struct {
 	Banned bool
 	// X509SVIDExpiresAt is when the agent's current SVID expires.
 	X509SVIDExpiresAt time.Time
+	// Selectors are what its node attestor said of it (for tpm_devid:
+	// subject:cn:<the DevID certificate's common name>, ...).
+	Selectors []Selector
 }
 
 // Agent returns the attested agent with id; found is false when the server
@@ -95,6 +98,9 @@ func fromProtoAgent(pa *types.Agent) (Agent, error) {
 		return Agent{}, err
 	}
 	a := Agent{ID: id, AttestationType: pa.GetAttestationType(), Banned: pa.GetBanned()}
+	for _, s := range pa.GetSelectors() {
+		a.Selectors = append(a.Selectors, Selector{Type: s.GetType(), Value: s.GetValue()})
+	}
 	if t := pa.GetX509SvidExpiresAt(); t != 0 {
 		a.X509SVIDExpiresAt = time.Unix(t, 0)
 	}

@@ -33,7 +33,15 @@ type Entry struct {
 	// seconds); zero takes the server's default.
 	X509SVIDTTL, JWTSVIDTTL time.Duration
 	DNSNames                []string
+	// Hint is SPIRE's entry hint; HyperFleet writes its install's there
+	// (InstallHint), so that its sweep removes only entries of its own
+	// install from a server other installs may share.
+	Hint string
 }
+
+// InstallHint is the hint of the entries the install with operatorID
+// creates.
+func InstallHint(operatorID string) string { return "hyperfleet:" + operatorID }
 
 // Selector is a workload or node property, e.g. Type "unix", Value
 // "uid:1000".
@@ -121,6 +129,7 @@ func (c *Client) toProto(e Entry) (*types.Entry, error) {
 		X509SvidTtl: int32(e.X509SVIDTTL / time.Second),
 		JwtSvidTtl:  int32(e.JWTSVIDTTL / time.Second),
 		DnsNames:    e.DNSNames,
+		Hint:        e.Hint,
 	}
 	for _, s := range e.Selectors {
 		pe.Selectors = append(pe.Selectors, &types.Selector{Type: s.Type, Value: s.Value})
@@ -227,6 +236,7 @@ func fromProtoEntry(pe *types.Entry) (Entry, error) {
 		X509SVIDTTL: time.Duration(pe.GetX509SvidTtl()) * time.Second,
 		JWTSVIDTTL:  time.Duration(pe.GetJwtSvidTtl()) * time.Second,
 		DNSNames:    slices.Clone(pe.GetDnsNames()),
+		Hint:        pe.GetHint(),
 	}
 	for _, s := range pe.GetSelectors() {
 		e.Selectors = append(e.Selectors, Selector{Type: s.GetType(), Value: s.GetValue()})

@@ -1,6 +1,8 @@
 package spire
 
 import (
+	"strings"
+
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
@@ -29,6 +31,32 @@ func DevIDSelector(uid string) Selector {
 
 // AliasEntryIDFor is the id of the alias entry of the TPM claim with uid.
 func AliasEntryIDFor(uid string) string { return aliasEntryIDPrefix + uid }
+
+// EntryClaimUID is the UID of the claim an entry id of HyperFleet's names
+// (EntryIDFor or AliasEntryIDFor); ok is false for any other id.
+func EntryClaimUID(id string) (uid string, ok bool) {
+	rest, ok := strings.CutPrefix(id, EntryIDPrefix)
+	if !ok {
+		return "", false
+	}
+	rest = strings.TrimPrefix(rest, "node.")
+	return rest, rest != "" && !strings.ContainsAny(rest, "./")
+}
+
+// DevIDAgentClaimUID is the UID of the claim whose DevID certificate agent
+// a attested with (its subject:cn selector); ok is false for any other
+// agent.
+func DevIDAgentClaimUID(a Agent) (uid string, ok bool) {
+	if a.AttestationType != TPMDevIDAttestor {
+		return "", false
+	}
+	for _, s := range a.Selectors {
+		if cn, found := strings.CutPrefix(s.Value, "subject:cn:"+EntryIDPrefix); found && (s.Type == "" || s.Type == TPMDevIDAttestor) {
+			return cn, cn != "" && !strings.ContainsAny(cn, "./")
+		}
+	}
+	return "", false
+}
 
 // DevIDAgentID is spiffe://<td>/spire/agent/tpm_devid/<fingerprint>, the id
 // SPIRE gives the agent that attests with the DevID certificate whose DER

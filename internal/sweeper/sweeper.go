@@ -37,6 +37,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
@@ -67,6 +68,10 @@ type Sweeper struct {
 	// DNS holds the clusters' DNS registrars; with Signer (whose operator
 	// id owns the records) it enables the DNS record sweep (dns.go).
 	DNS *dnsreg.Clusters
+	// Identity holds the clusters' SPIRE servers; with Signer (whose
+	// operator id is the entries' hint) it enables the SPIRE sweep
+	// (spire.go).
+	Identity *identity.Registry
 
 	init     sync.Once
 	mu       sync.Mutex
@@ -75,6 +80,8 @@ type Sweeper struct {
 	media    map[string]*strayMedium  // by cluster/node/medium id
 	runners  map[string]*orphanRunner // by scope/runner name
 	dnsNames map[string]*orphanName   // by cluster/name/claim UID
+	// spireEntries are the orphan SPIRE entries, by cluster/entry id.
+	spireEntries map[string]*orphanEntry
 	// unverified are, by cluster, the VMs of the latest sweep that carry
 	// this install's tag but whose ownership block does not verify, with
 	// the reason.
@@ -147,6 +154,7 @@ func (s *Sweeper) defaults() {
 			s.media = map[string]*strayMedium{}
 			s.runners = map[string]*orphanRunner{}
 			s.dnsNames = map[string]*orphanName{}
+			s.spireEntries = map[string]*orphanEntry{}
 		}
 	})
 }
@@ -186,6 +194,7 @@ func (s *Sweeper) SweepAll(ctx context.Context) {
 	}
 	s.sweepRunners(ctx, runnersOf(claims.Items), confirm)
 	s.sweepDNS(ctx, liveDNSOwners(claims.Items), confirm)
+	s.sweepSPIRE(ctx, liveUIDs(claims.Items), confirm)
 }
 
 // confirmClaims returns a function that lists the claims from the API

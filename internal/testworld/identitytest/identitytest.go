@@ -168,7 +168,44 @@ func (s *Server) DeleteEntriesBySPIFFEID(_ context.Context, id spiffeid.ID) (int
 	}
 	n := s.aliases[id]
 	delete(s.aliases, id)
+	// Entries made with EnsureEntry under that SPIFFE ID too (a TPM
+	// claim's alias), as the real server deletes every one.
+	for k, e := range s.entries {
+		if e.SPIFFEID == id {
+			delete(s.entries, k)
+			n++
+		}
+	}
 	return n, nil
+}
+
+// ListEntries implements identity.ServerAPI: the entries made with
+// EnsureEntry.
+func (s *Server) ListEntries(context.Context) ([]spire.Entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return nil, s.fail
+	}
+	out := make([]spire.Entry, 0, len(s.entries))
+	for _, e := range s.entries {
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// ListAgents implements identity.ServerAPI: the join-token agents.
+func (s *Server) ListAgents(context.Context) ([]spire.Agent, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return nil, s.fail
+	}
+	out := make([]spire.Agent, 0, len(s.agents))
+	for id := range s.agents {
+		out = append(out, spire.Agent{ID: id, AttestationType: "join_token", Banned: s.banned[id]})
+	}
+	return out, nil
 }
 
 // Agent implements identity.ServerAPI.
