@@ -238,6 +238,9 @@ const (
 	// TPMNotConfiguredReason: the template attests with its VMs' TPMs but
 	// its cluster has no spec.spire.tpm (the EK CAs and the DevID CA).
 	TPMNotConfiguredReason ConditionReason = "TPMNotConfigured"
+	// TPMNotFoundReason (MachineClaim Attested False): the VM of a claim
+	// whose template attests with its TPM has none; the claim fails.
+	TPMNotFoundReason ConditionReason = "TPMNotFound"
 	// SPIREUnavailableReason: the operator cannot reach, or is not an
 	// admin of, the SPIRE server of the cluster's spec.spire.
 	SPIREUnavailableReason ConditionReason = "SPIREUnavailable"

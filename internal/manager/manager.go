@@ -311,7 +311,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	notices := &poweroff.Notices{
 		Reader: mgr.GetClient(), Signer: opts.Signer, Transitions: transitions, ClaimEvents: claimEvents,
 		Clock: opts.Clock, Elected: mgr.Elected(), Log: mgr.GetLogger().WithName("poweroff-notices"),
-		Jobs: poweroff.NewJobReports(), TokenRefusals: poweroff.NewTokenRefusals(),
+		Jobs: poweroff.NewJobReports(), TokenRefusals: poweroff.NewTokenRefusals(), AttestationErrors: poweroff.NewAttestationErrors(),
 	}
 	// VMs that attest with SPIRE get join tokens derived from the
 	// ownership key (internal/identity) and fetch their credential from
@@ -400,27 +400,28 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}
 	runners := machineclaim.NewRunnerObservations()
 	if err := (&machineclaim.Reconciler{
-		Client:        mgr.GetClient(),
-		Registry:      registry,
-		IPAM:          addresses,
-		Signer:        opts.Signer,
-		Recorder:      mgr.GetEventRecorderFor("machineclaim-controller"),
-		Clock:         opts.Clock,
-		CI:            ci.claims,
-		ClaimEvents:   claimEvents,
-		Runners:       runners,
-		MaxRetryDelay: opts.MaxRetryDelay,
-		MinRetryDelay: opts.MinRetryDelay,
-		StuckBounds:   stuckBounds(opts.StuckBounds),
-		Agent:         agent,
-		Transitions:   transitions,
-		Notices:       notices,
-		TokenRefusals: notices.TokenRefusals,
-		Vanished:      sw,
-		DNS:           dnsClusters,
-		Identity:      identities,
-		Issuer:        issuer,
-		Broker:        brokerEndpoint,
+		Client:            mgr.GetClient(),
+		Registry:          registry,
+		IPAM:              addresses,
+		Signer:            opts.Signer,
+		Recorder:          mgr.GetEventRecorderFor("machineclaim-controller"),
+		Clock:             opts.Clock,
+		CI:                ci.claims,
+		ClaimEvents:       claimEvents,
+		Runners:           runners,
+		MaxRetryDelay:     opts.MaxRetryDelay,
+		MinRetryDelay:     opts.MinRetryDelay,
+		StuckBounds:       stuckBounds(opts.StuckBounds),
+		Agent:             agent,
+		Transitions:       transitions,
+		Notices:           notices,
+		TokenRefusals:     notices.TokenRefusals,
+		AttestationErrors: notices.AttestationErrors,
+		Vanished:          sw,
+		DNS:               dnsClusters,
+		Identity:          identities,
+		Issuer:            issuer,
+		Broker:            brokerEndpoint,
 		// Clusters with spec.spire.secretStore get their VMs' credentials
 		// minted as the broker mints them, and written to the store.
 		Credentials: ci.credentials,

@@ -251,6 +251,13 @@ var (
 		Help: "Requests to the TPM DevID enrollment endpoints by VMs, by endpoint and result: Challenged, Enrolled, or the reason of the refusal.",
 	}, []string{"endpoint", "reason"})
 
+	// AttestationFailures counts claims whose VM failed to attest, by
+	// method (join-token, tpm) and reason (AttestationFailed, TPMNotFound).
+	AttestationFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "attestation_failures_total",
+		Help: "MachineClaims whose VM failed to attest with SPIRE, by attestation method and reason.",
+	}, []string{"method", "reason"})
+
 	// SPIREBundleReads counts reads of SPIRE servers' trust bundles
 	// (internal/identity), by trigger (periodic: older than a minute or
 	// none yet; forced: an SVID presented to the broker did not verify)
@@ -355,7 +362,7 @@ func init() {
 		ClaimPhaseSeconds, ClaimsStuck, ClaimTransitions, ClaimErrors, ReservationsRejected, PlacementRecordsRejected, ClaimsVanished, ClaimsForceDeleted, ClaimsDisowned, PowerOffToDestroyed, CreatedToCloneRequest,
 		PowerOffHints, ReadyHints, GuestSecretsDelivered, VMsInTransition,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
-		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads, WebhookConfirmations, BrokerRequests, TPMEnrollmentRequests,
+		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads, WebhookConfirmations, BrokerRequests, TPMEnrollmentRequests, AttestationFailures,
 		SPIREBundleReads, IdentityMisuse, DNSReady, DNSUpdates, OrphanDNSFound, OrphanDNSRemoved, OrphanIdentitiesFound, OrphanIdentitiesRemoved,
 		NetworkValidations, NetworkValidationSeconds,
 	)

@@ -50,10 +50,12 @@ type Notices struct {
 	// ClaimEvents wakes the claim of a marked VM.
 	ClaimEvents chan<- event.GenericEvent
 	// Jobs, when set, keeps what notices say of their runner's job;
-	// TokenRefusals, those that say the VM's join token was refused.
-	Jobs          *JobReports
-	TokenRefusals *TokenRefusals
-	Clock         clock.PassiveClock
+	// TokenRefusals, those that say the VM's join token was refused;
+	// AttestationErrors, every attestation error a VM reports.
+	Jobs              *JobReports
+	TokenRefusals     *TokenRefusals
+	AttestationErrors *AttestationErrors
+	Clock             clock.PassiveClock
 	// Log logs accepted notices at debug level (requests carry no logger).
 	Log logr.Logger
 	// Elected is closed once this replica leads (mgr.Elected()): only the
@@ -165,6 +167,9 @@ func (n *Notices) PowerOffNotice(ctx context.Context, notice agentconfig.PowerOf
 	}
 	if notice.AttestationError == agentconfig.AttestationJoinTokenRefused && n.TokenRefusals != nil {
 		n.TokenRefusals.Add(claim.UID, n.now())
+	}
+	if notice.AttestationError != "" && n.AttestationErrors != nil {
+		n.AttestationErrors.Add(claim.UID, notice.AttestationError, n.now())
 	}
 	if Mark(n.Transitions, claim, hypervisors.HintAgent, n.now()) == hypervisors.Marked {
 		// Wake the claim to read its VM now.

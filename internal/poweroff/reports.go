@@ -85,3 +85,57 @@ func (t *TokenRefusals) Add(uid types.UID, now time.Time) { t.r.Add(uid, now) }
 func (t *TokenRefusals) Refused(uid types.UID, now time.Time) bool {
 	return t != nil && t.r.JobStarted(uid, now)
 }
+
+// AttestationErrors remembers what claims' VMs said, in their power-off
+// notices, about why they got no identity (agentconfig.PowerOffNotice's
+// attestationError: JoinTokenRefused, TPMNotFound, ...). The claim
+// controller words the claim's failure with it; like the other reports it
+// decides nothing on its own. In memory, for reportTTL, bounded. Safe for
+// concurrent use; nil knows nothing.
+type AttestationErrors struct {
+	mu sync.Mutex
+	m  map[types.UID]attestationError
+}
+
+type attestationError struct {
+	err string
+	at  time.Time
+}
+
+// NewAttestationErrors returns an empty set.
+func NewAttestationErrors() *AttestationErrors {
+	return &AttestationErrors{m: map[types.UID]attestationError{}}
+}
+
+// Add records that claim uid's VM reported err at now.
+func (a *AttestationErrors) Add(uid types.UID, err string, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.m) >= maxReports {
+		for k, e := range a.m {
+			if now.Sub(e.at) > reportTTL {
+				delete(a.m, k)
+			}
+		}
+		if len(a.m) >= maxReports {
+			return
+		}
+	}
+	a.m[uid] = attestationError{err: err, at: now}
+}
+
+// Error is what claim uid's VM reported within reportTTL of now; empty
+// when nothing.
+func (a *AttestationErrors) Error(uid types.UID, now time.Time) string {
+	if a == nil {
+		return ""
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.m[uid]
+	if !ok || now.Sub(e.at) > reportTTL {
+		delete(a.m, uid)
+		return ""
+	}
+	return e.err
+}

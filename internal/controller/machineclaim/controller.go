@@ -149,6 +149,9 @@ type Reconciler struct {
 	// TokenRefusals are the VMs' power-off notices that their join token
 	// was refused (a sign of a stolen identity); nil: none are taken.
 	TokenRefusals TokenRefusals
+	// AttestationErrors are what the VMs' power-off notices say about why
+	// they got no identity (such as TPMNotFound); nil: none are taken.
+	AttestationErrors AttestationErrors
 	// DNS holds the clusters' DNS registrars (spec.dns.registerVMs), built
 	// by the HypervisorCluster controller; nil registers no VM (dns.go).
 	DNS *dnsreg.Clusters

@@ -33,6 +33,12 @@ type TokenRefusals interface {
 	Refused(uid types.UID, now time.Time) bool
 }
 
+// AttestationErrors says what a claim's VM reported, in its power-off
+// notice, about why it got no identity (poweroff.AttestationErrors).
+type AttestationErrors interface {
+	Error(uid types.UID, now time.Time) string
+}
+
 // containStolenIdentity acts on a misuse recorded in the claim's status: it says so on
 // the Attested condition (False, IdentityStolen), evicts the identity from
 // the SPIRE server (Issuer.Evict: the agent that attested with the claim's

@@ -24,9 +24,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/clusterconfig"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 )
@@ -169,6 +171,7 @@ func (r *Reconciler) awaitAttestation(ctx context.Context, s *claimScope, cluste
 	if !now.Before(deadline) {
 		s.facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationFailedReason, why)
 		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.AttestationFailedReason), why)
+		countAttestationFailure(claim, hfv1.AttestationFailedReason)
 		return 0, why + "; the claim fails and its VM is destroyed. The agent's log in the VM's console says why (a reused or expired join token, or no route to the SPIRE server at spec.spire.serverAddress)"
 	}
 	msg := fmt.Sprintf("Waiting for the VM's spire-agent to attest (deadline %s)", deadline.UTC().Format(time.RFC3339))
@@ -281,14 +284,46 @@ func (r *Reconciler) joinTokenGaveUp(ctx context.Context, s *claimScope, cluster
 	if st.AttestedAt != nil {
 		return msg, ""
 	}
-	if st.TPM != nil {
-		msg += " before its spire-agent attested: the VM's agent gave up on TPM attestation (exit code 9: no TPM in the VM, its enrollment refused (the claim's TPMEnrollmentRefused events say why), or the SPIRE server at spec.spire.serverAddress unreachable); its console says which"
-	} else {
+	reason := hfv1.AttestationFailedReason
+	switch {
+	case st.TPM != nil:
+		var why string
+		reason, why = r.tpmGaveUp(claim)
+		msg += " before its spire-agent attested: " + why
+	default:
 		msg += " before its spire-agent attested: the VM's agent gave up on its join token (exit code 9: refused as used or expired, or the SPIRE server at spec.spire.serverAddress unreachable); its console says which"
 	}
-	s.facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationFailedReason, msg)
-	r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.AttestationFailedReason), msg)
-	return msg, hfv1.AttestationFailedReason
+	s.facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, reason, msg)
+	r.Recorder.Event(claim, corev1.EventTypeWarning, string(reason), msg)
+	countAttestationFailure(claim, reason)
+	return msg, reason
+}
+
+// tpmGaveUp says why the agent of a TPM claim's VM gave up, from what its
+// power-off notice said.
+func (r *Reconciler) tpmGaveUp(claim *hfv1.MachineClaim) (hfv1.ConditionReason, string) {
+	var said string
+	if r.AttestationErrors != nil {
+		said = r.AttestationErrors.Error(claim.UID, r.Clock.Now())
+	}
+	switch said {
+	case agentconfig.AttestationTPMNotFound:
+		return hfv1.TPMNotFoundReason, "the VM has no TPM 2.0 (its agent found none at spec.attestation.tpm.devicePath): set spec.attestation.tpm.addVirtualTPM, or give the Proxmox template a TPM state (tpmstate0, version v2.0) and the image its driver"
+	case agentconfig.AttestationTPMEnrollmentRefused:
+		return hfv1.AttestationFailedReason, "the operator refused the enrollment of the VM's TPM (the claim's TPMEnrollmentRefused events say why)"
+	case agentconfig.AttestationTPMActivationFailed:
+		return hfv1.AttestationFailedReason, "the VM's TPM could not open the operator's credential activation challenge (its EK certificate is not its own, or the TPM failed); the VM's console says more"
+	}
+	return hfv1.AttestationFailedReason, "the VM's agent gave up on TPM attestation (exit code 9: no TPM, its enrollment refused (the claim's TPMEnrollmentRefused events say why), or the SPIRE server at spec.spire.serverAddress unreachable); its console says which"
+}
+
+// countAttestationFailure counts a claim that failed to attest.
+func countAttestationFailure(claim *hfv1.MachineClaim, reason hfv1.ConditionReason) {
+	method := "join-token"
+	if identity.UsesTPM(claim) {
+		method = "tpm"
+	}
+	metrics.AttestationFailures.WithLabelValues(method, string(reason)).Inc()
 }
 
 // attestationDeadline is the cluster's spec.spire.attestationDeadline.

@@ -1,18 +1,24 @@
 package machineclaim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/spire"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/identitytest"
 )
 
@@ -209,6 +215,105 @@ func TestAwaitAttestation(t *testing.T) {
 			}
 			if events := drainEvents(rec); tc.wantEvent != "" && !hasEvent(events, tc.wantEvent) {
 				t.Errorf("events %q, want one %q", events, tc.wantEvent)
+			}
+		})
+	}
+}
+
+// tpmTemplate is a template whose VMs attest with their TPM.
+func tpmTemplate() *hfv1.HypervisorMachineTemplate {
+	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "debian-tpm"}}
+	tmpl.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationTPM, TPM: &hfv1.TPMAttestation{AddVirtualTPM: true}}
+	return tmpl
+}
+
+// TestIssueTPMIdentity: a TPM claim plans its identity with a TPM record,
+// then gets its alias entry (parent the server, selecting its DevID's
+// common name) and its registration entry under the alias, both with the
+// install's hint; no join token is created. Its guest secrets are the
+// enrollment proof and the broker proof.
+func TestIssueTPMIdentity(t *testing.T) {
+	r, fs, cluster, _, rec := identityWorld(t)
+	r.Issuer = &identity.Issuer{Key: make([]byte, 32), ProofKey: make([]byte, 32), EnrollmentKey: make([]byte, 32), Install: "hf1"}
+	c := unitClaim("runner-1", 0)
+	for pass := range 3 {
+		var done bool
+		var err error
+		inScope(&c, func(s *claimScope) { done, _, err = r.issueIdentity(context.Background(), s, tpmTemplate(), cluster) })
+		if err != nil || done != (pass == 2) {
+			t.Fatalf("pass %d: done %v, err %v", pass, done, err)
+		}
+	}
+	st := c.Status.Identity
+	if st == nil || st.TPM == nil || st.TPM.EntriesCreatedAt == nil || !st.Issued() || st.JoinTokenCreatedAt != nil {
+		t.Fatalf("status.identity = %+v", st)
+	}
+	state := fs.State()
+	if len(state.Tokens) != 0 {
+		t.Errorf("join tokens created for a TPM claim: %v", state.Tokens)
+	}
+	entries, _ := fs.ListEntries(context.Background())
+	byID := map[string]spire.Entry{}
+	for _, e := range entries {
+		byID[e.ID] = e
+	}
+	uid := string(c.UID)
+	alias, vm := byID[spire.AliasEntryIDFor(uid)], byID[spire.EntryIDFor(uid)]
+	if alias.SPIFFEID.String() != st.NodeID || alias.ParentID.String() != "spiffe://example.org/spire/server" ||
+		len(alias.Selectors) != 1 || alias.Selectors[0] != spire.DevIDSelector(uid) || alias.Hint != spire.InstallHint("hf1") {
+		t.Errorf("alias entry %+v", alias)
+	}
+	if vm.SPIFFEID.String() != st.SPIFFEID || vm.ParentID.String() != st.NodeID || vm.Hint != spire.InstallHint("hf1") {
+		t.Errorf("registration entry %+v", vm)
+	}
+	if events := drainEvents(rec); !hasEvent(events, "Normal IdentityIssued") {
+		t.Errorf("events %q", events)
+	}
+	doc, err := r.Issuer.GuestSecrets(&c)
+	if err != nil || doc.JoinToken != "" || doc.EnrollmentProof == "" || doc.BrokerProof == "" {
+		t.Errorf("guest secrets %+v, %v; want an enrollment proof and a broker proof, no token", doc, err)
+	}
+}
+
+// attestationErrors is what VMs reported, by claim UID.
+type attestationErrors map[types.UID]string
+
+func (a attestationErrors) Error(uid types.UID, _ time.Time) string { return a[uid] }
+
+// TestTPMGaveUp: a TPM claim's VM that powered off before attesting ends
+// with the reason its power-off notice gave: TPMNotFound for a VM without
+// a TPM, AttestationFailed otherwise; each is counted.
+func TestTPMGaveUp(t *testing.T) {
+	for said, want := range map[string]hfv1.ConditionReason{
+		agentconfig.AttestationTPMNotFound:          hfv1.TPMNotFoundReason,
+		agentconfig.AttestationTPMEnrollmentRefused: hfv1.AttestationFailedReason,
+		"":                                          hfv1.AttestationFailedReason,
+	} {
+		t.Run(cmp.Or(said, "nothing said"), func(t *testing.T) {
+			r, _, cluster, _, rec := identityWorld(t)
+			r.Issuer = &identity.Issuer{Key: make([]byte, 32), ProofKey: make([]byte, 32), EnrollmentKey: make([]byte, 32)}
+			c := unitClaim("runner-1", 0)
+			for range 2 {
+				inScope(&c, func(s *claimScope) { _, _, _ = r.issueIdentity(context.Background(), s, tpmTemplate(), cluster) })
+			}
+			r.AttestationErrors = attestationErrors{c.UID: said}
+			before := testutil.ToFloat64(metrics.AttestationFailures.WithLabelValues("tpm", string(want)))
+			drainEvents(rec)
+			var reason hfv1.ConditionReason
+			var msg string
+			inScope(&c, func(s *claimScope) { msg, reason = r.joinTokenGaveUp(context.Background(), s, cluster, "VM powered off") })
+			if reason != want {
+				t.Errorf("reason %s (%q), want %s", reason, msg, want)
+			}
+			att := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimAttestedCondition)
+			if att == nil || att.Reason != string(want) {
+				t.Errorf("Attested = %+v, want reason %s", att, want)
+			}
+			if events := drainEvents(rec); !hasEvent(events, "Warning "+string(want)) {
+				t.Errorf("events %q", events)
+			}
+			if got := testutil.ToFloat64(metrics.AttestationFailures.WithLabelValues("tpm", string(want))); got != before+1 {
+				t.Errorf("attestation_failures_total{tpm,%s} = %v, want %v", want, got, before+1)
 			}
 		})
 	}
