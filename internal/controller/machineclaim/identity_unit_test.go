@@ -287,7 +287,7 @@ func TestTPMGaveUp(t *testing.T) {
 	for said, want := range map[string]hfv1.ConditionReason{
 		agentconfig.AttestationTPMNotFound:          hfv1.TPMNotFoundReason,
 		agentconfig.AttestationTPMEnrollmentRefused: hfv1.AttestationFailedReason,
-		"":                                          hfv1.AttestationFailedReason,
+		"": hfv1.AttestationFailedReason,
 	} {
 		t.Run(cmp.Or(said, "nothing said"), func(t *testing.T) {
 			r, _, cluster, _, rec := identityWorld(t)
@@ -301,7 +301,9 @@ func TestTPMGaveUp(t *testing.T) {
 			drainEvents(rec)
 			var reason hfv1.ConditionReason
 			var msg string
-			inScope(&c, func(s *claimScope) { msg, reason = r.joinTokenGaveUp(context.Background(), s, cluster, "VM powered off") })
+			inScope(&c, func(s *claimScope) {
+				msg, reason = r.joinTokenGaveUp(context.Background(), s, cluster, "VM powered off")
+			})
 			if reason != want {
 				t.Errorf("reason %s (%q), want %s", reason, msg, want)
 			}
