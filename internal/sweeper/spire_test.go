@@ -27,7 +27,7 @@ func withSPIRE(w *world) *identitytest.Server {
 		ServerAPI: hfv1.SPIREServerAPI{AdminSocket: "/run/spire/admin.sock"}}); err != nil {
 		w.t.Fatal(err)
 	}
-	live := string(w.claim("live").UID)
+	live := w.claim("live").UID
 	ours := spire.InstallHint(w.signer.OperatorID())
 	td := spiffeid.RequireTrustDomainFromString("example.org")
 	entry := func(id, hint string) spire.Entry {

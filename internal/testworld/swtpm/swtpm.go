@@ -218,7 +218,7 @@ func (t *TPM) waitAccepting(timeout time.Duration) error {
 		}
 		select {
 		case <-t.done:
-			return fmt.Errorf("swtpm exited before accepting on %s: %v", t.Socket, t.waitErr)
+			return fmt.Errorf("swtpm exited before accepting on %s: %w", t.Socket, t.waitErr)
 		case <-ctx.Done():
 			return fmt.Errorf("swtpm did not accept on %s within %s: %w", t.Socket, timeout, err)
 		case <-time.After(20 * time.Millisecond):
@@ -234,7 +234,7 @@ func (t *TPM) Stop() error {
 	t.stopOnce.Do(func() {
 		select {
 		case <-t.done:
-			err = fmt.Errorf("swtpm: swtpm had exited: %v", t.waitErr)
+			err = fmt.Errorf("swtpm: swtpm had exited: %w", t.waitErr)
 			return
 		default:
 		}
@@ -246,7 +246,8 @@ func (t *TPM) Stop() error {
 			<-t.done
 		}
 		var exit *exec.ExitError
-		if t.waitErr != nil && !(errors.As(t.waitErr, &exit) && !exit.Exited()) {
+		// A swtpm killed by the signal above is how it stops, not an error.
+		if t.waitErr != nil && (!errors.As(t.waitErr, &exit) || exit.Exited()) {
 			err = fmt.Errorf("swtpm: stopping swtpm: %w", t.waitErr)
 		}
 	})
