@@ -32,10 +32,10 @@ type HypervisorMachineTemplateSpec struct {
 	Network MachineNetwork `json:"network,omitempty"`
 
 	// attestation is how a VM proves its identity before it is given a
-	// workload credential: none (default) or join-token (SPIFFE identity
-	// from SPIRE, then the credential broker; docs/identity.md). Method
-	// tpm is not implemented yet and makes the template not Ready (reason
-	// NotImplemented).
+	// workload credential: none (default), join-token (SPIFFE identity
+	// from SPIRE, then the credential broker; docs/identity.md) or tpm (the
+	// same identity, attested by the VM's TPM through SPIRE's tpm_devid;
+	// docs/identity.md, "TPM").
 	// +optional
 	// +kubebuilder:default={method: none}
 	Attestation Attestation `json:"attestation,omitempty"`
@@ -375,9 +375,12 @@ type Attestation struct {
 	// gets a SPIFFE identity from the SPIRE server of its cluster's
 	// spec.spire with a single-use join token, and only then fetches its
 	// runner credential from the operator's credential broker; nothing in
-	// its cloud-init can run a job (docs/identity.md). tpm is not
-	// implemented yet: a template that sets it is not Ready, with reason
-	// NotImplemented.
+	// its cloud-init can run a job (docs/identity.md). tpm: the same, but
+	// the VM attests with its TPM 2.0 (SPIRE's tpm_devid node attestor,
+	// with a DevID certificate the operator signs once the TPM proved its
+	// keys by credential activation); needs the cluster's spec.spire.tpm
+	// (else not Ready, TPMNotConfigured) and a TPM in the VM
+	// (attestation.tpm.addVirtualTPM, or the template's own).
 	// +optional
 	// +kubebuilder:default=none
 	Method AttestationMethod `json:"method,omitempty"`
@@ -386,7 +389,7 @@ type Attestation struct {
 	// +optional
 	JoinToken *JoinTokenAttestation `json:"joinToken,omitempty"`
 
-	// tpm tunes TPM attestation; method tpm only (not implemented yet).
+	// tpm tunes TPM attestation; method tpm only.
 	// +optional
 	TPM *TPMAttestation `json:"tpm,omitempty"`
 }
@@ -426,7 +429,9 @@ type TPMAttestation struct {
 	AddVirtualTPM bool `json:"addVirtualTPM,omitempty"`
 
 	// ekCABundleRef selects a Secret key, in this namespace, with the PEM CA
-	// certificates that sign the TPMs' endorsement keys.
+	// certificates that sign the TPMs' endorsement keys. It narrows the
+	// cluster's spec.spire.tpm.ekCABundleRef, never widens it: a VM's EK
+	// certificate must chain to both.
 	// +optional
 	EKCABundleRef *LocalSecretKeySelector `json:"ekCABundleRef,omitempty"`
 }
