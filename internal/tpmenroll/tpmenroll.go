@@ -101,6 +101,7 @@ const (
 	ReasonEKUntrusted            = "EKUntrusted"
 	ReasonEnrollmentInvalid      = "EnrollmentInvalid"
 	ReasonTPMMismatch            = "TPMMismatch"
+	ReasonEKShared               = "EKShared"
 	ReasonActivationFailed       = "ActivationFailed"
 	ReasonBusy                   = "Busy"
 )
@@ -283,7 +284,37 @@ func (h *Handler) verify(ctx context.Context, claim *hfv1.MachineClaim, e *tpmde
 	if rec := claim.Status.Identity.TPM.EKFingerprint; rec != "" && rec != v.EKFingerprint {
 		return nil, h.mismatch(ctx, claim, rec, v.EKFingerprint)
 	}
+	if other, ref := h.sharedEK(ctx, claim, v.EKFingerprint); ref != nil || other != "" {
+		if ref != nil {
+			return nil, ref
+		}
+		return nil, refuse(http.StatusForbidden, ReasonEKShared,
+			"claim %s enrolled a TPM with the same EK certificate (%s): the VMs share one TPM state, cloned from a template whose TPM had been started, and a DevID made in one would load in the other; set spec.attestation.tpm.addVirtualTPM, or give the template a TPM state that was never started (docs/templates.md, \"TPM\")",
+			other, short(v.EKFingerprint))
+	}
 	return v, nil
+}
+
+// sharedEK is another live claim that enrolled a TPM with the same EK
+// certificate, if any. Two VMs with one EK share their TPM's seeds (a
+// template's started TPM state copied into its clones), so a DevID key
+// made in one loads in the other: such a TPM proves nothing about which VM
+// it is in.
+func (h *Handler) sharedEK(ctx context.Context, claim *hfv1.MachineClaim, ek string) (string, *refusal) {
+	var claims hfv1.MachineClaimList
+	if err := h.Clusters.List(ctx, &claims); err != nil {
+		return "", busy("list MachineClaims: %v", err)
+	}
+	for i := range claims.Items {
+		c := &claims.Items[i]
+		if c.UID == claim.UID || c.Status.Identity == nil || c.Status.Identity.TPM == nil {
+			continue
+		}
+		if c.Status.Identity.TPM.EKFingerprint == ek {
+			return c.Namespace + "/" + c.Name, nil
+		}
+	}
+	return "", nil
 }
 
 // poolName says which bundle refused an EK.

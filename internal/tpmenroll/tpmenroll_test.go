@@ -245,6 +245,44 @@ func TestCopiedProofOnAnotherTPM(t *testing.T) {
 	}
 }
 
+// TestSharedEK: a second claim whose VM has the same TPM state (cloned
+// from a template whose TPM had been started, so the same EK) is refused:
+// a DevID made in one of them would load in the other.
+func TestSharedEK(t *testing.T) {
+	ca := swtpm.NewLocalCAForTest(t)
+	tpm := swtpm.StartForTest(t, ca)
+	w := newWorld(t, bundle(t, ca), nil)
+	now := metav1.Now()
+	other := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "runner-0", UID: "uid-0"}}
+	if err := w.c.Create(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	_, e, err := tpmdevid.Enroll(tpm.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := tpmdevid.Verify(e, mustPool(t, bundle(t, ca)), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Status.Identity = &hfv1.IdentityStatus{SPIFFEID: "spiffe://example.org/vm/ci/runner-0/uid-0", TPM: &hfv1.TPMIdentityStatus{EntriesCreatedAt: &now, EKFingerprint: v.EKFingerprint}}
+	if err := w.c.Status().Update(context.Background(), other); err != nil {
+		t.Fatal(err)
+	}
+	if code, reason, _ := w.enroll(tpm.Socket, w.proof()); code != http.StatusForbidden || reason != ReasonEKShared {
+		t.Fatalf("a TPM whose EK another claim enrolled: %d %s, want 403 %s", code, reason, ReasonEKShared)
+	}
+}
+
+func mustPool(t *testing.T, pem []byte) *x509.CertPool {
+	t.Helper()
+	p := x509.NewCertPool()
+	if !p.AppendCertsFromPEM(pem) {
+		t.Fatal("no certificate in the bundle")
+	}
+	return p
+}
+
 // TestUntrustedEK: a TPM whose EK another CA signed is refused, whether
 // the cluster's bundle or a tenant's narrower one (the template's) leaves
 // it out; the claim gets an event.
