@@ -45,6 +45,11 @@ type seedWatch struct {
 	seeds map[string]bool
 	bad   []string
 	want  string
+	// tpm: the VMs attest with their TPMs, so their agent.json names the
+	// TPM device; texts keeps every user-data seen, for the TPM scenario
+	// to look for the claims' enrollment proofs in.
+	tpm   bool
+	texts map[string]string
 }
 
 // Where the VMs fetch their credential from, as their agent.json says.
@@ -69,7 +74,8 @@ func (s *seedWatch) sample(dir string) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.seeds[path] = true
-		forbidden := []string{`"jitConfig"`, `"registrationToken"`, `"joinToken"`, devenv.PAT}
+		s.texts[path] = text
+		forbidden := []string{`"jitConfig"`, `"registrationToken"`, `"joinToken"`, `"enrollmentProof"`, `"brokerProof"`, devenv.PAT}
 		if s.want == viaStore {
 			forbidden = append(forbidden, viaBroker)
 		}
@@ -78,7 +84,11 @@ func (s *seedWatch) sample(dir string) {
 				s.bad = append(s.bad, path+" holds "+bad)
 			}
 		}
-		for _, want := range []string{`"workloadMethod": "broker"`, `"secretsFile"`, `"trustBundle"`, s.want} {
+		wants := []string{`"workloadMethod": "broker"`, `"secretsFile"`, `"trustBundle"`, s.want}
+		if s.tpm {
+			wants = append(wants, `"tpmDevicePath"`)
+		}
+		for _, want := range wants {
 			if !strings.Contains(text, want) {
 				s.bad = append(s.bad, path+" lacks "+want)
 			}
@@ -87,8 +97,8 @@ func (s *seedWatch) sample(dir string) {
 	})
 }
 
-func watchSeeds(t *testing.T, dir, want string) *seedWatch {
-	s := &seedWatch{seeds: map[string]bool{}, want: want}
+func watchSeeds(t *testing.T, dir, want string, tpm bool) *seedWatch {
+	s := &seedWatch{seeds: map[string]bool{}, want: want, tpm: tpm, texts: map[string]string{}}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -148,7 +158,7 @@ func startSPIFFEWorld(t *testing.T, options ...func(*devenv.Options)) (*devenv.W
 		want = viaStore
 	}
 	w, watch := startWorld(t, append(options, func(o *devenv.Options) { o.SPIFFE = true; o.Dir = dir })...)
-	return w, watch, watchSeeds(t, dir, want)
+	return w, watch, watchSeeds(t, dir, want, opts.TPM)
 }
 
 // TestSPIFFEPoolRunsJobs: a pool whose template attests with join tokens

@@ -114,6 +114,18 @@ func (r *realGuests) stopTPMLocked(t *realTPM, node string) {
 // starts if need be (swtpm.LocalCA.Init), since a verifier is configured
 // before the VMs it verifies exist.
 func (s *Simulator) TPMEndorsementCA() ([]byte, error) {
+	ca, err := s.TPMLocalCA()
+	if err != nil {
+		return nil, err
+	}
+	return ca.BundlePEM()
+}
+
+// TPMLocalCA is the local CA that manufactures the guests' TPMs (created
+// and initialised on first use, as TPMEndorsementCA does): tests
+// manufacture with it a TPM the cluster's EK CAs vouch for that belongs to
+// no VM of the claim, as another VM of the same Proxmox cluster has.
+func (s *Simulator) TPMLocalCA() (*swtpm.LocalCA, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, err := s.realGuestsLocked()
@@ -127,5 +139,5 @@ func (s *Simulator) TPMEndorsementCA() ([]byte, error) {
 	if err := ca.Init(); err != nil {
 		return nil, err
 	}
-	return ca.BundlePEM()
+	return ca, nil
 }
