@@ -8,10 +8,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,6 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -30,6 +34,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/swtpm"
 	"github.com/hyperfleet/hyperfleet/internal/tpmdevid"
 	"github.com/hyperfleet/hyperfleet/internal/tpmenroll"
@@ -218,6 +223,8 @@ func TestSPIFFETPMPoolRunsJobs(t *testing.T) {
 // VM runs the job, and nothing is left on the SPIRE server.
 func TestSPIFFETPMStolenEnrollmentProof(t *testing.T) {
 	w, watch, _ := startSPIFFEWorld(t, func(o *devenv.Options) { o.TPM = true })
+	isos := watchISOs(t, w)
+	tw := watchTPM(t, w)
 	ctx := context.Background()
 	signer, err := manager.LoadOrCreateSigner(ctx, w.API.Client, manager.SignerOptions{Namespace: devenv.SystemNamespace, Name: "hyperfleet-ownership"})
 	if err != nil {
@@ -324,6 +331,63 @@ func TestSPIFFETPMStolenEnrollmentProof(t *testing.T) {
 			t.Errorf("claim %s records misuse %+v, want %s", claim.Name, m, hfv1.MisuseTPMMismatch)
 		}
 	}
+	// The pool's next claim runs the job. Whoever can read the hypervisor's
+	// storage copies its seed onto a VM of their own, with a TPM of the
+	// cluster's: that VM's agent waits for an enrollment proof that never
+	// comes (the operator places it in the claim's own VM alone, through
+	// its guest agent), so it enrolls nothing and attests nowhere.
+	next := claimWithVM(t, w, claim.UID)
+	var iso proxmoxsim.VolumeState
+	eventually(t, time.Minute, fmt.Sprintf("the seed ISO of VM %d", next.Status.VMRef.VMID), func() error {
+		var ok bool
+		if iso, ok = isos.of(int(next.Status.VMRef.VMID)); !ok {
+			return errors.New("not seen")
+		}
+		return nil
+	})
+	copyVM := startSeedCopy(t, w, iso)
+	eventually(t, 5*time.Minute, "the job completed", func() error {
+		snap, err := w.Snapshot(ctx)
+		if err != nil {
+			return err
+		}
+		for _, j := range snap.Jobs {
+			if j.Status != "completed" {
+				return fmt.Errorf("%s", summary(snap))
+			}
+		}
+		return nil
+	})
+	console, _ := w.Proxmox.Console(copyVM)
+	if _, _, err := w.Proxmox.GuestFile(ctx, copyVM, secretsFileOf(t, iso)); err == nil {
+		t.Errorf("VM %d, running a copy of claim %s's seed, received the guest secrets; console:\n%s", copyVM, next.Name, console)
+	}
+	if strings.Contains(string(console), "TPM DevID") {
+		t.Errorf("VM %d, running a copy of claim %s's seed, enrolled its TPM; console:\n%s", copyVM, next.Name, console)
+	}
+	if !strings.Contains(string(console), "hyperfleet-agent") && len(console) == 0 {
+		t.Errorf("VM %d, running a copy of claim %s's seed, shows no agent at all", copyVM, next.Name)
+	}
+	// The copy had a TPM to enroll (the simulator's guests find theirs at
+	// <root>/dev/tpmrm0, under the world's guests directory): it lacked
+	// the proof, not the TPM.
+	if _, err := os.Stat(filepath.Join(w.Dir(), "guests", fmt.Sprintf("vm-%d", copyVM), "root", "dev", "tpmrm0")); err != nil {
+		t.Errorf("VM %d has no TPM: %v", copyVM, err)
+	}
+	t.Logf("VM %d with claim %s's seed copied, console:\n%s", copyVM, next.Name, console)
+	waitTask(t, w, w.Proxmox.State().Nodes[0].Name, pveCall(t, w, http.MethodPost, fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", w.Proxmox.State().Nodes[0].Name, copyVM), nil))
+	eventually(t, time.Minute, "the seed copy's VM stopped", func() error {
+		for _, v := range w.Proxmox.State().VMs {
+			if v.VMID == copyVM && v.Status != "stopped" {
+				return fmt.Errorf("VM %d is %s", copyVM, v.Status)
+			}
+		}
+		return nil
+	})
+	node := w.Proxmox.State().Nodes[0].Name
+	waitTask(t, w, node, pveCall(t, w, http.MethodDelete, fmt.Sprintf("/nodes/%s/qemu/%d", node, copyVM), nil))
+	waitTask(t, w, node, pveCall(t, w, http.MethodDelete, fmt.Sprintf("/nodes/%s/storage/local/content/local:iso/seed-copy.iso", node), nil))
+
 	// The failed claim may be kept for inspection; deleting it leaves
 	// nothing.
 	var list hfv1.MachineClaimList
@@ -338,6 +402,11 @@ func TestSPIFFETPMStolenEnrollmentProof(t *testing.T) {
 	waitDone(t, w, 5*time.Minute)
 	watch.stop()
 	waitNothingOnSPIRE(t, w)
+	for id, a := range tw.snapshotAgents() {
+		if !tw.isClaimAgent(id) {
+			t.Errorf("the SPIRE server listed agent %s (%s), which is no claim's TPM", id, a.AttestationType)
+		}
+	}
 	if len(watch.leaks) > 0 {
 		t.Errorf("the GitHub PAT appeared in: %v", watch.leaks)
 	}
@@ -382,4 +451,149 @@ func enrollTPM(t *testing.T, brokerURL, ca, proof, spiffeID string, e *tpmdevid.
 	}
 	t.Logf("%s: HTTP %d %s %s", filepath.Base(u.Path), resp.StatusCode, r.Reason, r.Message)
 	return resp.StatusCode, r
+}
+
+func (tw *tpmWatch) snapshotAgents() map[spiffeid.ID]spire.Agent {
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	out := map[spiffeid.ID]spire.Agent{}
+	for k, v := range tw.agents {
+		out[k] = v
+	}
+	return out
+}
+
+// isClaimAgent reports whether id is the tpm_devid agent of a claim seen.
+func (tw *tpmWatch) isClaimAgent(id spiffeid.ID) bool {
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	for _, rec := range tw.claims {
+		if st := rec.claim.Status.Identity; st != nil && st.TPM != nil && st.TPM.DevIDFingerprint != "" &&
+			spire.DevIDAgentID(tpmTD, st.TPM.DevIDFingerprint) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// claimWithVM waits for a claim other than not with a VM, and returns it.
+func claimWithVM(t *testing.T, w *devenv.World, not types.UID) *hfv1.MachineClaim {
+	t.Helper()
+	var found *hfv1.MachineClaim
+	eventually(t, 2*time.Minute, "another claim with a VM", func() error {
+		var list hfv1.MachineClaimList
+		if err := w.API.Client.List(context.Background(), &list, client.InNamespace(devenv.Namespace)); err != nil {
+			return err
+		}
+		for i := range list.Items {
+			if c := list.Items[i]; c.UID != not && c.Status.VMRef != nil && c.Status.VMRef.VMID != 0 && c.Status.End == nil {
+				found = c.DeepCopy()
+				return nil
+			}
+		}
+		return errors.New("none yet")
+	})
+	return found
+}
+
+// secretsFileOf is where the seed's agent waits for its guest secrets.
+func secretsFileOf(t *testing.T, iso proxmoxsim.VolumeState) string {
+	t.Helper()
+	cfg := seedAgentConfig(t, iso)
+	f, _ := cfg["secretsFile"].(string)
+	if f == "" {
+		t.Fatalf("the seed's agent.json names no secretsFile: %v", cfg)
+	}
+	return f
+}
+
+// seedCopyVMID is the VM the seed's copy runs in: outside the cluster's
+// spec.proxmox.vmidRange (1000-1999), so that the operator owns nothing
+// of it.
+const seedCopyVMID = 2900
+
+// startSeedCopy starts, as someone with the hypervisor's API and storage
+// access could, a VM of its own cloned from the world's template, with a
+// fresh virtual TPM 2.0 (whose EK the cluster's local CA certifies, as
+// every VM's on the cluster) and a copy of iso as its seed, and returns
+// its VMID.
+func startSeedCopy(t *testing.T, w *devenv.World, iso proxmoxsim.VolumeState) int {
+	t.Helper()
+	node := w.Proxmox.State().Nodes[0].Name
+	waitTask(t, w, node, pveCall(t, w, http.MethodPost, fmt.Sprintf("/nodes/%s/qemu/9000/clone", node),
+		url.Values{"newid": {fmt.Sprint(seedCopyVMID)}, "name": {"seed-copy"}}))
+	var b bytes.Buffer
+	mw := multipart.NewWriter(&b)
+	_ = mw.WriteField("content", "iso")
+	fw, _ := mw.CreateFormFile("filename", "seed-copy.iso")
+	_, _ = fw.Write(iso.Data)
+	_ = mw.Close()
+	waitTask(t, w, node, pveRequest(t, w, http.MethodPost, fmt.Sprintf("/nodes/%s/storage/local/upload", node), mw.FormDataContentType(), &b))
+	waitTask(t, w, node, pveCall(t, w, http.MethodPost, fmt.Sprintf("/nodes/%s/qemu/%d/config", node, seedCopyVMID),
+		url.Values{"ide3": {"local:iso/seed-copy.iso,media=cdrom"}, "tpmstate0": {"local-lvm:1,version=v2.0"}}))
+	waitTask(t, w, node, pveCall(t, w, http.MethodPost, fmt.Sprintf("/nodes/%s/qemu/%d/status/start", node, seedCopyVMID), nil))
+	return seedCopyVMID
+}
+
+// pveCall calls the Proxmox simulator's API with the world's token and
+// returns the answer's data (a task's UPID for asynchronous calls).
+func pveCall(t *testing.T, w *devenv.World, method, path string, form url.Values) any {
+	t.Helper()
+	var body io.Reader
+	ctype := ""
+	if form != nil {
+		body, ctype = strings.NewReader(form.Encode()), "application/x-www-form-urlencoded"
+	}
+	return pveRequest(t, w, method, path, ctype, body)
+}
+
+func pveRequest(t *testing.T, w *devenv.World, method, path, ctype string, body io.Reader) any {
+	t.Helper()
+	req, err := http.NewRequest(method, w.ProxmoxURL+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	id, secret := w.ProxmoxToken()
+	req.Header.Set("Authorization", "PVEAPIToken="+id+"="+secret)
+	// The simulator's certificate is self-signed on loopback; the
+	// operator pins it, this test's caller need not.
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback simulator
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %s: HTTP %d %s", method, path, resp.StatusCode, raw)
+	}
+	var out struct {
+		Data any `json:"data"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("%s %s: %v: %s", method, path, err, raw)
+	}
+	return out.Data
+}
+
+// waitTask waits for the task whose UPID data is, if it is one.
+func waitTask(t *testing.T, w *devenv.World, node string, data any) {
+	t.Helper()
+	upid, ok := data.(string)
+	if !ok || !strings.HasPrefix(upid, "UPID:") {
+		return
+	}
+	eventually(t, time.Minute, "task "+upid, func() error {
+		st, ok := pveCall(t, w, http.MethodGet, fmt.Sprintf("/nodes/%s/tasks/%s/status", node, url.PathEscape(upid)), nil).(map[string]any)
+		if !ok || st["status"] != "stopped" {
+			return fmt.Errorf("task %s: %v", upid, st)
+		}
+		if st["exitstatus"] != "OK" {
+			t.Fatalf("task %s ended %v", upid, st["exitstatus"])
+		}
+		return nil
+	})
 }

@@ -63,3 +63,8 @@ func (w *World) makeTPMTrust() (*spireworld.TPMDevIDServer, error) {
 	}
 	return srv, nil
 }
+
+// ProxmoxToken is the Proxmox simulator's API token (id and secret), for
+// tests that act on the hypervisor as someone with its API access would:
+// start a VM of their own with a copy of a claim's seed, say.
+func (w *World) ProxmoxToken() (id, secret string) { return proxmoxTokenID, proxmoxTokenSecret }
