@@ -219,8 +219,11 @@ func TestSPIFFETPMPoolRunsJobs(t *testing.T) {
 // the claim) and changes nothing: the claim's VM then enrolls and attests.
 // Presented from a TPM of the cluster's own local CA (another VM's, say)
 // after the claim's TPM enrolled, it is refused as TPMMismatch and the
-// claim fails with IdentityStolen, getting no credential; the pool's next
-// VM runs the job, and nothing is left on the SPIRE server.
+// claim fails with IdentityStolen, getting no credential. The pool's next
+// claim runs the job, while a copy of its seed ISO runs on another
+// simulated VM with a TPM of the cluster's own CA: that VM's agent waits
+// for an enrollment proof that never comes, and enrolls nothing. Every
+// agent the SPIRE server listed was a claim's, and nothing is left.
 func TestSPIFFETPMStolenEnrollmentProof(t *testing.T) {
 	w, watch, _ := startSPIFFEWorld(t, func(o *devenv.Options) { o.TPM = true })
 	isos := watchISOs(t, w)
