@@ -64,6 +64,7 @@ func run(args []string) error {
 	notices := fs.Bool("power-off-notices", true, "guests announce their power-off to the operator, which then reads their VM at once instead of waiting for the status refresh (docs/architecture.md, \"Power-off hints\"); false leaves detection to the listing")
 	spiffe := fs.Bool("spiffe", false, "give every VM a SPIFFE identity: run a real spire-server (built from source and cached on the first run), attest each VM's spire-agent with a join token and hand out runner credentials through the operator's credential broker (docs/identity.md)")
 	secretStore := fs.Bool("secret-store", false, "with --spiffe: hand out runner credentials through a secrets store instead of the broker: run a fake Vault on loopback HTTPS whose JWT auth trusts spire-server's keys; each VM logs in with its JWT-SVID and reads its credential once (docs/secrets-store.md)")
+	tpm := fs.Bool("tpm", false, "with --spiffe: attest every VM with its TPM instead of a join token: each simulated VM gets a swtpm virtual TPM whose EK the Proxmox simulator's swtpm local CA certifies, the operator certifies a DevID key in it, and spire-agent attests with tpm_devid (docs/identity.md, \"TPM\")")
 	metricsAddr := fs.String("metrics-bind-address", "", "serve the operator's Prometheus /metrics at this address (e.g. 127.0.0.1:8080; port 0 picks a free one); empty: off")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -76,6 +77,8 @@ func run(args []string) error {
 		return errors.New("--jobs must not be negative")
 	case *maxReplicas < 1 || *minReplicas < 0 || *minReplicas > *maxReplicas:
 		return errors.New("--min-replicas and --max-replicas: need 0 <= min <= max and max >= 1")
+	case *tpm && !*spiffe:
+		return errors.New("--tpm needs --spiffe: the TPM attests the VM's spire-agent")
 	case *secretStore && !*spiffe:
 		return errors.New("--secret-store needs --spiffe: the VMs log in to the store with their JWT-SVIDs")
 	}
@@ -98,7 +101,7 @@ func run(args []string) error {
 		Dir: *dir, AgentBinary: agent, Progress: progress, LogLevel: *verbose,
 		MinReplicas: int32(*minReplicas), MaxReplicas: int32(*maxReplicas), SimulatorAdmin: *simAdmin, MetricsAddr: *metricsAddr,
 		Timings: *timings, NoPowerOffNotices: !*notices,
-		SPIFFE: *spiffe, SecretStore: *secretStore,
+		SPIFFE: *spiffe, SecretStore: *secretStore, TPM: *tpm,
 	})
 	if err != nil {
 		return err

@@ -103,16 +103,31 @@ func (w *World) Objects() ([]client.Object, error) {
 		// The samples' SPIFFE settings, so that the world runs what users
 		// copy: the join-token template's attestation, and the cluster's
 		// spec.spire with the world's own server.
+		// With Options.TPM the TPM template's, and the cluster's
+		// spec.spire.tpm naming the Secrets makeTPMTrust made.
 		var tmpl hfv1.HypervisorMachineTemplate
 		var cluster hfv1.HypervisorCluster
-		if err := readSample(sampleSPIFFETemplate, &tmpl); err != nil {
+		sampleTemplate, method := sampleSPIFFETemplate, hfv1.AttestationJoinToken
+		if w.opts.TPM {
+			sampleTemplate, method = sampleTPMTemplate, hfv1.AttestationTPM
+		}
+		if err := readSample(sampleTemplate, &tmpl); err != nil {
 			return nil, err
 		}
 		if err := readSample(sampleSPIRECluster, &cluster); err != nil {
 			return nil, err
 		}
-		if cluster.Spec.SPIRE == nil || tmpl.Spec.Attestation.Method != hfv1.AttestationJoinToken {
-			return nil, fmt.Errorf("devenv: %s has no spec.spire or %s does not attest with join-token", sampleSPIRECluster, sampleSPIFFETemplate)
+		if cluster.Spec.SPIRE == nil || tmpl.Spec.Attestation.Method != method {
+			return nil, fmt.Errorf("devenv: %s has no spec.spire or %s does not attest with %s", sampleSPIRECluster, sampleTemplate, method)
+		}
+		if tpm := cluster.Spec.SPIRE.TPM; w.opts.TPM && (tpm == nil || tpm.EKCABundleRef.Name != TPMEKCASecret || tpm.EKCABundleRef.Key != TPMEKCAKey ||
+			tpm.EKCABundleRef.Namespace != SystemNamespace || tpm.DevIDCASecretRef.Name != TPMDevIDCASecret || tpm.DevIDCASecretRef.Namespace != SystemNamespace) {
+			return nil, fmt.Errorf("devenv: %s's spec.spire.tpm does not name the Secrets %s/%s (key %s) and %s/%s", sampleSPIRECluster,
+				SystemNamespace, TPMEKCASecret, TPMEKCAKey, SystemNamespace, TPMDevIDCASecret)
+		}
+		if !w.opts.TPM {
+			// Its Secrets exist with Options.TPM only.
+			cluster.Spec.SPIRE.TPM = nil
 		}
 		for _, o := range objs {
 			switch o := o.(type) {
@@ -142,6 +157,10 @@ func (w *World) Objects() ([]client.Object, error) {
 		secret.Namespace = SystemNamespace
 		objs = append([]client.Object{objs[0], secret}, objs[1:]...)
 	}
+	for _, secret := range w.tpmSecrets {
+		// Before the cluster that references them.
+		objs = append([]client.Object{objs[0], secret.DeepCopy()}, objs[1:]...)
+	}
 	if w.opts.SecretStore {
 		// Before the cluster that references it.
 		secret, _ := w.vaultObjects()
@@ -154,6 +173,7 @@ func (w *World) Objects() ([]client.Object, error) {
 const (
 	sampleSPIFFETemplate = "hyperfleet_v1alpha1_hypervisormachinetemplate_spiffe.yaml"
 	sampleSPIRECluster   = "hyperfleet_v1alpha1_hypervisorcluster_token.yaml"
+	sampleTPMTemplate    = "hyperfleet_v1alpha1_hypervisormachinetemplate_tpm.yaml"
 )
 
 // readSample decodes a file of config/samples strictly into obj.

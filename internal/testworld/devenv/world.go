@@ -49,6 +49,7 @@ import (
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 	vaultsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/vault"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/spireworld"
+	"github.com/hyperfleet/hyperfleet/internal/tpmdevid"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
@@ -153,6 +154,16 @@ type Options struct {
 	// the template's userData carries otherwise, which delivery proxmox
 	// refuses).
 	ProxmoxDelivery bool
+	// TPM (with SPIFFE) has the template attest with the VMs' TPMs
+	// instead of join tokens (docs/identity.md, "TPM"), with the samples'
+	// settings (config/samples: the TPM template, the SPIRE cluster's
+	// spec.spire.tpm): the world makes a DevID CA and takes the Proxmox
+	// simulator's swtpm local CA as the EK CA (TPMEndorsementCA), puts both
+	// into Secrets of SystemNamespace (TPMEKCASecret, TPMDevIDCASecret),
+	// and configures spire-server's tpm_devid node attestor with the same
+	// two. Every VM gets a fresh virtual TPM (addVirtualTPM), which the
+	// simulator serves to a simulated guest at <root>/dev/tpmrm0.
+	TPM bool
 	// SecretStore (with SPIFFE) has the VMs read their runner credential
 	// from a secrets store instead of the broker: the world runs the fake
 	// Vault (internal/testworld/simulator/vault) on loopback HTTPS, its JWT auth
@@ -247,6 +258,11 @@ type World struct {
 	Vault    *vaultsim.Server
 	VaultURL string
 	vaultCA  []byte
+	// TPMDevIDCA is the CA the operator signs the VMs' DevID certificates
+	// with (Options.TPM), kept in the Secret TPMDevIDCASecret.
+	TPMDevIDCA *tpmdevid.CA
+	// tpmSecrets are the EK CA and DevID CA Secrets (Options.TPM).
+	tpmSecrets []*corev1.Secret
 
 	mu       sync.Mutex
 	operator *operatorRun
@@ -273,6 +289,9 @@ type operatorRun struct {
 // objects. Stop it with Stop, whatever happens.
 func Start(ctx context.Context, opts Options) (*World, error) {
 	agentServed := opts.ExternalOperator && opts.AgentFromOperator
+	if opts.TPM && !opts.SPIFFE {
+		return nil, errors.New("devenv: Options.TPM needs Options.SPIFFE: the TPM attests the VMs' spire-agents")
+	}
 	if opts.SecretStore && !opts.SPIFFE {
 		return nil, errors.New("devenv: Options.SecretStore needs Options.SPIFFE: the VMs log in to the store with their JWT-SVIDs")
 	}
@@ -320,10 +339,22 @@ func (w *World) start(ctx context.Context) (err error) {
 		return fmt.Errorf("devenv: write kubeconfig: %w", err)
 	}
 	w.KubeconfigPath = kubeconfig
+	// The Proxmox simulator first: it says where real guests find the
+	// host, and with Options.TPM its local CA is spire-server's EK CA.
+	w.progress("Starting the Proxmox VE simulator")
+	if err := w.startProxmox(); err != nil {
+		return err
+	}
 	if opts.SPIFFE {
+		serverOpts := spireworld.ServerOptions{TrustDomain: TrustDomain, Dir: filepath.Join(opts.Dir, "spire")}
+		if opts.TPM {
+			if serverOpts.TPMDevID, err = w.makeTPMTrust(); err != nil {
+				return err
+			}
+		}
 		w.progress("Starting spire-server (the first run builds SPIRE from source: about 15 minutes on 2 cores, then cached)")
 		stop := w.tick("still starting spire-server")
-		w.SPIRE, err = spireworld.StartServer(ctx, spireworld.ServerOptions{TrustDomain: TrustDomain, Dir: filepath.Join(opts.Dir, "spire")})
+		w.SPIRE, err = spireworld.StartServer(ctx, serverOpts)
 		stop()
 		if err != nil {
 			return fmt.Errorf("devenv: %w", err)
@@ -335,11 +366,7 @@ func (w *World) start(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	w.progress("Starting the GitHub and Proxmox VE simulators")
-	// The Proxmox simulator first: it says where real guests find the host.
-	if err := w.startProxmox(); err != nil {
-		return err
-	}
+	w.progress("Starting the GitHub simulator")
 	if err := w.startGitHub(); err != nil {
 		return err
 	}

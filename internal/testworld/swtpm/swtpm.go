@@ -103,6 +103,30 @@ func (ca *LocalCA) Manufacture(state string) error {
 	return nil
 }
 
+// Init makes the local CA's certificates exist without a TPM to keep:
+// swtpm_localca creates its root and issuing CA only while it signs a
+// first EK, yet a verifier (spire-server's endorsement_ca_path, the
+// cluster's EK CA Secret) must have the bundle before any VM starts. It
+// manufactures one throwaway TPM state, in a temporary directory it
+// removes, when the CA has no certificates yet; otherwise it does nothing.
+func (ca *LocalCA) Init() error {
+	if _, err := ca.BundlePEM(); err == nil {
+		return nil
+	}
+	dir, err := os.MkdirTemp("", "swtpm-init-")
+	if err != nil {
+		return fmt.Errorf("swtpm: initialising the local CA: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	if err := ca.Manufacture(filepath.Join(dir, "state")); err != nil {
+		return fmt.Errorf("swtpm: initialising the local CA: %w", err)
+	}
+	if _, err := ca.BundlePEM(); err != nil {
+		return fmt.Errorf("swtpm: initialising the local CA: %w", err)
+	}
+	return nil
+}
+
 // makeStateParent creates the state's directory, or the directory of the
 // state's file.
 func makeStateParent(state string) error {
@@ -119,7 +143,7 @@ func makeStateParent(state string) error {
 // BundlePEM returns the local CA's certificates, root and issuer, as PEM:
 // what a verifier of the EK certificates trusts. SPIRE's tpm_devid server
 // passes no intermediates, so both must be in its endorsement bundle. It
-// exists after the first Manufacture.
+// exists after the first Manufacture or Init.
 func (ca *LocalCA) BundlePEM() ([]byte, error) {
 	var bundle []byte
 	for _, name := range []string{rootCertFile, issuerCertFile} {

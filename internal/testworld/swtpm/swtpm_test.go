@@ -149,3 +149,34 @@ func shortDir(t *testing.T) string {
 	t.Cleanup(func() { _ = os.RemoveAll(d) })
 	return d
 }
+
+// TestInitMakesTheBundle checks that a fresh local CA has its bundle after
+// Init, before any TPM of its own, and that a TPM manufactured afterwards
+// is signed by that same CA (Init must not leave a CA that a later
+// Manufacture replaces).
+func TestInitMakesTheBundle(t *testing.T) {
+	ca := NewLocalCAForTest(t)
+	if _, err := ca.BundlePEM(); err == nil {
+		t.Fatal("a new local CA has a bundle before Init")
+	}
+	if err := ca.Init(); err != nil {
+		t.Fatal(err)
+	}
+	before, err := ca.BundlePEM()
+	if err != nil {
+		t.Fatalf("no bundle after Init: %v", err)
+	}
+	if err := ca.Init(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ca.Manufacture(filepath.Join(t.TempDir(), "state")); err != nil {
+		t.Fatal(err)
+	}
+	after, err := ca.BundlePEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(before) != string(after) {
+		t.Fatal("the bundle changed when a TPM was manufactured after Init")
+	}
+}

@@ -107,6 +107,8 @@ type guestProc struct {
 	log   *os.File
 	// cancel ends an in-process guest (GuestConfig.Program).
 	cancel context.CancelFunc
+	// tpm is the boot's TPM (guesttpm.go), nil without tpmstate0.
+	tpm *guestTPM
 }
 
 func newGuestRunner(s *Simulator, cfg GuestConfig) (*guestRunner, error) {
@@ -178,6 +180,13 @@ func (g *guestRunner) startLocked(v *vm, gen int) {
 	tok := make([]byte, 16)
 	_, _ = rand.Read(tok)
 	p := &guestProc{gen: gen, token: hex.EncodeToString(tok), log: logf}
+	// The TPM is there before the program, as the device is at boot; a
+	// TPM that cannot start leaves the guest without one, as a VM whose
+	// swtpm failed would find no device.
+	if p.tpm, err = g.s.startGuestTPMLocked(v, dir, root); err != nil {
+		fmt.Fprintf(logf, "proxmox-sim: TPM: %v\n", err)
+		g.s.log.Error("Guest hook: the VM's TPM did not start", "vmid", v.vmid, "err", err)
+	}
 	powerOff := fmt.Sprintf("%s/poweroff?vmid=%d&token=%s", g.baseURL, v.vmid, p.token)
 	if prog := g.cfg.Program; prog != nil {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -214,6 +223,7 @@ func (g *guestRunner) startLocked(v *vm, gen int) {
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(logf, "proxmox-sim: start guest program: %v\n", err)
 		_ = logf.Close()
+		g.s.stopGuestTPMLocked(p.tpm)
 		g.s.log.Error("Guest hook: start failed", "vmid", v.vmid, "err", err)
 		return
 	}
@@ -240,6 +250,9 @@ func (g *guestRunner) exited(vmid int, p *guestProc, err error) {
 	if g.procs[vmid] == p {
 		delete(g.procs, vmid)
 	}
+	// The TPM goes with the program that powered the VM off (killLocked
+	// no longer finds this boot).
+	s.stopGuestTPMLocked(p.tpm)
 	if s.closed {
 		return
 	}
@@ -255,6 +268,8 @@ func (g *guestRunner) killLocked(vmid int) {
 		return
 	}
 	delete(g.procs, vmid)
+	// The TPM after the program: it must not see its device vanish first.
+	defer g.s.stopGuestTPMLocked(p.tpm)
 	if p.cancel != nil {
 		p.cancel()
 		return

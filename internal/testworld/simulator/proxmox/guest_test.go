@@ -51,17 +51,28 @@ func guestMain(mode string) int {
 		select {} // the simulator kills us as the VM powers off
 	case "hang":
 		select {}
+	case "tpm":
+		return guestTPMMain()
 	}
 	return 0
 }
 
 func guestEnv(t *testing.T, mode string) (*Simulator, *proxmox.Client, string) {
 	t.Helper()
+	return guestEnvWith(t, mode, nil)
+}
+
+// guestEnvWith is guestEnv with the configuration changed by mutate.
+func guestEnvWith(t *testing.T, mode string, mutate func(*Config)) (*Simulator, *proxmox.Client, string) {
+	t.Helper()
 	work := t.TempDir()
 	cfg := testConfig()
 	cfg.Guest.Command = []string{os.Args[0], "-test.run=^$"}
 	cfg.Guest.Env = map[string]string{"HF_SIM_TEST_GUEST": mode}
 	cfg.Guest.WorkDir = work
+	if mutate != nil {
+		mutate(&cfg)
+	}
 	sim, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

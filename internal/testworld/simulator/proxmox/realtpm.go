@@ -1,7 +1,6 @@
 package proxmoxsim
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -108,15 +107,25 @@ func (r *realGuests) stopTPMLocked(t *realTPM, node string) {
 }
 
 // TPMEndorsementCA is the PEM bundle (root and issuing certificate) of the
-// local CA that signs the EK certificates of the real guests' TPMs: what
-// a platform team would give the operator as the EK CA
-// (spec.attestation.tpm.ekCABundleRef). It exists once a real guest with
-// a TPM has started.
+// local CA that signs the EK certificates of the guests' TPMs, real and
+// simulated (guesttpm.go): what a platform team would give the operator
+// as the EK CA (spec.spire.tpm.ekCABundleRef) and spire-server as its
+// endorsement_ca_path. The CA is created on first use, before any VM
+// starts if need be (swtpm.LocalCA.Init), since a verifier is configured
+// before the VMs it verifies exist.
 func (s *Simulator) TPMEndorsementCA() ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.real == nil || s.real.tpmCA == nil {
-		return nil, errors.New("no real guest with a TPM has started: the local CA makes its certificates with the first EK")
+	r, err := s.realGuestsLocked()
+	if err != nil {
+		return nil, err
 	}
-	return s.real.tpmCA.BundlePEM()
+	ca, err := r.tpmCALocked()
+	if err != nil {
+		return nil, err
+	}
+	if err := ca.Init(); err != nil {
+		return nil, err
+	}
+	return ca.BundlePEM()
 }
