@@ -174,7 +174,7 @@ func (p *placedSecrets) observe(r *http.Request) {
 	if p.byVM[vmid] == nil {
 		p.byVM[vmid] = map[string]string{}
 	}
-	for what, v := range map[string]string{"jitConfig": doc.JITConfig, "registrationToken": doc.RegistrationToken, "joinToken": doc.JoinToken, "brokerProof": doc.BrokerProof} {
+	for what, v := range map[string]string{"jitConfig": doc.JITConfig, "registrationToken": doc.RegistrationToken, "joinToken": doc.JoinToken, "enrollmentProof": doc.EnrollmentProof, "brokerProof": doc.BrokerProof} {
 		if v != "" {
 			p.byVM[vmid][v] = what
 		}

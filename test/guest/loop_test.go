@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,8 +54,8 @@ type timeline struct {
 	// through its guest agent, by VM id (captured from the Proxmox
 	// simulator's requests: the guest's file is gone once read).
 	placed *placedSecrets
-	// identities derives the join tokens and broker proofs (SPIFFE mode
-	// only).
+	// identities derives the join tokens, enrollment proofs and broker
+	// proofs (SPIFFE mode only).
 	identities *identity.Issuer
 	// leaks names where the GitHub PAT appeared: it must never leave the
 	// operator (guests' consoles, the simulators' state).
@@ -133,11 +135,15 @@ func (tl *timeline) sample(w *devenv.World) {
 			tl.addrs[c.Name] = c.Status.Network.Addresses
 		}
 		if tl.identities != nil && c.Status.Identity != nil {
-			token, terr := tl.identities.Token(&c)
-			proof, perr := tl.identities.BrokerProof(&c)
-			if terr == nil && perr == nil {
-				tl.addSecret(tl.secrets, c.Name, token, "joinToken")
-				tl.addSecret(tl.secrets, c.Name, proof, "brokerProof")
+			// What the operator places (identity.Issuer.GuestSecrets): a
+			// VM that attests with its TPM gets an enrollment proof
+			// instead of a join token.
+			if g, err := tl.identities.GuestSecrets(&c); err == nil {
+				for value, what := range map[string]string{g.JoinToken: "joinToken", g.EnrollmentProof: "enrollmentProof", g.BrokerProof: "brokerProof"} {
+					if value != "" {
+						tl.addSecret(tl.secrets, c.Name, value, what)
+					}
+				}
 			}
 		}
 	}
@@ -262,6 +268,11 @@ type scenario struct {
 	// operator prepares per claim, such as a DHCP reservation for its host
 	// name. An error fails the test.
 	onClaim func(claim hfv1.MachineClaim) error
+	// onProxmoxRequest, when set, sees every request to the Proxmox
+	// simulator once the world has started, before the simulator handles
+	// it: what a VM's volumes hold just before the operator destroys it
+	// (its TPM state, Simulator.TPMState) is gone after.
+	onProxmoxRequest func(w *devenv.World, r *http.Request)
 }
 
 // runJobs runs the scenario and checks everything the loop promises. It
@@ -273,7 +284,13 @@ func runJobs(t *testing.T, sc scenario) (*devenv.World, devenv.Snapshot, *timeli
 	opts.Dir, opts.AgentBinary, opts.MaxReplicas, opts.Progress = dir, agentBinary, int32(sc.jobs), testWriter{t}
 	opts.KeepGuestDisks = filepath.Join(dir, "destroyed-disks")
 	placed := &placedSecrets{byVM: map[int]map[string]string{}}
-	opts.OnProxmoxRequest = placed.observe
+	var started atomic.Pointer[devenv.World]
+	opts.OnProxmoxRequest = func(r *http.Request) {
+		placed.observe(r)
+		if w := started.Load(); w != nil && sc.onProxmoxRequest != nil {
+			sc.onProxmoxRequest(w, r)
+		}
+	}
 	w, err := devenv.Start(context.Background(), opts)
 	if err != nil {
 		// The operator's and the simulators' logs say why the world did
@@ -281,6 +298,7 @@ func runJobs(t *testing.T, sc scenario) (*devenv.World, devenv.Snapshot, *timeli
 		keepLogs(t, dir)
 		t.Fatal(err)
 	}
+	started.Store(w)
 	tl := &timeline{vms: map[string]map[string]time.Time{}, ids: map[string]int{}, addrs: map[string][]string{},
 		secrets: map[string]map[string]string{}, seeded: map[string]map[string]string{}, placed: placed}
 	if opts.SPIFFE {
@@ -288,7 +306,9 @@ func runJobs(t *testing.T, sc scenario) (*devenv.World, devenv.Snapshot, *timeli
 		if err != nil {
 			t.Fatal(err)
 		}
-		tl.identities = &identity.Issuer{Key: signer.DerivedKey("spire join token"), ProofKey: signer.DerivedKey("broker proof")}
+		// The keys internal/manager/manager.go derives.
+		tl.identities = &identity.Issuer{Key: signer.DerivedKey("spire join token"), ProofKey: signer.DerivedKey("broker proof"),
+			EnrollmentKey: signer.DerivedKey("tpm enrollment proof")}
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -371,12 +391,18 @@ func runJobs(t *testing.T, sc scenario) (*devenv.World, devenv.Snapshot, *timeli
 	if len(last.VMs) != 0 || len(last.ISOs) != 0 || len(last.Claims) != 0 || len(last.Runners) != 0 {
 		t.Errorf("left behind: VMs %v, ISOs %v, claims %d, runners %d", last.VMs, last.ISOs, len(last.Claims), len(last.Runners))
 	}
-	// No guest disk, ISO or socket is left on the host.
-	if entries, _ := os.ReadDir(filepath.Join(dir, "guests")); len(entries) != 0 {
-		var names []string
-		for _, e := range entries {
+	// No guest disk, ISO or socket is left on the host. The simulator's
+	// swtpm local CA (tpm-ca, made on first use: tpmCALocked in
+	// internal/testworld/simulator/proxmox/realtpm.go) is the node's, not
+	// a VM's: it stays, as /var/lib/swtpm-localca does on a Proxmox node.
+	entries, _ := os.ReadDir(filepath.Join(dir, "guests"))
+	var names []string
+	for _, e := range entries {
+		if e.Name() != "tpm-ca" {
 			names = append(names, e.Name())
 		}
+	}
+	if len(names) > 0 {
 		t.Errorf("left in the guests' work dir: %v", names)
 	}
 	// The seed holds no secret in any mode: the runner credential (or
