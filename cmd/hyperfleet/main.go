@@ -78,6 +78,11 @@ func main() {
 			fmt.Fprintln(os.Stderr, "hyperfleet proxmox-kit:", err)
 			os.Exit(2)
 		}
+	case "tpm-devid-ca":
+		if err := printDevIDCA(os.Stdout, os.Args[2:], time.Now()); err != nil {
+			fmt.Fprintln(os.Stderr, "hyperfleet tpm-devid-ca:", err)
+			os.Exit(2)
+		}
 	case "version", "--version":
 		// What hyperfleet_build_info reports, for a shell.
 		b := metrics.Build()
@@ -98,6 +103,8 @@ Commands:
   manager      run the HyperFleet operator (controllers, poller, orphan sweeper)
   proxmox-kit  print the static cloud-config snippet templates with
                spec.cloudInit.delivery: proxmox need on a snippets storage
+  tpm-devid-ca print a new DevID CA as the Secret spec.spire.tpm.devIDCASecretRef
+               names (TPM attestation, docs/identity.md)
   version      print the version, VCS revision and Go version (hyperfleet_build_info's labels)
 
 The whole loop on this machine (API server, simulators, operator, agent) is
