@@ -11,7 +11,8 @@
 #     nginx (internal/testworld/mtlsproxy: the TLS-terminating proxy that
 #     requires client certificates in front of the Proxmox simulator, for
 #     the mTLS tests of pkg/provider/proxmox and internal/controller),
-#     through apt-get as root or through sudo;
+#     swtpm and swtpm-tools (the TPMs of the TPM attestation tests and the
+#     simulator's virtual TPMs), through apt-get as root or through sudo;
 #   - GitHub's published REST description and webhook examples (npm
 #     @octokit/openapi and @octokit/webhooks-examples), pinned, into
 #     $HYPERFLEET_CACHE/npm (default ~/.cache/hyperfleet/npm).
@@ -69,6 +70,11 @@ if ! $dev_only; then
 	[[ -x /usr/sbin/named ]] || command -v named >/dev/null || missing+=(bind9)
 	[[ -x /usr/sbin/knotd ]] || command -v knotd >/dev/null || missing+=(knot)
 	[[ -x /usr/sbin/nginx ]] || command -v nginx >/dev/null || missing+=(nginx)
+	# swtpm and swtpm_setup (with swtpm_localca) are the TPMs of the TPM
+	# attestation tests (internal/testworld/swtpm) and the simulator's
+	# virtual TPMs.
+	command -v swtpm >/dev/null || missing+=(swtpm)
+	command -v swtpm_setup >/dev/null || missing+=(swtpm-tools)
 fi
 if ((${#missing[@]})); then
 	run=()

@@ -61,7 +61,7 @@ func NewLocalCA(dir string) (*LocalCA, error) {
 	}
 	tool, err := exec.LookPath("swtpm_localca")
 	if err != nil {
-		return nil, fmt.Errorf("swtpm: swtpm_localca is not installed (Debian: apt-get install swtpm-tools): %w", err)
+		return nil, fmt.Errorf("swtpm: swtpm_localca is not installed (Debian: apt-get install swtpm-tools; hack/test-deps.sh installs it): %w", err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("swtpm: local CA directory: %w", err)
@@ -198,7 +198,7 @@ func Start(state, runDir string) (*TPM, error) {
 	}
 	bin, err := exec.LookPath("swtpm")
 	if err != nil {
-		return nil, fmt.Errorf("swtpm: swtpm is not installed (Debian: apt-get install swtpm): %w", err)
+		return nil, fmt.Errorf("swtpm: swtpm is not installed (Debian: apt-get install swtpm; hack/test-deps.sh installs it): %w", err)
 	}
 	logFile, err := os.Create(t.LogPath)
 	if err != nil {
