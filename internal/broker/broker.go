@@ -35,10 +35,8 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -57,6 +55,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
+	"github.com/hyperfleet/hyperfleet/internal/vmanswer"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -108,25 +107,7 @@ type Response struct {
 }
 
 // Refusal is the body of every other answer.
-type Refusal struct {
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
-}
-
-// refusal is a request turned down: the status, a reason for the agent,
-// the metrics and the claim's event, and a message that says why.
-type refusal struct {
-	status     int
-	reason     string
-	message    string
-	retryAfter time.Duration
-}
-
-func (r *refusal) Error() string { return r.reason + ": " + r.message }
-
-func refuse(status int, reason, format string, args ...any) *refusal {
-	return &refusal{status: status, reason: reason, message: fmt.Sprintf(format, args...)}
-}
+type Refusal = vmanswer.Body
 
 // Reasons of refusals, as the agent and the metrics see them.
 const (
@@ -152,32 +133,25 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	claim, resp, ref := b.handle(ctx, r)
 	if ref == nil {
 		metrics.BrokerRequests.WithLabelValues(ReasonDelivered).Inc()
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_ = json.NewEncoder(w).Encode(resp)
+		vmanswer.WriteOK(w, resp)
 		return
 	}
-	metrics.BrokerRequests.WithLabelValues(ref.reason).Inc()
-	log := ctrl.LoggerFrom(ctx).WithValues("remote", r.RemoteAddr, "reason", ref.reason)
+	metrics.BrokerRequests.WithLabelValues(ref.Reason).Inc()
+	log := ctrl.LoggerFrom(ctx).WithValues("remote", r.RemoteAddr, "reason", ref.Reason)
 	if claim != nil {
 		log = log.WithValues("MachineClaim", client.ObjectKeyFromObject(claim).String())
-		if ref.status != http.StatusTooManyRequests && ref.status != http.StatusServiceUnavailable {
-			b.Recorder.Eventf(claim, corev1.EventTypeWarning, "CredentialRefused", "The credential broker refused the VM's request (%s): %s", ref.reason, ref.message)
+		if !ref.Transient() {
+			b.Recorder.Eventf(claim, corev1.EventTypeWarning, "CredentialRefused", "The credential broker refused the VM's request (%s): %s", ref.Reason, ref.Message)
 		}
 	}
-	log.Info("Credential broker refused a request", "message", ref.message)
-	if ref.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, ref.retryAfter.Round(time.Second)/time.Second))))
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(ref.status)
-	_ = json.NewEncoder(w).Encode(Refusal{Reason: ref.reason, Message: ref.message})
+	log.Info("Credential broker refused a request", "message", ref.Message)
+	vmanswer.Write(w, ref)
 }
 
 // handle runs the checks in order; claim is set once one is identified.
-func (b *Broker) handle(ctx context.Context, r *http.Request) (*hfv1.MachineClaim, *Response, *refusal) {
+func (b *Broker) handle(ctx context.Context, r *http.Request) (*hfv1.MachineClaim, *Response, *vmanswer.Refusal) {
 	if r.Method != http.MethodPost {
-		return nil, nil, refuse(http.StatusMethodNotAllowed, ReasonMethodNotAllowed, "use POST")
+		return nil, nil, vmanswer.Refuse(http.StatusMethodNotAllowed, ReasonMethodNotAllowed, "use POST")
 	}
 	id, ref := b.authenticate(ctx, r)
 	if ref != nil {
@@ -190,8 +164,8 @@ func (b *Broker) handle(ctx context.Context, r *http.Request) (*hfv1.MachineClai
 	// Limited after the identity checks, so that strangers cannot use up
 	// the VMs' budget.
 	if !b.limiter().Allow() {
-		ref := refuse(http.StatusTooManyRequests, ReasonRateLimited, "too many credentials requested at once; retry shortly")
-		ref.retryAfter = time.Second
+		ref := vmanswer.Refuse(http.StatusTooManyRequests, ReasonRateLimited, "too many credentials requested at once; retry shortly")
+		ref.RetryAfter = time.Second
 		return claim, nil, ref
 	}
 	resp, ref := b.deliver(ctx, claim)
@@ -200,14 +174,14 @@ func (b *Broker) handle(ctx context.Context, r *http.Request) (*hfv1.MachineClai
 
 // authenticate verifies the client certificate as an X509-SVID of a
 // trust domain some HypervisorCluster's spec.spire names.
-func (b *Broker) authenticate(ctx context.Context, r *http.Request) (spiffeid.ID, *refusal) {
+func (b *Broker) authenticate(ctx context.Context, r *http.Request) (spiffeid.ID, *vmanswer.Refusal) {
 	if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-		return spiffeid.ID{}, refuse(http.StatusUnauthorized, ReasonNoClientCertificate, "present the VM's X509-SVID as the TLS client certificate")
+		return spiffeid.ID{}, vmanswer.Refuse(http.StatusUnauthorized, ReasonNoClientCertificate, "present the VM's X509-SVID as the TLS client certificate")
 	}
 	certs := r.TLS.PeerCertificates
 	claimed, err := x509svid.IDFromCert(certs[0])
 	if err != nil {
-		return spiffeid.ID{}, refuse(http.StatusUnauthorized, ReasonInvalidSVID, "the client certificate is not an X509-SVID: %v", err)
+		return spiffeid.ID{}, vmanswer.Refuse(http.StatusUnauthorized, ReasonInvalidSVID, "the client certificate is not an X509-SVID: %v", err)
 	}
 	srv, ref := b.serverOf(ctx, claimed.TrustDomain())
 	if ref != nil {
@@ -225,7 +199,7 @@ func (b *Broker) authenticate(ctx context.Context, r *http.Request) (spiffeid.ID
 		}
 	}
 	if err != nil {
-		return spiffeid.ID{}, refuse(http.StatusForbidden, ReasonInvalidSVID, "the X509-SVID does not verify against the trust bundle of %s: %v", claimed.TrustDomain(), err)
+		return spiffeid.ID{}, vmanswer.Refuse(http.StatusForbidden, ReasonInvalidSVID, "the X509-SVID does not verify against the trust bundle of %s: %v", claimed.TrustDomain(), err)
 	}
 	return id, nil
 }
@@ -233,14 +207,14 @@ func (b *Broker) authenticate(ctx context.Context, r *http.Request) (spiffeid.ID
 // serverOf is the connected SPIRE server of td, connecting through a
 // HypervisorCluster that names it (the broker may run on a replica whose
 // controllers are idle); its bundle is read only as Registry.Lookup allows.
-func (b *Broker) serverOf(ctx context.Context, td spiffeid.TrustDomain) (*identity.Server, *refusal) {
+func (b *Broker) serverOf(ctx context.Context, td spiffeid.TrustDomain) (*identity.Server, *vmanswer.Refusal) {
 	if s, ok := b.Identity.ByTrustDomain(td); ok {
 		return s, nil
 	}
 	var clusters hfv1.HypervisorClusterList
 	if err := b.Clusters.List(ctx, &clusters); err != nil {
-		ref := refuse(http.StatusServiceUnavailable, ReasonBusy, "list HypervisorClusters: %v", err)
-		ref.retryAfter = 2 * time.Second
+		ref := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, "list HypervisorClusters: %v", err)
+		ref.RetryAfter = 2 * time.Second
 		return nil, ref
 	}
 	var lastErr error
@@ -256,58 +230,58 @@ func (b *Broker) serverOf(ctx context.Context, td spiffeid.TrustDomain) (*identi
 		lastErr = err
 	}
 	if lastErr != nil {
-		ref := refuse(http.StatusServiceUnavailable, ReasonBusy, "the trust bundle of SPIRE server %s is not at hand: %v", td, lastErr)
-		ref.retryAfter = 5 * time.Second
+		ref := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, "the trust bundle of SPIRE server %s is not at hand: %v", td, lastErr)
+		ref.RetryAfter = 5 * time.Second
 		return nil, ref
 	}
-	return nil, refuse(http.StatusForbidden, ReasonUnknownTrustDomain, "no HypervisorCluster's spec.spire names trust domain %s", td)
+	return nil, vmanswer.Refuse(http.StatusForbidden, ReasonUnknownTrustDomain, "no HypervisorCluster's spec.spire names trust domain %s", td)
 }
 
 // liveClaim is the claim id names, if it is alive, records exactly that
 // identity and a VM, and proof is its broker proof.
-func (b *Broker) liveClaim(ctx context.Context, id spiffeid.ID, proof, remote string) (*hfv1.MachineClaim, *refusal) {
+func (b *Broker) liveClaim(ctx context.Context, id spiffeid.ID, proof, remote string) (*hfv1.MachineClaim, *vmanswer.Refusal) {
 	ns, name, uid, err := spire.ParseVMID(id.TrustDomain(), id)
 	if err != nil {
-		return nil, refuse(http.StatusForbidden, ReasonNotAVMIdentity, "%s is not a HyperFleet VM identity: %v", id, err)
+		return nil, vmanswer.Refuse(http.StatusForbidden, ReasonNotAVMIdentity, "%s is not a HyperFleet VM identity: %v", id, err)
 	}
 	claim := &hfv1.MachineClaim{}
 	if err := b.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, claim); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, refuse(http.StatusForbidden, ReasonNoLiveClaim, "no MachineClaim %s/%s exists", ns, name)
+			return nil, vmanswer.Refuse(http.StatusForbidden, ReasonNoLiveClaim, "no MachineClaim %s/%s exists", ns, name)
 		}
-		ref := refuse(http.StatusServiceUnavailable, ReasonBusy, "read MachineClaim %s/%s: %v", ns, name, err)
-		ref.retryAfter = 2 * time.Second
+		ref := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, "read MachineClaim %s/%s: %v", ns, name, err)
+		ref.RetryAfter = 2 * time.Second
 		return nil, ref
 	}
 	st := claim.Status.Identity
 	switch {
 	case string(claim.UID) != uid:
-		return nil, refuse(http.StatusForbidden, ReasonNoLiveClaim, "MachineClaim %s/%s is another claim than %s (uid %s)", ns, name, id, claim.UID)
+		return nil, vmanswer.Refuse(http.StatusForbidden, ReasonNoLiveClaim, "MachineClaim %s/%s is another claim than %s (uid %s)", ns, name, id, claim.UID)
 	case st == nil || st.SPIFFEID != id.String() || !st.Issued():
-		return claim, refuse(http.StatusForbidden, ReasonNoLiveClaim, "MachineClaim %s/%s was issued no identity %s", ns, name, id)
+		return claim, vmanswer.Refuse(http.StatusForbidden, ReasonNoLiveClaim, "MachineClaim %s/%s was issued no identity %s", ns, name, id)
 	case st.Misuse != nil:
-		return claim, refuse(http.StatusForbidden, ReasonIdentityCompromised, "the identity %s of MachineClaim %s/%s was used by someone other than its VM (%s); no credential is handed out for it",
+		return claim, vmanswer.Refuse(http.StatusForbidden, ReasonIdentityCompromised, "the identity %s of MachineClaim %s/%s was used by someone other than its VM (%s); no credential is handed out for it",
 			id, ns, name, st.Misuse.Reason)
 	case b.Proofs == nil || !b.Proofs.VerifyBrokerProof(claim, proof):
 		return claim, b.stolen(ctx, claim, id, proof, remote)
 	case !claim.DeletionTimestamp.IsZero() || claim.EndRequested() || claim.Status.End != nil:
-		return claim, refuse(http.StatusForbidden, ReasonNotBootstrapping, "MachineClaim %s/%s is ending", ns, name)
+		return claim, vmanswer.Refuse(http.StatusForbidden, ReasonNotBootstrapping, "MachineClaim %s/%s is ending", ns, name)
 	case claim.Status.VMRef == nil:
-		return claim, refuse(http.StatusForbidden, ReasonNotBootstrapping, "MachineClaim %s/%s has no VM", ns, name)
+		return claim, vmanswer.Refuse(http.StatusForbidden, ReasonNotBootstrapping, "MachineClaim %s/%s has no VM", ns, name)
 	case st.CredentialRequestedAt != nil:
-		return claim, refuse(http.StatusConflict, ReasonAlreadyIssued, "the VM of MachineClaim %s/%s asked for its credential already, at %s; a credential is handed out once",
+		return claim, vmanswer.Refuse(http.StatusConflict, ReasonAlreadyIssued, "the VM of MachineClaim %s/%s asked for its credential already, at %s; a credential is handed out once",
 			ns, name, st.CredentialRequestedAt.UTC().Format(time.RFC3339))
 	}
 	cluster := &hfv1.HypervisorCluster{}
 	if err := b.Clusters.Get(ctx, client.ObjectKey{Name: claim.Status.VMRef.HypervisorCluster}, cluster); client.IgnoreNotFound(err) != nil {
-		ref := refuse(http.StatusServiceUnavailable, ReasonBusy, "read HypervisorCluster %s: %v", claim.Status.VMRef.HypervisorCluster, err)
-		ref.retryAfter = 2 * time.Second
+		ref := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, "read HypervisorCluster %s: %v", claim.Status.VMRef.HypervisorCluster, err)
+		ref.RetryAfter = 2 * time.Second
 		return claim, ref
 	}
 	if c := cluster.Spec.SPIRE; c != nil && c.SecretStore != nil {
 		// The operator writes this VM's credential to the store; a second
 		// one from the broker would make two.
-		return claim, refuse(http.StatusForbidden, ReasonNotBootstrapping, "the VMs of HypervisorCluster %s read their runner credential from its secrets store (spec.spire.secretStore), not from the broker", cluster.Name)
+		return claim, vmanswer.Refuse(http.StatusForbidden, ReasonNotBootstrapping, "the VMs of HypervisorCluster %s read their runner credential from its secrets store (spec.spire.secretStore), not from the broker", cluster.Name)
 	}
 	return claim, nil
 }
@@ -318,7 +292,7 @@ func (b *Broker) liveClaim(ctx context.Context, id spiffeid.ID, proof, remote st
 // conflict reads it again), which the claim controller then evicts and
 // fails; the request is refused whether or not the record could be
 // written, and a later request records it if it could not.
-func (b *Broker) stolen(ctx context.Context, claim *hfv1.MachineClaim, id spiffeid.ID, proof, remote string) *refusal {
+func (b *Broker) stolen(ctx context.Context, claim *hfv1.MachineClaim, id spiffeid.ID, proof, remote string) *vmanswer.Refusal {
 	what := "without a broker proof"
 	if proof != "" {
 		what = "with a broker proof that is not its VM's"
@@ -342,18 +316,18 @@ func (b *Broker) stolen(ctx context.Context, claim *hfv1.MachineClaim, id spiffe
 		}
 		*claim = *fresh
 	}
-	return refuse(http.StatusForbidden, ReasonBrokerProofInvalid, "%s; the identity is evicted and its claim fails", msg)
+	return vmanswer.Refuse(http.StatusForbidden, ReasonBrokerProofInvalid, "%s; the identity is evicted and its claim fails", msg)
 }
 
 // deliver records the request, mints the credential and records it.
-func (b *Broker) deliver(ctx context.Context, claim *hfv1.MachineClaim) (*Response, *refusal) {
+func (b *Broker) deliver(ctx context.Context, claim *hfv1.MachineClaim) (*Response, *vmanswer.Refusal) {
 	requested := claim.Status.Identity.DeepCopy()
 	requested.CredentialRequestedAt = &metav1.Time{Time: b.clock().Now()}
 	if err := b.recordFacts(ctx, claim, requested, claim.Status.Bootstrap); err != nil {
 		// A conflict is another replica serving the same VM's retry, or
 		// the claim controller writing: the VM asks again and one wins.
-		ref := refuse(http.StatusServiceUnavailable, ReasonBusy, "record the request in MachineClaim %s/%s: %v", claim.Namespace, claim.Name, err)
-		ref.retryAfter = time.Second
+		ref := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, "record the request in MachineClaim %s/%s: %v", claim.Namespace, claim.Name, err)
+		ref.RetryAfter = time.Second
 		return nil, ref
 	}
 	// The issuer fills in the bootstrap record of a copy: recordIssued
@@ -363,10 +337,10 @@ func (b *Broker) deliver(ctx context.Context, claim *hfv1.MachineClaim) (*Respon
 	if err != nil {
 		// Nothing was handed out: free the claim for the VM's retry.
 		b.undo(ctx, claim)
-		ref := refuse(http.StatusServiceUnavailable, ReasonIssueFailed, "issue the runner credential: %v", err)
-		ref.retryAfter = 5 * time.Second
+		ref := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonIssueFailed, "issue the runner credential: %v", err)
+		ref.RetryAfter = 5 * time.Second
 		if c := errclass.Classify(err); c == errclass.ClassConfiguration || c == errclass.ClassPermanent {
-			ref.status, ref.retryAfter = http.StatusBadGateway, 0
+			ref.Status, ref.RetryAfter = http.StatusBadGateway, 0
 		}
 		return nil, ref
 	}
@@ -374,7 +348,7 @@ func (b *Broker) deliver(ctx context.Context, claim *hfv1.MachineClaim) (*Respon
 		// The credential exists but is not recorded: withhold it (the
 		// runner never comes online, and the claim is replaced) rather
 		// than hand out something the operator would not clean up.
-		return nil, refuse(http.StatusInternalServerError, ReasonIssueFailed, "record the issued credential in MachineClaim %s/%s: %v", claim.Namespace, claim.Name, err)
+		return nil, vmanswer.Refuse(http.StatusInternalServerError, ReasonIssueFailed, "record the issued credential in MachineClaim %s/%s: %v", claim.Namespace, claim.Name, err)
 	}
 	b.Recorder.Eventf(claim, corev1.EventTypeNormal, "CredentialDelivered", "The credential broker handed runner %s its single-use %s credential (identity %s)",
 		cred.RunnerName, cred.Method, claim.Status.Identity.SPIFFEID)

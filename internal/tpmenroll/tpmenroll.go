@@ -38,7 +38,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -57,6 +56,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
 	"github.com/hyperfleet/hyperfleet/internal/tpmdevid"
+	"github.com/hyperfleet/hyperfleet/internal/vmanswer"
 )
 
 // maxBody bounds a request's body: an enrollment is a few KiB (an RSA EK
@@ -107,25 +107,11 @@ const (
 )
 
 // Refusal is the body of every answer but a 200.
-type Refusal struct {
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
-}
+type Refusal = vmanswer.Body
 
-type refusal struct {
-	status     int
-	reason     string
-	message    string
-	retryAfter time.Duration
-}
-
-func refuse(status int, reason, format string, args ...any) *refusal {
-	return &refusal{status: status, reason: reason, message: fmt.Sprintf(format, args...)}
-}
-
-func busy(format string, args ...any) *refusal {
-	r := refuse(http.StatusServiceUnavailable, ReasonBusy, format, args...)
-	r.retryAfter = 2 * time.Second
+func busy(format string, args ...any) *vmanswer.Refusal {
+	r := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, format, args...)
+	r.RetryAfter = 2 * time.Second
 	return r
 }
 
@@ -143,32 +129,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			reason = ReasonEnrolled
 		}
 		metrics.TPMEnrollmentRequests.WithLabelValues(endpoint, reason).Inc()
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_ = json.NewEncoder(w).Encode(resp)
+		vmanswer.WriteOK(w, resp)
 		return
 	}
-	metrics.TPMEnrollmentRequests.WithLabelValues(endpoint, ref.reason).Inc()
-	log := ctrl.LoggerFrom(ctx).WithValues("remote", r.RemoteAddr, "endpoint", endpoint, "reason", ref.reason)
+	metrics.TPMEnrollmentRequests.WithLabelValues(endpoint, ref.Reason).Inc()
+	log := ctrl.LoggerFrom(ctx).WithValues("remote", r.RemoteAddr, "endpoint", endpoint, "reason", ref.Reason)
 	if claim != nil {
 		log = log.WithValues("MachineClaim", client.ObjectKeyFromObject(claim).String())
-		if ref.status != http.StatusTooManyRequests && ref.status != http.StatusServiceUnavailable {
-			h.Recorder.Eventf(claim, corev1.EventTypeWarning, "TPMEnrollmentRefused", "The TPM enrollment of the VM was refused (%s): %s", ref.reason, ref.message)
+		if !ref.Transient() {
+			h.Recorder.Eventf(claim, corev1.EventTypeWarning, "TPMEnrollmentRefused", "The TPM enrollment of the VM was refused (%s): %s", ref.Reason, ref.Message)
 		}
 	}
-	log.Info("TPM enrollment refused a request", "message", ref.message)
-	if ref.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, ref.retryAfter.Round(time.Second)/time.Second))))
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(ref.status)
-	_ = json.NewEncoder(w).Encode(Refusal{Reason: ref.reason, Message: ref.message})
+	log.Info("TPM enrollment refused a request", "message", ref.Message)
+	vmanswer.Write(w, ref)
 }
 
 // handle runs the checks in order; claim is set once one is identified.
-func (h *Handler) handle(ctx context.Context, r *http.Request, endpoint string) (*hfv1.MachineClaim, any, *refusal) {
+func (h *Handler) handle(ctx context.Context, r *http.Request, endpoint string) (*hfv1.MachineClaim, any, *vmanswer.Refusal) {
 	if r.Method != http.MethodPost {
-		return nil, nil, refuse(http.StatusMethodNotAllowed, ReasonMethodNotAllowed, "use POST")
+		return nil, nil, vmanswer.Refuse(http.StatusMethodNotAllowed, ReasonMethodNotAllowed, "use POST")
 	}
 	claim, ref := h.enrollingClaim(ctx, r.Header.Get(agentconfig.EnrollmentProofHeader))
 	if ref != nil {
@@ -177,8 +156,8 @@ func (h *Handler) handle(ctx context.Context, r *http.Request, endpoint string) 
 	// Limited after the proof, so that strangers cannot use up the VMs'
 	// budget.
 	if !h.limiter().Allow() {
-		ref := refuse(http.StatusTooManyRequests, ReasonRateLimited, "too many TPM enrollments at once; retry shortly")
-		ref.retryAfter = time.Second
+		ref := vmanswer.Refuse(http.StatusTooManyRequests, ReasonRateLimited, "too many TPM enrollments at once; retry shortly")
+		ref.RetryAfter = time.Second
 		return claim, nil, ref
 	}
 	r.Body = http.MaxBytesReader(nil, r.Body, maxBody)
@@ -186,13 +165,13 @@ func (h *Handler) handle(ctx context.Context, r *http.Request, endpoint string) 
 	dec.DisallowUnknownFields()
 	var req agentconfig.TPMActivateRequest // TPMEnrollRequest's fields and the answer
 	if err := dec.Decode(&req); err != nil {
-		return claim, nil, refuse(http.StatusBadRequest, ReasonBadRequest, "the request is not a %s request: %v", endpoint, err)
+		return claim, nil, vmanswer.Refuse(http.StatusBadRequest, ReasonBadRequest, "the request is not a %s request: %v", endpoint, err)
 	}
 	if req.SPIFFEID != claim.Status.Identity.SPIFFEID {
-		return claim, nil, refuse(http.StatusBadRequest, ReasonBadRequest, "the request names SPIFFE ID %q, not the claim's %s", req.SPIFFEID, claim.Status.Identity.SPIFFEID)
+		return claim, nil, vmanswer.Refuse(http.StatusBadRequest, ReasonBadRequest, "the request names SPIFFE ID %q, not the claim's %s", req.SPIFFEID, claim.Status.Identity.SPIFFEID)
 	}
 	if endpoint == "enroll" && req.Answer != nil {
-		return claim, nil, refuse(http.StatusBadRequest, ReasonBadRequest, "an enroll request carries no answer")
+		return claim, nil, vmanswer.Refuse(http.StatusBadRequest, ReasonBadRequest, "an enroll request carries no answer")
 	}
 	v, ref := h.verify(ctx, claim, &req.Enrollment)
 	if ref != nil {
@@ -205,12 +184,12 @@ func (h *Handler) handle(ctx context.Context, r *http.Request, endpoint string) 
 	if endpoint == "enroll" {
 		ch, err := v.Challenge(secret)
 		if err != nil {
-			return claim, nil, refuse(http.StatusForbidden, ReasonEnrollmentInvalid, "make the credential activation challenge: %v", err)
+			return claim, nil, vmanswer.Refuse(http.StatusForbidden, ReasonEnrollmentInvalid, "make the credential activation challenge: %v", err)
 		}
 		return claim, &agentconfig.TPMChallenge{Challenge: ch}, nil
 	}
 	if subtle.ConstantTimeCompare(secret, req.Answer) != 1 {
-		return claim, nil, refuse(http.StatusForbidden, ReasonActivationFailed,
+		return claim, nil, vmanswer.Refuse(http.StatusForbidden, ReasonActivationFailed,
 			"the answer is not the challenge's secret: the DevID and AK are not in the TPM whose EK certificate was sent")
 	}
 	resp, ref := h.issue(ctx, claim, v)
@@ -219,51 +198,51 @@ func (h *Handler) handle(ctx context.Context, r *http.Request, endpoint string) 
 
 // enrollingClaim is the claim proof names, if proof is its enrollment
 // proof and the claim's VM may enroll now.
-func (h *Handler) enrollingClaim(ctx context.Context, proof string) (*hfv1.MachineClaim, *refusal) {
+func (h *Handler) enrollingClaim(ctx context.Context, proof string) (*hfv1.MachineClaim, *vmanswer.Refusal) {
 	ns, name, uid, ok := identity.ParseEnrollmentProof(proof)
 	if !ok {
-		return nil, refuse(http.StatusForbidden, ReasonEnrollmentProofInvalid, "no enrollment proof (header %s)", agentconfig.EnrollmentProofHeader)
+		return nil, vmanswer.Refuse(http.StatusForbidden, ReasonEnrollmentProofInvalid, "no enrollment proof (header %s)", agentconfig.EnrollmentProofHeader)
 	}
 	claim := &hfv1.MachineClaim{}
 	if err := h.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, claim); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, refuse(http.StatusForbidden, ReasonEnrollmentProofInvalid, "no MachineClaim %s/%s exists", ns, name)
+			return nil, vmanswer.Refuse(http.StatusForbidden, ReasonEnrollmentProofInvalid, "no MachineClaim %s/%s exists", ns, name)
 		}
 		return nil, busy("read MachineClaim %s/%s: %v", ns, name, err)
 	}
 	if string(claim.UID) != uid {
-		return nil, refuse(http.StatusForbidden, ReasonEnrollmentProofInvalid, "MachineClaim %s/%s is another claim than uid %s", ns, name, uid)
+		return nil, vmanswer.Refuse(http.StatusForbidden, ReasonEnrollmentProofInvalid, "MachineClaim %s/%s is another claim than uid %s", ns, name, uid)
 	}
 	if h.Issuer == nil || !h.Issuer.VerifyEnrollmentProof(claim, proof) {
-		return claim, refuse(http.StatusForbidden, ReasonEnrollmentProofInvalid, "the enrollment proof is not MachineClaim %s/%s's", ns, name)
+		return claim, vmanswer.Refuse(http.StatusForbidden, ReasonEnrollmentProofInvalid, "the enrollment proof is not MachineClaim %s/%s's", ns, name)
 	}
 	st := claim.Status.Identity
 	switch {
 	case st == nil || st.TPM == nil || st.TPM.EntriesCreatedAt == nil:
-		return claim, refuse(http.StatusForbidden, ReasonNotEnrolling, "MachineClaim %s/%s was issued no TPM identity", ns, name)
+		return claim, vmanswer.Refuse(http.StatusForbidden, ReasonNotEnrolling, "MachineClaim %s/%s was issued no TPM identity", ns, name)
 	case st.Misuse != nil:
-		return claim, refuse(http.StatusForbidden, ReasonIdentityCompromised, "the identity of MachineClaim %s/%s was used by someone other than its VM (%s); no TPM is enrolled for it", ns, name, st.Misuse.Reason)
+		return claim, vmanswer.Refuse(http.StatusForbidden, ReasonIdentityCompromised, "the identity of MachineClaim %s/%s was used by someone other than its VM (%s); no TPM is enrolled for it", ns, name, st.Misuse.Reason)
 	case !claim.DeletionTimestamp.IsZero() || claim.EndRequested() || claim.Status.End != nil:
-		return claim, refuse(http.StatusForbidden, ReasonNotEnrolling, "MachineClaim %s/%s is ending", ns, name)
+		return claim, vmanswer.Refuse(http.StatusForbidden, ReasonNotEnrolling, "MachineClaim %s/%s is ending", ns, name)
 	case claim.Status.VMRef == nil:
-		return claim, refuse(http.StatusForbidden, ReasonNotEnrolling, "MachineClaim %s/%s has no VM", ns, name)
+		return claim, vmanswer.Refuse(http.StatusForbidden, ReasonNotEnrolling, "MachineClaim %s/%s has no VM", ns, name)
 	case st.AttestedAt != nil:
-		return claim, refuse(http.StatusConflict, ReasonNotEnrolling, "the VM of MachineClaim %s/%s attested already, at %s", ns, name, st.AttestedAt.UTC().Format(time.RFC3339))
+		return claim, vmanswer.Refuse(http.StatusConflict, ReasonNotEnrolling, "the VM of MachineClaim %s/%s attested already, at %s", ns, name, st.AttestedAt.UTC().Format(time.RFC3339))
 	}
 	return claim, nil
 }
 
 // verify checks e against the EK CAs the claim's cluster (and, narrowing
 // them, its template) names, and that it comes from the claim's TPM.
-func (h *Handler) verify(ctx context.Context, claim *hfv1.MachineClaim, e *tpmdevid.Enrollment) (*tpmdevid.Verified, *refusal) {
+func (h *Handler) verify(ctx context.Context, claim *hfv1.MachineClaim, e *tpmdevid.Enrollment) (*tpmdevid.Verified, *vmanswer.Refusal) {
 	cluster := &hfv1.HypervisorCluster{}
 	if err := h.Clusters.Get(ctx, client.ObjectKey{Name: claim.Status.VMRef.HypervisorCluster}, cluster); err != nil {
 		return nil, busy("read HypervisorCluster %s: %v", claim.Status.VMRef.HypervisorCluster, err)
 	}
 	cfg := cluster.Spec.SPIRE
 	if cfg == nil || cfg.TPM == nil {
-		ref := refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, "HypervisorCluster %s has no spec.spire.tpm", cluster.Name)
-		ref.retryAfter = 10 * time.Second
+		ref := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, "HypervisorCluster %s has no spec.spire.tpm", cluster.Name)
+		ref.RetryAfter = 10 * time.Second
 		return nil, ref
 	}
 	pools, ref := h.ekPools(ctx, claim, cfg.TPM)
@@ -275,9 +254,9 @@ func (h *Handler) verify(ctx context.Context, claim *hfv1.MachineClaim, e *tpmde
 		got, err := tpmdevid.Verify(e, pool, h.clock().Now())
 		switch {
 		case errors.Is(err, tpmdevid.ErrUntrustedEK):
-			return nil, refuse(http.StatusForbidden, ReasonEKUntrusted, "the TPM's EK certificate does not chain to the EK CAs of %s: %v", poolName(pool, pools), err)
+			return nil, vmanswer.Refuse(http.StatusForbidden, ReasonEKUntrusted, "the TPM's EK certificate does not chain to the EK CAs of %s: %v", poolName(pool, pools), err)
 		case err != nil:
-			return nil, refuse(http.StatusForbidden, ReasonEnrollmentInvalid, "the enrollment does not verify: %v", err)
+			return nil, vmanswer.Refuse(http.StatusForbidden, ReasonEnrollmentInvalid, "the enrollment does not verify: %v", err)
 		}
 		v = got
 	}
@@ -288,7 +267,7 @@ func (h *Handler) verify(ctx context.Context, claim *hfv1.MachineClaim, e *tpmde
 		if ref != nil {
 			return nil, ref
 		}
-		return nil, refuse(http.StatusForbidden, ReasonEKShared,
+		return nil, vmanswer.Refuse(http.StatusForbidden, ReasonEKShared,
 			"claim %s enrolled a TPM with the same EK certificate (%s): the VMs share one TPM state, cloned from a template whose TPM had been started, and a DevID made in one would load in the other; set spec.attestation.tpm.addVirtualTPM, or give the template a TPM state that was never started (docs/templates.md, \"TPM\")",
 			other, short(v.EKFingerprint))
 	}
@@ -300,7 +279,7 @@ func (h *Handler) verify(ctx context.Context, claim *hfv1.MachineClaim, e *tpmde
 // template's started TPM state copied into its clones), so a DevID key
 // made in one loads in the other: such a TPM proves nothing about which VM
 // it is in.
-func (h *Handler) sharedEK(ctx context.Context, claim *hfv1.MachineClaim, ek string) (string, *refusal) {
+func (h *Handler) sharedEK(ctx context.Context, claim *hfv1.MachineClaim, ek string) (string, *vmanswer.Refusal) {
 	var claims hfv1.MachineClaimList
 	if err := h.Clusters.List(ctx, &claims); err != nil {
 		return "", busy("list MachineClaims: %v", err)
@@ -328,18 +307,18 @@ func poolName(pool *x509.CertPool, pools []*x509.CertPool) string {
 // ekPools are the CA pools an EK certificate must chain to: the cluster's
 // (the platform team's trust) and, when the claim's template names one,
 // the template's too, which can only narrow the cluster's.
-func (h *Handler) ekPools(ctx context.Context, claim *hfv1.MachineClaim, cfg *hfv1.SPIRETPMConfig) ([]*x509.CertPool, *refusal) {
+func (h *Handler) ekPools(ctx context.Context, claim *hfv1.MachineClaim, cfg *hfv1.SPIRETPMConfig) ([]*x509.CertPool, *vmanswer.Refusal) {
 	ref := cfg.EKCABundleRef
 	pem, err := secretref.Value(ctx, h.Secrets, "spec.spire.tpm.ekCABundleRef", ref.Namespace, ref.Name, ref.Key)
 	if err != nil {
-		r := refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, "read the EK CA bundle: %v", err)
-		r.retryAfter = 10 * time.Second
+		r := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, "read the EK CA bundle: %v", err)
+		r.RetryAfter = 10 * time.Second
 		return nil, r
 	}
 	cluster := x509.NewCertPool()
 	if !cluster.AppendCertsFromPEM(pem) {
-		r := refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, "spec.spire.tpm.ekCABundleRef (%s/%s key %s) holds no PEM certificate", ref.Namespace, ref.Name, ref.Key)
-		r.retryAfter = 10 * time.Second
+		r := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, "spec.spire.tpm.ekCABundleRef (%s/%s key %s) holds no PEM certificate", ref.Namespace, ref.Name, ref.Key)
+		r.RetryAfter = 10 * time.Second
 		return nil, r
 	}
 	pools := []*x509.CertPool{cluster}
@@ -350,13 +329,13 @@ func (h *Handler) ekPools(ctx context.Context, claim *hfv1.MachineClaim, cfg *hf
 	if t := tmpl.Spec.Attestation.TPM; t != nil && t.EKCABundleRef != nil {
 		pem, err := secretref.Value(ctx, h.Secrets, "spec.attestation.tpm.ekCABundleRef", claim.Namespace, t.EKCABundleRef.Name, t.EKCABundleRef.Key)
 		if err != nil {
-			r := refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, "read the template's EK CA bundle: %v", err)
-			r.retryAfter = 10 * time.Second
+			r := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, "read the template's EK CA bundle: %v", err)
+			r.RetryAfter = 10 * time.Second
 			return nil, r
 		}
 		narrow := x509.NewCertPool()
 		if !narrow.AppendCertsFromPEM(pem) {
-			return nil, refuse(http.StatusForbidden, ReasonTPMNotConfigured, "the template's spec.attestation.tpm.ekCABundleRef holds no PEM certificate")
+			return nil, vmanswer.Refuse(http.StatusForbidden, ReasonTPMNotConfigured, "the template's spec.attestation.tpm.ekCABundleRef holds no PEM certificate")
 		}
 		pools = append(pools, narrow)
 	}
@@ -366,7 +345,7 @@ func (h *Handler) ekPools(ctx context.Context, claim *hfv1.MachineClaim, cfg *hf
 // mismatch records that another TPM than the claim's presented its
 // enrollment proof: the claim controller evicts the identity and fails the
 // claim, and the broker hands out nothing for it.
-func (h *Handler) mismatch(ctx context.Context, claim *hfv1.MachineClaim, recorded, got string) *refusal {
+func (h *Handler) mismatch(ctx context.Context, claim *hfv1.MachineClaim, recorded, got string) *vmanswer.Refusal {
 	msg := fmt.Sprintf("a TPM with EK certificate %s presented the enrollment proof of the claim, whose VM's TPM is %s", short(got), short(recorded))
 	identity.CountMisuse(hfv1.MisuseTPMMismatch)
 	err := h.writeIdentity(ctx, claim, func(st *hfv1.IdentityStatus, c *hfv1.MachineClaim) bool {
@@ -377,13 +356,13 @@ func (h *Handler) mismatch(ctx context.Context, claim *hfv1.MachineClaim, record
 	} else {
 		h.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.IdentityStolenReason), "The VM's enrollment proof was used by another TPM: "+msg)
 	}
-	return refuse(http.StatusForbidden, ReasonTPMMismatch, "%s; the identity is evicted and its claim fails", msg)
+	return vmanswer.Refuse(http.StatusForbidden, ReasonTPMMismatch, "%s; the identity is evicted and its claim fails", msg)
 }
 
 // issue records the TPM and the DevID certificate in the claim, then
 // returns the certificate: recorded first, so that the claim reconciler
 // looks for the agent it names, and a restart knows what to ban.
-func (h *Handler) issue(ctx context.Context, claim *hfv1.MachineClaim, v *tpmdevid.Verified) (*agentconfig.TPMActivateResponse, *refusal) {
+func (h *Handler) issue(ctx context.Context, claim *hfv1.MachineClaim, v *tpmdevid.Verified) (*agentconfig.TPMActivateResponse, *vmanswer.Refusal) {
 	cluster := &hfv1.HypervisorCluster{}
 	if err := h.Clusters.Get(ctx, client.ObjectKey{Name: claim.Status.VMRef.HypervisorCluster}, cluster); err != nil {
 		return nil, busy("read HypervisorCluster %s: %v", claim.Status.VMRef.HypervisorCluster, err)
@@ -426,7 +405,7 @@ func (h *Handler) issue(ctx context.Context, claim *hfv1.MachineClaim, v *tpmdev
 }
 
 // devIDCA reads the CA the cluster signs DevID certificates with.
-func (h *Handler) devIDCA(ctx context.Context, cfg *hfv1.SPIRETPMConfig) (*tpmdevid.CA, *refusal) {
+func (h *Handler) devIDCA(ctx context.Context, cfg *hfv1.SPIRETPMConfig) (*tpmdevid.CA, *vmanswer.Refusal) {
 	ref := cfg.DevIDCASecretRef
 	cert, err := secretref.Value(ctx, h.Secrets, "spec.spire.tpm.devIDCASecretRef", ref.Namespace, ref.Name, corev1.TLSCertKey)
 	var key []byte
@@ -438,8 +417,8 @@ func (h *Handler) devIDCA(ctx context.Context, cfg *hfv1.SPIRETPMConfig) (*tpmde
 		ca, err = tpmdevid.ParseCA(cert, key)
 	}
 	if err != nil {
-		r := refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, "the DevID CA (spec.spire.tpm.devIDCASecretRef %s/%s): %v", ref.Namespace, ref.Name, err)
-		r.retryAfter = 10 * time.Second
+		r := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, "the DevID CA (spec.spire.tpm.devIDCASecretRef %s/%s): %v", ref.Namespace, ref.Name, err)
+		r.RetryAfter = 10 * time.Second
 		return nil, r
 	}
 	return ca, nil
