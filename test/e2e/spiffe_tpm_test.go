@@ -61,7 +61,6 @@ type tpmWatch struct {
 	mu     sync.Mutex
 	claims map[string]*tpmRecord // by UID
 	agents map[spiffeid.ID]spire.Agent
-	errs   []string
 }
 
 func watchTPM(t *testing.T, w *devenv.World) *tpmWatch {
