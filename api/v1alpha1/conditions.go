@@ -241,6 +241,11 @@ const (
 	// TPMNotFoundReason (MachineClaim Attested False): the VM of a claim
 	// whose template attests with its TPM has none; the claim fails.
 	TPMNotFoundReason ConditionReason = "TPMNotFound"
+	// TPMEnrollmentRefusedReason: the operator refused the TPM enrollment
+	// of a claim's VM (a Warning event on the claim, with why), and, when
+	// the VM's agent gave up on it, the Attested condition's reason as the
+	// claim fails.
+	TPMEnrollmentRefusedReason ConditionReason = "TPMEnrollmentRefused"
 	// SPIREUnavailableReason: the operator cannot reach, or is not an
 	// admin of, the SPIRE server of the cluster's spec.spire.
 	SPIREUnavailableReason ConditionReason = "SPIREUnavailable"

@@ -252,7 +252,8 @@ var (
 	}, []string{"endpoint", "reason"})
 
 	// AttestationFailures counts claims whose VM failed to attest, by
-	// method (join-token, tpm) and reason (AttestationFailed, TPMNotFound).
+	// method (join-token, tpm) and reason (AttestationFailed, TPMNotFound,
+	// TPMEnrollmentRefused).
 	AttestationFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "attestation_failures_total",
 		Help: "MachineClaims whose VM failed to attest with SPIRE, by attestation method and reason.",

@@ -137,7 +137,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if claim != nil {
 		log = log.WithValues("MachineClaim", client.ObjectKeyFromObject(claim).String())
 		if !ref.Transient() {
-			h.Recorder.Eventf(claim, corev1.EventTypeWarning, "TPMEnrollmentRefused", "The TPM enrollment of the VM was refused (%s): %s", ref.Reason, ref.Message)
+			h.Recorder.Eventf(claim, corev1.EventTypeWarning, string(hfv1.TPMEnrollmentRefusedReason), "The TPM enrollment of the VM was refused (%s): %s", ref.Reason, ref.Message)
 		}
 	}
 	log.Info("TPM enrollment refused a request", "message", ref.Message)

@@ -310,7 +310,7 @@ func (r *Reconciler) tpmGaveUp(claim *hfv1.MachineClaim) (hfv1.ConditionReason, 
 	case agentconfig.AttestationTPMNotFound:
 		return hfv1.TPMNotFoundReason, "the VM has no TPM 2.0 (its agent found none at spec.attestation.tpm.devicePath): set spec.attestation.tpm.addVirtualTPM, or give the Proxmox template a TPM state (tpmstate0, version v2.0) and the image its driver"
 	case agentconfig.AttestationTPMEnrollmentRefused:
-		return hfv1.AttestationFailedReason, "the operator refused the enrollment of the VM's TPM (the claim's TPMEnrollmentRefused events say why)"
+		return hfv1.TPMEnrollmentRefusedReason, "the operator refused the enrollment of the VM's TPM (the claim's TPMEnrollmentRefused events say why)"
 	case agentconfig.AttestationTPMActivationFailed:
 		return hfv1.AttestationFailedReason, "the VM's TPM could not open the operator's credential activation challenge (its EK certificate is not its own, or the TPM failed); the VM's console says more"
 	}

@@ -282,11 +282,12 @@ func (a attestationErrors) Error(uid types.UID, _ time.Time) string { return a[u
 
 // TestTPMGaveUp: a TPM claim's VM that powered off before attesting ends
 // with the reason its power-off notice gave: TPMNotFound for a VM without
-// a TPM, AttestationFailed otherwise; each is counted.
+// a TPM, TPMEnrollmentRefused for one the operator refused,
+// AttestationFailed otherwise; each is counted.
 func TestTPMGaveUp(t *testing.T) {
 	for said, want := range map[string]hfv1.ConditionReason{
 		agentconfig.AttestationTPMNotFound:          hfv1.TPMNotFoundReason,
-		agentconfig.AttestationTPMEnrollmentRefused: hfv1.AttestationFailedReason,
+		agentconfig.AttestationTPMEnrollmentRefused: hfv1.TPMEnrollmentRefusedReason,
 		"": hfv1.AttestationFailedReason,
 	} {
 		t.Run(cmp.Or(said, "nothing said"), func(t *testing.T) {
