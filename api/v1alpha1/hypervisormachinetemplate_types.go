@@ -409,6 +409,11 @@ type JoinTokenAttestation struct {
 	TTL *metav1.Duration `json:"ttl,omitempty"`
 }
 
+// DefaultTPMDevicePath is the TPM device inside a VM when
+// spec.attestation.tpm.devicePath is not given: the kernel's resource
+// manager, which spire-agent and the HyperFleet agent share.
+const DefaultTPMDevicePath = "/dev/tpmrm0"
+
 // TPMAttestation tunes TPM attestation.
 type TPMAttestation struct {
 	// devicePath is the TPM device inside the VM.

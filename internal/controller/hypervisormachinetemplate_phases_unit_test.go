@@ -155,10 +155,12 @@ func TestReconcileHypervisorMachineTemplate(t *testing.T) {
 			events:  []string{"Warning ClusterUnavailable"}, observed: 2,
 		},
 		{
-			name: "a field the operator does not act on", tmpl: newTemplate(func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Attestation.Method = hfv1.AttestationTPM }),
+			name: "a field the operator does not act on", tmpl: newTemplate(func(tm *hfv1.HypervisorMachineTemplate) {
+				tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{OS: "win"}
+			}),
 			objs: world, wantRes: ctrl.Result{RequeueAfter: waitForDependency},
-			want:   invalid(hfv1.NotImplementedReason, "spec.attestation.method: tpm"),
-			events: []string{"Warning NotImplemented"}, observed: 2,
+			want:   invalid(hfv1.UnsupportedReason, "runner.os: win is not supported"),
+			events: []string{"Warning Unsupported"}, observed: 2,
 		},
 		{
 			name: "a DHCP client that cannot request a lease time is refused before any VM boots", tmpl: newTemplate(func(tm *hfv1.HypervisorMachineTemplate) {

@@ -102,7 +102,7 @@ func TestRefusedTemplatesBuildNothing(t *testing.T) {
 		{"join-token", string(hfv1.SPIRENotConfiguredReason), "has no spec.spire", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationJoinToken, JoinToken: &hfv1.JoinTokenAttestation{TTL: &metav1.Duration{Duration: 15 * time.Minute}}}
 		}},
-		{"tpm", string(hfv1.NotImplementedReason), "spec.attestation.method: tpm is not implemented yet", func(tm *hfv1.HypervisorMachineTemplate) {
+		{"tpm", string(hfv1.SPIRENotConfiguredReason), "spec.attestation.method is tpm, but HypervisorCluster", func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationTPM, TPM: &hfv1.TPMAttestation{AddVirtualTPM: true}}
 		}},
 		{"networkd-lease-time", string(hfv1.DHCPClientUnsupportedReason), "spec.network.dhcp.client: systemd-networkd", func(tm *hfv1.HypervisorMachineTemplate) {

@@ -96,8 +96,13 @@ func TemplateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 			v.SecretStore = &store
 		}
 	}
-	if tpm := spec.Attestation.TPM; tpm != nil {
-		v.TPMDevicePath = tpm.DevicePath
+	if spec.Attestation.Method == hfv1.AttestationTPM {
+		// The API server defaults devicePath only inside a tpm block; a
+		// template with method tpm and none gets the same default.
+		v.TPMDevicePath = hfv1.DefaultTPMDevicePath
+		if tpm := spec.Attestation.TPM; tpm != nil && tpm.DevicePath != "" {
+			v.TPMDevicePath = tpm.DevicePath
+		}
 	}
 	v.BootstrapMethod = cmp.Or(string(spec.Bootstrap.Method), cloudinit.BootstrapJITConfig)
 	// The runner part is the CI platform's: its back-end reads it from

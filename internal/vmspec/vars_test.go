@@ -132,3 +132,25 @@ func TestDualStackVars(t *testing.T) {
 		t.Errorf("single IPv6 pool: StaticIP %q/%d via %q, StaticIPv6 %q/%d", v.StaticIP, v.NetmaskBits, v.Gateway, v.StaticIPv6, v.NetmaskBitsIPv6)
 	}
 }
+
+// TestTPMDevicePathVars: a template with method tpm gives the agent its
+// device path: the template's, or /dev/tpmrm0 when it names none (the API
+// server defaults it only inside a tpm block); other methods none.
+func TestTPMDevicePathVars(t *testing.T) {
+	ciPlatforms := githubsimtest.Backends(t, nil)
+	for _, c := range []struct {
+		att  hfv1.Attestation
+		want string
+	}{
+		{hfv1.Attestation{Method: hfv1.AttestationTPM}, "/dev/tpmrm0"},
+		{hfv1.Attestation{Method: hfv1.AttestationTPM, TPM: &hfv1.TPMAttestation{AddVirtualTPM: true}}, "/dev/tpmrm0"},
+		{hfv1.Attestation{Method: hfv1.AttestationTPM, TPM: &hfv1.TPMAttestation{DevicePath: "/dev/tpm0"}}, "/dev/tpm0"},
+		{hfv1.Attestation{Method: hfv1.AttestationJoinToken}, ""},
+	} {
+		tm := &hfv1.HypervisorMachineTemplate{}
+		tm.Spec.Attestation = c.att
+		if got := TemplateVars(ciPlatforms, tm, &hfv1.HypervisorCluster{}, nil).TPMDevicePath; got != c.want {
+			t.Errorf("%+v: TPMDevicePath %q, want %q", c.att, got, c.want)
+		}
+	}
+}
