@@ -202,9 +202,10 @@ func (m *claimModel) expect(proofOK bool) (int, string) {
 // once. Every other request is refused with the reason the broker's
 // checks give, counted under it, and mints nothing; a valid SVID without
 // the VM's proof is recorded as a misuse in the claim. About one case in
-// seven generates the template's attestation instead: TPM (accepted by the
-// API, refused by the operator as NotImplemented, naming
-// spec.attestation.method, and nothing issued for its claim), options of
+// seven generates the template's attestation instead: TPM on a cluster
+// that trusts no TPMs (accepted by the API, refused by the operator as
+// TPMNotConfigured, naming spec.spire.tpm, and nothing issued for its
+// claim), options of
 // the wrong method or a join-token ttl the API refuses naming the field,
 // and a ttl outside the cluster's bounds (JoinTokenTTLNotAllowed).
 func TestAttestationCredentialProperty(t *testing.T) {

@@ -83,9 +83,8 @@ func updateTemplate(t *testing.T, tmpl *hfv1.HypervisorMachineTemplate, mutate f
 	}
 }
 
-// TestRefusedTemplatesBuildNothing: a template with attestation tpm, or
-// with cloudInit.delivery proxmox, is NotImplemented, one with join-token on a cluster without spec.spire is
-// SPIRENotConfigured, one asking systemd-networkd for a DHCP lease time is
+// TestRefusedTemplatesBuildNothing: a template with attestation join-token
+// or tpm on a cluster without spec.spire is SPIRENotConfigured, one asking systemd-networkd for a DHCP lease time is
 // DHCPClientUnsupported, one whose cloud-init renders without per-VM
 // values but not for a VM is TemplateInvalid; their claims wait with
 // TemplateNotReady, without a VM or a credential.
