@@ -98,7 +98,10 @@ type NetworkValidation struct {
 	PingTest *bool `json:"pingTest,omitempty"`
 
 	// sshTest connects to sshPort on each of the VM's addresses and reads
-	// the SSH server's host key (no login).
+	// the SSH server's host key (no login). A VM is validated as soon as
+	// it reports an address, often before its SSH server has started, so
+	// a refused or unanswered connection is tried again every second until
+	// timeoutSeconds.
 	// +optional
 	SSHTest bool `json:"sshTest,omitempty"`
 

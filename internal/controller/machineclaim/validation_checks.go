@@ -129,12 +129,19 @@ func (p validationPlan) pings() outcome {
 	return outcome{passed: "ping answered by " + strings.Join(rtts, ", ")}
 }
 
-// sshs checks that an SSH server shows its host key on every address.
+// sshRetry is how soon an SSH check that found no server tries again.
+const sshRetry = time.Second
+
+// sshs checks that an SSH server shows its host key on every address
+// within the check's timeout. A VM is validated as soon as it reports an
+// address, which is often before its SSH server has started (cloud-init
+// makes its host keys first): a refused or unanswered connection is tried
+// again every sshRetry until the timeout, and only then reported.
 func (p validationPlan) sshs() outcome {
 	var mu sync.Mutex
 	var keys []string
 	err := each(len(p.addrs), p.netTimeout, func(ctx context.Context, i int) error {
-		key, err := netcheck.SSH(ctx, netip.AddrPortFrom(p.addrs[i], p.sshPort))
+		key, err := sshWithin(ctx, netip.AddrPortFrom(p.addrs[i], p.sshPort))
 		if err == nil {
 			mu.Lock()
 			keys = append(keys, fmt.Sprintf("%s (%s %s)", p.addrs[i], key.Type, key.Fingerprint))
@@ -146,6 +153,22 @@ func (p validationPlan) sshs() outcome {
 		return outcome{err: fmt.Errorf("SSH on port %d: %w", p.sshPort, err)}
 	}
 	return outcome{passed: fmt.Sprintf("SSH on port %d answered by %s", p.sshPort, strings.Join(keys, ", "))}
+}
+
+// sshWithin reads addr's SSH host key, trying again every sshRetry until
+// ctx ends; the error is the last attempt's.
+func sshWithin(ctx context.Context, addr netip.AddrPort) (netcheck.HostKey, error) {
+	for {
+		key, err := netcheck.SSH(ctx, addr)
+		if err == nil {
+			return key, nil
+		}
+		select {
+		case <-ctx.Done():
+			return key, err
+		case <-time.After(sshRetry):
+		}
+	}
 }
 
 // each runs check for 0..n-1 in parallel, each bounded by timeout, and
