@@ -2,9 +2,6 @@ package controller_test
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -14,13 +11,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"golang.org/x/crypto/ssh"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/dnsserver"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/netns"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/sshserver"
 )
 
 // validationNet joins a network namespace to the host by a veth pair:
@@ -46,38 +43,16 @@ func validationNet(t *testing.T) *netns.Link {
 // namespace at its end's address; it lets nobody log in.
 func serveSSH(t *testing.T, l *netns.Link) int {
 	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	srv, err := sshserver.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := &ssh.ServerConfig{PasswordCallback: func(ssh.ConnMetadata, []byte) (*ssh.Permissions, error) {
-		return nil, errors.New("no login")
-	}}
-	cfg.AddHostKey(signer)
 	ln, err := l.Listen("0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer func() { _ = c.Close() }()
-				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-				if sc, _, _, err := ssh.NewServerConn(c, cfg); err == nil {
-					_ = sc.Close()
-				}
-			}()
-		}
-	}()
+	srv.Serve(ln)
 	return ln.Addr().(*net.TCPAddr).Port
 }
 

@@ -2,8 +2,6 @@ package netcheck
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -19,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hyperfleet/hyperfleet/internal/testworld/dnsserver"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/sshserver"
 )
 
 func addrs(s ...string) []netip.Addr {
@@ -102,28 +101,22 @@ func TestPingLoopback(t *testing.T) {
 // shows its host key; a TCP server that does not speak SSH, and a closed
 // port, fail.
 func TestSSHHostKey(t *testing.T) {
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	srv, err := sshserver.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer, err := ssh.NewSignerFromKey(priv)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := &ssh.ServerConfig{PasswordCallback: func(ssh.ConnMetadata, []byte) (*ssh.Permissions, error) {
-		return nil, errors.New("no login")
-	}}
-	cfg.AddHostKey(signer)
-	sshAddr := serve(t, func(c net.Conn) {
-		if sc, _, _, err := ssh.NewServerConn(c, cfg); err == nil {
-			_ = sc.Close()
-		}
-	})
+	t.Cleanup(func() { _ = ln.Close() })
+	srv.Serve(ln)
+	sshAddr := netip.MustParseAddrPort(ln.Addr().String())
 	key, err := SSH(timeout(t, 5*time.Second), sshAddr)
 	if err != nil {
 		t.Fatalf("SSH host key: %v", err)
 	}
-	if want := ssh.FingerprintSHA256(signer.PublicKey()); key.Type != ssh.KeyAlgoED25519 || key.Fingerprint != want {
+	if want := ssh.FingerprintSHA256(srv.HostKey); key.Type != ssh.KeyAlgoED25519 || key.Fingerprint != want {
 		t.Errorf("host key %+v, want %s %s", key, ssh.KeyAlgoED25519, want)
 	}
 	httpAddr := serve(t, func(c net.Conn) { _, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n")) })
