@@ -468,7 +468,9 @@ const (
 	AgentSourceOperator AgentSource = "Operator"
 )
 
-// Bootstrap is how the VM's runner gets its credential.
+// Bootstrap is the CI platform a template's VMs serve and how the VM's
+// runner gets its credential: exactly one platform section.
+// +kubebuilder:validation:XValidation:rule="[has(self.github)].filter(x, x).size() == 1",message="spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions)"
 type Bootstrap struct {
 	// method is jit-config (default) or runner-token.
 	// +optional
@@ -487,9 +489,12 @@ type Bootstrap struct {
 	// +kubebuilder:default=Image
 	AgentSource AgentSource `json:"agentSource,omitempty"`
 
-	// github is the GitHub Actions configuration.
-	// +required
-	GitHub GitHubBootstrap `json:"github"`
+	// github is the GitHub Actions configuration: where runners register
+	// and the operator's credentials for it. Required today: it is the one
+	// CI platform a template can name (docs/architecture.md, "CI platforms
+	// as plug-ins").
+	// +optional
+	GitHub *GitHubBootstrap `json:"github,omitempty"`
 
 	// httpTimeout bounds each call the operator makes to GitHub. Between 1s and 5m.
 	// +optional

@@ -39,7 +39,7 @@ func TestReconcileHypervisorMachineTemplate(t *testing.T) {
 				HypervisorClusterRef: hfv1.ObjectName{Name: cluster},
 				Source:               hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateID: ptr.To[int32](9000)}},
 				Resources:            hfv1.MachineResources{CPU: 2, Memory: resource.MustParse("2Gi")},
-				Bootstrap: hfv1.Bootstrap{GitHub: hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org",
+				Bootstrap: hfv1.Bootstrap{GitHub: &hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org",
 					Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}}}},
 			},
 			Status: hfv1.HypervisorMachineTemplateStatus{ObservedGeneration: 1},

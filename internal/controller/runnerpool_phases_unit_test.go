@@ -50,7 +50,7 @@ func TestReconcileRunnerPool(t *testing.T) {
 	}
 	tmpl := &hfv1.HypervisorMachineTemplate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "debian", Generation: 1},
-		Spec: hfv1.HypervisorMachineTemplateSpec{Bootstrap: hfv1.Bootstrap{GitHub: hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org",
+		Spec: hfv1.HypervisorMachineTemplateSpec{Bootstrap: hfv1.Bootstrap{GitHub: &hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org",
 			Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}}}}},
 		Status: hfv1.HypervisorMachineTemplateStatus{ObservedGeneration: 1, TemplateHash: "hash-1", Conditions: []metav1.Condition{{
 			Type: string(hfv1.ReadyCondition), Status: metav1.ConditionTrue, Reason: string(hfv1.ReadyReason), LastTransitionTime: metav1.Time{Time: unitEpoch}}}},

@@ -470,7 +470,7 @@ func newFixture(t testing.TB, sim *simulator, mutateCluster func(*hfv1.Hyperviso
 			HypervisorClusterRef: hfv1.ObjectName{Name: f.cluster.Name},
 			Source:               hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateID: ptr.To[int32](9000)}},
 			Resources:            hfv1.MachineResources{CPU: 2, Memory: resource.MustParse("2Gi")},
-			Bootstrap: hfv1.Bootstrap{GitHub: hfv1.GitHubBootstrap{
+			Bootstrap: hfv1.Bootstrap{GitHub: &hfv1.GitHubBootstrap{
 				Owner:        "octo-org",
 				Organization: "octo-org",
 				Credentials:  hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}},

@@ -71,7 +71,7 @@ func TestRecorderConfirmsUntrustedWebhookEvents(t *testing.T) {
 	// back-end, a template's PAT and the pool's scope.
 	be, _ := githubsimtest.Backends(t, gs.Transport).For(hfv1.WorkloadGitHubActions)
 	tmpl := &hfv1.HypervisorMachineTemplate{}
-	tmpl.Spec.Bootstrap.GitHub = hfv1.GitHubBootstrap{APIBaseURL: gs.URL + "/api/v3", Owner: "octo-org", Repository: "app",
+	tmpl.Spec.Bootstrap.GitHub = &hfv1.GitHubBootstrap{APIBaseURL: gs.URL + "/api/v3", Owner: "octo-org", Repository: "app",
 		Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}}}
 	provider, err := be.Provider(ctx, tmpl, workload.Scope{Owner: "octo-org", Repository: "app"},
 		func(context.Context, string, string, hfv1.LocalSecretKeySelector) ([]byte, error) {

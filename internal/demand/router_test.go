@@ -309,7 +309,7 @@ func TestRouterCandidates(t *testing.T) {
 	tmpl := func(ns, name string, b hfv1.GitHubBootstrap) *hfv1.HypervisorMachineTemplate {
 		return &hfv1.HypervisorMachineTemplate{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec:       hfv1.HypervisorMachineTemplateSpec{Bootstrap: hfv1.Bootstrap{GitHub: b}},
+			Spec:       hfv1.HypervisorMachineTemplateSpec{Bootstrap: hfv1.Bootstrap{GitHub: &b}},
 		}
 	}
 	pool := func(ns, name, template string, w hfv1.Workload) *hfv1.RunnerPool {
@@ -325,7 +325,7 @@ func TestRouterCandidates(t *testing.T) {
 		p.Status.Conditions = []metav1.Condition{{Type: string(hfv1.RunnerPoolScopeVerifiedCondition), Status: metav1.ConditionTrue,
 			Reason: string(hfv1.ScopeVerifiedReason), ObservedGeneration: p.Generation, LastTransitionTime: metav1.Now()}}
 		// Every template here has the same (empty) credentials.
-		p.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: scope, Template: template, Credentials: credentialsKey(&hfv1.HypervisorMachineTemplate{})}
+		p.Status.ScopeVerification = &hfv1.ScopeVerification{Scope: scope, Template: template, Credentials: credentialsKey(&hfv1.HypervisorMachineTemplate{Spec: hfv1.HypervisorMachineTemplateSpec{Bootstrap: hfv1.Bootstrap{GitHub: &hfv1.GitHubBootstrap{}}}})}
 		return p
 	}
 	// Verified for octo/app, then edited to claim another organization.
@@ -378,7 +378,7 @@ func TestRouterCandidates(t *testing.T) {
 // of credentials, scope or pool generation.
 func TestScopeVerifiedFollowsCredentials(t *testing.T) {
 	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: "t", Generation: 3}, Spec: hfv1.HypervisorMachineTemplateSpec{
-		Bootstrap: hfv1.Bootstrap{GitHub: hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo",
+		Bootstrap: hfv1.Bootstrap{GitHub: &hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo",
 			Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}}}}}}
 	pool := &hfv1.RunnerPool{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 2}}
 	pool.Status.Conditions = []metav1.Condition{{Type: string(hfv1.RunnerPoolScopeVerifiedCondition), Status: metav1.ConditionTrue, ObservedGeneration: 2}}

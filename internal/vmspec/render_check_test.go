@@ -20,7 +20,7 @@ func TestCheckTemplateRenderWithSecretStore(t *testing.T) {
 		SecretStore: &hfv1.SecretStoreConfig{Address: "https://vault.example.com:8200"},
 	}}}
 	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "debian"}}
-	tmpl.Spec.Bootstrap.GitHub = hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org"}
+	tmpl.Spec.Bootstrap.GitHub = &hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org"}
 	tmpl.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationJoinToken}
 	if err := CheckTemplate(ws, tmpl, cluster, nil, nil); err != nil {
 		t.Fatalf("CheckTemplate: %v", err)

@@ -35,7 +35,7 @@ func TestSetAgentVars(t *testing.T) {
 	tmpl := func(source hfv1.AgentSource, arch hfv1.RunnerArch) *hfv1.HypervisorMachineTemplate {
 		tm := &hfv1.HypervisorMachineTemplate{}
 		tm.Spec.Bootstrap.AgentSource = source
-		tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{Arch: arch}
+		tm.Spec.Bootstrap.GitHub = &hfv1.GitHubBootstrap{Runner: &hfv1.RunnerSoftware{Arch: arch}}
 		return tm
 	}
 	vars := func(tm *hfv1.HypervisorMachineTemplate) cloudinit.Vars {
@@ -103,7 +103,7 @@ func TestDualStackVars(t *testing.T) {
 	v6 := pool(ipam.Spec{Addresses: []string{"2001:db8:1::/64"}, Prefix: 64, Gateways: []string{"2001:db8:1::1"}, Nameservers: []string{"2001:db8::53"}})
 	v4 := pool(ipam.Spec{Addresses: []string{"192.0.2.0/24"}, Prefix: 24, Gateways: []string{"192.0.2.1"}, Nameservers: []string{"192.0.2.53"}})
 	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "dual"}}
-	tmpl.Spec.Bootstrap.GitHub = hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org"}
+	tmpl.Spec.Bootstrap.GitHub = &hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org"}
 	tmpl.Spec.Network = hfv1.MachineNetwork{Mode: hfv1.NetworkModeStatic, IPPoolRefs: []hfv1.ObjectName{{Name: "v6"}, {Name: "v4"}}}
 	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "vm-1", UID: placeholderClaimUID}}
 	addrs := []StaticAddr{{IP: netip.MustParseAddr("2001:db8:1::10"), Pool: v6}, {IP: netip.MustParseAddr("192.0.2.10"), Pool: v4}}

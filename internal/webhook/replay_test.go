@@ -96,7 +96,7 @@ func TestReceiverReplayedAndForgedDeliveries(t *testing.T) {
 			HypervisorClusterRef: hfv1.ObjectName{Name: "pve"},
 			Source:               hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateID: ptr.To[int32](9000)}},
 			Resources:            hfv1.MachineResources{CPU: 2, Memory: resource.MustParse("2Gi")},
-			Bootstrap: hfv1.Bootstrap{GitHub: hfv1.GitHubBootstrap{
+			Bootstrap: hfv1.Bootstrap{GitHub: &hfv1.GitHubBootstrap{
 				Owner: "octo-org", Repository: "app",
 				Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}},
 			}},

@@ -195,7 +195,8 @@ func (w *runnerConfigWorld) objects(c runnerConfigCase) (*hfv1.HypervisorMachine
 	if c.hostnameNS {
 		tmpl.Spec.Network.Hostname = hfv1.HostnameFromNamespaceAndName
 	}
-	gh := &tmpl.Spec.Bootstrap.GitHub
+	gh := &hfv1.GitHubBootstrap{}
+	tmpl.Spec.Bootstrap.GitHub = gh
 	gh.Credentials.PAT = &hfv1.LocalSecretKeySelector{Name: "github-pat", Key: "token"}
 	gh.APIBaseURL = w.gs.URL + "/api/v3"
 	gh.Owner = p12Org

@@ -67,7 +67,7 @@ func TestRunnerScopes(t *testing.T) {
 	pat := &hfv1.LocalSecretKeySelector{Name: "gh", Key: "token"}
 	tmpl := func(name, owner, repo, org, api string, creds *hfv1.LocalSecretKeySelector) *hfv1.HypervisorMachineTemplate {
 		t := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: name}}
-		t.Spec.Bootstrap.GitHub = hfv1.GitHubBootstrap{Owner: owner, Repository: repo, Organization: org, APIBaseURL: api,
+		t.Spec.Bootstrap.GitHub = &hfv1.GitHubBootstrap{Owner: owner, Repository: repo, Organization: org, APIBaseURL: api,
 			Credentials: hfv1.GitHubCredentials{PAT: creds}}
 		return t
 	}

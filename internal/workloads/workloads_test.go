@@ -28,7 +28,7 @@ func TestPlatformsRecoverTakenName(t *testing.T) {
 		t.Fatal("no GitHub Actions back-end")
 	}
 	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "t"}}
-	tmpl.Spec.Bootstrap.GitHub = hfv1.GitHubBootstrap{APIBaseURL: gs.URL + "/api/v3", Owner: "octo-org", Organization: "octo-org",
+	tmpl.Spec.Bootstrap.GitHub = &hfv1.GitHubBootstrap{APIBaseURL: gs.URL + "/api/v3", Owner: "octo-org", Organization: "octo-org",
 		Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "gh", Key: "token"}}}
 	pat := func(context.Context, string, string, hfv1.LocalSecretKeySelector) ([]byte, error) {
 		return []byte("ghp_bootstrapTest"), nil

@@ -22,7 +22,8 @@ type stubBackend struct {
 func (b stubBackend) Name() string { return b.name }
 
 func (b stubBackend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Template, bool) {
-	return workload.Template{Field: b.name}, tmpl.Spec.Bootstrap.GitHub.RunnerGroup == b.name
+	gh := tmpl.Spec.Bootstrap.GitHub
+	return workload.Template{Field: b.name}, gh != nil && gh.RunnerGroup == b.name
 }
 
 func (b stubBackend) Pool(pool *hfv1.RunnerPool, _ *hfv1.HypervisorMachineTemplate) (workload.Pool, bool) {
@@ -55,7 +56,7 @@ func TestBackends(t *testing.T) {
 		t.Errorf("Types = %v", got)
 	}
 	tmpl := &hfv1.HypervisorMachineTemplate{}
-	tmpl.Spec.Bootstrap.GitHub.RunnerGroup = "lab"
+	tmpl.Spec.Bootstrap.GitHub = &hfv1.GitHubBootstrap{RunnerGroup: "lab"}
 	if be, tt, ok := b.Template(tmpl); !ok || be.Name() != "lab" || tt.Field != "lab" {
 		t.Errorf("Template = %v, %+v, %v", be, tt, ok)
 	}

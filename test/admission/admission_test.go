@@ -274,7 +274,7 @@ func TestTenantCannotRemoveFinalizersOrEditCIJobs(t *testing.T) {
 			HypervisorClusterRef: hfv1.ObjectName{Name: "pve"},
 			Source:               hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateName: "debian-12"}},
 			Resources:            hfv1.MachineResources{CPU: 1, Memory: resource.MustParse("1Gi")},
-			Bootstrap: hfv1.Bootstrap{GitHub: hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org",
+			Bootstrap: hfv1.Bootstrap{GitHub: &hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org",
 				Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}}}},
 		},
 	}

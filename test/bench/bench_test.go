@@ -784,7 +784,7 @@ func startLoadWorld(t *testing.T, w *devenv.World, clusters int) *loadWorld {
 			HypervisorClusterRef: hfv1.ObjectName{Name: name},
 			Source:               hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateID: ptr.To[int32](9000)}},
 			Resources:            hfv1.MachineResources{CPU: 2, Memory: resource.MustParse("2Gi")},
-			Bootstrap: hfv1.Bootstrap{GitHub: hfv1.GitHubBootstrap{Owner: devenv.Organization, Organization: devenv.Organization,
+			Bootstrap: hfv1.Bootstrap{GitHub: &hfv1.GitHubBootstrap{Owner: devenv.Organization, Organization: devenv.Organization,
 				APIBaseURL: ghSrv.URL + "/api/v3", Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "github", Key: "token"}}}},
 		}})
 	}

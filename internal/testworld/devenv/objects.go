@@ -56,7 +56,7 @@ func (w *World) Objects() ([]client.Object, error) {
 				Source:               hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateID: ptr.To[int32](9000)}},
 				Resources:            w.resources(),
 				CloudInit:            w.cloudInit(),
-				Bootstrap: hfv1.Bootstrap{AgentSource: w.agentSource(), GitHub: hfv1.GitHubBootstrap{
+				Bootstrap: hfv1.Bootstrap{AgentSource: w.agentSource(), GitHub: &hfv1.GitHubBootstrap{
 					Owner:        Organization,
 					Organization: Organization,
 					APIBaseURL:   w.GitHubURL + "/api/v3",

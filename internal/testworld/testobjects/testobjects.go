@@ -42,7 +42,7 @@ func EndOf(phase hfv1.MachineClaimPhase) *hfv1.MachineClaimEnd {
 // organization octo-org), changed by mutate.
 func GitHubTemplate(mutate func(*hfv1.HypervisorMachineTemplate)) *hfv1.HypervisorMachineTemplate {
 	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "debian"}}
-	tmpl.Spec.Bootstrap.GitHub = hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org"}
+	tmpl.Spec.Bootstrap.GitHub = &hfv1.GitHubBootstrap{Owner: "octo-org", Organization: "octo-org"}
 	if mutate != nil {
 		mutate(tmpl)
 	}

@@ -77,10 +77,13 @@ func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
 // Name implements workload.Backend.
 func (*Backend) Name() string { return "GitHub" }
 
-// Template implements workload.Backend. Every template has a
-// spec.bootstrap.github: the API requires it.
+// Template implements workload.Backend for a template with a
+// spec.bootstrap.github.
 func (*Backend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Template, bool) {
 	gh := tmpl.Spec.Bootstrap.GitHub
+	if gh == nil {
+		return workload.Template{}, false
+	}
 	t := workload.Template{
 		Field:           templateField,
 		Runner:          runnerSoftware(tmpl),
@@ -89,7 +92,7 @@ func (*Backend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Templat
 		Secrets:         secretRefs(gh.Credentials),
 		CredentialsKey:  credentialsKey(gh),
 	}
-	t.Scope, t.ScopeField = templateScope(&gh)
+	t.Scope, t.ScopeField = templateScope(gh)
 	if base := cmp.Or(gh.APIBaseURL, DefaultBaseURL); base != DefaultBaseURL {
 		t.Endpoint = base
 	}
@@ -105,7 +108,7 @@ func (*Backend) Pool(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate
 	}
 	var b *hfv1.GitHubBootstrap
 	if tmpl != nil {
-		b = &tmpl.Spec.Bootstrap.GitHub
+		b = tmpl.Spec.Bootstrap.GitHub
 	}
 	p := workload.Pool{
 		Field:  poolField,
@@ -167,6 +170,9 @@ func (b *Backend) Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemp
 // Secrets (in the template's namespace only).
 func (b *Backend) config(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, scope workload.Scope, secrets workload.SecretReader) (Config, error) {
 	gh := tmpl.Spec.Bootstrap.GitHub
+	if gh == nil {
+		return Config{}, fmt.Errorf("HypervisorMachineTemplate %s has no %s", tmpl.Name, templateField)
+	}
 	cfg := Config{
 		BaseURL: cmp.Or(gh.APIBaseURL, DefaultBaseURL), Scope: scope,
 		Transport: b.transport, Clock: b.clock,
@@ -253,7 +259,7 @@ func secretRefs(creds hfv1.GitHubCredentials) map[string]hfv1.LocalSecretKeySele
 // by the periodic re-check of the pools' scopes instead. Its encoding is
 // what RunnerPools' status.scopeVerification records: changing it would
 // take every pool out of routing until checked again.
-func credentialsKey(gh hfv1.GitHubBootstrap) string {
+func credentialsKey(gh *hfv1.GitHubBootstrap) string {
 	raw, _ := json.Marshal(struct {
 		API   string
 		Reg   *hfv1.ScopedURLs
@@ -302,10 +308,11 @@ func runnerSoftware(tmpl *hfv1.HypervisorMachineTemplate) workload.RunnerSoftwar
 		InstallPath: defaultInstallPath, WorkDir: defaultWorkDir,
 		ConfigScript: defaultConfigScript, RunScript: defaultRunScript, OS: defaultOS, Arch: defaultArch,
 	}
-	r := tmpl.Spec.Bootstrap.GitHub.Runner
-	if r == nil {
+	gh := tmpl.Spec.Bootstrap.GitHub
+	if gh == nil || gh.Runner == nil {
 		return rs
 	}
+	r := gh.Runner
 	rs.InstallPath = cmp.Or(r.InstallPath, rs.InstallPath)
 	rs.WorkDir = cmp.Or(r.WorkDir, rs.WorkDir)
 	rs.ConfigScript = cmp.Or(r.ConfigScript, rs.ConfigScript)
@@ -324,7 +331,7 @@ func runnerSoftware(tmpl *hfv1.HypervisorMachineTemplate) workload.RunnerSoftwar
 
 // registrationURL is where runners register: the runnerURLs template for
 // the template's scope, or GitHub's web URL derived from apiBaseURL.
-func registrationURL(gh hfv1.GitHubBootstrap) string {
+func registrationURL(gh *hfv1.GitHubBootstrap) string {
 	repo := gh.Repository
 	owner := gh.Owner
 	if u := gh.RunnerURLs; u != nil {
@@ -349,7 +356,7 @@ func registrationURL(gh hfv1.GitHubBootstrap) string {
 
 // runnerURLFor is the URL a registration-token runner of scope registers
 // to (spec.bootstrap.github.runnerURLs, else the web URL of the scope).
-func runnerURLFor(gh hfv1.GitHubBootstrap, scope workload.Scope) string {
+func runnerURLFor(gh *hfv1.GitHubBootstrap, scope workload.Scope) string {
 	gh.Owner, gh.Repository = scope.Owner, scope.Repository
 	return registrationURL(gh)
 }

@@ -24,7 +24,7 @@ func TestRegistrationURL(t *testing.T) {
 		{hfv1.GitHubBootstrap{Owner: "octo", Repository: "app", RunnerURLs: &hfv1.ScopedURLs{Repository: "https://gh.internal/{owner}/{repo}"}}, "https://gh.internal/octo/app"},
 	}
 	for _, tc := range cases {
-		if got := registrationURL(tc.gh); got != tc.want {
+		if got := registrationURL(&tc.gh); got != tc.want {
 			t.Errorf("registrationURL(%+v) = %q, want %q", tc.gh, got, tc.want)
 		}
 	}
@@ -73,7 +73,7 @@ func TestCredentialsKeyIsStable(t *testing.T) {
 		{gh, "52ab0a87cedc23a05a31752d1779589097d258b7a7b06b103f5598f30de9155a"},
 		{hfv1.GitHubBootstrap{}, "4b90fb53f1f3673b952a5db13ac2098355e34461e31c3b7c5c514c9594b45580"},
 	} {
-		if got := credentialsKey(tc.gh); got != tc.want {
+		if got := credentialsKey(&tc.gh); got != tc.want {
 			t.Errorf("credentialsKey(%+v) = %s, want %s", tc.gh, got, tc.want)
 		}
 	}
@@ -87,7 +87,7 @@ func TestBackendReadsTheAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "t"}}
-	tmpl.Spec.Bootstrap.GitHub = hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo", APIBaseURL: "https://ghes.example.com/api/v3", RunnerGroup: "big",
+	tmpl.Spec.Bootstrap.GitHub = &hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo", APIBaseURL: "https://ghes.example.com/api/v3", RunnerGroup: "big",
 		Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "gh", Key: "token"}},
 		Runner:      &hfv1.RunnerSoftware{Version: "latest", Arch: "arm64", DownloadURL: "https://example.com/{os}-{arch}.tgz"}}
 	tmpl.Status.Runner = &hfv1.ResolvedRunner{Version: "2.329.0", DownloadURL: "https://example.com/resolved.tgz", DownloadSHA256: "ab"}
@@ -141,7 +141,7 @@ func TestBackendProvider(t *testing.T) {
 		t.Fatal(err)
 	}
 	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "t"}}
-	tmpl.Spec.Bootstrap.GitHub = hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo",
+	tmpl.Spec.Bootstrap.GitHub = &hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo",
 		Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "gh", Key: "token"}}}
 	token := "ghp_one"
 	secrets := func(_ context.Context, field, namespace string, ref hfv1.LocalSecretKeySelector) ([]byte, error) {
