@@ -21,20 +21,23 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 )
 
-// Scope is where runners register and jobs come from: an organization (or
-// group), or one repository (or project) under an owner.
+// Scope is where runners register and jobs come from: an owner (a GitHub
+// organization, a GitLab group, a Buildkite organization), or one
+// repository (a GitHub repository, a GitLab project, a Buildkite pipeline)
+// under it. An owner may be a path of several segments (a GitLab subgroup,
+// such as platform/ci); its scope holds everything under that path.
 type Scope struct {
-	// Owner is the organization or user.
+	// Owner is the organization, user or group (as its full path).
 	Owner string
-	// Repository is the repository name under Owner; empty for the whole
-	// organization.
+	// Repository is the repository's name under Owner (its last path
+	// segment); empty for the whole owner.
 	Repository string
 }
 
 // IsZero reports whether the scope names nothing.
 func (s Scope) IsZero() bool { return s.Owner == "" && s.Repository == "" }
 
-// IsOrganization reports whether the scope is a whole organization.
+// IsOrganization reports whether the scope is a whole owner.
 func (s Scope) IsOrganization() bool { return s.Repository == "" }
 
 // String is owner or owner/repository.
@@ -45,14 +48,20 @@ func (s Scope) String() string {
 	return s.Owner + "/" + s.Repository
 }
 
-// Contains reports whether repository (owner/name) is in the scope;
-// comparisons ignore case, as the platforms' names do.
+// Contains reports whether repository (its full path, such as owner/name
+// or group/subgroup/project) is in the scope: the scope's repository
+// itself, or any repository under the scope's owner path, subgroups
+// included. Comparisons ignore case, as the platforms' names do.
 func (s Scope) Contains(repository string) bool {
-	owner, name, ok := strings.Cut(repository, "/")
-	if !ok || !strings.EqualFold(owner, s.Owner) {
+	if s.IsZero() {
 		return false
 	}
-	return s.Repository == "" || strings.EqualFold(name, s.Repository)
+	if s.Repository != "" {
+		return strings.EqualFold(repository, s.String())
+	}
+	n := len(s.Owner)
+	return len(repository) > n+1 && repository[n] == '/' && strings.EqualFold(repository[:n], s.Owner) &&
+		!strings.HasSuffix(repository, "/")
 }
 
 // Method is the kind of single-use credential a runner receives.

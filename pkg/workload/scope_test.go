@@ -1,0 +1,56 @@
+package workload
+
+import (
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+func TestScopeContains(t *testing.T) {
+	for _, tc := range []struct {
+		scope      Scope
+		repository string
+		want       bool
+	}{
+		{Scope{Owner: "octo"}, "octo/app", true},
+		{Scope{Owner: "octo"}, "OCTO/App", true},
+		{Scope{Owner: "octo"}, "octopus/app", false},
+		{Scope{Owner: "octo"}, "octo", false},
+		{Scope{Owner: "octo"}, "octo/", false},
+		{Scope{Owner: "octo", Repository: "app"}, "octo/app", true},
+		{Scope{Owner: "octo", Repository: "app"}, "octo/App", true},
+		{Scope{Owner: "octo", Repository: "app"}, "octo/app2", false},
+		{Scope{Owner: "octo", Repository: "app"}, "octo/app/x", false},
+		// GitLab: groups hold their subgroups' projects; a project's scope is
+		// its full path.
+		{Scope{Owner: "platform"}, "platform/ci/runner", true},
+		{Scope{Owner: "platform/ci"}, "platform/ci/runner", true},
+		{Scope{Owner: "platform/ci"}, "platform/cd/runner", false},
+		{Scope{Owner: "platform/ci"}, "platform/ci", false},
+		{Scope{Owner: "platform/ci", Repository: "runner"}, "platform/ci/runner", true},
+		{Scope{Owner: "platform/ci", Repository: "runner"}, "platform/runner", false},
+		{Scope{}, "octo/app", false},
+	} {
+		if got := tc.scope.Contains(tc.repository); got != tc.want {
+			t.Errorf("%q.Contains(%q) = %v, want %v", tc.scope, tc.repository, got, tc.want)
+		}
+	}
+}
+
+// For GitHub's names (an owner and a repository name, neither with a
+// slash) Contains answers as it did when scopes had one owner segment:
+// the owner's repositories, or the one repository.
+func TestScopeContainsGitHubNames(t *testing.T) {
+	name := rapid.StringMatching(`[A-Za-z0-9][-A-Za-z0-9]{0,6}`)
+	rapid.Check(t, func(t *rapid.T) {
+		owner, repo := name.Draw(t, "owner"), rapid.SampledFrom([]string{"", "app", "App", "app2"}).Draw(t, "repo")
+		jobOwner := rapid.SampledFrom([]string{owner, strings.ToUpper(owner), owner + "x", "other"}).Draw(t, "job owner")
+		jobRepo := rapid.SampledFrom([]string{"app", "APP", "app2", "x"}).Draw(t, "job repo")
+		s := Scope{Owner: owner, Repository: repo}
+		want := strings.EqualFold(jobOwner, owner) && (repo == "" || strings.EqualFold(jobRepo, repo))
+		if got := s.Contains(jobOwner + "/" + jobRepo); got != want {
+			t.Fatalf("%q.Contains(%q) = %v, want %v", s, jobOwner+"/"+jobRepo, got, want)
+		}
+	})
+}
