@@ -140,7 +140,7 @@ func runManager(args []string) error {
 	fs.DurationVar(&bounds.Terminating, "claim-stuck-terminating", bounds.Terminating, "the same for phase Terminating")
 	orphanGrace := fs.Duration("orphan-grace-period", 10*time.Minute, "how long an orphaned VM is left alone before it is destroyed")
 	sweepDryRun := fs.Bool("orphan-sweep-dry-run", false, "only report orphaned VMs (events, logs, metrics); never destroy them")
-	webhookAddr := fs.String("webhook-bind-address", ":9292", "HTTPS address of the GitHub webhook receiver (path "+webhook.Path+"); 0 disables it")
+	webhookAddr := fs.String("webhook-bind-address", ":9292", "HTTPS address of the CI platforms' webhook receivers (GitHub's at path "+github.WebhookFormat.Path+"); 0 disables it")
 	webhookCertDir := fs.String("webhook-cert-dir", "/etc/hyperfleet/webhook-tls", "directory with the receiver's tls.crt and tls.key (reloaded when they change)")
 	webhookSecret := fs.String("github-webhook-secret", "hyperfleet-github-webhook", "Secret (in --namespace) with the GitHub webhooks' secrets: keys owner.<login> (the secret of one organization's or user's webhooks, which only it may use) and, with --github-webhook-allow-fallback-secret, key webhook-secret (the fallback for every other owner)")
 	allowFallbackSecret := fs.Bool(strings.TrimPrefix(manager.AllowSharedSecretFlag, "--"), false, "accept key webhook-secret of --github-webhook-secret, a fallback secret shared by every owner without a key of its own: whoever holds it can sign deliveries about all of them, so their in_progress and completed events are confirmed with GitHub (one API call per job); without this flag such a Secret stops the manager at start")
@@ -238,12 +238,16 @@ func runManager(args []string) error {
 		// The Secret is watched: creating or rotating it takes effect
 		// without a restart; until it exists deliveries get 503.
 		opts.Webhook = &manager.WebhookOptions{
-			Addr: *webhookAddr, SecretRef: &types.NamespacedName{Namespace: *namespace, Name: *webhookSecret},
+			Addr:         *webhookAddr,
 			MaxBodyBytes: *webhookMaxBody, MaxInFlight: *webhookMaxInFlight, MaxEventAge: *webhookMaxEventAge, Limits: webhookLimits,
 			CertFile: filepath.Join(*webhookCertDir, "tls.crt"), KeyFile: filepath.Join(*webhookCertDir, "tls.key"),
-			AllowSharedSecret: *allowFallbackSecret,
+			Platforms: []manager.WebhookPlatform{{
+				Platform:          hfv1.WorkloadGitHubActions,
+				SecretRef:         &types.NamespacedName{Namespace: *namespace, Name: *webhookSecret},
+				AllowSharedSecret: *allowFallbackSecret,
+			}},
 		}
-		log.Info("GitHub webhook receiver configured", "address", *webhookAddr, "path", webhook.Path, "secret", *namespace+"/"+*webhookSecret,
+		log.Info("GitHub webhook receiver configured", "address", *webhookAddr, "path", github.WebhookFormat.Path, "secret", *namespace+"/"+*webhookSecret,
 			"fallbackSecretAccepted", *allowFallbackSecret)
 	}
 	if _, err := manager.Setup(ctx, mgr, opts); err != nil {

@@ -90,7 +90,7 @@ type Options struct {
 	SweepInterval     time.Duration
 	OrphanGracePeriod time.Duration
 	SweepDryRun       bool
-	// Webhook, when set, serves a CI platform's job webhooks (on every
+	// Webhook, when set, serves the CI platforms' job webhooks (on every
 	// replica, leader or not).
 	Webhook *WebhookOptions
 	// ResyncInterval is the time between RunnerPool resyncs against the
@@ -166,17 +166,39 @@ type AgentServerOptions struct {
 	Limits httpsserver.Limits
 }
 
-// WebhookOptions configure the webhook receiver of a CI platform.
+// WebhookOptions configure the webhook server: one HTTPS listener with a
+// receiver per CI platform, each at its back-end's path
+// (workload.WebhookFormat) with its own secrets.
 type WebhookOptions struct {
-	// Platform is the workload type whose webhooks are received; empty
-	// means the only back-end that receives webhooks
-	// (workload.WebhookReceiver).
-	Platform hfv1.WorkloadType
+	// Platforms are the platforms whose webhooks are received (at least
+	// one; one entry each), with their secrets.
+	Platforms []WebhookPlatform
 	// Addr is the HTTPS listen address, such as ":9292".
 	Addr string
 	// CertFile and KeyFile are the serving certificate and key (reloaded
 	// when they change).
 	CertFile, KeyFile string
+	// MaxBodyBytes bounds a delivery (0: the receiver's default, 256 KiB).
+	MaxBodyBytes int64
+	// MaxInFlight bounds the deliveries read and verified at once per
+	// platform (0: the receiver's default, 64); see docs/security.md,
+	// "Webhook intake".
+	MaxInFlight int
+	// MaxEventAge is how old an event may be before it is confirmed with
+	// the CI platform (0: demand.DefaultMaxEventAge, 10 minutes).
+	MaxEventAge time.Duration
+	// Limits cap the receiver's connections (0: webhook.DefaultLimits'
+	// cap, negative: none); see docs/security.md, "Webhook intake".
+	Limits httpsserver.Limits
+}
+
+// WebhookPlatform is one CI platform's webhook receiver: which platform,
+// and the secrets its deliveries are verified with.
+type WebhookPlatform struct {
+	// Platform is the workload type whose webhooks are received; empty
+	// (in a one-entry list) means the only back-end that receives
+	// webhooks.
+	Platform hfv1.WorkloadType
 	// SecretRef, when set, is the Secret holding the webhook secrets
 	// (keys WebhookSecretKey and WebhookOwnerKeyPrefix<owner>): it is
 	// watched, so that a rotated secret takes effect without a restart,
@@ -187,18 +209,10 @@ type WebhookOptions struct {
 	// fallback for owners without their own in OwnerSecrets. It needs
 	// AllowSharedSecret.
 	Secret []byte
-	// OwnerSecrets are secrets per owner (organization or user login, lower
+	// OwnerSecrets are secrets per owner (organization, group or user, lower
 	// case): deliveries about that owner's repositories verify with it
 	// only (docs/security.md, "Webhook intake").
 	OwnerSecrets map[string][]byte
-	// MaxBodyBytes bounds a delivery (0: the receiver's default, 256 KiB).
-	MaxBodyBytes int64
-	// MaxInFlight bounds the deliveries read and verified at once (0: the
-	// receiver's default, 64); see docs/security.md, "Webhook intake".
-	MaxInFlight int
-	// MaxEventAge is how old an event may be before it is confirmed with
-	// the CI platform (0: demand.DefaultMaxEventAge, 10 minutes).
-	MaxEventAge time.Duration
 	// AllowSharedSecret accepts a fallback secret (Secret, or the
 	// Secret's key WebhookSecretKey), which every owner whose webhook uses
 	// it can sign deliveries about every owner without its own key with.
@@ -207,9 +221,6 @@ type WebhookOptions struct {
 	// serves report WebhookSecretShared (docs/security.md, "Webhook
 	// intake").
 	AllowSharedSecret bool
-	// Limits cap the receiver's connections (0: webhook.DefaultLimits'
-	// cap, negative: none); see docs/security.md, "Webhook intake".
-	Limits httpsserver.Limits
 }
 
 // The manager's readiness checks (/readyz) of its HTTPS servers: each
@@ -281,9 +292,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}
 	// Before the controllers: the pools report which secret verifies
 	// their owner's deliveries.
-	var hooks *rotatingParser
+	var hooks webhookParsers
 	if opts.Webhook != nil {
-		if hooks, err = webhookParser(ctx, mgr, opts.Webhook, backends); err != nil {
+		if hooks, err = newWebhookParsers(ctx, mgr, opts.Webhook, backends); err != nil {
 			return nil, err
 		}
 	}
@@ -536,10 +547,49 @@ func platformSeams(mgr ctrl.Manager, opts Options, backends *workload.Backends) 
 	return ciSeams{claims: w, credentials: w, scopes: w, jobs: w, releases: w, providers: w, runners: w}
 }
 
-// webhookParser is the parser of the platform whose webhooks are
-// received: w.Platform's, else the only back-end that receives any. Its
-// secrets are w's, or those of the Secret w names, watched.
-func webhookParser(ctx context.Context, mgr ctrl.Manager, w *WebhookOptions, backends *workload.Backends) (*rotatingParser, error) {
+// webhookParsers are the receivers' parsers, one per platform whose
+// webhooks are received. As controller.WebhookSecrets they tell each pool
+// how its owner's deliveries are verified.
+type webhookParsers []*rotatingParser
+
+// WebhookSecretOf implements controller.WebhookSecrets.
+func (ps webhookParsers) WebhookSecretOf(platform hfv1.WorkloadType, owner string) (controller.WebhookSecretUse, bool) {
+	for _, p := range ps {
+		if use, ok := p.WebhookSecretOf(platform, owner); ok {
+			return use, true
+		}
+	}
+	return controller.WebhookSecretUse{}, false
+}
+
+// newWebhookParsers builds the parser of each platform in w.Platforms (an
+// empty list: the only back-end that receives webhooks, whose secrets
+// must then come from a one-entry list). Each platform's secrets are its
+// entry's, or those of the Secret it names, watched.
+func newWebhookParsers(ctx context.Context, mgr ctrl.Manager, w *WebhookOptions, backends *workload.Backends) (webhookParsers, error) {
+	if len(w.Platforms) == 0 {
+		return nil, fmt.Errorf("webhooks: name at least one CI platform and its webhook secrets")
+	}
+	var parsers webhookParsers
+	seen := map[hfv1.WorkloadType]bool{}
+	for i := range w.Platforms {
+		p, err := webhookParser(ctx, mgr, &w.Platforms[i], len(w.Platforms) == 1, backends)
+		if err != nil {
+			return nil, err
+		}
+		if seen[p.platform] {
+			return nil, fmt.Errorf("webhooks of workload type %s are configured twice", p.platform)
+		}
+		seen[p.platform] = true
+		parsers = append(parsers, p)
+	}
+	return parsers, nil
+}
+
+// webhookParser is the parser of one platform whose webhooks are
+// received: w.Platform's, else (only) the only back-end that receives
+// any. Its secrets are w's, or those of the Secret w names, watched.
+func webhookParser(ctx context.Context, mgr ctrl.Manager, w *WebhookPlatform, only bool, backends *workload.Backends) (*rotatingParser, error) {
 	var receivers []hfv1.WorkloadType
 	for _, t := range backends.Types() {
 		be, _ := backends.For(t)
@@ -552,14 +602,14 @@ func webhookParser(ctx context.Context, mgr ctrl.Manager, w *WebhookOptions, bac
 		return nil, fmt.Errorf("webhooks of workload type %s: no registered CI platform of that type receives webhooks", w.Platform)
 	case len(receivers) == 0:
 		return nil, fmt.Errorf("webhooks: no registered CI platform receives webhooks")
-	case len(receivers) > 1:
-		return nil, fmt.Errorf("webhooks: %d CI platforms receive webhooks (%v); name one as the receiver's platform", len(receivers), receivers)
+	case len(receivers) > 1 || (w.Platform == "" && !only):
+		return nil, fmt.Errorf("webhooks: %d CI platforms receive webhooks (%v); name each receiver's platform", len(receivers), receivers)
 	}
 	be, _ := backends.For(receivers[0])
 	parser := &rotatingParser{receiver: be.(workload.WebhookReceiver), platform: receivers[0], allowShared: w.AllowSharedSecret}
 	if w.SecretRef == nil {
 		if len(w.Secret) == 0 && len(w.OwnerSecrets) == 0 {
-			return nil, fmt.Errorf("the webhook receiver needs the webhook secret configured on the CI platform (a fallback secret or one per owner)")
+			return nil, fmt.Errorf("the %s webhook receiver needs the webhook secret configured on the CI platform (a fallback secret or one per owner)", parser.platform)
 		}
 		if len(w.Secret) > 0 && !w.AllowSharedSecret {
 			return nil, sharedSecretRefused("the webhook options hold a fallback Secret", "it")
@@ -581,10 +631,10 @@ func webhookParser(ctx context.Context, mgr ctrl.Manager, w *WebhookOptions, bac
 	return parser, nil
 }
 
-// newWebhookServer builds the webhook receiver with parser and adds its
-// server to the manager. Events are confirmed with the pools' accounts
-// (providers); nil providers (a test's stand-in) leave them unconfirmed.
-func newWebhookServer(mgr ctrl.Manager, opts Options, backends *workload.Backends, providers controller.PoolProviders, parser workload.WebhookParser) (*webhook.Server, error) {
+// newWebhookServer builds a receiver per parser and adds their server to
+// the manager. Events are confirmed with the pools' accounts (providers);
+// nil providers (a test's stand-in) leave them unconfirmed.
+func newWebhookServer(mgr ctrl.Manager, opts Options, backends *workload.Backends, providers controller.PoolProviders, parsers webhookParsers) (*webhook.Server, error) {
 	w := opts.Webhook
 	recorder := demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock)
 	if providers != nil {
@@ -592,21 +642,27 @@ func newWebhookServer(mgr ctrl.Manager, opts Options, backends *workload.Backend
 	} else {
 		mgr.GetLogger().WithName("webhook").Info("webhook events are recorded without confirmation: a stand-in replaces the CI platforms' accounts")
 	}
-	recv, err := webhook.NewReceiver(webhook.Options{
-		Parser:       parser,
-		Router:       demand.NewRouter(mgr.GetClient(), backends),
-		Recorder:     recorder,
-		Events:       mgr.GetEventRecorderFor("hyperfleet-webhook"),
-		MaxBodyBytes: w.MaxBodyBytes,
-		MaxInFlight:  w.MaxInFlight,
-		Logger:       mgr.GetLogger().WithName("webhook"),
-		Clock:        opts.Clock,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("webhook receiver: %w", err)
+	router := demand.NewRouter(mgr.GetClient(), backends)
+	receivers := make([]*webhook.Receiver, 0, len(parsers))
+	for _, parser := range parsers {
+		recv, err := webhook.NewReceiver(webhook.Options{
+			Format:       parser.receiver.WebhookFormat(),
+			Parser:       parser,
+			Router:       router,
+			Recorder:     recorder,
+			Events:       mgr.GetEventRecorderFor("hyperfleet-webhook"),
+			MaxBodyBytes: w.MaxBodyBytes,
+			MaxInFlight:  w.MaxInFlight,
+			Logger:       mgr.GetLogger().WithName("webhook").WithValues("platform", parser.platform),
+			Clock:        opts.Clock,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("webhook receiver of %s: %w", parser.platform, err)
+		}
+		receivers = append(receivers, recv)
 	}
 	srv, err := webhook.NewServer(webhook.ServerOptions{
-		Addr: w.Addr, CertFile: w.CertFile, KeyFile: w.KeyFile, Receiver: recv, Limits: w.Limits,
+		Addr: w.Addr, CertFile: w.CertFile, KeyFile: w.KeyFile, Receivers: receivers, Limits: w.Limits,
 		Logger: mgr.GetLogger().WithName("webhook"),
 	})
 	if err != nil {

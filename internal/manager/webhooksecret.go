@@ -221,6 +221,15 @@ func logSharedSecret(log logr.Logger, secrets *WebhookSecrets) {
 		"ownersWithOwnSecret", len(secrets.Owners))
 }
 
+// webhookSecretControllerName names the watcher of platform's webhook
+// Secret: controller names are unique in a manager and label its metrics.
+func webhookSecretControllerName(platform hfv1.WorkloadType) string {
+	if platform == hfv1.WorkloadGitHubActions {
+		return "webhooksecret"
+	}
+	return "webhooksecret-" + string(platform)
+}
+
 // watchWebhookSecret loads the webhook Secret once and registers the
 // watcher on the manager: a metadata-only watch of the one Secret, run on
 // every replica (each serves webhooks), not only on the leader.
@@ -230,7 +239,8 @@ func watchWebhookSecret(ctx context.Context, mgr ctrl.Manager, key types.Namespa
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		Named("webhooksecret").
+		// One watcher per platform; GitHub's keeps the name it always had.
+		Named(webhookSecretControllerName(parser.platform)).
 		For(&corev1.Secret{}, builder.OnlyMetadata, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetNamespace() == key.Namespace && o.GetName() == key.Name
 		}))).

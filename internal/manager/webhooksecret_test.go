@@ -76,6 +76,10 @@ func TestParseWebhookSecrets(t *testing.T) {
 // was built with, in place of verifying a signature.
 type secretEcho struct{}
 
+func (secretEcho) WebhookFormat() workload.WebhookFormat {
+	return workload.WebhookFormat{Platform: "Echo", Label: "echo", Path: "/webhooks/echo", EventHeader: "X-Echo-Event", SignatureHeader: "X-Echo-Token"}
+}
+
 func (secretEcho) WebhookParser(global []byte, owners map[string][]byte) workload.WebhookParser {
 	return echoParser{global: string(global), owners: len(owners)}
 }
@@ -246,25 +250,91 @@ func TestSharedWebhookSecretOptionNeedsOptIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	backends := githubsimtest.Backends(t, nil)
-	_, err = webhookParser(ctx, mgr, &WebhookOptions{Secret: []byte("shared")}, backends)
+	_, err = webhookParser(ctx, mgr, &WebhookPlatform{Secret: []byte("shared")}, true, backends)
 	if !errors.Is(err, ErrSharedSecretNotAllowed) || !strings.Contains(err.Error(), "owner.<login>") {
 		t.Fatalf("a fallback Secret without AllowSharedSecret: %v; want ErrSharedSecretNotAllowed saying what to do", err)
 	}
 	for name, tc := range map[string]struct {
-		opts WebhookOptions
+		opts WebhookPlatform
 		want controller.WebhookSecretUse
 	}{
-		"owner key": {WebhookOptions{OwnerSecrets: map[string][]byte{"Octo-Org": []byte("own")}},
+		"owner key": {WebhookPlatform{OwnerSecrets: map[string][]byte{"Octo-Org": []byte("own")}},
 			controller.WebhookSecretUse{Loaded: true, Own: true, Source: "the manager's webhook options", OwnKey: "owner.octo-org", SharedKey: "webhook-secret"}},
-		"accepted fallback": {WebhookOptions{Secret: []byte("shared"), AllowSharedSecret: true},
+		"accepted fallback": {WebhookPlatform{Secret: []byte("shared"), AllowSharedSecret: true},
 			controller.WebhookSecretUse{Loaded: true, Shared: true, Source: "the manager's webhook options", OwnKey: "owner.octo-org", SharedKey: "webhook-secret"}},
 	} {
-		p, err := webhookParser(ctx, mgr, &tc.opts, backends)
+		p, err := webhookParser(ctx, mgr, &tc.opts, true, backends)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if got, ok := p.WebhookSecretOf(hfv1.WorkloadGitHubActions, "octo-org"); !ok || got != tc.want {
 			t.Errorf("%s: WebhookSecretOf = %+v, %v; want %+v", name, got, ok, tc.want)
+		}
+	}
+}
+
+// echoBackend is a second platform that receives webhooks (secretEcho's
+// format and parser); nothing else of it is used.
+type echoBackend struct {
+	workload.Backend
+	secretEcho
+}
+
+// TestWebhookParsersPerPlatform: each platform named in the options gets
+// its own parser with its own secrets, and the pools of each learn how
+// their owners' deliveries are verified from their platform's; a platform
+// named twice, or left unnamed among several, is refused.
+func TestWebhookParsersPerPlatform(t *testing.T) {
+	env := lazyEnv.Get(t)
+	ctx := context.Background()
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gh, _ := githubsimtest.Backends(t, nil).For(hfv1.WorkloadGitHubActions)
+	backends, err := workload.NewBackends(map[hfv1.WorkloadType]workload.Factory{
+		hfv1.WorkloadGitHubActions: func(workload.Dependencies) (workload.Backend, error) { return gh, nil },
+		hfv1.WorkloadGitLabCI:      func(workload.Dependencies) (workload.Backend, error) { return echoBackend{}, nil },
+	}, workload.Dependencies{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsers, err := newWebhookParsers(ctx, mgr, &WebhookOptions{Platforms: []WebhookPlatform{
+		{Platform: hfv1.WorkloadGitHubActions, OwnerSecrets: map[string][]byte{"octo-org": []byte("gh")}},
+		{Platform: hfv1.WorkloadGitLabCI, OwnerSecrets: map[string][]byte{"platform/ci": []byte("gl")}},
+	}}, backends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parsers) != 2 || parsers[0].receiver.WebhookFormat().Path == parsers[1].receiver.WebhookFormat().Path {
+		t.Fatalf("parsers: %d, want 2 at distinct paths", len(parsers))
+	}
+	for _, tc := range []struct {
+		platform hfv1.WorkloadType
+		owner    string
+		own      bool
+	}{
+		{hfv1.WorkloadGitHubActions, "octo-org", true},
+		{hfv1.WorkloadGitHubActions, "platform/ci", false},
+		{hfv1.WorkloadGitLabCI, "platform/ci", true},
+		{hfv1.WorkloadGitLabCI, "octo-org", false},
+	} {
+		use, ok := parsers.WebhookSecretOf(tc.platform, tc.owner)
+		if !ok || !use.Loaded || use.Own != tc.own {
+			t.Errorf("WebhookSecretOf(%s, %s) = %+v, %v; want loaded, own %v", tc.platform, tc.owner, use, ok, tc.own)
+		}
+	}
+	if _, ok := parsers.WebhookSecretOf(hfv1.WorkloadBuildkite, "octo-org"); ok {
+		t.Error("a platform whose webhooks are not received reported a secret")
+	}
+	for name, platforms := range map[string][]WebhookPlatform{
+		"twice":   {{Platform: hfv1.WorkloadGitLabCI, OwnerSecrets: map[string][]byte{"a": []byte("a")}}, {Platform: hfv1.WorkloadGitLabCI, OwnerSecrets: map[string][]byte{"b": []byte("b")}}},
+		"unnamed": {{OwnerSecrets: map[string][]byte{"a": []byte("a")}}, {Platform: hfv1.WorkloadGitLabCI, OwnerSecrets: map[string][]byte{"b": []byte("b")}}},
+		"none":    nil,
+	} {
+		if _, err := newWebhookParsers(ctx, mgr, &WebhookOptions{Platforms: platforms}, backends); err == nil {
+			t.Errorf("%s: accepted", name)
 		}
 	}
 }

@@ -77,7 +77,7 @@ func TestWebhookAbuse(t *testing.T) {
 	child := startAbuseServer(t, dir)
 	tlsConfig := &tls.Config{RootCAs: roots, NextProtos: []string{"h2", "http/1.1"}}
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig.Clone(), ForceAttemptHTTP2: true}}
-	url := "https://" + child.addr + Path
+	url := "https://" + child.addr + github.WebhookFormat.Path
 
 	// A first signed delivery, over a client that offers HTTP/2.
 	if resp := post(t, client, url, "warm-1", jobBody(1, "queued"), testSecret); resp.StatusCode != http.StatusAccepted || resp.ProtoMajor != 1 {
@@ -119,7 +119,7 @@ func TestWebhookAbuse(t *testing.T) {
 			_ = conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
 			head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: hyperfleet\r\nContent-Type: application/json\r\n"+
 				"X-GitHub-Event: workflow_job\r\nX-GitHub-Delivery: stall-%d\r\nX-Hub-Signature-256: sha256=%s\r\n"+
-				"Content-Length: %d\r\n\r\n", Path, i, strings.Repeat("0", 64), abuseDeclared)
+				"Content-Length: %d\r\n\r\n", github.WebhookFormat.Path, i, strings.Repeat("0", 64), abuseDeclared)
 			if _, err := io.WriteString(conn, head); err != nil {
 				return
 			}
@@ -226,7 +226,7 @@ func headersOnly(t *testing.T, addr string, tlsConfig *tls.Config, id string, co
 	_ = conn.SetDeadline(time.Now().Add(30 * time.Second)) // bounds a hung server; the read below fails then
 	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: hyperfleet\r\nContent-Type: application/json\r\n"+
 		"X-GitHub-Event: workflow_job\r\nX-GitHub-Delivery: %s\r\nX-Hub-Signature-256: sha256=%s\r\n"+
-		"Content-Length: %d\r\n\r\n", Path, id, strings.Repeat("0", 64), contentLength)
+		"Content-Length: %d\r\n\r\n", github.WebhookFormat.Path, id, strings.Repeat("0", 64), contentLength)
 	if _, err := io.WriteString(conn, head); err != nil {
 		t.Fatalf("delivery %s: %v", id, err)
 	}
@@ -388,13 +388,13 @@ func TestWebhookAbuseServerProcess(t *testing.T) {
 		t.Skip("the server process of TestWebhookAbuse")
 	}
 	out := &lockedWriter{w: os.Stdout}
-	recv, err := NewReceiver(Options{Parser: github.WebhookParser{Secret: testSecret}, Router: routeTo("team", "gpu"), Recorder: printingRecorder{out}})
+	recv, err := NewReceiver(Options{Format: github.WebhookFormat, Parser: github.WebhookParser{Secret: testSecret}, Router: routeTo("team", "gpu"), Recorder: printingRecorder{out}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv, err := NewServer(ServerOptions{
 		Addr: "127.0.0.1:0", CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key"),
-		Receiver: recv, ReadTimeout: 5 * time.Minute, WriteTimeout: 5 * time.Minute,
+		Receivers: []*Receiver{recv}, ReadTimeout: 5 * time.Minute, WriteTimeout: 5 * time.Minute,
 		// No connection caps: this test measures the in-flight bound
 		// alone, its 1,000 connections from one address
 		// (TestServerConnectionCaps and test/flood test the caps).
@@ -412,7 +412,7 @@ func TestWebhookAbuseServerProcess(t *testing.T) {
 		t.Fatalf("not listening: %v", <-done)
 	}
 	out.printf("addr %s\n", srv.Addr())
-	refused := deliveriesTotal.WithLabelValues("workflow_job", ResultTooManyInFlight)
+	refused := deliveriesTotal.WithLabelValues("github-actions", "workflow_job", ResultTooManyInFlight)
 	refusedBefore := metricValue(refused)
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {

@@ -104,6 +104,7 @@ func TestContractOctokitExamples(t *testing.T) {
 	router := demand.NewRouter(informers, ciPlatforms)
 	parsed := make(chan workload.JobEvent, 1)
 	recv, err := NewReceiver(Options{
+		Format:   github.WebhookFormat,
 		Parser:   recordingParser{WebhookParser: github.WebhookParser{Secret: testSecret}, last: parsed},
 		Router:   router,
 		Recorder: demand.NewRecorder(e.Client, e.Client, nil),
@@ -124,7 +125,7 @@ func TestContractOctokitExamples(t *testing.T) {
 			t.Fatalf("example %d: %v", i, err)
 		}
 		t.Run(fmt.Sprintf("%d_%s_%d", i, ex.Action, ex.WorkflowJob.ID), func(t *testing.T) {
-			c := contract{t: t, ctx: ctx, c: e.Client, router: router, url: srv.URL + Path, parsed: parsed, ex: ex, raw: raw}
+			c := contract{t: t, ctx: ctx, c: e.Client, router: router, url: srv.URL + github.WebhookFormat.Path, parsed: parsed, ex: ex, raw: raw}
 			c.run(i)
 		})
 	}

@@ -27,6 +27,7 @@ func FuzzReceiver(f *testing.F) {
 
 	rec := newFakeRecorder()
 	r, err := NewReceiver(Options{
+		Format: github.WebhookFormat,
 		Parser: github.WebhookParser{Secret: testSecret}, Router: routeTo("team", "gpu"), Recorder: rec,
 		MaxBodyBytes: 4096, QueueSize: 4, Workers: 1,
 	})
@@ -51,7 +52,7 @@ func FuzzReceiver(f *testing.F) {
 		if !validMethod(method) {
 			method = http.MethodPost
 		}
-		req := httptest.NewRequest(method, Path, bytes.NewReader(body))
+		req := httptest.NewRequest(method, github.WebhookFormat.Path, bytes.NewReader(body))
 		setHeader(req.Header, "Content-Type", contentType)
 		setHeader(req.Header, "X-GitHub-Event", event)
 		setHeader(req.Header, "X-GitHub-Delivery", deliveryID)

@@ -1,6 +1,8 @@
 package webhook
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -37,8 +39,8 @@ const (
 var (
 	deliveriesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: metricsNamespace, Name: "webhook_deliveries_total",
-		Help: "GitHub webhook deliveries received, by event type (workflow_job, ping or other) and result.",
-	}, []string{"event", "result"})
+		Help: "CI platform webhook deliveries received, by platform (workload type), event type (the platform's job and ping events, else other) and result.",
+	}, []string{"platform", "event", "result"})
 
 	processingSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: metricsNamespace, Name: "webhook_processing_duration_seconds",
@@ -61,11 +63,10 @@ func init() {
 	crmetrics.Registry.MustRegister(deliveriesTotal, processingSeconds, jobsRoutedTotal, queueDepth)
 }
 
-// eventLabel bounds the event label's values: the header is the sender's
-// to choose.
-func eventLabel(event string) string {
-	switch event {
-	case "workflow_job", "ping":
+// eventLabel bounds the event label's values to the platform's events
+// (workload.WebhookFormat.Events): the header is the sender's to choose.
+func eventLabel(events []string, event string) string {
+	if slices.Contains(events, event) {
 		return event
 	}
 	return "other"

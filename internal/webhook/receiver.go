@@ -1,5 +1,7 @@
-// Package webhook is the HTTPS receiver of GitHub's workflow_job webhooks,
-// on every manager replica: it bounds each delivery, verifies its signature,
+// Package webhook is the HTTPS receiver of the CI platforms' job webhooks
+// (GitHub's workflow_job, and every platform whose back-end implements
+// workload.WebhookReceiver, each at its own path), on every manager
+// replica: it bounds each delivery, verifies its signature,
 // drops repeated delivery ids and queues the event for workers that turn it
 // into a demand record (a CIJob) through package demand.
 //
@@ -15,7 +17,7 @@
 // server").
 //
 // Every manager replica runs a Server (it does not need leader election):
-// GitHub may deliver to any of them, the CIJob's name de-duplicates across
+// a platform may deliver to any of them, the CIJob's name de-duplicates across
 // replicas, and only the leader's controllers act on the records.
 package webhook
 
@@ -45,19 +47,10 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
-// Path is where GitHub delivers webhooks.
-const Path = "/webhooks/github"
-
 // ReasonNoMatchingRunnerPool is the reason of the Warning event a pool
 // gets when a queued job of its repository asks for labels its runners
 // lack.
 const ReasonNoMatchingRunnerPool = "NoMatchingRunnerPool"
-
-// Header names GitHub sets on deliveries.
-const (
-	headerEvent    = "X-GitHub-Event"
-	headerDelivery = "X-GitHub-Delivery"
-)
 
 // Defaults of Options.
 const (
@@ -79,7 +72,8 @@ const (
 	DefaultDedupeSize = 10000
 	// DefaultRetryAfter is the Retry-After of a 503 when the queue is full.
 	DefaultRetryAfter = 10 * time.Second
-	// maxDeliveryIDLength bounds X-GitHub-Delivery (a GUID, 36 characters).
+	// maxDeliveryIDLength bounds a delivery id (GitHub's X-GitHub-Delivery
+	// is a GUID, 36 characters).
 	maxDeliveryIDLength = 128
 	// recordAttempts is how often a worker tries to route and record one
 	// event before leaving it to the resync.
@@ -98,6 +92,10 @@ type Recorder interface {
 
 // Options configure a Receiver.
 type Options struct {
+	// Format is how the platform delivers (required): the path, the
+	// headers read before the body, the names in answers; the back-end's
+	// workload.WebhookReceiver gives it.
+	Format workload.WebhookFormat
 	// Parser verifies and decodes deliveries (required), normally a
 	// github.WebhookParser with the webhook's secret.
 	Parser workload.WebhookParser
@@ -207,6 +205,9 @@ func NewReceiver(opts Options) (*Receiver, error) {
 	if opts.Parser == nil || opts.Router == nil || opts.Recorder == nil {
 		return nil, errors.New("webhook receiver: Parser, Router and Recorder are required")
 	}
+	if f := opts.Format; f.Platform == "" || f.Label == "" || !strings.HasPrefix(f.Path, "/") || f.EventHeader == "" || f.SignatureHeader == "" {
+		return nil, errors.New("webhook receiver: Format needs the platform's name, label, path, event header and signature header")
+	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -300,10 +301,11 @@ func readBody(w http.ResponseWriter, req *http.Request, limit int64) ([]byte, er
 // ServeHTTP implements http.Handler.
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	received := r.clock.Now()
-	event := req.Header.Get(headerEvent)
-	evLabel := eventLabel(event)
+	f := &r.opts.Format
+	event := req.Header.Get(f.EventHeader)
+	evLabel := eventLabel(f.Events, event)
 	reply := func(code int, result, msg string) {
-		deliveriesTotal.WithLabelValues(evLabel, result).Inc()
+		deliveriesTotal.WithLabelValues(f.Label, evLabel, result).Inc()
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.WriteHeader(code)
@@ -313,25 +315,28 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Method != http.MethodPost {
 		httpsserver.DropConnection(w)
 		w.Header().Set("Allow", http.MethodPost)
-		reply(http.StatusMethodNotAllowed, ResultMethodNotAllowed, "method not allowed: GitHub webhooks are delivered with POST")
+		reply(http.StatusMethodNotAllowed, ResultMethodNotAllowed, "method not allowed: "+f.Platform+" webhooks are delivered with POST")
 		return
 	}
 	if mt, _, err := mime.ParseMediaType(req.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		httpsserver.DropConnection(w)
 		reply(http.StatusUnsupportedMediaType, ResultUnsupportedMediaType,
-			"unsupported media type: set the webhook's content type to application/json in its GitHub settings")
+			"unsupported media type: set the webhook's content type to application/json in its "+f.Platform+" settings")
 		return
 	}
-	delivery := req.Header.Get(headerDelivery)
-	if delivery == "" {
-		httpsserver.DropConnection(w)
-		reply(http.StatusBadRequest, ResultMissingDeliveryID, "bad request: the X-GitHub-Delivery header is missing")
-		return
-	}
-	if !validDeliveryID(delivery) {
-		httpsserver.DropConnection(w)
-		reply(http.StatusBadRequest, ResultMissingDeliveryID, "bad request: the X-GitHub-Delivery header is not a delivery id")
-		return
+	var delivery string
+	if f.DeliveryHeader != "" {
+		delivery = req.Header.Get(f.DeliveryHeader)
+		if delivery == "" {
+			httpsserver.DropConnection(w)
+			reply(http.StatusBadRequest, ResultMissingDeliveryID, "bad request: the "+f.DeliveryHeader+" header is missing")
+			return
+		}
+		if !validDeliveryID(delivery) {
+			httpsserver.DropConnection(w)
+			reply(http.StatusBadRequest, ResultMissingDeliveryID, "bad request: the "+f.DeliveryHeader+" header is not a delivery id")
+			return
+		}
 	}
 	if req.ContentLength > r.opts.MaxBodyBytes {
 		httpsserver.DropConnection(w)
@@ -356,7 +361,7 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		reply(http.StatusBadRequest, ResultMalformed, "bad request: the body could not be read in full before the read timeout")
 		return
 	}
-	log := r.log.WithValues("delivery", delivery, "event", evLabel)
+	log := r.log.WithValues("platform", f.Label, "event", evLabel)
 
 	ev, err := r.opts.Parser.Parse(req.Header, body)
 	switch {
@@ -371,11 +376,11 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		// wait, idle, for its next try until IdleTimeout.
 		httpsserver.DropConnection(w)
 		reply(http.StatusUnauthorized, ResultBadSignature,
-			"unauthorized: the X-Hub-Signature-256 signature is missing or does not match the webhook secret")
+			"unauthorized: the "+f.SignatureHeader+" header is missing or does not match the webhook secret")
 		return
 	case errors.Is(err, workload.ErrIgnoredEvent):
 		log.V(1).Info("webhook delivery ignored", "reason", err.Error())
-		reply(http.StatusOK, ResultIgnored, "ignored: only workflow_job queued, waiting, in_progress and completed events are used")
+		reply(http.StatusOK, ResultIgnored, "ignored: only "+f.Used+" are used")
 		return
 	case err != nil:
 		// ErrMalformed, or an error a parser did not classify: the sender's
@@ -384,8 +389,16 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		reply(http.StatusBadRequest, ResultMalformed, "bad request: "+oneLine(err.Error()))
 		return
 	}
-	ev.DeliveryID = delivery
-	log = log.WithValues("action", ev.Action, "job", ev.Job.ID)
+	if f.DeliveryHeader != "" {
+		ev.DeliveryID = delivery
+	} else if delivery = ev.DeliveryID; delivery == "" || !validDeliveryID(delivery) {
+		// The parser derives the id from a verified body: a parser bug,
+		// never the sender's, yet the delivery cannot be de-duplicated.
+		log.Error(nil, "webhook delivery refused: the parser gave it no valid delivery id")
+		reply(http.StatusBadRequest, ResultMissingDeliveryID, "bad request: the delivery carries no id")
+		return
+	}
+	log = log.WithValues("delivery", delivery, "action", ev.Action, "job", ev.Job.ID)
 
 	if !r.dedupe.add(delivery, received) {
 		log.V(1).Info("webhook delivery is a duplicate")

@@ -40,7 +40,7 @@ func jobBody(id int64, action string, labels ...string) []byte {
 
 // delivery builds a signed GitHub delivery.
 func delivery(id string, event string, body []byte) *http.Request {
-	req := httptest.NewRequest(http.MethodPost, Path, bytes.NewReader(body))
+	req := httptest.NewRequest(http.MethodPost, github.WebhookFormat.Path, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-GitHub-Event", event)
 	req.Header.Set("X-GitHub-Delivery", id)
@@ -154,6 +154,7 @@ func newHarness(t *testing.T, router Router, mutate func(*Options)) *harness {
 	t.Helper()
 	h := &harness{rec: newFakeRecorder(), events: record.NewFakeRecorder(100), logs: &logSink{}, done: make(chan struct{})}
 	opts := Options{
+		Format:   github.WebhookFormat,
 		Parser:   github.WebhookParser{Secret: testSecret},
 		Router:   router,
 		Recorder: h.rec,
@@ -309,7 +310,7 @@ func TestReceiverRejects(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, routeTo("ns", "pool"), func(o *Options) { o.MaxBodyBytes = 1024 })
 			req := tc.req()
-			before := metricValue(deliveriesTotal.WithLabelValues(eventLabel(req.Header.Get("X-GitHub-Event")), tc.result))
+			before := metricValue(deliveriesTotal.WithLabelValues("github-actions", eventLabel(github.WebhookFormat.Events, req.Header.Get("X-GitHub-Event")), tc.result))
 			w := h.serve(req)
 			if w.Code != tc.code {
 				t.Fatalf("status %d, want %d (body %q)", w.Code, tc.code, w.Body.String())
@@ -320,7 +321,7 @@ func TestReceiverRejects(t *testing.T) {
 			if tc.header[0] != "" && w.Header().Get(tc.header[0]) != tc.header[1] {
 				t.Fatalf("header %s = %q, want %q", tc.header[0], w.Header().Get(tc.header[0]), tc.header[1])
 			}
-			after := metricValue(deliveriesTotal.WithLabelValues(eventLabel(req.Header.Get("X-GitHub-Event")), tc.result))
+			after := metricValue(deliveriesTotal.WithLabelValues("github-actions", eventLabel(github.WebhookFormat.Events, req.Header.Get("X-GitHub-Event")), tc.result))
 			if after != before+1 {
 				t.Fatalf("deliveries_total{result=%s} went %v -> %v", tc.result, before, after)
 			}
@@ -610,7 +611,7 @@ func TestDedupe(t *testing.T) {
 }
 
 func TestNewReceiverNeedsParts(t *testing.T) {
-	if _, err := NewReceiver(Options{Parser: github.WebhookParser{}}); err == nil {
+	if _, err := NewReceiver(Options{Format: github.WebhookFormat, Parser: github.WebhookParser{}}); err == nil {
 		t.Fatal("a receiver without router and recorder was created")
 	}
 }
@@ -673,12 +674,12 @@ func TestReceiverInFlightBound(t *testing.T) {
 		t.Helper()
 		req := delivery(id, "workflow_job", body)
 		req.ContentLength = declared
-		before := metricValue(deliveriesTotal.WithLabelValues("workflow_job", ResultTooManyInFlight))
+		before := metricValue(deliveriesTotal.WithLabelValues("github-actions", "workflow_job", ResultTooManyInFlight))
 		w := h.serve(req)
 		if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" || w.Header().Get("Connection") != "close" {
 			t.Fatalf("%s: status %d, headers %v; want 503 with Retry-After and Connection: close", id, w.Code, w.Header())
 		}
-		if after := metricValue(deliveriesTotal.WithLabelValues("workflow_job", ResultTooManyInFlight)); after != before+1 {
+		if after := metricValue(deliveriesTotal.WithLabelValues("github-actions", "workflow_job", ResultTooManyInFlight)); after != before+1 {
 			t.Fatalf("too_many_in_flight went %v -> %v", before, after)
 		}
 	}

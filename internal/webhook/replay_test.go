@@ -125,6 +125,7 @@ func TestReceiverReplayedAndForgedDeliveries(t *testing.T) {
 	}
 
 	recv, err := NewReceiver(Options{
+		Format:   github.WebhookFormat,
 		Parser:   github.WebhookParser{Secret: testSecret},
 		Router:   demand.NewRouter(e.Client, ciPlatforms),
 		Recorder: demand.NewRecorder(e.Client, e.Client, nil).ConfirmWebhookEvents(simReaders{provider}, 10*time.Minute),
@@ -138,7 +139,7 @@ func TestReceiverReplayedAndForgedDeliveries(t *testing.T) {
 	srv := httptest.NewServer(recv)
 	defer srv.Close()
 	httpClient := srv.Client()
-	url := srv.URL + Path
+	url := srv.URL + github.WebhookFormat.Path
 	now := time.Now()
 	matched := jobsRoutedTotal.WithLabelValues(OutcomeMatched)
 	matchedBefore := metricValue(matched)

@@ -26,8 +26,11 @@ type ServerOptions struct {
 	// cert-manager renewal needs no restart.
 	CertFile string
 	KeyFile  string
-	// Receiver handles Path (required).
-	Receiver *Receiver
+	// Receivers are the platforms' receivers, each served at its
+	// Format's path (at least one; no two at one path). Each bounds its
+	// own deliveries in flight and queue, so one platform's flood cannot
+	// take another's slots.
+	Receivers []*Receiver
 	// ReadHeaderTimeout, ReadTimeout, WriteTimeout and IdleTimeout bound
 	// connections (defaults 10 s, 10 s, 30 s, 120 s). ReadTimeout is how
 	// long a delivery may take to arrive in full, and so how long a
@@ -86,8 +89,18 @@ var (
 
 // NewServer checks opts and fills in the defaults.
 func NewServer(opts ServerOptions) (*Server, error) {
-	if opts.Addr == "" || opts.CertFile == "" || opts.KeyFile == "" || opts.Receiver == nil {
-		return nil, errors.New("webhook server: Addr, CertFile, KeyFile and Receiver are required")
+	if opts.Addr == "" || opts.CertFile == "" || opts.KeyFile == "" || len(opts.Receivers) == 0 {
+		return nil, errors.New("webhook server: Addr, CertFile, KeyFile and a Receiver are required")
+	}
+	paths := map[string]bool{}
+	for _, r := range opts.Receivers {
+		if r == nil {
+			return nil, errors.New("webhook server: a Receiver is nil")
+		}
+		if p := r.opts.Format.Path; paths[p] {
+			return nil, fmt.Errorf("webhook server: two receivers at %s", p)
+		}
+		paths[r.opts.Format.Path] = true
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -124,12 +137,23 @@ func (s *Server) Ready() <-chan struct{} { return s.ready }
 // for (httpsserver.Status).
 func (s *Server) Check(r *http.Request) error { return s.status.Check(r) }
 
-// Handler is the server's HTTP handler: the Receiver at Path, 404
+// Handler is the server's HTTP handler: each Receiver at its path, 404
 // elsewhere.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(Path, s.opts.Receiver)
+	for _, r := range s.opts.Receivers {
+		mux.Handle(r.opts.Format.Path, r)
+	}
 	return mux
+}
+
+// Paths are the receivers' paths, for logs and docs.
+func (s *Server) Paths() []string {
+	paths := make([]string, 0, len(s.opts.Receivers))
+	for _, r := range s.opts.Receivers {
+		paths = append(paths, r.opts.Format.Path)
+	}
+	return paths
 }
 
 // Start implements manager.Runnable: it serves until ctx ends, then stops
@@ -164,11 +188,19 @@ func (s *Server) Start(ctx context.Context) error {
 		s.addr = addr
 		s.mu.Unlock()
 		workersDone = make(chan struct{})
+		var wg sync.WaitGroup
+		for _, r := range s.opts.Receivers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_ = r.Run(runCtx)
+			}()
+		}
 		go func() {
-			defer close(workersDone)
-			_ = s.opts.Receiver.Run(runCtx)
+			wg.Wait()
+			close(workersDone)
 		}()
-		logger.Info("serving GitHub webhooks", "address", addr.String(), "path", Path)
+		logger.Info("serving CI platform webhooks", "address", addr.String(), "paths", s.Paths())
 		markReady()
 	})
 	if workersDone != nil {
@@ -184,11 +216,11 @@ func (s *Server) Start(ctx context.Context) error {
 func ReadSecretFile(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading the GitHub webhook secret: %w", err)
+		return nil, fmt.Errorf("reading the webhook secret: %w", err)
 	}
 	b = []byte(strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r"))
 	if len(b) == 0 {
-		return nil, fmt.Errorf("the GitHub webhook secret in %s is empty", path)
+		return nil, fmt.Errorf("the webhook secret in %s is empty", path)
 	}
 	return b, nil
 }

@@ -39,11 +39,11 @@ func writeCert(t *testing.T, dir string) (certFile, keyFile string, roots *x509.
 func TestServer(t *testing.T) {
 	certFile, keyFile, pool := writeCert(t, t.TempDir())
 	rec := newFakeRecorder()
-	r, err := NewReceiver(Options{Parser: github.WebhookParser{Secret: testSecret}, Router: routeTo("team", "gpu"), Recorder: rec})
+	r, err := NewReceiver(Options{Format: github.WebhookFormat, Parser: github.WebhookParser{Secret: testSecret}, Router: routeTo("team", "gpu"), Recorder: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(ServerOptions{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Receiver: r})
+	srv, err := NewServer(ServerOptions{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Receivers: []*Receiver{r}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestServer(t *testing.T) {
 	url := "https://" + srv.Addr().String()
 
 	body := jobBody(77, "queued")
-	req, _ := http.NewRequest(http.MethodPost, url+Path, bytes.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, url+github.WebhookFormat.Path, bytes.NewReader(body))
 	req.Header = delivery("srv-1", "workflow_job", body).Header
 	resp, err := c.Do(req)
 	if err != nil {
@@ -98,7 +98,7 @@ func TestServer(t *testing.T) {
 
 	// Plain HTTP is not served.
 	plain := &http.Client{Timeout: 5 * time.Second}
-	if resp, err := plain.Get("http://" + srv.Addr().String() + Path); err == nil {
+	if resp, err := plain.Get("http://" + srv.Addr().String() + github.WebhookFormat.Path); err == nil {
 		resp.Body.Close()
 		if resp.StatusCode < 400 {
 			t.Fatalf("plain HTTP answered %d", resp.StatusCode)
@@ -107,12 +107,12 @@ func TestServer(t *testing.T) {
 }
 
 func TestServerBadCert(t *testing.T) {
-	r, err := NewReceiver(Options{Parser: github.WebhookParser{Secret: testSecret}, Router: routeTo("a", "b"), Recorder: newFakeRecorder()})
+	r, err := NewReceiver(Options{Format: github.WebhookFormat, Parser: github.WebhookParser{Secret: testSecret}, Router: routeTo("a", "b"), Recorder: newFakeRecorder()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	srv, err := NewServer(ServerOptions{Addr: "127.0.0.1:0", CertFile: filepath.Join(dir, "none.crt"), KeyFile: filepath.Join(dir, "none.key"), Receiver: r})
+	srv, err := NewServer(ServerOptions{Addr: "127.0.0.1:0", CertFile: filepath.Join(dir, "none.crt"), KeyFile: filepath.Join(dir, "none.key"), Receivers: []*Receiver{r}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,11 +170,11 @@ func TestReadSecretFile(t *testing.T) {
 func startTestServer(t *testing.T, limits httpsserver.Limits) (string, *tls.Config) {
 	t.Helper()
 	certFile, keyFile, pool := writeCert(t, t.TempDir())
-	r, err := NewReceiver(Options{Parser: github.WebhookParser{Secret: testSecret}, Router: routeTo("team", "gpu"), Recorder: newFakeRecorder()})
+	r, err := NewReceiver(Options{Format: github.WebhookFormat, Parser: github.WebhookParser{Secret: testSecret}, Router: routeTo("team", "gpu"), Recorder: newFakeRecorder()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(ServerOptions{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Receiver: r, Limits: limits})
+	srv, err := NewServer(ServerOptions{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Receivers: []*Receiver{r}, Limits: limits})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestBadSignatureClosesConnection(t *testing.T) {
 	body := jobBody(5, "queued")
 	req := delivery("forged-1", "workflow_job", body)
 	req.Header.Set("X-Hub-Signature-256", github.SignWebhook([]byte("not-the-secret"), body))
-	req.URL, _ = url.Parse("https://" + addr + Path)
+	req.URL, _ = url.Parse("https://" + addr + github.WebhookFormat.Path)
 	req.Host = addr
 	if err := req.Write(conn); err != nil {
 		t.Fatal(err)
@@ -263,7 +263,7 @@ func TestServerConnectionCaps(t *testing.T) {
 		DialTLSContext:  func(context.Context, string, string) (net.Conn, error) { return c, nil },
 	}}
 	body := jobBody(6, "queued")
-	req, _ := http.NewRequest(http.MethodPost, "https://"+addr+Path, bytes.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, "https://"+addr+github.WebhookFormat.Path, bytes.NewReader(body))
 	req.Header = delivery("capped-1", "workflow_job", body).Header
 	resp, err := client.Do(req)
 	if err != nil {

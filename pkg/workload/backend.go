@@ -50,10 +50,45 @@ type Backend interface {
 // WebhookReceiver is implemented by back-ends whose platform reports jobs
 // by webhook.
 type WebhookReceiver interface {
+	// WebhookFormat is how the platform delivers: the receiver's path and
+	// the headers it reads before a delivery's body.
+	WebhookFormat() WebhookFormat
 	// WebhookParser verifies deliveries about an owner listed in
 	// ownerSecrets with that owner's own secret only, and any other with
 	// secret (the fallback; empty: listed owners only).
 	WebhookParser(secret []byte, ownerSecrets map[string][]byte) WebhookParser
+}
+
+// WebhookFormat is how one CI platform delivers its webhooks: what the
+// operator's receiver (internal/webhook) reads from a delivery's headers
+// before its body, and how it names the platform's parts in its answers,
+// so that one receiver serves every platform at its own path.
+type WebhookFormat struct {
+	// Platform is the platform's name in answers and logs, such as GitHub.
+	Platform string
+	// Label is the platform's value of the platform label of the webhook
+	// metrics: its workload type, such as github-actions.
+	Label string
+	// Path is the receiver's URL path, such as /webhooks/github.
+	Path string
+	// EventHeader names the header that says the delivery's event.
+	EventHeader string
+	// Events are the event names the receiver counts by name in its
+	// metrics (any other counts as "other"): the header's values that
+	// matter, a bounded set whatever a sender writes.
+	Events []string
+	// DeliveryHeader names the header holding the delivery's id, the same
+	// on the platform's redeliveries, which the receiver requires before
+	// it reads the body. Empty when the platform sends none: the parser
+	// then sets JobEvent.DeliveryID from the verified body.
+	DeliveryHeader string
+	// SignatureHeader names the header that authenticates a delivery (a
+	// signature or a secret token), for the answer to one that fails.
+	SignatureHeader string
+	// Used says which deliveries are used, for the answer to an ignored
+	// one, such as "workflow_job queued, waiting, in_progress and
+	// completed events".
+	Used string
 }
 
 // SecretReader reads the value of one key of a Secret in namespace; field

@@ -741,7 +741,7 @@ func (w *World) StartOperator(ctx context.Context) error {
 		// The local world's CI platform is the GitHub simulator.
 		Workloads:         map[hfv1.WorkloadType]workload.Factory{hfv1.WorkloadGitHubActions: github.NewBackend},
 		WorkloadTransport: w.githubTransport,
-		Webhook:           &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: w.webhook.certFile, KeyFile: w.webhook.keyFile, OwnerSecrets: map[string][]byte{Organization: []byte(webhookSecret)}},
+		Webhook:           &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: w.webhook.certFile, KeyFile: w.webhook.keyFile, Platforms: []manager.WebhookPlatform{{OwnerSecrets: map[string][]byte{Organization: []byte(webhookSecret)}}}},
 		ResyncInterval:    resyncInterval,
 		// Leftovers show within seconds, as do the sweeper's metrics.
 		SweepInterval: sweepInterval,

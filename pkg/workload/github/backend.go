@@ -138,6 +138,17 @@ func (*Backend) Claim(claim *hfv1.MachineClaim) workload.ClaimRunner {
 	return workload.ClaimRunner{Name: wc.GitHub.RunnerName, Labels: wc.GitHub.Labels, Group: wc.GitHub.RunnerGroup}
 }
 
+// WebhookFormat is how GitHub delivers webhooks (workload.WebhookFormat).
+var WebhookFormat = workload.WebhookFormat{
+	Platform: "GitHub", Label: string(hfv1.WorkloadGitHubActions), Path: "/webhooks/github",
+	EventHeader: WebhookEventHeader, Events: []string{WebhookEventWorkflowJob, WebhookEventPing},
+	DeliveryHeader: WebhookDeliveryHeader, SignatureHeader: WebhookSignatureHeader,
+	Used: "workflow_job queued, waiting, in_progress and completed events",
+}
+
+// WebhookFormat implements workload.WebhookReceiver.
+func (*Backend) WebhookFormat() workload.WebhookFormat { return WebhookFormat }
+
 // WebhookParser implements workload.WebhookReceiver.
 func (*Backend) WebhookParser(secret []byte, ownerSecrets map[string][]byte) workload.WebhookParser {
 	return WebhookParser{Secret: secret, OwnerSecrets: ownerSecrets}
