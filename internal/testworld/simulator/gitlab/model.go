@@ -16,9 +16,9 @@ type Config struct {
 	URL string `json:"url,omitempty"`
 	// Version is the GitLab version the simulator claims (User-Agent of
 	// webhooks); default 18.6.0.
-	Version string `json:"version,omitempty"`
-	Users   []UserConfig   `json:"users,omitempty"`
-	Groups  []GroupConfig  `json:"groups,omitempty"`
+	Version string        `json:"version,omitempty"`
+	Users   []UserConfig  `json:"users,omitempty"`
+	Groups  []GroupConfig `json:"groups,omitempty"`
 	// Projects live in a group (Namespace is a group's full path).
 	Projects []ProjectConfig `json:"projects,omitempty"`
 	Tokens   []TokenConfig   `json:"tokens,omitempty"`

@@ -471,7 +471,7 @@ func (s *Simulator) projectJSON(r *http.Request, p *project) map[string]any {
 		"default_branch": p.defaultBranch, "visibility": "private", "created_at": timeJSON(p.created),
 		"web_url": base + "/" + full, "http_url_to_repo": base + "/" + full + ".git",
 		"ssh_url_to_repo": "git@" + strings.TrimPrefix(strings.TrimPrefix(base, "https://"), "http://") + ":" + full + ".git",
-		"namespace": s.namespaceJSON(r, p.group), "archived": false, "jobs_enabled": true,
+		"namespace":       s.namespaceJSON(r, p.group), "archived": false, "jobs_enabled": true,
 		"shared_runners_enabled": true, "tag_list": []string{}, "topics": []string{},
 	}
 }

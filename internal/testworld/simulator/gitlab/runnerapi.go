@@ -75,6 +75,15 @@ func (s *Simulator) serveRunnerAPI(q *request) bool {
 			return true
 		}
 	}
+	// gitlab-runner 18 sends the token in a header as well as in the body
+	// (RUNNER-TOKEN, JOB-TOKEN: common/consts.go); either is accepted.
+	if body.Token == "" {
+		if seg[0] == "jobs" && seg[1] != "request" {
+			body.Token = q.r.Header.Get("Job-Token")
+		} else {
+			body.Token = q.r.Header.Get("Runner-Token")
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
@@ -217,14 +226,14 @@ func (s *Simulator) jobPayloadLocked(r *http.Request, j *job) map[string]any {
 			"before_sha": strings.Repeat("0", 40), "ref_type": "branch",
 			"refspecs": []string{"+refs/pipelines/" + strconv.FormatInt(j.pipeline.id, 10) + ":refs/pipelines/" + strconv.FormatInt(j.pipeline.id, 10), "+refs/heads/" + j.pipeline.ref + ":refs/remotes/origin/" + j.pipeline.ref},
 			"depth":    20},
-		"runner_info": v{"timeout": j.timeout, "runner_session_url": nil},
-		"variables":   vars,
-		"steps":       []any{v{"name": "script", "script": j.script, "timeout": j.timeout, "when": "on_success", "allow_failure": j.allowFailure}},
-		"image":       nil,
-		"services":    []any{},
-		"artifacts":   nil,
-		"cache":       []any{},
-		"credentials": []any{v{"type": "registry", "url": host, "username": "gitlab-ci-token", "password": j.token}},
+		"runner_info":  v{"timeout": j.timeout, "runner_session_url": nil},
+		"variables":    vars,
+		"steps":        []any{v{"name": "script", "script": j.script, "timeout": j.timeout, "when": "on_success", "allow_failure": j.allowFailure}},
+		"image":        nil,
+		"services":     []any{},
+		"artifacts":    nil,
+		"cache":        []any{},
+		"credentials":  []any{v{"type": "registry", "url": host, "username": "gitlab-ci-token", "password": j.token}},
 		"dependencies": []any{},
 		"features": v{"trace_sections": true, "token_mask_prefixes": []string{"glpat-", "glrt-", "glcbt-"},
 			"failure_reasons": []string{"unknown_failure", "script_failure", "api_failure", "stuck_or_timeout_failure", "runner_system_failure", "job_execution_timeout"}},
