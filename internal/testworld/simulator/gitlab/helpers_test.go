@@ -20,8 +20,8 @@ const (
 	maintRunner  = "glpat-maintrunner000000000" // create_runner only
 	devPAT       = "glpat-dev000000000000000000"
 	readPAT      = "glpat-read00000000000000000" // read_api
-	projectToken = "glpat-projectbot0000000000" // project access token of acme/platform/app
-	groupToken   = "glpat-groupbot000000000000" // group access token of acme/platform, Owner
+	projectToken = "glpat-projectbot0000000000"  // project access token of acme/platform/app
+	groupToken   = "glpat-groupbot000000000000"  // group access token of acme/platform, Owner
 )
 
 // testConfig is a world with nested groups and a role per user:

@@ -190,6 +190,16 @@ func (s *Simulator) jobPayloadLocked(r *http.Request, j *job) map[string]any {
 	host := strings.TrimPrefix(strings.TrimPrefix(base, "https://"), "http://")
 	repoURL := fmt.Sprintf("%s://gitlab-ci-token:%s@%s/%s.git", strings.SplitN(base, ":", 2)[0], j.token, host, p.fullPath())
 	type v = map[string]any
+	root := p.group
+	for root.parent != nil {
+		root = root.parent
+	}
+	queued := 0
+	for _, o := range s.jobs {
+		if o.status == StatusPending {
+			queued++
+		}
+	}
 	vars := []any{
 		v{"key": "CI", "value": "true", "public": true, "masked": false},
 		v{"key": "GITLAB_CI", "value": "true", "public": true, "masked": false},
@@ -221,11 +231,13 @@ func (s *Simulator) jobPayloadLocked(r *http.Request, j *job) map[string]any {
 		"token":           j.token,
 		"allow_git_fetch": true,
 		"job_info": v{"id": j.id, "name": j.name, "stage": j.stage, "project_id": p.id, "project_name": p.name,
+			"project_full_path": p.fullPath(), "namespace_id": p.group.id, "root_namespace_id": root.id, "organization_id": 1,
+			"instance_id": "", "instance_uuid": instanceUUID, "user_id": j.pipeline.user.id, "queue_size": queued, "queue_depth": queued,
 			"time_in_queue_seconds": j.started.Sub(j.queued).Seconds(), "project_jobs_running_on_instance_runners_count": "0"},
 		"git_info": v{"repo_url": repoURL, "repo_object_format": "sha1", "ref": j.pipeline.ref, "sha": j.pipeline.sha,
 			"before_sha": strings.Repeat("0", 40), "ref_type": "branch",
 			"refspecs": []string{"+refs/pipelines/" + strconv.FormatInt(j.pipeline.id, 10) + ":refs/pipelines/" + strconv.FormatInt(j.pipeline.id, 10), "+refs/heads/" + j.pipeline.ref + ":refs/remotes/origin/" + j.pipeline.ref},
-			"depth":    20},
+			"depth":    20, "protected": false},
 		"runner_info":  v{"timeout": j.timeout, "runner_session_url": nil},
 		"variables":    vars,
 		"steps":        []any{v{"name": "script", "script": j.script, "timeout": j.timeout, "when": "on_success", "allow_failure": j.allowFailure}},
@@ -239,6 +251,9 @@ func (s *Simulator) jobPayloadLocked(r *http.Request, j *job) map[string]any {
 			"failure_reasons": []string{"unknown_failure", "script_failure", "api_failure", "stuck_or_timeout_failure", "runner_system_failure", "job_execution_timeout"}},
 	}
 }
+
+// instanceUUID stands for the GitLab instance's UUID in job payloads.
+const instanceUUID = "5b0b7e2c-7d1c-4c8a-9a43-6b1e0c0f5e11"
 
 func mustJSON(v any) string {
 	b, err := json.Marshal(v)
