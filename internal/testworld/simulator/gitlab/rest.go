@@ -496,7 +496,19 @@ func (s *Simulator) runnerJSON(r *runner) map[string]any {
 		"id": r.id, "description": r.description, "ip_address": "", "active": !r.paused, "paused": r.paused,
 		"is_shared": r.kind == InstanceType, "runner_type": r.kind, "name": "gitlab-runner", "online": online, "status": st,
 		"created_at": timeJSON(r.created), "created_by": s.userJSON(r.creator, false),
+		"job_execution_status": s.jobExecutionStatusLocked(r),
 	}
+}
+
+// jobExecutionStatusLocked is the runner's job_execution_status (GitLab
+// 17+): active while it runs a job, idle otherwise.
+func (s *Simulator) jobExecutionStatusLocked(r *runner) string {
+	for _, j := range s.jobs {
+		if j.runner == r && j.status == StatusRunning {
+			return "active"
+		}
+	}
+	return "idle"
 }
 
 // runnerDetailsJSON is GET /runners/:id (GitLab's RunnerDetails entity).
