@@ -11,8 +11,9 @@ import (
 // Config describes the world the simulator starts with. Every part can also
 // be added later through the Go API or the admin API.
 type Config struct {
-	// URL is the instance's external URL (webhook X-Gitlab-Instance, web_url,
-	// CI_SERVER_URL); default the scheme and host of the latest request.
+	// URL is the instance's external URL (web_url, CI_SERVER_URL, webhook
+	// X-Gitlab-Instance and payload URLs). Empty: answers use each request's
+	// own scheme and host, and webhooks name http://gitlab.example.com.
 	URL string `json:"url,omitempty"`
 	// Version is the GitLab version the simulator claims (User-Agent of
 	// webhooks); default 18.6.0.

@@ -45,8 +45,8 @@ func (w *world) standIn(t *testing.T) string {
 }
 
 // runStandIn runs `gitlab-runner run-single` with the flags the in-VM agent
-// will give it, and returns its exit error and stderr.
-func runStandIn(t *testing.T, bin, url, token string, extra ...string) (error, string) {
+// will give it, and returns its stderr and exit error.
+func runStandIn(t *testing.T, bin, url, token string, extra ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -56,7 +56,7 @@ func runStandIn(t *testing.T, bin, url, token string, extra ...string) (error, s
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err := cmd.Run()
-	return err, stderr.String()
+	return stderr.String(), err
 }
 
 // TestStandInRunsShellJobs runs real shell jobs with the stand-in: the
@@ -78,7 +78,7 @@ func TestStandInRunsShellJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if err, stderr := runStandIn(t, bin, url, r.Token); err != nil {
+	if stderr, err := runStandIn(t, bin, url, r.Token); err != nil {
 		t.Fatalf("stand-in: %v\n%s", err, stderr)
 	}
 	t.Logf("successful job ran in %v", time.Since(start))
@@ -96,7 +96,7 @@ func TestStandInRunsShellJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err, stderr := runStandIn(t, bin, url, r.Token); err != nil {
+	if stderr, err := runStandIn(t, bin, url, r.Token); err != nil {
 		t.Fatalf("stand-in on a failing job (run-single exits 0 after its job): %v\n%s", err, stderr)
 	}
 	j, _ = w.sim.Job(pl.Jobs[0])
@@ -108,7 +108,7 @@ func TestStandInRunsShellJobs(t *testing.T) {
 	if _, err := w.client(t, groupToken).Runners.DeleteRegisteredRunnerByID(r.ID); err != nil {
 		t.Fatal(err)
 	}
-	err, stderr := runStandIn(t, bin, url, r.Token)
+	stderr, err := runStandIn(t, bin, url, r.Token)
 	if err == nil || !strings.Contains(stderr, "is removed") {
 		t.Fatalf("stand-in with a deleted runner's token: %v\n%s", err, stderr)
 	}
@@ -138,7 +138,7 @@ func TestStandInStopsCanceledJob(t *testing.T) {
 		}
 	}()
 	start := time.Now()
-	if err, stderr := runStandIn(t, bin, w.srv.URL, r.Token); err != nil {
+	if stderr, err := runStandIn(t, bin, w.srv.URL, r.Token); err != nil {
 		t.Fatalf("stand-in: %v\n%s", err, stderr)
 	}
 	if d := time.Since(start); d > 10*time.Second {
