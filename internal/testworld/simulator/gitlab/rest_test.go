@@ -320,7 +320,9 @@ func TestRateLimitAndFaults(t *testing.T) {
 	if _, _, err := ac.Users.CurrentUser(); err != nil || time.Since(start) < 150*time.Millisecond {
 		t.Fatalf("latency fault: %v after %v", err, time.Since(start))
 	}
-	// client-go's default retries ride over a transient 5xx.
+	// client-go's default retries ride over a transient 5xx. Its backoff
+	// for 5xx is fixed at 700-900 ms whatever the configured bounds
+	// (Client.retryHTTPBackoff), which is most of this test's time.
 	w.sim.InjectFault(Fault{PathPrefix: "/user", Status: 502, Count: 1})
 	rc, err := gitlab.NewClient(adminPAT, gitlab.WithBaseURL(w.srv.URL+APIPrefix), gitlab.WithCustomRetryWaitMinMax(time.Millisecond, 10*time.Millisecond))
 	if err != nil {

@@ -126,6 +126,7 @@ func TestStandInStopsCanceledJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	owner := w.client(t, ownerPAT)
 	go func() {
 		for range 100 {
 			if j, _ := w.sim.Job(pl.Jobs[0]); strings.Contains(j.Trace, "started") {
@@ -133,7 +134,7 @@ func TestStandInStopsCanceledJob(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		if _, _, err := w.client(t, ownerPAT).Jobs.CancelJob("acme/web", pl.Jobs[0]); err != nil {
+		if _, _, err := owner.Jobs.CancelJob("acme/web", pl.Jobs[0]); err != nil {
 			t.Errorf("cancel: %v", err)
 		}
 	}()
