@@ -1,0 +1,135 @@
+// Command gitlab-sim serves a simulated GitLab under /api/v4: the REST
+// endpoints HyperFleet's GitLab back-end calls (runners, projects, groups,
+// jobs, token introspection), the runner API gitlab-runner speaks, Job Hook
+// webhooks, and a stand-in for `gitlab-runner run-single` under
+// /_sim/gitlab-runner/ (internal/testworld/simulator/gitlab, README.md).
+//
+// It speaks HTTPS with a certificate signed by a throw-away CA, whose PEM is
+// printed at start-up (and written to --ca-out), unless --insecure-http is
+// given. The admin API under /_sim/ is off unless --admin is given, and
+// answers loopback clients only.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
+	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "gitlab-sim:", err)
+		os.Exit(1)
+	}
+}
+
+// defaultConfig is the world without --config: group acme/platform with
+// project acme/platform/app, user root (administrator) with a personal
+// access token, and user maintainer (Maintainer of the project).
+func defaultConfig() gitlabsim.Config {
+	return gitlabsim.Config{
+		Projects: []gitlabsim.ProjectConfig{{Path: "acme/platform/app"}},
+		Users: []gitlabsim.UserConfig{
+			{Username: "root", Admin: true},
+			{Username: "maintainer", Members: map[string]int{"acme/platform/app": gitlabsim.Maintainer}},
+		},
+		Tokens: []gitlabsim.TokenConfig{
+			{Token: "glpat-simulator000000000000", User: "root", Scopes: []string{"api"}, Name: "default"},
+			{Token: "glpat-maintainer00000000000", User: "maintainer", Scopes: []string{"api", "create_runner"}, Name: "maintainer"},
+		},
+	}
+}
+
+func run() error {
+	listen := flag.String("listen", "127.0.0.1:8444", "address to listen on")
+	configPath := flag.String("config", "", "YAML or JSON world (users, groups, projects, tokens, rate limit; see the simulator's README.md); default: project acme/platform/app and token glpat-simulator000000000000 of the administrator root")
+	admin := flag.Bool("admin", false, "enable the /_sim/ admin API (pipelines, hooks, tokens, faults); it answers loopback clients only")
+	insecure := flag.Bool("insecure-http", false, "serve plain HTTP instead of HTTPS")
+	caOut := flag.String("ca-out", "", "write the CA certificate (PEM) that signs the server certificate to this file")
+	fakeClock := flag.Bool("fake-clock", false, "run on a manually advanced clock (POST /_sim/clock/advance?by=5s)")
+	flag.Parse()
+
+	cfg := defaultConfig()
+	if *configPath != "" {
+		raw, err := os.ReadFile(*configPath)
+		if err != nil {
+			return fmt.Errorf("read config: %w", err)
+		}
+		cfg = gitlabsim.Config{}
+		if err := yaml.UnmarshalStrict(raw, &cfg); err != nil {
+			return fmt.Errorf("config %s: %w", *configPath, err)
+		}
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", *listen, err)
+	}
+	scheme := "http"
+	var tlsConfig *tls.Config
+	if !*insecure {
+		host, _, _ := net.SplitHostPort(ln.Addr().String())
+		cert, err := selfsigned.New(host, "localhost", "127.0.0.1", "::1")
+		if err != nil {
+			return fmt.Errorf("generate TLS certificate: %w", err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert.TLS}, MinVersion: tls.VersionTLS12}
+		scheme = "https"
+		if *caOut != "" {
+			if err := os.WriteFile(*caOut, cert.CAPEM, 0o644); err != nil {
+				return fmt.Errorf("write CA certificate: %w", err)
+			}
+		}
+		fmt.Printf("CA certificate (trust it, e.g. curl --cacert, gitlab-runner --tls-ca-file):\n%s", cert.CAPEM)
+	}
+	if cfg.URL == "" {
+		cfg.URL = scheme + "://" + ln.Addr().String()
+	}
+	opts := []gitlabsim.Option{gitlabsim.WithAdmin(*admin), gitlabsim.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)))}
+	if *fakeClock {
+		opts = append(opts, gitlabsim.WithClock(gitlabsim.NewFakeClock(time.Now())))
+	}
+	sim, err := gitlabsim.New(cfg, opts...)
+	if err != nil {
+		return err
+	}
+	defer sim.Close()
+
+	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
+	}
+	fmt.Printf("GitLab simulator listening on %s (API at /api/v4, gitlab-runner stand-in at /_sim/gitlab-runner/gitlab-runner-linux-amd64, admin API %s)\n",
+		cfg.URL, map[bool]string{true: "enabled under /_sim/", false: "disabled"}[*admin])
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
+		}
+	case <-ctx.Done():
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			return fmt.Errorf("shutdown: %w", err)
+		}
+	}
+	return nil
+}

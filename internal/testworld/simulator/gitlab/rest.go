@@ -1,0 +1,584 @@
+package gitlabsim
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// restLocked routes an authenticated REST call. Unknown paths answer GitLab's
+// 404 body.
+func (s *Simulator) restLocked(q *request) {
+	m, seg := q.r.Method, q.seg
+	n := len(seg)
+	switch {
+	case m == http.MethodPost && n == 2 && seg[0] == "user" && seg[1] == "runners":
+		s.createRunnerLocked(q)
+	case m == http.MethodGet && n == 1 && seg[0] == "user":
+		if requireScope(q, readScopes("read_user")...) {
+			writeJSON(q.w, http.StatusOK, s.userJSON(q.tok.user, true))
+		}
+	case m == http.MethodGet && n == 2 && seg[0] == "personal_access_tokens" && seg[1] == "self":
+		// Any valid token may read itself, whatever its scopes.
+		writeJSON(q.w, http.StatusOK, s.tokenJSON(q.tok))
+	case m == http.MethodGet && n == 2 && seg[0] == "runners" && seg[1] == "all":
+		s.listAllRunnersLocked(q)
+	case n == 2 && seg[0] == "runners" && (m == http.MethodGet || m == http.MethodDelete):
+		s.runnerByIDLocked(q)
+	case n >= 2 && seg[0] == "projects":
+		s.projectRoutesLocked(q)
+	case n >= 2 && seg[0] == "groups":
+		s.groupRoutesLocked(q)
+	default:
+		writeMessage(q.w, http.StatusNotFound, "404 Not Found")
+	}
+}
+
+// findProjectLocked resolves :id (a number or a URL-encoded full path) to a
+// project the caller can see; 404 otherwise, as GitLab hides projects a
+// caller has no access to.
+func (s *Simulator) findProjectLocked(q *request, ref string) *project {
+	var p *project
+	if id, err := strconv.ParseInt(ref, 10, 64); err == nil {
+		p = s.projects[id]
+	} else {
+		p = s.projectByPathLocked(ref)
+	}
+	if p == nil || q.tok.user.projectLevel(p) < Guest {
+		writeMessage(q.w, http.StatusNotFound, "404 Project Not Found")
+		return nil
+	}
+	return p
+}
+
+func (s *Simulator) findGroupLocked(q *request, ref string) *group {
+	var g *group
+	if id, err := strconv.ParseInt(ref, 10, 64); err == nil {
+		g = s.groups[id]
+	} else {
+		g = s.groupByPathLocked(ref)
+	}
+	if g == nil || !s.canSeeGroupLocked(q.tok.user, g) {
+		writeMessage(q.w, http.StatusNotFound, "404 Group Not Found")
+		return nil
+	}
+	return g
+}
+
+// canSeeGroupLocked: a member of g or of an ancestor, or of anything below
+// g (GitLab shows a private group to members of its subgroups and
+// projects).
+func (s *Simulator) canSeeGroupLocked(u *user, g *group) bool {
+	if u.groupLevel(g) >= Guest {
+		return true
+	}
+	for _, sub := range s.groups {
+		if sub.under(g) && u.groupLevel(sub) >= Guest {
+			return true
+		}
+	}
+	for _, p := range s.projects {
+		if p.group.under(g) && u.projectLevel(p) >= Guest {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Simulator) projectRoutesLocked(q *request) {
+	m, seg := q.r.Method, q.seg
+	n := len(seg)
+	if m == http.MethodGet && !requireScope(q, readScopes()...) || m != http.MethodGet && !requireScope(q, "api") {
+		return
+	}
+	p := s.findProjectLocked(q, seg[1])
+	if p == nil {
+		return
+	}
+	lvl := q.tok.user.projectLevel(p)
+	switch {
+	case m == http.MethodGet && n == 2:
+		writeJSON(q.w, http.StatusOK, s.projectJSON(q.r, p))
+	case m == http.MethodGet && n == 3 && seg[2] == "runners":
+		// GitLab: runners available to the project (its own, its groups',
+		// and instance runners), for Maintainers.
+		if lvl < Maintainer {
+			writeMessage(q.w, http.StatusForbidden, "403 Forbidden")
+			return
+		}
+		var rs []*runner
+		for _, r := range s.sortedRunnersLocked() {
+			if r.kind == InstanceType || r.kind == GroupType && p.group.under(r.group) || r.kind == ProjectType && slices.Contains(r.projects, p) {
+				rs = append(rs, r)
+			}
+		}
+		s.writeRunnerListLocked(q, rs)
+	case m == http.MethodGet && n == 3 && seg[2] == "jobs":
+		if lvl < Reporter {
+			writeMessage(q.w, http.StatusForbidden, "403 Forbidden")
+			return
+		}
+		s.listJobsLocked(q, p)
+	case n >= 4 && seg[2] == "jobs":
+		id, _ := strconv.ParseInt(seg[3], 10, 64)
+		j := s.jobs[id]
+		if j == nil || j.pipeline.project != p {
+			writeMessage(q.w, http.StatusNotFound, "404 Not found")
+			return
+		}
+		switch {
+		case m == http.MethodGet && n == 4:
+			if lvl < Reporter {
+				writeMessage(q.w, http.StatusForbidden, "403 Forbidden")
+				return
+			}
+			writeJSON(q.w, http.StatusOK, s.jobJSON(q.r, j))
+		case m == http.MethodPost && n == 5 && seg[4] == "cancel":
+			if lvl < Developer {
+				writeMessage(q.w, http.StatusForbidden, "403 Forbidden")
+				return
+			}
+			s.cancelJobLocked(j)
+			writeJSON(q.w, http.StatusCreated, s.jobJSON(q.r, j))
+		default:
+			writeMessage(q.w, http.StatusNotFound, "404 Not Found")
+		}
+	default:
+		writeMessage(q.w, http.StatusNotFound, "404 Not Found")
+	}
+}
+
+func (s *Simulator) groupRoutesLocked(q *request) {
+	m, seg := q.r.Method, q.seg
+	n := len(seg)
+	if m != http.MethodGet {
+		writeMessage(q.w, http.StatusNotFound, "404 Not Found")
+		return
+	}
+	if !requireScope(q, readScopes()...) {
+		return
+	}
+	g := s.findGroupLocked(q, seg[1])
+	if g == nil {
+		return
+	}
+	switch {
+	case n == 2:
+		writeJSON(q.w, http.StatusOK, s.groupJSON(q.r, g))
+	case n == 3 && seg[2] == "runners":
+		// GitLab: the group's and its ancestors' runners and instance
+		// runners, for Maintainers of the group.
+		if q.tok.user.groupLevel(g) < Maintainer {
+			writeMessage(q.w, http.StatusForbidden, "403 Forbidden")
+			return
+		}
+		var rs []*runner
+		for _, r := range s.sortedRunnersLocked() {
+			if r.kind == InstanceType || r.kind == GroupType && g.under(r.group) {
+				rs = append(rs, r)
+			}
+		}
+		s.writeRunnerListLocked(q, rs)
+	case n == 3 && seg[2] == "projects":
+		sub := q.r.URL.Query().Get("include_subgroups") == "true"
+		var ps []*project
+		for _, p := range s.projects {
+			if (p.group == g || sub && p.group.under(g)) && q.tok.user.projectLevel(p) >= Guest {
+				ps = append(ps, p)
+			}
+		}
+		// GitLab orders by created_at descending by default.
+		sort.Slice(ps, func(i, k int) bool { return ps[i].id > ps[k].id })
+		a, b := s.paginate(q, len(ps))
+		out := make([]any, 0, b-a)
+		for _, p := range ps[a:b] {
+			out = append(out, s.projectJSON(q.r, p))
+		}
+		writeJSON(q.w, http.StatusOK, out)
+	default:
+		writeMessage(q.w, http.StatusNotFound, "404 Not Found")
+	}
+}
+
+// createRunnerLocked is POST /user/runners: a runner of the given type,
+// owned by the caller, answered with its authentication token (glrt-).
+// GitLab requires the create_runner scope (api covers it), and an
+// administrator for instance runners, a group Owner for group runners and a
+// project Maintainer for project runners.
+func (s *Simulator) createRunnerLocked(q *request) {
+	if !requireScope(q, "create_runner", "api") {
+		return
+	}
+	u := q.tok.user
+	r := &runner{kind: q.param("runner_type"), description: q.param("description"), maintenanceNote: q.param("maintenance_note"), accessLevel: "not_protected", managers: map[string]time.Time{}}
+	switch q.param("access_level") {
+	case "", "not_protected":
+	case "ref_protected":
+		r.accessLevel = "ref_protected"
+	default:
+		writeError(q.w, http.StatusBadRequest, "access_level does not have a valid value")
+		return
+	}
+	r.runUntagged = q.param("run_untagged") != "false"
+	r.locked = q.param("locked") == "true"
+	r.paused = q.param("paused") == "true"
+	r.maximumTimeout, _ = strconv.ParseInt(q.param("maximum_timeout"), 10, 64)
+	switch v := q.body["tag_list"].(type) {
+	case []any:
+		for _, t := range v {
+			if ts, ok := t.(string); ok && strings.TrimSpace(ts) != "" {
+				r.tags = append(r.tags, strings.TrimSpace(ts))
+			}
+		}
+	case string:
+		for _, t := range strings.Split(v, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				r.tags = append(r.tags, t)
+			}
+		}
+	}
+	switch r.kind {
+	case InstanceType:
+		if !u.admin {
+			writeMessage(q.w, http.StatusForbidden, "403 Forbidden")
+			return
+		}
+	case GroupType:
+		id, _ := strconv.ParseInt(q.param("group_id"), 10, 64)
+		if id == 0 {
+			writeError(q.w, http.StatusBadRequest, "group_id is missing")
+			return
+		}
+		g := s.groups[id]
+		if g == nil || u.groupLevel(g) < Owner {
+			writeMessage(q.w, http.StatusForbidden, "403 Forbidden")
+			return
+		}
+		r.group = g
+	case ProjectType:
+		id, _ := strconv.ParseInt(q.param("project_id"), 10, 64)
+		if id == 0 {
+			writeError(q.w, http.StatusBadRequest, "project_id is missing")
+			return
+		}
+		p := s.projects[id]
+		if p == nil || u.projectLevel(p) < Maintainer {
+			writeMessage(q.w, http.StatusForbidden, "403 Forbidden")
+			return
+		}
+		r.projects = []*project{p}
+	case "":
+		writeError(q.w, http.StatusBadRequest, "runner_type is missing")
+		return
+	default:
+		writeError(q.w, http.StatusBadRequest, "runner_type does not have a valid value")
+		return
+	}
+	if len(r.tags) == 0 && !r.runUntagged {
+		// GitLab's validation: a runner must take some jobs.
+		writeMessage(q.w, http.StatusBadRequest, `400 Bad request - {"tags_list"=>["can not be empty when runner is not allowed to pick untagged jobs"]}`)
+		return
+	}
+	r.id = s.id("runner")
+	r.token = "glrt-" + randomHex(12)
+	r.creator = u
+	r.created = s.clock.Now()
+	s.runners[r.id] = r
+	s.queueTick++
+	writeJSON(q.w, http.StatusCreated, map[string]any{"id": r.id, "token": r.token, "token_expires_at": timeJSON(r.tokenExpiresAt)})
+}
+
+// canManageRunnerLocked: admins any runner; group Owners their group's;
+// project Maintainers a project runner whose owner project (the first) they
+// maintain. Others get 403 (GitLab: "No access granted").
+func canManageRunner(u *user, r *runner) bool {
+	switch {
+	case u.admin:
+		return true
+	case r.kind == GroupType:
+		return u.groupLevel(r.group) >= Owner
+	case r.kind == ProjectType:
+		return len(r.projects) > 0 && u.projectLevel(r.projects[0]) >= Maintainer
+	}
+	return false
+}
+
+func (s *Simulator) runnerByIDLocked(q *request) {
+	if q.r.Method == http.MethodGet && !requireScope(q, readScopes("manage_runner")...) || q.r.Method == http.MethodDelete && !requireScope(q, "api", "manage_runner") {
+		return
+	}
+	id, err := strconv.ParseInt(q.seg[1], 10, 64)
+	r := s.runners[id]
+	if err != nil || r == nil {
+		writeMessage(q.w, http.StatusNotFound, "404 Runner Not Found")
+		return
+	}
+	if !canManageRunner(q.tok.user, r) {
+		writeMessage(q.w, http.StatusForbidden, "403 Forbidden - No access granted")
+		return
+	}
+	if q.r.Method == http.MethodDelete {
+		s.deleteRunnerLocked(r)
+		q.w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	writeJSON(q.w, http.StatusOK, s.runnerDetailsJSON(q.r, r))
+}
+
+// deleteRunnerLocked removes a runner; its token stops working at once. A
+// job it was running fails (GitLab drops such jobs with
+// runner_system_failure when their runner is gone).
+func (s *Simulator) deleteRunnerLocked(r *runner) {
+	delete(s.runners, r.id)
+	for _, j := range s.jobs {
+		if j.runner == r && j.status == StatusRunning {
+			s.finishJobLocked(j, StatusFailed, "runner_system_failure", nil)
+		}
+	}
+}
+
+func (s *Simulator) listAllRunnersLocked(q *request) {
+	if !requireScope(q, readScopes("manage_runner")...) {
+		return
+	}
+	if !q.tok.user.admin {
+		writeMessage(q.w, http.StatusForbidden, "403 Forbidden")
+		return
+	}
+	s.writeRunnerListLocked(q, s.sortedRunnersLocked())
+}
+
+func (s *Simulator) sortedRunnersLocked() []*runner {
+	rs := make([]*runner, 0, len(s.runners))
+	for _, r := range s.runners {
+		rs = append(rs, r)
+	}
+	sort.Slice(rs, func(i, k int) bool { return rs[i].id < rs[k].id })
+	return rs
+}
+
+// writeRunnerListLocked filters by type, status, paused and tag_list and
+// paginates, as GitLab's runner lists do.
+func (s *Simulator) writeRunnerListLocked(q *request, rs []*runner) {
+	qv := q.r.URL.Query()
+	now := s.clock.Now()
+	var out []*runner
+	for _, r := range rs {
+		if t := qv.Get("type"); t != "" && t != r.kind {
+			continue
+		}
+		if st := qv.Get("status"); st != "" {
+			if got, _ := r.status(now); got != st {
+				continue
+			}
+		}
+		if p := qv.Get("paused"); p != "" && p != strconv.FormatBool(r.paused) {
+			continue
+		}
+		if tl := qv.Get("tag_list"); tl != "" {
+			ok := true
+			for _, t := range strings.Split(tl, ",") {
+				ok = ok && slices.Contains(r.tags, strings.TrimSpace(t))
+			}
+			if !ok {
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	a, b := s.paginate(q, len(out))
+	list := make([]any, 0, b-a)
+	for _, r := range out[a:b] {
+		list = append(list, s.runnerJSON(r))
+	}
+	writeJSON(q.w, http.StatusOK, list)
+}
+
+// listJobsLocked is GET /projects/:id/jobs, newest first, filtered by
+// scope[] (or scope) statuses.
+func (s *Simulator) listJobsLocked(q *request, p *project) {
+	qv := q.r.URL.Query()
+	scopes := append(qv["scope[]"], qv["scope"]...)
+	valid := []string{StatusCreated, StatusPending, StatusRunning, StatusFailed, StatusSuccess, StatusCanceled, StatusSkipped, "waiting_for_resource", "manual", "canceling", "preparing", "scheduled"}
+	for _, sc := range scopes {
+		if !slices.Contains(valid, sc) {
+			writeError(q.w, http.StatusBadRequest, "scope does not have a valid value")
+			return
+		}
+	}
+	var js []*job
+	for i := len(s.jobOrder) - 1; i >= 0; i-- {
+		j := s.jobs[s.jobOrder[i]]
+		if j.pipeline.project == p && (len(scopes) == 0 || slices.Contains(scopes, j.status)) {
+			js = append(js, j)
+		}
+	}
+	a, b := s.paginate(q, len(js))
+	out := make([]any, 0, b-a)
+	for _, j := range js[a:b] {
+		out = append(out, s.jobJSON(q.r, j))
+	}
+	writeJSON(q.w, http.StatusOK, out)
+}
+
+func (s *Simulator) userJSON(u *user, self bool) map[string]any {
+	m := map[string]any{
+		"id": u.id, "username": u.username, "name": u.name, "state": "active", "locked": false,
+		"avatar_url": nil, "web_url": "/" + u.username, "bot": u.bot, "created_at": timeJSON(u.created),
+	}
+	if self {
+		m["is_admin"] = u.admin
+		m["email"] = u.username + "@example.com"
+	}
+	return m
+}
+
+func (s *Simulator) tokenJSON(t *accessToken) map[string]any {
+	var exp, last any
+	if !t.expiresAt.IsZero() {
+		exp = t.expiresAt.UTC().Format("2006-01-02")
+	}
+	if !t.lastUsed.IsZero() {
+		last = timeJSON(t.lastUsed)
+	}
+	now := s.clock.Now()
+	return map[string]any{
+		"id": t.id, "name": t.name, "revoked": t.revoked, "created_at": timeJSON(t.created), "description": "",
+		"scopes": t.scopes, "user_id": t.user.id, "last_used_at": last,
+		"active": !t.revoked && (t.expiresAt.IsZero() || now.Before(t.expiresAt)), "expires_at": exp,
+	}
+}
+
+func (s *Simulator) namespaceJSON(r *http.Request, g *group) map[string]any {
+	var parent any
+	if g.parent != nil {
+		parent = g.parent.id
+	}
+	return map[string]any{"id": g.id, "name": g.name, "path": g.path, "kind": "group", "full_path": g.fullPath, "parent_id": parent, "web_url": s.baseURL(r) + "/groups/" + g.fullPath}
+}
+
+func (s *Simulator) projectJSON(r *http.Request, p *project) map[string]any {
+	base := s.baseURL(r)
+	full := p.fullPath()
+	nsName := strings.ReplaceAll(p.group.fullPath, "/", " / ")
+	return map[string]any{
+		"id": p.id, "name": p.name, "path": p.path, "description": "",
+		"name_with_namespace": nsName + " / " + p.name, "path_with_namespace": full,
+		"default_branch": p.defaultBranch, "visibility": "private", "created_at": timeJSON(p.created),
+		"web_url": base + "/" + full, "http_url_to_repo": base + "/" + full + ".git",
+		"ssh_url_to_repo": "git@" + strings.TrimPrefix(strings.TrimPrefix(base, "https://"), "http://") + ":" + full + ".git",
+		"namespace":       s.namespaceJSON(r, p.group), "archived": false, "jobs_enabled": true,
+		"shared_runners_enabled": true, "tag_list": []string{}, "topics": []string{},
+	}
+}
+
+func (s *Simulator) groupJSON(r *http.Request, g *group) map[string]any {
+	var parent any
+	if g.parent != nil {
+		parent = g.parent.id
+	}
+	return map[string]any{
+		"id": g.id, "name": g.name, "path": g.path, "full_name": strings.ReplaceAll(g.fullPath, "/", " / "),
+		"full_path": g.fullPath, "parent_id": parent, "visibility": "private", "description": "",
+		"web_url": s.baseURL(r) + "/groups/" + g.fullPath, "created_at": timeJSON(g.created),
+		"shared_runners_setting": "enabled",
+	}
+}
+
+// runnerJSON is a runner in a list (GitLab's Runner entity).
+func (s *Simulator) runnerJSON(r *runner) map[string]any {
+	st, online := r.status(s.clock.Now())
+	return map[string]any{
+		"id": r.id, "description": r.description, "ip_address": "", "active": !r.paused, "paused": r.paused,
+		"is_shared": r.kind == InstanceType, "runner_type": r.kind, "name": "gitlab-runner", "online": online, "status": st,
+		"created_at": timeJSON(r.created), "created_by": s.userJSON(r.creator, false),
+		"job_execution_status": s.jobExecutionStatusLocked(r),
+	}
+}
+
+// jobExecutionStatusLocked is the runner's job_execution_status (GitLab
+// 17+): active while it runs a job, idle otherwise.
+func (s *Simulator) jobExecutionStatusLocked(r *runner) string {
+	for _, j := range s.jobs {
+		if j.runner == r && j.status == StatusRunning {
+			return "active"
+		}
+	}
+	return "idle"
+}
+
+// runnerDetailsJSON is GET /runners/:id (GitLab's RunnerDetails entity).
+func (s *Simulator) runnerDetailsJSON(req *http.Request, r *runner) map[string]any {
+	m := s.runnerJSON(r)
+	var contacted any
+	if !r.contacted.IsZero() {
+		contacted = timeJSON(r.contacted)
+	}
+	projects := []any{}
+	for _, p := range r.projects {
+		projects = append(projects, map[string]any{"id": p.id, "name": p.name, "path": p.path, "path_with_namespace": p.fullPath(), "name_with_namespace": strings.ReplaceAll(p.group.fullPath, "/", " / ") + " / " + p.name})
+	}
+	groups := []any{}
+	if r.group != nil {
+		groups = append(groups, map[string]any{"id": r.group.id, "name": r.group.name, "web_url": s.baseURL(req) + "/groups/" + r.group.fullPath})
+	}
+	tags := r.tags
+	if tags == nil {
+		tags = []string{}
+	}
+	var maxTimeout any
+	if r.maximumTimeout > 0 {
+		maxTimeout = r.maximumTimeout
+	}
+	for k, v := range map[string]any{
+		"tag_list": tags, "run_untagged": r.runUntagged, "locked": r.locked, "access_level": r.accessLevel,
+		"maximum_timeout": maxTimeout, "maintenance_note": r.maintenanceNote, "contacted_at": contacted,
+		"projects": projects, "groups": groups, "architecture": nil, "platform": nil, "revision": nil, "version": nil,
+	} {
+		m[k] = v
+	}
+	return m
+}
+
+// jobJSON is GitLab's Job entity as GET /projects/:id/jobs answers it.
+func (s *Simulator) jobJSON(r *http.Request, j *job) map[string]any {
+	p := j.pipeline
+	base := s.baseURL(r)
+	var dur, queued, runnerJ any
+	if !j.started.IsZero() {
+		end := j.finished
+		if end.IsZero() {
+			end = s.clock.Now()
+		}
+		dur = end.Sub(j.started).Seconds()
+		queued = j.started.Sub(j.queued).Seconds()
+	} else if !j.queued.IsZero() {
+		queued = s.clock.Now().Sub(j.queued).Seconds()
+	}
+	if j.runner != nil {
+		runnerJ = s.runnerJSON(j.runner)
+	}
+	tags := j.tags
+	if tags == nil {
+		tags = []string{}
+	}
+	m := map[string]any{
+		"id": j.id, "name": j.name, "stage": j.stage, "status": j.status, "ref": p.ref, "tag": false,
+		"allow_failure": j.allowFailure, "created_at": timeJSON(j.created), "started_at": timeJSON(j.started),
+		"finished_at": timeJSON(j.finished), "erased_at": nil, "duration": dur, "queued_duration": queued,
+		"coverage": nil, "tag_list": tags, "web_url": fmt.Sprintf("%s/%s/-/jobs/%d", base, p.project.fullPath(), j.id),
+		"user":     s.userJSON(p.user, false),
+		"pipeline": map[string]any{"id": p.id, "iid": p.iid, "project_id": p.project.id, "ref": p.ref, "sha": p.sha, "status": p.status, "source": "push", "web_url": fmt.Sprintf("%s/%s/-/pipelines/%d", base, p.project.fullPath(), p.id), "created_at": timeJSON(p.created)},
+		"commit":   map[string]any{"id": p.sha, "short_id": p.sha[:8], "title": "Simulated commit", "message": "Simulated commit\n", "author_name": p.user.name, "author_email": p.user.username + "@example.com", "created_at": timeJSON(p.created)},
+		"project":  map[string]any{"ci_job_token_scope_enabled": false},
+		"runner":   runnerJ, "artifacts": []any{}, "archived": false,
+	}
+	if j.failureReason != "" {
+		m["failure_reason"] = j.failureReason
+	}
+	return m
+}
