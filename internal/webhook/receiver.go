@@ -174,18 +174,27 @@ type jobOrder struct {
 	mu sync.Mutex
 	// last is each job's most recently accepted event's done channel,
 	// until that event is done.
-	last map[int64]chan struct{}
+	last map[jobKey]chan struct{}
 }
+
+// jobKey identifies a job across CI platforms: two platforms may use the
+// same id.
+type jobKey struct {
+	platform hfv1.WorkloadType
+	id       string
+}
+
+func keyOf(j workload.Job) jobKey { return jobKey{platform: j.Platform, id: j.ID} }
 
 // enqueue puts ev on q behind the job's earlier events; false when q is
 // full.
 func (o *jobOrder) enqueue(q chan<- item, ev workload.JobEvent, received time.Time) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	it := item{ev: ev, received: received, after: o.last[ev.Job.ID], done: make(chan struct{})}
+	it := item{ev: ev, received: received, after: o.last[keyOf(ev.Job)], done: make(chan struct{})}
 	select {
 	case q <- it:
-		o.last[ev.Job.ID] = it.done
+		o.last[keyOf(ev.Job)] = it.done
 		return true
 	default:
 		return false
@@ -197,8 +206,8 @@ func (o *jobOrder) finish(it item) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	close(it.done)
-	if o.last[it.ev.Job.ID] == it.done {
-		delete(o.last, it.ev.Job.ID)
+	if k := keyOf(it.ev.Job); o.last[k] == it.done {
+		delete(o.last, k)
 	}
 }
 
@@ -239,7 +248,7 @@ func NewReceiver(opts Options) (*Receiver, error) {
 		log:        opts.Logger,
 		clock:      opts.Clock,
 		queue:      make(chan item, opts.QueueSize),
-		order:      &jobOrder{last: map[int64]chan struct{}{}},
+		order:      &jobOrder{last: map[jobKey]chan struct{}{}},
 		dedupe:     newDedupe(opts.DedupeSize, opts.DedupeTTL),
 		slots:      make(chan struct{}, opts.MaxInFlight),
 		largeSlots: make(chan struct{}, max(1, opts.MaxInFlight/4)),
