@@ -2,6 +2,7 @@ package demand
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,7 +27,7 @@ var (
 
 func jobEvent(id int64, action string, state workload.JobState, delivery string) workload.JobEvent {
 	j := workload.Job{
-		ID: id, RunID: 77, RunAttempt: 1, Repository: "octo/app", Labels: []string{"self-hosted", "gpu"},
+		ID: strconv.FormatInt(id, 10), Platform: hfv1.WorkloadGitHubActions, RunID: 77, RunAttempt: 1, Repository: "octo/app", Labels: []string{"self-hosted", "gpu"},
 		State: state, WorkflowName: "CI", Name: "build", CreatedAt: t0,
 	}
 	if state != workload.JobQueued {
@@ -58,7 +59,7 @@ func TestNewCIJob(t *testing.T) {
 		st.Source != "webhook" || st.LastDeliveryID != "d1" {
 		t.Errorf("status %+v", st)
 	}
-	if cj.Spec.RunnerPoolRef.Name != "gpu" || cj.Spec.JobID != 42 || cj.Spec.Repository != "octo/app" || cj.Spec.JobName != "build" {
+	if cj.Spec.RunnerPoolRef.Name != "gpu" || cj.Spec.ID() != "42" || cj.Spec.JobID != 42 || cj.Spec.JobKey != "" || cj.Spec.Platform != hfv1.WorkloadGitHubActions || cj.Spec.Repository != "octo/app" || cj.Spec.JobName != "build" {
 		t.Errorf("spec %+v", cj.Spec)
 	}
 	long := jobEvent(43, "queued", workload.JobQueued, strings.Repeat("d", 300))
@@ -126,7 +127,7 @@ func newNamespace(t *testing.T, c client.Client) string {
 func getJob(t *testing.T, c client.Client, ns string, id int64) *hfv1.CIJob {
 	t.Helper()
 	var cj hfv1.CIJob
-	key := types.NamespacedName{Namespace: ns, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, id)}
+	key := types.NamespacedName{Namespace: ns, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, strconv.FormatInt(id, 10))}
 	if err := c.Get(context.Background(), key, &cj); err != nil {
 		t.Fatalf("get CIJob %s: %v", key, err)
 	}
@@ -251,9 +252,10 @@ func TestRecorderRejects(t *testing.T) {
 		pool types.NamespacedName
 		ev   workload.JobEvent
 	}{
-		{nn("a", "b"), workload.JobEvent{Job: workload.Job{ID: 0, State: workload.JobQueued}}},
+		{nn("a", "b"), workload.JobEvent{Job: workload.Job{ID: "", Platform: hfv1.WorkloadGitHubActions, State: workload.JobQueued}}},
+		{nn("a", "b"), workload.JobEvent{Job: workload.Job{ID: "1", State: workload.JobQueued}}},
 		{nn("", "b"), jobEvent(1, "queued", workload.JobQueued, "x")},
-		{nn("a", "b"), workload.JobEvent{Job: workload.Job{ID: 1, State: "requested"}}},
+		{nn("a", "b"), workload.JobEvent{Job: workload.Job{ID: "1", Platform: hfv1.WorkloadGitHubActions, State: "requested"}}},
 	} {
 		if err := rec.Record(context.Background(), tc.pool, tc.ev, SourceWebhook); err == nil {
 			t.Errorf("Record(%v, %+v) succeeded", tc.pool, tc.ev)
