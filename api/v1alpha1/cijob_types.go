@@ -43,8 +43,7 @@ type CIJobSpec struct {
 	// jobId is the platform's id of the job when the platform numbers its
 	// jobs (GitHub Actions, GitLab CI); the object's name is derived from
 	// it, which de-duplicates webhooks across manager replicas. Exactly one
-	// of jobId and jobKey is set. Go code reads and writes the id with ID
-	// and SetID.
+	// of jobId and jobKey is set.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	JobID int64 `json:"jobId,omitempty"`

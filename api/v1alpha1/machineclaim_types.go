@@ -399,8 +399,7 @@ type BootstrapStatus struct {
 
 	// jobId is the CI job the runner took, as the CI platform reports it,
 	// when the platform numbers its jobs (GitHub Actions, GitLab CI). At
-	// most one of jobId and jobKey is set; Go code reads and writes the
-	// job with Job and SetJob.
+	// most one of jobId and jobKey is set.
 	// +optional
 	JobID int64 `json:"jobId,omitempty"`
 
