@@ -588,7 +588,7 @@ func (r *Receiver) warnUnmatched(job workload.Job, unmatched []demand.Mismatch) 
 			ObjectMeta: metav1.ObjectMeta{Namespace: m.Pool.Namespace, Name: m.Pool.Name, UID: m.UID},
 		}
 		r.opts.Events.Eventf(pool, corev1.EventTypeWarning, ReasonNoMatchingRunnerPool,
-			"queued job %d of %s (runs-on: %s) matches no RunnerPool; this pool's runners lack: %s",
+			"queued job %s of %s (runs-on: %s) matches no RunnerPool; this pool's runners lack: %s",
 			job.ID, job.Repository, labelList(job.Labels), labelList(m.Missing))
 	}
 }
@@ -609,7 +609,7 @@ func (r *Receiver) warnAmbiguous(job workload.Job, tied []demand.Candidate) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: c.Pool.Namespace, Name: c.Pool.Name, UID: c.UID},
 		}
 		r.opts.Events.Eventf(pool, corev1.EventTypeWarning, string(hfv1.AmbiguousJobRoutingReason),
-			"queued job %d of %s (runs-on: %s) is covered as specifically by RunnerPools %s; none scales for it. "+
+			"queued job %s of %s (runs-on: %s) is covered as specifically by RunnerPools %s; none scales for it. "+
 				"Give the pools distinct labels (spec.workload.github.labels) or scopes (spec.workload.github.repository)",
 			job.ID, job.Repository, labelList(job.Labels), labelList(names))
 	}
