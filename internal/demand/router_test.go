@@ -365,12 +365,19 @@ func TestRouterCandidates(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("candidates:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	d, err := r.Route(context.Background(), workload.Job{ID: "7", Repository: "octo/app", Labels: []string{"self-hosted", "db"}})
+	job := workload.Job{ID: "7", Platform: hfv1.WorkloadGitHubActions, Repository: "octo/app", Labels: []string{"self-hosted", "db"}}
+	d, err := r.Route(context.Background(), job)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.Pool == nil || d.Pool.Pool != nn("b", "plain") || len(d.Unmatched) != 1 || d.Unmatched[0].Pool != nn("a", "arm") {
 		t.Fatalf("Route = %+v", d)
+	}
+	// Another platform's job of a repository of the same name, with the
+	// same labels, is not for GitHub's pools.
+	job.Platform = hfv1.WorkloadGitLabCI
+	if d, err := r.Route(context.Background(), job); err != nil || d.Pool != nil || len(d.Unmatched) != 0 {
+		t.Fatalf("a GitLab job was routed among GitHub pools: %+v, %v", d, err)
 	}
 }
 
