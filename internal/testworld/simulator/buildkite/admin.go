@@ -66,6 +66,15 @@ func (s *Simulator) CreateToken(clusterID, description string, expiresAt time.Ti
 	return Token{ID: t.id, Secret: t.token}, nil
 }
 
+// DeleteToken revokes a cluster agent token, as the REST API's DELETE
+// does.
+func (s *Simulator) DeleteToken(clusterID, tokenID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, err := s.deleteToken(nil, map[string]string{"cluster": clusterID, "token": tokenID})
+	return err
+}
+
 // CreatePipeline creates a pipeline in a cluster.
 func (s *Simulator) CreatePipeline(slug, clusterID string) error {
 	s.mu.Lock()

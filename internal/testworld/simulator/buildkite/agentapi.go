@@ -311,7 +311,7 @@ func (s *Simulator) jobActionLocked(r *http.Request, a *agent, id, action string
 		case j.state == stateWaiting:
 			// 423 Locked: the job waits for its dependencies; the agent
 			// retries after Retry-After (core.Client.AcquireJob).
-			return nil, errf(http.StatusLocked, "The job is waiting on its dependencies")
+			return nil, &apiError{code: http.StatusLocked, msg: "The job is waiting on its dependencies", retryAfter: 1}
 		case j.state != stateScheduled:
 			return nil, errf(http.StatusUnprocessableEntity, "The job can't be acquired because it's %s", j.state)
 		case !s.matchesLocked(a, j):

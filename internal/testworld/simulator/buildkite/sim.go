@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -253,6 +254,9 @@ type agent struct {
 type apiError struct {
 	code int
 	msg  string
+	// retryAfter, when set, is sent as Retry-After (seconds): the agent
+	// waits that long before it asks again (core.Client.AcquireJob).
+	retryAfter int
 }
 
 func (e *apiError) Error() string { return fmt.Sprintf("%d %s", e.code, e.msg) }
@@ -277,6 +281,9 @@ func writeMessage(w http.ResponseWriter, code int, msg string) {
 func writeErr(w http.ResponseWriter, err error) {
 	var ae *apiError
 	if errors.As(err, &ae) {
+		if ae.retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(ae.retryAfter))
+		}
 		writeMessage(w, ae.code, ae.msg)
 		return
 	}
