@@ -60,6 +60,17 @@ type restRoute struct {
 	h                      func(s *Simulator, r *http.Request, v map[string]string) (any, error)
 }
 
+// Scopes lists every API-token scope some REST route needs.
+func Scopes() []string {
+	var out []string
+	for _, rt := range restRoutes {
+		if !slices.Contains(out, rt.scope) {
+			out = append(out, rt.scope)
+		}
+	}
+	return out
+}
+
 var restRoutes = []restRoute{
 	{"GET", "", "read_organizations", (*Simulator).getOrganization},
 	{"GET", "clusters", "read_clusters", (*Simulator).listClusters},

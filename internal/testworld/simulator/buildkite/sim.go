@@ -60,6 +60,7 @@ const (
 // API under /v3, the REST subset under /v2 and the admin API under /_sim.
 // All state sits behind one mutex; webhook deliveries run outside it.
 type Simulator struct {
+	admin bool
 	clock Clock
 	log   *slog.Logger
 	hooks *hookSet
@@ -80,6 +81,12 @@ type Simulator struct {
 
 // Option customises a Simulator built by New.
 type Option func(*Simulator)
+
+// WithAdmin enables the /_sim/ admin API over HTTP (off unless asked for,
+// as in cmd/github-sim); it answers loopback clients only. The Go methods
+// (CreateCluster, CreateBuild, Job, ...) work either way, and the agent
+// tarball under /_sim/agent/ is served either way.
+func WithAdmin(enabled bool) Option { return func(s *Simulator) { s.admin = enabled } }
 
 // WithClock makes the simulator read time from c (e.g. a FakeClock).
 func WithClock(c Clock) Option { return func(s *Simulator) { s.clock = c } }
@@ -148,7 +155,7 @@ func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveREST(w, r, strings.TrimPrefix(p, "/v2/"))
 	case strings.HasPrefix(p, "/_sim/agent/"):
 		s.serveAgentRelease(w, r, strings.TrimPrefix(p, "/_sim/agent/"))
-	case strings.HasPrefix(p, "/_sim/"):
+	case strings.HasPrefix(p, "/_sim/") && s.admin:
 		s.serveAdmin(w, r, strings.TrimPrefix(p, "/_sim/"))
 	default:
 		writeMessage(w, http.StatusNotFound, "Not Found")
