@@ -47,7 +47,7 @@ fi
 tmp=$(mktemp -d "$dir/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-echo "Building buildkite-agent $version into $dir (the first build takes about 4 minutes and up to 1.5 GB of memory on 2 cores)" >&2
+echo "Building buildkite-agent $version into $dir (the first build takes about 8 minutes and up to 3.5 GB of memory on 2 cores)" >&2
 start=$SECONDS
 # Static, as the real agent's release binaries are, so that it runs in any
 # guest image.

@@ -140,6 +140,8 @@ func start(args []string) int {
 
 	printer := logger.NewTextPrinter(os.Stderr)
 	l := logger.NewConsoleLogger(printer, os.Exit)
+	// The real agent's default --log-level is notice (clicommand/global.go).
+	l.SetLevel(logger.NOTICE)
 	if *debug {
 		l.SetLevel(logger.DEBUG)
 	}

@@ -113,5 +113,8 @@ func (w *world) runAgent(t *testing.T, token string, args ...string) (int, strin
 	} else if err != nil {
 		t.Fatalf("run buildkite-agent: %v", err)
 	}
+	if os.Getenv("BK_DEBUG_AGENT") != "" {
+		t.Log(out.String())
+	}
 	return code, out.String()
 }
