@@ -47,14 +47,14 @@ import (
 )
 
 // The exit codes the real `buildkite-agent start` gives when --acquire-job
-// cannot take its job (clicommand/agent_start.go in the agent's module): the
+// cannot take its job (its `start` command, v3.138.1): the
 // job was taken or cancelled (27), or is locked behind its dependencies (28).
 const (
 	exitAcquisitionRejected = 27
 	exitJobLocked           = 28
 )
 
-// The real agent's default endpoint (clicommand/global.go, DefaultEndpoint).
+// The real agent's default --endpoint (v3.138.1).
 const defaultEndpoint = "https://agent-edge.buildkite.com/v3"
 
 func main() {
@@ -140,7 +140,7 @@ func start(args []string) int {
 
 	printer := logger.NewTextPrinter(os.Stderr)
 	l := logger.NewConsoleLogger(printer, os.Exit)
-	// The real agent's default --log-level is notice (clicommand/global.go).
+	// The real agent's default --log-level is notice.
 	l.SetLevel(logger.NOTICE)
 	if *debug {
 		l.SetLevel(logger.DEBUG)
@@ -184,10 +184,10 @@ type runConfig struct {
 	debug                 bool
 }
 
-// run is the part of the real agent's `start` (clicommand/agent_start.go,
-// v3.138.1) this build needs: the agent configuration, the API client,
-// registration through core.Client, one AgentWorker in an AgentPool, and
-// the pool's run to its end.
+// run is the part of the real agent's `start` command (v3.138.1) that this
+// build needs: the agent configuration, the API client, registration
+// through core.Client, one AgentWorker in an AgentPool, and the pool's run
+// to its end.
 func run(ctx context.Context, l logger.Logger, c runConfig) error {
 	if err := os.MkdirAll(c.buildPath, 0o755); err != nil {
 		return fmt.Errorf("create build path: %w", err)
@@ -198,7 +198,7 @@ func run(ctx context.Context, l logger.Logger, c runConfig) error {
 		CommandEval:        true,
 		DisconnectAfterJob: c.disconnectAfterJob,
 		AcquireJob:         c.acquireJob,
-		// The real agent's defaults (clicommand/agent_start.go's flags):
+		// The real agent's flag defaults:
 		// cancel grace 10 s, signal grace 9 s; no PTY, so that the log the
 		// simulator records is the command's bytes.
 		CancelGracePeriod: 10,

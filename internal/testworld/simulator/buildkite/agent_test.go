@@ -101,7 +101,8 @@ func TestRealAgentRunsAcquiredJobs(t *testing.T) {
 }
 
 // exitCodeAcquisitionRejected is the real agent's exit code when Buildkite
-// refuses --acquire-job (clicommand/agent_start.go: 27).
+// refuses --acquire-job (hack/buildkite-agent/main.go, exitAcquisitionRejected,
+// the same code as the real agent's).
 const exitCodeAcquisitionRejected = 27
 
 // TestRealAgentWaitsForLockedJob: a job still waiting on its dependencies
