@@ -25,16 +25,14 @@ type release struct {
 	err     error
 }
 
-var releases sync.Map // AgentBinary path -> *release
-
+// agentTarball packs the binary once per simulator, on first request (it
+// is tens of megabytes; a simulator that serves none never reads it).
 func (s *Simulator) agentTarball() ([]byte, error) {
 	if s.cfg.AgentBinary == "" {
 		return nil, fmt.Errorf("no agent binary configured")
 	}
-	v, _ := releases.LoadOrStore(s.cfg.AgentBinary, &release{})
-	rel := v.(*release)
-	rel.once.Do(func() { rel.tarball, rel.err = buildTarball(s.cfg.AgentBinary) })
-	return rel.tarball, rel.err
+	s.release.once.Do(func() { s.release.tarball, s.release.err = buildTarball(s.cfg.AgentBinary) })
+	return s.release.tarball, s.release.err
 }
 
 // buildTarball packs the binary with a fixed modification time, so that

@@ -64,6 +64,8 @@ type Simulator struct {
 	clock Clock
 	log   *slog.Logger
 	hooks *hookSet
+	// release is the agent tarball (release.go), built once.
+	release release
 
 	mu        sync.Mutex
 	cfg       Config
