@@ -162,3 +162,32 @@ func TestRealAgentRefusedTokens(t *testing.T) {
 		t.Errorf("job is %s, want still scheduled", info.State)
 	}
 }
+
+// TestRealAgentPingsForJob: without --acquire-job the agent is dispatched
+// a job through its pings, by the agent query rules: the job waits for an
+// agent of its queue whose tags match its other rules (* matching any
+// text); the agent accepts, runs and finishes it, and disconnects after it.
+func TestRealAgentPingsForJob(t *testing.T) {
+	w := newWorld(t, Config{})
+	if _, err := w.sim.CreateQueue(w.cluster.ID, "large"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := w.sim.CreateBuild(w.pipeline, "dispatched", []Step{
+		{Key: "default-queue", Command: "echo wrong queue"},
+		{Key: "large", Command: "echo dispatched to $BUILDKITE_AGENT_META_DATA_OS", Agents: []string{"queue=large", "os=linux*"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out := w.runAgent(t, w.token.Secret, "--name", "big", "--tags", "queue=large,os=linux-amd64", "--disconnect-after-job")
+	if code != 0 {
+		t.Fatalf("agent exited %d:\n%s", code, out)
+	}
+	info, _ := w.sim.Job(b.JobIDs[1])
+	if info.State != statePassed || info.Agent != "big" || !strings.Contains(info.Log, "dispatched to linux-amd64") {
+		t.Fatalf("job on the large queue: %+v; agent output:\n%s", info, out)
+	}
+	if other, _ := w.sim.Job(b.JobIDs[0]); other.State != stateScheduled {
+		t.Errorf("the default queue's job is %s, want still scheduled", other.State)
+	}
+}

@@ -1,6 +1,7 @@
 package buildkitesim
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -149,7 +150,15 @@ func (s *Simulator) Close() { s.hooks.close() }
 // ServeHTTP routes /v3 (agent API), /v2 (REST), /_sim (admin and agent
 // tarball).
 func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+	// The body is read whole (bounded) before any handler takes the state
+	// lock, so that a slow client never holds it.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeMessage(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body: %v", err))
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
 	switch p := r.URL.Path; {
 	case strings.HasPrefix(p, "/v3/"):
 		s.serveAgentAPI(w, r, strings.TrimPrefix(p, "/v3/"))
