@@ -1,6 +1,7 @@
 package buildkitesim
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -290,7 +291,8 @@ func (s *Simulator) serveAdmin(w http.ResponseWriter, r *http.Request, p string)
 		err = errf(http.StatusNotFound, "Not Found")
 	}
 	if err != nil {
-		if _, ok := err.(*apiError); !ok {
+		var ae *apiError
+		if !errors.As(err, &ae) {
 			err = errf(http.StatusUnprocessableEntity, "%v", err)
 		}
 		writeErr(w, err)

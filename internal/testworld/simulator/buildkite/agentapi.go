@@ -1,7 +1,6 @@
 package buildkitesim
 
 import (
-	"bytes"
 	"compress/gzip"
 	"fmt"
 	"io"
@@ -489,13 +488,4 @@ func (s *Simulator) agentJobJSONLocked(j *job) map[string]any {
 
 func (s *Simulator) webURL(b *build) string {
 	return fmt.Sprintf("https://buildkite.com/%s/%s/builds/%d", s.org.slug, b.pipeline.slug, b.number)
-}
-
-// gzipBytes is for tests that upload chunks by hand.
-func gzipBytes(p []byte) []byte {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	_, _ = zw.Write(p)
-	_ = zw.Close()
-	return buf.Bytes()
 }

@@ -3,6 +3,7 @@ package buildkitesim
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -108,7 +109,8 @@ func (w *world) runAgent(t *testing.T, token string, args ...string) (int, strin
 		t.Fatalf("buildkite-agent %v did not exit within 60 s:\n%s", args, out.String())
 	}
 	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else if err != nil {
 		t.Fatalf("run buildkite-agent: %v", err)
