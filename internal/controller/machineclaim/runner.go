@@ -75,8 +75,9 @@ func (r *Reconciler) observeScript(_ context.Context, s *claimScope) phase.Resul
 	}
 	if hasDeadline && !now.Before(deadline) {
 		ttl := deadline.Sub(claim.CreationTimestamp.Time)
-		r.beginEnd(s, claimEnd{reason: hfv1.EndMaxLifetime, code: string(hfv1.EndMaxLifetime), message: fmt.Sprintf(
-			"the VM reached spec.bootstrap.generic.ttl (%s) of HypervisorMachineTemplate %s at %s", ttl, s.tmpl.Name, deadline.UTC().Format(time.RFC3339))})
+		msg := fmt.Sprintf("the VM reached spec.bootstrap.generic.ttl (%s) of HypervisorMachineTemplate %s at %s", ttl, s.tmpl.Name, deadline.UTC().Format(time.RFC3339))
+		r.beginEnd(s, claimEnd{reason: hfv1.EndMaxLifetime, code: string(hfv1.EndMaxLifetime), message: msg})
+		r.Recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.MaxLifetimeReason), "Ending the claim: "+msg)
 		return phase.Stop()
 	}
 	st := claim.Status.Bootstrap
