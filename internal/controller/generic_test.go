@@ -103,7 +103,7 @@ func TestGenericClaim(t *testing.T) {
 	poke(t, claim)
 	eventually(t, 60*time.Second, "claim gone after its ttl", func() error {
 		if _, err := getClaim(t, claim); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("claim still there: %v", err)
+			return fmt.Errorf("claim still there: %w", err)
 		}
 		return nil
 	})
