@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,6 +112,20 @@ func TestGenericClaim(t *testing.T) {
 		t.Errorf("VMs left after the ttl: %+v", vms)
 	}
 	wantEvents(t, got, string(hfv1.MaxLifetimeReason))
+
+	// A generic claim of a GitHub template waits, naming the mismatch,
+	// and nothing is built for it.
+	mismatch := &hfv1.MachineClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "mismatch"},
+		Spec: hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: f.template.Name},
+			WorkloadConfig: &hfv1.WorkloadConfig{Type: hfv1.WorkloadGeneric}},
+	}
+	f.create(mismatch)
+	cond := waitClaimProvisioned(t, mismatch, metav1.ConditionFalse, string(hfv1.InvalidSpecReason))
+	if !strings.Contains(cond.Message, "spec.bootstrap.generic") {
+		t.Errorf("the mismatch's message %q does not name the missing section", cond.Message)
+	}
+	wantNothingBuilt(t, sim, mismatch)
 }
 
 // poke changes a label of the claim so that the operator reconciles it
