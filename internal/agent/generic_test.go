@@ -100,9 +100,10 @@ func TestGenericDeadlineStopsAHangingScript(t *testing.T) {
 	v.opts.StopGracePeriod = time.Second
 	started := filepath.Join(v.rec, "started")
 	c := v.genericConfig(`echo x >sleeping; touch `+started+`; exec sleep 600`, 0)
-	// The deadline is in the config with a second's precision; give the
-	// script time to start before it.
-	c.Generic.Deadline = time.Now().Add(3 * time.Second)
+	// Far enough for the agent to start the script on a loaded machine
+	// (a deadline that passed first ends the run with ExitExpired, which
+	// the checks below report), near enough to keep the test short.
+	c.Generic.Deadline = time.Now().Add(8 * time.Second)
 	v.writeConfig(c)
 	code := v.run(context.Background())
 	v.checkCommon(code, ExitDeadline, 1)
