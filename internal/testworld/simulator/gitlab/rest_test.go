@@ -265,6 +265,34 @@ func TestPendingJobsAndPagination(t *testing.T) {
 	}
 }
 
+// TestCancelPipeline cancels a pipeline of two stages through client-go:
+// every unfinished job ends canceled, none skipped; a Reporter may not.
+func TestCancelPipeline(t *testing.T) {
+	w := newWorld(t)
+	pl, err := w.sim.CreatePipeline(PipelineRequest{Project: "acme/platform/app", Jobs: []JobConfig{
+		{Name: "build", Stage: "build", Script: []string{"true"}}, {Name: "test", Stage: "test", Script: []string{"true"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.client(t, readPAT).Pipelines.CancelPipelineBuild("acme/platform/app", pl.ID); statusOf(err) != 403 {
+		t.Fatalf("cancel with a read_api token: %v, want 403", err)
+	}
+	c := w.client(t, devPAT)
+	if _, _, err := c.Pipelines.CancelPipelineBuild("acme/web", pl.ID); statusOf(err) != 404 {
+		t.Fatalf("cancel through another project: %v, want 404", err)
+	}
+	got, _, err := c.Pipelines.CancelPipelineBuild("acme/platform/app", pl.ID)
+	if err != nil || got.ID != pl.ID || got.Status != "canceled" || got.ProjectID != w.projectID(t, "acme/platform/app") {
+		t.Fatalf("cancel: %v %+v", err, got)
+	}
+	for _, id := range pl.Jobs {
+		if j, _ := w.sim.Job(id); j.Status != StatusCanceled {
+			t.Errorf("job %d is %s, want canceled", id, j.Status)
+		}
+	}
+}
+
 // TestTokenSelfAndUser reads the token's own scopes and its user, a bot user
 // for a project access token.
 func TestTokenSelfAndUser(t *testing.T) {
