@@ -1,8 +1,6 @@
 package v1alpha1
 
 import (
-	"fmt"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -33,25 +31,31 @@ func CIJobRank(s CIJobState) int {
 	return 0
 }
 
-// CIJobName is the name of the CIJob of a platform's job id, such as
-// github-actions-4242: one object per job, whoever records it first.
-func CIJobName(platform WorkloadType, jobID int64) string {
-	return fmt.Sprintf("%s-%d", platform, jobID)
-}
-
 // CIJobSpec identifies one CI job. It is written once, when HyperFleet first
 // learns of the job, and never changes.
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="a CIJob's spec is immutable: it identifies the job"
+// +kubebuilder:validation:XValidation:rule="has(self.jobId) != has(self.jobKey)",message="set exactly one of jobId (a platform's numeric job id) and jobKey (the id of a job whose platform does not number them)"
 type CIJobSpec struct {
 	// platform is the CI platform that runs the job.
 	// +required
 	Platform WorkloadType `json:"platform"`
 
-	// jobId is the platform's id of the job; the object's name is derived
-	// from it, which de-duplicates webhooks across manager replicas.
-	// +required
+	// jobId is the platform's id of the job when the platform numbers its
+	// jobs (GitHub Actions, GitLab CI); the object's name is derived from
+	// it, which de-duplicates webhooks across manager replicas. Exactly one
+	// of jobId and jobKey is set.
+	// +optional
 	// +kubebuilder:validation:Minimum=1
-	JobID int64 `json:"jobId"`
+	JobID int64 `json:"jobId,omitempty"`
+
+	// jobKey is the platform's id of the job when the platform does not
+	// number its jobs (a Buildkite job's UUID); the object's name is derived
+	// from it lower-cased. Exactly one of jobId and jobKey is set.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?$`
+	JobKey string `json:"jobKey,omitempty"`
 
 	// runId is the workflow run the job belongs to; a hard limit cancels
 	// this run.
@@ -152,6 +156,7 @@ type CIJobStatus struct {
 // +kubebuilder:resource:shortName=cij,categories=hyperfleet
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.runnerPoolRef.name`
 // +kubebuilder:printcolumn:name="Job",type=integer,JSONPath=`.spec.jobId`
+// +kubebuilder:printcolumn:name="Job Key",type=string,JSONPath=`.spec.jobKey`,priority=1
 // +kubebuilder:printcolumn:name="Repository",type=string,JSONPath=`.spec.repository`
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`
 // +kubebuilder:printcolumn:name="Runner",type=string,JSONPath=`.status.runnerName`

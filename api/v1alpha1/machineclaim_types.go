@@ -372,6 +372,7 @@ type IPAllocation struct {
 
 // BootstrapStatus is a VM's runner and workload identity. It never holds a
 // credential, only what identifies one.
+// +kubebuilder:validation:XValidation:rule="!(has(self.jobId) && has(self.jobKey))",message="set at most one of jobId (a platform's numeric job id) and jobKey (the id of a job whose platform does not number them)"
 type BootstrapStatus struct {
 	// runnerName is the runner's name on the CI platform.
 	// +optional
@@ -420,9 +421,19 @@ type BootstrapStatus struct {
 	// +optional
 	RegisteredAt *metav1.Time `json:"registeredAt,omitempty"`
 
-	// jobId is the CI job the runner took, as the CI platform reports it.
+	// jobId is the CI job the runner took, as the CI platform reports it,
+	// when the platform numbers its jobs (GitHub Actions, GitLab CI). At
+	// most one of jobId and jobKey is set.
 	// +optional
 	JobID int64 `json:"jobId,omitempty"`
+
+	// jobKey is the CI job the runner took when its platform does not
+	// number its jobs (a Buildkite job's UUID).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?$`
+	JobKey string `json:"jobKey,omitempty"`
 
 	// jobStartedAt is when the runner took the job.
 	// +optional

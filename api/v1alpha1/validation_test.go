@@ -425,6 +425,17 @@ func validClaim() *unstructured.Unstructured {
 	})
 }
 
+// validCIJob is a CIJob of a GitHub job, recorded with an integer jobId as
+// every CIJob was before jobKey existed.
+func validCIJob() *unstructured.Unstructured {
+	return object("CIJob", "github-actions-4242", map[string]any{
+		"platform":      "github-actions",
+		"jobId":         int64(4242),
+		"repository":    "octo-org/app",
+		"runnerPoolRef": map[string]any{"name": "pool"},
+	})
+}
+
 func validIPPool() *unstructured.Unstructured {
 	return object("IPPool", "", map[string]any{
 		"addresses": []any{"10.0.0.0/24"},
@@ -662,6 +673,20 @@ func invalidCases() []invalidCase {
 		{name: "claim end cannot be removed", base: validClaim, mutate: set(map[string]any{"reason": "scaled_down", "requestedAt": "2026-01-01T00:00:00Z"}, "spec", "end"), update: del("spec", "end"), want: "spec.end cannot be removed once set"},
 		{name: "claim pool ref cannot be removed", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: del("spec", "runnerPoolRef"), want: "spec.runnerPoolRef is immutable: it cannot be added or removed after creation"},
 
+		// CIJob: exactly one of jobId and jobKey, and a jobKey that makes a
+		// valid object name (api/v1alpha1/jobid.go).
+		{name: "cijob with jobId and jobKey", base: validCIJob, mutate: set("0190a1b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b", "spec", "jobKey"),
+			want: "set exactly one of jobId (a platform's numeric job id) and jobKey"},
+		{name: "cijob with neither jobId nor jobKey", base: validCIJob, mutate: del("spec", "jobId"),
+			want: "set exactly one of jobId (a platform's numeric job id) and jobKey"},
+		{name: "cijob jobKey ending in a hyphen", base: validCIJob, mutate: all(del("spec", "jobId"), set("abc-", "spec", "jobKey")), want: "spec.jobKey: Invalid value"},
+		{name: "cijob jobKey with an underscore", base: validCIJob, mutate: all(del("spec", "jobId"), set("a_b", "spec", "jobKey")), want: "spec.jobKey: Invalid value"},
+		{name: "cijob jobKey too long", base: validCIJob, mutate: all(del("spec", "jobId"), set(strings.Repeat("a", 65), "spec", "jobKey")), want: "spec.jobKey: Too long"},
+		{name: "claim bootstrap with jobId and jobKey", base: validClaim, mutate: func(*unstructured.Unstructured) {},
+			update: set(map[string]any{"jobId": int64(7), "jobKey": "0190a1b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b"}, "status", "bootstrap"), status: true,
+			want: "set at most one of jobId (a platform's numeric job id) and jobKey"},
+		{name: "claim bootstrap jobKey not a key", base: validClaim, mutate: func(*unstructured.Unstructured) {},
+			update: set(map[string]any{"jobKey": "-x"}, "status", "bootstrap"), status: true, want: "status.bootstrap.jobKey: Invalid value"},
 		// IPPool
 		{name: "ippool bare address", base: validIPPool, mutate: set([]string{"10.0.0.5"}, "spec", "addresses"), want: "each address must be a CIDR (10.0.0.0/24), a range of two addresses of one family"},
 		{name: "ippool range of mixed families", base: validIPPool, mutate: set([]string{"10.0.0.1-2001:db8::1"}, "spec", "addresses"), want: "each address must be a CIDR"},

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -134,7 +135,7 @@ func TestForgedInProgressDoesNotStarveAQueuedJob(t *testing.T) {
 	w.forgeInProgress(victimJob, busyJob.RunnerName, poolWebhookSecret)
 	var record hfv1.CIJob
 	eventually(t, 30*time.Second, "the forged delivery recorded", func() error {
-		return env.Client.Get(context.Background(), client.ObjectKey{Namespace: pool.Namespace, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, victim)}, &record)
+		return env.Client.Get(context.Background(), client.ObjectKey{Namespace: pool.Namespace, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, strconv.FormatInt(victim, 10))}, &record)
 	})
 	if record.Status.RunnerName == busyJob.RunnerName {
 		t.Errorf("job %d recorded %s on the busy runner %s, as the forged delivery says; GitHub has it queued", victim, record.Status.State, busyJob.RunnerName)

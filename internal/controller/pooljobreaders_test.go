@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,12 +44,13 @@ func TestPoolJobReaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := reader.GetJob(ctx, "octo-org/app", job.ID)
-	if err != nil || got.ID != job.ID || got.State != workload.JobQueued {
+	id := strconv.FormatInt(job.ID, 10)
+	got, err := reader.GetJob(ctx, "octo-org/app", id)
+	if err != nil || got.ID != id || got.State != workload.JobQueued {
 		t.Fatalf("GetJob = %+v, %v; want job %d queued", got, err, job.ID)
 	}
 	// The pool's scope is octo-org/app: another repository is refused, not asked about.
-	if _, err := reader.GetJob(ctx, "octo-org/other", job.ID); err == nil {
+	if _, err := reader.GetJob(ctx, "octo-org/other", id); err == nil {
 		t.Fatal("a job outside the pool's scope was read")
 	}
 	_, err = readers.JobReaderFor(ctx, types.NamespacedName{Namespace: f.namespace, Name: "absent"})

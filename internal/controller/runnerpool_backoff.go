@@ -49,7 +49,7 @@ func attemptOf(c *hfv1.MachineClaim) (scaling.Attempt, bool) {
 }
 
 // runnersWithJobs are the runners the pool's job records say took a job.
-func runnersWithJobs(jobs map[int64]*hfv1.CIJob) map[string]bool {
+func runnersWithJobs(jobs map[string]*hfv1.CIJob) map[string]bool {
 	out := make(map[string]bool, len(jobs))
 	for _, j := range jobs {
 		if j.Status.RunnerName != "" {

@@ -126,7 +126,7 @@ func TestShortJobIsNotABackoffFailure(t *testing.T) {
 	pool := &hfv1.RunnerPool{}
 	pass := func(now time.Time) (*poolScope, phase.Result) {
 		v := &poolScope{pool: pool, tmpl: tmpl, now: now, undecided: map[types.UID]bool{},
-			claims: &poolclaims.Claims{Finished: []*hfv1.MachineClaim{&ran, &silent}}, jobs: map[int64]*hfv1.CIJob{1: job}}
+			claims: &poolclaims.Claims{Finished: []*hfv1.MachineClaim{&ran, &silent}}, jobs: map[string]*hfv1.CIJob{"1": job}}
 		res, err := r.observeAttempts(context.Background(), v)
 		if err != nil {
 			t.Fatal(err)
@@ -186,7 +186,7 @@ func TestJobReportsDoNotHoldReplacements(t *testing.T) {
 			pool := &hfv1.RunnerPool{}
 			pass := func(now time.Time) *poolScope {
 				v := &poolScope{pool: pool, tmpl: tmpl, now: now, undecided: map[types.UID]bool{}, vouched: map[types.UID]bool{},
-					claims: &poolclaims.Claims{Finished: []*hfv1.MachineClaim{&a, &b, &c}}, jobs: map[int64]*hfv1.CIJob{}}
+					claims: &poolclaims.Claims{Finished: []*hfv1.MachineClaim{&a, &b, &c}}, jobs: map[string]*hfv1.CIJob{}}
 				if _, err := r.observeAttempts(context.Background(), v); err != nil {
 					t.Fatal(err)
 				}

@@ -40,10 +40,10 @@ func (r *RunnerPoolReconciler) load(ctx context.Context, s *poolScope) (phase.Re
 	if err := r.Client.List(ctx, &jobs, client.InNamespace(pool.Namespace), client.MatchingFields{fieldindex.JobPool: pool.Name}); err != nil {
 		return phase.Stop(), fmt.Errorf("list CIJobs of pool: %w", err)
 	}
-	s.jobs = make(map[int64]*hfv1.CIJob, len(jobs.Items))
+	s.jobs = make(map[string]*hfv1.CIJob, len(jobs.Items))
 	for i := range jobs.Items {
 		j := &jobs.Items[i]
-		s.jobs[j.Spec.JobID] = j
+		s.jobs[j.Spec.ID()] = j
 		if j.Status.State == hfv1.CIJobQueued || j.Status.State == "" {
 			s.pending = append(s.pending, j)
 		}

@@ -183,7 +183,7 @@ type poolScope struct {
 	tmpl     *hfv1.HypervisorMachineTemplate
 	hash     string
 	claims   *poolclaims.Claims
-	jobs     map[int64]*hfv1.CIJob
+	jobs     map[string]*hfv1.CIJob // by job id (CIJobSpec.ID)
 	pending  []*hfv1.CIJob
 	blockers map[string]int
 	// scopeVerified: the pool may create VMs (ScopeVerified, or a pool

@@ -82,7 +82,7 @@ func (r *RunnerPoolReconciler) endForLimit(ctx context.Context, s *poolScope, c 
 	case scaling.IdleTimeout:
 		msg = fmt.Sprintf("the runner took no job within spec.lifecycle.idleTimeout (%s)", limits.IdleTimeout)
 	case scaling.JobTimeout:
-		msg = fmt.Sprintf("job %d ran longer than spec.lifecycle.jobTimeout (%s)", c.Status.Bootstrap.JobID, limits.JobTimeout)
+		msg = fmt.Sprintf("job %s ran longer than spec.lifecycle.jobTimeout (%s)", c.Status.Bootstrap.Job(), limits.JobTimeout)
 	case scaling.MaxLifetime:
 		msg = fmt.Sprintf("the VM reached spec.lifecycle.maxLifetime (%s)", limits.MaxLifetime)
 	}
@@ -90,8 +90,8 @@ func (r *RunnerPoolReconciler) endForLimit(ctx context.Context, s *poolScope, c 
 		if cancelled, retryIn := r.cancelJob(ctx, s, c); !cancelled {
 			return false, retryIn, nil
 		}
-		if st := c.Status.Bootstrap; st != nil && st.JobID != 0 {
-			msg += fmt.Sprintf("; job %d was cancelled first", st.JobID)
+		if job := c.Status.Bootstrap.Job(); job != "" {
+			msg += fmt.Sprintf("; job %s was cancelled first", job)
 		}
 	}
 	return true, 0, r.endClaim(ctx, s, c, e.Reason, msg, false)
@@ -102,24 +102,24 @@ func (r *RunnerPoolReconciler) endForLimit(ctx context.Context, s *poolScope, c 
 // cancelled yet.
 func (r *RunnerPoolReconciler) cancelJob(ctx context.Context, s *poolScope, c *hfv1.MachineClaim) (bool, time.Duration) {
 	st := c.Status.Bootstrap
-	if st == nil || st.JobID == 0 || r.Jobs == nil || s.tmpl == nil {
+	if st.Job() == "" || r.Jobs == nil || s.tmpl == nil {
 		return true, 0
 	}
-	job := s.jobs[st.JobID]
+	job := s.jobs[st.Job()]
 	if job == nil || job.Status.State == hfv1.CIJobCompleted {
 		return true, 0
 	}
 	err := r.Jobs.CancelJob(ctx, s.pool, s.tmpl, job)
 	switch {
 	case err == nil, errors.Is(err, workload.ErrNotFound):
-		r.Recorder.Eventf(s.pool, corev1.EventTypeWarning, "JobCancelled", "Cancelled workflow run %d of %s (job %d on runner %s, claim %s) before enforcing a hard limit",
-			job.Spec.RunID, job.Spec.Repository, job.Spec.JobID, st.RunnerName, c.Name)
+		r.Recorder.Eventf(s.pool, corev1.EventTypeWarning, "JobCancelled", "Cancelled workflow run %d of %s (job %s on runner %s, claim %s) before enforcing a hard limit",
+			job.Spec.RunID, job.Spec.Repository, job.Spec.ID(), st.RunnerName, c.Name)
 		return true, 0
 	}
 	if wait, limited := machineclaim.RetryAfter(err, s.now); limited {
 		return false, wait
 	}
-	r.Recorder.Eventf(s.pool, corev1.EventTypeWarning, "JobCancelFailed", "Could not cancel job %d of claim %s (retrying before destroying its VM): %v", job.Spec.JobID, c.Name, err)
+	r.Recorder.Eventf(s.pool, corev1.EventTypeWarning, "JobCancelFailed", "Could not cancel job %s of claim %s (retrying before destroying its VM): %v", job.Spec.ID(), c.Name, err)
 	return false, 15 * time.Second
 }
 

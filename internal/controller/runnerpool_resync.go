@@ -223,7 +223,7 @@ func (s *PoolResync) resyncGroup(ctx context.Context, g *resyncGroup, cands []de
 		s.reportError(g.key, g.pools, listErr)
 	}
 
-	queued := map[int64]bool{}
+	queued := map[string]bool{}
 	if len(repoList) > 0 {
 		jobs, err := g.p.QueuedJobs(ctx, repoList)
 		if err != nil {
@@ -233,7 +233,7 @@ func (s *PoolResync) resyncGroup(ctx context.Context, g *resyncGroup, cands []de
 		for _, job := range jobs {
 			queued[job.ID] = true
 			d := demand.Choose(cands, job)
-			if !d.Matched() || recorded[types.NamespacedName{Namespace: d.Pool.Pool.Namespace, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, job.ID)}] {
+			if !d.Matched() || recorded[types.NamespacedName{Namespace: d.Pool.Pool.Namespace, Name: hfv1.CIJobName(job.Platform, job.ID)}] {
 				continue
 			}
 			out, err := s.Recorder.Apply(ctx, d.Pool.Pool, workload.JobEvent{Action: "queued", Job: job}, demand.SourceResync)
@@ -336,7 +336,7 @@ func (s *PoolResync) observeRunners(ctx context.Context, pool *hfv1.RunnerPool, 
 // have been lost: queued ones the platform no longer lists as queued, and
 // in-progress ones whose runner is gone or idle. Only jobs older than the
 // resync's start are read, so a webhook in flight is not raced.
-func (s *PoolResync) advanceRecords(ctx context.Context, g *resyncGroup, records []*hfv1.CIJob, queued map[int64]bool, byName map[string]workload.Runner, start time.Time) error {
+func (s *PoolResync) advanceRecords(ctx context.Context, g *resyncGroup, records []*hfv1.CIJob, queued map[string]bool, byName map[string]workload.Runner, start time.Time) error {
 	limit := s.MaxJobLookups
 	if limit <= 0 {
 		limit = 50
@@ -351,7 +351,7 @@ func (s *PoolResync) advanceRecords(ctx context.Context, g *resyncGroup, records
 		}
 		switch rec.Status.State {
 		case hfv1.CIJobQueued, "":
-			if queued[rec.Spec.JobID] {
+			if queued[rec.Spec.ID()] {
 				continue
 			}
 		case hfv1.CIJobInProgress:
@@ -360,7 +360,7 @@ func (s *PoolResync) advanceRecords(ctx context.Context, g *resyncGroup, records
 			}
 		}
 		limit--
-		job, err := g.p.GetJob(ctx, rec.Spec.Repository, rec.Spec.JobID)
+		job, err := g.p.GetJob(ctx, rec.Spec.Repository, rec.Spec.ID())
 		switch {
 		case errors.Is(err, workload.ErrNotFound):
 			// The run was deleted: no runner will ever take the job.

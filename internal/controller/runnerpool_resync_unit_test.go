@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func TestResyncSkipsRecordedQueuedJobs(t *testing.T) {
 	pool := &hfv1.RunnerPool{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "runners"}}
 	var jobs []workload.Job
 	for id := int64(1); id <= 3; id++ {
-		jobs = append(jobs, workload.Job{ID: id, Repository: "octo-org/app", Labels: []string{"self-hosted"}, State: workload.JobQueued, CreatedAt: unitEpoch})
+		jobs = append(jobs, workload.Job{ID: strconv.FormatInt(id, 10), Platform: hfv1.WorkloadGitHubActions, Repository: "octo-org/app", Labels: []string{"self-hosted"}, State: workload.JobQueued, CreatedAt: unitEpoch})
 	}
 	var creates, gets atomic.Int32
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pool).WithStatusSubresource(pool).

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -85,7 +86,7 @@ func TestRunnerPoolTenantIsolation(t *testing.T) {
 		t.Errorf("job ran on %q", r)
 	}
 	var cj hfv1.CIJob
-	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: victim.Namespace, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, ids[0])}, &cj); err != nil {
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: victim.Namespace, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, strconv.FormatInt(ids[0], 10))}, &cj); err != nil {
 		t.Errorf("the victim's pool has no record of its job: %v", err)
 	}
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -461,7 +462,7 @@ func TestRunnerPoolWarmPoolAndResync(t *testing.T) {
 		recorded := 0
 		for _, id := range ids {
 			var cj hfv1.CIJob
-			err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: pool.Namespace, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, id)}, &cj)
+			err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: pool.Namespace, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, strconv.FormatInt(id, 10))}, &cj)
 			if apierrors.IsNotFound(err) {
 				continue
 			}

@@ -76,7 +76,7 @@ func (r *Recorder) confirm(ctx context.Context, pool types.NamespacedName, ev wo
 		"delivery", ev.DeliveryID, "eventState", ev.Job.State, "reason", why)
 	reader, err := r.readers.JobReaderFor(ctx, pool)
 	if err != nil {
-		return ev, false, fmt.Errorf("confirming job %d of %s with the CI platform (%s): %w", ev.Job.ID, ev.Job.Repository, why, err)
+		return ev, false, fmt.Errorf("confirming job %s of %s with the CI platform (%s): %w", ev.Job.ID, ev.Job.Repository, why, err)
 	}
 	job, err := reader.GetJob(ctx, ev.Job.Repository, ev.Job.ID)
 	if errors.Is(err, workload.ErrNotFound) {
@@ -84,8 +84,11 @@ func (r *Recorder) confirm(ctx context.Context, pool types.NamespacedName, ev wo
 		return ev, false, nil
 	}
 	if err != nil {
-		return ev, false, fmt.Errorf("confirming job %d of %s with the CI platform (%s): %w", ev.Job.ID, ev.Job.Repository, why, err)
+		return ev, false, fmt.Errorf("confirming job %s of %s with the CI platform (%s): %w", ev.Job.ID, ev.Job.Repository, why, err)
 	}
+	// The record stays the job's the event named (its platform and id as
+	// checked), whatever spelling the platform's answer uses.
+	job.Platform, job.ID = ev.Job.Platform, ev.Job.ID
 	if job.State != ev.Job.State || job.RunnerName != ev.Job.RunnerName {
 		// A forgery, a replay, or an API a moment behind its webhooks:
 		// what the API says is recorded, and the resync moves the record
@@ -117,7 +120,7 @@ func (r *Recorder) untrustedBecause(ctx context.Context, pool types.NamespacedNa
 		// Only the job's owner could have signed it: no read needed.
 		return "", "", nil
 	}
-	cur, err := r.recorded(ctx, pool, ev.Job.ID)
+	cur, err := r.recorded(ctx, pool, ev.Job)
 	if err != nil {
 		return "", "", err
 	}
@@ -143,8 +146,8 @@ func (r *Recorder) untrustedBecause(ctx context.Context, pool types.NamespacedNa
 // The copy this Recorder wrote last is enough when it shows the job
 // started (a state only moves forward, so no one can have moved it back);
 // otherwise the record is read from the API server, which may know more.
-func (r *Recorder) recorded(ctx context.Context, pool types.NamespacedName, id int64) (*hfv1.CIJob, error) {
-	key := types.NamespacedName{Namespace: pool.Namespace, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, id)}
+func (r *Recorder) recorded(ctx context.Context, pool types.NamespacedName, job workload.Job) (*hfv1.CIJob, error) {
+	key := types.NamespacedName{Namespace: pool.Namespace, Name: hfv1.CIJobName(job.Platform, job.ID)}
 	if cur, ok := r.written.get(key); ok && hfv1.CIJobRank(cur.Status.State) >= hfv1.CIJobRank(hfv1.CIJobInProgress) && cur.Status.RunnerName != "" {
 		return cur, nil
 	}

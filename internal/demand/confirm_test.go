@@ -3,6 +3,7 @@ package demand
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func (c *countingReaders) count(pool types.NamespacedName) int {
 // webhookEvent is a signed-looking webhook event about a job of
 // octo-org/app in state, with its times fresh unless given.
 func webhookEvent(id int64, state workload.JobState, at time.Time, delivery string) workload.JobEvent {
-	j := workload.Job{ID: id, RunID: 1, Repository: "octo-org/app", Labels: []string{"self-hosted"}, State: state, CreatedAt: at}
+	j := workload.Job{ID: strconv.FormatInt(id, 10), Platform: hfv1.WorkloadGitHubActions, RunID: 1, Repository: "octo-org/app", Labels: []string{"self-hosted"}, State: state, CreatedAt: at}
 	if state != workload.JobQueued {
 		j.StartedAt, j.RunnerName, j.RunnerID = at, "runner-1", 9
 	}
@@ -144,7 +145,7 @@ func TestRecorderConfirmsUntrustedWebhookEvents(t *testing.T) {
 		if err := rec.Record(ctx, pool, webhookEvent(987654321, workload.JobQueued, now.Add(-time.Hour), "d"), SourceWebhook); err != nil {
 			t.Fatal(err)
 		}
-		err := e.Client.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, 987654321)}, &hfv1.CIJob{})
+		err := e.Client.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, "987654321")}, &hfv1.CIJob{})
 		if !apierrors.IsNotFound(err) || readers.count(pool) != 1 {
 			t.Fatalf("Get = %v after %d API reads; want not found after 1", err, readers.count(pool))
 		}
@@ -213,7 +214,7 @@ func TestRecorderConfirmsUntrustedWebhookEvents(t *testing.T) {
 		// Recorded in progress by the resync (what the API said), without
 		// a runner name: a shared-secret event naming one is confirmed;
 		// its completion, the next step in order, is not.
-		if err := rec.Record(ctx, pool, workload.JobEvent{Action: "in_progress", Job: workload.Job{ID: waiting.ID, Repository: "octo-org/app",
+		if err := rec.Record(ctx, pool, workload.JobEvent{Action: "in_progress", Job: workload.Job{ID: strconv.FormatInt(waiting.ID, 10), Platform: hfv1.WorkloadGitHubActions, Repository: "octo-org/app",
 			State: workload.JobInProgress, StartedAt: now}}, SourceResync); err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +252,7 @@ func TestRecorderConfirmsUntrustedWebhookEvents(t *testing.T) {
 		if err == nil || !errors.Is(err, failing.err) {
 			t.Fatalf("Record = %v, want the reader's error", err)
 		}
-		getErr := e.Client.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, finished.ID)}, &hfv1.CIJob{})
+		getErr := e.Client.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, strconv.FormatInt(finished.ID, 10))}, &hfv1.CIJob{})
 		if !apierrors.IsNotFound(getErr) {
 			t.Fatalf("an unconfirmed event was recorded: %v", getErr)
 		}

@@ -3,6 +3,7 @@ package demand
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -84,14 +85,14 @@ func (r *Recorder) Record(ctx context.Context, pool types.NamespacedName, ev wor
 
 // Apply is Record, also saying what it did.
 func (r *Recorder) Apply(ctx context.Context, pool types.NamespacedName, ev workload.JobEvent, source string) (Outcome, error) {
-	if ev.Job.ID <= 0 {
-		return Unchanged, fmt.Errorf("recording job event: job id %d is not positive", ev.Job.ID)
+	if err := checkJob(ev.Job); err != nil {
+		return Unchanged, err
 	}
 	if pool.Namespace == "" || pool.Name == "" {
-		return Unchanged, fmt.Errorf("recording job %d: no RunnerPool given", ev.Job.ID)
+		return Unchanged, fmt.Errorf("recording job %s of %s: no RunnerPool given", ev.Job.ID, ev.Job.Platform)
 	}
 	if _, ok := stateOf(ev.Job.State); !ok {
-		return Unchanged, fmt.Errorf("recording job %d: unknown job state %q", ev.Job.ID, ev.Job.State)
+		return Unchanged, fmt.Errorf("recording job %s of %s: unknown job state %q", ev.Job.ID, ev.Job.Platform, ev.Job.State)
 	}
 	if source == SourceWebhook && r.readers != nil {
 		confirmed, keep, err := r.confirm(ctx, pool, ev)
@@ -139,9 +140,29 @@ func (r *Recorder) Apply(ctx context.Context, pool types.NamespacedName, ev work
 	return outcome, nil
 }
 
+// checkJob refuses a job the Recorder cannot name a CIJob after: one
+// without a platform, or whose id the API cannot hold or would not make a
+// valid object name of (hfv1.ValidateJobID). Such an id is refused, never
+// shortened: a shortened id could name another job's record.
+func checkJob(j workload.Job) error {
+	if j.Platform == "" {
+		return fmt.Errorf("recording job %q: the job names no CI platform (workload.Job.Platform); its back-end must set it", clipString(j.ID, maxQuotedIDLength))
+	}
+	if err := hfv1.ValidateJobID(j.ID); err != nil {
+		return fmt.Errorf("recording job %q of %s: %w", clipString(j.ID, maxQuotedIDLength), j.Platform, err)
+	}
+	return nil
+}
+
 // merge applies ev to cur and writes it when that changed anything,
-// remembering what it wrote (or read, when nothing changed).
+// remembering what it wrote (or read, when nothing changed). A record of
+// another job under the same name (ids that differ only in case, see
+// hfv1.CIJobName) is refused rather than merged into.
 func (r *Recorder) merge(ctx context.Context, pool types.NamespacedName, cur *hfv1.CIJob, ev workload.JobEvent, source string) (Outcome, error) {
+	if cur.Spec.Platform != ev.Job.Platform || !strings.EqualFold(cur.Spec.ID(), ev.Job.ID) {
+		return Unchanged, fmt.Errorf("CIJob %s/%s records job %s of %s, not job %s of %s: two jobs whose ids differ only in case cannot both be recorded",
+			cur.Namespace, cur.Name, cur.Spec.ID(), cur.Spec.Platform, ev.Job.ID, ev.Job.Platform)
+	}
 	was := cur.Status.State
 	if !MergeEvent(cur, ev, source) {
 		return Unchanged, nil
@@ -169,6 +190,7 @@ func observeQueueTime(pool types.NamespacedName, was hfv1.CIJobState, st *hfv1.C
 
 // NewCIJob is the CIJob a first event about a job creates in pool's
 // namespace; now stands in for the queue time when the platform gave none.
+// The job's platform and id must pass checkJob (Apply checks them).
 func NewCIJob(pool types.NamespacedName, ev workload.JobEvent, source string, now time.Time) *hfv1.CIJob {
 	j := ev.Job
 	state, _ := stateOf(j.State)
@@ -183,7 +205,7 @@ func NewCIJob(pool types.NamespacedName, ev workload.JobEvent, source string, no
 	cj := &hfv1.CIJob{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: pool.Namespace,
-			Name:      hfv1.CIJobName(hfv1.WorkloadGitHubActions, j.ID),
+			Name:      hfv1.CIJobName(j.Platform, j.ID),
 			Labels: map[string]string{
 				hfv1.ManagedByLabel:  hfv1.ManagedByValue,
 				hfv1.RunnerPoolLabel: pool.Name,
@@ -191,8 +213,7 @@ func NewCIJob(pool types.NamespacedName, ev workload.JobEvent, source string, no
 			},
 		},
 		Spec: hfv1.CIJobSpec{
-			Platform:      hfv1.WorkloadGitHubActions,
-			JobID:         j.ID,
+			Platform:      j.Platform,
 			RunID:         max(j.RunID, 0),
 			RunAttempt:    max(j.RunAttempt, 0),
 			Repository:    clipString(j.Repository, maxRepositoryLength),
@@ -206,6 +227,7 @@ func NewCIJob(pool types.NamespacedName, ev workload.JobEvent, source string, no
 			QueuedAt: &metav1.Time{Time: queuedAt},
 		},
 	}
+	cj.Spec.SetID(j.ID)
 	applyEvent(&cj.Status, ev, source, state)
 	return cj
 }
@@ -312,6 +334,8 @@ const (
 	maxConclusionLength = 64
 	maxRunnerNameLength = 256
 	maxDeliveryIDLength = 128
+	// maxQuotedIDLength bounds a refused job id quoted in an error.
+	maxQuotedIDLength = 80
 )
 
 // clipString shortens s to at most n characters (the schema counts

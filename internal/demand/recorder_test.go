@@ -2,6 +2,8 @@ package demand
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,7 +28,7 @@ var (
 
 func jobEvent(id int64, action string, state workload.JobState, delivery string) workload.JobEvent {
 	j := workload.Job{
-		ID: id, RunID: 77, RunAttempt: 1, Repository: "octo/app", Labels: []string{"self-hosted", "gpu"},
+		ID: strconv.FormatInt(id, 10), Platform: hfv1.WorkloadGitHubActions, RunID: 77, RunAttempt: 1, Repository: "octo/app", Labels: []string{"self-hosted", "gpu"},
 		State: state, WorkflowName: "CI", Name: "build", CreatedAt: t0,
 	}
 	if state != workload.JobQueued {
@@ -58,7 +60,7 @@ func TestNewCIJob(t *testing.T) {
 		st.Source != "webhook" || st.LastDeliveryID != "d1" {
 		t.Errorf("status %+v", st)
 	}
-	if cj.Spec.RunnerPoolRef.Name != "gpu" || cj.Spec.JobID != 42 || cj.Spec.Repository != "octo/app" || cj.Spec.JobName != "build" {
+	if cj.Spec.RunnerPoolRef.Name != "gpu" || cj.Spec.ID() != "42" || cj.Spec.JobID != 42 || cj.Spec.JobKey != "" || cj.Spec.Platform != hfv1.WorkloadGitHubActions || cj.Spec.Repository != "octo/app" || cj.Spec.JobName != "build" {
 		t.Errorf("spec %+v", cj.Spec)
 	}
 	long := jobEvent(43, "queued", workload.JobQueued, strings.Repeat("d", 300))
@@ -126,7 +128,7 @@ func newNamespace(t *testing.T, c client.Client) string {
 func getJob(t *testing.T, c client.Client, ns string, id int64) *hfv1.CIJob {
 	t.Helper()
 	var cj hfv1.CIJob
-	key := types.NamespacedName{Namespace: ns, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, id)}
+	key := types.NamespacedName{Namespace: ns, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, strconv.FormatInt(id, 10))}
 	if err := c.Get(context.Background(), key, &cj); err != nil {
 		t.Fatalf("get CIJob %s: %v", key, err)
 	}
@@ -210,6 +212,63 @@ func TestRecorderForward(t *testing.T) {
 	}
 }
 
+// TestRecorderTextualJobID: the Recorder knows no platform of its own. A
+// Buildkite job, whose id is a UUID, is recorded under its platform with
+// the UUID in spec.jobKey and a name CIJobName gives, moves forward, and a
+// GitHub job with a number for an id in the same namespace stays apart; an
+// event spelling the UUID in upper case is the same job (UUIDs ignore
+// case), and a record of another job under the same name is never merged
+// into.
+func TestRecorderTextualJobID(t *testing.T) {
+	e := testEnv(t)
+	ctx := context.Background()
+	ns := newNamespace(t, e.Client)
+	rec := NewRecorder(e.Client, e.Client, nil)
+	pool := nn(ns, "linux")
+	const uuid = "0190a1b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b"
+	buildkite := func(id string, state workload.JobState, delivery string) workload.JobEvent {
+		ev := jobEvent(1, string(state), state, delivery)
+		ev.Job.ID, ev.Job.Platform = id, hfv1.WorkloadBuildkite
+		return ev
+	}
+	if out, err := rec.Apply(ctx, pool, buildkite(uuid, workload.JobQueued, "q"), SourceWebhook); err != nil || out != Created {
+		t.Fatalf("queued: %s, %v", out, err)
+	}
+	if out, err := rec.Apply(ctx, pool, buildkite(strings.ToUpper(uuid), workload.JobInProgress, "p"), SourceWebhook); err != nil || out != Updated {
+		t.Fatalf("in_progress, id in upper case: %s, %v", out, err)
+	}
+	if err := rec.Record(ctx, pool, jobEvent(4242, "queued", workload.JobQueued, "gh"), SourceWebhook); err != nil {
+		t.Fatal(err)
+	}
+
+	// A fresh recorder reads back what was written (no cached copy).
+	var cj hfv1.CIJob
+	if err := e.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "buildkite-" + uuid}, &cj); err != nil {
+		t.Fatal(err)
+	}
+	if cj.Spec.Platform != hfv1.WorkloadBuildkite || cj.Spec.ID() != uuid || cj.Spec.JobKey != uuid || cj.Spec.JobID != 0 ||
+		cj.Status.State != hfv1.CIJobInProgress || cj.Status.RunnerName != "hf-gpu-abc12" {
+		t.Fatalf("Buildkite record: spec %+v, status %+v", cj.Spec, cj.Status)
+	}
+	gh := getJob(t, e.Client, ns, 4242)
+	if gh.Spec.Platform != hfv1.WorkloadGitHubActions || gh.Spec.JobID != 4242 || gh.Spec.JobKey != "" || gh.Status.State != hfv1.CIJobQueued {
+		t.Fatalf("GitHub record: spec %+v, status %+v", gh.Spec, gh.Status)
+	}
+
+	// A record under the same name holding another job (written by hand:
+	// the Recorder never writes one) is refused, not merged into.
+	other := cj.DeepCopy()
+	other.ResourceVersion, other.Name = "", "buildkite-abc"
+	other.Spec.SetID("ABC-other")
+	if err := e.Client.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	err := NewRecorder(e.Client, e.Client, nil).Record(ctx, pool, buildkite("abc", workload.JobCompleted, "c"), SourceWebhook)
+	if err == nil || !strings.Contains(err.Error(), "ABC-other") {
+		t.Fatalf("recording job abc over the record of job ABC-other: %v; want a refusal naming both", err)
+	}
+}
+
 // TestRecorderConcurrent: replicas racing on one job end with one record in
 // the most advanced state.
 func TestRecorderConcurrent(t *testing.T) {
@@ -245,15 +304,38 @@ func TestRecorderConcurrent(t *testing.T) {
 	}
 }
 
+// TestRecorderRefusesIDsWithoutAName: an id that cannot be a CIJob's
+// (spec.jobKey's pattern and length, hfv1.ValidateJobID) is refused with
+// an error naming the platform and the id, never shortened into a name
+// another job could have; nothing is written (the nil client would
+// panic).
+func TestRecorderRefusesIDsWithoutAName(t *testing.T) {
+	rec := NewRecorder(nil, nil, nil)
+	for _, id := range []string{"", "-1", "abc-", "a_b", "job/1", strings.Repeat("7a", 40)} {
+		ev := jobEvent(1, "queued", workload.JobQueued, "x")
+		ev.Job.ID, ev.Job.Platform = id, hfv1.WorkloadBuildkite
+		err := rec.Record(context.Background(), nn("team", "linux"), ev, SourceWebhook)
+		if err == nil || !strings.Contains(err.Error(), string(hfv1.WorkloadBuildkite)) || !strings.Contains(err.Error(), fmt.Sprintf("%q", id)) {
+			t.Errorf("job id %q: %v; want a refusal naming buildkite and the id", id, err)
+		}
+	}
+	ev := jobEvent(1, "queued", workload.JobQueued, "x")
+	ev.Job.Platform = ""
+	if err := rec.Record(context.Background(), nn("team", "linux"), ev, SourceWebhook); err == nil || !strings.Contains(err.Error(), "workload.Job.Platform") {
+		t.Errorf("a job without a platform: %v; want a refusal naming workload.Job.Platform", err)
+	}
+}
+
 func TestRecorderRejects(t *testing.T) {
 	rec := NewRecorder(nil, nil, nil)
 	for _, tc := range []struct {
 		pool types.NamespacedName
 		ev   workload.JobEvent
 	}{
-		{nn("a", "b"), workload.JobEvent{Job: workload.Job{ID: 0, State: workload.JobQueued}}},
+		{nn("a", "b"), workload.JobEvent{Job: workload.Job{ID: "", Platform: hfv1.WorkloadGitHubActions, State: workload.JobQueued}}},
+		{nn("a", "b"), workload.JobEvent{Job: workload.Job{ID: "1", State: workload.JobQueued}}},
 		{nn("", "b"), jobEvent(1, "queued", workload.JobQueued, "x")},
-		{nn("a", "b"), workload.JobEvent{Job: workload.Job{ID: 1, State: "requested"}}},
+		{nn("a", "b"), workload.JobEvent{Job: workload.Job{ID: "1", Platform: hfv1.WorkloadGitHubActions, State: "requested"}}},
 	} {
 		if err := rec.Record(context.Background(), tc.pool, tc.ev, SourceWebhook); err == nil {
 			t.Errorf("Record(%v, %+v) succeeded", tc.pool, tc.ev)

@@ -81,6 +81,9 @@ import (
 type Candidate struct {
 	// Pool is the pool's namespace and name.
 	Pool types.NamespacedName
+	// Platform is the pool's workload type: it takes only that
+	// platform's jobs, whatever scope and labels two platforms share.
+	Platform hfv1.WorkloadType
 	// UID is the pool's UID (for events about it).
 	UID types.UID
 	// Scope is where the pool's runners take jobs from.
@@ -210,6 +213,7 @@ func PoolCandidate(be workload.Backend, pool *hfv1.RunnerPool, tmpl *hfv1.Hyperv
 	verified := ScopeVerified(pool, tmpl.Name, t.CredentialsKey, p.Scope)
 	return Candidate{
 		Pool:         types.NamespacedName{Namespace: pool.Namespace, Name: pool.Name},
+		Platform:     pool.Spec.Workload.Type,
 		UID:          pool.UID,
 		Scope:        p.Scope,
 		RunnerLabels: workload.RunnerLabels(t.DefaultLabels, p.Labels),
@@ -254,7 +258,7 @@ func Choose(cands []Candidate, job workload.Job) Decision {
 	var best []Candidate
 	for i := range cands {
 		c := &cands[i]
-		if !c.Scope.Contains(job.Repository) {
+		if c.Platform != job.Platform || !c.Scope.Contains(job.Repository) {
 			continue
 		}
 		if !c.Verified {

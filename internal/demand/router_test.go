@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ func TestChoose(t *testing.T) {
 	app := workload.Scope{Owner: "octo", Repository: "app"}
 	other := workload.Scope{Owner: "elsewhere"}
 	job := func(labels ...string) workload.Job {
-		return workload.Job{ID: 1, Repository: "Octo/App", Labels: labels}
+		return workload.Job{ID: "1", Repository: "Octo/App", Labels: labels}
 	}
 	tests := []struct {
 		name      string
@@ -210,7 +211,7 @@ func TestChooseProperty(t *testing.T) {
 			cands = append(cands, c)
 		}
 		id++
-		job := workload.Job{ID: id, Repository: repos[rng.IntN(len(repos))], Labels: pick(1 + rng.IntN(3))}
+		job := workload.Job{ID: strconv.FormatInt(id, 10), Repository: repos[rng.IntN(len(repos))], Labels: pick(1 + rng.IntN(3))}
 		d := Choose(cands, job)
 		fail := func(format string, args ...any) {
 			rt.Helper()
@@ -364,12 +365,19 @@ func TestRouterCandidates(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("candidates:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	d, err := r.Route(context.Background(), workload.Job{ID: 7, Repository: "octo/app", Labels: []string{"self-hosted", "db"}})
+	job := workload.Job{ID: "7", Platform: hfv1.WorkloadGitHubActions, Repository: "octo/app", Labels: []string{"self-hosted", "db"}}
+	d, err := r.Route(context.Background(), job)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.Pool == nil || d.Pool.Pool != nn("b", "plain") || len(d.Unmatched) != 1 || d.Unmatched[0].Pool != nn("a", "arm") {
 		t.Fatalf("Route = %+v", d)
+	}
+	// Another platform's job of a repository of the same name, with the
+	// same labels, is not for GitHub's pools.
+	job.Platform = hfv1.WorkloadGitLabCI
+	if d, err := r.Route(context.Background(), job); err != nil || d.Pool != nil || len(d.Unmatched) != 0 {
+		t.Fatalf("a GitLab job was routed among GitHub pools: %+v, %v", d, err)
 	}
 }
 
@@ -436,11 +444,11 @@ func TestChoosePending(t *testing.T) {
 	refused := unverified(cand("a", "capture", org, "gpu"))
 	other := unverified(cand("a", "cpu", org, "cpu"))
 	other.Pending = true
-	d := Choose([]Candidate{pending, refused, other}, workload.Job{ID: 1, Repository: "octo/app", Labels: []string{"gpu"}})
+	d := Choose([]Candidate{pending, refused, other}, workload.Job{ID: "1", Repository: "octo/app", Labels: []string{"gpu"}})
 	if d.Pool != nil || d.Pending != 1 || d.Unverified != 3 || len(d.Unmatched) != 0 {
 		t.Fatalf("Choose = %+v", d)
 	}
-	d = Choose([]Candidate{refused}, workload.Job{ID: 1, Repository: "octo/app", Labels: []string{"gpu"}})
+	d = Choose([]Candidate{refused}, workload.Job{ID: "1", Repository: "octo/app", Labels: []string{"gpu"}})
 	if d.Pending != 0 {
 		t.Fatalf("a refused pool counted as pending: %+v", d)
 	}

@@ -174,10 +174,10 @@ func (p *platformSays) JobReaderFor(context.Context, types.NamespacedName) (work
 	return p, nil
 }
 
-func (p *platformSays) GetJob(_ context.Context, _ string, id int64) (workload.Job, error) {
+func (p *platformSays) GetJob(_ context.Context, _ string, id string) (workload.Job, error) {
 	p.reads++
 	j := p.job
-	j.ID = id
+	j.ID, j.Platform = id, hfv1.WorkloadGitHubActions
 	return j, nil
 }
 

@@ -89,7 +89,7 @@ func StateOf(c *hfv1.MachineClaim, retains bool) State {
 		// Claims the pool asked to end count as terminating until they
 		// are gone: a VM still being destroyed holds its place.
 		return Terminating
-	case st != nil && (st.JobID != 0 || st.RunnerState == hfv1.RunnerStateBusy):
+	case st != nil && (st.Job() != "" || st.RunnerState == hfv1.RunnerStateBusy):
 		return Busy
 	case hfv1.IsConditionTrue(c.Status.Conditions, hfv1.MachineClaimBootstrappedCondition):
 		return Idle
@@ -107,7 +107,7 @@ func Times(c *hfv1.MachineClaim) scaling.ClaimTimes {
 		if st.RegisteredAt != nil {
 			t.Registered = st.RegisteredAt.Time
 		}
-		if st.JobStartedAt != nil && st.JobID != 0 {
+		if st.JobStartedAt != nil && st.Job() != "" {
 			t.JobStarted = st.JobStartedAt.Time
 		}
 	}

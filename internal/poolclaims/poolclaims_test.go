@@ -51,6 +51,13 @@ func TestTimes(t *testing.T) {
 			want: scaling.ClaimTimes{Created: unitEpoch},
 		},
 		{
+			name: "job key with start (a Buildkite job's UUID)",
+			mut: func(c *hfv1.MachineClaim) {
+				c.Status.Bootstrap = &hfv1.BootstrapStatus{JobKey: "0190a1b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b", JobStartedAt: at(3 * time.Minute)}
+			},
+			want: scaling.ClaimTimes{Created: unitEpoch, JobStarted: unitEpoch.Add(3 * time.Minute)},
+		},
+		{
 			name: "all",
 			mut: func(c *hfv1.MachineClaim) {
 				c.Status.PhaseTimes = &hfv1.PhaseTimes{Provisioning: at(time.Minute)}
@@ -132,6 +139,9 @@ func TestStateOfAdminActions(t *testing.T) {
 			c.Status.Conditions = append(c.Status.Conditions, finalized)
 			c.Status.Network = &hfv1.MachineNetworkStatus{IPAllocations: []hfv1.IPAllocation{{PoolRef: "p", Address: "10.0.0.5/24"}}}
 		}, want: Finished},
+		{name: "took a job known by its key", mut: func(c *hfv1.MachineClaim) {
+			c.Status.Bootstrap.SetJob("0190a1b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b")
+		}, want: Busy},
 		{name: "disowned, runner busy", mut: func(c *hfv1.MachineClaim) {
 			c.Status.End = &hfv1.MachineClaimEnd{Reason: hfv1.EndDisowned}
 			c.Status.Conditions = append(c.Status.Conditions, finalized)

@@ -82,7 +82,7 @@ func (c *fakeCI) GetRunner(_ context.Context, name string) (workload.Runner, err
 }
 func (c *fakeCI) QueuedJobs(context.Context, []string) ([]workload.Job, error) { return nil, errUnused }
 func (c *fakeCI) Repositories(context.Context) ([]string, error)               { return nil, errUnused }
-func (c *fakeCI) GetJob(context.Context, string, int64) (workload.Job, error) {
+func (c *fakeCI) GetJob(context.Context, string, string) (workload.Job, error) {
 	return workload.Job{}, errUnused
 }
 func (c *fakeCI) CancelRun(context.Context, string, int64) error { return errUnused }

@@ -362,7 +362,7 @@ func (c *abuseChild) recordedJobs() map[int64]int {
 type printingRecorder struct{ out *lockedWriter }
 
 func (p printingRecorder) Record(_ context.Context, _ types.NamespacedName, ev workload.JobEvent, _ string) error {
-	p.out.printf("recorded %d\n", ev.Job.ID)
+	p.out.printf("recorded %s\n", ev.Job.ID)
 	return nil
 }
 

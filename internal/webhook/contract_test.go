@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -291,7 +292,7 @@ func (c *contract) send(deliveryID string) {
 		c.t.Fatal("nothing parsed")
 	}
 	wj := c.ex.WorkflowJob
-	if ev.Action != c.ex.Action || ev.Job.ID != wj.ID || !slices.Equal(ev.Job.Labels, wj.Labels) ||
+	if ev.Action != c.ex.Action || ev.Job.ID != strconv.FormatInt(wj.ID, 10) || ev.Job.Platform != hfv1.WorkloadGitHubActions || !slices.Equal(ev.Job.Labels, wj.Labels) ||
 		ev.Job.Repository != c.ex.Repository.FullName || ev.DeliveryID != deliveryID {
 		c.t.Fatalf("parsed %+v from example %+v", ev, c.ex)
 	}
@@ -344,7 +345,7 @@ func (c *contract) waitCandidates(ns string, names ...string) {
 
 func (c *contract) waitJob(ns string) *hfv1.CIJob {
 	c.t.Helper()
-	key := types.NamespacedName{Namespace: ns, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, c.ex.WorkflowJob.ID)}
+	key := types.NamespacedName{Namespace: ns, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, strconv.FormatInt(c.ex.WorkflowJob.ID, 10))}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		var cj hfv1.CIJob

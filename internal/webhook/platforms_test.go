@@ -37,13 +37,13 @@ func (p tokenParser) Parse(h http.Header, body []byte) (workload.JobEvent, error
 	}
 	var b struct {
 		UUID string `json:"uuid"`
-		Job  int64  `json:"job"`
+		Job  string `json:"job"`
 	}
 	if err := json.Unmarshal(body, &b); err != nil {
 		return workload.JobEvent{}, fmt.Errorf("%w: %v", workload.ErrMalformed, err)
 	}
 	return workload.JobEvent{DeliveryID: b.UUID, Action: "queued", OwnerSigned: true,
-		Job: workload.Job{ID: b.Job, State: workload.JobQueued, Repository: "group/sub/project"}}, nil
+		Job: workload.Job{ID: b.Job, Platform: "token-ci", State: workload.JobQueued, Repository: "group/sub/project"}}, nil
 }
 
 // TestServerServesEachPlatformAtItsPath: one listener serves every
@@ -101,16 +101,16 @@ func TestServerServesEachPlatformAtItsPath(t *testing.T) {
 	if code, msg := post(github.WebhookFormat.Path, delivery("p-1", "workflow_job", body).Header, body); code != http.StatusAccepted {
 		t.Fatalf("GitHub delivery: %d %s", code, msg)
 	}
-	if got := ghRec.wait(t); got.ev.Job.ID != 77 || got.pool.Name != "gpu" {
+	if got := ghRec.wait(t); got.ev.Job.ID != "77" || got.pool.Name != "gpu" {
 		t.Fatalf("GitHub receiver recorded %+v", got)
 	}
 
-	tokenBody := []byte(`{"uuid":"0b9d6a9e-5d3c-4a52-9a53-3d1f0c1e2f00","job":9}`)
+	tokenBody := []byte(`{"uuid":"0b9d6a9e-5d3c-4a52-9a53-3d1f0c1e2f00","job":"0190f5a2-7a1d-4f0e-9c3b-2b6f4f1d8e11"}`)
 	h := http.Header{"X-Token": {"t0ken"}, "X-Token-Event": {"job"}}
 	if code, msg := post(tokenFormat.Path, h, tokenBody); code != http.StatusAccepted {
 		t.Fatalf("token delivery: %d %s", code, msg)
 	}
-	if got := tokRec.wait(t); got.ev.Job.ID != 9 || got.pool.Name != "token" || got.ev.DeliveryID != "0b9d6a9e-5d3c-4a52-9a53-3d1f0c1e2f00" {
+	if got := tokRec.wait(t); got.ev.Job.ID != "0190f5a2-7a1d-4f0e-9c3b-2b6f4f1d8e11" || got.pool.Name != "token" || got.ev.DeliveryID != "0b9d6a9e-5d3c-4a52-9a53-3d1f0c1e2f00" {
 		t.Fatalf("token receiver recorded %+v", got)
 	}
 	if code, msg := post(tokenFormat.Path, h, tokenBody); code != http.StatusOK || !strings.Contains(msg, "duplicate") {

@@ -172,18 +172,27 @@ type jobOrder struct {
 	mu sync.Mutex
 	// last is each job's most recently accepted event's done channel,
 	// until that event is done.
-	last map[int64]chan struct{}
+	last map[jobKey]chan struct{}
 }
+
+// jobKey identifies a job across CI platforms: two platforms may use the
+// same id.
+type jobKey struct {
+	platform hfv1.WorkloadType
+	id       string
+}
+
+func keyOf(j workload.Job) jobKey { return jobKey{platform: j.Platform, id: j.ID} }
 
 // enqueue puts ev on q behind the job's earlier events; false when q is
 // full.
 func (o *jobOrder) enqueue(q chan<- item, ev workload.JobEvent, received time.Time) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	it := item{ev: ev, received: received, after: o.last[ev.Job.ID], done: make(chan struct{})}
+	it := item{ev: ev, received: received, after: o.last[keyOf(ev.Job)], done: make(chan struct{})}
 	select {
 	case q <- it:
-		o.last[ev.Job.ID] = it.done
+		o.last[keyOf(ev.Job)] = it.done
 		return true
 	default:
 		return false
@@ -195,8 +204,8 @@ func (o *jobOrder) finish(it item) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	close(it.done)
-	if o.last[it.ev.Job.ID] == it.done {
-		delete(o.last, it.ev.Job.ID)
+	if k := keyOf(it.ev.Job); o.last[k] == it.done {
+		delete(o.last, k)
 	}
 }
 
@@ -240,7 +249,7 @@ func NewReceiver(opts Options) (*Receiver, error) {
 		log:        opts.Logger,
 		clock:      opts.Clock,
 		queue:      make(chan item, opts.QueueSize),
-		order:      &jobOrder{last: map[int64]chan struct{}{}},
+		order:      &jobOrder{last: map[jobKey]chan struct{}{}},
 		dedupe:     newDedupe(opts.DedupeSize, opts.DedupeTTL),
 		slots:      make(chan struct{}, opts.MaxInFlight),
 		largeSlots: make(chan struct{}, max(1, opts.MaxInFlight/4)),
@@ -592,7 +601,7 @@ func (r *Receiver) warnUnmatched(job workload.Job, unmatched []demand.Mismatch) 
 			ObjectMeta: metav1.ObjectMeta{Namespace: m.Pool.Namespace, Name: m.Pool.Name, UID: m.UID},
 		}
 		r.opts.Events.Eventf(pool, corev1.EventTypeWarning, ReasonNoMatchingRunnerPool,
-			"queued job %d of %s (runs-on: %s) matches no RunnerPool; this pool's runners lack: %s",
+			"queued job %s of %s (runs-on: %s) matches no RunnerPool; this pool's runners lack: %s",
 			job.ID, job.Repository, labelList(job.Labels), labelList(m.Missing))
 	}
 }
@@ -613,7 +622,7 @@ func (r *Receiver) warnAmbiguous(job workload.Job, tied []demand.Candidate) {
 			ObjectMeta: metav1.ObjectMeta{Namespace: c.Pool.Namespace, Name: c.Pool.Name, UID: c.UID},
 		}
 		r.opts.Events.Eventf(pool, corev1.EventTypeWarning, string(hfv1.AmbiguousJobRoutingReason),
-			"queued job %d of %s (runs-on: %s) is covered as specifically by RunnerPools %s; none scales for it. "+
+			"queued job %s of %s (runs-on: %s) is covered as specifically by RunnerPools %s; none scales for it. "+
 				"Give the pools distinct labels (spec.workload.github.labels) or scopes (spec.workload.github.repository)",
 			job.ID, job.Repository, labelList(job.Labels), labelList(names))
 	}

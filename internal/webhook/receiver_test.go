@@ -352,7 +352,7 @@ func TestReceiverAcceptsAndRecords(t *testing.T) {
 	}
 	r := h.rec.wait(t)
 	if r.pool != (types.NamespacedName{Namespace: "team", Name: "gpu"}) || r.source != demand.SourceWebhook ||
-		r.ev.Job.ID != 4242 || r.ev.DeliveryID != "72d3162e-cc78-11e3-81ab-4c9367dc0958" || r.ev.Job.State != workload.JobQueued {
+		r.ev.Job.ID != "4242" || r.ev.DeliveryID != "72d3162e-cc78-11e3-81ab-4c9367dc0958" || r.ev.Job.State != workload.JobQueued {
 		t.Fatalf("recorded %+v", r)
 	}
 	waitFor(t, func() bool { return metricValue(jobsRoutedTotal.WithLabelValues(OutcomeMatched)) == before+1 })
@@ -440,7 +440,7 @@ func TestReceiverUnmatched(t *testing.T) {
 		{Candidate: demand.Candidate{Pool: types.NamespacedName{Namespace: "other", Name: "arm"}, UID: "u2"}, Missing: []string{"gpu", "x"}},
 	}
 	router := &fakeRouter{route: func(_ context.Context, job workload.Job) (demand.Decision, error) {
-		if job.ID == 3 {
+		if job.ID == "3" {
 			return demand.Decision{}, nil // nobody serves the repository
 		}
 		return demand.Decision{Unmatched: mismatch}, nil
@@ -554,7 +554,7 @@ func TestReceiverRecordFailure(t *testing.T) {
 	if w := h.serve(delivery("f-1", "workflow_job", jobBody(5, "queued"))); w.Code != http.StatusAccepted {
 		t.Fatalf("redelivery after a failure: status %d", w.Code)
 	}
-	if r := rec.wait(t); r.ev.Job.ID != 5 {
+	if r := rec.wait(t); r.ev.Job.ID != "5" {
 		t.Fatalf("recorded %+v", r)
 	}
 }
@@ -742,7 +742,7 @@ type gatedRecorder struct {
 }
 
 func (g *gatedRecorder) Record(ctx context.Context, _ types.NamespacedName, ev workload.JobEvent, _ string) error {
-	key := fmt.Sprintf("%d/%s", ev.Job.ID, ev.Action)
+	key := fmt.Sprintf("%s/%s", ev.Job.ID, ev.Action)
 	if ch := g.hold[key]; ch != nil {
 		select {
 		case <-ch:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 	"time"
 
@@ -146,7 +147,7 @@ func TestReceiverReplayedAndForgedDeliveries(t *testing.T) {
 
 	stateOf := func(id int64) (hfv1.CIJobState, bool) {
 		var cj hfv1.CIJob
-		err := e.Client.Get(ctx, types.NamespacedName{Namespace: ns.Name, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, id)}, &cj)
+		err := e.Client.Get(ctx, types.NamespacedName{Namespace: ns.Name, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, strconv.FormatInt(id, 10))}, &cj)
 		if apierrors.IsNotFound(err) {
 			return "", false
 		}
@@ -210,7 +211,7 @@ func TestReceiverReplayedAndForgedDeliveries(t *testing.T) {
 		}
 	}
 	var cj hfv1.CIJob
-	if err := e.Client.Get(ctx, types.NamespacedName{Namespace: ns.Name, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, waiting)}, &cj); err != nil {
+	if err := e.Client.Get(ctx, types.NamespacedName{Namespace: ns.Name, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, strconv.FormatInt(waiting, 10))}, &cj); err != nil {
 		t.Fatal(err)
 	}
 	if cj.Status.State != hfv1.CIJobQueued || cj.Status.RunnerName != "" || metricValue(confirmationsTotal("shared_secret")) != confirmations+1 {

@@ -83,7 +83,7 @@ func TestServer(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("status %d: %s", resp.StatusCode, msg)
 	}
-	if got := rec.wait(t); got.ev.Job.ID != 77 {
+	if got := rec.wait(t); got.ev.Job.ID != "77" {
 		t.Fatalf("recorded %+v", got)
 	}
 

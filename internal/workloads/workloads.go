@@ -146,7 +146,8 @@ func (w *Platforms) issueFor(ctx context.Context, claim *hfv1.MachineClaim, tmpl
 		st.CredentialExpiresAt = &metav1.Time{Time: cred.ExpiresAt}
 	}
 	if old := claim.Status.Bootstrap; old != nil {
-		st.SPIFFEID, st.JobID, st.JobStartedAt = old.SPIFFEID, old.JobID, old.JobStartedAt
+		st.SPIFFEID, st.JobStartedAt = old.SPIFFEID, old.JobStartedAt
+		st.SetJob(old.Job())
 		st.CredentialRequestedAt = old.CredentialRequestedAt
 	}
 	if id := claim.Status.Identity; id != nil {
@@ -333,7 +334,7 @@ func (w *Platforms) CancelJob(ctx context.Context, pool *hfv1.RunnerPool, tmpl *
 		return err
 	}
 	if job.Spec.RunID == 0 {
-		return fmt.Errorf("job %d has no run id to cancel: %w", job.Spec.JobID, workload.ErrNotFound)
+		return fmt.Errorf("job %s has no run id to cancel: %w", job.Spec.ID(), workload.ErrNotFound)
 	}
 	return p.CancelRun(ctx, job.Spec.Repository, job.Spec.RunID)
 }

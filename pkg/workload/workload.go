@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 )
 
@@ -197,8 +198,14 @@ const (
 
 // Job is a CI job as the platform reports it.
 type Job struct {
-	// ID is the platform's job id; demand is de-duplicated by it.
-	ID int64
+	// ID is the platform's id of the job as text: GitHub's and GitLab's
+	// are decimal numbers, Buildkite's a UUID. Demand is de-duplicated by
+	// it (with Platform: one CIJob per platform and id, hfv1.CIJobName).
+	ID string
+	// Platform is the workload type of the CI platform that runs the job;
+	// the back-end that read the job sets it, so that records of two
+	// platforms' jobs with the same id never meet.
+	Platform hfv1.WorkloadType
 	// RunID and RunAttempt identify the workflow run (cancel target).
 	RunID      int64
 	RunAttempt int64
@@ -320,7 +327,7 @@ type RunnerReleases interface {
 type JobReader interface {
 	// GetJob reads one job of a repository (owner/name); ErrNotFound when
 	// there is none.
-	GetJob(ctx context.Context, repository string, id int64) (Job, error)
+	GetJob(ctx context.Context, repository string, id string) (Job, error)
 }
 
 // EventTime is when the platform reported the change a job event is

@@ -63,17 +63,17 @@ func (r *Reconciler) observeRunner(ctx context.Context, s *claimScope) (jobDone 
 	if job, err := r.jobOf(ctx, claim); err != nil {
 		return "", err
 	} else if job != nil {
-		if st.JobID != job.Spec.JobID {
-			st.JobID = job.Spec.JobID
+		if st.Job() != job.Spec.ID() {
+			st.SetJob(job.Spec.ID())
 			started := job.Status.StartedAt
 			if started == nil {
 				started = &metav1.Time{Time: now}
 			}
 			st.JobStartedAt = started
-			r.Recorder.Eventf(claim, corev1.EventTypeNormal, "JobStarted", "Runner %s took job %d (%s / %s) of %s",
-				st.RunnerName, job.Spec.JobID, job.Spec.WorkflowName, job.Spec.JobName, job.Spec.Repository)
+			r.Recorder.Eventf(claim, corev1.EventTypeNormal, "JobStarted", "Runner %s took job %s (%s / %s) of %s",
+				st.RunnerName, job.Spec.ID(), job.Spec.WorkflowName, job.Spec.JobName, job.Spec.Repository)
 		}
-		r.markRunnerRegistered(s, now, "took job "+fmt.Sprint(job.Spec.JobID))
+		r.markRunnerRegistered(s, now, "took job "+job.Spec.ID())
 		st.RunnerState = hfv1.RunnerStateBusy
 		if job.Status.State == hfv1.CIJobCompleted {
 			// The job's end ends the claim, whose deletion reads and stops
@@ -85,7 +85,7 @@ func (r *Reconciler) observeRunner(ctx context.Context, s *claimScope) (jobDone 
 			if conclusion == "" {
 				conclusion = "no conclusion"
 			}
-			return fmt.Sprintf("job %d finished (%s)", job.Spec.JobID, conclusion), nil
+			return fmt.Sprintf("job %s finished (%s)", job.Spec.ID(), conclusion), nil
 		}
 	}
 	obs, ok := r.Runners.Get(claim.UID)
@@ -101,7 +101,7 @@ func (r *Reconciler) observeRunner(ctx context.Context, s *claimScope) (jobDone 
 		switch obs.State {
 		case workload.RunnerIdle, workload.RunnerBusy:
 			r.markRunnerRegistered(s, obs.At, "is online")
-			if st.JobID == 0 {
+			if st.Job() == "" {
 				st.RunnerState = hfv1.RunnerState(obs.State)
 			}
 		default:
@@ -172,7 +172,7 @@ func (r *Reconciler) drainRunner(ctx context.Context, s *claimScope) (bool, time
 	// claim); an idle VM is not kept alive: it is destroyed, and removing
 	// the runner is tried again once the VM is gone.
 	if job, busy := r.runnerMayBeBusy(ctx, claim); busy {
-		msg := fmt.Sprintf("Cannot ask the CI platform whether runner %s still runs job %d (%v); the VM stays until it answers or the job is recorded as finished",
+		msg := fmt.Sprintf("Cannot ask the CI platform whether runner %s still runs job %s (%v); the VM stays until it answers or the job is recorded as finished",
 			claim.Status.Bootstrap.RunnerName, job, err)
 		s.facts.ending(hfv1.RunnerStateUnknownReason, conditions.Truncate(msg, 1024))
 		return false, r.backoff(claim)
@@ -185,16 +185,16 @@ func (r *Reconciler) drainRunner(ctx context.Context, s *claimScope) (bool, time
 // recorded as finished (a CIJob that cannot be read counts as unfinished;
 // one that is gone was a finished one collected after its retention, since
 // only finished CIJobs are collected), and which job.
-func (r *Reconciler) runnerMayBeBusy(ctx context.Context, claim *hfv1.MachineClaim) (int64, bool) {
-	st := claim.Status.Bootstrap
-	if st == nil || st.JobID == 0 {
-		return 0, false
+func (r *Reconciler) runnerMayBeBusy(ctx context.Context, claim *hfv1.MachineClaim) (string, bool) {
+	id := claim.Status.Bootstrap.Job()
+	if id == "" {
+		return "", false
 	}
 	job, err := r.jobOf(ctx, claim)
 	if err != nil {
-		return st.JobID, true
+		return id, true
 	}
-	return st.JobID, job != nil && job.Status.State != hfv1.CIJobCompleted
+	return id, job != nil && job.Status.State != hfv1.CIJobCompleted
 }
 
 // releaseRunnerOfGoneVM removes the claim's runner once its VM is gone. It

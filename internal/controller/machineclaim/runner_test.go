@@ -3,6 +3,7 @@ package machineclaim
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,14 +27,15 @@ import (
 func TestDrainRunnerWhenThePlatformCannotAnswer(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		jobID    int64
+		jobID    string
 		jobState hfv1.CIJobState // "" for no CIJob
 		drained  bool
 	}{
 		{name: "no job taken", drained: true},
-		{name: "job in progress", jobID: 7, jobState: hfv1.CIJobInProgress},
-		{name: "job finished", jobID: 7, jobState: hfv1.CIJobCompleted, drained: true},
-		{name: "finished job collected", jobID: 7, drained: true},
+		{name: "job in progress", jobID: "7", jobState: hfv1.CIJobInProgress},
+		{name: "job known by its key in progress", jobID: "0190a1b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b", jobState: hfv1.CIJobInProgress},
+		{name: "job finished", jobID: "7", jobState: hfv1.CIJobCompleted, drained: true},
+		{name: "finished job collected", jobID: "7", drained: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			scheme := runtime.NewScheme()
@@ -45,7 +47,7 @@ func TestDrainRunnerWhenThePlatformCannotAnswer(t *testing.T) {
 				WithIndex(&hfv1.CIJob{}, fieldindex.JobRunner, func(o client.Object) []string { return []string{o.(*hfv1.CIJob).Status.RunnerName} })
 			if tc.jobState != "" {
 				job := &hfv1.CIJob{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "job-7"}}
-				job.Spec.JobID = 7
+				job.Spec.SetID(tc.jobID)
 				job.Status.State, job.Status.RunnerName = tc.jobState, "runner-1"
 				b = b.WithObjects(job).WithStatusSubresource(job)
 			}
@@ -54,7 +56,8 @@ func TestDrainRunnerWhenThePlatformCannotAnswer(t *testing.T) {
 			claim.Spec.TemplateRef.Name = "tmpl"
 			claim.Status.Phase = hfv1.MachineClaimReady
 			claim.Status.VMRef = hfv1.NewVMReference("pve", "proxmox://1000", "pve1")
-			claim.Status.Bootstrap = &hfv1.BootstrapStatus{RunnerName: "runner-1", JobID: tc.jobID}
+			claim.Status.Bootstrap = &hfv1.BootstrapStatus{RunnerName: "runner-1"}
+			claim.Status.Bootstrap.SetJob(tc.jobID)
 			var drained bool
 			var wait time.Duration
 			inScope(claim, func(s *claimScope) { drained, wait = r.drainRunner(context.Background(), s) })
@@ -68,6 +71,9 @@ func TestDrainRunnerWhenThePlatformCannotAnswer(t *testing.T) {
 			ready := hfv1.FindCondition(claim.Status.Conditions, hfv1.ReadyCondition)
 			if phase := PhaseOf(claim); phase != hfv1.MachineClaimDraining || ready == nil || ready.Reason != string(hfv1.RunnerStateUnknownReason) || wait <= 0 {
 				t.Fatalf("phase %s, Ready %+v, requeue %s; want Draining with %s and a retry", phase, ready, wait, hfv1.RunnerStateUnknownReason)
+			}
+			if !strings.Contains(ready.Message, "job "+tc.jobID+" ") {
+				t.Fatalf("Ready message %q does not name job %s", ready.Message, tc.jobID)
 			}
 		})
 	}

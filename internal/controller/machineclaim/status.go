@@ -291,7 +291,7 @@ func Outcome(claim *hfv1.MachineClaim) scaling.Reason {
 	switch {
 	case claim.HasFailed():
 		return scaling.Failed
-	case claim.Status.Bootstrap != nil && claim.Status.Bootstrap.JobID != 0:
+	case claim.Status.Bootstrap.Job() != "":
 		// Powered off or deleted after its job: the job is what it did.
 		return scaling.JobCompleted
 	case reason == scaling.PoweredOff:

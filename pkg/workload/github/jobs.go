@@ -7,11 +7,13 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	gh "github.com/google/go-github/v88/github"
 
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -169,14 +171,20 @@ func (p *Provider) forgetRuns(repository string, listed map[int64]bool) {
 
 // GetJob implements workload.Provider: GET
 // /repos/{owner}/{repo}/actions/jobs/{job_id}. GitHub answers 404, hence
-// ErrNotFound, for an unknown id and for a job of another repository.
-func (p *Provider) GetJob(ctx context.Context, repository string, id int64) (workload.Job, error) {
+// ErrNotFound, for an unknown id and for a job of another repository. An
+// id that is not one of GitHub's (a positive decimal number, as jobOf
+// writes it) names no GitHub job: ErrNotFound too, without a request.
+func (p *Provider) GetJob(ctx context.Context, repository string, id string) (workload.Job, error) {
 	owner, name, err := p.repositoryOf(repository)
 	if err != nil {
 		return workload.Job{}, err
 	}
-	what := fmt.Sprintf("get job %d of %s", id, repository)
-	j, resp, err := p.client.Actions.GetWorkflowJobByID(ctx, owner, name, id)
+	n, ok := parseJobID(id)
+	if !ok {
+		return workload.Job{}, fmt.Errorf("github: get job %q of %s: GitHub's job ids are positive decimal numbers: %w", webhookTruncate(id, 64), repository, workload.ErrNotFound)
+	}
+	what := fmt.Sprintf("get job %d of %s", n, repository)
+	j, resp, err := p.client.Actions.GetWorkflowJobByID(ctx, owner, name, n)
 	if err != nil {
 		return workload.Job{}, p.mapErr(what, resp, err)
 	}
@@ -220,7 +228,8 @@ func jobOf(repository string, j *gh.WorkflowJob, state workload.JobState) worklo
 		labels = append(make([]string, 0, len(j.Labels)), j.Labels...)
 	}
 	return workload.Job{
-		ID:           j.GetID(),
+		ID:           formatJobID(j.GetID()),
+		Platform:     hfv1.WorkloadGitHubActions,
 		RunID:        j.GetRunID(),
 		RunAttempt:   j.GetRunAttempt(),
 		Repository:   repository,
@@ -235,6 +244,20 @@ func jobOf(repository string, j *gh.WorkflowJob, state workload.JobState) worklo
 		StartedAt:    j.GetStartedAt().Time,
 		CompletedAt:  j.GetCompletedAt().Time,
 	}
+}
+
+// formatJobID is GitHub's numeric job id as the neutral model's text.
+func formatJobID(id int64) string { return strconv.FormatInt(id, 10) }
+
+// parseJobID reads a job id formatJobID wrote: decimal digits without a
+// sign or leading zero, greater than zero. Anything else is not a GitHub
+// job id.
+func parseJobID(id string) (int64, bool) {
+	if id == "" || id[0] < '1' || id[0] > '9' {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(id, 10, 64)
+	return n, err == nil && n > 0 && formatJobID(n) == id
 }
 
 // queuedJobsOf reads the queued jobs of a run, every page, with

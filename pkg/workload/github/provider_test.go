@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -171,7 +173,7 @@ func TestJITConfigRunsOneJobAndBusyRunnerStays(t *testing.T) {
 		return j.Status == "in_progress" && j.RunnerName == "busy-1"
 	})
 	// GetJob sees the runner that took the job.
-	running, err := p.GetJob(ctx, "octo-org/app", job.ID)
+	running, err := p.GetJob(ctx, "octo-org/app", strconv.FormatInt(job.ID, 10))
 	if err != nil || running.State != workload.JobInProgress || running.RunnerName != "busy-1" || running.RunnerID != cred.RunnerID ||
 		running.Conclusion != "" || running.StartedAt.IsZero() || !running.CompletedAt.IsZero() {
 		t.Fatalf("running job = %+v, %v", running, err)
@@ -186,7 +188,7 @@ func TestJITConfigRunsOneJobAndBusyRunnerStays(t *testing.T) {
 	if code := proc.Wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("run.sh exited %d:\n%s", code, proc.Output())
 	}
-	done, err := p.GetJob(ctx, "octo-org/app", job.ID)
+	done, err := p.GetJob(ctx, "octo-org/app", strconv.FormatInt(job.ID, 10))
 	if err != nil || done.State != workload.JobCompleted || done.Conclusion != "success" || done.RunnerName != "busy-1" || done.CompletedAt.IsZero() {
 		t.Fatalf("finished job = %+v, %v", done, err)
 	}
@@ -299,14 +301,14 @@ func TestQueuedJobsAndCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byID := map[int64]workload.Job{}
+	byID := map[string]workload.Job{}
 	for _, j := range jobs {
 		byID[j.ID] = j
 	}
-	if j := byID[a.ID]; j.RunID != a.RunID || j.Repository != "octo-org/app" || strings.Join(j.Labels, ",") != "self-hosted,gpu" || j.State != workload.JobQueued {
+	if j := byID[strconv.FormatInt(a.ID, 10)]; j.RunID != a.RunID || j.Repository != "octo-org/app" || strings.Join(j.Labels, ",") != "self-hosted,gpu" || j.State != workload.JobQueued {
 		t.Errorf("job a = %+v", j)
 	}
-	if _, ok := byID[b.ID]; !ok || len(jobs) != 2 {
+	if _, ok := byID[strconv.FormatInt(b.ID, 10)]; !ok || len(jobs) != 2 {
 		t.Errorf("queued jobs = %+v", jobs)
 	}
 	if _, err := p.QueuedJobs(ctx, []string{"someone/else"}); !errors.Is(err, workload.ErrInvalidRequest) {
@@ -337,11 +339,12 @@ func TestGetJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, err := p.GetJob(ctx, "octo-org/app", a.ID)
+	id := strconv.FormatInt(a.ID, 10)
+	j, err := p.GetJob(ctx, "octo-org/app", id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.ID != a.ID || j.RunID != a.RunID || j.RunAttempt != 1 || j.Repository != "octo-org/app" || strings.Join(j.Labels, ",") != "self-hosted,gpu" ||
+	if j.ID != id || j.Platform != hfv1.WorkloadGitHubActions || j.RunID != a.RunID || j.RunAttempt != 1 || j.Repository != "octo-org/app" || strings.Join(j.Labels, ",") != "self-hosted,gpu" ||
 		j.State != workload.JobQueued || j.WorkflowName != "ci" || j.Name != "build" || j.RunnerName != "" || j.RunnerID != 0 ||
 		j.Conclusion != "" || j.CreatedAt.IsZero() || !j.CompletedAt.IsZero() {
 		t.Errorf("queued job = %+v", j)
@@ -350,30 +353,56 @@ func TestGetJob(t *testing.T) {
 	if err := gs.Sim.CompleteJob(a.ID, "failure"); err != nil {
 		t.Fatal(err)
 	}
-	j, err = p.GetJob(ctx, "octo-org/app", a.ID)
+	j, err = p.GetJob(ctx, "octo-org/app", id)
 	if err != nil || j.State != workload.JobCompleted || j.Conclusion != "failure" || j.CompletedAt.IsZero() || j.RunID != a.RunID {
 		t.Errorf("completed job = %+v, %v", j, err)
 	}
 
 	// An unknown id, and a known one asked of another repository, are not
 	// found.
-	if _, err := p.GetJob(ctx, "octo-org/app", a.ID+1000); !errors.Is(err, workload.ErrNotFound) {
+	if _, err := p.GetJob(ctx, "octo-org/app", strconv.FormatInt(a.ID+1000, 10)); !errors.Is(err, workload.ErrNotFound) {
 		t.Errorf("unknown job: %v, want ErrNotFound", err)
 	}
-	if _, err := p.GetJob(ctx, "octo-org/other", a.ID); !errors.Is(err, workload.ErrNotFound) {
+	if _, err := p.GetJob(ctx, "octo-org/other", id); !errors.Is(err, workload.ErrNotFound) {
 		t.Errorf("job of another repository: %v, want ErrNotFound", err)
 	}
 
 	// Repositories outside the scope are refused without a call.
 	for _, repo := range []string{"someone/else", "octo-org", "octo-org/", "octo-org/app/x"} {
-		if _, err := p.GetJob(ctx, repo, a.ID); !errors.Is(err, workload.ErrInvalidRequest) {
+		if _, err := p.GetJob(ctx, repo, id); !errors.Is(err, workload.ErrInvalidRequest) {
 			t.Errorf("repository %q: %v, want ErrInvalidRequest", repo, err)
 		}
 	}
 	repoScoped := newProvider(t, gs.Sim, gs.URL, gs.Transport, nil)
-	if _, err := repoScoped.GetJob(ctx, "octo-org/other", a.ID); !errors.Is(err, workload.ErrInvalidRequest) {
+	if _, err := repoScoped.GetJob(ctx, "octo-org/other", id); !errors.Is(err, workload.ErrInvalidRequest) {
 		t.Errorf("repository outside a repository scope: %v, want ErrInvalidRequest", err)
 	}
+
+	// An id that is not one of GitHub's (a Buildkite UUID, a number
+	// written with a sign or a leading zero, one past int64) names no
+	// GitHub job: not found, without asking GitHub (a provider whose every
+	// request fails otherwise would answer another error).
+	var requests atomic.Int32
+	offline := newProvider(t, gs.Sim, gs.URL, countingTransport{n: &requests}, func(c *ghworkload.Config) { c.Scope = workload.Scope{Owner: "octo-org"} })
+	for _, bad := range []string{"", "0", "-" + id, "+" + id, "0" + id, id + " ", "0190a1b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b", "9223372036854775808"} {
+		if _, err := offline.GetJob(ctx, "octo-org/app", bad); !errors.Is(err, workload.ErrNotFound) {
+			t.Errorf("job id %q: %v, want ErrNotFound", bad, err)
+		}
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("ids that are not GitHub's cost %d requests, want none", n)
+	}
+	if _, err := offline.GetJob(ctx, "octo-org/app", id); errors.Is(err, workload.ErrNotFound) || requests.Load() == 0 {
+		t.Errorf("the counting transport saw no request for a GitHub id (%v): the check above proves nothing", err)
+	}
+}
+
+// countingTransport counts the requests it is given and fails each.
+type countingTransport struct{ n *atomic.Int32 }
+
+func (c countingTransport) RoundTrip(*http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return nil, errors.New("offline: this test expects no request")
 }
 
 func TestSecretNeverFormats(t *testing.T) {
@@ -448,10 +477,11 @@ func TestQueuedJobsReadsAQueuedRunTwice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got []int64
+		var got []string
 		for _, j := range jobs {
 			got = append(got, j.ID)
 		}
+		// The decimal ids print as the numbers do.
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("queued jobs %v, want %v", got, want)
 		}
@@ -563,7 +593,7 @@ func TestQueuedJobsInRunsThatStarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(jobs) != 1 || jobs[0].ID != waiting.ID || jobs[0].State != workload.JobQueued || jobs[0].RunID != started.RunID {
+	if len(jobs) != 1 || jobs[0].ID != strconv.FormatInt(waiting.ID, 10) || jobs[0].State != workload.JobQueued || jobs[0].RunID != started.RunID {
 		t.Fatalf("queued jobs %+v, want job %d of the in-progress run %d", jobs, waiting.ID, started.RunID)
 	}
 	calls, n := reqs.since(n)
@@ -590,7 +620,7 @@ func TestQueuedJobsInRunsThatStarted(t *testing.T) {
 	if len(calls) != 6 || p.Rate().Remaining != before {
 		t.Errorf("second listing: %d calls (%v), remaining budget %d -> %d; want the 5 listings and one read of the jobs, none counted", len(calls), calls, before, p.Rate().Remaining)
 	}
-	if jobs, err = p.QueuedJobs(ctx, []string{"octo-org/app"}); err != nil || len(jobs) != 1 || jobs[0].ID != waiting.ID {
+	if jobs, err = p.QueuedJobs(ctx, []string{"octo-org/app"}); err != nil || len(jobs) != 1 || jobs[0].ID != strconv.FormatInt(waiting.ID, 10) {
 		t.Fatalf("settled listing: %+v, %v", jobs, err)
 	}
 	calls, _ = reqs.since(n)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -48,7 +49,7 @@ func FuzzWebhookParser(f *testing.F) {
 			}
 			return
 		}
-		if ev.Job.ID <= 0 || ev.Job.Repository == "" || ev.Job.State == "" {
+		if _, ok := parseJobID(ev.Job.ID); !ok || ev.Job.Platform != hfv1.WorkloadGitHubActions || ev.Job.Repository == "" || ev.Job.State == "" {
 			t.Fatalf("accepted an incomplete job: %+v", ev)
 		}
 	})

@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/testdeps"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -56,7 +58,7 @@ func TestParseQueued(t *testing.T) {
 		DeliveryID: "72d3162e-cc78-11e3-81ab-4c9367dc0958",
 		Action:     "queued",
 		Job: workload.Job{
-			ID: 4242, RunID: 77, RunAttempt: 2, Repository: "octo-org/app",
+			ID: "4242", Platform: hfv1.WorkloadGitHubActions, RunID: 77, RunAttempt: 2, Repository: "octo-org/app",
 			Labels: []string{"self-hosted", "Linux", "gpu"}, State: workload.JobQueued,
 			WorkflowName: "CI", Name: "build",
 			CreatedAt: time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC),
@@ -278,7 +280,7 @@ func TestParseOctokitExamples(t *testing.T) {
 			t.Fatalf("example %d (%s): %v", i, want.Action, err)
 		}
 		wj := want.WorkflowJob
-		if ev.Action != want.Action || ev.Job.ID != wj.ID || ev.Job.RunID != wj.RunID ||
+		if ev.Action != want.Action || ev.Job.ID != strconv.FormatInt(wj.ID, 10) || ev.Job.RunID != wj.RunID ||
 			ev.Job.Repository != want.Repository.FullName || !slices.Equal(ev.Job.Labels, wj.Labels) {
 			t.Errorf("example %d: parsed %+v, want %+v", i, ev, want)
 		}
@@ -336,7 +338,7 @@ func TestParseOwnerSecrets(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ev, err := tc.parser.Parse(signedHeader(tc.secret, tc.body, "workflow_job"), tc.body)
 			if tc.ok {
-				if err != nil || ev.Job.ID != 4242 || ev.OwnerSigned != tc.own {
+				if err != nil || ev.Job.ID != "4242" || ev.OwnerSigned != tc.own {
 					t.Fatalf("Parse = %+v, %v; want the job, owner-signed %v", ev, err, tc.own)
 				}
 				return

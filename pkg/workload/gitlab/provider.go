@@ -24,6 +24,7 @@ import (
 	"golang.org/x/time/rate"
 	"k8s.io/utils/clock"
 
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -423,7 +424,7 @@ func jobState(status string) workload.JobState {
 // toJob is a GitLab job of project (its full path) in neutral terms.
 func toJob(project string, j *gl.Job) workload.Job {
 	out := workload.Job{
-		ID: j.ID, RunID: j.Pipeline.ID, Repository: project, Labels: j.TagList,
+		ID: formatJobID(j.ID), Platform: hfv1.WorkloadGitLabCI, RunID: j.Pipeline.ID, Repository: project, Labels: j.TagList,
 		State: jobState(j.Status), Name: j.Name, WorkflowName: j.Stage,
 		RunnerName: j.Runner.Description, RunnerID: j.Runner.ID,
 	}
@@ -504,10 +505,17 @@ func (p *Provider) Repositories(ctx context.Context) ([]string, error) {
 }
 
 // GetJob implements workload.JobReader: GET /projects/:id/jobs/:job_id.
-func (p *Provider) GetJob(ctx context.Context, repository string, id int64) (workload.Job, error) {
-	j, resp, err := p.client.Jobs.GetJob(repository, id, gl.WithContext(ctx))
+// GitLab answers 404 for an unknown id and for a job of another project;
+// an id that is not one of GitLab's (a positive decimal number, as
+// formatJobID writes it) is ErrNotFound without a request.
+func (p *Provider) GetJob(ctx context.Context, repository string, id string) (workload.Job, error) {
+	n, ok := parseJobID(id)
+	if !ok {
+		return workload.Job{}, fmt.Errorf("gitlab: read job %q of %s: GitLab's job ids are positive decimal numbers: %w", truncate(id, 64), repository, workload.ErrNotFound)
+	}
+	j, resp, err := p.client.Jobs.GetJob(repository, n, gl.WithContext(ctx))
 	if err != nil {
-		return workload.Job{}, p.mapErr(fmt.Sprintf("read job %d of %s", id, repository), resp, err)
+		return workload.Job{}, p.mapErr(fmt.Sprintf("read job %d of %s", n, repository), resp, err)
 	}
 	return toJob(repository, j), nil
 }
@@ -551,6 +559,19 @@ func (p *Provider) mapErr(what string, resp *gl.Response, err error) error {
 		return fmt.Errorf("gitlab: %s: %d %s: %w", what, code, msg, workload.ErrInvalidRequest)
 	}
 	return fmt.Errorf("gitlab: %s: %d %s: %w", what, code, msg, workload.ErrUnavailable)
+}
+
+// formatJobID is GitLab's numeric job id as the neutral model's text.
+func formatJobID(id int64) string { return strconv.FormatInt(id, 10) }
+
+// parseJobID reads a job id formatJobID wrote: decimal digits without a
+// sign or leading zero, greater than zero.
+func parseJobID(id string) (int64, bool) {
+	if id == "" || id[0] < '1' || id[0] > '9' {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(id, 10, 64)
+	return n, err == nil && n > 0 && formatJobID(n) == id
 }
 
 // retryAt reads when a throttled call may be retried: Retry-After

@@ -9,10 +9,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	glworkload "github.com/hyperfleet/hyperfleet/pkg/workload/gitlab"
@@ -244,7 +246,7 @@ func TestJobs(t *testing.T) {
 		t.Fatalf("QueuedJobs: %v %+v (want the one pending job of the group; deploy waits for its stage, acme/web is outside)", err, jobs)
 	}
 	j := jobs[0]
-	if j.ID != pl.Jobs[0] || j.RunID != pl.ID || j.Repository != "acme/platform/ci/tools" || j.State != workload.JobQueued ||
+	if j.ID != strconv.FormatInt(pl.Jobs[0], 10) || j.Platform != hfv1.WorkloadGitLabCI || j.RunID != pl.ID || j.Repository != "acme/platform/ci/tools" || j.State != workload.JobQueued ||
 		!slices.Equal(j.Labels, []string{"hyperfleet", "linux"}) && !slices.Equal(j.Labels, []string{"linux", "hyperfleet"}) || j.Name != "build" || j.CreatedAt.IsZero() {
 		t.Fatalf("queued job: %+v", j)
 	}
@@ -253,7 +255,7 @@ func TestJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code, body := w.runnerCall(t, "/jobs/request", map[string]any{"token": cred.Secret.Reveal(), "system_id": "s_0123456789ab"}); code != http.StatusCreated || int64(body["id"].(float64)) != j.ID {
+	if code, body := w.runnerCall(t, "/jobs/request", map[string]any{"token": cred.Secret.Reveal(), "system_id": "s_0123456789ab"}); code != http.StatusCreated || strconv.FormatInt(int64(body["id"].(float64)), 10) != j.ID {
 		t.Fatalf("job request: %d %v", code, body["id"])
 	}
 	got, err := p.GetJob(ctx, j.Repository, j.ID)
@@ -287,6 +289,11 @@ func TestJobs(t *testing.T) {
 	}
 	if _, err := p.GetJob(ctx, "acme/web", j.ID); !errors.Is(err, workload.ErrNotFound) {
 		t.Fatalf("GetJob through another project: %v, want ErrNotFound", err)
+	}
+	for _, id := range []string{"", "0", "-1", "01", "12a", "99999999999999999999"} {
+		if _, err := p.GetJob(ctx, j.Repository, id); !errors.Is(err, workload.ErrNotFound) {
+			t.Fatalf("GetJob(%q): %v, want ErrNotFound", id, err)
+		}
 	}
 }
 

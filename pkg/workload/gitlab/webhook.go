@@ -141,7 +141,7 @@ func (p WebhookParser) Parse(header http.Header, body []byte) (workload.JobEvent
 		return workload.JobEvent{}, fmt.Errorf("%w: a Job Hook without build_id, build_status or project.path_with_namespace", workload.ErrMalformed)
 	}
 	job := workload.Job{
-		ID: ev.BuildID, RunID: ev.PipelineID, Repository: proj.Project.PathWithNamespace,
+		ID: formatJobID(ev.BuildID), Platform: hfv1.WorkloadGitLabCI, RunID: ev.PipelineID, Repository: proj.Project.PathWithNamespace,
 		State: jobState(ev.BuildStatus), Name: ev.BuildName, WorkflowName: ev.BuildStage,
 		RunnerName: ev.Runner.Description, RunnerID: ev.Runner.ID,
 		CreatedAt: hookTime(ev.BuildCreatedAt), StartedAt: hookTime(ev.BuildStartedAt), CompletedAt: hookTime(ev.BuildFinishedAt),

@@ -7,10 +7,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	glworkload "github.com/hyperfleet/hyperfleet/pkg/workload/gitlab"
@@ -97,7 +99,7 @@ func TestWebhookParserWithSimulatorDeliveries(t *testing.T) {
 			t.Fatalf("event: %+v", ev)
 		}
 		j := ev.Job
-		if j.ID != pl.Jobs[0] || j.RunID != pl.ID || j.Repository != "acme/platform/ci/tools" || j.Name != "build" || j.CreatedAt.IsZero() || len(j.Labels) != 0 {
+		if j.ID != strconv.FormatInt(pl.Jobs[0], 10) || j.Platform != hfv1.WorkloadGitLabCI || j.RunID != pl.ID || j.Repository != "acme/platform/ci/tools" || j.Name != "build" || j.CreatedAt.IsZero() || len(j.Labels) != 0 {
 			t.Fatalf("job of the event: %+v", j)
 		}
 		switch ev.Action {

@@ -30,12 +30,14 @@ type Harness struct {
 	Spec workload.RunnerSpec
 	// QueueJob queues a job asking for labels in repository, that waits for
 	// a runner until it is taken or cancelled, and returns its id.
-	QueueJob func(t *testing.T, repository string, labels []string) int64
+	QueueJob func(t *testing.T, repository string, labels []string) string
+	// UnknownJobID is a well-formed job id no job has.
+	UnknownJobID string
 	// TakeJob makes the runner of cred take job id as the platform's own
 	// runner software does, and returns once the platform reports it
 	// running (the runner is then busy). It may leave a process running
 	// until the test ends.
-	TakeJob func(t *testing.T, cred workload.Credential, id int64)
+	TakeJob func(t *testing.T, cred workload.Credential, id string)
 }
 
 // Run runs the contract against the harnesses newHarness builds (one per
@@ -115,20 +117,20 @@ func jobs(t *testing.T, h Harness) {
 	}
 	i := slices.IndexFunc(queued, func(j workload.Job) bool { return j.ID == id })
 	if i < 0 {
-		t.Fatalf("QueuedJobs does not list job %d: %+v", id, queued)
+		t.Fatalf("QueuedJobs does not list job %s: %+v", id, queued)
 	}
 	j := queued[i]
 	if j.State != workload.JobQueued || !strings.EqualFold(j.Repository, h.Repository) || !workload.Covers(h.Spec.Labels, j.Labels) || j.RunID == 0 {
 		t.Fatalf("queued job: %+v", j)
 	}
 	if outside, err := h.Provider.QueuedJobs(ctx, []string{h.Outside}); err == nil && slices.ContainsFunc(outside, func(x workload.Job) bool { return x.ID == id }) {
-		t.Fatalf("job %d listed for %s", id, h.Outside)
+		t.Fatalf("job %s listed for %s", id, h.Outside)
 	}
 	got, err := h.Provider.GetJob(ctx, h.Repository, id)
-	if err != nil || got.ID != id || got.State != workload.JobQueued || got.RunID != j.RunID {
+	if err != nil || got.ID != id || got.Platform != j.Platform || got.Platform == "" || got.State != workload.JobQueued || got.RunID != j.RunID {
 		t.Fatalf("GetJob: %v %+v", err, got)
 	}
-	if _, err := h.Provider.GetJob(ctx, h.Repository, id+1_000_000); !errors.Is(err, workload.ErrNotFound) {
+	if _, err := h.Provider.GetJob(ctx, h.Repository, h.UnknownJobID); !errors.Is(err, workload.ErrNotFound) {
 		t.Fatalf("GetJob of no job: %v, want ErrNotFound", err)
 	}
 	if err := h.Provider.CancelRun(ctx, h.Repository, j.RunID); err != nil {

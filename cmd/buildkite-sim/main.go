@@ -1,0 +1,141 @@
+// Command buildkite-sim serves a simulated Buildkite
+// (internal/testworld/simulator/buildkite): the agent API under /v3 that
+// the real buildkite-agent speaks, the REST subset under /v2 that
+// go-buildkite calls, job webhooks, and a release-like tarball of an agent
+// binary under /_sim/agent/.
+//
+// It speaks HTTPS with a freshly generated certificate signed by a
+// throw-away CA, whose PEM is printed at start-up (and written to --ca-out)
+// unless --insecure-http is given. The admin API under /_sim/ is off unless
+// --admin is given, and answers loopback clients only; with it, a cluster
+// "default" (its token printed), a pipeline "app" in it and the REST token
+// of --api-token are ready at start.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
+	buildkitesim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "buildkite-sim:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	listen := flag.String("listen", "127.0.0.1:8444", "address to listen on")
+	configPath := flag.String("config", "", "JSON simulator configuration (buildkitesim.Config: organization, apiTokens, rateLimit, intervals, agentBinary)")
+	admin := flag.Bool("admin", false, "enable the /_sim/ admin API (clusters, tokens, pipelines, builds, jobs, faults, webhooks); it answers loopback clients only")
+	insecure := flag.Bool("insecure-http", false, "serve plain HTTP instead of HTTPS")
+	caOut := flag.String("ca-out", "", "write the CA certificate (PEM) that signs the server certificate to this file")
+	apiToken := flag.String("api-token", "", "a REST API token with every scope the simulator knows (in addition to --config's)")
+	agentBinary := flag.String("agent-binary", "", "serve this binary as /_sim/agent/buildkite-agent-linux-amd64-<version>.tar.gz (hack/buildkite-agent/build.sh prints one)")
+	hookURL := flag.String("webhook-url", "", "deliver job webhooks to this URL")
+	hookTokenFile := flag.String("webhook-token-file", "", "file holding the webhook token")
+	hookSigned := flag.Bool("webhook-signed", true, "send X-Buildkite-Signature (else the token itself as X-Buildkite-Token)")
+	flag.Parse()
+
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	var cfg buildkitesim.Config
+	if *configPath != "" {
+		raw, err := os.ReadFile(*configPath)
+		if err != nil {
+			return fmt.Errorf("read config: %w", err)
+		}
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			return fmt.Errorf("parse config %s: %w", *configPath, err)
+		}
+	}
+	if *apiToken != "" {
+		cfg.APITokens = append(cfg.APITokens, buildkitesim.APIToken{Token: *apiToken, Scopes: buildkitesim.Scopes()})
+	}
+	if *agentBinary != "" {
+		cfg.AgentBinary = *agentBinary
+	}
+	sim := buildkitesim.New(cfg, buildkitesim.WithAdmin(*admin), buildkitesim.WithLogger(logger))
+	defer sim.Close()
+	if *hookURL != "" {
+		tok := ""
+		if *hookTokenFile != "" {
+			raw, err := os.ReadFile(*hookTokenFile)
+			if err != nil {
+				return fmt.Errorf("read webhook token: %w", err)
+			}
+			tok = strings.TrimRight(string(raw), "\r\n")
+		}
+		sim.AddWebhook(buildkitesim.Webhook{URL: *hookURL, Token: tok, Signed: *hookSigned})
+	}
+	if *admin {
+		c := sim.CreateCluster("default")
+		tok, err := sim.CreateToken(c.ID, "buildkite-sim", time.Time{})
+		if err != nil {
+			return err
+		}
+		if err := sim.CreatePipeline("app", c.ID); err != nil {
+			return err
+		}
+		fmt.Printf("cluster %s (default queue %s), agent token %s, pipeline app\n", c.ID, c.DefaultQueueID, tok.Secret)
+	}
+
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", *listen, err)
+	}
+	scheme := "http"
+	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	if !*insecure {
+		host, _, _ := net.SplitHostPort(ln.Addr().String())
+		c, err := selfsigned.NewWith(selfsigned.Options{CommonName: "buildkite-sim", Organization: []string{"HyperFleet Buildkite simulator"}, Hosts: []string{host, "localhost", "127.0.0.1", "::1"}})
+		if err != nil {
+			return fmt.Errorf("generate TLS certificate: %w", err)
+		}
+		if *caOut != "" {
+			if err := os.WriteFile(*caOut, c.CAPEM, 0o644); err != nil {
+				return fmt.Errorf("write CA certificate: %w", err)
+			}
+		}
+		tlsConfig := &tls.Config{Certificates: []tls.Certificate{c.TLS}, MinVersion: tls.VersionTLS12}
+		srv.TLSConfig = tlsConfig
+		ln = tls.NewListener(ln, tlsConfig)
+		scheme = "https"
+		fmt.Printf("CA certificate (trust it, e.g. curl --cacert):\n%s", c.CAPEM)
+	}
+	base := scheme + "://" + ln.Addr().String()
+	fmt.Printf("Buildkite simulator listening on %s (agent API %s/v3, REST %s/v2, admin API %s)\n",
+		base, base, base, map[bool]string{true: "enabled under /_sim/", false: "disabled"}[*admin])
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve: %w", err)
+		}
+	case <-ctx.Done():
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			return fmt.Errorf("shutdown: %w", err)
+		}
+	}
+	return nil
+}
