@@ -108,10 +108,11 @@ type RunnerSpec struct {
 	Method Method
 	// WorkFolder is the runner's work directory inside the VM.
 	WorkFolder string
-	// RunUntagged lets the runner take jobs that ask for no labels, on a
-	// platform where such jobs go only to runners that allow them (GitLab's
-	// run_untagged); platforms without the notion ignore it.
-	RunUntagged bool
+	// RunUntagged, when set, says whether the runner takes jobs that ask
+	// for no labels, on a platform where such jobs go only to runners that
+	// allow them (GitLab's run_untagged); nil leaves it to the template.
+	// Platforms without the notion ignore it.
+	RunUntagged *bool
 }
 
 // Credential is what one VM's runner needs to register: single-use and

@@ -63,8 +63,8 @@ type Config struct {
 	// Scope is a project (Owner the namespace path, Repository its last
 	// segment), a group (Owner its full path) or the instance.
 	Scope workload.Scope
-	// RunUntagged is the default of the runners' run_untagged when a
-	// RunnerSpec does not say (false: tagged jobs only).
+	// RunUntagged is the runners' run_untagged when a RunnerSpec does not
+	// say (false: tagged jobs only).
 	RunUntagged bool
 	// AccessLevel is the runners' access_level: not_protected (default)
 	// or ref_protected.
@@ -232,7 +232,10 @@ func (p *Provider) IssueCredential(ctx context.Context, spec workload.RunnerSpec
 	if spec.Name == "" {
 		return workload.Credential{}, fmt.Errorf("gitlab: a runner needs a description (its name): %w", workload.ErrInvalidRequest)
 	}
-	untagged := spec.RunUntagged || p.cfg.RunUntagged
+	untagged := p.cfg.RunUntagged
+	if spec.RunUntagged != nil {
+		untagged = *spec.RunUntagged
+	}
 	if len(spec.Labels) == 0 && !untagged {
 		return workload.Credential{}, fmt.Errorf("gitlab: runner %s has no tags and may not run untagged jobs, so it could take no job: give the pool tags or set runUntagged: %w", spec.Name, workload.ErrInvalidRequest)
 	}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/ptr"
+
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -209,8 +211,20 @@ func TestVerifyScopeRefusals(t *testing.T) {
 	if _, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "hf-reg", Labels: []string{"linux"}, Method: workload.MethodRegistrationToken}); !errors.Is(err, workload.ErrInvalidRequest) {
 		t.Fatalf("IssueCredential with GitHub's runner-token method: %v, want ErrInvalidRequest", err)
 	}
-	if _, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "hf-untagged", RunUntagged: true}); err != nil {
+	if _, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "hf-untagged", RunUntagged: ptr.To(true)}); err != nil {
 		t.Fatalf("IssueCredential of an untagged runner: %v", err)
+	}
+	// The template's runUntagged is the default; a pool's or claim's
+	// false overrides it.
+	p2, err := glworkload.New(glworkload.Config{URL: w.srv.URL, Token: maintPAT, Scope: p.Scope(), RunUntagged: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p2.IssueCredential(ctx, workload.RunnerSpec{Name: "hf-default-untagged"}); err != nil {
+		t.Fatalf("IssueCredential of an untagged runner by the template's default: %v", err)
+	}
+	if _, err := p2.IssueCredential(ctx, workload.RunnerSpec{Name: "hf-not-untagged", RunUntagged: ptr.To(false)}); !errors.Is(err, workload.ErrInvalidRequest) {
+		t.Fatalf("IssueCredential without tags, run_untagged overridden to false: %v, want ErrInvalidRequest", err)
 	}
 	// Creating a group runner needs Owner of the group.
 	grp := w.provider(t, devPAT, glworkload.ScopeOf("", "acme/platform", false))
