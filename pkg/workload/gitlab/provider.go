@@ -551,14 +551,14 @@ func (p *Provider) mapErr(what string, resp *gl.Response, err error) error {
 		msg = msg[:maxErrorBody] + "…"
 	}
 	code := resp.StatusCode
-	switch {
-	case code == http.StatusTooManyRequests:
+	switch code {
+	case http.StatusTooManyRequests:
 		return fmt.Errorf("gitlab: %s: %w", what, &workload.RateLimitError{RetryAt: retryAt(resp.Header, p.clock.Now())})
-	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+	case http.StatusUnauthorized, http.StatusForbidden:
 		return fmt.Errorf("gitlab: %s: %d %s: %w", what, code, msg, workload.ErrUnauthorized)
-	case code == http.StatusNotFound:
+	case http.StatusNotFound:
 		return fmt.Errorf("gitlab: %s: %d %s: %w", what, code, msg, workload.ErrNotFound)
-	case code == http.StatusBadRequest || code == http.StatusUnprocessableEntity || code == http.StatusConflict:
+	case http.StatusBadRequest, http.StatusUnprocessableEntity, http.StatusConflict:
 		return fmt.Errorf("gitlab: %s: %d %s: %w", what, code, msg, workload.ErrInvalidRequest)
 	}
 	return fmt.Errorf("gitlab: %s: %d %s: %w", what, code, msg, workload.ErrUnavailable)
