@@ -304,8 +304,12 @@ func (p *Provider) runnerDetails(ctx context.Context, id int64) (*runnerDetails,
 // DeregisterRunner implements workload.Provider: DELETE /runners/:id (with
 // id 0, the scope's runner described by name). A runner that is gone is
 // success. GitLab deletes a busy runner and fails its job, so a runner
-// that is running a job (job_execution_status active) is left alone with
-// ErrRunnerBusy, as the contract asks.
+// that is running a job (job_execution_status active) is left with
+// ErrRunnerBusy, as the contract asks. The runner is paused first
+// (PUT /runners/:id paused=true): GitLab gives a paused runner no job, so
+// it cannot take one between the check and the deletion; a busy runner
+// stays paused, which only stops it taking a next job, and is deleted on
+// a later call.
 func (p *Provider) DeregisterRunner(ctx context.Context, id int64, name string) error {
 	if id == 0 {
 		r, err := p.GetRunner(ctx, name)
@@ -317,6 +321,13 @@ func (p *Provider) DeregisterRunner(ctx context.Context, id int64, name string) 
 		}
 		id = r.ID
 	}
+	_, resp, err := p.client.Runners.UpdateRunnerDetails(id, &gl.UpdateRunnerDetailsOptions{Paused: gl.Ptr(true)}, gl.WithContext(ctx))
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusNotFound {
+			return nil
+		}
+		return p.mapErr(fmt.Sprintf("pause runner %d", id), resp, err)
+	}
 	d, err := p.runnerDetails(ctx, id)
 	if errors.Is(err, workload.ErrNotFound) {
 		return nil
@@ -327,7 +338,7 @@ func (p *Provider) DeregisterRunner(ctx context.Context, id int64, name string) 
 	if d.JobExecutionStatus == "active" {
 		return fmt.Errorf("gitlab: runner %d (%s) is running a job: %w", id, d.Description, workload.ErrRunnerBusy)
 	}
-	resp, err := p.client.Runners.DeleteRegisteredRunnerByID(id, gl.WithContext(ctx))
+	resp, err = p.client.Runners.DeleteRegisteredRunnerByID(id, gl.WithContext(ctx))
 	if err != nil && (resp == nil || resp.StatusCode != http.StatusNotFound) {
 		return p.mapErr(fmt.Sprintf("delete runner %d", id), resp, err)
 	}

@@ -282,6 +282,12 @@ func TestJobs(t *testing.T) {
 	if err := p.DeregisterRunner(ctx, 0, "hf-busy"); !errors.Is(err, workload.ErrRunnerBusy) {
 		t.Fatalf("DeregisterRunner of a busy runner: %v, want ErrRunnerBusy", err)
 	}
+	// The refused deregistration paused the runner: it takes no next job.
+	for _, r := range w.sim.Runners() {
+		if r.ID == cred.RunnerID && !r.Paused {
+			t.Fatal("the busy runner was not paused")
+		}
+	}
 	// Cancelling a pipeline needs the api scope: a token with the least
 	// scopes that manage runners is refused.
 	if err := w.provider(t, ownerMinPAT, p.Scope()).CancelRun(ctx, j.Repository, j.RunID); !errors.Is(err, workload.ErrUnauthorized) {

@@ -27,7 +27,7 @@ func (s *Simulator) restLocked(q *request) {
 		writeJSON(q.w, http.StatusOK, s.tokenJSON(q.tok))
 	case m == http.MethodGet && n == 2 && seg[0] == "runners" && seg[1] == "all":
 		s.listAllRunnersLocked(q)
-	case n == 2 && seg[0] == "runners" && (m == http.MethodGet || m == http.MethodDelete):
+	case n == 2 && seg[0] == "runners" && (m == http.MethodGet || m == http.MethodDelete || m == http.MethodPut):
 		s.runnerByIDLocked(q)
 	case n >= 2 && seg[0] == "projects":
 		s.projectRoutesLocked(q)
@@ -327,7 +327,7 @@ func canManageRunner(u *user, r *runner) bool {
 }
 
 func (s *Simulator) runnerByIDLocked(q *request) {
-	if q.r.Method == http.MethodGet && !requireScope(q, readScopes("manage_runner")...) || q.r.Method == http.MethodDelete && !requireScope(q, "api", "manage_runner") {
+	if q.r.Method == http.MethodGet && !requireScope(q, readScopes("manage_runner")...) || q.r.Method != http.MethodGet && !requireScope(q, "api", "manage_runner") {
 		return
 	}
 	id, err := strconv.ParseInt(q.seg[1], 10, 64)
@@ -340,10 +340,22 @@ func (s *Simulator) runnerByIDLocked(q *request) {
 		writeMessage(q.w, http.StatusForbidden, "403 Forbidden - No access granted")
 		return
 	}
-	if q.r.Method == http.MethodDelete {
+	switch q.r.Method {
+	case http.MethodDelete:
 		s.deleteRunnerLocked(r)
 		q.w.WriteHeader(http.StatusNoContent)
 		return
+	case http.MethodPut:
+		// GitLab's PUT /runners/:id updates the given attributes; the
+		// simulator models paused and description (a paused runner gets
+		// no job: POST /jobs/request answers 204).
+		if v := q.param("paused"); v != "" {
+			r.paused = v == "true"
+			s.queueTick++
+		}
+		if v := q.param("description"); v != "" {
+			r.description = v
+		}
 	}
 	writeJSON(q.w, http.StatusOK, s.runnerDetailsJSON(q.r, r))
 }
