@@ -58,8 +58,12 @@ var (
 	_ workload.Factory         = NewBackend
 )
 
-// NewBackend is the workload.Factory of GitLab CI.
+// NewBackend is the workload.Factory of GitLab CI. It registers the GitLab
+// API metrics with deps.Metrics.
 func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
+	if err := workload.RegisterCollectors(deps.Metrics, apiCalls, apiCallSeconds, rateRemaining); err != nil {
+		return nil, fmt.Errorf("gitlab: register metrics: %w", err)
+	}
 	return &Backend{transport: deps.Transport, clock: deps.Clock, providers: map[string]cachedProvider{}}, nil
 }
 

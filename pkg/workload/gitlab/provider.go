@@ -117,7 +117,7 @@ func New(cfg Config) (*Provider, error) {
 	if tr == nil {
 		tr = http.DefaultTransport
 	}
-	hc := &http.Client{Transport: tr, Timeout: cmp.Or(cfg.HTTPTimeout, defaultHTTPTimeout)}
+	hc := &http.Client{Transport: observed{next: tr, instance: cfg.URL}, Timeout: cmp.Or(cfg.HTTPTimeout, defaultHTTPTimeout)}
 	c, err := gl.NewClient(cfg.Token, gl.WithBaseURL(cfg.URL+"/api/v4"), gl.WithHTTPClient(hc),
 		gl.WithoutRetries(), gl.WithCustomLimiter(rate.NewLimiter(rate.Inf, 0)))
 	if err != nil {
