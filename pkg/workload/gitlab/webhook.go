@@ -103,10 +103,12 @@ func (p WebhookParser) ownerSecrets(project string) ([][]byte, bool) {
 // Job Hook (it carries the runner's tags, not the job's): JobEvent.Job
 // has none, and the job's tags are read with GetJob.
 func (p WebhookParser) Parse(header http.Header, body []byte) (workload.JobEvent, error) {
+	// The unverified body is read only to choose the tokens it is verified
+	// with; one that is not JSON names no project and meets the fallback,
+	// and is malformed only once its token verified, so that a sender
+	// without a token learns nothing about the body's handling.
 	var proj hookProject
-	if err := json.Unmarshal(body, &proj); err != nil {
-		return workload.JobEvent{}, fmt.Errorf("%w: %w", workload.ErrMalformed, err)
-	}
+	decodeErr := json.Unmarshal(body, &proj)
 	secrets, own := p.ownerSecrets(proj.Project.PathWithNamespace)
 	if len(secrets) == 0 {
 		return workload.JobEvent{}, fmt.Errorf("%w: no webhook token is configured for project %q", workload.ErrBadSignature, truncate(proj.Project.PathWithNamespace, 255))
@@ -125,6 +127,9 @@ func (p WebhookParser) Parse(header http.Header, body []byte) (workload.JobEvent
 	}
 	if !ok {
 		return workload.JobEvent{}, fmt.Errorf("%w: %s does not match", workload.ErrBadSignature, WebhookTokenHeader)
+	}
+	if decodeErr != nil {
+		return workload.JobEvent{}, fmt.Errorf("%w: %w", workload.ErrMalformed, decodeErr)
 	}
 	if ev := header.Get(WebhookEventHeader); ev != WebhookEventJob {
 		return workload.JobEvent{}, fmt.Errorf("%w: %s %q", workload.ErrIgnoredEvent, WebhookEventHeader, truncate(ev, 64))
