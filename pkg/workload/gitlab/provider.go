@@ -384,8 +384,8 @@ func runnerState(status, execution string) workload.RunnerState {
 	return workload.RunnerOffline
 }
 
-// GetRunner implements workload.Provider: the scope's runner described by
-// name, with its tags and state.
+// GetRunner implements workload.Provider: the scope's own runner described
+// by name, with its tags and state.
 func (p *Provider) GetRunner(ctx context.Context, name string) (workload.Runner, error) {
 	rs, err := p.listRunners(ctx)
 	if err != nil {
@@ -399,9 +399,35 @@ func (p *Provider) GetRunner(ctx context.Context, name string) (workload.Runner,
 		if err != nil {
 			return workload.Runner{}, err
 		}
+		own, err := p.owns(ctx, d)
+		if err != nil {
+			return workload.Runner{}, err
+		}
+		if !own {
+			continue
+		}
 		return workload.Runner{ID: d.ID, Name: d.Description, State: runnerState(d.Status, d.JobExecutionStatus), Labels: d.TagList}, nil
 	}
 	return workload.Runner{}, fmt.Errorf("gitlab: no runner %s in %s: %w", name, p.cfg.Scope, workload.ErrNotFound)
+}
+
+// owns reports whether a runner is the scope's own: a group's list also
+// holds its ancestor groups' runners, and a project's the project runners
+// other projects own and share with it. A group runner belongs to its one
+// group; a project runner to the first project it lists (its owner).
+func (p *Provider) owns(ctx context.Context, d *runnerDetails) (bool, error) {
+	s := p.cfg.Scope
+	if s.Instance {
+		return d.RunnerType == runnerTypeInstance, nil
+	}
+	id, err := p.scopeID(ctx)
+	if err != nil {
+		return false, err
+	}
+	if s.IsOrganization() {
+		return d.RunnerType == runnerTypeGroup && len(d.Groups) > 0 && d.Groups[0].ID == id, nil
+	}
+	return d.RunnerType == runnerTypeProject && len(d.Projects) > 0 && d.Projects[0].ID == id, nil
 }
 
 // ListRunners implements workload.Provider: the scope's runners whose

@@ -233,6 +233,36 @@ func TestVerifyScopeRefusals(t *testing.T) {
 	}
 }
 
+// TestGetRunnerFindsTheScopesOwn: a group's runner list also holds its
+// ancestor group's runners; a runner of the same name there is not the
+// scope's, and is left alone by its deregistration by name.
+func TestGetRunnerFindsTheScopesOwn(t *testing.T) {
+	w := newWorld(t, nil)
+	ctx := context.Background()
+	top := w.provider(t, ownerPAT, glworkload.ScopeOf("", "acme", false))
+	sub := w.provider(t, ownerPAT, glworkload.ScopeOf("", "acme/platform", false))
+	theirs, err := top.IssueCredential(ctx, workload.RunnerSpec{Name: "hf-same", Labels: []string{"linux"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sub.GetRunner(ctx, "hf-same"); !errors.Is(err, workload.ErrNotFound) {
+		t.Fatalf("the subgroup found its parent's runner: %v", err)
+	}
+	if err := sub.DeregisterRunner(ctx, 0, "hf-same"); err != nil {
+		t.Fatal(err)
+	}
+	mine, err := sub.IssueCredential(ctx, workload.RunnerSpec{Name: "hf-same", Labels: []string{"linux"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := sub.GetRunner(ctx, "hf-same"); err != nil || r.ID != mine.RunnerID {
+		t.Fatalf("the subgroup's own runner: %v %+v (want %d)", err, r, mine.RunnerID)
+	}
+	if r, err := top.GetRunner(ctx, "hf-same"); err != nil || r.ID != theirs.RunnerID {
+		t.Fatalf("the parent's runner after the subgroup's deregistration: %v %+v (want %d)", err, r, theirs.RunnerID)
+	}
+}
+
 // TestJobs lists a group's projects, its pending jobs with their tags and
 // pipeline, reads one, cancels its pipeline, and finds a busy runner
 // refusing deregistration.
