@@ -34,7 +34,7 @@ var WebhookFormat = workload.WebhookFormat{
 	Platform: "GitLab", Label: string(hfv1.WorkloadGitLabCI), Path: "/webhooks/gitlab",
 	EventHeader: WebhookEventHeader, Events: []string{WebhookEventJob},
 	DeliveryHeader: WebhookEventUUIDHeader, SignatureHeader: WebhookTokenHeader,
-	Used: "Job Hook events (object_kind build) of every job status",
+	Used: "Job Hook events (object_kind build) of pending, running and finished jobs",
 }
 
 // OwnerKey is how a group's own webhook token is keyed in the webhook
@@ -142,6 +142,12 @@ func (p WebhookParser) Parse(header http.Header, body []byte) (workload.JobEvent
 	if !isJob || ev.ObjectKind != "build" {
 		return workload.JobEvent{}, fmt.Errorf("%w: object_kind is not build", workload.ErrIgnoredEvent)
 	}
+	if notYet[ev.BuildStatus] {
+		// Not waiting for a runner yet (a later stage, a manual or
+		// delayed job, one waiting for its resource group): no demand
+		// until its pending event.
+		return workload.JobEvent{}, fmt.Errorf("%w: job status %s does not wait for a runner yet", workload.ErrIgnoredEvent, truncate(ev.BuildStatus, 32))
+	}
 	if ev.BuildID <= 0 || ev.BuildStatus == "" || proj.Project.PathWithNamespace == "" {
 		return workload.JobEvent{}, fmt.Errorf("%w: a Job Hook without build_id, build_status or project.path_with_namespace", workload.ErrMalformed)
 	}
@@ -158,6 +164,10 @@ func (p WebhookParser) Parse(header http.Header, body []byte) (workload.JobEvent
 		DeliveryID: header.Get(WebhookEventUUIDHeader), Action: ev.BuildStatus, Job: job, OwnerSigned: own,
 	}, nil
 }
+
+// notYet are the job statuses of a job that does not wait for a runner
+// yet: GitLab makes it pending (and sends that event) when it does.
+var notYet = map[string]bool{"created": true, "manual": true, "scheduled": true, "waiting_for_resource": true, "waiting_for_callback": true}
 
 // hookTime reads a Job Hook time: GitLab writes 2006-01-02 15:04:05 UTC
 // (older versions an RFC 3339 time); zero when absent or unreadable.
