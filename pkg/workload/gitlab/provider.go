@@ -448,14 +448,16 @@ func (p *Provider) ListRunners(ctx context.Context, prefix string) ([]workload.R
 	return out, nil
 }
 
-// jobState maps a GitLab job status to the neutral one. created jobs wait
-// for earlier stages, not for a runner: they are queued too, so that a
-// pool may warm up, but only pending ones are listed as demand.
+// jobState maps a GitLab job status to the neutral one. Jobs that do not
+// wait for a runner yet (created, manual, ...) read as queued: GetJob meets
+// them only for jobs demand already knows, and only pending ones are listed
+// (QueuedJobs) or taken from webhooks as demand.
 func jobState(status string) workload.JobState {
 	switch status {
-	case "created", "pending", "waiting_for_resource", "preparing", "scheduled", "manual":
+	case "created", "pending", "waiting_for_resource", "waiting_for_callback", "scheduled", "manual":
 		return workload.JobQueued
-	case "running", "canceling":
+	case "preparing", "running", "canceling":
+		// preparing: a runner took the job and prepares its environment.
 		return workload.JobInProgress
 	}
 	return workload.JobCompleted
