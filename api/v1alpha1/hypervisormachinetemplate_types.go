@@ -472,11 +472,14 @@ const (
 
 // Bootstrap is the CI platform a template's VMs serve and how the VM's
 // runner gets its credential: exactly one platform section.
-// +kubebuilder:validation:XValidation:rule="[has(self.github), has(self.generic)].filter(x, x).size() == 1",message="spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions) or bootstrap.generic (your own script, no CI platform)"
+// +kubebuilder:validation:XValidation:rule="[has(self.github), has(self.gitlab), has(self.generic)].filter(x, x).size() == 1",message="spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions), bootstrap.gitlab (GitLab CI) or bootstrap.generic (your own script, no CI platform)"
+// +kubebuilder:validation:XValidation:rule="!has(self.gitlab) || !has(self.method) || self.method == 'jit-config'",message="bootstrap.method runner-token applies to GitHub only: a GitLab runner always gets a runner authentication token the operator creates; remove bootstrap.method"
 type Bootstrap struct {
 	// method is jit-config (default) or runner-token: the kind of GitHub
-	// runner credential. A generic template has no runner credential and
-	// ignores it.
+	// runner credential. GitLab runners always get a runner
+	// authentication token the operator creates for them
+	// (spec.bootstrap.gitlab); a generic template has no runner
+	// credential and ignores it.
 	// +optional
 	// +kubebuilder:default=jit-config
 	Method BootstrapMethod `json:"method,omitempty"`
@@ -505,7 +508,13 @@ type Bootstrap struct {
 	// +optional
 	Generic *GenericBootstrap `json:"generic,omitempty"`
 
-	// httpTimeout bounds each call the operator makes to GitHub. Between 1s and 5m.
+	// gitlab is the GitLab CI configuration: the GitLab instance, where
+	// runners are created (a project, a group or the whole instance) and the
+	// operator's access token for it (docs/gitlab.md).
+	// +optional
+	GitLab *GitLabBootstrap `json:"gitlab,omitempty"`
+
+	// httpTimeout bounds each call the operator makes to the CI platform. Between 1s and 5m.
 	// +optional
 	// +kubebuilder:default="30s"
 	// +kubebuilder:validation:Type=string
@@ -763,6 +772,148 @@ type RunnerSoftware struct {
 	// +optional
 	// +kubebuilder:default=x64
 	Arch RunnerArch `json:"arch,omitempty"`
+}
+
+// GitLabAccessLevel is which pipelines a GitLab runner takes jobs from.
+// +kubebuilder:validation:Enum=not_protected;ref_protected
+type GitLabAccessLevel string
+
+const (
+	// GitLabNotProtected: jobs of any branch or tag.
+	GitLabNotProtected GitLabAccessLevel = "not_protected"
+	// GitLabRefProtected: jobs of protected branches and tags only.
+	GitLabRefProtected GitLabAccessLevel = "ref_protected"
+)
+
+// GitLabBootstrap is the GitLab instance a template's runners take jobs
+// from, where the operator creates them and with which access token. The
+// operator creates one runner per VM (POST /user/runners), hands its
+// runner authentication token to the VM's gitlab-runner for one job and
+// deletes the runner when the VM goes.
+// +kubebuilder:validation:XValidation:rule="[has(self.project), has(self.group), has(self.instance) && self.instance].filter(x, x).size() == 1",message="set exactly one of bootstrap.gitlab.project (project runners), bootstrap.gitlab.group (group runners) and bootstrap.gitlab.instance: true (instance runners, administrator token)"
+type GitLabBootstrap struct {
+	// url is the GitLab instance: https://gitlab.com (default) or a
+	// self-managed one, such as https://gitlab.example.com. The REST API
+	// is its /api/v4.
+	// +optional
+	// +kubebuilder:default="https://gitlab.com"
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() == 'https' && !self.endsWith('/')",message="bootstrap.gitlab.url must be an https:// URL without a trailing /, such as https://gitlab.example.com"
+	URL string `json:"url,omitempty"`
+
+	// credentials are the operator's GitLab access token, as a Secret key in
+	// this namespace. It never reaches a VM.
+	// +required
+	Credentials GitLabCredentials `json:"credentials"`
+
+	// project is the full path of the project, such as acme/platform/app,
+	// for project runners (the token needs Maintainer there).
+	// +optional
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)+$`
+	Project string `json:"project,omitempty"`
+
+	// group is the full path of the group, such as acme or acme/platform,
+	// for group runners serving its projects and subgroups (the token needs
+	// Owner there).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$`
+	Group string `json:"group,omitempty"`
+
+	// instance: true makes instance runners, serving every project of the
+	// instance (the token's user must be an administrator).
+	// +optional
+	Instance bool `json:"instance,omitempty"`
+
+	// runner says where the gitlab-runner binary comes from and where jobs
+	// run inside the VM.
+	// +optional
+	Runner *GitLabRunnerSoftware `json:"runner,omitempty"`
+
+	// runUntagged lets runners take jobs without tags, in addition to the
+	// jobs whose tags are all among theirs. Default false. A RunnerPool may
+	// set its own (spec.workload.gitlab.runUntagged).
+	// +optional
+	RunUntagged bool `json:"runUntagged,omitempty"`
+
+	// accessLevel is not_protected (default: jobs of any branch or tag) or
+	// ref_protected (jobs of protected branches and tags only).
+	// +optional
+	// +kubebuilder:default=not_protected
+	AccessLevel GitLabAccessLevel `json:"accessLevel,omitempty"`
+}
+
+// GitLabCredentials are the operator's GitLab access token.
+type GitLabCredentials struct {
+	// token selects a personal, group or project access token with the
+	// scopes create_runner, manage_runner and read_api (or api), of a user
+	// (or bot) that is Maintainer of the project, Owner of the group, or an
+	// administrator for instance runners (docs/gitlab.md).
+	// +required
+	Token LocalSecretKeySelector `json:"token"`
+}
+
+// GitLabRunnerOS is the VM's operating system in gitlab-runner's naming.
+// +kubebuilder:validation:Enum=linux
+type GitLabRunnerOS string
+
+// GitLabRunnerArch is the VM's architecture in gitlab-runner's naming.
+// +kubebuilder:validation:Enum=amd64;arm64
+type GitLabRunnerArch string
+
+// GitLabRunnerSoftware is the gitlab-runner binary and where jobs run.
+// +kubebuilder:validation:XValidation:rule="!has(self.downloadURL) || has(self.downloadSHA256)",message="bootstrap.gitlab.runner.downloadURL needs bootstrap.gitlab.runner.downloadSHA256: give the binary's SHA-256 (64 hex digits) so that the agent can check the download, or remove downloadURL and install gitlab-runner in the template"
+// +kubebuilder:validation:XValidation:rule="has(self.downloadURL) || !has(self.downloadSHA256)",message="bootstrap.gitlab.runner.downloadSHA256 applies only with bootstrap.gitlab.runner.downloadURL: remove it, or set downloadURL"
+type GitLabRunnerSoftware struct {
+	// path is the gitlab-runner binary in the VM: installed there in the
+	// template (default /usr/local/bin/gitlab-runner), or where the agent
+	// puts the download of downloadURL.
+	// +optional
+	// +kubebuilder:default="/usr/local/bin/gitlab-runner"
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^/[^\x00]*[^/]$`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('//') && !self.contains('/./') && !self.contains('/../') && !self.endsWith('/.') && !self.endsWith('/..')",message="bootstrap.gitlab.runner.path must be written plainly, without //, /./ or /../"
+	Path string `json:"path,omitempty"`
+
+	// downloadURL is the gitlab-runner binary the agent downloads, such as
+	// https://gitlab-runner-downloads.s3.amazonaws.com/v18.6.0/binaries/gitlab-runner-{os}-{arch};
+	// {os} and {arch} are replaced by os and arch. Unset means the binary
+	// is installed in the template at path.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="isURL(self.replace('{os}', 'linux').replace('{arch}', 'amd64')) && self.startsWith('https://')",message="bootstrap.gitlab.runner.downloadURL must be an https:// URL; {os} and {arch} may appear in it"
+	DownloadURL string `json:"downloadURL,omitempty"`
+
+	// downloadSHA256 is the binary's SHA-256 (64 hex digits, as GitLab's
+	// release.sha256 lists it); required with downloadURL. The agent
+	// refuses a download that does not match.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[a-f0-9]{64}$`
+	DownloadSHA256 string `json:"downloadSHA256,omitempty"`
+
+	// buildsDir is where the shell executor runs jobs (gitlab-runner's
+	// --builds-dir), emptied after each job. It may not be, contain or lie
+	// inside a system directory.
+	// +optional
+	// +kubebuilder:default="/var/lib/hyperfleet/builds"
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^/[^\x00]*$`
+	// +kubebuilder:validation:XValidation:rule="self == '/' || (!self.contains('//') && !self.endsWith('/') && !self.contains('/./') && !self.contains('/../') && !self.endsWith('/.') && !self.endsWith('/..'))",message="bootstrap.gitlab.runner.buildsDir must be written plainly, without //, /./, /../ or a trailing /"
+	// +kubebuilder:validation:XValidation:rule="self != '/' && (self.startsWith('/usr/local/') ? !['bin', 'etc', 'games', 'include', 'lib', 'lib64', 'libexec', 'man', 'sbin', 'share', 'src'].exists(d, self == '/usr/local/' + d || self.startsWith('/usr/local/' + d + '/')) : (!['/bin', '/boot', '/dev', '/etc', '/lib', '/lib32', '/lib64', '/libx32', '/proc', '/root', '/run', '/sbin', '/sys', '/usr'].exists(d, self == d || self.startsWith(d + '/') || d.startsWith(self + '/')) && !['/home', '/media', '/mnt', '/opt', '/srv', '/tmp', '/var', '/var/cache', '/var/lib', '/var/lib/cloud', '/var/log', '/var/tmp'].exists(d, self == d || d.startsWith(self + '/'))))",message="bootstrap.gitlab.runner.buildsDir must not be, contain or (for /bin, /boot, /dev, /etc, /lib*, /proc, /root, /run, /sbin, /sys, /usr) lie inside a system directory: the agent empties it as root after each job; use a directory of its own such as /var/lib/hyperfleet/builds (docs/security.md)"
+	BuildsDir string `json:"buildsDir,omitempty"`
+
+	// os is the VM's operating system in gitlab-runner's naming; only linux.
+	// +optional
+	// +kubebuilder:default=linux
+	OS GitLabRunnerOS `json:"os,omitempty"`
+
+	// arch is the VM's architecture in gitlab-runner's naming.
+	// +optional
+	// +kubebuilder:default=amd64
+	Arch GitLabRunnerArch `json:"arch,omitempty"`
 }
 
 // CloudInitDelivery is how a VM's cloud-init data reaches it.

@@ -98,6 +98,7 @@ type MachineClaimEnd struct {
 // WorkloadConfig is the CI runner of one VM.
 // +kubebuilder:validation:XValidation:rule="self.type != 'github-actions' || has(self.github)",message="workloadConfig.type github-actions needs workloadConfig.github"
 // +kubebuilder:validation:XValidation:rule="self.type == 'github-actions' || !has(self.github)",message="workloadConfig.github applies only to workloadConfig.type github-actions"
+// +kubebuilder:validation:XValidation:rule="self.type == 'gitlab-ci' || !has(self.gitlab)",message="workloadConfig.gitlab applies only to workloadConfig.type gitlab-ci"
 type WorkloadConfig struct {
 	// type is the CI platform: github-actions or generic (gitlab-ci and
 	// buildkite are not implemented yet).
@@ -107,6 +108,29 @@ type WorkloadConfig struct {
 	// github is the GitHub Actions runner of this VM.
 	// +optional
 	GitHub *GitHubRunnerConfig `json:"github,omitempty"`
+
+	// gitlab is the GitLab CI runner of this VM; unset takes its pool's
+	// tags and the template's runUntagged.
+	// +optional
+	GitLab *GitLabRunnerConfig `json:"gitlab,omitempty"`
+}
+
+// GitLabRunnerConfig is one GitLab runner. Its description on GitLab is the
+// claim's name.
+type GitLabRunnerConfig struct {
+	// tags are the runner's tags; empty for its pool's.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[^,\s]+$`
+	// +listType=set
+	Tags []string `json:"tags,omitempty"`
+
+	// runUntagged lets the runner take jobs without tags; defaults to its
+	// pool's, else the template's.
+	// +optional
+	RunUntagged *bool `json:"runUntagged,omitempty"`
 }
 
 // GitHubRunnerConfig is one GitHub Actions runner.

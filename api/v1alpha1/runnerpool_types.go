@@ -46,7 +46,7 @@ type RunnerPoolSpec struct {
 // Workload is the CI platform a pool serves.
 // +kubebuilder:validation:XValidation:rule="self.type != 'github-actions' || has(self.github)",message="workload.type github-actions needs workload.github (at least the runner labels)"
 // +kubebuilder:validation:XValidation:rule="self.type == 'github-actions' || !has(self.github)",message="workload.github applies only to workload.type github-actions"
-// +kubebuilder:validation:XValidation:rule="self.type != 'gitlab-ci' || has(self.gitlab)",message="workload.type gitlab-ci needs workload.gitlab"
+// +kubebuilder:validation:XValidation:rule="self.type != 'gitlab-ci' || has(self.gitlab)",message="workload.type gitlab-ci needs workload.gitlab (at least its tags, or runUntagged)"
 // +kubebuilder:validation:XValidation:rule="self.type == 'gitlab-ci' || !has(self.gitlab)",message="workload.gitlab applies only to workload.type gitlab-ci"
 // +kubebuilder:validation:XValidation:rule="self.type != 'buildkite' || has(self.buildkite)",message="workload.type buildkite needs workload.buildkite"
 // +kubebuilder:validation:XValidation:rule="self.type == 'buildkite' || !has(self.buildkite)",message="workload.buildkite applies only to workload.type buildkite"
@@ -64,7 +64,8 @@ type Workload struct {
 	// +optional
 	GitHub *GitHubWorkload `json:"github,omitempty"`
 
-	// gitlab selects GitLab CI jobs (reserved; not implemented yet).
+	// gitlab selects GitLab CI jobs (not implemented yet: a pool of type
+	// gitlab-ci is not Ready, reason NotImplemented).
 	// +optional
 	GitLab *GitLabWorkload `json:"gitlab,omitempty"`
 
@@ -110,20 +111,44 @@ type GitHubWorkload struct {
 	RunnerGroup string `json:"runnerGroup,omitempty"`
 }
 
-// GitLabWorkload selects GitLab CI jobs.
+// GitLabWorkload selects the GitLab CI jobs a pool serves: those of its
+// scope (the template's, or a project or group under it) whose tags are all
+// among the pool's tags.
+// +kubebuilder:validation:XValidation:rule="!(has(self.project) && has(self.group))",message="set at most one of workload.gitlab.project and workload.gitlab.group; leave both unset to use the template's scope"
 type GitLabWorkload struct {
-	// url is the GitLab instance.
-	// +required
-	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() == 'https'",message="workload.gitlab.url must be an https:// URL"
-	URL string `json:"url"`
-
-	// tags are the runner tags.
+	// tags are the runner's tags. A job is served by this pool when every
+	// one of its tags is among these (compared case-insensitively, as GitLab
+	// does); a job without tags only with runUntagged.
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:Pattern=`^[^,\s]+$`
 	// +listType=set
 	Tags []string `json:"tags,omitempty"`
+
+	// project, a full path such as acme/platform/app, narrows the pool to
+	// one project of the template's group (or instance). Its runners are
+	// then project runners.
+	// +optional
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)+$`
+	Project string `json:"project,omitempty"`
+
+	// group, a full path such as acme/platform, narrows the pool to one
+	// group (and its subgroups) of the template's group (or instance). Its
+	// runners are then group runners.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*$`
+	Group string `json:"group,omitempty"`
+
+	// runUntagged lets the pool's runners take jobs without tags; defaults
+	// to the template's bootstrap.gitlab.runUntagged.
+	// +optional
+	RunUntagged *bool `json:"runUntagged,omitempty"`
 }
 
 // BuildkiteWorkload selects Buildkite jobs.

@@ -173,6 +173,61 @@ func TestDefaultsAreApplied(t *testing.T) {
 	}
 }
 
+// TestGitLabObjectsAreAccepted: a GitLab template (each scope), pool and
+// claim are accepted, with the defaults the GitLab back-end relies on.
+func TestGitLabObjectsAreAccepted(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t)
+	create := func(obj *unstructured.Unstructured) {
+		t.Helper()
+		obj.SetNamespace(ns)
+		if err := env.Client.Create(ctx, obj, client.FieldValidation("Strict")); err != nil {
+			t.Fatalf("creating %s %s: %v", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	tpl := validGitLabTemplate()
+	_ = unstructured.SetNestedMap(tpl.Object, map[string]any{}, "spec", "bootstrap", "gitlab", "runner")
+	create(tpl)
+	for name, scope := range map[string][2]any{"project": {"project", "acme/platform/app"}, "instance": {"instance", true}, "top-group": {"group", "acme"}} {
+		other := validGitLabTemplate()
+		other.SetName("tpl-" + name)
+		unstructured.RemoveNestedField(other.Object, "spec", "bootstrap", "gitlab", "group")
+		_ = unstructured.SetNestedField(other.Object, scope[1], "spec", "bootstrap", "gitlab", scope[0].(string))
+		create(other)
+	}
+	pool := validGitLabPool()
+	_ = unstructured.SetNestedField(pool.Object, "acme/platform/app", "spec", "workload", "gitlab", "project")
+	_ = unstructured.SetNestedField(pool.Object, true, "spec", "workload", "gitlab", "runUntagged")
+	create(pool)
+	claim := validClaim()
+	_ = unstructured.SetNestedMap(claim.Object, map[string]any{"type": "gitlab-ci", "gitlab": map[string]any{"tags": []any{"linux"}, "runUntagged": false}}, "spec", "workloadConfig")
+	create(claim)
+	gl := []string{"spec", "bootstrap", "gitlab"}
+	for _, w := range []struct {
+		path  []string
+		value any
+	}{
+		{append(gl, "url"), "https://gitlab.com"},
+		{append(gl, "accessLevel"), "not_protected"},
+		{append(gl, "runner", "path"), "/usr/local/bin/gitlab-runner"},
+		{append(gl, "runner", "buildsDir"), "/var/lib/hyperfleet/builds"},
+		{append(gl, "runner", "os"), "linux"},
+		{append(gl, "runner", "arch"), "amd64"},
+	} {
+		got, found, err := unstructured.NestedFieldNoCopy(tpl.Object, w.path...)
+		if err != nil || !found || got != w.value {
+			t.Errorf("%s: got %v (found %v, err %v), want default %v", strings.Join(w.path, "."), got, found, err, w.value)
+		}
+	}
+	typed := &hfv1.HypervisorMachineTemplate{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(tpl.Object, typed, true); err != nil {
+		t.Fatalf("the stored template does not decode into the Go types: %v", err)
+	}
+	if g := typed.Spec.Bootstrap.GitLab; g == nil || g.Group != "acme/platform" || g.Credentials.Token.Key != "token" {
+		t.Fatalf("decoded bootstrap.gitlab = %+v", g)
+	}
+}
+
 // TestCloneLimitDefaults: a clone limit left out of spec.limits is
 // defaulted by the API server to the value the operator uses when limits
 // is unset (DefaultClonesPerNode, DefaultClonesPerStorage), so that
@@ -342,6 +397,30 @@ func validGenericPool() *unstructured.Unstructured {
 		"templateRef": map[string]any{"name": "tpl"},
 		"workload":    map[string]any{"type": "generic"},
 		"scaling":     map[string]any{"minReplicas": int64(2), "maxReplicas": int64(5)},
+	})
+}
+
+// validGitLabTemplate is a template of GitLab group runners.
+func validGitLabTemplate() *unstructured.Unstructured {
+	return object("HypervisorMachineTemplate", "tpl", map[string]any{
+		"hypervisorClusterRef": map[string]any{"name": "pve"},
+		"source":               map[string]any{"proxmox": map[string]any{"templateId": int64(9000)}},
+		"resources":            map[string]any{"cpu": int64(2), "memory": "4Gi"},
+		"bootstrap": map[string]any{"gitlab": map[string]any{
+			"credentials": map[string]any{"token": map[string]any{"name": "gl", "key": "token"}},
+			"group":       "acme/platform",
+		}},
+	})
+}
+
+// validGitLabPool is a gitlab-ci pool of tagged jobs.
+func validGitLabPool() *unstructured.Unstructured {
+	return object("RunnerPool", "pool", map[string]any{
+		"templateRef": map[string]any{"name": "tpl"},
+		"workload": map[string]any{
+			"type":   "gitlab-ci",
+			"gitlab": map[string]any{"tags": []any{"linux", "docker"}},
+		},
 	})
 }
 
@@ -551,6 +630,23 @@ func invalidCases() []invalidCase {
 		{name: "template unknown runner arch", base: validTemplate, mutate: set(map[string]any{"arch": "riscv64"}, "spec", "bootstrap", "github", "runner"), want: `spec.bootstrap.github.runner.arch: Unsupported value: "riscv64"`},
 		{name: "template bad checksum", base: validTemplate, mutate: set(map[string]any{"downloadURL": "https://example.com/runner.tgz", "downloadSHA256": "abc"}, "spec", "bootstrap", "github", "runner"), want: "spec.bootstrap.github.runner.downloadSHA256: Invalid value"},
 		{name: "template runner group on repository runners", base: validTemplate, mutate: set("ci", "spec", "bootstrap", "github", "runnerGroup"), want: "bootstrap.github.runnerGroup applies only to organization runners"},
+		{name: "template github and gitlab", base: validTemplate, mutate: set(map[string]any{"credentials": map[string]any{"token": map[string]any{"name": "gl", "key": "token"}}, "group": "acme"}, "spec", "bootstrap", "gitlab"), want: "spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions) or bootstrap.gitlab (GitLab CI)"},
+		{name: "template gitlab without scope", base: validGitLabTemplate, mutate: del("spec", "bootstrap", "gitlab", "group"), want: "set exactly one of bootstrap.gitlab.project (project runners), bootstrap.gitlab.group (group runners) and bootstrap.gitlab.instance: true"},
+		{name: "template gitlab instance false is no scope", base: validGitLabTemplate, mutate: all(del("spec", "bootstrap", "gitlab", "group"), set(false, "spec", "bootstrap", "gitlab", "instance")), want: "set exactly one of bootstrap.gitlab.project"},
+		{name: "template gitlab project and group", base: validGitLabTemplate, mutate: set("acme/platform/app", "spec", "bootstrap", "gitlab", "project"), want: "set exactly one of bootstrap.gitlab.project"},
+		{name: "template gitlab group and instance", base: validGitLabTemplate, mutate: set(true, "spec", "bootstrap", "gitlab", "instance"), want: "set exactly one of bootstrap.gitlab.project"},
+		{name: "template gitlab project without group", base: validGitLabTemplate, mutate: all(del("spec", "bootstrap", "gitlab", "group"), set("app", "spec", "bootstrap", "gitlab", "project")), want: "spec.bootstrap.gitlab.project: Invalid value"},
+		{name: "template gitlab group with trailing slash", base: validGitLabTemplate, mutate: set("acme/", "spec", "bootstrap", "gitlab", "group"), want: "spec.bootstrap.gitlab.group: Invalid value"},
+		{name: "template gitlab group path too long", base: validGitLabTemplate, mutate: set(strings.Repeat("a/", 128)+"b", "spec", "bootstrap", "gitlab", "group"), want: "spec.bootstrap.gitlab.group: Too long"},
+		{name: "template gitlab http url", base: validGitLabTemplate, mutate: set("http://gitlab.example.com", "spec", "bootstrap", "gitlab", "url"), want: "bootstrap.gitlab.url must be an https:// URL"},
+		{name: "template gitlab runner-token method", base: validGitLabTemplate, mutate: set("runner-token", "spec", "bootstrap", "method"), want: "bootstrap.method runner-token applies to GitHub only"},
+		{name: "template gitlab unknown access level", base: validGitLabTemplate, mutate: set("protected", "spec", "bootstrap", "gitlab", "accessLevel"), want: `spec.bootstrap.gitlab.accessLevel: Unsupported value: "protected"`},
+		{name: "template gitlab download without checksum", base: validGitLabTemplate, mutate: set(map[string]any{"downloadURL": "https://example.com/gitlab-runner-{os}-{arch}"}, "spec", "bootstrap", "gitlab", "runner"), want: "bootstrap.gitlab.runner.downloadURL needs bootstrap.gitlab.runner.downloadSHA256"},
+		{name: "template gitlab checksum without download", base: validGitLabTemplate, mutate: set(map[string]any{"downloadSHA256": strings.Repeat("ab", 32)}, "spec", "bootstrap", "gitlab", "runner"), want: "bootstrap.gitlab.runner.downloadSHA256 applies only with bootstrap.gitlab.runner.downloadURL"},
+		{name: "template gitlab builds dir in a system directory", base: validGitLabTemplate, mutate: set(map[string]any{"buildsDir": "/etc/builds"}, "spec", "bootstrap", "gitlab", "runner"), want: "bootstrap.gitlab.runner.buildsDir must not be, contain or"},
+		{name: "template gitlab builds dir not plain", base: validGitLabTemplate, mutate: set(map[string]any{"buildsDir": "/srv/ci/../builds"}, "spec", "bootstrap", "gitlab", "runner"), want: "bootstrap.gitlab.runner.buildsDir must be written plainly"},
+		{name: "template gitlab runner path not plain", base: validGitLabTemplate, mutate: set(map[string]any{"path": "/opt//gitlab-runner"}, "spec", "bootstrap", "gitlab", "runner"), want: "bootstrap.gitlab.runner.path must be written plainly"},
+		{name: "template gitlab runner arch in GitHub's naming", base: validGitLabTemplate, mutate: set(map[string]any{"arch": "x64"}, "spec", "bootstrap", "gitlab", "runner"), want: `spec.bootstrap.gitlab.runner.arch: Unsupported value: "x64"`},
 		{name: "template download without checksum", base: validTemplate, mutate: set(map[string]any{"downloadURL": "https://example.com/actions-runner-{os}-{arch}.tar.gz"}, "spec", "bootstrap", "github", "runner"), want: "runner.downloadURL needs runner.downloadSHA256"},
 		{name: "template checksum without download", base: validTemplate, mutate: set(map[string]any{"downloadSHA256": strings.Repeat("ab", 32)}, "spec", "bootstrap", "github", "runner"), want: "runner.downloadSHA256 applies only with runner.downloadURL"},
 		{name: "template http timeout too long", base: validTemplate, mutate: set("10m", "spec", "bootstrap", "httpTimeout"), want: "bootstrap.httpTimeout must be between 1s and 5m"},
@@ -572,6 +668,12 @@ func invalidCases() []invalidCase {
 		{name: "pool repository without owner", base: validPool, mutate: set("app", "spec", "workload", "github", "repository"), want: "spec.workload.github.repository: Invalid value"},
 		{name: "pool no labels", base: validPool, mutate: set([]string{}, "spec", "workload", "github", "labels"), want: "spec.workload.github.labels: Invalid value: 0: spec.workload.github.labels in body should have at least 1 items"},
 		{name: "pool label with comma", base: validPool, mutate: set([]string{"linux,x64"}, "spec", "workload", "github", "labels"), want: "spec.workload.github.labels[0]: Invalid value"},
+		{name: "pool gitlab without block", base: validGitLabPool, mutate: del("spec", "workload", "gitlab"), want: "workload.type gitlab-ci needs workload.gitlab"},
+		{name: "pool gitlab block on github", base: validPool, mutate: set(map[string]any{"tags": []any{"linux"}}, "spec", "workload", "gitlab"), want: "workload.gitlab applies only to workload.type gitlab-ci"},
+		{name: "pool gitlab project and group", base: validGitLabPool, mutate: all(set("acme/platform/app", "spec", "workload", "gitlab", "project"), set("acme", "spec", "workload", "gitlab", "group")), want: "set at most one of workload.gitlab.project and workload.gitlab.group"},
+		{name: "pool gitlab url is the template's", base: validGitLabPool, mutate: set("https://gitlab.com", "spec", "workload", "gitlab", "url"), want: `unknown field "spec.workload.gitlab.url"`},
+		{name: "pool gitlab tag with comma", base: validGitLabPool, mutate: set([]any{"linux,docker"}, "spec", "workload", "gitlab", "tags"), want: "spec.workload.gitlab.tags[0]: Invalid value"},
+		{name: "pool gitlab project without group", base: validGitLabPool, mutate: set("app", "spec", "workload", "gitlab", "project"), want: "spec.workload.gitlab.project: Invalid value"},
 		{name: "pool job timeout beyond lifetime", base: validPool, mutate: set(map[string]any{"maxLifetime": "1h", "jobTimeout": "2h"}, "spec", "lifecycle"), want: "lifecycle.jobTimeout (default 3h) must not be longer than lifecycle.maxLifetime"},
 		{name: "pool default job timeout beyond lifetime", base: validPool, mutate: set(map[string]any{"maxLifetime": "1h"}, "spec", "lifecycle"), want: "lifecycle.jobTimeout (default 3h) must not be longer than lifecycle.maxLifetime"},
 		{name: "pool bootstrap timeout too short", base: validPool, mutate: set(map[string]any{"bootstrapTimeout": "5s"}, "spec", "lifecycle"), want: "lifecycle.bootstrapTimeout must be between 30s and 2h"},
@@ -586,6 +688,8 @@ func invalidCases() []invalidCase {
 		{name: "claim vmId below range", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set(map[string]any{"vmRef": map[string]any{"hypervisorCluster": "pve", "vmId": int64(7)}}, "status"), status: true, want: "status.vmRef.vmId: Invalid value: 7"},
 		{name: "claim github without runner block", base: validClaim, mutate: set(map[string]any{"type": "github-actions"}, "spec", "workloadConfig"), want: "workloadConfig.type github-actions needs workloadConfig.github"},
 		{name: "claim github runner on generic", base: validClaim, mutate: set(map[string]any{"type": "generic", "github": map[string]any{"runnerName": "x"}}, "spec", "workloadConfig"), want: "workloadConfig.github applies only to workloadConfig.type github-actions"},
+		{name: "claim gitlab runner on github", base: validClaim, mutate: set(map[string]any{"type": "github-actions", "github": map[string]any{}, "gitlab": map[string]any{"tags": []any{"linux"}}}, "spec", "workloadConfig"), want: "workloadConfig.gitlab applies only to workloadConfig.type gitlab-ci"},
+		{name: "claim gitlab tag with space", base: validClaim, mutate: set(map[string]any{"type": "gitlab-ci", "gitlab": map[string]any{"tags": []any{"my tag"}}}, "spec", "workloadConfig"), want: "spec.workloadConfig.gitlab.tags[0]: Invalid value"},
 		{name: "claim runner name with space", base: validClaim, mutate: set(map[string]any{"type": "github-actions", "github": map[string]any{"runnerName": "my runner"}}, "spec", "workloadConfig"), want: "spec.workloadConfig.github.runnerName: Invalid value"},
 		{name: "claim template ref immutable", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set("other", "spec", "templateRef", "name"), want: "spec.templateRef is immutable"},
 		{name: "claim pool ref immutable", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set("other", "spec", "runnerPoolRef", "name"), want: "spec.runnerPoolRef is immutable"},

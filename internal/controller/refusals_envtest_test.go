@@ -182,7 +182,7 @@ func TestRefusedPoolAndClaim(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "gitlab"},
 		Spec: hfv1.RunnerPoolSpec{
 			TemplateRef: hfv1.ObjectName{Name: f.template.Name},
-			Workload:    hfv1.Workload{Type: hfv1.WorkloadGitLabCI, GitLab: &hfv1.GitLabWorkload{URL: "https://gitlab.example.com"}},
+			Workload:    hfv1.Workload{Type: hfv1.WorkloadGitLabCI, GitLab: &hfv1.GitLabWorkload{Tags: []string{"linux"}}},
 			Scaling:     hfv1.Scaling{MinReplicas: 2, MaxReplicas: 4},
 		},
 	}

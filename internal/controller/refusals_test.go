@@ -33,6 +33,10 @@ func TestRefusals(t *testing.T) {
 		{"windows runner", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{OS: "win"}
 		}), string(hfv1.UnsupportedReason), []string{"spec.bootstrap.github.runner.os: win", "set os: linux"}},
+		{"gitlab template", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Bootstrap.GitHub = nil
+			tm.Spec.Bootstrap.GitLab = &hfv1.GitLabBootstrap{Group: "acme", Credentials: hfv1.GitLabCredentials{Token: hfv1.LocalSecretKeySelector{Name: "gl", Key: "token"}}}
+		}), string(hfv1.NotImplementedReason), []string{"spec.bootstrap.gitlab: GitLab CI is not implemented yet", "github-actions"}},
 		{"gitlab pool", refusal.Pool(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitLabCI}}}),
 			string(hfv1.NotImplementedReason), []string{"spec.workload.type: gitlab-ci is not implemented yet", "github-actions"}},
 		{"buildkite pool", refusal.Pool(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadBuildkite}}}),

@@ -131,6 +131,7 @@ func (w *Platforms) issueFor(ctx context.Context, claim *hfv1.MachineClaim, tmpl
 	spec := workload.RunnerSpec{
 		Name: vars.RunnerName, Labels: labels, Group: vars.RunnerGroup,
 		Method: workload.Method(vars.BootstrapMethod), WorkFolder: vars.RunnerConfig.WorkDir,
+		RunUntagged: be.Claim(claim).RunUntagged,
 	}
 	cred, err := w.issue(ctx, p, spec)
 	if err != nil {

@@ -206,6 +206,10 @@ type ClaimRunner struct {
 	Labels []string
 	// Group is the runner group; empty for the template's.
 	Group string
+	// RunUntagged, when set, says whether the runner takes jobs that ask
+	// for no labels (see RunnerSpec.RunUntagged); nil for its pool's or
+	// template's.
+	RunUntagged *bool
 }
 
 // Dependencies are what the operator gives every back-end it builds.

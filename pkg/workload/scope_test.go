@@ -31,10 +31,23 @@ func TestScopeContains(t *testing.T) {
 		{Scope{Owner: "platform/ci", Repository: "runner"}, "platform/ci/runner", true},
 		{Scope{Owner: "platform/ci", Repository: "runner"}, "platform/runner", false},
 		{Scope{}, "octo/app", false},
+		// GitLab's instance runners serve every project.
+		{Scope{Instance: true}, "octo/app", true},
+		{Scope{Instance: true}, "platform/ci/runner", true},
+		{Scope{Instance: true}, "octo", false},
+		{Scope{Instance: true}, "", false},
+		{Scope{Instance: true}, "octo/", false},
 	} {
 		if got := tc.scope.Contains(tc.repository); got != tc.want {
 			t.Errorf("%q.Contains(%q) = %v, want %v", tc.scope, tc.repository, got, tc.want)
 		}
+	}
+}
+
+func TestInstanceScope(t *testing.T) {
+	s := Scope{Instance: true}
+	if s.IsZero() || !s.IsOrganization() || s.String() != InstanceScopeName {
+		t.Fatalf("instance scope: IsZero %v, IsOrganization %v, String %q", s.IsZero(), s.IsOrganization(), s.String())
 	}
 }
 

@@ -33,16 +33,26 @@ type Scope struct {
 	// Repository is the repository's name under Owner (its last path
 	// segment); empty for the whole owner.
 	Repository string
+	// Instance is the whole platform instance (GitLab's instance runners,
+	// which serve every project): Owner and Repository are then empty.
+	Instance bool
 }
 
-// IsZero reports whether the scope names nothing.
-func (s Scope) IsZero() bool { return s.Owner == "" && s.Repository == "" }
+// InstanceScopeName is how an instance scope prints (Scope.String).
+const InstanceScopeName = "(instance)"
 
-// IsOrganization reports whether the scope is a whole owner.
+// IsZero reports whether the scope names nothing.
+func (s Scope) IsZero() bool { return s.Owner == "" && s.Repository == "" && !s.Instance }
+
+// IsOrganization reports whether the scope is a whole owner (or the whole
+// instance).
 func (s Scope) IsOrganization() bool { return s.Repository == "" }
 
-// String is owner or owner/repository.
+// String is owner or owner/repository; InstanceScopeName for the instance.
 func (s Scope) String() string {
+	if s.Instance {
+		return InstanceScopeName
+	}
 	if s.Repository == "" {
 		return s.Owner
 	}
@@ -54,6 +64,11 @@ func (s Scope) String() string {
 // itself, or any repository under the scope's owner path, subgroups
 // included. Comparisons ignore case, as the platforms' names do.
 func (s Scope) Contains(repository string) bool {
+	if s.Instance {
+		// Every project of the instance: a full path of a namespace and a
+		// name.
+		return strings.Contains(repository, "/") && !strings.HasPrefix(repository, "/") && !strings.HasSuffix(repository, "/")
+	}
 	if s.IsZero() {
 		return false
 	}
@@ -75,6 +90,10 @@ const (
 	// MethodRegistrationToken is a short-lived registration token the VM's
 	// runner registers itself with, as an ephemeral runner.
 	MethodRegistrationToken Method = "runner-token"
+	// MethodRunnerAuthToken is a runner authentication token (GitLab's
+	// glrt- token): the operator creates the runner, and the VM's runner
+	// runs with its token for one job; the runner is deleted afterwards.
+	MethodRunnerAuthToken Method = "runner-auth-token"
 )
 
 // RunnerSpec asks for the credential of one runner.
@@ -89,6 +108,11 @@ type RunnerSpec struct {
 	Method Method
 	// WorkFolder is the runner's work directory inside the VM.
 	WorkFolder string
+	// RunUntagged, when set, says whether the runner takes jobs that ask
+	// for no labels, on a platform where such jobs go only to runners that
+	// allow them (GitLab's run_untagged); nil leaves it to the template.
+	// Platforms without the notion ignore it.
+	RunUntagged *bool
 }
 
 // Credential is what one VM's runner needs to register: single-use and

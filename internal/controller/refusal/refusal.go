@@ -28,6 +28,12 @@ type Refusal struct {
 // Template is the first field of tmpl this operator does not act
 // on, or nil.
 func Template(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate) *Refusal {
+	if tmpl.Spec.Bootstrap.GitLab != nil && !served(ws, hfv1.WorkloadGitLabCI) {
+		// The API takes the section so that it stays the same when the
+		// platform is served; until then its claims would have no runner.
+		return &Refusal{hfv1.NotImplementedReason, fmt.Sprintf(
+			"spec.bootstrap.gitlab: GitLab CI is not implemented yet; %s (spec.bootstrap.github)", servedTypes(ws))}
+	}
 	if _, t, ok := ws.Template(tmpl); ok && t.Runner.OS != "linux" {
 		// The operator's cloud-config starts the agent as a systemd unit
 		// (docs/cloud-init.md): only Linux VMs can run it.

@@ -27,7 +27,7 @@ func (s *Simulator) restLocked(q *request) {
 		writeJSON(q.w, http.StatusOK, s.tokenJSON(q.tok))
 	case m == http.MethodGet && n == 2 && seg[0] == "runners" && seg[1] == "all":
 		s.listAllRunnersLocked(q)
-	case n == 2 && seg[0] == "runners" && (m == http.MethodGet || m == http.MethodDelete):
+	case n == 2 && seg[0] == "runners" && (m == http.MethodGet || m == http.MethodDelete || m == http.MethodPut):
 		s.runnerByIDLocked(q)
 	case n >= 2 && seg[0] == "projects":
 		s.projectRoutesLocked(q)
@@ -123,6 +123,25 @@ func (s *Simulator) projectRoutesLocked(q *request) {
 			return
 		}
 		s.listJobsLocked(q, p)
+	case m == http.MethodPost && n == 5 && seg[2] == "pipelines" && seg[4] == "cancel":
+		// GitLab: cancels every job of the pipeline that has not finished
+		// (Developer), answering the pipeline.
+		id, _ := strconv.ParseInt(seg[3], 10, 64)
+		pl := s.pipes[id]
+		if pl == nil || pl.project != p {
+			writeMessage(q.w, http.StatusNotFound, "404 Not found")
+			return
+		}
+		if lvl < Developer {
+			writeMessage(q.w, http.StatusForbidden, "403 Forbidden")
+			return
+		}
+		// Later stages first, so that none is skipped (rather than
+		// canceled) by an earlier stage's cancellation.
+		for i := len(pl.jobs) - 1; i >= 0; i-- {
+			s.cancelJobLocked(pl.jobs[i])
+		}
+		writeJSON(q.w, http.StatusCreated, s.pipelineJSON(q.r, pl))
 	case n >= 4 && seg[2] == "jobs":
 		id, _ := strconv.ParseInt(seg[3], 10, 64)
 		j := s.jobs[id]
@@ -308,7 +327,7 @@ func canManageRunner(u *user, r *runner) bool {
 }
 
 func (s *Simulator) runnerByIDLocked(q *request) {
-	if q.r.Method == http.MethodGet && !requireScope(q, readScopes("manage_runner")...) || q.r.Method == http.MethodDelete && !requireScope(q, "api", "manage_runner") {
+	if q.r.Method == http.MethodGet && !requireScope(q, readScopes("manage_runner")...) || q.r.Method != http.MethodGet && !requireScope(q, "api", "manage_runner") {
 		return
 	}
 	id, err := strconv.ParseInt(q.seg[1], 10, 64)
@@ -321,10 +340,22 @@ func (s *Simulator) runnerByIDLocked(q *request) {
 		writeMessage(q.w, http.StatusForbidden, "403 Forbidden - No access granted")
 		return
 	}
-	if q.r.Method == http.MethodDelete {
+	switch q.r.Method {
+	case http.MethodDelete:
 		s.deleteRunnerLocked(r)
 		q.w.WriteHeader(http.StatusNoContent)
 		return
+	case http.MethodPut:
+		// GitLab's PUT /runners/:id updates the given attributes; the
+		// simulator models paused and description (a paused runner gets
+		// no job: POST /jobs/request answers 204).
+		if v := q.param("paused"); v != "" {
+			r.paused = v == "true"
+			s.queueTick++
+		}
+		if v := q.param("description"); v != "" {
+			r.description = v
+		}
 	}
 	writeJSON(q.w, http.StatusOK, s.runnerDetailsJSON(q.r, r))
 }
@@ -581,4 +612,14 @@ func (s *Simulator) jobJSON(r *http.Request, j *job) map[string]any {
 		m["failure_reason"] = j.failureReason
 	}
 	return m
+}
+
+// pipelineJSON is GitLab's Pipeline entity (the fields client-go's
+// Pipeline reads that the simulator models).
+func (s *Simulator) pipelineJSON(r *http.Request, pl *pipeline) map[string]any {
+	return map[string]any{
+		"id": pl.id, "iid": pl.iid, "project_id": pl.project.id, "status": pl.status, "source": "push",
+		"ref": pl.ref, "sha": pl.sha, "created_at": timeJSON(pl.created),
+		"web_url": s.baseURL(r) + "/" + pl.project.fullPath() + "/-/pipelines/" + strconv.FormatInt(pl.id, 10),
+	}
 }

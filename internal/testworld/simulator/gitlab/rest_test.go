@@ -265,6 +265,66 @@ func TestPendingJobsAndPagination(t *testing.T) {
 	}
 }
 
+// TestCancelPipeline cancels a pipeline of two stages through client-go:
+// every unfinished job ends canceled, none skipped; a Reporter may not.
+func TestCancelPipeline(t *testing.T) {
+	w := newWorld(t)
+	pl, err := w.sim.CreatePipeline(PipelineRequest{Project: "acme/platform/app", Jobs: []JobConfig{
+		{Name: "build", Stage: "build", Script: []string{"true"}}, {Name: "test", Stage: "test", Script: []string{"true"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.client(t, readPAT).Pipelines.CancelPipelineBuild("acme/platform/app", pl.ID); statusOf(err) != 403 {
+		t.Fatalf("cancel with a read_api token: %v, want 403", err)
+	}
+	c := w.client(t, devPAT)
+	if _, _, err := c.Pipelines.CancelPipelineBuild("acme/web", pl.ID); statusOf(err) != 404 {
+		t.Fatalf("cancel through another project: %v, want 404", err)
+	}
+	got, _, err := c.Pipelines.CancelPipelineBuild("acme/platform/app", pl.ID)
+	if err != nil || got.ID != pl.ID || got.Status != "canceled" || got.ProjectID != w.projectID(t, "acme/platform/app") {
+		t.Fatalf("cancel: %v %+v", err, got)
+	}
+	for _, id := range pl.Jobs {
+		if j, _ := w.sim.Job(id); j.Status != StatusCanceled {
+			t.Errorf("job %d is %s, want canceled", id, j.Status)
+		}
+	}
+}
+
+// TestPauseRunner pauses a runner with client-go's UpdateRunnerDetails: it
+// then gets no job, and takes one again once unpaused; a Developer may not.
+func TestPauseRunner(t *testing.T) {
+	w := newWorld(t)
+	c := w.client(t, maintPAT)
+	pid := w.projectID(t, "acme/platform/app")
+	r, _, err := c.Users.CreateUserRunner(&gitlab.CreateUserRunnerOptions{RunnerType: gitlab.Ptr(ProjectType), ProjectID: gitlab.Ptr(pid), TagList: gitlab.Ptr([]string{"linux"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.sim.CreatePipeline(PipelineRequest{Project: "acme/platform/app", Jobs: []JobConfig{{Name: "build", Script: []string{"true"}, Tags: []string{"linux"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.client(t, devPAT).Runners.UpdateRunnerDetails(r.ID, &gitlab.UpdateRunnerDetailsOptions{Paused: gitlab.Ptr(true)}); statusOf(err) != 403 {
+		t.Fatalf("a Developer pausing the runner: %v, want 403", err)
+	}
+	d, _, err := c.Runners.UpdateRunnerDetails(r.ID, &gitlab.UpdateRunnerDetailsOptions{Paused: gitlab.Ptr(true)})
+	if err != nil || !d.Paused || d.ID != r.ID {
+		t.Fatalf("pause: %v %+v", err, d)
+	}
+	request := map[string]any{"token": r.Token, "system_id": "s_0123456789ab"}
+	if code, _, _ := w.call(t, http.MethodPost, APIPrefix+"/jobs/request", nil, request); code != http.StatusNoContent {
+		t.Fatalf("job request of a paused runner: %d, want 204", code)
+	}
+	if _, _, err := c.Runners.UpdateRunnerDetails(r.ID, &gitlab.UpdateRunnerDetailsOptions{Paused: gitlab.Ptr(false)}); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := w.call(t, http.MethodPost, APIPrefix+"/jobs/request", nil, request); code != http.StatusCreated {
+		t.Fatalf("job request once unpaused: %d, want 201", code)
+	}
+}
+
 // TestTokenSelfAndUser reads the token's own scopes and its user, a bot user
 // for a project access token.
 func TestTokenSelfAndUser(t *testing.T) {

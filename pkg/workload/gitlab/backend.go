@@ -1,0 +1,248 @@
+package gitlab
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	"k8s.io/utils/clock"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/pkg/errclass"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+// The API sections GitLab CI reads, for messages.
+const (
+	templateField = "spec.bootstrap.gitlab"
+	poolField     = "spec.workload.gitlab"
+)
+
+// Runner defaults, the same as the CRD's, for objects created before a
+// default existed.
+const (
+	defaultRunnerPath = "/usr/local/bin/gitlab-runner"
+	defaultBuildsDir  = "/var/lib/hyperfleet/builds"
+	defaultOS         = "linux"
+	defaultArch       = "amd64"
+)
+
+// reasonCredentialsInvalid: the template's GitLab token cannot make a
+// client.
+const reasonCredentialsInvalid = "GitLabCredentialsInvalid"
+
+// Backend is GitLab CI as a workload.Backend. Register it under
+// hfv1.WorkloadGitLabCI with NewBackend.
+type Backend struct {
+	transport http.RoundTripper
+	clock     clock.PassiveClock
+
+	mu        sync.Mutex
+	providers map[string]cachedProvider
+}
+
+type cachedProvider struct {
+	fingerprint string
+	provider    *Provider
+}
+
+var (
+	_ workload.Backend         = (*Backend)(nil)
+	_ workload.WebhookReceiver = (*Backend)(nil)
+	_ workload.Factory         = NewBackend
+)
+
+// NewBackend is the workload.Factory of GitLab CI. It registers the GitLab
+// API metrics with deps.Metrics.
+func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
+	if err := workload.RegisterCollectors(deps.Metrics, apiCalls, apiCallSeconds, rateRemaining); err != nil {
+		return nil, fmt.Errorf("gitlab: register metrics: %w", err)
+	}
+	return &Backend{transport: deps.Transport, clock: deps.Clock, providers: map[string]cachedProvider{}}, nil
+}
+
+// Name implements workload.Backend.
+func (*Backend) Name() string { return "GitLab" }
+
+// ScopeOf is the neutral scope of a GitLab project or group full path: a
+// project a/b/c is Owner a/b, Repository c; a group a/b is Owner a/b.
+func ScopeOf(project, group string, instance bool) workload.Scope {
+	switch {
+	case project != "":
+		i := strings.LastIndex(project, "/")
+		if i <= 0 {
+			return workload.Scope{}
+		}
+		return workload.Scope{Owner: project[:i], Repository: project[i+1:]}
+	case group != "":
+		return workload.Scope{Owner: group}
+	case instance:
+		return workload.Scope{Instance: true}
+	}
+	return workload.Scope{}
+}
+
+// templateScope is a template's scope and the field it comes from.
+func templateScope(g *hfv1.GitLabBootstrap) (workload.Scope, string) {
+	if g == nil {
+		return workload.Scope{}, ""
+	}
+	s := ScopeOf(g.Project, g.Group, g.Instance)
+	switch {
+	case g.Project != "":
+		return s, templateField + ".project"
+	case g.Group != "":
+		return s, templateField + ".group"
+	case g.Instance:
+		return s, templateField + ".instance"
+	}
+	return s, ""
+}
+
+// Template implements workload.Backend for a template with a
+// spec.bootstrap.gitlab.
+func (*Backend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Template, bool) {
+	g := tmpl.Spec.Bootstrap.GitLab
+	if g == nil {
+		return workload.Template{}, false
+	}
+	t := workload.Template{
+		Field:           templateField,
+		Runner:          runnerSoftware(g),
+		RegistrationURL: instanceURL(g),
+		Secrets:         map[string]hfv1.LocalSecretKeySelector{templateField + ".credentials.token": g.Credentials.Token},
+		CredentialsKey:  credentialsKey(g),
+	}
+	t.Scope, t.ScopeField = templateScope(g)
+	if u := instanceURL(g); u != DefaultURL {
+		t.Endpoint = u
+	}
+	return t, true
+}
+
+// instanceURL is the template's GitLab instance, defaulted.
+func instanceURL(g *hfv1.GitLabBootstrap) string {
+	return strings.TrimRight(cmp.Or(g.URL, DefaultURL), "/")
+}
+
+// runnerSoftware is the gitlab-runner binary and its builds directory, with
+// the defaults applied: InstallPath is the binary's path, WorkDir the
+// builds directory.
+func runnerSoftware(g *hfv1.GitLabBootstrap) workload.RunnerSoftware {
+	rs := workload.RunnerSoftware{InstallPath: defaultRunnerPath, WorkDir: defaultBuildsDir, OS: defaultOS, Arch: defaultArch}
+	r := g.Runner
+	if r == nil {
+		return rs
+	}
+	rs.InstallPath = cmp.Or(r.Path, rs.InstallPath)
+	rs.WorkDir = cmp.Or(r.BuildsDir, rs.WorkDir)
+	rs.OS = cmp.Or(string(r.OS), rs.OS)
+	rs.Arch = cmp.Or(string(r.Arch), rs.Arch)
+	rs.DownloadURL = strings.NewReplacer("{os}", rs.OS, "{arch}", rs.Arch).Replace(r.DownloadURL)
+	rs.DownloadSHA256 = r.DownloadSHA256
+	return rs
+}
+
+// credentialsKey identifies the GitLab credentials a template gives its
+// pools: the instance and which Secret key holds the token (never its
+// value); see workload.Template.CredentialsKey.
+func credentialsKey(g *hfv1.GitLabBootstrap) string {
+	raw, _ := json.Marshal(struct {
+		URL   string
+		Creds hfv1.GitLabCredentials
+	}{instanceURL(g), g.Credentials})
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// Pool implements workload.Backend for a gitlab-ci pool: its tags are its
+// runners' labels, its scope its own project or group, else its
+// template's.
+func (*Backend) Pool(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) (workload.Pool, bool) {
+	w := pool.Spec.Workload.GitLab
+	if pool.Spec.Workload.Type != hfv1.WorkloadGitLabCI || w == nil {
+		return workload.Pool{}, false
+	}
+	p := workload.Pool{
+		Field:  poolField,
+		Labels: w.Tags,
+		Claim: &hfv1.WorkloadConfig{Type: hfv1.WorkloadGitLabCI, GitLab: &hfv1.GitLabRunnerConfig{
+			Tags: append([]string(nil), w.Tags...), RunUntagged: w.RunUntagged,
+		}},
+	}
+	switch {
+	case w.Project != "":
+		p.Scope, p.ScopeField, p.OwnScope = ScopeOf(w.Project, "", false), poolField+".project", true
+	case w.Group != "":
+		p.Scope, p.ScopeField, p.OwnScope = ScopeOf("", w.Group, false), poolField+".group", true
+	default:
+		p.ScopeField = "the template's " + templateField + " scope"
+		if tmpl != nil {
+			p.Scope, _ = templateScope(tmpl.Spec.Bootstrap.GitLab)
+		}
+	}
+	return p, true
+}
+
+// Claim implements workload.Backend: spec.workloadConfig.gitlab.
+func (*Backend) Claim(claim *hfv1.MachineClaim) workload.ClaimRunner {
+	wc := claim.Spec.WorkloadConfig
+	if wc == nil || wc.GitLab == nil {
+		return workload.ClaimRunner{}
+	}
+	return workload.ClaimRunner{Labels: wc.GitLab.Tags, RunUntagged: wc.GitLab.RunUntagged}
+}
+
+// WebhookFormat implements workload.WebhookReceiver.
+func (*Backend) WebhookFormat() workload.WebhookFormat { return WebhookFormat }
+
+// WebhookParser implements workload.WebhookReceiver; ownerSecrets are keyed
+// by OwnerKey.
+func (*Backend) WebhookParser(secret []byte, ownerSecrets map[string][]byte) workload.WebhookParser {
+	return WebhookParser{Secret: secret, OwnerSecrets: ownerSecrets}
+}
+
+// Provider implements workload.Backend: the provider of scope with tmpl's
+// token, reused while the template's configuration and the token stay the
+// same.
+func (b *Backend) Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, scope workload.Scope, secrets workload.SecretReader) (workload.Provider, error) {
+	g := tmpl.Spec.Bootstrap.GitLab
+	if g == nil {
+		return nil, fmt.Errorf("HypervisorMachineTemplate %s has no %s", tmpl.Name, templateField)
+	}
+	tok, err := secrets(ctx, templateField+".credentials.token", tmpl.Namespace, g.Credentials.Token)
+	if err != nil {
+		return nil, err
+	}
+	cfg := Config{
+		URL: instanceURL(g), Token: strings.TrimSpace(string(tok)), Scope: scope,
+		RunUntagged: g.RunUntagged, AccessLevel: string(g.AccessLevel),
+		Transport: b.transport, Clock: b.clock,
+	}
+	if t := tmpl.Spec.Bootstrap.HTTPTimeout; t != nil {
+		cfg.HTTPTimeout = t.Duration
+	}
+	// The fingerprint holds the token's hash only inside this process's
+	// map, never in a status or a log.
+	raw, _ := json.Marshal([]any{cfg.URL, cfg.Token, cfg.Scope, cfg.RunUntagged, cfg.AccessLevel, cfg.HTTPTimeout})
+	sum := sha256.Sum256(raw)
+	fp := hex.EncodeToString(sum[:])
+	key := tmpl.Namespace + "/" + tmpl.Name + "/" + scope.String()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if c, ok := b.providers[key]; ok && c.fingerprint == fp {
+		return c.provider, nil
+	}
+	p, err := New(cfg)
+	if err != nil {
+		return nil, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s of HypervisorMachineTemplate %s: %w", templateField, tmpl.Name, err)
+	}
+	b.providers[key] = cachedProvider{fingerprint: fp, provider: p}
+	return p, nil
+}

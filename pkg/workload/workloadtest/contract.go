@@ -1,0 +1,177 @@
+// Package workloadtest is the workload contract suite: the behaviour every
+// CI platform's workload.Provider owes the controllers (pkg/workload's
+// documentation), checked in the platform's neutral terms against a
+// platform simulator. Each back-end's tests run it with a Harness of their
+// simulator, so that every platform is held to the same contract
+// (docs/architecture.md, "CI platforms as plug-ins").
+package workloadtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
+)
+
+// Harness is one platform's account on its simulator.
+type Harness struct {
+	// Provider is the account under test, its scope holding Repository.
+	Provider workload.Provider
+	// Repository is a repository (full path) of the scope jobs are queued
+	// in; Outside one outside the scope.
+	Repository, Outside string
+	// Spec is the runner the suite issues a credential for; its Name is
+	// made unique per use.
+	Spec workload.RunnerSpec
+	// QueueJob queues a job asking for labels in repository, that waits for
+	// a runner until it is taken or cancelled, and returns its id.
+	QueueJob func(t *testing.T, repository string, labels []string) string
+	// UnknownJobID is a well-formed job id no job has.
+	UnknownJobID string
+	// TakeJob makes the runner of cred take job id as the platform's own
+	// runner software does, and returns once the platform reports it
+	// running (the runner is then busy). It may leave a process running
+	// until the test ends.
+	TakeJob func(t *testing.T, cred workload.Credential, id string)
+}
+
+// Run runs the contract against the harnesses newHarness builds (one per
+// subtest, so that they do not share state).
+func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
+	t.Run("credential and runner lifecycle", func(t *testing.T) { runnerLifecycle(t, newHarness(t)) })
+	t.Run("queued jobs and cancellation", func(t *testing.T) { jobs(t, newHarness(t)) })
+	t.Run("busy runner stays", func(t *testing.T) { busyRunner(t, newHarness(t)) })
+}
+
+func issue(t *testing.T, h Harness, name string) workload.Credential {
+	t.Helper()
+	spec := h.Spec
+	spec.Name = name
+	spec.Labels = slices.Clone(h.Spec.Labels)
+	cred, err := h.Provider.IssueCredential(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("IssueCredential(%s): %v", name, err)
+	}
+	if cred.Secret.IsZero() || cred.RunnerName != name || cred.IssuedAt.IsZero() {
+		t.Fatalf("credential of %s: %+v", name, cred)
+	}
+	if printed := fmt.Sprintf("%v %+v %#v %s", cred, cred, cred, cred.Secret); strings.Contains(printed, cred.Secret.Reveal()) {
+		t.Fatalf("the credential's secret prints: %s", printed)
+	}
+	return cred
+}
+
+// runnerLifecycle: the scope verifies; an issued runner is found by name
+// and prefix (and not by another prefix); deregistering it, twice, leaves
+// it gone.
+func runnerLifecycle(t *testing.T, h Harness) {
+	ctx := context.Background()
+	if err := h.Provider.VerifyScope(ctx); err != nil {
+		t.Fatalf("VerifyScope: %v", err)
+	}
+	cred := issue(t, h, "contract-life-1")
+	r, err := h.Provider.GetRunner(ctx, "contract-life-1")
+	if err != nil || r.Name != "contract-life-1" || cred.RunnerID != 0 && r.ID != cred.RunnerID || r.State == workload.RunnerBusy {
+		t.Fatalf("GetRunner: %v %+v", err, r)
+	}
+	if !workload.Covers(r.Labels, h.Spec.Labels) {
+		t.Fatalf("runner labels %v do not cover the spec's %v", r.Labels, h.Spec.Labels)
+	}
+	list, err := h.Provider.ListRunners(ctx, "contract-life-")
+	if err != nil || !slices.ContainsFunc(list, func(x workload.Runner) bool { return x.Name == "contract-life-1" }) {
+		t.Fatalf("ListRunners(contract-life-): %v %+v", err, list)
+	}
+	if list, err := h.Provider.ListRunners(ctx, "contract-other-"); err != nil || len(list) != 0 {
+		t.Fatalf("ListRunners(contract-other-): %v %+v", err, list)
+	}
+	if _, err := h.Provider.GetRunner(ctx, "contract-none"); !errors.Is(err, workload.ErrNotFound) {
+		t.Fatalf("GetRunner of no runner: %v, want ErrNotFound", err)
+	}
+	for i := range 2 {
+		if err := h.Provider.DeregisterRunner(ctx, r.ID, r.Name); err != nil {
+			t.Fatalf("DeregisterRunner #%d: %v", i+1, err)
+		}
+	}
+	if _, err := h.Provider.GetRunner(ctx, "contract-life-1"); !errors.Is(err, workload.ErrNotFound) {
+		t.Fatalf("GetRunner after deregistration: %v, want ErrNotFound", err)
+	}
+}
+
+// jobs: a queued job is listed with its labels for its repository only,
+// read by id, and its run cancelled.
+func jobs(t *testing.T, h Harness) {
+	ctx := context.Background()
+	repos, err := h.Provider.Repositories(ctx)
+	if err != nil || !slices.Contains(repos, h.Repository) || slices.Contains(repos, h.Outside) {
+		t.Fatalf("Repositories: %v %v (want %s, not %s)", err, repos, h.Repository, h.Outside)
+	}
+	id := h.QueueJob(t, h.Repository, h.Spec.Labels)
+	queued, err := h.Provider.QueuedJobs(ctx, []string{h.Repository})
+	if err != nil {
+		t.Fatalf("QueuedJobs: %v", err)
+	}
+	i := slices.IndexFunc(queued, func(j workload.Job) bool { return j.ID == id })
+	if i < 0 {
+		t.Fatalf("QueuedJobs does not list job %s: %+v", id, queued)
+	}
+	j := queued[i]
+	if j.State != workload.JobQueued || !strings.EqualFold(j.Repository, h.Repository) || !workload.Covers(h.Spec.Labels, j.Labels) || j.RunID == 0 {
+		t.Fatalf("queued job: %+v", j)
+	}
+	if outside, err := h.Provider.QueuedJobs(ctx, []string{h.Outside}); err == nil && slices.ContainsFunc(outside, func(x workload.Job) bool { return x.ID == id }) {
+		t.Fatalf("job %s listed for %s", id, h.Outside)
+	}
+	got, err := h.Provider.GetJob(ctx, h.Repository, id)
+	if err != nil || got.ID != id || got.Platform != j.Platform || got.Platform == "" || got.State != workload.JobQueued || got.RunID != j.RunID {
+		t.Fatalf("GetJob: %v %+v", err, got)
+	}
+	if _, err := h.Provider.GetJob(ctx, h.Repository, h.UnknownJobID); !errors.Is(err, workload.ErrNotFound) {
+		t.Fatalf("GetJob of no job: %v, want ErrNotFound", err)
+	}
+	if err := h.Provider.CancelRun(ctx, h.Repository, j.RunID); err != nil {
+		t.Fatalf("CancelRun: %v", err)
+	}
+	waitFor(t, 10*time.Second, "the cancelled job completes", func() bool {
+		got, err := h.Provider.GetJob(ctx, h.Repository, id)
+		return err == nil && got.State == workload.JobCompleted
+	})
+}
+
+// busyRunner: a runner running a job is busy, and deregistering it
+// returns ErrRunnerBusy and leaves it.
+func busyRunner(t *testing.T, h Harness) {
+	ctx := context.Background()
+	cred := issue(t, h, "contract-busy-1")
+	id := h.QueueJob(t, h.Repository, h.Spec.Labels)
+	h.TakeJob(t, cred, id)
+	r, err := h.Provider.GetRunner(ctx, "contract-busy-1")
+	if err != nil || r.State != workload.RunnerBusy {
+		t.Fatalf("GetRunner of the busy runner: %v %+v", err, r)
+	}
+	running, err := h.Provider.GetJob(ctx, h.Repository, id)
+	if err != nil || running.State != workload.JobInProgress || running.RunnerName != "contract-busy-1" || running.StartedAt.IsZero() {
+		t.Fatalf("running job: %v %+v", err, running)
+	}
+	if err := h.Provider.DeregisterRunner(ctx, r.ID, r.Name); !errors.Is(err, workload.ErrRunnerBusy) {
+		t.Fatalf("DeregisterRunner of a busy runner: %v, want ErrRunnerBusy", err)
+	}
+	if _, err := h.Provider.GetRunner(ctx, "contract-busy-1"); err != nil {
+		t.Fatalf("the busy runner is gone after a refused deregistration: %v", err)
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting until %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
