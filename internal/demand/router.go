@@ -38,9 +38,19 @@
 //     Unverified pools are not told about jobs either: they are left out
 //     of Unmatched, so no event shows them another scope's jobs.
 //
+//  5. a job that asks for no labels (GitLab's untagged jobs) goes only to
+//     pools whose runners take untagged jobs (workload.Pool.RunUntagged;
+//     every GitHub pool).
+//
+// A job whose labels its event does not carry (workload.Job.LabelsUnknown:
+// a GitLab Job Hook) is first read from the platform, with the credentials
+// of a verified pool of its platform whose scope holds its repository
+// (Router.ReadJobsWith), and routed with its real labels.
+//
 // Among the pools that qualify, the most specific wins: the one with the
-// fewest runner labels, then a pool of the job's repository over an
-// organization pool. Fewest labels means the pool least specialised beyond
+// fewest runner labels, then a pool of the job's repository over a group
+// or organization pool, a deeper group (a subgroup) over the groups above
+// it, and any of them over the whole instance. Fewest labels means the pool least specialised beyond
 // what the job asks for: a job on [self-hosted, linux] scales a plain pool
 // rather than a GPU pool that also covers it, keeping special machines for
 // the jobs that need them. The platform may still give the job to any
@@ -64,6 +74,7 @@ package demand
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -96,6 +107,9 @@ type Candidate struct {
 	// Pending is true for an unverified pool whose check for its current
 	// scope and credentials has not concluded yet (a new or edited pool).
 	Pending bool
+	// RunUntagged is true when its runners take jobs that ask for no
+	// labels (workload.Pool.RunUntagged).
+	RunUntagged bool
 }
 
 // Mismatch is a pool in the job's scope whose runners cannot take the job.
@@ -103,6 +117,9 @@ type Mismatch struct {
 	Candidate
 	// Missing are the job labels its runners lack.
 	Missing []string
+	// Untagged is true when the job asks for no labels and its runners
+	// take only jobs that do (Missing is empty then).
+	Untagged bool
 }
 
 // Decision is where a job goes.
@@ -122,6 +139,10 @@ type Decision struct {
 	// not concluded yet: the job may be routed again shortly (a pool
 	// created just before its job).
 	Pending int
+	// Job is the job as routed: for one whose event did not carry its
+	// labels (workload.Job.LabelsUnknown), with the labels the platform
+	// reported; LabelsUnknown still when no pool could read it.
+	Job workload.Job
 }
 
 // Matched reports whether a pool was chosen.
@@ -138,6 +159,9 @@ func (d Decision) InScope() bool {
 type Router struct {
 	reader   client.Reader
 	backends *workload.Backends
+	// jobs read the jobs whose labels their events do not carry; nil:
+	// such jobs go to no pool.
+	jobs JobReaders
 }
 
 // NewRouter returns a Router over reader (the manager's cache, or any
@@ -148,14 +172,68 @@ func NewRouter(reader client.Reader, backends *workload.Backends) *Router {
 	return &Router{reader: reader, backends: backends}
 }
 
+// ReadJobsWith makes the Router read a job whose event does not carry its
+// labels (workload.Job.LabelsUnknown) from the CI platform, with the
+// credentials of a verified pool of the job's platform whose scope holds
+// the job's repository (controller.PoolJobReaders). It returns r.
+func (r *Router) ReadJobsWith(readers JobReaders) *Router {
+	r.jobs = readers
+	return r
+}
+
 // Route decides which pool scales for job; see the package documentation
-// for the rule. An error means the pools could not be read.
+// for the rule. An error means the pools (or the job, when its labels are
+// unknown) could not be read.
 func (r *Router) Route(ctx context.Context, job workload.Job) (Decision, error) {
 	cands, err := r.Candidates(ctx)
 	if err != nil {
 		return Decision{}, err
 	}
+	if job.LabelsUnknown {
+		if job, err = r.readLabels(ctx, cands, job); err != nil {
+			return Decision{}, err
+		}
+	}
 	return Choose(cands, job), nil
+}
+
+// readLabels fills in the labels of job from the platform's view of it,
+// read with the first verified candidate of its platform whose scope holds
+// its repository (in namespace and name order) that can read it. The job
+// is returned unchanged (LabelsUnknown, so it goes to no pool) when no
+// such pool exists or none knows the job: no pool serves it, or the event
+// named a job that does not exist. Only the labels are taken; the event's
+// state stays the event's (confirming it is the Recorder's part).
+func (r *Router) readLabels(ctx context.Context, cands []Candidate, job workload.Job) (workload.Job, error) {
+	if r.jobs == nil {
+		return job, nil
+	}
+	var errs []error
+	for i := range cands {
+		c := &cands[i]
+		if c.Platform != job.Platform || !c.Verified || !c.Scope.Contains(job.Repository) {
+			continue
+		}
+		reader, err := r.jobs.JobReaderFor(ctx, c.Pool)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("RunnerPool %s: %w", c.Pool, err))
+			continue
+		}
+		got, err := reader.GetJob(ctx, job.Repository, job.ID)
+		switch {
+		case errors.Is(err, workload.ErrNotFound):
+			continue
+		case err != nil:
+			errs = append(errs, fmt.Errorf("RunnerPool %s: %w", c.Pool, err))
+			continue
+		}
+		job.Labels, job.LabelsUnknown = slices.Clone(got.Labels), false
+		return job, nil
+	}
+	if len(errs) > 0 {
+		return job, fmt.Errorf("reading the labels of job %s of %s: %w", job.ID, job.Repository, errors.Join(errs...))
+	}
+	return job, nil
 }
 
 // Candidates lists the pools of the served CI platforms that can take
@@ -219,6 +297,7 @@ func PoolCandidate(be workload.Backend, pool *hfv1.RunnerPool, tmpl *hfv1.Hyperv
 		RunnerLabels: workload.RunnerLabels(t.DefaultLabels, p.Labels),
 		Verified:     verified,
 		Pending:      !verified && verificationPending(pool),
+		RunUntagged:  p.RunUntagged,
 	}, true
 }
 
@@ -254,22 +333,29 @@ func ScopeVerified(pool *hfv1.RunnerPool, template, credentials string, scope wo
 // ambiguous and none is chosen; the verified ones in scope that do not
 // cover the job are reported as unmatched with the labels they lack.
 func Choose(cands []Candidate, job workload.Job) Decision {
-	var d Decision
+	d := Decision{Job: job}
+	if job.LabelsUnknown {
+		// Which pools cover it cannot be told (Router.Route reads its
+		// labels first): none scales for it.
+		return d
+	}
 	var best []Candidate
 	for i := range cands {
 		c := &cands[i]
 		if c.Platform != job.Platform || !c.Scope.Contains(job.Repository) {
 			continue
 		}
+		missing := MissingLabels(c.RunnerLabels, job.Labels)
+		untagged := len(job.Labels) == 0 && !c.RunUntagged
 		if !c.Verified {
 			d.Unverified++
-			if c.Pending && len(MissingLabels(c.RunnerLabels, job.Labels)) == 0 {
+			if c.Pending && len(missing) == 0 && !untagged {
 				d.Pending++
 			}
 			continue
 		}
-		if missing := MissingLabels(c.RunnerLabels, job.Labels); len(missing) > 0 {
-			d.Unmatched = append(d.Unmatched, Mismatch{Candidate: *c, Missing: missing})
+		if len(missing) > 0 || untagged {
+			d.Unmatched = append(d.Unmatched, Mismatch{Candidate: *c, Missing: missing, Untagged: untagged})
 			continue
 		}
 		switch {
@@ -292,19 +378,41 @@ func Choose(cands []Candidate, job workload.Job) Decision {
 }
 
 // compareSpecificity orders covering pools, most specific first: fewer
-// runner labels, then a repository scope before an organization scope.
-// Names never decide (see the package documentation).
+// runner labels, then by scope (compareScopes). Names never decide (see the
+// package documentation).
 func compareSpecificity(a, b *Candidate) int {
 	return cmp.Or(cmp.Compare(len(a.RunnerLabels), len(b.RunnerLabels)),
-		cmp.Compare(scopeRank(a.Scope), scopeRank(b.Scope)))
+		compareScopes(a.Scope, b.Scope))
 }
 
-// scopeRank is 0 for a repository scope and 1 for an organization.
-func scopeRank(s workload.Scope) int {
-	if s.IsOrganization() {
+// compareScopes orders scopes that all hold one job's repository, most
+// specific first: the repository itself, then its owners from the deepest
+// group (a GitLab subgroup) up to the top one (a GitHub organization has
+// no depth to compare), then the whole instance.
+func compareScopes(a, b workload.Scope) int {
+	return cmp.Or(cmp.Compare(scopeKind(a), scopeKind(b)),
+		// Deeper first: more path segments rank before fewer.
+		cmp.Compare(scopeDepth(b), scopeDepth(a)))
+}
+
+// scopeKind is 0 for a repository scope, 1 for an owner (organization or
+// group) and 2 for the instance.
+func scopeKind(s workload.Scope) int {
+	switch {
+	case s.Instance:
+		return 2
+	case s.IsOrganization():
 		return 1
 	}
 	return 0
+}
+
+// scopeDepth is the number of path segments of the scope's owner.
+func scopeDepth(s workload.Scope) int {
+	if s.Owner == "" {
+		return 0
+	}
+	return strings.Count(s.Owner, "/") + 1
 }
 
 func compareNames(a, b types.NamespacedName) int {

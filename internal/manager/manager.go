@@ -637,12 +637,16 @@ func webhookParser(ctx context.Context, mgr ctrl.Manager, w *WebhookPlatform, on
 func newWebhookServer(mgr ctrl.Manager, opts Options, backends *workload.Backends, providers controller.PoolProviders, parsers webhookParsers) (*webhook.Server, error) {
 	w := opts.Webhook
 	recorder := demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock)
+	router := demand.NewRouter(mgr.GetClient(), backends)
 	if providers != nil {
-		recorder.ConfirmWebhookEvents(&controller.PoolJobReaders{Client: mgr.GetClient(), Providers: providers}, w.MaxEventAge)
+		readers := &controller.PoolJobReaders{Client: mgr.GetClient(), Providers: providers}
+		recorder.ConfirmWebhookEvents(readers, w.MaxEventAge)
+		// Events without the job's labels (GitLab's Job Hooks) are
+		// routed after reading the job with a pool's account.
+		router.ReadJobsWith(readers)
 	} else {
 		mgr.GetLogger().WithName("webhook").Info("webhook events are recorded without confirmation: a stand-in replaces the CI platforms' accounts")
 	}
-	router := demand.NewRouter(mgr.GetClient(), backends)
 	receivers := make([]*webhook.Receiver, 0, len(parsers))
 	for _, parser := range parsers {
 		recv, err := webhook.NewReceiver(webhook.Options{

@@ -553,6 +553,11 @@ func (r *Receiver) routeAndRecord(ctx context.Context, it item, log logr.Logger)
 	if err != nil {
 		return false, fmt.Errorf("routing: %w", err)
 	}
+	if ev.Job.LabelsUnknown && !dec.Job.LabelsUnknown {
+		// The event did not carry the job's labels (a GitLab Job Hook);
+		// routing read them from the platform, and the record keeps them.
+		ev.Job.Labels, ev.Job.LabelsUnknown = dec.Job.Labels, false
+	}
 	if len(dec.Ambiguous) > 0 {
 		jobsRoutedTotal.WithLabelValues(OutcomeAmbiguous).Inc()
 		log.Info("equally specific RunnerPools cover the job; none scales for it", "pools", len(dec.Ambiguous))
@@ -599,6 +604,12 @@ func (r *Receiver) warnUnmatched(job workload.Job, unmatched []demand.Mismatch) 
 		pool := &hfv1.RunnerPool{
 			TypeMeta:   metav1.TypeMeta{APIVersion: hfv1.GroupVersion.String(), Kind: "RunnerPool"},
 			ObjectMeta: metav1.ObjectMeta{Namespace: m.Pool.Namespace, Name: m.Pool.Name, UID: m.UID},
+		}
+		if m.Untagged {
+			r.opts.Events.Eventf(pool, corev1.EventTypeWarning, ReasonNoMatchingRunnerPool,
+				"queued job %s of %s asks for no labels (an untagged job) and matches no RunnerPool; this pool's runners take only jobs with labels (runUntagged)",
+				job.ID, job.Repository)
+			continue
 		}
 		r.opts.Events.Eventf(pool, corev1.EventTypeWarning, ReasonNoMatchingRunnerPool,
 			"queued job %s of %s (runs-on: %s) matches no RunnerPool; this pool's runners lack: %s",

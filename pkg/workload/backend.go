@@ -195,6 +195,11 @@ type Pool struct {
 	Labels []string
 	// Claim is the spec.workloadConfig of the claims the pool creates.
 	Claim *hfv1.WorkloadConfig
+	// RunUntagged is true when the pool's runners take jobs that ask for
+	// no labels (GitHub's runners always do; a GitLab runner only with
+	// run_untagged). Routing gives a job without labels only to such
+	// pools (internal/demand).
+	RunUntagged bool
 }
 
 // ClaimRunner is the runner a MachineClaim asks for itself, in its

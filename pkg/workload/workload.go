@@ -213,11 +213,16 @@ type Job struct {
 	// Repository is owner/name.
 	Repository string
 	// Labels are the job's runs-on labels.
-	Labels       []string
-	State        JobState
-	Conclusion   string
-	WorkflowName string
-	Name         string
+	Labels []string
+	// LabelsUnknown is true when whoever read the job could not tell its
+	// labels (a GitLab Job Hook carries the runner's tags, not the
+	// job's): Labels is then empty and routing reads the job from the
+	// platform first (internal/demand).
+	LabelsUnknown bool
+	State         JobState
+	Conclusion    string
+	WorkflowName  string
+	Name          string
 	// RunnerName and RunnerID are the runner that took the job; empty while
 	// queued. Any runner whose labels cover the job's may take it.
 	RunnerName string

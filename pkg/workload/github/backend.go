@@ -113,6 +113,9 @@ func (*Backend) Pool(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate
 	p := workload.Pool{
 		Field:  poolField,
 		Labels: w.Labels,
+		// A GitHub job always has runs-on labels; a runner takes any job
+		// its labels cover.
+		RunUntagged: true,
 		Claim: &hfv1.WorkloadConfig{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubRunnerConfig{
 			Labels: append([]string(nil), w.Labels...), RunnerGroup: w.RunnerGroup,
 		}},

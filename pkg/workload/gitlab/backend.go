@@ -176,6 +176,12 @@ func (*Backend) Pool(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate
 			Tags: append([]string(nil), w.Tags...), RunUntagged: w.RunUntagged,
 		}},
 	}
+	if tmpl != nil && tmpl.Spec.Bootstrap.GitLab != nil {
+		p.RunUntagged = tmpl.Spec.Bootstrap.GitLab.RunUntagged
+	}
+	if w.RunUntagged != nil {
+		p.RunUntagged = *w.RunUntagged
+	}
 	switch {
 	case w.Project != "":
 		p.Scope, p.ScopeField, p.OwnScope = ScopeOf(w.Project, "", false), poolField+".project", true

@@ -101,7 +101,8 @@ func (p WebhookParser) ownerSecrets(project string) ([][]byte, bool) {
 
 // Parse implements workload.WebhookParser. The job's labels are not in a
 // Job Hook (it carries the runner's tags, not the job's): JobEvent.Job
-// has none, and the job's tags are read with GetJob.
+// has none and says so (LabelsUnknown); routing reads the job's tags with
+// GetJob (internal/demand).
 func (p WebhookParser) Parse(header http.Header, body []byte) (workload.JobEvent, error) {
 	// The unverified body is read only to choose the tokens it is verified
 	// with; one that is not JSON names no project and meets the fallback,
@@ -153,7 +154,7 @@ func (p WebhookParser) Parse(header http.Header, body []byte) (workload.JobEvent
 	}
 	job := workload.Job{
 		ID: formatJobID(ev.BuildID), Platform: hfv1.WorkloadGitLabCI, RunID: ev.PipelineID, Repository: proj.Project.PathWithNamespace,
-		State: jobState(ev.BuildStatus), Name: ev.BuildName, WorkflowName: ev.BuildStage,
+		State: jobState(ev.BuildStatus), Name: ev.BuildName, WorkflowName: ev.BuildStage, LabelsUnknown: true,
 		RunnerName: ev.Runner.Description, RunnerID: ev.Runner.ID,
 		CreatedAt: hookTime(ev.BuildCreatedAt), StartedAt: hookTime(ev.BuildStartedAt), CompletedAt: hookTime(ev.BuildFinishedAt),
 	}

@@ -104,7 +104,7 @@ func TestWebhookParserWithSimulatorDeliveries(t *testing.T) {
 			t.Fatalf("event: %+v", ev)
 		}
 		j := ev.Job
-		if j.ID != strconv.FormatInt(pl.Jobs[0], 10) || j.Platform != hfv1.WorkloadGitLabCI || j.RunID != pl.ID || j.Repository != "acme/platform/ci/tools" || j.Name != "build" || j.CreatedAt.IsZero() || len(j.Labels) != 0 {
+		if j.ID != strconv.FormatInt(pl.Jobs[0], 10) || j.Platform != hfv1.WorkloadGitLabCI || j.RunID != pl.ID || j.Repository != "acme/platform/ci/tools" || j.Name != "build" || j.CreatedAt.IsZero() || len(j.Labels) != 0 || !j.LabelsUnknown {
 			t.Fatalf("job of the event: %+v", j)
 		}
 		switch ev.Action {
