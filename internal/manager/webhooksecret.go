@@ -141,16 +141,28 @@ func (p *rotatingParser) WebhookSecretOf(platform hfv1.WorkloadType, owner strin
 	if platform != p.platform {
 		return controller.WebhookSecretUse{}, false
 	}
-	use := controller.WebhookSecretUse{Source: p.source, SharedKey: WebhookSecretKey, OwnKey: WebhookOwnerKeyPrefix + strings.ToLower(owner)}
+	// The keys whose secrets verify deliveries about owner: its own
+	// (owner.<lower-case owner>), unless the platform keys owners its own
+	// way (GitLab: a group's path, and the groups above it).
+	keys := []string{strings.ToLower(owner)}
+	if k, ok := p.receiver.(workload.WebhookOwnerKeyer); ok {
+		keys = k.WebhookOwnerKeys(owner)
+	}
+	use := controller.WebhookSecretUse{Source: p.source, SharedKey: WebhookSecretKey}
+	if len(keys) > 0 {
+		use.OwnKey = WebhookOwnerKeyPrefix + keys[0]
+	}
 	secrets := p.secrets.Load()
 	if secrets == nil {
 		return use, true
 	}
 	use.Loaded = true
-	switch {
-	case len(secrets.Owners[strings.ToLower(owner)]) > 0:
-		use.Own = true
-	case len(secrets.Global) > 0:
+	for _, k := range keys {
+		if len(secrets.Owners[strings.ToLower(k)]) > 0 {
+			use.Own = true
+		}
+	}
+	if !use.Own && len(secrets.Global) > 0 {
 		use.Shared = true
 	}
 	return use, true

@@ -21,6 +21,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/gitlab"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 
@@ -335,6 +336,36 @@ func TestWebhookParsersPerPlatform(t *testing.T) {
 	} {
 		if _, err := newWebhookParsers(ctx, mgr, &WebhookOptions{Platforms: platforms}, backends); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// TestWebhookSecretOfGitLabGroups: a GitLab pool's owner (a group path)
+// is found under its Secret key (owner.<path with .. for />), and a
+// subgroup's or project namespace's deliveries count as owner-signed when
+// any group above has its own token, as the GitLab parser verifies them;
+// the instance (no owner) only ever has the fallback.
+func TestWebhookSecretOfGitLabGroups(t *testing.T) {
+	p := &rotatingParser{receiver: &gitlab.Backend{}, platform: hfv1.WorkloadGitLabCI, source: "Secret ci/gl"}
+	secrets, err := ParseWebhookSecrets("ci/gl", map[string][]byte{
+		WebhookOwnerKeyPrefix + gitlab.OwnerKey("Acme/Platform"): []byte("own"), WebhookSecretKey: []byte("shared")}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.set(secrets)
+	for _, tc := range []struct {
+		owner, key  string
+		own, shared bool
+	}{
+		{"acme/platform", "owner.acme..platform", true, false},
+		{"acme/platform/ci/tools", "owner.acme..platform..ci..tools", true, false},
+		{"acme", "owner.acme", false, true},
+		{"acme/platformx", "owner.acme..platformx", false, true},
+		{"", "", false, true},
+	} {
+		use, ok := p.WebhookSecretOf(hfv1.WorkloadGitLabCI, tc.owner)
+		if !ok || !use.Loaded || use.OwnKey != tc.key || use.Own != tc.own || use.Shared != tc.shared {
+			t.Errorf("WebhookSecretOf(%q) = %+v, %v; want key %q, own %v, shared %v", tc.owner, use, ok, tc.key, tc.own, tc.shared)
 		}
 	}
 }

@@ -79,6 +79,17 @@ type WebhookReceiver interface {
 	WebhookParser(secret []byte, ownerSecrets map[string][]byte) WebhookParser
 }
 
+// WebhookOwnerKeyer is implemented by a WebhookReceiver whose webhook
+// Secret keys owners other than by their lower-case name (the default,
+// GitHub's: owner.<login>), or whose deliveries about an owner verify with
+// other owners' keys too (GitLab: the key of any group above a project).
+type WebhookOwnerKeyer interface {
+	// WebhookOwnerKeys are the keys (after the Secret's owner. prefix) of
+	// the secrets that verify deliveries about the repositories of owner
+	// (a scope's Owner), the owner's own first; none when no key can.
+	WebhookOwnerKeys(owner string) []string
+}
+
 // WebhookFormat is how one CI platform delivers its webhooks: what the
 // operator's receiver (internal/webhook) reads from a delivery's headers
 // before its body, and how it names the platform's parts in its answers,

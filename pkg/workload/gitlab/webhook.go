@@ -46,6 +46,23 @@ func OwnerKey(groupPath string) string {
 	return strings.ReplaceAll(strings.ToLower(groupPath), "/", "..")
 }
 
+// WebhookOwnerKeys implements workload.WebhookOwnerKeyer: deliveries about
+// the projects of a group (or under a project's namespace) verify with the
+// token of that group or any group above it, keyed by OwnerKey, the
+// group's own first; none for the instance (no owner).
+func (*Backend) WebhookOwnerKeys(owner string) []string {
+	var keys []string
+	for path := strings.Trim(owner, "/"); path != ""; {
+		keys = append(keys, OwnerKey(path))
+		i := strings.LastIndex(path, "/")
+		if i < 0 {
+			break
+		}
+		path = path[:i]
+	}
+	return keys
+}
+
 // WebhookParser verifies and decodes GitLab Job Hook deliveries. It
 // implements workload.WebhookParser.
 //
