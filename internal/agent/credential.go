@@ -22,6 +22,9 @@ type Credential struct {
 	// RegistrationURL is the repository or organization URL the runner
 	// registers to (runner-token).
 	RegistrationURL string
+	// RunnerAuthToken is a GitLab runner authentication token of a runner
+	// the operator created for this VM (runner-auth-token).
+	RunnerAuthToken string
 }
 
 // String describes c without its secret.
@@ -46,6 +49,10 @@ func (c Credential) validate() error {
 	case agentconfig.BootstrapRunnerToken:
 		if c.RegistrationToken == "" || c.RegistrationURL == "" {
 			return errors.New("the credential source returned a runner-token credential without a token or registration URL")
+		}
+	case agentconfig.BootstrapRunnerAuthToken:
+		if c.RunnerAuthToken == "" {
+			return errors.New("the credential source returned a runner-auth-token credential without a token")
 		}
 	default:
 		return fmt.Errorf("the credential source returned a credential of unknown method %q", c.Method)

@@ -44,6 +44,8 @@ func runnerKindFor(platform agentconfig.Platform) (runnerKind, error) {
 		return githubRunner{}, nil
 	case agentconfig.PlatformGeneric:
 		return genericRunner{}, nil
+	case agentconfig.PlatformGitLabCI:
+		return gitlabRunner{}, nil
 	}
 	return nil, &UnsupportedError{What: fmt.Sprintf("platform %q", platform)}
 }

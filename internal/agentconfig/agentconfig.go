@@ -112,6 +112,11 @@ const (
 	// the agent runs the runner's config script with it to register an
 	// ephemeral runner, then runs the runner.
 	BootstrapRunnerToken BootstrapMethod = "runner-token"
+	// BootstrapRunnerAuthToken is a GitLab runner authentication token
+	// (glrt-...): the operator created the runner for this VM alone, and
+	// the agent runs gitlab-runner run-single with it for one job; the
+	// operator deletes the runner when the claim ends.
+	BootstrapRunnerAuthToken BootstrapMethod = "runner-auth-token"
 )
 
 // AttestationMethod is how the agent proves its identity to SPIRE.
@@ -527,6 +532,9 @@ func (c *Config) Validate() error {
 		c.validateGeneric(bad)
 	case c.Generic != nil:
 		bad("generic", "is set but platform is %q; it applies only to platform generic", c.Platform)
+	case c.Platform == PlatformGitLabCI && c.BootstrapMethod == BootstrapRunnerAuthToken:
+	case c.Platform == PlatformGitLabCI:
+		bad("bootstrapMethod", "is %q; platform gitlab-ci takes %q", c.BootstrapMethod, BootstrapRunnerAuthToken)
 	case c.BootstrapMethod == BootstrapJITConfig, c.BootstrapMethod == BootstrapRunnerToken:
 	default:
 		bad("bootstrapMethod", "is %q; must be %q or %q", c.BootstrapMethod, BootstrapJITConfig, BootstrapRunnerToken)
