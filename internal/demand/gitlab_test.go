@@ -20,8 +20,8 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/proptest"
 	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab/gitlabsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
-	glworkload "github.com/hyperfleet/hyperfleet/pkg/workload/gitlab"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 
@@ -204,7 +204,7 @@ func TestRouteGitLabJobHooksReadsTags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	backends, err := workload.NewBackends(map[hfv1.WorkloadType]workload.Factory{hfv1.WorkloadGitLabCI: glworkload.NewBackend}, workload.Dependencies{})
+	backends, err := workload.NewBackends(gitlabsimtest.Workloads(), workload.Dependencies{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,9 @@ func TestRouteGitLabJobHooksReadsTags(t *testing.T) {
 		pool("linux", hfv1.GitLabWorkload{Tags: []string{"linux"}}),
 		pool("untagged", hfv1.GitLabWorkload{Tags: []string{"linux", "big"}, Group: "acme/platform", RunUntagged: &yes}),
 	).WithStatusSubresource(&hfv1.RunnerPool{}).Build()
-	prov, err := glworkload.New(glworkload.Config{URL: api.URL, Token: token, Scope: workload.Scope{Owner: "acme"}, HTTPTimeout: 5 * time.Second})
+	prov, err := be.Provider(context.Background(), tmpl, workload.Scope{Owner: "acme"}, func(context.Context, string, string, hfv1.LocalSecretKeySelector) ([]byte, error) {
+		return []byte(token), nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,19 +238,20 @@ func TestRouteGitLabJobHooksReadsTags(t *testing.T) {
 	router := NewRouter(c, backends).ReadJobsWith(readers)
 
 	parser := be.(workload.WebhookReceiver).WebhookParser(nil, map[string][]byte{
-		glworkload.OwnerKey("acme"): []byte("tok-acme"), glworkload.OwnerKey("else"): []byte("tok-else")})
+		gitlabsimtest.OwnerKey("acme"): []byte("tok-acme"), gitlabsimtest.OwnerKey("else"): []byte("tok-else")})
+	format := be.(workload.WebhookReceiver).WebhookFormat()
 	want := map[string]string{ // job id → pool
 		strconv.FormatInt(pl.Jobs[0], 10): "gpu", strconv.FormatInt(pl.Jobs[1], 10): "untagged", strconv.FormatInt(other.Jobs[0], 10): "",
 	}
 	routed := 0
 	for _, dl := range sim.Deliveries() {
 		h := http.Header{}
-		h.Set(glworkload.WebhookTokenHeader, "tok-acme")
+		h.Set(format.SignatureHeader, "tok-acme")
 		if strings.Contains(string(dl.Payload), "else/where") {
-			h.Set(glworkload.WebhookTokenHeader, "tok-else")
+			h.Set(format.SignatureHeader, "tok-else")
 		}
-		h.Set(glworkload.WebhookEventHeader, glworkload.WebhookEventJob)
-		h.Set(glworkload.WebhookEventUUIDHeader, dl.EventUUID)
+		h.Set(format.EventHeader, format.Events[0])
+		h.Set(format.DeliveryHeader, dl.EventUUID)
 		ev, err := parser.Parse(h, dl.Payload)
 		if errors.Is(err, workload.ErrIgnoredEvent) {
 			continue

@@ -20,8 +20,8 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab/gitlabsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/gitlab"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 
@@ -346,9 +346,14 @@ func TestWebhookParsersPerPlatform(t *testing.T) {
 // any group above has its own token, as the GitLab parser verifies them;
 // the instance (no owner) only ever has the fallback.
 func TestWebhookSecretOfGitLabGroups(t *testing.T) {
-	p := &rotatingParser{receiver: &gitlab.Backend{}, platform: hfv1.WorkloadGitLabCI, source: "Secret ci/gl"}
+	backends, err := workload.NewBackends(gitlabsimtest.Workloads(), workload.Dependencies{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	be, _ := backends.For(hfv1.WorkloadGitLabCI)
+	p := &rotatingParser{receiver: be.(workload.WebhookReceiver), platform: hfv1.WorkloadGitLabCI, source: "Secret ci/gl"}
 	secrets, err := ParseWebhookSecrets("ci/gl", map[string][]byte{
-		WebhookOwnerKeyPrefix + gitlab.OwnerKey("Acme/Platform"): []byte("own"), WebhookSecretKey: []byte("shared")}, true)
+		WebhookOwnerKeyPrefix + gitlabsimtest.OwnerKey("Acme/Platform"): []byte("own"), WebhookSecretKey: []byte("shared")}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
