@@ -167,6 +167,11 @@ type Vars struct {
 	// GenericScript is a generic template's spec.bootstrap.generic.script
 	// (Platform generic); not a secret.
 	GenericScript string
+	// ScriptUser is the user a generic VM's agent runs GenericScript as
+	// (agentconfig.Generic.User), the one the VM's SPIRE registration
+	// entry selects by name. Per-VM: the claim controller sets both from
+	// one value.
+	ScriptUser string
 	// Claim names the VM's MachineClaim (namespace, name, uid). Per-VM.
 	Claim agentconfig.ClaimRef
 	// Deadline is when a generic VM's ttl ends: its claim's creation plus
@@ -315,7 +320,7 @@ func (b Bytes) String() string { return fmt.Sprintf("<%d bytes; use base64>", le
 // zeroed: Hostname, FQDN, InstanceID, MACAddress, StaticIP, StaticIPv6, SPIFFEID,
 // TrustBundle, AgentCA, BrokerCA, SecretStoreRole, SecretStorePath,
 // SecretStoreCA, RunnerName, Labels, RunnerGroup, ExpiresAt,
-// SecretsDeadline, PowerOffNotify, Claim and Deadline. What remains is the same for every VM of one
+// SecretsDeadline, PowerOffNotify, ScriptUser, Claim and Deadline. What remains is the same for every VM of one
 // template, so rendering the canonical vars gives identical bytes for all of
 // them and the bytes change only when something that shapes the VMs changes
 // (docs/architecture.md, "Template drift hash"). Render accepts canonical
@@ -341,6 +346,7 @@ func (v Vars) Canonical() Vars {
 	v.ExpiresAt = Time{}
 	v.SecretsDeadline = Time{}
 	v.PowerOffNotify = nil
+	v.ScriptUser = ""
 	v.Claim = agentconfig.ClaimRef{}
 	v.Deadline = Time{}
 	v.DNSServers = cloneList(v.DNSServers)
@@ -579,6 +585,12 @@ func (v *Vars) check() (netVars, error) {
 		}
 		if err := v.perVM("Deadline", v.Deadline.String()); err != nil {
 			return nv, err
+		}
+		if err := v.perVM("ScriptUser", v.ScriptUser); err != nil {
+			return nv, err
+		}
+		if v.ScriptUser != "" && !agentconfig.ValidUserName(v.ScriptUser) {
+			return nv, fmt.Errorf("vars: ScriptUser %q is not a user name (lower-case letters, digits, _ and -, at most 32 bytes)", v.ScriptUser)
 		}
 		if err := v.perVM("Claim", v.Claim.UID); err != nil {
 			return nv, err
