@@ -577,28 +577,33 @@ func (v *Vars) check() (netVars, error) {
 			return nv, fmt.Errorf("vars: BootstrapMethod %q must be %s or %s", v.BootstrapMethod, BootstrapJITConfig, BootstrapRunnerToken)
 		}
 	case PlatformGeneric:
-		if v.BootstrapMethod != "" {
-			return nv, fmt.Errorf("vars: BootstrapMethod %q is set but Platform is generic, which has no runner credential", v.BootstrapMethod)
-		}
-		if strings.TrimSpace(v.GenericScript) == "" {
-			return nv, fmt.Errorf("vars: GenericScript is empty; Platform generic runs it")
-		}
-		if err := v.perVM("Deadline", v.Deadline.String()); err != nil {
-			return nv, err
-		}
-		if err := v.perVM("ScriptUser", v.ScriptUser); err != nil {
-			return nv, err
-		}
-		if v.ScriptUser != "" && !agentconfig.ValidUserName(v.ScriptUser) {
-			return nv, fmt.Errorf("vars: ScriptUser %q is not a user name (lower-case letters, digits, _ and -, at most 32 bytes)", v.ScriptUser)
-		}
-		if err := v.perVM("Claim", v.Claim.UID); err != nil {
+		if err := v.checkGeneric(); err != nil {
 			return nv, err
 		}
 	default:
 		return nv, fmt.Errorf("vars: Platform %q must be %s or %s", v.Platform, PlatformGitHubActions, PlatformGeneric)
 	}
 	return nv, v.checkAgent()
+}
+
+// checkGeneric validates the variables of Platform generic.
+func (v *Vars) checkGeneric() error {
+	if v.BootstrapMethod != "" {
+		return fmt.Errorf("vars: BootstrapMethod %q is set but Platform is generic, which has no runner credential", v.BootstrapMethod)
+	}
+	if strings.TrimSpace(v.GenericScript) == "" {
+		return fmt.Errorf("vars: GenericScript is empty; Platform generic runs it")
+	}
+	if err := v.perVM("Deadline", v.Deadline.String()); err != nil {
+		return err
+	}
+	if err := v.perVM("ScriptUser", v.ScriptUser); err != nil {
+		return err
+	}
+	if v.ScriptUser != "" && !agentconfig.ValidUserName(v.ScriptUser) {
+		return fmt.Errorf("vars: ScriptUser %q is not a user name (lower-case letters, digits, _ and -, at most 32 bytes)", v.ScriptUser)
+	}
+	return v.perVM("Claim", v.Claim.UID)
 }
 
 var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
