@@ -46,7 +46,8 @@
 //	                         --config. Empty in a real VM.
 //	--run-as USER            the user the runner runs as (default runner);
 //	                         "" runs it as the agent's own user (as root, with
-//	                         RUNNER_ALLOW_RUNASROOT=1)
+//	                         RUNNER_ALLOW_RUNASROOT=1). A generic VM's script
+//	                         runs as its config's generic.user instead
 //	--poweroff-command CMD   powers the VM off when the config's
 //	                         powerOffOnFinish is true, whatever the outcome
 //	                         (split at white space; default
@@ -105,7 +106,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", agentconfig.Path, "the agent config file, removed as soon as it is read")
 	root := fs.String("root", "", "directory prefixed to every absolute path from the config (installPath, workDir); for tests and simulated VMs sharing one host, empty in a real VM")
-	runAs := fs.String("run-as", "runner", `user the runner runs as; "" for the agent's own user`)
+	runAs := fs.String("run-as", agentconfig.DefaultRunnerUser, `user the runner runs as; "" for the agent's own user (a generic VM's config names its script's user, which wins)`)
 	powerOff := fs.String("poweroff-command", "systemctl poweroff", "command that powers the VM off when the config's powerOffOnFinish is true (split at white space; empty disables)")
 	idle := fs.Duration("idle-timeout", agent.DefaultIdleTimeout, "stop the runner when it has started no job this long after it started (0 disables)")
 	download := fs.Duration("download-timeout", agent.DefaultDownloadTimeout, "bound on the runner package download (0: none)")

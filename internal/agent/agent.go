@@ -432,7 +432,14 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	a.installDir, a.workDir, a.cleanupPrepared = install, work, true
 
-	user, err := lookupRunAs(a.opts.RunAs)
+	// A generic VM's script runs as the user its config names, the one
+	// its SPIRE entry selects (agentconfig.Generic.User): --run-as is a
+	// default of the image, which cannot know that entry.
+	runAsName, runAsFrom := a.opts.RunAs, "--run-as"
+	if g := cfg.Generic; cfg.Platform == agentconfig.PlatformGeneric && g != nil {
+		runAsName, runAsFrom = g.User, "generic.user"
+	}
+	user, err := lookupRunAs(runAsName, runAsFrom)
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ func (genericRunner) run(ctx context.Context, a *agent, p *place) error {
 		if !ok {
 			return fail(ExitInternal, "the credential source %T cannot hold the VM's identity for a generic VM", src)
 		}
-		id, err := holder.HoldIdentity(runCtx, p.user.cred != nil)
+		id, err := holder.HoldIdentity(runCtx, p.user.cred)
 		a.attestationError = attestationErrorOf(err)
 		if err != nil {
 			if ctx.Err() == nil && runCtx.Err() != nil {

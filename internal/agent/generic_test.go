@@ -12,21 +12,27 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 )
 
-// genericConfig is a generic config without SPIFFE: the script, the
-// claim and a deadline in ttl.
+// genericConfig is a generic config without SPIFFE: the script, run as
+// the test's own user, the claim and a deadline in ttl.
 func (v *vm) genericConfig(script string, ttl time.Duration) *agentconfig.Config {
+	me, err := user.Current()
+	if err != nil {
+		v.t.Fatal(err)
+	}
 	return &agentconfig.Config{
 		Version:        agentconfig.CurrentVersion,
 		Platform:       agentconfig.PlatformGeneric,
 		WorkloadMethod: agentconfig.WorkloadDirect,
 		Generic: &agentconfig.Generic{
 			Script:   script,
+			User:     me.Username,
 			Claim:    agentconfig.ClaimRef{Namespace: "ci", Name: "batch-1", UID: "uid-1"},
 			Deadline: time.Now().Add(ttl).Truncate(time.Second),
 		},
@@ -139,14 +145,12 @@ func TestGenericScriptAsOtherUser(t *testing.T) {
 	}
 	v := newVM(t)
 	v.secret = ""
-	for _, d := range []string{v.root, filepath.Dir(v.root), v.dir, filepath.Dir(v.dir)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	_ = os.Chmod(v.rec, 0o777)
-	v.opts.RunAs = "nobody"
-	v.writeConfig(v.genericConfig(v.genericRecorder(0), time.Hour))
+	v.openToOthers()
+	// The config's user wins over --run-as, which names no user here.
+	v.opts.RunAs = "hyperfleet-no-such-user"
+	c := v.genericConfig(v.genericRecorder(0), time.Hour)
+	c.Generic.User = "nobody"
+	v.writeConfig(c)
 	v.checkCommon(v.run(context.Background()), ExitOK, 1)
 	if got := v.read("script.uid"); got != nobody.Uid {
 		t.Errorf("script uid = %s, want nobody's %s", got, nobody.Uid)
@@ -156,20 +160,53 @@ func TestGenericScriptAsOtherUser(t *testing.T) {
 	}
 }
 
+// A generic config naming a user the VM does not have fails before the
+// script runs, naming generic.user.
+func TestGenericScriptUserMissing(t *testing.T) {
+	t.Parallel()
+	v := newVM(t)
+	v.secret = ""
+	c := v.genericConfig(v.genericRecorder(0), time.Hour)
+	c.Generic.User = "hyperfleet-no-such-user"
+	v.writeConfig(c)
+	v.checkCommon(v.run(context.Background()), ExitInternal, 1)
+	if !strings.Contains(v.log.String(), `generic.user \"hyperfleet-no-such-user\": no such user`) {
+		t.Errorf("the log does not say which user is missing:\n%s", v.log.String())
+	}
+	if _, err := os.Stat(filepath.Join(v.rec, "script.claim")); err == nil {
+		t.Error("the script ran")
+	}
+}
+
+// openToOthers lets another user than the test's reach the VM's root
+// (its work directory) and write the records, as a script of another
+// user does.
+func (v *vm) openToOthers() {
+	v.t.Helper()
+	for _, d := range []string{v.root, filepath.Dir(v.root), v.dir, filepath.Dir(v.dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			v.t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(v.rec, 0o777); err != nil {
+		v.t.Fatal(err)
+	}
+}
+
 // fakeIdentity is an IdentityHolder: a socket path, and whether it was
 // released after the script ran.
 type fakeIdentity struct {
 	socket   string
 	released chan struct{}
-	open     bool
+	as       *syscall.Credential
 }
 
 func (f *fakeIdentity) Credential(context.Context) (Credential, error) {
 	panic("a generic VM asked for a runner credential")
 }
 
-func (f *fakeIdentity) HoldIdentity(_ context.Context, openToOthers bool) (*HeldIdentity, error) {
-	f.open = openToOthers
+func (f *fakeIdentity) HoldIdentity(_ context.Context, as *syscall.Credential) (*HeldIdentity, error) {
+	f.as = as
 	return &HeldIdentity{Socket: f.socket, SPIFFEID: "spiffe://hyperfleet.io/vm/ci/batch-1/uid-1", Release: func() { close(f.released) }}, nil
 }
 

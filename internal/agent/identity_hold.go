@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
-	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 )
@@ -23,19 +23,23 @@ type HeldIdentity struct {
 // IdentityHolder is a source that attests and keeps the identity running
 // instead of fetching a runner credential with it (BrokerSource).
 type IdentityHolder interface {
-	// HoldIdentity attests and returns the running identity;
-	// openToOthers lets a user other than the agent's reach its socket.
-	HoldIdentity(ctx context.Context, openToOthers bool) (*HeldIdentity, error)
+	// HoldIdentity attests and returns the running identity; as, when
+	// set, is the user the VM's entry selects (the script's, another than
+	// the agent's): it fetches the SVID that shows the attestation worked
+	// and reaches the socket.
+	HoldIdentity(ctx context.Context, as *syscall.Credential) (*HeldIdentity, error)
 }
 
 // HoldIdentity attests as Credential does (join token or TPM, or a
 // pre-installed spire-agent's socket), but fetches no credential and
 // leaves spire-agent running: a generic VM's script fetches its own
 // SVIDs through the Workload API until it ends, and the caller then calls
-// Release. openToOthers opens the run directory (traverse only: the
-// config with the join token is already removed) so that a runner user
-// other than the agent's reaches the socket.
-func (b *BrokerSource) HoldIdentity(ctx context.Context, openToOthers bool) (*HeldIdentity, error) {
+// Release. With as (the script's user, which the VM's entry selects by
+// name instead of the agent's uid), the SVID that proves the attestation
+// is fetched as that user, and the run directory is opened to it
+// (traverse only, once the config with the join token is removed:
+// spireRun.openToFetcher) so that it reaches the socket.
+func (b *BrokerSource) HoldIdentity(ctx context.Context, as *syscall.Credential) (*HeldIdentity, error) {
 	s := b.SPIFFE
 	if s == nil {
 		return nil, fail(ExitBadConfig, "spiffe: is missing; workloadMethod broker needs SPIFFE attestation settings")
@@ -53,6 +57,7 @@ func (b *BrokerSource) HoldIdentity(ctx context.Context, openToOthers bool) (*He
 	if err != nil {
 		return nil, err
 	}
+	run.fetchAs = as
 	cert, err := b.attest(ctx, fetchCtx, run)
 	if err != nil {
 		run.stop()
@@ -61,17 +66,6 @@ func (b *BrokerSource) HoldIdentity(ctx context.Context, openToOthers bool) (*He
 	id := ""
 	if leaf := cert.Leaf; leaf != nil && len(leaf.URIs) == 1 {
 		id = leaf.URIs[0].String()
-	}
-	if openToOthers && b.SPIRESocket == "" {
-		// spire-agent's own files stay its own (its data directory is
-		// 0700); the socket is for every local process, which the
-		// unix workload attestor tells apart by uid.
-		for _, dir := range []string{base, run.dir} {
-			if err := os.Chmod(dir, 0o711); err != nil {
-				run.stop()
-				return nil, fail(ExitInternal, "open %s to the runner user: %v", dir, err)
-			}
-		}
 	}
 	return &HeldIdentity{Socket: run.socket, SPIFFEID: id, Release: run.stop}, nil
 }

@@ -58,6 +58,13 @@ func newSPIREWorld(t *testing.T) *spireWorld {
 // uid, parented to it. It returns the token and the entry's SPIFFE ID.
 func (w *spireWorld) vmIdentity(t *testing.T, claim string) (token, id string) {
 	t.Helper()
+	return w.vmIdentitySelecting(t, claim, fmt.Sprintf("uid:%d", os.Getuid()))
+}
+
+// vmIdentitySelecting is vmIdentity with an entry for the unix selector
+// value sel (uid:N, user:NAME).
+func (w *spireWorld) vmIdentitySelecting(t *testing.T, claim, sel string) (token, id string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	node := "/hyperfleet/node/ns/" + claim + "/uid"
@@ -70,7 +77,7 @@ func (w *spireWorld) vmIdentity(t *testing.T, claim string) (token, id string) {
 		Id:        "hyperfleet." + claim,
 		SpiffeId:  w.server.ID(workload),
 		ParentId:  w.server.ID(node),
-		Selectors: []*types.Selector{{Type: "unix", Value: fmt.Sprintf("uid:%d", os.Getuid())}},
+		Selectors: []*types.Selector{{Type: "unix", Value: sel}},
 	}); err != nil {
 		t.Fatal(err)
 	}

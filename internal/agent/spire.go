@@ -191,6 +191,7 @@ type spireRun struct {
 	log    *slog.Logger
 	bin    string // spire-agent, for `api fetch x509` in both modes
 	dir    string // private run directory (0700)
+	base   string // its parent, SPIREDir under the root
 	socket string
 	token  string // the join token, redacted from every message
 
@@ -200,6 +201,11 @@ type spireRun struct {
 	done    chan struct{} // closed when spire-agent exited
 	waitErr error         // read after done
 	conf    string        // removed once the agent attested
+
+	// fetchAs, when set, is the user the SVID is fetched as: a generic
+	// VM's script user, whom the VM's entry selects instead of the
+	// agent (HoldIdentity). Nil: the agent's own user.
+	fetchAs *syscall.Credential
 }
 
 // newSPIRERun creates a private directory for one run under base (created
@@ -212,7 +218,7 @@ func newSPIRERun(log *slog.Logger, bin, base string) (*spireRun, error) {
 	if err != nil {
 		return nil, fail(ExitAttestation, "create the SPIRE directory: %w", err)
 	}
-	return &spireRun{log: log, bin: bin, dir: dir}, nil
+	return &spireRun{log: log, bin: bin, dir: dir, base: base}, nil
 }
 
 // start writes spire-agent's config (attesting with att) and trust bundle
@@ -281,6 +287,9 @@ func (r *spireRun) waitSVID(parent, ctx context.Context, s *agentconfig.SPIFFE) 
 		}
 		if isSocket(r.socket) {
 			r.removeToken()
+			if err := r.openToFetcher(svidDir); err != nil {
+				return tls.Certificate{}, "", err
+			}
 			out, err := r.fetch(ctx, svidDir)
 			if err == nil {
 				return r.loadSVID(svidDir, s)
@@ -307,11 +316,47 @@ func (r *spireRun) waitSVID(parent, ctx context.Context, s *agentconfig.SPIFFE) 
 // and returns its output on failure.
 func (r *spireRun) fetch(ctx context.Context, dir string) (string, error) {
 	cmd := exec.CommandContext(ctx, r.bin, "api", "fetch", "x509", "-socketPath", r.socket, "-write", dir, "-silent", "-timeout", "5s")
+	if r.fetchAs != nil {
+		// The Workload API tells callers apart by their uid: the SVID
+		// is the fetcher's only.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: r.fetchAs}
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return strings.TrimSpace(tailString(string(out), 1024)), fmt.Errorf("spire-agent api fetch x509: %w", err)
 	}
 	return "", nil
+}
+
+// openToFetcher lets fetchAs, another user than the agent's, reach the
+// socket and write the SVID into svidDir: the directories above the
+// socket become traversable (0711, not listable), the socket writable
+// (spire-agent makes it 0750 under its umask), and svidDir fetchAs's own.
+// It runs after removeToken, so no file left in them holds the join
+// token, and after the guest secrets were read and removed from
+// /run/hyperfleet, the parent of SPIREDir, which stays private until
+// then. spire-agent's data directory stays 0700. Every local process may
+// reach a Workload API: the unix workload attestor tells its callers
+// apart by uid, so only the entry's user gets the VM's SVID.
+func (r *spireRun) openToFetcher(svidDir string) error {
+	if r.fetchAs == nil {
+		return nil
+	}
+	for _, dir := range []string{filepath.Dir(r.base), r.base, r.dir} {
+		if err := os.Chmod(dir, 0o711); err != nil {
+			return fail(ExitInternal, "open %s to the script user: %v", dir, err)
+		}
+	}
+	if r.cmd != nil {
+		// Ours; a pre-installed spire-agent's socket is its owner's.
+		if err := os.Chmod(r.socket, 0o777); err != nil {
+			return fail(ExitInternal, "open the Workload API socket to the script user: %v", err)
+		}
+	}
+	if err := os.Chown(svidDir, int(r.fetchAs.Uid), int(r.fetchAs.Gid)); err != nil {
+		return fail(ExitInternal, "hand the SVID directory to the script user: %v", err)
+	}
+	return nil
 }
 
 // removeToken removes spire-agent's config, the one file that holds the
@@ -370,8 +415,16 @@ func (r *spireRun) loadSVID(dir string, s *agentconfig.SPIFFE) (tls.Certificate,
 		want = "an ID in trust domain " + s.TrustDomain
 	}
 	return tls.Certificate{}, "", fail(ExitAttestation,
-		"the Workload API issued this agent %s, not %s (spiffe.spiffeID): check the registration entry of the VM (parent, selector unix:uid:%d)",
-		strings.Join(ids, ", "), want, os.Getuid())
+		"the Workload API issued uid %d %s, not %s (spiffe.spiffeID): check the registration entry of the VM (parent, selector unix:uid:%[1]d or that user's name)",
+		r.fetcherUID(), strings.Join(ids, ", "), want)
+}
+
+// fetcherUID is the uid the SVID is fetched as.
+func (r *spireRun) fetcherUID() int {
+	if r.fetchAs != nil {
+		return int(r.fetchAs.Uid)
+	}
+	return os.Getuid()
 }
 
 // svidID is the SPIFFE ID of the leaf certificate in certPEM: its one URI

@@ -27,8 +27,9 @@ func (u *runAs) describe() string {
 	return u.name
 }
 
-// lookupRunAs resolves the --run-as user.
-func lookupRunAs(name string) (*runAs, error) {
+// lookupRunAs resolves the user name from (--run-as, or a generic
+// config's generic.user) for the error messages.
+func lookupRunAs(name, from string) (*runAs, error) {
 	if name == "" {
 		u := &runAs{uid: os.Getuid(), gid: os.Getgid()}
 		if pw, err := user.LookupId(strconv.Itoa(u.uid)); err == nil {
@@ -40,14 +41,17 @@ func lookupRunAs(name string) (*runAs, error) {
 	if err != nil {
 		var unknown user.UnknownUserError
 		if errors.As(err, &unknown) {
+			if from != "--run-as" {
+				return nil, fail(ExitInternal, "%s %q: no such user in this VM; create it in the image (the operator names it, and its SPIRE entry selects it)", from, name)
+			}
 			return nil, fail(ExitInternal, "--run-as %q: no such user in this VM; create it in the image, or pass --run-as \"\" to run the runner as the agent's own user", name)
 		}
-		return nil, fail(ExitInternal, "--run-as %q: %v", name, err)
+		return nil, fail(ExitInternal, "%s %q: %v", from, name, err)
 	}
 	uid, err1 := strconv.Atoi(pw.Uid)
 	gid, err2 := strconv.Atoi(pw.Gid)
 	if err1 != nil || err2 != nil {
-		return nil, fail(ExitInternal, "--run-as %q: user has a non-numeric uid %q or gid %q", name, pw.Uid, pw.Gid)
+		return nil, fail(ExitInternal, "%s %q: user has a non-numeric uid %q or gid %q", from, name, pw.Uid, pw.Gid)
 	}
 	u := &runAs{name: pw.Username, uid: uid, gid: gid, home: pw.HomeDir}
 	if uid == os.Getuid() && gid == os.Getgid() {

@@ -80,6 +80,19 @@ const (
 	PlatformBuildkite Platform = "buildkite"
 )
 
+// DefaultRunnerUser is the user the VM's runner runs as: the agent's
+// --run-as default (cmd/hyperfleet-agent) and the operator's default
+// generic.user, which its SPIRE registration entries of generic VMs select.
+const DefaultRunnerUser = "runner"
+
+// userNameRE is a portable user name (useradd's default NAME_REGEX, at
+// most 32 bytes): it goes into a SPIRE selector (unix:user:<name>) and an
+// agent's user lookup.
+var userNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+
+// ValidUserName reports whether name is a user name generic.user takes.
+func ValidUserName(name string) bool { return userNameRE.MatchString(name) }
+
 // MaxGenericScript bounds generic.script, as the template's
 // spec.bootstrap.generic.script does (64 KiB): the script rests in the
 // VM's seed, which is small.
@@ -212,6 +225,12 @@ type Generic struct {
 	// Not a secret: it rests in the VM's seed like the rest of this file;
 	// a script that needs one fetches it with the VM's SPIFFE identity.
 	Script string `json:"script"`
+	// user is the user the script runs as (the agent's --run-as does not
+	// apply to platform generic). The operator writes the same name into
+	// the VM's SPIRE registration entry (selector unix:user:<name>), so
+	// that the script, and no other user of the VM, fetches the VM's
+	// SVIDs; the user must exist in the image.
+	User string `json:"user"`
 	// claim names the VM's MachineClaim, for the script's environment
 	// (HYPERFLEET_CLAIM, HYPERFLEET_CLAIM_UID).
 	Claim ClaimRef `json:"claim"`
@@ -702,6 +721,9 @@ func (c *Config) validateGeneric(bad func(field, format string, args ...any)) {
 		bad("generic.script", "is %d bytes; at most %d", len(g.Script), MaxGenericScript)
 	case strings.ContainsRune(g.Script, 0):
 		bad("generic.script", "contains a NUL byte, which /bin/sh cannot read")
+	}
+	if !ValidUserName(g.User) {
+		bad("generic.user", "is %q; must be a user name of the VM (lower-case letters, digits, _ and -, at most 32 bytes), the one the script runs as", g.User)
 	}
 	if g.Claim.Namespace == "" || g.Claim.Name == "" || g.Claim.UID == "" {
 		bad("generic.claim", "needs namespace, name and uid")

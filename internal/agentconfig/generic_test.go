@@ -13,6 +13,7 @@ func generic() Config {
 		WorkloadMethod: WorkloadDirect,
 		Generic: &Generic{
 			Script:   "echo hello\n",
+			User:     "runner",
 			Claim:    ClaimRef{Namespace: "ci", Name: "batch-1", UID: "uid-1"},
 			Deadline: time.Date(2025, 6, 1, 13, 0, 0, 0, time.UTC),
 		},
@@ -52,6 +53,9 @@ func TestGenericConfigs(t *testing.T) {
 		"empty script":        {func(c *Config) { c.Generic.Script = " \n" }, "generic.script: is empty"},
 		"huge script":         {func(c *Config) { c.Generic.Script = strings.Repeat("x", MaxGenericScript+1) }, "generic.script: is 65537 bytes"},
 		"no deadline":         {func(c *Config) { c.Generic.Deadline = time.Time{} }, "generic.deadline: is empty"},
+		"no user":             {func(c *Config) { c.Generic.User = "" }, "generic.user: is \"\""},
+		"root by uid":         {func(c *Config) { c.Generic.User = "0" }, "generic.user: is \"0\""},
+		"selector injection":  {func(c *Config) { c.Generic.User = "runner,uid:0" }, "generic.user"},
 		"no claim":            {func(c *Config) { c.Generic.Claim = ClaimRef{} }, "generic.claim: needs namespace, name and uid"},
 		"bootstrap method":    {func(c *Config) { c.BootstrapMethod = BootstrapJITConfig }, "bootstrapMethod: is \"jit-config\" but platform is generic"},
 		"system work dir":     {func(c *Config) { c.Runner.Software.WorkDir = "/etc" }, "runner.software.workDir"},

@@ -13,6 +13,7 @@ import (
 func genericVars(v Vars) Vars {
 	v.Platform, v.BootstrapMethod, v.RegistrationURL = PlatformGeneric, "", ""
 	v.GenericScript = "echo hello\n"
+	v.ScriptUser = "batch"
 	v.Claim = agentconfig.ClaimRef{Namespace: "ci", Name: "batch-1", UID: "uid-1"}
 	v.Deadline = Time{time.Date(2025, 6, 1, 13, 0, 0, 0, time.UTC)}
 	return v
@@ -51,7 +52,7 @@ func TestGenericAgentConfig(t *testing.T) {
 	v := genericVars(baseVars())
 	cfg := renderedAgentConfig(t, v)
 	if cfg.Platform != agentconfig.PlatformGeneric || cfg.Generic == nil || cfg.Generic.Script != v.GenericScript ||
-		cfg.Generic.Claim != v.Claim || !cfg.Generic.Deadline.Equal(v.Deadline.Time) {
+		cfg.Generic.User != v.ScriptUser || cfg.Generic.Claim != v.Claim || !cfg.Generic.Deadline.Equal(v.Deadline.Time) {
 		t.Fatalf("agent.json: %+v generic %+v", cfg, cfg.Generic)
 	}
 	// No credential and no identity: nothing arrives in the running VM.
@@ -70,6 +71,15 @@ func TestGenericAgentConfig(t *testing.T) {
 	bad.Deadline = Time{}
 	if _, err := Render(Input{Vars: bad}); err == nil || !strings.Contains(err.Error(), "Deadline") {
 		t.Errorf("a generic VM without a deadline rendered: %v", err)
+	}
+	bad = genericVars(baseVars())
+	bad.ScriptUser = ""
+	if _, err := Render(Input{Vars: bad}); err == nil || !strings.Contains(err.Error(), "ScriptUser") {
+		t.Errorf("a generic VM without a script user rendered: %v", err)
+	}
+	bad.ScriptUser = "uid:0"
+	if _, err := Render(Input{Vars: bad}); err == nil || !strings.Contains(err.Error(), "ScriptUser") {
+		t.Errorf("a generic VM with script user uid:0 rendered: %v", err)
 	}
 	bad = genericVars(baseVars())
 	bad.GenericScript = ""

@@ -238,7 +238,7 @@ func agentConfig(v *Vars) *agentconfig.Config {
 	if v.Platform == PlatformGeneric {
 		c.Platform, c.BootstrapMethod, c.RegistrationURL = agentconfig.PlatformGeneric, "", ""
 		c.Runner = agentconfig.Runner{Software: agentconfig.Software{WorkDir: v.RunnerConfig.WorkDir}}
-		c.Generic = &agentconfig.Generic{Script: v.GenericScript, Claim: v.Claim, Deadline: v.Deadline.Time}
+		c.Generic = &agentconfig.Generic{Script: v.GenericScript, User: v.ScriptUser, Claim: v.Claim, Deadline: v.Deadline.Time}
 	}
 	if v.receivesSecrets() {
 		// Only where they arrive and until when: the secrets themselves

@@ -167,6 +167,11 @@ type Vars struct {
 	// GenericScript is a generic template's spec.bootstrap.generic.script
 	// (Platform generic); not a secret.
 	GenericScript string
+	// ScriptUser is the user a generic VM's agent runs GenericScript as
+	// (agentconfig.Generic.User), the one the VM's SPIRE registration
+	// entry selects by name. Per-VM: the claim controller sets both from
+	// one value.
+	ScriptUser string
 	// Claim names the VM's MachineClaim (namespace, name, uid). Per-VM.
 	Claim agentconfig.ClaimRef
 	// Deadline is when a generic VM's ttl ends: its claim's creation plus
@@ -315,7 +320,7 @@ func (b Bytes) String() string { return fmt.Sprintf("<%d bytes; use base64>", le
 // zeroed: Hostname, FQDN, InstanceID, MACAddress, StaticIP, StaticIPv6, SPIFFEID,
 // TrustBundle, AgentCA, BrokerCA, SecretStoreRole, SecretStorePath,
 // SecretStoreCA, RunnerName, Labels, RunnerGroup, ExpiresAt,
-// SecretsDeadline, PowerOffNotify, Claim and Deadline. What remains is the same for every VM of one
+// SecretsDeadline, PowerOffNotify, ScriptUser, Claim and Deadline. What remains is the same for every VM of one
 // template, so rendering the canonical vars gives identical bytes for all of
 // them and the bytes change only when something that shapes the VMs changes
 // (docs/architecture.md, "Template drift hash"). Render accepts canonical
@@ -341,6 +346,7 @@ func (v Vars) Canonical() Vars {
 	v.ExpiresAt = Time{}
 	v.SecretsDeadline = Time{}
 	v.PowerOffNotify = nil
+	v.ScriptUser = ""
 	v.Claim = agentconfig.ClaimRef{}
 	v.Deadline = Time{}
 	v.DNSServers = cloneList(v.DNSServers)
@@ -571,22 +577,33 @@ func (v *Vars) check() (netVars, error) {
 			return nv, fmt.Errorf("vars: BootstrapMethod %q must be %s or %s", v.BootstrapMethod, BootstrapJITConfig, BootstrapRunnerToken)
 		}
 	case PlatformGeneric:
-		if v.BootstrapMethod != "" {
-			return nv, fmt.Errorf("vars: BootstrapMethod %q is set but Platform is generic, which has no runner credential", v.BootstrapMethod)
-		}
-		if strings.TrimSpace(v.GenericScript) == "" {
-			return nv, fmt.Errorf("vars: GenericScript is empty; Platform generic runs it")
-		}
-		if err := v.perVM("Deadline", v.Deadline.String()); err != nil {
-			return nv, err
-		}
-		if err := v.perVM("Claim", v.Claim.UID); err != nil {
+		if err := v.checkGeneric(); err != nil {
 			return nv, err
 		}
 	default:
 		return nv, fmt.Errorf("vars: Platform %q must be %s or %s", v.Platform, PlatformGitHubActions, PlatformGeneric)
 	}
 	return nv, v.checkAgent()
+}
+
+// checkGeneric validates the variables of Platform generic.
+func (v *Vars) checkGeneric() error {
+	if v.BootstrapMethod != "" {
+		return fmt.Errorf("vars: BootstrapMethod %q is set but Platform is generic, which has no runner credential", v.BootstrapMethod)
+	}
+	if strings.TrimSpace(v.GenericScript) == "" {
+		return fmt.Errorf("vars: GenericScript is empty; Platform generic runs it")
+	}
+	if err := v.perVM("Deadline", v.Deadline.String()); err != nil {
+		return err
+	}
+	if err := v.perVM("ScriptUser", v.ScriptUser); err != nil {
+		return err
+	}
+	if v.ScriptUser != "" && !agentconfig.ValidUserName(v.ScriptUser) {
+		return fmt.Errorf("vars: ScriptUser %q is not a user name (lower-case letters, digits, _ and -, at most 32 bytes)", v.ScriptUser)
+	}
+	return v.perVM("Claim", v.Claim.UID)
 }
 
 var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)

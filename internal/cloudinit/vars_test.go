@@ -16,7 +16,7 @@ import (
 var (
 	perVMFields = []string{"Hostname", "FQDN", "InstanceID", "MACAddress", "StaticIP", "StaticIPv6", "SPIFFEID",
 		"TrustBundle", "AgentCA", "BrokerCA", "SecretStoreRole", "SecretStorePath", "SecretStoreCA", "RunnerName", "Labels",
-		"RunnerGroup", "ExpiresAt", "SecretsDeadline", "PowerOffNotify", "Claim", "Deadline"}
+		"RunnerGroup", "ExpiresAt", "SecretsDeadline", "PowerOffNotify", "ScriptUser", "Claim", "Deadline"}
 	templateFields = []string{"NetworkMode", "DHCPClientIdentifier", "SendHostname", "IPv6", "RequestStaticLease", "DHCPLeaseSeconds", "NetmaskBits", "Gateway",
 		"NetmaskBitsIPv6", "GatewayIPv6",
 		"DNSServers", "SearchDomains", "SPIFFEEnabled", "AttestationMethod", "TrustDomain", "SPIREServerAddress",
@@ -51,6 +51,7 @@ func TestCanonicalFieldClassification(t *testing.T) {
 	v.SecretsDeadline = Time{time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)} // not a valid VM; Canonical does not care
 	v.PowerOffNotify = &agentconfig.PowerOffNotify{URL: "https://op.example.com/hints/v1/power-off", Token: "t"}
 	v.Claim = agentconfig.ClaimRef{Namespace: "ci", Name: "runner-a", UID: "uid-a"}
+	v.ScriptUser = "batch"
 	v.Deadline = Time{time.Date(2025, 6, 1, 13, 0, 0, 0, time.UTC)}
 	v.BrokerCA = testCA
 	v.SecretStore = &agentconfig.SecretStore{Address: "https://vault.example.com:8200", AuthMount: "jwt", Audience: "hyperfleet-secret-store", KVMount: "secret"}

@@ -240,3 +240,55 @@ func TestGenericPool(t *testing.T) {
 		return nil
 	})
 }
+
+// TestPoolOnAnotherPlatformsTemplate: a generic pool on a GitHub template,
+// and a GitHub pool on a generic one, say so on their own conditions
+// (Ready, CapacityAvailable; the GitHub pool's ScopeVerified too), naming
+// the missing spec.bootstrap section and the fix, and build no claim.
+func TestPoolOnAnotherPlatformsTemplate(t *testing.T) {
+	sim := startSim(t, nil)
+	startOperator(t, operatorOptions{})
+	f := newFixture(t, sim, nil)
+	generic := f.genericTemplate(time.Hour)
+	waitTemplate(t, generic, metav1.ConditionTrue, "")
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, tmpl, section string
+		workload            hfv1.Workload
+		conds               []hfv1.ConditionType
+	}{
+		{"generic-on-github", f.template.Name, "spec.bootstrap.generic", hfv1.Workload{Type: hfv1.WorkloadGeneric},
+			[]hfv1.ConditionType{hfv1.ReadyCondition, hfv1.RunnerPoolCapacityCondition}},
+		{"github-on-generic", generic.Name, "spec.bootstrap.github",
+			hfv1.Workload{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubWorkload{Labels: []string{"x"}}},
+			[]hfv1.ConditionType{hfv1.ReadyCondition, hfv1.RunnerPoolCapacityCondition, hfv1.RunnerPoolScopeVerifiedCondition}},
+	} {
+		pool := &hfv1.RunnerPool{
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: tc.name},
+			Spec: hfv1.RunnerPoolSpec{TemplateRef: hfv1.ObjectName{Name: tc.tmpl}, Workload: tc.workload,
+				Scaling: hfv1.Scaling{MinReplicas: 1, MaxReplicas: 2}},
+		}
+		f.create(pool)
+		eventually(t, 60*time.Second, tc.name+" reports the mismatch", func() error {
+			var got hfv1.RunnerPool
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), &got); err != nil {
+				return err
+			}
+			for _, ct := range tc.conds {
+				c := hfv1.FindCondition(got.Status.Conditions, ct)
+				if c == nil || c.Status != metav1.ConditionFalse || c.Reason != string(hfv1.InvalidSpecReason) ||
+					!strings.Contains(c.Message, "spec.workload.type") || !strings.Contains(c.Message, tc.section) || !strings.Contains(c.Message, "spec.templateRef") {
+					return fmt.Errorf("%s = %+v, want False InvalidSpec naming spec.workload.type, %s and the fix", ct, c, tc.section)
+				}
+			}
+			return nil
+		})
+		var claims hfv1.MachineClaimList
+		if err := env.Client.List(ctx, &claims, client.InNamespace(f.namespace), client.MatchingLabels{hfv1.RunnerPoolLabel: pool.Name}); err != nil {
+			t.Fatal(err)
+		}
+		if len(claims.Items) != 0 {
+			t.Errorf("%s built %d claims", tc.name, len(claims.Items))
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/poolclaims"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // load reads the pool's template, classifies its claims and reads its
@@ -24,6 +25,7 @@ func (r *RunnerPoolReconciler) load(ctx context.Context, s *poolScope) (phase.Re
 	case err == nil:
 		s.tmpl = tmpl
 		s.hash = tmpl.Status.TemplateHash
+		s.mismatch = platformMismatch(r.Workloads, pool, tmpl)
 	case apierrors.IsNotFound(err):
 	default:
 		return phase.Stop(), fmt.Errorf("read HypervisorMachineTemplate %s: %w", pool.Spec.TemplateRef.Name, err)
@@ -67,6 +69,9 @@ func (s *poolScope) canBuild() (bool, string, string) {
 	if s.refused != nil {
 		return false, string(s.refused.Reason), s.refused.Message
 	}
+	if s.mismatch != "" {
+		return false, string(hfv1.InvalidSpecReason), s.mismatch
+	}
 	if ok, msg := s.templateReady(); !ok {
 		return false, string(hfv1.TemplateNotReadyReason), msg
 	}
@@ -102,4 +107,44 @@ func (s *poolScope) remaining(list []*hfv1.MachineClaim) int {
 		}
 	}
 	return n
+}
+
+// platformMismatch says why the pool cannot use tmpl when the template has
+// no section for the pool's workload type (a generic pool on a GitHub
+// template, or the reverse): every claim would wait with InvalidSpec
+// (machineclaim's checkPlatformSection), so the pool builds none and says
+// so on its own conditions. Empty when the template has the section, or
+// when no back-end serves the type (refusal.Pool reports that).
+func platformMismatch(ws *workload.Backends, pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate) string {
+	typ := pool.Spec.Workload.Type
+	be, ok := ws.For(typ)
+	if !ok {
+		return ""
+	}
+	if _, reads := be.Template(tmpl); reads {
+		return ""
+	}
+	has := "no CI platform section"
+	for _, other := range ws.Types() {
+		if ob, _ := ws.For(other); ob != nil {
+			if _, reads := ob.Template(tmpl); reads {
+				has = "spec.bootstrap." + bootstrapSection(other) + " (workload type " + string(other) + ")"
+			}
+		}
+	}
+	return fmt.Sprintf("spec.workload.type is %s, but HypervisorMachineTemplate %s has no spec.bootstrap.%s (it has %s); "+
+		"point spec.templateRef at a template with spec.bootstrap.%s, or set spec.workload.type to the template's platform. No VM is built until then",
+		typ, tmpl.Name, bootstrapSection(typ), has, bootstrapSection(typ))
+}
+
+// bootstrapSection is the template's spec.bootstrap field of workload
+// type t.
+func bootstrapSection(t hfv1.WorkloadType) string {
+	switch t {
+	case hfv1.WorkloadGitHubActions:
+		return "github"
+	case hfv1.WorkloadGeneric:
+		return "generic"
+	}
+	return string(t)
 }

@@ -176,6 +176,9 @@ type poolScope struct {
 	// refused pool creates no claims, and the claims it already has (made
 	// before the field was set) live out their lifecycle.
 	refused *refusal.Refusal
+	// mismatch, when set, says that the template has no section for the
+	// pool's workload type (platformMismatch): the pool builds nothing.
+	mismatch string
 
 	// What load read: the template (nil when missing) and its hash, the
 	// claims by state, the CIJobs by job id and the pending ones, and the

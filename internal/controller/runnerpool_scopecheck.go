@@ -56,6 +56,11 @@ func (r *RunnerPoolReconciler) verifyScope(ctx context.Context, s *poolScope) (p
 		r.scopeNotVerified(s, hfv1.TemplateNotReadyReason, fmt.Sprintf("spec.templateRef: HypervisorMachineTemplate %s does not exist; the pool's scope is checked with its credentials once it does", pool.Spec.TemplateRef.Name))
 		return phase.Next(), nil
 	}
+	if s.mismatch != "" {
+		// No scope to check with a template of another platform.
+		r.scopeNotVerified(s, hfv1.InvalidSpecReason, s.mismatch)
+		return phase.Next(), nil
+	}
 	t, _ := be.Template(s.tmpl)
 	scope := ps.Scope
 	if scope.IsZero() {

@@ -129,6 +129,10 @@ func (r *RunnerPoolReconciler) setCapacity(s *poolScope) {
 		set(string(s.refused.Reason), "No new VMs: "+s.refused.Message)
 		return
 	}
+	if s.mismatch != "" {
+		set(string(hfv1.InvalidSpecReason), "No new VMs: "+s.mismatch)
+		return
+	}
 	if ok, msg := s.templateReady(); !ok {
 		set(string(hfv1.TemplateInvalidReason), "No new VMs: "+msg)
 		return

@@ -53,7 +53,8 @@ type Issuer struct {
 	// runs it as root while the runner and its jobs run as another user,
 	// so a job cannot take the VM's SVID from the Workload API. The local
 	// test world, whose simulated VMs are processes of the developer's
-	// user, sets its own uid.
+	// user, sets its own uid. A generic VM's entry selects its script's
+	// user instead (Issue's scriptUser).
 	AgentUID int
 }
 
@@ -135,8 +136,9 @@ func (i *Issuer) GuestSecrets(claim *hfv1.MachineClaim) (agentconfig.GuestSecret
 // Issue creates the claim's join token, with the agent alias of its
 // recorded identity, and the VM's registration entry, on s. Both steps
 // are idempotent, so a pass interrupted between them is simply repeated.
-// It returns when the token expires.
-func (i *Issuer) Issue(ctx context.Context, s *Server, claim *hfv1.MachineClaim, ttl time.Duration) (time.Time, error) {
+// It returns when the token expires. scriptUser is whom the entry is for
+// (vmEntry): empty for a CI platform's VM, a generic VM's script user.
+func (i *Issuer) Issue(ctx context.Context, s *Server, claim *hfv1.MachineClaim, ttl time.Duration, scriptUser string) (time.Time, error) {
 	st, vm, node, err := recorded(s, claim)
 	if err != nil {
 		return time.Time{}, err
@@ -149,7 +151,7 @@ func (i *Issuer) Issue(ctx context.Context, s *Server, claim *hfv1.MachineClaim,
 	if err != nil {
 		return time.Time{}, fmt.Errorf("create the join token of %s: %w", vm, err)
 	}
-	entry := i.vmEntry(st, vm, node)
+	entry := i.vmEntry(st, vm, node, scriptUser)
 	if d := s.Config.SVIDTTL; d != nil {
 		entry.X509SVIDTTL = d.Duration
 	}
@@ -159,14 +161,24 @@ func (i *Issuer) Issue(ctx context.Context, s *Server, claim *hfv1.MachineClaim,
 	return expires, nil
 }
 
-// vmEntry is the VM's registration entry: its SPIFFE ID for the
-// HyperFleet agent (AgentUID) on the agent with alias node.
-func (i *Issuer) vmEntry(st *hfv1.IdentityStatus, vm, node spiffeid.ID) spire.Entry {
+// vmEntry is the VM's registration entry on the agent with alias node:
+// its SPIFFE ID for the HyperFleet agent (unix:uid:AgentUID), which
+// fetches the runner credential with it while the runner and its jobs,
+// another user, cannot; or, with a scriptUser, for that user by name
+// (unix:user:<name>): a generic VM's script fetches its own SVIDs. The
+// name is the one the agent config tells the VM's agent to run the script
+// as (cloudinit.Vars.ScriptUser), from the same value in the claim
+// controller, so the two cannot diverge.
+func (i *Issuer) vmEntry(st *hfv1.IdentityStatus, vm, node spiffeid.ID, scriptUser string) spire.Entry {
+	sel := spire.Selector{Type: "unix", Value: "uid:" + strconv.Itoa(i.AgentUID)}
+	if scriptUser != "" {
+		sel.Value = "user:" + scriptUser
+	}
 	return spire.Entry{
 		ID:        st.EntryID,
 		SPIFFEID:  vm,
 		ParentID:  node,
-		Selectors: []spire.Selector{{Type: "unix", Value: "uid:" + strconv.Itoa(i.AgentUID)}},
+		Selectors: []spire.Selector{sel},
 		Hint:      i.hint(),
 	}
 }

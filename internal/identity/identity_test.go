@@ -113,7 +113,7 @@ func TestIssueAttestRelease(t *testing.T) {
 	key := make([]byte, 32)
 	iss := &identity.Issuer{Key: key, AgentUID: 0}
 	c := claim("-1")
-	if _, err := iss.Issue(ctx, srv, c, time.Minute); err == nil {
+	if _, err := iss.Issue(ctx, srv, c, time.Minute, ""); err == nil {
 		t.Fatal("Issue without a recorded identity succeeded")
 	}
 	plan, err := identity.Plan(srv, c)
@@ -125,7 +125,7 @@ func TestIssueAttestRelease(t *testing.T) {
 		t.Fatalf("Plan = %+v", plan)
 	}
 	c.Status.Identity = plan
-	exp, err := iss.Issue(ctx, srv, c, 15*time.Minute)
+	exp, err := iss.Issue(ctx, srv, c, 15*time.Minute, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestIssueAttestRelease(t *testing.T) {
 	}
 	// Repeating the pass (a restart before the status write) issues the
 	// same token: one alias, one entry.
-	if _, err := iss.Issue(ctx, srv, c, 15*time.Minute); err != nil {
+	if _, err := iss.Issue(ctx, srv, c, 15*time.Minute, ""); err != nil {
 		t.Fatal(err)
 	}
 	token, _ := iss.Token(c)
@@ -145,6 +145,19 @@ func TestIssueAttestRelease(t *testing.T) {
 	e := st.Entries[plan.EntryID]
 	if e.SPIFFEID.String() != plan.SPIFFEID || e.ParentID.String() != plan.NodeID || len(e.Selectors) != 1 || e.Selectors[0].String() != "unix:uid:0" {
 		t.Fatalf("entry %+v", e)
+	}
+	// A generic claim's entry selects its script's user by name instead:
+	// the script, not the agent, fetches the VM's SVIDs.
+	g := claim("-3")
+	g.Status.Identity, _ = identity.Plan(srv, g)
+	if _, err := iss.Issue(ctx, srv, g, time.Minute, "batch"); err != nil {
+		t.Fatal(err)
+	}
+	if ge := fs.State().Entries[g.Status.Identity.EntryID]; len(ge.Selectors) != 1 || ge.Selectors[0].String() != "unix:user:batch" {
+		t.Fatalf("generic claim's entry selectors %v, want unix:user:batch", ge.Selectors)
+	}
+	if err := iss.Release(ctx, srv, g); err != nil {
+		t.Fatal(err)
 	}
 	// Another claim gets another token.
 	if other, _ := iss.Token(claim("-2")); other == token {
@@ -193,7 +206,7 @@ func TestIssuerRefusesAnEditedIdentity(t *testing.T) {
 	plan, _ := identity.Plan(srv, victim)
 	c.Status.Identity = plan
 	for name, f := range map[string]func() error{
-		"Issue":   func() error { _, err := iss.Issue(ctx, srv, c, time.Minute); return err },
+		"Issue":   func() error { _, err := iss.Issue(ctx, srv, c, time.Minute, ""); return err },
 		"Release": func() error { return iss.Release(ctx, srv, c) },
 	} {
 		if err := f(); err == nil || !strings.Contains(err.Error(), "is not this claim's identity") {
@@ -379,7 +392,7 @@ func TestEvict(t *testing.T) {
 	c := claim("-1")
 	plan, _ := identity.Plan(srv, c)
 	c.Status.Identity = plan
-	if _, err := iss.Issue(ctx, srv, c, time.Minute); err != nil {
+	if _, err := iss.Issue(ctx, srv, c, time.Minute, ""); err != nil {
 		t.Fatal(err)
 	}
 	token, _ := iss.Token(c)

@@ -97,8 +97,8 @@ func (i *Issuer) ActivationSecret(claim *hfv1.MachineClaim, e *tpmdevid.Enrollme
 // IssueTPM creates the entries of a claim whose VM attests with its TPM:
 // the agent's alias, a node entry (parent the server) that selects the
 // DevID certificate's common name, and the VM's registration entry under
-// it. Both are idempotent.
-func (i *Issuer) IssueTPM(ctx context.Context, s *Server, claim *hfv1.MachineClaim) error {
+// it. Both are idempotent. scriptUser is as for Issue.
+func (i *Issuer) IssueTPM(ctx context.Context, s *Server, claim *hfv1.MachineClaim, scriptUser string) error {
 	st, vm, node, err := recorded(s, claim)
 	if err != nil {
 		return err
@@ -114,7 +114,7 @@ func (i *Issuer) IssueTPM(ctx context.Context, s *Server, claim *hfv1.MachineCla
 	if err := s.API.EnsureEntry(ctx, alias); err != nil {
 		return fmt.Errorf("create the agent alias entry of %s: %w", vm, err)
 	}
-	entry := i.vmEntry(st, vm, node)
+	entry := i.vmEntry(st, vm, node, scriptUser)
 	if d := s.Config.SVIDTTL; d != nil {
 		entry.X509SVIDTTL = d.Duration
 	}

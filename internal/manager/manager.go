@@ -117,6 +117,12 @@ type Options struct {
 	// systemd unit). Only the local test world, whose simulated VMs are
 	// the developer's processes, sets another.
 	SPIREAgentUID int
+	// GenericScriptUser is the user generic VMs' agents run their script
+	// as, which those VMs' SPIRE entries select by name; empty:
+	// agentconfig.DefaultRunnerUser, the user the agent runs CI runners
+	// as. Only the local test world, whose simulated VMs are the
+	// developer's processes, sets another.
+	GenericScriptUser string
 	// SPIREDial connects to SPIRE servers; nil: the real Server API client
 	// (internal/spire). Tests put an in-memory server here.
 	SPIREDial identity.Dialer
@@ -432,6 +438,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		DNS:               dnsClusters,
 		Identity:          identities,
 		Issuer:            issuer,
+		ScriptUser:        opts.GenericScriptUser,
 		Broker:            brokerEndpoint,
 		// Clusters with spec.spire.secretStore get their VMs' credentials
 		// minted as the broker mints them, and written to the store.

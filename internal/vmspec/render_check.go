@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
@@ -46,6 +47,9 @@ func withPlaceholderCredentials(ws *workload.Backends, v cloudinit.Vars, tmpl *h
 		case v.BrokerURL == "":
 			v.BrokerURL = "https://broker.placeholder.invalid/broker/v1/credential"
 		}
+	}
+	if v.Platform == cloudinit.PlatformGeneric && v.ScriptUser == "" {
+		v.ScriptUser = agentconfig.DefaultRunnerUser
 	}
 	v.ExpiresAt = cloudinit.Time{Time: placeholderExpiry}
 	v.SecretsDeadline = cloudinit.Time{Time: placeholderExpiry}

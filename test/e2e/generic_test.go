@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -133,6 +134,99 @@ func TestGenericPoolRunsScripts(t *testing.T) {
 		}
 		if len(left) > 0 || len(snap.VMs) > 0 {
 			return fmt.Errorf("claims %v, %d VMs", left, len(snap.VMs))
+		}
+		return nil
+	})
+	watch.stop()
+}
+
+// TestGenericTTLEndsAHangingScript: a generic VM whose script hangs, and
+// ignores the agent's stop signals so that the agent's own deadline (a
+// second line) cannot end it first, is ended by the operator at its
+// template's ttl (one minute, the least the API takes): the claim ends
+// with max_lifetime, no earlier than its creation plus the ttl, with a
+// MaxLifetime event, and its VM is destroyed.
+func TestGenericTTLEndsAHangingScript(t *testing.T) {
+	w, watch := startWorld(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	const ttl = time.Minute
+	hang := `trap '' INT TERM
+: >"` + dir + `/$HYPERFLEET_CLAIM_UID.started"
+while :; do sleep 1; done`
+	if err := w.AddGenericPool(ctx, devenv.GenericPoolSpec{Name: "hang", Script: hang, TTL: ttl, MinReplicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var ended hfv1.MachineClaim
+	eventually(t, 4*time.Minute, "a hanging script's claim ended at its ttl", func() error {
+		var claims hfv1.MachineClaimList
+		if err := w.API.Client.List(ctx, &claims, client.InNamespace(devenv.Namespace), client.MatchingLabels{hfv1.RunnerPoolLabel: "hang"}); err != nil {
+			return err
+		}
+		for _, c := range claims.Items {
+			if c.Ended() {
+				ended = c
+				return nil
+			}
+		}
+		return fmt.Errorf("%d claims, none ended", len(claims.Items))
+	})
+	if ended.EndReason() != hfv1.EndMaxLifetime {
+		t.Fatalf("claim %s ended %s (%s), want max_lifetime", ended.Name, ended.EndReason(), ended.Status.End.Message)
+	}
+	if _, err := os.Stat(filepath.Join(dir, string(ended.UID)+".started")); err != nil {
+		t.Errorf("the script of claim %s never started: %v", ended.Name, err)
+	}
+	if at := ended.Status.End.StartedAt; at.Time.Before(ended.CreationTimestamp.Add(ttl)) {
+		t.Errorf("claim %s created %s began to end at %s, before its ttl %s", ended.Name, ended.CreationTimestamp, at, ttl)
+	}
+	var events corev1.EventList
+	if err := w.API.Client.List(ctx, &events, client.InNamespace(devenv.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range events.Items {
+		if e.InvolvedObject.UID == ended.UID && e.Reason == string(hfv1.MaxLifetimeReason) && strings.Contains(e.Message, "spec.bootstrap.generic.ttl") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no MaxLifetime event naming spec.bootstrap.generic.ttl on claim %s", ended.Name)
+	}
+	vmid := -1
+	if ref := ended.Status.VMRef; ref != nil {
+		vmid = int(ref.VMID)
+	}
+	eventually(t, time.Minute, "the ended claim's VM destroyed", func() error {
+		snap, err := w.Snapshot(ctx)
+		if err != nil {
+			return err
+		}
+		for _, vm := range snap.VMs {
+			if vm.VMID == vmid {
+				return fmt.Errorf("VM %d still there (%s)", vmid, vm.Status)
+			}
+		}
+		return nil
+	})
+	if vmid < 0 {
+		t.Errorf("claim %s has no VM recorded", ended.Name)
+	}
+
+	var pool hfv1.RunnerPool
+	if err := w.API.Client.Get(ctx, client.ObjectKey{Namespace: devenv.Namespace, Name: "hang"}, &pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.API.Client.Delete(ctx, &pool); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "the pool's VMs gone", func() error {
+		snap, err := w.Snapshot(ctx)
+		if err != nil {
+			return err
+		}
+		if len(snap.VMs) > 0 {
+			return fmt.Errorf("%d VMs", len(snap.VMs))
 		}
 		return nil
 	})

@@ -56,6 +56,8 @@ func (c *claimCloudInit) AgentConfig(ctx context.Context) ([]byte, error) {
 // vars are the claim's cloud-init variables, the agent's included.
 func (c *claimCloudInit) vars(ctx context.Context) (cloudinit.Vars, error) {
 	vars := vmspec.ClaimVars(c.r.workloads(), c.claim, c.tmpl, c.cluster, c.addrs)
+	// The user the VM's SPIRE entry selects, when it has one.
+	vars.ScriptUser = c.r.scriptUser(c.tmpl)
 	if err := vmspec.SetAgentVars(c.r.workloads(), c.tmpl, c.r.Agent, &vars); err != nil {
 		// The template is not Ready in this case; only a claim that passed
 		// before an operator restart without the agent server gets here.

@@ -1,6 +1,7 @@
 package machineclaim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/cachelag"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
@@ -106,6 +108,10 @@ type Reconciler struct {
 	// Issuer: such templates are refused.
 	Identity *identity.Registry
 	Issuer   *identity.Issuer
+	// ScriptUser is the user generic VMs' agents run their script as;
+	// empty: agentconfig.DefaultRunnerUser. One value for both places that
+	// need it (scriptUser): the agent config and the SPIRE entry.
+	ScriptUser string
 	// Broker is the credential broker VMs that attest fetch their runner
 	// credential from; nil when the operator runs none.
 	Broker BrokerEndpoint
@@ -219,6 +225,21 @@ func (r *Reconciler) workloads() *workload.Backends {
 		return nil
 	}
 	return r.CI.Workloads()
+}
+
+// scriptUser is the user a VM of tmpl runs its generic script as, and
+// the one its SPIRE registration entry selects by name (docs/generic.md,
+// "Identity"): both the agent config (claimCloudInit.vars) and the entry
+// (issueIdentity) take it from here, so the script is the one user of
+// the VM that gets the VM's SVIDs. Empty for a template of a CI platform
+// (the same test as vmspec.TemplateVars's): its entry selects the agent's
+// uid, so that the runner's jobs get no SVID.
+func (r *Reconciler) scriptUser(tmpl *hfv1.HypervisorMachineTemplate) string {
+	be, _, ok := r.workloads().Template(tmpl)
+	if !ok || workload.HasRunner(be) {
+		return ""
+	}
+	return cmp.Or(r.ScriptUser, agentconfig.DefaultRunnerUser)
 }
 
 // SetupWithManager registers the controller.

@@ -85,13 +85,13 @@ func (r *Reconciler) issueIdentity(ctx context.Context, s *claimScope, tmpl *hfv
 		return false, time.Millisecond, nil
 	}
 	if st.TPM != nil {
-		return r.issueTPMIdentity(ctx, s, srv)
+		return r.issueTPMIdentity(ctx, s, srv, r.scriptUser(tmpl))
 	}
 	ttl := defaultJoinTokenTTL
 	if jt := tmpl.Spec.Attestation.JoinToken; jt != nil && jt.TTL != nil {
 		ttl = jt.TTL.Duration
 	}
-	expires, err := r.Issuer.Issue(ctx, srv, claim, ttl)
+	expires, err := r.Issuer.Issue(ctx, srv, claim, ttl, r.scriptUser(tmpl))
 	if c := errclass.Classify(err); err != nil && (c == errclass.ClassPermanent || c == errclass.ClassConfiguration) {
 		return false, 0, fmt.Errorf("issue the VM's identity: %w", err)
 	}
@@ -112,10 +112,10 @@ func (r *Reconciler) issueIdentity(ctx context.Context, s *claimScope, tmpl *hfv
 // its TPM: its agent's alias, selecting the DevID certificate's common
 // name, and its registration entry. The DevID certificate itself is signed
 // once the running VM's TPM enrolled (internal/tpmenroll).
-func (r *Reconciler) issueTPMIdentity(ctx context.Context, s *claimScope, srv *identity.Server) (done bool, requeue time.Duration, err error) {
+func (r *Reconciler) issueTPMIdentity(ctx context.Context, s *claimScope, srv *identity.Server, scriptUser string) (done bool, requeue time.Duration, err error) {
 	claim := s.claim
 	st := claim.Status.Identity
-	err = r.Issuer.IssueTPM(ctx, srv, claim)
+	err = r.Issuer.IssueTPM(ctx, srv, claim, scriptUser)
 	if c := errclass.Classify(err); err != nil && (c == errclass.ClassPermanent || c == errclass.ClassConfiguration) {
 		return false, 0, fmt.Errorf("issue the VM's identity: %w", err)
 	}

@@ -321,3 +321,52 @@ func TestTPMGaveUp(t *testing.T) {
 		})
 	}
 }
+
+// TestGenericIdentitySelectsTheScriptUser: a generic claim's registration
+// entry selects its script's user by name, the same value the claim's
+// agent config carries (scriptUser), the operator's default when none is
+// configured; a GitHub claim's entry keeps the agent's uid.
+func TestGenericIdentitySelectsTheScriptUser(t *testing.T) {
+	for name, tc := range map[string]struct {
+		generic    bool
+		scriptUser string
+		want       string
+	}{
+		"generic":               {generic: true, scriptUser: "batch", want: "unix:user:batch"},
+		"generic, default user": {generic: true, want: "unix:user:" + agentconfig.DefaultRunnerUser},
+		"github keeps the uid":  {scriptUser: "batch", want: "unix:uid:0"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, fs, cluster, _, _ := identityWorld(t)
+			r.CI, r.ScriptUser = &ciDouble{}, tc.scriptUser
+			tmpl := attestingTemplate()
+			if tc.generic {
+				tmpl.Spec.Bootstrap.Generic = &hfv1.GenericBootstrap{Script: "echo hello"}
+			} else {
+				tmpl.Spec.Bootstrap.GitHub = &hfv1.GitHubBootstrap{}
+			}
+			c := unitClaim("runner-1", 0)
+			for range 2 {
+				inScope(&c, func(s *claimScope) { _, _, _ = r.issueIdentity(context.Background(), s, tmpl, cluster) })
+			}
+			entries, _ := fs.ListEntries(context.Background())
+			var got []string
+			for _, e := range entries {
+				if e.ID == spire.EntryIDFor(string(c.UID)) {
+					for _, s := range e.Selectors {
+						got = append(got, s.String())
+					}
+				}
+			}
+			if len(got) != 1 || got[0] != tc.want {
+				t.Errorf("entry selectors %v, want [%s]", got, tc.want)
+			}
+			// The agent config's user is the same value.
+			if want, _ := strings.CutPrefix(tc.want, "unix:user:"); tc.generic && r.scriptUser(tmpl) != want {
+				t.Errorf("scriptUser = %q, want %q", r.scriptUser(tmpl), want)
+			} else if !tc.generic && r.scriptUser(tmpl) != "" {
+				t.Errorf("scriptUser of a GitHub template = %q, want none", r.scriptUser(tmpl))
+			}
+		})
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -733,12 +734,18 @@ func (w *World) StartOperator(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	me, err := user.Current()
+	if err != nil {
+		return fmt.Errorf("devenv: the user the simulated VMs' generic scripts run as: %w", err)
+	}
 	runCtx, cancel := context.WithCancel(ctrl.LoggerInto(context.WithoutCancel(ctx), logger))
 	comps, err := manager.Setup(runCtx, mgr, manager.Options{
 		AgentServer: agentServer,
 		Signer:      signer,
 		// The simulated VMs' agents are this user's processes.
 		SPIREAgentUID: os.Getuid(),
+		// Their generic scripts too: this user, by name.
+		GenericScriptUser: me.Username,
 		// The local world's CI platform is the GitHub simulator.
 		Workloads:         map[hfv1.WorkloadType]workload.Factory{hfv1.WorkloadGitHubActions: github.NewBackend, hfv1.WorkloadGeneric: generic.NewBackend},
 		WorkloadTransport: w.githubTransport,
