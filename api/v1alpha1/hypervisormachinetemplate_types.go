@@ -470,7 +470,8 @@ const (
 
 // Bootstrap is the CI platform a template's VMs serve and how the VM's
 // runner gets its credential: exactly one platform section.
-// +kubebuilder:validation:XValidation:rule="[has(self.github)].filter(x, x).size() == 1",message="spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions)"
+// +kubebuilder:validation:XValidation:rule="[has(self.github), has(self.buildkite)].filter(x, x).size() == 1",message="spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions) or bootstrap.buildkite (Buildkite)"
+// +kubebuilder:validation:XValidation:rule="!has(self.buildkite) || !has(self.method) || self.method == 'jit-config'",message="bootstrap.method runner-token applies to GitHub only: a Buildkite agent always gets a cluster agent token the operator creates for it; remove bootstrap.method"
 type Bootstrap struct {
 	// method is jit-config (default) or runner-token.
 	// +optional
@@ -495,6 +496,11 @@ type Bootstrap struct {
 	// as plug-ins").
 	// +optional
 	GitHub *GitHubBootstrap `json:"github,omitempty"`
+
+	// buildkite is the Buildkite configuration: the organization and cluster
+	// agents join and the operator's API token (docs/buildkite.md).
+	// +optional
+	Buildkite *BuildkiteBootstrap `json:"buildkite,omitempty"`
 
 	// httpTimeout bounds each call the operator makes to GitHub. Between 1s and 5m.
 	// +optional

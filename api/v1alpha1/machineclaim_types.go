@@ -95,6 +95,7 @@ type MachineClaimEnd struct {
 // WorkloadConfig is the CI runner of one VM.
 // +kubebuilder:validation:XValidation:rule="self.type != 'github-actions' || has(self.github)",message="workloadConfig.type github-actions needs workloadConfig.github"
 // +kubebuilder:validation:XValidation:rule="self.type == 'github-actions' || !has(self.github)",message="workloadConfig.github applies only to workloadConfig.type github-actions"
+// +kubebuilder:validation:XValidation:rule="self.type == 'buildkite' || !has(self.buildkite)",message="workloadConfig.buildkite applies only to workloadConfig.type buildkite"
 type WorkloadConfig struct {
 	// type is the CI platform; only github-actions is implemented.
 	// +required
@@ -103,6 +104,11 @@ type WorkloadConfig struct {
 	// github is the GitHub Actions runner of this VM.
 	// +optional
 	GitHub *GitHubRunnerConfig `json:"github,omitempty"`
+
+	// buildkite is the Buildkite agent of this VM; unset takes its pool's
+	// queue and tags.
+	// +optional
+	Buildkite *BuildkiteAgentConfig `json:"buildkite,omitempty"`
 }
 
 // GitHubRunnerConfig is one GitHub Actions runner.
