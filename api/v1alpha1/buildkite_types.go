@@ -149,15 +149,14 @@ type BuildkiteWorkload struct {
 	// +listType=set
 	Tags []string `json:"tags,omitempty"`
 
-	// pipelines, as slugs, narrow the pool to those pipelines' jobs; empty
-	// for every pipeline of the organization.
+	// pipeline, a slug, narrows the pool to that pipeline's jobs; unset for
+	// every pipeline of the template's cluster. A pool serves one pipeline or
+	// all of them: pools of several pipelines are several pools.
 	// +optional
-	// +kubebuilder:validation:MaxItems=32
-	// +kubebuilder:validation:items:MinLength=1
-	// +kubebuilder:validation:items:MaxLength=100
-	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
-	// +listType=set
-	Pipelines []string `json:"pipelines,omitempty"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=100
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Pipeline string `json:"pipeline,omitempty"`
 }
 
 // BuildkiteAgentConfig is one Buildkite agent. Its name on Buildkite is the

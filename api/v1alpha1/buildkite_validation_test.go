@@ -60,7 +60,7 @@ func TestBuildkiteObjectsAreAccepted(t *testing.T) {
 	_ = unstructured.SetNestedMap(tpl.Object, map[string]any{}, "spec", "bootstrap", "buildkite", "agent")
 	create(tpl)
 	pool := validBuildkitePool()
-	_ = unstructured.SetNestedStringSlice(pool.Object, []string{"app", "docs-site"}, "spec", "workload", "buildkite", "pipelines")
+	_ = unstructured.SetNestedField(pool.Object, "docs-site", "spec", "workload", "buildkite", "pipeline")
 	create(pool)
 	claim := validClaim()
 	_ = unstructured.SetNestedMap(claim.Object, map[string]any{"type": "buildkite", "buildkite": map[string]any{"queue": "linux", "tags": []any{"os=linux"}}}, "spec", "workloadConfig")
@@ -116,7 +116,7 @@ func buildkiteInvalidCases() []invalidCase {
 		{name: "pool old organization field", base: validBuildkitePool, mutate: set("acme", "spec", "workload", "buildkite", "organization"), want: `unknown field "spec.workload.buildkite.organization"`},
 		{name: "pool tag without value", base: validBuildkitePool, mutate: set([]string{"linux"}, "spec", "workload", "buildkite", "tags"), want: "spec.workload.buildkite.tags[0]: Invalid value"},
 		{name: "pool queue as a tag", base: validBuildkitePool, mutate: set([]string{"queue=other"}, "spec", "workload", "buildkite", "tags"), want: "workload.buildkite.tags must not set queue: use workload.buildkite.queue"},
-		{name: "pool pipeline not a slug", base: validBuildkitePool, mutate: set([]string{"My App"}, "spec", "workload", "buildkite", "pipelines"), want: "spec.workload.buildkite.pipelines[0]: Invalid value"},
+		{name: "pool pipeline not a slug", base: validBuildkitePool, mutate: set("My App", "spec", "workload", "buildkite", "pipeline"), want: "spec.workload.buildkite.pipeline: Invalid value"},
 		{name: "pool buildkite on github", base: validPool, mutate: set(map[string]any{"queue": "linux"}, "spec", "workload", "buildkite"), want: "workload.buildkite applies only to workload.type buildkite"},
 		{name: "claim buildkite on github", base: validClaim, mutate: set(map[string]any{"type": "github-actions", "github": map[string]any{}, "buildkite": map[string]any{"queue": "linux"}}, "spec", "workloadConfig"), want: "workloadConfig.buildkite applies only to workloadConfig.type buildkite"},
 		{name: "claim queue as a tag", base: validClaim, mutate: set(map[string]any{"type": "buildkite", "buildkite": map[string]any{"tags": []any{"queue=x"}}}, "spec", "workloadConfig"), want: "workloadConfig.buildkite.tags must not set queue"},

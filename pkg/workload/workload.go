@@ -75,6 +75,10 @@ const (
 	// MethodRegistrationToken is a short-lived registration token the VM's
 	// runner registers itself with, as an ephemeral runner.
 	MethodRegistrationToken Method = "runner-token"
+	// MethodAgentToken is a Buildkite cluster agent token made for one VM:
+	// its agent registers with it, and the token expires soon and is
+	// deleted when the VM goes.
+	MethodAgentToken Method = "agent-token"
 )
 
 // RunnerSpec asks for the credential of one runner.
