@@ -137,6 +137,13 @@ type BuildkiteWorkload struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.:-]+$`
 	Queue string `json:"queue"`
 
+	// defaultQueue says that queue is the cluster's default queue, where
+	// Buildkite sends the jobs whose agent query rules name no queue: the
+	// pool then serves those jobs too. Webhooks do not say which queue is
+	// the default, so the pool must.
+	// +optional
+	DefaultQueue bool `json:"defaultQueue,omitempty"`
+
 	// tags are the agents' other tags, as key=value; a job whose agent query
 	// rules name other keys than queue is served when each of them is among
 	// these.

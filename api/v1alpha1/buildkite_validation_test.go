@@ -39,7 +39,7 @@ func validBuildkitePool() *unstructured.Unstructured {
 		"templateRef": map[string]any{"name": "tpl"},
 		"workload": map[string]any{
 			"type":      "buildkite",
-			"buildkite": map[string]any{"queue": "linux", "tags": []any{"os=linux", "size=large"}},
+			"buildkite": map[string]any{"queue": "linux", "defaultQueue": true, "tags": []any{"os=linux", "size=large"}},
 		},
 	})
 }
