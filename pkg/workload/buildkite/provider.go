@@ -252,9 +252,9 @@ func (p *Provider) DeregisterRunner(ctx context.Context, _ int64, name string) e
 	return nil
 }
 
-// agents lists the organization's connected agents whose names contain
-// name (Buildkite's filter), every one with an empty name, in the
-// provider's cluster.
+// agents lists the organization's connected agents that Buildkite's name
+// filter matches (all of them for an empty name); callers compare names
+// themselves.
 func (p *Provider) agents(ctx context.Context, name string) ([]bk.Agent, error) {
 	opt := &bk.AgentListOptions{Name: name, ListOptions: bk.ListOptions{PerPage: 100}}
 	var out []bk.Agent
@@ -299,7 +299,8 @@ func (p *Provider) GetRunner(ctx context.Context, name string) (workload.Runner,
 
 // ListRunners implements workload.Provider.
 func (p *Provider) ListRunners(ctx context.Context, prefix string) ([]workload.Runner, error) {
-	agents, err := p.agents(ctx, prefix)
+	// Buildkite's name filter is no prefix match: list all, keep ours.
+	agents, err := p.agents(ctx, "")
 	if err != nil {
 		return nil, err
 	}
