@@ -103,12 +103,13 @@ func apiError(what string, err error) error {
 	var er *bk.ErrorResponse
 	if errors.As(err, &er) && er.Response != nil {
 		msg := er.Message
-		switch code := er.Response.StatusCode; {
-		case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		code := er.Response.StatusCode
+		switch code {
+		case http.StatusUnauthorized, http.StatusForbidden:
 			return fmt.Errorf("buildkite: %s: %d %s: %w", what, code, msg, workload.ErrUnauthorized)
-		case code == http.StatusNotFound:
+		case http.StatusNotFound:
 			return fmt.Errorf("buildkite: %s: %w", what, workload.ErrNotFound)
-		case code == http.StatusBadRequest || code == http.StatusUnprocessableEntity:
+		case http.StatusBadRequest, http.StatusUnprocessableEntity:
 			return fmt.Errorf("buildkite: %s: %d %s: %w", what, code, msg, workload.ErrInvalidRequest)
 		default:
 			return fmt.Errorf("buildkite: %s: %d %s: %w", what, code, msg, workload.ErrUnavailable)
