@@ -127,8 +127,11 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: lint
+# --allow-serial-runners: another golangci-lint on the machine (a second
+# checkout's make lint) holds its lock; wait for it instead of failing
+# ("parallel golangci-lint is running", which failed a CI run once).
 lint: $(GOLANGCI_LINT) ## Run golangci-lint (.golangci.yml; the binary is built once into the cache).
-	$(GOLANGCI_LINT) run ./...
+	$(GOLANGCI_LINT) run --allow-serial-runners ./...
 
 .PHONY: build
 build: ## Build every binary into bin/.

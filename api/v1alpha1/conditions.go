@@ -336,6 +336,9 @@ const (
 	TemplateNotReadyReason ConditionReason = "TemplateNotReady"
 	// RunnerOnlineReason: the VM's runner is registered and connected.
 	RunnerOnlineReason ConditionReason = "RunnerOnline"
+	// ScriptRunningReason: a generic VM (spec.bootstrap.generic) is up and
+	// runs its template's script; it has no runner to come online.
+	ScriptRunningReason ConditionReason = "ScriptRunning"
 	// RetainedReason: a failed VM is kept, stopped, for debugging.
 	RetainedReason ConditionReason = "RetainedForDebugging"
 

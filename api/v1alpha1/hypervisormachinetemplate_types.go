@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -470,10 +472,12 @@ const (
 
 // Bootstrap is the CI platform a template's VMs serve and how the VM's
 // runner gets its credential: exactly one platform section.
-// +kubebuilder:validation:XValidation:rule="[has(self.github), has(self.buildkite)].filter(x, x).size() == 1",message="spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions) or bootstrap.buildkite (Buildkite)"
+// +kubebuilder:validation:XValidation:rule="[has(self.github), has(self.buildkite), has(self.generic)].filter(x, x).size() == 1",message="spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions), bootstrap.buildkite (Buildkite) or bootstrap.generic (your own script, no CI platform)"
 // +kubebuilder:validation:XValidation:rule="!has(self.buildkite) || !has(self.method) || self.method == 'jit-config'",message="bootstrap.method runner-token applies to GitHub only: a Buildkite agent always gets a cluster agent token the operator creates for it; remove bootstrap.method"
 type Bootstrap struct {
-	// method is jit-config (default) or runner-token.
+	// method is jit-config (default) or runner-token: the kind of GitHub
+	// runner credential. A generic template has no runner credential and
+	// ignores it.
 	// +optional
 	// +kubebuilder:default=jit-config
 	Method BootstrapMethod `json:"method,omitempty"`
@@ -491,9 +495,8 @@ type Bootstrap struct {
 	AgentSource AgentSource `json:"agentSource,omitempty"`
 
 	// github is the GitHub Actions configuration: where runners register
-	// and the operator's credentials for it. Required today: it is the one
-	// CI platform a template can name (docs/architecture.md, "CI platforms
-	// as plug-ins").
+	// and the operator's credentials for it. A template has exactly one CI
+	// platform section (docs/architecture.md, "CI platforms as plug-ins").
 	// +optional
 	GitHub *GitHubBootstrap `json:"github,omitempty"`
 
@@ -501,6 +504,12 @@ type Bootstrap struct {
 	// agents join and the operator's API token (docs/buildkite.md).
 	// +optional
 	Buildkite *BuildkiteBootstrap `json:"buildkite,omitempty"`
+
+	// generic is a VM with no CI platform: HyperFleet's lifecycle and
+	// identity around a script of yours, which the VM runs once; its exit
+	// (or the ttl) ends the VM (docs/generic.md).
+	// +optional
+	Generic *GenericBootstrap `json:"generic,omitempty"`
 
 	// httpTimeout bounds each call the operator makes to GitHub. Between 1s and 5m.
 	// +optional
@@ -510,6 +519,57 @@ type Bootstrap struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('5m')",message="bootstrap.httpTimeout must be between 1s and 5m"
 	HTTPTimeout *metav1.Duration `json:"httpTimeout,omitempty"`
 }
+
+// GenericBootstrap is what a generic VM runs: no CI platform and no
+// runner credential, but HyperFleet's lifecycle (one VM per claim,
+// destroyed afterwards) and, with spec.attestation, its SPIFFE identity.
+type GenericBootstrap struct {
+	// script is run once by /bin/sh, as the agent's runner user, in
+	// workDir, with HYPERFLEET_CLAIM (namespace/name), HYPERFLEET_CLAIM_UID,
+	// HYPERFLEET_DEADLINE (when the ttl ends, RFC 3339) and, when the
+	// template attests, SPIFFE_ENDPOINT_SOCKET (the Workload API of the
+	// VM's spire-agent) in its environment. Its exit, whatever its status,
+	// powers the VM off. The script is not a secret: it is in every VM's
+	// cloud-init seed and in this object, which anyone who reads templates
+	// in the namespace reads. A script that needs a secret fetches it with
+	// the VM's SPIFFE identity (spec.attestation; the cluster's
+	// spec.spire.secretStore), never from here. At most 64 KiB.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=65536
+	Script string `json:"script"`
+
+	// ttl is how long a VM may live, from its claim's creation: the
+	// operator ends the claim then (reason max_lifetime), and the VM's
+	// agent stops the script and powers off at the same moment as a
+	// second line. Between 1m and 168h; default 1h. A pool's
+	// spec.lifecycle.maxLifetime also applies: the sooner ends the VM.
+	// +optional
+	// +kubebuilder:default="1h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('168h')",message="bootstrap.generic.ttl must be between 1m and 168h"
+	TTL *metav1.Duration `json:"ttl,omitempty"`
+
+	// workDir is the script's working directory, emptied after it ran.
+	// It may not be, contain or lie inside a system directory.
+	// +optional
+	// +kubebuilder:default="/var/lib/hyperfleet/work"
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^/[^\x00]*$`
+	// +kubebuilder:validation:XValidation:rule="self == '/' || (!self.contains('//') && !self.endsWith('/') && !self.contains('/./') && !self.contains('/../') && !self.endsWith('/.') && !self.endsWith('/..'))",message="bootstrap.generic.workDir must be written plainly, without //, /./, /../ or a trailing /"
+	// +kubebuilder:validation:XValidation:rule="self != '/' && (self.startsWith('/usr/local/') ? !['bin', 'etc', 'games', 'include', 'lib', 'lib64', 'libexec', 'man', 'sbin', 'share', 'src'].exists(d, self == '/usr/local/' + d || self.startsWith('/usr/local/' + d + '/')) : (!['/bin', '/boot', '/dev', '/etc', '/lib', '/lib32', '/lib64', '/libx32', '/proc', '/root', '/run', '/sbin', '/sys', '/usr'].exists(d, self == d || self.startsWith(d + '/') || d.startsWith(self + '/')) && !['/home', '/media', '/mnt', '/opt', '/srv', '/tmp', '/var', '/var/cache', '/var/lib', '/var/lib/cloud', '/var/log', '/var/tmp'].exists(d, self == d || d.startsWith(self + '/'))))",message="bootstrap.generic.workDir must not be, contain or (for /bin, /boot, /dev, /etc, /lib*, /proc, /root, /run, /sbin, /sys, /usr) lie inside a system directory: the agent empties it as root after the script; use a directory of its own such as /var/lib/hyperfleet/work (docs/security.md)"
+	WorkDir string `json:"workDir,omitempty"`
+
+	// arch is the VM's architecture in GitHub's naming (x64, arm64, arm):
+	// which agent binary the operator serves with agentSource Operator.
+	// +optional
+	// +kubebuilder:default=x64
+	Arch RunnerArch `json:"arch,omitempty"`
+}
+
+// DefaultGenericTTL is spec.bootstrap.generic.ttl's default.
+const DefaultGenericTTL = time.Hour
 
 // GitHubBootstrap is where runners register and with which credentials the
 // operator asks GitHub for their single-use credentials.

@@ -20,10 +20,13 @@ type MachineClaimSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.runnerPoolRef is immutable"
 	RunnerPoolRef *ObjectName `json:"runnerPoolRef,omitempty"`
 
-	// workloadConfig is the CI runner this VM runs. Unset: a GitHub
-	// Actions runner of the template's repository or organization, with its
-	// pool's labels. A type other than github-actions is not implemented
-	// yet: the claim waits, reason NotImplemented, and no VM is created.
+	// workloadConfig is the CI runner this VM runs. Unset: the platform of
+	// the template's spec.bootstrap section (a GitHub Actions runner of its
+	// repository or organization, with its pool's labels; or, for
+	// bootstrap.generic, its script). Type generic runs the template's
+	// script and needs a template with bootstrap.generic. gitlab-ci and
+	// buildkite are not implemented yet: the claim waits, reason
+	// NotImplemented, and no VM is created.
 	// +optional
 	WorkloadConfig *WorkloadConfig `json:"workloadConfig,omitempty"`
 
@@ -97,7 +100,8 @@ type MachineClaimEnd struct {
 // +kubebuilder:validation:XValidation:rule="self.type == 'github-actions' || !has(self.github)",message="workloadConfig.github applies only to workloadConfig.type github-actions"
 // +kubebuilder:validation:XValidation:rule="self.type == 'buildkite' || !has(self.buildkite)",message="workloadConfig.buildkite applies only to workloadConfig.type buildkite"
 type WorkloadConfig struct {
-	// type is the CI platform; only github-actions is implemented.
+	// type is the CI platform: github-actions or generic (gitlab-ci and
+	// buildkite are not implemented yet).
 	// +required
 	Type WorkloadType `json:"type"`
 

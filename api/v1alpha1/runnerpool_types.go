@@ -15,12 +15,13 @@ const (
 	WorkloadGitLabCI WorkloadType = "gitlab-ci"
 	// WorkloadBuildkite runs Buildkite jobs (not implemented yet).
 	WorkloadBuildkite WorkloadType = "buildkite"
-	// WorkloadGeneric runs VMs with no CI platform attached (not
-	// implemented yet).
+	// WorkloadGeneric runs VMs with no CI platform attached: each runs its
+	// template's spec.bootstrap.generic.script once (docs/generic.md).
 	WorkloadGeneric WorkloadType = "generic"
 )
 
 // RunnerPoolSpec is a pool of single-use VMs serving one kind of CI job.
+// +kubebuilder:validation:XValidation:rule="self.workload.type != 'generic' || !has(self.scaling.minIdle) || self.scaling.minIdle == 0",message="scaling.minIdle does not apply to workload.type generic: a generic VM runs its script from its boot and is never idle; keep VMs with scaling.minReplicas instead"
 type RunnerPoolSpec struct {
 	// templateRef names the HypervisorMachineTemplate, in this namespace,
 	// the pool's VMs are built from.
@@ -50,9 +51,12 @@ type RunnerPoolSpec struct {
 // +kubebuilder:validation:XValidation:rule="self.type != 'buildkite' || has(self.buildkite)",message="workload.type buildkite needs workload.buildkite (at least its queue)"
 // +kubebuilder:validation:XValidation:rule="self.type == 'buildkite' || !has(self.buildkite)",message="workload.buildkite applies only to workload.type buildkite"
 type Workload struct {
-	// type is the CI platform. Only github-actions is implemented;
-	// gitlab-ci, buildkite and generic are reserved: a pool that sets them
-	// is not Ready (reason NotImplemented) and creates no VMs.
+	// type is the CI platform: github-actions, or generic (VMs that run
+	// their template's spec.bootstrap.generic.script, with no CI platform
+	// and no job demand: the pool keeps scaling.minReplicas of them,
+	// replacing each that ends; docs/generic.md). gitlab-ci and buildkite
+	// are reserved: a pool that sets them is not Ready (reason
+	// NotImplemented) and creates no VMs.
 	// +required
 	Type WorkloadType `json:"type"`
 

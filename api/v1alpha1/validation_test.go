@@ -328,6 +328,23 @@ func validTemplate() *unstructured.Unstructured {
 	})
 }
 
+func validGenericTemplate() *unstructured.Unstructured {
+	return object("HypervisorMachineTemplate", "tpl", map[string]any{
+		"hypervisorClusterRef": map[string]any{"name": "pve"},
+		"source":               map[string]any{"proxmox": map[string]any{"templateId": int64(9000)}},
+		"resources":            map[string]any{"cpu": int64(2), "memory": "4Gi"},
+		"bootstrap":            map[string]any{"generic": map[string]any{"script": "echo hello"}},
+	})
+}
+
+func validGenericPool() *unstructured.Unstructured {
+	return object("RunnerPool", "pool", map[string]any{
+		"templateRef": map[string]any{"name": "tpl"},
+		"workload":    map[string]any{"type": "generic"},
+		"scaling":     map[string]any{"minReplicas": int64(2), "maxReplicas": int64(5)},
+	})
+}
+
 func validPool() *unstructured.Unstructured {
 	return object("RunnerPool", "pool", map[string]any{
 		"templateRef": map[string]any{"name": "tpl"},
@@ -517,7 +534,15 @@ func invalidCases() []invalidCase {
 		// A lower-case value is the likely mistake; the message lists the right spellings.
 		{name: "template unknown agent source", base: validTemplate, mutate: set("operator", "spec", "bootstrap", "agentSource"), want: `spec.bootstrap.agentSource: Unsupported value: "operator": supported values: "Image", "Operator"`},
 		{name: "template app and pat", base: validTemplate, mutate: set(map[string]any{"appId": map[string]any{"name": "a", "key": "id"}, "privateKey": map[string]any{"name": "a", "key": "pem"}, "installationId": map[string]any{"name": "a", "key": "inst"}}, "spec", "bootstrap", "github", "credentials", "app"), want: "set exactly one of bootstrap.github.credentials.app (GitHub App, recommended) and bootstrap.github.credentials.pat"},
-		{name: "template without a CI platform", base: validTemplate, mutate: del("spec", "bootstrap", "github"), want: "spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions)"},
+		{name: "template without a CI platform", base: validTemplate, mutate: del("spec", "bootstrap", "github"), want: "spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions),"},
+		{name: "template github and generic", base: validTemplate, mutate: set(map[string]any{"script": "echo hi"}, "spec", "bootstrap", "generic"), want: "spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions),"},
+		{name: "template generic without script", base: validGenericTemplate, mutate: del("spec", "bootstrap", "generic", "script"), want: "spec.bootstrap.generic.script: Required value"},
+		{name: "template generic empty script", base: validGenericTemplate, mutate: set("", "spec", "bootstrap", "generic", "script"), want: "spec.bootstrap.generic.script: Invalid value"},
+		{name: "template generic script too long", base: validGenericTemplate, mutate: set(strings.Repeat("x", 65537), "spec", "bootstrap", "generic", "script"), want: "spec.bootstrap.generic.script: Too long"},
+		{name: "template generic ttl too short", base: validGenericTemplate, mutate: set("30s", "spec", "bootstrap", "generic", "ttl"), want: "bootstrap.generic.ttl must be between 1m and 168h"},
+		{name: "template generic ttl too long", base: validGenericTemplate, mutate: set("169h", "spec", "bootstrap", "generic", "ttl"), want: "bootstrap.generic.ttl must be between 1m and 168h"},
+		{name: "template generic work dir in /etc", base: validGenericTemplate, mutate: set("/etc/work", "spec", "bootstrap", "generic", "workDir"), want: "bootstrap.generic.workDir must not be, contain or"},
+		{name: "template generic work dir with dot-dot", base: validGenericTemplate, mutate: set("/opt/x/../work", "spec", "bootstrap", "generic", "workDir"), want: "bootstrap.generic.workDir must be written plainly"},
 		{name: "template no github credentials", base: validTemplate, mutate: set(map[string]any{}, "spec", "bootstrap", "github", "credentials"), want: "set exactly one of bootstrap.github.credentials.app"},
 		{name: "template pat secret in another namespace", base: validTemplate, mutate: set(map[string]any{"name": "gh", "key": "token", "namespace": "kube-system"}, "spec", "bootstrap", "github", "credentials", "pat"), want: `unknown field "spec.bootstrap.github.credentials.pat.namespace"`},
 		{name: "template repository and organization", base: validTemplate, mutate: set("example", "spec", "bootstrap", "github", "organization"), want: "set exactly one of bootstrap.github.repository (repository runners) and bootstrap.github.organization"},
@@ -534,6 +559,8 @@ func invalidCases() []invalidCase {
 
 		// RunnerPool
 		{name: "pool min above max", base: validPool, mutate: set(map[string]any{"minReplicas": int64(6), "maxReplicas": int64(5)}, "spec", "scaling"), want: "scaling.minReplicas must not be greater than scaling.maxReplicas"},
+		{name: "pool generic with minIdle", base: validGenericPool, mutate: set(int64(1), "spec", "scaling", "minIdle"), want: "scaling.minIdle does not apply to workload.type generic"},
+		{name: "pool generic with a github section", base: validGenericPool, mutate: set(map[string]any{"labels": []any{"linux"}}, "spec", "workload", "github"), want: "workload.github applies only to workload.type github-actions"},
 		{name: "pool minIdle above max", base: validPool, mutate: set(int64(9), "spec", "scaling", "minIdle"), want: "scaling.minIdle must not be greater than scaling.maxReplicas"},
 		{name: "pool max above 1000", base: validPool, mutate: set(int64(5000), "spec", "scaling", "maxReplicas"), want: "spec.scaling.maxReplicas: Invalid value: 5000"},
 		{name: "pool negative min", base: validPool, mutate: set(int64(-1), "spec", "scaling", "minReplicas"), want: "spec.scaling.minReplicas: Invalid value: -1"},

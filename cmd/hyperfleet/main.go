@@ -43,6 +43,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/settings"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/generic"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 )
 
@@ -51,6 +52,7 @@ import (
 // is its package under pkg/workload (internal/dnsreg) and one line here.
 func init() {
 	workload.Register(hfv1.WorkloadGitHubActions, github.NewBackend)
+	workload.Register(hfv1.WorkloadGeneric, generic.NewBackend)
 	dnsreg.Register(dnsreg.TypeRFC2136, rfc2136.Factory)
 	for _, t := range dnsreg.ExternalDNSTypes {
 		dnsreg.Register(t, externaldns.Factory(t))

@@ -65,6 +65,18 @@
 //	12 ExitNoSecrets         workloadMethod direct: the operator placed no
 //	                         runner credential at secretsFile before
 //	                         secretsDeadline
+//	13 ExitDeadline          platform generic: the script was still running
+//	                         at generic.deadline and was stopped
+//
+// Steps 3 to 6 are the platform's (runnerKind, platform.go), chosen by the
+// config's platform: GitHub Actions as above (github.go); generic
+// (generic.go) obtains no runner credential, attests when the config has
+// spiffe and keeps spire-agent running for the script, runs
+// generic.script once by /bin/sh as the runner user in workDir with
+// HYPERFLEET_CLAIM, HYPERFLEET_CLAIM_UID, HYPERFLEET_DEADLINE and (with
+// SPIFFE) SPIFFE_ENDPOINT_SOCKET, and stops it at generic.deadline. The
+// script's exit status is ExitOK (0) or ExitRunnerFailed, and goes into
+// the power-off notice (scriptExitStatus).
 package agent
 
 import (
@@ -140,6 +152,9 @@ const (
 	// before secretsDeadline (the VM's guest agent not running, the
 	// operator unable to reach the hypervisor, or the claim ended).
 	ExitNoSecrets = 12
+	// ExitDeadline: platform generic, and the script was still running at
+	// the config's generic.deadline (the template's ttl): it was stopped.
+	ExitDeadline = 13
 )
 
 // Defaults of the hyperfleet-agent flags.
@@ -238,6 +253,9 @@ type Options struct {
 	// at the config's expiresAt.
 	AttestTimeout time.Duration
 
+	// Shell runs a generic VM's script (DefaultShell when empty).
+	Shell string
+
 	// NewCredentialSource picks the credential source for a config
 	// (NewCredentialSource when nil). A seam for tests and for the broker.
 	NewCredentialSource func(*agentconfig.Config) (CredentialSource, error)
@@ -306,6 +324,13 @@ type agent struct {
 	// power-off notice; attestationError why the VM got no identity.
 	runnerOnline, jobStarted atomic.Bool
 	attestationError         string
+
+	// kind is the config's platform's part of the run; nil until the
+	// config is read.
+	kind runnerKind
+	// scriptExit is a generic VM's script's exit status, for the
+	// power-off notice; nil when none ran.
+	scriptExit *int
 
 	// cleanup state
 	installDir      string
@@ -390,9 +415,16 @@ func (a *agent) run(ctx context.Context) error {
 		return fail(ExitExpired, "the join token expired at %s; not trying it", cfg.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 
-	install, err := a.rooted("runner.software.installPath", sw.InstallPath)
+	kind, err := runnerKindFor(cfg.Platform)
 	if err != nil {
 		return err
+	}
+	a.kind = kind
+	install := ""
+	if sw.InstallPath != "" {
+		if install, err = a.rooted("runner.software.installPath", sw.InstallPath); err != nil {
+			return err
+		}
 	}
 	work, err := a.rooted("runner.software.workDir", sw.WorkDir)
 	if err != nil {
@@ -419,54 +451,39 @@ func (a *agent) run(ctx context.Context) error {
 		defer stop()
 		go a.announceReady(hintCtx)
 	}
+	return kind.run(ctx, a, &place{cfg: cfg, install: install, work: work, user: user})
+}
+
+// credentialSource is the config's CredentialSource, with the agent's
+// Options handed to it.
+func (a *agent) credentialSource(cfg *agentconfig.Config) (CredentialSource, error) {
 	src, err := a.opts.NewCredentialSource(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if o, ok := src.(optionsUser); ok {
 		o.useOptions(&a.opts)
 	}
-	cred, err := src.Credential(ctx)
-	a.attestationError = attestationErrorOf(err)
-	if err != nil {
-		return err
-	}
-	if err := cred.validate(); err != nil {
-		return err
-	}
-	for _, s := range []string{cred.JITConfig, cred.RegistrationToken} {
-		if s != "" {
-			a.secrets = append(a.secrets, s)
-		}
-	}
-	a.log.Info("runner credential obtained", "credential", cred)
+	return src, nil
+}
 
-	scripts := []string{sw.RunScript}
-	if cred.Method == agentconfig.BootstrapRunnerToken {
-		scripts = append(scripts, sw.ConfigScript)
-	}
-	if err := a.installRunner(ctx, &sw, install, scripts); err != nil {
-		return err
-	}
-	// A runner baked into the image must not carry a registration.
-	a.removeCredentialFiles()
+// prepareWorkDir makes the work directory and hands it (and install,
+// when set) to the runner user.
+func (a *agent) prepareWorkDir(install, work string, user *runAs) error {
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		return fail(ExitInternal, "create workDir: %v", err)
 	}
 	if user.cred != nil {
 		for _, dir := range []string{install, work} {
+			if dir == "" {
+				continue
+			}
 			if err := chownTree(dir, user.uid, user.gid); err != nil {
 				return fail(ExitInternal, "hand %s to the runner user: %v", dir, err)
 			}
 		}
 	}
-
-	if cred.Method == agentconfig.BootstrapRunnerToken {
-		if err := a.configure(ctx, cfg, &sw, install, work, user, cred); err != nil {
-			return err
-		}
-	}
-	return a.runRunner(ctx, &sw, install, user, cred)
+	return nil
 }
 
 // readConfig reads the config file, removes it before anything else
@@ -534,15 +551,13 @@ func (a *agent) cleanup() {
 	}
 }
 
-// credentialFiles are what the runner's config script (or a JIT
-// configuration) writes into installPath and what lets it talk to GitHub.
-var credentialFiles = []string{".credentials", ".credentials_rsaparams", ".runner"}
-
+// removeCredentialFiles removes the files of installPath that let the
+// platform's runner talk to its platform (runnerKind.credentialFiles).
 func (a *agent) removeCredentialFiles() {
-	if a.installDir == "" {
+	if a.installDir == "" || a.kind == nil {
 		return
 	}
-	for _, f := range credentialFiles {
+	for _, f := range a.kind.credentialFiles() {
 		p := filepath.Join(a.installDir, f)
 		switch err := os.Remove(p); {
 		case err == nil:

@@ -72,7 +72,8 @@ func (e *UnsupportedError) Error() string {
 
 // NewCredentialSource picks the credential source for cfg: GuestSource
 // for workloadMethod direct; for broker, VaultSource when spiffe.secretStore
-// names a secrets store, else BrokerSource.
+// names a secrets store, else BrokerSource (always for platform generic,
+// whose VM holds its identity rather than fetch a credential with it).
 func NewCredentialSource(cfg *agentconfig.Config) (CredentialSource, error) {
 	switch cfg.WorkloadMethod {
 	case agentconfig.WorkloadDirect:
@@ -80,6 +81,11 @@ func NewCredentialSource(cfg *agentconfig.Config) (CredentialSource, error) {
 	case agentconfig.WorkloadBroker:
 		b := &BrokerSource{Method: cfg.BootstrapMethod, SPIFFE: cfg.SPIFFE, ExpiresAt: cfg.ExpiresAt,
 			SecretsFile: cfg.SecretsFile, SecretsDeadline: cfg.SecretsDeadline}
+		if cfg.Platform == agentconfig.PlatformGeneric {
+			// The identity only (IdentityHolder): no credential to read
+			// from a store.
+			return b, nil
+		}
 		if s := cfg.SPIFFE; s != nil && s.SecretStore != nil {
 			return &VaultSource{Store: *s.SecretStore, SPIRE: b}, nil
 		}

@@ -58,11 +58,32 @@ const SecretsFile = SecretsDir + "/secrets.json"
 // refuses files of another version instead of guessing.
 const CurrentVersion = 1
 
-// Platform is the CI platform the runner belongs to.
+// Platform is the CI platform the runner belongs to: the agent runs the
+// runner kind of that platform (internal/agent's runnerKind) between its
+// shared steps.
 type Platform string
 
-// PlatformGitHubActions is GitHub Actions, the only platform so far.
-const PlatformGitHubActions Platform = "github-actions"
+const (
+	// PlatformGitHubActions is GitHub Actions: actions/runner, for one job.
+	PlatformGitHubActions Platform = "github-actions"
+	// PlatformGeneric is no CI platform: the agent runs the template's
+	// script (generic.script) once, as the runner user in the work
+	// directory, and powers the VM off when it exits or at
+	// generic.deadline, whichever comes first.
+	PlatformGeneric Platform = "generic"
+	// PlatformGitLabCI is GitLab CI (gitlab-runner run-single). Reserved:
+	// this agent version refuses it (ExitUnsupported).
+	PlatformGitLabCI Platform = "gitlab-ci"
+	// PlatformBuildkite is Buildkite (buildkite-agent start
+	// --acquire-job). Reserved: this agent version refuses it
+	// (ExitUnsupported).
+	PlatformBuildkite Platform = "buildkite"
+)
+
+// MaxGenericScript bounds generic.script, as the template's
+// spec.bootstrap.generic.script does (64 KiB): the script rests in the
+// VM's seed, which is small.
+const MaxGenericScript = 64 << 10
 
 // WorkloadMethod is how the runner credential reaches the agent.
 type WorkloadMethod string
@@ -110,8 +131,13 @@ type Config struct {
 	// version is the file format version; must be CurrentVersion (1).
 	Version int `json:"version"`
 
-	// platform is the CI platform; "github-actions".
+	// platform is the CI platform: "github-actions", or "generic" (no CI
+	// platform: the generic section's script).
 	Platform Platform `json:"platform"`
+
+	// generic is what a VM of platform generic runs, and until when;
+	// present exactly with platform generic.
+	Generic *Generic `json:"generic,omitempty"`
 
 	// workloadMethod is "direct" (the operator places the credential in
 	// the running VM, at secretsFile) or "broker" (credential fetched from
@@ -120,8 +146,8 @@ type Config struct {
 
 	// bootstrapMethod is "jit-config" or "runner-token": the kind of runner
 	// credential, whether it arrives at secretsFile or comes from the
-	// broker.
-	BootstrapMethod BootstrapMethod `json:"bootstrapMethod"`
+	// broker. Empty with platform generic, which has no runner credential.
+	BootstrapMethod BootstrapMethod `json:"bootstrapMethod,omitempty"`
 
 	// jitConfig is refused: a runner credential in this file rests on the
 	// VM's seed, where whoever reads the hypervisor's storage could use it
@@ -172,6 +198,23 @@ type Config struct {
 	// hypervisor's batch listing (docs/architecture.md, "Power-off
 	// hints"). Best effort: the VM powers off whatever the answer.
 	PowerOffNotify *PowerOffNotify `json:"powerOffNotify,omitempty"`
+}
+
+// Generic is the work of a VM of platform generic.
+type Generic struct {
+	// script is the template's script (spec.bootstrap.generic.script),
+	// run once by /bin/sh as the runner user in runner.software.workDir.
+	// Not a secret: it rests in the VM's seed like the rest of this file;
+	// a script that needs one fetches it with the VM's SPIFFE identity.
+	Script string `json:"script"`
+	// claim names the VM's MachineClaim, for the script's environment
+	// (HYPERFLEET_CLAIM, HYPERFLEET_CLAIM_UID).
+	Claim ClaimRef `json:"claim"`
+	// deadline, RFC 3339, is when the VM has lived its ttl
+	// (spec.bootstrap.generic.ttl from the claim's creation): the agent
+	// stops the script and powers the VM off then, as a second line to
+	// the operator, which ends the claim at the same time.
+	Deadline time.Time `json:"deadline"`
 }
 
 // PowerOffNotify is the operator's endpoint for power-off notices.
@@ -236,6 +279,10 @@ type PowerOffNoticeBody struct {
 	RunnerOnline bool `json:"runnerOnline,omitempty"`
 	// JobStarted: the runner printed "Running job:".
 	JobStarted bool `json:"jobStarted,omitempty"`
+	// ScriptExitStatus is the exit status of a generic VM's script (-1:
+	// ended by a signal, such as at its deadline); nil when no script ran
+	// (platform github-actions, or the agent stopped before it).
+	ScriptExitStatus *int `json:"scriptExitStatus,omitempty"`
 	// AttestationError, when set, says why the VM got no identity:
 	// AttestationJoinTokenRefused when the SPIRE server refused its join
 	// token as used (or expired); with attestationMethod tpm,
@@ -463,11 +510,24 @@ func (c *Config) Validate() error {
 	if c.Version != CurrentVersion {
 		bad("version", "is %d; this agent reads version %d", c.Version, CurrentVersion)
 	}
-	if c.Platform != PlatformGitHubActions {
-		bad("platform", "is %q; must be %q", c.Platform, PlatformGitHubActions)
+	generic := c.Platform == PlatformGeneric
+	switch c.Platform {
+	case PlatformGitHubActions, PlatformGeneric:
+	case PlatformGitLabCI, PlatformBuildkite:
+		// Parsed, so that the agent can say it does not run them yet
+		// (ExitUnsupported) rather than call the file invalid.
+	default:
+		bad("platform", "is %q; must be %q or %q", c.Platform, PlatformGitHubActions, PlatformGeneric)
 	}
-	switch c.BootstrapMethod {
-	case BootstrapJITConfig, BootstrapRunnerToken:
+	switch {
+	case generic:
+		if c.BootstrapMethod != "" {
+			bad("bootstrapMethod", "is %q but platform is generic, which has no runner credential; remove it", c.BootstrapMethod)
+		}
+		c.validateGeneric(bad)
+	case c.Generic != nil:
+		bad("generic", "is set but platform is %q; it applies only to platform generic", c.Platform)
+	case c.BootstrapMethod == BootstrapJITConfig, c.BootstrapMethod == BootstrapRunnerToken:
 	default:
 		bad("bootstrapMethod", "is %q; must be %q or %q", c.BootstrapMethod, BootstrapJITConfig, BootstrapRunnerToken)
 	}
@@ -477,7 +537,7 @@ func (c *Config) Validate() error {
 		if c.SPIFFE != nil {
 			bad("spiffe", "is set but workloadMethod is direct; SPIFFE attestation implies workloadMethod broker")
 		}
-		if c.SecretsFile == "" {
+		if c.SecretsFile == "" && !generic {
 			bad("secretsFile", "is empty; workloadMethod direct needs where the operator places the runner credential in the running VM, %s", SecretsFile)
 		}
 	case WorkloadBroker:
@@ -507,9 +567,15 @@ func (c *Config) Validate() error {
 			bad("registrationURL", "%v", err)
 		}
 	}
-	c.Runner.validate(bad)
+	if generic {
+		checkRunnerDir(bad, "runner.software.workDir", c.Runner.Software.WorkDir)
+	} else {
+		c.Runner.validate(bad)
+	}
 	if c.SPIFFE != nil {
-		c.SPIFFE.validate(c.SecretsFile, bad)
+		// A generic VM fetches no runner credential: it needs the
+		// identity only, not the broker.
+		c.SPIFFE.validate(c.SecretsFile, !generic, bad)
 	}
 	if c.PowerOffNotify != nil {
 		c.PowerOffNotify.validate(bad)
@@ -583,18 +649,8 @@ func (r *Runner) validate(bad func(field, format string, args ...any)) {
 	if s.DownloadSHA256 != "" && !sha256RE.MatchString(s.DownloadSHA256) {
 		bad("runner.software.downloadSHA256", "must be 64 lower-case hex digits")
 	}
-	checkAbs := func(field, p string) {
-		if p == "" || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
-			bad(field, "%q must be an absolute path such as /opt/actions-runner", p)
-			return
-		}
-		// The agent removes or empties it as root.
-		if why := CheckRunnerPath(p); why != "" {
-			bad(field, "%q %s; the agent empties it after each job: use a directory of its own such as /opt/actions-runner or /var/lib/hyperfleet/work", p, why)
-		}
-	}
-	checkAbs("runner.software.installPath", s.InstallPath)
-	checkAbs("runner.software.workDir", s.WorkDir)
+	checkRunnerDir(bad, "runner.software.installPath", s.InstallPath)
+	checkRunnerDir(bad, "runner.software.workDir", s.WorkDir)
 	if !scriptNameRE.MatchString(s.ConfigScript) {
 		bad("runner.software.configScript", "%q must be a file name in installPath, such as config.sh", s.ConfigScript)
 	}
@@ -613,7 +669,44 @@ func (r *Runner) validate(bad func(field, format string, args ...any)) {
 	}
 }
 
-func (s *SPIFFE) validate(secretsFile string, bad func(field, format string, args ...any)) {
+// checkRunnerDir checks a directory the agent removes or empties as root.
+func checkRunnerDir(bad func(field, format string, args ...any), field, p string) {
+	if p == "" || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
+		bad(field, "%q must be an absolute path such as /opt/actions-runner", p)
+		return
+	}
+	if why := CheckRunnerPath(p); why != "" {
+		bad(field, "%q %s; the agent empties it after each job: use a directory of its own such as /opt/actions-runner or /var/lib/hyperfleet/work", p, why)
+	}
+}
+
+// validateGeneric checks the generic section of a platform generic config.
+func (c *Config) validateGeneric(bad func(field, format string, args ...any)) {
+	g := c.Generic
+	if g == nil {
+		bad("generic", "is missing; platform generic needs the script to run and its deadline")
+		return
+	}
+	switch {
+	case strings.TrimSpace(g.Script) == "":
+		bad("generic.script", "is empty; platform generic runs the template's spec.bootstrap.generic.script")
+	case len(g.Script) > MaxGenericScript:
+		bad("generic.script", "is %d bytes; at most %d", len(g.Script), MaxGenericScript)
+	case strings.ContainsRune(g.Script, 0):
+		bad("generic.script", "contains a NUL byte, which /bin/sh cannot read")
+	}
+	if g.Claim.Namespace == "" || g.Claim.Name == "" || g.Claim.UID == "" {
+		bad("generic.claim", "needs namespace, name and uid")
+	}
+	if g.Deadline.IsZero() {
+		bad("generic.deadline", "is empty; platform generic needs when the VM's ttl ends, RFC 3339")
+	}
+}
+
+// validate checks s; needBroker is false where the VM fetches no runner
+// credential (platform generic), so that neither the broker nor the
+// secrets store is needed.
+func (s *SPIFFE) validate(secretsFile string, needBroker bool, bad func(field, format string, args ...any)) {
 	if s.JoinToken != "" {
 		bad("spiffe.joinToken", "must not be in the config: a join token written to the VM's seed can be read off the storage and used first; the operator places it in the running VM at secretsFile (docs/identity.md)")
 	}
@@ -677,6 +770,12 @@ func (s *SPIFFE) validate(secretsFile string, bad func(field, format string, arg
 		}
 		if s.SecretStore != nil {
 			s.SecretStore.validate(bad)
+		}
+	case !needBroker:
+		if s.BrokerURL != "" {
+			if err := checkHTTPSURL(s.BrokerURL); err != nil {
+				bad("spiffe.brokerURL", "%v", err)
+			}
 		}
 	case s.SecretStore != nil:
 		if s.BrokerURL != "" {

@@ -235,6 +235,11 @@ func agentConfig(v *Vars) *agentconfig.Config {
 		PowerOffOnFinish: v.PowerOffOnFinish,
 		PowerOffNotify:   v.PowerOffNotify,
 	}
+	if v.Platform == PlatformGeneric {
+		c.Platform, c.BootstrapMethod, c.RegistrationURL = agentconfig.PlatformGeneric, "", ""
+		c.Runner = agentconfig.Runner{Software: agentconfig.Software{WorkDir: v.RunnerConfig.WorkDir}}
+		c.Generic = &agentconfig.Generic{Script: v.GenericScript, Claim: v.Claim, Deadline: v.Deadline.Time}
+	}
 	if v.receivesSecrets() {
 		// Only where they arrive and until when: the secrets themselves
 		// reach the running VM through the hypervisor's guest channel,

@@ -46,6 +46,12 @@ const (
 	WorkloadBroker = "broker"
 )
 
+// Platforms (Vars.Platform): the agent's runner kind.
+const (
+	PlatformGitHubActions = "github-actions"
+	PlatformGeneric       = "generic"
+)
+
 // Bootstrap methods (Vars.BootstrapMethod), as in spec.bootstrap.method.
 const (
 	BootstrapJITConfig   = "jit-config"
@@ -155,7 +161,21 @@ type Vars struct {
 	// running VM) or broker (fetched after attestation); broker exactly
 	// when SPIFFEEnabled.
 	WorkloadMethod string
-	// BootstrapMethod is jit-config or runner-token (spec.bootstrap.method).
+	// Platform is what the VM's agent runs: github-actions (the default
+	// when empty) or generic (GenericScript, until Deadline).
+	Platform string
+	// GenericScript is a generic template's spec.bootstrap.generic.script
+	// (Platform generic); not a secret.
+	GenericScript string
+	// Claim names the VM's MachineClaim (namespace, name, uid). Per-VM.
+	Claim agentconfig.ClaimRef
+	// Deadline is when a generic VM's ttl ends: its claim's creation plus
+	// spec.bootstrap.generic.ttl; printed in RFC 3339, empty for other
+	// platforms. Per-VM.
+	Deadline Time
+
+	// BootstrapMethod is jit-config or runner-token (spec.bootstrap.method);
+	// empty for Platform generic, which has no runner credential.
 	// The credential itself is never a variable: it reaches the running VM
 	// only (agentconfig.GuestSecrets), never its seed.
 	BootstrapMethod string
@@ -295,7 +315,7 @@ func (b Bytes) String() string { return fmt.Sprintf("<%d bytes; use base64>", le
 // zeroed: Hostname, FQDN, InstanceID, MACAddress, StaticIP, StaticIPv6, SPIFFEID,
 // TrustBundle, AgentCA, BrokerCA, SecretStoreRole, SecretStorePath,
 // SecretStoreCA, RunnerName, Labels, RunnerGroup, ExpiresAt,
-// SecretsDeadline and PowerOffNotify. What remains is the same for every VM of one
+// SecretsDeadline, PowerOffNotify, Claim and Deadline. What remains is the same for every VM of one
 // template, so rendering the canonical vars gives identical bytes for all of
 // them and the bytes change only when something that shapes the VMs changes
 // (docs/architecture.md, "Template drift hash"). Render accepts canonical
@@ -321,6 +341,8 @@ func (v Vars) Canonical() Vars {
 	v.ExpiresAt = Time{}
 	v.SecretsDeadline = Time{}
 	v.PowerOffNotify = nil
+	v.Claim = agentconfig.ClaimRef{}
+	v.Deadline = Time{}
 	v.DNSServers = cloneList(v.DNSServers)
 	v.SearchDomains = cloneList(v.SearchDomains)
 	v.canonical = true
@@ -541,10 +563,28 @@ func (v *Vars) check() (netVars, error) {
 	default:
 		return nv, fmt.Errorf("vars: WorkloadMethod %q must be %s or %s", v.WorkloadMethod, WorkloadDirect, WorkloadBroker)
 	}
-	switch v.BootstrapMethod {
-	case BootstrapJITConfig, BootstrapRunnerToken:
+	switch v.Platform {
+	case "", PlatformGitHubActions:
+		switch v.BootstrapMethod {
+		case BootstrapJITConfig, BootstrapRunnerToken:
+		default:
+			return nv, fmt.Errorf("vars: BootstrapMethod %q must be %s or %s", v.BootstrapMethod, BootstrapJITConfig, BootstrapRunnerToken)
+		}
+	case PlatformGeneric:
+		if v.BootstrapMethod != "" {
+			return nv, fmt.Errorf("vars: BootstrapMethod %q is set but Platform is generic, which has no runner credential", v.BootstrapMethod)
+		}
+		if strings.TrimSpace(v.GenericScript) == "" {
+			return nv, fmt.Errorf("vars: GenericScript is empty; Platform generic runs it")
+		}
+		if err := v.perVM("Deadline", v.Deadline.String()); err != nil {
+			return nv, err
+		}
+		if err := v.perVM("Claim", v.Claim.UID); err != nil {
+			return nv, err
+		}
 	default:
-		return nv, fmt.Errorf("vars: BootstrapMethod %q must be %s or %s", v.BootstrapMethod, BootstrapJITConfig, BootstrapRunnerToken)
+		return nv, fmt.Errorf("vars: Platform %q must be %s or %s", v.Platform, PlatformGitHubActions, PlatformGeneric)
 	}
 	return nv, v.checkAgent()
 }
@@ -587,8 +627,12 @@ func (v *Vars) secrets() []string {
 }
 
 // receivesSecrets reports whether the VM receives GuestSecrets in the
-// running guest: its runner credential (direct), its join token, or its
-// TPM enrollment proof.
+// running guest: its runner credential (direct; never for a generic VM),
+// its join token, or its TPM enrollment proof.
 func (v *Vars) receivesSecrets() bool {
+	if v.Platform == PlatformGeneric && !v.SPIFFEEnabled {
+		// No runner credential and no identity: nothing to receive.
+		return false
+	}
 	return v.WorkloadMethod == WorkloadDirect || v.SPIFFEEnabled && (v.AttestationMethod == AttestationJoinToken || v.AttestationMethod == AttestationTPM)
 }

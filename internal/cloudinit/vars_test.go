@@ -16,12 +16,12 @@ import (
 var (
 	perVMFields = []string{"Hostname", "FQDN", "InstanceID", "MACAddress", "StaticIP", "StaticIPv6", "SPIFFEID",
 		"TrustBundle", "AgentCA", "BrokerCA", "SecretStoreRole", "SecretStorePath", "SecretStoreCA", "RunnerName", "Labels",
-		"RunnerGroup", "ExpiresAt", "SecretsDeadline", "PowerOffNotify"}
+		"RunnerGroup", "ExpiresAt", "SecretsDeadline", "PowerOffNotify", "Claim", "Deadline"}
 	templateFields = []string{"NetworkMode", "DHCPClientIdentifier", "SendHostname", "IPv6", "RequestStaticLease", "DHCPLeaseSeconds", "NetmaskBits", "Gateway",
 		"NetmaskBitsIPv6", "GatewayIPv6",
 		"DNSServers", "SearchDomains", "SPIFFEEnabled", "AttestationMethod", "TrustDomain", "SPIREServerAddress",
 		"TPMDevicePath", "BrokerURL", "SecretStore", "WorkloadMethod", "BootstrapMethod", "RegistrationURL", "RunnerConfig",
-		"PowerOffOnFinish", "AgentDownloadURL", "AgentSHA256", "BootstrapServiceURL", "BootstrapServiceBinary"}
+		"PowerOffOnFinish", "AgentDownloadURL", "AgentSHA256", "BootstrapServiceURL", "BootstrapServiceBinary", "Platform", "GenericScript"}
 )
 
 func TestCanonicalFieldClassification(t *testing.T) {
@@ -50,6 +50,8 @@ func TestCanonicalFieldClassification(t *testing.T) {
 	v.StaticIPv6, v.NetmaskBitsIPv6, v.GatewayIPv6 = "2001:db8::10", 64, "2001:db8::1"
 	v.SecretsDeadline = Time{time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)} // not a valid VM; Canonical does not care
 	v.PowerOffNotify = &agentconfig.PowerOffNotify{URL: "https://op.example.com/hints/v1/power-off", Token: "t"}
+	v.Claim = agentconfig.ClaimRef{Namespace: "ci", Name: "runner-a", UID: "uid-a"}
+	v.Deadline = Time{time.Date(2025, 6, 1, 13, 0, 0, 0, time.UTC)}
 	v.BrokerCA = testCA
 	v.SecretStore = &agentconfig.SecretStore{Address: "https://vault.example.com:8200", AuthMount: "jwt", Audience: "hyperfleet-secret-store", KVMount: "secret"}
 	v.SecretStoreRole, v.SecretStorePath, v.SecretStoreCA = "uid-a", "hyperfleet/hyperfleet.io/vm/ci/runner-a/uid-a", testCA

@@ -155,7 +155,8 @@ func TestRefusedTemplatesBuildNothing(t *testing.T) {
 }
 
 // TestRefusedPoolAndClaim: a RunnerPool or a MachineClaim for a CI
-// platform other than GitHub Actions is NotImplemented and builds nothing.
+// platform this operator does not run (GitLab CI, Buildkite) is
+// NotImplemented and builds nothing.
 func TestRefusedPoolAndClaim(t *testing.T) {
 	sim := startSim(t, nil)
 	startOperator(t, operatorOptions{})
@@ -178,16 +179,16 @@ func TestRefusedPoolAndClaim(t *testing.T) {
 	wantNothingBuilt(t, sim, claim)
 
 	pool := &hfv1.RunnerPool{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "generic"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "gitlab"},
 		Spec: hfv1.RunnerPoolSpec{
 			TemplateRef: hfv1.ObjectName{Name: f.template.Name},
-			Workload:    hfv1.Workload{Type: hfv1.WorkloadGeneric},
+			Workload:    hfv1.Workload{Type: hfv1.WorkloadGitLabCI, GitLab: &hfv1.GitLabWorkload{URL: "https://gitlab.example.com"}},
 			Scaling:     hfv1.Scaling{MinReplicas: 2, MaxReplicas: 4},
 		},
 	}
 	f.create(pool)
 	ready := waitCondition(t, pool, func() []metav1.Condition { return pool.Status.Conditions }, string(hfv1.ReadyCondition), metav1.ConditionFalse, string(hfv1.NotImplementedReason))
-	if !strings.Contains(ready.Message, "spec.workload.type: generic is not implemented yet") {
+	if !strings.Contains(ready.Message, "spec.workload.type: gitlab-ci is not implemented yet") {
 		t.Errorf("pool message %q does not name the field", ready.Message)
 	}
 	var claims hfv1.MachineClaimList

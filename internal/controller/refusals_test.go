@@ -34,9 +34,9 @@ func TestRefusals(t *testing.T) {
 			tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{OS: "win"}
 		}), string(hfv1.UnsupportedReason), []string{"spec.bootstrap.github.runner.os: win", "set os: linux"}},
 		{"gitlab pool", refusal.Pool(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitLabCI}}}),
-			string(hfv1.NotImplementedReason), []string{"spec.workload.type: gitlab-ci is not implemented yet", "type: github-actions"}},
-		{"generic pool", refusal.Pool(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGeneric}}}),
-			string(hfv1.NotImplementedReason), []string{"spec.workload.type: generic"}},
+			string(hfv1.NotImplementedReason), []string{"spec.workload.type: gitlab-ci is not implemented yet", "github-actions"}},
+		{"buildkite pool", refusal.Pool(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadBuildkite}}}),
+			string(hfv1.NotImplementedReason), []string{"spec.workload.type: buildkite", "generic"}},
 		{"buildkite claim", refusal.Claim(ciPlatforms, &hfv1.MachineClaim{Spec: hfv1.MachineClaimSpec{WorkloadConfig: &hfv1.WorkloadConfig{Type: hfv1.WorkloadBuildkite}}}),
 			string(hfv1.NotImplementedReason), []string{"spec.workloadConfig.type: buildkite", "remove spec.workloadConfig"}},
 	}

@@ -45,7 +45,8 @@ func (r *RunnerPoolReconciler) verifyScope(ctx context.Context, s *poolScope) (p
 	pool := s.pool
 	st := &pool.Status
 	be, ps, ok := r.Workloads.Pool(pool, s.tmpl)
-	if !ok {
+	if !ok || !workload.HasRunner(be) {
+		// No CI platform (generic): no scope, no credentials to check.
 		s.scopeVerified = true
 		meta.RemoveStatusCondition(&st.Conditions, string(hfv1.RunnerPoolScopeVerifiedCondition))
 		st.ScopeVerification = nil

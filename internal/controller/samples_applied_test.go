@@ -152,7 +152,8 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 			_ = unstructured.SetNestedField(u.Object, sim.url, "spec", "endpoint")
 			_ = unstructured.SetNestedMap(u.Object, map[string]any{"fingerprintSHA256": sim.fingerprint}, "spec", "tls")
 		case "HypervisorMachineTemplate":
-			if _, found, _ := unstructured.NestedString(u.Object, "spec", "bootstrap", "github", "apiBaseURL"); !found {
+			_, github, _ := unstructured.NestedMap(u.Object, "spec", "bootstrap", "github")
+			if _, found, _ := unstructured.NestedString(u.Object, "spec", "bootstrap", "github", "apiBaseURL"); github && !found {
 				_ = unstructured.SetNestedField(u.Object, gs.URL+"/api/v3", "spec", "bootstrap", "github", "apiBaseURL")
 			}
 		}

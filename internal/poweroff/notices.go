@@ -162,6 +162,11 @@ func (n *Notices) PowerOffNotice(ctx context.Context, notice agentconfig.PowerOf
 		return nil
 	}
 	n.Log.V(1).Info("Power-off notice", "MachineClaim", klog.KObj(claim), "vm", claim.Status.VMRef.ID(), "runnerOnline", notice.RunnerOnline, "jobStarted", notice.JobStarted)
+	if st := notice.ScriptExitStatus; st != nil {
+		// A generic VM's script: the VM's word, logged for whoever looks
+		// into why the VM ended; the claim ends on the power-off alone.
+		n.Log.Info("A generic VM's script exited; the VM powers off", "MachineClaim", klog.KObj(claim), "vm", claim.Status.VMRef.ID(), "scriptExitStatus", *st)
+	}
 	if notice.JobStarted && n.Jobs != nil {
 		n.Jobs.Add(claim.UID, n.now())
 	}

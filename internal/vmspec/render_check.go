@@ -1,6 +1,7 @@
 package vmspec
 
 import (
+	"cmp"
 	"fmt"
 	"sync"
 	"time"
@@ -73,7 +74,9 @@ const placeholderClaimUID = "00000000-0000-4000-8000-000000000000"
 // when it serves none); the caller has already checked that it serves what
 // tmpl needs.
 func CheckTemplate(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, pools []*ipam.Pool, agent AgentLocator) error {
-	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: tmpl.Namespace, Name: "placeholder", UID: placeholderClaimUID}}
+	// A template read from a file (a sample) has no namespace; its VMs'
+	// claims always have one (a generic VM's agent config names it).
+	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: cmp.Or(tmpl.Namespace, "placeholder"), Name: "placeholder", UID: placeholderClaimUID}}
 	var addrs []StaticAddr
 	for _, pool := range pools {
 		addr := StaticAddr{Pool: pool, IP: pool.Network.Addr()}

@@ -8,8 +8,10 @@ import (
 	"net/url"
 	"path"
 	"slices"
+	"time"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
@@ -107,7 +109,12 @@ func TemplateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 	v.BootstrapMethod = cmp.Or(string(spec.Bootstrap.Method), cloudinit.BootstrapJITConfig)
 	// The runner part is the CI platform's: its back-end reads it from
 	// the template, defaults and resolved release included.
-	_, t, _ := ws.Template(tmpl)
+	be, t, ok := ws.Template(tmpl)
+	if ok && !workload.HasRunner(be) {
+		// No runner and no credential: the agent runs the template's
+		// script (docs/generic.md).
+		v.Platform, v.GenericScript, v.BootstrapMethod = cloudinit.PlatformGeneric, t.Script, ""
+	}
 	v.RegistrationURL = t.RegistrationURL
 	v.RunnerGroup = t.RunnerGroup
 	rs := t.Runner
@@ -187,6 +194,10 @@ func ClaimVars(ws *workload.Backends, claim *hfv1.MachineClaim, tmpl *hfv1.Hyper
 	v.InstanceID = string(claim.UID)
 	v.MACAddress = MAC(string(claim.UID))
 	v.RunnerName = DefaultRunnerName(claim, v.Hostname)
+	v.Claim = agentconfig.ClaimRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID)}
+	if deadline, ok := Deadline(ws, claim, tmpl); ok {
+		v.Deadline = cloudinit.Time{Time: deadline}
+	}
 	if be, ok := ws.Claim(claim, tmpl); ok {
 		// The runner the claim asks for itself (spec.workloadConfig).
 		cr := be.Claim(claim)
@@ -199,6 +210,22 @@ func ClaimVars(ws *workload.Backends, claim *hfv1.MachineClaim, tmpl *hfv1.Hyper
 		}
 	}
 	return v
+}
+
+// Deadline is when a claim of a NoRunner back-end (generic) has lived its
+// template's ttl (spec.bootstrap.generic.ttl from the claim's creation):
+// the operator ends the claim then, and its VM's agent powers off; false
+// for a claim whose VM runs a CI platform's runner.
+func Deadline(ws *workload.Backends, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) (time.Time, bool) {
+	be, ok := ws.Claim(claim, tmpl)
+	if !ok || workload.HasRunner(be) {
+		return time.Time{}, false
+	}
+	t, ok := be.Template(tmpl)
+	if !ok || t.TTL <= 0 {
+		return time.Time{}, false
+	}
+	return claim.CreationTimestamp.Add(t.TTL), true
 }
 
 // RunnerName is the runner name a claim's VM registers with, as

@@ -40,7 +40,7 @@ func (p tokenParser) Parse(h http.Header, body []byte) (workload.JobEvent, error
 		Job  string `json:"job"`
 	}
 	if err := json.Unmarshal(body, &b); err != nil {
-		return workload.JobEvent{}, fmt.Errorf("%w: %v", workload.ErrMalformed, err)
+		return workload.JobEvent{}, fmt.Errorf("%w: %w", workload.ErrMalformed, err)
 	}
 	return workload.JobEvent{DeliveryID: b.UUID, Action: "queued", OwnerSigned: true,
 		Job: workload.Job{ID: b.Job, Platform: "token-ci", State: workload.JobQueued, Repository: "group/sub/project"}}, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
@@ -45,6 +46,25 @@ type Backend interface {
 	// that its tokens and rate-limit state carry over between calls. An
 	// error is classified (errclass) when the user must fix something.
 	Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, scope Scope, secrets SecretReader) (Provider, error)
+}
+
+// NoRunner is implemented by a back-end with no CI platform behind it
+// (generic): its VMs run the template's script (Template.Script) instead of
+// a runner, so the operator issues no runner credential, observes and
+// removes no runner, verifies no scope and routes no jobs to its pools,
+// whose size is their minReplicas (docs/generic.md). Provider is never
+// called for it.
+type NoRunner interface {
+	Backend
+	// RunsNoRunner marks the back-end.
+	RunsNoRunner()
+}
+
+// HasRunner reports whether be's VMs run a CI platform's runner (false
+// for a NoRunner back-end such as generic).
+func HasRunner(be Backend) bool {
+	_, none := be.(NoRunner)
+	return !none
 }
 
 // WebhookReceiver is implemented by back-ends whose platform reports jobs
@@ -130,6 +150,11 @@ type Template struct {
 	// pool's scope verification stands while it stays the same, so that
 	// editing a template's resources or image keeps its pools routed.
 	CredentialsKey string
+	// Script is what the VMs of a NoRunner back-end (generic) run instead
+	// of a runner, and TTL how long such a VM may live from its claim's
+	// creation; empty and zero for CI platforms.
+	Script string
+	TTL    time.Duration
 }
 
 // RunnerSoftware is the CI runner package a template's VMs run and its

@@ -318,6 +318,21 @@ func fieldNames(fl *ast.FieldList) []string {
 	return out
 }
 
+// declaresNoRunner reports whether p declares a RunsNoRunner method: a
+// workload.NoRunner back-end (generic), which the controllers never ask
+// for a Provider, so that none of the platform reasons (be.Name()+
+// "ScopeMissing", the classified sentinels) is ever given with its name.
+func declaresNoRunner(p goPackage) bool {
+	for _, f := range p.files {
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv != nil && fd.Name.Name == "RunsNoRunner" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func isReasonName(name string) bool {
 	l := strings.ToLower(name)
 	return strings.HasPrefix(l, "reason") || strings.HasSuffix(l, "reason")
@@ -334,7 +349,7 @@ func (s *reasonScan) declarations(p goPackage) {
 				key := p.name + "." + d.Name.Name
 				if d.Recv != nil {
 					key = "." + d.Name.Name
-					if d.Name.Name == "Name" && strings.HasPrefix(p.dir, "pkg/workload/") && d.Body != nil && len(d.Body.List) == 1 {
+					if d.Name.Name == "Name" && strings.HasPrefix(p.dir, "pkg/workload/") && d.Body != nil && len(d.Body.List) == 1 && !declaresNoRunner(p) {
 						if ret, ok := d.Body.List[0].(*ast.ReturnStmt); ok && len(ret.Results) == 1 {
 							if v, ok := stringValue(ret.Results[0]); ok {
 								s.platforms = append(s.platforms, v)

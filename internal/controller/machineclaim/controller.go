@@ -315,7 +315,7 @@ func (r *Reconciler) claimPhases(claim *hfv1.MachineClaim) []phase.Func[*claimSc
 // buildPhases build a claim's VM: the claim is neither ended nor
 // provisioned.
 func (r *Reconciler) buildPhases() []phase.Func[*claimScope] {
-	return []phase.Func[*claimScope]{r.checkSupported, r.loadDependencies, r.loadProvider, r.checkTemplate,
+	return []phase.Func[*claimScope]{r.checkSupported, r.loadDependencies, r.checkPlatformSection, r.loadProvider, r.checkTemplate,
 		r.ensureAddress, r.ensureIdentity, r.ensureVM}
 }
 
@@ -376,6 +376,33 @@ func (r *Reconciler) checkSupported(_ context.Context, s *claimScope) (phase.Res
 		return phase.Stop(), nil
 	}
 	return phase.Next(), nil
+}
+
+// checkPlatformSection stops a claim still to be built whose
+// spec.workloadConfig names a workload type its template has no section
+// for (a generic claim of a GitHub template, or the reverse): its VM would
+// get the template's platform's agent config but the claim's treatment,
+// and never do its work. A template change wakes it.
+func (r *Reconciler) checkPlatformSection(_ context.Context, s *claimScope) (phase.Result, error) {
+	claim, wc := s.claim, s.claim.Spec.WorkloadConfig
+	if wc == nil || s.tmpl == nil || claim.Status.VMRef != nil {
+		return phase.Next(), nil
+	}
+	be, ok := r.workloads().For(wc.Type)
+	if !ok {
+		return phase.Next(), nil
+	}
+	if _, reads := be.Template(s.tmpl); reads {
+		return phase.Next(), nil
+	}
+	field := "spec.bootstrap.github"
+	if wc.Type == hfv1.WorkloadGeneric {
+		field = "spec.bootstrap.generic"
+	}
+	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.InvalidSpecReason, fmt.Sprintf(
+		"spec.workloadConfig.type is %s, but HypervisorMachineTemplate %s has no %s; use a template of that platform (or a RunnerPool whose workload.type matches its template)",
+		wc.Type, s.tmpl.Name, field))
+	return phase.StopAndRequeue(waitForDependency), nil
 }
 
 // clusterOf names the claim's HypervisorCluster: where its VM is, else

@@ -80,6 +80,9 @@ type secretsService struct {
 	Recorder record.EventRecorder
 	Clock    clock.PassiveClock
 	Backoff  func(*hfv1.MachineClaim) time.Duration
+	// NoRunner is true for a claim whose VM runs no runner (generic): it
+	// receives no runner credential, only its identity's secrets.
+	NoRunner bool
 	// AgentConfig, when set, builds the agent's configuration file, which
 	// Deliver places (cloudinit.GuestAgentConfigPath) before the secrets:
 	// a VM whose seed cannot carry it (delivery proxmox) receives it
@@ -116,7 +119,7 @@ func needsJoinToken(claim *hfv1.MachineClaim) bool {
 // too and the next pass issues and places the credential. It reports
 // whether it recorded anything.
 func (s *secretsService) Prepare(claim *hfv1.MachineClaim) bool {
-	if !NeedsCredential(claim) {
+	if s.NoRunner || !NeedsCredential(claim) {
 		return false
 	}
 	if claim.Status.Bootstrap == nil {
@@ -153,7 +156,7 @@ func (s *secretsService) Prepare(claim *hfv1.MachineClaim) bool {
 // was written into it.
 func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, facts *claimFacts, p provider.Provider) (retry time.Duration, failure string, err error) {
 	ref := claim.Status.VMRef
-	runner, identity := NeedsCredential(claim), needsJoinToken(claim)
+	runner, identity := !s.NoRunner && NeedsCredential(claim), needsJoinToken(claim)
 	if !runner && !identity || ref == nil || claim.Status.End != nil || claim.EndRequested() ||
 		!facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) {
 		return 0, "", nil

@@ -24,10 +24,11 @@ func (r *Reconciler) checkMisuse(ctx context.Context, s *claimScope) (phase.Resu
 	return phase.Recheck(retry), nil
 }
 
-// secretSteps is the guest-secrets service with this reconciler's
-// dependencies and backoff.
-func (r *Reconciler) secretSteps() *secretsService {
-	s := &secretsService{Minter: r.Credentials, Minted: &r.minted, Recorder: r.Recorder, Clock: r.Clock, Backoff: r.backoff}
+// secretSteps is the guest-secrets service of the claim of sc with this
+// reconciler's dependencies and backoff.
+func (r *Reconciler) secretSteps(sc *claimScope) *secretsService {
+	s := &secretsService{Minter: r.Credentials, Minted: &r.minted, Recorder: r.Recorder, Clock: r.Clock, Backoff: r.backoff,
+		NoRunner: r.runsNoRunner(sc.claim, sc.tmpl)}
 	if r.Issuer != nil {
 		s.Identity = r.Issuer
 	}
@@ -38,7 +39,7 @@ func (r *Reconciler) secretSteps() *secretsService {
 // (Deliver): its runner credential, or its join token and
 // broker proof.
 func (r *Reconciler) ensureSecrets(ctx context.Context, s *claimScope) (phase.Result, error) {
-	steps := r.secretSteps()
+	steps := r.secretSteps(s)
 	if s.tmpl != nil && s.tmpl.Spec.CloudInit != nil && s.tmpl.Spec.CloudInit.Delivery == hfv1.CloudInitDeliveryProxmox {
 		// Proxmox's drive cannot carry the agent's configuration: it goes
 		// the secrets' way, just before them.
@@ -94,6 +95,11 @@ func (r *Reconciler) checkAttestation(ctx context.Context, s *claimScope) (phase
 // ensureStoredCredential hands an attested VM its runner credential through its
 // cluster's secrets store.
 func (r *Reconciler) ensureStoredCredential(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if r.runsNoRunner(s.claim, s.tmpl) {
+		// A generic VM fetches no runner credential: its script uses the
+		// identity itself.
+		return phase.Next(), nil
+	}
 	switch result, requeue := r.storeCredentialInStore(ctx, s, s.cluster); result {
 	case StoreWait:
 		return phase.StopAndRequeue(requeue), nil

@@ -189,8 +189,9 @@ func (r *Reconciler) checkRunning(ctx context.Context, s *claimScope) (phase.Res
 			read = true
 		}
 	}
-	if res, err := r.observeWorkload(ctx, s); res.Stopped() || err != nil {
-		return res, err
+	workloadRes, err := r.observeWorkload(ctx, s)
+	if workloadRes.Stopped() || err != nil {
+		return workloadRes, err
 	}
 	// A hint (the agent's notice, the runner gone) says the VM is about to
 	// stop: read it directly instead of waiting up to a listing refresh.
@@ -199,9 +200,9 @@ func (r *Reconciler) checkRunning(ctx context.Context, s *claimScope) (phase.Res
 		return res, err
 	}
 	if poll > 0 {
-		return phase.StopAndRequeue(poll), nil
+		return phase.StopAndRequeue(poll).Sooner(workloadRes.After()), nil
 	}
-	return phase.StopAndRequeue(resyncRunning()), nil
+	return phase.StopAndRequeue(resyncRunning()).Sooner(workloadRes.After()), nil
 }
 
 // confirmStopped reads the claim's VM directly; if it is gone or powered

@@ -2,6 +2,11 @@ package machineclaim
 
 import (
 	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -10,6 +15,8 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // The claim's runner on its CI platform is the runner service's (runner_service.go): what
@@ -19,6 +26,9 @@ import (
 // into its status; a runner whose job completed ends the claim (the pass
 // stops, and the end list runs).
 func (r *Reconciler) observeWorkload(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if r.runsNoRunner(s.claim, s.tmpl) {
+		return r.observeScript(ctx, s), nil
+	}
 	jobDone, err := r.observeRunner(ctx, s)
 	switch {
 	case err != nil:
@@ -28,6 +38,69 @@ func (r *Reconciler) observeWorkload(ctx context.Context, s *claimScope) (phase.
 	}
 	r.beginEnd(s, claimEnd{reason: hfv1.EndJobCompleted, code: string(hfv1.EndJobCompleted), message: jobDone})
 	return phase.Stop(), nil
+}
+
+// runsNoRunner reports whether the claim's VM runs no CI platform's runner
+// but its template's script (workload type generic, a workload.NoRunner
+// back-end): no runner credential is issued for it, and no runner observed
+// or removed. The claim's spec.workloadConfig says so, else its template's
+// section; a claim without either (its template deleted) is taken for a
+// runner's, whose steps then find nothing to do.
+func (r *Reconciler) runsNoRunner(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) bool {
+	ws := r.workloads()
+	if wc := claim.Spec.WorkloadConfig; wc != nil {
+		be, ok := ws.For(wc.Type)
+		return ok && !workload.HasRunner(be)
+	}
+	if tmpl == nil {
+		return false
+	}
+	be, _, ok := ws.Template(tmpl)
+	return ok && !workload.HasRunner(be)
+}
+
+// observeScript is observeWorkload for a VM that runs its template's
+// script (generic): once up, the VM is busy running it (never idle, so its
+// pool neither counts it as warm nor ends it for idleness) until it powers
+// off, which checkRunning sees as for any VM; at its ttl deadline
+// (vmspec.Deadline) the claim ends as at a pool's maxLifetime, and the
+// VM's agent powers off at that moment too, as a second line. The pass
+// looks again at the deadline.
+func (r *Reconciler) observeScript(_ context.Context, s *claimScope) phase.Result {
+	claim := s.claim
+	now := r.Clock.Now()
+	deadline, hasDeadline := time.Time{}, false
+	if s.tmpl != nil {
+		deadline, hasDeadline = vmspec.Deadline(r.workloads(), claim, s.tmpl)
+	}
+	if hasDeadline && !now.Before(deadline) {
+		ttl := deadline.Sub(claim.CreationTimestamp.Time)
+		msg := fmt.Sprintf("the VM reached spec.bootstrap.generic.ttl (%s) of HypervisorMachineTemplate %s at %s", ttl, s.tmpl.Name, deadline.UTC().Format(time.RFC3339))
+		r.beginEnd(s, claimEnd{reason: hfv1.EndMaxLifetime, code: string(hfv1.EndMaxLifetime), message: msg})
+		r.Recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.MaxLifetimeReason), "Ending the claim: "+msg)
+		return phase.Stop()
+	}
+	st := claim.Status.Bootstrap
+	if st == nil {
+		st = &hfv1.BootstrapStatus{}
+		claim.Status.Bootstrap = st
+	}
+	if st.RegisteredAt == nil {
+		st.RegisteredAt = &metav1.Time{Time: now}
+	}
+	st.RunnerState = hfv1.RunnerStateBusy
+	if !s.facts.isTrue(claim, hfv1.MachineClaimBootstrappedCondition) {
+		msg := "The VM runs its template's script (spec.bootstrap.generic); it ends when the VM powers off"
+		if hasDeadline {
+			msg += " or at its ttl, " + deadline.UTC().Format(time.RFC3339)
+		}
+		s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionTrue, hfv1.ScriptRunningReason, msg)
+		r.Recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.ScriptRunningReason), msg)
+	}
+	if hasDeadline {
+		return phase.Recheck(deadline.Sub(now) + time.Millisecond)
+	}
+	return phase.Next()
 }
 
 // claimsForJob wakes the claim whose runner a CIJob names.

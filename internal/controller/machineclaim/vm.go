@@ -145,7 +145,7 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 			fmt.Sprintf("VM %s runs on %s/%s with addresses %s", res.Progress.ID, cluster.Name, res.Progress.Node, strings.Join(res.Addresses, ", ")))
 		s.facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
 		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "Provisioned", "VM %s is up on %s/%s", res.Progress.ID, cluster.Name, res.Progress.Node)
-		if r.secretSteps().Prepare(claim) {
+		if r.secretSteps(s).Prepare(claim) {
 			// Recorded with Provisioned, in this pass's status write: the
 			// credential is issued and placed in the next pass, which that
 			// write's watch event starts.

@@ -168,3 +168,53 @@ func objectOf[T client.Object](objs []client.Object) T {
 	var zero T
 	return zero
 }
+
+// GenericPoolSpec is a RunnerPool of workload type generic for the world
+// (docs/generic.md), in Namespace, with a template of its own.
+type GenericPoolSpec struct {
+	// Name names the RunnerPool and its HypervisorMachineTemplate.
+	Name string
+	// Script is the template's spec.bootstrap.generic.script, TTL its ttl
+	// (zero: the default, 1h).
+	Script string
+	TTL    time.Duration
+	// MinReplicas is the pool's size (maxReplicas too).
+	MinReplicas int32
+	// Attest keeps the world's attestation (Options.SPIFFE) on the
+	// template, so that the script gets SPIFFE_ENDPOINT_SOCKET.
+	Attest bool
+}
+
+// AddGenericPool creates a generic RunnerPool and its template, a copy of
+// the world's (cloud-init, resources, agent source, cluster) whose
+// bootstrap is spec.Script instead of GitHub Actions.
+func (w *World) AddGenericPool(ctx context.Context, spec GenericPoolSpec) error {
+	objs, err := w.Objects()
+	if err != nil {
+		return err
+	}
+	tmpl := objectOf[*hfv1.HypervisorMachineTemplate](objs).DeepCopy()
+	tmpl.ObjectMeta = metav1.ObjectMeta{Namespace: Namespace, Name: spec.Name}
+	if !spec.Attest {
+		tmpl.Spec.Attestation = hfv1.Attestation{Method: hfv1.AttestationNone}
+	}
+	generic := &hfv1.GenericBootstrap{Script: spec.Script}
+	if spec.TTL > 0 {
+		generic.TTL = &metav1.Duration{Duration: spec.TTL}
+	}
+	tmpl.Spec.Bootstrap = hfv1.Bootstrap{AgentSource: tmpl.Spec.Bootstrap.AgentSource, Generic: generic}
+	pool := &hfv1.RunnerPool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: spec.Name},
+		Spec: hfv1.RunnerPoolSpec{
+			TemplateRef: hfv1.ObjectName{Name: spec.Name},
+			Workload:    hfv1.Workload{Type: hfv1.WorkloadGeneric},
+			Scaling:     hfv1.Scaling{MinReplicas: spec.MinReplicas, MaxReplicas: max(spec.MinReplicas, 1)},
+		},
+	}
+	for _, o := range []client.Object{tmpl, pool} {
+		if err := w.API.Client.Create(ctx, o); err != nil {
+			return fmt.Errorf("devenv: create %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return nil
+}

@@ -51,6 +51,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/testworld/spireworld"
 	"github.com/hyperfleet/hyperfleet/internal/tpmdevid"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/generic"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
@@ -739,7 +740,7 @@ func (w *World) StartOperator(ctx context.Context) error {
 		// The simulated VMs' agents are this user's processes.
 		SPIREAgentUID: os.Getuid(),
 		// The local world's CI platform is the GitHub simulator.
-		Workloads:         map[hfv1.WorkloadType]workload.Factory{hfv1.WorkloadGitHubActions: github.NewBackend},
+		Workloads:         map[hfv1.WorkloadType]workload.Factory{hfv1.WorkloadGitHubActions: github.NewBackend, hfv1.WorkloadGeneric: generic.NewBackend},
 		WorkloadTransport: w.githubTransport,
 		Webhook:           &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: w.webhook.certFile, KeyFile: w.webhook.keyFile, Platforms: []manager.WebhookPlatform{{OwnerSecrets: map[string][]byte{Organization: []byte(webhookSecret)}}}},
 		ResyncInterval:    resyncInterval,

@@ -1,0 +1,61 @@
+package agent
+
+import (
+	"context"
+
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+)
+
+// githubRunner is GitHub Actions' runner kind: the single-use runner
+// credential from the config's CredentialSource, actions/runner installed
+// (downloaded with its SHA-256 checked, or baked into the image),
+// registered with its config script for runner-token, and run for one job
+// (runRunner, runner.go).
+type githubRunner struct{}
+
+// credentialFiles are what the runner's config script (or a JIT
+// configuration) writes into installPath and what lets it talk to GitHub.
+func (githubRunner) credentialFiles() []string {
+	return []string{".credentials", ".credentials_rsaparams", ".runner"}
+}
+
+func (githubRunner) run(ctx context.Context, a *agent, p *place) error {
+	cfg, sw := p.cfg, p.cfg.Runner.Software
+	src, err := a.credentialSource(cfg)
+	if err != nil {
+		return err
+	}
+	cred, err := src.Credential(ctx)
+	a.attestationError = attestationErrorOf(err)
+	if err != nil {
+		return err
+	}
+	if err := cred.validate(); err != nil {
+		return err
+	}
+	for _, s := range []string{cred.JITConfig, cred.RegistrationToken} {
+		if s != "" {
+			a.secrets = append(a.secrets, s)
+		}
+	}
+	a.log.Info("runner credential obtained", "credential", cred)
+
+	scripts := []string{sw.RunScript}
+	if cred.Method == agentconfig.BootstrapRunnerToken {
+		scripts = append(scripts, sw.ConfigScript)
+	}
+	if err := a.installRunner(ctx, &sw, p.install, scripts); err != nil {
+		return err
+	}
+	// A runner baked into the image must not carry a registration.
+	a.removeCredentialFiles()
+	if err := a.prepareWorkDir(p.install, p.work, p.user); err != nil {
+		return err
+	}
+	if cred.Method == agentconfig.BootstrapRunnerToken {
+		if err := a.configure(ctx, cfg, &sw, p.install, p.work, p.user, cred); err != nil {
+			return err
+		}
+	}
+	return a.runRunner(ctx, &sw, p.install, p.user, cred)
+}
