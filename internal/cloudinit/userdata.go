@@ -235,6 +235,12 @@ func agentConfig(v *Vars) *agentconfig.Config {
 		PowerOffOnFinish: v.PowerOffOnFinish,
 		PowerOffNotify:   v.PowerOffNotify,
 	}
+	if v.Platform == PlatformBuildkite {
+		// RegistrationURL is the agent API endpoint, Labels the agent's
+		// tags, RunScript the agent binary in InstallPath.
+		c.Platform = agentconfig.PlatformBuildkite
+		c.Runner.Group = ""
+	}
 	if v.Platform == PlatformGeneric {
 		c.Platform, c.BootstrapMethod, c.RegistrationURL = agentconfig.PlatformGeneric, "", ""
 		c.Runner = agentconfig.Runner{Software: agentconfig.Software{WorkDir: v.RunnerConfig.WorkDir}}

@@ -50,12 +50,16 @@ const (
 const (
 	PlatformGitHubActions = "github-actions"
 	PlatformGeneric       = "generic"
+	PlatformBuildkite     = "buildkite"
 )
 
 // Bootstrap methods (Vars.BootstrapMethod), as in spec.bootstrap.method.
 const (
 	BootstrapJITConfig   = "jit-config"
 	BootstrapRunnerToken = "runner-token"
+	// BootstrapAgentToken is Buildkite's: a cluster agent token made for
+	// the VM (Platform buildkite).
+	BootstrapAgentToken = "agent-token"
 )
 
 // Vars are the variables a template's spec.cloudInit.userData, networkData
@@ -162,7 +166,8 @@ type Vars struct {
 	// when SPIFFEEnabled.
 	WorkloadMethod string
 	// Platform is what the VM's agent runs: github-actions (the default
-	// when empty) or generic (GenericScript, until Deadline).
+	// when empty), buildkite (buildkite-agent with an agent token) or
+	// generic (GenericScript, until Deadline).
 	Platform string
 	// GenericScript is a generic template's spec.bootstrap.generic.script
 	// (Platform generic); not a secret.
@@ -583,8 +588,12 @@ func (v *Vars) check() (netVars, error) {
 		if err := v.perVM("Claim", v.Claim.UID); err != nil {
 			return nv, err
 		}
+	case PlatformBuildkite:
+		if v.BootstrapMethod != BootstrapAgentToken {
+			return nv, fmt.Errorf("vars: BootstrapMethod %q must be %s with Platform buildkite", v.BootstrapMethod, BootstrapAgentToken)
+		}
 	default:
-		return nv, fmt.Errorf("vars: Platform %q must be %s or %s", v.Platform, PlatformGitHubActions, PlatformGeneric)
+		return nv, fmt.Errorf("vars: Platform %q must be %s, %s or %s", v.Platform, PlatformGitHubActions, PlatformBuildkite, PlatformGeneric)
 	}
 	return nv, v.checkAgent()
 }

@@ -15,6 +15,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path"
+	"strings"
 	"sync"
 
 	"k8s.io/utils/clock"
@@ -89,6 +91,8 @@ func (*Backend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Templat
 		ScopeField:      templateField + ".organization",
 		Runner:          agentSoftware(bk),
 		RegistrationURL: cmp.Or(bk.AgentEndpoint, DefaultAgentEndpoint),
+		AgentPlatform:   "buildkite",
+		BootstrapMethod: string(workload.MethodAgentToken),
 		Secrets:         map[string]hfv1.LocalSecretKeySelector{templateField + ".credentials.apiToken": bk.Credentials.APIToken},
 		CredentialsKey:  credentialsKey(bk),
 	}
@@ -99,22 +103,35 @@ func (*Backend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Templat
 }
 
 // agentSoftware is the template's buildkite-agent with the API's defaults:
-// InstallPath is the binary's path, WorkDir the build path.
+// InstallPath is the binary's directory and RunScript its file name, WorkDir
+// the build path. A downloaded agent is unpacked into a directory of its own
+// (DownloadedAgentDir), which the VM's agent empties after the job; an agent
+// baked into the image stays where the template says.
 func agentSoftware(bk *hfv1.BuildkiteBootstrap) workload.RunnerSoftware {
 	a := bk.Agent
 	if a == nil {
 		a = &hfv1.BuildkiteAgentSoftware{}
 	}
+	bin := cmp.Or(a.Path, defaultAgentPath)
+	dir, file := path.Dir(bin), path.Base(bin)
+	if a.DownloadURL != "" {
+		dir, file = DownloadedAgentDir, "buildkite-agent"
+	}
+	os, arch := cmp.Or(string(a.OS), defaultOS), cmp.Or(string(a.Arch), defaultArch)
 	return workload.RunnerSoftware{
-		OS:   cmp.Or(string(a.OS), defaultOS),
-		Arch: cmp.Or(string(a.Arch), defaultArch),
-		// A release archive's URL may name the platform; the agent
-		// replaces them as it does the GitHub runner's.
-		DownloadURL: a.DownloadURL, DownloadSHA256: a.DownloadSHA256,
-		InstallPath: cmp.Or(a.Path, defaultAgentPath),
-		WorkDir:     cmp.Or(a.BuildPath, defaultBuildPath),
+		OS: os, Arch: arch,
+		// A release archive's URL may name the platform, in Buildkite's
+		// release names (the VM's agent refuses a URL still holding them).
+		DownloadURL:    strings.NewReplacer("{os}", os, "{arch}", arch).Replace(a.DownloadURL),
+		DownloadSHA256: a.DownloadSHA256,
+		InstallPath:    dir, RunScript: file,
+		WorkDir: cmp.Or(a.BuildPath, defaultBuildPath),
 	}
 }
+
+// DownloadedAgentDir is where a VM unpacks a downloaded buildkite-agent
+// release (its archive has the binary at its root).
+const DownloadedAgentDir = "/opt/buildkite-agent"
 
 // credentialsKey identifies the Buildkite credentials a template gives its
 // pools: the API, the cluster and which Secret key holds the token (never

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,9 +33,19 @@ func TestBackendReadsTheAPISections(t *testing.T) {
 	tmpl := template("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", "")
 	tt, ok := be.Template(tmpl)
 	if !ok || tt.Scope != (workload.Scope{Owner: "acme"}) || tt.RegistrationURL != buildkite.DefaultAgentEndpoint || tt.Endpoint != "" ||
-		tt.Runner.InstallPath != "/usr/local/bin/buildkite-agent" || tt.Runner.WorkDir != "/var/lib/hyperfleet/builds" ||
+		tt.Runner.InstallPath != "/usr/local/bin" || tt.Runner.RunScript != "buildkite-agent" || tt.Runner.WorkDir != "/var/lib/hyperfleet/builds" ||
 		tt.Runner.OS != "linux" || tt.Runner.Arch != "amd64" || tt.Secrets["spec.bootstrap.buildkite.credentials.apiToken"].Name != "bk" {
 		t.Fatalf("Template = %+v, %v", tt, ok)
+	}
+	if tt.AgentPlatform != "buildkite" || tt.BootstrapMethod != string(workload.MethodAgentToken) {
+		t.Errorf("Template's agent platform %q and method %q, want buildkite and agent-token", tt.AgentPlatform, tt.BootstrapMethod)
+	}
+	dl := template("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", "")
+	dl.Spec.Bootstrap.Buildkite.Agent = &hfv1.BuildkiteAgentSoftware{DownloadURL: "https://example.test/buildkite-agent-{os}-{arch}.tar.gz",
+		DownloadSHA256: strings.Repeat("a", 64), Arch: "arm64"}
+	if td, _ := be.Template(dl); td.Runner.InstallPath != buildkite.DownloadedAgentDir || td.Runner.RunScript != "buildkite-agent" ||
+		td.Runner.DownloadURL != "https://example.test/buildkite-agent-linux-arm64.tar.gz" {
+		t.Errorf("a downloaded agent's software = %+v", td.Runner)
 	}
 	other := template("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c", "")
 	if to, _ := be.Template(other); to.CredentialsKey == tt.CredentialsKey {
