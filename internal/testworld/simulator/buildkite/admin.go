@@ -300,3 +300,30 @@ func (s *Simulator) serveAdmin(w http.ResponseWriter, r *http.Request, p string)
 	}
 	writeJSON(w, http.StatusOK, v)
 }
+
+// TokenInfo is a cluster agent token as the admin API shows it, deleted
+// ones included, with its secret: what end-to-end tests try again after
+// HyperFleet revoked it.
+type TokenInfo struct {
+	ID          string    `json:"id"`
+	Description string    `json:"description"`
+	Secret      string    `json:"token"`
+	ExpiresAt   time.Time `json:"expiresAt,omitzero"`
+	Deleted     bool      `json:"deleted"`
+}
+
+// Tokens returns a cluster's agent tokens, deleted ones included, oldest
+// first.
+func (s *Simulator) Tokens(clusterID string) ([]TokenInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.clusterLocked(clusterID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]TokenInfo, 0, len(c.tokens))
+	for _, t := range c.tokens {
+		out = append(out, TokenInfo{ID: t.id, Description: t.description, Secret: t.token, ExpiresAt: t.expiresAt, Deleted: t.deleted})
+	}
+	return out, nil
+}
