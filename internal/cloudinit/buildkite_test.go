@@ -15,7 +15,8 @@ func TestBuildkiteAgentConfig(t *testing.T) {
 	v := baseVars()
 	v.Platform, v.BootstrapMethod = PlatformBuildkite, BootstrapAgentToken
 	v.RegistrationURL = "https://agent.buildkite.com/v3"
-	v.Labels = List{"queue=linux", "os=linux"}
+	// As the claim controller gives them: the routing marks first.
+	v.Labels = List{"self-hosted", "hyperfleet", "queue=linux", "os=linux", "queue:default"}
 	v.RunnerGroup = ""
 	v.RunnerConfig = RunnerConfig{InstallPath: "/usr/local/bin", RunScript: "buildkite-agent", WorkDir: "/var/lib/hyperfleet/builds", OS: "linux", Arch: "amd64"}
 	cfg := renderedAgentConfig(t, v)
