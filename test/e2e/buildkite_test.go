@@ -31,7 +31,7 @@ import (
 // check: every per-VM token was deleted when its claim ended, and none
 // can register an agent again.
 func TestBuildkitePoolRunsJobs(t *testing.T) {
-	w, _ := startWorld(t, func(o *devenv.Options) {
+	w, wt := startWorld(t, func(o *devenv.Options) {
 		o.Buildkite, o.BuildkiteAgentBinary = true, buildkitesimtest.AgentBinary(t)
 	})
 	ctx := context.Background()
@@ -79,8 +79,17 @@ func TestBuildkitePoolRunsJobs(t *testing.T) {
 			t.Errorf("agent %q ran %s and %s: a VM ran two jobs", j.Agent, other, id)
 		}
 		agents[j.Agent] = id
-		if !strings.HasPrefix(j.Agent, pool+"-") {
-			t.Errorf("job %d ran on agent %q, not one of the pool's VMs", i, j.Agent)
+		// An agent is named <claim>-<uid part>-<install mark> and its VM
+		// after the claim: the job ran in a VM the operator created.
+		vm := j.Agent
+		for range 2 {
+			vm = vm[:max(strings.LastIndex(vm, "-"), 0)]
+		}
+		wt.mu.Lock()
+		_, created := wt.vmNames[vm]
+		wt.mu.Unlock()
+		if !strings.HasPrefix(j.Agent, pool+"-") || !created {
+			t.Errorf("job %d ran on agent %q, not one of the pool's VMs (VM %q)", i, j.Agent, vm)
 		}
 	}
 
@@ -92,14 +101,21 @@ func TestBuildkitePoolRunsJobs(t *testing.T) {
 		if len(claims.Items) != 0 {
 			return fmt.Errorf("%d claims left", len(claims.Items))
 		}
-		if vms := w.Proxmox.State().VMs; len(vms) != 0 {
-			return fmt.Errorf("%d VMs left", len(vms))
+		snap, err := w.Snapshot(ctx)
+		if err != nil {
+			return err
+		}
+		if len(snap.VMs) != 0 || len(snap.ISOs) != 0 {
+			return fmt.Errorf("left behind: %s", summary(snap))
 		}
 		return nil
 	})
+	// Each agent is gone: it disconnected, or (its VM destroyed as soon
+	// as its job finished, before the agent said goodbye) the operator
+	// stopped it when its claim ended; none holds a job.
 	for _, a := range sim.Agents() {
-		if a.State == "connected" {
-			t.Errorf("agent %s still connected after its VM went", a.Name)
+		if a.State == "connected" && !a.StopRequested || a.Job != "" {
+			t.Errorf("agent %s after its VM went: %s, stop requested %v, job %q", a.Name, a.State, a.StopRequested, a.Job)
 		}
 	}
 
@@ -132,6 +148,12 @@ func TestBuildkitePoolRunsJobs(t *testing.T) {
 		if resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("registering with the ended claim's token %s: HTTP %d, want 401", tok.Description, resp.StatusCode)
 		}
+	}
+	wt.stop()
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	if len(wt.leaks) > 0 {
+		t.Errorf("an operator credential appeared in: %s", strings.Join(wt.leaks, ", "))
 	}
 	if perVM < len(build.JobIDs) {
 		t.Errorf("%d per-VM agent tokens for %d jobs", perVM, len(build.JobIDs))

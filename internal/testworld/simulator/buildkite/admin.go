@@ -194,6 +194,11 @@ type AgentInfo struct {
 	Name  string   `json:"name"`
 	State string   `json:"connectionState"`
 	Tags  []string `json:"metaData"`
+	// StopRequested: the REST API's stop was called for the agent.
+	StopRequested bool `json:"stopRequested"`
+	// Job is the job the agent holds (assigned, accepted or running);
+	// empty when it holds none.
+	Job string `json:"job,omitempty"`
 }
 
 // Agents lists every agent that registered, oldest first.
@@ -202,7 +207,11 @@ func (s *Simulator) Agents() []AgentInfo {
 	defer s.mu.Unlock()
 	var out []AgentInfo
 	for _, a := range s.sortedAgentsLocked() {
-		out = append(out, AgentInfo{ID: a.id, Name: a.name, State: a.state, Tags: a.tags})
+		info := AgentInfo{ID: a.id, Name: a.name, State: a.state, Tags: a.tags, StopRequested: a.stopRequested}
+		if a.job != nil {
+			info.Job = a.job.id
+		}
+		out = append(out, info)
 	}
 	return out
 }
