@@ -75,11 +75,12 @@ func (w *World) startBuildkite() error {
 // webhookPlatforms are the in-process operator's webhook receivers:
 // GitHub's, and Buildkite's with Options.Buildkite.
 func (w *World) webhookPlatforms() []manager.WebhookPlatform {
-	gh := manager.WebhookPlatform{OwnerSecrets: map[string][]byte{Organization: []byte(webhookSecret)}}
+	// Named: the world registers Buildkite's back-end, which receives
+	// webhooks, whether or not its simulator runs.
+	gh := manager.WebhookPlatform{Platform: hfv1.WorkloadGitHubActions, OwnerSecrets: map[string][]byte{Organization: []byte(webhookSecret)}}
 	if w.Buildkite == nil {
 		return []manager.WebhookPlatform{gh}
 	}
-	gh.Platform = hfv1.WorkloadGitHubActions
 	return []manager.WebhookPlatform{gh, {Platform: hfv1.WorkloadBuildkite,
 		OwnerSecrets: map[string][]byte{BuildkiteOrganization: []byte(buildkiteWebhookToken)}}}
 }
