@@ -240,7 +240,7 @@ func TestGenericPowerOffNoticeCarriesTheExitStatus(t *testing.T) {
 
 func TestReservedPlatformsAreUnsupported(t *testing.T) {
 	t.Parallel()
-	for _, p := range []agentconfig.Platform{agentconfig.PlatformGitLabCI, agentconfig.PlatformBuildkite} {
+	for _, p := range []agentconfig.Platform{agentconfig.PlatformGitLabCI} {
 		v := newVM(t)
 		v.holdCredential = true
 		c := v.baseConfig()

@@ -6,8 +6,10 @@ package buildkitesimtest
 
 import (
 	"bytes"
-	"encoding/pem"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -17,6 +19,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 	buildkitesim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite"
 )
 
@@ -87,13 +90,21 @@ func Start(t testing.TB, cfg buildkitesim.Config) *Server {
 	}
 	sim := buildkitesim.New(cfg)
 	t.Cleanup(sim.Close)
-	srv := httptest.NewTLSServer(sim)
+	// A CA of its own, not httptest's certificate, which every httptest
+	// server shares: a process that trusts this simulator (through
+	// SSL_CERT_FILE, which Go reads once) must not trust other tests'
+	// servers with it.
+	c, err := selfsigned.NewWith(selfsigned.Options{CommonName: "buildkite-sim", Organization: []string{"HyperFleet Buildkite simulator"}, Hosts: []string{"127.0.0.1", "localhost"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, caPEM := c.TLS, c.CAPEM
+	srv := httptest.NewUnstartedServer(sim)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	var caPEM bytes.Buffer
-	writePEM(&caPEM, srv.Certificate().Raw)
-	return &Server{Server: srv, Sim: sim, CAPEM: caPEM.Bytes()}
-}
-
-func writePEM(w io.Writer, der []byte) {
-	_ = pem.Encode(w, &pem.Block{Type: "CERTIFICATE", Bytes: der})
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	srv.Client().Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return &Server{Server: srv, Sim: sim, CAPEM: caPEM}
 }
