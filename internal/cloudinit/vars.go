@@ -568,34 +568,42 @@ func (v *Vars) check() (netVars, error) {
 	default:
 		return nv, fmt.Errorf("vars: WorkloadMethod %q must be %s or %s", v.WorkloadMethod, WorkloadDirect, WorkloadBroker)
 	}
+	if err := v.checkPlatform(); err != nil {
+		return nv, err
+	}
+	return nv, v.checkAgent()
+}
+
+// checkPlatform checks the variables of the agent's runner kind.
+func (v *Vars) checkPlatform() error {
 	switch v.Platform {
 	case "", PlatformGitHubActions:
 		switch v.BootstrapMethod {
 		case BootstrapJITConfig, BootstrapRunnerToken:
 		default:
-			return nv, fmt.Errorf("vars: BootstrapMethod %q must be %s or %s", v.BootstrapMethod, BootstrapJITConfig, BootstrapRunnerToken)
+			return fmt.Errorf("vars: BootstrapMethod %q must be %s or %s", v.BootstrapMethod, BootstrapJITConfig, BootstrapRunnerToken)
 		}
 	case PlatformGeneric:
 		if v.BootstrapMethod != "" {
-			return nv, fmt.Errorf("vars: BootstrapMethod %q is set but Platform is generic, which has no runner credential", v.BootstrapMethod)
+			return fmt.Errorf("vars: BootstrapMethod %q is set but Platform is generic, which has no runner credential", v.BootstrapMethod)
 		}
 		if strings.TrimSpace(v.GenericScript) == "" {
-			return nv, fmt.Errorf("vars: GenericScript is empty; Platform generic runs it")
+			return fmt.Errorf("vars: GenericScript is empty; Platform generic runs it")
 		}
 		if err := v.perVM("Deadline", v.Deadline.String()); err != nil {
-			return nv, err
+			return err
 		}
 		if err := v.perVM("Claim", v.Claim.UID); err != nil {
-			return nv, err
+			return err
 		}
 	case PlatformBuildkite:
 		if v.BootstrapMethod != BootstrapAgentToken {
-			return nv, fmt.Errorf("vars: BootstrapMethod %q must be %s with Platform buildkite", v.BootstrapMethod, BootstrapAgentToken)
+			return fmt.Errorf("vars: BootstrapMethod %q must be %s with Platform buildkite", v.BootstrapMethod, BootstrapAgentToken)
 		}
 	default:
-		return nv, fmt.Errorf("vars: Platform %q must be %s, %s or %s", v.Platform, PlatformGitHubActions, PlatformBuildkite, PlatformGeneric)
+		return fmt.Errorf("vars: Platform %q must be %s, %s or %s", v.Platform, PlatformGitHubActions, PlatformBuildkite, PlatformGeneric)
 	}
-	return nv, v.checkAgent()
+	return nil
 }
 
 var sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
