@@ -472,8 +472,9 @@ const (
 
 // Bootstrap is the CI platform a template's VMs serve and how the VM's
 // runner gets its credential: exactly one platform section.
-// +kubebuilder:validation:XValidation:rule="[has(self.github), has(self.gitlab), has(self.generic)].filter(x, x).size() == 1",message="spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions), bootstrap.gitlab (GitLab CI) or bootstrap.generic (your own script, no CI platform)"
+// +kubebuilder:validation:XValidation:rule="[has(self.github), has(self.gitlab), has(self.buildkite), has(self.generic)].filter(x, x).size() == 1",message="spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions), bootstrap.gitlab (GitLab CI), bootstrap.buildkite (Buildkite) or bootstrap.generic (your own script, no CI platform)"
 // +kubebuilder:validation:XValidation:rule="!has(self.gitlab) || !has(self.method) || self.method == 'jit-config'",message="bootstrap.method runner-token applies to GitHub only: a GitLab runner always gets a runner authentication token the operator creates; remove bootstrap.method"
+// +kubebuilder:validation:XValidation:rule="!has(self.buildkite) || !has(self.method) || self.method == 'jit-config'",message="bootstrap.method runner-token applies to GitHub only: a Buildkite agent always gets a cluster agent token the operator creates for it; remove bootstrap.method"
 type Bootstrap struct {
 	// method is jit-config (default) or runner-token: the kind of GitHub
 	// runner credential. GitLab runners always get a runner
@@ -501,6 +502,11 @@ type Bootstrap struct {
 	// platform section (docs/architecture.md, "CI platforms as plug-ins").
 	// +optional
 	GitHub *GitHubBootstrap `json:"github,omitempty"`
+
+	// buildkite is the Buildkite configuration: the organization and cluster
+	// agents join and the operator's API token (docs/buildkite.md).
+	// +optional
+	Buildkite *BuildkiteBootstrap `json:"buildkite,omitempty"`
 
 	// generic is a VM with no CI platform: HyperFleet's lifecycle and
 	// identity around a script of yours, which the VM runs once; its exit

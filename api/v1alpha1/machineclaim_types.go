@@ -99,15 +99,22 @@ type MachineClaimEnd struct {
 // +kubebuilder:validation:XValidation:rule="self.type != 'github-actions' || has(self.github)",message="workloadConfig.type github-actions needs workloadConfig.github"
 // +kubebuilder:validation:XValidation:rule="self.type == 'github-actions' || !has(self.github)",message="workloadConfig.github applies only to workloadConfig.type github-actions"
 // +kubebuilder:validation:XValidation:rule="self.type == 'gitlab-ci' || !has(self.gitlab)",message="workloadConfig.gitlab applies only to workloadConfig.type gitlab-ci"
+// +kubebuilder:validation:XValidation:rule="self.type == 'buildkite' || !has(self.buildkite)",message="workloadConfig.buildkite applies only to workloadConfig.type buildkite"
 type WorkloadConfig struct {
-	// type is the CI platform: github-actions or generic (gitlab-ci and
-	// buildkite are not implemented yet).
+	// type is the CI platform: github-actions, buildkite or generic
+	// (gitlab-ci is not served yet: its claims wait with reason
+	// NotImplemented).
 	// +required
 	Type WorkloadType `json:"type"`
 
 	// github is the GitHub Actions runner of this VM.
 	// +optional
 	GitHub *GitHubRunnerConfig `json:"github,omitempty"`
+
+	// buildkite is the Buildkite agent of this VM; unset takes its pool's
+	// queue and tags.
+	// +optional
+	Buildkite *BuildkiteAgentConfig `json:"buildkite,omitempty"`
 
 	// gitlab is the GitLab CI runner of this VM; unset takes its pool's
 	// tags and the template's runUntagged.

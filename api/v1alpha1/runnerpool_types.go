@@ -48,7 +48,7 @@ type RunnerPoolSpec struct {
 // +kubebuilder:validation:XValidation:rule="self.type == 'github-actions' || !has(self.github)",message="workload.github applies only to workload.type github-actions"
 // +kubebuilder:validation:XValidation:rule="self.type != 'gitlab-ci' || has(self.gitlab)",message="workload.type gitlab-ci needs workload.gitlab (at least its tags, or runUntagged)"
 // +kubebuilder:validation:XValidation:rule="self.type == 'gitlab-ci' || !has(self.gitlab)",message="workload.gitlab applies only to workload.type gitlab-ci"
-// +kubebuilder:validation:XValidation:rule="self.type != 'buildkite' || has(self.buildkite)",message="workload.type buildkite needs workload.buildkite"
+// +kubebuilder:validation:XValidation:rule="self.type != 'buildkite' || has(self.buildkite)",message="workload.type buildkite needs workload.buildkite (at least its queue)"
 // +kubebuilder:validation:XValidation:rule="self.type == 'buildkite' || !has(self.buildkite)",message="workload.buildkite applies only to workload.type buildkite"
 type Workload struct {
 	// type is the CI platform: github-actions, or generic (VMs that run
@@ -69,7 +69,9 @@ type Workload struct {
 	// +optional
 	GitLab *GitLabWorkload `json:"gitlab,omitempty"`
 
-	// buildkite selects Buildkite jobs (reserved; not implemented yet).
+	// buildkite selects Buildkite jobs: a queue of the template's cluster
+	// (not implemented yet: a pool of type buildkite is not Ready, reason
+	// NotImplemented).
 	// +optional
 	Buildkite *BuildkiteWorkload `json:"buildkite,omitempty"`
 }
@@ -149,27 +151,6 @@ type GitLabWorkload struct {
 	// to the template's bootstrap.gitlab.runUntagged.
 	// +optional
 	RunUntagged *bool `json:"runUntagged,omitempty"`
-}
-
-// BuildkiteWorkload selects Buildkite jobs.
-type BuildkiteWorkload struct {
-	// organization is the Buildkite organization slug.
-	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=100
-	Organization string `json:"organization"`
-
-	// queue is the agent queue.
-	// +optional
-	// +kubebuilder:validation:MaxLength=100
-	Queue string `json:"queue,omitempty"`
-
-	// tags are extra agent tags.
-	// +optional
-	// +kubebuilder:validation:MaxItems=32
-	// +kubebuilder:validation:items:MaxLength=64
-	// +listType=set
-	Tags []string `json:"tags,omitempty"`
 }
 
 // Scaling bounds a pool's size. The pool keeps at least minReplicas VMs and

@@ -43,6 +43,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/settings"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/generic"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 )
@@ -53,6 +54,7 @@ import (
 func init() {
 	workload.Register(hfv1.WorkloadGitHubActions, github.NewBackend)
 	workload.Register(hfv1.WorkloadGeneric, generic.NewBackend)
+	workload.Register(hfv1.WorkloadBuildkite, buildkite.NewBackend)
 	dnsreg.Register(dnsreg.TypeRFC2136, rfc2136.Factory)
 	for _, t := range dnsreg.ExternalDNSTypes {
 		dnsreg.Register(t, externaldns.Factory(t))
@@ -146,6 +148,8 @@ func runManager(args []string) error {
 	webhookCertDir := fs.String("webhook-cert-dir", "/etc/hyperfleet/webhook-tls", "directory with the receiver's tls.crt and tls.key (reloaded when they change)")
 	webhookSecret := fs.String("github-webhook-secret", "hyperfleet-github-webhook", "Secret (in --namespace) with the GitHub webhooks' secrets: keys owner.<login> (the secret of one organization's or user's webhooks, which only it may use) and, with --github-webhook-allow-fallback-secret, key webhook-secret (the fallback for every other owner)")
 	allowFallbackSecret := fs.Bool(strings.TrimPrefix(manager.AllowSharedSecretFlag, "--"), false, "accept key webhook-secret of --github-webhook-secret, a fallback secret shared by every owner without a key of its own: whoever holds it can sign deliveries about all of them, so their in_progress and completed events are confirmed with GitHub (one API call per job); without this flag such a Secret stops the manager at start")
+	bkWebhookSecret := fs.String("buildkite-webhook-secret", "", "Secret (in --namespace) with the Buildkite webhooks' tokens: keys owner.<organization slug> (the token of one organization's notification service, which only it may use) and, with --buildkite-webhook-allow-fallback-secret, key webhook-secret; empty (the default) receives no Buildkite webhooks (docs/buildkite.md)")
+	bkAllowFallbackSecret := fs.Bool("buildkite-webhook-allow-fallback-secret", false, "accept key webhook-secret of --buildkite-webhook-secret, a token shared by every Buildkite organization without a key of its own")
 	webhookMaxBody := fs.Int64("webhook-max-body-bytes", webhook.DefaultMaxBodyBytes, "largest webhook delivery accepted; larger ones get 413")
 	webhookMaxEventAge := fs.Duration("webhook-max-event-age", demand.DefaultMaxEventAge, "webhook events older than this (by the CI platform's time) are confirmed with the platform's API before they change demand, as are completions of jobs not known to be running")
 	webhookMaxInFlight := fs.Int("webhook-max-in-flight", webhook.DefaultMaxInFlight, "webhook deliveries read and verified at once (a quarter of them for bodies over 64 KiB); beyond it deliveries get 503 before their body is read")
@@ -248,6 +252,15 @@ func runManager(args []string) error {
 				SecretRef:         &types.NamespacedName{Namespace: *namespace, Name: *webhookSecret},
 				AllowSharedSecret: *allowFallbackSecret,
 			}},
+		}
+		if *bkWebhookSecret != "" {
+			opts.Webhook.Platforms = append(opts.Webhook.Platforms, manager.WebhookPlatform{
+				Platform:          hfv1.WorkloadBuildkite,
+				SecretRef:         &types.NamespacedName{Namespace: *namespace, Name: *bkWebhookSecret},
+				AllowSharedSecret: *bkAllowFallbackSecret,
+			})
+			log.Info("Buildkite webhook receiver configured", "path", buildkite.WebhookFormat.Path, "secret", *namespace+"/"+*bkWebhookSecret,
+				"fallbackSecretAccepted", *bkAllowFallbackSecret)
 		}
 		log.Info("GitHub webhook receiver configured", "address", *webhookAddr, "path", github.WebhookFormat.Path, "secret", *namespace+"/"+*webhookSecret,
 			"fallbackSecretAccepted", *allowFallbackSecret)

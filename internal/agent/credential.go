@@ -17,7 +17,8 @@ type Credential struct {
 	Method agentconfig.BootstrapMethod
 	// JITConfig is GitHub's encoded JIT runner configuration (jit-config).
 	JITConfig string
-	// RegistrationToken is a runner registration token (runner-token).
+	// RegistrationToken is a runner registration token (runner-token) or
+	// a Buildkite agent token (agent-token).
 	RegistrationToken string
 	// RegistrationURL is the repository or organization URL the runner
 	// registers to (runner-token).
@@ -53,6 +54,11 @@ func (c Credential) validate() error {
 	case agentconfig.BootstrapRunnerAuthToken:
 		if c.RunnerAuthToken == "" {
 			return errors.New("the credential source returned a runner-auth-token credential without a token")
+		}
+	case agentconfig.BootstrapAgentToken:
+		// The agent API endpoint comes from the config.
+		if c.RegistrationToken == "" {
+			return errors.New("the credential source returned an agent-token credential without a token")
 		}
 	default:
 		return fmt.Errorf("the credential source returned a credential of unknown method %q", c.Method)

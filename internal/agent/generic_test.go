@@ -275,14 +275,17 @@ func TestGenericPowerOffNoticeCarriesTheExitStatus(t *testing.T) {
 	}
 }
 
-func TestReservedPlatformsAreUnsupported(t *testing.T) {
+// TestEveryPlatformHasARunnerKind: each platform a config may name has its
+// runner kind in this agent (an agent older than its operator says
+// ExitUnsupported instead of calling the file invalid).
+func TestEveryPlatformHasARunnerKind(t *testing.T) {
 	t.Parallel()
-	for _, p := range []agentconfig.Platform{agentconfig.PlatformBuildkite} { // gitlab-ci has its runner kind (gitlab.go)
-		v := newVM(t)
-		v.holdCredential = true
-		c := v.baseConfig()
-		c.Platform = p
-		v.writeConfig(c)
-		v.checkCommon(v.run(context.Background()), ExitUnsupported, 1)
+	for _, p := range []agentconfig.Platform{agentconfig.PlatformGitHubActions, agentconfig.PlatformGitLabCI, agentconfig.PlatformBuildkite, agentconfig.PlatformGeneric} {
+		if _, err := runnerKindFor(p); err != nil {
+			t.Errorf("platform %s: %v", p, err)
+		}
+	}
+	if _, err := runnerKindFor("jenkins"); err == nil {
+		t.Error("an unknown platform has a runner kind")
 	}
 }

@@ -12,7 +12,7 @@ import (
 // the runner user looked up, the secrets directory made and the ready
 // hint sent) and those after it (cleanup, the power-off notice and the
 // power-off). Each platform is one implementation in a file of its own
-// (github.go, generic.go), chosen by the config's platform
+// (github.go, generic.go, buildkite.go), chosen by the config's platform
 // (runnerKindFor); the credential sources, the runner user, the process
 // handling (start, stop, output into the log) and the cleanup are the
 // agent's and shared.
@@ -46,6 +46,8 @@ func runnerKindFor(platform agentconfig.Platform) (runnerKind, error) {
 		return genericRunner{}, nil
 	case agentconfig.PlatformGitLabCI:
 		return gitlabRunner{}, nil
+	case agentconfig.PlatformBuildkite:
+		return buildkiteRunner{}, nil
 	}
 	return nil, &UnsupportedError{What: fmt.Sprintf("platform %q", platform)}
 }

@@ -74,9 +74,13 @@ const (
 	// PlatformGitLabCI is GitLab CI (gitlab-runner run-single). Reserved:
 	// this agent version refuses it (ExitUnsupported).
 	PlatformGitLabCI Platform = "gitlab-ci"
-	// PlatformBuildkite is Buildkite (buildkite-agent start
-	// --acquire-job). Reserved: this agent version refuses it
-	// (ExitUnsupported).
+	// PlatformBuildkite is Buildkite: the agent runs
+	// runner.software.installPath/runScript (buildkite-agent) as
+	// `buildkite-agent start --disconnect-after-job` with the agent token
+	// (bootstrapMethod agent-token) in BUILDKITE_AGENT_TOKEN,
+	// registrationURL as its --endpoint, runner.name as --name,
+	// runner.labels as --tags and runner.software.workDir as
+	// --build-path.
 	PlatformBuildkite Platform = "buildkite"
 )
 
@@ -130,6 +134,11 @@ const (
 	// the agent runs gitlab-runner run-single with it for one job; the
 	// operator deletes the runner when the claim ends.
 	BootstrapRunnerAuthToken BootstrapMethod = "runner-auth-token"
+	// BootstrapAgentToken is a Buildkite cluster agent token made for
+	// this VM alone (platform buildkite): buildkite-agent registers with
+	// it. It travels in the registrationToken fields of the guest
+	// secrets, the broker's answer and the stored credential.
+	BootstrapAgentToken BootstrapMethod = "agent-token"
 )
 
 // AttestationMethod is how the agent proves its identity to SPIRE.
@@ -360,8 +369,9 @@ type GuestSecrets struct {
 	// (bootstrapMethod jit-config).
 	JITConfig string `json:"jitConfig,omitempty"`
 	// registrationToken is a GitHub runner registration token
-	// (bootstrapMethod runner-token), registrationURL where it registers
-	// (optional: the config's registrationURL otherwise).
+	// (bootstrapMethod runner-token) or a Buildkite agent token
+	// (agent-token), registrationURL where it registers (optional: the
+	// config's registrationURL otherwise).
 	RegistrationToken string `json:"registrationToken,omitempty"`
 	RegistrationURL   string `json:"registrationURL,omitempty"`
 	// expiresAt is when the runner credential stops being usable;
@@ -536,12 +546,9 @@ func (c *Config) Validate() error {
 	}
 	generic := c.Platform == PlatformGeneric
 	switch c.Platform {
-	case PlatformGitHubActions, PlatformGeneric:
-	case PlatformGitLabCI, PlatformBuildkite:
-		// Parsed, so that the agent can say it does not run them yet
-		// (ExitUnsupported) rather than call the file invalid.
+	case PlatformGitHubActions, PlatformGeneric, PlatformBuildkite, PlatformGitLabCI:
 	default:
-		bad("platform", "is %q; must be %q or %q", c.Platform, PlatformGitHubActions, PlatformGeneric)
+		bad("platform", "is %q; must be %q, %q, %q or %q", c.Platform, PlatformGitHubActions, PlatformGitLabCI, PlatformBuildkite, PlatformGeneric)
 	}
 	switch {
 	case generic:
@@ -554,6 +561,8 @@ func (c *Config) Validate() error {
 	case c.Platform == PlatformGitLabCI && c.BootstrapMethod == BootstrapRunnerAuthToken:
 	case c.Platform == PlatformGitLabCI:
 		bad("bootstrapMethod", "is %q; platform gitlab-ci takes %q", c.BootstrapMethod, BootstrapRunnerAuthToken)
+	case c.Platform == PlatformBuildkite:
+		c.validateBuildkite(bad)
 	case c.BootstrapMethod == BootstrapJITConfig, c.BootstrapMethod == BootstrapRunnerToken:
 	default:
 		bad("bootstrapMethod", "is %q; must be %q or %q", c.BootstrapMethod, BootstrapJITConfig, BootstrapRunnerToken)
@@ -594,9 +603,13 @@ func (c *Config) Validate() error {
 			bad("registrationURL", "%v", err)
 		}
 	}
-	if generic {
+	switch {
+	case generic:
 		checkRunnerDir(bad, "runner.software.workDir", c.Runner.Software.WorkDir)
-	} else {
+	case c.Platform == PlatformBuildkite:
+		// Checked with the platform: no config script, and an agent
+		// baked into the image may sit in a system directory.
+	default:
 		c.Runner.validate(bad)
 	}
 	if c.SPIFFE != nil {
@@ -704,6 +717,50 @@ func checkRunnerDir(bad func(field, format string, args ...any), field, p string
 	}
 	if why := CheckRunnerPath(p); why != "" {
 		bad(field, "%q %s; the agent empties it after each job: use a directory of its own such as /opt/actions-runner or /var/lib/hyperfleet/work", p, why)
+	}
+}
+
+// validateBuildkite checks a platform buildkite config: an agent token,
+// the agent API endpoint, the agent's name, its tags (key=value) and the
+// agent binary. installPath is emptied after the job only when the agent
+// is downloaded into it, so only then must it be a directory of its own.
+func (c *Config) validateBuildkite(bad func(field, format string, args ...any)) {
+	if c.BootstrapMethod != BootstrapAgentToken {
+		bad("bootstrapMethod", "is %q; platform buildkite takes %q (a cluster agent token made for the VM)", c.BootstrapMethod, BootstrapAgentToken)
+	}
+	if c.RegistrationURL == "" {
+		bad("registrationURL", "is empty; platform buildkite needs the agent API endpoint, such as https://agent.buildkite.com/v3")
+	}
+	sw := c.Runner.Software
+	if sw.DownloadURL != "" {
+		if err := checkHTTPSURL(sw.DownloadURL); err != nil {
+			bad("runner.software.downloadURL", "%v", err)
+		}
+		if !sha256RE.MatchString(sw.DownloadSHA256) {
+			bad("runner.software.downloadSHA256", "must be the archive's SHA-256, 64 lower-case hex digits")
+		}
+		// Emptied after the job: a directory of its own.
+		checkRunnerDir(bad, "runner.software.installPath", sw.InstallPath)
+	} else if p := sw.InstallPath; p == "" || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
+		bad("runner.software.installPath", "%q must be the absolute directory of buildkite-agent, such as /usr/local/bin", p)
+	}
+	checkRunnerDir(bad, "runner.software.workDir", sw.WorkDir)
+	if !scriptNameRE.MatchString(sw.RunScript) {
+		bad("runner.software.runScript", "%q must be the agent's file name in installPath, such as buildkite-agent", sw.RunScript)
+	}
+	if sw.OS != "linux" {
+		bad("runner.software.os", "is %q; the Buildkite agent runs on linux here", sw.OS)
+	}
+	if sw.Arch != "amd64" && sw.Arch != "arm64" {
+		bad("runner.software.arch", "is %q; must be amd64 or arm64 (Buildkite's release names)", sw.Arch)
+	}
+	if !runnerNameRE.MatchString(c.Runner.Name) {
+		bad("runner.name", "%q is not a valid agent name: use at most 64 letters, digits, '.', '_' or '-'", c.Runner.Name)
+	}
+	for i, l := range c.Runner.Labels {
+		if k, _, ok := strings.Cut(l, "="); !ok || k == "" || strings.ContainsAny(l, ", \t\r\n") {
+			bad(fmt.Sprintf("runner.labels[%d]", i), "%q is not a Buildkite agent tag: use key=value", l)
+		}
 	}
 }
 

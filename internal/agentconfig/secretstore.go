@@ -95,11 +95,12 @@ func (s *SecretStore) validate(bad func(field, format string, args ...any)) {
 // for one VM and the agent reads from it: the KV secret's data. Its String
 // and GoString never show the secret.
 type StoredCredential struct {
-	// method is jit-config or runner-token.
+	// method is jit-config, runner-token or agent-token.
 	Method BootstrapMethod `json:"method"`
 	// jitConfig is GitHub's encoded JIT runner configuration (jit-config).
 	JITConfig string `json:"jitConfig,omitempty"`
-	// registrationToken is a runner registration token (runner-token).
+	// registrationToken is a runner registration token (runner-token)
+	// or a Buildkite agent token (agent-token).
 	RegistrationToken string `json:"registrationToken,omitempty"`
 	// registrationURL is the URL the runner registers to (runner-token).
 	RegistrationURL string `json:"registrationURL,omitempty"`
@@ -127,8 +128,17 @@ func (c StoredCredential) Validate() error {
 		if err := checkHTTPSURL(c.RegistrationURL); err != nil {
 			errs = append(errs, fmt.Errorf("registrationURL: %w", err))
 		}
+	case BootstrapAgentToken:
+		// A Buildkite agent token; the agent API endpoint is in the
+		// config, not here.
+		if c.RegistrationToken == "" {
+			errs = append(errs, errors.New("registrationToken: is empty; method agent-token needs the Buildkite agent token"))
+		}
+		if c.JITConfig != "" {
+			errs = append(errs, errors.New("jitConfig: is set but method is agent-token; remove it"))
+		}
 	default:
-		errs = append(errs, fmt.Errorf("method: is %q; must be %q or %q", c.Method, BootstrapJITConfig, BootstrapRunnerToken))
+		errs = append(errs, fmt.Errorf("method: is %q; must be %q, %q or %q", c.Method, BootstrapJITConfig, BootstrapRunnerToken, BootstrapAgentToken))
 	}
 	return errors.Join(errs...)
 }

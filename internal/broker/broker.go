@@ -366,7 +366,9 @@ func jit(c workload.Credential) string {
 }
 
 func regToken(c workload.Credential) string {
-	if c.Method == workload.MethodRegistrationToken {
+	// A Buildkite agent token travels as a registration token: both are
+	// what the VM's agent registers with (agentconfig.BootstrapAgentToken).
+	if c.Method == workload.MethodRegistrationToken || c.Method == workload.MethodAgentToken {
 		return c.Secret.Reveal()
 	}
 	return ""

@@ -235,6 +235,22 @@ func agentConfig(v *Vars) *agentconfig.Config {
 		PowerOffOnFinish: v.PowerOffOnFinish,
 		PowerOffNotify:   v.PowerOffNotify,
 	}
+	if v.Platform == PlatformBuildkite {
+		// RegistrationURL is the agent API endpoint, Labels the agent's
+		// tags, RunScript the agent binary in InstallPath.
+		c.Platform = agentconfig.PlatformBuildkite
+		c.Runner.Group = ""
+		// The agent's tags are the key=value labels; the others
+		// (self-hosted, hyperfleet, queue:default) are the operator's
+		// routing marks, which Buildkite does not know.
+		var tags []string
+		for _, l := range v.Labels {
+			if strings.Contains(l, "=") {
+				tags = append(tags, l)
+			}
+		}
+		c.Runner.Labels = tags
+	}
 	if v.Platform == PlatformGeneric {
 		c.Platform, c.BootstrapMethod, c.RegistrationURL = agentconfig.PlatformGeneric, "", ""
 		c.Runner = agentconfig.Runner{Software: agentconfig.Software{WorkDir: v.RunnerConfig.WorkDir}}

@@ -50,12 +50,16 @@ const (
 const (
 	PlatformGitHubActions = "github-actions"
 	PlatformGeneric       = "generic"
+	PlatformBuildkite     = "buildkite"
 )
 
 // Bootstrap methods (Vars.BootstrapMethod), as in spec.bootstrap.method.
 const (
 	BootstrapJITConfig   = "jit-config"
 	BootstrapRunnerToken = "runner-token"
+	// BootstrapAgentToken is Buildkite's: a cluster agent token made for
+	// the VM (Platform buildkite).
+	BootstrapAgentToken = "agent-token"
 )
 
 // Vars are the variables a template's spec.cloudInit.userData, networkData
@@ -162,7 +166,8 @@ type Vars struct {
 	// when SPIFFEEnabled.
 	WorkloadMethod string
 	// Platform is what the VM's agent runs: github-actions (the default
-	// when empty) or generic (GenericScript, until Deadline).
+	// when empty), buildkite (buildkite-agent with an agent token) or
+	// generic (GenericScript, until Deadline).
 	Platform string
 	// GenericScript is a generic template's spec.bootstrap.generic.script
 	// (Platform generic); not a secret.
@@ -569,21 +574,33 @@ func (v *Vars) check() (netVars, error) {
 	default:
 		return nv, fmt.Errorf("vars: WorkloadMethod %q must be %s or %s", v.WorkloadMethod, WorkloadDirect, WorkloadBroker)
 	}
+	if err := v.checkPlatform(); err != nil {
+		return nv, err
+	}
+	return nv, v.checkAgent()
+}
+
+// checkPlatform checks the variables of the agent's runner kind.
+func (v *Vars) checkPlatform() error {
 	switch v.Platform {
 	case "", PlatformGitHubActions:
 		switch v.BootstrapMethod {
 		case BootstrapJITConfig, BootstrapRunnerToken:
 		default:
-			return nv, fmt.Errorf("vars: BootstrapMethod %q must be %s or %s", v.BootstrapMethod, BootstrapJITConfig, BootstrapRunnerToken)
+			return fmt.Errorf("vars: BootstrapMethod %q must be %s or %s", v.BootstrapMethod, BootstrapJITConfig, BootstrapRunnerToken)
 		}
 	case PlatformGeneric:
 		if err := v.checkGeneric(); err != nil {
-			return nv, err
+			return err
+		}
+	case PlatformBuildkite:
+		if v.BootstrapMethod != BootstrapAgentToken {
+			return fmt.Errorf("vars: BootstrapMethod %q must be %s with Platform buildkite", v.BootstrapMethod, BootstrapAgentToken)
 		}
 	default:
-		return nv, fmt.Errorf("vars: Platform %q must be %s or %s", v.Platform, PlatformGitHubActions, PlatformGeneric)
+		return fmt.Errorf("vars: Platform %q must be %s, %s or %s", v.Platform, PlatformGitHubActions, PlatformBuildkite, PlatformGeneric)
 	}
-	return nv, v.checkAgent()
+	return nil
 }
 
 // checkGeneric validates the variables of Platform generic.

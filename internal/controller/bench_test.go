@@ -102,7 +102,7 @@ func BenchmarkOperator1000Claims(b *testing.B) {
 		Repositories:  []githubsim.RepoConfig{{Name: "octo-org/app"}},
 	}, githubsim.WithWebhookClient(hookClient))
 	op := startOperator(b, operatorOptions{
-		webhook: &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Platforms: []manager.WebhookPlatform{{OwnerSecrets: map[string][]byte{"octo-org": []byte(poolWebhookSecret)}}}},
+		webhook: &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Platforms: []manager.WebhookPlatform{{Platform: hfv1.WorkloadGitHubActions, OwnerSecrets: map[string][]byte{"octo-org": []byte(poolWebhookSecret)}}}},
 		// The binary's default log level, unless tracing needs the debug
 		// lines.
 		infoLogs: os.Getenv("HF_BENCH_TRACE") == "",

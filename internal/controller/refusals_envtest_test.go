@@ -165,15 +165,15 @@ func TestRefusedPoolAndClaim(t *testing.T) {
 	ctx := context.Background()
 
 	claim := &hfv1.MachineClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "buildkite"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: "gitlab"},
 		Spec: hfv1.MachineClaimSpec{
 			TemplateRef:    hfv1.ObjectName{Name: f.template.Name},
-			WorkloadConfig: &hfv1.WorkloadConfig{Type: hfv1.WorkloadBuildkite},
+			WorkloadConfig: &hfv1.WorkloadConfig{Type: hfv1.WorkloadGitLabCI},
 		},
 	}
 	f.create(claim)
 	cond := waitClaimProvisioned(t, claim, metav1.ConditionFalse, string(hfv1.NotImplementedReason))
-	if !strings.Contains(cond.Message, "spec.workloadConfig.type: buildkite is not implemented yet") {
+	if !strings.Contains(cond.Message, "spec.workloadConfig.type: gitlab-ci is not implemented yet") {
 		t.Errorf("claim message %q does not name the field", cond.Message)
 	}
 	wantNothingBuilt(t, sim, claim)

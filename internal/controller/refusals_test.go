@@ -39,10 +39,8 @@ func TestRefusals(t *testing.T) {
 		}), string(hfv1.NotImplementedReason), []string{"spec.bootstrap.gitlab: GitLab CI is not implemented yet", "github-actions"}},
 		{"gitlab pool", refusal.Pool(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitLabCI}}}),
 			string(hfv1.NotImplementedReason), []string{"spec.workload.type: gitlab-ci is not implemented yet", "github-actions"}},
-		{"buildkite pool", refusal.Pool(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadBuildkite}}}),
-			string(hfv1.NotImplementedReason), []string{"spec.workload.type: buildkite", "generic"}},
-		{"buildkite claim", refusal.Claim(ciPlatforms, &hfv1.MachineClaim{Spec: hfv1.MachineClaimSpec{WorkloadConfig: &hfv1.WorkloadConfig{Type: hfv1.WorkloadBuildkite}}}),
-			string(hfv1.NotImplementedReason), []string{"spec.workloadConfig.type: buildkite", "remove spec.workloadConfig"}},
+		{"gitlab claim", refusal.Claim(ciPlatforms, &hfv1.MachineClaim{Spec: hfv1.MachineClaimSpec{WorkloadConfig: &hfv1.WorkloadConfig{Type: hfv1.WorkloadGitLabCI}}}),
+			string(hfv1.NotImplementedReason), []string{"spec.workloadConfig.type: gitlab-ci", "remove spec.workloadConfig"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -108,10 +108,10 @@ func TestReconcileRunnerPool(t *testing.T) {
 			events: []string{"Normal ScaledUp"}, observed: 2, claims: 2, replicas: 2, pending: 2, jobs: 2,
 		},
 		{
-			name: "a refused pool creates nothing", pool: newPool(func(p *hfv1.RunnerPool) { p.Spec.Workload = hfv1.Workload{Type: hfv1.WorkloadBuildkite} }),
+			name: "a refused pool creates nothing", pool: newPool(func(p *hfv1.RunnerPool) { p.Spec.Workload = hfv1.Workload{Type: hfv1.WorkloadGitLabCI} }),
 			objs: []client.Object{tmpl, queued(1)}, wantRes: ctrl.Result{RequeueAfter: poolResync},
 			want: map[hfv1.ConditionType]wantCondition{
-				hfv1.ReadyCondition:                   {status: metav1.ConditionFalse, reason: hfv1.NotImplementedReason, says: []string{"spec.workload.type: buildkite"}},
+				hfv1.ReadyCondition:                   {status: metav1.ConditionFalse, reason: hfv1.NotImplementedReason, says: []string{"spec.workload.type: gitlab-ci"}},
 				hfv1.RunnerPoolCapacityCondition:      {status: metav1.ConditionFalse, reason: hfv1.NotImplementedReason, says: []string{"No new VMs"}},
 				hfv1.RunnerPoolScopeVerifiedCondition: {},
 			},

@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,8 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/dnsserver"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/mtlsproxy"
+	buildkitesim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite/buildkitesimtest"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
@@ -76,12 +79,20 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 		}}},
 		HeartbeatTimeout: githubsim.Duration(30 * time.Second),
 	})
+	// The Buildkite samples' organization, cluster and queue, and their
+	// API token's Secret.
+	bk := buildkitesimtest.Start(t, buildkitesim.Config{Organization: "acme", AgentBinary: "/nonexistent",
+		APITokens: []buildkitesim.APIToken{{Token: testBuildkiteToken, Scopes: buildkitesim.Scopes()}}})
+	bkCluster := bk.Sim.CreateCluster("linux")
+	if _, err := bk.Sim.CreateQueue(bkCluster.ID, "linux"); err != nil {
+		t.Fatal(err)
+	}
 	certFile, keyFile, _ := webhookCertificate(t)
 	agents := t.TempDir()
 	if err := os.WriteFile(filepath.Join(agents, "hyperfleet-agent-linux-amd64"), []byte("\x7fELF stand-in for the agent"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	startOperator(t, operatorOptions{github: gs.Transport, agentServer: &manager.AgentServerOptions{
+	startOperator(t, operatorOptions{github: byHost{bk.Listener.Addr().String(): bk.Client().Transport, "": gs.Transport}, agentServer: &manager.AgentServerOptions{
 		Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Dir: agents, URL: "https://hyperfleet-agent.hyperfleet-system.svc:9443",
 	}})
 	ctx := context.Background()
@@ -101,6 +112,7 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 	secret(samplesNamespace, "github-app", map[string]string{"app-id": fmt.Sprint(testGitHubAppID), "installation-id": fmt.Sprint(testGitHubInstall), "private-key": string(testAppKey.PrivatePEM)})
 	secret(samplesNamespace, "github-pat", map[string]string{"token": testGitHubPAT})
 	secret(samplesNamespace, "ghes-pat", map[string]string{"token": testGitHubPAT})
+	secret(samplesNamespace, "buildkite-api", map[string]string{"token": testBuildkiteToken})
 	// The mTLS sample's cluster is reached through a real nginx that
 	// requires a client certificate from clientCA, with the one its Secret
 	// holds (a kubernetes.io/tls Secret, as the sample says).
@@ -125,6 +137,7 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 		"https://api.github.com", gs.URL+"/api/v3",
 		"https://github.example.com/api/v3", gs.URL+"/api/v3",
 		"https://github.com", gs.URL,
+		"0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", bkCluster.ID,
 	)
 	var applied []*unstructured.Unstructured
 	files, _ := filepath.Glob(filepath.Join(testenv.RepoRoot(), "config", "samples", "hyperfleet_*.yaml"))
@@ -155,6 +168,10 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 			_, github, _ := unstructured.NestedMap(u.Object, "spec", "bootstrap", "github")
 			if _, found, _ := unstructured.NestedString(u.Object, "spec", "bootstrap", "github", "apiBaseURL"); github && !found {
 				_ = unstructured.SetNestedField(u.Object, gs.URL+"/api/v3", "spec", "bootstrap", "github", "apiBaseURL")
+			}
+			if _, buildkite, _ := unstructured.NestedMap(u.Object, "spec", "bootstrap", "buildkite"); buildkite {
+				_ = unstructured.SetNestedField(u.Object, bk.URL, "spec", "bootstrap", "buildkite", "apiURL")
+				_ = unstructured.SetNestedField(u.Object, bk.URL+"/v3", "spec", "bootstrap", "buildkite", "agentEndpoint")
 			}
 		}
 		if u.GetNamespace() == "" && u.GetKind() != "HypervisorCluster" && u.GetKind() != "IPPool" {
@@ -226,4 +243,19 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 	if got.Status.Bootstrap == nil || got.Status.Bootstrap.CredentialIssuedAt == nil {
 		t.Fatalf("the sample claim's runner credential was not issued: %+v", got.Status.Bootstrap)
 	}
+}
+
+// testBuildkiteToken is the Buildkite samples' API token on the simulator.
+const testBuildkiteToken = "bkua_samplesTokenForTheBuildkiteSimulator"
+
+// byHost sends each request through the transport of its host, the one
+// under "" for any other: the operator's one workload transport reaching
+// two simulators, each with its own CA.
+type byHost map[string]http.RoundTripper
+
+func (b byHost) RoundTrip(r *http.Request) (*http.Response, error) {
+	if rt, ok := b[r.URL.Host]; ok {
+		return rt.RoundTrip(r)
+	}
+	return b[""].RoundTrip(r)
 }

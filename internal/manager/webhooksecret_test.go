@@ -251,7 +251,7 @@ func TestSharedWebhookSecretOptionNeedsOptIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	backends := githubsimtest.Backends(t, nil)
-	_, err = webhookParser(ctx, mgr, &WebhookPlatform{Secret: []byte("shared")}, true, backends)
+	_, err = webhookParser(ctx, mgr, &WebhookPlatform{Platform: hfv1.WorkloadGitHubActions, Secret: []byte("shared")}, true, backends)
 	if !errors.Is(err, ErrSharedSecretNotAllowed) || !strings.Contains(err.Error(), "owner.<login>") {
 		t.Fatalf("a fallback Secret without AllowSharedSecret: %v; want ErrSharedSecretNotAllowed saying what to do", err)
 	}
@@ -259,9 +259,9 @@ func TestSharedWebhookSecretOptionNeedsOptIn(t *testing.T) {
 		opts WebhookPlatform
 		want controller.WebhookSecretUse
 	}{
-		"owner key": {WebhookPlatform{OwnerSecrets: map[string][]byte{"Octo-Org": []byte("own")}},
+		"owner key": {WebhookPlatform{Platform: hfv1.WorkloadGitHubActions, OwnerSecrets: map[string][]byte{"Octo-Org": []byte("own")}},
 			controller.WebhookSecretUse{Loaded: true, Own: true, Source: "the manager's webhook options", OwnKey: "owner.octo-org", SharedKey: "webhook-secret"}},
-		"accepted fallback": {WebhookPlatform{Secret: []byte("shared"), AllowSharedSecret: true},
+		"accepted fallback": {WebhookPlatform{Platform: hfv1.WorkloadGitHubActions, Secret: []byte("shared"), AllowSharedSecret: true},
 			controller.WebhookSecretUse{Loaded: true, Shared: true, Source: "the manager's webhook options", OwnKey: "owner.octo-org", SharedKey: "webhook-secret"}},
 	} {
 		p, err := webhookParser(ctx, mgr, &tc.opts, true, backends)

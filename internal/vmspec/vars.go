@@ -115,6 +115,11 @@ func TemplateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 		// script (docs/generic.md).
 		v.Platform, v.GenericScript, v.BootstrapMethod = cloudinit.PlatformGeneric, t.Script, ""
 	}
+	if ok && t.AgentPlatform != "" {
+		// A platform of its own runner kind and credential
+		// (workload.Template.AgentPlatform).
+		v.Platform, v.BootstrapMethod = t.AgentPlatform, t.BootstrapMethod
+	}
 	v.RegistrationURL = t.RegistrationURL
 	v.RunnerGroup = t.RunnerGroup
 	rs := t.Runner

@@ -161,6 +161,12 @@ type Template struct {
 	// pool's scope verification stands while it stays the same, so that
 	// editing a template's resources or image keeps its pools routed.
 	CredentialsKey string
+	// AgentPlatform is the in-VM agent's runner kind for this platform
+	// (internal/agentconfig's platform names, such as buildkite), and
+	// BootstrapMethod the kind of runner credential its agent takes
+	// (such as agent-token); both empty for GitHub Actions, whose method
+	// is the template's spec.bootstrap.method.
+	AgentPlatform, BootstrapMethod string
 	// Script is what the VMs of a NoRunner back-end (generic) run instead
 	// of a runner, and TTL how long such a VM may live from its claim's
 	// creation; empty and zero for CI platforms.

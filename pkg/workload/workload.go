@@ -94,6 +94,10 @@ const (
 	// glrt- token): the operator creates the runner, and the VM's runner
 	// runs with its token for one job; the runner is deleted afterwards.
 	MethodRunnerAuthToken Method = "runner-auth-token"
+	// MethodAgentToken is a Buildkite cluster agent token made for one VM:
+	// its agent registers with it, and the token expires soon and is
+	// deleted when the VM goes.
+	MethodAgentToken Method = "agent-token"
 )
 
 // RunnerSpec asks for the credential of one runner.

@@ -156,3 +156,36 @@ func TestWebhookFallbackSecretIsOptIn(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildkiteWebhookSecret: the manager receives Buildkite's webhooks
+// only when webhook.buildkite.secretName names their Secret
+// (--buildkite-webhook-secret), and accepts its fallback key only when
+// webhook.buildkite.allowFallbackSecret says so too.
+func TestBuildkiteWebhookSecret(t *testing.T) {
+	for _, c := range []struct {
+		set      string
+		want     []string
+		unwanted []string
+	}{
+		{"", nil, []string{"--buildkite-webhook-secret", "--buildkite-webhook-allow-fallback-secret"}},
+		{"webhook.buildkite.secretName=bk-hooks", []string{"--buildkite-webhook-secret=bk-hooks"}, []string{"--buildkite-webhook-allow-fallback-secret"}},
+		{"webhook.buildkite.secretName=bk-hooks,webhook.buildkite.allowFallbackSecret=true", []string{"--buildkite-webhook-secret=bk-hooks", "--buildkite-webhook-allow-fallback-secret"}, nil},
+		{"webhook.buildkite.secretName=bk-hooks,webhook.enabled=false", nil, []string{"--buildkite-webhook-secret=bk-hooks"}},
+	} {
+		var extra []string
+		if c.set != "" {
+			extra = []string{"--set", c.set}
+		}
+		_, ctr := managerPod(t, render(t, defaults, extra...), defaults)
+		for _, f := range c.want {
+			if !slices.Contains(ctr.Args, f) {
+				t.Errorf("--set %q: %s not passed (args %v)", c.set, f, ctr.Args)
+			}
+		}
+		for _, f := range c.unwanted {
+			if slices.ContainsFunc(ctr.Args, func(a string) bool { return strings.HasPrefix(a, f) }) {
+				t.Errorf("--set %q: %s passed (args %v)", c.set, f, ctr.Args)
+			}
+		}
+	}
+}

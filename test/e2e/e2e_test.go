@@ -182,7 +182,7 @@ func (wt *watcher) sample() {
 	var leaks []string
 	for name, v := range map[string]any{"Proxmox simulator state": pve, "GitHub simulator state": gh} {
 		data, err := json.Marshal(v)
-		if err == nil && bytes.Contains(data, []byte(devenv.PAT)) {
+		if err == nil && containsOperatorSecret(data) {
 			leaks = append(leaks, name)
 		}
 	}
@@ -191,7 +191,7 @@ func (wt *watcher) sample() {
 		if err != nil || d.IsDir() || !d.Type().IsRegular() {
 			return nil //nolint:nilerr // a guest's files vanish when its VM is deleted mid-walk: skip them, sample the rest
 		}
-		if data, err := os.ReadFile(path); err == nil && bytes.Contains(data, []byte(devenv.PAT)) {
+		if data, err := os.ReadFile(path); err == nil && containsOperatorSecret(data) {
 			leaks = append(leaks, path)
 		}
 		return nil
@@ -211,6 +211,13 @@ func (wt *watcher) sample() {
 		}
 	}
 	wt.maxVMs = max(wt.maxVMs, vms)
+}
+
+// containsOperatorSecret reports whether data holds one of the operator's
+// long-lived platform credentials: the GitHub PAT or the Buildkite API
+// token, which no VM may ever see.
+func containsOperatorSecret(data []byte) bool {
+	return bytes.Contains(data, []byte(devenv.PAT)) || bytes.Contains(data, []byte(devenv.BuildkiteAPIToken))
 }
 
 // waitDone waits until every job completed and nothing is left.
@@ -301,7 +308,7 @@ func checkJobs(t *testing.T, w *devenv.World, wt *watcher, jobs int) {
 		t.Errorf("only %d samples of the simulators' state were taken", wt.samples)
 	}
 	if len(wt.leaks) > 0 {
-		t.Errorf("the GitHub PAT appeared in: %s", strings.Join(slices.Compact(slices.Sorted(slices.Values(wt.leaks))), ", "))
+		t.Errorf("the GitHub PAT or the Buildkite API token appeared in: %s", strings.Join(slices.Compact(slices.Sorted(slices.Values(wt.leaks))), ", "))
 	}
 }
 

@@ -52,6 +52,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/testworld/spireworld"
 	"github.com/hyperfleet/hyperfleet/internal/tpmdevid"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/generic"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
@@ -224,6 +225,14 @@ type Options struct {
 	// minute needs more, as an organization at that rate would (a GitHub
 	// App's installation budget grows to 12,500, or several credentials).
 	GitHubRateLimit int
+	// Buildkite runs the Buildkite simulator too (buildkite.go): one
+	// organization (BuildkiteOrganization) with one cluster and pipeline,
+	// served with the GitHub simulator's certificate, which the guests
+	// trust; AddBuildkitePool adds pools of it. BuildkiteAgentBinary is
+	// the buildkite-agent the simulator serves as its release tarball,
+	// which the guests download (hack/buildkite-agent).
+	Buildkite            bool
+	BuildkiteAgentBinary string
 }
 
 // World is a running embedded world.
@@ -244,6 +253,7 @@ type World struct {
 
 	proxmoxFingerprint string
 	githubCA           []byte
+	simCert            tls.Certificate
 	githubTransport    *http.Transport
 	servers            []*http.Server
 	webhook            webhookFiles
@@ -252,6 +262,8 @@ type World struct {
 	// forwardErr is the first port GuestNetwork could not forward.
 	forwardErr error
 
+	// Buildkite is the Buildkite simulator with Options.Buildkite.
+	Buildkite *buildkiteWorld
 	// SPIRE is the spire-server with Options.SPIFFE.
 	SPIRE *spireworld.Server
 	// Vault is the fake secrets store with Options.SecretStore, VaultURL
@@ -371,6 +383,12 @@ func (w *World) start(ctx context.Context) (err error) {
 	w.progress("Starting the GitHub simulator")
 	if err := w.startGitHub(); err != nil {
 		return err
+	}
+	if opts.Buildkite {
+		w.progress("Starting the Buildkite simulator")
+		if err := w.startBuildkite(); err != nil {
+			return err
+		}
 	}
 	// The objects first: the operator keeps its ownership key in a Secret
 	// of SystemNamespace.
@@ -546,7 +564,7 @@ func (w *World) startGitHub() error {
 	if err != nil {
 		return fmt.Errorf("devenv: GitHub simulator: %w", err)
 	}
-	w.GitHub, w.githubCA = sim, caPEM
+	w.GitHub, w.githubCA, w.simCert = sim, caPEM, cert
 	base, err := w.serveTLS(observe(sim, w.opts.OnGitHubRequest), cert)
 	if err != nil {
 		return err
@@ -747,9 +765,9 @@ func (w *World) StartOperator(ctx context.Context) error {
 		// Their generic scripts too: this user, by name.
 		GenericScriptUser: me.Username,
 		// The local world's CI platform is the GitHub simulator.
-		Workloads:         map[hfv1.WorkloadType]workload.Factory{hfv1.WorkloadGitHubActions: github.NewBackend, hfv1.WorkloadGeneric: generic.NewBackend},
+		Workloads:         map[hfv1.WorkloadType]workload.Factory{hfv1.WorkloadGitHubActions: github.NewBackend, hfv1.WorkloadGeneric: generic.NewBackend, hfv1.WorkloadBuildkite: buildkite.NewBackend},
 		WorkloadTransport: w.githubTransport,
-		Webhook:           &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: w.webhook.certFile, KeyFile: w.webhook.keyFile, Platforms: []manager.WebhookPlatform{{OwnerSecrets: map[string][]byte{Organization: []byte(webhookSecret)}}}},
+		Webhook:           &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: w.webhook.certFile, KeyFile: w.webhook.keyFile, Platforms: w.webhookPlatforms()},
 		ResyncInterval:    resyncInterval,
 		// Leftovers show within seconds, as do the sweeper's metrics.
 		SweepInterval: sweepInterval,
@@ -777,6 +795,7 @@ func (w *World) StartOperator(ctx context.Context) error {
 		cancel()
 		return err
 	}
+	w.pointBuildkiteWebhook("https://" + comps.Webhook.Addr().String())
 	w.operator = run
 	return nil
 }
@@ -831,6 +850,9 @@ func (w *World) Stop() error {
 	}
 	if w.GitHub != nil {
 		_ = w.GitHub.Close()
+	}
+	if w.Buildkite != nil {
+		w.Buildkite.Sim.Close()
 	}
 	if w.Proxmox != nil {
 		_ = w.Proxmox.Close()

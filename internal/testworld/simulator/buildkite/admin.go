@@ -194,6 +194,11 @@ type AgentInfo struct {
 	Name  string   `json:"name"`
 	State string   `json:"connectionState"`
 	Tags  []string `json:"metaData"`
+	// StopRequested: the REST API's stop was called for the agent.
+	StopRequested bool `json:"stopRequested"`
+	// Job is the job the agent holds (assigned, accepted or running);
+	// empty when it holds none.
+	Job string `json:"job,omitempty"`
 }
 
 // Agents lists every agent that registered, oldest first.
@@ -202,7 +207,11 @@ func (s *Simulator) Agents() []AgentInfo {
 	defer s.mu.Unlock()
 	var out []AgentInfo
 	for _, a := range s.sortedAgentsLocked() {
-		out = append(out, AgentInfo{ID: a.id, Name: a.name, State: a.state, Tags: a.tags})
+		info := AgentInfo{ID: a.id, Name: a.name, State: a.state, Tags: a.tags, StopRequested: a.stopRequested}
+		if a.job != nil {
+			info.Job = a.job.id
+		}
+		out = append(out, info)
 	}
 	return out
 }
@@ -299,4 +308,31 @@ func (s *Simulator) serveAdmin(w http.ResponseWriter, r *http.Request, p string)
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// TokenInfo is a cluster agent token as the admin API shows it, deleted
+// ones included, with its secret: what end-to-end tests try again after
+// HyperFleet revoked it.
+type TokenInfo struct {
+	ID          string    `json:"id"`
+	Description string    `json:"description"`
+	Secret      string    `json:"token"`
+	ExpiresAt   time.Time `json:"expiresAt,omitzero"`
+	Deleted     bool      `json:"deleted"`
+}
+
+// Tokens returns a cluster's agent tokens, deleted ones included, oldest
+// first.
+func (s *Simulator) Tokens(clusterID string) ([]TokenInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, err := s.clusterLocked(clusterID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]TokenInfo, 0, len(c.tokens))
+	for _, t := range c.tokens {
+		out = append(out, TokenInfo{ID: t.id, Description: t.description, Secret: t.token, ExpiresAt: t.expiresAt, Deleted: t.deleted})
+	}
+	return out, nil
 }

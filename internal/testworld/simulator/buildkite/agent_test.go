@@ -191,3 +191,31 @@ func TestRealAgentPingsForJob(t *testing.T) {
 		t.Errorf("the default queue's job is %s, want still scheduled", other.State)
 	}
 }
+
+// TestRealAgentDisconnectsAfterOneJob: an agent with --disconnect-after-job
+// and no --acquire-job takes one of two jobs of its queue from its pings,
+// runs it, and exits; its finish said ignore_agent_in_dispatches, so the
+// other job was never dispatched to it (a job handed to an agent that is
+// leaving would stay assigned to nobody) and is still scheduled.
+func TestRealAgentDisconnectsAfterOneJob(t *testing.T) {
+	w := newWorld(t, Config{})
+	b, err := w.sim.CreateBuild(w.pipeline, "two", []Step{{Key: "a", Command: "echo a"}, {Key: "b", Command: "echo b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out := w.runAgent(t, w.token.Secret, "--name", "once", "--disconnect-after-job")
+	if code != 0 {
+		t.Fatalf("agent exited %d:\n%s", code, out)
+	}
+	first, _ := w.sim.Job(b.JobIDs[0])
+	second, _ := w.sim.Job(b.JobIDs[1])
+	if first.State != statePassed || first.Agent != "once" {
+		t.Errorf("first job %s on %q, want passed on once", first.State, first.Agent)
+	}
+	if second.State != stateScheduled || second.Agent != "" {
+		t.Errorf("second job %s on %q, want scheduled on no agent:\n%s", second.State, second.Agent, out)
+	}
+	if strings.Contains(out, "Ignoring the new job") {
+		t.Errorf("the simulator dispatched a job to an agent that had said it takes no more:\n%s", out)
+	}
+}

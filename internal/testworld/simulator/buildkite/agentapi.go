@@ -375,6 +375,12 @@ func (s *Simulator) jobActionLocked(r *http.Request, a *agent, id, action string
 		var req struct {
 			ExitStatus string `json:"exit_status"`
 			Signal     string `json:"signal"`
+			// The agent's last job (--disconnect-after-job): no more
+			// jobs are dispatched to it (api.JobFinishRequest's
+			// ignore_agent_in_dispatches, v3.138.1), so none is handed to
+			// an agent that is about to disconnect and would leave it
+			// assigned.
+			IgnoreAgentInDispatches *bool `json:"ignore_agent_in_dispatches"`
 		}
 		if err := decodeBody(r, &req); err != nil {
 			return nil, err
@@ -398,6 +404,9 @@ func (s *Simulator) jobActionLocked(r *http.Request, a *agent, id, action string
 			j.state = stateFailed
 		}
 		a.job, a.lastJobFinishedAt = nil, j.finishedAt
+		if req.IgnoreAgentInDispatches != nil && *req.IgnoreAgentInDispatches {
+			a.ignoreInDispatches = true
+		}
 		s.hooks.enqueueLocked("job.finished", j)
 		return map[string]any{}, nil
 	}

@@ -103,3 +103,7 @@ func (s *Simulator) serveAgentRelease(w http.ResponseWriter, r *http.Request, na
 		writeMessage(w, http.StatusNotFound, "Not Found")
 	}
 }
+
+// AgentVersion is the version of the agent release the simulator serves
+// (Config.AgentVersion): its tarball is /_sim/agent/TarballName(version).
+func (s *Simulator) AgentVersion() string { return s.cfg.AgentVersion }

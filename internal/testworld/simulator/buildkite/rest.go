@@ -1,6 +1,7 @@
 package buildkitesim
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -137,6 +138,13 @@ func (s *Simulator) serveREST(w http.ResponseWriter, r *http.Request, p string) 
 	}
 	if err := s.faultLocked("rest", r.Method, "/v2/"+p); err != nil {
 		writeErr(w, err)
+		return
+	}
+	if p == "access-token" && r.Method == http.MethodGet {
+		// The token's own description, which needs no scope: clients
+		// (pkg/workload/buildkite's VerifyScope) read the scopes they hold
+		// from it before they act.
+		writeJSON(w, http.StatusOK, map[string]any{"uuid": tokenUUID(tok.Token), "scopes": tok.Scopes, "description": "simulated API access token"})
 		return
 	}
 	rest, ok := strings.CutPrefix(p, "organizations/"+s.org.slug)
@@ -598,4 +606,13 @@ func (s *Simulator) cancelBuild(_ *http.Request, v map[string]string) (any, erro
 		}
 	}
 	return s.restBuildLocked(b, true), nil
+}
+
+// tokenUUID is a stable UUID-shaped id of an API token (the simulator keeps
+// no id per token): the first 16 bytes of its SHA-256, as a version-4 UUID.
+func tokenUUID(token string) string {
+	h := sha256.Sum256([]byte(token))
+	h[6] = h[6]&0x0f | 0x40
+	h[8] = h[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
 }

@@ -199,3 +199,11 @@ func contains(list []string, v string) bool {
 	}
 	return false
 }
+
+// RemoveWebhooks removes every webhook (a receiver that moved is added
+// again).
+func (s *Simulator) RemoveWebhooks() {
+	s.hooks.mu.Lock()
+	defer s.hooks.mu.Unlock()
+	s.hooks.hooks = nil
+}

@@ -1,0 +1,70 @@
+package agentconfig
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func buildkiteConfig() Config {
+	return Config{
+		Version:         CurrentVersion,
+		Platform:        PlatformBuildkite,
+		WorkloadMethod:  WorkloadDirect,
+		BootstrapMethod: BootstrapAgentToken,
+		SecretsFile:     SecretsFile,
+		SecretsDeadline: time.Date(2025, 6, 1, 12, 30, 0, 0, time.UTC),
+		RegistrationURL: "https://agent.buildkite.com/v3",
+		Runner: Runner{Name: "linux-abc12", Labels: []string{"queue=linux", "os=linux"}, Software: Software{
+			InstallPath: "/usr/local/bin", RunScript: "buildkite-agent", WorkDir: "/var/lib/hyperfleet/builds", OS: "linux", Arch: "amd64",
+		}},
+		PowerOffOnFinish: true,
+	}
+}
+
+func TestBuildkiteConfigs(t *testing.T) {
+	downloaded := buildkiteConfig()
+	downloaded.Runner.Software.InstallPath = "/opt/buildkite-agent"
+	downloaded.Runner.Software.DownloadURL = "https://github.com/buildkite/agent/releases/download/v3.138.1/buildkite-agent-linux-amd64-3.138.1.tar.gz"
+	downloaded.Runner.Software.DownloadSHA256 = strings.Repeat("ab", 32)
+	for name, c := range map[string]Config{"baked into the image": buildkiteConfig(), "downloaded": downloaded} {
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+
+	cases := map[string]struct {
+		mutate func(*Config)
+		want   string
+	}{
+		"a GitHub method":             {func(c *Config) { c.BootstrapMethod = BootstrapJITConfig }, `bootstrapMethod: is "jit-config"; platform buildkite takes "agent-token"`},
+		"no endpoint":                 {func(c *Config) { c.RegistrationURL = "" }, "registrationURL: is empty; platform buildkite needs the agent API endpoint"},
+		"a tag without a value":       {func(c *Config) { c.Runner.Labels = []string{"linux"} }, `runner.labels[0]: "linux" is not a Buildkite agent tag`},
+		"no name":                     {func(c *Config) { c.Runner.Name = "" }, `runner.name: "" is not a valid agent name`},
+		"a relative binary directory": {func(c *Config) { c.Runner.Software.InstallPath = "bin" }, "runner.software.installPath"},
+		"no binary name":              {func(c *Config) { c.Runner.Software.RunScript = "" }, "runner.software.runScript"},
+		"GitHub's architecture name":  {func(c *Config) { c.Runner.Software.Arch = "x64" }, `runner.software.arch: is "x64"; must be amd64 or arm64`},
+		"a build path in /usr":        {func(c *Config) { c.Runner.Software.WorkDir = "/usr" }, "runner.software.workDir"},
+		"a download into a system dir": {func(c *Config) {
+			c.Runner.Software.DownloadURL, c.Runner.Software.DownloadSHA256 = "https://example.test/a.tar.gz", strings.Repeat("a", 64)
+		}, "runner.software.installPath"},
+		"a download without checksum": {func(c *Config) { c.Runner.Software.DownloadURL = "https://example.test/a.tar.gz" }, "runner.software.downloadSHA256"},
+	}
+	for name, tc := range cases {
+		c := buildkiteConfig()
+		tc.mutate(&c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", name, err, tc.want)
+		}
+	}
+}
+
+func TestStoredAgentToken(t *testing.T) {
+	if err := (StoredCredential{Method: BootstrapAgentToken, RegistrationToken: "bkct_x"}).Validate(); err != nil {
+		t.Errorf("an agent token: %v", err)
+	}
+	if err := (StoredCredential{Method: BootstrapAgentToken}).Validate(); err == nil || !strings.Contains(err.Error(), "registrationToken: is empty; method agent-token") {
+		t.Errorf("an agent-token credential without its token: %v", err)
+	}
+}

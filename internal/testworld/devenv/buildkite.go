@@ -1,0 +1,166 @@
+package devenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/manager"
+	buildkitesim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite"
+)
+
+// The Buildkite world's names and secrets (Options.Buildkite).
+const (
+	// BuildkiteOrganization is the simulator's organization.
+	BuildkiteOrganization = "hyperfleet-dev"
+	// BuildkitePipeline is its pipeline, in BuildkiteClusterName.
+	BuildkitePipeline    = "app"
+	BuildkiteClusterName = "hyperfleet"
+	// BuildkiteAPIToken is the operator's REST API token, with the
+	// scopes docs/buildkite.md lists. Like PAT, it must never reach a VM.
+	BuildkiteAPIToken = "bkua_devEnvironmentTokenThatMustNeverLeaveTheOperator"
+	// buildkiteSecret is the Secret holding BuildkiteAPIToken.
+	buildkiteSecret = "buildkite-api"
+	// buildkiteWebhookToken signs the simulator's webhook deliveries.
+	buildkiteWebhookToken = "dev-buildkite-webhook-token"
+)
+
+// buildkiteWorld is the Buildkite simulator of a World.
+type buildkiteWorld struct {
+	// Sim is the simulator, URL its base URL as the operator and the
+	// guests reach it (REST under /v2, the agent API under /v3).
+	Sim *buildkitesim.Simulator
+	URL string
+	// ClusterID is the cluster's UUID, every pool's.
+	ClusterID string
+}
+
+// startBuildkite starts the Buildkite simulator over HTTPS with the
+// GitHub simulator's certificate (which names the guests' host address
+// and which they trust through the same CA), its webhooks signed and sent
+// through the operator's webhook client.
+func (w *World) startBuildkite() error {
+	if w.opts.BuildkiteAgentBinary == "" {
+		return errors.New("devenv: Options.Buildkite needs Options.BuildkiteAgentBinary (hack/buildkite-agent/build.sh prints it)")
+	}
+	sim := buildkitesim.New(buildkitesim.Config{
+		Organization: BuildkiteOrganization,
+		APITokens: []buildkitesim.APIToken{{Token: BuildkiteAPIToken, Scopes: []string{
+			"read_organizations", "read_clusters", "write_clusters", "read_agents", "write_agents", "read_builds", "write_builds",
+		}}},
+		// Pings every second, so that the agents take jobs at once.
+		PingInterval: 1, JobStatusInterval: 1,
+		AgentBinary: w.opts.BuildkiteAgentBinary,
+	}, buildkitesim.WithWebhookClient(w.webhook.client))
+	base, err := w.serveTLS(sim, w.simCert)
+	if err != nil {
+		sim.Close()
+		return err
+	}
+	c := sim.CreateCluster(BuildkiteClusterName)
+	if err := sim.CreatePipeline(BuildkitePipeline, c.ID); err != nil {
+		sim.Close()
+		return fmt.Errorf("devenv: Buildkite pipeline: %w", err)
+	}
+	w.Buildkite = &buildkiteWorld{Sim: sim, URL: w.guestURL(base), ClusterID: c.ID}
+	return nil
+}
+
+// webhookPlatforms are the in-process operator's webhook receivers:
+// GitHub's, and Buildkite's with Options.Buildkite.
+func (w *World) webhookPlatforms() []manager.WebhookPlatform {
+	// Named: the world registers Buildkite's back-end, which receives
+	// webhooks, whether or not its simulator runs.
+	gh := manager.WebhookPlatform{Platform: hfv1.WorkloadGitHubActions, OwnerSecrets: map[string][]byte{Organization: []byte(webhookSecret)}}
+	if w.Buildkite == nil {
+		return []manager.WebhookPlatform{gh}
+	}
+	return []manager.WebhookPlatform{gh, {Platform: hfv1.WorkloadBuildkite,
+		OwnerSecrets: map[string][]byte{BuildkiteOrganization: []byte(buildkiteWebhookToken)}}}
+}
+
+// pointBuildkiteWebhook makes the operator's receiver at base the
+// organization's only (signed) webhook.
+func (w *World) pointBuildkiteWebhook(base string) {
+	if w.Buildkite == nil {
+		return
+	}
+	w.Buildkite.Sim.RemoveWebhooks()
+	w.Buildkite.Sim.AddWebhook(buildkitesim.Webhook{URL: base + "/webhooks/buildkite", Token: buildkiteWebhookToken, Signed: true})
+}
+
+// BuildkitePoolSpec is a Buildkite RunnerPool of the world.
+type BuildkitePoolSpec struct {
+	// Name names the pool and its template.
+	Name string
+	// Queue is the cluster queue the pool's agents serve (created).
+	Queue string
+	// MinReplicas and MaxReplicas size the pool.
+	MinReplicas, MaxReplicas int32
+}
+
+// AddBuildkitePool creates a queue in the simulator's cluster and a
+// Buildkite RunnerPool serving it, with its template (a copy of the
+// world's: cloud-init, resources, agent source, cluster, attestation)
+// whose bootstrap is the simulator's organization, with the agent
+// downloaded from the simulator's release tarball and checked against its
+// SHA-256, as a VM downloads Buildkite's release.
+func (w *World) AddBuildkitePool(ctx context.Context, spec BuildkitePoolSpec) error {
+	bk := w.Buildkite
+	if bk == nil {
+		return errors.New("devenv: AddBuildkitePool needs Options.Buildkite")
+	}
+	if _, err := bk.Sim.CreateQueue(bk.ClusterID, spec.Queue); err != nil {
+		return fmt.Errorf("devenv: Buildkite queue: %w", err)
+	}
+	sum, err := bk.Sim.AgentTarballSHA256()
+	if err != nil {
+		return fmt.Errorf("devenv: the Buildkite agent tarball: %w", err)
+	}
+	objs, err := w.Objects()
+	if err != nil {
+		return err
+	}
+	tmpl := objectOf[*hfv1.HypervisorMachineTemplate](objs).DeepCopy()
+	tmpl.ObjectMeta = metav1.ObjectMeta{Namespace: Namespace, Name: spec.Name}
+	tmpl.Spec.Bootstrap = hfv1.Bootstrap{AgentSource: tmpl.Spec.Bootstrap.AgentSource, Buildkite: &hfv1.BuildkiteBootstrap{
+		Organization:  BuildkiteOrganization,
+		Cluster:       bk.ClusterID,
+		APIURL:        bk.URL,
+		AgentEndpoint: bk.URL + "/v3",
+		Credentials:   hfv1.BuildkiteCredentials{APIToken: hfv1.LocalSecretKeySelector{Name: buildkiteSecret, Key: "token"}},
+		Agent: &hfv1.BuildkiteAgentSoftware{
+			DownloadURL:    bk.URL + "/_sim/agent/" + strings.ReplaceAll(buildkitesim.TarballName(bk.Sim.AgentVersion()), "linux-amd64", "{os}-{arch}"),
+			DownloadSHA256: sum,
+		},
+	}}
+	pool := &hfv1.RunnerPool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: spec.Name},
+		Spec: hfv1.RunnerPoolSpec{
+			TemplateRef: hfv1.ObjectName{Name: spec.Name},
+			Workload:    hfv1.Workload{Type: hfv1.WorkloadBuildkite, Buildkite: &hfv1.BuildkiteWorkload{Queue: spec.Queue}},
+			Scaling:     hfv1.Scaling{MinReplicas: spec.MinReplicas, MaxReplicas: max(spec.MaxReplicas, spec.MinReplicas, 1)},
+		},
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: buildkiteSecret},
+		StringData: map[string]string{"token": BuildkiteAPIToken}}
+	if err := w.API.Client.Create(ctx, secret); client.IgnoreAlreadyExists(err) != nil {
+		return fmt.Errorf("devenv: create the Buildkite API token's Secret: %w", err)
+	}
+	for _, o := range []client.Object{tmpl, pool} {
+		if err := w.API.Client.Create(ctx, o); err != nil {
+			return fmt.Errorf("devenv: create %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// SimulatorCA is the PEM CA the simulators' HTTPS certificate (GitHub's
+// and Buildkite's) verifies against.
+func (w *World) SimulatorCA() []byte { return w.githubCA }

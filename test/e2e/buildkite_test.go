@@ -1,0 +1,161 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
+	buildkitesim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite/buildkitesimtest"
+)
+
+// TestBuildkitePoolRunsJobs: a Buildkite RunnerPool (queue linux, no idle
+// VMs) runs a build of three real shell jobs end to end. The simulator's
+// signed job.scheduled webhooks make the pool create VMs; each VM's agent
+// downloads the real buildkite-agent (hack/buildkite-agent) from the
+// simulator's release tarball, checks its SHA-256, registers with a
+// cluster agent token made for that VM, takes one job, runs it, and
+// exits; the VM powers off and is destroyed. Then the credential-lifetime
+// check: every per-VM token was deleted when its claim ended, and none
+// can register an agent again.
+func TestBuildkitePoolRunsJobs(t *testing.T) {
+	w, wt := startWorld(t, func(o *devenv.Options) {
+		o.Buildkite, o.BuildkiteAgentBinary = true, buildkitesimtest.AgentBinary(t)
+	})
+	ctx := context.Background()
+	const pool = "bk-linux"
+	if err := w.AddBuildkitePool(ctx, devenv.BuildkitePoolSpec{Name: pool, Queue: "linux", MaxReplicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "the Buildkite pool verified", func() error {
+		var p hfv1.RunnerPool
+		if err := w.API.Client.Get(ctx, client.ObjectKey{Namespace: devenv.Namespace, Name: pool}, &p); err != nil {
+			return err
+		}
+		if !hfv1.IsConditionTrue(p.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition) {
+			return fmt.Errorf("conditions %+v", p.Status.Conditions)
+		}
+		return nil
+	})
+
+	sim := w.Buildkite.Sim
+	var steps []buildkitesim.Step
+	for i := range 3 {
+		steps = append(steps, buildkitesim.Step{Key: fmt.Sprintf("step-%d", i), Agents: []string{"queue=linux"},
+			Command: fmt.Sprintf(`echo "step %d on $(hostname) in $PWD"; test "$BUILDKITE_JOB_ID" != ""`, i)})
+	}
+	build, err := sim.CreateBuild(devenv.BuildkitePipeline, "e2e", steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, 4*time.Minute, "every job passed", func() error {
+		for i, id := range build.JobIDs {
+			if j, _ := sim.Job(id); j.State != "passed" {
+				return fmt.Errorf("job %d is %s", i, j.State)
+			}
+		}
+		return nil
+	})
+	agents := map[string]string{}
+	for i, id := range build.JobIDs {
+		j, _ := sim.Job(id)
+		if j.ExitStatus == nil || *j.ExitStatus != 0 || !strings.Contains(j.Log, fmt.Sprintf("step %d on", i)) {
+			t.Errorf("job %d: exit %v, log %q", i, j.ExitStatus, j.Log)
+		}
+		if other, dup := agents[j.Agent]; dup {
+			t.Errorf("agent %q ran %s and %s: a VM ran two jobs", j.Agent, other, id)
+		}
+		agents[j.Agent] = id
+		// An agent is named <claim>-<uid part>-<install mark> and its VM
+		// after the claim: the job ran in a VM the operator created.
+		vm := j.Agent
+		for range 2 {
+			vm = vm[:max(strings.LastIndex(vm, "-"), 0)]
+		}
+		wt.mu.Lock()
+		_, created := wt.vmNames[vm]
+		wt.mu.Unlock()
+		if !strings.HasPrefix(j.Agent, pool+"-") || !created {
+			t.Errorf("job %d ran on agent %q, not one of the pool's VMs (VM %q)", i, j.Agent, vm)
+		}
+	}
+
+	eventually(t, 3*time.Minute, "the pool's claims and VMs gone", func() error {
+		var claims hfv1.MachineClaimList
+		if err := w.API.Client.List(ctx, &claims, client.InNamespace(devenv.Namespace), client.MatchingLabels{hfv1.RunnerPoolLabel: pool}); err != nil {
+			return err
+		}
+		if len(claims.Items) != 0 {
+			return fmt.Errorf("%d claims left", len(claims.Items))
+		}
+		snap, err := w.Snapshot(ctx)
+		if err != nil {
+			return err
+		}
+		if len(snap.VMs) != 0 || len(snap.ISOs) != 0 {
+			return fmt.Errorf("left behind: %s", summary(snap))
+		}
+		return nil
+	})
+	// Each agent is gone: it disconnected, or (its VM destroyed as soon
+	// as its job finished, before the agent said goodbye) the operator
+	// stopped it when its claim ended; none holds a job.
+	for _, a := range sim.Agents() {
+		if a.State == "connected" && !a.StopRequested || a.Job != "" {
+			t.Errorf("agent %s after its VM went: %s, stop requested %v, job %q", a.Name, a.State, a.StopRequested, a.Job)
+		}
+	}
+
+	// No credential outlives its VM: each per-VM token is deleted, and
+	// the agent API refuses it.
+	tokens, err := sim.Tokens(w.Buildkite.ClusterID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perVM := 0
+	pool509 := x509.NewCertPool()
+	pool509.AppendCertsFromPEM(w.SimulatorCA())
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool509, MinVersion: tls.VersionTLS12}}}
+	for _, tok := range tokens {
+		if !strings.HasPrefix(tok.Description, "hyperfleet agent ") {
+			continue
+		}
+		perVM++
+		if !tok.Deleted {
+			t.Errorf("token %s (%s) not deleted after its claim ended", tok.ID, tok.Description)
+		}
+		req, _ := http.NewRequest(http.MethodPost, w.Buildkite.URL+"/v3/register", bytes.NewReader([]byte(`{"name":"thief"}`)))
+		req.Header.Set("Authorization", "Token "+tok.Secret)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("registering with the ended claim's token %s: HTTP %d, want 401", tok.Description, resp.StatusCode)
+		}
+	}
+	wt.stop()
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	if len(wt.leaks) > 0 {
+		t.Errorf("an operator credential appeared in: %s", strings.Join(wt.leaks, ", "))
+	}
+	if perVM < len(build.JobIDs) {
+		t.Errorf("%d per-VM agent tokens for %d jobs", perVM, len(build.JobIDs))
+	}
+}
