@@ -97,7 +97,7 @@ func buildkiteInvalidCases() []invalidCase {
 	bk := []string{"spec", "bootstrap", "buildkite"}
 	at := func(p ...string) []string { return append(append([]string(nil), bk...), p...) }
 	return []invalidCase{
-		{name: "github and buildkite", base: validTemplate, mutate: set(map[string]any{"organization": "acme", "cluster": bkCluster, "credentials": map[string]any{"apiToken": map[string]any{"name": "bk", "key": "token"}}}, bk...), want: "spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions), bootstrap.buildkite (Buildkite)"},
+		{name: "github and buildkite", base: validTemplate, mutate: set(map[string]any{"organization": "acme", "cluster": bkCluster, "credentials": map[string]any{"apiToken": map[string]any{"name": "bk", "key": "token"}}}, bk...), want: "spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions), bootstrap.gitlab (GitLab CI), bootstrap.buildkite (Buildkite)"},
 		{name: "no cluster", base: validBuildkiteTemplate, mutate: del(at("cluster")...), want: "spec.bootstrap.buildkite.cluster: Required value"},
 		{name: "cluster not a UUID", base: validBuildkiteTemplate, mutate: set("default", at("cluster")...), want: "spec.bootstrap.buildkite.cluster: Invalid value"},
 		{name: "organization with capitals", base: validBuildkiteTemplate, mutate: set("Acme", at("organization")...), want: "spec.bootstrap.buildkite.organization: Invalid value"},
