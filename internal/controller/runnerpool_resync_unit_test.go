@@ -77,7 +77,7 @@ func TestResyncSkipsRecordedQueuedJobs(t *testing.T) {
 		}).Build()
 	clk := clocktesting.NewFakeClock(unitEpoch.Add(time.Minute))
 	s := &PoolResync{Client: c, Recorder: demand.NewRecorder(c, nil, clk), Runners: machineclaim.NewRunnerObservations(), Clock: clk}
-	cands := []demand.Candidate{{Pool: types.NamespacedName{Namespace: "team", Name: "runners"}, Scope: workload.Scope{Owner: "octo-org"},
+	cands := []demand.Candidate{{Pool: types.NamespacedName{Namespace: "team", Name: "runners"}, Platform: hfv1.WorkloadGitHubActions, Scope: workload.Scope{Owner: "octo-org"},
 		RunnerLabels: []string{"self-hosted"}, Verified: true}}
 	// One job already recorded (its webhook arrived), and the repository
 	// known from it.

@@ -118,8 +118,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		addr := sourceAddress(c.RemoteAddr())
 		if reason := l.take(addr); reason != "" {
-			_ = c.Close()
+			// Counted before the close: whoever sees the connection
+			// closed (a client, a test) finds the refusal counted.
 			l.refused(reason, addr)
+			_ = c.Close()
 			continue
 		}
 		if tcp, ok := c.(*net.TCPConn); ok && l.limits.SocketBuffer > 0 {
