@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 )
@@ -98,37 +97,7 @@ func (buildkiteRunner) run(ctx context.Context, a *agent, p *place) error {
 	if err != nil {
 		return fail(ExitRunnerSoftware, "start %s: %v", sw.RunScript, err)
 	}
-	var idle <-chan time.Time
-	if a.opts.IdleTimeout > 0 {
-		t := time.NewTimer(a.opts.IdleTimeout)
-		defer t.Stop()
-		idle = t.C
-	}
-	var result error
-wait:
-	for {
-		select {
-		case <-proc.done:
-			break wait
-		case job := <-started:
-			idle = nil
-			a.log.Info("job assigned", "job", job)
-		case <-idle:
-			if jobStarted.Load() {
-				idle = nil
-				continue
-			}
-			a.log.Warn("no job assigned within the idle timeout; stopping buildkite-agent", "idleTimeout", a.opts.IdleTimeout, "online", online.Load())
-			result = fail(ExitIdle, "buildkite-agent took no job within --idle-timeout %s", a.opts.IdleTimeout)
-			proc.stop(a.opts.StopGracePeriod)
-			break wait
-		case <-ctx.Done():
-			a.log.Warn("stopping buildkite-agent: the agent was asked to stop", "jobStarted", jobStarted.Load())
-			result = fail(ExitInternal, "stopped before buildkite-agent finished: %v", ctx.Err())
-			proc.stop(a.opts.StopGracePeriod)
-			break wait
-		}
-	}
+	result := a.supervise(ctx, proc, started, &jobStarted, &online, "buildkite-agent")
 	a.log.Info("buildkite-agent exited", "status", proc.describeExit(), "jobStarted", jobStarted.Load())
 	if result != nil {
 		return result

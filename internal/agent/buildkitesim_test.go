@@ -93,7 +93,7 @@ func TestBuildkiteSimulator(t *testing.T) {
 			t.Errorf("build path not emptied: %v %v", entries, err)
 		}
 		log := v.log.String()
-		for _, want := range []string{"runner package verified", "buildkite-agent online", "job assigned", "Finished job", "downloaded runner removed"} {
+		for _, want := range []string{"runner package verified", "buildkite-agent online", "job started", "Finished job", "downloaded runner removed"} {
 			if !strings.Contains(log, want) {
 				t.Errorf("log lacks %q", want)
 			}

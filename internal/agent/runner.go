@@ -93,37 +93,7 @@ func (a *agent) runRunner(ctx context.Context, sw *agentconfig.Software, install
 		return fail(ExitRunnerSoftware, "start %s: %v", sw.RunScript, err)
 	}
 
-	var idle <-chan time.Time
-	if a.opts.IdleTimeout > 0 {
-		t := time.NewTimer(a.opts.IdleTimeout)
-		defer t.Stop()
-		idle = t.C
-	}
-	var result error
-wait:
-	for {
-		select {
-		case <-p.done:
-			break wait
-		case job := <-started:
-			idle = nil
-			a.log.Info("job started", "job", job)
-		case <-idle:
-			if jobStarted.Load() {
-				idle = nil
-				continue
-			}
-			a.log.Warn("no job started within the idle timeout; stopping the runner", "idleTimeout", a.opts.IdleTimeout, "online", online.Load())
-			result = fail(ExitIdle, "the runner started no job within --idle-timeout %s", a.opts.IdleTimeout)
-			p.stop(a.opts.StopGracePeriod)
-			break wait
-		case <-ctx.Done():
-			a.log.Warn("stopping the runner: the agent was asked to stop", "jobStarted", jobStarted.Load())
-			result = fail(ExitInternal, "stopped before the runner finished: %v", ctx.Err())
-			p.stop(a.opts.StopGracePeriod)
-			break wait
-		}
-	}
+	result := a.supervise(ctx, p, started, &jobStarted, &online, "the runner")
 	// The runner is gone: so must be its registration.
 	a.removeCredentialFiles()
 	a.log.Info("runner exited", "status", p.describeExit(), "jobStarted", jobStarted.Load())
@@ -137,6 +107,40 @@ wait:
 		a.log.Warn("the runner exited 0 without a \"Running job:\" line")
 	}
 	return nil
+}
+
+// supervise waits for a CI platform's runner process (named name in logs
+// and errors) to exit: a job reported on started disarms the idle timeout;
+// no job within it, or ctx's end, stops the process. It returns nil when
+// the process exited on its own (its exit status is the caller's to read).
+func (a *agent) supervise(ctx context.Context, p *process, started <-chan string, jobStarted, online *atomic.Bool, name string) error {
+	var idle <-chan time.Time
+	if a.opts.IdleTimeout > 0 {
+		t := time.NewTimer(a.opts.IdleTimeout)
+		defer t.Stop()
+		idle = t.C
+	}
+	for {
+		select {
+		case <-p.done:
+			return nil
+		case job := <-started:
+			idle = nil
+			a.log.Info("job started", "job", job, "runner", name)
+		case <-idle:
+			if jobStarted.Load() {
+				idle = nil
+				continue
+			}
+			a.log.Warn("no job started within the idle timeout; stopping "+name, "idleTimeout", a.opts.IdleTimeout, "online", online.Load())
+			p.stop(a.opts.StopGracePeriod)
+			return fail(ExitIdle, "%s started no job within --idle-timeout %s", name, a.opts.IdleTimeout)
+		case <-ctx.Done():
+			a.log.Warn("stopping "+name+": the agent was asked to stop", "jobStarted", jobStarted.Load())
+			p.stop(a.opts.StopGracePeriod)
+			return fail(ExitInternal, "stopped before %s finished: %v", name, ctx.Err())
+		}
+	}
 }
 
 // process is a runner script running in its own process group, its output
