@@ -1,8 +1,9 @@
 // Package proxy_test checks that the operator's own HTTP clients honour
 // HTTPS_PROXY, as the chart's proxy values set it (charts/hyperfleet,
 // docs/install.md, "Behind an HTTP proxy"): the Proxmox API client
-// (pkg/provider/proxmox), the GitHub client (pkg/workload/github) and the
-// secret store client (internal/secretstore/vault) each reach their
+// (pkg/provider/proxmox), the GitHub, GitLab and Buildkite clients
+// (pkg/workload/...) and the secret store client
+// (internal/secretstore/vault) each reach their
 // simulator, which only Debian's tinyproxy can reach
 // (internal/testworld/proxytest: a direct connection is refused), and
 // tinyproxy's log holds a CONNECT to each.
@@ -33,14 +34,18 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/secretstore"
 	"github.com/hyperfleet/hyperfleet/internal/secretstore/vault"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/proxytest"
+	bksim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
+	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 	vaultsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/vault"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/gitlab"
 )
 
 // childEnv names the file of the servers the child process calls.
@@ -49,6 +54,8 @@ const childEnv = "HF_PROXYTEST_SERVERS"
 const (
 	pveUser, pveToken, pveSecret = "hyperfleet@pve", "operator", "0d5b9c1e-5a43-4c44-9d7e-0c2a5b4e8f11"
 	pat                          = "ghp_proxyTest00000000000000000000000000"
+	gitlabPAT                    = "glpat-proxytest0000000000"
+	buildkiteToken               = "bkua_proxytest"
 	vaultToken                   = "hvs.proxytest-operator"
 )
 
@@ -56,6 +63,8 @@ const (
 type servers struct {
 	Proxmox, ProxmoxFingerprint string
 	GitHub                      string
+	GitLab                      string
+	Buildkite, BuildkiteCluster string
 	Vault                       string
 	CA                          []byte
 }
@@ -81,6 +90,7 @@ func TestOperatorClientsUseTheProxy(t *testing.T) {
 		return srv.URL, srv.Listener.Addr().String()
 	}
 
+	var s servers
 	pveCfg := proxmoxsim.DefaultConfig()
 	pveCfg.AuthFailureDelay = 0
 	no := false
@@ -104,6 +114,20 @@ func TestOperatorClientsUseTheProxy(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = gh.Close() })
 
+	gl, err := gitlabsim.New(gitlabsim.Config{
+		Groups: []gitlabsim.GroupConfig{{Path: "acme"}},
+		Users:  []gitlabsim.UserConfig{{Username: "owner", Members: map[string]int{"acme": gitlabsim.Owner}}},
+		Tokens: []gitlabsim.TokenConfig{{Token: gitlabPAT, User: "owner", Scopes: []string{"api"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gl.Close)
+
+	bk := bksim.New(bksim.Config{APITokens: []bksim.APIToken{{Token: buildkiteToken, Scopes: bksim.Scopes()}}})
+	t.Cleanup(bk.Close)
+	s.BuildkiteCluster = bk.CreateCluster("linux").ID
+
 	vs := vaultsim.New()
 	vs.EnableKV("secret")
 	accessor := vs.EnableJWT("jwt", vaultsim.JWTConfig{})
@@ -111,7 +135,6 @@ func TestOperatorClientsUseTheProxy(t *testing.T) {
 	vs.SetPolicy("hyperfleet-vm", vaultsim.VMPolicy("secret", "hyperfleet", accessor)...)
 	vs.AddToken(vaultToken, "hyperfleet-operator")
 
-	var s servers
 	var addrs []string
 	var addr string
 	s.Proxmox, addr = serve(pve)
@@ -120,6 +143,10 @@ func TestOperatorClientsUseTheProxy(t *testing.T) {
 	gh.SetServerURL(s.GitHub)
 	addrs = append(addrs, addr)
 	s.Vault, addr = serve(vs.Handler())
+	addrs = append(addrs, addr)
+	s.GitLab, addr = serve(gl)
+	addrs = append(addrs, addr)
+	s.Buildkite, addr = serve(bk)
 	addrs = append(addrs, addr)
 	s.ProxmoxFingerprint, s.CA = fp, caPEM
 	for _, a := range addrs {
@@ -149,7 +176,7 @@ func TestOperatorClientsUseTheProxy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the clients' process failed: %v\n%s", err, out)
 	}
-	for i, name := range []string{"Proxmox", "GitHub", "Vault"} {
+	for i, name := range []string{"Proxmox", "GitHub", "Vault", "GitLab", "Buildkite"} {
 		if !px.Proxied(t, addrs[i]) {
 			t.Errorf("tinyproxy passed no CONNECT to the %s simulator at %s: %v", name, addrs[i], px.Requests(t))
 		}
@@ -206,5 +233,22 @@ func callServers(t *testing.T, file string) {
 	id := spiffeid.RequireFromString("spiffe://example.org/vm/ci/runner-a/uid-a")
 	if err := store.Put(ctx, id, secretstore.Credential{Method: agentconfig.BootstrapJITConfig, JITConfig: "eyJqaXQiOnRydWV9"}); err != nil {
 		t.Errorf("Vault: %v", err)
+	}
+
+	lab, err := gitlab.New(gitlab.Config{URL: s.GitLab, Token: gitlabPAT, Scope: workload.Scope{Owner: "acme"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.VerifyScope(ctx); err != nil {
+		t.Errorf("GitLab: %v", err)
+	}
+
+	kite, err := buildkite.New(buildkite.Config{APIURL: s.Buildkite, AgentEndpoint: s.Buildkite + "/v3", Organization: "acme",
+		Cluster: s.BuildkiteCluster, Scope: workload.Scope{Owner: "acme"}, Token: buildkiteToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kite.VerifyScope(ctx); err != nil {
+		t.Errorf("Buildkite: %v", err)
 	}
 }
