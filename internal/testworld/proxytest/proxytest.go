@@ -53,14 +53,22 @@ func Start(t testing.TB) *Proxy {
 	if err != nil {
 		t.Fatalf("tinyproxy is not installed (hack/test-deps.sh installs it): %v", err)
 	}
-	pid := os.Getpid()
-	// 10.243.0.0/16 in /30s: 16384 networks; the chaos tests use
-	// 10.242.0.0/30.
-	n := uint32(pid%16384) * 4
-	subnet := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 243, byte(n >> 8), byte(n)}), 30)
-	link, err := netns.Create(fmt.Sprintf("hfpx%d", pid%1000000), subnet)
-	if err != nil {
-		t.Fatalf("proxy namespace: %v", err)
+	// 10.243.0.0/16 in /30s: 16384 networks (the chaos tests use
+	// 10.242.0.0/30). The namespace's name is the network's index, so that
+	// creating it claims the network: a process that meets one taken (by
+	// another test process, or left by a killed one) takes the next.
+	var link *netns.Link
+	start := os.Getpid() % 16384
+	for i := 0; link == nil; i++ {
+		idx := (start + i) % 16384
+		n := uint32(idx) * 4
+		subnet := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 243, byte(n >> 8), byte(n)}), 30)
+		l, err := netns.Create(fmt.Sprintf("hfpx%d", idx), subnet)
+		if err == nil {
+			link = l
+		} else if i == 16 {
+			t.Fatalf("proxy namespace: %v", err)
+		}
 	}
 	t.Cleanup(func() { _ = link.Close() })
 	p := &Proxy{URL: fmt.Sprintf("http://%s:%d", link.NSAddr, Port), Addr: link.NSAddr, link: link}
