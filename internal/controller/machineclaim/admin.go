@@ -149,7 +149,7 @@ func (r *Reconciler) releaseForced(ctx context.Context, s *claimScope) (phase.Re
 	r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.ForceDeletedReason), conditions.Truncate(msg, 1024))
 	ctrl.LoggerFrom(ctx).Info("MachineClaim force-deleted; its VM was abandoned without the hypervisor", "vm", ref.ID(), "cluster", cluster,
 		"addresses", addrs, "reason", reason)
-	r.countOutcome(ctx, claim)
+	r.countOutcome(claim)
 	r.attempts.Delete(claim.UID)
 	return phase.Stop(), nil
 }

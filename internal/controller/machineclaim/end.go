@@ -6,7 +6,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -233,7 +232,7 @@ func (r *Reconciler) releaseFinalizer(ctx context.Context, s *claimScope) (phase
 	if err := r.removeFinalizer(ctx, s); err != nil {
 		return phase.Stop(), err
 	}
-	r.countOutcome(ctx, s.claim)
+	r.countOutcome(s.claim)
 	r.attempts.Delete(s.claim.UID)
 	return phase.Stop(), nil
 }
@@ -277,7 +276,7 @@ func (r *Reconciler) finish(ctx context.Context, s *claimScope) error {
 			msg = "The VM was disowned and is no longer HyperFleet's; the claim is kept as history"
 		}
 		s.facts.ending(hfv1.FinishedReason, msg)
-		r.countOutcome(ctx, claim)
+		r.countOutcome(claim)
 		return nil
 	}
 	return client.IgnoreNotFound(r.Client.Delete(ctx, claim))
@@ -286,38 +285,33 @@ func (r *Reconciler) finish(ctx context.Context, s *claimScope) error {
 // countOutcome counts the claim's runner outcome and its VM's life for
 // chargeback. Its callers run once per claim, after the finalizer is gone:
 // a restart in between loses the count rather than doubling it.
-func (r *Reconciler) countOutcome(ctx context.Context, claim *hfv1.MachineClaim) {
+func (r *Reconciler) countOutcome(claim *hfv1.MachineClaim) {
 	pool := ""
 	if ref := claim.Spec.RunnerPoolRef; ref != nil {
 		pool = ref.Name
 	}
 	metrics.RunnerOutcomes.WithLabelValues(claim.Namespace, pool, string(Outcome(claim))).Inc()
-	r.countVMSeconds(ctx, claim, pool)
+	r.countVMSeconds(claim, pool)
 	r.Runners.Forget(claim.UID)
 }
 
 // countVMSeconds adds the claim's VM life, from the clone request (the
 // claim entering Provisioning) to now (the VM destroyed, abandoned or
-// disowned), to the repository of the job its runner took: IdleLabel when
-// it took none, UnknownLabel when the job's CIJob was collected before the
-// VM went (completed CIJobs stay 15 minutes). A claim that never asked for
-// a VM adds nothing.
-func (r *Reconciler) countVMSeconds(ctx context.Context, claim *hfv1.MachineClaim, pool string) {
+// disowned), to the repository of the job its runner took
+// (status.bootstrap.jobRepository): IdleLabel when it took none,
+// UnknownLabel when the claim recorded a job without a repository (a
+// claim from before the field). A claim that never asked for a VM adds
+// nothing.
+func (r *Reconciler) countVMSeconds(claim *hfv1.MachineClaim, pool string) {
 	times := claim.Status.PhaseTimes
 	if times == nil || times.Provisioning == nil {
 		return
 	}
 	repository := ""
 	if st := claim.Status.Bootstrap; st != nil && st.Job() != "" {
-		repository = metrics.UnknownLabel
-		if st.RunnerName != "" {
-			job, err := r.jobOf(ctx, claim)
-			switch {
-			case err != nil:
-				ctrl.LoggerFrom(ctx).Info("Could not read the CIJob of the claim's job; its VM's time is counted under "+metrics.UnknownLabel, "job", st.Job(), "error", err.Error())
-			case job != nil && job.Spec.ID() == st.Job():
-				repository = job.Spec.Repository
-			}
+		repository = st.JobRepository
+		if repository == "" {
+			repository = metrics.UnknownLabel
 		}
 	}
 	metrics.AddVMSeconds(claim.Namespace, pool, repository, r.Clock.Now().Sub(times.Provisioning.Time))
