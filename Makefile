@@ -302,7 +302,7 @@ GUEST_PARALLEL ?= 2
 .PHONY: test-guest
 test-guest: test-deps ## Run the real-guest tests (build tag guest): QEMU guests of the image hack/guest-image builds from docs/templates.md.
 	hack/test-deps.sh --guest
-	SPIRE_DIR="$$($(SPIRE_BUILD))" KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HF_GUEST_TIMINGS_OUT="$(GUEST_TIMINGS)" \
+	SPIRE_DIR="$$($(SPIRE_BUILD))" KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" BUILDKITE_AGENT="$$($(BUILDKITE_AGENT_BUILD))" HF_GUEST_TIMINGS_OUT="$(GUEST_TIMINGS)" \
 		hack/go-test-shards.sh -v -n $(GUEST_PARALLEL) -tags guest -timeout $(GUEST_TIMEOUT) ./test/guest
 
 .PHONY: dev
