@@ -57,8 +57,10 @@ var (
 	})
 )
 
-// ForgetPool drops a deleted pool's gauges.
+// ForgetPool drops a deleted pool's gauges, and its job and chargeback
+// series with their label values (jobs.go).
 func ForgetPool(namespace, pool string) {
+	forgetPoolJobs(namespace, pool)
 	PoolDesiredReplicas.DeleteLabelValues(namespace, pool)
 	PoolPendingJobs.DeleteLabelValues(namespace, pool)
 	for _, s := range []string{"starting", "idle", "busy", "terminating", "retained"} {
