@@ -48,11 +48,11 @@ func TestWorkingHoursAcrossSpringForward(t *testing.T) {
 		{"2026-03-27T06:00:00Z", "2026-03-27T07:00:00Z", "", 1},
 		{"2026-03-27T07:00:00Z", "2026-03-27T17:00:00Z", "office", 3},
 		{"2026-03-27T16:59:59Z", "2026-03-27T17:00:00Z", "office", 3},
-		{"2026-03-27T17:00:00Z", "2026-03-30T06:00:00Z", "", 1},            // the weekend, across the change
-		{"2026-03-29T12:00:00Z", "2026-03-30T06:00:00Z", "", 1},            // Sunday, clocks went forward
-		{"2026-03-30T06:00:00Z", "2026-03-30T16:00:00Z", "office", 3},      // Monday 08:00 CEST
-		{"2026-03-30T15:59:00Z", "2026-03-30T16:00:00Z", "office", 3},      // 17:59 CEST
-		{"2026-03-30T16:00:00Z", "2026-03-31T06:00:00Z", "", 1},            // 18:00 CEST
+		{"2026-03-27T17:00:00Z", "2026-03-30T06:00:00Z", "", 1},       // the weekend, across the change
+		{"2026-03-29T12:00:00Z", "2026-03-30T06:00:00Z", "", 1},       // Sunday, clocks went forward
+		{"2026-03-30T06:00:00Z", "2026-03-30T16:00:00Z", "office", 3}, // Monday 08:00 CEST
+		{"2026-03-30T15:59:00Z", "2026-03-30T16:00:00Z", "office", 3}, // 17:59 CEST
+		{"2026-03-30T16:00:00Z", "2026-03-31T06:00:00Z", "", 1},       // 18:00 CEST
 	} {
 		a := Evaluate(utc(c.at), 1, 0, s)
 		if names(a.Active) != c.active || a.MinReplicas != c.minReplica || !a.NextChange.Equal(utc(c.next)) {
