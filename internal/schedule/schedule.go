@@ -34,9 +34,7 @@ import (
 	"fmt"
 	"sort"
 	"time"
-	// The operator's image is built from scratch, without the system's
-	// zoneinfo: the zones are compiled in (about 450 KB).
-	_ "time/tzdata"
+	_ "time/tzdata" // the image is built from scratch, without zoneinfo: the zones are compiled in (about 450 KB)
 
 	"github.com/robfig/cron/v3"
 )
