@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -86,6 +87,8 @@ type poolWorldOptions struct {
 	// sharedSecret verifies the webhooks with the shared fallback secret
 	// (accepted: AllowSharedSecret) instead of octo-org's own key.
 	sharedSecret bool
+	// clock replaces the operator's clock.
+	clock clock.Clock
 }
 
 const poolWebhookSecret = "pool-test-webhook-secret"
@@ -126,6 +129,7 @@ func startPoolWorld(t *testing.T, o poolWorldOptions) *poolWorld {
 		webhook:        hooks,
 		resyncInterval: time.Second,
 		backoff:        o.backoff,
+		clock:          o.clock,
 	})
 	select {
 	case <-op.components.Webhook.Ready():
