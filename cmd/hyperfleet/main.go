@@ -158,6 +158,7 @@ func runManager(args []string) error {
 	bindLimitFlags(fs, "webhook", "the webhook receiver", &webhookLimits, webhook.DefaultLimits)
 	spireForcedRefresh := fs.Duration("spire-forced-refresh-interval", identity.DefaultForcedRefreshInterval, "shortest time between two reads of a SPIRE server's trust bundle that a certificate failing verification at the credential broker may force (anyone can present one); the reads about once a minute are not limited by it")
 	scriptUser := fs.String("generic-script-user", agentconfig.DefaultRunnerUser, "user a generic workload's VMs run their script as (a user name of the image, such as runner): the agent runs the script as this user, and the VMs' SPIRE registration entries select it (unix:user:<name>), so that only the script gets the VM's SVID (docs/generic.md)")
+	jobMetricsLabels := fs.Int("job-metrics-max-label-values", metrics.DefaultJobLabelValues, "per RunnerPool, how many repository and workflow pairs get series of their own in hyperfleet_job_queue_seconds and hyperfleet_job_run_seconds, and how many repositories in hyperfleet_vm_seconds_total; later ones are counted under __other__ (docs/operations.md, \"Job and chargeback metrics\")")
 	agentFlags := bindAgentServerFlags(fs)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
@@ -172,6 +173,9 @@ func runManager(args []string) error {
 		return err
 	}
 	if err := checkScriptUser(*scriptUser); err != nil {
+		return err
+	}
+	if err := metrics.SetJobLabelLimit(*jobMetricsLabels); err != nil {
 		return err
 	}
 	if *spireForcedRefresh <= 0 {
