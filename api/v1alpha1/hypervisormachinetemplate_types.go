@@ -627,8 +627,11 @@ const DefaultGenericTTL = time.Hour
 
 // GitHubBootstrap is where runners register and with which credentials the
 // operator asks GitHub for their single-use credentials.
-// +kubebuilder:validation:XValidation:rule="has(self.repository) != has(self.organization)",message="set exactly one of bootstrap.github.repository (repository runners) and bootstrap.github.organization (organization runners)"
-// +kubebuilder:validation:XValidation:rule="!has(self.runnerGroup) || has(self.organization)",message="bootstrap.github.runnerGroup applies only to organization runners (GitHub has no runner groups for a repository): remove it or use bootstrap.github.organization"
+// +kubebuilder:validation:XValidation:rule="[has(self.repository), has(self.organization), has(self.enterprise)].filter(x, x).size() == 1",message="set exactly one of bootstrap.github.repository (repository runners), bootstrap.github.organization (organization runners) and bootstrap.github.enterprise (enterprise runners)"
+// +kubebuilder:validation:XValidation:rule="!has(self.runnerGroup) || has(self.organization) || has(self.enterprise)",message="bootstrap.github.runnerGroup applies only to organization and enterprise runners (GitHub has no runner groups for a repository): remove it or use bootstrap.github.organization"
+// +kubebuilder:validation:XValidation:rule="has(self.owner) || has(self.enterprise)",message="bootstrap.github.owner is required for repository and organization runners: set it to the repository's owner or the organization"
+// +kubebuilder:validation:XValidation:rule="!has(self.enterprise) || has(self.credentials.pat)",message="bootstrap.github.enterprise needs bootstrap.github.credentials.pat, a personal access token (classic) with the manage_runners:enterprise scope: GitHub Apps cannot manage enterprise runners; replace credentials.app with credentials.pat"
+// +kubebuilder:validation:XValidation:rule="!has(self.enterprise) || (!has(self.registrationURLs) && !has(self.runnerURLs))",message="bootstrap.github.registrationURLs and runnerURLs have no enterprise form: remove them when bootstrap.github.enterprise is set (enterprise runners register with just-in-time configurations or apiBaseURL's enterprise endpoints)"
 type GitHubBootstrap struct {
 	// credentials are the operator's GitHub credentials, as Secret keys in
 	// this namespace. They never reach a VM.
@@ -636,12 +639,13 @@ type GitHubBootstrap struct {
 	Credentials GitHubCredentials `json:"credentials"`
 
 	// owner is the user or organization that owns the repository or is the
-	// organization.
-	// +required
+	// organization. Required for repository and organization runners;
+	// unused for enterprise runners.
+	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=39
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$`
-	Owner string `json:"owner"`
+	Owner string `json:"owner,omitempty"`
 
 	// repository is the repository name under owner, for repository runners.
 	// +optional
@@ -656,6 +660,19 @@ type GitHubBootstrap struct {
 	// +kubebuilder:validation:MaxLength=39
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$`
 	Organization string `json:"organization,omitempty"`
+
+	// enterprise is the enterprise's slug, for enterprise runners: runners
+	// register in the enterprise's runner group (runnerGroup, else Default)
+	// and take jobs of the organizations that group allows. Each RunnerPool
+	// of the template names one of those organizations (or a repository of
+	// one) in spec.workload.github. Needs credentials.pat: a personal access
+	// token (classic) with the manage_runners:enterprise scope, and repo
+	// access to the organizations' repositories for reading their jobs.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=60
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$`
+	Enterprise string `json:"enterprise,omitempty"`
 
 	// apiBaseURL is the GitHub REST API; for GitHub Enterprise Server use
 	// https://<host>/api/v3.
@@ -677,8 +694,8 @@ type GitHubBootstrap struct {
 	// +optional
 	RunnerURLs *ScopedURLs `json:"runnerURLs,omitempty"`
 
-	// runnerGroup is the organization runner group runners join;
-	// organization runners only.
+	// runnerGroup is the organization or enterprise runner group runners
+	// join (default: Default); organization and enterprise runners only.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=100

@@ -88,7 +88,9 @@ type GitHubWorkload struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?/[A-Za-z0-9_.-]+$`
 	Repository string `json:"repository,omitempty"`
 
-	// organization narrows the pool to one organization's jobs.
+	// organization narrows the pool to one organization's jobs. With a
+	// template of enterprise runners it is required (or repository): an
+	// organization of the enterprise whose jobs the runners take.
 	// +optional
 	// +kubebuilder:validation:MaxLength=39
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$`
@@ -484,8 +486,9 @@ type ActiveWindow struct {
 // ScopeVerification is the last successful check that the template's
 // credentials manage runners in the pool's scope.
 type ScopeVerification struct {
-	// scope is the verified owner or owner/repository.
-	// +kubebuilder:validation:MaxLength=140
+	// scope is the verified owner or owner/repository, prefixed with
+	// enterprises/<slug>/ for an enterprise's runners.
+	// +kubebuilder:validation:MaxLength=256
 	Scope string `json:"scope"`
 	// template is the HypervisorMachineTemplate whose credentials were used.
 	// +kubebuilder:validation:MaxLength=253

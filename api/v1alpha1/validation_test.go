@@ -383,6 +383,10 @@ func validTemplate() *unstructured.Unstructured {
 	})
 }
 
+// enterpriseTemplate turns validTemplate into one of enterprise runners.
+var enterpriseTemplate = all(del("spec", "bootstrap", "github", "repository"), del("spec", "bootstrap", "github", "owner"),
+	set("acme-corp", "spec", "bootstrap", "github", "enterprise"), set("linux", "spec", "bootstrap", "github", "runnerGroup"))
+
 func validGenericTemplate() *unstructured.Unstructured {
 	return object("HypervisorMachineTemplate", "tpl", map[string]any{
 		"hypervisorClusterRef": map[string]any{"name": "pve"},
@@ -634,12 +638,17 @@ func invalidCases() []invalidCase {
 		{name: "template generic work dir with dot-dot", base: validGenericTemplate, mutate: set("/opt/x/../work", "spec", "bootstrap", "generic", "workDir"), want: "bootstrap.generic.workDir must be written plainly"},
 		{name: "template no github credentials", base: validTemplate, mutate: set(map[string]any{}, "spec", "bootstrap", "github", "credentials"), want: "set exactly one of bootstrap.github.credentials.app"},
 		{name: "template pat secret in another namespace", base: validTemplate, mutate: set(map[string]any{"name": "gh", "key": "token", "namespace": "kube-system"}, "spec", "bootstrap", "github", "credentials", "pat"), want: `unknown field "spec.bootstrap.github.credentials.pat.namespace"`},
-		{name: "template repository and organization", base: validTemplate, mutate: set("example", "spec", "bootstrap", "github", "organization"), want: "set exactly one of bootstrap.github.repository (repository runners) and bootstrap.github.organization"},
+		{name: "template repository and organization", base: validTemplate, mutate: set("example", "spec", "bootstrap", "github", "organization"), want: "set exactly one of bootstrap.github.repository (repository runners), bootstrap.github.organization (organization runners) and bootstrap.github.enterprise"},
 		{name: "template http api base url", base: validTemplate, mutate: set("http://ghe.example.com/api/v3", "spec", "bootstrap", "github", "apiBaseURL"), want: "bootstrap.github.apiBaseURL must be an https:// URL"},
 		{name: "template registration url without placeholder", base: validTemplate, mutate: set(map[string]any{"repository": "https://api.github.com/repos/x/y/actions/runners/registration-token"}, "spec", "bootstrap", "github", "registrationURLs"), want: "a repository URL template must start with https:// and contain {owner} and {repo}"},
 		{name: "template unknown runner arch", base: validTemplate, mutate: set(map[string]any{"arch": "riscv64"}, "spec", "bootstrap", "github", "runner"), want: `spec.bootstrap.github.runner.arch: Unsupported value: "riscv64"`},
 		{name: "template bad checksum", base: validTemplate, mutate: set(map[string]any{"downloadURL": "https://example.com/runner.tgz", "downloadSHA256": "abc"}, "spec", "bootstrap", "github", "runner"), want: "spec.bootstrap.github.runner.downloadSHA256: Invalid value"},
-		{name: "template runner group on repository runners", base: validTemplate, mutate: set("ci", "spec", "bootstrap", "github", "runnerGroup"), want: "bootstrap.github.runnerGroup applies only to organization runners"},
+		{name: "template enterprise and repository", base: validTemplate, mutate: set("acme-corp", "spec", "bootstrap", "github", "enterprise"), want: "set exactly one of bootstrap.github.repository (repository runners), bootstrap.github.organization (organization runners) and bootstrap.github.enterprise"},
+		{name: "template enterprise with an app", base: validTemplate, mutate: all(enterpriseTemplate, del("spec", "bootstrap", "github", "credentials", "pat"), set(map[string]any{"appId": map[string]any{"name": "a", "key": "id"}, "privateKey": map[string]any{"name": "a", "key": "pem"}, "installationId": map[string]any{"name": "a", "key": "inst"}}, "spec", "bootstrap", "github", "credentials", "app")), want: "bootstrap.github.enterprise needs bootstrap.github.credentials.pat, a personal access token (classic) with the manage_runners:enterprise scope"},
+		{name: "template enterprise with runner URLs", base: validTemplate, mutate: all(enterpriseTemplate, set(map[string]any{"organization": "https://github.example.com/{owner}"}, "spec", "bootstrap", "github", "runnerURLs")), want: "bootstrap.github.registrationURLs and runnerURLs have no enterprise form"},
+		{name: "template enterprise slug with a slash", base: validTemplate, mutate: all(enterpriseTemplate, set("acme/corp", "spec", "bootstrap", "github", "enterprise")), want: "spec.bootstrap.github.enterprise: Invalid value"},
+		{name: "template organization without owner", base: validTemplate, mutate: all(del("spec", "bootstrap", "github", "repository"), del("spec", "bootstrap", "github", "owner"), set("acme", "spec", "bootstrap", "github", "organization")), want: "bootstrap.github.owner is required for repository and organization runners"},
+		{name: "template runner group on repository runners", base: validTemplate, mutate: set("ci", "spec", "bootstrap", "github", "runnerGroup"), want: "bootstrap.github.runnerGroup applies only to organization and enterprise runners"},
 		{name: "template github and gitlab", base: validTemplate, mutate: set(map[string]any{"credentials": map[string]any{"token": map[string]any{"name": "gl", "key": "token"}}, "group": "acme"}, "spec", "bootstrap", "gitlab"), want: "spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions),"},
 		{name: "template gitlab without scope", base: validGitLabTemplate, mutate: del("spec", "bootstrap", "gitlab", "group"), want: "set exactly one of bootstrap.gitlab.project (project runners), bootstrap.gitlab.group (group runners) and bootstrap.gitlab.instance: true"},
 		{name: "template gitlab instance false is no scope", base: validGitLabTemplate, mutate: all(del("spec", "bootstrap", "gitlab", "group"), set(false, "spec", "bootstrap", "gitlab", "instance")), want: "set exactly one of bootstrap.gitlab.project"},
