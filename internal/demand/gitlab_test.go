@@ -55,6 +55,39 @@ func TestChooseUntagged(t *testing.T) {
 	}
 }
 
+// TestChooseEnterpriseRanksLast: of GitHub pools that cover a job equally
+// well by labels, the repository's wins over the organization's, and the
+// organization's own runners over its enterprise's; an enterprise pool of
+// another organization does not take the job at all.
+func TestChooseEnterpriseRanksLast(t *testing.T) {
+	cand := func(name string, scope workload.Scope) Candidate {
+		return Candidate{Pool: nn("ci", name), Platform: hfv1.WorkloadGitHubActions, Scope: scope, RunnerLabels: []string{"linux"}, Verified: true, RunUntagged: true}
+	}
+	repo := cand("repo", workload.Scope{Owner: "octo", Repository: "app"})
+	org := cand("org", workload.Scope{Owner: "octo"})
+	ent := cand("ent", workload.Scope{Enterprise: "acme", Owner: "octo"})
+	other := cand("other", workload.Scope{Enterprise: "acme", Owner: "widgets"})
+	job := workload.Job{ID: "1", Platform: hfv1.WorkloadGitHubActions, Repository: "octo/app", Labels: []string{"linux"}}
+	for _, tc := range []struct {
+		cands []Candidate
+		want  string
+	}{
+		{[]Candidate{ent, org, repo, other}, "repo"},
+		{[]Candidate{ent, org, other}, "org"},
+		{[]Candidate{other, ent}, "ent"},
+		{[]Candidate{other}, ""},
+	} {
+		d := Choose(tc.cands, job)
+		got := ""
+		if d.Pool != nil {
+			got = d.Pool.Pool.Name
+		}
+		if got != tc.want || len(d.Ambiguous) != 0 {
+			t.Errorf("pools %d: chose %q (ambiguous %d), want %q", len(tc.cands), got, len(d.Ambiguous), tc.want)
+		}
+	}
+}
+
 // TestChooseNestedScopesProperty checks on generated GitLab pools (rapid,
 // 2,000 cases) over nested groups, projects and the instance that the
 // chosen pool serves the job (scope, tags, untagged), that no other

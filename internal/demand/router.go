@@ -388,7 +388,8 @@ func compareSpecificity(a, b *Candidate) int {
 // compareScopes orders scopes that all hold one job's repository, most
 // specific first: the repository itself, then its owners from the deepest
 // group (a GitLab subgroup) up to the top one (a GitHub organization has
-// no depth to compare), then the whole instance.
+// no depth to compare), then the enterprise's runners for the
+// organization, then the whole instance.
 func compareScopes(a, b workload.Scope) int {
 	return cmp.Or(cmp.Compare(scopeKind(a), scopeKind(b)),
 		// Deeper first: more path segments rank before fewer.
@@ -396,10 +397,13 @@ func compareScopes(a, b workload.Scope) int {
 }
 
 // scopeKind is 0 for a repository scope, 1 for an owner (organization or
-// group) and 2 for the instance.
+// group), 2 for an organization served by its enterprise's runners (an
+// organization's own pool is nearer the job) and 3 for the instance.
 func scopeKind(s workload.Scope) int {
 	switch {
 	case s.Instance:
+		return 3
+	case s.IsOrganization() && s.IsEnterprise():
 		return 2
 	case s.IsOrganization():
 		return 1

@@ -59,6 +59,11 @@ type scopeCollector struct {
 // add appends the scope on endpoint (empty: the platform's public service)
 // unless it is there already; obj receives the scope's events.
 func (c *scopeCollector) add(ctx context.Context, be workload.Backend, tmpl *hfv1.HypervisorMachineTemplate, endpoint string, scope workload.Scope, obj client.Object) {
+	if scope.IsEnterprise() {
+		// An enterprise's runners are one list whichever organization a
+		// pool serves with them: swept once, at the enterprise.
+		scope = workload.Scope{Enterprise: scope.Enterprise}
+	}
 	key := scope.String()
 	if endpoint != "" {
 		key = endpoint + " " + key

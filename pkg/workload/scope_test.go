@@ -37,6 +37,13 @@ func TestScopeContains(t *testing.T) {
 		{Scope{Instance: true}, "octo", false},
 		{Scope{Instance: true}, "", false},
 		{Scope{Instance: true}, "octo/", false},
+		// An enterprise's runners serve the organization a pool names, and
+		// nothing without one.
+		{Scope{Enterprise: "acme"}, "acme/app", false},
+		{Scope{Enterprise: "acme", Owner: "octo"}, "octo/app", true},
+		{Scope{Enterprise: "acme", Owner: "octo"}, "acme/app", false},
+		{Scope{Enterprise: "acme", Owner: "octo", Repository: "app"}, "octo/app", true},
+		{Scope{Enterprise: "acme", Owner: "octo", Repository: "app"}, "octo/web", false},
 	} {
 		if got := tc.scope.Contains(tc.repository); got != tc.want {
 			t.Errorf("%q.Contains(%q) = %v, want %v", tc.scope, tc.repository, got, tc.want)
@@ -66,4 +73,19 @@ func TestScopeContainsGitHubNames(t *testing.T) {
 			t.Fatalf("%q.Contains(%q) = %v, want %v", s, jobOwner+"/"+jobRepo, got, want)
 		}
 	})
+}
+
+func TestEnterpriseScope(t *testing.T) {
+	for _, tc := range []struct {
+		scope Scope
+		want  string
+	}{
+		{Scope{Enterprise: "acme"}, "enterprises/acme"},
+		{Scope{Enterprise: "acme", Owner: "octo"}, "enterprises/acme/octo"},
+		{Scope{Enterprise: "acme", Owner: "octo", Repository: "app"}, "enterprises/acme/octo/app"},
+	} {
+		if tc.scope.IsZero() || !tc.scope.IsEnterprise() || tc.scope.String() != tc.want {
+			t.Errorf("%+v: IsZero %v, IsEnterprise %v, String %q (want %q)", tc.scope, tc.scope.IsZero(), tc.scope.IsEnterprise(), tc.scope.String(), tc.want)
+		}
+	}
 }

@@ -36,13 +36,25 @@ type Scope struct {
 	// Instance is the whole platform instance (GitLab's instance runners,
 	// which serve every project): Owner and Repository are then empty.
 	Instance bool
+	// Enterprise is the GitHub enterprise whose runners serve the scope:
+	// runners register at the enterprise (its runner group) and take the
+	// jobs of Owner (an organization of the enterprise) or of Owner's
+	// Repository. Alone, without an Owner, it names the enterprise's runners
+	// but holds no repository: which organizations a runner group allows is
+	// the platform's to say, so a pool names the organization it serves.
+	Enterprise string
 }
 
 // InstanceScopeName is how an instance scope prints (Scope.String).
 const InstanceScopeName = "(instance)"
 
 // IsZero reports whether the scope names nothing.
-func (s Scope) IsZero() bool { return s.Owner == "" && s.Repository == "" && !s.Instance }
+func (s Scope) IsZero() bool {
+	return s.Owner == "" && s.Repository == "" && !s.Instance && s.Enterprise == ""
+}
+
+// IsEnterprise reports whether the scope's runners are an enterprise's.
+func (s Scope) IsEnterprise() bool { return s.Enterprise != "" }
 
 // IsOrganization reports whether the scope is a whole owner (or the whole
 // instance).
@@ -53,10 +65,17 @@ func (s Scope) String() string {
 	if s.Instance {
 		return InstanceScopeName
 	}
-	if s.Repository == "" {
-		return s.Owner
+	own := s.Owner
+	if s.Repository != "" {
+		own += "/" + s.Repository
 	}
-	return s.Owner + "/" + s.Repository
+	if s.Enterprise != "" {
+		if own == "" {
+			return "enterprises/" + s.Enterprise
+		}
+		return "enterprises/" + s.Enterprise + "/" + own
+	}
+	return own
 }
 
 // Contains reports whether repository (its full path, such as owner/name
@@ -69,11 +88,13 @@ func (s Scope) Contains(repository string) bool {
 		// name.
 		return strings.Contains(repository, "/") && !strings.HasPrefix(repository, "/") && !strings.HasSuffix(repository, "/")
 	}
-	if s.IsZero() {
+	if s.Owner == "" {
+		// Nothing, or an enterprise without an organization (see
+		// Enterprise).
 		return false
 	}
 	if s.Repository != "" {
-		return strings.EqualFold(repository, s.String())
+		return strings.EqualFold(repository, s.Owner+"/"+s.Repository)
 	}
 	n := len(s.Owner)
 	return len(repository) > n+1 && repository[n] == '/' && strings.EqualFold(repository[:n], s.Owner) &&

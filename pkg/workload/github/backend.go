@@ -192,7 +192,8 @@ func (b *Backend) config(ctx context.Context, tmpl *hfv1.HypervisorMachineTempla
 		BaseURL: cmp.Or(gh.APIBaseURL, DefaultBaseURL), Scope: scope,
 		Transport: b.transport, Clock: b.clock,
 		RunnerURL:   runnerURLFor(gh, scope),
-		ObserveCall: observeCall, ObserveRate: observeRate(scope.Owner),
+		ObserveCall: observeCall, ObserveRate: observeRate(cmp.Or(scope.Owner, scope.Enterprise)),
+		RunnerGroup: gh.RunnerGroup,
 	}
 	if t := tmpl.Spec.Bootstrap.HTTPTimeout; t != nil {
 		cfg.HTTPTimeout = t.Duration
@@ -222,6 +223,10 @@ func (b *Backend) config(ctx context.Context, tmpl *hfv1.HypervisorMachineTempla
 			return cfg, err
 		}
 		cfg.App = app
+		if scope.IsEnterprise() {
+			return cfg, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid,
+				"%s.enterprise needs %s.credentials.pat (a personal access token (classic) with manage_runners:enterprise): GitHub Apps cannot manage enterprise runners", templateField, templateField)
+		}
 	default:
 		return cfg, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s.credentials sets neither app nor pat", templateField)
 	}
@@ -294,22 +299,32 @@ func templateScope(b *hfv1.GitHubBootstrap) (workload.Scope, string) {
 		return workload.Scope{Owner: b.Owner, Repository: b.Repository}, templateField + ".repository"
 	case b.Organization != "":
 		return workload.Scope{Owner: b.Organization}, templateField + ".organization"
+	case b.Enterprise != "":
+		return workload.Scope{Enterprise: b.Enterprise}, templateField + ".enterprise"
 	}
 	return workload.Scope{}, ""
 }
 
 // poolScope is the scope a pool serves: its own repository (owner/name)
-// or organization, else its template's. False when neither says.
+// or organization, else its template's. False when neither says. Under a
+// template of enterprise runners the pool's repository or organization is
+// served by the enterprise's runners; without either the scope is the
+// bare enterprise, which holds no job (workload.Scope.Enterprise) and
+// VerifyScope refuses.
 func poolScope(w *hfv1.GitHubWorkload, b *hfv1.GitHubBootstrap) (workload.Scope, bool) {
+	enterprise := ""
+	if b != nil {
+		enterprise = b.Enterprise
+	}
 	switch {
 	case w != nil && w.Repository != "":
 		owner, name, ok := strings.Cut(w.Repository, "/")
 		if !ok || owner == "" || name == "" {
 			return workload.Scope{}, false
 		}
-		return workload.Scope{Owner: owner, Repository: name}, true
+		return workload.Scope{Enterprise: enterprise, Owner: owner, Repository: name}, true
 	case w != nil && w.Organization != "":
-		return workload.Scope{Owner: w.Organization}, true
+		return workload.Scope{Enterprise: enterprise, Owner: w.Organization}, true
 	}
 	s, _ := templateScope(b)
 	return s, !s.IsZero()
@@ -363,6 +378,11 @@ func registrationURL(gh *hfv1.GitHubBootstrap) string {
 		// GitHub Enterprise Server serves its API under /api/v3.
 		web = strings.TrimSuffix(api, "/api/v3")
 	}
+	if gh.Enterprise != "" {
+		// Enterprise runners register to the enterprise, whichever
+		// organization's jobs they take.
+		return web + "/enterprises/" + gh.Enterprise
+	}
 	if repo != "" {
 		return web + "/" + owner + "/" + repo
 	}
@@ -372,6 +392,7 @@ func registrationURL(gh *hfv1.GitHubBootstrap) string {
 // runnerURLFor is the URL a registration-token runner of scope registers
 // to (spec.bootstrap.github.runnerURLs, else the web URL of the scope).
 func runnerURLFor(gh *hfv1.GitHubBootstrap, scope workload.Scope) string {
-	gh.Owner, gh.Repository = scope.Owner, scope.Repository
-	return registrationURL(gh)
+	c := *gh
+	c.Owner, c.Repository, c.Enterprise = scope.Owner, scope.Repository, scope.Enterprise
+	return registrationURL(&c)
 }

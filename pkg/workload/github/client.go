@@ -47,6 +47,9 @@ type Config struct {
 	// registration tokens (the template's registrationURLs, expanded);
 	// empty uses the standard endpoint under BaseURL.
 	RegistrationTokenURL string
+	// RunnerGroup is the template's runner group; VerifyScope checks that
+	// an enterprise's group allows the scope's organization.
+	RunnerGroup string
 	// RunnerURL is the URL a registration-token runner registers to, such
 	// as https://github.com/octo-org/octo-repo.
 	RunnerURL string
@@ -104,11 +107,14 @@ var _ workload.Provider = (*Provider)(nil)
 
 // New builds a provider. It checks the configuration but makes no call.
 func New(cfg Config) (*Provider, error) {
-	if cfg.Scope.Owner == "" {
-		return nil, errors.New("github: the scope needs an owner (organization or user)")
+	if cfg.Scope.Owner == "" && !cfg.Scope.IsEnterprise() {
+		return nil, errors.New("github: the scope needs an owner (organization or user) or an enterprise")
 	}
 	if (cfg.Token == "") == (cfg.App == nil) {
 		return nil, errors.New("github: set exactly one of a personal access token and a GitHub App")
+	}
+	if cfg.Scope.IsEnterprise() && cfg.App != nil {
+		return nil, errors.New("github: enterprise runners need a personal access token (classic) with manage_runners:enterprise; GitHub Apps cannot manage them")
 	}
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
@@ -175,8 +181,8 @@ func (p *Provider) Rate() RateSnapshot { return p.gate.snapshot() }
 // tell when to build a new one.
 func Fingerprint(cfg Config) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%s\x00%s\x00%d\x00", cfg.BaseURL, cfg.Scope.Owner, cfg.Scope.Repository, cfg.Token,
-		cfg.RegistrationTokenURL, cfg.RunnerURL, cfg.HTTPTimeout)
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%s\x00%s\x00%d\x00%s\x00%s\x00", cfg.BaseURL, cfg.Scope.Owner, cfg.Scope.Repository, cfg.Token,
+		cfg.RegistrationTokenURL, cfg.RunnerURL, cfg.HTTPTimeout, cfg.Scope.Enterprise, cfg.RunnerGroup)
 	if a := cfg.App; a != nil {
 		fmt.Fprintf(h, "%d\x00%d\x00%s", a.AppID, a.InstallationID, a.PrivateKey)
 	}
@@ -211,6 +217,8 @@ func operationOf(req *http.Request) string {
 		return "registration-token"
 	case strings.HasSuffix(p, "/actions/runner-groups"):
 		return "list-runner-groups"
+	case strings.Contains(p, "/actions/runner-groups/") && strings.HasSuffix(p, "/organizations"):
+		return "list-runner-group-organizations"
 	case strings.Contains(p, "/actions/runners/") && req.Method == http.MethodDelete:
 		return "delete-runner"
 	case strings.Contains(p, "/actions/runners/"):

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	gh "github.com/google/go-github/v88/github"
+
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 const (
@@ -40,7 +42,10 @@ type listedRepositories struct {
 func (p *Provider) Repositories(ctx context.Context) ([]string, error) {
 	scope := p.cfg.Scope
 	if !scope.IsOrganization() {
-		return []string{scope.String()}, nil
+		return []string{scope.Owner + "/" + scope.Repository}, nil
+	}
+	if scope.Owner == "" {
+		return nil, fmt.Errorf("github: the runners of enterprise %s have no organization to read repositories of; name one in %s.organization: %w", scope.Enterprise, poolField, workload.ErrInvalidRequest)
 	}
 	now := p.clock.Now()
 	p.mu.Lock()

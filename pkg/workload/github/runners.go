@@ -45,9 +45,12 @@ func (p *Provider) jitConfig(ctx context.Context, spec workload.RunnerSpec) (wor
 	issued := p.clock.Now()
 	var cfg *gh.JITRunnerConfig
 	var resp *gh.Response
-	if s := p.cfg.Scope; s.IsOrganization() {
+	switch s := p.cfg.Scope; {
+	case s.IsEnterprise():
+		cfg, resp, err = p.client.Enterprise.GenerateEnterpriseJITConfig(ctx, s.Enterprise, req)
+	case s.IsOrganization():
 		cfg, resp, err = p.client.Actions.GenerateOrgJITConfig(ctx, s.Owner, req)
-	} else {
+	default:
 		cfg, resp, err = p.client.Actions.GenerateRepoJITConfig(ctx, s.Owner, s.Repository, req)
 	}
 	if err != nil {
@@ -80,6 +83,8 @@ func (p *Provider) registrationToken(ctx context.Context, spec workload.RunnerSp
 			tok = new(gh.RegistrationToken)
 			resp, err = p.client.Do(req, tok)
 		}
+	case s.IsEnterprise():
+		tok, resp, err = p.client.Enterprise.CreateRegistrationToken(ctx, s.Enterprise)
 	case s.IsOrganization():
 		tok, resp, err = p.client.Actions.CreateOrganizationRegistrationToken(ctx, s.Owner)
 	default:
@@ -104,10 +109,17 @@ func (p *Provider) registrationToken(ctx context.Context, spec workload.RunnerSp
 // runnerGroupID resolves a runner group name (organization scope only);
 // the empty name is the Default group.
 func (p *Provider) runnerGroupID(ctx context.Context, name string) (int64, error) {
+	s := p.cfg.Scope
+	if s.IsEnterprise() {
+		g, err := p.enterpriseGroup(ctx, name)
+		if err != nil {
+			return 0, err
+		}
+		return g.GetID(), nil
+	}
 	if name == "" || strings.EqualFold(name, "default") {
 		return defaultRunnerGroupID, nil
 	}
-	s := p.cfg.Scope
 	if !s.IsOrganization() {
 		return 0, fmt.Errorf("github: runner group %q: runner groups apply to organization runners, and %s is a repository; remove runnerGroup: %w", name, s, workload.ErrInvalidRequest)
 	}
@@ -154,9 +166,12 @@ func (p *Provider) DeregisterRunner(ctx context.Context, id int64, name string) 
 	}
 	var resp *gh.Response
 	var err error
-	if s := p.cfg.Scope; s.IsOrganization() {
+	switch s := p.cfg.Scope; {
+	case s.IsEnterprise():
+		resp, err = p.client.Enterprise.RemoveRunner(ctx, s.Enterprise, id)
+	case s.IsOrganization():
 		resp, err = p.client.Actions.RemoveOrganizationRunner(ctx, s.Owner, id)
-	} else {
+	default:
 		resp, err = p.client.Actions.RemoveRunner(ctx, s.Owner, s.Repository, id)
 	}
 	if err == nil {
@@ -205,9 +220,12 @@ func (p *Provider) listRunners(ctx context.Context, name string, exact bool) ([]
 		var page *gh.Runners
 		var resp *gh.Response
 		var err error
-		if s.IsOrganization() {
+		switch {
+		case s.IsEnterprise():
+			page, resp, err = p.client.Enterprise.ListRunners(ctx, s.Enterprise, opts)
+		case s.IsOrganization():
 			page, resp, err = p.client.Actions.ListOrganizationRunners(ctx, s.Owner, opts)
-		} else {
+		default:
 			page, resp, err = p.client.Actions.ListRunners(ctx, s.Owner, s.Repository, opts)
 		}
 		if err != nil {

@@ -24,6 +24,11 @@ import (
 // the check.
 func (p *Provider) VerifyScope(ctx context.Context) error {
 	s := p.cfg.Scope
+	if s.IsEnterprise() {
+		// A PAT only (New refuses an App): the listing and the group are
+		// the check.
+		return p.verifyEnterprise(ctx)
+	}
 	opts := &gh.ListRunnersOptions{ListOptions: gh.ListOptions{PerPage: 1}}
 	var resp *gh.Response
 	var err error
