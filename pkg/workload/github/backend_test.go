@@ -22,6 +22,8 @@ func TestRegistrationURL(t *testing.T) {
 		{hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo", APIBaseURL: "https://api.github.com"}, "https://github.com/octo"},
 		{hfv1.GitHubBootstrap{Owner: "octo", Repository: "app", APIBaseURL: "https://ghes.example.com/api/v3"}, "https://ghes.example.com/octo/app"},
 		{hfv1.GitHubBootstrap{Owner: "octo", Repository: "app", RunnerURLs: &hfv1.ScopedURLs{Repository: "https://gh.internal/{owner}/{repo}"}}, "https://gh.internal/octo/app"},
+		{hfv1.GitHubBootstrap{Enterprise: "acme"}, "https://github.com/enterprises/acme"},
+		{hfv1.GitHubBootstrap{Enterprise: "acme", Owner: "octo", APIBaseURL: "https://ghes.example.com/api/v3"}, "https://ghes.example.com/enterprises/acme"},
 	}
 	for _, tc := range cases {
 		if got := registrationURL(&tc.gh); got != tc.want {
@@ -33,6 +35,7 @@ func TestRegistrationURL(t *testing.T) {
 func TestPoolScope(t *testing.T) {
 	repoTmpl := &hfv1.GitHubBootstrap{Owner: "octo", Repository: "app"}
 	orgTmpl := &hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo"}
+	entTmpl := &hfv1.GitHubBootstrap{Enterprise: "acme"}
 	tests := []struct {
 		name   string
 		w      *hfv1.GitHubWorkload
@@ -47,6 +50,9 @@ func TestPoolScope(t *testing.T) {
 		{"pool repository without a slash", &hfv1.GitHubWorkload{Repository: "web"}, orgTmpl, workload.Scope{}, false},
 		{"template with neither", &hfv1.GitHubWorkload{}, &hfv1.GitHubBootstrap{Owner: "octo"}, workload.Scope{}, false},
 		{"no template", &hfv1.GitHubWorkload{}, nil, workload.Scope{}, false},
+		{"enterprise template alone", &hfv1.GitHubWorkload{}, entTmpl, workload.Scope{Enterprise: "acme"}, true},
+		{"organization of an enterprise", &hfv1.GitHubWorkload{Organization: "octo"}, entTmpl, workload.Scope{Enterprise: "acme", Owner: "octo"}, true},
+		{"repository of an enterprise", &hfv1.GitHubWorkload{Repository: "octo/web"}, entTmpl, workload.Scope{Enterprise: "acme", Owner: "octo", Repository: "web"}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

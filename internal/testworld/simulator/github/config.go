@@ -31,6 +31,9 @@ type Config struct {
 	Users []UserConfig `json:"users,omitempty"`
 	// Repositories that exist.
 	Repositories []RepoConfig `json:"repositories,omitempty"`
+	// Enterprises are enterprise accounts over organizations of
+	// Organizations.
+	Enterprises []EnterpriseConfig `json:"enterprises,omitempty"`
 	// PATs are personal access tokens that may call the API.
 	PATs []PATConfig `json:"pats,omitempty"`
 	// Apps are GitHub Apps with their public keys and installations.
@@ -81,6 +84,33 @@ type RunnerGroupConfig struct {
 	AllowsPublicRepositories bool `json:"allowsPublicRepositories,omitempty"`
 }
 
+// EnterpriseConfig is an enterprise: its slug, its organizations and its
+// runner groups besides Default (id 1, which always exists and serves every
+// organization of the enterprise).
+type EnterpriseConfig struct {
+	Slug string `json:"slug"`
+	// ID is the enterprise id (generated when zero).
+	ID int64 `json:"id,omitempty"`
+	// Organizations are the logins of the enterprise's organizations
+	// (each one of Config.Organizations).
+	Organizations []string `json:"organizations,omitempty"`
+	// RunnerGroups are enterprise runner groups besides Default.
+	RunnerGroups []EnterpriseRunnerGroupConfig `json:"runnerGroups,omitempty"`
+}
+
+// EnterpriseRunnerGroupConfig is an enterprise runner group.
+type EnterpriseRunnerGroupConfig struct {
+	ID   int64  `json:"id"`
+	Name string `json:"name"`
+	// Visibility is all (every organization of the enterprise) or
+	// selected (SelectedOrganizations only); all when empty.
+	Visibility string `json:"visibility,omitempty"`
+	// SelectedOrganizations are the organizations a selected group serves.
+	SelectedOrganizations []string `json:"selectedOrganizations,omitempty"`
+	// AllowsPublicRepositories as in the runner group settings.
+	AllowsPublicRepositories bool `json:"allowsPublicRepositories,omitempty"`
+}
+
 // UserConfig is a user account.
 type UserConfig struct {
 	Login string `json:"login"`
@@ -111,9 +141,13 @@ type PATConfig struct {
 	Token string `json:"token"`
 	// Login is the user it belongs to (becomes a user account).
 	Login string `json:"login"`
-	// Owners are the organizations and users whose runners and runs the
-	// token may manage; empty means all.
+	// Owners are the organizations, users and enterprises (by slug) whose
+	// runners and runs the token may manage; empty means all.
 	Owners []string `json:"owners,omitempty"`
+	// Scopes are the classic token's OAuth scopes. Only the enterprise
+	// runner endpoints check them: they need manage_runners:enterprise (or
+	// admin:enterprise), as GitHub's do.
+	Scopes []string `json:"scopes,omitempty"`
 	// RateLimit overrides Config.RateLimit.
 	RateLimit int `json:"rateLimit,omitempty"`
 }
@@ -161,7 +195,9 @@ type WebhookConfig struct {
 	// (trailing newline removed).
 	Secret     string `json:"secret,omitempty"`
 	SecretFile string `json:"secretFile,omitempty"`
-	// Scope limits deliveries to an owner or owner/repo; empty: all.
+	// Scope limits deliveries to an owner, owner/repo or
+	// enterprises/<slug> (the repositories of the enterprise's
+	// organizations); empty: all.
 	Scope string `json:"scope,omitempty"`
 }
 
@@ -285,6 +321,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("repository %q is defined twice", r.Name)
 		}
 		repos[strings.ToLower(r.Name)] = true
+	}
+	if err := c.validateEnterprises(); err != nil {
+		return err
 	}
 	for i, p := range c.PATs {
 		if p.Token == "" || p.Login == "" {

@@ -78,20 +78,29 @@ func (rc *recorder) exchanges() []exchange {
 // milliseconds, with identical schemas).
 func loadGitHubSpec(t *testing.T, routes []*route) *openapi3.T {
 	t.Helper()
-	path := testdeps.NPMFile(t, "@octokit/openapi", "generated/api.github.com.json")
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
+	read := func(name string) map[string]any {
+		path := testdeps.NPMFile(t, "@octokit/openapi", "generated/"+name)
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var full map[string]any
+		if err := json.Unmarshal(raw, &full); err != nil {
+			t.Fatalf("decode %s: %v", path, err)
+		}
+		return full
 	}
-	var full map[string]any
-	if err := json.Unmarshal(raw, &full); err != nil {
-		t.Fatalf("decode %s: %v", path, err)
-	}
+	full := read("api.github.com.json")
+	// The enterprise runner endpoints are GitHub Enterprise Cloud's: its
+	// description documents them, with its own components.
+	ghec := read("ghec.json")
 	fullPaths := full["paths"].(map[string]any)
-	fullComponents := full["components"].(map[string]any)
 	paths := map[string]any{}
 	for _, rt := range routes {
 		item, _ := fullPaths[rt.pattern].(map[string]any)
+		if strings.HasPrefix(rt.pattern, "/enterprises/") {
+			item, _ = ghec["paths"].(map[string]any)[rt.pattern].(map[string]any)
+		}
 		op := item[strings.ToLower(rt.method)]
 		if op == nil {
 			t.Errorf("the simulator serves %s %s, which GitHub's REST description does not document", rt.method, rt.pattern)
@@ -109,6 +118,7 @@ func loadGitHubSpec(t *testing.T, routes []*route) *openapi3.T {
 	}
 	components := map[string]any{}
 	var collect func(v any)
+	fullComponents := full["components"].(map[string]any)
 	addRef := func(ref string) {
 		parts := strings.Split(strings.TrimPrefix(ref, "#/components/"), "/")
 		if len(parts) != 2 {
@@ -123,6 +133,10 @@ func loadGitHubSpec(t *testing.T, routes []*route) *openapi3.T {
 			return
 		}
 		v := fullComponents[parts[0]].(map[string]any)[parts[1]]
+		if v == nil {
+			// Referenced by an enterprise operation only.
+			v = ghec["components"].(map[string]any)[parts[0]].(map[string]any)[parts[1]]
+		}
 		if v == nil {
 			t.Fatalf("dangling $ref %q", ref)
 		}
@@ -289,13 +303,18 @@ func runScenario(t *testing.T, f *fixture) {
 	idleOrg, _ := f.jit("/orgs/octo-org", "idle-org", 2, "self-hosted", "idle")
 	busyRepo := f.jitRunner("/repos/octo-org/app", "busy-repo", "self-hosted", "busy-repo")
 	busyOrg := f.jitRunner("/orgs/octo-org", "busy-org", "self-hosted", "busy-org")
+	idleEnt, _ := f.jit("/enterprises/octo-ent", "idle-ent", 2, "self-hosted", "idle")
+	busyEnt := f.jitRunner("/enterprises/octo-ent", "busy-ent", "self-hosted", "busy-ent")
 	busyRepo.connect()
 	busyOrg.connect()
+	busyEnt.connect()
 	jobRepo := enqueue(t, f, "octo-org/app", time.Hour, "busy-repo")
 	jobOrg := enqueue(t, f, "octo-org/other", time.Hour, "busy-org")
+	enqueue(t, f, "ent-org/app", time.Hour, "busy-ent")
 	queued := enqueue(t, f, "octo-org/app", time.Hour, "nobody")
 	busyRepo.poll()
 	busyOrg.poll()
+	busyEnt.poll()
 	for i := range 3 {
 		f.jit("/repos/octo-org/app", fmt.Sprintf("page-%d", i), 1, "self-hosted")
 	}
@@ -303,7 +322,7 @@ func runScenario(t *testing.T, f *fixture) {
 	id := func(m map[string]any) string { return strconv.FormatInt(int64(m["id"].(float64)), 10) }
 	vars := map[string]string{
 		"owner": "octo-org", "repo": "app", "org": "octo-org", "run_id": itoa(jobRepo.RunID), "job_id": itoa(jobRepo.ID),
-		"installation_id": strconv.Itoa(testOrgInst),
+		"installation_id": strconv.Itoa(testOrgInst), "enterprise": "octo-ent", "runner_group_id": "2",
 	}
 	releaseVars := map[string]string{"owner": "actions", "repo": "runner", "tag": "v" + f.sim.cfg.RunnerVersion}
 	concrete := func(rt *route, over map[string]string) string {
@@ -319,9 +338,12 @@ func runScenario(t *testing.T, f *fixture) {
 					v = o
 				}
 				if name == "runner_id" && v == "" {
-					if strings.HasPrefix(rt.pattern, "/orgs/") {
+					switch {
+					case strings.HasPrefix(rt.pattern, "/orgs/"):
 						v = id(idleOrg)
-					} else {
+					case strings.HasPrefix(rt.pattern, "/enterprises/"):
+						v = id(idleEnt)
+					default:
 						v = id(idleRepo)
 					}
 				}
@@ -411,6 +433,8 @@ func runScenario(t *testing.T, f *fixture) {
 			call(rt, map[string]string{"repo": "nope"}, "", nil, 404)
 		case rt.scope == scopeOrg:
 			call(rt, map[string]string{"org": "nope"}, "", nil, 404)
+		case rt.scope == scopeEnterprise:
+			call(rt, map[string]string{"enterprise": "nope"}, "", nil, 404)
 		case strings.Contains(rt.pattern, "/releases/tags/"):
 			call(rt, map[string]string{"tag": "v0.0.1"}, "", nil, 404)
 		case strings.Contains(rt.pattern, "/releases/"):
@@ -446,7 +470,7 @@ func runScenario(t *testing.T, f *fixture) {
 	f.call("GET", "/installation/repositories?per_page=1", orgTok, nil)
 
 	// generate-jitconfig: 409, 422, 400 in both scopes.
-	for _, scope := range []string{"/repos/octo-org/app", "/orgs/octo-org"} {
+	for _, scope := range []string{"/repos/octo-org/app", "/orgs/octo-org", "/enterprises/octo-ent"} {
 		p := scope + "/actions/runners/generate-jitconfig"
 		for _, body := range []any{
 			jitBody("a", 1), map[string]any{"name": "a", "runner_group_id": 1}, jitBody("a", 99, "x"),
@@ -468,6 +492,9 @@ func runScenario(t *testing.T, f *fixture) {
 	if resp, _ := f.call("POST", "/orgs/octo-org/actions/runners/generate-jitconfig", pat, jitBody("idle-org", 1, "x")); resp.StatusCode != 409 {
 		t.Errorf("org 409: %d", resp.StatusCode)
 	}
+	if resp, _ := f.call("POST", "/enterprises/octo-ent/actions/runners/generate-jitconfig", pat, jitBody("idle-ent", 1, "x")); resp.StatusCode != 409 {
+		t.Errorf("enterprise 409: %d", resp.StatusCode)
+	}
 
 	// Access tokens: 422 and 400.
 	at := r("POST /app/installations/{installation_id}/access_tokens")
@@ -485,7 +512,8 @@ func runScenario(t *testing.T, f *fixture) {
 	// Deletes: 422 for busy runners, 204, then 404.
 	call(r("DELETE /repos/{owner}/{repo}/actions/runners/{runner_id}"), map[string]string{"runner_id": itoa(busyRepo.id)}, "", nil, 422)
 	call(r("DELETE /orgs/{org}/actions/runners/{runner_id}"), map[string]string{"runner_id": itoa(busyOrg.id)}, "", nil, 422)
-	for _, rt := range []*route{r("DELETE /repos/{owner}/{repo}/actions/runners/{runner_id}"), r("DELETE /orgs/{org}/actions/runners/{runner_id}")} {
+	call(r("DELETE /enterprises/{enterprise}/actions/runners/{runner_id}"), map[string]string{"runner_id": itoa(busyEnt.id)}, "", nil, 422)
+	for _, rt := range []*route{r("DELETE /repos/{owner}/{repo}/actions/runners/{runner_id}"), r("DELETE /orgs/{org}/actions/runners/{runner_id}"), r("DELETE /enterprises/{enterprise}/actions/runners/{runner_id}")} {
 		call(rt, nil, "", nil, 204)
 		call(rt, nil, "", nil, 404)
 	}

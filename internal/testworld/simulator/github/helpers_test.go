@@ -58,15 +58,21 @@ func testAppKeys(t testing.TB) (AppKey, AppKey) {
 func testConfig(t testing.TB) Config {
 	key, _ := testAppKeys(t)
 	return Config{
-		Organizations: []OrgConfig{{Login: "octo-org", ID: 9919, RunnerGroups: []RunnerGroupConfig{{ID: 2, Name: "hyperfleet"}}}},
-		Users:         []UserConfig{{Login: "octocat", ID: 583231}, {Login: "limited", ID: 1234}},
+		Organizations: []OrgConfig{{Login: "octo-org", ID: 9919, RunnerGroups: []RunnerGroupConfig{{ID: 2, Name: "hyperfleet"}}}, {Login: "ent-org", ID: 9920}, {Login: "outside-org", ID: 9921}},
+		// Enterprise octo-ent: its group hyperfleet serves ent-org only.
+		Enterprises: []EnterpriseConfig{{Slug: "octo-ent", ID: 77, Organizations: []string{"ent-org", "outside-org"}, RunnerGroups: []EnterpriseRunnerGroupConfig{
+			{ID: 2, Name: "hyperfleet", Visibility: "selected", SelectedOrganizations: []string{"ent-org"}},
+		}}},
+		Users: []UserConfig{{Login: "octocat", ID: 583231}, {Login: "limited", ID: 1234}},
 		Repositories: []RepoConfig{
 			{Name: "octo-org/app", ID: 376034443, License: "MIT"},
 			{Name: "octo-org/other", ID: 376034444},
 			{Name: "octocat/personal", ID: 376034445},
+			{Name: "ent-org/app", ID: 376034446},
+			{Name: "outside-org/app", ID: 376034447},
 		},
 		PATs: []PATConfig{
-			{Token: testPAT, Login: "octocat"},
+			{Token: testPAT, Login: "octocat", Scopes: []string{"repo", "manage_runners:enterprise"}},
 			{Token: testPATLimited, Login: "limited", Owners: []string{"octocat"}},
 		},
 		Apps: []AppConfig{{ID: testAppID, ClientID: testClientID, Slug: "hyperfleet-test", PublicKey: key.PublicPEM, Installations: []InstallationConfig{

@@ -184,14 +184,20 @@ func workflowFile(name string) string {
 
 // covers reports whether a runner may take a job: in scope (the job's
 // repository, or its organization for organization runners) and with
-// every job label among its own, ignoring case.
+// every job label among its own, ignoring case. An enterprise's runner
+// takes jobs of the organizations its runner group serves.
 func covers(r *runner, j *job) bool {
 	rp := j.run.repo
-	if r.repo != nil {
+	switch {
+	case r.repo != nil:
 		if r.repo != rp {
 			return false
 		}
-	} else if r.owner != rp.owner || !r.owner.org {
+	case r.owner.enterprise:
+		if !r.owner.groupServes(r.group, rp.owner) {
+			return false
+		}
+	case r.owner != rp.owner || !r.owner.org:
 		return false
 	}
 	have := map[string]bool{}

@@ -383,6 +383,9 @@ func (s *Simulator) runJSON(r *run) map[string]any {
 
 // runnerGroupJSON is a runner-groups-org object.
 func (s *Simulator) runnerGroupJSON(o *owner, g *runnerGroup) map[string]any {
+	if o.enterprise {
+		return s.enterpriseGroupJSON(o, g)
+	}
 	return map[string]any{
 		"id":                                   g.id,
 		"name":                                 g.name,

@@ -59,6 +59,9 @@ func (r *runner) scope() string {
 	if r.repo != nil {
 		return r.repo.fullName()
 	}
+	if r.owner.enterprise {
+		return "enterprises/" + r.owner.login
+	}
 	return r.owner.login
 }
 

@@ -45,6 +45,7 @@ type Simulator struct {
 	caPEM         []byte
 	rng           *mrand.Rand
 	owners        map[string]*owner // lower-case login
+	enterprises   map[string]*owner // lower-case slug
 	repos         map[string]*repo  // lower-case owner/name
 	pats          map[string]*PATConfig
 	apps          []*app
@@ -131,6 +132,7 @@ func New(cfg Config, opts ...Option) (*Simulator, error) {
 		cfg:           cfg,
 		rng:           mrand.New(mrand.NewSource(cfg.Seed)),
 		owners:        map[string]*owner{},
+		enterprises:   map[string]*owner{},
 		repos:         map[string]*repo{},
 		pats:          map[string]*PATConfig{},
 		installations: map[int64]*installation{},
@@ -195,6 +197,7 @@ func (s *Simulator) initAccounts() error {
 	for _, u := range s.cfg.Users {
 		s.owners[strings.ToLower(u.Login)] = &owner{login: u.Login, id: id(u.ID)}
 	}
+	s.initEnterprises(id)
 	ensureUser := func(login string) *owner {
 		if o := s.owners[strings.ToLower(login)]; o != nil {
 			return o
@@ -306,6 +309,10 @@ type owner struct {
 	id     int64
 	org    bool
 	groups []*runnerGroup
+	// enterprise: the account is an enterprise (login is its slug), over
+	// the organizations members.
+	enterprise bool
+	members    []*owner
 }
 
 func (o *owner) group(id int64) *runnerGroup {
@@ -334,6 +341,9 @@ type runnerGroup struct {
 	visibility   string
 	def          bool
 	allowsPublic bool
+	// selected are the organizations an enterprise group of visibility
+	// selected serves.
+	selected []*owner
 }
 
 var defaultGroup = &runnerGroup{id: 1, name: "Default", visibility: "all", def: true}
@@ -402,6 +412,7 @@ const (
 	scopeNone scopeKind = iota
 	scopeRepo
 	scopeOrg
+	scopeEnterprise
 )
 
 // route is one REST endpoint. codes lists every status it can answer
@@ -457,6 +468,14 @@ func apiRoutes() []*route {
 		repoRunners(newRoute("DELETE", "/repos/{owner}/{repo}/actions/runners/{runner_id}", authToken, scopeRepo, shr+"delete-a-self-hosted-runner-from-a-repository", c(204, 404, 422), (*Simulator).handleDeleteRunner)),
 		orgRunners(newRoute("DELETE", "/orgs/{org}/actions/runners/{runner_id}", authToken, scopeOrg, shr+"delete-a-self-hosted-runner-from-an-organization", c(204, 404, 422), (*Simulator).handleDeleteRunner)),
 		orgRunners(newRoute("GET", "/orgs/{org}/actions/runner-groups", authToken, scopeOrg, "actions/self-hosted-runner-groups#list-self-hosted-runner-groups-for-an-organization", c(200, 404), (*Simulator).handleListRunnerGroups)),
+		// Enterprise runners (GitHub Enterprise Cloud's description).
+		enterpriseRoute(newRoute("POST", "/enterprises/{enterprise}/actions/runners/registration-token", authToken, scopeEnterprise, shr+"create-a-registration-token-for-an-enterprise", c(201, 404), (*Simulator).handleRegistrationToken)),
+		enterpriseRoute(newRoute("POST", "/enterprises/{enterprise}/actions/runners/generate-jitconfig", authToken, scopeEnterprise, shr+"create-configuration-for-a-just-in-time-runner-for-an-enterprise", c(201, 400, 404, 409, 422), (*Simulator).handleJITConfig)),
+		enterpriseRoute(newRoute("GET", "/enterprises/{enterprise}/actions/runners", authToken, scopeEnterprise, shr+"list-self-hosted-runners-for-an-enterprise", c(200, 404), (*Simulator).handleListRunners)),
+		enterpriseRoute(newRoute("GET", "/enterprises/{enterprise}/actions/runners/{runner_id}", authToken, scopeEnterprise, shr+"get-a-self-hosted-runner-for-an-enterprise", c(200, 404), (*Simulator).handleGetRunner)),
+		enterpriseRoute(newRoute("DELETE", "/enterprises/{enterprise}/actions/runners/{runner_id}", authToken, scopeEnterprise, shr+"delete-a-self-hosted-runner-from-an-enterprise", c(204, 404, 422), (*Simulator).handleDeleteRunner)),
+		enterpriseRoute(newRoute("GET", "/enterprises/{enterprise}/actions/runner-groups", authToken, scopeEnterprise, "actions/self-hosted-runner-groups#list-self-hosted-runner-groups-for-an-enterprise", c(200, 404), (*Simulator).handleListRunnerGroups)),
+		enterpriseRoute(newRoute("GET", "/enterprises/{enterprise}/actions/runner-groups/{runner_group_id}/organizations", authToken, scopeEnterprise, "actions/self-hosted-runner-groups#list-organization-access-to-a-self-hosted-runner-group-in-an-enterprise", c(200, 404), (*Simulator).handleListRunnerGroupOrgs)),
 		// Organization pools' resync lists the repositories it scans.
 		newRoute("GET", "/orgs/{org}/repos", authToken, scopeOrg, "repos/repos#list-organization-repositories", c(200, 404), (*Simulator).handleListOrgRepos).withPerm("metadata", "read"),
 		newRoute("GET", "/installation/repositories", authToken, scopeNone, "apps/installations#list-repositories-accessible-to-the-app-installation", c(200), (*Simulator).handleListInstallationRepos),
@@ -671,11 +690,20 @@ func (s *Simulator) resolveScopeLocked(q *request) *apiError {
 			return errNotFound()
 		}
 		q.owner = o
+	case scopeEnterprise:
+		o := s.enterprises[strings.ToLower(q.vars["enterprise"])]
+		if o == nil {
+			return errNotFound()
+		}
+		q.owner = o
 	default:
 		return nil
 	}
 	if !q.id.canSee(q.owner, q.repo) {
 		return errNotFound()
+	}
+	if q.route.scope == scopeEnterprise && !q.id.managesEnterpriseRunners() {
+		return &apiError{code: http.StatusForbidden, msg: "Resource not accessible by personal access token: the enterprise's runners need a token (classic) with the manage_runners:enterprise scope"}
 	}
 	if q.route.perm != "" && q.id.kind == "installation" && !hasPermission(q.id.token.permissions, q.route.perm, q.route.permLvl) {
 		return &apiError{code: http.StatusForbidden, msg: "Resource not accessible by integration"}

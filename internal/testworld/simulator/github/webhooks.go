@@ -28,7 +28,8 @@ type Webhook struct {
 	URL string `json:"url"`
 	// Secret signs the deliveries (never shown in State).
 	Secret string `json:"-"`
-	// Scope limits deliveries to an owner or owner/repo; empty: all.
+	// Scope limits deliveries to an owner, owner/repo or enterprises/<slug>
+	// (the repositories of its organizations); empty: all.
 	Scope string `json:"scope,omitempty"`
 }
 
@@ -176,7 +177,8 @@ func (s *Simulator) emitLocked(j *job, action string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, hw := range h.hooks {
-		if sc := hw.hook.Scope; sc != "" && !strings.EqualFold(sc, rp.owner.login) && !strings.EqualFold(sc, rp.fullName()) {
+		if sc := hw.hook.Scope; sc != "" && !strings.EqualFold(sc, rp.owner.login) && !strings.EqualFold(sc, rp.fullName()) &&
+			(s.enterpriseOf(rp.owner) == nil || !strings.EqualFold(sc, "enterprises/"+s.enterpriseOf(rp.owner).login)) {
 			continue
 		}
 		d := &Delivery{ID: s.newGUID(), HookID: hw.hook.ID, URL: hw.hook.URL, Event: "workflow_job", Action: action, JobID: j.id, RunID: j.run.id, Payload: raw}
@@ -211,6 +213,10 @@ func (s *Simulator) workflowJobPayload(j *job, action string) map[string]any {
 	}
 	if rp.owner.org {
 		p["organization"] = s.orgJSON(rp.owner)
+	}
+	if e := s.enterpriseOf(rp.owner); e != nil {
+		// GitHub names the enterprise of an organization that has one.
+		p["enterprise"] = s.enterpriseJSON(e)
 	}
 	if in := s.installationFor(rp.owner); in != nil {
 		p["installation"] = map[string]any{"id": in.id, "node_id": nodeID("IntegrationInstallation", in.id)}
