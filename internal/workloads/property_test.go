@@ -178,7 +178,7 @@ func drawRunnerConfigCase(t *rapid.T) runnerConfigCase {
 		c.invalid = "bootstrap.github.runner.workDir"
 	case 7:
 		c.orgTemplate, c.tmplGroup = false, "hyperfleet"
-		c.invalid = "bootstrap.github.runnerGroup applies only to organization runners"
+		c.invalid = "bootstrap.github.runnerGroup applies only to organization and enterprise runners"
 	}
 	return c
 }

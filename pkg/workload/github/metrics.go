@@ -12,7 +12,7 @@ import (
 // operator's registry (workload.Dependencies.Metrics); its operations are
 // the ones operationOf names.
 var metrics = workloadmetrics.New(hfv1.WorkloadGitHubActions,
-	"generate-jitconfig", "registration-token", "list-runner-groups", "delete-runner", "get-runner", "list-runners",
+	"generate-jitconfig", "registration-token", "list-runner-groups", "list-runner-group-organizations", "delete-runner", "get-runner", "list-runners",
 	"cancel-run", "list-jobs", "get-job", "list-runs", "list-installation-repositories", "list-org-repositories")
 
 // observeCall records one GitHub call (Config.ObserveCall).
