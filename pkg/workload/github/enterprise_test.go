@@ -80,7 +80,8 @@ func TestEnterpriseScopeVerification(t *testing.T) {
 // TestEnterpriseRunnerServesItsGroupsOrganizations: a JIT runner issued
 // at the enterprise in group hyperfleet runs a job of ent-org and leaves
 // the older job of outside-org, which its group does not serve, queued;
-// listing, lookup, registration tokens and removal work at the enterprise.
+// listing, lookup, removal and registration tokens (with the runner
+// package's config.sh) work at the enterprise.
 func TestEnterpriseRunnerServesItsGroupsOrganizations(t *testing.T) {
 	gs := githubsimtest.Start(t, enterpriseSimConfig())
 	ctx := context.Background()
@@ -103,6 +104,19 @@ func TestEnterpriseRunnerServesItsGroupsOrganizations(t *testing.T) {
 	if err != nil || tok.Secret.Reveal() == "" || tok.RegistrationURL != gs.URL+"/enterprises/octo-ent" {
 		t.Fatalf("registration token = %+v, %v", tok, err)
 	}
+	// The token registers a runner at the enterprise with config.sh.
+	dir := gs.InstallRunner(t)
+	cfgProc := githubsimtest.StartScript(t, dir, "config.sh", "--url", tok.RegistrationURL, "--token", tok.Secret.Reveal(), "--ephemeral",
+		"--unattended", "--name", "ent-reg", "--runnergroup", "hyperfleet", "--work", "_work", "--disableupdate")
+	if code := cfgProc.Wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("config.sh exited %d:\n%s", code, cfgProc.Output())
+	}
+	if r, ok := gs.Sim.RunnerByName("ent-reg"); !ok || r.Scope != "enterprises/octo-ent" {
+		t.Fatalf("registered runner = %+v, %v", r, ok)
+	}
+	if err := p.DeregisterRunner(ctx, 0, "ent-reg"); err != nil {
+		t.Fatal(err)
+	}
 
 	outside, err := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "outside-org/app", Labels: []string{"self-hosted", "linux"}, Duration: time.Second})
 	if err != nil {
@@ -112,7 +126,7 @@ func TestEnterpriseRunnerServesItsGroupsOrganizations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := gs.InstallRunner(t)
+	dir = gs.InstallRunner(t)
 	proc := githubsimtest.StartScript(t, dir, "run.sh", "--jitconfig", cred.Secret.Reveal())
 	if code := proc.Wait(t, 30*time.Second); code != 0 {
 		t.Fatalf("run.sh exited %d:\n%s", code, proc.Output())

@@ -97,9 +97,12 @@ type registration struct {
 	replace         bool
 	noDefaultLabels bool
 	os, arch        string
+	// enterprise: owner is an enterprise's slug.
+	enterprise bool
 }
 
-// parseRegistration reads config.sh's form: url (https://host/owner[/repo]),
+// parseRegistration reads config.sh's form: url (https://host/owner[/repo]
+// or https://host/enterprises/slug),
 // name, labels (comma-separated), runnergroup, work, ephemeral, replace,
 // no_default_labels, os, arch.
 func parseRegistration(form url.Values) (registration, error) {
@@ -112,6 +115,10 @@ func parseRegistration(form url.Values) (registration, error) {
 	switch {
 	case len(segs) == 1 && segs[0] != "":
 		reg.owner = segs[0]
+	case len(segs) == 2 && segs[0] == "enterprises" && segs[1] != "":
+		// GitHub reserves the name: https://<host>/enterprises/<slug> is
+		// an enterprise's runners.
+		reg.owner, reg.enterprise = segs[1], true
 	case len(segs) == 2 && segs[0] != "" && segs[1] != "":
 		reg.owner, reg.repo = segs[0], segs[1]
 	default:
@@ -197,7 +204,12 @@ func (s *Simulator) runnerRegister(w http.ResponseWriter, r *http.Request) {
 	}
 	o := s.owners[strings.ToLower(reg.owner)]
 	var rp *repo
-	if reg.repo != "" {
+	if reg.enterprise {
+		if o = s.enterprises[strings.ToLower(reg.owner)]; o == nil {
+			runnerFail(w, http.StatusNotFound, "enterprise %s does not exist", reg.owner)
+			return
+		}
+	} else if reg.repo != "" {
 		rp = s.repos[strings.ToLower(reg.owner+"/"+reg.repo)]
 		if rp == nil {
 			runnerFail(w, http.StatusNotFound, "repository %s/%s does not exist", reg.owner, reg.repo)
@@ -209,6 +221,9 @@ func (s *Simulator) runnerRegister(w http.ResponseWriter, r *http.Request) {
 	}
 	if rt.owner != o || rt.repo != rp {
 		scope := rt.owner.login
+		if rt.owner.enterprise {
+			scope = "enterprises/" + scope
+		}
 		if rt.repo != nil {
 			scope = rt.repo.fullName()
 		}
