@@ -90,6 +90,9 @@ type Provider struct {
 
 	mu     sync.Mutex
 	groups map[string]int64
+	// groupChecks caches an enterprise scope's runner group checks by
+	// lower-case name (enterprise.go).
+	groupChecks map[string]groupCheck
 	// runnerPackages caches resolved runner releases by version/os/arch.
 	runnerPackages map[string]cachedPackage
 	// queuedRuns remembers the queued jobs of each unfinished run
@@ -167,7 +170,7 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("github: client: %w", err)
 	}
-	return &Provider{cfg: cfg, client: client, gate: gate, clock: cfg.Clock, app: app, groups: map[string]int64{}, runnerPackages: map[string]cachedPackage{}}, nil
+	return &Provider{cfg: cfg, client: client, gate: gate, clock: cfg.Clock, app: app, groups: map[string]int64{}, groupChecks: map[string]groupCheck{}, runnerPackages: map[string]cachedPackage{}}, nil
 }
 
 // Scope implements workload.Provider.

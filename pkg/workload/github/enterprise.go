@@ -2,8 +2,10 @@ package github
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	gh "github.com/google/go-github/v88/github"
 
@@ -64,6 +66,16 @@ func (p *Provider) verifyEnterprise(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return p.groupServesOwner(ctx, g, workload.ErrUnauthorized)
+}
+
+// groupServesOwner checks that enterprise runner group g serves the
+// scope's organization: visibility all, or the organization among the
+// group's selected ones. A refusal wraps refused: ErrUnauthorized for the
+// scope check (the pool is not verified), ErrInvalidRequest when issuing a
+// runner (its group is misconfigured).
+func (p *Provider) groupServesOwner(ctx context.Context, g *gh.EnterpriseRunnerGroup, refused error) error {
+	s := p.cfg.Scope
 	if g.GetVisibility() == "all" {
 		return nil
 	}
@@ -80,9 +92,50 @@ func (p *Provider) verifyEnterprise(ctx context.Context) error {
 		}
 		if resp.NextPage == 0 {
 			return fmt.Errorf("github: runner group %q of enterprise %s does not allow organization %s; add it to the group's organizations or serve an organization the group allows: %w",
-				g.GetName(), s.Enterprise, s.Owner, workload.ErrUnauthorized)
+				g.GetName(), s.Enterprise, s.Owner, refused)
 		}
 		opts.Page = resp.NextPage
 	}
 	return fmt.Errorf("github: runner group %q of enterprise %s allows more than %d pages of organizations: %w", g.GetName(), s.Enterprise, maxGroupPages, workload.ErrUnavailable)
+}
+
+// groupCheckTTL is how long runnerGroupID trusts an enterprise group's
+// check: a pool's own runnerGroup is checked when runners are issued (the
+// scope check reads the template's group), without costing two calls per
+// runner.
+const groupCheckTTL = 5 * time.Minute
+
+type groupCheck struct {
+	id  int64
+	err error
+	at  time.Time
+}
+
+// enterpriseGroupID resolves an enterprise runner group for issuing a
+// runner of the scope: it must exist and serve the scope's organization,
+// or the runner would never get a job. Answers (refusals included) are
+// cached for groupCheckTTL; transient failures are not.
+func (p *Provider) enterpriseGroupID(ctx context.Context, name string) (int64, error) {
+	now := p.clock.Now()
+	p.mu.Lock()
+	c, ok := p.groupChecks[strings.ToLower(name)]
+	p.mu.Unlock()
+	if ok && now.Sub(c.at) < groupCheckTTL {
+		return c.id, c.err
+	}
+	g, err := p.enterpriseGroup(ctx, name)
+	if err == nil && p.cfg.Scope.Owner != "" {
+		err = p.groupServesOwner(ctx, g, workload.ErrInvalidRequest)
+	}
+	if err != nil && !errors.Is(err, workload.ErrInvalidRequest) {
+		return 0, err
+	}
+	c = groupCheck{err: err, at: now}
+	if err == nil {
+		c.id = g.GetID()
+	}
+	p.mu.Lock()
+	p.groupChecks[strings.ToLower(name)] = c
+	p.mu.Unlock()
+	return c.id, c.err
 }

@@ -71,6 +71,21 @@ func TestEnterpriseScopeVerification(t *testing.T) {
 			}
 		})
 	}
+	// A runner of a group that does not serve the organization (a pool's
+	// own runnerGroup, which the scope check does not read) is refused
+	// when issued; Default serves it.
+	outside := enterpriseProvider(t, gs, ent("outside-org"), "", testPAT)
+	spec := workload.RunnerSpec{Name: "outside-1", Labels: []string{"self-hosted"}, Group: "hyperfleet", Method: workload.MethodJIT}
+	if _, err := outside.IssueCredential(ctx, spec); !errors.Is(err, workload.ErrInvalidRequest) || !strings.Contains(err.Error(), "does not allow organization outside-org") {
+		t.Fatalf("a runner of group hyperfleet for outside-org: %v", err)
+	}
+	if _, ok := gs.Sim.RunnerByName("outside-1"); ok {
+		t.Fatal("the refused runner was registered")
+	}
+	spec.Group = ""
+	if _, err := outside.IssueCredential(ctx, spec); err != nil {
+		t.Fatalf("a runner of Default for outside-org: %v", err)
+	}
 	_, err := ghworkload.New(ghworkload.Config{Scope: ent("ent-org"), App: &ghworkload.AppCredentials{AppID: 1, InstallationID: 2, PrivateKey: appKey.PrivatePEM}})
 	if err == nil || !strings.Contains(err.Error(), "manage_runners:enterprise") {
 		t.Fatalf("an App for enterprise runners: %v", err)

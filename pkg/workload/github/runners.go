@@ -111,11 +111,7 @@ func (p *Provider) registrationToken(ctx context.Context, spec workload.RunnerSp
 func (p *Provider) runnerGroupID(ctx context.Context, name string) (int64, error) {
 	s := p.cfg.Scope
 	if s.IsEnterprise() {
-		g, err := p.enterpriseGroup(ctx, name)
-		if err != nil {
-			return 0, err
-		}
-		return g.GetID(), nil
+		return p.enterpriseGroupID(ctx, name)
 	}
 	if name == "" || strings.EqualFold(name, "default") {
 		return defaultRunnerGroupID, nil
