@@ -261,7 +261,9 @@ func (s *Simulator) serveActions(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	if r.URL.Query().Get("api-version") == "" && !strings.Contains(r.Header.Get("Accept"), "api-version=") {
+	// The message queue (a broker of its own on GitHub) takes no
+	// api-version; every other service call must name one.
+	if !strings.Contains(r.URL.Path, "/messages") && r.URL.Query().Get("api-version") == "" && !strings.Contains(r.Header.Get("Accept"), "api-version=") {
 		actionsError(w, http.StatusBadRequest, "VssVersionNotSpecifiedException", "No api-version was supplied for the %s request", r.Method)
 		return
 	}
