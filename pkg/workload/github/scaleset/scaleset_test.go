@@ -268,7 +268,7 @@ func TestSessionConflictAndRedelivery(t *testing.T) {
 // still gets its message.
 func TestTokenExpiryAndRefresh(t *testing.T) {
 	clock := githubsim.NewFakeClock(time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC))
-	gs, c := start(t, githubsim.WithClock(clock), githubsim.WithScaleSetTokenTTL(10*time.Minute, 5*time.Minute))
+	gs, c := start(t, githubsim.WithClock(clock), githubsim.WithScaleSetTokenTTL(10*time.Minute, 5*time.Minute), githubsim.WithAdmin(true))
 	c.cfg.Now = clock.Now
 	ctx := context.Background()
 	ss, err := c.CreateScaleSet(ctx, ScaleSet{Name: "hf-tokens", RunnerGroupID: 1})
@@ -307,7 +307,15 @@ func TestTokenExpiryAndRefresh(t *testing.T) {
 	}
 	// Both tokens revoked early: acquire refreshes session and admin token.
 	admin := c.adminToken
-	gs.Sim.ExpireScaleSetTokens()
+	// Through the admin API, as the standalone simulator is driven.
+	resp, err := (&http.Client{Transport: gs.Transport}).Post(gs.URL+"/_sim/scalesets/expire-tokens", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || gs.Sim.InjectedFaults()["scaleset-token-expiry"] != 1 {
+		t.Fatalf("expire-tokens: HTTP %d", resp.StatusCode)
+	}
 	got, err := sess.AcquireJobs(ctx, []int64{m.Jobs[0].RunnerRequestID})
 	if err != nil || len(got) != 1 {
 		t.Fatalf("acquire after revocation = %v, %v", got, err)
