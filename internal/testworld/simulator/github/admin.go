@@ -267,26 +267,8 @@ func (s *Simulator) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		}
 		s.SetRateLimitUsed(req.Key, req.Used)
 		writeJSON(w, http.StatusOK, req)
-	case route == "GET scalesets":
-		writeJSON(w, http.StatusOK, s.ScaleSets())
-	case route == "POST scalesets/expire-tokens":
-		s.ExpireScaleSetTokens()
-		writeJSON(w, http.StatusOK, map[string]any{})
-	case r.Method == http.MethodPost && len(parts) == 3 && parts[0] == "scalesets" && parts[2] == "session-conflict":
-		id, ok := idAt(1)
-		if !ok {
-			return
-		}
-		n, err := strconv.Atoi(r.URL.Query().Get("count"))
-		if err != nil || n < 1 {
-			fail(http.StatusBadRequest, fmt.Errorf("count must be a positive number"))
-			return
-		}
-		if err := s.ScaleSetSessionConflict(id, n); err != nil {
-			fail(http.StatusNotFound, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, s.Faults())
+	case parts[0] == "scalesets":
+		s.serveScaleSetAdmin(w, r, parts)
 	case route == "POST clock/advance":
 		fc, ok := s.clock.(*FakeClock)
 		if !ok {

@@ -857,3 +857,34 @@ func faultTypeName(code int) string {
 	}
 	return "VssServiceException"
 }
+
+// serveScaleSetAdmin serves /_sim/scalesets...: the list, token
+// revocation and session conflicts.
+func (s *Simulator) serveScaleSetAdmin(w http.ResponseWriter, r *http.Request, parts []string) {
+	fail := func(code int, err error) { http.Error(w, err.Error(), code) }
+	switch {
+	case r.Method == http.MethodGet && len(parts) == 1:
+		writeJSON(w, http.StatusOK, s.ScaleSets())
+	case r.Method == http.MethodPost && len(parts) == 2 && parts[1] == "expire-tokens":
+		s.ExpireScaleSetTokens()
+		writeJSON(w, http.StatusOK, map[string]any{})
+	case r.Method == http.MethodPost && len(parts) == 3 && parts[2] == "session-conflict":
+		id, err := strconv.ParseInt(parts[1], 10, 64)
+		if err != nil {
+			fail(http.StatusBadRequest, fmt.Errorf("invalid id %q", parts[1]))
+			return
+		}
+		n, err := strconv.Atoi(r.URL.Query().Get("count"))
+		if err != nil || n < 1 {
+			fail(http.StatusBadRequest, errors.New("count must be a positive number"))
+			return
+		}
+		if err := s.ScaleSetSessionConflict(id, n); err != nil {
+			fail(http.StatusNotFound, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, s.Faults())
+	default:
+		fail(http.StatusNotFound, fmt.Errorf("unknown admin call %s %s; see the package README", r.Method, r.URL.Path))
+	}
+}

@@ -3,6 +3,7 @@ package scaleset
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -188,7 +189,7 @@ func waitSession(t *testing.T, sim *githubsim.Simulator, id int) {
 // message that was not acknowledged is delivered again to the next
 // session.
 func TestSessionConflictAndRedelivery(t *testing.T) {
-	gs, c := start(t)
+	gs, c := start(t, githubsim.WithAdmin(true))
 	ctx := context.Background()
 	ss, err := c.CreateScaleSet(ctx, ScaleSet{Name: "hf-conflict", RunnerGroupID: 1})
 	if err != nil {
@@ -234,9 +235,15 @@ func TestSessionConflictAndRedelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Two more conflicts are waited out by the listener (3 tries).
-	if err := gs.Sim.ScaleSetSessionConflict(int64(ss.ID), 2); err != nil {
+	// Two more conflicts (injected through the admin API) are waited out
+	// by the listener (3 tries).
+	resp, err := (&http.Client{Transport: gs.Transport}).Post(fmt.Sprintf("%s/_sim/scalesets/%d/session-conflict?count=2", gs.URL, ss.ID), "application/json", nil)
+	if err != nil {
 		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("session-conflict: HTTP %d", resp.StatusCode)
 	}
 	events := newEventLog()
 	stop := runListener(t, ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "waiter", Handle: events.handle,
