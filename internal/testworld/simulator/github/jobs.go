@@ -47,9 +47,13 @@ type job struct {
 	timer       Timer
 	// ssOffered: a scale set was sent JobAvailable; scaleSet acquired
 	// it at ssAssigned. Such a job runs only on that scale set's runners.
-	ssOffered  bool
-	scaleSet   *scaleSet
-	ssAssigned time.Time
+	ssOffered bool
+	// ssRequestID and ssJobID are the service's ids of the job's runner
+	// request and plan job: not the REST job id, as on GitHub.
+	ssRequestID int64
+	ssJobID     string
+	scaleSet    *scaleSet
+	ssAssigned  time.Time
 }
 
 // JobRequest asks for a workflow run with one job.

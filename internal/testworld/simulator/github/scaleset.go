@@ -40,6 +40,7 @@ type scaleSetState struct {
 	sets               map[int64]*scaleSet
 	nextID             int64
 	nextMessageID      int64
+	nextRequestID      int64
 }
 
 // tenant is one registration scope (an organization or a repository).
@@ -653,9 +654,15 @@ func (s *Simulator) handleAcquireLocked(w http.ResponseWriter, ss *scaleSet, bod
 		actionsError(w, http.StatusBadRequest, "ArgumentException", "the body must be a JSON array of request ids: %v", err)
 		return
 	}
+	byRequest := map[int64]*job{}
+	for _, j := range s.jobs {
+		if j.ssOffered {
+			byRequest[j.ssRequestID] = j
+		}
+	}
 	acquired := []int64{}
 	for _, id := range ids {
-		j := s.jobs[id]
+		j := byRequest[id]
 		if j == nil || j.status != "queued" || j.scaleSet != nil || !s.scaleSetMatchesLocked(ss, j) {
 			continue
 		}
@@ -736,7 +743,8 @@ func (s *Simulator) offerJobLocked(j *job) {
 	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
 	for _, id := range ids {
 		if ss := s.ss.sets[id]; s.scaleSetMatchesLocked(ss, j) {
-			j.ssOffered = true
+			s.ss.nextRequestID += 3
+			j.ssOffered, j.ssRequestID, j.ssJobID = true, s.ss.nextRequestID, s.newGUID()
 			s.scaleSetMessageLocked(ss, j, "JobAvailable")
 			return
 		}
@@ -774,8 +782,8 @@ func tsOrZero(t time.Time) string {
 func (s *Simulator) scaleSetMessageLocked(ss *scaleSet, j *job, kind string) {
 	rp := j.run.repo
 	m := map[string]any{
-		"messageType": kind, "runnerRequestId": j.id, "repositoryName": rp.name, "ownerName": rp.owner.login,
-		"jobId": strconv.FormatInt(j.id, 10), "jobWorkflowRef": rp.fullName() + "/" + j.run.path + "@refs/heads/" + j.run.headBranch,
+		"messageType": kind, "runnerRequestId": j.ssRequestID, "repositoryName": rp.name, "ownerName": rp.owner.login,
+		"jobId": j.ssJobID, "jobWorkflowRef": rp.fullName() + "/" + j.run.path + "@refs/heads/" + j.run.headBranch,
 		"jobDisplayName": j.name, "workflowRunId": j.run.id, "eventName": "push", "requestLabels": append([]string(nil), j.labels...),
 		"queueTime": tsOrZero(j.createdAt), "scaleSetAssignTime": tsOrZero(j.ssAssigned), "runnerAssignTime": tsOrZero(j.startedAt),
 		"finishTime": tsOrZero(j.completedAt),

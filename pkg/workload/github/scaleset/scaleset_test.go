@@ -130,11 +130,11 @@ func TestListenerRunsJobThroughScaleSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	avail := events.next(t, EventJobAvailable)
-	if avail.Job.RequestID != job.ID || avail.Job.Repository != "octo-org/app" || avail.Job.DisplayName != "build" ||
+	if avail.Job.RequestID == 0 || avail.Job.JobID == "" || avail.Job.WorkflowRunID != job.RunID || avail.Job.Repository != "octo-org/app" || avail.Job.DisplayName != "build" ||
 		!strings.Contains(avail.Job.Workflow, ".github/workflows/") || strings.Join(avail.Job.Labels, ",") != "hf-linux" {
 		t.Fatalf("JobAvailable = %+v", avail.Job)
 	}
-	if assigned := events.next(t, EventJobAssigned); assigned.Job.RequestID != job.ID {
+	if assigned := events.next(t, EventJobAssigned); assigned.Job.RequestID != avail.Job.RequestID {
 		t.Fatalf("JobAssigned = %+v", assigned.Job)
 	}
 	jit, err := c.GenerateJITConfig(ctx, ss.ID, "hf-vm-1", "")
@@ -146,11 +146,11 @@ func TestListenerRunsJobThroughScaleSet(t *testing.T) {
 	}
 	proc := githubsimtest.StartScript(t, gs.InstallRunner(t), "run.sh", "--jitconfig", jit.EncodedJITConfig)
 	started := events.next(t, EventJobStarted)
-	if started.Job.RequestID != job.ID || started.Job.RunnerName != "hf-vm-1" || started.Job.RunnerID != jit.Runner.ID {
+	if started.Job.RequestID != avail.Job.RequestID || started.Job.JobID != avail.Job.JobID || started.Job.RunnerName != "hf-vm-1" || started.Job.RunnerID != jit.Runner.ID {
 		t.Fatalf("JobStarted = %+v", started.Job)
 	}
 	completed := events.next(t, EventJobCompleted)
-	if completed.Job.RequestID != job.ID || completed.Job.Result != "succeeded" || completed.Job.RunnerName != "hf-vm-1" {
+	if completed.Job.RequestID != avail.Job.RequestID || completed.Job.Result != "succeeded" || completed.Job.RunnerName != "hf-vm-1" {
 		t.Fatalf("JobCompleted = %+v", completed.Job)
 	}
 	if code := proc.Wait(t, 20*time.Second); code != 0 {
@@ -207,7 +207,7 @@ func TestSessionConflictAndRedelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	m1, err := s1.GetMessage(ctx, 0, 1)
-	if err != nil || m1 == nil || len(m1.Jobs) != 1 || m1.Jobs[0].Type != JobAvailable || m1.Jobs[0].RunnerRequestID != job.ID {
+	if err != nil || m1 == nil || len(m1.Jobs) != 1 || m1.Jobs[0].Type != JobAvailable || m1.Jobs[0].WorkflowRunID != job.RunID {
 		t.Fatalf("first delivery = %+v, %v", m1, err)
 	}
 	if m1.Statistics == nil || m1.Statistics.TotalAvailableJobs != 1 {
@@ -222,11 +222,15 @@ func TestSessionConflictAndRedelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	m2, err := s2.GetMessage(ctx, 0, 1)
-	if err != nil || m2 == nil || m2.ID != m1.ID || len(m2.Jobs) != 1 || m2.Jobs[0].RunnerRequestID != job.ID {
+	if err != nil || m2 == nil || m2.ID != m1.ID || len(m2.Jobs) != 1 || m2.Jobs[0].RunnerRequestID != m1.Jobs[0].RunnerRequestID {
 		t.Fatalf("redelivery = %+v, %v", m2, err)
 	}
 	if err := s2.DeleteMessage(ctx, m2.ID); err != nil {
 		t.Fatal(err)
+	}
+	// The REST job id is no runner request id: nothing is acquired.
+	if got, err := s2.AcquireJobs(ctx, []int64{job.ID}); err != nil || len(got) != 0 {
+		t.Fatalf("acquire by REST id = %v, %v", got, err)
 	}
 	if m3, err := s2.GetMessage(ctx, m2.ID, 1); err != nil || m3 != nil {
 		t.Fatalf("after acknowledgement = %+v, %v", m3, err)
@@ -363,7 +367,7 @@ func TestServerErrorsBackOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev := events.next(t, EventJobAvailable); ev.Job.RequestID != job.ID {
+	if ev := events.next(t, EventJobAvailable); ev.Job.WorkflowRunID != job.RunID {
 		t.Fatalf("JobAvailable = %+v", ev.Job)
 	}
 	if faults := gs.Sim.InjectedFaults(); faults["error-503"] != 3 || faults["error-502"] != 10 {
