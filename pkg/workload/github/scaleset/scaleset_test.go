@@ -378,3 +378,81 @@ func TestServerErrorsBackOff(t *testing.T) {
 		t.Fatalf("listener did not back off (%v)", d)
 	}
 }
+
+// TestListenerReopensDroppedSession: when the service drops the session
+// under a polling listener, the listener opens a new one and goes on; a
+// consumer's error stops Run, which still gives the session back.
+func TestListenerReopensDroppedSession(t *testing.T) {
+	gs, c := start(t, githubsim.WithScaleSetPollWait(200*time.Millisecond))
+	ctx := context.Background()
+	ss, err := c.CreateScaleSet(ctx, ScaleSet{Name: "hf-drop", RunnerGroupID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := newEventLog()
+	boom := errors.New("consumer refused")
+	l, err := NewListener(ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "dropper", BackoffMin: 10 * time.Millisecond,
+		Handle: func(ctx context.Context, ev Event) error {
+			if ev.Type == EventJobCompleted {
+				return boom
+			}
+			return events.handle(ctx, ev)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	waitSession(t, gs.Sim, ss.ID)
+	var first string
+	for _, s := range gs.Sim.ScaleSets() {
+		if s.ID == int64(ss.ID) {
+			first = s.Session
+		}
+	}
+	// The service drops it (as if it had expired it).
+	dropped := &Session{c: c, scaleSetID: ss.ID, info: SessionInfo{SessionID: first}}
+	if err := dropped.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var now string
+		for _, s := range gs.Sim.ScaleSets() {
+			if s.ID == int64(ss.ID) {
+				now = s.Session
+			}
+		}
+		if now != "" && now != first {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the listener opened no new session")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	job, err := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/app", Labels: []string{"hf-drop"}, Duration: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := events.next(t, EventJobAssigned); ev.Job.WorkflowRunID != job.RunID {
+		t.Fatalf("JobAssigned = %+v", ev.Job)
+	}
+	// Completing it makes the consumer fail: Run ends with that error.
+	if err := gs.Sim.CompleteJob(job.ID, "failure"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, boom) {
+			t.Fatalf("Run = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not stop on the consumer's error")
+	}
+	for _, s := range gs.Sim.ScaleSets() {
+		if s.ID == int64(ss.ID) && s.Session != "" {
+			t.Fatal("session left behind")
+		}
+	}
+}
