@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -184,9 +185,11 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	// ARC sends a JSON user agent naming the system and subsystem; the
-	// service logs it.
-	ua, err := json.Marshal(map[string]string{"system": cfg.UserAgent, "subsystem": "scaleset-listener", "version": "v1alpha1"})
+	// ARC's client sends a JSON user agent (system, version, commit,
+	// subsystem, build); the service logs it. Same fields here.
+	version, commit := buildVersion()
+	ua, err := json.Marshal(map[string]string{"system": cfg.UserAgent, "version": version, "commit_sha": commit,
+		"subsystem": "listener", "build_version": version, "build_commit_sha": commit, "kind": "hyperfleet-scaleset"})
 	if err != nil {
 		return nil, fmt.Errorf("scaleset: user agent: %w", err)
 	}
@@ -583,4 +586,23 @@ func (c *Client) GenerateJITConfig(ctx context.Context, scaleSetID int, name, wo
 		return nil, fmt.Errorf("generate JIT config %q: the answer has no encodedJITConfig", name)
 	}
 	return &out, nil
+}
+
+// buildVersion is the main module's version and VCS revision, for the
+// user agent.
+func buildVersion() (version, commit string) {
+	version, commit = "devel", "unknown"
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return version, commit
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		version = v
+	}
+	for _, st := range bi.Settings {
+		if st.Key == "vcs.revision" && st.Value != "" {
+			commit = st.Value
+		}
+	}
+	return version, commit
 }

@@ -1,6 +1,8 @@
 package scaleset
 
 import (
+	"context"
+	"encoding/json"
 	"testing"
 )
 
@@ -43,6 +45,36 @@ func TestDecodeMessage(t *testing.T) {
 	for _, bad := range []string{`{"messageId":4,"messageType":"SomethingElse"}`, `{"messageId":5,"messageType":"RunnerScaleSetJobMessages","body":"[1]"}`, `{"messageType":"RunnerScaleSetJobMessages"}`, `[`} {
 		if _, err := DecodeMessage([]byte(bad)); err == nil {
 			t.Errorf("accepted %s", bad)
+		}
+	}
+}
+
+// TestUserAgent: the user agent is JSON with ARC's fields.
+func TestUserAgent(t *testing.T) {
+	c, err := New(Config{ConfigURL: "https://github.com/octo-org", APIURL: "https://api.github.com", Token: func(context.Context) (string, error) { return "", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ua map[string]string
+	if err := json.Unmarshal([]byte(c.userAgent), &ua); err != nil {
+		t.Fatalf("user agent %q: %v", c.userAgent, err)
+	}
+	if ua["system"] != "hyperfleet" || ua["subsystem"] != "listener" || ua["version"] == "" || ua["commit_sha"] == "" {
+		t.Fatalf("user agent = %v", ua)
+	}
+	for _, bad := range []string{"", "https://github.com/", "not a url", "https://github.com/a/b/c"} {
+		if _, err := New(Config{ConfigURL: bad, APIURL: "https://api.github.com", Token: func(context.Context) (string, error) { return "", nil }}); err == nil {
+			t.Errorf("ConfigURL %q accepted", bad)
+		}
+	}
+	for url, want := range map[string]string{
+		"https://github.com/octo-org":          "/orgs/octo-org/actions/runners/registration-token",
+		"https://github.com/octo-org/app":      "/repos/octo-org/app/actions/runners/registration-token",
+		"https://github.com/enterprises/acme":  "/enterprises/acme/actions/runners/registration-token",
+		"https://ghe.example.com/octo-org/app": "/repos/octo-org/app/actions/runners/registration-token",
+	} {
+		if got, err := scopePath(url); err != nil || got != want {
+			t.Errorf("scopePath(%s) = %q, %v", url, got, err)
 		}
 	}
 }
