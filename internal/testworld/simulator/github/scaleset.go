@@ -67,6 +67,9 @@ type scaleSet struct {
 	session   *ssSession
 	queue     []*ssMessage
 	wake      chan struct{}
+	// maxCapacity is the X-ScaleSetMaxCapacity of the latest poll (-1:
+	// none yet or not a number).
+	maxCapacity int
 }
 
 type ssSession struct {
@@ -139,6 +142,9 @@ type ScaleSet struct {
 	Unacked    int      `json:"unacknowledged"`
 	RunnerGrp  int64    `json:"runnerGroupID"`
 	SessionOwn string   `json:"sessionOwner,omitempty"`
+	// MaxCapacity is the X-ScaleSetMaxCapacity the latest poll sent (-1:
+	// none).
+	MaxCapacity int `json:"maxCapacity"`
 }
 
 // ScaleSets lists the scale sets, by id.
@@ -147,7 +153,7 @@ func (s *Simulator) ScaleSets() []ScaleSet {
 	defer s.mu.Unlock()
 	out := []ScaleSet{}
 	for _, ss := range s.ss.sets {
-		v := ScaleSet{ID: ss.id, Name: ss.name, Labels: append([]string(nil), ss.labels...), Unacked: len(ss.queue), RunnerGrp: ss.group.id}
+		v := ScaleSet{ID: ss.id, Name: ss.name, Labels: append([]string(nil), ss.labels...), Unacked: len(ss.queue), RunnerGrp: ss.group.id, MaxCapacity: ss.maxCapacity}
 		if ss.session != nil {
 			v.Session, v.SessionOwn = ss.session.id, ss.session.owner
 		}
@@ -476,7 +482,7 @@ func (s *Simulator) handleScaleSetsLocked(w http.ResponseWriter, r *http.Request
 			actionsError(w, http.StatusBadRequest, "ArgumentException", "invalid body: %v", err)
 			return
 		}
-		ss := &scaleSet{tenant: tn, createdAt: s.clock.Now(), wake: make(chan struct{})}
+		ss := &scaleSet{tenant: tn, createdAt: s.clock.Now(), wake: make(chan struct{}), maxCapacity: -1}
 		if code, typ, msg := s.applyScaleSetBody(ss, b, true); code != 0 {
 			actionsError(w, code, typ, "%s", msg)
 			return
@@ -612,6 +618,10 @@ func (s *Simulator) handleMessagesLocked(w http.ResponseWriter, r *http.Request,
 		return
 	}
 	last, _ := strconv.ParseInt(q.Get("lastMessageId"), 10, 64)
+	ss.maxCapacity = -1
+	if n, err := strconv.Atoi(r.Header.Get("X-ScaleSetMaxCapacity")); err == nil && n >= 0 {
+		ss.maxCapacity = n
+	}
 	session := ss.session
 	deadline := time.NewTimer(s.ss.pollWait)
 	defer deadline.Stop()

@@ -54,7 +54,8 @@ type ListenerConfig struct {
 	// Owner names this listener in its session.
 	Owner string
 	// MaxRunners returns how many more runners the consumer may start
-	// now (sent with each poll); nil: 0.
+	// now; it is sent with each poll (X-ScaleSetMaxCapacity), from which
+	// the service sizes what it offers, so it is required.
 	MaxRunners func() int
 	// Handle receives events in order; an error stops Run.
 	Handle func(ctx context.Context, ev Event) error
@@ -83,11 +84,8 @@ type Listener struct {
 
 // NewListener checks cfg and fills its defaults.
 func NewListener(cfg ListenerConfig) (*Listener, error) {
-	if cfg.Client == nil || cfg.Handle == nil || cfg.ScaleSetID <= 0 || cfg.Owner == "" {
-		return nil, errors.New("scaleset listener: Client, Handle, ScaleSetID and Owner are required")
-	}
-	if cfg.MaxRunners == nil {
-		cfg.MaxRunners = func() int { return 0 }
+	if cfg.Client == nil || cfg.Handle == nil || cfg.MaxRunners == nil || cfg.ScaleSetID <= 0 || cfg.Owner == "" {
+		return nil, errors.New("scaleset listener: Client, Handle, MaxRunners, ScaleSetID and Owner are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = cfg.Client.log

@@ -14,6 +14,8 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 )
 
+func two() int { return 2 }
+
 const testPAT = "ghp_scalesetTestToken000000000000000000"
 
 func simConfig() githubsim.Config {
@@ -159,6 +161,11 @@ func TestListenerRunsJobThroughScaleSet(t *testing.T) {
 	if got, _ := gs.Sim.Job(job.ID); got.Status != "completed" || got.Conclusion != "success" || got.RunnerName != "hf-vm-1" {
 		t.Fatalf("job = %+v", got)
 	}
+	for _, s := range gs.Sim.ScaleSets() {
+		if s.ID == int64(ss.ID) && s.MaxCapacity != 5 {
+			t.Fatalf("X-ScaleSetMaxCapacity seen by the service = %d", s.MaxCapacity)
+		}
+	}
 	if err := stop(); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run returned %v", err)
 	}
@@ -250,7 +257,7 @@ func TestSessionConflictAndRedelivery(t *testing.T) {
 		t.Fatalf("session-conflict: HTTP %d", resp.StatusCode)
 	}
 	events := newEventLog()
-	stop := runListener(t, ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "waiter", Handle: events.handle,
+	stop := runListener(t, ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "waiter", Handle: events.handle, MaxRunners: two,
 		SessionConflictRetries: 3, SessionConflictWait: 50 * time.Millisecond})
 	waitSession(t, gs.Sim, ss.ID)
 	if got := gs.Sim.InjectedFaults()["error-409"]; got != 2 {
@@ -262,7 +269,7 @@ func TestSessionConflictAndRedelivery(t *testing.T) {
 	if err := gs.Sim.ScaleSetSessionConflict(int64(ss.ID), 5); err != nil {
 		t.Fatal(err)
 	}
-	l, err := NewListener(ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "impatient", Handle: events.handle,
+	l, err := NewListener(ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "impatient", Handle: events.handle, MaxRunners: two,
 		SessionConflictRetries: 2, SessionConflictWait: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -361,7 +368,7 @@ func TestServerErrorsBackOff(t *testing.T) {
 	}
 	events := newEventLog()
 	begin := time.Now()
-	runListener(t, ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "backoff", Handle: events.handle,
+	runListener(t, ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "backoff", Handle: events.handle, MaxRunners: two,
 		BackoffMin: 100 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
 	job, err := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/app", Labels: []string{"hf-5xx"}, Duration: time.Second})
 	if err != nil {
@@ -391,7 +398,7 @@ func TestListenerReopensDroppedSession(t *testing.T) {
 	}
 	events := newEventLog()
 	boom := errors.New("consumer refused")
-	l, err := NewListener(ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "dropper", BackoffMin: 10 * time.Millisecond,
+	l, err := NewListener(ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "dropper", BackoffMin: 10 * time.Millisecond, MaxRunners: two,
 		Handle: func(ctx context.Context, ev Event) error {
 			if ev.Type == EventJobCompleted {
 				return boom
