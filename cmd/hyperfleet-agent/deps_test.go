@@ -16,15 +16,23 @@ var tpmDeps = []string{"github.com/google/go-tpm/", "golang.org/x/sys/"}
 // TestAgentLinksStandardLibraryOnly: the in-VM agent is built static
 // (CGO_ENABLED=0) from the standard library and this module's packages
 // only, besides tpmDeps. Broker mode drives SPIRE's own spire-agent CLI
-// instead of linking go-spiffe and gRPC, and this keeps it so.
+// instead of linking go-spiffe and gRPC, and this keeps it so. The Windows
+// build (docs/windows.md) is listed too: it adds only golang.org/x/sys's
+// windows packages (the service manager, job objects).
 func TestAgentLinksStandardLibraryOnly(t *testing.T) {
+	for _, goos := range []string{"linux", "windows"} {
+		t.Run(goos, func(t *testing.T) { checkAgentDeps(t, goos) })
+	}
+}
+
+func checkAgentDeps(t *testing.T, goos string) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("the go command is needed to list the agent's dependencies: %v", err)
 	}
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(goTool, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH=amd64")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, stderr.String())

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 )
 
 // runAs is the user the runner's scripts run as.
@@ -17,7 +17,7 @@ type runAs struct {
 	home     string
 	// cred switches the runner to the user; nil when it is the agent's
 	// own user.
-	cred *syscall.Credential
+	cred *credential
 }
 
 func (u *runAs) describe() string {
@@ -36,6 +36,9 @@ func lookupRunAs(name, from string) (*runAs, error) {
 			u.home = pw.HomeDir
 		}
 		return u, nil
+	}
+	if !switchUserBuilt {
+		return nil, fail(ExitInternal, "%s %q: running the runner as another user is not built for %s: the runner runs as the agent's own account (the service's); pass --run-as \"\"", from, name, runtime.GOOS)
 	}
 	pw, err := user.Lookup(name)
 	if err != nil {
@@ -65,7 +68,7 @@ func lookupRunAs(name, from string) (*runAs, error) {
 			}
 		}
 	}
-	u.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: groups}
+	u.cred = newCredential(uint32(uid), uint32(gid), groups)
 	return u, nil
 }
 
