@@ -71,7 +71,7 @@ func installService(args []string) error {
 	if err != nil {
 		return fmt.Errorf("connecting to the service manager: %w", err)
 	}
-	defer m.Disconnect()
+	defer func() { _ = m.Disconnect() }()
 	if s, err := m.OpenService(serviceName); err == nil {
 		s.Close()
 		return fmt.Errorf("service %s exists already; uninstall it first", serviceName)
@@ -93,7 +93,7 @@ func uninstallService() error {
 	if err != nil {
 		return fmt.Errorf("connecting to the service manager: %w", err)
 	}
-	defer m.Disconnect()
+	defer func() { _ = m.Disconnect() }()
 	s, err := m.OpenService(serviceName)
 	if err != nil {
 		return fmt.Errorf("opening service %s: %w", serviceName, err)

@@ -66,7 +66,7 @@ func (p *process) contain() error {
 		_ = windows.CloseHandle(job)
 		return fmt.Errorf("opening the process: %w", err)
 	}
-	defer windows.CloseHandle(proc)
+	defer func() { _ = windows.CloseHandle(proc) }()
 	if err := windows.AssignProcessToJobObject(job, proc); err != nil {
 		_ = windows.CloseHandle(job)
 		return fmt.Errorf("assigning the process to the job object: %w", err)

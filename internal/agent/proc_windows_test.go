@@ -30,7 +30,10 @@ func TestJobObjectKillsTheTree(t *testing.T) {
 	go func() { waited <- cmd.Wait() }()
 	p.killGroup()
 	select {
-	case <-waited:
+	case err := <-waited:
+		if err == nil {
+			t.Error("the script exited 0; want it killed")
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the script still runs 10 s after its job object was terminated")
 	}
