@@ -2,21 +2,26 @@ package cloudinit
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
+	"encoding/json"
 	"io"
 	"mime"
 	"mime/multipart"
 	"net/mail"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	yaml "go.yaml.in/yaml/v3"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/testdeps"
 )
 
 // cloudbaseInitCloudConfig are the top-level keys cloudbase-init's
@@ -206,11 +211,10 @@ func checkCloudbaseCloudConfig(t *testing.T, body []byte) []byte {
 	return agentJSON
 }
 
-// checkPowerShellShape checks the script's structure as far as can be done
-// without PowerShell (Debian has no pwsh package and this machine reaches
-// no other repository): balanced braces, brackets and parentheses outside
-// strings and comments, balanced quotes, every native command's exit code
-// checked, and nothing from the template spliced in.
+// checkPowerShellShape checks what a grammar does not
+// (TestWindowsPowerShellParses parses the script): every native command's
+// exit code checked, cmdlet errors stopping the script; and, cheaply here,
+// balanced braces, brackets, parentheses and quotes outside comments.
 func checkPowerShellShape(t *testing.T, script string) {
 	t.Helper()
 	var stack []rune
@@ -263,4 +267,90 @@ func checkPowerShellShape(t *testing.T, script string) {
 func firstLine(b []byte) string {
 	l, _, _ := bytes.Cut(b, []byte("\n"))
 	return string(l)
+}
+
+// TestWindowsPowerShellParses: the PowerShell part of every Windows golden
+// parses without a syntax error under tree-sitter's PowerShell grammar
+// (hack/powershell-parse/parse.mjs; Debian has no PowerShell to ask), and
+// the same script with a brace removed does not: the check can fail.
+func TestWindowsPowerShellParses(t *testing.T) {
+	modules := testdeps.PowerShellGrammarDir(t)
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node runs the PowerShell parser: %v (run `make test-deps`)", err)
+	}
+	parse := func(script []byte) (errs []string, statements int) {
+		t.Helper()
+		f := filepath.Join(t.TempDir(), "script.ps1")
+		if err := os.WriteFile(f, script, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// --liftoff-only: V8's optimizing wasm compiler spends some 15 s
+		// of CPU on the grammar, the baseline one a tenth of a second.
+		out, err := exec.CommandContext(ctx, node, "--liftoff-only", filepath.Join("..", "..", "hack", "powershell-parse", "parse.mjs"), modules, f).Output()
+		if err != nil {
+			t.Fatalf("parse.mjs: %v", err)
+		}
+		var res struct {
+			Errors     []string `json:"errors"`
+			Statements int      `json:"statements"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil {
+			t.Fatalf("parse.mjs printed %q: %v", out, err)
+		}
+		return res.Errors, res.Statements
+	}
+	n := 0
+	for _, tc := range goldenCases() {
+		if tc.in.Vars.GuestOS != GuestWindows {
+			continue
+		}
+		n++
+		ud, err := os.ReadFile(filepath.Join("testdata", tc.name, "user-data"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		script := partOfType(t, ud, "text/x-shellscript")
+		if errs, statements := parse(script); len(errs) > 0 || statements < 4 {
+			t.Errorf("%s: the PowerShell part does not parse (%d statements): %v", tc.name, statements, errs)
+		}
+		i := bytes.LastIndexByte(script, '}')
+		broken := append(append([]byte{}, script[:i]...), script[i+1:]...)
+		if errs, _ := parse(broken); len(errs) == 0 {
+			t.Errorf("%s: the script without its last '}' parses: the parser checks nothing", tc.name)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no Windows golden")
+	}
+}
+
+// partOfType is the body of the first part of a MIME multipart user data
+// with the given content type.
+func partOfType(t *testing.T, ud []byte, contentType string) []byte {
+	t.Helper()
+	msg, err := mail.ReadMessage(bytes.NewReader(ud))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, params, err := mime.ParseMediaType(msg.Header.Get("Content-Type"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr := multipart.NewReader(msg.Body, params["boundary"])
+	for {
+		p, err := mr.NextPart()
+		if err != nil {
+			t.Fatalf("no %s part: %v", contentType, err)
+		}
+		if ct, _, _ := mime.ParseMediaType(p.Header.Get("Content-Type")); ct == contentType {
+			body, err := io.ReadAll(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return body
+		}
+	}
 }
