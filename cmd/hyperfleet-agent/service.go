@@ -6,10 +6,6 @@ import (
 	"strings"
 )
 
-// serviceName is the Windows service the agent is installed as
-// (docs/windows.md); the cloudbase-init user data starts it by this name.
-const serviceName = "hyperfleet-agent"
-
 // serviceCommand is `hyperfleet-agent service install|uninstall [flags]`,
 // parsed on every OS so that its rules are tested where the tests run.
 type serviceCommand struct {

@@ -24,6 +24,11 @@ const (
 	defaultPowerOff   = `shutdown.exe /s /t 0 /f /d p:4:1`
 )
 
+// serviceName is the Windows service the agent is installed as
+// (docs/windows.md); the cloudbase-init user data starts it by this name
+// (internal/cloudinit's WindowsServiceName).
+const serviceName = "hyperfleet-agent"
+
 // platformCommand runs `service install|uninstall`, and the agent itself
 // when the service manager started the process.
 func platformCommand(args []string, stdout, stderr io.Writer) (int, bool) {

@@ -31,15 +31,27 @@ func fetchProcAttr(cred *credential) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Credential: cred}
 }
 
-// processGroup needs nothing on Unix: the group is the script's pid.
-type processGroup struct{}
+// processGroup is the script's process group, made by Setpgid at the
+// start: its id is the script's pid.
+type processGroup struct{ pgid int }
 
-// contain is done by Setpgid at the start.
-func (p *process) contain() error { return nil }
+// contain records the group Setpgid made.
+func (p *process) contain() error {
+	p.group.pgid = p.cmd.Process.Pid
+	return nil
+}
 
-func (p *process) interruptGroup() { _ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGINT) }
+func (p *process) interruptGroup() { p.signalGroup(syscall.SIGINT) }
 
-func (p *process) killGroup() { _ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) }
+func (p *process) killGroup() { p.signalGroup(syscall.SIGKILL) }
+
+// signalGroup signals the script's group; never pid 0 or -1, which would
+// be the agent's own group or every process it may signal.
+func (p *process) signalGroup(sig syscall.Signal) {
+	if p.group.pgid > 1 {
+		_ = syscall.Kill(-p.group.pgid, sig)
+	}
+}
 
 // killedBy names the signal that ended a process, if one did.
 func killedBy(st *os.ProcessState) (string, bool) {

@@ -45,7 +45,7 @@ func WindowsPathOf(p string) string {
 // (C:\...), written plainly: no '/', no empty, '.' or '..' element, no
 // trailing '\'. Checked here on Linux, where the operator renders it.
 func IsWindowsAbs(p string) bool {
-	if len(p) < 3 || p[1] != ':' || p[2] != '\\' || !(p[0] >= 'A' && p[0] <= 'Z') {
+	if len(p) < 3 || p[1] != ':' || p[2] != '\\' || p[0] < 'A' || p[0] > 'Z' {
 		return false
 	}
 	if p == p[:3] {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -82,7 +83,7 @@ func TestWindowsUserDataIsCloudbaseInitFormat(t *testing.T) {
 			var agentJSON []byte
 			for {
 				p, err := mr.NextPart()
-				if err == io.EOF {
+				if errors.Is(err, io.EOF) {
 					break
 				}
 				if err != nil {
