@@ -93,6 +93,7 @@ func TestSchemaRefusesWrongValues(t *testing.T) {
 		{name: "a string for a bool, deep", str: []string{"agentServer.tls.withCA=yes"}, want: []string{"/agentServer/tls/withCA", "want boolean"}},
 		{name: "a bool for a string", set: []string{"agentServer.url=true"}, want: []string{"/agentServer/url", "got boolean, want string"}},
 		{name: "zero replicas", set: []string{"replicaCount=0"}, want: []string{"/replicaCount", "minimum"}},
+		{name: "a proxy with credentials", set: []string{"proxy.httpsProxy=http://ci:secret@proxy.example.com:3128"}, want: []string{"/proxy/httpsProxy", "does not match pattern"}},
 		{name: "port out of range", set: []string{"metrics.port=70000"}, want: []string{"/metrics/port", "maximum"}},
 		{name: "connections below -1", set: []string{"webhook.maxConns=-2"}, want: []string{"/webhook/maxConns", "minimum"}},
 		{name: "unknown anti-affinity", set: []string{"podAntiAffinity=sometimes"}, want: []string{"/podAntiAffinity", "'soft'", "'hard'"}},
@@ -101,6 +102,7 @@ func TestSchemaRefusesWrongValues(t *testing.T) {
 		{name: "a tag for a digest", set: []string{"image.digest=latest"}, want: []string{"/image/digest", "sha256"}},
 		{name: "an agent URL over HTTP", set: []string{"agentServer.url=http://agents.example.com"}, want: []string{"/agentServer/url", "https://"}},
 		{name: "a namespace that is not a name", set: []string{"secretNamespaces={Team_A}"}, want: []string{"/secretNamespaces/0", "does not match pattern"}},
+		{name: "a script user that is not a user name", set: []string{"generic.scriptUser=Runner"}, want: []string{"/generic/scriptUser", "does not match pattern"}},
 		{name: "a misspelt value", set: []string{"replicas=2"}, want: []string{"additional properties 'replicas' not allowed"}},
 		{name: "a misspelt value, deep", set: []string{"metrics.serviceMonitor.enable=true"}, want: []string{"/metrics/serviceMonitor", "'enable' not allowed"}},
 	}
