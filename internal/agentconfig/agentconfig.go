@@ -595,6 +595,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.validateSecretsFile(bad)
+	if c.Runner.Software.OS == "win" && (c.Platform != PlatformGitHubActions || c.WorkloadMethod != WorkloadDirect) {
+		bad("runner.software.os", "is win, which the agent runs only for platform %s with workloadMethod %s (docs/windows.md)", PlatformGitHubActions, WorkloadDirect)
+	}
 	if c.BootstrapMethod == BootstrapRunnerToken {
 		if c.RegistrationURL == "" {
 			bad("registrationURL", "is empty; bootstrapMethod runner-token needs the URL the runner registers to, such as https://github.com/octo-org/octo-repo")
@@ -610,7 +613,7 @@ func (c *Config) Validate() error {
 	}
 	switch {
 	case generic:
-		checkRunnerDir(bad, "runner.software.workDir", c.Runner.Software.WorkDir)
+		checkRunnerDir(bad, "runner.software.workDir", c.Runner.Software.WorkDir, c.Runner.Software.OS)
 	case c.Platform == PlatformBuildkite:
 		// Checked with the platform: no config script, and an agent
 		// baked into the image may sit in a system directory.
@@ -640,7 +643,11 @@ func (c *Config) validateSecretsFile(bad func(field, format string, args ...any)
 		}
 		return
 	}
-	if !path.IsAbs(c.SecretsFile) || path.Clean(c.SecretsFile) != c.SecretsFile {
+	if c.Runner.Software.OS == "win" {
+		if !IsWindowsAbs(c.SecretsFile) {
+			bad("secretsFile", "%q must be the absolute Windows path the operator places the VM's secrets at, %s", c.SecretsFile, WindowsSecretsFile)
+		}
+	} else if !path.IsAbs(c.SecretsFile) || path.Clean(c.SecretsFile) != c.SecretsFile {
 		bad("secretsFile", "%q must be the absolute path the operator places the VM's secrets at, %s", c.SecretsFile, SecretsFile)
 	}
 	if c.SecretsDeadline.IsZero() {
@@ -697,8 +704,8 @@ func (r *Runner) validate(bad func(field, format string, args ...any)) {
 	if s.DownloadSHA256 != "" && !sha256RE.MatchString(s.DownloadSHA256) {
 		bad("runner.software.downloadSHA256", "must be 64 lower-case hex digits")
 	}
-	checkRunnerDir(bad, "runner.software.installPath", s.InstallPath)
-	checkRunnerDir(bad, "runner.software.workDir", s.WorkDir)
+	checkRunnerDir(bad, "runner.software.installPath", s.InstallPath, s.OS)
+	checkRunnerDir(bad, "runner.software.workDir", s.WorkDir, s.OS)
 	if !scriptNameRE.MatchString(s.ConfigScript) {
 		bad("runner.software.configScript", "%q must be a file name in installPath, such as config.sh", s.ConfigScript)
 	}
@@ -717,8 +724,15 @@ func (r *Runner) validate(bad func(field, format string, args ...any)) {
 	}
 }
 
-// checkRunnerDir checks a directory the agent removes or empties as root.
-func checkRunnerDir(bad func(field, format string, args ...any), field, p string) {
+// checkRunnerDir checks a directory the agent removes or empties as root
+// (or, on Windows, as SYSTEM), with the rules of the VM's os.
+func checkRunnerDir(bad func(field, format string, args ...any), field, p, os string) {
+	if os == "win" {
+		if why := CheckWindowsRunnerPath(p); why != "" {
+			bad(field, "%q %s; the agent empties it after each job: use a directory of its own such as C:\\actions-runner", p, why)
+		}
+		return
+	}
 	if p == "" || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
 		bad(field, "%q must be an absolute path such as /opt/actions-runner", p)
 		return
@@ -748,11 +762,11 @@ func (c *Config) validateBuildkite(bad func(field, format string, args ...any)) 
 			bad("runner.software.downloadSHA256", "must be the archive's SHA-256, 64 lower-case hex digits")
 		}
 		// Emptied after the job: a directory of its own.
-		checkRunnerDir(bad, "runner.software.installPath", sw.InstallPath)
+		checkRunnerDir(bad, "runner.software.installPath", sw.InstallPath, sw.OS)
 	} else if p := sw.InstallPath; p == "" || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
 		bad("runner.software.installPath", "%q must be the absolute directory of buildkite-agent, such as /usr/local/bin", p)
 	}
-	checkRunnerDir(bad, "runner.software.workDir", sw.WorkDir)
+	checkRunnerDir(bad, "runner.software.workDir", sw.WorkDir, sw.OS)
 	if !scriptNameRE.MatchString(sw.RunScript) {
 		bad("runner.software.runScript", "%q must be the agent's file name in installPath, such as buildkite-agent", sw.RunScript)
 	}

@@ -275,6 +275,12 @@ func agentConfig(v *Vars) *agentconfig.Config {
 		// never this file.
 		c.SecretsFile, c.SecretsDeadline = agentconfig.SecretsFile, v.SecretsDeadline.Time
 	}
+	if v.GuestOS == GuestWindows {
+		c.Runner.Software = windowsRunnerSoftware(c.Runner.Software)
+		if c.SecretsFile != "" {
+			c.SecretsFile = agentconfig.WindowsSecretsFile
+		}
+	}
 	if v.SPIFFEEnabled {
 		c.SPIFFE = &agentconfig.SPIFFE{
 			AttestationMethod: agentconfig.AttestationMethod(v.AttestationMethod),

@@ -177,6 +177,11 @@ type Vars struct {
 	// when empty), buildkite (buildkite-agent with an agent token) or
 	// generic (GenericScript, until Deadline).
 	Platform string
+	// GuestOS is the VM's operating system (spec.guest.os): "" or linux
+	// (cloud-init), or windows (cloudbase-init: the user data is MIME
+	// multipart with a cloud-config and a PowerShell part,
+	// docs/windows.md). Per-template.
+	GuestOS string
 	// GenericScript is a generic template's spec.bootstrap.generic.script
 	// (Platform generic); not a secret.
 	GenericScript string
