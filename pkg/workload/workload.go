@@ -98,6 +98,10 @@ const (
 	// its agent registers with it, and the token expires soon and is
 	// deleted when the VM goes.
 	MethodAgentToken Method = "agent-token"
+	// MethodJobToken is a Buildkite job acquisition token: the VM's agent
+	// registers with it and may acquire only the job the claim was made
+	// for (Credential.Job), once, within minutes.
+	MethodJobToken Method = "job-token"
 )
 
 // RunnerSpec asks for the credential of one runner.
@@ -117,6 +121,10 @@ type RunnerSpec struct {
 	// allow them (GitLab's run_untagged); nil leaves it to the template.
 	// Platforms without the notion ignore it.
 	RunUntagged *bool
+	// Job is the id of the queued job the runner is made for; empty for a
+	// runner that takes any job of its labels. Only Buildkite binds a
+	// runner to it (MethodJobToken); other platforms ignore it.
+	Job string
 }
 
 // Credential is what one VM's runner needs to register: single-use and
@@ -138,6 +146,9 @@ type Credential struct {
 	// ExpiresAt is when it stops being usable; zero when the platform does
 	// not say (a JIT configuration lasts until its runner takes a job).
 	ExpiresAt time.Time
+	// Job is the one job the credential lets its runner take
+	// (MethodJobToken); empty otherwise.
+	Job string
 }
 
 // Secret is a credential's secret value. It formats as [redacted] with
