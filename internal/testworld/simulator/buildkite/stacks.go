@@ -193,3 +193,36 @@ func (s *Simulator) jobTokenLocked(secret string) *jobToken {
 	}
 	return jt
 }
+
+// IssueJobToken does what a stack controller does through the Stacks API
+// with the cluster agent token secret: registers the stack "sim-<queue>",
+// reserves job for lifetime and issues its job acquisition token, which it
+// returns. For tests that need a token without an operator.
+func (s *Simulator) IssueJobToken(secret, queue, jobID string, lifetime time.Duration) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tok := s.clusterTokenLocked(secret)
+	if tok == nil {
+		return "", errf(http.StatusUnauthorized, "Invalid token")
+	}
+	if tok.cluster.queueByKey(queue) == nil {
+		return "", errf(http.StatusUnprocessableEntity, "no queue %q", queue)
+	}
+	st := s.stacks["sim-"+queue]
+	if st == nil {
+		st = &stack{key: "sim-" + queue, typ: "custom", queueKey: queue, cluster: tok.cluster, createdAt: s.clock.Now()}
+		s.stacks[st.key] = st
+	}
+	j := s.jobs[jobID]
+	if j == nil || j.state != stateScheduled || j.build.pipeline.cluster != tok.cluster || (s.reservedLocked(j) && j.reservedBy != st) {
+		return "", errf(http.StatusUnprocessableEntity, "job %s cannot be reserved", jobID)
+	}
+	if lifetime <= 0 || lifetime > maxJATLifetime {
+		return "", errf(http.StatusUnprocessableEntity, "lifetime %v is not in (0, 1h]", lifetime)
+	}
+	now := s.clock.Now()
+	j.reservedBy, j.reservedUntil = st, now.Add(lifetime)
+	jt := &jobToken{token: jatPrefix + randomToken(24), job: j, stack: st, issuer: tok, expiresAt: now.Add(lifetime)}
+	s.jobTokens[jt.token] = jt
+	return jt.token, nil
+}
