@@ -125,6 +125,9 @@ type RunnerSpec struct {
 	// runner that takes any job of its labels. Only Buildkite binds a
 	// runner to it (MethodJobToken); other platforms ignore it.
 	Job string
+	// JobRepository is Job's repository (a Buildkite pipeline as
+	// organization/pipeline), from the job's CIJob record.
+	JobRepository string
 }
 
 // Credential is what one VM's runner needs to register: single-use and
@@ -396,6 +399,12 @@ var (
 	// ErrUnavailable: the platform did not answer or answered 5xx.
 	ErrUnavailable = errclass.NewSentinel("the CI platform is unavailable", errclass.ClassTransient, "")
 )
+
+// ErrJobNotBindable: the job a runner was made for (RunnerSpec.Job) is not
+// one it may be bound to: not its pool's, not on its queue, or no longer
+// waiting for an agent. The operator shows it on the claim as reason
+// JobNotBindable (internal/workloads), a configuration error.
+var ErrJobNotBindable = errors.New("the job cannot be bound to the runner")
 
 // Webhook errors, about a delivery rather than a call to the platform.
 var (

@@ -17,7 +17,9 @@ import (
 // good for that job only; an agent registered with it is offered nothing
 // and cannot acquire another job (422, which buildkite-agent turns into
 // exit 27); it works once; it expires with its lifetime; and deleting the
-// claim's cluster token (DeregisterRunner) revokes it. A runner made for no
+// claim's cluster token (DeregisterRunner) revokes it. A job that no longer
+// waits, runs on another queue or is not the named pipeline's binds
+// nothing (ErrJobNotBindable). A runner made for no
 // job keeps the cluster agent token.
 func TestJobAcquisitionToken(t *testing.T) {
 	ctx := context.Background()
@@ -38,7 +40,7 @@ func TestJobAcquisitionToken(t *testing.T) {
 		t.Fatalf("unbound runner: %v %+v", err, plain)
 	}
 
-	cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "vm-1", Labels: labels, Job: mine})
+	cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "vm-1", Labels: labels, Job: mine, JobRepository: "acme/app"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +79,8 @@ func TestJobAcquisitionToken(t *testing.T) {
 	}
 	// A job an agent took binds no further claim, and the cluster token
 	// made for that attempt is gone again.
-	if _, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "vm-2", Labels: labels, Job: mine}); !errors.Is(err, workload.ErrNotFound) {
-		t.Fatalf("a claim for a job an agent took: %v, want ErrNotFound", err)
+	if _, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "vm-2", Labels: labels, Job: mine, JobRepository: "acme/app"}); !errors.Is(err, workload.ErrJobNotBindable) {
+		t.Fatalf("a claim for a job an agent took: %v, want ErrJobNotBindable", err)
 	}
 	for _, tok := range w.restTokens(t) {
 		if strings.HasSuffix(tok["description"].(string), " vm-2") {
@@ -91,7 +93,7 @@ func TestJobAcquisitionToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	late, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "vm-3", Labels: labels, Job: b2.JobIDs[0]})
+	late, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "vm-3", Labels: labels, Job: b2.JobIDs[0], JobRepository: "acme/app"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,8 +102,26 @@ func TestJobAcquisitionToken(t *testing.T) {
 		t.Fatalf("register with an expired job token: %d, want 401", code)
 	}
 
+	// A job of another queue, or named with another pipeline, binds
+	// nothing.
+	if _, err := w.sim.CreateQueue(w.cluster.ID, "gpu"); err != nil {
+		t.Fatal(err)
+	}
+	gpu, err := w.sim.CreateBuild("app", "gpu", []bksim.Step{{Command: "true", Agents: []string{"queue=gpu"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, spec := range map[string]workload.RunnerSpec{
+		"another queue":    {Name: "vm-5", Labels: labels, Job: gpu.JobIDs[0], JobRepository: "acme/app"},
+		"another pipeline": {Name: "vm-6", Labels: labels, Job: b2.JobIDs[1], JobRepository: "acme/docs"},
+	} {
+		if _, err := p.IssueCredential(ctx, spec); !errors.Is(err, workload.ErrJobNotBindable) {
+			t.Errorf("%s: %v, want ErrJobNotBindable", name, err)
+		}
+	}
+
 	// Revocation: the claim ends before its VM registers.
-	rev, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "vm-4", Labels: labels, Job: b2.JobIDs[1]})
+	rev, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "vm-4", Labels: labels, Job: b2.JobIDs[1], JobRepository: "acme/app"})
 	if err != nil {
 		t.Fatal(err)
 	}

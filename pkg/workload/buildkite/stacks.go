@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -114,6 +115,9 @@ func (p *Provider) jobCredential(ctx context.Context, spec workload.RunnerSpec, 
 	if err != nil {
 		return workload.Credential{}, err
 	}
+	if err := p.checkJob(ctx, spec, queue); err != nil {
+		return workload.Credential{}, err
+	}
 	lifetime := min(p.cfg.TokenLifetime, MaxJobTokenLifetime)
 	secs := int(lifetime / time.Second)
 	key := stackKeyPrefix + queue
@@ -135,7 +139,7 @@ func (p *Provider) jobCredential(ctx context.Context, spec workload.RunnerSpec, 
 		return workload.Credential{}, err
 	}
 	if !slices.Contains(res.Reserved, spec.Job) {
-		return workload.Credential{}, fmt.Errorf("buildkite: job %s could not be reserved for %s (not scheduled in queue %s, or held by another stack): %w", spec.Job, spec.Name, queue, workload.ErrNotFound)
+		return workload.Credential{}, fmt.Errorf("buildkite: job %s could not be reserved for %s (not scheduled in cluster %s, or held by another stack): %w", spec.Job, spec.Name, p.cfg.Cluster, workload.ErrJobNotBindable)
 	}
 	var iss struct {
 		Tokens []struct {
@@ -157,5 +161,39 @@ func (p *Provider) jobCredential(ctx context.Context, spec workload.RunnerSpec, 
 			RegistrationURL: p.cfg.AgentEndpoint, IssuedAt: now, ExpiresAt: t.ExpiresAt, Job: spec.Job,
 		}, nil
 	}
-	return workload.Credential{}, fmt.Errorf("buildkite: no job acquisition token was issued for job %s of %s: %w", spec.Job, spec.Name, workload.ErrNotFound)
+	return workload.Credential{}, fmt.Errorf("buildkite: no job acquisition token was issued for job %s of %s: %w", spec.Job, spec.Name, workload.ErrJobNotBindable)
+}
+
+// checkJob verifies, with the REST API, that the job a runner is made for
+// is one it may be bound to: a job of spec.JobRepository (a pipeline of the
+// organization), waiting for an agent, on the runner's queue. A claim names
+// its job itself, so this is what keeps it from taking another pool's. The
+// cluster is checked by the reservation (the claim's cluster token
+// reserves jobs of its cluster only).
+func (p *Provider) checkJob(ctx context.Context, spec workload.RunnerSpec, queue string) error {
+	j, err := p.GetJob(ctx, spec.JobRepository, spec.Job)
+	switch {
+	case errors.Is(err, workload.ErrNotFound):
+		return fmt.Errorf("buildkite: job %s is not a job of %s: %w", spec.Job, spec.JobRepository, workload.ErrJobNotBindable)
+	case err != nil:
+		return err
+	case j.State != workload.JobQueued:
+		return fmt.Errorf("buildkite: job %s no longer waits for an agent (%s): %w", spec.Job, j.State, workload.ErrJobNotBindable)
+	}
+	jobQueue := ""
+	for _, l := range j.Labels {
+		if k, v, ok := strings.Cut(l, "="); ok && k == "queue" {
+			jobQueue = v
+		}
+	}
+	if jobQueue == "" {
+		// The job runs on the cluster's default queue.
+		if jobQueue, err = p.queueKey(ctx, nil); err != nil {
+			return err
+		}
+	}
+	if jobQueue != queue {
+		return fmt.Errorf("buildkite: job %s runs on queue %s, not on the runner's queue %s: %w", spec.Job, jobQueue, queue, workload.ErrJobNotBindable)
+	}
+	return nil
 }
