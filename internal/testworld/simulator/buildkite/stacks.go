@@ -2,6 +2,7 @@ package buildkitesim
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 )
@@ -40,6 +41,7 @@ type jobToken struct {
 	job       *job
 	stack     *stack
 	issuer    *clusterToken
+	issuedAt  time.Time
 	expiresAt time.Time
 	used      bool
 }
@@ -170,7 +172,7 @@ func (s *Simulator) issueJATsLocked(r *http.Request, st *stack, issuer *clusterT
 			notIssued = append(notIssued, id)
 			continue
 		}
-		jt := &jobToken{token: jatPrefix + randomToken(24), job: j, stack: st, issuer: issuer, expiresAt: now.Add(lifetime)}
+		jt := &jobToken{token: jatPrefix + randomToken(24), job: j, stack: st, issuer: issuer, issuedAt: now, expiresAt: now.Add(lifetime)}
 		if j.reservedUntil.Before(jt.expiresAt) {
 			jt.expiresAt = j.reservedUntil
 		}
@@ -222,7 +224,32 @@ func (s *Simulator) IssueJobToken(secret, queue, jobID string, lifetime time.Dur
 	}
 	now := s.clock.Now()
 	j.reservedBy, j.reservedUntil = st, now.Add(lifetime)
-	jt := &jobToken{token: jatPrefix + randomToken(24), job: j, stack: st, issuer: tok, expiresAt: now.Add(lifetime)}
+	jt := &jobToken{token: jatPrefix + randomToken(24), job: j, stack: st, issuer: tok, issuedAt: now, expiresAt: now.Add(lifetime)}
 	s.jobTokens[jt.token] = jt
 	return jt.token, nil
+}
+
+// JobTokenInfo is what a test reads back about a job acquisition token.
+type JobTokenInfo struct {
+	Token     string    `json:"token"`
+	Job       string    `json:"job"`
+	Stack     string    `json:"stack"`
+	IssuedAt  time.Time `json:"issuedAt"`
+	ExpiresAt time.Time `json:"expiresAt"`
+	// Issuer is the description of the cluster agent token that issued it.
+	Issuer string `json:"issuer"`
+	Used   bool   `json:"used"`
+}
+
+// JobTokens lists every job acquisition token issued, oldest first.
+func (s *Simulator) JobTokens() []JobTokenInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]JobTokenInfo, 0, len(s.jobTokens))
+	for _, jt := range s.jobTokens {
+		out = append(out, JobTokenInfo{Token: jt.token, Job: jt.job.id, Stack: jt.stack.key, IssuedAt: jt.issuedAt,
+			ExpiresAt: jt.expiresAt, Issuer: jt.issuer.description, Used: jt.used})
+	}
+	slices.SortFunc(out, func(a, b JobTokenInfo) int { return a.IssuedAt.Compare(b.IssuedAt) })
+	return out
 }
