@@ -743,6 +743,11 @@ func invalidCases() []invalidCase {
 		{name: "claim end without time", base: validClaim, mutate: set(map[string]any{"reason": "scaled_down"}, "spec", "end"), want: "spec.end.requestedAt: Required value"},
 		{name: "claim end message too long", base: validClaim, mutate: set(map[string]any{"reason": "scaled_down", "requestedAt": "2026-01-01T00:00:00Z", "message": strings.Repeat("x", 1025)}, "spec", "end"), want: "spec.end.message: Too long"},
 		{name: "claim end cannot be removed", base: validClaim, mutate: set(map[string]any{"reason": "scaled_down", "requestedAt": "2026-01-01T00:00:00Z"}, "spec", "end"), update: del("spec", "end"), want: "spec.end cannot be removed once set"},
+		{name: "claim job id not a uuid", base: validClaim, mutate: set(map[string]any{"type": "buildkite", "buildkite": map[string]any{"jobID": "42"}}, "spec", "workloadConfig"), want: "spec.workloadConfig.buildkite.jobID: Invalid value"},
+		{name: "claim job id immutable", base: validClaim, mutate: set(map[string]any{"type": "buildkite", "buildkite": map[string]any{"jobID": "0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8d"}}, "spec", "workloadConfig"),
+			update: set("0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8e", "spec", "workloadConfig", "buildkite", "jobID"), want: "workloadConfig.buildkite.jobID is immutable: a claim is bound to one job for its life"},
+		{name: "claim job id cannot be added", base: validClaim, mutate: set(map[string]any{"type": "buildkite", "buildkite": map[string]any{"queue": "linux"}}, "spec", "workloadConfig"),
+			update: set("0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8e", "spec", "workloadConfig", "buildkite", "jobID"), want: "workloadConfig.buildkite.jobID is immutable: it cannot be added or removed after creation"},
 		{name: "claim pool ref cannot be removed", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: del("spec", "runnerPoolRef"), want: "spec.runnerPoolRef is immutable: it cannot be added or removed after creation"},
 
 		// CIJob: exactly one of jobId and jobKey, and a jobKey that makes a

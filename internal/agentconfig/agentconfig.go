@@ -139,6 +139,11 @@ const (
 	// it. It travels in the registrationToken fields of the guest
 	// secrets, the broker's answer and the stored credential.
 	BootstrapAgentToken BootstrapMethod = "agent-token"
+	// BootstrapJobToken is a Buildkite job acquisition token (bkjat_,
+	// platform buildkite): buildkite-agent registers with it and acquires
+	// runner.acquireJob, the one job it is good for. It travels as
+	// BootstrapAgentToken does.
+	BootstrapJobToken BootstrapMethod = "job-token"
 )
 
 // AttestationMethod is how the agent proves its identity to SPIRE.
@@ -439,6 +444,11 @@ type Runner struct {
 
 	// group is the organization runner group (runner-token; optional).
 	Group string `json:"group,omitempty"`
+
+	// acquireJob is the Buildkite job (UUID) the VM was made for
+	// (bootstrapMethod job-token, and only then): buildkite-agent starts
+	// with --acquire-job and takes that job or none.
+	AcquireJob string `json:"acquireJob,omitempty"`
 
 	// software says where the runner package comes from and where it lives.
 	Software Software `json:"software"`
@@ -747,8 +757,17 @@ func checkRunnerDir(bad func(field, format string, args ...any), field, p, os st
 // agent binary. installPath is emptied after the job only when the agent
 // is downloaded into it, so only then must it be a directory of its own.
 func (c *Config) validateBuildkite(bad func(field, format string, args ...any)) {
-	if c.BootstrapMethod != BootstrapAgentToken {
-		bad("bootstrapMethod", "is %q; platform buildkite takes %q (a cluster agent token made for the VM)", c.BootstrapMethod, BootstrapAgentToken)
+	switch c.BootstrapMethod {
+	case BootstrapAgentToken:
+		if c.Runner.AcquireJob != "" {
+			bad("runner.acquireJob", "is set but bootstrapMethod is %q; a job to acquire comes with a %q credential", BootstrapAgentToken, BootstrapJobToken)
+		}
+	case BootstrapJobToken:
+		if !jobUUIDRE.MatchString(c.Runner.AcquireJob) {
+			bad("runner.acquireJob", "%q is not a Buildkite job UUID; bootstrapMethod %q needs the job its token is for", c.Runner.AcquireJob, BootstrapJobToken)
+		}
+	default:
+		bad("bootstrapMethod", "is %q; platform buildkite takes %q (a cluster agent token made for the VM) or %q (a job acquisition token)", c.BootstrapMethod, BootstrapAgentToken, BootstrapJobToken)
 	}
 	if c.RegistrationURL == "" {
 		bad("registrationURL", "is empty; platform buildkite needs the agent API endpoint, such as https://agent.buildkite.com/v3")
@@ -785,6 +804,9 @@ func (c *Config) validateBuildkite(bad func(field, format string, args ...any)) 
 		}
 	}
 }
+
+// jobUUIDRE is a Buildkite job id: a UUID, lower-case hex.
+var jobUUIDRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 // validateGeneric checks the generic section of a platform generic config.
 func (c *Config) validateGeneric(bad func(field, format string, args ...any)) {

@@ -221,6 +221,9 @@ func ClaimVars(ws *workload.Backends, claim *hfv1.MachineClaim, tmpl *hfv1.Hyper
 		if cr.Group != "" {
 			v.RunnerGroup = cr.Group
 		}
+		// The job the claim was made for (Buildkite only; Render refuses
+		// it on another platform).
+		v.AcquireJob = cr.Job
 	}
 	return v
 }
