@@ -130,8 +130,13 @@ vet: ## Run go vet.
 # --allow-serial-runners: another golangci-lint on the machine (a second
 # checkout's make lint) holds its lock; wait for it instead of failing
 # ("parallel golangci-lint is running", which failed a CI run once).
-lint: $(GOLANGCI_LINT) ## Run golangci-lint (.golangci.yml; the binary is built once into the cache).
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (.golangci.yml; the binary is built once into the cache), also on the agent's Windows build.
 	$(GOLANGCI_LINT) run --allow-serial-runners ./...
+	GOOS=windows GOARCH=amd64 $(GOLANGCI_LINT) run --allow-serial-runners ./cmd/hyperfleet-agent/ ./internal/agent/ ./internal/tpmdevid/
+
+.PHONY: agent-windows
+agent-windows: ## Build the agent for Windows guests (docs/windows.md) into bin/windows-amd64/.
+	GOOS=windows GOARCH=amd64 $(GO_STATIC) -o $(LOCALBIN)/windows-amd64/hyperfleet-agent.exe ./cmd/hyperfleet-agent
 
 .PHONY: build
 build: ## Build every binary into bin/.

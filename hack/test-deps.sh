@@ -18,7 +18,10 @@
 #     through sudo;
 #   - GitHub's published REST description and webhook examples (npm
 #     @octokit/openapi and @octokit/webhooks-examples), pinned, into
-#     $HYPERFLEET_CACHE/npm (default ~/.cache/hyperfleet/npm).
+#     $HYPERFLEET_CACHE/npm (default ~/.cache/hyperfleet/npm), and
+#     tree-sitter's PowerShell grammar with web-tree-sitter (the Windows
+#     user data's PowerShell is parsed with them; there is no PowerShell in
+#     Debian) into $HYPERFLEET_CACHE/npm-powershell.
 # Tests never skip when something is missing; they fail and point here.
 #
 #   hack/test-deps.sh --dev   only what `make dev` (cmd/hyperfleet-dev) needs
@@ -115,4 +118,20 @@ if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
 	mkdir -p "$npm_dir"
 	npm install --prefix "$npm_dir" --no-audit --no-fund --no-save --loglevel=error "${npm_packages[@]}"
 	printf '%s' "$want" >"$stamp"
+fi
+
+# The PowerShell grammar the Windows user data's script is parsed with
+# (hack/powershell-parse/parse.mjs; internal/cloudinit's
+# TestWindowsPowerShellParses): a prefix of its own, so that its stamp and
+# the one above never reinstall each other. Keep in step with
+# internal/testworld/testdeps.
+ps_packages=(web-tree-sitter@0.25.10 tree-sitter-powershell@0.26.4)
+ps_dir="$cache_root/npm-powershell"
+ps_stamp="$ps_dir/.installed"
+ps_want="${ps_packages[*]}"
+if [[ ! -f $ps_stamp || $(cat "$ps_stamp") != "$ps_want" ]]; then
+	echo "hack/test-deps.sh: installing npm ${ps_want} into $ps_dir (about 10 MB, once)" >&2
+	mkdir -p "$ps_dir"
+	npm install --prefix "$ps_dir" --ignore-scripts --no-audit --no-fund --no-save --loglevel=error "${ps_packages[@]}"
+	printf '%s' "$ps_want" >"$ps_stamp"
 fi

@@ -168,6 +168,7 @@ type BuildkiteWorkload struct {
 
 // BuildkiteAgentConfig is one Buildkite agent. Its name on Buildkite is the
 // claim's name.
+// +kubebuilder:validation:XValidation:rule="has(self.jobID) == has(oldSelf.jobID)",message="workloadConfig.buildkite.jobID is immutable: it cannot be added or removed after creation; the claim's RunnerPool sets it when it makes the claim"
 type BuildkiteAgentConfig struct {
 	// queue is the agent's queue; empty for its pool's.
 	// +optional
@@ -185,4 +186,21 @@ type BuildkiteAgentConfig struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(t, !t.startsWith('queue='))",message="workloadConfig.buildkite.tags must not set queue: use workloadConfig.buildkite.queue"
 	// +listType=set
 	Tags []string `json:"tags,omitempty"`
+
+	// jobID is the scheduled Buildkite job (its UUID) the claim was made
+	// for. Written by the claim's RunnerPool only (the admission policy in
+	// config/admission refuses anyone else), when it makes a VM for a
+	// queued job of the pool. The VM's agent then gets a job acquisition
+	// token good for that job alone and runs
+	// `buildkite-agent start --acquire-job <jobID>`. Before it issues the
+	// token the operator checks that the job is a queued job of the claim's
+	// pool and, on Buildkite, still scheduled in the pool's cluster and
+	// queue; otherwise the claim gets no credential (condition
+	// Provisioned False, reason JobNotBindable). Unset: the agent takes any job
+	// of its queue and tags with a cluster agent token of its own.
+	// Immutable.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="workloadConfig.buildkite.jobID is immutable: a claim is bound to one job for its life"
+	JobID string `json:"jobID,omitempty"`
 }

@@ -176,6 +176,11 @@ const (
 	AuthenticationFailedReason ConditionReason = "AuthenticationFailed"
 	// SecretNotFoundReason: a referenced Secret or key does not exist.
 	SecretNotFoundReason ConditionReason = "SecretNotFound"
+	// JobNotBindableReason: the claim names a job (Buildkite's
+	// spec.workloadConfig.buildkite.jobID) that is not a queued job of its
+	// own pool, or that the CI platform no longer offers; it gets no
+	// credential.
+	JobNotBindableReason ConditionReason = "JobNotBindable"
 	// OwnershipNotVerifiedReason: VMs with this install's tag whose
 	// ownership block does not verify exist (UnverifiedVMs True).
 	OwnershipNotVerifiedReason ConditionReason = "OwnershipNotVerified"

@@ -14,6 +14,14 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.cloudInit) || !has(self.cloudInit.delivery) || self.cloudInit.delivery != 'proxmox' || self.network.mode != 'cloud-init'",message="network.mode cloud-init takes the network from cloudInit.networkData, which cloudInit.delivery proxmox cannot carry: use network.mode dhcp or static (Proxmox's ipconfig0), or delivery iso"
 // +kubebuilder:validation:XValidation:rule="!has(self.cloudInit) || !has(self.cloudInit.delivery) || self.cloudInit.delivery != 'proxmox' || !has(self.network.dhcp) || !has(self.network.dhcp.clientIdentifier) || self.network.dhcp.clientIdentifier != 'hostname'",message="network.dhcp.clientIdentifier hostname needs a bootcmd in the VM's user-data, which cloudInit.delivery proxmox cannot carry: use clientIdentifier mac, or delivery iso"
 // +kubebuilder:validation:XValidation:rule="!has(self.cloudInit) || !has(self.cloudInit.delivery) || self.cloudInit.delivery != 'proxmox' || !has(self.bootstrap.agentSource) || self.bootstrap.agentSource != 'Operator'",message="bootstrap.agentSource Operator downloads the agent from per-template user-data, which cloudInit.delivery proxmox cannot carry: use agentSource Image (the agent in the template's image), or delivery iso"
+// +kubebuilder:validation:XValidation:rule="!(has(self.guest) && self.guest.os == 'windows') || has(self.bootstrap.github)",message="guest.os windows runs GitHub Actions runners only (the agent's Windows build has no GitLab, Buildkite or generic runner kind): use bootstrap.github, or a Linux template (remove guest)"
+// +kubebuilder:validation:XValidation:rule="!(has(self.guest) && self.guest.os == 'windows') || !has(self.bootstrap.github) || (has(self.bootstrap.github.runner) && has(self.bootstrap.github.runner.os) && self.bootstrap.github.runner.os == 'win')",message="guest.os windows needs bootstrap.github.runner.os: win (the Windows runner package and labels): set it"
+// +kubebuilder:validation:XValidation:rule="(has(self.guest) && self.guest.os == 'windows') || !has(self.bootstrap.github) || !has(self.bootstrap.github.runner) || !has(self.bootstrap.github.runner.os) || self.bootstrap.github.runner.os != 'win'",message="bootstrap.github.runner.os win needs a Windows template: set guest.os: windows (a cloudbase-init image, docs/windows.md), or os: linux"
+// +kubebuilder:validation:XValidation:rule="!(has(self.guest) && self.guest.os == 'windows') || !has(self.attestation.method) || self.attestation.method == 'none'",message="guest.os windows cannot attest: the agent's Windows build runs no spire-agent and no TPM enrollment; set attestation.method: none, or use a Linux template"
+// +kubebuilder:validation:XValidation:rule="!(has(self.guest) && self.guest.os == 'windows') || !has(self.cloudInit) || !has(self.cloudInit.delivery) || self.cloudInit.delivery == 'iso'",message="guest.os windows takes its user data from the NoCloud ISO (cloudbase-init's NoCloud service): set cloudInit.delivery: iso, or remove it"
+// +kubebuilder:validation:XValidation:rule="!(has(self.guest) && self.guest.os == 'windows') || !has(self.cloudInit) || (!has(self.cloudInit.userData) && !has(self.cloudInit.networkData) && !has(self.cloudInit.metaData))",message="cloudInit.userData, networkData and metaData are not merged into a Windows VM's cloudbase-init data: bake your configuration into the Windows image (docs/windows.md), or remove guest"
+// +kubebuilder:validation:XValidation:rule="!(has(self.guest) && self.guest.os == 'windows') || (self.network.mode == 'dhcp' && (!has(self.network.dhcp) || ((!has(self.network.dhcp.clientIdentifier) || self.network.dhcp.clientIdentifier == 'mac') && (!has(self.network.dhcp.requestStaticLease) || !self.network.dhcp.requestStaticLease) && !has(self.network.dhcp.leaseTime) && !has(self.network.dhcp.client) && (!has(self.network.dhcp.ipv6) || !self.network.dhcp.ipv6))))",message="guest.os windows takes its address from Windows' own DHCP client: use network.mode dhcp without dhcp.clientIdentifier hostname, requestStaticLease, leaseTime, client or ipv6 (they configure dhclient on Linux)"
+// +kubebuilder:validation:XValidation:rule="!(has(self.guest) && self.guest.os == 'windows') || !has(self.bootstrap.agentSource) || self.bootstrap.agentSource == 'Image'",message="guest.os windows needs the agent in the image (C:\\Program Files\\HyperFleet\\hyperfleet-agent.exe): set bootstrap.agentSource: Image; the Operator download is not built for Windows"
 type HypervisorMachineTemplateSpec struct {
 	// hypervisorClusterRef names the cluster-scoped HypervisorCluster the VMs
 	// are created on. Its allowedNamespaces must admit this namespace.
@@ -47,6 +55,14 @@ type HypervisorMachineTemplateSpec struct {
 	// +required
 	Bootstrap Bootstrap `json:"bootstrap"`
 
+	// guest is the VM's operating system and the program in the image that
+	// consumes its user data. Unset: Linux with cloud-init. windows: the
+	// image has cloudbase-init, which reads the same NoCloud ISO (its
+	// NoCloud metadata service), and the agent runs as a Windows service
+	// (docs/windows.md).
+	// +optional
+	Guest *Guest `json:"guest,omitempty"`
+
 	// cloudInit is the user's own cloud-init, merged with what the operator
 	// renders for each VM. Values are Go templates; see the docs for the
 	// variables and the merge rules.
@@ -58,6 +74,31 @@ type HypervisorMachineTemplateSpec struct {
 	// annotations its author gives it).
 	// +optional
 	Metadata *ObjectMetadata `json:"metadata,omitempty"`
+}
+
+// GuestOS is a VM's operating system.
+// +kubebuilder:validation:Enum=linux;windows
+type GuestOS string
+
+const (
+	// GuestLinux: cloud-init consumes the user data; the agent is a
+	// systemd unit.
+	GuestLinux GuestOS = "linux"
+	// GuestWindows: cloudbase-init consumes the user data (MIME multipart:
+	// a cloud-config part and a PowerShell part); the agent is a Windows
+	// service.
+	GuestWindows GuestOS = "windows"
+)
+
+// Guest is what runs inside the VM.
+type Guest struct {
+	// os is linux (default: cloud-init, systemd) or windows (cloudbase-init,
+	// a Windows service; GitHub Actions runners only, with runner.os win,
+	// attestation none, network mode dhcp, agentSource Image and no
+	// cloudInit.userData, networkData or metaData; docs/windows.md).
+	// +optional
+	// +kubebuilder:default=linux
+	OS GuestOS `json:"os,omitempty"`
 }
 
 // CloneMode says whether a VM shares its template's base disk.
@@ -796,7 +837,10 @@ type RunnerSoftware struct {
 	DownloadSHA256 string `json:"downloadSHA256,omitempty"`
 
 	// installPath is where the runner is unpacked. It may not be, contain
-	// or lie inside a system directory (docs/security.md).
+	// or lie inside a system directory (docs/security.md). On a Windows
+	// guest (spec.guest.os windows) it names a directory of the system
+	// drive, /actions-runner being C:\actions-runner, and Windows' system
+	// directories are refused when the template is rendered (docs/windows.md).
 	// +optional
 	// +kubebuilder:default="/opt/actions-runner"
 	// +kubebuilder:validation:MaxLength=255
@@ -806,7 +850,8 @@ type RunnerSoftware struct {
 	InstallPath string `json:"installPath,omitempty"`
 
 	// workDir is the runner's job working directory, wiped after the job.
-	// It may not be, contain or lie inside a system directory.
+	// It may not be, contain or lie inside a system directory. On a
+	// Windows guest it is on the system drive, as installPath.
 	// +optional
 	// +kubebuilder:default="/var/lib/hyperfleet/work"
 	// +kubebuilder:validation:MaxLength=255
@@ -815,23 +860,26 @@ type RunnerSoftware struct {
 	// +kubebuilder:validation:XValidation:rule="self != '/' && (self.startsWith('/usr/local/') ? !['bin', 'etc', 'games', 'include', 'lib', 'lib64', 'libexec', 'man', 'sbin', 'share', 'src'].exists(d, self == '/usr/local/' + d || self.startsWith('/usr/local/' + d + '/')) : (!['/bin', '/boot', '/dev', '/etc', '/lib', '/lib32', '/lib64', '/libx32', '/proc', '/root', '/run', '/sbin', '/sys', '/usr'].exists(d, self == d || self.startsWith(d + '/') || d.startsWith(self + '/')) && !['/home', '/media', '/mnt', '/opt', '/srv', '/tmp', '/var', '/var/cache', '/var/lib', '/var/lib/cloud', '/var/log', '/var/tmp'].exists(d, self == d || d.startsWith(self + '/'))))",message="bootstrap.github.runner.workDir must not be, contain or (for /bin, /boot, /dev, /etc, /lib*, /proc, /root, /run, /sbin, /sys, /usr) lie inside a system directory: the agent empties it as root after each job; use a directory of its own such as /opt/actions-runner or /var/lib/hyperfleet/work (docs/security.md)"
 	WorkDir string `json:"workDir,omitempty"`
 
-	// configScript is the runner's registration script.
+	// configScript is the runner's registration script. On a Windows guest
+	// a name ending .sh means the same name ending .cmd (the Windows
+	// package's config.cmd).
 	// +optional
 	// +kubebuilder:default="config.sh"
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
 	ConfigScript string `json:"configScript,omitempty"`
 
-	// runScript is the runner's run script.
+	// runScript is the runner's run script; on a Windows guest .sh means
+	// .cmd, as for configScript (run.cmd).
 	// +optional
 	// +kubebuilder:default="run.sh"
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_.-]+$`
 	RunScript string `json:"runScript,omitempty"`
 
-	// os is the VM's operating system in GitHub's naming. Only linux is
-	// supported (the agent runs as a systemd service); win and osx make the
-	// template not Ready, with reason Unsupported.
+	// os is the VM's operating system in GitHub's naming: linux, or win
+	// with spec.guest.os windows (and only then; docs/windows.md). osx
+	// makes the template not Ready, with reason Unsupported.
 	// +optional
 	// +kubebuilder:default=linux
 	OS RunnerOS `json:"os,omitempty"`

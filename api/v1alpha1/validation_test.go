@@ -387,6 +387,14 @@ func validTemplate() *unstructured.Unstructured {
 var enterpriseTemplate = all(del("spec", "bootstrap", "github", "repository"), del("spec", "bootstrap", "github", "owner"),
 	set("acme-corp", "spec", "bootstrap", "github", "enterprise"), set("linux", "spec", "bootstrap", "github", "runnerGroup"))
 
+// validWindowsTemplate is a GitHub template of Windows VMs (docs/windows.md).
+func validWindowsTemplate() *unstructured.Unstructured {
+	u := validTemplate()
+	set("windows", "spec", "guest", "os")(u)
+	set("win", "spec", "bootstrap", "github", "runner", "os")(u)
+	return u
+}
+
 func validGenericTemplate() *unstructured.Unstructured {
 	return object("HypervisorMachineTemplate", "tpl", map[string]any{
 		"hypervisorClusterRef": map[string]any{"name": "pve"},
@@ -581,6 +589,20 @@ func invalidCases() []invalidCase {
 		{name: "cluster duplicate nodes", base: validCluster, mutate: set([]string{"pve1", "pve1"}, "spec", "nodes"), want: "nodes must not list a node twice"},
 
 		// HypervisorMachineTemplate
+		// A Windows guest (docs/windows.md): what its agent and user data do not build is refused.
+		{name: "windows guest gitlab", base: validGitLabTemplate, mutate: set("windows", "spec", "guest", "os"), want: "guest.os windows runs GitHub Actions runners only"},
+		{name: "windows guest generic", base: validGenericTemplate, mutate: set("windows", "spec", "guest", "os"), want: "guest.os windows runs GitHub Actions runners only"},
+		{name: "windows guest linux runner", base: validTemplate, mutate: set("windows", "spec", "guest", "os"), want: "guest.os windows needs bootstrap.github.runner.os: win"},
+		{name: "win runner on linux guest", base: validTemplate, mutate: set("win", "spec", "bootstrap", "github", "runner", "os"), want: "bootstrap.github.runner.os win needs a Windows template: set guest.os: windows"},
+		{name: "win runner on explicit linux guest", base: validTemplate, mutate: all(set("linux", "spec", "guest", "os"), set("win", "spec", "bootstrap", "github", "runner", "os")), want: "bootstrap.github.runner.os win needs a Windows template"},
+		{name: "windows guest attests", base: validWindowsTemplate, mutate: set("join-token", "spec", "attestation", "method"), want: "guest.os windows cannot attest"},
+		{name: "windows guest proxmox delivery", base: validWindowsTemplate, mutate: set(map[string]any{"delivery": "proxmox"}, "spec", "cloudInit"), want: "guest.os windows takes its user data from the NoCloud ISO"},
+		{name: "windows guest user data", base: validWindowsTemplate, mutate: set(map[string]any{"userData": "#cloud-config\n"}, "spec", "cloudInit"), want: "not merged into a Windows VM's cloudbase-init data"},
+		{name: "windows guest static network", base: validWindowsTemplate, mutate: set(map[string]any{"mode": "static", "ipPoolRef": map[string]any{"name": "pool"}}, "spec", "network"), want: "guest.os windows takes its address from Windows' own DHCP client"},
+		{name: "windows guest dhcp hostname identifier", base: validWindowsTemplate, mutate: set(map[string]any{"mode": "dhcp", "dhcp": map[string]any{"clientIdentifier": "hostname"}}, "spec", "network"), want: "guest.os windows takes its address from Windows' own DHCP client"},
+		{name: "windows guest dhcp lease time", base: validWindowsTemplate, mutate: set(map[string]any{"mode": "dhcp", "dhcp": map[string]any{"leaseTime": "30m", "client": "isc-dhcp-client"}}, "spec", "network"), want: "guest.os windows takes its address from Windows' own DHCP client"},
+		{name: "windows guest agent from operator", base: validWindowsTemplate, mutate: set("Operator", "spec", "bootstrap", "agentSource"), want: "guest.os windows needs the agent in the image"},
+		{name: "guest os unknown", base: validTemplate, mutate: set("freebsd", "spec", "guest", "os"), want: `spec.guest.os: Unsupported value: "freebsd"`},
 		{name: "template id and name", base: validTemplate, mutate: set("debian", "spec", "source", "proxmox", "templateName"), want: "set exactly one of source.proxmox.templateId and source.proxmox.templateName"},
 		{name: "template neither id nor name", base: validTemplate, mutate: del("spec", "source", "proxmox", "templateId"), want: "set exactly one of source.proxmox.templateId and source.proxmox.templateName"},
 		{name: "template storage on linked clone", base: validTemplate, mutate: set("local-lvm", "spec", "source", "proxmox", "storage"), want: "storage and format apply only to full clones"},
@@ -730,6 +752,11 @@ func invalidCases() []invalidCase {
 		{name: "claim end without time", base: validClaim, mutate: set(map[string]any{"reason": "scaled_down"}, "spec", "end"), want: "spec.end.requestedAt: Required value"},
 		{name: "claim end message too long", base: validClaim, mutate: set(map[string]any{"reason": "scaled_down", "requestedAt": "2026-01-01T00:00:00Z", "message": strings.Repeat("x", 1025)}, "spec", "end"), want: "spec.end.message: Too long"},
 		{name: "claim end cannot be removed", base: validClaim, mutate: set(map[string]any{"reason": "scaled_down", "requestedAt": "2026-01-01T00:00:00Z"}, "spec", "end"), update: del("spec", "end"), want: "spec.end cannot be removed once set"},
+		{name: "claim job id not a uuid", base: validClaim, mutate: set(map[string]any{"type": "buildkite", "buildkite": map[string]any{"jobID": "42"}}, "spec", "workloadConfig"), want: "spec.workloadConfig.buildkite.jobID: Invalid value"},
+		{name: "claim job id immutable", base: validClaim, mutate: set(map[string]any{"type": "buildkite", "buildkite": map[string]any{"jobID": "0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8d"}}, "spec", "workloadConfig"),
+			update: set("0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8e", "spec", "workloadConfig", "buildkite", "jobID"), want: "workloadConfig.buildkite.jobID is immutable: a claim is bound to one job for its life"},
+		{name: "claim job id cannot be added", base: validClaim, mutate: set(map[string]any{"type": "buildkite", "buildkite": map[string]any{"queue": "linux"}}, "spec", "workloadConfig"),
+			update: set("0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8e", "spec", "workloadConfig", "buildkite", "jobID"), want: "workloadConfig.buildkite.jobID is immutable: it cannot be added or removed after creation"},
 		{name: "claim pool ref cannot be removed", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: del("spec", "runnerPoolRef"), want: "spec.runnerPoolRef is immutable: it cannot be added or removed after creation"},
 
 		// CIJob: exactly one of jobId and jobKey, and a jobKey that makes a
@@ -825,6 +852,26 @@ func assertRejected(t *testing.T, err error, want string) {
 	}
 	if !strings.Contains(err.Error(), want) {
 		t.Fatalf("rejection does not say %q:\n%v", want, err)
+	}
+}
+
+// TestWindowsTemplateIsAccepted: the Windows guest mode's own shape
+// (docs/windows.md) passes every CEL rule, and decodes into the Go types.
+func TestWindowsTemplateIsAccepted(t *testing.T) {
+	ctx := context.Background()
+	tpl := validWindowsTemplate()
+	tpl.SetNamespace(newNamespace(t))
+	set(map[string]any{"mode": "dhcp", "dhcp": map[string]any{"clientIdentifier": "mac", "sendHostname": true}}, "spec", "network")(tpl)
+	set(map[string]any{"delivery": "iso"}, "spec", "cloudInit")(tpl)
+	if err := env.Client.Create(ctx, tpl, client.FieldValidation("Strict")); err != nil {
+		t.Fatalf("the API server rejected a Windows template: %v", err)
+	}
+	typed := &hfv1.HypervisorMachineTemplate{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(tpl.Object, typed, true); err != nil {
+		t.Fatalf("the stored template does not decode into the Go types: %v", err)
+	}
+	if g := typed.Spec.Guest; g == nil || g.OS != hfv1.GuestWindows || typed.Spec.Bootstrap.GitHub.Runner.OS != "win" {
+		t.Fatalf("decoded guest %+v, runner %+v", g, typed.Spec.Bootstrap.GitHub.Runner)
 	}
 }
 

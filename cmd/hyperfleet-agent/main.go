@@ -3,7 +3,8 @@
 // (`hyperfleet-agent --config /etc/hyperfleet/agent.json`), and it runs
 // package internal/agent with the configuration file of package
 // internal/agentconfig. It links only the standard library and this module,
-// and go-tpm for attestationMethod tpm (deps_test.go).
+// and go-tpm for attestationMethod tpm, and on Windows golang.org/x/sys's
+// windows packages (deps_test.go).
 //
 // It reads (and at once removes) the config file, waits for the operator to
 // place the single-use runner credential in the running VM (at the
@@ -70,7 +71,18 @@
 //	--attest-timeout D       bound on broker mode's attestation and
 //	                         credential fetch (default 5m; the attestation
 //	                         also ends at the config's expiresAt)
+//	--log FILE               append the log to FILE instead of stderr
 //	--version                print the version and exit
+//
+// On Windows (docs/windows.md) the defaults are --config
+// C:\ProgramData\HyperFleet\agent.json, --run-as "" (the service's own
+// account) and --poweroff-command "shutdown.exe /s /t 0 /f /d p:4:1"; the
+// agent runs as the Windows service hyperfleet-agent, which
+//
+//	hyperfleet-agent service install --config FILE --log FILE [flags]
+//	hyperfleet-agent service uninstall
+//
+// create (manual start, LocalSystem, no restart) and delete.
 //
 // The binary uses the standard library (and go-tpm, pure Go) only and is
 // built static:
@@ -91,7 +103,6 @@ import (
 	"syscall"
 
 	"github.com/hyperfleet/hyperfleet/internal/agent"
-	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -102,12 +113,22 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if code, ok := platformCommand(args, stdout, stderr); ok {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	return runAgent(ctx, args, stdout, stderr)
+}
+
+// runAgent parses the agent's flags and runs it until ctx ends.
+func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("hyperfleet-agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	configPath := fs.String("config", agentconfig.Path, "the agent config file, removed as soon as it is read")
+	configPath := fs.String("config", defaultConfigPath, "the agent config file, removed as soon as it is read")
 	root := fs.String("root", "", "directory prefixed to every absolute path from the config (installPath, workDir); for tests and simulated VMs sharing one host, empty in a real VM")
-	runAs := fs.String("run-as", agentconfig.DefaultRunnerUser, `user the runner runs as; "" for the agent's own user (a generic VM's config names its script's user, which wins)`)
-	powerOff := fs.String("poweroff-command", "systemctl poweroff", "command that powers the VM off when the config's powerOffOnFinish is true (split at white space; empty disables)")
+	runAs := fs.String("run-as", defaultRunAs, `user the runner runs as; "" for the agent's own user (a generic VM's config names its script's user, which wins)`)
+	powerOff := fs.String("poweroff-command", defaultPowerOff, "command that powers the VM off when the config's powerOffOnFinish is true (split at white space; empty disables)")
 	idle := fs.Duration("idle-timeout", agent.DefaultIdleTimeout, "stop the runner when it has started no job this long after it started (0 disables)")
 	download := fs.Duration("download-timeout", agent.DefaultDownloadTimeout, "bound on the runner package download (0: none)")
 	maxDownload := fs.Int64("max-download-bytes", agent.DefaultMaxDownloadBytes, "largest runner package downloaded")
@@ -116,6 +137,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	spireAgent := fs.String("spire-agent", agent.DefaultSPIREAgent, "spire-agent binary run in broker mode")
 	spireSocket := fs.String("spire-socket", "", "Workload API socket of a spire-agent the image runs itself; broker mode then starts none and uses no join token")
 	attest := fs.Duration("attest-timeout", agent.DefaultAttestTimeout, "bound on broker mode's attestation and credential fetch (the attestation also ends at the config's expiresAt)")
+	logFile := fs.String("log", "", "append the log to this file instead of stderr (a Windows service has no console)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -145,8 +167,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return agent.ExitBadConfig
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
+	logOut := stderr
+	if *logFile != "" {
+		f, err := os.OpenFile(*logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			fmt.Fprintf(stderr, "hyperfleet-agent: --log: %v\n", err)
+			return agent.ExitBadConfig
+		}
+		defer f.Close()
+		logOut = f
+	}
 	return agent.Run(ctx, agent.Options{
 		ConfigPath:       *configPath,
 		Root:             *root,
@@ -161,6 +191,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		SPIRESocket:      *spireSocket,
 		AttestTimeout:    *attest,
 		Version:          version,
-		Logger:           slog.New(slog.NewTextHandler(stderr, nil)),
+		Logger:           slog.New(slog.NewTextHandler(logOut, nil)),
 	})
 }

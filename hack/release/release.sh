@@ -4,6 +4,7 @@
 #
 #   DIST/bin/hyperfleet-linux-{amd64,arm64}        the operator
 #   DIST/bin/hyperfleet-agent-linux-{amd64,arm64}  the in-VM agent
+#   DIST/bin/hyperfleet-agent-windows-amd64.exe     the agent for Windows guests
 #   DIST/image/                                    the operator image for linux/amd64
 #                                                  and linux/arm64, one multi-arch
 #                                                  index, and its cosign signature,
@@ -81,6 +82,9 @@ for p in "${platforms[@]}"; do
 			-o "$dist/bin/$cmd-$os-$arch" "./cmd/$cmd"
 	done
 done
+# The agent for Windows guests (docs/windows.md), which no image carries.
+CGO_ENABLED=0 GOOS=windows GOARCH=amd64 go build -trimpath -buildvcs=true -ldflags "$ld" \
+	-o "$dist/bin/hyperfleet-agent-windows-amd64.exe" ./cmd/hyperfleet-agent
 
 step "image for ${platforms[*]}"
 # The build context make image stages (Containerfile), with the operator

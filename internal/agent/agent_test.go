@@ -1,3 +1,5 @@
+//go:build !windows
+
 package agent
 
 import (
@@ -147,7 +149,7 @@ func (v *vm) writeConfig(c *agentconfig.Config) {
 func (v *vm) placeCredential(method agentconfig.BootstrapMethod) {
 	v.t.Helper()
 	g := agentconfig.GuestSecrets{JITConfig: v.secret}
-	if method == agentconfig.BootstrapRunnerToken || method == agentconfig.BootstrapAgentToken {
+	if method == agentconfig.BootstrapRunnerToken || method == agentconfig.BootstrapAgentToken || method == agentconfig.BootstrapJobToken {
 		g = agentconfig.GuestSecrets{RegistrationToken: v.secret}
 	}
 	v.placeSecrets(g)

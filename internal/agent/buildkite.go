@@ -18,6 +18,12 @@ const (
 	// bkLineAssigned: Buildkite gave the agent a job ("Assigned job <id>.
 	// Accepting...").
 	bkLineAssigned = "Assigned job "
+	// bkLineAcquiring: with --acquire-job, registered and asking for the
+	// job ("Attempting to acquire job <id>..."); no ping comes first.
+	bkLineAcquiring = "Attempting to acquire job "
+	// bkLineStarting: with --acquire-job, the job was acquired and starts
+	// ("Starting job at <url>#<id>").
+	bkLineStarting = "Starting job at "
 )
 
 // EnvBuildkiteAgentToken is where buildkite-agent reads its token, as its
@@ -31,7 +37,9 @@ const EnvBuildkiteAgentToken = "BUILDKITE_AGENT_TOKEN"
 // into the image at installPath/runScript), and run as
 // `buildkite-agent start --disconnect-after-job`: it registers with the
 // token, takes one job of its tags (queue first), runs it in the build
-// path, and exits. The token lives in the process's environment only;
+// path, and exits. A VM made for one job (bootstrapMethod job-token) gets
+// a job acquisition token instead and adds `--acquire-job <id>`: the agent
+// takes that job or exits 27. The token lives in the process's environment only;
 // the agent's per-registration access token in its memory only, so no
 // credential file stays behind.
 type buildkiteRunner struct{}
@@ -49,8 +57,8 @@ func (buildkiteRunner) run(ctx context.Context, a *agent, p *place) error {
 	if err != nil {
 		return err
 	}
-	if cred.Method != agentconfig.BootstrapAgentToken {
-		return fail(ExitInternal, "the credential source returned a %s credential; a Buildkite agent takes an agent-token", cred.Method)
+	if cred.Method != cfg.BootstrapMethod {
+		return fail(ExitInternal, "the credential source returned a %s credential; this Buildkite agent takes a %s", cred.Method, cfg.BootstrapMethod)
 	}
 	if err := cred.validate(); err != nil {
 		return err
@@ -70,6 +78,11 @@ func (buildkiteRunner) run(ctx context.Context, a *agent, p *place) error {
 	}
 	endpoint := cmp.Or(cred.RegistrationURL, cfg.RegistrationURL)
 	args := []string{"start", "--disconnect-after-job", "--endpoint", endpoint, "--name", cfg.Runner.Name, "--build-path", p.work}
+	if cfg.BootstrapMethod == agentconfig.BootstrapJobToken {
+		// Bound to the job the VM was made for: the agent acquires it
+		// (and only it: the token is good for nothing else) or exits 27.
+		args = append(args, "--acquire-job", cfg.Runner.AcquireJob)
+	}
 	if len(cfg.Runner.Labels) > 0 {
 		args = append(args, "--tags", strings.Join(cfg.Runner.Labels, ","))
 	}
@@ -79,14 +92,18 @@ func (buildkiteRunner) run(ctx context.Context, a *agent, p *place) error {
 	started := make(chan string, 1)
 	watch := func(line string) {
 		switch {
-		case strings.Contains(line, bkLineAssigned):
-			job := strings.TrimSpace(line[strings.Index(line, bkLineAssigned)+len(bkLineAssigned):])
-			job, _, _ = strings.Cut(job, ".")
+		case strings.Contains(line, bkLineAssigned), strings.Contains(line, bkLineStarting):
+			job := ""
+			if i := strings.Index(line, bkLineAssigned); i >= 0 {
+				job, _, _ = strings.Cut(strings.TrimSpace(line[i+len(bkLineAssigned):]), ".")
+			} else if _, frag, ok := strings.Cut(line, "#"); ok {
+				job, _, _ = strings.Cut(frag, " ")
+			}
 			a.jobStarted.Store(true)
 			if !jobStarted.Swap(true) {
 				started <- job
 			}
-		case strings.Contains(line, bkLineWaiting):
+		case strings.Contains(line, bkLineWaiting), strings.Contains(line, bkLineAcquiring):
 			a.runnerOnline.Store(true)
 			if !online.Swap(true) {
 				a.log.Info("buildkite-agent online: waiting for a job")
@@ -109,7 +126,7 @@ func (buildkiteRunner) run(ctx context.Context, a *agent, p *place) error {
 		return fail(ExitRunnerFailed, "buildkite-agent failed (%s): %s", proc.describeExit(), cmp.Or(proc.stderrTail(), "(no error output)"))
 	}
 	if !jobStarted.Load() {
-		a.log.Warn("buildkite-agent exited 0 without an \"Assigned job\" line")
+		a.log.Warn("buildkite-agent exited 0 without a line saying its job started")
 	}
 	return nil
 }

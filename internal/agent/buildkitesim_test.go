@@ -1,3 +1,5 @@
+//go:build !windows
+
 package agent
 
 import (
@@ -23,7 +25,10 @@ import (
 // downloaded agent, empties the build path and powers off. The token never
 // appears on a command line or in the log. A second VM whose token was
 // deleted cannot register: the agent exits ExitRunnerFailed and the job
-// waits.
+// waits. A VM made for a job gets a job acquisition token and runs
+// buildkite-agent with --acquire-job: it takes that job although another
+// job of its queue came first, and a token for another job acquires
+// nothing (the real agent exits 27, the agent ExitRunnerFailed).
 //
 // Not parallel: it sets SSL_CERT_FILE (the simulator's CA), which the
 // agent's download client and buildkite-agent trust.
@@ -132,6 +137,78 @@ func TestBuildkiteSimulator(t *testing.T) {
 		}
 		if strings.Contains(v.log.String(), tok.Secret) {
 			t.Error("the agent token is in the log")
+		}
+	})
+
+	// A VM made for a job: a job acquisition token for the second job of
+	// a build and --acquire-job, so the agent takes that job although the
+	// first one matches it as well, and takes nothing else.
+	jobConfig := func(v *vm, name, acquire string) *agentconfig.Config {
+		c := config(v, name)
+		c.BootstrapMethod, c.Runner.AcquireJob = agentconfig.BootstrapJobToken, acquire
+		return c
+	}
+	issuer, err := bk.Sim.CreateToken(cluster.ID, "hyperfleet agent stack", time.Now().Add(30*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("acquire job", func(t *testing.T) {
+		b, err := bk.Sim.CreateBuild("app", "bound", []buildkitesim.Step{
+			{Key: "first", Command: "echo first", Agents: []string{"queue=linux"}},
+			{Key: "second", Command: "echo second job", Agents: []string{"queue=linux"}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jat, err := bk.Sim.IssueJobToken(issuer.Secret, "linux", b.JobIDs[1], 10*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := newVM(t)
+		v.secret = jat
+		v.writeConfig(jobConfig(v, "vm-3", b.JobIDs[1]))
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		code := v.run(ctx)
+		v.checkCommon(code, ExitOK, 1)
+		if info, _ := bk.Sim.Job(b.JobIDs[1]); info.State != "passed" || info.Agent != "vm-3" || !strings.Contains(info.Log, "second job") {
+			t.Fatalf("bound job = %+v; agent log:\n%s", info, v.log.String())
+		}
+		if info, _ := bk.Sim.Job(b.JobIDs[0]); info.State != "scheduled" || info.Agent != "" {
+			t.Errorf("the agent of a job token took another job: %+v", info)
+		}
+		if strings.Contains(v.log.String(), jat) {
+			t.Error("the job token is in the log")
+		}
+		if log := v.log.String(); !strings.Contains(log, "job started") || strings.Contains(log, "without a line saying its job started") {
+			t.Errorf("the agent did not see the acquired job start:\n%s", log)
+		}
+	})
+
+	t.Run("token for another job", func(t *testing.T) {
+		b, err := bk.Sim.CreateBuild("app", "mismatch", []buildkitesim.Step{
+			{Key: "x", Command: "echo x", Agents: []string{"queue=linux"}},
+			{Key: "y", Command: "echo y", Agents: []string{"queue=linux"}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jat, err := bk.Sim.IssueJobToken(issuer.Secret, "linux", b.JobIDs[0], 10*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := newVM(t)
+		v.secret = jat
+		v.writeConfig(jobConfig(v, "vm-4", b.JobIDs[1]))
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
+		code := v.run(ctx)
+		v.checkCommon(code, ExitRunnerFailed, 1)
+		for _, id := range b.JobIDs {
+			if info, _ := bk.Sim.Job(id); info.State != "scheduled" || info.Agent != "" {
+				t.Errorf("a job ran with a token for another job: %+v", info)
+			}
 		}
 	})
 }

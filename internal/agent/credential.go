@@ -55,10 +55,10 @@ func (c Credential) validate() error {
 		if c.RunnerAuthToken == "" {
 			return errors.New("the credential source returned a runner-auth-token credential without a token")
 		}
-	case agentconfig.BootstrapAgentToken:
-		// The agent API endpoint comes from the config.
+	case agentconfig.BootstrapAgentToken, agentconfig.BootstrapJobToken:
+		// The agent API endpoint (and the job) come from the config.
 		if c.RegistrationToken == "" {
-			return errors.New("the credential source returned an agent-token credential without a token")
+			return fmt.Errorf("the credential source returned a %s credential without a token", c.Method)
 		}
 	default:
 		return fmt.Errorf("the credential source returned a credential of unknown method %q", c.Method)

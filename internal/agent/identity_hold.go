@@ -5,7 +5,6 @@ import (
 	"context"
 	"log/slog"
 	"path/filepath"
-	"syscall"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 )
@@ -27,7 +26,7 @@ type IdentityHolder interface {
 	// set, is the user the VM's entry selects (the script's, another than
 	// the agent's): it fetches the SVID that shows the attestation worked
 	// and reaches the socket.
-	HoldIdentity(ctx context.Context, as *syscall.Credential) (*HeldIdentity, error)
+	HoldIdentity(ctx context.Context, as *credential) (*HeldIdentity, error)
 }
 
 // HoldIdentity attests as Credential does (join token or TPM, or a
@@ -39,7 +38,7 @@ type IdentityHolder interface {
 // is fetched as that user, and the run directory is opened to it
 // (traverse only, once the config with the join token is removed:
 // spireRun.openToFetcher) so that it reaches the socket.
-func (b *BrokerSource) HoldIdentity(ctx context.Context, as *syscall.Credential) (*HeldIdentity, error) {
+func (b *BrokerSource) HoldIdentity(ctx context.Context, as *credential) (*HeldIdentity, error) {
 	s := b.SPIFFE
 	if s == nil {
 		return nil, fail(ExitBadConfig, "spiffe: is missing; workloadMethod broker needs SPIFFE attestation settings")

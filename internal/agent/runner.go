@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
@@ -152,6 +151,10 @@ type process struct {
 
 	mu   sync.Mutex
 	tail []string // last lines of stderr
+
+	// group is what holds the script and its children together (the
+	// process group on Unix, a job object on Windows).
+	group processGroup
 }
 
 const tailLines = 20
@@ -163,7 +166,7 @@ func (a *agent) start(path string, args []string, dir string, env []string, user
 	cmd := exec.Command(path, args...)
 	cmd.Dir = dir
 	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: user.cred}
+	cmd.SysProcAttr = scriptProcAttr(user.cred)
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -184,6 +187,15 @@ func (a *agent) start(path string, args []string, dir string, env []string, user
 		return nil, err
 	}
 	p := &process{cmd: cmd, done: make(chan struct{})}
+	if err := p.contain(); err != nil {
+		// A script whose children could outlive it must not run: they
+		// would keep the job's files and the credential after cleanup.
+		_ = cmd.Process.Kill()
+		outR.Close()
+		errR.Close()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("containing %s (pid %d): %w", name, cmd.Process.Pid, err)
+	}
 	a.log.Info("process started", "script", name, "pid", cmd.Process.Pid)
 
 	var readers sync.WaitGroup
@@ -194,7 +206,7 @@ func (a *agent) start(path string, args []string, dir string, env []string, user
 		p.waitErr = cmd.Wait()
 		// Whatever the script left behind in its group goes with it; then
 		// nothing holds the pipes open any more.
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		p.killGroup()
 		readDone := make(chan struct{})
 		go func() { readers.Wait(); close(readDone) }()
 		select {
@@ -262,11 +274,10 @@ func (p *process) stderrTail() string {
 	return strings.TrimSpace(strings.Join(p.tail, "\n"))
 }
 
-// stop sends SIGINT to the process group, then SIGKILL after grace, and
-// waits for the process to end.
+// stop interrupts the process group (SIGINT; on Windows CTRL_BREAK), then
+// kills it after grace, and waits for the process to end.
 func (p *process) stop(grace time.Duration) {
-	pgid := p.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGINT)
+	p.interruptGroup()
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
@@ -274,7 +285,7 @@ func (p *process) stop(grace time.Duration) {
 		return
 	case <-t.C:
 	}
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	p.killGroup()
 	<-p.done
 }
 
@@ -291,8 +302,8 @@ func (p *process) describeExit() string {
 	if st == nil {
 		return fmt.Sprintf("did not run: %v", p.waitErr)
 	}
-	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return fmt.Sprintf("killed by signal %d (%s)", int(ws.Signal()), ws.Signal())
+	if sig, ok := killedBy(st); ok {
+		return "killed by signal " + sig
 	}
 	var ee *exec.ExitError
 	if p.waitErr != nil && !errors.As(p.waitErr, &ee) {

@@ -1,4 +1,4 @@
-//go:build spire
+//go:build spire && !windows
 
 package agent
 

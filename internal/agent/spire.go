@@ -205,7 +205,7 @@ type spireRun struct {
 	// fetchAs, when set, is the user the SVID is fetched as: a generic
 	// VM's script user, whom the VM's entry selects instead of the
 	// agent (HoldIdentity). Nil: the agent's own user.
-	fetchAs *syscall.Credential
+	fetchAs *credential
 }
 
 // newSPIRERun creates a private directory for one run under base (created
@@ -319,7 +319,7 @@ func (r *spireRun) fetch(ctx context.Context, dir string) (string, error) {
 	if r.fetchAs != nil {
 		// The Workload API tells callers apart by their uid: the SVID
 		// is the fetcher's only.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: r.fetchAs}
+		cmd.SysProcAttr = fetchProcAttr(r.fetchAs)
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {

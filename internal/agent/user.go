@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 )
@@ -19,7 +19,7 @@ type runAs struct {
 	home     string
 	// cred switches the runner to the user; nil when it is the agent's
 	// own user.
-	cred *syscall.Credential
+	cred *credential
 	// proxyEnv are the config's proxy variables (agentconfig.Proxy.Env),
 	// given to every script in place of the agent's own.
 	proxyEnv []string
@@ -41,6 +41,9 @@ func lookupRunAs(name, from string) (*runAs, error) {
 			u.home = pw.HomeDir
 		}
 		return u, nil
+	}
+	if !switchUserBuilt {
+		return nil, fail(ExitInternal, "%s %q: running the runner as another user is not built for %s: the runner runs as the agent's own account (the service's); pass --run-as \"\"", from, name, runtime.GOOS)
 	}
 	pw, err := user.Lookup(name)
 	if err != nil {
@@ -70,7 +73,7 @@ func lookupRunAs(name, from string) (*runAs, error) {
 			}
 		}
 	}
-	u.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: groups}
+	u.cred = newCredential(uint32(uid), uint32(gid), groups)
 	return u, nil
 }
 

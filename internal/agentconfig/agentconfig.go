@@ -139,6 +139,11 @@ const (
 	// it. It travels in the registrationToken fields of the guest
 	// secrets, the broker's answer and the stored credential.
 	BootstrapAgentToken BootstrapMethod = "agent-token"
+	// BootstrapJobToken is a Buildkite job acquisition token (bkjat_,
+	// platform buildkite): buildkite-agent registers with it and acquires
+	// runner.acquireJob, the one job it is good for. It travels as
+	// BootstrapAgentToken does.
+	BootstrapJobToken BootstrapMethod = "job-token"
 )
 
 // AttestationMethod is how the agent proves its identity to SPIRE.
@@ -440,6 +445,11 @@ type Runner struct {
 	// group is the organization runner group (runner-token; optional).
 	Group string `json:"group,omitempty"`
 
+	// acquireJob is the Buildkite job (UUID) the VM was made for
+	// (bootstrapMethod job-token, and only then): buildkite-agent starts
+	// with --acquire-job and takes that job or none.
+	AcquireJob string `json:"acquireJob,omitempty"`
+
 	// software says where the runner package comes from and where it lives.
 	Software Software `json:"software"`
 }
@@ -595,6 +605,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.validateSecretsFile(bad)
+	if c.Runner.Software.OS == "win" && (c.Platform != PlatformGitHubActions || c.WorkloadMethod != WorkloadDirect) {
+		bad("runner.software.os", "is win, which the agent runs only for platform %s with workloadMethod %s (docs/windows.md)", PlatformGitHubActions, WorkloadDirect)
+	}
 	if c.BootstrapMethod == BootstrapRunnerToken {
 		if c.RegistrationURL == "" {
 			bad("registrationURL", "is empty; bootstrapMethod runner-token needs the URL the runner registers to, such as https://github.com/octo-org/octo-repo")
@@ -610,7 +623,7 @@ func (c *Config) Validate() error {
 	}
 	switch {
 	case generic:
-		checkRunnerDir(bad, "runner.software.workDir", c.Runner.Software.WorkDir)
+		checkRunnerDir(bad, "runner.software.workDir", c.Runner.Software.WorkDir, c.Runner.Software.OS)
 	case c.Platform == PlatformBuildkite:
 		// Checked with the platform: no config script, and an agent
 		// baked into the image may sit in a system directory.
@@ -640,7 +653,11 @@ func (c *Config) validateSecretsFile(bad func(field, format string, args ...any)
 		}
 		return
 	}
-	if !path.IsAbs(c.SecretsFile) || path.Clean(c.SecretsFile) != c.SecretsFile {
+	if c.Runner.Software.OS == "win" {
+		if !IsWindowsAbs(c.SecretsFile) {
+			bad("secretsFile", "%q must be the absolute Windows path the operator places the VM's secrets at, %s", c.SecretsFile, WindowsSecretsFile)
+		}
+	} else if !path.IsAbs(c.SecretsFile) || path.Clean(c.SecretsFile) != c.SecretsFile {
 		bad("secretsFile", "%q must be the absolute path the operator places the VM's secrets at, %s", c.SecretsFile, SecretsFile)
 	}
 	if c.SecretsDeadline.IsZero() {
@@ -697,8 +714,8 @@ func (r *Runner) validate(bad func(field, format string, args ...any)) {
 	if s.DownloadSHA256 != "" && !sha256RE.MatchString(s.DownloadSHA256) {
 		bad("runner.software.downloadSHA256", "must be 64 lower-case hex digits")
 	}
-	checkRunnerDir(bad, "runner.software.installPath", s.InstallPath)
-	checkRunnerDir(bad, "runner.software.workDir", s.WorkDir)
+	checkRunnerDir(bad, "runner.software.installPath", s.InstallPath, s.OS)
+	checkRunnerDir(bad, "runner.software.workDir", s.WorkDir, s.OS)
 	if !scriptNameRE.MatchString(s.ConfigScript) {
 		bad("runner.software.configScript", "%q must be a file name in installPath, such as config.sh", s.ConfigScript)
 	}
@@ -717,8 +734,15 @@ func (r *Runner) validate(bad func(field, format string, args ...any)) {
 	}
 }
 
-// checkRunnerDir checks a directory the agent removes or empties as root.
-func checkRunnerDir(bad func(field, format string, args ...any), field, p string) {
+// checkRunnerDir checks a directory the agent removes or empties as root
+// (or, on Windows, as SYSTEM), with the rules of the VM's os.
+func checkRunnerDir(bad func(field, format string, args ...any), field, p, os string) {
+	if os == "win" {
+		if why := CheckWindowsRunnerPath(p); why != "" {
+			bad(field, "%q %s; the agent empties it after each job: use a directory of its own such as C:\\actions-runner", p, why)
+		}
+		return
+	}
 	if p == "" || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
 		bad(field, "%q must be an absolute path such as /opt/actions-runner", p)
 		return
@@ -733,8 +757,17 @@ func checkRunnerDir(bad func(field, format string, args ...any), field, p string
 // agent binary. installPath is emptied after the job only when the agent
 // is downloaded into it, so only then must it be a directory of its own.
 func (c *Config) validateBuildkite(bad func(field, format string, args ...any)) {
-	if c.BootstrapMethod != BootstrapAgentToken {
-		bad("bootstrapMethod", "is %q; platform buildkite takes %q (a cluster agent token made for the VM)", c.BootstrapMethod, BootstrapAgentToken)
+	switch c.BootstrapMethod {
+	case BootstrapAgentToken:
+		if c.Runner.AcquireJob != "" {
+			bad("runner.acquireJob", "is set but bootstrapMethod is %q; a job to acquire comes with a %q credential", BootstrapAgentToken, BootstrapJobToken)
+		}
+	case BootstrapJobToken:
+		if !jobUUIDRE.MatchString(c.Runner.AcquireJob) {
+			bad("runner.acquireJob", "%q is not a Buildkite job UUID; bootstrapMethod %q needs the job its token is for", c.Runner.AcquireJob, BootstrapJobToken)
+		}
+	default:
+		bad("bootstrapMethod", "is %q; platform buildkite takes %q (a cluster agent token made for the VM) or %q (a job acquisition token)", c.BootstrapMethod, BootstrapAgentToken, BootstrapJobToken)
 	}
 	if c.RegistrationURL == "" {
 		bad("registrationURL", "is empty; platform buildkite needs the agent API endpoint, such as https://agent.buildkite.com/v3")
@@ -748,11 +781,11 @@ func (c *Config) validateBuildkite(bad func(field, format string, args ...any)) 
 			bad("runner.software.downloadSHA256", "must be the archive's SHA-256, 64 lower-case hex digits")
 		}
 		// Emptied after the job: a directory of its own.
-		checkRunnerDir(bad, "runner.software.installPath", sw.InstallPath)
+		checkRunnerDir(bad, "runner.software.installPath", sw.InstallPath, sw.OS)
 	} else if p := sw.InstallPath; p == "" || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
 		bad("runner.software.installPath", "%q must be the absolute directory of buildkite-agent, such as /usr/local/bin", p)
 	}
-	checkRunnerDir(bad, "runner.software.workDir", sw.WorkDir)
+	checkRunnerDir(bad, "runner.software.workDir", sw.WorkDir, sw.OS)
 	if !scriptNameRE.MatchString(sw.RunScript) {
 		bad("runner.software.runScript", "%q must be the agent's file name in installPath, such as buildkite-agent", sw.RunScript)
 	}
@@ -771,6 +804,9 @@ func (c *Config) validateBuildkite(bad func(field, format string, args ...any)) 
 		}
 	}
 }
+
+// jobUUIDRE is a Buildkite job id: a UUID, lower-case hex.
+var jobUUIDRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 // validateGeneric checks the generic section of a platform generic config.
 func (c *Config) validateGeneric(bad func(field, format string, args ...any)) {

@@ -27,7 +27,9 @@ func TestBuildkiteConfigs(t *testing.T) {
 	downloaded.Runner.Software.InstallPath = "/opt/buildkite-agent"
 	downloaded.Runner.Software.DownloadURL = "https://github.com/buildkite/agent/releases/download/v3.138.1/buildkite-agent-linux-amd64-3.138.1.tar.gz"
 	downloaded.Runner.Software.DownloadSHA256 = strings.Repeat("ab", 32)
-	for name, c := range map[string]Config{"baked into the image": buildkiteConfig(), "downloaded": downloaded} {
+	bound := buildkiteConfig()
+	bound.BootstrapMethod, bound.Runner.AcquireJob = BootstrapJobToken, "0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8d"
+	for name, c := range map[string]Config{"baked into the image": buildkiteConfig(), "downloaded": downloaded, "bound to a job": bound} {
 		if err := c.Validate(); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
@@ -38,6 +40,8 @@ func TestBuildkiteConfigs(t *testing.T) {
 		want   string
 	}{
 		"a GitHub method":             {func(c *Config) { c.BootstrapMethod = BootstrapJITConfig }, `bootstrapMethod: is "jit-config"; platform buildkite takes "agent-token"`},
+		"a job token without its job": {func(c *Config) { c.BootstrapMethod = BootstrapJobToken }, `runner.acquireJob: "" is not a Buildkite job UUID`},
+		"a job without a job token":   {func(c *Config) { c.Runner.AcquireJob = "0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8d" }, `runner.acquireJob: is set but bootstrapMethod is "agent-token"`},
 		"no endpoint":                 {func(c *Config) { c.RegistrationURL = "" }, "registrationURL: is empty; platform buildkite needs the agent API endpoint"},
 		"a tag without a value":       {func(c *Config) { c.Runner.Labels = []string{"linux"} }, `runner.labels[0]: "linux" is not a Buildkite agent tag`},
 		"no name":                     {func(c *Config) { c.Runner.Name = "" }, `runner.name: "" is not a valid agent name`},
@@ -66,5 +70,11 @@ func TestStoredAgentToken(t *testing.T) {
 	}
 	if err := (StoredCredential{Method: BootstrapAgentToken}).Validate(); err == nil || !strings.Contains(err.Error(), "registrationToken: is empty; method agent-token") {
 		t.Errorf("an agent-token credential without its token: %v", err)
+	}
+	if err := (StoredCredential{Method: BootstrapJobToken, RegistrationToken: "bkjat_x"}).Validate(); err != nil {
+		t.Errorf("a job acquisition token: %v", err)
+	}
+	if err := (StoredCredential{Method: BootstrapJobToken}).Validate(); err == nil || !strings.Contains(err.Error(), "registrationToken: is empty; method job-token") {
+		t.Errorf("a job-token credential without its token: %v", err)
 	}
 }

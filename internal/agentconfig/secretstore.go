@@ -128,17 +128,17 @@ func (c StoredCredential) Validate() error {
 		if err := checkHTTPSURL(c.RegistrationURL); err != nil {
 			errs = append(errs, fmt.Errorf("registrationURL: %w", err))
 		}
-	case BootstrapAgentToken:
-		// A Buildkite agent token; the agent API endpoint is in the
-		// config, not here.
+	case BootstrapAgentToken, BootstrapJobToken:
+		// A Buildkite agent token or job acquisition token; the agent API
+		// endpoint (and the job) are in the config, not here.
 		if c.RegistrationToken == "" {
-			errs = append(errs, errors.New("registrationToken: is empty; method agent-token needs the Buildkite agent token"))
+			errs = append(errs, fmt.Errorf("registrationToken: is empty; method %s needs the Buildkite token", c.Method))
 		}
 		if c.JITConfig != "" {
-			errs = append(errs, errors.New("jitConfig: is set but method is agent-token; remove it"))
+			errs = append(errs, fmt.Errorf("jitConfig: is set but method is %s; remove it", c.Method))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("method: is %q; must be %q, %q or %q", c.Method, BootstrapJITConfig, BootstrapRunnerToken, BootstrapAgentToken))
+		errs = append(errs, fmt.Errorf("method: is %q; must be %q, %q, %q or %q", c.Method, BootstrapJITConfig, BootstrapRunnerToken, BootstrapAgentToken, BootstrapJobToken))
 	}
 	return errors.Join(errs...)
 }

@@ -366,9 +366,10 @@ func jit(c workload.Credential) string {
 }
 
 func regToken(c workload.Credential) string {
-	// A Buildkite agent token travels as a registration token: both are
-	// what the VM's agent registers with (agentconfig.BootstrapAgentToken).
-	if c.Method == workload.MethodRegistrationToken || c.Method == workload.MethodAgentToken {
+	// A Buildkite agent token or job acquisition token travels as a
+	// registration token: each is what the VM's agent registers with
+	// (agentconfig.BootstrapAgentToken, BootstrapJobToken).
+	if c.Method == workload.MethodRegistrationToken || c.Method == workload.MethodAgentToken || c.Method == workload.MethodJobToken {
 		return c.Secret.Reveal()
 	}
 	return ""

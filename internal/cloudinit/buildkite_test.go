@@ -10,7 +10,8 @@ import (
 
 // TestBuildkiteAgentConfig: a buildkite VM's agent.json names the platform,
 // the agent-token method, the agent API endpoint and the agent's tags, and
-// carries no token (it arrives in the running VM).
+// carries no token (it arrives in the running VM); a VM made for one job
+// takes the job-token method and names the job.
 func TestBuildkiteAgentConfig(t *testing.T) {
 	v := baseVars()
 	v.Platform, v.BootstrapMethod = PlatformBuildkite, BootstrapAgentToken
@@ -24,6 +25,18 @@ func TestBuildkiteAgentConfig(t *testing.T) {
 		cfg.RegistrationURL != v.RegistrationURL || !slices.Equal(cfg.Runner.Labels, []string{"queue=linux", "os=linux"}) ||
 		cfg.Runner.Software.RunScript != "buildkite-agent" || cfg.SecretsFile != agentconfig.SecretsFile || cfg.RegistrationToken != "" {
 		t.Fatalf("agent.json: %+v", cfg)
+	}
+
+	// A VM made for one job: the job-token method and the job to acquire.
+	bound := v
+	bound.AcquireJob = "0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8d"
+	cfg = renderedAgentConfig(t, bound)
+	if cfg.BootstrapMethod != agentconfig.BootstrapJobToken || cfg.Runner.AcquireJob != bound.AcquireJob {
+		t.Fatalf("agent.json of a bound VM: %+v", cfg)
+	}
+	bound.AcquireJob = "42"
+	if _, err := Render(Input{Vars: bound}); err == nil || !strings.Contains(err.Error(), "AcquireJob \"42\" is not a Buildkite job UUID") {
+		t.Errorf("a bound VM with a malformed job: %v", err)
 	}
 
 	v.BootstrapMethod = BootstrapJITConfig

@@ -47,6 +47,14 @@ func baseVars() Vars {
 	}
 }
 
+// windowsVars is a Windows VM's (spec.guest.os windows, runner.os win).
+func windowsVars(v Vars) Vars {
+	v.GuestOS = GuestWindows
+	v.RunnerConfig.OS = "win"
+	v.Labels = List{"self-hosted", "hyperfleet", "windows"}
+	return v
+}
+
 func runnerTokenVars(v Vars) Vars {
 	v.BootstrapMethod = BootstrapRunnerToken
 	v.RunnerGroup = "ci-runners"
@@ -304,6 +312,9 @@ echo "runner {{ .RunnerName }} takes its agent from {{ .BootstrapServiceURL }}" 
 		networkd:  []string{"DHCP=ipv4"},
 		userParts: []string{"text/cloud-config"},
 	})
+	// A Windows VM (spec.guest.os windows): cloudbase-init's user data.
+	cases = append(cases, goldenCase{name: "windows-jit-config", in: Input{Vars: windowsVars(baseVars())}})
+
 	return cases
 }
 

@@ -76,6 +76,17 @@ func render(in Input) (*Output, error) {
 		return nil, err
 	}
 
+	windows := v.GuestOS == GuestWindows
+	switch v.GuestOS {
+	case "", GuestLinux:
+	case GuestWindows:
+		if err := v.checkWindows(in); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("vars: GuestOS %q must be %s or %s", v.GuestOS, GuestLinux, GuestWindows)
+	}
+
 	var out Output
 	// network-config
 	switch v.NetworkMode {
@@ -112,6 +123,12 @@ func render(in Input) (*Output, error) {
 	}
 
 	// user-data
+	if windows {
+		if out.UserData, err = windowsUserData(&v); err != nil {
+			return nil, err
+		}
+		return &out, nil
+	}
 	op, err := operatorCloudConfig(&v)
 	if err != nil {
 		return nil, err

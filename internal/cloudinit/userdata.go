@@ -232,6 +232,9 @@ func agentConfig(v *Vars) *agentconfig.Config {
 			Name:   v.RunnerName,
 			Labels: []string(v.Labels),
 			Group:  v.RunnerGroup,
+			// The job a Buildkite VM was made for, whose job acquisition
+			// token it gets (BootstrapJobToken below).
+			AcquireJob: v.AcquireJob,
 			Software: agentconfig.Software{
 				DownloadURL:    v.RunnerConfig.DownloadURL,
 				DownloadSHA256: v.RunnerConfig.DownloadSHA256,
@@ -253,6 +256,10 @@ func agentConfig(v *Vars) *agentconfig.Config {
 		// tags, RunScript the agent binary in InstallPath.
 		c.Platform = agentconfig.PlatformBuildkite
 		c.Runner.Group = ""
+		if v.AcquireJob != "" {
+			// A VM made for one job gets a job acquisition token for it.
+			c.BootstrapMethod = agentconfig.BootstrapJobToken
+		}
 		// The agent's tags are the key=value labels; the others
 		// (self-hosted, hyperfleet, queue:default) are the operator's
 		// routing marks, which Buildkite does not know.
@@ -274,6 +281,12 @@ func agentConfig(v *Vars) *agentconfig.Config {
 		// reach the running VM through the hypervisor's guest channel,
 		// never this file.
 		c.SecretsFile, c.SecretsDeadline = agentconfig.SecretsFile, v.SecretsDeadline.Time
+	}
+	if v.GuestOS == GuestWindows {
+		c.Runner.Software = windowsRunnerSoftware(c.Runner.Software)
+		if c.SecretsFile != "" {
+			c.SecretsFile = agentconfig.WindowsSecretsFile
+		}
 	}
 	if v.SPIFFEEnabled {
 		c.SPIFFE = &agentconfig.SPIFFE{

@@ -60,6 +60,10 @@ const (
 	// BootstrapAgentToken is Buildkite's: a cluster agent token made for
 	// the VM (Platform buildkite).
 	BootstrapAgentToken = "agent-token"
+	// BootstrapJobToken is Buildkite's for a claim made for one job
+	// (Vars.AcquireJob): a job acquisition token for that job. Render
+	// sets it when AcquireJob is set; a template never names it.
+	BootstrapJobToken = "job-token"
 )
 
 // Vars are the variables a template's spec.cloudInit.userData, networkData
@@ -177,6 +181,11 @@ type Vars struct {
 	// when empty), buildkite (buildkite-agent with an agent token) or
 	// generic (GenericScript, until Deadline).
 	Platform string
+	// GuestOS is the VM's operating system (spec.guest.os): "" or linux
+	// (cloud-init), or windows (cloudbase-init: the user data is MIME
+	// multipart with a cloud-config and a PowerShell part,
+	// docs/windows.md). Per-template.
+	GuestOS string
 	// GenericScript is a generic template's spec.bootstrap.generic.script
 	// (Platform generic); not a secret.
 	GenericScript string
@@ -208,6 +217,12 @@ type Vars struct {
 	// RunnerGroup is the organization runner group. Per-claim (zeroed by
 	// Canonical, a claim may override the template's group).
 	RunnerGroup string
+	// AcquireJob is the Buildkite job (UUID) the claim was made for
+	// (spec.workloadConfig.buildkite.jobID): the VM's agent takes a job
+	// acquisition token (BootstrapJobToken) and runs buildkite-agent with
+	// --acquire-job. Platform buildkite only. Per-claim (zeroed by
+	// Canonical).
+	AcquireJob string
 	// ExpiresAt is when the join token handed to the VM expires (broker
 	// mode); printed in RFC 3339, empty when unknown. Per-VM.
 	ExpiresAt Time
@@ -332,7 +347,7 @@ func (b Bytes) String() string { return fmt.Sprintf("<%d bytes; use base64>", le
 // Canonical returns v with every per-VM, per-claim and per-issue value
 // zeroed: Hostname, FQDN, InstanceID, MACAddress, StaticIP, StaticIPv6, SPIFFEID,
 // TrustBundle, AgentCA, BrokerCA, SecretStoreRole, SecretStorePath,
-// SecretStoreCA, RunnerName, Labels, RunnerGroup, ExpiresAt,
+// SecretStoreCA, RunnerName, Labels, RunnerGroup, AcquireJob, ExpiresAt,
 // SecretsDeadline, PowerOffNotify, ScriptUser, Claim and Deadline. What remains is the same for every VM of one
 // template, so rendering the canonical vars gives identical bytes for all of
 // them and the bytes change only when something that shapes the VMs changes
@@ -356,6 +371,7 @@ func (v Vars) Canonical() Vars {
 	v.RunnerName = ""
 	v.Labels = nil
 	v.RunnerGroup = ""
+	v.AcquireJob = ""
 	v.ExpiresAt = Time{}
 	v.SecretsDeadline = Time{}
 	v.PowerOffNotify = nil
@@ -427,6 +443,8 @@ func (v *Vars) perVM(name, val string) error {
 }
 
 var (
+	// jobUUIDRE is a Buildkite job id.
+	jobUUIDRE  = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 	dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 	dnsNameRE  = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 )
@@ -594,6 +612,9 @@ func (v *Vars) check() (netVars, error) {
 
 // checkPlatform checks the variables of the agent's runner kind.
 func (v *Vars) checkPlatform() error {
+	if v.AcquireJob != "" && v.Platform != PlatformBuildkite {
+		return fmt.Errorf("vars: AcquireJob is set but Platform is %q; only buildkite binds a VM to a job", v.Platform)
+	}
 	switch v.Platform {
 	case "", PlatformGitHubActions:
 		switch v.BootstrapMethod {
@@ -608,6 +629,9 @@ func (v *Vars) checkPlatform() error {
 	case PlatformBuildkite:
 		if v.BootstrapMethod != BootstrapAgentToken {
 			return fmt.Errorf("vars: BootstrapMethod %q must be %s with Platform buildkite", v.BootstrapMethod, BootstrapAgentToken)
+		}
+		if v.AcquireJob != "" && !jobUUIDRE.MatchString(v.AcquireJob) {
+			return fmt.Errorf("vars: AcquireJob %q is not a Buildkite job UUID", v.AcquireJob)
 		}
 	default:
 		return fmt.Errorf("vars: Platform %q must be %s, %s or %s", v.Platform, PlatformGitHubActions, PlatformBuildkite, PlatformGeneric)

@@ -16,7 +16,7 @@ import (
 var (
 	perVMFields = []string{"Hostname", "FQDN", "InstanceID", "MACAddress", "StaticIP", "StaticIPv6", "SPIFFEID",
 		"TrustBundle", "AgentCA", "BrokerCA", "SecretStoreRole", "SecretStorePath", "SecretStoreCA", "RunnerName", "Labels",
-		"RunnerGroup", "ExpiresAt", "SecretsDeadline", "PowerOffNotify", "ScriptUser", "Claim", "Deadline"}
+		"RunnerGroup", "AcquireJob", "ExpiresAt", "SecretsDeadline", "PowerOffNotify", "ScriptUser", "Claim", "Deadline"}
 	templateFields = []string{"NetworkMode", "DHCPClientIdentifier", "SendHostname", "IPv6", "RequestStaticLease", "DHCPLeaseSeconds", "NetmaskBits", "Gateway",
 		"NetmaskBitsIPv6", "GatewayIPv6",
 		"DNSServers", "SearchDomains", "HTTPProxy", "HTTPSProxy", "NoProxy", "SPIFFEEnabled", "AttestationMethod", "TrustDomain", "SPIREServerAddress",
@@ -53,6 +53,7 @@ func TestCanonicalFieldClassification(t *testing.T) {
 	v.Claim = agentconfig.ClaimRef{Namespace: "ci", Name: "runner-a", UID: "uid-a"}
 	v.ScriptUser = "batch"
 	v.Deadline = Time{time.Date(2025, 6, 1, 13, 0, 0, 0, time.UTC)}
+	v.AcquireJob = "0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8d"
 	v.BrokerCA = testCA
 	v.SecretStore = &agentconfig.SecretStore{Address: "https://vault.example.com:8200", AuthMount: "jwt", Audience: "hyperfleet-secret-store", KVMount: "secret"}
 	v.SecretStoreRole, v.SecretStorePath, v.SecretStoreCA = "uid-a", "hyperfleet/hyperfleet.io/vm/ci/runner-a/uid-a", testCA

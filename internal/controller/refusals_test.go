@@ -30,9 +30,9 @@ func TestRefusals(t *testing.T) {
 		reason  string
 		mention []string
 	}{
-		{"windows runner", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
-			tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{OS: "win"}
-		}), string(hfv1.UnsupportedReason), []string{"spec.bootstrap.github.runner.os: win", "set os: linux"}},
+		{"macOS runner", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{OS: "osx"}
+		}), string(hfv1.UnsupportedReason), []string{"spec.bootstrap.github.runner.os: osx", "set os: linux"}},
 		{"gitlab template", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Bootstrap.GitHub = nil
 			tm.Spec.Bootstrap.GitLab = &hfv1.GitLabBootstrap{Group: "acme", Credentials: hfv1.GitLabCredentials{Token: hfv1.LocalSecretKeySelector{Name: "gl", Key: "token"}}}
@@ -65,6 +65,12 @@ func TestRefusals(t *testing.T) {
 		tm.Spec.CloudInit = &hfv1.CloudInit{Delivery: hfv1.CloudInitDeliveryISO}
 	}); r != nil {
 		t.Errorf("a template with attestation none and a linux runner is refused: %+v", r)
+	}
+	if r := tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
+		tm.Spec.Guest = &hfv1.Guest{OS: hfv1.GuestWindows}
+		tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{OS: "win"}
+	}); r != nil {
+		t.Errorf("a Windows template (guest.os windows, runner.os win) is refused: %+v", r)
 	}
 	if r := tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
 		tm.Spec.CloudInit = &hfv1.CloudInit{Delivery: hfv1.CloudInitDeliveryProxmox, Proxmox: &hfv1.ProxmoxCloudInit{VendorSnippet: "local:snippets/kit.yaml"}}

@@ -101,8 +101,15 @@ func (r *RunnerPoolReconciler) createClaims(ctx context.Context, s *poolScope, n
 		return nil
 	}
 	claims := make([]*hfv1.MachineClaim, n)
+	jobs := unboundJobs(s)
 	for i := range claims {
 		claims[i] = r.newClaim(s)
+		// A new claim for a queued job that no claim is made for yet is
+		// made for it, on a platform that binds claims to jobs; the rest
+		// (warm claims, minIdle) stay unbound.
+		if len(jobs) > 0 && bindJob(claims[i].Spec.WorkloadConfig, jobs[0]) {
+			jobs = jobs[1:]
+		}
 	}
 	errs := make([]error, n)
 	sem := make(chan struct{}, maxParallelCreates)
@@ -129,6 +136,66 @@ func (r *RunnerPoolReconciler) createClaims(ctx context.Context, s *poolScope, n
 	return errors.Join(errs...)
 }
 
+// unboundJobs are the ids of the pool's queued jobs that no live claim of
+// the pool (starting, idle or busy) is made for, oldest first.
+func unboundJobs(s *poolScope) []string {
+	if len(s.pending) == 0 {
+		return nil
+	}
+	bound := map[string]bool{}
+	var live []*hfv1.MachineClaim
+	if pc := s.claims; pc != nil {
+		live = slices.Concat(pc.Starting, pc.Idle, pc.Busy)
+	}
+	for _, c := range live {
+		if id := boundJobOf(c.Spec.WorkloadConfig); id != "" {
+			bound[id] = true
+		}
+	}
+	pending := slices.Clone(s.pending)
+	slices.SortStableFunc(pending, func(a, b *hfv1.CIJob) int {
+		return queuedAt(a).Compare(queuedAt(b))
+	})
+	var out []string
+	for _, j := range pending {
+		if id := j.Spec.ID(); j.Spec.Platform == hfv1.WorkloadBuildkite && !bound[id] {
+			out = append(out, id)
+			bound[id] = true
+		}
+	}
+	return out
+}
+
+func queuedAt(j *hfv1.CIJob) time.Time {
+	if t := j.Status.QueuedAt; t != nil {
+		return t.Time
+	}
+	return j.CreationTimestamp.Time
+}
+
+// boundJobOf is the job a claim's workload is made for; empty when none.
+// Only Buildkite binds claims to jobs (spec.workloadConfig.buildkite.jobID,
+// docs/buildkite.md).
+func boundJobOf(wc *hfv1.WorkloadConfig) string {
+	if wc != nil && wc.Type == hfv1.WorkloadBuildkite && wc.Buildkite != nil {
+		return wc.Buildkite.JobID
+	}
+	return ""
+}
+
+// bindJob makes a new claim's workload one for job, on a platform that
+// binds claims to jobs; false when its platform does not.
+func bindJob(wc *hfv1.WorkloadConfig, job string) bool {
+	if wc == nil || wc.Type != hfv1.WorkloadBuildkite {
+		return false
+	}
+	if wc.Buildkite == nil {
+		wc.Buildkite = &hfv1.BuildkiteAgentConfig{}
+	}
+	wc.Buildkite.JobID = job
+	return true
+}
+
 // newClaim is a new claim for the pool, named <pool>-<suffix>.
 func (r *RunnerPoolReconciler) newClaim(s *poolScope) *hfv1.MachineClaim {
 	pool := s.pool
@@ -153,7 +220,8 @@ func (r *RunnerPoolReconciler) newClaim(s *poolScope) *hfv1.MachineClaim {
 		claim.Labels[hfv1.TemplateHashLabel] = s.hash[:min(63, len(s.hash))]
 	}
 	if _, ps, ok := r.Workloads.Pool(pool, s.tmpl); ok {
-		claim.Spec.WorkloadConfig = ps.Claim
+		// A copy: bindJob writes into it.
+		claim.Spec.WorkloadConfig = ps.Claim.DeepCopy()
 	}
 	return claim
 }

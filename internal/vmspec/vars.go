@@ -61,6 +61,11 @@ func TemplateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 		NetworkMode:      cmp.Or(string(spec.Network.Mode), cloudinit.NetworkDHCP),
 		PowerOffOnFinish: true,
 	}
+	if g := spec.Guest; g != nil && g.OS == hfv1.GuestWindows {
+		// cloudbase-init's user data and the agent's Windows paths
+		// (internal/cloudinit's windowsUserData, docs/windows.md).
+		v.GuestOS = cloudinit.GuestWindows
+	}
 	if v.NetworkMode == cloudinit.NetworkDHCP {
 		v.DHCPClientIdentifier = cloudinit.DHCPIdentifierMAC
 		v.SendHostname = true
@@ -216,6 +221,9 @@ func ClaimVars(ws *workload.Backends, claim *hfv1.MachineClaim, tmpl *hfv1.Hyper
 		if cr.Group != "" {
 			v.RunnerGroup = cr.Group
 		}
+		// The job the claim was made for (Buildkite only; Render refuses
+		// it on another platform).
+		v.AcquireJob = cr.Job
 	}
 	return v
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -133,6 +134,13 @@ func (w *Platforms) issueFor(ctx context.Context, claim *hfv1.MachineClaim, tmpl
 		Method: workload.Method(vars.BootstrapMethod), WorkFolder: vars.RunnerConfig.WorkDir,
 		RunUntagged: be.Claim(claim).RunUntagged,
 	}
+	if job := be.Claim(claim).Job; job != "" {
+		repo, err := w.boundJob(ctx, claim, job)
+		if err != nil {
+			return workload.Credential{}, true, workloadError(be, err)
+		}
+		spec.Job, spec.JobRepository = job, repo
+	}
 	cred, err := w.issue(ctx, p, spec)
 	if err != nil {
 		return workload.Credential{}, true, workloadError(be, err)
@@ -215,6 +223,34 @@ func (w *Platforms) Release(ctx context.Context, claim *hfv1.MachineClaim, tmpl 
 	return nil
 }
 
+// boundJob checks that the job a claim was made for is a queued job of the
+// claim's own pool, as its CIJob record (written by the operator alone,
+// from the platform's signed webhooks and API) says, and returns the job's
+// repository; the back-end then checks the job on the platform itself.
+// Anything else is workload.ErrJobNotBindable: a claim names its job in
+// its spec, and must not take another pool's.
+func (w *Platforms) boundJob(ctx context.Context, claim *hfv1.MachineClaim, job string) (string, error) {
+	ref := claim.Spec.RunnerPoolRef
+	if ref == nil {
+		return "", fmt.Errorf("the claim names job %s but no RunnerPool; only a pool binds its claims to its jobs: %w", job, workload.ErrJobNotBindable)
+	}
+	var cj hfv1.CIJob
+	name := hfv1.CIJobName(claim.Spec.WorkloadConfig.Type, job)
+	switch err := w.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: name}, &cj); {
+	case apierrors.IsNotFound(err):
+		return "", fmt.Errorf("job %s has no CIJob %s in namespace %s: %w", job, name, claim.Namespace, workload.ErrJobNotBindable)
+	case err != nil:
+		return "", fmt.Errorf("read CIJob %s: %w", name, err)
+	}
+	if cj.Spec.RunnerPoolRef.Name != ref.Name {
+		return "", fmt.Errorf("job %s is not a job of RunnerPool %s (CIJob %s): %w", job, ref.Name, name, workload.ErrJobNotBindable)
+	}
+	if s := cj.Status.State; s != hfv1.CIJobQueued && s != "" {
+		return "", fmt.Errorf("job %s is %s, not queued (CIJob %s): %w", job, s, name, workload.ErrJobNotBindable)
+	}
+	return cj.Spec.Repository, nil
+}
+
 // errRunnerNameTaken: a live runner already has the claim's runner name.
 var errRunnerNameTaken = errors.New("runner name taken")
 
@@ -234,6 +270,8 @@ func workloadError(be workload.Backend, err error) error {
 		return newConfigError(string(hfv1.SecretNotFoundReason), err)
 	case errors.Is(err, errRunnerNameTaken):
 		return newConfigError("RunnerNameTaken", err)
+	case errors.Is(err, workload.ErrJobNotBindable):
+		return newConfigError(string(hfv1.JobNotBindableReason), err)
 	}
 	return workload.Classified(be.Name(), err)
 }

@@ -232,6 +232,10 @@ type ClaimRunner struct {
 	// for no labels (see RunnerSpec.RunUntagged); nil for its pool's or
 	// template's.
 	RunUntagged *bool
+	// Job is the queued job the claim was made for; empty for a claim
+	// that takes any job of its labels. Only Buildkite binds claims to
+	// jobs (spec.workloadConfig.buildkite.jobID).
+	Job string
 }
 
 // Dependencies are what the operator gives every back-end it builds.

@@ -119,6 +119,10 @@ const (
 	// its agent registers with it, and the token expires soon and is
 	// deleted when the VM goes.
 	MethodAgentToken Method = "agent-token"
+	// MethodJobToken is a Buildkite job acquisition token: the VM's agent
+	// registers with it and may acquire only the job the claim was made
+	// for (Credential.Job), once, within minutes.
+	MethodJobToken Method = "job-token"
 )
 
 // RunnerSpec asks for the credential of one runner.
@@ -138,6 +142,13 @@ type RunnerSpec struct {
 	// allow them (GitLab's run_untagged); nil leaves it to the template.
 	// Platforms without the notion ignore it.
 	RunUntagged *bool
+	// Job is the id of the queued job the runner is made for; empty for a
+	// runner that takes any job of its labels. Only Buildkite binds a
+	// runner to it (MethodJobToken); other platforms ignore it.
+	Job string
+	// JobRepository is Job's repository (a Buildkite pipeline as
+	// organization/pipeline), from the job's CIJob record.
+	JobRepository string
 }
 
 // Credential is what one VM's runner needs to register: single-use and
@@ -159,6 +170,9 @@ type Credential struct {
 	// ExpiresAt is when it stops being usable; zero when the platform does
 	// not say (a JIT configuration lasts until its runner takes a job).
 	ExpiresAt time.Time
+	// Job is the one job the credential lets its runner take
+	// (MethodJobToken); empty otherwise.
+	Job string
 }
 
 // Secret is a credential's secret value. It formats as [redacted] with
@@ -406,6 +420,12 @@ var (
 	// ErrUnavailable: the platform did not answer or answered 5xx.
 	ErrUnavailable = errclass.NewSentinel("the CI platform is unavailable", errclass.ClassTransient, "")
 )
+
+// ErrJobNotBindable: the job a runner was made for (RunnerSpec.Job) is not
+// one it may be bound to: not its pool's, not on its queue, or no longer
+// waiting for an agent. The operator shows it on the claim as reason
+// JobNotBindable (internal/workloads), a configuration error.
+var ErrJobNotBindable = errors.New("the job cannot be bound to the runner")
 
 // Webhook errors, about a delivery rather than a call to the platform.
 var (

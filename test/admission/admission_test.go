@@ -148,6 +148,12 @@ func TestTenantCannotWriteOperatorMetadata(t *testing.T) {
 		map[string]string{hfv1.VMReservationAnnotation: "pve/pve1/4242"})), "metadata.annotations: "+hfv1.VMReservationAnnotation)
 	wantRefused(t, "create with a pool label", tenant.Create(ctx, claim(ns, "labelled", map[string]string{hfv1.RunnerPoolLabel: "other-pool"}, nil)),
 		"metadata.labels: "+hfv1.RunnerPoolLabel)
+	bound := claim(ns, "bound", nil, nil)
+	bound.Spec.WorkloadConfig = &hfv1.WorkloadConfig{Type: hfv1.WorkloadBuildkite, Buildkite: &hfv1.BuildkiteAgentConfig{JobID: "0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8d"}}
+	wantRefused(t, "create bound to a Buildkite job", tenant.Create(ctx, bound.DeepCopy()), "spec.workloadConfig.buildkite.jobID")
+	if err := operator.Create(ctx, bound); err != nil {
+		t.Fatalf("the operator could not make a claim for a job: %v", err)
+	}
 
 	// A plain claim, then the operator stamps its metadata.
 	c := claim(ns, "plain", map[string]string{"team": "a"}, map[string]string{"note": "mine"})

@@ -25,11 +25,15 @@ import (
 // VMs) runs a build of three real shell jobs end to end. The simulator's
 // signed job.scheduled webhooks make the pool create VMs; each VM's agent
 // downloads the real buildkite-agent (hack/buildkite-agent) from the
-// simulator's release tarball, checks its SHA-256, registers with a
-// cluster agent token made for that VM, takes one job, runs it, and
-// exits; the VM powers off and is destroyed. Then the credential-lifetime
-// check: every per-VM token was deleted when its claim ended, and none
-// can register an agent again.
+// simulator's release tarball, checks its SHA-256, and runs it. The pool
+// makes each VM for one queued job (spec.workloadConfig.buildkite.jobID),
+// so each agent registers with a job acquisition token for that job,
+// issued with a cluster agent token made for the claim, and runs
+// `buildkite-agent start --acquire-job`: each job runs on the agent of the
+// claim made for it. The agent exits, and the VM powers off and is
+// destroyed. Then the credential-lifetime check: every per-VM cluster
+// token was deleted when its claim ended, every job token lived at most an
+// hour, and none of them can register an agent again.
 func TestBuildkitePoolRunsJobs(t *testing.T) {
 	w, wt := startWorld(t, func(o *devenv.Options) {
 		o.Buildkite, o.BuildkiteAgentBinary = true, buildkitesimtest.AgentBinary(t)
@@ -61,7 +65,18 @@ func TestBuildkitePoolRunsJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The job each claim of the pool was made for, as seen while they live.
+	boundJob := map[string]string{}
 	eventually(t, 4*time.Minute, "every job passed", func() error {
+		var claims hfv1.MachineClaimList
+		if err := w.API.Client.List(ctx, &claims, client.InNamespace(devenv.Namespace), client.MatchingLabels{hfv1.RunnerPoolLabel: pool}); err != nil {
+			return err
+		}
+		for _, c := range claims.Items {
+			if wc := c.Spec.WorkloadConfig; wc != nil && wc.Buildkite != nil {
+				boundJob[c.Name] = wc.Buildkite.JobID
+			}
+		}
 		for i, id := range build.JobIDs {
 			if j, _ := sim.Job(id); j.State != "passed" {
 				return fmt.Errorf("job %d is %s", i, j.State)
@@ -91,6 +106,19 @@ func TestBuildkitePoolRunsJobs(t *testing.T) {
 		if !strings.HasPrefix(j.Agent, pool+"-") || !created {
 			t.Errorf("job %d ran on agent %q, not one of the pool's VMs (VM %q)", i, j.Agent, vm)
 		}
+		// Made for this job: its claim names it, and its agent registered
+		// with a job acquisition token for it.
+		if b, seen := boundJob[vm]; seen && b != id {
+			t.Errorf("job %d ran on the VM of claim %s, which was made for job %q", i, vm, b)
+		}
+		for _, a := range sim.Agents() {
+			if a.Name == j.Agent && a.AcquireJob != id {
+				t.Errorf("job %d ran on agent %s, which registered for job %q", i, a.Name, a.AcquireJob)
+			}
+		}
+	}
+	if len(boundJob) == 0 {
+		t.Error("no claim of the pool was seen while it lived")
 	}
 
 	eventually(t, 3*time.Minute, "the pool's claims and VMs gone", func() error {
@@ -147,6 +175,28 @@ func TestBuildkitePoolRunsJobs(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("registering with the ended claim's token %s: HTTP %d, want 401", tok.Description, resp.StatusCode)
+		}
+	}
+	// Each job token was issued for one job, lived at most an hour, and
+	// registers nothing once its claim ended (its issuing token deleted).
+	jats := sim.JobTokens()
+	if len(jats) < len(build.JobIDs) {
+		t.Errorf("%d job acquisition tokens for %d jobs", len(jats), len(build.JobIDs))
+	}
+	for _, jt := range jats {
+		if !strings.HasPrefix(jt.Token, "bkjat_") || jt.ExpiresAt.Sub(jt.IssuedAt) > time.Hour || !strings.HasPrefix(jt.Issuer, "hyperfleet agent ") {
+			t.Errorf("job token for %s: %+v", jt.Job, jt)
+		}
+		req, _ := http.NewRequest(http.MethodPost, w.Buildkite.URL+"/v3/register", bytes.NewReader([]byte(`{"name":"thief"}`)))
+		req.Header.Set("Authorization", "Token "+jt.Token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("registering with the job token of %s after its claim ended: HTTP %d, want 401", jt.Job, resp.StatusCode)
 		}
 	}
 	wt.stop()

@@ -211,7 +211,7 @@ func (r release) checkSignatures(t *testing.T, keys string) {
 			t.Errorf("SHA256SUMS: %s does not match", fields[1])
 		}
 	}
-	for _, want := range []string{"bin/hyperfleet-linux-amd64", "bin/hyperfleet-linux-arm64", "bin/hyperfleet-agent-linux-amd64", "bin/hyperfleet-agent-linux-arm64", "sbom/hyperfleet-linux-amd64.spdx.json", "sbom/hyperfleet-linux-arm64.spdx.json"} {
+	for _, want := range []string{"bin/hyperfleet-linux-amd64", "bin/hyperfleet-linux-arm64", "bin/hyperfleet-agent-linux-amd64", "bin/hyperfleet-agent-linux-arm64", "bin/hyperfleet-agent-windows-amd64.exe", "sbom/hyperfleet-linux-amd64.spdx.json", "sbom/hyperfleet-linux-arm64.spdx.json"} {
 		if !contains(files, want) {
 			t.Errorf("SHA256SUMS does not list %s", want)
 		}

@@ -20,6 +20,7 @@
 package machineclaim
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -88,6 +89,10 @@ type secretsService struct {
 	// a VM whose seed cannot carry it (delivery proxmox) receives it
 	// through the guest channel too.
 	AgentConfig func(ctx context.Context) ([]byte, error)
+	// SecretsFile is where the VM's agent waits for the secrets: the
+	// agent config's secretsFile (agentconfig.SecretsFile, or
+	// WindowsSecretsFile in a Windows VM). Empty means SecretsFile.
+	SecretsFile string
 }
 
 // NeedsCredential reports whether the claim's running VM is to receive its
@@ -187,7 +192,7 @@ func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, 
 	if err != nil {
 		return 0, "", fmt.Errorf("encode the VM's secrets: %w", err)
 	}
-	file := provider.GuestFile{Path: agentconfig.SecretsFile, Content: content}
+	file := provider.GuestFile{Path: cmp.Or(s.SecretsFile, agentconfig.SecretsFile), Content: content}
 	err = p.PlaceGuestFile(ctx, vmspec.Owner(claim), vmRefOf(ref), file)
 	clear(content)
 	switch c := provider.Classify(err); {
@@ -276,8 +281,8 @@ func (s *secretsService) document(ctx context.Context, claim *hfv1.MachineClaim,
 		doc.JITConfig = cred.Secret.Reveal()
 	case workload.MethodRegistrationToken:
 		doc.RegistrationToken, doc.RegistrationURL = cred.Secret.Reveal(), cred.RegistrationURL
-	case workload.MethodAgentToken:
-		// The agent API endpoint is in the VM's config.
+	case workload.MethodAgentToken, workload.MethodJobToken:
+		// The agent API endpoint (and the job) are in the VM's config.
 		doc.RegistrationToken = cred.Secret.Reveal()
 	default:
 		return doc, what, fmt.Errorf("the CI platform issued a credential of method %q, which the agent does not take", cred.Method)

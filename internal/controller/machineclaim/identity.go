@@ -4,6 +4,7 @@ import (
 	"context"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
@@ -28,7 +29,11 @@ func (r *Reconciler) checkMisuse(ctx context.Context, s *claimScope) (phase.Resu
 // reconciler's dependencies and backoff.
 func (r *Reconciler) secretSteps(sc *claimScope) *secretsService {
 	s := &secretsService{Minter: r.Credentials, Minted: &r.minted, Recorder: r.Recorder, Clock: r.Clock, Backoff: r.backoff,
-		NoRunner: r.runsNoRunner(sc.claim, sc.tmpl)}
+		NoRunner: r.runsNoRunner(sc.claim, sc.tmpl), SecretsFile: agentconfig.SecretsFile}
+	if sc.tmpl != nil && sc.tmpl.Spec.Guest != nil && sc.tmpl.Spec.Guest.OS == hfv1.GuestWindows {
+		// The QEMU guest agent of a Windows VM takes a Windows path.
+		s.SecretsFile = agentconfig.WindowsSecretsFile
+	}
 	if r.Issuer != nil {
 		s.Identity = r.Issuer
 	}

@@ -34,12 +34,14 @@ func Template(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate) *Refu
 		return &Refusal{hfv1.NotImplementedReason, fmt.Sprintf(
 			"spec.bootstrap.gitlab: GitLab CI is not implemented yet; %s (spec.bootstrap.github)", servedTypes(ws))}
 	}
-	if _, t, ok := ws.Template(tmpl); ok && t.Runner.OS != "linux" {
-		// The operator's cloud-config starts the agent as a systemd unit
-		// (docs/cloud-init.md): only Linux VMs can run it.
+	if _, t, ok := ws.Template(tmpl); ok && t.Runner.OS != "linux" && t.Runner.OS != "win" {
+		// The operator renders user data for cloud-init (a systemd unit)
+		// and cloudbase-init (a Windows service) only (docs/cloud-init.md,
+		// docs/windows.md); win needs spec.guest.os windows (CEL).
 		return &Refusal{hfv1.UnsupportedReason, fmt.Sprintf(
-			"%s.runner.os: %s is not supported: the HyperFleet agent runs as a systemd service on Linux VMs only; set os: linux (or remove it) and use a Linux template", t.Field, t.Runner.OS)}
+			"%s.runner.os: %s is not supported: the HyperFleet agent runs on Linux (systemd) and Windows (spec.guest.os windows) VMs only; set os: linux (or remove it) and use a Linux template", t.Field, t.Runner.OS)}
 	}
+
 	return nil
 }
 

@@ -12,7 +12,25 @@ import (
 
 // NPMDir is where hack/test-deps.sh installs npm packages: the
 // node_modules directory under $HYPERFLEET_CACHE/npm.
-func NPMDir() string {
+func NPMDir() string { return filepath.Join(cacheRoot(), "npm", "node_modules") }
+
+// PowerShellGrammarDir is the node_modules directory with web-tree-sitter
+// and tree-sitter-powershell (hack/test-deps.sh), which
+// hack/powershell-parse/parse.mjs loads; it fails the test when they are
+// missing.
+func PowerShellGrammarDir(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(cacheRoot(), "npm-powershell", "node_modules")
+	for _, rel := range []string{"web-tree-sitter/package.json", "tree-sitter-powershell/tree-sitter-powershell.wasm"} {
+		if _, err := os.Stat(filepath.Join(dir, rel)); err != nil {
+			t.Fatalf("the PowerShell grammar is not installed (%v): run `make test-deps` (hack/test-deps.sh installs it into %s)", err, dir)
+		}
+	}
+	return dir
+}
+
+// cacheRoot is $HYPERFLEET_CACHE, by default ~/.cache/hyperfleet.
+func cacheRoot() string {
 	root := os.Getenv("HYPERFLEET_CACHE")
 	if root == "" {
 		cache := os.Getenv("XDG_CACHE_HOME")
@@ -22,7 +40,7 @@ func NPMDir() string {
 		}
 		root = filepath.Join(cache, "hyperfleet")
 	}
-	return filepath.Join(root, "npm", "node_modules")
+	return root
 }
 
 // NPMFile returns the path of a file inside an installed npm package, such

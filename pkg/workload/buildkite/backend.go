@@ -182,10 +182,14 @@ func (*Backend) Pool(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate
 // claim that names a queue runs an agent of that queue with its own tags.
 func (*Backend) Claim(claim *hfv1.MachineClaim) workload.ClaimRunner {
 	wc := claim.Spec.WorkloadConfig
-	if wc == nil || wc.Buildkite == nil || wc.Buildkite.Queue == "" {
+	if wc == nil || wc.Buildkite == nil {
 		return workload.ClaimRunner{}
 	}
-	return workload.ClaimRunner{Labels: AgentTags(wc.Buildkite.Queue, wc.Buildkite.Tags)}
+	cr := workload.ClaimRunner{Job: wc.Buildkite.JobID}
+	if wc.Buildkite.Queue != "" {
+		cr.Labels = AgentTags(wc.Buildkite.Queue, wc.Buildkite.Tags)
+	}
+	return cr
 }
 
 // poolLabels are a pool's agent tags, with DefaultQueueLabel when its queue

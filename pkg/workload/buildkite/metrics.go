@@ -15,11 +15,24 @@ import (
 // organization (Buildkite's REST budget is the organization's).
 var metrics = workloadmetrics.New(hfv1.WorkloadBuildkite,
 	"read_access_token", "read_organization", "read_cluster", "list_tokens", "create_token", "delete_token",
-	"list_agents", "stop_agent", "list_builds", "cancel_build")
+	"list_agents", "stop_agent", "list_builds", "cancel_build",
+	"register_stack", "reserve_jobs", "issue_job_tokens")
 
 // operation names a REST call by its route, from the fixed set above, so
 // that no slug or id reaches a label.
 func operation(req *http.Request) string {
+	if _, st, ok := strings.Cut(req.URL.Path, "/v3/stacks/"); ok {
+		// The Stacks API (stacks.go), on the agent endpoint.
+		switch {
+		case st == "register":
+			return "register_stack"
+		case strings.HasSuffix(st, "/scheduled-jobs/batch-reserve"):
+			return "reserve_jobs"
+		case strings.HasSuffix(st, "/job-acquisition-tokens"):
+			return "issue_job_tokens"
+		}
+		return workloadmetrics.OtherOperation
+	}
 	_, rest, ok := strings.Cut(req.URL.Path, "/v2/")
 	if !ok {
 		return workloadmetrics.OtherOperation

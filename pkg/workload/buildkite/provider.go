@@ -82,6 +82,8 @@ func (c Config) fingerprint() string {
 type Provider struct {
 	cfg    Config
 	client *bk.Client
+	// stacks calls the Stacks API (stacks.go) with an agent token.
+	stacks *http.Client
 	clock  clock.PassiveClock
 
 	mu          sync.Mutex
@@ -120,7 +122,8 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("buildkite: client: %w", err)
 	}
-	return &Provider{cfg: cfg, client: c, clock: clk}, nil
+	stacks := &http.Client{Timeout: cfg.HTTPTimeout, Transport: metrics.Transport(base, operation)}
+	return &Provider{cfg: cfg, client: c, stacks: stacks, clock: clk}, nil
 }
 
 // Scope implements workload.Provider.
@@ -165,7 +168,10 @@ type tokenCreate struct {
 // the agent spec.Name, described "hyperfleet agent <name>" and expiring
 // after TokenLifetime. A token an earlier attempt made for the same name is
 // deleted first, so a claim holds at most one. spec.Method is ignored: a
-// Buildkite agent always gets an agent token (workload.MethodAgentToken).
+// runner made for a job (spec.Job) gets a job acquisition token for it
+// (workload.MethodJobToken, stacks.go), issued with that cluster token,
+// which the operator keeps; any other agent gets the cluster token
+// (workload.MethodAgentToken).
 func (p *Provider) IssueCredential(ctx context.Context, spec workload.RunnerSpec) (workload.Credential, error) {
 	if spec.Name == "" {
 		return workload.Credential{}, fmt.Errorf("buildkite: an agent name is required: %w", workload.ErrInvalidRequest)
@@ -186,6 +192,14 @@ func (p *Provider) IssueCredential(ctx context.Context, spec workload.RunnerSpec
 	}
 	if tok.Token == "" {
 		return workload.Credential{}, fmt.Errorf("buildkite: the created agent token of %s has no secret: %w", spec.Name, workload.ErrUnavailable)
+	}
+	if spec.Job != "" {
+		cred, err := p.jobCredential(ctx, spec, tok.Token, now)
+		if err != nil {
+			// No job token: the cluster token has no use left.
+			return workload.Credential{}, errors.Join(err, p.deleteTokens(ctx, spec.Name))
+		}
+		return cred, nil
 	}
 	return workload.Credential{
 		Method: workload.MethodAgentToken, Secret: workload.NewSecret(tok.Token), RunnerName: spec.Name,

@@ -199,6 +199,9 @@ type AgentInfo struct {
 	// Job is the job the agent holds (assigned, accepted or running);
 	// empty when it holds none.
 	Job string `json:"job,omitempty"`
+	// AcquireJob is the job of the job acquisition token the agent
+	// registered with; empty for an agent of a cluster agent token.
+	AcquireJob string `json:"acquireJob,omitempty"`
 }
 
 // Agents lists every agent that registered, oldest first.
@@ -210,6 +213,9 @@ func (s *Simulator) Agents() []AgentInfo {
 		info := AgentInfo{ID: a.id, Name: a.name, State: a.state, Tags: a.tags, StopRequested: a.stopRequested}
 		if a.job != nil {
 			info.Job = a.job.id
+		}
+		if a.jat != nil {
+			info.AcquireJob = a.jat.job.id
 		}
 		out = append(out, info)
 	}

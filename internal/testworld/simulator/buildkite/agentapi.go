@@ -44,6 +44,15 @@ func (s *Simulator) serveAgentAPI(w http.ResponseWriter, r *http.Request, p stri
 		writeJSON(w, http.StatusOK, v)
 		return
 	}
+	if sp, ok := strings.CutPrefix(p, "stacks/"); ok {
+		code, v, err := s.serveStacksLocked(r, sp)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, code, v)
+		return
+	}
 	a := s.agentByTokenLocked(bearerToken(r))
 	if a == nil {
 		writeMessage(w, http.StatusUnauthorized, "Invalid access token")
@@ -92,7 +101,16 @@ func (s *Simulator) serveAgentAPI(w http.ResponseWriter, r *http.Request, p stri
 // the agent: a token that was deleted, has expired or does not allow the
 // caller's address registers nothing (401).
 func (s *Simulator) registerLocked(r *http.Request) (any, error) {
-	tok := s.clusterTokenLocked(bearerToken(r))
+	secret := bearerToken(r)
+	tok := s.clusterTokenLocked(secret)
+	var jat *jobToken
+	if strings.HasPrefix(secret, jatPrefix) {
+		// A job acquisition token registers an agent for its job only,
+		// under the agent token that issued it (whose IP rules apply).
+		if jat = s.jobTokenLocked(secret); jat != nil {
+			tok = jat.issuer
+		}
+	}
 	if tok == nil {
 		return nil, errf(http.StatusUnauthorized, "Invalid token")
 	}
@@ -124,7 +142,10 @@ func (s *Simulator) registerLocked(r *http.Request) (any, error) {
 		tags: req.Tags, hostname: req.Hostname, version: req.Version,
 		ipAddress: remoteIP(r.RemoteAddr), userAgent: r.UserAgent(),
 		ignoreInDispatches: req.IgnoreInDispatches, state: "disconnected",
-		createdAt: s.clock.Now(), lastSeen: s.clock.Now(),
+		createdAt: s.clock.Now(), lastSeen: s.clock.Now(), jat: jat,
+	}
+	if jat != nil {
+		jat.used = true
 	}
 	s.agents[a.id] = a
 	return map[string]any{
@@ -195,12 +216,14 @@ func (s *Simulator) pingLocked(a *agent) any {
 	if a.stopRequested && a.job == nil {
 		return map[string]any{"action": "disconnect", "message": "The agent was stopped"}
 	}
-	if a.job != nil || a.ignoreInDispatches {
+	if a.job != nil || a.ignoreInDispatches || a.jat != nil {
+		// An agent of a job acquisition token acquires its job; it is
+		// offered none.
 		return map[string]any{}
 	}
 	for _, b := range s.builds {
 		for _, j := range b.jobs {
-			if j.state == stateScheduled && s.matchesLocked(a, j) {
+			if j.state == stateScheduled && !s.reservedLocked(j) && s.matchesLocked(a, j) {
 				j.state = stateAssigned
 				j.agent = a
 				a.job = j
@@ -313,6 +336,10 @@ func (s *Simulator) jobActionLocked(r *http.Request, a *agent, id, action string
 			return nil, &apiError{code: http.StatusLocked, msg: "The job is waiting on its dependencies", retryAfter: 1}
 		case j.state != stateScheduled:
 			return nil, errf(http.StatusUnprocessableEntity, "The job can't be acquired because it's %s", j.state)
+		case a.jat != nil && a.jat.job != j:
+			return nil, errf(http.StatusUnprocessableEntity, "The agent's job acquisition token is for another job")
+		case a.jat == nil && s.reservedLocked(j):
+			return nil, errf(http.StatusUnprocessableEntity, "The job is reserved by stack %q", j.reservedBy.key)
 		case !s.matchesLocked(a, j):
 			return nil, errf(http.StatusUnprocessableEntity, "The job's agent query rules don't match this agent")
 		case a.job != nil:

@@ -77,6 +77,8 @@ type Simulator struct {
 	jobs      map[string]*job   // id
 	agents    map[string]*agent // id
 	apiTokens map[string]APIToken
+	stacks    map[string]*stack    // key
+	jobTokens map[string]*jobToken // token
 	faults    []Fault
 	injected  int
 	window    rateWindow
@@ -132,6 +134,8 @@ func New(cfg Config, opts ...Option) *Simulator {
 		jobs:      map[string]*job{},
 		agents:    map[string]*agent{},
 		apiTokens: map[string]APIToken{},
+		stacks:    map[string]*stack{},
+		jobTokens: map[string]*jobToken{},
 	}
 	s.hooks = newHookSet(s)
 	for _, o := range opts {
@@ -245,6 +249,11 @@ type job struct {
 	exitStatus *int
 	signal     string
 	headerTime map[string]string
+	// reservedBy holds the job for a stack until reservedUntil: no other
+	// stack reserves it and no agent but one with its job acquisition
+	// token takes it.
+	reservedBy    *stack
+	reservedUntil time.Time
 
 	createdAt, scheduledAt, runnableAt, startedAt, finishedAt time.Time
 }
@@ -264,8 +273,11 @@ type agent struct {
 	state                 string // connected, disconnected, stopping, stopped, lost
 	stopRequested         bool
 	job                   *job
-	lastJobFinishedAt     time.Time
-	createdAt, lastSeen   time.Time
+	// jat is the job acquisition token the agent registered with: it
+	// takes that token's job and no other.
+	jat                 *jobToken
+	lastJobFinishedAt   time.Time
+	createdAt, lastSeen time.Time
 }
 
 // apiError is a Buildkite error answer: a status and {"message": ...}.
