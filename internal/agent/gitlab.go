@@ -44,7 +44,7 @@ func (gitlabRunner) run(ctx context.Context, a *agent, p *place) error {
 	if cred.Method != agentconfig.BootstrapRunnerAuthToken {
 		return fail(ExitBadConfig, "platform gitlab-ci takes a %s credential, not %s", agentconfig.BootstrapRunnerAuthToken, cred.Method)
 	}
-	a.secrets = append(a.secrets, cred.RunnerAuthToken)
+	a.secrets = append(a.secrets, cred.RegistrationToken)
 	a.log.Info("runner credential obtained", "credential", cred)
 	if err := a.installRunner(ctx, &sw, p.install, []string{sw.RunScript}); err != nil {
 		return err
@@ -54,7 +54,7 @@ func (gitlabRunner) run(ctx context.Context, a *agent, p *place) error {
 	}
 	args := gitlabRunSingleArgs(cfg.RegistrationURL, cfg.Runner.Name, p.work, a.opts.IdleTimeout.Seconds())
 	a.log.Info("starting gitlab-runner run-single", "binary", sw.RunScript, "url", cfg.RegistrationURL, "buildsDir", p.work)
-	proc, err := a.start(filepath.Join(p.install, sw.RunScript), args, p.work, p.user.env(EnvGitLabToken+"="+cred.RunnerAuthToken), p.user, sw.RunScript, nil)
+	proc, err := a.start(filepath.Join(p.install, sw.RunScript), args, p.work, p.user.env(EnvGitLabToken+"="+cred.RegistrationToken), p.user, sw.RunScript, nil)
 	if err != nil {
 		return fail(ExitRunnerSoftware, "start %s: %v", sw.RunScript, err)
 	}

@@ -369,9 +369,10 @@ type GuestSecrets struct {
 	// (bootstrapMethod jit-config).
 	JITConfig string `json:"jitConfig,omitempty"`
 	// registrationToken is a GitHub runner registration token
-	// (bootstrapMethod runner-token) or a Buildkite agent token
-	// (agent-token), registrationURL where it registers (optional: the
-	// config's registrationURL otherwise).
+	// (bootstrapMethod runner-token), a Buildkite agent token
+	// (agent-token) or a GitLab runner authentication token
+	// (runner-auth-token), registrationURL where it registers (optional:
+	// the config's registrationURL otherwise).
 	RegistrationToken string `json:"registrationToken,omitempty"`
 	RegistrationURL   string `json:"registrationURL,omitempty"`
 	// expiresAt is when the runner credential stops being usable;

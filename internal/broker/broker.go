@@ -366,9 +366,12 @@ func jit(c workload.Credential) string {
 }
 
 func regToken(c workload.Credential) string {
-	// A Buildkite agent token travels as a registration token: both are
-	// what the VM's agent registers with (agentconfig.BootstrapAgentToken).
-	if c.Method == workload.MethodRegistrationToken || c.Method == workload.MethodAgentToken {
+	// A Buildkite agent token and a GitLab runner authentication token
+	// travel as a registration token: each is what the VM's agent
+	// registers or runs with (agentconfig.BootstrapAgentToken,
+	// BootstrapRunnerAuthToken).
+	switch c.Method {
+	case workload.MethodRegistrationToken, workload.MethodAgentToken, workload.MethodRunnerAuthToken:
 		return c.Secret.Reveal()
 	}
 	return ""
