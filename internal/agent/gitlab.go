@@ -16,8 +16,8 @@ const EnvGitLabToken = "CI_SERVER_TOKEN"
 // gitlabRunner is GitLab CI's runner kind: the runner authentication
 // token of the runner the operator created for this VM alone (from the
 // config's CredentialSource), gitlab-runner installed (downloaded with its
-// SHA-256 checked, or baked into the image; runner.software.runScript names
-// the binary in installPath) and run with run-single for one job with the
+// SHA-256 checked, GitLab publishing the bare binary, or baked into the
+// image; runner.software.runScript names the binary in installPath) and run with run-single for one job with the
 // shell executor. There is no registration step and nothing is written
 // into installPath: run-single takes everything on its command line and in
 // its environment. The operator deletes the runner when the claim ends
@@ -46,7 +46,7 @@ func (gitlabRunner) run(ctx context.Context, a *agent, p *place) error {
 	}
 	a.secrets = append(a.secrets, cred.RegistrationToken)
 	a.log.Info("runner credential obtained", "credential", cred)
-	if err := a.installRunner(ctx, &sw, p.install, []string{sw.RunScript}); err != nil {
+	if err := a.installBinary(ctx, &sw, p.install, sw.RunScript); err != nil {
 		return err
 	}
 	if err := a.prepareWorkDir(p.install, p.work, p.user); err != nil {

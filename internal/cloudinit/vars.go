@@ -51,6 +51,7 @@ const (
 	PlatformGitHubActions = "github-actions"
 	PlatformGeneric       = "generic"
 	PlatformBuildkite     = "buildkite"
+	PlatformGitLabCI      = "gitlab-ci"
 )
 
 // Bootstrap methods (Vars.BootstrapMethod), as in spec.bootstrap.method.
@@ -60,6 +61,9 @@ const (
 	// BootstrapAgentToken is Buildkite's: a cluster agent token made for
 	// the VM (Platform buildkite).
 	BootstrapAgentToken = "agent-token"
+	// BootstrapRunnerAuthToken is GitLab's: the authentication token of
+	// a runner made for the VM (Platform gitlab-ci).
+	BootstrapRunnerAuthToken = "runner-auth-token"
 )
 
 // Vars are the variables a template's spec.cloudInit.userData, networkData
@@ -166,8 +170,9 @@ type Vars struct {
 	// when SPIFFEEnabled.
 	WorkloadMethod string
 	// Platform is what the VM's agent runs: github-actions (the default
-	// when empty), buildkite (buildkite-agent with an agent token) or
-	// generic (GenericScript, until Deadline).
+	// when empty), buildkite (buildkite-agent with an agent token),
+	// gitlab-ci (gitlab-runner run-single with a runner authentication
+	// token) or generic (GenericScript, until Deadline).
 	Platform string
 	// GenericScript is a generic template's spec.bootstrap.generic.script
 	// (Platform generic); not a secret.
@@ -597,8 +602,12 @@ func (v *Vars) checkPlatform() error {
 		if v.BootstrapMethod != BootstrapAgentToken {
 			return fmt.Errorf("vars: BootstrapMethod %q must be %s with Platform buildkite", v.BootstrapMethod, BootstrapAgentToken)
 		}
+	case PlatformGitLabCI:
+		if v.BootstrapMethod != BootstrapRunnerAuthToken {
+			return fmt.Errorf("vars: BootstrapMethod %q must be %s with Platform gitlab-ci", v.BootstrapMethod, BootstrapRunnerAuthToken)
+		}
 	default:
-		return fmt.Errorf("vars: Platform %q must be %s, %s or %s", v.Platform, PlatformGitHubActions, PlatformBuildkite, PlatformGeneric)
+		return fmt.Errorf("vars: Platform %q must be %s, %s, %s or %s", v.Platform, PlatformGitHubActions, PlatformGitLabCI, PlatformBuildkite, PlatformGeneric)
 	}
 	return nil
 }
