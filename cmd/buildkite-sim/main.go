@@ -13,22 +13,17 @@
 package main
 
 import (
-	"context"
-	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simcmd"
 	buildkitesim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite"
 )
 
@@ -94,48 +89,17 @@ func run() error {
 		fmt.Printf("cluster %s (default queue %s), agent token %s, pipeline app\n", c.ID, c.DefaultQueueID, tok.Secret)
 	}
 
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := simcmd.Listen(*listen, *insecure, *caOut, selfsigned.Options{CommonName: "buildkite-sim", Organization: []string{"HyperFleet Buildkite simulator"}})
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", *listen, err)
+		return err
 	}
-	scheme := "http"
-	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
-	if !*insecure {
-		host, _, _ := net.SplitHostPort(ln.Addr().String())
-		c, err := selfsigned.NewWith(selfsigned.Options{CommonName: "buildkite-sim", Organization: []string{"HyperFleet Buildkite simulator"}, Hosts: []string{host, "localhost", "127.0.0.1", "::1"}})
-		if err != nil {
-			return fmt.Errorf("generate TLS certificate: %w", err)
-		}
-		if *caOut != "" {
-			if err := os.WriteFile(*caOut, c.CAPEM, 0o644); err != nil {
-				return fmt.Errorf("write CA certificate: %w", err)
-			}
-		}
-		tlsConfig := &tls.Config{Certificates: []tls.Certificate{c.TLS}, MinVersion: tls.VersionTLS12}
-		srv.TLSConfig = tlsConfig
-		ln = tls.NewListener(ln, tlsConfig)
-		scheme = "https"
-		fmt.Printf("CA certificate (trust it, e.g. curl --cacert):\n%s", c.CAPEM)
+	srv := &http.Server{Handler: sim, TLSConfig: ln.TLS, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	if ln.Certificate != nil {
+		fmt.Printf("CA certificate (trust it, e.g. curl --cacert):\n%s", ln.Certificate.CAPEM)
 	}
-	base := scheme + "://" + ln.Addr().String()
+	base := ln.URL
 	fmt.Printf("Buildkite simulator listening on %s (agent API %s/v3, REST %s/v2, admin API %s)\n",
 		base, base, base, map[bool]string{true: "enabled under /_sim/", false: "disabled"}[*admin])
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve: %w", err)
-		}
-	case <-ctx.Done():
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(shutdownCtx); err != nil {
-			return fmt.Errorf("shutdown: %w", err)
-		}
-	}
-	return nil
+	return simcmd.Serve(srv, ln)
 }

@@ -10,20 +10,16 @@
 package main
 
 import (
-	"context"
-	"crypto/tls"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simcmd"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 )
 
@@ -74,30 +70,16 @@ func run() error {
 		cfg.Webhooks = append(cfg.Webhooks, w)
 	}
 
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := simcmd.Listen(*listen, *insecure, *caOut, selfsigned.Options{CommonName: "github-sim", Organization: []string{"HyperFleet GitHub simulator"}})
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", *listen, err)
+		return err
 	}
-	scheme := "http"
-	var tlsConfig *tls.Config
 	var caPEM []byte
-	if !*insecure {
-		host, _, _ := net.SplitHostPort(ln.Addr().String())
-		cert, ca, err := githubsim.SelfSignedCertificate(host, "localhost", "127.0.0.1", "::1")
-		if err != nil {
-			return fmt.Errorf("generate TLS certificate: %w", err)
-		}
-		caPEM = ca
-		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-		scheme = "https"
-		if *caOut != "" {
-			if err := os.WriteFile(*caOut, caPEM, 0o644); err != nil {
-				return fmt.Errorf("write CA certificate: %w", err)
-			}
-		}
+	if ln.Certificate != nil {
+		caPEM = ln.Certificate.CAPEM
 	}
 	if cfg.ServerURL == "" {
-		cfg.ServerURL = scheme + "://" + ln.Addr().String()
+		cfg.ServerURL = ln.URL
 	}
 	opts := []githubsim.Option{githubsim.WithAdmin(*admin), githubsim.WithLogger(logger), githubsim.WithCACertificate(caPEM)}
 	if *fakeClock {
@@ -109,32 +91,14 @@ func run() error {
 	}
 	defer sim.Close()
 
-	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second}
-	if tlsConfig != nil {
-		srv.TLSConfig = tlsConfig
-		ln = tls.NewListener(ln, tlsConfig)
+	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second, TLSConfig: ln.TLS}
+	if ln.Certificate != nil {
 		fmt.Printf("CA certificate (trust it, e.g. curl --cacert; written to %s):\n%s", orNone(*caOut), caPEM)
 	}
 	fmt.Printf("GitHub simulator listening on %s (REST at / and /api/v3/, runner package at /_sim/runner/actions-runner-linux-x64.tar.gz, admin API %s)\n",
 		cfg.ServerURL, map[bool]string{true: "enabled under /_sim/", false: "disabled"}[*admin])
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve: %w", err)
-		}
-	case <-ctx.Done():
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(shutdownCtx); err != nil {
-			return fmt.Errorf("shutdown: %w", err)
-		}
-	}
-	return nil
+	return simcmd.Serve(srv, ln)
 }
 
 func orNone(p string) string {

@@ -11,22 +11,17 @@
 package main
 
 import (
-	"context"
-	"crypto/tls"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simcmd"
 	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
 )
 
@@ -74,29 +69,15 @@ func run() error {
 			return fmt.Errorf("config %s: %w", *configPath, err)
 		}
 	}
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := simcmd.Listen(*listen, *insecure, *caOut, selfsigned.Options{CommonName: "gitlab-sim", Organization: []string{"HyperFleet GitLab simulator"}})
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", *listen, err)
+		return err
 	}
-	scheme := "http"
-	var tlsConfig *tls.Config
-	if !*insecure {
-		host, _, _ := net.SplitHostPort(ln.Addr().String())
-		cert, err := selfsigned.New(host, "localhost", "127.0.0.1", "::1")
-		if err != nil {
-			return fmt.Errorf("generate TLS certificate: %w", err)
-		}
-		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert.TLS}, MinVersion: tls.VersionTLS12}
-		scheme = "https"
-		if *caOut != "" {
-			if err := os.WriteFile(*caOut, cert.CAPEM, 0o644); err != nil {
-				return fmt.Errorf("write CA certificate: %w", err)
-			}
-		}
-		fmt.Printf("CA certificate (trust it, e.g. curl --cacert, gitlab-runner --tls-ca-file):\n%s", cert.CAPEM)
+	if ln.Certificate != nil {
+		fmt.Printf("CA certificate (trust it, e.g. curl --cacert, gitlab-runner --tls-ca-file):\n%s", ln.Certificate.CAPEM)
 	}
 	if cfg.URL == "" {
-		cfg.URL = scheme + "://" + ln.Addr().String()
+		cfg.URL = ln.URL
 	}
 	opts := []gitlabsim.Option{gitlabsim.WithAdmin(*admin), gitlabsim.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)))}
 	if *fakeClock {
@@ -108,28 +89,9 @@ func run() error {
 	}
 	defer sim.Close()
 
-	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
-	if tlsConfig != nil {
-		ln = tls.NewListener(ln, tlsConfig)
-	}
+	srv := &http.Server{Handler: sim, TLSConfig: ln.TLS, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
 	fmt.Printf("GitLab simulator listening on %s (API at /api/v4, gitlab-runner stand-in at /_sim/gitlab-runner/gitlab-runner-linux-amd64, admin API %s)\n",
 		cfg.URL, map[bool]string{true: "enabled under /_sim/", false: "disabled"}[*admin])
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve: %w", err)
-		}
-	case <-ctx.Done():
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(shutdownCtx); err != nil {
-			return fmt.Errorf("shutdown: %w", err)
-		}
-	}
-	return nil
+	return simcmd.Serve(srv, ln)
 }

@@ -8,20 +8,17 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simcmd"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 )
 
@@ -87,21 +84,5 @@ func run() error {
 	}
 	fmt.Printf("Proxmox VE simulator listening on %s://%s/api2/json/ (admin API %s)\n", scheme, ln.Addr(), map[bool]string{true: "enabled under /_sim/", false: "disabled"}[*admin])
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve: %w", err)
-		}
-	case <-ctx.Done():
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(shutdownCtx); err != nil {
-			return fmt.Errorf("shutdown: %w", err)
-		}
-	}
-	return nil
+	return simcmd.Serve(srv, ln)
 }

@@ -9,7 +9,9 @@ package proptest
 
 import (
 	"flag"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -56,7 +58,48 @@ func Check(t *testing.T, cases int, prop func(*rapid.T)) {
 		t.Fatalf("proptest: -rapid.checks=%d: %v", n, err)
 	}
 	defer func() { _ = f.Value.Set(before) }()
-	rapid.Check(t, prop)
+	rec := &recordingTB{T: t}
+	// rapid reports a failure first and then replays the failing case,
+	// logging every draw; a long replay (or one that passes: a flaky
+	// failure) pushes the message out of a CI log's last lines, so it is
+	// repeated as the test's last line.
+	defer func() {
+		if len(rec.failures) > 0 {
+			t.Logf("proptest: the property failed (repeated after rapid's replay):\n%s", strings.Join(rec.failures, "\n"))
+		}
+	}()
+	rapid.Check(rec, prop)
+}
+
+// recordingTB is the test as rapid sees it, keeping the messages rapid
+// fails it with.
+type recordingTB struct {
+	*testing.T
+	failures []string
+}
+
+func (r *recordingTB) Errorf(format string, args ...any) {
+	r.T.Helper()
+	r.failures = append(r.failures, fmt.Sprintf(format, args...))
+	r.T.Errorf(format, args...)
+}
+
+func (r *recordingTB) Error(args ...any) {
+	r.T.Helper()
+	r.failures = append(r.failures, fmt.Sprint(args...))
+	r.T.Error(args...)
+}
+
+func (r *recordingTB) Fatalf(format string, args ...any) {
+	r.T.Helper()
+	r.failures = append(r.failures, fmt.Sprintf(format, args...))
+	r.T.Fatalf(format, args...)
+}
+
+func (r *recordingTB) Fatal(args ...any) {
+	r.T.Helper()
+	r.failures = append(r.failures, fmt.Sprint(args...))
+	r.T.Fatal(args...)
 }
 
 // Draws is a source of small random choices (IntN, as math/rand/v2's Rand
