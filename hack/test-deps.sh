@@ -12,7 +12,10 @@
 #     requires client certificates in front of the Proxmox simulator, for
 #     the mTLS tests of pkg/provider/proxmox and internal/controller),
 #     swtpm and swtpm-tools (the TPMs of the TPM attestation tests and the
-#     simulator's virtual TPMs), through apt-get as root or through sudo;
+#     simulator's virtual TPMs), tinyproxy, iproute2 and nftables (the
+#     proxy tests' HTTP proxy, alone in a network namespace with their
+#     servers: internal/testworld/proxytest), through apt-get as root or
+#     through sudo;
 #   - GitHub's published REST description and webhook examples (npm
 #     @octokit/openapi and @octokit/webhooks-examples), pinned, into
 #     $HYPERFLEET_CACHE/npm (default ~/.cache/hyperfleet/npm).
@@ -75,6 +78,11 @@ if ! $dev_only; then
 	# virtual TPMs.
 	command -v swtpm >/dev/null || missing+=(swtpm)
 	command -v swtpm_setup >/dev/null || missing+=(swtpm-tools)
+	# tinyproxy in a network namespace (internal/testworld/proxytest) is
+	# the only way to the servers of the proxy tests.
+	command -v tinyproxy >/dev/null || missing+=(tinyproxy)
+	command -v ip >/dev/null || missing+=(iproute2)
+	command -v nft >/dev/null || missing+=(nftables)
 fi
 if ((${#missing[@]})); then
 	run=()

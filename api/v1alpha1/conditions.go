@@ -100,6 +100,11 @@ const (
 	// "Webhook intake"); False when the owner has its own key, or when no
 	// key verifies them (they are refused).
 	RunnerPoolWebhookSecretSharedCondition ConditionType = "WebhookSecretShared"
+	// RunnerPoolSchedulesValidCondition is False when a schedule of
+	// spec.scaling.schedules cannot be used (its cron fields out of range,
+	// an unknown time zone, no start in five years); that schedule opens no
+	// window, the others work. Unset without schedules.
+	RunnerPoolSchedulesValidCondition ConditionType = "SchedulesValid"
 
 	// MachineClaimProvisionedCondition is True once the VM exists, is
 	// configured and has been started.
@@ -155,6 +160,9 @@ const (
 	ReconcilingReason ConditionReason = "Reconciling"
 	// ReadyReason: everything the object needs is in place.
 	ReadyReason ConditionReason = "Ready"
+	// ScheduleInvalidReason: a RunnerPool's spec.scaling.schedules entry
+	// cannot be used; the message names it and the error.
+	ScheduleInvalidReason ConditionReason = "ScheduleInvalid"
 	// OrganizationRegistrationTokenReason: VMs receive a registration token
 	// that registers any number of runners anywhere in an organization.
 	OrganizationRegistrationTokenReason ConditionReason = "OrganizationRegistrationToken"

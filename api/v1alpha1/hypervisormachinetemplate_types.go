@@ -233,6 +233,51 @@ type MachineNetwork struct {
 	// +optional
 	// +kubebuilder:default=name
 	Hostname HostnameStrategy `json:"hostname,omitempty"`
+
+	// proxy is the HTTP proxy the VMs reach the outside through: the
+	// agent uses it for the runner download and its other HTTP calls, the
+	// runner and its jobs get http_proxy, https_proxy and no_proxy, apt
+	// gets Acquire::http(s)::Proxy and login shells the variables
+	// (/etc/profile.d). The operator's own endpoints, loopback and
+	// link-local addresses stay direct (docs/templates.md, "Proxy").
+	// +optional
+	Proxy *ProxySettings `json:"proxy,omitempty"`
+}
+
+// ProxySettings is a template's HTTP proxy (spec.network.proxy).
+// +kubebuilder:validation:XValidation:rule="has(self.httpProxy) || has(self.httpsProxy)",message="network.proxy names no proxy: set httpProxy, httpsProxy or both, such as httpsProxy: http://proxy.example.com:3128"
+type ProxySettings struct {
+	// httpProxy is the proxy of http:// URLs, http://host:port or
+	// https://host:port. No credentials: they would rest in the VM's
+	// seed; let the proxy admit the VMs' network instead.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=270
+	// +kubebuilder:validation:XValidation:rule="!self.contains('@')",message="network.proxy.httpProxy holds credentials (user:password@); they would rest in the VM's seed: remove them and let the proxy admit the VMs' network"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://[][A-Za-z0-9.:-]+/?$')",message="network.proxy.httpProxy must be http://host:port or https://host:port, such as http://proxy.example.com:3128, without a path"
+	HTTPProxy string `json:"httpProxy,omitempty"`
+
+	// httpsProxy is the proxy of https:// URLs (through CONNECT), as
+	// httpProxy; usually the same URL.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=270
+	// +kubebuilder:validation:XValidation:rule="!self.contains('@')",message="network.proxy.httpsProxy holds credentials (user:password@); they would rest in the VM's seed: remove them and let the proxy admit the VMs' network"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://[][A-Za-z0-9.:-]+/?$')",message="network.proxy.httpsProxy must be http://host:port or https://host:port, such as http://proxy.example.com:3128, without a path"
+	HTTPSProxy string `json:"httpsProxy,omitempty"`
+
+	// noProxy are the hosts the VMs reach directly: a host name (its
+	// subdomains too; a leading dot is allowed), an IP address or a CIDR
+	// network, each optionally with :port, or * for every host. The
+	// operator adds its own endpoints, loopback, link-local and a static
+	// VM's subnets.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.all(e, e == '*' || e.matches('^[.]?[A-Za-z0-9[][][A-Za-z0-9.:/-]*$'))",message="each network.proxy.noProxy entry must be a host name, IP address or CIDR network (optionally :port), or *, such as .example.com, 10.0.0.0/8 or git.example.com:443"
+	// +listType=atomic
+	NoProxy []string `json:"noProxy,omitempty"`
 }
 
 // IPPoolNames are the IPPools a static network takes its addresses from:

@@ -450,6 +450,14 @@ type BootstrapStatus struct {
 	// +optional
 	JobStartedAt *metav1.Time `json:"jobStartedAt,omitempty"`
 
+	// jobRepository is the repository of the job the runner took (owner/name,
+	// or a GitLab project's or Buildkite pipeline's path), kept after the
+	// job's record is collected: the VM's time is charged to it
+	// (hyperfleet_vm_seconds_total, docs/operations.md).
+	// +optional
+	// +kubebuilder:validation:MaxLength=140
+	JobRepository string `json:"jobRepository,omitempty"`
+
 	// jobConclusion is the platform's conclusion of the job once it ended,
 	// such as success, failure or cancelled.
 	// +optional

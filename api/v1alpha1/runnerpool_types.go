@@ -22,6 +22,7 @@ const (
 
 // RunnerPoolSpec is a pool of single-use VMs serving one kind of CI job.
 // +kubebuilder:validation:XValidation:rule="self.workload.type != 'generic' || !has(self.scaling.minIdle) || self.scaling.minIdle == 0",message="scaling.minIdle does not apply to workload.type generic: a generic VM runs its script from its boot and is never idle; keep VMs with scaling.minReplicas instead"
+// +kubebuilder:validation:XValidation:rule="self.workload.type != 'generic' || !has(self.scaling.schedules) || self.scaling.schedules.all(s, !has(s.minIdle) || s.minIdle == 0)",message="scaling.schedules[].minIdle does not apply to workload.type generic: a generic VM is never idle; use the schedule's minReplicas instead"
 type RunnerPoolSpec struct {
 	// templateRef names the HypervisorMachineTemplate, in this namespace,
 	// the pool's VMs are built from.
@@ -158,6 +159,8 @@ type GitLabWorkload struct {
 // above maxReplicas.
 // +kubebuilder:validation:XValidation:rule="self.minReplicas <= self.maxReplicas",message="scaling.minReplicas must not be greater than scaling.maxReplicas"
 // +kubebuilder:validation:XValidation:rule="!has(self.minIdle) || self.minIdle <= self.maxReplicas",message="scaling.minIdle must not be greater than scaling.maxReplicas"
+// +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.minReplicas) || s.minReplicas <= self.maxReplicas)",message="scaling.schedules[].minReplicas must not be greater than scaling.maxReplicas; lower the schedule's minReplicas or raise maxReplicas"
+// +kubebuilder:validation:XValidation:rule="!has(self.schedules) || self.schedules.all(s, !has(s.minIdle) || s.minIdle <= self.maxReplicas)",message="scaling.schedules[].minIdle must not be greater than scaling.maxReplicas; lower the schedule's minIdle or raise maxReplicas"
 type Scaling struct {
 	// minReplicas is the fewest VMs the pool keeps, busy or idle.
 	// `kubectl scale` sets this value.
@@ -189,6 +192,70 @@ type Scaling struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="scaling.scaleDownDelay must be at most 1h"
 	ScaleDownDelay *metav1.Duration `json:"scaleDownDelay,omitempty"`
+
+	// schedules raise the pool's minimums in time windows (working hours),
+	// declared in the spec rather than scaled by hand. While windows are
+	// open, minReplicas and minIdle are the largest of their value here
+	// and every open window's (never the sum); `kubectl scale` keeps
+	// setting the base minReplicas. status.schedule shows the windows open.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	Schedules []ScalingSchedule `json:"schedules,omitempty"`
+}
+
+// ScalingSchedule opens a window at every time its cron expression matches
+// in its time zone; each window lasts duration (elapsed time). A start in
+// the hour skipped when clocks go forward does not happen that day, and one
+// in the hour repeated when they go back happens in both (the windows
+// overlap; the minimum is the same).
+// +kubebuilder:validation:XValidation:rule="has(self.minReplicas) || has(self.minIdle)",message="scaling.schedules[]: set minReplicas, minIdle or both; a schedule without either changes nothing"
+type ScalingSchedule struct {
+	// name identifies the schedule in status and events.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// cron is a standard five-field expression (minute hour day-of-month
+	// month day-of-week), such as "0 8 * * 1-5" for 08:00 on weekdays.
+	// Descriptors (@daily) and CRON_TZ= are not accepted: timeZone sets the
+	// zone. Ranges are checked when the pool is reconciled (condition
+	// SchedulesValid).
+	// +kubebuilder:validation:MinLength=9
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[0-9A-Za-z*/,?-]+( +[0-9A-Za-z*/,?-]+){4}$')",message="scaling.schedules[].cron must have five fields (minute hour day-of-month month day-of-week) of digits, names, *, /, , and -, such as 0 8 * * 1-5"
+	Cron string `json:"cron"`
+
+	// timeZone is the IANA zone the cron expression is read in, such as
+	// Europe/Berlin. An unknown zone is reported by condition
+	// SchedulesValid and its schedule opens no window.
+	// +optional
+	// +kubebuilder:default=UTC
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_+\-]+(/[A-Za-z0-9_+\-]+)*$`
+	TimeZone string `json:"timeZone,omitempty"`
+
+	// duration is how long each window stays open after each start.
+	// Between 1m and 168h (7 days).
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('168h')",message="scaling.schedules[].duration must be between 1m and 168h"
+	Duration metav1.Duration `json:"duration"`
+
+	// minReplicas is the fewest VMs the pool keeps while a window is open.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	MinReplicas *int32 `json:"minReplicas,omitempty"`
+
+	// minIdle is the warm pool kept while a window is open.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	MinIdle *int32 `json:"minIdle,omitempty"`
 }
 
 // Lifecycle bounds how long a VM may live in each state. Hard limits
@@ -376,6 +443,42 @@ type RunnerPoolStatus struct {
 	// be created. It lives in status so that a restart keeps the delay.
 	// +optional
 	ReplacementBackoff *ReplacementBackoff `json:"replacementBackoff,omitempty"`
+
+	// schedule is what spec.scaling.schedules make of the pool's minimums
+	// now; unset without schedules.
+	// +optional
+	Schedule *ScheduleStatus `json:"schedule,omitempty"`
+}
+
+// ScheduleStatus is the pool's scheduled minimums at the last reconcile.
+type ScheduleStatus struct {
+	// effectiveMinReplicas is the minReplicas the pool scales to:
+	// spec.scaling.minReplicas, raised by every open window.
+	EffectiveMinReplicas int32 `json:"effectiveMinReplicas"`
+	// effectiveMinIdle is the minIdle the pool scales to:
+	// spec.scaling.minIdle, raised by every open window.
+	EffectiveMinIdle int32 `json:"effectiveMinIdle"`
+	// activeWindows are the schedules with a window open.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	ActiveWindows []ActiveWindow `json:"activeWindows,omitempty"`
+	// nextChange is when a window next opens or closes.
+	// +optional
+	NextChange *metav1.Time `json:"nextChange,omitempty"`
+}
+
+// ActiveWindow is one schedule's open window.
+type ActiveWindow struct {
+	// name is the schedule's.
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// start is when the window in effect opened.
+	Start metav1.Time `json:"start"`
+	// end is when the schedule's windows close (windows that overlap or
+	// follow each other count as one).
+	End metav1.Time `json:"end"`
 }
 
 // ScopeVerification is the last successful check that the template's

@@ -586,6 +586,16 @@ func invalidCases() []invalidCase {
 		{name: "template tiny disk", base: validTemplate, mutate: set("100Mi", "spec", "resources", "disk"), want: "resources.disk must be between 1Gi and 64Ti"},
 		{name: "template vlan out of range", base: validTemplate, mutate: set(int64(4095), "spec", "network", "vlan"), want: "spec.network.vlan: Invalid value: 4095"},
 		{name: "template static without pool", base: validTemplate, mutate: set("static", "spec", "network", "mode"), want: "network.mode static needs network.ipPoolRef"},
+		{name: "template proxy naming no proxy", base: validTemplate, mutate: set(map[string]any{"noProxy": []any{".example.com"}}, "spec", "network", "proxy"),
+			want: "network.proxy names no proxy: set httpProxy, httpsProxy or both"},
+		{name: "template proxy with credentials", base: validTemplate, mutate: set("http://ci:s3cret@proxy.example.com:3128", "spec", "network", "proxy", "httpsProxy"),
+			want: "network.proxy.httpsProxy holds credentials"},
+		{name: "template proxy of another scheme", base: validTemplate, mutate: set("socks5://proxy.example.com:1080", "spec", "network", "proxy", "httpProxy"),
+			want: "network.proxy.httpProxy must be http://host:port or https://host:port"},
+		{name: "template proxy with a path", base: validTemplate, mutate: set("http://proxy.example.com:3128/pac", "spec", "network", "proxy", "httpsProxy"),
+			want: "network.proxy.httpsProxy must be http://host:port or https://host:port"},
+		{name: "template no-proxy entry with a space", base: validTemplate, mutate: set(map[string]any{"httpsProxy": "http://proxy.example.com:3128", "noProxy": []any{"a b"}}, "spec", "network", "proxy"),
+			want: "each network.proxy.noProxy entry must be a host name, IP address or CIDR network"},
 		{name: "template pool ref with dhcp", base: validTemplate, mutate: set(map[string]any{"name": "v4"}, "spec", "network", "ipPoolRef"), want: "network.ipPoolRef applies only to network.mode static"},
 		{name: "template pool refs with dhcp", base: validTemplate, mutate: set([]any{map[string]any{"name": "v4"}}, "spec", "network", "ipPoolRefs"), want: "network.ipPoolRefs applies only to network.mode static"},
 		{name: "template pool ref and pool refs", base: validTemplate, mutate: all(set("static", "spec", "network", "mode"), set(map[string]any{"name": "v4"}, "spec", "network", "ipPoolRef"), set([]any{map[string]any{"name": "v4"}, map[string]any{"name": "v6"}}, "spec", "network", "ipPoolRefs")), want: "network.ipPoolRef and network.ipPoolRefs are exclusive"},
@@ -658,6 +668,19 @@ func invalidCases() []invalidCase {
 		{name: "pool generic with minIdle", base: validGenericPool, mutate: set(int64(1), "spec", "scaling", "minIdle"), want: "scaling.minIdle does not apply to workload.type generic"},
 		{name: "pool generic with a github section", base: validGenericPool, mutate: set(map[string]any{"labels": []any{"linux"}}, "spec", "workload", "github"), want: "workload.github applies only to workload.type github-actions"},
 		{name: "pool minIdle above max", base: validPool, mutate: set(int64(9), "spec", "scaling", "minIdle"), want: "scaling.minIdle must not be greater than scaling.maxReplicas"},
+		{name: "pool schedule minReplicas above max", base: validPool, mutate: schedules(withSched("minReplicas", int64(6))), want: "scaling.schedules[].minReplicas must not be greater than scaling.maxReplicas"},
+		{name: "pool schedule minIdle above max", base: validPool, mutate: schedules(withSched("minIdle", int64(6))), want: "scaling.schedules[].minIdle must not be greater than scaling.maxReplicas"},
+		{name: "pool schedule raising nothing", base: validPool, mutate: schedules(withSched("minReplicas", nil)), want: "scaling.schedules[]: set minReplicas, minIdle or both"},
+		{name: "pool schedule cron with four fields", base: validPool, mutate: schedules(withSched("cron", "0 8 * *")), want: "scaling.schedules[].cron must have five fields"},
+		{name: "pool schedule cron descriptor", base: validPool, mutate: schedules(withSched("cron", "@daily")), want: "scaling.schedules[].cron must have five fields"},
+		{name: "pool schedule cron with its own zone", base: validPool, mutate: schedules(withSched("cron", "CRON_TZ=UTC 0 8 * * 1-5")), want: "scaling.schedules[].cron must have five fields"},
+		{name: "pool schedule too long", base: validPool, mutate: schedules(withSched("duration", "169h")), want: "scaling.schedules[].duration must be between 1m and 168h"},
+		{name: "pool schedule too short", base: validPool, mutate: schedules(withSched("duration", "30s")), want: "scaling.schedules[].duration must be between 1m and 168h"},
+		{name: "pool schedule name not a DNS label", base: validPool, mutate: schedules(withSched("name", "Office Hours")), want: "spec.scaling.schedules[0].name: Invalid value"},
+		{name: "pool schedule zone not a zone name", base: validPool, mutate: schedules(withSched("timeZone", "../../etc/passwd")), want: "spec.scaling.schedules[0].timeZone: Invalid value"},
+		{name: "pool schedules with one name twice", base: validPool, mutate: schedules(withSched(), withSched("cron", "0 12 * * *")), want: "Duplicate value"},
+		{name: "pool too many schedules", base: validPool, mutate: manySchedules(17), want: "spec.scaling.schedules: Too many"},
+		{name: "pool generic schedule with minIdle", base: validGenericPool, mutate: schedules(withSched("minIdle", int64(1))), want: "scaling.schedules[].minIdle does not apply to workload.type generic"},
 		{name: "pool max above 1000", base: validPool, mutate: set(int64(5000), "spec", "scaling", "maxReplicas"), want: "spec.scaling.maxReplicas: Invalid value: 5000"},
 		{name: "pool negative min", base: validPool, mutate: set(int64(-1), "spec", "scaling", "minReplicas"), want: "spec.scaling.minReplicas: Invalid value: -1"},
 		{name: "pool unknown workload", base: validPool, mutate: set("jenkins", "spec", "workload", "type"), want: `spec.workload.type: Unsupported value: "jenkins"`},
@@ -794,4 +817,36 @@ func assertRejected(t *testing.T, err error, want string) {
 	if !strings.Contains(err.Error(), want) {
 		t.Fatalf("rejection does not say %q:\n%v", want, err)
 	}
+}
+
+// withSched is a valid schedule (working hours in Berlin) with key set to
+// value (nil deletes it).
+func withSched(kv ...any) map[string]any {
+	m := map[string]any{"name": "office", "cron": "0 8 * * 1-5", "timeZone": "Europe/Berlin", "duration": "10h", "minReplicas": int64(2)}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] == nil {
+			delete(m, kv[i].(string))
+			continue
+		}
+		m[kv[i].(string)] = kv[i+1]
+	}
+	return m
+}
+
+// schedules sets spec.scaling.schedules.
+func schedules(ss ...map[string]any) mutation {
+	list := make([]any, 0, len(ss))
+	for _, s := range ss {
+		list = append(list, s)
+	}
+	return set(list, "spec", "scaling", "schedules")
+}
+
+// manySchedules sets n valid schedules of distinct names.
+func manySchedules(n int) mutation {
+	ss := make([]map[string]any, 0, n)
+	for i := range n {
+		ss = append(ss, withSched("name", fmt.Sprintf("s%d", i)))
+	}
+	return schedules(ss...)
 }

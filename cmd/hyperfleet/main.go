@@ -160,6 +160,7 @@ func runManager(args []string) error {
 	var webhookLimits httpsserver.Limits
 	bindLimitFlags(fs, "webhook", "the webhook receiver", &webhookLimits, webhook.DefaultLimits)
 	spireForcedRefresh := fs.Duration("spire-forced-refresh-interval", identity.DefaultForcedRefreshInterval, "shortest time between two reads of a SPIRE server's trust bundle that a certificate failing verification at the credential broker may force (anyone can present one); the reads about once a minute are not limited by it")
+	jobMetricsLabels := fs.Int("job-metrics-max-label-values", metrics.DefaultJobLabelValues, "per RunnerPool, how many repository and workflow pairs get series of their own in hyperfleet_job_queue_seconds and hyperfleet_job_run_seconds, and how many repositories in hyperfleet_vm_seconds_total; later ones are counted under __other__ (docs/operations.md, \"Job and chargeback metrics\")")
 	agentFlags := bindAgentServerFlags(fs)
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
@@ -171,6 +172,9 @@ func runManager(args []string) error {
 		return err
 	}
 	if err := checkMaxEventAge(*webhookMaxEventAge); err != nil {
+		return err
+	}
+	if err := metrics.SetJobLabelLimit(*jobMetricsLabels); err != nil {
 		return err
 	}
 	if *spireForcedRefresh <= 0 {

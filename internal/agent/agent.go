@@ -320,6 +320,8 @@ type agent struct {
 	powerOff bool // set as soon as the config says so
 	// notify, when set, is where the power-off is announced first.
 	notify *agentconfig.PowerOffNotify
+	// proxy is the config's HTTP proxy; nil: the environment's.
+	proxy *agentconfig.Proxy
 	// runnerOnline and jobStarted are what the runner printed, for the
 	// power-off notice; attestationError why the VM got no identity.
 	runnerOnline, jobStarted atomic.Bool
@@ -401,6 +403,7 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	a.powerOff = cfg.PowerOffOnFinish
 	a.notify = cfg.PowerOffNotify
+	a.proxy = cfg.Proxy
 	if a.notify != nil {
 		a.secrets = append(a.secrets, a.notify.Token)
 	}
@@ -409,7 +412,7 @@ func (a *agent) run(ctx context.Context) error {
 		"runnerName", cfg.Runner.Name, "labels", strings.Join(cfg.Runner.Labels, ","), "group", cfg.Runner.Group,
 		"registrationURL", cfg.RegistrationURL, "downloadURL", safeURL(sw.DownloadURL), "installPath", sw.InstallPath,
 		"workDir", sw.WorkDir, "expiresAt", cfg.ExpiresAt, "secretsFile", cfg.SecretsFile, "secretsDeadline", cfg.SecretsDeadline,
-		"powerOffOnFinish", cfg.PowerOffOnFinish)
+		"powerOffOnFinish", cfg.PowerOffOnFinish, "proxy", cfg.Proxy != nil)
 
 	if !cfg.ExpiresAt.IsZero() && !time.Now().Before(cfg.ExpiresAt) {
 		return fail(ExitExpired, "the join token expired at %s; not trying it", cfg.ExpiresAt.UTC().Format(time.RFC3339))
@@ -443,6 +446,7 @@ func (a *agent) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	user.proxyEnv = cfg.Proxy.Env()
 	a.log.Info("runner user", "user", user.describe(), "uid", user.uid, "gid", user.gid)
 
 	if cfg.SecretsFile != "" {

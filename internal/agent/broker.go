@@ -98,6 +98,8 @@ type BrokerSource struct {
 	Logger *slog.Logger
 	// UserAgent is sent to the broker.
 	UserAgent string
+	// Proxy is the config's HTTP proxy; nil: the environment's.
+	Proxy *agentconfig.Proxy
 
 	// proof is the broker proof the operator placed in the VM with the
 	// join token; sent to the broker with the SVID.
@@ -114,7 +116,7 @@ func (b *BrokerSource) useOptions(o *Options) {
 // broker (see BrokerSource).
 func (b *BrokerSource) Credential(ctx context.Context) (Credential, error) {
 	return b.withSVID(ctx, func(fetchCtx context.Context, run *spireRun, cert tls.Certificate) (Credential, error) {
-		client, err := newBrokerClient(b.SPIFFE.BrokerURL, b.SPIFFE.BrokerCA, cert, b.UserAgent)
+		client, err := newBrokerClient(b.SPIFFE.BrokerURL, b.SPIFFE.BrokerCA, cert, b.UserAgent, b.Proxy)
 		if err != nil {
 			return Credential{}, err
 		}
@@ -262,8 +264,8 @@ type brokerClient struct {
 // newBrokerClient builds the mTLS client: cert is presented to the broker,
 // whose certificate is verified against caPEM (the system roots when
 // empty).
-func newBrokerClient(brokerURL, caPEM string, cert tls.Certificate, userAgent string) (*brokerClient, error) {
-	hc, err := brokerHTTPClient(caPEM, []tls.Certificate{cert})
+func newBrokerClient(brokerURL, caPEM string, cert tls.Certificate, userAgent string, proxy *agentconfig.Proxy) (*brokerClient, error) {
+	hc, err := brokerHTTPClient(caPEM, []tls.Certificate{cert}, proxy)
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +277,7 @@ func newBrokerClient(brokerURL, caPEM string, cert tls.Certificate, userAgent st
 // caPEM (spiffe.brokerCA; the system roots when empty), certs presented
 // when it asks for a client certificate (none before the VM has its
 // X509-SVID).
-func brokerHTTPClient(caPEM string, certs []tls.Certificate) (*http.Client, error) {
+func brokerHTTPClient(caPEM string, certs []tls.Certificate, proxy *agentconfig.Proxy) (*http.Client, error) {
 	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: certs}
 	if caPEM != "" {
 		pool := x509.NewCertPool()
@@ -285,7 +287,7 @@ func brokerHTTPClient(caPEM string, certs []tls.Certificate) (*http.Client, erro
 		tlsConf.RootCAs = pool
 	}
 	transport := &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
+		Proxy:               proxy.Func(),
 		TLSClientConfig:     tlsConf,
 		TLSHandshakeTimeout: 10 * time.Second,
 		ForceAttemptHTTP2:   true,

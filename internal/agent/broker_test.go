@@ -112,7 +112,7 @@ func brokerCredentialFor(t *testing.T, brokerURL, caPEM string, timeout time.Dur
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := newBrokerClient(brokerURL, caPEM, cert, "hyperfleet-agent/test")
+	c, err := newBrokerClient(brokerURL, caPEM, cert, "hyperfleet-agent/test", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

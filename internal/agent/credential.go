@@ -94,14 +94,14 @@ func NewCredentialSource(cfg *agentconfig.Config) (CredentialSource, error) {
 		return &GuestSource{Method: cfg.BootstrapMethod, File: cfg.SecretsFile, Deadline: cfg.SecretsDeadline, RegistrationURL: cfg.RegistrationURL}, nil
 	case agentconfig.WorkloadBroker:
 		b := &BrokerSource{Method: cfg.BootstrapMethod, SPIFFE: cfg.SPIFFE, ExpiresAt: cfg.ExpiresAt,
-			SecretsFile: cfg.SecretsFile, SecretsDeadline: cfg.SecretsDeadline}
+			SecretsFile: cfg.SecretsFile, SecretsDeadline: cfg.SecretsDeadline, Proxy: cfg.Proxy}
 		if cfg.Platform == agentconfig.PlatformGeneric {
 			// The identity only (IdentityHolder): no credential to read
 			// from a store.
 			return b, nil
 		}
 		if s := cfg.SPIFFE; s != nil && s.SecretStore != nil {
-			return &VaultSource{Store: *s.SecretStore, SPIRE: b}, nil
+			return &VaultSource{Store: *s.SecretStore, SPIRE: b, Proxy: cfg.Proxy}, nil
 		}
 		return b, nil
 	default:

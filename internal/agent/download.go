@@ -129,7 +129,7 @@ func (a *agent) download(ctx context.Context, rawURL, wantSHA256 string) (path s
 	shown := safeURL(rawURL)
 	client := a.opts.HTTPClient
 	if client == nil {
-		if client, err = defaultHTTPClient(); err != nil {
+		if client, err = defaultHTTPClient(a.proxy); err != nil {
 			return "", fail(ExitInternal, "HTTP client: %v", err)
 		}
 		defer client.CloseIdleConnections()
@@ -211,7 +211,7 @@ func (a *agent) download(ctx context.Context, rawURL, wantSHA256 string) (path s
 // defaultHTTPClient trusts the system roots plus the PEM file named by
 // SSL_CERT_FILE, read now: Go's own system pool reads SSL_CERT_FILE only
 // once per process, which would not see a change of it (tests).
-func defaultHTTPClient() (*http.Client, error) {
+func defaultHTTPClient(proxy *agentconfig.Proxy) (*http.Client, error) {
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {
 		pool = x509.NewCertPool()
@@ -226,6 +226,7 @@ func defaultHTTPClient() (*http.Client, error) {
 		}
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = proxy.Func()
 	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	return &http.Client{Transport: tr}, nil
 }

@@ -33,7 +33,7 @@ func (a *agent) notifyPowerOff() {
 	if n == nil {
 		return
 	}
-	hc, err := notifyClient(n.CA)
+	hc, err := notifyClient(n.CA, a.proxy)
 	if err != nil {
 		a.log.Warn("power-off notice not sent", "error", err)
 		return
@@ -93,7 +93,7 @@ func (a *agent) announceReady(ctx context.Context) {
 	if n == nil || n.ReadyURL == "" {
 		return
 	}
-	hc, err := notifyClient(n.CA)
+	hc, err := notifyClient(n.CA, a.proxy)
 	if err != nil {
 		a.log.Warn("ready hint not sent", "error", err)
 		return
@@ -142,15 +142,17 @@ func PostNotice(ctx context.Context, hc *http.Client, n *agentconfig.PowerOffNot
 }
 
 // notifyClient trusts ca when given, else what downloads trust.
-func notifyClient(ca string) (*http.Client, error) {
+func notifyClient(ca string, proxy *agentconfig.Proxy) (*http.Client, error) {
 	if ca == "" {
-		return defaultHTTPClient()
+		return defaultHTTPClient(proxy)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM([]byte(ca)) {
 		return nil, fmt.Errorf("powerOffNotify.ca holds no PEM certificate")
 	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	// The proxy's settings as for every other request: a transport of its
+	// own would otherwise go direct whatever the VM's proxy says.
+	tr := &http.Transport{Proxy: proxy.Func(), TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
 	return &http.Client{Transport: tr, Timeout: notifyBudget}, nil
 }
 

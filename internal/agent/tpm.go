@@ -67,7 +67,7 @@ func (b *BrokerSource) enrollTPM(ctx, attestCtx context.Context, run *spireRun, 
 	}
 	run.log.Info("TPM DevID key created; enrolling it", "tpm", device)
 
-	hc, err := brokerHTTPClient(s.BrokerCA, nil)
+	hc, err := brokerHTTPClient(s.BrokerCA, nil, b.Proxy)
 	if err != nil {
 		return nodeAttestor{}, err
 	}

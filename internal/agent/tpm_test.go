@@ -96,7 +96,7 @@ func (e *enrollEndpoint) seen() (paths, proofs []string) {
 
 func (e *enrollEndpoint) client(t *testing.T, caPEM string) *tpmClient {
 	t.Helper()
-	hc, err := brokerHTTPClient(caPEM, nil)
+	hc, err := brokerHTTPClient(caPEM, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 )
 
 // runAs is the user the runner's scripts run as.
@@ -18,6 +20,9 @@ type runAs struct {
 	// cred switches the runner to the user; nil when it is the agent's
 	// own user.
 	cred *syscall.Credential
+	// proxyEnv are the config's proxy variables (agentconfig.Proxy.Env),
+	// given to every script in place of the agent's own.
+	proxyEnv []string
 }
 
 func (u *runAs) describe() string {
@@ -78,6 +83,11 @@ func (u *runAs) env(extra ...string) []string {
 		if strings.HasPrefix(k, "ACTIONS_RUNNER_INPUT_") || k == "RUNNER_ALLOW_RUNASROOT" {
 			return true
 		}
+		if len(u.proxyEnv) > 0 && agentconfig.IsProxyEnv(kv) {
+			// The template's proxy replaces the agent's own, in both
+			// cases: a program reads whichever case it looks at first.
+			return true
+		}
 		return u.name != "" && (k == "HOME" || k == "USER" || k == "LOGNAME")
 	}
 	var env []string
@@ -92,6 +102,7 @@ func (u *runAs) env(extra ...string) []string {
 			env = append(env, "HOME="+u.home)
 		}
 	}
+	env = append(env, u.proxyEnv...)
 	if u.uid == 0 {
 		// The real actions/runner refuses to run as root without it.
 		env = append(env, "RUNNER_ALLOW_RUNASROOT=1")

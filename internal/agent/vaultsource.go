@@ -76,6 +76,8 @@ type VaultSource struct {
 	// SPIRE, when set, attests first and supplies FetchJWTSVID when that is
 	// nil (see above).
 	SPIRE *BrokerSource
+	// Proxy is the config's HTTP proxy; nil: the environment's.
+	Proxy *agentconfig.Proxy
 }
 
 // useOptions fills in the agent's settings.
@@ -204,6 +206,7 @@ func (v *VaultSource) client() (*http.Client, error) {
 		return v.HTTPClient, nil
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = v.Proxy.Func()
 	if v.Store.CABundle != "" {
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM([]byte(v.Store.CABundle)) {

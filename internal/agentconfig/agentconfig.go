@@ -229,6 +229,11 @@ type Config struct {
 	// hypervisor's batch listing (docs/architecture.md, "Power-off
 	// hints"). Best effort: the VM powers off whatever the answer.
 	PowerOffNotify *PowerOffNotify `json:"powerOffNotify,omitempty"`
+
+	// proxy, optional, is the HTTP proxy the agent and the runner use
+	// (Proxy); absent: the agent's environment decides, as for any
+	// program.
+	Proxy *Proxy `json:"proxy,omitempty"`
 }
 
 // Generic is the work of a VM of platform generic.
@@ -620,6 +625,9 @@ func (c *Config) Validate() error {
 		// A generic VM fetches no runner credential: it needs the
 		// identity only, not the broker.
 		c.SPIFFE.validate(c.SecretsFile, !generic, bad)
+	}
+	if c.Proxy != nil {
+		c.Proxy.validate(bad)
 	}
 	if c.PowerOffNotify != nil {
 		c.PowerOffNotify.validate(bad)

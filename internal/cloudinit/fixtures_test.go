@@ -144,6 +144,24 @@ func goldenCases() []goldenCase {
 		userParts: []string{"text/cloud-config"},
 	})
 
+	// A proxy, with the agent from the operator: the proxy files, the
+	// agent's proxy with the operator's endpoints and the static subnet
+	// direct, and curl given the proxy in runcmd.
+	v = operatorAgentVars(runnerTokenVars(baseVars()))
+	v.NetworkMode = NetworkStatic
+	v.DHCPClientIdentifier = ""
+	v.SendHostname = false
+	v.StaticIP = "192.0.2.10"
+	v.NetmaskBits = 24
+	v.Gateway = "192.0.2.1"
+	proxyVars(&v)
+	cases = append(cases, goldenCase{
+		name:      "proxy-static-operator-agent",
+		in:        Input{Vars: v},
+		networkd:  []string{"MACAddress=bc:24:11:5e:00:01", "Address=192.0.2.10/24", "Gateway=192.0.2.1", "DHCP=no"},
+		userParts: []string{"text/cloud-config"},
+	})
+
 	v = baseVars()
 	v.NetworkMode = NetworkStatic
 	v.SendHostname = false
@@ -434,3 +452,10 @@ runcmd:
   - systemctl enable hyperfleet-bootstrap.service
   - systemctl start hyperfleet-bootstrap.service
 `
+
+// proxyVars gives v the proxy of docs/templates.md's example.
+func proxyVars(v *Vars) {
+	v.HTTPProxy = "http://proxy.example.com:3128"
+	v.HTTPSProxy = "http://proxy.example.com:3128"
+	v.NoProxy = List{".example.com", "10.0.0.0/8"}
+}

@@ -127,7 +127,19 @@ func fetchAgentCommand(v *Vars) []string {
 	if !v.PowerOffOnFinish {
 		onFailure = `rm -f -- "$3"; echo "hyperfleet: the agent could not be installed; its unit will fail" >&2; exit 1`
 	}
-	cmd := []string{"sh", "-c", FetchAgentPath + ` "$@" || { ` + onFailure + `; }`, "hyperfleet-fetch-agent",
+	script := FetchAgentPath + ` "$@" || { ` + onFailure + `; }`
+	if p := v.proxy(); p != nil {
+		// runcmd's environment is cloud-init's: the proxy reaches curl
+		// only this way (the agent server itself is in no_proxy). The
+		// values are checked to need no quoting but the single quotes.
+		var exports []string
+		for _, kv := range p.Env() {
+			k, val, _ := strings.Cut(kv, "=")
+			exports = append(exports, k+"='"+val+"'")
+		}
+		script = "export " + strings.Join(exports, " ") + "; " + script
+	}
+	cmd := []string{"sh", "-c", script, "hyperfleet-fetch-agent",
 		v.AgentDownloadURL, v.AgentSHA256, AgentBinary}
 	if v.AgentCA != "" {
 		cmd = append(cmd, AgentCAPath)
@@ -234,6 +246,7 @@ func agentConfig(v *Vars) *agentconfig.Config {
 		ExpiresAt:        v.ExpiresAt.Time,
 		PowerOffOnFinish: v.PowerOffOnFinish,
 		PowerOffNotify:   v.PowerOffNotify,
+		Proxy:            v.proxy(),
 	}
 	if v.Platform == PlatformBuildkite {
 		// RegistrationURL is the agent API endpoint, Labels the agent's
@@ -350,6 +363,11 @@ func operatorCloudConfig(v *Vars) (*yaml.Node, error) {
 		flow("systemctl", "daemon-reload"),
 		flow("systemctl", "start", "--no-block", AgentUnitName),
 	)
+	if p := cfg.Proxy; p != nil {
+		files.Content = append(files.Content,
+			mapping("path", ProxyProfilePath, "owner", "root:root", "permissions", quoted("0644"), "content", literal(proxyProfile(p))),
+			mapping("path", ProxyAptPath, "owner", "root:root", "permissions", quoted("0644"), "content", literal(proxyApt(p))))
+	}
 	if v.AgentDownloadURL != "" {
 		if v.AgentCA != "" {
 			files.Content = append(files.Content,

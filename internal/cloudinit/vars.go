@@ -125,6 +125,14 @@ type Vars struct {
 	DNSServers List
 	// SearchDomains are the DNS search domains, in order.
 	SearchDomains List
+	// HTTPProxy and HTTPSProxy are the template's spec.network.proxy, the
+	// proxies of http:// and https:// URLs (scheme://host:port); NoProxy
+	// are the hosts the template reaches directly. The agent, the runner,
+	// apt and login shells use them, with the operator's own endpoints
+	// added to NoProxy (docs/templates.md, "Proxy"). Empty: no proxy.
+	HTTPProxy  string
+	HTTPSProxy string
+	NoProxy    List
 
 	// SPIFFEEnabled is true when the VM attests with SPIRE (attestation
 	// method join-token or tpm).
@@ -361,6 +369,7 @@ func (v Vars) Canonical() Vars {
 	v.Deadline = Time{}
 	v.DNSServers = cloneList(v.DNSServers)
 	v.SearchDomains = cloneList(v.SearchDomains)
+	v.NoProxy = cloneList(v.NoProxy)
 	v.canonical = true
 	return v
 }
@@ -580,6 +589,9 @@ func (v *Vars) check() (netVars, error) {
 		return nv, fmt.Errorf("vars: WorkloadMethod %q must be %s or %s", v.WorkloadMethod, WorkloadDirect, WorkloadBroker)
 	}
 	if err := v.checkPlatform(); err != nil {
+		return nv, err
+	}
+	if err := v.checkProxy(); err != nil {
 		return nv, err
 	}
 	return nv, v.checkAgent()

@@ -19,7 +19,7 @@ var (
 		"RunnerGroup", "ExpiresAt", "SecretsDeadline", "PowerOffNotify", "ScriptUser", "Claim", "Deadline"}
 	templateFields = []string{"NetworkMode", "DHCPClientIdentifier", "SendHostname", "IPv6", "RequestStaticLease", "DHCPLeaseSeconds", "NetmaskBits", "Gateway",
 		"NetmaskBitsIPv6", "GatewayIPv6",
-		"DNSServers", "SearchDomains", "SPIFFEEnabled", "AttestationMethod", "TrustDomain", "SPIREServerAddress",
+		"DNSServers", "SearchDomains", "HTTPProxy", "HTTPSProxy", "NoProxy", "SPIFFEEnabled", "AttestationMethod", "TrustDomain", "SPIREServerAddress",
 		"TPMDevicePath", "BrokerURL", "SecretStore", "WorkloadMethod", "BootstrapMethod", "RegistrationURL", "RunnerConfig",
 		"PowerOffOnFinish", "AgentDownloadURL", "AgentSHA256", "BootstrapServiceURL", "BootstrapServiceBinary", "Platform", "GenericScript"}
 )

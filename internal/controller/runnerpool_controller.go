@@ -29,6 +29,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/poolclaims"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
+	"github.com/hyperfleet/hyperfleet/internal/schedule"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -207,10 +208,15 @@ type poolScope struct {
 	// claims it deleted (the status reports what is left, not what the
 	// pass started with).
 	decision scaling.Decision
-	created  int
-	removed  map[scaling.Reason]int
-	ended    map[types.UID]bool
-	released int
+	// sched is what spec.scaling.schedules make of the pool's minimums
+	// now (runnerpool_schedule.go).
+	sched schedule.Answer
+	// schedWake wakes the pool when a window opens or closes.
+	schedWake phase.Result
+	created   int
+	removed   map[scaling.Reason]int
+	ended     map[types.UID]bool
+	released  int
 }
 
 // Reconcile implements reconcile.Reconciler: it opens the pool's scope,
@@ -249,13 +255,15 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 
 // newPoolScope opens the scope of one reconcile at now.
 func (r *RunnerPoolReconciler) newPoolScope(pool *hfv1.RunnerPool, claims []hfv1.MachineClaim, now time.Time) *poolScope {
-	return &poolScope{
+	s := &poolScope{
 		pool: pool, patch: patch.NewHelper(r.Client, pool), now: now, listed: claims,
 		refused:   refusal.Pool(r.Workloads, pool),
 		blockers:  map[string]int{},
 		undecided: map[types.UID]bool{}, vouched: map[types.UID]bool{},
 		removed: map[scaling.Reason]int{}, ended: map[types.UID]bool{},
 	}
+	s.schedWake = r.evaluateSchedules(s)
+	return s
 }
 
 // closePoolScope derives the pool's status from a pass that ran every

@@ -24,10 +24,10 @@ import (
 func (r *RunnerPoolReconciler) scale(ctx context.Context, s *poolScope) (phase.Result, error) {
 	staleStarting, freshStarting := byDrift(s.claims.Starting, s.claims.Stale)
 	staleIdle, freshIdle := byDrift(s.claims.Idle, s.claims.Stale)
+	res := s.schedWake
 	in := s.scalingInput(len(freshStarting), len(staleStarting), len(freshIdle), len(staleIdle))
 	d := scaling.Plan(in)
 	s.decision = d
-	res := phase.Next()
 	if !d.ScaleDownAt.IsZero() {
 		res = res.Sooner(d.ScaleDownAt.Sub(s.now))
 	}
@@ -71,14 +71,12 @@ func byDrift(claims []*hfv1.MachineClaim, stale map[types.UID]bool) (old, fresh 
 func (s *poolScope) scalingInput(starting, staleStarting, idle, staleIdle int) scaling.Input {
 	pool, pc := s.pool, s.claims
 	in := scaling.Input{
-		MinReplicas: int(pool.Spec.Scaling.MinReplicas), MaxReplicas: int(pool.Spec.Scaling.MaxReplicas),
+		MinReplicas: int(s.sched.MinReplicas), MaxReplicas: int(pool.Spec.Scaling.MaxReplicas),
+		MinIdle: int(s.sched.MinIdle),
 		Pending: len(s.pending), Starting: starting, StaleStarting: staleStarting,
 		Idle: idle, StaleIdle: staleIdle, Busy: len(pc.Busy),
 		Terminating: len(pc.Terminating) + s.removedCount(), Retained: len(pc.Retained),
 		Now: s.now, ScaleDownDelay: 5 * time.Minute,
-	}
-	if pool.Spec.Scaling.MinIdle != nil {
-		in.MinIdle = int(*pool.Spec.Scaling.MinIdle)
 	}
 	if d := pool.Spec.Scaling.ScaleDownDelay; d != nil {
 		in.ScaleDownDelay = d.Duration

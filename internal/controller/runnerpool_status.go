@@ -83,7 +83,7 @@ func (r *RunnerPoolReconciler) setScaling(s *poolScope) {
 	switch {
 	case s.created > 0:
 		msg := fmt.Sprintf("Creating %d VMs: %d pending jobs, %d busy, %d idle, %d starting; desired %d (min %d, max %d, minIdle %d)",
-			s.created, len(s.pending), len(pc.Busy), len(pc.Idle), len(pc.Starting), d.Desired, pool.Spec.Scaling.MinReplicas, pool.Spec.Scaling.MaxReplicas, ptrOr(pool.Spec.Scaling.MinIdle, 0))
+			s.created, len(s.pending), len(pc.Busy), len(pc.Idle), len(pc.Starting), d.Desired, s.sched.MinReplicas, pool.Spec.Scaling.MaxReplicas, s.sched.MinIdle)
 		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.DemandIncreasedReason, msg)
 		r.Recorder.Event(pool, corev1.EventTypeNormal, "ScaledUp", msg)
 	case s.removed[scaling.DriftReplaced] > 0:
@@ -180,6 +180,8 @@ func (s *poolScope) recordMetrics() {
 	ns, name := s.pool.Namespace, s.pool.Name
 	metrics.PoolDesiredReplicas.WithLabelValues(ns, name).Set(float64(s.decision.Desired))
 	metrics.PoolPendingJobs.WithLabelValues(ns, name).Set(float64(len(s.pending)))
+	metrics.PoolEffectiveMinimum.WithLabelValues(ns, name, "minReplicas").Set(float64(s.sched.MinReplicas))
+	metrics.PoolEffectiveMinimum.WithLabelValues(ns, name, "minIdle").Set(float64(s.sched.MinIdle))
 	for state, n := range map[string]int32{"starting": st.StartingReplicas, "idle": st.IdleReplicas, "busy": st.BusyReplicas,
 		"terminating": st.TerminatingReplicas, "retained": st.RetainedReplicas} {
 		metrics.PoolReplicas.WithLabelValues(ns, name, state).Set(float64(n))

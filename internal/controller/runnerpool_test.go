@@ -14,15 +14,19 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
@@ -83,6 +87,8 @@ type poolWorldOptions struct {
 	// sharedSecret verifies the webhooks with the shared fallback secret
 	// (accepted: AllowSharedSecret) instead of octo-org's own key.
 	sharedSecret bool
+	// clock replaces the operator's clock.
+	clock clock.Clock
 }
 
 const poolWebhookSecret = "pool-test-webhook-secret"
@@ -123,6 +129,7 @@ func startPoolWorld(t *testing.T, o poolWorldOptions) *poolWorld {
 		webhook:        hooks,
 		resyncInterval: time.Second,
 		backoff:        o.backoff,
+		clock:          o.clock,
 	})
 	select {
 	case <-op.components.Webhook.Ready():
@@ -401,6 +408,18 @@ func TestRunnerPoolServesJobs(t *testing.T) {
 	if reasons["ScaledUp"] == 0 || reasons[string(hfv1.AtMaxReplicasReason)] == 0 {
 		t.Errorf("pool events %v lack ScaledUp and AtMaxReplicas", reasons)
 	}
+	// Each job's queue and run times were observed once, under its
+	// repository and (unnamed in the simulator) workflow, and the VMs'
+	// lives, charged to the repository, cover the jobs' run times.
+	queued, _ := jobHistogram(t, "hyperfleet_job_queue_seconds", pool)
+	ran, runSeconds := jobHistogram(t, "hyperfleet_job_run_seconds", pool)
+	charged := vmSeconds(t, pool)
+	if queued != 10 || ran != 10 {
+		t.Errorf("%d queue and %d run times observed, want 10 each", queued, ran)
+	}
+	if charged["octo-org/app"] < runSeconds || runSeconds < 10 {
+		t.Errorf("VM-seconds %v; the jobs ran %vs in all (10 jobs of 1s)", charged, runSeconds)
+	}
 	// The jobs' demand records name the runners that took them.
 	var cijobs hfv1.CIJobList
 	if err := env.Client.List(context.Background(), &cijobs, client.InNamespace(pool.Namespace)); err != nil {
@@ -541,6 +560,14 @@ func TestRunnerPoolDrift(t *testing.T) {
 			if c.Status.Phase != hfv1.MachineClaimFinished && c.Status.TemplateHash == before.Status.TemplateHash {
 				return fmt.Errorf("claim %s still on the old template", c.Name)
 			}
+		}
+		return nil
+	})
+	// The replaced idle runners' VMs ran no job: chargeback counts them
+	// as the pool's idle time.
+	eventually(t, 30*time.Second, "the replaced idle VMs counted as idle", func() error {
+		if v := vmSeconds(t, pool)[metrics.IdleLabel]; v <= 0 {
+			return fmt.Errorf("VM-seconds %v", vmSeconds(t, pool))
 		}
 		return nil
 	})
@@ -751,4 +778,62 @@ func TestRunnerPoolTemplateMetadata(t *testing.T) {
 	if got := claim.Annotations["example.com/owner"]; got != "payments-oncall@example.com" {
 		t.Errorf("claim annotation example.com/owner = %q (annotations %v)", got, claim.Annotations)
 	}
+}
+
+// jobHistogram is the number and sum of the observations of a job
+// histogram for the pool, all repositories and workflows together.
+func jobHistogram(t *testing.T, name string, pool *hfv1.RunnerPool) (uint64, float64) {
+	t.Helper()
+	var n uint64
+	var sum float64
+	for _, m := range poolSeries(t, name, pool) {
+		n += m.GetHistogram().GetSampleCount()
+		sum += m.GetHistogram().GetSampleSum()
+	}
+	return n, sum
+}
+
+// vmSeconds is the pool's hyperfleet_vm_seconds_total by repository.
+func vmSeconds(t *testing.T, pool *hfv1.RunnerPool) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, m := range poolSeries(t, "hyperfleet_vm_seconds_total", pool) {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "repository" {
+				out[l.GetValue()] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// poolSeries gathers the series of a metric labelled with the pool's
+// namespace and name from the operator's registry.
+func poolSeries(t *testing.T, name string, pool *hfv1.RunnerPool) []*dto.Metric {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*dto.Metric
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var ns, name string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "namespace":
+					ns = l.GetValue()
+				case "pool":
+					name = l.GetValue()
+				}
+			}
+			if ns == pool.Namespace && name == pool.Name {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
 }

@@ -118,7 +118,7 @@ func (r *Recorder) Apply(ctx context.Context, pool types.NamespacedName, ev work
 	err := r.client.Create(ctx, job)
 	if err == nil {
 		r.written.put(job)
-		observeQueueTime(pool, hfv1.CIJobQueued, &job.Status)
+		observeJob(pool, job, "", r.clock.Now())
 		return Created, nil
 	}
 	if !apierrors.IsAlreadyExists(err) {
@@ -171,21 +171,45 @@ func (r *Recorder) merge(ctx context.Context, pool types.NamespacedName, cur *hf
 		return Unchanged, err
 	}
 	r.written.put(cur)
-	observeQueueTime(pool, was, &cur.Status)
+	observeJob(pool, cur, was, r.clock.Now())
 	return Updated, nil
 }
 
-// observeQueueTime measures a job's queue time (the platform's queued and
-// started times) when this write is the one that moved it past queued, so
-// that each job is observed once however many replicas record it.
-func observeQueueTime(pool types.NamespacedName, was hfv1.CIJobState, st *hfv1.CIJobStatus) {
-	if hfv1.CIJobRank(was) >= hfv1.CIJobRank(hfv1.CIJobInProgress) || hfv1.CIJobRank(st.State) < hfv1.CIJobRank(hfv1.CIJobInProgress) {
+// observeJob measures a job's queue time (queued to started) when this
+// write is the one that moved it past queued, and its run time (started to
+// completed) when this write is the one that moved it to completed; was is
+// the state before the write ("" for a create). The API server lets one
+// write move a record past a state (a create wins once, updates are
+// optimistic) and the state is stored, so each job is observed once
+// however many replicas record it, by webhook or resync, across restarts.
+// The times are the platform's when it reported them (NewCIJob, fillEvent);
+// a completion without one is now, when the operator learned of it. A job
+// whose start is unknown when it is recorded completed (cancelled while
+// queued) has no run time.
+func observeJob(pool types.NamespacedName, cj *hfv1.CIJob, was hfv1.CIJobState, now time.Time) {
+	st := &cj.Status
+	j := metrics.Job{
+		Namespace: pool.Namespace, Pool: pool.Name, Platform: string(cj.Spec.Platform),
+		Repository: cj.Spec.Repository, Workflow: cj.Spec.WorkflowName,
+	}
+	if st.StartedAt == nil {
 		return
 	}
-	if st.QueuedAt == nil || st.StartedAt == nil || st.StartedAt.Before(st.QueuedAt) {
-		return
+	crossed := func(s hfv1.CIJobState) bool {
+		return hfv1.CIJobRank(was) < hfv1.CIJobRank(s) && hfv1.CIJobRank(st.State) >= hfv1.CIJobRank(s)
 	}
-	metrics.QueueTime.WithLabelValues(pool.Namespace, pool.Name).Observe(st.StartedAt.Sub(st.QueuedAt.Time).Seconds())
+	if crossed(hfv1.CIJobInProgress) && st.QueuedAt != nil && !st.StartedAt.Before(st.QueuedAt) {
+		d := st.StartedAt.Sub(st.QueuedAt.Time)
+		metrics.QueueTime.WithLabelValues(pool.Namespace, pool.Name).Observe(d.Seconds())
+		metrics.ObserveJobQueue(j, d)
+	}
+	if crossed(hfv1.CIJobCompleted) {
+		end := now
+		if st.CompletedAt != nil {
+			end = st.CompletedAt.Time
+		}
+		metrics.ObserveJobRun(j, end.Sub(st.StartedAt.Time))
+	}
 }
 
 // NewCIJob is the CIJob a first event about a job creates in pool's

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -301,6 +302,87 @@ func TestRecorderConcurrent(t *testing.T) {
 	var list hfv1.CIJobList
 	if err := e.Client.List(ctx, &list, client.InNamespace(ns)); err != nil || len(list.Items) != 1 {
 		t.Fatalf("list: %d items, %v", len(list.Items), err)
+	}
+	// Twelve replicas recorded the job; one write moved it past each state.
+	checkObserved(t, ns, "hyperfleet_job_queue_seconds", 1, t1.Sub(t0))
+	checkObserved(t, ns, "hyperfleet_job_run_seconds", 1, t2.Sub(t1))
+}
+
+// TestRecorderObservesEachJobOnce: a job's queue and run times are
+// observed once, by the write that moves it past queued and the one that
+// completes it, whether its events come by webhook or resync, repeated,
+// out of order, or after a restart (a new Recorder, nothing in memory).
+// A completion without the platform's time is measured to when the
+// operator recorded it; a job cancelled while queued has no run time.
+func TestRecorderObservesEachJobOnce(t *testing.T) {
+	e := testEnv(t)
+	ctx := context.Background()
+	ns := newNamespace(t, e.Client)
+	pool := nn(ns, "gpu")
+	now := t2.Add(time.Minute)
+	clk := clocktesting.NewFakePassiveClock(now)
+	record := func(rec *Recorder, ev workload.JobEvent, source string) {
+		t.Helper()
+		if err := rec.Record(ctx, pool, ev, source); err != nil {
+			t.Fatalf("%s %s: %v", source, ev.Action, err)
+		}
+	}
+	rec := NewRecorder(e.Client, e.Client, clk)
+	record(rec, jobEvent(11, "queued", workload.JobQueued, "a"), SourceWebhook)
+	record(rec, jobEvent(11, "in_progress", workload.JobInProgress, ""), SourceResync)
+	record(rec, jobEvent(11, "in_progress", workload.JobInProgress, "b"), SourceWebhook)
+	checkObserved(t, ns, "hyperfleet_job_queue_seconds", 1, t1.Sub(t0))
+	checkObserved(t, ns, "hyperfleet_job_run_seconds", 0, 0)
+
+	restarted := NewRecorder(e.Client, e.Client, clk)
+	record(restarted, jobEvent(11, "in_progress", workload.JobInProgress, "b"), SourceWebhook)
+	completed := jobEvent(11, "completed", workload.JobCompleted, "c")
+	completed.Job.CompletedAt = time.Time{} // the operator's time stands in
+	record(restarted, completed, SourceWebhook)
+	record(rec, completed, SourceResync)
+	record(NewRecorder(e.Client, e.Client, clk), jobEvent(11, "completed", workload.JobCompleted, "c"), SourceWebhook)
+	checkObserved(t, ns, "hyperfleet_job_queue_seconds", 1, t1.Sub(t0))
+	checkObserved(t, ns, "hyperfleet_job_run_seconds", 1, now.Sub(t1))
+
+	cancelled := jobEvent(12, "completed", workload.JobCompleted, "d")
+	cancelled.Job.StartedAt, cancelled.Job.RunnerName, cancelled.Job.RunnerID = time.Time{}, "", 0
+	record(rec, jobEvent(12, "queued", workload.JobQueued, "e"), SourceResync)
+	record(rec, cancelled, SourceWebhook)
+	checkObserved(t, ns, "hyperfleet_job_queue_seconds", 1, t1.Sub(t0))
+	checkObserved(t, ns, "hyperfleet_job_run_seconds", 1, now.Sub(t1))
+}
+
+// checkObserved checks that the histogram's series of namespace ns hold
+// count observations summing to sum, with the job's labels.
+func checkObserved(t *testing.T, ns, name string, count uint64, sum time.Duration) {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gotCount uint64
+	var gotSum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["namespace"] != ns {
+				continue
+			}
+			if want := map[string]string{"namespace": ns, "pool": "gpu", "platform": string(hfv1.WorkloadGitHubActions), "repository": "octo/app", "workflow": "CI"}; fmt.Sprint(labels) != fmt.Sprint(want) {
+				t.Errorf("%s labels %v, want %v", name, labels, want)
+			}
+			gotCount += m.GetHistogram().GetSampleCount()
+			gotSum += m.GetHistogram().GetSampleSum()
+		}
+	}
+	if gotCount != count || gotSum != sum.Seconds() {
+		t.Errorf("%s: %d observations summing to %vs, want %d summing to %vs", name, gotCount, gotSum, count, sum.Seconds())
 	}
 }
 

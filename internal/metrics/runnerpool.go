@@ -12,6 +12,13 @@ var (
 		Help: "The number of runner VMs a RunnerPool moves to.",
 	}, []string{"namespace", "pool"})
 
+	// PoolEffectiveMinimum is each RunnerPool's minimum after its
+	// scheduled windows (spec.scaling.schedules), by field.
+	PoolEffectiveMinimum = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "runnerpool_effective_minimum",
+		Help: "A RunnerPool's minimum (field=minReplicas or minIdle) after its scheduled windows raised it: spec.scaling's value or the largest open window's.",
+	}, []string{"namespace", "pool", "field"})
+
 	// PoolReplicas counts each RunnerPool's VMs by state.
 	PoolReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "runnerpool_replicas",
@@ -57,15 +64,19 @@ var (
 	})
 )
 
-// ForgetPool drops a deleted pool's gauges.
+// ForgetPool drops a deleted pool's gauges, and its job and chargeback
+// series with their label values (jobs.go).
 func ForgetPool(namespace, pool string) {
+	forgetPoolJobs(namespace, pool)
 	PoolDesiredReplicas.DeleteLabelValues(namespace, pool)
 	PoolPendingJobs.DeleteLabelValues(namespace, pool)
+	PoolEffectiveMinimum.DeleteLabelValues(namespace, pool, "minReplicas")
+	PoolEffectiveMinimum.DeleteLabelValues(namespace, pool, "minIdle")
 	for _, s := range []string{"starting", "idle", "busy", "terminating", "retained"} {
 		PoolReplicas.DeleteLabelValues(namespace, pool, s)
 	}
 }
 
 func init() {
-	crmetrics.Registry.MustRegister(PoolDesiredReplicas, PoolReplicas, PoolPendingJobs, QueueTime, RunnerOutcomes, PoolScalingActions, PoolResyncs, ResyncRecoveredJobs)
+	crmetrics.Registry.MustRegister(PoolDesiredReplicas, PoolEffectiveMinimum, PoolReplicas, PoolPendingJobs, QueueTime, RunnerOutcomes, PoolScalingActions, PoolResyncs, ResyncRecoveredJobs)
 }

@@ -79,6 +79,9 @@ func TemplateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 	dns := DNS(cluster, tmpl)
 	v.DNSServers = cloudinit.List(dns.Servers)
 	v.SearchDomains = cloudinit.List(dns.Search)
+	if p := spec.Network.Proxy; p != nil {
+		v.HTTPProxy, v.HTTPSProxy, v.NoProxy = p.HTTPProxy, p.HTTPSProxy, cloudinit.List(slices.Clone(p.NoProxy))
+	}
 	if v.NetworkMode == cloudinit.NetworkStatic {
 		setPoolVars(&v, pools)
 	}

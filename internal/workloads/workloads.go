@@ -147,7 +147,7 @@ func (w *Platforms) issueFor(ctx context.Context, claim *hfv1.MachineClaim, tmpl
 		st.CredentialExpiresAt = &metav1.Time{Time: cred.ExpiresAt}
 	}
 	if old := claim.Status.Bootstrap; old != nil {
-		st.SPIFFEID, st.JobStartedAt = old.SPIFFEID, old.JobStartedAt
+		st.SPIFFEID, st.JobStartedAt, st.JobRepository = old.SPIFFEID, old.JobStartedAt, old.JobRepository
 		st.SetJob(old.Job())
 		st.CredentialRequestedAt = old.CredentialRequestedAt
 	}

@@ -200,3 +200,31 @@ func checkPlatformWebhookSecret(t *testing.T, platform string) {
 		}
 	}
 }
+
+// TestProxyEnvironment checks the proxy values: off by default (no proxy
+// variable at all), and when on, HTTP_PROXY, HTTPS_PROXY and a NO_PROXY
+// that keeps the API server (by the address the kubelet gives the pod)
+// and in-cluster services direct besides the listed hosts.
+func TestProxyEnvironment(t *testing.T) {
+	for _, r := range []release{defaults, everythingOff} {
+		_, ctr := managerPod(t, render(t, r), r)
+		if slices.ContainsFunc(ctr.Env, func(e corev1.EnvVar) bool { return strings.HasSuffix(e.Name, "_PROXY") }) {
+			t.Errorf("%s: proxy variables without proxy values: %v", r.name, ctr.Env)
+		}
+	}
+	_, ctr := managerPod(t, render(t, everythingOn), everythingOn)
+	got := map[string]string{}
+	for _, e := range ctr.Env {
+		got[e.Name] = e.Value
+	}
+	want := map[string]string{
+		"HTTP_PROXY":  "http://proxy.example.com:3128",
+		"HTTPS_PROXY": "http://proxy.example.com:3128",
+		"NO_PROXY":    "10.96.0.0/12,pve.example.com,$(KUBERNETES_SERVICE_HOST),.svc,.cluster.local,localhost,127.0.0.1",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+}

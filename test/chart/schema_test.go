@@ -93,6 +93,7 @@ func TestSchemaRefusesWrongValues(t *testing.T) {
 		{name: "a string for a bool, deep", str: []string{"agentServer.tls.withCA=yes"}, want: []string{"/agentServer/tls/withCA", "want boolean"}},
 		{name: "a bool for a string", set: []string{"agentServer.url=true"}, want: []string{"/agentServer/url", "got boolean, want string"}},
 		{name: "zero replicas", set: []string{"replicaCount=0"}, want: []string{"/replicaCount", "minimum"}},
+		{name: "a proxy with credentials", set: []string{"proxy.httpsProxy=http://ci:secret@proxy.example.com:3128"}, want: []string{"/proxy/httpsProxy", "does not match pattern"}},
 		{name: "port out of range", set: []string{"metrics.port=70000"}, want: []string{"/metrics/port", "maximum"}},
 		{name: "connections below -1", set: []string{"webhook.maxConns=-2"}, want: []string{"/webhook/maxConns", "minimum"}},
 		{name: "unknown anti-affinity", set: []string{"podAntiAffinity=sometimes"}, want: []string{"/podAntiAffinity", "'soft'", "'hard'"}},

@@ -53,7 +53,7 @@ func TestMonitoringScrape(t *testing.T) {
 		if res, err := prom.query(`up{job="hyperfleet"} == 1`); err != nil || len(res) == 0 {
 			return errors.Join(errors.New("the operator's target is not up yet"), err)
 		}
-		for _, q := range append(slices.Collect(maps.Keys(runCounts)), faultCounts...) {
+		for _, q := range append(slices.Concat(slices.Collect(maps.Keys(runCounts)), faultCounts), chargebackSums...) {
 			v, err := prom.value(q)
 			if err != nil {
 				return err
@@ -120,6 +120,7 @@ func TestMonitoringScrape(t *testing.T) {
 		}
 		return errors.Join(errs...)
 	})
+	checkChargeback(t, prom, before)
 	for _, name := range slices.Sorted(maps.Keys(missing)) {
 		t.Errorf("metric %s was never scraped from the operator; used by:\n  %s", name, strings.Join(missing[name], "\n  "))
 	}
@@ -151,9 +152,60 @@ var faultCounts = []string{
 // (true: exactly) or more (false).
 var runCounts = map[string]bool{
 	`sum(hyperfleet_runnerpool_queue_time_seconds_count) or vector(0)`:                 true,
+	`sum(hyperfleet_job_queue_seconds_count) or vector(0)`:                             true,
+	`sum(hyperfleet_job_run_seconds_count) or vector(0)`:                               true,
 	`sum(hyperfleet_runner_outcomes_total) or vector(0)`:                               false,
 	`sum(hyperfleet_runner_credentials_issued_total) or vector(0)`:                     false,
 	`sum(hyperfleet_machineclaim_transitions_total{phase="Terminating"}) or vector(0)`: false,
+}
+
+// chargebackSums are the VMs' lives and the jobs' run times, all pools
+// and repositories together.
+var chargebackSums = []string{
+	`sum(hyperfleet_vm_seconds_total) or vector(0)`,
+	`sum(hyperfleet_job_run_seconds_sum) or vector(0)`,
+}
+
+// checkChargeback: the VM-seconds the run added cover the run times of its
+// jobs (each job ran inside its VM's life), every VM-second is charged to
+// the jobs' repository or to __idle__ (VMs that failed to provision ran no
+// job), and the jobs' run times are plausible: about the simulator's job
+// duration each at least, and less than the whole scenario.
+func checkChargeback(t *testing.T, prom *prometheusServer, before map[string]float64) {
+	t.Helper()
+	vm, err := prom.value(chargebackSums[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := prom.value(chargebackSums[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, run = vm-before[chargebackSums[0]], run-before[chargebackSums[1]]
+	// The platform's times may have whole seconds only: a job lasting
+	// jobDuration may show a second less.
+	if least := (jobDuration - time.Second).Seconds(); run < monitoringJobs*least || run > monitoringJobs*(10*time.Minute).Seconds() {
+		t.Errorf("the %d jobs ran %.1fs in all, want at least %.0fs each and less than the scenario", monitoringJobs, run, least)
+	}
+	if vm < run {
+		t.Errorf("VMs lived %.1fs in all, less than their jobs ran (%.1fs)", vm, run)
+	}
+	res, err := prom.query(`sum by (repository) (hyperfleet_vm_seconds_total)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		var s struct {
+			Metric map[string]string `json:"metric"`
+		}
+		if err := json.Unmarshal(r, &s); err != nil {
+			t.Fatal(err)
+		}
+		if repo := s.Metric["repository"]; repo != "__idle__" && !strings.Contains(repo, "/") {
+			t.Errorf("VM-seconds charged to %q, neither a repository nor __idle__", repo)
+		}
+	}
+	t.Logf("chargeback: VMs lived %.1fs for %.1fs of job run time", vm, run)
 }
 
 // neverScraped returns, by metric name, the expressions selecting a metric

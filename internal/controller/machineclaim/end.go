@@ -282,12 +282,37 @@ func (r *Reconciler) finish(ctx context.Context, s *claimScope) error {
 	return client.IgnoreNotFound(r.Client.Delete(ctx, claim))
 }
 
-// countOutcome counts the claim's runner outcome.
+// countOutcome counts the claim's runner outcome and its VM's life for
+// chargeback. Its callers run once per claim, after the finalizer is gone:
+// a restart in between loses the count rather than doubling it.
 func (r *Reconciler) countOutcome(claim *hfv1.MachineClaim) {
 	pool := ""
 	if ref := claim.Spec.RunnerPoolRef; ref != nil {
 		pool = ref.Name
 	}
 	metrics.RunnerOutcomes.WithLabelValues(claim.Namespace, pool, string(Outcome(claim))).Inc()
+	r.countVMSeconds(claim, pool)
 	r.Runners.Forget(claim.UID)
+}
+
+// countVMSeconds adds the claim's VM life, from the clone request (the
+// claim entering Provisioning) to now (the VM destroyed, abandoned or
+// disowned), to the repository of the job its runner took
+// (status.bootstrap.jobRepository): IdleLabel when it took none,
+// UnknownLabel when the claim recorded a job without a repository (a
+// claim from before the field). A claim that never asked for a VM adds
+// nothing.
+func (r *Reconciler) countVMSeconds(claim *hfv1.MachineClaim, pool string) {
+	times := claim.Status.PhaseTimes
+	if times == nil || times.Provisioning == nil {
+		return
+	}
+	repository := ""
+	if st := claim.Status.Bootstrap; st != nil && st.Job() != "" {
+		repository = st.JobRepository
+		if repository == "" {
+			repository = metrics.UnknownLabel
+		}
+	}
+	metrics.AddVMSeconds(claim.Namespace, pool, repository, r.Clock.Now().Sub(times.Provisioning.Time))
 }

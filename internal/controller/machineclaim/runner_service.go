@@ -73,6 +73,11 @@ func (r *Reconciler) observeRunner(ctx context.Context, s *claimScope) (jobDone 
 			r.Recorder.Eventf(claim, corev1.EventTypeNormal, "JobStarted", "Runner %s took job %s (%s / %s) of %s",
 				st.RunnerName, job.Spec.ID(), job.Spec.WorkflowName, job.Spec.JobName, job.Spec.Repository)
 		}
+		if st.JobRepository == "" {
+			// Chargeback (countVMSeconds) needs it after the CIJob is
+			// collected; a claim from before the field gets it here too.
+			st.JobRepository = job.Spec.Repository
+		}
 		r.markRunnerRegistered(s, now, "took job "+job.Spec.ID())
 		st.RunnerState = hfv1.RunnerStateBusy
 		if job.Status.State == hfv1.CIJobCompleted {

@@ -79,25 +79,25 @@ type recordingTB struct {
 }
 
 func (r *recordingTB) Errorf(format string, args ...any) {
-	r.T.Helper()
+	r.Helper()
 	r.failures = append(r.failures, fmt.Sprintf(format, args...))
 	r.T.Errorf(format, args...)
 }
 
 func (r *recordingTB) Error(args ...any) {
-	r.T.Helper()
+	r.Helper()
 	r.failures = append(r.failures, fmt.Sprint(args...))
 	r.T.Error(args...)
 }
 
 func (r *recordingTB) Fatalf(format string, args ...any) {
-	r.T.Helper()
+	r.Helper()
 	r.failures = append(r.failures, fmt.Sprintf(format, args...))
 	r.T.Fatalf(format, args...)
 }
 
 func (r *recordingTB) Fatal(args ...any) {
-	r.T.Helper()
+	r.Helper()
 	r.failures = append(r.failures, fmt.Sprint(args...))
 	r.T.Fatal(args...)
 }
