@@ -234,7 +234,7 @@ test-race: test-deps ## Run every test under the race detector (the API server's
 
 .PHONY: test-e2e
 test-e2e: test-deps ## Run the end-to-end scenarios: operator, both simulators, the real agent in every VM.
-	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" BUILDKITE_AGENT="$$($(BUILDKITE_AGENT_BUILD))" go test -tags e2e -count=1 -parallel 3 -timeout $(E2E_TIMEOUT) -v -run '$(E2E_RUN)' ./test/e2e/
+	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" BUILDKITE_AGENT="$$($(BUILDKITE_AGENT_BUILD))" go test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v -run '$(E2E_RUN)' ./test/e2e/
 
 .PHONY: test-deploy
 test-deploy: test-deps ## Build the image with podman, render the chart and apply it (RBAC enforced), and run the loop in the Deployment's pod.

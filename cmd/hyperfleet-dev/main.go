@@ -1,6 +1,7 @@
 // Command hyperfleet-dev runs HyperFleet's whole loop on this machine: a
-// real kube-apiserver and etcd, the Proxmox VE and GitHub simulators, the
-// operator and simulated VMs running the real hyperfleet-agent (`make dev`).
+// real kube-apiserver and etcd, the Proxmox VE and GitHub simulators (and
+// Buildkite's with --platform buildkite), the operator and simulated VMs
+// running the real hyperfleet-agent (`make dev`).
 //
 // It is a binary of its own, not a command of the operator, so that the
 // operator (cmd/hyperfleet) links none of this test world: the simulators,
@@ -24,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
@@ -39,8 +41,9 @@ const usage = `Usage: hyperfleet-dev [flags]   (make dev DEV_FLAGS="...")
 
 Runs HyperFleet's whole loop on this machine: a real kube-apiserver and etcd
 (built from source and cached on the first run), the Proxmox VE and GitHub
-simulators, the operator, and simulated VMs running the real hyperfleet-agent.
-It queues --jobs CI jobs and shows jobs, claims and VMs as they change.
+simulators (and Buildkite's with --platform buildkite), the operator, and
+simulated VMs running the real hyperfleet-agent. It queues --jobs CI jobs on
+the --platform's simulator and shows jobs, claims and VMs as they change.
 
 While it runs: press Enter to queue one more job, type a number and Enter to
 queue that many, type q and Enter (or Ctrl-C) to stop.
@@ -65,6 +68,7 @@ func run(args []string) error {
 	spiffe := fs.Bool("spiffe", false, "give every VM a SPIFFE identity: run a real spire-server (built from source and cached on the first run), attest each VM's spire-agent with a join token and hand out runner credentials through the operator's credential broker (docs/identity.md)")
 	secretStore := fs.Bool("secret-store", false, "with --spiffe: hand out runner credentials through a secrets store instead of the broker: run a fake Vault on loopback HTTPS whose JWT auth trusts spire-server's keys; each VM logs in with its JWT-SVID and reads its credential once (docs/secrets-store.md)")
 	tpm := fs.Bool("tpm", false, "with --spiffe: attest every VM with its TPM instead of a join token: each simulated VM gets a swtpm virtual TPM whose EK the Proxmox simulator's swtpm local CA certifies, the operator certifies a DevID key in it, and spire-agent attests with tpm_devid (docs/identity.md, \"TPM\")")
+	platform := fs.String("platform", "github", "the CI platform of the pool and its jobs: github (GitHub Actions runners), buildkite (the real buildkite-agent, built from source and cached on the first run, in every VM; docs/buildkite.md) or gitlab (refused until the operator serves gitlab-ci pools)")
 	metricsAddr := fs.String("metrics-bind-address", "", "serve the operator's Prometheus /metrics at this address (e.g. 127.0.0.1:8080; port 0 picks a free one); empty: off")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -72,7 +76,12 @@ func run(args []string) error {
 		}
 		return err
 	}
+	workloadType, ok := platforms[*platform]
 	switch {
+	case !ok:
+		return fmt.Errorf("--platform %q: use github, buildkite or gitlab", *platform)
+	case workloadType == hfv1.WorkloadGitLabCI:
+		return errors.New("--platform gitlab: not yet: the operator refuses gitlab-ci pools (NotImplemented) until GitLab's runner and end-to-end scenario land (docs/gitlab.md); use github or buildkite")
 	case *jobs < 0:
 		return errors.New("--jobs must not be negative")
 	case *maxReplicas < 1 || *minReplicas < 0 || *minReplicas > *maxReplicas:
@@ -97,12 +106,19 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	w, err := devenv.Start(ctx, devenv.Options{
+	opts := devenv.Options{
 		Dir: *dir, AgentBinary: agent, Progress: progress, LogLevel: *verbose,
 		MinReplicas: int32(*minReplicas), MaxReplicas: int32(*maxReplicas), SimulatorAdmin: *simAdmin, MetricsAddr: *metricsAddr,
 		Timings: *timings, NoPowerOffNotices: !*notices,
 		SPIFFE: *spiffe, SecretStore: *secretStore, TPM: *tpm,
-	})
+		Platform: workloadType,
+	}
+	if workloadType == hfv1.WorkloadBuildkite {
+		if opts.BuildkiteAgentBinary, err = buildBuildkiteAgent(ctx, progress); err != nil {
+			return err
+		}
+	}
+	w, err := devenv.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -122,15 +138,15 @@ func run(args []string) error {
 	if *simAdmin {
 		fmt.Fprintf(progress, "    Simulator admin APIs: %s/_sim/ and %s/_sim/\n", strings.TrimSuffix(w.ProxmoxURL, "/api2/json"), w.GitHubURL)
 	}
-	if _, err := w.EnqueueJobs(*jobs, *jobDuration); err != nil {
+	if w.Buildkite != nil {
+		fmt.Fprintf(progress, "    Buildkite simulator: %s (organization %s, pipeline %s, queue %s)\n", w.Buildkite.URL, devenv.BuildkiteOrganization, devenv.BuildkitePipeline, devenv.JobLabel)
+	}
+	if err := w.QueueJobs(*jobs, *jobDuration); err != nil {
 		return err
 	}
 
 	quit := make(chan struct{})
-	enqueue := func(n int) error {
-		_, err := w.EnqueueJobs(n, *jobDuration)
-		return err
-	}
+	enqueue := func(n int) error { return w.QueueJobs(n, *jobDuration) }
 	go readCommands(os.Stdin, enqueue, quit, progress)
 
 	var deadline <-chan time.Time
@@ -144,8 +160,8 @@ func run(args []string) error {
 		snap, err := w.Snapshot(ctx)
 		if err == nil {
 			table.show(snap, *minReplicas, *maxReplicas)
-			if *exitWhenDone && len(snap.Jobs) > 0 && snap.Done(*minReplicas) {
-				fmt.Fprintf(progress, "==> All %d jobs ran; the pool is back to %d VMs.\n", len(snap.Jobs), *minReplicas)
+			if *exitWhenDone && len(snap.PlatformJobs) > 0 && snap.Done(*minReplicas) {
+				fmt.Fprintf(progress, "==> All %d jobs ran; the pool is back to %d VMs.\n", len(snap.PlatformJobs), *minReplicas)
 				return nil
 			}
 		}
@@ -159,6 +175,28 @@ func run(args []string) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// platforms are --platform's values.
+var platforms = map[string]hfv1.WorkloadType{
+	"github": hfv1.WorkloadGitHubActions, "buildkite": hfv1.WorkloadBuildkite, "gitlab": hfv1.WorkloadGitLabCI,
+}
+
+// buildBuildkiteAgent returns the buildkite-agent the Buildkite simulator
+// serves as its release tarball, which every VM downloads: what
+// hack/buildkite-agent/build.sh prints (built from Buildkite's source the
+// first time, a few minutes, then cached).
+func buildBuildkiteAgent(ctx context.Context, progress io.Writer) (string, error) {
+	fmt.Fprintln(progress, "==> Building buildkite-agent (the first run builds it from source, then cached)")
+	var out strings.Builder
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join("hack", "buildkite-agent", "build.sh"))
+	cmd.Dir = testenv.RepoRoot()
+	cmd.Stdout, cmd.Stderr = &out, progress
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build buildkite-agent with hack/buildkite-agent/build.sh: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	return strings.TrimSpace(lines[len(lines)-1]), nil
 }
 
 // buildAgent builds the agent from this checkout into dir/bin: the guests

@@ -59,6 +59,8 @@ func TestDevRejectsBadFlagsBeforeStarting(t *testing.T) {
 		"--jobs=-1":                         "--jobs must not be negative",
 		"--max-replicas=0":                  "need 0 <= min <= max",
 		"--min-replicas=3 --max-replicas=2": "need 0 <= min <= max",
+		"--platform=jenkins":                `--platform "jenkins": use github, buildkite or gitlab`,
+		"--platform=gitlab":                 "refuses gitlab-ci pools",
 	} {
 		err := run(strings.Fields(args))
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +12,6 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
-	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 )
 
 func isTerminal(f *os.File) bool {
@@ -31,23 +31,23 @@ type liveTable struct {
 func (t *liveTable) show(s devenv.Snapshot, minReplicas, maxReplicas int) {
 	var b strings.Builder
 	counts := map[string]int{}
-	for _, j := range s.Jobs {
+	for _, j := range s.PlatformJobs {
 		counts[j.Status]++
 	}
 	st := s.Pool.Status
 	fmt.Fprintf(&b, "RunnerPool %s/%s: desired %d, ready %d, idle %d, busy %d, starting %d, terminating %d (min %d, max %d)\n",
 		devenv.Namespace, devenv.PoolName, st.DesiredReplicas, st.ReadyReplicas, st.IdleReplicas, st.BusyReplicas, st.StartingReplicas, st.TerminatingReplicas, minReplicas, maxReplicas)
-	fmt.Fprintf(&b, "Jobs: %d queued, %d in progress, %d completed; VMs: %d; runners on GitHub: %d\n\n",
-		counts["queued"], counts["in_progress"], counts["completed"], len(s.VMs), len(s.Runners))
+	fmt.Fprintf(&b, "Jobs: %d queued, %d in progress, %d completed; VMs: %d; runners on %s: %d\n\n",
+		counts["queued"], counts["in_progress"], counts["completed"], len(s.VMs), cmp.Or(s.Platform, "GitHub"), len(s.PlatformRunners))
 
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSTATUS\tRUNNER")
-	for _, j := range s.Jobs {
+	for _, j := range s.PlatformJobs {
 		status := j.Status
 		if j.Conclusion != "" {
 			status += " (" + j.Conclusion + ")"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\n", j.ID, status, orDash(j.RunnerName))
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", j.ID, status, orDash(j.RunnerName))
 	}
 	_ = tw.Flush()
 	b.WriteString("\n")
@@ -57,8 +57,8 @@ func (t *liveTable) show(s devenv.Snapshot, minReplicas, maxReplicas int) {
 	for _, vm := range s.VMs {
 		vms[int32(vm.VMID)] = vm.Status
 	}
-	runners := map[string]githubsim.Runner{}
-	for _, r := range s.Runners {
+	runners := map[string]devenv.PlatformRunner{}
+	for _, r := range s.PlatformRunners {
 		runners[r.Name] = r
 	}
 	for _, c := range s.Claims {

@@ -10,7 +10,6 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
-	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 )
 
@@ -28,14 +27,15 @@ func devSnapshot() devenv.Snapshot {
 	pending := hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "runners-klmno"}}
 
 	s := devenv.Snapshot{
-		Jobs: []githubsim.Job{
-			{ID: 1, Status: "completed", Conclusion: "success", RunnerName: "runners-zzzzz-aaaaa"},
-			{ID: 2, Status: "in_progress", RunnerName: "runners-abcde-x7k2p"},
-			{ID: 3, Status: "queued"},
+		Platform: "GitHub",
+		PlatformJobs: []devenv.PlatformJob{
+			{ID: "1", Status: "completed", Conclusion: "success", RunnerName: "runners-zzzzz-aaaaa"},
+			{ID: "2", Status: "in_progress", RunnerName: "runners-abcde-x7k2p"},
+			{ID: "3", Status: "queued"},
 		},
-		Claims:  []hfv1.MachineClaim{running, leaving, pending},
-		VMs:     []proxmoxsim.VMState{{VMID: 1001, Name: "runners-abcde", Status: "running"}},
-		Runners: []githubsim.Runner{{Name: "runners-abcde-x7k2p", Status: "online", Busy: true}},
+		Claims:          []hfv1.MachineClaim{running, leaving, pending},
+		VMs:             []proxmoxsim.VMState{{VMID: 1001, Name: "runners-abcde", Status: "running"}},
+		PlatformRunners: []devenv.PlatformRunner{{Name: "runners-abcde-x7k2p", Status: "online", Busy: true}},
 	}
 	s.Pool.Status.DesiredReplicas = 3
 	s.Pool.Status.BusyReplicas = 1
@@ -91,7 +91,7 @@ func TestLiveTablePrintsOnlyChanges(t *testing.T) {
 	if n := strings.Count(out.String(), "---- "); n != 1 {
 		t.Fatalf("an unchanged world was printed %d times, want once:\n%s", n, out.String())
 	}
-	s.Jobs[2].Status = "in_progress"
+	s.PlatformJobs[2].Status = "in_progress"
 	table.show(s, 0, 5)
 	if n := strings.Count(out.String(), "---- "); n != 2 {
 		t.Fatalf("a changed world was printed %d times in total, want 2", n)
@@ -104,5 +104,29 @@ func TestLiveTableRedrawsTerminal(t *testing.T) {
 	table.show(devSnapshot(), 0, 5)
 	if got := out.String(); !strings.HasPrefix(got, "\033[H\033[2J") || !strings.Contains(got, "q: quit") {
 		t.Fatalf("terminal output should clear the screen and show the keys, got:\n%q", got)
+	}
+}
+
+// TestLiveTableShowsBuildkite: a Buildkite world's jobs (UUIDs) and agents
+// fill the same table, the summary naming the platform.
+func TestLiveTableShowsBuildkite(t *testing.T) {
+	var out bytes.Buffer
+	table := &liveTable{out: &out}
+	s := devSnapshot()
+	s.Platform = "Buildkite"
+	s.PlatformJobs = []devenv.PlatformJob{
+		{ID: "0190a1b2-0000-4000-8000-000000000001", Status: "completed", Conclusion: "passed", RunnerName: "runners-zzzzz-aaaaa"},
+		{ID: "0190a1b2-0000-4000-8000-000000000002", Status: "in_progress", RunnerName: "runners-abcde-x7k2p"},
+	}
+	s.PlatformRunners = []devenv.PlatformRunner{{Name: "runners-abcde-x7k2p", Status: "connected", Busy: true}}
+	table.show(s, 0, 5)
+	for _, want := range []string{
+		"Jobs: 0 queued, 1 in progress, 1 completed; VMs: 1; runners on Buildkite: 1",
+		"0190a1b2-0000-4000-8000-000000000001  completed (passed)  runners-zzzzz-aaaaa",
+		"runners-abcde-x7k2p (connected, busy)",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
@@ -160,6 +161,7 @@ func runManager(args []string) error {
 	var webhookLimits httpsserver.Limits
 	bindLimitFlags(fs, "webhook", "the webhook receiver", &webhookLimits, webhook.DefaultLimits)
 	spireForcedRefresh := fs.Duration("spire-forced-refresh-interval", identity.DefaultForcedRefreshInterval, "shortest time between two reads of a SPIRE server's trust bundle that a certificate failing verification at the credential broker may force (anyone can present one); the reads about once a minute are not limited by it")
+	scriptUser := fs.String("generic-script-user", agentconfig.DefaultRunnerUser, "user a generic workload's VMs run their script as (a user name of the image, such as runner): the agent runs the script as this user, and the VMs' SPIRE registration entries select it (unix:user:<name>), so that only the script gets the VM's SVID (docs/generic.md)")
 	jobMetricsLabels := fs.Int("job-metrics-max-label-values", metrics.DefaultJobLabelValues, "per RunnerPool, how many repository and workflow pairs get series of their own in hyperfleet_job_queue_seconds and hyperfleet_job_run_seconds, and how many repositories in hyperfleet_vm_seconds_total; later ones are counted under __other__ (docs/operations.md, \"Job and chargeback metrics\")")
 	agentFlags := bindAgentServerFlags(fs)
 	zapOpts := zap.Options{}
@@ -172,6 +174,9 @@ func runManager(args []string) error {
 		return err
 	}
 	if err := checkMaxEventAge(*webhookMaxEventAge); err != nil {
+		return err
+	}
+	if err := checkScriptUser(*scriptUser); err != nil {
 		return err
 	}
 	if err := metrics.SetJobLabelLimit(*jobMetricsLabels); err != nil {
@@ -247,6 +252,7 @@ func runManager(args []string) error {
 		AgentServer:       agentServer,
 
 		SPIREForcedRefreshInterval: *spireForcedRefresh,
+		GenericScriptUser:          *scriptUser,
 	}
 	if *webhookAddr != "0" {
 		// The Secret is watched: creating or rotating it takes effect
@@ -306,6 +312,16 @@ const completedJobRetention = 15 * time.Minute
 func checkMaxEventAge(d time.Duration) error {
 	if d <= 0 || d > completedJobRetention {
 		return fmt.Errorf("--webhook-max-event-age is %s: set it above 0 and at most %s (how long completed CIJobs are kept), so that older events are confirmed with the CI platform", d, completedJobRetention)
+	}
+	return nil
+}
+
+// checkScriptUser refuses a --generic-script-user that is not a portable
+// user name: it goes into SPIRE selectors and the VMs' agent configs, and
+// the agent would refuse it in every VM.
+func checkScriptUser(name string) error {
+	if !agentconfig.ValidUserName(name) {
+		return fmt.Errorf("--generic-script-user is %q: set a user name of the VM image (a lower-case letter or _, then up to 31 lower-case letters, digits, _ or -), %s by default", name, agentconfig.DefaultRunnerUser)
 	}
 	return nil
 }

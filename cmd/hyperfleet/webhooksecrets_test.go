@@ -15,3 +15,13 @@ func TestCheckMaxEventAge(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckScriptUser(t *testing.T) {
+	for name, ok := range map[string]bool{"runner": true, "_ci": true, "ci-user_2": true, "": false, "Runner": false, "root:x": false, "1ci": false, strings.Repeat("a", 33): false} {
+		if err := checkScriptUser(name); (err == nil) != ok {
+			t.Errorf("checkScriptUser(%q) = %v", name, err)
+		} else if err != nil && !strings.Contains(err.Error(), "--generic-script-user") {
+			t.Errorf("the error does not name the flag: %v", err)
+		}
+	}
+}

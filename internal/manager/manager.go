@@ -120,8 +120,9 @@ type Options struct {
 	// GenericScriptUser is the user generic VMs' agents run their script
 	// as, which those VMs' SPIRE entries select by name; empty:
 	// agentconfig.DefaultRunnerUser, the user the agent runs CI runners
-	// as. Only the local test world, whose simulated VMs are the
-	// developer's processes, sets another.
+	// as. The operator's --generic-script-user sets it; the local test
+	// world sets the developer's own user, since its simulated VMs are
+	// the developer's processes.
 	GenericScriptUser string
 	// SPIREDial connects to SPIRE servers; nil: the real Server API client
 	// (internal/spire). Tests put an in-memory server here.

@@ -102,6 +102,7 @@ func TestSchemaRefusesWrongValues(t *testing.T) {
 		{name: "a tag for a digest", set: []string{"image.digest=latest"}, want: []string{"/image/digest", "sha256"}},
 		{name: "an agent URL over HTTP", set: []string{"agentServer.url=http://agents.example.com"}, want: []string{"/agentServer/url", "https://"}},
 		{name: "a namespace that is not a name", set: []string{"secretNamespaces={Team_A}"}, want: []string{"/secretNamespaces/0", "does not match pattern"}},
+		{name: "a script user that is not a user name", set: []string{"generic.scriptUser=Runner"}, want: []string{"/generic/scriptUser", "does not match pattern"}},
 		{name: "a misspelt value", set: []string{"replicas=2"}, want: []string{"additional properties 'replicas' not allowed"}},
 		{name: "a misspelt value, deep", set: []string{"metrics.serviceMonitor.enable=true"}, want: []string{"/metrics/serviceMonitor", "'enable' not allowed"}},
 	}

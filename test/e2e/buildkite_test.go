@@ -159,3 +159,46 @@ func TestBuildkitePoolRunsJobs(t *testing.T) {
 		t.Errorf("%d per-VM agent tokens for %d jobs", perVM, len(build.JobIDs))
 	}
 }
+
+// TestBuildkiteDevWorld is what `make dev DEV_FLAGS=--platform buildkite`
+// runs: the world's own template and pool on Buildkite
+// (devenv.Options.Platform), jobs queued with QueueJobs (builds of one
+// step on queue JobLabel), and the snapshot the live table and
+// --exit-when-done read: every job passed on an agent of the pool's VMs,
+// then nothing left (no claim, VM, seed ISO or live agent).
+func TestBuildkiteDevWorld(t *testing.T) {
+	w, _ := startWorld(t, func(o *devenv.Options) {
+		o.Platform, o.BuildkiteAgentBinary = hfv1.WorkloadBuildkite, buildkitesimtest.AgentBinary(t)
+	})
+	ctx := context.Background()
+	var pool hfv1.RunnerPool
+	if err := w.API.Client.Get(ctx, client.ObjectKey{Namespace: devenv.Namespace, Name: devenv.PoolName}, &pool); err != nil {
+		t.Fatal(err)
+	}
+	if pool.Spec.Workload.Type != hfv1.WorkloadBuildkite || pool.Spec.Workload.Buildkite.Queue != devenv.JobLabel {
+		t.Fatalf("the world's pool is %+v, want Buildkite queue %s", pool.Spec.Workload, devenv.JobLabel)
+	}
+	const jobs = 2
+	if err := w.QueueJobs(jobs, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var snap devenv.Snapshot
+	eventually(t, 4*time.Minute, "every job ran and the pool is back to zero", func() error {
+		var err error
+		if snap, err = w.Snapshot(ctx); err != nil {
+			return err
+		}
+		if len(snap.PlatformJobs) != jobs || !snap.Done(0) {
+			return fmt.Errorf("jobs %+v, %s, agents %+v", snap.PlatformJobs, summary(snap), snap.PlatformRunners)
+		}
+		return nil
+	})
+	if snap.Platform != "Buildkite" || len(snap.Jobs) != 0 {
+		t.Errorf("snapshot of platform %q with %d GitHub jobs", snap.Platform, len(snap.Jobs))
+	}
+	for _, j := range snap.PlatformJobs {
+		if j.Conclusion != "passed" || !strings.HasPrefix(j.RunnerName, devenv.PoolName+"-") {
+			t.Errorf("job %+v: want passed on an agent of pool %s", j, devenv.PoolName)
+		}
+	}
+}

@@ -57,7 +57,6 @@ const (
 // TestJobsRunOnFreshVMs: 20 jobs on a pool of min 0, max 5: every job runs
 // exactly once, each on its own fresh VM, and nothing is left afterwards.
 func TestJobsRunOnFreshVMs(t *testing.T) {
-	runBesideTheOthers(t)
 	w, watch := startWorld(t)
 	if _, err := w.EnqueueJobs(jobs, jobDuration); err != nil {
 		t.Fatal(err)
@@ -70,7 +69,6 @@ func TestJobsRunOnFreshVMs(t *testing.T) {
 // TestJobsRunUnderFaultsAndRestart: the same with 5 % of Proxmox requests
 // failing and the operator restarted while jobs run.
 func TestJobsRunUnderFaultsAndRestart(t *testing.T) {
-	runBesideTheOthers(t)
 	w, watch := startWorld(t)
 	faulty := proxmoxsim.FaultSpec{ErrorRate: 0.05}
 	if err := w.Proxmox.SetFaults(proxmoxsim.Faults{Classes: map[string]proxmoxsim.FaultSpec{"*": faulty}}); err != nil {
@@ -107,19 +105,6 @@ func TestJobsRunUnderFaultsAndRestart(t *testing.T) {
 	waitDone(t, w, 20*time.Minute)
 	watch.stop()
 	checkWorld(t, w, watch)
-}
-
-// runBesideTheOthers makes a scenario that mostly waits (on jobs' sleeps,
-// a TTL) run in parallel with the other such scenarios, after every
-// sequential one: each has a world of its own (API server, simulators,
-// operator), and none reads the process-wide metrics, which the
-// sequential TestMonitoringScrape does alone. make test-e2e runs the three
-// at once (-parallel 3; go test's default is the number of cores), which
-// is meant to take the e2e step from about 5 minutes to about 3
-// (docs/testing.md, CI timings).
-func runBesideTheOthers(t *testing.T) {
-	t.Helper()
-	t.Parallel()
 }
 
 // startWorld starts a world of the scenarios' shape; options adjust it.

@@ -147,7 +147,6 @@ func TestGenericPoolRunsScripts(t *testing.T) {
 // with max_lifetime, no earlier than its creation plus the ttl, with a
 // MaxLifetime event, and its VM is destroyed.
 func TestGenericTTLEndsAHangingScript(t *testing.T) {
-	runBesideTheOthers(t)
 	w, watch := startWorld(t)
 	ctx := context.Background()
 	dir := t.TempDir()

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,6 +71,13 @@ func (w *World) startBuildkite() error {
 		sim.Close()
 		return fmt.Errorf("devenv: Buildkite pipeline: %w", err)
 	}
+	if w.opts.Platform == hfv1.WorkloadBuildkite {
+		// The world's own pool serves queue JobLabel (buildkiteObjects).
+		if _, err := sim.CreateQueue(c.ID, JobLabel); err != nil {
+			sim.Close()
+			return fmt.Errorf("devenv: Buildkite queue: %w", err)
+		}
+	}
 	w.Buildkite = &buildkiteWorld{Sim: sim, URL: w.guestURL(base), ClusterID: c.ID}
 	return nil
 }
@@ -123,9 +133,9 @@ func (w *World) AddBuildkitePool(ctx context.Context, spec BuildkitePoolSpec) er
 	if _, err := bk.Sim.CreateQueue(bk.ClusterID, spec.Queue); err != nil {
 		return fmt.Errorf("devenv: Buildkite queue: %w", err)
 	}
-	sum, err := bk.Sim.AgentTarballSHA256()
+	boot, err := w.buildkiteBootstrap()
 	if err != nil {
-		return fmt.Errorf("devenv: the Buildkite agent tarball: %w", err)
+		return err
 	}
 	objs, err := w.Objects()
 	if err != nil {
@@ -133,17 +143,7 @@ func (w *World) AddBuildkitePool(ctx context.Context, spec BuildkitePoolSpec) er
 	}
 	tmpl := objectOf[*hfv1.HypervisorMachineTemplate](objs).DeepCopy()
 	tmpl.ObjectMeta = metav1.ObjectMeta{Namespace: Namespace, Name: spec.Name}
-	tmpl.Spec.Bootstrap = hfv1.Bootstrap{AgentSource: tmpl.Spec.Bootstrap.AgentSource, Buildkite: &hfv1.BuildkiteBootstrap{
-		Organization:  BuildkiteOrganization,
-		Cluster:       bk.ClusterID,
-		APIURL:        bk.URL,
-		AgentEndpoint: bk.URL + "/v3",
-		Credentials:   hfv1.BuildkiteCredentials{APIToken: hfv1.LocalSecretKeySelector{Name: buildkiteSecret, Key: "token"}},
-		Agent: &hfv1.BuildkiteAgentSoftware{
-			DownloadURL:    bk.URL + "/_sim/agent/" + strings.ReplaceAll(buildkitesim.TarballName(bk.Sim.AgentVersion()), "linux-amd64", "{os}-{arch}"),
-			DownloadSHA256: sum,
-		},
-	}}
+	tmpl.Spec.Bootstrap = hfv1.Bootstrap{AgentSource: tmpl.Spec.Bootstrap.AgentSource, Buildkite: boot}
 	pool := &hfv1.RunnerPool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: spec.Name},
 		Spec: hfv1.RunnerPoolSpec{
@@ -152,9 +152,7 @@ func (w *World) AddBuildkitePool(ctx context.Context, spec BuildkitePoolSpec) er
 			Scaling:     hfv1.Scaling{MinReplicas: spec.MinReplicas, MaxReplicas: max(spec.MaxReplicas, spec.MinReplicas, 1)},
 		},
 	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: buildkiteSecret},
-		StringData: map[string]string{"token": BuildkiteAPIToken}}
-	if err := w.API.Client.Create(ctx, secret); client.IgnoreAlreadyExists(err) != nil {
+	if err := w.API.Client.Create(ctx, buildkiteTokenSecret()); client.IgnoreAlreadyExists(err) != nil {
 		return fmt.Errorf("devenv: create the Buildkite API token's Secret: %w", err)
 	}
 	for _, o := range []client.Object{tmpl, pool} {
@@ -168,3 +166,116 @@ func (w *World) AddBuildkitePool(ctx context.Context, spec BuildkitePoolSpec) er
 // SimulatorCA is the PEM CA the simulators' HTTPS certificate (GitHub's
 // and Buildkite's) verifies against.
 func (w *World) SimulatorCA() []byte { return w.githubCA }
+
+// buildkiteTokenSecret is the Secret of the operator's Buildkite API token.
+func buildkiteTokenSecret() *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: buildkiteSecret},
+		StringData: map[string]string{"token": BuildkiteAPIToken}}
+}
+
+// buildkiteBootstrap is a template's spec.bootstrap.buildkite for the
+// simulator's organization and cluster, with the agent downloaded from the
+// simulator's release tarball and checked against its SHA-256, as a VM
+// downloads Buildkite's release.
+func (w *World) buildkiteBootstrap() (*hfv1.BuildkiteBootstrap, error) {
+	bk := w.Buildkite
+	if bk == nil {
+		return nil, errors.New("devenv: a Buildkite template needs Options.Buildkite")
+	}
+	sum, err := bk.Sim.AgentTarballSHA256()
+	if err != nil {
+		return nil, fmt.Errorf("devenv: the Buildkite agent tarball: %w", err)
+	}
+	return &hfv1.BuildkiteBootstrap{
+		Organization:  BuildkiteOrganization,
+		Cluster:       bk.ClusterID,
+		APIURL:        bk.URL,
+		AgentEndpoint: bk.URL + "/v3",
+		Credentials:   hfv1.BuildkiteCredentials{APIToken: hfv1.LocalSecretKeySelector{Name: buildkiteSecret, Key: "token"}},
+		Agent: &hfv1.BuildkiteAgentSoftware{
+			DownloadURL:    bk.URL + "/_sim/agent/" + strings.ReplaceAll(buildkitesim.TarballName(bk.Sim.AgentVersion()), "linux-amd64", "{os}-{arch}"),
+			DownloadSHA256: sum,
+		},
+	}, nil
+}
+
+// buildkiteObjects makes the world's own template and pool
+// (Options.Platform buildkite) Buildkite's: the template bootstraps an
+// agent of the simulator's organization, the pool serves queue JobLabel,
+// and the API token's Secret comes before them.
+func (w *World) buildkiteObjects(objs []client.Object) ([]client.Object, error) {
+	boot, err := w.buildkiteBootstrap()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]client.Object, 0, len(objs)+1)
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *hfv1.HypervisorMachineTemplate:
+			if o.Name == TemplateName {
+				out = append(out, buildkiteTokenSecret())
+				o.Spec.Bootstrap = hfv1.Bootstrap{AgentSource: o.Spec.Bootstrap.AgentSource, Buildkite: boot}
+			}
+		case *hfv1.RunnerPool:
+			if o.Name == PoolName {
+				o.Spec.Workload = hfv1.Workload{Type: hfv1.WorkloadBuildkite, Buildkite: &hfv1.BuildkiteWorkload{Queue: JobLabel}}
+			}
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// queueBuildkiteJobs creates n builds of the world's pipeline, each one
+// step on queue JobLabel that runs for d, and records their jobs.
+func (w *World) queueBuildkiteJobs(n int, d time.Duration) error {
+	secs := strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+	for range n {
+		b, err := w.Buildkite.Sim.CreateBuild(BuildkitePipeline, "hyperfleet-dev", []buildkitesim.Step{{
+			Key: "job", Label: "sleep " + secs, Command: "sleep " + secs, Agents: []string{"queue=" + JobLabel},
+		}})
+		if err != nil {
+			return fmt.Errorf("devenv: create a Buildkite build: %w", err)
+		}
+		w.mu.Lock()
+		w.buildkiteJobs = append(w.buildkiteJobs, b.JobIDs...)
+		w.mu.Unlock()
+	}
+	return nil
+}
+
+// buildkiteJobStatus maps a Buildkite job state onto the GitHub statuses
+// the live table counts: queued (scheduled, waiting), in_progress (given
+// to an agent, running, being cancelled) and completed (any end, which is
+// then its conclusion).
+func buildkiteJobStatus(state string) (status, conclusion string) {
+	switch state {
+	case "scheduled", "waiting", "blocked", "pending", "limited", "limiting":
+		return "queued", ""
+	case "assigned", "accepted", "running", "canceling", "timing_out":
+		return "in_progress", ""
+	}
+	return "completed", state
+}
+
+// buildkiteSnapshot adds the Buildkite jobs QueueJobs queued and the
+// agents still there (connected and not asked to stop, or holding a job)
+// to s.
+func (w *World) buildkiteSnapshot(s *Snapshot) {
+	w.mu.Lock()
+	ids := slices.Clone(w.buildkiteJobs)
+	w.mu.Unlock()
+	for _, id := range ids {
+		j, ok := w.Buildkite.Sim.Job(id)
+		if !ok {
+			continue
+		}
+		status, conclusion := buildkiteJobStatus(j.State)
+		s.PlatformJobs = append(s.PlatformJobs, PlatformJob{ID: id, Status: status, Conclusion: conclusion, RunnerName: j.Agent})
+	}
+	for _, a := range w.Buildkite.Sim.Agents() {
+		if a.State == "connected" && !a.StopRequested || a.Job != "" {
+			s.PlatformRunners = append(s.PlatformRunners, PlatformRunner{Name: a.Name, Status: a.State, Busy: a.Job != ""})
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,9 +20,49 @@ func (w *World) EnqueueJobs(n int, d time.Duration) ([]int64, error) {
 	return w.EnqueueJobsFor(JobLabel, n, d)
 }
 
+// QueueJobs queues n jobs for the world's pool on its platform
+// (Options.Platform), each running for d once a runner takes it: GitHub
+// workflow jobs labelled JobLabel (EnqueueJobs), or Buildkite builds of
+// one step on queue JobLabel. The Snapshot's PlatformJobs show them.
+func (w *World) QueueJobs(n int, d time.Duration) error {
+	if w.opts.Platform == hfv1.WorkloadBuildkite {
+		return w.queueBuildkiteJobs(n, d)
+	}
+	_, err := w.EnqueueJobs(n, d)
+	return err
+}
+
+// PlatformJob is a job of the world's CI platform as the live table shows
+// it, whichever the platform.
+type PlatformJob struct {
+	// ID is the platform's id of the job.
+	ID string
+	// Status is queued, in_progress or completed (GitHub's statuses, onto
+	// which other platforms' states are mapped); Conclusion how a
+	// completed job ended, in the platform's words.
+	Status, Conclusion string
+	// RunnerName is the runner (agent) that took it.
+	RunnerName string
+}
+
+// PlatformRunner is a runner (a Buildkite agent) registered on the
+// world's CI platform and not gone.
+type PlatformRunner struct {
+	Name, Status string
+	Busy         bool
+}
+
 // Snapshot is the world at one moment, for the live table and the tests.
 type Snapshot struct {
-	// Jobs are the jobs queued through EnqueueJobs, oldest first.
+	// Platform names the world's CI platform (Backend.Name: GitHub,
+	// Buildkite).
+	Platform string
+	// PlatformJobs are the jobs queued through QueueJobs (and
+	// EnqueueJobs), oldest first, on any platform.
+	PlatformJobs []PlatformJob
+	// PlatformRunners are the platform's runners that are not gone.
+	PlatformRunners []PlatformRunner
+	// Jobs are the GitHub jobs queued through EnqueueJobs, oldest first.
 	Jobs []githubsim.Job
 	// Claims are the pool namespace's MachineClaims, by name.
 	Claims []hfv1.MachineClaim
@@ -46,6 +87,9 @@ func (w *World) Snapshot(ctx context.Context) (Snapshot, error) {
 	for _, id := range ids {
 		if j, ok := w.GitHub.Job(id); ok {
 			s.Jobs = append(s.Jobs, j)
+			if w.opts.Platform != hfv1.WorkloadBuildkite {
+				s.PlatformJobs = append(s.PlatformJobs, PlatformJob{ID: strconv.FormatInt(j.ID, 10), Status: j.Status, Conclusion: j.Conclusion, RunnerName: j.RunnerName})
+			}
 		}
 	}
 	var claims hfv1.MachineClaimList
@@ -73,17 +117,32 @@ func (w *World) Snapshot(ctx context.Context) (Snapshot, error) {
 			s.Runners = append(s.Runners, r)
 		}
 	}
+	s.Platform = "GitHub"
+	if w.opts.Platform == hfv1.WorkloadBuildkite {
+		s.Platform = "Buildkite"
+		w.buildkiteSnapshot(&s)
+	} else {
+		for _, r := range s.Runners {
+			s.PlatformRunners = append(s.PlatformRunners, PlatformRunner{Name: r.Name, Status: r.Status, Busy: r.Busy})
+		}
+	}
 	return s, nil
 }
 
 // Done reports whether every queued job completed and the pool is back to
-// its minimum with nothing in flight: no VM, seed ISO, claim or GitHub
-// runner beyond minReplicas.
+// its minimum with nothing in flight: no VM, seed ISO, claim or runner
+// (GitHub's, or the platform's) beyond minReplicas.
 func (s Snapshot) Done(minReplicas int) bool {
 	for _, j := range s.Jobs {
 		if j.Status != "completed" {
 			return false
 		}
 	}
-	return len(s.VMs) <= minReplicas && len(s.ISOs) <= minReplicas && len(s.Claims) <= minReplicas && len(s.Runners) <= minReplicas
+	for _, j := range s.PlatformJobs {
+		if j.Status != "completed" {
+			return false
+		}
+	}
+	return len(s.VMs) <= minReplicas && len(s.ISOs) <= minReplicas && len(s.Claims) <= minReplicas &&
+		max(len(s.Runners), len(s.PlatformRunners)) <= minReplicas
 }

@@ -25,6 +25,10 @@ func TestSnapshotDone(t *testing.T) {
 		{"an ISO left", Snapshot{Jobs: completed, ISOs: []string{"local:iso/x.iso"}}, 0, false},
 		{"a claim left", Snapshot{Jobs: completed, Claims: []hfv1.MachineClaim{{}}}, 0, false},
 		{"a runner left", Snapshot{Jobs: completed, Runners: []githubsim.Runner{{Name: "r"}}}, 0, false},
+		{"a platform job running", Snapshot{Jobs: completed, PlatformJobs: []PlatformJob{{ID: "b", Status: "in_progress"}}}, 0, false},
+		{"a platform runner left", Snapshot{Jobs: completed, PlatformJobs: []PlatformJob{{ID: "b", Status: "completed"}},
+			PlatformRunners: []PlatformRunner{{Name: "agent"}}}, 0, false},
+		{"platform jobs done", Snapshot{PlatformJobs: []PlatformJob{{ID: "b", Status: "completed", Conclusion: "passed"}}}, 0, true},
 		{"warm VM kept at min 1", Snapshot{Jobs: completed, VMs: []proxmoxsim.VMState{{VMID: 1000}}, ISOs: []string{"i"},
 			Claims: []hfv1.MachineClaim{{}}, Runners: []githubsim.Runner{{Name: "r"}}}, 1, true},
 	} {

@@ -166,6 +166,13 @@ func (w *World) Objects() ([]client.Object, error) {
 		secret, _ := w.vaultObjects()
 		objs = append([]client.Object{objs[0], secret}, objs[1:]...)
 	}
+	if w.opts.Platform == hfv1.WorkloadBuildkite {
+		bk, err := w.buildkiteObjects(objs)
+		if err != nil {
+			return nil, err
+		}
+		objs = bk
+	}
 	return objs, nil
 }
 

@@ -8,7 +8,9 @@
 // Everything listens on loopback. The world is one organization (octo-org)
 // with one repository (octo-org/app), one HypervisorCluster, one template
 // and one RunnerPool whose runners carry the label JobLabel; jobs queued
-// with EnqueueJobs reach the operator as workflow_job webhooks.
+// with EnqueueJobs reach the operator as workflow_job webhooks. With
+// Options.Platform buildkite the template and pool are Buildkite's (a
+// cluster queue named JobLabel) and QueueJobs creates builds instead.
 package devenv
 
 import (
@@ -240,6 +242,16 @@ type Options struct {
 	// it. The guests download the simulator's gitlab-runner stand-in
 	// (the real runner cannot be built here, docs/gitlab.md).
 	GitLab bool
+	// Platform is the CI platform of the world's own template and pool
+	// (TemplateName, PoolName) and of the jobs QueueJobs queues:
+	// hfv1.WorkloadGitHubActions (the default, when empty) or
+	// hfv1.WorkloadBuildkite, which implies Buildkite: the template
+	// bootstraps a Buildkite agent of the simulator's organization and
+	// the pool serves its cluster queue JobLabel. The GitHub simulator
+	// runs either way (its certificate serves Buildkite's simulator too).
+	// hfv1.WorkloadGitLabCI is refused here: GitLab pools are added
+	// beside the world's own with Options.GitLab and AddGitLabPool.
+	Platform hfv1.WorkloadType
 }
 
 // World is a running embedded world.
@@ -290,6 +302,8 @@ type World struct {
 	mu       sync.Mutex
 	operator *operatorRun
 	jobs     []int64
+	// buildkiteJobs are the Buildkite jobs QueueJobs queued, oldest first.
+	buildkiteJobs []string
 	// clusters are the simulators AddCluster started.
 	clusters []*proxmoxsim.Simulator
 }
@@ -320,6 +334,16 @@ func Start(ctx context.Context, opts Options) (*World, error) {
 	}
 	if opts.Dir == "" || (opts.AgentBinary == "" && !agentServed) {
 		return nil, errors.New("devenv: Options.Dir and Options.AgentBinary are required (AgentBinary is not when an external operator serves the agent)")
+	}
+	switch opts.Platform {
+	case "":
+		opts.Platform = hfv1.WorkloadGitHubActions
+	case hfv1.WorkloadGitHubActions:
+	case hfv1.WorkloadBuildkite:
+		opts.Buildkite = true
+	default:
+		return nil, fmt.Errorf("devenv: Options.Platform %q: the world runs %s or %s pools (GitLab once the operator serves gitlab-ci pools and the world has its simulator)",
+			opts.Platform, hfv1.WorkloadGitHubActions, hfv1.WorkloadBuildkite)
 	}
 	if opts.MaxReplicas == 0 {
 		opts.MaxReplicas = 5
@@ -423,8 +447,8 @@ func (w *World) start(ctx context.Context) (err error) {
 	return w.waitPoolVerified(ctx)
 }
 
-// waitPoolVerified waits until the operator verified the pool's GitHub
-// scope: jobs are routed only to verified pools (docs/security.md), and
+// waitPoolVerified waits until the operator verified the pool's CI
+// platform scope: jobs are routed only to verified pools (docs/security.md), and
 // an organization pool would not find jobs queued before that.
 func (w *World) waitPoolVerified(ctx context.Context) error {
 	// Three minutes: the cluster, the template and then the pool become

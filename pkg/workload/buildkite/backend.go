@@ -24,6 +24,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadmetrics"
 )
 
 // The API sections Buildkite reads, for messages.
@@ -72,6 +73,9 @@ var (
 
 // NewBackend is the workload.Factory of Buildkite.
 func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
+	if err := workloadmetrics.Register(deps.Metrics); err != nil {
+		return nil, fmt.Errorf("buildkite: register metrics: %w", err)
+	}
 	return &Backend{transport: deps.Transport, clock: deps.Clock, providers: map[string]cachedProvider{}}, nil
 }
 

@@ -44,6 +44,8 @@ func isCleanup(ctx context.Context) bool {
 type rateGate struct {
 	next  http.RoundTripper
 	clock clock.PassiveClock
+	// organization is the budget's account in the metrics.
+	organization string
 
 	mu        sync.Mutex
 	known     bool
@@ -75,6 +77,7 @@ func (g *rateGate) RoundTrip(req *http.Request) (*http.Response, error) {
 		g.mu.Lock()
 		g.known, g.remaining, g.reset = true, remaining, now.Add(time.Duration(secs)*time.Second)
 		g.mu.Unlock()
+		metrics.ObserveRemaining(g.organization, remaining)
 	}
 	if resp.StatusCode == http.StatusTooManyRequests {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))

@@ -111,7 +111,10 @@ func New(cfg Config) (*Provider, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	hc := &http.Client{Timeout: cfg.HTTPTimeout, Transport: &rateGate{next: base, clock: clk}}
+	// The metrics see every call, those the gate refuses locally too (code
+	// 0), as GitHub's do.
+	gate := &rateGate{next: base, clock: clk, organization: cfg.Organization}
+	hc := &http.Client{Timeout: cfg.HTTPTimeout, Transport: metrics.Transport(gate, operation)}
 	c, err := bk.NewClient(bk.WithBaseURL(strings.TrimSuffix(cfg.APIURL, "/")+"/"), bk.WithTokenAuth(cfg.Token),
 		bk.WithHTTPClient(hc), bk.WithUserAgent("hyperfleet"))
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadmetrics"
 )
 
 // The API sections GitHub Actions reads, for messages.
@@ -66,9 +67,9 @@ var (
 )
 
 // NewBackend is the workload.Factory of GitHub Actions. It registers the
-// GitHub API metrics with deps.Metrics.
+// CI platform API metrics (pkg/workload/workloadmetrics) with deps.Metrics.
 func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
-	if err := workload.RegisterCollectors(deps.Metrics, apiCalls, apiCallSeconds, rateRemaining, rateBlocked); err != nil {
+	if err := workloadmetrics.Register(deps.Metrics); err != nil {
 		return nil, fmt.Errorf("github: register metrics: %w", err)
 	}
 	return &Backend{transport: deps.Transport, clock: deps.Clock, providers: map[string]cachedProvider{}}, nil

@@ -20,6 +20,7 @@ func TestContract(t *testing.T) {
 	workloadtest.Run(t, func(t *testing.T) workloadtest.Harness {
 		gs := githubsimtest.Start(t, simConfig())
 		return workloadtest.Harness{
+			Capabilities: workloadtest.Capabilities{RegistersOnIssue: true, NumericRunnerIDs: true},
 			Provider:     newProvider(t, gs.Sim, gs.URL, gs.Transport, nil),
 			Repository:   "octo-org/app",
 			UnknownJobID: "987654321",

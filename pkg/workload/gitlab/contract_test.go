@@ -18,6 +18,7 @@ func TestContract(t *testing.T) {
 	workloadtest.Run(t, func(t *testing.T) workloadtest.Harness {
 		w := newWorld(t, nil)
 		return workloadtest.Harness{
+			Capabilities: workloadtest.Capabilities{RegistersOnIssue: true, NumericRunnerIDs: true},
 			Provider:     w.provider(t, ownerPAT, glworkload.ScopeOf("", "acme/platform", false)),
 			Repository:   "acme/platform/ci/tools",
 			UnknownJobID: "987654321",

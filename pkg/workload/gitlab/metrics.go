@@ -6,32 +6,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadmetrics"
 )
 
-// GitLab's own metrics, registered by NewBackend with the operator's
-// registry (workload.Dependencies.Metrics).
-var (
-	// apiCalls counts GitLab REST calls by operation and status code (0:
-	// no answer).
-	apiCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "hyperfleet", Name: "gitlab_api_calls_total",
-		Help: "GitLab REST API calls, by operation and HTTP status code (0 when no answer came back).",
-	}, []string{"operation", "code"})
-
-	// apiCallSeconds is the latency of GitLab REST calls.
-	apiCallSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: "hyperfleet", Name: "gitlab_api_call_duration_seconds",
-		Help:    "Latency of GitLab REST API calls, by operation.",
-		Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
-	}, []string{"operation"})
-
-	// rateRemaining is the rate-limit budget GitLab last reported.
-	rateRemaining = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "hyperfleet", Name: "gitlab_ratelimit_remaining",
-		Help: "Requests left in the current GitLab rate-limit window (RateLimit-Remaining), by instance URL.",
-	}, []string{"instance"})
-)
+// metrics records GitLab's calls in the CI platform API family
+// (pkg/workload/workloadmetrics), which NewBackend registers with the
+// operator's registry (workload.Dependencies.Metrics); its operations are
+// the ones operation names.
+var metrics = workloadmetrics.New(hfv1.WorkloadGitLabCI,
+	"create_runner", "read_token", "list_runners", "read_runner", "update_runner", "delete_runner",
+	"read_project", "read_group", "list_projects", "list_jobs", "read_job", "cancel_pipeline")
 
 // operation names a REST call by what it does, from a fixed set, so that
 // no id or path reaches the metrics.
@@ -83,10 +68,9 @@ func (o observed) RoundTrip(r *http.Request) (*http.Response, error) {
 	if resp != nil {
 		code = resp.StatusCode
 		if v, perr := strconv.Atoi(resp.Header.Get("RateLimit-Remaining")); perr == nil {
-			rateRemaining.WithLabelValues(o.instance).Set(float64(v))
+			metrics.ObserveRemaining(o.instance, v)
 		}
 	}
-	apiCalls.WithLabelValues(op, strconv.Itoa(code)).Inc()
-	apiCallSeconds.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	metrics.ObserveCall(op, code, time.Since(start))
 	return resp, err
 }

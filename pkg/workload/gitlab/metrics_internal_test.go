@@ -6,10 +6,12 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 
 	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadmetrics"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadtest"
 )
 
 // TestOperation: every call the back-end makes has its own operation name,
@@ -57,14 +59,19 @@ func TestCallsAreObserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := testutil.ToFloat64(apiCalls.WithLabelValues("read_token", "200"))
+	reg := prometheus.NewRegistry()
+	if err := workloadmetrics.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	call := map[string]string{"platform": "gitlab-ci", "operation": "read_token", "code": "200"}
+	before := workloadtest.MetricValue(t, reg, "hyperfleet_ci_api_calls_total", call)
 	if err := p.VerifyScope(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got := testutil.ToFloat64(apiCalls.WithLabelValues("read_token", "200")) - before; got != 1 {
+	if got := workloadtest.MetricValue(t, reg, "hyperfleet_ci_api_calls_total", call) - before; got != 1 {
 		t.Fatalf("read_token 200 counted %v times, want 1", got)
 	}
-	if got := testutil.ToFloat64(rateRemaining.WithLabelValues(srv.URL)); got <= 0 {
+	if got := workloadtest.MetricValue(t, reg, "hyperfleet_ci_ratelimit_remaining", map[string]string{"platform": "gitlab-ci", "account": srv.URL}); got <= 0 {
 		t.Fatalf("rate-limit budget %v, want GitLab's RateLimit-Remaining", got)
 	}
 }

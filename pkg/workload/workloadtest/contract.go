@@ -4,6 +4,24 @@
 // platform simulator. Each back-end's tests run it with a Harness of their
 // simulator, so that every platform is held to the same contract
 // (docs/architecture.md, "CI platforms as plug-ins").
+//
+// The platforms differ where their runner models do, and a harness says
+// how through Capabilities instead of the suite skipping cases: GitHub's
+// JIT configuration and GitLab's runner creation register the runner when
+// the credential is issued, while Buildkite's credential is a cluster agent
+// token for one VM and the agent exists only once buildkite-agent registers
+// with it (the suite then starts the runner software through
+// Harness.StartRunner and checks that nothing was registered before);
+// GitHub and GitLab number their runners, while Buildkite's agent ids are
+// UUIDs that workload.Runner.ID cannot hold, so Buildkite's runners are
+// found and removed by name; a Buildkite agent is stopped through its next
+// ping, so its removal is waited for. Job ids are decimal numbers on
+// GitHub and GitLab and UUIDs on Buildkite; the suite checks every
+// platform's against what the API admits (hfv1.ValidateJobID).
+//
+// The generic workload (pkg/workload/generic) does not run the suite: it
+// has no CI platform, so no Provider, credential, runner or job (its VMs
+// run a script the template gives, and its claims end with the VM).
 package workloadtest
 
 import (
@@ -15,11 +33,43 @@ import (
 	"testing"
 	"time"
 
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
+// Capabilities says where a platform's runner model differs from the
+// contract's common shape; the suite checks the platform's own behaviour
+// in each case, never skips it.
+type Capabilities struct {
+	// RegistersOnIssue: IssueCredential registers the runner (GitHub's JIT
+	// configuration, GitLab's runner authentication token), so GetRunner
+	// finds it before any runner software runs. False where the VM's
+	// runner software registers itself with the credential (Buildkite's
+	// agent token): GetRunner then finds nothing until StartRunner ran.
+	RegistersOnIssue bool
+	// NumericRunnerIDs: the platform numbers its runners (GitHub, GitLab),
+	// so Runner.ID is set. False where its ids do not fit an int64
+	// (Buildkite's UUIDs): Runner.ID is zero and runners are removed by
+	// name.
+	NumericRunnerIDs bool
+	// Expiring: the credential expires on its own (Buildkite's agent
+	// tokens), so Credential.ExpiresAt is set and after IssuedAt.
+	Expiring bool
+	// EventualRemoval: deregistering a connected runner takes effect when
+	// its runner software next asks the platform (Buildkite's agent stop
+	// answers the agent's next ping), so the suite waits, up to
+	// RemovalTimeout, for GetRunner to stop finding it.
+	EventualRemoval bool
+}
+
+// RemovalTimeout bounds the wait for an EventualRemoval platform's runner
+// to go after deregistration.
+const RemovalTimeout = 15 * time.Second
+
 // Harness is one platform's account on its simulator.
 type Harness struct {
+	// Capabilities are the platform's differences.
+	Capabilities Capabilities
 	// Provider is the account under test, its scope holding Repository.
 	Provider workload.Provider
 	// Repository is a repository (full path) of the scope jobs are queued
@@ -38,14 +88,26 @@ type Harness struct {
 	// running (the runner is then busy). It may leave a process running
 	// until the test ends.
 	TakeJob func(t *testing.T, cred workload.Credential, id string)
+	// StartRunner starts the platform's runner software with cred and
+	// returns once the platform has it registered and online, taking no
+	// job. Required unless Capabilities.RegistersOnIssue.
+	StartRunner func(t *testing.T, cred workload.Credential)
 }
 
 // Run runs the contract against the harnesses newHarness builds (one per
 // subtest, so that they do not share state).
 func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
-	t.Run("credential and runner lifecycle", func(t *testing.T) { runnerLifecycle(t, newHarness(t)) })
-	t.Run("queued jobs and cancellation", func(t *testing.T) { jobs(t, newHarness(t)) })
-	t.Run("busy runner stays", func(t *testing.T) { busyRunner(t, newHarness(t)) })
+	harness := func(t *testing.T) Harness {
+		t.Helper()
+		h := newHarness(t)
+		if !h.Capabilities.RegistersOnIssue && h.StartRunner == nil {
+			t.Fatal("the harness has no StartRunner, and its credentials do not register runners (Capabilities.RegistersOnIssue)")
+		}
+		return h
+	}
+	t.Run("credential and runner lifecycle", func(t *testing.T) { runnerLifecycle(t, harness(t)) })
+	t.Run("queued jobs and cancellation", func(t *testing.T) { jobs(t, harness(t)) })
+	t.Run("busy runner stays", func(t *testing.T) { busyRunner(t, harness(t)) })
 }
 
 func issue(t *testing.T, h Harness, name string) workload.Credential {
@@ -63,20 +125,31 @@ func issue(t *testing.T, h Harness, name string) workload.Credential {
 	if printed := fmt.Sprintf("%v %+v %#v %s", cred, cred, cred, cred.Secret); strings.Contains(printed, cred.Secret.Reveal()) {
 		t.Fatalf("the credential's secret prints: %s", printed)
 	}
+	if h.Capabilities.Expiring != (!cred.ExpiresAt.IsZero() && cred.ExpiresAt.After(cred.IssuedAt)) {
+		t.Fatalf("credential of %s: expires at %s, issued at %s (expiring: %v)", name, cred.ExpiresAt, cred.IssuedAt, h.Capabilities.Expiring)
+	}
 	return cred
 }
 
-// runnerLifecycle: the scope verifies; an issued runner is found by name
-// and prefix (and not by another prefix); deregistering it, twice, leaves
-// it gone.
+// runnerLifecycle: the scope verifies; an issued runner (once its runner
+// software registered, where the credential does not register it) is
+// found by name and prefix (and not by another prefix); deregistering it,
+// twice, leaves it gone.
 func runnerLifecycle(t *testing.T, h Harness) {
 	ctx := context.Background()
 	if err := h.Provider.VerifyScope(ctx); err != nil {
 		t.Fatalf("VerifyScope: %v", err)
 	}
 	cred := issue(t, h, "contract-life-1")
+	if !h.Capabilities.RegistersOnIssue {
+		if r, err := h.Provider.GetRunner(ctx, "contract-life-1"); !errors.Is(err, workload.ErrNotFound) {
+			t.Fatalf("GetRunner before the runner software registered: %v %+v, want ErrNotFound", err, r)
+		}
+		h.StartRunner(t, cred)
+	}
 	r, err := h.Provider.GetRunner(ctx, "contract-life-1")
-	if err != nil || r.Name != "contract-life-1" || cred.RunnerID != 0 && r.ID != cred.RunnerID || r.State == workload.RunnerBusy {
+	if err != nil || r.Name != "contract-life-1" || cred.RunnerID != 0 && r.ID != cred.RunnerID || r.State == workload.RunnerBusy ||
+		h.Capabilities.NumericRunnerIDs != (r.ID != 0) {
 		t.Fatalf("GetRunner: %v %+v", err, r)
 	}
 	if !workload.Covers(r.Labels, h.Spec.Labels) {
@@ -97,20 +170,34 @@ func runnerLifecycle(t *testing.T, h Harness) {
 			t.Fatalf("DeregisterRunner #%d: %v", i+1, err)
 		}
 	}
+	if h.Capabilities.EventualRemoval {
+		waitFor(t, RemovalTimeout, "the deregistered runner is gone", func() bool {
+			_, err := h.Provider.GetRunner(ctx, "contract-life-1")
+			return errors.Is(err, workload.ErrNotFound)
+		})
+	}
 	if _, err := h.Provider.GetRunner(ctx, "contract-life-1"); !errors.Is(err, workload.ErrNotFound) {
 		t.Fatalf("GetRunner after deregistration: %v, want ErrNotFound", err)
+	}
+	if err := h.Provider.DeregisterRunner(ctx, r.ID, r.Name); err != nil {
+		t.Fatalf("DeregisterRunner of a gone runner: %v", err)
 	}
 }
 
 // jobs: a queued job is listed with its labels for its repository only,
-// read by id, and its run cancelled.
+// read by id, and its run cancelled. The job is queued before the
+// repositories are listed: a Buildkite organization's repositories are the
+// pipelines with open builds (the only ones that can hold a queued job).
 func jobs(t *testing.T, h Harness) {
 	ctx := context.Background()
+	id := h.QueueJob(t, h.Repository, h.Spec.Labels)
+	if err := hfv1.ValidateJobID(id); err != nil {
+		t.Fatalf("job id %q does not fit the API: %v", id, err)
+	}
 	repos, err := h.Provider.Repositories(ctx)
 	if err != nil || !slices.Contains(repos, h.Repository) || slices.Contains(repos, h.Outside) {
 		t.Fatalf("Repositories: %v %v (want %s, not %s)", err, repos, h.Repository, h.Outside)
 	}
-	id := h.QueueJob(t, h.Repository, h.Spec.Labels)
 	queued, err := h.Provider.QueuedJobs(ctx, []string{h.Repository})
 	if err != nil {
 		t.Fatalf("QueuedJobs: %v", err)
@@ -148,6 +235,8 @@ func busyRunner(t *testing.T, h Harness) {
 	ctx := context.Background()
 	cred := issue(t, h, "contract-busy-1")
 	id := h.QueueJob(t, h.Repository, h.Spec.Labels)
+	// A platform whose runner software registers itself gets its runner
+	// from TakeJob alone, as a VM's runner registers and takes its job.
 	h.TakeJob(t, cred, id)
 	r, err := h.Provider.GetRunner(ctx, "contract-busy-1")
 	if err != nil || r.State != workload.RunnerBusy {

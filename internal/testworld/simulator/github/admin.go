@@ -267,6 +267,8 @@ func (s *Simulator) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		}
 		s.SetRateLimitUsed(req.Key, req.Used)
 		writeJSON(w, http.StatusOK, req)
+	case parts[0] == "scalesets":
+		s.serveScaleSetAdmin(w, r, parts)
 	case route == "POST clock/advance":
 		fc, ok := s.clock.(*FakeClock)
 		if !ok {

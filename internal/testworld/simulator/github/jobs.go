@@ -45,6 +45,15 @@ type job struct {
 	groupID     int64
 	groupName   string
 	timer       Timer
+	// ssOffered: a scale set was sent JobAvailable; scaleSet acquired
+	// it at ssAssigned. Such a job runs only on that scale set's runners.
+	ssOffered bool
+	// ssRequestID and ssJobID are the service's ids of the job's runner
+	// request and plan job: not the REST job id, as on GitHub.
+	ssRequestID int64
+	ssJobID     string
+	scaleSet    *scaleSet
+	ssAssigned  time.Time
 }
 
 // JobRequest asks for a workflow run with one job.
@@ -165,6 +174,7 @@ func (s *Simulator) EnqueueJob(req JobRequest) (Job, error) {
 	s.jobOrder = append(s.jobOrder, j.id)
 	s.updateRunLocked(rn)
 	s.emitLocked(j, "queued")
+	s.offerJobLocked(j)
 	s.scheduleLocked()
 	return s.jobSnapshot(j), nil
 }
@@ -186,6 +196,11 @@ func workflowFile(name string) string {
 // repository, or its organization for organization runners) and with
 // every job label among its own, ignoring case.
 func covers(r *runner, j *job) bool {
+	if (r.scaleSet != nil || j.scaleSet != nil || j.ssOffered) && (r.scaleSet == nil || j.scaleSet != r.scaleSet) {
+		// Scale-set jobs run on the runners of the scale set that
+		// acquired them, and scale-set runners run nothing else.
+		return false
+	}
 	rp := j.run.repo
 	if r.repo != nil {
 		if r.repo != rp {
@@ -267,6 +282,7 @@ func (s *Simulator) acquireJobLocked(j *job) {
 	r.jobsRun++
 	s.updateRunLocked(j.run)
 	s.emitLocked(j, "in_progress")
+	s.scaleSetJobEventLocked(j, "JobStarted")
 	j.timer = s.afterFunc(j.duration, func() {
 		j.timer = nil
 		if j.status == "in_progress" {
@@ -310,6 +326,7 @@ func (s *Simulator) completeJobLocked(j *job, conclusion string) {
 	}
 	s.updateRunLocked(j.run)
 	s.emitLocked(j, "completed")
+	s.scaleSetJobEventLocked(j, "JobCompleted")
 	s.scheduleLocked()
 }
 

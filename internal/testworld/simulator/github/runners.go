@@ -40,8 +40,11 @@ type runner struct {
 	hbTimer  Timer
 	rmTimer  Timer
 
-	busy      bool
-	job       *job
+	busy bool
+	job  *job
+	// scaleSet is the scale set whose JIT config made the runner (nil:
+	// none); it runs only jobs that scale set acquired.
+	scaleSet  *scaleSet
 	jobsRun   int
 	idleSince time.Time
 	wake      chan struct{}

@@ -69,6 +69,7 @@ type Simulator struct {
 	timers        map[Timer]bool
 
 	hooks      *hookSet
+	ss         scaleSetState
 	lastServer string // scheme://host of the latest API request, for runner files
 }
 
@@ -150,6 +151,7 @@ func New(cfg Config, opts ...Option) (*Simulator, error) {
 	for _, o := range opts {
 		o(s)
 	}
+	s.ss.init()
 	s.routes = apiRoutes()
 	if err := s.initAccounts(); err != nil {
 		return nil, err
@@ -527,10 +529,17 @@ func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case strings.HasPrefix(r.URL.Path, runnerAPIPrefix):
 		s.serveRunnerAPI(w, r)
 		return
+	case strings.HasPrefix(r.URL.Path, actionsPrefix):
+		s.serveActions(w, r)
+		return
 	}
 	path := r.URL.Path
 	if path == gheAPIPrefix || strings.HasPrefix(path, gheAPIPrefix+"/") {
 		path = strings.TrimPrefix(path, gheAPIPrefix)
+	}
+	if path == runnerRegistration {
+		s.serveRunnerRegistration(w, r)
+		return
 	}
 	s.serveAPI(w, r, path)
 }
