@@ -230,11 +230,13 @@ const (
 	InUseReason ConditionReason = "InUse"
 	// ClusterUnavailableReason: the referenced HypervisorCluster is not Ready.
 	ClusterUnavailableReason ConditionReason = "ClusterUnavailable"
-	// NotImplementedReason: the object sets a field the API accepts but
-	// this operator version does not implement yet (for example
-	// spec.attestation.method join-token). The object is not Ready, and
-	// nothing is built from it, until the field is removed; the condition's
-	// message names the field and the way out (docs/security.md).
+	// NotImplementedReason: the object names a workload type for which
+	// this operator build registers no back-end (the operator binary
+	// registers every type the API takes; a trimmed build may not), or
+	// the hypervisor lacks an API call the operator needs. The object is
+	// not Ready, and nothing is built from it, until that changes; the
+	// condition's message names the field and the way out
+	// (docs/troubleshooting.md).
 	NotImplementedReason ConditionReason = "NotImplemented"
 	// UnsupportedReason: the object sets a value the operator will not act
 	// on in this combination (for example a Windows runner, which the

@@ -23,10 +23,11 @@ type MachineClaimSpec struct {
 	// workloadConfig is the CI runner this VM runs. Unset: the platform of
 	// the template's spec.bootstrap section (a GitHub Actions runner of its
 	// repository or organization, with its pool's labels; or, for
-	// bootstrap.generic, its script). Type generic runs the template's
-	// script and needs a template with bootstrap.generic. gitlab-ci and
-	// buildkite are not implemented yet: the claim waits, reason
-	// NotImplemented, and no VM is created.
+	// bootstrap.generic, its script). The type must be the platform of
+	// the template's spec.bootstrap section (generic needs
+	// bootstrap.generic, gitlab-ci bootstrap.gitlab, buildkite
+	// bootstrap.buildkite); otherwise the claim waits, reason InvalidSpec,
+	// and no VM is created.
 	// +optional
 	WorkloadConfig *WorkloadConfig `json:"workloadConfig,omitempty"`
 
@@ -101,9 +102,8 @@ type MachineClaimEnd struct {
 // +kubebuilder:validation:XValidation:rule="self.type == 'gitlab-ci' || !has(self.gitlab)",message="workloadConfig.gitlab applies only to workloadConfig.type gitlab-ci"
 // +kubebuilder:validation:XValidation:rule="self.type == 'buildkite' || !has(self.buildkite)",message="workloadConfig.buildkite applies only to workloadConfig.type buildkite"
 type WorkloadConfig struct {
-	// type is the CI platform: github-actions, buildkite or generic
-	// (gitlab-ci is not served yet: its claims wait with reason
-	// NotImplemented).
+	// type is the CI platform: github-actions, gitlab-ci, buildkite or
+	// generic.
 	// +required
 	Type WorkloadType `json:"type"`
 

@@ -11,9 +11,9 @@ type WorkloadType string
 const (
 	// WorkloadGitHubActions runs GitHub Actions jobs.
 	WorkloadGitHubActions WorkloadType = "github-actions"
-	// WorkloadGitLabCI runs GitLab CI jobs (not implemented yet).
+	// WorkloadGitLabCI runs GitLab CI jobs (docs/gitlab.md).
 	WorkloadGitLabCI WorkloadType = "gitlab-ci"
-	// WorkloadBuildkite runs Buildkite jobs (not implemented yet).
+	// WorkloadBuildkite runs Buildkite jobs (docs/buildkite.md).
 	WorkloadBuildkite WorkloadType = "buildkite"
 	// WorkloadGeneric runs VMs with no CI platform attached: each runs its
 	// template's spec.bootstrap.generic.script once (docs/generic.md).
@@ -52,12 +52,13 @@ type RunnerPoolSpec struct {
 // +kubebuilder:validation:XValidation:rule="self.type != 'buildkite' || has(self.buildkite)",message="workload.type buildkite needs workload.buildkite (at least its queue)"
 // +kubebuilder:validation:XValidation:rule="self.type == 'buildkite' || !has(self.buildkite)",message="workload.buildkite applies only to workload.type buildkite"
 type Workload struct {
-	// type is the CI platform: github-actions, or generic (VMs that run
-	// their template's spec.bootstrap.generic.script, with no CI platform
-	// and no job demand: the pool keeps scaling.minReplicas of them,
-	// replacing each that ends; docs/generic.md). gitlab-ci and buildkite
-	// are reserved: a pool that sets them is not Ready (reason
-	// NotImplemented) and creates no VMs.
+	// type is the CI platform: github-actions, gitlab-ci, buildkite, or
+	// generic (VMs that run their template's spec.bootstrap.generic.script,
+	// with no CI platform and no job demand: the pool keeps
+	// scaling.minReplicas of them, replacing each that ends;
+	// docs/generic.md). It must be the platform of the template's
+	// spec.bootstrap section; otherwise the pool is not Ready (reason
+	// InvalidSpec) and creates no VMs.
 	// +required
 	Type WorkloadType `json:"type"`
 
@@ -65,14 +66,13 @@ type Workload struct {
 	// +optional
 	GitHub *GitHubWorkload `json:"github,omitempty"`
 
-	// gitlab selects GitLab CI jobs (not implemented yet: a pool of type
-	// gitlab-ci is not Ready, reason NotImplemented).
+	// gitlab selects GitLab CI jobs: the tags of the pool's runners, and
+	// optionally a project or group under the template's scope.
 	// +optional
 	GitLab *GitLabWorkload `json:"gitlab,omitempty"`
 
-	// buildkite selects Buildkite jobs: a queue of the template's cluster
-	// (not implemented yet: a pool of type buildkite is not Ready, reason
-	// NotImplemented).
+	// buildkite selects Buildkite jobs: a queue of the template's
+	// cluster.
 	// +optional
 	Buildkite *BuildkiteWorkload `json:"buildkite,omitempty"`
 }

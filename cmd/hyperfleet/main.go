@@ -47,6 +47,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/generic"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/gitlab"
 )
 
 // The CI platforms this binary ships, by workload type (spec.workload.type),
@@ -56,6 +57,7 @@ func init() {
 	workload.Register(hfv1.WorkloadGitHubActions, github.NewBackend)
 	workload.Register(hfv1.WorkloadGeneric, generic.NewBackend)
 	workload.Register(hfv1.WorkloadBuildkite, buildkite.NewBackend)
+	workload.Register(hfv1.WorkloadGitLabCI, gitlab.NewBackend)
 	dnsreg.Register(dnsreg.TypeRFC2136, rfc2136.Factory)
 	for _, t := range dnsreg.ExternalDNSTypes {
 		dnsreg.Register(t, externaldns.Factory(t))
@@ -151,6 +153,8 @@ func runManager(args []string) error {
 	allowFallbackSecret := fs.Bool(strings.TrimPrefix(manager.AllowSharedSecretFlag, "--"), false, "accept key webhook-secret of --github-webhook-secret, a fallback secret shared by every owner without a key of its own: whoever holds it can sign deliveries about all of them, so their in_progress and completed events are confirmed with GitHub (one API call per job); without this flag such a Secret stops the manager at start")
 	bkWebhookSecret := fs.String("buildkite-webhook-secret", "", "Secret (in --namespace) with the Buildkite webhooks' tokens: keys owner.<organization slug> (the token of one organization's notification service, which only it may use) and, with --buildkite-webhook-allow-fallback-secret, key webhook-secret; empty (the default) receives no Buildkite webhooks (docs/buildkite.md)")
 	bkAllowFallbackSecret := fs.Bool("buildkite-webhook-allow-fallback-secret", false, "accept key webhook-secret of --buildkite-webhook-secret, a token shared by every Buildkite organization without a key of its own")
+	glWebhookSecret := fs.String("gitlab-webhook-secret", "", "Secret (in --namespace) with the GitLab Job Hooks' secret tokens: keys owner.<group path> (the token of one group's hooks, its full path in lower case with each / written as .., such as owner.acme..platform; deliveries about the projects under the group verify with it) and, with --gitlab-webhook-allow-fallback-secret, key webhook-secret; empty (the default) receives no GitLab webhooks (docs/gitlab.md)")
+	glAllowFallbackSecret := fs.Bool("gitlab-webhook-allow-fallback-secret", false, "accept key webhook-secret of --gitlab-webhook-secret, a token shared by every GitLab group without a key of its own")
 	webhookMaxBody := fs.Int64("webhook-max-body-bytes", webhook.DefaultMaxBodyBytes, "largest webhook delivery accepted; larger ones get 413")
 	webhookMaxEventAge := fs.Duration("webhook-max-event-age", demand.DefaultMaxEventAge, "webhook events older than this (by the CI platform's time) are confirmed with the platform's API before they change demand, as are completions of jobs not known to be running")
 	webhookMaxInFlight := fs.Int("webhook-max-in-flight", webhook.DefaultMaxInFlight, "webhook deliveries read and verified at once (a quarter of them for bodies over 64 KiB); beyond it deliveries get 503 before their body is read")
@@ -271,6 +275,15 @@ func runManager(args []string) error {
 			})
 			log.Info("Buildkite webhook receiver configured", "path", buildkite.WebhookFormat.Path, "secret", *namespace+"/"+*bkWebhookSecret,
 				"fallbackSecretAccepted", *bkAllowFallbackSecret)
+		}
+		if *glWebhookSecret != "" {
+			opts.Webhook.Platforms = append(opts.Webhook.Platforms, manager.WebhookPlatform{
+				Platform:          hfv1.WorkloadGitLabCI,
+				SecretRef:         &types.NamespacedName{Namespace: *namespace, Name: *glWebhookSecret},
+				AllowSharedSecret: *glAllowFallbackSecret,
+			})
+			log.Info("GitLab webhook receiver configured", "path", gitlab.WebhookFormat.Path, "secret", *namespace+"/"+*glWebhookSecret,
+				"fallbackSecretAccepted", *glAllowFallbackSecret)
 		}
 		log.Info("GitHub webhook receiver configured", "address", *webhookAddr, "path", github.WebhookFormat.Path, "secret", *namespace+"/"+*webhookSecret,
 			"fallbackSecretAccepted", *allowFallbackSecret)

@@ -149,7 +149,7 @@ func (v *vm) writeConfig(c *agentconfig.Config) {
 func (v *vm) placeCredential(method agentconfig.BootstrapMethod) {
 	v.t.Helper()
 	g := agentconfig.GuestSecrets{JITConfig: v.secret}
-	if method == agentconfig.BootstrapRunnerToken || method == agentconfig.BootstrapAgentToken || method == agentconfig.BootstrapJobToken {
+	if method == agentconfig.BootstrapRunnerToken || method == agentconfig.BootstrapAgentToken || method == agentconfig.BootstrapJobToken || method == agentconfig.BootstrapRunnerAuthToken {
 		g = agentconfig.GuestSecrets{RegistrationToken: v.secret}
 	}
 	v.placeSecrets(g)

@@ -17,15 +17,15 @@ type Credential struct {
 	Method agentconfig.BootstrapMethod
 	// JITConfig is GitHub's encoded JIT runner configuration (jit-config).
 	JITConfig string
-	// RegistrationToken is a runner registration token (runner-token) or
-	// a Buildkite agent token (agent-token).
+	// RegistrationToken is a runner registration token (runner-token), a
+	// Buildkite agent token (agent-token) or the GitLab runner
+	// authentication token of the runner the operator created for this VM
+	// (runner-auth-token): every source (guest secrets, broker, secret
+	// store) carries the three in one field, registrationToken.
 	RegistrationToken string
 	// RegistrationURL is the repository or organization URL the runner
 	// registers to (runner-token).
 	RegistrationURL string
-	// RunnerAuthToken is a GitLab runner authentication token of a runner
-	// the operator created for this VM (runner-auth-token).
-	RunnerAuthToken string
 }
 
 // String describes c without its secret.
@@ -52,7 +52,8 @@ func (c Credential) validate() error {
 			return errors.New("the credential source returned a runner-token credential without a token or registration URL")
 		}
 	case agentconfig.BootstrapRunnerAuthToken:
-		if c.RunnerAuthToken == "" {
+		// The GitLab URL comes from the config.
+		if c.RegistrationToken == "" {
 			return errors.New("the credential source returned a runner-auth-token credential without a token")
 		}
 	case agentconfig.BootstrapAgentToken, agentconfig.BootstrapJobToken:

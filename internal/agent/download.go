@@ -72,6 +72,57 @@ func (a *agent) installRunner(ctx context.Context, sw *agentconfig.Software, ins
 	return nil
 }
 
+// installBinary installs a runner published as one bare executable (GitLab's
+// gitlab-runner downloads): without a downloadURL it checks that
+// install/name is an executable file, else it downloads the binary,
+// checks its SHA-256 and copies it to install/name (mode 0755) in an
+// emptied installPath, which the agent removes at the end as it does an
+// unpacked package.
+func (a *agent) installBinary(ctx context.Context, sw *agentconfig.Software, install, name string) error {
+	if sw.DownloadURL == "" {
+		return a.installRunner(ctx, sw, install, []string{name})
+	}
+	pkg, err := a.download(ctx, sw.DownloadURL, sw.DownloadSHA256)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := os.Remove(pkg); err != nil && !errors.Is(err, os.ErrNotExist) {
+			a.log.Error("cannot remove the downloaded binary", "path", pkg, "error", err)
+		}
+	}()
+	a.removeInstall = true
+	if err := os.RemoveAll(install); err != nil {
+		return fail(ExitRunnerSoftware, "clear installPath %s: %v", install, err)
+	}
+	if err := os.MkdirAll(install, 0o755); err != nil {
+		return fail(ExitRunnerSoftware, "create installPath %s: %v", install, err)
+	}
+	if err := copyExecutable(pkg, filepath.Join(install, name)); err != nil {
+		return fail(ExitRunnerSoftware, "install the runner binary: %v", err)
+	}
+	a.log.Info("runner binary installed", "path", filepath.Join(install, name))
+	return nil
+}
+
+// copyExecutable copies the file src to the new file dst, mode 0755.
+func copyExecutable(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		_ = out.Close()
+		return err
+	}
+	return out.Close()
+}
+
 // download fetches rawURL into a temporary file while hashing it and
 // returns the file's path once it matches wantSHA256 (checked when given).
 func (a *agent) download(ctx context.Context, rawURL, wantSHA256 string) (path string, err error) {

@@ -16,8 +16,8 @@ const EnvGitLabToken = "CI_SERVER_TOKEN"
 // gitlabRunner is GitLab CI's runner kind: the runner authentication
 // token of the runner the operator created for this VM alone (from the
 // config's CredentialSource), gitlab-runner installed (downloaded with its
-// SHA-256 checked, or baked into the image; runner.software.runScript names
-// the binary in installPath) and run with run-single for one job with the
+// SHA-256 checked, GitLab publishing the bare binary, or baked into the
+// image; runner.software.runScript names the binary in installPath) and run with run-single for one job with the
 // shell executor. There is no registration step and nothing is written
 // into installPath: run-single takes everything on its command line and in
 // its environment. The operator deletes the runner when the claim ends
@@ -44,9 +44,9 @@ func (gitlabRunner) run(ctx context.Context, a *agent, p *place) error {
 	if cred.Method != agentconfig.BootstrapRunnerAuthToken {
 		return fail(ExitBadConfig, "platform gitlab-ci takes a %s credential, not %s", agentconfig.BootstrapRunnerAuthToken, cred.Method)
 	}
-	a.secrets = append(a.secrets, cred.RunnerAuthToken)
+	a.secrets = append(a.secrets, cred.RegistrationToken)
 	a.log.Info("runner credential obtained", "credential", cred)
-	if err := a.installRunner(ctx, &sw, p.install, []string{sw.RunScript}); err != nil {
+	if err := a.installBinary(ctx, &sw, p.install, sw.RunScript); err != nil {
 		return err
 	}
 	if err := a.prepareWorkDir(p.install, p.work, p.user); err != nil {
@@ -54,7 +54,7 @@ func (gitlabRunner) run(ctx context.Context, a *agent, p *place) error {
 	}
 	args := gitlabRunSingleArgs(cfg.RegistrationURL, cfg.Runner.Name, p.work, a.opts.IdleTimeout.Seconds())
 	a.log.Info("starting gitlab-runner run-single", "binary", sw.RunScript, "url", cfg.RegistrationURL, "buildsDir", p.work)
-	proc, err := a.start(filepath.Join(p.install, sw.RunScript), args, p.work, p.user.env(EnvGitLabToken+"="+cred.RunnerAuthToken), p.user, sw.RunScript, nil)
+	proc, err := a.start(filepath.Join(p.install, sw.RunScript), args, p.work, p.user.env(EnvGitLabToken+"="+cred.RegistrationToken), p.user, sw.RunScript, nil)
 	if err != nil {
 		return fail(ExitRunnerSoftware, "start %s: %v", sw.RunScript, err)
 	}

@@ -30,3 +30,19 @@ func TestGitLabRunSingleArgs(t *testing.T) {
 		t.Fatal("a runner-auth-token credential without a token validated")
 	}
 }
+
+// TestGitLabCredentialFromEachSource: the broker's answer and the secret
+// store's document carry a runner authentication token as
+// registrationToken, which the GitLab runner kind runs with.
+func TestGitLabCredentialFromEachSource(t *testing.T) {
+	cred, err := parseBrokerCredential([]byte(`{"method":"runner-auth-token","registrationToken":"glrt-from-broker"}`))
+	if err != nil || cred.Method != agentconfig.BootstrapRunnerAuthToken || cred.RegistrationToken != "glrt-from-broker" {
+		t.Errorf("broker: %v, %v", cred, err)
+	}
+	if _, err := parseBrokerCredential([]byte(`{"method":"runner-auth-token"}`)); err == nil || !strings.Contains(err.Error(), "runner-auth-token credential without a token") {
+		t.Errorf("broker without a token: %v", err)
+	}
+	if err := (agentconfig.StoredCredential{Method: agentconfig.BootstrapRunnerAuthToken, RegistrationToken: "glrt-x"}).Validate(); err != nil {
+		t.Errorf("secret store: %v", err)
+	}
+}

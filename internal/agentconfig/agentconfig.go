@@ -71,8 +71,12 @@ const (
 	// directory, and powers the VM off when it exits or at
 	// generic.deadline, whichever comes first.
 	PlatformGeneric Platform = "generic"
-	// PlatformGitLabCI is GitLab CI (gitlab-runner run-single). Reserved:
-	// this agent version refuses it (ExitUnsupported).
+	// PlatformGitLabCI is GitLab CI: the agent runs
+	// runner.software.installPath/runScript (gitlab-runner) as
+	// `gitlab-runner run-single --max-builds 1` with the runner
+	// authentication token (bootstrapMethod runner-auth-token) in
+	// CI_SERVER_TOKEN, registrationURL (the GitLab instance) as its --url
+	// and runner.software.workDir as --builds-dir.
 	PlatformGitLabCI Platform = "gitlab-ci"
 	// PlatformBuildkite is Buildkite: the agent runs
 	// runner.software.installPath/runScript (buildkite-agent) as
@@ -379,9 +383,10 @@ type GuestSecrets struct {
 	// (bootstrapMethod jit-config).
 	JITConfig string `json:"jitConfig,omitempty"`
 	// registrationToken is a GitHub runner registration token
-	// (bootstrapMethod runner-token) or a Buildkite agent token
-	// (agent-token), registrationURL where it registers (optional: the
-	// config's registrationURL otherwise).
+	// (bootstrapMethod runner-token), a Buildkite agent token
+	// (agent-token) or a GitLab runner authentication token
+	// (runner-auth-token), registrationURL where it registers (optional:
+	// the config's registrationURL otherwise).
 	RegistrationToken string `json:"registrationToken,omitempty"`
 	RegistrationURL   string `json:"registrationURL,omitempty"`
 	// expiresAt is when the runner credential stops being usable;
@@ -573,9 +578,8 @@ func (c *Config) Validate() error {
 		c.validateGeneric(bad)
 	case c.Generic != nil:
 		bad("generic", "is set but platform is %q; it applies only to platform generic", c.Platform)
-	case c.Platform == PlatformGitLabCI && c.BootstrapMethod == BootstrapRunnerAuthToken:
 	case c.Platform == PlatformGitLabCI:
-		bad("bootstrapMethod", "is %q; platform gitlab-ci takes %q", c.BootstrapMethod, BootstrapRunnerAuthToken)
+		c.validateGitLab(bad)
 	case c.Platform == PlatformBuildkite:
 		c.validateBuildkite(bad)
 	case c.BootstrapMethod == BootstrapJITConfig, c.BootstrapMethod == BootstrapRunnerToken:
@@ -624,9 +628,9 @@ func (c *Config) Validate() error {
 	switch {
 	case generic:
 		checkRunnerDir(bad, "runner.software.workDir", c.Runner.Software.WorkDir, c.Runner.Software.OS)
-	case c.Platform == PlatformBuildkite:
+	case c.Platform == PlatformBuildkite, c.Platform == PlatformGitLabCI:
 		// Checked with the platform: no config script, and an agent
-		// baked into the image may sit in a system directory.
+		// or runner baked into the image may sit in a system directory.
 	default:
 		c.Runner.validate(bad)
 	}
@@ -749,6 +753,40 @@ func checkRunnerDir(bad func(field, format string, args ...any), field, p, os st
 	}
 	if why := CheckRunnerPath(p); why != "" {
 		bad(field, "%q %s; the agent empties it after each job: use a directory of its own such as /opt/actions-runner or /var/lib/hyperfleet/work", p, why)
+	}
+}
+
+// validateGitLab checks a platform gitlab-ci config: a runner
+// authentication token, the GitLab instance's https URL (the token travels
+// to it) and the runner binary. installPath is emptied after the job only
+// when the runner is downloaded into it, so only then must it be a
+// directory of its own.
+func (c *Config) validateGitLab(bad func(field, format string, args ...any)) {
+	if c.BootstrapMethod != BootstrapRunnerAuthToken {
+		bad("bootstrapMethod", "is %q; platform gitlab-ci takes %q (the token of a runner made for the VM)", c.BootstrapMethod, BootstrapRunnerAuthToken)
+	}
+	if c.RegistrationURL == "" {
+		// Its https:// form is checked with every platform's.
+		bad("registrationURL", "is empty; platform gitlab-ci needs the GitLab instance's URL, such as https://gitlab.com")
+	}
+	sw := c.Runner.Software
+	if sw.DownloadURL != "" {
+		if err := checkHTTPSURL(sw.DownloadURL); err != nil {
+			bad("runner.software.downloadURL", "%v", err)
+		}
+		if !sha256RE.MatchString(sw.DownloadSHA256) {
+			bad("runner.software.downloadSHA256", "must be the binary's SHA-256, 64 lower-case hex digits (GitLab's release.sha256)")
+		}
+		checkRunnerDir(bad, "runner.software.installPath", sw.InstallPath, sw.OS)
+	} else if p := sw.InstallPath; p == "" || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
+		bad("runner.software.installPath", "%q must be the absolute directory of gitlab-runner, such as /usr/local/bin", p)
+	}
+	checkRunnerDir(bad, "runner.software.workDir", sw.WorkDir, sw.OS)
+	if !scriptNameRE.MatchString(sw.RunScript) {
+		bad("runner.software.runScript", "%q must be the runner's file name in installPath, such as gitlab-runner", sw.RunScript)
+	}
+	if len(c.Runner.Labels) > 0 {
+		bad("runner.labels", "is set but platform is gitlab-ci, whose runner's tags are set at GitLab when the operator creates it; remove it")
 	}
 }
 

@@ -95,12 +95,14 @@ func (s *SecretStore) validate(bad func(field, format string, args ...any)) {
 // for one VM and the agent reads from it: the KV secret's data. Its String
 // and GoString never show the secret.
 type StoredCredential struct {
-	// method is jit-config, runner-token or agent-token.
+	// method is jit-config, runner-token, agent-token or
+	// runner-auth-token.
 	Method BootstrapMethod `json:"method"`
 	// jitConfig is GitHub's encoded JIT runner configuration (jit-config).
 	JITConfig string `json:"jitConfig,omitempty"`
-	// registrationToken is a runner registration token (runner-token)
-	// or a Buildkite agent token (agent-token).
+	// registrationToken is a runner registration token (runner-token),
+	// a Buildkite agent token (agent-token) or a GitLab runner
+	// authentication token (runner-auth-token).
 	RegistrationToken string `json:"registrationToken,omitempty"`
 	// registrationURL is the URL the runner registers to (runner-token).
 	RegistrationURL string `json:"registrationURL,omitempty"`
@@ -137,8 +139,17 @@ func (c StoredCredential) Validate() error {
 		if c.JITConfig != "" {
 			errs = append(errs, fmt.Errorf("jitConfig: is set but method is %s; remove it", c.Method))
 		}
+	case BootstrapRunnerAuthToken:
+		// A GitLab runner authentication token; the GitLab URL is in
+		// the config, not here.
+		if c.RegistrationToken == "" {
+			errs = append(errs, errors.New("registrationToken: is empty; method runner-auth-token needs the GitLab runner authentication token"))
+		}
+		if c.JITConfig != "" {
+			errs = append(errs, errors.New("jitConfig: is set but method is runner-auth-token; remove it"))
+		}
 	default:
-		errs = append(errs, fmt.Errorf("method: is %q; must be %q, %q, %q or %q", c.Method, BootstrapJITConfig, BootstrapRunnerToken, BootstrapAgentToken, BootstrapJobToken))
+		errs = append(errs, fmt.Errorf("method: is %q; must be %q, %q, %q, %q or %q", c.Method, BootstrapJITConfig, BootstrapRunnerToken, BootstrapAgentToken, BootstrapJobToken, BootstrapRunnerAuthToken))
 	}
 	return errors.Join(errs...)
 }

@@ -366,10 +366,13 @@ func jit(c workload.Credential) string {
 }
 
 func regToken(c workload.Credential) string {
-	// A Buildkite agent token or job acquisition token travels as a
-	// registration token: each is what the VM's agent registers with
-	// (agentconfig.BootstrapAgentToken, BootstrapJobToken).
-	if c.Method == workload.MethodRegistrationToken || c.Method == workload.MethodAgentToken || c.Method == workload.MethodJobToken {
+	// A Buildkite agent token or job acquisition token and a GitLab
+	// runner authentication token travel as a registration token: each is
+	// what the VM's agent registers or runs with
+	// (agentconfig.BootstrapAgentToken, BootstrapJobToken,
+	// BootstrapRunnerAuthToken).
+	switch c.Method {
+	case workload.MethodRegistrationToken, workload.MethodAgentToken, workload.MethodJobToken, workload.MethodRunnerAuthToken:
 		return c.Secret.Reveal()
 	}
 	return ""

@@ -271,6 +271,13 @@ func agentConfig(v *Vars) *agentconfig.Config {
 		}
 		c.Runner.Labels = tags
 	}
+	if v.Platform == PlatformGitLabCI {
+		// RegistrationURL is the GitLab instance, RunScript gitlab-runner
+		// in InstallPath. The runner's tags live on the runner the
+		// operator created at GitLab; run-single takes none.
+		c.Platform = agentconfig.PlatformGitLabCI
+		c.Runner.Group, c.Runner.Labels = "", nil
+	}
 	if v.Platform == PlatformGeneric {
 		c.Platform, c.BootstrapMethod, c.RegistrationURL = agentconfig.PlatformGeneric, "", ""
 		c.Runner = agentconfig.Runner{Software: agentconfig.Software{WorkDir: v.RunnerConfig.WorkDir}}

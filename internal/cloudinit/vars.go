@@ -51,6 +51,7 @@ const (
 	PlatformGitHubActions = "github-actions"
 	PlatformGeneric       = "generic"
 	PlatformBuildkite     = "buildkite"
+	PlatformGitLabCI      = "gitlab-ci"
 )
 
 // Bootstrap methods (Vars.BootstrapMethod), as in spec.bootstrap.method.
@@ -64,6 +65,9 @@ const (
 	// (Vars.AcquireJob): a job acquisition token for that job. Render
 	// sets it when AcquireJob is set; a template never names it.
 	BootstrapJobToken = "job-token"
+	// BootstrapRunnerAuthToken is GitLab's: the authentication token of
+	// a runner made for the VM (Platform gitlab-ci).
+	BootstrapRunnerAuthToken = "runner-auth-token"
 )
 
 // Vars are the variables a template's spec.cloudInit.userData, networkData
@@ -178,8 +182,9 @@ type Vars struct {
 	// when SPIFFEEnabled.
 	WorkloadMethod string
 	// Platform is what the VM's agent runs: github-actions (the default
-	// when empty), buildkite (buildkite-agent with an agent token) or
-	// generic (GenericScript, until Deadline).
+	// when empty), buildkite (buildkite-agent with an agent token),
+	// gitlab-ci (gitlab-runner run-single with a runner authentication
+	// token) or generic (GenericScript, until Deadline).
 	Platform string
 	// GuestOS is the VM's operating system (spec.guest.os): "" or linux
 	// (cloud-init), or windows (cloudbase-init: the user data is MIME
@@ -633,8 +638,12 @@ func (v *Vars) checkPlatform() error {
 		if v.AcquireJob != "" && !jobUUIDRE.MatchString(v.AcquireJob) {
 			return fmt.Errorf("vars: AcquireJob %q is not a Buildkite job UUID", v.AcquireJob)
 		}
+	case PlatformGitLabCI:
+		if v.BootstrapMethod != BootstrapRunnerAuthToken {
+			return fmt.Errorf("vars: BootstrapMethod %q must be %s with Platform gitlab-ci", v.BootstrapMethod, BootstrapRunnerAuthToken)
+		}
 	default:
-		return fmt.Errorf("vars: Platform %q must be %s, %s or %s", v.Platform, PlatformGitHubActions, PlatformBuildkite, PlatformGeneric)
+		return fmt.Errorf("vars: Platform %q must be %s, %s, %s or %s", v.Platform, PlatformGitHubActions, PlatformGitLabCI, PlatformBuildkite, PlatformGeneric)
 	}
 	return nil
 }

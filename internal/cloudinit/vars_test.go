@@ -21,7 +21,7 @@ var (
 		"NetmaskBitsIPv6", "GatewayIPv6",
 		"DNSServers", "SearchDomains", "HTTPProxy", "HTTPSProxy", "NoProxy", "SPIFFEEnabled", "AttestationMethod", "TrustDomain", "SPIREServerAddress",
 		"TPMDevicePath", "BrokerURL", "SecretStore", "WorkloadMethod", "BootstrapMethod", "RegistrationURL", "RunnerConfig",
-		"PowerOffOnFinish", "AgentDownloadURL", "AgentSHA256", "BootstrapServiceURL", "BootstrapServiceBinary", "Platform", "GenericScript"}
+		"PowerOffOnFinish", "AgentDownloadURL", "AgentSHA256", "BootstrapServiceURL", "BootstrapServiceBinary", "Platform", "GenericScript", "GuestOS"}
 )
 
 func TestCanonicalFieldClassification(t *testing.T) {

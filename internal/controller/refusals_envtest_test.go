@@ -154,9 +154,9 @@ func TestRefusedTemplatesBuildNothing(t *testing.T) {
 	wantBuilt(t, claim)
 }
 
-// TestRefusedPoolAndClaim: a RunnerPool or a MachineClaim for a CI
-// platform this operator does not run (GitLab CI, Buildkite) is
-// NotImplemented and builds nothing.
+// TestRefusedPoolAndClaim: a RunnerPool or a MachineClaim whose CI
+// platform (GitLab CI) differs from its template's (GitHub) is refused
+// with InvalidSpec naming the missing section, and builds nothing.
 func TestRefusedPoolAndClaim(t *testing.T) {
 	sim := startSim(t, nil)
 	startOperator(t, operatorOptions{})
@@ -172,8 +172,8 @@ func TestRefusedPoolAndClaim(t *testing.T) {
 		},
 	}
 	f.create(claim)
-	cond := waitClaimProvisioned(t, claim, metav1.ConditionFalse, string(hfv1.NotImplementedReason))
-	if !strings.Contains(cond.Message, "spec.workloadConfig.type: gitlab-ci is not implemented yet") {
+	cond := waitClaimProvisioned(t, claim, metav1.ConditionFalse, string(hfv1.InvalidSpecReason))
+	if !strings.Contains(cond.Message, "spec.bootstrap.gitlab") {
 		t.Errorf("claim message %q does not name the field", cond.Message)
 	}
 	wantNothingBuilt(t, sim, claim)
@@ -187,8 +187,8 @@ func TestRefusedPoolAndClaim(t *testing.T) {
 		},
 	}
 	f.create(pool)
-	ready := waitCondition(t, pool, func() []metav1.Condition { return pool.Status.Conditions }, string(hfv1.ReadyCondition), metav1.ConditionFalse, string(hfv1.NotImplementedReason))
-	if !strings.Contains(ready.Message, "spec.workload.type: gitlab-ci is not implemented yet") {
+	ready := waitCondition(t, pool, func() []metav1.Condition { return pool.Status.Conditions }, string(hfv1.ReadyCondition), metav1.ConditionFalse, string(hfv1.InvalidSpecReason))
+	if !strings.Contains(ready.Message, "spec.workload.type is gitlab-ci, but HypervisorMachineTemplate") || !strings.Contains(ready.Message, "has no spec.bootstrap.gitlab") {
 		t.Errorf("pool message %q does not name the field", ready.Message)
 	}
 	var claims hfv1.MachineClaimList

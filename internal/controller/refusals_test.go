@@ -33,14 +33,28 @@ func TestRefusals(t *testing.T) {
 		{"macOS runner", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{OS: "osx"}
 		}), string(hfv1.UnsupportedReason), []string{"spec.bootstrap.github.runner.os: osx", "set os: linux"}},
-		{"gitlab template", tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
-			tm.Spec.Bootstrap.GitHub = nil
-			tm.Spec.Bootstrap.GitLab = &hfv1.GitLabBootstrap{Group: "acme", Credentials: hfv1.GitLabCredentials{Token: hfv1.LocalSecretKeySelector{Name: "gl", Key: "token"}}}
-		}), string(hfv1.NotImplementedReason), []string{"spec.bootstrap.gitlab: GitLab CI is not implemented yet", "github-actions"}},
-		{"gitlab pool", refusal.Pool(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitLabCI}}}),
-			string(hfv1.NotImplementedReason), []string{"spec.workload.type: gitlab-ci is not implemented yet", "github-actions"}},
-		{"gitlab claim", refusal.Claim(ciPlatforms, &hfv1.MachineClaim{Spec: hfv1.MachineClaimSpec{WorkloadConfig: &hfv1.WorkloadConfig{Type: hfv1.WorkloadGitLabCI}}}),
+		// An operator build without a back-end for a type the API takes
+		// (the binary registers all four) refuses that type's pools and
+		// claims rather than build VMs that run no runner.
+		{"pool of a type without a back-end", refusal.Pool(withoutGitLab, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitLabCI}}}),
+			string(hfv1.NotImplementedReason), []string{"spec.workload.type: gitlab-ci is not served by this operator build", "github-actions"}},
+		{"claim of a type without a back-end", refusal.Claim(withoutGitLab, &hfv1.MachineClaim{Spec: hfv1.MachineClaimSpec{WorkloadConfig: &hfv1.WorkloadConfig{Type: hfv1.WorkloadGitLabCI}}}),
 			string(hfv1.NotImplementedReason), []string{"spec.workloadConfig.type: gitlab-ci", "remove spec.workloadConfig"}},
+	}
+	// Every type the API takes is served: GitLab CI's template, pool and
+	// claim are not refused.
+	gl := testobjects.GitHubTemplate(func(tm *hfv1.HypervisorMachineTemplate) {
+		tm.Spec.Bootstrap.GitHub = nil
+		tm.Spec.Bootstrap.GitLab = &hfv1.GitLabBootstrap{Group: "acme", Credentials: hfv1.GitLabCredentials{Token: hfv1.LocalSecretKeySelector{Name: "gl", Key: "token"}}}
+	})
+	if r := refusal.Template(ciPlatforms, gl); r != nil {
+		t.Errorf("a GitLab template is refused: %+v", r)
+	}
+	if r := refusal.Pool(ciPlatforms, &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitLabCI}}}); r != nil {
+		t.Errorf("a gitlab-ci pool is refused: %+v", r)
+	}
+	if r := refusal.Claim(ciPlatforms, &hfv1.MachineClaim{Spec: hfv1.MachineClaimSpec{WorkloadConfig: &hfv1.WorkloadConfig{Type: hfv1.WorkloadGitLabCI}}}); r != nil {
+		t.Errorf("a gitlab-ci claim is refused: %+v", r)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

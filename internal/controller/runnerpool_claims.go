@@ -145,6 +145,10 @@ func bootstrapSection(t hfv1.WorkloadType) string {
 		return "github"
 	case hfv1.WorkloadGeneric:
 		return "generic"
+	case hfv1.WorkloadGitLabCI:
+		return "gitlab"
+	case hfv1.WorkloadBuildkite:
+		return "buildkite"
 	}
 	return string(t)
 }

@@ -108,14 +108,17 @@ func TestReconcileRunnerPool(t *testing.T) {
 			events: []string{"Normal ScaledUp"}, observed: 2, claims: 2, replicas: 2, pending: 2, jobs: 2,
 		},
 		{
-			name: "a refused pool creates nothing", pool: newPool(func(p *hfv1.RunnerPool) { p.Spec.Workload = hfv1.Workload{Type: hfv1.WorkloadGitLabCI} }),
+			name: "a pool whose platform differs from its template's creates nothing", pool: newPool(func(p *hfv1.RunnerPool) {
+				p.Spec.Workload = hfv1.Workload{Type: hfv1.WorkloadGitLabCI, GitLab: &hfv1.GitLabWorkload{Tags: []string{"linux"}}}
+			}),
 			objs: []client.Object{tmpl, queued(1)}, wantRes: ctrl.Result{RequeueAfter: poolResync},
 			want: map[hfv1.ConditionType]wantCondition{
-				hfv1.ReadyCondition:                   {status: metav1.ConditionFalse, reason: hfv1.NotImplementedReason, says: []string{"spec.workload.type: gitlab-ci"}},
-				hfv1.RunnerPoolCapacityCondition:      {status: metav1.ConditionFalse, reason: hfv1.NotImplementedReason, says: []string{"No new VMs"}},
-				hfv1.RunnerPoolScopeVerifiedCondition: {},
+				hfv1.ReadyCondition:                   {status: metav1.ConditionFalse, reason: hfv1.InvalidSpecReason, says: []string{"spec.workload.type is gitlab-ci", "has no spec.bootstrap.gitlab"}},
+				hfv1.RunnerPoolCapacityCondition:      {status: metav1.ConditionFalse, reason: hfv1.InvalidSpecReason, says: []string{"No new VMs"}},
+				hfv1.RunnerPoolScopeVerifiedCondition: {status: metav1.ConditionFalse, reason: hfv1.InvalidSpecReason},
 			},
-			events: []string{"Warning NotImplemented"}, observed: 2, pending: 1, jobs: 1,
+			// The scope check and the claims phase each say why.
+			events: []string{"Warning InvalidSpec", "Warning InvalidSpec"}, observed: 2, pending: 1, jobs: 1,
 		},
 		{
 			name: "a missing template creates nothing and says which", pool: newPool(), objs: []client.Object{queued(1)},

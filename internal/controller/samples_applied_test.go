@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,6 +28,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite/buildkitesimtest"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
+	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
@@ -87,12 +89,23 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 	if _, err := bk.Sim.CreateQueue(bkCluster.ID, "linux"); err != nil {
 		t.Fatal(err)
 	}
+	// The GitLab samples' group and their access token's Secret.
+	glSim, err := gitlabsim.New(gitlabsim.Config{
+		Projects: []gitlabsim.ProjectConfig{{Path: "acme/platform/app"}},
+		Users:    []gitlabsim.UserConfig{{Username: "owner", Members: map[string]int{"acme/platform": gitlabsim.Owner}}},
+		Tokens:   []gitlabsim.TokenConfig{{Token: testGitLabToken, User: "owner", Scopes: []string{"api"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl := httptest.NewTLSServer(glSim)
+	t.Cleanup(func() { gl.Close(); glSim.Close() })
 	certFile, keyFile, _ := webhookCertificate(t)
 	agents := t.TempDir()
 	if err := os.WriteFile(filepath.Join(agents, "hyperfleet-agent-linux-amd64"), []byte("\x7fELF stand-in for the agent"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	startOperator(t, operatorOptions{github: byHost{bk.Listener.Addr().String(): bk.Client().Transport, "": gs.Transport}, agentServer: &manager.AgentServerOptions{
+	startOperator(t, operatorOptions{github: byHost{bk.Listener.Addr().String(): bk.Client().Transport, gl.Listener.Addr().String(): gl.Client().Transport, "": gs.Transport}, agentServer: &manager.AgentServerOptions{
 		Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Dir: agents, URL: "https://hyperfleet-agent.hyperfleet-system.svc:9443",
 	}})
 	ctx := context.Background()
@@ -113,6 +126,7 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 	secret(samplesNamespace, "github-pat", map[string]string{"token": testGitHubPAT})
 	secret(samplesNamespace, "ghes-pat", map[string]string{"token": testGitHubPAT})
 	secret(samplesNamespace, "buildkite-api", map[string]string{"token": testBuildkiteToken})
+	secret(samplesNamespace, "gitlab-token", map[string]string{"token": testGitLabToken})
 	// The mTLS sample's cluster is reached through a real nginx that
 	// requires a client certificate from clientCA, with the one its Secret
 	// holds (a kubernetes.io/tls Secret, as the sample says).
@@ -138,6 +152,7 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 		"https://github.example.com/api/v3", gs.URL+"/api/v3",
 		"https://github.com", gs.URL,
 		"0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", bkCluster.ID,
+		"https://gitlab.example.com", gl.URL,
 	)
 	var applied []*unstructured.Unstructured
 	files, _ := filepath.Glob(filepath.Join(testenv.RepoRoot(), "config", "samples", "hyperfleet_*.yaml"))
@@ -247,6 +262,9 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 
 // testBuildkiteToken is the Buildkite samples' API token on the simulator.
 const testBuildkiteToken = "bkua_samplesTokenForTheBuildkiteSimulator"
+
+// testGitLabToken is the GitLab samples' access token on the simulator.
+const testGitLabToken = "glpat-samplesTokenForTheGitLabSim"
 
 // byHost sends each request through the transport of its host, the one
 // under "" for any other: the operator's one workload transport reaching

@@ -161,16 +161,27 @@ func TestWebhookFallbackSecretIsOptIn(t *testing.T) {
 // only when webhook.buildkite.secretName names their Secret
 // (--buildkite-webhook-secret), and accepts its fallback key only when
 // webhook.buildkite.allowFallbackSecret says so too.
-func TestBuildkiteWebhookSecret(t *testing.T) {
+func TestBuildkiteWebhookSecret(t *testing.T) { checkPlatformWebhookSecret(t, "buildkite") }
+
+// TestGitLabWebhookSecret: the same for GitLab's Job Hooks
+// (webhook.gitlab, --gitlab-webhook-secret).
+func TestGitLabWebhookSecret(t *testing.T) { checkPlatformWebhookSecret(t, "gitlab") }
+
+// checkPlatformWebhookSecret checks values webhook.<platform>.secretName
+// and allowFallbackSecret against flags --<platform>-webhook-secret and
+// --<platform>-webhook-allow-fallback-secret.
+func checkPlatformWebhookSecret(t *testing.T, platform string) {
+	t.Helper()
+	v, secret, fallback := "webhook."+platform+".", "--"+platform+"-webhook-secret", "--"+platform+"-webhook-allow-fallback-secret"
 	for _, c := range []struct {
 		set      string
 		want     []string
 		unwanted []string
 	}{
-		{"", nil, []string{"--buildkite-webhook-secret", "--buildkite-webhook-allow-fallback-secret"}},
-		{"webhook.buildkite.secretName=bk-hooks", []string{"--buildkite-webhook-secret=bk-hooks"}, []string{"--buildkite-webhook-allow-fallback-secret"}},
-		{"webhook.buildkite.secretName=bk-hooks,webhook.buildkite.allowFallbackSecret=true", []string{"--buildkite-webhook-secret=bk-hooks", "--buildkite-webhook-allow-fallback-secret"}, nil},
-		{"webhook.buildkite.secretName=bk-hooks,webhook.enabled=false", nil, []string{"--buildkite-webhook-secret=bk-hooks"}},
+		{"", nil, []string{secret, fallback}},
+		{v + "secretName=hooks", []string{secret + "=hooks"}, []string{fallback}},
+		{v + "secretName=hooks," + v + "allowFallbackSecret=true", []string{secret + "=hooks", fallback}, nil},
+		{v + "secretName=hooks,webhook.enabled=false", nil, []string{secret + "=hooks"}},
 	} {
 		var extra []string
 		if c.set != "" {

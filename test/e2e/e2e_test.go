@@ -214,10 +214,10 @@ func (wt *watcher) sample() {
 }
 
 // containsOperatorSecret reports whether data holds one of the operator's
-// long-lived platform credentials: the GitHub PAT or the Buildkite API
-// token, which no VM may ever see.
+// long-lived platform credentials: the GitHub PAT, the Buildkite API
+// token or the GitLab access token, which no VM may ever see.
 func containsOperatorSecret(data []byte) bool {
-	return bytes.Contains(data, []byte(devenv.PAT)) || bytes.Contains(data, []byte(devenv.BuildkiteAPIToken))
+	return bytes.Contains(data, []byte(devenv.PAT)) || bytes.Contains(data, []byte(devenv.BuildkiteAPIToken)) || bytes.Contains(data, []byte(devenv.GitLabToken))
 }
 
 // waitDone waits until every job completed and nothing is left.
@@ -308,7 +308,7 @@ func checkJobs(t *testing.T, w *devenv.World, wt *watcher, jobs int) {
 		t.Errorf("only %d samples of the simulators' state were taken", wt.samples)
 	}
 	if len(wt.leaks) > 0 {
-		t.Errorf("the GitHub PAT or the Buildkite API token appeared in: %s", strings.Join(slices.Compact(slices.Sorted(slices.Values(wt.leaks))), ", "))
+		t.Errorf("an operator credential (GitHub PAT, Buildkite API token, GitLab access token) appeared in: %s", strings.Join(slices.Compact(slices.Sorted(slices.Values(wt.leaks))), ", "))
 	}
 }
 

@@ -281,8 +281,10 @@ func (s *secretsService) document(ctx context.Context, claim *hfv1.MachineClaim,
 		doc.JITConfig = cred.Secret.Reveal()
 	case workload.MethodRegistrationToken:
 		doc.RegistrationToken, doc.RegistrationURL = cred.Secret.Reveal(), cred.RegistrationURL
-	case workload.MethodAgentToken, workload.MethodJobToken:
-		// The agent API endpoint (and the job) are in the VM's config.
+	case workload.MethodAgentToken, workload.MethodJobToken, workload.MethodRunnerAuthToken:
+		// A Buildkite agent or job acquisition token, or a GitLab runner
+		// authentication token; the endpoint (agent API and job, GitLab
+		// URL) is in the VM's config.
 		doc.RegistrationToken = cred.Secret.Reveal()
 	default:
 		return doc, what, fmt.Errorf("the CI platform issued a credential of method %q, which the agent does not take", cred.Method)

@@ -1,6 +1,7 @@
 package machineclaim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,7 +45,11 @@ func (g *guest) PlaceGuestFile(_ context.Context, _ provider.Owner, _ provider.V
 
 // minter issues JIT configurations jit-1, jit-2, ... for runners 1, 2, ...
 // and records them as workloads.Platforms does.
-type minter struct{ issued int }
+type minter struct {
+	issued int
+	// method is the credential's method; jit-config when empty.
+	method workload.Method
+}
 
 func (m *minter) RunnerCredential(_ context.Context, claim *hfv1.MachineClaim) (workload.Credential, error) {
 	m.issued++
@@ -53,7 +58,11 @@ func (m *minter) RunnerCredential(_ context.Context, claim *hfv1.MachineClaim) (
 		st.CredentialRequestedAt = old.CredentialRequestedAt
 	}
 	claim.Status.Bootstrap = st
-	return workload.Credential{Method: workload.MethodJIT, Secret: workload.NewSecret(fmt.Sprintf("jit-%d", m.issued)), RunnerName: "runner-a", RunnerID: int64(m.issued)}, nil
+	method, prefix := cmp.Or(m.method, workload.MethodJIT), "jit"
+	if m.method != "" {
+		prefix = string(m.method)
+	}
+	return workload.Credential{Method: method, Secret: workload.NewSecret(fmt.Sprintf("%s-%d", prefix, m.issued)), RunnerName: "runner-a", RunnerID: int64(m.issued)}, nil
 }
 
 type fakeIdentity struct{}
@@ -270,5 +279,40 @@ func TestDeliverAgentConfig(t *testing.T) {
 	_, _, _ = deliver(ctx, broken, claim2, &guest{})
 	if _, failure, _ := deliver(ctx, broken, claim2, &guest{}); !strings.Contains(failure, "agent configuration") {
 		t.Errorf("a configuration that cannot be built: failure %q, want the claim failed naming it", failure)
+	}
+}
+
+// TestDeliverEachMethod: every credential method a back-end issues reaches
+// the VM in the field the agent reads it from (internal/agent's sources):
+// GitHub's JIT configuration in jitConfig, a registration token, a
+// Buildkite agent token and a GitLab runner authentication token in
+// registrationToken.
+func TestDeliverEachMethod(t *testing.T) {
+	ctx := context.Background()
+	for _, method := range []workload.Method{workload.MethodJIT, workload.MethodRegistrationToken, workload.MethodAgentToken, workload.MethodRunnerAuthToken} {
+		claim, m, g := runningClaim(), &minter{method: method}, &guest{}
+		if method == workload.MethodJIT {
+			m.method = ""
+		}
+		s, _ := service(m, &Minted{})
+		for range 3 {
+			if _, _, err := deliver(ctx, s, claim, g); err != nil {
+				t.Fatalf("%s: %v", method, err)
+			}
+		}
+		doc, secret := placed(t, g), string(method)+"-1"
+		if method == workload.MethodJIT {
+			secret = "jit-1"
+		}
+		got := doc.RegistrationToken
+		if method == workload.MethodJIT {
+			got = doc.JITConfig
+		}
+		if got != secret || doc.JITConfig != "" && doc.RegistrationToken != "" {
+			t.Errorf("%s: placed %+v, want %s in its field alone", method, doc, secret)
+		}
+		if st := storedCredential(workload.Credential{Method: method, Secret: workload.NewSecret(secret)}); string(st.Method) != string(method) || st.JITConfig+st.RegistrationToken != secret || st.Validate() != nil && method != workload.MethodRegistrationToken {
+			t.Errorf("%s: the secret store keeps %#v (%v)", method, st, st.Validate())
+		}
 	}
 }

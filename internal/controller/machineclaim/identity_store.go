@@ -165,7 +165,7 @@ func storedCredential(cred workload.Credential) secretstore.Credential {
 	switch cred.Method {
 	case workload.MethodJIT:
 		out.JITConfig = cred.Secret.Reveal()
-	case workload.MethodRegistrationToken, workload.MethodAgentToken, workload.MethodJobToken:
+	case workload.MethodRegistrationToken, workload.MethodAgentToken, workload.MethodJobToken, workload.MethodRunnerAuthToken:
 		out.RegistrationToken = cred.Secret.Reveal()
 	}
 	return out

@@ -28,12 +28,6 @@ type Refusal struct {
 // Template is the first field of tmpl this operator does not act
 // on, or nil.
 func Template(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate) *Refusal {
-	if tmpl.Spec.Bootstrap.GitLab != nil && !served(ws, hfv1.WorkloadGitLabCI) {
-		// The API takes the section so that it stays the same when the
-		// platform is served; until then its claims would have no runner.
-		return &Refusal{hfv1.NotImplementedReason, fmt.Sprintf(
-			"spec.bootstrap.gitlab: GitLab CI is not implemented yet; %s (spec.bootstrap.github)", servedTypes(ws))}
-	}
 	if _, t, ok := ws.Template(tmpl); ok && t.Runner.OS != "linux" && t.Runner.OS != "win" {
 		// The operator renders user data for cloud-init (a systemd unit)
 		// and cloudbase-init (a Windows service) only (docs/cloud-init.md,
@@ -46,21 +40,24 @@ func Template(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate) *Refu
 }
 
 // Pool is the first field of pool this operator does not act on,
-// or nil: a workload type no registered back-end serves.
+// or nil: a workload type no registered back-end serves. The operator
+// binary registers a back-end for every type the API takes
+// (cmd/hyperfleet); a build that leaves one out (tests, a trimmed binary)
+// refuses its pools here rather than build VMs that would run no runner.
 func Pool(ws *workload.Backends, pool *hfv1.RunnerPool) *Refusal {
 	if t := pool.Spec.Workload.Type; !served(ws, t) {
 		return &Refusal{hfv1.NotImplementedReason, fmt.Sprintf(
-			"spec.workload.type: %s is not implemented yet; %s", t, servedTypes(ws))}
+			"spec.workload.type: %s is not served by this operator build (no back-end registered for it); %s", t, servedTypes(ws))}
 	}
 	return nil
 }
 
 // Claim is the first field of claim this operator does not act
-// on, or nil.
+// on, or nil: as Pool, a workload type no registered back-end serves.
 func Claim(ws *workload.Backends, claim *hfv1.MachineClaim) *Refusal {
 	if wc := claim.Spec.WorkloadConfig; wc != nil && !served(ws, wc.Type) {
 		return &Refusal{hfv1.NotImplementedReason, fmt.Sprintf(
-			"spec.workloadConfig.type: %s is not implemented yet; %s, or remove spec.workloadConfig", wc.Type, servedTypes(ws))}
+			"spec.workloadConfig.type: %s is not served by this operator build (no back-end registered for it); %s, or remove spec.workloadConfig", wc.Type, servedTypes(ws))}
 	}
 	return nil
 }
@@ -71,9 +68,9 @@ func served(ws *workload.Backends, t hfv1.WorkloadType) bool {
 	return ok
 }
 
-// servedTypes says which workload types exist, as the way out of a
-// refusal: "only github-actions runners exist today: set type:
-// github-actions".
+// servedTypes says which workload types this build serves, as the way
+// out of a refusal: "this operator serves github-actions, generic: set
+// type: github-actions or generic".
 func servedTypes(ws *workload.Backends) string {
 	types := ws.Types()
 	if len(types) == 0 {
@@ -83,5 +80,5 @@ func servedTypes(ws *workload.Backends) string {
 	for i, t := range types {
 		names[i] = string(t)
 	}
-	return fmt.Sprintf("only %s runners exist today: set type: %s", strings.Join(names, ", "), strings.Join(names, " or "))
+	return fmt.Sprintf("this operator serves %s: set type: %s", strings.Join(names, ", "), strings.Join(names, " or "))
 }

@@ -83,16 +83,20 @@ func (w *World) startBuildkite() error {
 }
 
 // webhookPlatforms are the in-process operator's webhook receivers:
-// GitHub's, and Buildkite's with Options.Buildkite.
+// GitHub's, Buildkite's with Options.Buildkite and GitLab's with
+// Options.GitLab.
 func (w *World) webhookPlatforms() []manager.WebhookPlatform {
-	// Named: the world registers Buildkite's back-end, which receives
-	// webhooks, whether or not its simulator runs.
-	gh := manager.WebhookPlatform{Platform: hfv1.WorkloadGitHubActions, OwnerSecrets: map[string][]byte{Organization: []byte(webhookSecret)}}
-	if w.Buildkite == nil {
-		return []manager.WebhookPlatform{gh}
+	// Named: the world registers Buildkite's and GitLab's back-ends,
+	// which receive webhooks, whether or not their simulators run.
+	out := []manager.WebhookPlatform{{Platform: hfv1.WorkloadGitHubActions, OwnerSecrets: map[string][]byte{Organization: []byte(webhookSecret)}}}
+	if w.Buildkite != nil {
+		out = append(out, manager.WebhookPlatform{Platform: hfv1.WorkloadBuildkite,
+			OwnerSecrets: map[string][]byte{BuildkiteOrganization: []byte(buildkiteWebhookToken)}})
 	}
-	return []manager.WebhookPlatform{gh, {Platform: hfv1.WorkloadBuildkite,
-		OwnerSecrets: map[string][]byte{BuildkiteOrganization: []byte(buildkiteWebhookToken)}}}
+	if w.GitLab != nil {
+		out = append(out, gitlabWebhookPlatform())
+	}
+	return out
 }
 
 // pointBuildkiteWebhook makes the operator's receiver at base the

@@ -57,6 +57,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/generic"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/gitlab"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 
@@ -235,6 +236,12 @@ type Options struct {
 	// which the guests download (hack/buildkite-agent).
 	Buildkite            bool
 	BuildkiteAgentBinary string
+	// GitLab runs the GitLab simulator too (gitlab.go): one group
+	// (GitLabGroup) with one project, served with the GitHub simulator's
+	// certificate, which the guests trust; AddGitLabPool adds pools of
+	// it. The guests download the simulator's gitlab-runner stand-in
+	// (the real runner cannot be built here, docs/gitlab.md).
+	GitLab bool
 	// Platform is the CI platform of the world's own template and pool
 	// (TemplateName, PoolName) and of the jobs QueueJobs queues:
 	// hfv1.WorkloadGitHubActions (the default, when empty) or
@@ -242,8 +249,8 @@ type Options struct {
 	// bootstraps a Buildkite agent of the simulator's organization and
 	// the pool serves its cluster queue JobLabel. The GitHub simulator
 	// runs either way (its certificate serves Buildkite's simulator too).
-	// hfv1.WorkloadGitLabCI is refused until the world has a GitLab
-	// simulator and the operator serves gitlab-ci pools.
+	// hfv1.WorkloadGitLabCI is refused here: GitLab pools are added
+	// beside the world's own with Options.GitLab and AddGitLabPool.
 	Platform hfv1.WorkloadType
 }
 
@@ -276,6 +283,8 @@ type World struct {
 
 	// Buildkite is the Buildkite simulator with Options.Buildkite.
 	Buildkite *buildkiteWorld
+	// GitLab is the GitLab simulator with Options.GitLab.
+	GitLab *gitlabWorld
 	// SPIRE is the spire-server with Options.SPIFFE.
 	SPIRE *spireworld.Server
 	// Vault is the fake secrets store with Options.SecretStore, VaultURL
@@ -411,6 +420,12 @@ func (w *World) start(ctx context.Context) (err error) {
 	if opts.Buildkite {
 		w.progress("Starting the Buildkite simulator")
 		if err := w.startBuildkite(); err != nil {
+			return err
+		}
+	}
+	if opts.GitLab {
+		w.progress("Starting the GitLab simulator")
+		if err := w.startGitLab(); err != nil {
 			return err
 		}
 	}
@@ -789,7 +804,7 @@ func (w *World) StartOperator(ctx context.Context) error {
 		// Their generic scripts too: this user, by name.
 		GenericScriptUser: me.Username,
 		// The local world's CI platform is the GitHub simulator.
-		Workloads:         map[hfv1.WorkloadType]workload.Factory{hfv1.WorkloadGitHubActions: github.NewBackend, hfv1.WorkloadGeneric: generic.NewBackend, hfv1.WorkloadBuildkite: buildkite.NewBackend},
+		Workloads:         map[hfv1.WorkloadType]workload.Factory{hfv1.WorkloadGitHubActions: github.NewBackend, hfv1.WorkloadGeneric: generic.NewBackend, hfv1.WorkloadBuildkite: buildkite.NewBackend, hfv1.WorkloadGitLabCI: gitlab.NewBackend},
 		WorkloadTransport: w.githubTransport,
 		Webhook:           &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: w.webhook.certFile, KeyFile: w.webhook.keyFile, Platforms: w.webhookPlatforms()},
 		ResyncInterval:    resyncInterval,
@@ -820,6 +835,10 @@ func (w *World) StartOperator(ctx context.Context) error {
 		return err
 	}
 	w.pointBuildkiteWebhook("https://" + comps.Webhook.Addr().String())
+	if err := w.pointGitLabWebhook("https://" + comps.Webhook.Addr().String()); err != nil {
+		cancel()
+		return err
+	}
 	w.operator = run
 	return nil
 }
@@ -877,6 +896,9 @@ func (w *World) Stop() error {
 	}
 	if w.Buildkite != nil {
 		w.Buildkite.Sim.Close()
+	}
+	if w.GitLab != nil {
+		w.GitLab.Sim.Close()
 	}
 	if w.Proxmox != nil {
 		_ = w.Proxmox.Close()

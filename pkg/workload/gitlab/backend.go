@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path"
 	"strings"
 	"sync"
 
@@ -117,6 +118,8 @@ func (*Backend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Templat
 		Field:           templateField,
 		Runner:          runnerSoftware(g),
 		RegistrationURL: instanceURL(g),
+		AgentPlatform:   "gitlab-ci",
+		BootstrapMethod: string(workload.MethodRunnerAuthToken),
 		Secrets:         map[string]hfv1.LocalSecretKeySelector{templateField + ".credentials.token": g.Credentials.Token},
 		CredentialsKey:  credentialsKey(g),
 	}
@@ -133,22 +136,31 @@ func instanceURL(g *hfv1.GitLabBootstrap) string {
 }
 
 // runnerSoftware is the gitlab-runner binary and its builds directory, with
-// the defaults applied: InstallPath is the binary's path, WorkDir the
-// builds directory.
+// the defaults applied: InstallPath is the binary's directory and RunScript
+// its file name (as the VM's agent runs it), WorkDir the builds directory. A
+// downloaded runner (GitLab publishes the bare binary) goes into a directory
+// of its own (DownloadedRunnerDir), which the VM's agent empties after the
+// job; a runner baked into the image stays where the template says.
 func runnerSoftware(g *hfv1.GitLabBootstrap) workload.RunnerSoftware {
-	rs := workload.RunnerSoftware{InstallPath: defaultRunnerPath, WorkDir: defaultBuildsDir, OS: defaultOS, Arch: defaultArch}
-	r := g.Runner
-	if r == nil {
-		return rs
+	rs := workload.RunnerSoftware{WorkDir: defaultBuildsDir, OS: defaultOS, Arch: defaultArch}
+	bin := defaultRunnerPath
+	if r := g.Runner; r != nil {
+		bin = cmp.Or(r.Path, bin)
+		rs.WorkDir = cmp.Or(r.BuildsDir, rs.WorkDir)
+		rs.OS = cmp.Or(string(r.OS), rs.OS)
+		rs.Arch = cmp.Or(string(r.Arch), rs.Arch)
+		rs.DownloadURL = strings.NewReplacer("{os}", rs.OS, "{arch}", rs.Arch).Replace(r.DownloadURL)
+		rs.DownloadSHA256 = r.DownloadSHA256
 	}
-	rs.InstallPath = cmp.Or(r.Path, rs.InstallPath)
-	rs.WorkDir = cmp.Or(r.BuildsDir, rs.WorkDir)
-	rs.OS = cmp.Or(string(r.OS), rs.OS)
-	rs.Arch = cmp.Or(string(r.Arch), rs.Arch)
-	rs.DownloadURL = strings.NewReplacer("{os}", rs.OS, "{arch}", rs.Arch).Replace(r.DownloadURL)
-	rs.DownloadSHA256 = r.DownloadSHA256
+	rs.InstallPath, rs.RunScript = path.Dir(bin), path.Base(bin)
+	if rs.DownloadURL != "" {
+		rs.InstallPath, rs.RunScript = DownloadedRunnerDir, "gitlab-runner"
+	}
 	return rs
 }
+
+// DownloadedRunnerDir is where a VM puts a downloaded gitlab-runner binary.
+const DownloadedRunnerDir = "/opt/gitlab-runner"
 
 // credentialsKey identifies the GitLab credentials a template gives its
 // pools: the instance and which Secret key holds the token (never its

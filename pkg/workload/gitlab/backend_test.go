@@ -48,14 +48,15 @@ func TestBackendReadsTheAPI(t *testing.T) {
 			tt.Secrets["spec.bootstrap.gitlab.credentials.token"] != token || tt.CredentialsKey == "" || len(tt.DefaultLabels) != 0 {
 			t.Fatalf("template %+v: %+v", tc.g, tt)
 		}
-		if r := tt.Runner; r.InstallPath != "/usr/local/bin/gitlab-runner" || r.WorkDir != "/var/lib/hyperfleet/builds" || r.OS != "linux" || r.Arch != "amd64" || r.DownloadURL != "" {
+		if r := tt.Runner; r.InstallPath != "/usr/local/bin" || r.RunScript != "gitlab-runner" || r.WorkDir != "/var/lib/hyperfleet/builds" || r.OS != "linux" || r.Arch != "amd64" || r.DownloadURL != "" {
 			t.Fatalf("runner defaults: %+v", r)
 		}
 	}
 	self := gitlabTemplate(&hfv1.GitLabBootstrap{URL: "https://gitlab.example.com", Group: "acme", Credentials: hfv1.GitLabCredentials{Token: token},
 		Runner: &hfv1.GitLabRunnerSoftware{DownloadURL: "https://dl.example.com/gitlab-runner-{os}-{arch}", DownloadSHA256: "ab", Arch: "arm64", BuildsDir: "/srv/builds"}})
 	tt, _ := be.Template(self)
-	if tt.Endpoint != "https://gitlab.example.com" || tt.Runner.DownloadURL != "https://dl.example.com/gitlab-runner-linux-arm64" || tt.Runner.WorkDir != "/srv/builds" {
+	if tt.Endpoint != "https://gitlab.example.com" || tt.Runner.DownloadURL != "https://dl.example.com/gitlab-runner-linux-arm64" || tt.Runner.WorkDir != "/srv/builds" ||
+		tt.Runner.InstallPath != "/opt/gitlab-runner" || tt.Runner.RunScript != "gitlab-runner" || tt.AgentPlatform != "gitlab-ci" || tt.BootstrapMethod != "runner-auth-token" {
 		t.Fatalf("self-managed template: %+v", tt)
 	}
 	other := self.DeepCopy()

@@ -65,6 +65,29 @@ func (s *Simulator) RevokeToken(token string) error {
 	return nil
 }
 
+// IssuedRunner is a runner created through the API, with its
+// authentication token, as tests read it after the runner is gone.
+type IssuedRunner struct {
+	ID          int64  `json:"id"`
+	Description string `json:"description"`
+	Token       string `json:"token"`
+	// Live: the runner still exists.
+	Live bool `json:"live"`
+}
+
+// IssuedRunners lists every runner created through the API, deleted ones
+// included, in creation order.
+func (s *Simulator) IssuedRunners() []IssuedRunner {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]IssuedRunner, len(s.issued))
+	for i, r := range s.issued {
+		r.Live = s.runners[r.ID] != nil
+		out[i] = r
+	}
+	return out
+}
+
 // RunnerInfo is a runner as tests read it.
 type RunnerInfo struct {
 	ID       int64    `json:"id"`

@@ -307,6 +307,7 @@ func (s *Simulator) createRunnerLocked(q *request) {
 	r.creator = u
 	r.created = s.clock.Now()
 	s.runners[r.id] = r
+	s.issued = append(s.issued, IssuedRunner{ID: r.id, Description: r.description, Token: r.token})
 	s.queueTick++
 	writeJSON(q.w, http.StatusCreated, map[string]any{"id": r.id, "token": r.token, "token_expires_at": timeJSON(r.tokenExpiresAt)})
 }

@@ -77,8 +77,11 @@ type Simulator struct {
 	jobs     map[int64]*job
 	jobOrder []int64
 	hooks    map[int64]*hook
-	faults   []*Fault
-	buckets  map[string]*bucket
+	// issued are every runner created, kept after its deletion, so that
+	// tests can try a deleted runner's token (IssuedRunners).
+	issued  []IssuedRunner
+	faults  []*Fault
+	buckets map[string]*bucket
 	// queueTick changes whenever a job becomes pending or a runner changes,
 	// as GitLab's runner queue value does; runners that send it back as
 	// last_update get 204 at once while it has not moved.

@@ -35,6 +35,14 @@ type Delivery struct {
 	Error    string `json:"error,omitempty"`
 }
 
+// RemoveHooks removes every webhook (a test world whose receiver moved
+// adds its new address after).
+func (s *Simulator) RemoveHooks() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	clear(s.hooks)
+}
+
 // AddHook adds a webhook with job_events on and returns it.
 func (s *Simulator) AddHook(c HookConfig) (int64, error) {
 	s.mu.Lock()

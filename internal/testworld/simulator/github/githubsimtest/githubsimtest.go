@@ -27,18 +27,19 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/generic"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/gitlab"
 )
 
 // Workloads are the CI platform back-ends of an operator under test, by
 // workload type, as the operator binary registers them: GitHub Actions
-// (pkg/workload/github), Buildkite (pkg/workload/buildkite) and generic (pkg/workload/generic). Tests of the operator's neutral packages (the
+// (pkg/workload/github), GitLab CI (pkg/workload/gitlab), Buildkite (pkg/workload/buildkite) and generic (pkg/workload/generic). Tests of the operator's neutral packages (the
 // controllers, routing) reach GitHub through them, as the operator does,
 // rather than by importing the platform's package; to reach a simulator,
 // build them over Server.Transport and point the templates' apiBaseURL at
 // Server.URL+"/api/v3".
 func Workloads() map[hfv1.WorkloadType]workload.Factory {
 	return map[hfv1.WorkloadType]workload.Factory{hfv1.WorkloadGitHubActions: github.NewBackend, hfv1.WorkloadGeneric: generic.NewBackend,
-		hfv1.WorkloadBuildkite: buildkite.NewBackend}
+		hfv1.WorkloadBuildkite: buildkite.NewBackend, hfv1.WorkloadGitLabCI: gitlab.NewBackend}
 }
 
 // Backends builds Workloads over transport (nil: the default transport),

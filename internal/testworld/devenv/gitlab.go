@@ -1,0 +1,153 @@
+package devenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/manager"
+	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab/gitlabsimtest"
+)
+
+// The GitLab world's names and secrets (Options.GitLab).
+const (
+	// GitLabGroup is the simulator's group, every GitLab pool's scope;
+	// GitLabProject is its project, where tests create pipelines.
+	GitLabGroup   = "hyperfleet-dev"
+	GitLabProject = GitLabGroup + "/app"
+	// GitLabToken is the operator's access token (a group Owner's, with
+	// the scopes docs/gitlab.md lists and api to cancel pipelines). Like
+	// PAT, it must never reach a VM.
+	GitLabToken = "glpat-devEnvironmentTokenNeverInAVM"
+	// gitlabSecret is the Secret holding GitLabToken.
+	gitlabSecret = "gitlab-api"
+	// gitlabWebhookToken is the group hook's secret token.
+	gitlabWebhookToken = "dev-gitlab-webhook-token"
+)
+
+// gitlabWorld is the GitLab simulator of a World.
+type gitlabWorld struct {
+	// Sim is the simulator, URL its base URL as the operator and the
+	// guests reach it (REST and the runner API under /api/v4, the
+	// gitlab-runner stand-in under /_sim/gitlab-runner/).
+	Sim *gitlabsim.Simulator
+	URL string
+	// hookBase is the operator's receiver the group's hook points at.
+	hookBase string
+}
+
+// PauseHooks removes the group's hook: jobs created until ResumeHooks
+// reach the operator through its resync alone.
+func (g *gitlabWorld) PauseHooks() { g.Sim.RemoveHooks() }
+
+// ResumeHooks points the group's hook at the operator's receiver again.
+func (g *gitlabWorld) ResumeHooks() error {
+	g.Sim.RemoveHooks()
+	if _, err := g.Sim.AddHook(gitlabsim.HookConfig{URL: g.hookBase + "/webhooks/gitlab", Token: gitlabWebhookToken, Group: GitLabGroup}); err != nil {
+		return fmt.Errorf("devenv: GitLab hook: %w", err)
+	}
+	return nil
+}
+
+// startGitLab starts the GitLab simulator over HTTPS with the GitHub
+// simulator's certificate (which names the guests' host address and which
+// they trust through SSL_CERT_FILE, as the stand-in runner does), its Job
+// Hooks sent through the operator's webhook client.
+func (w *World) startGitLab() error {
+	sim, err := gitlabsim.New(gitlabsim.Config{
+		Projects: []gitlabsim.ProjectConfig{{Path: GitLabProject}},
+		Users:    []gitlabsim.UserConfig{{Username: "hyperfleet", Members: map[string]int{GitLabGroup: gitlabsim.Owner}}},
+		Tokens: []gitlabsim.TokenConfig{{Token: GitLabToken, User: "hyperfleet",
+			Scopes: []string{"api", "create_runner", "manage_runner", "read_api"}}},
+	}, gitlabsim.WithWebhookClient(w.webhook.client))
+	if err != nil {
+		return fmt.Errorf("devenv: GitLab simulator: %w", err)
+	}
+	base, err := w.serveTLS(sim, w.simCert)
+	if err != nil {
+		sim.Close()
+		return err
+	}
+	w.GitLab = &gitlabWorld{Sim: sim, URL: w.guestURL(base)}
+	return nil
+}
+
+// gitlabWebhookPlatform is the operator's GitLab receiver: the group's
+// own token.
+func gitlabWebhookPlatform() manager.WebhookPlatform {
+	return manager.WebhookPlatform{Platform: hfv1.WorkloadGitLabCI,
+		OwnerSecrets: map[string][]byte{gitlabsimtest.OwnerKey(GitLabGroup): []byte(gitlabWebhookToken)}}
+}
+
+// pointGitLabWebhook makes the operator's receiver at base the group's
+// only hook.
+func (w *World) pointGitLabWebhook(base string) error {
+	if w.GitLab == nil {
+		return nil
+	}
+	w.GitLab.hookBase = base
+	return w.GitLab.ResumeHooks()
+}
+
+// GitLabPoolSpec is a GitLab RunnerPool of the world.
+type GitLabPoolSpec struct {
+	// Name names the pool and its template.
+	Name string
+	// Tags are the pool's runners' tags.
+	Tags []string
+	// MinReplicas and MaxReplicas size the pool.
+	MinReplicas, MaxReplicas int32
+}
+
+// AddGitLabPool creates a GitLab RunnerPool of the simulator's group with
+// its template (a copy of the world's: cloud-init, resources, agent
+// source, cluster, attestation), whose runner is the simulator's
+// gitlab-runner stand-in, downloaded and checked against its SHA-256 as a
+// VM downloads GitLab's binary.
+func (w *World) AddGitLabPool(ctx context.Context, spec GitLabPoolSpec) error {
+	gl := w.GitLab
+	if gl == nil {
+		return errors.New("devenv: AddGitLabPool needs Options.GitLab")
+	}
+	_, sum := gitlabsim.RunnerStandIn()
+	objs, err := w.Objects()
+	if err != nil {
+		return err
+	}
+	tmpl := objectOf[*hfv1.HypervisorMachineTemplate](objs).DeepCopy()
+	tmpl.ObjectMeta = metav1.ObjectMeta{Namespace: Namespace, Name: spec.Name}
+	tmpl.Spec.Bootstrap = hfv1.Bootstrap{AgentSource: tmpl.Spec.Bootstrap.AgentSource, GitLab: &hfv1.GitLabBootstrap{
+		URL:         gl.URL,
+		Credentials: hfv1.GitLabCredentials{Token: hfv1.LocalSecretKeySelector{Name: gitlabSecret, Key: "token"}},
+		Group:       GitLabGroup,
+		Runner: &hfv1.GitLabRunnerSoftware{
+			DownloadURL:    gl.URL + "/_sim/gitlab-runner/gitlab-runner-{os}-{arch}",
+			DownloadSHA256: sum,
+		},
+	}}
+	pool := &hfv1.RunnerPool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: spec.Name},
+		Spec: hfv1.RunnerPoolSpec{
+			TemplateRef: hfv1.ObjectName{Name: spec.Name},
+			Workload:    hfv1.Workload{Type: hfv1.WorkloadGitLabCI, GitLab: &hfv1.GitLabWorkload{Tags: spec.Tags}},
+			Scaling:     hfv1.Scaling{MinReplicas: spec.MinReplicas, MaxReplicas: max(spec.MaxReplicas, spec.MinReplicas, 1)},
+		},
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: gitlabSecret},
+		StringData: map[string]string{"token": GitLabToken}}
+	if err := w.API.Client.Create(ctx, secret); client.IgnoreAlreadyExists(err) != nil {
+		return fmt.Errorf("devenv: create the GitLab token's Secret: %w", err)
+	}
+	for _, o := range []client.Object{tmpl, pool} {
+		if err := w.API.Client.Create(ctx, o); err != nil {
+			return fmt.Errorf("devenv: create %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return nil
+}
