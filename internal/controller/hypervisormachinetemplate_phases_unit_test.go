@@ -156,10 +156,10 @@ func TestReconcileHypervisorMachineTemplate(t *testing.T) {
 		},
 		{
 			name: "a field the operator does not act on", tmpl: newTemplate(func(tm *hfv1.HypervisorMachineTemplate) {
-				tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{OS: "win"}
+				tm.Spec.Bootstrap.GitHub.Runner = &hfv1.RunnerSoftware{OS: "osx"}
 			}),
 			objs: world, wantRes: ctrl.Result{RequeueAfter: waitForDependency},
-			want:   invalid(hfv1.UnsupportedReason, "runner.os: win is not supported"),
+			want:   invalid(hfv1.UnsupportedReason, "runner.os: osx is not supported"),
 			events: []string{"Warning Unsupported"}, observed: 2,
 		},
 		{

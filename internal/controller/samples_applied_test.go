@@ -50,6 +50,10 @@ const samplesNamespace = "hyperfleet-samples"
 // samples assume a real site is (nodes, templates, storages, resource pool,
 // GitHub accounts), so a sample that refers to something it does not
 // define fails here.
+// testGitHubEnterprisePAT is the enterprise sample's classic PAT, with
+// manage_runners:enterprise.
+const testGitHubEnterprisePAT = "ghp_enterpriseOwnerTokenForTheSamples0000000"
+
 func TestSamplesWorkWhenApplied(t *testing.T) {
 	sim := startSim(t, func(c *proxmoxsim.Config) {
 		node := c.Nodes[0]
@@ -58,11 +62,13 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 		n2.IP = "192.0.2.12"
 		c.Nodes = []proxmoxsim.NodeConfig{n1, n2}
 		tmpl := c.Templates[0]
-		t9000, t9001, tv1 := tmpl, tmpl, tmpl
+		t9000, t9001, tv1, twin := tmpl, tmpl, tmpl, tmpl
 		t9000.Node, t9000.Name = "pve-node-1", "debian-12-ci"
 		t9001.VMID, t9001.Node, t9001.Name = 9001, "pve-node-1", "debian-12-runner"
 		tv1.VMID, tv1.Node, tv1.Name = 9002, "pve-node-2", "debian-12-runner-v1"
-		c.Templates = []proxmoxsim.TemplateConfig{t9000, t9001, tv1}
+		// The Windows sample's (docs/windows.md builds it).
+		twin.VMID, twin.Node, twin.Name = 9003, "pve-node-1", "win2022-runner"
+		c.Templates = []proxmoxsim.TemplateConfig{t9000, t9001, tv1, twin}
 		c.Pools = []proxmoxsim.PoolConfig{{ID: "ci"}}
 	})
 	// The kit the delivery proxmox sample names, placed as a platform
@@ -75,7 +81,12 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 		Organizations: []githubsim.OrgConfig{{Login: "example-org", RunnerGroups: []githubsim.RunnerGroupConfig{{ID: 7, Name: "hyperfleet"}}}, {Login: "platform"}},
 		Users:         []githubsim.UserConfig{{Login: "example"}},
 		Repositories:  []githubsim.RepoConfig{{Name: "example/hyperfleet"}, {Name: "platform/builds"}},
-		PATs:          []githubsim.PATConfig{{Token: testGitHubPAT, Login: "octocat"}},
+		// The enterprise sample's: example-org in enterprise example-corp,
+		// whose runner group hyperfleet serves it.
+		Enterprises: []githubsim.EnterpriseConfig{{Slug: "example-corp", Organizations: []string{"example-org"},
+			RunnerGroups: []githubsim.EnterpriseRunnerGroupConfig{{ID: 70, Name: "hyperfleet", Visibility: "selected", SelectedOrganizations: []string{"example-org"}}}}},
+		PATs: []githubsim.PATConfig{{Token: testGitHubPAT, Login: "octocat"},
+			{Token: testGitHubEnterprisePAT, Login: "enterprise-owner", Scopes: []string{"manage_runners:enterprise", "repo"}}},
 		Apps: []githubsim.AppConfig{{ID: testGitHubAppID, PublicKey: testAppKey.PublicPEM, Installations: []githubsim.InstallationConfig{
 			{ID: testGitHubInstall, Account: "example"},
 		}}},
@@ -125,6 +136,7 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 	secret(samplesNamespace, "github-app", map[string]string{"app-id": fmt.Sprint(testGitHubAppID), "installation-id": fmt.Sprint(testGitHubInstall), "private-key": string(testAppKey.PrivatePEM)})
 	secret(samplesNamespace, "github-pat", map[string]string{"token": testGitHubPAT})
 	secret(samplesNamespace, "ghes-pat", map[string]string{"token": testGitHubPAT})
+	secret(samplesNamespace, "github-enterprise-pat", map[string]string{"token": testGitHubEnterprisePAT})
 	secret(samplesNamespace, "buildkite-api", map[string]string{"token": testBuildkiteToken})
 	secret(samplesNamespace, "gitlab-token", map[string]string{"token": testGitLabToken})
 	// The mTLS sample's cluster is reached through a real nginx that
