@@ -21,6 +21,22 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite/buildkitesimtest"
 )
 
+// waitPoolVerified waits for the world's RunnerPool named pool to have
+// its CI platform scope verified.
+func waitPoolVerified(t *testing.T, w *devenv.World, pool string) {
+	t.Helper()
+	eventually(t, 3*time.Minute, "pool "+pool+" verified", func() error {
+		var p hfv1.RunnerPool
+		if err := w.API.Client.Get(context.Background(), client.ObjectKey{Namespace: devenv.Namespace, Name: pool}, &p); err != nil {
+			return err
+		}
+		if !hfv1.IsConditionTrue(p.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition) {
+			return fmt.Errorf("conditions %+v", p.Status.Conditions)
+		}
+		return nil
+	})
+}
+
 // TestBuildkitePoolRunsJobs: a Buildkite RunnerPool (queue linux, no idle
 // VMs) runs a build of three real shell jobs end to end. The simulator's
 // signed job.scheduled webhooks make the pool create VMs; each VM's agent
@@ -43,16 +59,7 @@ func TestBuildkitePoolRunsJobs(t *testing.T) {
 	if err := w.AddBuildkitePool(ctx, devenv.BuildkitePoolSpec{Name: pool, Queue: "linux", MaxReplicas: 3}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Minute, "the Buildkite pool verified", func() error {
-		var p hfv1.RunnerPool
-		if err := w.API.Client.Get(ctx, client.ObjectKey{Namespace: devenv.Namespace, Name: pool}, &p); err != nil {
-			return err
-		}
-		if !hfv1.IsConditionTrue(p.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition) {
-			return fmt.Errorf("conditions %+v", p.Status.Conditions)
-		}
-		return nil
-	})
+	waitPoolVerified(t, w, pool)
 
 	sim := w.Buildkite.Sim
 	var steps []buildkitesim.Step

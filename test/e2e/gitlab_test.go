@@ -38,16 +38,7 @@ func TestGitLabPoolRunsJobs(t *testing.T) {
 	if err := w.AddGitLabPool(ctx, devenv.GitLabPoolSpec{Name: pool, Tags: []string{"linux"}, MaxReplicas: 3}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Minute, "the GitLab pool verified", func() error {
-		var p hfv1.RunnerPool
-		if err := w.API.Client.Get(ctx, client.ObjectKey{Namespace: devenv.Namespace, Name: pool}, &p); err != nil {
-			return err
-		}
-		if !hfv1.IsConditionTrue(p.Status.Conditions, hfv1.RunnerPoolScopeVerifiedCondition) {
-			return fmt.Errorf("conditions %+v", p.Status.Conditions)
-		}
-		return nil
-	})
+	waitPoolVerified(t, w, pool)
 
 	sim := w.GitLab.Sim
 	job := func(i int) gitlabsim.JobConfig {

@@ -17,21 +17,16 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite/buildkitesimtest"
 )
 
-// TestBuildkiteJobOnRealGuest: a Buildkite RunnerPool's job on a real
-// Debian guest. The VM boots the image, cloud-init starts the agent, the
-// agent downloads the real buildkite-agent (hack/buildkite-agent) from
-// the simulator's release tarball over QEMU's network, checks its SHA-256,
-// registers it with a token made for this VM, and it runs the one job; the
-// VM powers off and is destroyed, and its token no longer exists. The job
-// prints the guest's /etc/debian_version and kernel, which a process guest
-// (the e2e suite's) does not have as a VM does.
-func TestBuildkiteJobOnRealGuest(t *testing.T) {
+// startPlatformWorld starts a world of one real guest at most, which a
+// test of another CI platform than GitHub adds its pool to; its logs are
+// kept when the test fails.
+func startPlatformWorld(t *testing.T, platform func(*devenv.Options)) *devenv.World {
+	t.Helper()
 	dir := t.TempDir()
 	img := image
-	opts := devenv.Options{Dir: dir, AgentBinary: agentBinary, MaxReplicas: 1, Progress: testWriter{t}, GuestImage: &img,
-		Buildkite: true, BuildkiteAgentBinary: buildkitesimtest.AgentBinary(t)}
-	ctx := context.Background()
-	w, err := devenv.Start(ctx, opts)
+	opts := devenv.Options{Dir: dir, AgentBinary: agentBinary, MaxReplicas: 1, Progress: testWriter{t}, GuestImage: &img}
+	platform(&opts)
+	w, err := devenv.Start(context.Background(), opts)
 	if err != nil {
 		keepLogs(t, dir)
 		t.Fatal(err)
@@ -44,6 +39,22 @@ func TestBuildkiteJobOnRealGuest(t *testing.T) {
 			t.Errorf("stop world: %v", err)
 		}
 	})
+	return w
+}
+
+// TestBuildkiteJobOnRealGuest: a Buildkite RunnerPool's job on a real
+// Debian guest. The VM boots the image, cloud-init starts the agent, the
+// agent downloads the real buildkite-agent (hack/buildkite-agent) from
+// the simulator's release tarball over QEMU's network, checks its SHA-256,
+// registers it with a token made for this VM, and it runs the one job; the
+// VM powers off and is destroyed, and its token no longer exists. The job
+// prints the guest's /etc/debian_version and kernel, which a process guest
+// (the e2e suite's) does not have as a VM does.
+func TestBuildkiteJobOnRealGuest(t *testing.T) {
+	w := startPlatformWorld(t, func(o *devenv.Options) {
+		o.Buildkite, o.BuildkiteAgentBinary = true, buildkitesimtest.AgentBinary(t)
+	})
+	ctx := context.Background()
 	const pool = "bk-guest"
 	if err := w.AddBuildkitePool(ctx, devenv.BuildkitePoolSpec{Name: pool, Queue: "guest", MaxReplicas: 1}); err != nil {
 		t.Fatal(err)

@@ -26,23 +26,8 @@ import (
 // /etc/debian_version and kernel. The VM powers off and is destroyed, and
 // its runner is deleted at GitLab.
 func TestGitLabJobOnRealGuest(t *testing.T) {
-	dir := t.TempDir()
-	img := image
-	opts := devenv.Options{Dir: dir, AgentBinary: agentBinary, MaxReplicas: 1, Progress: testWriter{t}, GuestImage: &img, GitLab: true}
+	w := startPlatformWorld(t, func(o *devenv.Options) { o.GitLab = true })
 	ctx := context.Background()
-	w, err := devenv.Start(ctx, opts)
-	if err != nil {
-		keepLogs(t, dir)
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			keepLogs(t, dir)
-		}
-		if err := w.Stop(); err != nil {
-			t.Errorf("stop world: %v", err)
-		}
-	})
 	const pool = "gl-guest"
 	if err := w.AddGitLabPool(ctx, devenv.GitLabPoolSpec{Name: pool, Tags: []string{"guest"}, MaxReplicas: 1}); err != nil {
 		t.Fatal(err)
