@@ -1,6 +1,6 @@
 // Command hyperfleet-dev runs HyperFleet's whole loop on this machine: a
 // real kube-apiserver and etcd, the Proxmox VE and GitHub simulators (and
-// Buildkite's with --platform buildkite), the operator and simulated VMs
+// Buildkite's or GitLab's with --platform), the operator and simulated VMs
 // running the real hyperfleet-agent (`make dev`).
 //
 // It is a binary of its own, not a command of the operator, so that the
@@ -41,9 +41,10 @@ const usage = `Usage: hyperfleet-dev [flags]   (make dev DEV_FLAGS="...")
 
 Runs HyperFleet's whole loop on this machine: a real kube-apiserver and etcd
 (built from source and cached on the first run), the Proxmox VE and GitHub
-simulators (and Buildkite's with --platform buildkite), the operator, and
-simulated VMs running the real hyperfleet-agent. It queues --jobs CI jobs on
-the --platform's simulator and shows jobs, claims and VMs as they change.
+simulators (and Buildkite's or GitLab's with --platform buildkite or gitlab),
+the operator, and simulated VMs running the real hyperfleet-agent. It queues
+--jobs CI jobs on the --platform's simulator and shows jobs, claims and VMs as
+they change.
 
 While it runs: press Enter to queue one more job, type a number and Enter to
 queue that many, type q and Enter (or Ctrl-C) to stop.
@@ -68,7 +69,7 @@ func run(args []string) error {
 	spiffe := fs.Bool("spiffe", false, "give every VM a SPIFFE identity: run a real spire-server (built from source and cached on the first run), attest each VM's spire-agent with a join token and hand out runner credentials through the operator's credential broker (docs/identity.md)")
 	secretStore := fs.Bool("secret-store", false, "with --spiffe: hand out runner credentials through a secrets store instead of the broker: run a fake Vault on loopback HTTPS whose JWT auth trusts spire-server's keys; each VM logs in with its JWT-SVID and reads its credential once (docs/secrets-store.md)")
 	tpm := fs.Bool("tpm", false, "with --spiffe: attest every VM with its TPM instead of a join token: each simulated VM gets a swtpm virtual TPM whose EK the Proxmox simulator's swtpm local CA certifies, the operator certifies a DevID key in it, and spire-agent attests with tpm_devid (docs/identity.md, \"TPM\")")
-	platform := fs.String("platform", "github", "the CI platform of the pool and its jobs: github (GitHub Actions runners), buildkite (the real buildkite-agent, built from source and cached on the first run, in every VM; docs/buildkite.md) or gitlab (refused until the operator serves gitlab-ci pools)")
+	platform := fs.String("platform", "github", "the CI platform of the pool and its jobs: github (GitHub Actions runners), buildkite (the real buildkite-agent, built from source and cached on the first run, in every VM; docs/buildkite.md) or gitlab (a runner of the GitLab simulator's group in every VM: the simulator's gitlab-runner stand-in; docs/gitlab.md)")
 	metricsAddr := fs.String("metrics-bind-address", "", "serve the operator's Prometheus /metrics at this address (e.g. 127.0.0.1:8080; port 0 picks a free one); empty: off")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -80,8 +81,6 @@ func run(args []string) error {
 	switch {
 	case !ok:
 		return fmt.Errorf("--platform %q: use github, buildkite or gitlab", *platform)
-	case workloadType == hfv1.WorkloadGitLabCI:
-		return errors.New("--platform gitlab: not yet: the operator refuses gitlab-ci pools (NotImplemented) until GitLab's runner and end-to-end scenario land (docs/gitlab.md); use github or buildkite")
 	case *jobs < 0:
 		return errors.New("--jobs must not be negative")
 	case *maxReplicas < 1 || *minReplicas < 0 || *minReplicas > *maxReplicas:
@@ -140,6 +139,9 @@ func run(args []string) error {
 	}
 	if w.Buildkite != nil {
 		fmt.Fprintf(progress, "    Buildkite simulator: %s (organization %s, pipeline %s, queue %s)\n", w.Buildkite.URL, devenv.BuildkiteOrganization, devenv.BuildkitePipeline, devenv.JobLabel)
+	}
+	if w.GitLab != nil {
+		fmt.Fprintf(progress, "    GitLab simulator: %s (group %s, project %s, runner tag %s)\n", w.GitLab.URL, devenv.GitLabGroup, devenv.GitLabProject, devenv.JobLabel)
 	}
 	if err := w.QueueJobs(*jobs, *jobDuration); err != nil {
 		return err

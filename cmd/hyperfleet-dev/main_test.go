@@ -60,7 +60,11 @@ func TestDevRejectsBadFlagsBeforeStarting(t *testing.T) {
 		"--max-replicas=0":                  "need 0 <= min <= max",
 		"--min-replicas=3 --max-replicas=2": "need 0 <= min <= max",
 		"--platform=jenkins":                `--platform "jenkins": use github, buildkite or gitlab`,
-		"--platform=gitlab":                 "refuses gitlab-ci pools",
+		// Every platform passes the platform check and reaches the next
+		// one, before anything starts.
+		"--platform=github --jobs=-1":    "--jobs must not be negative",
+		"--platform=buildkite --jobs=-1": "--jobs must not be negative",
+		"--platform=gitlab --jobs=-1":    "--jobs must not be negative",
 	} {
 		err := run(strings.Fields(args))
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -130,3 +130,30 @@ func TestLiveTableShowsBuildkite(t *testing.T) {
 		}
 	}
 }
+
+// TestLiveTableShowsGitLab: a GitLab world's jobs (numeric ids, GitLab's
+// end statuses as conclusions) and runners (named by their description)
+// fill the same table, the summary naming the platform.
+func TestLiveTableShowsGitLab(t *testing.T) {
+	var out bytes.Buffer
+	table := &liveTable{out: &out}
+	s := devSnapshot()
+	s.Platform = "GitLab"
+	s.PlatformJobs = []devenv.PlatformJob{
+		{ID: "1000001", Status: "completed", Conclusion: "success", RunnerName: "runners-zzzzz-aaaaa"},
+		{ID: "1000002", Status: "in_progress", RunnerName: "runners-abcde-x7k2p"},
+		{ID: "1000003", Status: "queued"},
+	}
+	s.PlatformRunners = []devenv.PlatformRunner{{Name: "runners-abcde-x7k2p", Status: "online", Busy: true}}
+	table.show(s, 0, 5)
+	for _, want := range []string{
+		"Jobs: 1 queued, 1 in progress, 1 completed; VMs: 1; runners on GitLab: 1",
+		"1000001  completed (success)  runners-zzzzz-aaaaa",
+		"1000003  queued               -",
+		"runners-abcde-x7k2p (online, busy)",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+}

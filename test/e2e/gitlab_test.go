@@ -155,3 +155,50 @@ func TestGitLabPoolRunsJobs(t *testing.T) {
 		t.Errorf("%d runners for %d jobs", perVM, len(jobs))
 	}
 }
+
+// TestGitLabDevWorld is what `make dev DEV_FLAGS=--platform gitlab` runs:
+// the world's own template and pool on GitLab (devenv.Options.Platform),
+// jobs queued with QueueJobs (pipelines of one job tagged JobLabel), and
+// the snapshot the live table and --exit-when-done read: every job
+// succeeded on a runner of the pool's VMs, then nothing left (no claim,
+// VM, seed ISO or runner at GitLab).
+func TestGitLabDevWorld(t *testing.T) {
+	w, _ := startWorld(t, func(o *devenv.Options) { o.Platform = hfv1.WorkloadGitLabCI })
+	ctx := context.Background()
+	var pool hfv1.RunnerPool
+	if err := w.API.Client.Get(ctx, client.ObjectKey{Namespace: devenv.Namespace, Name: devenv.PoolName}, &pool); err != nil {
+		t.Fatal(err)
+	}
+	if pool.Spec.Workload.Type != hfv1.WorkloadGitLabCI || pool.Spec.Workload.GitLab == nil ||
+		strings.Join(pool.Spec.Workload.GitLab.Tags, ",") != devenv.JobLabel {
+		t.Fatalf("the world's pool is %+v, want GitLab tag %s", pool.Spec.Workload, devenv.JobLabel)
+	}
+	const jobs = 2
+	if err := w.QueueJobs(jobs, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var snap devenv.Snapshot
+	eventually(t, 4*time.Minute, "every job ran and the pool is back to zero", func() error {
+		var err error
+		if snap, err = w.Snapshot(ctx); err != nil {
+			return err
+		}
+		if len(snap.PlatformJobs) != jobs || !snap.Done(0) {
+			return fmt.Errorf("jobs %+v, %s, runners %+v", snap.PlatformJobs, summary(snap), snap.PlatformRunners)
+		}
+		return nil
+	})
+	if snap.Platform != "GitLab" || len(snap.Jobs) != 0 {
+		t.Errorf("snapshot of platform %q with %d GitHub jobs", snap.Platform, len(snap.Jobs))
+	}
+	ran := map[string]bool{}
+	for _, j := range snap.PlatformJobs {
+		if j.Conclusion != gitlabsim.StatusSuccess || !strings.HasPrefix(j.RunnerName, devenv.PoolName+"-") || ran[j.RunnerName] {
+			t.Errorf("job %+v: want success on a runner of pool %s of its own", j, devenv.PoolName)
+		}
+		ran[j.RunnerName] = true
+	}
+	if live := w.GitLab.Sim.Runners(); len(live) != 0 {
+		t.Errorf("%d runners left at GitLab: %+v", len(live), live)
+	}
+}

@@ -1,9 +1,13 @@
 package devenv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -115,22 +119,13 @@ func (w *World) AddGitLabPool(ctx context.Context, spec GitLabPoolSpec) error {
 	if gl == nil {
 		return errors.New("devenv: AddGitLabPool needs Options.GitLab")
 	}
-	_, sum := gitlabsim.RunnerStandIn()
 	objs, err := w.Objects()
 	if err != nil {
 		return err
 	}
 	tmpl := objectOf[*hfv1.HypervisorMachineTemplate](objs).DeepCopy()
 	tmpl.ObjectMeta = metav1.ObjectMeta{Namespace: Namespace, Name: spec.Name}
-	tmpl.Spec.Bootstrap = hfv1.Bootstrap{AgentSource: tmpl.Spec.Bootstrap.AgentSource, GitLab: &hfv1.GitLabBootstrap{
-		URL:         gl.URL,
-		Credentials: hfv1.GitLabCredentials{Token: hfv1.LocalSecretKeySelector{Name: gitlabSecret, Key: "token"}},
-		Group:       GitLabGroup,
-		Runner: &hfv1.GitLabRunnerSoftware{
-			DownloadURL:    gl.URL + "/_sim/gitlab-runner/gitlab-runner-{os}-{arch}",
-			DownloadSHA256: sum,
-		},
-	}}
+	tmpl.Spec.Bootstrap = hfv1.Bootstrap{AgentSource: tmpl.Spec.Bootstrap.AgentSource, GitLab: gl.bootstrap()}
 	pool := &hfv1.RunnerPool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: spec.Name},
 		Spec: hfv1.RunnerPoolSpec{
@@ -139,9 +134,7 @@ func (w *World) AddGitLabPool(ctx context.Context, spec GitLabPoolSpec) error {
 			Scaling:     hfv1.Scaling{MinReplicas: spec.MinReplicas, MaxReplicas: max(spec.MaxReplicas, spec.MinReplicas, 1)},
 		},
 	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: gitlabSecret},
-		StringData: map[string]string{"token": GitLabToken}}
-	if err := w.API.Client.Create(ctx, secret); client.IgnoreAlreadyExists(err) != nil {
+	if err := w.API.Client.Create(ctx, gitlabTokenSecret()); client.IgnoreAlreadyExists(err) != nil {
 		return fmt.Errorf("devenv: create the GitLab token's Secret: %w", err)
 	}
 	for _, o := range []client.Object{tmpl, pool} {
@@ -150,4 +143,118 @@ func (w *World) AddGitLabPool(ctx context.Context, spec GitLabPoolSpec) error {
 		}
 	}
 	return nil
+}
+
+// gitlabTokenSecret is the Secret of the operator's GitLab access token.
+func gitlabTokenSecret() *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: gitlabSecret},
+		StringData: map[string]string{"token": GitLabToken}}
+}
+
+// bootstrap is a template's spec.bootstrap.gitlab for the simulator's
+// group, whose runner is the simulator's gitlab-runner stand-in,
+// downloaded and checked against its SHA-256 as a VM downloads GitLab's
+// binary.
+func (g *gitlabWorld) bootstrap() *hfv1.GitLabBootstrap {
+	_, sum := gitlabsim.RunnerStandIn()
+	return &hfv1.GitLabBootstrap{
+		URL:         g.URL,
+		Credentials: hfv1.GitLabCredentials{Token: hfv1.LocalSecretKeySelector{Name: gitlabSecret, Key: "token"}},
+		Group:       GitLabGroup,
+		Runner: &hfv1.GitLabRunnerSoftware{
+			DownloadURL:    g.URL + "/_sim/gitlab-runner/gitlab-runner-{os}-{arch}",
+			DownloadSHA256: sum,
+		},
+	}
+}
+
+// gitlabObjects makes the world's own template and pool (Options.Platform
+// gitlab-ci) GitLab's: the template bootstraps a runner of the
+// simulator's group, the pool's runners carry the tag JobLabel, and the
+// access token's Secret comes before them.
+func (w *World) gitlabObjects(objs []client.Object) ([]client.Object, error) {
+	if w.GitLab == nil {
+		return nil, errors.New("devenv: a GitLab template needs Options.GitLab")
+	}
+	out := make([]client.Object, 0, len(objs)+1)
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *hfv1.HypervisorMachineTemplate:
+			if o.Name == TemplateName {
+				out = append(out, gitlabTokenSecret())
+				o.Spec.Bootstrap = hfv1.Bootstrap{AgentSource: o.Spec.Bootstrap.AgentSource, GitLab: w.GitLab.bootstrap()}
+			}
+		case *hfv1.RunnerPool:
+			if o.Name == PoolName {
+				o.Spec.Workload = hfv1.Workload{Type: hfv1.WorkloadGitLabCI, GitLab: &hfv1.GitLabWorkload{Tags: []string{JobLabel}}}
+			}
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// queueGitLabJobs creates n pipelines in the world's project, each one
+// job tagged JobLabel that runs for d, and records their jobs.
+func (w *World) queueGitLabJobs(n int, d time.Duration) error {
+	secs := strconv.FormatFloat(d.Seconds(), 'f', -1, 64)
+	for range n {
+		pl, err := w.GitLab.Sim.CreatePipeline(gitlabsim.PipelineRequest{Project: GitLabProject, Jobs: []gitlabsim.JobConfig{{
+			Name: "sleep " + secs, Script: []string{"sleep " + secs}, Tags: []string{JobLabel},
+		}}})
+		if err != nil {
+			return fmt.Errorf("devenv: create a GitLab pipeline: %w", err)
+		}
+		w.mu.Lock()
+		w.gitlabJobs = append(w.gitlabJobs, pl.Jobs...)
+		w.mu.Unlock()
+	}
+	return nil
+}
+
+// gitlabJobStatus maps a GitLab job status onto the GitHub statuses the
+// live table counts: queued (created, pending), in_progress (running) and
+// completed (any end, which is then its conclusion).
+func gitlabJobStatus(status string) (string, string) {
+	switch status {
+	case gitlabsim.StatusCreated, gitlabsim.StatusPending:
+		return "queued", ""
+	case gitlabsim.StatusRunning:
+		return "in_progress", ""
+	}
+	return "completed", status
+}
+
+// gitlabSnapshot adds the GitLab jobs QueueJobs queued and the runners
+// still there to s. A runner is named by its description (what the
+// claim's status records); it is online once a gitlab-runner on its VM
+// verified its token (a manager) and busy while one of its jobs runs.
+func (w *World) gitlabSnapshot(s *Snapshot) {
+	sim := w.GitLab.Sim
+	w.mu.Lock()
+	ids := slices.Clone(w.gitlabJobs)
+	w.mu.Unlock()
+	names := map[int64]string{}
+	for _, r := range sim.IssuedRunners() {
+		names[r.ID] = r.Description
+	}
+	busy := map[int64]bool{}
+	for _, id := range ids {
+		j, ok := sim.Job(id)
+		if !ok {
+			continue
+		}
+		status, conclusion := gitlabJobStatus(j.Status)
+		if j.Status == gitlabsim.StatusRunning {
+			busy[j.RunnerID] = true
+		}
+		s.PlatformJobs = append(s.PlatformJobs, PlatformJob{ID: strconv.FormatInt(id, 10), Status: status, Conclusion: conclusion, RunnerName: names[j.RunnerID]})
+	}
+	for _, r := range sim.Runners() {
+		status := "never contacted"
+		if len(r.Managers) > 0 {
+			status = "online"
+		}
+		s.PlatformRunners = append(s.PlatformRunners, PlatformRunner{Name: cmp.Or(names[r.ID], strconv.FormatInt(r.ID, 10)), Status: status, Busy: busy[r.ID]})
+	}
 }

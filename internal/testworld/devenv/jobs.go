@@ -22,11 +22,15 @@ func (w *World) EnqueueJobs(n int, d time.Duration) ([]int64, error) {
 
 // QueueJobs queues n jobs for the world's pool on its platform
 // (Options.Platform), each running for d once a runner takes it: GitHub
-// workflow jobs labelled JobLabel (EnqueueJobs), or Buildkite builds of
-// one step on queue JobLabel. The Snapshot's PlatformJobs show them.
+// workflow jobs labelled JobLabel (EnqueueJobs), Buildkite builds of one
+// step on queue JobLabel, or GitLab pipelines of one job tagged JobLabel.
+// The Snapshot's PlatformJobs show them.
 func (w *World) QueueJobs(n int, d time.Duration) error {
-	if w.opts.Platform == hfv1.WorkloadBuildkite {
+	switch w.opts.Platform {
+	case hfv1.WorkloadBuildkite:
 		return w.queueBuildkiteJobs(n, d)
+	case hfv1.WorkloadGitLabCI:
+		return w.queueGitLabJobs(n, d)
 	}
 	_, err := w.EnqueueJobs(n, d)
 	return err
@@ -45,7 +49,7 @@ type PlatformJob struct {
 	RunnerName string
 }
 
-// PlatformRunner is a runner (a Buildkite agent) registered on the
+// PlatformRunner is a runner (a Buildkite agent, a GitLab runner) registered on the
 // world's CI platform and not gone.
 type PlatformRunner struct {
 	Name, Status string
@@ -55,7 +59,7 @@ type PlatformRunner struct {
 // Snapshot is the world at one moment, for the live table and the tests.
 type Snapshot struct {
 	// Platform names the world's CI platform (Backend.Name: GitHub,
-	// Buildkite).
+	// Buildkite, GitLab).
 	Platform string
 	// PlatformJobs are the jobs queued through QueueJobs (and
 	// EnqueueJobs), oldest first, on any platform.
@@ -87,7 +91,7 @@ func (w *World) Snapshot(ctx context.Context) (Snapshot, error) {
 	for _, id := range ids {
 		if j, ok := w.GitHub.Job(id); ok {
 			s.Jobs = append(s.Jobs, j)
-			if w.opts.Platform != hfv1.WorkloadBuildkite {
+			if w.opts.Platform == hfv1.WorkloadGitHubActions {
 				s.PlatformJobs = append(s.PlatformJobs, PlatformJob{ID: strconv.FormatInt(j.ID, 10), Status: j.Status, Conclusion: j.Conclusion, RunnerName: j.RunnerName})
 			}
 		}
@@ -117,11 +121,15 @@ func (w *World) Snapshot(ctx context.Context) (Snapshot, error) {
 			s.Runners = append(s.Runners, r)
 		}
 	}
-	s.Platform = "GitHub"
-	if w.opts.Platform == hfv1.WorkloadBuildkite {
+	switch w.opts.Platform {
+	case hfv1.WorkloadBuildkite:
 		s.Platform = "Buildkite"
 		w.buildkiteSnapshot(&s)
-	} else {
+	case hfv1.WorkloadGitLabCI:
+		s.Platform = "GitLab"
+		w.gitlabSnapshot(&s)
+	default:
+		s.Platform = "GitHub"
 		for _, r := range s.Runners {
 			s.PlatformRunners = append(s.PlatformRunners, PlatformRunner{Name: r.Name, Status: r.Status, Busy: r.Busy})
 		}

@@ -37,3 +37,17 @@ func TestSnapshotDone(t *testing.T) {
 		}
 	}
 }
+
+// TestGitLabJobStatus: GitLab's job statuses map onto the table's three,
+// an ended job keeping GitLab's word as its conclusion.
+func TestGitLabJobStatus(t *testing.T) {
+	for status, want := range map[string][2]string{
+		"created": {"queued", ""}, "pending": {"queued", ""}, "running": {"in_progress", ""},
+		"success": {"completed", "success"}, "failed": {"completed", "failed"},
+		"canceled": {"completed", "canceled"}, "skipped": {"completed", "skipped"},
+	} {
+		if got, conclusion := gitlabJobStatus(status); got != want[0] || conclusion != want[1] {
+			t.Errorf("gitlabJobStatus(%q) = %q, %q; want %q, %q", status, got, conclusion, want[0], want[1])
+		}
+	}
+}

@@ -173,6 +173,13 @@ func (w *World) Objects() ([]client.Object, error) {
 		}
 		objs = bk
 	}
+	if w.opts.Platform == hfv1.WorkloadGitLabCI {
+		gl, err := w.gitlabObjects(objs)
+		if err != nil {
+			return nil, err
+		}
+		objs = gl
+	}
 	return objs, nil
 }
 

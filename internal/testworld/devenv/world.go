@@ -10,7 +10,9 @@
 // and one RunnerPool whose runners carry the label JobLabel; jobs queued
 // with EnqueueJobs reach the operator as workflow_job webhooks. With
 // Options.Platform buildkite the template and pool are Buildkite's (a
-// cluster queue named JobLabel) and QueueJobs creates builds instead.
+// cluster queue named JobLabel) and QueueJobs creates builds instead; with
+// gitlab-ci they are GitLab's (runners tagged JobLabel) and QueueJobs
+// creates pipelines.
 package devenv
 
 import (
@@ -249,8 +251,10 @@ type Options struct {
 	// bootstraps a Buildkite agent of the simulator's organization and
 	// the pool serves its cluster queue JobLabel. The GitHub simulator
 	// runs either way (its certificate serves Buildkite's simulator too).
-	// hfv1.WorkloadGitLabCI is refused here: GitLab pools are added
-	// beside the world's own with Options.GitLab and AddGitLabPool.
+	// hfv1.WorkloadGitLabCI implies GitLab the same way: the template
+	// bootstraps a runner of the simulator's group and the pool's runners
+	// carry the tag JobLabel. More pools of either are added beside the
+	// world's own with AddBuildkitePool and AddGitLabPool.
 	Platform hfv1.WorkloadType
 }
 
@@ -304,6 +308,8 @@ type World struct {
 	jobs     []int64
 	// buildkiteJobs are the Buildkite jobs QueueJobs queued, oldest first.
 	buildkiteJobs []string
+	// gitlabJobs are the GitLab jobs QueueJobs queued, oldest first.
+	gitlabJobs []int64
 	// clusters are the simulators AddCluster started.
 	clusters []*proxmoxsim.Simulator
 }
@@ -341,9 +347,11 @@ func Start(ctx context.Context, opts Options) (*World, error) {
 	case hfv1.WorkloadGitHubActions:
 	case hfv1.WorkloadBuildkite:
 		opts.Buildkite = true
+	case hfv1.WorkloadGitLabCI:
+		opts.GitLab = true
 	default:
-		return nil, fmt.Errorf("devenv: Options.Platform %q: the world runs %s or %s pools (GitLab once the operator serves gitlab-ci pools and the world has its simulator)",
-			opts.Platform, hfv1.WorkloadGitHubActions, hfv1.WorkloadBuildkite)
+		return nil, fmt.Errorf("devenv: Options.Platform %q: the world runs %s, %s or %s pools",
+			opts.Platform, hfv1.WorkloadGitHubActions, hfv1.WorkloadBuildkite, hfv1.WorkloadGitLabCI)
 	}
 	if opts.MaxReplicas == 0 {
 		opts.MaxReplicas = 5
