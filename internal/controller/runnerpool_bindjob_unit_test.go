@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,11 +34,11 @@ func TestNewClaimsBoundToQueuedJobs(t *testing.T) {
 	pool := &hfv1.RunnerPool{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "bk", UID: "pool-uid"},
 		Spec: hfv1.RunnerPoolSpec{TemplateRef: hfv1.ObjectName{Name: "debian"},
 			Workload: hfv1.Workload{Type: hfv1.WorkloadBuildkite, Buildkite: &hfv1.BuildkiteWorkload{Queue: "linux"}}}}
-	n := 0
+	// createClaims creates in parallel: the names' counter is atomic.
+	var n atomic.Int64
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pool).
 		WithInterceptorFuncs(interceptor.Funcs{Create: func(ctx context.Context, cl client.WithWatch, o client.Object, opts ...client.CreateOption) error {
-			n++
-			o.SetName(o.GetGenerateName() + strconv.Itoa(n)) // the fake client does not generate names
+			o.SetName(o.GetGenerateName() + strconv.FormatInt(n.Add(1), 10)) // the fake client does not generate names
 			return cl.Create(ctx, o, opts...)
 		}}).Build()
 	r := &RunnerPoolReconciler{Client: c, Clock: clocktesting.NewFakeClock(unitEpoch), Workloads: githubsimtest.Backends(t, nil)}
