@@ -21,6 +21,23 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite/buildkitesimtest"
 )
 
+// poolLeftovers says what is left of the world's RunnerPool named pool:
+// its claims, and any VM or ISO; nil when nothing is.
+func poolLeftovers(ctx context.Context, w *devenv.World, pool string) error {
+	var claims hfv1.MachineClaimList
+	if err := w.API.Client.List(ctx, &claims, client.InNamespace(devenv.Namespace), client.MatchingLabels{hfv1.RunnerPoolLabel: pool}); err != nil {
+		return err
+	}
+	snap, err := w.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	if len(claims.Items) != 0 || len(snap.VMs) != 0 || len(snap.ISOs) != 0 {
+		return fmt.Errorf("%d claims left; %s", len(claims.Items), summary(snap))
+	}
+	return nil
+}
+
 // waitPoolVerified waits for the world's RunnerPool named pool to have
 // its CI platform scope verified.
 func waitPoolVerified(t *testing.T, w *devenv.World, pool string) {
@@ -128,23 +145,7 @@ func TestBuildkitePoolRunsJobs(t *testing.T) {
 		t.Error("no claim of the pool was seen while it lived")
 	}
 
-	eventually(t, 3*time.Minute, "the pool's claims and VMs gone", func() error {
-		var claims hfv1.MachineClaimList
-		if err := w.API.Client.List(ctx, &claims, client.InNamespace(devenv.Namespace), client.MatchingLabels{hfv1.RunnerPoolLabel: pool}); err != nil {
-			return err
-		}
-		if len(claims.Items) != 0 {
-			return fmt.Errorf("%d claims left", len(claims.Items))
-		}
-		snap, err := w.Snapshot(ctx)
-		if err != nil {
-			return err
-		}
-		if len(snap.VMs) != 0 || len(snap.ISOs) != 0 {
-			return fmt.Errorf("left behind: %s", summary(snap))
-		}
-		return nil
-	})
+	eventually(t, 3*time.Minute, "the pool's claims and VMs gone", func() error { return poolLeftovers(ctx, w, pool) })
 	// Each agent is gone: it disconnected, or (its VM destroyed as soon
 	// as its job finished, before the agent said goodbye) the operator
 	// stopped it when its claim ended; none holds a job.

@@ -104,19 +104,8 @@ func TestGitLabPoolRunsJobs(t *testing.T) {
 	}
 
 	eventually(t, 3*time.Minute, "the pool's claims, VMs and runners gone", func() error {
-		var claims hfv1.MachineClaimList
-		if err := w.API.Client.List(ctx, &claims, client.InNamespace(devenv.Namespace), client.MatchingLabels{hfv1.RunnerPoolLabel: pool}); err != nil {
+		if err := poolLeftovers(ctx, w, pool); err != nil {
 			return err
-		}
-		if len(claims.Items) != 0 {
-			return fmt.Errorf("%d claims left", len(claims.Items))
-		}
-		snap, err := w.Snapshot(ctx)
-		if err != nil {
-			return err
-		}
-		if len(snap.VMs) != 0 || len(snap.ISOs) != 0 {
-			return fmt.Errorf("left behind: %s", summary(snap))
 		}
 		if live := sim.Runners(); len(live) != 0 {
 			return fmt.Errorf("%d runners left at GitLab: %+v", len(live), live)

@@ -42,6 +42,23 @@ func startPlatformWorld(t *testing.T, platform func(*devenv.Options)) *devenv.Wo
 	return w
 }
 
+// poolLeftovers says what is left of the world's RunnerPool named pool:
+// its claims, and any VM or ISO; nil when nothing is.
+func poolLeftovers(ctx context.Context, w *devenv.World, pool string) error {
+	var claims hfv1.MachineClaimList
+	if err := w.API.Client.List(ctx, &claims, client.InNamespace(devenv.Namespace), client.MatchingLabels{hfv1.RunnerPoolLabel: pool}); err != nil {
+		return err
+	}
+	snap, err := w.Snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	if len(claims.Items) != 0 || len(snap.VMs) != 0 || len(snap.ISOs) != 0 {
+		return fmt.Errorf("%d claims, VMs %v, ISOs %v left", len(claims.Items), snap.VMs, snap.ISOs)
+	}
+	return nil
+}
+
 // TestBuildkiteJobOnRealGuest: a Buildkite RunnerPool's job on a real
 // Debian guest. The VM boots the image, cloud-init starts the agent, the
 // agent downloads the real buildkite-agent (hack/buildkite-agent) from
@@ -82,20 +99,7 @@ func TestBuildkiteJobOnRealGuest(t *testing.T) {
 	if !strings.Contains(job.Log, "debian 12") || !strings.HasPrefix(job.Agent, pool+"-") {
 		t.Errorf("job ran on agent %q with log %q; want the pool's VM, a Debian 12 guest", job.Agent, job.Log)
 	}
-	eventually(t, 5*time.Minute, "the pool's claim and VM gone", func() error {
-		var claims hfv1.MachineClaimList
-		if err := w.API.Client.List(ctx, &claims, client.InNamespace(devenv.Namespace), client.MatchingLabels{hfv1.RunnerPoolLabel: pool}); err != nil {
-			return err
-		}
-		snap, err := w.Snapshot(ctx)
-		if err != nil {
-			return err
-		}
-		if len(claims.Items) != 0 || len(snap.VMs) != 0 || len(snap.ISOs) != 0 {
-			return fmt.Errorf("%d claims, VMs %v, ISOs %v left", len(claims.Items), snap.VMs, snap.ISOs)
-		}
-		return nil
-	})
+	eventually(t, 5*time.Minute, "the pool's claim and VM gone", func() error { return poolLeftovers(ctx, w, pool) })
 	tokens, err := sim.Tokens(w.Buildkite.ClusterID)
 	if err != nil {
 		t.Fatal(err)

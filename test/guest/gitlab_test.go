@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
 	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
 )
@@ -57,16 +54,8 @@ func TestGitLabJobOnRealGuest(t *testing.T) {
 		t.Errorf("job trace %q; want it to have run on a Debian 12 guest", job.Trace)
 	}
 	eventually(t, 5*time.Minute, "the pool's claim, VM and runner gone", func() error {
-		var claims hfv1.MachineClaimList
-		if err := w.API.Client.List(ctx, &claims, client.InNamespace(devenv.Namespace), client.MatchingLabels{hfv1.RunnerPoolLabel: pool}); err != nil {
+		if err := poolLeftovers(ctx, w, pool); err != nil {
 			return err
-		}
-		snap, err := w.Snapshot(ctx)
-		if err != nil {
-			return err
-		}
-		if len(claims.Items) != 0 || len(snap.VMs) != 0 || len(snap.ISOs) != 0 {
-			return fmt.Errorf("%d claims, VMs %v, ISOs %v left", len(claims.Items), snap.VMs, snap.ISOs)
 		}
 		if live := sim.Runners(); len(live) != 0 {
 			return fmt.Errorf("%d runners left at GitLab", len(live))
