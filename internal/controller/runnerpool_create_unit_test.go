@@ -97,10 +97,10 @@ func TestCreateClaimsInParallel(t *testing.T) {
 	}
 	// The pool waits for the created claims in its cache, not the refused one.
 	key := types.NamespacedName{Namespace: "team", Name: "runners"}
-	if r.expect.Satisfied(key, nil, unitEpoch) {
+	if r.expect.Satisfied(key, r.expect.Mark(), nil, unitEpoch) {
 		t.Error("the pool's expectations do not wait for the claims it created")
 	}
-	if !r.expect.Satisfied(key, list.Items, unitEpoch) {
+	if !r.expect.Satisfied(key, r.expect.Mark(), list.Items, unitEpoch) {
 		t.Error("the pool's expectations wait for more than the claims it created")
 	}
 	if err := r.createClaims(context.Background(), v, 0); err != nil {

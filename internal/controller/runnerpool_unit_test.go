@@ -284,7 +284,7 @@ func TestExpectations(t *testing.T) {
 
 	t.Run("empty", func(t *testing.T) {
 		var e poolclaims.Expectations
-		if !e.Satisfied(pool, nil, now) {
+		if !e.Satisfied(pool, e.Mark(), nil, now) {
 			t.Error("no expectations: not satisfied")
 		}
 		e.Forget(pool) // no panic on a nil map
@@ -293,20 +293,20 @@ func TestExpectations(t *testing.T) {
 	t.Run("created", func(t *testing.T) {
 		var e poolclaims.Expectations
 		e.Created(pool, "a", now)
-		if e.Satisfied(pool, nil, now) {
+		if e.Satisfied(pool, e.Mark(), nil, now) {
 			t.Error("satisfied before the created claim is listed")
 		}
-		if e.Satisfied(pool, []hfv1.MachineClaim{unitClaim("b", 0)}, now.Add(time.Second)) {
+		if e.Satisfied(pool, e.Mark(), []hfv1.MachineClaim{unitClaim("b", 0)}, now.Add(time.Second)) {
 			t.Error("satisfied by another claim")
 		}
-		if !e.Satisfied(other, nil, now) {
+		if !e.Satisfied(other, e.Mark(), nil, now) {
 			t.Error("another pool is not satisfied")
 		}
-		if !e.Satisfied(pool, []hfv1.MachineClaim{unitClaim("b", 0), unitClaim("a", 0)}, now.Add(time.Second)) {
+		if !e.Satisfied(pool, e.Mark(), []hfv1.MachineClaim{unitClaim("b", 0), unitClaim("a", 0)}, now.Add(time.Second)) {
 			t.Error("not satisfied once the created claim is listed")
 		}
 		// Seen once is forgotten: a later list without it is fine.
-		if !e.Satisfied(pool, nil, now.Add(2*time.Second)) {
+		if !e.Satisfied(pool, e.Mark(), nil, now.Add(2*time.Second)) {
 			t.Error("not satisfied after the expectation was met")
 		}
 	})
@@ -332,7 +332,7 @@ func TestExpectations(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				var e poolclaims.Expectations
 				e.Ended(pool, "uid-x", now)
-				if got := e.Satisfied(pool, tc.listed, now.Add(time.Second)); got != tc.want {
+				if got := e.Satisfied(pool, e.Mark(), tc.listed, now.Add(time.Second)); got != tc.want {
 					t.Errorf("satisfied = %v, want %v", got, tc.want)
 				}
 			})
@@ -344,14 +344,14 @@ func TestExpectations(t *testing.T) {
 		e.Created(pool, "a", now)
 		e.Ended(pool, "uid-x", now)
 		x := unitClaim("x", 0, withBootstrapped(metav1.ConditionTrue))
-		if e.Satisfied(pool, []hfv1.MachineClaim{x}, now) {
+		if e.Satisfied(pool, e.Mark(), []hfv1.MachineClaim{x}, now) {
 			t.Error("satisfied with neither write shown")
 		}
-		if e.Satisfied(pool, []hfv1.MachineClaim{x, unitClaim("a", 0)}, now) {
+		if e.Satisfied(pool, e.Mark(), []hfv1.MachineClaim{x, unitClaim("a", 0)}, now) {
 			t.Error("satisfied with the end not shown")
 		}
 		// The create was forgotten when shown; only the end remains.
-		if !e.Satisfied(pool, []hfv1.MachineClaim{unitClaim("x", 0, withDeleting)}, now) {
+		if !e.Satisfied(pool, e.Mark(), []hfv1.MachineClaim{unitClaim("x", 0, withDeleting)}, now) {
 			t.Error("not satisfied with both writes shown")
 		}
 	})
@@ -361,13 +361,13 @@ func TestExpectations(t *testing.T) {
 		e.Created(pool, "a", now)
 		e.Ended(pool, "uid-x", now)
 		x := unitClaim("x", 0)
-		if e.Satisfied(pool, []hfv1.MachineClaim{x}, now.Add(poolclaims.ExpectationTimeout)) {
+		if e.Satisfied(pool, e.Mark(), []hfv1.MachineClaim{x}, now.Add(poolclaims.ExpectationTimeout)) {
 			t.Error("satisfied at exactly poolclaims.ExpectationTimeout")
 		}
-		if !e.Satisfied(pool, []hfv1.MachineClaim{x}, now.Add(time.Hour)) {
+		if !e.Satisfied(pool, e.Mark(), []hfv1.MachineClaim{x}, now.Add(time.Hour)) {
 			t.Error("expired expectations still block")
 		}
-		if !e.Satisfied(pool, []hfv1.MachineClaim{x}, now) {
+		if !e.Satisfied(pool, e.Mark(), []hfv1.MachineClaim{x}, now) {
 			t.Error("expired expectations came back")
 		}
 	})
@@ -379,32 +379,52 @@ func TestExpectations(t *testing.T) {
 		var e poolclaims.Expectations
 		e.Created(pool, "a", now)
 		e.Observed(pool, "a", now)
-		if !e.Satisfied(pool, nil, now.Add(time.Second)) {
+		if !e.Satisfied(pool, e.Mark(), nil, now.Add(time.Second)) {
 			t.Error("a created claim the cache announced (and that is gone) still blocks")
 		}
 		e.Observed(pool, "b", now)
 		e.Created(pool, "b", now)
-		if !e.Satisfied(pool, nil, now.Add(time.Second)) {
+		if !e.Satisfied(pool, e.Mark(), nil, now.Add(time.Second)) {
 			t.Error("a claim announced before its creation was recorded still blocks")
 		}
 		e.Created(pool, "c", now)
 		e.Observed(other, "c", now)
-		if e.Satisfied(pool, nil, now.Add(time.Second)) {
+		if e.Satisfied(pool, e.Mark(), nil, now.Add(time.Second)) {
 			t.Error("another pool's announcement satisfied this pool")
 		}
 		// Names announced for claims the pool did not create are
 		// forgotten in time, and never block.
 		var f poolclaims.Expectations
 		f.Observed(pool, "foreign", now)
-		if !f.Satisfied(pool, nil, now) {
+		if !f.Satisfied(pool, f.Mark(), nil, now) {
 			t.Error("an announced claim the pool did not create blocks")
 		}
-		if !f.Satisfied(pool, nil, now.Add(time.Hour)) {
+		if !f.Satisfied(pool, f.Mark(), nil, now.Add(time.Hour)) {
 			t.Error("not satisfied once the announcement expired")
 		}
 		f.Created(pool, "foreign", now.Add(time.Hour))
-		if f.Satisfied(pool, nil, now.Add(time.Hour)) {
+		if f.Satisfied(pool, f.Mark(), nil, now.Add(time.Hour)) {
 			t.Error("an expired announcement satisfied a later creation")
+		}
+	})
+
+	// The pool lists its claims, then the cache announces one it created
+	// (the list did not have it), then the pool checks: the list decides,
+	// and an announcement after the mark does not stand in for it.
+	t.Run("announced after the list", func(t *testing.T) {
+		var e poolclaims.Expectations
+		e.Created(pool, "a", now)
+		e.Created(pool, "b", now)
+		mark := e.Mark()
+		listed := []hfv1.MachineClaim{unitClaim("a", 0)} // b not in the cache yet
+		e.Observed(pool, "b", now)
+		if e.Satisfied(pool, mark, listed, now) {
+			t.Error("an announcement that came after the list satisfied a creation the list lacks")
+		}
+		// The next pass's mark is after the announcement: b was in the
+		// cache then, listed or gone since.
+		if !e.Satisfied(pool, e.Mark(), nil, now) {
+			t.Error("an announcement before the mark does not satisfy the creation")
 		}
 	})
 
@@ -413,10 +433,10 @@ func TestExpectations(t *testing.T) {
 		e.Created(pool, "a", now)
 		e.Created(other, "b", now)
 		e.Forget(pool)
-		if !e.Satisfied(pool, nil, now) {
+		if !e.Satisfied(pool, e.Mark(), nil, now) {
 			t.Error("forgotten pool not satisfied")
 		}
-		if e.Satisfied(other, nil, now) {
+		if e.Satisfied(other, e.Mark(), nil, now) {
 			t.Error("Forget dropped another pool's expectations")
 		}
 	})

@@ -136,18 +136,46 @@ func Limits(p *hfv1.RunnerPool) scaling.Limits {
 // cache that lags the API server (the ReplicaSet controller's technique).
 // They live in memory: after a restart the cache is synced before the
 // first reconcile, which is all they protect.
+//
+// A pool's pass takes a Mark before it lists its claims and hands it to
+// Satisfied with the list: a watch event that arrives between the list and
+// the check must not count for that list, which was read before the cache
+// had the event. (Counting it made a burst of 55 jobs get 57 claims: two
+// claims' create events came in after the list that lacked them and before
+// the check, which then took both creates as shown.)
 type Expectations struct {
 	mu sync.Mutex
 	m  map[types.NamespacedName]*expectation
+	// seq numbers the watch events Observed, in order: an event numbered
+	// at or below a Mark was in the cache before that Mark was taken.
+	seq uint64
 }
 
+// Mark is a point in the order of the cache's events (Expectations.Mark).
+type Mark uint64
+
 type expectation struct {
-	creates map[string]time.Time    // claim names created
+	creates map[string]created      // claim names created
 	deletes map[types.UID]time.Time // claims deleted or asked to end
 	// seen are claim names the cache announced (Observed) before their
 	// creation was recorded here: the watch can be faster than the
 	// create call's return.
-	seen map[string]time.Time
+	seen map[string]observation
+}
+
+// created is one claim creation the pool waits to see: when its write
+// returned, and the number of the watch event that announced it (0 while
+// none has).
+type created struct {
+	at       time.Time
+	observed uint64
+}
+
+// observation is a watch event about a claim whose creation is not
+// recorded yet: when it came and its number.
+type observation struct {
+	at  time.Time
+	seq uint64
 }
 
 // ExpectationTimeout bounds how long a pool waits for its cache: an
@@ -166,10 +194,18 @@ func (e *Expectations) get(pool types.NamespacedName) *expectation {
 	}
 	pe := e.m[pool]
 	if pe == nil {
-		pe = &expectation{creates: map[string]time.Time{}, deletes: map[types.UID]time.Time{}, seen: map[string]time.Time{}}
+		pe = &expectation{creates: map[string]created{}, deletes: map[types.UID]time.Time{}, seen: map[string]observation{}}
 		e.m[pool] = pe
 	}
 	return pe
+}
+
+// Mark returns the point the cache's events have reached: take it before
+// listing the claims that Satisfied is then given.
+func (e *Expectations) Mark() Mark {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Mark(e.seq)
 }
 
 // Created records a claim the pool created.
@@ -177,11 +213,12 @@ func (e *Expectations) Created(pool types.NamespacedName, name string, now time.
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	pe := e.get(pool)
-	if _, ok := pe.seen[name]; ok {
+	c := created{at: now}
+	if o, ok := pe.seen[name]; ok {
 		delete(pe.seen, name)
-		return
+		c.observed = o.seq
 	}
-	pe.creates[name] = now
+	pe.creates[name] = c
 }
 
 // Observed records that the cache announced a claim of the pool (its
@@ -190,16 +227,24 @@ func (e *Expectations) Created(pool types.NamespacedName, name string, now time.
 // whole life fits between two of the pool's looks (a short job on a fast
 // hypervisor) would otherwise never show in a list, and the pool would
 // decide nothing until ExpectationTimeout: the churn benchmark's pools
-// stalled for a minute (docs/performance.md).
+// stalled for a minute (docs/performance.md). Call it once the cache holds
+// the event (a controller's event handler runs after the informer stored
+// the object).
 func (e *Expectations) Observed(pool types.NamespacedName, name string, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.seq++
 	pe := e.get(pool)
-	if _, ok := pe.creates[name]; ok {
-		delete(pe.creates, name)
+	if c, ok := pe.creates[name]; ok {
+		if c.observed == 0 {
+			c.observed = e.seq
+			pe.creates[name] = c
+		}
 		return
 	}
-	pe.seen[name] = now
+	if _, ok := pe.seen[name]; !ok {
+		pe.seen[name] = observation{at: now, seq: e.seq}
+	}
 }
 
 // Ended records a claim the pool deleted or asked to end.
@@ -209,9 +254,12 @@ func (e *Expectations) Ended(pool types.NamespacedName, uid types.UID, now time.
 	e.get(pool).deletes[uid] = now
 }
 
-// Satisfied reports whether claims (from the cache) show every write the
-// pool made; it forgets the writes they show and those that timed out.
-func (e *Expectations) Satisfied(pool types.NamespacedName, claims []hfv1.MachineClaim, now time.Time) bool {
+// Satisfied reports whether claims (listed from the cache after mark was
+// taken) show every write the pool made; it forgets the writes they show
+// and those that timed out. A creation counts as shown when the claim is
+// listed, or when the cache announced it before mark (the claim may have
+// come and gone since): an announcement after mark may postdate the list.
+func (e *Expectations) Satisfied(pool types.NamespacedName, mark Mark, claims []hfv1.MachineClaim, now time.Time) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	pe := e.m[pool]
@@ -229,8 +277,9 @@ func (e *Expectations) Satisfied(pool types.NamespacedName, claims []hfv1.Machin
 			ending[c.UID] = true
 		}
 	}
-	for name, at := range pe.creates {
-		if names[name] || now.Sub(at) > ExpectationTimeout {
+	for name, c := range pe.creates {
+		shown := names[name] || (c.observed != 0 && c.observed <= uint64(mark))
+		if shown || now.Sub(c.at) > ExpectationTimeout {
 			delete(pe.creates, name)
 		}
 	}
@@ -239,10 +288,10 @@ func (e *Expectations) Satisfied(pool types.NamespacedName, claims []hfv1.Machin
 			delete(pe.deletes, uid)
 		}
 	}
-	for name, at := range pe.seen {
+	for name, o := range pe.seen {
 		// Claims the pool did not create (or whose creation failed after
 		// all) are not waited for; their names are forgotten in time.
-		if now.Sub(at) > ExpectationTimeout {
+		if now.Sub(o.at) > ExpectationTimeout {
 			delete(pe.seen, name)
 		}
 	}
