@@ -211,21 +211,42 @@ func TestRetryAndErrorHandlingProperty(t *testing.T) {
 		// step it retries, saying so; the rest come back to the claim,
 		// whose backoff paces them, and its condition carries their
 		// classified reason.
+		//
+		// When the condition says it depends on how fast the status write
+		// after the failed attempt lands, which a loaded machine stretches
+		// (a sample 162 ms after the first failure still showed the step
+		// in flight, under make test's cold compile): so the samples are
+		// not judged by their time. Once one names the cause, every later
+		// one must (the claim must not forget why it fails), and if none did
+		// while the fault lasted, the fault stays until the claim says it.
 		ownBackoff := false
 		if share == 100 && len(attempts) > 0 && !kind.failsClaim {
 			named := false
 			for _, s := range states {
-				if s.at.Sub(attempts[0]) < 150*time.Millisecond {
+				if s.at.Before(attempts[0]) {
 					continue
 				}
-				if !kind.names(s.reason, s.message, marker) {
-					rt.Fatalf("%s on %s requests: %s after its first failed attempt, the claim's Provisioned condition (%s: %s) does not name the cause",
+				switch {
+				case kind.names(s.reason, s.message, marker):
+					named, ownBackoff = true, ownBackoff || s.reason == kind.reason
+				case named:
+					rt.Fatalf("%s on %s requests: %s after its first failed attempt, the claim's Provisioned condition (%s: %s) no longer names the cause",
 						kind.name, class, s.at.Sub(attempts[0]).Round(time.Millisecond), s.reason, s.message)
 				}
-				named, ownBackoff = true, ownBackoff || s.reason == kind.reason
 			}
-			if end.Sub(attempts[0]) > 300*time.Millisecond && !named {
-				rt.Fatalf("%s on %s requests: the claim was never seen saying why it fails", kind.name, class)
+			if !named {
+				within(rt, 30*time.Second, "claim "+name+" saying why it fails ("+kind.name+" on "+class+" requests)", func() error {
+					c, err := getClaim(w.f.t, claim)
+					if err != nil {
+						return err
+					}
+					cond := meta.FindStatusCondition(c.Status.Conditions, string(hfv1.MachineClaimProvisionedCondition))
+					if cond == nil || cond.Status != metav1.ConditionFalse || !kind.names(cond.Reason, cond.Message, marker) {
+						return fmt.Errorf("Provisioned %+v", cond)
+					}
+					ownBackoff = cond.Reason == kind.reason
+					return nil
+				})
 			}
 		}
 

@@ -22,7 +22,9 @@ var tenantSelector = metav1.LabelSelector{MatchLabels: map[string]string{"hyperf
 func waitClusterCondition(t *testing.T, cluster *hfv1.HypervisorCluster, typ string, status metav1.ConditionStatus, reason string) *metav1.Condition {
 	t.Helper()
 	var cond *metav1.Condition
-	eventually(t, 60*time.Second, fmt.Sprintf("cluster %s=%s/%s", typ, status, reason), func() error {
+	// A bound on a hang, not a speed: under make test's cold compile a
+	// cluster's first DNS check once took over a minute to be reported.
+	eventually(t, 3*time.Minute, fmt.Sprintf("cluster %s=%s/%s", typ, status, reason), func() error {
 		got := &hfv1.HypervisorCluster{}
 		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(cluster), got); err != nil {
 			return err
