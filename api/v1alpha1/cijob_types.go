@@ -131,9 +131,10 @@ type CIJobStatus struct {
 	// +optional
 	RunnerID int64 `json:"runnerId,omitempty"`
 
-	// source says how HyperFleet last learned of the job: webhook or resync.
+	// source says how HyperFleet last learned of the job: webhook, resync,
+	// or listener (a runner scale set's message queue).
 	// +optional
-	// +kubebuilder:validation:Enum=webhook;resync
+	// +kubebuilder:validation:Enum=webhook;resync;listener
 	Source string `json:"source,omitempty"`
 
 	// lastDeliveryId is the platform's id of the last webhook delivery

@@ -105,6 +105,13 @@ const (
 	// an unknown time zone, no start in five years); that schedule opens no
 	// window, the others work. Unset without schedules.
 	RunnerPoolSchedulesValidCondition ConditionType = "SchedulesValid"
+	// RunnerPoolListeningCondition is True while the leader's listener
+	// holds a message session of the pool's runner scale set
+	// (spec.workload.github.scaleSet) and so learns of its jobs without a
+	// webhook; False with the reason it does not (ScaleSetInUse,
+	// ScaleSetRefused, SessionConflict, ListenerFailed, ScopeNotVerified,
+	// a refusal of the pool). Unset for a pool without a scale set.
+	RunnerPoolListeningCondition ConditionType = "Listening"
 
 	// MachineClaimProvisionedCondition is True once the VM exists, is
 	// configured and has been started.
@@ -163,6 +170,25 @@ const (
 	// ScheduleInvalidReason: a RunnerPool's spec.scaling.schedules entry
 	// cannot be used; the message names it and the error.
 	ScheduleInvalidReason ConditionReason = "ScheduleInvalid"
+	// ListeningReason: the listener holds the scale set's message session.
+	ListeningReason ConditionReason = "Listening"
+	// ListenerStartingReason: the listener is creating or adopting the
+	// scale set and opening its session.
+	ListenerStartingReason ConditionReason = "ListenerStarting"
+	// ScaleSetInUseReason: an older RunnerPool names the same scale set of
+	// the same scope; a scale set has one listener.
+	ScaleSetInUseReason ConditionReason = "ScaleSetInUse"
+	// ScaleSetRefusedReason: GitHub refused to create, adopt or update the
+	// scale set (an unknown runner group, a name taken by a scale set of
+	// another group, credentials that may not manage it).
+	ScaleSetRefusedReason ConditionReason = "ScaleSetRefused"
+	// SessionConflictReason: another listener (another install, or an
+	// earlier leader whose session has not expired) holds the scale set's
+	// message session; the listener waits for it.
+	SessionConflictReason ConditionReason = "SessionConflict"
+	// ListenerFailedReason: the listener stopped on an error and is
+	// started again after a backoff.
+	ListenerFailedReason ConditionReason = "ListenerFailed"
 	// OrganizationRegistrationTokenReason: VMs receive a registration token
 	// that registers any number of runners anywhere in an organization.
 	OrganizationRegistrationTokenReason ConditionReason = "OrganizationRegistrationToken"

@@ -114,6 +114,31 @@ type GitHubWorkload struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=100
 	RunnerGroup string `json:"runnerGroup,omitempty"`
+
+	// scaleSet takes the pool's jobs from a GitHub runner scale set, with
+	// no inbound webhook: the operator (its leader) creates or adopts the
+	// scale set, named here, in the pool's scope and runnerGroup with the
+	// pool's runner labels, long-polls its message queue for jobs, acquires
+	// them, and registers the pool's VMs as the scale set's just-in-time
+	// runners. Webhooks and the periodic resync keep working beside it: a
+	// job is recorded once whichever source reports it. Needs a template
+	// with spec.bootstrap.method jit-config; not for enterprise runners
+	// (docs/github.md, "Runner scale sets").
+	// +optional
+	ScaleSet *GitHubScaleSet `json:"scaleSet,omitempty"`
+}
+
+// GitHubScaleSet is the runner scale set a pool listens to.
+type GitHubScaleSet struct {
+	// name is the scale set's name in its runner group: the operator
+	// adopts the scale set of that name, or creates it. Two RunnerPools
+	// must not name the same scale set of the same scope (the younger is
+	// refused with reason ScaleSetInUse): a scale set has one listener.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=100
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	Name string `json:"name"`
 }
 
 // GitLabWorkload selects the GitLab CI jobs a pool serves: those of its
@@ -450,6 +475,43 @@ type RunnerPoolStatus struct {
 	// now; unset without schedules.
 	// +optional
 	Schedule *ScheduleStatus `json:"schedule,omitempty"`
+
+	// scaleSet is the runner scale set the pool listens to
+	// (spec.workload.github.scaleSet) as the leader's listener last saw
+	// it; unset without one.
+	// +optional
+	ScaleSet *ScaleSetStatus `json:"scaleSet,omitempty"`
+}
+
+// ScaleSetStatus is a pool's runner scale set and its listener.
+type ScaleSetStatus struct {
+	// id is the scale set's id at the Actions service; 0 until it was
+	// created or adopted.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	ID int64 `json:"id,omitempty"`
+	// name is the scale set's name.
+	// +kubebuilder:validation:MaxLength=100
+	Name string `json:"name"`
+	// listeningSince is when the listener's current message session
+	// opened; unset while it has none.
+	// +optional
+	ListeningSince *metav1.Time `json:"listeningSince,omitempty"`
+	// lastMessageTime is when the listener last received a message.
+	// +optional
+	LastMessageTime *metav1.Time `json:"lastMessageTime,omitempty"`
+	// assignedJobs is GitHub's count, at the last message, of the scale
+	// set's jobs waiting for or running on its runners.
+	// +optional
+	AssignedJobs int32 `json:"assignedJobs,omitempty"`
+	// runningJobs is GitHub's count, at the last message, of the scale
+	// set's jobs running.
+	// +optional
+	RunningJobs int32 `json:"runningJobs,omitempty"`
+	// registeredRunners is GitHub's count, at the last message, of the
+	// scale set's registered runners.
+	// +optional
+	RegisteredRunners int32 `json:"registeredRunners,omitempty"`
 }
 
 // ScheduleStatus is the pool's scheduled minimums at the last reconcile.

@@ -79,6 +79,11 @@ type RunnerPoolReconciler struct {
 	// deliveries about each pool's owner (condition WebhookSecretShared,
 	// runnerpool_webhooksecret.go).
 	WebhookSecrets WebhookSecrets
+	// Feeds runs the job feed listeners of pools that name one (a runner
+	// scale set, runnerpool_listener.go), with the accounts Providers
+	// builds; without them such pools are told so and build no VMs.
+	Feeds     FeedListeners
+	Providers PoolProviders
 
 	expect poolclaims.Expectations
 }
@@ -193,6 +198,11 @@ type poolScope struct {
 	// scopeVerified: the pool may create VMs (ScopeVerified, or a pool
 	// without a CI platform scope).
 	scopeVerified bool
+	// feedBlocked, when set, says why the pool's job feed cannot work, so
+	// that it builds no VMs (runnerpool_listener.go), and
+	// feedBlockedReason is the reason of that.
+	feedBlocked       string
+	feedBlockedReason hfv1.ConditionReason
 	// backoff is the pool's replacement backoff after this pass's outcomes;
 	// backoffHeld counts the creations it held back in this pass.
 	backoff     scaling.BackoffState
@@ -237,11 +247,14 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("RunnerPool", klog.KObj(pool)))
 	now := r.Clock.Now()
+	// The mark comes before the list: a claim event the cache gets after
+	// it may be missing from the list (poolclaims.Expectations).
+	mark := r.expect.Mark()
 	var claims hfv1.MachineClaimList
 	if err := r.Client.List(ctx, &claims, client.InNamespace(pool.Namespace), client.MatchingFields{fieldindex.ClaimPool: pool.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list claims of pool: %w", err)
 	}
-	if !r.expect.Satisfied(req.NamespacedName, claims.Items, now) {
+	if !r.expect.Satisfied(req.NamespacedName, mark, claims.Items, now) {
 		// The cache has not caught up with this pool's own writes yet:
 		// deciding now could create or remove twice. Nothing is written.
 		return ctrl.Result{RequeueAfter: 250 * time.Millisecond}, nil
@@ -249,7 +262,7 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	s := r.newPoolScope(pool, claims.Items, now)
 	defer func() { res, err = r.closePoolScope(ctx, s, res, err) }()
 
-	return phase.Run(ctx, s, r.load, r.verifyScope, r.reportWebhookSecret, r.observeAttempts, r.enforceLifecycle,
+	return phase.Run(ctx, s, r.load, r.verifyScope, r.ensureListener, r.reportWebhookSecret, r.observeAttempts, r.enforceLifecycle,
 		r.scale, r.prune, r.collectJobs)
 }
 
@@ -284,6 +297,9 @@ func (r *RunnerPoolReconciler) closePoolScope(ctx context.Context, s *poolScope,
 // metrics (its claims are garbage-collected through their owner reference).
 func (r *RunnerPoolReconciler) forgetPool(ctx context.Context, key types.NamespacedName) error {
 	r.expect.Forget(key)
+	if r.Feeds != nil {
+		r.Feeds.Stop(key)
+	}
 	metrics.ForgetPool(key.Namespace, key.Name)
 	err := r.Client.DeleteAllOf(ctx, &hfv1.CIJob{}, client.InNamespace(key.Namespace),
 		client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(labels.Set{hfv1.RunnerPoolLabel: key.Name})})

@@ -43,7 +43,7 @@ func (r *RunnerPoolReconciler) scale(ctx context.Context, s *poolScope) (phase.R
 			return phase.Stop(), err
 		}
 	}
-	if ok, _, _ := s.canBuild(); d.Create <= 0 || !ok || !s.scopeVerified {
+	if ok, _, _ := s.canBuild(); d.Create <= 0 || !ok || !s.scopeVerified || s.feedBlocked != "" {
 		return res, nil
 	}
 	n, wait := r.allowedCreations(s, d.Create)

@@ -141,6 +141,10 @@ func (r *RunnerPoolReconciler) setCapacity(s *poolScope) {
 		set(string(hfv1.ScopeNotVerifiedReason), "No new VMs until the pool's scope is verified against its template's credentials; see the ScopeVerified condition")
 		return
 	}
+	if s.feedBlocked != "" {
+		set(string(s.feedBlockedReason), "No new VMs: they would be runners of a scale set nobody listens to: "+s.feedBlocked+" (see the Listening condition)")
+		return
+	}
 	if s.backoffHeld > 0 && s.backoff.Failures < r.Backoff.Threshold {
 		set(string(hfv1.ConsecutiveFailuresReason), fmt.Sprintf("%d new VMs held back: %d claims powered off before their runner was seen online and wait up to %s for a job record naming it (a job record makes them a success; without one they count as failures, %d in a row so far)",
 			s.backoffHeld, len(s.undecided)-len(s.vouched), jobRecordGrace, s.backoff.Failures))

@@ -1,6 +1,7 @@
 package controller_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -89,6 +90,8 @@ type poolWorldOptions struct {
 	sharedSecret bool
 	// clock replaces the operator's clock.
 	clock clock.Clock
+	// resyncInterval replaces the pools' resync interval (1 s).
+	resyncInterval time.Duration
 }
 
 const poolWebhookSecret = "pool-test-webhook-secret"
@@ -127,7 +130,7 @@ func startPoolWorld(t *testing.T, o poolWorldOptions) *poolWorld {
 	op := startOperator(t, operatorOptions{
 		github:         gs.Transport,
 		webhook:        hooks,
-		resyncInterval: time.Second,
+		resyncInterval: cmp.Or(o.resyncInterval, time.Second),
 		backoff:        o.backoff,
 		clock:          o.clock,
 	})

@@ -22,6 +22,9 @@ import (
 const (
 	SourceWebhook = "webhook"
 	SourceResync  = "resync"
+	// SourceListener: a platform's job feed that the leader listens to
+	// (workload.Feed: a GitHub runner scale set's message queue).
+	SourceListener = "listener"
 )
 
 // Outcome is what Record did.

@@ -47,8 +47,10 @@
 // of a verified pool of its platform whose scope holds its repository
 // (Router.ReadJobsWith), and routed with its real labels.
 //
-// Among the pools that qualify, the most specific wins: the one with the
-// fewest runner labels, then a pool of the job's repository over a group
+// Among the pools that qualify, the most specific wins: a pool that listens
+// to a job feed covering the job (a GitHub runner scale set: GitHub hands
+// the job to the scale set and keeps it from other runners), then the one
+// with the fewest runner labels, then a pool of the job's repository over a group
 // or organization pool, a deeper group (a subgroup) over the groups above
 // it, and any of them over the whole instance. Fewest labels means the pool least specialised beyond
 // what the job asks for: a job on [self-hosted, linux] scales a plain pool
@@ -110,6 +112,10 @@ type Candidate struct {
 	// RunUntagged is true when its runners take jobs that ask for no
 	// labels (workload.Pool.RunUntagged).
 	RunUntagged bool
+	// Feed is true when the pool listens to a job feed (a GitHub runner
+	// scale set): the platform gives the jobs the feed covers to the
+	// feed's runners alone, so such a pool wins them (Choose).
+	Feed bool
 }
 
 // Mismatch is a pool in the job's scope whose runners cannot take the job.
@@ -298,6 +304,7 @@ func PoolCandidate(be workload.Backend, pool *hfv1.RunnerPool, tmpl *hfv1.Hyperv
 		Verified:     verified,
 		Pending:      !verified && verificationPending(pool),
 		RunUntagged:  p.RunUntagged,
+		Feed:         p.Feed != nil && p.FeedRefusal == "",
 	}, true
 }
 
@@ -377,12 +384,22 @@ func Choose(cands []Candidate, job workload.Job) Decision {
 	return d
 }
 
-// compareSpecificity orders covering pools, most specific first: fewer
-// runner labels, then by scope (compareScopes). Names never decide (see the
+// compareSpecificity orders covering pools, most specific first: a pool
+// listening to a job feed (the platform hands the feed the jobs its labels
+// cover, and keeps them from every other runner), then fewer runner
+// labels, then by scope (compareScopes). Names never decide (see the
 // package documentation).
 func compareSpecificity(a, b *Candidate) int {
-	return cmp.Or(cmp.Compare(len(a.RunnerLabels), len(b.RunnerLabels)),
+	return cmp.Or(cmp.Compare(feedRank(a), feedRank(b)), cmp.Compare(len(a.RunnerLabels), len(b.RunnerLabels)),
 		compareScopes(a.Scope, b.Scope))
+}
+
+// feedRank puts pools with a job feed first.
+func feedRank(c *Candidate) int {
+	if c.Feed {
+		return 0
+	}
+	return 1
 }
 
 // compareScopes orders scopes that all hold one job's repository, most

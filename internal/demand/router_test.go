@@ -108,6 +108,19 @@ func TestChoose(t *testing.T) {
 			ambiguous: []string{"y", "x"},
 		},
 		{
+			name:  "a pool listening to a scale set that covers the job wins over a pool with fewer labels",
+			cands: []Candidate{cand("a", "plain", org), withFeed(cand("z", "scaleset", org, "scaleset"))},
+			job:   job("self-hosted"),
+			want:  ptrTo(nn("z", "scaleset")),
+		},
+		{
+			name:      "a scale-set pool that does not cover the job does not win",
+			cands:     []Candidate{cand("a", "plain", org), withFeed(cand("z", "scaleset", org, "scaleset"))},
+			job:       job("gpu"),
+			want:      nil,
+			unmatched: map[string][]string{"plain": {"gpu"}, "scaleset": {"gpu"}},
+		},
+		{
 			name:  "an unverified pool never wins, even with fewer labels and a smaller namespace",
 			cands: []Candidate{unverified(cand("aaa", "capture", org)), cand("zzz", "victim", org, "gpu")},
 			job:   job("self-hosted"),
@@ -477,4 +490,10 @@ func TestVerificationPending(t *testing.T) {
 			t.Errorf("%s: pending %v, want %v", tc.name, got, tc.want)
 		}
 	}
+}
+
+// withFeed makes c a pool listening to a job feed.
+func withFeed(c Candidate) Candidate {
+	c.Feed = true
+	return c
 }

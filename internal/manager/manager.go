@@ -10,10 +10,13 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,6 +34,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
+	"github.com/hyperfleet/hyperfleet/internal/feeds"
 	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
@@ -466,6 +470,26 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	if hooks != nil {
 		pools.WebhookSecrets = hooks
 	}
+	if ci.providers != nil {
+		// The runner scale-set listeners (internal/feeds), leader only,
+		// beside the pool controller that starts and stops them.
+		listeners := &feeds.Listeners{
+			Recorder: demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock),
+			Owner:    "hyperfleet-" + opts.Signer.OperatorID(),
+			Wake: func(pool types.NamespacedName) {
+				select {
+				case poolEvents <- event.GenericEvent{Object: &hfv1.RunnerPool{ObjectMeta: metav1.ObjectMeta{Namespace: pool.Namespace, Name: pool.Name}}}:
+				default:
+					// A full channel wakes the pool soon enough.
+				}
+			},
+			Log: ctrl.Log.WithName("scaleset-listeners"),
+		}
+		if err := mgr.Add(listeners); err != nil {
+			return nil, fmt.Errorf("add runner scale-set listeners: %w", err)
+		}
+		pools.Feeds, pools.Providers = listeners, ci.providers
+	}
 	if err := pools.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up RunnerPool controller: %w", err)
 	}
@@ -519,6 +543,7 @@ func newBackends(opts Options) (*workload.Backends, error) {
 	}
 	backends, err := workload.NewBackends(factories, workload.Dependencies{
 		Transport: opts.WorkloadTransport, Clock: opts.Clock, Metrics: crmetrics.Registry,
+		Logger: slog.New(logr.ToSlogHandler(ctrl.Log.WithName("workload"))),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("CI platforms: %w", err)

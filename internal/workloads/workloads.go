@@ -134,6 +134,15 @@ func (w *Platforms) issueFor(ctx context.Context, claim *hfv1.MachineClaim, tmpl
 		Method: workload.Method(vars.BootstrapMethod), WorkFolder: vars.RunnerConfig.WorkDir,
 		RunUntagged: be.Claim(claim).RunUntagged,
 	}
+	if pool != nil {
+		// A pool that listens to a job feed (a runner scale set) gets the
+		// feed's runners: the platform gives the feed's jobs to them
+		// alone. The pool, in the claim's namespace, says so; the claim
+		// cannot name a feed itself.
+		if ps, ok := be.Pool(pool, tmpl); ok && ps.Feed != nil {
+			spec.Feed = ps.Feed
+		}
+	}
 	if job := be.Claim(claim).Job; job != "" {
 		repo, err := w.boundJob(ctx, claim, job)
 		if err != nil {

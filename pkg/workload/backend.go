@@ -3,6 +3,7 @@ package workload
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"time"
 
@@ -217,6 +218,16 @@ type Pool struct {
 	// run_untagged). Routing gives a job without labels only to such
 	// pools (internal/demand).
 	RunUntagged bool
+	// Feed is the job feed the pool listens to (feed.go), with its labels
+	// (RunnerLabels of the pool's); nil for a pool that takes its demand
+	// from webhooks and resync only. FeedField is the field naming it.
+	Feed      *FeedSpec
+	FeedField string
+	// FeedRefusal, when set, says why the pool's feed cannot work with its
+	// template (GitHub: a scale set's runners take JIT configurations
+	// only, and enterprises' scale sets are not served): the pool opens
+	// no feed and builds no VMs until it is fixed.
+	FeedRefusal string
 }
 
 // ClaimRunner is the runner a MachineClaim asks for itself, in its
@@ -252,6 +263,9 @@ type Dependencies struct {
 	// there (a second operator in one process) is not an error: see
 	// RegisterCollectors.
 	Metrics prometheus.Registerer
+	// Logger receives what a back-end logs outside any call's context (a
+	// job feed's listener); nil discards it.
+	Logger *slog.Logger
 }
 
 // RegisterCollectors registers collectors with reg (nil: none), keeping a

@@ -149,6 +149,11 @@ type RunnerSpec struct {
 	// JobRepository is Job's repository (a Buildkite pipeline as
 	// organization/pipeline), from the job's CIJob record.
 	JobRepository string
+	// Feed, when set, is the job feed whose runner this is (its pool's
+	// Pool.Feed): the credential registers the runner as the feed's,
+	// since a platform gives a feed's jobs only to its own runners. Only
+	// a FeedProvider's platform has feeds.
+	Feed *FeedSpec
 }
 
 // Credential is what one VM's runner needs to register: single-use and

@@ -103,6 +103,10 @@ type PoolSpec struct {
 	// Attest keeps the world's attestation (Options.SPIFFE) on the pool's
 	// template; without it the template attests nothing.
 	Attest bool
+	// ScaleSet, when set, is the runner scale set the pool listens to
+	// (spec.workload.github.scaleSet), in the organization's Default
+	// runner group.
+	ScaleSet string
 }
 
 // AddPool creates a RunnerPool and its template, copies of the world's
@@ -131,6 +135,9 @@ func (w *World) AddPool(ctx context.Context, spec PoolSpec) error {
 	pool.Spec.TemplateRef = hfv1.ObjectName{Name: spec.Name}
 	pool.Spec.Workload.GitHub.Labels = []string{spec.Label}
 	pool.Spec.Scaling.MinReplicas, pool.Spec.Scaling.MaxReplicas = spec.MinReplicas, spec.MaxReplicas
+	if spec.ScaleSet != "" {
+		pool.Spec.Workload.GitHub.ScaleSet = &hfv1.GitHubScaleSet{Name: spec.ScaleSet}
+	}
 	created = append(created, tmpl, pool)
 	for _, o := range created {
 		if err := w.API.Client.Create(ctx, o); err != nil {

@@ -225,6 +225,11 @@ type Options struct {
 	// spire-server (manager.Options.SPIREDial): tests wrap the real client
 	// to count its calls.
 	SPIREDial identity.Dialer
+	// ResyncInterval replaces the operator's RunnerPool resync interval
+	// (5 s): a scenario that must show another source of demand at work
+	// (a runner scale set's listener) sets it long enough that the resync
+	// never runs meanwhile.
+	ResyncInterval time.Duration
 	// GitHubRateLimit is the PAT's hourly request budget on the GitHub
 	// simulator; 0 is GitHub's 5,000. A churn of hundreds of claims a
 	// minute needs more, as an organization at that rate would (a GitHub
@@ -306,6 +311,9 @@ type World struct {
 	mu       sync.Mutex
 	operator *operatorRun
 	jobs     []int64
+	// githubHooksOff: the repository has no webhook to the operator
+	// (SetGitHubWebhook).
+	githubHooksOff bool
 	// buildkiteJobs are the Buildkite jobs QueueJobs queued, oldest first.
 	buildkiteJobs []string
 	// gitlabJobs are the GitLab jobs QueueJobs queued, oldest first.
@@ -815,7 +823,7 @@ func (w *World) StartOperator(ctx context.Context) error {
 		Workloads:         map[hfv1.WorkloadType]workload.Factory{hfv1.WorkloadGitHubActions: github.NewBackend, hfv1.WorkloadGeneric: generic.NewBackend, hfv1.WorkloadBuildkite: buildkite.NewBackend, hfv1.WorkloadGitLabCI: gitlab.NewBackend},
 		WorkloadTransport: w.githubTransport,
 		Webhook:           &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: w.webhook.certFile, KeyFile: w.webhook.keyFile, Platforms: w.webhookPlatforms()},
-		ResyncInterval:    resyncInterval,
+		ResyncInterval:    cmp.Or(w.opts.ResyncInterval, resyncInterval),
 		// Leftovers show within seconds, as do the sweeper's metrics.
 		SweepInterval: sweepInterval,
 		MaxRetryDelay: maxRetryDelay,
@@ -838,9 +846,12 @@ func (w *World) StartOperator(ctx context.Context) error {
 	}
 	// The receiver listens on a new port after every start: point the
 	// repository's webhook at it.
-	if err := w.pointWebhook("https://" + comps.Webhook.Addr().String() + "/webhooks/github"); err != nil {
-		cancel()
-		return err
+	// (w.mu is held: StartOperator takes it for the whole start.)
+	if !w.githubHooksOff {
+		if err := w.pointWebhook("https://" + comps.Webhook.Addr().String() + "/webhooks/github"); err != nil {
+			cancel()
+			return err
+		}
 	}
 	w.pointBuildkiteWebhook("https://" + comps.Webhook.Addr().String())
 	if err := w.pointGitLabWebhook("https://" + comps.Webhook.Addr().String()); err != nil {
@@ -861,6 +872,27 @@ func (w *World) Broker() (url, ca string, err error) {
 	}
 	srv := w.operator.comps.AgentServer
 	return srv.BrokerURL(), srv.CA(), nil
+}
+
+// SetGitHubWebhook turns the repository's webhook to the operator off (it
+// is removed, as if nobody had configured one, also across operator
+// restarts) or on again: a scenario of webhook-free demand (a runner scale
+// set's listener) runs with it off.
+func (w *World) SetGitHubWebhook(on bool) error {
+	w.mu.Lock()
+	w.githubHooksOff = !on
+	run := w.operator
+	w.mu.Unlock()
+	if !on {
+		for _, h := range w.GitHub.Webhooks() {
+			w.GitHub.RemoveWebhook(h.ID)
+		}
+		return nil
+	}
+	if run == nil || run.comps.Webhook == nil {
+		return errors.New("devenv: no operator with a webhook receiver runs in this process")
+	}
+	return w.pointWebhook("https://" + run.comps.Webhook.Addr().String() + "/webhooks/github")
 }
 
 // pointWebhook makes url the repository's only webhook.

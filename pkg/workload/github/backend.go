@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -50,6 +51,7 @@ const reasonCredentialsInvalid = "GitHubCredentialsInvalid"
 type Backend struct {
 	transport http.RoundTripper
 	clock     clock.PassiveClock
+	log       *slog.Logger
 
 	mu        sync.Mutex
 	providers map[string]cachedProvider
@@ -72,7 +74,7 @@ func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
 	if err := workloadmetrics.Register(deps.Metrics); err != nil {
 		return nil, fmt.Errorf("github: register metrics: %w", err)
 	}
-	return &Backend{transport: deps.Transport, clock: deps.Clock, providers: map[string]cachedProvider{}}, nil
+	return &Backend{transport: deps.Transport, clock: deps.Clock, log: deps.Logger, providers: map[string]cachedProvider{}}, nil
 }
 
 // Name implements workload.Backend.
@@ -122,6 +124,28 @@ func (*Backend) Pool(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate
 		}},
 	}
 	p.Scope, _ = poolScope(w, b)
+	if w.ScaleSet != nil {
+		// The template's runner group is its organization runners'
+		// default; a repository's scale set is in the repository's
+		// Default group (internal/workloads, runnerGroup).
+		group := w.RunnerGroup
+		if group == "" && b != nil && p.Scope.IsOrganization() {
+			group = b.RunnerGroup
+		}
+		os, arch := defaultOS, defaultArch
+		if tmpl != nil {
+			rs := runnerSoftware(tmpl)
+			os, arch = rs.OS, rs.Arch
+		}
+		p.Feed = &workload.FeedSpec{Name: w.ScaleSet.Name, Group: group, Labels: RunnerLabels(os, arch, w.Labels)}
+		p.FeedField = poolField + ".scaleSet"
+		switch {
+		case b != nil && b.Enterprise != "":
+			p.FeedRefusal = fmt.Sprintf("%s: runner scale sets of enterprise runners (%s.enterprise %s) are not served; remove scaleSet and take the pool's jobs from webhooks, or use a template of organization runners", p.FeedField, templateField, b.Enterprise)
+		case tmpl != nil && tmpl.Spec.Bootstrap.Method == hfv1.BootstrapRunnerToken:
+			p.FeedRefusal = fmt.Sprintf("%s: a scale set's runners register with just-in-time configurations only, and HypervisorMachineTemplate %s has spec.bootstrap.method %s; set it to %s or remove scaleSet", p.FeedField, tmpl.Name, hfv1.BootstrapRunnerToken, hfv1.BootstrapJITConfig)
+		}
+	}
 	switch {
 	case w.Repository != "":
 		p.ScopeField, p.OwnScope = poolField+".repository", true
@@ -190,7 +214,7 @@ func (b *Backend) config(ctx context.Context, tmpl *hfv1.HypervisorMachineTempla
 	}
 	cfg := Config{
 		BaseURL: cmp.Or(gh.APIBaseURL, DefaultBaseURL), Scope: scope,
-		Transport: b.transport, Clock: b.clock,
+		Transport: b.transport, Clock: b.clock, Logger: b.log,
 		RunnerURL:   runnerURLFor(gh, scope),
 		ObserveCall: observeCall, ObserveRate: observeRate(cmp.Or(scope.Owner, scope.Enterprise)),
 		RunnerGroup: gh.RunnerGroup,

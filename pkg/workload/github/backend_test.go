@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -135,6 +136,64 @@ func TestBackendReadsTheAPI(t *testing.T) {
 	}
 	if got := be.Claim(&hfv1.MachineClaim{}); got.Name != "" || got.Labels != nil {
 		t.Errorf("Claim of a claim without workloadConfig = %+v", got)
+	}
+}
+
+// TestBackendReadsTheScaleSet: a pool's scaleSet is its feed, with the
+// pool's full runner labels and the runner group that applies to its
+// scope; a template whose runners could not be the scale set's is a
+// refusal of the feed, naming the field and the fix.
+func TestBackendReadsTheScaleSet(t *testing.T) {
+	be, err := NewBackend(workload.Dependencies{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := func(mut func(*hfv1.HypervisorMachineTemplate)) *hfv1.HypervisorMachineTemplate {
+		tm := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "t"}}
+		tm.Spec.Bootstrap.Method = hfv1.BootstrapJITConfig
+		tm.Spec.Bootstrap.GitHub = &hfv1.GitHubBootstrap{Owner: "octo", Organization: "octo", RunnerGroup: "big",
+			Credentials: hfv1.GitHubCredentials{PAT: &hfv1.LocalSecretKeySelector{Name: "gh", Key: "token"}}}
+		if mut != nil {
+			mut(tm)
+		}
+		return tm
+	}
+	pool := func(mut func(*hfv1.GitHubWorkload)) *hfv1.RunnerPool {
+		w := &hfv1.GitHubWorkload{Labels: []string{"gpu"}, ScaleSet: &hfv1.GitHubScaleSet{Name: "hf-gpu"}}
+		if mut != nil {
+			mut(w)
+		}
+		return &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitHubActions, GitHub: w}}}
+	}
+	for _, tc := range []struct {
+		name    string
+		pool    *hfv1.RunnerPool
+		tmpl    *hfv1.HypervisorMachineTemplate
+		group   string
+		refusal string // a substring of FeedRefusal; empty for none
+	}{
+		{name: "the template's group", pool: pool(nil), tmpl: tmpl(nil), group: "big"},
+		{name: "the pool's group", pool: pool(func(w *hfv1.GitHubWorkload) { w.RunnerGroup = "mine" }), tmpl: tmpl(nil), group: "mine"},
+		{name: "a repository's scale set is in its Default group", pool: pool(func(w *hfv1.GitHubWorkload) { w.Repository = "octo/app" }), tmpl: tmpl(nil)},
+		{name: "registration tokens", pool: pool(nil), tmpl: tmpl(func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Bootstrap.Method = hfv1.BootstrapRunnerToken }),
+			group: "big", refusal: "set it to jit-config or remove scaleSet"},
+		{name: "enterprise runners", pool: pool(func(w *hfv1.GitHubWorkload) { w.Organization = "octo" }), tmpl: tmpl(func(tm *hfv1.HypervisorMachineTemplate) {
+			tm.Spec.Bootstrap.GitHub.Organization, tm.Spec.Bootstrap.GitHub.Enterprise = "", "acme"
+		}), group: "big", refusal: "enterprise runners"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, ok := be.Pool(tc.pool, tc.tmpl)
+			if !ok || p.Feed == nil || p.Feed.Name != "hf-gpu" || p.Feed.Group != tc.group || p.FeedField != "spec.workload.github.scaleSet" ||
+				!slices.Equal(p.Feed.Labels, []string{"self-hosted", "Linux", "X64", "hyperfleet", "gpu"}) {
+				t.Fatalf("Pool = %+v, feed %+v", p, p.Feed)
+			}
+			if (tc.refusal == "") != (p.FeedRefusal == "") || !strings.Contains(p.FeedRefusal, tc.refusal) {
+				t.Errorf("FeedRefusal = %q, want one with %q", p.FeedRefusal, tc.refusal)
+			}
+		})
+	}
+	if p, _ := be.Pool(pool(func(w *hfv1.GitHubWorkload) { w.ScaleSet = nil }), tmpl(nil)); p.Feed != nil || p.FeedField != "" {
+		t.Errorf("a pool without a scale set has feed %+v", p.Feed)
 	}
 }
 

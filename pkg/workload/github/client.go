@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github/scaleset"
 )
 
 // DefaultBaseURL is GitHub.com's REST API.
@@ -68,6 +70,9 @@ type Config struct {
 	// ObserveCall, when set, sees every API call: the operation, the HTTP
 	// status (0 when none came back) and how long it took.
 	ObserveCall func(op string, code int, d time.Duration)
+	// Logger receives the runner scale-set client's and listener's logs
+	// (feed.go); nil discards them.
+	Logger *slog.Logger
 }
 
 // AppCredentials are a GitHub App's id, installation id and private key.
@@ -104,6 +109,12 @@ type Provider struct {
 	// pages are the listings read with conditional requests
 	// (conditional.go).
 	pages pageCache
+	// ss is the runner scale-set client, built on first use, and
+	// scaleSetIDs the ids of the scale sets opened, by scaleSetKey
+	// (feed.go).
+	ss          *scaleset.Client
+	scaleSetIDs map[string]int
+	log         *slog.Logger
 }
 
 var _ workload.Provider = (*Provider)(nil)
@@ -170,7 +181,12 @@ func New(cfg Config) (*Provider, error) {
 	if err != nil {
 		return nil, fmt.Errorf("github: client: %w", err)
 	}
-	return &Provider{cfg: cfg, client: client, gate: gate, clock: cfg.Clock, app: app, groups: map[string]int64{}, groupChecks: map[string]groupCheck{}, runnerPackages: map[string]cachedPackage{}}, nil
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Provider{cfg: cfg, client: client, gate: gate, clock: cfg.Clock, app: app, groups: map[string]int64{}, groupChecks: map[string]groupCheck{},
+		runnerPackages: map[string]cachedPackage{}, scaleSetIDs: map[string]int{}, log: log.With("platform", "GitHub", "scope", cfg.Scope.String())}, nil
 }
 
 // Scope implements workload.Provider.

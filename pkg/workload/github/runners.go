@@ -20,8 +20,14 @@ const maxLabels = 100
 func (p *Provider) IssueCredential(ctx context.Context, spec workload.RunnerSpec) (workload.Credential, error) {
 	switch spec.Method {
 	case workload.MethodJIT, "":
+		if spec.Feed != nil {
+			return p.scaleSetJIT(ctx, spec)
+		}
 		return p.jitConfig(ctx, spec)
 	case workload.MethodRegistrationToken:
+		if spec.Feed != nil {
+			return workload.Credential{}, fmt.Errorf("github: runners of scale set %s register with JIT configurations only (spec.bootstrap.method jit-config): %w", spec.Feed.Name, workload.ErrInvalidRequest)
+		}
 		return p.registrationToken(ctx, spec)
 	}
 	return workload.Credential{}, fmt.Errorf("github: unknown credential method %q: %w", spec.Method, workload.ErrInvalidRequest)

@@ -133,6 +133,47 @@ func (s *Simulator) ExpireScaleSetTokens() {
 	s.countFaultLocked("scaleset-token-expiry")
 }
 
+// RepeatScaleSetMessages sends the messages about job again, as the
+// Actions service's queue may (its delivery is at least once): for the
+// job's state now, the message that state produced (JobAvailable, and
+// JobAssigned once a scale set acquired it, JobStarted, JobCompleted), in
+// a new message to the scale set that has the job. A consumer must take
+// them as repeats. It fails for a job no scale set was offered.
+func (s *Simulator) RepeatScaleSetMessages(jobID int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.jobs[jobID]
+	if j == nil || !j.ssOffered {
+		return fmt.Errorf("job %d was not offered to a scale set", jobID)
+	}
+	ss := j.scaleSet
+	if ss == nil {
+		for _, c := range s.ss.sets {
+			if s.scaleSetMatchesLocked(c, j) && (ss == nil || c.id < ss.id) {
+				ss = c
+			}
+		}
+	}
+	if ss == nil || s.ss.sets[ss.id] != ss {
+		return fmt.Errorf("job %d has no scale set", jobID)
+	}
+	kinds := []string{"JobAvailable"}
+	if j.scaleSet != nil {
+		kinds = append(kinds, "JobAssigned")
+	}
+	if j.runner != nil || !j.startedAt.IsZero() {
+		kinds = append(kinds, "JobStarted")
+	}
+	if j.status == "completed" {
+		kinds = append(kinds, "JobCompleted")
+	}
+	for _, k := range kinds {
+		s.scaleSetMessageLocked(ss, j, k)
+	}
+	s.countFaultLocked("scaleset-repeat")
+	return nil
+}
+
 // ScaleSet is a scale set as the test API shows it.
 type ScaleSet struct {
 	ID         int64    `json:"id"`

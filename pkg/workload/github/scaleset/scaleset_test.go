@@ -1,4 +1,4 @@
-package scaleset
+package scaleset_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github/scaleset"
 )
 
 func two() int { return 2 }
@@ -28,10 +29,10 @@ func simConfig() githubsim.Config {
 }
 
 // start runs the simulator over HTTPS and a client of octo-org's scope.
-func start(t *testing.T, opts ...githubsim.Option) (*githubsimtest.Server, *Client) {
+func start(t *testing.T, opts ...githubsim.Option) (*githubsimtest.Server, *scaleset.Client) {
 	t.Helper()
 	gs := githubsimtest.Start(t, simConfig(), append([]githubsim.Option{githubsim.WithScaleSetPollWait(time.Second)}, opts...)...)
-	c, err := New(Config{
+	c, err := scaleset.New(scaleset.Config{
 		ConfigURL:    gs.URL + "/octo-org",
 		APIURL:       gs.URL,
 		Token:        func(context.Context) (string, error) { return testPAT, nil },
@@ -49,13 +50,13 @@ func start(t *testing.T, opts ...githubsim.Option) (*githubsimtest.Server, *Clie
 // eventLog collects a listener's events.
 type eventLog struct {
 	mu     sync.Mutex
-	events []Event
-	ch     chan Event
+	events []scaleset.Event
+	ch     chan scaleset.Event
 }
 
-func newEventLog() *eventLog { return &eventLog{ch: make(chan Event, 256)} }
+func newEventLog() *eventLog { return &eventLog{ch: make(chan scaleset.Event, 256)} }
 
-func (e *eventLog) handle(_ context.Context, ev Event) error {
+func (e *eventLog) handle(_ context.Context, ev scaleset.Event) error {
 	e.mu.Lock()
 	e.events = append(e.events, ev)
 	e.mu.Unlock()
@@ -65,7 +66,7 @@ func (e *eventLog) handle(_ context.Context, ev Event) error {
 
 // next waits for the next job event of type typ (skipping statistics and
 // other types).
-func (e *eventLog) next(t *testing.T, typ EventType) Event {
+func (e *eventLog) next(t *testing.T, typ scaleset.EventType) scaleset.Event {
 	t.Helper()
 	deadline := time.After(20 * time.Second)
 	for {
@@ -80,9 +81,9 @@ func (e *eventLog) next(t *testing.T, typ EventType) Event {
 	}
 }
 
-func runListener(t *testing.T, cfg ListenerConfig) (cancel func() error) {
+func runListener(t *testing.T, cfg scaleset.ListenerConfig) (cancel func() error) {
 	t.Helper()
-	l, err := NewListener(cfg)
+	l, err := scaleset.NewListener(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestListenerRunsJobThroughScaleSet(t *testing.T) {
 	}
 
 	events := newEventLog()
-	stop := runListener(t, ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "hyperfleet-test", Handle: events.handle,
+	stop := runListener(t, scaleset.ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "hyperfleet-test", Handle: events.handle,
 		MaxRunners: func() int { return 5 }})
 	waitSession(t, gs.Sim, ss.ID)
 
@@ -131,13 +132,13 @@ func TestListenerRunsJobThroughScaleSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	avail := events.next(t, EventJobAvailable)
+	avail := events.next(t, scaleset.EventJobAvailable)
 	if avail.Job.RequestID == 0 || avail.Job.JobID == "" || avail.Job.WorkflowRunID != job.RunID || avail.Job.Repository != "octo-org/app" || avail.Job.DisplayName != "build" ||
 		!strings.Contains(avail.Job.Workflow, ".github/workflows/") || strings.Join(avail.Job.Labels, ",") != "hf-linux" {
-		t.Fatalf("JobAvailable = %+v", avail.Job)
+		t.Fatalf("scaleset.JobAvailable = %+v", avail.Job)
 	}
-	if assigned := events.next(t, EventJobAssigned); assigned.Job.RequestID != avail.Job.RequestID {
-		t.Fatalf("JobAssigned = %+v", assigned.Job)
+	if assigned := events.next(t, scaleset.EventJobAssigned); assigned.Job.RequestID != avail.Job.RequestID {
+		t.Fatalf("scaleset.JobAssigned = %+v", assigned.Job)
 	}
 	jit, err := c.GenerateJITConfig(ctx, ss.ID, "hf-vm-1", "")
 	if err != nil {
@@ -147,13 +148,13 @@ func TestListenerRunsJobThroughScaleSet(t *testing.T) {
 		t.Fatalf("JIT runner = %+v", jit.Runner)
 	}
 	proc := githubsimtest.StartScript(t, gs.InstallRunner(t), "run.sh", "--jitconfig", jit.EncodedJITConfig)
-	started := events.next(t, EventJobStarted)
+	started := events.next(t, scaleset.EventJobStarted)
 	if started.Job.RequestID != avail.Job.RequestID || started.Job.JobID != avail.Job.JobID || started.Job.RunnerName != "hf-vm-1" || started.Job.RunnerID != jit.Runner.ID {
-		t.Fatalf("JobStarted = %+v", started.Job)
+		t.Fatalf("scaleset.JobStarted = %+v", started.Job)
 	}
-	completed := events.next(t, EventJobCompleted)
+	completed := events.next(t, scaleset.EventJobCompleted)
 	if completed.Job.RequestID != avail.Job.RequestID || completed.Job.Result != "succeeded" || completed.Job.RunnerName != "hf-vm-1" {
-		t.Fatalf("JobCompleted = %+v", completed.Job)
+		t.Fatalf("scaleset.JobCompleted = %+v", completed.Job)
 	}
 	if code := proc.Wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("run.sh exited %d:\n%s", code, proc.Output())
@@ -198,7 +199,7 @@ func waitSession(t *testing.T, sim *githubsim.Simulator, id int) {
 func TestSessionConflictAndRedelivery(t *testing.T) {
 	gs, c := start(t, githubsim.WithAdmin(true))
 	ctx := context.Background()
-	ss, err := c.CreateScaleSet(ctx, ScaleSet{Name: "hf-conflict", RunnerGroupID: 1})
+	ss, err := c.CreateScaleSet(ctx, scaleset.ScaleSet{Name: "hf-conflict", RunnerGroupID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func TestSessionConflictAndRedelivery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.CreateSession(ctx, ss.ID, "second"); !errors.Is(err, ErrSessionConflict) || !strings.Contains(err.Error(), "TaskAgentSessionConflictException") {
+	if _, err := c.CreateSession(ctx, ss.ID, "second"); !errors.Is(err, scaleset.ErrSessionConflict) || !strings.Contains(err.Error(), "TaskAgentSessionConflictException") {
 		t.Fatalf("second session: %v", err)
 	}
 	job, err := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/app", Labels: []string{"hf-conflict"}, Duration: time.Second})
@@ -214,7 +215,7 @@ func TestSessionConflictAndRedelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 	m1, err := s1.GetMessage(ctx, 0, 1)
-	if err != nil || m1 == nil || len(m1.Jobs) != 1 || m1.Jobs[0].Type != JobAvailable || m1.Jobs[0].WorkflowRunID != job.RunID {
+	if err != nil || m1 == nil || len(m1.Jobs) != 1 || m1.Jobs[0].Type != scaleset.JobAvailable || m1.Jobs[0].WorkflowRunID != job.RunID {
 		t.Fatalf("first delivery = %+v, %v", m1, err)
 	}
 	if m1.Statistics == nil || m1.Statistics.TotalAvailableJobs != 1 {
@@ -257,7 +258,7 @@ func TestSessionConflictAndRedelivery(t *testing.T) {
 		t.Fatalf("session-conflict: HTTP %d", resp.StatusCode)
 	}
 	events := newEventLog()
-	stop := runListener(t, ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "waiter", Handle: events.handle, MaxRunners: two,
+	stop := runListener(t, scaleset.ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "waiter", Handle: events.handle, MaxRunners: two,
 		SessionConflictRetries: 3, SessionConflictWait: 50 * time.Millisecond})
 	waitSession(t, gs.Sim, ss.ID)
 	if got := gs.Sim.InjectedFaults()["error-409"]; got != 2 {
@@ -269,12 +270,12 @@ func TestSessionConflictAndRedelivery(t *testing.T) {
 	if err := gs.Sim.ScaleSetSessionConflict(int64(ss.ID), 5); err != nil {
 		t.Fatal(err)
 	}
-	l, err := NewListener(ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "impatient", Handle: events.handle, MaxRunners: two,
+	l, err := scaleset.NewListener(scaleset.ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "impatient", Handle: events.handle, MaxRunners: two,
 		SessionConflictRetries: 2, SessionConflictWait: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Run(ctx); !errors.Is(err, ErrSessionConflict) {
+	if err := l.Run(ctx); !errors.Is(err, scaleset.ErrSessionConflict) {
 		t.Fatalf("Run = %v", err)
 	}
 	gs.Sim.ClearFaults()
@@ -287,22 +288,22 @@ func TestSessionConflictAndRedelivery(t *testing.T) {
 func TestTokenExpiryAndRefresh(t *testing.T) {
 	clock := githubsim.NewFakeClock(time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC))
 	gs, c := start(t, githubsim.WithClock(clock), githubsim.WithScaleSetTokenTTL(10*time.Minute, 5*time.Minute), githubsim.WithAdmin(true))
-	c.cfg.Now = clock.Now
+	scaleset.SetNow(c, clock.Now)
 	ctx := context.Background()
-	ss, err := c.CreateScaleSet(ctx, ScaleSet{Name: "hf-tokens", RunnerGroupID: 1})
+	ss, err := c.CreateScaleSet(ctx, scaleset.ScaleSet{Name: "hf-tokens", RunnerGroupID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := c.adminToken
-	if !c.expires.Equal(clock.Now().Add(10 * time.Minute).Truncate(time.Second)) {
-		t.Fatalf("admin token expires %v", c.expires)
+	first := scaleset.AdminToken(c)
+	if !scaleset.AdminTokenExpiry(c).Equal(clock.Now().Add(10 * time.Minute).Truncate(time.Second)) {
+		t.Fatalf("admin token expires %v", scaleset.AdminTokenExpiry(c))
 	}
 	clock.Advance(8 * time.Minute)
-	if _, err := c.ScaleSetByID(ctx, ss.ID); err != nil || c.adminToken != first {
+	if _, err := c.ScaleSetByID(ctx, ss.ID); err != nil || scaleset.AdminToken(c) != first {
 		t.Fatalf("refreshed too early (%v)", err)
 	}
 	clock.Advance(90 * time.Second) // 30 s before exp: inside the margin
-	if _, err := c.ScaleSetByID(ctx, ss.ID); err != nil || c.adminToken == first {
+	if _, err := c.ScaleSetByID(ctx, ss.ID); err != nil || scaleset.AdminToken(c) == first {
 		t.Fatalf("not refreshed before expiry (%v)", err)
 	}
 
@@ -324,7 +325,7 @@ func TestTokenExpiryAndRefresh(t *testing.T) {
 		t.Fatal("session not refreshed")
 	}
 	// Both tokens revoked early: acquire refreshes session and admin token.
-	admin := c.adminToken
+	admin := scaleset.AdminToken(c)
 	// Through the admin API, as the standalone simulator is driven.
 	resp, err := (&http.Client{Transport: gs.Transport}).Post(gs.URL+"/_sim/scalesets/expire-tokens", "application/json", nil)
 	if err != nil {
@@ -338,7 +339,7 @@ func TestTokenExpiryAndRefresh(t *testing.T) {
 	if err != nil || len(got) != 1 {
 		t.Fatalf("acquire after revocation = %v, %v", got, err)
 	}
-	if c.adminToken == admin {
+	if scaleset.AdminToken(c) == admin {
 		t.Fatal("admin token not renewed after revocation")
 	}
 	if err := sess.DeleteMessage(ctx, m.ID); err != nil {
@@ -351,7 +352,7 @@ func TestTokenExpiryAndRefresh(t *testing.T) {
 func TestServerErrorsBackOff(t *testing.T) {
 	gs, c := start(t)
 	ctx := context.Background()
-	ss, err := c.CreateScaleSet(ctx, ScaleSet{Name: "hf-5xx", RunnerGroupID: 1})
+	ss, err := c.CreateScaleSet(ctx, scaleset.ScaleSet{Name: "hf-5xx", RunnerGroupID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,14 +369,14 @@ func TestServerErrorsBackOff(t *testing.T) {
 	}
 	events := newEventLog()
 	begin := time.Now()
-	runListener(t, ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "backoff", Handle: events.handle, MaxRunners: two,
+	runListener(t, scaleset.ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "backoff", Handle: events.handle, MaxRunners: two,
 		BackoffMin: 100 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
 	job, err := gs.Sim.EnqueueJob(githubsim.JobRequest{Repository: "octo-org/app", Labels: []string{"hf-5xx"}, Duration: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev := events.next(t, EventJobAvailable); ev.Job.WorkflowRunID != job.RunID {
-		t.Fatalf("JobAvailable = %+v", ev.Job)
+	if ev := events.next(t, scaleset.EventJobAvailable); ev.Job.WorkflowRunID != job.RunID {
+		t.Fatalf("scaleset.JobAvailable = %+v", ev.Job)
 	}
 	if faults := gs.Sim.InjectedFaults(); faults["error-503"] != 3 || faults["error-502"] != 10 {
 		t.Fatalf("injected = %v", faults)
@@ -392,15 +393,15 @@ func TestServerErrorsBackOff(t *testing.T) {
 func TestListenerReopensDroppedSession(t *testing.T) {
 	gs, c := start(t, githubsim.WithScaleSetPollWait(200*time.Millisecond))
 	ctx := context.Background()
-	ss, err := c.CreateScaleSet(ctx, ScaleSet{Name: "hf-drop", RunnerGroupID: 1})
+	ss, err := c.CreateScaleSet(ctx, scaleset.ScaleSet{Name: "hf-drop", RunnerGroupID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	events := newEventLog()
 	boom := errors.New("consumer refused")
-	l, err := NewListener(ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "dropper", BackoffMin: 10 * time.Millisecond, MaxRunners: two,
-		Handle: func(ctx context.Context, ev Event) error {
-			if ev.Type == EventJobCompleted {
+	l, err := scaleset.NewListener(scaleset.ListenerConfig{Client: c, ScaleSetID: ss.ID, Owner: "dropper", BackoffMin: 10 * time.Millisecond, MaxRunners: two,
+		Handle: func(ctx context.Context, ev scaleset.Event) error {
+			if ev.Type == scaleset.EventJobCompleted {
 				return boom
 			}
 			return events.handle(ctx, ev)
@@ -418,7 +419,7 @@ func TestListenerReopensDroppedSession(t *testing.T) {
 		}
 	}
 	// The service drops it (as if it had expired it).
-	dropped := &Session{c: c, scaleSetID: ss.ID, info: SessionInfo{SessionID: first}}
+	dropped := scaleset.SessionOf(c, ss.ID, first)
 	if err := dropped.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -442,8 +443,8 @@ func TestListenerReopensDroppedSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev := events.next(t, EventJobAssigned); ev.Job.WorkflowRunID != job.RunID {
-		t.Fatalf("JobAssigned = %+v", ev.Job)
+	if ev := events.next(t, scaleset.EventJobAssigned); ev.Job.WorkflowRunID != job.RunID {
+		t.Fatalf("scaleset.JobAssigned = %+v", ev.Job)
 	}
 	// Completing it makes the consumer fail: Run ends with that error.
 	if err := gs.Sim.CompleteJob(job.ID, "failure"); err != nil {
