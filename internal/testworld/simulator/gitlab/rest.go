@@ -1,7 +1,6 @@
 package gitlabsim
 
 import (
-	"fmt"
 	"net/http"
 	"slices"
 	"sort"
@@ -20,7 +19,7 @@ func (s *Simulator) restLocked(q *request) {
 		s.createRunnerLocked(q)
 	case m == http.MethodGet && n == 1 && seg[0] == "user":
 		if requireScope(q, readScopes("read_user")...) {
-			writeJSON(q.w, http.StatusOK, s.userJSON(q.tok.user, true))
+			writeJSON(q.w, http.StatusOK, s.currentUserJSON(q.r, q.tok.user))
 		}
 	case m == http.MethodGet && n == 2 && seg[0] == "personal_access_tokens" && seg[1] == "self":
 		// Any valid token may read itself, whatever its scopes.
@@ -102,7 +101,7 @@ func (s *Simulator) projectRoutesLocked(q *request) {
 	lvl := q.tok.user.projectLevel(p)
 	switch {
 	case m == http.MethodGet && n == 2:
-		writeJSON(q.w, http.StatusOK, s.projectJSON(q.r, p))
+		writeJSON(q.w, http.StatusOK, s.projectWithAccessJSON(q.r, p, q.tok.user))
 	case m == http.MethodGet && n == 3 && seg[2] == "runners":
 		// GitLab: runners available to the project (its own, its groups',
 		// and instance runners), for Maintainers.
@@ -187,7 +186,7 @@ func (s *Simulator) groupRoutesLocked(q *request) {
 	}
 	switch {
 	case n == 2:
-		writeJSON(q.w, http.StatusOK, s.groupJSON(q.r, g))
+		writeJSON(q.w, http.StatusOK, s.groupDetailJSON(q.r, g, q.tok.user))
 	case n == 3 && seg[2] == "runners":
 		// GitLab: the group's and its ancestors' runners and instance
 		// runners, for Maintainers of the group.
@@ -215,7 +214,7 @@ func (s *Simulator) groupRoutesLocked(q *request) {
 		a, b := s.paginate(q, len(ps))
 		out := make([]any, 0, b-a)
 		for _, p := range ps[a:b] {
-			out = append(out, s.projectJSON(q.r, p))
+			out = append(out, s.projectJSON(q.r, p, q.tok.user, false))
 		}
 		writeJSON(q.w, http.StatusOK, out)
 	default:
@@ -425,7 +424,7 @@ func (s *Simulator) writeRunnerListLocked(q *request, rs []*runner) {
 	a, b := s.paginate(q, len(out))
 	list := make([]any, 0, b-a)
 	for _, r := range out[a:b] {
-		list = append(list, s.runnerJSON(r))
+		list = append(list, s.runnerJSON(q.r, r))
 	}
 	writeJSON(q.w, http.StatusOK, list)
 }
@@ -455,172 +454,4 @@ func (s *Simulator) listJobsLocked(q *request, p *project) {
 		out = append(out, s.jobJSON(q.r, j))
 	}
 	writeJSON(q.w, http.StatusOK, out)
-}
-
-func (s *Simulator) userJSON(u *user, self bool) map[string]any {
-	m := map[string]any{
-		"id": u.id, "username": u.username, "name": u.name, "state": "active", "locked": false,
-		"avatar_url": nil, "web_url": "/" + u.username, "bot": u.bot, "created_at": timeJSON(u.created),
-	}
-	if self {
-		m["is_admin"] = u.admin
-		m["email"] = u.username + "@example.com"
-	}
-	return m
-}
-
-func (s *Simulator) tokenJSON(t *accessToken) map[string]any {
-	var exp, last any
-	if !t.expiresAt.IsZero() {
-		exp = t.expiresAt.UTC().Format("2006-01-02")
-	}
-	if !t.lastUsed.IsZero() {
-		last = timeJSON(t.lastUsed)
-	}
-	now := s.clock.Now()
-	return map[string]any{
-		"id": t.id, "name": t.name, "revoked": t.revoked, "created_at": timeJSON(t.created), "description": "",
-		"scopes": t.scopes, "user_id": t.user.id, "last_used_at": last,
-		"active": !t.revoked && (t.expiresAt.IsZero() || now.Before(t.expiresAt)), "expires_at": exp,
-	}
-}
-
-func (s *Simulator) namespaceJSON(r *http.Request, g *group) map[string]any {
-	var parent any
-	if g.parent != nil {
-		parent = g.parent.id
-	}
-	return map[string]any{"id": g.id, "name": g.name, "path": g.path, "kind": "group", "full_path": g.fullPath, "parent_id": parent, "web_url": s.baseURL(r) + "/groups/" + g.fullPath}
-}
-
-func (s *Simulator) projectJSON(r *http.Request, p *project) map[string]any {
-	base := s.baseURL(r)
-	full := p.fullPath()
-	nsName := strings.ReplaceAll(p.group.fullPath, "/", " / ")
-	return map[string]any{
-		"id": p.id, "name": p.name, "path": p.path, "description": "",
-		"name_with_namespace": nsName + " / " + p.name, "path_with_namespace": full,
-		"default_branch": p.defaultBranch, "visibility": "private", "created_at": timeJSON(p.created),
-		"web_url": base + "/" + full, "http_url_to_repo": base + "/" + full + ".git",
-		"ssh_url_to_repo": "git@" + strings.TrimPrefix(strings.TrimPrefix(base, "https://"), "http://") + ":" + full + ".git",
-		"namespace":       s.namespaceJSON(r, p.group), "archived": false, "jobs_enabled": true,
-		"shared_runners_enabled": true, "tag_list": []string{}, "topics": []string{},
-	}
-}
-
-func (s *Simulator) groupJSON(r *http.Request, g *group) map[string]any {
-	var parent any
-	if g.parent != nil {
-		parent = g.parent.id
-	}
-	return map[string]any{
-		"id": g.id, "name": g.name, "path": g.path, "full_name": strings.ReplaceAll(g.fullPath, "/", " / "),
-		"full_path": g.fullPath, "parent_id": parent, "visibility": "private", "description": "",
-		"web_url": s.baseURL(r) + "/groups/" + g.fullPath, "created_at": timeJSON(g.created),
-		"shared_runners_setting": "enabled",
-	}
-}
-
-// runnerJSON is a runner in a list (GitLab's Runner entity).
-func (s *Simulator) runnerJSON(r *runner) map[string]any {
-	st, online := r.status(s.clock.Now())
-	return map[string]any{
-		"id": r.id, "description": r.description, "ip_address": "", "active": !r.paused, "paused": r.paused,
-		"is_shared": r.kind == InstanceType, "runner_type": r.kind, "name": "gitlab-runner", "online": online, "status": st,
-		"created_at": timeJSON(r.created), "created_by": s.userJSON(r.creator, false),
-		"job_execution_status": s.jobExecutionStatusLocked(r),
-	}
-}
-
-// jobExecutionStatusLocked is the runner's job_execution_status (GitLab
-// 17+): active while it runs a job, idle otherwise.
-func (s *Simulator) jobExecutionStatusLocked(r *runner) string {
-	for _, j := range s.jobs {
-		if j.runner == r && j.status == StatusRunning {
-			return "active"
-		}
-	}
-	return "idle"
-}
-
-// runnerDetailsJSON is GET /runners/:id (GitLab's RunnerDetails entity).
-func (s *Simulator) runnerDetailsJSON(req *http.Request, r *runner) map[string]any {
-	m := s.runnerJSON(r)
-	var contacted any
-	if !r.contacted.IsZero() {
-		contacted = timeJSON(r.contacted)
-	}
-	projects := []any{}
-	for _, p := range r.projects {
-		projects = append(projects, map[string]any{"id": p.id, "name": p.name, "path": p.path, "path_with_namespace": p.fullPath(), "name_with_namespace": strings.ReplaceAll(p.group.fullPath, "/", " / ") + " / " + p.name})
-	}
-	groups := []any{}
-	if r.group != nil {
-		groups = append(groups, map[string]any{"id": r.group.id, "name": r.group.name, "web_url": s.baseURL(req) + "/groups/" + r.group.fullPath})
-	}
-	tags := r.tags
-	if tags == nil {
-		tags = []string{}
-	}
-	var maxTimeout any
-	if r.maximumTimeout > 0 {
-		maxTimeout = r.maximumTimeout
-	}
-	for k, v := range map[string]any{
-		"tag_list": tags, "run_untagged": r.runUntagged, "locked": r.locked, "access_level": r.accessLevel,
-		"maximum_timeout": maxTimeout, "maintenance_note": r.maintenanceNote, "contacted_at": contacted,
-		"projects": projects, "groups": groups, "architecture": nil, "platform": nil, "revision": nil, "version": nil,
-	} {
-		m[k] = v
-	}
-	return m
-}
-
-// jobJSON is GitLab's Job entity as GET /projects/:id/jobs answers it.
-func (s *Simulator) jobJSON(r *http.Request, j *job) map[string]any {
-	p := j.pipeline
-	base := s.baseURL(r)
-	var dur, queued, runnerJ any
-	if !j.started.IsZero() {
-		end := j.finished
-		if end.IsZero() {
-			end = s.clock.Now()
-		}
-		dur = end.Sub(j.started).Seconds()
-		queued = j.started.Sub(j.queued).Seconds()
-	} else if !j.queued.IsZero() {
-		queued = s.clock.Now().Sub(j.queued).Seconds()
-	}
-	if j.runner != nil {
-		runnerJ = s.runnerJSON(j.runner)
-	}
-	tags := j.tags
-	if tags == nil {
-		tags = []string{}
-	}
-	m := map[string]any{
-		"id": j.id, "name": j.name, "stage": j.stage, "status": j.status, "ref": p.ref, "tag": false,
-		"allow_failure": j.allowFailure, "created_at": timeJSON(j.created), "started_at": timeJSON(j.started),
-		"finished_at": timeJSON(j.finished), "erased_at": nil, "duration": dur, "queued_duration": queued,
-		"coverage": nil, "tag_list": tags, "web_url": fmt.Sprintf("%s/%s/-/jobs/%d", base, p.project.fullPath(), j.id),
-		"user":     s.userJSON(p.user, false),
-		"pipeline": map[string]any{"id": p.id, "iid": p.iid, "project_id": p.project.id, "ref": p.ref, "sha": p.sha, "status": p.status, "source": "push", "web_url": fmt.Sprintf("%s/%s/-/pipelines/%d", base, p.project.fullPath(), p.id), "created_at": timeJSON(p.created)},
-		"commit":   map[string]any{"id": p.sha, "short_id": p.sha[:8], "title": "Simulated commit", "message": "Simulated commit\n", "author_name": p.user.name, "author_email": p.user.username + "@example.com", "created_at": timeJSON(p.created)},
-		"project":  map[string]any{"ci_job_token_scope_enabled": false},
-		"runner":   runnerJ, "artifacts": []any{}, "archived": false,
-	}
-	if j.failureReason != "" {
-		m["failure_reason"] = j.failureReason
-	}
-	return m
-}
-
-// pipelineJSON is GitLab's Pipeline entity (the fields client-go's
-// Pipeline reads that the simulator models).
-func (s *Simulator) pipelineJSON(r *http.Request, pl *pipeline) map[string]any {
-	return map[string]any{
-		"id": pl.id, "iid": pl.iid, "project_id": pl.project.id, "status": pl.status, "source": "push",
-		"ref": pl.ref, "sha": pl.sha, "created_at": timeJSON(pl.created),
-		"web_url": s.baseURL(r) + "/" + pl.project.fullPath() + "/-/pipelines/" + strconv.FormatInt(pl.id, 10),
-	}
 }

@@ -75,6 +75,16 @@ func (s *Simulator) serveRunnerAPI(q *request) bool {
 			return true
 		}
 	}
+	// Grape takes parameters from the query string as well as the body, and
+	// GitLab's OpenAPI description gives DELETE /runners and DELETE
+	// /runners/managers their token and system_id there.
+	qv := q.r.URL.Query()
+	if body.Token == "" {
+		body.Token = qv.Get("token")
+	}
+	if body.SystemID == "" {
+		body.SystemID = qv.Get("system_id")
+	}
 	// gitlab-runner 18 sends the token in a header as well as in the body
 	// (RUNNER-TOKEN, JOB-TOKEN: common/consts.go); either is accepted.
 	if body.Token == "" {
@@ -230,7 +240,7 @@ func (s *Simulator) jobPayloadLocked(r *http.Request, j *job) map[string]any {
 		"id":              j.id,
 		"token":           j.token,
 		"allow_git_fetch": true,
-		"job_info": v{"id": j.id, "name": j.name, "stage": j.stage, "project_id": p.id, "project_name": p.name,
+		"job_info": v{"id": j.id, "name": j.name, "stage": j.stage, "pipeline_id": j.pipeline.id, "project_id": p.id, "project_name": p.name,
 			"project_full_path": p.fullPath(), "namespace_id": p.group.id, "root_namespace_id": root.id, "organization_id": 1,
 			"instance_id": "", "instance_uuid": instanceUUID, "user_id": j.pipeline.user.id, "queue_size": queued, "queue_depth": queued,
 			"time_in_queue_seconds": j.started.Sub(j.queued).Seconds(), "project_jobs_running_on_instance_runners_count": "0"},
@@ -238,7 +248,7 @@ func (s *Simulator) jobPayloadLocked(r *http.Request, j *job) map[string]any {
 			"before_sha": strings.Repeat("0", 40), "ref_type": "branch",
 			"refspecs": []string{"+refs/pipelines/" + strconv.FormatInt(j.pipeline.id, 10) + ":refs/pipelines/" + strconv.FormatInt(j.pipeline.id, 10), "+refs/heads/" + j.pipeline.ref + ":refs/remotes/origin/" + j.pipeline.ref},
 			"depth":    20, "protected": false},
-		"runner_info":  v{"timeout": j.timeout, "runner_session_url": nil},
+		"runner_info":  v{"uuid": runnerUUID(j.runner), "timeout": j.timeout, "runner_session_url": nil},
 		"variables":    vars,
 		"steps":        []any{v{"name": "script", "script": j.script, "timeout": j.timeout, "when": "on_success", "allow_failure": j.allowFailure}},
 		"image":        nil,
@@ -250,6 +260,13 @@ func (s *Simulator) jobPayloadLocked(r *http.Request, j *job) map[string]any {
 		"features": v{"trace_sections": true, "token_mask_prefixes": []string{"glpat-", "glrt-", "glcbt-"},
 			"failure_reasons": []string{"unknown_failure", "script_failure", "api_failure", "stuck_or_timeout_failure", "runner_system_failure", "job_execution_timeout"}},
 	}
+}
+
+// runnerUUID is the runner's UUID in job payloads (gitlab-runner prints it
+// in the job log, "not supported with this GitLab version" without one):
+// stable per runner.
+func runnerUUID(r *runner) string {
+	return fmt.Sprintf("5b0b7e2c-7d1c-4c8a-9a43-%012x", r.id)
 }
 
 // instanceUUID stands for the GitLab instance's UUID in job payloads.

@@ -13,25 +13,29 @@ import (
 )
 
 // The structs below mirror the JSON of gitlab-runner's runner API client at
-// release v18.11.0: common/network.go (VerifyRunnerRequest,
-// VerifyRunnerResponse, UnregisterRunnerManagerRequest, JobRequest,
+// the version runnertypes_test.go pins (gitlabRunnerVersion, main at commit
+// fc1f1862bd91): common/network.go (VerifyRunnerRequest,
+// VerifyRunnerResponse, UnregisterRunnerManagerRequest, Info, JobRequest,
 // UpdateJobRequest, JobTraceOutput) and common/spec/spec.go (Job, JobInfo,
-// GitInfo, RunnerInfo, Variable, Step, GitlabFeatures, Credentials,
-// Dependency). They are written here, field by field, with the JSON names
-// and Go types of those files, because gitlab-runner's modules cannot be
-// fetched on this machine; the tests send requests built from them, as the
-// runner does, and check that every field the runner reads is in the
-// simulator's answers with a type it decodes (requireKeys).
+// GitInfo, RunnerInfo, Variable, Step, GitlabFeatures, Credentials). They
+// are written here, field by field, because gitlab-runner's packages cannot
+// be built on this machine (several of its dependencies cannot be fetched);
+// runnertypes_test.go reads gitlab-runner's source at that version and fails
+// when a JSON name, omitempty or Go kind here differs from it. The tests
+// send requests built from them, as the runner does, and check that every
+// field the runner reads is in the simulator's answers with a type it
+// decodes (requireKeys).
 
 type glrVerifyRunnerRequest struct {
-	Token    string `json:"token,omitempty"`
-	SystemID string `json:"system_id,omitempty"`
+	Info     glrInfo `json:"info"`
+	Token    string  `json:"token,omitempty"`
+	SystemID string  `json:"system_id,omitempty"`
 }
 
 type glrVerifyRunnerResponse struct {
 	ID             int64     `json:"id,omitempty"`
 	Token          string    `json:"token,omitempty"`
-	TokenExpiresAt time.Time `json:"token_expires_at,omitempty"`
+	TokenExpiresAt time.Time `json:"token_expires_at"`
 }
 
 type glrUnregisterRunnerManagerRequest struct {
@@ -50,7 +54,7 @@ type glrInfo struct {
 }
 
 type glrJobRequest struct {
-	Info       glrInfo `json:"info,omitempty"`
+	Info       glrInfo `json:"info"`
 	Token      string  `json:"token,omitempty"`
 	SystemID   string  `json:"system_id,omitempty"`
 	LastUpdate string  `json:"last_update,omitempty"`
@@ -59,6 +63,7 @@ type glrJobRequest struct {
 type glrJobInfo struct {
 	Name                                     string  `json:"name"`
 	Stage                                    string  `json:"stage"`
+	PipelineID                               int64   `json:"pipeline_id"`
 	ProjectID                                int64   `json:"project_id"`
 	ProjectName                              string  `json:"project_name"`
 	ProjectFullPath                          string  `json:"project_full_path"`
@@ -68,6 +73,7 @@ type glrJobInfo struct {
 	InstanceID                               string  `json:"instance_id"`
 	InstanceUUID                             string  `json:"instance_uuid"`
 	UserID                                   int64   `json:"user_id"`
+	ScopedUserID                             *int64  `json:"scoped_user_id,omitempty"`
 	TimeInQueueSeconds                       float64 `json:"time_in_queue_seconds"`
 	ProjectJobsRunningOnInstanceRunnersCount string  `json:"project_jobs_running_on_instance_runners_count"`
 	QueueSize                                int64   `json:"queue_size"`
@@ -106,10 +112,14 @@ type glrStep struct {
 	AllowFailure bool     `json:"allow_failure"`
 }
 
+// glrFeatures is spec.GitlabFeatures. GitLab sends tracing only where
+// OpenTelemetry export is set up; the runner reads its absence as none (a
+// nil pointer): optional here.
 type glrFeatures struct {
-	TraceSections     bool     `json:"trace_sections"`
-	TokenMaskPrefixes []string `json:"token_mask_prefixes"`
-	FailureReasons    []string `json:"failure_reasons"`
+	TraceSections     bool            `json:"trace_sections"`
+	TokenMaskPrefixes []string        `json:"token_mask_prefixes"`
+	FailureReasons    []string        `json:"failure_reasons"`
+	Tracing           json.RawMessage `json:"tracing" sim:"optional"`
 }
 
 type glrCredentials struct {
@@ -121,7 +131,11 @@ type glrCredentials struct {
 
 // glrJob is spec.Job; image, services, artifacts, cache and dependencies
 // are kept raw (the shell executor ignores images and services, and the
-// simulator models no artifacts or caches) but must be present.
+// simulator models no artifacts or caches) but must be present. inputs,
+// policy_options and suspend_options are raw and optional: GitLab sends
+// them for jobs with inputs, of an execution policy or suspended for
+// approval, none of which the simulator models, and the runner reads
+// their absence as none.
 type glrJob struct {
 	ID            int64      `json:"id"`
 	Token         string     `json:"token"`
@@ -129,17 +143,24 @@ type glrJob struct {
 	JobInfo       glrJobInfo `json:"job_info"`
 	GitInfo       glrGitInfo `json:"git_info"`
 	RunnerInfo    struct {
-		Timeout int `json:"timeout"`
+		UUID    string `json:"uuid"`
+		Timeout int    `json:"timeout"`
 	} `json:"runner_info"`
-	Variables    []glrVariable    `json:"variables"`
-	Steps        []glrStep        `json:"steps"`
-	Image        json.RawMessage  `json:"image"`
-	Services     json.RawMessage  `json:"services"`
-	Artifacts    json.RawMessage  `json:"artifacts"`
-	Cache        json.RawMessage  `json:"cache"`
-	Credentials  []glrCredentials `json:"credentials"`
-	Dependencies json.RawMessage  `json:"dependencies"`
-	Features     glrFeatures      `json:"features"`
+	Inputs         json.RawMessage  `json:"inputs" sim:"optional"`
+	Variables      []glrVariable    `json:"variables"`
+	Steps          []glrStep        `json:"steps"`
+	Image          json.RawMessage  `json:"image"`
+	Services       json.RawMessage  `json:"services"`
+	Artifacts      json.RawMessage  `json:"artifacts"`
+	Cache          json.RawMessage  `json:"cache"`
+	Credentials    []glrCredentials `json:"credentials"`
+	Dependencies   json.RawMessage  `json:"dependencies"`
+	Features       glrFeatures      `json:"features"`
+	Secrets        json.RawMessage  `json:"secrets,omitempty"`
+	Hooks          json.RawMessage  `json:"hooks,omitempty"`
+	Run            json.RawMessage  `json:"run,omitempty"`
+	PolicyOptions  json.RawMessage  `json:"policy_options" sim:"optional"`
+	SuspendOptions json.RawMessage  `json:"suspend_options" sim:"optional"`
 }
 
 type glrJobTraceOutput struct {
@@ -148,13 +169,14 @@ type glrJobTraceOutput struct {
 }
 
 type glrUpdateJobRequest struct {
-	Info          glrInfo           `json:"info,omitempty"`
-	Token         string            `json:"token,omitempty"`
-	State         string            `json:"state,omitempty"`
-	FailureReason string            `json:"failure_reason,omitempty"`
-	Checksum      string            `json:"checksum,omitempty"`
-	Output        glrJobTraceOutput `json:"output,omitempty"`
-	ExitCode      int               `json:"exit_code,omitempty"`
+	Info                  glrInfo           `json:"info"`
+	Token                 string            `json:"token,omitempty"`
+	State                 string            `json:"state,omitempty"`
+	FailureReason         string            `json:"failure_reason,omitempty"`
+	Checksum              string            `json:"checksum,omitempty"`
+	Output                glrJobTraceOutput `json:"output"`
+	ExitCode              int               `json:"exit_code,omitempty"`
+	RuntimeEnvironmentKey string            `json:"runtime_environment_key,omitempty"`
 }
 
 // requireKeys fails when raw (a JSON object) lacks a key of typ's JSON
