@@ -171,6 +171,10 @@ type Reconciler struct {
 	// transiently may call the provider again (UID -> time.Time): a wake-up
 	// before then waits it out (ensureVM).
 	provisionRetryAt sync.Map
+	// provisionHeld holds a claim whose provider step failed for a
+	// reason its user must fix (UID -> heldProvision): wake-ups that
+	// change none of its inputs do not call the provider again (ensureVM).
+	provisionHeld sync.Map
 	// minted keeps runner credentials issued and not yet placed in their
 	// VM (Minted); losing it on restart costs a new
 	// registration, which replaces the lost one.
@@ -212,6 +216,7 @@ func (r *Reconciler) waitForCache(ctx context.Context, claim *hfv1.MachineClaim)
 func (r *Reconciler) forget(uid types.UID) {
 	r.attempts.Delete(uid)
 	r.provisionRetryAt.Delete(uid)
+	r.provisionHeld.Delete(uid)
 	r.minted.Forget(uid)
 	r.Runners.Forget(uid)
 	r.dnsRegistered.Delete(uid)

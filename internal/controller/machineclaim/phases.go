@@ -274,8 +274,13 @@ func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err erro
 	}
 	switch class {
 	case provider.ClassConfiguration:
-		// The user must act; a spec or Secret change wakes the claim.
-		return phase.StopAndRequeue(5 * time.Minute), nil
+		// The user must act: a change of the claim, its template or its
+		// cluster tries again (ensureVM's hold), or the hold's end.
+		if s.tmpl != nil && s.cluster != nil {
+			r.provisionHeld.Store(claim.UID, heldProvision{claim: claim.Generation, template: s.tmpl.Generation, cluster: s.cluster.Generation,
+				until: r.Clock.Now().Add(configurationHold)})
+		}
+		return phase.StopAndRequeue(configurationHold), nil
 	case provider.ClassResource:
 		return phase.StopAndRequeue(30 * time.Second), nil
 	default:

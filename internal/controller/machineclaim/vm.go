@@ -54,6 +54,9 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 			return phase.StopAndRequeue(wait), nil
 		}
 	}
+	if wait, held := r.heldForUser(claim, tmpl, cluster); held {
+		return phase.StopAndRequeue(wait), nil
+	}
 	var addrs []vmspec.StaticAddr
 	if tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
 		var err error
@@ -122,6 +125,7 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 	}
 	r.attempts.Delete(claim.UID)
 	r.provisionRetryAt.Delete(claim.UID)
+	r.provisionHeld.Delete(claim.UID)
 	r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
 	// "Call again now": the status write usually wakes the claim first;
 	// the requeue only covers a coalesced event.
@@ -260,4 +264,42 @@ func networkStatus(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplat
 		st.Addresses = st.Addresses[:16]
 	}
 	return st
+}
+
+// heldProvision is a claim held after a configuration error: the
+// generations of its inputs when it failed, and when the hold ends.
+type heldProvision struct {
+	claim, template, cluster int64
+	until                    time.Time
+}
+
+// configurationHold is how long a claim whose provider step failed for a
+// reason its user must fix waits for a change before it tries again
+// anyway (a fix outside Kubernetes, on the hypervisor or in a Secret).
+const configurationHold = 5 * time.Minute
+
+// heldForUser reports whether the claim still waits for its user after
+// its last provider step failed for a reason only the user can fix, and
+// for how long at most. Only a change of the claim, its template or its
+// cluster (their specs), or the hold's end, lets it call the hypervisor
+// again; the failed pass's own status write, a listing or a clone slot
+// freed does not (each was a new attempt before: property 8's test,
+// TestRetryAndErrorHandlingProperty in internal/controller, saw three in a
+// second under load).
+func (r *Reconciler) heldForUser(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) (time.Duration, bool) {
+	h, ok := r.provisionHeld.Load(claim.UID)
+	if !ok {
+		return 0, false
+	}
+	held := h.(heldProvision)
+	if wait := held.until.Sub(r.Clock.Now()); wait > 0 && held.same(claim, tmpl, cluster) {
+		return wait, true
+	}
+	r.provisionHeld.Delete(claim.UID)
+	return 0, false
+}
+
+// same reports whether the claim's inputs are those it failed with.
+func (h heldProvision) same(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) bool {
+	return h.claim == claim.Generation && h.template == tmpl.Generation && h.cluster == cluster.Generation
 }

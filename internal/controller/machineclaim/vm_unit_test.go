@@ -293,3 +293,45 @@ func TestProvisionError(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigurationErrorHoldsTheClaim: after a step failed for a reason
+// only its user can fix, the claim calls the hypervisor again only once
+// its spec, its template's or its cluster's changes, or after the hold;
+// a transient error holds nothing of the kind (its backoff paces it).
+func TestConfigurationErrorHoldsTheClaim(t *testing.T) {
+	r, _, clk, _ := serviceWorld(t)
+	c := unitClaim("runner-1", 0)
+	tmpl := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Name: "debian", Generation: 3}}
+	cluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: unitCluster, Generation: 7}}
+	fail := func(err error) {
+		t.Helper()
+		s := &claimScope{claim: &c, tmpl: tmpl, cluster: cluster}
+		if _, perr := r.provisionError(context.Background(), s, err); perr != nil {
+			t.Fatal(perr)
+		}
+	}
+	fail(provider.Errorf(provider.ClassConfiguration, "InvalidParameter", "parameter verification failed"))
+	if wait, held := r.heldForUser(&c, tmpl, cluster); !held || wait != configurationHold {
+		t.Fatalf("right after the failure: held %v for %s, want %s", held, wait, configurationHold)
+	}
+	clk.Step(time.Minute)
+	if wait, held := r.heldForUser(&c, tmpl, cluster); !held || wait != configurationHold-time.Minute {
+		t.Errorf("a minute later, nothing changed: held %v for %s", held, wait)
+	}
+	for name, change := range map[string]func(){
+		"the claim's spec":    func() { c.Generation++ },
+		"the template's spec": func() { tmpl.Generation++ },
+		"the cluster's spec":  func() { cluster.Generation++ },
+		"the hold's end":      func() { clk.Step(configurationHold) },
+	} {
+		fail(provider.Errorf(provider.ClassConfiguration, "InvalidParameter", "parameter verification failed"))
+		change()
+		if _, held := r.heldForUser(&c, tmpl, cluster); held {
+			t.Errorf("after a change of %s: still held", name)
+		}
+	}
+	fail(provider.Errorf(provider.ClassTransient, "Unreachable", "connection refused"))
+	if _, held := r.heldForUser(&c, tmpl, cluster); held {
+		t.Error("a transient error holds the claim for its user")
+	}
+}
