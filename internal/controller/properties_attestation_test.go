@@ -201,8 +201,8 @@ func (m *claimModel) expect(proofOK bool) (int, string) {
 // runner recorded in the claim, registered on the GitHub simulator), and
 // once. Every other request is refused with the reason the broker's
 // checks give, counted under it, and mints nothing; a valid SVID without
-// the VM's proof is recorded as a misuse in the claim. About one case in
-// seven generates the template's attestation instead: TPM on a cluster
+// the VM's proof is recorded as a misuse in the claim. Every fifth case
+// generates the template's attestation instead: TPM on a cluster
 // that trusts no TPMs (accepted by the API, refused by the operator as
 // TPMNotConfigured, naming spec.spire.tpm, and nothing issued for its
 // claim), options of
@@ -214,7 +214,10 @@ func TestAttestationCredentialProperty(t *testing.T) {
 	var templates, claims, delivered int
 	proptest.Check(t, proptest.Minimum, func(rt *rapid.T) {
 		w.n++
-		if rapid.IntRange(0, 9).Draw(rt, "case") >= 8 {
+		// Every fifth case is a template case: by the case's number, not
+		// a draw, since rapid draws small values more often and a tenth
+		// of template cases was missed by one (9 of 100) in a run.
+		if w.n%5 == 0 {
 			templates++
 			w.templateCase(rt)
 			return
@@ -227,9 +230,12 @@ func TestAttestationCredentialProperty(t *testing.T) {
 	cases := templates + claims
 	t.Logf("%d template cases, %d claim cases, %d of them delivering a credential", templates, claims, delivered)
 	// Half the attestations leave the VM without an SVID (expired,
-	// stolen), and an end or a deletion may come before the VM asks.
-	if templates*10 < cases || claims*2 < cases || delivered*5 < claims {
-		t.Errorf("the generator made %d template cases and %d claim cases, %d of them delivering a credential; want a tenth of template cases, half of claims, a fifth of those delivering",
+	// stolen), and an end or a deletion may come before the VM asks: about
+	// a quarter of the claim cases deliver (24 of 91 in a run), so a tenth
+	// is the bound that holds whatever rapid draws (a fifth failed one run
+	// in about twelve).
+	if templates*10 < cases || claims*2 < cases || delivered*10 < claims {
+		t.Errorf("the generator made %d template cases and %d claim cases, %d of them delivering a credential; want a tenth of template cases, half of claims, a tenth of those delivering",
 			templates, claims, delivered)
 	}
 }
