@@ -12,8 +12,10 @@ package swtpm
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -230,7 +232,10 @@ func Start(state, runDir string) (*TPM, error) {
 }
 
 // waitAccepting dials the command socket until it accepts, swtpm exits or
-// timeout passes.
+// timeout passes, then has the TPM answer one command: swtpm may accept
+// before it found out that it cannot keep its state (a state file in a
+// missing directory), and exit only then, so accepting alone is not
+// ready (TestStartFailsWithoutState failed once that way).
 func (t *TPM) waitAccepting(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -238,7 +243,17 @@ func (t *TPM) waitAccepting(timeout time.Duration) error {
 	for {
 		conn, err := d.DialContext(ctx, "unix", t.Socket)
 		if err == nil {
-			return conn.Close()
+			err = answers(ctx, conn)
+			_ = conn.Close()
+			if err == nil {
+				return nil
+			}
+			select {
+			case <-t.done:
+				return fmt.Errorf("swtpm exited after accepting on %s: %w (its command: %v)", t.Socket, t.waitErr, err)
+			default:
+				return fmt.Errorf("swtpm accepted on %s but did not answer a TPM command: %w", t.Socket, err)
+			}
 		}
 		select {
 		case <-t.done:
@@ -248,6 +263,27 @@ func (t *TPM) waitAccepting(timeout time.Duration) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// answers sends TPM2_GetRandom for 8 bytes on conn and checks that the TPM
+// answers it with success.
+func answers(ctx context.Context, conn net.Conn) error {
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	// tag TPM_ST_NO_SESSIONS, size 12, TPM_CC_GetRandom, bytesRequested 8
+	cmd := []byte{0x80, 0x01, 0, 0, 0, 12, 0, 0, 0x01, 0x7b, 0, 8}
+	if _, err := conn.Write(cmd); err != nil {
+		return fmt.Errorf("send TPM2_GetRandom: %w", err)
+	}
+	head := make([]byte, 10)
+	if _, err := io.ReadFull(conn, head); err != nil {
+		return fmt.Errorf("read the answer to TPM2_GetRandom: %w", err)
+	}
+	if rc := binary.BigEndian.Uint32(head[6:10]); rc != 0 {
+		return fmt.Errorf("TPM2_GetRandom answered response code 0x%x", rc)
+	}
+	return nil
 }
 
 // Stop ends swtpm (SIGTERM, then SIGKILL after 5 seconds) and waits for
