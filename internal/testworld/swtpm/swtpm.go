@@ -250,7 +250,7 @@ func (t *TPM) waitAccepting(timeout time.Duration) error {
 			}
 			select {
 			case <-t.done:
-				return fmt.Errorf("swtpm exited after accepting on %s: %w (its command: %v)", t.Socket, t.waitErr, err)
+				return fmt.Errorf("swtpm exited after accepting on %s: %w (its command: %w)", t.Socket, t.waitErr, err)
 			default:
 				return fmt.Errorf("swtpm accepted on %s but did not answer a TPM command: %w", t.Socket, err)
 			}
