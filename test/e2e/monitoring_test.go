@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,7 +35,9 @@ const monitoringJobs = 4
 // second while jobs run through the world, with HyperFleet's rules loaded.
 // Every VM configuration call fails (a 500 the provider does not retry by
 // itself) until a provisioning error is counted, and a second webhook with
-// a stale secret sends deliveries the receiver refuses. Afterwards
+// a stale secret sends deliveries the receiver refuses, and a second pool
+// listens to a runner scale set (its listener's metrics feed an alert; it
+// runs no job here: the scale-set scenario runs them). Afterwards
 // every metric an expression of the dashboard or the rules selects has had
 // series, every expression runs without error, every dashboard expression
 // returns series, and every rule evaluates healthy. A panel or alert over
@@ -46,6 +49,10 @@ func TestMonitoringScrape(t *testing.T) {
 	}
 	w, watch := startWorld(t, func(o *devenv.Options) { o.MetricsAddr = "127.0.0.1:0" })
 	prom := startPrometheus(t, w.MetricsURL)
+	const scaleSetPool = "scaleset"
+	if err := w.AddPool(context.Background(), devenv.PoolSpec{Name: scaleSetPool, Cluster: devenv.ClusterName, Label: scaleSetPool, MaxReplicas: 1, ScaleSet: "hf-monitoring"}); err != nil {
+		t.Fatal(err)
+	}
 	// The counters are the process's: earlier scenarios counted too. What
 	// the first scrape shows, before any job, is the baseline.
 	before := map[string]float64{}
@@ -59,6 +66,14 @@ func TestMonitoringScrape(t *testing.T) {
 				return err
 			}
 			before[q] = v
+		}
+		return nil
+	})
+
+	eventually(t, 2*time.Minute, "Prometheus has scraped the scale-set pool listening", func() error {
+		v, err := prom.value(fmt.Sprintf(`max(hyperfleet_feed_listening{pool=%q}) or vector(0)`, scaleSetPool))
+		if err != nil || v != 1 {
+			return errors.Join(fmt.Errorf("hyperfleet_feed_listening{pool=%q} is %v", scaleSetPool, v), err)
 		}
 		return nil
 	})
