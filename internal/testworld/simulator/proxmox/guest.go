@@ -208,7 +208,9 @@ func (g *guestRunner) startLocked(v *vm, gen int) {
 	cmd := exec.Command(g.cfg.Command[0], g.cfg.Command[1:]...)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A session of its own: what the program starts stays in it, even
+	// reparented, and ends with the VM (guestprocs.go).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Env = append(os.Environ(),
 		EnvVMID+"="+strconv.Itoa(v.vmid), EnvNode+"="+v.node, EnvName+"="+v.conf["name"],
 		EnvSeedDir+"="+seed, EnvVMDir+"="+dir, EnvIP+"="+v.ipv4, EnvMAC+"="+strings.ToLower(macOf(v.conf["net0"])),
@@ -236,7 +238,11 @@ func (g *guestRunner) startLocked(v *vm, gen int) {
 // wait reaps the program; an exit while the VM still runs this boot is a
 // guest-initiated power-off.
 func (g *guestRunner) wait(vmid int, p *guestProc) {
-	g.exited(vmid, p, p.cmd.Wait())
+	err := p.cmd.Wait()
+	// What the program left running ends with it, as with a VM that
+	// powers off.
+	sweepGuest(p.cmd.Process.Pid)
+	g.exited(vmid, p, err)
 }
 
 // exited handles the end of a guest program: an end while the VM still
@@ -275,8 +281,9 @@ func (g *guestRunner) killLocked(vmid int) {
 		return
 	}
 	if p.cmd.Process != nil {
-		// Kill the whole process group: guest programs may fork.
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		// Every process of the VM: guest programs fork, and put their
+		// jobs in process groups of their own.
+		killGuest(p.cmd.Process.Pid)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -41,6 +42,23 @@ func guestMain(mode string) int {
 		return 1
 	}
 	switch mode {
+	case "fork-hang", "fork-exit":
+		// A job as the agent starts one: in a process group of its own,
+		// deaf to SIGTERM.
+		child := exec.Command("sh", "-c", "trap '' TERM INT; while :; do sleep 1; done")
+		child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := child.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "start child:", err)
+			return 1
+		}
+		if err := os.WriteFile(filepath.Join(os.Getenv(EnvVMDir), "child"), []byte(strconv.Itoa(child.Process.Pid)), 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, "write child:", err)
+			return 1
+		}
+		if mode == "fork-hang" {
+			select {}
+		}
+		return 0
 	case "poweroff":
 		res, err := http.Post(os.Getenv(EnvPowerOffURL), "text/plain", nil)
 		if err != nil {
@@ -178,6 +196,73 @@ func TestGuestHookExitAndKill(t *testing.T) {
 		waitOK(ctx, t, task)
 		eventually(t, "guest killed", func() bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) })
 	})
+}
+
+// TestGuestEndsItsProcesses: a VM's end ends everything its guest program
+// started, a job in a process group of its own that ignores SIGTERM
+// included, whether the VM is stopped or its program exits (the guest
+// powered off).
+func TestGuestEndsItsProcesses(t *testing.T) {
+	ctx := context.Background()
+	childOf := func(t *testing.T, work string) int {
+		t.Helper()
+		var b []byte
+		eventually(t, "the guest's child", func() bool {
+			var err error
+			b, err = os.ReadFile(filepath.Join(work, "vm-150", "child"))
+			return err == nil && len(b) > 0
+		})
+		pid, err := strconv.Atoi(string(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+	gone := func(pid int) func() bool {
+		return func() bool {
+			// A zombie (state Z) is gone too: only its parent's reaping is left.
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			if err != nil {
+				return true
+			}
+			st := string(b[strings.LastIndexByte(string(b), ')')+1:])
+			return strings.HasPrefix(strings.TrimSpace(st), "Z")
+		}
+	}
+	t.Run("stopped", func(t *testing.T) {
+		sim, c, work := guestEnv(t, "fork-hang")
+		vm := bootWithSeed(ctx, t, c, "#cloud-config\n")
+		child := childOf(t, work)
+		if gone(child)() {
+			t.Fatal("the child is not running")
+		}
+		task, err := vm.Stop(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitOK(ctx, t, task)
+		if vmStatus(sim, 150) != "stopped" {
+			t.Fatal("the VM did not stop")
+		}
+		eventually(t, "the child killed with its VM", gone(child))
+	})
+	t.Run("program exited", func(t *testing.T) {
+		sim, c, work := guestEnv(t, "fork-exit")
+		bootWithSeed(ctx, t, c, "#cloud-config\n")
+		child := childOf(t, work)
+		eventually(t, "power-off after exit", func() bool { return vmStatus(sim, 150) == "stopped" })
+		eventually(t, "the child killed as its VM powered off", gone(child))
+	})
+}
+
+func TestParseProcStat(t *testing.T) {
+	st, ok := parseProcStat(42, []byte("42 (a) b (c)) S 7 42 40 0 -1 4194560 150 0 0 0"))
+	if !ok || st != (procStat{pid: 42, ppid: 7, pgid: 42, sid: 40}) {
+		t.Fatalf("parsed %+v %v", st, ok)
+	}
+	if _, ok := parseProcStat(1, []byte("1 (init S 0")); ok {
+		t.Fatal("a stat without the end of its name parsed")
+	}
 }
 
 func guestPID(t *testing.T, seen string) int {
