@@ -74,7 +74,7 @@ func TestChaos(t *testing.T) {
 	run.loop(ctx, t)
 	run.finalChecks(ctx, t)
 	if load := envInt("CHAOS_LOAD", 0); load > 0 {
-		run.load = measureLoad(ctx, t, c)
+		run.load = measureLoad(ctx, t, run)
 	}
 	run.length = time.Since(started)
 	report := run.report()

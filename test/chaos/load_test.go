@@ -28,6 +28,9 @@ type loadFigures struct {
 	// peakClaims and peakVMs are the most claims and VMs seen at once.
 	peakClaims, peakVMs int
 	cycles              []loadCycle
+	// replicaExits counts replicas that exited on their own during the
+	// cycles (a lease lost under the load) and were restarted.
+	replicaExits int
 }
 
 // loadCycle is one scale-up and scale-down.
@@ -40,9 +43,15 @@ type loadCycle struct {
 
 // measureLoad adds the load clusters and pools and runs cycles (CHAOS_LOAD)
 // of loadClusters*loadPerPool jobs queued at once, each to completion and
-// back to zero claims.
-func measureLoad(ctx context.Context, t *testing.T, c *chaosWorld) *loadFigures {
+// back to zero claims. The replicas are supervised as during the churn: a
+// replica that exits on its own (a lease it could not renew in time on a
+// saturated machine) is restarted, as the kubelet does; without it, both
+// replicas once exited in the third cycle and the cycle waited for nothing.
+func measureLoad(ctx context.Context, t *testing.T, r *churn) *loadFigures {
+	c := r.c
+	exitsBefore := r.unplanned
 	lf := &loadFigures{clusters: loadClusters, perCycle: loadClusters * loadPerPool}
+	defer func() { lf.replicaExits = r.unplanned - exitsBefore }()
 	var labels []string
 	for i := range loadClusters {
 		name := fmt.Sprintf("load-%02d", i)
@@ -86,6 +95,7 @@ func measureLoad(ctx context.Context, t *testing.T, c *chaosWorld) *loadFigures 
 					}
 				}
 			}
+			r.superviseReplicas(t)
 			claims, vms := c.loadClaimsAndVMs(ctx)
 			cy.peakClaims = max(cy.peakClaims, claims)
 			lf.peakClaims, lf.peakVMs = max(lf.peakClaims, claims), max(lf.peakVMs, vms)

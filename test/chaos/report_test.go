@@ -62,7 +62,11 @@ func (r *churn) report() string {
 	for _, kind := range slices.Sorted(maps.Keys(r.injected)) {
 		p("| %s | %d |\n", kind, r.injected[kind])
 	}
-	p("| manager replicas that exited on their own (restarted, as a kubelet does) | %d |\n\n", r.unplanned)
+	unplanned := r.unplanned
+	if r.load != nil {
+		unplanned -= r.load.replicaExits // reported with the load figures
+	}
+	p("| manager replicas that exited on their own (restarted, as a kubelet does) | %d |\n\n", unplanned)
 
 	p("## Invariants\n\n")
 	p("Checked every half second during the run (the first three) or at its end.\n\n| invariant | checks | result |\n|---|---|---|\n")
@@ -90,7 +94,8 @@ func (r *churn) report() string {
 		for i, cy := range lf.cycles {
 			p("| %d | %s | %s | %s later | %d |\n", i+1, secs(cy.up), secs(cy.done), secs(cy.down), cy.peakClaims)
 		}
-		p("\nAt most %d claims and %d VMs existed at once on the %d clusters.\n", lf.peakClaims, lf.peakVMs, lf.clusters)
+		p("\nAt most %d claims and %d VMs existed at once on the %d clusters.", lf.peakClaims, lf.peakVMs, lf.clusters)
+		p(" Manager replicas that exited on their own during the cycles (a lease not renewed in time on the saturated machine; restarted, as a kubelet does): %d.\n", lf.replicaExits)
 	}
 	return b.String()
 }
