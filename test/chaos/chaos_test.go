@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -345,7 +346,7 @@ func (r *churn) superviseReplicas(t *testing.T) {
 	for _, p := range append([]*managerproc.Process(nil), c.replicas...) {
 		if p.Exited() {
 			r.unplanned++
-			t.Logf("replica %s exited on its own (%s); restarting it", p.LogFile, p.Cmd.ProcessState)
+			t.Logf("replica %s exited on its own (%s; its last words: %q); restarting it", p.LogFile, p.Cmd.ProcessState, lastLine(p.LogFile))
 			c.bury(p)
 		}
 	}
@@ -355,6 +356,17 @@ func (r *churn) superviseReplicas(t *testing.T) {
 		}
 		c.startReplica()
 	}
+}
+
+// lastLine is a log file's last non-empty line: why a manager exited
+// (for example "hyperfleet manager: leader election lost").
+func lastLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
 }
 
 // checkLeaders checks that at most one replica leads.

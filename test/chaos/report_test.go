@@ -95,7 +95,7 @@ func (r *churn) report() string {
 			p("| %d | %s | %s | %s later | %d |\n", i+1, secs(cy.up), secs(cy.done), secs(cy.down), cy.peakClaims)
 		}
 		p("\nAt most %d claims and %d VMs existed at once on the %d clusters.", lf.peakClaims, lf.peakVMs, lf.clusters)
-		p(" Manager replicas that exited on their own during the cycles (a lease not renewed in time on the saturated machine; restarted, as a kubelet does): %d.\n", lf.replicaExits)
+		p(" Manager replicas that exited on their own during the cycles (restarted, as a kubelet does; the run's log gives each one's last line, such as a lease it could not renew in time): %d.\n", lf.replicaExits)
 	}
 	return b.String()
 }
