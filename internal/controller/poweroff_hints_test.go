@@ -12,6 +12,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
@@ -50,6 +51,16 @@ func TestPowerOffHintEndsClaimBeforeListingRefresh(t *testing.T) {
 	op := startOperator(t, operatorOptions{agentServer: &manager.AgentServerOptions{
 		Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Dir: dir, URL: "https://127.0.0.1:9443",
 	}})
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		// The whole operator log: which pass read which VM, and why.
+		file := filepath.Join(os.TempDir(), "hyperfleet-"+t.Name()+".log")
+		if err := os.WriteFile(file, []byte(op.logs.String()), 0o600); err == nil {
+			t.Logf("operator log: %s", file)
+		}
+	})
 	<-op.components.AgentServer.Ready()
 	noticeURL := "https://" + op.components.AgentServer.Addr().String() + agentserver.PowerOffPath
 	if got := op.components.AgentServer.PowerOffURL(); got != "https://127.0.0.1:9443"+agentserver.PowerOffPath {
@@ -63,7 +74,7 @@ func TestPowerOffHintEndsClaimBeforeListingRefresh(t *testing.T) {
 		claims[n] = f.newClaim(n)
 	}
 	for _, n := range names {
-		claims[n] = waitPhase(t, claims[n], hfv1.MachineClaimBootstrapping, 60*time.Second)
+		claims[n] = waitDelivered(t, claims[n], 60*time.Second)
 	}
 	// The last pvestatd round before the power-offs: the listing shows
 	// every VM running until the next one.
@@ -84,6 +95,11 @@ func TestPowerOffHintEndsClaimBeforeListingRefresh(t *testing.T) {
 		}
 		return nil
 	})
+	// And no claim pass that read an older listing may still be under way:
+	// one that found its VM missing from it reads the VM directly, and
+	// under load that read can land after the power-offs below (seen in
+	// the race run: the silent VM's claim ended on it).
+	waitIdleWorkers(t, "machineclaim")
 
 	steps := &vmRequestLog{}
 	hook := func(r *http.Request) { steps.record(f.cluster.Name, r) }
@@ -179,4 +195,33 @@ func TestPowerOffHintEndsClaimBeforeListingRefresh(t *testing.T) {
 			return nil
 		})
 	}
+}
+
+// waitIdleWorkers waits until none of controller's workers is reconciling
+// (controller-runtime's controller_runtime_active_workers): every pass
+// that started before the call has ended.
+func waitIdleWorkers(t *testing.T, controller string) {
+	t.Helper()
+	eventually(t, 10*time.Second, "no "+controller+" reconcile under way", func() error {
+		families, err := crmetrics.Registry.Gather()
+		if err != nil {
+			return err
+		}
+		for _, fam := range families {
+			if fam.GetName() != "controller_runtime_active_workers" {
+				continue
+			}
+			for _, m := range fam.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "controller" && l.GetValue() == controller {
+						if n := m.GetGauge().GetValue(); n != 0 {
+							return fmt.Errorf("%v reconciles under way", n)
+						}
+						return nil
+					}
+				}
+			}
+		}
+		return fmt.Errorf("no controller_runtime_active_workers for controller %q", controller)
+	})
 }

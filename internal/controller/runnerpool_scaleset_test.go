@@ -49,15 +49,21 @@ func TestRunnerPoolScaleSet(t *testing.T) {
 	if len(runners) != len(ids) {
 		t.Fatalf("%d jobs ran on runners %v: want one fresh VM each", len(ids), runners)
 	}
+	// The job's completion reaches the CIJob through the listener's next
+	// message (JobCompleted), which may come after GitHub shows the job
+	// completed and after its VM is gone: wait for it.
 	for _, id := range ids {
-		var cj hfv1.CIJob
 		key := client.ObjectKey{Namespace: pool.Namespace, Name: hfv1.CIJobName(hfv1.WorkloadGitHubActions, strconv.FormatInt(id, 10))}
-		if err := env.Client.Get(context.Background(), key, &cj); err != nil {
-			t.Fatalf("job %d: no CIJob under its REST id: %v", id, err)
-		}
-		if cj.Status.Source != "listener" || cj.Spec.RunnerPoolRef.Name != pool.Name || cj.Status.State != hfv1.CIJobCompleted {
-			t.Errorf("CIJob %s: source %q, pool %s, state %s", key.Name, cj.Status.Source, cj.Spec.RunnerPoolRef.Name, cj.Status.State)
-		}
+		eventually(t, time.Minute, "CIJob "+key.Name+" completed from the listener", func() error {
+			var cj hfv1.CIJob
+			if err := env.Client.Get(context.Background(), key, &cj); err != nil {
+				return fmt.Errorf("job %d: no CIJob under its REST id: %w", id, err)
+			}
+			if cj.Status.Source != "listener" || cj.Spec.RunnerPoolRef.Name != pool.Name || cj.Status.State != hfv1.CIJobCompleted {
+				return fmt.Errorf("CIJob %s: source %q, pool %s, state %s", key.Name, cj.Status.Source, cj.Spec.RunnerPoolRef.Name, cj.Status.State)
+			}
+			return nil
+		})
 	}
 	w.assertDrained(pool, 2*time.Minute)
 

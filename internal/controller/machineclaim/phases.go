@@ -183,6 +183,8 @@ func (r *Reconciler) checkRunning(ctx context.Context, s *claimScope) (phase.Res
 			// The batch listing's power state can lag the hypervisor by
 			// its refresh interval (10 s on Proxmox): confirm with one
 			// per-VM read before ending the claim.
+			ctrl.LoggerFrom(ctx).V(1).Info("The cluster's listing shows the VM stopped or gone; reading it directly",
+				"vm", ref.ID(), "listed", found, "power", vm.Power, "listingAt", l.At)
 			if res, err := r.confirmStopped(ctx, s); res.Stopped() || err != nil {
 				return res, err
 			}

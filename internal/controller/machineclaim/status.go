@@ -275,7 +275,12 @@ func RecordPhase(ctx context.Context, rec record.EventRecorder, claim *hfv1.Mach
 		reason, msg = hfv1.ConditionReason(c.Reason), c.Message
 	}
 	rec.Eventf(claim, eventType, string(phase), "%s: %s", reason, conditions.Truncate(msg, 1000))
-	ctrl.LoggerFrom(ctx).Info("MachineClaim phase changed", "from", left, "to", phase, "reason", reason)
+	kv := []any{"from", left, "to", phase, "reason", reason}
+	if end := claim.Status.End; end != nil && left != hfv1.MachineClaimTerminating && left != hfv1.MachineClaimFailed {
+		// Why the claim ends: Ready's reason says where its teardown is.
+		kv = append(kv, "endReason", end.Reason, "endMessage", end.Message)
+	}
+	ctrl.LoggerFrom(ctx).Info("MachineClaim phase changed", kv...)
 }
 
 // Outcome is a claim's runner outcome, from how it ended

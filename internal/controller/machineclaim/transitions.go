@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
@@ -28,6 +30,7 @@ func (r *Reconciler) pollInTransition(ctx context.Context, s *claimScope, alread
 		return phase.Next(), 0, nil
 	}
 	if !alreadyRead {
+		ctrl.LoggerFrom(ctx).V(1).Info("The VM is in transition (a power-off hint); reading it directly", "vm", ref.ID(), "until", until)
 		if res, err := r.confirmStopped(ctx, s); res.Stopped() || err != nil {
 			return res, 0, err
 		}
