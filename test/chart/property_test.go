@@ -387,3 +387,25 @@ func TestLeastPrivilegeProperty(t *testing.T) {
 		}
 	})
 }
+
+// TestNamespacesNamedLikeYAMLBooleans: namespace names YAML 1.1 reads as
+// booleans ("on", "yes", "no", "off", valid DNS labels all) stay names in
+// every rendered object. Found by TestLeastPrivilegeProperty (secretNamespaces
+// [on]): the unquoted `namespace: on` was read as the boolean true, not a
+// name, so the Secret reader's RoleBinding lost the namespace it was for.
+func TestNamespacesNamedLikeYAMLBooleans(t *testing.T) {
+	rel := release{name: "hyperfleet", namespace: "yes"}
+	objs := render(t, rel, "--set", "secretNamespaces={on,off}")
+	for _, o := range objs {
+		if o.GetKind() == "CustomResourceDefinition" || o.GetKind() == "ClusterRole" || o.GetKind() == "ClusterRoleBinding" ||
+			o.GetKind() == "ValidatingAdmissionPolicy" || o.GetKind() == "ValidatingAdmissionPolicyBinding" || o.GetKind() == "ValidatingWebhookConfiguration" {
+			continue
+		}
+		if ns := o.GetNamespace(); ns != "yes" && ns != "on" && ns != "off" {
+			t.Errorf("%s %s: namespace %q", o.GetKind(), o.GetName(), ns)
+		}
+	}
+	if err := checkRBAC(objs, rel.namespace, rel.fullname()+"-manager", []string{"on", "off"}); err != nil {
+		t.Error(err)
+	}
+}
