@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -79,6 +80,9 @@ type PoolResync struct {
 	// organization's are scanned in turns (repositoriesToScan).
 	MaxRepositoryScans int
 
+	// passes counts the resyncs run since Start.
+	passes atomic.Int64
+
 	mu      sync.Mutex
 	lastErr map[string]string
 	// nextScan is where each scope's turn of repositories starts.
@@ -110,9 +114,15 @@ func (s *PoolResync) Start(ctx context.Context) error {
 		if err := s.ResyncOnce(ctx); err != nil && ctx.Err() == nil {
 			log.Error(err, "RunnerPool resync")
 		}
+		s.passes.Add(1)
 		t.Reset(interval)
 	}
 }
+
+// Passes is the number of resyncs Start has run: the first runs a second
+// after the start (catching up on jobs queued while no operator ran), the
+// next ones an interval apart.
+func (s *PoolResync) Passes() int64 { return s.passes.Load() }
 
 // resyncGroup is the pools that share one CI platform account and scope.
 type resyncGroup struct {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -90,7 +91,9 @@ type poolWorldOptions struct {
 	sharedSecret bool
 	// clock replaces the operator's clock.
 	clock clock.Clock
-	// resyncInterval replaces the pools' resync interval (1 s).
+	// resyncInterval replaces the pools' resync interval (1 s); from a
+	// minute up, the world starts after the first resync, so that none
+	// runs during the test.
 	resyncInterval time.Duration
 }
 
@@ -193,6 +196,18 @@ func startPoolWorld(t *testing.T, o poolWorldOptions) *poolWorld {
 		}
 	}()
 	t.Cleanup(func() { cancel(); wg.Wait() })
+	if o.resyncInterval >= time.Minute {
+		// A world whose resync waits long is one where the source under
+		// test is the only one, but the resync also runs once a second
+		// after the start; it is let run before the test has pools and
+		// jobs, or a job queued then is recorded by it (source resync).
+		eventually(t, 30*time.Second, "the operator's first resync", func() error {
+			if n := op.components.Resync.Passes(); n == 0 {
+				return errors.New("not run yet")
+			}
+			return nil
+		})
+	}
 	return w
 }
 

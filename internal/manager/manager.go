@@ -293,7 +293,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
-	backends, err := newBackends(opts)
+	backends, err := newBackends(opts, mgr.GetLogger())
 	if err != nil {
 		return nil, err
 	}
@@ -483,9 +483,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 					// A full channel wakes the pool soon enough.
 				}
 			},
-			Log: ctrl.Log.WithName("scaleset-listeners"),
+			Log: mgr.GetLogger().WithName("scaleset-listeners"),
 		}
-		if err := mgr.Add(listeners); err != nil {
+		if err := mgr.Add(withManagerLogger(mgr, listeners)); err != nil {
 			return nil, fmt.Errorf("add runner scale-set listeners: %w", err)
 		}
 		pools.Feeds, pools.Providers = listeners, ci.providers
@@ -508,16 +508,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 			PoolEvents:  poolEvents,
 			Interval:    opts.ResyncInterval,
 		}
-		if err := mgr.Add(resync); err != nil {
+		if err := mgr.Add(withManagerLogger(mgr, resync)); err != nil {
 			return nil, fmt.Errorf("add RunnerPool resync: %w", err)
 		}
 	}
 	sw.Signer = opts.Signer
 	sw.Runners = ci.runners
-	if err := mgr.Add(sw); err != nil {
+	if err := mgr.Add(withManagerLogger(mgr, sw)); err != nil {
 		return nil, fmt.Errorf("add orphan sweeper: %w", err)
 	}
-	if err := mgr.Add(controller.NewClaimPhaseCollector(mgr.GetClient())); err != nil {
+	if err := mgr.Add(withManagerLogger(mgr, controller.NewClaimPhaseCollector(mgr.GetClient()))); err != nil {
 		return nil, fmt.Errorf("add claim phase metrics: %w", err)
 	}
 	comps := &Components{Registry: registry, IPAM: addresses, Sweeper: sw, DNS: dnsClusters, Resync: resync, AgentServer: agentSrv, Transitions: transitions, PowerOffNotices: notices}
@@ -533,7 +533,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 
 // newBackends builds the CI platform back-ends: Options.Workloads, else
 // the registered ones. Their own metrics go to the manager's registry.
-func newBackends(opts Options) (*workload.Backends, error) {
+func newBackends(opts Options, log logr.Logger) (*workload.Backends, error) {
 	factories := opts.Workloads
 	if factories == nil {
 		factories = workload.Registered()
@@ -543,7 +543,7 @@ func newBackends(opts Options) (*workload.Backends, error) {
 	}
 	backends, err := workload.NewBackends(factories, workload.Dependencies{
 		Transport: opts.WorkloadTransport, Clock: opts.Clock, Metrics: crmetrics.Registry,
-		Logger: slog.New(logr.ToSlogHandler(ctrl.Log.WithName("workload"))),
+		Logger: slog.New(logr.ToSlogHandler(log.WithName("workload"))),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("CI platforms: %w", err)
