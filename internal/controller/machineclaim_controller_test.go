@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -287,7 +288,7 @@ func TestClaimsConvergeUnderFaults(t *testing.T) {
 // API is unreachable, and proceed when it comes back.
 func TestClusterOfflineAndBack(t *testing.T) {
 	sim := startSim(t, nil)
-	startOperator(t, operatorOptions{maxRetryDelay: 10 * time.Second})
+	op := startOperator(t, operatorOptions{maxRetryDelay: 10 * time.Second})
 	f := newFixture(t, sim, nil)
 	waitClusterReady(t, f.cluster, metav1.ConditionTrue)
 	if err := sim.SetFaults(proxmoxsim.Faults{Classes: map[string]proxmoxsim.FaultSpec{"*": {DropRate: 1}}}); err != nil {
@@ -297,6 +298,30 @@ func TestClusterOfflineAndBack(t *testing.T) {
 	if cond := hfv1.FindCondition(c.Status.Conditions, hfv1.ReadyCondition); cond.Reason != string(hfv1.UnreachableReason) {
 		t.Errorf("Ready reason %s, want %s", cond.Reason, hfv1.UnreachableReason)
 	}
+	// Marked down at the third failure in a row, the cluster is probed
+	// again 5 s, 10 s, 20 s ... later (docs/operations.md): the two
+	// failures it absorbed while Ready do not start its backoff further
+	// on (they once made it 40 s, then 80 s, pausing new VMs that long).
+	eventually(t, 30*time.Second, "the down cluster's first two retries", func() error {
+		var got []float64
+		for _, l := range strings.Split(op.logs.String(), "\n") {
+			var e struct {
+				Msg        string  `json:"msg"`
+				Cluster    string  `json:"name"`
+				RetryAfter float64 `json:"retryAfter"`
+			}
+			if json.Unmarshal([]byte(l), &e) == nil && e.Msg == "HypervisorCluster unreachable, retrying" && e.Cluster == f.cluster.Name {
+				got = append(got, e.RetryAfter)
+			}
+		}
+		if len(got) < 2 {
+			return fmt.Errorf("retries so far after %v s", got)
+		}
+		if got[0] != 5 || got[1] != 10 {
+			t.Fatalf("a cluster marked down is retried after %v s, want 5 then 10", got)
+		}
+		return nil
+	})
 	claim := f.newClaim("waits")
 	eventually(t, 30*time.Second, "claim explains the wait", func() error {
 		got, err := getClaim(t, claim)

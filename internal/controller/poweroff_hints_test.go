@@ -51,16 +51,6 @@ func TestPowerOffHintEndsClaimBeforeListingRefresh(t *testing.T) {
 	op := startOperator(t, operatorOptions{agentServer: &manager.AgentServerOptions{
 		Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Dir: dir, URL: "https://127.0.0.1:9443",
 	}})
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		// The whole operator log: which pass read which VM, and why.
-		file := filepath.Join(os.TempDir(), "hyperfleet-"+t.Name()+".log")
-		if err := os.WriteFile(file, []byte(op.logs.String()), 0o600); err == nil {
-			t.Logf("operator log: %s", file)
-		}
-	})
 	<-op.components.AgentServer.Ready()
 	noticeURL := "https://" + op.components.AgentServer.Addr().String() + agentserver.PowerOffPath
 	if got := op.components.AgentServer.PowerOffURL(); got != "https://127.0.0.1:9443"+agentserver.PowerOffPath {

@@ -159,7 +159,8 @@ func startPoolWorld(t *testing.T, o poolWorldOptions) *poolWorld {
 				t.Logf("delivery %s %s job %d: status %d err %q", d.Event, d.Action, d.JobID, d.StatusCode, d.Error)
 			}
 		}
-		// The whole log goes to a file (it is long); the tail is shown.
+		// The operator's cleanup writes it before the log
+		// (writeLogOnFailure).
 		var state strings.Builder
 		var list hfv1.MachineClaimList
 		_ = env.Client.List(context.Background(), &list, client.InNamespace(f.namespace))
@@ -173,15 +174,7 @@ func startPoolWorld(t *testing.T, o poolWorldOptions) *poolWorld {
 		for _, r := range gs.Sim.Runners() {
 			fmt.Fprintf(&state, "runner %+v\n", r)
 		}
-		logs := state.String() + op.logs.String()
-		file := filepath.Join(os.TempDir(), "hyperfleet-"+strings.ReplaceAll(t.Name(), "/", "-")+".log")
-		if err := os.WriteFile(file, []byte(logs), 0o600); err == nil {
-			t.Logf("operator log: %s", file)
-		}
-		if len(logs) > 5000 {
-			logs = logs[len(logs)-5000:]
-		}
-		t.Logf("operator log tail:\n%s", logs)
+		op.failureState = state.String()
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,6 +94,9 @@ type operator struct {
 	// successor is the operator restart started; it is stopped with this
 	// one, after the test's fixtures are cleaned up.
 	successor *operator
+	// failureState is what a failed test's world adds before the log in
+	// the file writeLogOnFailure writes (claims, VMs, runners).
+	failureState string
 }
 
 type syncBuffer struct {
@@ -160,8 +164,38 @@ type operatorOptions struct {
 func startOperator(t testing.TB, o operatorOptions) *operator {
 	t.Helper()
 	op := newOperator(t, o)
+	// Cleanups run last first: the log is written after the operators
+	// stopped, and after the test's own cleanups set failureState.
+	t.Cleanup(func() { op.writeLogOnFailure(t) })
 	t.Cleanup(func() { op.stopAll(t) })
 	return op
+}
+
+// writeLogOnFailure writes a failed test's operator logs (this operator's
+// and its successors', after failureState) to
+// /tmp/hyperfleet-<test>.log, where CI's machine keeps them, and shows
+// their tail.
+func (o *operator) writeLogOnFailure(t testing.TB) {
+	if !t.Failed() {
+		return
+	}
+	var b strings.Builder
+	b.WriteString(o.failureState)
+	for op, i := o, 0; op != nil; op, i = op.successor, i+1 {
+		if i > 0 {
+			fmt.Fprintf(&b, "--- operator %d (after a restart)\n", i+1)
+		}
+		b.WriteString(op.logs.String())
+	}
+	logs := b.String()
+	file := filepath.Join(os.TempDir(), "hyperfleet-"+strings.ReplaceAll(t.Name(), "/", "-")+".log")
+	if err := os.WriteFile(file, []byte(logs), 0o600); err == nil {
+		t.Logf("operator log: %s", file)
+	}
+	if len(logs) > 5000 {
+		logs = logs[len(logs)-5000:]
+	}
+	t.Logf("operator log tail:\n%s", logs)
 }
 
 // restart stops the operator and starts a new one (same install) in its

@@ -129,21 +129,30 @@ func (r *Registry) Provider(name string) (provider.Provider, Health, bool) {
 	return e.provider, e.health, true
 }
 
-// SetHealth records a probe result and returns the number of consecutive
-// failures (zero after a success), for backoff.
+// SetHealth records a probe result and returns the number of failed probes
+// since the cluster was last Ready (zero after a success), for the backoff
+// of a cluster that is down: 1 at the probe that marks a Ready cluster
+// down, whatever failures it absorbed before (RecordFailure: each was
+// retried within a second), so that the backoff starts at its first step
+// (docs/operations.md: 5 s, 10 s, 20 s ...) rather than at the step those
+// absorbed failures would have reached.
 func (r *Registry) SetHealth(name string, h Health, now time.Time) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e := r.entryLocked(name)
+	wasReady := e.health.Ready
 	if e.health.Ready != h.Ready || e.health.Since.IsZero() {
 		h.Since = now
 	} else {
 		h.Since = e.health.Since
 	}
 	e.health = h
-	if h.Ready {
+	switch {
+	case h.Ready:
 		e.failures = 0
-	} else {
+	case wasReady:
+		e.failures = 1
+	default:
 		e.failures++
 	}
 	return e.failures

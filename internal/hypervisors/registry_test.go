@@ -50,13 +50,20 @@ func TestHealthAndFailures(t *testing.T) {
 	if n := r.RecordFailure("x"); n != 1 || !r.Health("x").Ready {
 		t.Fatalf("RecordFailure = %d, health %+v: one failure must not mark the cluster down", n, r.Health("x"))
 	}
-	if n := r.SetHealth("x", Health{Reason: "Unreachable"}, t0.Add(time.Minute)); n != 2 {
-		t.Fatalf("failures = %d, want 2", n)
+	if n := r.RecordFailure("x"); n != 2 {
+		t.Fatalf("RecordFailure = %d, want 2", n)
+	}
+	// The probe that marks a Ready cluster down is the first of its
+	// backoff, whatever it absorbed before.
+	if n := r.SetHealth("x", Health{Reason: "Unreachable"}, t0.Add(time.Minute)); n != 1 {
+		t.Fatalf("failures at the mark down = %d, want 1", n)
 	}
 	if h := r.Health("x"); h.Ready || !h.Since.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("health = %+v", h)
 	}
-	r.SetHealth("x", Health{Reason: "Unreachable"}, t0.Add(2*time.Minute))
+	if n := r.SetHealth("x", Health{Reason: "Unreachable"}, t0.Add(2*time.Minute)); n != 2 {
+		t.Fatalf("failures at the second probe of a down cluster = %d, want 2", n)
+	}
 	if h := r.Health("x"); !h.Since.Equal(t0.Add(time.Minute)) {
 		t.Fatalf("Since moved without a change of readiness: %+v", h)
 	}
