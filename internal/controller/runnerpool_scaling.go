@@ -73,7 +73,7 @@ func (s *poolScope) scalingInput(starting, staleStarting, idle, staleIdle int) s
 	in := scaling.Input{
 		MinReplicas: int(s.sched.MinReplicas), MaxReplicas: int(pool.Spec.Scaling.MaxReplicas),
 		MinIdle: int(s.sched.MinIdle),
-		Pending: len(s.pending), Starting: starting, StaleStarting: staleStarting,
+		Pending: s.demandPending(), Starting: starting, StaleStarting: staleStarting,
 		Idle: idle, StaleIdle: staleIdle, Busy: len(pc.Busy),
 		Terminating: len(pc.Terminating) + s.removedCount(), Retained: len(pc.Retained),
 		Now: s.now, ScaleDownDelay: 5 * time.Minute,
@@ -134,6 +134,27 @@ func (r *RunnerPoolReconciler) createClaims(ctx context.Context, s *poolScope, n
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// demandPending is the pending jobs scaling counts: the queued records less
+// one for each busy claim that records no job. The runner list can show a
+// claim's runner busy before the job's in_progress event moves the job's
+// record (the claim then records no job: no record names its runner yet),
+// and that job counted twice, busy and pending, built a VM for no job (an
+// end-to-end pool of 3 jobs built a 4th, which its scale-down ended). The
+// cost the other way, when the busy runner's job has no record at all (its
+// events lost), is a queued job of the pool waiting for the resync that
+// records the taken one.
+func (s *poolScope) demandPending() int {
+	n := len(s.pending)
+	if s.claims != nil {
+		for _, c := range s.claims.Busy {
+			if st := c.Status.Bootstrap; st != nil && st.Job() == "" {
+				n--
+			}
+		}
+	}
+	return max(n, 0)
 }
 
 // unboundJobs are the ids of the pool's queued jobs that no live claim of
