@@ -57,6 +57,12 @@ const testGitHubEnterprisePAT = "ghp_enterpriseOwnerTokenForTheSamples0000000"
 func TestSamplesWorkWhenApplied(t *testing.T) {
 	sim := startSim(t, func(c *proxmoxsim.Config) {
 		node := c.Nodes[0]
+		// Room for every sample at once: the pools' warm VMs (minReplicas,
+		// minIdle) and the manual claim all land on pve-node-1, whose
+		// templates are there, and on a 64 GiB node whichever came last
+		// waited InsufficientCapacity for good (the pools' idle VMs
+		// stay), the manual claim in a race run.
+		node.Memory, node.CPUs = 512<<30, 256
 		n1, n2 := node, node
 		n1.Name, n2.Name = "pve-node-1", "pve-node-2"
 		n2.IP = "192.0.2.12"
