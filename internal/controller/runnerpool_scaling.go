@@ -136,8 +136,10 @@ func (r *RunnerPoolReconciler) createClaims(ctx context.Context, s *poolScope, n
 	return errors.Join(errs...)
 }
 
-// demandPending is the pending jobs scaling counts: the queued records less
-// one for each busy claim that records no job. The runner list can show a
+// demandPending is the pool's pending jobs, those no runner took, as
+// scaling, status.pendingJobs, hyperfleet_runnerpool_pending_jobs and the
+// scaling messages count them: the queued records less one for each busy
+// claim that records no job. The runner list can show a
 // claim's runner busy before the job's in_progress event moves the job's
 // record (the claim then records no job: no record names its runner yet),
 // and that job counted twice, busy and pending, built a VM for no job (an

@@ -48,7 +48,7 @@ func (s *poolScope) setCounts() {
 	st.TerminatingReplicas = int32(len(pc.Terminating) + s.removedCount() + s.released)
 	st.RetainedReplicas = int32(len(pc.Retained) - s.released)
 	st.StaleReplicas = int32(stale)
-	st.PendingJobs = int32(len(s.pending))
+	st.PendingJobs = int32(s.demandPending())
 	st.TemplateHash = s.hash
 	st.Selector = labels.SelectorFromSet(labels.Set{hfv1.RunnerPoolLabel: pool.Name}).String()
 	st.LowDemandSince = nil
@@ -78,19 +78,19 @@ func (r *RunnerPoolReconciler) setScaling(s *poolScope) {
 		r.Recorder.Eventf(pool, corev1.EventTypeNormal, string(hfv1.ReplacingStaleReason), "Replacing %d VMs built from an older template (now %s); busy ones are replaced after their job", n, shortHash(s.hash))
 	}
 	if n := s.removed[scaling.ScaledDown]; n > 0 {
-		r.Recorder.Eventf(pool, corev1.EventTypeNormal, "ScaledDown", "Removing %d idle VMs: desired %d (%d pending jobs, %d busy)", n, d.Desired, len(s.pending), len(pc.Busy))
+		r.Recorder.Eventf(pool, corev1.EventTypeNormal, "ScaledDown", "Removing %d idle VMs: desired %d (%d pending jobs, %d busy)", n, d.Desired, s.demandPending(), len(pc.Busy))
 	}
 	switch {
 	case s.created > 0:
 		msg := fmt.Sprintf("Creating %d VMs: %d pending jobs, %d busy, %d idle, %d starting; desired %d (min %d, max %d, minIdle %d)",
-			s.created, len(s.pending), len(pc.Busy), len(pc.Idle), len(pc.Starting), d.Desired, s.sched.MinReplicas, pool.Spec.Scaling.MaxReplicas, s.sched.MinIdle)
+			s.created, s.demandPending(), len(pc.Busy), len(pc.Idle), len(pc.Starting), d.Desired, s.sched.MinReplicas, pool.Spec.Scaling.MaxReplicas, s.sched.MinIdle)
 		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.DemandIncreasedReason, msg)
 		r.Recorder.Event(pool, corev1.EventTypeNormal, "ScaledUp", msg)
 	case s.removed[scaling.DriftReplaced] > 0:
 		msg := fmt.Sprintf("Replacing %d VMs built from an older template (now %s); busy ones are replaced after their job", s.removed[scaling.DriftReplaced], shortHash(s.hash))
 		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.ReplacingStaleReason, msg)
 	case s.removed[scaling.ScaledDown] > 0:
-		msg := fmt.Sprintf("Removing %d idle VMs: desired %d (%d pending jobs, %d busy)", s.removed[scaling.ScaledDown], d.Desired, len(s.pending), len(pc.Busy))
+		msg := fmt.Sprintf("Removing %d idle VMs: desired %d (%d pending jobs, %d busy)", s.removed[scaling.ScaledDown], d.Desired, s.demandPending(), len(pc.Busy))
 		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.DemandDecreasedReason, msg)
 	case int(st.Replicas) != d.Desired:
 		reason, msg := hfv1.DemandIncreasedReason, fmt.Sprintf("Moving from %d to %d VMs", st.Replicas, d.Desired)
@@ -103,7 +103,7 @@ func (r *RunnerPoolReconciler) setScaling(s *poolScope) {
 		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, reason, msg)
 	default:
 		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionFalse, hfv1.StableReason,
-			fmt.Sprintf("%d VMs for %d pending jobs and %d busy runners", st.Replicas, len(s.pending), len(pc.Busy)))
+			fmt.Sprintf("%d VMs for %d pending jobs and %d busy runners", st.Replicas, s.demandPending(), len(pc.Busy)))
 	}
 	for _, reason := range []scaling.Reason{scaling.IdleTimeout, scaling.JobTimeout, scaling.MaxLifetime} {
 		if n := s.removed[reason]; n > 0 {
@@ -169,7 +169,7 @@ func (r *RunnerPoolReconciler) setCapacity(s *poolScope) {
 	switch d.Limit {
 	case scaling.AtMaxReplicas:
 		set(string(hfv1.AtMaxReplicasReason), fmt.Sprintf("Demand needs more than spec.scaling.maxReplicas (%d) allows: %d pending jobs, %d busy, %d failed VMs retained; raise maxReplicas or wait",
-			pool.Spec.Scaling.MaxReplicas, len(s.pending), len(s.claims.Busy), len(s.claims.Retained)))
+			pool.Spec.Scaling.MaxReplicas, s.demandPending(), len(s.claims.Busy), len(s.claims.Retained)))
 		return
 	case scaling.WaitingForTermination:
 		set(string(hfv1.WaitingForTerminationReason), fmt.Sprintf("%d VMs are still being destroyed and hold room under maxReplicas (%d)", len(s.claims.Terminating)+s.removedCount(), pool.Spec.Scaling.MaxReplicas))
@@ -183,7 +183,7 @@ func (s *poolScope) recordMetrics() {
 	st := &s.pool.Status
 	ns, name := s.pool.Namespace, s.pool.Name
 	metrics.PoolDesiredReplicas.WithLabelValues(ns, name).Set(float64(s.decision.Desired))
-	metrics.PoolPendingJobs.WithLabelValues(ns, name).Set(float64(len(s.pending)))
+	metrics.PoolPendingJobs.WithLabelValues(ns, name).Set(float64(s.demandPending()))
 	metrics.PoolEffectiveMinimum.WithLabelValues(ns, name, "minReplicas").Set(float64(s.sched.MinReplicas))
 	metrics.PoolEffectiveMinimum.WithLabelValues(ns, name, "minIdle").Set(float64(s.sched.MinIdle))
 	for state, n := range map[string]int32{"starting": st.StartingReplicas, "idle": st.IdleReplicas, "busy": st.BusyReplicas,
