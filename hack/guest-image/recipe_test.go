@@ -52,6 +52,9 @@ func TestRecipeIsTheDocumentedOne(t *testing.T) {
 			t.Errorf("runcmd lost %s:\n%s", kept, cmds)
 		}
 	}
+	if !strings.Contains(string(r.cloudConfig), "ssh_genkeytypes: [ed25519, ecdsa]") {
+		t.Errorf("the clones' SSH host key types are gone from the cloud-config:\n%s", r.cloudConfig)
+	}
 	if r.spireAgent != agent.DefaultSPIREAgent {
 		t.Errorf("the SPIFFE section installs spire-agent at %s, where the agent's --spire-agent default is %s", r.spireAgent, agent.DefaultSPIREAgent)
 	}

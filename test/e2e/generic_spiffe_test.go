@@ -17,12 +17,12 @@ import (
 
 var spiffeIDLine = regexp.MustCompile(`SPIFFE ID:\s+(spiffe://\S+)`)
 
-// TestGenericScriptFetchesItsSVID: a generic VM whose template attests
+// TestSPIFFEGenericScriptFetchesItsSVID: a generic VM whose template attests
 // with a join token runs its script with SPIFFE_ENDPOINT_SOCKET pointing at
 // the VM's running spire-agent; the script fetches its X509-SVID there with
 // `spire-agent api fetch x509`, and the SVID's SPIFFE ID is its claim's.
 // Afterwards nothing is left on the SPIRE server.
-func TestGenericScriptFetchesItsSVID(t *testing.T) {
+func TestSPIFFEGenericScriptFetchesItsSVID(t *testing.T) {
 	w, watch, _ := startSPIFFEWorld(t)
 	ctx := context.Background()
 	dir := t.TempDir()

@@ -18,7 +18,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +32,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/repodir"
 )
 
 // Environment is a running API server with the HyperFleet CRDs installed.
@@ -49,15 +49,9 @@ type Environment struct {
 	restarted []restartedProcess
 }
 
-// RepoRoot is the repository's top directory, found from this file's path
-// so that tests work from any package directory.
-func RepoRoot() string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		panic("testenv: cannot find the source file's path")
-	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
+// RepoRoot is the repository's top directory, so that tests work from any
+// package directory (internal/testworld/repodir: also in -trimpath builds).
+func RepoRoot() string { return repodir.Root() }
 
 // AssetsDir returns the directory holding kube-apiserver and etcd, building
 // them if needed.

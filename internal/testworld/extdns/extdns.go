@@ -21,7 +21,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +32,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
+
+	"github.com/hyperfleet/hyperfleet/internal/testworld/repodir"
 )
 
 // BuildScript builds the binary (from the repository's root).
@@ -52,13 +53,7 @@ func CRD() (*apiextensionsv1.CustomResourceDefinition, error) {
 
 // CRDDir is the directory holding the CRD's manifest, and nothing else a
 // CRD installer reads: for test/testenv's StartWithCRDs.
-func CRDDir() string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		panic("extdns: cannot find the source file's path")
-	}
-	return filepath.Dir(file)
-}
+func CRDDir() string { return repodir.Path("internal/testworld/extdns") }
 
 // InstallCRD installs the DNSEndpoint CRD into the API server cfg reaches
 // and waits until it is served; installing it again changes nothing.

@@ -22,7 +22,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,6 +32,8 @@ import (
 	"github.com/spiffe/spire-api-sdk/proto/spire/api/types"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/hyperfleet/hyperfleet/internal/testworld/repodir"
 )
 
 // BuildScript builds the binaries and prints their directory; a path from
@@ -81,14 +82,8 @@ func findDir() (string, error) {
 	return d, nil
 }
 
-// repoRoot is the repository's top directory, found from this file's path.
-func repoRoot() string {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		panic("spireworld: cannot find the source file's path")
-	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
-}
+// repoRoot is the repository's top directory.
+func repoRoot() string { return repodir.Root() }
 
 // Server is a running spire-server.
 type Server struct {

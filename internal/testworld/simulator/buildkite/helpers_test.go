@@ -9,11 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/testworld/repodir"
 )
 
 // agentBuildScript builds the agent binary the real-agent tests run.
@@ -35,8 +36,7 @@ func agentBinary(t *testing.T) string {
 	agentOnce.Do(func() {
 		path := os.Getenv("BUILDKITE_AGENT")
 		if path == "" {
-			_, file, _, _ := runtime.Caller(0)
-			root := filepath.Join(filepath.Dir(file), "..", "..", "..", "..")
+			root := repodir.Root()
 			var stdout, stderr bytes.Buffer
 			cmd := exec.Command("bash", filepath.Join(root, filepath.FromSlash(agentBuildScript)))
 			cmd.Stdout, cmd.Stderr = &stdout, io.MultiWriter(&stderr, os.Stderr)

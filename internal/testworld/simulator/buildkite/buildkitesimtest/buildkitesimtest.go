@@ -14,12 +14,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/repodir"
 	buildkitesim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite"
 )
 
@@ -42,8 +42,7 @@ func AgentBinary(t testing.TB) string {
 	agentOnce.Do(func() {
 		path := os.Getenv("BUILDKITE_AGENT")
 		if path == "" {
-			_, file, _, _ := runtime.Caller(0)
-			root := filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "..")
+			root := repodir.Root()
 			var stdout, stderr bytes.Buffer
 			cmd := exec.Command("bash", filepath.Join(root, filepath.FromSlash(AgentBuildScript)))
 			cmd.Stdout, cmd.Stderr = &stdout, io.MultiWriter(&stderr, os.Stderr)
