@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,6 +116,8 @@ func startWorld(t *testing.T, options ...func(*devenv.Options)) (*devenv.World, 
 		o(&opts)
 	}
 	dir := opts.Dir
+	wt := &watcher{dir: dir, done: make(chan struct{}), vmNames: map[string]int{}}
+	opts.OnProxmoxRequest = wt.observeClones(opts.OnProxmoxRequest)
 	w, err := devenv.Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -127,12 +130,18 @@ func startWorld(t *testing.T, options ...func(*devenv.Options)) (*devenv.World, 
 			t.Errorf("stop world: %v", err)
 		}
 	})
-	return w, startWatcher(t, w, dir)
+	wt.w = w
+	wt.start(t)
+	return w, wt
 }
 
-// watcher samples the world while it runs: the most VMs at once, every VM
-// ever created, and whether the PAT ever appeared in either simulator's
-// state or in a guest's files (seed ISO, cloud-init output, console log).
+// watcher samples the world while it runs: the most VMs at once and
+// whether the PAT ever appeared in either simulator's state or in a guest's
+// files (seed ISO, cloud-init output, console log); and it records every VM
+// the operator cloned, from the clone requests themselves: a sample can
+// take seconds on a loaded machine, longer than a VM whose job is an echo
+// lives (a rehearsal's TestBuildkitePoolRunsJobs found a job's VM in no
+// sample).
 type watcher struct {
 	w    *devenv.World
 	dir  string
@@ -141,13 +150,27 @@ type watcher struct {
 
 	mu      sync.Mutex
 	maxVMs  int
-	vmNames map[string]int // VM name -> VMID
+	vmNames map[string]int // VM name -> VMID, of every clone request and every VM a sample saw
 	leaks   []string
 	samples int
 }
 
-func startWatcher(t *testing.T, w *devenv.World, dir string) *watcher {
-	wt := &watcher{w: w, dir: dir, done: make(chan struct{}), vmNames: map[string]int{}}
+// observeClones is a devenv.Options.OnProxmoxRequest that records clone
+// requests' VMs, then calls next (the test's own hook, when it set one).
+func (wt *watcher) observeClones(next func(*http.Request)) func(*http.Request) {
+	return func(r *http.Request) {
+		if vmid, name, ok := proxmoxsim.CloneRequest(r); ok && name != "" {
+			wt.mu.Lock()
+			wt.vmNames[name] = vmid
+			wt.mu.Unlock()
+		}
+		if next != nil {
+			next(r)
+		}
+	}
+}
+
+func (wt *watcher) start(t *testing.T) {
 	wt.wg.Add(1)
 	go func() {
 		defer wt.wg.Done()
@@ -163,7 +186,6 @@ func startWatcher(t *testing.T, w *devenv.World, dir string) *watcher {
 		}
 	}()
 	t.Cleanup(wt.stop)
-	return wt
 }
 
 func (wt *watcher) stop() {

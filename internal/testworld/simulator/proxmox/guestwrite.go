@@ -251,14 +251,59 @@ var fileWritePath = regexp.MustCompile(`/nodes/[^/]+/qemu/([0-9]+)/agent/file-wr
 // request's body and puts it back for the simulator.
 func FileWriteRequest(r *http.Request) (vmid int, content []byte, ok bool) {
 	m := fileWritePath.FindStringSubmatch(r.URL.Path)
-	if r.Method != http.MethodPost || m == nil || r.Body == nil {
+	if r.Method != http.MethodPost || m == nil {
 		return 0, nil, false
+	}
+	params, ok := hookParams(r)
+	if !ok {
+		return 0, nil, false
+	}
+	content = []byte(params["content"])
+	if params["encode"] == "0" {
+		var err error
+		if content, err = base64.StdEncoding.DecodeString(params["content"]); err != nil {
+			return 0, nil, false
+		}
+	}
+	vmid, _ = strconv.Atoi(m[1])
+	return vmid, content, true
+}
+
+// clonePath is POST .../qemu/{vmid}/clone's path.
+var clonePath = regexp.MustCompile(`/nodes/[^/]+/qemu/[0-9]+/clone$`)
+
+// CloneRequest is, for a request hook, the new VM's id and name of a clone
+// request (whether or not the simulator then makes the VM); ok is false for
+// any other request. A hook sees every clone, however short-lived the VM:
+// a poll of the simulator's state can miss a VM that lives less than one
+// poll, as a loaded machine's can. It reads the request's body and puts it
+// back for the simulator.
+func CloneRequest(r *http.Request) (newid int, name string, ok bool) {
+	if r.Method != http.MethodPost || !clonePath.MatchString(r.URL.Path) {
+		return 0, "", false
+	}
+	params, ok := hookParams(r)
+	if !ok {
+		return 0, "", false
+	}
+	newid, err := strconv.Atoi(params["newid"])
+	if err != nil {
+		return 0, "", false
+	}
+	return newid, params["name"], true
+}
+
+// hookParams reads a request's parameters (a JSON or form body, as the
+// simulator accepts them) for a request hook, and puts the body back.
+func hookParams(r *http.Request) (map[string]string, bool) {
+	if r.Body == nil {
+		return nil, false
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	_ = r.Body.Close()
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	if err != nil {
-		return 0, nil, false
+		return nil, false
 	}
 	params := map[string]string{}
 	var js map[string]any
@@ -271,12 +316,5 @@ func FileWriteRequest(r *http.Request) (vmid int, content []byte, ok bool) {
 			params[k] = form.Get(k)
 		}
 	}
-	content = []byte(params["content"])
-	if params["encode"] == "0" {
-		if content, err = base64.StdEncoding.DecodeString(params["content"]); err != nil {
-			return 0, nil, false
-		}
-	}
-	vmid, _ = strconv.Atoi(m[1])
-	return vmid, content, true
+	return params, true
 }
