@@ -212,8 +212,8 @@ CONTROLLER_RACE_SHARDS ?= 2
 COMPILE_TESTS = go list -test -export -deps $(1) ./... >/dev/null
 
 # The other packages are built and tested at a lower priority (nice 10)
-# than the controller shards: with a cold build cache (a new machine, or CI's
-# fresh clone, whose new path makes every project package compile again)
+# than the controller shards: with a cold build cache (a new machine, or a
+# fresh clone in a new directory built without -trimpath, which CI sets)
 # their builds kept both cores busy and starved the shards' scenarios past
 # their bounds on a hang; compiling them all first instead put the whole
 # compile (minutes in a fresh clone) before the shards rather than beside

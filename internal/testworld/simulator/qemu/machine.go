@@ -227,8 +227,9 @@ func dialUnix(path string) (net.Conn, error) {
 // the first serial port, and mitigations=off: the guests run under TCG,
 // which emulates every instruction and no speculation, so the kernel's
 // side-channel mitigations (retpolines, buffer clears on every kernel exit)
-// only cost time, about a tenth of a boot to the end of cloud-init on the
-// CI machine (docs/testing.md, "Real-guest timings"). Proxmox boots a
+// only cost time (3 to 11 s of a 60 to 80 s boot to the end of cloud-init
+// in paired boots on the idle CI machine, too little to see under CI's
+// load; docs/testing.md, "CI timings"). Proxmox boots a
 // template's own boot loader and command line; the simulator boots the
 // kernel directly, so the command line is the test world's choice.
 func KernelArgs(extra ...string) string {
