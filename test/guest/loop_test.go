@@ -229,18 +229,17 @@ func vmOfRunner(runner string) string {
 // network and powers itself off; the operator destroys it. Afterwards no
 // VM, ISO, claim, runner or guest disk is left, and the guests' disks hold
 // no credential.
+//
+// The pool's template has agentSource Operator, on the image without an
+// agent: cloud-init's runcmd downloads the agent from the operator's agent
+// server (HTTPS, its CA from the seed), checks its SHA-256 and installs it
+// before the unit starts it. Every other real-guest scenario runs the agent
+// the image holds, so both sources run here, and this scenario boots no
+// guest of its own for the operator's (a boot under TCG is about two
+// minutes of a core: docs/testing.md, "CI timings").
 func TestRunnerPoolJobsOnRealGuests(t *testing.T) {
-	img := image
-	runJobs(t, scenario{jobs: 2, opts: devenv.Options{GuestImage: &img}})
-}
-
-// TestAgentFromOperatorOnRealGuests: the same with agentSource Operator on
-// the image without an agent: cloud-init's runcmd downloads the agent from
-// the operator's agent server (HTTPS, its CA from the seed), checks its
-// SHA-256 and installs it before the unit starts it.
-func TestAgentFromOperatorOnRealGuests(t *testing.T) {
 	img := operatorImage
-	runJobs(t, scenario{jobs: 1, opts: devenv.Options{GuestImage: &img, AgentFromOperator: true}})
+	runJobs(t, scenario{jobs: 2, opts: devenv.Options{GuestImage: &img, AgentFromOperator: true}})
 }
 
 // keepLogs copies a failed scenario's world directory (the operator's and

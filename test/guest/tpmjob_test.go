@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/asn1"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"os"
@@ -49,6 +50,14 @@ import (
 // the SPIRE server holds no entry and, of agents, only that one, banned
 // (a tpm_devid agent could attest again with its certificate until it
 // expires: the operator bans it, internal/identity).
+//
+// It is also the simulator's virtual TPM on a real guest (the VM's
+// tpmstate0 of version v2.0, as addVirtualTPM writes it): the guest sees a
+// TPM 2.0 (tpm_version_major 2 and /dev/tpmrm0, asked through its guest
+// agent), the EK certificate in the state is signed by the CA
+// TPMEndorsementCA returns, and the state goes with the VM.
+// TestRealTPMState in internal/testworld/simulator/proxmox checks the
+// state's chain and that it survives restarts without a guest.
 func TestTPMOnRealGuest(t *testing.T) {
 	img := spireImage(t)
 	td := spiffeid.RequireTrustDomainFromString(devenv.TrustDomain)
@@ -62,6 +71,9 @@ func TestTPMOnRealGuest(t *testing.T) {
 	}
 	seen := map[string]seenTPM{}
 	probe := func(ctx context.Context, w *devenv.World, vmid int, claim hfv1.MachineClaim) error {
+		if err := guestSeesTPM2(ctx, w, vmid); err != nil {
+			return err
+		}
 		id := claim.Status.Identity
 		if id == nil || id.TPM == nil || id.TPM.EKFingerprint == "" || id.TPM.DevIDFingerprint == "" {
 			return fmt.Errorf("claim %s has not recorded its TPM: %+v", claim.Name, id)
@@ -99,6 +111,7 @@ func TestTPMOnRealGuest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	endorsementCA := simulatorEKCA(t, w)
 	var agents []spiffeid.ID
 	for _, j := range last.Jobs {
 		claim := vmOfRunner(j.RunnerName)
@@ -136,6 +149,12 @@ func TestTPMOnRealGuest(t *testing.T) {
 		if err != nil {
 			t.Errorf("claim %s: %v", claim, err)
 			continue
+		}
+		if !signedByOneOf(ek, endorsementCA) {
+			t.Errorf("claim %s: VM %d's EK certificate (issuer %s) is signed by no certificate of the simulator's TPMEndorsementCA", claim, s.vmid, ek.Issuer)
+		}
+		if _, ok := w.Proxmox.TPMState(s.vmid); ok {
+			t.Errorf("claim %s: VM %d's TPM state outlived the VM", claim, s.vmid)
 		}
 		sum := sha256.Sum256(ek.Raw)
 		if got := hex.EncodeToString(sum[:]); got != s.tpm.EKFingerprint {
@@ -180,6 +199,59 @@ func TestTPMOnRealGuest(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// guestSeesTPM2: the guest's kernel found a TPM 2.0, asked through its
+// guest agent.
+func guestSeesTPM2(ctx context.Context, w *devenv.World, vmid int) error {
+	res, err := w.Proxmox.GuestExec(ctx, vmid, "cat", "/sys/class/tpm/tpm0/tpm_version_major")
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 || strings.TrimSpace(res.Stdout) != "2" {
+		return fmt.Errorf("the guest sees no TPM 2.0: tpm_version_major: exit %d, %q %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	res, err = w.Proxmox.GuestExec(ctx, vmid, "test", "-c", "/dev/tpmrm0")
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("/dev/tpmrm0 is not a character device in the guest: %+v", res)
+	}
+	return nil
+}
+
+// simulatorEKCA is the bundle (root and issuing certificate) of the CA
+// the Proxmox simulator manufactures its virtual TPMs' EK certificates
+// with.
+func simulatorEKCA(t *testing.T, w *devenv.World) []*x509.Certificate {
+	t.Helper()
+	bundle, err := w.Proxmox.TPMEndorsementCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var certs []*x509.Certificate
+	for block, rest := pem.Decode(bundle); block != nil; block, rest = pem.Decode(rest) {
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatalf("TPMEndorsementCA: %v", err)
+		}
+		certs = append(certs, cert)
+	}
+	if len(certs) == 0 {
+		t.Fatalf("TPMEndorsementCA holds no PEM certificate: %q", bundle)
+	}
+	return certs
+}
+
+// signedByOneOf: cert's signature verifies with the key of one of cas.
+func signedByOneOf(cert *x509.Certificate, cas []*x509.Certificate) bool {
+	for _, ca := range cas {
+		if cert.CheckSignatureFrom(ca) == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // tpmAgentID is the SPIFFE ID spire-server gives an agent that attested

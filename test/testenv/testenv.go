@@ -179,6 +179,14 @@ func start(progress io.Writer, crdDirs []string) (*Environment, error) {
 		BinaryAssetsDirectory:    assets,
 		Scheme:                   scheme,
 	}
+	// API Priority and Fairness sorts each request into a flow and a
+	// queue and accounts for its seats: bookkeeping the tests' few clients
+	// never need, which cost about 8 % of the CPU of the controller suite's
+	// API server and test process together (two property tests, twice each
+	// way, 64 and 68 CPU-s with it, 61 and 59 without: docs/testing.md, "CI
+	// timings"). Every test package, world and CI step starts its API
+	// servers here, and CI's steps are bound by the cores.
+	env.ControlPlane.GetAPIServer().Configure().Set("enable-priority-and-fairness", "false")
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
