@@ -83,3 +83,20 @@ func TestGuestImageConfigValidated(t *testing.T) {
 		t.Errorf("New with a vmdk guest image: %v, want a format error", err)
 	}
 }
+
+// TestCPUModel: a VM's cpu option gives QEMU its type, with or without the
+// cputype key and its flags; without one, qemu-server's default, kvm64.
+func TestCPUModel(t *testing.T) {
+	for option, want := range map[string]string{
+		"":                                "kvm64",
+		"host":                            "host",
+		"qemu64":                          "qemu64",
+		"cputype=kvm64,flags=+aes":        "kvm64",
+		"x86-64-v2-AES,flags=-pcid":       "x86-64-v2-AES",
+		"cputype=Skylake-Client,hidden=1": "Skylake-Client",
+	} {
+		if got := cpuModel(option); got != want {
+			t.Errorf("cpuModel(%q) = %q, want %q", option, got, want)
+		}
+	}
+}

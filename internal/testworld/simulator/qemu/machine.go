@@ -28,7 +28,9 @@ type Machine struct {
 	// on CI machines without being usable: nested virtualisation).
 	Accel string
 	// Name is shown in process lists.
-	Name      string
+	Name string
+	// CPU is the emulated CPU model (-cpu), QEMU's default when empty.
+	CPU       string
 	Cores     int
 	MemoryMiB int
 	// Kernel, Initrd and Append boot the guest.
@@ -124,6 +126,9 @@ func (m Machine) Args() []string {
 		"-mon", "chardev=qmp,mode=control",
 		"-chardev", "file,id=serial0,path=" + m.Console + ",append=on",
 		"-serial", "chardev:serial0",
+	}
+	if m.CPU != "" {
+		args = append(args, "-cpu", m.CPU)
 	}
 	if m.TPMCtrl != "" {
 		args = append(args,

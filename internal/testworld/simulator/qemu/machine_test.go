@@ -35,3 +35,18 @@ func TestArgsTPM(t *testing.T) {
 		t.Errorf("a CRB device besides TIS: %q", args)
 	}
 }
+
+// TestArgsCPU: a machine's CPU model is QEMU's -cpu, once; without one
+// QEMU picks its default and no -cpu is given.
+func TestArgsCPU(t *testing.T) {
+	m := Machine{Name: "t", Kernel: "k", Initrd: "i", Disk: "d", MAC: "02:00:00:00:00:01", Console: "/tmp/c", SocketDir: "/tmp/s"}
+	if slices.Contains(m.Args(), "-cpu") {
+		t.Fatalf("no CPU model asked, yet: %q", m.Args())
+	}
+	m.CPU = "kvm64"
+	args := m.Args()
+	i := slices.Index(args, "-cpu")
+	if i < 0 || i+1 >= len(args) || args[i+1] != "kvm64" || slices.Index(args[i+1:], "-cpu") >= 0 {
+		t.Fatalf("want -cpu kvm64 once: %q", args)
+	}
+}
