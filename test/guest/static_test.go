@@ -22,18 +22,6 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/guestnet"
 )
 
-// staticPool fits QEMU's user network (the simulator's 10.99.0.0/24:
-// slirp answers ARP for its gateway, 10.99.0.2, and its DNS, 10.99.0.3,
-// from any guest address in the network), above the simulator's DHCP
-// leases, which count up from 10.99.0.10: the address plan of
-// TestProxmoxCloudInitDriveOnRealGuests.
-var staticPool = hfv1.IPPoolSpec{
-	Addresses:   []string{"10.99.0.240-10.99.0.249"},
-	Prefix:      24,
-	Gateways:    []string{"10.99.0.2"},
-	Nameservers: []string{"10.99.0.3"},
-}
-
 // The dual-stack static scenario's network: a bridge in a network
 // namespace of its own (QEMU's user network has no IPv6 network a pool
 // could use), at .1 and ::1 of these prefixes, with a pool of ten
@@ -112,11 +100,6 @@ type addressPlan struct {
 	v4, v6      netip.Prefix
 	gw4, gw6    string
 	nameservers []string
-}
-
-// slirpPlan is the plan of a guest with address want from staticPool.
-func slirpPlan(want netip.Prefix) addressPlan {
-	return addressPlan{v4: want, gw4: staticPool.Gateways[0], nameservers: staticPool.Nameservers}
 }
 
 // probeDualStack checks a guest's network against its claim's two
@@ -346,20 +329,33 @@ func guestJSON(ctx context.Context, w *devenv.World, vmid int, out any, argv ...
 // IPv6 IPPool) with cloudInit.delivery proxmox runs a job end to end with
 // no ISO at all. The operator sets the VM's ipconfig0 (both allocated
 // addresses with their prefixes and gateways: ip=, gw=, ip6=, gw6=),
-// nameserver and searchdomain; Proxmox's own cloud-init drive (the
+// nameserver, searchdomain (the IPv4 pool's search domain), ciuser and
+// sshkeys (the template's spec.cloudInit.proxmox.user and
+// sshAuthorizedKeys) and ciupgrade 0; Proxmox's own cloud-init drive (the
 // simulator generates it as qemu-server does) carries them and, as
 // vendor-data, the static kit the platform team placed on a snippets
 // storage (cloudinit.ProxmoxKit, here with the GitHub simulator's CA); the
 // operator places the agent's configuration through the guest agent into
 // /run/hyperfleet, where the kit's path unit starts the agent. The guest's
 // network is exactly the two allocations (probeDualStack), as with the
-// NoCloud ISO in TestStaticAddressOnRealGuests.
+// NoCloud ISO in TestStaticAddressOnRealGuests; the guest has the user with
+// the key in its authorized_keys, and its FQDN is the VM's name in the
+// search domain (probeProxmoxUser).
 func TestProxmoxDeliveryOnRealGuests(t *testing.T) {
 	gn := dualStackNetwork(t, fmt.Sprintf("hf-pvedel-%d", os.Getpid()))
 	img := image
 	v4, v6 := dualV4, dualV6
-	_, _, tl := runJobs(t, scenario{jobs: 1, opts: devenv.Options{GuestImage: &img, GuestNetwork: gn, IPPool: &v4, IPv6Pool: &v6, ProxmoxDelivery: true},
-		probe: probeDualStack(gn)})
+	v4.SearchDomains = []string{pveSearchDomain}
+	dualStack := probeDualStack(gn)
+	_, _, tl := runJobs(t, scenario{jobs: 1,
+		opts: devenv.Options{GuestImage: &img, GuestNetwork: gn, IPPool: &v4, IPv6Pool: &v6, ProxmoxDelivery: true,
+			ProxmoxUser: pveUser, ProxmoxSSHKeys: []string{pveTestKey}},
+		probe: func(ctx context.Context, w *devenv.World, vmid int, claim hfv1.MachineClaim) error {
+			if err := dualStack(ctx, w, vmid, claim); err != nil {
+				return err
+			}
+			return probeProxmoxUser(ctx, w, vmid, claim)
+		}})
 	if n := tl.placed.uploads(); n != 0 {
 		t.Errorf("%d uploads to the simulator's storages under delivery proxmox, want none", n)
 	}

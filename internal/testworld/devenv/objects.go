@@ -219,7 +219,8 @@ func (w *World) cloudInit() *hfv1.CloudInit {
 		return nil
 	}
 	if w.opts.ProxmoxDelivery {
-		return &hfv1.CloudInit{Delivery: hfv1.CloudInitDeliveryProxmox, Proxmox: &hfv1.ProxmoxCloudInit{VendorSnippet: KitSnippet}}
+		return &hfv1.CloudInit{Delivery: hfv1.CloudInitDeliveryProxmox, Proxmox: &hfv1.ProxmoxCloudInit{
+			VendorSnippet: KitSnippet, User: w.opts.ProxmoxUser, SSHAuthorizedKeys: w.opts.ProxmoxSSHKeys}}
 	}
 	return &hfv1.CloudInit{UserData: "#cloud-config\n" + w.caCerts()}
 }

@@ -162,6 +162,12 @@ type Options struct {
 	// the template's userData carries otherwise, which delivery proxmox
 	// refuses).
 	ProxmoxDelivery bool
+	// ProxmoxUser and ProxmoxSSHKeys (with ProxmoxDelivery) are the
+	// template's spec.cloudInit.proxmox.user and sshAuthorizedKeys: the
+	// user Proxmox's drive creates in the guest (ciuser) and the keys it
+	// accepts (sshkeys).
+	ProxmoxUser    string
+	ProxmoxSSHKeys []string
 	// TPM (with SPIFFE) has the template attest with the VMs' TPMs
 	// instead of join tokens (docs/identity.md, "TPM"), with the samples'
 	// settings (config/samples: the TPM template, the SPIRE cluster's
