@@ -230,9 +230,9 @@ func (w *World) cloudInit() *hfv1.CloudInit {
 // service, and without Debian's ~140 public roots cloud-init's
 // update-ca-certificates rebuilds a store of one certificate instead of
 // forking a few processes per root, which under QEMU's emulation took
-// 40 s of a runner VM's boot on a quiet 2-core machine (the console of
-// TestAgentFromOperatorOnRealGuests: "Updating certificates" at 39 s,
-// done at 80 s) and about three times that with two guests and their
+// 40 s of a runner VM's boot on a quiet 2-core machine (the console of a
+// lone runner VM with the agent from the operator: "Updating
+// certificates" at 39 s, done at 80 s) and about three times that with two guests and their
 // operators sharing it (make test-guest).
 func (w *World) caCerts() string {
 	var b strings.Builder
