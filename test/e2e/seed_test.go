@@ -264,7 +264,7 @@ func stealJob(t *testing.T, w *devenv.World, jit string, job int64) {
 	var out strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r := &githubsim.JITRunner{Client: hc, Out: &out, PollWait: time.Second, JobPoll: 50 * time.Millisecond}
+	r := &githubsim.JITRunner{Client: hc, Out: &out, PollWait: time.Second}
 	conclusion, err := r.Run(ctx, jit)
 	j, _ := w.GitHub.Job(job)
 	t.Errorf("a runner started with the seed's JIT configuration: %v, conclusion %q; job %d ran on runner %q; its output:\n%s", err, conclusion, job, j.RunnerName, out.String())

@@ -77,7 +77,7 @@ func (w *World) InProcessGuest() proxmoxsim.GuestProgram {
 			return err
 		}
 		seen := &runnerLines{out: g.Console}
-		r := &githubsim.JITRunner{Client: gh, Out: seen, PollWait: time.Second, JobPoll: 50 * time.Millisecond}
+		r := &githubsim.JITRunner{Client: gh, Out: seen, PollWait: time.Second}
 		_, runErr := r.Run(ctx, cred.JITConfig)
 		if n := cfg.PowerOffNotify; n != nil && ctx.Err() == nil {
 			online, started := seen.state()

@@ -327,7 +327,18 @@ func (g *goRunner) poll() (int64, int) {
 
 func (g *goRunner) jobStatus(jobID int64) (string, string, int) {
 	g.f.t.Helper()
-	code, kv := g.do("GET", "/jobs/"+strconv.FormatInt(jobID, 10), nil)
+	return g.jobStatusWait(jobID, "")
+}
+
+// jobStatusWait reads a job's status as a long poll of wait seconds (none
+// when empty).
+func (g *goRunner) jobStatusWait(jobID int64, wait string) (string, string, int) {
+	g.f.t.Helper()
+	path := "/jobs/" + strconv.FormatInt(jobID, 10)
+	if wait != "" {
+		path += "?wait=" + wait
+	}
+	code, kv := g.do("GET", path, nil)
 	return kv["status"], kv["conclusion"], code
 }
 

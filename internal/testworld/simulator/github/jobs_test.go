@@ -266,6 +266,61 @@ func TestHeartbeatTimeout(t *testing.T) {
 	}
 }
 
+// TestJobStatusLongPoll: with ?wait the job status read answers when the
+// job completes, not before; it answers the running status once wait
+// elapses; and the runner is online (not timed out) while it waits.
+func TestJobStatusLongPoll(t *testing.T) {
+	f := newFixture(t)
+	r := f.jitRunner("/orgs/octo-org", "waiter", "self-hosted")
+	r.connect()
+	job := enqueue(t, f, "octo-org/app", time.Minute, "self-hosted")
+	if id, _ := r.poll(); id != job.ID {
+		t.Fatal("the runner did not take the job")
+	}
+	start := time.Now()
+	if status, _, code := r.jobStatusWait(job.ID, "0.1"); code != 200 || status != "in_progress" {
+		t.Fatalf("long poll of a running job after its wait = %d %s, want 200 in_progress", code, status)
+	}
+	if waited := time.Since(start); waited < 100*time.Millisecond {
+		t.Errorf("the long poll answered after %s, before its wait of 100ms", waited)
+	}
+
+	type answer struct {
+		status, conclusion string
+		code               int
+	}
+	done := make(chan answer, 1)
+	go func() {
+		s, c, code := r.jobStatusWait(job.ID, "30")
+		done <- answer{s, c, code}
+	}()
+	waitFor(t, 5*time.Second, "the long poll is open", func() bool {
+		f.sim.mu.Lock()
+		defer f.sim.mu.Unlock()
+		rn := f.sim.jobs[job.ID].runner
+		return rn != nil && rn.polls > 0
+	})
+	// Past the heartbeat timeout: the waiting runner stays online.
+	f.clock.Advance(45 * time.Second)
+	select {
+	case a := <-done:
+		t.Fatalf("the long poll answered %+v before the job completed", a)
+	default:
+	}
+	if st, _ := f.sim.RunnerByName("waiter"); st.Status != "online" || !st.Busy {
+		t.Errorf("runner in a long poll of its job = %+v, want online and busy", st)
+	}
+	f.clock.Advance(15 * time.Second)
+	select {
+	case a := <-done:
+		if a.code != 200 || a.status != "completed" || a.conclusion != "success" {
+			t.Errorf("long poll when the job completed = %+v, want 200 completed success", a)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the long poll did not answer when the job completed")
+	}
+}
+
 func TestReservedJobIsRequeuedWhenRunnerVanishes(t *testing.T) {
 	f := newFixture(t)
 	a := f.jitRunner("/orgs/octo-org", "a", "self-hosted")

@@ -19,7 +19,7 @@ import (
 //	POST   /_runner/runners/{id}/session        connect (runner secret)
 //	DELETE /_runner/runners/{id}/session        disconnect
 //	GET    /_runner/runners/{id}/message        long poll for a job (?session=&wait=s)
-//	GET    /_runner/runners/{id}/jobs/{job_id}  job status (heartbeat while running)
+//	GET    /_runner/runners/{id}/jobs/{job_id}  job status (heartbeat; long poll with ?wait=s)
 const runnerAPIPrefix = "/_runner/"
 
 // maxPollWait caps a long poll (wall clock).
@@ -328,11 +328,7 @@ func (s *Simulator) runnerDisconnect(w http.ResponseWriter, r *http.Request, id 
 // when wait elapses without one, 404 once the runner is removed and 409
 // when the session is no longer valid (the runner must reconnect).
 func (s *Simulator) runnerPoll(w http.ResponseWriter, r *http.Request, id int64) {
-	wait := maxPollWait
-	if v, err := strconv.ParseFloat(r.URL.Query().Get("wait"), 64); err == nil && v >= 0 {
-		wait = min(time.Duration(v*float64(time.Second)), maxPollWait)
-	}
-	deadline := time.NewTimer(wait)
+	deadline := time.NewTimer(longPollWait(r, maxPollWait))
 	defer deadline.Stop()
 	session := r.URL.Query().Get("session")
 	s.mu.Lock()
@@ -341,14 +337,7 @@ func (s *Simulator) runnerPoll(w http.ResponseWriter, r *http.Request, id int64)
 		s.mu.Unlock()
 		return
 	}
-	rn.polls++
-	defer func() {
-		s.mu.Lock()
-		rn.polls--
-		s.touchLocked(rn)
-		s.mu.Unlock()
-	}()
-	s.touchLocked(rn)
+	defer s.holdLocked(rn)()
 	for {
 		switch {
 		case s.closed:
@@ -392,23 +381,76 @@ func (s *Simulator) runnerPoll(w http.ResponseWriter, r *http.Request, id int64)
 	}
 }
 
+// longPollWait is a long poll's ?wait= (seconds, at most maxPollWait), or
+// def when the request has none.
+func longPollWait(r *http.Request, def time.Duration) time.Duration {
+	if v, err := strconv.ParseFloat(r.URL.Query().Get("wait"), 64); err == nil && v >= 0 {
+		return min(time.Duration(v*float64(time.Second)), maxPollWait)
+	}
+	return def
+}
+
+// holdLocked counts a long poll of the runner as open (the runner is
+// online while one is) and touches it; the function it returns, called
+// without the lock when the poll ends, counts it closed and touches the
+// runner again.
+func (s *Simulator) holdLocked(rn *runner) (release func()) {
+	rn.polls++
+	s.touchLocked(rn)
+	return func() {
+		s.mu.Lock()
+		rn.polls--
+		s.touchLocked(rn)
+		s.mu.Unlock()
+	}
+}
+
 func oneLine(v string) string { return strings.NewReplacer("\n", " ", "\r", " ").Replace(v) }
 
 // runnerJobStatus reports a job's status to the runner running it; each
-// call is a heartbeat.
+// call is a heartbeat. With ?wait=s it is a long poll: it answers as soon
+// as the job has completed, else when wait elapses (at most maxPollWait),
+// with the status then, and the runner counts as online while it waits.
+// run.sh and JITRunner long-poll it, so a job's run costs its runner one
+// request and one process, not one every 200 ms: in the reduced chaos
+// run those reads were about a third of the CPU (docs/testing.md).
 func (s *Simulator) runnerJobStatus(w http.ResponseWriter, r *http.Request, id int64, jobID string) {
+	wait := longPollWait(r, 0)
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	rn := s.authRunnerLocked(w, r, id)
 	if rn == nil {
+		s.mu.Unlock()
 		return
 	}
 	jid, _ := strconv.ParseInt(jobID, 10, 64)
 	j := s.jobs[jid]
 	if j == nil || j.runner != rn {
+		s.mu.Unlock()
 		runnerFail(w, http.StatusNotFound, "job %s is not assigned to this runner", jobID)
 		return
 	}
-	s.touchLocked(rn)
-	runnerText(w, http.StatusOK, "status", j.status, "conclusion", j.conclusion)
+	if wait > 0 {
+		defer s.holdLocked(rn)()
+	} else {
+		s.touchLocked(rn)
+	}
+	// completeJobLocked and the runner's removal wake its long polls; a
+	// wake for anything else re-checks and waits on.
+	for wait > 0 && j.status != "completed" && !s.closed && !rn.removed {
+		wake := rn.wake
+		s.mu.Unlock()
+		select {
+		case <-wake:
+		case <-deadline.C:
+			wait = 0
+		case <-r.Context().Done():
+			return
+		}
+		s.mu.Lock()
+	}
+	status, conclusion := j.status, j.conclusion
+	s.mu.Unlock()
+	runnerText(w, http.StatusOK, "status", status, "conclusion", conclusion)
 }

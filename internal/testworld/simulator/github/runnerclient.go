@@ -27,12 +27,9 @@ type JITRunner struct {
 	Client *http.Client
 	// Out receives what run.sh prints on standard output.
 	Out io.Writer
-	// PollWait is the long poll's wait (run.sh's HF_SIM_POLL_WAIT); zero
-	// means 20 s.
+	// PollWait is the long polls' wait, for a job and for its status
+	// (run.sh's HF_SIM_POLL_WAIT); zero means 20 s.
 	PollWait time.Duration
-	// JobPoll is the interval of the job status reads (HF_SIM_JOB_POLL);
-	// zero means 200 ms.
-	JobPoll time.Duration
 }
 
 // RunnerConfig is what a JIT configuration says about its runner.
@@ -107,7 +104,7 @@ func (r *JITRunner) Run(ctx context.Context, encoded string) (string, error) {
 	}
 	session := form.Get("session_id")
 	r.printf("√ Connected to GitHub\n\nCurrent runner version: 'simulator'\n%s: Listening for Jobs\n", stamp())
-	wait := cmp.Or(max(r.PollWait, 0), 20*time.Second)
+	wait := r.pollWait()
 	for {
 		q := url.Values{"session": {session}, "wait": {strconv.FormatFloat(wait.Seconds(), 'f', -1, 64)}}
 		form, code, err := r.call(ctx, rc, http.MethodGet, base+"/message?"+q.Encode(), nil)
@@ -125,13 +122,16 @@ func (r *JITRunner) Run(ctx context.Context, encoded string) (string, error) {
 	}
 }
 
-// runJob "runs" the job: it reads its status until the simulator says it
-// completed.
+// pollWait is the long polls' wait: PollWait, or run.sh's default.
+func (r *JITRunner) pollWait() time.Duration { return cmp.Or(max(r.PollWait, 0), 20*time.Second) }
+
+// runJob "runs" the job: it long-polls its status until the simulator says
+// it completed.
 func (r *JITRunner) runJob(ctx context.Context, rc RunnerConfig, base, id, name string) (string, error) {
 	r.printf("%s: Running job: %s\n", stamp(), name)
-	every := cmp.Or(max(r.JobPoll, 0), 200*time.Millisecond)
+	wait := strconv.FormatFloat(r.pollWait().Seconds(), 'f', -1, 64)
 	for {
-		form, code, err := r.call(ctx, rc, http.MethodGet, base+"/jobs/"+url.PathEscape(id), nil)
+		form, code, err := r.call(ctx, rc, http.MethodGet, base+"/jobs/"+url.PathEscape(id)+"?wait="+wait, nil)
 		if err != nil {
 			return "", err
 		}
@@ -143,10 +143,8 @@ func (r *JITRunner) runJob(ctx context.Context, rc RunnerConfig, base, id, name 
 			r.printf("%s: Job %s completed with result: %s\n", stamp(), name, cmp.Or(result, form.Get("conclusion")))
 			return form.Get("conclusion"), nil
 		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(every):
+		if err := ctx.Err(); err != nil {
+			return "", err
 		}
 	}
 }

@@ -34,7 +34,7 @@ func TestJITRunner(t *testing.T) {
 	out := f.mustCall("POST", "/orgs/octo-org/actions/runners/generate-jitconfig", testPAT,
 		map[string]any{"name": "jit-go-1", "runner_group_id": 2, "labels": []string{"self-hosted", "Linux", "X64", "hyperfleet"}}, 201)
 	var printed lockedBuffer
-	r := &JITRunner{Client: f.srv.Client(), Out: &printed, PollWait: time.Second, JobPoll: 50 * time.Millisecond}
+	r := &JITRunner{Client: f.srv.Client(), Out: &printed, PollWait: time.Second}
 	type result struct {
 		conclusion string
 		err        error

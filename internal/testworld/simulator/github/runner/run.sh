@@ -3,15 +3,16 @@
 #
 # Runs the configured runner like the real actions/runner run.sh: connects
 # (the runner becomes online and idle), long-polls for a job, "runs" it
-# (the job's work is waiting until the simulator says it completed) and,
-# for an ephemeral runner, exits after that one job. POSIX sh + curl + sed.
+# (the job's work is waiting, in a long poll of its status, until the
+# simulator says it completed) and, for an ephemeral runner, exits after
+# that one job. POSIX sh + curl + sed.
 #
 #   ./run.sh                             after ./config.sh
 #   ./run.sh --jitconfig ENCODED_CONFIG  just-in-time runner (no config.sh)
 #   ACTIONS_RUNNER_INPUT_JITCONFIG=ENCODED_CONFIG ./run.sh   the same, kept
 #       out of the command line (like the real runner's ACTIONS_RUNNER_INPUT_*)
 #   options: --cacert FILE; environment: HF_SIM_CA (CA file),
-#   HF_SIM_POLL_WAIT (long poll, s), HF_SIM_RETRIES (attempts when the
+#   HF_SIM_POLL_WAIT (long polls, s), HF_SIM_RETRIES (attempts when the
 #   server is unreachable)
 #
 # Exit status: 0 the job ran (ephemeral) or the runner stopped, 1 usage or
@@ -30,7 +31,6 @@ cacert=${HF_SIM_CA:-}
 [ -z "$cacert" ] && [ -f "$dir/sim-ca.pem" ] && cacert=$dir/sim-ca.pem
 wait_s=${HF_SIM_POLL_WAIT:-20}
 retries=${HF_SIM_RETRIES:-30}
-job_poll=${HF_SIM_JOB_POLL:-0.2}
 maxtime=60
 
 # api METHOD URL OUTFILE [curl args...]: prints the HTTP status (000 when
@@ -143,9 +143,11 @@ run_job() {
 	job_id=$(sed -n 's/^job_id=//p' "$tmp")
 	job_name=$(sed -n 's/^job_name=//p' "$tmp")
 	echo "$(stamp): Running job: $job_name"
+	# The status read is a long poll: the simulator answers when the job
+	# completed, or after wait_s with it still running.
 	while :; do
-		maxtime=30
-		code=$(api GET "$server/_runner/runners/$id/jobs/$job_id" "$tmp" -H "$auth")
+		maxtime=$((wait_s + 30))
+		code=$(api GET "$server/_runner/runners/$id/jobs/$job_id?wait=$wait_s" "$tmp" -H "$auth")
 		case $code in
 		200)
 			fails=0
@@ -155,7 +157,6 @@ run_job() {
 		000 | 5??) unreachable ;;
 		*) die 2 "job $job_id: HTTP $code: $(cat "$tmp")" ;;
 		esac
-		sleep "$job_poll"
 	done
 	conclusion=$(sed -n 's/^conclusion=//p' "$tmp")
 	case $conclusion in
