@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -423,5 +424,28 @@ func TestEnqueueValidation(t *testing.T) {
 	runs := f.sim.Runs()
 	if len(runs) != 1 || runs[0].Status != "completed" || runs[0].Conclusion != "failure" {
 		t.Errorf("runs = %+v", runs)
+	}
+}
+
+// TestLongPollWait: ?wait= in seconds, capped at maxPollWait (a huge value
+// or +Inf too, not overflowed into an immediate answer); the default when
+// absent, negative or not a number.
+func TestLongPollWait(t *testing.T) {
+	for q, want := range map[string]time.Duration{
+		"":                7 * time.Second,
+		"wait=0":          0,
+		"wait=0.25":       250 * time.Millisecond,
+		"wait=20":         20 * time.Second,
+		"wait=1e300":      maxPollWait,
+		"wait=%2BInf":     maxPollWait,
+		"wait=NaN":        7 * time.Second,
+		"wait=-1":         7 * time.Second,
+		"wait=soon":       7 * time.Second,
+		"wait=9999999999": maxPollWait,
+	} {
+		r := httptest.NewRequest("GET", "/_runner/runners/1/jobs/2?"+q, nil)
+		if got := longPollWait(r, 7*time.Second); got != want {
+			t.Errorf("longPollWait(%q) = %s, want %s", q, got, want)
+		}
 	}
 }

@@ -384,10 +384,13 @@ func (s *Simulator) runnerPoll(w http.ResponseWriter, r *http.Request, id int64)
 // longPollWait is a long poll's ?wait= (seconds, at most maxPollWait), or
 // def when the request has none.
 func longPollWait(r *http.Request, def time.Duration) time.Duration {
-	if v, err := strconv.ParseFloat(r.URL.Query().Get("wait"), 64); err == nil && v >= 0 {
-		return min(time.Duration(v*float64(time.Second)), maxPollWait)
+	v, err := strconv.ParseFloat(r.URL.Query().Get("wait"), 64)
+	if err != nil || !(v >= 0) { // NaN too
+		return def
 	}
-	return def
+	// Capped before the conversion: a huge value (or +Inf) overflows a
+	// Duration into a negative one, an immediate answer.
+	return time.Duration(min(v, maxPollWait.Seconds()) * float64(time.Second))
 }
 
 // holdLocked counts a long poll of the runner as open (the runner is
