@@ -14,6 +14,18 @@ CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 # repository (HYPERFLEET_CACHE, else $XDG_CACHE_HOME/hyperfleet, else
 # ~/.cache/hyperfleet) that every checkout and CI run shares.
 HYPERFLEET_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/hyperfleet
+
+# Every build and test here is static (CGO_ENABLED=0), as the release's and
+# the image's binaries are, except the race run (the race detector needs
+# cgo) and SPIRE's build (its sqlite datastore): one build configuration,
+# so that a package compiled for a test is the one the image, the test
+# world's manager processes and the envtest build (hack/envtest, whose
+# modules are kept at this module's versions) take from the Go build cache
+# instead of compiling it again. With cgo on, the standard library's net
+# and os/user differ, and with them every package above them: a fresh
+# machine compiled the whole dependency tree once more (docs/testing.md,
+# "CI timings"). No package of this module or its dependencies uses cgo.
+export CGO_ENABLED ?= 0
 GOLANGCI_LINT_DIR ?= $(HYPERFLEET_CACHE)/tools/golangci-lint-$(GOLANGCI_LINT_VERSION)
 GOLANGCI_LINT ?= $(GOLANGCI_LINT_DIR)/golangci-lint
 
@@ -238,7 +250,7 @@ test: test-deps ## Run every test against the real API server (builds it, helm, 
 API_TEST_PKGS = go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}{{end}}' ./... | \
 	awk '/ sigs\.k8s\.io\/controller-runtime\/pkg\/envtest( |$$)| github\.com\/hyperfleet\/hyperfleet\/test\/testenv( |$$)/ { print $$1 }' | sort -u
 test-race: test-deps ## Run every test under the race detector (the API server's packages one at a time), without the long controller scenarios (-short).
-	@api="$$($(API_TEST_PKGS))"; test -n "$$api" || { echo "test-race: found no package that starts the API server" >&2; exit 1; }; \
+	@export CGO_ENABLED=1; api="$$($(API_TEST_PKGS))"; test -n "$$api" || { echo "test-race: found no package that starts the API server" >&2; exit 1; }; \
 	unit="$$(go list ./... | grep -vxF "$$api")"; \
 	export KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))" EXTERNAL_DNS="$$($(EXTERNAL_DNS_BUILD))" BUILDKITE_AGENT="$$($(BUILDKITE_AGENT_BUILD))"; rc=0; \
 	$(call COMPILE_TESTS,-race) || exit 1; \

@@ -13,7 +13,12 @@ cd "$here"
 k8s_version=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
 etcd_version=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 cache_root=${HYPERFLEET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hyperfleet}
-dir="$cache_root/envtest/kube-apiserver-${k8s_version}_etcd-${etcd_version}_$(go env GOOS)-$(go env GOARCH)"
+# The key names go.sum's hash too: the module's other requirements are kept
+# at the operator module's versions (so that the packages both use compile
+# once; test/buildcache), and a binary built from other versions is another
+# build.
+deps=$(sha256sum go.sum | cut -c1-12)
+dir="$cache_root/envtest/kube-apiserver-${k8s_version}_etcd-${etcd_version}_deps-${deps}_$(go env GOOS)-$(go env GOARCH)"
 
 if [[ -x "$dir/kube-apiserver" && -x "$dir/etcd" ]]; then
 	echo "$dir"
