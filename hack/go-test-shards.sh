@@ -26,7 +26,9 @@ while (($#)); do
 	case $1 in
 	-n) n=$2; shift 2 ;;
 	-v) verbose=1; shift ;;
-	-race) build+=(-race); shift ;;
+	# -vet=off: vet checks source, which make test's build has vetted; under
+	# -race it would vet the whole tree again (Makefile, test-race).
+	-race) build+=(-race -vet=off); shift ;;
 	-short) run+=(-test.short); shift ;;
 	-tags) tags=(-tags "$2"); shift 2 ;;
 	-timeout) timeout=$2; shift 2 ;;
