@@ -15,7 +15,9 @@
 # The module is large (every DNS provider's SDK: AWS, Azure, Google, ...):
 # only its main package is built, with -trimpath, as the main module of a copy
 # of it (none of it enters the operator's go.mod), the copy with two
-# files of ours (_overlay/) in place of the provider and registry
+# files of ours (_overlay/, named .go.in so that the operator's module, which
+# lacks external-dns, never builds or vets them; the build here compiles
+# them) in place of the provider and registry
 # factories, whose tables link every provider's SDK: only the
 # rfc2136 provider and the txt and noop registries are linked in, and any
 # other --provider or --registry fails at start. Everything else, the
@@ -32,7 +34,7 @@ version=${EXTERNAL_DNS_VERSION:-v0.21.0}
 cache_root=${HYPERFLEET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hyperfleet}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # The key names the overlay's hash too: another overlay is another build.
-overlay_hash=$(cat "$here"/_overlay/provider/factory/provider.go "$here"/_overlay/registry/factory/registry.go | sha256sum | cut -c1-12)
+overlay_hash=$(cat "$here"/_overlay/provider/factory/provider.go.in "$here"/_overlay/registry/factory/registry.go.in | sha256sum | cut -c1-12)
 dir="$cache_root/external-dns/${version}_rfc2136-${overlay_hash}_$(go env GOOS)-$(go env GOARCH)"
 
 if [[ -x "$dir/external-dns" ]]; then
@@ -73,8 +75,8 @@ for f in provider/factory/provider.go registry/factory/registry.go; do
 done
 cp -R "$src" "$tmp/src"
 chmod -R u+w "$tmp/src"
-cp "$here/_overlay/provider/factory/provider.go" "$tmp/src/provider/factory/provider.go"
-cp "$here/_overlay/registry/factory/registry.go" "$tmp/src/registry/factory/registry.go"
+cp "$here/_overlay/provider/factory/provider.go.in" "$tmp/src/provider/factory/provider.go"
+cp "$here/_overlay/registry/factory/registry.go.in" "$tmp/src/registry/factory/registry.go"
 
 echo "Building external-dns $version (rfc2136 provider only) into $dir (the first build takes about 3 minutes and 1 GB of memory on 2 cores)" >&2
 start=$SECONDS
