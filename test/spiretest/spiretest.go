@@ -25,7 +25,7 @@ import (
 
 // SpireDir returns the directory holding spire-server and spire-agent:
 // $SPIRE_DIR when set, else what hack/spire/build.sh prints (it builds them
-// on first use, which takes about 15 minutes on 2 cores). A missing binary,
+// on first use, which takes about 4 minutes on 2 cores). A missing binary,
 // or a build that fails, fails the test.
 func SpireDir(t testing.TB) string {
 	t.Helper()

@@ -421,7 +421,7 @@ func (w *World) start(ctx context.Context) (err error) {
 				return err
 			}
 		}
-		w.progress("Starting spire-server (the first run builds SPIRE from source: about 15 minutes on 2 cores, then cached)")
+		w.progress("Starting spire-server (the first run builds SPIRE from source: about 4 minutes on 2 cores, then cached)")
 		stop := w.tick("still starting spire-server")
 		w.SPIRE, err = spireworld.StartServer(ctx, serverOpts)
 		stop()

@@ -52,7 +52,7 @@ var (
 
 // Dir returns the directory holding spire-server and spire-agent:
 // $SPIRE_DIR when set, else what hack/spire/build.sh prints (it builds them
-// on first use, which takes about 15 minutes on 2 cores, printing its
+// on first use, which takes about 4 minutes on 2 cores, printing its
 // progress to standard error).
 func Dir() (string, error) {
 	dirOnce.Do(func() { dir, dirErr = findDir() })
