@@ -26,10 +26,12 @@ HYPERFLEET_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/hyperfleet
 # machine compiled the whole dependency tree once more (docs/testing.md,
 # "CI timings"). No package of this module or its dependencies uses cgo.
 export CGO_ENABLED ?= 0
-# Test binaries and the test world's programs link without DWARF
-# (-ldflags=-w): go test links every test binary again on every run (its
-# build cache keeps compiled packages, not executables), about 360 links a
-# CI run, and the debug information is a quarter of each link's CPU (the
+# Binaries built here link without DWARF (-ldflags=-w). go test already
+# leaves the debug information out of the test binaries it runs and
+# removes (-s -w), but not out of those built with go test -c
+# (hack/go-test-shards.sh: the controller and real-guest shards, in every
+# mode) or with go build (the managers, agents and simulators the tests
+# run as processes), and there it is about a quarter of a link's CPU (the
 # controller suite's binary: 7.8 CPU-s instead of 10.6, 1.18 GB of memory
 # instead of 1.40). Stack traces, the race detector's reports and pprof
 # use the symbol table and pclntab, which stay. The release's binaries set
