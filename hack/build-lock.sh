@@ -1,5 +1,5 @@
 # Sourced by the scripts that build a tool into a cache directory
-# (hack/helm, hack/spire, hack/release build.sh).
+# (hack/helm, hack/spire, hack/external-dns, hack/release build.sh).
 #
 # build_lock DIR takes DIR's build lock, one build at a time per directory:
 # a second caller (CI starts some builds in the background, then a step

@@ -33,9 +33,9 @@ set -euo pipefail
 version=${EXTERNAL_DNS_VERSION:-v0.21.0}
 cache_root=${HYPERFLEET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hyperfleet}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/../module-overlay.sh"
 # The key names the overlay's hash too: another overlay is another build.
-overlay_hash=$(cat "$here"/_overlay/provider/factory/provider.go.in "$here"/_overlay/registry/factory/registry.go.in | sha256sum | cut -c1-12)
-dir="$cache_root/external-dns/${version}_rfc2136-${overlay_hash}_$(go env GOOS)-$(go env GOARCH)"
+dir="$cache_root/external-dns/${version}_rfc2136-$(overlay_hash "$here/_overlay")_$(go env GOOS)-$(go env GOARCH)"
 
 if [[ -x "$dir/external-dns" ]]; then
 	echo "$dir/external-dns"
@@ -62,21 +62,10 @@ export GOFLAGS=
 # reports.
 ld="-s -w -X sigs.k8s.io/external-dns/pkg/apis/externaldns.Version=$version"
 
-# The module as go mod download unpacked it, copied (the module cache is
-# read-only, and go build's -overlay may not replace files beneath it), with
-# the two factory files replaced by ours; built as the main module, from
-# its own go.mod and go.sum, as go install would.
-src=$(go mod download -json "sigs.k8s.io/external-dns@$version" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-for f in provider/factory/provider.go registry/factory/registry.go; do
-	if [[ ! -f "$src/$f" ]]; then
-		echo "hack/external-dns/build.sh: sigs.k8s.io/external-dns@$version has no $f at '$src'; the replacement in $here/_overlay needs it" >&2
-		exit 1
-	fi
-done
-cp -R "$src" "$tmp/src"
-chmod -R u+w "$tmp/src"
-cp "$here/_overlay/provider/factory/provider.go.in" "$tmp/src/provider/factory/provider.go"
-cp "$here/_overlay/registry/factory/registry.go.in" "$tmp/src/registry/factory/registry.go"
+# A copy of the module with the two factory files replaced by ours
+# (hack/module-overlay.sh), built as the main module, from its own go.mod
+# and go.sum, as go install would.
+overlay_module "sigs.k8s.io/external-dns@$version" "$here/_overlay" "$tmp/src"
 
 echo "Building external-dns $version (rfc2136 provider only) into $dir (the first build takes about 3 minutes and 1 GB of memory on 2 cores)" >&2
 start=$SECONDS

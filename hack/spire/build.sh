@@ -9,7 +9,7 @@
 #
 # The SPIRE tests (test/spiretest) run these binaries; the Makefile's spire
 # and test-spire targets call this script, and so does .ci/run before
-# `make test-spire`. The first build takes about 5 minutes on 2 cores
+# `make test-spire`. The first build takes about 4 minutes on 2 cores
 # (docs/testing.md, "SPIRE"); its progress is printed to stderr.
 #
 # The binaries link only the plugins the test world configures: SPIRE's
@@ -32,9 +32,9 @@ cd "$here"
 
 version=$(go list -m -f '{{.Version}}' github.com/spiffe/spire)
 cache_root=${HYPERFLEET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hyperfleet}
+source "$here/../module-overlay.sh"
 # The key names the overlay's hash too: another overlay is another build.
-overlay_hash=$(cd "$here/_overlay" && find . -name '*.go.in' | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-12)
-dir="$cache_root/spire/spire-${version}_slim-${overlay_hash}_$(go env GOOS)-$(go env GOARCH)"
+dir="$cache_root/spire/spire-${version}_slim-$(overlay_hash "$here/_overlay")_$(go env GOOS)-$(go env GOARCH)"
 
 if [[ -x "$dir/spire-server" && -x "$dir/spire-agent" ]]; then
 	echo "$dir"
@@ -58,26 +58,19 @@ if [[ -x "$dir/spire-server" && -x "$dir/spire-agent" ]]; then
 	echo "$dir"
 	exit 0
 fi
-tmp=$(mktemp -d "$dir/.build.XXXXXX")
+# A fixed directory (the lock above makes the build the only one): the
+# binaries record the replacement's path (go version -m), so a fixed one
+# keeps two builds of the same overlay byte for byte the same.
+tmp="$dir/.build"
+rm -rf "$tmp"
+mkdir "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 
-# The module as go mod download unpacked it, copied (the module cache is
-# read-only, and go build's -overlay may not replace files beneath it), with
-# the catalog tables replaced by ours; built from a copy of this module
-# (its go.mod and go.sum: the versions of SPIRE's dependencies stay this
-# module's) that replaces github.com/spiffe/spire with that copy.
-src=$(go mod download -json "github.com/spiffe/spire@$version" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-overlay=()
-while IFS= read -r f; do overlay+=("${f#./}"); done < <(cd "$here/_overlay" && find . -name '*.go.in' | LC_ALL=C sort)
-for f in "${overlay[@]}"; do
-	if [[ ! -f "$src/${f%.in}" ]]; then
-		echo "hack/spire/build.sh: github.com/spiffe/spire@$version has no ${f%.in} at '$src'; the replacement in $here/_overlay needs it" >&2
-		exit 1
-	fi
-done
-cp -R "$src" "$tmp/src"
-chmod -R u+w "$tmp/src"
-for f in "${overlay[@]}"; do cp "$here/_overlay/$f" "$tmp/src/${f%.in}"; done
+# A copy of the module with the catalog tables replaced by ours
+# (hack/module-overlay.sh), built from a copy of this module (its go.mod
+# and go.sum: the versions of SPIRE's dependencies stay this module's) that
+# replaces github.com/spiffe/spire with it.
+overlay_module "github.com/spiffe/spire@$version" "$here/_overlay" "$tmp/src"
 mkdir "$tmp/mod"
 cp "$here/go.mod" "$here/go.sum" "$tmp/mod/"
 cd "$tmp/mod"
@@ -93,7 +86,7 @@ cmds=(github.com/spiffe/spire/cmd/spire-server github.com/spiffe/spire/cmd/spire
 ld="-s -w -X github.com/spiffe/spire/pkg/common/version.gittag=${version#v}"
 total=$(go list -deps "${cmds[@]}" | wc -l)
 
-echo "Building spire-server and spire-agent $version (the test world's plugins only) into $dir (the first build takes about 5 minutes on 2 cores)" >&2
+echo "Building spire-server and spire-agent $version (the test world's plugins only) into $dir (the first build takes about 4 minutes on 2 cores)" >&2
 start=$SECONDS
 # go build -v names each package as it compiles it (cached ones are not
 # named); every 100th is reported as progress, and every other line (the
