@@ -86,6 +86,25 @@ mapfile -t groups < <(
 			}'
 )
 
+# why repeats a failed shard's test messages (file:line lines and their
+# continuations, panics, --- FAIL lines) after its whole output: a failing
+# controller test ends with its operator's log and the manager's shutdown
+# lines, which push the message out of the last lines a CI log shows. The
+# operator's own lines (JSON) and rapid's replayed draws are left out.
+why() {
+	echo "== why shard $s failed (the test lines of its output above, without the operator's log):"
+	awk '
+		/^ +[A-Za-z0-9_.-]+\.go:[0-9]+: / {
+			keep = ($0 !~ /\[rapid\] draw|operator log/); more = 12
+			if (keep) print
+			next
+		}
+		/^(--- FAIL|panic:|FAIL)/ { print; keep = 0; next }
+		keep && more > 0 && /^        / && $0 !~ /^ +\{"level"/ { print; more--; next }
+		{ keep = 0 }
+	' "$1" | tail -n 60
+}
+
 pids=()
 start=$SECONDS
 for s in "${!groups[@]}"; do
@@ -101,6 +120,7 @@ for s in "${!groups[@]}"; do
 				echo "ok  	$path (shard $s of ${#groups[@]}: $count tests)	$((SECONDS - start))s"
 			else
 				cat "$work/out-$s.log"
+				why "$work/out-$s.log"
 				echo "FAIL	$path (shard $s of ${#groups[@]})"
 				exit 1
 			fi

@@ -363,8 +363,12 @@ func (w *attestationWorld) claimCase(rt *rapid.T) bool {
 			record(a)
 		}
 		if a.status != status || a.reason != reason {
+			// A claim the test deleted, or one the operator deletes once
+			// its VM is gone (ended, or failed for a misused identity:
+			// endedByOperator), may be gone before the request: the
+			// broker then finds no claim at all.
 			gone := false
-			if m.deleted && a.status == http.StatusForbidden && a.reason == broker.ReasonNoLiveClaim {
+			if (m.deleted || m.ending || m.misuse) && a.status == http.StatusForbidden && a.reason == broker.ReasonNoLiveClaim {
 				_, err := getClaim(w.f.t, claim)
 				gone = apierrors.IsNotFound(err)
 			}

@@ -91,6 +91,16 @@ func Serve(ctx context.Context, o Options, srv *http.Server, listening func(net.
 	if srv.ErrorLog == nil {
 		srv.ErrorLog = log.New(logWriter{log: logger, prefix: o.Name + ": "}, "", 0)
 	}
+	if srv.BaseContext == nil {
+		// Handlers log through the request context's logger (the broker,
+		// TPM enrollment: ctrl.LoggerFrom): without the server's logger there
+		// it falls back to the process-wide one, which only the
+		// binary sets, and an embedding (the controller tests' operators)
+		// would lose every refusal's log line. Not ctx itself: a request
+		// in flight when the server stops is drained, not cancelled.
+		base := logr.NewContext(context.Background(), logger)
+		srv.BaseContext = func(net.Listener) context.Context { return base }
+	}
 	if listening != nil {
 		listening(ln.Addr())
 	}

@@ -8,16 +8,29 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
 )
 
+// TestServe: a request is served over HTTP/1.1 and TLS 1.2 or later, and
+// its handler logs through the server's logger (ctrl.LoggerFrom on the
+// request's context), not the process-wide one.
 func TestServe(t *testing.T) {
+	var logged []string
+	var mu sync.Mutex
+	logger := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		logged = append(logged, args)
+	}, funcr.Options{})
 	c, err := selfsigned.New("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
@@ -26,9 +39,12 @@ func TestServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := Options{Name: "test server", Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, ShutdownTimeout: 5 * time.Second, Logger: logr.Discard()}
+	o := Options{Name: "test server", Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, ShutdownTimeout: 5 * time.Second, Logger: logger}
 	srv := &http.Server{
-		Handler:           http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("hello")) }),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctrl.LoggerFrom(r.Context()).Info("Handled", "path", r.URL.Path)
+			_, _ = w.Write([]byte("hello"))
+		}),
 		ReadHeaderTimeout: time.Second,
 		TLSConfig:         &tls.Config{NextProtos: []string{"http/1.1"}},
 	}
@@ -48,6 +64,12 @@ func TestServe(t *testing.T) {
 	}
 	if srv.TLSConfig.MinVersion != tls.VersionTLS12 || srv.TLSConfig.NextProtos[0] != "http/1.1" {
 		t.Fatalf("TLS config %+v", srv.TLSConfig)
+	}
+	mu.Lock()
+	got := strings.Join(logged, "\n")
+	mu.Unlock()
+	if !strings.Contains(got, `"msg"="Handled" "path"="/"`) {
+		t.Fatalf("the handler's line is not in the server's log: %q", got)
 	}
 	cancel()
 	if err := <-done; err != nil {
