@@ -86,23 +86,31 @@ mapfile -t groups < <(
 			}'
 )
 
-# why repeats a failed shard's test messages (file:line lines and their
+# why repeats a failed shard's test lines (file:line lines and their
 # continuations, panics, --- FAIL lines) after its whole output: a failing
 # controller test ends with its operator's log and the manager's shutdown
-# lines, which push the message out of the last lines a CI log shows. The
-# operator's own lines (JSON) and rapid's replayed draws are left out.
+# lines, which push the message out of the last lines a CI log shows. Log
+# lines that are JSON (an operator's), continuation lines that are, and
+# rapid's replayed draws are left out; of more than 80 lines, the first
+# and the last 40 are shown.
 why() {
 	echo "== why shard $s failed (the test lines of its output above, without the operator's log):"
 	awk '
 		/^ +[A-Za-z0-9_.-]+\.go:[0-9]+: / {
-			keep = ($0 !~ /\[rapid\] draw|operator log/); more = 12
-			if (keep) print
+			keep = ($0 !~ /\[rapid\] draw|operator log|\.go:[0-9]+: \{"/); more = 12
+			if (keep) line[++n] = $0
 			next
 		}
-		/^(--- FAIL|panic:|FAIL)/ { print; keep = 0; next }
-		keep && more > 0 && /^        / && $0 !~ /^ +\{"level"/ { print; more--; next }
+		/^(--- FAIL|panic:|FAIL)/ { line[++n] = $0; keep = 0; next }
+		keep && more > 0 && /^        / && $0 !~ /^ +\{"/ { line[++n] = $0; more--; next }
 		{ keep = 0 }
-	' "$1" | tail -n 60
+		END {
+			for (i = 1; i <= n; i++) {
+				if (n > 80 && i == 41) { printf "... %d lines ...\n", n - 80; i = n - 40; continue }
+				print line[i]
+			}
+		}
+	' "$1"
 }
 
 pids=()

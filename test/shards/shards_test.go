@@ -1,0 +1,53 @@
+// Package shards checks hack/go-test-shards.sh, which runs the controller
+// suite in make test and the race run and the real-guest scenarios in make
+// test-guest: a failing test fails the run, and the failed shard's output
+// ends with the failure itself, not with the logs that came after it
+// (docs/testing.md).
+package shards
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/hyperfleet/hyperfleet/internal/testworld/repodir"
+)
+
+// TestFailedShardEndsWithItsFailure runs a package of one passing test and
+// one that fails and then logs 200 lines (as a controller test's operator
+// log does): the run fails, the passing test's shard says ok, and after
+// the failed shard's whole output come its test lines again, the failure
+// message with its second line, without the logged JSON.
+func TestFailedShardEndsWithItsFailure(t *testing.T) {
+	cmd := exec.Command("hack/go-test-shards.sh", "-n", "2", "./test/shards/testdata/suite")
+	cmd.Dir = repodir.Root()
+	// The durations the script records go to a cache of this test's own.
+	cmd.Env = append(os.Environ(), "HYPERFLEET_CACHE="+t.TempDir())
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	got := out.String()
+	if err == nil {
+		t.Fatalf("a failing test, and the run succeeded:\n%s", got)
+	}
+	if !strings.Contains(got, "ok  \tgithub.com/hyperfleet/hyperfleet/test/shards/testdata/suite (shard ") {
+		t.Errorf("no ok line for the passing shard:\n%s", got)
+	}
+	_, why, found := strings.Cut(got, "== why shard ")
+	if !found {
+		t.Fatalf("no == why shard section:\n%s", got)
+	}
+	for _, want := range []string{"the reason the shard failed", "its second line, 2", "a line the test logs before it fails", "--- FAIL: TestFailsThenLogs"} {
+		if !strings.Contains(why, want) {
+			t.Errorf("the why section lacks %q:\n%s", want, why)
+		}
+	}
+	if strings.Contains(why, `"level"`) {
+		t.Errorf("the why section repeats the logged JSON:\n%s", why)
+	}
+	if strings.Index(got, "the reason the shard failed") > strings.Index(got, `"n":199`) {
+		t.Fatalf("the test's output is not printed whole before the why section:\n%s", got)
+	}
+}
