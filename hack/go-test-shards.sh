@@ -90,14 +90,15 @@ mapfile -t groups < <(
 # continuations, panics, --- FAIL lines) after its whole output: a failing
 # controller test ends with its operator's log and the manager's shutdown
 # lines, which push the message out of the last lines a CI log shows. Log
-# lines that are JSON (an operator's), continuation lines that are, and
-# rapid's replayed draws are left out; of more than 80 lines, the first
-# and the last 40 are shown.
+# lines that are JSON (an operator's), continuation lines that are, the
+# operator log's tail and rapid's replayed draws are left out (the line
+# naming the whole log's file stays); of more than 80 lines, the first and
+# the last 40 are shown.
 why() {
 	echo "== why shard $s failed (the test lines of its output above, without the operator's log):"
 	awk '
 		/^ +[A-Za-z0-9_.-]+\.go:[0-9]+: / {
-			keep = ($0 !~ /\[rapid\] draw|operator log|\.go:[0-9]+: \{"/); more = 12
+			keep = ($0 !~ /\[rapid\] draw|operator log tail|\.go:[0-9]+: \{"/); more = 12
 			if (keep) line[++n] = $0
 			next
 		}

@@ -19,7 +19,8 @@ import (
 // one that fails and then logs 200 lines (as a controller test's operator
 // log does): the run fails, the passing test's shard says ok, and after
 // the failed shard's whole output come its test lines again, the failure
-// message with its second line, without the logged JSON.
+// message with its second line and the operator log's file, without the
+// logged JSON or the log's tail.
 func TestFailedShardEndsWithItsFailure(t *testing.T) {
 	cmd := exec.Command("hack/go-test-shards.sh", "-n", "2", "./test/shards/testdata/suite")
 	cmd.Dir = repodir.Root()
@@ -41,13 +42,16 @@ func TestFailedShardEndsWithItsFailure(t *testing.T) {
 	if !found {
 		t.Fatalf("no == why shard section:\n%s", got)
 	}
-	for _, want := range []string{"the reason the shard failed", "its second line, 2", "a line the test logs before it fails", "--- FAIL: TestFailsThenLogs"} {
+	for _, want := range []string{"the reason the shard failed", "its second line, 2", "a line the test logs before it fails",
+		"operator log: /tmp/hyperfleet-TestFailsThenLogs.log", "--- FAIL: TestFailsThenLogs"} {
 		if !strings.Contains(why, want) {
 			t.Errorf("the why section lacks %q:\n%s", want, why)
 		}
 	}
-	if strings.Contains(why, `"level"`) {
-		t.Errorf("the why section repeats the logged JSON:\n%s", why)
+	for _, never := range []string{`"level"`, "operator log tail", "ileStopped"} {
+		if strings.Contains(why, never) {
+			t.Errorf("the why section repeats the logged %q:\n%s", never, why)
+		}
 	}
 	if strings.Index(got, "the reason the shard failed") > strings.Index(got, `"n":199`) {
 		t.Fatalf("the test's output is not printed whole before the why section:\n%s", got)

@@ -16,6 +16,10 @@ func TestFailsThenLogs(t *testing.T) {
 		for i := range 200 {
 			t.Logf(`{"level":"info","msg":"Shutdown signal received","n":%d}`, i)
 		}
+		// As the controller suite's writeLogOnFailure ends a failed test:
+		// the whole log's file, then its tail, cut mid-line.
+		t.Log("operator log: /tmp/hyperfleet-TestFailsThenLogs.log")
+		t.Logf("operator log tail:\n%s", `ileStopped","n":1}`+"\n"+`{"level":"info","msg":"Wait completed"}`)
 	})
 	t.Log("a line the test logs before it fails")
 	t.Errorf("the reason the shard failed\n%s", fmt.Sprintf("its second line, %d", 2))
