@@ -10,7 +10,8 @@ import (
 
 // tpmDeps are the one exception: attestationMethod tpm drives the VM's
 // TPM itself (internal/tpmdevid: the DevID enrollment, which spire-agent
-// cannot do), through go-tpm, pure Go, and the golang.org/x/sys it needs.
+// cannot do), through go-tpm, pure Go, and the golang.org/x/sys it needs
+// (internal/procgroup uses its waitid too: the standard library has none).
 var tpmDeps = []string{"github.com/google/go-tpm/", "golang.org/x/sys/"}
 
 // proxyDeps are the second: spec.network.proxy's rules are read with

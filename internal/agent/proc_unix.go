@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+
+	"github.com/hyperfleet/hyperfleet/internal/procgroup"
 )
 
 // credential is the user a child process is switched to.
@@ -32,25 +34,25 @@ func fetchProcAttr(cred *credential) *syscall.SysProcAttr {
 }
 
 // processGroup is the script's process group, made by Setpgid at the
-// start: its id is the script's pid.
-type processGroup struct{ pgid int }
+// start and led by the script. procgroup signals it only while the script
+// has not been reaped: a kill after the reap could reach whatever group
+// was given the freed id since.
+type processGroup struct{ leader *procgroup.Leader }
 
 // contain records the group Setpgid made.
 func (p *process) contain() error {
-	p.group.pgid = p.cmd.Process.Pid
+	p.group.leader = procgroup.New(p.cmd)
 	return nil
 }
 
-func (p *process) interruptGroup() { p.signalGroup(syscall.SIGINT) }
+func (p *process) interruptGroup() { _ = p.group.leader.Signal(syscall.SIGINT) }
 
-func (p *process) killGroup() { p.signalGroup(syscall.SIGKILL) }
+func (p *process) killGroup() { _ = p.group.leader.Signal(syscall.SIGKILL) }
 
-// signalGroup signals the script's group; never pid 0 or -1, which would
-// be the agent's own group or every process it may signal.
-func (p *process) signalGroup(sig syscall.Signal) {
-	if p.group.pgid > 1 {
-		_ = syscall.Kill(-p.group.pgid, sig)
-	}
+// waitAndEnd waits for the script and ends what it left behind in its
+// group, while its unreaped exit still holds the group's id.
+func (p *process) waitAndEnd() error {
+	return p.group.leader.Wait(procgroup.KillGroup)
 }
 
 // killedBy names the signal that ended a process, if one did.

@@ -96,6 +96,14 @@ func (p *process) killGroup() {
 	p.group.job = 0
 }
 
+// waitAndEnd waits for the script and ends what it left behind in its
+// job object.
+func (p *process) waitAndEnd() error {
+	err := p.cmd.Wait()
+	p.killGroup()
+	return err
+}
+
 // killedBy: a Windows process is never ended by a signal; its exit code
 // says what ended it.
 func killedBy(*os.ProcessState) (string, bool) { return "", false }

@@ -203,10 +203,9 @@ func (a *agent) start(path string, args []string, dir string, env []string, user
 	go a.copyLines(&readers, outR, name, "stdout", watch, nil)
 	go a.copyLines(&readers, errR, name, "stderr", watch, p.addTail)
 	go func() {
-		p.waitErr = cmd.Wait()
 		// Whatever the script left behind in its group goes with it; then
 		// nothing holds the pipes open any more.
-		p.killGroup()
+		p.waitErr = p.waitAndEnd()
 		readDone := make(chan struct{})
 		go func() { readers.Wait(); close(readDone) }()
 		select {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hyperfleet/hyperfleet/internal/procgroup"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/guestnet"
 )
 
@@ -57,9 +58,10 @@ func TestDHCPReservationWithISCClient(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	leader := procgroup.New(cmd)
 	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
+		_ = leader.Signal(syscall.SIGKILL)
+		_ = leader.Wait(procgroup.KillGroup)
 	})
 	var got guestnet.Lease
 	for deadline := time.Now().Add(30 * time.Second); got.Addr != reserved; time.Sleep(100 * time.Millisecond) {

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/procgroup"
 )
 
 // tlsFixture runs the simulator on the real clock behind HTTPS with a
@@ -112,6 +114,7 @@ func (f *tlsFixture) installRunner() string {
 // script runs one of the runner scripts in its own process group.
 type script struct {
 	cmd    *exec.Cmd
+	leader *procgroup.Leader // the script leads its group
 	out    *syncBuffer
 	done   chan struct{}
 	err    error
@@ -146,8 +149,9 @@ func startScript(t *testing.T, dir string, args ...string) *script {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	sc.leader = procgroup.New(cmd)
 	go func() {
-		sc.err = cmd.Wait()
+		sc.err = sc.leader.Wait(procgroup.KillGroup)
 		close(sc.done)
 	}()
 	t.Cleanup(func() { sc.kill() })
@@ -156,13 +160,10 @@ func startScript(t *testing.T, dir string, args ...string) *script {
 
 // kill ends the script and its children (curl) at once.
 func (sc *script) kill() {
-	select {
-	case <-sc.done:
-	default:
+	if sc.leader.Signal(syscall.SIGKILL) == nil {
 		sc.killed = true
-		_ = syscall.Kill(-sc.cmd.Process.Pid, syscall.SIGKILL)
-		<-sc.done
 	}
+	<-sc.done
 }
 
 // wait returns the exit code, failing the test after d.

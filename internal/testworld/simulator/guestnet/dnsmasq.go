@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/procgroup"
 )
 
 // DHCPServer is dnsmasq serving DHCP (and nothing else: no DNS) on a
@@ -25,6 +27,7 @@ type DHCPServer struct {
 	// line each.
 	HostsFile string
 	cmd       *exec.Cmd
+	leader    *procgroup.Leader // dnsmasq leads its group
 	done      chan struct{}
 	mu        sync.Mutex // Reserve's appends and reloads
 }
@@ -65,8 +68,9 @@ func (n *Network) StartDHCP(dir string, first, last netip.Addr, leaseTime time.D
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("guestnet: start dnsmasq: %w", err)
 	}
+	s.leader = procgroup.New(s.cmd)
 	go func() {
-		_ = s.cmd.Wait()
+		_ = s.leader.Wait(procgroup.KillGroup)
 		close(s.done)
 	}()
 	// dnsmasq logs its DHCP range once it serves it.
@@ -99,11 +103,11 @@ func netipMask(bits int) netip.Addr {
 
 // Stop ends dnsmasq and waits for it.
 func (s *DHCPServer) Stop() {
-	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGTERM)
+	_ = s.leader.Signal(syscall.SIGTERM)
 	select {
 	case <-s.done:
 	case <-time.After(5 * time.Second):
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		_ = s.leader.Signal(syscall.SIGKILL)
 		<-s.done
 	}
 }

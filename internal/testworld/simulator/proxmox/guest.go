@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/hyperfleet/hyperfleet/internal/procgroup"
 )
 
 // GuestConfig configures what runs "inside" a simulated VM.
@@ -101,10 +103,12 @@ type guestRunner struct {
 }
 
 type guestProc struct {
-	cmd   *exec.Cmd
-	gen   int
-	token string
-	log   *os.File
+	// leader is the program, leader of its own session and group; it
+	// ends them only while its exit is unreaped (internal/procgroup).
+	leader *procgroup.Leader
+	gen    int
+	token  string
+	log    *os.File
 	// cancel ends an in-process guest (GuestConfig.Program).
 	cancel context.CancelFunc
 	// tpm is the boot's TPM (guesttpm.go), nil without tpmstate0.
@@ -229,7 +233,7 @@ func (g *guestRunner) startLocked(v *vm, gen int) {
 		g.s.log.Error("Guest hook: start failed", "vmid", v.vmid, "err", err)
 		return
 	}
-	p.cmd = cmd
+	p.leader = procgroup.New(cmd)
 	g.procs[v.vmid] = p
 	g.wg.Add(1)
 	go g.wait(v.vmid, p)
@@ -238,10 +242,9 @@ func (g *guestRunner) startLocked(v *vm, gen int) {
 // wait reaps the program; an exit while the VM still runs this boot is a
 // guest-initiated power-off.
 func (g *guestRunner) wait(vmid int, p *guestProc) {
-	err := p.cmd.Wait()
 	// What the program left running ends with it, as with a VM that
 	// powers off.
-	sweepGuest(p.cmd.Process.Pid)
+	err := p.leader.Wait(sweepGuest)
 	g.exited(vmid, p, err)
 }
 
@@ -280,11 +283,10 @@ func (g *guestRunner) killLocked(vmid int) {
 		p.cancel()
 		return
 	}
-	if p.cmd.Process != nil {
-		// Every process of the VM: guest programs fork, and put their
-		// jobs in process groups of their own.
-		killGuest(p.cmd.Process.Pid)
-	}
+	// Every process of the VM: guest programs fork, and put their jobs in
+	// process groups of their own. Nothing when the program has exited:
+	// its wait sweeps the session then.
+	p.leader.Do(killGuest)
 }
 
 // stopLocked kills the program of a VM that stopped.

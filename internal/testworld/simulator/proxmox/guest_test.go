@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -75,6 +76,14 @@ func guestMain(mode string) int {
 	return 0
 }
 
+// testLogWriter writes each slog record to the test's log.
+type testLogWriter struct{ t *testing.T }
+
+func (w testLogWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(b), "\n"))
+	return len(b), nil
+}
+
 func guestEnv(t *testing.T, mode string) (*Simulator, *proxmox.Client, string) {
 	t.Helper()
 	return guestEnvWith(t, mode, nil)
@@ -91,7 +100,9 @@ func guestEnvWith(t *testing.T, mode string, mutate func(*Config)) (*Simulator, 
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	sim, err := New(cfg)
+	// The simulator's log (a guest program's exit and its error among it)
+	// goes to the test's, shown when it fails.
+	sim, err := New(cfg, WithLogger(slog.New(slog.NewTextHandler(testLogWriter{t}, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +198,8 @@ func TestGuestHookExitAndKill(t *testing.T) {
 		})
 		pid := guestPID(t, string(seen))
 		if vmStatus(sim, 150) != "running" {
-			t.Fatal("hanging guest must keep the VM running")
+			console, _ := os.ReadFile(filepath.Join(work, "vm-150", "console.log"))
+			t.Fatalf("hanging guest must keep the VM running; its console:\n%s", console)
 		}
 		task, err := vm.Stop(ctx)
 		if err != nil {

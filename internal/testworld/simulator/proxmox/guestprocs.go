@@ -40,9 +40,10 @@ func killGuest(leader int) {
 	}
 }
 
-// sweepGuest kills what remains of an exited guest program's session: a
-// session's id stays in use while any of its processes lives, so no new
-// process can be given it.
+// sweepGuest kills what remains of an exited guest program's session. It
+// runs before the program is reaped (procgroup.Leader.Wait): its zombie
+// holds the session's and group's id, as does any process left in them,
+// so no new process can have been given it.
 func sweepGuest(leader int) {
 	if len(guestProcesses(leader)) > 0 {
 		killGuest(leader)

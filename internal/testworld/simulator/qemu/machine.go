@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/hyperfleet/hyperfleet/internal/procgroup"
 )
 
 // Machine is what one QEMU process emulates. The kernel and initramfs are
@@ -152,6 +154,7 @@ func (m Machine) Args() []string {
 type Process struct {
 	Machine Machine
 	cmd     *exec.Cmd
+	leader  *procgroup.Leader // QEMU leads its group; signalled only unreaped
 	done    chan struct{}
 	err     error
 }
@@ -190,9 +193,9 @@ func Start(m Machine) (*Process, error) {
 		_ = log.Close()
 		return nil, fmt.Errorf("start %s: %w", path, err)
 	}
-	p := &Process{Machine: m, cmd: cmd, done: make(chan struct{})}
+	p := &Process{Machine: m, cmd: cmd, leader: procgroup.New(cmd), done: make(chan struct{})}
 	go func() {
-		p.err = cmd.Wait()
+		p.err = p.leader.Wait(procgroup.KillGroup)
 		_ = log.Close()
 		close(p.done)
 	}()
@@ -210,9 +213,10 @@ func (p *Process) Done() <-chan struct{} { return p.done }
 // power-off).
 func (p *Process) Err() error { return p.err }
 
-// Kill ends QEMU at once, like pulling the power cord.
+// Kill ends QEMU at once, like pulling the power cord. A QEMU that has
+// exited is left alone: its group's id may be another's by now.
 func (p *Process) Kill() {
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	_ = p.leader.Signal(syscall.SIGKILL)
 }
 
 // ErrNotRunning is returned for calls on a QEMU that has exited.

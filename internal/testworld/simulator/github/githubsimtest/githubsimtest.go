@@ -22,6 +22,7 @@ import (
 	"time"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/procgroup"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite"
@@ -139,9 +140,10 @@ func (s *Server) InstallRunner(t testing.TB) string {
 
 // Process is a runner script running in its own process group.
 type Process struct {
-	cmd  *exec.Cmd
-	out  *buffer
-	done chan struct{}
+	cmd    *exec.Cmd
+	leader *procgroup.Leader // the script leads its group
+	out    *buffer
+	done   chan struct{}
 }
 
 type buffer struct {
@@ -175,8 +177,10 @@ func StartScript(t testing.TB, dir string, args ...string) *Process {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	p.leader = procgroup.New(cmd)
 	go func() {
-		_ = cmd.Wait()
+		// What the script left running (a curl) ends with it.
+		_ = p.leader.Wait(procgroup.KillGroup)
 		close(p.done)
 	}()
 	t.Cleanup(p.Kill)
@@ -185,12 +189,8 @@ func StartScript(t testing.TB, dir string, args ...string) *Process {
 
 // Kill ends the script and its children.
 func (p *Process) Kill() {
-	select {
-	case <-p.done:
-	default:
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-	}
+	_ = p.leader.Signal(syscall.SIGKILL)
+	<-p.done
 }
 
 // Wait waits up to d for the script to exit and returns its exit code;
