@@ -57,7 +57,7 @@ func guestMain(mode string) int {
 			return 1
 		}
 		if mode == "fork-hang" {
-			select {}
+			waitToBeKilled()
 		}
 		return 0
 	case "poweroff":
@@ -67,9 +67,9 @@ func guestMain(mode string) int {
 			return 1
 		}
 		res.Body.Close()
-		select {} // the simulator kills us as the VM powers off
+		waitToBeKilled() // the simulator kills us as the VM powers off
 	case "hang":
-		select {}
+		waitToBeKilled()
 	case "tpm":
 		return guestTPMMain()
 	}
@@ -82,6 +82,35 @@ type testLogWriter struct{ t *testing.T }
 func (w testLogWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(b), "\n"))
 	return len(b), nil
+}
+
+// waitToBeKilled blocks until the simulator kills the guest program. Not
+// with select {}: in a static build (CGO_ENABLED=0, as make test builds)
+// a program whose only goroutine blocks forever, with no timer pending,
+// is ended by the runtime at once ("all goroutines are asleep -
+// deadlock!", exit 2), so the guest powered its VM off on its own; built
+// with cgo the runtime's extra thread hid that. A sleeping goroutine is
+// a pending timer, which the runtime never calls a deadlock.
+func waitToBeKilled() {
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+// quietConsole fails the test when the guest program, or the simulator
+// about it, wrote to the VM's console: the modes that wait to be killed
+// write nothing, so output there is an error, or the runtime's fatal
+// error of a program that ended on its own while the test believed it
+// was stopped.
+func quietConsole(t *testing.T, work string) {
+	t.Helper()
+	console, err := os.ReadFile(filepath.Join(work, "vm-150", "console.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(console) > 0 {
+		t.Fatalf("the guest program was to wait until it was killed; its console:\n%s", console)
+	}
 }
 
 func guestEnv(t *testing.T, mode string) (*Simulator, *proxmox.Client, string) {
@@ -207,6 +236,7 @@ func TestGuestHookExitAndKill(t *testing.T) {
 		}
 		waitOK(ctx, t, task)
 		eventually(t, "guest killed", func() bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) })
+		quietConsole(t, work)
 	})
 }
 
@@ -257,6 +287,7 @@ func TestGuestEndsItsProcesses(t *testing.T) {
 			t.Fatal("the VM did not stop")
 		}
 		eventually(t, "the child killed with its VM", gone(child))
+		quietConsole(t, work)
 	})
 	t.Run("program exited", func(t *testing.T) {
 		sim, c, work := guestEnv(t, "fork-exit")

@@ -34,7 +34,8 @@ func guestTPMMain() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	select {}
+	waitToBeKilled()
+	return 0
 }
 
 // TestProcessGuestTPM: a process guest whose VM has a tpmstate0 v2.0 finds
@@ -88,6 +89,7 @@ func TestProcessGuestTPM(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitOK(ctx, t, task)
+	quietConsole(t, work)
 	if _, err := os.Stat(socket); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the TPM's socket %s is still there after the VM stopped: %v", socket, err)
 	}
