@@ -467,7 +467,9 @@ type BootstrapStatus struct {
 
 // PhaseTimes records when a claim entered each phase.
 type PhaseTimes struct {
-	// pending is when the claim entered phase Pending.
+	// pending is when the claim entered phase Pending: its creation time
+	// when the operator's first pass already found it provisioning (its
+	// template was valid before the claim was first seen).
 	// +optional
 	Pending *metav1.Time `json:"pending,omitempty"`
 	// provisioning is when the claim entered phase Provisioning.

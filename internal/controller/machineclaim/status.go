@@ -154,6 +154,17 @@ func enterPhase(claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, now meta
 	if p := stuck.PhaseTime(claim.Status.PhaseTimes, phase); p != nil {
 		*p = &now
 	}
+	if old == "" && phase != hfv1.MachineClaimPending && claim.Status.PhaseTimes.Pending == nil {
+		// Every claim is Pending from its creation. One whose first pass
+		// already records its clone (its template validated before the
+		// claim was first seen) was Pending until now: without this its
+		// phase times would start at Provisioning, or not, by a race.
+		pending := claim.CreationTimestamp
+		if pending.IsZero() || pending.After(now.Time) {
+			pending = now
+		}
+		claim.Status.PhaseTimes.Pending = &pending
+	}
 	claim.Status.Phase = phase
 	return old, true
 }

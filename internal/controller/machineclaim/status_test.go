@@ -450,3 +450,38 @@ func TestFactsReadThrough(t *testing.T) {
 		t.Error("recording a fact must not write the claim's conditions")
 	}
 }
+
+// TestPendingFromCreation: a claim whose first pass already provisions it
+// (its template was valid before the claim was first seen) was Pending
+// from its creation, and its phase times say so; a claim seen Pending
+// first keeps the time it was seen; Pending is never stamped again.
+func TestPendingFromCreation(t *testing.T) {
+	created := metav1.NewTime(time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC))
+	now := metav1.NewTime(created.Add(3 * time.Second))
+	t.Run("first pass provisions", func(t *testing.T) {
+		c := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: created}}
+		if left, changed := enterPhase(c, hfv1.MachineClaimProvisioning, now); left != "" || !changed {
+			t.Fatalf("enterPhase = %q, %v; want \"\", true", left, changed)
+		}
+		pt := c.Status.PhaseTimes
+		if pt.Pending == nil || !pt.Pending.Equal(&created) || pt.Provisioning == nil || !pt.Provisioning.Equal(&now) {
+			t.Fatalf("phase times %+v, want pending at creation %s and provisioning at %s", pt, created, now)
+		}
+	})
+	t.Run("first pass pending", func(t *testing.T) {
+		c := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: created}}
+		enterPhase(c, hfv1.MachineClaimPending, now)
+		later := metav1.NewTime(now.Add(time.Second))
+		enterPhase(c, hfv1.MachineClaimProvisioning, later)
+		if pt := c.Status.PhaseTimes; !pt.Pending.Equal(&now) || !pt.Provisioning.Equal(&later) {
+			t.Fatalf("phase times %+v, want pending at %s and provisioning at %s", pt, now, later)
+		}
+	})
+	t.Run("no creation time", func(t *testing.T) {
+		c := &hfv1.MachineClaim{}
+		enterPhase(c, hfv1.MachineClaimBootstrapping, now)
+		if pt := c.Status.PhaseTimes; pt.Pending == nil || !pt.Pending.Equal(&now) {
+			t.Fatalf("phase times %+v, want pending at %s", pt, now)
+		}
+	})
+}
