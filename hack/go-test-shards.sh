@@ -8,10 +8,11 @@
 # (its logger, its metrics registry, controller names); each process starts
 # its own API server (the package's TestMain).
 #
-#   hack/go-test-shards.sh [-n N] [-v] [-race] [-short] [-tags T] [-timeout D] PACKAGE
+#   hack/go-test-shards.sh [-n N] [-v] [-race] [-short] [-tags T] [-timeout D] [-run REGEXP] PACKAGE
 #
 # The test binary is built once; its top-level tests (-test.list: tests,
-# fuzz targets' seed corpora, examples) are dealt out longest first, each to
+# fuzz targets' seed corpora, examples; with -run, those whose names
+# REGEXP matches, as go test -run reads a top-level name) are dealt out longest first, each to
 # the shard with the least work so far, by the durations the last run of the
 # same package and flags recorded in $HYPERFLEET_CACHE/test-durations (a
 # test without one counts as their mean; the first run deals them in list
@@ -21,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-n=2 verbose=0 timeout=60m build=() run=() tags=()
+n=2 verbose=0 timeout=60m build=() run=() tags=() only='.*'
 while (($#)); do
 	case $1 in
 	-n) n=$2; shift 2 ;;
@@ -32,11 +33,12 @@ while (($#)); do
 	-short) run+=(-test.short); shift ;;
 	-tags) tags=(-tags "$2"); shift 2 ;;
 	-timeout) timeout=$2; shift 2 ;;
+	-run) only=$2; shift 2 ;;
 	-*) echo "go-test-shards: unknown flag $1" >&2; exit 2 ;;
 	*) break ;;
 	esac
 done
-(($# == 1)) || { echo "usage: $0 [-n N] [-v] [-race] [-short] [-tags T] [-timeout D] PACKAGE" >&2; exit 2; }
+(($# == 1)) || { echo "usage: $0 [-n N] [-v] [-race] [-short] [-tags T] [-timeout D] [-run REGEXP] PACKAGE" >&2; exit 2; }
 pkg=$1
 # The tags go to go list too: a package whose files all carry a build tag
 # (test/guest) does not exist without it.
@@ -47,9 +49,9 @@ path=$(go list "${tags[@]}" -f '{{.ImportPath}}' "$pkg")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 go test -c "${build[@]}" -o "$work/pkg.test" "$pkg"
-mapfile -t tests < <(cd "$dir" && "$work/pkg.test" -test.list '.*' | grep -E '^(Test|Fuzz|Example)')
+mapfile -t tests < <(cd "$dir" && "$work/pkg.test" -test.list "$only" | grep -E '^(Test|Fuzz|Example)')
 if ((${#tests[@]} == 0)); then
-	echo "go-test-shards: $path lists no tests" >&2
+	echo "go-test-shards: $path lists no tests matching $only" >&2
 	exit 1
 fi
 ((n > ${#tests[@]})) && n=${#tests[@]}
@@ -151,7 +153,12 @@ for t in "${tests[@]}"; do
 		failed=1
 	fi
 done
-# What each top-level test took, for the next run's deal.
+# What each top-level test took, for the next run's deal; the recorded
+# durations of tests this run left out (-run) are kept.
 grep -hE '^--- (PASS|FAIL|SKIP): [^ /]+ \(' "$work"/out-*.log |
-	sed -E 's/^--- [A-Z]+: ([^ ]+) \(([0-9.]+)s\).*/\2 \1/' >"$durations.tmp" && mv "$durations.tmp" "$durations"
+	sed -E 's/^--- [A-Z]+: ([^ ]+) \(([0-9.]+)s\).*/\2 \1/' >"$work/ran.tsv"
+{
+	cat "$work/ran.tsv"
+	if [[ -f "$durations" ]]; then awk 'NR == FNR { ran[$2] = 1; next } !($2 in ran)' "$work/ran.tsv" "$durations"; fi
+} >"$durations.tmp" && mv "$durations.tmp" "$durations"
 exit "$failed"

@@ -40,12 +40,12 @@ var proxmoxFaults = proxmoxsim.Faults{Classes: map[string]proxmoxsim.FaultSpec{"
 	ErrorRate: 0.05, DropRate: 0.02, TaskFailRate: 0.03, SpikeRate: 0.01, SpikeLatency: proxmoxsim.Duration(2 * time.Second),
 }}}
 
-// TestChaos churns CHAOS_CLAIMS claims (300 by default; make test-chaos
+// TestChaos churns CHAOS_CLAIMS claims (150 by default, as make test-chaos-small; make test-chaos
 // runs 1,000) through the pools while the schedule injects its faults,
 // checks the invariants all along and at the end, and writes the report
 // (into HF_CHAOS_OUT, else the test's temporary directory).
 func TestChaos(t *testing.T) {
-	claims := envInt("CHAOS_CLAIMS", 300)
+	claims := envInt("CHAOS_CLAIMS", 150)
 	out := os.Getenv("HF_CHAOS_OUT")
 	if out == "" {
 		out = t.TempDir()

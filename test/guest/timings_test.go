@@ -46,7 +46,13 @@ func writeTimings(t *testing.T, tl *timeline, start time.Time, dir string) {
 			t.Errorf("timings: %v", err)
 			continue
 		}
-		if err := os.WriteFile(p, append(data, '\n'), 0o644); err != nil {
+		// Written whole, then renamed into place: make bench reads the
+		// directory, and CI runs it while these scenarios run.
+		if err := os.WriteFile(p+".tmp", append(data, '\n'), 0o644); err != nil {
+			t.Errorf("timings: %v", err)
+			continue
+		}
+		if err := os.Rename(p+".tmp", p); err != nil {
 			t.Errorf("timings: %v", err)
 		}
 	}

@@ -57,3 +57,43 @@ func TestFailedShardEndsWithItsFailure(t *testing.T) {
 		t.Fatalf("the test's output is not printed whole before the why section:\n%s", got)
 	}
 }
+
+// TestRunSelectsTestsAndKeepsTheOthersDurations runs only the passing test
+// (-run, as make test-guest-small does): the run passes although the
+// package has a failing test, and the durations file, which held both
+// tests, now holds the one that ran with its new time and the other with
+// the time recorded before.
+func TestRunSelectsTestsAndKeepsTheOthersDurations(t *testing.T) {
+	cache := t.TempDir()
+	durations := cache + "/test-durations/github.com_hyperfleet_hyperfleet_test_shards_testdata_suite___.tsv"
+	if err := os.MkdirAll(cache+"/test-durations", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(durations, []byte("42.00 TestPasses\n17.50 TestFailsThenLogs\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("hack/go-test-shards.sh", "-n", "2", "-run", "^TestPasses$", "./test/shards/testdata/suite")
+	cmd.Dir = repodir.Root()
+	cmd.Env = append(os.Environ(), "HYPERFLEET_CACHE="+cache, "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("-run selected only the passing test, and the run failed: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "(shard 0 of 1: 1 tests)") {
+		t.Errorf("want one shard of one test:\n%s", out)
+	}
+	got, err := os.ReadFile(durations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(got)), "\n")
+	if len(lines) != 2 || !strings.HasSuffix(lines[0], " TestPasses") || strings.HasPrefix(lines[0], "42.00 ") || lines[1] != "17.50 TestFailsThenLogs" {
+		t.Errorf("durations after the run:\n%s\nwant TestPasses's new time, then TestFailsThenLogs's 17.50 kept", got)
+	}
+	cmd = exec.Command("hack/go-test-shards.sh", "-run", "^TestNone$", "./test/shards/testdata/suite")
+	cmd.Dir = repodir.Root()
+	cmd.Env = append(os.Environ(), "HYPERFLEET_CACHE="+cache, "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "lists no tests matching ^TestNone$") {
+		t.Errorf("a -run that matches nothing: err %v, output:\n%s", err, out)
+	}
+}
