@@ -214,7 +214,7 @@ func TestForceDeleteClaimsOfAnUnreachableCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 90*time.Second, "the abandoned VMs destroyed by the orphan sweeper", func() error {
-		for _, vm := range w.sim.State().VMs {
+		for _, vm := range w.sim.VMs() {
 			for _, vmid := range vms {
 				if vm.VMID == vmid {
 					return fmt.Errorf("VM %d still exists (%s)", vmid, vm.Status)

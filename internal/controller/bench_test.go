@@ -543,7 +543,7 @@ func (d *claimDeletions) seenGone(b *testing.B, c *hfv1.MachineClaim) {
 func waitNoClone(b *testing.B, sim *simulator) {
 	b.Helper()
 	eventually(b, time.Minute, "no clone running", func() error {
-		for _, vm := range sim.State().VMs {
+		for _, vm := range sim.VMs() {
 			if vm.Lock == "clone" {
 				return fmt.Errorf("VM %d is being cloned", vm.VMID)
 			}

@@ -285,7 +285,7 @@ func TestDNSServerUnreachable(t *testing.T) {
 	}
 	waitGone(t, claim, 60*time.Second)
 	t.Logf("claim deleted in %s", time.Since(start).Round(time.Millisecond))
-	for _, v := range sim.State().VMs {
+	for _, v := range sim.VMs() {
 		if v.VMID == vm {
 			t.Fatalf("VM %d is still there after its claim went", vm)
 		}
@@ -480,7 +480,7 @@ func TestExternalDNSNotSetUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGone(t, claim, 60*time.Second)
-	for _, v := range sim.State().VMs {
+	for _, v := range sim.VMs() {
 		if v.VMID == vm {
 			t.Fatalf("VM %d is still there after its claim went", vm)
 		}

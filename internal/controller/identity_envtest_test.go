@@ -221,7 +221,7 @@ func TestSPIFFEAttestationDeadline(t *testing.T) {
 		if st := spire.State(); len(st.Entries) != 0 || len(st.Aliases) != 0 {
 			return fmt.Errorf("left: entries %v aliases %v", st.Entries, st.Aliases)
 		}
-		for _, vm := range sim.State().VMs {
+		for _, vm := range sim.VMs() {
 			if !vm.Template {
 				return fmt.Errorf("VM %d still exists", vm.VMID)
 			}

@@ -67,7 +67,7 @@ func waitStolen(t *testing.T, claim *hfv1.MachineClaim, spire *identitytest.Serv
 		if st := spire.State(); len(st.Entries) != 0 || len(st.Aliases) != 0 || len(st.Agents) != 0 {
 			return fmt.Errorf("left on the SPIRE server: entries %v aliases %v agents %v", st.Entries, st.Aliases, st.Agents)
 		}
-		for _, vm := range sim.State().VMs {
+		for _, vm := range sim.VMs() {
 			if !vm.Template {
 				return fmt.Errorf("VM %d still exists", vm.VMID)
 			}

@@ -101,7 +101,7 @@ func powerOff(t *testing.T, sim *simulator, claim *hfv1.MachineClaim) {
 		t.Fatal(err)
 	}
 	waitGone(t, claim, 60*time.Second)
-	for _, vm := range sim.State().VMs {
+	for _, vm := range sim.VMs() {
 		if vm.VMID == vmid {
 			t.Fatalf("VM %d of claim %s still exists after its claim went: %+v", vmid, claim.Name, vm)
 		}

@@ -133,7 +133,7 @@ func TestClaimPowerOffDestroysVM(t *testing.T) {
 		}
 		return nil
 	})
-	for _, vm := range sim.State().VMs {
+	for _, vm := range sim.VMs() {
 		if vm.VMID == vmid {
 			t.Fatalf("VM %d still exists after power-off: %+v", vmid, vm)
 		}
@@ -148,7 +148,7 @@ func TestOperatorRestartMidCloneCreatesNoSecondVM(t *testing.T) {
 	f := newFixture(t, sim, nil)
 	claim := f.newClaim("runner-restart")
 	eventually(t, 30*time.Second, "clone running", func() error {
-		for _, vm := range sim.State().VMs {
+		for _, vm := range sim.VMs() {
 			if vm.Lock == "clone" {
 				return nil
 			}
@@ -362,7 +362,7 @@ func waitClusterReady(t *testing.T, cluster *hfv1.HypervisorCluster, want metav1
 
 func findVM(t *testing.T, sim *simulator, vmid int) proxmoxsim.VMState {
 	t.Helper()
-	for _, vm := range sim.State().VMs {
+	for _, vm := range sim.VMs() {
 		if vm.VMID == vmid {
 			return vm
 		}
@@ -373,15 +373,7 @@ func findVM(t *testing.T, sim *simulator, vmid int) proxmoxsim.VMState {
 
 // isoVolumes lists uploaded ISO volumes.
 func isoVolumes(sim *simulator) []string {
-	var out []string
-	for _, st := range sim.State().Storages {
-		for _, v := range st.Volumes {
-			if v.Content == "iso" {
-				out = append(out, v.VolID)
-			}
-		}
-	}
-	return out
+	return sim.VolumeIDs("iso")
 }
 
 // wantEvents checks that the claim has events with these reasons.

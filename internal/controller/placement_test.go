@@ -156,7 +156,7 @@ func waitPlaced(t *testing.T, claim *hfv1.MachineClaim) *hfv1.MachineClaim {
 // the tenant's edit: the attack would not have been tried.
 func (w *placementWorld) stillCloning(vmid int32) {
 	w.t.Helper()
-	for _, vm := range w.sim.State().VMs {
+	for _, vm := range w.sim.VMs() {
 		if vm.VMID == int(vmid) && vm.Lock != "clone" {
 			w.t.Fatalf("VM %d is past its clone (lock %q) when the template was edited; slow the clone", vmid, vm.Lock)
 		}
@@ -191,7 +191,7 @@ func (w *placementWorld) expectAuthorizedVM(claim *hfv1.MachineClaim) {
 		}
 	}
 	var vm *proxmoxsim.VMState
-	for _, v := range w.sim.State().VMs {
+	for _, v := range w.sim.VMs() {
 		if v.VMID == int(got.Status.VMRef.VMID) {
 			vm = &v
 		}

@@ -151,7 +151,7 @@ func TestPowerOffHintEndsClaimBeforeListingRefresh(t *testing.T) {
 	if _, ok := steps.first(f.cluster.Name, vmid, http.MethodDelete, "", off); !ok {
 		t.Fatal("the hinted VM was not destroyed")
 	}
-	for _, vm := range sim.State().VMs {
+	for _, vm := range sim.VMs() {
 		if vm.VMID == vmid {
 			t.Fatalf("VM %d still exists: %+v", vmid, vm)
 		}

@@ -69,6 +69,13 @@ func within(t *rapid.T, timeout time.Duration, what string, cond func() error) {
 	}
 }
 
+// lazyError is an error whose message is written when it is read: for a
+// wait's failure detail that is costly to gather and, on every poll but
+// the last, never read.
+type lazyError func() string
+
+func (e lazyError) Error() string { return e() }
+
 // logOf is the operator's log lines about the claim named name.
 func (w *propertyWorld) logOf(name string) string {
 	var lines []string
@@ -83,7 +90,7 @@ func (w *propertyWorld) logOf(name string) string {
 // vmsOf are the simulator's VMs whose ownership block names uid.
 func (w *propertyWorld) vmsOf(uid string) []proxmoxsim.VMState {
 	var out []proxmoxsim.VMState
-	for _, vm := range w.sim.State().VMs {
+	for _, vm := range w.sim.VMs() {
 		if strings.Contains(vm.Description, "uid: "+uid) {
 			out = append(out, vm)
 		}
@@ -162,7 +169,7 @@ func (w *propertyWorld) vanished(claim *hfv1.MachineClaim) bool {
 // strayVMs are the cluster's VMs other than templates, as "vmid (status)".
 func (w *propertyWorld) strayVMs() []string {
 	var out []string
-	for _, vm := range w.sim.State().VMs {
+	for _, vm := range w.sim.VMs() {
 		if !vm.Template {
 			out = append(out, fmt.Sprintf("%d (%s)", vm.VMID, vm.Status))
 		}
@@ -396,8 +403,15 @@ func TestShutdownDetectionProperty(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			detail := fmt.Errorf("still there: phase %s, deleting %v, end %+v, conditions %+v; its VMs %+v; the operator's log of it:\n%s",
-				c.Status.Phase, c.DeletionTimestamp != nil, c.Spec.End, c.Status.Conditions, w.vmsOf(string(c.UID)), w.logOf(claim.Name))
+			// The detail (the simulator's VMs, the operator's whole log
+			// searched) is written only when it is read: at the 30 s mark
+			// and when the wait fails. Built on every 20 ms poll it cost
+			// more CPU than the rest of the property (the log holds every
+			// case's lines).
+			detail := lazyError(func() string {
+				return fmt.Sprintf("still there: phase %s, deleting %v, end %+v, conditions %+v; its VMs %+v; the operator's log of it:\n%s",
+					c.Status.Phase, c.DeletionTimestamp != nil, c.Spec.End, c.Status.Conditions, w.vmsOf(string(c.UID)), w.logOf(claim.Name))
+			})
 			if !slowLogged && time.Since(stopped) > 30*time.Second {
 				slowLogged = true
 				t.Logf("claim %s not removed 30 s after its VM powered off: %v", claim.Name, detail)

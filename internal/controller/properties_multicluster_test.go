@@ -51,7 +51,7 @@ type multiWorld struct {
 // vmsOf are the VMs of the claim with uid on simulator i.
 func (w *multiWorld) vmsOf(i int, uid string) []proxmoxsim.VMState {
 	var out []proxmoxsim.VMState
-	for _, vm := range w.sims[i].State().VMs {
+	for _, vm := range w.sims[i].VMs() {
 		if strings.Contains(vm.Description, "uid: "+uid) {
 			out = append(out, vm)
 		}

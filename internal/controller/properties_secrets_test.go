@@ -254,7 +254,7 @@ func TestNoPersistentSecretsProperty(t *testing.T) {
 			rt.Fatalf("VM %d's seed is not the operator's: %.200s", vmid, seed.String())
 		}
 		var vmState string
-		for _, vm := range sim.State().VMs {
+		for _, vm := range sim.VMs() {
 			if vm.VMID == vmid {
 				vmState = mustJSON(rt, vm)
 			}

@@ -664,7 +664,7 @@ func waitDelivered(t testing.TB, c *hfv1.MachineClaim, timeout time.Duration) *h
 // operatorVMs lists the simulator's VMs carrying the test install's tag.
 func operatorVMs(sim *simulator) []proxmoxsim.VMState {
 	var out []proxmoxsim.VMState
-	for _, vm := range sim.State().VMs {
+	for _, vm := range sim.VMs() {
 		if strings.Contains(vm.Tags, testSigner.OperatorTag()) {
 			out = append(out, vm)
 		}

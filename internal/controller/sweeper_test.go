@@ -49,7 +49,7 @@ func TestOrphanSweeper(t *testing.T) {
 	handMadeVM(t, sim, 1503, string(edited), tags)
 
 	eventually(t, 60*time.Second, "orphan 1500 destroyed", func() error {
-		for _, vm := range sim.State().VMs {
+		for _, vm := range sim.VMs() {
 			if vm.VMID == 1500 {
 				return fmt.Errorf("VM 1500 still exists (%s)", vm.Status)
 			}

@@ -75,7 +75,7 @@ func TestForgedReservationGetsNoVM(t *testing.T) {
 	}
 	// Give a wrongly restored reservation every chance to act.
 	time.Sleep(3 * time.Second)
-	for _, vm := range sim.State().VMs {
+	for _, vm := range sim.VMs() {
 		if vm.VMID == 4242 {
 			t.Fatalf("VM 4242 exists: %+v", vm)
 		}

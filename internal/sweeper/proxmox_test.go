@@ -109,7 +109,7 @@ func TestLeakCloneRequestLostBeforePlaceholder(t *testing.T) {
 	if !gone {
 		t.Error("the lost clone was never reported removed")
 	}
-	for _, v := range sim.State().VMs {
+	for _, v := range sim.VMs() {
 		if !v.Template {
 			t.Errorf("VM %d (%s) is left behind", v.VMID, v.Name)
 		}

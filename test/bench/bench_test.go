@@ -276,7 +276,7 @@ func poolClaims(t *testing.T, w *devenv.World) []hfv1.MachineClaim {
 
 func operatorVMs(w *devenv.World) []proxmoxsim.VMState {
 	var vms []proxmoxsim.VMState
-	for _, vm := range w.Proxmox.State().VMs {
+	for _, vm := range w.Proxmox.VMs() {
 		if !vm.Template {
 			vms = append(vms, vm)
 		}

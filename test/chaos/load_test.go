@@ -133,7 +133,7 @@ func (c *chaosWorld) loadClaimsAndVMs(ctx context.Context) (claims, vms int) {
 		if !strings.HasPrefix(name, "load-") {
 			continue
 		}
-		for _, vm := range sim.State().VMs {
+		for _, vm := range sim.VMs() {
 			if !vm.Template {
 				vms++
 			}

@@ -145,7 +145,7 @@ var uidInDescription = regexp.MustCompile(`uid: ([0-9a-f-]{36})`)
 func (c *chaosWorld) sampleVMs(r *recorder) map[string][]string {
 	owners := map[string][]string{}
 	for name, sim := range c.sims {
-		for _, vm := range sim.State().VMs {
+		for _, vm := range sim.VMs() {
 			if vm.Template {
 				continue
 			}

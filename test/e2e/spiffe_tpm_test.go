@@ -379,7 +379,7 @@ func TestSPIFFETPMStolenEnrollmentProof(t *testing.T) {
 	t.Logf("VM %d with claim %s's seed copied, console:\n%s", copyVM, next.Name, console)
 	waitTask(t, w, w.Proxmox.State().Nodes[0].Name, pveCall(t, w, http.MethodPost, fmt.Sprintf("/nodes/%s/qemu/%d/status/stop", w.Proxmox.State().Nodes[0].Name, copyVM), nil))
 	eventually(t, time.Minute, "the seed copy's VM stopped", func() error {
-		for _, v := range w.Proxmox.State().VMs {
+		for _, v := range w.Proxmox.VMs() {
 			if v.VMID == copyVM && v.Status != "stopped" {
 				return fmt.Errorf("VM %d is %s", copyVM, v.Status)
 			}

@@ -317,7 +317,7 @@ func genuineNotice(op *managerproc.Process, signer *ownership.Signer, c hfv1.Mac
 
 func vms(w *devenv.World) []int {
 	var out []int
-	for _, vm := range w.Proxmox.State().VMs {
+	for _, vm := range w.Proxmox.VMs() {
 		if !vm.Template {
 			out = append(out, vm.VMID)
 		}

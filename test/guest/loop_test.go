@@ -470,7 +470,7 @@ func (p *prober) run(w *devenv.World, vmid int, claim hfv1.MachineClaim) {
 
 // running: VM vmid still runs.
 func running(w *devenv.World, vmid int) bool {
-	for _, vm := range w.Proxmox.State().VMs {
+	for _, vm := range w.Proxmox.VMs() {
 		if vm.VMID == vmid {
 			return vm.Status == "running"
 		}

@@ -207,7 +207,7 @@ func TestRealGuestThroughTheProxmoxAPI(t *testing.T) {
 	start := time.Now()
 	c.task(c.must("POST", "/nodes/pve1/qemu/101/status/start", nil), time.Minute)
 	leased := ""
-	for _, v := range sim.State().VMs {
+	for _, v := range sim.VMs() {
 		if v.VMID == 101 {
 			leased = v.IPv4
 		}

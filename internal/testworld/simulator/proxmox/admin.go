@@ -104,22 +104,7 @@ func (s *Simulator) State() State {
 		n := s.nodes[name]
 		st.Nodes = append(st.Nodes, NodeState{Name: name, Online: n.online, MemTotal: n.memTotal, MemUsed: s.memUsedLocked(n)})
 	}
-	for _, id := range s.sortedVMIDsLocked() {
-		v := s.vms[id]
-		conf := make(map[string]string, len(v.conf))
-		for k, val := range v.conf {
-			conf[k] = val
-		}
-		status := "stopped"
-		if v.running {
-			status = "running"
-		}
-		st.VMs = append(st.VMs, VMState{
-			VMID: id, Node: v.node, Name: v.conf["name"], Status: status, AgentUp: v.agentUp, Template: v.isTemplate(),
-			Lock: v.conf["lock"], Tags: v.conf["tags"], Description: v.conf["description"], IPv4: v.ipv4, Config: conf,
-			GuestImage: v.image,
-		})
-	}
+	st.VMs = s.vmsLocked()
 	for _, sid := range s.storeOrder {
 		so := s.storages[sid]
 		ss := StorageState{ID: sid, Type: so.typ, Shared: so.shared, Volumes: []VolumeState{}}
@@ -152,6 +137,56 @@ func (s *Simulator) State() State {
 		st.Pools = append(st.Pools, ps)
 	}
 	return st
+}
+
+// VMs returns a copy of the VMs' part of State, by VM id: for a test
+// that polls the VMs, State copies every volume's bytes, reads every ISO
+// and copies every task's log, all under the simulator's lock, which
+// holds up its API for as long.
+func (s *Simulator) VMs() []VMState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.runDueLocked()
+	return s.vmsLocked()
+}
+
+// VolumeIDs returns the ids of the volumes whose content type is content
+// ("iso", "images"), storage by storage, without their bytes.
+func (s *Simulator) VolumeIDs(content string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.runDueLocked()
+	var out []string
+	for _, sid := range s.storeOrder {
+		for _, vol := range sortedVolumes(s.storages[sid]) {
+			if vol.content == content {
+				out = append(out, vol.volid)
+			}
+		}
+	}
+	return out
+}
+
+// vmsLocked copies the VMs, by VM id.
+func (s *Simulator) vmsLocked() []VMState {
+	var out []VMState
+	for _, id := range s.sortedVMIDsLocked() {
+		v := s.vms[id]
+		conf := make(map[string]string, len(v.conf))
+		for k, val := range v.conf {
+			conf[k] = val
+		}
+		status := "stopped"
+		if v.running {
+			status = "running"
+		}
+		out = append(out, VMState{
+			VMID: id, Node: v.node, Name: v.conf["name"], Status: status, AgentUp: v.agentUp, Template: v.isTemplate(),
+			Lock: v.conf["lock"], Tags: v.conf["tags"], Description: v.conf["description"], IPv4: v.ipv4, Config: conf,
+			GuestImage: v.image,
+		})
+	}
+	return out
 }
 
 // GuestPowerOff powers a running VM off as if its guest had shut down

@@ -82,7 +82,7 @@ func BenchmarkCloneThroughput(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	if got := len(sim.State().VMs); got != b.N+1 {
+	if got := len(sim.VMs()); got != b.N+1 {
 		b.Fatalf("want %d VMs, got %d", b.N+1, got)
 	}
 }

@@ -185,7 +185,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func vmStatus(sim *Simulator, vmid int) string {
-	for _, v := range sim.State().VMs {
+	for _, v := range sim.VMs() {
 		if v.VMID == vmid {
 			return v.Status
 		}

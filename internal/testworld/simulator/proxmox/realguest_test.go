@@ -28,7 +28,7 @@ func TestGuestImageMarker(t *testing.T) {
 		return resp.StatusCode, b.String()
 	}
 	imageOf := func(vmid int) *GuestImage {
-		for _, v := range e.sim.State().VMs {
+		for _, v := range e.sim.VMs() {
 			if v.VMID == vmid {
 				return v.GuestImage
 			}
