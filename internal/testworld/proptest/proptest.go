@@ -33,12 +33,6 @@ var (
 // Check runs prop as rapid.Check does, over cases generated inputs (at
 // least Minimum), unless -rapid.checks was given on the command line, which
 // then wins (to run every property longer, or shorter while debugging).
-// With -short (the race run, after make test ran every property in full)
-// it asks for Minimum cases, of which rapid runs a fifth (its own rule for
-// -short): the race detector looks for data races, which a pure function's
-// thousandth input does not find where its hundredth did not, and under it
-// each case costs several times as much. (Before, a property of 3,000
-// cases ran 600 under the race detector.)
 // Checks run one at a time, in parallel tests too.
 func Check(t *testing.T, cases int, prop func(*rapid.T)) {
 	t.Helper()
@@ -50,9 +44,6 @@ func Check(t *testing.T, cases int, prop func(*rapid.T)) {
 		})
 	})
 	n := max(cases, Minimum)
-	if testing.Short() {
-		n = Minimum
-	}
 	if explicit > 0 {
 		n = explicit
 	}

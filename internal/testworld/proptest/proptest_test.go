@@ -3,7 +3,6 @@ package proptest
 import (
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -47,38 +46,5 @@ func TestFailingPropertyRepeatsItsMessageLast(t *testing.T) {
 	header := strings.LastIndex(tail, "proptest: the property failed")
 	if header < 0 || !strings.Contains(tail[header:], "n is 11, above 10") {
 		t.Fatalf("the last lines before the FAIL line do not repeat the failure (shrunk to n = 11):\n%s", tail)
-	}
-}
-
-// TestCasesShortAndExplicit counts the cases Check runs in a child process
-// (this test binary again): the test's own count without -short, with it
-// (the race run) the minimum, of which rapid runs a fifth, and
-// -rapid.checks over both (a fifth of it with -short).
-func TestCasesShortAndExplicit(t *testing.T) {
-	if os.Getenv("PROPTEST_COUNT_CHILD") == "1" {
-		n := 0
-		Check(t, 3*Minimum, func(*rapid.T) { n++ })
-		t.Logf("cases=%d", n)
-		return
-	}
-	for _, c := range []struct {
-		args []string
-		want int
-	}{
-		{nil, 3 * Minimum},
-		{[]string{"-test.short"}, Minimum / 5},
-		{[]string{"-test.short", "-rapid.checks=35"}, 7},
-		{[]string{"-rapid.checks=450"}, 450},
-	} {
-		args := append([]string{"-test.run=^TestCasesShortAndExplicit$", "-test.v", "-rapid.nofailfile"}, c.args...)
-		cmd := exec.Command(os.Args[0], args...)
-		cmd.Env = append(os.Environ(), "PROPTEST_COUNT_CHILD=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%v: %v\n%s", c.args, err, out)
-		}
-		if want := "cases=" + strconv.Itoa(c.want) + "\n"; !strings.Contains(string(out), want) {
-			t.Errorf("%v: want %s cases, got:\n%s", c.args, want, out)
-		}
 	}
 }
