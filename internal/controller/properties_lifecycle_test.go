@@ -406,8 +406,8 @@ func TestShutdownDetectionProperty(t *testing.T) {
 			// The detail (the simulator's VMs, the operator's whole log
 			// searched) is written only when it is read: at the 30 s mark
 			// and when the wait fails. Built on every 20 ms poll it cost
-			// more CPU than the rest of the property (the log holds every
-			// case's lines).
+			// about 6 of the property's 60 CPU-seconds (its API server's
+			// included): the log holds every case's lines.
 			detail := lazyError(func() string {
 				return fmt.Sprintf("still there: phase %s, deleting %v, end %+v, conditions %+v; its VMs %+v; the operator's log of it:\n%s",
 					c.Status.Phase, c.DeletionTimestamp != nil, c.Spec.End, c.Status.Conditions, w.vmsOf(string(c.UID)), w.logOf(claim.Name))
