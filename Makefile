@@ -233,6 +233,17 @@ test-deps: ## Install the system programs tests run (Debian's cloud-init).
 CONTROLLER_PKG := github.com/hyperfleet/hyperfleet/internal/controller
 CONTROLLER_SHARDS ?= 3
 CONTROLLER_RACE_SHARDS ?= 2
+# TEST_PARALLEL and RACE_PARALLEL are how many of the other packages go
+# test builds and runs at once, beside the controller shards in make test
+# and in the race run's last part, longest first by the times the last run
+# recorded (hack/go-test-longest-first.sh). More than the two cores: those
+# packages mostly wait (the agent's job runs, helm, their API servers),
+# and at go test's default of two, one slow package held a slot for
+# minutes while the cores idled; at a time of their own, make test's
+# last 230 s ran 60 % busy and the race run's last 240 s 50 % (warm run at
+# c507136, docs/testing.md, "CI timings").
+TEST_PARALLEL ?= 3
+RACE_PARALLEL ?= 3
 
 # COMPILE_TESTS compiles every package and test package (export data, no
 # link): the race run does it first, so that its parts run tests, not
@@ -250,7 +261,7 @@ COMPILE_TESTS = go list -test -export -deps $(1) ./... >/dev/null
 test: test-deps ## Run every test against the real API server (builds it, helm, external-dns and buildkite-agent on first use).
 	@export KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))" EXTERNAL_DNS="$$($(EXTERNAL_DNS_BUILD))" BUILDKITE_AGENT="$$($(BUILDKITE_AGENT_BUILD))"; rc=0; \
 	hack/go-test-shards.sh -n $(CONTROLLER_SHARDS) -timeout $(TEST_TIMEOUT) $(CONTROLLER_PKG) & shards=$$!; \
-	nice -n 10 go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -vxF $(CONTROLLER_PKG)) || rc=1; \
+	nice -n 10 hack/go-test-longest-first.sh $(GO_TEST_FLAGS) -p $(TEST_PARALLEL) -timeout $(TEST_TIMEOUT) -- $$(go list ./... | grep -vxF $(CONTROLLER_PKG)) || rc=1; \
 	wait $$shards || rc=1; exit $$rc
 
 .PHONY: test-race
@@ -261,8 +272,8 @@ test: test-deps ## Run every test against the real API server (builds it, helm, 
 # controller-runtime's envtest) one at a time (-p 1): race-instrumented
 # envtest packages of different kinds side by side starved each other's API
 # servers into timeouts on a 2-core machine. Last every package that starts
-# no API server, two at a time (go test's default -p is the cores), so that
-# linking one race-instrumented test binary overlaps running another. The
+# no API server, RACE_PARALLEL at a time and longest first, so that linking
+# race-instrumented test binaries overlaps running the slow ones. The
 # parts that wait come first and the one that computes last: in CI the
 # race run starts beside three lanes of steps that wait too, and its
 # computing part then has the cores those lanes leave when they end;
@@ -293,8 +304,8 @@ test-race: test-deps ## Run the tests under the race detector (the API server's 
 	api="$$(echo "$$api" | grep -vxF $(CONTROLLER_PKG))"; \
 	echo "go test -race -short -p 1 (the API server's): $$(echo $$api | wc -w) packages"; \
 	go test -race -short -vet=off -p 1 $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $$api || rc=1; \
-	echo "go test -race -short (two at a time): $$(echo $$unit | wc -w) packages"; \
-	go test -race -short -vet=off $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $$unit || rc=1; \
+	echo "go test -race -short ($(RACE_PARALLEL) at a time, longest first): $$(echo $$unit | wc -w) packages"; \
+	hack/go-test-longest-first.sh -race -short -vet=off -p $(RACE_PARALLEL) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) -- $$unit || rc=1; \
 	exit $$rc
 
 .PHONY: test-e2e

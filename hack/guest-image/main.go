@@ -33,6 +33,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -145,25 +146,48 @@ func build(ctx context.Context, dir, docsPath, agent, spireAgent string) (image,
 	return img, nil
 }
 
-// unusedFor is how long an image may go unused before prune removes it:
-// every agent build adds one of about 800 MB.
-const unusedFor = 3 * 24 * time.Hour
+// unusedFor is how long an image may go unused before prune removes it,
+// and kept how many of the agent images (agent-<hash>, one of about 800 MB
+// for every agent build) prune keeps at most, the most recently used:
+// on the CI machine every change to the agent adds one, and 25 of them
+// (20 GB) had piled up inside unusedFor, with 20 GB of the disk left.
+const (
+	unusedFor = 3 * 24 * time.Hour
+	kept      = 6
+)
 
 // prune removes images no build has used for unusedFor (a reused image's
-// time stamp is refreshed), so that images of old agents and recipes do
-// not fill the disk, while those of parallel branches stay.
+// time stamp is refreshed) and the agent images beyond the kept most
+// recently used, so that images of old agents and recipes do not fill the
+// disk, while those of parallel branches stay.
 func prune(dir string) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
+	type used struct {
+		name string
+		at   time.Time
+	}
+	var agents []used
 	for _, e := range entries {
 		info, err := e.Info()
-		if err != nil || !e.IsDir() || time.Since(info.ModTime()) < unusedFor {
+		if err != nil || !e.IsDir() {
 			continue
 		}
-		progress("removing %s, unused since %s", e.Name(), info.ModTime().Format(time.DateOnly))
-		_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+		if time.Since(info.ModTime()) >= unusedFor {
+			progress("removing %s, unused since %s", e.Name(), info.ModTime().Format(time.DateTime))
+			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+			continue
+		}
+		if strings.HasPrefix(e.Name(), "agent-") {
+			agents = append(agents, used{e.Name(), info.ModTime()})
+		}
+	}
+	slices.SortFunc(agents, func(a, b used) int { return b.at.Compare(a.at) })
+	for _, a := range agents[min(kept, len(agents)):] {
+		progress("removing %s, last used %s: %d newer agent images are kept", a.name, a.at.Format(time.DateTime), kept)
+		_ = os.RemoveAll(filepath.Join(dir, a.name))
 	}
 }
 

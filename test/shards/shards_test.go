@@ -97,3 +97,49 @@ func TestRunSelectsTestsAndKeepsTheOthersDurations(t *testing.T) {
 		t.Errorf("a -run that matches nothing: err %v, output:\n%s", err, out)
 	}
 }
+
+// TestLongestFirstOrdersByRecordedTimes runs two packages through
+// hack/go-test-longest-first.sh with recorded times that put the second
+// first: go test prints its packages in the order it was given them, so
+// suite's FAIL line comes before quick's ok line; the run fails as suite's
+// test does, and the times file then holds both packages' new times and
+// the time of a package the run left out, as it was.
+func TestLongestFirstOrdersByRecordedTimes(t *testing.T) {
+	const (
+		quick = "github.com/hyperfleet/hyperfleet/test/shards/testdata/quick"
+		suite = "github.com/hyperfleet/hyperfleet/test/shards/testdata/suite"
+		other = "github.com/hyperfleet/hyperfleet/elsewhere"
+	)
+	cache := t.TempDir()
+	durations := cache + "/test-durations/packages_-count_1_-p_2_.tsv"
+	if err := os.MkdirAll(cache+"/test-durations", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(durations, []byte("1.00 "+quick+"\n90.00 "+suite+"\n33.00 "+other+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("hack/go-test-longest-first.sh", "-count", "1", "-p", "2", "--", quick, suite)
+	cmd.Dir = repodir.Root()
+	cmd.Env = append(os.Environ(), "HYPERFLEET_CACHE="+cache, "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("suite's test fails, and the run succeeded:\n%s", out)
+	}
+	got := string(out)
+	failAt, okAt := strings.Index(got, "FAIL\t"+suite+"\t"), strings.Index(got, "ok  \t"+quick+"\t")
+	if failAt < 0 || okAt < 0 || failAt > okAt {
+		t.Errorf("want suite (90 s last time) run before quick (1 s): FAIL line at %d, ok line at %d:\n%s", failAt, okAt, got)
+	}
+	recorded, err := os.ReadFile(durations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	times := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(recorded)), "\n") {
+		secs, pkg, _ := strings.Cut(line, " ")
+		times[pkg] = secs
+	}
+	if len(times) != 3 || times[quick] == "" || times[quick] == "1.00" || times[suite] == "" || times[suite] == "90.00" || times[other] != "33.00" {
+		t.Errorf("times after the run:\n%s\nwant quick's and suite's new times and elsewhere's 33.00 kept", recorded)
+	}
+}
