@@ -265,21 +265,20 @@ test: test-deps ## Run every test against the real API server (builds it, helm, 
 	wait $$shards || rc=1; exit $$rc
 
 .PHONY: test-race
-# In three parts. The controller suite as CONTROLLER_RACE_SHARDS processes
-# (hack/go-test-shards.sh; it waits more than it computes, even under the
-# race detector), and beside it, at nice 10, every package that starts no
-# API server, RACE_PARALLEL at a time and longest first, so that linking
-# race-instrumented test binaries fills the cores the controller suite
-# and CI's lanes leave. Then the other packages whose tests start the
+# In three runs. First the controller suite as CONTROLLER_RACE_SHARDS
+# processes (hack/go-test-shards.sh; it waits more than it computes, even
+# under the race detector). Then the other packages whose tests start the
 # real API server (their test dependencies include test/testenv or
 # controller-runtime's envtest) one at a time (-p 1): race-instrumented
 # envtest packages of different kinds side by side starved each other's API
-# servers into timeouts on a 2-core machine. In CI the race run starts
-# beside three lanes of steps that wait too. One part after the other
-# (the controller suite, the API server's packages, the rest), it ran
-# 300 s past the lanes at 63 to 73 % busy; its waiting parts run alone
-# after the lanes (the order before that), the cores were half idle for
-# 7.5 minutes (docs/testing.md, "CI timings").
+# servers into timeouts on a 2-core machine. Last every package that starts
+# no API server, RACE_PARALLEL at a time and longest first, so that linking
+# race-instrumented test binaries overlaps running the slow ones. The
+# parts that wait come first and the one that computes last: in CI the
+# race run starts beside three lanes of steps that wait too, and its
+# computing part then has the cores those lanes leave when they end;
+# the other way round, its waiting parts ran alone after them, the cores
+# half idle for 7.5 minutes (docs/testing.md, "CI timings").
 # -vet=off: vet reads the source, which make test (go test's vet) and make
 # lint (golangci-lint's govet) have checked; under -race its facts are
 # another build's, so a fresh machine vetted the whole dependency tree a
@@ -301,13 +300,12 @@ test-race: test-deps ## Run the tests under the race detector (the API server's 
 	unit="$$(go list ./... | grep -vxF $(foreach p,$(RACE_SKIP),-e $(p)) | grep -vxF "$$api")"; \
 	export KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))" EXTERNAL_DNS="$$($(EXTERNAL_DNS_BUILD))" BUILDKITE_AGENT="$$($(BUILDKITE_AGENT_BUILD))"; rc=0; \
 	$(call COMPILE_TESTS,-race) || exit 1; \
-	hack/go-test-shards.sh -n $(CONTROLLER_RACE_SHARDS) -race -short -timeout $(TEST_TIMEOUT) $(CONTROLLER_PKG) & shards=$$!; \
-	echo "go test -race -short ($(RACE_PARALLEL) at a time, longest first, nice 10, beside the controller suite): $$(echo $$unit | wc -w) packages"; \
-	nice -n 10 hack/go-test-longest-first.sh -race -short -vet=off -p $(RACE_PARALLEL) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) -- $$unit || rc=1; \
-	wait $$shards || rc=1; \
+	hack/go-test-shards.sh -n $(CONTROLLER_RACE_SHARDS) -race -short -timeout $(TEST_TIMEOUT) $(CONTROLLER_PKG) || rc=1; \
 	api="$$(echo "$$api" | grep -vxF $(CONTROLLER_PKG))"; \
 	echo "go test -race -short -p 1 (the API server's): $$(echo $$api | wc -w) packages"; \
 	go test -race -short -vet=off -p 1 $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $$api || rc=1; \
+	echo "go test -race -short ($(RACE_PARALLEL) at a time, longest first): $$(echo $$unit | wc -w) packages"; \
+	hack/go-test-longest-first.sh -race -short -vet=off -p $(RACE_PARALLEL) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) -- $$unit || rc=1; \
 	exit $$rc
 
 .PHONY: test-e2e
