@@ -385,23 +385,18 @@ GUEST_PARALLEL ?= 2
 # GUEST_RUN selects the scenarios (a go test -run expression over their
 # names): make test-guest runs them all. GUEST_SMALL_RUN is the set CI runs
 # (make test-guest-small): every way a VM gets its configuration, network
-# and identity on a real guest as the operator drives it (the loop with
-# the agent from the operator, Proxmox's own cloud-init drive, static
+# and identity on a real guest (the Proxmox API itself, the loop with the
+# agent from the operator, Proxmox's own cloud-init drive, static
 # addresses, SPIFFE with a join token and with the TPM, and the DHCP
-# reservation against the real ISC client), 6 guests instead of 11. Left
-# to make test-guest: the simulator's own API test on a real guest (three
-# boots, the slowest scenario; what the operator does with it, clone, seed
-# ISO, start, the guest agent's addresses, eject, the guest's own
-# power-off and destroy, every scenario CI runs does too; its ACPI
-# shutdown, hard stop and agent host and OS queries are the simulator's),
-# the DHCP client identifier scenarios on real guests (two guests; CI
-# keeps the ISC client's against the same dnsmasq) and the GitLab and
-# Buildkite jobs on real guests (CI runs both platforms' loops with the
-# same agent in the simulated VMs of make test and make test-e2e). Each
-# guest costs about 100 CPU-seconds of QEMU (TCG), most of it
-# cloud-init's Python (docs/testing.md, "CI timings").
+# reservation against the real ISC client), 7 guests instead of 11. Left
+# to make test-guest: the DHCP client identifier scenarios on real guests
+# (two guests; CI keeps the ISC client's against the same dnsmasq) and the
+# GitLab and Buildkite jobs on real guests (CI runs both platforms' loops
+# with the same agent in the simulated VMs of make test and make
+# test-e2e). Each guest costs about 100 CPU-seconds of QEMU (TCG), most
+# of it cloud-init's Python (docs/testing.md, "CI timings").
 GUEST_RUN ?= .*
-GUEST_SMALL_RUN := ^(TestRunnerPoolJobsOnRealGuests|TestProxmoxDeliveryOnRealGuests|TestStaticAddressOnRealGuests|TestSPIFFEOnRealGuest|TestTPMOnRealGuest|TestDHCPReservationWithISCClient)$$
+GUEST_SMALL_RUN := ^(TestRealGuestThroughTheProxmoxAPI|TestRunnerPoolJobsOnRealGuests|TestProxmoxDeliveryOnRealGuests|TestStaticAddressOnRealGuests|TestSPIFFEOnRealGuest|TestTPMOnRealGuest|TestDHCPReservationWithISCClient)$$
 
 .PHONY: test-guest test-guest-small
 test-guest: test-deps ## Run the real-guest tests (build tag guest): QEMU guests of the image hack/guest-image builds from docs/templates.md.
@@ -409,7 +404,7 @@ test-guest: test-deps ## Run the real-guest tests (build tag guest): QEMU guests
 	SPIRE_DIR="$$($(SPIRE_BUILD))" KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" BUILDKITE_AGENT="$$($(BUILDKITE_AGENT_BUILD))" HF_GUEST_TIMINGS_OUT="$(GUEST_TIMINGS)" \
 		hack/go-test-shards.sh -v -n $(GUEST_PARALLEL) -tags guest -timeout $(GUEST_TIMEOUT) -run '$(GUEST_RUN)' ./test/guest
 
-test-guest-small: ## The real-guest scenarios CI runs (GUEST_SMALL_RUN: 6 guests of make test-guest's 11).
+test-guest-small: ## The real-guest scenarios CI runs (GUEST_SMALL_RUN: 7 guests of make test-guest's 11).
 	$(MAKE) test-guest GUEST_RUN='$(GUEST_SMALL_RUN)'
 
 .PHONY: dev
