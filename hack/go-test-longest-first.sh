@@ -35,20 +35,7 @@ durations="$cache/packages_$(echo "${flags[*]}" | tr -c 'A-Za-z0-9.-' _).tsv"
 # given order kept among equal times.
 mapfile -t ordered < <(
 	{ [[ -f "$durations" ]] && cat "$durations"; printf -- '- %s\n' "$@"; } |
-		awk '
-			$1 != "-" { d[$2] = $1; next }
-			!($2 in seen) { seen[$2] = 1; order[++m] = $2 }
-			END {
-				k = 0; sum = 0
-				for (p in d) { k++; sum += d[p] }
-				mean = k ? sum / k : 0
-				for (i = 1; i <= m; i++) {
-					p = order[i]; w[p] = (p in d) ? d[p] : mean
-					for (j = i; j > 1 && w[sorted[j-1]] < w[p]; j--) sorted[j] = sorted[j-1]
-					sorted[j] = p
-				}
-				for (i = 1; i <= m; i++) print sorted[i]
-			}'
+		awk -f hack/longest-first.awk
 )
 
 out=$(mktemp)

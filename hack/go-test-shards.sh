@@ -64,28 +64,7 @@ durations="$cache/$(echo "$path ${build[*]} ${run[*]}" | tr -c 'A-Za-z0-9.-' _).
 # mean for a test without one).
 mapfile -t groups < <(
 	{ [[ -f "$durations" ]] && cat "$durations"; printf '%s\n' "${tests[@]/#/- }"; } |
-		awk -v n="$n" '
-			$1 != "-" { d[$2] = $1; next }
-			{ order[++m] = $2 }
-			END {
-				k = 0; sum = 0
-				for (t in d) { k++; sum += d[t] }
-				mean = k ? sum / k : 5
-				for (i = 1; i <= m; i++) {
-					t = order[i]; w[t] = (t in d) ? d[t] : mean
-					# Keep list order among equal weights (stable insertion sort).
-					for (j = i; j > 1 && w[sorted[j-1]] < w[t]; j--) sorted[j] = sorted[j-1]
-					sorted[j] = t
-				}
-				for (s = 0; s < n; s++) load[s] = 0
-				for (i = 1; i <= m; i++) {
-					best = 0
-					for (s = 1; s < n; s++) if (load[s] < load[best]) best = s
-					load[best] += w[sorted[i]]
-					g[best] = g[best] ? g[best] "|" sorted[i] : sorted[i]
-				}
-				for (s = 0; s < n; s++) print g[s]
-			}'
+		awk -v groups="$n" -f hack/longest-first.awk
 )
 
 # why repeats a failed shard's test lines (file:line lines and their

@@ -2,7 +2,8 @@
 // suite in make test and the race run and the real-guest scenarios in make
 // test-guest: a failing test fails the run, and the failed shard's output
 // ends with the failure itself, not with the logs that came after it
-// (docs/testing.md).
+// (docs/testing.md); and hack/go-test-longest-first.sh, which gives go test
+// the other packages longest first by their recorded times.
 package shards
 
 import (
