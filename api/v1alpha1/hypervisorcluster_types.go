@@ -238,6 +238,39 @@ type TenancyRule struct {
 	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z][-_a-zA-Z0-9]*:snippets/[a-zA-Z0-9_][-_.a-zA-Z0-9]*$`
 	// +listType=set
 	Snippets []string `json:"snippets,omitempty"`
+
+	// apiHosts are the CI platform API hosts, besides the platforms' public
+	// services (api.github.com, gitlab.com, api.buildkite.com and
+	// agent.buildkite.com, always allowed), that these namespaces'
+	// templates may name in the URLs the operator calls with their
+	// credentials (spec.bootstrap.github.apiBaseURL and registrationURLs,
+	// spec.bootstrap.gitlab.url, spec.bootstrap.buildkite.apiURL and
+	// agentEndpoint): a GitHub Enterprise Server, a self-managed GitLab.
+	// Each is a host name or IP address with an optional port, such as
+	// ghes.example.com or gitlab.example.com:8443 (port 443 is the
+	// default). Left out: the public services only. A pool's scope is
+	// verified against, and takes jobs from, its template's API host only
+	// (docs/security.md, "The API host is part of the scope").
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=261
+	// +kubebuilder:validation:items:Pattern=`^([a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*|\[[0-9a-fA-F:.]+\])(:[0-9]{1,5})?$`
+	// +listType=set
+	APIHosts []string `json:"apiHosts,omitempty"`
+
+	// dnsDomains are the DNS domains these namespaces' templates may give
+	// their VMs (spec.network.dns.domain, under which a VM's name is
+	// registered and validated): each allows itself and every domain
+	// below it. Left out: only the cluster's own dns.domain, so that no
+	// tenant registers its VMs' addresses under another team's names.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +listType=set
+	DNSDomains []string `json:"dnsDomains,omitempty"`
 }
 
 // AllowedTemplate names one Proxmox template, by VM id or by name.

@@ -108,7 +108,7 @@ func (r *HypervisorMachineTemplateReconciler) checkTenancy(ctx context.Context, 
 			"HypervisorCluster %s does not admit namespace %s (its spec.allowedNamespaces and spec.tenancy); ask the cluster's owner to admit the namespace, or set spec.hypervisorClusterRef to another cluster",
 			cluster.Name, tmpl.Namespace))
 	}
-	if problems := tenancy.Violations(tmpl, cluster, rules); len(problems) > 0 {
+	if problems := tenancy.Violations(tmpl, cluster, rules, r.Workloads.APIHosts(tmpl)); len(problems) > 0 {
 		return s.invalid(hfv1.NotAllowedByClusterReason, fmt.Sprintf(
 			"HypervisorCluster %s does not allow this template in namespace %s (spec.tenancy): %s; change the template, or ask the cluster's owner to allow these values",
 			cluster.Name, tmpl.Namespace, strings.Join(problems, "; ")))

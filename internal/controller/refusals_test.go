@@ -170,7 +170,7 @@ func TestSamplesWorkAsWritten(t *testing.T) {
 		// Every entry of the sample cluster's spec.tenancy selects the
 		// namespaces its allowedNamespaces admits: one must allow the
 		// template (docs/security.md, "Admin allow-lists").
-		if problems := tenancy.Violations(tm, cluster, cluster.Spec.Tenancy); len(problems) > 0 {
+		if problems := tenancy.Violations(tm, cluster, cluster.Spec.Tenancy, nil); len(problems) > 0 {
 			t.Errorf("sample template %s is not allowed by sample cluster %s: %s", tm.Name, cluster.Name, strings.Join(problems, "; "))
 		}
 	}

@@ -20,6 +20,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // ErrInvalidSelector marks a cluster selector that cannot be parsed: the
@@ -66,10 +67,12 @@ func RulesFor(ctx context.Context, c client.Reader, cluster *hfv1.HypervisorClus
 // not allow: nothing when one rule allows every value (or the cluster has
 // no rules). Otherwise it returns the problems found against the rule that
 // comes closest, each naming the template's field and what is allowed.
-func Violations(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, rules []hfv1.TenancyRule) []string {
+// hosts are the CI platform API hosts the template's credentials are used
+// at (workload.Template.APIHosts, which its platform's back-end reads).
+func Violations(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, rules []hfv1.TenancyRule, hosts []workload.APIHost) []string {
 	var best []string
 	for i := range rules {
-		v := ruleViolations(tmpl, cluster, &rules[i])
+		v := ruleViolations(tmpl, cluster, &rules[i], hosts)
 		if len(v) == 0 {
 			return nil
 		}
@@ -80,7 +83,7 @@ func Violations(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCl
 	return best
 }
 
-func ruleViolations(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, rule *hfv1.TenancyRule) []string {
+func ruleViolations(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, rule *hfv1.TenancyRule, hosts []workload.APIHost) []string {
 	var out []string
 	add := func(s string) {
 		if s != "" {
@@ -97,7 +100,64 @@ func ruleViolations(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.Hypervis
 			add(v)
 		}
 	}
+	for _, v := range apiHostViolations(hosts, rule) {
+		add(v)
+	}
+	add(dnsDomainViolation(tmpl, cluster, rule))
 	return out
+}
+
+// apiHostViolations checks the CI platform API hosts the template's
+// credentials are used at: a platform's public service, or a host the
+// rule lists. A host a tenant chose would otherwise have the operator
+// call, and believe, a server the tenant runs: its runner lists "verify"
+// any scope (docs/security.md, "The API host is part of the scope").
+func apiHostViolations(hosts []workload.APIHost, rule *hfv1.TenancyRule) []string {
+	allowed := make(map[string]bool, len(rule.APIHosts))
+	for _, h := range rule.APIHosts {
+		allowed[workload.NormalizeHost(h)] = true
+	}
+	var out []string
+	for _, h := range hosts {
+		if h.Public || allowed[h.Host] {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s names API host %s, which is not allowed; allowed hosts besides the CI platforms' public services: %s",
+			h.Field, h.Host, listOrNone(rule.APIHosts)))
+	}
+	return out
+}
+
+// dnsDomainViolation checks the DNS domain the template gives its VMs:
+// the cluster's own, or one the rule lists (or a domain below one). The
+// operator registers and validates VMs' names under it, so a namespace that
+// could name any domain would publish its VMs under another team's names.
+func dnsDomainViolation(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, rule *hfv1.TenancyRule) string {
+	dns := tmpl.Spec.Network.DNS
+	if dns == nil || dns.Domain == "" {
+		return ""
+	}
+	domain := strings.ToLower(strings.TrimSuffix(dns.Domain, "."))
+	if len(rule.DNSDomains) == 0 {
+		// Only the cluster's own domain itself: the domains below it may
+		// be other teams' (their rules list them).
+		cd := cluster.Spec.DNS
+		if cd != nil && cd.Domain != "" && domain == strings.ToLower(strings.TrimSuffix(cd.Domain, ".")) {
+			return ""
+		}
+		own := "none"
+		if cd != nil && cd.Domain != "" {
+			own = cd.Domain
+		}
+		return fmt.Sprintf("spec.network.dns.domain %s is not allowed; allowed: the cluster's dns.domain (%s) only; leave it unset, or ask the cluster's owner to list it in spec.tenancy[].dnsDomains", dns.Domain, own)
+	}
+	for _, a := range rule.DNSDomains {
+		a = strings.ToLower(strings.TrimSuffix(a, "."))
+		if domain == a || strings.HasSuffix(domain, "."+a) {
+			return ""
+		}
+	}
+	return fmt.Sprintf("spec.network.dns.domain %s is not allowed; allowed domains (and the domains below them): %s (or leave it unset for the cluster's)", dns.Domain, strings.Join(rule.DNSDomains, ", "))
 }
 
 // nativeViolations checks what Proxmox's own cloud-init drive of the
@@ -230,7 +290,7 @@ func SetCondition(cluster *hfv1.HypervisorCluster) {
 		if reason == hfv1.RestrictedReason {
 			reason = hfv1.NoAllowListsReason
 		}
-		problems = append(problems, "spec.tenancy is unset, so admitted namespaces may use any bridge, VLAN, template, storage and resource pool: add spec.tenancy entries (docs/security.md)")
+		problems = append(problems, "spec.tenancy is unset, so admitted namespaces may use any bridge, VLAN, template, storage, resource pool, DNS domain and CI platform API host: add spec.tenancy entries (docs/security.md)")
 	}
 	status, msg := metav1.ConditionTrue, "Only selected namespaces use this cluster, within the spec.tenancy allow-lists"
 	if len(problems) > 0 {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // TestTenancyViolations covers each allow-list and its default when left
@@ -99,7 +100,7 @@ func TestTenancyViolations(t *testing.T) {
 			if tc.mutate != nil {
 				tc.mutate(tmpl)
 			}
-			got := strings.Join(Violations(tmpl, cluster, tc.rules), "; ")
+			got := strings.Join(Violations(tmpl, cluster, tc.rules, nil), "; ")
 			switch {
 			case tc.want == "" && got != "":
 				t.Errorf("refused: %s", got)
@@ -184,6 +185,72 @@ func TestTenancyRulesFor(t *testing.T) {
 			rules, admitted, err := RulesFor(context.Background(), c, cluster, tc.ns)
 			if len(rules) != tc.rules || admitted != tc.admitted || (err != nil) != tc.err || errors.Is(err, ErrInvalidSelector) != tc.invalid {
 				t.Errorf("rules %d admitted %v err %v; want %d %v (error %v, invalid selector %v)", len(rules), admitted, err, tc.rules, tc.admitted, tc.err, tc.invalid)
+			}
+		})
+	}
+}
+
+// TestTenancyAPIHostsAndDNSDomains covers the CI platform API hosts a
+// template's credentials are used at (the platforms' public services, or
+// the hosts a rule lists) and the DNS domain its VMs are named under.
+func TestTenancyAPIHostsAndDNSDomains(t *testing.T) {
+	cluster := &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DefaultBridge: "vmbr0", DefaultStorage: "local-lvm",
+		DNS: &hfv1.ClusterDNSSettings{DNSSettings: hfv1.DNSSettings{Domain: "ci.example.com"}}}}
+	minimal := hfv1.TenancyRule{Templates: []hfv1.AllowedTemplate{{ID: ptr.To[int32](9000)}}}
+	hostRule := minimal
+	hostRule.APIHosts = []string{"GHES.example.com", "gitlab.example.com:8443"}
+	domains := minimal
+	domains.DNSDomains = []string{"team-a.ci.example.com"}
+	withDomain := func(d string) func(*hfv1.HypervisorMachineTemplate) {
+		return func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Network.DNS = &hfv1.DNSSettings{Domain: d} }
+	}
+	ghes := []workload.APIHost{{Field: "spec.bootstrap.github.apiBaseURL", Host: "ghes.example.com"}}
+	public := []workload.APIHost{{Field: "spec.bootstrap.github.apiBaseURL", Host: "api.github.com", Public: true}}
+	tenant := []workload.APIHost{{Field: "spec.bootstrap.gitlab.url", Host: "evil.example.net"}}
+
+
+	cases := []struct {
+		name   string
+		rules  []hfv1.TenancyRule
+		mutate func(*hfv1.HypervisorMachineTemplate)
+		hosts  []workload.APIHost
+		want   string // "" = allowed; otherwise a fragment of the problem
+	}{
+		{name: "public API host", rules: []hfv1.TenancyRule{minimal}, hosts: public},
+		{name: "other API host, list left out", rules: []hfv1.TenancyRule{minimal}, hosts: ghes,
+			want: "spec.bootstrap.github.apiBaseURL names API host ghes.example.com, which is not allowed; allowed hosts besides the CI platforms' public services: none"},
+		{name: "listed API host, any case", rules: []hfv1.TenancyRule{hostRule}, hosts: ghes},
+		{name: "listed API host with its port", rules: []hfv1.TenancyRule{hostRule},
+			hosts: []workload.APIHost{{Field: "spec.bootstrap.gitlab.url", Host: "gitlab.example.com:8443"}}},
+		{name: "same host, another port", rules: []hfv1.TenancyRule{hostRule},
+			hosts: []workload.APIHost{{Field: "spec.bootstrap.gitlab.url", Host: "gitlab.example.com"}}, want: "API host gitlab.example.com, which is not allowed"},
+		{name: "tenant's own API host", rules: []hfv1.TenancyRule{hostRule}, hosts: tenant,
+			want: "spec.bootstrap.gitlab.url names API host evil.example.net, which is not allowed; allowed hosts besides the CI platforms' public services: GHES.example.com, gitlab.example.com:8443"},
+		{name: "any API host without rules", hosts: tenant},
+		{name: "cluster's domain, list left out", rules: []hfv1.TenancyRule{minimal}, mutate: withDomain("ci.example.com")},
+		{name: "below the cluster's domain, list left out", rules: []hfv1.TenancyRule{minimal}, mutate: withDomain("team-b.ci.example.com"),
+			want: "spec.network.dns.domain team-b.ci.example.com is not allowed; allowed: the cluster's dns.domain (ci.example.com) only"},
+		{name: "listed domain", rules: []hfv1.TenancyRule{domains}, mutate: withDomain("team-a.ci.example.com")},
+		{name: "domain below a listed one", rules: []hfv1.TenancyRule{domains}, mutate: withDomain("vms.team-a.ci.example.com")},
+		{name: "another team's domain", rules: []hfv1.TenancyRule{domains}, mutate: withDomain("team-b.ci.example.com"),
+			want: "spec.network.dns.domain team-b.ci.example.com is not allowed; allowed domains (and the domains below them): team-a.ci.example.com"},
+		{name: "a suffix that is not a parent", rules: []hfv1.TenancyRule{domains}, mutate: withDomain("xteam-a.ci.example.com"), want: "is not allowed"},
+		{name: "no domain of its own", rules: []hfv1.TenancyRule{domains}, mutate: func(tm *hfv1.HypervisorMachineTemplate) { tm.Spec.Network.DNS = &hfv1.DNSSettings{} }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl := &hfv1.HypervisorMachineTemplate{Spec: hfv1.HypervisorMachineTemplateSpec{
+				Source: hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateID: ptr.To[int32](9000), CloneMode: hfv1.CloneModeLinked}},
+			}}
+			if tc.mutate != nil {
+				tc.mutate(tmpl)
+			}
+			got := strings.Join(Violations(tmpl, cluster, tc.rules, tc.hosts), "; ")
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("refused: %s", got)
+			case tc.want != "" && !strings.Contains(got, tc.want):
+				t.Errorf("problems %q do not mention %q", got, tc.want)
 			}
 		})
 	}

@@ -141,8 +141,21 @@ type Template struct {
 	ScopeField string
 	// Endpoint is the platform API the credentials are for when it is not
 	// the platform's public service (an Enterprise server); equal scopes
-	// of different endpoints are different scopes.
+	// of different endpoints are different scopes (Scope.Host is its
+	// host).
 	Endpoint string
+	// APIHosts are the hosts of every URL the operator calls with the
+	// credentials, each with the field naming it; those not Public must be
+	// allowed by the tenancy rules of the template's cluster
+	// (internal/tenancy).
+	APIHosts []APIHost
+	// CredentialReuse, when not empty, says how the credential a VM of
+	// the template receives can serve more than one job on the platform's
+	// side (a registration token that registers any number of runners, a
+	// runner token any process may poll with) and what limits it: the
+	// template's ReusableCredential condition shows it. Empty when each
+	// VM's credential is single-job on the platform's side.
+	CredentialReuse string
 	// Runner is the runner software, with the API's defaults applied.
 	Runner RunnerSoftware
 	// RegistrationURL is where a registration-token runner of Scope

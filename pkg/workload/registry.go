@@ -114,3 +114,14 @@ func (b *Backends) Claim(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineT
 	be, _, ok := b.Template(tmpl)
 	return be, ok
 }
+
+// APIHosts are the API hosts tmpl's credentials are used at, as the
+// back-end of the platform tmpl configures reads them (Template.APIHosts);
+// none when no back-end reads tmpl.
+func (b *Backends) APIHosts(tmpl *hfv1.HypervisorMachineTemplate) []APIHost {
+	_, t, ok := b.Template(tmpl)
+	if !ok {
+		return nil
+	}
+	return t.APIHosts
+}

@@ -28,6 +28,15 @@ import (
 // under it. An owner may be a path of several segments (a GitLab subgroup,
 // such as platform/ci); its scope holds everything under that path.
 type Scope struct {
+	// Host is the API host of the platform instance the scope is on, as
+	// CanonicalHost writes it (such as ghes.example.com or
+	// gitlab.example.com:8443); empty for the platform's public service
+	// (api.github.com, gitlab.com, api.buildkite.com). The same owner on
+	// two hosts is two scopes: a job routes only to pools of the host it
+	// came from (internal/demand), so a server a tenant runs can vouch for
+	// nothing on another host (docs/security.md, "The API host is part of
+	// the scope").
+	Host string
 	// Owner is the organization, user or group (as its full path).
 	Owner string
 	// Repository is the repository's name under Owner (its last path
@@ -251,6 +260,11 @@ type Job struct {
 	// the back-end that read the job sets it, so that records of two
 	// platforms' jobs with the same id never meet.
 	Platform hfv1.WorkloadType
+	// Host is the API host of the platform instance the job is on
+	// (Scope.Host; empty for the public service): the host whose webhook
+	// secret verified the delivery, or of the pool whose account read it
+	// (resync, a job feed). Jobs route only to pools of their host.
+	Host string
 	// RunID and RunAttempt identify the workflow run (cancel target).
 	RunID      int64
 	RunAttempt int64

@@ -73,7 +73,7 @@ func (r *Reconciler) loadDependencies(ctx context.Context, s *claimScope) (phase
 		if !admitted {
 			return waitFor(hfv1.NamespaceNotAllowedReason, fmt.Sprintf("HypervisorCluster %s does not admit namespace %s (spec.allowedNamespaces and spec.tenancy); ask its owner to admit it or use another cluster", cluster.Name, claim.Namespace))
 		}
-		if problems := tenancy.Violations(tmpl, cluster, rules); len(problems) > 0 {
+		if problems := tenancy.Violations(tmpl, cluster, rules, r.workloads().APIHosts(tmpl)); len(problems) > 0 {
 			return waitFor(hfv1.NotAllowedByClusterReason, fmt.Sprintf("HypervisorCluster %s does not allow template %s in namespace %s (spec.tenancy): %s", cluster.Name, tmpl.Name, claim.Namespace, strings.Join(problems, "; ")))
 		}
 	}
