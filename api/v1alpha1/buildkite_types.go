@@ -6,10 +6,12 @@ package v1alpha1
 // their own so that each CI platform's section reads in one place.
 
 // BuildkiteBootstrap is the Buildkite organization and cluster a
-// template's agents join, and the operator's API token. For each VM the
+// template's agents join, and the operator's API token. For each claim the
 // operator creates a cluster agent token (POST .../clusters/{id}/tokens)
-// that expires soon after the VM's bootstrap deadline, hands it to the VM's
-// buildkite-agent for one job, and deletes it when the VM goes.
+// that expires soon after, which it keeps, and with it issues the VM's
+// buildkite-agent a job acquisition token for the one job the claim is
+// bound to; it deletes the cluster token once the agent registered, or
+// when the VM goes.
 type BuildkiteBootstrap struct {
 	// organization is the organization's slug, as in
 	// https://buildkite.com/<organization>.
@@ -21,7 +23,7 @@ type BuildkiteBootstrap struct {
 
 	// cluster is the UUID of the cluster whose queues the agents serve
 	// (Organization settings, Clusters; or GET /v2/organizations/<org>/clusters).
-	// Required: per-VM agent tokens are cluster tokens.
+	// Required: the per-claim agent tokens are cluster tokens.
 	// +required
 	// +kubebuilder:validation:Pattern=`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`
 	Cluster string `json:"cluster"`
@@ -56,7 +58,7 @@ type BuildkiteBootstrap struct {
 type BuildkiteCredentials struct {
 	// apiToken selects a Buildkite API access token of the organization with
 	// the REST scopes read_organizations, read_clusters and write_clusters
-	// (the per-VM agent tokens), read_agents and write_agents (agents, and
+	// (the per-claim cluster agent tokens), read_agents and write_agents (agents, and
 	// stopping them), read_builds and write_builds (scheduled jobs, and
 	// cancelling a build past its limits) (docs/buildkite.md).
 	// +required
@@ -168,7 +170,7 @@ type BuildkiteWorkload struct {
 
 // BuildkiteAgentConfig is one Buildkite agent. Its name on Buildkite is the
 // claim's name.
-// +kubebuilder:validation:XValidation:rule="has(self.jobID) == has(oldSelf.jobID)",message="workloadConfig.buildkite.jobID is immutable: it cannot be added or removed after creation; the claim's RunnerPool sets it when it makes the claim"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.jobID) || has(self.jobID)",message="workloadConfig.buildkite.jobID cannot be removed: a claim bound to a job stays bound to it for its life (its RunnerPool sets it once, when it makes the claim or binds a warm one)"
 type BuildkiteAgentConfig struct {
 	// queue is the agent's queue; empty for its pool's.
 	// +optional
@@ -187,18 +189,20 @@ type BuildkiteAgentConfig struct {
 	// +listType=set
 	Tags []string `json:"tags,omitempty"`
 
-	// jobID is the scheduled Buildkite job (its UUID) the claim was made
-	// for. Written by the claim's RunnerPool only (the admission policy in
-	// config/admission refuses anyone else), when it makes a VM for a
-	// queued job of the pool. The VM's agent then gets a job acquisition
-	// token good for that job alone and runs
-	// `buildkite-agent start --acquire-job <jobID>`. Before it issues the
-	// token the operator checks that the job is a queued job of the claim's
-	// pool and, on Buildkite, still scheduled in the pool's cluster and
-	// queue; otherwise the claim gets no credential (condition
-	// Provisioned False, reason JobNotBindable). Unset: the agent takes any job
-	// of its queue and tags with a cluster agent token of its own.
-	// Immutable.
+	// jobID is the scheduled Buildkite job (its UUID) the claim is bound
+	// to. Written by the claim's RunnerPool only (the admission policy in
+	// config/admission refuses anyone else): when it makes a VM for a
+	// queued job of the pool, or when a job arrives for a warm VM of the
+	// pool that stands by unbound. The VM's agent then gets a job
+	// acquisition token good for that job alone, which names the job, and
+	// runs `buildkite-agent start --acquire-job <jobID>`. Before it issues
+	// the token the operator checks that the job is a queued job of the
+	// claim's pool and, on Buildkite, still scheduled in the pool's cluster
+	// and queue; otherwise the claim gets no credential (condition
+	// Provisioned False, reason JobNotBindable). Unset: the VM waits with no
+	// credential (Bootstrapped True, reason WaitingForJob) until its pool
+	// binds it a job. Set once: it can be added to a claim that has none,
+	// never changed or removed.
 	// +optional
 	// +kubebuilder:validation:Pattern=`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="workloadConfig.buildkite.jobID is immutable: a claim is bound to one job for its life"

@@ -40,6 +40,15 @@ type CIJobSpec struct {
 	// +required
 	Platform WorkloadType `json:"platform"`
 
+	// apiHost is the API host of the platform instance the job is on (a
+	// GitHub Enterprise Server, a self-managed GitLab), as its pool's
+	// template names it; unset for the platform's public service. A job's
+	// events are recorded here only from that host: the same job id on
+	// another host is another job.
+	// +optional
+	// +kubebuilder:validation:MaxLength=261
+	APIHost string `json:"apiHost,omitempty"`
+
 	// jobId is the platform's id of the job when the platform numbers its
 	// jobs (GitHub Actions, GitLab CI); the object's name is derived from
 	// it, which de-duplicates webhooks across manager replicas. Exactly one

@@ -76,9 +76,12 @@ const (
 	// cloud-init renders with placeholder credentials.
 	HypervisorMachineTemplateValidCondition ConditionType = "Valid"
 	// HypervisorMachineTemplateReusableCredentialCondition is True (a
-	// warning) when the template's VMs receive a credential that outlives
-	// one runner: a registration token (bootstrap.method runner-token) of
-	// organization scope, on the template or on a RunnerPool using it.
+	// warning) when the credential a VM of the template receives can serve
+	// more than one job on the CI platform's side: a GitHub registration
+	// token (bootstrap.method runner-token) of any scope, a GitLab runner
+	// authentication token, a Buildkite agent token. Its message says what
+	// the credential allows, what limits it and, where there is one, the
+	// single-job method to use.
 	HypervisorMachineTemplateReusableCredentialCondition ConditionType = "ReusableCredential"
 
 	// RunnerPoolScalingCondition is True while the pool is changing size.
@@ -191,7 +194,14 @@ const (
 	ListenerFailedReason ConditionReason = "ListenerFailed"
 	// OrganizationRegistrationTokenReason: VMs receive a registration token
 	// that registers any number of runners anywhere in an organization.
+	//
+	// Deprecated: no longer set; a reusable credential of any scope and
+	// platform is MultiJobCredentialReason.
 	OrganizationRegistrationTokenReason ConditionReason = "OrganizationRegistrationToken"
+	// MultiJobCredentialReason: the credential a VM receives can serve more
+	// than one job on the CI platform's side (the condition's message says
+	// how, and what limits it).
+	MultiJobCredentialReason ConditionReason = "MultiJobCredential"
 	// SingleUseCredentialReason: VMs receive nothing reusable beyond their
 	// own runner.
 	SingleUseCredentialReason ConditionReason = "SingleUseCredential"
@@ -218,8 +228,10 @@ const (
 	// NamespaceNotAllowedReason: the cluster's allowedNamespaces excludes the object's namespace.
 	NamespaceNotAllowedReason ConditionReason = "NamespaceNotAllowed"
 	// NotAllowedByClusterReason: the template uses a bridge, VLAN, Proxmox
-	// template, storage or resource pool that no spec.tenancy entry of its
-	// cluster allows to its namespace.
+	// template, storage, resource pool, snippet, DNS domain or CI platform
+	// API host that no spec.tenancy entry of its cluster allows to its
+	// namespace (on a RunnerPool's ScopeVerified: its template's API host,
+	// so the pool's scope is not checked there and the pool gets no job).
 	NotAllowedByClusterReason ConditionReason = "NotAllowedByCluster"
 	// RestrictedReason: the cluster admits selected namespaces only and
 	// limits what they use (spec.allowedNamespaces and spec.tenancy).
@@ -313,6 +325,10 @@ const (
 	// without a credential being handed out, and the SPIRE agent that
 	// attested with the join token is evicted.
 	IdentityStolenReason ConditionReason = "IdentityStolen"
+	// JobUserCanEscalateReason: the VM's agent refused to run the job (its
+	// power-off notice said so): the image's job user can become root and
+	// the template's credential serves more than one job. The claim fails.
+	JobUserCanEscalateReason ConditionReason = "JobUserCanEscalate"
 	// GuestAgentRequiredReason: the VM's secrets (its runner credential,
 	// or its SPIRE join token) reach only the running VM, through the
 	// hypervisor's guest channel; its hypervisor template has none (for
@@ -380,6 +396,10 @@ const (
 	// ScriptRunningReason: a generic VM (spec.bootstrap.generic) is up and
 	// runs its template's script; it has no runner to come online.
 	ScriptRunningReason ConditionReason = "ScriptRunning"
+	// WaitingForJobReason: a warm VM of a platform that binds every VM to
+	// one job (Buildkite) is up and stands by with no credential until its
+	// RunnerPool binds it a queued job; the pool counts it as idle.
+	WaitingForJobReason ConditionReason = "WaitingForJob"
 	// RetainedReason: a failed VM is kept, stopped, for debugging.
 	RetainedReason ConditionReason = "RetainedForDebugging"
 
@@ -528,6 +548,12 @@ const (
 	// DNSNotRegisteredReason (DNSRegistered False): the VM has no address
 	// or name to register yet.
 	DNSNotRegisteredReason ConditionReason = "DNSNotRegistered"
+	// AddressOutsideVMSubnetsReason (DNSRegistered, NetworkValidated
+	// False): the VM has no address the operator may vouch for: no static
+	// address of its own, and none of the addresses its guest agent reports
+	// is in the cluster's spec.network.vmSubnets. Nothing is registered or
+	// probed; the message names the addresses left out.
+	AddressOutsideVMSubnetsReason ConditionReason = "AddressOutsideVMSubnets"
 
 	// ValidatingReason (NetworkValidated Unknown): the claim's first
 	// validation is running.
@@ -536,8 +562,9 @@ const (
 	// check passed.
 	NetworkValidatedReason ConditionReason = "Validated"
 	// ValidationNotPossibleReason (NetworkValidated False): a DNS check is
-	// configured but the VM has no FQDN (no dns.domain) or no DNS server is
-	// configured (dns.servers, or the template's network.dns.servers).
+	// configured but the VM has no FQDN (no dns.domain) or the cluster
+	// configures no DNS server (spec.dns.servers; a template's
+	// network.dns.servers are its VMs' resolvers only, never checked).
 	ValidationNotPossibleReason ConditionReason = "ValidationNotPossible"
 	// DNSLookupFailedReason (NetworkValidated False): a DNS server did not
 	// answer, or its A and AAAA records of the FQDN are not exactly the
@@ -602,8 +629,9 @@ const (
 	VMReservationAnnotation = "hyperfleet.io/vm-reservation"
 	// PlacementAnnotation records what a claim's VM was authorized to be
 	// when the claim was placed: the hypervisor template and clone mode,
-	// storage, resource pool, bridge, VLAN, NIC model and resources the
-	// cluster's allow-lists admitted, as JSON with a "signature" (an HMAC
+	// storage, resource pool, bridge, VLAN, NIC model, resources, cloud-init
+	// snippets and drive storage and DNS domain the cluster's allow-lists
+	// admitted, as JSON with a "signature" (an HMAC
 	// with the install's ownership key over the claim's UID, its VM's
 	// cluster and every value). The claim controller writes it in the same
 	// API write as VMReservationAnnotation, and every later step that

@@ -99,6 +99,23 @@ type Guest struct {
 	// +optional
 	// +kubebuilder:default=linux
 	OS GuestOS `json:"os,omitempty"`
+
+	// jobMayEscalate accepts an image whose job user (the user the runner
+	// runs jobs as, runner in docs/templates.md's image) can become root:
+	// a sudo rule, a root-equivalent group such as docker, or root itself.
+	// A job that becomes root reads the runner's credential from the
+	// agent's and the runner's memory. Where that credential serves more
+	// than one job on its platform (a GitHub registration token with
+	// bootstrap.method runner-token, a GitLab runner token, a Buildkite
+	// agent token), the VM's agent refuses to run the job unless this is
+	// true: the job could copy the credential and run, or read, the
+	// scope's other jobs with it. With a single-job credential (a GitHub
+	// JIT configuration, a Buildkite job token) the job runs either way.
+	// Set it only when every job of the pool's scope may see every other
+	// (docs/templates.md, "The job user"). Linux guests; a Windows guest's
+	// job runs as the service's account and is not checked.
+	// +optional
+	JobMayEscalate bool `json:"jobMayEscalate,omitempty"`
 }
 
 // CloneMode says whether a VM shares its template's base disk.
@@ -1169,7 +1186,8 @@ type ObjectMetadata struct {
 // the template against its cluster.
 type HypervisorMachineTemplateStatus struct {
 	// conditions are Ready, Valid and ReusableCredential (True, a warning,
-	// when VMs receive an organization-wide registration token).
+	// when the credential a VM receives can serve more than one job on
+	// the CI platform's side).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

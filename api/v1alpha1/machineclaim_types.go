@@ -432,6 +432,16 @@ type BootstrapStatus struct {
 	// +optional
 	RegisteredAt *metav1.Time `json:"registeredAt,omitempty"`
 
+	// runnerSealedAt is when the operator sealed the runner to the job it
+	// took: on a CI platform whose runner credential any process may poll
+	// with for more jobs (a GitLab runner authentication token), the
+	// runner is paused as soon as its first job is seen, so the platform
+	// gives it no other job while that one runs on (docs/gitlab.md). Unset
+	// while no job was seen, and on platforms whose runner credential
+	// serves one job only.
+	// +optional
+	RunnerSealedAt *metav1.Time `json:"runnerSealedAt,omitempty"`
+
 	// jobId is the CI job the runner took, as the CI platform reports it,
 	// when the platform numbers its jobs (GitHub Actions, GitLab CI). At
 	// most one of jobId and jobKey is set.

@@ -73,6 +73,25 @@ type DNSValidation struct {
 
 // ClusterNetworkSettings are network settings for the VMs of a cluster.
 type ClusterNetworkSettings struct {
+	// vmSubnets are the subnets the cluster's VMs get their addresses in
+	// (CIDRs, IPv4 or IPv6, such as 192.0.2.0/24 or 2001:db8:10::/64). An
+	// address a VM's guest agent reports is registered in DNS
+	// (dns.registerVMs) and probed by the validation only when it lies in
+	// one of them: a guest can report any address, another VM's or an
+	// internal service's. A VM's static addresses from an IPPool, which the
+	// operator assigned itself, need no entry. Unset: only static addresses
+	// are registered and probed, and a VM on DHCP is neither (its claim's
+	// DNSRegistered and NetworkValidated conditions say so, reason
+	// AddressOutsideVMSubnets).
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=49
+	// +kubebuilder:validation:XValidation:rule="self.all(s, isCIDR(s))",message="each of network.vmSubnets must be a CIDR such as 192.0.2.0/24 or 2001:db8:10::/64"
+	// +kubebuilder:validation:XValidation:rule="self.all(s, !isCIDR(s) || cidr(s).prefixLength() > 0)",message="network.vmSubnets must not hold 0.0.0.0/0 or ::/0, which would trust every address a guest reports: list the subnets the VMs get their addresses in"
+	// +listType=set
+	VMSubnets []string `json:"vmSubnets,omitempty"`
+
 	// validation checks that each running VM answers from the operator's
 	// network: ICMP echo and, optionally, an SSH server.
 	// +optional

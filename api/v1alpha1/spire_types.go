@@ -249,7 +249,7 @@ type DurationBounds struct {
 // operator restart at any point neither issues a second join token nor
 // leaves a registration entry behind. It never holds the join token or the
 // broker proof: the operator derives both from the claim and its own key
-// when it places them in the running VM.
+// (keyId) when it places them in the running VM.
 type IdentityStatus struct {
 	// spiffeId is the VM's SPIFFE ID,
 	// spiffe://<trust domain>/vm/<namespace>/<claim>/<uid>.
@@ -268,6 +268,17 @@ type IdentityStatus struct {
 	// +required
 	// +kubebuilder:validation:MaxLength=255
 	EntryID string `json:"entryId"`
+
+	// keyId is the id of the ownership key (in the install's key ring,
+	// docs/security.md, "Ownership keys") that the VM's join token, broker
+	// proof and TPM enrollment proof are derived from, recorded when the
+	// identity is planned: a key rotation while the VM is in flight leaves
+	// them as they were, as long as that key stays in the ring. Unset on
+	// identities planned before key ids were recorded: they use the
+	// ring's signing key.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	KeyID *int32 `json:"keyId,omitempty"`
 
 	// joinTokenCreatedAt is when the join token and the entries were
 	// created on the SPIRE server; unset until then.

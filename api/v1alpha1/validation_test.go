@@ -755,8 +755,8 @@ func invalidCases() []invalidCase {
 		{name: "claim job id not a uuid", base: validClaim, mutate: set(map[string]any{"type": "buildkite", "buildkite": map[string]any{"jobID": "42"}}, "spec", "workloadConfig"), want: "spec.workloadConfig.buildkite.jobID: Invalid value"},
 		{name: "claim job id immutable", base: validClaim, mutate: set(map[string]any{"type": "buildkite", "buildkite": map[string]any{"jobID": "0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8d"}}, "spec", "workloadConfig"),
 			update: set("0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8e", "spec", "workloadConfig", "buildkite", "jobID"), want: "workloadConfig.buildkite.jobID is immutable: a claim is bound to one job for its life"},
-		{name: "claim job id cannot be added", base: validClaim, mutate: set(map[string]any{"type": "buildkite", "buildkite": map[string]any{"queue": "linux"}}, "spec", "workloadConfig"),
-			update: set("0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8e", "spec", "workloadConfig", "buildkite", "jobID"), want: "workloadConfig.buildkite.jobID is immutable: it cannot be added or removed after creation"},
+		{name: "claim job id cannot be removed", base: validClaim, mutate: set(map[string]any{"type": "buildkite", "buildkite": map[string]any{"queue": "linux", "jobID": "0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8d"}}, "spec", "workloadConfig"),
+			update: del("spec", "workloadConfig", "buildkite", "jobID"), want: "workloadConfig.buildkite.jobID cannot be removed: a claim bound to a job stays bound to it for its life"},
 		{name: "claim pool ref cannot be removed", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: del("spec", "runnerPoolRef"), want: "spec.runnerPoolRef is immutable: it cannot be added or removed after creation"},
 
 		// CIJob: exactly one of jobId and jobKey, and a jobKey that makes a
@@ -840,6 +840,32 @@ func TestInvalidObjectsAreRejected(t *testing.T) {
 			assertRejected(t, env.Client.Update(ctx, obj), tc.want)
 		})
 	}
+}
+
+// TestClaimJobIDIsSetOnce: a warm Buildkite claim, made with no job, is
+// bound to one later (its RunnerPool sets spec.workloadConfig.buildkite.jobID
+// when a job arrives): the API server takes the job once, and refuses any
+// other job or its removal afterwards.
+func TestClaimJobIDIsSetOnce(t *testing.T) {
+	ctx := context.Background()
+	obj := validClaim()
+	obj.SetName("warm")
+	obj.SetNamespace(newNamespace(t))
+	set(map[string]any{"type": "buildkite", "buildkite": map[string]any{"queue": "linux"}}, "spec", "workloadConfig")(obj)
+	if err := env.Client.Create(ctx, obj, client.FieldValidation("Strict")); err != nil {
+		t.Fatalf("a warm claim was rejected: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, obj) })
+	set("0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8e", "spec", "workloadConfig", "buildkite", "jobID")(obj)
+	if err := env.Client.Update(ctx, obj); err != nil {
+		t.Fatalf("binding the warm claim to a job was rejected: %v", err)
+	}
+	rebound := obj.DeepCopy()
+	set("0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8f", "spec", "workloadConfig", "buildkite", "jobID")(rebound)
+	assertRejected(t, env.Client.Update(ctx, rebound), "workloadConfig.buildkite.jobID is immutable: a claim is bound to one job for its life")
+	unbound := obj.DeepCopy()
+	del("spec", "workloadConfig", "buildkite", "jobID")(unbound)
+	assertRejected(t, env.Client.Update(ctx, unbound), "workloadConfig.buildkite.jobID cannot be removed")
 }
 
 func assertRejected(t *testing.T, err error, want string) {

@@ -84,6 +84,11 @@
 //
 // create (manual start, LocalSystem, no restart) and delete.
 //
+// On Linux, `hyperfleet-agent buildkite-bootstrap --user USER -- BOOTSTRAP
+// ARGS...` is not for people: it is the bootstrap-script the agent gives
+// buildkite-agent, which runs as root, so that each Buildkite job runs as
+// USER (internal/agent/buildkite_bootstrap.go).
+//
 // The binary uses the standard library (and go-tpm, pure Go) only and is
 // built static:
 //
@@ -115,6 +120,12 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	if code, ok := platformCommand(args, stdout, stderr); ok {
 		return code
+	}
+	if len(args) > 0 && args[0] == agent.BuildkiteBootstrapCommand {
+		// Hidden: buildkite-agent's bootstrap-script, which the agent
+		// sets (internal/agent/buildkite.go); it runs each job as the
+		// runner user.
+		return agent.BuildkiteBootstrap(args[1:], stderr)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentserver"
 	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
@@ -16,6 +17,7 @@ import (
 type agentServerFlags struct {
 	addr, cert, key, ca, dir, url *string
 	limits                        httpsserver.Limits
+	downloadTimeout               *time.Duration
 }
 
 func bindAgentServerFlags(fs *flag.FlagSet) *agentServerFlags {
@@ -28,6 +30,10 @@ func bindAgentServerFlags(fs *flag.FlagSet) *agentServerFlags {
 		url:  fs.String("agent-server-url", "", "https:// base URL VMs reach the agent server at, such as https://hyperfleet-agent.hyperfleet-system.svc:9443 (a Service in front of every replica)"),
 	}
 	bindLimitFlags(fs, "agent-server", "the agent server", &f.limits, agentserver.DefaultLimits)
+	d := agentserver.DefaultLimits
+	fs.IntVar(&f.limits.Reserved, "agent-server-reserved-conns", d.Reserved, "connections of --agent-server-max-conns kept for the credential broker, the TPM enrollment and the VMs' hints: once the others are held (downloads), new connections may only carry one of those requests; -1: none (docs/security.md, \"The agent server's bounds\")")
+	fs.IntVar(&f.limits.ReservedPerAddress, "agent-server-reserved-conns-per-address", d.ReservedPerAddress, "of --agent-server-reserved-conns, how many one source IP address may hold")
+	f.downloadTimeout = fs.Duration("agent-server-download-timeout", 0, "longest time a download of the agent may take, however steadily its client reads; 0: 30 s plus the largest binary's size at 128 KiB/s (such as 3m under a 20 MiB binary)")
 	return f
 }
 
@@ -62,7 +68,14 @@ func (f *agentServerFlags) options() (*manager.AgentServerOptions, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("--agent-server-addr is set, so the agent server also needs %s (see docs/operations.md)", strings.Join(missing, ", "))
 	}
+	if *f.downloadTimeout < 0 {
+		return nil, fmt.Errorf("--agent-server-download-timeout is %s: give a duration above 0, or 0 for the default derived from the binaries' size", *f.downloadTimeout)
+	}
+	if err := f.limits.Or(agentserver.DefaultLimits).Check("agent-server"); err != nil {
+		return nil, err
+	}
 	return &manager.AgentServerOptions{
 		Addr: *f.addr, CertFile: *f.cert, KeyFile: *f.key, CAFile: *f.ca, Dir: *f.dir, URL: *f.url, Limits: f.limits,
+		DownloadTimeout: *f.downloadTimeout,
 	}, nil
 }

@@ -23,6 +23,11 @@ func TestAgentServerFlags(t *testing.T) {
 		{name: "no binaries", args: full[:4], want: "also needs --agent-binaries-dir ("},
 		{name: "no address", args: full[1:], want: "set but --agent-server-addr is empty"},
 		{name: "CA without address", args: []string{"--agent-server-ca=/tls/ca.crt"}, want: "--agent-server-ca set but --agent-server-addr is empty"},
+		{name: "reserve as large as the cap", args: append(full[:len(full):len(full)], "--agent-server-max-conns=32"), want: "--agent-server-reserved-conns (32) must be smaller than --agent-server-max-conns (32)"},
+		{name: "reserve without a cap", args: append(full[:len(full):len(full)], "--agent-server-max-conns=-1"), want: "sets no cap to keep them from"},
+		{name: "no reserve, no cap", args: append(full[:len(full):len(full)], "--agent-server-max-conns=-1", "--agent-server-reserved-conns=-1"), on: true},
+		{name: "negative download timeout", args: append(full[:len(full):len(full)], "--agent-server-download-timeout=-1s"), want: "--agent-server-download-timeout is -1s"},
+		{name: "download timeout", args: append(full[:len(full):len(full)], "--agent-server-download-timeout=5m"), on: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,6 +15,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -155,6 +156,13 @@ func runManager(args []string) error {
 	bkAllowFallbackSecret := fs.Bool("buildkite-webhook-allow-fallback-secret", false, "accept key webhook-secret of --buildkite-webhook-secret, a token shared by every Buildkite organization without a key of its own")
 	glWebhookSecret := fs.String("gitlab-webhook-secret", "", "Secret (in --namespace) with the GitLab Job Hooks' secret tokens: keys owner.<group path> (the token of one group's hooks, its full path in lower case with each / written as .., such as owner.acme..platform; deliveries about the projects under the group verify with it) and, with --gitlab-webhook-allow-fallback-secret, key webhook-secret; empty (the default) receives no GitLab webhooks (docs/gitlab.md)")
 	glAllowFallbackSecret := fs.Bool("gitlab-webhook-allow-fallback-secret", false, "accept key webhook-secret of --gitlab-webhook-secret, a token shared by every GitLab group without a key of its own")
+	apiHostHelp := func(platform, public, example string) string {
+		return "API host (host or host:port) of the " + platform + " instance whose deliveries the webhook Secret's secrets verify, such as " + example +
+			"; empty (the default) is " + public + ". Jobs of its deliveries route only to RunnerPools whose template's API is on that host (docs/security.md, \"The API host is part of the scope\")"
+	}
+	webhookAPIHost := fs.String("github-webhook-api-host", "", apiHostHelp("GitHub", "GitHub.com", "ghes.example.com (a GitHub Enterprise Server)"))
+	bkWebhookAPIHost := fs.String("buildkite-webhook-api-host", "", apiHostHelp("Buildkite", "Buildkite's public API", "buildkite.example.com"))
+	glWebhookAPIHost := fs.String("gitlab-webhook-api-host", "", apiHostHelp("GitLab", "GitLab.com", "gitlab.example.com (a self-managed GitLab)"))
 	webhookMaxBody := fs.Int64("webhook-max-body-bytes", webhook.DefaultMaxBodyBytes, "largest webhook delivery accepted; larger ones get 413")
 	webhookMaxEventAge := fs.Duration("webhook-max-event-age", demand.DefaultMaxEventAge, "webhook events older than this (by the CI platform's time) are confirmed with the platform's API before they change demand, as are completions of jobs not known to be running")
 	webhookMaxInFlight := fs.Int("webhook-max-in-flight", webhook.DefaultMaxInFlight, "webhook deliveries read and verified at once (a quarter of them for bodies over 64 KiB); beyond it deliveries get 503 before their body is read")
@@ -172,6 +180,11 @@ func runManager(args []string) error {
 	}
 	if err := lease.check(); err != nil {
 		return err
+	}
+	for flag, host := range map[string]string{"--github-webhook-api-host": *webhookAPIHost, "--buildkite-webhook-api-host": *bkWebhookAPIHost, "--gitlab-webhook-api-host": *glWebhookAPIHost} {
+		if err := checkAPIHost(flag, host); err != nil {
+			return err
+		}
 	}
 	if err := checkMaxEventAge(*webhookMaxEventAge); err != nil {
 		return err
@@ -263,6 +276,7 @@ func runManager(args []string) error {
 			CertFile: filepath.Join(*webhookCertDir, "tls.crt"), KeyFile: filepath.Join(*webhookCertDir, "tls.key"),
 			Platforms: []manager.WebhookPlatform{{
 				Platform:          hfv1.WorkloadGitHubActions,
+				APIHost:           *webhookAPIHost,
 				SecretRef:         &types.NamespacedName{Namespace: *namespace, Name: *webhookSecret},
 				AllowSharedSecret: *allowFallbackSecret,
 			}},
@@ -270,23 +284,25 @@ func runManager(args []string) error {
 		if *bkWebhookSecret != "" {
 			opts.Webhook.Platforms = append(opts.Webhook.Platforms, manager.WebhookPlatform{
 				Platform:          hfv1.WorkloadBuildkite,
+				APIHost:           *bkWebhookAPIHost,
 				SecretRef:         &types.NamespacedName{Namespace: *namespace, Name: *bkWebhookSecret},
 				AllowSharedSecret: *bkAllowFallbackSecret,
 			})
 			log.Info("Buildkite webhook receiver configured", "path", buildkite.WebhookFormat.Path, "secret", *namespace+"/"+*bkWebhookSecret,
-				"fallbackSecretAccepted", *bkAllowFallbackSecret)
+				"apiHost", *bkWebhookAPIHost, "fallbackSecretAccepted", *bkAllowFallbackSecret)
 		}
 		if *glWebhookSecret != "" {
 			opts.Webhook.Platforms = append(opts.Webhook.Platforms, manager.WebhookPlatform{
 				Platform:          hfv1.WorkloadGitLabCI,
+				APIHost:           *glWebhookAPIHost,
 				SecretRef:         &types.NamespacedName{Namespace: *namespace, Name: *glWebhookSecret},
 				AllowSharedSecret: *glAllowFallbackSecret,
 			})
 			log.Info("GitLab webhook receiver configured", "path", gitlab.WebhookFormat.Path, "secret", *namespace+"/"+*glWebhookSecret,
-				"fallbackSecretAccepted", *glAllowFallbackSecret)
+				"apiHost", *glWebhookAPIHost, "fallbackSecretAccepted", *glAllowFallbackSecret)
 		}
 		log.Info("GitHub webhook receiver configured", "address", *webhookAddr, "path", github.WebhookFormat.Path, "secret", *namespace+"/"+*webhookSecret,
-			"fallbackSecretAccepted", *allowFallbackSecret)
+			"apiHost", *webhookAPIHost, "fallbackSecretAccepted", *allowFallbackSecret)
 	}
 	if _, err := manager.Setup(ctx, mgr, opts); err != nil {
 		return err
@@ -305,6 +321,18 @@ func runManager(args []string) error {
 // (docs/runnerpool.md): within it, a replayed event about a finished job
 // finds the record of its completion and changes nothing.
 const completedJobRetention = 15 * time.Minute
+
+// checkAPIHost refuses a webhook API host flag that is not a host with
+// an optional port (a URL, a path), naming the flag and the form.
+func checkAPIHost(flag, host string) error {
+	if host == "" {
+		return nil
+	}
+	if u, err := url.Parse("https://" + host); err != nil || u.Host != host || u.Hostname() == "" || strings.ContainsAny(host, "/?#@") {
+		return fmt.Errorf("%s is %q: give a host name or address with an optional port, such as ghes.example.com or gitlab.example.com:8443, without a scheme or path", flag, host)
+	}
+	return nil
+}
 
 // checkMaxEventAge refuses an age bound beyond the completed CIJobs'
 // retention: an unconfirmed replay of an event older than the record of

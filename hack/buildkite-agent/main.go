@@ -76,6 +76,13 @@ func main() {
 	}
 }
 
+// startEnv are the environment variables start's flags read.
+var startEnv = []string{
+	"BUILDKITE_AGENT_TOKEN", "BUILDKITE_AGENT_ENDPOINT", "BUILDKITE_AGENT_NAME", "BUILDKITE_AGENT_TAGS",
+	"BUILDKITE_AGENT_ACQUIRE_JOB", "BUILDKITE_AGENT_DISCONNECT_AFTER_JOB", "BUILDKITE_BUILD_PATH",
+	"BUILDKITE_BOOTSTRAP_SCRIPT_PATH", "BUILDKITE_AGENT_SPAWN", "BUILDKITE_AGENT_DEBUG",
+}
+
 // env returns the environment variable name's value, or def when unset: the
 // real agent reads every flag from an environment variable too.
 func env(name, def string) string {
@@ -109,6 +116,13 @@ func start(args []string) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "buildkite-agent start: unexpected arguments %q\n", fs.Args())
 		return 2
+	}
+	// As the real `start` does (clicommand.UnsetConfigFromEnvironment):
+	// the flags' environment variables, the registration token's among
+	// them, leave the agent's environment before anything runs, so that
+	// the bootstrap (which inherits it) never sees them.
+	for _, name := range startEnv {
+		_ = os.Unsetenv(name)
 	}
 	if *token == "" {
 		fmt.Fprintln(os.Stderr, "buildkite-agent start: missing --token (or BUILDKITE_AGENT_TOKEN)")

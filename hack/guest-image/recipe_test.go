@@ -32,17 +32,23 @@ func TestRecipeIsTheDocumentedOne(t *testing.T) {
 	if !strings.HasPrefix(string(r.cloudConfig), "#cloud-config\n") || !cc.PackageUpdate {
 		t.Errorf("cloud-config lost its header or package_update:\n%s", r.cloudConfig)
 	}
-	runner := false
+	var runner map[string]any
 	for _, u := range cc.Users {
 		if m, ok := u.(map[string]any); ok && m["name"] == "runner" {
-			runner = m["sudo"] != nil && m["shell"] == "/bin/bash"
+			runner = m
 		}
 	}
-	if !runner {
-		t.Errorf("the user runner (with its shell and sudo rule) is missing: %v", cc.Users)
+	switch {
+	case runner == nil || runner["shell"] != "/bin/bash":
+		t.Errorf("the user runner (with its shell) is missing: %v", cc.Users)
+	case runner["sudo"] != nil || runner["groups"] != nil || runner["primary_group"] != nil:
+		// The job runs as runner: a sudo rule or a root-equivalent group
+		// lets it read the runner's credential (internal/agent/harden.go
+		// refuses a multi-job credential on such an image).
+		t.Errorf("the user runner may escalate (sudo %v, groups %v, primary_group %v); the recipe's job user must not", runner["sudo"], runner["groups"], runner["primary_group"])
 	}
 	cmds := string(mustYAML(t, cc.Runcmd))
-	for _, gone := range []string{"docker", "install-agent", "install-runner"} {
+	for _, gone := range []string{"docker", "usermod", "gpasswd", "sudoers", "install-agent", "install-runner"} {
 		if strings.Contains(cmds, gone) {
 			t.Errorf("runcmd still has %s:\n%s", gone, cmds)
 		}

@@ -67,6 +67,9 @@
 //	                         secretsDeadline
 //	13 ExitDeadline          platform generic: the script was still running
 //	                         at generic.deadline and was stopped
+//	14 ExitJobUserEscalates  the job user can become root in the VM and the
+//	                         credential serves more than one job, which the
+//	                         template did not accept (jobMayEscalate)
 //
 // Steps 3 to 6 are the platform's (runnerKind, platform.go), chosen by the
 // config's platform: GitHub Actions as above (github.go); generic
@@ -155,6 +158,12 @@ const (
 	// ExitDeadline: platform generic, and the script was still running at
 	// the config's generic.deadline (the template's ttl): it was stopped.
 	ExitDeadline = 13
+	// ExitJobUserEscalates: the job user can become root in the VM (a
+	// sudo rule, a root-equivalent group, root itself), the config's
+	// credential serves more than one job, and the template did not accept
+	// it (jobMayEscalate): no credential was obtained, no job ran
+	// (harden.go; the power-off notice's guestRefusal says so).
+	ExitJobUserEscalates = 14
 )
 
 // Defaults of the hyperfleet-agent flags.
@@ -259,6 +268,10 @@ type Options struct {
 	// NewCredentialSource picks the credential source for a config
 	// (NewCredentialSource when nil). A seam for tests and for the broker.
 	NewCredentialSource func(*agentconfig.Config) (CredentialSource, error)
+
+	// hardening is the VM's hardening for the job (harden.go); nil: the
+	// system's in a real VM, none otherwise. A seam for tests.
+	hardening *hardening
 }
 
 // exitError is an error that ends Run with a specific exit code.
@@ -326,6 +339,9 @@ type agent struct {
 	// power-off notice; attestationError why the VM got no identity.
 	runnerOnline, jobStarted atomic.Bool
 	attestationError         string
+	// guestRefusal is why the agent refused to run the job, for the
+	// power-off notice (agentconfig.GuestRefusal*).
+	guestRefusal string
 
 	// kind is the config's platform's part of the run; nil until the
 	// config is read.
@@ -448,6 +464,11 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	user.proxyEnv = cfg.Proxy.Env()
 	a.log.Info("runner user", "user", user.describe(), "uid", user.uid, "gid", user.gid)
+	// Before any credential exists: neither the secrets nor the runner
+	// may be reachable by the job.
+	if err := a.hardenForJob(ctx, cfg, user); err != nil {
+		return err
+	}
 
 	if cfg.SecretsFile != "" {
 		// Made before the hint: the operator may write as soon as it hears.

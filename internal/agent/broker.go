@@ -413,6 +413,7 @@ type brokerCredential struct {
 	JITConfig         string                      `json:"jitConfig"`
 	RegistrationToken string                      `json:"registrationToken"`
 	RegistrationURL   string                      `json:"registrationURL"`
+	Job               string                      `json:"job"`
 	ExpiresAt         string                      `json:"expiresAt"`
 }
 
@@ -427,7 +428,7 @@ func parseBrokerCredential(body []byte) (Credential, error) {
 		}
 		return Credential{}, fail(ExitBrokerRefused, "the broker's 200 response is not a credential: %v", err)
 	}
-	cred := Credential{Method: bc.Method, JITConfig: bc.JITConfig, RegistrationToken: bc.RegistrationToken, RegistrationURL: bc.RegistrationURL}
+	cred := Credential{Method: bc.Method, JITConfig: bc.JITConfig, RegistrationToken: bc.RegistrationToken, RegistrationURL: bc.RegistrationURL, Job: bc.Job}
 	if err := cred.validate(); err != nil {
 		return Credential{}, fail(ExitBrokerRefused, "%v", err)
 	}

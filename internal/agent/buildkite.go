@@ -3,7 +3,9 @@ package agent
 import (
 	"cmp"
 	"context"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 
@@ -26,22 +28,37 @@ const (
 	bkLineStarting = "Starting job at "
 )
 
+// BuildkiteBootstrapCommand is the hidden hyperfleet-agent subcommand that
+// buildkite-agent runs as its bootstrap-script: it drops from the agent's
+// own user to the job's and runs the real bootstrap (BuildkiteBootstrap).
+const BuildkiteBootstrapCommand = "buildkite-bootstrap"
+
 // EnvBuildkiteAgentToken is where buildkite-agent reads its token, as its
 // --token flag: never on the command line, which any user of the VM can
 // read in ps.
 const EnvBuildkiteAgentToken = "BUILDKITE_AGENT_TOKEN"
 
-// buildkiteRunner is Buildkite's runner kind: the VM's own cluster agent
-// token from the config's CredentialSource (bootstrapMethod agent-token),
-// buildkite-agent installed (downloaded with its SHA-256 checked, or baked
-// into the image at installPath/runScript), and run as
-// `buildkite-agent start --disconnect-after-job`: it registers with the
-// token, takes one job of its tags (queue first), runs it in the build
-// path, and exits. A VM made for one job (bootstrapMethod job-token) gets
-// a job acquisition token instead and adds `--acquire-job <id>`: the agent
-// takes that job or exits 27. The token lives in the process's environment only;
-// the agent's per-registration access token in its memory only, so no
-// credential file stays behind.
+// buildkiteRunner is Buildkite's runner kind: a job acquisition token for
+// the one job the VM is bound to, with that job, from the config's
+// CredentialSource (bootstrapMethod job-token; a warm VM waits there until
+// its pool binds it a job), buildkite-agent installed (downloaded with its
+// SHA-256 checked, or baked into the image at installPath/runScript), and
+// run as `buildkite-agent start --acquire-job <job> --disconnect-after-job`:
+// it registers with the token, takes that job or exits 27, runs it in the
+// build path, and exits. (An agent-token credential, which no operator of
+// this version issues, runs without --acquire-job.)
+//
+// buildkite-agent runs as the agent's own user (root), and the job (its
+// bootstrap: hooks, plugins, the command) as the runner user, through the
+// agent's bootstrap-script: the hidden `hyperfleet-agent
+// buildkite-bootstrap` (buildkite_bootstrap.go) drops to the runner user
+// and runs `buildkite-agent bootstrap` with the job's environment. So the
+// job cannot read buildkite-agent's memory or environment (its agent access
+// token, which asks for work, and the registration token), and its own
+// environment carries only the job's access token Buildkite gave for it
+// (BUILDKITE_AGENT_ACCESS_TOKEN). The registration token lives in
+// buildkite-agent's environment only, the agent's access token in its
+// memory only, so no credential file stays behind.
 type buildkiteRunner struct{}
 
 func (buildkiteRunner) credentialFiles() []string { return nil }
@@ -63,8 +80,12 @@ func (buildkiteRunner) run(ctx context.Context, a *agent, p *place) error {
 	if err := cred.validate(); err != nil {
 		return err
 	}
+	job, err := buildkiteJob(cfg, cred)
+	if err != nil {
+		return err
+	}
 	a.secrets = append(a.secrets, cred.RegistrationToken)
-	a.log.Info("agent token obtained", "credential", cred)
+	a.log.Info("agent token obtained", "credential", cred, "job", job)
 
 	install := p.install
 	if sw.DownloadURL == "" && install == "" {
@@ -76,17 +97,32 @@ func (buildkiteRunner) run(ctx context.Context, a *agent, p *place) error {
 	if err := a.prepareWorkDir("", p.work, p.user); err != nil {
 		return err
 	}
+	bin := filepath.Join(install, sw.RunScript)
 	endpoint := cmp.Or(cred.RegistrationURL, cfg.RegistrationURL)
 	args := []string{"start", "--disconnect-after-job", "--endpoint", endpoint, "--name", cfg.Runner.Name, "--build-path", p.work}
-	if cfg.BootstrapMethod == agentconfig.BootstrapJobToken {
+	if job != "" {
 		// Bound to the job the VM was made for: the agent acquires it
 		// (and only it: the token is good for nothing else) or exits 27.
-		args = append(args, "--acquire-job", cfg.Runner.AcquireJob)
+		args = append(args, "--acquire-job", job)
 	}
 	if len(cfg.Runner.Labels) > 0 {
 		args = append(args, "--tags", strings.Join(cfg.Runner.Labels, ","))
 	}
-	a.log.Info("starting buildkite-agent", "binary", filepath.Join(install, sw.RunScript), "args", strings.Join(args, " "))
+	own, err := lookupRunAs("", "the agent's own user")
+	if err != nil {
+		return err
+	}
+	own.proxyEnv = p.user.proxyEnv
+	if p.user.cred != nil {
+		script, err := bootstrapScript(p.user.name, bin)
+		if err != nil {
+			return err
+		}
+		args = append(args, "--bootstrap-script", script)
+	} else {
+		a.log.Warn("the job runs as the agent's own user, as buildkite-agent does: it can read buildkite-agent's memory and environment (pass --run-as a user of its own)", "user", own.describe())
+	}
+	a.log.Info("starting buildkite-agent", "binary", bin, "args", strings.Join(args, " "), "jobUser", p.user.describe())
 
 	var online, jobStarted atomic.Bool
 	started := make(chan string, 1)
@@ -110,7 +146,7 @@ func (buildkiteRunner) run(ctx context.Context, a *agent, p *place) error {
 			}
 		}
 	}
-	proc, err := a.start(filepath.Join(install, sw.RunScript), args, p.work, p.user.env(EnvBuildkiteAgentToken+"="+cred.RegistrationToken), p.user, sw.RunScript, watch)
+	proc, err := a.start(bin, args, p.work, own.env(EnvBuildkiteAgentToken+"="+cred.RegistrationToken), own, sw.RunScript, watch)
 	if err != nil {
 		return fail(ExitRunnerSoftware, "start %s: %v", sw.RunScript, err)
 	}
@@ -129,4 +165,55 @@ func (buildkiteRunner) run(ctx context.Context, a *agent, p *place) error {
 		a.log.Warn("buildkite-agent exited 0 without a line saying its job started")
 	}
 	return nil
+}
+
+// buildkiteJobRE is a Buildkite job id: a UUID, lower-case hex.
+var buildkiteJobRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// buildkiteJob is the job a job-token credential acquires: the one the
+// credential names (a warm VM learns it there, when its pool binds it
+// one), else the config's runner.acquireJob (a VM made for the job). A
+// credential for another job than the config names is refused, as is a
+// job-token credential that names no job at all. An agent-token
+// credential acquires none.
+func buildkiteJob(cfg *agentconfig.Config, cred Credential) (string, error) {
+	if cred.Method != agentconfig.BootstrapJobToken {
+		if cred.Job != "" {
+			return "", fail(ExitBadConfig, "the %s credential names job %s; only a job-token credential is for one job", cred.Method, cred.Job)
+		}
+		return "", nil
+	}
+	job, want := cred.Job, cfg.Runner.AcquireJob
+	switch {
+	case job == "" && want == "":
+		return "", fail(ExitBadConfig, "the job-token credential names no job, and neither does runner.acquireJob; nothing to acquire")
+	case job == "":
+		job = want
+	case want != "" && job != want:
+		return "", fail(ExitBadConfig, "the job-token credential is for job %s, but runner.acquireJob names job %s; not acquiring either", job, want)
+	}
+	if !buildkiteJobRE.MatchString(job) {
+		return "", fail(ExitBadConfig, "the job-token credential's job %q is not a Buildkite job UUID", job)
+	}
+	return job, nil
+}
+
+// bootstrapScript is buildkite-agent's --bootstrap-script: this binary's
+// hidden buildkite-bootstrap command (BuildkiteBootstrap), which runs
+// `<bin> bootstrap` as user. buildkite-agent splits the value into words
+// as a shell would (shellwords), so each word is single-quoted; a path
+// with a single quote is refused rather than escaped.
+func bootstrapScript(user, bin string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", fail(ExitInternal, "find this agent's own binary for buildkite-agent's bootstrap-script: %v", err)
+	}
+	words := []string{self, BuildkiteBootstrapCommand, "--user", user, "--", bin, "bootstrap"}
+	for i, w := range words {
+		if strings.ContainsAny(w, "'\x00") {
+			return "", fail(ExitInternal, "%q cannot be part of buildkite-agent's bootstrap-script (it holds a single quote)", w)
+		}
+		words[i] = "'" + w + "'"
+	}
+	return strings.Join(words, " "), nil
 }

@@ -26,6 +26,9 @@ type Credential struct {
 	// RegistrationURL is the repository or organization URL the runner
 	// registers to (runner-token).
 	RegistrationURL string
+	// Job is the Buildkite job a job acquisition token is for (job-token);
+	// empty otherwise.
+	Job string
 }
 
 // String describes c without its secret.

@@ -46,3 +46,28 @@ func TestGitLabCredentialFromEachSource(t *testing.T) {
 		t.Errorf("secret store: %v", err)
 	}
 }
+
+// TestGitLabRunForJobUser: `gitlab-runner run` of the VM's one runner, its
+// jobs as the runner user (--user), the token in config.toml and never an
+// argument; config.toml's strings are TOML's, whatever they hold; the
+// agent reads the job id from the line the runner logs when it gets one.
+func TestGitLabRunForJobUser(t *testing.T) {
+	got := gitlabRunArgs("/run/hyperfleet/gitlab-runner/config.toml", "/var/lib/hyperfleet/builds", "runner")
+	want := []string{"run", "--config", "/run/hyperfleet/gitlab-runner/config.toml", "--working-directory", "/var/lib/hyperfleet/builds", "--user", "runner"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("args %q, want %q", got, want)
+	}
+	cfg := string(gitlabRunConfig("https://gitlab.example", `vm "1"\x`, "glrt-abc", "/var/lib/builds\n"))
+	for _, line := range []string{"concurrent = 1\n", "[[runners]]\n", `  name = "vm \"1\"\\x"` + "\n", `  url = "https://gitlab.example"` + "\n",
+		`  token = "glrt-abc"` + "\n", `  executor = "shell"` + "\n", `  builds_dir = "/var/lib/builds\u000A"` + "\n", "  limit = 1\n"} {
+		if !strings.Contains(cfg, line) {
+			t.Errorf("config.toml lacks %q:\n%s", line, cfg)
+		}
+	}
+	if id := gitlabJobOf("Checking for jobs... received                       job=9000003 job_name=build repo_url=https://gitlab.example/acme/app.git runner=glrt-1ed89a5e"); id != "9000003" {
+		t.Errorf("job of the received line: %q", id)
+	}
+	if id := gitlabJobOf("Checking for jobs... received"); id != "" {
+		t.Errorf("job of a line without one: %q", id)
+	}
+}

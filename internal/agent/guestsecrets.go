@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
@@ -21,11 +22,25 @@ const guestSecretsPoll = 50 * time.Millisecond
 // secretsFile, under Options.Root) root's alone (0700) before anything can
 // arrive in it: the guest channel creates the file readable by every user
 // of the VM (QEMU's guest agent makes new files 0666). cloud-init's bootcmd
-// made it at boot; the agent makes sure.
+// made it at boot; the agent makes sure, and that it is root's: an image
+// that made it another user's (or a link to elsewhere) would hand that
+// user every file placed in it.
 func prepareSecretsDir(path string, code int) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fail(code, "create %s for the secrets the operator places in the VM: %v", dir, err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fail(code, "make %s private to root: %v", dir, err)
+	}
+	if !fi.IsDir() {
+		return fail(code, "%s, where the operator places the VM's secrets, is not a directory (%s): remove it from the image", dir, fi.Mode().Type())
+	}
+	if runtime.GOOS != "windows" && os.Geteuid() == 0 {
+		if err := os.Lchown(dir, 0, 0); err != nil {
+			return fail(code, "make %s root's: %v", dir, err)
+		}
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return fail(code, "make %s private to root: %v", dir, err)
@@ -126,7 +141,7 @@ func (g *GuestSource) Credential(ctx context.Context) (Credential, error) {
 	if err != nil {
 		return Credential{}, err
 	}
-	cred := Credential{Method: g.Method, JITConfig: doc.JITConfig, RegistrationToken: doc.RegistrationToken, RegistrationURL: doc.RegistrationURL}
+	cred := Credential{Method: g.Method, JITConfig: doc.JITConfig, RegistrationToken: doc.RegistrationToken, RegistrationURL: doc.RegistrationURL, Job: doc.Job}
 	if cred.RegistrationURL == "" {
 		cred.RegistrationURL = g.RegistrationURL
 	}

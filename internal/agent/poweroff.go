@@ -39,7 +39,7 @@ func (a *agent) notifyPowerOff() {
 		return
 	}
 	body, err := json.Marshal(agentconfig.PowerOffNoticeBody{RunnerOnline: a.runnerOnline.Load(), JobStarted: a.jobStarted.Load(),
-		ScriptExitStatus: a.scriptExit, AttestationError: a.attestationError})
+		ScriptExitStatus: a.scriptExit, AttestationError: a.attestationError, GuestRefusal: a.guestRefusal})
 	if err != nil {
 		a.log.Warn("power-off notice not sent", "error", err)
 		return

@@ -270,7 +270,7 @@ func (v *VaultSource) read(ctx context.Context, client *http.Client, token strin
 	if err := sc.Validate(); err != nil {
 		return Credential{}, fmt.Errorf("the credential at %s is not usable: %w", path, err)
 	}
-	return Credential{Method: sc.Method, JITConfig: sc.JITConfig, RegistrationToken: sc.RegistrationToken, RegistrationURL: sc.RegistrationURL}, nil
+	return Credential{Method: sc.Method, JITConfig: sc.JITConfig, RegistrationToken: sc.RegistrationToken, RegistrationURL: sc.RegistrationURL, Job: sc.Job}, nil
 }
 
 func (v *VaultSource) delete(ctx context.Context, client *http.Client, token string) error {

@@ -145,8 +145,8 @@ const (
 	BootstrapAgentToken BootstrapMethod = "agent-token"
 	// BootstrapJobToken is a Buildkite job acquisition token (bkjat_,
 	// platform buildkite): buildkite-agent registers with it and acquires
-	// runner.acquireJob, the one job it is good for. It travels as
-	// BootstrapAgentToken does.
+	// the one job it is good for, which the credential names
+	// (GuestSecrets.job). It travels as BootstrapAgentToken does.
 	BootstrapJobToken BootstrapMethod = "job-token"
 )
 
@@ -239,6 +239,13 @@ type Config struct {
 	// (Proxy); absent: the agent's environment decides, as for any
 	// program.
 	Proxy *Proxy `json:"proxy,omitempty"`
+
+	// jobMayEscalate, optional, is the template's acceptance
+	// (spec.guest.jobMayEscalate) that the job user may become root in
+	// the image even though the bootstrapMethod's credential serves more
+	// than one job (BootstrapMethod.SingleJob): the agent then runs the
+	// job instead of refusing it (ExitJobUserEscalates).
+	JobMayEscalate bool `json:"jobMayEscalate,omitempty"`
 }
 
 // Generic is the work of a VM of platform generic.
@@ -338,6 +345,10 @@ type PowerOffNoticeBody struct {
 	// the SPIRE server whether an agent attested with that token
 	// (docs/identity.md, "A stolen join token").
 	AttestationError string `json:"attestationError,omitempty"`
+	// GuestRefusal, when set, says why the agent refused to run the job
+	// in this VM: GuestRefusalJobUserEscalates. The VM's word, for the
+	// claim's status; the operator's decisions do not rest on it.
+	GuestRefusal string `json:"guestRefusal,omitempty"`
 }
 
 // PowerOffNotice.AttestationError values.
@@ -389,6 +400,11 @@ type GuestSecrets struct {
 	// the config's registrationURL otherwise).
 	RegistrationToken string `json:"registrationToken,omitempty"`
 	RegistrationURL   string `json:"registrationURL,omitempty"`
+	// job is the Buildkite job (UUID) a job acquisition token
+	// (registrationToken, bootstrapMethod job-token) is for: the agent
+	// acquires that job and no other. A warm VM learns its job here, when
+	// its pool binds it one. Empty for every other credential.
+	Job string `json:"job,omitempty"`
 	// expiresAt is when the runner credential stops being usable;
 	// optional.
 	ExpiresAt time.Time `json:"expiresAt,omitzero"`
@@ -451,8 +467,10 @@ type Runner struct {
 	Group string `json:"group,omitempty"`
 
 	// acquireJob is the Buildkite job (UUID) the VM was made for
-	// (bootstrapMethod job-token, and only then): buildkite-agent starts
-	// with --acquire-job and takes that job or none.
+	// (bootstrapMethod job-token, and only then); optional: the job comes
+	// with the credential (GuestSecrets.job), which must then name the
+	// same. buildkite-agent starts with --acquire-job and takes that job
+	// or none.
 	AcquireJob string `json:"acquireJob,omitempty"`
 
 	// software says where the runner package comes from and where it lives.
@@ -801,8 +819,11 @@ func (c *Config) validateBuildkite(bad func(field, format string, args ...any)) 
 			bad("runner.acquireJob", "is set but bootstrapMethod is %q; a job to acquire comes with a %q credential", BootstrapAgentToken, BootstrapJobToken)
 		}
 	case BootstrapJobToken:
-		if !jobUUIDRE.MatchString(c.Runner.AcquireJob) {
-			bad("runner.acquireJob", "%q is not a Buildkite job UUID; bootstrapMethod %q needs the job its token is for", c.Runner.AcquireJob, BootstrapJobToken)
+		// The job comes with the credential (a warm VM's pool binds it one
+		// after it booted); a config that names one must name a UUID, which
+		// the credential's job must then be.
+		if c.Runner.AcquireJob != "" && !jobUUIDRE.MatchString(c.Runner.AcquireJob) {
+			bad("runner.acquireJob", "%q is not a Buildkite job UUID; bootstrapMethod %q takes the job its token is for, or none (the credential names it)", c.Runner.AcquireJob, BootstrapJobToken)
 		}
 	default:
 		bad("bootstrapMethod", "is %q; platform buildkite takes %q (a cluster agent token made for the VM) or %q (a job acquisition token)", c.BootstrapMethod, BootstrapAgentToken, BootstrapJobToken)

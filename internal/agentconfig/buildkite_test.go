@@ -29,7 +29,10 @@ func TestBuildkiteConfigs(t *testing.T) {
 	downloaded.Runner.Software.DownloadSHA256 = strings.Repeat("ab", 32)
 	bound := buildkiteConfig()
 	bound.BootstrapMethod, bound.Runner.AcquireJob = BootstrapJobToken, "0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8d"
-	for name, c := range map[string]Config{"baked into the image": buildkiteConfig(), "downloaded": downloaded, "bound to a job": bound} {
+	// A warm VM: its job comes with the credential (GuestSecrets.job).
+	warm := buildkiteConfig()
+	warm.BootstrapMethod = BootstrapJobToken
+	for name, c := range map[string]Config{"baked into the image": buildkiteConfig(), "downloaded": downloaded, "bound to a job": bound, "warm": warm} {
 		if err := c.Validate(); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
@@ -39,16 +42,16 @@ func TestBuildkiteConfigs(t *testing.T) {
 		mutate func(*Config)
 		want   string
 	}{
-		"a GitHub method":             {func(c *Config) { c.BootstrapMethod = BootstrapJITConfig }, `bootstrapMethod: is "jit-config"; platform buildkite takes "agent-token"`},
-		"a job token without its job": {func(c *Config) { c.BootstrapMethod = BootstrapJobToken }, `runner.acquireJob: "" is not a Buildkite job UUID`},
-		"a job without a job token":   {func(c *Config) { c.Runner.AcquireJob = "0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8d" }, `runner.acquireJob: is set but bootstrapMethod is "agent-token"`},
-		"no endpoint":                 {func(c *Config) { c.RegistrationURL = "" }, "registrationURL: is empty; platform buildkite needs the agent API endpoint"},
-		"a tag without a value":       {func(c *Config) { c.Runner.Labels = []string{"linux"} }, `runner.labels[0]: "linux" is not a Buildkite agent tag`},
-		"no name":                     {func(c *Config) { c.Runner.Name = "" }, `runner.name: "" is not a valid agent name`},
-		"a relative binary directory": {func(c *Config) { c.Runner.Software.InstallPath = "bin" }, "runner.software.installPath"},
-		"no binary name":              {func(c *Config) { c.Runner.Software.RunScript = "" }, "runner.software.runScript"},
-		"GitHub's architecture name":  {func(c *Config) { c.Runner.Software.Arch = "x64" }, `runner.software.arch: is "x64"; must be amd64 or arm64`},
-		"a build path in /usr":        {func(c *Config) { c.Runner.Software.WorkDir = "/usr" }, "runner.software.workDir"},
+		"a GitHub method":                  {func(c *Config) { c.BootstrapMethod = BootstrapJITConfig }, `bootstrapMethod: is "jit-config"; platform buildkite takes "agent-token"`},
+		"a job token with a malformed job": {func(c *Config) { c.BootstrapMethod, c.Runner.AcquireJob = BootstrapJobToken, "42" }, `runner.acquireJob: "42" is not a Buildkite job UUID`},
+		"a job without a job token":        {func(c *Config) { c.Runner.AcquireJob = "0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8d" }, `runner.acquireJob: is set but bootstrapMethod is "agent-token"`},
+		"no endpoint":                      {func(c *Config) { c.RegistrationURL = "" }, "registrationURL: is empty; platform buildkite needs the agent API endpoint"},
+		"a tag without a value":            {func(c *Config) { c.Runner.Labels = []string{"linux"} }, `runner.labels[0]: "linux" is not a Buildkite agent tag`},
+		"no name":                          {func(c *Config) { c.Runner.Name = "" }, `runner.name: "" is not a valid agent name`},
+		"a relative binary directory":      {func(c *Config) { c.Runner.Software.InstallPath = "bin" }, "runner.software.installPath"},
+		"no binary name":                   {func(c *Config) { c.Runner.Software.RunScript = "" }, "runner.software.runScript"},
+		"GitHub's architecture name":       {func(c *Config) { c.Runner.Software.Arch = "x64" }, `runner.software.arch: is "x64"; must be amd64 or arm64`},
+		"a build path in /usr":             {func(c *Config) { c.Runner.Software.WorkDir = "/usr" }, "runner.software.workDir"},
 		"a download into a system dir": {func(c *Config) {
 			c.Runner.Software.DownloadURL, c.Runner.Software.DownloadSHA256 = "https://example.test/a.tar.gz", strings.Repeat("a", 64)
 		}, "runner.software.installPath"},

@@ -106,6 +106,9 @@ type StoredCredential struct {
 	RegistrationToken string `json:"registrationToken,omitempty"`
 	// registrationURL is the URL the runner registers to (runner-token).
 	RegistrationURL string `json:"registrationURL,omitempty"`
+	// job is the Buildkite job (UUID) a job acquisition token is for
+	// (job-token); empty for every other method.
+	Job string `json:"job,omitempty"`
 }
 
 // Validate reports what makes c unusable for its method, naming the JSON
@@ -131,8 +134,8 @@ func (c StoredCredential) Validate() error {
 			errs = append(errs, fmt.Errorf("registrationURL: %w", err))
 		}
 	case BootstrapAgentToken, BootstrapJobToken:
-		// A Buildkite agent token or job acquisition token; the agent API
-		// endpoint (and the job) are in the config, not here.
+		// A Buildkite agent token or job acquisition token (with its job);
+		// the agent API endpoint is in the config, not here.
 		if c.RegistrationToken == "" {
 			errs = append(errs, fmt.Errorf("registrationToken: is empty; method %s needs the Buildkite token", c.Method))
 		}

@@ -24,6 +24,15 @@
 // makes VMs reject the download and power off). Adding a binary needs a
 // restart.
 //
+// Every VM can reach this server and any of them may run a hostile job,
+// so it is bounded like an internet-facing endpoint (internal/httpsserver;
+// docs/security.md, "The agent server's bounds"): connection caps per
+// source address and in all, part of them kept for the broker, the
+// enrollment and the hints, each connection's first request line read
+// before anything else (a path not served here, or a feature no
+// HypervisorCluster configures, is answered 404 and closed there), and
+// every download bounded in time.
+//
 // Every manager replica serves the files (the Server does not need leader
 // election), so a Service in front of all replicas is what VMs reach. The
 // download URL carries the expected checksum (?sha256=): a replica holding
@@ -161,20 +170,26 @@ type Options struct {
 	// connections (defaults 5 s, 10 s, 30 s, 30 s). ReadTimeout is how long
 	// a whole request, body included, may take to arrive: a VM sends a
 	// few hundred bytes. WriteTimeout bounds every answer but a binary's
-	// download, which StallTimeout bounds instead.
+	// download, which StallTimeout and DownloadTimeout bound instead.
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
 	// StallTimeout is how long a download may make no progress (default
-	// 30 s): a slow but moving VM link gets the whole binary however long
-	// it takes, a client that stops reading is cut.
+	// 30 s): a client that stops reading is cut.
 	StallTimeout time.Duration
+	// DownloadTimeout bounds a whole download, progress or not (issue 54,
+	// F4: a client reading a little every 25 s held its connection for
+	// hours); 0: StallTimeout plus the largest binary's size at
+	// MinDownloadRate, 128 KiB/s (DefaultDownloadTimeout). A VM's curl
+	// gives up after 300 s anyway (internal/cloudinit).
+	DownloadTimeout time.Duration
 	// ShutdownTimeout bounds the wait for in-flight downloads when the
 	// manager stops (default 10 s).
 	ShutdownTimeout time.Duration
-	// Limits cap the connections held open: a cap of 0 is the default
-	// (DefaultLimits), a negative one no cap.
+	// Limits cap the connections held open, and keep part of them for
+	// the broker, the enrollment and the hints (Classify): a cap of 0 is
+	// the default (DefaultLimits), a negative one no cap.
 	Limits httpsserver.Limits
 	// Logger logs; the zero value discards.
 	Logger logr.Logger
@@ -193,6 +208,24 @@ type Options struct {
 
 	// PowerOff, when set, receives power-off notices at PowerOffPath.
 	PowerOff PowerOffReceiver
+
+	// BrokerServed and TPMServed, when set, say whether the broker and
+	// the TPM enrollment are served now: whether some HypervisorCluster
+	// configures what they serve (the manager watches them). While not,
+	// their paths are unknown, answered 404 and the connection closed at
+	// the request line, as any other (issue 54, part 5: endpoints mounted
+	// only when their feature is configured). nil: served whenever set.
+	BrokerServed, TPMServed func() bool
+}
+
+// MinDownloadRate is the slowest link DownloadTimeout's default gives the
+// whole binary to: 1 Mbit/s.
+const MinDownloadRate = 128 << 10
+
+// DefaultDownloadTimeout is DownloadTimeout's default for binaries of up
+// to size bytes: the stall timeout plus size at MinDownloadRate.
+func DefaultDownloadTimeout(size int64, stall time.Duration) time.Duration {
+	return stall + time.Duration(size)*time.Second/MinDownloadRate
 }
 
 // BrokerPath is where Options.Broker is served.
@@ -200,18 +233,23 @@ const BrokerPath = "/broker/v1/credential"
 
 // DefaultLimits are the agent server's connection caps (docs/security.md,
 // "The agent server's bounds"). A VM holds one or two connections at a
-// time (its download, its broker request, its power-off notice), and many
-// VMs may reach the server from one NAT address: 128 connections from one
-// address and 256 in all. What each held connection costs the process
-// (about 125 KiB of RSS for a stalled download, measured by test/flood)
-// keeps 256 of them within the flood test's 64 MiB bound. Behind a load
-// balancer every connection comes from the balancer: raise
-// MaxConnsPerAddress to MaxConns there. Each connection's kernel socket
-// buffers are capped at 128 KiB (256 KiB as Linux counts them), so that
-// 256 stalled downloads hold at most 64 MiB of kernel memory (charged to
-// the pod) instead of up to 4 MiB each; a download still moves at 128 KiB
-// per round trip, 12 MiB/s at 10 ms.
-var DefaultLimits = httpsserver.Limits{MaxConns: 256, MaxConnsPerAddress: 128, SocketBuffer: 128 << 10}
+// time (its download, its broker request, its power-off notice): 256 in
+// all, 32 from one address, so that it takes eight addresses, not one or
+// two hostile jobs (issue 54, F4), to hold the cap, while a few VMs behind
+// one NAT address still fit. Of the 256, 32 are a reserve that only the
+// broker, the TPM enrollment and the hints may use (Classify), two per
+// address, so that downloads held long cannot keep a new VM from its
+// credential. What each held connection costs the process (about 125 KiB
+// of RSS for a stalled download, measured by test/flood) keeps 256 of
+// them within the flood test's 64 MiB bound. The per-address cap counts
+// the VMs only where the server sees their addresses: the chart's Service
+// keeps them (externalTrafficPolicy Local); behind a load balancer that
+// does not, raise MaxConnsPerAddress to MaxConns. Each connection's
+// kernel socket buffers are capped at 128 KiB (256 KiB as Linux counts
+// them), so that 256 stalled downloads hold at most 64 MiB of kernel
+// memory (charged to the pod) instead of up to 4 MiB each; a download
+// still moves at 128 KiB per round trip, 12 MiB/s at 10 ms.
+var DefaultLimits = httpsserver.Limits{MaxConns: 256, MaxConnsPerAddress: 32, SocketBuffer: 128 << 10, Reserved: 32, ReservedPerAddress: 2}
 
 // maxHeaderBytes bounds a request's line and headers: a VM sends a URL
 // with a checksum or a claim's name and a bearer token, well under 1 KiB
@@ -282,6 +320,9 @@ func New(opts Options) (*Server, error) {
 	def(&opts.StallTimeout, 30*time.Second)
 	def(&opts.ShutdownTimeout, 10*time.Second)
 	opts.Limits = opts.Limits.Or(DefaultLimits)
+	if err := opts.Limits.Check("agent-server"); err != nil {
+		return nil, fmt.Errorf("agent server: %w", err)
+	}
 	s := &Server{opts: opts, base: base, bins: map[string]*binary{}, ready: make(chan struct{})}
 	if opts.CAFile != "" {
 		// An error is kept for CAError; Start reads the file again.
@@ -291,8 +332,19 @@ func New(opts Options) (*Server, error) {
 		s.Close()
 		return nil, err
 	}
+	if s.opts.DownloadTimeout <= 0 {
+		var largest int64
+		for _, b := range s.bins {
+			largest = max(largest, b.size)
+		}
+		s.opts.DownloadTimeout = DefaultDownloadTimeout(largest, s.opts.StallTimeout)
+	}
 	return s, nil
 }
+
+// DownloadTimeout is how long a download may take in all
+// (Options.DownloadTimeout, or its default for the binaries served).
+func (s *Server) DownloadTimeout() time.Duration { return s.opts.DownloadTimeout }
 
 func checkURL(raw string) (string, error) {
 	u, err := url.Parse(raw)
@@ -485,18 +537,21 @@ func (s *Server) Check(r *http.Request) error {
 
 // Handler serves the binaries and their checksums under PathPrefix, and
 // power-off notices at PowerOffPath when Options.PowerOff is set, and the
-// broker at BrokerPath and the TPM enrollment when there are.
+// broker at BrokerPath and the TPM enrollment when there are and they are
+// served now (Options.BrokerServed, TPMServed: 404 and a closed
+// connection otherwise).
 func (s *Server) Handler() http.Handler {
 	if s.opts.Broker == nil && s.opts.PowerOff == nil && s.opts.TPMEnrollment == nil {
 		return http.HandlerFunc(s.serve)
 	}
 	mux := http.NewServeMux()
 	if s.opts.Broker != nil {
-		mux.Handle(BrokerPath, s.opts.Broker)
+		mux.Handle(BrokerPath, s.whenServed(s.brokerServed, s.opts.Broker))
 	}
 	if s.opts.TPMEnrollment != nil {
-		mux.Handle(agentconfig.TPMEnrollPath, s.opts.TPMEnrollment)
-		mux.Handle(agentconfig.TPMActivatePath, s.opts.TPMEnrollment)
+		enroll := s.whenServed(s.tpmServed, s.opts.TPMEnrollment)
+		mux.Handle(agentconfig.TPMEnrollPath, enroll)
+		mux.Handle(agentconfig.TPMActivatePath, enroll)
 	}
 	if s.opts.PowerOff != nil {
 		mux.HandleFunc(PowerOffPath+"/", s.servePowerOff)
@@ -505,6 +560,47 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("/", s.serve)
 	return mux
+}
+
+// whenServed is h while served says so, else a 404 that closes the
+// connection: the gate answers a connection's first request so
+// (Classify), this the ones after it.
+func (s *Server) whenServed(served func() bool, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !served() {
+			s.notFound(w, r.URL.Path)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) brokerServed() bool {
+	return s.opts.Broker != nil && (s.opts.BrokerServed == nil || s.opts.BrokerServed())
+}
+
+func (s *Server) tpmServed() bool {
+	return s.opts.TPMEnrollment != nil && (s.opts.TPMServed == nil || s.opts.TPMServed())
+}
+
+// Classify says what a request line asks of the server (the gate of
+// httpsserver.Options.Classify): a binary or its checksum (a download,
+// general: it may hold its connection for DownloadTimeout), the broker,
+// the TPM enrollment or a hint (reserved: short, checked by its proof or
+// token before anything else, so they may use the connections kept for
+// them), or nothing served here, which is answered 404 and closed before
+// any header is read. The broker and the enrollment are served only while
+// their feature is configured.
+func (s *Server) Classify(_, path string) httpsserver.RequestClass {
+	switch {
+	case strings.HasPrefix(path, PathPrefix):
+		return httpsserver.RequestGeneral
+	case path == BrokerPath && s.brokerServed(),
+		(path == agentconfig.TPMEnrollPath || path == agentconfig.TPMActivatePath) && s.tpmServed(),
+		s.opts.PowerOff != nil && (path == PowerOffPath || strings.HasPrefix(path, PowerOffPath+"/") || strings.HasPrefix(path, ReadyPath+"/")):
+		return httpsserver.RequestReserved
+	}
+	return httpsserver.RequestUnknown
 }
 
 // BrokerURL is the broker's URL as VMs reach it; empty without a broker.
@@ -685,13 +781,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Disposition", `attachment; filename="`+b.name+`"`)
 	// ServeContent sets Content-Length, answers HEAD without a body and
 	// handles Range and conditional requests. The write deadline follows
-	// progress: a client that stops reading is cut after StallTimeout.
-	http.ServeContent(httpsserver.NewStallWriter(w, s.opts.StallTimeout), r, "", b.modTime, io.NewSectionReader(b.f, 0, b.size))
+	// progress: a client that stops reading is cut after StallTimeout,
+	// and every download after DownloadTimeout.
+	sw := httpsserver.NewStallWriter(w, s.opts.StallTimeout).Until(time.Now().Add(s.opts.DownloadTimeout))
+	http.ServeContent(sw, r, "", b.modTime, io.NewSectionReader(b.f, 0, b.size))
 }
 
+// notFound answers a path the server does not serve, and closes the
+// connection: whoever asks for it is no VM of this operator's.
 func (s *Server) notFound(w http.ResponseWriter, path string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	httpsserver.DropConnection(w)
 	w.WriteHeader(http.StatusNotFound)
 	var names []string
 	for _, n := range s.Binaries() {
@@ -734,12 +835,14 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	return httpsserver.Serve(ctx, httpsserver.Options{
 		Name: "agent server", Server: "agent", Limits: s.opts.Limits, Addr: s.opts.Addr, CertFile: s.opts.CertFile, KeyFile: s.opts.KeyFile,
-		ShutdownTimeout: s.opts.ShutdownTimeout, Status: &s.status, Logger: logger,
+		ShutdownTimeout: s.opts.ShutdownTimeout, Status: &s.status, Logger: logger, Classify: s.Classify,
 	}, srv, func(addr net.Addr) {
 		s.mu.Lock()
 		s.addr = addr
 		s.mu.Unlock()
-		logger.Info("Serving agent binaries", "address", addr.String(), "url", s.base+PathPrefix, "binaries", s.Binaries())
+		logger.Info("Serving agent binaries", "address", addr.String(), "url", s.base+PathPrefix, "binaries", s.Binaries(),
+			"downloadTimeout", s.opts.DownloadTimeout.String(), "maxConns", s.opts.Limits.MaxConns,
+			"maxConnsPerAddress", s.opts.Limits.MaxConnsPerAddress, "reservedConns", s.opts.Limits.Reserved)
 		markReady()
 	})
 }

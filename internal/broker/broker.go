@@ -35,8 +35,10 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -52,6 +54,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
@@ -89,11 +92,18 @@ type Broker struct {
 	// Limiter bounds the credentials minted per second across all VMs
 	// (each one costs CI platform API calls); nil: 10/s, bursts of 20.
 	Limiter *rate.Limiter
+
+	// setup fills in the defaults once (Limiter, refusals' message).
+	setup    sync.Once
+	refusals httpsserver.RefusalLog
 }
 
-// ProofVerifier checks a claim's broker proof (identity.Issuer).
+// ProofVerifier checks a claim's broker proof (identity.Issuer): nil when
+// it is the claim's, identity.ErrWrongProof when it is not, an error
+// wrapping identity.ErrKeyUnavailable when the ownership key it is
+// derived from is gone from the ring.
 type ProofVerifier interface {
-	VerifyBrokerProof(claim *hfv1.MachineClaim, proof string) bool
+	VerifyBrokerProof(claim *hfv1.MachineClaim, proof string) error
 }
 
 // Response is the body of a 200 answer: the credential, in the shape the
@@ -103,6 +113,7 @@ type Response struct {
 	JITConfig         string    `json:"jitConfig,omitempty"`
 	RegistrationToken string    `json:"registrationToken,omitempty"`
 	RegistrationURL   string    `json:"registrationURL,omitempty"`
+	Job               string    `json:"job,omitempty"` // the job of a Buildkite job acquisition token
 	ExpiresAt         time.Time `json:"expiresAt,omitzero"`
 }
 
@@ -121,6 +132,7 @@ const (
 	ReasonNoLiveClaim         = "NoLiveClaim"
 	ReasonNotBootstrapping    = "NotBootstrapping"
 	ReasonBrokerProofInvalid  = "BrokerProofInvalid"
+	ReasonKeyUnavailable      = "OwnershipKeyUnavailable"
 	ReasonIdentityCompromised = "IdentityCompromised"
 	ReasonAlreadyIssued       = "CredentialAlreadyIssued"
 	ReasonBusy                = "Busy"
@@ -129,6 +141,12 @@ const (
 
 // ServeHTTP implements http.Handler.
 func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b.setup.Do(func() {
+		if b.Limiter == nil {
+			b.Limiter = rate.NewLimiter(10, 20)
+		}
+		b.refusals.Message = "Credential broker refused requests (see hyperfleet_broker_requests_total)"
+	})
 	ctx := r.Context()
 	claim, resp, ref := b.handle(ctx, r)
 	if ref == nil {
@@ -137,14 +155,18 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	metrics.BrokerRequests.WithLabelValues(ref.Reason).Inc()
-	log := ctrl.LoggerFrom(ctx).WithValues("remote", r.RemoteAddr, "reason", ref.Reason)
+	kv := []any{"remote", r.RemoteAddr, "message", ref.Message}
 	if claim != nil {
-		log = log.WithValues("MachineClaim", client.ObjectKeyFromObject(claim).String())
+		kv = append(kv, "MachineClaim", client.ObjectKeyFromObject(claim).String())
 		if !ref.Transient() {
 			b.Recorder.Eventf(claim, corev1.EventTypeWarning, "CredentialRefused", "The credential broker refused the VM's request (%s): %s", ref.Reason, ref.Message)
 		}
 	}
-	log.Info("Credential broker refused a request", "message", ref.Message)
+	// Each refusal at debug level, a summary at most every 10 s (issue
+	// 54, F6e: a flood of refusals was a flood of Info lines); a claim's
+	// own refusals are events on it besides.
+	b.refusals.Refused(ctrl.LoggerFrom(ctx), ref.Reason, "Credential broker refused a request", kv...)
+	httpsserver.DropConnection(w)
 	vmanswer.Write(w, ref)
 }
 
@@ -163,7 +185,7 @@ func (b *Broker) handle(ctx context.Context, r *http.Request) (*hfv1.MachineClai
 	}
 	// Limited after the identity checks, so that strangers cannot use up
 	// the VMs' budget.
-	if !b.limiter().Allow() {
+	if !b.Limiter.Allow() {
 		ref := vmanswer.Refuse(http.StatusTooManyRequests, ReasonRateLimited, "too many credentials requested at once; retry shortly")
 		ref.RetryAfter = time.Second
 		return claim, nil, ref
@@ -262,8 +284,11 @@ func (b *Broker) liveClaim(ctx context.Context, id spiffeid.ID, proof, remote st
 	case st.Misuse != nil:
 		return claim, vmanswer.Refuse(http.StatusForbidden, ReasonIdentityCompromised, "the identity %s of MachineClaim %s/%s was used by someone other than its VM (%s); no credential is handed out for it",
 			id, ns, name, st.Misuse.Reason)
-	case b.Proofs == nil || !b.Proofs.VerifyBrokerProof(claim, proof):
-		return claim, b.stolen(ctx, claim, id, proof, remote)
+	}
+	if ref := b.checkProof(ctx, claim, id, proof, remote); ref != nil {
+		return claim, ref
+	}
+	switch {
 	case !claim.DeletionTimestamp.IsZero() || claim.EndRequested() || claim.Status.End != nil:
 		return claim, vmanswer.Refuse(http.StatusForbidden, ReasonNotBootstrapping, "MachineClaim %s/%s is ending", ns, name)
 	case claim.Status.VMRef == nil:
@@ -284,6 +309,25 @@ func (b *Broker) liveClaim(ctx context.Context, id spiffeid.ID, proof, remote st
 		return claim, vmanswer.Refuse(http.StatusForbidden, ReasonNotBootstrapping, "the VMs of HypervisorCluster %s read their runner credential from its secrets store (spec.spire.secretStore), not from the broker", cluster.Name)
 	}
 	return claim, nil
+}
+
+// checkProof refuses a request whose broker proof is not its claim's,
+// which is a stolen identity (stolen); a proof that cannot be checked,
+// its claim's ownership key gone from the ring, is refused without a
+// misuse: the key was removed while the claim was in flight, which is not
+// the VM's doing.
+func (b *Broker) checkProof(ctx context.Context, claim *hfv1.MachineClaim, id spiffeid.ID, proof, remote string) *vmanswer.Refusal {
+	if b.Proofs == nil {
+		return b.stolen(ctx, claim, id, proof, remote)
+	}
+	err := b.Proofs.VerifyBrokerProof(claim, proof)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, identity.ErrWrongProof):
+		return b.stolen(ctx, claim, id, proof, remote)
+	}
+	return vmanswer.Refuse(http.StatusForbidden, ReasonKeyUnavailable, "the broker proof of MachineClaim %s/%s cannot be checked: %v", claim.Namespace, claim.Name, err)
 }
 
 // stolen refuses a valid SVID presented without its claim's broker proof:
@@ -354,7 +398,7 @@ func (b *Broker) deliver(ctx context.Context, claim *hfv1.MachineClaim) (*Respon
 		cred.RunnerName, cred.Method, claim.Status.Identity.SPIFFEID)
 	return &Response{
 		Method: string(cred.Method), JITConfig: jit(cred), RegistrationToken: regToken(cred),
-		RegistrationURL: cred.RegistrationURL, ExpiresAt: cred.ExpiresAt,
+		RegistrationURL: cred.RegistrationURL, Job: cred.Job, ExpiresAt: cred.ExpiresAt,
 	}, nil
 }
 
@@ -426,13 +470,6 @@ func (b *Broker) recordFacts(ctx context.Context, claim *hfv1.MachineClaim, id *
 	}
 	*claim = *after
 	return nil
-}
-
-func (b *Broker) limiter() *rate.Limiter {
-	if b.Limiter == nil {
-		b.Limiter = rate.NewLimiter(10, 20)
-	}
-	return b.Limiter
 }
 
 func (b *Broker) clock() clock.PassiveClock {

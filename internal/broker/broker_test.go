@@ -36,6 +36,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -145,11 +146,25 @@ func newWorld(t *testing.T, objs ...client.Object) *world {
 	}
 	iss := &issuer{}
 	events := record.NewFakeRecorder(100)
-	proofs := &identity.Issuer{Key: bytes.Repeat([]byte{1}, 32), ProofKey: bytes.Repeat([]byte{2}, 32)}
+	proofs := &identity.Issuer{Keys: keyRing(t, 0)}
 	return &world{
 		broker: &Broker{Client: c, Reader: c, Clusters: c, Identity: reg, Issuer: iss, Proofs: proofs, Recorder: events, Limiter: rate.NewLimiter(rate.Inf, 1)},
 		client: c, ca: auth, issuer: iss, events: events, proofs: proofs,
 	}
+}
+
+// keyRing is an ownership key ring of the given key ids.
+func keyRing(t *testing.T, ids ...int) *ownership.Signer {
+	t.Helper()
+	var keys []ownership.Key
+	for _, id := range ids {
+		keys = append(keys, ownership.Key{ID: id, Secret: bytes.Repeat([]byte{byte(1 + id)}, ownership.MinKeyLength)})
+	}
+	r, err := ownership.NewKeyRing("test", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // proofOf is the broker proof the operator placed in the VM of the claim
@@ -195,13 +210,7 @@ func (w *world) call(t *testing.T, method string, peer []*x509.Certificate) (*ht
 // no proof header).
 func (w *world) callWithProof(t *testing.T, method string, peer []*x509.Certificate, proof string) (*httptest.ResponseRecorder, Refusal, Response) {
 	t.Helper()
-	req := httptest.NewRequest(method, "https://operator"+Path, nil)
-	req.TLS = &tls.ConnectionState{PeerCertificates: peer}
-	if proof != "" {
-		req.Header.Set(agentconfig.BrokerProofHeader, proof)
-	}
-	rec := httptest.NewRecorder()
-	w.broker.ServeHTTP(rec, req)
+	rec := serve(w, newRequest(method, peer, proof))
 	var ref Refusal
 	var resp Response
 	if rec.Code == http.StatusOK {
@@ -212,6 +221,24 @@ func (w *world) callWithProof(t *testing.T, method string, peer []*x509.Certific
 		t.Fatalf("refusal body %q: %v", rec.Body.String(), err)
 	}
 	return rec, ref, resp
+}
+
+// newRequest is a VM's request with peer certificates and proof ("": no
+// proof header).
+func newRequest(method string, peer []*x509.Certificate, proof string) *http.Request {
+	req := httptest.NewRequest(method, "https://operator"+Path, nil)
+	req.TLS = &tls.ConnectionState{PeerCertificates: peer}
+	if proof != "" {
+		req.Header.Set(agentconfig.BrokerProofHeader, proof)
+	}
+	return req
+}
+
+// serve has the broker answer req.
+func serve(w *world, req *http.Request) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	w.broker.ServeHTTP(rec, req)
+	return rec
 }
 
 func count(reason string) float64 {

@@ -34,13 +34,20 @@ func TestBuildkiteAgentConfig(t *testing.T) {
 	if cfg.BootstrapMethod != agentconfig.BootstrapJobToken || cfg.Runner.AcquireJob != bound.AcquireJob {
 		t.Fatalf("agent.json of a bound VM: %+v", cfg)
 	}
+	// A warm VM: job-token, and the job comes with the credential.
+	warm := v
+	warm.BootstrapMethod = BootstrapJobToken
+	cfg = renderedAgentConfig(t, warm)
+	if cfg.BootstrapMethod != agentconfig.BootstrapJobToken || cfg.Runner.AcquireJob != "" {
+		t.Fatalf("agent.json of a warm VM: %+v", cfg)
+	}
 	bound.AcquireJob = "42"
 	if _, err := Render(Input{Vars: bound}); err == nil || !strings.Contains(err.Error(), "AcquireJob \"42\" is not a Buildkite job UUID") {
 		t.Errorf("a bound VM with a malformed job: %v", err)
 	}
 
 	v.BootstrapMethod = BootstrapJITConfig
-	if _, err := Render(Input{Vars: v}); err == nil || !strings.Contains(err.Error(), "must be agent-token with Platform buildkite") {
+	if _, err := Render(Input{Vars: v}); err == nil || !strings.Contains(err.Error(), "must be job-token (or agent-token) with Platform buildkite") {
 		t.Errorf("a buildkite VM with a GitHub method: %v", err)
 	}
 }

@@ -250,6 +250,7 @@ func agentConfig(v *Vars) *agentconfig.Config {
 		PowerOffOnFinish: v.PowerOffOnFinish,
 		PowerOffNotify:   v.PowerOffNotify,
 		Proxy:            v.proxy(),
+		JobMayEscalate:   v.JobMayEscalate,
 	}
 	if v.Platform == PlatformBuildkite {
 		// RegistrationURL is the agent API endpoint, Labels the agent's

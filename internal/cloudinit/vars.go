@@ -61,9 +61,10 @@ const (
 	// BootstrapAgentToken is Buildkite's: a cluster agent token made for
 	// the VM (Platform buildkite).
 	BootstrapAgentToken = "agent-token"
-	// BootstrapJobToken is Buildkite's for a claim made for one job
-	// (Vars.AcquireJob): a job acquisition token for that job. Render
-	// sets it when AcquireJob is set; a template never names it.
+	// BootstrapJobToken is Buildkite's: a job acquisition token for the
+	// one job the claim is bound to, when it was made for it
+	// (Vars.AcquireJob) or, for a warm VM, when its pool binds it one (the
+	// credential names the job).
 	BootstrapJobToken = "job-token"
 	// BootstrapRunnerAuthToken is GitLab's: the authentication token of
 	// a runner made for the VM (Platform gitlab-ci).
@@ -240,6 +241,10 @@ type Vars struct {
 	RunnerConfig RunnerConfig
 	// PowerOffOnFinish powers the VM off when its runner exits.
 	PowerOffOnFinish bool
+	// JobMayEscalate is the template's spec.guest.jobMayEscalate: the
+	// agent runs the job even where the job user can become root and the
+	// credential serves more than one job (agentconfig jobMayEscalate).
+	JobMayEscalate bool
 	// PowerOffNotify, when set, is where the agent announces its power-off
 	// (the operator's agent server) with this claim's token
 	// (docs/architecture.md, "Power-off hints"). Per-VM.
@@ -632,8 +637,8 @@ func (v *Vars) checkPlatform() error {
 			return err
 		}
 	case PlatformBuildkite:
-		if v.BootstrapMethod != BootstrapAgentToken {
-			return fmt.Errorf("vars: BootstrapMethod %q must be %s with Platform buildkite", v.BootstrapMethod, BootstrapAgentToken)
+		if v.BootstrapMethod != BootstrapJobToken && v.BootstrapMethod != BootstrapAgentToken {
+			return fmt.Errorf("vars: BootstrapMethod %q must be %s (or %s) with Platform buildkite", v.BootstrapMethod, BootstrapJobToken, BootstrapAgentToken)
 		}
 		if v.AcquireJob != "" && !jobUUIDRE.MatchString(v.AcquireJob) {
 			return fmt.Errorf("vars: AcquireJob %q is not a Buildkite job UUID", v.AcquireJob)

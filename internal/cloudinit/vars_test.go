@@ -21,7 +21,7 @@ var (
 		"NetmaskBitsIPv6", "GatewayIPv6",
 		"DNSServers", "SearchDomains", "HTTPProxy", "HTTPSProxy", "NoProxy", "SPIFFEEnabled", "AttestationMethod", "TrustDomain", "SPIREServerAddress",
 		"TPMDevicePath", "BrokerURL", "SecretStore", "WorkloadMethod", "BootstrapMethod", "RegistrationURL", "RunnerConfig",
-		"PowerOffOnFinish", "AgentDownloadURL", "AgentSHA256", "BootstrapServiceURL", "BootstrapServiceBinary", "Platform", "GenericScript", "GuestOS"}
+		"PowerOffOnFinish", "AgentDownloadURL", "AgentSHA256", "BootstrapServiceURL", "BootstrapServiceBinary", "Platform", "GenericScript", "GuestOS", "JobMayEscalate"}
 )
 
 func TestCanonicalFieldClassification(t *testing.T) {
@@ -146,11 +146,12 @@ func TestCanonicalRenderIsPerTemplate(t *testing.T) {
 	// A change that shapes the VMs changes the canonical bytes.
 	base := Input{Vars: baseVars()}
 	changed := map[string]func(*Input){
-		"user data":     func(in *Input) { in.UserData = "#cloud-config\npackages: [git]\n" },
-		"network mode":  func(in *Input) { in.Vars.IPv6 = true },
-		"dns":           func(in *Input) { in.Vars.DNSServers = List{"192.0.2.99"} },
-		"runner config": func(in *Input) { in.Vars.RunnerConfig.WorkDir = "/work" },
-		"power off":     func(in *Input) { in.Vars.PowerOffOnFinish = false },
+		"user data":        func(in *Input) { in.UserData = "#cloud-config\npackages: [git]\n" },
+		"network mode":     func(in *Input) { in.Vars.IPv6 = true },
+		"dns":              func(in *Input) { in.Vars.DNSServers = List{"192.0.2.99"} },
+		"runner config":    func(in *Input) { in.Vars.RunnerConfig.WorkDir = "/work" },
+		"power off":        func(in *Input) { in.Vars.PowerOffOnFinish = false },
+		"job may escalate": func(in *Input) { in.Vars.JobMayEscalate = true },
 	}
 	ref, err := Render(Input{Vars: base.Vars.Canonical()})
 	if err != nil {

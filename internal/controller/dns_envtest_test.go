@@ -175,7 +175,7 @@ func TestDNSRegistration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, why := machineclaim.DNSRecord(got, testSigner.OperatorID())
+	rec, _, why := machineclaim.DNSRecord(got, testSigner.OperatorID(), nil)
 	if why != "" {
 		t.Fatalf("claim has nothing to register: %s", why)
 	}
@@ -349,7 +349,7 @@ func TestExternalDNSRegistration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, why := machineclaim.DNSRecord(got, testSigner.OperatorID())
+	rec, _, why := machineclaim.DNSRecord(got, testSigner.OperatorID(), nil)
 	if why != "" {
 		t.Fatalf("claim has nothing to register: %s", why)
 	}

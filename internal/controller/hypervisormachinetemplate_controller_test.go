@@ -246,10 +246,12 @@ func TestTemplateAgentUnavailable(t *testing.T) {
 	}
 }
 
-// TestTemplateReusableCredential: a runner-token template of organization
-// scope, or one a RunnerPool of organization scope uses, carries a True
-// ReusableCredential condition (and a warning event) naming the field and
-// jit-config; a jit-config or repository-scoped one carries it False.
+// TestTemplateReusableCredential: a runner-token template, of an
+// organization or of a repository scope, carries a True ReusableCredential
+// condition (reason MultiJobCredential, and a warning event) saying what
+// the token allows and naming jit-config; with an organization scope, on
+// the template or on a RunnerPool using it, the message names that field.
+// A jit-config template carries it False.
 func TestTemplateReusableCredential(t *testing.T) {
 	sim := startSim(t, nil)
 	startOperator(t, operatorOptions{})
@@ -288,14 +290,17 @@ func TestTemplateReusableCredential(t *testing.T) {
 		tm.Spec.Bootstrap.Method = hfv1.BootstrapRunnerToken
 		tm.Spec.Bootstrap.GitHub.Repository, tm.Spec.Bootstrap.GitHub.Organization = "", "octo-org"
 	})
-	waitCredential(org, metav1.ConditionTrue, "spec.bootstrap.github.organization", "jit-config")
-	wantEvents(t, org, string(hfv1.OrganizationRegistrationTokenReason))
+	waitCredential(org, metav1.ConditionTrue, "spec.bootstrap.github.organization (octo-org)", "jit-config")
+	wantEvents(t, org, string(hfv1.MultiJobCredentialReason))
 
+	// A repository's registration token registers any number of runners
+	// of that repository: reusable as well.
 	repo := variant("repo-token", func(tm *hfv1.HypervisorMachineTemplate) {
 		tm.Spec.Bootstrap.Method = hfv1.BootstrapRunnerToken
 		tm.Spec.Bootstrap.GitHub.Organization, tm.Spec.Bootstrap.GitHub.Repository = "", "app"
 	})
-	waitCredential(repo, metav1.ConditionFalse)
+	waitCredential(repo, metav1.ConditionTrue, "registers any number of runners", "jit-config")
+	wantEvents(t, repo, string(hfv1.MultiJobCredentialReason))
 	// A pool narrowing the repository template to an organization makes it
 	// organization-wide.
 	f.create(&hfv1.RunnerPool{
@@ -307,4 +312,13 @@ func TestTemplateReusableCredential(t *testing.T) {
 		},
 	})
 	waitCredential(repo, metav1.ConditionTrue, "RunnerPool org-pool spec.workload.github.organization", "jit-config")
+
+	// A GitLab runner authentication token is multi-job on GitLab's
+	// side, whatever the template says: the condition says what limits it.
+	gl := variant("gitlab", func(tm *hfv1.HypervisorMachineTemplate) {
+		tm.Spec.Bootstrap.Method, tm.Spec.Bootstrap.GitHub = "", nil
+		tm.Spec.Bootstrap.GitLab = &hfv1.GitLabBootstrap{Group: "acme", Credentials: hfv1.GitLabCredentials{Token: hfv1.LocalSecretKeySelector{Name: "gitlab", Key: "token"}}}
+	})
+	waitCredential(gl, metav1.ConditionTrue, "GitLab: a GitLab runner authentication token is multi-job", "paused as soon as its first job is seen",
+		"spec.bootstrap.gitlab.group (acme)")
 }

@@ -317,7 +317,7 @@ func TestEditedPlacementRecordFailsTheClaim(t *testing.T) {
 	claim := w.f.newClaim("forged")
 	placed := waitPlaced(t, claim)
 	rec := placed.Annotations[hfv1.PlacementAnnotation]
-	if !strings.Contains(rec, `"bridge":"vmbr0"`) || !strings.Contains(rec, `"signature":"p1.`) {
+	if !strings.Contains(rec, `"bridge":"vmbr0"`) || !strings.Contains(rec, `"signature":"p2.`) {
 		t.Fatalf("the operator wrote placement record %q, want the authorized bridge and a signature", rec)
 	}
 	// The operator may write the claim between the read and this write:

@@ -70,7 +70,7 @@ func newAttestationWorld(t *testing.T) *attestationWorld {
 	gs := startGitHub(t)
 	w := &attestationWorld{sim: sim, gs: gs, spire: identitytest.NewServer(t, "example.org"),
 		forger: identitytest.NewServer(t, "example.org"), other: identitytest.NewServer(t, "other.org"),
-		proofs: &identity.Issuer{ProofKey: testSigner.DerivedKey("broker proof")}}
+		proofs: &identity.Issuer{Keys: testSigner}}
 	cert, err := selfsigned.New("127.0.0.1", "localhost")
 	if err != nil {
 		t.Fatal(err)

@@ -37,6 +37,7 @@ func (r *RunnerPoolReconciler) load(ctx context.Context, s *poolScope) (phase.Re
 		}
 	}
 	s.claims = poolclaims.Classify(owned, s.hash, machineclaim.RetainsFailed(pool))
+	boundIdleToStarting(s.claims)
 
 	var jobs hfv1.CIJobList
 	if err := r.Client.List(ctx, &jobs, client.InNamespace(pool.Namespace), client.MatchingFields{fieldindex.JobPool: pool.Name}); err != nil {

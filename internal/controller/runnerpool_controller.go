@@ -86,6 +86,9 @@ type RunnerPoolReconciler struct {
 	Providers PoolProviders
 
 	expect poolclaims.Expectations
+	// binds are the jobs bound to warm claims whose binds the cache does
+	// not show yet (runnerpool_bind.go).
+	binds bindExpectations
 }
 
 // JobReportSource is what the in-VM agents' power-off notices said of

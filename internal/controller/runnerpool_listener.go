@@ -88,6 +88,7 @@ func (r *RunnerPoolReconciler) ensureListener(ctx context.Context, s *poolScope)
 	feed, poolCopy, tmplCopy := *ps.Feed, pool.DeepCopy(), s.tmpl.DeepCopy()
 	cfg := feeds.Config{
 		Pool:     key,
+		Host:     ps.Scope.Host,
 		Key:      fmt.Sprintf("%s|%s|%s|%s|%s|%s", ps.Scope, t.CredentialsKey, s.tmpl.Name, feed.Name, feed.Group, strings.Join(feed.Labels, ",")),
 		Capacity: int(pool.Spec.Scaling.MaxReplicas),
 		Open: func(ctx context.Context) (workload.Feed, error) {

@@ -241,12 +241,19 @@ func (s *PoolResync) resyncGroup(ctx context.Context, g *resyncGroup, cands []de
 			return nil
 		}
 		for _, job := range jobs {
+			// The jobs of the scope's account are its host's, whatever
+			// other host's pools name the same owner.
+			job.Host = g.p.Scope().Host
 			queued[job.ID] = true
 			d := demand.Choose(cands, job)
 			if !d.Matched() || recorded[types.NamespacedName{Namespace: d.Pool.Pool.Namespace, Name: hfv1.CIJobName(job.Platform, job.ID)}] {
 				continue
 			}
 			out, err := s.Recorder.Apply(ctx, d.Pool.Pool, workload.JobEvent{Action: "queued", Job: job}, demand.SourceResync)
+			if errors.Is(err, demand.ErrOtherHostsJob) {
+				ctrl.LoggerFrom(ctx).Info("A queued job has the id of another API host's job recorded in its pool's namespace; it is not recorded", "job", job.ID, "repository", job.Repository, "RunnerPool", d.Pool.Pool, "reason", err.Error())
+				continue
+			}
 			if err != nil {
 				return err
 			}
@@ -356,7 +363,7 @@ func (s *PoolResync) advanceRecords(ctx context.Context, g *resyncGroup, records
 		if limit == 0 {
 			break
 		}
-		if !rec.CreationTimestamp.Time.Before(start.Add(-time.Second)) || !g.p.Scope().Contains(rec.Spec.Repository) {
+		if !rec.CreationTimestamp.Time.Before(start.Add(-time.Second)) || rec.Spec.APIHost != g.p.Scope().Host || !g.p.Scope().Contains(rec.Spec.Repository) {
 			continue
 		}
 		switch rec.Status.State {
@@ -371,6 +378,7 @@ func (s *PoolResync) advanceRecords(ctx context.Context, g *resyncGroup, records
 		}
 		limit--
 		job, err := g.p.GetJob(ctx, rec.Spec.Repository, rec.Spec.ID())
+		job.Host = rec.Spec.APIHost
 		switch {
 		case errors.Is(err, workload.ErrNotFound):
 			// The run was deleted: no runner will ever take the job.

@@ -19,9 +19,14 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
 )
 
-// scale decides the pool's size (scaling.Plan) and applies the decision:
-// drift replacement, scale-down of surplus idle claims, and new claims.
+// scale binds queued jobs to the warm claims standing by for one
+// (runnerpool_bind.go), decides the pool's size (scaling.Plan) and applies
+// the decision: drift replacement, scale-down of surplus idle claims, and
+// new claims.
 func (r *RunnerPoolReconciler) scale(ctx context.Context, s *poolScope) (phase.Result, error) {
+	if err := r.bindStandby(ctx, s); err != nil {
+		return phase.Stop(), err
+	}
 	staleStarting, freshStarting := byDrift(s.claims.Starting, s.claims.Stale)
 	staleIdle, freshIdle := byDrift(s.claims.Idle, s.claims.Stale)
 	res := s.schedWake
@@ -101,7 +106,7 @@ func (r *RunnerPoolReconciler) createClaims(ctx context.Context, s *poolScope, n
 		return nil
 	}
 	claims := make([]*hfv1.MachineClaim, n)
-	jobs := unboundJobs(s)
+	jobs := r.unboundJobs(s)
 	for i := range claims {
 		claims[i] = r.newClaim(s)
 		// A new claim for a queued job that no claim is made for yet is
@@ -160,12 +165,17 @@ func (s *poolScope) demandPending() int {
 }
 
 // unboundJobs are the ids of the pool's queued jobs that no live claim of
-// the pool (starting, idle or busy) is made for, oldest first.
-func unboundJobs(s *poolScope) []string {
+// the pool (starting, idle or busy) is made for or bound to, oldest first;
+// a job the pool bound to a warm claim whose bind its cache does not show
+// yet (bindExpectations) is bound.
+func (r *RunnerPoolReconciler) unboundJobs(s *poolScope) []string {
 	if len(s.pending) == 0 {
 		return nil
 	}
-	bound := map[string]bool{}
+	bound := r.binds.pending(client.ObjectKeyFromObject(s.pool), s.listed, s.now)
+	if bound == nil {
+		bound = map[string]bool{}
+	}
 	var live []*hfv1.MachineClaim
 	if pc := s.claims; pc != nil {
 		live = slices.Concat(pc.Starting, pc.Idle, pc.Busy)

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
@@ -17,6 +20,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/demand"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
+	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -65,6 +69,15 @@ func (r *RunnerPoolReconciler) verifyScope(ctx context.Context, s *poolScope) (p
 	scope := ps.Scope
 	if scope.IsZero() {
 		r.scopeNotVerified(s, hfv1.ScopeNotReachableReason, fmt.Sprintf("neither %s (repository or organization) nor %s of HypervisorMachineTemplate %s names a scope; set one", ps.Field, t.Field, s.tmpl.Name))
+		return phase.Next(), nil
+	}
+	if refused, err := r.apiHostsRefused(ctx, s.tmpl, t.APIHosts); err != nil {
+		return phase.Stop(), err
+	} else if refused != "" {
+		// Its credentials are not used at a host the platform team did
+		// not allow: whatever a server there answers vouches for nothing.
+		st.ScopeVerification = nil
+		r.scopeNotVerified(s, hfv1.NotAllowedByClusterReason, refused)
 		return phase.Next(), nil
 	}
 	verifiedBefore := verificationMatches(pool, s.tmpl, t.CredentialsKey, scope)
@@ -147,4 +160,45 @@ func scopeCheckTransient(err error, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return scopeRetry, true
+}
+
+// apiHostsRefused says why the API hosts of tmpl's CI platform
+// credentials (workload.Template.APIHosts) may not be used for tmpl's
+// namespace: the tenancy rules of tmpl's HypervisorCluster allow the
+// platforms' public services and the hosts they list only
+// (tenancy.APIHostViolations); "" when they may. Without rules that admit
+// the namespace (a cluster that is missing, or does not admit it), only the
+// public services are allowed: the template builds no VM then anyway, and
+// no host a tenant chose is called.
+func (r *RunnerPoolReconciler) apiHostsRefused(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, hosts []workload.APIHost) (string, error) {
+	publicOnly := []hfv1.TenancyRule{{}}
+	var cluster hfv1.HypervisorCluster
+	name := tmpl.Spec.HypervisorClusterRef.Name
+	rules, why := publicOnly, ""
+	switch err := r.Client.Get(ctx, client.ObjectKey{Name: name}, &cluster); {
+	case apierrors.IsNotFound(err):
+		why = fmt.Sprintf("HypervisorCluster %s of HypervisorMachineTemplate %s does not exist, so only the CI platforms' public services are allowed", name, tmpl.Name)
+	case err != nil:
+		return "", fmt.Errorf("read HypervisorCluster %s of HypervisorMachineTemplate %s: %w", name, tmpl.Name, err)
+	default:
+		selected, admitted, err := tenancy.RulesFor(ctx, r.Client, &cluster, tmpl.Namespace)
+		switch {
+		case err != nil && !errors.Is(err, tenancy.ErrInvalidSelector):
+			return "", fmt.Errorf("apply the allow-lists of HypervisorCluster %s: %w", name, err)
+		case err == nil && admitted:
+			rules = selected
+		default:
+			why = fmt.Sprintf("HypervisorCluster %s does not admit namespace %s, so only the CI platforms' public services are allowed", name, tmpl.Namespace)
+		}
+	}
+	problems := tenancy.APIHostViolations(rules, hosts)
+	if len(problems) == 0 {
+		return "", nil
+	}
+	if why == "" {
+		why = fmt.Sprintf("HypervisorCluster %s does not allow it in namespace %s (spec.tenancy[].apiHosts)", name, tmpl.Namespace)
+	}
+	return fmt.Sprintf("HypervisorMachineTemplate %s names a CI platform API host that may not be used: %s; %s. Use the platform's public service, "+
+		"or ask the cluster's owner to allow the host; until then the pool's scope is not checked there and the pool receives no jobs",
+		tmpl.Name, strings.Join(problems, "; "), why), nil
 }

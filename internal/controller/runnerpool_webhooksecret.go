@@ -16,9 +16,10 @@ import (
 // WebhookSecrets says how the webhook receiver verifies deliveries about
 // an owner with the secrets it holds now (the manager's webhook Secret).
 type WebhookSecrets interface {
-	// WebhookSecretOf is how deliveries of platform about owner are
-	// verified; false when the receiver takes no webhooks of platform.
-	WebhookSecretOf(platform hfv1.WorkloadType, owner string) (WebhookSecretUse, bool)
+	// WebhookSecretOf is how deliveries of platform from API host
+	// (workload.Scope.Host) about owner are verified; false when the
+	// receiver takes no webhooks of platform from host.
+	WebhookSecretOf(platform hfv1.WorkloadType, host, owner string) (WebhookSecretUse, bool)
 }
 
 // WebhookSecretUse is how the deliveries about one owner are verified.
@@ -83,7 +84,7 @@ func (r *RunnerPoolReconciler) webhookSecretOf(s *poolScope) (WebhookSecretUse, 
 	if !ok || ps.Scope.Owner == "" {
 		return WebhookSecretUse{}, false
 	}
-	return r.WebhookSecrets.WebhookSecretOf(s.pool.Spec.Workload.Type, ps.Scope.Owner)
+	return r.WebhookSecrets.WebhookSecretOf(s.pool.Spec.Workload.Type, ps.Scope.Host, ps.Scope.Owner)
 }
 
 // hasReason reports whether conds holds a condition of type t with reason.

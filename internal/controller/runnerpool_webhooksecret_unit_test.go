@@ -14,7 +14,7 @@ import (
 // secretsSay answers WebhookSecretOf with use for GitHub Actions.
 type secretsSay struct{ use WebhookSecretUse }
 
-func (s secretsSay) WebhookSecretOf(platform hfv1.WorkloadType, _ string) (WebhookSecretUse, bool) {
+func (s secretsSay) WebhookSecretOf(platform hfv1.WorkloadType, _, _ string) (WebhookSecretUse, bool) {
 	return s.use, platform == hfv1.WorkloadGitHubActions
 }
 

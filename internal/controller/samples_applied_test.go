@@ -197,6 +197,18 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 			}
 			_ = unstructured.SetNestedField(u.Object, sim.url, "spec", "endpoint")
 			_ = unstructured.SetNestedMap(u.Object, map[string]any{"fingerprintSHA256": sim.fingerprint}, "spec", "tls")
+			// The simulators stand in for every CI platform host, the
+			// public services included: the tenancy rules allow them
+			// where a sample allows the company's own.
+			rules, _, _ := unstructured.NestedSlice(u.Object, "spec", "tenancy")
+			for i := range rules {
+				if rule, ok := rules[i].(map[string]any); ok {
+					rule["apiHosts"] = []any{strings.TrimPrefix(gs.URL, "https://"), bk.Listener.Addr().String(), gl.Listener.Addr().String()}
+				}
+			}
+			if len(rules) > 0 {
+				_ = unstructured.SetNestedSlice(u.Object, rules, "spec", "tenancy")
+			}
 		case "HypervisorMachineTemplate":
 			_, github, _ := unstructured.NestedMap(u.Object, "spec", "bootstrap", "github")
 			if _, found, _ := unstructured.NestedString(u.Object, "spec", "bootstrap", "github", "apiBaseURL"); github && !found {

@@ -16,11 +16,13 @@ import (
 )
 
 // reportReusableCredential sets the template's ReusableCredential
-// condition: True, with a warning event when it becomes so, when its VMs
-// receive a registration token of organization scope. Such a token
-// registers any number of runners anywhere in the organization for an
-// hour, so a VM that leaks it (a job reading cloud-init's data, a kept
-// disk) leaks more than its own runner (docs/security.md).
+// condition: True, with a warning event when it becomes so, when the
+// credential its VMs receive can serve more than one job on the CI
+// platform's side (workloads.ReusableCredential: the back-end of the
+// template's platform says so, and what limits it). A job that reads such
+// a credential in its VM (from the runner's memory or environment, a kept
+// disk) takes more than its own job with it (docs/security.md, "One job
+// per credential").
 func (r *HypervisorMachineTemplateReconciler) reportReusableCredential(ctx context.Context, s *templateScope) (phase.Result, error) {
 	tmpl := s.tmpl
 	var pools hfv1.RunnerPoolList
@@ -36,9 +38,9 @@ func (r *HypervisorMachineTemplateReconciler) reportReusableCredential(ctx conte
 		return phase.Next(), nil
 	}
 	conditions.Set(&tmpl.Status.Conditions, tmpl.Generation, hfv1.HypervisorMachineTemplateReusableCredentialCondition, metav1.ConditionTrue,
-		hfv1.OrganizationRegistrationTokenReason, msg)
+		hfv1.MultiJobCredentialReason, msg)
 	if !was {
-		r.Recorder.Event(tmpl, corev1.EventTypeWarning, string(hfv1.OrganizationRegistrationTokenReason), conditions.Truncate(msg, 1024))
+		r.Recorder.Event(tmpl, corev1.EventTypeWarning, string(hfv1.MultiJobCredentialReason), conditions.Truncate(msg, 1024))
 	}
 	return phase.Next(), nil
 }

@@ -292,6 +292,9 @@ func TestRouteGitLabJobHooksReadsTags(t *testing.T) {
 		if err != nil {
 			t.Fatalf("delivery %+v: %v", dl, err)
 		}
+		// The receiver stamps a delivery with the host whose secrets
+		// verified it (internal/manager's hostParsers): the simulator's.
+		ev.Job.Host = tt.Scope.Host
 		if !ev.Job.LabelsUnknown || len(ev.Job.Labels) != 0 {
 			t.Fatalf("a Job Hook's job has labels %v (unknown %v); GitLab sends the runner's tags, not the job's", ev.Job.Labels, ev.Job.LabelsUnknown)
 		}
@@ -320,7 +323,7 @@ func TestRouteGitLabJobHooksReadsTags(t *testing.T) {
 		t.Fatalf("routed %d pending deliveries; want one per job", routed)
 	}
 	readers.err = errors.New("no account")
-	if _, err := router.Route(ctx, workload.Job{ID: "1", Platform: hfv1.WorkloadGitLabCI, Repository: "acme/platform/app", LabelsUnknown: true}); err == nil {
+	if _, err := router.Route(ctx, workload.Job{ID: "1", Platform: hfv1.WorkloadGitLabCI, Host: tt.Scope.Host, Repository: "acme/platform/app", LabelsUnknown: true}); err == nil {
 		t.Fatal("a job no pool could read was routed without an error")
 	}
 }

@@ -2,6 +2,7 @@ package demand
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -157,6 +158,18 @@ func checkJob(j workload.Job) error {
 	return nil
 }
 
+// ErrOtherHostsJob: an event about a job whose id is recorded, in the
+// pool's namespace, for a job of another API host.
+var ErrOtherHostsJob = errors.New("a job of that id from another API host is recorded here")
+
+// hostName prints an API host (workload.Scope.Host) for messages.
+func hostName(host string) string {
+	if host == "" {
+		return "the public service"
+	}
+	return host
+}
+
 // merge applies ev to cur and writes it when that changed anything,
 // remembering what it wrote (or read, when nothing changed). A record of
 // another job under the same name (ids that differ only in case, see
@@ -165,6 +178,13 @@ func (r *Recorder) merge(ctx context.Context, pool types.NamespacedName, cur *hf
 	if cur.Spec.Platform != ev.Job.Platform || !strings.EqualFold(cur.Spec.ID(), ev.Job.ID) {
 		return Unchanged, fmt.Errorf("CIJob %s/%s records job %s of %s, not job %s of %s: two jobs whose ids differ only in case cannot both be recorded",
 			cur.Namespace, cur.Name, cur.Spec.ID(), cur.Spec.Platform, ev.Job.ID, ev.Job.Platform)
+	}
+	if cur.Spec.APIHost != ev.Job.Host {
+		// The same id on two instances of a platform is two jobs; one
+		// namespace holds the record of the first seen (CIJobName names no
+		// host), and the other's events never change it.
+		return Unchanged, fmt.Errorf("CIJob %s/%s records job %s of %s, not the job of that id from %s: %w",
+			cur.Namespace, cur.Name, cur.Spec.ID(), hostName(cur.Spec.APIHost), hostName(ev.Job.Host), ErrOtherHostsJob)
 	}
 	was := cur.Status.State
 	if !MergeEvent(cur, ev, source) {
@@ -241,6 +261,7 @@ func NewCIJob(pool types.NamespacedName, ev workload.JobEvent, source string, no
 		},
 		Spec: hfv1.CIJobSpec{
 			Platform:      j.Platform,
+			APIHost:       j.Host,
 			RunID:         max(j.RunID, 0),
 			RunAttempt:    max(j.RunAttempt, 0),
 			Repository:    clipString(j.Repository, maxRepositoryLength),

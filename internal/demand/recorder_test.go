@@ -2,6 +2,7 @@ package demand
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -183,6 +184,43 @@ func TestRecorderOutOfOrder(t *testing.T) {
 	}
 	if got := getJob(t, e.Client, ns, 4242).ResourceVersion; got != rv {
 		t.Fatalf("duplicates changed the record: resourceVersion %s -> %s", rv, got)
+	}
+}
+
+// TestRecorderKeepsHostsApart: a job id is recorded for the API host
+// whose job it is (spec.apiHost), and the events of another host's job of
+// the same id (a GitHub Enterprise Server numbers its jobs as GitHub.com
+// does) never change that record: not through the Recorder's own copy, not
+// after a restart.
+func TestRecorderKeepsHostsApart(t *testing.T) {
+	e := testEnv(t)
+	ctx := context.Background()
+	ns := newNamespace(t, e.Client)
+	pool := nn(ns, "gpu")
+	queued := jobEvent(4243, "queued", workload.JobQueued, "dotcom-1")
+	if out, err := NewRecorder(e.Client, e.Client, nil).Apply(ctx, pool, queued, SourceWebhook); err != nil || out != Created {
+		t.Fatalf("GitHub.com's job: %s, %v", out, err)
+	}
+	ghes := jobEvent(4243, "completed", workload.JobCompleted, "ghes-1")
+	ghes.Job.Host = "ghes.example.com"
+	for name, rec := range map[string]*Recorder{"a new Recorder": NewRecorder(e.Client, e.Client, nil)} {
+		if _, err := rec.Apply(ctx, pool, queued, SourceWebhook); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := rec.Apply(ctx, pool, ghes, SourceWebhook); !errors.Is(err, ErrOtherHostsJob) || out != Unchanged {
+			t.Fatalf("%s: another host's job of the same id: %s, %v; want ErrOtherHostsJob", name, out, err)
+		}
+	}
+	cj := getJob(t, e.Client, ns, 4243)
+	if cj.Spec.APIHost != "" || cj.Status.State != hfv1.CIJobQueued || cj.Status.LastDeliveryID != "dotcom-1" {
+		t.Fatalf("GitHub.com's record after the other host's events: host %q, %+v", cj.Spec.APIHost, cj.Status)
+	}
+	ghes.Job.ID = "4244"
+	if out, err := NewRecorder(e.Client, e.Client, nil).Apply(ctx, pool, ghes, SourceWebhook); err != nil || out != Created {
+		t.Fatalf("the Enterprise Server's job: %s, %v", out, err)
+	}
+	if cj := getJob(t, e.Client, ns, 4244); cj.Spec.APIHost != "ghes.example.com" {
+		t.Fatalf("spec.apiHost %q, want ghes.example.com", cj.Spec.APIHost)
 	}
 }
 

@@ -12,12 +12,19 @@
 //  1. a CI platform back-end serves the pool's spec.workload.type
 //     (pkg/workload's registry) and the pool is not being deleted;
 //
-//  2. the pool's scope contains the job's repository. The back-end reads
-//     the scope from the pool and its template (workload.Pool): for GitHub
-//     Actions, the pool's own spec.workload.github.repository (owner/name)
-//     or .organization when set, else its template's spec.bootstrap.github
-//     scope. A pool whose template is missing is skipped: without it
-//     neither its scope nor its runners' labels are known;
+//  2. the pool's scope holds the job (workload.Scope.HoldsJob): it is on
+//     the API host the job came from (workload.Job.Host: the host whose
+//     webhook secret verified its delivery, or of the pool whose account
+//     read it; the pool's is its template's API host) and contains the
+//     job's repository. The back-end reads the scope from the pool and its
+//     template (workload.Pool): for GitHub Actions, the pool's own
+//     spec.workload.github.repository (owner/name) or .organization when
+//     set, else its template's spec.bootstrap.github scope. A pool whose
+//     template is missing is skipped: without it neither its scope nor its
+//     runners' labels are known. Comparing hosts is what keeps a server a
+//     tenant runs, which "verifies" any owner it is asked about, from
+//     winning another host's jobs (docs/security.md, "The API host is part
+//     of the scope");
 //
 //  3. the pool's runners' labels cover the job's runs-on labels (every job
 //     label is among them, case-insensitively). A runner's labels are
@@ -217,7 +224,7 @@ func (r *Router) readLabels(ctx context.Context, cands []Candidate, job workload
 	var errs []error
 	for i := range cands {
 		c := &cands[i]
-		if c.Platform != job.Platform || !c.Verified || !c.Scope.Contains(job.Repository) {
+		if c.Platform != job.Platform || !c.Verified || !c.Scope.HoldsJob(job) {
 			continue
 		}
 		reader, err := r.jobs.JobReaderFor(ctx, c.Pool)
@@ -349,7 +356,7 @@ func Choose(cands []Candidate, job workload.Job) Decision {
 	var best []Candidate
 	for i := range cands {
 		c := &cands[i]
-		if c.Platform != job.Platform || !c.Scope.Contains(job.Repository) {
+		if c.Platform != job.Platform || !c.Scope.HoldsJob(job) {
 			continue
 		}
 		missing := MissingLabels(c.RunnerLabels, job.Labels)

@@ -68,6 +68,9 @@ type State struct {
 type Config struct {
 	// Pool is the RunnerPool whose demand the listener records.
 	Pool types.NamespacedName
+	// Host is the pool's API host (workload.Scope.Host): the jobs the feed
+	// reports are that host's (workload.Job.Host).
+	Host string
 	// Key identifies the configuration (the feed, its scope and the
 	// credentials' key); Ensure restarts a listener whose Key changed.
 	Key string
@@ -251,6 +254,7 @@ func (l *Listeners) run(ctx context.Context, cfg Config, ln *listener) {
 			l.set(cfg.Pool, ln, func(s *State) { s.FeedID = feed.ID() })
 			log.Info("Listening to the runner scale set", "scaleSetID", feed.ID())
 			err = feed.Listen(ctx, l.Owner, func() int { return int(ln.capacity.Load()) }, func(ctx context.Context, ev workload.FeedEvent) error {
+				ev.Job.Host = cfg.Host
 				l.handle(ctx, cfg.Pool, ln, ev)
 				return nil
 			})

@@ -1,9 +1,12 @@
 // Package httpsserver runs an http.Server over TLS for a controller-runtime
 // runnable, bounded like an internet-facing endpoint: HTTP/1.1 only,
-// connection caps (global and per source address), the certificate
-// reloaded when its files change, a server that waits for a missing or
-// unloadable certificate instead of failing (status.go), a graceful stop
-// when the context ends.
+// connection caps (global and per source address, limits.go), optionally
+// a reserve of them for the requests a server says are reserved and each
+// connection's first request line checked before any header is read
+// (gate.go), refusals logged without flooding the log (refusals.go), the
+// certificate reloaded when its files change, a server that waits for a
+// missing or unloadable certificate instead of failing (status.go), a
+// graceful stop when the context ends.
 // The webhook receiver and the agent server use it (docs/security.md,
 // "The agent server's bounds" and "Webhook intake").
 package httpsserver
@@ -42,6 +45,13 @@ type Options struct {
 	// a readiness check).
 	Status *Status
 	Logger logr.Logger
+	// Classify, when set, says what a request line asks for: Serve then
+	// reads each connection's first request line before net/http reads
+	// any header, answers RequestUnknown with 404 and a close at once,
+	// and lets a connection admitted into the reserve (Limits.Reserved)
+	// carry one RequestReserved request only (gate.go). nil: no gate and
+	// no reserve (the whole cap is general).
+	Classify func(method, path string) RequestClass
 }
 
 // Serve serves srv over TLS on o.Addr until ctx ends, then shuts it down,
@@ -105,9 +115,17 @@ func Serve(ctx context.Context, o Options, srv *http.Server, listening func(net.
 		listening(ln.Addr())
 	}
 
-	ln = LimitListener(ln, o.Limits, o.Server, logger)
+	limits := o.Limits
+	if o.Classify == nil {
+		limits.Reserved = 0
+	}
+	ln = LimitListener(ln, limits, o.Server, logger)
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
+	if o.Classify != nil {
+		go func() { serveErr <- serveGated(srv, ln, o.Classify) }()
+	} else {
+		go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
+	}
 	ready.Set(1)
 	o.Status.set(true, "")
 	select {

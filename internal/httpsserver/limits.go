@@ -1,9 +1,9 @@
 package httpsserver
 
 import (
+	"fmt"
 	"net"
 	"sync"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +32,20 @@ type Limits struct {
 	// Capped, MaxConns x 2 x SocketBuffer (Linux doubles the value set)
 	// bounds it.
 	SocketBuffer int
+	// Reserved is how many of MaxConns are kept for requests the server
+	// classifies as reserved (Options.Classify: the agent server's
+	// credential broker, TPM enrollment and hints), so that downloads,
+	// and whatever else holds connections long, cannot take them: once
+	// MaxConns-Reserved connections are held, a new one is admitted into
+	// the reserve, where its first request must be a reserved one (any
+	// other is answered 503 and the connection closed at its request
+	// line) and it carries that one request only. 0: none. It needs a
+	// MaxConns and a server that classifies requests.
+	Reserved int
+	// ReservedPerAddress caps the reserved connections one source address
+	// holds, so that a few addresses cannot take the reserve either; 0
+	// with a Reserved: 1.
+	ReservedPerAddress int
 }
 
 // Or fills in a server's defaults: a cap of 0 becomes d's, a negative
@@ -50,7 +64,35 @@ func (l Limits) Or(d Limits) Limits {
 	return Limits{
 		MaxConns: pick(l.MaxConns, d.MaxConns), MaxConnsPerAddress: pick(l.MaxConnsPerAddress, d.MaxConnsPerAddress),
 		SocketBuffer: pick(l.SocketBuffer, d.SocketBuffer),
+		Reserved:     pick(l.Reserved, d.Reserved), ReservedPerAddress: pick(l.ReservedPerAddress, d.ReservedPerAddress),
 	}
+}
+
+// Check says what is wrong with l, naming the flags of the server whose
+// prefix is given (such as "agent-server"): a reserve without a global cap
+// to take it from, or as large as it.
+func (l Limits) Check(prefix string) error {
+	switch {
+	case l.Reserved > 0 && l.MaxConns <= 0:
+		return fmt.Errorf("--%s-reserved-conns is %d but --%s-max-conns sets no cap to keep them from: set a cap, or no reserve (-1)", prefix, l.Reserved, prefix)
+	case l.Reserved > 0 && l.Reserved >= l.MaxConns:
+		return fmt.Errorf("--%s-reserved-conns (%d) must be smaller than --%s-max-conns (%d): the reserve is a part of the cap", prefix, l.Reserved, prefix, l.MaxConns)
+	}
+	return nil
+}
+
+// general is how many connections are admitted before the reserve is
+// used: all of MaxConns without one.
+func (l Limits) general() int {
+	if l.Reserved <= 0 || l.MaxConns <= 0 {
+		return l.MaxConns
+	}
+	return l.MaxConns - l.Reserved
+}
+
+// reservedPerAddress is ReservedPerAddress, at least 1.
+func (l Limits) reservedPerAddress() int {
+	return max(1, l.ReservedPerAddress)
 }
 
 // Refusal reasons (the reason label of
@@ -58,17 +100,15 @@ func (l Limits) Or(d Limits) Limits {
 const (
 	ReasonMaxConns           = "max_conns"
 	ReasonMaxConnsPerAddress = "max_conns_per_address"
+	// ReasonReservedPerAddress: the general connections are all held,
+	// and the source address holds its share of the reserve already.
+	ReasonReservedPerAddress = "reserved_per_address"
 )
-
-// refusedLogInterval is the least time between two log lines about
-// refused connections of one server: a flood must not become a flood of
-// log lines.
-const refusedLogInterval = 10 * time.Second
 
 var (
 	connectionsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "hyperfleet", Name: "https_connections_refused_total",
-		Help: "Connections the operator's HTTPS servers (server agent or webhook) closed at once because a connection cap was reached, by reason: max_conns (all clients) or max_conns_per_address (one source address).",
+		Help: "Connections the operator's HTTPS servers (server agent or webhook) closed at once because a connection cap was reached, by reason: max_conns (all clients), max_conns_per_address (one source address) or reserved_per_address (the general connections all held and the address holds its share of the reserve for the agent server's broker, enrollment and hints).",
 	}, []string{"server", "reason"})
 	connectionsOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "hyperfleet", Name: "https_connections_open",
@@ -84,29 +124,32 @@ func init() {
 // connection beyond a cap at once and waits for the next, so that the
 // server never sees it; each refusal is counted in
 // hyperfleet_https_connections_refused_total{server=server} and logged at
-// most once every 10 s (with the number refused since the last line). A
-// connection's place is released when it is closed.
+// debug level, with an Info line at most once every 10 s (with the number
+// refused since the last line: RefusalLog). A connection's place is
+// released when it is closed. A connection admitted into the reserve
+// (Limits.Reserved) says so (Reserved).
 func LimitListener(ln net.Listener, l Limits, server string, logger logr.Logger) net.Listener {
 	return &limitListener{
 		Listener: ln, limits: l, server: server, log: logger,
-		perAddr: map[string]int{}, gauge: connectionsOpen.WithLabelValues(server),
+		perAddr: map[string]int{}, reservedPerAddr: map[string]int{}, gauge: connectionsOpen.WithLabelValues(server),
+		refusals: &RefusalLog{Message: "Refusing connections: a connection cap is reached (see hyperfleet_https_connections_refused_total)"},
 	}
 }
 
 type limitListener struct {
 	net.Listener
-	limits Limits
-	server string
-	log    logr.Logger
-	gauge  prometheus.Gauge
+	limits   Limits
+	server   string
+	log      logr.Logger
+	gauge    prometheus.Gauge
+	refusals *RefusalLog
 
 	mu      sync.Mutex
 	total   int
 	perAddr map[string]int
-	// lastLog is when refusals were last logged, unlogged how many
-	// happened since.
-	lastLog  time.Time
-	unlogged int
+	// reserved and reservedPerAddr count the connections in the reserve.
+	reserved        int
+	reservedPerAddr map[string]int
 }
 
 // Accept implements net.Listener.
@@ -117,7 +160,8 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		addr := sourceAddress(c.RemoteAddr())
-		if reason := l.take(addr); reason != "" {
+		reserved, reason := l.take(addr)
+		if reason != "" {
 			// Counted before the close: whoever sees the connection
 			// closed (a client, a test) finds the refusal counted.
 			l.refused(reason, addr)
@@ -131,31 +175,45 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			_ = tcp.SetReadBuffer(l.limits.SocketBuffer)
 		}
 		l.gauge.Inc()
-		return &limitedConn{Conn: c, release: func() { l.release(addr) }}, nil
+		return &limitedConn{Conn: c, reserved: reserved, release: func() { l.release(addr, reserved) }}, nil
 	}
 }
 
-// take counts a new connection from addr in, or says which cap refuses it.
-func (l *limitListener) take(addr string) (refusedBy string) {
+// take counts a new connection from addr in, in the reserve or not, or
+// says which cap refuses it.
+func (l *limitListener) take(addr string) (reserved bool, refusedBy string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
 	case l.limits.MaxConns > 0 && l.total >= l.limits.MaxConns:
-		return ReasonMaxConns
+		return false, ReasonMaxConns
 	case l.limits.MaxConnsPerAddress > 0 && l.perAddr[addr] >= l.limits.MaxConnsPerAddress:
-		return ReasonMaxConnsPerAddress
+		return false, ReasonMaxConnsPerAddress
+	case l.limits.MaxConns > 0 && l.total-l.reserved >= l.limits.general():
+		if l.reservedPerAddr[addr] >= l.limits.reservedPerAddress() {
+			return false, ReasonReservedPerAddress
+		}
+		reserved = true
+		l.reserved++
+		l.reservedPerAddr[addr]++
 	}
 	l.total++
 	l.perAddr[addr]++
-	return ""
+	return reserved, ""
 }
 
-func (l *limitListener) release(addr string) {
+func (l *limitListener) release(addr string, reserved bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.total--
 	if l.perAddr[addr]--; l.perAddr[addr] <= 0 {
 		delete(l.perAddr, addr)
+	}
+	if reserved {
+		l.reserved--
+		if l.reservedPerAddr[addr]--; l.reservedPerAddr[addr] <= 0 {
+			delete(l.reservedPerAddr, addr)
+		}
 	}
 	l.gauge.Dec()
 }
@@ -170,19 +228,9 @@ func (l *limitListener) held(addr string) (total, fromAddr int) {
 
 func (l *limitListener) refused(reason, addr string) {
 	connectionsRefused.WithLabelValues(l.server, reason).Inc()
-	l.mu.Lock()
-	l.unlogged++
-	now := time.Now()
-	if now.Sub(l.lastLog) < refusedLogInterval {
-		l.mu.Unlock()
-		return
-	}
-	n := l.unlogged
-	l.lastLog, l.unlogged = now, 0
-	l.mu.Unlock()
-	l.log.Info("Refusing connections: a connection cap is reached (see hyperfleet_https_connections_refused_total)",
-		"server", l.server, "reason", reason, "lastSource", addr, "refusedSinceLastLine", n,
-		"maxConns", l.limits.MaxConns, "maxConnsPerAddress", l.limits.MaxConnsPerAddress)
+	l.refusals.Refused(l.log, reason, "Refused a connection: a connection cap is reached",
+		"server", l.server, "source", addr, "maxConns", l.limits.MaxConns, "maxConnsPerAddress", l.limits.MaxConnsPerAddress,
+		"reservedConns", l.limits.Reserved)
 }
 
 // sourceAddress is the IP address a connection comes from, without its
@@ -201,8 +249,10 @@ func sourceAddress(a net.Addr) string {
 // limitedConn releases its place in the caps once, when closed.
 type limitedConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	// reserved: admitted into the reserve (Limits.Reserved).
+	reserved bool
+	once     sync.Once
+	release  func()
 }
 
 func (c *limitedConn) Close() error {

@@ -179,14 +179,26 @@ func TestLimitListenerSocketBuffer(t *testing.T) {
 }
 
 func TestLimitsOr(t *testing.T) {
-	d := Limits{MaxConns: 100, MaxConnsPerAddress: 10}
+	d := Limits{MaxConns: 100, MaxConnsPerAddress: 10, Reserved: 20, ReservedPerAddress: 2}
 	for _, c := range []struct{ in, want Limits }{
 		{Limits{}, d},
-		{Limits{MaxConns: 7}, Limits{MaxConns: 7, MaxConnsPerAddress: 10}},
-		{Limits{MaxConns: -1, MaxConnsPerAddress: -1}, Limits{}},
+		{Limits{MaxConns: 7, Reserved: 3}, Limits{MaxConns: 7, MaxConnsPerAddress: 10, Reserved: 3, ReservedPerAddress: 2}},
+		{Limits{MaxConns: -1, MaxConnsPerAddress: -1, Reserved: -1, ReservedPerAddress: -1}, Limits{}},
 	} {
 		if got := c.in.Or(d); got != c.want {
 			t.Errorf("%+v.Or(%+v) = %+v, want %+v", c.in, d, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		l    Limits
+		want string
+	}{
+		{d, ""},
+		{Limits{Reserved: 3}, "sets no cap"},
+		{Limits{MaxConns: 3, Reserved: 3}, "must be smaller"},
+	} {
+		if err := c.l.Check("agent-server"); (err == nil) != (c.want == "") || err != nil && !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v.Check: %v, want %q", c.l, err, c.want)
 		}
 	}
 }
@@ -194,6 +206,12 @@ func TestLimitsOr(t *testing.T) {
 // startServer runs Serve with handler and limits and returns its address
 // and a TLS config that trusts it.
 func startServer(t *testing.T, handler http.Handler, limits Limits, configure func(*http.Server)) (string, *tls.Config) {
+	t.Helper()
+	return startGated(t, handler, limits, nil, configure)
+}
+
+// startGated is startServer with a request classifier (Options.Classify).
+func startGated(t *testing.T, handler http.Handler, limits Limits, classify func(method, path string) RequestClass, configure func(*http.Server)) (string, *tls.Config) {
 	t.Helper()
 	c, err := selfsigned.New("127.0.0.1")
 	if err != nil {
@@ -212,7 +230,7 @@ func startServer(t *testing.T, handler http.Handler, limits Limits, configure fu
 	done := make(chan error, 1)
 	go func() {
 		done <- Serve(ctx, Options{Name: "test server", Server: "test-" + t.Name(), Limits: limits, Addr: "127.0.0.1:0",
-			CertFile: certFile, KeyFile: keyFile, ShutdownTimeout: time.Second, Logger: logr.Discard()}, srv, func(a net.Addr) { addrs <- a })
+			CertFile: certFile, KeyFile: keyFile, ShutdownTimeout: time.Second, Logger: logr.Discard(), Classify: classify}, srv, func(a net.Addr) { addrs <- a })
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -23,14 +23,18 @@ func DropConnection(w http.ResponseWriter) {
 
 // StallWriter is a ResponseWriter for long responses (downloads) whose
 // write deadline moves with progress: each Write may take up to stall, so
-// a slow client that keeps reading gets the whole response however long it
-// takes, while one that stops reading (a zero TCP window) is cut stall
-// after its last progress, its connection and buffers released. The
-// server's WriteTimeout is replaced for the rest of the request.
+// a slow client that keeps reading gets the whole response, while one that
+// stops reading (a zero TCP window) is cut stall after its last progress,
+// its connection and buffers released. The server's WriteTimeout is
+// replaced for the rest of the request. With an end (Until), no write goes
+// past it however much progress is made: a client that reads a little
+// every so often, enough to keep each write within stall, is cut there
+// too (issue 54, F4: such downloads stayed in progress for hours).
 type StallWriter struct {
 	http.ResponseWriter
 	rc    *http.ResponseController
 	stall time.Duration
+	end   time.Time
 }
 
 // NewStallWriter wraps w with a progress-based write deadline of stall.
@@ -38,13 +42,24 @@ func NewStallWriter(w http.ResponseWriter, stall time.Duration) *StallWriter {
 	return &StallWriter{ResponseWriter: w, rc: http.NewResponseController(w), stall: stall}
 }
 
-// Write extends the write deadline, then writes. io.Copy writes at most
-// 32 KiB at a time, so the deadline asks for about 32 KiB of progress per
-// stall period.
+// Until bounds the whole response: no write goes past end. It returns s.
+func (s *StallWriter) Until(end time.Time) *StallWriter {
+	s.end = end
+	return s
+}
+
+// Write extends the write deadline, up to the end, then writes. io.Copy
+// writes at most 32 KiB at a time, so the deadline asks for about 32 KiB
+// of progress per stall period. Past the end a write fails at once and
+// the server closes the connection.
 func (s *StallWriter) Write(p []byte) (int, error) {
+	deadline := time.Now().Add(s.stall)
+	if !s.end.IsZero() && s.end.Before(deadline) {
+		deadline = s.end
+	}
 	// An error means the writer has no deadlines (httptest's): the
 	// server's WriteTimeout, if any, stays in force.
-	_ = s.rc.SetWriteDeadline(time.Now().Add(s.stall))
+	_ = s.rc.SetWriteDeadline(deadline)
 	return s.ResponseWriter.Write(p)
 }
 

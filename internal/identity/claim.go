@@ -21,29 +21,25 @@ import (
 // Issuer issues, checks and releases the SPIFFE identity of claims' VMs.
 //
 // The join token is never stored, not even in the claim's status: it is
-// derived from the claim's UID with a key only the operator holds (the
-// ownership key, pkg/ownership Signer.DerivedKey), so the operator can
-// place the same token in the VM after a restart, and asking the SPIRE
-// server for a token that exists already changes nothing. A claim gets
-// exactly one token: a VM that fails to attest fails the claim, and its
-// replacement is another claim with another UID.
+// derived from the claim's UID with a key only the operator holds (derived
+// from the ownership key ring, pkg/ownership Signer.DerivedKeyByID, with
+// the key id the claim's status records: keys.go), so the operator can
+// place the same token in the VM after a restart or a key rotation, and
+// asking the SPIRE server for a token that exists already changes nothing.
+// A claim gets exactly one token: a VM that fails to attest fails the
+// claim, and its replacement is another claim with another UID.
 //
 // The broker proof is derived the same way, from the claim's UID with a key
-// of its own (ProofKey), and placed in the running VM with the token. The
-// SPIRE server never sees it, so whoever attests with a join token that
-// leaked from anywhere else (the server's datastore, an old seed, a log)
-// holds the VM's SVID but not its proof, and the broker tells them apart.
+// of its own, and placed in the running VM with the token. The SPIRE server
+// never sees it, so whoever attests with a join token that leaked from
+// anywhere else (the server's datastore, an old seed, a log) holds the VM's
+// SVID but not its proof, and the broker tells them apart.
 type Issuer struct {
-	// Key derives the join tokens.
-	Key []byte
-	// ProofKey derives the broker proofs; a key of its own, so that a
-	// proof says nothing about a token and the other way round.
-	ProofKey []byte
-	// EnrollmentKey derives the TPM enrollment proofs, ActivationKey the
-	// secrets of the TPM credential activation challenges (tpm.go); keys
-	// of their own, like ProofKey.
-	EnrollmentKey []byte
-	ActivationKey []byte
+	// Keys is the ownership key ring the join tokens, broker proofs, TPM
+	// enrollment proofs and TPM activation secrets are derived from, each
+	// with a key of its own (keys.go): a proof says nothing about a token
+	// and the other way round.
+	Keys KeyRing
 	// Install is the install's operator id (ownership.Signer.OperatorID):
 	// the entries carry it as their hint (spire.InstallHint), which is how
 	// the sweep knows its own.
@@ -58,12 +54,9 @@ type Issuer struct {
 	AgentUID int
 }
 
-// errNoKey and errNoProofKey are configuration mistakes of the operator's
-// wiring.
-var (
-	errNoKey      = fmt.Errorf("the identity issuer has no key (of at least %d bytes) to derive join tokens from", spire.MinJoinTokenKeyLen)
-	errNoProofKey = fmt.Errorf("the identity issuer has no key (of at least %d bytes) to derive broker proofs from", spire.MinJoinTokenKeyLen)
-)
+// ErrWrongProof: a proof a VM presented is not the one its claim's key
+// derives.
+var ErrWrongProof = errors.New("the proof is not the claim's")
 
 // Plan is the identity of claim's VM on s: its SPIFFE ID, its agent's
 // alias and its entry id. Recording it in the claim's status comes before
@@ -81,34 +74,57 @@ func Plan(s *Server, claim *hfv1.MachineClaim) (*hfv1.IdentityStatus, error) {
 	return &hfv1.IdentityStatus{SPIFFEID: vm.String(), NodeID: node.String(), EntryID: spire.EntryIDFor(uid)}, nil
 }
 
-// Token is the claim's join token.
-func (i *Issuer) Token(claim *hfv1.MachineClaim) (string, error) {
-	if len(i.Key) < spire.MinJoinTokenKeyLen {
-		return "", errNoKey
+// Plan is the package's Plan with the id of the ownership key the
+// identity's secrets are derived from (the ring's signing key now),
+// recorded with it so that a later key rotation leaves them as they are.
+func (i *Issuer) Plan(s *Server, claim *hfv1.MachineClaim) (*hfv1.IdentityStatus, error) {
+	if i.Keys == nil {
+		return nil, errNoKeyRing
 	}
-	return spire.DeriveJoinToken(i.Key, string(claim.UID), 1), nil
+	plan, err := Plan(s, claim)
+	if err != nil {
+		return nil, err
+	}
+	id := int32(i.Keys.SigningKeyID()) //nolint:gosec // key ids are small (ownership Secret keys hmac-key-<n>)
+	plan.KeyID = &id
+	return plan, nil
 }
 
-// BrokerProof is the claim's broker proof: HMAC-SHA256 with ProofKey over
-// "hyperfleet broker proof", a NUL and the claim's UID, base64url without
-// padding (43 characters).
-func (i *Issuer) BrokerProof(claim *hfv1.MachineClaim) (string, error) {
-	if len(i.ProofKey) < spire.MinJoinTokenKeyLen {
-		return "", errNoProofKey
+// Token is the claim's join token.
+func (i *Issuer) Token(claim *hfv1.MachineClaim) (string, error) {
+	key, _, err := i.key(claim, purposeJoinToken)
+	if err != nil {
+		return "", err
 	}
-	mac := hmac.New(sha256.New, i.ProofKey)
+	return spire.DeriveJoinToken(key, string(claim.UID), 1), nil
+}
+
+// BrokerProof is the claim's broker proof: HMAC-SHA256, with the broker
+// key of the claim's ownership key, over "hyperfleet broker proof", a NUL
+// and the claim's UID, base64url without padding (43 characters).
+func (i *Issuer) BrokerProof(claim *hfv1.MachineClaim) (string, error) {
+	key, _, err := i.key(claim, purposeBroker)
+	if err != nil {
+		return "", err
+	}
+	mac := hmac.New(sha256.New, key)
 	mac.Write([]byte("hyperfleet broker proof\x00" + string(claim.UID)))
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil)), nil
 }
 
-// VerifyBrokerProof reports whether proof is the claim's broker proof,
-// compared in constant time. Without a proof key nothing verifies.
-func (i *Issuer) VerifyBrokerProof(claim *hfv1.MachineClaim, proof string) bool {
+// VerifyBrokerProof checks that proof is the claim's broker proof,
+// compared in constant time: nil when it is, ErrWrongProof when it is not,
+// and an error wrapping ErrKeyUnavailable when the claim's key is gone
+// from the ring (nothing can be checked then; it is not the VM's fault).
+func (i *Issuer) VerifyBrokerProof(claim *hfv1.MachineClaim, proof string) error {
 	want, err := i.BrokerProof(claim)
 	if err != nil {
-		return false
+		return err
 	}
-	return subtle.ConstantTimeCompare([]byte(want), []byte(proof)) == 1
+	if subtle.ConstantTimeCompare([]byte(want), []byte(proof)) != 1 {
+		return ErrWrongProof
+	}
+	return nil
 }
 
 // GuestSecrets is what the operator places in the claim's running VM
@@ -280,6 +296,12 @@ func (i *Issuer) agentOf(s *Server, claim *hfv1.MachineClaim) (spiffeid.ID, bool
 		return id, ok, nil
 	}
 	token, err := i.Token(claim)
+	if errors.Is(err, ErrKeyUnavailable) {
+		// The claim's key was removed from the ring: its agent cannot be
+		// named, but its entries (named by the status) are still deleted,
+		// and a join-token agent without them gets no SVID.
+		return spiffeid.ID{}, false, nil
+	}
 	if err != nil {
 		return spiffeid.ID{}, false, err
 	}

@@ -1,6 +1,7 @@
 package identity_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/identitytest"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 )
 
 func cfg(td, socket string) hfv1.SPIREConfig {
@@ -97,6 +99,21 @@ func TestRegistryRefusesAWrongTrustDomain(t *testing.T) {
 	}
 }
 
+// ring is an ownership key ring of the given key ids, each key made of
+// seed and its id.
+func ring(t *testing.T, seed byte, ids ...int) *ownership.Signer {
+	t.Helper()
+	var keys []ownership.Key
+	for _, id := range ids {
+		keys = append(keys, ownership.Key{ID: id, Secret: bytes.Repeat([]byte{seed + byte(id)}, ownership.MinKeyLength)})
+	}
+	r, err := ownership.NewKeyRing("test", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 func claim(uid string) *hfv1.MachineClaim {
 	return &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "runner-1", UID: types.UID("0b7c" + uid)}}
 }
@@ -110,8 +127,7 @@ func TestIssueAttestRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := make([]byte, 32)
-	iss := &identity.Issuer{Key: key, AgentUID: 0}
+	iss := &identity.Issuer{Keys: ring(t, 3, 0), AgentUID: 0}
 	c := claim("-1")
 	if _, err := iss.Issue(ctx, srv, c, time.Minute, ""); err == nil {
 		t.Fatal("Issue without a recorded identity succeeded")
@@ -201,7 +217,7 @@ func TestIssuerRefusesAnEditedIdentity(t *testing.T) {
 	// status: an identity naming another claim's entry is never acted on.
 	ctx := context.Background()
 	fs, srv := connected(t)
-	iss := &identity.Issuer{Key: make([]byte, 32)}
+	iss := &identity.Issuer{Keys: ring(t, 0, 0)}
 	victim, c := claim("-victim"), claim("-1")
 	plan, _ := identity.Plan(srv, victim)
 	c.Status.Identity = plan
@@ -217,7 +233,7 @@ func TestIssuerRefusesAnEditedIdentity(t *testing.T) {
 		t.Errorf("created for an edited identity: tokens %v entries %v", st.Tokens, st.Entries)
 	}
 	if _, err := (&identity.Issuer{}).Token(c); err == nil {
-		t.Error("an issuer without a key derived a token")
+		t.Error("an issuer without a key ring derived a token")
 	}
 }
 
@@ -349,12 +365,11 @@ func TestLookupReadsOnlyAsAllowed(t *testing.T) {
 }
 
 // TestBrokerProof: the proof is derived from the claim's UID with a key of
-// its own (the same key for tokens and proofs gives different values),
-// stable across calls (so the operator needs to store nothing), distinct
-// per claim, and only the claim's own proof verifies.
+// its own (the token's key gives different values), stable across calls
+// (so the operator needs to store nothing), distinct per claim, and only
+// the claim's own proof verifies.
 func TestBrokerProof(t *testing.T) {
-	key := []byte(strings.Repeat("k", 32))
-	iss := &identity.Issuer{Key: key, ProofKey: []byte(strings.Repeat("p", 32))}
+	iss := &identity.Issuer{Keys: ring(t, 0, 0)}
 	a, b := claim("-a"), claim("-b")
 	pa, err := iss.BrokerProof(a)
 	if err != nil {
@@ -365,21 +380,145 @@ func TestBrokerProof(t *testing.T) {
 	}
 	pb, _ := iss.BrokerProof(b)
 	token, _ := iss.Token(a)
-	sameKey, _ := (&identity.Issuer{Key: key, ProofKey: key}).BrokerProof(a)
-	if pb == pa || strings.Contains(pa, token) || sameKey == token {
-		t.Fatalf("proofs not separate: a %q, b %q, a's token %q, with the token key %q", pa, pb, token, sameKey)
+	if pb == pa || strings.Contains(pa, token) {
+		t.Fatalf("proofs not separate: a %q, b %q, a's token %q", pa, pb, token)
 	}
-	for proof, want := range map[string]bool{pa: true, pb: false, "": false, pa[:42]: false, pa + "x": false} {
-		if got := iss.VerifyBrokerProof(a, proof); got != want {
+	for proof, want := range map[string]error{pa: nil, pb: identity.ErrWrongProof, "": identity.ErrWrongProof, pa[:42]: identity.ErrWrongProof, pa + "x": identity.ErrWrongProof} {
+		if got := iss.VerifyBrokerProof(a, proof); !errors.Is(got, want) || (want == nil) != (got == nil) {
 			t.Errorf("VerifyBrokerProof(%q) = %v, want %v", proof, got, want)
 		}
 	}
-	if (&identity.Issuer{Key: key}).VerifyBrokerProof(a, pa) {
-		t.Error("an issuer without a proof key verified a proof")
+	if err := (&identity.Issuer{}).VerifyBrokerProof(a, pa); err == nil {
+		t.Error("an issuer without a key ring verified a proof")
 	}
 	doc, err := iss.GuestSecrets(a)
 	if err != nil || doc.JoinToken != token || doc.BrokerProof != pa || doc.JITConfig != "" || doc.RegistrationToken != "" {
 		t.Fatalf("GuestSecrets = %+v, %v; want the token and the proof only", doc, err)
+	}
+}
+
+// TestKeyRotationKeepsInFlightSecrets (issue 54, F6a): an identity planned
+// before the ownership key is rotated (a new hmac-key-<n> in the Secret
+// and a restart, docs/security.md, "Ownership keys") records its key, and
+// the operator after the rotation derives the very join token the SPIRE
+// server holds, and accepts the broker proof and the enrollment proof the
+// VM holds, instead of taking them for stolen; a new identity uses the
+// new key. A key removed from the ring is ErrKeyUnavailable, not a wrong
+// proof.
+func TestKeyRotationKeepsInFlightSecrets(t *testing.T) {
+	_, srv := connected(t)
+	before := &identity.Issuer{Keys: ring(t, 0, 0)}
+	c := claim("-inflight")
+	plan, err := before.Plan(srv, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.KeyID == nil || *plan.KeyID != 0 {
+		t.Fatalf("the plan records key %v, want 0", plan.KeyID)
+	}
+	c.Status.Identity = plan
+	c.Status.Identity.TPM = &hfv1.TPMIdentityStatus{}
+	token, _ := before.Token(c)
+	brokerProof, _ := before.BrokerProof(c)
+	enrollProof, err := before.EnrollmentProof(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	after := &identity.Issuer{Keys: ring(t, 0, 0, 1)} // hmac-key-1 added, the operator restarted
+	if again, err := after.Token(c); err != nil || again != token {
+		t.Errorf("the join token after the rotation: %q, %v; want the one the SPIRE server holds, %q", again, err, token)
+	}
+	if err := after.VerifyBrokerProof(c, brokerProof); err != nil {
+		t.Errorf("the VM's broker proof after the rotation: %v", err)
+	}
+	if ref, err := after.VerifyEnrollmentProof(enrollProof); err != nil || ref.KeyID != 0 || ref.UID != string(c.UID) {
+		t.Errorf("the VM's enrollment proof after the rotation: %+v, %v", ref, err)
+	}
+	// A claim planned now uses the new key.
+	fresh := claim("-new")
+	if fresh.Status.Identity, err = after.Plan(srv, fresh); err != nil || *fresh.Status.Identity.KeyID != 1 {
+		t.Fatalf("a new identity after the rotation: %+v, %v; want key 1", fresh.Status.Identity, err)
+	}
+	if newToken, _ := after.Token(fresh); newToken == token {
+		t.Error("two claims derive one token")
+	}
+	// Key 0 removed from the Secret: nothing derives, and that is not a
+	// wrong proof.
+	removed := &identity.Issuer{Keys: ring(t, 0, 1)}
+	if err := removed.VerifyBrokerProof(c, brokerProof); !errors.Is(err, identity.ErrKeyUnavailable) {
+		t.Errorf("the broker proof of a removed key: %v, want %v", err, identity.ErrKeyUnavailable)
+	}
+	if _, err := removed.VerifyEnrollmentProof(enrollProof); !errors.Is(err, identity.ErrKeyUnavailable) {
+		t.Errorf("the enrollment proof of a removed key: %v, want %v", err, identity.ErrKeyUnavailable)
+	}
+}
+
+// TestReleaseWithARemovedKey: a claim whose ownership key was removed
+// from the ring while it was in flight still has its entries deleted at
+// its end (its agent, which only its token names, cannot be); the claim
+// does not wait on a key that will not come back.
+func TestReleaseWithARemovedKey(t *testing.T) {
+	ctx := context.Background()
+	fs, srv := connected(t)
+	before := &identity.Issuer{Keys: ring(t, 0, 0)}
+	c := claim("-1")
+	c.Status.Identity, _ = before.Plan(srv, c)
+	if _, err := before.Issue(ctx, srv, c, time.Minute, ""); err != nil {
+		t.Fatal(err)
+	}
+	removed := &identity.Issuer{Keys: ring(t, 0, 1)}
+	if ok, err := removed.Attested(ctx, srv, c); err != nil || ok {
+		t.Errorf("Attested with the claim's key removed: %v, %v; want false and no error", ok, err)
+	}
+	if err := removed.Release(ctx, srv, c); err != nil {
+		t.Fatalf("Release with the claim's key removed: %v", err)
+	}
+	if st := fs.State(); len(st.Entries) != 0 || len(st.Aliases) != 0 {
+		t.Errorf("left after Release: entries %v aliases %v", st.Entries, st.Aliases)
+	}
+}
+
+// TestEnrollmentProofCoversWhatItNames (issue 54, part 5): the enrollment
+// proof is checked on its own, before anything is read, and its mac covers
+// every part it names: the claim's own proof verifies, while that proof
+// with another namespace, name, UID or key id, or a mac of another claim,
+// does not, so a VM cannot make the operator read another claim with it.
+func TestEnrollmentProofCoversWhatItNames(t *testing.T) {
+	iss := &identity.Issuer{Keys: ring(t, 0, 0, 1)}
+	c, other := claim("-a"), claim("-b")
+	other.Name = "runner-2"
+	proof, err := iss.EnrollmentProof(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherProof, _ := iss.EnrollmentProof(other)
+	ref, err := iss.VerifyEnrollmentProof(proof)
+	if err != nil || ref != (identity.EnrollmentRef{Namespace: "ci", Name: "runner-1", UID: string(c.UID), KeyID: 1}) {
+		t.Fatalf("the claim's own proof: %+v, %v", ref, err)
+	}
+	parts := strings.Split(proof, "/")
+	mac := parts[4]
+	otherMAC := otherProof[strings.LastIndex(otherProof, "/")+1:]
+	for name, forged := range map[string]string{
+		"another namespace":     "prod/runner-1/" + parts[2] + "/1/" + mac,
+		"another name":          "ci/runner-2/" + parts[2] + "/1/" + mac,
+		"another UID":           "ci/runner-1/0b7c-b/1/" + mac,
+		"another key id":        "ci/runner-1/" + parts[2] + "/0/" + mac,
+		"a key id as 01":        "ci/runner-1/" + parts[2] + "/01/" + mac,
+		"another claim's mac":   "ci/runner-1/" + parts[2] + "/1/" + otherMAC,
+		"the old format":        "ci/runner-1/" + parts[2] + "/" + mac,
+		"an extra part":         proof + "/x",
+		"nothing":               "",
+		"an unknown key id":     "ci/runner-1/" + parts[2] + "/7/" + mac,
+		"a truncated mac":       proof[:len(proof)-1],
+		"empty parts":           "////",
+		"a negative key id":     "ci/runner-1/" + parts[2] + "/-1/" + mac,
+		"the mac in the middle": "ci/runner-1/" + mac + "/1/" + parts[2],
+	} {
+		if ref, err := iss.VerifyEnrollmentProof(forged); err == nil {
+			t.Errorf("%s (%q) verified as %+v", name, forged, ref)
+		}
 	}
 }
 
@@ -388,7 +527,7 @@ func TestBrokerProof(t *testing.T) {
 func TestEvict(t *testing.T) {
 	ctx := context.Background()
 	fs, srv := connected(t)
-	iss := &identity.Issuer{Key: make([]byte, 32)}
+	iss := &identity.Issuer{Keys: ring(t, 0, 0)}
 	c := claim("-1")
 	plan, _ := identity.Plan(srv, c)
 	c.Status.Identity = plan

@@ -7,8 +7,9 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/binary"
-	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -25,65 +26,81 @@ import (
 // with is useless without that TPM, whose storage key encrypts the DevID's
 // private part.
 
-var errNoEnrollmentKey = fmt.Errorf("the identity issuer has no key (of at least %d bytes) to derive TPM enrollment proofs from", spire.MinJoinTokenKeyLen)
-
 // UsesTPM reports whether claim's recorded identity attests with its TPM.
 func UsesTPM(claim *hfv1.MachineClaim) bool {
 	return claim.Status.Identity != nil && claim.Status.Identity.TPM != nil
 }
 
 // EnrollmentProof is the claim's TPM enrollment proof:
-// <namespace>/<name>/<uid>/<mac>, the mac an HMAC-SHA256 with
-// EnrollmentKey over "hyperfleet tpm enrollment proof", a NUL and the
-// claim's UID (base64url, no padding). The claim it names is read from the
-// header before any byte of the request's body.
+// <namespace>/<name>/<uid>/<key id>/<mac>, the mac an HMAC-SHA256, with
+// the enrollment key of the ownership key <key id> (the claim's), over
+// "hyperfleet tpm enrollment proof v2" and the namespace, name and UID,
+// each after a NUL (base64url, no padding). The proof names the claim and
+// the key, and its mac covers everything it names, so the enrollment
+// endpoint checks it before it reads anything (VerifyEnrollmentProof): a
+// forged or edited header cannot choose which claim is read.
 func (i *Issuer) EnrollmentProof(claim *hfv1.MachineClaim) (string, error) {
-	mac, err := i.enrollmentMAC(string(claim.UID))
+	key, id, err := i.key(claim, purposeEnrollment)
 	if err != nil {
 		return "", err
 	}
-	return claim.Namespace + "/" + claim.Name + "/" + string(claim.UID) + "/" + mac, nil
+	ref := EnrollmentRef{Namespace: claim.Namespace, Name: claim.Name, UID: string(claim.UID), KeyID: id}
+	return ref.Namespace + "/" + ref.Name + "/" + ref.UID + "/" + strconv.Itoa(id) + "/" + enrollmentMAC(key, ref), nil
 }
 
-func (i *Issuer) enrollmentMAC(uid string) (string, error) {
-	if len(i.EnrollmentKey) < spire.MinJoinTokenKeyLen {
-		return "", errNoEnrollmentKey
-	}
-	mac := hmac.New(sha256.New, i.EnrollmentKey)
-	mac.Write([]byte("hyperfleet tpm enrollment proof\x00" + uid))
-	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil)), nil
+// EnrollmentRef is what an enrollment proof names: the claim, and the
+// ownership key its mac is derived from.
+type EnrollmentRef struct {
+	Namespace, Name, UID string
+	KeyID                int
 }
 
-// ParseEnrollmentProof reads the claim a proof names; it checks nothing.
-func ParseEnrollmentProof(proof string) (namespace, name, uid string, ok bool) {
+func enrollmentMAC(key []byte, ref EnrollmentRef) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte("hyperfleet tpm enrollment proof v2\x00" + ref.Namespace + "\x00" + ref.Name + "\x00" + ref.UID))
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// VerifyEnrollmentProof checks proof on its own, before anything is read
+// for it: its form, its key id (one the ring holds), and its mac over the
+// claim it names, compared in constant time. It returns the claim and key
+// the proof names, which the caller then reads and compares (the UID, the
+// recorded key id). Nothing about the claim is known here, so an error
+// says only which of those failed: ErrWrongProof for a malformed proof or
+// a mac that does not verify, ErrKeyUnavailable for a key the ring does
+// not hold.
+func (i *Issuer) VerifyEnrollmentProof(proof string) (EnrollmentRef, error) {
 	parts := strings.Split(proof, "/")
-	if len(parts) != 4 || parts[0] == "" || parts[1] == "" || parts[2] == "" || parts[3] == "" {
-		return "", "", "", false
+	if len(parts) != 5 || slices.Contains(parts, "") {
+		return EnrollmentRef{}, ErrWrongProof
 	}
-	return parts[0], parts[1], parts[2], true
-}
-
-// VerifyEnrollmentProof reports whether proof is claim's enrollment proof,
-// compared in constant time. Without a key nothing verifies.
-func (i *Issuer) VerifyEnrollmentProof(claim *hfv1.MachineClaim, proof string) bool {
-	want, err := i.EnrollmentProof(claim)
+	id, err := strconv.Atoi(parts[3])
+	if err != nil || id < 0 || strconv.Itoa(id) != parts[3] {
+		return EnrollmentRef{}, ErrWrongProof
+	}
+	ref := EnrollmentRef{Namespace: parts[0], Name: parts[1], UID: parts[2], KeyID: id}
+	key, err := i.keyByID(id, purposeEnrollment)
 	if err != nil {
-		return false
+		return EnrollmentRef{}, err
 	}
-	return subtle.ConstantTimeCompare([]byte(want), []byte(proof)) == 1
+	if subtle.ConstantTimeCompare([]byte(enrollmentMAC(key, ref)), []byte(parts[4])) != 1 {
+		return EnrollmentRef{}, ErrWrongProof
+	}
+	return ref, nil
 }
 
 // ActivationSecret is the secret the credential activation challenge of
-// claim's enrollment e carries: an HMAC-SHA256 with ActivationKey over the
-// claim's UID and every field of e, each length-prefixed. Derived, not
-// stored, so the operator keeps no state between the challenge and the
-// answer, and any replica checks the answer; a different enrollment gets a
-// different secret.
+// claim's enrollment e carries: an HMAC-SHA256, with the activation key of
+// the claim's ownership key, over the claim's UID and every field of e,
+// each length-prefixed. Derived, not stored, so the operator keeps no
+// state between the challenge and the answer, and any replica checks the
+// answer; a different enrollment gets a different secret.
 func (i *Issuer) ActivationSecret(claim *hfv1.MachineClaim, e *tpmdevid.Enrollment) ([]byte, error) {
-	if len(i.ActivationKey) < spire.MinJoinTokenKeyLen {
-		return nil, errors.New("the identity issuer has no key to derive TPM activation secrets from")
+	key, _, err := i.key(claim, purposeActivation)
+	if err != nil {
+		return nil, err
 	}
-	mac := hmac.New(sha256.New, i.ActivationKey)
+	mac := hmac.New(sha256.New, key)
 	mac.Write([]byte("hyperfleet tpm activation\x00"))
 	for _, f := range [][]byte{[]byte(claim.UID), e.EKCertificate, e.AKPublic, e.DevIDPublic, e.CertifyInfo, e.CertifySignature} {
 		var n [8]byte

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -175,6 +176,9 @@ type AgentServerOptions struct {
 	// Limits cap its connections (0: agentserver.DefaultLimits' cap,
 	// negative: none); see docs/security.md, "The agent server's bounds".
 	Limits httpsserver.Limits
+	// DownloadTimeout bounds a whole download (0: derived from the
+	// binaries' size, agentserver.DefaultDownloadTimeout).
+	DownloadTimeout time.Duration
 }
 
 // WebhookOptions configure the webhook server: one HTTPS listener with a
@@ -210,6 +214,16 @@ type WebhookPlatform struct {
 	// (in a one-entry list) means the only back-end that receives
 	// webhooks.
 	Platform hfv1.WorkloadType
+	// APIHost is the API host whose deliveries these secrets verify, as
+	// a template's URL names it (host or host:port, such as
+	// ghes.example.com): a GitHub Enterprise Server, a self-managed
+	// GitLab; empty for the platform's public service. Jobs of its
+	// deliveries route to the pools of that host only. A platform may have
+	// an entry per host; its receiver chooses the entry by the host the
+	// delivery names (workload.WebhookFormat.HostHeader), and takes a
+	// delivery that names none as the public service's, or as its only
+	// entry's.
+	APIHost string
 	// SecretRef, when set, is the Secret holding the webhook secrets
 	// (keys WebhookSecretKey and WebhookOwnerKeyPrefix<owner>): it is
 	// watched, so that a rotated secret takes effect without a restart,
@@ -334,17 +348,16 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Reader: mgr.GetClient(), Signer: opts.Signer, Transitions: transitions, ClaimEvents: claimEvents,
 		Clock: opts.Clock, Elected: mgr.Elected(), Log: mgr.GetLogger().WithName("poweroff-notices"),
 		Jobs: poweroff.NewJobReports(), TokenRefusals: poweroff.NewTokenRefusals(), AttestationErrors: poweroff.NewAttestationErrors(),
+		GuestRefusals: poweroff.NewGuestRefusals(),
 	}
 	// VMs that attest with SPIRE get join tokens derived from the
 	// ownership key (internal/identity) and fetch their credential from
 	// the broker on the agent server.
 	identities := identity.NewRegistry()
 	identities.Dial, identities.ForcedRefreshInterval = opts.SPIREDial, opts.SPIREForcedRefreshInterval
-	issuer := &identity.Issuer{
-		Key: opts.Signer.DerivedKey("spire join token"), ProofKey: opts.Signer.DerivedKey("broker proof"),
-		EnrollmentKey: opts.Signer.DerivedKey("tpm enrollment proof"), ActivationKey: opts.Signer.DerivedKey("tpm activation secret"),
-		Install: opts.Signer.OperatorID(), AgentUID: opts.SPIREAgentUID,
-	}
+	// Each claim's secrets are derived with the ownership key its status
+	// records, so that a key rotation leaves VMs in flight as they are.
+	issuer := &identity.Issuer{Keys: opts.Signer, Install: opts.Signer.OperatorID(), AgentUID: opts.SPIREAgentUID}
 	var credBroker *broker.Broker
 	if ci.credentials != nil && opts.AgentServer != nil {
 		credBroker = &broker.Broker{
@@ -363,7 +376,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 			Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Clusters: mgr.GetClient(), Secrets: mgr.GetClient(),
 			Issuer: issuer, Recorder: mgr.GetEventRecorderFor("tpm-enrollment"), Clock: opts.Clock,
 		}
-		srv, err := newAgentServer(mgr, opts.AgentServer, credBroker, enroll, notices)
+		srv, err := newAgentServer(ctx, mgr, opts.AgentServer, credBroker, enroll, notices)
 		if err != nil {
 			return nil, err
 		}
@@ -439,6 +452,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Notices:           notices,
 		TokenRefusals:     notices.TokenRefusals,
 		AttestationErrors: notices.AttestationErrors,
+		GuestRefusals:     notices.GuestRefusals,
 		Vanished:          sw,
 		DNS:               dnsClusters,
 		Identity:          identities,
@@ -586,13 +600,30 @@ func platformSeams(mgr ctrl.Manager, opts Options, backends *workload.Backends) 
 type webhookParsers []*rotatingParser
 
 // WebhookSecretOf implements controller.WebhookSecrets.
-func (ps webhookParsers) WebhookSecretOf(platform hfv1.WorkloadType, owner string) (controller.WebhookSecretUse, bool) {
+func (ps webhookParsers) WebhookSecretOf(platform hfv1.WorkloadType, host, owner string) (controller.WebhookSecretUse, bool) {
 	for _, p := range ps {
-		if use, ok := p.WebhookSecretOf(platform, owner); ok {
+		if use, ok := p.WebhookSecretOf(platform, host, owner); ok {
 			return use, true
 		}
 	}
 	return controller.WebhookSecretUse{}, false
+}
+
+// byPlatform groups the parsers by platform, each platform's by host, in
+// the order their platforms first appear.
+func (ps webhookParsers) byPlatform() []*hostParsers {
+	var out []*hostParsers
+	seen := map[hfv1.WorkloadType]*hostParsers{}
+	for _, p := range ps {
+		hp := seen[p.platform]
+		if hp == nil {
+			hp = &hostParsers{format: p.receiver.WebhookFormat(), byHost: map[string]*rotatingParser{}}
+			seen[p.platform] = hp
+			out = append(out, hp)
+		}
+		hp.byHost[p.host] = p
+	}
+	return out
 }
 
 // newWebhookParsers builds the parser of each platform in w.Platforms (an
@@ -604,16 +635,21 @@ func newWebhookParsers(ctx context.Context, mgr ctrl.Manager, w *WebhookOptions,
 		return nil, fmt.Errorf("webhooks: name at least one CI platform and its webhook secrets")
 	}
 	var parsers webhookParsers
-	seen := map[hfv1.WorkloadType]bool{}
+	type platformHost struct {
+		platform hfv1.WorkloadType
+		host     string
+	}
+	seen := map[platformHost]bool{}
 	for i := range w.Platforms {
 		p, err := webhookParser(ctx, mgr, &w.Platforms[i], len(w.Platforms) == 1, backends)
 		if err != nil {
 			return nil, err
 		}
-		if seen[p.platform] {
-			return nil, fmt.Errorf("webhooks of workload type %s are configured twice", p.platform)
+		key := platformHost{p.platform, p.host}
+		if seen[key] {
+			return nil, fmt.Errorf("webhooks of workload type %s from %s are configured twice", p.platform, hostName(p.host))
 		}
-		seen[p.platform] = true
+		seen[key] = true
 		parsers = append(parsers, p)
 	}
 	return parsers, nil
@@ -639,7 +675,17 @@ func webhookParser(ctx context.Context, mgr ctrl.Manager, w *WebhookPlatform, on
 		return nil, fmt.Errorf("webhooks: %d CI platforms receive webhooks (%v); name each receiver's platform", len(receivers), receivers)
 	}
 	be, _ := backends.For(receivers[0])
-	parser := &rotatingParser{receiver: be.(workload.WebhookReceiver), platform: receivers[0], allowShared: w.AllowSharedSecret}
+	recv := be.(workload.WebhookReceiver)
+	host := ""
+	if w.APIHost != "" {
+		// Written as templates' URLs are compared (Scope.Host), the
+		// public service's as empty.
+		host = workload.NormalizeHost(w.APIHost)
+		if slices.Contains(recv.WebhookFormat().PublicHosts, host) {
+			host = ""
+		}
+	}
+	parser := &rotatingParser{receiver: recv, platform: receivers[0], host: host, allowShared: w.AllowSharedSecret}
 	if w.SecretRef == nil {
 		if len(w.Secret) == 0 && len(w.OwnerSecrets) == 0 {
 			return nil, fmt.Errorf("the %s webhook receiver needs the webhook secret configured on the CI platform (a fallback secret or one per owner)", parser.platform)
@@ -680,21 +726,22 @@ func newWebhookServer(mgr ctrl.Manager, opts Options, backends *workload.Backend
 	} else {
 		mgr.GetLogger().WithName("webhook").Info("webhook events are recorded without confirmation: a stand-in replaces the CI platforms' accounts")
 	}
-	receivers := make([]*webhook.Receiver, 0, len(parsers))
-	for _, parser := range parsers {
+	platforms := parsers.byPlatform()
+	receivers := make([]*webhook.Receiver, 0, len(platforms))
+	for _, parser := range platforms {
 		recv, err := webhook.NewReceiver(webhook.Options{
-			Format:       parser.receiver.WebhookFormat(),
+			Format:       parser.format,
 			Parser:       parser,
 			Router:       router,
 			Recorder:     recorder,
 			Events:       mgr.GetEventRecorderFor("hyperfleet-webhook"),
 			MaxBodyBytes: w.MaxBodyBytes,
 			MaxInFlight:  w.MaxInFlight,
-			Logger:       mgr.GetLogger().WithName("webhook").WithValues("platform", parser.platform),
+			Logger:       mgr.GetLogger().WithName("webhook").WithValues("platform", parser.format.Label),
 			Clock:        opts.Clock,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("webhook receiver of %s: %w", parser.platform, err)
+			return nil, fmt.Errorf("webhook receiver of %s: %w", parser.format.Label, err)
 		}
 		receivers = append(receivers, recv)
 	}
@@ -715,8 +762,9 @@ func newWebhookServer(mgr ctrl.Manager, opts Options, backends *workload.Backend
 }
 
 // newAgentServer hashes the agent binaries and adds their server to the
-// manager.
-func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions, credBroker *broker.Broker, enroll http.Handler, notices agentserver.PowerOffReceiver) (*agentserver.Server, error) {
+// manager. The broker and the enrollment are served while some
+// HypervisorCluster configures them (vmEndpoints).
+func newAgentServer(ctx context.Context, mgr ctrl.Manager, o *AgentServerOptions, credBroker *broker.Broker, enroll http.Handler, notices agentserver.PowerOffReceiver) (*agentserver.Server, error) {
 	var missing []string
 	for _, f := range []struct{ name, value string }{
 		{"Addr", o.Addr}, {"CertFile", o.CertFile}, {"KeyFile", o.KeyFile}, {"Dir", o.Dir}, {"URL", o.URL},
@@ -728,9 +776,14 @@ func newAgentServer(mgr ctrl.Manager, o *AgentServerOptions, credBroker *broker.
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("the agent server needs %s", strings.Join(missing, ", "))
 	}
+	endpoints, err := watchVMEndpoints(ctx, mgr)
+	if err != nil {
+		return nil, err
+	}
 	so := agentserver.Options{
 		Dir: o.Dir, URL: o.URL, CAFile: o.CAFile, Addr: o.Addr, CertFile: o.CertFile, KeyFile: o.KeyFile,
 		Logger: mgr.GetLogger().WithName("agent-server"), PowerOff: notices, Limits: o.Limits, TPMEnrollment: enroll,
+		DownloadTimeout: o.DownloadTimeout, BrokerServed: endpoints.Broker, TPMServed: endpoints.TPM,
 	}
 	if credBroker != nil {
 		so.Broker = credBroker

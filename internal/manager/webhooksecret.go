@@ -104,9 +104,12 @@ func sharedSecretRefused(what, remove string) error {
 // verify. Secrets given as options (no Secret) are set once.
 type rotatingParser struct {
 	receiver workload.WebhookReceiver
-	// platform is the workload type whose webhooks it parses; source
-	// names where its secrets come from, for the pools' conditions.
+	// platform is the workload type whose webhooks it parses, and host
+	// the API host whose deliveries its secrets verify (workload.Scope's
+	// Host: empty for the public service); source names where its secrets
+	// come from, for the pools' conditions.
 	platform hfv1.WorkloadType
+	host     string
 	source   string
 	// allowShared accepts the fallback secret (AllowSharedSecretFlag).
 	allowShared bool
@@ -114,13 +117,52 @@ type rotatingParser struct {
 	secrets     atomic.Pointer[WebhookSecrets]
 }
 
-// Parse implements workload.WebhookParser.
+// Parse implements workload.WebhookParser. A delivery its secrets verify
+// is the host's: its job is stamped with the host (workload.Job.Host), so
+// it routes to that host's pools only.
 func (p *rotatingParser) Parse(h http.Header, body []byte) (workload.JobEvent, error) {
 	cur := p.current.Load()
 	if cur == nil {
 		return workload.JobEvent{}, workload.ErrWebhookNotConfigured
 	}
-	return (*cur).Parse(h, body)
+	ev, err := (*cur).Parse(h, body)
+	ev.Job.Host = p.host
+	return ev, err
+}
+
+// hostParsers are one platform's parsers, one per API host whose
+// deliveries the receiver takes. A delivery names its host in the
+// platform's header (workload.WebhookFormat.HostHeader); that only chooses
+// whose secrets verify it, and a delivery is a host's only once that
+// host's secrets verified it (docs/security.md, "The API host is part of
+// the scope"). One that names no host is the public service's, or the
+// only host's when the receiver has one.
+type hostParsers struct {
+	format workload.WebhookFormat
+	byHost map[string]*rotatingParser
+}
+
+// Parse implements workload.WebhookParser.
+func (hp *hostParsers) Parse(h http.Header, body []byte) (workload.JobEvent, error) {
+	host, named := hp.format.DeliveryHost(h)
+	p := hp.byHost[host]
+	if p == nil && !named && len(hp.byHost) == 1 {
+		for _, only := range hp.byHost {
+			p = only
+		}
+	}
+	if p == nil {
+		return workload.JobEvent{}, fmt.Errorf("%w: %s", workload.ErrUnknownHost, hostName(host))
+	}
+	return p.Parse(h, body)
+}
+
+// hostName prints a Scope.Host for messages.
+func hostName(host string) string {
+	if host == "" {
+		return "the public service"
+	}
+	return host
 }
 
 // set installs the parser of secrets; nil refuses every delivery.
@@ -137,8 +179,8 @@ func (p *rotatingParser) set(secrets *WebhookSecrets) {
 
 // WebhookSecretOf implements controller.WebhookSecrets: how the receiver
 // verifies deliveries about owner with the secrets it holds now.
-func (p *rotatingParser) WebhookSecretOf(platform hfv1.WorkloadType, owner string) (controller.WebhookSecretUse, bool) {
-	if platform != p.platform {
+func (p *rotatingParser) WebhookSecretOf(platform hfv1.WorkloadType, host, owner string) (controller.WebhookSecretUse, bool) {
+	if platform != p.platform || host != p.host {
 		return controller.WebhookSecretUse{}, false
 	}
 	// The keys whose secrets verify deliveries about owner: its own

@@ -19,6 +19,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/controller"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab/gitlabsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -207,11 +208,11 @@ func TestSharedWebhookSecretNeedsOptIn(t *testing.T) {
 		"octo-org": {Loaded: true, Shared: true, Source: "Secret default/shared-webhook", OwnKey: "owner.octo-org", SharedKey: "webhook-secret"},
 		"ACME":     {Loaded: true, Own: true, Source: "Secret default/shared-webhook", OwnKey: "owner.acme", SharedKey: "webhook-secret"},
 	} {
-		if got, ok := accepted.WebhookSecretOf(hfv1.WorkloadGitHubActions, owner); !ok || got != want {
+		if got, ok := accepted.WebhookSecretOf(hfv1.WorkloadGitHubActions, "", owner); !ok || got != want {
 			t.Errorf("WebhookSecretOf(%s) = %+v, %v; want %+v", owner, got, ok, want)
 		}
 	}
-	if _, ok := accepted.WebhookSecretOf("gitlab-ci", "octo-org"); ok {
+	if _, ok := accepted.WebhookSecretOf("gitlab-ci", "", "octo-org"); ok {
 		t.Error("the receiver answered for another platform's webhooks")
 	}
 
@@ -233,7 +234,7 @@ func TestSharedWebhookSecretNeedsOptIn(t *testing.T) {
 	if _, err := w.Reconcile(ctx, ctrl.Request{NamespacedName: key}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := later.WebhookSecretOf(hfv1.WorkloadGitHubActions, "octo-org"); got.Shared || !got.Loaded {
+	if got, _ := later.WebhookSecretOf(hfv1.WorkloadGitHubActions, "", "octo-org"); got.Shared || !got.Loaded {
 		t.Errorf("after an edit adding the fallback without the opt-in: %+v; want the last valid secrets (no fallback)", got)
 	}
 }
@@ -268,7 +269,7 @@ func TestSharedWebhookSecretOptionNeedsOptIn(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if got, ok := p.WebhookSecretOf(hfv1.WorkloadGitHubActions, "octo-org"); !ok || got != tc.want {
+		if got, ok := p.WebhookSecretOf(hfv1.WorkloadGitHubActions, "", "octo-org"); !ok || got != tc.want {
 			t.Errorf("%s: WebhookSecretOf = %+v, %v; want %+v", name, got, ok, tc.want)
 		}
 	}
@@ -308,7 +309,7 @@ func TestWebhookParsersPerPlatform(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(parsers) != 2 || parsers[0].receiver.WebhookFormat().Path == parsers[1].receiver.WebhookFormat().Path {
+	if len(parsers) != 2 || len(parsers.byPlatform()) != 2 || parsers[0].receiver.WebhookFormat().Path == parsers[1].receiver.WebhookFormat().Path {
 		t.Fatalf("parsers: %d, want 2 at distinct paths", len(parsers))
 	}
 	for _, tc := range []struct {
@@ -321,12 +322,12 @@ func TestWebhookParsersPerPlatform(t *testing.T) {
 		{hfv1.WorkloadGitLabCI, "platform/ci", true},
 		{hfv1.WorkloadGitLabCI, "octo-org", false},
 	} {
-		use, ok := parsers.WebhookSecretOf(tc.platform, tc.owner)
+		use, ok := parsers.WebhookSecretOf(tc.platform, "", tc.owner)
 		if !ok || !use.Loaded || use.Own != tc.own {
 			t.Errorf("WebhookSecretOf(%s, %s) = %+v, %v; want loaded, own %v", tc.platform, tc.owner, use, ok, tc.own)
 		}
 	}
-	if _, ok := parsers.WebhookSecretOf(hfv1.WorkloadBuildkite, "octo-org"); ok {
+	if _, ok := parsers.WebhookSecretOf(hfv1.WorkloadBuildkite, "", "octo-org"); ok {
 		t.Error("a platform whose webhooks are not received reported a secret")
 	}
 	for name, platforms := range map[string][]WebhookPlatform{
@@ -368,9 +369,82 @@ func TestWebhookSecretOfGitLabGroups(t *testing.T) {
 		{"acme/platformx", "owner.acme..platformx", false, true},
 		{"", "", false, true},
 	} {
-		use, ok := p.WebhookSecretOf(hfv1.WorkloadGitLabCI, tc.owner)
+		use, ok := p.WebhookSecretOf(hfv1.WorkloadGitLabCI, "", tc.owner)
 		if !ok || !use.Loaded || use.OwnKey != tc.key || use.Own != tc.own || use.Shared != tc.shared {
 			t.Errorf("WebhookSecretOf(%q) = %+v, %v; want key %q, own %v, shared %v", tc.owner, use, ok, tc.key, tc.own, tc.shared)
 		}
+	}
+}
+
+// TestWebhookHostsChooseTheSecrets: a platform's receiver takes the
+// deliveries of each API host it holds secrets for, chosen by the host the
+// delivery names (GitHub Enterprise Server's X-GitHub-Enterprise-Host) and
+// verified with that host's secrets only; the job is stamped with the host,
+// which routing compares with the pools' (internal/demand). A delivery that
+// names another host is refused before any secret is tried, and one whose
+// header is changed to another host no longer verifies: the header chooses,
+// the secret decides.
+func TestWebhookHostsChooseTheSecrets(t *testing.T) {
+	backends := githubsimtest.Backends(t, nil)
+	be, _ := backends.For(hfv1.WorkloadGitHubActions)
+	recv := be.(workload.WebhookReceiver)
+	parser := func(host, secret string) *rotatingParser {
+		p := &rotatingParser{receiver: recv, platform: hfv1.WorkloadGitHubActions, host: host}
+		p.set(&WebhookSecrets{Owners: map[string][]byte{"octo-org": []byte(secret)}})
+		return p
+	}
+	hosts := webhookParsers{parser("", "dotcom"), parser("ghes.example.com", "ghes")}.byPlatform()
+	if len(hosts) != 1 {
+		t.Fatalf("%d receivers for one platform", len(hosts))
+	}
+	hp := hosts[0]
+	body := []byte(`{"action":"queued","workflow_job":{"id":4242,"run_id":1,"labels":["self-hosted"],"status":"queued"},"repository":{"full_name":"octo-org/app","owner":{"login":"octo-org"}}}`)
+	deliver := func(hostHeader, secret string) (workload.JobEvent, error) {
+		h := http.Header{}
+		h.Set("X-GitHub-Event", "workflow_job")
+		h.Set("X-GitHub-Delivery", "d-1")
+		h.Set("X-Hub-Signature-256", githubsim.SignPayload(secret, body))
+		if hostHeader != "" {
+			h.Set("X-GitHub-Enterprise-Host", hostHeader)
+		}
+		return hp.Parse(h, body)
+	}
+	for _, tc := range []struct {
+		name, header, secret string
+		host                 string
+		err                  error
+	}{
+		{name: "GitHub.com", secret: "dotcom", host: ""},
+		{name: "the Enterprise Server", header: "GHES.example.com", secret: "ghes", host: "ghes.example.com"},
+		{name: "GitHub.com's delivery claiming the Enterprise Server", header: "ghes.example.com", secret: "dotcom", err: workload.ErrBadSignature},
+		{name: "the Enterprise Server's delivery claiming GitHub.com", secret: "ghes", err: workload.ErrBadSignature},
+		{name: "a host without secrets", header: "evil.example.net", secret: "dotcom", err: workload.ErrUnknownHost},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev, err := deliver(tc.header, tc.secret)
+			switch {
+			case tc.err != nil && !errors.Is(err, tc.err):
+				t.Fatalf("err = %v, want %v", err, tc.err)
+			case tc.err == nil && err != nil:
+				t.Fatal(err)
+			case tc.err == nil && ev.Job.Host != tc.host:
+				t.Fatalf("job stamped with host %q, want %q", ev.Job.Host, tc.host)
+			}
+		})
+	}
+	// One host only: a delivery naming none is that host's (a Buildkite
+	// receiver, a test world's simulator); one naming another is not.
+	only := webhookParsers{parser("ghes.example.com", "ghes")}.byPlatform()[0]
+	hp = only
+	if ev, err := deliver("", "ghes"); err != nil || ev.Job.Host != "ghes.example.com" {
+		t.Fatalf("a delivery naming no host to a one-host receiver: %+v, %v", ev.Job, err)
+	}
+	if _, err := deliver("other.example.com", "ghes"); !errors.Is(err, workload.ErrUnknownHost) {
+		t.Fatalf("a delivery naming another host to a one-host receiver: %v", err)
+	}
+	// Pools learn how their owner's deliveries are verified per host.
+	ps := webhookParsers{parser("", "dotcom")}
+	if _, ok := ps.WebhookSecretOf(hfv1.WorkloadGitHubActions, "ghes.example.com", "octo-org"); ok {
+		t.Error("a host the receiver holds no secrets for reported a secret")
 	}
 }

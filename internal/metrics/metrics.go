@@ -356,6 +356,14 @@ var (
 		Namespace: namespace, Name: "runners_deregistered_total",
 		Help: "Runners removed from the CI platform when their claim went (already-gone runners included).",
 	})
+
+	// RunnersSealed counts runners sealed to the job they took, on CI
+	// platforms whose runner credential is multi-job (workload.Sealer),
+	// by platform (workload type).
+	RunnersSealed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: namespace, Name: "runners_sealed_total",
+		Help: "Runners the operator paused at their first job, so that their multi-job credential gets no other job, by platform.",
+	}, []string{"platform"})
 )
 
 func init() {
@@ -363,7 +371,7 @@ func init() {
 		ClaimPhaseSeconds, ClaimsStuck, ClaimTransitions, ClaimErrors, ReservationsRejected, PlacementRecordsRejected, ClaimsVanished, ClaimsForceDeleted, ClaimsDisowned, PowerOffToDestroyed, CreatedToCloneRequest,
 		PowerOffHints, ReadyHints, GuestSecretsDelivered, VMsInTransition,
 		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
-		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, WebhookSecretReloads, WebhookConfirmations, BrokerRequests, TPMEnrollmentRequests, AttestationFailures,
+		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, RunnersSealed, WebhookSecretReloads, WebhookConfirmations, BrokerRequests, TPMEnrollmentRequests, AttestationFailures,
 		SPIREBundleReads, IdentityMisuse, DNSReady, DNSUpdates, OrphanDNSFound, OrphanDNSRemoved, OrphanIdentitiesFound, OrphanIdentitiesRemoved,
 		NetworkValidations, NetworkValidationSeconds,
 	)

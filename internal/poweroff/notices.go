@@ -51,10 +51,12 @@ type Notices struct {
 	ClaimEvents chan<- event.GenericEvent
 	// Jobs, when set, keeps what notices say of their runner's job;
 	// TokenRefusals, those that say the VM's join token was refused;
-	// AttestationErrors, every attestation error a VM reports.
+	// AttestationErrors, every attestation error a VM reports;
+	// GuestRefusals, the VMs whose agent refused to run the job.
 	Jobs              *JobReports
 	TokenRefusals     *TokenRefusals
 	AttestationErrors *AttestationErrors
+	GuestRefusals     *GuestRefusals
 	Clock             clock.PassiveClock
 	// Log logs accepted notices at debug level (requests carry no logger).
 	Log logr.Logger
@@ -175,6 +177,9 @@ func (n *Notices) PowerOffNotice(ctx context.Context, notice agentconfig.PowerOf
 	}
 	if notice.AttestationError != "" && n.AttestationErrors != nil {
 		n.AttestationErrors.Add(claim.UID, notice.AttestationError, n.now())
+	}
+	if notice.GuestRefusal != "" && n.GuestRefusals != nil {
+		n.GuestRefusals.Add(claim.UID, notice.GuestRefusal, n.now())
 	}
 	if Mark(n.Transitions, claim, hypervisors.HintAgent, n.now()) == hypervisors.Marked {
 		// Wake the claim to read its VM now.

@@ -21,8 +21,9 @@ import (
 )
 
 // TestNoticesKeepJobReports: a notice with a genuine token that says its
-// runner started a job is kept for the pool; a forged one is refused
-// before it is read, and one that says nothing of a job keeps nothing.
+// runner started a job (or that its agent refused the job) is kept for the
+// pool (and the claim); a forged one is refused before it is read, and one
+// that says nothing keeps nothing.
 func TestNoticesKeepJobReports(t *testing.T) {
 	scheme := runtime.NewScheme()
 	if err := hfv1.AddToScheme(scheme); err != nil {
@@ -34,7 +35,8 @@ func TestNoticesKeepJobReports(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &Notices{Reader: fake.NewClientBuilder().WithScheme(scheme).WithObjects(claim, quiet).Build(), Signer: signer, Jobs: NewJobReports()}
+	n := &Notices{Reader: fake.NewClientBuilder().WithScheme(scheme).WithObjects(claim, quiet).Build(), Signer: signer, Jobs: NewJobReports(),
+		GuestRefusals: NewGuestRefusals()}
 	notice := func(c *hfv1.MachineClaim, jobStarted bool) agentconfig.PowerOffNotice {
 		return agentconfig.PowerOffNotice{ClaimRef: agentconfig.ClaimRef{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID)},
 			PowerOffNoticeBody: agentconfig.PowerOffNoticeBody{RunnerOnline: true, JobStarted: jobStarted}}
@@ -60,8 +62,13 @@ func TestNoticesKeepJobReports(t *testing.T) {
 	if err := n.PowerOffNotice(ctx, notice(quiet, false)); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.PowerOffNotice(ctx, notice(claim, true)); err != nil {
+	refused := notice(claim, true)
+	refused.GuestRefusal = agentconfig.GuestRefusalJobUserEscalates
+	if err := n.PowerOffNotice(ctx, refused); err != nil {
 		t.Fatal(err)
+	}
+	if got := n.GuestRefusals.Refusal(claim.UID, time.Now()); got != agentconfig.GuestRefusalJobUserEscalates || n.GuestRefusals.Refusal(quiet.UID, time.Now()) != "" {
+		t.Fatalf("guest refusals: runner-1 %q (want %s), runner-2 %q (want none)", got, agentconfig.GuestRefusalJobUserEscalates, n.GuestRefusals.Refusal(quiet.UID, time.Now()))
 	}
 	if !n.Jobs.JobStarted(claim.UID, time.Now()) || n.Jobs.JobStarted(quiet.UID, time.Now()) {
 		t.Fatalf("reports: runner-1 %v (want true), runner-2 %v (want false)", n.Jobs.JobStarted(claim.UID, time.Now()), n.Jobs.JobStarted(quiet.UID, time.Now()))

@@ -139,3 +139,30 @@ func (a *AttestationErrors) Error(uid types.UID, now time.Time) string {
 	}
 	return e.err
 }
+
+// GuestRefusals remembers the claims whose VM's agent refused to run the
+// job in it, as its power-off notice said (agentconfig.PowerOffNotice's
+// guestRefusal: JobUserCanEscalate). The claim controller fails such a
+// claim with the reason, so that the image is fixed instead of the pool
+// replacing VMs that all refuse; like the other reports it is the VM's
+// word, and it only words the end of a claim whose VM powered off anyway.
+// Kept like AttestationErrors: in memory, for reportTTL, bounded. Safe for
+// concurrent use; nil knows nothing.
+type GuestRefusals struct{ said *AttestationErrors }
+
+// NewGuestRefusals returns an empty set.
+func NewGuestRefusals() *GuestRefusals { return &GuestRefusals{said: NewAttestationErrors()} }
+
+// Add records that claim uid's VM refused its job for refusal, at now.
+func (g *GuestRefusals) Add(uid types.UID, refusal string, now time.Time) {
+	g.said.Add(uid, refusal, now)
+}
+
+// Refusal is why claim uid's VM refused its job, as it said within
+// reportTTL of now; empty when it said nothing.
+func (g *GuestRefusals) Refusal(uid types.UID, now time.Time) string {
+	if g == nil {
+		return ""
+	}
+	return g.said.Error(uid, now)
+}

@@ -107,6 +107,27 @@ func ruleViolations(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.Hypervis
 	return out
 }
 
+// APIHostViolations says which of hosts (a template's CI platform API
+// hosts) the selected rules do not allow: nothing when one rule allows
+// them all (or the cluster has no rules), else the problems against the
+// rule that comes closest. The RunnerPool controller asks it before it
+// calls a template's API to verify a pool's scope: Violations, checked by
+// the template's own controller, may not have run since the template's
+// last edit.
+func APIHostViolations(rules []hfv1.TenancyRule, hosts []workload.APIHost) []string {
+	var best []string
+	for i := range rules {
+		v := apiHostViolations(hosts, &rules[i])
+		if len(v) == 0 {
+			return nil
+		}
+		if best == nil || len(v) < len(best) {
+			best = v
+		}
+	}
+	return best
+}
+
 // apiHostViolations checks the CI platform API hosts the template's
 // credentials are used at: a platform's public service, or a host the
 // rule lists. A host a tenant chose would otherwise have the operator

@@ -208,7 +208,6 @@ func TestTenancyAPIHostsAndDNSDomains(t *testing.T) {
 	public := []workload.APIHost{{Field: "spec.bootstrap.github.apiBaseURL", Host: "api.github.com", Public: true}}
 	tenant := []workload.APIHost{{Field: "spec.bootstrap.gitlab.url", Host: "evil.example.net"}}
 
-
 	cases := []struct {
 		name   string
 		rules  []hfv1.TenancyRule

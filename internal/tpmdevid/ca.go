@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
 	"time"
 )
 
@@ -59,8 +60,14 @@ func NewCA(commonName string, validity time.Duration, now time.Time) (*CA, error
 	return &CA{cert: cert, signer: key}, nil
 }
 
+// ErrCANotDedicated: the DevID CA's certificate is not one of a CA kept for
+// DevIDs alone (ParseCA says which constraint it lacks).
+var ErrCANotDedicated = errors.New("tpmdevid: the DevID CA is not constrained to sign DevID certificates alone")
+
 // ParseCA reads a CA that PEM wrote: a CA certificate and the private key
-// of its public key.
+// of its public key. The certificate must be one of a CA made for DevIDs
+// (checkDedicated): spire-server's tpm_devid trusts whatever it signs as
+// a node, and so does everything else that trusts it.
 func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	certBlock, _ := pem.Decode(certPEM)
 	if certBlock == nil || certBlock.Type != "CERTIFICATE" {
@@ -72,6 +79,9 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	}
 	if !cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
 		return nil, errors.New("tpmdevid: the DevID CA's certificate is not a CA's")
+	}
+	if err := checkDedicated(cert); err != nil {
+		return nil, err
 	}
 	keyBlock, _ := pem.Decode(keyPEM)
 	if keyBlock == nil || keyBlock.Type != "PRIVATE KEY" {
@@ -92,6 +102,25 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	return &CA{cert: cert, signer: signer}, nil
 }
 
+// checkDedicated refuses a CA certificate that is not path-constrained to
+// sign end-entity certificates only (basicConstraints pathLenConstraint
+// 0), or whose extended key usages leave out client authentication (a
+// DevID's use: a verifier that nests usages would refuse every DevID it
+// signs). A CA that may sign other CAs is a root or an intermediate of a
+// wider PKI (issue 54, F6f: any CA was accepted), which other services
+// trust for other things; the DevIDs it signed for VMs would be trusted
+// there too, and the operator would hold the key of a CA that can mint
+// CAs. `hyperfleet tpm-devid-ca` makes a CA that passes (NewCA).
+func checkDedicated(cert *x509.Certificate) error {
+	if !cert.BasicConstraintsValid || cert.MaxPathLen != 0 || !cert.MaxPathLenZero {
+		return fmt.Errorf("%w: its certificate (%q) has no basicConstraints pathLenConstraint of 0, so it may sign other CAs, and is likely trusted for more than DevIDs: give the DevID CA a CA of its own, such as `hyperfleet tpm-devid-ca` makes", ErrCANotDedicated, cert.Subject.CommonName)
+	}
+	if len(cert.ExtKeyUsage) > 0 && !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageClientAuth) && !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageAny) {
+		return fmt.Errorf("%w: its certificate (%q) limits its extended key usages to %v, without client authentication, the DevID certificates' usage", ErrCANotDedicated, cert.Subject.CommonName, cert.ExtKeyUsage)
+	}
+	return nil
+}
+
 // PEM returns the certificate and the PKCS #8 private key as PEM, what
 // ParseCA reads; the certificate alone is spire-server's devid_ca_path.
 func (ca *CA) PEM() (certPEM, keyPEM []byte, err error) {
@@ -107,7 +136,8 @@ func (ca *CA) PEM() (certPEM, keyPEM []byte, err error) {
 func (ca *CA) Certificate() *x509.Certificate { return ca.cert }
 
 // IssueDevID signs a DevID certificate (DER) for key, the DevID key of a
-// Verified enrollment whose challenge was answered. commonName becomes
+// Verified enrollment whose challenge was answered, for client
+// authentication only. commonName becomes
 // the subject CN, which spire-server's tpm_devid turns into the selector
 // tpm_devid:subject:cn:<commonName>; it must name one VM. The serial is
 // random. The validity must lie within the CA's, which a verifier does
@@ -138,6 +168,13 @@ func (ca *CA) IssueDevID(key crypto.PublicKey, commonName string, notBefore, not
 		NotBefore:    notBefore,
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
+		// A DevID authenticates its TPM's node to spire-server, a
+		// client's use (issue 54, F6f): without an extended key usage a
+		// certificate is good for any, and a VM's root, which can sign
+		// with the DevID key in its TPM, could serve TLS with it to
+		// whatever trusts the DevID CA. spire-server's tpm_devid accepts
+		// any usage.
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key, ca.signer)
 	if err != nil {

@@ -5,6 +5,11 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"strings"
 	"testing"
 	"time"
 )
@@ -92,4 +97,90 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// TestDevIDIsForClientAuthOnly (issue 54, F6f): a DevID certificate is
+// good for client authentication (what spire-server's tpm_devid needs)
+// and nothing else: a VM's root, which can sign with the DevID key in its
+// TPM, cannot present it as a TLS server certificate to whatever trusts the
+// DevID CA. Before, it carried no extended key usage, which is any.
+func TestDevIDIsForClientAuthOnly(t *testing.T) {
+	now := time.Now()
+	ca, err := NewCA("HyperFleet DevID CA", time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(must(ca.IssueDevID(key.Public(), "hyperfleet.x", now, now.Add(time.Minute))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Certificate())
+	for _, c := range []struct {
+		usage x509.ExtKeyUsage
+		ok    bool
+	}{
+		{x509.ExtKeyUsageClientAuth, true},
+		{x509.ExtKeyUsageAny, true}, // spire-server's tpm_devid
+		{x509.ExtKeyUsageServerAuth, false},
+		{x509.ExtKeyUsageCodeSigning, false},
+	} {
+		_, err := cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{c.usage}})
+		if (err == nil) != c.ok {
+			t.Errorf("a DevID verified for usage %v: %v, want ok %v", c.usage, err, c.ok)
+		}
+	}
+}
+
+// TestParseCARefusesAWiderCA (issue 54, F6f): a CA that may sign other CAs
+// (a root or an intermediate of a wider PKI, such as a cluster's own CA
+// named as the DevID CA by mistake) or whose usages leave out client
+// authentication is refused as the DevID CA, with the constraint it lacks
+// and the fix; the CA `hyperfleet tpm-devid-ca` makes is accepted. Before,
+// any CA was.
+func TestParseCARefusesAWiderCA(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		name   string
+		tmpl   func(*x509.Certificate)
+		reason string
+	}{
+		{"a root without a path length", func(c *x509.Certificate) { c.MaxPathLen, c.MaxPathLenZero = -1, false }, "pathLenConstraint of 0"},
+		{"a CA that may sign one more CA", func(c *x509.Certificate) { c.MaxPathLen, c.MaxPathLenZero = 1, false }, "pathLenConstraint of 0"},
+		{"a CA for servers only", func(c *x509.Certificate) { c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth} }, "without client authentication"},
+		{"a dedicated CA", func(*x509.Certificate) {}, ""},
+		{"a dedicated CA for clients", func(c *x509.Certificate) { c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth} }, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl := &x509.Certificate{
+				SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "Cluster Root CA"},
+				NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour),
+				KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true, MaxPathLenZero: true,
+			}
+			c.tmpl(tmpl)
+			der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = ParseCA(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
+			switch {
+			case c.reason == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.reason != "" && (!errors.Is(err, ErrCANotDedicated) || !strings.Contains(err.Error(), c.reason) || !strings.Contains(err.Error(), "hyperfleet tpm-devid-ca") && c.reason == "pathLenConstraint of 0"):
+				t.Fatalf("ParseCA: %v, want %v saying %q", err, ErrCANotDedicated, c.reason)
+			}
+		})
+	}
 }

@@ -16,16 +16,21 @@
 //
 // Nothing is kept between the two calls: the challenge's secret is derived
 // from the claim and the enrollment (identity.Issuer.ActivationSecret), so
-// any replica answers either. The claim is named by the enrollment proof's
-// header and checked before any byte of the body is read. The first TPM to
-// enroll for a claim is its TPM: the proof reaches the claim's VM alone,
-// through the hypervisor's guest channel, so another TPM presenting it
-// means the proof was taken from that VM, which is recorded as a misuse
-// (TPMMismatch) that fails the claim. Every answer is counted in
-// hyperfleet_tpm_enrollment_requests_total; refusals of an identified
-// claim are events on it. Like the broker, it writes only facts
-// (status.identity) as merge patches under the claim's resourceVersion,
-// never a condition or the phase.
+// any replica answers either. No work before a proof (issue 54, part 5):
+// the enrollment proof's header names the claim and the ownership key, its
+// mac covers both, and it is checked in constant time
+// (identity.Issuer.VerifyEnrollmentProof) before the claim is read, before
+// any event, log line above debug level or byte of the body; a request
+// without a valid one costs an HMAC and is answered with a closed
+// connection. The first TPM to enroll for a claim is its TPM: the proof
+// reaches the claim's VM alone, through the hypervisor's guest channel, so
+// another TPM presenting it means the proof was taken from that VM, which
+// is recorded as a misuse (TPMMismatch) that fails the claim. Every answer
+// is counted in hyperfleet_tpm_enrollment_requests_total; refusals of an
+// identified claim are events on it, and refusals are logged at debug
+// level with an Info line at most every 10 s (httpsserver.RefusalLog).
+// Like the broker, it writes only facts (status.identity) as merge patches
+// under the claim's resourceVersion, never a condition or the phase.
 package tpmenroll
 
 import (
@@ -38,6 +43,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -51,6 +58,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/internal/httpsserver"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
@@ -66,7 +74,8 @@ const maxBody = 32 << 10
 // Issuer derives and checks what the operator placed in the VM
 // (identity.Issuer).
 type Issuer interface {
-	VerifyEnrollmentProof(claim *hfv1.MachineClaim, proof string) bool
+	VerifyEnrollmentProof(proof string) (identity.EnrollmentRef, error)
+	KeyIDOf(claim *hfv1.MachineClaim) (int, error)
 	ActivationSecret(claim *hfv1.MachineClaim, e *tpmdevid.Enrollment) ([]byte, error)
 }
 
@@ -85,6 +94,10 @@ type Handler struct {
 	// Limiter bounds the enrollments checked per second across all VMs
 	// (each costs RSA work and Secret reads); nil: 10/s, bursts of 20.
 	Limiter *rate.Limiter
+
+	// setup fills in the defaults once (Limiter, refusals' message).
+	setup    sync.Once
+	refusals httpsserver.RefusalLog
 }
 
 // Reasons of the answers, as the agent and the metrics see them.
@@ -93,6 +106,7 @@ const (
 	ReasonEnrolled               = "Enrolled"
 	ReasonMethodNotAllowed       = "MethodNotAllowed"
 	ReasonEnrollmentProofInvalid = "EnrollmentProofInvalid"
+	ReasonKeyUnavailable         = "OwnershipKeyUnavailable"
 	ReasonNotEnrolling           = "NotEnrolling"
 	ReasonIdentityCompromised    = "IdentityCompromised"
 	ReasonRateLimited            = "RateLimited"
@@ -117,6 +131,12 @@ func busy(format string, args ...any) *vmanswer.Refusal {
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.setup.Do(func() {
+		if h.Limiter == nil {
+			h.Limiter = rate.NewLimiter(10, 20)
+		}
+		h.refusals.Message = "TPM enrollment refused requests (see hyperfleet_tpm_enrollment_requests_total)"
+	})
 	ctx := r.Context()
 	endpoint := "enroll"
 	if r.URL.Path == agentconfig.TPMActivatePath {
@@ -133,14 +153,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	metrics.TPMEnrollmentRequests.WithLabelValues(endpoint, ref.Reason).Inc()
-	log := ctrl.LoggerFrom(ctx).WithValues("remote", r.RemoteAddr, "endpoint", endpoint, "reason", ref.Reason)
+	log := ctrl.LoggerFrom(ctx)
+	kv := []any{"remote", r.RemoteAddr, "endpoint", endpoint, "message", ref.Message}
 	if claim != nil {
-		log = log.WithValues("MachineClaim", client.ObjectKeyFromObject(claim).String())
+		kv = append(kv, "MachineClaim", client.ObjectKeyFromObject(claim).String())
 		if !ref.Transient() {
 			h.Recorder.Eventf(claim, corev1.EventTypeWarning, string(hfv1.TPMEnrollmentRefusedReason), "The TPM enrollment of the VM was refused (%s): %s", ref.Reason, ref.Message)
 		}
 	}
-	log.Info("TPM enrollment refused a request", "message", ref.Message)
+	h.refusals.Refused(log, ref.Reason, "TPM enrollment refused a request", kv...)
+	// Whatever of the body is unread stays unread: the VM asks again on
+	// a new connection.
+	httpsserver.DropConnection(w)
 	vmanswer.Write(w, ref)
 }
 
@@ -149,13 +173,19 @@ func (h *Handler) handle(ctx context.Context, r *http.Request, endpoint string) 
 	if r.Method != http.MethodPost {
 		return nil, nil, vmanswer.Refuse(http.StatusMethodNotAllowed, ReasonMethodNotAllowed, "use POST")
 	}
-	claim, ref := h.enrollingClaim(ctx, r.Header.Get(agentconfig.EnrollmentProofHeader))
-	if ref != nil {
-		return claim, nil, ref
+	// The proof first, on its own: nothing is read, written or logged
+	// above debug level for a request without a valid one.
+	ref, refusal := h.checkProof(r.Header.Get(agentconfig.EnrollmentProofHeader))
+	if refusal != nil {
+		return nil, nil, refusal
+	}
+	claim, refusal := h.enrollingClaim(ctx, ref)
+	if refusal != nil {
+		return claim, nil, refusal
 	}
 	// Limited after the proof, so that strangers cannot use up the VMs'
 	// budget.
-	if !h.limiter().Allow() {
+	if !h.Limiter.Allow() {
 		ref := vmanswer.Refuse(http.StatusTooManyRequests, ReasonRateLimited, "too many TPM enrollments at once; retry shortly")
 		ref.RetryAfter = time.Second
 		return claim, nil, ref
@@ -173,9 +203,9 @@ func (h *Handler) handle(ctx context.Context, r *http.Request, endpoint string) 
 	if endpoint == "enroll" && req.Answer != nil {
 		return claim, nil, vmanswer.Refuse(http.StatusBadRequest, ReasonBadRequest, "an enroll request carries no answer")
 	}
-	v, ref := h.verify(ctx, claim, &req.Enrollment)
-	if ref != nil {
-		return claim, nil, ref
+	v, refusal := h.verify(ctx, claim, &req.Enrollment)
+	if refusal != nil {
+		return claim, nil, refusal
 	}
 	secret, err := h.Issuer.ActivationSecret(claim, &req.Enrollment)
 	if err != nil {
@@ -192,29 +222,59 @@ func (h *Handler) handle(ctx context.Context, r *http.Request, endpoint string) 
 		return claim, nil, vmanswer.Refuse(http.StatusForbidden, ReasonActivationFailed,
 			"the answer is not the challenge's secret: the DevID and AK are not in the TPM whose EK certificate was sent")
 	}
-	resp, ref := h.issue(ctx, claim, v)
-	return claim, resp, ref
+	resp, refusal := h.issue(ctx, claim, v)
+	return claim, resp, refusal
 }
 
-// enrollingClaim is the claim proof names, if proof is its enrollment
-// proof and the claim's VM may enroll now.
-func (h *Handler) enrollingClaim(ctx context.Context, proof string) (*hfv1.MachineClaim, *vmanswer.Refusal) {
-	ns, name, uid, ok := identity.ParseEnrollmentProof(proof)
-	if !ok {
-		return nil, vmanswer.Refuse(http.StatusForbidden, ReasonEnrollmentProofInvalid, "no enrollment proof (header %s)", agentconfig.EnrollmentProofHeader)
+// checkProof checks the enrollment proof on its own (its mac covers the
+// claim and the key it names) and returns what it names. The refusals say
+// nothing of any claim: nothing was looked up.
+func (h *Handler) checkProof(proof string) (identity.EnrollmentRef, *vmanswer.Refusal) {
+	if proof == "" {
+		return identity.EnrollmentRef{}, vmanswer.Refuse(http.StatusForbidden, ReasonEnrollmentProofInvalid, "no enrollment proof (header %s)", agentconfig.EnrollmentProofHeader)
 	}
+	if h.Issuer == nil {
+		return identity.EnrollmentRef{}, vmanswer.Refuse(http.StatusForbidden, ReasonEnrollmentProofInvalid, "this operator checks no enrollment proofs")
+	}
+	ref, err := h.Issuer.VerifyEnrollmentProof(proof)
+	switch {
+	case errors.Is(err, identity.ErrKeyUnavailable):
+		// The proof's form is right, its key gone from the ring: the
+		// VM's claim cannot enroll with this operator (a key removed
+		// while it was in flight), which only the ring's owner fixes.
+		return identity.EnrollmentRef{}, vmanswer.Refuse(http.StatusForbidden, ReasonKeyUnavailable, "the enrollment proof is derived from ownership key %s, which the operator's key ring no longer holds: %v", proofKeyID(proof), err)
+	case err != nil:
+		return identity.EnrollmentRef{}, vmanswer.Refuse(http.StatusForbidden, ReasonEnrollmentProofInvalid, "the enrollment proof (header %s) is not one this operator issued", agentconfig.EnrollmentProofHeader)
+	}
+	return ref, nil
+}
+
+// proofKeyID is the key id part of an enrollment proof, for messages.
+func proofKeyID(proof string) string {
+	if parts := strings.Split(proof, "/"); len(parts) == 5 {
+		return parts[3]
+	}
+	return "?"
+}
+
+// enrollingClaim is the claim a verified proof names, if its VM may enroll
+// now.
+func (h *Handler) enrollingClaim(ctx context.Context, ref identity.EnrollmentRef) (*hfv1.MachineClaim, *vmanswer.Refusal) {
+	ns, name := ref.Namespace, ref.Name
 	claim := &hfv1.MachineClaim{}
 	if err := h.Reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, claim); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, vmanswer.Refuse(http.StatusForbidden, ReasonEnrollmentProofInvalid, "no MachineClaim %s/%s exists", ns, name)
+			return nil, vmanswer.Refuse(http.StatusForbidden, ReasonNotEnrolling, "MachineClaim %s/%s no longer exists", ns, name)
 		}
 		return nil, busy("read MachineClaim %s/%s: %v", ns, name, err)
 	}
-	if string(claim.UID) != uid {
-		return nil, vmanswer.Refuse(http.StatusForbidden, ReasonEnrollmentProofInvalid, "MachineClaim %s/%s is another claim than uid %s", ns, name, uid)
+	if string(claim.UID) != ref.UID {
+		return nil, vmanswer.Refuse(http.StatusForbidden, ReasonNotEnrolling, "MachineClaim %s/%s is another claim than uid %s (the VM's claim is gone)", ns, name, ref.UID)
 	}
-	if h.Issuer == nil || !h.Issuer.VerifyEnrollmentProof(claim, proof) {
-		return claim, vmanswer.Refuse(http.StatusForbidden, ReasonEnrollmentProofInvalid, "the enrollment proof is not MachineClaim %s/%s's", ns, name)
+	if id, err := h.Issuer.KeyIDOf(claim); err != nil || id != ref.KeyID {
+		// The operator derives a claim's proofs with the key its status
+		// records: a proof of another key was not issued for this claim.
+		return claim, vmanswer.Refuse(http.StatusForbidden, ReasonEnrollmentProofInvalid, "the enrollment proof is derived from ownership key %d, not MachineClaim %s/%s's", ref.KeyID, ns, name)
 	}
 	st := claim.Status.Identity
 	switch {
@@ -416,6 +476,11 @@ func (h *Handler) devIDCA(ctx context.Context, cfg *hfv1.SPIRETPMConfig) (*tpmde
 	if err == nil {
 		ca, err = tpmdevid.ParseCA(cert, key)
 	}
+	if errors.Is(err, tpmdevid.ErrCANotDedicated) {
+		// Not a Secret still to come: a CA the operator must not sign
+		// DevIDs with, which only its owner replaces.
+		return nil, vmanswer.Refuse(http.StatusForbidden, ReasonTPMNotConfigured, "the DevID CA (spec.spire.tpm.devIDCASecretRef %s/%s) is refused: %v", ref.Namespace, ref.Name, err)
+	}
 	if err != nil {
 		r := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, "the DevID CA (spec.spire.tpm.devIDCASecretRef %s/%s): %v", ref.Namespace, ref.Name, err)
 		r.RetryAfter = 10 * time.Second
@@ -462,13 +527,6 @@ func short(fingerprint string) string {
 		return fingerprint[:16]
 	}
 	return fingerprint
-}
-
-func (h *Handler) limiter() *rate.Limiter {
-	if h.Limiter == nil {
-		h.Limiter = rate.NewLimiter(10, 20)
-	}
-	return h.Limiter
 }
 
 func (h *Handler) clock() clock.PassiveClock {

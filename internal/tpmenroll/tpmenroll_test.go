@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/spire"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/swtpm"
 	"github.com/hyperfleet/hyperfleet/internal/tpmdevid"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 )
 
 const (
@@ -47,6 +49,8 @@ type world struct {
 	issuer   *identity.Issuer
 	devIDCA  *tpmdevid.CA
 	recorder *record.FakeRecorder
+	// reads counts the handler's reads of claims.
+	reads *countingReader
 }
 
 func newWorld(t *testing.T, ekBundle []byte, templateBundle []byte) *world {
@@ -93,10 +97,36 @@ func newWorld(t *testing.T, ekBundle []byte, templateBundle []byte) *world {
 		objs = append(objs, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-ek-ca"}, Data: map[string][]byte{"ca.pem": templateBundle}})
 	}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&hfv1.MachineClaim{}).Build()
-	issuer := &identity.Issuer{EnrollmentKey: bytes.Repeat([]byte{3}, 32), ActivationKey: bytes.Repeat([]byte{4}, 32)}
+	issuer := &identity.Issuer{Keys: keyRing(t, 0)}
 	rec := record.NewFakeRecorder(32)
-	return &world{t: t, c: c, issuer: issuer, devIDCA: devIDCA, recorder: rec,
-		h: &Handler{Client: c, Reader: c, Clusters: c, Secrets: c, Issuer: issuer, Recorder: rec}}
+	reads := &countingReader{Reader: c}
+	return &world{t: t, c: c, issuer: issuer, devIDCA: devIDCA, recorder: rec, reads: reads,
+		h: &Handler{Client: c, Reader: reads, Clusters: c, Secrets: c, Issuer: issuer, Recorder: rec}}
+}
+
+// keyRing is an ownership key ring of the given key ids.
+func keyRing(t *testing.T, ids ...int) *ownership.Signer {
+	t.Helper()
+	var keys []ownership.Key
+	for _, id := range ids {
+		keys = append(keys, ownership.Key{ID: id, Secret: bytes.Repeat([]byte{byte(3 + id)}, ownership.MinKeyLength)})
+	}
+	r, err := ownership.NewKeyRing("test", keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// countingReader counts the claims read from the API server.
+type countingReader struct {
+	client.Reader
+	gets atomic.Int64
+}
+
+func (r *countingReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	r.gets.Add(1)
+	return r.Reader.Get(ctx, key, obj, opts...)
 }
 
 func (w *world) claim() *hfv1.MachineClaim {
@@ -337,7 +367,7 @@ func TestRefusals(t *testing.T) {
 		reason            string
 	}{
 		{"no proof", "", agentconfig.TPMEnrollPath, agentconfig.TPMEnrollRequest{SPIFFEID: spiffeID, Enrollment: *e}, http.StatusForbidden, ReasonEnrollmentProofInvalid},
-		{"another claim's mac", strings.TrimSuffix(proof, proof[len(proof)-4:]) + "AAAA", agentconfig.TPMEnrollPath, agentconfig.TPMEnrollRequest{SPIFFEID: spiffeID, Enrollment: *e}, http.StatusForbidden, ReasonEnrollmentProofInvalid},
+		{"another mac", strings.TrimSuffix(proof, proof[len(proof)-4:]) + "AAAA", agentconfig.TPMEnrollPath, agentconfig.TPMEnrollRequest{SPIFFEID: spiffeID, Enrollment: *e}, http.StatusForbidden, ReasonEnrollmentProofInvalid},
 		{"another SPIFFE ID", proof, agentconfig.TPMEnrollPath, agentconfig.TPMEnrollRequest{SPIFFEID: spiffeID + "x", Enrollment: *e}, http.StatusBadRequest, ReasonBadRequest},
 		{"a wrong answer", proof, agentconfig.TPMActivatePath, agentconfig.TPMActivateRequest{SPIFFEID: spiffeID, Enrollment: *e, Answer: bytes.Repeat([]byte{9}, 32)}, http.StatusForbidden, ReasonActivationFailed},
 		{"a tampered certification", proof, agentconfig.TPMEnrollPath, agentconfig.TPMEnrollRequest{SPIFFEID: spiffeID, Enrollment: tampered(*e)}, http.StatusForbidden, ReasonEnrollmentInvalid},

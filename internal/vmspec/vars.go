@@ -66,6 +66,11 @@ func TemplateVars(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 		// (internal/cloudinit's windowsUserData, docs/windows.md).
 		v.GuestOS = cloudinit.GuestWindows
 	}
+	if g := spec.Guest; g != nil {
+		// The agent's refusal of an escalating job user
+		// (internal/agent/harden.go).
+		v.JobMayEscalate = g.JobMayEscalate
+	}
 	if v.NetworkMode == cloudinit.NetworkDHCP {
 		v.DHCPClientIdentifier = cloudinit.DHCPIdentifierMAC
 		v.SendHostname = true

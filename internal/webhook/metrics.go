@@ -23,6 +23,9 @@ const (
 	ResultOverloaded           = "overloaded"
 	ResultTooManyInFlight      = "too_many_in_flight"
 	ResultNotConfigured        = "not_configured"
+	// ResultUnknownHost: the delivery names an API host the receiver
+	// holds no secrets for (workload.ErrUnknownHost).
+	ResultUnknownHost = "unknown_host"
 )
 
 // Routing outcomes (the outcome label of hyperfleet_webhook_jobs_routed_total).

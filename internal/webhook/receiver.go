@@ -379,6 +379,12 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.Header().Set("Retry-After", strconv.Itoa(int((r.opts.RetryAfter+time.Second-1)/time.Second)))
 		reply(http.StatusServiceUnavailable, ResultNotConfigured, "service unavailable: the receiver has no webhook secret yet; retry later")
 		return
+	case errors.Is(err, workload.ErrUnknownHost):
+		log.V(1).Info("webhook delivery refused: from an API host without secrets here", "reason", err.Error())
+		httpsserver.DropConnection(w)
+		reply(http.StatusForbidden, ResultUnknownHost,
+			"forbidden: the "+f.HostHeader+" header names an API host this receiver holds no webhook secrets for; give the operator that host's secrets (docs/security.md, \"The API host is part of the scope\")")
+		return
 	case errors.Is(err, workload.ErrBadSignature):
 		log.V(1).Info("webhook delivery rejected: bad signature")
 		// Whoever cannot sign keeps no connection: it would otherwise
@@ -585,7 +591,14 @@ func (r *Receiver) routeAndRecord(ctx context.Context, it item, log logr.Logger)
 		return true, nil
 	}
 	pool := dec.Pool.Pool
-	if err := r.opts.Recorder.Record(ctx, pool, ev, demand.SourceWebhook); err != nil {
+	err = r.opts.Recorder.Record(ctx, pool, ev, demand.SourceWebhook)
+	if errors.Is(err, demand.ErrOtherHostsJob) {
+		// Permanent: retrying changes nothing.
+		jobsRoutedTotal.WithLabelValues(OutcomeError).Inc()
+		log.Info("The job's id is recorded in its pool's namespace for another API host's job; it is not recorded", "pool", pool.String(), "reason", err.Error())
+		return true, nil
+	}
+	if err != nil {
 		return false, fmt.Errorf("recording for RunnerPool %s: %w", pool, err)
 	}
 	jobsRoutedTotal.WithLabelValues(OutcomeMatched).Inc()

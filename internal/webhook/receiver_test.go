@@ -732,6 +732,36 @@ func TestNoSecretYet(t *testing.T) {
 	}
 }
 
+// unknownHost is the parser of a receiver that holds no secrets for the
+// API host a delivery names (internal/manager's hostParsers).
+type unknownHost struct{}
+
+func (unknownHost) Parse(http.Header, []byte) (workload.JobEvent, error) {
+	return workload.JobEvent{}, fmt.Errorf("%w: evil.example.net", workload.ErrUnknownHost)
+}
+
+// TestUnknownHostRefused: a delivery from an API host the receiver holds
+// no secrets for is refused with 403, counted as unknown_host, its
+// connection closed, and nothing is queued.
+func TestUnknownHostRefused(t *testing.T) {
+	h := newHarness(t, routeTo("team", "gpu"), func(o *Options) { o.Parser = unknownHost{} })
+	refused := deliveriesTotal.WithLabelValues("github-actions", "workflow_job", ResultUnknownHost)
+	before := metricValue(refused)
+	w := h.serve(delivery("72d3162e-cc78-11e3-81ab-4c9367dc0960", "workflow_job", jobBody(7, "queued")))
+	if w.Code != http.StatusForbidden || !strings.Contains(w.Body.String(), "X-GitHub-Enterprise-Host") {
+		t.Fatalf("a delivery from an unknown host: %d %q, want 403 naming the host header", w.Code, w.Body.String())
+	}
+	if w.Header().Get("Connection") != "close" {
+		t.Errorf("the connection was kept (Connection %q)", w.Header().Get("Connection"))
+	}
+	if after := metricValue(refused); after != before+1 {
+		t.Errorf("unknown_host went %v -> %v", before, after)
+	}
+	if n := h.r.QueueLen(); n != 0 {
+		t.Errorf("%d events queued", n)
+	}
+}
+
 // gatedRecorder records in order, holding the events hold names until
 // released.
 type gatedRecorder struct {

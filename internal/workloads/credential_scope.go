@@ -1,7 +1,6 @@
 package workloads
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,17 +9,27 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
-// ReusableCredential says whether tmpl's VMs (through the template's own
-// scope or the pools using it) receive an organization registration
-// token, and explains the answer naming the fields to change.
+// ReusableCredential says whether the credential tmpl's VMs receive can
+// serve more than one job on the CI platform's side, as the back-end of
+// the template's platform says (workload.Template.CredentialReuse: what the
+// credential allows, what limits it, the single-job method where there is
+// one), and explains the answer. A reusable credential reaches every
+// repository of its scope, so the message names the organization-wide
+// scopes it has: the template's own, and those of the RunnerPools using
+// the template that name their own.
 func ReusableCredential(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, pools []hfv1.RunnerPool) (bool, string) {
-	b := tmpl.Spec.Bootstrap
-	if b.Method != hfv1.BootstrapRunnerToken {
-		return false, "Each VM receives a single-use credential for its own runner only (spec.bootstrap.method " + string(cmp.Or(b.Method, hfv1.BootstrapJITConfig)) + ")"
+	be, t, ok := ws.Template(tmpl)
+	switch {
+	case !ok:
+		return false, "The template configures no CI platform this operator runs: its VMs receive no runner credential"
+	case !workload.HasRunner(be):
+		return false, fmt.Sprintf("VMs of %s run no CI platform's runner and receive no runner credential", t.Field)
+	case t.CredentialReuse == "":
+		return false, fmt.Sprintf("Each VM receives a credential that %s serves one job only", be.Name())
 	}
 	var where []string
-	if _, t, ok := ws.Template(tmpl); ok && organizationScope(t.Scope) {
-		where = append(where, fmt.Sprintf("%s (%s)", t.ScopeField, t.Scope.Owner))
+	if organizationScope(t.Scope) {
+		where = append(where, fmt.Sprintf("%s (%s)", t.ScopeField, t.Scope))
 	}
 	for i := range pools {
 		p := &pools[i]
@@ -28,18 +37,17 @@ func ReusableCredential(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTempl
 			continue
 		}
 		if _, ps, ok := ws.Pool(p, tmpl); ok && ps.OwnScope && organizationScope(ps.Scope) {
-			where = append(where, fmt.Sprintf("RunnerPool %s %s (%s)", p.Name, ps.ScopeField, ps.Scope.Owner))
+			where = append(where, fmt.Sprintf("RunnerPool %s %s (%s)", p.Name, ps.ScopeField, ps.Scope))
 		}
 	}
-	if len(where) == 0 {
-		return false, "spec.bootstrap.method is runner-token with repository scope: a VM's registration token registers runners of that repository only, for an hour"
+	msg := be.Name() + ": " + t.CredentialReuse
+	if len(where) > 0 {
+		slices.Sort(where)
+		msg += fmt.Sprintf(". It reaches every repository of a whole organization or group: %s", strings.Join(where, ", "))
 	}
-	slices.Sort(where)
-	return true, fmt.Sprintf("spec.bootstrap.method is runner-token with organization scope (%s): each VM receives a registration token that, for an hour, "+
-		"registers any number of runners anywhere in the organization; set spec.bootstrap.method: jit-config, which gives each VM one pre-registered, single-job runner",
-		strings.Join(where, ", "))
+	return true, msg
 }
 
-// organizationScope reports whether s is a whole organization (and not no
-// scope at all).
+// organizationScope reports whether s is a whole organization, group or
+// instance (and not no scope at all).
 func organizationScope(s workload.Scope) bool { return !s.IsZero() && s.IsOrganization() }

@@ -20,6 +20,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/poolclaims"
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
@@ -43,7 +44,9 @@ import (
 // between registering a runner and delivering or recording it, the next
 // attempt finds the name taken, removes that never-started runner and
 // registers a new one. Its id is recorded in status.bootstrap with the
-// status patch that follows the delivery.
+// status patch that follows the delivery (or the failed delivery attempt).
+// A runner is removed that way only when it is provably this claim's
+// (ownsRunner): a name the claim chose itself may be anyone's.
 type Platforms struct {
 	// Client reads templates' Secrets and RunnerPools.
 	Client client.Reader
@@ -54,6 +57,10 @@ type Platforms struct {
 	// runner whose claim is gone; nil leaves names unmarked and the
 	// sweep never touches them.
 	Signer *ownership.Signer
+
+	// retired are the claims whose registration credential is gone
+	// (binding.go).
+	retired retired
 }
 
 // Workloads implements internal/controller/machineclaim's CIPlatforms:
@@ -142,15 +149,23 @@ func (w *Platforms) issueFor(ctx context.Context, claim *hfv1.MachineClaim, tmpl
 		if ps, ok := be.Pool(pool, tmpl); ok && ps.Feed != nil {
 			spec.Feed = ps.Feed
 		}
+		spec.JobTimeout = poolclaims.Limits(pool).JobTimeout
+	}
+	if waitsForJob(be, claim, tmpl) {
+		// A warm VM: nothing until its pool binds it a job (binding.go).
+		return workload.Credential{}, true, errWaitingForJob
 	}
 	if job := be.Claim(claim).Job; job != "" {
 		repo, err := w.boundJob(ctx, claim, job)
+		if err == nil {
+			err = w.boundElsewhere(ctx, claim, job)
+		}
 		if err != nil {
 			return workload.Credential{}, true, workloadError(be, err)
 		}
 		spec.Job, spec.JobRepository = job, repo
 	}
-	cred, err := w.issue(ctx, p, spec)
+	cred, err := w.issue(ctx, p, spec, w.ownsRunner(be, claim, spec.Name))
 	if err != nil {
 		return workload.Credential{}, true, workloadError(be, err)
 	}
@@ -164,7 +179,9 @@ func (w *Platforms) issueFor(ctx context.Context, claim *hfv1.MachineClaim, tmpl
 		st.CredentialExpiresAt = &metav1.Time{Time: cred.ExpiresAt}
 	}
 	if old := claim.Status.Bootstrap; old != nil {
-		st.SPIFFEID, st.JobStartedAt, st.JobRepository = old.SPIFFEID, old.JobStartedAt, old.JobRepository
+		// RegisteredAt stays: a warm VM that stood by (WaitingForJob) until
+		// its pool bound it a job is judged by idleTimeout from then.
+		st.SPIFFEID, st.JobStartedAt, st.JobRepository, st.RegisteredAt = old.SPIFFEID, old.JobStartedAt, old.JobRepository, old.RegisteredAt
 		st.SetJob(old.Job())
 		st.CredentialRequestedAt = old.CredentialRequestedAt
 	}
@@ -178,10 +195,14 @@ func (w *Platforms) issueFor(ctx context.Context, claim *hfv1.MachineClaim, tmpl
 	return cred, true, nil
 }
 
-// issue asks for the credential; a name already taken by a runner that
-// never came online (an earlier attempt of this claim) is removed once and
-// the request repeated.
-func (w *Platforms) issue(ctx context.Context, p workload.Provider, spec workload.RunnerSpec) (workload.Credential, error) {
+// issue asks for the credential. A name already taken by a runner that
+// never came online is removed once and the request repeated, but only
+// when owns proves that runner this install's registration for this
+// claim (an earlier attempt the operator did not get to deliver or
+// record): a runner someone else registered under the name (another tenant
+// of a shared organization, a job) is never touched, and the claim is
+// refused with RunnerNameTaken.
+func (w *Platforms) issue(ctx context.Context, p workload.Provider, spec workload.RunnerSpec, owns func(workload.Runner) bool) (workload.Credential, error) {
 	cred, err := p.IssueCredential(ctx, spec)
 	if !errors.Is(err, workload.ErrNameTaken) {
 		return cred, err
@@ -195,6 +216,11 @@ func (w *Platforms) issue(ctx context.Context, p workload.Provider, spec workloa
 	case old.State != workload.RunnerOffline:
 		return workload.Credential{}, fmt.Errorf("runner name %s is taken by a runner that is %s (id %d) in %s: %w; "+
 			"give the claim another runner name (spec.workloadConfig)", spec.Name, old.State, old.ID, p.Scope(), errRunnerNameTaken)
+	case !owns(old):
+		return workload.Credential{}, fmt.Errorf("runner name %s is taken by an offline runner (id %d) in %s that this operator cannot prove it registered for this claim "+
+			"(the name is not this claim's install-marked default name, and status.bootstrap.runnerID does not record that runner): %w; HyperFleet never removes it. "+
+			"Remove runner %d yourself if it is this claim's, or give the claim another runner name (spec.workloadConfig)",
+			spec.Name, old.ID, p.Scope(), errRunnerNameTaken, old.ID)
 	default:
 		if err := p.DeregisterRunner(ctx, old.ID, old.Name); err != nil {
 			return workload.Credential{}, err
@@ -204,11 +230,37 @@ func (w *Platforms) issue(ctx context.Context, p workload.Provider, spec workloa
 	return p.IssueCredential(ctx, spec)
 }
 
+// ownsRunner is what proves a runner found under name, the claim's runner
+// name, this install's registration for this claim: its id is the one the
+// claim's status recorded when it was issued (status.bootstrap.runnerID),
+// or name is the claim's default name as this install marks it
+// (ownership.Signer.RunnerName: an HMAC under the install's key over the
+// claim's host name and the start of its UID, which nobody without the
+// key can make). A name the claim chose itself (spec.workloadConfig)
+// proves nothing: anyone who may register runners in the scope may use
+// it.
+func (w *Platforms) ownsRunner(be workload.Backend, claim *hfv1.MachineClaim, name string) func(workload.Runner) bool {
+	return func(r workload.Runner) bool {
+		if r.Name != name {
+			return false
+		}
+		if st := claim.Status.Bootstrap; st != nil && st.RunnerID != 0 && st.RunnerID == r.ID && st.RunnerName == name {
+			return true
+		}
+		if w.Signer == nil || be.Claim(claim).Name != "" {
+			return false
+		}
+		_, marked := w.Signer.VerifyRunnerName(name)
+		return marked
+	}
+}
+
 // Release implements internal/controller/machineclaim's CIPlatforms: it removes the claim's runner from
 // its CI platform. A runner the platform already removed (ephemeral
 // runners go after their job) is success; a busy one returns
 // workload.ErrRunnerBusy.
 func (w *Platforms) Release(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) error {
+	w.retired.forget(claim.UID)
 	st := claim.Status.Bootstrap
 	if st == nil || st.RunnerName == "" && st.RunnerID == 0 {
 		return nil

@@ -78,6 +78,9 @@ var (
 	// ErrUnknownKey means the block names a key id the ring does not hold
 	// (the key was removed from the ownership Secret, or never was in it).
 	ErrUnknownKey = errors.New("ownership block is signed with a key id this install does not hold")
+	// ErrNoSuchKey means a key was asked for by an id the ring does not
+	// hold (DerivedKeyByID): it was removed from the ownership Secret.
+	ErrNoSuchKey = errors.New("the ownership key ring holds no key of this id")
 	// ErrLegacyBlock means the block was signed by a HyperFleet version
 	// before key ids and cluster binding; such blocks are not trusted
 	// because a copy to another cluster would verify (docs/security.md).
@@ -533,9 +536,25 @@ func (s *Signer) powerOffMAC(key []byte, namespace, name, uid string) string {
 // DerivedKey is a key for another purpose (such as deriving SPIRE join
 // tokens) derived from the signing key, so that an install keeps a single
 // secret: HMAC-SHA256(signing key, "hyperfleet derived key\x00"+purpose).
-// It changes when the ring gets a new signing key.
+// It changes when the ring gets a new signing key: what must be derived
+// again later, such as a claim's join token after a key rotation, is
+// derived with DerivedKeyByID and the key id recorded when it was first
+// issued.
 func (s *Signer) DerivedKey(purpose string) []byte {
-	mac := hmac.New(sha256.New, s.keys[s.signingID])
+	key, _ := s.DerivedKeyByID(s.signingID, purpose)
+	return key
+}
+
+// DerivedKeyByID is DerivedKey with the ring's key id instead of the
+// signing key, so that a secret derived before a rotation is derived the
+// same after it, for as long as its key stays in the ring. A key id the
+// ring does not hold is ErrNoSuchKey.
+func (s *Signer) DerivedKeyByID(id int, purpose string) ([]byte, error) {
+	key, ok := s.keys[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: key %d, the ring holds %v (put the key back into the ownership Secret and restart, or let what it derived end)", ErrNoSuchKey, id, s.KeyIDs())
+	}
+	mac := hmac.New(sha256.New, key)
 	mac.Write([]byte("hyperfleet derived key\x00" + purpose))
-	return mac.Sum(nil)
+	return mac.Sum(nil), nil
 }

@@ -169,6 +169,36 @@ func TestKeyRingSignsWithNewestAndVerifiesWithEvery(t *testing.T) {
 	}
 }
 
+// TestDerivedKeyByID: a key derived with a ring's key id is the same
+// after a rotation (DerivedKey then derives from the new signing key), is
+// another for another purpose or key, and a key id the ring no longer
+// holds is ErrNoSuchKey, not some other key.
+func TestDerivedKeyByID(t *testing.T) {
+	oldKey, newKey := bytes.Repeat([]byte{1}, MinKeyLength), bytes.Repeat([]byte{2}, MinKeyLength)
+	before, err := NewKeyRing("prod-1", []Key{{ID: 3, Secret: oldKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotated, err := NewKeyRing("prod-1", []Key{{ID: 4, Secret: newKey}, {ID: 3, Secret: oldKey}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	issued := before.DerivedKey("broker proof")
+	again, err := rotated.DerivedKeyByID(3, "broker proof")
+	if err != nil || !bytes.Equal(again, issued) {
+		t.Fatalf("key 3 derived after the rotation: %x, %v; want %x", again, err, issued)
+	}
+	if bytes.Equal(rotated.DerivedKey("broker proof"), issued) {
+		t.Error("DerivedKey after the rotation still derives from key 3")
+	}
+	if other, _ := rotated.DerivedKeyByID(3, "spire join token"); bytes.Equal(other, issued) {
+		t.Error("two purposes derive the same key")
+	}
+	if k, err := before.DerivedKeyByID(4, "broker proof"); !errors.Is(err, ErrNoSuchKey) || k != nil {
+		t.Errorf("a key id the ring does not hold: %x, %v; want %v", k, err, ErrNoSuchKey)
+	}
+}
+
 func TestBlockCopiedToAnotherClusterNeverVerifies(t *testing.T) {
 	base := testSigner(t, "prod-1", 7)
 	rec := sampleRecord()

@@ -6,8 +6,16 @@ import "strconv"
 // the ownership block's and every other MAC of the key ring.
 const placementPurpose = "hyperfleet.io/placement"
 
-// placementVersion prefixes placement signatures: "p1.<key id>.<MAC>".
-const placementVersion = "p1"
+// placementVersion prefixes placement signatures: "p2.<key id>.<MAC>".
+// A p2 record also covers the cloud-init snippets, their drive's storage
+// and the DNS domain; a p1 record (written before them) never verifies.
+const placementVersion = "p2"
+
+// LegacyPlacementVersion prefixes the signatures of placement records
+// written before the snippets, drive storage and DNS domain were recorded:
+// they leave those to the template's current values, so they are refused,
+// and the claim controller says why.
+const LegacyPlacementVersion = "p1"
 
 // Placement is what a MachineClaim's VM was authorized to be when the claim
 // was placed: the hypervisor template it is cloned from and how, where its
@@ -16,7 +24,8 @@ const placementVersion = "p1"
 // that builds the VM uses this record instead of the template's current
 // values (docs/security.md, "The placement record"). The fields are
 // hypervisor-neutral; zero values mean what they mean in a VM spec (the
-// cluster's or the template's default).
+// cluster's or the template's default), but for DNSDomain, where empty
+// means no domain.
 type Placement struct {
 	// ClaimUID and Cluster bind the record to one claim's VM on one
 	// HypervisorCluster; they are signed but not written out (the claim
@@ -40,6 +49,18 @@ type Placement struct {
 	CPUCores    int   `json:"cpuCores,omitempty"`
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
 	DiskBytes   int64 `json:"diskBytes,omitempty"`
+	// VendorSnippet and UserSnippet are the files on the hypervisor the
+	// hypervisor's own cloud-init gives the VM as vendor-data and
+	// user-data, DriveStorage where it keeps the VM's seed; empty for none
+	// (or, for DriveStorage, the boot disk's storage). A snippet is read
+	// by the VM at its boot, so one a namespace may not use would hand it
+	// another team's file.
+	VendorSnippet string `json:"vendorSnippet,omitempty"`
+	UserSnippet   string `json:"userSnippet,omitempty"`
+	DriveStorage  string `json:"driveStorage,omitempty"`
+	// DNSDomain is the domain the VM's host name is completed with, which
+	// its name is registered in DNS and validated under.
+	DNSDomain string `json:"dnsDomain,omitempty"`
 }
 
 func (p Placement) fields() []string {
@@ -47,6 +68,7 @@ func (p Placement) fields() []string {
 		p.ClaimUID, p.Cluster, strconv.Itoa(p.TemplateID), p.TemplateName, strconv.FormatBool(p.LinkedClone), p.Storage, p.Format,
 		p.ResourcePool, p.Bridge, strconv.Itoa(p.VLAN), p.NICModel, strconv.Itoa(p.CPUCores),
 		strconv.FormatInt(p.MemoryBytes, 10), strconv.FormatInt(p.DiskBytes, 10),
+		p.VendorSnippet, p.UserSnippet, p.DriveStorage, p.DNSDomain,
 	}
 }
 

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -117,6 +120,17 @@ type WebhookFormat struct {
 	// SignatureHeader names the header that authenticates a delivery (a
 	// signature or a secret token), for the answer to one that fails.
 	SignatureHeader string
+	// HostHeader names the header in which the platform names the
+	// instance that sent a delivery (a host, or the instance's URL), such
+	// as GitHub Enterprise Server's X-GitHub-Enterprise-Host; empty when
+	// the platform sends none. It only chooses which host's secrets verify
+	// the delivery (DeliveryHost): the header is not signed, and a
+	// delivery is that host's only because its secret verified it.
+	HostHeader string
+	// PublicHosts are the hosts HostHeader names for the platform's
+	// public service (whose scopes have an empty Scope.Host), such as
+	// gitlab.com.
+	PublicHosts []string
 	// Used says which deliveries are used, for the answer to an ignored
 	// one, such as "workflow_job queued, waiting, in_progress and
 	// completed events".
@@ -296,4 +310,31 @@ func RegisterCollectors(reg prometheus.Registerer, collectors ...prometheus.Coll
 		}
 	}
 	return nil
+}
+
+// DeliveryHost is the API host a delivery with header h says it comes
+// from, in Scope.Host's terms (empty for the public service), and whether
+// it names one at all (HostHeader set and present). A URL (GitLab's
+// X-Gitlab-Instance) counts by its host.
+func (f WebhookFormat) DeliveryHost(h http.Header) (host string, named bool) {
+	if f.HostHeader == "" {
+		return "", false
+	}
+	v := strings.TrimSpace(h.Get(f.HostHeader))
+	if v == "" {
+		return "", false
+	}
+	if strings.Contains(v, "://") {
+		u, err := url.Parse(v)
+		if err != nil || u.Host == "" {
+			return v, true
+		}
+		host = CanonicalHost(u)
+	} else {
+		host = NormalizeHost(v)
+	}
+	if slices.Contains(f.PublicHosts, host) {
+		return "", true
+	}
+	return host, true
 }

@@ -60,3 +60,34 @@ func HostOf(raw string) (string, error) {
 func NormalizeHost(host string) string {
 	return CanonicalHost(&url.URL{Scheme: "https", Host: host})
 }
+
+// ScopeHostOf is the Scope.Host of scopes whose API is at raw: empty when
+// its host is public (the platform's public API host), else its
+// CanonicalHost. A URL that does not parse (the API server's validation
+// lets none through) gives a host no job comes from.
+func ScopeHostOf(raw, public string) string {
+	host, err := HostOf(raw)
+	switch {
+	case err != nil:
+		return "invalid host"
+	case host == public:
+		return ""
+	}
+	return host
+}
+
+// APIHostOf is the APIHost of the URL raw, named by field, of a platform
+// whose public service answers at the hosts public.
+func APIHostOf(field, raw string, public ...string) APIHost {
+	host, err := HostOf(raw)
+	if err != nil {
+		// Shown as written, and never public: refused unless listed.
+		return APIHost{Field: field, Host: raw}
+	}
+	for _, p := range public {
+		if host == p {
+			return APIHost{Field: field, Host: host, Public: true}
+		}
+	}
+	return APIHost{Field: field, Host: host}
+}

@@ -110,6 +110,14 @@ func (s Scope) Contains(repository string) bool {
 		!strings.HasSuffix(repository, "/")
 }
 
+// HoldsJob reports whether job is in the scope: on the scope's API host
+// and of a repository the scope contains. Routing asks it rather than
+// Contains, so that a scope a server on one host vouched for never takes
+// the jobs of another host's owner of the same name.
+func (s Scope) HoldsJob(job Job) bool {
+	return s.Host == job.Host && s.Contains(job.Repository)
+}
+
 // Method is the kind of single-use credential a runner receives.
 type Method string
 
@@ -163,6 +171,12 @@ type RunnerSpec struct {
 	// since a platform gives a feed's jobs only to its own runners. Only
 	// a FeedProvider's platform has feeds.
 	Feed *FeedSpec
+	// JobTimeout is the longest the runner's job may run (its pool's
+	// spec.lifecycle.jobTimeout); zero when no pool bounds it. A platform
+	// that caps the jobs of a runner (GitLab's maximum_timeout) caps them
+	// at it, so that a job runs no longer on the platform's side than the
+	// operator lets its VM live for it; others ignore it.
+	JobTimeout time.Duration
 }
 
 // Credential is what one VM's runner needs to register: single-use and
@@ -454,6 +468,9 @@ var (
 	ErrWebhookNotConfigured = errors.New("no webhook secret is configured")
 	// ErrBadSignature: a webhook's signature is missing or does not match.
 	ErrBadSignature = errors.New("webhook signature missing or invalid")
+	// ErrUnknownHost: a delivery names an API host (WebhookFormat.HostHeader)
+	// for which the receiver holds no secrets; it is refused unread.
+	ErrUnknownHost = errors.New("webhook delivery from an API host the receiver has no secrets for")
 	// ErrIgnoredEvent: a valid webhook that carries no job event.
 	ErrIgnoredEvent = errors.New("webhook event is not a job event")
 	// ErrMalformed: a webhook body that cannot be decoded.

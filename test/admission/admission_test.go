@@ -154,6 +154,30 @@ func TestTenantCannotWriteOperatorMetadata(t *testing.T) {
 	if err := operator.Create(ctx, bound); err != nil {
 		t.Fatalf("the operator could not make a claim for a job: %v", err)
 	}
+	// A warm claim, made with no job, is bound to one later by its pool
+	// (the operator), once: a tenant can neither bind it nor rebind it.
+	warm := claim(ns, "warm", nil, nil)
+	warm.Spec.WorkloadConfig = &hfv1.WorkloadConfig{Type: hfv1.WorkloadBuildkite, Buildkite: &hfv1.BuildkiteAgentConfig{Queue: "linux"}}
+	if err := operator.Create(ctx, warm); err != nil {
+		t.Fatalf("the operator could not make a warm claim: %v", err)
+	}
+	bindTo := func(c client.Client, job string) error {
+		cur := &hfv1.MachineClaim{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(warm), cur); err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.WorkloadConfig.Buildkite.JobID = job
+		return c.Update(ctx, cur)
+	}
+	wantRefused(t, "a tenant binds a warm claim to a job", bindTo(tenant, "0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8e"), "spec.workloadConfig.buildkite.jobID")
+	if err := bindTo(operator, "0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8e"); err != nil {
+		t.Fatalf("the operator could not bind its warm claim to a job: %v", err)
+	}
+	for who, c := range map[string]client.Client{"a tenant": tenant, "the operator": operator} {
+		if err := bindTo(c, "0190a3b2-6c1e-4a8f-9d2b-3e4f5a6b7c8f"); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "a claim is bound to one job for its life") {
+			t.Fatalf("%s rebinding a bound claim: %v, want the API's refusal (the job is set once)", who, err)
+		}
+	}
 
 	// A plain claim, then the operator stamps its metadata.
 	c := claim(ns, "plain", map[string]string{"team": "a"}, map[string]string{"note": "mine"})

@@ -95,7 +95,9 @@ func TestManifestsRunTheLoop(t *testing.T) {
 		// binds every interface, and a flag in extraArgs overrides its.
 		"metrics":   values{"port": portOf(t, metricsAddr)},
 		"probePort": portOf(t, probeAddr),
-		"webhook":   values{"port": portOf(t, webhookAddr)},
+		// The GitHub simulator is the API host of the world's templates,
+		// and so of its webhooks.
+		"webhook": values{"port": portOf(t, webhookAddr), "apiHost": in.GitHubAPIHost},
 		"extraArgs": []string{
 			"--metrics-bind-address=" + metricsAddr,
 			"--health-probe-bind-address=" + probeAddr,

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -257,6 +258,113 @@ func TestBuildkiteDevWorld(t *testing.T) {
 	for _, j := range snap.PlatformJobs {
 		if j.Conclusion != "passed" || !strings.HasPrefix(j.RunnerName, devenv.PoolName+"-") {
 			t.Errorf("job %+v: want passed on an agent of pool %s", j, devenv.PoolName)
+		}
+	}
+}
+
+// TestBuildkiteWarmVMBoundToJob: a Buildkite pool with a warm VM
+// (minReplicas 1). The warm VM boots and stands by with no credential: its
+// claim is Bootstrapped (reason WaitingForJob), no cluster agent token is
+// made for it and no agent registers. A build's job.scheduled webhook
+// makes the pool bind the job to that claim (its jobID), and the VM's
+// agent, learning the job from the credential the operator then places,
+// runs it with a job acquisition token: the job runs on the warm VM, not
+// on a VM made for it. Once the agent registered, the claim's cluster token
+// is deleted. Then the pool shrinks to nothing.
+func TestBuildkiteWarmVMBoundToJob(t *testing.T) {
+	w, _ := startWorld(t, func(o *devenv.Options) {
+		o.Buildkite, o.BuildkiteAgentBinary = true, buildkitesimtest.AgentBinary(t)
+	})
+	ctx := context.Background()
+	const pool = "bk-warm"
+	if err := w.AddBuildkitePool(ctx, devenv.BuildkitePoolSpec{Name: pool, Queue: "warm", MinReplicas: 1, MaxReplicas: 2}); err != nil {
+		t.Fatal(err)
+	}
+	waitPoolVerified(t, w, pool)
+	sim := w.Buildkite.Sim
+	perVM := func() []buildkitesim.TokenInfo {
+		toks, err := sim.TokensDescribed(w.Buildkite.ClusterID, "hyperfleet agent ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return toks
+	}
+
+	var warm hfv1.MachineClaim
+	eventually(t, 3*time.Minute, "the warm VM stands by", func() error {
+		var claims hfv1.MachineClaimList
+		if err := w.API.Client.List(ctx, &claims, client.InNamespace(devenv.Namespace), client.MatchingLabels{hfv1.RunnerPoolLabel: pool}); err != nil {
+			return err
+		}
+		for _, c := range claims.Items {
+			cond := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimBootstrappedCondition)
+			if cond != nil && cond.Status == "True" && cond.Reason == string(hfv1.WaitingForJobReason) {
+				warm = c
+				return nil
+			}
+		}
+		return fmt.Errorf("%d claims, none standing by", len(claims.Items))
+	})
+	if wc := warm.Spec.WorkloadConfig; wc == nil || wc.Buildkite == nil || wc.Buildkite.JobID != "" {
+		t.Fatalf("the warm claim is bound already: %+v", wc)
+	}
+	if toks := perVM(); len(toks) != 0 {
+		t.Fatalf("cluster agent tokens made for a warm VM: %+v", toks)
+	}
+	if agents := sim.Agents(); len(agents) != 0 {
+		t.Fatalf("agents registered before any job: %+v", agents)
+	}
+
+	build, err := sim.CreateBuild(devenv.BuildkitePipeline, "warm", []buildkitesim.Step{{Key: "warm", Agents: []string{"queue=warm"},
+		Command: `echo "ran on $BUILDKITE_AGENT_NAME"; test "$BUILDKITE_JOB_ID" != ""`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := build.JobIDs[0]
+	eventually(t, 4*time.Minute, "the job passed", func() error {
+		if j, _ := sim.Job(job); j.State != "passed" {
+			return fmt.Errorf("job is %s", j.State)
+		}
+		return nil
+	})
+	j, _ := sim.Job(job)
+	if !strings.HasPrefix(j.Agent, warm.Name+"-") {
+		t.Errorf("the job ran on agent %s, not on the warm VM of claim %s", j.Agent, warm.Name)
+	}
+	for _, a := range sim.Agents() {
+		if a.Name == j.Agent && a.AcquireJob != job {
+			t.Errorf("the warm VM's agent registered for job %q, not with a job token for %s", a.AcquireJob, job)
+		}
+	}
+	var bound hfv1.MachineClaim
+	if err := w.API.Client.Get(ctx, client.ObjectKeyFromObject(&warm), &bound); err == nil {
+		if got := bound.Spec.WorkloadConfig.Buildkite.JobID; got != job {
+			t.Errorf("the warm claim is bound to %q, want %s", got, job)
+		}
+	}
+	eventually(t, 2*time.Minute, "the warm claim's cluster token deleted", func() error {
+		for _, tok := range perVM() {
+			if strings.HasSuffix(tok.Description, " "+j.Agent) && !tok.Deleted {
+				return fmt.Errorf("token %s stays", tok.Description)
+			}
+		}
+		return nil
+	})
+
+	// The pool shrinks to nothing.
+	var p hfv1.RunnerPool
+	if err := w.API.Client.Get(ctx, client.ObjectKey{Namespace: devenv.Namespace, Name: pool}, &p); err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.Scaling.MinReplicas = 0
+	p.Spec.Scaling.ScaleDownDelay = &metav1.Duration{Duration: time.Second}
+	if err := w.API.Client.Update(ctx, &p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, "the pool's claims and VMs gone", func() error { return poolLeftovers(ctx, w, pool) })
+	for _, tok := range perVM() {
+		if !tok.Deleted {
+			t.Errorf("token %s not deleted after its claim ended", tok.Description)
 		}
 	}
 }

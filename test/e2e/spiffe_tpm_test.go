@@ -156,7 +156,7 @@ func TestSPIFFETPMPoolRunsJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	issuer := &identity.Issuer{EnrollmentKey: signer.DerivedKey("tpm enrollment proof")}
+	issuer := &identity.Issuer{Keys: signer}
 	tw.mu.Lock()
 	defer tw.mu.Unlock()
 	credentials := 0
@@ -232,7 +232,7 @@ func TestSPIFFETPMStolenEnrollmentProof(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	issuer := &identity.Issuer{EnrollmentKey: signer.DerivedKey("tpm enrollment proof")}
+	issuer := &identity.Issuer{Keys: signer}
 	brokerURL, brokerCA, err := w.Broker()
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -30,6 +31,9 @@ type attack struct {
 	// connects: a download it never reads then stops at once (a zero TCP
 	// window), holding the server's writer.
 	smallWindow bool
+	// hold keeps connection i after send until the server closes it (it
+	// reports true) or ctx ends; nil: holdUntilClosed, reading nothing.
+	hold func(ctx context.Context, c *tls.Conn, i int) bool
 }
 
 // flood is an attack under way: conns connections, each from one of
@@ -40,8 +44,9 @@ type flood struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	// established counts TLS handshakes completed, refused connections
-	// the server closed before or during the handshake.
-	established, refused atomic.Int64
+	// the server closed before or during the handshake, cut connections
+	// the server closed while a reading attacker (slowRead) held them.
+	established, refused, cut atomic.Int64
 	// firstRound is done once every connection was tried once.
 	firstRound sync.WaitGroup
 }
@@ -71,7 +76,13 @@ func startFlood(addr string, sources []string, conns int, a attack) *flood {
 							f.firstRound.Done()
 							first = false
 						}
-						holdUntilClosed(ctx, c)
+						hold := a.hold
+						if hold == nil {
+							hold = holdUntilClosed
+						}
+						if hold(ctx, c, i) {
+							f.cut.Add(1)
+						}
 					} else {
 						<-slots
 					}
@@ -129,20 +140,44 @@ func dialTLS(ctx context.Context, source, addr string, a attack) (*tls.Conn, err
 }
 
 // holdUntilClosed keeps c open, reading nothing, until the server closes
-// it or ctx ends. A one-byte peek per second notices the close without
-// draining a download: a download's data is never read, so its window
-// stays shut.
-func holdUntilClosed(ctx context.Context, c *tls.Conn) {
+// it (true) or ctx ends. A one-byte peek per second notices the close
+// without draining a download: a download's data is never read, so its
+// window stays shut.
+func holdUntilClosed(ctx context.Context, c *tls.Conn, _ int) bool {
 	raw := c.NetConn()
 	for ctx.Err() == nil {
 		if closedByPeer(raw) {
-			return
+			return true
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
 		}
 	}
+	return false
+}
+
+// slowRead reads a download slowly but steadily: 256 KiB every 20 s
+// (13 KiB/s), enough for the kernel to wake the server's writer well
+// within the 30 s a stalled download is cut after, so that the download
+// never stalls (issue 54, F4: such downloads stayed in progress for
+// hours). It reports true when the server ended the download (an error,
+// or the end of the body) while it read on.
+func slowRead(ctx context.Context, c *tls.Conn, _ int) bool {
+	buf := make([]byte, 256<<10)
+	for ctx.Err() == nil {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.ReadFull(c, buf); err != nil {
+			var ne net.Error
+			// A timeout is this client's deadline, not the server's cut.
+			return !errors.As(err, &ne) || !ne.Timeout()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Second):
+		}
+	}
+	return false
 }
 
 // closedByPeer peeks at raw without consuming: EOF or a reset means the
@@ -198,11 +233,30 @@ var webhookAttack = attack{name: "stalled unsigned deliveries", alpn: []string{"
 }}
 
 // downloadAttack: GETs of the agent binary whose answer is never read.
-var downloadAttack = attack{name: "zero-window downloads", alpn: []string{"http/1.1"}, smallWindow: true, send: func(c net.Conn, _ int) error {
+var downloadAttack = attack{name: "zero-window downloads", alpn: []string{"http/1.1"}, smallWindow: true, send: getBinary}
+
+// slowDownloadAttack: GETs of the agent binary read a little at a time,
+// enough to never stall (slowRead).
+var slowDownloadAttack = attack{name: "slow downloads", alpn: []string{"http/1.1"}, smallWindow: true, send: getBinary, hold: slowRead}
+
+// capAttack: what a hostile job holds the agent server's connections
+// with, half of each source's connections zero-window downloads (held
+// until they stall), half request heads that never end (held until the
+// server's header timeout).
+var capAttack = attack{name: "cap-holding", alpn: []string{"http/1.1"}, smallWindow: true, send: func(c net.Conn, i int) error {
+	if i%4 < 2 { // both sources, connections 0 and 1 of every 4
+		return getBinary(c, i)
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	_, err := io.WriteString(c, "GET /agent/v1/hyperfleet-agent-linux-amd64 HTTP/1.1\r\nHost: hyperfleet\r\n")
+	return err
+}}
+
+func getBinary(c net.Conn, _ int) error {
 	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	_, err := io.WriteString(c, "GET /agent/v1/hyperfleet-agent-linux-amd64 HTTP/1.1\r\nHost: hyperfleet\r\n\r\n")
 	return err
-}}
+}
 
 // http2Attack: HTTP/2 connections, each opening streamsPerConn streams
 // that POST to path declaring a body that never comes. Even connections

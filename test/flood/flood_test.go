@@ -12,7 +12,8 @@
 // kube-apiserver, the Proxmox VE and GitHub simulators, and guests that
 // download the real agent from the manager's agent server, run a job and
 // send their power-off notice. Attackers connect from other loopback
-// addresses (127.0.0.2 for the agent server, 127.0.0.3 for the receiver,
+// addresses (127.0.0.2 for the agent server, with 127.0.0.4 for the second
+// of two hostile jobs holding its cap, 127.0.0.3 for the receiver,
 // 127.0.1.1-40 for the global cap) than the world's legitimate traffic
 // (127.0.0.1). `make test-flood` runs it (about 3 minutes).
 //
@@ -60,12 +61,19 @@ const (
 	maxGrowth = 64 << 20
 	// jobDeadline bounds one job's run during a flood.
 	jobDeadline = 2 * time.Minute
+	// downloadTimeout is the manager's --agent-server-download-timeout
+	// here: short, so that the slow downloads are seen cut while the
+	// variant runs (a legitimate download takes well under a second).
+	downloadTimeout = 20 * time.Second
 )
 
 // attacker addresses (Linux routes all of 127/8 to lo).
 var (
 	agentAttacker   = []string{"127.0.0.2"}
 	webhookAttacker = []string{"127.0.0.3"}
+	// capAttackers are two hostile jobs' VMs (issue 54, F4: "one or two
+	// jobs hold the agent server's cap").
+	capAttackers = []string{"127.0.0.2", "127.0.0.4"}
 )
 
 // spread are 40 attacker addresses, each under the per-address cap, 4,000
@@ -80,12 +88,12 @@ func spread() []string {
 
 // result is one variant's figures.
 type result struct {
-	server, variant       string
-	baseRSS, peakRSS, hwm int64
-	established, refused  int64
-	refusedByCap          map[string]float64
-	socketMemPeak         int64
-	legit                 string
+	server, variant           string
+	baseRSS, peakRSS, hwm     int64
+	established, refused, cut int64
+	refusedByCap              map[string]float64
+	socketMemPeak             int64
+	legit                     string
 }
 
 func TestFlood(t *testing.T) {
@@ -105,7 +113,11 @@ func TestFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = w.Stop() })
-	op := managerproc.Start(t, w, managerproc.Options{Binary: managerBin, AgentBinary: agentBin, CAFile: w.OperatorInputs().GitHubCAFile})
+	var args []string
+	if compare == "" {
+		args = []string{"--agent-server-download-timeout=" + downloadTimeout.String()}
+	}
+	op := managerproc.Start(t, w, managerproc.Options{Binary: managerBin, AgentBinary: agentBin, CAFile: w.OperatorInputs().GitHubCAFile, Args: args})
 	t.Cleanup(func() {
 		if t.Failed() {
 			if b, err := os.ReadFile(op.LogFile); err == nil {
@@ -146,35 +158,46 @@ func TestFlood(t *testing.T) {
 		server, addr string
 		name         string
 		floods       func() []*flood
-		// legit is the legitimate traffic during the flood; nil: the
-		// variant holds the global cap, so new connections are refused
-		// while it lasts, and the server must serve again once it ends.
+		// legit is the legitimate traffic during the flood.
 		legit func() error
+		// after, when set, checks what the server did to the attack,
+		// after legit.
+		after func([]*flood) error
+		// globalCap: the variant holds the global cap, so new general
+		// connections are refused while it lasts (legit uses the
+		// reserve), and the server must serve again once it ends.
+		globalCap bool
 	}{
 		{"agent", op.AgentServerAddr, "stalled power-off notices, 4,000 connections", func() []*flood {
 			return []*flood{startFlood(op.AgentServerAddr, agentAttacker, attackConns, noticeAttack)}
-		}, func() error { return runJob(t, w, op, signer) }},
+		}, func() error { return runJob(t, w, op, signer) }, nil, false},
 		{"agent", op.AgentServerAddr, "HTTP/2, 64 connections x 250 streams", func() []*flood {
 			return []*flood{
 				startFlood(op.AgentServerAddr, agentAttacker, http2Conns/2, withALPN(noticeH2, "h2", "http/1.1")),
 				startFlood(op.AgentServerAddr, agentAttacker, http2Conns/2, withALPN(noticeH2, "http/1.1")),
 			}
-		}, func() error { return runJob(t, w, op, signer) }},
+		}, func() error { return runJob(t, w, op, signer) }, nil, false},
 		{"agent", op.AgentServerAddr, "zero-window downloads, 4,000 connections", func() []*flood {
 			return []*flood{startFlood(op.AgentServerAddr, agentAttacker, attackConns, downloadAttack)}
-		}, func() error { return runJob(t, w, op, signer) }},
+		}, func() error { return runJob(t, w, op, signer) }, nil, false},
+		{"agent", op.AgentServerAddr, "slow downloads (256 KiB every 20 s), 4,000 connections", func() []*flood {
+			return []*flood{startFlood(op.AgentServerAddr, agentAttacker, attackConns, slowDownloadAttack)}
+		}, func() error { return runJob(t, w, op, signer) }, downloadsCut, false},
+		{"agent", op.AgentServerAddr, "two hostile jobs holding what they can (zero-window downloads, endless request heads), 4,000 connections from 127.0.0.2 and 127.0.0.4", func() []*flood {
+			return []*flood{startFlood(op.AgentServerAddr, capAttackers, attackConns, capAttack)}
+		}, func() error { return runJob(t, w, op, signer) }, nil, false},
 		{"webhook", op.WebhookAddr, "stalled unsigned deliveries, 4,000 connections", func() []*flood {
 			return []*flood{startFlood(op.WebhookAddr, webhookAttacker, attackConns, webhookAttack)}
-		}, func() error { return runJob(t, w, op, signer) }},
+		}, func() error { return runJob(t, w, op, signer) }, nil, false},
 		{"webhook", op.WebhookAddr, "HTTP/2, 64 connections x 250 streams", func() []*flood {
 			return []*flood{
 				startFlood(op.WebhookAddr, webhookAttacker, http2Conns/2, withALPN(webhookH2, "h2", "http/1.1")),
 				startFlood(op.WebhookAddr, webhookAttacker, http2Conns/2, withALPN(webhookH2, "http/1.1")),
 			}
-		}, func() error { return runJob(t, w, op, signer) }},
+		}, func() error { return runJob(t, w, op, signer) }, nil, false},
 		{"agent", op.AgentServerAddr, "zero-window downloads, 4,000 connections from 40 addresses (global cap)", func() []*flood {
 			return []*flood{startFlood(op.AgentServerAddr, spread(), attackConns, downloadAttack)}
-		}, nil},
+		}, func() error { return reservedNotice(op, signer) }, nil, true},
 	}
 	var results []result
 	for _, v := range variants {
@@ -187,19 +210,19 @@ func TestFlood(t *testing.T) {
 		for _, f := range floods {
 			f.firstRound.Wait()
 		}
-		var legitErr error
-		legit := "none during the flood (the global cap is held); served again after it"
-		if v.legit != nil {
-			legitErr = v.legit()
-			legit = "a job ran to the end (its webhooks 202, the agent downloaded, a genuine power-off notice 202, the VM destroyed)"
-		} else {
-			// The attack holds its connections a while.
-			time.Sleep(10 * time.Second)
+		legitErr := v.legit()
+		legit := "a job ran to the end (its webhooks 202, the agent downloaded, a genuine power-off notice 202, the VM destroyed)"
+		if v.globalCap {
+			legit = "a genuine power-off notice 202 over the reserve during the flood; served again after it"
+		}
+		if v.after != nil {
+			legitErr = errors.Join(legitErr, v.after(floods))
 		}
 		r := result{server: v.server, variant: v.name, baseRSS: base, legit: legit}
 		for _, f := range floods {
 			r.established += f.established.Load()
 			r.refused += f.refused.Load()
+			r.cut += f.cut.Load()
 		}
 		refusedAfter, _ := op.Counters("hyperfleet_https_connections_refused_total", serverReason(v.server))
 		r.refusedByCap = map[string]float64{}
@@ -213,17 +236,17 @@ func TestFlood(t *testing.T) {
 		for _, f := range floods {
 			f.stop()
 		}
-		if v.legit == nil {
-			legitErr = servesAgain(op)
-			if r.refusedByCap["max_conns"] == 0 {
+		if v.globalCap {
+			legitErr = errors.Join(legitErr, servesAgain(op))
+			if r.refusedByCap["max_conns"]+r.refusedByCap["reserved_per_address"] == 0 {
 				legitErr = errors.Join(legitErr, fmt.Errorf("no connection was refused by the global cap: %v", r.refusedByCap))
 			}
 		}
 		if legitErr != nil {
 			r.legit = "failed: " + legitErr.Error()
 		}
-		t.Logf("%s server, %s: RSS %d MiB at rest, peak %d MiB (VmHWM %d MiB); attacker connections %d established, %d refused; refused by cap %v; kernel TCP memory peak %d MiB; legitimate traffic: %s",
-			r.server, r.variant, r.baseRSS>>20, r.peakRSS>>20, r.hwm>>20, r.established, r.refused, r.refusedByCap, r.socketMemPeak>>20, r.legit)
+		t.Logf("%s server, %s: RSS %d MiB at rest, peak %d MiB (VmHWM %d MiB); attacker connections %d established, %d refused, %d cut while held; refused by cap %v; kernel TCP memory peak %d MiB; legitimate traffic: %s",
+			r.server, r.variant, r.baseRSS>>20, r.peakRSS>>20, r.hwm>>20, r.established, r.refused, r.cut, r.refusedByCap, r.socketMemPeak>>20, r.legit)
 		check(legitErr)
 		if grew := r.peakRSS - base; grew > maxGrowth {
 			check(fmt.Errorf("%s server, %s: RSS grew by %d MiB (%d to %d MiB), more than %d MiB", v.server, v.name, grew>>20, base>>20, r.peakRSS>>20, maxGrowth>>20))
@@ -331,6 +354,45 @@ func claims(t *testing.T, w *devenv.World) []hfv1.MachineClaim {
 		t.Fatal(err)
 	}
 	return list.Items
+}
+
+// downloadsCut waits (bounded) until the server cut slow downloads that
+// kept reading (issue 54, F4): they are cut at --agent-server-download-
+// timeout, where before they stayed in progress for hours.
+func downloadsCut(floods []*flood) error {
+	deadline := time.Now().Add(downloadTimeout + time.Minute)
+	for time.Now().Before(deadline) {
+		for _, f := range floods {
+			if f.cut.Load() > 0 {
+				return nil
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	return fmt.Errorf("no slow download was cut within %s of the flood's start, though --agent-server-download-timeout is %s", downloadTimeout+time.Minute, downloadTimeout)
+}
+
+// reservedNotice sends genuine power-off notices from 127.0.0.1, as an
+// agent does (agent.PostNotice, with its token), while the global cap is
+// held, until one is accepted (202) within 30 s: the reserve
+// (--agent-server-reserved-conns) admits it when no general connection
+// is left. The claim is one that does not exist: a notice is a hint, and
+// an unknown claim's is accepted all the same.
+func reservedNotice(op *managerproc.Process, signer *ownership.Signer) error {
+	c := hfv1.MachineClaim{}
+	c.Namespace, c.Name, c.UID = devenv.Namespace, "flood-legit", "00000000-0000-4000-8000-00000000f100"
+	var last error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		code, err := genuineNotice(op, signer, c)
+		if err == nil && code == http.StatusAccepted {
+			return nil
+		}
+		last = err
+		if err == nil {
+			last = fmt.Errorf("answered %d", code)
+		}
+	}
+	return fmt.Errorf("no genuine power-off notice was accepted within 30 s while the global cap was held (last: %w)", last)
 }
 
 // servesAgain waits (bounded) until a legitimate client at 127.0.0.1
@@ -443,9 +505,9 @@ func raiseFileLimit(t *testing.T) {
 
 func table(rs []result) string {
 	var b strings.Builder
-	b.WriteString("| server | attack | RSS at rest | peak RSS | attacker connections established / refused | refused by cap | kernel TCP memory peak | legitimate traffic |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| server | attack | RSS at rest | peak RSS | attacker connections established / refused / cut while held | refused by cap | kernel TCP memory peak | legitimate traffic |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
-		fmt.Fprintf(&b, "| %s | %s | %d MiB | %d MiB | %d / %d | %v | %d MiB | %s |\n", r.server, r.variant, r.baseRSS>>20, r.peakRSS>>20, r.established, r.refused, r.refusedByCap, r.socketMemPeak>>20, r.legit)
+		fmt.Fprintf(&b, "| %s | %s | %d MiB | %d MiB | %d / %d / %d | %v | %d MiB | %s |\n", r.server, r.variant, r.baseRSS>>20, r.peakRSS>>20, r.established, r.refused, r.cut, r.refusedByCap, r.socketMemPeak>>20, r.legit)
 	}
 	return b.String()
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hyperfleet/hyperfleet/internal/agent"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
 	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
 )
@@ -20,8 +21,13 @@ import (
 // built here, docs/gitlab.md) over QEMU's network, checks its SHA-256 and
 // runs it with the runner authentication token the operator created for
 // this VM; it takes the one job, whose script prints the guest's
-// /etc/debian_version and kernel. The VM powers off and is destroyed, and
-// its runner is deleted at GitLab.
+// /etc/debian_version and kernel, and then looks at what it runs under as
+// a hostile job would (jobUserCheck): gitlab-runner runs as root and the
+// job as the runner user, so the job must see no process of another user,
+// neither gitlab-runner's nor the agent's, read the runner authentication
+// token in no process's environment (CI_SERVER_TOKEN), attach to nothing
+// above it and not become root (docs/templates.md, "The job user"). The
+// VM powers off and is destroyed, and its runner is deleted at GitLab.
 func TestGitLabJobOnRealGuest(t *testing.T) {
 	w := startPlatformWorld(t, func(o *devenv.Options) { o.GitLab = true })
 	ctx := context.Background()
@@ -32,7 +38,8 @@ func TestGitLabJobOnRealGuest(t *testing.T) {
 	sim := w.GitLab.Sim
 	p, err := sim.CreatePipeline(gitlabsim.PipelineRequest{Project: devenv.GitLabProject, Jobs: []gitlabsim.JobConfig{{
 		Name: "on-a-vm", Tags: []string{"guest"},
-		Script: []string{`echo "debian $(cat /etc/debian_version) kernel $(uname -r) on $(hostname)"`, `test -n "$CI_JOB_TOKEN"`}}}})
+		Script: []string{`echo "debian $(cat /etc/debian_version) kernel $(uname -r) on $(hostname)"`, `test -n "$CI_JOB_TOKEN"`,
+			jobUserCheck(agent.EnvGitLabToken)}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,6 +59,9 @@ func TestGitLabJobOnRealGuest(t *testing.T) {
 	t.Logf("the GitLab job succeeded on a real guest %s after its pipeline was created", time.Since(start).Round(time.Second))
 	if !strings.Contains(job.Trace, "debian 12") {
 		t.Errorf("job trace %q; want it to have run on a Debian 12 guest", job.Trace)
+	}
+	if !jobUserChecked(job.Trace) {
+		t.Errorf("the job did not check what it runs under; its trace:\n%s", job.Trace)
 	}
 	eventually(t, 5*time.Minute, "the pool's claim, VM and runner gone", func() error {
 		if err := poolLeftovers(ctx, w, pool); err != nil {

@@ -237,9 +237,20 @@ func vmOfRunner(runner string) string {
 // the image holds, so both sources run here, and this scenario boots no
 // guest of its own for the operator's (a boot under TCG is about two
 // minutes of a core: docs/testing.md, "CI timings").
+//
+// Each job's one step is a hostile job's look at what it runs under
+// (jobUserCheck): as the runner's user, it sees no process of another
+// user, cannot find or read the agent (root) nor read the memory of or
+// attach to the runner (its own user's, its ancestor), and cannot become
+// root; the job fails otherwise (docs/templates.md, "The job user").
 func TestRunnerPoolJobsOnRealGuests(t *testing.T) {
 	img := operatorImage
-	runJobs(t, scenario{jobs: 2, opts: devenv.Options{GuestImage: &img, AgentFromOperator: true}})
+	_, last, _ := runJobs(t, scenario{jobs: 2, opts: devenv.Options{GuestImage: &img, AgentFromOperator: true}, steps: []string{jobUserCheck()}})
+	for _, j := range last.Jobs {
+		if !jobUserChecked(j.Log) {
+			t.Errorf("job %d did not check what it runs under; its steps printed:\n%s", j.ID, j.Log)
+		}
+	}
 }
 
 // keepLogs copies a failed scenario's world directory (the operator's and
@@ -272,6 +283,10 @@ type scenario struct {
 	// it: what a VM's volumes hold just before the operator destroys it
 	// (its TPM state, Simulator.TPMState) is gone after.
 	onProxmoxRequest func(w *devenv.World, r *http.Request)
+	// steps, when set, are what every job runs on its runner, in the guest
+	// (githubsim.JobRequest.Steps): a job succeeds when they do. Without
+	// steps a job lasts 5 s.
+	steps []string
 }
 
 // runJobs runs the scenario and checks everything the loop promises. It
@@ -305,9 +320,8 @@ func runJobs(t *testing.T, sc scenario) (*devenv.World, devenv.Snapshot, *timeli
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The keys internal/manager/manager.go derives.
-		tl.identities = &identity.Issuer{Key: signer.DerivedKey("spire join token"), ProofKey: signer.DerivedKey("broker proof"),
-			EnrollmentKey: signer.DerivedKey("tpm enrollment proof")}
+		// The key ring internal/manager/manager.go derives from.
+		tl.identities = &identity.Issuer{Keys: signer}
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -319,6 +333,7 @@ func runJobs(t *testing.T, sc scenario) (*devenv.World, devenv.Snapshot, *timeli
 		}
 	})
 	start := time.Now()
+	w.GitHub.SetDefaultJobSteps(sc.steps...)
 	if _, err := w.EnqueueJobs(sc.jobs, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +371,10 @@ func runJobs(t *testing.T, sc scenario) (*devenv.World, devenv.Snapshot, *timeli
 	seen := map[string]bool{}
 	for _, j := range last.Jobs {
 		if j.Status != "completed" || j.Conclusion != "success" {
-			t.Errorf("job %d: %s/%s, want completed/success", j.ID, j.Status, j.Conclusion)
+			t.Errorf("job %d: %s/%s, want completed/success; its steps printed:\n%s", j.ID, j.Status, j.Conclusion, j.Log)
+		}
+		if len(sc.steps) > 0 {
+			t.Logf("job %d's steps printed:\n%s", j.ID, j.Log)
 		}
 		vm := vmOfRunner(j.RunnerName)
 		if tl.vms[vm] == nil {

@@ -34,7 +34,8 @@ const validationZone = "ci.example.test"
 // validateOnBridge sets opts up for DNS and network validation of real
 // guests on gn's bridge: the host joins the bridge (at its .254), a real
 // BIND listens there at port 53 with the forward zone and the bridge
-// network's reverse zone, the cluster registers its VMs on that BIND
+// network's reverse zone, the bridge network is the cluster's VM subnet
+// (spec.network.vmSubnets), the cluster registers its VMs on that BIND
 // (rfc2136) and validates them against it (dns.servers), forward and
 // reverse, pings them from the operator's own network and reads their SSH
 // servers' host keys (the guest image runs openssh-server, as Debian's
@@ -67,7 +68,11 @@ func validateOnBridge(t *testing.T, gn *guestnet.Network, opts *devenv.Options) 
 	// cloud-init has made its SSH host keys and sshd has started (26 s
 	// later in a CI run under load): the SSH check waits for it up to its
 	// timeout.
-	opts.ClusterNetwork = &hfv1.ClusterNetworkSettings{Validation: &hfv1.NetworkValidation{TimeoutSeconds: 90, SSHTest: true}}
+	// The guests lease their addresses on the bridge's network: the
+	// cluster's VM subnet, without which an address a guest reports is
+	// neither registered nor probed.
+	opts.ClusterNetwork = &hfv1.ClusterNetworkSettings{VMSubnets: []string{gn.Prefix.String()},
+		Validation: &hfv1.NetworkValidation{TimeoutSeconds: 90, SSHTest: true}}
 	before := map[string]float64{}
 	for _, check := range []string{"forward", "reverse", "ping", "ssh"} {
 		before[check] = testutil.ToFloat64(metrics.NetworkValidations.WithLabelValues(devenv.ClusterName, check, "passed"))
@@ -148,7 +153,7 @@ func validateOnBridge(t *testing.T, gn *guestnet.Network, opts *devenv.Options) 
 func isValidationReason(reason string) bool {
 	switch hfv1.ConditionReason(reason) {
 	case hfv1.DNSLookupFailedReason, hfv1.ReverseLookupMismatchReason, hfv1.PingFailedReason, hfv1.PingNotPermittedReason,
-		hfv1.SSHUnreachableReason, hfv1.ValidationNotPossibleReason, hfv1.NetworkValidationFailedReason:
+		hfv1.SSHUnreachableReason, hfv1.ValidationNotPossibleReason, hfv1.NetworkValidationFailedReason, hfv1.AddressOutsideVMSubnetsReason:
 		return true
 	}
 	return false

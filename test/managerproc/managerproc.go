@@ -190,6 +190,7 @@ func (d *Deployment) Start(t testing.TB) *Process {
 		"--pprof-bind-address", pprofAddr,
 		"--webhook-bind-address", webhookAddr,
 		"--webhook-cert-dir", d.certDir,
+		"--github-webhook-api-host", in.GitHubAPIHost,
 		"--runnerpool-resync-interval", in.ResyncInterval.String(),
 		"--orphan-sweep-interval", in.SweepInterval.String(),
 		"--claim-max-retry-delay", in.MaxRetryDelay.String(),

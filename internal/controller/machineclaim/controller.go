@@ -158,6 +158,9 @@ type Reconciler struct {
 	// AttestationErrors are what the VMs' power-off notices say about why
 	// they got no identity (such as TPMNotFound); nil: none are taken.
 	AttestationErrors AttestationErrors
+	// GuestRefusals are the VMs' power-off notices that their agent
+	// refused to run the job (guest_refusal.go); nil: none are taken.
+	GuestRefusals GuestRefusals
 	// DNS holds the clusters' DNS registrars (spec.dns.registerVMs), built
 	// by the HypervisorCluster controller; nil registers no VM (dns.go).
 	DNS *dnsreg.Clusters

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
@@ -42,27 +43,77 @@ const (
 )
 
 // DNSRecord is what a claim registers: its status.network.fqdn and the
-// addresses of status.network.ipAllocations, else of
-// status.network.addresses, without their prefix lengths,
-// link-local, loopback and unspecified ones left out (they mean nothing
-// outside the VM), owned by the claim's UID in install. why is set, and
-// the record empty, when the claim has no name or no address to register.
-func DNSRecord(claim *hfv1.MachineClaim, install string) (rec dnsreg.Record, why string) {
+// addresses the operator vouches for (vmAddrsOf), owned by the claim's UID
+// in install. cluster is the claim's VM's HypervisorCluster (nil when it
+// cannot be read: only static addresses are then registered). reason and
+// why are set, and the record empty, when the claim has no name or no
+// address to register: reason is the DNSRegistered condition's.
+func DNSRecord(claim *hfv1.MachineClaim, install string, cluster *hfv1.HypervisorCluster) (rec dnsreg.Record, reason hfv1.ConditionReason, why string) {
 	n := claim.Status.Network
 	if n == nil || n.FQDN == "" {
-		return rec, "The VM has no FQDN yet (status.network.fqdn)"
+		return rec, hfv1.DNSNotRegisteredReason, "The VM has no FQDN yet (status.network.fqdn)"
 	}
-	// A claim's static addresses (ipAllocations) are what HyperFleet
-	// configured on the VM: they are registered rather than whatever else
-	// its guest agent reports (container bridges, a DHCP lease on a second
-	// NIC). Without them, the guest's addresses are.
-	reported := n.Addresses
+	v := vmAddrsOf(claim, cluster)
+	if len(v.addrs) == 0 {
+		if len(v.outside) > 0 {
+			return rec, hfv1.AddressOutsideVMSubnetsReason, "Not registered in DNS: " + v.refusal(cluster)
+		}
+		return rec, hfv1.DNSNotRegisteredReason, fmt.Sprintf("The VM has no address to register under %s yet (status.network.addresses)", n.FQDN)
+	}
+	return dnsreg.Record{Name: n.FQDN, Addrs: v.addrs, Owner: dnsreg.Owner{Claim: string(claim.UID), Install: install}}, "", ""
+}
+
+// vmAddrs are the addresses of a claim's VM as the operator sees them.
+type vmAddrs struct {
+	// addrs are those it registers in DNS and probes, sorted.
+	addrs []netip.Addr
+	// outside are those its guest agent reports outside the cluster's
+	// spec.network.vmSubnets, left out, sorted.
+	outside []netip.Addr
+}
+
+// vmAddrsOf are the addresses of a claim's VM that the operator registers
+// in DNS under the VM's name and sends its validation's probes to
+// (docs/networking.md, "Which addresses are registered and probed"): the
+// VM's static addresses
+// (status.network.ipAllocations), which the operator assigned from the
+// IPPools itself, else the addresses its guest agent reports
+// (status.network.addresses) that lie in the cluster's
+// spec.network.vmSubnets. A guest reports whatever it likes: another VM's
+// address, or an internal service's, which the operator would otherwise
+// publish under the VM's name and probe. Prefix lengths are dropped, and
+// link-local, loopback, unspecified and multicast addresses left out
+// (they mean nothing outside the VM); with static addresses, whatever else
+// the guest reports (container bridges, a lease on a second NIC) is
+// ignored.
+func vmAddrsOf(claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster) vmAddrs {
+	n := claim.Status.Network
+	if n == nil {
+		return vmAddrs{}
+	}
 	if len(n.IPAllocations) > 0 {
-		reported = nil
-		for _, a := range n.IPAllocations {
-			reported = append(reported, a.Address)
+		static := make([]string, len(n.IPAllocations))
+		for i, a := range n.IPAllocations {
+			static[i] = a.Address
+		}
+		return vmAddrs{addrs: usableAddrs(static)}
+	}
+	subnets := vmSubnets(cluster)
+	var out vmAddrs
+	for _, a := range usableAddrs(n.Addresses) {
+		if slices.ContainsFunc(subnets, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			out.addrs = append(out.addrs, a)
+		} else {
+			out.outside = append(out.outside, a)
 		}
 	}
+	return out
+}
+
+// usableAddrs parses addresses (with or without a prefix length), leaves
+// out those that mean nothing outside the VM and duplicates, and sorts
+// them.
+func usableAddrs(reported []string) []netip.Addr {
 	var addrs []netip.Addr
 	for _, s := range reported {
 		a, err := netip.ParseAddr(s)
@@ -77,11 +128,42 @@ func DNSRecord(claim *hfv1.MachineClaim, install string) (rec dnsreg.Record, why
 			addrs = append(addrs, a)
 		}
 	}
-	if len(addrs) == 0 {
-		return rec, fmt.Sprintf("The VM has no address to register under %s yet (status.network.addresses)", n.FQDN)
-	}
 	slices.SortFunc(addrs, netip.Addr.Compare)
-	return dnsreg.Record{Name: n.FQDN, Addrs: addrs, Owner: dnsreg.Owner{Claim: string(claim.UID), Install: install}}, ""
+	return addrs
+}
+
+// vmSubnets are the cluster's spec.network.vmSubnets, masked; none for a
+// nil cluster. The API server checks their form; one that does not parse
+// anyway is left out.
+func vmSubnets(cluster *hfv1.HypervisorCluster) []netip.Prefix {
+	if cluster == nil || cluster.Spec.Network == nil {
+		return nil
+	}
+	var out []netip.Prefix
+	for _, s := range cluster.Spec.Network.VMSubnets {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+// refusal says why the addresses the VM's guest reports are left out, and
+// which field lets them in.
+func (v vmAddrs) refusal(cluster *hfv1.HypervisorCluster) string {
+	name, subnets := "of the claim's VM", []string(nil)
+	if cluster != nil {
+		name = cluster.Name
+		if cluster.Spec.Network != nil {
+			subnets = cluster.Spec.Network.VMSubnets
+		}
+	}
+	if len(subnets) == 0 {
+		return fmt.Sprintf("the VM has no static address, and HypervisorCluster %s sets no spec.network.vmSubnets, so no address its guest agent reports (%s) is trusted: a guest can report any address, another VM's or an internal service's. "+
+			"Set spec.network.vmSubnets of HypervisorCluster %s to the subnets its VMs get their addresses in", name, addrList(v.outside), name)
+	}
+	return fmt.Sprintf("none of the addresses the VM's guest agent reports (%s) is in spec.network.vmSubnets of HypervisorCluster %s (%s): a guest can report any address, another VM's or an internal service's. "+
+		"If the VMs get their addresses in another subnet, add it to spec.network.vmSubnets", addrList(v.outside), name, strings.Join(subnets, ", "))
 }
 
 // dnsCluster is the cluster a claim's records are on: its VM's, else the
@@ -111,9 +193,18 @@ func (r *Reconciler) ensureDNS(ctx context.Context, s *claimScope) (phase.Result
 	if !ok || claim.Status.VMRef == nil {
 		return phase.Next(), nil
 	}
-	rec, why := DNSRecord(claim, r.install())
+	hc := r.vmCluster(ctx, s, cluster)
+	rec, reason, why := DNSRecord(claim, r.install(), hc)
 	if why != "" {
-		s.facts.record(hfv1.MachineClaimDNSRegisteredCondition, metav1.ConditionFalse, hfv1.DNSNotRegisteredReason, why)
+		if reason == hfv1.AddressOutsideVMSubnetsReason && r.dnsRemovalPending(s) && !s.dnsTried {
+			// The VM registered addresses before that it no longer
+			// holds: its records go first, or its name would keep
+			// pointing at an address that may be another VM's by now.
+			if retry := r.removeDNS(ctx, s); retry > 0 {
+				return phase.Recheck(retry), nil
+			}
+		}
+		r.refuseAddresses(s, hfv1.MachineClaimDNSRegisteredCondition, reason, why)
 		return phase.Next(), nil
 	}
 	dc, _ := r.DNS.Get(cluster)
@@ -147,12 +238,41 @@ func (r *Reconciler) ensureDNS(ctx context.Context, s *claimScope) (phase.Result
 	if d, ok := reg.(dnsreg.Describer); ok {
 		msg = d.Registered(rec)
 	}
+	if out := vmAddrsOf(claim, hc).outside; len(out) > 0 {
+		msg += fmt.Sprintf("; left out, as outside spec.network.vmSubnets of HypervisorCluster %s: %s", cluster, addrList(out))
+	}
 	if !s.facts.isTrue(claim, hfv1.MachineClaimDNSRegisteredCondition) {
 		r.Recorder.Event(claim, corev1.EventTypeNormal, "DNSRegistered", msg)
 		ctrl.LoggerFrom(ctx).V(1).Info("Registered the VM in DNS", "name", rec.Name, "addresses", addrList(rec.Addrs))
 	}
 	s.facts.record(hfv1.MachineClaimDNSRegisteredCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
 	return phase.Next(), nil
+}
+
+// vmCluster is the claim's VM's HypervisorCluster: the scope's when it is
+// loaded, else read (ensureDNS runs before the scope loads it); nil when it
+// cannot be read, which leaves only static addresses to register.
+func (r *Reconciler) vmCluster(ctx context.Context, s *claimScope, name string) *hfv1.HypervisorCluster {
+	if s.cluster != nil && s.cluster.Name == name {
+		return s.cluster
+	}
+	var c hfv1.HypervisorCluster
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, &c); err != nil {
+		ctrl.LoggerFrom(ctx).V(1).Info("Could not read the VM's HypervisorCluster; registering static addresses only", "cluster", name, "err", err.Error())
+		return nil
+	}
+	return &c
+}
+
+// refuseAddresses records on the claim's condition typ (DNSRegistered or
+// NetworkValidated) why nothing of its VM is registered or probed, with a
+// warning event when the reason is new.
+func (r *Reconciler) refuseAddresses(s *claimScope, typ hfv1.ConditionType, reason hfv1.ConditionReason, msg string) {
+	msg = conditions.Truncate(msg, 1024)
+	if c := s.facts.condition(s.claim, typ); reason == hfv1.AddressOutsideVMSubnetsReason && (c == nil || c.Reason != string(reason)) {
+		r.Recorder.Event(s.claim, corev1.EventTypeWarning, string(reason), msg)
+	}
+	s.facts.record(typ, metav1.ConditionFalse, reason, msg)
 }
 
 func addrList(addrs []netip.Addr) string {
@@ -182,7 +302,9 @@ func (r *Reconciler) dnsRemovalPending(s *claimScope) bool {
 		return false
 	}
 	switch hfv1.ConditionReason(c.Reason) {
-	case hfv1.DNSRecordsRemovedReason, hfv1.DNSRemoveAbandonedReason, hfv1.DNSNotRegisteredReason:
+	case hfv1.DNSRecordsRemovedReason, hfv1.DNSRemoveAbandonedReason, hfv1.DNSNotRegisteredReason, hfv1.AddressOutsideVMSubnetsReason:
+		// AddressOutsideVMSubnets is recorded only once earlier records
+		// are gone (ensureDNS).
 		return false
 	}
 	return true

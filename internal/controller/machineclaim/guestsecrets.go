@@ -84,6 +84,10 @@ type secretsService struct {
 	// NoRunner is true for a claim whose VM runs no runner (generic): it
 	// receives no runner credential, only its identity's secrets.
 	NoRunner bool
+	// WaitsForJob is true for a warm claim of a platform that binds every
+	// VM to one job (jobbinding.go): no runner credential is asked for,
+	// issued or placed until its pool binds it one.
+	WaitsForJob bool
 	// AgentConfig, when set, builds the agent's configuration file, which
 	// Deliver places (cloudinit.GuestAgentConfigPath) before the secrets:
 	// a VM whose seed cannot carry it (delivery proxmox) receives it
@@ -124,7 +128,7 @@ func needsJoinToken(claim *hfv1.MachineClaim) bool {
 // too and the next pass issues and places the credential. It reports
 // whether it recorded anything.
 func (s *secretsService) Prepare(claim *hfv1.MachineClaim) bool {
-	if s.NoRunner || !NeedsCredential(claim) {
+	if s.NoRunner || s.WaitsForJob || !NeedsCredential(claim) {
 		return false
 	}
 	if claim.Status.Bootstrap == nil {
@@ -161,7 +165,7 @@ func (s *secretsService) Prepare(claim *hfv1.MachineClaim) bool {
 // was written into it.
 func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, facts *claimFacts, p provider.Provider) (retry time.Duration, failure string, err error) {
 	ref := claim.Status.VMRef
-	runner, identity := !s.NoRunner && NeedsCredential(claim), needsJoinToken(claim)
+	runner, identity := !s.NoRunner && !s.WaitsForJob && NeedsCredential(claim), needsJoinToken(claim)
 	if !runner && !identity || ref == nil || claim.Status.End != nil || claim.EndRequested() ||
 		!facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) {
 		return 0, "", nil
@@ -282,10 +286,10 @@ func (s *secretsService) document(ctx context.Context, claim *hfv1.MachineClaim,
 	case workload.MethodRegistrationToken:
 		doc.RegistrationToken, doc.RegistrationURL = cred.Secret.Reveal(), cred.RegistrationURL
 	case workload.MethodAgentToken, workload.MethodJobToken, workload.MethodRunnerAuthToken:
-		// A Buildkite agent or job acquisition token, or a GitLab runner
-		// authentication token; the endpoint (agent API and job, GitLab
-		// URL) is in the VM's config.
-		doc.RegistrationToken = cred.Secret.Reveal()
+		// A Buildkite agent or job acquisition token (with the job it is
+		// for), or a GitLab runner authentication token; the endpoint
+		// (agent API, GitLab URL) is in the VM's config.
+		doc.RegistrationToken, doc.Job = cred.Secret.Reveal(), cred.Job
 	default:
 		return doc, what, fmt.Errorf("the CI platform issued a credential of method %q, which the agent does not take", cred.Method)
 	}

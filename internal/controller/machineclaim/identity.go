@@ -29,7 +29,7 @@ func (r *Reconciler) checkMisuse(ctx context.Context, s *claimScope) (phase.Resu
 // reconciler's dependencies and backoff.
 func (r *Reconciler) secretSteps(sc *claimScope) *secretsService {
 	s := &secretsService{Minter: r.Credentials, Minted: &r.minted, Recorder: r.Recorder, Clock: r.Clock, Backoff: r.backoff,
-		NoRunner: r.runsNoRunner(sc.claim, sc.tmpl), SecretsFile: agentconfig.SecretsFile}
+		NoRunner: r.runsNoRunner(sc.claim, sc.tmpl), WaitsForJob: r.waitsForJob(sc.claim, sc.tmpl), SecretsFile: agentconfig.SecretsFile}
 	if sc.tmpl != nil && sc.tmpl.Spec.Guest != nil && sc.tmpl.Spec.Guest.OS == hfv1.GuestWindows {
 		// The QEMU guest agent of a Windows VM takes a Windows path.
 		s.SecretsFile = agentconfig.WindowsSecretsFile
@@ -123,11 +123,15 @@ func (r *Reconciler) releaseIdentity(ctx context.Context, s *claimScope) (phase.
 	return phase.Next(), nil
 }
 
-// endPoweredOff records the end of a claim whose VM powered off: one that
-// gave up on its join token before attesting says so, and one that found
-// it used by someone else fails (its identity was stolen). The end list
-// runs in the same pass.
+// endPoweredOff records the end of a claim whose VM powered off: one whose
+// agent refused to run the job fails with its reason (refusedByGuest), one
+// that gave up on its join token before attesting says so, and one that
+// found it used by someone else fails (its identity was stolen). The end
+// list runs in the same pass.
 func (r *Reconciler) endPoweredOff(ctx context.Context, s *claimScope, msg string) {
+	if r.refusedByGuest(s, msg) {
+		return
+	}
 	msg, reason := r.joinTokenGaveUp(ctx, s, s.cluster, msg)
 	switch reason {
 	case hfv1.IdentityStolenReason:

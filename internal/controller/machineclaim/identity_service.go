@@ -68,12 +68,14 @@ func (r *Reconciler) issueIdentity(ctx context.Context, s *claimScope, tmpl *hfv
 		return false, r.backoff(claim), nil //nolint:nilerr // the condition carries the error; the backoff paces the retries
 	}
 	if st == nil {
-		plan, err := identity.Plan(srv, claim)
+		plan, err := r.Issuer.Plan(srv, claim)
 		if err != nil {
 			return false, 0, err
 		}
 		// Recorded first: whatever is created on the SPIRE server from
-		// here on is found again, and removed, through these ids.
+		// here on is found again, and removed, through these ids, and
+		// the VM's secrets are derived with the ownership key recorded
+		// with them (keyId), whatever key rotation comes later.
 		claim.Status.Identity = plan
 		what := "its join token is not issued yet"
 		if tmpl.Spec.Attestation.Method == hfv1.AttestationTPM {

@@ -56,7 +56,10 @@ const (
 func (r *Reconciler) storeCredentialInStore(ctx context.Context, s *claimScope, cluster *hfv1.HypervisorCluster) (StoreResult, time.Duration) {
 	claim := s.claim
 	st, cfg := claim.Status.Identity, clusterconfig.SecretStoreOf(cluster)
-	if cfg == nil || st == nil || st.AttestedAt == nil || st.CredentialStoredAt != nil || claim.Status.End != nil || claim.EndRequested() {
+	if cfg == nil || st == nil || st.AttestedAt == nil || st.CredentialStoredAt != nil || claim.Status.End != nil || claim.EndRequested() ||
+		r.waitsForJob(claim, s.tmpl) {
+		// A warm VM's credential is minted once its pool binds it a job
+		// (jobbinding.go).
 		return StoreNotNeeded, 0
 	}
 	if r.Credentials == nil {
@@ -161,7 +164,7 @@ func (r *Reconciler) openSecretStore(ctx context.Context, cluster string, cfg *h
 
 // storedCredential is cred as the store keeps it (agentconfig's document).
 func storedCredential(cred workload.Credential) secretstore.Credential {
-	out := secretstore.Credential{Method: agentconfig.BootstrapMethod(cred.Method), RegistrationURL: cred.RegistrationURL}
+	out := secretstore.Credential{Method: agentconfig.BootstrapMethod(cred.Method), RegistrationURL: cred.RegistrationURL, Job: cred.Job}
 	switch cred.Method {
 	case workload.MethodJIT:
 		out.JITConfig = cred.Secret.Reveal()

@@ -31,7 +31,7 @@ func identityWorld(t *testing.T) (*Reconciler, *identitytest.Server, *hfv1.Hyper
 	fs.SetClock(clk.Now)
 	r.Identity = identity.NewRegistry()
 	r.Identity.Dial = identitytest.Dialer(fs)
-	r.Issuer = &identity.Issuer{Key: make([]byte, 32)}
+	r.Issuer = &identity.Issuer{Keys: reservationSigner(t, 1)}
 	cluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: unitCluster}}
 	cluster.Spec.SPIRE = &hfv1.SPIREConfig{TrustDomain: "example.org", ServerAddress: "spire.example.org:8081",
 		ServerAPI:           hfv1.SPIREServerAPI{AdminSocket: "/run/spire/api.sock"},
@@ -234,7 +234,7 @@ func tpmTemplate() *hfv1.HypervisorMachineTemplate {
 // enrollment proof and the broker proof.
 func TestIssueTPMIdentity(t *testing.T) {
 	r, fs, cluster, _, rec := identityWorld(t)
-	r.Issuer = &identity.Issuer{Key: make([]byte, 32), ProofKey: make([]byte, 32), EnrollmentKey: make([]byte, 32), Install: "hf1"}
+	r.Issuer = &identity.Issuer{Keys: reservationSigner(t, 1), Install: "hf1"}
 	c := unitClaim("runner-1", 0)
 	for pass := range 3 {
 		var done bool
@@ -247,6 +247,12 @@ func TestIssueTPMIdentity(t *testing.T) {
 	st := c.Status.Identity
 	if st == nil || st.TPM == nil || st.TPM.EntriesCreatedAt == nil || !st.Issued() || st.JoinTokenCreatedAt != nil {
 		t.Fatalf("status.identity = %+v", st)
+	}
+	// The ownership key its secrets are derived from is recorded with
+	// the plan (issue 54, F6a), so that a key rotation changes none of
+	// them.
+	if st.KeyID == nil || int(*st.KeyID) != r.Issuer.Keys.SigningKeyID() {
+		t.Errorf("status.identity.keyId = %v, want the signing key %d", st.KeyID, r.Issuer.Keys.SigningKeyID())
 	}
 	state := fs.State()
 	if len(state.Tokens) != 0 {
@@ -292,7 +298,7 @@ func TestTPMGaveUp(t *testing.T) {
 	} {
 		t.Run(cmp.Or(said, "nothing said"), func(t *testing.T) {
 			r, _, cluster, _, rec := identityWorld(t)
-			r.Issuer = &identity.Issuer{Key: make([]byte, 32), ProofKey: make([]byte, 32), EnrollmentKey: make([]byte, 32)}
+			r.Issuer = &identity.Issuer{Keys: reservationSigner(t, 1)}
 			c := unitClaim("runner-1", 0)
 			for range 2 {
 				inScope(&c, func(s *claimScope) { _, _, _ = r.issueIdentity(context.Background(), s, tpmTemplate(), cluster) })

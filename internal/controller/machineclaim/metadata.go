@@ -31,11 +31,11 @@ func setStandardMetadata(claim *hfv1.MachineClaim, cluster string) {
 }
 
 // setReservation records a reserved VM and what spec's VM was authorized
-// to be (its placement record) in the claim's annotations, each signed
-// with the install's key (reservation.go).
-func (r *Reconciler) setReservation(claim *hfv1.MachineClaim, cluster string, p provider.Progress, spec *provider.VMSpec) {
+// to be, with the DNS domain of its name (its placement record), in the
+// claim's annotations, each signed with the install's key (reservation.go).
+func (r *Reconciler) setReservation(claim *hfv1.MachineClaim, cluster string, p provider.Progress, spec *provider.VMSpec, dnsDomain string) {
 	Annotate(claim, r.Signer, cluster, p)
-	RecordPlacement(claim, r.Signer, cluster, spec)
+	RecordPlacement(claim, r.Signer, cluster, spec, dnsDomain)
 }
 
 // checkReservation puts a reserved VM back into the status of a claim

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -12,6 +13,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -25,13 +27,14 @@ type placementRecord struct {
 
 // RecordPlacement records in the claim's placement annotation (in memory;
 // the caller writes it in the same write as the reservation) what spec's
-// VM is made of on cluster, the values the claim was authorized with, signed
-// with the install's key over the claim's UID and cluster. spec must be
-// what the allow-lists were checked against in this pass, or a verified
-// record already applied to it.
-func RecordPlacement(claim *hfv1.MachineClaim, signer *ownership.Signer, cluster string, spec *provider.VMSpec) {
+// VM is made of on cluster and the DNS domain its name is completed with,
+// the values the claim was authorized with, signed with the install's key
+// over the claim's UID and cluster. spec and dnsDomain must be what the
+// allow-lists were checked against in this pass, or a verified record
+// already applied to them.
+func RecordPlacement(claim *hfv1.MachineClaim, signer *ownership.Signer, cluster string, spec *provider.VMSpec, dnsDomain string) {
 	p := placementOf(spec)
-	p.ClaimUID, p.Cluster = string(claim.UID), cluster
+	p.ClaimUID, p.Cluster, p.DNSDomain = string(claim.UID), cluster, dnsDomain
 	raw, err := json.Marshal(placementRecord{Placement: p, Signature: signer.SignPlacement(p)})
 	if err != nil {
 		// Strings, numbers and a bool: nothing json.Marshal refuses.
@@ -44,20 +47,30 @@ func RecordPlacement(claim *hfv1.MachineClaim, signer *ownership.Signer, cluster
 }
 
 // placementOf is the part of spec the placement record holds: everything
-// the cluster's allow-lists and defaults decide, and the resources.
+// the cluster's allow-lists and defaults decide (the hypervisor files and
+// storage of its native cloud-init among them), and the resources.
 func placementOf(spec *provider.VMSpec) ownership.Placement {
-	return ownership.Placement{
+	p := ownership.Placement{
 		TemplateID: spec.Source.ID, TemplateName: spec.Source.Name, LinkedClone: spec.Source.Linked,
 		Storage: spec.Source.Storage, Format: spec.Source.Format, ResourcePool: spec.Source.ResourcePool,
 		Bridge: spec.Network.Bridge, VLAN: spec.Network.VLAN, NICModel: spec.Network.Model,
 		CPUCores: spec.CPUCores, MemoryBytes: spec.MemoryBytes, DiskBytes: spec.DiskBytes,
 	}
+	if n := spec.Native; n != nil {
+		p.VendorSnippet, p.UserSnippet, p.DriveStorage = n.VendorData, n.UserData, n.Storage
+	}
+	return p
 }
 
 // ApplyPlacement makes spec's VM what the record says, whatever its
-// template says now. The host name, MAC address and cloud-init stay the
-// spec's: the first two derive from the claim, and the cloud-init runs
-// inside the tenant's own VM (the allow-lists do not cover it).
+// template says now: its source, network, resources and the hypervisor
+// files and storage of its native cloud-init (a VM whose template has
+// since left native delivery gets none: its NoCloud seed holds only what
+// runs inside the tenant's own VM). The host name, MAC address and the
+// rest of the cloud-init stay the spec's: the first two derive from the
+// claim, the rest runs inside the tenant's own VM (the allow-lists do not
+// cover it). The DNS domain is applied to the claim's template and cluster
+// (withPlacedDomain), which the cloud-init and the claim's status read.
 func ApplyPlacement(spec *provider.VMSpec, p ownership.Placement) {
 	spec.Source = provider.TemplateSource{
 		ID: p.TemplateID, Name: p.TemplateName, Linked: p.LinkedClone,
@@ -66,6 +79,33 @@ func ApplyPlacement(spec *provider.VMSpec, p ownership.Placement) {
 	spec.Network.Bridge, spec.Network.VLAN, spec.Network.Model = p.Bridge, p.VLAN, p.NICModel
 	spec.CPUCores, spec.MemoryBytes, spec.DiskBytes = p.CPUCores, p.MemoryBytes, p.DiskBytes
 	spec.MemoryHint = p.MemoryBytes
+	if n := spec.Native; n != nil {
+		n.VendorData, n.UserData, n.Storage = p.VendorSnippet, p.UserSnippet, p.DriveStorage
+	}
+}
+
+// withPlacedDomain returns tmpl and cluster as a placed claim's VM is built
+// from them: copies whose merged DNS domain (vmspec.DNS) is the recorded
+// one, whatever the template or the cluster say now (themselves when they
+// still say it). The domain completes the VM's host name in its cloud-init
+// and in status.network.fqdn, the name its addresses are registered in DNS
+// and validated under: an edit after placement must not move a VM into a
+// domain its namespace may not use.
+func withPlacedDomain(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, domain string) (*hfv1.HypervisorMachineTemplate, *hfv1.HypervisorCluster) {
+	if vmspec.DNS(cluster, tmpl).Domain == domain {
+		return tmpl, cluster
+	}
+	tmpl, cluster = tmpl.DeepCopy(), cluster.DeepCopy()
+	if tmpl.Spec.Network.DNS == nil {
+		tmpl.Spec.Network.DNS = &hfv1.DNSSettings{}
+	}
+	tmpl.Spec.Network.DNS.Domain = domain
+	if cluster.Spec.DNS != nil {
+		// An empty recorded domain must not fall back to one the cluster
+		// gained since.
+		cluster.Spec.DNS.Domain = domain
+	}
+	return tmpl, cluster
 }
 
 // ParsePlacement reads a PlacementAnnotation value: the record and the
@@ -124,6 +164,9 @@ func (r *Reconciler) readPlacement(claim *hfv1.MachineClaim) (ownership.Placemen
 		return ownership.Placement{}, err
 	case p.Cluster != ref.HypervisorCluster:
 		return ownership.Placement{}, fmt.Errorf("it names HypervisorCluster %s but the claim's VM is on %s", p.Cluster, ref.HypervisorCluster)
+	case strings.HasPrefix(sig, ownership.LegacyPlacementVersion+"."):
+		return ownership.Placement{}, fmt.Errorf("it was written by an earlier HyperFleet version (signature %s...), whose record leaves the cloud-init snippets, their drive's storage and the DNS domain to the template's current values; a RunnerPool replaces the claim, a claim made by hand must be created again",
+			ownership.LegacyPlacementVersion)
 	}
 	p.ClaimUID = string(claim.UID)
 	if r.Signer == nil || !r.Signer.VerifyPlacement(p, sig) {

@@ -3,15 +3,18 @@ package machineclaim
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -35,8 +38,13 @@ func authorizedSpec() *provider.VMSpec {
 			Bridge: "vmbr0", VLAN: 100, Model: "virtio", MACAddress: "02:00:00:00:00:01",
 		},
 		CPUCores: 2, MemoryBytes: 2 << 30, DiskBytes: 40 << 30, MemoryHint: 2 << 30,
+		Native: &provider.NativeCloudInit{IPv4: "dhcp", User: "ci", VendorData: "local:snippets/kit.yaml", UserData: "local:snippets/team-a.yaml", Storage: "local-lvm"},
 	}
 }
+
+// authorizedDomain is the DNS domain the authorized spec's VM was placed
+// under.
+const authorizedDomain = "team-a.ci.example.com"
 
 // placedClaim is a claim whose VM 1100 is on cluster pve-a.
 func placedClaim(uid string) *hfv1.MachineClaim {
@@ -49,11 +57,13 @@ func placedClaim(uid string) *hfv1.MachineClaim {
 // TestPlacementRecordRoundTrip: what RecordPlacement writes, Placement
 // returns for the claim, and applying it to a spec built from an edited
 // template gives back every authorized value (source, storage, pool,
-// bridge, VLAN, NIC model, resources) while the per-claim values stay.
+// bridge, VLAN, NIC model, resources, the native cloud-init's snippets and
+// drive storage) while the per-claim values stay; the record holds the
+// DNS domain.
 func TestPlacementRecordRoundTrip(t *testing.T) {
 	signer := testPlacementSigner(t, 1)
 	claim := placedClaim("1")
-	RecordPlacement(claim, signer, "pve-a", authorizedSpec())
+	RecordPlacement(claim, signer, "pve-a", authorizedSpec(), authorizedDomain)
 	r := &Reconciler{Signer: signer, Recorder: record.NewFakeRecorder(8)}
 	p, err := r.verifiedPlacement(context.Background(), &claimScope{claim: claim})
 	if err != nil {
@@ -64,11 +74,26 @@ func TestPlacementRecordRoundTrip(t *testing.T) {
 	edited.Source = provider.TemplateSource{ID: 9001, Linked: true, Storage: "local", ResourcePool: "infra"}
 	edited.Network.Bridge, edited.Network.VLAN, edited.Network.Model = "vmbr9", 4000, "e1000"
 	edited.CPUCores, edited.MemoryBytes, edited.DiskBytes, edited.MemoryHint = 64, 256<<30, 4<<40, 256<<30
+	edited.Native.VendorData, edited.Native.UserData, edited.Native.Storage = "local:snippets/team-b-kit.yaml", "local:snippets/team-b.yaml", "team-b-storage"
 	ApplyPlacement(edited, p)
 	want := authorizedSpec()
 	if edited.Source != want.Source || edited.Network != want.Network || edited.CPUCores != want.CPUCores ||
 		edited.MemoryBytes != want.MemoryBytes || edited.DiskBytes != want.DiskBytes || edited.MemoryHint != want.MemoryHint || edited.Name != want.Name {
 		t.Fatalf("applied record gives %+v, want %+v", edited, want)
+	}
+	if got, want := *edited.Native, *want.Native; got.VendorData != want.VendorData || got.UserData != want.UserData || got.Storage != want.Storage || got.User != want.User {
+		t.Fatalf("applied record gives native cloud-init %+v, want %+v", got, want)
+	}
+	if p.DNSDomain != authorizedDomain {
+		t.Fatalf("recorded DNS domain %q, want %q", p.DNSDomain, authorizedDomain)
+	}
+	// A template that left native delivery since gets no snippet: its VM's
+	// NoCloud seed is the tenant's own cloud-init.
+	iso := authorizedSpec()
+	iso.Native = nil
+	ApplyPlacement(iso, p)
+	if iso.Native != nil {
+		t.Fatalf("a spec without native cloud-init got %+v", iso.Native)
 	}
 }
 
@@ -79,11 +104,11 @@ func TestPlacementRecordRoundTrip(t *testing.T) {
 func TestPlacementRecordRefusals(t *testing.T) {
 	signer := testPlacementSigner(t, 1)
 	other := placedClaim("2")
-	RecordPlacement(other, signer, "pve-a", authorizedSpec())
+	RecordPlacement(other, signer, "pve-a", authorizedSpec(), authorizedDomain)
 	foreign := placedClaim("1")
-	RecordPlacement(foreign, testPlacementSigner(t, 2), "pve-a", authorizedSpec())
+	RecordPlacement(foreign, testPlacementSigner(t, 2), "pve-a", authorizedSpec(), authorizedDomain)
 	own := placedClaim("1")
-	RecordPlacement(own, signer, "pve-a", authorizedSpec())
+	RecordPlacement(own, signer, "pve-a", authorizedSpec(), authorizedDomain)
 	signed := own.Annotations[hfv1.PlacementAnnotation]
 	edit := func(from, to string) string {
 		t.Helper()
@@ -97,24 +122,29 @@ func TestPlacementRecordRefusals(t *testing.T) {
 		reason  string
 		cluster string
 	}{
-		"missing":        {reason: "no placement record"},
-		"garbage":        {value: ptr.To("pve-a/pve1/1100/r1.1.abc"), reason: "not a placement record"},
-		"unknown field":  {value: ptr.To(edit(`"signature"`, `"extra":1,"signature"`)), reason: "not a placement record"},
-		"trailing data":  {value: ptr.To(signed + `{}`), reason: "not a placement record"},
-		"unsigned":       {value: ptr.To(`{"cluster":"pve-a","templateId":9000,"bridge":"vmbr0"}`), reason: "signature missing"},
-		"made up":        {value: ptr.To(edit(`"signature":"p1.1.`, `"signature":"p1.1.AAAA`)), reason: "does not verify"},
-		"bridge edited":  {value: ptr.To(edit(`"bridge":"vmbr0"`, `"bridge":"vmbr9"`)), reason: "does not verify"},
-		"vlan edited":    {value: ptr.To(edit(`"vlan":100`, `"vlan":4000`)), reason: "does not verify"},
-		"template":       {value: ptr.To(edit(`"templateId":9000`, `"templateId":9001`)), reason: "does not verify"},
-		"storage":        {value: ptr.To(edit(`"storage":"local-lvm"`, `"storage":"local"`)), reason: "does not verify"},
-		"pool":           {value: ptr.To(edit(`"resourcePool":"ci"`, `"resourcePool":"infra"`)), reason: "does not verify"},
-		"cores":          {value: ptr.To(edit(`"cpuCores":2`, `"cpuCores":64`)), reason: "does not verify"},
-		"linked added":   {value: ptr.To(edit(`"cluster"`, `"linkedClone":true,"cluster"`)), reason: "does not verify"},
-		"other claim":    {value: ptr.To(other.Annotations[hfv1.PlacementAnnotation]), reason: "does not verify"},
-		"other install":  {value: ptr.To(foreign.Annotations[hfv1.PlacementAnnotation]), reason: "does not verify"},
-		"other cluster":  {value: ptr.To(edit(`"cluster":"pve-a"`, `"cluster":"pve-b"`)), reason: "names HypervisorCluster pve-b"},
-		"VM moved":       {value: ptr.To(signed), cluster: "pve-b", reason: "names HypervisorCluster pve-a"},
-		"reservation id": {value: ptr.To(strings.Replace(signed, `"p1.1.`, `"r1.1.`, 1)), reason: "does not verify"},
+		"missing":         {reason: "no placement record"},
+		"garbage":         {value: ptr.To("pve-a/pve1/1100/r1.1.abc"), reason: "not a placement record"},
+		"unknown field":   {value: ptr.To(edit(`"signature"`, `"extra":1,"signature"`)), reason: "not a placement record"},
+		"trailing data":   {value: ptr.To(signed + `{}`), reason: "not a placement record"},
+		"unsigned":        {value: ptr.To(`{"cluster":"pve-a","templateId":9000,"bridge":"vmbr0"}`), reason: "signature missing"},
+		"made up":         {value: ptr.To(edit(`"signature":"p2.1.`, `"signature":"p2.1.AAAA`)), reason: "does not verify"},
+		"bridge edited":   {value: ptr.To(edit(`"bridge":"vmbr0"`, `"bridge":"vmbr9"`)), reason: "does not verify"},
+		"vlan edited":     {value: ptr.To(edit(`"vlan":100`, `"vlan":4000`)), reason: "does not verify"},
+		"template":        {value: ptr.To(edit(`"templateId":9000`, `"templateId":9001`)), reason: "does not verify"},
+		"storage":         {value: ptr.To(edit(`"storage":"local-lvm"`, `"storage":"local"`)), reason: "does not verify"},
+		"pool":            {value: ptr.To(edit(`"resourcePool":"ci"`, `"resourcePool":"infra"`)), reason: "does not verify"},
+		"cores":           {value: ptr.To(edit(`"cpuCores":2`, `"cpuCores":64`)), reason: "does not verify"},
+		"linked added":    {value: ptr.To(edit(`"cluster"`, `"linkedClone":true,"cluster"`)), reason: "does not verify"},
+		"vendor snippet":  {value: ptr.To(edit(`"vendorSnippet":"local:snippets/kit.yaml"`, `"vendorSnippet":"local:snippets/team-b-kit.yaml"`)), reason: "does not verify"},
+		"user snippet":    {value: ptr.To(edit(`"userSnippet":"local:snippets/team-a.yaml"`, `"userSnippet":"local:snippets/team-b.yaml"`)), reason: "does not verify"},
+		"drive storage":   {value: ptr.To(edit(`"driveStorage":"local-lvm"`, `"driveStorage":"team-b-storage"`)), reason: "does not verify"},
+		"dns domain":      {value: ptr.To(edit(`"dnsDomain":"team-a.ci.example.com"`, `"dnsDomain":"team-b.ci.example.com"`)), reason: "does not verify"},
+		"earlier version": {value: ptr.To(edit(`"signature":"p2.`, `"signature":"p1.`)), reason: "earlier HyperFleet version"},
+		"other claim":     {value: ptr.To(other.Annotations[hfv1.PlacementAnnotation]), reason: "does not verify"},
+		"other install":   {value: ptr.To(foreign.Annotations[hfv1.PlacementAnnotation]), reason: "does not verify"},
+		"other cluster":   {value: ptr.To(edit(`"cluster":"pve-a"`, `"cluster":"pve-b"`)), reason: "names HypervisorCluster pve-b"},
+		"VM moved":        {value: ptr.To(signed), cluster: "pve-b", reason: "names HypervisorCluster pve-a"},
+		"reservation id":  {value: ptr.To(strings.Replace(signed, `"p2.1.`, `"r2.1.`, 1)), reason: "does not verify"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -140,6 +170,42 @@ func TestPlacementRecordRefusals(t *testing.T) {
 				}
 			default:
 				t.Error("no event")
+			}
+		})
+	}
+}
+
+// TestWithPlacedDomain: a placed claim's VM is named under the recorded
+// DNS domain whatever the template and the cluster say now: a domain the
+// template moved to, or one the cluster gained since a claim placed
+// without any; the objects themselves are never changed.
+func TestWithPlacedDomain(t *testing.T) {
+	cluster := &hfv1.HypervisorCluster{}
+	cluster.Spec.DNS = &hfv1.ClusterDNSSettings{DNSSettings: hfv1.DNSSettings{Domain: "ci.example.com", Servers: []string{"192.0.2.53"}}}
+	moved := &hfv1.HypervisorMachineTemplate{}
+	moved.Spec.Network.DNS = &hfv1.DNSSettings{Domain: "team-b.ci.example.com", Search: []string{"example.com"}}
+	plain := &hfv1.HypervisorMachineTemplate{}
+	for _, tc := range []struct {
+		name     string
+		tmpl     *hfv1.HypervisorMachineTemplate
+		recorded string
+	}{
+		{"the template moved to another domain", moved, authorizedDomain},
+		{"placed without a domain, the cluster has one now", plain, ""},
+		{"the cluster's domain, unchanged", plain, "ci.example.com"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmplBefore, clusterBefore := tc.tmpl.DeepCopy(), cluster.DeepCopy()
+			tmpl, c := withPlacedDomain(tc.tmpl, cluster, tc.recorded)
+			got := vmspec.DNS(c, tmpl)
+			if got.Domain != tc.recorded {
+				t.Errorf("domain %q, want the recorded %q", got.Domain, tc.recorded)
+			}
+			if want := vmspec.DNS(cluster, tc.tmpl); !slices.Equal(got.Servers, want.Servers) || !slices.Equal(got.Search, want.Search) {
+				t.Errorf("resolver %+v, want the objects' own %+v", got, want)
+			}
+			if !equality.Semantic.DeepEqual(tc.tmpl, tmplBefore) || !equality.Semantic.DeepEqual(cluster, clusterBefore) {
+				t.Error("the template or cluster themselves were changed")
 			}
 		})
 	}

@@ -23,18 +23,21 @@ import (
 // the platform says about it, and removing it when the claim ends.
 
 // observeWorkload folds what the CI platform says about the claim's runner
-// into its status; a runner whose job completed ends the claim (the pass
-// stops, and the end list runs).
+// into its status, records a warm VM standing by for a job, seals a runner
+// seen with its job (runner_seal.go) and retires what issued a registered
+// runner's credential (jobbinding.go); a runner whose job completed ends
+// the claim (the pass stops, and the end list runs).
 func (r *Reconciler) observeWorkload(ctx context.Context, s *claimScope) (phase.Result, error) {
 	if r.runsNoRunner(s.claim, s.tmpl) {
 		return r.observeScript(ctx, s), nil
 	}
+	r.standBy(s)
 	jobDone, err := r.observeRunner(ctx, s)
 	switch {
 	case err != nil:
 		return phase.Stop(), err
 	case jobDone == "":
-		return phase.Next(), nil
+		return r.sealRunner(ctx, s).Sooner(r.retireRegistration(ctx, s).After()), nil
 	}
 	r.beginEnd(s, claimEnd{reason: hfv1.EndJobCompleted, code: string(hfv1.EndJobCompleted), message: jobDone})
 	return phase.Stop(), nil

@@ -17,7 +17,6 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
-	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -40,9 +39,12 @@ const dnsPort = 53
 // cluster and its template when the round starts.
 type validationPlan struct {
 	cluster string
-	// name and addrs are the VM's FQDN and addresses (DNSRecord's).
-	name  string
-	addrs []netip.Addr
+	// name and addrs are the VM's FQDN and the addresses the operator
+	// vouches for (vmAddrsOf, as DNS registration); outside are those its
+	// guest reports outside the cluster's vmSubnets, never probed.
+	name    string
+	addrs   []netip.Addr
+	outside []netip.Addr
 	// dns: the lookups are on; servers are the resolvers, reverse adds
 	// the PTR checks; dnsTimeout bounds each query.
 	dns        bool
@@ -136,8 +138,11 @@ func (v *validations) forget(uid types.UID) {
 }
 
 // planValidation resolves what the claim's rounds check; false when its
-// cluster validates nothing.
-func planValidation(claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster, tmpl *hfv1.HypervisorMachineTemplate) (validationPlan, bool) {
+// cluster validates nothing. The DNS servers asked are the cluster's
+// spec.dns.servers only: a template's network.dns.servers are its VMs'
+// resolvers, and a server a tenant names would have the operator query it
+// and believe its answers (and reach whatever it points the operator at).
+func planValidation(claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster) (validationPlan, bool) {
 	p := validationPlan{cluster: cluster.Name, onReady: true, interval: hfv1.DefaultValidationInterval * time.Second}
 	if d := cluster.Spec.DNS; d != nil && d.Validation != nil && enabled(d.Validation.Enabled) {
 		v := d.Validation
@@ -160,36 +165,19 @@ func planValidation(claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster, t
 	if !p.dns && !p.ping && !p.ssh {
 		return p, false
 	}
-	if rec, why := DNSRecord(claim, ""); why == "" {
-		p.name, p.addrs = rec.Name, rec.Addrs
-	} else {
-		p.addrs = validatedAddrs(claim)
+	v := vmAddrsOf(claim, cluster)
+	p.addrs, p.outside = v.addrs, v.outside
+	if n := claim.Status.Network; n != nil && len(p.addrs) > 0 {
+		p.name = n.FQDN
 	}
-	settings := hfv1.DNSSettings{}
-	if cluster.Spec.DNS != nil {
-		settings = cluster.Spec.DNS.DNSSettings
-	}
-	if tmpl != nil {
-		settings = vmspec.DNS(cluster, tmpl)
-	}
-	for _, s := range settings.Servers {
-		if a, err := netip.ParseAddr(s); err == nil {
-			p.servers = append(p.servers, netip.AddrPortFrom(a, dnsPort))
+	if d := cluster.Spec.DNS; d != nil {
+		for _, s := range d.Servers {
+			if a, err := netip.ParseAddr(s); err == nil {
+				p.servers = append(p.servers, netip.AddrPortFrom(a, dnsPort))
+			}
 		}
 	}
 	return p, true
-}
-
-// validatedAddrs are the addresses of a claim without an FQDN, chosen as
-// DNSRecord chooses them.
-func validatedAddrs(claim *hfv1.MachineClaim) []netip.Addr {
-	c := claim.DeepCopy()
-	if c.Status.Network == nil {
-		return nil
-	}
-	c.Status.Network.FQDN = "unnamed"
-	rec, _ := DNSRecord(c, "")
-	return rec.Addrs
 }
 
 func enabled(b *bool) bool { return b == nil || *b }
@@ -216,12 +204,19 @@ func (r *Reconciler) checkNetwork(ctx context.Context, s *claimScope) (phase.Res
 	if s.cluster == nil || !s.facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) {
 		return phase.Next(), nil
 	}
-	plan, on := planValidation(claim, s.cluster, s.tmpl)
+	plan, on := planValidation(claim, s.cluster)
 	if !on {
 		r.dropValidation(s)
 		return phase.Next(), nil
 	}
 	if len(plan.addrs) == 0 {
+		if len(plan.outside) > 0 {
+			// A round still running (started before the addresses
+			// changed) is dropped when it ends.
+			r.validation.forget(claim.UID)
+			r.refuseAddresses(s, hfv1.MachineClaimNetworkValidatedCondition, hfv1.AddressOutsideVMSubnetsReason,
+				"Not validated: "+vmAddrs{outside: plan.outside}.refusal(s.cluster))
+		}
 		return phase.Next(), nil
 	}
 	round, finished, running := r.validation.take(claim.UID)

@@ -73,7 +73,7 @@ func (p validationPlan) notPossible() string {
 	case p.name == "":
 		return "the VM has no FQDN (status.network.fqdn): set spec.dns.domain or the template's network.dns.domain"
 	case len(p.servers) == 0:
-		return "no DNS server is configured: set spec.dns.servers or the template's network.dns.servers"
+		return fmt.Sprintf("HypervisorCluster %s configures no DNS server: set its spec.dns.servers (a template's network.dns.servers are its VMs' resolvers only, never checked)", p.cluster)
 	}
 	return ""
 }

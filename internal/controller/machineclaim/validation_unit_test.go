@@ -14,47 +14,42 @@ import (
 )
 
 // TestPlanValidation: what a round checks comes from the cluster's two
-// settings with the operator's defaults for fields left out, the
-// template's DNS servers win over the cluster's, and a cluster that
+// settings with the operator's defaults for fields left out, the DNS
+// servers are the cluster's, the addresses those the operator vouches for
+// (the guest's inside the cluster's vmSubnets), and a cluster that
 // validates nothing plans nothing.
 func TestPlanValidation(t *testing.T) {
 	claim := &hfv1.MachineClaim{Status: hfv1.MachineClaimStatus{Network: &hfv1.MachineNetworkStatus{
-		FQDN: "vm-1.ci.example.com", Addresses: []string{"192.0.2.10/24", "fe80::1"}}}}
+		FQDN: "vm-1.ci.example.com", Addresses: []string{"192.0.2.10/24", "fe80::1", "10.96.0.1"}}}}
 	cluster := func(dns *hfv1.DNSValidation, network *hfv1.NetworkValidation) *hfv1.HypervisorCluster {
 		c := &hfv1.HypervisorCluster{}
 		c.Name = "pve"
 		c.Spec.DNS = &hfv1.ClusterDNSSettings{DNSSettings: hfv1.DNSSettings{Servers: []string{"192.0.2.53"}}, Validation: dns}
-		if network != nil {
-			c.Spec.Network = &hfv1.ClusterNetworkSettings{Validation: network}
-		}
+		c.Spec.Network = &hfv1.ClusterNetworkSettings{VMSubnets: []string{"192.0.2.0/24"}, Validation: network}
 		return c
 	}
-	withServers := &hfv1.HypervisorMachineTemplate{}
-	withServers.Spec.Network.DNS = &hfv1.DNSSettings{Servers: []string{"2001:db8::53"}}
+	server := []netip.AddrPort{netip.MustParseAddrPort("192.0.2.53:53")}
 	for _, tc := range []struct {
 		name    string
 		cluster *hfv1.HypervisorCluster
-		tmpl    *hfv1.HypervisorMachineTemplate
 		on      bool
 		want    validationPlan
 	}{
-		{"nothing configured", cluster(nil, nil), nil, false, validationPlan{}},
-		{"both disabled", cluster(&hfv1.DNSValidation{Enabled: ptr.To(false)}, &hfv1.NetworkValidation{Enabled: ptr.To(false)}), nil, false, validationPlan{}},
-		{"dns with defaults", cluster(&hfv1.DNSValidation{}, nil), nil, true, validationPlan{
-			dns: true, servers: []netip.AddrPort{netip.MustParseAddrPort("192.0.2.53:53")}, dnsTimeout: 10 * time.Second,
+		{"nothing configured", cluster(nil, nil), false, validationPlan{}},
+		{"both disabled", cluster(&hfv1.DNSValidation{Enabled: ptr.To(false)}, &hfv1.NetworkValidation{Enabled: ptr.To(false)}), false, validationPlan{}},
+		{"dns with defaults", cluster(&hfv1.DNSValidation{}, nil), true, validationPlan{
+			dns: true, servers: server, dnsTimeout: 10 * time.Second,
 			onReady: true, interval: 5 * time.Minute}},
-		{"template servers, reverse, fail, once, later", cluster(&hfv1.DNSValidation{ValidateReverse: true, OnFailure: hfv1.ValidationFailClaim,
-			ValidateOnReady: ptr.To(false), ValidateInterval: &metav1.Duration{}, TimeoutSeconds: 2}, nil), withServers, true, validationPlan{
-			dns: true, reverse: true, failDNS: true, servers: []netip.AddrPort{netip.MustParseAddrPort("[2001:db8::53]:53")}, dnsTimeout: 2 * time.Second}},
-		{"network with defaults", cluster(nil, &hfv1.NetworkValidation{}), nil, true, validationPlan{
-			ping: true, sshPort: 22, netTimeout: 30 * time.Second, onReady: true, interval: 5 * time.Minute,
-			servers: []netip.AddrPort{netip.MustParseAddrPort("192.0.2.53:53")}}},
-		{"ssh only, failing the claim", cluster(nil, &hfv1.NetworkValidation{PingTest: ptr.To(false), SSHTest: true, SSHPort: 2222, OnFailure: hfv1.ValidationFailClaim}), nil, true, validationPlan{
-			ssh: true, sshPort: 2222, failNetwork: true, netTimeout: 30 * time.Second, onReady: true, interval: 5 * time.Minute,
-			servers: []netip.AddrPort{netip.MustParseAddrPort("192.0.2.53:53")}}},
+		{"reverse, fail, once, later", cluster(&hfv1.DNSValidation{ValidateReverse: true, OnFailure: hfv1.ValidationFailClaim,
+			ValidateOnReady: ptr.To(false), ValidateInterval: &metav1.Duration{}, TimeoutSeconds: 2}, nil), true, validationPlan{
+			dns: true, reverse: true, failDNS: true, servers: server, dnsTimeout: 2 * time.Second}},
+		{"network with defaults", cluster(nil, &hfv1.NetworkValidation{}), true, validationPlan{
+			ping: true, sshPort: 22, netTimeout: 30 * time.Second, onReady: true, interval: 5 * time.Minute, servers: server}},
+		{"ssh only, failing the claim", cluster(nil, &hfv1.NetworkValidation{PingTest: ptr.To(false), SSHTest: true, SSHPort: 2222, OnFailure: hfv1.ValidationFailClaim}), true, validationPlan{
+			ssh: true, sshPort: 2222, failNetwork: true, netTimeout: 30 * time.Second, onReady: true, interval: 5 * time.Minute, servers: server}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, on := planValidation(claim, tc.cluster, tc.tmpl)
+			got, on := planValidation(claim, tc.cluster)
 			if on != tc.on {
 				t.Fatalf("on = %v, want %v", on, tc.on)
 			}
@@ -62,7 +57,9 @@ func TestPlanValidation(t *testing.T) {
 				return
 			}
 			tc.want.cluster, tc.want.name, tc.want.addrs = "pve", "vm-1.ci.example.com", []netip.Addr{netip.MustParseAddr("192.0.2.10")}
-			if got.cluster != tc.want.cluster || got.name != tc.want.name || !slices.Equal(got.addrs, tc.want.addrs) || !slices.Equal(got.servers, tc.want.servers) ||
+			tc.want.outside = []netip.Addr{netip.MustParseAddr("10.96.0.1")}
+			if got.cluster != tc.want.cluster || got.name != tc.want.name || !slices.Equal(got.addrs, tc.want.addrs) || !slices.Equal(got.outside, tc.want.outside) ||
+				!slices.Equal(got.servers, tc.want.servers) ||
 				got.dns != tc.want.dns || got.reverse != tc.want.reverse || got.dnsTimeout != tc.want.dnsTimeout ||
 				got.ping != tc.want.ping || got.ssh != tc.want.ssh || got.sshPort != tc.want.sshPort || got.netTimeout != tc.want.netTimeout ||
 				got.onReady != tc.want.onReady || got.interval != tc.want.interval || got.failDNS != tc.want.failDNS || got.failNetwork != tc.want.failNetwork {
@@ -132,6 +129,7 @@ func TestValidationTurnedOff(t *testing.T) {
 	}
 	off := &hfv1.HypervisorCluster{}
 	off.Spec.DNS = &hfv1.ClusterDNSSettings{DNSSettings: hfv1.DNSSettings{Servers: []string{"192.0.2.53"}}}
+	off.Spec.Network = &hfv1.ClusterNetworkSettings{VMSubnets: []string{"192.0.2.0/24"}}
 	r := &Reconciler{Clock: clocktesting.NewFakeClock(last.Add(time.Minute))}
 	claim := claimOf()
 	s := &claimScope{claim: claim, cluster: off}

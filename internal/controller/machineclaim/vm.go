@@ -25,6 +25,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -57,6 +58,21 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 	if wait, held := r.heldForUser(claim, tmpl, cluster); held {
 		return phase.StopAndRequeue(wait), nil
 	}
+	var placed *ownership.Placement
+	if claim.Status.VMRef != nil {
+		// Placed: the VM is built from what was authorized then, never
+		// from the template's current values (docs/security.md, "The
+		// placement record").
+		p, err := r.verifiedPlacement(ctx, s)
+		if err != nil {
+			// The claim fails with the refusal (the end list runs in
+			// this pass); the pass itself succeeded.
+			r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.PlacementRecordRejectedReason, message: err.Error()})
+			return phase.Stop(), nil //nolint:nilerr // the refusal is recorded in the claim's end, not a failed reconcile
+		}
+		placed = &p
+		tmpl, cluster = withPlacedDomain(tmpl, cluster, p.DNSDomain)
+	}
 	var addrs []vmspec.StaticAddr
 	if tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
 		var err error
@@ -70,18 +86,8 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 		return r.provisionError(ctx, s, err)
 	}
 	spec.Native = vmspec.Native(tmpl, vmspec.DNS(cluster, tmpl), vmspec.ClaimVars(r.workloads(), claim, tmpl, cluster, addrs))
-	if claim.Status.VMRef != nil {
-		// Placed: the VM is built from what was authorized then, never
-		// from the template's current values (docs/security.md, "The
-		// placement record").
-		placed, err := r.verifiedPlacement(ctx, s)
-		if err != nil {
-			// The claim fails with the refusal (the end list runs in
-			// this pass); the pass itself succeeded.
-			r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.PlacementRecordRejectedReason, message: err.Error()})
-			return phase.Stop(), nil //nolint:nilerr // the refusal is recorded in the claim's end, not a failed reconcile
-		}
-		ApplyPlacement(spec, placed)
+	if placed != nil {
+		ApplyPlacement(spec, *placed)
 	}
 	prev := Progress(claim)
 	if claim.Status.VMRef == nil {
@@ -96,7 +102,7 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 		// (checkReservation). If the write fails, the next pass starts
 		// over from the stored state.
 		r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
-		r.setReservation(claim, cluster.Name, res.Progress, spec)
+		r.setReservation(claim, cluster.Name, res.Progress, spec, vmspec.DNS(cluster, tmpl).Domain)
 		if err := s.patch.PatchMetadata(ctx, claim); err != nil {
 			return phase.Stop(), fmt.Errorf("record VM id %s before cloning: %w", res.Progress.ID, err)
 		}

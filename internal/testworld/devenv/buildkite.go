@@ -16,6 +16,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	buildkitesim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // The Buildkite world's names and secrets (Options.Buildkite).
@@ -88,15 +89,30 @@ func (w *World) startBuildkite() error {
 func (w *World) webhookPlatforms() []manager.WebhookPlatform {
 	// Named: the world registers Buildkite's and GitLab's back-ends,
 	// which receive webhooks, whether or not their simulators run.
-	out := []manager.WebhookPlatform{{Platform: hfv1.WorkloadGitHubActions, OwnerSecrets: map[string][]byte{Organization: []byte(webhookSecret)}}}
+	out := []manager.WebhookPlatform{{Platform: hfv1.WorkloadGitHubActions, APIHost: w.GitHubAPIHost(),
+		OwnerSecrets: map[string][]byte{Organization: []byte(webhookSecret)}}}
 	if w.Buildkite != nil {
-		out = append(out, manager.WebhookPlatform{Platform: hfv1.WorkloadBuildkite,
+		out = append(out, manager.WebhookPlatform{Platform: hfv1.WorkloadBuildkite, APIHost: apiHost(w.Buildkite.URL),
 			OwnerSecrets: map[string][]byte{BuildkiteOrganization: []byte(buildkiteWebhookToken)}})
 	}
 	if w.GitLab != nil {
-		out = append(out, gitlabWebhookPlatform())
+		out = append(out, w.gitlabWebhookPlatform())
 	}
 	return out
+}
+
+// GitHubAPIHost is the GitHub simulator's API host, as the world's
+// templates name it (their apiBaseURL): the host whose deliveries the
+// operator's GitHub webhook receiver takes (--github-webhook-api-host).
+func (w *World) GitHubAPIHost() string { return apiHost(w.GitHubURL) }
+
+// apiHost is the host of a simulator's URL (workload.CanonicalHost).
+func apiHost(u string) string {
+	host, err := workload.HostOf(u)
+	if err != nil {
+		panic(fmt.Sprintf("devenv: a simulator's URL %q: %v", u, err))
+	}
+	return host
 }
 
 // pointBuildkiteWebhook makes the operator's receiver at base the

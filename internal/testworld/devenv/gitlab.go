@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"time"
@@ -64,28 +65,34 @@ func (g *gitlabWorld) ResumeHooks() error {
 // they trust through SSL_CERT_FILE, as the stand-in runner does), its Job
 // Hooks sent through the operator's webhook client.
 func (w *World) startGitLab() error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("devenv: GitLab simulator: listen: %w", err)
+	}
+	// The instance's external URL, as the world's templates name it: its
+	// Job Hooks name it too (X-Gitlab-Instance), and the operator takes
+	// them as that host's.
+	url := w.guestURL("https://" + ln.Addr().String())
 	sim, err := gitlabsim.New(gitlabsim.Config{
+		URL:      url,
 		Projects: []gitlabsim.ProjectConfig{{Path: GitLabProject}},
 		Users:    []gitlabsim.UserConfig{{Username: "hyperfleet", Members: map[string]int{GitLabGroup: gitlabsim.Owner}}},
 		Tokens: []gitlabsim.TokenConfig{{Token: GitLabToken, User: "hyperfleet",
 			Scopes: []string{"api", "create_runner", "manage_runner", "read_api"}}},
 	}, gitlabsim.WithWebhookClient(w.webhook.client))
 	if err != nil {
+		_ = ln.Close()
 		return fmt.Errorf("devenv: GitLab simulator: %w", err)
 	}
-	base, err := w.serveTLS(sim, w.simCert)
-	if err != nil {
-		sim.Close()
-		return err
-	}
-	w.GitLab = &gitlabWorld{Sim: sim, URL: w.guestURL(base)}
+	w.serveTLSOn(ln, sim, w.simCert)
+	w.GitLab = &gitlabWorld{Sim: sim, URL: url}
 	return nil
 }
 
 // gitlabWebhookPlatform is the operator's GitLab receiver: the group's
 // own token.
-func gitlabWebhookPlatform() manager.WebhookPlatform {
-	return manager.WebhookPlatform{Platform: hfv1.WorkloadGitLabCI,
+func (w *World) gitlabWebhookPlatform() manager.WebhookPlatform {
+	return manager.WebhookPlatform{Platform: hfv1.WorkloadGitLabCI, APIHost: apiHost(w.GitLab.URL),
 		OwnerSecrets: map[string][]byte{gitlabsimtest.OwnerKey(GitLabGroup): []byte(gitlabWebhookToken)}}
 }
 

@@ -109,8 +109,12 @@ func (w *World) inProcessAgentServer() (*manager.AgentServerOptions, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &manager.AgentServerOptions{Addr: addr, URL: w.guestURL("https://" + addr), Dir: dir,
-		CertFile: w.agentTLS.certFile, KeyFile: w.agentTLS.keyFile, CAFile: w.agentTLS.caFile}, nil
+	o := &manager.AgentServerOptions{Addr: addr, URL: w.guestURL("https://" + addr), Dir: dir,
+		CertFile: w.agentTLS.certFile, KeyFile: w.agentTLS.keyFile, CAFile: w.agentTLS.caFile}
+	// Every guest comes from 127.0.0.1, as VMs behind one NAT address:
+	// no per-address cap (docs/security.md, "The agent server's bounds").
+	o.Limits.MaxConnsPerAddress = -1
+	return o, nil
 }
 
 // freeLoopbackAddr is a loopback address with a port nothing listens on
@@ -142,6 +146,9 @@ type OperatorInputs struct {
 	// GitHubCAFile is the GitHub simulator's CA, which the operator must
 	// trust.
 	GitHubCAFile string
+	// GitHubAPIHost is the GitHub simulator's API host, whose deliveries
+	// the webhook Secret's secrets verify (--github-webhook-api-host).
+	GitHubAPIHost string
 	// AgentServerCertFile, AgentServerKeyFile and AgentServerCAFile are
 	// the agent server's certificate for 127.0.0.1, its key and the CA the
 	// guests must trust (AgentFromOperator; empty otherwise).
@@ -159,7 +166,7 @@ func (w *World) OperatorInputs() OperatorInputs {
 		Namespace:         SystemNamespace,
 		WebhookSecretData: map[string][]byte{manager.WebhookOwnerKeyPrefix + Organization: []byte(webhookSecret)},
 		WebhookCertFile:   w.webhook.certFile, WebhookKeyFile: w.webhook.keyFile,
-		GitHubCAFile:        w.githubCAFile(),
+		GitHubCAFile: w.githubCAFile(), GitHubAPIHost: w.GitHubAPIHost(),
 		AgentServerCertFile: w.agentTLS.certFile, AgentServerKeyFile: w.agentTLS.keyFile, AgentServerCAFile: w.agentTLS.caFile,
 		ResyncInterval: resyncInterval, SweepInterval: sweepInterval, MaxRetryDelay: maxRetryDelay,
 	}

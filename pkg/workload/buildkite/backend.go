@@ -2,9 +2,9 @@
 // workload.Backend reading spec.bootstrap.buildkite of templates,
 // spec.workload.buildkite of RunnerPools and spec.workloadConfig.buildkite
 // of MachineClaims, a workload.Provider over Buildkite's REST API (with
-// github.com/buildkite/go-buildkite/v4) that gives each VM a cluster agent
-// token of its own, and a webhook parser for Buildkite's job events
-// (docs/buildkite.md).
+// github.com/buildkite/go-buildkite/v4) and its Stacks API that gives each
+// VM a job acquisition token for the one job its claim is bound to, and a
+// webhook parser for Buildkite's job events (docs/buildkite.md).
 package buildkite
 
 import (
@@ -96,14 +96,40 @@ func (*Backend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Templat
 		Runner:          agentSoftware(bk),
 		RegistrationURL: cmp.Or(bk.AgentEndpoint, DefaultAgentEndpoint),
 		AgentPlatform:   "buildkite",
-		BootstrapMethod: string(workload.MethodAgentToken),
+		// Every VM is bound to one job and gets a job acquisition token
+		// for it, never a cluster agent token (docs/buildkite.md, "One job
+		// per VM"): a warm VM waits with no credential until its pool
+		// binds it a job. No method of this template serves more than one
+		// job, so CredentialReuse stays empty.
+		BootstrapMethod: string(workload.MethodJobToken),
 		Secrets:         map[string]hfv1.LocalSecretKeySelector{templateField + ".credentials.apiToken": bk.Credentials.APIToken},
 		CredentialsKey:  credentialsKey(bk),
 	}
 	if u := cmp.Or(bk.APIURL, DefaultAPIURL); u != DefaultAPIURL {
 		t.Endpoint = u
 	}
+	t.Scope.Host = scopeHost(bk)
+	t.APIHosts = []workload.APIHost{
+		workload.APIHostOf(templateField+".apiURL", cmp.Or(bk.APIURL, DefaultAPIURL), publicAPIHost),
+		// The Stacks API (job acquisition tokens) is the agent
+		// endpoint's.
+		workload.APIHostOf(templateField+".agentEndpoint", cmp.Or(bk.AgentEndpoint, DefaultAgentEndpoint), publicAgentHost),
+	}
 	return t, true
+}
+
+// The hosts of Buildkite's public REST API (DefaultAPIURL) and agent API
+// (DefaultAgentEndpoint).
+const (
+	publicAPIHost   = "api.buildkite.com"
+	publicAgentHost = "agent.buildkite.com"
+)
+
+// scopeHost is the API host of the template's scopes
+// (workload.Scope.Host): empty for Buildkite's public API, else apiURL's
+// host.
+func scopeHost(bk *hfv1.BuildkiteBootstrap) string {
+	return workload.ScopeHostOf(cmp.Or(bk.APIURL, DefaultAPIURL), publicAPIHost)
 }
 
 // agentSoftware is the template's buildkite-agent with the API's defaults:
@@ -169,7 +195,8 @@ func (*Backend) Pool(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate
 		ScopeField: "the template's " + templateField + ".organization",
 	}
 	if tmpl != nil && tmpl.Spec.Bootstrap.Buildkite != nil {
-		p.Scope = workload.Scope{Owner: tmpl.Spec.Bootstrap.Buildkite.Organization}
+		bk := tmpl.Spec.Bootstrap.Buildkite
+		p.Scope = workload.Scope{Host: scopeHost(bk), Owner: bk.Organization}
 	}
 	if w.Pipeline != "" {
 		p.Scope.Repository = w.Pipeline

@@ -37,8 +37,10 @@ func TestBackendReadsTheAPISections(t *testing.T) {
 		tt.Runner.OS != "linux" || tt.Runner.Arch != "amd64" || tt.Secrets["spec.bootstrap.buildkite.credentials.apiToken"].Name != "bk" {
 		t.Fatalf("Template = %+v, %v", tt, ok)
 	}
-	if tt.AgentPlatform != "buildkite" || tt.BootstrapMethod != string(workload.MethodAgentToken) {
-		t.Errorf("Template's agent platform %q and method %q, want buildkite and agent-token", tt.AgentPlatform, tt.BootstrapMethod)
+	// Every VM is bound to one job: its method is job-token, and none of
+	// it serves more than one job.
+	if tt.AgentPlatform != "buildkite" || tt.BootstrapMethod != string(workload.MethodJobToken) || tt.CredentialReuse != "" {
+		t.Errorf("Template's agent platform %q, method %q and credential reuse %q, want buildkite, job-token and none", tt.AgentPlatform, tt.BootstrapMethod, tt.CredentialReuse)
 	}
 	dl := template("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", "")
 	dl.Spec.Bootstrap.Buildkite.Agent = &hfv1.BuildkiteAgentSoftware{DownloadURL: "https://example.test/buildkite-agent-{os}-{arch}.tar.gz",

@@ -21,10 +21,11 @@ import (
 // TestContract runs the workload contract suite, shared with every CI
 // platform's back-end, against the Buildkite simulator over HTTPS, for an
 // organization-scoped cluster whose runners are the real buildkite-agent
-// (hack/buildkite-agent) started as a HyperFleet VM starts it: with the
-// VM's own cluster agent token, --disconnect-after-job and the pool's tags.
-// Buildkite's differences from GitHub and GitLab are its Capabilities
-// (pkg/workload/workloadtest's documentation).
+// (hack/buildkite-agent) started as a HyperFleet VM starts it: with the job
+// acquisition token of the job its runner is bound to, --acquire-job,
+// --disconnect-after-job and the pool's tags. Buildkite's differences from
+// GitHub and GitLab are its Capabilities (pkg/workload/workloadtest's
+// documentation): every credential binds its runner to one job.
 func TestContract(t *testing.T) {
 	workloadtest.Run(t, func(t *testing.T) workloadtest.Harness {
 		srv := buildkitesimtest.Start(t, bksim.Config{APITokens: []bksim.APIToken{{Token: apiToken, Scopes: bksim.Scopes()}}})
@@ -63,12 +64,12 @@ func TestContract(t *testing.T) {
 			}
 		}
 		return workloadtest.Harness{
-			Capabilities: workloadtest.Capabilities{Expiring: true, EventualRemoval: true},
+			Capabilities: workloadtest.Capabilities{Expiring: true, EventualRemoval: true, BindsJobs: true},
 			Provider:     p,
 			Repository:   "acme/app",
 			Outside:      "acme/other",
 			UnknownJobID: "0190a1b2-0000-4000-8000-000000000001",
-			Spec:         workload.RunnerSpec{Labels: labels, Method: workload.MethodAgentToken, WorkFolder: "/var/lib/hyperfleet/builds"},
+			Spec:         workload.RunnerSpec{Labels: labels, Method: workload.MethodJobToken, WorkFolder: "/var/lib/hyperfleet/builds"},
 			QueueJob: func(t *testing.T, repository string, labels []string) string {
 				_, slug, _ := strings.Cut(repository, "/")
 				// Long enough to be running while the suite looks; the
@@ -107,7 +108,7 @@ func TestContract(t *testing.T) {
 func startAgent(t *testing.T, cred workload.Credential, caFile string, tags []string) {
 	t.Helper()
 	cmd := exec.Command(buildkitesimtest.AgentBinary(t), "start", "--disconnect-after-job", "--endpoint", cred.RegistrationURL,
-		"--name", cred.RunnerName, "--build-path", t.TempDir(), "--tags", strings.Join(tags, ","))
+		"--name", cred.RunnerName, "--build-path", t.TempDir(), "--tags", strings.Join(tags, ","), "--acquire-job", cred.Job)
 	cmd.Env = append(os.Environ(), "BUILDKITE_AGENT_TOKEN="+cred.Secret.Reveal(), "SSL_CERT_FILE="+caFile)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var out strings.Builder

@@ -19,8 +19,7 @@ import (
 // exit 27); it works once; it expires with its lifetime; and deleting the
 // claim's cluster token (DeregisterRunner) revokes it. A job that no longer
 // waits, runs on another queue or is not the named pipeline's binds
-// nothing (ErrJobNotBindable). A runner made for no
-// job keeps the cluster agent token.
+// nothing (ErrJobNotBindable), as does a runner made for no job.
 func TestJobAcquisitionToken(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t, bksim.Config{})
@@ -35,9 +34,14 @@ func TestJobAcquisitionToken(t *testing.T) {
 	mine, other := b.JobIDs[0], b.JobIDs[1]
 	labels := buildkite.AgentTags("linux", nil)
 
-	plain, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "warm-1", Labels: labels})
-	if err != nil || plain.Method != workload.MethodAgentToken || plain.Job != "" {
-		t.Fatalf("unbound runner: %v %+v", err, plain)
+	if plain, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "warm-1", Labels: labels}); !errors.Is(err, workload.ErrJobNotBindable) {
+		t.Fatalf("unbound runner: %v %+v; want ErrJobNotBindable", err, plain)
+	}
+	// Another agent of the queue, registered with a cluster token the
+	// operator did not make.
+	other1, err := w.sim.CreateToken(w.cluster.ID, "someone else's agents", time.Time{})
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "vm-1", Labels: labels, Job: mine, JobRepository: "acme/app"})
@@ -50,8 +54,8 @@ func TestJobAcquisitionToken(t *testing.T) {
 	if got := cred.ExpiresAt.Sub(w.clock.Now()); got <= 0 || got > buildkite.MaxJobTokenLifetime {
 		t.Fatalf("job token lifetime %v, want (0, 1h]", got)
 	}
-	// A warm agent is not offered the reserved job.
-	warm, code := w.register(t, plain.Secret.Reveal(), "warm-1", labels...)
+	// Another agent of the queue is not offered the reserved job.
+	warm, code := w.register(t, other1.Secret, "warm-1", labels...)
 	if code != http.StatusOK {
 		t.Fatalf("warm register: %d", code)
 	}

@@ -22,11 +22,12 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
-// DefaultTokenLifetime is how long a VM's cluster agent token stays usable.
-// The operator issues it once the VM runs, and the VM's agent registers
-// with it within seconds; an agent keeps working on its own access token
-// after that, so the token only has to outlast a slow boot. It also dies
-// on its own if deleting it when the VM goes fails.
+// DefaultTokenLifetime is how long a claim's cluster agent token, and the
+// job acquisition token it issues, stay usable. The operator issues them
+// once the VM runs (or, for a warm VM, once its pool bound it a job), and
+// the VM's agent registers within seconds; an agent keeps working on its
+// own access token after that, so the token only has to outlast a slow
+// start. It also dies on its own if deleting it fails.
 const DefaultTokenLifetime = 30 * time.Minute
 
 // tokenDescriptionPrefix starts the description of every cluster agent
@@ -78,7 +79,9 @@ func (c Config) fingerprint() string {
 
 // Provider is a Buildkite cluster as a workload.Provider. Runners are
 // agents, named after their claims; the single-use credential of one is a
-// cluster agent token made for it.
+// job acquisition token for the one job its claim is bound to, issued with
+// a cluster agent token made for the claim that never leaves the operator
+// (stacks.go).
 type Provider struct {
 	cfg    Config
 	client *bk.Client
@@ -164,17 +167,25 @@ type tokenCreate struct {
 	ExpiresAt   string `json:"expires_at"`
 }
 
-// IssueCredential implements workload.Provider: a cluster agent token for
-// the agent spec.Name, described "hyperfleet agent <name>" and expiring
-// after TokenLifetime. A token an earlier attempt made for the same name is
-// deleted first, so a claim holds at most one. spec.Method is ignored: a
-// runner made for a job (spec.Job) gets a job acquisition token for it
-// (workload.MethodJobToken, stacks.go), issued with that cluster token,
-// which the operator keeps; any other agent gets the cluster token
-// (workload.MethodAgentToken).
+// IssueCredential implements workload.Provider: the job acquisition token
+// (workload.MethodJobToken, stacks.go) of the job the runner is bound to
+// (spec.Job), which registers one agent that may acquire that job only.
+// It is issued with a cluster agent token made for the agent spec.Name,
+// described "hyperfleet agent <name>" and expiring after TokenLifetime,
+// which the operator keeps: a token an earlier attempt made for the same
+// name is deleted first, so a claim holds at most one, and it goes once the
+// agent registered (RetireRegistration) or the claim ends
+// (DeregisterRunner), which revokes the job token too. A runner bound to no
+// job gets nothing (ErrJobNotBindable): a cluster agent token registers
+// any number of agents that take any job of the cluster's queues, and may
+// call the Stacks API, so none ever reaches a VM. spec.Method is ignored.
 func (p *Provider) IssueCredential(ctx context.Context, spec workload.RunnerSpec) (workload.Credential, error) {
 	if spec.Name == "" {
 		return workload.Credential{}, fmt.Errorf("buildkite: an agent name is required: %w", workload.ErrInvalidRequest)
+	}
+	if spec.Job == "" {
+		return workload.Credential{}, fmt.Errorf("buildkite: agent %s is bound to no job; a Buildkite VM receives only a job acquisition token for the job its RunnerPool bound it to: %w",
+			spec.Name, workload.ErrJobNotBindable)
 	}
 	if err := p.deleteTokens(ctx, spec.Name); err != nil {
 		return workload.Credential{}, err
@@ -193,18 +204,23 @@ func (p *Provider) IssueCredential(ctx context.Context, spec workload.RunnerSpec
 	if tok.Token == "" {
 		return workload.Credential{}, fmt.Errorf("buildkite: the created agent token of %s has no secret: %w", spec.Name, workload.ErrUnavailable)
 	}
-	if spec.Job != "" {
-		cred, err := p.jobCredential(ctx, spec, tok.Token, now)
-		if err != nil {
-			// No job token: the cluster token has no use left.
-			return workload.Credential{}, errors.Join(err, p.deleteTokens(ctx, spec.Name))
-		}
-		return cred, nil
+	cred, err := p.jobCredential(ctx, spec, tok.Token, now)
+	if err != nil {
+		// No job token: the cluster token has no use left.
+		return workload.Credential{}, errors.Join(err, p.deleteTokens(ctx, spec.Name))
 	}
-	return workload.Credential{
-		Method: workload.MethodAgentToken, Secret: workload.NewSecret(tok.Token), RunnerName: spec.Name,
-		RegistrationURL: p.cfg.AgentEndpoint, IssuedAt: now, ExpiresAt: expires,
-	}, nil
+	return cred, nil
+}
+
+// RetireRegistration deletes the cluster agent token the operator made for
+// the agent name (IssueCredential) once the agent registered: the agent
+// works on its own access token from then on, and the job acquisition
+// token the cluster token issued dies with it (Buildkite refuses a job
+// token whose issuing agent token is no longer active), so neither
+// registers anything again however long the job runs. Deleting what is
+// already gone is success, so the caller may repeat it.
+func (p *Provider) RetireRegistration(ctx context.Context, name string) error {
+	return p.deleteTokens(ctx, name)
 }
 
 // deleteTokens deletes every cluster agent token the operator made for the

@@ -127,64 +127,148 @@ func (w *world) restTokens(t *testing.T) []map[string]any {
 	return out
 }
 
-func TestAgentTokenLifecycle(t *testing.T) {
+// queueJob creates a build of one job on queue linux and returns the
+// job's id.
+func (w *world) queueJob(t *testing.T) string {
+	t.Helper()
+	b, err := w.sim.CreateBuild("app", "go", []bksim.Step{{Key: "test", Command: "true", Agents: []string{"queue=linux"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.JobIDs[0]
+}
+
+// bound is the spec of the runner name bound to job, as the operator
+// issues it.
+func bound(name, job string) workload.RunnerSpec {
+	return workload.RunnerSpec{Name: name, Labels: buildkite.AgentTags("linux", nil), Job: job, JobRepository: "acme/app"}
+}
+
+// clusterToken is the secret of the cluster agent token the operator made
+// for the agent name, as the simulator's admin API shows it; empty when
+// none is left.
+func (w *world) clusterToken(t *testing.T, name string) string {
+	t.Helper()
+	toks, err := w.sim.Tokens(w.cluster.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range toks {
+		if tok.Description == "hyperfleet agent "+name && !tok.Deleted {
+			return tok.Secret
+		}
+	}
+	return ""
+}
+
+// TestClusterTokenLifecycle: the claim's cluster agent token is the
+// operator's and issues the job acquisition token its VM gets. A runner
+// bound to no job gets nothing, and no token is made for it. One token per
+// claim: issuing again replaces it (the replaced token's job token
+// registers nothing); it expires on its own; once the agent registered,
+// RetireRegistration deletes it (it registers no agent and calls no Stacks
+// API any more, the job token is dead) while the agent works on; and
+// deregistering the runner deletes it and stops the agent.
+func TestClusterTokenLifecycle(t *testing.T) {
 	w := newWorld(t, bksim.Config{})
 	p := w.provider(t, workload.Scope{Owner: "acme"}, apiToken)
 	ctx := context.Background()
 	if err := p.VerifyScope(ctx); err != nil {
 		t.Fatalf("VerifyScope: %v", err)
 	}
-	first, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "claim-a", Method: workload.MethodJIT})
+	if cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "warm-1", Labels: buildkite.AgentTags("linux", nil)}); !errors.Is(err, workload.ErrJobNotBindable) || !cred.Secret.IsZero() {
+		t.Fatalf("a runner bound to no job: %+v, %v; want no credential, ErrJobNotBindable", cred, err)
+	}
+	if toks := w.restTokens(t); len(toks) != 0 {
+		t.Fatalf("a token was made for a runner bound to no job: %v", toks)
+	}
+	job := w.queueJob(t)
+	first, err := p.IssueCredential(ctx, bound("claim-a", job))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "claim-a"})
+	cred, err := p.IssueCredential(ctx, bound("claim-a", job))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cred.Method != workload.MethodAgentToken || cred.RunnerName != "claim-a" || cred.RegistrationURL != w.srv.URL+"/v3" ||
-		!cred.ExpiresAt.Equal(w.clock.Now().Add(buildkite.DefaultTokenLifetime)) || cred.Secret.IsZero() {
+	if cred.Method != workload.MethodJobToken || cred.Job != job || cred.RunnerName != "claim-a" || cred.RegistrationURL != w.srv.URL+"/v3" ||
+		!strings.HasPrefix(cred.Secret.Reveal(), "bkjat_") || cred.ExpiresAt.After(w.clock.Now().Add(buildkite.DefaultTokenLifetime)) {
 		t.Fatalf("credential = %+v (expires %s)", cred, cred.ExpiresAt)
 	}
 	if strings.Contains(fmt.Sprintf("%v %+v", cred, cred), cred.Secret.Reveal()) {
 		t.Fatal("the credential prints its token")
 	}
-	// One token per claim: the second issue replaced the first, which
-	// registers nothing any more. The token carries Buildkite's expires_at.
+	// One cluster token per claim, with Buildkite's expires_at: the second
+	// issue replaced the first, whose job token registers nothing.
 	toks := w.restTokens(t)
 	var expires time.Time
 	if len(toks) == 1 {
 		expires, _ = time.Parse(time.RFC3339, fmt.Sprint(toks[0]["expires_at"]))
 	}
-	if len(toks) != 1 || toks[0]["description"] != "hyperfleet agent claim-a" || !expires.Equal(cred.ExpiresAt) {
+	if len(toks) != 1 || toks[0]["description"] != "hyperfleet agent claim-a" || !expires.Equal(w.clock.Now().Add(buildkite.DefaultTokenLifetime)) {
 		t.Fatalf("tokens = %v", toks)
 	}
 	if _, code := w.register(t, first.Secret.Reveal(), "claim-a"); code != http.StatusUnauthorized {
-		t.Fatalf("the replaced token registered: %d", code)
+		t.Fatalf("the replaced token's job token registered: %d", code)
 	}
-	// The token expires on its own, even if nobody deletes it.
+	// The tokens expire on their own, even if nobody deletes them.
 	w.clock.Advance(buildkite.DefaultTokenLifetime + time.Second)
 	if _, code := w.register(t, cred.Secret.Reveal(), "claim-a"); code != http.StatusUnauthorized {
-		t.Fatalf("an expired token registered: %d", code)
+		t.Fatalf("an expired job token registered: %d", code)
 	}
-	// A fresh one registers; deregistering deletes it and stops the agent.
-	cred, err = p.IssueCredential(ctx, workload.RunnerSpec{Name: "claim-a"})
+
+	// A fresh one registers; then the cluster token goes.
+	cred, err = p.IssueCredential(ctx, bound("claim-a", job))
 	if err != nil {
 		t.Fatal(err)
 	}
+	cluster := w.clusterToken(t, "claim-a")
 	access, code := w.register(t, cred.Secret.Reveal(), "claim-a", "queue=linux")
-	if code != http.StatusOK {
-		t.Fatalf("register with a fresh token: %d", code)
+	if code != http.StatusOK || cluster == "" {
+		t.Fatalf("register with a fresh job token: %d (cluster token %t)", code, cluster != "")
 	}
 	r, err := p.GetRunner(ctx, "claim-a")
 	if err != nil || r.State != workload.RunnerIdle || !slices.Contains(r.Labels, "queue=linux") {
 		t.Fatalf("GetRunner = %+v, %v", r, err)
 	}
-	if err := p.DeregisterRunner(ctx, 0, "claim-a"); err != nil {
+	for range 2 {
+		if err := p.RetireRegistration(ctx, "claim-a"); err != nil {
+			t.Fatalf("RetireRegistration: %v", err)
+		}
+	}
+	if w.clusterToken(t, "claim-a") != "" || len(w.restTokens(t)) != 0 {
+		t.Fatal("RetireRegistration left the cluster token")
+	}
+	if _, code := w.register(t, cluster, "thief", "queue=linux"); code != http.StatusUnauthorized {
+		t.Fatalf("the retired cluster token registered an agent: %d", code)
+	}
+	if code, _ := w.agentCall(t, http.MethodPost, "stacks/register", cluster, map[string]any{"key": "thief", "type": "custom", "queue_key": "linux"}); code != http.StatusUnauthorized {
+		t.Fatalf("the retired cluster token called the Stacks API: %d", code)
+	}
+	if _, code := w.register(t, cred.Secret.Reveal(), "thief"); code != http.StatusUnauthorized {
+		t.Fatalf("the job token registered again: %d", code)
+	}
+	// The agent works on with its own access token: it acquires its job.
+	if c, _ := w.agentCall(t, http.MethodPut, "jobs/"+job+"/acquire", access, nil); c != http.StatusOK {
+		t.Fatalf("the registered agent's acquire after its cluster token went: %d", c)
+	}
+	if err := p.DeregisterRunner(ctx, 0, "claim-a"); !errors.Is(err, workload.ErrRunnerBusy) {
+		t.Fatalf("DeregisterRunner of the agent with its job = %v; want ErrRunnerBusy", err)
+	}
+
+	// Deregistering an agent that took no job deletes its token and stops
+	// it.
+	other := w.queueJob(t)
+	cred, err = p.IssueCredential(ctx, bound("claim-b", other))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, code := w.register(t, cred.Secret.Reveal(), "claim-b"); code != http.StatusUnauthorized {
-		t.Fatalf("a deleted token registered: %d", code)
+	access, code = w.register(t, cred.Secret.Reveal(), "claim-b", "queue=linux")
+	if code != http.StatusOK {
+		t.Fatalf("register claim-b: %d", code)
+	}
+	if err := p.DeregisterRunner(ctx, 0, "claim-b"); err != nil {
+		t.Fatal(err)
 	}
 	if len(w.restTokens(t)) != 0 {
 		t.Fatal("DeregisterRunner left a token")
@@ -193,7 +277,7 @@ func TestAgentTokenLifecycle(t *testing.T) {
 		t.Fatalf("the deregistered agent's ping = %v; want disconnect", out)
 	}
 	// Gone already: success again.
-	if err := p.DeregisterRunner(ctx, 0, "claim-a"); err != nil {
+	if err := p.DeregisterRunner(ctx, 0, "claim-b"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -202,7 +286,8 @@ func TestBusyAgentStays(t *testing.T) {
 	w := newWorld(t, bksim.Config{})
 	p := w.provider(t, workload.Scope{Owner: "acme"}, apiToken)
 	ctx := context.Background()
-	cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "claim-b"})
+	job := w.queueJob(t)
+	cred, err := p.IssueCredential(ctx, bound("claim-b", job))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,11 +295,8 @@ func TestBusyAgentStays(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatal(code)
 	}
-	if _, err := w.sim.CreateBuild("app", "go", []bksim.Step{{Key: "test", Command: "true", Agents: []string{"queue=linux"}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, out := w.agentCall(t, http.MethodGet, "ping", access, nil); out["job"] == nil {
-		t.Fatalf("ping gave no job: %v", out)
+	if c, out := w.agentCall(t, http.MethodPut, "jobs/"+job+"/acquire", access, nil); c != http.StatusOK {
+		t.Fatalf("acquire: %d %v", c, out)
 	}
 	r, err := p.GetRunner(ctx, "claim-b")
 	if err != nil || r.State != workload.RunnerBusy {
@@ -256,7 +338,7 @@ func TestVerifyScopeRefusals(t *testing.T) {
 		t.Fatalf("VerifyScope of an unknown cluster = %v", err)
 	}
 	// A refused scope is the user's to fix, under the platform's name.
-	if _, err := w.provider(t, workload.Scope{Owner: "acme"}, "bkua_reader").IssueCredential(ctx, workload.RunnerSpec{Name: "x"}); !errors.Is(err, workload.ErrUnauthorized) {
+	if _, err := w.provider(t, workload.Scope{Owner: "acme"}, "bkua_reader").IssueCredential(ctx, bound("x", w.queueJob(t))); !errors.Is(err, workload.ErrUnauthorized) {
 		t.Fatalf("IssueCredential without write_clusters = %v", err)
 	}
 }

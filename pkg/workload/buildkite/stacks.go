@@ -18,16 +18,18 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
-// A claim made for one job gets a job acquisition token (bkjat_) instead
-// of a cluster agent token: Buildkite's Stacks API (agent API,
-// /v3/stacks/...) lets a stack controller holding a cluster agent token
-// reserve a scheduled job and issue a token good for registering one agent
-// that acquires that job only. The operator is the stack controller, and
-// the claim's own cluster agent token (IssueCredential) is the one that
-// calls the Stacks API: Buildkite refuses a job acquisition token whose
-// issuing agent token is no longer active, so deleting that token when the
-// claim ends (DeregisterRunner) revokes the job token too. The cluster
-// token itself never leaves the operator.
+// Every claim's VM gets a job acquisition token (bkjat_) for the one job
+// the claim is bound to, never a cluster agent token: Buildkite's Stacks
+// API (agent API, /v3/stacks/...) lets a stack controller holding a
+// cluster agent token reserve a scheduled job and issue a token good for
+// registering one agent that acquires that job only. The operator is the
+// stack controller, and the claim's own cluster agent token
+// (IssueCredential) is the one that calls the Stacks API: Buildkite
+// refuses a job acquisition token whose issuing agent token is no longer
+// active, so deleting that token once the agent registered
+// (RetireRegistration) or when the claim ends (DeregisterRunner) revokes
+// the job token too. The cluster token itself never leaves the operator,
+// and a job token is refused by the Stacks API.
 
 const (
 	// MaxJobTokenLifetime is the longest job acquisition token Buildkite

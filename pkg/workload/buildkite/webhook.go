@@ -63,7 +63,9 @@ var WebhookFormat = workload.WebhookFormat{
 // else by X-Buildkite-Token equal to the secret, compared in constant
 // time. The secret is chosen by the delivery's organization: an
 // organization listed in OwnerSecrets is verified with its own secret
-// only, any other with Secret.
+// only, any other with Secret. The event is the verified body's (its event
+// field), which the signature covers; an X-Buildkite-Event header that
+// says otherwise is refused (signedEvent).
 type WebhookParser struct {
 	// Secret is the fallback secret; empty: listed organizations only.
 	Secret []byte
@@ -195,14 +197,14 @@ func (p *WebhookParser) Parse(header http.Header, body []byte) (workload.JobEven
 	if err := p.verify(header, body, secret); err != nil {
 		return workload.JobEvent{}, err
 	}
-	event := header.Get(WebhookEventHeader)
+	event, err := signedEvent(header, &payload, decodeErr)
+	if err != nil {
+		return workload.JobEvent{}, err
+	}
 	switch event {
 	case EventJobScheduled, EventJobStarted, EventJobFinished:
 	default:
 		return workload.JobEvent{}, fmt.Errorf("%w: %s", workload.ErrIgnoredEvent, truncate(event, 64))
-	}
-	if decodeErr != nil {
-		return workload.JobEvent{}, fmt.Errorf("%w: %w", workload.ErrMalformed, decodeErr)
 	}
 	j := payload.Job
 	if j.ID == "" || org == "" || payload.Pipeline.Slug == "" {
@@ -236,6 +238,25 @@ func (p *WebhookParser) Parse(header http.Header, body []byte) (workload.JobEven
 		Action:     strings.TrimPrefix(event, "job."),
 		Job:        job, OwnerSigned: own,
 	}, nil
+}
+
+// signedEvent is the delivery's event as its verified body says it. The
+// signature covers the timestamp and the body only, not the
+// X-Buildkite-Event header: a captured delivery sent again within
+// MaxSignatureAge under another header (a job.scheduled turned into a
+// job.finished) must not change what the operator records. A header that
+// disagrees with the body is refused as a forgery; the header is never
+// what decides.
+func signedEvent(header http.Header, payload *webhookPayload, decodeErr error) (string, error) {
+	if decodeErr != nil {
+		return "", fmt.Errorf("%w: %w", workload.ErrMalformed, decodeErr)
+	}
+	event := payload.Event
+	if h := header.Get(WebhookEventHeader); h != "" && h != event {
+		return "", fmt.Errorf("%w: the unsigned %s %q is not the signed body's event %q", workload.ErrBadSignature,
+			WebhookEventHeader, truncate(h, 64), truncate(event, 64))
+	}
+	return event, nil
 }
 
 func truncate(s string, n int) string {

@@ -126,6 +126,43 @@ func TestWebhookSignedDeliveries(t *testing.T) {
 	}
 }
 
+// TestWebhookEventHeaderReplay (F6d): Buildkite's signature covers the
+// timestamp and the body, not the X-Buildkite-Event header. An attacker
+// who captured a signed job.scheduled delivery sends it again, within the
+// timestamp window, as job.started and as job.finished: the parser takes
+// the event from the signed body and refuses the header that disagrees,
+// so the replay cannot mark a queued job running or finished. Without a
+// header the body's event is used.
+func TestWebhookEventHeaderReplay(t *testing.T) {
+	got, b, w := deliveries(t, "hook-secret", true)
+	p := &buildkite.WebhookParser{OwnerSecrets: map[string][]byte{"acme": []byte("hook-secret")}, Clock: passive{w.clock}}
+	scheduled := got[0]
+	if e := scheduled.header.Get(buildkite.WebhookEventHeader); e != buildkite.EventJobScheduled {
+		t.Fatalf("first delivery is %q", e)
+	}
+	for _, forged := range []string{buildkite.EventJobStarted, buildkite.EventJobFinished, "ping"} {
+		h := scheduled.header.Clone()
+		h.Set(buildkite.WebhookEventHeader, forged)
+		ev, err := p.Parse(h, scheduled.body)
+		if !errors.Is(err, workload.ErrBadSignature) {
+			t.Errorf("the signed job.scheduled replayed as %s = %+v, %v; want ErrBadSignature", forged, ev, err)
+		}
+	}
+	// Both ways round: the job.finished delivery under a job.scheduled
+	// header cannot put a finished job back in the queue.
+	h := got[2].header.Clone()
+	h.Set(buildkite.WebhookEventHeader, buildkite.EventJobScheduled)
+	if ev, err := p.Parse(h, got[2].body); !errors.Is(err, workload.ErrBadSignature) {
+		t.Errorf("the signed job.finished replayed as job.scheduled = %+v, %v; want ErrBadSignature", ev, err)
+	}
+	h = scheduled.header.Clone()
+	h.Del(buildkite.WebhookEventHeader)
+	ev, err := p.Parse(h, scheduled.body)
+	if err != nil || ev.Job.State != workload.JobQueued || ev.Job.ID != b.JobIDs[0] || ev.DeliveryID != b.JobIDs[0]+"/"+buildkite.EventJobScheduled {
+		t.Errorf("without the header: %+v, %v; want the body's job.scheduled", ev, err)
+	}
+}
+
 func TestWebhookTokenDeliveries(t *testing.T) {
 	got, _, w := deliveries(t, "plain-token", false)
 	p := &buildkite.WebhookParser{Secret: []byte("plain-token"), Clock: passive{w.clock}}
@@ -165,10 +202,18 @@ func TestWebhookSignatureAlgorithm(t *testing.T) {
 	if _, err := p.Parse(h, body); !errors.Is(err, workload.ErrIgnoredEvent) {
 		t.Fatalf("a signed ping = %v; want ErrIgnoredEvent", err)
 	}
+	// The event is the signed body's: a header that disagrees is a
+	// forgery, and a job event whose body has no job is malformed.
 	h.Set(buildkite.WebhookEventHeader, "job.scheduled")
-	if _, err := p.Parse(h, body); !errors.Is(err, workload.ErrMalformed) {
+	if _, err := p.Parse(h, body); !errors.Is(err, workload.ErrBadSignature) {
+		t.Fatalf("a signed ping under a job.scheduled header = %v; want ErrBadSignature", err)
+	}
+	noJob := []byte(`{"event":"job.scheduled"}`)
+	h.Set(buildkite.WebhookSignatureHeader, buildkite.SignWebhook([]byte("k"), noJob, at))
+	if _, err := p.Parse(h, noJob); !errors.Is(err, workload.ErrMalformed) {
 		t.Fatalf("a job event without a job = %v; want ErrMalformed", err)
 	}
+	h.Set(buildkite.WebhookSignatureHeader, want)
 	for _, bad := range []string{"", "timestamp=1767225600", "signature=00", "timestamp=x,signature=" + want[len(want)-64:], "timestamp=1767225600,signature=zz"} {
 		h.Set(buildkite.WebhookSignatureHeader, bad)
 		if bad == "" {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,8 +100,54 @@ func (*Backend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Templat
 	if base := cmp.Or(gh.APIBaseURL, DefaultBaseURL); base != DefaultBaseURL {
 		t.Endpoint = base
 	}
+	t.Scope.Host = scopeHost(gh)
+	t.APIHosts = apiHosts(gh)
 	t.DefaultLabels = DefaultLabels(t.Runner.OS, t.Runner.Arch)
+	t.CredentialReuse = credentialReuse(tmpl.Spec.Bootstrap.Method)
 	return t, true
+}
+
+// credentialReuse is workload.Template.CredentialReuse for a template's
+// bootstrap method: a JIT configuration is single-job on GitHub's side (its
+// runner is registered by the operator and GitHub gives it one job); a
+// registration token is not, at any scope, a repository's included.
+func credentialReuse(method hfv1.BootstrapMethod) string {
+	if method != hfv1.BootstrapRunnerToken {
+		return ""
+	}
+	return "spec.bootstrap.method is runner-token: each VM receives a registration token that, for an hour, registers any number of runners, " +
+		"ephemeral or not, each of which GitHub gives jobs of the token's scope (its repository, or any repository of its organization or enterprise " +
+		"that the runner group admits), so a job that reads it from its VM can run runners elsewhere that take other jobs and their secrets; " +
+		"set spec.bootstrap.method: jit-config, which gives each VM one runner the operator registers and GitHub gives one job only"
+}
+
+// publicAPIHost is the host of GitHub.com's REST API (DefaultBaseURL).
+const publicAPIHost = "api.github.com"
+
+// scopeHost is the API host of the template's scopes
+// (workload.Scope.Host): empty for GitHub.com, else the host of
+// apiBaseURL (a GitHub Enterprise Server, whose webhooks name it in
+// WebhookHostHeader).
+func scopeHost(gh *hfv1.GitHubBootstrap) string {
+	return workload.ScopeHostOf(cmp.Or(gh.APIBaseURL, DefaultBaseURL), publicAPIHost)
+}
+
+// apiHosts are the hosts of the URLs the operator calls with the
+// template's credentials: apiBaseURL and the registration-token URLs
+// (runnerURLs are the VMs', not the operator's). The URLs' placeholders
+// are path segments, never the host.
+func apiHosts(gh *hfv1.GitHubBootstrap) []workload.APIHost {
+	out := []workload.APIHost{workload.APIHostOf(templateField+".apiBaseURL", cmp.Or(gh.APIBaseURL, DefaultBaseURL), publicAPIHost)}
+	if r := gh.RegistrationURLs; r != nil {
+		fill := strings.NewReplacer("{owner}", "o", "{repo}", "r")
+		for field, u := range map[string]string{".registrationURLs.repository": r.Repository, ".registrationURLs.organization": r.Organization} {
+			if u != "" {
+				out = append(out, workload.APIHostOf(templateField+field, fill.Replace(u), publicAPIHost))
+			}
+		}
+		slices.SortFunc(out[1:], func(a, b workload.APIHost) int { return strings.Compare(a.Field, b.Field) })
+	}
+	return out
 }
 
 // Pool implements workload.Backend for a github-actions pool.
@@ -124,6 +171,11 @@ func (*Backend) Pool(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate
 		}},
 	}
 	p.Scope, _ = poolScope(w, b)
+	if b != nil {
+		// A pool names an owner or repository, never a host: its
+		// template's API decides where the pool's scope is.
+		p.Scope.Host = scopeHost(b)
+	}
 	if w.ScaleSet != nil {
 		// The template's runner group is its organization runners'
 		// default; a repository's scale set is in the repository's
@@ -171,6 +223,9 @@ var WebhookFormat = workload.WebhookFormat{
 	Platform: "GitHub", Label: string(hfv1.WorkloadGitHubActions), Path: "/webhooks/github",
 	EventHeader: WebhookEventHeader, Events: []string{WebhookEventWorkflowJob, WebhookEventPing},
 	DeliveryHeader: WebhookDeliveryHeader, SignatureHeader: WebhookSignatureHeader,
+	// GitHub Enterprise Server names itself; GitHub.com sends no such
+	// header.
+	HostHeader: WebhookEnterpriseHostHeader, PublicHosts: []string{"github.com", publicAPIHost},
 	Used: "workflow_job queued, waiting, in_progress and completed events",
 }
 

@@ -104,16 +104,17 @@ func TestBackendReadsTheAPI(t *testing.T) {
 	}
 	wantRunner := workload.RunnerSoftware{OS: "linux", Arch: "arm64", Version: "latest", DownloadURL: "https://example.com/resolved.tgz", DownloadSHA256: "ab",
 		InstallPath: "/opt/actions-runner", WorkDir: "/var/lib/hyperfleet/work", ConfigScript: "config.sh", RunScript: "run.sh"}
-	if tt.Runner != wantRunner || tt.Scope != (workload.Scope{Owner: "octo"}) || tt.ScopeField != "spec.bootstrap.github.organization" ||
+	if tt.Runner != wantRunner || tt.Scope != (workload.Scope{Host: "ghes.example.com", Owner: "octo"}) || tt.ScopeField != "spec.bootstrap.github.organization" ||
 		tt.Endpoint != "https://ghes.example.com/api/v3" || tt.RunnerGroup != "big" || tt.RegistrationURL != "https://ghes.example.com/octo" ||
-		!slices.Equal(tt.DefaultLabels, []string{"Linux", "ARM64"}) || len(tt.Secrets) != 1 || tt.Secrets["spec.bootstrap.github.credentials.pat"].Name != "gh" {
+		!slices.Equal(tt.DefaultLabels, []string{"Linux", "ARM64"}) || len(tt.Secrets) != 1 || tt.Secrets["spec.bootstrap.github.credentials.pat"].Name != "gh" ||
+		!slices.Equal(tt.APIHosts, []workload.APIHost{{Field: "spec.bootstrap.github.apiBaseURL", Host: "ghes.example.com"}}) {
 		t.Errorf("Template = %+v", tt)
 	}
 
 	pool := &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitHubActions,
 		GitHub: &hfv1.GitHubWorkload{Repository: "octo/app", Labels: []string{"gpu"}, RunnerGroup: "g"}}}}
 	p, ok := be.Pool(pool, tmpl)
-	if !ok || p.Scope != (workload.Scope{Owner: "octo", Repository: "app"}) || !p.OwnScope || p.ScopeField != "spec.workload.github.repository" ||
+	if !ok || p.Scope != (workload.Scope{Host: "ghes.example.com", Owner: "octo", Repository: "app"}) || !p.OwnScope || p.ScopeField != "spec.workload.github.repository" ||
 		!slices.Equal(p.Labels, []string{"gpu"}) || p.Claim == nil || p.Claim.GitHub == nil || p.Claim.GitHub.RunnerGroup != "g" {
 		t.Errorf("Pool = %+v", p)
 	}

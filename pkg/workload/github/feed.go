@@ -96,6 +96,10 @@ func scaleSetErr(what string, err error) error {
 		return fmt.Errorf("github: %s: %w: %w", what, err, workload.ErrUnauthorized)
 	case errors.Is(err, scaleset.ErrNotFound):
 		return fmt.Errorf("github: %s: %w: %w", what, err, workload.ErrNotFound)
+	case errors.Is(err, scaleset.ErrUntrustedURL):
+		// An answer that would send the tokens elsewhere: retrying gets
+		// the same answer, and the listener waits as a refused one does.
+		return fmt.Errorf("github: %s: %w: %w", what, err, workload.ErrInvalidRequest)
 	case errors.As(err, &re) && re.StatusCode >= 400 && re.StatusCode < 500 && re.StatusCode != http.StatusTooManyRequests:
 		return fmt.Errorf("github: %s: %w: %w", what, err, workload.ErrInvalidRequest)
 	}
@@ -220,8 +224,11 @@ func (f *scaleSetFeed) Listen(ctx context.Context, owner string, capacity func()
 		return err
 	}
 	err = l.Run(ctx)
-	if errors.Is(err, scaleset.ErrSessionConflict) {
+	switch {
+	case errors.Is(err, scaleset.ErrSessionConflict):
 		return fmt.Errorf("github: scale set %s: %w: %w", f.name, err, workload.ErrFeedConflict)
+	case errors.Is(err, scaleset.ErrUntrustedURL):
+		return scaleSetErr("scale set "+f.name, err)
 	}
 	return err
 }

@@ -22,6 +22,9 @@ const (
 	WebhookEventHeader = "X-GitHub-Event"
 	// WebhookDeliveryHeader is the delivery's GUID; a redelivery keeps it.
 	WebhookDeliveryHeader = "X-GitHub-Delivery"
+	// WebhookEnterpriseHostHeader is the host name of the GitHub
+	// Enterprise Server that sent a delivery.
+	WebhookEnterpriseHostHeader = "X-GitHub-Enterprise-Host"
 
 	// WebhookEventWorkflowJob is the only event type WebhookParser decodes.
 	WebhookEventWorkflowJob = "workflow_job"

@@ -127,7 +127,30 @@ func (*Backend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Templat
 	if u := instanceURL(g); u != DefaultURL {
 		t.Endpoint = u
 	}
+	t.Scope.Host = scopeHost(g)
+	t.APIHosts = []workload.APIHost{workload.APIHostOf(templateField+".url", instanceURL(g), publicHost)}
+	t.CredentialReuse = credentialReuse
 	return t, true
+}
+
+// credentialReuse is workload.Template.CredentialReuse of every GitLab
+// template: a runner authentication token is multi-job on GitLab's side,
+// whatever HyperFleet does; what limits it is said with it.
+const credentialReuse = "a GitLab runner authentication token is multi-job on GitLab's side: until the runner is deleted, any process holding it may ask " +
+	"for jobs of the runner's scope and tags (a not_protected runner's include protected-branch jobs and their protected variables); " +
+	"gitlab-runner's --max-builds 1 binds only the VM's own runner. HyperFleet limits it: the runner is paused as soon as its first job " +
+	"is seen (Job Hook or resync), after which GitLab gives it no other job; its maximum_timeout is the pool's spec.lifecycle.jobTimeout; " +
+	"in the VM, gitlab-runner runs as root and the job as the runner user (the agent's --run-as), who cannot read the token; " +
+	"the runner is deleted with the VM"
+
+// publicHost is GitLab.com's host (DefaultURL).
+const publicHost = "gitlab.com"
+
+// scopeHost is the API host of the template's scopes
+// (workload.Scope.Host): empty for GitLab.com, else the self-managed
+// instance's host, which its Job Hooks name in WebhookInstanceHeader.
+func scopeHost(g *hfv1.GitLabBootstrap) string {
+	return workload.ScopeHostOf(instanceURL(g), publicHost)
 }
 
 // instanceURL is the template's GitLab instance, defaulted.
@@ -205,6 +228,11 @@ func (*Backend) Pool(pool *hfv1.RunnerPool, tmpl *hfv1.HypervisorMachineTemplate
 		if tmpl != nil {
 			p.Scope, _ = templateScope(tmpl.Spec.Bootstrap.GitLab)
 		}
+	}
+	if tmpl != nil && tmpl.Spec.Bootstrap.GitLab != nil {
+		// A pool names a project or group, never an instance: its
+		// template's decides where the pool's scope is.
+		p.Scope.Host = scopeHost(tmpl.Spec.Bootstrap.GitLab)
 	}
 	return p, true
 }

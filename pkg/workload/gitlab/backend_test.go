@@ -67,12 +67,12 @@ func TestBackendReadsTheAPI(t *testing.T) {
 
 	pool := &hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitLabCI, GitLab: &hfv1.GitLabWorkload{Tags: []string{"linux"}, RunUntagged: ptr.To(true)}}}}
 	p, ok := be.Pool(pool, self)
-	if !ok || p.Scope != (workload.Scope{Owner: "acme"}) || p.OwnScope || !slices.Equal(p.Labels, []string{"linux"}) ||
+	if !ok || p.Scope != (workload.Scope{Host: "gitlab.example.com", Owner: "acme"}) || p.OwnScope || !slices.Equal(p.Labels, []string{"linux"}) ||
 		p.Claim.Type != hfv1.WorkloadGitLabCI || !slices.Equal(p.Claim.GitLab.Tags, []string{"linux"}) || !*p.Claim.GitLab.RunUntagged {
 		t.Fatalf("pool: %+v", p)
 	}
 	pool.Spec.Workload.GitLab.Project = "acme/platform/app"
-	if p, _ := be.Pool(pool, self); p.Scope != (workload.Scope{Owner: "acme/platform", Repository: "app"}) || !p.OwnScope || p.ScopeField != "spec.workload.gitlab.project" {
+	if p, _ := be.Pool(pool, self); p.Scope != (workload.Scope{Host: "gitlab.example.com", Owner: "acme/platform", Repository: "app"}) || !p.OwnScope || p.ScopeField != "spec.workload.gitlab.project" {
 		t.Fatalf("narrowed pool: %+v", p)
 	}
 	if _, ok := be.Pool(&hfv1.RunnerPool{Spec: hfv1.RunnerPoolSpec{Workload: hfv1.Workload{Type: hfv1.WorkloadGitHubActions, GitHub: &hfv1.GitHubWorkload{}}}}, self); ok {

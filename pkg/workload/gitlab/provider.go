@@ -43,6 +43,13 @@ const (
 	perPage  = 100
 	// maxErrorBody bounds how much of an error answer a message quotes.
 	maxErrorBody = 200
+	// minMaximumTimeout is the shortest maximum_timeout GitLab accepts
+	// for a runner (600 s: "needs to be at least 10 minutes").
+	minMaximumTimeout = 10 * time.Minute
+	// defaultMaximumTimeout bounds the jobs of a runner whose claim has
+	// no pool to bound them (a claim made by hand): the pools' default
+	// spec.lifecycle.jobTimeout.
+	defaultMaximumTimeout = 3 * time.Hour
 )
 
 // Runner types of POST /user/runners (GitLab's runner_type).
@@ -95,6 +102,7 @@ type Provider struct {
 var (
 	_ workload.Provider  = (*Provider)(nil)
 	_ workload.JobReader = (*Provider)(nil)
+	_ workload.Sealer    = (*Provider)(nil)
 )
 
 // New builds a Provider. client-go's retries and its client-side rate
@@ -221,6 +229,14 @@ func (p *Provider) scopeID(ctx context.Context) (int64, error) {
 // labels as its tags, unpaused, and returns its runner authentication
 // token. GitLab keeps no uniqueness of descriptions, so a name is not
 // checked for being taken: the caller's names are unique (claim names).
+//
+// Every attribute that bounds what the token can get is explicit: the
+// access level (not_protected or ref_protected, never GitLab's default
+// left to chance), locked to its project, and maximum_timeout, which caps
+// the timeout GitLab gives any job of the runner (spec.JobTimeout, at
+// least GitLab's minimum of 10 minutes; 3 hours when no pool bounds it).
+// A runner authentication token is multi-job on GitLab's side: the
+// operator seals the runner at its first job (SealRunner).
 func (p *Provider) IssueCredential(ctx context.Context, spec workload.RunnerSpec) (workload.Credential, error) {
 	switch spec.Method {
 	case "", workload.MethodRunnerAuthToken, workload.MethodJIT:
@@ -240,14 +256,15 @@ func (p *Provider) IssueCredential(ctx context.Context, spec workload.RunnerSpec
 		return workload.Credential{}, fmt.Errorf("gitlab: runner %s has no tags and may not run untagged jobs, so it could take no job: give the pool tags or set runUntagged: %w", spec.Name, workload.ErrInvalidRequest)
 	}
 	opts := &gl.CreateUserRunnerOptions{
-		Description: gl.Ptr(spec.Name),
-		Paused:      gl.Ptr(false),
-		Locked:      gl.Ptr(true),
-		RunUntagged: gl.Ptr(untagged),
-		TagList:     gl.Ptr(append([]string{}, spec.Labels...)),
-		AccessLevel: gl.Ptr(cmp.Or(p.cfg.AccessLevel, "not_protected")),
+		Description:    gl.Ptr(spec.Name),
+		Paused:         gl.Ptr(false),
+		Locked:         gl.Ptr(true),
+		RunUntagged:    gl.Ptr(untagged),
+		TagList:        gl.Ptr(append([]string{}, spec.Labels...)),
+		AccessLevel:    gl.Ptr(cmp.Or(p.cfg.AccessLevel, "not_protected")),
+		MaximumTimeout: gl.Ptr(maximumTimeout(spec.JobTimeout)),
 		MaintenanceNote: gl.Ptr("Created by HyperFleet for one VM and one job; " +
-			"deleted with the VM."),
+			"paused at its first job, deleted with the VM."),
 	}
 	s := p.cfg.Scope
 	id, err := p.scopeID(ctx)
@@ -278,6 +295,19 @@ func (p *Provider) IssueCredential(ctx context.Context, spec workload.RunnerSpec
 		cred.ExpiresAt = *r.TokenExpiresAt
 	}
 	return cred, nil
+}
+
+// maximumTimeout is the runner's maximum_timeout, in seconds, for jobs the
+// operator lets run for d (zero: no pool says; defaultMaximumTimeout):
+// never below the 10 minutes GitLab accepts, so that a shorter jobTimeout
+// is the operator's own hard limit (it cancels the job and destroys the
+// VM) and GitLab's cap a second line behind it.
+func maximumTimeout(d time.Duration) int64 {
+	if d <= 0 {
+		d = defaultMaximumTimeout
+	}
+	d = max(d, minMaximumTimeout)
+	return int64((d + time.Second - 1) / time.Second)
 }
 
 // runnerDetails is GET /runners/:id as GitLab 17+ answers it: client-go's
@@ -321,12 +351,11 @@ func (p *Provider) DeregisterRunner(ctx context.Context, id int64, name string) 
 		}
 		id = r.ID
 	}
-	_, resp, err := p.client.Runners.UpdateRunnerDetails(id, &gl.UpdateRunnerDetailsOptions{Paused: gl.Ptr(true)}, gl.WithContext(ctx))
-	if err != nil {
-		if resp != nil && resp.StatusCode == http.StatusNotFound {
-			return nil
-		}
-		return p.mapErr(fmt.Sprintf("pause runner %d", id), resp, err)
+	switch err := p.pause(ctx, id); {
+	case errors.Is(err, workload.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
 	}
 	d, err := p.runnerDetails(ctx, id)
 	if errors.Is(err, workload.ErrNotFound) {
@@ -338,32 +367,70 @@ func (p *Provider) DeregisterRunner(ctx context.Context, id int64, name string) 
 	if d.JobExecutionStatus == "active" {
 		return fmt.Errorf("gitlab: runner %d (%s) is running a job: %w", id, d.Description, workload.ErrRunnerBusy)
 	}
-	resp, err = p.client.Runners.DeleteRegisteredRunnerByID(id, gl.WithContext(ctx))
+	resp, err := p.client.Runners.DeleteRegisteredRunnerByID(id, gl.WithContext(ctx))
 	if err != nil && (resp == nil || resp.StatusCode != http.StatusNotFound) {
 		return p.mapErr(fmt.Sprintf("delete runner %d", id), resp, err)
 	}
 	return nil
 }
 
+// SealRunner implements workload.Sealer: PUT /runners/:id paused=true
+// (with id 0, the scope's runner described by name). GitLab gives a
+// paused runner no job (POST /jobs/request answers 204), while a job it
+// already runs goes on: the job's updates and log authenticate with the
+// job's own token, not the runner's. Pausing a paused runner changes
+// nothing.
+func (p *Provider) SealRunner(ctx context.Context, id int64, name string) error {
+	if id == 0 {
+		r, err := p.GetRunner(ctx, name)
+		if err != nil {
+			return err
+		}
+		id = r.ID
+	}
+	return p.pause(ctx, id)
+}
+
+// pause pauses runner id; ErrNotFound when it is gone.
+func (p *Provider) pause(ctx context.Context, id int64) error {
+	_, resp, err := p.client.Runners.UpdateRunnerDetails(id, &gl.UpdateRunnerDetailsOptions{Paused: gl.Ptr(true)}, gl.WithContext(ctx))
+	if err != nil {
+		return p.mapErr(fmt.Sprintf("pause runner %d", id), resp, err)
+	}
+	return nil
+}
+
+// listedRunner is a runner of GitLab's runner lists (the Runner entity)
+// with job_execution_status (GitLab 17+), which client-go's Runner lacks:
+// it says whether the runner runs a job, so that the resync sees a busy
+// runner in the list alone.
+type listedRunner struct {
+	gl.Runner
+	JobExecutionStatus string `json:"job_execution_status"`
+}
+
 // listRunners lists the scope's own runners (of its runner type: a
 // project's or group's list also holds its ancestors' and the instance's),
 // all pages up to the bound.
-func (p *Provider) listRunners(ctx context.Context) ([]*gl.Runner, error) {
+func (p *Provider) listRunners(ctx context.Context) ([]listedRunner, error) {
 	s := p.cfg.Scope
-	var out []*gl.Runner
+	var out []listedRunner
 	for page := int64(1); page > 0 && page <= maxPages; {
 		lo := gl.ListOptions{PerPage: perPage, Page: page}
-		var rs []*gl.Runner
-		var resp *gl.Response
-		var err error
+		path, opt := "runners/all", any(&gl.ListRunnersOptions{ListOptions: lo, Type: gl.Ptr(runnerTypeInstance)})
 		switch {
 		case s.Instance:
-			rs, resp, err = p.client.Runners.ListAllRunners(&gl.ListRunnersOptions{ListOptions: lo, Type: gl.Ptr(runnerTypeInstance)}, gl.WithContext(ctx))
 		case s.IsOrganization():
-			rs, resp, err = p.client.Runners.ListGroupsRunners(s.Owner, &gl.ListGroupsRunnersOptions{ListOptions: lo, Type: gl.Ptr(runnerTypeGroup)}, gl.WithContext(ctx))
+			path, opt = "groups/"+gl.PathEscape(s.Owner)+"/runners", &gl.ListGroupsRunnersOptions{ListOptions: lo, Type: gl.Ptr(runnerTypeGroup)}
 		default:
-			rs, resp, err = p.client.Runners.ListProjectRunners(p.scopePath(), &gl.ListProjectRunnersOptions{ListOptions: lo, Type: gl.Ptr(runnerTypeProject)}, gl.WithContext(ctx))
+			path, opt = "projects/"+gl.PathEscape(p.scopePath())+"/runners", &gl.ListProjectRunnersOptions{ListOptions: lo, Type: gl.Ptr(runnerTypeProject)}
 		}
+		req, err := p.client.NewRequest(http.MethodGet, path, opt, []gl.RequestOptionFunc{gl.WithContext(ctx)})
+		if err != nil {
+			return nil, fmt.Errorf("gitlab: build the request for the runners of %s: %w", s, err)
+		}
+		var rs []listedRunner
+		resp, err := p.client.Do(req, &rs)
 		if err != nil {
 			return nil, p.mapErr("list the runners of "+s.String(), resp, err)
 		}
@@ -432,8 +499,9 @@ func (p *Provider) owns(ctx context.Context, d *runnerDetails) (bool, error) {
 
 // ListRunners implements workload.Provider: the scope's runners whose
 // description starts with prefix. Tags are not read (one call per runner);
-// State is offline, idle or busy from the list's status alone (busy needs
-// GetRunner).
+// State is offline, idle or busy from the list's status and
+// job_execution_status, so that the resync sees a runner take its job
+// (and the operator seals it) even when the job's Job Hooks are lost.
 func (p *Provider) ListRunners(ctx context.Context, prefix string) ([]workload.Runner, error) {
 	rs, err := p.listRunners(ctx)
 	if err != nil {
@@ -442,7 +510,7 @@ func (p *Provider) ListRunners(ctx context.Context, prefix string) ([]workload.R
 	var out []workload.Runner
 	for _, r := range rs {
 		if strings.HasPrefix(r.Description, prefix) {
-			out = append(out, workload.Runner{ID: r.ID, Name: r.Description, State: runnerState(r.Status, "")})
+			out = append(out, workload.Runner{ID: r.ID, Name: r.Description, State: runnerState(r.Status, r.JobExecutionStatus)})
 		}
 	}
 	return out, nil

@@ -25,6 +25,9 @@ const (
 	// delivery of one event (a project hook and its group's), so the
 	// receiver takes each event once.
 	WebhookEventUUIDHeader = "X-Gitlab-Event-UUID"
+	// WebhookInstanceHeader is the URL of the GitLab instance that sent
+	// a delivery, such as https://gitlab.example.com.
+	WebhookInstanceHeader = "X-Gitlab-Instance"
 	// WebhookEventJob is the only event WebhookParser decodes.
 	WebhookEventJob = string(gl.EventTypeJob)
 )
@@ -34,6 +37,7 @@ var WebhookFormat = workload.WebhookFormat{
 	Platform: "GitLab", Label: string(hfv1.WorkloadGitLabCI), Path: "/webhooks/gitlab",
 	EventHeader: WebhookEventHeader, Events: []string{WebhookEventJob},
 	DeliveryHeader: WebhookEventUUIDHeader, SignatureHeader: WebhookTokenHeader,
+	HostHeader: WebhookInstanceHeader, PublicHosts: []string{publicHost},
 	Used: "Job Hook events (object_kind build) of pending, running and finished jobs",
 }
 

@@ -12,6 +12,9 @@
 // token for one VM and the agent exists only once buildkite-agent registers
 // with it (the suite then starts the runner software through
 // Harness.StartRunner and checks that nothing was registered before);
+// Buildkite binds every credential to one queued job (its job acquisition
+// token), so the suite queues a job for each runner it issues there, and
+// the runner takes it as soon as it starts;
 // GitHub and GitLab number their runners, while Buildkite's agent ids are
 // UUIDs that workload.Runner.ID cannot hold, so Buildkite's runners are
 // found and removed by name; a Buildkite agent is stopped through its next
@@ -55,6 +58,13 @@ type Capabilities struct {
 	// Expiring: the credential expires on its own (Buildkite's agent
 	// tokens), so Credential.ExpiresAt is set and after IssuedAt.
 	Expiring bool
+	// BindsJobs: every credential is for one queued job (RunnerSpec.Job;
+	// Buildkite's job acquisition token), and a runner bound to none gets
+	// no credential (ErrJobNotBindable). The suite queues a job for each
+	// runner it issues; a started runner takes that job at once, so it may
+	// be busy where others are idle, and its job's run is cancelled before
+	// it is deregistered.
+	BindsJobs bool
 	// EventualRemoval: deregistering a connected runner takes effect when
 	// its runner software next asks the platform (Buildkite's agent stop
 	// answers the agent's next ping), so the suite waits, up to
@@ -115,9 +125,18 @@ func issue(t *testing.T, h Harness, name string) workload.Credential {
 	spec := h.Spec
 	spec.Name = name
 	spec.Labels = slices.Clone(h.Spec.Labels)
+	if h.Capabilities.BindsJobs {
+		if cred, err := h.Provider.IssueCredential(context.Background(), spec); !errors.Is(err, workload.ErrJobNotBindable) || !cred.Secret.IsZero() {
+			t.Fatalf("IssueCredential(%s) bound to no job: %+v, %v; want ErrJobNotBindable", name, cred, err)
+		}
+		spec.Job, spec.JobRepository = h.QueueJob(t, h.Repository, h.Spec.Labels), h.Repository
+	}
 	cred, err := h.Provider.IssueCredential(context.Background(), spec)
 	if err != nil {
 		t.Fatalf("IssueCredential(%s): %v", name, err)
+	}
+	if cred.Job != spec.Job {
+		t.Fatalf("credential of %s is for job %q, want %q", name, cred.Job, spec.Job)
 	}
 	if cred.Secret.IsZero() || cred.RunnerName != name || cred.IssuedAt.IsZero() {
 		t.Fatalf("credential of %s: %+v", name, cred)
@@ -148,7 +167,7 @@ func runnerLifecycle(t *testing.T, h Harness) {
 		h.StartRunner(t, cred)
 	}
 	r, err := h.Provider.GetRunner(ctx, "contract-life-1")
-	if err != nil || r.Name != "contract-life-1" || cred.RunnerID != 0 && r.ID != cred.RunnerID || r.State == workload.RunnerBusy ||
+	if err != nil || r.Name != "contract-life-1" || cred.RunnerID != 0 && r.ID != cred.RunnerID || r.State == workload.RunnerBusy && !h.Capabilities.BindsJobs ||
 		h.Capabilities.NumericRunnerIDs != (r.ID != 0) {
 		t.Fatalf("GetRunner: %v %+v", err, r)
 	}
@@ -161,6 +180,21 @@ func runnerLifecycle(t *testing.T, h Harness) {
 	}
 	if list, err := h.Provider.ListRunners(ctx, "contract-other-"); err != nil || len(list) != 0 {
 		t.Fatalf("ListRunners(contract-other-): %v %+v", err, list)
+	}
+	if h.Capabilities.BindsJobs {
+		// The runner took the job it was bound to: its run is cancelled,
+		// and the runner is left with no job.
+		j, err := h.Provider.GetJob(ctx, h.Repository, cred.Job)
+		if err != nil {
+			t.Fatalf("GetJob of the runner's job: %v", err)
+		}
+		if err := h.Provider.CancelRun(ctx, h.Repository, j.RunID); err != nil {
+			t.Fatalf("CancelRun of the runner's job: %v", err)
+		}
+		waitFor(t, RemovalTimeout, "the runner's cancelled job leaves it", func() bool {
+			r, err := h.Provider.GetRunner(ctx, "contract-life-1")
+			return errors.Is(err, workload.ErrNotFound) || err == nil && r.State != workload.RunnerBusy
+		})
 	}
 	if _, err := h.Provider.GetRunner(ctx, "contract-none"); !errors.Is(err, workload.ErrNotFound) {
 		t.Fatalf("GetRunner of no runner: %v, want ErrNotFound", err)
@@ -234,7 +268,10 @@ func jobs(t *testing.T, h Harness) {
 func busyRunner(t *testing.T, h Harness) {
 	ctx := context.Background()
 	cred := issue(t, h, "contract-busy-1")
-	id := h.QueueJob(t, h.Repository, h.Spec.Labels)
+	id := cred.Job
+	if id == "" {
+		id = h.QueueJob(t, h.Repository, h.Spec.Labels)
+	}
 	// A platform whose runner software registers itself gets its runner
 	// from TakeJob alone, as a VM's runner registers and takes its job.
 	h.TakeJob(t, cred, id)

@@ -171,6 +171,10 @@ type JobInfo struct {
 	Agent      string `json:"agent,omitempty"` // the agent's name
 	Log        string `json:"log"`
 	ExitStatus *int   `json:"exitStatus,omitempty"`
+	// AccessToken is the job's own access token, which its agent received
+	// with it and gives the job as BUILDKITE_AGENT_ACCESS_TOKEN; empty
+	// before an agent took the job.
+	AccessToken string `json:"accessToken,omitempty"`
 }
 
 // Job returns a job's state, log and exit status.
@@ -181,7 +185,7 @@ func (s *Simulator) Job(id string) (JobInfo, bool) {
 	if j == nil {
 		return JobInfo{}, false
 	}
-	info := JobInfo{ID: j.id, State: j.state, Log: string(j.log), ExitStatus: j.exitStatus}
+	info := JobInfo{ID: j.id, State: j.state, Log: string(j.log), ExitStatus: j.exitStatus, AccessToken: j.accessToken}
 	if j.agent != nil {
 		info.Agent = j.agent.name
 	}
@@ -325,6 +329,23 @@ type TokenInfo struct {
 	Secret      string    `json:"token"`
 	ExpiresAt   time.Time `json:"expiresAt,omitzero"`
 	Deleted     bool      `json:"deleted"`
+}
+
+// TokensDescribed returns the cluster's agent tokens whose description
+// starts with prefix (such as the operator's "hyperfleet agent "), deleted
+// ones included, oldest first.
+func (s *Simulator) TokensDescribed(clusterID, prefix string) ([]TokenInfo, error) {
+	all, err := s.Tokens(clusterID)
+	if err != nil {
+		return nil, err
+	}
+	var out []TokenInfo
+	for _, t := range all {
+		if strings.HasPrefix(t.Description, prefix) {
+			out = append(out, t)
+		}
+	}
+	return out, nil
 }
 
 // Tokens returns a cluster's agent tokens, deleted ones included, oldest

@@ -55,6 +55,13 @@ func (s *Simulator) serveAgentAPI(w http.ResponseWriter, r *http.Request, p stri
 	}
 	a := s.agentByTokenLocked(bearerToken(r))
 	if a == nil {
+		// A job's own access token acts for the job's agent on that job's
+		// endpoints alone.
+		if j := s.jobByAccessTokenLocked(bearerToken(r)); j != nil && jobScoped(r.Method, p, j.id) {
+			a = j.agent
+		}
+	}
+	if a == nil {
 		writeMessage(w, http.StatusUnauthorized, "Invalid access token")
 		return
 	}
@@ -185,6 +192,50 @@ func (s *Simulator) agentByTokenLocked(secret string) *agent {
 	return nil
 }
 
+// jobByAccessTokenLocked is the unfinished job whose own access token is
+// secret, with the agent that holds it.
+func (s *Simulator) jobByAccessTokenLocked(secret string) *job {
+	if secret == "" {
+		return nil
+	}
+	for _, j := range s.jobs {
+		if j.accessToken == secret && j.agent != nil && !j.finished() {
+			return j
+		}
+	}
+	return nil
+}
+
+// jobScoped reports whether the agent-API request method p is one of job
+// id's own calls, the ones the real agent's job runner makes with the
+// job's token (agent.JobRunner: start, log chunks, header times, state,
+// finish). Ping, heartbeat, acquire, accept, register and the Stacks API
+// are the agent's, not the job's.
+func jobScoped(method, p, id string) bool {
+	seg := strings.Split(p, "/")
+	switch {
+	case len(seg) < 2 || seg[0] != "jobs" || seg[1] != id:
+		return false
+	case len(seg) == 2:
+		return method == http.MethodGet
+	case len(seg) == 3:
+		switch seg[2] {
+		case "start", "finish":
+			return method == http.MethodPut
+		case "chunks", "header_times":
+			return method == http.MethodPost
+		}
+	}
+	return false
+}
+
+// handOutLocked gives job j to agent a (assigned by ping, or acquired),
+// with the job's own access token.
+func (s *Simulator) handOutLocked(j *job, a *agent, state string) {
+	j.state, j.agent, a.job = state, a, j
+	j.accessToken = randomToken(24)
+}
+
 // ipAllowed applies a token's allowed_ip_addresses: space-separated CIDRs,
 // empty allowing every address.
 func ipAllowed(allowed, remote string) bool {
@@ -224,9 +275,7 @@ func (s *Simulator) pingLocked(a *agent) any {
 	for _, b := range s.builds {
 		for _, j := range b.jobs {
 			if j.state == stateScheduled && !s.reservedLocked(j) && s.matchesLocked(a, j) {
-				j.state = stateAssigned
-				j.agent = a
-				a.job = j
+				s.handOutLocked(j, a, stateAssigned)
 				return map[string]any{"job": s.agentJobJSONLocked(j)}
 			}
 		}
@@ -345,7 +394,7 @@ func (s *Simulator) jobActionLocked(r *http.Request, a *agent, id, action string
 		case a.job != nil:
 			return nil, errf(http.StatusUnprocessableEntity, "The agent is already running a job")
 		}
-		j.state, j.agent, a.job = stateAccepted, a, j
+		s.handOutLocked(j, a, stateAccepted)
 		return s.agentJobJSONLocked(j), nil
 	case action == "accept" && r.Method == http.MethodPut:
 		j, err := s.agentJobLocked(a, id, false)
@@ -514,6 +563,10 @@ func (s *Simulator) agentJobJSONLocked(j *job) map[string]any {
 	}
 	return map[string]any{
 		"id": j.id, "endpoint": "", "state": j.state, "env": env,
+		// The job's own access token (api.Job's token): the agent's job
+		// runner uses it for the job's calls and gives it to the job as
+		// BUILDKITE_AGENT_ACCESS_TOKEN, never the agent's own.
+		"token":                   j.accessToken,
 		"step":                    map[string]any{"key": j.stepKey, "label": j.label, "command": j.command},
 		"chunks_max_size_bytes":   chunkMaxBytes,
 		"chunks_interval_seconds": 1,

@@ -254,6 +254,12 @@ type job struct {
 	// token takes it.
 	reservedBy    *stack
 	reservedUntil time.Time
+	// accessToken is the job's own access token, handed to the agent with
+	// the job (api.Job's token) and to the job as
+	// BUILDKITE_AGENT_ACCESS_TOKEN: it authenticates this job's own calls
+	// (start, log chunks, header times, state, finish) until the job
+	// finishes, and nothing else (jobScoped).
+	accessToken string
 
 	createdAt, scheduledAt, runnableAt, startedAt, finishedAt time.Time
 }

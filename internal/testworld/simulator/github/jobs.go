@@ -54,6 +54,10 @@ type job struct {
 	ssJobID     string
 	scaleSet    *scaleSet
 	ssAssigned  time.Time
+	// steps are what the job runs on its runner (JobRequest.Steps); log
+	// is their output as the runner reported it.
+	steps []string
+	log   string
 }
 
 // JobRequest asks for a workflow run with one job.
@@ -74,6 +78,15 @@ type JobRequest struct {
 	// RunID adds the job to an existing, unfinished run of the same
 	// repository instead of creating one.
 	RunID int64 `json:"runID,omitempty"`
+	// Steps are shell commands the job runs on its runner, as a
+	// workflow's run: steps: the runner package's run.sh runs each with
+	// sh -c in its work folder, as the runner's user, until one fails, and
+	// reports their outcome and output (the runner API's job result). A
+	// job with steps completes when its runner reports them, success when
+	// every step exited 0, failure otherwise; Duration and Conclusion do
+	// not apply. Empty: the simulator's default steps
+	// (SetDefaultJobSteps), else none.
+	Steps []string `json:"steps,omitempty"`
 }
 
 // Job is a snapshot of a workflow job.
@@ -95,6 +108,10 @@ type Job struct {
 	CreatedAt       time.Time     `json:"createdAt"`
 	StartedAt       time.Time     `json:"startedAt,omitzero"`
 	CompletedAt     time.Time     `json:"completedAt,omitzero"`
+	// Steps are the job's steps (JobRequest.Steps) and Log their output,
+	// once its runner reported them.
+	Steps []string `json:"steps,omitempty"`
+	Log   string   `json:"log,omitempty"`
 }
 
 // Run is a snapshot of a workflow run.
@@ -168,7 +185,11 @@ func (s *Simulator) EnqueueJob(req JobRequest) (Job, error) {
 	}
 	s.nextJobID += 13
 	j := &job{id: s.nextJobID, run: rn, name: req.JobName, labels: append([]string(nil), req.Labels...), duration: req.Duration,
-		want: conclusion, status: "queued", createdAt: now}
+		want: conclusion, status: "queued", createdAt: now, steps: req.Steps}
+	if len(j.steps) == 0 {
+		j.steps = s.defaultSteps
+	}
+	j.steps = append([]string(nil), j.steps...)
 	rn.jobs = append(rn.jobs, j)
 	s.jobs[j.id] = j
 	s.jobOrder = append(s.jobOrder, j.id)
@@ -289,6 +310,10 @@ func (s *Simulator) acquireJobLocked(j *job) {
 	s.updateRunLocked(j.run)
 	s.emitLocked(j, "in_progress")
 	s.scaleSetJobEventLocked(j, "JobStarted")
+	if len(j.steps) > 0 {
+		// Its runner reports when its steps are done.
+		return
+	}
 	j.timer = s.afterFunc(j.duration, func() {
 		j.timer = nil
 		if j.status == "in_progress" {
@@ -408,7 +433,17 @@ func (s *Simulator) CompleteJob(jobID int64, conclusion string) error {
 func (s *Simulator) jobSnapshot(j *job) Job {
 	return Job{ID: j.id, RunID: j.run.id, RunAttempt: 1, Repository: j.run.repo.fullName(), Name: j.name, WorkflowName: j.run.workflowName,
 		Labels: append([]string(nil), j.labels...), Status: j.status, Conclusion: j.conclusion, RunnerID: j.runnerID, RunnerName: j.runnerName,
-		RunnerGroupID: j.groupID, RunnerGroupName: j.groupName, Duration: j.duration, CreatedAt: j.createdAt, StartedAt: j.startedAt, CompletedAt: j.completedAt}
+		RunnerGroupID: j.groupID, RunnerGroupName: j.groupName, Duration: j.duration, CreatedAt: j.createdAt, StartedAt: j.startedAt, CompletedAt: j.completedAt,
+		Steps: append([]string(nil), j.steps...), Log: j.log}
+}
+
+// SetDefaultJobSteps gives every job enqueued from now on without steps of
+// its own these (JobRequest.Steps): what a test has the jobs of a world
+// it does not queue itself run, such as devenv's.
+func (s *Simulator) SetDefaultJobSteps(steps ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.defaultSteps = append([]string(nil), steps...)
 }
 
 // Job returns a job by id.

@@ -1,6 +1,7 @@
 package githubsim
 
 import (
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 //	DELETE /_runner/runners/{id}/session        disconnect
 //	GET    /_runner/runners/{id}/message        long poll for a job (?session=&wait=s)
 //	GET    /_runner/runners/{id}/jobs/{job_id}  job status (heartbeat; long poll with ?wait=s)
+//	POST   /_runner/runners/{id}/jobs/{job_id}/result  the job's steps ran (conclusion, log)
 const runnerAPIPrefix = "/_runner/"
 
 // maxPollWait caps a long poll (wall clock).
@@ -78,6 +80,8 @@ func (s *Simulator) serveRunnerAPI(w http.ResponseWriter, r *http.Request) {
 			s.runnerPoll(w, r, id)
 		case len(parts) == 4 && parts[2] == "jobs" && r.Method == http.MethodGet:
 			s.runnerJobStatus(w, r, id, parts[3])
+		case len(parts) == 5 && parts[2] == "jobs" && parts[4] == "result" && r.Method == http.MethodPost:
+			s.runnerJobResult(w, r, id, parts[3])
 		default:
 			runnerFail(w, http.StatusNotFound, "unknown runner API call %s %s", r.Method, r.URL.Path)
 		}
@@ -356,8 +360,13 @@ func (s *Simulator) runnerPoll(w http.ResponseWriter, r *http.Request, id int64)
 		if j := rn.job; rn.busy && j != nil && j.status != "completed" {
 			s.acquireJobLocked(j)
 			s.mu.Unlock()
-			runnerText(w, http.StatusOK, "job_id", strconv.FormatInt(j.id, 10), "run_id", strconv.FormatInt(j.run.id, 10),
-				"job_name", oneLine(j.name), "repository", j.run.repo.fullName())
+			kv := []string{"job_id", strconv.FormatInt(j.id, 10), "run_id", strconv.FormatInt(j.run.id, 10),
+				"job_name", oneLine(j.name), "repository", j.run.repo.fullName()}
+			for _, step := range j.steps {
+				// One line each, whatever the step holds.
+				kv = append(kv, "step", base64.StdEncoding.EncodeToString([]byte(step)))
+			}
+			runnerText(w, http.StatusOK, kv...)
 			return
 		}
 		s.scheduleLocked()
@@ -456,4 +465,49 @@ func (s *Simulator) runnerJobStatus(w http.ResponseWriter, r *http.Request, id i
 	status, conclusion := j.status, j.conclusion
 	s.mu.Unlock()
 	runnerText(w, http.StatusOK, "status", status, "conclusion", conclusion)
+}
+
+// maxJobLog bounds the steps' output a runner reports.
+const maxJobLog = 64 << 10
+
+// runnerJobResult takes the outcome of a job's steps from the runner
+// running it (form: conclusion success or failure, log): the job
+// completes with it. A job without steps, or not in progress on this
+// runner, is refused.
+func (s *Simulator) runnerJobResult(w http.ResponseWriter, r *http.Request, id int64, jobID string) {
+	r.Body = http.MaxBytesReader(w, r.Body, 2*maxJobLog)
+	if err := r.ParseForm(); err != nil {
+		runnerFail(w, http.StatusBadRequest, "the job result is not a form: %v", err)
+		return
+	}
+	conclusion := r.PostForm.Get("conclusion")
+	if conclusion != "success" && conclusion != "failure" {
+		runnerFail(w, http.StatusBadRequest, "conclusion %q: success or failure", conclusion)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rn := s.authRunnerLocked(w, r, id)
+	if rn == nil {
+		return
+	}
+	jid, _ := strconv.ParseInt(jobID, 10, 64)
+	j := s.jobs[jid]
+	switch {
+	case j == nil || j.runner != rn:
+		runnerFail(w, http.StatusNotFound, "job %s is not assigned to this runner", jobID)
+		return
+	case len(j.steps) == 0:
+		runnerFail(w, http.StatusConflict, "job %s has no steps to report", jobID)
+		return
+	case j.status != "in_progress":
+		runnerFail(w, http.StatusConflict, "job %s is %s", jobID, j.status)
+		return
+	}
+	j.log = r.PostForm.Get("log")
+	if len(j.log) > maxJobLog {
+		j.log = j.log[len(j.log)-maxJobLog:]
+	}
+	s.completeJobLocked(j, conclusion)
+	runnerText(w, http.StatusOK, "status", j.status, "conclusion", j.conclusion)
 }

@@ -41,6 +41,56 @@ type scaleSetState struct {
 	nextID             int64
 	nextMessageID      int64
 	nextRequestID      int64
+	// hostile are the answers of a hostile or compromised Actions service
+	// (HostileScaleSetAnswers); zero: the simulator's own.
+	hostile HostileScaleSetAnswers
+}
+
+// HostileScaleSetAnswers make the scale-set protocol's answers send a
+// client elsewhere, as a hostile or compromised service (or whoever sits
+// between it and the client) would, for the tests of a client that must
+// not follow them with its tokens: each non-empty base replaces the
+// scheme and host of the URLs the simulator's answers name, each redirect
+// answers a request with 307 Temporary Redirect to that base and the
+// request's path and query.
+type HostileScaleSetAnswers struct {
+	// ServiceBase replaces the base of the Actions service URL the
+	// registration exchange answers (POST /actions/runner-registration).
+	ServiceBase string
+	// QueueBase replaces the base of a session's messageQueueUrl.
+	QueueBase string
+	// RedirectRegistration redirects the registration exchange there.
+	RedirectRegistration string
+	// RedirectQueue redirects the message queue's requests there.
+	RedirectQueue string
+}
+
+// SetHostileScaleSetAnswers makes the scale-set answers hostile from now
+// on (a zero value makes them the simulator's own again).
+func (s *Simulator) SetHostileScaleSetAnswers(h HostileScaleSetAnswers) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ss.hostile = h
+}
+
+// hostileRedirectLocked answers r with a redirect to base, keeping its
+// path and query, when base is set.
+func hostileRedirectLocked(w http.ResponseWriter, r *http.Request, base string) bool {
+	if base == "" {
+		return false
+	}
+	w.Header().Set("Location", strings.TrimRight(base, "/")+r.URL.RequestURI())
+	w.WriteHeader(http.StatusTemporaryRedirect)
+	return true
+}
+
+// answerBase is the scheme and host the answers to r name: the request's
+// own, or hostile's when set.
+func answerBase(r *http.Request, hostile string) string {
+	if hostile != "" {
+		return strings.TrimRight(hostile, "/")
+	}
+	return requestBase(r)
 }
 
 // tenant is one registration scope (an organization or a repository).
@@ -114,6 +164,7 @@ func (st *scaleSetState) init() {
 	st.adminTokens = map[string]*actionsToken{}
 	st.sets = map[int64]*scaleSet{}
 	st.nextID = 0
+	st.hostile = HostileScaleSetAnswers{}
 }
 
 // ExpireScaleSetTokens makes every admin and message-queue token invalid
@@ -242,6 +293,9 @@ func (s *Simulator) serveRunnerRegistration(w http.ResponseWriter, r *http.Reque
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if hostileRedirectLocked(w, r, s.ss.hostile.RedirectRegistration) {
+		return
+	}
 	if f := s.actionsFaultLocked(r, runnerRegistration); f != nil {
 		writeJSON(w, f.code, map[string]any{"message": f.msg})
 		return
@@ -291,7 +345,7 @@ func (s *Simulator) serveRunnerRegistration(w http.ResponseWriter, r *http.Reque
 	exp := now.Add(s.ss.adminTTL)
 	tok := s.newActionsTokenLocked(exp)
 	s.ss.adminTokens[tok] = &actionsToken{tenant: tn, expires: exp}
-	writeJSON(w, http.StatusOK, map[string]any{"url": requestBase(r) + actionsPrefix + key + "/", "token_schema": "OAuthAccessToken", "token": tok})
+	writeJSON(w, http.StatusOK, map[string]any{"url": answerBase(r, s.ss.hostile.ServiceBase) + actionsPrefix + key + "/", "token_schema": "OAuthAccessToken", "token": tok})
 }
 
 // actionsFaultLocked applies injected error rules to a scale-set request
@@ -322,6 +376,10 @@ func (s *Simulator) serveActions(w http.ResponseWriter, r *http.Request) {
 	}
 	key, rest := parts[0], strings.Join(parts[1:], "/")
 	s.mu.Lock()
+	if strings.Contains(r.URL.Path, "/messages") && hostileRedirectLocked(w, r, s.ss.hostile.RedirectQueue) {
+		s.mu.Unlock()
+		return
+	}
 	if f := s.actionsFaultLocked(r, r.URL.Path); f != nil {
 		s.mu.Unlock()
 		actionsError(w, f.code, faultTypeName(f.code), "%s", f.msg)
@@ -618,7 +676,7 @@ func (s *Simulator) sessionJSON(r *http.Request, ss *scaleSet) map[string]any {
 	q := url.Values{"sessionId": {ss.session.id}}
 	return map[string]any{
 		"sessionId": ss.session.id, "ownerName": ss.session.owner, "runnerScaleSet": s.scaleSetJSON(r, ss),
-		"messageQueueUrl":         fmt.Sprintf("%s%s%s/%s/%d/messages?%s", requestBase(r), actionsPrefix, ss.tenant.key, scaleSetsPath, ss.id, q.Encode()),
+		"messageQueueUrl":         fmt.Sprintf("%s%s%s/%s/%d/messages?%s", answerBase(r, s.ss.hostile.QueueBase), actionsPrefix, ss.tenant.key, scaleSetsPath, ss.id, q.Encode()),
 		"messageQueueAccessToken": ss.session.queueToken,
 		"statistics":              s.statisticsLocked(ss),
 	}

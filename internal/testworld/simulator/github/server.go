@@ -72,6 +72,9 @@ type Simulator struct {
 	hooks      *hookSet
 	ss         scaleSetState
 	lastServer string // scheme://host of the latest API request, for runner files
+	// defaultSteps are the steps of jobs enqueued without their own
+	// (SetDefaultJobSteps).
+	defaultSteps []string
 }
 
 // Option customises a Simulator built by New.

@@ -718,6 +718,10 @@ func TestSimulatorAgainstGitLabDescription(t *testing.T) {
 	c.do("GET /api/v4/runners/{id}", runnerPath(999999), tok(adminPAT), nil, 404)
 	c.do("GET /api/v4/runners/{id}", runnerPath(grpRunner), tok(maintPAT), nil, 403)
 	c.do("PUT /api/v4/runners/{id}", runnerPath(projRunner), tok(maintPAT), map[string]any{"description": "vm-1b", "paused": false}, 200)
+	c.do("PUT /api/v4/runners/{id}", runnerPath(projRunner), tok(maintPAT), map[string]any{"access_level": "not_protected", "maximum_timeout": 3600}, 200)
+	c.do("PUT /api/v4/runners/{id}", runnerPath(projRunner), tok(maintPAT), map[string]any{"maximum_timeout": 60}, 400)
+	c.do("POST /api/v4/user/runners", "/api/v4/user/runners", tok(maintPAT), map[string]any{
+		"runner_type": ProjectType, "project_id": app, "tag_list": []string{"hyperfleet"}, "maximum_timeout": 599}, 400)
 	c.do("GET /api/v4/runners/all", "/api/v4/runners/all?type=project_type&per_page=50", tok(adminPAT), nil, 200)
 	c.do("GET /api/v4/projects/{id}/runners", appPath+"/runners?tag_list=hyperfleet", tok(maintPAT), nil, 200)
 	c.do("GET /api/v4/groups/{id}/runners", "/api/v4/groups/acme%2Fplatform/runners?status=never_contacted", tok(ownerPAT), nil, 200)

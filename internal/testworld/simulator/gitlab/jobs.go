@@ -25,23 +25,30 @@ type JobConfig struct {
 	Tags         []string          `json:"tags,omitempty"`
 	Variables    map[string]string `json:"variables,omitempty"`
 	AllowFailure bool              `json:"allowFailure,omitempty"`
-	// Timeout in seconds (default 3600, GitLab's project default).
+	// Timeout in seconds (default 3600, GitLab's project default): the
+	// job's timeout keyword, else its project's. The runner that takes the
+	// job caps it at its maximum_timeout, when it has one.
 	Timeout int `json:"timeout,omitempty"`
 }
 
 // Job is a job's state as tests read it.
 type Job struct {
-	ID            int64    `json:"id"`
-	PipelineID    int64    `json:"pipelineId"`
-	ProjectID     int64    `json:"projectId"`
-	Name          string   `json:"name"`
-	Stage         string   `json:"stage"`
-	Status        string   `json:"status"`
-	Tags          []string `json:"tags"`
-	RunnerID      int64    `json:"runnerId,omitempty"`
-	ExitCode      *int     `json:"exitCode,omitempty"`
-	FailureReason string   `json:"failureReason,omitempty"`
-	Trace         string   `json:"trace"`
+	ID         int64    `json:"id"`
+	PipelineID int64    `json:"pipelineId"`
+	ProjectID  int64    `json:"projectId"`
+	Name       string   `json:"name"`
+	Stage      string   `json:"stage"`
+	Status     string   `json:"status"`
+	Tags       []string `json:"tags"`
+	RunnerID   int64    `json:"runnerId,omitempty"`
+	// Protected: the job's ref is a protected branch.
+	Protected bool `json:"protected,omitempty"`
+	// Timeout is the job's timeout in seconds: its own, capped by its
+	// runner's maximum_timeout once a runner took it.
+	Timeout       int    `json:"timeout"`
+	ExitCode      *int   `json:"exitCode,omitempty"`
+	FailureReason string `json:"failureReason,omitempty"`
+	Trace         string `json:"trace"`
 }
 
 // Pipeline is a created pipeline's ids.
@@ -83,7 +90,7 @@ func (s *Simulator) CreatePipeline(req PipelineRequest) (Pipeline, error) {
 		ref = p.defaultBranch
 	}
 	now := s.clock.Now()
-	pl := &pipeline{id: s.id("pipeline"), project: p, ref: ref, sha: randomHex(20), status: StatusCreated, created: now, user: u}
+	pl := &pipeline{id: s.id("pipeline"), project: p, ref: ref, protected: p.protectedRef(ref), sha: randomHex(20), status: StatusCreated, created: now, user: u}
 	pl.iid = pl.id - 500000
 	for _, jc := range req.Jobs {
 		if jc.Name == "" || len(jc.Script) == 0 {
@@ -219,7 +226,8 @@ func (s *Simulator) Job(id int64) (Job, bool) {
 	if j == nil {
 		return Job{}, false
 	}
-	out := Job{ID: j.id, PipelineID: j.pipeline.id, ProjectID: j.pipeline.project.id, Name: j.name, Stage: j.stage, Status: j.status, Tags: j.tags, ExitCode: j.exitCode, FailureReason: j.failureReason, Trace: string(j.trace)}
+	out := Job{ID: j.id, PipelineID: j.pipeline.id, ProjectID: j.pipeline.project.id, Name: j.name, Stage: j.stage, Status: j.status, Tags: j.tags,
+		Protected: j.pipeline.protected, Timeout: j.timeout, ExitCode: j.exitCode, FailureReason: j.failureReason, Trace: string(j.trace)}
 	if j.runner != nil {
 		out.RunnerID = j.runner.id
 	}

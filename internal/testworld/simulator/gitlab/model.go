@@ -53,6 +53,12 @@ type GroupConfig struct {
 type ProjectConfig struct {
 	Path          string `json:"path"`
 	DefaultBranch string `json:"defaultBranch,omitempty"`
+	// ProtectedBranches are the project's protected branches besides its
+	// default branch, which GitLab protects in a new project (the
+	// instance's default branch protection). A pipeline of a protected
+	// branch runs protected jobs: only they go to ref_protected runners,
+	// and they carry the project's protected variables.
+	ProtectedBranches []string `json:"protectedBranches,omitempty"`
 }
 
 // TokenConfig is an access token. Kind "personal" belongs to User; kinds
@@ -97,10 +103,18 @@ type project struct {
 	path          string
 	group         *group
 	defaultBranch string
-	created       time.Time
+	// protected are the protected branches besides the default branch.
+	protected []string
+	created   time.Time
 }
 
 func (p *project) fullPath() string { return p.group.fullPath + "/" + p.path }
+
+// protectedRef reports whether ref is a protected branch of p: its default
+// branch (protected in a new project) or one configured so.
+func (p *project) protectedRef(ref string) bool {
+	return ref == p.defaultBranch || slices.Contains(p.protected, ref)
+}
 
 type accessToken struct {
 	id        int64
@@ -123,6 +137,17 @@ func (t *accessToken) has(scopes ...string) bool {
 	}
 	return false
 }
+
+// Runner access levels (GitLab's access_level).
+const (
+	accessNotProtected = "not_protected"
+	accessRefProtected = "ref_protected"
+)
+
+// minMaximumTimeout is the shortest maximum_timeout GitLab accepts, in
+// seconds (its runner model's validation: "needs to be at least 10
+// minutes").
+const minMaximumTimeout = 600
 
 type runner struct {
 	id              int64
@@ -152,12 +177,15 @@ type pipeline struct {
 	iid     int64
 	project *project
 	ref     string
-	sha     string
-	status  string
-	created time.Time
-	stages  []string
-	jobs    []*job
-	user    *user
+	// protected: ref is a protected branch (GitLab's Ci::Pipeline
+	// protected), so its jobs are protected jobs.
+	protected bool
+	sha       string
+	status    string
+	created   time.Time
+	stages    []string
+	jobs      []*job
+	user      *user
 }
 
 type job struct {
@@ -263,7 +291,7 @@ func (s *Simulator) addProjectLocked(p ProjectConfig) (*project, error) {
 	if branch == "" {
 		branch = "main"
 	}
-	pr := &project{id: s.id("project"), name: full[i+1:], path: full[i+1:], group: g, defaultBranch: branch, created: s.clock.Now()}
+	pr := &project{id: s.id("project"), name: full[i+1:], path: full[i+1:], group: g, defaultBranch: branch, protected: p.ProtectedBranches, created: s.clock.Now()}
 	s.projects[pr.id] = pr
 	return pr, nil
 }
@@ -411,10 +439,12 @@ func (g *group) under(a *group) bool {
 }
 
 // canRun reports whether r may pick up j: its scope covers the job's
-// project, it is not paused, the job's tags are all the runner's, and an
-// untagged job needs run_untagged (GitLab's matching rules).
+// project, it is not paused, a ref_protected runner takes protected jobs
+// only (a not_protected one takes any, protected ones included), the
+// job's tags are all the runner's, and an untagged job needs run_untagged
+// (GitLab's matching rules).
 func (r *runner) canRun(j *job) bool {
-	if r.paused {
+	if r.paused || r.accessLevel == accessRefProtected && !j.pipeline.protected {
 		return false
 	}
 	p := j.pipeline.project

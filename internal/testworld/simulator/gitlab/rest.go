@@ -232,19 +232,17 @@ func (s *Simulator) createRunnerLocked(q *request) {
 		return
 	}
 	u := q.tok.user
-	r := &runner{kind: q.param("runner_type"), description: q.param("description"), maintenanceNote: q.param("maintenance_note"), accessLevel: "not_protected", managers: map[string]time.Time{}}
-	switch q.param("access_level") {
-	case "", "not_protected":
-	case "ref_protected":
-		r.accessLevel = "ref_protected"
-	default:
-		writeError(q.w, http.StatusBadRequest, "access_level does not have a valid value")
+	r := &runner{kind: q.param("runner_type"), description: q.param("description"), maintenanceNote: q.param("maintenance_note"), accessLevel: accessNotProtected, managers: map[string]time.Time{}}
+	if !runnerLimits(q, r) {
 		return
 	}
 	r.runUntagged = q.param("run_untagged") != "false"
 	r.locked = q.param("locked") == "true"
 	r.paused = q.param("paused") == "true"
-	r.maximumTimeout, _ = strconv.ParseInt(q.param("maximum_timeout"), 10, 64)
+	if r.maximumTimeout > 0 && r.maximumTimeout < minMaximumTimeout {
+		writeMessage(q.w, http.StatusBadRequest, `400 Bad request - {"maximum_timeout"=>["needs to be at least 10 minutes"]}`)
+		return
+	}
 	switch v := q.body["tag_list"].(type) {
 	case []any:
 		for _, t := range v {
@@ -347,8 +345,19 @@ func (s *Simulator) runnerByIDLocked(q *request) {
 		return
 	case http.MethodPut:
 		// GitLab's PUT /runners/:id updates the given attributes; the
-		// simulator models paused and description (a paused runner gets
-		// no job: POST /jobs/request answers 204).
+		// simulator models paused (a paused runner gets no job: POST
+		// /jobs/request answers 204, while a job it runs goes on),
+		// access_level, maximum_timeout (for the jobs it takes from now
+		// on; a running job keeps its timeout) and description.
+		upd := *r
+		if !runnerLimits(q, &upd) {
+			return
+		}
+		if upd.maximumTimeout > 0 && upd.maximumTimeout < minMaximumTimeout {
+			writeJSON(q.w, http.StatusBadRequest, map[string]any{"message": map[string][]string{"maximum_timeout": {"needs to be at least 10 minutes"}}})
+			return
+		}
+		r.accessLevel, r.maximumTimeout = upd.accessLevel, upd.maximumTimeout
 		if v := q.param("paused"); v != "" {
 			r.paused = v == "true"
 			s.queueTick++
@@ -358,6 +367,29 @@ func (s *Simulator) runnerByIDLocked(q *request) {
 		}
 	}
 	writeJSON(q.w, http.StatusOK, s.runnerDetailsJSON(q.r, r))
+}
+
+// runnerLimits reads the access_level and maximum_timeout parameters of a
+// runner's creation or update into r (leaving what is not given), and
+// answers Grape's 400 for a value that is not one (false).
+func runnerLimits(q *request, r *runner) bool {
+	switch v := q.param("access_level"); v {
+	case "":
+	case accessNotProtected, accessRefProtected:
+		r.accessLevel = v
+	default:
+		writeError(q.w, http.StatusBadRequest, "access_level does not have a valid value")
+		return false
+	}
+	if v := q.param("maximum_timeout"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			writeError(q.w, http.StatusBadRequest, "maximum_timeout is invalid")
+			return false
+		}
+		r.maximumTimeout = n
+	}
+	return true
 }
 
 // deleteRunnerLocked removes a runner; its token stops working at once. A

@@ -184,6 +184,11 @@ func (s *Simulator) requestJobLocked(q *request, body runnerRequest) {
 	pick.status = StatusRunning
 	pick.runner = r
 	pick.started = now
+	if r.maximumTimeout > 0 && int64(pick.timeout) > r.maximumTimeout {
+		// GitLab fixes a job's timeout when a runner takes it: the job's
+		// (or its project's), capped by the runner's maximum_timeout.
+		pick.timeout = int(r.maximumTimeout)
+	}
 	// GitLab's CI job tokens carry the glcbt- prefix.
 	pick.token = "glcbt-" + randomHex(16)
 	s.jobEventLocked(pick)
@@ -247,7 +252,7 @@ func (s *Simulator) jobPayloadLocked(r *http.Request, j *job) map[string]any {
 		"git_info": v{"repo_url": repoURL, "repo_object_format": "sha1", "ref": j.pipeline.ref, "sha": j.pipeline.sha,
 			"before_sha": strings.Repeat("0", 40), "ref_type": "branch",
 			"refspecs": []string{"+refs/pipelines/" + strconv.FormatInt(j.pipeline.id, 10) + ":refs/pipelines/" + strconv.FormatInt(j.pipeline.id, 10), "+refs/heads/" + j.pipeline.ref + ":refs/remotes/origin/" + j.pipeline.ref},
-			"depth":    20, "protected": false},
+			"depth":    20, "protected": j.pipeline.protected},
 		"runner_info":  v{"uuid": runnerUUID(j.runner), "timeout": j.timeout, "runner_session_url": nil},
 		"variables":    vars,
 		"steps":        []any{v{"name": "script", "script": j.script, "timeout": j.timeout, "when": "on_success", "allow_failure": j.allowFailure}},

@@ -12,8 +12,9 @@ import (
 
 // runnerStandIn is the test world's stand-in for the gitlab-runner binary
 // (runner/gitlab-runner, POSIX sh): it takes `run-single`'s flags for the
-// shell executor and speaks the runner API. The real binary cannot be built
-// here (README.md, "Validated against reality").
+// shell executor, and `run`'s (--config, --working-directory, --user), and
+// speaks the runner API. The real binary cannot be built here (README.md,
+// "Validated against reality").
 //
 //go:embed runner/gitlab-runner
 var runnerStandIn []byte

@@ -12,6 +12,12 @@
 // transport errors with exponential backoff. It is neutral of the
 // operator: Listener turns messages into Events for any consumer.
 // internal/testworld/simulator/github serves the same protocol for tests.
+//
+// The URLs the protocol's answers name (the Actions service's, the message
+// queue's) are where the client sends its admin and message-queue tokens,
+// so it calls them only over https and on the hosts the API URL allows
+// (allowedHost), and it follows no redirect: a hostile or tampered answer
+// would otherwise have the client carry its tokens to any URL.
 package scaleset
 
 import (
@@ -23,6 +29,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"runtime/debug"
@@ -59,6 +66,19 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrServer: 5xx after the retries.
 	ErrServer = errors.New("actions service error")
+	// ErrUntrustedURL: an answer named a URL the client does not call
+	// with its tokens (not https, or not on an allowed host), or
+	// redirected it; not retried.
+	ErrUntrustedURL = errors.New("untrusted URL")
+)
+
+// Hosts of GitHub.com's REST API and of its Actions service: the
+// registration exchange of api.github.com answers a service URL under
+// actionsServiceDomain (such as pipelines.actions.githubusercontent.com),
+// and sessions a message queue URL there too.
+const (
+	publicAPIHost        = "api.github.com"
+	actionsServiceDomain = "actions.githubusercontent.com"
 )
 
 // ResponseError is an unexpected answer of GitHub or the Actions service.
@@ -155,12 +175,19 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	api, err := url.Parse(strings.TrimRight(cfg.APIURL, "/"))
-	if err != nil || (api.Scheme != "https" && api.Scheme != "http") {
-		return nil, fmt.Errorf("scaleset: invalid APIURL %q", cfg.APIURL)
+	if err != nil || api.Scheme != "https" || api.Host == "" {
+		return nil, fmt.Errorf("scaleset: invalid APIURL %q: an https:// URL is required (its tokens travel to it)", cfg.APIURL)
 	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{}
+	hc := &http.Client{}
+	if cfg.HTTPClient != nil {
+		c := *cfg.HTTPClient
+		hc = &c
 	}
+	// A redirect would carry the request, its Authorization header
+	// included, wherever the answer says (Go forwards it to the same host
+	// name on any port or scheme): the client follows none.
+	hc.CheckRedirect = refuseRedirect
+	cfg.HTTPClient = hc
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -194,6 +221,57 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("scaleset: user agent: %w", err)
 	}
 	return &Client{cfg: cfg, log: cfg.Logger.With("githubConfigURL", cfg.ConfigURL), http: cfg.HTTPClient, userAgent: string(ua), apiURL: api}, nil
+}
+
+// refuseRedirect is every client's CheckRedirect: the redirect is not
+// followed and the call fails with ErrUntrustedURL.
+func refuseRedirect(req *http.Request, via []*http.Request) error {
+	from := "the request"
+	if len(via) > 0 {
+		from = via[len(via)-1].Method + " " + redact(via[len(via)-1].URL.String())
+	}
+	return fmt.Errorf("%w: %s was redirected to %s; the client follows no redirects, since its token would go along: check the API URL and the network between the operator and GitHub (a proxy that redirects)",
+		ErrUntrustedURL, from, redact(req.URL.String()))
+}
+
+// allowedHost says whether the client may call u, a URL from an answer of
+// the protocol (what names it, for the error), with its tokens: https on
+// the default port, and the host of the Actions service the API URL goes
+// with: on GitHub.com (api.github.com) actions.githubusercontent.com or a
+// host under it, on GitHub Enterprise Server the server's own host
+// (https://<host>/_services/...), the API URL's host and port.
+func (c *Client) allowedHost(what, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%w: %s %q is not a URL: %w", ErrUntrustedURL, what, redact(raw), err)
+	}
+	if u.Scheme != "https" || u.Host == "" || u.User != nil {
+		return fmt.Errorf("%w: %s %q is not an https:// URL; the client sends its tokens over https only", ErrUntrustedURL, what, redact(raw))
+	}
+	host := canonicalHost(u)
+	api := canonicalHost(c.apiURL)
+	if api == publicAPIHost {
+		if u.Port() != "" && u.Port() != "443" || host != actionsServiceDomain && !strings.HasSuffix(host, "."+actionsServiceDomain) {
+			return fmt.Errorf("%w: %s %q is not on GitHub's Actions service (%s or a host under it), where the client calls with the tokens of %s",
+				ErrUntrustedURL, what, redact(raw), actionsServiceDomain, api)
+		}
+		return nil
+	}
+	if host != api {
+		return fmt.Errorf("%w: %s %q is not on %s, the GitHub Enterprise Server of the API URL, where the client calls with its tokens",
+			ErrUntrustedURL, what, redact(raw), api)
+	}
+	return nil
+}
+
+// canonicalHost is u's host in lower case, with its port unless it is
+// https's default (as pkg/workload.CanonicalHost writes it).
+func canonicalHost(u *url.URL) string {
+	host, port := strings.ToLower(u.Hostname()), u.Port()
+	if port == "" || port == "443" {
+		return host
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // scopePath is the registration-token path for the config URL's scope.
@@ -234,6 +312,10 @@ func (c *Client) do(ctx context.Context, req request) (int, []byte, error) {
 	wait := c.cfg.RetryWaitMin
 	for attempt := 0; ; attempt++ {
 		code, body, err := c.once(ctx, req)
+		if errors.Is(err, ErrUntrustedURL) {
+			// The same answer again would be no better.
+			return code, body, err
+		}
 		retry := err != nil || code == http.StatusTooManyRequests || (code >= 500 && code != http.StatusNotImplemented) ||
 			(req.retryAuth && (code == http.StatusUnauthorized || code == http.StatusForbidden))
 		if !retry || attempt >= c.cfg.RetryMax || ctx.Err() != nil {
@@ -356,6 +438,9 @@ func (c *Client) refreshLocked(ctx context.Context, force bool) error {
 	}
 	if conn.URL == "" || conn.Token == "" {
 		return errors.New("actions service registration: answer lacks url or token")
+	}
+	if err := c.allowedHost("the Actions service URL of the registration answer", conn.URL); err != nil {
+		return fmt.Errorf("actions service registration: %w", err)
 	}
 	exp, err := tokenExpiry(conn.Token)
 	if err != nil {

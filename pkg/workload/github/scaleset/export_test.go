@@ -24,3 +24,6 @@ func AdminTokenExpiry(c *Client) time.Time {
 func SessionOf(c *Client, scaleSetID int, sessionID string) *Session {
 	return &Session{c: c, scaleSetID: scaleSetID, info: SessionInfo{SessionID: sessionID}}
 }
+
+// AllowedHost is the client's check of a URL an answer names.
+func AllowedHost(c *Client, raw string) error { return c.allowedHost("the URL", raw) }

@@ -33,6 +33,14 @@ func (c *Client) CreateSession(ctx context.Context, scaleSetID int, owner string
 	if s.info.SessionID == "" || s.info.MessageQueueURL == "" || s.info.MessageQueueAccessToken == "" {
 		return nil, fmt.Errorf("create message session of scale set %d: the answer lacks session id, queue URL or token", scaleSetID)
 	}
+	if err := c.allowedHost("the session's messageQueueUrl", s.info.MessageQueueURL); err != nil {
+		// The session is the service's all the same: give it back.
+		s.info.MessageQueueAccessToken = ""
+		if cerr := s.Close(ctx); cerr != nil {
+			c.log.Info("could not delete the session whose queue URL was refused", "scaleSetID", scaleSetID, "error", cerr)
+		}
+		return nil, fmt.Errorf("create message session of scale set %d: %w", scaleSetID, err)
+	}
 	c.log.Info("message session created", "scaleSetID", scaleSetID, "sessionID", s.info.SessionID, "owner", owner)
 	return s, nil
 }
@@ -59,6 +67,11 @@ func (s *Session) refreshLocked(ctx context.Context) error {
 	}
 	if info.MessageQueueAccessToken == "" {
 		return fmt.Errorf("refresh message session %s: the answer has no token", s.info.SessionID)
+	}
+	if info.MessageQueueURL == "" {
+		info.MessageQueueURL = s.info.MessageQueueURL
+	} else if err := s.c.allowedHost("the refreshed session's messageQueueUrl", info.MessageQueueURL); err != nil {
+		return fmt.Errorf("refresh message session %s: %w", s.info.SessionID, err)
 	}
 	s.info = info
 	s.c.log.Info("message session refreshed", "scaleSetID", s.scaleSetID, "sessionID", info.SessionID)

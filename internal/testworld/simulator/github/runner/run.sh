@@ -2,10 +2,12 @@
 # run.sh of the HyperFleet GitHub simulator's runner package.
 #
 # Runs the configured runner like the real actions/runner run.sh: connects
-# (the runner becomes online and idle), long-polls for a job, "runs" it
-# (the job's work is waiting, in a long poll of its status, until the
+# (the runner becomes online and idle), long-polls for a job, runs it (its
+# steps, when it has any: each with sh -c in the work folder, as this
+# runner's user, until one fails, their outcome and output reported to the
+# simulator; then waiting, in a long poll of its status, until the
 # simulator says it completed) and, for an ephemeral runner, exits after
-# that one job. POSIX sh + curl + sed.
+# that one job. POSIX sh + curl + sed + base64.
 #
 #   ./run.sh                             after ./config.sh
 #   ./run.sh --jitconfig ENCODED_CONFIG  just-in-time runner (no config.sh)
@@ -25,7 +27,7 @@ prog=run.sh
 
 stamp() { date -u '+%Y-%m-%d %H:%M:%SZ'; }
 die() { code=$1; shift; printf '%s: %s\n' "$prog" "$*" >&2; exit "$code"; }
-usage() { sed -n '9,16p' "$dir/run.sh" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '12,19p' "$dir/run.sh" | sed 's/^# \{0,1\}//'; }
 
 cacert=${HF_SIM_CA:-}
 [ -z "$cacert" ] && [ -f "$dir/sim-ca.pem" ] && cacert=$dir/sim-ca.pem
@@ -62,8 +64,11 @@ write_config() {
 str_field() { sed -n "s/^[[:space:]]*\"$1\"[[:space:]]*:[[:space:]]*\"\(.*\)\",\{0,1\}[[:space:]]*\$/\1/p" "$2" | head -n 1; }
 num_field() { sed -n "s/^[[:space:]]*\"$1\"[[:space:]]*:[[:space:]]*\([0-9A-Za-z]*\).*/\1/p" "$2" | head -n 1; }
 
-# --jitconfig wins over the environment, as with the real runner.
+# --jitconfig wins over the environment, as with the real runner. The
+# variable is read once and dropped, so that the job's steps do not
+# inherit it.
 jit=${ACTIONS_RUNNER_INPUT_JITCONFIG:-}
+unset ACTIONS_RUNNER_INPUT_JITCONFIG
 while [ $# -gt 0 ]; do
 	case $1 in
 	--jitconfig | --cacert)
@@ -139,10 +144,44 @@ connect() {
 	done
 }
 
+# run_steps runs the job's steps (the job message's step= lines, base64)
+# in the work folder until one fails, prints their output and reports it
+# with their outcome; the simulator then completes the job.
+run_steps() {
+	steps=$(sed -n 's/^step=//p' "$tmp")
+	[ -n "$steps" ] || return 0
+	work=$(str_field workFolder "$dir/.runner")
+	case $work in
+	/*) ;;
+	'') work=$dir/_work ;;
+	*) work=$dir/$work ;;
+	esac
+	mkdir -p "$work" || die 1 "cannot create the work folder $work"
+	log=$(mktemp) || die 1 "cannot create a temporary file"
+	conclusion=success
+	n=0
+	for enc in $steps; do
+		n=$((n + 1))
+		step=$(printf '%s' "$enc" | base64 -d) || die 1 "step $n of job $job_id is not valid base64"
+		if ! (cd "$work" && sh -c "$step") >>"$log" 2>&1; then
+			echo "step $n failed" >>"$log"
+			conclusion=failure
+			break
+		fi
+	done
+	cat "$log"
+	maxtime=60
+	code=$(api POST "$server/_runner/runners/$id/jobs/$job_id/result" "$tmp" -H "$auth" \
+		--data-urlencode "conclusion=$conclusion" --data-urlencode "log@$log")
+	rm -f "$log"
+	[ "$code" = 200 ] || die 2 "job $job_id: reporting its steps failed (HTTP $code): $(cat "$tmp")"
+}
+
 run_job() {
 	job_id=$(sed -n 's/^job_id=//p' "$tmp")
 	job_name=$(sed -n 's/^job_name=//p' "$tmp")
 	echo "$(stamp): Running job: $job_name"
+	run_steps
 	# The status read is a long poll: the simulator answers when the job
 	# completed, or after wait_s with it still running.
 	while :; do

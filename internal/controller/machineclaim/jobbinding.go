@@ -1,0 +1,124 @@
+package machineclaim
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
+)
+
+// Claims bound to one job (docs/buildkite.md, "One job per VM"): on a
+// platform that gives every VM a credential for one job only (Buildkite's
+// job acquisition token), a warm claim, bound to no job, gets none. Its VM
+// boots and stands by; its RunnerPool binds it a queued job when one
+// arrives, and only then is the job's credential issued and placed, as
+// for any claim. Once the claim's runner registered, what the operator
+// keeps on the platform for issuing it (Buildkite: the claim's cluster
+// agent token) is deleted.
+
+// JobBinder is implemented by the CI platforms (CIPlatforms) that bind
+// every VM to one job (internal/workloads): WaitsForJob reports whether
+// the claim's VM is to wait, with no credential, for its pool to bind it a
+// job.
+type JobBinder interface {
+	WaitsForJob(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) bool
+}
+
+// RegistrationRetirer is implemented by the CI platforms (CIPlatforms)
+// whose provider keeps a credential of its own for issuing a runner's
+// (internal/workloads): RetireRegistration deletes it once the runner
+// registered, and reports whether it deleted anything.
+type RegistrationRetirer interface {
+	RetireRegistration(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) (bool, error)
+}
+
+// waitsForJob reports whether the claim's VM waits for its pool to bind it
+// a job (JobBinder): no credential is asked for, issued or placed for it
+// until then.
+func (r *Reconciler) waitsForJob(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) bool {
+	b, ok := r.CI.(JobBinder)
+	return ok && tmpl != nil && b.WaitsForJob(claim, tmpl)
+}
+
+// standBy records a warm VM that stands by for a job: its VM runs (and,
+// in a template that attests, attested), and its claim is bound to no job.
+// The claim is then Bootstrapped, reason WaitingForJob, which its pool
+// counts as idle capacity and binds a job to; status.bootstrap.registeredAt
+// says since when, and idleTimeout counts from there (the credential
+// issued once it is bound keeps it). A claim bound since it stood by says
+// so until its credential's way to the VM (or its runner) speaks.
+func (r *Reconciler) standBy(s *claimScope) {
+	claim := s.claim
+	if !s.facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) || claim.Status.End != nil || claim.EndRequested() {
+		return
+	}
+	if !r.waitsForJob(claim, s.tmpl) {
+		if c := s.facts.condition(claim, hfv1.MachineClaimBootstrappedCondition); c != nil && c.Status == metav1.ConditionTrue && c.Reason == string(hfv1.WaitingForJobReason) {
+			s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.WaitingForRunnerReason,
+				"Bound to a job by its RunnerPool (spec.workloadConfig); waiting for the job's credential to reach the VM and its runner to come online")
+		}
+		return
+	}
+	if id := claim.Status.Identity; id != nil && id.AttestedAt == nil {
+		// Standing by once it attested: the VM's agent asks for its
+		// credential only then.
+		return
+	}
+	st := claim.Status.Bootstrap
+	if st == nil {
+		st = &hfv1.BootstrapStatus{}
+		claim.Status.Bootstrap = st
+	}
+	if st.RegisteredAt == nil {
+		st.RegisteredAt = &metav1.Time{Time: r.Clock.Now()}
+	}
+	if c := s.facts.condition(claim, hfv1.MachineClaimBootstrappedCondition); c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(hfv1.WaitingForJobReason) {
+		msg := "The VM is up and stands by with no credential until its RunnerPool binds it a queued job (spec.workloadConfig); it then receives that job's credential"
+		if claim.Spec.RunnerPoolRef == nil {
+			msg = "The VM is up and stands by with no credential, but the claim has no RunnerPool, which alone binds claims to jobs: it never receives one. Delete it, and let a RunnerPool make the VMs of its jobs"
+		}
+		s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionTrue, hfv1.WaitingForJobReason, msg)
+		r.Recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.WaitingForJobReason), msg)
+	}
+}
+
+// retireRegistration deletes what the platform issued the claim's runner
+// credential with (RegistrationRetirer), once the runner registered: its
+// Bootstrapped condition says it came online (reason RunnerOnline), or it
+// took a job. A platform that cannot be asked now is asked again after
+// the claim's backoff (or its rate limit), and the pass goes on; the
+// claim's end deletes it in any case (Release).
+func (r *Reconciler) retireRegistration(ctx context.Context, s *claimScope) phase.Result {
+	claim := s.claim
+	st := claim.Status.Bootstrap
+	if st == nil || st.CredentialIssuedAt == nil || s.tmpl == nil || claim.Status.End != nil {
+		return phase.Next()
+	}
+	c := s.facts.condition(claim, hfv1.MachineClaimBootstrappedCondition)
+	if st.Job() == "" && (c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(hfv1.RunnerOnlineReason)) {
+		return phase.Next()
+	}
+	rr, ok := r.CI.(RegistrationRetirer)
+	if !ok {
+		return phase.Next()
+	}
+	retired, err := rr.RetireRegistration(ctx, claim, s.tmpl)
+	if err != nil {
+		wait, limited := RetryAfter(err, r.Clock.Now())
+		if !limited {
+			wait = r.backoff(claim)
+		}
+		ctrl.LoggerFrom(ctx).Info("Cannot delete the registered runner's issuing credential yet; retrying", "runner", st.RunnerName, "retryIn", wait, "err", err.Error())
+		return phase.Recheck(wait)
+	}
+	if retired {
+		r.Recorder.Event(claim, corev1.EventTypeNormal, "RegistrationRetired",
+			fmt.Sprintf("Runner %s registered: the credential its runner credential was issued with is deleted, and neither registers anything again", st.RunnerName))
+	}
+	return phase.Next()
+}
