@@ -108,18 +108,18 @@ func TestGitLabSimulator(t *testing.T) {
 	})
 }
 
-// TestGitLabJobRunsAsTheRunnerUser performs the attack of issue 54 in a
-// VM whose agent runs as root with a runner user (--run-as, here nobody):
-// the agent runs `gitlab-runner run --user <runner user>` as root, its
-// token in a config file only root reads, and the job, run as the runner
-// user, looks for the token where it would find it: in its environment,
-// in that config file, in the runner's environment (/proc/<pid>/environ).
-// It finds it nowhere, the job succeeds, a second job queued for the same
-// tags stays for another VM (the agent stopped the runner asking at its
-// first job), and the config is gone afterwards. The same runner with the
-// agent's own user (--run-as "", run-single) hands the job the token in
-// its environment and its own: the check can fail. Needs root, as a VM's
-// agent runs.
+// TestGitLabJobRunsAsTheRunnerUser performs the attack of a job that
+// copies its runner's token, in a VM whose agent runs as root with a
+// runner user (--run-as, here nobody): the agent runs `gitlab-runner run
+// --user <runner user>` as root, its token in a config file only root
+// reads, and the job, run as the runner user, looks for the token where
+// it would find it: in its environment, in that config file, in the
+// runner's environment (/proc/<pid>/environ). It finds it nowhere, the
+// job succeeds, a second job queued for the same tags stays for another
+// VM (the agent stopped the runner asking at its first job), and the
+// config is gone afterwards. The same runner with the agent's own user
+// (--run-as "", run-single) hands the job the token in its environment
+// and its own: the check can fail. Needs root, as a VM's agent runs.
 //
 // Not parallel: it sets SSL_CERT_FILE, as TestGitLabSimulator does.
 func TestGitLabJobRunsAsTheRunnerUser(t *testing.T) {

@@ -136,12 +136,13 @@ echo '{}' >.credentials_rsaparams`)
 }
 
 // TestEscalatingJobUserIsRefusedForAMultiJobCredential performs the attack
-// of issue 54 (part 2) on an image whose job user can become root: with a
-// credential that serves more than one job (a registration token here;
-// GitLab's runner token and Buildkite's agent token alike), the agent
-// refuses before it obtains the credential (its secrets stay unread where
-// the operator placed them), runs no runner, exits ExitJobUserEscalates
-// and says JobUserCanEscalate in its power-off notice. The template's
+// of a job that takes its VM's runner credential to run other jobs with
+// it, on an image whose job user can become root: with a credential that
+// serves more than one job (a registration token here; GitLab's runner
+// token and Buildkite's agent token alike), the agent refuses before it
+// obtains the credential (its secrets stay unread where the operator
+// placed them), runs no runner, exits ExitJobUserEscalates and says
+// JobUserCanEscalate in its power-off notice. The template's
 // jobMayEscalate runs it; a single-job credential (JIT) runs with a
 // warning.
 func TestEscalatingJobUserIsRefusedForAMultiJobCredential(t *testing.T) {

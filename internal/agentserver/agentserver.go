@@ -178,8 +178,8 @@ type Options struct {
 	// StallTimeout is how long a download may make no progress (default
 	// 30 s): a client that stops reading is cut.
 	StallTimeout time.Duration
-	// DownloadTimeout bounds a whole download, progress or not (issue 54,
-	// F4: a client reading a little every 25 s held its connection for
+	// DownloadTimeout bounds a whole download, progress or not (a client
+	// reading a little every 25 s used to hold its connection for
 	// hours); 0: StallTimeout plus the largest binary's size at
 	// MinDownloadRate, 128 KiB/s (DefaultDownloadTimeout). A VM's curl
 	// gives up after 300 s anyway (internal/cloudinit).
@@ -213,8 +213,8 @@ type Options struct {
 	// the TPM enrollment are served now: whether some HypervisorCluster
 	// configures what they serve (the manager watches them). While not,
 	// their paths are unknown, answered 404 and the connection closed at
-	// the request line, as any other (issue 54, part 5: endpoints mounted
-	// only when their feature is configured). nil: served whenever set.
+	// the request line, as any other (an endpoint is mounted only when
+	// its feature is configured). nil: served whenever set.
 	BrokerServed, TPMServed func() bool
 }
 
@@ -235,20 +235,20 @@ const BrokerPath = "/broker/v1/credential"
 // "The agent server's bounds"). A VM holds one or two connections at a
 // time (its download, its broker request, its power-off notice): 256 in
 // all, 32 from one address, so that it takes eight addresses, not one or
-// two hostile jobs (issue 54, F4), to hold the cap, while a few VMs behind
-// one NAT address still fit. Of the 256, 32 are a reserve that only the
-// broker, the TPM enrollment and the hints may use (Classify), two per
-// address, so that downloads held long cannot keep a new VM from its
-// credential. What each held connection costs the process (about 125 KiB
-// of RSS for a stalled download, measured by test/flood) keeps 256 of
-// them within the flood test's 64 MiB bound. The per-address cap counts
-// the VMs only where the server sees their addresses: the chart's Service
-// keeps them (externalTrafficPolicy Local); behind a load balancer that
-// does not, raise MaxConnsPerAddress to MaxConns. Each connection's
-// kernel socket buffers are capped at 128 KiB (256 KiB as Linux counts
-// them), so that 256 stalled downloads hold at most 64 MiB of kernel
-// memory (charged to the pod) instead of up to 4 MiB each; a download
-// still moves at 128 KiB per round trip, 12 MiB/s at 10 ms.
+// two hostile jobs, to hold the cap, while a few VMs behind one NAT
+// address still fit. Of the 256, 32 are a reserve that only the broker,
+// the TPM enrollment and the hints may use (Classify), two per address,
+// so that downloads held long cannot keep a new VM from its credential.
+// What each held connection costs the process (about 125 KiB of RSS for a
+// stalled download, measured by test/flood) keeps 256 of them within the
+// flood test's 64 MiB bound. The per-address cap counts the VMs only
+// where the server sees their addresses: the chart's Service keeps them
+// (externalTrafficPolicy Local); behind a load balancer that does not,
+// raise MaxConnsPerAddress to MaxConns. Each connection's kernel socket
+// buffers are capped at 128 KiB (256 KiB as Linux counts them), so that
+// 256 stalled downloads hold at most 64 MiB of kernel memory (charged to
+// the pod) instead of up to 4 MiB each; a download still moves at 128 KiB
+// per round trip, 12 MiB/s at 10 ms.
 var DefaultLimits = httpsserver.Limits{MaxConns: 256, MaxConnsPerAddress: 32, SocketBuffer: 128 << 10, Reserved: 32, ReservedPerAddress: 2}
 
 // maxHeaderBytes bounds a request's line and headers: a VM sends a URL

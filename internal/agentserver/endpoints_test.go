@@ -74,13 +74,13 @@ func headOnly(t *testing.T, addr string, cfg *tls.Config, method, path string) (
 	return string(b), err == nil
 }
 
-// TestEndpointsOnlyWhenConfigured (issue 54, part 5): the credential
-// broker and the TPM enrollment are served only while a HypervisorCluster
-// configures what they serve (BrokerServed, TPMServed, which the manager
-// keeps from the clusters): while not, a request to them is answered 404
-// and its connection closed at once, its handler never called and its
-// body never read. Before, both were mounted whenever the agent server
-// ran, and every forged enrollment reached the enrollment's handler.
+// TestEndpointsOnlyWhenConfigured: the credential broker and the TPM
+// enrollment are served only while a HypervisorCluster configures what
+// they serve (BrokerServed, TPMServed, which the manager keeps from the
+// clusters): while not, a request to them is answered 404 and its
+// connection closed at once, its handler never called and its body never
+// read. Before, both were mounted whenever the agent server ran, and
+// every forged enrollment reached the enrollment's handler.
 func TestEndpointsOnlyWhenConfigured(t *testing.T) {
 	var brokerOn, tpmOn atomic.Bool
 	broker, enroll := &countingHandler{}, &countingHandler{}
@@ -129,9 +129,9 @@ func TestEndpointsOnlyWhenConfigured(t *testing.T) {
 	}
 }
 
-// TestUnknownPathsDroppedAtTheRequestLine (issue 54, part 4): a request
-// for nothing the server serves is answered 404 and closed at its request
-// line; the same headers for a binary are read and served.
+// TestUnknownPathsDroppedAtTheRequestLine: a request for nothing the
+// server serves is answered 404 and closed at its request line; the same
+// headers for a binary are read and served.
 func TestUnknownPathsDroppedAtTheRequestLine(t *testing.T) {
 	s, cfg := startTLS(t, Options{PowerOff: &fakeReceiver{}}, 4096)
 	addr := s.Addr().String()
@@ -151,10 +151,10 @@ func TestUnknownPathsDroppedAtTheRequestLine(t *testing.T) {
 	}
 }
 
-// TestDownloadTimeout (issue 54, F4): a download is cut after
-// DownloadTimeout however steadily its client reads (before, a client
-// reading a little every 25 s kept its download, and its connection, for
-// hours); DownloadTimeout's default gives the binary 128 KiB/s.
+// TestDownloadTimeout: a download is cut after DownloadTimeout however
+// steadily its client reads (before, a client reading a little every
+// 25 s kept its download, and its connection, for hours);
+// DownloadTimeout's default gives the binary 128 KiB/s.
 func TestDownloadTimeout(t *testing.T) {
 	const size = 32 << 20
 	s, cfg := startTLS(t, Options{DownloadTimeout: time.Second, StallTimeout: time.Minute}, size)

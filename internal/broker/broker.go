@@ -73,6 +73,17 @@ type Issuer interface {
 	RunnerCredential(ctx context.Context, claim *hfv1.MachineClaim) (workload.Credential, error)
 }
 
+// JobWaiter is implemented by an Issuer that knows which claims' VMs wait,
+// with no credential, for their RunnerPool to bind them a job (a warm VM
+// of a platform that gives a VM a credential for its one job only:
+// internal/workloads, binding.go). The broker answers such a VM to ask
+// again before it writes anything: a credential request it records, and
+// undoes, on every poll of every warm VM would be two API writes per VM
+// every few seconds.
+type JobWaiter interface {
+	WaitingForJob(ctx context.Context, claim *hfv1.MachineClaim) bool
+}
+
 // Broker serves Path.
 type Broker struct {
 	// Client writes claims' status; Reader reads claims from the API
@@ -137,6 +148,9 @@ const (
 	ReasonAlreadyIssued       = "CredentialAlreadyIssued"
 	ReasonBusy                = "Busy"
 	ReasonIssueFailed         = "IssueFailed"
+	// ReasonWaitingForJob: the claim's VM stands by until its pool binds
+	// it a job; it asks again (503, Retry-After).
+	ReasonWaitingForJob = "WaitingForJob"
 )
 
 // ServeHTTP implements http.Handler.
@@ -162,9 +176,9 @@ func (b *Broker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			b.Recorder.Eventf(claim, corev1.EventTypeWarning, "CredentialRefused", "The credential broker refused the VM's request (%s): %s", ref.Reason, ref.Message)
 		}
 	}
-	// Each refusal at debug level, a summary at most every 10 s (issue
-	// 54, F6e: a flood of refusals was a flood of Info lines); a claim's
-	// own refusals are events on it besides.
+	// Each refusal at debug level, a summary at most every 10 s (a flood
+	// of refusals used to be a flood of Info lines); a claim's own
+	// refusals are events on it besides.
 	b.refusals.Refused(ctrl.LoggerFrom(ctx), ref.Reason, "Credential broker refused a request", kv...)
 	httpsserver.DropConnection(w)
 	vmanswer.Write(w, ref)
@@ -363,8 +377,17 @@ func (b *Broker) stolen(ctx context.Context, claim *hfv1.MachineClaim, id spiffe
 	return vmanswer.Refuse(http.StatusForbidden, ReasonBrokerProofInvalid, "%s; the identity is evicted and its claim fails", msg)
 }
 
-// deliver records the request, mints the credential and records it.
+// waitingForJobRetry is when a VM that stands by for a job asks again.
+const waitingForJobRetry = 10 * time.Second
+
+// deliver records the request, mints the credential and records it; a VM
+// that waits for its job is told to ask again, nothing written.
 func (b *Broker) deliver(ctx context.Context, claim *hfv1.MachineClaim) (*Response, *vmanswer.Refusal) {
+	if w, ok := b.Issuer.(JobWaiter); ok && w.WaitingForJob(ctx, claim) {
+		ref := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonWaitingForJob, "MachineClaim %s/%s stands by until its RunnerPool binds it a job", claim.Namespace, claim.Name)
+		ref.RetryAfter = waitingForJobRetry
+		return nil, ref
+	}
 	requested := claim.Status.Identity.DeepCopy()
 	requested.CredentialRequestedAt = &metav1.Time{Time: b.clock().Now()}
 	if err := b.recordFacts(ctx, claim, requested, claim.Status.Bootstrap); err != nil {

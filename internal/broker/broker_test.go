@@ -369,3 +369,45 @@ func TestBrokerRateLimitAndFailedIssue(t *testing.T) {
 		t.Fatalf("configuration failure: %d %+v", rec.Code, ref)
 	}
 }
+
+// waitingIssuer is an issuer whose claims' VMs stand by for a job until
+// one is bound.
+type waitingIssuer struct {
+	*issuer
+	waiting bool
+}
+
+func (w *waitingIssuer) WaitingForJob(context.Context, *hfv1.MachineClaim) bool { return w.waiting }
+
+// TestBrokerWritesNothingForAVMWaitingForItsJob: a warm VM that stands by
+// until its pool binds it a job is told to ask again (503, Retry-After,
+// reason WaitingForJob) with nothing minted and nothing written to its
+// claim, however often it asks; once a job is bound it gets its credential.
+func TestBrokerWritesNothingForAVMWaitingForItsJob(t *testing.T) {
+	claim := liveClaim("warm-1")
+	w := newWorld(t, claim)
+	waiting := &waitingIssuer{issuer: w.issuer, waiting: true}
+	w.broker.Issuer = waiting
+	svid := w.ca.svid(t, vmID("warm-1"), time.Now().Add(time.Hour))
+	rv := func() string {
+		got := &hfv1.MachineClaim{}
+		if err := w.client.Get(context.Background(), client.ObjectKeyFromObject(claim), got); err != nil {
+			t.Fatal(err)
+		}
+		return got.ResourceVersion
+	}
+	before := rv()
+	for range 3 {
+		rec, ref, _ := w.call(t, http.MethodPost, svid)
+		if rec.Code != http.StatusServiceUnavailable || ref.Reason != ReasonWaitingForJob || rec.Header().Get("Retry-After") == "" {
+			t.Fatalf("a VM waiting for its job: %d %+v (Retry-After %q)", rec.Code, ref, rec.Header().Get("Retry-After"))
+		}
+	}
+	if after := rv(); after != before || w.issuer.calls != 0 {
+		t.Fatalf("waiting VMs' polls wrote the claim (resourceVersion %s -> %s) or minted %d credentials", before, after, w.issuer.calls)
+	}
+	waiting.waiting = false
+	if rec, _, resp := w.call(t, http.MethodPost, svid); rec.Code != http.StatusOK || resp.JITConfig != "jit-warm-1" {
+		t.Fatalf("once bound: %d %s", rec.Code, rec.Body)
+	}
+}

@@ -15,14 +15,14 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 )
 
-// TestProofSurvivesAKeyRotation (issue 54, F6a): the documented rotation
-// of the ownership key (a new hmac-key-<n> in the Secret and a restart)
-// while a VM is in flight: its claim recorded key 0 when its identity was
-// planned, its VM holds the broker proof of key 0, and the operator after
-// the rotation signs with key 1. The broker hands the VM its credential.
-// Before, it derived the proof with the newest key, took the VM's for a
-// stolen identity and failed the claim. A key removed from the ring is
-// refused without a misuse.
+// TestProofSurvivesAKeyRotation: the documented rotation of the ownership
+// key (a new hmac-key-<n> in the Secret and a restart) while a VM is in
+// flight: its claim recorded key 0 when its identity was planned, its VM
+// holds the broker proof of key 0, and the operator after the rotation
+// signs with key 1. The broker hands the VM its credential. Before, it
+// derived the proof with the newest key, took the VM's for a stolen
+// identity and failed the claim. A key removed from the ring is refused
+// without a misuse.
 func TestProofSurvivesAKeyRotation(t *testing.T) {
 	inflight, orphaned := liveClaim("runner-1"), liveClaim("runner-2")
 	zero := int32(0)
@@ -53,10 +53,9 @@ func TestProofSurvivesAKeyRotation(t *testing.T) {
 	}
 }
 
-// TestRefusalsAreNotAFloodOfLogLines (issue 54, F6e): 3,000 refused
-// requests (no client certificate, as a flood sends them) log at debug
-// level, and one Info line at most, the summary, instead of one Info line
-// each.
+// TestRefusalsAreNotAFloodOfLogLines: 3,000 refused requests (no client
+// certificate, as a flood sends them) log at debug level, and one Info
+// line at most, the summary, instead of one Info line each.
 func TestRefusalsAreNotAFloodOfLogLines(t *testing.T) {
 	w := newWorld(t, liveClaim("runner-1"))
 	var info, debug int

@@ -46,12 +46,12 @@ type gateConnKey struct{}
 
 // serveGated serves srv on ln (which LimitListener made) doing the TLS
 // handshake itself, so that it can read each connection's first request
-// line before net/http reads any header (gateConn): issue 54 asks that
-// unknown clients be dropped after the request line, and that connections
-// in the reserve carry only reserved requests. net/http sees connections
-// that are not *tls.Conn, so the handler's request gets its TLS state
-// (client certificates, for the credential broker) from the connection in
-// its context instead, and a request on a connection in the reserve gets
+// line before net/http reads any header (gateConn): unknown clients are
+// dropped after the request line, and connections in the reserve carry
+// only reserved requests. net/http sees connections that are not
+// *tls.Conn, so the handler's request gets its TLS state (client
+// certificates, for the credential broker) from the connection in its
+// context instead, and a request on a connection in the reserve gets
 // Connection: close.
 func serveGated(srv *http.Server, ln net.Listener, classify func(method, path string) RequestClass) error {
 	gated := &gateListener{Listener: tls.NewListener(ln, srv.TLSConfig), classify: classify}

@@ -39,13 +39,13 @@ func answerOf(t *testing.T, c net.Conn) (answer string, closed bool) {
 	return string(b), err == nil
 }
 
-// TestGateDropsUnknownClientsAtTheRequestLine (issue 54, part 4): a
-// connection whose first request line asks for nothing the server serves
-// is answered 404 and closed at that line, without waiting for (or
-// reading) its headers, which never come here; before the gate the server
-// waited for them for its ReadHeaderTimeout (a minute here). Known
-// requests are served as before, over keep-alive, with the TLS state
-// (the client's certificate) in the handler's request.
+// TestGateDropsUnknownClientsAtTheRequestLine: a connection whose first
+// request line asks for nothing the server serves is answered 404 and
+// closed at that line, without waiting for (or reading) its headers,
+// which never come here; before the gate the server waited for them for
+// its ReadHeaderTimeout (a minute here). Known requests are served as
+// before, over keep-alive, with the TLS state (the client's certificate)
+// in the handler's request.
 func TestGateDropsUnknownClientsAtTheRequestLine(t *testing.T) {
 	var sawPeer atomic.Value
 	addr, tlsConfig := startGated(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -103,13 +103,13 @@ func TestGateDropsUnknownClientsAtTheRequestLine(t *testing.T) {
 	}
 }
 
-// TestReservedConnections (issue 54, part 4): once the general
-// connections are held (downloads that take long), new connections go to
-// the reserve, which serves reserved requests (the broker's, the
-// enrollment's) only, one per connection, and of which one address holds
-// at most its share: a held download cap does not keep a new VM from its
-// credential. Before the reserve the same connection carried another
-// download, and the cap held by one address's downloads refused the rest.
+// TestReservedConnections: once the general connections are held
+// (downloads that take long), new connections go to the reserve, which
+// serves reserved requests (the broker's, the enrollment's) only, one per
+// connection, and of which one address holds at most its share: a held
+// download cap does not keep a new VM from its credential. Before the
+// reserve the same connection carried another download, and the cap held
+// by one address's downloads refused the rest.
 func TestReservedConnections(t *testing.T) {
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
@@ -178,10 +178,10 @@ func TestReservedConnections(t *testing.T) {
 	}
 }
 
-// TestStallWriterUntil (issue 54, F4): a download whose client keeps
-// reading, if slowly, so that no write ever stalls, is still cut at its
-// end: before, each write moved the deadline on, and such a download held
-// its connection for as long as the client liked.
+// TestStallWriterUntil: a download whose client keeps reading, if slowly,
+// so that no write ever stalls, is still cut at its end: before, each
+// write moved the deadline on, and such a download held its connection
+// for as long as the client liked.
 func TestStallWriterUntil(t *testing.T) {
 	const size = 32 << 20
 	chunk := make([]byte, 32<<10)
@@ -215,9 +215,9 @@ func TestStallWriterUntil(t *testing.T) {
 	}
 }
 
-// TestRefusalLog (issue 54, F6e): a flood of refusals logs each at debug
-// level and one Info line per 10 s, saying how many were refused since the
-// last, by reason.
+// TestRefusalLog: a flood of refusals logs each at debug level and one
+// Info line per 10 s, saying how many were refused since the last, by
+// reason.
 func TestRefusalLog(t *testing.T) {
 	var info, debug []string
 	log := funcr.NewJSON(func(obj string) {

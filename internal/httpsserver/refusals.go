@@ -13,11 +13,11 @@ const refusedLogInterval = 10 * time.Second
 
 // RefusalLog logs what a server refuses (connections beyond a cap,
 // requests without a valid proof or token) so that a flood of refusals is
-// not a flood of log lines (issue 54, F6e): each refusal at debug level
-// (V(1)), and at most one Info line every 10 s saying how many were
-// refused since the previous one, by reason, with the latest refusal's
-// details. The metrics count every refusal. The zero value is ready to
-// use; it is safe for concurrent use.
+// not a flood of log lines: each refusal at debug level (V(1)), and at
+// most one Info line every 10 s saying how many were refused since the
+// previous one, by reason, with the latest refusal's details. The metrics
+// count every refusal. The zero value is ready to use; it is safe for
+// concurrent use.
 type RefusalLog struct {
 	// Message is the Info line's message, such as "Credential broker
 	// refused requests".

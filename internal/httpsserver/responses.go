@@ -29,7 +29,7 @@ func DropConnection(w http.ResponseWriter) {
 // replaced for the rest of the request. With an end (Until), no write goes
 // past it however much progress is made: a client that reads a little
 // every so often, enough to keep each write within stall, is cut there
-// too (issue 54, F4: such downloads stayed in progress for hours).
+// too (such downloads used to stay in progress for hours).
 type StallWriter struct {
 	http.ResponseWriter
 	rc    *http.ResponseController

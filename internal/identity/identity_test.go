@@ -397,10 +397,10 @@ func TestBrokerProof(t *testing.T) {
 	}
 }
 
-// TestKeyRotationKeepsInFlightSecrets (issue 54, F6a): an identity planned
-// before the ownership key is rotated (a new hmac-key-<n> in the Secret
-// and a restart, docs/security.md, "Ownership keys") records its key, and
-// the operator after the rotation derives the very join token the SPIRE
+// TestKeyRotationKeepsInFlightSecrets: an identity planned before the
+// ownership key is rotated (a new hmac-key-<n> in the Secret and a
+// restart, docs/security.md, "Ownership keys") records its key, and the
+// operator after the rotation derives the very join token the SPIRE
 // server holds, and accepts the broker proof and the enrollment proof the
 // VM holds, instead of taking them for stolen; a new identity uses the
 // new key. A key removed from the ring is ErrKeyUnavailable, not a wrong
@@ -479,11 +479,11 @@ func TestReleaseWithARemovedKey(t *testing.T) {
 	}
 }
 
-// TestEnrollmentProofCoversWhatItNames (issue 54, part 5): the enrollment
-// proof is checked on its own, before anything is read, and its mac covers
-// every part it names: the claim's own proof verifies, while that proof
-// with another namespace, name, UID or key id, or a mac of another claim,
-// does not, so a VM cannot make the operator read another claim with it.
+// TestEnrollmentProofCoversWhatItNames: the enrollment proof is checked on
+// its own, before anything is read, and its mac covers every part it
+// names: the claim's own proof verifies, while that proof with another
+// namespace, name, UID or key id, or a mac of another claim, does not, so
+// a VM cannot make the operator read another claim with it.
 func TestEnrollmentProofCoversWhatItNames(t *testing.T) {
 	iss := &identity.Issuer{Keys: ring(t, 0, 0, 1)}
 	c, other := claim("-a"), claim("-b")

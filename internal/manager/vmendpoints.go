@@ -14,11 +14,10 @@ import (
 // vmEndpoints says whether the agent server serves the credential broker
 // and the TPM enrollment now (agentserver.Options.BrokerServed and
 // TPMServed): while some HypervisorCluster configures them, as the
-// manager's cache sees the clusters (issue 54, part 5: a VM-facing
-// endpoint is mounted only when its feature is configured). Until the
-// cache has listed the clusters both are served, so that a replica that
-// just started refuses no VM it should serve; the endpoints' own checks
-// hold meanwhile.
+// manager's cache sees the clusters (a VM-facing endpoint is mounted
+// only when its feature is configured). Until the cache has listed the
+// clusters both are served, so that a replica that just started refuses
+// no VM it should serve; the endpoints' own checks hold meanwhile.
 type vmEndpoints struct {
 	// synced reports whether the handler has seen the clusters' first
 	// list.

@@ -9,12 +9,11 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 )
 
-// TestVMEndpoints (issue 54, part 5): the broker is served while some
-// HypervisorCluster's VMs fetch their credential from it (spec.spire
-// without a secrets store), the TPM enrollment while some cluster attests
-// with TPMs (spec.spire.tpm); neither without such a cluster, and both
-// until the clusters are listed, so that a replica that just started
-// refuses no VM.
+// TestVMEndpoints: the broker is served while some HypervisorCluster's
+// VMs fetch their credential from it (spec.spire without a secrets
+// store), the TPM enrollment while some cluster attests with TPMs
+// (spec.spire.tpm); neither without such a cluster, and both until the
+// clusters are listed, so that a replica that just started refuses no VM.
 func TestVMEndpoints(t *testing.T) {
 	synced := false
 	e := &vmEndpoints{clusters: map[string]clusterEndpoints{}, synced: func() bool { return synced }}

@@ -107,10 +107,10 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 // 0), or whose extended key usages leave out client authentication (a
 // DevID's use: a verifier that nests usages would refuse every DevID it
 // signs). A CA that may sign other CAs is a root or an intermediate of a
-// wider PKI (issue 54, F6f: any CA was accepted), which other services
-// trust for other things; the DevIDs it signed for VMs would be trusted
-// there too, and the operator would hold the key of a CA that can mint
-// CAs. `hyperfleet tpm-devid-ca` makes a CA that passes (NewCA).
+// wider PKI (any CA used to be accepted), which other services trust for
+// other things; the DevIDs it signed for VMs would be trusted there too,
+// and the operator would hold the key of a CA that can mint CAs.
+// `hyperfleet tpm-devid-ca` makes a CA that passes (NewCA).
 func checkDedicated(cert *x509.Certificate) error {
 	if !cert.BasicConstraintsValid || cert.MaxPathLen != 0 || !cert.MaxPathLenZero {
 		return fmt.Errorf("%w: its certificate (%q) has no basicConstraints pathLenConstraint of 0, so it may sign other CAs, and is likely trusted for more than DevIDs: give the DevID CA a CA of its own, such as `hyperfleet tpm-devid-ca` makes", ErrCANotDedicated, cert.Subject.CommonName)
@@ -169,11 +169,10 @@ func (ca *CA) IssueDevID(key crypto.PublicKey, commonName string, notBefore, not
 		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		// A DevID authenticates its TPM's node to spire-server, a
-		// client's use (issue 54, F6f): without an extended key usage a
-		// certificate is good for any, and a VM's root, which can sign
-		// with the DevID key in its TPM, could serve TLS with it to
-		// whatever trusts the DevID CA. spire-server's tpm_devid accepts
-		// any usage.
+		// client's use: without an extended key usage a certificate is
+		// good for any, and a VM's root, which can sign with the DevID
+		// key in its TPM, could serve TLS with it to whatever trusts the
+		// DevID CA. spire-server's tpm_devid accepts any usage.
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key, ca.signer)

@@ -99,11 +99,11 @@ func must[T any](v T, err error) T {
 	return v
 }
 
-// TestDevIDIsForClientAuthOnly (issue 54, F6f): a DevID certificate is
-// good for client authentication (what spire-server's tpm_devid needs)
-// and nothing else: a VM's root, which can sign with the DevID key in its
-// TPM, cannot present it as a TLS server certificate to whatever trusts the
-// DevID CA. Before, it carried no extended key usage, which is any.
+// TestDevIDIsForClientAuthOnly: a DevID certificate is good for client
+// authentication (what spire-server's tpm_devid needs) and nothing else: a
+// VM's root, which can sign with the DevID key in its TPM, cannot present
+// it as a TLS server certificate to whatever trusts the DevID CA. Before,
+// it carried no extended key usage, which is any.
 func TestDevIDIsForClientAuthOnly(t *testing.T) {
 	now := time.Now()
 	ca, err := NewCA("HyperFleet DevID CA", time.Hour, now)
@@ -136,12 +136,11 @@ func TestDevIDIsForClientAuthOnly(t *testing.T) {
 	}
 }
 
-// TestParseCARefusesAWiderCA (issue 54, F6f): a CA that may sign other CAs
-// (a root or an intermediate of a wider PKI, such as a cluster's own CA
-// named as the DevID CA by mistake) or whose usages leave out client
-// authentication is refused as the DevID CA, with the constraint it lacks
-// and the fix; the CA `hyperfleet tpm-devid-ca` makes is accepted. Before,
-// any CA was.
+// TestParseCARefusesAWiderCA: a CA that may sign other CAs (a root or an
+// intermediate of a wider PKI, such as a cluster's own CA named as the
+// DevID CA by mistake) or whose usages leave out client authentication is
+// refused as the DevID CA, with the constraint it lacks and the fix; the
+// CA `hyperfleet tpm-devid-ca` makes is accepted. Before, any CA was.
 func TestParseCARefusesAWiderCA(t *testing.T) {
 	now := time.Now()
 	for _, c := range []struct {

@@ -28,15 +28,14 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/testworld/swtpm"
 )
 
-// TestNoWorkBeforeTheProof (issue 54, F5 and part 5): 200 forged
-// enrollment requests (a mac edited, a VM's own valid proof with another
-// claim's namespace and name or UID put in front, the format before the
-// mac covered the name, none at all) make the operator read no claim,
-// record no event and log no line above debug level, and each is answered
-// 403 with its connection closed, its body unread. Before, each cost an
-// uncached read of the claim the header named, and half of them an event
-// on it: 200 forged requests gave 200 reads and 100 events. The claim's
-// own proof is still read and answered.
+// TestNoWorkBeforeTheProof: 200 forged enrollment requests (a mac edited,
+// a VM's own valid proof with another claim's namespace and name or UID
+// put in front, the format before the mac covered the name, none at all)
+// make the operator read no claim, record no event and log no line above
+// debug level, and each is answered 403 with its connection closed, its
+// body unread. Before, each cost an uncached read of the claim the header
+// named, and half of them an event on it: 200 forged requests gave 200
+// reads and 100 events. The claim's own proof is still read and answered.
 func TestNoWorkBeforeTheProof(t *testing.T) {
 	w := newWorld(t, []byte("unused"), nil)
 	own := w.proof()
@@ -94,13 +93,13 @@ func TestNoWorkBeforeTheProof(t *testing.T) {
 	}
 }
 
-// TestEnrollmentSurvivesAKeyRotation (issue 54, F6a): a claim whose
-// identity was planned with ownership key 0 (recorded in its status), and
-// whose VM holds the enrollment proof of that key, enrolls with an
-// operator restarted after hmac-key-1 was added to the ring; the
-// activation secret of the challenge, derived on either side of the
-// rotation, is the same. Before, the operator derived every proof with the
-// newest key, and the VM's proof was refused.
+// TestEnrollmentSurvivesAKeyRotation: a claim whose identity was planned
+// with ownership key 0 (recorded in its status), and whose VM holds the
+// enrollment proof of that key, enrolls with an operator restarted after
+// hmac-key-1 was added to the ring; the activation secret of the
+// challenge, derived on either side of the rotation, is the same. Before,
+// the operator derived every proof with the newest key, and the VM's proof
+// was refused.
 func TestEnrollmentSurvivesAKeyRotation(t *testing.T) {
 	ca := swtpm.NewLocalCAForTest(t)
 	tpm := swtpm.StartForTest(t, ca)
@@ -130,7 +129,7 @@ func TestEnrollmentSurvivesAKeyRotation(t *testing.T) {
 	}
 }
 
-// TestWiderDevIDCAIsRefused (issue 54, F6f): a cluster whose
+// TestWiderDevIDCAIsRefused: a cluster whose
 // spec.spire.tpm.devIDCASecretRef names a CA that may sign other CAs (a
 // cluster's root CA, say) gets no DevID certificate signed: the
 // activation is refused (403 TPMNotConfigured, an event on the claim

@@ -16,9 +16,9 @@
 //
 // Nothing is kept between the two calls: the challenge's secret is derived
 // from the claim and the enrollment (identity.Issuer.ActivationSecret), so
-// any replica answers either. No work before a proof (issue 54, part 5):
-// the enrollment proof's header names the claim and the ownership key, its
-// mac covers both, and it is checked in constant time
+// any replica answers either. No work before a proof: the enrollment
+// proof's header names the claim and the ownership key, its mac covers
+// both, and it is checked in constant time
 // (identity.Issuer.VerifyEnrollmentProof) before the claim is read, before
 // any event, log line above debug level or byte of the body; a request
 // without a valid one costs an HMAC and is answered with a closed

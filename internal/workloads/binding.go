@@ -41,6 +41,18 @@ func (w *Platforms) WaitsForJob(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorM
 	return ok && waitsForJob(be, claim, tmpl)
 }
 
+// WaitingForJob implements internal/broker's JobWaiter: WaitsForJob with
+// the claim's template, read from its namespace. A template that cannot be
+// read is no reason to wait: the credential request goes on, and fails
+// there with its reason.
+func (w *Platforms) WaitingForJob(ctx context.Context, claim *hfv1.MachineClaim) bool {
+	var tmpl hfv1.HypervisorMachineTemplate
+	if err := w.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, &tmpl); err != nil {
+		return false
+	}
+	return w.WaitsForJob(claim, &tmpl)
+}
+
 // waitsForJob reports whether be gives the claim's VM a credential for one
 // job only (the template's method is workload.MethodJobToken) and the
 // claim is bound to none yet.
@@ -127,23 +139,4 @@ func (w *Platforms) RetireRegistration(ctx context.Context, claim *hfv1.MachineC
 	ctrl.LoggerFrom(ctx).Info("Deleted what issued the registered runner's credential: neither registers anything again", "platform", be.Name(),
 		"runner", st.RunnerName, "scope", p.Scope().String())
 	return true, nil
-}
-
-// runnerProvider is the back-end of the claim's runner and the account it
-// registered with (claimProvider), for a call about a runner the claim
-// already has.
-func (w *Platforms) runnerProvider(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) (workload.Backend, workload.Provider, error) {
-	be, ok := w.Backends.Claim(claim, tmpl)
-	if !ok {
-		return nil, nil, fmt.Errorf("runner of MachineClaim %s: %w", claim.Name, errNoBackend)
-	}
-	pool, err := w.poolOf(ctx, claim)
-	if err != nil {
-		return nil, nil, err
-	}
-	p, err := w.claimProvider(ctx, be, claim, pool, tmpl)
-	if err != nil {
-		return nil, nil, workloadError(be, err)
-	}
-	return be, p, nil
 }

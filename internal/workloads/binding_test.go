@@ -23,10 +23,10 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
-// TestWarmBuildkiteClaimWaitsForItsJob (issue 54, warm VMs bound too), with
-// the real API server and the Buildkite simulator: a claim of a Buildkite
-// pool bound to no job (a warm VM) gets no credential at all, and no
-// cluster agent token is made for it (the operator used to give it one,
+// TestWarmBuildkiteClaimWaitsForItsJob (warm VMs are bound to a job too),
+// with the real API server and the Buildkite simulator: a claim of a
+// Buildkite pool bound to no job (a warm VM) gets no credential at all, and
+// no cluster agent token is made for it (the operator used to give it one,
 // which registers agents that take any job of the cluster's queues). Once
 // its pool bound it a queued job of the pool, it gets that job's
 // acquisition token, naming the job, and keeps the time it stood by since

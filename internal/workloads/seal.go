@@ -2,7 +2,6 @@ package workloads
 
 import (
 	"context"
-	"fmt"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -24,17 +23,9 @@ func (w *Platforms) SealRunner(ctx context.Context, claim *hfv1.MachineClaim, tm
 	if st == nil || st.RunnerName == "" && st.RunnerID == 0 {
 		return false, nil
 	}
-	be, ok := w.Backends.Claim(claim, tmpl)
-	if !ok {
-		return false, fmt.Errorf("runner %s: %w", st.RunnerName, errNoBackend)
-	}
-	pool, err := w.poolOf(ctx, claim)
+	be, p, err := w.runnerProvider(ctx, claim, tmpl)
 	if err != nil {
 		return false, err
-	}
-	p, err := w.claimProvider(ctx, be, claim, pool, tmpl)
-	if err != nil {
-		return false, workloadError(be, err)
 	}
 	sealer, ok := p.(workload.Sealer)
 	if !ok {

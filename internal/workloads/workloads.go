@@ -265,15 +265,7 @@ func (w *Platforms) Release(ctx context.Context, claim *hfv1.MachineClaim, tmpl 
 	if st == nil || st.RunnerName == "" && st.RunnerID == 0 {
 		return nil
 	}
-	be, ok := w.Backends.Claim(claim, tmpl)
-	if !ok {
-		return fmt.Errorf("runner %s: %w", st.RunnerName, errNoBackend)
-	}
-	pool, err := w.poolOf(ctx, claim)
-	if err != nil {
-		return err
-	}
-	p, err := w.claimProvider(ctx, be, claim, pool, tmpl)
+	_, p, err := w.runnerProvider(ctx, claim, tmpl)
 	if err != nil {
 		return err
 	}
@@ -282,6 +274,25 @@ func (w *Platforms) Release(ctx context.Context, claim *hfv1.MachineClaim, tmpl 
 	}
 	metrics.RunnersDeregistered.Inc()
 	return nil
+}
+
+// runnerProvider is the back-end of the claim's runner and the account it
+// registered with (claimProvider), for a call about a runner the claim
+// already has.
+func (w *Platforms) runnerProvider(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) (workload.Backend, workload.Provider, error) {
+	be, ok := w.Backends.Claim(claim, tmpl)
+	if !ok {
+		return nil, nil, fmt.Errorf("runner of MachineClaim %s: %w", claim.Name, errNoBackend)
+	}
+	pool, err := w.poolOf(ctx, claim)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := w.claimProvider(ctx, be, claim, pool, tmpl)
+	if err != nil {
+		return nil, nil, workloadError(be, err)
+	}
+	return be, p, nil
 }
 
 // boundJob checks that the job a claim was made for is a queued job of the

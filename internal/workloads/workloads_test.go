@@ -101,14 +101,15 @@ func (w *takenNameWorld) runner(t *testing.T, name string) githubsim.Runner {
 	return r
 }
 
-// TestRunnerNameTakenBySomeoneElse performs issue 54's F6g: a tenant's
-// claim chooses a runner name (spec.workloadConfig.github.runnerName) that
-// another tenant of the same organization already registered, offline
-// (a runner of its own, or one a job registered). Issuing the claim's
-// credential finds the name taken; the operator must not take that runner
-// for its own never-started registration and remove it: the claim is
-// refused with RunnerNameTaken, naming the runner and the way out, and the
-// other tenant's runner stays. (The version before removed it.)
+// TestRunnerNameTakenBySomeoneElse performs the attack of a tenant that
+// names another tenant's runner: a tenant's claim chooses a runner name
+// (spec.workloadConfig.github.runnerName) that another tenant of the same
+// organization already registered, offline (a runner of its own, or one a
+// job registered). Issuing the claim's credential finds the name taken;
+// the operator must not take that runner for its own never-started
+// registration and remove it: the claim is refused with RunnerNameTaken,
+// naming the runner and the way out, and the other tenant's runner stays.
+// (The version before removed it.)
 func TestRunnerNameTakenBySomeoneElse(t *testing.T) {
 	w := newTakenNameWorld(t)
 	ctx := context.Background()

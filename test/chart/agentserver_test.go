@@ -8,12 +8,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// TestAgentServiceKeepsVMAddresses (issue 54, part 4): a NodePort or
-// LoadBalancer agent Service keeps the VMs' source addresses
-// (externalTrafficPolicy Local), so that the agent server's per-address
-// caps count VMs: with Cluster every VM arrives from a node's address, and
-// one or two hostile jobs held the whole cap. A ClusterIP Service has no
-// such policy (as in config/), and Cluster can be chosen.
+// TestAgentServiceKeepsVMAddresses: a NodePort or LoadBalancer agent
+// Service keeps the VMs' source addresses (externalTrafficPolicy Local),
+// so that the agent server's per-address caps count VMs: with Cluster
+// every VM arrives from a node's address, and one or two hostile jobs held
+// the whole cap. A ClusterIP Service has no such policy (as in config/),
+// and Cluster can be chosen.
 func TestAgentServiceKeepsVMAddresses(t *testing.T) {
 	for _, c := range []struct {
 		set  []string

@@ -160,9 +160,9 @@ func holdUntilClosed(ctx context.Context, c *tls.Conn, _ int) bool {
 // slowRead reads a download slowly but steadily: 256 KiB every 20 s
 // (13 KiB/s), enough for the kernel to wake the server's writer well
 // within the 30 s a stalled download is cut after, so that the download
-// never stalls (issue 54, F4: such downloads stayed in progress for
-// hours). It reports true when the server ended the download (an error,
-// or the end of the body) while it read on.
+// never stalls (such downloads used to stay in progress for hours). It
+// reports true when the server ended the download (an error, or the end
+// of the body) while it read on.
 func slowRead(ctx context.Context, c *tls.Conn, _ int) bool {
 	buf := make([]byte, 256<<10)
 	for ctx.Err() == nil {

@@ -71,8 +71,8 @@ const (
 var (
 	agentAttacker   = []string{"127.0.0.2"}
 	webhookAttacker = []string{"127.0.0.3"}
-	// capAttackers are two hostile jobs' VMs (issue 54, F4: "one or two
-	// jobs hold the agent server's cap").
+	// capAttackers are two hostile jobs' VMs, as many as used to hold
+	// the agent server's whole cap.
 	capAttackers = []string{"127.0.0.2", "127.0.0.4"}
 )
 
@@ -357,8 +357,8 @@ func claims(t *testing.T, w *devenv.World) []hfv1.MachineClaim {
 }
 
 // downloadsCut waits (bounded) until the server cut slow downloads that
-// kept reading (issue 54, F4): they are cut at --agent-server-download-
-// timeout, where before they stayed in progress for hours.
+// kept reading: they are cut at --agent-server-download-timeout, where
+// before they stayed in progress for hours.
 func downloadsCut(floods []*flood) error {
 	deadline := time.Now().Add(downloadTimeout + time.Minute)
 	for time.Now().Before(deadline) {

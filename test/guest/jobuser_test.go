@@ -16,18 +16,18 @@ const (
 )
 
 // jobUserCheck is a job's step (bash or sh, in a Debian guest) that
-// attacks what it runs under, as a hostile job would (issue 54, part 2;
-// docs/templates.md, "The job user"): it may see no process of another
-// user in /proc (the agent's /proc is remounted with hidepid), walks up
-// its ancestors to the first that is not its user's (the agent, or a
-// runner of another user), which it must neither see nor read the
-// environment or memory of, nor attach to with ptrace; it must not attach
-// to or read the memory of its own topmost ancestor either (the runner of
-// its own user: ptrace scope 1); it must not become root (no sudo, no
-// root-equivalent group). secretVars are environment variables no process
-// the job can read may hold (a runner's multi-job token), checked in every
-// /proc/<pid>/environ it can open. The step exits non-zero, failing the
-// job, on the first finding, and prints jobUserCheckOK when there is none.
+// attacks what it runs under, as a hostile job would (docs/templates.md,
+// "The job user"): it may see no process of another user in /proc (the
+// agent's /proc is remounted with hidepid), walks up its ancestors to the
+// first that is not its user's (the agent, or a runner of another user),
+// which it must neither see nor read the environment or memory of, nor
+// attach to with ptrace; it must not attach to or read the memory of its
+// own topmost ancestor either (the runner of its own user: ptrace
+// scope 1); it must not become root (no sudo, no root-equivalent group).
+// secretVars are environment variables no process the job can read may
+// hold (a runner's multi-job token), checked in every /proc/<pid>/environ
+// it can open. The step exits non-zero, failing the job, on the first
+// finding, and prints jobUserCheckOK when there is none.
 func jobUserCheck(secretVars ...string) string {
 	var b strings.Builder
 	b.WriteString(`bad=0

@@ -61,16 +61,17 @@ func conditionIs(typ hfv1.ConditionType, status metav1.ConditionStatus) func(*hf
 	}
 }
 
-// TestGuestReportedAddressIsNotRegisteredOrProbed performs issue 54's F6b
-// with a guest: a VM on DHCP whose guest agent reports the Kubernetes
-// API's service address (10.96.0.1) as its own, on a cluster whose VMs get
-// their addresses in 10.99.0.0/24. The operator must neither publish that
-// address under the VM's name (a real BIND holds no A record for it) nor
-// send its validation's probes there (no round starts); the claim's
-// DNSRegistered and NetworkValidated conditions say AddressOutsideVMSubnets,
-// naming the address and spec.network.vmSubnets, with a warning event.
-// The version before registered runner-1.team-a.ci.example.com A 10.96.0.1
-// and pinged it.
+// TestGuestReportedAddressIsNotRegisteredOrProbed performs, with a guest,
+// the attack of a VM that claims another host's address: a VM on DHCP
+// whose guest agent reports the Kubernetes API's service address
+// (10.96.0.1) as its own, on a cluster whose VMs get their addresses in
+// 10.99.0.0/24. The operator must neither publish that address under the
+// VM's name (a real BIND holds no A record for it) nor send its
+// validation's probes there (no round starts); the claim's DNSRegistered
+// and NetworkValidated conditions say AddressOutsideVMSubnets, naming the
+// address and spec.network.vmSubnets, with a warning event. The version
+// before registered runner-1.team-a.ci.example.com A 10.96.0.1 and pinged
+// it.
 func TestGuestReportedAddressIsNotRegisteredOrProbed(t *testing.T) {
 	w, bind := registeringWorld(t, serviceAddress)
 	claim := w.newClaim("runner-1")

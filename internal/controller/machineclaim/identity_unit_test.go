@@ -249,8 +249,7 @@ func TestIssueTPMIdentity(t *testing.T) {
 		t.Fatalf("status.identity = %+v", st)
 	}
 	// The ownership key its secrets are derived from is recorded with
-	// the plan (issue 54, F6a), so that a key rotation changes none of
-	// them.
+	// the plan, so that a key rotation changes none of them.
 	if st.KeyID == nil || int(*st.KeyID) != r.Issuer.Keys.SigningKeyID() {
 		t.Errorf("status.identity.keyId = %v, want the signing key %d", st.KeyID, r.Issuer.Keys.SigningKeyID())
 	}

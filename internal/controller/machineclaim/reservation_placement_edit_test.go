@@ -13,20 +13,21 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
 
-// TestTemplateEditDuringTheCloneNeverReachesTheVM is issue 54's part 3 on
-// the Proxmox simulator: everything a tenant chose for its VM is in the
-// signed placement record, and a template edit after the claim was placed
-// reaches none of it. The cluster's tenancy gives namespace team-a template
-// 9000, storage local-lvm, pool ci, bridge vmbr0, VLANs 100-199, the kit
-// and team-a's snippets and the domain team-a.ci.example.com. Each case
-// places a claim, whose first clone request is lost (the operator stopped
-// right after sending it, so the next pass clones again), edits one
-// recorded field of the template to what the cluster refuses (another
-// team's snippet, storage or domain among them), and runs the claim until
-// its VM runs: every clone request, the VM's configuration and the claim's
-// FQDN must hold the recorded value of every field. The version before
-// the snippets, drive storage and domain were recorded gives the VM
-// team-b's snippets, drive storage and domain.
+// TestTemplateEditDuringTheCloneNeverReachesTheVM performs, on the Proxmox
+// simulator, the attack of a tenant that edits its template while its VM is
+// cloned: everything a tenant chose for its VM is in the signed placement
+// record, and a template edit after the claim was placed reaches none of
+// it. The cluster's tenancy gives namespace team-a template 9000, storage
+// local-lvm, pool ci, bridge vmbr0, VLANs 100-199, the kit and team-a's
+// snippets and the domain team-a.ci.example.com. Each case places a claim,
+// whose first clone request is lost (the operator stopped right after
+// sending it, so the next pass clones again), edits one recorded field of
+// the template to what the cluster refuses (another team's snippet, storage
+// or domain among them), and runs the claim until its VM runs: every clone
+// request, the VM's configuration and the claim's FQDN must hold the
+// recorded value of every field. The version before the snippets, drive
+// storage and domain were recorded gives the VM team-b's snippets, drive
+// storage and domain.
 func TestTemplateEditDuringTheCloneNeverReachesTheVM(t *testing.T) {
 	for name, edit := range map[string]func(*hfv1.HypervisorMachineTemplate){
 		"template": func(tm *hfv1.HypervisorMachineTemplate) {

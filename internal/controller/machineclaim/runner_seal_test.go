@@ -188,19 +188,19 @@ func (w *sealWorld) recordRunning(t *testing.T, id int64, runner string) {
 	}
 }
 
-// TestSealRunnerAtItsFirstJob performs the attack of issue 54 on a GitLab
-// claim with the operator's own GitLab back-end and claim controller
-// against the GitLab simulator: the job that the claim's runner took copies
-// the runner authentication token (its VM's runner holds it) and, while its
-// own job runs, polls GitLab with it from elsewhere, a second gitlab-runner
-// process with a system_id of its own. Once the claim controller has seen
-// the first job, from its CIJob (Job Hook) or from the runner list (the
-// resync's observation, the job's hooks lost), GitLab gives the copied
-// token no other job, from the VM or from elsewhere, while the first job
-// runs on to its end; the claim records the seal, and neither a second pass
-// nor a restart that lost the record makes another call than the one that
-// seals. The runner was created with an explicit access level and a
-// maximum_timeout of the pool's jobTimeout.
+// TestSealRunnerAtItsFirstJob performs the attack of a job that copies its
+// runner's token on a GitLab claim with the operator's own GitLab back-end
+// and claim controller against the GitLab simulator: the job that the
+// claim's runner took copies the runner authentication token (its VM's
+// runner holds it) and, while its own job runs, polls GitLab with it from
+// elsewhere, a second gitlab-runner process with a system_id of its own.
+// Once the claim controller has seen the first job, from its CIJob (Job
+// Hook) or from the runner list (the resync's observation, the job's hooks
+// lost), GitLab gives the copied token no other job, from the VM or from
+// elsewhere, while the first job runs on to its end; the claim records the
+// seal, and neither a second pass nor a restart that lost the record makes
+// another call than the one that seals. The runner was created with an
+// explicit access level and a maximum_timeout of the pool's jobTimeout.
 func TestSealRunnerAtItsFirstJob(t *testing.T) {
 	for _, seen := range []string{"job hook", "runner list"} {
 		t.Run(seen, func(t *testing.T) {

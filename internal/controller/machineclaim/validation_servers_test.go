@@ -14,14 +14,15 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 )
 
-// TestValidationAsksOnlyTheClusterDNSServers performs issue 54's F6b with a
-// template: its network.dns.servers name a server of the tenant's
-// (127.0.0.3), the cluster's spec.dns.servers another (127.0.0.2). A
-// validation round, run as the claim controller runs it, must query the
-// cluster's server only: the tenant's would otherwise have the operator
-// believe whatever it answers. Neither address serves DNS here, so each
-// query fails at once and the round's results name the server each went
-// to. The version before asked the template's server alone.
+// TestValidationAsksOnlyTheClusterDNSServers performs, with a template, the
+// attack of a tenant that has the operator ask its own DNS server: its
+// network.dns.servers name a server of the tenant's (127.0.0.3), the
+// cluster's spec.dns.servers another (127.0.0.2). A validation round, run
+// as the claim controller runs it, must query the cluster's server only:
+// the tenant's would otherwise have the operator believe whatever it
+// answers. Neither address serves DNS here, so each query fails at once and
+// the round's results name the server each went to. The version before
+// asked the template's server alone.
 func TestValidationAsksOnlyTheClusterDNSServers(t *testing.T) {
 	const clusterServer, tenantServer = "127.0.0.2", "127.0.0.3"
 	claim := unitClaim("runner-1", 0)

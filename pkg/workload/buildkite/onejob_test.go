@@ -12,11 +12,10 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite"
 )
 
-// TestVMCredentialServesOneJob (issue 54, "A per-VM credential serves more
-// than one job"): a hostile job copies every Buildkite credential its VM
-// holds and uses it from elsewhere while its own job sleeps. Here the
-// thief is a process with the credential and the agent API, against the
-// simulator:
+// TestVMCredentialServesOneJob: a hostile job copies every Buildkite
+// credential its VM holds and uses it from elsewhere while its own job
+// sleeps. Here the thief is a process with the credential and the agent
+// API, against the simulator:
 //
 //   - a warm VM (its claim bound to no job) gets no credential at all; a
 //     cluster agent token it got would register agents that take any job

@@ -126,7 +126,7 @@ func TestWebhookSignedDeliveries(t *testing.T) {
 	}
 }
 
-// TestWebhookEventHeaderReplay (F6d): Buildkite's signature covers the
+// TestWebhookEventHeaderReplay: Buildkite's signature covers the
 // timestamp and the body, not the X-Buildkite-Event header. An attacker
 // who captured a signed job.scheduled delivery sends it again, within the
 // timestamp window, as job.started and as job.finished: the parser takes

@@ -63,11 +63,11 @@ func startThief(t *testing.T, pool *x509.CertPool, plain bool) *thief {
 }
 
 // TestHostileAnswersDoNotCarryTokens performs the attack of a hostile or
-// tampered Actions service answer (issue 54, F6c): the registration
-// exchange names a service URL on another host or over http, a session a
-// message queue on another host, or a call is redirected to another host.
-// The client refuses each without sending anything there, its tokens
-// least of all, and says why (ErrUntrustedURL), without retrying.
+// tampered Actions service answer: the registration exchange names a
+// service URL on another host or over http, a session a message queue on
+// another host, or a call is redirected to another host. The client
+// refuses each without sending anything there, its tokens least of all,
+// and says why (ErrUntrustedURL), without retrying.
 func TestHostileAnswersDoNotCarryTokens(t *testing.T) {
 	cases := []struct {
 		name string
