@@ -126,7 +126,10 @@ func startPoolWorld(t *testing.T, o poolWorldOptions) *poolWorld {
 			c.Guest.Env = map[string]string{"HF_TEST_RUNNER_DIR": runnerDir, "HF_SIM_POLL_WAIT": "1"}
 		}
 	})
-	hooks := &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Platforms: []manager.WebhookPlatform{{Platform: hfv1.WorkloadGitHubActions, OwnerSecrets: map[string][]byte{"octo-org": []byte(poolWebhookSecret)}}}}
+	// The pools' template names the simulator as its GitHub API
+	// (useGitHub): its deliveries are that host's.
+	hooks := &manager.WebhookOptions{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Platforms: []manager.WebhookPlatform{{Platform: hfv1.WorkloadGitHubActions,
+		APIHost: strings.TrimPrefix(gs.URL, "https://"), OwnerSecrets: map[string][]byte{"octo-org": []byte(poolWebhookSecret)}}}}
 	if o.sharedSecret {
 		hooks.Platforms[0].OwnerSecrets, hooks.Platforms[0].Secret, hooks.Platforms[0].AllowSharedSecret = nil, []byte(poolWebhookSecret), true
 	}
