@@ -86,9 +86,10 @@ func (r *Recorder) confirm(ctx context.Context, pool types.NamespacedName, ev wo
 	if err != nil {
 		return ev, false, fmt.Errorf("confirming job %s of %s with the CI platform (%s): %w", ev.Job.ID, ev.Job.Repository, why, err)
 	}
-	// The record stays the job's the event named (its platform and id as
-	// checked), whatever spelling the platform's answer uses.
-	job.Platform, job.ID = ev.Job.Platform, ev.Job.ID
+	// The record stays the job's the event named (its platform, host and
+	// id as checked), whatever spelling the platform's answer uses: the
+	// pool's account reads its own host's job.
+	job.Platform, job.Host, job.ID = ev.Job.Platform, ev.Job.Host, ev.Job.ID
 	if job.State != ev.Job.State || job.RunnerName != ev.Job.RunnerName {
 		// A forgery, a replay, or an API a moment behind its webhooks:
 		// what the API says is recorded, and the resync moves the record

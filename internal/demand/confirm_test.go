@@ -117,6 +117,25 @@ func TestRecorderConfirmsUntrustedWebhookEvents(t *testing.T) {
 		}
 	})
 
+	t.Run("a job of an Enterprise Server keeps its host when confirmed", func(t *testing.T) {
+		pool := nn(newNamespace(t, e.Client), "pool")
+		onHost := func(ev workload.JobEvent) workload.JobEvent {
+			ev.Job.Host = "ghes.example.com"
+			return ev
+		}
+		if err := rec.Record(ctx, pool, onHost(webhookEvent(waiting.ID, workload.JobQueued, now, "q")), SourceWebhook); err != nil {
+			t.Fatal(err)
+		}
+		// Confirmed with the pool's account, whose answer names no host:
+		// the record is still the Enterprise Server's job's.
+		if err := rec.Record(ctx, pool, onHost(webhookEvent(waiting.ID, workload.JobCompleted, now, "c")), SourceWebhook); err != nil {
+			t.Fatalf("a confirmed event of the host's own job: %v", err)
+		}
+		if cj := getJob(t, e.Client, pool.Namespace, waiting.ID); cj.Spec.APIHost != "ghes.example.com" || cj.Status.State != hfv1.CIJobQueued {
+			t.Fatalf("record on host %q in state %s; want ghes.example.com, queued", cj.Spec.APIHost, cj.Status.State)
+		}
+	})
+
 	t.Run("completed for a job never recorded", func(t *testing.T) {
 		pool := nn(newNamespace(t, e.Client), "pool")
 		if err := rec.Record(ctx, pool, webhookEvent(finished.ID, workload.JobCompleted, now, "c"), SourceWebhook); err != nil {
