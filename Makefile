@@ -196,6 +196,10 @@ DIST ?= $(CURDIR)/dist/release
 release: ## Build, sign and verify everything a release publishes into DIST, offline: both architectures' image (one index) and binaries, SBOMs, the chart pinned to the image's digest.
 	DIST="$(DIST)" HELM="$$($(HELM_BUILD))" hack/release/release.sh
 
+.PHONY: tools
+tools: ## Build (or find cached) every tool the tests use, a progress line each: the first make test on a fresh machine builds them as it goes (about 75 minutes on 2 cores).
+	@GOLANGCI_LINT="$(GOLANGCI_LINT)" CONTROLLER_GEN="$(CONTROLLER_GEN)" hack/tools.sh
+
 .PHONY: release-tools
 release-tools: ## Build (or reuse) the cached syft, cosign and sign-image; prints their directory.
 	@hack/release/build.sh
@@ -311,6 +315,17 @@ test-race: test-deps ## Run the tests under the race detector (the API server's 
 .PHONY: test-e2e
 test-e2e: test-deps ## Run the end-to-end scenarios: operator, both simulators, the real agent in every VM.
 	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" BUILDKITE_AGENT="$$($(BUILDKITE_AGENT_BUILD))" go test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v -run '$(E2E_RUN)' ./test/e2e/
+
+.PHONY: test-stress
+# The packages that drive operators (the controller suite, the failsafe
+# tests, the end-to-end scenarios), STRESS_COUNT times each, STRESS_PROCS
+# test processes at once (twice the cores: contention on purpose), with a
+# table of each test's failures at the end (hack/test-stress.sh,
+# docs/testing.md, "Stress"). Hours on 2 cores; not in CI.
+STRESS_COUNT ?= 10
+test-stress: test-deps ## Run the operator-driving packages STRESS_COUNT times under CPU contention and list every failure by test.
+	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))" EXTERNAL_DNS="$$($(EXTERNAL_DNS_BUILD))" BUILDKITE_AGENT="$$($(BUILDKITE_AGENT_BUILD))" \
+		STRESS_COUNT=$(STRESS_COUNT) hack/test-stress.sh
 
 .PHONY: test-deploy
 test-deploy: test-deps ## Build the image with podman, render the chart and apply it (RBAC enforced), and run the loop in the Deployment's pod.

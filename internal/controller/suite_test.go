@@ -42,6 +42,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/eventdump"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/extdns"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
@@ -517,6 +518,16 @@ func newFixture(t testing.TB, sim *simulator, mutateCluster func(*hfv1.Hyperviso
 	})
 	f.create(f.template)
 	t.Cleanup(f.cleanup)
+	// Registered after the cleanup, so run before it: a failed test's
+	// events, while its objects still exist.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("events of namespace %s and of cluster %s:\n%s", f.namespace, f.cluster.Name,
+				eventdump.Format(context.Background(), env.Client, func(e corev1.Event) bool {
+					return e.Namespace == f.namespace || eventdump.Names(f.cluster.Name)(e)
+				}, f.namespace, "default"))
+		}
+	})
 	return f
 }
 

@@ -15,6 +15,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/eventdump"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/netns"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/test/managerproc"
@@ -152,6 +153,7 @@ func startWorld(t *testing.T, dir string) *chaosWorld {
 					t.Logf("%s (last 6 KiB):\n%s", filepath.Base(p.LogFile), managerproc.Tail(b, 6<<10))
 				}
 			}
+			t.Logf("events:\n%s", eventdump.Format(context.Background(), w.API.Client, nil, devenv.Namespace, "default"))
 		}
 	})
 	return c

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/eventdump"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
@@ -364,6 +365,7 @@ func dumpWorld(t *testing.T, w *devenv.World, dir string) {
 			t.Logf("job %d %s/%s runner %s", j.ID, j.Status, j.Conclusion, j.RunnerName)
 		}
 	}
+	t.Logf("events of namespace %s:\n%s", devenv.Namespace, eventdump.Format(context.Background(), w.API.Client, nil, devenv.Namespace, "default"))
 	// Keep the logs where CI can show them.
 	keep := filepath.Join(os.TempDir(), "hyperfleet-e2e-"+t.Name())
 	_ = os.RemoveAll(keep)

@@ -27,6 +27,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/eventdump"
 	"github.com/hyperfleet/hyperfleet/test/managerproc"
 )
 
@@ -64,6 +65,7 @@ func TestManagerRunsWhileItsServersWaitForCertificates(t *testing.T) {
 			if b, err := os.ReadFile(op.LogFile); err == nil {
 				t.Logf("manager log (last 8 KiB):\n%s", managerproc.Tail(b, 8<<10))
 			}
+			t.Logf("events:\n%s", eventdump.Format(context.Background(), w.API.Client, nil, devenv.Namespace, "default"))
 		}
 	})
 

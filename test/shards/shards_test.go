@@ -8,6 +8,7 @@ package shards
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -142,5 +143,65 @@ func TestLongestFirstOrdersByRecordedTimes(t *testing.T) {
 	}
 	if len(times) != 3 || times[quick] == "" || times[quick] == "1.00" || times[suite] == "" || times[suite] == "90.00" || times[other] != "33.00" {
 		t.Errorf("times after the run:\n%s\nwant quick's and suite's new times and elsewhere's 33.00 kept", recorded)
+	}
+}
+
+// TestDealEvenWithNothingRecorded deals 127 tests into 3 shards as a fresh
+// clone does, with no durations recorded (hack/longest-first.awk): each
+// shard gets 42 or 43 of them. Before, every test weighed the mean of no
+// times, 0 s, and the first shard, always the least loaded, got all of
+// them: make test on a new machine ran 125 of the controller suite's 127
+// tests in one process. Tests recorded at 0 s count too: they still take
+// a place in a shard each.
+func TestDealEvenWithNothingRecorded(t *testing.T) {
+	for _, recorded := range []string{"", "0.00 Test0\n0.00 Test1\n"} {
+		var in strings.Builder
+		in.WriteString(recorded)
+		for i := range 127 {
+			fmt.Fprintf(&in, "- Test%d\n", i)
+		}
+		cmd := exec.Command("awk", "-v", "groups=3", "-f", "hack/longest-first.awk")
+		cmd.Dir = repodir.Root()
+		cmd.Stdin = strings.NewReader(in.String())
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("awk: %v", err)
+		}
+		groups := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+		if len(groups) != 3 {
+			t.Fatalf("recorded %q: want 3 groups, got %d:\n%s", recorded, len(groups), out)
+		}
+		for i, g := range groups {
+			if n := len(strings.Split(g, "|")); n < 42 || n > 43 {
+				t.Errorf("recorded %q: shard %d has %d of 127 tests, want 42 or 43", recorded, i, n)
+			}
+		}
+	}
+}
+
+// TestStressListsEachFailure runs hack/test-stress.sh (make test-stress)
+// over a package whose test fails and one that passes, twice each: the run
+// fails and its table names the failing test, in both runs, with their
+// logs, and nothing of the passing package.
+func TestStressListsEachFailure(t *testing.T) {
+	out := t.TempDir()
+	cmd := exec.Command("hack/test-stress.sh")
+	cmd.Dir = repodir.Root()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "STRESS_COUNT=2", "STRESS_PROCS=2", "STRESS_OUT="+out,
+		"STRESS_PKGS=./test/shards/testdata/suite ./test/shards/testdata/quick")
+	got, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("a test fails in every run, and the stress run succeeded:\n%s", got)
+	}
+	table, rerr := os.ReadFile(out + "/failures.txt")
+	if rerr != nil {
+		t.Fatalf("no failure table: %v\n%s", rerr, got)
+	}
+	if lines := strings.Split(strings.TrimSpace(string(table)), "\n"); len(lines) != 1 ||
+		!strings.HasPrefix(lines[0], "TestFailsThenLogs failed in 2 run(s): ") || strings.Count(lines[0], "-run") != 2 {
+		t.Errorf("failure table:\n%s\nwant one line: TestFailsThenLogs failed in 2 run(s) with its two logs", table)
+	}
+	if !strings.Contains(string(got), "test/shards/testdata/quick run 2: ok") {
+		t.Errorf("the passing package's runs are not reported ok:\n%s", got)
 	}
 }
