@@ -408,16 +408,20 @@ GUEST_PARALLEL ?= 2
 # (two guests; CI keeps the ISC client's against the same dnsmasq) and the
 # GitLab and Buildkite jobs on real guests (CI runs both platforms' loops
 # with the same agent in the simulated VMs of make test and make
-# test-e2e). Each guest costs about 100 CPU-seconds of QEMU (TCG), most
-# of it cloud-init's Python (docs/testing.md, "CI timings").
+# test-e2e). Each guest that boots costs about 100 CPU-seconds of QEMU
+# (TCG), most of it cloud-init's Python (docs/testing.md, "CI timings");
+# the scenarios that test what runs in a guest rather than its boot
+# resume a saved state instead, about 20 (docs/guest-snapshots.md). Each
+# QEMU's CPU time goes to $(GUEST_TIMINGS)/qemu-cpu.log.
 GUEST_RUN ?= .*
 GUEST_SMALL_RUN := ^(TestRealGuestThroughTheProxmoxAPI|TestRunnerPoolJobsOnRealGuests|TestProxmoxDeliveryOnRealGuests|TestStaticAddressOnRealGuests|TestSPIFFEOnRealGuest|TestTPMOnRealGuest|TestDHCPReservationWithISCClient)$$
 
 .PHONY: test-guest test-guest-small
 test-guest: test-deps ## Run the real-guest tests (build tag guest): QEMU guests of the image hack/guest-image builds from docs/templates.md.
 	hack/test-deps.sh --guest
+	mkdir -p "$(GUEST_TIMINGS)" && rm -f "$(GUEST_TIMINGS)/qemu-cpu.log"
 	SPIRE_DIR="$$($(SPIRE_BUILD))" KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" BUILDKITE_AGENT="$$($(BUILDKITE_AGENT_BUILD))" HF_GUEST_TIMINGS_OUT="$(GUEST_TIMINGS)" \
-		hack/go-test-shards.sh -v -n $(GUEST_PARALLEL) -tags guest -timeout $(GUEST_TIMEOUT) -run '$(GUEST_RUN)' ./test/guest
+		HF_QEMU_CPU_LOG="$(GUEST_TIMINGS)/qemu-cpu.log" hack/go-test-shards.sh -v -n $(GUEST_PARALLEL) -tags guest -timeout $(GUEST_TIMEOUT) -run '$(GUEST_RUN)' ./test/guest
 
 test-guest-small: ## The real-guest scenarios CI runs (GUEST_SMALL_RUN: 7 guests of make test-guest's 11).
 	$(MAKE) test-guest GUEST_RUN='$(GUEST_SMALL_RUN)'

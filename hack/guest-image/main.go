@@ -8,10 +8,12 @@
 // agentSource Operator. --spire-agent copies a spire-agent binary where the
 // page's SPIFFE section installs the release (SPIFFE mode).
 //
-//	go run ./hack/guest-image [--agent FILE] [--spire-agent FILE] [--docs docs/templates.md] [--cache DIR]
+//	go run ./hack/guest-image [--agent FILE] [--spire-agent FILE] [--state] [--docs docs/templates.md] [--cache DIR]
 //
 // It prints the image as JSON, the shape of the Proxmox simulator's
-// GuestImage. Everything is cached under <cache>/guest/<key>/ (cache:
+// GuestImage. --state adds the image's saved state (state-<hash>, state.go):
+// the image booted once to where it waits for its configuration, which
+// the simulator's clones resume (docs/guest-snapshots.md). Everything is cached under <cache>/guest/<key>/ (cache:
 // $HYPERFLEET_CACHE, else $XDG_CACHE_HOME/hyperfleet, else
 // ~/.cache/hyperfleet), each key a hash of its inputs: base-<hash> of
 // base.sh and the package list, template-<hash> of the base and the
@@ -51,6 +53,9 @@ type image struct {
 	Kernel string `json:"kernel"`
 	Initrd string `json:"initrd"`
 	Append string `json:"append"`
+	// State is the image saved at the point where it waits for its
+	// configuration (--state; state.go).
+	State *guestState `json:"state,omitempty"`
 }
 
 func main() {
@@ -58,8 +63,9 @@ func main() {
 	spireAgent := flag.String("spire-agent", "", "spire-agent binary to install where docs/templates.md's SPIFFE section puts it (SPIFFE mode)")
 	docs := flag.String("docs", "docs/templates.md", "the page holding the template recipe")
 	cache := flag.String("cache", defaultCache(), "cache directory; images go to <cache>/guest")
+	state := flag.Bool("state", false, "also boot the image once to where it waits for its configuration and save its state there, for clones to resume (docs/guest-snapshots.md)")
 	flag.Parse()
-	img, err := build(context.Background(), filepath.Join(*cache, "guest"), *docs, *agent, *spireAgent)
+	img, err := build(context.Background(), filepath.Join(*cache, "guest"), *docs, *agent, *spireAgent, *state)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "guest-image:", err)
 		os.Exit(1)
@@ -85,7 +91,7 @@ func progress(format string, args ...any) {
 }
 
 // build returns the cached image for the inputs, building what is missing.
-func build(ctx context.Context, dir, docsPath, agent, spireAgent string) (image, error) {
+func build(ctx context.Context, dir, docsPath, agent, spireAgent string, state bool) (image, error) {
 	if os.Geteuid() != 0 {
 		return image{}, errors.New("debootstrap and mounting the image need root")
 	}
@@ -123,7 +129,8 @@ func build(ctx context.Context, dir, docsPath, agent, spireAgent string) (image,
 		files = append(files, installFile{src: spireAgent, dst: r.spireAgent})
 	}
 	if len(files) == 0 {
-		return img, nil
+		err := addState(ctx, dir, &img, state)
+		return img, err
 	}
 	// The key of the agent alone is the template's and its bytes, as
 	// before spire-agent could be added.
@@ -143,7 +150,15 @@ func build(ctx context.Context, dir, docsPath, agent, spireAgent string) (image,
 		return image{}, err
 	}
 	img.Disk = filepath.Join(withFiles, "disk.raw")
-	return img, nil
+	err = addState(ctx, dir, &img, state)
+	return img, err
+}
+
+func addState(ctx context.Context, dir string, img *image, state bool) error {
+	if !state {
+		return nil
+	}
+	return withState(ctx, dir, img)
 }
 
 // unusedFor is how long an image may go unused before prune removes it,
@@ -151,15 +166,21 @@ func build(ctx context.Context, dir, docsPath, agent, spireAgent string) (image,
 // for every agent build) prune keeps at most, the most recently used:
 // on the CI machine every change to the agent adds one, and 25 of them
 // (20 GB) had piled up inside unusedFor, with 20 GB of the disk left.
+// Saved states (state-<hash>, about 200 MB each, one for every image
+// saved) are kept the same way, counted apart.
 const (
 	unusedFor = 3 * 24 * time.Hour
 	kept      = 6
 )
 
+// bounded are the kinds of cache entry of which prune keeps the kept most
+// recently used: a new one for every agent build.
+var bounded = []string{"agent-", "state-"}
+
 // prune removes images no build has used for unusedFor (a reused image's
-// time stamp is refreshed) and the agent images beyond the kept most
-// recently used, so that images of old agents and recipes do not fill the
-// disk, while those of parallel branches stay.
+// time stamp is refreshed) and the agent images and saved states beyond
+// the kept most recently used of each kind, so that images of old agents
+// and recipes do not fill the disk, while those of parallel branches stay.
 func prune(dir string) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -169,7 +190,7 @@ func prune(dir string) {
 		name string
 		at   time.Time
 	}
-	var agents []used
+	byKind := map[string][]used{}
 	for _, e := range entries {
 		info, err := e.Info()
 		if err != nil || !e.IsDir() {
@@ -180,14 +201,18 @@ func prune(dir string) {
 			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
 			continue
 		}
-		if strings.HasPrefix(e.Name(), "agent-") {
-			agents = append(agents, used{e.Name(), info.ModTime()})
+		for _, kind := range bounded {
+			if strings.HasPrefix(e.Name(), kind) && !strings.HasSuffix(e.Name(), ".tmp") {
+				byKind[kind] = append(byKind[kind], used{e.Name(), info.ModTime()})
+			}
 		}
 	}
-	slices.SortFunc(agents, func(a, b used) int { return b.at.Compare(a.at) })
-	for _, a := range agents[min(kept, len(agents)):] {
-		progress("removing %s, last used %s: %d newer agent images are kept", a.name, a.at.Format(time.DateTime), kept)
-		_ = os.RemoveAll(filepath.Join(dir, a.name))
+	for _, all := range byKind {
+		slices.SortFunc(all, func(a, b used) int { return b.at.Compare(a.at) })
+		for _, a := range all[min(kept, len(all)):] {
+			progress("removing %s, last used %s: %d newer of its kind are kept", a.name, a.at.Format(time.DateTime), kept)
+			_ = os.RemoveAll(filepath.Join(dir, a.name))
+		}
 	}
 }
 

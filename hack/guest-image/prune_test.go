@@ -9,7 +9,10 @@ import (
 )
 
 // TestPruneKeepsTheRecentlyUsedAgentImages: of ten agent images used
-// within the last hours, prune keeps the kept most recently used; an
+// within the last hours, prune keeps the kept most recently used, and of
+// the saved states as many, counted apart (Mutation: counting states and
+// agent images together keeps 6 in all and fails this test; the old test
+// had no states and passed it); an
 // image unused for longer than unusedFor goes whatever its kind, and the
 // base and template images used since stay.
 func TestPruneKeepsTheRecentlyUsedAgentImages(t *testing.T) {
@@ -32,6 +35,15 @@ func TestPruneKeepsTheRecentlyUsedAgentImages(t *testing.T) {
 	for i := range 10 {
 		name := "agent-" + string(rune('a'+i))
 		use(name, time.Duration(i)*time.Hour)
+		if i < kept {
+			want = append(want, name)
+		}
+	}
+	// Saved states are bounded the same way, counted apart from the
+	// agent images.
+	for i := range kept + 2 {
+		name := "state-" + string(rune('a'+i))
+		use(name, time.Duration(i)*time.Hour+30*time.Minute)
 		if i < kept {
 			want = append(want, name)
 		}

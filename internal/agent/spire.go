@@ -61,10 +61,17 @@ const maxSocketPath = 107
 // spireStopGrace is how long spire-agent has to exit after SIGTERM.
 const spireStopGrace = 10 * time.Second
 
-// fetchInterval is the pause between two Workload API fetches: an agent
-// syncs its registration entries every 5 seconds, so an SVID can take a
-// few seconds to appear after the attestation.
-const fetchInterval = time.Second
+// firstFetchInterval and fetchInterval bound the pause between two
+// Workload API fetches: an agent syncs its registration entries every 5
+// seconds, so an SVID can take a few seconds to appear after the
+// attestation, but its socket often appears within a fraction of one, and
+// a second lost there is a second of every VM's start (and of every case
+// of the agent's property tests). The pause doubles from the first to the
+// second.
+const (
+	firstFetchInterval = 50 * time.Millisecond
+	fetchInterval      = time.Second
+)
 
 // errJoinTokenRefused marks the attestation failure of a join token the
 // SPIRE server refused (used already, or expired): the agent says so in
@@ -277,8 +284,9 @@ func (r *spireRun) waitSVID(parent, ctx context.Context, s *agentconfig.SPIFFE) 
 		return tls.Certificate{}, "", fail(ExitAttestation, "create the SVID directory: %w", err)
 	}
 	defer os.RemoveAll(svidDir)
-	tick := time.NewTicker(fetchInterval)
-	defer tick.Stop()
+	pause := firstFetchInterval
+	wait := time.NewTimer(pause)
+	defer wait.Stop()
 	last := "the Workload API socket does not exist yet"
 	for {
 		if r.out != nil && r.out.containsAny(refusedToken) {
@@ -307,7 +315,9 @@ func (r *spireRun) waitSVID(parent, ctx context.Context, s *agentconfig.SPIFFE) 
 				r.socket, r.redact(last), r.logTailSuffix())
 		case <-r.done:
 			return tls.Certificate{}, "", fail(ExitAttestation, "spire-agent exited (%v) before the agent had its X509-SVID; spire-agent's last lines:\n%s", r.waitErr, r.logTail())
-		case <-tick.C:
+		case <-wait.C:
+			pause = min(2*pause, fetchInterval)
+			wait.Reset(pause)
 		}
 	}
 }

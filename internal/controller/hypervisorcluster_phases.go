@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -301,6 +302,7 @@ func (r *HypervisorClusterReconciler) markDown(s *clusterScope, reason hfv1.Cond
 func (r *HypervisorClusterReconciler) setConnectedStatus(s *clusterScope, now time.Time) {
 	cluster, info := s.cluster, s.info
 	st := &cluster.Status
+	was := st.DeepCopy()
 	st.Version = info.Version
 	st.Nodes = st.Nodes[:0]
 	var online int32
@@ -339,6 +341,16 @@ func (r *HypervisorClusterReconciler) setConnectedStatus(s *clusterScope, now ti
 		Storage: resource.NewQuantity(info.AvailableStorageBytes, resource.BinarySI)}
 	if st.LastPollTime == nil || now.Sub(st.LastPollTime.Time) >= lastPollRefresh {
 		st.LastPollTime = &metav1.Time{Time: now}
+	} else if sameNodes(was.Nodes, st.Nodes) {
+		// Every VM's clone, start and destroy moves the nodes' allocated
+		// memory and storage and the cluster's available resources: a
+		// status write per step of every job, of figures only people
+		// read. Between poll-time refreshes they keep the values written
+		// last, and the refresh writes the figures of its moment.
+		for i := range st.Nodes {
+			st.Nodes[i].Allocated = was.Nodes[i].Allocated
+		}
+		st.AvailableResources = was.AvailableResources
 	}
 
 	msg := fmt.Sprintf("Connected: version %s, %d of %d nodes online", info.Version, online, len(info.Nodes))
@@ -384,4 +396,19 @@ func (r *HypervisorClusterReconciler) setUnverifiedCondition(cluster *hfv1.Hyper
 		"if they are this install's, put the key that signed them back into the ownership Secret, otherwise remove them by hand (docs/security.md)",
 		len(ids), strings.Join(named, "; "))
 	conditions.Set(&st.Conditions, cluster.Generation, hfv1.HypervisorClusterUnverifiedVMsCondition, metav1.ConditionTrue, hfv1.OwnershipNotVerifiedReason, msg)
+}
+
+// sameNodes reports whether two node lists name the same nodes, in the
+// same states, with the same capacity: what differs is only what their
+// VMs use.
+func sameNodes(a, b []hfv1.NodeStatus) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || a[i].State != b[i].State || !equality.Semantic.DeepEqual(a[i].Capacity, b[i].Capacity) {
+			return false
+		}
+	}
+	return true
 }

@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -23,7 +24,7 @@ import (
 
 // counters reads the operator's counters from its registry (what its
 // /metrics endpoint serves), by metric name and label values.
-func counters(t *rapid.T, names ...string) map[string]float64 {
+func counters(t cheapT, names ...string) map[string]float64 {
 	t.Helper()
 	families, err := crmetrics.Registry.Gather()
 	if err != nil {
@@ -108,41 +109,108 @@ var lifecyclePhases = []string{
 	string(hfv1.MachineClaimTerminating), string(hfv1.MachineClaimFailed), string(hfv1.MachineClaimFinished),
 }
 
+// traceMatches checks a claim's trace against what happened to it:
+// events by reason, the counters that moved, the hypervisor's answers to
+// its writes by class, the phases it was seen in.
+func traceMatches(events map[string]int, d map[string]float64, answers map[string]int, fault, class string, didRun bool, seen map[string]bool) error {
+	gotErrors, transitions := map[string]float64{}, map[string]float64{}
+	for k, v := range d {
+		if phase, ok := strings.CutPrefix(k, "hyperfleet_machineclaim_transitions_total,phase="); ok {
+			transitions[phase] = v
+		}
+		if strings.HasPrefix(k, "hyperfleet_machineclaim_errors_total,") {
+			gotErrors[k] = v
+		}
+	}
+	// Every phase the claim went through moved the transitions counter,
+	// once; only the Failed phase, which a person acts on, is an event
+	// too (a Warning): the routine phases are the claim's status, the log
+	// and the counter, not a POST each to the API server.
+	for _, p := range lifecyclePhases {
+		if transitions[p] > 1 {
+			return fmt.Errorf("entered %s %v times", p, transitions[p])
+		}
+		want := 0
+		if p == string(hfv1.MachineClaimFailed) {
+			want = int(transitions[p])
+		}
+		if events[p] != want {
+			return fmt.Errorf("phase %s: %d events, want %d (transitions counter moved %v)", p, events[p], want, transitions[p])
+		}
+	}
+	for p := range seen {
+		if transitions[p] == 0 {
+			return fmt.Errorf("seen %s but the transitions counter did not count it", p)
+		}
+	}
+	wantErrors := map[string]float64{}
+	if n := answers[class+" failed"]; n > 0 && fault == "503" {
+		wantErrors["hyperfleet_machineclaim_errors_total,class=Transient,reason=Unreachable"] = float64(n)
+	}
+	if n := answers[class+" failed"]; n > 0 && fault == "template gone" {
+		wantErrors["hyperfleet_machineclaim_errors_total,class=Permanent,reason=NotFound"] = float64(n)
+	}
+	if !mapsEqual(gotErrors, wantErrors) {
+		return fmt.Errorf("errors counter moved %v, the hypervisor's failed answers say %v", gotErrors, wantErrors)
+	}
+	retried := fault == "503" && answers[class+" failed"] > 0
+	if retried != (events["FailedProvision"] > 0) {
+		return fmt.Errorf("%d FailedProvision events after %d failed %s answers", events["FailedProvision"], answers[class+" failed"], class)
+	}
+	delivered := d["hyperfleet_guest_secrets_delivered_total,content=runner-credential"]
+	if events["Provisioned"] != 0 || didRun != (events["CredentialDelivered"] == 1) || (didRun && delivered != 1) || (!didRun && delivered != 0) {
+		return fmt.Errorf("ran %v: %d Provisioned events (a routine step: none) and %d CredentialDelivered events, %v credentials counted delivered",
+			didRun, events["Provisioned"], events["CredentialDelivered"], delivered)
+	}
+	if transitions[string(hfv1.MachineClaimTerminating)]+transitions[string(hfv1.MachineClaimFailed)] == 0 {
+		return errors.New("ended without the transitions counter counting Terminating or Failed")
+	}
+	return nil
+}
+
 // Feature: hyperfleet-operator, Property 18: Observability and Events
 //
-// TestObservabilityProperty: a claim through a generated lifecycle (its
-// clone, configuration, ISO upload or start failing with 503s for a
-// generated time, or its template gone from the hypervisor; then, if it
-// runs, deleted or powered off from inside its guest) leaves a trace that
-// matches what happened: each phase it went through (every phase it was
-// seen in included) has its event, once, and
-// hyperfleet_machineclaim_transitions_total moved by exactly those
-// events; hyperfleet_machineclaim_errors_total moved by exactly the
-// hypervisor's failed answers, under their class and reason, with a
-// FailedProvision event for a failure the claim retried; a claim that ran
-// has its Provisioned and CredentialDelivered events and exactly one
-// runner credential counted delivered, and a claim that did not has none
-// of them; every claim's end has its Terminating or Failed event.
+// TestObservabilityProperty, in the cheap world (cheapworld_test.go: the
+// events are those the reconcilers record, one per call, before any
+// folding; the counters are read from the operator's registry): a claim
+// through a generated lifecycle (its clone, configuration, ISO upload or
+// start failing with 503s for a generated stretch of fake time, or its
+// template gone from the hypervisor; then, if it runs, deleted or powered
+// off from inside its guest) leaves a trace that matches what happened:
+// each phase it went through (every phase it was seen in after any round
+// of the operator) moved hyperfleet_machineclaim_transitions_total once,
+// and only the phase a person acts on, Failed, is an event too (a
+// Warning): a routine phase is the claim's status, the log and the
+// counter, not a POST to the API server each (machineclaim/events.go);
+// hyperfleet_machineclaim_errors_total moved by exactly the hypervisor's
+// failed answers, under their class and reason, with a FailedProvision
+// event for a failure the claim retried; a claim that ran has its
+// CredentialDelivered event (which VM got a credential) and exactly one
+// runner credential counted delivered, and a claim that did not has none;
+// every claim's end is counted, as Terminating or Failed.
+//
+// Mutations: the claim controller recording no event for the Failed phase
+// (machineclaim/status.go's RecordPhase) fails this test in a case whose
+// template is gone; recording an event for every phase again, as before
+// the write diet, fails it in its first case. The envtest test caught the
+// first only after 70 s.
 func TestObservabilityProperty(t *testing.T) {
-	longScenario(t)
-	sim := startSim(t, func(c *proxmoxsim.Config) {
-		c.Latency = propertyLatency()
-		c.RefreshInterval = proxmoxsim.Duration(100 * time.Millisecond)
-	})
+	w := newCheapWorld(t, cheapOptions{minRetryDelay: retryFirst, maxRetryDelay: retryCap})
+	sim := w.StartSim(nil)
+	cluster := w.AddCluster("pve", sim)
+	w.Create(cheapTemplate("debian", cluster.Name))
 	log := &responseLog{codes: map[string]int{}}
 	hook := log.record
 	sim.onResponse.Store(&hook)
-	op := startOperator(t, operatorOptions{minRetryDelay: retryFirst, maxRetryDelay: retryCap})
-	w := &propertyWorld{sim: sim, op: op, f: newFixture(t, sim, nil)}
-	ctx := context.Background()
 	metricNames := []string{"hyperfleet_machineclaim_transitions_total", "hyperfleet_machineclaim_errors_total", "hyperfleet_guest_secrets_delivered_total"}
-	var ran, failed, faulted int
+	var ran, failed, faulted, poweredOff, n int
 	proptest.Check(t, proptest.Minimum, func(rt *rapid.T) {
-		w.n++
-		name := fmt.Sprintf("p18-%d", w.n)
+		defer w.Case(rt)()
+		n++
+		name := fmt.Sprintf("p18-%d", n)
 		fault := rapid.SampledFrom([]string{"none", "503", "template gone"}).Draw(rt, "fault")
 		class := rapid.SampledFrom([]string{"clone", "config", "upload", "power"}).Draw(rt, "class")
-		window := time.Duration(rapid.IntRange(50, 600).Draw(rt, "fault ms")) * time.Millisecond
+		window := time.Duration(rapid.IntRange(50, 3000).Draw(rt, "fault ms")) * time.Millisecond
 		var spec proxmoxsim.FaultSpec
 		switch fault {
 		case "503":
@@ -159,6 +227,134 @@ func TestObservabilityProperty(t *testing.T) {
 			}
 		}
 		defer func() { _ = sim.SetFaults(proxmoxsim.Faults{}) }()
+		claim := cheapClaim(name, "debian")
+		w.Create(claim)
+		seen := map[string]bool{}
+		watch := func() error {
+			if w.Get(claim) && claim.Status.Phase != "" {
+				seen[string(claim.Status.Phase)] = true
+			}
+			return nil
+		}
+		w.RunFor(window, "claim "+name+" under its fault", watch)
+		if fault == "503" {
+			if err := sim.SetFaults(proxmoxsim.Faults{}); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		// Runs (or fails for good), then ends as generated.
+		w.RunUntil(10*time.Minute, "claim "+name+" running or failed", func() error {
+			_ = watch()
+			if claim.HasFailed() {
+				return nil
+			}
+			if b := claim.Status.Bootstrap; claim.Status.Phase != hfv1.MachineClaimBootstrapping || b == nil || b.CredentialDeliveredAt == nil {
+				return fmt.Errorf("phase %s, conditions %v", claim.Status.Phase, claim.Status.Conditions)
+			}
+			return nil
+		})
+		uid := claim.UID
+		didRun := !claim.HasFailed()
+		if didRun && rapid.Bool().Draw(rt, "powered off from inside") {
+			poweredOff++
+			if err := sim.GuestPowerOff(int(claim.Status.VMRef.VMID)); err != nil {
+				rt.Fatal(err)
+			}
+		} else {
+			w.Delete(claim)
+		}
+		w.RunUntil(30*time.Minute, "claim "+name+" gone", func() error {
+			if !w.Get(claim) {
+				return nil
+			}
+			_ = watch()
+			if claim.DeletionTimestamp.IsZero() && (claim.Ended() && (claim.Status.End.Failed || claim.IsFinished())) {
+				// A failed claim stays until deleted (no pool keeps it).
+				w.Delete(claim)
+			}
+			return fmt.Errorf("still there: phase %s", claim.Status.Phase)
+		})
+		answers := log.take()
+		events := w.Events.of(uid)
+		d := moved(before, counters(rt, metricNames...))
+		if err := traceMatches(events, d, answers, fault, class, didRun, seen); err != nil {
+			rt.Fatalf("claim %s (%s on %s for %s): %v; events %v, counters moved %v, hypervisor answered %v, phases seen %v",
+				name, fault, class, window, err, events, d, answers, seen)
+		}
+		switch {
+		case !didRun:
+			failed++
+		case fault != "none":
+			faulted++
+			ran++
+		default:
+			ran++
+		}
+	})
+	t.Logf("claims: %d ran (%d through faults, %d powered off from inside), %d failed; %d reconciles", ran, faulted, poweredOff, failed, w.Reconciles)
+	if cases := ran + failed; failed*20 < cases || faulted*10 < cases || poweredOff*10 < cases {
+		t.Errorf("the generator made %d claims that ran (%d through faults, %d powered off) and %d that failed; want a tenth through faults, a tenth powered off and a twentieth failed at least", ran, faulted, poweredOff, failed)
+	}
+}
+
+// TestObservabilityScenarios drives property 18 through the whole operator
+// against the real API server (its event recorder, which folds repeats
+// into counts, and the metrics registry it serves): fixed lifecycles, a
+// claim through each (its
+// clone, configuration, ISO upload or start failing with 503s for a
+// generated time, or its template gone from the hypervisor; then, if it
+// runs, deleted or powered off from inside its guest) leaves a trace that
+// matches what happened: each phase it went through (every phase it was
+// seen in included) has its event, once, and
+// hyperfleet_machineclaim_transitions_total moved by exactly those
+// events; hyperfleet_machineclaim_errors_total moved by exactly the
+// hypervisor's failed answers, under their class and reason, with a
+// FailedProvision event for a failure the claim retried; a claim that ran
+// has its Provisioned and CredentialDelivered events and exactly one
+// runner credential counted delivered, and a claim that did not has none
+// of them; every claim's end has its Terminating or Failed event.
+func TestObservabilityScenarios(t *testing.T) {
+	longScenario(t)
+	sim := startSim(t, func(c *proxmoxsim.Config) {
+		c.Latency = propertyLatency()
+		c.RefreshInterval = proxmoxsim.Duration(100 * time.Millisecond)
+	})
+	log := &responseLog{codes: map[string]int{}}
+	hook := log.record
+	sim.onResponse.Store(&hook)
+	op := startOperator(t, operatorOptions{minRetryDelay: retryFirst, maxRetryDelay: retryCap})
+	w := &propertyWorld{sim: sim, op: op, f: newFixture(t, sim, nil)}
+	ctx := context.Background()
+	metricNames := []string{"hyperfleet_machineclaim_transitions_total", "hyperfleet_machineclaim_errors_total", "hyperfleet_guest_secrets_delivered_total"}
+	var ran, failed, faulted int
+	for _, sc := range []struct {
+		fault, class string
+		window       time.Duration
+		powerOff     bool
+	}{
+		{fault: "none", class: "clone", window: 50 * time.Millisecond},
+		{fault: "503", class: "config", window: 400 * time.Millisecond, powerOff: true},
+		{fault: "template gone", class: "clone", window: 200 * time.Millisecond},
+	} {
+		rt := t
+		w.n++
+		name := fmt.Sprintf("p18-%d", w.n)
+		fault, class, window := sc.fault, sc.class, sc.window
+		var spec proxmoxsim.FaultSpec
+		switch fault {
+		case "503":
+			spec = proxmoxsim.FaultSpec{ErrorRate: 1, ErrorCode: http.StatusServiceUnavailable}
+		case "template gone":
+			class = "clone"
+			spec = proxmoxsim.FaultSpec{ErrorRate: 1, Errors: []string{"Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"}}
+		}
+		before := counters(rt, metricNames...)
+		log.take()
+		if fault != "none" {
+			if err := sim.SetFaults(proxmoxsim.Faults{Classes: map[string]proxmoxsim.FaultSpec{class: spec}}); err != nil {
+				rt.Fatal(err)
+			}
+		}
 		claim := w.f.newClaim(name)
 		seen := map[string]bool{}
 		watch := func(c *hfv1.MachineClaim) {
@@ -180,7 +376,7 @@ func TestObservabilityProperty(t *testing.T) {
 		}
 		// Runs (or fails for good), then ends as generated.
 		var got *hfv1.MachineClaim
-		within(rt, 30*time.Second, "claim "+name+" running or failed", func() error {
+		eventually(rt, 30*time.Second, "claim "+name+" running or failed", func() error {
 			c, err := getClaim(w.f.t, claim)
 			if err != nil {
 				return err
@@ -196,14 +392,14 @@ func TestObservabilityProperty(t *testing.T) {
 			return nil
 		})
 		didRun := !got.HasFailed()
-		if didRun && rapid.Bool().Draw(rt, "powered off from inside") {
+		if didRun && sc.powerOff {
 			if err := sim.GuestPowerOff(int(got.Status.VMRef.VMID)); err != nil {
 				rt.Fatal(err)
 			}
 		} else if err := env.Client.Delete(ctx, got); err != nil && !apierrors.IsNotFound(err) {
 			rt.Fatal(err)
 		}
-		within(rt, 60*time.Second, "claim "+name+" gone", func() error {
+		eventually(rt, 60*time.Second, "claim "+name+" gone", func() error {
 			c, err := getClaim(w.f.t, claim)
 			if apierrors.IsNotFound(err) {
 				return nil
@@ -235,47 +431,10 @@ func TestObservabilityProperty(t *testing.T) {
 				return err
 			}
 			d := moved(before, counters(rt, metricNames...))
-			gotErrors, transitions := map[string]float64{}, map[string]float64{}
-			for k, v := range d {
-				if phase, ok := strings.CutPrefix(k, "hyperfleet_machineclaim_transitions_total,phase="); ok {
-					transitions[phase] = v
-				}
-				if strings.HasPrefix(k, "hyperfleet_machineclaim_errors_total,") {
-					gotErrors[k] = v
-				}
-			}
 			lastDiff = fmt.Sprintf("events %v, counters moved %v, hypervisor answered %v, phases seen %v", events, d, answers, seen)
-			for _, p := range lifecyclePhases {
-				if events[p] != int(transitions[p]) {
-					return fmt.Errorf("phase %s: %d events, transitions counter moved %v", p, events[p], transitions[p])
-				}
-				if events[p] > 1 {
-					rt.Fatalf("claim %s entered %s %d times: %s", name, p, events[p], lastDiff)
-				}
-			}
-			for p := range seen {
-				if events[p] == 0 {
-					return fmt.Errorf("claim %s was seen %s but has no event of it", name, p)
-				}
-			}
-			if !mapsEqual(gotErrors, wantErrors) {
-				return fmt.Errorf("errors counter moved %v, the hypervisor's failed answers say %v", gotErrors, wantErrors)
-			}
-			retried := fault == "503" && answers[class+" failed"] > 0
-			if retried != (events["FailedProvision"] > 0) {
-				return fmt.Errorf("%d FailedProvision events after %d failed %s answers", events["FailedProvision"], answers[class+" failed"], class)
-			}
-			delivered := d["hyperfleet_guest_secrets_delivered_total,content=runner-credential"]
-			if didRun != (events["Provisioned"] == 1) || didRun != (events["CredentialDelivered"] == 1) || (didRun && delivered != 1) || (!didRun && delivered != 0) {
-				return fmt.Errorf("ran %v: %d Provisioned and %d CredentialDelivered events, %v credentials counted delivered",
-					didRun, events["Provisioned"], events["CredentialDelivered"], delivered)
-			}
-			if events[string(hfv1.MachineClaimTerminating)]+events[string(hfv1.MachineClaimFailed)] == 0 {
-				return fmt.Errorf("claim %s ended without a Terminating or Failed event", name)
-			}
-			return nil
+			return traceMatches(events, d, answers, fault, class, didRun, seen)
 		}
-		within(rt, 15*time.Second, "claim "+name+"'s events recorded", func() error {
+		eventually(rt, 15*time.Second, "claim "+name+"'s events recorded", func() error {
 			if err := check(); err != nil {
 				return fmt.Errorf("%w (%s)", err, lastDiff)
 			}
@@ -290,11 +449,9 @@ func TestObservabilityProperty(t *testing.T) {
 		default:
 			ran++
 		}
-	})
-	t.Logf("claims: %d ran (%d through faults), %d failed", ran, faulted, failed)
-	if cases := ran + failed; failed*20 < cases || faulted*10 < cases {
-		t.Errorf("the generator made %d claims that ran (%d through faults) and %d that failed; want a tenth through faults and a twentieth failed at least", ran, faulted, failed)
+		_ = sim.SetFaults(proxmoxsim.Faults{})
 	}
+	t.Logf("claims: %d ran (%d through faults), %d failed", ran, faulted, failed)
 }
 
 func mapsEqual(a, b map[string]float64) bool {

@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"pgregory.net/rapid"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
@@ -114,21 +115,192 @@ var userDataGen = rapid.Custom(func(t *rapid.T) string {
 
 // Feature: hyperfleet-operator, Property 15: Security - No Persistent Secrets
 //
-// TestNoPersistentSecretsProperty: over generated templates (PAT or GitHub
-// App credentials, JIT configuration or registration token, organization
-// or repository runners, the tenant's own user-data of every kind) and a
-// claim of each through its life (provisioned, its credential delivered,
-// deleted), everything the operator writes to the VM is inspected: the
-// cloud-init seed the guest booted from (every file of the ISO), the VM's
-// configuration and description on the hypervisor, and every file placed
-// through the guest agent. None holds a long-lived secret (the PAT, the
-// App's private key, an installation token, the Proxmox API token, the
-// webhook secret, the ownership key); the VM's credential (its JIT
-// configuration or registration token, the only thing that registers a
-// runner) is in no seed and no VM configuration, and reaches the VM only
-// as the secrets file under /run (agentconfig.SecretsFile, a tmpfs: never
-// on its disk).
+// TestNoPersistentSecretsProperty checks the design's statement in the
+// cheap world (cheapworld_lifecycle_test.go), with the operator's own CI
+// platforms (internal/workloads) on the GitHub simulator: over generated
+// templates (PAT or GitHub App credentials, JIT configuration or
+// registration token, organization or repository runners, the tenant's
+// own user-data of every kind, and VMs that attest to SPIRE with a join
+// token or do not) and a claim of each through its life (provisioned, its
+// secrets placed, deleted), everything the operator hands the VM is
+// inspected: the cloud-init seed the guest booted from and every
+// cloud-init medium at rest on the hypervisor, the VM as the hypervisor
+// holds it (name, description, tags, the hypervisor's own cloud-init) and
+// the spec the operator asked for it, and every file placed through the
+// guest agent. None holds a long-lived secret (the PAT, the App's private
+// key, an installation token, the Proxmox API token, the webhook secret,
+// the ownership key); the VM's single-use secrets (its JIT configuration
+// or registration token; or its join token and broker proof, the runner
+// credential then coming from the broker) are in no seed, no medium and no
+// VM configuration, and reach the VM only as the secrets file under /run
+// (agentconfig.SecretsFile, a tmpfs: never on its disk), which holds
+// exactly what its template's method needs.
+//
+// Mutation: the claim's join token rendered into its seed (appended to
+// the broker URL of the agent's config in
+// internal/controller/machineclaim/identity_service.go, identityVars)
+// fails this test; the old test, which never drew a VM that attests,
+// passed it.
 func TestNoPersistentSecretsProperty(t *testing.T) {
+	gs := startGitHub(t)
+	appSecret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: lifeNamespace, Name: "github-app"},
+		Data: map[string][]byte{"app-id": []byte(strconv.Itoa(testGitHubAppID)), "installation-id": []byte(strconv.Itoa(testGitHubInstall)),
+			"key": testAppKey.PrivatePEM},
+	}
+	var attesting int
+	proptest.Check(t, proptest.Minimum, func(rt *rapid.T) {
+		app := rapid.Bool().Draw(rt, "GitHub App")
+		token := rapid.Bool().Draw(rt, "registration token")
+		repo := rapid.Bool().Draw(rt, "repository runners")
+		attest := rapid.Bool().Draw(rt, "join-token attestation")
+		userData := userDataGen.Draw(rt, "user-data")
+		w := newLifeWorld(t, rt, lifeOptions{github: gs, spire: attest, objs: []client.Object{appSecret.DeepCopy()}})
+		tmpl := w.template("p15")
+		b := &tmpl.Spec.Bootstrap
+		b.GitHub.APIBaseURL = gs.URL + "/api/v3"
+		if app {
+			b.GitHub.Credentials = hfv1.GitHubCredentials{App: &hfv1.GitHubAppCredentials{
+				AppID:          hfv1.LocalSecretKeySelector{Name: "github-app", Key: "app-id"},
+				InstallationID: hfv1.LocalSecretKeySelector{Name: "github-app", Key: "installation-id"},
+				PrivateKey:     hfv1.LocalSecretKeySelector{Name: "github-app", Key: "key"},
+			}}
+		}
+		if repo {
+			b.GitHub.Organization, b.GitHub.Repository = "", "app"
+		}
+		if token {
+			b.Method = hfv1.BootstrapRunnerToken
+			b.GitHub.RunnerURLs = &hfv1.ScopedURLs{Repository: gs.URL + "/{owner}/{repo}", Organization: gs.URL + "/{owner}"}
+		}
+		if userData != "" {
+			tmpl.Spec.CloudInit = &hfv1.CloudInit{UserData: userData}
+		}
+		if attest {
+			attesting++
+			tmpl.Spec.Attestation.Method = hfv1.AttestationJoinToken
+		}
+		w.createTemplate(tmpl)
+		claim := w.newClaim("p15", tmpl.Name)
+		var got *hfv1.MachineClaim
+		var doc agentconfig.GuestSecrets
+		w.runUntil("claim "+claim.Name+"'s secrets placed", func() error {
+			got = w.get(claim)
+			if got == nil || got.Status.VMRef == nil {
+				return w.pending("", got)
+			}
+			if !attest && (got.Status.Bootstrap == nil || got.Status.Bootstrap.CredentialDeliveredAt == nil) {
+				return w.pending("credential not delivered", got)
+			}
+			var ok bool
+			if doc, ok = guestSecretsIn(w, w.vmidOf(got)); !ok {
+				return w.pending("no secrets file placed", got)
+			}
+			return nil
+		})
+		vmid := w.vmidOf(got)
+
+		// What reached the VM through its guest agent: the secrets file
+		// only, under /run, with exactly what the template's method needs.
+		placed := w.placedIn(vmid)
+		for _, f := range placed {
+			if f.Path != agentconfig.SecretsFile || !strings.HasPrefix(f.Path, "/run/") {
+				rt.Fatalf("VM %d: the operator wrote %s through the guest agent; only %s (tmpfs) may receive secrets", vmid, f.Path, agentconfig.SecretsFile)
+			}
+		}
+		var singleUse []string
+		switch {
+		case attest:
+			if doc.JoinToken == "" || doc.BrokerProof == "" || doc.JITConfig != "" || doc.RegistrationToken != "" {
+				rt.Fatalf("VM %d attests: its secrets file holds join token %v, broker proof %v, JIT %v, registration token %v; want the first two only",
+					vmid, doc.JoinToken != "", doc.BrokerProof != "", doc.JITConfig != "", doc.RegistrationToken != "")
+			}
+			singleUse = []string{doc.JoinToken, doc.BrokerProof}
+		case token:
+			if doc.RegistrationToken == "" || doc.JITConfig != "" || doc.JoinToken != "" {
+				rt.Fatalf("VM %d: the secrets file does not hold exactly the registration token the template asks for", vmid)
+			}
+			singleUse = []string{doc.RegistrationToken}
+		default:
+			if doc.JITConfig == "" || doc.RegistrationToken != "" || doc.JoinToken != "" {
+				rt.Fatalf("VM %d: the secrets file does not hold exactly the JIT configuration the template asks for", vmid)
+			}
+			singleUse = []string{doc.JITConfig}
+		}
+		if content, ok := w.hv.GuestFile(vmid, agentconfig.SecretsFile); !ok || !strings.Contains(string(content), singleUse[0]) {
+			rt.Fatalf("VM %d: %s in the guest does not hold what was placed", vmid, agentconfig.SecretsFile)
+		}
+
+		// The seed the guest booted from, every medium at rest, and the VM
+		// as the hypervisor holds it and as the operator asked for it.
+		seed, ok := w.hv.DeliveredCloudInit(vmid)
+		if !ok || !strings.Contains(string(seed.UserData), "hyperfleet") {
+			rt.Fatalf("VM %d booted without the operator's seed: %.200s", vmid, seed.UserData)
+		}
+		places := map[string]string{"the VM's cloud-init seed": string(seed.UserData) + string(seed.MetaData) + string(seed.NetworkConfig)}
+		for _, m := range w.hv.Media() {
+			places["the cloud-init medium "+m.ID] = string(m.Data.UserData) + string(m.Data.MetaData) + string(m.Data.NetworkConfig)
+		}
+		vm, ok := w.hv.VM(vmid)
+		if !ok {
+			rt.Fatalf("VM %d is not on the hypervisor", vmid)
+		}
+		places["the VM's configuration"] = mustJSON(rt, vm)
+		if native, ok := w.hv.NativeCloudInit(vmid); ok {
+			places["the VM's own cloud-init"] = mustJSON(rt, native)
+		}
+		spec, _ := w.specOf(got.UID)
+		places["the VM spec the operator asked for"] = fmt.Sprintf("%s\n%s\n%v\n%+v", spec.Name, spec.Description, spec.Tags, spec.Native)
+		for _, f := range placed {
+			places["the guest file "+f.Path] = string(f.Content)
+		}
+		for where, text := range places {
+			for what, canary := range longLivedCanaries() {
+				if strings.Contains(text, canary) {
+					rt.Fatalf("%s found in %s of VM %d", what, where, vmid)
+				}
+			}
+			if m := installationToken.FindString(text); m != "" {
+				rt.Fatalf("an installation token (%s…) found in %s of VM %d", m[:8], where, vmid)
+			}
+			for _, secret := range singleUse {
+				if !strings.HasPrefix(where, "the guest file ") && strings.Contains(text, secret) {
+					rt.Fatalf("VM %d's single-use secret is in %s: it must reach the running VM only", vmid, where)
+				}
+			}
+		}
+		if err := w.kube.Delete(w.ctx, got); err != nil {
+			rt.Fatal(err)
+		}
+		w.runUntil("claim "+claim.Name+" gone with its VM and media", func() error {
+			if c := w.get(claim); c != nil || len(w.vmsOf(claim.UID)) > 0 || len(w.mediaOf(claim.UID)) > 0 {
+				return w.pending("its VM or media are left", c)
+			}
+			return nil
+		})
+	})
+	if attesting == 0 {
+		t.Errorf("no case drew a VM that attests")
+	}
+}
+
+// secretsCase is one scenario of TestNoPersistentSecretsScenarios: the
+// template's GitHub credentials (a PAT or the App), its method (a JIT
+// configuration or a registration token), organization or repository
+// runners, and the tenant's own user-data.
+type secretsCase struct {
+	app, token, repo bool
+	userData         string
+}
+
+// TestNoPersistentSecretsScenarios keeps property 15 against the real API
+// server, the Proxmox simulator (whose guests copy the seed they boot
+// from, every file of the ISO) and the GitHub simulator, for three fixed
+// templates: everything the operator writes to the VM is inspected (the
+// seed, the VM's configuration and description, every file placed through
+// the guest agent); none holds a long-lived secret, and the VM's
+// single-use credential reaches it only as the secrets file under /run.
+func TestNoPersistentSecretsScenarios(t *testing.T) {
 	longScenario(t)
 	seeds := t.TempDir()
 	sim := startSimCapturingSeeds(t, seeds, func(c *proxmoxsim.Config) {
@@ -148,12 +320,14 @@ func TestNoPersistentSecretsProperty(t *testing.T) {
 	})
 	w := &propertyWorld{sim: sim, op: op, f: f}
 	ctx := context.Background()
-	proptest.Check(t, proptest.Minimum, func(rt *rapid.T) {
-		w.n++
-		name := fmt.Sprintf("p15-%d", w.n)
-		app := rapid.Bool().Draw(rt, "GitHub App")
-		token := rapid.Bool().Draw(rt, "registration token")
-		repo := rapid.Bool().Draw(rt, "repository runners")
+	for i, sc := range []secretsCase{
+		{},
+		{app: true, token: true, repo: true, userData: "#cloud-config\nwrite_files:\n  - path: /etc/team.conf\n    content: \"hello\"\nruncmd:\n  - [echo, \"hi\"]\n"},
+		{token: true, userData: "#!/bin/sh\necho script > /var/tmp/hello\n"},
+	} {
+		name := fmt.Sprintf("p15-%d", i)
+		app, token, repo := sc.app, sc.token, sc.repo
+		rt := t
 		tmpl := f.template.DeepCopy()
 		tmpl.ObjectMeta = metav1.ObjectMeta{Namespace: f.namespace, Name: name}
 		b := &tmpl.Spec.Bootstrap
@@ -171,13 +345,13 @@ func TestNoPersistentSecretsProperty(t *testing.T) {
 			b.Method = hfv1.BootstrapRunnerToken
 			b.GitHub.RunnerURLs = &hfv1.ScopedURLs{Repository: gs.URL + "/{owner}/{repo}", Organization: gs.URL + "/{owner}"}
 		}
-		if ud := userDataGen.Draw(rt, "user-data"); ud != "" {
-			tmpl.Spec.CloudInit = &hfv1.CloudInit{UserData: ud}
+		if sc.userData != "" {
+			tmpl.Spec.CloudInit = &hfv1.CloudInit{UserData: sc.userData}
 		}
 		if err := env.Client.Create(ctx, tmpl); err != nil {
 			rt.Fatalf("template: %v", err)
 		}
-		defer func() { _ = env.Client.Delete(ctx, tmpl) }()
+		t.Cleanup(func() { _ = env.Client.Delete(ctx, tmpl) })
 		claim := &hfv1.MachineClaim{
 			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name},
 			Spec:       hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: name}},
@@ -186,7 +360,7 @@ func TestNoPersistentSecretsProperty(t *testing.T) {
 			rt.Fatal(err)
 		}
 		var got *hfv1.MachineClaim
-		within(rt, 60*time.Second, "claim "+name+"'s credential delivered", func() error {
+		within(t, 60*time.Second, "claim "+name+"'s credential delivered", func() error {
 			c, err := getClaim(f.t, claim)
 			if err != nil {
 				return err
@@ -199,10 +373,6 @@ func TestNoPersistentSecretsProperty(t *testing.T) {
 		})
 		vmid := int(got.Status.VMRef.VMID)
 		seedDir := filepath.Join(seeds, strconv.Itoa(vmid))
-		defer func() {
-			_ = os.RemoveAll(seedDir)
-			writes.forget(vmid)
-		}()
 
 		// What reached the VM through its guest agent: the secrets file
 		// only, under /run, with the single-use credential.
@@ -233,7 +403,7 @@ func TestNoPersistentSecretsProperty(t *testing.T) {
 
 		// The seed the guest booted from, every file of it.
 		var seed strings.Builder
-		within(rt, 30*time.Second, "VM "+strconv.Itoa(vmid)+"'s seed captured", func() error {
+		within(t, 30*time.Second, "VM "+strconv.Itoa(vmid)+"'s seed captured", func() error {
 			seed.Reset()
 			files := 0
 			err := filepath.Walk(seedDir, func(p string, info os.FileInfo, err error) error {
@@ -279,6 +449,8 @@ func TestNoPersistentSecretsProperty(t *testing.T) {
 				rt.Fatalf("VM %d's runner credential is in %s: it must reach the running VM only", vmid, where)
 			}
 		}
-		w.deleteAndCheckGone(rt, got, []int{vmid})
-	})
+		w.deleteAndCheckGone(t, got, []int{vmid})
+		_ = os.RemoveAll(seedDir)
+		writes.forget(vmid)
+	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -84,11 +86,22 @@ type RunnerPoolReconciler struct {
 	// builds; without them such pools are told so and build no VMs.
 	Feeds     FeedListeners
 	Providers PoolProviders
+	// CountsInterval, when set, is how long a pool's replica and job
+	// counts may wait after its last status write when they are all a
+	// pass changed (runnerpool_statusbatch.go); zero writes every change
+	// at once.
+	CountsInterval time.Duration
 
 	expect poolclaims.Expectations
 	// binds are the jobs bound to warm claims whose binds the cache does
 	// not show yet (runnerpool_bind.go).
 	binds bindExpectations
+	// countsWritten is when each pool's status was last written
+	// (holdCounts); losing it on restart writes the next change at once.
+	countsWritten sync.Map
+	// pendingScale is the lastScaleTime of a pass whose write was held,
+	// by pool, until the next write carries it (carryScaleTime).
+	pendingScale sync.Map
 }
 
 // JobReportSource is what the in-VM agents' power-off notices said of
@@ -175,7 +188,9 @@ func (r *RunnerPoolReconciler) poolsForTemplate(ctx context.Context, o client.Ob
 // poolScope is one reconcile of one RunnerPool: the pool, what its phases
 // loaded and decided, and the patch helper its close writes with.
 type poolScope struct {
-	pool  *hfv1.RunnerPool
+	pool *hfv1.RunnerPool
+	// read is the pool as the pass read it (holdCounts compares with it).
+	read  *hfv1.RunnerPool
 	patch *patch.Helper
 	now   time.Time
 	// listed are the pool's claims as the cache check saw them; load
@@ -272,7 +287,7 @@ func (r *RunnerPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 // newPoolScope opens the scope of one reconcile at now.
 func (r *RunnerPoolReconciler) newPoolScope(pool *hfv1.RunnerPool, claims []hfv1.MachineClaim, now time.Time) *poolScope {
 	s := &poolScope{
-		pool: pool, patch: patch.NewHelper(r.Client, pool), now: now, listed: claims,
+		pool: pool, read: pool.DeepCopy(), patch: patch.NewHelper(r.Client, pool), now: now, listed: claims,
 		refused:   refusal.Pool(r.Workloads, pool),
 		blockers:  map[string]int{},
 		undecided: map[types.UID]bool{}, vouched: map[types.UID]bool{},
@@ -289,9 +304,19 @@ func (r *RunnerPoolReconciler) newPoolScope(pool *hfv1.RunnerPool, claims []hfv1
 func (r *RunnerPoolReconciler) closePoolScope(ctx context.Context, s *poolScope, res ctrl.Result, err error) (ctrl.Result, error) {
 	if err == nil {
 		r.updateStatus(s)
+		if wait, held := r.holdCounts(s); held {
+			if res.RequeueAfter <= 0 || wait < res.RequeueAfter {
+				res.RequeueAfter = wait
+			}
+			return res, nil
+		}
 	}
+	changed := !equality.Semantic.DeepEqual(s.read.Status, s.pool.Status)
 	if perr := writeScope(ctx, s.patch, s.pool, &s.pool.Status.ObservedGeneration, err); perr != nil {
 		return ctrl.Result{}, errors.Join(err, perr)
+	}
+	if changed {
+		r.noteStatusWritten(client.ObjectKeyFromObject(s.pool), s.now)
 	}
 	return res, err
 }

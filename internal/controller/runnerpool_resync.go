@@ -403,14 +403,24 @@ func (s *PoolResync) advanceRecords(ctx context.Context, g *resyncGroup, records
 	return nil
 }
 
-// markResynced stamps the pool's lastResyncTime and wakes it.
+// resyncStampEvery is how stale the pool's lastResyncTime may grow before
+// a resync writes it again: the stamp tells a person that resyncs run,
+// and nothing in the operator reads it, so writing it every interval (5 s
+// in the dev world) would be a write per pool and interval whose only
+// change is a timestamp.
+const resyncStampEvery = 5 * time.Minute
+
+// markResynced stamps the pool's lastResyncTime, when the stamp is older
+// than resyncStampEvery, and wakes the pool.
 func (s *PoolResync) markResynced(ctx context.Context, pool *hfv1.RunnerPool, at time.Time) {
 	// The pool controller owns the pool's conditions: this writer changes
 	// none of them, so its patch carries only lastResyncTime.
-	h := patch.NewHelper(s.Client, pool)
-	pool.Status.LastResyncTime = &metav1.Time{Time: at}
-	if err := h.PatchStatus(ctx, pool); err != nil {
-		ctrl.LoggerFrom(ctx).Info("Could not record the resync time", "RunnerPool", client.ObjectKeyFromObject(pool), "err", err.Error())
+	if last := pool.Status.LastResyncTime; last == nil || at.Sub(last.Time) >= resyncStampEvery {
+		h := patch.NewHelper(s.Client, pool)
+		pool.Status.LastResyncTime = &metav1.Time{Time: at}
+		if err := h.PatchStatus(ctx, pool); err != nil {
+			ctrl.LoggerFrom(ctx).Info("Could not record the resync time", "RunnerPool", client.ObjectKeyFromObject(pool), "err", err.Error())
+		}
 	}
 	if s.PoolEvents != nil {
 		select {

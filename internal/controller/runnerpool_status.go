@@ -21,6 +21,7 @@ import (
 // updateStatus derives the pool's status, events and metrics.
 func (r *RunnerPoolReconciler) updateStatus(s *poolScope) {
 	s.setCounts()
+	r.carryScaleTime(s)
 	s.readiness().setOn(&s.pool.Status.Conditions, s.pool.Generation)
 	r.setScaling(s)
 	r.setCapacity(s)

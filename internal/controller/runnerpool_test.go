@@ -633,9 +633,14 @@ func TestRunnerPoolBurstProvisioning(t *testing.T) {
 	if vms := operatorVMs(w.sim); len(vms) > 55 {
 		t.Errorf("%d VMs for 55 claims", len(vms))
 	}
-	if got := w.pool(pool); got.Status.PendingJobs != 55 || got.Status.DesiredReplicas != 55 {
-		t.Errorf("status: pendingJobs %d desiredReplicas %d, want 55", got.Status.PendingJobs, got.Status.DesiredReplicas)
-	}
+	// The pool's counts are written with its next status write, at most
+	// the manager's counts interval after the last (runnerpool_statusbatch.go).
+	eventually(t, time.Minute, "the pool's status counting 55", func() error {
+		if got := w.pool(pool); got.Status.PendingJobs != 55 || got.Status.DesiredReplicas != 55 {
+			return fmt.Errorf("status: pendingJobs %d desiredReplicas %d, want 55", got.Status.PendingJobs, got.Status.DesiredReplicas)
+		}
+		return nil
+	})
 	for _, c := range w.claims(pool) {
 		if !metav1.IsControlledBy(&c, w.pool(pool)) || !strings.HasPrefix(c.Name, "wide-") || c.Labels[hfv1.RunnerPoolLabel] != "wide" {
 			t.Errorf("claim %s: owner %v labels %v", c.Name, c.OwnerReferences, c.Labels)

@@ -480,6 +480,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Workloads:  backends,
 		PoolEvents: poolEvents,
 		JobReports: notices.Jobs,
+		// A burst's claims share their pool's status writes
+		// (runnerpool_statusbatch.go).
+		CountsInterval: poolCountsInterval,
 	}
 	if hooks != nil {
 		pools.WebhookSecrets = hooks
@@ -581,6 +584,12 @@ type ciSeams struct {
 	runners     sweeper.RunnerScopes
 }
 
+// poolCountsInterval is how long a pool's moving replica and job counts
+// wait for the next status write (controller.RunnerPoolReconciler.
+// CountsInterval): what a person watching kubectl get runnerpools sees
+// lags by at most this.
+const poolCountsInterval = 10 * time.Second
+
 // platformSeams wires every seam to the back-ends' accounts, or, when a
 // test stands in for them (Options.Bootstrap), only those it covers (the
 // claims' with the real back-ends, the credentials when it mints them,
@@ -590,7 +599,7 @@ func platformSeams(mgr ctrl.Manager, opts Options, backends *workload.Backends) 
 		credentials, _ := opts.Bootstrap.(machineclaim.CredentialIssuer)
 		return ciSeams{claims: standInCI{opts.Bootstrap, backends}, credentials: credentials, scopes: opts.Bootstrap}
 	}
-	w := &workloads.Platforms{Client: mgr.GetClient(), Backends: backends, Signer: opts.Signer}
+	w := &workloads.Platforms{Client: newCredentialReads(mgr.GetClient(), mgr.GetCache()), Backends: backends, Signer: opts.Signer}
 	return ciSeams{claims: w, credentials: w, scopes: w, jobs: w, releases: w, providers: w, runners: w}
 }
 

@@ -138,8 +138,14 @@ func (g genClaim) GoString() string {
 // Feature: hyperfleet-operator, Property 10: VM Lifecycle Policy Enforcement
 //
 // TestPropertyExpired: a reached limit is in the past of now, the next
-// deadline in its future, the reason is one that applies to the claim's
-// phase, and only maxLifetime and jobTimeout are hard.
+// deadline in its future, the reason is the limit reached (maxLifetime
+// when it is, else the one of the claim's phase), and only maxLifetime and
+// jobTimeout are hard. The operator's enforcement of the limits (the
+// RunnerPool reconciler ending and replacing claims) is
+// internal/controller's TestLifecyclePolicyProperty.
+//
+// Mutation: Expired reporting every reached limit as maxLifetime fails
+// this test; before the check of the phase's own limit it passed.
 func TestPropertyExpired(t *testing.T) {
 	var cases, reachedN, nextN int
 	proptest.Check(t, propertyCases, func(rt *rapid.T) {
@@ -186,6 +192,27 @@ func TestPropertyExpired(t *testing.T) {
 		if ml := g.c.Created.Add(g.l.MaxLifetime); g.l.MaxLifetime > 0 && !g.c.Created.IsZero() && !g.now.Before(ml) &&
 			(reached.Reason != MaxLifetime || !reached.At.Equal(ml)) {
 			fail("maxLifetime reached but not reported")
+		}
+		// Otherwise the limit of the claim's phase is the one reported, at
+		// its deadline, when it is reached; and nothing when no limit is.
+		mlReached := g.l.MaxLifetime > 0 && !g.c.Created.IsZero() && !g.now.Before(g.c.Created.Add(g.l.MaxLifetime))
+		var from time.Time
+		var limit time.Duration
+		switch phase {
+		case JobTimeout:
+			from, limit = g.c.JobStarted, g.l.JobTimeout
+		case IdleTimeout:
+			from, limit = g.c.Registered, g.l.IdleTimeout
+		case BootstrapTimeout:
+			from, limit = g.c.Provisioning, g.l.BootstrapTimeout
+		}
+		phaseReached := limit > 0 && !g.now.Before(from.Add(limit))
+		switch {
+		case mlReached:
+		case phaseReached && (reached.Reason != phase || !reached.At.Equal(from.Add(limit))):
+			fail(fmt.Sprintf("%s reached at %s but reported %q at %s", phase, from.Add(limit), reached.Reason, reached.At))
+		case !phaseReached && reached.Reason != "":
+			fail(fmt.Sprintf("no limit reached but %q reported", reached.Reason))
 		}
 	})
 	if reachedN < cases/20 || nextN < cases/20 {

@@ -103,6 +103,10 @@ func vms(in Input) int { return in.Live() + in.Terminating + in.Retained }
 
 // Feature: hyperfleet-operator, Property 9: RunnerPool Scaling Behavior
 //
+// The properties of Plan below are the rule alone; the operator creating
+// and ending MachineClaims by it is internal/controller's
+// TestPoolScalingProperty.
+//
 // TestPropertyNeverAboveMax: the VMs after the decision (live claims left,
 // created ones, terminating ones including the claims just removed, and
 // retained ones) never exceed maxReplicas when they did not already; and

@@ -132,8 +132,10 @@ func TestOwnershipMetadataProperty(t *testing.T) {
 // (never marked, another install's block, another key under the same id,
 // another cluster, a copy to another VM, a field edited, a key retired
 // from the ring, the block truncated), Verify refuses with the error that
-// names it; the operator touches no VM Verify refuses (pkg/provider). The
-// VM name and tag checks refuse other installs alike.
+// names it. The VM name and tag checks refuse other installs alike. That
+// the operator validates these markers before every operation (status
+// read, destroy, power-off, configuration, the orphan sweep) and acts on
+// its own VMs only is internal/sweeper's TestOwnershipOperationsProperty.
 func TestOwnershipIsolationProperty(t *testing.T) {
 	var kinds [9]int
 	proptest.Check(t, 1000, func(t *rapid.T) {

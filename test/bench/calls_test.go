@@ -36,11 +36,13 @@ var callTargets = map[string]struct {
 	"GitHub POST /api/v3/orgs/{owner}/actions/runners/generate-jitconfig": {1, "the VM's single-use runner registration"},
 	"GitHub DELETE /api/v3/orgs/{owner}/actions/runners/{id}":             {1, "remove the runner when its claim ends"},
 	"GitHub GET /api/v3/orgs/{owner}/actions/runners":                     {0, "the pool's resync (per pool and interval, not per job)"},
-	"Kubernetes POST":   {2, "create the claim; events"},
-	"Kubernetes PATCH":  {8, "the claim's finalizer, VM reservation, status per phase, the pool's status"},
-	"Kubernetes PUT":    {2, "status updates that replace (conditions)"},
+	// Kubernetes: at most 8 writes and 1 read per job (test/e2e's
+	// TestKubernetesRequestsPerJob counts the same by resource).
+	"Kubernetes POST":   {2, "create the claim and the job's CIJob record; events only where a person acts or audits (warnings, CredentialDelivered, JobStarted), not for a claim's routine phases"},
+	"Kubernetes PATCH":  {4, "the claim's VM reservation (with its finalizer), its status once per pass and only when it changed: the task references a restarted operator needs before each wait, the VM up, the runner online, the end; the finalizer with the claim's deletion; the pool's counts batched (runnerpool_statusbatch.go)"},
+	"Kubernetes PUT":    {1, "the job's CIJob record moving from queued to in progress and completed"},
 	"Kubernetes DELETE": {1, "delete the claim when its job ends"},
-	"Kubernetes GET":    {2, "uncached reads: the CI platform's credentials Secret (JIT configuration, runner removal)"},
+	"Kubernetes GET":    {1, "uncached reads: the CI platform's credentials Secret, once per version (internal/manager's credentialReads, with the pools' namespaces in --secret-namespaces)"},
 }
 
 func callRow(api, key string, perJob float64) bench.Calls {

@@ -23,7 +23,9 @@ import (
 func startPlatformWorld(t *testing.T, platform func(*devenv.Options)) *devenv.World {
 	t.Helper()
 	dir := t.TempDir()
-	img := image
+	// The platforms' loops, not the boot: the VM resumes the image's
+	// saved state (docs/guest-snapshots.md).
+	img := resumable(t, "--agent", agentBinary)
 	opts := devenv.Options{Dir: dir, AgentBinary: agentBinary, MaxReplicas: 1, Progress: testWriter{t}, GuestImage: &img}
 	platform(&opts)
 	w, err := devenv.Start(context.Background(), opts)
@@ -60,7 +62,8 @@ func poolLeftovers(ctx context.Context, w *devenv.World, pool string) error {
 }
 
 // TestBuildkiteJobOnRealGuest: a Buildkite RunnerPool's job on a real
-// Debian guest. The VM boots the image, cloud-init starts the agent, the
+// Debian guest. The VM resumes the image's saved state and its seed
+// starts the agent (docs/guest-snapshots.md), the
 // agent downloads the real buildkite-agent (hack/buildkite-agent) from
 // the simulator's release tarball over QEMU's network, checks its SHA-256,
 // registers it with a token made for this VM, and it runs the one job; the

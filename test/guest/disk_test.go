@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
@@ -49,6 +50,23 @@ type diskScan struct {
 	inBlocks []string
 }
 
+// convertWhenReleased converts overlay to raw once no QEMU holds it: a VM
+// the operator stopped (SIGKILL) and destroyed may still be exiting, its
+// lock on the disk held until it is gone, seconds on a loaded machine.
+func convertWhenReleased(overlay, raw string) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		out, err := exec.Command("nice", "-n", "19", "qemu-img", "convert", "-O", "raw", overlay, raw).CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		if !strings.Contains(string(out), "Failed to get shared \"write\" lock") || time.Now().After(deadline) {
+			return fmt.Errorf("convert %s to raw: %w: %s", overlay, err, out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 // scanDisk reads a destroyed guest's overlay: the bytes the guest wrote,
 // and the files of its file system (the overlay converted to raw, the
 // directories where the guest keeps state copied out with debugfs, which
@@ -62,8 +80,8 @@ func scanDisk(overlay, work string, secrets map[string]string) (diskScan, error)
 	res.inBlocks = found
 	raw := filepath.Join(work, "disk.raw")
 	defer os.Remove(raw)
-	if out, err := exec.Command("nice", "-n", "19", "qemu-img", "convert", "-O", "raw", overlay, raw).CombinedOutput(); err != nil {
-		return res, fmt.Errorf("convert %s to raw: %w: %s", overlay, err, out)
+	if err := convertWhenReleased(overlay, raw); err != nil {
+		return res, err
 	}
 	// The guest's last transactions may still be in the journal only
 	// (a clean shutdown need not checkpoint it), and debugfs does not

@@ -15,7 +15,8 @@ import (
 )
 
 // TestGitLabJobOnRealGuest: a GitLab RunnerPool's job on a real Debian
-// guest. The VM boots the image, cloud-init starts the agent, the agent
+// guest. The VM resumes the image's saved state and its seed starts the
+// agent (docs/guest-snapshots.md), the agent
 // downloads gitlab-runner (the GitLab simulator's stand-in for
 // `gitlab-runner run-single`, POSIX sh and curl: the real runner cannot be
 // built here, docs/gitlab.md) over QEMU's network, checks its SHA-256 and

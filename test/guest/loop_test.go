@@ -104,7 +104,10 @@ func (tl *timeline) sample(w *devenv.World) {
 		if vm.Status == "running" {
 			tl.mark(vm.Name, "booted", now)
 			console, err := w.Proxmox.Console(vm.VMID)
-			if err == nil && bytes.Contains(console, []byte("Cloud-init v.")) && bytes.Contains(console, []byte(" finished at ")) {
+			// A guest resumed from a saved state has no cloud-init: the
+			// simulator marks its console when it has configured it.
+			booted := bytes.Contains(console, []byte("Cloud-init v.")) && bytes.Contains(console, []byte(" finished at "))
+			if err == nil && (booted || bytes.Contains(console, []byte(proxmoxsim.ResumedMark))) {
 				tl.mark(vm.Name, "cloud-init done", now)
 			}
 			if bytes.Contains(console, []byte(devenv.PAT)) {
@@ -223,20 +226,31 @@ func vmOfRunner(runner string) string {
 }
 
 // TestRunnerPoolJobsOnRealGuests: the operator, both simulators and real
-// guests. A RunnerPool runs 2 jobs, each on a fresh VM that boots the
-// image, applies the operator's seed with cloud-init, starts the agent
-// under systemd, runs the job against the GitHub simulator over QEMU's
+// guests. A RunnerPool runs 2 jobs, each on a fresh VM that resumes the
+// image's saved state (its own overlay, identity, address and seed given
+// after the resume: docs/guest-snapshots.md; TestRealGuestThroughTheProxmoxAPI
+// boots cold through cloud-init), starts the agent under systemd, runs the job against the GitHub simulator over QEMU's
 // network and powers itself off; the operator destroys it. Afterwards no
 // VM, ISO, claim, runner or guest disk is left, and the guests' disks hold
 // no credential.
 //
 // The pool's template has agentSource Operator, on the image without an
-// agent: cloud-init's runcmd downloads the agent from the operator's agent
+// agent: the seed's runcmd downloads the agent from the operator's agent
 // server (HTTPS, its CA from the seed), checks its SHA-256 and installs it
 // before the unit starts it. Every other real-guest scenario runs the agent
 // the image holds, so both sources run here, and this scenario boots no
 // guest of its own for the operator's (a boot under TCG is about two
 // minutes of a core: docs/testing.md, "CI timings").
+//
+// The two guests resume one saved state, and each must be its own VM
+// (identities.probe): its own machine-id, the claim's host name and MAC,
+// and the host's time.
+//
+// Mutation: resumeGuest (internal/testworld/simulator/proxmox/
+// realguest_resume.go) without the new machine-id fails this test; so
+// does it without the clock step, with a state saved over a minute
+// earlier (the cached state of an earlier run). The old test booted each
+// guest and had nothing to check here.
 //
 // Each job's one step is a hostile job's look at what it runs under
 // (jobUserCheck): as the runner's user, it sees no process of another
@@ -244,8 +258,11 @@ func vmOfRunner(runner string) string {
 // attach to the runner (its own user's, its ancestor), and cannot become
 // root; the job fails otherwise (docs/templates.md, "The job user").
 func TestRunnerPoolJobsOnRealGuests(t *testing.T) {
-	img := operatorImage
-	_, last, _ := runJobs(t, scenario{jobs: 2, opts: devenv.Options{GuestImage: &img, AgentFromOperator: true}, steps: []string{jobUserCheck()}})
+	img := resumable(t)
+	ids := &identities{ids: map[string]guestID{}}
+	_, last, _ := runJobs(t, scenario{jobs: 2, opts: devenv.Options{GuestImage: &img, AgentFromOperator: true}, steps: []string{jobUserCheck()}, probe: ids.probe})
+	// Both guests resumed one saved state; each became its own VM.
+	ids.checkDistinct(t, 2)
 	for _, j := range last.Jobs {
 		if !jobUserChecked(j.Log) {
 			t.Errorf("job %d did not check what it runs under; its steps printed:\n%s", j.ID, j.Log)

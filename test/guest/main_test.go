@@ -17,6 +17,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,4 +89,42 @@ func buildImage(img *proxmoxsim.GuestImage, args ...string) error {
 		return fmt.Errorf("hack/guest-image %v printed no image: %w\n%s", args, err, out.Bytes())
 	}
 	return nil
+}
+
+// savedStates are the images with their saved state (resumable), built
+// at most once per test process, by their hack/guest-image arguments.
+var savedStates sync.Map
+
+type savedState struct {
+	once sync.Once
+	img  proxmoxsim.GuestImage
+	err  error
+}
+
+// resumable is the image hack/guest-image builds from args with its saved
+// state (--state): the image booted once to where it waits for its
+// configuration and saved there, which the Proxmox simulator's clones
+// resume instead of booting when their machine and seed allow
+// (internal/testworld/simulator/proxmox/realguest_resume.go). The state is
+// made on first use, then cached with the image (docs/guest-snapshots.md);
+// scenarios that test the boot itself use the images without it.
+func resumable(t *testing.T, args ...string) proxmoxsim.GuestImage {
+	t.Helper()
+	v, _ := savedStates.LoadOrStore(strings.Join(args, "\x00"), &savedState{})
+	st := v.(*savedState)
+	st.once.Do(func() {
+		start := time.Now()
+		st.err = buildImage(&st.img, append(args, "--state")...)
+		if st.err == nil && st.img.State == nil {
+			st.err = fmt.Errorf("hack/guest-image %v printed no state", args)
+		}
+		if st.err != nil {
+			return
+		}
+		t.Logf("saved state ready in %s: %s", time.Since(start).Round(time.Second), st.img.State.File)
+	})
+	if st.err != nil {
+		t.Fatal(st.err)
+	}
+	return st.img
 }

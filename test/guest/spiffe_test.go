@@ -46,6 +46,17 @@ func spireImage(t *testing.T) proxmoxsim.GuestImage {
 	return spiffeImage
 }
 
+// spireResumable is spireImage with its saved state (resumable), for
+// scenarios that test what runs in the guest rather than its boot.
+func spireResumable(t *testing.T) proxmoxsim.GuestImage {
+	t.Helper()
+	dir, err := spireworld.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resumable(t, "--agent", agentBinary, "--spire-agent", filepath.Join(dir, "spire-agent"))
+}
+
 // TestSPIFFEOnRealGuest: a job on a real guest in SPIFFE mode. The
 // operator places the join token and the broker proof in the running guest
 // through its real QEMU guest agent (the Proxmox simulator forwards
@@ -59,7 +70,7 @@ func spireImage(t *testing.T) proxmoxsim.GuestImage {
 // runner credential, no file on the disk holds the token (the disk scan),
 // and afterwards nothing is left on the SPIRE server.
 func TestSPIFFEOnRealGuest(t *testing.T) {
-	img := spireImage(t)
+	img := spireResumable(t)
 	td := spiffeid.RequireTrustDomainFromString(devenv.TrustDomain)
 	// The SPIRE agents seen while the guest ran (probes run in goroutines).
 	var mu sync.Mutex

@@ -198,6 +198,12 @@ type Reconciler struct {
 	// failed removals of an ending claim's records (dns.go).
 	dnsRegistered     sync.Map
 	dnsRemoveAttempts sync.Map
+	// deletedGone are the claims a pass deleted without their finalizer
+	// (finish), by UID: the cache may still show them, without the
+	// finalizer and with the VM reference their last status write left,
+	// until the deletion's watch event, and such a copy must not be torn
+	// down a second time. Their reconcile's NotFound forgets them.
+	deletedGone sync.Map
 	// validation runs the claims' validation rounds off the reconcile
 	// path (validation.go).
 	validation validations
@@ -225,6 +231,7 @@ func (r *Reconciler) forget(uid types.UID) {
 	r.dnsRegistered.Delete(uid)
 	r.dnsRemoveAttempts.Delete(uid)
 	r.validation.forget(uid)
+	r.deletedGone.Delete(uid)
 }
 
 // workloads are the CI platforms' back-ends; none without CI.
@@ -313,6 +320,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	}
 	if uid, ok := r.lag.Observe(req.NamespacedName, claim.UID); ok {
 		r.forget(uid)
+	}
+	if _, ok := r.deletedGone.Load(claim.UID); ok {
+		// Deleted by this controller; the cache has not seen it go yet.
+		return ctrl.Result{}, nil
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("MachineClaim", klog.KObj(claim)))
 	if res, stale := r.waitForCache(ctx, claim); stale {

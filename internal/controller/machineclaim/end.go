@@ -279,6 +279,26 @@ func (r *Reconciler) finish(ctx context.Context, s *claimScope) error {
 		r.countOutcome(claim)
 		return nil
 	}
+	if claim.DeletionTimestamp.IsZero() && !r.dnsRemovalPending(s) {
+		// Everything the deletion pass would release is released (the VM,
+		// the runner, the identity, the DNS records): the finalizer goes
+		// now and the claim with its deletion, at once. A status write
+		// recording the VM gone, for an object about to go, and a
+		// deletion pass to drop the finalizer would be two writes per job
+		// that nobody reads. The finalizer goes first, as for history: if
+		// the deletion then fails, the claim (whose VM is gone) is written
+		// as usual and the next pass deletes it again.
+		if err := r.removeFinalizer(ctx, s); err != nil {
+			return err
+		}
+		if err := client.IgnoreNotFound(r.Client.Delete(ctx, claim)); err != nil {
+			return fmt.Errorf("delete MachineClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+		}
+		s.deleted = true
+		r.countOutcome(claim)
+		r.attempts.Delete(claim.UID)
+		return nil
+	}
 	return client.IgnoreNotFound(r.Client.Delete(ctx, claim))
 }
 

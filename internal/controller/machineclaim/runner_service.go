@@ -78,7 +78,7 @@ func (r *Reconciler) observeRunner(ctx context.Context, s *claimScope) (jobDone 
 			// collected; a claim from before the field gets it here too.
 			st.JobRepository = job.Spec.Repository
 		}
-		r.markRunnerRegistered(s, now, "took job "+job.Spec.ID())
+		r.markRunnerRegistered(ctx, s, now, "took job "+job.Spec.ID())
 		st.RunnerState = hfv1.RunnerStateBusy
 		if job.Status.State == hfv1.CIJobCompleted {
 			// The job's end ends the claim, whose deletion reads and stops
@@ -105,7 +105,7 @@ func (r *Reconciler) observeRunner(ctx context.Context, s *claimScope) (jobDone 
 	if ok && obs.Present {
 		switch obs.State {
 		case workload.RunnerIdle, workload.RunnerBusy:
-			r.markRunnerRegistered(s, obs.At, "is online")
+			r.markRunnerRegistered(ctx, s, obs.At, "is online")
 			if st.Job() == "" {
 				st.RunnerState = hfv1.RunnerState(obs.State)
 			}
@@ -119,7 +119,7 @@ func (r *Reconciler) observeRunner(ctx context.Context, s *claimScope) (jobDone 
 }
 
 // markRunnerRegistered records that the claim's runner came online.
-func (r *Reconciler) markRunnerRegistered(s *claimScope, at time.Time, how string) {
+func (r *Reconciler) markRunnerRegistered(ctx context.Context, s *claimScope, at time.Time, how string) {
 	claim := s.claim
 	st := claim.Status.Bootstrap
 	if st.RegisteredAt == nil {
@@ -128,7 +128,7 @@ func (r *Reconciler) markRunnerRegistered(s *claimScope, at time.Time, how strin
 	if !s.facts.isTrue(claim, hfv1.MachineClaimBootstrappedCondition) {
 		s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionTrue, hfv1.RunnerOnlineReason,
 			fmt.Sprintf("Runner %s %s", st.RunnerName, how))
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RunnerOnlineReason), "Runner %s %s", st.RunnerName, how)
+		logRoutine(ctx, hfv1.RunnerOnlineReason, "Runner %s %s", st.RunnerName, how)
 	}
 }
 
@@ -287,7 +287,7 @@ func (r *Reconciler) removeRunner(ctx context.Context, claim *hfv1.MachineClaim,
 	if err := r.releaseRegistration(ctx, claim); err != nil {
 		return err
 	}
-	r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RunnerRemovedReason), "Runner %s is no longer registered%s", st.RunnerName, note)
+	r.teardownEvent(ctx, claim, hfv1.RunnerRemovedReason, "Runner %s is no longer registered%s", st.RunnerName, note)
 	st.RunnerID, st.RunnerName = 0, ""
 	return nil
 }

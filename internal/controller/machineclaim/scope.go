@@ -32,6 +32,9 @@ type claimScope struct {
 	// dnsTried is set once the pass tried to remove the claim's DNS
 	// records: one attempt per pass (dns.go).
 	dnsTried bool
+	// deleted is set once the pass deleted the claim without its
+	// finalizer (finish): it is gone, and nothing is written.
+	deleted bool
 }
 
 // newClaimScope opens the scope of one reconcile. The metadata patch
@@ -77,6 +80,12 @@ func (r *Reconciler) closeScope(ctx context.Context, s *claimScope, res ctrl.Res
 		// Released: the pass's last facts are written with it; nothing
 		// is derived for a claim about to go.
 		setConditions(claim, &s.facts)
+	}
+	if s.deleted {
+		// Nothing is written to a claim that is gone, and the copies the
+		// cache still holds are not reconciled (deletedGone).
+		r.deletedGone.Store(claim.UID, struct{}{})
+		return res, err
 	}
 	if perr := s.patch.Patch(ctx, claim); perr != nil {
 		ctrl.LoggerFrom(ctx).Error(perr, "Write MachineClaim")

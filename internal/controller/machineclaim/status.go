@@ -269,24 +269,23 @@ func PhaseOf(claim *hfv1.MachineClaim) hfv1.MachineClaimPhase {
 
 // RecordPhase reports a phase change deriveStatus made (left is the
 // phase the claim left, "" for a new claim): it measures the phase left,
-// counts the transition, and records an event with Ready's reason and
-// message (which say why).
+// counts the transition and logs it with Ready's reason and message (which
+// say why). Only a claim that failed gets an event (a warning): the other
+// phases are a claim's routine life, which its status shows (events.go).
 func RecordPhase(ctx context.Context, rec record.EventRecorder, claim *hfv1.MachineClaim, left hfv1.MachineClaimPhase, now metav1.Time) {
 	phase := claim.Status.Phase
 	if p := stuck.PhaseTime(claim.Status.PhaseTimes, left); p != nil && *p != nil {
 		metrics.ClaimPhaseSeconds.WithLabelValues(string(left)).Observe(now.Sub((*p).Time).Seconds())
 	}
 	metrics.ClaimTransitions.WithLabelValues(string(phase)).Inc()
-	eventType := corev1.EventTypeNormal
-	if phase == hfv1.MachineClaimFailed {
-		eventType = corev1.EventTypeWarning
-	}
 	reason, msg := hfv1.CreatedReason, "Waiting to be provisioned"
 	if c := hfv1.FindCondition(claim.Status.Conditions, hfv1.ReadyCondition); c != nil {
 		reason, msg = hfv1.ConditionReason(c.Reason), c.Message
 	}
-	rec.Eventf(claim, eventType, string(phase), "%s: %s", reason, conditions.Truncate(msg, 1000))
-	kv := []any{"from", left, "to", phase, "reason", reason}
+	if phase == hfv1.MachineClaimFailed {
+		rec.Eventf(claim, corev1.EventTypeWarning, string(phase), "%s: %s", reason, conditions.Truncate(msg, 1000))
+	}
+	kv := []any{"from", left, "to", phase, "reason", reason, "message", conditions.Truncate(msg, 1000)}
 	if end := claim.Status.End; end != nil && left != hfv1.MachineClaimTerminating && left != hfv1.MachineClaimFailed {
 		// Why the claim ends: Ready's reason says where its teardown is.
 		kv = append(kv, "endReason", end.Reason, "endMessage", end.Message)

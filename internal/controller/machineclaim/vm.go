@@ -137,7 +137,8 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 	// the requeue only covers a coalesced event.
 	retry := CallAgain(res.RetryAfter)
 	provisioning := func(reason hfv1.ConditionReason, def string) (phase.Result, error) {
-		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, cmp.Or(res.Message, def))
+		msg := pollMessage(claim, hfv1.MachineClaimProvisionedCondition, reason, prev, res.Progress, cmp.Or(res.Message, def))
+		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
 		return phase.StopAndRequeue(retry), nil
 	}
 	switch res.Phase {
@@ -154,7 +155,7 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
 			fmt.Sprintf("VM %s runs on %s/%s with addresses %s", res.Progress.ID, cluster.Name, res.Progress.Node, strings.Join(res.Addresses, ", ")))
 		s.facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, "Provisioned", "VM %s is up on %s/%s", res.Progress.ID, cluster.Name, res.Progress.Node)
+		logRoutine(ctx, hfv1.ReadyReason, "VM %s is up on %s/%s", res.Progress.ID, cluster.Name, res.Progress.Node)
 		if r.secretSteps(s).Prepare(claim) {
 			// Recorded with Provisioned, in this pass's status write: the
 			// credential is issued and placed in the next pass, which that
@@ -214,10 +215,11 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 	r.attempts.Delete(claim.UID)
 	if !res.Done {
 		r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
-		s.facts.ending(hfv1.DeletingVMReason, cmp.Or(res.Message, fmt.Sprintf("Deleting VM %s", ref.ID())))
+		s.facts.ending(hfv1.DeletingVMReason, pollMessage(claim, hfv1.MachineClaimEndingCondition, hfv1.DeletingVMReason, prev, res.Progress,
+			cmp.Or(res.Message, fmt.Sprintf("Deleting VM %s", ref.ID()))))
 		return false, CallAgain(res.RetryAfter)
 	}
-	r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.VMDeletedReason), "VM %s on %s destroyed and its cloud-init ISO removed", ref.ID(), ref.HypervisorCluster)
+	r.teardownEvent(ctx, claim, hfv1.VMDeletedReason, "VM %s on %s destroyed and its cloud-init ISO removed", ref.ID(), ref.HypervisorCluster)
 	claim.Status.VMRef, claim.Status.Task = nil, nil
 	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.VMDeletedReason, fmt.Sprintf("VM %s was destroyed", ref.ID()))
 	s.facts.ending(hfv1.VMDeletedReason, fmt.Sprintf("VM %s was destroyed", ref.ID()))
@@ -308,4 +310,20 @@ func (r *Reconciler) heldForUser(claim *hfv1.MachineClaim, tmpl *hfv1.Hypervisor
 // same reports whether the claim's inputs are those it failed with.
 func (h heldProvision) same(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) bool {
 	return h.claim == claim.Generation && h.template == tmpl.Generation && h.cluster == cluster.Generation
+}
+
+// pollMessage is the message of condition typ for a pass that found the
+// claim's VM at reason: msg, unless the pass only polled the task the
+// claim already records (same task, same reason), whose message ("waiting
+// for the clone task") would replace the one the task's start wrote
+// ("cloning ... to VM 1000") and make a status write of its own, one per
+// task, that says nothing new; the stored message is kept then.
+func pollMessage(claim *hfv1.MachineClaim, typ hfv1.ConditionType, reason hfv1.ConditionReason, prev, next provider.Progress, msg string) string {
+	if prev.Task == nil || next.Task == nil || prev.Task.ID != next.Task.ID || prev.ID != next.ID {
+		return msg
+	}
+	if old := hfv1.FindCondition(claim.Status.Conditions, typ); old != nil && old.Reason == string(reason) {
+		return old.Message
+	}
+	return msg
 }

@@ -32,6 +32,10 @@ type GuestImage struct {
 	Kernel string `json:"kernel"`
 	Initrd string `json:"initrd"`
 	Append string `json:"append,omitempty"`
+	// State, when set, is this image saved at the point where it waits
+	// for its configuration: clones that can resume it do
+	// (realguest_resume.go).
+	State *GuestState `json:"state,omitempty"`
 }
 
 func (g *GuestImage) validate() error {
@@ -40,6 +44,9 @@ func (g *GuestImage) validate() error {
 	}
 	if g.Format != "" && g.Format != "raw" && g.Format != "qcow2" {
 		return fmt.Errorf("guestImage format %q: use raw or qcow2", g.Format)
+	}
+	if st := g.State; st != nil && (st.File == "" || st.Disk == "" || st.Cores < 1 || st.MemoryMiB < 1 || st.CPU == "") {
+		return errors.New("guestImage state needs file, disk, cores, memoryMiB and cpu (hack/guest-image --state prints them)")
 	}
 	return nil
 }
@@ -93,6 +100,9 @@ type realGuest struct {
 	// tpm is its swtpm, nil without tpmstate0; node is where its volume is.
 	tpm  *realTPM
 	node string
+	// seed is what a guest resumed from a saved state is given after the
+	// resume, nil for a guest that boots.
+	seed *seedDoc
 }
 
 // realGuestsLocked returns the runner, creating it (and its work
@@ -123,14 +133,31 @@ func (r *realGuests) startLocked(v *vm, gen int) error {
 		return fmt.Errorf("start failed: %w", err)
 	}
 	overlay := filepath.Join(dir, "disk-0.qcow2")
+	var state *GuestState
+	var seed *seedDoc
 	if _, err := os.Stat(overlay); os.IsNotExist(err) {
-		if err := r.createOverlay(overlay, img, v.bootDiskSize()); err != nil {
+		// Only a first start resumes: afterwards the VM's disk is no
+		// longer the one the saved state belongs to.
+		var why string
+		if state, seed, why = r.resumeLocked(v); why != "" {
+			r.s.log.Warn("Booting a real guest cold instead of resuming its template's saved state", "vmid", v.vmid, "reason", why)
+		}
+		base := img
+		if state != nil {
+			base = &GuestImage{Disk: state.Disk, Format: "qcow2"}
+		}
+		if err := r.createOverlay(overlay, base, v.bootDiskSize()); err != nil {
 			return fmt.Errorf("start failed: %w", err)
 		}
 	}
-	iso, isoKey, err := r.s.writeISOLocked(v, dir)
-	if err != nil {
-		return fmt.Errorf("start failed: %w", err)
+	var iso, isoKey string
+	if state == nil {
+		// A resumed guest is given its seed's content through the guest
+		// agent: the saved machine had no CD-ROM.
+		var err error
+		if iso, isoKey, err = r.s.writeISOLocked(v, dir); err != nil {
+			return fmt.Errorf("start failed: %w", err)
+		}
 	}
 	sockDir, err := os.MkdirTemp("", "hf-qemu-")
 	if err != nil {
@@ -142,9 +169,13 @@ func (r *realGuests) startLocked(v *vm, gen int) error {
 		Kernel: img.Kernel, Initrd: img.Initrd, Append: img.Append,
 		Disk: overlay, CDROM: iso, CDROMID: isoKey, MAC: strings.ToLower(macOf(v.conf["net0"])),
 		Net: r.s.userNet(v.ipv4), Console: filepath.Join(dir, "console.log"), SocketDir: sockDir,
+		VMGenID: v.conf["vmgenid"],
 	}
 	if m.Append == "" {
 		m.Append = qemu.KernelArgs()
+	}
+	if state != nil {
+		m.Incoming = state.File
 	}
 	if tn := r.cfg.Network; tn != nil {
 		if m.Tap, err = tapOf(tn, v.vmid, dir); err != nil {
@@ -167,7 +198,7 @@ func (r *realGuests) startLocked(v *vm, gen int) error {
 		return fmt.Errorf("start failed: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &realGuest{proc: p, gen: gen, sockDir: sockDir, stop: cancel, tpm: tpm, node: v.node}
+	g := &realGuest{proc: p, gen: gen, sockDir: sockDir, stop: cancel, tpm: tpm, node: v.node, seed: seed}
 	r.vms[v.vmid] = g
 	r.wg.Add(2)
 	go r.waitExit(v.vmid, g)
@@ -329,10 +360,23 @@ func (r *realGuests) waitExit(vmid int, g *realGuest) {
 	}
 }
 
-// waitAgent marks the guest agent up once it answers guest-ping.
+// waitAgent marks the guest agent up once it answers guest-ping; a
+// resumed guest's once it has been made its VM (resumeGuest). A resumed
+// guest that cannot be is killed: the VM stops, as a VM whose boot failed
+// is powered off by its agent, and the operator replaces it.
 func (r *realGuests) waitAgent(ctx context.Context, vmid int, g *realGuest) {
 	defer r.wg.Done()
-	if err := qemu.WaitAgent(ctx, g.proc.Machine.AgentSocket(), g.proc.Done()); err != nil {
+	if g.seed != nil {
+		start := time.Now()
+		if err := resumeGuest(ctx, g.proc, g.seed, g.proc.Machine.MAC); err != nil {
+			if ctx.Err() == nil {
+				r.s.log.Error("Cannot resume a real guest from its template's saved state", "vmid", vmid, "err", err)
+				g.proc.Kill()
+			}
+			return
+		}
+		r.s.log.Info("Real guest resumed and configured", "vmid", vmid, "took", time.Since(start).Round(time.Millisecond))
+	} else if err := qemu.WaitAgent(ctx, g.proc.Machine.AgentSocket(), g.proc.Done()); err != nil {
 		return
 	}
 	s := r.s

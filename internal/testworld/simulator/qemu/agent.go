@@ -83,6 +83,9 @@ func AgentExec(ctx context.Context, socket string, argv ...string) (ExecResult, 
 	if err := call("guest-exec", map[string]any{"path": argv[0], "arg": argv[1:], "capture-output": true}, &started); err != nil {
 		return ExecResult{}, fmt.Errorf("run %s in the guest: %w", strings.Join(argv, " "), err)
 	}
+	// Most programs end within milliseconds: poll soon, then less
+	// often, up to once a second.
+	wait := 25 * time.Millisecond
 	for {
 		var st struct {
 			Exited   bool   `json:"exited"`
@@ -106,8 +109,9 @@ func AgentExec(ctx context.Context, socket string, argv ...string) (ExecResult, 
 		select {
 		case <-ctx.Done():
 			return ExecResult{}, fmt.Errorf("wait for %s in the guest: %w", argv[0], ctx.Err())
-		case <-time.After(time.Second):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, time.Second)
 	}
 }
 

@@ -64,6 +64,19 @@ type Machine struct {
 	// (add_tpm_device in qemu-server's src/PVE/QemuServer.pm). QEMU hands
 	// swtpm the data channel over that socket.
 	TPMCtrl string
+	// VMGenID, when set, is the VM generation id (Proxmox's vmgenid, a
+	// UUID), exposed as qemu-server does (-device vmgenid). A guest
+	// resumed with another id than the saved one's sees the change and
+	// reseeds its kernel's random number generator (Linux's vmgenid
+	// driver): without it, clones resumed from one state would draw the
+	// same random numbers until the next reseed.
+	VMGenID string
+	// Incoming, when set, is a saved state (SaveState) that QEMU loads
+	// instead of booting: the guest goes on where the saved one stopped.
+	// Every device of the saved machine must be here with the same
+	// settings (memory, cores, CPU, kernel, disks, NIC); the NIC's
+	// network back end and the disks' files may differ.
+	Incoming string
 }
 
 // UserNet is a user-mode (slirp) network: the guest gets Guest by DHCP in
@@ -147,6 +160,12 @@ func (m Machine) Args() []string {
 			"-drive", "file="+m.CDROM+",if=none,id=drive-"+id+",media=cdrom,readonly=on",
 			"-device", "scsi-cd,bus=scsihw0.0,drive=drive-"+id+",id="+id)
 	}
+	if m.VMGenID != "" {
+		args = append(args, "-device", "vmgenid,guid="+m.VMGenID)
+	}
+	if m.Incoming != "" {
+		args = append(args, "-incoming", "exec:cat "+shellQuote(m.Incoming))
+	}
 	return args
 }
 
@@ -197,9 +216,33 @@ func Start(m Machine) (*Process, error) {
 	go func() {
 		p.err = p.leader.Wait(procgroup.KillGroup)
 		_ = log.Close()
+		logCPU(p)
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// EnvCPULog names a file to which every QEMU that exits appends a line:
+// its name, whether it resumed a saved state, and its CPU time in
+// seconds (user and system). make test-guest sets it to measure what the
+// guests cost (docs/guest-snapshots.md).
+const EnvCPULog = "HF_QEMU_CPU_LOG"
+
+func logCPU(p *Process) {
+	path := os.Getenv(EnvCPULog)
+	if path == "" || p.cmd.ProcessState == nil {
+		return
+	}
+	ps := p.cmd.ProcessState
+	kind := "boot"
+	if p.Machine.Incoming != "" {
+		kind = "resume"
+	}
+	line := fmt.Sprintf("%s %s %.2f\n", p.Machine.Name, kind, (ps.UserTime() + ps.SystemTime()).Seconds())
+	if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		_, _ = f.WriteString(line)
+		_ = f.Close()
+	}
 }
 
 // Pid is QEMU's process id.

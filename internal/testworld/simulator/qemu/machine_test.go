@@ -50,3 +50,25 @@ func TestArgsCPU(t *testing.T) {
 		t.Fatalf("want -cpu kvm64 once: %q", args)
 	}
 }
+
+// TestArgsIncoming: a machine with a saved state loads it (-incoming from
+// cat of the file, the path quoted for the shell that runs it) instead of
+// booting; one without boots, with no -incoming at all.
+//
+// Mutation: appending -incoming unquoted ("exec:cat " + path) fails this
+// test on the path with a space.
+func TestArgsIncoming(t *testing.T) {
+	m := Machine{Name: "t", Kernel: "k", Initrd: "i", Disk: "d", MAC: "02:00:00:00:00:01", Console: "/tmp/c", SocketDir: "/tmp/s"}
+	if slices.Contains(m.Args(), "-incoming") {
+		t.Fatalf("no state asked, yet: %q", m.Args())
+	}
+	m.Incoming = "/cache/state-1/it's state"
+	args := m.Args()
+	i := slices.Index(args, "-incoming")
+	if i < 0 || i+1 >= len(args) || args[i+1] != `exec:cat '/cache/state-1/it'\''s state'` {
+		t.Fatalf("-incoming in %q, want exec:cat of the quoted path", args)
+	}
+	if n := strings.Count(strings.Join(args, " "), "-incoming"); n != 1 {
+		t.Errorf("-incoming appears %d times", n)
+	}
+}

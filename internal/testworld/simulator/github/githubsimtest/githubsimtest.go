@@ -208,3 +208,11 @@ func (p *Process) Wait(t testing.TB, d time.Duration) int {
 
 // Output is what the script printed so far.
 func (p *Process) Output() string { return p.out.String() }
+
+// WebhookFormat is GitHub's webhook format (pkg/workload/github), for
+// tests of the neutral packages that deliver webhooks as GitHub does.
+var WebhookFormat = github.WebhookFormat
+
+// SignWebhook signs body as GitHub signs a delivery with secret
+// (X-Hub-Signature-256).
+func SignWebhook(secret []byte, body []byte) string { return github.SignWebhook(secret, body) }

@@ -1,0 +1,43 @@
+package machineclaim
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/scaling"
+)
+
+// A claim's routine life (its phases, its VM up, its runner online, its
+// teardown after the job it ran) is told by its status, the manager's log
+// and the metrics, not by events: every event is a POST to the API server,
+// and ten of them per job were about a third of the operator's writes
+// (docs/performance.md, "Calls per job"). Events stay for what a person
+// acts on or audits: every warning, a failed claim, an admin's action, the
+// teardown of a claim that did not end with its job, and the trail of
+// which VM got a credential and which job ran where (CredentialDelivered,
+// JobStarted).
+
+// routineEnd reports whether claim ends as most claims do: its job ran
+// and it is torn down without a failure.
+func routineEnd(claim *hfv1.MachineClaim) bool {
+	return !claim.HasFailed() && Outcome(claim) == scaling.JobCompleted
+}
+
+// teardownEvent records a Normal event of claim's teardown, or only logs
+// it when the claim ends routinely (routineEnd).
+func (r *Reconciler) teardownEvent(ctx context.Context, claim *hfv1.MachineClaim, reason hfv1.ConditionReason, format string, args ...any) {
+	if routineEnd(claim) {
+		logRoutine(ctx, reason, format, args...)
+		return
+	}
+	r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(reason), format, args...)
+}
+
+// logRoutine is the log line of a routine step that once was an event.
+func logRoutine(ctx context.Context, reason hfv1.ConditionReason, format string, args ...any) {
+	ctrl.LoggerFrom(ctx).Info(fmt.Sprintf(format, args...), "reason", reason)
+}
