@@ -167,8 +167,9 @@ type cheapWorld struct {
 	// (kind/key -> resourceVersion): a difference is a watch event.
 	versions map[string]string
 	objs     map[string]client.Object
-	// writes counts the successful writes (wrote).
-	writes int
+	// writes counts the successful writes (wrote): atomic, since a pool
+	// creates its claims from several goroutines at once.
+	writes atomic.Int64
 	// Reconciles counts the passes run, for the tests' reports.
 	Reconciles int
 	names      atomic.Int64
@@ -298,7 +299,7 @@ func (w *cheapWorld) create(ctx context.Context, c client.WithWatch, o client.Ob
 // world as it found it.
 func (w *cheapWorld) wrote(err error) error {
 	if err == nil {
-		w.writes++
+		w.writes.Add(1)
 	}
 	return err
 }
@@ -688,7 +689,7 @@ func cheapIsTerminal(err error) bool {
 func (w *cheapWorld) round() bool {
 	w.t.Helper()
 	keys, versions, objs := w.keys()
-	writes := w.writes
+	writes := w.writes.Load()
 	// What changed since the last round began (a watch event each) wakes
 	// what the watches would.
 	wake := map[cheapKey]bool{}
@@ -734,7 +735,7 @@ func (w *cheapWorld) round() bool {
 	// passes of this round wrote wakes what it concerns, as the watches
 	// would.
 	w.versions, w.objs = versions, objs
-	return w.writes != writes
+	return w.writes.Load() != writes
 }
 
 // next is the earliest pass that falls due after now.

@@ -247,7 +247,9 @@ func TestHypervisorConnectionProperty(t *testing.T) {
 		w.RunUntil(5*time.Minute, "claim "+name+" has a VM", func() error { return w.hasVM(sim, claim) })
 	})
 	t.Logf("cases: %d misconfigured, %d connected, %d outages; %d reconciles", refused, connected, outages, w.Reconciles)
-	if cases := refused + connected + outages; refused*4 < cases || connected*10 < cases || outages*10 < cases {
+	// The shares need the full count of cases: under -short (the race run)
+	// rapid runs a fifth of them, which need not draw every kind.
+	if cases := refused + connected + outages; !testing.Short() && (refused*4 < cases || connected*10 < cases || outages*10 < cases) {
 		t.Errorf("the generator made %d misconfigured clusters, %d connected and %d outages of %d; want a quarter, a tenth and a tenth at least", refused, connected, outages, cases)
 	}
 }

@@ -26,11 +26,15 @@ type operator struct {
 // a Deployment would give it; caFile is what it trusts for GitHub.
 func startOperator(t *testing.T, w *devenv.World, binary, agentBin, caFile string) *operator {
 	t.Helper()
-	o := managerproc.Options{Binary: binary, AgentBinary: agentBin, CAFile: caFile}
+	// The templates' credentials Secrets are in the pool's namespace and
+	// in the load namespaces: watched, they are read once per version
+	// (internal/manager's credentialReads), as a Deployment whose
+	// --secret-namespaces lists its tenants' namespaces reads them.
+	o := managerproc.Options{Binary: binary, AgentBinary: agentBin, CAFile: caFile, Args: []string{"--secret-namespaces=*"}}
 	if os.Getenv("HF_BENCH_LOGS") != "" {
 		// Kept for study: the debug lines too (each webhook's record,
 		// each hint).
-		o.Args = []string{"--zap-log-level=debug", "--zap-time-encoding=rfc3339nano"}
+		o.Args = append(o.Args, "--zap-log-level=debug", "--zap-time-encoding=rfc3339nano")
 	}
 	return &operator{managerproc.Start(t, w, o)}
 }
