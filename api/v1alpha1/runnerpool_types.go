@@ -454,8 +454,9 @@ type RunnerPoolStatus struct {
 	// +optional
 	LowDemandSince *metav1.Time `json:"lowDemandSince,omitempty"`
 
-	// lastResyncTime is when the pool's runners and queued jobs were last
-	// compared with the CI platform.
+	// lastResyncTime is when the pool's runners and queued jobs were
+	// compared with the CI platform, written at most every 5 minutes: the
+	// last comparison is at most that much later than it says.
 	// +optional
 	LastResyncTime *metav1.Time `json:"lastResyncTime,omitempty"`
 
