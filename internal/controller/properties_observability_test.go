@@ -168,6 +168,19 @@ func traceMatches(events map[string]int, d map[string]float64, answers map[strin
 	return nil
 }
 
+// observabilityFault is the simulator's fault for a generated fault kind
+// on a request class: 503s, or the template gone (which only a clone
+// meets, so the class becomes clone).
+func observabilityFault(fault, class string) (proxmoxsim.FaultSpec, string) {
+	switch fault {
+	case "503":
+		return proxmoxsim.FaultSpec{ErrorRate: 1, ErrorCode: http.StatusServiceUnavailable}, class
+	case "template gone":
+		return proxmoxsim.FaultSpec{ErrorRate: 1, Errors: []string{"Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"}}, "clone"
+	}
+	return proxmoxsim.FaultSpec{}, class
+}
+
 // Feature: hyperfleet-operator, Property 18: Observability and Events
 //
 // TestObservabilityProperty, in the cheap world (cheapworld_test.go: the
@@ -211,14 +224,7 @@ func TestObservabilityProperty(t *testing.T) {
 		fault := rapid.SampledFrom([]string{"none", "503", "template gone"}).Draw(rt, "fault")
 		class := rapid.SampledFrom([]string{"clone", "config", "upload", "power"}).Draw(rt, "class")
 		window := time.Duration(rapid.IntRange(50, 3000).Draw(rt, "fault ms")) * time.Millisecond
-		var spec proxmoxsim.FaultSpec
-		switch fault {
-		case "503":
-			spec = proxmoxsim.FaultSpec{ErrorRate: 1, ErrorCode: http.StatusServiceUnavailable}
-		case "template gone":
-			class = "clone"
-			spec = proxmoxsim.FaultSpec{ErrorRate: 1, Errors: []string{"Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"}}
-		}
+		spec, class := observabilityFault(fault, class)
 		before := counters(rt, metricNames...)
 		log.take()
 		if fault != "none" {
@@ -342,14 +348,7 @@ func TestObservabilityScenarios(t *testing.T) {
 		w.n++
 		name := fmt.Sprintf("p18-%d", w.n)
 		fault, class, window := sc.fault, sc.class, sc.window
-		var spec proxmoxsim.FaultSpec
-		switch fault {
-		case "503":
-			spec = proxmoxsim.FaultSpec{ErrorRate: 1, ErrorCode: http.StatusServiceUnavailable}
-		case "template gone":
-			class = "clone"
-			spec = proxmoxsim.FaultSpec{ErrorRate: 1, Errors: []string{"Configuration file 'nodes/{node}/qemu-server/{vmid}.conf' does not exist"}}
-		}
+		spec, class := observabilityFault(fault, class)
 		before := counters(rt, metricNames...)
 		log.take()
 		if fault != "none" {

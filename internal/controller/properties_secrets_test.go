@@ -159,20 +159,7 @@ func TestNoPersistentSecretsProperty(t *testing.T) {
 		tmpl := w.template("p15")
 		b := &tmpl.Spec.Bootstrap
 		b.GitHub.APIBaseURL = gs.URL + "/api/v3"
-		if app {
-			b.GitHub.Credentials = hfv1.GitHubCredentials{App: &hfv1.GitHubAppCredentials{
-				AppID:          hfv1.LocalSecretKeySelector{Name: "github-app", Key: "app-id"},
-				InstallationID: hfv1.LocalSecretKeySelector{Name: "github-app", Key: "installation-id"},
-				PrivateKey:     hfv1.LocalSecretKeySelector{Name: "github-app", Key: "key"},
-			}}
-		}
-		if repo {
-			b.GitHub.Organization, b.GitHub.Repository = "", "app"
-		}
-		if token {
-			b.Method = hfv1.BootstrapRunnerToken
-			b.GitHub.RunnerURLs = &hfv1.ScopedURLs{Repository: gs.URL + "/{owner}/{repo}", Organization: gs.URL + "/{owner}"}
-		}
+		secretsBootstrap(b, gs.URL, app, repo, token)
 		if userData != "" {
 			tmpl.Spec.CloudInit = &hfv1.CloudInit{UserData: userData}
 		}
@@ -331,20 +318,7 @@ func TestNoPersistentSecretsScenarios(t *testing.T) {
 		tmpl := f.template.DeepCopy()
 		tmpl.ObjectMeta = metav1.ObjectMeta{Namespace: f.namespace, Name: name}
 		b := &tmpl.Spec.Bootstrap
-		if app {
-			b.GitHub.Credentials = hfv1.GitHubCredentials{App: &hfv1.GitHubAppCredentials{
-				AppID:          hfv1.LocalSecretKeySelector{Name: "github-app", Key: "app-id"},
-				InstallationID: hfv1.LocalSecretKeySelector{Name: "github-app", Key: "installation-id"},
-				PrivateKey:     hfv1.LocalSecretKeySelector{Name: "github-app", Key: "key"},
-			}}
-		}
-		if repo {
-			b.GitHub.Organization, b.GitHub.Repository = "", "app"
-		}
-		if token {
-			b.Method = hfv1.BootstrapRunnerToken
-			b.GitHub.RunnerURLs = &hfv1.ScopedURLs{Repository: gs.URL + "/{owner}/{repo}", Organization: gs.URL + "/{owner}"}
-		}
+		secretsBootstrap(b, gs.URL, app, repo, token)
 		if sc.userData != "" {
 			tmpl.Spec.CloudInit = &hfv1.CloudInit{UserData: sc.userData}
 		}
@@ -452,5 +426,26 @@ func TestNoPersistentSecretsScenarios(t *testing.T) {
 		w.deleteAndCheckGone(t, got, []int{vmid})
 		_ = os.RemoveAll(seedDir)
 		writes.forget(vmid)
+	}
+}
+
+// secretsBootstrap sets a generated property 15 template's GitHub
+// bootstrap: an App's credentials instead of the PAT, repository runners,
+// and a registration token (runner URLs on the simulator at simURL)
+// instead of a JIT configuration.
+func secretsBootstrap(b *hfv1.Bootstrap, simURL string, app, repo, token bool) {
+	if app {
+		b.GitHub.Credentials = hfv1.GitHubCredentials{App: &hfv1.GitHubAppCredentials{
+			AppID:          hfv1.LocalSecretKeySelector{Name: "github-app", Key: "app-id"},
+			InstallationID: hfv1.LocalSecretKeySelector{Name: "github-app", Key: "installation-id"},
+			PrivateKey:     hfv1.LocalSecretKeySelector{Name: "github-app", Key: "key"},
+		}}
+	}
+	if repo {
+		b.GitHub.Organization, b.GitHub.Repository = "", "app"
+	}
+	if token {
+		b.Method = hfv1.BootstrapRunnerToken
+		b.GitHub.RunnerURLs = &hfv1.ScopedURLs{Repository: simURL + "/{owner}/{repo}", Organization: simURL + "/{owner}"}
 	}
 }
