@@ -402,19 +402,20 @@ GUEST_PARALLEL ?= 2
 # (make test-guest-small): every way a VM gets its configuration, network
 # and identity on a real guest (the Proxmox API itself, the loop with the
 # agent from the operator, Proxmox's own cloud-init drive, static
-# addresses, SPIFFE with a join token and with the TPM, and the DHCP
-# reservation against the real ISC client), 7 guests instead of 11. Left
-# to make test-guest: the DHCP client identifier scenarios on real guests
-# (two guests; CI keeps the ISC client's against the same dnsmasq) and the
-# GitLab and Buildkite jobs on real guests (CI runs both platforms' loops
-# with the same agent in the simulated VMs of make test and make
-# test-e2e). Each guest that boots costs about 100 CPU-seconds of QEMU
-# (TCG), most of it cloud-init's Python (docs/testing.md, "CI timings");
-# the scenarios that test what runs in a guest rather than its boot
-# resume a saved state instead, about 20 (docs/guest-snapshots.md). Each
-# QEMU's CPU time goes to $(GUEST_TIMINGS)/qemu-cpu.log.
+# addresses with the TPM on one guest, SPIFFE with a join token, and the
+# DHCP reservation against the real ISC client), 7 guests of make
+# test-guest's 11. Left to make test-guest: the DHCP client identifier
+# scenarios on real guests (two guests; CI keeps the ISC client's against
+# the same dnsmasq) and the GitLab and Buildkite jobs on real guests (CI
+# runs both platforms' loops with the same agent in the simulated VMs of
+# make test and make test-e2e). Each guest that boots costs about 70 to
+# 100 CPU-seconds of QEMU (TCG), most of it cloud-init's Python
+# (docs/testing.md, "CI timings"); only two of the 7 boot (the TPM guest
+# with static addresses, Proxmox's drive), the others resume a saved
+# state, about 20 each (docs/guest-snapshots.md). Each QEMU's CPU time
+# goes to $(GUEST_TIMINGS)/qemu-cpu.log.
 GUEST_RUN ?= .*
-GUEST_SMALL_RUN := ^(TestRealGuestThroughTheProxmoxAPI|TestRunnerPoolJobsOnRealGuests|TestProxmoxDeliveryOnRealGuests|TestStaticAddressOnRealGuests|TestSPIFFEOnRealGuest|TestTPMOnRealGuest|TestDHCPReservationWithISCClient)$$
+GUEST_SMALL_RUN := ^(TestRealGuestThroughTheProxmoxAPI|TestRunnerPoolJobsOnRealGuests|TestProxmoxDeliveryOnRealGuests|TestTPMAndStaticAddressOnRealGuest|TestSPIFFEOnRealGuest|TestDHCPReservationWithISCClient)$$
 
 .PHONY: test-guest test-guest-small
 test-guest: test-deps ## Run the real-guest tests (build tag guest): QEMU guests of the image hack/guest-image builds from docs/templates.md.

@@ -403,11 +403,15 @@ const (
 	// RetainedReason: a failed VM is kept, stopped, for debugging.
 	RetainedReason ConditionReason = "RetainedForDebugging"
 
-	// CloningReason, StartingReason, WaitingForGuestReason, WaitingForRunnerReason
-	// say where a claim is on its way to Ready.
-	CloningReason          ConditionReason = "Cloning"
-	StartingReason         ConditionReason = "Starting"
-	WaitingForGuestReason  ConditionReason = "WaitingForGuest"
+	// BuildingVMReason: the claim's VM is being built: cloned, configured,
+	// started, then waited for until its guest agent answers. The step in
+	// flight is not written into the status (one write per hypervisor task
+	// was most of a job's Kubernetes writes): it is in the operator's log
+	// and, once the claim overstays its phase's bound, in the Stuck
+	// condition.
+	BuildingVMReason ConditionReason = "BuildingVM"
+	// WaitingForRunnerReason: the VM is up; the claim waits for its
+	// workload to report it ready.
 	WaitingForRunnerReason ConditionReason = "WaitingForRunner"
 	// ProvisioningFailedReason: the hypervisor refused or failed a step.
 	ProvisioningFailedReason ConditionReason = "ProvisioningFailed"
@@ -484,8 +488,6 @@ const (
 	// QueuedReason: the VM waits for a clone slot, a clone retry, or a
 	// clone at its VM id that it cannot yet tell is its own.
 	QueuedReason ConditionReason = "Queued"
-	// ConfiguringReason: the VM is being configured.
-	ConfiguringReason ConditionReason = "Configuring"
 	// DeletingVMReason: the claim's VM is being destroyed.
 	DeletingVMReason ConditionReason = "DeletingVM"
 	// VMDeletedReason: the claim's VM was destroyed.

@@ -232,7 +232,12 @@ type MachineClaimStatus struct {
 	// +optional
 	VMRef *VMReference `json:"vmRef,omitempty"`
 
-	// task is the hypervisor task in flight for this claim, if any.
+	// task was the hypervisor task in flight for this claim. The operator
+	// no longer writes it (one status write per hypervisor task): it keeps
+	// the task in memory, and after a restart the provider reads where the
+	// VM stands. A task an older operator wrote is followed once and
+	// cleared by the next status write. The task in flight is in the
+	// operator's log and, for a stuck claim, in the Stuck condition.
 	// +optional
 	Task *TaskReference `json:"task,omitempty"`
 

@@ -19,11 +19,11 @@ import (
 // TestRestartBetweenMintAndDeliveryLeavesNoUsableRunner: an operator that
 // stops after it issued a VM's JIT runner configuration and before its
 // write into the running VM landed (the secret lived in its memory only)
-// leaves no runner anyone could use: the next operator finds the issue
-// recorded (status.bootstrap.credentialRequestedAt) but not the delivery,
-// removes the never-started runner of the claim's name, registers a new
-// one and places that in the VM; the first configuration no longer
-// connects, and the VM's runner runs the one job.
+// leaves no runner anyone could use: the next operator finds no delivery
+// recorded (status.bootstrap.credentialDeliveredAt), removes the
+// never-started runner of the claim's name, registers a new one and
+// places that in the VM; the first configuration no longer connects, and
+// the VM's runner runs the one job.
 func TestRestartBetweenMintAndDeliveryLeavesNoUsableRunner(t *testing.T) {
 	seeds := t.TempDir()
 	sim := startSimCapturingSeeds(t, seeds)
@@ -74,8 +74,11 @@ func TestRestartBetweenMintAndDeliveryLeavesNoUsableRunner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b := stored.Status.Bootstrap; b == nil || b.CredentialRequestedAt == nil || b.CredentialDeliveredAt != nil {
-		t.Fatalf("before the restart status.bootstrap = %+v; want the issue recorded and no delivery", b)
+	// The issue and the delivery are persisted together, by the status
+	// write of the pass that placed the credential, which the stop cut
+	// short: nothing says the credential was delivered.
+	if b := stored.Status.Bootstrap; b != nil && b.CredentialDeliveredAt != nil {
+		t.Fatalf("before the restart status.bootstrap = %+v; want no delivery recorded", b)
 	}
 	firstIDs := runnerIDs(gs, "")
 

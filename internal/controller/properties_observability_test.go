@@ -158,8 +158,8 @@ func traceMatches(events map[string]int, d map[string]float64, answers map[strin
 		return fmt.Errorf("%d FailedProvision events after %d failed %s answers", events["FailedProvision"], answers[class+" failed"], class)
 	}
 	delivered := d["hyperfleet_guest_secrets_delivered_total,content=runner-credential"]
-	if events["Provisioned"] != 0 || didRun != (events["CredentialDelivered"] == 1) || (didRun && delivered != 1) || (!didRun && delivered != 0) {
-		return fmt.Errorf("ran %v: %d Provisioned events (a routine step: none) and %d CredentialDelivered events, %v credentials counted delivered",
+	if events["Provisioned"] != 0 || events["CredentialDelivered"] != 0 || (didRun && delivered != 1) || (!didRun && delivered != 0) {
+		return fmt.Errorf("ran %v: %d Provisioned and %d CredentialDelivered events (routine steps: none), %v credentials counted delivered",
 			didRun, events["Provisioned"], events["CredentialDelivered"], delivered)
 	}
 	if transitions[string(hfv1.MachineClaimTerminating)]+transitions[string(hfv1.MachineClaimFailed)] == 0 {
@@ -197,15 +197,18 @@ func observabilityFault(fault, class string) (proxmoxsim.FaultSpec, string) {
 // counter, not a POST to the API server each (machineclaim/events.go);
 // hyperfleet_machineclaim_errors_total moved by exactly the hypervisor's
 // failed answers, under their class and reason, with a FailedProvision
-// event for a failure the claim retried; a claim that ran has its
-// CredentialDelivered event (which VM got a credential) and exactly one
-// runner credential counted delivered, and a claim that did not has none;
-// every claim's end is counted, as Terminating or Failed.
+// event for a failure the claim retried; a claim that ran has exactly one
+// runner credential counted delivered and no CredentialDelivered event
+// (which VM got a credential is the log's and status.bootstrap's, not a
+// POST to the API server), and a claim that did not has none; every
+// claim's end is counted, as Terminating or Failed.
 //
 // Mutations: the claim controller recording no event for the Failed phase
 // (machineclaim/status.go's RecordPhase) fails this test in a case whose
 // template is gone; recording an event for every phase again, as before
-// the write diet, fails it in its first case. The envtest test caught the
+// the write diet, fails it in its first case; recording the
+// CredentialDelivered event again (machineclaim/guestsecrets.go's
+// delivered) fails it in any case whose claim ran. The envtest test caught the
 // first only after 70 s.
 func TestObservabilityProperty(t *testing.T) {
 	w := newCheapWorld(t, cheapOptions{minRetryDelay: retryFirst, maxRetryDelay: retryCap})
@@ -318,9 +321,9 @@ func TestObservabilityProperty(t *testing.T) {
 // events; hyperfleet_machineclaim_errors_total moved by exactly the
 // hypervisor's failed answers, under their class and reason, with a
 // FailedProvision event for a failure the claim retried; a claim that ran
-// has its Provisioned and CredentialDelivered events and exactly one
-// runner credential counted delivered, and a claim that did not has none
-// of them; every claim's end has its Terminating or Failed event.
+// has exactly one runner credential counted delivered and no routine
+// event, and a claim that did not has none; every claim's end is
+// counted (traceMatches).
 func TestObservabilityScenarios(t *testing.T) {
 	longScenario(t)
 	sim := startSim(t, func(c *proxmoxsim.Config) {

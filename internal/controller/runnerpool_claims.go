@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -51,6 +52,8 @@ func (r *RunnerPoolReconciler) load(ctx context.Context, s *poolScope) (phase.Re
 			s.pending = append(s.pending, j)
 		}
 	}
+	s.taken = runnersWithJobs(s.jobs)
+	takenToBusy(s.claims, s.taken)
 	for _, c := range s.claims.Starting {
 		if cond := hfv1.FindCondition(c.Status.Conditions, hfv1.MachineClaimProvisionedCondition); cond != nil && cond.Status == metav1.ConditionFalse {
 			switch cond.Reason {
@@ -152,4 +155,34 @@ func bootstrapSection(t hfv1.WorkloadType) string {
 		return "buildkite"
 	}
 	return string(t)
+}
+
+// takenToBusy moves the starting and idle claims whose runner a job record
+// names (taken: the runners of the pool's in_progress and completed
+// records) to the busy ones. The record is written first (by the webhook
+// receiver or the resync) and the claim records the job a moment later
+// (machineclaim's observeRunner reads the same record by runner name):
+// counted idle in between, the job was neither pending nor busy, and the
+// pool's desired size dipped by one (Scaling DemandDecreased, a
+// lowDemandSince, then Stable again when the claim caught up: two status
+// writes per job for nothing), and scale-down could pick a VM whose runner
+// runs a job.
+func takenToBusy(pc *poolclaims.Claims, taken map[string]bool) {
+	if len(taken) == 0 {
+		return
+	}
+	moved := false
+	took := func(c *hfv1.MachineClaim) bool {
+		st := c.Status.Bootstrap
+		if st == nil || st.RunnerName == "" || st.Job() != "" || !taken[st.RunnerName] {
+			return false
+		}
+		pc.Busy, moved = append(pc.Busy, c), true
+		return true
+	}
+	pc.Starting = slices.DeleteFunc(pc.Starting, took)
+	pc.Idle = slices.DeleteFunc(pc.Idle, took)
+	if moved {
+		slices.SortFunc(pc.Busy, func(a, b *hfv1.MachineClaim) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	}
 }

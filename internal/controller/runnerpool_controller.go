@@ -207,11 +207,15 @@ type poolScope struct {
 	// What load read: the template (nil when missing) and its hash, the
 	// claims by state, the CIJobs by job id and the pending ones, and the
 	// claim Provisioned reasons that hold capacity back.
-	tmpl     *hfv1.HypervisorMachineTemplate
-	hash     string
-	claims   *poolclaims.Claims
-	jobs     map[string]*hfv1.CIJob // by job id (CIJobSpec.ID)
-	pending  []*hfv1.CIJob
+	tmpl    *hfv1.HypervisorMachineTemplate
+	hash    string
+	claims  *poolclaims.Claims
+	jobs    map[string]*hfv1.CIJob // by job id (CIJobSpec.ID)
+	pending []*hfv1.CIJob
+	// taken are the runners the pool's job records name (in_progress or
+	// completed): their claims are busy whether or not they recorded the
+	// job yet (takenToBusy).
+	taken    map[string]bool
 	blockers map[string]int
 	// scopeVerified: the pool may create VMs (ScopeVerified, or a pool
 	// without a CI platform scope).

@@ -144,19 +144,22 @@ func (r *RunnerPoolReconciler) createClaims(ctx context.Context, s *poolScope, n
 // demandPending is the pool's pending jobs, those no runner took, as
 // scaling, status.pendingJobs, hyperfleet_runnerpool_pending_jobs and the
 // scaling messages count them: the queued records less one for each busy
-// claim that records no job. The runner list can show a
-// claim's runner busy before the job's in_progress event moves the job's
-// record (the claim then records no job: no record names its runner yet),
-// and that job counted twice, busy and pending, built a VM for no job (an
-// end-to-end pool of 3 jobs built a 4th, which its scale-down ended). The
-// cost the other way, when the busy runner's job has no record at all (its
+// claim that records no job and that no record names. The runner list can
+// show a claim's runner busy before the job's in_progress event moves the
+// job's record (the claim then records no job: no record names its runner
+// yet), and that job counted twice, busy and pending, built a VM for no
+// job (an end-to-end pool of 3 jobs built a 4th, which its scale-down
+// ended). Once a record names the runner its job is no longer queued:
+// subtracting it again counted one job too few until the claim recorded
+// it (the pool's size dipped and came back, two status writes). The cost
+// the other way, when the busy runner's job has no record at all (its
 // events lost), is a queued job of the pool waiting for the resync that
 // records the taken one.
 func (s *poolScope) demandPending() int {
 	n := len(s.pending)
 	if s.claims != nil {
 		for _, c := range s.claims.Busy {
-			if st := c.Status.Bootstrap; st != nil && st.Job() == "" {
+			if st := c.Status.Bootstrap; st != nil && st.Job() == "" && !s.taken[st.RunnerName] {
 				n--
 			}
 		}

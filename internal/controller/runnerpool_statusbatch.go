@@ -17,7 +17,9 @@ import (
 // (docs/performance.md, "Calls per job"). Nothing reads them back but
 // people, dashboards and the scale subresource, so a pass whose only
 // change is in the counts (in condition messages that quote them, and in
-// the Scaling condition, which tells the counts' direction) waits until CountsInterval has passed since the pool's last status
+// the Scaling condition, which tells the counts' direction, and in the
+// replacement backoff's record of which claims it counted, sameBackoff)
+// waits until CountsInterval has passed since the pool's last status
 // write and then writes the counts of that moment: the claims of a
 // burst share their pool's writes. Every other change (a condition's
 // status or reason, lowDemandSince, the template hash, the observed
@@ -90,6 +92,9 @@ func countsOnly(before, after *hfv1.RunnerPool) bool {
 	if b.Status.LastScaleTime != nil {
 		a.Status.LastScaleTime = b.Status.LastScaleTime
 	}
+	if sameBackoff(b.Status.ReplacementBackoff, a.Status.ReplacementBackoff) {
+		a.Status.ReplacementBackoff = b.Status.ReplacementBackoff
+	}
 	for i := range a.Status.Conditions {
 		c := &a.Status.Conditions[i]
 		old := hfv1.FindCondition(b.Status.Conditions, hfv1.ConditionType(c.Type))
@@ -105,4 +110,24 @@ func countsOnly(before, after *hfv1.RunnerPool) bool {
 		}
 	}
 	return equality.Semantic.DeepEqual(a, b)
+}
+
+// sameBackoff reports whether two replacement backoffs say the same: the
+// same failures in a row, the same last failure and the same wait. What
+// else moves is which claims were counted (observedThrough, countedClaims):
+// each runner coming online advances it, a write per claim whose only
+// change is a bookkeeping time. It waits with the counts: a restart before
+// it is written counts those claims again (scaling.Backoff.Observe), and a
+// success counted again changes nothing; a failure is never held (it moves
+// consecutiveFailures), nor a success that resets failures.
+func sameBackoff(before, after *hfv1.ReplacementBackoff) bool {
+	var b, a hfv1.ReplacementBackoff
+	if before != nil {
+		b = *before
+	}
+	if after != nil {
+		a = *after
+	}
+	return b.ConsecutiveFailures == a.ConsecutiveFailures && b.LastFailure == a.LastFailure &&
+		equality.Semantic.DeepEqual(b.LastFailureTime, a.LastFailureTime) && equality.Semantic.DeepEqual(b.NextAttemptTime, a.NextAttemptTime)
 }

@@ -8,11 +8,15 @@
 // # Never block
 //
 // No method waits for a hypervisor task. A method that starts one returns it
-// inside a Progress; the caller persists the Progress (in the MachineClaim's
-// status) and calls again later, passing it back. Every method is idempotent:
-// calling it again with the same inputs and the last persisted Progress is
-// always safe, including after an operator restart that lost everything not
-// persisted.
+// inside a Progress; the caller keeps the Progress and calls again later,
+// passing it back. The caller persists where the VM is (ID and Node, in the
+// MachineClaim's status) before the next call, but not necessarily the task:
+// the task lives in the caller's memory, and a restart loses it. Every method
+// is idempotent: calling it again with the same inputs and the last Progress
+// kept, or with the persisted one whose Task is nil, is always safe,
+// including after an operator restart that lost everything not persisted. A
+// Progress without its task makes the provider read where the VM stands and
+// go on from there (a task still running is waited for, never repeated).
 //
 // # Ownership
 //
@@ -53,8 +57,9 @@ type Provider interface {
 
 	// EnsureVM advances the VM of spec.Owner by at most one hypervisor
 	// operation and reports where it stands. prev is the Progress the
-	// caller persisted from the previous call (zero on the first call).
-	// The returned Progress must be persisted before the next call. When
+	// caller kept from the previous call (zero on the first call; its Task
+	// nil after a restart). The returned Progress's ID and Node must be
+	// persisted before the next call; its Task is kept in memory. When
 	// the result's Phase is PhaseRunning the VM is up, its addresses are
 	// known and its cloud-init ISO has been removed (under spec.Native,
 	// the hypervisor's own cloud-init drive detached: it holds no secret,

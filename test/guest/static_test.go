@@ -44,21 +44,24 @@ var (
 	}
 )
 
-// TestStaticAddressOnRealGuests: a dual-stack template in network mode
-// static, with an IPv4 and an IPv6 IPPool, its real guest on a bridge with
-// both prefixes. The guest's own network configuration, read through its
-// guest agent (the agent's interface list, ip's addresses and routes,
-// resolv.conf) and on its console (cloud-init's network table), is
-// exactly the two addresses, prefixes, gateways and the DNS the operator
-// allocated; the claim records both allocations and reports both
-// addresses; the IPv6 address carries traffic (the guest connects from it
-// to a server on the bridge); the job runs over IPv4. Once the VM is gone
-// both addresses are released.
-func TestStaticAddressOnRealGuests(t *testing.T) {
-	gn := dualStackNetwork(t, fmt.Sprintf("hf-static-%d", os.Getpid()))
-	img := image
+// staticDualStack is the dual-stack static scenario's part of a world: a
+// template in network mode static with an IPv4 and an IPv6 IPPool
+// (dualV4, dualV6), its real guests on a bridge of both prefixes in a
+// network namespace named name (no DHCP: the seed's network-config is all
+// the guest gets), and the probe of the guest's network against its
+// claim's two allocations (probeDualStack).
+func staticDualStack(t *testing.T, name string, opts *devenv.Options) func(context.Context, *devenv.World, int, hfv1.MachineClaim) error {
+	t.Helper()
+	gn := dualStackNetwork(t, name)
 	v4, v6 := dualV4, dualV6
-	w, _, _ := runJobs(t, scenario{jobs: 1, opts: devenv.Options{GuestImage: &img, GuestNetwork: gn, IPPool: &v4, IPv6Pool: &v6}, probe: probeDualStack(gn)})
+	opts.GuestNetwork, opts.IPPool, opts.IPv6Pool = gn, &v4, &v6
+	return probeDualStack(gn)
+}
+
+// poolsReleased: once the VMs are gone, both IPPools have every address
+// back.
+func poolsReleased(t *testing.T, w *devenv.World) {
+	t.Helper()
 	eventually(t, time.Minute, "the IPPools have their addresses back", func() error {
 		for _, name := range []string{devenv.IPPoolName, devenv.IPv6PoolName} {
 			var p hfv1.IPPool
@@ -338,9 +341,9 @@ func guestJSON(ctx context.Context, w *devenv.World, vmid int, out any, argv ...
 // operator places the agent's configuration through the guest agent into
 // /run/hyperfleet, where the kit's path unit starts the agent. The guest's
 // network is exactly the two allocations (probeDualStack), as with the
-// NoCloud ISO in TestStaticAddressOnRealGuests; the guest has the user with
-// the key in its authorized_keys, and its FQDN is the VM's name in the
-// search domain (probeProxmoxUser).
+// NoCloud ISO in TestTPMAndStaticAddressOnRealGuest; the guest has the
+// user with the key in its authorized_keys, and its FQDN is the VM's name
+// in the search domain (probeProxmoxUser).
 func TestProxmoxDeliveryOnRealGuests(t *testing.T) {
 	gn := dualStackNetwork(t, fmt.Sprintf("hf-pvedel-%d", os.Getpid()))
 	img := image

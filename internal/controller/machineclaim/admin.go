@@ -234,7 +234,7 @@ func (r *Reconciler) releaseDisownedVM(ctx context.Context, s *claimScope) (phas
 			ref.ID(), ref.HypervisorCluster, health.Message, hfv1.ForceDeleteAnnotation))
 		return phase.StopAndRequeue(r.backoff(claim)), nil
 	}
-	owner, prev := vmspec.Owner(claim), Progress(claim)
+	owner, prev := vmspec.Owner(claim), r.progressOf(claim)
 	media, err := p.RemoveCloudInitMedia(ctx, owner, prev)
 	switch {
 	case errors.Is(err, provider.ErrNotOwned):
@@ -243,7 +243,7 @@ func (r *Reconciler) releaseDisownedVM(ctx context.Context, s *claimScope) (phas
 	case err != nil:
 		return r.disownFailed(ctx, s, err)
 	default:
-		recordTask(claim, media.Progress.Task)
+		r.keepTask(claim, media.Progress.Task)
 		if !media.Done {
 			s.facts.ending(hfv1.DisowningReason, fmt.Sprintf("Releasing VM %s from HyperFleet's management: %s", ref.ID(), media.Message))
 			return phase.StopAndRequeue(CallAgain(media.RetryAfter)), nil
@@ -270,17 +270,6 @@ func (r *Reconciler) releaseDisownedVM(ctx context.Context, s *claimScope) (phas
 	r.attempts.Delete(claim.UID)
 	r.disowned(ctx, s, ref, res)
 	return phase.Next(), nil
-}
-
-// recordTask records the provider task in flight in the claim's status.
-func recordTask(claim *hfv1.MachineClaim, t *provider.Task) {
-	claim.Status.Task = nil
-	if t != nil {
-		claim.Status.Task = &hfv1.TaskReference{ID: t.ID, Operation: t.Operation}
-		if !t.StartTime.IsZero() {
-			claim.Status.Task.StartTime = &metav1.Time{Time: t.StartTime}
-		}
-	}
 }
 
 // disowned records that the claim's VM at ref is no longer HyperFleet's
@@ -310,6 +299,7 @@ func (r *Reconciler) disowned(ctx context.Context, s *claimScope, ref *hfv1.VMRe
 			"HyperFleet no longer reads, stops or destroys it; delete it by hand when it is no longer needed", ref.ID(), ref.HypervisorCluster, removed)
 		r.forgetTransition(ref)
 		claim.Status.VMRef, claim.Status.Task = nil, nil
+		r.forgetProgress(claim)
 	}
 	s.facts.record(hfv1.MachineClaimFinalizedCondition, metav1.ConditionTrue, hfv1.DisownedReason, msg)
 	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.DisownedReason, msg)

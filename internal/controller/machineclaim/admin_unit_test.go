@@ -331,7 +331,7 @@ func TestAdminActions(t *testing.T) {
 				return annotate(runningClaimOn(unitCluster, 1001), hfv1.DisownAnnotation, "  ")
 			},
 			objs:   []client.Object{worldCluster()},
-			passes: 1, wantRequeue: time.Millisecond,
+			passes: 1, wantRequeue: guestRetry,
 			wantConditions: map[hfv1.ConditionType]hfv1.ConditionReason{hfv1.MachineClaimProvisionedCondition: hfv1.ReadyReason},
 			wantEvents:     []string{"Warning InvalidAdminAnnotation"},
 			check: func(t *testing.T, w *world, _ *hfv1.MachineClaim) {

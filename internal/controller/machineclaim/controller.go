@@ -178,6 +178,11 @@ type Reconciler struct {
 	// reason its user must fix (UID -> heldProvision): wake-ups that
 	// change none of its inputs do not call the provider again (ensureVM).
 	provisionHeld sync.Map
+	// progress keeps, by claim UID, the provider progress of the claim's
+	// VM with its hypervisor task in flight, which the status does not
+	// record (vm_progress.go). Losing it on restart costs the provider a
+	// read of where the VM stands.
+	progress sync.Map
 	// minted keeps runner credentials issued and not yet placed in their
 	// VM (Minted); losing it on restart costs a new
 	// registration, which replaces the lost one.
@@ -226,6 +231,7 @@ func (r *Reconciler) forget(uid types.UID) {
 	r.attempts.Delete(uid)
 	r.provisionRetryAt.Delete(uid)
 	r.provisionHeld.Delete(uid)
+	r.progress.Delete(uid)
 	r.minted.Forget(uid)
 	r.Runners.Forget(uid)
 	r.dnsRegistered.Delete(uid)
@@ -386,10 +392,18 @@ func (r *Reconciler) runStateList(ctx context.Context, s *claimScope) (phase.Res
 		return phase.Sequence(r.endPhases()...)(ctx, s)
 	}
 	list := r.buildPhases()
-	if s.facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) {
+	provisioned := s.facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition)
+	if provisioned {
 		list = r.runningPhases()
 	}
 	res, err := phase.Sequence(list...)(ctx, s)
+	if err == nil && !provisioned && !claim.Ended() && s.facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) {
+		// The VM came up in this pass: its running phases (its DNS
+		// records, the network check, its secrets placed) run now, so
+		// that the VM's being up and its credential's delivery are one
+		// status write rather than two.
+		res, err = phase.Sequence(r.runningPhases()...)(ctx, s)
+	}
 	if err != nil || !claim.Ended() {
 		return res, err
 	}

@@ -16,10 +16,12 @@ import (
 // and the metrics, not by events: every event is a POST to the API server,
 // and ten of them per job were about a third of the operator's writes
 // (docs/performance.md, "Calls per job"). Events stay for what a person
-// acts on or audits: every warning, a failed claim, an admin's action, the
-// teardown of a claim that did not end with its job, and the trail of
-// which VM got a credential and which job ran where (CredentialDelivered,
-// JobStarted).
+// acts on: every warning, a failed claim, an admin's action, the teardown
+// of a claim that did not end with its job. The trail of which VM got a
+// credential or an identity proof and which job ran where is the
+// manager's log (reasons CredentialDelivered, JoinTokenDelivered,
+// EnrollmentProofDelivered, JobStarted: an audit outlives an event's hour)
+// and the job's CIJob (status.runnerName).
 
 // routineEnd reports whether claim ends as most claims do: its job ran
 // and it is torn down without a failure.

@@ -123,10 +123,10 @@ func needsJoinToken(claim *hfv1.MachineClaim) bool {
 // Prepare records, in memory for the caller to persist, that a runner
 // credential is about to be issued for the claim's VM
 // (status.bootstrap.credentialRequestedAt), when it needs one and nothing
-// says so yet. The claim controller calls it in the pass that finds the
-// VM running, so that the status write that says so carries the record
-// too and the next pass issues and places the credential. It reports
-// whether it recorded anything.
+// says so yet. Deliver calls it before it issues the credential; the
+// record is persisted with the delivery's, in the pass's one status write
+// (see Deliver's "Restart safety"). It reports whether it recorded
+// anything.
 func (s *secretsService) Prepare(claim *hfv1.MachineClaim) bool {
 	if s.NoRunner || s.WaitsForJob || !NeedsCredential(claim) {
 		return false
@@ -144,17 +144,21 @@ func (s *secretsService) Prepare(claim *hfv1.MachineClaim) bool {
 // Deliver places the secrets the claim's running VM needs, once (see the
 // package documentation).
 //
-// Restart safety. A runner credential is issued only once
-// credentialRequestedAt is persisted, so a restart that loses one issued
-// and not placed (its secret lived in this process only) finds the record:
-// the credential is issued again under the runner name derived from the
+// Restart safety. The request (credentialRequestedAt), what was issued
+// (the runner's name and id) and the delivery (credentialDeliveredAt) are
+// persisted together, in the status write of the pass that placed the
+// credential. A restart that loses a credential issued and not placed (its
+// secret lived in this process only) finds no delivery recorded: the
+// credential is issued again under the runner name derived from the
 // claim, which removes the earlier, never started registration of that
-// name (workloads.Platforms) and with it the worth of the lost secret. A
-// restart between the write and its record places the document again: a
-// join token works once anyway, and a runner credential issued again
-// replaces the first (an agent that already took the first then holds a
-// worthless one, does not come online, and the claim is replaced as any
-// VM that fails to register). Within this process a credential that could
+// name (workloads.Platforms) and with it the worth of the lost secret.
+// Recording the request in a write of its own before the issue (as this
+// operator once did) changed nothing of that, and cost a status write per
+// job. A restart between the placement and its record places the document
+// again: a join token works once anyway, and a runner credential issued
+// again replaces the first (an agent that already took the first then
+// holds a worthless one, does not come online, and the claim is replaced
+// as any VM that fails to register). Within this process a credential that could
 // not be placed yet (the guest not ready) is kept in Minted and offered
 // again, so that a slow guest costs no further registrations.
 //
@@ -170,9 +174,10 @@ func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, 
 		!facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) {
 		return 0, "", nil
 	}
-	if runner && s.Prepare(claim) {
-		// Persisted before anything is issued.
-		return time.Millisecond, "", nil
+	if runner {
+		// Recorded now, persisted with the delivery (or the reason it
+		// waits) in this pass's status write.
+		s.Prepare(claim)
 	}
 	if p == nil {
 		// The cluster is not connected; its controller wakes the claim.
@@ -201,7 +206,7 @@ func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, 
 	clear(content)
 	switch c := provider.Classify(err); {
 	case err == nil:
-		s.delivered(claim, facts, runner, identity)
+		s.delivered(ctx, claim, facts, runner, identity)
 		return 0, "", nil
 	case errors.Is(err, provider.ErrNotOwned):
 		s.Minted.Forget(claim.UID)
@@ -315,7 +320,7 @@ func (s *secretsService) credential(ctx context.Context, claim *hfv1.MachineClai
 }
 
 // delivered records the write.
-func (s *secretsService) delivered(claim *hfv1.MachineClaim, facts *claimFacts, runner, identity bool) {
+func (s *secretsService) delivered(ctx context.Context, claim *hfv1.MachineClaim, facts *claimFacts, runner, identity bool) {
 	now := &metav1.Time{Time: s.Clock.Now()}
 	ref := claim.Status.VMRef
 	switch {
@@ -323,13 +328,13 @@ func (s *secretsService) delivered(claim *hfv1.MachineClaim, facts *claimFacts, 
 		claim.Status.Identity.TPM.SecretsDeliveredAt = now
 		facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason,
 			"The TPM enrollment proof is in the running VM ("+agentconfig.SecretsFile+"); waiting for its TPM to enroll and its spire-agent to attest")
-		s.Recorder.Eventf(claim, corev1.EventTypeNormal, "EnrollmentProofDelivered", "Placed the TPM enrollment proof and the broker proof in VM %s through its guest agent", ref.ID())
+		logRoutine(ctx, "EnrollmentProofDelivered", "Placed the TPM enrollment proof and the broker proof in VM %s through its guest agent", ref.ID())
 		metrics.GuestSecretsDelivered.WithLabelValues("tpm").Inc()
 	case identity:
 		claim.Status.Identity.JoinTokenDeliveredAt = now
 		facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason,
 			"The join token is in the running VM ("+agentconfig.SecretsFile+"); waiting for its spire-agent to attest")
-		s.Recorder.Eventf(claim, corev1.EventTypeNormal, "JoinTokenDelivered", "Placed the join token and the broker proof in VM %s through its guest agent", ref.ID())
+		logRoutine(ctx, "JoinTokenDelivered", "Placed the join token and the broker proof in VM %s through its guest agent", ref.ID())
 		metrics.GuestSecretsDelivered.WithLabelValues("join-token").Inc()
 	}
 	if runner {
@@ -338,7 +343,7 @@ func (s *secretsService) delivered(claim *hfv1.MachineClaim, facts *claimFacts, 
 		b.CredentialDeliveredAt = now
 		facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.CredentialDeliveredReason,
 			fmt.Sprintf("The runner credential of runner %s is in the running VM (%s); waiting for the runner to come online", b.RunnerName, agentconfig.SecretsFile))
-		s.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.CredentialDeliveredReason), "Placed the single-use runner credential of runner %s in VM %s through its guest agent", b.RunnerName, ref.ID())
+		logRoutine(ctx, hfv1.CredentialDeliveredReason, "Placed the single-use runner credential of runner %s in VM %s through its guest agent", b.RunnerName, ref.ID())
 		metrics.GuestSecretsDelivered.WithLabelValues("runner-credential").Inc()
 	}
 }

@@ -164,7 +164,13 @@ func (r *Reconciler) awaitAttestation(ctx context.Context, s *claimScope, cluste
 		}
 	}
 	now := r.Clock.Now()
-	deadline := provisioned.LastTransitionTime.Add(attestationDeadline(cluster))
+	since := provisioned.LastTransitionTime.Time
+	if since.IsZero() {
+		// Provisioned in this pass (a fact not yet stamped: the scope
+		// stamps its transition when it closes): the VM came up now.
+		since = now
+	}
+	deadline := since.Add(attestationDeadline(cluster))
 	why := fmt.Sprintf("the VM's spire-agent did not attest within spec.spire.attestationDeadline (%s) of HypervisorCluster %s", attestationDeadline(cluster), cluster.Name)
 	if exp := st.JoinTokenExpiresAt; exp != nil && exp.Before(&metav1.Time{Time: deadline}) {
 		deadline = exp.Time

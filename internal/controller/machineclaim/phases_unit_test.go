@@ -117,7 +117,7 @@ func TestReconcileMachineClaim(t *testing.T) {
 			objs: []client.Object{worldCluster()}, listing: true,
 			wantGone: true, wantEvent: "Normal VMDeleted",
 		},
-		"running list: a running VM is watched, its credential request recorded first": {
+		"running list: a running VM is watched, its credential issued and offered to its guest": {
 			claim: func() *hfv1.MachineClaim {
 				c := placedClaimOn(unitCluster, 1001)
 				c.Status.End = nil
@@ -127,8 +127,9 @@ func TestReconcileMachineClaim(t *testing.T) {
 			},
 			objs: []client.Object{worldCluster()},
 			// No listing yet: nothing says the VM stopped. The running
-			// resync is cut short by ensureSecrets' wish to look again.
-			want:           ctrl.Result{RequeueAfter: time.Millisecond},
+			// resync is cut short by ensureSecrets' wish to look again:
+			// no VM of the fake cluster takes the credential yet.
+			want:           ctrl.Result{RequeueAfter: guestRetry},
 			wantPhase:      hfv1.MachineClaimBootstrapping,
 			wantConditions: map[hfv1.ConditionType]hfv1.ConditionReason{hfv1.MachineClaimProvisionedCondition: hfv1.ReadyReason},
 		},

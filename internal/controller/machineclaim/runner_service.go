@@ -70,7 +70,7 @@ func (r *Reconciler) observeRunner(ctx context.Context, s *claimScope) (jobDone 
 				started = &metav1.Time{Time: now}
 			}
 			st.JobStartedAt = started
-			r.Recorder.Eventf(claim, corev1.EventTypeNormal, "JobStarted", "Runner %s took job %s (%s / %s) of %s",
+			logRoutine(ctx, "JobStarted", "Runner %s took job %s (%s / %s) of %s",
 				st.RunnerName, job.Spec.ID(), job.Spec.WorkflowName, job.Spec.JobName, job.Spec.Repository)
 		}
 		if st.JobRepository == "" {

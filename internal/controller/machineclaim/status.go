@@ -46,6 +46,10 @@ type claimFacts struct {
 	// withdrawn are conditions that no longer apply (withdraw): the
 	// scope's close removes them.
 	withdrawn []hfv1.ConditionType
+	// task is the hypervisor task the claim waits on ("" without one),
+	// which the status does not record (vm_progress.go) but the Stuck
+	// condition names.
+	task string
 }
 
 // withdraw notes that a condition no longer applies to the claim (what it
@@ -135,7 +139,7 @@ func deriveStatus(claim *hfv1.MachineClaim, facts *claimFacts, now time.Time, bo
 		// A finished claim is history: its Stuck condition stays as it
 		// was when the claim finished.
 		d.stuck = stuck.Check(claim, d.phase, bounds, now)
-		d.nowStuck = setStuck(claim, d.phase, d.stuck, bounds.Bound(d.phase))
+		d.nowStuck = setStuck(claim, d.phase, d.stuck, bounds.Bound(d.phase), facts.task)
 	}
 	return d
 }
@@ -176,7 +180,7 @@ func enterPhase(claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, now meta
 // moved on. A Stuck condition from an earlier stay is replaced, so that
 // its transition time is this stay's. It returns the message when the
 // claim became stuck this pass (one warning event per stay), "" else.
-func setStuck(claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, v stuck.Verdict, bound time.Duration) string {
+func setStuck(claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, v stuck.Verdict, bound time.Duration, task string) string {
 	conds := &claim.Status.Conditions
 	old := hfv1.FindCondition(*conds, hfv1.MachineClaimStuckCondition)
 	switch {
@@ -185,7 +189,7 @@ func setStuck(claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, v stuck.Ve
 	case v.Stuck:
 		meta.RemoveStatusCondition(conds, string(hfv1.MachineClaimStuckCondition))
 		msg := fmt.Sprintf("In phase %s since %s, longer than the manager's bound for it (%s); waiting on %s",
-			phase, v.Since.UTC().Format(time.RFC3339), bound, stuck.WaitingOn(claim, phase))
+			phase, v.Since.UTC().Format(time.RFC3339), bound, stuck.WaitingOn(claim, phase, task))
 		conditions.Set(conds, claim.Generation, hfv1.MachineClaimStuckCondition, metav1.ConditionTrue, hfv1.NoProgressReason, msg)
 		return msg
 	case old != nil && old.Status == metav1.ConditionTrue:

@@ -33,8 +33,8 @@ func TestReadyAndPhase(t *testing.T) {
 		{"new", func(*hfv1.MachineClaim) {}, hfv1.MachineClaimPending, metav1.ConditionFalse, hfv1.ReconcilingReason},
 		{"cloning", func(c *hfv1.MachineClaim) {
 			c.Status.VMRef = &hfv1.VMReference{VMID: 100}
-			set(c, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.CloningReason)
-		}, hfv1.MachineClaimProvisioning, metav1.ConditionFalse, hfv1.CloningReason},
+			set(c, hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason)
+		}, hfv1.MachineClaimProvisioning, metav1.ConditionFalse, hfv1.BuildingVMReason},
 		{"up, runner not yet online", func(c *hfv1.MachineClaim) {
 			set(c, hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason)
 		}, hfv1.MachineClaimBootstrapping, metav1.ConditionFalse, hfv1.WaitingForRunnerReason},
@@ -106,10 +106,9 @@ func TestDeriveStatus(t *testing.T) {
 	cloningSince := func(entered time.Time, extra ...metav1.Condition) func(c *hfv1.MachineClaim) {
 		return func(c *hfv1.MachineClaim) {
 			c.Status.VMRef = &hfv1.VMReference{VMID: 100}
-			c.Status.Task = &hfv1.TaskReference{ID: "UPID:pve1:0001:clone", Operation: "clone"}
 			c.Status.Phase = hfv1.MachineClaimProvisioning
 			c.Status.PhaseTimes = &hfv1.PhaseTimes{Provisioning: &metav1.Time{Time: entered}}
-			c.Status.Conditions = append([]metav1.Condition{cond(provisioned, fals, hfv1.CloningReason), cond(ready, fals, hfv1.CloningReason)}, extra...)
+			c.Status.Conditions = append([]metav1.Condition{cond(provisioned, fals, hfv1.BuildingVMReason), cond(ready, fals, hfv1.BuildingVMReason)}, extra...)
 		}
 	}
 	tests := []struct {
@@ -147,8 +146,8 @@ func TestDeriveStatus(t *testing.T) {
 		{
 			name:      "cloning: Provisioned False, Ready repeats it",
 			start:     func(c *hfv1.MachineClaim) { c.Status.VMRef = &hfv1.VMReference{VMID: 100} },
-			facts:     []fact{{provisioned, fals, hfv1.CloningReason}},
-			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, hfv1.CloningReason, true}, ready: {fals, hfv1.CloningReason, true}},
+			facts:     []fact{{provisioned, fals, hfv1.BuildingVMReason}},
+			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, hfv1.BuildingVMReason, true}, ready: {fals, hfv1.BuildingVMReason, true}},
 			wantOrder: []hfv1.ConditionType{provisioned, ready},
 			wantPhase: hfv1.MachineClaimProvisioning,
 		},
@@ -156,7 +155,7 @@ func TestDeriveStatus(t *testing.T) {
 			name: "the VM up: a fact replaces the stored condition of its type; the time moves with the status",
 			start: func(c *hfv1.MachineClaim) {
 				c.Status.VMRef = &hfv1.VMReference{VMID: 100}
-				c.Status.Conditions = []metav1.Condition{cond(provisioned, fals, hfv1.CloningReason), cond(ready, fals, hfv1.CloningReason)}
+				c.Status.Conditions = []metav1.Condition{cond(provisioned, fals, hfv1.BuildingVMReason), cond(ready, fals, hfv1.BuildingVMReason)}
 			},
 			facts: []fact{{provisioned, tru, hfv1.ReadyReason}, {owned, tru, hfv1.ReadyReason}},
 			wantConds: map[hfv1.ConditionType]want{provisioned: {tru, hfv1.ReadyReason, true}, owned: {tru, hfv1.ReadyReason, true},
@@ -167,7 +166,7 @@ func TestDeriveStatus(t *testing.T) {
 		{
 			name: "the same status again keeps the stored transition time",
 			start: func(c *hfv1.MachineClaim) {
-				c.Status.Conditions = []metav1.Condition{cond(provisioned, fals, hfv1.CloningReason)}
+				c.Status.Conditions = []metav1.Condition{cond(provisioned, fals, hfv1.BuildingVMReason)}
 			},
 			facts:     []fact{{provisioned, fals, hfv1.ConditionReason("Starting")}},
 			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, "Starting", false}, ready: {fals, "Starting", true}},
@@ -178,7 +177,7 @@ func TestDeriveStatus(t *testing.T) {
 			start: func(c *hfv1.MachineClaim) {
 				c.Status.Conditions = []metav1.Condition{cond(provisioned, tru, hfv1.ReadyReason)}
 			},
-			facts:     []fact{{provisioned, fals, hfv1.CloningReason}, {attested, fals, hfv1.AttestationPendingReason}, {provisioned, tru, hfv1.ReadyReason}},
+			facts:     []fact{{provisioned, fals, hfv1.BuildingVMReason}, {attested, fals, hfv1.AttestationPendingReason}, {provisioned, tru, hfv1.ReadyReason}},
 			wantConds: map[hfv1.ConditionType]want{provisioned: {tru, hfv1.ReadyReason, false}, attested: {fals, hfv1.AttestationPendingReason, true}, ready: {fals, hfv1.AttestationPendingReason, true}},
 			wantOrder: []hfv1.ConditionType{provisioned, attested, ready},
 			wantPhase: hfv1.MachineClaimBootstrapping,
@@ -238,7 +237,7 @@ func TestDeriveStatus(t *testing.T) {
 			name:      "within the Provisioning bound: not stuck, woken when it would be",
 			start:     cloningSince(unitEpoch),
 			now:       9 * time.Minute,
-			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, hfv1.CloningReason, false}, ready: {fals, hfv1.CloningReason, false}},
+			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, hfv1.BuildingVMReason, false}, ready: {fals, hfv1.BuildingVMReason, false}},
 			wantPhase: hfv1.MachineClaimProvisioning,
 			wantWake:  time.Minute,
 		},
@@ -246,16 +245,16 @@ func TestDeriveStatus(t *testing.T) {
 			name:  "past the Provisioning bound: Stuck True, naming the phase, the task and the condition it waits on",
 			start: cloningSince(unitEpoch),
 			now:   10 * time.Minute,
-			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, hfv1.CloningReason, false}, ready: {fals, hfv1.CloningReason, false},
+			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, hfv1.BuildingVMReason, false}, ready: {fals, hfv1.BuildingVMReason, false},
 				stuckCond: {tru, hfv1.NoProgressReason, true}},
 			wantOrder: []hfv1.ConditionType{provisioned, ready, stuckCond},
 			wantPhase: hfv1.MachineClaimProvisioning,
-			wantStuck: "In phase Provisioning since 2025-01-01T12:00:00Z, longer than the manager's bound for it (10m0s); waiting on hypervisor task clone (UPID:pve1:0001:clone); Provisioned=False Cloning: Cloning",
+			wantStuck: "In phase Provisioning since 2025-01-01T12:00:00Z, longer than the manager's bound for it (10m0s); waiting on hypervisor task clone (UPID:pve1:0001:clone); Provisioned=False BuildingVM: BuildingVM",
 		},
 		{
 			name:  "still stuck in the same stay: Stuck kept, not reported again",
 			start: cloningSince(unitEpoch.Add(-time.Hour), cond(stuckCond, tru, hfv1.NoProgressReason)),
-			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, hfv1.CloningReason, false}, ready: {fals, hfv1.CloningReason, false},
+			wantConds: map[hfv1.ConditionType]want{provisioned: {fals, hfv1.BuildingVMReason, false}, ready: {fals, hfv1.BuildingVMReason, false},
 				stuckCond: {tru, hfv1.NoProgressReason, false}},
 			wantPhase: hfv1.MachineClaimProvisioning,
 		},
@@ -301,6 +300,10 @@ func TestDeriveStatus(t *testing.T) {
 			c.Generation = 3
 			tc.start(c)
 			var facts claimFacts
+			if c.Status.VMRef != nil {
+				// The task the reconciler keeps in memory (vm_progress.go).
+				facts.task = "hypervisor task clone (UPID:pve1:0001:clone)"
+			}
 			recorded := map[hfv1.ConditionType]bool{}
 			for _, f := range tc.facts {
 				facts.record(f.typ, f.status, f.reason, string(f.reason))
@@ -368,10 +371,9 @@ func TestStuckAcrossPasses(t *testing.T) {
 	c := unitClaim("stuck-across-passes", 0)
 	c.Namespace = "status-test"
 	c.Status.VMRef = &hfv1.VMReference{VMID: 100}
-	c.Status.Task = &hfv1.TaskReference{ID: "UPID:pve1:0001:clone", Operation: "clone"}
 	ctx := context.Background()
 	pass := func(record func(f *claimFacts)) ctrl.Result {
-		var facts claimFacts
+		facts := claimFacts{task: "hypervisor task clone (UPID:pve1:0001:clone)"}
 		if record != nil {
 			record(&facts)
 		}
@@ -383,7 +385,7 @@ func TestStuckAcrossPasses(t *testing.T) {
 	}
 
 	pass(func(f *claimFacts) {
-		f.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.CloningReason, "cloning from template 9000")
+		f.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason, "cloning from template 9000")
 	})
 	clk.Step(4 * time.Minute)
 	if res := pass(nil); res.RequeueAfter != 6*time.Minute || stuckCond() != nil {
@@ -396,7 +398,7 @@ func TestStuckAcrossPasses(t *testing.T) {
 	}
 	if cond := stuckCond(); cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != string(hfv1.NoProgressReason) ||
 		!strings.Contains(cond.Message, "In phase Provisioning") || !strings.Contains(cond.Message, "clone (UPID:pve1:0001:clone)") ||
-		!strings.Contains(cond.Message, "Cloning: cloning from template 9000") {
+		!strings.Contains(cond.Message, "BuildingVM: cloning from template 9000") {
 		t.Fatalf("Stuck = %+v", cond)
 	}
 	if got := drainEvents(events); len(got) != 1 || !strings.HasPrefix(got[0], "Warning Stuck In phase Provisioning") {
@@ -429,7 +431,7 @@ func TestStuckAcrossPasses(t *testing.T) {
 func TestFactsReadThrough(t *testing.T) {
 	c := &hfv1.MachineClaim{}
 	c.Status.Conditions = []metav1.Condition{
-		{Type: string(hfv1.MachineClaimProvisionedCondition), Status: metav1.ConditionFalse, Reason: string(hfv1.CloningReason)},
+		{Type: string(hfv1.MachineClaimProvisionedCondition), Status: metav1.ConditionFalse, Reason: string(hfv1.BuildingVMReason)},
 		{Type: string(hfv1.MachineClaimOwnershipVerifiedCondition), Status: metav1.ConditionTrue, Reason: string(hfv1.ReadyReason)},
 	}
 	var facts claimFacts

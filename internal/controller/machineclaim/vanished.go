@@ -97,7 +97,7 @@ func (r *Reconciler) handOverVanished(ctx context.Context, name types.Namespaced
 // its reservation's when the reservation's signature verifies.
 func (r *Reconciler) vanishedVM(claim *hfv1.MachineClaim) (cluster string, p provider.Progress, ok bool) {
 	if ref := claim.Status.VMRef; ref != nil {
-		p = Progress(claim)
+		p = r.progressOf(claim)
 		return ref.HypervisorCluster, p, true
 	}
 	v, found := claim.Annotations[hfv1.VMReservationAnnotation]

@@ -89,7 +89,7 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 	if placed != nil {
 		ApplyPlacement(spec, *placed)
 	}
-	prev := Progress(claim)
+	prev := r.progressOf(claim)
 	if claim.Status.VMRef == nil {
 		claim.Status.TemplateHash = tmpl.Status.TemplateHash
 	}
@@ -133,41 +133,47 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 	r.provisionRetryAt.Delete(claim.UID)
 	r.provisionHeld.Delete(claim.UID)
 	r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
-	// "Call again now": the status write usually wakes the claim first;
-	// the requeue only covers a coalesced event.
+	// "Call again now": no status write wakes the claim between the
+	// provider's steps (the steps are not written), the requeue does.
 	retry := CallAgain(res.RetryAfter)
-	provisioning := func(reason hfv1.ConditionReason, def string) (phase.Result, error) {
-		msg := pollMessage(claim, hfv1.MachineClaimProvisionedCondition, reason, prev, res.Progress, cmp.Or(res.Message, def))
-		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
-		return phase.StopAndRequeue(retry), nil
-	}
 	switch res.Phase {
-	case provider.PhaseCloning:
-		return provisioning(hfv1.CloningReason, "Cloning the template")
-	case provider.PhaseConfiguring:
-		return provisioning(hfv1.ConfiguringReason, "Configuring the VM")
-	case provider.PhaseStarting:
-		return provisioning(hfv1.StartingReason, "Starting the VM")
-	case provider.PhaseBooting:
-		return provisioning(hfv1.WaitingForGuestReason, "Waiting for the guest agent")
+	case provider.PhaseCloning, provider.PhaseConfiguring, provider.PhaseStarting, provider.PhaseBooting:
+		// One condition for the whole build: its reason and message name
+		// the VM, not the step, so that the steps make no status write of
+		// their own (vm_progress.go).
+		msg := buildingMessage(cluster.Name, res.Progress)
+		if res.Progress.Task == nil && res.RetryAfter > 0 && res.Message != "" {
+			// No task runs: the step waits (a lock) or is retried after a
+			// task that failed for a reason worth retrying. Why is for
+			// the person reading the claim (property 8's test,
+			// TestRetryAndErrorHandlingProperty in internal/controller,
+			// fails without it).
+			msg += "; " + res.Message
+		}
+		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason, msg)
+		return phase.StopAndRequeue(retry), nil
 	case provider.PhaseRunning:
 		claim.Status.Network = networkStatus(claim, tmpl, cluster, res)
 		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
 			fmt.Sprintf("VM %s runs on %s/%s with addresses %s", res.Progress.ID, cluster.Name, res.Progress.Node, strings.Join(res.Addresses, ", ")))
 		s.facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
 		logRoutine(ctx, hfv1.ReadyReason, "VM %s is up on %s/%s", res.Progress.ID, cluster.Name, res.Progress.Node)
-		if r.secretSteps(s).Prepare(claim) {
-			// Recorded with Provisioned, in this pass's status write: the
-			// credential is issued and placed in the next pass, which that
-			// write's watch event starts.
-			return phase.StopAndRequeue(time.Second), nil
-		}
+		// The running phases follow in this same pass (runStateList):
+		// the VM's being up and its credential's delivery are one status
+		// write.
 		return phase.StopAndRequeue(resyncRunning()), nil
 	case provider.PhaseStopped:
 		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %s powered off before it was ready", res.Progress.ID))
 		return phase.Stop(), nil
 	}
-	return provisioning(hfv1.QueuedReason, "Waiting for a clone slot")
+	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.QueuedReason, cmp.Or(res.Message, "Waiting for a clone slot"))
+	return phase.StopAndRequeue(retry), nil
+}
+
+// buildingMessage is the Provisioned condition's message while the VM at p
+// is built: the same for every step, so that a step is no status write.
+func buildingMessage(cluster string, p provider.Progress) string {
+	return fmt.Sprintf("Building VM %s on %s/%s: cloning, configuring and starting it, then waiting for its guest agent", p.ID, cluster, p.Node)
 }
 
 // deleteVM advances the deletion of the claim's VM by one step, and reports
@@ -197,7 +203,7 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 			fmt.Sprintf("Cannot delete VM %s yet: HypervisorCluster %s is not connected: %s", ref.ID(), ref.HypervisorCluster, health.Message))
 		return false, r.backoff(claim)
 	}
-	prev := Progress(claim)
+	prev := r.progressOf(claim)
 	res, err := p.DeleteVM(ctx, vmspec.Owner(claim), prev)
 	switch {
 	case errors.Is(err, provider.ErrNotOwned):
@@ -215,12 +221,15 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 	r.attempts.Delete(claim.UID)
 	if !res.Done {
 		r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
-		s.facts.ending(hfv1.DeletingVMReason, pollMessage(claim, hfv1.MachineClaimEndingCondition, hfv1.DeletingVMReason, prev, res.Progress,
-			cmp.Or(res.Message, fmt.Sprintf("Deleting VM %s", ref.ID()))))
+		// The same message for every step (stop, destroy, the ISO's
+		// removal), so that a step is no status write; the task is in the
+		// log (vm_progress.go).
+		s.facts.ending(hfv1.DeletingVMReason, fmt.Sprintf("Deleting VM %s on %s: stopping and destroying it, then removing its cloud-init media", ref.ID(), ref.HypervisorCluster))
 		return false, CallAgain(res.RetryAfter)
 	}
 	r.teardownEvent(ctx, claim, hfv1.VMDeletedReason, "VM %s on %s destroyed and its cloud-init ISO removed", ref.ID(), ref.HypervisorCluster)
 	claim.Status.VMRef, claim.Status.Task = nil, nil
+	r.forgetProgress(claim)
 	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.VMDeletedReason, fmt.Sprintf("VM %s was destroyed", ref.ID()))
 	s.facts.ending(hfv1.VMDeletedReason, fmt.Sprintf("VM %s was destroyed", ref.ID()))
 	return true, 0
@@ -310,20 +319,4 @@ func (r *Reconciler) heldForUser(claim *hfv1.MachineClaim, tmpl *hfv1.Hypervisor
 // same reports whether the claim's inputs are those it failed with.
 func (h heldProvision) same(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) bool {
 	return h.claim == claim.Generation && h.template == tmpl.Generation && h.cluster == cluster.Generation
-}
-
-// pollMessage is the message of condition typ for a pass that found the
-// claim's VM at reason: msg, unless the pass only polled the task the
-// claim already records (same task, same reason), whose message ("waiting
-// for the clone task") would replace the one the task's start wrote
-// ("cloning ... to VM 1000") and make a status write of its own, one per
-// task, that says nothing new; the stored message is kept then.
-func pollMessage(claim *hfv1.MachineClaim, typ hfv1.ConditionType, reason hfv1.ConditionReason, prev, next provider.Progress, msg string) string {
-	if prev.Task == nil || next.Task == nil || prev.Task.ID != next.Task.ID || prev.ID != next.ID {
-		return msg
-	}
-	if old := hfv1.FindCondition(claim.Status.Conditions, typ); old != nil && old.Reason == string(reason) {
-		return old.Message
-	}
-	return msg
 }

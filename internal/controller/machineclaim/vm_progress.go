@@ -2,14 +2,26 @@ package machineclaim
 
 import (
 	"context"
+	"fmt"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
+
+// The provider's progress has two parts, kept in two places. Where the VM
+// is (its id and node) is persisted in the claim's status (status.vmRef):
+// a restarted operator must find its VM. The hypervisor task in flight is
+// kept in the reconciler's memory only (Reconciler.progress): writing each
+// task reference was one status write per hypervisor task (clone, upload,
+// start, boot, stop, destroy: six per job), read by nobody but a restarted
+// operator, and a restarted operator does without them, as the provider
+// contract requires (pkg/provider, "Never block"): given a Progress without
+// its task, a provider reads where the VM stands and goes on from there.
+// status.task is no longer written; a value an older operator wrote is
+// read once (Progress) and cleared by the next status write.
 
 // Progress is the provider progress persisted in the claim's status.
 func Progress(claim *hfv1.MachineClaim) provider.Progress {
@@ -26,31 +38,70 @@ func Progress(claim *hfv1.MachineClaim) provider.Progress {
 	return p
 }
 
-// recordProgress writes the provider's progress into the claim's status
-// (persisted by the reconciler's status write before anything waits on
-// it), and reports a clone request once.
+// progressOf is the claim's provider progress: the one this process kept
+// for the VM its status records (with its task in flight), else the
+// persisted one (Progress).
+func (r *Reconciler) progressOf(claim *hfv1.MachineClaim) provider.Progress {
+	p := Progress(claim)
+	if v, ok := r.progress.Load(claim.UID); ok && p.ID != "" {
+		if kept := v.(provider.Progress); kept.ID == p.ID {
+			return kept
+		}
+	}
+	return p
+}
+
+// recordProgress keeps the provider's progress: the VM's location in the
+// claim's status (persisted by the scope's status write, before anything
+// waits on it), the task in memory (progressOf). It reports a clone
+// request once, and logs each new task: the task in flight is in
+// the log and, once the claim is stuck, in its Stuck condition, not in its
+// status.
 func (r *Reconciler) recordProgress(ctx context.Context, claim *hfv1.MachineClaim, cluster string, prev, next provider.Progress) {
 	if next.ID == "" {
 		claim.Status.VMRef = nil
+		r.progress.Delete(claim.UID)
 	} else {
 		claim.Status.VMRef = hfv1.NewVMReference(cluster, string(next.ID), next.Node)
+		r.progress.Store(claim.UID, next)
 	}
 	claim.Status.Task = nil
-	if t := next.Task; t != nil {
-		claim.Status.Task = &hfv1.TaskReference{ID: t.ID, Operation: t.Operation}
-		if !t.StartTime.IsZero() {
-			claim.Status.Task.StartTime = &metav1.Time{Time: t.StartTime}
-		}
-		if t.Operation == "clone" && (prev.Task == nil || prev.Task.ID != t.ID) {
-			// No event of its own: the Provisioning phase event of the same
-			// pass says the same (reason Cloning, the template, VM id and
-			// node), and every event is a write to the API server.
+	if t := next.Task; t != nil && (prev.Task == nil || prev.Task.ID != t.ID) {
+		ctrl.LoggerFrom(ctx).Info("Hypervisor task started", "vm", next.ID, "node", next.Node, "operation", t.Operation, "task", t.ID)
+		if t.Operation == "clone" {
 			metrics.CreatedToCloneRequest.Observe(r.Clock.Since(claim.CreationTimestamp.Time).Seconds())
 		}
 	}
 	if prev.ID != "" && next.ID != "" && prev.ID != next.ID {
 		ctrl.LoggerFrom(ctx).Info("VM id changed (the previous one was taken)", "previousVM", prev.ID, "vm", next.ID)
 	}
+}
+
+// keepTask keeps t as the claim's task in flight, its VM unchanged (a
+// step that reports a task but not where the VM is, such as removing its
+// cloud-init media).
+func (r *Reconciler) keepTask(claim *hfv1.MachineClaim, t *provider.Task) {
+	p := r.progressOf(claim)
+	claim.Status.Task = nil
+	if p.ID == "" {
+		return
+	}
+	p.Task = t
+	r.progress.Store(claim.UID, p)
+}
+
+// forgetProgress drops the claim's kept progress (its VM is gone).
+func (r *Reconciler) forgetProgress(claim *hfv1.MachineClaim) {
+	r.progress.Delete(claim.UID)
+}
+
+// taskInFlight says which hypervisor task the claim waits on, for its
+// Stuck condition; "" without one.
+func (r *Reconciler) taskInFlight(claim *hfv1.MachineClaim) string {
+	if t := r.progressOf(claim).Task; t != nil {
+		return fmt.Sprintf("hypervisor task %s (%s)", t.Operation, t.ID)
+	}
+	return ""
 }
 
 // vmRefOf is the provider's reference of the VM ref records; a reference

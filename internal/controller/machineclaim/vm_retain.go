@@ -68,7 +68,7 @@ func (r *Reconciler) retainFailedVM(ctx context.Context, s *claimScope) (retaine
 func (r *Reconciler) removeMedia(ctx context.Context, s *claimScope, p provider.Provider) (bool, time.Duration) {
 	claim := s.claim
 	ref := claim.Status.VMRef
-	prev := Progress(claim)
+	prev := r.progressOf(claim)
 	res, err := p.RemoveCloudInitMedia(ctx, vmspec.Owner(claim), prev)
 	if err != nil {
 		s.facts.ending(hfv1.RetainingReason, fmt.Sprintf("VM %s is kept for debugging once its cloud-init ISO (it holds the runner credential) is removed: %v", ref.ID(), err))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -155,16 +156,16 @@ func (w *World) Objects() ([]client.Object, error) {
 		// After the system namespace, before the cluster that uses them.
 		secret := w.opts.Secrets[i].DeepCopy()
 		secret.Namespace = SystemNamespace
-		objs = append([]client.Object{objs[0], secret}, objs[1:]...)
+		objs = afterSystemNamespace(objs, secret)
 	}
 	for _, secret := range w.tpmSecrets {
 		// Before the cluster that references them.
-		objs = append([]client.Object{objs[0], secret.DeepCopy()}, objs[1:]...)
+		objs = afterSystemNamespace(objs, secret.DeepCopy())
 	}
 	if w.opts.SecretStore {
 		// Before the cluster that references it.
 		secret, _ := w.vaultObjects()
-		objs = append([]client.Object{objs[0], secret}, objs[1:]...)
+		objs = afterSystemNamespace(objs, secret)
 	}
 	if w.opts.Platform == hfv1.WorkloadBuildkite {
 		bk, err := w.buildkiteObjects(objs)
@@ -181,6 +182,17 @@ func (w *World) Objects() ([]client.Object, error) {
 		objs = gl
 	}
 	return objs, nil
+}
+
+// afterSystemNamespace inserts o right after SystemNamespace's Namespace
+// in objs, which need not come first: the IPPools (cluster-scoped) go
+// before it.
+func afterSystemNamespace(objs []client.Object, o client.Object) []client.Object {
+	i := slices.IndexFunc(objs, func(x client.Object) bool {
+		ns, ok := x.(*corev1.Namespace)
+		return ok && ns.Name == SystemNamespace
+	})
+	return slices.Insert(objs, i+1, o)
 }
 
 // The samples whose SPIFFE settings the world uses (config/samples).

@@ -427,6 +427,7 @@ func testRestart(t *testing.T, h *Harness) {
 		{name: "while configuring, task lost", at: inFlight(provider.PhaseConfiguring), loseTask: true, vmExists: true},
 		{name: "while starting, task lost", at: inFlight(provider.PhaseStarting), loseTask: true, vmExists: true},
 		{name: "while booting", at: func(r *provider.EnsureResult) bool { return r.Phase == provider.PhaseBooting }, vmExists: true},
+		{name: "while booting, task lost", at: func(r *provider.EnsureResult) bool { return r.Phase == provider.PhaseBooting }, loseTask: true, vmExists: true},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -93,13 +93,11 @@ func Check(claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, bounds Bounds
 	return Verdict{Stuck: true, Since: since}
 }
 
-// WaitingOn says what a claim waits for: its hypervisor task and the
-// condition that explains its phase.
-func WaitingOn(claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase) string {
-	var out string
-	if t := claim.Status.Task; t != nil {
-		out = fmt.Sprintf("hypervisor task %s (%s)", t.Operation, t.ID)
-	}
+// WaitingOn says what a claim waits for: its hypervisor task (task, ""
+// without one: the claim's status does not record it) and the condition
+// that explains its phase.
+func WaitingOn(claim *hfv1.MachineClaim, phase hfv1.MachineClaimPhase, task string) string {
+	out := task
 	cond := hfv1.MachineClaimProvisionedCondition
 	if phase != hfv1.MachineClaimPending && phase != hfv1.MachineClaimProvisioning {
 		cond = hfv1.ReadyCondition
@@ -190,7 +188,7 @@ func (d *Detector) Report(ctx context.Context, claim *hfv1.MachineClaim, phase h
 	d.Set(key, phase, v.Stuck)
 	if nowStuck != "" {
 		d.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.MachineClaimStuckCondition), nowStuck)
-		ctrl.LoggerFrom(ctx).Info("MachineClaim is stuck", "phase", phase, "since", v.Since, "waitingOn", WaitingOn(claim, phase))
+		ctrl.LoggerFrom(ctx).Info("MachineClaim is stuck", "phase", phase, "since", v.Since, "message", nowStuck)
 	}
 	if v.Wake > 0 && (res.RequeueAfter == 0 || v.Wake < res.RequeueAfter) {
 		res.RequeueAfter = v.Wake

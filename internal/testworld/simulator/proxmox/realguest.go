@@ -101,8 +101,10 @@ type realGuest struct {
 	tpm  *realTPM
 	node string
 	// seed is what a guest resumed from a saved state is given after the
-	// resume, nil for a guest that boots.
+	// resume, nil for a guest that boots; addr is the address its lease
+	// must give it.
 	seed *seedDoc
+	addr string
 }
 
 // realGuestsLocked returns the runner, creating it (and its work
@@ -174,8 +176,16 @@ func (r *realGuests) startLocked(v *vm, gen int) error {
 	if m.Append == "" {
 		m.Append = qemu.KernelArgs()
 	}
+	addr := m.Net.Guest
 	if state != nil {
 		m.Incoming = state.File
+		// The user network's lease table is part of the saved state
+		// (libslirp saves its BOOTP clients): the first address of the
+		// saved machine's DHCP range is leased to the saved guest's MAC,
+		// and the VM's MAC would get the next one. One address lower,
+		// that first one is the saved lease and the next the VM's own
+		// (resumeGuest checks that it is).
+		m.Net.Guest = previousIPv4(m.Net.Guest)
 	}
 	if tn := r.cfg.Network; tn != nil {
 		if m.Tap, err = tapOf(tn, v.vmid, dir); err != nil {
@@ -198,7 +208,7 @@ func (r *realGuests) startLocked(v *vm, gen int) error {
 		return fmt.Errorf("start failed: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &realGuest{proc: p, gen: gen, sockDir: sockDir, stop: cancel, tpm: tpm, node: v.node, seed: seed}
+	g := &realGuest{proc: p, gen: gen, sockDir: sockDir, stop: cancel, tpm: tpm, node: v.node, seed: seed, addr: addr}
 	r.vms[v.vmid] = g
 	r.wg.Add(2)
 	go r.waitExit(v.vmid, g)
@@ -322,6 +332,18 @@ func (s *Simulator) userNet(addr string) qemu.UserNet {
 	return qemu.UserNet{Net: fmt.Sprintf("%s/%d", network, s.addrs.prefix), Host: at(2), DNS: at(3), Guest: ip.String()}
 }
 
+// previousIPv4 is the IPv4 address one below addr (addr itself when it
+// is none).
+func previousIPv4(addr string) string {
+	ip := net.ParseIP(addr).To4()
+	if ip == nil {
+		return addr
+	}
+	b := make(net.IP, 4)
+	binary.BigEndian.PutUint32(b, binary.BigEndian.Uint32(ip)-1)
+	return b.String()
+}
+
 // GuestHostAddress is the address at which real guests reach the host's
 // loopback (QEMU's user-mode network forwards it to 127.0.0.1): the .2
 // address of the network of guest.addressRange, 10.99.0.2 by default;
@@ -368,7 +390,7 @@ func (r *realGuests) waitAgent(ctx context.Context, vmid int, g *realGuest) {
 	defer r.wg.Done()
 	if g.seed != nil {
 		start := time.Now()
-		if err := resumeGuest(ctx, g.proc, g.seed, g.proc.Machine.MAC); err != nil {
+		if err := resumeGuest(ctx, g.proc, g.seed, g.proc.Machine.MAC, g.addr); err != nil {
 			if ctx.Err() == nil {
 				r.s.log.Error("Cannot resume a real guest from its template's saved state", "vmid", vmid, "err", err)
 				g.proc.Kill()

@@ -166,11 +166,11 @@ func dhcpOnly(nc []byte) bool {
 
 // resumeGuest lets a resumed QEMU run and makes it the VM it is: the
 // clock stepped, a machine-id of its own, its MAC and a fresh DHCP lease
-// on the VM's network, then the seed's bootcmd, write_files, host name,
+// of addr on the VM's network, then the seed's bootcmd, write_files, host name,
 // ca_certs and runcmd, in cloud-init's order. Until it returns, the guest agent is
 // not reported up, so the operator places nothing in a guest that is not
 // yet its VM.
-func resumeGuest(ctx context.Context, p *qemu.Process, seed *seedDoc, mac string) error {
+func resumeGuest(ctx context.Context, p *qemu.Process, seed *seedDoc, mac, addr string) error {
 	sock := p.Machine.AgentSocket()
 	if err := qemu.Resume(ctx, p); err != nil {
 		return err
@@ -195,6 +195,11 @@ func resumeGuest(ctx context.Context, p *qemu.Process, seed *seedDoc, mac string
 	if err := guestSh(ctx, sock, "dhclient -x -pf /run/dhclient.eth0.pid eth0 2>/dev/null; ip link set dev eth0 down && ip addr flush dev eth0 && ip link set dev eth0 address "+mac+
 		" && ip link set dev eth0 up && rm -f /var/lib/dhcp/dhclient.eth0.leases"+
 		" && dhclient -4 -1 -pf /run/dhclient.eth0.pid -lf /var/lib/dhcp/dhclient.eth0.leases eth0"); err != nil {
+		return err
+	}
+	// The lease must be the VM's address, the one the simulator reports
+	// (the saved lease table can hand out another: startLocked).
+	if err := guestSh(ctx, sock, `a=$(ip -4 -o addr show dev eth0); case "$a" in *" "`+shQuote(addr+"/")+`*) ;; *) echo "eth0's lease is not `+addr+`: $a" >&2; exit 1 ;; esac`); err != nil {
 		return err
 	}
 	var cc struct {

@@ -287,9 +287,16 @@ func dialUnix(path string) (net.Conn, error) {
 // side-channel mitigations (retpolines, buffer clears on every kernel exit)
 // only cost time (3 to 11 s of a 60 to 80 s boot to the end of cloud-init
 // in paired boots on the idle CI machine, too little to see under CI's
-// load; docs/testing.md, "CI timings"). Proxmox boots a
-// template's own boot loader and command line; the simulator boots the
-// kernel directly, so the command line is the test world's choice.
+// load; docs/testing.md, "CI timings"), and no_timer_check: early in its
+// boot the kernel checks that the timer interrupt arrives through the
+// IO-APIC within a few emulated ticks, and on a loaded host TCG can miss
+// them; the kernel then panics ("IO-APIC + timer doesn't work!") and the
+// panicked guest spins a core until its caller gives up (a state build,
+// hack/guest-image/state.go, spun for 10 minutes). QEMU's emulated timer
+// is wired right, so the check only adds that risk (cloud images boot VMs
+// with it for the same reason). Proxmox boots a template's own boot
+// loader and command line; the simulator boots the kernel directly, so
+// the command line is the test world's choice.
 func KernelArgs(extra ...string) string {
-	return strings.Join(append([]string{"root=LABEL=hyperfleet-root", "ro", "console=ttyS0,115200", "quiet", "net.ifnames=0", "mitigations=off"}, extra...), " ")
+	return strings.Join(append([]string{"root=LABEL=hyperfleet-root", "ro", "console=ttyS0,115200", "quiet", "net.ifnames=0", "mitigations=off", "no_timer_check"}, extra...), " ")
 }
