@@ -470,6 +470,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	if opts.ReplacementBackoff != nil {
 		backoff = *opts.ReplacementBackoff
 	}
+	// One demand recorder for the webhook receiver, the resync and the
+	// scale-set listeners: it remembers what it wrote (demand's written.go),
+	// so a job the webhook recorded is not created again by the resync
+	// (a refused create and a read, in the end-to-end request count).
+	recorder := demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock)
 	pools := &controller.RunnerPoolReconciler{
 		Client:     mgr.GetClient(),
 		Backoff:    backoff,
@@ -491,7 +496,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		// The runner scale-set listeners (internal/feeds), leader only,
 		// beside the pool controller that starts and stops them.
 		listeners := &feeds.Listeners{
-			Recorder: demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock),
+			Recorder: recorder,
 			Owner:    "hyperfleet-" + opts.Signer.OperatorID(),
 			Wake: func(pool types.NamespacedName) {
 				select {
@@ -517,7 +522,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 			Providers:   ci.providers,
 			Backends:    backends,
 			Router:      demand.NewRouter(mgr.GetClient(), backends),
-			Recorder:    demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock),
+			Recorder:    recorder,
 			Runners:     runners,
 			Events:      mgr.GetEventRecorderFor("runnerpool-resync"),
 			Clock:       opts.Clock,
@@ -539,7 +544,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}
 	comps := &Components{Registry: registry, IPAM: addresses, Sweeper: sw, DNS: dnsClusters, Resync: resync, AgentServer: agentSrv, Transitions: transitions, PowerOffNotices: notices}
 	if opts.Webhook != nil {
-		srv, err := newWebhookServer(mgr, opts, backends, ci.providers, hooks)
+		srv, err := newWebhookServer(mgr, opts, backends, ci.providers, hooks, recorder)
 		if err != nil {
 			return nil, err
 		}
@@ -722,9 +727,8 @@ func webhookParser(ctx context.Context, mgr ctrl.Manager, w *WebhookPlatform, on
 // newWebhookServer builds a receiver per parser and adds their server to
 // the manager. Events are confirmed with the pools' accounts (providers);
 // nil providers (a test's stand-in) leave them unconfirmed.
-func newWebhookServer(mgr ctrl.Manager, opts Options, backends *workload.Backends, providers controller.PoolProviders, parsers webhookParsers) (*webhook.Server, error) {
+func newWebhookServer(mgr ctrl.Manager, opts Options, backends *workload.Backends, providers controller.PoolProviders, parsers webhookParsers, recorder *demand.Recorder) (*webhook.Server, error) {
 	w := opts.Webhook
-	recorder := demand.NewRecorder(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock)
 	router := demand.NewRouter(mgr.GetClient(), backends)
 	if providers != nil {
 		readers := &controller.PoolJobReaders{Client: mgr.GetClient(), Providers: providers}
