@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -12,7 +11,6 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 
@@ -27,16 +25,7 @@ import (
 // watchClaimWrites is of the claims'.
 func watchPoolWrites(t *testing.T, w *devenv.World) func() string {
 	t.Helper()
-	c, err := client.NewWithWatch(w.API.Config, client.Options{Scheme: w.API.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	wi, err := c.Watch(ctx, &hfv1.RunnerPoolList{}, client.InNamespace(devenv.Namespace))
-	if err != nil {
-		t.Fatal(err)
-	}
+	wi := watchNamespace(t, w, &hfv1.RunnerPoolList{})
 	var mu sync.Mutex
 	var lines []string
 	last := map[string]*hfv1.RunnerPool{}

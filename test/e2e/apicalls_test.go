@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -233,10 +234,9 @@ func writesAndReads(d map[string]float64) map[string]float64 {
 	return out
 }
 
-// watchClaimWrites watches the world's claims and returns what each new
-// version of each changed (metadata, spec, status fields and conditions by
-// type): the diagnosis of a count over its target.
-func watchClaimWrites(t *testing.T, w *devenv.World) func() string {
+// watchNamespace watches objects of list's kind in the world's namespace
+// until the test ends.
+func watchNamespace(t *testing.T, w *devenv.World, list client.ObjectList) watch.Interface {
 	t.Helper()
 	c, err := client.NewWithWatch(w.API.Config, client.Options{Scheme: w.API.Scheme})
 	if err != nil {
@@ -244,10 +244,19 @@ func watchClaimWrites(t *testing.T, w *devenv.World) func() string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	wi, err := c.Watch(ctx, &hfv1.MachineClaimList{}, client.InNamespace(devenv.Namespace))
+	wi, err := c.Watch(ctx, list, client.InNamespace(devenv.Namespace))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return wi
+}
+
+// watchClaimWrites watches the world's claims and returns what each new
+// version of each changed (metadata, spec, status fields and conditions by
+// type): the diagnosis of a count over its target.
+func watchClaimWrites(t *testing.T, w *devenv.World) func() string {
+	t.Helper()
+	wi := watchNamespace(t, w, &hfv1.MachineClaimList{})
 	var mu sync.Mutex
 	var lines []string
 	last := map[string]map[string]string{}
