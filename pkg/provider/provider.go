@@ -9,8 +9,9 @@
 //
 // No method waits for a hypervisor task. A method that starts one returns it
 // inside a Progress; the caller keeps the Progress and calls again later,
-// passing it back. The caller persists where the VM is (ID and Node, in the
-// MachineClaim's status) before the next call, but not necessarily the task:
+// passing it back. The caller persists where the VM is (ID, Node and
+// Building, in the MachineClaim's status) before the next call, but not
+// necessarily the task:
 // the task lives in the caller's memory, and a restart loses it. Every method
 // is idempotent: calling it again with the same inputs and the last Progress
 // kept, or with the persisted one whose Task is nil, is always safe,
@@ -462,9 +463,9 @@ const (
 	PhasePlaced Phase = "Placed"
 	// PhaseQueued: waiting for a free clone slot on the node or storage, a
 	// retry after a failed clone, or the end of a clone at the reserved id
-	// that this Progress does not name (a lost Progress's own clone, or
-	// another claim's after a restart forgot the reservation; then the
-	// claim starts over at PhasePlaced).
+	// that this Progress does not name and that Building does not claim (a
+	// lost Progress's own clone, or another claim's after a restart forgot
+	// the reservation; then the claim starts over at PhasePlaced).
 	PhaseQueued Phase = "Queued"
 	// PhaseCloning: the clone task runs.
 	PhaseCloning Phase = "Cloning"
@@ -531,6 +532,14 @@ type Progress struct {
 	// Node is the hypervisor node the VM was last seen on, a hint the
 	// provider may ignore and correct; empty when unknown.
 	Node string
+	// Building says the VM at ID is this owner's own build: the provider
+	// reported PhaseCloning or a later phase for it. Whatever holds the id
+	// is then the owner's, a clone in progress included, so a provider
+	// that lost the task of a clone in flight (an operator restart) goes
+	// on at PhaseCloning; without Building it cannot tell the owner's clone
+	// from another's until the clone ends, and waits at PhaseQueued.
+	// Providers set it; the caller persists it with ID and Node.
+	Building bool
 	// Task is the hypervisor task in flight, nil when none.
 	Task *Task
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -24,10 +25,16 @@ import (
 // read once (Progress) and cleared by the next status write.
 
 // Progress is the provider progress persisted in the claim's status.
+// Building is not a field of its own: it is recorded by the Provisioned
+// condition, which says BuildingVM once the provider reported the build
+// under way (vm.go), and True once the VM ran.
 func Progress(claim *hfv1.MachineClaim) provider.Progress {
 	var p provider.Progress
 	if ref := claim.Status.VMRef; ref != nil {
 		p.ID, p.Node = provider.ID(ref.ID()), ref.Node
+		if c := hfv1.FindCondition(claim.Status.Conditions, hfv1.MachineClaimProvisionedCondition); c != nil {
+			p.Building = c.Reason == string(hfv1.BuildingVMReason) || c.Status == metav1.ConditionTrue
+		}
 	}
 	if t := claim.Status.Task; t != nil {
 		p.Task = &provider.Task{ID: t.ID, Operation: t.Operation}

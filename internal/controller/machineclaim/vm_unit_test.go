@@ -335,3 +335,37 @@ func TestConfigurationErrorHoldsTheClaim(t *testing.T) {
 		t.Error("a transient error holds the claim for its user")
 	}
 }
+
+// TestProgressSaysTheBuildIsTheClaims: the persisted progress says the VM
+// id holds the claim's own build (provider.Progress.Building) exactly when
+// the Provisioned condition recorded the build under way or the VM up, so
+// that after a restart the provider takes a clone in progress at the id
+// for the claim's own instead of waiting at Queued to read whose it is.
+func TestProgressSaysTheBuildIsTheClaims(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ref    bool
+		status metav1.ConditionStatus
+		reason hfv1.ConditionReason
+		want   bool
+	}{
+		{"no VM reserved", false, metav1.ConditionFalse, hfv1.BuildingVMReason, false},
+		{"no condition yet", true, "", "", false},
+		{"waiting for a clone slot", true, metav1.ConditionFalse, hfv1.QueuedReason, false},
+		{"building", true, metav1.ConditionFalse, hfv1.BuildingVMReason, true},
+		{"up", true, metav1.ConditionTrue, hfv1.ReadyReason, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			claim := &hfv1.MachineClaim{}
+			if tc.ref {
+				claim.Status.VMRef = hfv1.NewVMReference(unitCluster, "fake://1000", "node-1")
+			}
+			if tc.status != "" {
+				claim.Status.Conditions = []metav1.Condition{{Type: string(hfv1.MachineClaimProvisionedCondition), Status: tc.status, Reason: string(tc.reason)}}
+			}
+			if got := Progress(claim).Building; got != tc.want {
+				t.Errorf("Progress(claim).Building = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -57,7 +57,7 @@ func (p *Provider) EnsureVM(ctx context.Context, spec *provider.VMSpec, prev pro
 		res.Message = fmt.Sprintf("VM id %d is taken by a VM this claim does not own; %s", v.id, res.Message)
 		return res, nil
 	}
-	res := &provider.EnsureResult{Progress: provider.Progress{ID: FormatID(v.id), Node: v.node}, MACAddress: v.mac}
+	res := &provider.EnsureResult{Progress: provider.Progress{ID: FormatID(v.id), Node: v.node, Building: true}, MACAddress: v.mac}
 	if v.op != nil {
 		res.Progress.Task, res.RetryAfter = p.c.inFlightLocked(v)
 		res.Phase = phaseOf(v)
@@ -106,6 +106,7 @@ func (p *Provider) cloneLocked(spec *provider.VMSpec, tmpl *provider.TemplateInf
 	v := &vm{id: vmid, node: node, name: p.signer.VMName(vmid), description: p.signer.Description(spec.Description, rec),
 		storage: storage, memory: tmpl.MemoryBytes, guestAgent: tmpl.GuestFiles, tpm: tmpl.TPM}
 	p.c.vms[v.id] = v
+	res.Progress.Building = true
 	return p.operate(res, provider.PhaseCloning, p.c.startLocked(v, opClone, func(time.Time) {}),
 		fmt.Sprintf("cloning template %d to VM %d on node %s", tmpl.ID, v.id, v.node)), nil
 }

@@ -30,7 +30,7 @@ type env struct {
 	deps  provider.Deps
 }
 
-func newEnv(t *testing.T, opts fake.Options, configure func(*provider.ClusterConfig)) *env {
+func newEnv(t testing.TB, opts fake.Options, configure func(*provider.ClusterConfig)) *env {
 	t.Helper()
 	clk := clocktesting.NewFakeClock(start)
 	c, err := fake.NewCluster(clk, opts)
@@ -52,7 +52,7 @@ func newEnv(t *testing.T, opts fake.Options, configure func(*provider.ClusterCon
 
 // newProvider connects another provider to the cluster, as after a
 // restart; configure edits a copy of the configuration first.
-func (e *env) newProvider(t *testing.T, configure func(*provider.ClusterConfig)) *fake.Provider {
+func (e *env) newProvider(t testing.TB, configure func(*provider.ClusterConfig)) *fake.Provider {
 	t.Helper()
 	cfg := e.cfg
 	if configure != nil {
@@ -147,7 +147,7 @@ func TestContract(t *testing.T) {
 		"full clones":   {Name: "ci-template"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			providertest.Run(t, func(t *testing.T) *providertest.Harness {
+			providertest.Run(t, func(t testing.TB) *providertest.Harness {
 				return newEnv(t, twoNodes(), nil).harness(template)
 			})
 		})
@@ -159,7 +159,7 @@ func TestContract(t *testing.T) {
 // TestContractProperty runs the contract's state-machine property
 // (providertest.Property) against the fake on two nodes.
 func TestContractProperty(t *testing.T) {
-	providertest.Property(t, func(t *testing.T) *providertest.Harness {
+	providertest.Property(t, func(t testing.TB) *providertest.Harness {
 		return newEnv(t, twoNodes(), nil).harness(provider.TemplateSource{ID: 9000, Linked: true})
 	})
 }
@@ -231,7 +231,7 @@ func TestMutantContract(t *testing.T) {
 	if kind == "" {
 		t.Skip("run by TestSuiteCatchesMutants")
 	}
-	providertest.Run(t, func(t *testing.T) *providertest.Harness {
+	providertest.Run(t, func(t testing.TB) *providertest.Harness {
 		h := newEnv(t, fake.DefaultOptions(), nil).harness(provider.TemplateSource{ID: 9000, Linked: true})
 		h.Provider = mutant{Provider: h.Provider.(*fake.Provider), kind: kind}
 		return h

@@ -24,9 +24,12 @@ import (
 // has none, a claim's phase never goes back, every VM made by hand is
 // still there, untouched and nobody's, and every error is one the
 // contract allows for the call.
-func Property(t *testing.T, newHarness func(t *testing.T) *Harness) {
+func Property(t *testing.T, newHarness func(t testing.TB) *Harness) {
 	proptest.Check(t, proptest.Minimum, func(rt *rapid.T) {
-		h := newHarness(t)
+		// Each case's backend goes when the case ends (proptest.Case).
+		world := proptest.NewCase(t)
+		defer world.Close()
+		h := newHarness(world)
 		checkHarness(t, h)
 		m := &machine{t: t, h: h, p: h.Provider, foreign: map[provider.ID]provider.PowerState{}}
 		for i := range 3 {
@@ -41,8 +44,9 @@ func Property(t *testing.T, newHarness func(t *testing.T) *Harness) {
 			"touchForeign":  m.touchForeign,
 			"restart": func(rt *rapid.T) {
 				m.p = h.NewProvider(t, nil)
-				// The operator persists where each VM is, not the task in
-				// flight (internal/controller/machineclaim/vm_progress.go):
+				// The operator persists where each VM is and whether its
+				// build is the claim's (Progress.Building), not the task
+				// in flight (internal/controller/machineclaim/vm_progress.go):
 				// a restart loses the tasks, unless an older operator
 				// wrote them.
 				if !rapid.Bool().Draw(rt, "tasks persisted by an older operator") {

@@ -16,7 +16,7 @@ import (
 )
 
 // Run runs the contract suite; newHarness is called once per subtest.
-func Run(t *testing.T, newHarness func(t *testing.T) *Harness) {
+func Run(t *testing.T, newHarness func(t testing.TB) *Harness) {
 	cases := []struct {
 		name string
 		fn   func(t *testing.T, h *Harness)

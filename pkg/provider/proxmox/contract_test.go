@@ -29,7 +29,7 @@ func TestContract(t *testing.T) {
 
 // contractHarness is a fresh simulator and provider for one contract
 // subtest or property case.
-func contractHarness(t *testing.T) *providertest.Harness {
+func contractHarness(t testing.TB) *providertest.Harness {
 	guests := t.TempDir()
 	e := newEnv(t, func(sim *proxmoxsim.Config, cfg *provider.ClusterConfig) {
 		sim.Guest.Command = []string{"/bin/sleep", "86400"}

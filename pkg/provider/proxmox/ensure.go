@@ -262,6 +262,10 @@ func (c *ensureCall) release(t *provider.Task) {
 func (c *ensureCall) taskFailed(_ context.Context, t *provider.Task, exit string) (*provider.EnsureResult, error) {
 	err := taskFailure(t.Operation, exit)
 	log := c.log.WithValues("operation", t.Operation, "exitStatus", exit)
+	if t.Operation == opClone {
+		// A failed clone leaves the id to whoever takes it next.
+		c.prog.Building = false
+	}
 	switch {
 	case t.Operation == opISODelete && isNotFound(err):
 		// Already gone: what the task was for.
@@ -352,6 +356,8 @@ func (c *ensureCall) next(ctx context.Context) (*provider.EnsureResult, error) {
 func (c *ensureCall) derive(ctx context.Context) (*provider.EnsureResult, error) {
 	cfg, err := c.p.api.config(ctx, c.prog.Node, c.prog.VMID)
 	if isNotFound(err) {
+		// Nothing holds the id: no build of the claim's stands there.
+		c.prog.Building = false
 		return c.clone(ctx)
 	}
 	if err != nil {
@@ -364,6 +370,7 @@ func (c *ensureCall) derive(ctx context.Context) (*provider.EnsureResult, error)
 	if err != nil {
 		return c.replace(ctx, err)
 	}
+	c.prog.Building = true
 	c.p.releaseCloneSlot(c.prog.VMID)
 	if l := cfg["lock"]; l != "" {
 		return c.result(provider.PhaseConfiguring, lockedVM, "VM %d is locked (%s); waiting", c.prog.VMID, l), nil
@@ -441,14 +448,20 @@ func (p *Provider) verifyOwner(marker *ownership.Signer, cfg vmConfig, vmid int,
 	return rec, nil
 }
 
-// foreignCloneWait is the wait while a clone this call cannot name as its
-// own (no task in the claim's Progress, or its own clone call refused)
-// holds the claim's VM id. Proxmox's clone writes only "lock: clone" until
-// it finishes, so whose VM it becomes is read afterwards: a lost Progress's
+// foreignCloneWait is the wait while a clone this call has no task for
+// (no task in the claim's Progress, or its own clone call refused) holds
+// the claim's VM id. Proxmox's clone writes only "lock: clone" until it
+// finishes, so whose VM it becomes is read afterwards: the claim's own
 // clone goes on to Configuring, another claim's makes derive place this
-// one again. Queued, not Cloning, because the claim may start over at
+// one again. When the Progress says the build is the claim's (Building:
+// the claim saw its clone start, and an id its clone holds is taken by
+// no one else) the clone is its own, whose task a restart lost: Cloning.
+// Otherwise Queued, not Cloning, because the claim may start over at
 // Placed, and a phase never goes back past a clone that was its own.
 func (c *ensureCall) foreignCloneWait() *provider.EnsureResult {
+	if c.prog.Building {
+		return c.result(provider.PhaseCloning, cloneWait, "VM %d is being cloned (its task was started before this process); waiting for the clone to finish", c.prog.VMID)
+	}
 	return c.result(provider.PhaseQueued, cloneWait, "VM id %d is held by a clone in progress that this claim's progress does not name; waiting to read whose VM it is", c.prog.VMID)
 }
 
@@ -528,6 +541,7 @@ func (c *ensureCall) clone(ctx context.Context) (*provider.EnsureResult, error) 
 		return c.cloneFailed(ctx, tmpl, err)
 	}
 	c.setTask(opClone, upid)
+	c.prog.Building = true
 	c.log.Info("Cloning VM", "template", tmpl.id, "linked", c.spec.Source.Linked)
 	return c.result(provider.PhaseCloning, c.pollDelay(), "cloning %s to VM %d on node %s", fmtTemplate(tmpl), vmid, c.prog.Node), nil
 }
@@ -567,6 +581,7 @@ func (c *ensureCall) cloneFailed(ctx context.Context, tmpl *templateInfo, err er
 		if _, verr := c.p.verifyOwner(c.marker, cfg, c.prog.VMID, c.spec.Owner); verr != nil {
 			return c.replace(ctx, verr)
 		}
+		c.prog.Building = true
 		return c.result(provider.PhaseConfiguring, 0, "VM %d exists", c.prog.VMID), nil
 	case isLock(err):
 		wait := c.p.backoffAfterFailure(c.prog.VMID, fmt.Sprintf("clone refused on a lock (%s)", msg))

@@ -104,7 +104,7 @@ func (l *logBuffer) String() string {
 // env is a simulated Proxmox cluster served over TLS on loopback, with fake
 // clocks for the simulator and the provider that tests advance together.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	sim      *proxmoxsim.Simulator
 	srv      *httptest.Server
 	simClock *proxmoxsim.FakeClock
@@ -144,7 +144,6 @@ func simConfig() proxmoxsim.Config {
 }
 
 func newEnv(t testing.TB, opts ...envOption) *env {
-	tt, _ := t.(*testing.T)
 	simCfg := simConfig()
 	simClock := proxmoxsim.NewFakeClock(t0)
 	cfg := provider.ClusterConfig{
@@ -171,7 +170,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 		cfg.FingerprintSHA256 = fingerprint(srv)
 	}
 	sim.SetFingerprint(fingerprint(srv))
-	e := &env{t: tt, sim: sim, srv: srv, simClock: simClock, clock: clocktesting.NewFakeClock(t0), obs: &recorder{},
+	e := &env{t: t, sim: sim, srv: srv, simClock: simClock, clock: clocktesting.NewFakeClock(t0), obs: &recorder{},
 		logs: &logBuffer{}, signer: testSigner(t, operatorID).ForCluster(simIdentity(simCfg, cfg)), cfg: cfg}
 	e.p = e.newProvider(cfg)
 	return e

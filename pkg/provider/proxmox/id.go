@@ -23,15 +23,16 @@ func ParseID(id provider.ID) (int, error) { return ids.Parse(id) }
 // progress is provider.Progress with the VM id parsed: what the
 // provider's steps work on.
 type progress struct {
-	VMID int
-	Node string
-	Task *provider.Task
+	VMID     int
+	Node     string
+	Building bool
+	Task     *provider.Task
 }
 
 // progressOf parses the caller's Progress; a Progress without an ID has
 // VMID zero.
 func progressOf(p provider.Progress) (progress, error) {
-	out := progress{Node: p.Node, Task: p.Task}
+	out := progress{Node: p.Node, Building: p.Building, Task: p.Task}
 	if p.ID == "" {
 		return out, nil
 	}
@@ -45,7 +46,7 @@ func progressOf(p provider.Progress) (progress, error) {
 
 // public is the Progress the caller persists.
 func (p progress) public() provider.Progress {
-	out := provider.Progress{Node: p.Node, Task: p.Task}
+	out := provider.Progress{Node: p.Node, Building: p.Building, Task: p.Task}
 	if p.VMID != 0 {
 		out.ID = FormatID(p.VMID)
 	}

@@ -23,7 +23,7 @@ func (e *env) raw(method, path string, form url.Values) {
 }
 
 // rawAs is raw reporting to t.
-func (e *env) rawAs(t *testing.T, method, path string, form url.Values) {
+func (e *env) rawAs(t testing.TB, method, path string, form url.Values) {
 	t.Helper()
 	var body io.Reader
 	target := e.srv.URL + "/api2/json" + path
