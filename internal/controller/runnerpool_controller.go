@@ -307,7 +307,7 @@ func (r *RunnerPoolReconciler) newPoolScope(pool *hfv1.RunnerPool, claims []hfv1
 // that ran recorded are written; the retry derives the rest.
 func (r *RunnerPoolReconciler) closePoolScope(ctx context.Context, s *poolScope, res ctrl.Result, err error) (ctrl.Result, error) {
 	if err == nil {
-		r.updateStatus(s)
+		r.updateStatus(ctx, s)
 		if wait, held := r.holdCounts(s); held {
 			if res.RequeueAfter <= 0 || wait < res.RequeueAfter {
 				res.RequeueAfter = wait

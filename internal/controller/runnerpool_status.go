@@ -1,12 +1,14 @@
 package controller
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
@@ -19,11 +21,11 @@ import (
 // events of what changed), CapacityAvailable, and the pool's metrics.
 
 // updateStatus derives the pool's status, events and metrics.
-func (r *RunnerPoolReconciler) updateStatus(s *poolScope) {
+func (r *RunnerPoolReconciler) updateStatus(ctx context.Context, s *poolScope) {
 	s.setCounts()
 	r.carryScaleTime(s)
 	s.readiness().setOn(&s.pool.Status.Conditions, s.pool.Generation)
-	r.setScaling(s)
+	r.setScaling(ctx, s)
 	r.setCapacity(s)
 	s.recordMetrics()
 }
@@ -70,8 +72,13 @@ func (s *poolScope) readiness() *readiness {
 }
 
 // setScaling sets the Scaling condition, what the pass changed and why,
-// with an event per kind of change.
-func (r *RunnerPoolReconciler) setScaling(s *poolScope) {
+// with an event per kind of change a person acts on. Scaling up and down
+// with demand is routine: a log line (and runnerpool_scaling_actions_total
+// and the Scaling condition), not an event, as for a claim's routine
+// steps; an event per burst was 0.4 Kubernetes writes per job
+// (test/e2e's TestKubernetesRequestsPerJob).
+func (r *RunnerPoolReconciler) setScaling(ctx context.Context, s *poolScope) {
+	log := ctrl.LoggerFrom(ctx)
 	pool, pc, d := s.pool, s.claims, s.decision
 	st := &pool.Status
 	gen := pool.Generation
@@ -79,14 +86,14 @@ func (r *RunnerPoolReconciler) setScaling(s *poolScope) {
 		r.Recorder.Eventf(pool, corev1.EventTypeNormal, string(hfv1.ReplacingStaleReason), "Replacing %d VMs built from an older template (now %s); busy ones are replaced after their job", n, shortHash(s.hash))
 	}
 	if n := s.removed[scaling.ScaledDown]; n > 0 {
-		r.Recorder.Eventf(pool, corev1.EventTypeNormal, "ScaledDown", "Removing %d idle VMs: desired %d (%d pending jobs, %d busy)", n, d.Desired, s.demandPending(), len(pc.Busy))
+		log.Info(fmt.Sprintf("Removing %d idle VMs: desired %d (%d pending jobs, %d busy)", n, d.Desired, s.demandPending(), len(pc.Busy)), "reason", hfv1.DemandDecreasedReason)
 	}
 	switch {
 	case s.created > 0:
 		msg := fmt.Sprintf("Creating %d VMs: %d pending jobs, %d busy, %d idle, %d starting; desired %d (min %d, max %d, minIdle %d)",
 			s.created, s.demandPending(), len(pc.Busy), len(pc.Idle), len(pc.Starting), d.Desired, s.sched.MinReplicas, pool.Spec.Scaling.MaxReplicas, s.sched.MinIdle)
 		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.DemandIncreasedReason, msg)
-		r.Recorder.Event(pool, corev1.EventTypeNormal, "ScaledUp", msg)
+		log.Info(msg, "reason", hfv1.DemandIncreasedReason)
 	case s.removed[scaling.DriftReplaced] > 0:
 		msg := fmt.Sprintf("Replacing %d VMs built from an older template (now %s); busy ones are replaced after their job", s.removed[scaling.DriftReplaced], shortHash(s.hash))
 		conditions.Set(&st.Conditions, gen, hfv1.RunnerPoolScalingCondition, metav1.ConditionTrue, hfv1.ReplacingStaleReason, msg)

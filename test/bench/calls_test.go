@@ -38,7 +38,7 @@ var callTargets = map[string]struct {
 	"GitHub GET /api/v3/orgs/{owner}/actions/runners":                     {0, "the pool's resync (per pool and interval, not per job)"},
 	// Kubernetes: at most 8 writes and 1 read per job (test/e2e's
 	// TestKubernetesRequestsPerJob counts the same by resource).
-	"Kubernetes POST":   {2, "create the claim and the job's CIJob record; events only where a person acts (warnings, a failed claim, an admin's action), not for a claim's routine steps (the credential's delivery and the job's start are log lines)"},
+	"Kubernetes POST":   {2, "create the claim and the job's CIJob record; events only where a person acts (warnings, a failed claim, an admin's action), not for routine steps (a claim's credential delivery and job start, a pool's scaling: log lines)"},
 	"Kubernetes PATCH":  {4, "the claim's VM reservation (with its finalizer), its status once per pass and only when it changed: the VM placed, the VM up with its credential delivered, the runner online, the end (no hypervisor task is written: machineclaim/vm_progress.go); the finalizer with the claim's deletion; the pool's counts batched (runnerpool_statusbatch.go)"},
 	"Kubernetes PUT":    {1, "the job's CIJob record moving from queued to in progress and completed"},
 	"Kubernetes DELETE": {1, "delete the claim when its job ends"},

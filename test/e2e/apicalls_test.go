@@ -34,7 +34,7 @@ import (
 // (docs/performance.md).
 //
 // The target is 8 writes and 1 read per job. Reads meet it. Writes do not
-// yet: measured 12.0 to 13.4 per job (from 39.2, then 20.8). What is left,
+// yet: measured 11.8 to 12.2 per job (from 39.2, then 20.8). What is left,
 // per job, and why each stays:
 //   - the claim, 8: its creation (with the pool's finalizer), its signed
 //     reservation (metadata: the placement record, before the clone
@@ -45,18 +45,19 @@ import (
 //     task is written (machineclaim/vm_progress.go).
 //   - the job's CIJob, 3: queued (the demand the pool scales for), in
 //     progress (it names the runner, which is how the claim learns its
-//     job) and completed (which ends the claim). The webhook and the
-//     resync sometimes both create it: one create is refused, at the cost
-//     of a read.
-//   - the pool's status, 0.4 (its counts batched, runnerpool_statusbatch.go),
-//     and an event, 0.4 (ScaledUp).
+//     job) and completed (which ends the claim). A fourth falls outside
+//     this count's window: the pool deletes a completed CIJob 15 minutes
+//     after it completed (completedJobRetention, a tombstone against late
+//     webhook deliveries).
+//   - the pool's status, 0.4 (its counts batched, runnerpool_statusbatch.go).
+//     Scaling is a log line, not an event (runnerpool_status.go).
 //
 // maxWritesPerJob is a ratchet at what the code does now, so that no
 // change adds writes; lower it with every cut, to targetWritesPerJob.
 const (
 	apiJobs            = 5
 	targetWritesPerJob = 8.0
-	maxWritesPerJob    = 14.0
+	maxWritesPerJob    = 13.0
 	maxReadsPerJob     = 1.0
 )
 
@@ -179,11 +180,9 @@ func TestKubernetesRequestsPerJob(t *testing.T) {
 	wt.stop()
 	checkJobs(t, w, wt, apiJobs)
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || testing.Verbose() {
 			t.Logf("what each write of the claims changed:\n%s", claimWrites())
 			t.Logf("events:\n%s", eventCounts(t, w))
-		}
-		if t.Failed() || testing.Verbose() {
 			t.Logf("what each write of the pool changed:\n%s", poolWrites())
 		}
 	})
