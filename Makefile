@@ -469,6 +469,7 @@ bench-small: ## Run every benchmark at a toy size and write its report into a te
 # none of it.
 .PHONY: verify
 verify: generate manifests docs fmt ## Regenerate everything and fail if the tree changed.
+	go run ./hack/proxmox-roles --roles pkg/provider/proxmox/testdata/roles.json --install docs/install.md --table docs/proxmox-privileges.md
 	go mod tidy
 	cd hack/envtest && go mod tidy
 	cd hack/spire && go mod tidy

@@ -515,10 +515,13 @@ type ClusterDNSSettings struct {
 	Validation *DNSValidation `json:"validation,omitempty"`
 }
 
-// DNSProviderType names a DNS service: rfc2136, which HyperFleet updates
-// itself, or external-dns, route53 and cloudflare, whose records HyperFleet
-// hands to external-dns as DNSEndpoint objects.
-// +kubebuilder:validation:Enum=route53;cloudflare;rfc2136;external-dns
+// DNSProviderType says how HyperFleet publishes records: rfc2136, by
+// dynamic update to the DNS servers itself, or external-dns, as DNSEndpoint
+// objects an external-dns publishes. route53 and cloudflare are refused on
+// new writes (HyperFleet never talked to those services itself: they were
+// external-dns with a label); a cluster stored with one keeps working as
+// external-dns with that label and is told to move.
+// +kubebuilder:validation:Enum=rfc2136;external-dns;route53;cloudflare
 type DNSProviderType string
 
 // DefaultDNSTTLSeconds is the TTL of registered records when
@@ -530,18 +533,18 @@ const DefaultDNSTTLSeconds = 300
 // +kubebuilder:validation:XValidation:rule="self.type != 'rfc2136' || has(self.rfc2136)",message="dns.dnsProvider.type rfc2136 needs dns.dnsProvider.rfc2136 with the server's address (host:port)"
 // +kubebuilder:validation:XValidation:rule="!has(self.rfc2136) || self.type == 'rfc2136'",message="dns.dnsProvider.rfc2136 is only for type rfc2136: remove it or set type: rfc2136"
 // +kubebuilder:validation:XValidation:rule="self.type != 'rfc2136' || (has(self.credentials) && self.credentials.exists(c, c.name == 'tsigKey'))",message="dns.dnsProvider.type rfc2136 needs a credential named tsigKey: the Secret key holding the TSIG key (name, algorithm and secret; see docs/networking.md)"
-// +kubebuilder:validation:XValidation:rule="!has(self.externalDNS) || self.type != 'rfc2136'",message="dns.dnsProvider.externalDNS is for types external-dns, route53 and cloudflare (records handed to external-dns): remove it or change the type"
-// +kubebuilder:validation:XValidation:rule="self.type == 'rfc2136' || !has(self.credentials) || size(self.credentials) == 0",message="dns.dnsProvider.credentials are for type rfc2136 only: with external-dns, route53 and cloudflare, external-dns holds the DNS service's credentials and HyperFleet needs none; remove them"
+// +kubebuilder:validation:XValidation:rule="!has(self.externalDNS) || self.type != 'rfc2136'",message="dns.dnsProvider.externalDNS is for type external-dns (records handed to external-dns): remove it or change the type"
+// +kubebuilder:validation:XValidation:rule="self.type == 'rfc2136' || !has(self.credentials) || size(self.credentials) == 0",message="dns.dnsProvider.credentials are for type rfc2136 only: with external-dns, external-dns holds the DNS service's credentials and HyperFleet needs none; remove them"
+// +kubebuilder:validation:XValidation:rule="self.type != 'route53' && self.type != 'cloudflare'",message="dns.dnsProvider.type route53 and cloudflare are external-dns under another name (HyperFleet never talks to those services): set type: external-dns and externalDNS.labelValue to the same word, for the external-dns that runs with that provider"
 type DNSProvider struct {
 	// type is the DNS service. rfc2136: HyperFleet updates the zones
 	// itself, by dynamic update signed with TSIG (settings in rfc2136,
 	// the key in credentials). external-dns: HyperFleet writes a
 	// DNSEndpoint object (externaldns.k8s.io/v1alpha1) per VM and
 	// external-dns, which the platform team runs with the provider of its
-	// choice, publishes it. route53 and cloudflare are external-dns too:
-	// the same DNSEndpoints, labelled hyperfleet.io/dns-provider with the
-	// type, for an external-dns running with that provider
-	// (docs/networking.md, "DNS registration through external-dns").
+	// choice, publishes it (docs/networking.md, "DNS registration through
+	// external-dns"). route53 and cloudflare are refused on new writes:
+	// use external-dns with externalDNS.labelValue.
 	// +required
 	Type DNSProviderType `json:"type"`
 
@@ -577,10 +580,10 @@ type DNSProvider struct {
 	// +optional
 	RFC2136 *RFC2136Settings `json:"rfc2136,omitempty"`
 
-	// externalDNS are the settings of types external-dns, route53 and
-	// cloudflare: where HyperFleet writes the DNSEndpoint objects that
-	// external-dns publishes. Optional: without it they go to the
-	// operator's own namespace.
+	// externalDNS are the settings of type external-dns: where HyperFleet
+	// writes the DNSEndpoint objects that external-dns publishes, and how
+	// they are labelled. Optional: without it they go to the operator's own
+	// namespace, labelled hyperfleet.io/dns-provider=external-dns.
 	// +optional
 	ExternalDNS *ExternalDNSSettings `json:"externalDNS,omitempty"`
 
@@ -637,6 +640,17 @@ type ExternalDNSSettings struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Namespace string `json:"namespace,omitempty"`
+
+	// labelValue is the value of the label hyperfleet.io/dns-provider on
+	// the cluster's DNSEndpoints (default external-dns), for an
+	// external-dns run with --label-filter=hyperfleet.io/dns-provider=<labelValue>:
+	// set it, such as route53, when several external-dns instances each
+	// publish to their own DNS service.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	LabelValue string `json:"labelValue,omitempty"`
 }
 
 // NamedSecretKeySelector is a SecretKeySelector under a name that says what

@@ -103,7 +103,7 @@ type IPPoolStatus struct {
 // released only once that claim's VM is gone.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Cluster,shortName=ipp,categories=hyperfleet
+// +kubebuilder:resource:scope=Cluster,shortName=hip,categories=hyperfleet
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.total`
 // +kubebuilder:printcolumn:name="Allocated",type=integer,JSONPath=`.status.allocated`

@@ -515,18 +515,16 @@ type PhaseTimes struct {
 // RunnerPools create claims; a claim can also be made by hand.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=mc,categories=hyperfleet
+// +kubebuilder:resource:shortName=hmc,categories=hyperfleet
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
-// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
-// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.runnerPoolRef.name`
-// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.status.vmRef.hypervisorCluster`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,description="Why the claim is not Ready, or Ready"
 // +kubebuilder:printcolumn:name="VM",type=string,JSONPath=`.status.vmRef.providerID`
-// +kubebuilder:printcolumn:name="VMID",type=integer,JSONPath=`.status.vmRef.vmId`,priority=1
-// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.vmRef.node`,priority=1
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.vmRef.node`
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.runnerPoolRef.name`,priority=1
+// +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.status.vmRef.hypervisorCluster`,priority=1
 // +kubebuilder:printcolumn:name="Template",type=string,JSONPath=`.spec.templateRef.name`,priority=1
 // +kubebuilder:printcolumn:name="Runner",type=string,JSONPath=`.status.bootstrap.runnerName`,priority=1
 // +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.status.network.addresses[0]`,priority=1
-// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type MachineClaim struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -399,6 +399,12 @@ type RunnerPoolStatus struct {
 	// +optional
 	DesiredReplicas int32 `json:"desiredReplicas,omitempty"`
 
+	// minReplicas is the minimum the pool scales to now:
+	// spec.scaling.minReplicas, or what an active schedule raised it to
+	// (status.schedule says which). `kubectl get runnerpools` shows it.
+	// +optional
+	MinReplicas int32 `json:"minReplicas,omitempty"`
+
 	// readyReplicas counts VMs whose runner is registered (idle or busy).
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
@@ -601,17 +607,18 @@ type ReplacementBackoff struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.scaling.minReplicas,statuspath=.status.replicas,selectorpath=.status.selector
 // +kubebuilder:resource:shortName=rp,categories=hyperfleet
-// +kubebuilder:printcolumn:name="Template",type=string,JSONPath=`.spec.templateRef.name`
-// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
-// +kubebuilder:printcolumn:name="Min",type=integer,JSONPath=`.spec.scaling.minReplicas`
+// +kubebuilder:printcolumn:name="Min",type=integer,JSONPath=`.status.minReplicas`,description="The minimum the pool scales to now (a schedule may raise spec.scaling.minReplicas)"
 // +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.spec.scaling.maxReplicas`
-// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.replicas`
-// +kubebuilder:printcolumn:name="Idle",type=integer,JSONPath=`.status.idleReplicas`
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desiredReplicas`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`,description="VMs whose runner is registered, idle or busy"
 // +kubebuilder:printcolumn:name="Busy",type=integer,JSONPath=`.status.busyReplicas`
-// +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.pendingJobs`
+// +kubebuilder:printcolumn:name="Queued",type=integer,JSONPath=`.status.pendingJobs`,description="Queued jobs that match the pool and have no runner yet"
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Template",type=string,JSONPath=`.spec.templateRef.name`,priority=1
+// +kubebuilder:printcolumn:name="Idle",type=integer,JSONPath=`.status.idleReplicas`,priority=1
+// +kubebuilder:printcolumn:name="Starting",type=integer,JSONPath=`.status.startingReplicas`,priority=1
 // +kubebuilder:printcolumn:name="Workload",type=string,JSONPath=`.spec.workload.type`,priority=1
 // +kubebuilder:printcolumn:name="Stale",type=integer,JSONPath=`.status.staleReplicas`,priority=1
-// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type RunnerPool struct {
 	metav1.TypeMeta   `json:",inline"`

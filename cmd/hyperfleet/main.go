@@ -13,6 +13,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net/url"
@@ -66,11 +67,22 @@ func init() {
 }
 
 func main() {
-	if len(os.Args) < 2 {
+	plugin := isKubectlPlugin(os.Args[0])
+	if len(os.Args) < 2 || (plugin && !pluginCommands[os.Args[1]]) {
 		usage()
 		os.Exit(2)
 	}
 	switch os.Args[1] {
+	case "why":
+		if err := runWhy(context.Background(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "hyperfleet why:", err)
+			os.Exit(1)
+		}
+	case "status":
+		if err := runStatus(context.Background(), os.Args[2:], os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "hyperfleet status:", err)
+			os.Exit(1)
+		}
 	case "manager":
 		if err := runManager(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "hyperfleet manager:", err)
@@ -105,9 +117,26 @@ func main() {
 }
 
 func usage() {
+	if isKubectlPlugin(os.Args[0]) {
+		fmt.Fprint(os.Stderr, `Usage: kubectl hyperfleet <command> [flags]
+
+Commands:
+  why      why a job (id or URL), pool/NAME or claim/NAME is not running: the
+           chain from demand to VM and the reason it is blocked, with the fix
+  status   RunnerPools and HypervisorClusters at a glance
+  version  print the version
+
+Run "kubectl hyperfleet <command> -h" for the command's flags.
+`)
+		return
+	}
 	fmt.Fprint(os.Stderr, `Usage: hyperfleet <command> [flags]
 
 Commands:
+  why          why a job (id or URL), pool/NAME or claim/NAME is not running: the
+               chain from demand to VM and the reason it is blocked, with the fix
+               (also kubectl hyperfleet why, installed as kubectl-hyperfleet)
+  status       RunnerPools and HypervisorClusters at a glance
   manager      run the HyperFleet operator (controllers, poller, orphan sweeper)
   proxmox-kit  print the static cloud-config snippet templates with
                spec.cloudInit.delivery: proxmox need on a snippets storage

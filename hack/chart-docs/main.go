@@ -26,6 +26,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/hyperfleet/hyperfleet/hack/internal/markers"
 )
 
 const (
@@ -57,7 +59,7 @@ func run(valuesPath, readmePath string) error {
 	if err != nil {
 		return err
 	}
-	out, err := replaceTable(readme, renderTable(rows))
+	out, err := markers.Replace(readme, beginMarker, endMarker, []byte(renderTable(rows)))
 	if err != nil {
 		return fmt.Errorf("%s: %w", readmePath, err)
 	}
@@ -219,16 +221,4 @@ func code(s string) string {
 		pad = " "
 	}
 	return fence + pad + cell(s) + pad + fence
-}
-
-// replaceTable puts table between the README's markers.
-func replaceTable(readme []byte, table string) ([]byte, error) {
-	text := string(readme)
-	begin := strings.Index(text, beginMarker)
-	end := strings.Index(text, endMarker)
-	if begin < 0 || end < begin {
-		return nil, fmt.Errorf("no %s ... %s lines to put the values table between", beginMarker, endMarker)
-	}
-	head := text[:begin+len(beginMarker)]
-	return []byte(head + "\n" + table + text[end:]), nil
 }

@@ -35,6 +35,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/hyperfleet/hyperfleet/hack/internal/markers"
 )
 
 const (
@@ -80,7 +82,7 @@ func run(root, docPath, tags string) error {
 	if err != nil {
 		return err
 	}
-	out, err := replaceTable(page, table)
+	out, err := markers.Replace(page, beginMarker, endMarker, []byte(table))
 	if err != nil {
 		return fmt.Errorf("%s: %w", docPath, err)
 	}
@@ -333,18 +335,3 @@ func writeTable(b *strings.Builder, pkgs []pkg, product bool) {
 }
 
 func escape(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
-
-// replaceTable replaces what lies between the markers (each on a line of
-// its own) with table.
-func replaceTable(page []byte, table string) ([]byte, error) {
-	begin := bytes.Index(page, []byte(beginMarker+"\n"))
-	end := bytes.Index(page, []byte(endMarker))
-	if begin < 0 || end < 0 || end < begin {
-		return nil, fmt.Errorf("no %q ... %q lines around the package table", beginMarker, endMarker)
-	}
-	var out bytes.Buffer
-	out.Write(page[:begin+len(beginMarker)+1])
-	out.WriteString(table)
-	out.Write(page[end:])
-	return out.Bytes(), nil
-}

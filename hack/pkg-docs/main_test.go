@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/hyperfleet/hyperfleet/hack/internal/markers"
 )
 
 // TestArchitectureTableIsCurrent lists this repository's packages and
@@ -23,7 +25,7 @@ func TestArchitectureTableIsCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := replaceTable(page, table)
+	want, err := markers.Replace(page, beginMarker, endMarker, []byte(table))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,19 +164,5 @@ func TestFirstParagraph(t *testing.T) {
 		if got := firstParagraph(in); got != want {
 			t.Errorf("firstParagraph(%q) = %q, want %q", in, got, want)
 		}
-	}
-}
-
-func TestReplaceTable(t *testing.T) {
-	page := "# A\n\n" + beginMarker + "\nold\n" + endMarker + "\n\nrest\n"
-	got, err := replaceTable([]byte(page), "new\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "# A\n\n" + beginMarker + "\nnew\n" + endMarker + "\n\nrest\n"; string(got) != want {
-		t.Errorf("got %q, want %q", got, want)
-	}
-	if _, err := replaceTable([]byte("# A\n"), "new\n"); err == nil {
-		t.Error("a page without markers was accepted")
 	}
 }

@@ -184,6 +184,13 @@ func Deprecated(cluster *hfv1.HypervisorCluster) []MovedField {
 	if s.ISOStorage != "" { //nolint:staticcheck // reports the deprecated field
 		out = append(out, MovedField{"spec.isoStorage", "spec.proxmox.isoStorage"})
 	}
+	if d := s.DNS; d != nil && d.DNSProvider != nil {
+		// Stored before the types were refused; they work as external-dns
+		// labelled with the type (internal/dnsreg/externaldns, Factory).
+		if t := d.DNSProvider.Type; t == "route53" || t == "cloudflare" {
+			out = append(out, MovedField{"spec.dns.dnsProvider.type " + string(t), "type external-dns with externalDNS.labelValue " + string(t)})
+		}
+	}
 	return out
 }
 
@@ -240,6 +247,9 @@ func DNS(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluster) (
 	}
 	if e := p.ExternalDNS; e != nil && e.Namespace != "" {
 		cfg.Options["namespace"] = e.Namespace
+	}
+	if e := p.ExternalDNS; e != nil && e.LabelValue != "" {
+		cfg.Options["labelValue"] = e.LabelValue
 	}
 	for _, cred := range p.Credentials {
 		ref := cred.SecretKeyRef

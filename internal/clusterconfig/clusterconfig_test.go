@@ -156,3 +156,29 @@ func TestClientCert(t *testing.T) {
 		})
 	}
 }
+
+// TestExternalDNSLabel: externalDNS.labelValue reaches the back-end as an
+// option; a cluster stored with the refused types route53 or cloudflare is
+// told to move to external-dns with that label (it keeps working: the
+// type is the label, internal/dnsreg/externaldns's Factory), one of type
+// external-dns is told nothing.
+func TestExternalDNSLabel(t *testing.T) {
+	cluster := func(typ hfv1.DNSProviderType, ext *hfv1.ExternalDNSSettings) *hfv1.HypervisorCluster {
+		return &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DNS: &hfv1.ClusterDNSSettings{
+			DNSSettings: hfv1.DNSSettings{Domain: "ci.example.com"},
+			DNSProvider: &hfv1.DNSProvider{Type: typ, ExternalDNS: ext},
+		}}}
+	}
+	c := cluster("external-dns", &hfv1.ExternalDNSSettings{LabelValue: "route53"})
+	cfg, err := DNS(context.Background(), nil, c)
+	if err != nil || cfg.Options["labelValue"] != "route53" {
+		t.Errorf("DNS options %v (%v), want labelValue route53", cfg.Options, err)
+	}
+	if got := Deprecated(c); len(got) != 0 {
+		t.Errorf("type external-dns is deprecated: %v", got)
+	}
+	want := []MovedField{{"spec.dns.dnsProvider.type cloudflare", "type external-dns with externalDNS.labelValue cloudflare"}}
+	if got := Deprecated(cluster("cloudflare", nil)); !slices.Equal(got, want) {
+		t.Errorf("Deprecated of type cloudflare = %v, want %v", got, want)
+	}
+}

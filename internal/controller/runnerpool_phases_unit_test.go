@@ -200,6 +200,11 @@ func TestReconcileRunnerPool(t *testing.T) {
 			if got.Status.Replicas != tc.replicas || got.Status.PendingJobs != tc.pending {
 				t.Errorf("status: %d replicas and %d pending jobs, want %d and %d", got.Status.Replicas, got.Status.PendingJobs, tc.replicas, tc.pending)
 			}
+			// No row has schedules: the minimum the pool scales to (a
+			// printer column) is the spec's.
+			if got.Status.ObservedGeneration > 0 && got.Status.MinReplicas != got.Spec.Scaling.MinReplicas {
+				t.Errorf("status.minReplicas %d, want spec.scaling.minReplicas %d", got.Status.MinReplicas, got.Spec.Scaling.MinReplicas)
+			}
 		})
 	}
 }

@@ -40,6 +40,10 @@ func TestPoolSchedules(t *testing.T) {
 	if in.MinReplicas != 4 || in.MinIdle != 3 {
 		t.Errorf("in the window the decision reads min %d, minIdle %d; want 4, 3", in.MinReplicas, in.MinIdle)
 	}
+	// kubectl's Min column: the minimum the pool scales to now.
+	if s.setCounts(); pool.Status.MinReplicas != 4 {
+		t.Errorf("in the window status.minReplicas is %d, want the schedule's 4", pool.Status.MinReplicas)
+	}
 	closes := time.Date(2025, 1, 1, 17, 0, 0, 0, time.UTC)
 	st := pool.Status.Schedule
 	if st == nil || st.EffectiveMinReplicas != 4 || st.EffectiveMinIdle != 3 || len(st.ActiveWindows) != 1 || st.ActiveWindows[0].Name != "working-hours" ||
@@ -57,6 +61,9 @@ func TestPoolSchedules(t *testing.T) {
 	s, wake = pass(closes)
 	if in := s.scalingInput(0, 0, 0, 0); in.MinReplicas != 1 || in.MinIdle != 0 || len(pool.Status.Schedule.ActiveWindows) != 0 {
 		t.Errorf("after the window: min %d, minIdle %d, windows %+v; want the base 1, 0 and none", in.MinReplicas, in.MinIdle, pool.Status.Schedule.ActiveWindows)
+	}
+	if s.setCounts(); pool.Status.MinReplicas != 1 {
+		t.Errorf("after the window status.minReplicas is %d, want the spec's 1", pool.Status.MinReplicas)
 	}
 	if want := 14*time.Hour + time.Second; wake != want {
 		t.Errorf("wakes after %s, want %s (Thursday 08:00 in Berlin)", wake, want)

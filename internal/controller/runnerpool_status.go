@@ -44,6 +44,7 @@ func (s *poolScope) setCounts() {
 	starting, idle, busy := s.remaining(pc.Starting)+s.created, s.remaining(pc.Idle), s.remaining(pc.Busy)
 	st.Replicas = int32(starting + idle + busy)
 	st.DesiredReplicas = int32(d.Desired)
+	st.MinReplicas = s.sched.MinReplicas
 	st.StartingReplicas = int32(starting)
 	st.IdleReplicas = int32(idle)
 	st.BusyReplicas = int32(busy)

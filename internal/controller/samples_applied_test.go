@@ -275,7 +275,8 @@ func TestSamplesWorkWhenApplied(t *testing.T) {
 	}
 	dnsCluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "proxmox-dns"}}
 	waitClusterCondition(t, dnsCluster, string(hfv1.HypervisorClusterDNSReadyCondition), metav1.ConditionTrue, string(hfv1.ReadyReason))
-	// route53 is served through external-dns: DNSEndpoints labelled for it.
+	// The external-dns sample's DNSEndpoints are labelled for the
+	// external-dns that publishes to Route 53 (externalDNS.labelValue).
 	route53 := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "proxmox-route53"}}
 	if c := waitClusterCondition(t, route53, string(hfv1.HypervisorClusterDNSReadyCondition), metav1.ConditionTrue, string(hfv1.ReadyReason)); !strings.Contains(c.Message, "namespace external-dns") || !strings.Contains(c.Message, "hyperfleet.io/dns-provider=route53") {
 		t.Errorf("the external-dns sample's DNSReady says %q", c.Message)

@@ -223,7 +223,6 @@ func observeJob(pool types.NamespacedName, cj *hfv1.CIJob, was hfv1.CIJobState, 
 	}
 	if crossed(hfv1.CIJobInProgress) && st.QueuedAt != nil && !st.StartedAt.Before(st.QueuedAt) {
 		d := st.StartedAt.Sub(st.QueuedAt.Time)
-		metrics.QueueTime.WithLabelValues(pool.Namespace, pool.Name).Observe(d.Seconds())
 		metrics.ObserveJobQueue(j, d)
 	}
 	if crossed(hfv1.CIJobCompleted) {

@@ -22,8 +22,10 @@ const TypeRFC2136 hfv1.DNSProviderType = "rfc2136"
 
 // The dns.dnsProvider.types served through external-dns: HyperFleet writes
 // DNSEndpoint objects and an external-dns the platform team runs publishes
-// them. TypeRoute53 and TypeCloudflare are the same objects, labelled for
-// an external-dns running with that provider (package externaldns).
+// them. TypeRoute53 and TypeCloudflare are refused on new writes (they
+// named services HyperFleet never talks to); a cluster stored with one
+// still works: the same objects, labelled with the type, as
+// externalDNS.labelValue now does (package externaldns).
 const (
 	TypeExternalDNS hfv1.DNSProviderType = "external-dns"
 	TypeRoute53     hfv1.DNSProviderType = "route53"

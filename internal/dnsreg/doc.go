@@ -11,7 +11,8 @@
 // do in pkg/workload; the binary's main registers those it ships: rfc2136
 // (package rfc2136), dynamic UPDATE signed with TSIG, which BIND, Knot,
 // PowerDNS and Windows DNS all accept; and externaldns (package
-// externaldns) for the types external-dns, route53 and cloudflare, which
+// externaldns) for type external-dns (and the refused route53 and
+// cloudflare of stored clusters), which
 // writes DNSEndpoint objects through the Kubernetes API (Config.Kubernetes)
 // for an external-dns to publish, and keeps the owner in their labels
 // rather than in DNS. The ownership marker below is rfc2136's; the rules it

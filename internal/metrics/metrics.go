@@ -76,7 +76,7 @@ var (
 	ClaimsVanished = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "claims_vanished_total",
 		Help: "MachineClaims the API server removed while they still carried the operator's finalizer (a delete racing the finalizer's write), by the HypervisorCluster of the VM handed to the orphan sweeper.",
-	}, []string{"cluster"})
+	}, []string{"hypervisor_cluster"})
 
 	// ClaimsForceDeleted counts claims a platform admin force-deleted
 	// (annotation hyperfleet.io/force-delete), by the HypervisorCluster of
@@ -85,7 +85,7 @@ var (
 	ClaimsForceDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "claims_force_deleted_total",
 		Help: "MachineClaims force-deleted by a platform admin (annotation hyperfleet.io/force-delete): their VM abandoned without the hypervisor, by the VM's HypervisorCluster (empty when the claim recorded no VM).",
-	}, []string{"cluster"})
+	}, []string{"hypervisor_cluster"})
 
 	// ClaimsDisowned counts VMs a platform admin released from
 	// management (annotation hyperfleet.io/disown), by HypervisorCluster:
@@ -93,7 +93,7 @@ var (
 	ClaimsDisowned = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "claims_disowned_total",
 		Help: "MachineClaims whose VM a platform admin released from HyperFleet's management without deleting it (annotation hyperfleet.io/disown), by the VM's HypervisorCluster (empty when the claim recorded no VM).",
-	}, []string{"cluster"})
+	}, []string{"hypervisor_cluster"})
 
 	// PowerOffToDestroyed is the time from a VM being seen powered off to
 	// its VM destroyed and its claim gone.
@@ -153,26 +153,26 @@ var (
 	APICalls = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "hypervisor_api_calls_total",
 		Help: "Hypervisor API calls by cluster, method, endpoint template and HTTP status (0: no response).",
-	}, []string{"cluster", "method", "endpoint", "code"})
+	}, []string{"hypervisor_cluster", "method", "endpoint", "code"})
 
 	// APICallSeconds is the latency of hypervisor API calls.
 	APICallSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: namespace, Name: "hypervisor_api_call_duration_seconds",
 		Help:    "Latency of hypervisor API calls by cluster and endpoint template.",
 		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
-	}, []string{"cluster", "endpoint"})
+	}, []string{"hypervisor_cluster", "endpoint"})
 
 	// CloneQueueDepth is how many VMs wait for a clone slot.
 	CloneQueueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "clone_queue_depth",
 		Help: "VMs waiting for a free clone slot, by cluster.",
-	}, []string{"cluster"})
+	}, []string{"hypervisor_cluster"})
 
 	// ClusterConnected is 1 while the operator reaches a cluster's API.
 	ClusterConnected = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "hypervisor_cluster_connected",
 		Help: "1 when the hypervisor cluster's API answers with the configured credentials, else 0.",
-	}, []string{"cluster"})
+	}, []string{"hypervisor_cluster"})
 
 	// IPPoolFree is how many addresses an IPPool has left.
 	IPPoolFree = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -185,34 +185,34 @@ var (
 	OrphansFound = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "orphan_vms_found_total",
 		Help: "VMs owned by this install (marker verified) found without a live MachineClaim.",
-	}, []string{"cluster"})
+	}, []string{"hypervisor_cluster"})
 
 	// UnverifiedVMs is how many VMs carry this install's tag but an
 	// ownership block that does not verify, as of the latest sweep.
 	UnverifiedVMs = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "unverified_vms",
 		Help: "VMs carrying this install's tag whose ownership block does not verify (never touched by the operator), as of the latest orphan sweep.",
-	}, []string{"cluster"})
+	}, []string{"hypervisor_cluster"})
 
 	// OrphansRemoved counts orphaned VMs the sweeper destroyed.
 	OrphansRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "orphan_vms_removed_total",
 		Help: "Orphaned VMs destroyed by the sweeper (not counted in dry-run mode).",
-	}, []string{"cluster"})
+	}, []string{"hypervisor_cluster"})
 
 	// OrphanMediaFound counts cloud-init media (ISOs) named by this install
 	// that the sweeper found without a live claim.
 	OrphanMediaFound = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "orphan_isos_found_total",
 		Help: "Cloud-init ISOs named by this install found without a live MachineClaim.",
-	}, []string{"cluster"})
+	}, []string{"hypervisor_cluster"})
 
 	// OrphanMediaRemoved counts stray cloud-init media the sweeper deleted,
 	// counted once the hypervisor no longer has them.
 	OrphanMediaRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "orphan_isos_removed_total",
 		Help: "Stray cloud-init ISOs deleted by the sweeper, counted once gone (not in dry-run mode).",
-	}, []string{"cluster"})
+	}, []string{"hypervisor_cluster"})
 
 	// OrphanRunnersFound counts CI runners named by this install whose
 	// claim no longer exists.
@@ -304,25 +304,25 @@ var (
 	DNSReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "dns_ready",
 		Help: "1 while the DNS service of the cluster's spec.dns.dnsProvider answers for its zones with the configured key (DNSReady=True), else 0.",
-	}, []string{"cluster"})
+	}, []string{"hypervisor_cluster"})
 
 	// DNSUpdates counts the claim controller's registrations and removals
 	// of VM records, by cluster, operation and result.
 	DNSUpdates = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "dns_updates_total",
 		Help: "VM record registrations (op=register) and removals (op=remove) by the claim controller, by result (ok, or the failure's condition reason).",
-	}, []string{"cluster", "op", "result"})
+	}, []string{"hypervisor_cluster", "op", "result"})
 
 	// OrphanDNSFound and OrphanDNSRemoved count the DNS names carrying
 	// this install's marker whose claim no longer exists.
 	OrphanDNSFound = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "orphan_dns_records_found_total",
 		Help: "DNS names registered by this install found without a live MachineClaim.",
-	}, []string{"cluster"})
+	}, []string{"hypervisor_cluster"})
 	OrphanDNSRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "orphan_dns_records_removed_total",
 		Help: "DNS names of deleted claims whose records the sweeper removed (not in dry-run mode).",
-	}, []string{"cluster"})
+	}, []string{"hypervisor_cluster"})
 
 	// OrphanIdentitiesFound and OrphanIdentitiesRemoved count what claims
 	// that no longer exist left on SPIRE servers (internal/sweeper,
@@ -332,11 +332,11 @@ var (
 	OrphanIdentitiesFound = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "orphan_spire_objects_found_total",
 		Help: "SPIRE entries of this install found without a live MachineClaim, by kind.",
-	}, []string{"cluster", "kind"})
+	}, []string{"hypervisor_cluster", "kind"})
 	OrphanIdentitiesRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "orphan_spire_objects_removed_total",
 		Help: "SPIRE entries and banned TPM agents of deleted claims that the sweeper deleted (not in dry-run mode), by kind.",
-	}, []string{"cluster", "kind"})
+	}, []string{"hypervisor_cluster", "kind"})
 
 	// NetworkValidations counts the checks of claims' validations (DNS
 	// forward and reverse lookups, ping, SSH), by cluster, check and
@@ -344,7 +344,7 @@ var (
 	NetworkValidations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "network_validation_total",
 		Help: "Checks of running VMs' DNS names and reachability from the operator (check=forward, reverse, ping, ssh), by result (passed, failed).",
-	}, []string{"cluster", "check", "result"})
+	}, []string{"hypervisor_cluster", "check", "result"})
 	NetworkValidationSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: namespace, Name: "network_validation_duration_seconds",
 		Help:    "How long one check of a VM's validation took (all its servers and addresses), by check.",
@@ -429,8 +429,8 @@ func SweepingRunnerScope(scope string) {
 
 // ForgetCluster drops the per-cluster series of a deleted cluster.
 func ForgetCluster(cluster string) {
-	APICalls.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
-	APICallSeconds.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
+	APICalls.DeletePartialMatch(prometheus.Labels{"hypervisor_cluster": cluster})
+	APICallSeconds.DeletePartialMatch(prometheus.Labels{"hypervisor_cluster": cluster})
 	CloneQueueDepth.DeleteLabelValues(cluster)
 	ClusterConnected.DeleteLabelValues(cluster)
 	OrphansFound.DeleteLabelValues(cluster)
@@ -441,8 +441,8 @@ func ForgetCluster(cluster string) {
 	ClaimsForceDeleted.DeleteLabelValues(cluster)
 	ClaimsDisowned.DeleteLabelValues(cluster)
 	DNSReady.DeleteLabelValues(cluster)
-	DNSUpdates.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
+	DNSUpdates.DeletePartialMatch(prometheus.Labels{"hypervisor_cluster": cluster})
 	OrphanDNSFound.DeleteLabelValues(cluster)
 	OrphanDNSRemoved.DeleteLabelValues(cluster)
-	NetworkValidations.DeletePartialMatch(prometheus.Labels{"cluster": cluster})
+	NetworkValidations.DeletePartialMatch(prometheus.Labels{"hypervisor_cluster": cluster})
 }

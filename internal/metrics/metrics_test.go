@@ -55,14 +55,14 @@ func TestSeriesStartAtZero(t *testing.T) {
 		labels map[string]string
 		want   float64
 	}{
-		{OrphansFound, "orphan_vms_found_total", map[string]string{"cluster": "zero-a"}, 0},
-		{OrphansFound, "orphan_vms_found_total", map[string]string{"cluster": "kept"}, 2},
-		{OrphansRemoved, "orphan_vms_removed_total", map[string]string{"cluster": "zero-a"}, 0},
-		{OrphanMediaFound, "orphan_isos_found_total", map[string]string{"cluster": "zero-a"}, 0},
-		{OrphanMediaRemoved, "orphan_isos_removed_total", map[string]string{"cluster": "zero-a"}, 0},
+		{OrphansFound, "orphan_vms_found_total", map[string]string{"hypervisor_cluster": "zero-a"}, 0},
+		{OrphansFound, "orphan_vms_found_total", map[string]string{"hypervisor_cluster": "kept"}, 2},
+		{OrphansRemoved, "orphan_vms_removed_total", map[string]string{"hypervisor_cluster": "zero-a"}, 0},
+		{OrphanMediaFound, "orphan_isos_found_total", map[string]string{"hypervisor_cluster": "zero-a"}, 0},
+		{OrphanMediaRemoved, "orphan_isos_removed_total", map[string]string{"hypervisor_cluster": "zero-a"}, 0},
 		{OrphanRunnersFound, "orphan_runners_found_total", map[string]string{"scope": "octo-org"}, 0},
 		{OrphanRunnersRemoved, "orphan_runners_removed_total", map[string]string{"scope": "octo-org"}, 0},
-		{CloneQueueDepth, "clone_queue_depth", map[string]string{"cluster": "zero-a"}, 0},
+		{CloneQueueDepth, "clone_queue_depth", map[string]string{"hypervisor_cluster": "zero-a"}, 0},
 	} {
 		got, ok := value(t, tc.c, tc.name, tc.labels)
 		if !ok || got != tc.want {
@@ -70,7 +70,7 @@ func TestSeriesStartAtZero(t *testing.T) {
 		}
 	}
 	ForgetCluster("zero-a")
-	if _, ok := value(t, OrphansFound, "orphan_vms_found_total", map[string]string{"cluster": "zero-a"}); ok {
+	if _, ok := value(t, OrphansFound, "orphan_vms_found_total", map[string]string{"hypervisor_cluster": "zero-a"}); ok {
 		t.Error("ForgetCluster left the orphan counter of the cluster")
 	}
 }

@@ -31,13 +31,6 @@ var (
 		Help: "Queued CI jobs routed to a RunnerPool that no runner has taken yet.",
 	}, []string{"namespace", "pool"})
 
-	// QueueTime is the time from a job being queued to a runner taking it.
-	QueueTime = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: namespace, Name: "runnerpool_queue_time_seconds",
-		Help:    "Time from a CI job being queued to a runner taking it, by the pool the job was routed to (the CI platform's timestamps).",
-		Buckets: []float64{1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 3600},
-	}, []string{"namespace", "pool"})
-
 	// RunnerOutcomes counts how runner VMs ended.
 	RunnerOutcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "runner_outcomes_total",
@@ -78,5 +71,5 @@ func ForgetPool(namespace, pool string) {
 }
 
 func init() {
-	crmetrics.Registry.MustRegister(PoolDesiredReplicas, PoolEffectiveMinimum, PoolReplicas, PoolPendingJobs, QueueTime, RunnerOutcomes, PoolScalingActions, PoolResyncs, ResyncRecoveredJobs)
+	crmetrics.Registry.MustRegister(PoolDesiredReplicas, PoolEffectiveMinimum, PoolReplicas, PoolPendingJobs, RunnerOutcomes, PoolScalingActions, PoolResyncs, ResyncRecoveredJobs)
 }

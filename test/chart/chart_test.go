@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -138,6 +139,7 @@ func TestLint(t *testing.T) {
 // optionalObjects are what only the optional parts add.
 var optionalObjects = []string{
 	"Certificate ci-infra/ci-hyperfleet-agent",
+	"Certificate ci-infra/ci-hyperfleet-metrics",
 	"Certificate ci-infra/ci-hyperfleet-webhook",
 	"ClusterRoleBinding /ci-hyperfleet-claim-admin",
 	"ClusterRoleBinding /ci-hyperfleet-metrics-reader",
@@ -165,7 +167,7 @@ func TestTemplate(t *testing.T) {
 		"PodDisruptionBudget hyperfleet-system/hyperfleet-manager",
 		"Role hyperfleet-system/hyperfleet-leader-election", "RoleBinding hyperfleet-system/hyperfleet-leader-election",
 		"RoleBinding hyperfleet-system/hyperfleet-secret-reader", "Service hyperfleet-system/hyperfleet-agent",
-		"Service hyperfleet-system/hyperfleet-github-webhook", "Service hyperfleet-system/hyperfleet-metrics",
+		"Service hyperfleet-system/hyperfleet-metrics", "Service hyperfleet-system/hyperfleet-webhooks",
 		"ServiceAccount hyperfleet-system/hyperfleet-manager",
 		"ValidatingAdmissionPolicy /hyperfleet-operator-owned-fields", "ValidatingAdmissionPolicyBinding /hyperfleet-operator-owned-fields",
 	}
@@ -256,6 +258,98 @@ func TestAdmissionPolicyExemptsTheReleaseServiceAccount(t *testing.T) {
 		if len(conds) != 1 || conds[0].(map[string]any)["expression"] != want {
 			t.Errorf("%s: matchConditions %v, want the one expression %q", r.name, conds, want)
 		}
+	}
+}
+
+// TestExistingServiceAccount: with serviceAccount.create false the chart
+// creates no ServiceAccount and runs, binds and exempts the one named; the
+// log level reaches the manager's flags.
+func TestExistingServiceAccount(t *testing.T) {
+	objs := render(t, defaults, "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=platform-ci", "--set", "logLevel=debug")
+	for _, o := range objs {
+		if o.GetKind() == "ServiceAccount" {
+			t.Errorf("the chart created ServiceAccount %s with serviceAccount.create=false", o.GetName())
+		}
+	}
+	deploy := find(t, objs, "Deployment", defaults.fullname()+"-manager")
+	if sa, _, _ := unstructured.NestedString(deploy.Object, "spec", "template", "spec", "serviceAccountName"); sa != "platform-ci" {
+		t.Errorf("the Deployment runs as %q, want platform-ci", sa)
+	}
+	containers, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
+	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	if !slices.Contains(args, "--zap-log-level=debug") {
+		t.Errorf("manager args %v lack --zap-log-level=debug", args)
+	}
+	bound := 0
+	for _, o := range objs {
+		if k := o.GetKind(); k != "RoleBinding" && k != "ClusterRoleBinding" {
+			continue
+		}
+		subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+		for _, s := range subjects {
+			if m := s.(map[string]any); m["kind"] == "ServiceAccount" {
+				if m["name"] != "platform-ci" {
+					t.Errorf("%s binds ServiceAccount %v, want platform-ci", key(o), m["name"])
+				}
+				bound++
+			}
+		}
+	}
+	if bound == 0 {
+		t.Error("no binding names the ServiceAccount")
+	}
+	policy := find(t, objs, "ValidatingAdmissionPolicy", defaults.fullname()+"-operator-owned-fields")
+	conds, _, _ := unstructured.NestedSlice(policy.Object, "spec", "matchConditions")
+	if want := fmt.Sprintf("request.userInfo.username != 'system:serviceaccount:%s:platform-ci'", defaults.namespace); len(conds) != 1 || conds[0].(map[string]any)["expression"] != want {
+		t.Errorf("matchConditions %v, want %q", conds, want)
+	}
+}
+
+// TestServiceMonitorVerifiesTheMetricsCertificate: with
+// metrics.certificate the manager serves the certificate cert-manager
+// issues for the metrics Service (--metrics-cert-dir, the Secret mounted)
+// and the ServiceMonitor verifies the scrape with that Secret's ca.crt and
+// the Service's name, instead of a self-signed certificate a scrape can
+// only skip verifying; a CA the values name wins.
+func TestServiceMonitorVerifiesTheMetricsCertificate(t *testing.T) {
+	set := []string{"--set", "metrics.certificate.enabled=true", "--set", "certManager.issuerRef.name=ca", "--set", "metrics.serviceMonitor.enabled=true"}
+	objs := render(t, defaults, set...)
+	secret := defaults.fullname() + "-metrics-tls"
+	cert := find(t, objs, "Certificate", defaults.fullname()+"-metrics")
+	if name, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName"); name != secret {
+		t.Errorf("the metrics Certificate writes Secret %q, want %q", name, secret)
+	}
+	if names, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames"); !slices.Contains(names, defaults.fullname()+"-metrics."+defaults.namespace+".svc") {
+		t.Errorf("the metrics Certificate's names %v lack the Service's", names)
+	}
+	deploy := find(t, objs, "Deployment", defaults.fullname()+"-manager")
+	containers, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
+	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	if !slices.Contains(args, "--metrics-cert-dir=/etc/hyperfleet/metrics-tls") {
+		t.Errorf("manager args %v lack --metrics-cert-dir", args)
+	}
+	volumes, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "volumes")
+	mounted := false
+	for _, v := range volumes {
+		if name, _, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName"); name == secret {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Errorf("no volume mounts Secret %s", secret)
+	}
+	sm := find(t, objs, "ServiceMonitor", defaults.fullname()+"-manager")
+	endpoints, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	tls, _, _ := unstructured.NestedMap(endpoints[0].(map[string]any), "tlsConfig")
+	if ca, _, _ := unstructured.NestedString(tls, "ca", "secret", "name"); ca != secret || tls["serverName"] != defaults.fullname()+"-metrics."+defaults.namespace+".svc" {
+		t.Errorf("the ServiceMonitor's tlsConfig %v: want the CA of Secret %s and the Service's name", tls, secret)
+	}
+	// A CA the values name is kept.
+	sm = find(t, render(t, defaults, append(set, "--set", "metrics.serviceMonitor.tlsConfig.ca.configMap.name=corp-ca", "--set", "metrics.serviceMonitor.tlsConfig.ca.configMap.key=ca.crt")...), "ServiceMonitor", defaults.fullname()+"-manager")
+	endpoints, _, _ = unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+	ca, _, _ := unstructured.NestedMap(endpoints[0].(map[string]any), "tlsConfig", "ca")
+	if name, _, _ := unstructured.NestedString(ca, "configMap", "name"); name != "corp-ca" || len(ca) != 1 {
+		t.Errorf("the ServiceMonitor's CA is %v, want only the values' ConfigMap corp-ca", ca)
 	}
 }
 
@@ -399,6 +493,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"two replicas without leader election", []string{"replicaCount=2", "leaderElection.enabled=false"}, "every replica would reconcile"},
 		{"unknown anti-affinity", []string{"podAntiAffinity=sometimes"}, `podAntiAffinity is "sometimes"`},
 		{"every namespace and a list", []string{"secretNamespaces={team-a,*}"}, `"*" means every namespace, so list nothing else with it`},
+		{"no ServiceAccount created and none named", []string{"serviceAccount.create=false"}, "serviceAccount.name: set the name of an existing ServiceAccount"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -99,6 +99,7 @@ func TestSchemaRefusesWrongValues(t *testing.T) {
 		{name: "unknown anti-affinity", set: []string{"podAntiAffinity=sometimes"}, want: []string{"/podAntiAffinity", "'soft'", "'hard'"}},
 		{name: "unknown pull policy", set: []string{"image.pullPolicy=Sometimes"}, want: []string{"/image/pullPolicy", "IfNotPresent"}},
 		{name: "unknown Service type", set: []string{"webhook.service.type=Ingress"}, want: []string{"/webhook/service/type", "LoadBalancer"}},
+		{name: "unknown log level", set: []string{"logLevel=verbose"}, want: []string{"/logLevel", "debug|info|error"}},
 		{name: "a tag for a digest", set: []string{"image.digest=latest"}, want: []string{"/image/digest", "sha256"}},
 		{name: "an agent URL over HTTP", set: []string{"agentServer.url=http://agents.example.com"}, want: []string{"/agentServer/url", "https://"}},
 		{name: "a namespace that is not a name", set: []string{"secretNamespaces={Team_A}"}, want: []string{"/secretNamespaces/0", "does not match pattern"}},

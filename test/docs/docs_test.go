@@ -1,8 +1,9 @@
 // Package docs_test checks the claims the repository's front pages make
 // about the repository itself: the project files a user looks for before
 // adopting it (LICENSE, NOTICE, CHANGELOG.md, SECURITY.md, CONTRIBUTING.md)
-// exist and reach the image and the chart, and every row of the README's
-// status table cites a doc, a package or a make target that exists.
+// exist and reach the image and the chart, the README fits a screen and
+// links only to files that exist, and every row of the status table
+// (docs/status.md) cites a doc, a package or a make target that exists.
 package docs_test
 
 import (
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -83,33 +85,37 @@ func TestProjectFiles(t *testing.T) {
 	}
 }
 
-// statusRow is one row of the README's status table.
+// statusPage is the page holding the status table; its links are relative
+// to its directory.
+const statusPage = "docs/status.md"
+
+// statusRow is one row of the status table.
 type statusRow struct {
 	line       int
 	area, text string
 }
 
-// statusTable returns the rows of the table under "## Status" in README.md.
+// statusTable returns the rows of the first table in docs/status.md.
 func statusTable(t *testing.T) []statusRow {
 	t.Helper()
 	var rows []statusRow
-	inSection, inTable := false, false
-	for i, l := range strings.Split(read(t, "README.md"), "\n") {
+	inTable := false
+	for i, l := range strings.Split(read(t, statusPage), "\n") {
 		switch {
-		case strings.HasPrefix(l, "## "):
-			inSection = l == "## Status"
-			inTable = false
-		case inSection && strings.HasPrefix(l, "|---"):
+		case strings.HasPrefix(l, "|---"):
 			inTable = true
-		case inSection && inTable && strings.HasPrefix(l, "|"):
+		case inTable && strings.HasPrefix(l, "|"):
 			cells := strings.Split(strings.Trim(l, "|"), "|")
 			rows = append(rows, statusRow{line: i + 1, area: strings.TrimSpace(cells[0]), text: l})
 		case inTable:
 			inTable = false
 		}
+		if !inTable && len(rows) > 0 {
+			break
+		}
 	}
 	if len(rows) == 0 {
-		t.Fatal(`README.md has no status table under "## Status"`)
+		t.Fatalf("%s has no status table", statusPage)
 	}
 	return rows
 }
@@ -125,19 +131,23 @@ var (
 	repoPath = regexp.MustCompile(`^(api|cmd|config|docs|hack|internal|pkg|test|charts)/[A-Za-z0-9_./-]*$`)
 )
 
-// TestStatusTableCitesEvidence fails when a row of the README's status
-// table cites nothing that exists, or cites a path or make target that does
-// not: a row's claim must point at the doc, package or make target that
-// shows it.
+// exists says whether a path relative to the repository's top exists.
+func exists(rel string) bool {
+	_, err := os.Stat(filepath.Join(repoRoot, filepath.FromSlash(rel)))
+	return err == nil
+}
+
+// TestStatusTableCitesEvidence fails when a row of the status table
+// (docs/status.md) cites nothing that exists, or cites a path or make
+// target that does not: a row's claim must point at the doc, package or
+// make target that shows it. Links are relative to docs/, code spans name
+// paths from the repository's top.
 func TestStatusTableCitesEvidence(t *testing.T) {
 	targets := map[string]bool{}
 	for _, m := range makeTarget.FindAllStringSubmatch(read(t, "Makefile"), -1) {
 		targets[m[1]] = true
 	}
-	exists := func(rel string) bool {
-		_, err := os.Stat(filepath.Join(repoRoot, filepath.FromSlash(rel)))
-		return err == nil
-	}
+	pageDir := filepath.Dir(statusPage)
 
 	for _, row := range statusTable(t) {
 		var cited []string
@@ -145,8 +155,8 @@ func TestStatusTableCitesEvidence(t *testing.T) {
 			if strings.Contains(m[1], "://") {
 				continue
 			}
-			if !exists(m[1]) {
-				t.Errorf("README.md:%d (%s): the link %s names no file", row.line, row.area, m[1])
+			if !exists(filepath.Join(pageDir, m[1])) {
+				t.Errorf("%s:%d (%s): the link %s names no file", statusPage, row.line, row.area, m[1])
 				continue
 			}
 			cited = append(cited, m[1])
@@ -155,7 +165,7 @@ func TestStatusTableCitesEvidence(t *testing.T) {
 			span := m[1]
 			if target, ok := strings.CutPrefix(span, "make "); ok {
 				if !targets[target] {
-					t.Errorf("README.md:%d (%s): `%s` is no Makefile target", row.line, row.area, span)
+					t.Errorf("%s:%d (%s): `%s` is no Makefile target", statusPage, row.line, row.area, span)
 					continue
 				}
 				cited = append(cited, span)
@@ -165,27 +175,90 @@ func TestStatusTableCitesEvidence(t *testing.T) {
 				continue // a field, a value or a command, not a citation
 			}
 			if !exists(span) {
-				t.Errorf("README.md:%d (%s): `%s` does not exist", row.line, row.area, span)
+				t.Errorf("%s:%d (%s): `%s` does not exist", statusPage, row.line, row.area, span)
 				continue
 			}
 			cited = append(cited, span)
 		}
 		if len(cited) == 0 {
-			t.Errorf("README.md:%d (%s): the row cites no doc, package or make target that shows it", row.line, row.area)
+			t.Errorf("%s:%d (%s): the row cites no doc, package or make target that shows it", statusPage, row.line, row.area)
 		}
 	}
 }
 
-// TestNoWorkingFeatureCalledPlanned fails when the README calls SPIFFE or
-// the credential broker planned or not started: both work (docs/identity.md,
-// make test-spire).
+// readmeMaxWords is what one screen of the README holds: what HyperFleet
+// is, the two commands, where to install from and what to read next. The
+// details live in docs/ (the status table in docs/status.md).
+const readmeMaxWords = 600
+
+// TestReadmeFitsAScreen fails when the README grows past one screen, holds
+// a table, gives a newcomer other commands than exactly make dev and make
+// test, does not link the status page, or links a file that does not
+// exist.
+func TestReadmeFitsAScreen(t *testing.T) {
+	readme := read(t, "README.md")
+	if n := len(strings.Fields(readme)); n > readmeMaxWords {
+		t.Errorf("README.md has %d words, more than a screen (%d): move the detail into docs/", n, readmeMaxWords)
+	}
+	for i, l := range strings.Split(readme, "\n") {
+		if strings.HasPrefix(l, "|---") {
+			t.Errorf("README.md:%d holds a table: tables belong in docs/ (the status table in %s)", i+1, statusPage)
+		}
+	}
+	if got, want := gettingStartedCommands(readme), []string{"make dev", "make test"}; !slices.Equal(got, want) {
+		t.Errorf("README.md's Get started block runs %q, want exactly %q", got, want)
+	}
+	linked := false
+	for _, m := range mdLink.FindAllStringSubmatch(readme, -1) {
+		if strings.Contains(m[1], "://") {
+			continue
+		}
+		if !exists(m[1]) {
+			t.Errorf("README.md: the link %s names no file", m[1])
+		}
+		linked = linked || m[1] == statusPage
+	}
+	if !linked {
+		t.Errorf("README.md does not link the status table (%s)", statusPage)
+	}
+}
+
+// gettingStartedCommands returns the commands of the first ```sh block
+// under the README's "## Get started", without their comments.
+func gettingStartedCommands(readme string) []string {
+	var cmds []string
+	inSection, inBlock := false, false
+	for _, l := range strings.Split(readme, "\n") {
+		switch {
+		case strings.HasPrefix(l, "## "):
+			if inSection && len(cmds) > 0 {
+				return cmds
+			}
+			inSection = l == "## Get started"
+		case inSection && !inBlock && l == "```sh":
+			inBlock = true
+		case inSection && inBlock && strings.HasPrefix(l, "```"):
+			return cmds
+		case inSection && inBlock:
+			if cmd, _, _ := strings.Cut(l, "#"); strings.TrimSpace(cmd) != "" {
+				cmds = append(cmds, strings.TrimSpace(cmd))
+			}
+		}
+	}
+	return cmds
+}
+
+// TestNoWorkingFeatureCalledPlanned fails when the README or the status
+// table calls SPIFFE or the credential broker planned or not started: both
+// work (docs/identity.md, make test-spire).
 func TestNoWorkingFeatureCalledPlanned(t *testing.T) {
-	readme := []byte(read(t, "README.md"))
-	for i, l := range bytes.Split(readme, []byte("\n")) {
-		lower := strings.ToLower(string(l))
-		if (strings.Contains(lower, "spiffe") || strings.Contains(lower, "broker")) &&
-			(strings.Contains(lower, "planned") || strings.Contains(lower, "not started")) {
-			t.Errorf("README.md:%d calls a working feature planned or not started: %s", i+1, strings.TrimSpace(string(l)))
+	for _, page := range []string{"README.md", statusPage} {
+		for i, l := range bytes.Split([]byte(read(t, page)), []byte("\n")) {
+			lower := strings.ToLower(string(l))
+			if (strings.Contains(lower, "spiffe") || strings.Contains(lower, "broker")) &&
+				(strings.Contains(lower, "planned") || strings.Contains(lower, "not started")) {
+				t.Errorf("%s:%d calls a working feature planned or not started: %s", page, i+1, strings.TrimSpace(string(l)))
+			}
 		}
 	}
 }

@@ -166,7 +166,6 @@ var faultCounts = []string{
 // runCounts are counters a run of monitoringJobs jobs raises by that much
 // (true: exactly) or more (false).
 var runCounts = map[string]bool{
-	`sum(hyperfleet_runnerpool_queue_time_seconds_count) or vector(0)`:                 true,
 	`sum(hyperfleet_job_queue_seconds_count) or vector(0)`:                             true,
 	`sum(hyperfleet_job_run_seconds_count) or vector(0)`:                               true,
 	`sum(hyperfleet_runner_outcomes_total) or vector(0)`:                               false,

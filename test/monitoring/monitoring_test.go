@@ -219,11 +219,11 @@ func TestSubstitute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := d.Substitute(`rate(x{job=~"$job", pool=~"${pool}", cluster=~"${cluster:regex}", ns=~"[[namespace]]"}[$__rate_interval])`)
+	got, err := d.Substitute(`rate(x{job=~"$job", pool=~"${pool}", hypervisor_cluster=~"${hypervisor_cluster:regex}", ns=~"[[namespace]]"}[$__rate_interval])`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `rate(x{job=~".*", pool=~".*", cluster=~".*", ns=~".*"}[5m])`; got != want {
+	if want := `rate(x{job=~".*", pool=~".*", hypervisor_cluster=~".*", ns=~".*"}[5m])`; got != want {
 		t.Errorf("Substitute = %s, want %s", got, want)
 	}
 	if _, err := d.Substitute(`x{a=~"$undefined"}`); err == nil || !strings.Contains(err.Error(), "undefined") {

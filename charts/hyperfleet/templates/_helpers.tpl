@@ -45,6 +45,9 @@ app.kubernetes.io/component: manager
 
 {{/* The manager's ServiceAccount. */}}
 {{- define "hyperfleet.serviceAccountName" -}}
+{{- if and (not .Values.serviceAccount.create) (not .Values.serviceAccount.name) }}
+{{- fail "serviceAccount.name: set the name of an existing ServiceAccount when serviceAccount.create is false" }}
+{{- end }}
 {{- default (printf "%s-manager" (include "hyperfleet.fullname" .)) .Values.serviceAccount.name }}
 {{- end }}
 
@@ -58,6 +61,19 @@ app.kubernetes.io/component: manager
 {{- end }}
 
 {{/* Secrets of the receiver's and the agent server's certificates. */}}
+{{/* The Secret of the metrics server's certificate; empty when the manager
+makes a self-signed one (neither metrics.tls.secretName nor
+metrics.certificate.enabled, or metrics.secure off). */}}
+{{- define "hyperfleet.metricsTLSSecret" -}}
+{{- if .Values.metrics.secure }}
+{{- if .Values.metrics.tls.secretName }}
+{{- .Values.metrics.tls.secretName }}
+{{- else if .Values.metrics.certificate.enabled }}
+{{- printf "%s-metrics-tls" (include "hyperfleet.fullname" .) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{- define "hyperfleet.webhookTLSSecret" -}}
 {{- default (printf "%s-webhook-tls" (include "hyperfleet.fullname" .)) .Values.webhook.tls.secretName }}
 {{- end }}

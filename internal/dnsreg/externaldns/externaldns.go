@@ -1,5 +1,6 @@
-// Package externaldns is the dnsreg back-end of the dns.dnsProvider types
-// served through external-dns (external-dns, route53, cloudflare): it writes
+// Package externaldns is the dnsreg back-end of dns.dnsProvider type
+// external-dns (and of the refused route53 and cloudflare a cluster may
+// still be stored with, the same under another label): it writes
 // each VM's records as a DNSEndpoint object (externaldns.k8s.io/v1alpha1,
 // the kind of external-dns's CRD source) through the Kubernetes API, and an
 // external-dns that the platform team runs, with the DNS provider of its
@@ -20,7 +21,7 @@
 //	    hyperfleet.io/managed-by: hyperfleet
 //	    hyperfleet.io/dns-install: <operator id>
 //	    hyperfleet.io/dns-claim: <claim UID>
-//	    hyperfleet.io/dns-provider: external-dns   # or route53, cloudflare
+//	    hyperfleet.io/dns-provider: external-dns   # or externalDNS.labelValue
 //	spec:
 //	  endpoints:
 //	  - {dnsName: vm-1.ci.example.com, recordType: A, targets: [192.0.2.10], recordTTL: 300}
@@ -67,6 +68,7 @@
 package externaldns
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,6 +93,11 @@ import (
 // OptionNamespace is the option Factory reads the namespace from
 // (dnsProvider.externalDNS.namespace).
 const OptionNamespace = "namespace"
+
+// OptionLabelValue is the option Factory reads the objects' ProviderLabel
+// value from (dns.dnsProvider.externalDNS.labelValue); without it the
+// label is the provider type.
+const OptionLabelValue = "labelValue"
 
 // Errors of the Kubernetes side, each with its condition reason
 // (docs/troubleshooting.md).
@@ -121,7 +128,8 @@ type Config struct {
 	Client client.Client
 	// Namespace is where the objects go.
 	Namespace string
-	// Provider is the dns.dnsProvider.type, the objects' ProviderLabel.
+	// Provider is the objects' ProviderLabel value: externalDNS.labelValue,
+	// else the dns.dnsProvider.type.
 	Provider hfv1.DNSProviderType
 	// Zone is the forward zone; ReverseZones the in-addr.arpa and
 	// ip6.arpa zones PTRs are written for.
@@ -164,7 +172,7 @@ func Factory(t hfv1.DNSProviderType) dnsreg.Factory {
 			ns = cfg.Kubernetes.Namespace
 		}
 		return New(Config{
-			Client: cfg.Kubernetes.Client, Namespace: ns, Provider: t,
+			Client: cfg.Kubernetes.Client, Namespace: ns, Provider: cmp.Or(hfv1.DNSProviderType(cfg.Options[OptionLabelValue]), t),
 			Zone: cfg.Zone, ReverseZones: cfg.ReverseZones, TTL: cfg.TTL,
 		})
 	}

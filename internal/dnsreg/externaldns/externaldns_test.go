@@ -343,6 +343,16 @@ func testFactory(t *testing.T, c client.Client) {
 	if err != nil || reg.(*externaldns.Registrar).Namespace() != "dns" {
 		t.Errorf("namespace option: %v, %v", reg, err)
 	}
+	// The label external-dns filters on: the type stored (a cluster
+	// written before route53 and cloudflare were refused), unless
+	// externalDNS.labelValue names one.
+	if d := reg.(dnsreg.Describer).Checked(zone); !strings.Contains(d, externaldns.ProviderLabel+"=cloudflare") {
+		t.Errorf("without labelValue: %s", d)
+	}
+	reg, err = externaldns.Factory(dnsreg.TypeExternalDNS)(dnsreg.Config{Zone: zone, Kubernetes: kube, Options: map[string]string{externaldns.OptionLabelValue: "route53"}})
+	if err != nil || !strings.Contains(reg.(dnsreg.Describer).Checked(zone), externaldns.ProviderLabel+"=route53") {
+		t.Errorf("labelValue option: %v, %v", reg, err)
+	}
 	for what, cfg := range map[string]dnsreg.Config{
 		"no Kubernetes client": {Zone: zone},
 		"credentials":          {Zone: zone, Kubernetes: kube, Credentials: map[string][]byte{"tsigKey": nil}},

@@ -1,5 +1,5 @@
 // Package spireworld runs the real spire-server for HyperFleet's local
-// world (`hyperfleet dev --spiffe`, internal/testworld/devenv) and its tests
+// world (`make dev DEV_FLAGS=--spiffe`, internal/testworld/devenv) and its tests
 // (test/spiretest wraps it for *testing.T): one trust domain, the
 // join_token node attestor, the admin API on a unix socket and the agent
 // API on a loopback port. Like the simulators it is test world: the

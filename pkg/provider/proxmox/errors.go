@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox/privileges"
 )
 
 // apiError is one failed Proxmox API call as the API answered it.
@@ -136,7 +137,7 @@ func httpError(x *exchange, method, endpoint string) error {
 			"%w: %w; check credentials.tokenId and credentials.tokenSecret (or username and password)", provider.ErrUnauthorized, ae)
 	case x.code == http.StatusForbidden:
 		return provider.Errorf(provider.ClassConfiguration, "PermissionDenied",
-			"%w: %w; grant the named privilege on the named path to the operator's Proxmox user or token", provider.ErrUnauthorized, ae)
+			"%w: %w; %s", provider.ErrUnauthorized, ae, permissionFix(msg, method, endpoint))
 	case x.code == 595:
 		// pveproxy could not reach the node it proxies the call to.
 		return provider.Errorf(provider.ClassTransient, "NodeOffline", "%w: %w", provider.ErrUnreachable, ae)
@@ -152,10 +153,38 @@ func httpError(x *exchange, method, endpoint string) error {
 		return provider.Errorf(provider.ClassTransient, "Unreachable", "%w: %w", provider.ErrUnreachable, ae)
 	}
 	k := classifyMessage(msg)
+	if k.reason == "PermissionDenied" {
+		return provider.Errorf(k.class, k.reason, "%w: %w; %s", k.sentinel, ae, permissionFix(msg, method, endpoint))
+	}
 	if k.sentinel != nil {
 		return provider.Errorf(k.class, k.reason, "%w: %w", k.sentinel, ae)
 	}
 	return provider.Errorf(k.class, k.reason, "%w", ae)
+}
+
+// permissionFix names what a "Permission check failed (<path>, <privs>)"
+// lacks and the pveum command that grants it to the role of
+// docs/install.md (step 2), whose privileges pkg/provider/proxmox/privileges
+// derives from Proxmox's own checks.
+//
+// A bare "Permission check failed" is an 'or' group of the call's checks
+// (clone's VM.Allocate on the new id or the pool): the table names it.
+func permissionFix(msg, method, endpoint string) string {
+	path, privs, ok := privileges.ParseDenied(msg)
+	if !ok {
+		c, found := privileges.Unnamed(privileges.PVE9, method, endpoint)
+		if !found {
+			return "grant the named privilege on the named path to the operator's Proxmox user or token"
+		}
+		return fmt.Sprintf("the operator's Proxmox token lacks %s on %s (or on %s); grant it: %s (the role of docs/install.md, step 2)",
+			strings.Join(c.Privs, " and "), c.Path, c.OrPath, privileges.Fix(c.Privs[0]))
+	}
+	what := privs[0]
+	if len(privs) > 1 {
+		what = "any of " + strings.Join(privs, ", ")
+	}
+	return fmt.Sprintf("the operator's Proxmox token lacks %s on %s; grant it: %s (the role of docs/install.md, step 2, granted on %s or a parent)",
+		what, path, privileges.Fix(privs[0]), path)
 }
 
 // transportError classifies a request that got no answer.

@@ -143,7 +143,10 @@ func simConfig() proxmoxsim.Config {
 	return cfg
 }
 
-func newEnv(t testing.TB, opts ...envOption) *env {
+func newEnv(t testing.TB, opts ...envOption) *env { return newEnvWith(t, nil, opts...) }
+
+// newEnvWith is newEnv with extra simulator options (a call log).
+func newEnvWith(t testing.TB, simOpts []proxmoxsim.Option, opts ...envOption) *env {
 	simCfg := simConfig()
 	simClock := proxmoxsim.NewFakeClock(t0)
 	cfg := provider.ClusterConfig{
@@ -154,7 +157,7 @@ func newEnv(t testing.TB, opts ...envOption) *env {
 	for _, o := range opts {
 		o(&simCfg, &cfg)
 	}
-	sim, err := proxmoxsim.New(simCfg, proxmoxsim.WithClock(simClock), proxmoxsim.WithAdmin(true))
+	sim, err := proxmoxsim.New(simCfg, append([]proxmoxsim.Option{proxmoxsim.WithClock(simClock), proxmoxsim.WithAdmin(true)}, simOpts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox/privileges"
 )
 
 // templateInfo is what a clone needs to know about its template.
@@ -137,7 +138,10 @@ func findTemplate(view *clusterView, src provider.TemplateSource) (int, string, 
 	if src.ID != 0 {
 		r, ok := view.vms[src.ID]
 		if !ok {
-			return 0, "", configErr("TemplateNotFound", fieldTemplateID, "VM %d does not exist: %w", src.ID, provider.ErrNotFound)
+			// /cluster/resources lists a VM only to a caller with VM.Audit
+			// on it (pve-manager Cluster.pm resources).
+			return 0, "", configErr("TemplateNotFound", fieldTemplateID, "VM %d does not exist, or the operator's Proxmox token lacks VM.Audit on /vms/%d to see it (grant it: %s): %w",
+				src.ID, src.ID, privileges.Fix("VM.Audit"), provider.ErrNotFound)
 		}
 		return src.ID, r.Node, nil
 	}
@@ -208,7 +212,14 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 			continue
 		}
 		st, ok := view.storages[t.node][d.storage]
-		if !ok || !linkedCloneOK(st.PluginType, d.format) {
+		if !ok {
+			// /cluster/resources lists a storage only to a caller with
+			// Datastore.Audit on it (pve-manager Cluster.pm resources).
+			return nil, configErr("StorageNotVisible", fieldTemplateID,
+				"template %d's disk %s is on storage %q, which /cluster/resources does not list: the operator's Proxmox token lacks Datastore.Audit on /storage/%s; grant it: %s",
+				t.id, d.key, d.storage, d.storage, privileges.Fix("Datastore.Audit"))
+		}
+		if !linkedCloneOK(st.PluginType, d.format) {
 			info.LinkedCloneSupported = false
 			if src.Linked {
 				typ := st.PluginType
@@ -261,7 +272,8 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 			found = found || pl.PoolID == src.ResourcePool
 		}
 		if !found {
-			return nil, configErr("PoolNotFound", fieldPool, "resource pool %q does not exist (or the operator's token cannot see it); create it with pveum pool add %s", src.ResourcePool, src.ResourcePool)
+			return nil, configErr("PoolNotFound", fieldPool, "resource pool %q does not exist, or the operator's token lacks Pool.Audit on /pool/%s to see it; create it with pveum pool add %s, or grant the privilege: %s",
+				src.ResourcePool, src.ResourcePool, src.ResourcePool, privileges.Fix("Pool.Audit"))
 		}
 	}
 	if src.Native != nil {

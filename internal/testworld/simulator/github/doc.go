@@ -1,5 +1,5 @@
 // Package githubsim is an in-memory GitHub for HyperFleet's tests, the
-// local world (`hyperfleet dev`) and cmd/github-sim: the REST endpoints the
+// local world (`make dev`, cmd/hyperfleet-dev) and cmd/github-sim: the REST endpoints the
 // operator calls for self-hosted runners, workflow runs and jobs and App
 // installation tokens, a job model that runs queued jobs on runners that
 // really connect, signed workflow_job webhooks, and a runner package (POSIX

@@ -31,6 +31,14 @@ type runner struct {
 	createdAt  time.Time
 	removed    bool
 
+	// disableUpdate is what the runner's .runner file says: a runner of a
+	// scale set's JIT config takes it from the scale set's RunnerSetting;
+	// the others keep true, as the simulator always wrote (the runner's
+	// own config.sh writes what --disableupdate says, and HyperFleet's
+	// agent passes it; GitHub's REST generate-jitconfig takes no such
+	// setting).
+	disableUpdate bool
+
 	// session is the id of the connected runner process's session ("" when
 	// not connected). polls counts long polls in flight; lastSeen is the
 	// last contact; a session without either for HeartbeatTimeout ends.
@@ -311,7 +319,7 @@ func (s *Simulator) newRunnerLocked(o *owner, rp *repo, g *runnerGroup, name str
 	s.nextRunnerID++
 	r := &runner{
 		id: s.nextRunnerID, name: name, owner: o, repo: rp, group: g, labels: dedupLabels(labels), os: osFromLabels(labels),
-		ephemeral: ephemeral, jit: jit, secret: s.randomString(40, alnum), clientID: s.newGUID(), workFolder: work,
+		ephemeral: ephemeral, jit: jit, disableUpdate: true, secret: s.randomString(40, alnum), clientID: s.newGUID(), workFolder: work,
 		createdAt: s.clock.Now(), wake: make(chan struct{}),
 	}
 	s.runners[r.id] = r
@@ -360,9 +368,9 @@ func (s *Simulator) encodedConfigLocked(r *runner) string {
   "gitHubUrl": %s,
   "workFolder": %s,
   "ephemeral": %t,
-  "disableUpdate": true,
+  "disableUpdate": %t,
   "useV2Flow": false
-}`, r.id, jsonString(r.name), r.group.id, jsonString(r.group.name), jsonString(server), jsonString(ghURL), jsonString(r.workFolder), r.ephemeral)
+}`, r.id, jsonString(r.name), r.group.id, jsonString(r.group.name), jsonString(server), jsonString(ghURL), jsonString(r.workFolder), r.ephemeral, r.disableUpdate)
 	credentials := fmt.Sprintf(`{
   "scheme": "OAuth",
   "data": {

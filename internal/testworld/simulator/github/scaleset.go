@@ -31,10 +31,21 @@ const (
 	maxScaleSetBatchSize = 100
 )
 
+// defaultSessionIdle is how long a message session lives with no poll of
+// its queue in flight or begun. GitHub documents no value; its own
+// listeners assume abandoned sessions go away within minutes: ARC's
+// listener retries a 409 on session creation 10 times 30 s apart (about
+// 4.5 min), the runner's listener retries a session conflict for 4 min.
+// Two minutes is more than two missed 50 s long polls (a live listener
+// never looks idle) and well inside both retry windows (a restarted
+// listener gets the scale set back before it gives up).
+const defaultSessionIdle = 2 * time.Minute
+
 // scaleSetState is the simulator's scale-set side.
 type scaleSetState struct {
 	adminTTL, queueTTL time.Duration
 	pollWait           time.Duration
+	sessionIdle        time.Duration
 	tenants            map[string]*tenant
 	adminTokens        map[string]*actionsToken
 	sets               map[int64]*scaleSet
@@ -120,6 +131,10 @@ type scaleSet struct {
 	// maxCapacity is the X-ScaleSetMaxCapacity of the latest poll (-1:
 	// none yet or not a number).
 	maxCapacity int
+	// disableUpdate is the scale set's RunnerSetting.disableUpdate: its
+	// JIT runners' configuration says so, and a runner started from it
+	// does not update itself.
+	disableUpdate bool
 }
 
 type ssSession struct {
@@ -127,6 +142,13 @@ type ssSession struct {
 	owner      string
 	queueToken string
 	expires    time.Time
+	// polls counts GETs of the queue in flight; lastPoll is when the
+	// latest began or ended (or the session was created). With no poll in
+	// flight for sessionIdle, idleTimer deletes the session: its listener
+	// is gone.
+	polls     int
+	lastPoll  time.Time
+	idleTimer Timer
 }
 
 // ssMessage is one RunnerScaleSetJobMessages batch. A message not yet
@@ -150,6 +172,15 @@ func WithScaleSetPollWait(d time.Duration) Option {
 	return func(s *Simulator) { s.ss.pollWait = d }
 }
 
+// WithScaleSetSessionIdleTimeout sets how long a message session lives
+// with no poll of its message queue (on the simulator clock); after that
+// the simulator deletes it, as GitHub does the session of a listener that
+// died without deleting it, and a new session may be created. Two
+// minutes by default (defaultSessionIdle says why).
+func WithScaleSetSessionIdleTimeout(d time.Duration) Option {
+	return func(s *Simulator) { s.ss.sessionIdle = d }
+}
+
 func (st *scaleSetState) init() {
 	if st.adminTTL == 0 {
 		st.adminTTL = defaultScaleSetTTL
@@ -159,6 +190,9 @@ func (st *scaleSetState) init() {
 	}
 	if st.pollWait == 0 {
 		st.pollWait = defaultScaleSetPoll
+	}
+	if st.sessionIdle == 0 {
+		st.sessionIdle = defaultSessionIdle
 	}
 	st.tenants = map[string]*tenant{}
 	st.adminTokens = map[string]*actionsToken{}
@@ -237,6 +271,10 @@ type ScaleSet struct {
 	// MaxCapacity is the X-ScaleSetMaxCapacity the latest poll sent (-1:
 	// none).
 	MaxCapacity int `json:"maxCapacity"`
+	// Polls counts the session's polls in flight (a session with none for
+	// the idle timeout expires); DisableUpdate is the RunnerSetting's.
+	Polls         int  `json:"polls,omitempty"`
+	DisableUpdate bool `json:"disableUpdate,omitempty"`
 }
 
 // ScaleSets lists the scale sets, by id.
@@ -245,9 +283,10 @@ func (s *Simulator) ScaleSets() []ScaleSet {
 	defer s.mu.Unlock()
 	out := []ScaleSet{}
 	for _, ss := range s.ss.sets {
-		v := ScaleSet{ID: ss.id, Name: ss.name, Labels: append([]string(nil), ss.labels...), Unacked: len(ss.queue), RunnerGrp: ss.group.id, MaxCapacity: ss.maxCapacity}
+		v := ScaleSet{ID: ss.id, Name: ss.name, Labels: append([]string(nil), ss.labels...), Unacked: len(ss.queue), RunnerGrp: ss.group.id, MaxCapacity: ss.maxCapacity,
+			DisableUpdate: ss.disableUpdate}
 		if ss.session != nil {
-			v.Session, v.SessionOwn = ss.session.id, ss.session.owner
+			v.Session, v.SessionOwn, v.Polls = ss.session.id, ss.session.owner, ss.session.polls
 		}
 		out = append(out, v)
 	}
@@ -504,6 +543,14 @@ type scaleSetBody struct {
 		Type string `json:"type"`
 		Name string `json:"name"`
 	} `json:"labels"`
+	// RunnerSetting is spelled with a capital R, as GitHub's client
+	// (github.com/actions/scaleset) sends it; nil on a PATCH keeps it.
+	RunnerSetting *runnerSetting `json:"RunnerSetting"`
+}
+
+// runnerSetting is a scale set's RunnerSetting.
+type runnerSetting struct {
+	DisableUpdate bool `json:"disableUpdate,omitempty"`
 }
 
 func (s *Simulator) scaleSetJSON(r *http.Request, ss *scaleSet) map[string]any {
@@ -513,7 +560,7 @@ func (s *Simulator) scaleSetJSON(r *http.Request, ss *scaleSet) map[string]any {
 	}
 	return map[string]any{
 		"id": ss.id, "name": ss.name, "runnerGroupId": ss.group.id, "runnerGroupName": ss.group.name, "labels": labels,
-		"RunnerSetting": map[string]any{}, "createdOn": ss.createdAt.UTC().Format(time.RFC3339Nano),
+		"RunnerSetting": runnerSetting{DisableUpdate: ss.disableUpdate}, "createdOn": ss.createdAt.UTC().Format(time.RFC3339Nano),
 		"runnerJitConfigUrl": fmt.Sprintf("%s%s%s/%s/%d/generatejitconfig", requestBase(r), actionsPrefix, ss.tenant.key, scaleSetsPath, ss.id),
 		"statistics":         s.statisticsLocked(ss),
 	}
@@ -540,6 +587,9 @@ func (s *Simulator) applyScaleSetBody(ss *scaleSet, b scaleSetBody, create bool)
 			}
 		}
 		ss.name = b.Name
+	}
+	if b.RunnerSetting != nil {
+		ss.disableUpdate = b.RunnerSetting.DisableUpdate
 	}
 	if len(b.Labels) > 0 {
 		labels := make([]string, 0, len(b.Labels))
@@ -615,6 +665,9 @@ func (s *Simulator) handleScaleSetLocked(w http.ResponseWriter, r *http.Request,
 		}
 		writeJSON(w, http.StatusOK, s.scaleSetJSON(r, ss))
 	case http.MethodDelete:
+		if ss.session != nil {
+			s.stopTimer(ss.session.idleTimer)
+		}
 		delete(s.ss.sets, ss.id)
 		close(ss.wake)
 		w.WriteHeader(http.StatusNoContent)
@@ -628,6 +681,9 @@ func (s *Simulator) handleSessionsLocked(w http.ResponseWriter, r *http.Request,
 	switch {
 	case len(sub) == 0 && r.Method == http.MethodPost:
 		if ss.session != nil {
+			s.expireIdleSessionLocked(ss, ss.session)
+		}
+		if ss.session != nil {
 			actionsError(w, http.StatusConflict, "TaskAgentSessionConflictException", "The scale set %s already has an active session for owner %s.", ss.name, ss.session.owner)
 			return
 		}
@@ -638,8 +694,9 @@ func (s *Simulator) handleSessionsLocked(w http.ResponseWriter, r *http.Request,
 			actionsError(w, http.StatusBadRequest, "ArgumentException", "the session needs an ownerName")
 			return
 		}
-		ss.session = &ssSession{id: s.newGUID(), owner: b.OwnerName, expires: now.Add(s.ss.queueTTL)}
+		ss.session = &ssSession{id: s.newGUID(), owner: b.OwnerName, expires: now.Add(s.ss.queueTTL), lastPoll: now}
 		ss.session.queueToken = s.newActionsTokenLocked(ss.session.expires)
+		s.armSessionIdleLocked(ss, ss.session)
 		// A new session starts from the oldest unacknowledged message:
 		// whatever the last holder did not delete is delivered again.
 		for _, m := range ss.queue {
@@ -659,12 +716,49 @@ func (s *Simulator) handleSessionsLocked(w http.ResponseWriter, r *http.Request,
 			actionsError(w, http.StatusNotFound, "TaskAgentSessionExpiredException", "No session %s exists.", sub[0])
 			return
 		}
-		ss.session = nil
-		ss.wakeLocked()
+		s.endScaleSetSessionLocked(ss)
 		w.WriteHeader(http.StatusNoContent)
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// endScaleSetSessionLocked deletes the scale set's session (a poll in flight
+// answers 404).
+func (s *Simulator) endScaleSetSessionLocked(ss *scaleSet) {
+	if ss.session == nil {
+		return
+	}
+	s.stopTimer(ss.session.idleTimer)
+	ss.session = nil
+	ss.wakeLocked()
+}
+
+// armSessionIdleLocked schedules the idle check of sess on the simulator
+// clock, sessionIdle after its latest poll.
+func (s *Simulator) armSessionIdleLocked(ss *scaleSet, sess *ssSession) {
+	s.stopTimer(sess.idleTimer)
+	sess.idleTimer = nil
+	if sess.polls > 0 {
+		return
+	}
+	wait := sess.lastPoll.Add(s.ss.sessionIdle).Sub(s.clock.Now())
+	sess.idleTimer = s.afterFunc(wait, func() { s.expireIdleSessionLocked(ss, sess) })
+}
+
+// expireIdleSessionLocked deletes sess when it is still the scale set's
+// and nothing polled its queue for sessionIdle: its listener died without
+// deleting it, and GitHub lets a new listener take the scale set.
+func (s *Simulator) expireIdleSessionLocked(ss *scaleSet, sess *ssSession) {
+	if ss.session != sess || s.ss.sets[ss.id] != ss || sess.polls > 0 {
+		return
+	}
+	if s.clock.Now().Before(sess.lastPoll.Add(s.ss.sessionIdle)) {
+		s.armSessionIdleLocked(ss, sess)
+		return
+	}
+	s.log.Info("message session expired: no poll of its queue", "scaleSet", ss.name, "session", sess.id, "owner", sess.owner, "idle", s.ss.sessionIdle)
+	s.endScaleSetSessionLocked(ss)
 }
 
 func (ss *scaleSet) wakeLocked() {
@@ -722,6 +816,13 @@ func (s *Simulator) handleMessagesLocked(w http.ResponseWriter, r *http.Request,
 		ss.maxCapacity = n
 	}
 	session := ss.session
+	// The poll keeps the session alive while it waits and for
+	// sessionIdle after it ends.
+	session.polls++
+	session.lastPoll = s.clock.Now()
+	s.stopTimer(session.idleTimer)
+	session.idleTimer = nil
+	defer s.pollEnded(ss, session)
 	deadline := time.NewTimer(s.ss.pollWait)
 	defer deadline.Stop()
 	for {
@@ -751,6 +852,17 @@ func (s *Simulator) handleMessagesLocked(w http.ResponseWriter, r *http.Request,
 			return
 		}
 		s.mu.Lock()
+	}
+}
+
+// pollEnded accounts for the end of a poll of sess (taking the lock).
+func (s *Simulator) pollEnded(ss *scaleSet, sess *ssSession) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sess.polls--
+	sess.lastPoll = s.clock.Now()
+	if ss.session == sess && !s.closed {
+		s.armSessionIdleLocked(ss, sess)
 	}
 }
 
@@ -808,7 +920,7 @@ func (s *Simulator) handleScaleSetJITLocked(w http.ResponseWriter, ss *scaleSet,
 		work = "_work"
 	}
 	r := s.newRunnerLocked(tn.owner, tn.repo, ss.group, b.Name, ss.labels, work, true, true)
-	r.scaleSet = ss
+	r.scaleSet, r.disableUpdate = ss, ss.disableUpdate
 	writeJSON(w, http.StatusOK, map[string]any{
 		"runner":           map[string]any{"id": r.id, "name": r.name, "runnerScaleSetId": ss.id},
 		"encodedJITConfig": s.encodedConfigLocked(r),

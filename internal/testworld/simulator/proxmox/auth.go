@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox/privileges"
 )
 
 // Privileges maps ACL paths ("/", "/vms/100", "/storage/local", "/pool/ci")
@@ -35,52 +37,40 @@ func (p *Privileges) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// allPrivileges are the privileges the simulator knows about.
-var allPrivileges = []string{
-	"Datastore.Allocate", "Datastore.AllocateSpace", "Datastore.AllocateTemplate", "Datastore.Audit",
-	"Pool.Allocate", "Pool.Audit", "SDN.Audit", "SDN.Use", "Sys.Audit", "Sys.Console", "Sys.Modify",
-	"Sys.PowerMgmt", "User.Modify", "Permissions.Modify",
-	"VM.Allocate", "VM.Audit", "VM.Backup", "VM.Clone", "VM.Config.CDROM", "VM.Config.CPU",
-	"VM.Config.Cloudinit", "VM.Config.Disk", "VM.Config.HWType", "VM.Config.Memory", "VM.Config.Network",
-	"VM.Config.Options", "VM.Console", "VM.GuestAgent.Audit", "VM.Migrate", "VM.Monitor", "VM.PowerMgmt",
-	"VM.Snapshot",
+// roleNames are the built-in Proxmox roles usable in privilege lists,
+// each a filter of the privileges the simulated version knows
+// (privileges.Known): PVE 8's VM.Monitor and PVE 9's VM.GuestAgent.* follow
+// the version.
+var roleNames = map[string]func(priv string) bool{
+	"Administrator":     func(string) bool { return true },
+	"PVEAdmin":          func(string) bool { return true },
+	"PVEAuditor":        inList("Datastore.Audit", "Pool.Audit", "SDN.Audit", "Sys.Audit", "VM.Audit"),
+	"PVEVMAdmin":        func(p string) bool { return strings.HasPrefix(p, "VM.") },
+	"PVEVMUser":         inList("VM.Audit", "VM.Backup", "VM.Config.CDROM", "VM.Config.Cloudinit", "VM.Console", "VM.PowerMgmt"),
+	"PVEDatastoreUser":  inList("Datastore.AllocateSpace", "Datastore.Audit"),
+	"PVEDatastoreAdmin": func(p string) bool { return strings.HasPrefix(p, "Datastore.") },
+	"PVEPoolUser":       inList("Pool.Audit"),
+	"PVEPoolAdmin":      inList("Pool.Allocate", "Pool.Audit"),
+	"NoAccess":          func(string) bool { return false },
 }
 
-// roles are the built-in Proxmox roles usable in privilege lists.
-var roles = map[string][]string{
-	"Administrator":     allPrivileges,
-	"PVEAdmin":          allPrivileges,
-	"PVEAuditor":        {"Datastore.Audit", "Pool.Audit", "SDN.Audit", "Sys.Audit", "VM.Audit"},
-	"PVEVMAdmin":        filterPrivs("VM."),
-	"PVEVMUser":         {"VM.Audit", "VM.Backup", "VM.Config.CDROM", "VM.Config.Cloudinit", "VM.Console", "VM.PowerMgmt"},
-	"PVEDatastoreUser":  {"Datastore.AllocateSpace", "Datastore.Audit"},
-	"PVEDatastoreAdmin": filterPrivs("Datastore."),
-	"PVEPoolUser":       {"Pool.Audit"},
-	"PVEPoolAdmin":      {"Pool.Allocate", "Pool.Audit"},
-	"NoAccess":          {},
-}
-
-func filterPrivs(prefix string) []string {
-	var out []string
-	for _, p := range allPrivileges {
-		if strings.HasPrefix(p, prefix) {
-			out = append(out, p)
-		}
-	}
-	return out
+func inList(privs ...string) func(string) bool {
+	return func(p string) bool { return slices.Contains(privs, p) }
 }
 
 // privSet is a set of privileges per ACL path, roles expanded.
 type privSet map[string]map[string]bool
 
-func expandPrivileges(p Privileges) privSet {
+func expandPrivileges(p Privileges, v privileges.Version) privSet {
 	out := privSet{}
 	for path, names := range p {
 		set := map[string]bool{}
 		for _, n := range names {
-			if r, ok := roles[n]; ok {
-				for _, priv := range r {
-					set[priv] = true
+			if keep, ok := roleNames[n]; ok {
+				for _, priv := range privileges.Known(v) {
+					if keep(priv) {
+						set[priv] = true
+					}
 				}
 				continue
 			}
@@ -159,13 +149,13 @@ func (id *identity) has(path, priv string) bool {
 func (s *Simulator) initUsers() {
 	for _, u := range s.cfg.Users {
 		nu := &user{id: u.ID, password: u.Password, disabled: u.Disabled, expire: u.Expire,
-			privs: expandPrivileges(u.Privileges), tokens: map[string]*token{}}
+			privs: expandPrivileges(u.Privileges, s.version()), tokens: map[string]*token{}}
 		for _, t := range u.Tokens {
 			privsep := true
 			if t.Privsep != nil {
 				privsep = *t.Privsep
 			}
-			nu.tokens[t.ID] = &token{id: t.ID, secret: t.Secret, expire: t.Expire, privsep: privsep, privs: expandPrivileges(t.Privileges)}
+			nu.tokens[t.ID] = &token{id: t.ID, secret: t.Secret, expire: t.Expire, privsep: privsep, privs: expandPrivileges(t.Privileges, s.version())}
 		}
 		s.users[u.ID] = nu
 	}
@@ -340,18 +330,18 @@ func (s *Simulator) handleTicket(q *apiRequest) (any, error) {
 		"username":            u.id,
 		"ticket":              s.makeTicket(u.id, now),
 		"CSRFPreventionToken": s.makeCSRF(u.id, now),
-		"cap":                 capabilities(id),
+		"cap":                 capabilities(id, s.version()),
 	}, nil
 }
 
 // capabilities is the "cap" object of a login: privileges per category on
 // the category root, each as {"Priv": 1}.
-func capabilities(id *identity) map[string]map[string]int {
+func capabilities(id *identity, v privileges.Version) map[string]map[string]int {
 	cats := map[string]string{"vms": "/vms", "storage": "/storage", "nodes": "/nodes", "dc": "/", "access": "/access", "sdn": "/sdn", "mapping": "/mapping"}
 	out := map[string]map[string]int{}
 	for cat, path := range cats {
 		m := map[string]int{}
-		for _, p := range allPrivileges {
+		for _, p := range privileges.Known(v) {
 			if id.has(path, p) {
 				m[p] = 1
 			}
@@ -361,122 +351,110 @@ func capabilities(id *identity) map[string]map[string]int {
 	return out
 }
 
-// permCheck is one "check => ['perm', path, privs]" of an endpoint.
-type permCheck struct {
-	path  string
-	privs []string
-	// any accepts one of privs instead of all of them.
-	any bool
-	// orPath, when set, also satisfies the check if the caller holds the
-	// privileges there (clone's "/vms/{newid} or /pool/{pool}").
-	orPath string
+// version is the simulated Proxmox VE major version: the column of
+// pkg/provider/proxmox/privileges the API enforces.
+func (s *Simulator) version() privileges.Version {
+	if s.cfg.PVEVersion == 8 {
+		return privileges.PVE8
+	}
+	return privileges.PVE9
+}
+
+// versionStrings are /version's version and release.
+func (s *Simulator) versionStrings() (string, string) {
+	if s.version() == privileges.PVE8 {
+		return pve8Version, pve8Release
+	}
+	return pveVersion, pveRelease
+}
+
+func (s *Simulator) versionString() string { v, _ := s.versionStrings(); return v }
+
+// tablePath is a route's pattern as the privilege table writes it: a
+// final "{volume...}" is "{volume}".
+func tablePath(pattern string) string { return strings.ReplaceAll(pattern, "...}", "}") }
+
+// CallRecord is one authenticated API call the simulator checked: its
+// route, the privilege checks the table gave for it and the per-item
+// filters its handler applied (WithCallLog).
+type CallRecord struct {
+	Method, Path string
+	Needs        []privileges.Need
+	Filters      []privileges.Need
+}
+
+// allowedLocked applies the route's filter for item (privileges.Filter):
+// whether the caller may see the item named by vars. It records the filter
+// for the call log.
+func (s *Simulator) allowedLocked(q *apiRequest, item string, vars map[string]string) bool {
+	n, ok := q.route.row.FilterNeed(item, vars)
+	if !ok {
+		return true
+	}
+	q.filters = append(q.filters, n)
+	return satisfies(q.auth, n, n.Path)
+}
+
+// WithCallLog hands every authenticated call's record to log, after its
+// permission checks ran (whether or not they passed). Tests derive the
+// minimal roles from it.
+func WithCallLog(log func(CallRecord)) Option { return func(s *Simulator) { s.callLog = log } }
+
+// needsLocked evaluates the privilege table's row of the request against
+// the simulated cluster: the VM's current config and volume types.
+func (s *Simulator) needsLocked(q *apiRequest) []privileges.Need {
+	call := privileges.Call{Vars: q.vars, Params: q.params, Volume: func(volid string) string {
+		if _, vol := s.findVolumeLocked(volid, q.vars["node"]); vol != nil {
+			return vol.content
+		}
+		return ""
+	}}
+	if id, err := strconv.Atoi(q.vars["vmid"]); err == nil && s.vms[id] != nil {
+		call.Config = s.vms[id].conf
+	}
+	return q.route.row.Needs(s.version(), call)
 }
 
 // checkPermissionsLocked runs before the handler and before parameter
 // verification, exactly like pveproxy: a token without VM.Allocate on
-// /vms/100 gets 403 whether or not VM 100 exists.
+// /vms/100 gets 403 whether or not VM 100 exists. The checks are the
+// privilege table's (pkg/provider/proxmox/privileges); the first failing
+// one is reported in RPCEnvironment.pm's words: "Permission check failed
+// (<path>, <privilege>)", the first missing privilege of an all-of check,
+// all of an any-of check joined by '|', and a bare "Permission check
+// failed" for an 'or' group (exec_api2_perm_check).
 func (s *Simulator) checkPermissionsLocked(q *apiRequest) error {
-	if q.route.perms == nil {
-		return nil
-	}
-	for _, c := range q.route.perms(q) {
-		if s.satisfies(q.auth, c, c.path) || (c.orPath != "" && s.satisfies(q.auth, c, c.orPath)) {
+	needs := s.needsLocked(q)
+	q.needs = needs
+	for _, n := range needs {
+		if satisfies(q.auth, n, n.Path) || (n.OrPath != "" && satisfies(q.auth, n, n.OrPath)) {
 			continue
 		}
-		what := c.privs[0]
-		if c.any {
-			what = strings.Join(c.privs, "|")
-		} else {
-			for _, p := range c.privs {
-				if !q.auth.has(c.path, p) {
+		if n.Bare {
+			return &apiError{code: http.StatusForbidden, msg: "Permission check failed\n"}
+		}
+		what := strings.Join(n.Privs, "|")
+		if !n.Any {
+			for _, p := range n.Privs {
+				if !q.auth.has(n.Path, p) {
 					what = p
 					break
 				}
 			}
 		}
-		return &apiError{code: http.StatusForbidden, msg: fmt.Sprintf("Permission check failed (%s, %s)\n", c.path, what)}
+		return &apiError{code: http.StatusForbidden, msg: fmt.Sprintf("Permission check failed (%s, %s)\n", n.Path, what)}
 	}
 	return nil
 }
 
-func (s *Simulator) satisfies(id *identity, c permCheck, path string) bool {
-	if c.any {
-		for _, p := range c.privs {
-			if id.has(path, p) {
-				return true
-			}
-		}
-		return false
+func satisfies(id *identity, n privileges.Need, path string) bool {
+	if n.Any {
+		return slices.ContainsFunc(n.Privs, func(p string) bool { return id.has(path, p) })
 	}
-	for _, p := range c.privs {
+	for _, p := range n.Privs {
 		if !id.has(path, p) {
 			return false
 		}
 	}
 	return true
-}
-
-// configPerms mirrors qemu-server's check_vm_modify_config_perm: each
-// changed option needs its own VM.Config.* privilege.
-func configPerms(q *apiRequest) []permCheck {
-	path := "/vms/" + q.vars["vmid"]
-	need := map[string]bool{}
-	keys := []string{}
-	for k := range q.params {
-		keys = append(keys, k)
-	}
-	if d := q.params["delete"]; d != "" {
-		keys = append(keys, splitList(d)...)
-	}
-	for _, k := range keys {
-		if p := configPrivilege(k, q.params[k]); p != "" {
-			need[p] = true
-		}
-	}
-	if len(need) == 0 {
-		return []permCheck{{path: path, privs: []string{"VM.Config.Options"}}}
-	}
-	privs := make([]string, 0, len(need))
-	for p := range need {
-		privs = append(privs, p)
-	}
-	sort.Strings(privs)
-	return []permCheck{{path: path, privs: privs}}
-}
-
-func configPrivilege(key, value string) string {
-	base := strings.TrimRight(key, "0123456789")
-	switch {
-	case key == "node" || key == "vmid" || key == "delete" || key == "digest" || key == "skiplock" || key == "revert" || key == "background_delay":
-		return ""
-	case key == "cores" || key == "sockets" || key == "cpu" || key == "cpulimit" || key == "cpuunits" || key == "vcpus" || key == "affinity" || key == "numa":
-		return "VM.Config.CPU"
-	case key == "memory" || key == "balloon" || key == "shares":
-		return "VM.Config.Memory"
-	case base == "net":
-		return "VM.Config.Network"
-	case base == "ipconfig" || key == "ciuser" || key == "cipassword" || key == "sshkeys" || key == "nameserver" ||
-		key == "searchdomain" || key == "cicustom" || key == "citype" || key == "ciupgrade":
-		return "VM.Config.Cloudinit"
-	case base == "ide" || base == "scsi" || base == "sata" || base == "virtio" || base == "efidisk" || base == "tpmstate" || base == "unused":
-		if strings.Contains(value, "media=cdrom") || value == "none" {
-			return "VM.Config.CDROM"
-		}
-		return "VM.Config.Disk"
-	case key == "scsihw" || key == "machine" || key == "bios" || key == "vga" || base == "serial" || key == "ostype" || key == "kvm" || key == "smbios1":
-		return "VM.Config.HWType"
-	default:
-		return "VM.Config.Options"
-	}
-}
-
-// fileWritePerms: PVE 8 checks VM.Monitor; PVE 9 VM.GuestAgent.FileWrite
-// or VM.GuestAgent.Unrestricted.
-func fileWritePerms(q *apiRequest) []permCheck {
-	return []permCheck{{path: "/vms/" + q.vars["vmid"], privs: []string{"VM.GuestAgent.FileWrite", "VM.GuestAgent.Unrestricted", "VM.Monitor"}, any: true}}
-}
-
-func agentPerms(q *apiRequest) []permCheck {
-	// PVE 8 checks VM.Monitor, PVE 9 VM.GuestAgent.Audit; accept either.
-	return []permCheck{{path: "/vms/" + q.vars["vmid"], privs: []string{"VM.GuestAgent.Audit", "VM.Monitor"}, any: true}}
 }

@@ -12,10 +12,12 @@ import (
 // Versions reported by /version and node status (a PVE 9 installation, the
 // release the reference was read from).
 const (
-	pveVersion = "9.0.11"
-	pveRelease = "9.0"
-	pveRepoID  = "3bf5476b8a4699e2"
-	kernelVer  = "Linux 6.14.11-4-pve #1 SMP PREEMPT_DYNAMIC PMX 6.14.11-4 (2025-10-10T08:04Z)"
+	pveVersion  = "9.0.11"
+	pveRelease  = "9.0"
+	pve8Version = "8.4.14"
+	pve8Release = "8.4"
+	pveRepoID   = "3bf5476b8a4699e2"
+	kernelVer   = "Linux 6.14.11-4-pve #1 SMP PREEMPT_DYNAMIC PMX 6.14.11-4 (2025-10-10T08:04Z)"
 )
 
 type node struct {
@@ -122,7 +124,8 @@ func (s *Simulator) memUsedLocked(n *node) int64 {
 
 // handleVersion is GET /version.
 func (s *Simulator) handleVersion(*apiRequest) (any, error) {
-	return map[string]any{"version": pveVersion, "release": pveRelease, "repoid": pveRepoID}, nil
+	version, release := s.versionStrings()
+	return map[string]any{"version": version, "release": release, "repoid": pveRepoID}, nil
 }
 
 // handleNodes is GET /nodes.
@@ -138,7 +141,7 @@ func (s *Simulator) handleNodes(q *apiRequest) (any, error) {
 			continue
 		}
 		e["status"] = "online"
-		if q.auth.has("/nodes/"+n.name, "Sys.Audit") {
+		if s.allowedLocked(q, "node", map[string]string{"node": n.name}) {
 			for k, v := range s.sample.nodeStats(n) {
 				e[k] = v
 			}
@@ -169,7 +172,7 @@ func (s *Simulator) handleNodeStatus(q *apiRequest) (any, error) {
 		"loadavg":        []string{"0.12", "0.10", "0.08"},
 		"uptime":         int64(now.Sub(n.bootTime).Seconds()),
 		"kversion":       kernelVer,
-		"pveversion":     "pve-manager/" + pveVersion + "/" + pveRepoID,
+		"pveversion":     "pve-manager/" + s.versionString() + "/" + pveRepoID,
 		"boot-info":      map[string]any{"mode": "efi", "secureboot": 0},
 		"current-kernel": map[string]any{"sysname": "Linux", "release": "6.14.11-4-pve", "machine": "x86_64", "version": "#1 SMP PREEMPT_DYNAMIC PMX 6.14.11-4 (2025-10-10T08:04Z)"},
 	}, nil
@@ -213,7 +216,7 @@ func (s *Simulator) handleResources(q *apiRequest) (any, error) {
 	if typ == "" || typ == "vm" {
 		for _, id := range s.sortedVMIDsLocked() {
 			v := s.vms[id]
-			if !q.auth.has("/vms/"+strconv.Itoa(id), "VM.Audit") {
+			if !s.allowedLocked(q, "vm", map[string]string{"vmid": strconv.Itoa(id)}) {
 				continue
 			}
 			out = append(out, s.vmResource(v))
@@ -223,7 +226,7 @@ func (s *Simulator) handleResources(q *apiRequest) (any, error) {
 		for _, name := range s.nodeOrder {
 			for _, sid := range s.storeOrder {
 				st := s.storages[sid]
-				if !st.availableOn(name) || (!q.auth.has("/storage/"+sid, "Datastore.Audit") && !q.auth.has("/storage/"+sid, "Datastore.AllocateSpace")) {
+				if !st.availableOn(name) || !s.allowedLocked(q, "storage", map[string]string{"storage": sid}) {
 					continue
 				}
 				status := "available"
@@ -241,16 +244,18 @@ func (s *Simulator) handleResources(q *apiRequest) (any, error) {
 	if typ == "" || typ == "node" {
 		for _, name := range s.nodeOrder {
 			n := s.nodes[name]
-			if !q.auth.has("/nodes/"+name, "Sys.Audit") {
-				continue
-			}
+			// Every node is listed; its statistics only with Sys.Audit on
+			// it (pve-manager Cluster.pm resources, extract_node_stats).
+			audit := s.allowedLocked(q, "node", map[string]string{"node": name})
 			e := map[string]any{"id": "node/" + name, "node": name, "type": "node", "level": ""}
 			if !n.online {
 				e["status"] = "offline"
 			} else {
 				e["status"] = "online"
 				for k, v := range s.sample.nodeStats(n) {
-					e[k] = v
+					if audit {
+						e[k] = v
+					}
 				}
 			}
 			out = append(out, e)
@@ -430,7 +435,7 @@ func (s *Simulator) handlePools(q *apiRequest) (any, error) {
 		if q.has("poolid") && q.str("poolid") != id {
 			continue
 		}
-		if !q.auth.has("/pool/"+id, "Pool.Audit") && !q.auth.has("/pool/"+id, "Pool.Allocate") {
+		if !s.allowedLocked(q, "pool", map[string]string{"poolid": id}) {
 			continue
 		}
 		e := map[string]any{"poolid": id}

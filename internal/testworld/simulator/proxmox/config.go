@@ -44,6 +44,11 @@ type Config struct {
 	TicketLifetime Duration `json:"ticketLifetime,omitempty"`
 	// Seed makes fault injection and generated MACs reproducible.
 	Seed int64 `json:"seed,omitempty"`
+	// PVEVersion is the Proxmox VE major version simulated, 8 or 9 (0
+	// means 9): it picks the column of pkg/provider/proxmox/privileges
+	// whose checks the API enforces, the privileges that exist and the
+	// version /version reports.
+	PVEVersion int `json:"pveVersion,omitempty"`
 }
 
 // NodeConfig is one cluster node.
@@ -368,6 +373,9 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("template %d: %w", t.VMID, err)
 			}
 		}
+	}
+	if c.PVEVersion != 0 && c.PVEVersion != 8 && c.PVEVersion != 9 {
+		return fmt.Errorf("pveVersion %d: the simulator models Proxmox VE 8 and 9", c.PVEVersion)
 	}
 	for _, u := range c.Users {
 		if !userIDRE.MatchString(u.ID) {

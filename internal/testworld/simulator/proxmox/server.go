@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox/privileges"
 )
 
 // apiPrefix is where pveproxy serves the JSON API.
@@ -65,6 +67,8 @@ type Simulator struct {
 	storageBusy map[string]time.Time
 	lastPID     int
 	addrs       *addressPool
+	// callLog receives every checked call (WithCallLog); nil: none.
+	callLog func(CallRecord)
 }
 
 // Option customises a Simulator built by New.
@@ -113,6 +117,9 @@ func New(cfg Config, opts ...Option) (*Simulator, error) {
 		return nil, fmt.Errorf("guest address range: %w", err)
 	}
 	s.routes = apiRoutes()
+	if err := bindPrivileges(s.routes); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
@@ -204,6 +211,9 @@ type apiRequest struct {
 	file   *uploadedFile
 	auth   *identity
 	route  *route
+	// needs and filters are the privilege checks run for the call (the
+	// call log's record).
+	needs, filters []privileges.Need
 }
 
 // str returns a parameter or "".
@@ -301,6 +311,11 @@ func (s *Simulator) dispatch(req *apiRequest) (any, error) {
 	}
 	s.runDueLocked()
 	if req.auth != nil {
+		if s.callLog != nil {
+			defer func() {
+				s.callLog(CallRecord{Method: req.method, Path: req.route.row.Path, Needs: req.needs, Filters: req.filters})
+			}()
+		}
 		if err := s.checkPermissionsLocked(req); err != nil {
 			return nil, err
 		}
@@ -453,7 +468,8 @@ type route struct {
 	class   endpointClass
 	noAuth  bool
 	schema  *schema
-	perms   func(q *apiRequest) []permCheck
+	// row is the route's row of the privilege table.
+	row     *privileges.Endpoint
 	handler func(s *Simulator, q *apiRequest) (any, error)
 }
 
@@ -500,108 +516,84 @@ func matchSegs(segs, parts []string) (map[string]string, bool) {
 	return vars, len(segs) == len(parts)
 }
 
-func newRoute(method, pattern string, class endpointClass, sch *schema, perms func(*apiRequest) []permCheck, h func(*Simulator, *apiRequest) (any, error)) *route {
+func newRoute(method, pattern string, class endpointClass, sch *schema, h func(*Simulator, *apiRequest) (any, error)) *route {
 	return &route{
 		method: method, pattern: pattern, segs: strings.Split(strings.Trim(pattern, "/"), "/"),
-		class: class, schema: sch, perms: perms, handler: h,
+		class: class, schema: sch, handler: h,
 	}
+}
+
+// bindPrivileges gives every route its row of the privilege table
+// (pkg/provider/proxmox/privileges), the one place the simulator's
+// permission checks come from; a route without a row is a table to extend.
+func bindPrivileges(routes []*route) error {
+	for _, rt := range routes {
+		row, ok := privileges.Lookup(rt.method, tablePath(rt.pattern))
+		if !ok {
+			return fmt.Errorf("route %s %s has no row in the privilege table (pkg/provider/proxmox/privileges)", rt.method, rt.pattern)
+		}
+		rt.row = row
+	}
+	return nil
 }
 
 // apiRoutes is the routing table. Each schema lists every parameter the
 // real endpoint accepts that the simulator honours; anything else is the
-// real "property is not defined in schema" 400.
+// real "property is not defined in schema" 400. The privileges each route
+// checks are its row of the privilege table (bindPrivileges).
 func apiRoutes() []*route {
-	vmPath := func(q *apiRequest) string { return "/vms/" + q.vars["vmid"] }
-	vmPerm := func(privs ...string) func(*apiRequest) []permCheck {
-		return func(q *apiRequest) []permCheck { return []permCheck{{path: vmPath(q), privs: privs}} }
-	}
-	anyone := func(*apiRequest) []permCheck { return nil }
-	nodeAudit := func(q *apiRequest) []permCheck {
-		return []permCheck{{path: "/nodes/" + q.vars["node"], privs: []string{"Sys.Audit"}}}
-	}
-	storagePerm := func(privs ...string) func(*apiRequest) []permCheck {
-		return func(q *apiRequest) []permCheck {
-			return []permCheck{{path: "/storage/" + q.vars["storage"], privs: privs, any: true}}
-		}
-	}
-	ticket := newRoute(http.MethodPost, "/access/ticket", classAuth, ticketSchema, anyone, (*Simulator).handleTicket)
+	ticket := newRoute(http.MethodPost, "/access/ticket", classAuth, ticketSchema, (*Simulator).handleTicket)
 	ticket.noAuth = true
+	poolType := param{name: "type", kind: kString, optional: true, enum: []string{"qemu", "lxc", "storage"}}
 	return []*route{
 		ticket,
-		newRoute(http.MethodGet, "/version", classOther, sch(), anyone, (*Simulator).handleVersion),
-		newRoute(http.MethodGet, "/nodes", classOther, sch(), anyone, (*Simulator).handleNodes),
-		newRoute(http.MethodGet, "/nodes/{node}/status", classStatus, sch(nodeP), nodeAudit, (*Simulator).handleNodeStatus),
-		// Real PVE checks Sys.Audit on / (PVE::API2::Cluster get_status).
-		newRoute(http.MethodGet, "/cluster/status", classOther, sch(),
-			func(*apiRequest) []permCheck { return []permCheck{{path: "/", privs: []string{"Sys.Audit"}}} }, (*Simulator).handleClusterStatus),
-		newRoute(http.MethodGet, "/cluster/resources", classResources, resourcesSchema, anyone, (*Simulator).handleResources),
-		newRoute(http.MethodGet, "/cluster/nextid", classNextID, sch(optional(vmidP)), anyone, (*Simulator).handleNextID),
-		newRoute(http.MethodGet, "/pools", classOther, sch(optional(poolIDP), param{name: "type", kind: kString, optional: true, enum: []string{"qemu", "lxc", "storage"}}), anyone, (*Simulator).handlePools),
-		newRoute(http.MethodPost, "/pools", classOther, sch(poolIDP, param{name: "comment", kind: kString, optional: true, maxLen: 128}),
-			func(q *apiRequest) []permCheck {
-				return []permCheck{{path: "/pool/" + q.params["poolid"], privs: []string{"Pool.Allocate"}}}
-			}, (*Simulator).handleCreatePool),
-		newRoute(http.MethodGet, "/pools/{poolid}", classOther, sch(poolIDP, param{name: "type", kind: kString, optional: true, enum: []string{"qemu", "lxc", "storage"}}),
-			func(q *apiRequest) []permCheck {
-				return []permCheck{{path: "/pool/" + q.vars["poolid"], privs: []string{"Pool.Audit"}}}
-			}, (*Simulator).handleGetPool),
-		newRoute(http.MethodGet, "/nodes/{node}/tasks/{upid}/status", classStatus, sch(nodeP, upidP), anyone, (*Simulator).handleTaskStatus),
+		newRoute(http.MethodGet, "/version", classOther, sch(), (*Simulator).handleVersion),
+		newRoute(http.MethodGet, "/nodes", classOther, sch(), (*Simulator).handleNodes),
+		newRoute(http.MethodGet, "/nodes/{node}/status", classStatus, sch(nodeP), (*Simulator).handleNodeStatus),
+		newRoute(http.MethodGet, "/cluster/status", classOther, sch(), (*Simulator).handleClusterStatus),
+		newRoute(http.MethodGet, "/cluster/resources", classResources, resourcesSchema, (*Simulator).handleResources),
+		newRoute(http.MethodGet, "/cluster/nextid", classNextID, sch(optional(vmidP)), (*Simulator).handleNextID),
+		newRoute(http.MethodGet, "/pools", classOther, sch(optional(poolIDP), poolType), (*Simulator).handlePools),
+		newRoute(http.MethodPost, "/pools", classOther, sch(poolIDP, param{name: "comment", kind: kString, optional: true, maxLen: 128}), (*Simulator).handleCreatePool),
+		newRoute(http.MethodGet, "/pools/{poolid}", classOther, sch(poolIDP, poolType), (*Simulator).handleGetPool),
+		newRoute(http.MethodGet, "/nodes/{node}/tasks/{upid}/status", classStatus, sch(nodeP, upidP), (*Simulator).handleTaskStatus),
 		newRoute(http.MethodGet, "/nodes/{node}/tasks/{upid}/log", classStatus, sch(nodeP, upidP,
 			param{name: "start", kind: kInt, optional: true, min: intPtr(0)}, param{name: "limit", kind: kInt, optional: true, min: intPtr(0)},
-			param{name: "download", kind: kBool, optional: true}), anyone, (*Simulator).handleTaskLog),
-		newRoute(http.MethodGet, "/nodes/{node}/qemu", classStatus, sch(nodeP, param{name: "full", kind: kBool, optional: true}), anyone, (*Simulator).handleListVMs),
-		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/clone", classClone, cloneSchema,
-			func(q *apiRequest) []permCheck {
-				checks := []permCheck{{path: vmPath(q), privs: []string{"VM.Clone"}}}
-				if q.params["newid"] != "" {
-					checks = append(checks, permCheck{path: "/vms/" + q.params["newid"], privs: []string{"VM.Allocate"}, orPath: poolPath(q)})
-				}
-				return checks
-			}, (*Simulator).handleClone),
+			param{name: "download", kind: kBool, optional: true}), (*Simulator).handleTaskLog),
+		newRoute(http.MethodGet, "/nodes/{node}/qemu", classStatus, sch(nodeP, param{name: "full", kind: kBool, optional: true}), (*Simulator).handleListVMs),
+		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/clone", classClone, cloneSchema, (*Simulator).handleClone),
 		newRoute(http.MethodGet, "/nodes/{node}/qemu/{vmid}/config", classStatus, sch(nodeP, vmidP,
-			param{name: "current", kind: kBool, optional: true}, param{name: "snapshot", kind: kString, optional: true}), vmPerm("VM.Audit"), (*Simulator).handleGetConfig),
-		newRoute(http.MethodGet, "/nodes/{node}/qemu/{vmid}/pending", classStatus, sch(nodeP, vmidP), vmPerm("VM.Audit"), (*Simulator).handleGetPending),
+			param{name: "current", kind: kBool, optional: true}, param{name: "snapshot", kind: kString, optional: true}), (*Simulator).handleGetConfig),
+		newRoute(http.MethodGet, "/nodes/{node}/qemu/{vmid}/pending", classStatus, sch(nodeP, vmidP), (*Simulator).handleGetPending),
 		newRoute(http.MethodGet, "/nodes/{node}/qemu/{vmid}/cloudinit/dump", classStatus, sch(nodeP, vmidP,
-			param{name: "type", kind: kString, enum: []string{"user", "network", "meta"}}), vmPerm("VM.Audit"), (*Simulator).handleCloudInitDump),
-		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/config", classConfig, vmConfigSchema(), configPerms, (*Simulator).handleConfigAsync),
-		newRoute(http.MethodPut, "/nodes/{node}/qemu/{vmid}/config", classConfig, vmConfigSchema(), configPerms, (*Simulator).handleConfigSync),
-		newRoute(http.MethodPut, "/nodes/{node}/qemu/{vmid}/resize", classConfig, resizeSchema, vmPerm("VM.Config.Disk"), (*Simulator).handleResize),
-		newRoute(http.MethodGet, "/nodes/{node}/qemu/{vmid}/status/current", classStatus, sch(nodeP, vmidP), vmPerm("VM.Audit"), (*Simulator).handleStatusCurrent),
-		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/status/start", classPower, startSchema, vmPerm("VM.PowerMgmt"), (*Simulator).handleStart),
-		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/status/stop", classPower, stopSchema, vmPerm("VM.PowerMgmt"), (*Simulator).handleStop),
-		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/status/shutdown", classPower, shutdownSchema, vmPerm("VM.PowerMgmt"), (*Simulator).handleShutdown),
-		newRoute(http.MethodDelete, "/nodes/{node}/qemu/{vmid}", classDestroy, destroySchema, vmPerm("VM.Allocate"), (*Simulator).handleDestroy),
-		newRoute(http.MethodGet, "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces", classAgent, sch(nodeP, vmidP), agentPerms, (*Simulator).handleAgentInterfaces),
-		newRoute(http.MethodGet, "/nodes/{node}/qemu/{vmid}/agent/get-osinfo", classAgent, sch(nodeP, vmidP), agentPerms, (*Simulator).handleAgentOSInfo),
-		newRoute(http.MethodGet, "/nodes/{node}/qemu/{vmid}/agent/get-host-name", classAgent, sch(nodeP, vmidP), agentPerms, (*Simulator).handleAgentHostName),
-		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/agent/ping", classAgent, sch(nodeP, vmidP), agentPerms, (*Simulator).handleAgentPing),
+			param{name: "type", kind: kString, enum: []string{"user", "network", "meta"}}), (*Simulator).handleCloudInitDump),
+		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/config", classConfig, vmConfigSchema(), (*Simulator).handleConfigAsync),
+		newRoute(http.MethodPut, "/nodes/{node}/qemu/{vmid}/config", classConfig, vmConfigSchema(), (*Simulator).handleConfigSync),
+		newRoute(http.MethodPut, "/nodes/{node}/qemu/{vmid}/resize", classConfig, resizeSchema, (*Simulator).handleResize),
+		newRoute(http.MethodGet, "/nodes/{node}/qemu/{vmid}/status/current", classStatus, sch(nodeP, vmidP), (*Simulator).handleStatusCurrent),
+		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/status/start", classPower, startSchema, (*Simulator).handleStart),
+		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/status/stop", classPower, stopSchema, (*Simulator).handleStop),
+		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/status/shutdown", classPower, shutdownSchema, (*Simulator).handleShutdown),
+		newRoute(http.MethodDelete, "/nodes/{node}/qemu/{vmid}", classDestroy, destroySchema, (*Simulator).handleDestroy),
+		newRoute(http.MethodGet, "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces", classAgent, sch(nodeP, vmidP), (*Simulator).handleAgentInterfaces),
+		newRoute(http.MethodGet, "/nodes/{node}/qemu/{vmid}/agent/get-osinfo", classAgent, sch(nodeP, vmidP), (*Simulator).handleAgentOSInfo),
+		newRoute(http.MethodGet, "/nodes/{node}/qemu/{vmid}/agent/get-host-name", classAgent, sch(nodeP, vmidP), (*Simulator).handleAgentHostName),
+		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/agent/ping", classAgent, sch(nodeP, vmidP), (*Simulator).handleAgentPing),
 		newRoute(http.MethodPost, "/nodes/{node}/qemu/{vmid}/agent/file-write", classAgent, sch(nodeP, vmidP,
 			param{name: "file", kind: kString}, param{name: "content", kind: kString, maxLen: maxFileWriteContent},
-			param{name: "encode", kind: kBool, optional: true}), fileWritePerms, (*Simulator).handleAgentFileWrite),
+			param{name: "encode", kind: kBool, optional: true}), (*Simulator).handleAgentFileWrite),
 		newRoute(http.MethodGet, "/nodes/{node}/storage", classStorage, sch(nodeP,
 			param{name: "content", kind: kString, optional: true}, param{name: "enabled", kind: kBool, optional: true},
 			param{name: "format", kind: kBool, optional: true}, param{name: "storage", kind: kString, optional: true},
-			param{name: "target", kind: kString, optional: true}), anyone, (*Simulator).handleNodeStorages),
-		newRoute(http.MethodGet, "/nodes/{node}/storage/{storage}/status", classStorage, sch(nodeP, storageP),
-			storagePerm("Datastore.Audit", "Datastore.AllocateSpace"), (*Simulator).handleStorageStatus),
+			param{name: "target", kind: kString, optional: true}), (*Simulator).handleNodeStorages),
+		newRoute(http.MethodGet, "/nodes/{node}/storage/{storage}/status", classStorage, sch(nodeP, storageP), (*Simulator).handleStorageStatus),
 		newRoute(http.MethodGet, "/nodes/{node}/storage/{storage}/content", classStorage, sch(nodeP, storageP,
-			param{name: "content", kind: kString, optional: true}, optional(vmidP)),
-			storagePerm("Datastore.Audit", "Datastore.AllocateSpace"), (*Simulator).handleListContent),
-		newRoute(http.MethodGet, "/nodes/{node}/storage/{storage}/content/{volume...}", classStorage, sch(nodeP, storageP, volumeP),
-			storagePerm("Datastore.Audit", "Datastore.AllocateSpace"), (*Simulator).handleGetContent),
+			param{name: "content", kind: kString, optional: true}, optional(vmidP)), (*Simulator).handleListContent),
+		newRoute(http.MethodGet, "/nodes/{node}/storage/{storage}/content/{volume...}", classStorage, sch(nodeP, storageP, volumeP), (*Simulator).handleGetContent),
 		newRoute(http.MethodDelete, "/nodes/{node}/storage/{storage}/content/{volume...}", classStorage, sch(nodeP, storageP, volumeP,
-			param{name: "delay", kind: kInt, optional: true, min: intPtr(1), max: intPtr(30)}),
-			storagePerm("Datastore.Allocate", "Datastore.AllocateTemplate"), (*Simulator).handleDeleteContent),
-		newRoute(http.MethodPost, "/nodes/{node}/storage/{storage}/upload", classUpload, uploadSchema,
-			storagePerm("Datastore.AllocateTemplate"), (*Simulator).handleUpload),
+			param{name: "delay", kind: kInt, optional: true, min: intPtr(1), max: intPtr(30)}), (*Simulator).handleDeleteContent),
+		newRoute(http.MethodPost, "/nodes/{node}/storage/{storage}/upload", classUpload, uploadSchema, (*Simulator).handleUpload),
 	}
-}
-
-func poolPath(q *apiRequest) string {
-	if p := q.params["pool"]; p != "" {
-		return "/pool/" + p
-	}
-	return ""
 }
 
 // sortedKeys returns the keys of m in order.

@@ -215,7 +215,7 @@ func (s *Simulator) handleNodeStorages(q *apiRequest) (any, error) {
 		if q.boolean("enabled", false) && st.disabled {
 			continue
 		}
-		if !q.auth.has("/storage/"+id, "Datastore.Audit") && !q.auth.has("/storage/"+id, "Datastore.AllocateSpace") {
+		if !s.allowedLocked(q, "storage", map[string]string{"storage": id}) {
 			continue
 		}
 		if len(want) > 0 {

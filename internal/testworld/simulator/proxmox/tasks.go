@@ -93,7 +93,7 @@ func (s *Simulator) lookupTask(q *apiRequest) (*task, error) {
 		return nil, paramError(map[string]string{"upid": "no such task"})
 	}
 	// Owners may read their tasks; others need Sys.Audit on the node.
-	if q.auth != nil && t.user != q.auth.user.id && !q.auth.has("/nodes/"+t.node, "Sys.Audit") {
+	if q.auth != nil && t.user != q.auth.user.id && !s.allowedLocked(q, "task", map[string]string{"node": t.node}) {
 		return nil, &apiError{code: http.StatusForbidden, msg: fmt.Sprintf("Permission check failed (/nodes/%s, Sys.Audit)\n", t.node)}
 	}
 	return t, nil

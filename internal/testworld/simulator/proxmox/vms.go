@@ -282,7 +282,7 @@ func (s *Simulator) handleStatusCurrent(q *apiRequest) (any, error) {
 func (s *Simulator) handleListVMs(q *apiRequest) (any, error) {
 	ids := []int{}
 	for id, v := range s.vms {
-		if v.node == q.vars["node"] && q.auth.has("/vms/"+strconv.Itoa(id), "VM.Audit") {
+		if v.node == q.vars["node"] && s.allowedLocked(q, "vm", map[string]string{"vmid": strconv.Itoa(id)}) {
 			ids = append(ids, id)
 		}
 	}

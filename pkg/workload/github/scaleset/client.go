@@ -595,8 +595,8 @@ func (c *Client) CreateScaleSet(ctx context.Context, ss ScaleSet) (*ScaleSet, er
 	return &out, nil
 }
 
-// UpdateScaleSet changes a scale set's name, runner group or labels (zero
-// fields stay).
+// UpdateScaleSet changes a scale set's name, runner group, labels or
+// runner setting (zero fields stay).
 func (c *Client) UpdateScaleSet(ctx context.Context, id int, ss ScaleSet) (*ScaleSet, error) {
 	var out ScaleSet
 	if err := c.serviceCall(ctx, http.MethodPatch, fmt.Sprintf("%s/%d", scaleSetsPath, id), nil, withLabelTypes(ss), http.StatusOK, &out); err != nil {
@@ -613,14 +613,25 @@ func (c *Client) DeleteScaleSet(ctx context.Context, id int) error {
 	return nil
 }
 
+// runnerSetting is the setting of every scale set HyperFleet makes: its
+// runners run one job each in a VM made for it, so a self-update would
+// download and install a runner at the start of every job, in a VM thrown
+// away after it.
+func runnerSetting() *RunnerSetting { return &RunnerSetting{DisableUpdate: true} }
+
 // EnsureScaleSet adopts the scale set of that name in the runner group
-// (updating its labels when they differ) or creates it.
+// (updating its labels and runner setting when they differ) or creates
+// it, with self-update disabled. A scale set found without DisableUpdate
+// (made by an older HyperFleet, or by hand) is updated: the service writes
+// the setting into the JIT configurations it generates from then on. (A
+// service that did not echo the setting back would cost one PATCH per
+// call, that is per listener start.)
 func (c *Client) EnsureScaleSet(ctx context.Context, runnerGroup, name string, labels []string) (*ScaleSet, error) {
 	g, err := c.RunnerGroupByName(ctx, runnerGroup)
 	if err != nil {
 		return nil, err
 	}
-	want := ScaleSet{Name: name, RunnerGroupID: g.ID}
+	want := ScaleSet{Name: name, RunnerGroupID: g.ID, RunnerSetting: runnerSetting()}
 	for _, l := range labels {
 		want.Labels = append(want.Labels, Label{Name: l})
 	}
@@ -633,11 +644,12 @@ func (c *Client) EnsureScaleSet(ctx context.Context, runnerGroup, name string, l
 		c.log.Info("creating runner scale set", "name", name, "runnerGroup", g.Name, "labels", labels)
 		return c.CreateScaleSet(ctx, want)
 	}
-	if sameLabels(have.Labels, want.Labels) {
+	settingOK := have.RunnerSetting != nil && *have.RunnerSetting == *want.RunnerSetting
+	if sameLabels(have.Labels, want.Labels) && settingOK {
 		return have, nil
 	}
-	c.log.Info("updating runner scale set labels", "scaleSetID", have.ID, "name", name, "labels", labels)
-	return c.UpdateScaleSet(ctx, have.ID, ScaleSet{Labels: want.Labels})
+	c.log.Info("updating runner scale set", "scaleSetID", have.ID, "name", name, "labels", labels, "disableUpdate", want.RunnerSetting.DisableUpdate)
+	return c.UpdateScaleSet(ctx, have.ID, ScaleSet{Labels: want.Labels, RunnerSetting: want.RunnerSetting})
 }
 
 func sameLabels(a, b []Label) bool {

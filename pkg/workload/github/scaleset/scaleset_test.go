@@ -287,7 +287,11 @@ func TestSessionConflictAndRedelivery(t *testing.T) {
 // still gets its message.
 func TestTokenExpiryAndRefresh(t *testing.T) {
 	clock := githubsim.NewFakeClock(time.Date(2026, 3, 2, 9, 0, 0, 0, time.UTC))
-	gs, c := start(t, githubsim.WithClock(clock), githubsim.WithScaleSetTokenTTL(10*time.Minute, 5*time.Minute), githubsim.WithAdmin(true))
+	// The session is not polled while the clock moves past its token's
+	// expiry: an idle timeout beyond that keeps the service from expiring
+	// the session itself (TestListenerResumesAfterReplicaKilled tests that).
+	gs, c := start(t, githubsim.WithClock(clock), githubsim.WithScaleSetTokenTTL(10*time.Minute, 5*time.Minute), githubsim.WithAdmin(true),
+		githubsim.WithScaleSetSessionIdleTimeout(time.Hour))
 	scaleset.SetNow(c, clock.Now)
 	ctx := context.Background()
 	ss, err := c.CreateScaleSet(ctx, scaleset.ScaleSet{Name: "hf-tokens", RunnerGroupID: 1})

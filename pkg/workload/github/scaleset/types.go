@@ -28,6 +28,19 @@ type ScaleSet struct {
 	RunnerGroupName string      `json:"runnerGroupName,omitempty"`
 	Labels          []Label     `json:"labels,omitempty"`
 	Statistics      *Statistics `json:"statistics,omitempty"`
+	// RunnerSetting configures the scale set's runners. The service
+	// spells its JSON name with a capital R, as GitHub's own client
+	// (github.com/actions/scaleset) sends it. Nil is left out: an update
+	// then keeps the scale set's.
+	RunnerSetting *RunnerSetting `json:"RunnerSetting,omitempty"`
+}
+
+// RunnerSetting is how the service configures a scale set's runners.
+type RunnerSetting struct {
+	// DisableUpdate is written into every JIT configuration of the scale
+	// set: its runners do not update themselves when the service offers a
+	// newer version (at the start of a job, in a VM that lives for one).
+	DisableUpdate bool `json:"disableUpdate,omitempty"`
 }
 
 // Statistics are the service's counts for a scale set; ARC scales on
