@@ -458,7 +458,7 @@ func TestExternalDNSNotSetUp(t *testing.T) {
 		c.Spec.DNS = &hfv1.ClusterDNSSettings{
 			DNSSettings: hfv1.DNSSettings{Domain: dnsTestZone},
 			RegisterVMs: true,
-			DNSProvider: &hfv1.DNSProvider{Type: dnsreg.TypeCloudflare, ExternalDNS: &hfv1.ExternalDNSSettings{Namespace: ns}},
+			DNSProvider: &hfv1.DNSProvider{Type: dnsreg.TypeExternalDNS, ExternalDNS: &hfv1.ExternalDNSSettings{Namespace: ns, LabelValue: "cloudflare"}},
 		}
 	})
 	reason := externaldns.ErrNamespaceMissing.Reason()
