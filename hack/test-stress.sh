@@ -36,10 +36,21 @@ for spec in $pkgs; do
 	slug=${name//\//_}
 	go test -c ${tags:+-tags "$tags"} -o "$out/$slug.test" "$pkg"
 	start=$SECONDS
-	# One run: its log is kept, and a line says how it ended.
+	# One run: its log is kept, and a line says how it ended. Each run is
+	# a session of its own (setsid), whose every process is killed when the
+	# run ends: a test binary that dies without its cleanups (a
+	# -test.timeout panic, a signal) leaves the kube-apiserver and etcd it
+	# started running, and every later run would share the cores with them.
+	# The session, not the process group: envtest starts each server in a
+	# process group of its own.
 	seq 1 "$count" | xargs -P "$procs" -I{} bash -c '
 		cd "$1" || exit 1
-		if "$2" -test.v -test.count=1 -test.timeout "$3" -test.run "$4" >"$5-run{}.log" 2>&1; then
+		setsid "$2" -test.v -test.count=1 -test.timeout "$3" -test.run "$4" >"$5-run{}.log" 2>&1 &
+		pid=$!
+		wait "$pid"
+		rc=$?
+		pkill -KILL -s "$pid" 2>/dev/null
+		if [[ $rc == 0 ]]; then
 			echo "   $6 run {}: ok"
 		else
 			echo "   $6 run {}: FAIL ($5-run{}.log)"
