@@ -618,27 +618,23 @@ const (
 	// select the jobs still waiting for a runner.
 	CIJobStateLabel = "hyperfleet.io/job-state"
 
-	// VMReservationAnnotation records the VM a claim is about to create as
-	// "<HypervisorCluster>/<node>/<vmid>/<signature>". The claim controller
-	// writes it together with the claim's finalizer in the one API write
-	// that precedes the clone request, and reads it back only while
-	// status.vmRef is still empty (the operator stopped between the clone
+	// VMReservationAnnotation is where an earlier operator recorded the
+	// VM a claim was about to create, as
+	// "<HypervisorCluster>/<node>/<signature>/<provider ID>", in its one
+	// write before the clone request. This operator stores status.vmRef in
+	// that write instead (with status.placementRecord), and reads the
+	// annotation of the claims an earlier one placed: only while
+	// status.vmRef is still empty (that operator stopped between the clone
 	// request and its status write), so that a clone is continued, never
 	// repeated. It is trusted only when the signature (an HMAC with the
 	// install's ownership key over the claim's UID, cluster, node and VM
 	// id) verifies and the VM is one placement could have chosen for the
 	// claim; see docs/security.md.
 	VMReservationAnnotation = "hyperfleet.io/vm-reservation"
-	// PlacementAnnotation records what a claim's VM was authorized to be
-	// when the claim was placed: the hypervisor template and clone mode,
-	// storage, resource pool, bridge, VLAN, NIC model, resources, cloud-init
-	// snippets and drive storage and DNS domain the cluster's allow-lists
-	// admitted, as JSON with a "signature" (an HMAC
-	// with the install's ownership key over the claim's UID, its VM's
-	// cluster and every value). The claim controller writes it in the same
-	// API write as VMReservationAnnotation, and every later step that
-	// builds the VM uses it instead of the template's current values; a
-	// claim whose record does not verify fails. See docs/security.md, "The
+	// PlacementAnnotation is where an earlier operator recorded a claim's
+	// placement record, now status.placementRecord (what the claim's VM
+	// was authorized to be, signed); it is read for the claims such an
+	// operator placed, with the same checks. See docs/security.md, "The
 	// placement record".
 	PlacementAnnotation = "hyperfleet.io/placement"
 

@@ -232,6 +232,19 @@ type MachineClaimStatus struct {
 	// +optional
 	VMRef *VMReference `json:"vmRef,omitempty"`
 
+	// placementRecord is what the claim's VM was authorized to be when it
+	// was placed (the hypervisor template, clone mode, storage, network,
+	// resources, cloud-init files and DNS domain the cluster's allow-lists
+	// admitted), as signed JSON, written with reservation. Every later
+	// step builds the VM from it rather than from the template's current
+	// values; a claim whose record does not verify fails. It is written
+	// with vmRef in the one status write before the clone request. Claims
+	// placed by an earlier operator carry it in the hyperfleet.io/placement
+	// annotation instead.
+	// +optional
+	// +kubebuilder:validation:MaxLength=8192
+	PlacementRecord string `json:"placementRecord,omitempty"`
+
 	// task was the hypervisor task in flight for this claim. The operator
 	// no longer writes it (one status write per hypervisor task): it keeps
 	// the task in memory, and after a restart the provider reads where the

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
@@ -230,11 +231,24 @@ func (w *poolWorld) endClaims() map[string]*hfv1.MachineClaimEndRequest {
 			continue
 		}
 		out[name] = c.Spec.End
-		if err := w.c.Delete(context.Background(), c); err != nil {
-			w.t.Fatalf("delete ended claim %s: %v", name, err)
-		}
+		w.destroy(c)
 	}
 	return out
+}
+
+// destroy plays the claim controller on a claim whose VM is gone: its
+// finalizer (which its pool wrote in its creation) goes, and so does the
+// claim.
+func (w *poolWorld) destroy(c *hfv1.MachineClaim) {
+	w.t.Helper()
+	if controllerutil.RemoveFinalizer(c, hfv1.MachineClaimFinalizer) {
+		if err := w.c.Update(context.Background(), c); err != nil {
+			w.t.Fatalf("remove the finalizer of claim %s: %v", c.Name, err)
+		}
+	}
+	if err := w.c.Delete(context.Background(), c); err != nil {
+		w.t.Fatalf("delete claim %s: %v", c.Name, err)
+	}
 }
 
 // updateClaimStatus writes a claim's status as the claim controller would.

@@ -226,17 +226,19 @@ func TestOperatorStoppedAfterCloneRequestCreatesNoSecondVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reservation := stored.Annotations[hfv1.VMReservationAnnotation]
-	if stored.Status.VMRef != nil || reservation == "" || !slices.Contains(stored.Finalizers, hfv1.MachineClaimFinalizer) {
-		t.Fatalf("want the finalizer and the reservation stored and no VM in status before the restart, got finalizers %v, annotation %q, vmRef %+v",
-			stored.Finalizers, reservation, stored.Status.VMRef)
+	// The finalizer, then the VM with its signed placement record in one
+	// status write, all before the clone request.
+	reserved := stored.Status.VMRef
+	if reserved == nil || reserved.ProviderID == "" || stored.Status.PlacementRecord == "" || !slices.Contains(stored.Finalizers, hfv1.MachineClaimFinalizer) {
+		t.Fatalf("want the finalizer, the VM and its placement record stored before the restart, got finalizers %v, vmRef %+v, placement record %q",
+			stored.Finalizers, reserved, stored.Status.PlacementRecord)
 	}
 
 	first.restart(t, operatorOptions{})
 	got := waitPhase(t, claim, hfv1.MachineClaimBootstrapping, 60*time.Second)
 	ref := got.Status.VMRef
-	if !strings.HasPrefix(reservation, ref.HypervisorCluster+"/"+ref.Node+"/") || !strings.HasSuffix(reservation, "/"+ref.ProviderID) || ref.ProviderID == "" {
-		t.Fatalf("claim runs VM %+v, reserved %s", ref, reservation)
+	if ref.HypervisorCluster != reserved.HypervisorCluster || ref.ProviderID != reserved.ProviderID {
+		t.Fatalf("claim runs VM %+v, reserved %+v", ref, reserved)
 	}
 	expectOneVMOneClone(t, sim, got)
 }

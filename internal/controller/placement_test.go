@@ -292,8 +292,8 @@ func TestTemplateEditAfterPlacementNeverReachesTheVM(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if stored.Status.VMRef != nil || stored.Annotations[hfv1.VMReservationAnnotation] == "" {
-			t.Fatalf("want the reservation stored and no VM in status when the operator stopped; annotations %v, vmRef %+v", stored.Annotations, stored.Status.VMRef)
+		if stored.Status.VMRef == nil || stored.Status.PlacementRecord == "" {
+			t.Fatalf("want the VM and its placement record stored when the operator stopped; status %+v", stored.Status)
 		}
 		w.escape()
 		w.mu.Lock()
@@ -307,8 +307,9 @@ func TestTemplateEditAfterPlacementNeverReachesTheVM(t *testing.T) {
 	})
 }
 
-// TestEditedPlacementRecordFailsTheClaim: a tenant who rewrites the claim's
-// placement record (without the admission policy in the way) to the refused
+// TestEditedPlacementRecordFailsTheClaim: someone who may write the claim's
+// status (a tenant may not where the admission policy is installed) and
+// rewrites its placement record (status.placementRecord) to the refused
 // bridge does not get it: the record no longer verifies, the claim fails
 // with PlacementRecordRejected and a warning event, its VM is destroyed,
 // and no net0 with the refused bridge was ever written.
@@ -316,7 +317,7 @@ func TestEditedPlacementRecordFailsTheClaim(t *testing.T) {
 	w := newPlacementWorld(t, 4*time.Second, nil)
 	claim := w.f.newClaim("forged")
 	placed := waitPlaced(t, claim)
-	rec := placed.Annotations[hfv1.PlacementAnnotation]
+	rec := placed.Status.PlacementRecord
 	if !strings.Contains(rec, `"bridge":"vmbr0"`) || !strings.Contains(rec, `"signature":"p2.`) {
 		t.Fatalf("the operator wrote placement record %q, want the authorized bridge and a signature", rec)
 	}
@@ -327,8 +328,8 @@ func TestEditedPlacementRecordFailsTheClaim(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		cur.Annotations[hfv1.PlacementAnnotation] = strings.Replace(cur.Annotations[hfv1.PlacementAnnotation], `"bridge":"vmbr0"`, `"bridge":"`+refusedBridge+`"`, 1)
-		return env.Client.Update(context.Background(), cur)
+		cur.Status.PlacementRecord = strings.Replace(cur.Status.PlacementRecord, `"bridge":"vmbr0"`, `"bridge":"`+refusedBridge+`"`, 1)
+		return env.Client.Status().Update(context.Background(), cur)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -339,7 +340,7 @@ func TestEditedPlacementRecordFailsTheClaim(t *testing.T) {
 			return err
 		}
 		why := got.Status.TerminationReason
-		if !got.HasFailed() || !strings.HasPrefix(why, string(hfv1.PlacementRecordRejectedReason)+": ") || !strings.Contains(why, hfv1.PlacementAnnotation) {
+		if !got.HasFailed() || !strings.HasPrefix(why, string(hfv1.PlacementRecordRejectedReason)+": ") || !strings.Contains(why, "status.placementRecord") {
 			return fmt.Errorf("failed %v, terminationReason %q", got.HasFailed(), why)
 		}
 		if vms := operatorVMs(w.sim); len(vms) != 0 || got.Status.VMRef != nil {

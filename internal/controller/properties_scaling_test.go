@@ -242,9 +242,7 @@ func (w *poolWorld) finishJobs(n int) {
 				w.t.Fatalf("job %d completed: %v", j.Spec.JobID, err)
 			}
 		}
-		if err := w.c.Delete(w.ctx(), c); err != nil {
-			w.t.Fatalf("delete finished claim %s: %v", c.Name, err)
-		}
+		w.destroy(c)
 		n--
 	}
 }

@@ -239,12 +239,19 @@ func (r *RunnerPoolReconciler) newClaim(s *poolScope) *hfv1.MachineClaim {
 	labels[hfv1.ManagedByLabel] = hfv1.ManagedByValue
 	labels[hfv1.RunnerPoolLabel] = pool.Name
 	labels[hfv1.MachineTemplateLabel] = pool.Spec.TemplateRef.Name
+	if s.tmpl != nil {
+		labels[hfv1.HypervisorClusterLabel] = s.tmpl.Spec.HypervisorClusterRef.Name
+	}
 	claim := &hfv1.MachineClaim{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace:       pool.Namespace,
-			GenerateName:    pool.Name + "-",
-			Labels:          labels,
-			Annotations:     annotations,
+			Namespace:    pool.Namespace,
+			GenerateName: pool.Name + "-",
+			Labels:       labels,
+			Annotations:  annotations,
+			// The claim controller's finalizer and labels in the claim's
+			// creation: its first write of its own is then the status
+			// that reserves the VM (machineclaim.writeReservation).
+			Finalizers:      []string{hfv1.MachineClaimFinalizer},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pool, hfv1.GroupVersion.WithKind("RunnerPool"))},
 		},
 		Spec: hfv1.MachineClaimSpec{

@@ -12,13 +12,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 )
 
 // TestForgedReservationGetsNoVM replays the tenant escape of a forged
-// hyperfleet.io/vm-reservation annotation: a namespace the cluster does not
-// admit writes the annotation (unsigned, with a made-up signature, and
-// copied from a real claim of an admitted namespace) naming a VM id outside
-// the cluster's range. None of its claims may get a VM or a credential;
+// hyperfleet.io/vm-reservation annotation (where claims placed by an
+// earlier operator keep their reservation, and where this one still reads
+// it): a namespace the cluster does not admit writes the annotation
+// (unsigned, with a made-up signature, and copied from a real claim of an
+// admitted namespace: the reservation the install's key signs for that
+// claim's VM) naming a VM id outside the cluster's range. None of its claims may get a VM or a credential;
 // each says why it waits and records the refused reservation.
 func TestForgedReservationGetsNoVM(t *testing.T) {
 	sim := startSim(t, nil)
@@ -26,10 +29,12 @@ func TestForgedReservationGetsNoVM(t *testing.T) {
 	f := newFixture(t, sim, func(c *hfv1.HypervisorCluster) {
 		c.Spec.AllowedNamespaces = &metav1.LabelSelector{MatchLabels: map[string]string{"hyperfleet.io/tenant": "yes"}}
 	})
-	// A real claim of an admitted namespace: its annotation carries a
-	// signature the operator made.
+	// A real claim of an admitted namespace, and the reservation of its VM
+	// as the install's key signs it.
 	legit := waitPhase(t, f.newClaim("legit"), hfv1.MachineClaimBootstrapping, 60*time.Second)
-	signed := legit.Annotations[hfv1.VMReservationAnnotation]
+	ref := legit.Status.VMRef
+	signed := strings.Join([]string{ref.HypervisorCluster, ref.Node, testSigner.SignReservation(ownership.Reservation{
+		ClaimUID: string(legit.UID), Cluster: ref.HypervisorCluster, Node: ref.Node, VM: ref.ProviderID}), ref.ProviderID}, "/")
 	if parts := strings.SplitN(signed, "/", 4); len(parts) != 4 || parts[3] != legit.Status.VMRef.ProviderID || !strings.HasPrefix(parts[2], "r2.") {
 		t.Fatalf("the operator wrote reservation %q, want <cluster>/<node>/<signature>/%s", signed, legit.Status.VMRef.ProviderID)
 	}

@@ -124,6 +124,19 @@ func (h *Helper) Gone() bool { return h.gone }
 
 // PatchStatus writes obj's status changes.
 func (h *Helper) PatchStatus(ctx context.Context, obj client.Object) error {
+	return h.patchStatus(ctx, obj, false)
+}
+
+// PatchStatusLocked writes obj's status changes now, under an optimistic
+// lock on the version last read or written: a status that records
+// something about to be done (a claim's VM reservation, before its clone
+// request) must not be written over a newer one that a copy from a stale
+// cache did not see. A conflict is an error.
+func (h *Helper) PatchStatusLocked(ctx context.Context, obj client.Object) error {
+	return h.patchStatus(ctx, obj, true)
+}
+
+func (h *Helper) patchStatus(ctx context.Context, obj client.Object, lock bool) error {
 	after, err := h.document(obj)
 	if err != nil {
 		return err
@@ -132,9 +145,15 @@ func (h *Helper) PatchStatus(ctx context.Context, obj client.Object) error {
 	if err != nil || data == nil {
 		return err
 	}
-	if cond, ok := obj.(Conditioned); ok && len(h.opts.owned) > 0 {
+	cond, owned := obj.(Conditioned)
+	switch {
+	case lock:
+		if data, err = withResourceVersion(data, resourceVersion(h.doc)); err == nil {
+			err = h.writeStatus(ctx, obj, data)
+		}
+	case owned && len(h.opts.owned) > 0:
 		err = h.writeOwnedStatus(ctx, cond)
-	} else {
+	default:
 		err = h.writeStatus(ctx, obj, data)
 	}
 	if err != nil {

@@ -128,6 +128,40 @@ func TestOptimisticLock(t *testing.T) {
 	}
 }
 
+// TestStatusLock: a locked status patch from a stale copy (a claim's VM
+// reservation written from a cache that missed a newer one) fails with a
+// conflict and leaves the newer status; the same patch unlocked overwrites
+// it, which is why the reservation's write is locked.
+func TestStatusLock(t *testing.T) {
+	ctx := context.Background()
+	c := newClaim(t, "status-lock")
+	stale := c.DeepCopy()
+	h := patch.NewHelper(env.Client, stale)
+
+	fresh := get(t, c)
+	fresh.Status.VMRef = hfv1.NewVMReference("pve", "proxmox://1000", "pve1")
+	if err := env.Client.Status().Update(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	stale.Status.VMRef = hfv1.NewVMReference("pve", "proxmox://2000", "pve1")
+	if err := h.PatchStatusLocked(ctx, stale); !apierrors.IsConflict(err) {
+		t.Fatalf("stale locked status patch: %v, want a conflict", err)
+	}
+	if got := get(t, c); got.Status.VMRef == nil || got.Status.VMRef.ProviderID != "proxmox://1000" {
+		t.Fatalf("the newer VM reference was overwritten: %+v", got.Status.VMRef)
+	}
+
+	unlocked := c.DeepCopy()
+	hu := patch.NewHelper(env.Client, unlocked)
+	unlocked.Status.VMRef = hfv1.NewVMReference("pve", "proxmox://2000", "pve1")
+	if err := hu.PatchStatus(ctx, unlocked); err != nil {
+		t.Fatal(err)
+	}
+	if got := get(t, c); got.Status.VMRef.ProviderID != "proxmox://2000" {
+		t.Fatalf("an unlocked status patch kept %+v: the lock test above proves nothing", got.Status.VMRef)
+	}
+}
+
 // TestOwnedConditions: two writers read the same version and each changes
 // the condition it owns; both changes survive, and neither writer's stale
 // copy of the other's condition is written back.

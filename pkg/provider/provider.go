@@ -533,7 +533,10 @@ type Progress struct {
 	// provider may ignore and correct; empty when unknown.
 	Node string
 	// Building says the VM at ID is this owner's own build: the provider
-	// reported PhaseCloning or a later phase for it. Whatever holds the id
+	// reported PhaseCloning or a later phase for it, or the owner stored
+	// its reservation of ID before its clone request (a MachineClaim's
+	// one status write before it; the provider does not hand a reserved
+	// id to another owner while it runs). Whatever holds the id
 	// is then the owner's, a clone in progress included, so a provider
 	// that lost the task of a clone in flight (an operator restart) goes
 	// on at PhaseCloning; without Building it cannot tell the owner's clone

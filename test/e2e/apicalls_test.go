@@ -34,21 +34,29 @@ import (
 // (docs/performance.md).
 //
 // The target is 8 writes and 1 read per job. Reads meet it. Writes do not
-// yet: measured 11.8 to 12.2 per job (from 39.2, then 20.8). What is left,
-// per job, and why each stays:
-//   - the claim, 8: its creation (with the pool's finalizer), its signed
-//     reservation (metadata: the placement record, before the clone
-//     request), its status when the VM is placed (status.vmRef), when it is
-//     up with its credential delivered (one pass), when its runner is
-//     online with its job, when it ends (status.end, before the VM is
-//     stopped), the finalizer's removal and the deletion. No hypervisor
-//     task is written (machineclaim/vm_progress.go).
+// yet: measured 9.8 per job (from 39.2, then 20.8, 11.6): 9.4 for the
+// routine path, plus 0.4 because one of the five claims waits for a clone
+// slot (the cluster's default clonesPerNode is 4), which writes its
+// status Queued and then BuildingVM. The rest varies by 0.2 (a job that
+// reaches its runner after the runner-online write costs that claim one
+// more). What is left, per job, and why each stays:
+//   - the claim, 6: its creation (with the claim controller's finalizer
+//     and labels: the RunnerPool writes them), its status when the VM is
+//     reserved (status.vmRef with the signed reservation and placement
+//     record, before the clone request: machineclaim.writeReservation),
+//     when it is up with its credential delivered (one pass), when its
+//     runner is online with its job, the finalizer's removal and the
+//     deletion. No hypervisor task is written (machineclaim/vm_progress.go),
+//     nor a clone slot's wait, nor the routine end (machineclaim/end_held.go:
+//     held in memory until the claim is deleted).
 //   - the job's CIJob, 3: queued (the demand the pool scales for), in
 //     progress (it names the runner, which is how the claim learns its
-//     job) and completed (which ends the claim). A fourth falls outside
-//     this count's window: the pool deletes a completed CIJob 15 minutes
-//     after it completed (completedJobRetention, a tombstone against late
-//     webhook deliveries).
+//     job) and completed (which ends the claim). The CIJob is how a
+//     webhook received by any manager replica reaches the leader, so
+//     neither event can stay in one process's memory. A fourth falls
+//     outside this count's window: the pool deletes a completed CIJob 15
+//     minutes after it completed (completedJobRetention, a tombstone
+//     against late webhook deliveries).
 //   - the pool's status, 0.4 (its counts batched, runnerpool_statusbatch.go).
 //     Scaling is a log line, not an event (runnerpool_status.go).
 //
@@ -57,7 +65,7 @@ import (
 const (
 	apiJobs            = 5
 	targetWritesPerJob = 8.0
-	maxWritesPerJob    = 13.0
+	maxWritesPerJob    = 10.4
 	maxReadsPerJob     = 1.0
 )
 
@@ -201,9 +209,9 @@ func TestKubernetesRequestsPerJob(t *testing.T) {
 	t.Logf("per job: %.2f writes (POST %.2f, PUT %.2f, PATCH %.2f, DELETE %.2f), %.2f reads",
 		writes, byVerb["POST"]/apiJobs, byVerb["PUT"]/apiJobs, byVerb["PATCH"]/apiJobs, byVerb["DELETE"]/apiJobs, reads)
 	if writes > maxWritesPerJob {
-		t.Errorf("%.2f Kubernetes writes per job, want at most %.0f (the ratchet; the target is %.0f)", writes, maxWritesPerJob, targetWritesPerJob)
+		t.Errorf("%.2f Kubernetes writes per job, want at most %.1f (the ratchet; the target is %.0f)", writes, maxWritesPerJob, targetWritesPerJob)
 	} else if writes > targetWritesPerJob {
-		t.Logf("%.2f Kubernetes writes per job: within the ratchet (%.0f), %.2f above the target (%.0f)", writes, maxWritesPerJob, writes-targetWritesPerJob, targetWritesPerJob)
+		t.Logf("%.2f Kubernetes writes per job: within the ratchet (%.1f), %.2f above the target (%.0f)", writes, maxWritesPerJob, writes-targetWritesPerJob, targetWritesPerJob)
 	}
 	if reads > maxReadsPerJob {
 		t.Errorf("%.2f Kubernetes reads (GET) per job, want at most %.0f", reads, maxReadsPerJob)

@@ -209,6 +209,9 @@ type Reconciler struct {
 	// until the deletion's watch event, and such a copy must not be torn
 	// down a second time. Their reconcile's NotFound forgets them.
 	deletedGone sync.Map
+	// heldEnds are the routine ends not written to their claims' status,
+	// by UID (end_held.go).
+	heldEnds sync.Map
 	// validation runs the claims' validation rounds off the reconcile
 	// path (validation.go).
 	validation validations
@@ -238,6 +241,7 @@ func (r *Reconciler) forget(uid types.UID) {
 	r.dnsRemoveAttempts.Delete(uid)
 	r.validation.forget(uid)
 	r.deletedGone.Delete(uid)
+	r.heldEnds.Delete(uid)
 }
 
 // workloads are the CI platforms' back-ends; none without CI.
@@ -337,6 +341,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return res, nil
 	}
 	s := r.newClaimScope(claim)
+	r.restoreHeldEnd(s)
 	defer func() { res, retErr = r.closeScope(ctx, s, res, retErr) }()
 
 	return phase.Run(ctx, s, r.claimPhases(claim)...)

@@ -2,6 +2,7 @@ package machineclaim
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -98,4 +100,17 @@ func inScope(claim *hfv1.MachineClaim, step func(s *claimScope)) {
 	s := &claimScope{claim: claim}
 	step(s)
 	setConditions(claim, &s.facts)
+}
+
+// Annotate writes the reservation of the VM at p as an operator before
+// status.vmRef was stored ahead of the clone request did: into
+// VMReservationAnnotation, signed over the claim's UID, cluster, node and
+// provider ID (the claims such an operator placed, which this one still
+// reads).
+func Annotate(claim *hfv1.MachineClaim, signer *ownership.Signer, cluster string, p provider.Progress) {
+	if claim.Annotations == nil {
+		claim.Annotations = map[string]string{}
+	}
+	sig := signer.SignReservation(ownership.Reservation{ClaimUID: string(claim.UID), Cluster: cluster, Node: p.Node, VM: string(p.ID)})
+	claim.Annotations[hfv1.VMReservationAnnotation] = strings.Join([]string{cluster, p.Node, sig, string(p.ID)}, "/")
 }

@@ -30,11 +30,11 @@ func setStandardMetadata(claim *hfv1.MachineClaim, cluster string) {
 	claim.SetLabels(labels)
 }
 
-// setReservation records a reserved VM and what spec's VM was authorized
-// to be, with the DNS domain of its name (its placement record), in the
-// claim's annotations, each signed with the install's key (reservation.go).
-func (r *Reconciler) setReservation(claim *hfv1.MachineClaim, cluster string, p provider.Progress, spec *provider.VMSpec, dnsDomain string) {
-	Annotate(claim, r.Signer, cluster, p)
+// setReservation records what spec's VM was authorized to be, with the
+// DNS domain of its name (its placement record, signed with the install's
+// key: reservation_placement.go), in the claim's status, which
+// writeReservation stores with status.vmRef before the clone request.
+func (r *Reconciler) setReservation(claim *hfv1.MachineClaim, cluster string, spec *provider.VMSpec, dnsDomain string) {
 	RecordPlacement(claim, r.Signer, cluster, spec, dnsDomain)
 }
 

@@ -26,23 +26,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
-	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
-
-// Annotate records a reserved VM in the claim's annotation (in
-// memory; the scope writes it), signed with the install's key over
-// the claim's UID, cluster, node and the VM's provider ID: the annotation
-// is writable by anyone who may edit the claim, so only the signature
-// makes it the operator's word (docs/security.md, "The placement record").
-// The value is "<cluster>/<node>/<signature>/<provider ID>": the ID comes
-// last because it holds slashes of its own.
-func Annotate(claim *hfv1.MachineClaim, signer *ownership.Signer, cluster string, p provider.Progress) {
-	if claim.Annotations == nil {
-		claim.Annotations = map[string]string{}
-	}
-	sig := signer.SignReservation(ownership.Reservation{ClaimUID: string(claim.UID), Cluster: cluster, Node: p.Node, VM: string(p.ID)})
-	claim.Annotations[hfv1.VMReservationAnnotation] = strings.Join([]string{cluster, p.Node, sig, string(p.ID)}, "/")
-}
 
 // Reserved is a VMReservationAnnotation value as read: the reserved VM
 // and the signature that must verify before it is trusted.

@@ -25,8 +25,8 @@ type placementRecord struct {
 	Signature string `json:"signature"`
 }
 
-// RecordPlacement records in the claim's placement annotation (in memory;
-// the caller writes it in the same write as the reservation) what spec's
+// RecordPlacement records in the claim's status.placementRecord (in
+// memory; the caller writes it in the same write as the reservation) what spec's
 // VM is made of on cluster and the DNS domain its name is completed with,
 // the values the claim was authorized with, signed with the install's key
 // over the claim's UID and cluster. spec and dnsDomain must be what the
@@ -40,10 +40,7 @@ func RecordPlacement(claim *hfv1.MachineClaim, signer *ownership.Signer, cluster
 		// Strings, numbers and a bool: nothing json.Marshal refuses.
 		panic(fmt.Sprintf("encode placement record: %v", err))
 	}
-	if claim.Annotations == nil {
-		claim.Annotations = map[string]string{}
-	}
-	claim.Annotations[hfv1.PlacementAnnotation] = string(raw)
+	claim.Status.PlacementRecord = string(raw)
 }
 
 // placementOf is the part of spec the placement record holds: everything
@@ -108,7 +105,18 @@ func withPlacedDomain(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.Hyperv
 	return tmpl, cluster
 }
 
-// ParsePlacement reads a PlacementAnnotation value: the record and the
+// placementField names where the claim's placement record is read from,
+// for messages: status.placementRecord, or the annotation of a claim
+// placed by an earlier operator.
+func placementField(claim *hfv1.MachineClaim) string {
+	if _, legacy := claim.Annotations[hfv1.PlacementAnnotation]; legacy && claim.Status.PlacementRecord == "" {
+		return "annotation " + hfv1.PlacementAnnotation
+	}
+	return "status.placementRecord"
+}
+
+// ParsePlacement reads a placement record (status.placementRecord, or a
+// PlacementAnnotation value): the record and the
 // signature that must verify before it is used. Unknown fields are
 // refused: nothing this operator wrote has them.
 func ParsePlacement(v string) (ownership.Placement, string, error) {
@@ -139,7 +147,7 @@ func (r *Reconciler) verifiedPlacement(ctx context.Context, s *claimScope) (owne
 	claim := s.claim
 	p, err := r.readPlacement(claim)
 	if err != nil {
-		err = fmt.Errorf("annotation %s refused: %w; the claim's VM is not built from unverified values", hfv1.PlacementAnnotation, err)
+		err = fmt.Errorf("%s refused: %w; the claim's VM is not built from unverified values", placementField(claim), err)
 		ctrl.LoggerFrom(ctx).Info("Refused a placement record", "reason", err.Error())
 		metrics.PlacementRecordsRejected.Inc()
 		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.PlacementRecordRejectedReason), conditions.Truncate(err.Error(), 1024))
@@ -154,7 +162,12 @@ func (r *Reconciler) readPlacement(claim *hfv1.MachineClaim) (ownership.Placemen
 	if ref == nil {
 		return ownership.Placement{}, fmt.Errorf("the claim has no VM yet")
 	}
-	v, ok := claim.Annotations[hfv1.PlacementAnnotation]
+	v, ok := claim.Status.PlacementRecord, claim.Status.PlacementRecord != ""
+	if !ok {
+		// Placed by an earlier operator, which wrote the record into an
+		// annotation.
+		v, ok = claim.Annotations[hfv1.PlacementAnnotation]
+	}
 	if !ok {
 		return ownership.Placement{}, fmt.Errorf("the claim has VM %s but no placement record (removed, or placed by a HyperFleet version without placement records)", ref.ID())
 	}

@@ -71,7 +71,7 @@ func TestTemplateEditDuringTheCloneNeverReachesTheVM(t *testing.T) {
 			if n := len(w.clonesSent()); n != 0 || len(w.sim.VMs()) != 2 {
 				t.Fatalf("%d clone requests reached the simulator before the edit: the edit would come too late", n)
 			}
-			rec := placed.Annotations[hfv1.PlacementAnnotation]
+			rec := placed.Status.PlacementRecord
 			if !strings.Contains(rec, `"signature":"p2.`) {
 				t.Fatalf("placement record %q is not signed", rec)
 			}

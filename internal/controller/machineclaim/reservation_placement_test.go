@@ -100,7 +100,9 @@ func TestPlacementRecordRoundTrip(t *testing.T) {
 // TestPlacementRecordRefusals: a record that is missing, unreadable, made
 // up, edited (any authorized value changed, signature kept), copied from
 // another claim, pointed at another cluster or signed by another install
-// is refused, each with a warning event naming the annotation.
+// is refused, each with a warning event naming the field it was read
+// from: status.placementRecord, or the annotation of a claim placed by an
+// earlier operator.
 func TestPlacementRecordRefusals(t *testing.T) {
 	signer := testPlacementSigner(t, 1)
 	other := placedClaim("2")
@@ -109,7 +111,7 @@ func TestPlacementRecordRefusals(t *testing.T) {
 	RecordPlacement(foreign, testPlacementSigner(t, 2), "pve-a", authorizedSpec(), authorizedDomain)
 	own := placedClaim("1")
 	RecordPlacement(own, signer, "pve-a", authorizedSpec(), authorizedDomain)
-	signed := own.Annotations[hfv1.PlacementAnnotation]
+	signed := own.Status.PlacementRecord
 	edit := func(from, to string) string {
 		t.Helper()
 		if !strings.Contains(signed, from) {
@@ -140,38 +142,45 @@ func TestPlacementRecordRefusals(t *testing.T) {
 		"drive storage":   {value: ptr.To(edit(`"driveStorage":"local-lvm"`, `"driveStorage":"team-b-storage"`)), reason: "does not verify"},
 		"dns domain":      {value: ptr.To(edit(`"dnsDomain":"team-a.ci.example.com"`, `"dnsDomain":"team-b.ci.example.com"`)), reason: "does not verify"},
 		"earlier version": {value: ptr.To(edit(`"signature":"p2.`, `"signature":"p1.`)), reason: "earlier HyperFleet version"},
-		"other claim":     {value: ptr.To(other.Annotations[hfv1.PlacementAnnotation]), reason: "does not verify"},
-		"other install":   {value: ptr.To(foreign.Annotations[hfv1.PlacementAnnotation]), reason: "does not verify"},
+		"other claim":     {value: ptr.To(other.Status.PlacementRecord), reason: "does not verify"},
+		"other install":   {value: ptr.To(foreign.Status.PlacementRecord), reason: "does not verify"},
 		"other cluster":   {value: ptr.To(edit(`"cluster":"pve-a"`, `"cluster":"pve-b"`)), reason: "names HypervisorCluster pve-b"},
 		"VM moved":        {value: ptr.To(signed), cluster: "pve-b", reason: "names HypervisorCluster pve-a"},
 		"reservation id":  {value: ptr.To(strings.Replace(signed, `"p2.1.`, `"r2.1.`, 1)), reason: "does not verify"},
 	}
 	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			claim := placedClaim("1")
-			if tc.value != nil {
-				claim.Annotations = map[string]string{hfv1.PlacementAnnotation: *tc.value}
-			}
-			if tc.cluster != "" {
-				claim.Status.VMRef.HypervisorCluster = tc.cluster
-			}
-			rec := record.NewFakeRecorder(8)
-			_, err := (&Reconciler{Signer: signer, Recorder: rec}).verifiedPlacement(context.Background(), &claimScope{claim: claim})
-			if err == nil {
-				t.Fatal("refused record accepted")
-			}
-			if !strings.Contains(err.Error(), tc.reason) || !strings.Contains(err.Error(), hfv1.PlacementAnnotation) {
-				t.Errorf("error %q does not name the annotation and %q", err, tc.reason)
-			}
-			select {
-			case e := <-rec.Events:
-				if !strings.HasPrefix(e, "Warning "+string(hfv1.PlacementRecordRejectedReason)) {
-					t.Errorf("event %q", e)
+		for _, field := range []string{"status.placementRecord", "annotation " + hfv1.PlacementAnnotation} {
+			t.Run(name+" in "+field, func(t *testing.T) {
+				claim := placedClaim("1")
+				switch {
+				case tc.value == nil:
+					field = "status.placementRecord"
+				case field == "status.placementRecord":
+					claim.Status.PlacementRecord = *tc.value
+				default:
+					claim.Annotations = map[string]string{hfv1.PlacementAnnotation: *tc.value}
 				}
-			default:
-				t.Error("no event")
-			}
-		})
+				if tc.cluster != "" {
+					claim.Status.VMRef.HypervisorCluster = tc.cluster
+				}
+				rec := record.NewFakeRecorder(8)
+				_, err := (&Reconciler{Signer: signer, Recorder: rec}).verifiedPlacement(context.Background(), &claimScope{claim: claim})
+				if err == nil {
+					t.Fatal("refused record accepted")
+				}
+				if !strings.Contains(err.Error(), tc.reason) || !strings.Contains(err.Error(), field+" refused") {
+					t.Errorf("error %q does not name %s and %q", err, field, tc.reason)
+				}
+				select {
+				case e := <-rec.Events:
+					if !strings.HasPrefix(e, "Warning "+string(hfv1.PlacementRecordRejectedReason)) {
+						t.Errorf("event %q", e)
+					}
+				default:
+					t.Error("no event")
+				}
+			})
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package machineclaim
 
 import (
 	"context"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -35,6 +36,11 @@ type claimScope struct {
 	// deleted is set once the pass deleted the claim without its
 	// finalizer (finish): it is gone, and nothing is written.
 	deleted bool
+	// persistedEnd is whether the claim as read had its end stored; an
+	// end this process holds (end_held.go) is not. storedConditions are
+	// its conditions as read.
+	persistedEnd     bool
+	storedConditions []metav1.Condition
 }
 
 // newClaimScope opens the scope of one reconcile. The metadata patch
@@ -50,6 +56,9 @@ func (r *Reconciler) newClaimScope(claim *hfv1.MachineClaim) *claimScope {
 		claim:   claim,
 		patch:   patch.NewHelper(r.Client, claim, patch.WithOptimisticLock()),
 		startRV: claim.ResourceVersion,
+
+		persistedEnd:     claim.Status.End != nil,
+		storedConditions: slices.Clone(claim.Status.Conditions),
 	}
 	if ref := claim.Status.VMRef; ref.Legacy() {
 		claim.Status.VMRef = hfv1.NewVMReference(ref.HypervisorCluster, ref.ID(), ref.Node)
@@ -66,6 +75,7 @@ func (r *Reconciler) newClaimScope(claim *hfv1.MachineClaim) *claimScope {
 // observedGeneration moves only after a pass that succeeded.
 func (r *Reconciler) closeScope(ctx context.Context, s *claimScope, res ctrl.Result, err error) (ctrl.Result, error) {
 	claim := s.claim
+	held := false
 	if controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer) || claim.IsFinished() || claim.DeletionTimestamp.IsZero() {
 		now := r.Clock.Now()
 		s.facts.task = r.taskInFlight(claim)
@@ -74,6 +84,7 @@ func (r *Reconciler) closeScope(ctx context.Context, s *claimScope, res ctrl.Res
 			RecordPhase(ctx, r.Recorder, claim, d.left, metav1.NewTime(now))
 		}
 		res = r.stuckClaims.Report(ctx, claim, d.phase, d.stuck, d.nowStuck, res)
+		held = r.holdsEnd(s, d)
 		if err == nil {
 			claim.Status.ObservedGeneration = claim.Generation
 		}
@@ -88,7 +99,15 @@ func (r *Reconciler) closeScope(ctx context.Context, s *claimScope, res ctrl.Res
 		r.deletedGone.Store(claim.UID, struct{}{})
 		return res, err
 	}
-	if perr := s.patch.Patch(ctx, claim); perr != nil {
+	write := s.patch.Patch
+	if held {
+		// A routine end: its metadata only (end_held.go).
+		r.holdEnd(claim)
+		write = s.patch.PatchMetadata
+	} else {
+		r.heldEnds.Delete(claim.UID)
+	}
+	if perr := write(ctx, claim); perr != nil {
 		ctrl.LoggerFrom(ctx).Error(perr, "Write MachineClaim")
 		if err == nil {
 			err = perr

@@ -95,15 +95,14 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 	}
 	res, err := s.provider.EnsureVM(ctx, spec, prev)
 	if err == nil && res.Phase == provider.PhasePlaced && res.RetryAfter <= 0 && prev.ID != res.Progress.ID {
-		// A fresh reservation: store it with the finalizer in one write,
-		// then clone in this same pass instead of waiting for that write's
-		// watch event. The status recording the VM follows when the scope
-		// closes; until it lands the annotation stands in for it
-		// (checkReservation). If the write fails, the next pass starts
-		// over from the stored state.
+		// A fresh reservation: store the VM id with its placement record
+		// in one status write, then clone in this same pass instead of waiting
+		// for that write's watch event. If the write fails, the next pass
+		// starts over from the stored state.
 		r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
-		r.setReservation(claim, cluster.Name, res.Progress, spec, vmspec.DNS(cluster, tmpl).Domain)
-		if err := s.patch.PatchMetadata(ctx, claim); err != nil {
+		r.setReservation(claim, cluster.Name, spec, vmspec.DNS(cluster, tmpl).Domain)
+		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason, buildingMessage(cluster.Name, res.Progress))
+		if err := r.writeReservation(ctx, s); err != nil {
 			return phase.Stop(), fmt.Errorf("record VM id %s before cloning: %w", res.Progress.ID, err)
 		}
 		if s.patch.Gone() {
@@ -168,6 +167,26 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 	}
 	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.QueuedReason, cmp.Or(res.Message, "Waiting for a clone slot"))
 	return phase.StopAndRequeue(retry), nil
+}
+
+// writeReservation stores a fresh VM reservation before its clone
+// request: the finalizer and the standard labels first, when the claim's
+// creator did not write them (a RunnerPool does), then the status that
+// records the VM (status.vmRef) with its signed placement record, derived
+// as closeScope derives it, under an optimistic lock (a copy from a stale
+// cache must not reserve a second VM over a newer reservation). The
+// status that closes the pass is then written only if it changed since.
+func (r *Reconciler) writeReservation(ctx context.Context, s *claimScope) error {
+	claim := s.claim
+	if err := s.patch.PatchMetadata(ctx, claim); err != nil || s.patch.Gone() {
+		return err
+	}
+	now := metav1.NewTime(r.Clock.Now())
+	if d := deriveStatus(claim, &s.facts, now.Time, r.stuckClaims.Bounds); d.changed {
+		RecordPhase(ctx, r.Recorder, claim, d.left, now)
+	}
+	claim.Status.ObservedGeneration = claim.Generation
+	return s.patch.PatchStatusLocked(ctx, claim)
 }
 
 // buildingMessage is the Provisioned condition's message while the VM at p
