@@ -60,8 +60,12 @@ var (
 	everythingOn = release{name: "ci", namespace: "ci-infra", values: []string{"testdata/everything-on.yaml"}}
 	// everythingOff turns off every part that is on by default.
 	everythingOff = release{name: "bare", namespace: "bare", values: []string{"testdata/everything-off.yaml"}}
+	// podMonitored scrapes the metrics through a PodMonitor, which
+	// everythingOn cannot (it has the ServiceMonitor, and the chart
+	// refuses both).
+	podMonitored = release{name: "pm", namespace: "pm-infra", values: []string{"testdata/podmonitor-on.yaml"}}
 	// releases are all of them.
-	releases = []release{defaults, everythingOn, everythingOff}
+	releases = []release{defaults, everythingOn, everythingOff, podMonitored}
 )
 
 // fullname is the prefix of the release's object names (the chart's
@@ -353,6 +357,58 @@ func TestServiceMonitorVerifiesTheMetricsCertificate(t *testing.T) {
 	}
 }
 
+// TestPodMonitorScrapesThePods: metrics.podMonitor renders a PodMonitor
+// that selects the manager's pods (the Deployment's own pod labels), scrapes
+// their container port named metrics over TLS, verifying the certificate
+// cert-manager issues for the metrics Service by that name and its
+// Secret's ca.crt, and sends the token of the Secret the values name.
+func TestPodMonitorScrapesThePods(t *testing.T) {
+	objs := render(t, podMonitored)
+	full := podMonitored.fullname()
+	pm := find(t, objs, "PodMonitor", full+"-manager")
+	deploy := find(t, objs, "Deployment", full+"-manager")
+	podLabels, _, _ := unstructured.NestedStringMap(deploy.Object, "spec", "template", "metadata", "labels")
+	selector, _, _ := unstructured.NestedStringMap(pm.Object, "spec", "selector", "matchLabels")
+	if len(selector) == 0 {
+		t.Fatal("the PodMonitor selects every pod")
+	}
+	for k, v := range selector {
+		if podLabels[k] != v {
+			t.Errorf("the PodMonitor selects %s=%s, which the manager's pods (%v) do not carry", k, v, podLabels)
+		}
+	}
+	if ns, _, _ := unstructured.NestedStringSlice(pm.Object, "spec", "namespaceSelector", "matchNames"); !reflect.DeepEqual(ns, []string{podMonitored.namespace}) {
+		t.Errorf("the PodMonitor looks in namespaces %v, want the release's", ns)
+	}
+	endpoints, _, _ := unstructured.NestedSlice(pm.Object, "spec", "podMetricsEndpoints")
+	if len(endpoints) != 1 {
+		t.Fatalf("%d endpoints", len(endpoints))
+	}
+	ep := endpoints[0].(map[string]any)
+	containers, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
+	ports, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "ports")
+	named := false
+	for _, p := range ports {
+		named = named || p.(map[string]any)["name"] == ep["port"]
+	}
+	if !named || ep["scheme"] != "https" {
+		t.Errorf("the PodMonitor scrapes port %v (%v), want the manager container's port metrics over https", ep["port"], ep["scheme"])
+	}
+	secret := full + "-metrics-tls"
+	if ca, _, _ := unstructured.NestedString(ep, "tlsConfig", "ca", "secret", "name"); ca != secret {
+		t.Errorf("the scrape verifies with the CA of %q, want Secret %s", ca, secret)
+	}
+	if name, _, _ := unstructured.NestedString(ep, "tlsConfig", "serverName"); name != full+"-metrics."+podMonitored.namespace+".svc" {
+		t.Errorf("the scrape verifies the name %q, want the metrics Service's, which the certificate is for", name)
+	}
+	if cred, _, _ := unstructured.NestedStringMap(ep, "authorization", "credentials"); cred["name"] != "prometheus-token" || cred["key"] != "token" {
+		t.Errorf("the scrape sends the token of %v, want Secret prometheus-token's key token", cred)
+	}
+	if keys := keys(objs); contains(keys, "ServiceMonitor "+podMonitored.namespace+"/"+full+"-manager") {
+		t.Error("a ServiceMonitor beside the PodMonitor")
+	}
+}
+
 // TestReadOnlyRootHasWritableTmp: the manager's root filesystem is
 // read-only, and it stages every VM's cloud-init ISO under /tmp, so each
 // install mounts an emptyDir there.
@@ -494,6 +550,9 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"unknown anti-affinity", []string{"podAntiAffinity=sometimes"}, `podAntiAffinity is "sometimes"`},
 		{"every namespace and a list", []string{"secretNamespaces={team-a,*}"}, `"*" means every namespace, so list nothing else with it`},
 		{"no ServiceAccount created and none named", []string{"serviceAccount.create=false"}, "serviceAccount.name: set the name of an existing ServiceAccount"},
+		{"a PodMonitor and a ServiceMonitor", []string{"metrics.podMonitor.enabled=true", "metrics.podMonitor.authorization.credentials.name=t", "metrics.serviceMonitor.enabled=true"},
+			"enable one, both scrape the same pods"},
+		{"a PodMonitor of secure metrics without a token", []string{"metrics.podMonitor.enabled=true"}, "metrics.podMonitor.authorization.credentials is required with metrics.secure"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

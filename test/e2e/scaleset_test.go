@@ -58,23 +58,7 @@ func TestScaleSetPoolRunsJobs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		runners := map[string]int64{}
-		eventually(t, 6*time.Minute, fmt.Sprintf("%d scale-set jobs done", n), func() error {
-			for _, id := range ids {
-				j, _ := w.GitHub.Job(id)
-				if j.Status != "completed" {
-					return fmt.Errorf("job %d is %s", id, j.Status)
-				}
-				if j.Conclusion != "success" {
-					t.Fatalf("job %d concluded %s", id, j.Conclusion)
-				}
-				runners[j.RunnerName] = id
-			}
-			return nil
-		})
-		if len(runners) != n {
-			t.Fatalf("%d jobs ran on %d runners, want one fresh VM each: %v", n, len(runners), runners)
-		}
+		waitJobsEachOnItsVM(t, w, ids)
 		for _, id := range ids {
 			var cj hfv1.CIJob
 			name := hfv1.CIJobName(hfv1.WorkloadGitHubActions, strconv.FormatInt(id, 10))
@@ -119,5 +103,28 @@ func TestScaleSetPoolRunsJobs(t *testing.T) {
 	eventually(t, 3*time.Minute, "the scale-set pool empty again", func() error { return poolLeftovers(ctx, w, pool) })
 	if runners := w.GitHub.Runners(); len(runners) != 0 {
 		t.Errorf("runners left on GitHub: %+v", runners)
+	}
+}
+
+// waitJobsEachOnItsVM waits until the GitHub jobs ids completed, each a
+// success, and checks that each ran on a runner of its own (a fresh VM).
+func waitJobsEachOnItsVM(t *testing.T, w *devenv.World, ids []int64) {
+	t.Helper()
+	runners := map[string]int64{}
+	eventually(t, 6*time.Minute, fmt.Sprintf("%d scale-set jobs done", len(ids)), func() error {
+		for _, id := range ids {
+			j, _ := w.GitHub.Job(id)
+			if j.Status != "completed" {
+				return fmt.Errorf("job %d is %s", id, j.Status)
+			}
+			if j.Conclusion != "success" {
+				t.Fatalf("job %d concluded %s", id, j.Conclusion)
+			}
+			runners[j.RunnerName] = id
+		}
+		return nil
+	})
+	if len(runners) != len(ids) {
+		t.Fatalf("%d jobs ran on %d runners, want one fresh VM each: %v", len(ids), len(runners), runners)
 	}
 }

@@ -74,6 +74,25 @@ metrics.certificate.enabled, or metrics.secure off). */}}
 {{- end }}
 {{- end }}
 
+{{- /*
+The TLS settings of a scrape of the manager's metrics (a ServiceMonitor's
+endpoint or a PodMonitor's): the values' tlsConfig, the server name
+defaulting to the metrics Service's name (the name the certificate is for,
+also when a PodMonitor scrapes the pod by its address) and the CA to the
+ca.crt of the metrics certificate's Secret, unless tlsConfig names one.
+Called with (dict "root" $ "tlsConfig" <values' tlsConfig>).
+*/ -}}
+{{- define "hyperfleet.metricsScrapeTLS" -}}
+{{- $root := .root }}
+{{- $fullname := include "hyperfleet.fullname" $root }}
+{{- $tls := merge (deepCopy (default (dict) .tlsConfig)) (dict "serverName" (printf "%s-metrics.%s.svc" $fullname $root.Release.Namespace)) }}
+{{- $secret := include "hyperfleet.metricsTLSSecret" $root }}
+{{- if and $secret (not (hasKey $tls "ca")) }}
+{{- $_ := set $tls "ca" (dict "secret" (dict "name" $secret "key" "ca.crt")) }}
+{{- end }}
+{{- $tls | toYaml }}
+{{- end }}
+
 {{- define "hyperfleet.webhookTLSSecret" -}}
 {{- default (printf "%s-webhook-tls" (include "hyperfleet.fullname" .)) .Values.webhook.tls.secretName }}
 {{- end }}

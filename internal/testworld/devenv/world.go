@@ -231,6 +231,10 @@ type Options struct {
 	// spire-server (manager.Options.SPIREDial): tests wrap the real client
 	// to count its calls.
 	SPIREDial identity.Dialer
+	// ScaleSetSessionIdle is how long the GitHub simulator keeps a runner
+	// scale set's message session that no listener polls (as GitHub does
+	// for a dead listener's); zero: the simulator's default, 2 minutes.
+	ScaleSetSessionIdle time.Duration
 	// ResyncInterval replaces the operator's RunnerPool resync interval
 	// (5 s): a scenario that must show another source of demand at work
 	// (a runner scale set's listener) sets it long enough that the resync
@@ -621,7 +625,7 @@ func (w *World) startGitHub() error {
 		// would not call that runner lost either.
 		HeartbeatTimeout: githubsim.Duration(30 * time.Second),
 	}, githubsim.WithCACertificate(caPEM), githubsim.WithWebhookClient(w.webhook.client), githubsim.WithLogger(w.simLogger("github-sim")),
-		githubsim.WithAdmin(w.opts.SimulatorAdmin))
+		githubsim.WithAdmin(w.opts.SimulatorAdmin), githubsim.WithScaleSetSessionIdleTimeout(w.opts.ScaleSetSessionIdle))
 	if err != nil {
 		return fmt.Errorf("devenv: GitHub simulator: %w", err)
 	}
