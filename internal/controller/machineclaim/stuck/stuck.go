@@ -33,8 +33,9 @@ type Bounds struct {
 }
 
 // DefaultBounds are the manager's defaults (docs/operations.md). They sit
-// above what each phase takes when it works: Pending covers a wait for a
-// clone slot behind a burst; Provisioning a full clone of a large disk;
+// above what each phase takes when it works: Pending covers a wait for
+// capacity behind a burst; Provisioning a wait for a clone slot (the VM id
+// is reserved by then) and a full clone of a large disk;
 // Bootstrapping the pool's default bootstrapTimeout (10m) plus margin;
 // Draining the default jobTimeout (3h) plus margin; Terminating a stop and
 // a destroy.
