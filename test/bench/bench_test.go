@@ -561,6 +561,7 @@ func churn(t *testing.T, w *devenv.World, op *operator, px, gh *recorder, jobs, 
 		slices.Sort(rows)
 		t.Logf("churn's Kubernetes requests by resource (idle calls included):\n%s", strings.Join(rows, "\n"))
 	}
+	t.Logf("churn's events by object kind and reason: %s", eventsSince(t, w, start))
 	avg := float64(inFlight) / float64(max(samples, 1))
 	c := bench.Churn{Jobs: completed, Duration: elapsed, MaxReplicas: maxR, InFlight: avg}
 	life := time.Duration(avg / float64(max(completed, 1)) * float64(elapsed))
@@ -593,6 +594,30 @@ func churn(t *testing.T, w *devenv.World, op *operator, px, gh *recorder, jobs, 
 	}
 	slices.SortFunc(calls, func(a, b bench.Calls) int { return cmp.Or(cmp.Compare(a.API, b.API), cmp.Compare(b.PerJob, a.PerJob)) })
 	return c, sample, calls
+}
+
+// eventsSince counts the events recorded since start in every namespace
+// by involved object kind and reason (a repeated event counts its repeats),
+// for whoever reads the churn's POST row.
+func eventsSince(t *testing.T, w *devenv.World, start time.Time) string {
+	t.Helper()
+	var list corev1.EventList
+	if err := w.API.Client.List(context.Background(), &list); err != nil {
+		return err.Error()
+	}
+	n := map[string]int32{}
+	for _, e := range list.Items {
+		if e.LastTimestamp.Time.Before(start.Truncate(time.Second)) && e.EventTime.Time.Before(start) {
+			continue
+		}
+		n[e.InvolvedObject.Kind+"/"+e.Reason] += max(e.Count, 1)
+	}
+	var out []string
+	for k, c := range n {
+		out = append(out, fmt.Sprintf("%s %d", k, c))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
 }
 
 // serverCPU is the CPU time used so far by the processes of pids, by name

@@ -357,7 +357,7 @@ func (r *Reconciler) claimPhases(claim *hfv1.MachineClaim) []phase.Func[*claimSc
 		return list
 	}
 	if !claim.DeletionTimestamp.IsZero() {
-		return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.checkFinalizer, r.checkDeletion, r.releaseDNS, r.releaseVM,
+		return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.checkFinalizer, r.checkDeletion, r.recordLateJob, r.releaseDNS, r.releaseVM,
 			r.releaseRunner, r.releaseIdentity, r.holdForDNS, r.releaseFinalizer}
 	}
 	return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.ensureMetadata, r.checkMisuse, r.checkEndRequest, r.runStateList}
@@ -381,9 +381,10 @@ func (r *Reconciler) runningPhases() []phase.Func[*claimScope] {
 		r.ensureSecrets, r.checkAttestation, r.ensureStoredCredential, r.checkRunning}
 }
 
-// endPhases tear an ended claim down, its DNS records first (dns.go).
+// endPhases tear an ended claim down, its DNS records first (dns.go),
+// after recording a job whose CIJob came after the VM ended.
 func (r *Reconciler) endPhases() []phase.Func[*claimScope] {
-	return []phase.Func[*claimScope]{r.releaseDNS, r.releaseEnded}
+	return []phase.Func[*claimScope]{r.recordLateJob, r.releaseDNS, r.releaseEnded}
 }
 
 // runStateList runs the list of the claim's state after the shared prefix:

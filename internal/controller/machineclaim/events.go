@@ -3,6 +3,7 @@ package machineclaim
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -23,10 +24,32 @@ import (
 // EnrollmentProofDelivered, JobStarted: an audit outlives an event's hour)
 // and the job's CIJob (status.runnerName).
 
-// routineEnd reports whether claim ends as most claims do: its job ran
-// and it is torn down without a failure.
+// routineEnd reports whether claim ends as most claims do, with nobody to
+// act on its teardown: not failed, and ended by its job, by its pool's
+// own decisions (idle, scaled down, replaced for drift, maxLifetime, which
+// says so in its own event) or by its VM powering off by itself (a job
+// shorter than its webhook's delivery, whose job recordLateJob may still
+// find; a runner that quit). Those ends show in the outcome metric and
+// the log. A person's deletion, a timeout a person tunes (bootstrap, job),
+// an orphan, a VM that vanished and a failure keep their teardown's
+// events.
 func routineEnd(claim *hfv1.MachineClaim) bool {
-	return !claim.HasFailed() && Outcome(claim) == scaling.JobCompleted
+	if claim.HasFailed() || claim.Disowned() || vanished(claim) {
+		return false
+	}
+	switch Outcome(claim) {
+	case scaling.JobCompleted, scaling.IdleTimeout, scaling.ScaledDown, scaling.DriftReplaced, scaling.MaxLifetime, scaling.PoweredOff:
+		return true
+	}
+	return false
+}
+
+// vanished reports whether the claim ended because its VM went without
+// powering off (deleted outside HyperFleet, or its reference lost): a
+// person looks for who did it. The end's code leads TerminationReason
+// (beginEnd).
+func vanished(claim *hfv1.MachineClaim) bool {
+	return strings.HasPrefix(claim.Status.TerminationReason, string(hfv1.VMGoneReason)+":")
 }
 
 // teardownEvent records a Normal event of claim's teardown, or only logs

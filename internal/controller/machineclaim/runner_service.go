@@ -24,6 +24,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/poweroff"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
@@ -116,6 +117,37 @@ func (r *Reconciler) observeRunner(ctx context.Context, s *claimScope) (jobDone 
 		}
 	}
 	return "", nil
+}
+
+// recordLateJob records, in an ended claim's teardown, the job its runner
+// took when the job's CIJob came only after the VM ended (a job shorter
+// than its webhook's delivery: the VM powered off first). The claim's
+// outcome is then its job's (Outcome) and the chargeback has the job's
+// repository (countVMSeconds). A failed claim's end stays its failure.
+func (r *Reconciler) recordLateJob(ctx context.Context, s *claimScope) (phase.Result, error) {
+	claim := s.claim
+	st := claim.Status.Bootstrap
+	if st == nil || st.RunnerName == "" || st.Job() != "" || claim.HasFailed() {
+		return phase.Next(), nil
+	}
+	job, err := r.jobOf(ctx, claim)
+	if err != nil {
+		return phase.Stop(), err
+	}
+	if job == nil {
+		return phase.Next(), nil
+	}
+	st.SetJob(job.Spec.ID())
+	st.JobStartedAt = job.Status.StartedAt
+	if st.JobRepository == "" {
+		st.JobRepository = job.Spec.Repository
+	}
+	if job.Status.State == hfv1.CIJobCompleted {
+		st.JobConclusion = conditions.Truncate(job.Status.Conclusion, 64)
+	}
+	logRoutine(ctx, "JobStarted", "Runner %s had taken job %s (%s / %s) of %s before its VM ended",
+		st.RunnerName, job.Spec.ID(), job.Spec.WorkflowName, job.Spec.JobName, job.Spec.Repository)
+	return phase.Next(), nil
 }
 
 // markRunnerRegistered records that the claim's runner came online.

@@ -55,6 +55,10 @@ var (
 		done, requeue := r.deregisterRunner(ctx, s)
 		return runnerStep{done: done, requeue: requeue}
 	}
+	recordLateJobStep = func(ctx context.Context, r *Reconciler, s *claimScope) runnerStep {
+		res, err := r.recordLateJob(ctx, s)
+		return runnerStep{done: !res.Stopped(), err: err}
+	}
 )
 
 // runnerJob is the CIJob of job 7 taken by the claim's runner, in state.
@@ -204,8 +208,33 @@ func TestRunnerService(t *testing.T) {
 		// Release on end, the VM gone.
 		"gone VM: the runner released, the status forgets it": {
 			call: releaseGoneStep, ci: &ciDouble{}, claim: gone,
+			// No event: a VM that powered off by itself ends routinely
+			// (routineEnd); the log says it.
+			want: runnerStep{done: true}, wantReleases: 1,
+		},
+		"gone VM of a deleted claim: the runner released, in an event": {
+			call: releaseGoneStep, ci: &ciDouble{},
+			claim: func(c *hfv1.MachineClaim) {
+				gone(c)
+				c.Status.End.Reason = hfv1.EndDeleted
+			},
 			want: runnerStep{done: true}, wantReleases: 1,
 			wantEvents: []string{"Normal RunnerRemoved Runner runner-1 is no longer registered"},
+		},
+
+		// A job recorded only after the VM ended (a job shorter than its
+		// webhook's delivery).
+		"late job: the CIJob that came after the VM powered off is the claim's job": {
+			call: recordLateJobStep, claim: gone, objs: []client.Object{runnerJob(hfv1.CIJobCompleted, "success")},
+			want: runnerStep{done: true}, wantRunner: "runner-1", wantJob: 7,
+		},
+		"late job: none recorded, the claim stays without one": {
+			call: recordLateJobStep, claim: gone,
+			want: runnerStep{done: true}, wantRunner: "runner-1",
+		},
+		"late job: a failed claim keeps its failure": {
+			call: recordLateJobStep, claim: kept, objs: []client.Object{runnerJob(hfv1.CIJobInProgress, "")},
+			want: runnerStep{done: true}, wantRunner: "runner-1", wantState: hfv1.RunnerStateOffline,
 		},
 		"gone VM: already released, the platform is not asked": {
 			call: releaseGoneStep, ci: &ciDouble{},

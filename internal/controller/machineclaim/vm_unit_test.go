@@ -76,6 +76,15 @@ func placedClaimOn(cluster string, vmid int32) *hfv1.MachineClaim {
 	return &c
 }
 
+// deletedClaimOn is placedClaimOn's claim ended by its deletion.
+func deletedClaimOn(cluster string, vmid int32) func() *hfv1.MachineClaim {
+	return func() *hfv1.MachineClaim {
+		c := placedClaimOn(cluster, vmid)
+		c.Status.End.Reason = hfv1.EndDeleted
+		return c
+	}
+}
+
 // drainEvents returns the events recorded so far.
 func drainEvents(rec *record.FakeRecorder) []string {
 	var out []string
@@ -116,6 +125,7 @@ func TestDeleteVM(t *testing.T) {
 		// wantOwnership is the OwnershipVerified reason, "" for none.
 		wantOwnership hfv1.ConditionReason
 		wantEvent     string
+		wantNoEvent   bool
 		// wantVM is whether the VM is still on the hypervisor after.
 		wantVM bool
 	}{
@@ -129,6 +139,13 @@ func TestDeleteVM(t *testing.T) {
 		},
 		"VM already gone": {
 			claim:  func() *hfv1.MachineClaim { return placedClaimOn(unitCluster, 1001) },
+			passes: 1, wantDone: true, wantEnding: hfv1.VMDeletedReason,
+			// A VM that powered off by itself ends routinely: logged, no
+			// event (routineEnd).
+			wantNoEvent: true,
+		},
+		"VM already gone, the claim deleted by a person: in an event": {
+			claim:  deletedClaimOn(unitCluster, 1001),
 			passes: 1, wantDone: true, wantEnding: hfv1.VMDeletedReason, wantEvent: "Normal VMDeleted",
 		},
 		"own VM: the destroy starts": {
@@ -139,7 +156,7 @@ func TestDeleteVM(t *testing.T) {
 			passes: 1, wantRequeue: time.Second, wantEnding: hfv1.DeletingVMReason, wantVM: true,
 		},
 		"own VM: destroyed in the next pass": {
-			claim: func() *hfv1.MachineClaim { return placedClaimOn(unitCluster, 1001) },
+			claim: deletedClaimOn(unitCluster, 1001),
 			setup: func(t *testing.T, r *Reconciler, hv *fakeprovider.Cluster, claim *hfv1.MachineClaim) {
 				ownedVM(t, hv, r.Signer, claim, 1001)
 			},
@@ -206,6 +223,9 @@ func TestDeleteVM(t *testing.T) {
 			events := drainEvents(rec)
 			if tc.wantEvent != "" && !hasEvent(events, tc.wantEvent) {
 				t.Errorf("events %q, want one %q", events, tc.wantEvent)
+			}
+			if tc.wantNoEvent && len(events) > 0 {
+				t.Errorf("events %q, want none", events)
 			}
 			if _, on := hv.VM(vmid); vmid != 0 && on != tc.wantVM {
 				t.Errorf("VM %d on the hypervisor: %v, want %v", vmid, on, tc.wantVM)
