@@ -179,7 +179,7 @@ func runManager(args []string) error {
 	sweepDryRun := fs.Bool("orphan-sweep-dry-run", false, "only report orphaned VMs (events, logs, metrics); never destroy them")
 	webhookAddr := fs.String("webhook-bind-address", ":9292", "HTTPS address of the CI platforms' webhook receivers (GitHub's at path "+github.WebhookFormat.Path+"); 0 disables it")
 	webhookCertDir := fs.String("webhook-cert-dir", "/etc/hyperfleet/webhook-tls", "directory with the receiver's tls.crt and tls.key (reloaded when they change)")
-	webhookSecret := fs.String("github-webhook-secret", "hyperfleet-github-webhook", "Secret (in --namespace) with the GitHub webhooks' secrets: keys owner.<login> (the secret of one organization's or user's webhooks, which only it may use) and, with --github-webhook-allow-fallback-secret, key webhook-secret (the fallback for every other owner)")
+	webhookSecret := fs.String("github-webhook-secret", "hyperfleet-github-webhook", "Secret (in --namespace) with the GitHub webhooks' secrets: keys owner.<login> (the secret of one organization's or user's webhooks, which only it may use) and, with --github-webhook-allow-fallback-secret, key webhook-secret (the fallback for every other owner); empty receives no GitHub webhooks (a GitLab- or Buildkite-only receiver, docs/install.md)")
 	allowFallbackSecret := fs.Bool(strings.TrimPrefix(manager.AllowSharedSecretFlag, "--"), false, "accept key webhook-secret of --github-webhook-secret, a fallback secret shared by every owner without a key of its own: whoever holds it can sign deliveries about all of them, so their in_progress and completed events are confirmed with GitHub (one API call per job); without this flag such a Secret stops the manager at start")
 	bkWebhookSecret := fs.String("buildkite-webhook-secret", "", "Secret (in --namespace) with the Buildkite webhooks' tokens: keys owner.<organization slug> (the token of one organization's notification service, which only it may use) and, with --buildkite-webhook-allow-fallback-secret, key webhook-secret; empty (the default) receives no Buildkite webhooks (docs/buildkite.md)")
 	bkAllowFallbackSecret := fs.Bool("buildkite-webhook-allow-fallback-secret", false, "accept key webhook-secret of --buildkite-webhook-secret, a token shared by every Buildkite organization without a key of its own")
@@ -297,41 +297,26 @@ func runManager(args []string) error {
 		GenericScriptUser:          *scriptUser,
 	}
 	if *webhookAddr != "0" {
-		// The Secret is watched: creating or rotating it takes effect
+		// Each Secret is watched: creating or rotating it takes effect
 		// without a restart; until it exists deliveries get 503.
+		platforms, err := webhookPlatforms(log, *namespace, []webhookReceiver{
+			{hfv1.WorkloadGitHubActions, github.WebhookFormat.Path, *webhookSecret, *allowFallbackSecret, *webhookAPIHost},
+			{hfv1.WorkloadBuildkite, buildkite.WebhookFormat.Path, *bkWebhookSecret, *bkAllowFallbackSecret, *bkWebhookAPIHost},
+			{hfv1.WorkloadGitLabCI, gitlab.WebhookFormat.Path, *glWebhookSecret, *glAllowFallbackSecret, *glWebhookAPIHost},
+		})
+		if err != nil {
+			return err
+		}
 		opts.Webhook = &manager.WebhookOptions{
 			Addr:         *webhookAddr,
 			MaxBodyBytes: *webhookMaxBody, MaxInFlight: *webhookMaxInFlight, MaxEventAge: *webhookMaxEventAge, Limits: webhookLimits,
 			CertFile: filepath.Join(*webhookCertDir, "tls.crt"), KeyFile: filepath.Join(*webhookCertDir, "tls.key"),
-			Platforms: []manager.WebhookPlatform{{
-				Platform:          hfv1.WorkloadGitHubActions,
-				APIHost:           *webhookAPIHost,
-				SecretRef:         &types.NamespacedName{Namespace: *namespace, Name: *webhookSecret},
-				AllowSharedSecret: *allowFallbackSecret,
-			}},
+			Platforms: platforms,
 		}
-		if *bkWebhookSecret != "" {
-			opts.Webhook.Platforms = append(opts.Webhook.Platforms, manager.WebhookPlatform{
-				Platform:          hfv1.WorkloadBuildkite,
-				APIHost:           *bkWebhookAPIHost,
-				SecretRef:         &types.NamespacedName{Namespace: *namespace, Name: *bkWebhookSecret},
-				AllowSharedSecret: *bkAllowFallbackSecret,
-			})
-			log.Info("Buildkite webhook receiver configured", "path", buildkite.WebhookFormat.Path, "secret", *namespace+"/"+*bkWebhookSecret,
-				"apiHost", *bkWebhookAPIHost, "fallbackSecretAccepted", *bkAllowFallbackSecret)
+		log.Info("Webhook receiver configured", "address", *webhookAddr, "platforms", len(platforms))
+		if msg := missingWebhookCertificate(*webhookCertDir, *namespace); msg != "" {
+			log.Info(msg)
 		}
-		if *glWebhookSecret != "" {
-			opts.Webhook.Platforms = append(opts.Webhook.Platforms, manager.WebhookPlatform{
-				Platform:          hfv1.WorkloadGitLabCI,
-				APIHost:           *glWebhookAPIHost,
-				SecretRef:         &types.NamespacedName{Namespace: *namespace, Name: *glWebhookSecret},
-				AllowSharedSecret: *glAllowFallbackSecret,
-			})
-			log.Info("GitLab webhook receiver configured", "path", gitlab.WebhookFormat.Path, "secret", *namespace+"/"+*glWebhookSecret,
-				"apiHost", *glWebhookAPIHost, "fallbackSecretAccepted", *glAllowFallbackSecret)
-		}
-		log.Info("GitHub webhook receiver configured", "address", *webhookAddr, "path", github.WebhookFormat.Path, "secret", *namespace+"/"+*webhookSecret,
-			"apiHost", *webhookAPIHost, "fallbackSecretAccepted", *allowFallbackSecret)
 	}
 	if _, err := manager.Setup(ctx, mgr, opts); err != nil {
 		return err
@@ -344,6 +329,57 @@ func runManager(args []string) error {
 	}
 	log.Info("Starting manager")
 	return mgr.Start(ctx)
+}
+
+// webhookReceiver is one CI platform's webhook flags: its receiver's
+// path, the Secret with its webhooks' secrets (empty: its webhooks are
+// not received), whether that Secret's fallback key is accepted, and the
+// API host whose deliveries it verifies.
+type webhookReceiver struct {
+	platform      hfv1.WorkloadType
+	path          string
+	secret        string
+	allowFallback bool
+	apiHost       string
+}
+
+// webhookPlatforms are the platforms of the receivers whose Secret is
+// named, in order, each logged. With none the receiver would serve no
+// platform yet wait for its certificate (and hold the pod's readiness on
+// it): an error that says to turn it off instead.
+func webhookPlatforms(log logr.Logger, namespace string, receivers []webhookReceiver) ([]manager.WebhookPlatform, error) {
+	var out []manager.WebhookPlatform
+	for _, r := range receivers {
+		if r.secret == "" {
+			continue
+		}
+		out = append(out, manager.WebhookPlatform{
+			Platform: r.platform, APIHost: r.apiHost, AllowSharedSecret: r.allowFallback,
+			SecretRef: &types.NamespacedName{Namespace: namespace, Name: r.secret},
+		})
+		log.Info("Webhook receiver of "+string(r.platform)+" configured", "path", r.path, "secret", namespace+"/"+r.secret,
+			"apiHost", r.apiHost, "fallbackSecretAccepted", r.allowFallback)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("the webhook receiver is on (--webhook-bind-address) but receives no platform's webhooks: " +
+			"name a Secret with --github-webhook-secret, --gitlab-webhook-secret or --buildkite-webhook-secret, " +
+			"or turn the receiver off with --webhook-bind-address=0 (GitHub's scale-set mode needs none)")
+	}
+	return out, nil
+}
+
+// missingWebhookCertificate says what the pod's readiness waits for when
+// the receiver's certificate is not in dir at start (the receiver's own
+// log names only the files): the Secret that the chart mounts there, how
+// to create it, and how to run without a receiver. Empty when it is there.
+func missingWebhookCertificate(dir, namespace string) string {
+	if _, err := os.Stat(filepath.Join(dir, "tls.crt")); err == nil {
+		return ""
+	}
+	return fmt.Sprintf("The webhook receiver's certificate is not in %s: the receiver does not serve, and the pod is not Ready, until it is there. "+
+		"With the chart it is the Secret webhook.tls.secretName (default <release>-webhook-tls): "+
+		"kubectl create secret tls hyperfleet-webhook-tls --namespace %s --cert=webhook.crt --key=webhook.key, or webhook.certificate.enabled with cert-manager. "+
+		"Without inbound webhooks (GitHub's scale-set mode) turn the receiver off: webhook.enabled=false (--webhook-bind-address=0)", dir, namespace)
 }
 
 // completedJobRetention is how long a completed CIJob is kept

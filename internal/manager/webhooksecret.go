@@ -231,18 +231,22 @@ func (w *webhookSecretWatcher) Reconcile(ctx context.Context, _ ctrl.Request) (c
 // error: the manager does not start, and says what to do.
 func (w *webhookSecretWatcher) reload(ctx context.Context, atStart bool) error {
 	log := ctrl.LoggerFrom(ctx).WithValues("secret", w.key.String())
+	format := w.parser.receiver.WebhookFormat()
 	var s corev1.Secret
 	switch err := w.reader.Get(ctx, w.key, &s); {
 	case apierrors.IsNotFound(err):
-		if w.parser.current.Load() != nil {
-			log.Info("The GitHub webhook Secret is gone: deliveries are refused (503) until it exists again")
+		switch {
+		case w.parser.current.Load() != nil:
+			log.Info("The " + format.Platform + " webhook Secret is gone: deliveries are refused (503) until it exists again")
+		case atStart:
+			log.Info(missingWebhookSecret(format, w.key))
 		}
 		w.parser.set(nil)
 		metrics.WebhookSecretReloads.WithLabelValues("missing").Inc()
 		return nil
 	case err != nil:
 		metrics.WebhookSecretReloads.WithLabelValues("error").Inc()
-		return fmt.Errorf("read the GitHub webhook Secret %s: %w", w.key, err)
+		return fmt.Errorf("read the %s webhook Secret %s: %w", format.Platform, w.key, err)
 	}
 	secrets, err := ParseWebhookSecrets(w.key.String(), s.Data, w.parser.allowShared)
 	if err != nil {
@@ -252,14 +256,25 @@ func (w *webhookSecretWatcher) reload(ctx context.Context, atStart bool) error {
 		}
 		// Keep the last valid secrets: a half-edited Secret must not stop
 		// deliveries the previous one still verifies.
-		log.Error(err, "The GitHub webhook Secret is not valid; deliveries are still verified with its last valid version")
+		log.Error(err, "The "+format.Platform+" webhook Secret is not valid; deliveries are still verified with its last valid version")
 		return nil
 	}
 	w.parser.set(secrets)
 	metrics.WebhookSecretReloads.WithLabelValues("loaded").Inc()
-	log.Info("Loaded the GitHub webhook Secret", "fallbackSecret", len(secrets.Global) > 0, "ownersWithOwnSecret", len(secrets.Owners))
+	log.Info("Loaded the "+format.Platform+" webhook Secret", "fallbackSecret", len(secrets.Global) > 0, "ownersWithOwnSecret", len(secrets.Owners))
 	logSharedSecret(log, secrets)
 	return nil
+}
+
+// missingWebhookSecret says, once at start, that a receiver's Secret does
+// not exist yet: its deliveries are refused (503) until it does, which is
+// otherwise silent (the pod is Ready, the receiver answers). It names the
+// Secret and how to create it; the watcher picks it up without a restart.
+func missingWebhookSecret(format workload.WebhookFormat, key types.NamespacedName) string {
+	return fmt.Sprintf("The %s webhook Secret %s does not exist: deliveries to %s are refused (503) until it does, and demand is read by the periodic resync only. "+
+		"Create it, with one key %s<owner> per owner holding the secret of its webhooks: kubectl create secret generic %s --namespace %s --from-literal=%s<owner>=<secret>. "+
+		"It is read without a restart; a receiver you do not use is turned off in the manager's flags (the chart's webhook values, docs/install.md)",
+		format.Platform, key, format.Path, WebhookOwnerKeyPrefix, key.Name, key.Namespace, WebhookOwnerKeyPrefix)
 }
 
 // logSharedSecret warns, at every load, that the fallback secret is in

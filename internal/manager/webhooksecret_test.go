@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -163,6 +164,36 @@ func TestWebhookSecretRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("deleted", "")
+}
+
+// TestMissingWebhookSecretIsLogged: a receiver whose Secret does not exist
+// at start refuses deliveries (503) with a pod that is Ready, so the
+// manager says so once, naming the platform, the Secret and the command
+// that creates it; later reloads of the still missing Secret add nothing.
+func TestMissingWebhookSecretIsLogged(t *testing.T) {
+	key := types.NamespacedName{Namespace: "hyperfleet-system", Name: "echo-hooks"}
+	var logs strings.Builder
+	ctx := ctrl.LoggerInto(context.Background(), funcr.New(func(prefix, args string) { logs.WriteString(prefix + " " + args + "\n") }, funcr.Options{}))
+	w := &webhookSecretWatcher{reader: fake.NewClientBuilder().Build(), key: key, parser: &rotatingParser{receiver: secretEcho{}}}
+	if err := w.reload(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"The Echo webhook Secret hyperfleet-system/echo-hooks does not exist", "/webhooks/echo",
+		"kubectl create secret generic echo-hooks --namespace hyperfleet-system --from-literal=owner.<owner>=<secret>"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log at start lacks %q:\n%s", want, logs.String())
+		}
+	}
+	if _, err := w.parser.Parse(nil, nil); !errors.Is(err, workload.ErrWebhookNotConfigured) {
+		t.Errorf("without its Secret the receiver parses deliveries: %v", err)
+	}
+	logs.Reset()
+	if err := w.reload(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if logs.Len() > 0 {
+		t.Errorf("a reload of the still missing Secret logged again:\n%s", logs.String())
+	}
 }
 
 // TestSharedWebhookSecretNeedsOptIn: a webhook Secret holding the shared

@@ -64,8 +64,14 @@ var (
 	// everythingOn cannot (it has the ServiceMonitor, and the chart
 	// refuses both).
 	podMonitored = release{name: "pm", namespace: "pm-infra", values: []string{"testdata/podmonitor-on.yaml"}}
+	// The modes of docs/install.md, "Pick your mode", besides the
+	// defaults' (GitHub's webhooks): GitHub's scale-set mode, GitLab only,
+	// Buildkite only. test/deploy installs each with helm install --wait.
+	scaleSetMode  = release{name: "scaleset", namespace: "scaleset", values: []string{"testdata/mode-scale-set.yaml"}}
+	gitLabMode    = release{name: "gitlab", namespace: "gitlab", values: []string{"testdata/mode-gitlab.yaml"}}
+	buildkiteMode = release{name: "buildkite", namespace: "buildkite", values: []string{"testdata/mode-buildkite.yaml"}}
 	// releases are all of them.
-	releases = []release{defaults, everythingOn, everythingOff, podMonitored}
+	releases = []release{defaults, everythingOn, everythingOff, podMonitored, scaleSetMode, gitLabMode, buildkiteMode}
 )
 
 // fullname is the prefix of the release's object names (the chart's
@@ -552,6 +558,7 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{"no ServiceAccount created and none named", []string{"serviceAccount.create=false"}, "serviceAccount.name: set the name of an existing ServiceAccount"},
 		{"a PodMonitor and a ServiceMonitor", []string{"metrics.podMonitor.enabled=true", "metrics.podMonitor.authorization.credentials.name=t", "metrics.serviceMonitor.enabled=true"},
 			"enable one, both scrape the same pods"},
+		{"a receiver of no platform", []string{"webhook.github.enabled=false"}, "the receiver would receive nothing"},
 		{"a PodMonitor of secure metrics without a token", []string{"metrics.podMonitor.enabled=true"}, "metrics.podMonitor.authorization.credentials is required with metrics.secure"},
 	}
 	for _, tc := range cases {

@@ -157,6 +157,52 @@ func TestWebhookFallbackSecretIsOptIn(t *testing.T) {
 	}
 }
 
+// TestModes: each mode of docs/install.md, "Pick your mode", gives the
+// manager the receivers the page says and no other: GitHub's webhooks by
+// default; in scale-set mode no receiver at all (no listener, Service,
+// certificate volume or port); GitLab or Buildkite only, that platform's
+// receiver with its Secret and no GitHub one (an empty
+// --github-webhook-secret), so that no GitHub Secret is needed.
+func TestModes(t *testing.T) {
+	const github = "--github-webhook-secret="
+	for _, c := range []struct {
+		r        release
+		receiver bool
+		want     []string
+		unwanted []string
+	}{
+		{defaults, true, nil, []string{github, "--gitlab-webhook-secret", "--buildkite-webhook-secret"}},
+		{scaleSetMode, false, []string{"--webhook-bind-address=0"}, []string{github, "--gitlab-webhook-secret", "--buildkite-webhook-secret", "--webhook-cert-dir"}},
+		{gitLabMode, true, []string{github, "--gitlab-webhook-secret=hyperfleet-gitlab-webhook"}, []string{"--buildkite-webhook-secret"}},
+		{buildkiteMode, true, []string{github, "--buildkite-webhook-secret=hyperfleet-buildkite-webhook"}, []string{"--gitlab-webhook-secret"}},
+	} {
+		objs := render(t, c.r)
+		pod, ctr := managerPod(t, objs, c.r)
+		for _, f := range c.want {
+			if !slices.Contains(ctr.Args, f) {
+				t.Errorf("%s: %s not passed (args %v)", c.r.name, f, ctr.Args)
+			}
+		}
+		for _, f := range c.unwanted {
+			if slices.ContainsFunc(ctr.Args, func(a string) bool { return strings.HasPrefix(a, f) }) {
+				t.Errorf("%s: %s passed (args %v)", c.r.name, f, ctr.Args)
+			}
+		}
+		got := map[string]bool{
+			"a listener":            slices.ContainsFunc(ctr.Args, func(a string) bool { return strings.HasPrefix(a, "--webhook-bind-address=:") }),
+			"the Service":           contains(keys(objs), "Service "+c.r.namespace+"/"+c.r.fullname()+"-webhooks"),
+			"the port":              slices.ContainsFunc(ctr.Ports, func(p corev1.ContainerPort) bool { return p.Name == "webhooks" }),
+			"the certificate":       slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "webhook-tls" }),
+			"the certificate mount": slices.ContainsFunc(ctr.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "webhook-tls" }),
+		}
+		for what, has := range got {
+			if has != c.receiver {
+				t.Errorf("%s: the receiver's %s rendered %v, want %v", c.r.name, what, has, c.receiver)
+			}
+		}
+	}
+}
+
 // TestBuildkiteWebhookSecret: the manager receives Buildkite's webhooks
 // only when webhook.buildkite.secretName names their Secret
 // (--buildkite-webhook-secret), and accepts its fallback key only when

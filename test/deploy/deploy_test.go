@@ -1,14 +1,17 @@
 //go:build deploy
 
 // Package deploy runs the Helm chart as a cluster would: the image built
-// here with podman, the chart rendered as helm install would install it
-// (helm template) and applied to the real kube-apiserver (RBAC enforced),
-// and the Deployment's pod run by podman kube play with the chart's own
-// security context, read-only root and volumes, its manager
-// authenticating as its ServiceAccount. The end-to-end
-// loop (internal/testworld/devenv: both simulators, guests that download the agent
-// from the operator) must then pass with no forbidden request. Run with
-// `make test-deploy`.
+// here with podman, the chart installed by `helm install --wait` into the
+// real kube-apiserver (RBAC enforced), and the Deployment's pod run by
+// podman kube play with the chart's own security context, read-only root
+// and volumes, its manager authenticating as its ServiceAccount; a
+// stand-in for the Deployment controller and the kubelet (rollout_test.go)
+// reports the pod's readiness, from its own readiness probe, as the
+// status helm waits for. The end-to-end loop (internal/testworld/devenv:
+// both simulators, guests that download the agent from the operator) must
+// then pass with no forbidden request, in GitHub's webhook mode; the other
+// modes of docs/install.md (modes_test.go) must install to a Ready pod.
+// Run with `make test-deploy`.
 package deploy
 
 import (
@@ -16,7 +19,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -25,20 +27,14 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
@@ -64,7 +60,7 @@ func TestManifestsRunTheLoop(t *testing.T) {
 	ctx := context.Background()
 	pm := newPodman(t)
 	// docs/install.md, step 1: the image.
-	pm.buildImage(t, image)
+	buildImage(t, pm)
 
 	dir := t.TempDir()
 	// The world stands in for steps 2, 3 and 5 (Proxmox, GitHub, the first
@@ -86,9 +82,13 @@ func TestManifestsRunTheLoop(t *testing.T) {
 
 	ports := freePorts(t, 4)
 	metricsAddr, probeAddr, webhookAddr, agentAddr := ports[0], ports[1], ports[2], ports[3]
+	// docs/install.md, step 4: the Secrets the operator reads, before the
+	// chart: the kubelet mounts them when it starts the pod.
+	createInstallSecrets(ctx, t, admin, in)
 	// docs/install.md, step 4: the chart, with the values every install
-	// sets (image, secretNamespaces) and this world's own.
-	objs := renderManifests(t, in.Namespace, values{
+	// sets (image, secretNamespaces) and this world's own, installed with
+	// helm install --wait, which returns once the manager's pod is Ready.
+	v := values{
 		"image": values{"repository": imageRepository, "tag": imageTag},
 		// Ports of their own (the pod shares the host's network with
 		// whatever else runs here), bound to loopback only: the chart
@@ -117,33 +117,30 @@ func TestManifestsRunTheLoop(t *testing.T) {
 			"orphan-sweep-interval":      in.SweepInterval.String(),
 			"claim-max-retry-delay":      in.MaxRetryDelay.String(),
 		},
-	})
-	applyAll(ctx, t, admin, objs)
-	// docs/install.md, step 4: the Secrets the operator reads.
-	createInstallSecrets(ctx, t, admin, in)
-
-	dep := deploymentOf(t, objs)
-	token := serviceAccountToken(ctx, t, w.API.Config, dep.Namespace)
+	}
 	apiURL, err := url.Parse(w.API.Config.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &kubelet{reader: admin, apiHost: apiURL.Hostname(), apiPort: apiURL.Port(),
-		caPEM: w.API.Config.CAData, token: token, dir: filepath.Join(dir, "kubelet")}
-	played, changes, err := k.pod(ctx, dep)
-	if err != nil {
-		t.Fatal(err)
+	k := &kubelet{reader: admin, apiHost: apiURL.Hostname(), apiPort: apiURL.Port(), caPEM: w.API.Config.CAData, dir: filepath.Join(dir, "kubelet")}
+	ro, installCtx := startRollout(ctx, t, pm, admin, w.API.Config, k, client.ObjectKey{Namespace: in.Namespace, Name: deploymentName})
+	// The world created the CRDs before the chart, as envtest does: the
+	// release takes them over (--take-ownership, docs/install.md, "Upgrades").
+	installed := time.Now()
+	if _, err := newCluster(t, w.API.KubeConfig()).install(installCtx, t, in.Namespace, nil, v, "--take-ownership"); err != nil {
+		t.Fatalf("%v\nthe rollout: %v", err, ro.failure())
 	}
-	unexpected, err := checkOnlyKubeletChanges(dep, played, changes)
+	t.Logf("helm install --wait completed in %s (webhook mode)", time.Since(installed).Round(100*time.Millisecond))
+	p := ro.started()
+	unexpected, err := checkOnlyKubeletChanges(p.deployment, p.pod, p.changes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(unexpected) > 0 {
-		t.Fatalf("the pod given to podman differs from the rendered Deployment beyond the kubelet's additions: %v", unexpected)
+		t.Fatalf("the pod given to podman differs from the installed Deployment beyond the kubelet's additions: %v", unexpected)
 	}
-	ctr := playPod(ctx, t, pm, played, dir)
+	ctr := ro.container()
 	checkContainer(ctx, t, pm, ctr)
-	waitReady(ctx, t, pm, ctr, "http://"+probeAddr+"/readyz")
 
 	if err := w.ConnectOperator(ctx, "https://"+webhookAddr+"/webhooks/github"); err != nil {
 		t.Fatalf("%v\nmanager log:\n%s", err, tail(pm.logs(ctx, ctr), 60))
@@ -156,7 +153,7 @@ func TestManifestsRunTheLoop(t *testing.T) {
 	t.Logf("%d jobs ran on fresh VMs and everything was cleaned up in %s", jobs, time.Since(start).Round(time.Second))
 	checkJobs(ctx, t, w)
 
-	checkLeastPrivilege(ctx, t, w.API.Config, admin, token)
+	checkLeastPrivilege(ctx, t, w.API.Config, admin, p.token)
 	log := pm.logs(ctx, ctr)
 	if !strings.Contains(log, "Starting manager") {
 		t.Fatalf("the manager's log lacks its start message; what podman logs returned:\n%s", tail(log, 20))
@@ -206,18 +203,6 @@ func freePorts(t *testing.T, n int) []string {
 	return out
 }
 
-// applyAll applies the rendered objects with server-side apply, as
-// `kubectl apply --server-side` would.
-func applyAll(ctx context.Context, t *testing.T, c client.Client, objs []*unstructured.Unstructured) {
-	t.Helper()
-	for _, o := range objs {
-		o = o.DeepCopy()
-		if err := c.Patch(ctx, o, client.Apply, client.FieldOwner("deploy-test"), client.ForceOwnership); err != nil { //nolint:staticcheck // client.Apply with unstructured objects is what kubectl apply --server-side does
-			t.Fatalf("apply %s %s/%s: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
-		}
-	}
-}
-
 // createInstallSecrets creates what an administrator adds to an install
 // (docs/operations.md): the webhook receiver's certificate and the
 // webhooks' secret, the agent server's certificate, and the CA bundle the
@@ -252,86 +237,6 @@ func createInstallSecrets(ctx context.Context, t *testing.T, c client.Client, in
 	}
 }
 
-// deploymentOf returns the manager's Deployment among objs.
-func deploymentOf(t *testing.T, objs []*unstructured.Unstructured) *appsv1.Deployment {
-	t.Helper()
-	for _, o := range objs {
-		if o.GetKind() != "Deployment" || o.GetName() != deploymentName {
-			continue
-		}
-		var d appsv1.Deployment
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, &d, true); err != nil {
-			t.Fatalf("the rendered Deployment: %v", err)
-		}
-		if len(d.Spec.Template.Spec.Containers) == 0 || d.Spec.Template.Spec.Containers[0].Name != "manager" {
-			t.Fatalf("the rendered Deployment's first container is not the manager")
-		}
-		return &d
-	}
-	t.Fatalf("the rendered chart holds no Deployment %s", deploymentName)
-	return nil
-}
-
-// serviceAccountToken asks the TokenRequest API for a token of the
-// manager's ServiceAccount, as the kubelet does for a projected volume.
-func serviceAccountToken(ctx context.Context, t *testing.T, cfg *rest.Config, ns string) string {
-	t.Helper()
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, serviceAccount,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("TokenRequest for %s/%s: %v", ns, serviceAccount, err)
-	}
-	return tr.Status.Token
-}
-
-// playPod hands the pod to podman kube play and removes it (and its
-// emptyDir volumes, which podman keeps by name) when the test ends.
-func playPod(ctx context.Context, t *testing.T, pm *podman, d *appsv1.Deployment, dir string) string {
-	t.Helper()
-	d = d.DeepCopy()
-	d.APIVersion, d.Kind = "apps/v1", "Deployment"
-	data, err := yaml.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(dir, "pod.yaml")
-	if err := os.WriteFile(file, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var emptyDirs []string
-	for _, v := range d.Spec.Template.Spec.Volumes {
-		if v.EmptyDir != nil {
-			emptyDirs = append(emptyDirs, v.Name)
-		}
-	}
-	removeVolumes := func() {
-		for _, v := range emptyDirs {
-			_, _ = pm.run(context.WithoutCancel(ctx), "volume", "rm", "-f", v)
-		}
-	}
-	// A previous run killed before its cleanup left them behind.
-	_, _ = pm.run(ctx, "kube", "down", file)
-	removeVolumes()
-	pp, err := pm.play(ctx, file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("manager log (podman logs %s), last lines:\n%s", pp.container, tail(pm.logs(ctx, pp.container), 80))
-		}
-		if _, err := pm.run(context.WithoutCancel(ctx), "pod", "rm", "-f", pp.pod); err != nil {
-			t.Errorf("remove the pod: %v", err)
-		}
-		removeVolumes()
-	})
-	return pp.container
-}
-
 // checkContainer asserts what podman made of the security context.
 func checkContainer(ctx context.Context, t *testing.T, pm *podman, ctr string) {
 	t.Helper()
@@ -341,31 +246,6 @@ func checkContainer(ctx context.Context, t *testing.T, pm *podman, ctr string) {
 	}
 	if got := strings.TrimSpace(out); !strings.HasPrefix(got, "65532") || !strings.HasSuffix(got, "true host") {
 		t.Fatalf("container runs as %q (user, read-only root, network); want uid 65532, a read-only root, the host's network", got)
-	}
-}
-
-// waitReady waits for the manager's readiness endpoint, failing at once
-// when the container exits.
-func waitReady(ctx context.Context, t *testing.T, pm *podman, ctr, readyz string) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	hc := &http.Client{Timeout: 2 * time.Second}
-	for {
-		resp, err := hc.Get(readyz)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		state, _ := pm.run(ctx, "container", "inspect", "--format", "{{.State.Status}}", ctr)
-		if s := strings.TrimSpace(state); s != "running" && s != "created" {
-			t.Fatalf("the manager container is %s before it was ready", s)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the manager was not ready within 2 minutes (%s: %v)", readyz, err)
-		}
-		time.Sleep(500 * time.Millisecond)
 	}
 }
 

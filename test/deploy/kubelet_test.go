@@ -196,11 +196,11 @@ func writeFiles(dir string, files map[string][]byte, mode os.FileMode) error {
 	return nil
 }
 
-// checkOnlyKubeletChanges compares the rendered Deployment with the one
+// checkOnlyKubeletChanges compares the installed Deployment (podSource) with the one
 // given to podman and returns every difference that is not one of the
 // kubelet's (podChanges, the API access volume and env, host network).
-func checkOnlyKubeletChanges(rendered, played *appsv1.Deployment, ch podChanges) ([]string, error) {
-	a, err := runtime.DefaultUnstructuredConverter.ToUnstructured(rendered)
+func checkOnlyKubeletChanges(installed, played *appsv1.Deployment, ch podChanges) ([]string, error) {
+	a, err := runtime.DefaultUnstructuredConverter.ToUnstructured(installed)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,18 +54,31 @@ func (p *podman) run(ctx context.Context, args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
-// buildImage builds the image with `make image`, as a developer would.
-func (p *podman) buildImage(t *testing.T, image string) {
+// The image is built once per test binary, for every test that runs it.
+var (
+	imageOnce sync.Once
+	imageErr  error
+)
+
+// buildImage builds the image (image) with `make image`, as a developer
+// would, once.
+func buildImage(t *testing.T, p *podman) {
 	t.Helper()
-	start := time.Now()
-	cmd := exec.Command("make", "image", "IMAGE="+image, "CONTAINER_TOOL=podman")
-	cmd.Dir = testenv.RepoRoot()
-	cmd.Env = p.env
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("make image: %v\n%s", err, out)
+	imageOnce.Do(func() {
+		start := time.Now()
+		cmd := exec.Command("make", "image", "IMAGE="+image, "CONTAINER_TOOL=podman")
+		cmd.Dir = testenv.RepoRoot()
+		cmd.Env = p.env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			imageErr = fmt.Errorf("make image: %w\n%s", err, out)
+			return
+		}
+		t.Logf("make image built %s in %s", image, time.Since(start).Round(time.Second))
+	})
+	if imageErr != nil {
+		t.Fatal(imageErr)
 	}
-	t.Logf("make image built %s in %s", image, time.Since(start).Round(time.Second))
 }
 
 // playedPod is a pod podman kube play started.
