@@ -575,6 +575,13 @@ type EnsureResult struct {
 	RetryAfter time.Duration
 	// Message says what happens in words, for conditions and events.
 	Message string
+	// Waits, at PhasePlaced, is why the clone would not start if it were
+	// requested now (no clone slot free on the node or storage): the
+	// Message a PhaseQueued result would carry; empty when it would
+	// start. A hint, not a promise: the caller records its reservation
+	// with the reason it will show while the VM waits (one status write
+	// instead of two in a burst), and the clone request decides.
+	Waits string
 }
 
 // DeleteResult is what DeleteVM reports.

@@ -86,6 +86,9 @@ type simOptions struct {
 	sim func(*proxmoxsim.Config)
 	// cluster changes the HypervisorCluster.
 	cluster func(*hfv1.HypervisorCluster)
+	// provider changes the provider's configuration (what the cluster
+	// controller derives from the HypervisorCluster).
+	provider func(*provider.ClusterConfig)
 }
 
 var (
@@ -135,6 +138,9 @@ func newSimWorld(t *testing.T, opts simOptions) *simWorld {
 		Name: simCluster, Endpoint: srv.URL + "/api2/json", TokenID: "root@pam!sim", TokenSecret: "00000000-0000-0000-0000-000000000000",
 		FingerprintSHA256: proxmoxsim.FormatFingerprint(sha256.Sum256(srv.Certificate().Raw)),
 		DefaultBridge:     authorizedBridge, VMIDStart: 1000, VMIDEnd: 1999, Nodes: []string{simNode}, RequestTimeout: 10 * time.Second,
+	}
+	if opts.provider != nil {
+		opts.provider(&pcfg)
 	}
 	reg := hypervisors.NewRegistry()
 	if _, err := reg.Connect(simCluster, pcfg, func() (provider.Provider, error) {

@@ -101,7 +101,15 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 		// starts over from the stored state.
 		r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
 		r.setReservation(claim, cluster.Name, spec, vmspec.DNS(cluster, tmpl).Domain)
-		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason, buildingMessage(cluster.Name, res.Progress))
+		if res.Waits != "" {
+			// Its clone will wait for a slot: the reservation says so,
+			// with the message of the queued clone that follows, rather
+			// than BuildingVM and then Queued (a status write per claim
+			// that waits, in the bursts that load the API server most).
+			s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.QueuedReason, res.Waits)
+		} else {
+			s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason, buildingMessage(cluster.Name, res.Progress))
+		}
 		if err := r.writeReservation(ctx, s); err != nil {
 			return phase.Stop(), fmt.Errorf("record VM id %s before cloning: %w", res.Progress.ID, err)
 		}

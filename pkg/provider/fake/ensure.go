@@ -91,13 +91,10 @@ func (p *Provider) cloneLocked(spec *provider.VMSpec, tmpl *provider.TemplateInf
 	}
 	p.reservations[o.UID] = reservation{vmid: vmid, node: node, memory: memoryHint(spec, tmpl)}
 	res := &provider.EnsureResult{Progress: provider.Progress{ID: FormatID(vmid), Node: node}}
-	storage := tmpl.Storages[0]
-	if !spec.Source.Linked && spec.Source.Storage != "" {
-		storage = spec.Source.Storage
-	}
+	storage := cloneStorage(spec, tmpl)
 	if !p.cloneSlotFreeLocked(node, storage) {
 		res.Phase, res.RetryAfter = provider.PhaseQueued, p.c.opts.OperationTime
-		res.Message = fmt.Sprintf("waiting for a clone slot on node %s and storage %s", node, storage)
+		res.Message = slotWait(node, storage)
 		return res, nil
 	}
 	rec := ownership.Record{Namespace: o.Namespace, Name: o.Name, UID: o.UID, Pool: o.Pool, VMID: vmid, CreatedAt: o.CreatedAt}

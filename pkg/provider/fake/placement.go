@@ -32,8 +32,25 @@ func (p *Provider) placeLocked(spec *provider.VMSpec, tmpl *provider.TemplateInf
 		}
 		p.reservations[o.UID] = r
 	}
-	return &provider.EnsureResult{Progress: provider.Progress{ID: FormatID(r.vmid), Node: r.node}, Phase: provider.PhasePlaced,
-		Message: fmt.Sprintf("VM id %d reserved on node %s", r.vmid, r.node)}, nil
+	res := &provider.EnsureResult{Progress: provider.Progress{ID: FormatID(r.vmid), Node: r.node}, Phase: provider.PhasePlaced,
+		Message: fmt.Sprintf("VM id %d reserved on node %s", r.vmid, r.node)}
+	if storage := cloneStorage(spec, tmpl); !p.cloneSlotFreeLocked(r.node, storage) {
+		res.Waits = slotWait(r.node, storage)
+	}
+	return res, nil
+}
+
+// cloneStorage is the storage a clone of tmpl for spec writes to.
+func cloneStorage(spec *provider.VMSpec, tmpl *provider.TemplateInfo) string {
+	if !spec.Source.Linked && spec.Source.Storage != "" {
+		return spec.Source.Storage
+	}
+	return tmpl.Storages[0]
+}
+
+// slotWait is the message of a VM waiting for a clone slot.
+func slotWait(node, storage string) string {
+	return fmt.Sprintf("waiting for a clone slot on node %s and storage %s", node, storage)
 }
 
 // memoryHint is the memory placement reserves for spec's VM.

@@ -600,7 +600,7 @@ func testCloneSlots(t *testing.T, h *Harness) {
 	for i := range drives {
 		drives[i] = newDrive(t, h, p, spec(h.Template, 30+i))
 	}
-	queued := false
+	queued, late := false, (*drive)(nil)
 	for round := 0; ; round++ {
 		if round > maxSteps {
 			t.Fatalf("not all VMs Running after %d rounds", maxSteps)
@@ -626,13 +626,33 @@ func testCloneSlots(t *testing.T, h *Harness) {
 		if cloning > 1 {
 			t.Fatalf("round %d: %d VMs report Cloning on node %s with ClonesPerNode 1", round, cloning, info.Node)
 		}
-		if running == n {
+		if cloning == 1 && late == nil {
+			// A VM placed while the node's one clone slot is taken says
+			// at its placement that its clone would wait, with the
+			// message its queued clone then reports (EnsureResult.Waits:
+			// the caller records its reservation with it).
+			late = newDrive(t, h, p, spec(h.Template, 30+n))
+			placed := late.step()
+			if placed.Phase != provider.PhasePlaced || placed.Waits == "" {
+				t.Fatalf("placed while a clone runs on node %s with ClonesPerNode 1: phase %s, Waits %q; want Placed with the reason its clone would wait", info.Node, placed.Phase, placed.Waits)
+			}
+			if next := late.step(); next.Phase != provider.PhaseQueued || next.Message != placed.Waits {
+				t.Errorf("the clone after a placement that said it would wait (%q): phase %s, message %q; want Queued with the same message", placed.Waits, next.Phase, next.Message)
+			}
+			drives = append(drives, late)
+		}
+		if running == len(drives) {
 			break
 		}
 		h.Advance(wait)
 	}
 	if !queued {
 		t.Error("no VM ever waited in PhaseQueued for a clone slot")
+	}
+	for _, d := range drives[:1] {
+		if first := d.results[0]; first.Phase != provider.PhasePlaced || first.Waits != "" {
+			t.Errorf("the first VM placed, no clone in flight: phase %s, Waits %q; want Placed with no wait", first.Phase, first.Waits)
+		}
 	}
 }
 

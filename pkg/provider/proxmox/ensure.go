@@ -205,7 +205,9 @@ func (c *ensureCall) place(ctx context.Context, exclude int) (*provider.EnsureRe
 	}
 	c.prog = progress{VMID: pl.vmid, Node: pl.node}
 	c.log.V(1).Info("Placed VM", "newVMID", pl.vmid, "newNode", pl.node)
-	return c.result(provider.PhasePlaced, 0, "VM id %d reserved on node %s", pl.vmid, pl.node), nil
+	res := c.result(provider.PhasePlaced, 0, "VM id %d reserved on node %s", pl.vmid, pl.node)
+	res.Waits = c.p.cloneWaits(ctx, c.spec, pl.node)
+	return res, nil
 }
 
 // poll reads the task in Progress once. done is true when it succeeded
@@ -497,8 +499,7 @@ func (c *ensureCall) clone(ctx context.Context) (*provider.EnsureResult, error) 
 	}
 	storages := c.p.cloneStorageKeys(view, tmpl, c.spec, c.prog.Node)
 	if !c.p.acquireCloneSlot(vmid, c.spec.Owner, c.prog.Node, storages) {
-		return c.result(provider.PhaseQueued, slotPoll, "waiting for a clone slot on node %s (clonesPerNode %d, clonesPerStorage %d)",
-			c.prog.Node, c.p.cfg.ClonesPerNode, c.p.cfg.ClonesPerStorage), nil
+		return c.result(provider.PhaseQueued, slotPoll, "%s", c.p.slotWait(c.prog.Node)), nil
 	}
 	// The marker's time is the claim's creation time, stable across
 	// retries, so a re-signed marker is identical.

@@ -593,16 +593,8 @@ func (p *Provider) acquireCloneSlot(vmid int, owner provider.Owner, node string,
 	if len(live) != before {
 		p.obs.CloneQueue(len(live))
 	}
-	perNode := map[string]int{}
-	perStore := map[string]int{}
-	for _, s := range p.clones {
-		perNode[s.node]++
-		for _, st := range s.storages {
-			perStore[st]++
-		}
-	}
+	perNode, perStore := p.clonesLocked()
 	// Count the VMs ahead in the queue that compete for the same limits.
-	aheadNode, aheadStore := 0, map[string]int{}
 	mine := -1
 	for i, q := range p.queue {
 		if q.vmid == vmid {
@@ -610,21 +602,9 @@ func (p *Provider) acquireCloneSlot(vmid int, owner provider.Owner, node string,
 			q.seen = now
 			break
 		}
-		if q.node == node {
-			aheadNode++
-		}
-		for _, st := range q.storages {
-			aheadStore[st]++
-		}
+		q.count(perNode, perStore)
 	}
-	// A limit of zero means none.
-	free := p.cfg.ClonesPerNode <= 0 || perNode[node]+aheadNode < p.cfg.ClonesPerNode
-	for _, st := range storages {
-		if p.cfg.ClonesPerStorage > 0 && perStore[st]+aheadStore[st] >= p.cfg.ClonesPerStorage {
-			free = false
-		}
-	}
-	if !free {
+	if !p.underCloneLimits(node, storages, perNode, perStore) {
 		if mine < 0 {
 			p.queue = append(p.queue, &queued{vmid: vmid, owner: owner, node: node, storages: storages, seen: now})
 		}
@@ -661,31 +641,97 @@ func (p *Provider) releaseCloneSlot(vmid int) {
 // plus every VM queued earlier for the same node or storages stay under
 // the limits.
 func (p *Provider) admissibleLocked() []provider.Owner {
-	inNode, inStore := map[string]int{}, map[string]int{}
-	for _, s := range p.clones {
-		inNode[s.node]++
-		for _, st := range s.storages {
-			inStore[st]++
-		}
-	}
+	inNode, inStore := p.clonesLocked()
 	var out []provider.Owner
 	for _, q := range p.queue {
-		free := p.cfg.ClonesPerNode <= 0 || inNode[q.node] < p.cfg.ClonesPerNode
-		for _, st := range q.storages {
-			if p.cfg.ClonesPerStorage > 0 && inStore[st] >= p.cfg.ClonesPerStorage {
-				free = false
-			}
-		}
-		if free && q.owner.UID != "" {
+		if p.underCloneLimits(q.node, q.storages, inNode, inStore) && q.owner.UID != "" {
 			out = append(out, q.owner)
 		}
 		// Later VMs count this one as ahead of them.
-		inNode[q.node]++
-		for _, st := range q.storages {
-			inStore[st]++
-		}
+		q.count(inNode, inStore)
 	}
 	return out
+}
+
+// clonesLocked counts the clones in flight by node and by storage.
+func (p *Provider) clonesLocked() (perNode, perStore map[string]int) {
+	perNode, perStore = map[string]int{}, map[string]int{}
+	for _, s := range p.clones {
+		perNode[s.node]++
+		for _, st := range s.storages {
+			perStore[st]++
+		}
+	}
+	return perNode, perStore
+}
+
+// count adds the queued VM to counts by node and by storage.
+func (q *queued) count(perNode, perStore map[string]int) {
+	perNode[q.node]++
+	for _, st := range q.storages {
+		perStore[st]++
+	}
+}
+
+// underCloneLimits reports whether one more clone on node to storages
+// stays within clonesPerNode and clonesPerStorage (a limit of zero means
+// none), given the clones counted ahead of it.
+func (p *Provider) underCloneLimits(node string, storages []string, perNode, perStore map[string]int) bool {
+	if p.cfg.ClonesPerNode > 0 && perNode[node] >= p.cfg.ClonesPerNode {
+		return false
+	}
+	for _, st := range storages {
+		if p.cfg.ClonesPerStorage > 0 && perStore[st] >= p.cfg.ClonesPerStorage {
+			return false
+		}
+	}
+	return true
+}
+
+// cloneWaits is why a clone of spec's VM on node would wait if it were
+// requested now (provider.EnsureResult.Waits): the clones in flight, every
+// VM already queued and every VM placed by this process whose clone
+// request is not sent yet go first (each sends it right after its own
+// reservation is stored: in a burst they are the clones ahead). Empty
+// when it would start, or when the template or the cluster's view cannot
+// be read (the clone request then finds out).
+func (p *Provider) cloneWaits(ctx context.Context, spec *provider.VMSpec, node string) string {
+	tmpl, err := p.template(ctx, spec.Source)
+	if err != nil {
+		return ""
+	}
+	view, err := p.clusterView(ctx, time.Hour)
+	if err != nil {
+		return ""
+	}
+	storages := p.cloneStorageKeys(view, tmpl, spec, node)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	perNode, perStore := p.clonesLocked()
+	queuedIDs := map[int]bool{}
+	for _, q := range p.queue {
+		if p.clock.Since(q.seen) <= queueTTL {
+			q.count(perNode, perStore)
+			queuedIDs[q.vmid] = true
+		}
+	}
+	for _, r := range p.reservations {
+		if r.unsent && r.owner != string(spec.Owner.UID) && p.clones[r.vmid] == nil && !queuedIDs[r.vmid] {
+			perNode[r.node]++
+			for _, k := range r.diskKeys {
+				perStore[k]++
+			}
+		}
+	}
+	if p.underCloneLimits(node, storages, perNode, perStore) {
+		return ""
+	}
+	return p.slotWait(node)
+}
+
+// slotWait is the message of a VM waiting for a clone slot on node.
+func (p *Provider) slotWait(node string) string {
+	return fmt.Sprintf("waiting for a clone slot on node %s (clonesPerNode %d, clonesPerStorage %d)", node, p.cfg.ClonesPerNode, p.cfg.ClonesPerStorage)
 }
 
 // inflightTask returns the task this process last started for owner's VM
