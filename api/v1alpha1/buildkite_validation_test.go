@@ -23,7 +23,7 @@ const bkCluster = "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
 func validBuildkiteTemplate() *unstructured.Unstructured {
 	return object("HypervisorMachineTemplate", "tpl", map[string]any{
 		"hypervisorClusterRef": map[string]any{"name": "pve"},
-		"source":               map[string]any{"proxmox": map[string]any{"templateId": int64(9000)}},
+		"source":               map[string]any{"proxmox": map[string]any{"templateID": int64(9000)}},
 		"resources":            map[string]any{"cpu": int64(2), "memory": "4Gi"},
 		"bootstrap": map[string]any{"buildkite": map[string]any{
 			"organization": "acme",

@@ -33,8 +33,12 @@ func CIJobRank(s CIJobState) int {
 
 // CIJobSpec identifies one CI job. It is written once, when HyperFleet first
 // learns of the job, and never changes.
-// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="a CIJob's spec is immutable: it identifies the job"
-// +kubebuilder:validation:XValidation:rule="has(self.jobId) != has(self.jobKey)",message="set exactly one of jobId (a platform's numeric job id) and jobKey (the id of a job whose platform does not number them)"
+//
+// The immutability rule compares jobID and runID under either spelling: a
+// CIJob an earlier operator stored with jobId and runId is written back
+// with jobID and runID (spelling.go) and stays the same job.
+// +kubebuilder:validation:XValidation:rule="self == oldSelf || (self.platform == oldSelf.platform && (has(self.apiHost) ? has(oldSelf.apiHost) && self.apiHost == oldSelf.apiHost : !has(oldSelf.apiHost)) && (has(self.jobKey) ? has(oldSelf.jobKey) && self.jobKey == oldSelf.jobKey : !has(oldSelf.jobKey)) && (has(self.runAttempt) ? has(oldSelf.runAttempt) && self.runAttempt == oldSelf.runAttempt : !has(oldSelf.runAttempt)) && self.repository == oldSelf.repository && (has(self.labels) ? has(oldSelf.labels) && self.labels == oldSelf.labels : !has(oldSelf.labels)) && (has(self.workflowName) ? has(oldSelf.workflowName) && self.workflowName == oldSelf.workflowName : !has(oldSelf.workflowName)) && (has(self.jobName) ? has(oldSelf.jobName) && self.jobName == oldSelf.jobName : !has(oldSelf.jobName)) && self.runnerPoolRef == oldSelf.runnerPoolRef && (has(self.jobID) ? self.jobID : (has(self.jobId) ? self.jobId : 0)) == (has(oldSelf.jobID) ? oldSelf.jobID : (has(oldSelf.jobId) ? oldSelf.jobId : 0)) && (has(self.runID) ? self.runID : (has(self.runId) ? self.runId : 0)) == (has(oldSelf.runID) ? oldSelf.runID : (has(oldSelf.runId) ? oldSelf.runId : 0)))",message="a CIJob's spec is immutable: it identifies the job"
+// +kubebuilder:validation:XValidation:rule="(has(self.jobID) || has(self.jobId)) != has(self.jobKey)",message="set exactly one of jobID (a platform's numeric job id) and jobKey (the id of a job whose platform does not number them)"
 type CIJobSpec struct {
 	// platform is the CI platform that runs the job.
 	// +required
@@ -49,28 +53,48 @@ type CIJobSpec struct {
 	// +kubebuilder:validation:MaxLength=261
 	APIHost string `json:"apiHost,omitempty"`
 
-	// jobId is the platform's id of the job when the platform numbers its
+	// jobID is the platform's id of the job when the platform numbers its
 	// jobs (GitHub Actions, GitLab CI); the object's name is derived from
 	// it, which de-duplicates webhooks across manager replicas. Exactly one
-	// of jobId and jobKey is set.
+	// of jobID and jobKey is set.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
-	JobID int64 `json:"jobId,omitempty"`
+	JobID int64 `json:"jobID,omitempty"`
+
+	// jobId is the earlier spelling of jobID, as an earlier operator wrote
+	// it: read when jobID is unset, replaced by jobID at the operator's next
+	// write of the job.
+	//
+	// Deprecated: the operator writes jobID. Only the schema reads this
+	// field: decoding folds it into JobID (api/v1alpha1/spelling.go).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	DeprecatedJobID int64 `json:"jobId,omitempty"`
 
 	// jobKey is the platform's id of the job when the platform does not
 	// number its jobs (a Buildkite job's UUID); the object's name is derived
-	// from it lower-cased. Exactly one of jobId and jobKey is set.
+	// from it lower-cased. Exactly one of jobID and jobKey is set.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?$`
 	JobKey string `json:"jobKey,omitempty"`
 
-	// runId is the workflow run the job belongs to; a hard limit cancels
+	// runID is the workflow run the job belongs to; a hard limit cancels
 	// this run.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	RunID int64 `json:"runId,omitempty"`
+	RunID int64 `json:"runID,omitempty"`
+
+	// runId is the earlier spelling of runID, as an earlier operator wrote
+	// it: read when runID is unset, replaced by runID at the operator's next
+	// write of the job.
+	//
+	// Deprecated: the operator writes runID. Only the schema reads this
+	// field: decoding folds it into RunID (api/v1alpha1/spelling.go).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	DeprecatedRunID int64 `json:"runId,omitempty"`
 
 	// runAttempt is the run's attempt number.
 	// +optional
@@ -136,9 +160,18 @@ type CIJobStatus struct {
 	// +kubebuilder:validation:MaxLength=256
 	RunnerName string `json:"runnerName,omitempty"`
 
-	// runnerId is that runner's id on the platform.
+	// runnerID is that runner's id on the platform.
 	// +optional
-	RunnerID int64 `json:"runnerId,omitempty"`
+	RunnerID int64 `json:"runnerID,omitempty"`
+
+	// runnerId is the earlier spelling of runnerID, as an earlier operator
+	// wrote it: read when runnerID is unset, replaced by runnerID at the
+	// operator's next write of the job.
+	//
+	// Deprecated: the operator writes runnerID. Only the schema reads this
+	// field: decoding folds it into RunnerID (api/v1alpha1/spelling.go).
+	// +optional
+	DeprecatedRunnerID int64 `json:"runnerId,omitempty"`
 
 	// source says how HyperFleet last learned of the job: webhook, resync,
 	// or listener (a runner scale set's message queue).
@@ -146,11 +179,22 @@ type CIJobStatus struct {
 	// +kubebuilder:validation:Enum=webhook;resync;listener
 	Source string `json:"source,omitempty"`
 
-	// lastDeliveryId is the platform's id of the last webhook delivery
+	// lastDeliveryID is the platform's id of the last webhook delivery
 	// applied, for tracing.
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
-	LastDeliveryID string `json:"lastDeliveryId,omitempty"`
+	LastDeliveryID string `json:"lastDeliveryID,omitempty"`
+
+	// lastDeliveryId is the earlier spelling of lastDeliveryID, as an
+	// earlier operator wrote it: read when lastDeliveryID is unset, replaced
+	// by lastDeliveryID at the operator's next write of the job.
+	//
+	// Deprecated: the operator writes lastDeliveryID. Only the schema reads
+	// this field: decoding folds it into LastDeliveryID
+	// (api/v1alpha1/spelling.go).
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	DeprecatedLastDeliveryID string `json:"lastDeliveryId,omitempty"`
 }
 
 // CIJob is one CI job routed to a RunnerPool: the demand the pool scales
@@ -165,7 +209,7 @@ type CIJobStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:shortName=cij,categories=hyperfleet
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.runnerPoolRef.name`
-// +kubebuilder:printcolumn:name="Job",type=integer,JSONPath=`.spec.jobId`
+// +kubebuilder:printcolumn:name="Job",type=integer,JSONPath=`.spec.jobID`
 // +kubebuilder:printcolumn:name="Job Key",type=string,JSONPath=`.spec.jobKey`,priority=1
 // +kubebuilder:printcolumn:name="Repository",type=string,JSONPath=`.spec.repository`
 // +kubebuilder:printcolumn:name="State",type=string,JSONPath=`.status.state`

@@ -308,11 +308,21 @@ type VLANRange struct {
 }
 
 // HypervisorCredentials holds references to the hypervisor API credentials.
-// +kubebuilder:validation:XValidation:rule="(has(self.tokenId) && has(self.tokenSecret) && !has(self.username) && !has(self.password)) || (!has(self.tokenId) && !has(self.tokenSecret) && has(self.username) && has(self.password))",message="set exactly one credential pair: tokenId with tokenSecret (API token), or username with password"
+// +kubebuilder:validation:XValidation:rule="((has(self.tokenID) || has(self.tokenId)) && has(self.tokenSecret) && !has(self.username) && !has(self.password)) || (!has(self.tokenID) && !has(self.tokenId) && !has(self.tokenSecret) && has(self.username) && has(self.password))",message="set exactly one credential pair: tokenID with tokenSecret (API token), or username with password"
+// +kubebuilder:validation:XValidation:rule="!has(self.tokenId)",message="spec.credentials.tokenId is now tokenID: rename the field"
 type HypervisorCredentials struct {
-	// tokenId selects the API token id, such as hyperfleet@pve!operator.
+	// tokenID selects the API token id, such as hyperfleet@pve!operator.
 	// +optional
-	TokenID *SecretKeySelector `json:"tokenId,omitempty"`
+	TokenID *SecretKeySelector `json:"tokenID,omitempty"`
+
+	// tokenId is the earlier spelling of tokenID, refused on new writes; a
+	// cluster stored with it keeps working (read as tokenID) and is told to
+	// rename it in a DeprecatedField event.
+	//
+	// Deprecated: set tokenID. Only the schema and that event read this
+	// field: decoding folds it into TokenID (api/v1alpha1/spelling.go).
+	// +optional
+	DeprecatedTokenID *SecretKeySelector `json:"tokenId,omitempty"`
 
 	// tokenSecret selects the API token's secret (a UUID).
 	// +optional

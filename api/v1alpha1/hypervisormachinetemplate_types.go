@@ -148,14 +148,26 @@ type MachineSource struct {
 type DiskFormat string
 
 // ProxmoxSource is a Proxmox VE template, named by id or by name.
-// +kubebuilder:validation:XValidation:rule="has(self.templateId) != has(self.templateName)",message="set exactly one of source.proxmox.templateId and source.proxmox.templateName"
+// +kubebuilder:validation:XValidation:rule="(has(self.templateID) || has(self.templateId)) != has(self.templateName)",message="set exactly one of source.proxmox.templateID and source.proxmox.templateName"
+// +kubebuilder:validation:XValidation:rule="!has(self.templateId)",message="spec.source.proxmox.templateId is now templateID: rename the field"
 // +kubebuilder:validation:XValidation:rule="self.cloneMode == 'full' || (!has(self.storage) && !has(self.format))",message="storage and format apply only to full clones: remove them or set cloneMode: full"
 type ProxmoxSource struct {
-	// templateId is the VM id of the template, such as 9000.
+	// templateID is the VM id of the template, such as 9000.
 	// +optional
 	// +kubebuilder:validation:Minimum=100
 	// +kubebuilder:validation:Maximum=999999999
-	TemplateID *int32 `json:"templateId,omitempty"`
+	TemplateID *int32 `json:"templateID,omitempty"`
+
+	// templateId is the earlier spelling of templateID, refused on new
+	// writes; a template stored with it keeps working (read as
+	// templateID) and is told to rename it in a DeprecatedField event.
+	//
+	// Deprecated: set templateID. Only the schema and that event read this
+	// field: decoding folds it into TemplateID (api/v1alpha1/spelling.go).
+	// +optional
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=999999999
+	DeprecatedTemplateID *int32 `json:"templateId,omitempty"`
 
 	// templateName is the name of the template. It must name exactly one
 	// template on the cluster.
@@ -781,19 +793,44 @@ type GitHubCredentials struct {
 
 // GitHubAppCredentials select a GitHub App's id, private key and
 // installation id, each a Secret key in this namespace.
+// +kubebuilder:validation:XValidation:rule="has(self.appID) || has(self.appId)",message="bootstrap.github.credentials.app needs appID: the Secret key holding the App's numeric id"
+// +kubebuilder:validation:XValidation:rule="has(self.installationID) || has(self.installationId)",message="bootstrap.github.credentials.app needs installationID: the Secret key holding the installation's numeric id"
+// +kubebuilder:validation:XValidation:rule="!has(self.appId)",message="spec.bootstrap.github.credentials.app.appId is now appID: rename the field"
+// +kubebuilder:validation:XValidation:rule="!has(self.installationId)",message="spec.bootstrap.github.credentials.app.installationId is now installationID: rename the field"
 type GitHubAppCredentials struct {
-	// appId selects the App's numeric id.
-	// +required
-	AppID LocalSecretKeySelector `json:"appId"`
+	// appID selects the App's numeric id. Required (the schema accepts the
+	// earlier spelling appId in its place on stored templates only).
+	// +optional
+	AppID LocalSecretKeySelector `json:"appID,omitzero"`
+
+	// appId is the earlier spelling of appID, refused on new writes; a
+	// template stored with it keeps working and is told to rename it in a
+	// DeprecatedField event.
+	//
+	// Deprecated: set appID. Only the schema and that event read this
+	// field: decoding folds it into AppID (api/v1alpha1/spelling.go).
+	// +optional
+	DeprecatedAppID *LocalSecretKeySelector `json:"appId,omitempty"`
 
 	// privateKey selects the App's PEM private key.
 	// +required
 	PrivateKey LocalSecretKeySelector `json:"privateKey"`
 
-	// installationId selects the numeric id of the App's installation on
-	// the owner.
-	// +required
-	InstallationID LocalSecretKeySelector `json:"installationId"`
+	// installationID selects the numeric id of the App's installation on
+	// the owner. Required (the schema accepts the earlier spelling
+	// installationId in its place on stored templates only).
+	// +optional
+	InstallationID LocalSecretKeySelector `json:"installationID,omitzero"`
+
+	// installationId is the earlier spelling of installationID, refused on
+	// new writes; a template stored with it keeps working and is told to
+	// rename it in a DeprecatedField event.
+	//
+	// Deprecated: set installationID. Only the schema and that event read
+	// this field: decoding folds it into InstallationID
+	// (api/v1alpha1/spelling.go).
+	// +optional
+	DeprecatedInstallationID *LocalSecretKeySelector `json:"installationId,omitempty"`
 }
 
 // ScopedURLs are URL templates for repository and organization scope.
@@ -1238,9 +1275,19 @@ type ResolvedRunner struct {
 
 // ResolvedTemplate is the hypervisor template a HypervisorMachineTemplate points at.
 type ResolvedTemplate struct {
-	// vmId is the template's VM id.
+	// vmID is the template's VM id.
 	// +optional
-	VMID int32 `json:"vmId,omitempty"`
+	VMID int32 `json:"vmID,omitempty"`
+
+	// vmId is the earlier spelling of vmID, as an earlier operator wrote
+	// it: read when vmID is unset, replaced by vmID at the next status
+	// write.
+	//
+	// Deprecated: the operator writes vmID. Only the schema and the
+	// status write that moves it (OldStatusSpellings) read this field:
+	// decoding folds it into VMID (api/v1alpha1/spelling.go).
+	// +optional
+	DeprecatedVMID int32 `json:"vmId,omitempty"`
 
 	// node is the node that holds the template.
 	// +optional

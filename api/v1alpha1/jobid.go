@@ -2,7 +2,7 @@ package v1alpha1
 
 // CI job ids as text. A platform's job id is a decimal number on GitHub
 // Actions and GitLab CI and a UUID on Buildkite; the operator carries it
-// as a string (pkg/workload.Job.ID). The API keeps the integer jobId that
+// as a string (pkg/workload.Job.ID). The API keeps the integer jobID that
 // CIJobs and MachineClaims were recorded with (a field's JSON type never
 // changes) and adds the string jobKey beside it for ids that are not
 // numbers; the accessors here are the one place that chooses between the
@@ -38,7 +38,7 @@ func CIJobName(platform WorkloadType, id string) string {
 const MaxJobKeyLength = 64
 
 // ValidateJobID reports why id cannot be a CI job's id in the API: a
-// positive decimal number that fits int64 goes in jobId; anything else
+// positive decimal number that fits int64 goes in jobID; anything else
 // must be a key that spec.jobKey admits (jobKeyPattern, at most
 // MaxJobKeyLength characters), so that it also makes a valid object name
 // (CIJobName).
@@ -63,7 +63,7 @@ func ValidateJobID(id string) error {
 // letter or digit at both ends so that CIJobName ends with one too.
 var jobKeyPattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?$`)
 
-// numericJobID is id as the number jobId holds: decimal digits without a
+// numericJobID is id as the number jobID holds: decimal digits without a
 // leading zero, greater than zero, fitting int64. Anything else (a UUID,
 // "007", "0") is a key, so that ID gives back exactly the id SetID was
 // given.
@@ -80,7 +80,7 @@ func numericJobID(id string) (int64, bool) {
 	return n, err == nil && n > 0
 }
 
-// jobIDOf is the text of a job id held as jobId or jobKey: the key when
+// jobIDOf is the text of a job id held as jobID or jobKey: the key when
 // set, else the number in decimal, else "".
 func jobIDOf(number int64, key string) string {
 	switch {
@@ -92,14 +92,14 @@ func jobIDOf(number int64, key string) string {
 	return ""
 }
 
-// ID is the platform's id of the job as text: jobKey when set, else jobId
+// ID is the platform's id of the job as text: jobKey when set, else jobID
 // in decimal; "" when neither is. Callers use ID and SetID rather than the
 // two fields, which exist so that CIJobs recorded when every id was a
-// number (integer jobId) stay valid.
+// number (integer jobID) stay valid.
 func (s *CIJobSpec) ID() string { return jobIDOf(s.JobID, s.JobKey) }
 
 // SetID records id: a positive decimal number without leading zeros that
-// fits int64 (GitHub's and GitLab's ids) in jobId, anything else (a
+// fits int64 (GitHub's and GitLab's ids) in jobID, anything else (a
 // Buildkite UUID) in jobKey; the other field is cleared. ID gives id back.
 func (s *CIJobSpec) SetID(id string) {
 	s.JobID, s.JobKey = 0, ""

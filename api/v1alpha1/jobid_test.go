@@ -67,7 +67,7 @@ func anyValidID() *rapid.Generator[string] {
 }
 
 // TestJobIDRoundTrip: SetID then ID gives the id back, whatever its
-// kind; a positive decimal number without a leading zero goes in jobId
+// kind; a positive decimal number without a leading zero goes in jobID
 // (so GitHub's CIJobs keep the shape they were stored with), anything else
 // in jobKey; the claim's bootstrap status does the same.
 func TestJobIDRoundTrip(t *testing.T) {
@@ -82,12 +82,12 @@ func TestJobIDRoundTrip(t *testing.T) {
 		n, err := strconv.ParseInt(id, 10, 64)
 		numeric := err == nil && n > 0 && strconv.FormatInt(n, 10) == id
 		if numeric && (spec.JobID != n || spec.JobKey != "") || !numeric && (spec.JobID != 0 || spec.JobKey != id) {
-			t.Fatalf("SetID(%q): jobId %d, jobKey %q", id, spec.JobID, spec.JobKey)
+			t.Fatalf("SetID(%q): jobID %d, jobKey %q", id, spec.JobID, spec.JobKey)
 		}
 		var st hfv1.BootstrapStatus
 		st.SetJob(id)
 		if st.Job() != id || st.JobID != spec.JobID || st.JobKey != spec.JobKey {
-			t.Fatalf("SetJob(%q): Job() %q, jobId %d, jobKey %q; want as CIJobSpec", id, st.Job(), st.JobID, st.JobKey)
+			t.Fatalf("SetJob(%q): Job() %q, jobID %d, jobKey %q; want as CIJobSpec", id, st.Job(), st.JobID, st.JobKey)
 		}
 		if err := hfv1.ValidateJobID(id); err != nil {
 			t.Fatalf("ValidateJobID(%q) = %v", id, err)
@@ -104,7 +104,7 @@ func TestJobIDEdges(t *testing.T) {
 	}{
 		{id: "4242", jobID: 4242},
 		{id: "9223372036854775807", jobID: math.MaxInt64},
-		// Not numbers jobId holds: kept as keys so that ID gives them back.
+		// Not numbers jobID holds: kept as keys so that ID gives them back.
 		{id: "9223372036854775808", jobKey: "9223372036854775808"},
 		{id: "0", jobKey: "0"},
 		{id: "007", jobKey: "007"},
@@ -132,7 +132,7 @@ func TestJobIDEdges(t *testing.T) {
 		var spec hfv1.CIJobSpec
 		spec.SetID(tc.id)
 		if spec.JobID != tc.jobID || spec.JobKey != tc.jobKey || spec.ID() != tc.id {
-			t.Errorf("SetID(%q): jobId %d, jobKey %q, ID %q", tc.id, spec.JobID, spec.JobKey, spec.ID())
+			t.Errorf("SetID(%q): jobID %d, jobKey %q, ID %q", tc.id, spec.JobID, spec.JobKey, spec.ID())
 		}
 	}
 	// Neither field: no id; a nil bootstrap status has no job; SetJob("")
@@ -146,7 +146,7 @@ func TestJobIDEdges(t *testing.T) {
 	}
 	st := hfv1.BootstrapStatus{JobID: 7}
 	if st.Job() != "7" {
-		t.Errorf("jobId 7 reads as %q", st.Job())
+		t.Errorf("jobID 7 reads as %q", st.Job())
 	}
 	st.SetJob("")
 	if st.JobID != 0 || st.JobKey != "" || st.Job() != "" {
@@ -183,7 +183,7 @@ func TestCIJobName(t *testing.T) {
 }
 
 // TestJobKeyPatternMatchesTheSchema: ValidateJobID accepts exactly the
-// ids that jobId or jobKey admit in the generated CRDs (the pattern is
+// ids that jobID or jobKey admit in the generated CRDs (the pattern is
 // written twice: as kubebuilder markers and in ValidateJobID).
 func TestJobKeyPatternMatchesTheSchema(t *testing.T) {
 	for _, crd := range []string{"hyperfleet.io_cijobs.yaml", "hyperfleet.io_machineclaims.yaml"} {
@@ -212,7 +212,7 @@ func TestJobKeyPatternMatchesTheSchema(t *testing.T) {
 }
 
 // TestCIJobsOfBothShapesAreStored: the API server stores a CIJob with an
-// integer jobId (every existing record) and one with a jobKey (a
+// integer jobID (every existing record) and one with a jobKey (a
 // Buildkite job), under the names CIJobName gives, and ID reads both.
 func TestCIJobsOfBothShapesAreStored(t *testing.T) {
 	ctx := context.Background()

@@ -297,7 +297,7 @@ type MachineClaimStatus struct {
 }
 
 // VMReference locates a VM on a hypervisor.
-// +kubebuilder:validation:XValidation:rule="has(self.providerID) || has(self.vmId)",message="status.vmRef needs providerID: the provider's id of the VM"
+// +kubebuilder:validation:XValidation:rule="has(self.providerID) || has(self.vmID) || has(self.vmId)",message="status.vmRef needs providerID: the provider's id of the VM"
 type VMReference struct {
 	// hypervisorCluster is the HypervisorCluster's name.
 	// +required
@@ -314,15 +314,26 @@ type VMReference struct {
 	// +kubebuilder:validation:Pattern=`^[a-z][a-z0-9+.-]*://[^\s]+$`
 	ProviderID string `json:"providerID,omitempty"`
 
-	// vmId mirrors the Proxmox VM id of a proxmox:// providerID, for
-	// kubectl's VMID column and scripts that read it; other hypervisors
-	// leave it empty. A claim written before providerID existed has only
-	// vmId, then always a Proxmox VM id: the operator reads it as
-	// proxmox://<vmId> and adds providerID at its next status write.
+	// vmID mirrors the Proxmox VM id of a proxmox:// providerID, for
+	// scripts that read it; other hypervisors leave it empty. A claim
+	// written before providerID existed has only vmID (or its earlier
+	// spelling vmId), then always a Proxmox VM id: the operator reads it as
+	// proxmox://<vmID> and adds providerID at its next status write.
 	// +optional
 	// +kubebuilder:validation:Minimum=100
 	// +kubebuilder:validation:Maximum=999999999
-	VMID int32 `json:"vmId,omitempty"`
+	VMID int32 `json:"vmID,omitempty"`
+
+	// vmId is the earlier spelling of vmID, as an earlier operator wrote it:
+	// read when vmID is unset, replaced by vmID at the next status write.
+	//
+	// Deprecated: the operator writes vmID. Only the schema and the status
+	// write that moves it (OldStatusSpellings) read this field: decoding
+	// folds it into VMID (api/v1alpha1/spelling.go).
+	// +optional
+	// +kubebuilder:validation:Minimum=100
+	// +kubebuilder:validation:Maximum=999999999
+	DeprecatedVMID int32 `json:"vmId,omitempty"`
 
 	// node is the node the VM was last seen on: a hint the provider
 	// corrects when the VM moved.
@@ -401,21 +412,42 @@ type IPAllocation struct {
 
 // BootstrapStatus is a VM's runner and workload identity. It never holds a
 // credential, only what identifies one.
-// +kubebuilder:validation:XValidation:rule="!(has(self.jobId) && has(self.jobKey))",message="set at most one of jobId (a platform's numeric job id) and jobKey (the id of a job whose platform does not number them)"
+// +kubebuilder:validation:XValidation:rule="!((has(self.jobID) || has(self.jobId)) && has(self.jobKey))",message="set at most one of jobID (a platform's numeric job id) and jobKey (the id of a job whose platform does not number them)"
 type BootstrapStatus struct {
 	// runnerName is the runner's name on the CI platform.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	RunnerName string `json:"runnerName,omitempty"`
 
-	// runnerId is the runner's id on the CI platform.
+	// runnerID is the runner's id on the CI platform.
 	// +optional
-	RunnerID int64 `json:"runnerId,omitempty"`
+	RunnerID int64 `json:"runnerID,omitempty"`
 
-	// spiffeId is the VM's SPIFFE ID when attestation is on.
+	// runnerId is the earlier spelling of runnerID, as an earlier operator
+	// wrote it: read when runnerID is unset, replaced by runnerID at the
+	// next status write.
+	//
+	// Deprecated: the operator writes runnerID. Only the schema and the
+	// status write that moves it (OldStatusSpellings) read this field:
+	// decoding folds it into RunnerID (api/v1alpha1/spelling.go).
+	// +optional
+	DeprecatedRunnerID int64 `json:"runnerId,omitempty"`
+
+	// spiffeID is the VM's SPIFFE ID when attestation is on.
 	// +optional
 	// +kubebuilder:validation:MaxLength=2048
-	SPIFFEID string `json:"spiffeId,omitempty"`
+	SPIFFEID string `json:"spiffeID,omitempty"`
+
+	// spiffeId is the earlier spelling of spiffeID, as an earlier operator
+	// wrote it: read when spiffeID is unset, replaced by spiffeID at the
+	// next status write.
+	//
+	// Deprecated: the operator writes spiffeID. Only the schema and the
+	// status write that moves it (OldStatusSpellings) read this field:
+	// decoding folds it into SPIFFEID (api/v1alpha1/spelling.go).
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	DeprecatedSPIFFEID string `json:"spiffeId,omitempty"`
 
 	// credentialIssuedAt is when the single-use runner credential was issued.
 	// +optional
@@ -460,11 +492,21 @@ type BootstrapStatus struct {
 	// +optional
 	RunnerSealedAt *metav1.Time `json:"runnerSealedAt,omitempty"`
 
-	// jobId is the CI job the runner took, as the CI platform reports it,
+	// jobID is the CI job the runner took, as the CI platform reports it,
 	// when the platform numbers its jobs (GitHub Actions, GitLab CI). At
-	// most one of jobId and jobKey is set.
+	// most one of jobID and jobKey is set.
 	// +optional
-	JobID int64 `json:"jobId,omitempty"`
+	JobID int64 `json:"jobID,omitempty"`
+
+	// jobId is the earlier spelling of jobID, as an earlier operator wrote
+	// it: read when jobID is unset, replaced by jobID at the next status
+	// write.
+	//
+	// Deprecated: the operator writes jobID. Only the schema and the status
+	// write that moves it (OldStatusSpellings) read this field: decoding
+	// folds it into JobID (api/v1alpha1/spelling.go).
+	// +optional
+	DeprecatedJobID int64 `json:"jobId,omitempty"`
 
 	// jobKey is the CI job the runner took when its platform does not
 	// number its jobs (a Buildkite job's UUID).

@@ -249,27 +249,68 @@ type DurationBounds struct {
 // operator restart at any point neither issues a second join token nor
 // leaves a registration entry behind. It never holds the join token or the
 // broker proof: the operator derives both from the claim and its own key
-// (keyId) when it places them in the running VM.
+// (keyID) when it places them in the running VM.
+//
+// spiffeID, nodeID and entryID are required under either spelling: an
+// identity an earlier operator wrote has spiffeId, nodeId and entryId
+// until the next status write (spelling.go).
+// +kubebuilder:validation:XValidation:rule="has(self.spiffeID) || has(self.spiffeId)",message="status.identity needs spiffeID"
+// +kubebuilder:validation:XValidation:rule="has(self.nodeID) || has(self.nodeId)",message="status.identity needs nodeID"
+// +kubebuilder:validation:XValidation:rule="has(self.entryID) || has(self.entryId)",message="status.identity needs entryID"
 type IdentityStatus struct {
-	// spiffeId is the VM's SPIFFE ID,
-	// spiffe://<trust domain>/vm/<namespace>/<claim>/<uid>.
-	// +required
+	// spiffeID is the VM's SPIFFE ID,
+	// spiffe://<trust domain>/vm/<namespace>/<claim>/<uid>. Required.
+	// +optional
 	// +kubebuilder:validation:MaxLength=2048
-	SPIFFEID string `json:"spiffeId"`
+	SPIFFEID string `json:"spiffeID,omitempty"`
 
-	// nodeId is the SPIFFE ID of the VM's spire-agent, the alias its join
+	// spiffeId is the earlier spelling of spiffeID, as an earlier operator
+	// wrote it: read when spiffeID is unset, replaced by spiffeID at the
+	// next status write.
+	//
+	// Deprecated: the operator writes spiffeID. Only the schema and the
+	// status write that moves it (OldStatusSpellings) read this field:
+	// decoding folds it into SPIFFEID (api/v1alpha1/spelling.go).
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	DeprecatedSPIFFEID string `json:"spiffeId,omitempty"`
+
+	// nodeID is the SPIFFE ID of the VM's spire-agent, the alias its join
 	// token gives it (spiffe://<trust domain>/hyperfleet/node/...).
-	// +required
+	// Required.
+	// +optional
 	// +kubebuilder:validation:MaxLength=2048
-	NodeID string `json:"nodeId"`
+	NodeID string `json:"nodeID,omitempty"`
 
-	// entryId is the id of the VM's registration entry on the SPIRE server
-	// (hyperfleet.<claim uid>).
-	// +required
+	// nodeId is the earlier spelling of nodeID, as an earlier operator wrote
+	// it: read when nodeID is unset, replaced by nodeID at the next status
+	// write.
+	//
+	// Deprecated: the operator writes nodeID. Only the schema and the status
+	// write that moves it (OldStatusSpellings) read this field: decoding
+	// folds it into NodeID (api/v1alpha1/spelling.go).
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	DeprecatedNodeID string `json:"nodeId,omitempty"`
+
+	// entryID is the id of the VM's registration entry on the SPIRE server
+	// (hyperfleet.<claim uid>). Required.
+	// +optional
 	// +kubebuilder:validation:MaxLength=255
-	EntryID string `json:"entryId"`
+	EntryID string `json:"entryID,omitempty"`
 
-	// keyId is the id of the ownership key (in the install's key ring,
+	// entryId is the earlier spelling of entryID, as an earlier operator
+	// wrote it: read when entryID is unset, replaced by entryID at the next
+	// status write.
+	//
+	// Deprecated: the operator writes entryID. Only the schema and the
+	// status write that moves it (OldStatusSpellings) read this field:
+	// decoding folds it into EntryID (api/v1alpha1/spelling.go).
+	// +optional
+	// +kubebuilder:validation:MaxLength=255
+	DeprecatedEntryID string `json:"entryId,omitempty"`
+
+	// keyID is the id of the ownership key (in the install's key ring,
 	// docs/security.md, "Ownership keys") that the VM's join token, broker
 	// proof and TPM enrollment proof are derived from, recorded when the
 	// identity is planned: a key rotation while the VM is in flight leaves
@@ -278,7 +319,18 @@ type IdentityStatus struct {
 	// ring's signing key.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	KeyID *int32 `json:"keyId,omitempty"`
+	KeyID *int32 `json:"keyID,omitempty"`
+
+	// keyId is the earlier spelling of keyID, as an earlier operator wrote
+	// it: read when keyID is unset, replaced by keyID at the next status
+	// write.
+	//
+	// Deprecated: the operator writes keyID. Only the schema and the status
+	// write that moves it (OldStatusSpellings) read this field: decoding
+	// folds it into KeyID (api/v1alpha1/spelling.go).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	DeprecatedKeyID *int32 `json:"keyId,omitempty"`
 
 	// joinTokenCreatedAt is when the join token and the entries were
 	// created on the SPIRE server; unset until then.

@@ -349,7 +349,7 @@ func validCluster() *unstructured.Unstructured {
 		"provider": "proxmox",
 		"endpoint": "https://pve.example.com:8006/api2/json",
 		"credentials": map[string]any{
-			"tokenId":     secretRef("pve", "tokenId"),
+			"tokenID":     secretRef("pve", "tokenId"),
 			"tokenSecret": secretRef("pve", "tokenSecret"),
 		},
 	})
@@ -373,7 +373,7 @@ func validStoreCluster() *unstructured.Unstructured {
 func validTemplate() *unstructured.Unstructured {
 	return object("HypervisorMachineTemplate", "tpl", map[string]any{
 		"hypervisorClusterRef": map[string]any{"name": "pve"},
-		"source":               map[string]any{"proxmox": map[string]any{"templateId": int64(9000)}},
+		"source":               map[string]any{"proxmox": map[string]any{"templateID": int64(9000)}},
 		"resources":            map[string]any{"cpu": int64(2), "memory": "4Gi"},
 		"bootstrap": map[string]any{"github": map[string]any{
 			"credentials": map[string]any{"pat": map[string]any{"name": "gh", "key": "token"}},
@@ -398,7 +398,7 @@ func validWindowsTemplate() *unstructured.Unstructured {
 func validGenericTemplate() *unstructured.Unstructured {
 	return object("HypervisorMachineTemplate", "tpl", map[string]any{
 		"hypervisorClusterRef": map[string]any{"name": "pve"},
-		"source":               map[string]any{"proxmox": map[string]any{"templateId": int64(9000)}},
+		"source":               map[string]any{"proxmox": map[string]any{"templateID": int64(9000)}},
 		"resources":            map[string]any{"cpu": int64(2), "memory": "4Gi"},
 		"bootstrap":            map[string]any{"generic": map[string]any{"script": "echo hello"}},
 	})
@@ -416,7 +416,7 @@ func validGenericPool() *unstructured.Unstructured {
 func validGitLabTemplate() *unstructured.Unstructured {
 	return object("HypervisorMachineTemplate", "tpl", map[string]any{
 		"hypervisorClusterRef": map[string]any{"name": "pve"},
-		"source":               map[string]any{"proxmox": map[string]any{"templateId": int64(9000)}},
+		"source":               map[string]any{"proxmox": map[string]any{"templateID": int64(9000)}},
 		"resources":            map[string]any{"cpu": int64(2), "memory": "4Gi"},
 		"bootstrap": map[string]any{"gitlab": map[string]any{
 			"credentials": map[string]any{"token": map[string]any{"name": "gl", "key": "token"}},
@@ -454,12 +454,12 @@ func validClaim() *unstructured.Unstructured {
 	})
 }
 
-// validCIJob is a CIJob of a GitHub job, recorded with an integer jobId as
+// validCIJob is a CIJob of a GitHub job, recorded with an integer jobID as
 // every CIJob was before jobKey existed.
 func validCIJob() *unstructured.Unstructured {
 	return object("CIJob", "github-actions-4242", map[string]any{
 		"platform":      "github-actions",
-		"jobId":         int64(4242),
+		"jobID":         int64(4242),
 		"repository":    "octo-org/app",
 		"runnerPoolRef": map[string]any{"name": "pool"},
 	})
@@ -514,11 +514,11 @@ func invalidCases() []invalidCase {
 		{name: "cluster no credentials", base: validCluster, mutate: set(map[string]any{}, "spec", "credentials"), want: "set exactly one credential pair"},
 		{name: "cluster token and password", base: validCluster, mutate: all(set(secretRef("pve", "user"), "spec", "credentials", "username"), set(secretRef("pve", "pw"), "spec", "credentials", "password")), want: "set exactly one credential pair"},
 		{name: "cluster token without secret", base: validCluster, mutate: del("spec", "credentials", "tokenSecret"), want: "set exactly one credential pair"},
-		{name: "cluster secret ref without namespace", base: validCluster, mutate: del("spec", "credentials", "tokenId", "namespace"), want: "spec.credentials.tokenId.namespace: Required value"},
+		{name: "cluster secret ref without namespace", base: validCluster, mutate: del("spec", "credentials", "tokenID", "namespace"), want: "spec.credentials.tokenID.namespace: Required value"},
 		{name: "cluster clientCert with one key for both", base: validCluster, mutate: set(map[string]any{"name": "pve-client", "namespace": "hf", "certificateKey": "client.pem", "privateKeyKey": "client.pem"}, "spec", "credentials", "clientCert"),
 			want: "credentials.clientCert: certificateKey and privateKeyKey must name two different keys of the Secret"},
 		{name: "cluster clientCert without namespace", base: validCluster, mutate: set(map[string]any{"name": "pve-client"}, "spec", "credentials", "clientCert"), want: "spec.credentials.clientCert.namespace: Required value"},
-		{name: "cluster clientCert alone", base: validCluster, mutate: all(del("spec", "credentials", "tokenId"), del("spec", "credentials", "tokenSecret"), set(map[string]any{"name": "pve-client", "namespace": "hf"}, "spec", "credentials", "clientCert")),
+		{name: "cluster clientCert alone", base: validCluster, mutate: all(del("spec", "credentials", "tokenID"), del("spec", "credentials", "tokenSecret"), set(map[string]any{"name": "pve-client", "namespace": "hf"}, "spec", "credentials", "clientCert")),
 			want: "set exactly one credential pair"},
 		{name: "cluster two TLS trust modes", base: validCluster, mutate: set(map[string]any{"insecureSkipVerify": true, "fingerprintSHA256": strings.Repeat("AB:", 31) + "AB"}, "spec", "tls"), want: "set at most one of tls.caBundleRef, tls.fingerprintSHA256 and tls.insecureSkipVerify=true"},
 		{name: "cluster malformed fingerprint", base: validCluster, mutate: set("AB:CD", "spec", "tls", "fingerprintSHA256"), want: "spec.tls.fingerprintSHA256: Invalid value"},
@@ -609,8 +609,8 @@ func invalidCases() []invalidCase {
 		{name: "windows guest dhcp lease time", base: validWindowsTemplate, mutate: set(map[string]any{"mode": "dhcp", "dhcp": map[string]any{"leaseTime": "30m", "client": "isc-dhcp-client"}}, "spec", "network"), want: "guest.os windows takes its address from Windows' own DHCP client"},
 		{name: "windows guest agent from operator", base: validWindowsTemplate, mutate: set("Operator", "spec", "bootstrap", "agentSource"), want: "guest.os windows needs the agent in the image"},
 		{name: "guest os unknown", base: validTemplate, mutate: set("freebsd", "spec", "guest", "os"), want: `spec.guest.os: Unsupported value: "freebsd"`},
-		{name: "template id and name", base: validTemplate, mutate: set("debian", "spec", "source", "proxmox", "templateName"), want: "set exactly one of source.proxmox.templateId and source.proxmox.templateName"},
-		{name: "template neither id nor name", base: validTemplate, mutate: del("spec", "source", "proxmox", "templateId"), want: "set exactly one of source.proxmox.templateId and source.proxmox.templateName"},
+		{name: "template id and name", base: validTemplate, mutate: set("debian", "spec", "source", "proxmox", "templateName"), want: "set exactly one of source.proxmox.templateID and source.proxmox.templateName"},
+		{name: "template neither id nor name", base: validTemplate, mutate: del("spec", "source", "proxmox", "templateID"), want: "set exactly one of source.proxmox.templateID and source.proxmox.templateName"},
 		{name: "template storage on linked clone", base: validTemplate, mutate: set("local-lvm", "spec", "source", "proxmox", "storage"), want: "storage and format apply only to full clones"},
 		{name: "template unknown clone mode", base: validTemplate, mutate: set("instant", "spec", "source", "proxmox", "cloneMode"), want: `spec.source.proxmox.cloneMode: Unsupported value: "instant"`},
 		{name: "template zero cpu", base: validTemplate, mutate: set(int64(0), "spec", "resources", "cpu"), want: "spec.resources.cpu: Invalid value: 0"},
@@ -654,7 +654,7 @@ func invalidCases() []invalidCase {
 		{name: "template unknown bootstrap method", base: validTemplate, mutate: set("external-secrets", "spec", "bootstrap", "method"), want: `spec.bootstrap.method: Unsupported value: "external-secrets"`},
 		// A lower-case value is the likely mistake; the message lists the right spellings.
 		{name: "template unknown agent source", base: validTemplate, mutate: set("operator", "spec", "bootstrap", "agentSource"), want: `spec.bootstrap.agentSource: Unsupported value: "operator": supported values: "Image", "Operator"`},
-		{name: "template app and pat", base: validTemplate, mutate: set(map[string]any{"appId": map[string]any{"name": "a", "key": "id"}, "privateKey": map[string]any{"name": "a", "key": "pem"}, "installationId": map[string]any{"name": "a", "key": "inst"}}, "spec", "bootstrap", "github", "credentials", "app"), want: "set exactly one of bootstrap.github.credentials.app (GitHub App, recommended) and bootstrap.github.credentials.pat"},
+		{name: "template app and pat", base: validTemplate, mutate: set(map[string]any{"appID": map[string]any{"name": "a", "key": "id"}, "privateKey": map[string]any{"name": "a", "key": "pem"}, "installationID": map[string]any{"name": "a", "key": "inst"}}, "spec", "bootstrap", "github", "credentials", "app"), want: "set exactly one of bootstrap.github.credentials.app (GitHub App, recommended) and bootstrap.github.credentials.pat"},
 		{name: "template without a CI platform", base: validTemplate, mutate: del("spec", "bootstrap", "github"), want: "spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions),"},
 		{name: "template github and generic", base: validTemplate, mutate: set(map[string]any{"script": "echo hi"}, "spec", "bootstrap", "generic"), want: "spec.bootstrap needs exactly one CI platform section: bootstrap.github (GitHub Actions),"},
 		{name: "template generic without script", base: validGenericTemplate, mutate: del("spec", "bootstrap", "generic", "script"), want: "spec.bootstrap.generic.script: Required value"},
@@ -672,7 +672,7 @@ func invalidCases() []invalidCase {
 		{name: "template unknown runner arch", base: validTemplate, mutate: set(map[string]any{"arch": "riscv64"}, "spec", "bootstrap", "github", "runner"), want: `spec.bootstrap.github.runner.arch: Unsupported value: "riscv64"`},
 		{name: "template bad checksum", base: validTemplate, mutate: set(map[string]any{"downloadURL": "https://example.com/runner.tgz", "downloadSHA256": "abc"}, "spec", "bootstrap", "github", "runner"), want: "spec.bootstrap.github.runner.downloadSHA256: Invalid value"},
 		{name: "template enterprise and repository", base: validTemplate, mutate: set("acme-corp", "spec", "bootstrap", "github", "enterprise"), want: "set exactly one of bootstrap.github.repository (repository runners), bootstrap.github.organization (organization runners) and bootstrap.github.enterprise"},
-		{name: "template enterprise with an app", base: validTemplate, mutate: all(enterpriseTemplate, del("spec", "bootstrap", "github", "credentials", "pat"), set(map[string]any{"appId": map[string]any{"name": "a", "key": "id"}, "privateKey": map[string]any{"name": "a", "key": "pem"}, "installationId": map[string]any{"name": "a", "key": "inst"}}, "spec", "bootstrap", "github", "credentials", "app")), want: "bootstrap.github.enterprise needs bootstrap.github.credentials.pat, a personal access token (classic) with the manage_runners:enterprise scope"},
+		{name: "template enterprise with an app", base: validTemplate, mutate: all(enterpriseTemplate, del("spec", "bootstrap", "github", "credentials", "pat"), set(map[string]any{"appID": map[string]any{"name": "a", "key": "id"}, "privateKey": map[string]any{"name": "a", "key": "pem"}, "installationID": map[string]any{"name": "a", "key": "inst"}}, "spec", "bootstrap", "github", "credentials", "app")), want: "bootstrap.github.enterprise needs bootstrap.github.credentials.pat, a personal access token (classic) with the manage_runners:enterprise scope"},
 		{name: "template enterprise with runner URLs", base: validTemplate, mutate: all(enterpriseTemplate, set(map[string]any{"organization": "https://github.example.com/{owner}"}, "spec", "bootstrap", "github", "runnerURLs")), want: "bootstrap.github.registrationURLs and runnerURLs have no enterprise form"},
 		{name: "template enterprise slug with a slash", base: validTemplate, mutate: all(enterpriseTemplate, set("acme/corp", "spec", "bootstrap", "github", "enterprise")), want: "spec.bootstrap.github.enterprise: Invalid value"},
 		{name: "template organization without owner", base: validTemplate, mutate: all(del("spec", "bootstrap", "github", "repository"), del("spec", "bootstrap", "github", "owner"), set("acme", "spec", "bootstrap", "github", "organization")), want: "bootstrap.github.owner is required for repository and organization runners"},
@@ -745,7 +745,7 @@ func invalidCases() []invalidCase {
 		{name: "claim unknown phase", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set(map[string]any{"phase": "Running"}, "status"), status: true, want: `status.phase: Unsupported value: "Running"`},
 		{name: "claim vmRef naming no VM", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set(map[string]any{"vmRef": map[string]any{"hypervisorCluster": "pve", "node": "pve1"}}, "status"), status: true, want: "status.vmRef needs providerID"},
 		{name: "claim providerID without scheme", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set(map[string]any{"vmRef": map[string]any{"hypervisorCluster": "pve", "providerID": "1234"}}, "status"), status: true, want: "status.vmRef.providerID: Invalid value"},
-		{name: "claim vmId below range", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set(map[string]any{"vmRef": map[string]any{"hypervisorCluster": "pve", "vmId": int64(7)}}, "status"), status: true, want: "status.vmRef.vmId: Invalid value: 7"},
+		{name: "claim vmID below range", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: set(map[string]any{"vmRef": map[string]any{"hypervisorCluster": "pve", "vmID": int64(7)}}, "status"), status: true, want: "status.vmRef.vmID: Invalid value: 7"},
 		{name: "claim github without runner block", base: validClaim, mutate: set(map[string]any{"type": "github-actions"}, "spec", "workloadConfig"), want: "workloadConfig.type github-actions needs workloadConfig.github"},
 		{name: "claim github runner on generic", base: validClaim, mutate: set(map[string]any{"type": "generic", "github": map[string]any{"runnerName": "x"}}, "spec", "workloadConfig"), want: "workloadConfig.github applies only to workloadConfig.type github-actions"},
 		{name: "claim gitlab runner on github", base: validClaim, mutate: set(map[string]any{"type": "github-actions", "github": map[string]any{}, "gitlab": map[string]any{"tags": []any{"linux"}}}, "spec", "workloadConfig"), want: "workloadConfig.gitlab applies only to workloadConfig.type gitlab-ci"},
@@ -765,18 +765,18 @@ func invalidCases() []invalidCase {
 			update: del("spec", "workloadConfig", "buildkite", "jobID"), want: "workloadConfig.buildkite.jobID cannot be removed: a claim bound to a job stays bound to it for its life"},
 		{name: "claim pool ref cannot be removed", base: validClaim, mutate: func(*unstructured.Unstructured) {}, update: del("spec", "runnerPoolRef"), want: "spec.runnerPoolRef is immutable: it cannot be added or removed after creation"},
 
-		// CIJob: exactly one of jobId and jobKey, and a jobKey that makes a
+		// CIJob: exactly one of jobID and jobKey, and a jobKey that makes a
 		// valid object name (api/v1alpha1/jobid.go).
-		{name: "cijob with jobId and jobKey", base: validCIJob, mutate: set("0190a1b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b", "spec", "jobKey"),
-			want: "set exactly one of jobId (a platform's numeric job id) and jobKey"},
-		{name: "cijob with neither jobId nor jobKey", base: validCIJob, mutate: del("spec", "jobId"),
-			want: "set exactly one of jobId (a platform's numeric job id) and jobKey"},
-		{name: "cijob jobKey ending in a hyphen", base: validCIJob, mutate: all(del("spec", "jobId"), set("abc-", "spec", "jobKey")), want: "spec.jobKey: Invalid value"},
-		{name: "cijob jobKey with an underscore", base: validCIJob, mutate: all(del("spec", "jobId"), set("a_b", "spec", "jobKey")), want: "spec.jobKey: Invalid value"},
-		{name: "cijob jobKey too long", base: validCIJob, mutate: all(del("spec", "jobId"), set(strings.Repeat("a", 65), "spec", "jobKey")), want: "spec.jobKey: Too long"},
-		{name: "claim bootstrap with jobId and jobKey", base: validClaim, mutate: func(*unstructured.Unstructured) {},
-			update: set(map[string]any{"jobId": int64(7), "jobKey": "0190a1b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b"}, "status", "bootstrap"), status: true,
-			want: "set at most one of jobId (a platform's numeric job id) and jobKey"},
+		{name: "cijob with jobID and jobKey", base: validCIJob, mutate: set("0190a1b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b", "spec", "jobKey"),
+			want: "set exactly one of jobID (a platform's numeric job id) and jobKey"},
+		{name: "cijob with neither jobID nor jobKey", base: validCIJob, mutate: del("spec", "jobID"),
+			want: "set exactly one of jobID (a platform's numeric job id) and jobKey"},
+		{name: "cijob jobKey ending in a hyphen", base: validCIJob, mutate: all(del("spec", "jobID"), set("abc-", "spec", "jobKey")), want: "spec.jobKey: Invalid value"},
+		{name: "cijob jobKey with an underscore", base: validCIJob, mutate: all(del("spec", "jobID"), set("a_b", "spec", "jobKey")), want: "spec.jobKey: Invalid value"},
+		{name: "cijob jobKey too long", base: validCIJob, mutate: all(del("spec", "jobID"), set(strings.Repeat("a", 65), "spec", "jobKey")), want: "spec.jobKey: Too long"},
+		{name: "claim bootstrap with jobID and jobKey", base: validClaim, mutate: func(*unstructured.Unstructured) {},
+			update: set(map[string]any{"jobID": int64(7), "jobKey": "0190a1b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b"}, "status", "bootstrap"), status: true,
+			want: "set at most one of jobID (a platform's numeric job id) and jobKey"},
 		{name: "claim bootstrap jobKey not a key", base: validClaim, mutate: func(*unstructured.Unstructured) {},
 			update: set(map[string]any{"jobKey": "-x"}, "status", "bootstrap"), status: true, want: "status.bootstrap.jobKey: Invalid value"},
 		// IPPool

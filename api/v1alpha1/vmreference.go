@@ -8,12 +8,12 @@ import (
 // proxmoxIDScheme is the scheme of the provider IDs of Proxmox VMs, the
 // one pkg/provider/proxmox.FormatID writes (its tests check that the two
 // agree). The API package knows it for two reasons only: to mirror a
-// Proxmox VM id into vmId for display, and to read references written
+// Proxmox VM id into vmID for display, and to read references written
 // before providerID existed, when every VM was a Proxmox VM.
 const proxmoxIDScheme = "proxmox://"
 
 // NewVMReference is the reference of the VM with provider ID id (and node
-// hint) on HypervisorCluster cluster, vmId mirrored for a Proxmox VM.
+// hint) on HypervisorCluster cluster, vmID mirrored for a Proxmox VM.
 func NewVMReference(cluster, id, node string) *VMReference {
 	ref := &VMReference{HypervisorCluster: cluster, ProviderID: id, Node: node}
 	if digits, ok := strings.CutPrefix(id, proxmoxIDScheme); ok {
@@ -25,8 +25,8 @@ func NewVMReference(cluster, id, node string) *VMReference {
 }
 
 // ID is the provider ID of the VM: providerID, or for a reference written
-// before providerID existed (vmId only; every VM was a Proxmox VM then)
-// proxmox://<vmId>. Empty for a reference that names no VM.
+// before providerID existed (vmID only; every VM was a Proxmox VM then)
+// proxmox://<vmID>. Empty for a reference that names no VM.
 func (r *VMReference) ID() string {
 	switch {
 	case r == nil:

@@ -11,9 +11,9 @@ import (
 )
 
 // TestVMReferenceConversion: a reference names its VM by providerID; one
-// written before providerID existed (vmId only, always a Proxmox VM then)
-// reads as proxmox://<vmId> and is Legacy; NewVMReference mirrors a
-// Proxmox VM id into vmId and nothing else.
+// written before providerID existed (vmID only, always a Proxmox VM then)
+// reads as proxmox://<vmID> and is Legacy; NewVMReference mirrors a
+// Proxmox VM id into vmID and nothing else.
 func TestVMReferenceConversion(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -46,21 +46,23 @@ func TestVMReferenceConversion(t *testing.T) {
 	} {
 		ref := hfv1.NewVMReference("pve", id, "pve1")
 		if ref.ProviderID != id || ref.VMID != wantVMID || ref.Node != "pve1" || ref.HypervisorCluster != "pve" || ref.Legacy() {
-			t.Errorf("NewVMReference(%q) = %+v, want vmId %d", id, *ref, wantVMID)
+			t.Errorf("NewVMReference(%q) = %+v, want vmID %d", id, *ref, wantVMID)
 		}
 	}
 }
 
 // TestVMReferenceFormsAccepted: the API server stores a vmRef with a
-// providerID (with or without the vmId mirror) and one written before
-// providerID existed (vmId only), so that existing claims keep validating.
+// providerID (with or without the vmID mirror) and one written before
+// providerID existed (vmID only, or vmId as an earlier operator spelt it),
+// so that existing claims keep validating.
 func TestVMReferenceFormsAccepted(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
 	for name, ref := range map[string]map[string]any{
 		"provider id":          {"hypervisorCluster": "pve", "providerID": "vsphere://4211-aa"},
-		"provider id and vmId": {"hypervisorCluster": "pve", "providerID": "proxmox://1234", "vmId": int64(1234), "node": "pve1"},
-		"legacy":               {"hypervisorCluster": "pve", "vmId": int64(1234), "node": "pve1"},
+		"provider id and vmID": {"hypervisorCluster": "pve", "providerID": "proxmox://1234", "vmID": int64(1234), "node": "pve1"},
+		"legacy":               {"hypervisorCluster": "pve", "vmID": int64(1234), "node": "pve1"},
+		"legacy, old spelling": {"hypervisorCluster": "pve", "vmId": int64(1234), "node": "pve1"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			obj := validClaim()

@@ -55,7 +55,7 @@ func Resolve(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluste
 	}
 	var err error
 	cr := s.Credentials
-	if cfg.TokenID, err = read("spec.credentials.tokenId", cr.TokenID); err != nil {
+	if cfg.TokenID, err = read("spec.credentials.tokenID", cr.TokenID); err != nil {
 		return cfg, err
 	}
 	if cfg.TokenSecret, err = read("spec.credentials.tokenSecret", cr.TokenSecret); err != nil {
@@ -183,6 +183,11 @@ func Deprecated(cluster *hfv1.HypervisorCluster) []MovedField {
 	}
 	if s.ISOStorage != "" { //nolint:staticcheck // reports the deprecated field
 		out = append(out, MovedField{"spec.isoStorage", "spec.proxmox.isoStorage"})
+	}
+	// Read as tokenID (api/v1alpha1/spelling.go); the API server refuses
+	// it on a write that changes spec.credentials.
+	if s.Credentials.DeprecatedTokenID != nil { //nolint:staticcheck // reports the deprecated field
+		out = append(out, MovedField{"spec.credentials.tokenId", "spec.credentials.tokenID"})
 	}
 	if d := s.DNS; d != nil && d.DNSProvider != nil {
 		// Stored before the types were refused; they work as external-dns

@@ -764,7 +764,7 @@ func newPlatforms(kube client.Client, backends *workload.Backends) *workloads.Pl
 }
 
 // vmidOf is the fake hypervisor's id of the claim's VM (status.vmRef's
-// providerID; vmId is Proxmox's).
+// providerID; vmID is Proxmox's).
 func (w *lifeWorld) vmidOf(c *hfv1.MachineClaim) int {
 	w.t.Helper()
 	if c.Status.VMRef == nil {

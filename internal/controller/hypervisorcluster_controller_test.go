@@ -54,7 +54,7 @@ func TestClusterConnectionProblems(t *testing.T) {
 		}, string(hfv1.AuthenticationFailedReason), ""},
 		{"missing secret", func(c *hfv1.HypervisorCluster) {
 			c.Spec.Credentials.TokenID.Name = "does-not-exist"
-		}, string(hfv1.SecretNotFoundReason), "spec.credentials.tokenId: Secret hyperfleet-system/does-not-exist does not exist"},
+		}, string(hfv1.SecretNotFoundReason), "spec.credentials.tokenID: Secret hyperfleet-system/does-not-exist does not exist"},
 		{"wrong fingerprint", func(c *hfv1.HypervisorCluster) {
 			c.Spec.TLS.FingerprintSHA256 = strings.Repeat("AB:", 31) + "AB"
 		}, string(hfv1.InvalidTLSReason), "does not match tls.fingerprintSHA256"},

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -269,5 +270,31 @@ func TestReportDeprecatedOncePerGeneration(t *testing.T) {
 	cluster.Spec.Proxmox.ISOStorage = ""
 	if got := pass(); len(got) != 1 {
 		t.Errorf("generation 4, back on a deprecated field: events %q, want one", got)
+	}
+}
+
+// TestReportDeprecatedNamesOldTokenID: a cluster stored with
+// spec.credentials.tokenId (read as tokenID, so it still connects) is told
+// in the DeprecatedField event to rename it.
+func TestReportDeprecatedNamesOldTokenID(t *testing.T) {
+	cluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "pve", UID: "uid-1", Generation: 1}}
+	doc := `{"spec":{"credentials":{"tokenId":{"namespace":"hf","name":"pve","key":"tokenId"},"tokenSecret":{"namespace":"hf","name":"pve","key":"s"}}}}`
+	if err := json.Unmarshal([]byte(doc), cluster); err != nil {
+		t.Fatal(err)
+	}
+	if cluster.Spec.Credentials.TokenID == nil || cluster.Spec.Credentials.TokenID.Name != "pve" {
+		t.Fatalf("tokenId read as TokenID %+v", cluster.Spec.Credentials.TokenID)
+	}
+	rec := record.NewFakeRecorder(4)
+	r := &HypervisorClusterReconciler{Recorder: rec}
+	if _, err := r.reportDeprecated(context.Background(), &clusterScope{cluster: cluster}); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Events) != 1 {
+		t.Fatalf("%d events, want one DeprecatedField event", len(rec.Events))
+	}
+	if ev := <-rec.Events; !strings.HasPrefix(ev, "Normal DeprecatedField ") ||
+		!strings.Contains(ev, "spec.credentials.tokenId is deprecated: move it to spec.credentials.tokenID") {
+		t.Errorf("event %q, want one naming spec.credentials.tokenId and spec.credentials.tokenID", ev)
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -52,6 +54,10 @@ type HypervisorMachineTemplateReconciler struct {
 	// Identity says whether this operator can give VMs SPIFFE identities:
 	// it holds an identity issuer and runs the credential broker.
 	Identity IdentitySupport
+
+	// deprecationsReported keeps the generation ("UID/generation") whose
+	// old spellings each template was told about (reportDeprecated).
+	deprecationsReported sync.Map // namespace/name -> string
 }
 
 // IdentitySupport is what templates that attest with SPIRE need of the
@@ -138,6 +144,9 @@ type templateScope struct {
 func (r *HypervisorMachineTemplateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	tmpl := &hfv1.HypervisorMachineTemplate{}
 	if err := r.Client.Get(ctx, req.NamespacedName, tmpl); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.deprecationsReported.Delete(req.String())
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("HypervisorMachineTemplate", klog.KObj(tmpl)))
@@ -151,7 +160,7 @@ func (r *HypervisorMachineTemplateReconciler) Reconcile(ctx context.Context, req
 		return phase.Run(ctx, s, r.holdWhileUsed)
 	}
 	// The credential's reach is reported whatever the validation finds.
-	return phase.Run(ctx, s, r.reportReusableCredential, r.refuseUnsupported, r.checkDHCPClient, r.loadCluster, r.checkTenancy, r.checkIdentity,
+	return phase.Run(ctx, s, r.reportDeprecated, r.reportReusableCredential, r.refuseUnsupported, r.checkDHCPClient, r.loadCluster, r.checkTenancy, r.checkIdentity,
 		r.checkMetadata, r.checkSecrets, r.resolveRunnerRelease, r.loadIPPool, r.render, r.checkOnHypervisor, r.recordValid)
 }
 

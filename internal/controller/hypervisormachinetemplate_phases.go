@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
@@ -48,6 +49,33 @@ func (s *templateScope) invalid(reason hfv1.ConditionReason, msg string) (phase.
 func (s *templateScope) unreachable(msg string) (phase.Result, error) {
 	s.validity = notReady(hfv1.ClusterUnavailableReason, msg)
 	return phase.StopAndRequeue(transientRecheck), nil
+}
+
+// reportDeprecated tells a template stored with fields under their earlier
+// spelling (templateId, appId, installationId: api/v1alpha1/spelling.go)
+// to rename them, in one Normal DeprecatedField event per generation (per
+// operator start: the requeues in between stay quiet). The fields still
+// work, read under their new names, so nothing else changes; the API
+// server refuses them on the template's next write that touches them.
+func (r *HypervisorMachineTemplateReconciler) reportDeprecated(_ context.Context, s *templateScope) (phase.Result, error) {
+	tmpl := s.tmpl
+	key := client.ObjectKeyFromObject(tmpl).String()
+	old := tmpl.OldSpecSpellings()
+	if len(old) == 0 {
+		r.deprecationsReported.Delete(key)
+		return phase.Next(), nil
+	}
+	generation := fmt.Sprintf("%s/%d", tmpl.UID, tmpl.Generation)
+	if was, ok := r.deprecationsReported.Swap(key, generation); ok && was == generation {
+		return phase.Next(), nil
+	}
+	fields := make([]string, len(old))
+	for i, o := range old {
+		fields[i] = fmt.Sprintf("%s.%s is now %s: rename the field", strings.Join(o.Path, "."), o.Old, o.New)
+	}
+	r.Recorder.Event(tmpl, corev1.EventTypeNormal, "DeprecatedField",
+		strings.Join(fields, "; ")+" (the stored template keeps working; a write that changes these fields must use the new spelling)")
+	return phase.Next(), nil
 }
 
 // refuseUnsupported stops a template that sets a field this operator does

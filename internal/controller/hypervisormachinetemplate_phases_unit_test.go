@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/testobjects"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	fakeprovider "github.com/hyperfleet/hyperfleet/pkg/provider/fake"
@@ -277,4 +279,56 @@ type failingValidation struct {
 
 func (f failingValidation) ValidateTemplate(context.Context, provider.TemplateSource) (*provider.TemplateInfo, error) {
 	return nil, f.err
+}
+
+// TestTemplateReportsOldSpellingsOncePerGeneration: a template stored with
+// templateId, appId or installationId (read as templateID, appID and
+// installationID) gets one DeprecatedField event naming each old spelling
+// and its new one, not one per requeue; a new generation that still has
+// one is told again, and one that renamed them all is not.
+func TestTemplateReportsOldSpellingsOncePerGeneration(t *testing.T) {
+	ctx := context.Background()
+	tm := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "debian", UID: "uid-1", Generation: 1}}
+	doc := `{"spec":{"source":{"proxmox":{"templateId":9000}},"bootstrap":{"github":{"credentials":{"app":` +
+		`{"appId":{"name":"gh","key":"id"},"installationId":{"name":"gh","key":"inst"},"privateKey":{"name":"gh","key":"pem"}}}}}}}`
+	if err := json.Unmarshal([]byte(doc), tm); err != nil {
+		t.Fatal(err)
+	}
+	rec := record.NewFakeRecorder(16)
+	r := &HypervisorMachineTemplateReconciler{Recorder: rec}
+	pass := func() []string {
+		t.Helper()
+		if res, err := r.reportDeprecated(ctx, &templateScope{tmpl: tm}); err != nil || res != phase.Next() {
+			t.Fatalf("reportDeprecated = %v, %v; want the next phase", res, err)
+		}
+		var got []string
+		for len(rec.Events) > 0 {
+			got = append(got, <-rec.Events)
+		}
+		return got
+	}
+	first := pass()
+	if len(first) != 1 || !strings.HasPrefix(first[0], "Normal DeprecatedField ") ||
+		!strings.Contains(first[0], "spec.source.proxmox.templateId is now templateID") ||
+		!strings.Contains(first[0], "spec.bootstrap.github.credentials.app.appId is now appID") ||
+		!strings.Contains(first[0], "spec.bootstrap.github.credentials.app.installationId is now installationID") {
+		t.Fatalf("first pass: events %q, want one DeprecatedField event naming the three old spellings and their new ones", first)
+	}
+	if got := pass(); len(got) != 0 {
+		t.Errorf("a requeue of the same generation: events %q, want none", got)
+	}
+	tm.Generation = 2
+	tm.Spec.Source.Proxmox.DeprecatedTemplateID = nil //nolint:staticcheck // the deprecated field under test
+	if got := pass(); len(got) != 1 || strings.Contains(got[0], "templateId") || !strings.Contains(got[0], "appId") {
+		t.Errorf("generation 2, which renamed templateId only: events %q, want one naming appId, not templateId", got)
+	}
+	tm.Generation = 3
+	tm.Spec.Bootstrap.GitHub.Credentials.App.DeprecatedAppID = nil          //nolint:staticcheck // the deprecated field under test
+	tm.Spec.Bootstrap.GitHub.Credentials.App.DeprecatedInstallationID = nil //nolint:staticcheck // the deprecated field under test
+	if got := pass(); len(got) != 0 {
+		t.Errorf("generation 3, which renamed every field: events %q, want none", got)
+	}
+	if tm.Spec.Source.Proxmox.TemplateID == nil || *tm.Spec.Source.Proxmox.TemplateID != 9000 {
+		t.Errorf("templateId read as %v, want 9000", tm.Spec.Source.Proxmox.TemplateID)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -509,10 +510,12 @@ func TestMetricsExposed(t *testing.T) {
 }
 
 // TestClaimWrittenBeforeProviderIDs: a running claim whose status an
-// earlier version wrote (status.vmRef with vmId and node, no providerID)
-// keeps its VM across the upgrade: the new operator records the VM's
-// providerID (proxmox://<vmId>) at its next reconcile, creates no second
-// VM, and deleting the claim destroys exactly that VM.
+// earlier version wrote (status.vmRef with vmId and node, no providerID;
+// the bootstrap's runnerId: the ...Id spelling of that version) keeps its
+// VM and runner across the upgrade: the new operator records the VM's
+// providerID (proxmox://<vmID>) at its next reconcile, in the same write
+// moves the ...Id keys to ...ID (api/v1alpha1/spelling.go), creates no
+// second VM, and deleting the claim destroys exactly that VM.
 func TestClaimWrittenBeforeProviderIDs(t *testing.T) {
 	sim := startSim(t, nil)
 	first := startOperator(t, operatorOptions{})
@@ -521,17 +524,28 @@ func TestClaimWrittenBeforeProviderIDs(t *testing.T) {
 	got := waitDelivered(t, claim, 60*time.Second)
 	ref := *got.Status.VMRef
 	if ref.ProviderID != fmt.Sprintf("proxmox://%d", ref.VMID) || ref.VMID == 0 {
-		t.Fatalf("vmRef = %+v, want providerID proxmox://<vmId> and vmId mirrored", ref)
+		t.Fatalf("vmRef = %+v, want providerID proxmox://<vmID> and vmID mirrored", ref)
 	}
+	runnerID := got.Status.Bootstrap.RunnerID
 	first.stop(t)
 
 	// What an earlier version stored.
-	got.Status.VMRef = &hfv1.VMReference{HypervisorCluster: ref.HypervisorCluster, VMID: ref.VMID, Node: ref.Node}
-	if err := env.Client.Status().Update(context.Background(), got); err != nil {
+	raw := &unstructured.Unstructured{}
+	raw.SetGroupVersionKind(hfv1.GroupVersion.WithKind("MachineClaim"))
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(got), raw); err != nil {
+		t.Fatal(err)
+	}
+	raw.Object["status"].(map[string]any)["vmRef"] = map[string]any{"hypervisorCluster": ref.HypervisorCluster, "vmId": int64(ref.VMID), "node": ref.Node}
+	bootstrap := raw.Object["status"].(map[string]any)["bootstrap"].(map[string]any)
+	if id, ok := bootstrap["runnerID"]; ok {
+		delete(bootstrap, "runnerID")
+		bootstrap["runnerId"] = id
+	}
+	if err := env.Client.Status().Update(context.Background(), raw); err != nil {
 		t.Fatalf("write the legacy vmRef: %v", err)
 	}
-	if stored, err := getClaim(t, claim); err != nil || stored.Status.VMRef.ProviderID != "" {
-		t.Fatalf("the legacy vmRef was not stored as written: %+v, %v", stored.Status.VMRef, err)
+	if stored, err := getClaim(t, claim); err != nil || stored.Status.VMRef.ProviderID != "" || stored.Status.Bootstrap.RunnerID != runnerID {
+		t.Fatalf("the legacy status was not stored as written: %+v, %+v, %v", stored.Status.VMRef, stored.Status.Bootstrap, err)
 	}
 
 	first.restart(t, operatorOptions{})
@@ -547,6 +561,17 @@ func TestClaimWrittenBeforeProviderIDs(t *testing.T) {
 	})
 	if vms := operatorVMs(sim); len(vms) != 1 || vms[0].VMID != int(ref.VMID) {
 		t.Fatalf("operator VMs %+v, want only VM %d", vms, ref.VMID)
+	}
+	if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(got), raw); err != nil {
+		t.Fatal(err)
+	}
+	status := raw.Object["status"].(map[string]any)
+	vmRef, bootstrap := status["vmRef"].(map[string]any), status["bootstrap"].(map[string]any)
+	if _, old := vmRef["vmId"]; old || vmRef["vmID"] != int64(ref.VMID) {
+		t.Errorf("status.vmRef stored as %v, want vmID %d and no vmId", vmRef, ref.VMID)
+	}
+	if _, old := bootstrap["runnerId"]; old || (runnerID != 0 && bootstrap["runnerID"] != runnerID) {
+		t.Errorf("status.bootstrap stored as %v, want runnerID %d and no runnerId", bootstrap, runnerID)
 	}
 	if err := env.Client.Delete(context.Background(), got); err != nil {
 		t.Fatal(err)

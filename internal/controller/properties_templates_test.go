@@ -43,9 +43,9 @@ type templateSource struct {
 var templateSources = []templateSource{
 	{name: "template by id", id: 9000, linkedOK: true},
 	{name: "renamable template by name", ref: "ci-b", linkedOK: true},
-	{name: "missing id", id: 9999, problem: "TemplateNotFound", field: "spec.source.proxmox.templateId", linkedOK: true},
+	{name: "missing id", id: 9999, problem: "TemplateNotFound", field: "spec.source.proxmox.templateID", linkedOK: true},
 	{name: "missing name", ref: "no-such-template", problem: "TemplateNotFound", field: "spec.source.proxmox.templateName", linkedOK: true},
-	{name: "plain VM", id: 9002, problem: "NotATemplate", field: "spec.source.proxmox.templateId", linkedOK: true},
+	{name: "plain VM", id: 9002, problem: "NotATemplate", field: "spec.source.proxmox.templateID", linkedOK: true},
 	{name: "template without guest agent", id: 9003, problem: string(hfv1.GuestAgentRequiredReason), field: "qm set 9003 --agent", linkedOK: true},
 	{name: "template on thick LVM", id: 9004, linkedOK: false},
 }

@@ -79,7 +79,7 @@ func TestTenancyAllowLists(t *testing.T) {
 		{"vlan", []string{"spec.network.vlan 42", "untagged"}, func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Network.VLAN = ptr.To[int32](42)
 		}},
-		{"template", []string{"spec.source.proxmox.templateId 9001", "allowed ids: 9000"}, func(tm *hfv1.HypervisorMachineTemplate) {
+		{"template", []string{"spec.source.proxmox.templateID 9001", "allowed ids: 9000"}, func(tm *hfv1.HypervisorMachineTemplate) {
 			tm.Spec.Source.Proxmox.TemplateID = ptr.To[int32](9001)
 		}},
 		{"template-name", []string{`spec.source.proxmox.templateName "admin-only"`, "allowed names: debian-12-ci"}, func(tm *hfv1.HypervisorMachineTemplate) {

@@ -9,7 +9,7 @@ import (
 
 // KeyRing is where an Issuer's keys come from: the install's ownership
 // key ring (pkg/ownership Signer), whose keys have ids. A claim's secrets
-// are derived with the key its status.identity.keyId names, recorded when
+// are derived with the key its status.identity.keyID names, recorded when
 // its identity was planned (Issuer.Plan), so that a key rotation, which
 // makes the ring sign with a new key, changes nothing for a VM in flight:
 // its join token (created on the SPIRE server before the rotation), its

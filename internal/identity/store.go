@@ -161,7 +161,7 @@ func Deliver(ctx context.Context, store secretstore.Store, claim *hfv1.MachineCl
 	}
 	id, err := spiffeid.FromString(st.SPIFFEID)
 	if err != nil {
-		return StoreDone, fmt.Errorf("status.identity.spiffeId %q: %w", st.SPIFFEID, err)
+		return StoreDone, fmt.Errorf("status.identity.spiffeID %q: %w", st.SPIFFEID, err)
 	}
 	if err := store.Delete(ctx, id); err != nil {
 		return StoreDone, fmt.Errorf("clear an earlier attempt's credential for %s from the secrets store: %w", id, err)

@@ -9,6 +9,12 @@
 // list, so a writer that names the conditions it owns has its status patch
 // built on the server's current list, with only its own conditions
 // changed, under an optimistic lock retried on conflict.
+//
+// A status read with keys of an earlier spelling (api/v1alpha1/spelling.go:
+// vmId for vmID ...) is written with the new ones at the next status write,
+// whatever else it changes: the decoded object holds the value under its
+// new name only, so a patch computed from it alone would never remove the
+// old key, nor add the new one while the value stays the same.
 package patch
 
 import (
@@ -24,6 +30,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 )
 
 // Conditioned is an object whose status carries conditions.
@@ -42,6 +50,15 @@ type Helper struct {
 	err  error
 	// gone is set once a write found the object deleted (Gone).
 	gone bool
+	// respell are the status keys read under an earlier spelling, until a
+	// status write moved them.
+	respell []hfv1.OldSpelling
+}
+
+// respelled is an object whose status may have been read with keys of an
+// earlier spelling (api/v1alpha1/spelling.go).
+type respelled interface {
+	OldStatusSpellings() []hfv1.OldSpelling
 }
 
 type options struct {
@@ -68,6 +85,9 @@ func WithOwnedConditions(types ...string) Option {
 func NewHelper(c client.Client, obj client.Object, opts ...Option) *Helper {
 	h := &Helper{c: c}
 	h.doc, h.err = toDocument(obj)
+	if r, ok := obj.(respelled); ok {
+		h.respell = r.OldStatusSpellings()
+	}
 	for _, o := range opts {
 		o(&h.opts)
 	}
@@ -142,7 +162,10 @@ func (h *Helper) patchStatus(ctx context.Context, obj client.Object, lock bool) 
 		return err
 	}
 	data, err := mergePatch(only(h.doc, "status"), only(after, "status"))
-	if err != nil || data == nil {
+	if err != nil {
+		return err
+	}
+	if data, err = respell(data, after, h.respell); err != nil || data == nil {
 		return err
 	}
 	cond, owned := obj.(Conditioned)
@@ -159,6 +182,7 @@ func (h *Helper) patchStatus(ctx context.Context, obj client.Object, lock bool) 
 	if err != nil {
 		return err
 	}
+	h.respell = nil
 	written, err := toDocument(obj)
 	if err != nil {
 		return err
@@ -331,6 +355,72 @@ func mergePatch(before, after map[string]any) ([]byte, error) {
 		return nil, nil
 	}
 	return data, nil
+}
+
+// respell adds to the merge patch data (nil: none) the moves of the keys
+// in old: each old key removed, and its new key written with the value
+// after holds (none when the value was cleared). An object after no longer
+// holds is removed whole by the patch already.
+func respell(data []byte, after map[string]any, old []hfv1.OldSpelling) ([]byte, error) {
+	if len(old) == 0 {
+		return data, nil
+	}
+	p := map[string]any{}
+	if data != nil {
+		if err := json.Unmarshal(data, &p); err != nil {
+			return nil, fmt.Errorf("decode merge patch: %w", err)
+		}
+	}
+	moved := false
+	for _, o := range old {
+		src, ok := lookup(after, o.Path)
+		if !ok {
+			continue
+		}
+		dst, ok := descend(p, o.Path)
+		if !ok {
+			continue
+		}
+		dst[o.Old] = nil
+		if v, ok := src[o.New]; ok {
+			dst[o.New] = v
+		}
+		moved = true
+	}
+	if !moved {
+		return data, nil
+	}
+	return json.Marshal(p)
+}
+
+// lookup is the object at path in doc.
+func lookup(doc map[string]any, path []string) (map[string]any, bool) {
+	for _, k := range path {
+		next, ok := doc[k].(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		doc = next
+	}
+	return doc, true
+}
+
+// descend is the object at path in the merge patch p, made where the patch
+// leaves it unchanged; false where the patch replaces or removes it.
+func descend(p map[string]any, path []string) (map[string]any, bool) {
+	for _, k := range path {
+		v, present := p[k]
+		if !present {
+			v = map[string]any{}
+			p[k] = v
+		}
+		next, ok := v.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		p = next
+	}
+	return p, true
 }
 
 // withResourceVersion adds metadata.resourceVersion to a merge patch: the

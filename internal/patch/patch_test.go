@@ -3,11 +3,13 @@ package patch_test
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -231,5 +233,92 @@ func TestPatchGone(t *testing.T) {
 	}
 	if !h.Gone() {
 		t.Fatal("a write that found the object deleted does not report it Gone")
+	}
+}
+
+// TestStatusMovesOldSpellings: a claim whose status an earlier operator
+// wrote with the ...Id keys (vmId, runnerId, jobId, spiffeId, nodeId,
+// entryId, keyId) is read into the Go fields, and the next status write,
+// whatever it changes, stores the ...ID keys only with the same values: the
+// claim keeps its VM, runner and job. A value cleared in memory is cleared
+// on the server, not read back from the old key.
+func TestStatusMovesOldSpellings(t *testing.T) {
+	ctx := context.Background()
+	c := newClaim(t, "old-spellings")
+	stored := &unstructured.Unstructured{}
+	stored.SetGroupVersionKind(hfv1.GroupVersion.WithKind("MachineClaim"))
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), stored); err != nil {
+		t.Fatal(err)
+	}
+	stored.Object["status"] = map[string]any{
+		"vmRef":     map[string]any{"hypervisorCluster": "pve", "providerID": "proxmox://1234", "vmId": int64(1234)},
+		"bootstrap": map[string]any{"runnerName": "r", "runnerId": int64(7), "jobId": int64(42), "spiffeId": "spiffe://td/vm/a"},
+		"identity": map[string]any{"spiffeId": "spiffe://td/vm/a", "nodeId": "spiffe://td/hyperfleet/node/a",
+			"entryId": "hyperfleet.u", "keyId": int64(2)},
+	}
+	if err := env.Client.Status().Update(ctx, stored); err != nil {
+		t.Fatalf("writing the status as an earlier operator did: %v", err)
+	}
+	c = get(t, c)
+	st := c.Status
+	if st.VMRef.VMID != 1234 || st.Bootstrap.RunnerID != 7 || st.Bootstrap.JobID != 42 || st.Identity.EntryID != "hyperfleet.u" ||
+		st.Identity.KeyID == nil || *st.Identity.KeyID != 2 {
+		t.Fatalf("the old keys read as vmRef %+v, bootstrap %+v, identity %+v", st.VMRef, st.Bootstrap, st.Identity)
+	}
+
+	// A pass that changes nothing else still moves the keys.
+	h := patch.NewHelper(env.Client, c)
+	if err := h.PatchStatus(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	raw := func() map[string]any {
+		u := stored.DeepCopy()
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), u); err != nil {
+			t.Fatal(err)
+		}
+		s, _ := u.Object["status"].(map[string]any)
+		return s
+	}
+	want := map[string]map[string]any{
+		"vmRef":     {"vmID": int64(1234)},
+		"bootstrap": {"runnerID": int64(7), "jobID": int64(42), "spiffeID": "spiffe://td/vm/a"},
+		"identity":  {"spiffeID": "spiffe://td/vm/a", "nodeID": "spiffe://td/hyperfleet/node/a", "entryID": "hyperfleet.u", "keyID": int64(2)},
+	}
+	got := raw()
+	for obj, keys := range want {
+		m, _ := got[obj].(map[string]any)
+		for k, v := range keys {
+			if m[k] != v {
+				t.Errorf("status.%s.%s = %v, want %v (status %v)", obj, k, m[k], v, got)
+			}
+			old := strings.TrimSuffix(k, "ID") + "Id"
+			if _, ok := m[old]; ok {
+				t.Errorf("status.%s still holds %s: %v", obj, old, m)
+			}
+		}
+	}
+	rv := get(t, c).ResourceVersion
+	if err := h.PatchStatus(ctx, c); err != nil || get(t, c).ResourceVersion != rv {
+		t.Fatalf("a second status write without changes wrote again (err %v)", err)
+	}
+
+	// Read with the old key again, the job cleared in memory: cleared.
+	stored.Object["status"] = map[string]any{"bootstrap": map[string]any{"runnerName": "r", "jobId": int64(42)}}
+	u := stored.DeepCopy()
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(c), u); err != nil {
+		t.Fatal(err)
+	}
+	u.Object["status"] = stored.Object["status"]
+	if err := env.Client.Status().Update(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	c = get(t, c)
+	h = patch.NewHelper(env.Client, c)
+	c.Status.Bootstrap.JobID = 0
+	if err := h.PatchStatus(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := raw()["bootstrap"].(map[string]any); b["jobId"] != nil || b["jobID"] != nil || get(t, c).Status.Bootstrap.JobID != 0 {
+		t.Errorf("a job cleared in memory is stored as %v", b)
 	}
 }

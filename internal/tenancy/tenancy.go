@@ -216,7 +216,7 @@ func templateViolation(src *hfv1.ProxmoxSource, rule *hfv1.TenancyRule) string {
 		}
 	}
 	if src.TemplateID != nil {
-		return fmt.Sprintf("spec.source.proxmox.templateId %d is not allowed; allowed ids: %s", *src.TemplateID, listOrNone(ids))
+		return fmt.Sprintf("spec.source.proxmox.templateID %d is not allowed; allowed ids: %s", *src.TemplateID, listOrNone(ids))
 	}
 	return fmt.Sprintf("spec.source.proxmox.templateName %q is not allowed; allowed names: %s", src.TemplateName, listOrNone(names))
 }

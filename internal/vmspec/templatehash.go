@@ -1,6 +1,7 @@
 package vmspec
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
@@ -19,7 +20,7 @@ const templateHashVersion = "hyperfleet-template-hash/v1"
 
 // hashedShape is everything besides cloud-init that shapes a VM.
 type hashedShape struct {
-	Source    hfv1.ProxmoxSource    `json:"source"`
+	Source    json.RawMessage       `json:"source"`
 	Resources hfv1.MachineResources `json:"resources"`
 	Network   hfv1.MachineNetwork   `json:"network"`
 	Bridge    string                `json:"bridge"`
@@ -52,8 +53,12 @@ func TemplateHash(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 	if err != nil {
 		return "", fmt.Errorf("spec.cloudInit does not render: %w", err)
 	}
+	source, err := hashedSource(tmpl.Spec.Source.Proxmox)
+	if err != nil {
+		return "", err
+	}
 	shape := hashedShape{
-		Source:    tmpl.Spec.Source.Proxmox,
+		Source:    source,
 		Resources: tmpl.Spec.Resources,
 		Network:   tmpl.Spec.Network,
 		Bridge:    cmp.Or(tmpl.Spec.Network.Bridge, cluster.Spec.DefaultBridge),
@@ -76,4 +81,18 @@ func TemplateHash(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 		h.Write(part)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// hashedSource is the source as versions before the API spelt its id
+// fields ID encoded it: templateId, not templateID
+// (api/v1alpha1/spelling.go). The hash must not change with the spelling,
+// or an upgrade would see every VM cloned by template id as stale. The
+// key cannot occur inside a value: the source's strings are names that
+// hold no quote.
+func hashedSource(src hfv1.ProxmoxSource) (json.RawMessage, error) {
+	raw, err := json.Marshal(src)
+	if err != nil {
+		return nil, fmt.Errorf("encode spec.source.proxmox: %w", err)
+	}
+	return bytes.Replace(raw, []byte(`"templateID":`), []byte(`"templateId":`), 1), nil
 }

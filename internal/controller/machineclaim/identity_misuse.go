@@ -83,7 +83,7 @@ func stolenMessage(st *hfv1.IdentityStatus) string {
 func (r *Reconciler) evictIdentity(ctx context.Context, claim *hfv1.MachineClaim) error {
 	id, err := spiffeid.FromString(claim.Status.Identity.SPIFFEID)
 	if err != nil {
-		return fmt.Errorf("status.identity.spiffeId: %w", err)
+		return fmt.Errorf("status.identity.spiffeID: %w", err)
 	}
 	srv, ok := r.Identity.ByTrustDomain(id.TrustDomain())
 	if !ok {

@@ -75,7 +75,7 @@ func (r *Reconciler) issueIdentity(ctx context.Context, s *claimScope, tmpl *hfv
 		// Recorded first: whatever is created on the SPIRE server from
 		// here on is found again, and removed, through these ids, and
 		// the VM's secrets are derived with the ownership key recorded
-		// with them (keyId), whatever key rotation comes later.
+		// with them (keyID), whatever key rotation comes later.
 		claim.Status.Identity = plan
 		what := "its join token is not issued yet"
 		if tmpl.Spec.Attestation.Method == hfv1.AttestationTPM {

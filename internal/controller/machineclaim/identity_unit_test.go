@@ -251,7 +251,7 @@ func TestIssueTPMIdentity(t *testing.T) {
 	// The ownership key its secrets are derived from is recorded with
 	// the plan, so that a key rotation changes none of them.
 	if st.KeyID == nil || int(*st.KeyID) != r.Issuer.Keys.SigningKeyID() {
-		t.Errorf("status.identity.keyId = %v, want the signing key %d", st.KeyID, r.Issuer.Keys.SigningKeyID())
+		t.Errorf("status.identity.keyID = %v, want the signing key %d", st.KeyID, r.Issuer.Keys.SigningKeyID())
 	}
 	state := fs.State()
 	if len(state.Tokens) != 0 {

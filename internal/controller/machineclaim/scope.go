@@ -47,8 +47,9 @@ type claimScope struct {
 // carries an optimistic lock: a claim read from a stale cache must not
 // overwrite a newer VM reservation or finalizer list.
 //
-// A claim written before provider IDs names its VM by vmId alone (then
-// always a Proxmox VM): the scope records its providerID, which the
+// A claim written before provider IDs names its VM by vmID alone (stored
+// as vmId by earlier versions; then always a Proxmox VM): the scope
+// records its providerID, which the
 // status write that closes the pass stores, so that every claim carries
 // one after its next reconcile.
 func (r *Reconciler) newClaimScope(claim *hfv1.MachineClaim) *claimScope {

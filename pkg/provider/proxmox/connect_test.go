@@ -96,7 +96,7 @@ func TestTLS(t *testing.T) {
 	invalid("two TLS modes", "at most one", func(c *provider.ClusterConfig) { c.CABundle, c.InsecureSkipVerify = certPEM(e.srv), true })
 	invalid("bad endpoint", "endpoint", func(c *provider.ClusterConfig) { c.Endpoint = "pve:8006" })
 	invalid("no credentials", "credentials", func(c *provider.ClusterConfig) { c.TokenID, c.TokenSecret = "", "" })
-	invalid("bad token id", "tokenId", func(c *provider.ClusterConfig) { c.TokenID = "operator" })
+	invalid("bad token id", "tokenID", func(c *provider.ClusterConfig) { c.TokenID = "operator" })
 	invalid("bad range", "vmidRange", func(c *provider.ClusterConfig) { c.VMIDStart, c.VMIDEnd = 50, 10 })
 	invalid("bad tag", "tags", func(c *provider.ClusterConfig) { c.Tags = []string{"hyperfleet.io/managed-by=x"} })
 }

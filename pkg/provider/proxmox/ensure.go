@@ -127,7 +127,7 @@ func (p *Provider) validateSpec(spec *provider.VMSpec) error {
 	case spec.Owner.UID == "":
 		return bad("owner.uid", "is empty; the ownership marker needs the claim's UID")
 	case spec.Source.ID == 0 && spec.Source.Name == "":
-		return bad(fieldTemplateID, "set templateId or templateName")
+		return bad(fieldTemplateID, "set templateID or templateName")
 	case !dnsNameRE.MatchString(spec.Name):
 		return bad("name", "%q is not a DNS name (letters, digits and '-', no underscores)", spec.Name)
 	case spec.CPUCores < 0 || spec.CPUCores > 1024:

@@ -134,7 +134,7 @@ func httpError(x *exchange, method, endpoint string) error {
 			"%s %s: %w (%d to %q); set spec.endpoint to the URL the API answers at without a redirect", method, endpoint, errRedirect, x.code, x.location)
 	case x.code == http.StatusUnauthorized:
 		return provider.Errorf(provider.ClassConfiguration, "Unauthorized",
-			"%w: %w; check credentials.tokenId and credentials.tokenSecret (or username and password)", provider.ErrUnauthorized, ae)
+			"%w: %w; check credentials.tokenID and credentials.tokenSecret (or username and password)", provider.ErrUnauthorized, ae)
 	case x.code == http.StatusForbidden:
 		return provider.Errorf(provider.ClassConfiguration, "PermissionDenied",
 			"%w: %w; %s", provider.ErrUnauthorized, ae, permissionFix(msg, method, endpoint))

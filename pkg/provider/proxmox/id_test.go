@@ -25,14 +25,14 @@ func TestIDRoundTrip(t *testing.T) {
 }
 
 // TestIDMatchesAPIConversion: the API package reads a claim written before
-// providerID existed (vmId only) as the ID this provider writes for that
-// id, and mirrors this provider's IDs into vmId: the two schemes agree.
+// providerID existed (vmID only) as the ID this provider writes for that
+// id, and mirrors this provider's IDs into vmID: the two schemes agree.
 func TestIDMatchesAPIConversion(t *testing.T) {
 	legacy := &hfv1.VMReference{HypervisorCluster: "pve", VMID: 1234}
 	if got := provider.ID(legacy.ID()); got != FormatID(1234) {
 		t.Errorf("legacy vmRef reads as %q, the provider writes %q", got, FormatID(1234))
 	}
 	if ref := hfv1.NewVMReference("pve", string(FormatID(1234)), "pve1"); ref.VMID != 1234 {
-		t.Errorf("NewVMReference(%q) mirrors vmId %d, want 1234", FormatID(1234), ref.VMID)
+		t.Errorf("NewVMReference(%q) mirrors vmID %d, want 1234", FormatID(1234), ref.VMID)
 	}
 }

@@ -194,7 +194,7 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 	switch {
 	case cfg.TokenID != "":
 		if !strings.Contains(cfg.TokenID, "!") || !strings.Contains(cfg.TokenID, "@") {
-			return nil, wrap(fmt.Errorf("credentials.tokenId %q must look like user@realm!tokenname", cfg.TokenID))
+			return nil, wrap(fmt.Errorf("credentials.tokenID %q must look like user@realm!tokenname", cfg.TokenID))
 		}
 		if cfg.TokenSecret == "" {
 			return nil, wrap(errors.New("credentials.tokenSecret is empty"))
@@ -204,7 +204,7 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 			return nil, wrap(errors.New("credentials.password is empty"))
 		}
 	default:
-		return nil, wrap(errors.New("credentials: set tokenId and tokenSecret, or username and password"))
+		return nil, wrap(errors.New("credentials: set tokenID and tokenSecret, or username and password"))
 	}
 	tc, insecure, err := tlsConfig(cfg)
 	if err != nil {

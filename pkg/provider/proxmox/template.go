@@ -43,7 +43,7 @@ type templateDisk struct {
 
 // Fields of the machine template the messages point at.
 const (
-	fieldTemplateID   = "spec.source.proxmox.templateId"
+	fieldTemplateID   = "spec.source.proxmox.templateID"
 	fieldTemplateName = "spec.source.proxmox.templateName"
 	fieldCloneMode    = "spec.source.proxmox.cloneMode"
 	fieldStorage      = "spec.source.proxmox.storage"
@@ -146,7 +146,7 @@ func findTemplate(view *clusterView, src provider.TemplateSource) (int, string, 
 		return src.ID, r.Node, nil
 	}
 	if src.Name == "" {
-		return 0, "", configErr("TemplateNotSet", fieldTemplateID, "set templateId or templateName")
+		return 0, "", configErr("TemplateNotSet", fieldTemplateID, "set templateID or templateName")
 	}
 	var ids []int
 	for id, r := range view.vms {
@@ -161,7 +161,7 @@ func findTemplate(view *clusterView, src provider.TemplateSource) (int, string, 
 	case 1:
 		return ids[0], view.vms[ids[0]].Node, nil
 	}
-	return 0, "", configErr("TemplateAmbiguous", fieldTemplateName, "%d templates are named %q (ids %v); name exactly one, or use templateId", len(ids), src.Name, ids)
+	return 0, "", configErr("TemplateAmbiguous", fieldTemplateName, "%d templates are named %q (ids %v); name exactly one, or use templateID", len(ids), src.Name, ids)
 }
 
 // linkedCloneOK says whether a base volume of format on storage type typ

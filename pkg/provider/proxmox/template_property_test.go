@@ -39,7 +39,7 @@ var inventories = rapid.Custom(func(t *rapid.T) []proxmoxsim.TemplateConfig {
 // plain VM) resolves to exactly the one template it names, with that
 // template's id, name and node, or is refused as a configuration error
 // whose reason says which case it is and whose message names the field to
-// fix (spec.source.proxmox.templateId or templateName).
+// fix (spec.source.proxmox.templateID or templateName).
 func TestTemplateReferenceProperty(t *testing.T) {
 	proptest.Check(t, proptest.Minimum, func(rt *rapid.T) {
 		inv := inventories.Draw(rt, "inventory")

@@ -52,9 +52,9 @@ func TestValidateTemplate(t *testing.T) {
 		src         provider.TemplateSource
 		sentinel    error
 	}{
-		{"missing id", "templateId", provider.TemplateSource{ID: 9999}, provider.ErrNotFound},
+		{"missing id", "templateID", provider.TemplateSource{ID: 9999}, provider.ErrNotFound},
 		{"missing name", "templateName", provider.TemplateSource{Name: "nope"}, provider.ErrNotFound},
-		{"not a template", "templateId: VM 9001 is not a template", provider.TemplateSource{ID: 9001}, nil},
+		{"not a template", "templateID: VM 9001 is not a template", provider.TemplateSource{ID: 9001}, nil},
 		{"ambiguous name", "templateName: 2 templates are named \"dup\"", provider.TemplateSource{Name: "dup"}, nil},
 		{"linked on thick LVM", "cloneMode", provider.TemplateSource{ID: 9002, Linked: true}, nil},
 		{"linked with a storage", "storage", provider.TemplateSource{ID: 9000, Linked: true, Storage: "local-lvm"}, nil},

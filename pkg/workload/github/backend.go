@@ -1,6 +1,7 @@
 package github
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -315,11 +316,11 @@ func (b *Backend) config(ctx context.Context, tmpl *hfv1.HypervisorMachineTempla
 // appCredentials reads a GitHub App's id, installation id and private key.
 func appCredentials(app *hfv1.GitHubAppCredentials, read func(string, hfv1.LocalSecretKeySelector) ([]byte, error)) (*AppCredentials, error) {
 	field := templateField + ".credentials.app"
-	appID, err := read(field+".appId", app.AppID)
+	appID, err := read(field+".appID", app.AppID)
 	if err != nil {
 		return nil, err
 	}
-	inst, err := read(field+".installationId", app.InstallationID)
+	inst, err := read(field+".installationID", app.InstallationID)
 	if err != nil {
 		return nil, err
 	}
@@ -329,10 +330,10 @@ func appCredentials(app *hfv1.GitHubAppCredentials, read func(string, hfv1.Local
 	}
 	a := &AppCredentials{PrivateKey: key}
 	if a.AppID, err = strconv.ParseInt(strings.TrimSpace(string(appID)), 10, 64); err != nil {
-		return nil, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s.appId: Secret %s key %s must hold the App's numeric id", field, app.AppID.Name, app.AppID.Key)
+		return nil, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s.appID: Secret %s key %s must hold the App's numeric id", field, app.AppID.Name, app.AppID.Key)
 	}
 	if a.InstallationID, err = strconv.ParseInt(strings.TrimSpace(string(inst)), 10, 64); err != nil {
-		return nil, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s.installationId: Secret %s key %s must hold the installation's numeric id", field, app.InstallationID.Name, app.InstallationID.Key)
+		return nil, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s.installationID: Secret %s key %s must hold the installation's numeric id", field, app.InstallationID.Name, app.InstallationID.Key)
 	}
 	return a, nil
 }
@@ -345,9 +346,9 @@ func secretRefs(creds hfv1.GitHubCredentials) map[string]hfv1.LocalSecretKeySele
 		out[templateField+".credentials.pat"] = *creds.PAT
 	}
 	if app := creds.App; app != nil {
-		out[templateField+".credentials.app.appId"] = app.AppID
+		out[templateField+".credentials.app.appID"] = app.AppID
 		out[templateField+".credentials.app.privateKey"] = app.PrivateKey
-		out[templateField+".credentials.app.installationId"] = app.InstallationID
+		out[templateField+".credentials.app.installationID"] = app.InstallationID
 	}
 	return out
 }
@@ -364,6 +365,12 @@ func credentialsKey(gh *hfv1.GitHubBootstrap) string {
 		Reg   *hfv1.ScopedURLs
 		Creds hfv1.GitHubCredentials
 	}{gh.APIBaseURL, gh.RegistrationURLs, gh.Credentials})
+	// The key is computed as before the API spelt appId and installationId
+	// with ID (api/v1alpha1/spelling.go), so that pools keep their
+	// verification across the upgrade. Neither key can occur inside a
+	// value: Secret names and keys hold no quote.
+	raw = bytes.Replace(raw, []byte(`"appID":`), []byte(`"appId":`), 1)
+	raw = bytes.Replace(raw, []byte(`"installationID":`), []byte(`"installationId":`), 1)
 	sum := sha256.Sum256(raw)
 	return hex.EncodeToString(sum[:])
 }
