@@ -37,6 +37,9 @@ type mode struct {
 	// pod is Ready) once the Secret hyperfleet-webhook-tls holds its
 	// certificate; the test creates that Secret for these modes only.
 	receiver bool
+	// monitored: the install's metrics are scraped by a real Prometheus
+	// through the chart's ServiceMonitor (servicemonitor_test.go).
+	monitored bool
 	// secret is the receiver's webhook Secret, as docs/install.md has the
 	// administrator create it; loaded is the manager's log line once it
 	// read it.
@@ -49,7 +52,7 @@ type mode struct {
 const webhookTLS = "hyperfleet-webhook-tls"
 
 var modes = []mode{
-	{name: "scale-set", values: "test/chart/testdata/mode-scale-set.yaml"},
+	{name: "scale-set", values: "test/chart/testdata/mode-scale-set.yaml", monitored: true},
 	{name: "GitLab", values: "test/chart/testdata/mode-gitlab.yaml", receiver: true,
 		secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: modesNamespace, Name: "hyperfleet-gitlab-webhook"},
 			Data: map[string][]byte{"owner.acme..platform": []byte("gitlab-hook-token")}},
@@ -92,6 +95,7 @@ func TestEveryModeInstalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	prepareMonitoring(ctx, t, admin, env.Config, modesNamespace)
 	start := time.Now()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
@@ -130,6 +134,9 @@ func TestEveryModeInstalls(t *testing.T) {
 			}
 			t.Logf("helm install --wait completed in %s (%s mode)", time.Since(installed).Round(100*time.Millisecond), m.name)
 			checkModeLog(t, m, pm.logs(ctx, ro.container()))
+			if m.monitored {
+				checkServiceMonitorScraped(ctx, t, admin, env.Config, modesNamespace)
+			}
 		})
 	}
 	t.Logf("%d modes installed in %s", len(modes), time.Since(start).Round(100*time.Millisecond))
@@ -148,6 +155,11 @@ func modeValues(t *testing.T, m mode) values {
 		"metrics":   values{"port": portOf(t, metricsAddr)},
 		"probePort": portOf(t, probeAddr),
 		"extraArgs": []string{"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + probeAddr},
+	}
+	if m.monitored {
+		mv := monitoredValues()
+		mv["port"] = portOf(t, metricsAddr)
+		v["metrics"] = mv
 	}
 	if m.receiver {
 		v["webhook"] = values{"port": portOf(t, webhookAddr)}

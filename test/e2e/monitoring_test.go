@@ -7,16 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"net"
-	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,11 +50,11 @@ func TestMonitoringScrape(t *testing.T) {
 	// the first scrape shows, before any job, is the baseline.
 	before := map[string]float64{}
 	eventually(t, 30*time.Second, "a first scrape of the operator", func() error {
-		if res, err := prom.query(`up{job="hyperfleet"} == 1`); err != nil || len(res) == 0 {
+		if res, err := prom.Query(`up{job="hyperfleet"} == 1`); err != nil || len(res) == 0 {
 			return errors.Join(errors.New("the operator's target is not up yet"), err)
 		}
 		for _, q := range append(slices.Concat(slices.Collect(maps.Keys(runCounts)), faultCounts), chargebackSums...) {
-			v, err := prom.value(q)
+			v, err := prom.Value(q)
 			if err != nil {
 				return err
 			}
@@ -71,7 +64,7 @@ func TestMonitoringScrape(t *testing.T) {
 	})
 
 	eventually(t, 2*time.Minute, "Prometheus has scraped the scale-set pool listening", func() error {
-		v, err := prom.value(fmt.Sprintf(`max(hyperfleet_feed_listening{pool=%q}) or vector(0)`, scaleSetPool))
+		v, err := prom.Value(fmt.Sprintf(`max(hyperfleet_feed_listening{pool=%q}) or vector(0)`, scaleSetPool))
 		if err != nil || v != 1 {
 			return errors.Join(fmt.Errorf("hyperfleet_feed_listening{pool=%q} is %v", scaleSetPool, v), err)
 		}
@@ -96,7 +89,7 @@ func TestMonitoringScrape(t *testing.T) {
 	eventually(t, 2*time.Minute, "Prometheus has scraped a provisioning error and a refused delivery", func() error {
 		var errs []error
 		for _, q := range faultCounts {
-			if v, err := prom.value(q); err != nil || v <= before[q] {
+			if v, err := prom.Value(q); err != nil || v <= before[q] {
 				errs = append(errs, errors.Join(fmt.Errorf("%s is %v, was %v", q, v, before[q]), err))
 			}
 		}
@@ -108,7 +101,7 @@ func TestMonitoringScrape(t *testing.T) {
 	waitDone(t, w, 10*time.Minute)
 	watch.stop()
 
-	if res, err := prom.query(`up{job="hyperfleet"} == 1`); err != nil || len(res) != 1 {
+	if res, err := prom.Query(`up{job="hyperfleet"} == 1`); err != nil || len(res) != 1 {
 		t.Fatalf("the operator's scrape target is not up: %v %v", res, err)
 	}
 	// The last scrapes take in the end state; the sweeper's counters come
@@ -128,7 +121,7 @@ func TestMonitoringScrape(t *testing.T) {
 	eventually(t, 30*time.Second, "the last scrape counts every job", func() error {
 		var errs []error
 		for q, exact := range runCounts {
-			v, err := prom.value(q)
+			v, err := prom.Value(q)
 			if d := v - before[q]; err != nil || d < monitoringJobs || exact && d != monitoringJobs {
 				errs = append(errs, errors.Join(fmt.Errorf("%s grew by %v, want %d or more (exactly: %v)", q, d, monitoringJobs, exact), err))
 			}
@@ -140,7 +133,7 @@ func TestMonitoringScrape(t *testing.T) {
 		t.Errorf("metric %s was never scraped from the operator; used by:\n  %s", name, strings.Join(missing[name], "\n  "))
 	}
 	for _, e := range exprs {
-		res, err := prom.query(e.Query)
+		res, err := prom.Query(e.Query)
 		switch {
 		case err != nil:
 			t.Errorf("%s: %v", e.Where, err)
@@ -149,7 +142,7 @@ func TestMonitoringScrape(t *testing.T) {
 		}
 	}
 	checkRulesHealthy(t, prom)
-	scrapes, err := prom.value(`count_over_time(up{job="hyperfleet"}[1h])`)
+	scrapes, err := prom.Value(`count_over_time(up{job="hyperfleet"}[1h])`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,13 +178,13 @@ var chargebackSums = []string{
 // the jobs' repository or to __idle__ (VMs that failed to provision ran no
 // job), and the jobs' run times are plausible: about the simulator's job
 // duration each at least, and less than the whole scenario.
-func checkChargeback(t *testing.T, prom *prometheusServer, before map[string]float64) {
+func checkChargeback(t *testing.T, prom *monitoring.Prometheus, before map[string]float64) {
 	t.Helper()
-	vm, err := prom.value(chargebackSums[0])
+	vm, err := prom.Value(chargebackSums[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	run, err := prom.value(chargebackSums[1])
+	run, err := prom.Value(chargebackSums[1])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +197,7 @@ func checkChargeback(t *testing.T, prom *prometheusServer, before map[string]flo
 	if vm < run {
 		t.Errorf("VMs lived %.1fs in all, less than their jobs ran (%.1fs)", vm, run)
 	}
-	res, err := prom.query(`sum by (repository) (hyperfleet_vm_seconds_total)`)
+	res, err := prom.Query(`sum by (repository) (hyperfleet_vm_seconds_total)`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +217,7 @@ func checkChargeback(t *testing.T, prom *prometheusServer, before map[string]flo
 
 // neverScraped returns, by metric name, the expressions selecting a metric
 // Prometheus has no series of.
-func neverScraped(t *testing.T, prom *prometheusServer, exprs []monitoring.Expression) map[string][]string {
+func neverScraped(t *testing.T, prom *monitoring.Prometheus, exprs []monitoring.Expression) map[string][]string {
 	t.Helper()
 	missing := map[string][]string{}
 	seen := map[string]bool{}
@@ -239,7 +232,7 @@ func neverScraped(t *testing.T, prom *prometheusServer, exprs []monitoring.Expre
 		}
 		for _, name := range names {
 			if !seen[name] {
-				res, err := prom.query(fmt.Sprintf(`count(last_over_time({__name__=%q}[1h]))`, name))
+				res, err := prom.Query(fmt.Sprintf(`count(last_over_time({__name__=%q}[1h]))`, name))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -256,7 +249,7 @@ func neverScraped(t *testing.T, prom *prometheusServer, exprs []monitoring.Expre
 // checkRulesHealthy: Prometheus loaded every rule of the rule file and its
 // latest evaluation raised no error (a vector matching error only shows
 // at evaluation).
-func checkRulesHealthy(t *testing.T, prom *prometheusServer) {
+func checkRulesHealthy(t *testing.T, prom *monitoring.Prometheus) {
 	t.Helper()
 	var rules struct {
 		Groups []struct {
@@ -268,7 +261,7 @@ func checkRulesHealthy(t *testing.T, prom *prometheusServer) {
 			} `json:"rules"`
 		} `json:"groups"`
 	}
-	if err := prom.get("/api/v1/rules", nil, &rules); err != nil {
+	if err := prom.Get("/api/v1/rules", nil, &rules); err != nil {
 		t.Fatal(err)
 	}
 	file, err := monitoring.LoadRules()
@@ -294,23 +287,15 @@ func checkRulesHealthy(t *testing.T, prom *prometheusServer) {
 	}
 }
 
-// prometheusServer is Debian's prometheus run by a test.
-type prometheusServer struct {
-	base string
-}
-
-// startPrometheus runs prometheus scraping target (a /metrics URL) every
-// second, with HyperFleet's rules, storing into a temporary directory, on
-// a free loopback port; the test's cleanup stops it.
-func startPrometheus(t *testing.T, target string) *prometheusServer {
+// startPrometheus runs prometheus (monitoring.StartPrometheus) scraping
+// target (a /metrics URL) every second, with HyperFleet's rules.
+func startPrometheus(t *testing.T, target string) *monitoring.Prometheus {
 	t.Helper()
-	bin := monitoring.Program(t, "prometheus")
 	u, err := url.Parse(target)
 	if err != nil || u.Host == "" {
 		t.Fatalf("metrics URL %q: %v", target, err)
 	}
-	dir := t.TempDir()
-	config := fmt.Sprintf(`global:
+	return monitoring.StartPrometheus(t, fmt.Sprintf(`global:
   scrape_interval: 1s
   scrape_timeout: 1s
   evaluation_interval: 1s
@@ -321,132 +306,5 @@ scrape_configs:
     metrics_path: %q
     static_configs:
       - targets: [%q]
-`, monitoring.Path(monitoring.RulesPath), u.Path, u.Host)
-	configFile := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(configFile, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	logFile, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "--config.file="+configFile, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--log.level=warn")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		_ = logFile.Close()
-		if t.Failed() {
-			if data, err := os.ReadFile(logFile.Name()); err == nil {
-				t.Logf("prometheus log:\n%s", data)
-			}
-		}
-	})
-	p := &prometheusServer{base: "http://" + addr}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		select {
-		case <-exited:
-			t.Fatalf("prometheus exited at start: %v", waitErr)
-		default:
-		}
-		res, err := http.Get(p.base + "/-/ready")
-		if err == nil {
-			_ = res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				t.Logf("prometheus on %s scrapes %s every second", addr, target)
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus not ready within a minute: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// get calls an HTTP API endpoint and decodes its data into out.
-func (p *prometheusServer) get(path string, params url.Values, out any) error {
-	res, err := http.Get(p.base + path + "?" + params.Encode())
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil {
-		return err
-	}
-	var env struct {
-		Status string          `json:"status"`
-		Data   json.RawMessage `json:"data"`
-		Error  string          `json:"error"`
-	}
-	if err := json.Unmarshal(body, &env); err != nil {
-		return fmt.Errorf("%s: %d %s", path, res.StatusCode, body)
-	}
-	if env.Status != "success" {
-		return errors.New(env.Error)
-	}
-	return json.Unmarshal(env.Data, out)
-}
-
-// query runs an instant query now and returns its result: the series of a
-// vector, or one element for a scalar.
-func (p *prometheusServer) query(q string) ([]json.RawMessage, error) {
-	var data struct {
-		ResultType string          `json:"resultType"`
-		Result     json.RawMessage `json:"result"`
-	}
-	if err := p.get("/api/v1/query", url.Values{"query": {q}}, &data); err != nil {
-		return nil, fmt.Errorf("query %s: %w", q, err)
-	}
-	if data.ResultType != "vector" && data.ResultType != "matrix" {
-		return []json.RawMessage{data.Result}, nil
-	}
-	var series []json.RawMessage
-	if err := json.Unmarshal(data.Result, &series); err != nil {
-		return nil, fmt.Errorf("query %s: %w", q, err)
-	}
-	return series, nil
-}
-
-// value runs an instant query whose result is one series and returns its
-// value.
-func (p *prometheusServer) value(q string) (float64, error) {
-	res, err := p.query(q)
-	if err != nil {
-		return 0, err
-	}
-	if len(res) != 1 {
-		return 0, fmt.Errorf("query %s: %d series, want 1", q, len(res))
-	}
-	var s struct {
-		Value [2]json.RawMessage `json:"value"`
-	}
-	var text string
-	if err := json.Unmarshal(res[0], &s); err != nil {
-		return 0, err
-	}
-	if err := json.Unmarshal(s.Value[1], &text); err != nil {
-		return 0, err
-	}
-	return strconv.ParseFloat(text, 64)
+`, monitoring.Path(monitoring.RulesPath), u.Path, u.Host))
 }

@@ -716,7 +716,7 @@ func (p *Provider) cloneWaits(ctx context.Context, spec *provider.VMSpec, node s
 		}
 	}
 	for _, r := range p.reservations {
-		if r.unsent && r.owner != string(spec.Owner.UID) && p.clones[r.vmid] == nil && !queuedIDs[r.vmid] {
+		if r.unsent && r.owner != spec.Owner.UID && p.clones[r.vmid] == nil && !queuedIDs[r.vmid] {
 			perNode[r.node]++
 			for _, k := range r.diskKeys {
 				perStore[k]++
