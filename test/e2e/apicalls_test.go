@@ -34,14 +34,15 @@ import (
 // (docs/performance.md).
 //
 // The target is 8 writes and 1 read per job. Reads meet it. Writes do not
-// yet: measured 9.6 per job (from 39.2, then 20.8, 11.6, 9.8): 9.4 for the
-// routine path, plus 0.2 because one of the five claims waits for a clone
-// slot (the cluster's default clonesPerNode is 4): its reservation says
-// Queued already (the provider's placement hint, provider.EnsureResult's
-// Waits), and its clone's start writes BuildingVM. The rest varies by 0.2
-// (a job that reaches its runner after the runner-online write costs that
-// claim one more; a placement hint the clone order proves wrong, one).
-// What is left, per job, and why each stays:
+// yet: measured 9.8 per job (from 39.2, then 20.8, 11.6): 9.4 for the
+// routine path, plus 0.4 because one of the five claims waits for a clone
+// slot (the cluster's default clonesPerNode is 4), which writes its
+// status Queued and then BuildingVM: the five are placed before any clone
+// starts, so the provider's placement hint (provider.EnsureResult's Waits,
+// which saves that write for claims placed while the clones run: a burst's
+// later claims) does not see it coming. The rest varies by 0.2 (a job that
+// reaches its runner after the runner-online write costs that claim one
+// more). What is left, per job, and why each stays:
 //   - the claim, 6: its creation (with the claim controller's finalizer
 //     and labels: the RunnerPool writes them), its status when the VM is
 //     reserved (status.vmRef with the signed reservation and placement
@@ -67,7 +68,7 @@ import (
 const (
 	apiJobs            = 5
 	targetWritesPerJob = 8.0
-	maxWritesPerJob    = 10.0
+	maxWritesPerJob    = 10.4
 	maxReadsPerJob     = 1.0
 )
 
