@@ -434,9 +434,7 @@ func (w *cheapWorld) StartSim(mutate func(*proxmoxsim.Config)) *cheapSim {
 			(*hook)(r, s.clock.Now())
 		}
 		if hook := s.onResponse.Load(); hook != nil {
-			rec := &statusRecorder{ResponseWriter: rw}
-			sim.ServeHTTP(rec, r)
-			(*hook)(r, rec.code)
+			serveRecorded(sim, rw, r, *hook)
 			return
 		}
 		sim.ServeHTTP(rw, r)

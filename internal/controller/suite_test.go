@@ -362,32 +362,52 @@ type simulator struct {
 	onResponse atomic.Pointer[func(*http.Request, int)]
 }
 
-// statusRecorder remembers the status code a handler wrote.
+// statusRecorder tells answered the status code a handler wrote (0 when
+// it took the connection over) the moment it writes it, before the client
+// can read it: a test that reads its log once the operator has acted on an
+// answer finds the answer there. Reporting after the handler returned
+// raced with the client on a hijacked connection, whose bytes go out as
+// the simulator writes them (a CI run's TestObservabilityProperty read an
+// empty log for a clone the operator had already failed on).
 type statusRecorder struct {
 	http.ResponseWriter
-	code int
+	answered func(code int)
+	done     bool
+}
+
+// serveRecorded serves r with h, telling answered its status code.
+func serveRecorded(h http.Handler, w http.ResponseWriter, r *http.Request, answered func(*http.Request, int)) {
+	rec := &statusRecorder{ResponseWriter: w, answered: func(code int) { answered(r, code) }}
+	h.ServeHTTP(rec, r)
+	// A handler that wrote nothing answered 200.
+	rec.answer(http.StatusOK)
+}
+
+func (s *statusRecorder) answer(code int) {
+	if !s.done {
+		s.done = true
+		s.answered(code)
+	}
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
-	if s.code == 0 {
-		s.code = code
-	}
+	s.answer(code)
 	s.ResponseWriter.WriteHeader(code)
 }
 
 func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.code == 0 {
-		s.code = http.StatusOK
-	}
+	s.answer(http.StatusOK)
 	return s.ResponseWriter.Write(b)
 }
 
-// Hijack lets the simulator drop a connection through the recorder.
+// Hijack lets the simulator drop a connection, or write its own status
+// line, through the recorder.
 func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	h, ok := s.ResponseWriter.(http.Hijacker)
 	if !ok {
 		return nil, nil, fmt.Errorf("%T cannot hijack", s.ResponseWriter)
 	}
+	s.answer(0)
 	return h.Hijack()
 }
 
@@ -420,9 +440,7 @@ func startSim(t testing.TB, mutate func(*proxmoxsim.Config), opts ...proxmoxsim.
 			(*hook)(r)
 		}
 		if hook := out.onResponse.Load(); hook != nil {
-			rec := &statusRecorder{ResponseWriter: w}
-			sim.ServeHTTP(rec, r)
-			(*hook)(r, rec.code)
+			serveRecorded(sim, w, r, *hook)
 			return
 		}
 		sim.ServeHTTP(w, r)
