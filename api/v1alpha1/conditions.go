@@ -614,6 +614,13 @@ const (
 	HypervisorClusterLabel = "hyperfleet.io/hypervisor-cluster"
 	// TemplateHashLabel carries the template hash a claim was built from.
 	TemplateHashLabel = "hyperfleet.io/template-hash"
+	// FinishedLabel marks a claim whose VM and everything else it held
+	// are released, its finalizer removed: it goes with the next
+	// collection deletion of its namespace's finished claims. Its value
+	// is FinishedLabelValue.
+	FinishedLabel = "hyperfleet.io/finished"
+	// FinishedLabelValue is the value of FinishedLabel.
+	FinishedLabelValue = "true"
 	// CIJobStateLabel mirrors a CIJob's status.state so that controllers can
 	// select the jobs still waiting for a runner.
 	CIJobStateLabel = "hyperfleet.io/job-state"

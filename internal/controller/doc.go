@@ -18,12 +18,13 @@ package controller
 // the operator never creates or deletes HypervisorClusters, templates, pools
 // or IPPools (people do); it adds and removes the in-use finalizers of
 // HypervisorClusters, templates and IPPools (update, patch; inuse.go); it creates, patches and deletes MachineClaims (RunnerPools own
-// them, with blockOwnerDeletion, hence runnerpools/finalizers) and CIJobs.
+// them, with blockOwnerDeletion, hence runnerpools/finalizers) and CIJobs,
+// finished claims by collection (machineclaim/finished.go).
 //
 // +kubebuilder:rbac:groups=hyperfleet.io,resources=runnerpools,verbs=get;list;watch
 // +kubebuilder:rbac:groups=hyperfleet.io,resources=hypervisorclusters;hypervisormachinetemplates;ippools,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=hyperfleet.io,resources=machineclaims;cijobs,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=hyperfleet.io,resources=cijobs,verbs=deletecollection
+// +kubebuilder:rbac:groups=hyperfleet.io,resources=machineclaims;cijobs,verbs=deletecollection
 // +kubebuilder:rbac:groups=hyperfleet.io,resources=hypervisorclusters/status;hypervisormachinetemplates/status;runnerpools/status;machineclaims/status;ippools/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=hyperfleet.io,resources=hypervisorclusters/finalizers;hypervisormachinetemplates/finalizers;ippools/finalizers;runnerpools/finalizers;machineclaims/finalizers,verbs=update
 // Secrets are not in this role: the ClusterRole hyperfleet-secret-reader

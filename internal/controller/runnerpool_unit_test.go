@@ -125,8 +125,21 @@ func unitStateName(s poolclaims.State) string {
 		return "retained"
 	case poolclaims.Finished:
 		return "finished"
+	case poolclaims.Deleted:
+		return "deleted"
 	}
 	return "unknown"
+}
+
+// withFinishedLabel labels the claim finished (hyperfleet.io/finished), as
+// the finalizer's removal of a finished claim does; withFinalizer gives it
+// the claim controller's finalizer.
+func withFinishedLabel(c *hfv1.MachineClaim) {
+	c.Labels = map[string]string{hfv1.FinishedLabel: hfv1.FinishedLabelValue}
+}
+
+func withFinalizer(c *hfv1.MachineClaim) {
+	c.Finalizers = append(c.Finalizers, hfv1.MachineClaimFinalizer)
 }
 
 func TestClaimStateOf(t *testing.T) {
@@ -161,6 +174,8 @@ func TestClaimStateOf(t *testing.T) {
 		{name: "runner busy ready phase", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimReady), withRunnerState(hfv1.RunnerStateBusy), withBootstrapped(metav1.ConditionTrue)}, want: poolclaims.Busy},
 		{name: "bootstrapped", mut: []func(*hfv1.MachineClaim){withBootstrapped(metav1.ConditionTrue)}, want: poolclaims.Idle},
 		{name: "bootstrapped runner idle", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimReady), withRunnerState(hfv1.RunnerStateIdle), withBootstrapped(metav1.ConditionTrue)}, want: poolclaims.Idle},
+		{name: "finished, its collection deletion on its way", mut: []func(*hfv1.MachineClaim){withJob(42), withBootstrapped(metav1.ConditionTrue), withFinishedLabel}, want: poolclaims.Deleted},
+		{name: "labelled finished with its finalizer", mut: []func(*hfv1.MachineClaim){withJob(42), withFinishedLabel, withFinalizer}, want: poolclaims.Busy},
 		{name: "draining idle", mut: []func(*hfv1.MachineClaim){withPhase(hfv1.MachineClaimDraining), withBootstrapped(metav1.ConditionTrue)}, want: poolclaims.Idle},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -26,6 +26,11 @@ const (
 	Terminating
 	Retained
 	Finished
+	// Deleted: finished and about to go with the next collection
+	// deletion of its namespace's finished claims (labelled
+	// hyperfleet.io/finished, its finalizer removed): counted nowhere, as
+	// if it were gone.
+	Deleted
 )
 
 // Claims are a pool's claims sorted into the states scaling counts.
@@ -73,6 +78,8 @@ func Classify(claims []hfv1.MachineClaim, hash string, retains bool) *Claims {
 func StateOf(c *hfv1.MachineClaim, retains bool) State {
 	st := c.Status.Bootstrap
 	switch {
+	case c.Labels[hfv1.FinishedLabel] == hfv1.FinishedLabelValue && !slices.Contains(c.Finalizers, hfv1.MachineClaimFinalizer):
+		return Deleted
 	case c.IsFinished(), c.Disowned():
 		// A disowned claim's VM is no longer the pool's: the pool does
 		// not count it, and replaces it.

@@ -579,8 +579,11 @@ type EnsureResult struct {
 	// requested now (no clone slot free on the node or storage): the
 	// Message a PhaseQueued result would carry; empty when it would
 	// start. A hint, not a promise: the caller records its reservation
-	// with the reason it will show while the VM waits (one status write
-	// instead of two in a burst), and the clone request decides.
+	// with what it will show while the VM waits (one status write
+	// instead of two in a burst), and the clone request decides. At
+	// PhaseQueued it is set, to the Message, when the clone waits for a
+	// slot (capacity, not a failure or a lock): a wait the caller may
+	// show as a step of the build.
 	Waits string
 }
 

@@ -504,6 +504,7 @@ func churn(t *testing.T, w *devenv.World, op *operator, px, gh *recorder, jobs, 
 	servers := bench.ProcessesNamed("kube-apiserver", "etcd")
 	s0, m0 := serverCPU(servers), readCPUTimes(t)
 	u0, start := op.usage(t), time.Now()
+	statusWrites := watchStatusWrites(t, w)
 	ids, err := w.EnqueueJobs(jobs, time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -562,6 +563,7 @@ func churn(t *testing.T, w *devenv.World, op *operator, px, gh *recorder, jobs, 
 		t.Logf("churn's Kubernetes requests by resource (idle calls included):\n%s", strings.Join(rows, "\n"))
 	}
 	t.Logf("churn's events by object kind and reason: %s", eventsSince(t, w, start))
+	t.Logf("churn's claim status writes by what they say (phase, then the Provisioned, Bootstrapped and Ending reasons), per job:\n%s", statusWrites(completed))
 	avg := float64(inFlight) / float64(max(samples, 1))
 	c := bench.Churn{Jobs: completed, Duration: elapsed, MaxReplicas: maxR, InFlight: avg}
 	life := time.Duration(avg / float64(max(completed, 1)) * float64(elapsed))
@@ -594,6 +596,53 @@ func churn(t *testing.T, w *devenv.World, op *operator, px, gh *recorder, jobs, 
 	}
 	slices.SortFunc(calls, func(a, b bench.Calls) int { return cmp.Or(cmp.Compare(a.API, b.API), cmp.Compare(b.PerJob, a.PerJob)) })
 	return c, sample, calls
+}
+
+// watchStatusWrites watches every claim and classifies each write that
+// changed its status by what the status then says: its phase and the
+// reasons of its Provisioned, Bootstrapped and Ending conditions. It
+// returns the classes' counts per job, for whoever reads the churn's
+// PATCH row (which step of a claim costs a write).
+func watchStatusWrites(t *testing.T, w *devenv.World) func(jobs int) string {
+	t.Helper()
+	wi := w.API.Watch(t, &hfv1.MachineClaimList{})
+	var mu sync.Mutex
+	counts := map[string]int{}
+	last := map[types.UID]string{}
+	go func() {
+		for ev := range wi.ResultChan() {
+			claim, ok := ev.Object.(*hfv1.MachineClaim)
+			if !ok || ev.Type != watch.Modified {
+				continue
+			}
+			b, _ := json.Marshal(claim.Status)
+			mu.Lock()
+			if prev, seen := last[claim.UID]; !seen || prev != string(b) {
+				if seen || claim.Status.Phase != "" {
+					reason := func(typ hfv1.ConditionType) string {
+						if cond := hfv1.FindCondition(claim.Status.Conditions, typ); cond != nil {
+							return cond.Reason
+						}
+						return "-"
+					}
+					counts[fmt.Sprintf("%s %s/%s/%s", claim.Status.Phase, reason(hfv1.MachineClaimProvisionedCondition),
+						reason(hfv1.MachineClaimBootstrappedCondition), reason(hfv1.MachineClaimEndingCondition))]++
+				}
+				last[claim.UID] = string(b)
+			}
+			mu.Unlock()
+		}
+	}()
+	return func(jobs int) string {
+		mu.Lock()
+		defer mu.Unlock()
+		var rows []string
+		for k, n := range counts {
+			rows = append(rows, fmt.Sprintf("%-90s %6.2f", k, float64(n)/float64(max(jobs, 1))))
+		}
+		slices.Sort(rows)
+		return strings.Join(rows, "\n")
+	}
 }
 
 // eventsSince counts the events recorded since start in every namespace

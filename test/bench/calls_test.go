@@ -39,9 +39,9 @@ var callTargets = map[string]struct {
 	// Kubernetes: at most 8 writes and 1 read per job (test/e2e's
 	// TestKubernetesRequestsPerJob counts the same by resource).
 	"Kubernetes POST":   {2, "create the claim and the job's CIJob record; events only where a person acts (warnings, a failed claim, an admin's action), not for routine steps (a claim's credential delivery and job start, a pool's scaling: log lines)"},
-	"Kubernetes PATCH":  {4, "the claim's VM reservation (with its finalizer), its status once per pass and only when it changed: the VM placed, the VM up with its credential delivered, the runner online, the end (no hypervisor task is written: machineclaim/vm_progress.go); the finalizer with the claim's deletion; the pool's counts batched (runnerpool_statusbatch.go)"},
-	"Kubernetes PUT":    {1, "the job's CIJob record moving from queued to in progress and completed"},
-	"Kubernetes DELETE": {1, "delete the claim when its job ends"},
+	"Kubernetes PATCH":  {3.5, "the claim's status once per pass and only when it changed: its VM reserved (status.vmRef with its placement record, before the clone request; a wait for a clone slot is a step of the build's one condition: machineclaim/vm.go), the VM up with its credential delivered, the runner online with its job (no hypervisor task is written: machineclaim/vm_progress.go; the routine end is held in memory: machineclaim/end_held.go); the finalizer's removal, which labels the claim finished; the pool's counts batched (runnerpool_statusbatch.go)"},
+	"Kubernetes PUT":    {2, "the job's CIJob record moving from queued to in progress and completed"},
+	"Kubernetes DELETE": {0.5, "finished claims deleted by collection: one request for the claims of a namespace that finish while the one before it is on its way (machineclaim/finished.go); one per claim when they finish apart"},
 	"Kubernetes GET":    {1, "uncached reads: the CI platform's credentials Secret, once per version (internal/manager's credentialReads, with the pools' namespaces in --secret-namespaces)"},
 }
 

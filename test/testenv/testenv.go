@@ -13,6 +13,7 @@ package testenv
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/go-logr/logr"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -277,4 +279,21 @@ func (l *Lazy) Main(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// Watch watches list's kind, with opts, for as long as t runs: the
+// diagnostics that tell what each write of an object changed.
+func (e *Environment) Watch(t testing.TB, list client.ObjectList, opts ...client.ListOption) watch.Interface {
+	t.Helper()
+	c, err := client.NewWithWatch(e.Config, client.Options{Scheme: e.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	wi, err := c.Watch(ctx, list, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wi
 }

@@ -212,6 +212,9 @@ type Reconciler struct {
 	// heldEnds are the routine ends not written to their claims' status,
 	// by UID (end_held.go).
 	heldEnds sync.Map
+	// finished sends the collection deletions of finished claims
+	// (finished.go).
+	finished finishedDeletes
 	// validation runs the claims' validation rounds off the reconcile
 	// path (validation.go).
 	validation validations
@@ -334,6 +337,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if _, ok := r.deletedGone.Load(claim.UID); ok {
 		// Deleted by this controller; the cache has not seen it go yet.
 		return ctrl.Result{}, nil
+	}
+	if finishedPending(claim) {
+		// Finished, its deletion lost (a restart, a failed collection
+		// deletion): nothing is left to release (finished.go).
+		return ctrl.Result{}, r.deleteFinished(ctx, claim.Namespace)
 	}
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("MachineClaim", klog.KObj(claim)))
 	if res, stale := r.waitForCache(ctx, claim); stale {

@@ -288,11 +288,16 @@ func (r *Reconciler) finish(ctx context.Context, s *claimScope) error {
 		// that nobody reads. The finalizer goes first, as for history: if
 		// the deletion then fails, the claim (whose VM is gone) is written
 		// as usual and the next pass deletes it again.
+		// The finalizer's removal labels the claim finished, and one
+		// collection deletion takes it with the namespace's other
+		// finished claims (finished.go).
+		markFinished(claim)
 		if err := r.removeFinalizer(ctx, s); err != nil {
+			delete(claim.Labels, hfv1.FinishedLabel)
 			return err
 		}
-		if err := client.IgnoreNotFound(r.Client.Delete(ctx, claim)); err != nil {
-			return fmt.Errorf("delete MachineClaim %s/%s: %w", claim.Namespace, claim.Name, err)
+		if err := r.deleteFinished(ctx, claim.Namespace); err != nil {
+			return err
 		}
 		s.deleted = true
 		r.countOutcome(claim)

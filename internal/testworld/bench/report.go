@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -176,7 +177,7 @@ func WriteReport(dir string, r Results) error {
 		if c.Target > 0 && c.PerJob > c.Target {
 			res = " **over**"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.2f | <= %.0f%s | %s |\n", c.API, c.Call, c.PerJob, c.Target, res, c.Reason)
+		fmt.Fprintf(&b, "| %s | %s | %.2f | <= %s%s | %s |\n", c.API, c.Call, c.PerJob, strconv.FormatFloat(c.Target, 'f', -1, 64), res, c.Reason)
 	}
 	if len(r.Calls) > 0 {
 		b.WriteString("\n" + callTotals(r.Calls) + "\n")

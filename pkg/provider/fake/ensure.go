@@ -95,6 +95,7 @@ func (p *Provider) cloneLocked(spec *provider.VMSpec, tmpl *provider.TemplateInf
 	if !p.cloneSlotFreeLocked(node, storage) {
 		res.Phase, res.RetryAfter = provider.PhaseQueued, p.c.opts.OperationTime
 		res.Message = slotWait(node, storage)
+		res.Waits = res.Message
 		return res, nil
 	}
 	rec := ownership.Record{Namespace: o.Namespace, Name: o.Name, UID: o.UID, Pool: o.Pool, VMID: vmid, CreatedAt: o.CreatedAt}

@@ -629,15 +629,16 @@ func testCloneSlots(t *testing.T, h *Harness) {
 		if cloning == 1 && late == nil {
 			// A VM placed while the node's one clone slot is taken says
 			// at its placement that its clone would wait, with the
-			// message its queued clone then reports (EnsureResult.Waits:
-			// the caller records its reservation with it).
+			// message its queued clone then reports, as a wait for a slot
+			// (EnsureResult.Waits: the caller records its reservation
+			// with it, and shows the wait as a step of the build).
 			late = newDrive(t, h, p, spec(h.Template, 30+n))
 			placed := late.step()
 			if placed.Phase != provider.PhasePlaced || placed.Waits == "" {
 				t.Fatalf("placed while a clone runs on node %s with ClonesPerNode 1: phase %s, Waits %q; want Placed with the reason its clone would wait", info.Node, placed.Phase, placed.Waits)
 			}
-			if next := late.step(); next.Phase != provider.PhaseQueued || next.Message != placed.Waits {
-				t.Errorf("the clone after a placement that said it would wait (%q): phase %s, message %q; want Queued with the same message", placed.Waits, next.Phase, next.Message)
+			if next := late.step(); next.Phase != provider.PhaseQueued || next.Message != placed.Waits || next.Waits != next.Message {
+				t.Errorf("the clone after a placement that said it would wait (%q): phase %s, message %q, Waits %q; want Queued with the same message, in Waits too", placed.Waits, next.Phase, next.Message, next.Waits)
 			}
 			drives = append(drives, late)
 		}

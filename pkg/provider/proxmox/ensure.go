@@ -499,7 +499,9 @@ func (c *ensureCall) clone(ctx context.Context) (*provider.EnsureResult, error) 
 	}
 	storages := c.p.cloneStorageKeys(view, tmpl, c.spec, c.prog.Node)
 	if !c.p.acquireCloneSlot(vmid, c.spec.Owner, c.prog.Node, storages) {
-		return c.result(provider.PhaseQueued, slotPoll, "%s", c.p.slotWait(c.prog.Node)), nil
+		res := c.result(provider.PhaseQueued, slotPoll, "%s", c.p.slotWait(c.prog.Node))
+		res.Waits = res.Message
+		return res, nil
 	}
 	// The marker's time is the claim's creation time, stable across
 	// retries, so a re-signed marker is identical.
