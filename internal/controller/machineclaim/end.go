@@ -285,12 +285,12 @@ func (r *Reconciler) finish(ctx context.Context, s *claimScope) error {
 		// now and the claim with its deletion, at once. A status write
 		// recording the VM gone, for an object about to go, and a
 		// deletion pass to drop the finalizer would be two writes per job
-		// that nobody reads. The finalizer goes first, as for history: if
-		// the deletion then fails, the claim (whose VM is gone) is written
-		// as usual and the next pass deletes it again.
-		// The finalizer's removal labels the claim finished, and one
-		// collection deletion takes it with the namespace's other
-		// finished claims (finished.go).
+		// that nobody reads. The finalizer goes first, as for history, and
+		// its removal labels the claim finished; one collection deletion
+		// then takes it with the namespace's other finished claims
+		// (finished.go). If that deletion fails, the claim (whose VM is
+		// gone) is written as usual and its next pass deletes it again
+		// (finishedPending).
 		markFinished(claim)
 		if err := r.removeFinalizer(ctx, s); err != nil {
 			delete(claim.Labels, hfv1.FinishedLabel)

@@ -24,7 +24,10 @@ import (
 // The label decides nothing a tenant could not: a claim that still carries
 // its finalizer, labelled by anyone, is only marked for deletion by the
 // collection deletion, and its deletion pass tears it down as a deletion
-// of any claim (a tenant who may label a claim may delete it). A restart
+// of any claim (a tenant who may label a claim may delete it); one
+// without its finalizer yet (created by a person, before its first pass)
+// holds nothing to release: its finalizer is stored before its VM's clone
+// request (writeReservation). A restart
 // between the label and the deletion leaves the claim labelled and
 // without its finalizer; its next reconcile deletes it (finishedPending).
 
