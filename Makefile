@@ -294,7 +294,7 @@ API_TEST_PKGS = go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}
 # objects through helm) from one goroutine and link no package of the
 # operator's but the API types and the test world's API server wrapper, so
 # the race detector has nothing of ours to watch there; under it they took
-# 135 s of the race run's one-at-a-time part. test/docs
+# 135 s of the race run's one-at-a-time part. test/repo
 # (TestRaceSkipLinksNoConcurrentCode) fails when one of them starts
 # linking more.
 RACE_SKIP := github.com/hyperfleet/hyperfleet/api/v1alpha1 github.com/hyperfleet/hyperfleet/test/admission \

@@ -1,4 +1,4 @@
-// Package buildcache checks what lets a fresh machine compile each package
+// These tests check what lets a fresh machine compile each package
 // of the dependency tree once: the tool module that builds kube-apiserver
 // and etcd (hack/envtest) resolves every package it shares with the
 // operator's module to the same module version, and the Makefile and CI
@@ -6,7 +6,8 @@
 // Nothing here fails a build when it drifts; a drift only costs a fresh
 // machine minutes (docs/testing.md, "CI timings"), which is why a test has
 // to notice it.
-package buildcache
+
+package repo
 
 import (
 	"bufio"

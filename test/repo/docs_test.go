@@ -1,10 +1,11 @@
-// Package docs_test checks the claims the repository's front pages make
+// These tests check the claims the repository's front pages make
 // about the repository itself: the project files a user looks for before
 // adopting it (LICENSE, NOTICE, CHANGELOG.md, SECURITY.md, CONTRIBUTING.md)
 // exist and reach the image and the chart, the README fits a screen and
 // links only to files that exist, and every row of the status table
 // (docs/status.md) cites a doc, a package or a make target that exists.
-package docs_test
+
+package repo
 
 import (
 	"bytes"

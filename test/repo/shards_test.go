@@ -1,10 +1,11 @@
-// Package shards checks hack/go-test-shards.sh, which runs the controller
+// These tests check hack/go-test-shards.sh, which runs the controller
 // suite in make test and the race run and the real-guest scenarios in make
 // test-guest: a failing test fails the run, and the failed shard's output
 // ends with the failure itself, not with the logs that came after it
 // (docs/testing.md); and hack/go-test-longest-first.sh, which gives go test
 // the other packages longest first by their recorded times.
-package shards
+
+package repo
 
 import (
 	"bytes"
@@ -24,7 +25,7 @@ import (
 // message with its second line and the operator log's file, without the
 // logged JSON or the log's tail.
 func TestFailedShardEndsWithItsFailure(t *testing.T) {
-	cmd := exec.Command("hack/go-test-shards.sh", "-n", "2", "./test/shards/testdata/suite")
+	cmd := exec.Command("hack/go-test-shards.sh", "-n", "2", "./test/repo/testdata/suite")
 	cmd.Dir = repodir.Root()
 	// The durations the script records go to a cache of this test's own;
 	// the package builds static as every build here does, also under the
@@ -37,7 +38,7 @@ func TestFailedShardEndsWithItsFailure(t *testing.T) {
 	if err == nil {
 		t.Fatalf("a failing test, and the run succeeded:\n%s", got)
 	}
-	if !strings.Contains(got, "ok  \tgithub.com/hyperfleet/hyperfleet/test/shards/testdata/suite (shard ") {
+	if !strings.Contains(got, "ok  \tgithub.com/hyperfleet/hyperfleet/test/repo/testdata/suite (shard ") {
 		t.Errorf("no ok line for the passing shard:\n%s", got)
 	}
 	_, why, found := strings.Cut(got, "== why shard ")
@@ -67,14 +68,14 @@ func TestFailedShardEndsWithItsFailure(t *testing.T) {
 // the time recorded before.
 func TestRunSelectsTestsAndKeepsTheOthersDurations(t *testing.T) {
 	cache := t.TempDir()
-	durations := cache + "/test-durations/github.com_hyperfleet_hyperfleet_test_shards_testdata_suite___.tsv"
+	durations := cache + "/test-durations/github.com_hyperfleet_hyperfleet_test_repo_testdata_suite___.tsv"
 	if err := os.MkdirAll(cache+"/test-durations", 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(durations, []byte("42.00 TestPasses\n17.50 TestFailsThenLogs\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("hack/go-test-shards.sh", "-n", "2", "-run", "^TestPasses$", "./test/shards/testdata/suite")
+	cmd := exec.Command("hack/go-test-shards.sh", "-n", "2", "-run", "^TestPasses$", "./test/repo/testdata/suite")
 	cmd.Dir = repodir.Root()
 	cmd.Env = append(os.Environ(), "HYPERFLEET_CACHE="+cache, "CGO_ENABLED=0")
 	out, err := cmd.CombinedOutput()
@@ -92,7 +93,7 @@ func TestRunSelectsTestsAndKeepsTheOthersDurations(t *testing.T) {
 	if len(lines) != 2 || !strings.HasSuffix(lines[0], " TestPasses") || strings.HasPrefix(lines[0], "42.00 ") || lines[1] != "17.50 TestFailsThenLogs" {
 		t.Errorf("durations after the run:\n%s\nwant TestPasses's new time, then TestFailsThenLogs's 17.50 kept", got)
 	}
-	cmd = exec.Command("hack/go-test-shards.sh", "-run", "^TestNone$", "./test/shards/testdata/suite")
+	cmd = exec.Command("hack/go-test-shards.sh", "-run", "^TestNone$", "./test/repo/testdata/suite")
 	cmd.Dir = repodir.Root()
 	cmd.Env = append(os.Environ(), "HYPERFLEET_CACHE="+cache, "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "lists no tests matching ^TestNone$") {
@@ -108,8 +109,8 @@ func TestRunSelectsTestsAndKeepsTheOthersDurations(t *testing.T) {
 // the time of a package the run left out, as it was.
 func TestLongestFirstOrdersByRecordedTimes(t *testing.T) {
 	const (
-		quick = "github.com/hyperfleet/hyperfleet/test/shards/testdata/quick"
-		suite = "github.com/hyperfleet/hyperfleet/test/shards/testdata/suite"
+		quick = "github.com/hyperfleet/hyperfleet/test/repo/testdata/quick"
+		suite = "github.com/hyperfleet/hyperfleet/test/repo/testdata/suite"
 		other = "github.com/hyperfleet/hyperfleet/elsewhere"
 	)
 	cache := t.TempDir()
@@ -188,7 +189,7 @@ func TestStressListsEachFailure(t *testing.T) {
 	cmd := exec.Command("hack/test-stress.sh")
 	cmd.Dir = repodir.Root()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "STRESS_COUNT=2", "STRESS_PROCS=2", "STRESS_OUT="+out,
-		"STRESS_PKGS=./test/shards/testdata/suite ./test/shards/testdata/quick")
+		"STRESS_PKGS=./test/repo/testdata/suite ./test/repo/testdata/quick")
 	got, err := cmd.CombinedOutput()
 	if err == nil {
 		t.Fatalf("a test fails in every run, and the stress run succeeded:\n%s", got)
@@ -201,7 +202,7 @@ func TestStressListsEachFailure(t *testing.T) {
 		!strings.HasPrefix(lines[0], "TestFailsThenLogs failed in 2 run(s): ") || strings.Count(lines[0], "-run") != 2 {
 		t.Errorf("failure table:\n%s\nwant one line: TestFailsThenLogs failed in 2 run(s) with its two logs", table)
 	}
-	if !strings.Contains(string(got), "test/shards/testdata/quick run 2: ok") {
+	if !strings.Contains(string(got), "test/repo/testdata/quick run 2: ok") {
 		t.Errorf("the passing package's runs are not reported ok:\n%s", got)
 	}
 }

@@ -1,4 +1,4 @@
-package docs_test
+package repo
 
 import (
 	"go/ast"
