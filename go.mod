@@ -11,6 +11,7 @@ require (
 	github.com/go-jose/go-jose/v4 v4.1.0
 	github.com/go-logr/logr v1.4.3
 	github.com/google/go-cmp v0.7.0
+	github.com/google/go-containerregistry v0.20.3
 	github.com/google/go-github/v88 v88.0.0
 	github.com/google/go-tpm v0.9.8
 	github.com/google/uuid v1.6.0

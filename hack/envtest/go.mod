@@ -45,10 +45,34 @@ replace (
 require (
 	go.etcd.io/etcd/server/v3 v3.6.4
 	k8s.io/kubernetes v1.34.4
+	sigs.k8s.io/kustomize/kustomize/v5 v5.7.1
+)
+
+require (
+	github.com/MakeNowJust/heredoc v1.0.0 // indirect
+	github.com/chai2010/gettext-go v1.0.2 // indirect
+	github.com/exponent-io/jsonpath v0.0.0-20210407135951-1de76d718b3f // indirect
+	github.com/fatih/camelcase v1.0.0 // indirect
+	github.com/go-errors/errors v1.4.2 // indirect
+	github.com/gregjones/httpcache v0.0.0-20190611155906-901d90724c79 // indirect
+	github.com/liggitt/tabwriter v0.0.0-20181228230101-89fcab3d43de // indirect
+	github.com/lithammer/dedent v1.1.0 // indirect
+	github.com/mitchellh/go-wordwrap v1.0.1 // indirect
+	github.com/monochromegane/go-gitignore v0.0.0-20200626010858-205db1a8cc00 // indirect
+	github.com/peterbourgon/diskv v2.0.1+incompatible // indirect
+	github.com/russross/blackfriday/v2 v2.1.0 // indirect
+	github.com/sergi/go-diff v1.2.0 // indirect
+	github.com/xlab/treeprint v1.2.0 // indirect
+	k8s.io/cli-runtime v0.34.4 // indirect
+	k8s.io/kubectl v0.0.0 // indirect
+	k8s.io/metrics v0.34.4 // indirect
+	sigs.k8s.io/kustomize/api v0.20.1 // indirect
+	sigs.k8s.io/kustomize/cmd/config v0.20.1 // indirect
+	sigs.k8s.io/kustomize/kyaml v0.20.1 // indirect
 )
 
 // The modules the operator's module uses too are required at its versions
-// (make verify's go mod tidy keeps them; test/buildcache fails when they
+// (make verify's go mod tidy keeps them; test/repo (buildcache_test.go) fails when they
 // drift): the packages of client-go, apimachinery, apiserver, grpc,
 // protobuf and the rest are then compiled once on a fresh machine, for the
 // kube-apiserver build and for the tests, instead of once per version.

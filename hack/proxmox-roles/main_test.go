@@ -33,7 +33,7 @@ func TestRenderRoles(t *testing.T) {
 	got := string(renderRoles(testDoc()))
 	for _, want := range []string{
 		"Proxmox VE 9:\n\n```sh\npveum role add HyperFleet --privs \"VM.Clone VM.GuestAgent.FileWrite\"\n",
-		"Proxmox VE 8:\n\n```sh\npveum role add HyperFleet --privs \"VM.Clone VM.Monitor\"\n",
+		"Proxmox VE 8:\n\n<!-- docs-test: run-by TestInstallRolesOnProxmoxVE8 -->\n```sh\npveum role add HyperFleet --privs \"VM.Clone VM.Monitor\"\n",
 		"# Resource pools (spec.source.proxmox.pool):\npveum role modify HyperFleet --append --privs \"Pool.Audit\"\n",
 		"| Templates that attest with SPIRE and the template's own TPM (`spec.attestation.tpm`) | nothing | nothing |",
 		"| Resource pools (`spec.source.proxmox.pool`) | `Pool.Audit` | `Pool.Audit` |",

@@ -10,8 +10,10 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,6 +22,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/hyperfleet/hyperfleet/internal/testworld/docblocks"
 
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
@@ -45,6 +50,10 @@ type mode struct {
 	// read it.
 	secret *corev1.Secret
 	loaded string
+	// docs: the mode is installed by docs/install.md's example of it, run
+	// as written (its Secrets and helm install --wait), not by the test's
+	// own Secrets and install.
+	docs bool
 }
 
 // webhookTLS is the receiver's certificate Secret, the chart's default
@@ -53,7 +62,7 @@ const webhookTLS = "hyperfleet-webhook-tls"
 
 var modes = []mode{
 	{name: "scale-set", values: "test/chart/testdata/mode-scale-set.yaml", monitored: true},
-	{name: "GitLab", values: "test/chart/testdata/mode-gitlab.yaml", receiver: true,
+	{name: "GitLab", values: "test/chart/testdata/mode-gitlab.yaml", receiver: true, docs: true,
 		secret: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: modesNamespace, Name: "hyperfleet-gitlab-webhook"},
 			Data: map[string][]byte{"owner.acme..platform": []byte("gitlab-hook-token")}},
 		loaded: "Loaded the GitLab webhook Secret"},
@@ -84,8 +93,12 @@ func TestEveryModeInstalls(t *testing.T) {
 		}
 	})
 	admin := env.Client
-	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: modesNamespace}}); err != nil {
-		t.Fatal(err)
+	// The release's namespace, and the namespace of the templates whose
+	// Secrets the manager reads (docs/install.md's secretNamespaces={ci}).
+	for _, ns := range []string{modesNamespace, "ci"} {
+		if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cert, key := selfSignedTLS(t, "hyperfleet-webhooks."+modesNamespace+".svc")
 	tls := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: modesNamespace, Name: webhookTLS}, Type: corev1.SecretTypeTLS,
@@ -109,8 +122,10 @@ func TestEveryModeInstalls(t *testing.T) {
 				secrets = append(secrets, m.secret.DeepCopy())
 			}
 			for _, s := range secrets {
-				if err := admin.Create(ctx, s); err != nil {
-					t.Fatal(err)
+				if !m.docs {
+					if err := admin.Create(ctx, s); err != nil {
+						t.Fatal(err)
+					}
 				}
 				t.Cleanup(func() {
 					if err := admin.Delete(ctx, s); err != nil {
@@ -121,7 +136,12 @@ func TestEveryModeInstalls(t *testing.T) {
 			k := &kubelet{reader: admin, apiHost: apiURL.Hostname(), apiPort: apiURL.Port(), caPEM: env.Config.CAData, dir: filepath.Join(t.TempDir(), "kubelet")}
 			ro, installCtx := startRollout(ctx, t, pm, admin, env.Config, k, client.ObjectKey{Namespace: modesNamespace, Name: deploymentName})
 			installed := time.Now()
-			_, err := c.install(installCtx, t, modesNamespace, []string{m.values}, modeValues(t, m))
+			var err error
+			if m.docs {
+				err = installModeAsDocumented(installCtx, t, c, m, tls)
+			} else {
+				_, err = c.install(installCtx, t, modesNamespace, []string{m.values}, modeValues(t, m))
+			}
 			// Registered after the rollout's cleanup, so run before it:
 			// the release goes, then its pod.
 			t.Cleanup(func() {
@@ -166,6 +186,55 @@ func modeValues(t *testing.T, m mode) values {
 		v["extraArgs"] = append(v["extraArgs"].([]string), "--webhook-bind-address="+webhookAddr)
 	}
 	return v
+}
+
+// installModeAsDocumented runs docs/install.md's example of mode m, the
+// block marked run-by TestEveryModeInstalls, as written: its Secrets
+// (the receiver's certificate from tls, the webhook Secret's token as the
+// mode's secret holds it) and its helm install --wait, with the image
+// built here in place of the page's and this machine's ports added
+// (modeValues, by the helm on PATH).
+func installModeAsDocumented(ctx context.Context, t *testing.T, c *cluster, m mode, tls *corev1.Secret) error {
+	t.Helper()
+	blocks := docblocks.RunBy(readPage(t, "docs/install.md"), "TestEveryModeInstalls")
+	var block *docblocks.Block
+	for i, b := range blocks {
+		if strings.Contains(b.Text, m.values) {
+			block = &blocks[i]
+		}
+	}
+	if block == nil {
+		return fmt.Errorf("docs/install.md has no block marked run-by TestEveryModeInstalls that installs %s", m.values)
+	}
+	dir := t.TempDir()
+	v := modeValues(t, m)
+	delete(v, "image")
+	valuesFile := filepath.Join(dir, "ports.yaml")
+	certFile, keyFile := filepath.Join(dir, "webhook.crt"), filepath.Join(dir, "webhook.key")
+	for file, data := range map[string][]byte{certFile: tls.Data["tls.crt"], keyFile: tls.Data["tls.key"], valuesFile: mustYAML(t, v)} {
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := append(os.Environ(), "PATH="+docsTools{helmValues: valuesFile}.path(t, dir)+":"+os.Getenv("PATH"), "KUBECONFIG="+c.kubeconfig)
+	for _, value := range m.secret.Data {
+		// The one token of the mode's Secret, as the reader exports it.
+		env = append(env, "GITLAB_HOOK_TOKEN="+string(value))
+	}
+	sh := &docsShell{t: t, env: env, replace: strings.NewReplacer(
+		"registry.example.com/hyperfleet/hyperfleet", imageRepository, "image.tag=v0.1.0", "image.tag="+imageTag,
+		"--cert=webhook.crt --key=webhook.key", "--cert="+certFile+" --key="+keyFile)}
+	_, err := sh.try(ctx, *block)
+	return err
+}
+
+func mustYAML(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
 
 // checkModeLog checks the manager's log in mode m: started, never refused

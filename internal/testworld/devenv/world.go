@@ -271,6 +271,19 @@ type Options struct {
 	// carry the tag JobLabel. More pools of either are added beside the
 	// world's own with AddBuildkitePool and AddGitLabPool.
 	Platform hfv1.WorkloadType
+	// Install is the world docs/install.md starts from, for the test that
+	// runs the page's commands as written (test/deploy, docs_test.go;
+	// install.go): nothing of HyperFleet's exists yet. The API server has
+	// no CRDs (the chart installs them), no object is applied (step 5
+	// applies the samples), the Proxmox simulator has only its root user
+	// (step 2 makes the operator's user, role and token with pveum, which
+	// reaches the simulator through its admin API), and the GitHub
+	// simulator holds the samples' account and repository with a GitHub
+	// App installed on them (step 3, done in GitHub's web UI: InstallApp).
+	// The guests run AgentBinary, the agent the samples' template has in
+	// its image (agentSource Image, the default). Needs ExternalOperator
+	// and SimulatorAdmin.
+	Install bool
 }
 
 // World is a running embedded world.
@@ -356,6 +369,9 @@ func Start(ctx context.Context, opts Options) (*World, error) {
 	if opts.SecretStore && !opts.SPIFFE {
 		return nil, errors.New("devenv: Options.SecretStore needs Options.SPIFFE: the VMs log in to the store with their JWT-SVIDs")
 	}
+	if opts.Install && (!opts.ExternalOperator || !opts.SimulatorAdmin) {
+		return nil, errors.New("devenv: Options.Install needs ExternalOperator and SimulatorAdmin: the page installs the operator, and its pveum reaches the simulator through the admin API")
+	}
 	if opts.Dir == "" || (opts.AgentBinary == "" && !agentServed) {
 		return nil, errors.New("devenv: Options.Dir and Options.AgentBinary are required (AgentBinary is not when an external operator serves the agent)")
 	}
@@ -402,7 +418,11 @@ func (w *World) start(ctx context.Context) (err error) {
 	}
 	w.progress("Starting kube-apiserver and etcd (the first run builds them from source: about 10 minutes on 2 cores, then cached)")
 	stopTicker := w.tick("still starting the API server")
-	w.API, err = testenv.StartWithProgress(opts.Progress)
+	if opts.Install {
+		w.API, err = testenv.StartWithoutCRDs()
+	} else {
+		w.API, err = testenv.StartWithProgress(opts.Progress)
+	}
 	stopTicker()
 	if err != nil {
 		return err
@@ -454,6 +474,10 @@ func (w *World) start(ctx context.Context) (err error) {
 		if err := w.startGitLab(); err != nil {
 			return err
 		}
+	}
+	if opts.Install {
+		// What the page's steps create is the test's to create.
+		return nil
 	}
 	// The objects first: the operator keeps its ownership key in a Secret
 	// of SystemNamespace.
@@ -617,14 +641,20 @@ func (w *World) startGitHub() error {
 	if err := w.writeAgentServerCert(); err != nil {
 		return err
 	}
-	sim, err := githubsim.New(githubsim.Config{
+	cfg := githubsim.Config{
 		Organizations: []githubsim.OrgConfig{{Login: Organization}},
 		Repositories:  []githubsim.RepoConfig{{Name: Repository}},
 		PATs:          []githubsim.PATConfig{{Token: PAT, Login: "octocat", RateLimit: w.opts.GitHubRateLimit}},
 		// A loaded laptop may stall a runner's poll for seconds; GitHub
 		// would not call that runner lost either.
 		HeartbeatTimeout: githubsim.Duration(30 * time.Second),
-	}, githubsim.WithCACertificate(caPEM), githubsim.WithWebhookClient(w.webhook.client), githubsim.WithLogger(w.simLogger("github-sim")),
+	}
+	if w.opts.Install {
+		if err := w.installApp(&cfg); err != nil {
+			return err
+		}
+	}
+	sim, err := githubsim.New(cfg, githubsim.WithCACertificate(caPEM), githubsim.WithWebhookClient(w.webhook.client), githubsim.WithLogger(w.simLogger("github-sim")),
 		githubsim.WithAdmin(w.opts.SimulatorAdmin), githubsim.WithScaleSetSessionIdleTimeout(w.opts.ScaleSetSessionIdle))
 	if err != nil {
 		return fmt.Errorf("devenv: GitHub simulator: %w", err)
@@ -690,12 +720,7 @@ func (w *World) serveProxmox(sim *proxmoxsim.Simulator, ln net.Listener) (apiURL
 		return "", "", fmt.Errorf("devenv: %w", err)
 	}
 	base := w.serveTLSOn(ln, observe(sim, w.opts.OnProxmoxRequest), cert)
-	sum := sha256.Sum256(cert.Certificate[0])
-	fp := make([]string, len(sum))
-	for i, b := range sum {
-		fp[i] = fmt.Sprintf("%02X", b)
-	}
-	return base + "/api2/json", strings.Join(fp, ":"), nil
+	return base + "/api2/json", proxmoxsim.FormatFingerprint(sha256.Sum256(cert.Certificate[0])), nil
 }
 
 // simConfig is the Proxmox simulator's configuration: the timings asked

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -281,6 +282,7 @@ func (s *Simulator) Faults() Faults {
 //	GET  /_sim/vms/{vmid}/console      the guest's console output
 //	POST /_sim/refresh                 take a /cluster/resources sample now
 //	POST /_sim/clock/advance?by=5s     only with a FakeClock
+//	POST /_sim/pveum                   ["role","add",...]: a pveum command line (Pveum); its output, or 400 and pveum's error
 func (s *Simulator) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	if !s.admin {
 		http.NotFound(w, r)
@@ -306,6 +308,19 @@ func (s *Simulator) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		}
 		s.SetLatency(l)
 		writeJSON(w, s.Latency())
+	case route == "POST pveum":
+		var args []string
+		if err := json.NewDecoder(r.Body).Decode(&args); err != nil {
+			fail(http.StatusBadRequest, fmt.Errorf("decode pveum's arguments (a JSON list): %w", err))
+			return
+		}
+		out, err := s.Pveum(args)
+		if err != nil {
+			fail(http.StatusBadRequest, err)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, out)
 	case route == "GET faults":
 		writeJSON(w, s.Faults())
 	case route == "PUT faults":

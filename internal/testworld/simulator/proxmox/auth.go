@@ -61,11 +61,17 @@ func inList(privs ...string) func(string) bool {
 // privSet is a set of privileges per ACL path, roles expanded.
 type privSet map[string]map[string]bool
 
-func expandPrivileges(p Privileges, v privileges.Version) privSet {
+func expandPrivileges(p Privileges, v privileges.Version, custom map[string][]string) privSet {
 	out := privSet{}
 	for path, names := range p {
 		set := map[string]bool{}
 		for _, n := range names {
+			if privs, ok := custom[n]; ok {
+				for _, priv := range privs {
+					set[priv] = true
+				}
+				continue
+			}
 			if keep, ok := roleNames[n]; ok {
 				for _, priv := range privileges.Known(v) {
 					if keep(priv) {
@@ -107,8 +113,11 @@ type user struct {
 	password string
 	disabled bool
 	expire   int64
-	privs    privSet
-	tokens   map[string]*token
+	// grants are the roles and privileges given to the user per ACL
+	// path (the config's, then pveum aclmod's); privs is them expanded.
+	grants Privileges
+	privs  privSet
+	tokens map[string]*token
 }
 
 type token struct {
@@ -116,6 +125,7 @@ type token struct {
 	secret  string
 	expire  int64
 	privsep bool
+	grants  Privileges
 	privs   privSet
 }
 
@@ -149,16 +159,36 @@ func (id *identity) has(path, priv string) bool {
 func (s *Simulator) initUsers() {
 	for _, u := range s.cfg.Users {
 		nu := &user{id: u.ID, password: u.Password, disabled: u.Disabled, expire: u.Expire,
-			privs: expandPrivileges(u.Privileges, s.version()), tokens: map[string]*token{}}
+			grants: clonePrivileges(u.Privileges), tokens: map[string]*token{}}
 		for _, t := range u.Tokens {
 			privsep := true
 			if t.Privsep != nil {
 				privsep = *t.Privsep
 			}
-			nu.tokens[t.ID] = &token{id: t.ID, secret: t.Secret, expire: t.Expire, privsep: privsep, privs: expandPrivileges(t.Privileges, s.version())}
+			nu.tokens[t.ID] = &token{id: t.ID, secret: t.Secret, expire: t.Expire, privsep: privsep, grants: clonePrivileges(t.Privileges)}
 		}
 		s.users[u.ID] = nu
 	}
+	s.expandGrantsLocked()
+}
+
+// expandGrantsLocked recomputes every user's and token's privileges from
+// their grants, after the grants or a custom role changed (pveum).
+func (s *Simulator) expandGrantsLocked() {
+	for _, u := range s.users {
+		u.privs = expandPrivileges(u.grants, s.version(), s.roles)
+		for _, t := range u.tokens {
+			t.privs = expandPrivileges(t.grants, s.version(), s.roles)
+		}
+	}
+}
+
+func clonePrivileges(p Privileges) Privileges {
+	out := Privileges{}
+	for path, names := range p {
+		out[normACLPath(path)] = append(out[normACLPath(path)], names...)
+	}
+	return out
 }
 
 const (

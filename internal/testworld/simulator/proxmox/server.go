@@ -55,7 +55,10 @@ type Simulator struct {
 	taskOrder  []string
 	pools      map[string]*pool
 	users      map[string]*user
-	rng        *mrand.Rand
+	// roles are the custom roles pveum created, by name, each its
+	// privileges.
+	roles map[string][]string
+	rng   *mrand.Rand
 	// injected counts injected faults by kind and endpoint class
 	// (InjectedFaults).
 	injected    map[string]map[string]int

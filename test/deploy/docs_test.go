@@ -1,0 +1,579 @@
+//go:build deploy
+
+package deploy
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/docblocks"
+	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
+	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/test/testenv"
+)
+
+// The pveum on the docs test's PATH is this test binary: run with
+// pveumURLEnv set, it sends its command line to the Proxmox simulator's
+// admin API (POST /_sim/pveum: the simulator's own pveum, which runs as
+// root on the node as Proxmox's does) and prints what pveum prints.
+const (
+	pveumURLEnv         = "HF_DOCS_PVEUM_URL"
+	pveumFingerprintEnv = "HF_DOCS_PVEUM_FINGERPRINT"
+)
+
+func TestMain(m *testing.M) {
+	if u := os.Getenv(pveumURLEnv); u != "" {
+		os.Exit(pveum(u, os.Getenv(pveumFingerprintEnv), os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// pveum is the pveum command: exit code 255 and pveum's message on
+// standard error when it fails, as Proxmox's CLI tools do.
+func pveum(adminURL, fingerprint string, args []string) int {
+	body, _ := json.Marshal(args)
+	c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		// The simulator's certificate is self-signed: pinned, as the
+		// operator pins it (spec.tls.fingerprintSHA256).
+		InsecureSkipVerify: true,
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if got := proxmoxsim.FormatFingerprint(sha256.Sum256(raw[0])); got != fingerprint {
+				return fmt.Errorf("the Proxmox simulator's certificate is %s, not the pinned %s", got, fingerprint)
+			}
+			return nil
+		},
+	}}}
+	resp, err := c.Post(adminURL, "application/json", bytes.NewReader(body))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 255
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprint(os.Stderr, string(out))
+		return 255
+	}
+	fmt.Print(string(out))
+	return 0
+}
+
+// docsShell runs a page's command blocks as its reader runs them: each in
+// bash (-euo pipefail: a failing command, or a variable the reader was to
+// set and did not, stops it) from the repository's root, with the tools
+// the page names on PATH, after replacing the values a reader substitutes.
+type docsShell struct {
+	t       *testing.T
+	env     []string
+	replace *strings.Replacer
+	// dir is where the blocks run; the repository's root when empty.
+	dir string
+}
+
+// run runs block under ctx and returns its standard output; a failure
+// fails the test, naming the block and its output.
+func (s *docsShell) run(ctx context.Context, b docblocks.Block) string {
+	s.t.Helper()
+	out, err := s.try(ctx, b)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return out
+}
+
+// try is run, returning the failure instead.
+func (s *docsShell) try(ctx context.Context, b docblocks.Block) (string, error) {
+	s.t.Helper()
+	script := s.replace.Replace(b.Text)
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir = cmp.Or(s.dir, testenv.RepoRoot())
+	cmd.Env = s.env
+	// Both streams go to all from their own goroutines: one lock.
+	var stdout bytes.Buffer
+	all := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(&stdout, all), all
+	start := time.Now()
+	err := cmd.Run()
+	s.t.Logf("%s ran in %s:\n%s\n--- output:\n%s", b, time.Since(start).Round(100*time.Millisecond), script, all.String())
+	if err != nil {
+		return stdout.String(), fmt.Errorf("%s failed (%w): a reader following the page stops here", b, err)
+	}
+	return stdout.String(), nil
+}
+
+// lockedBuffer is a buffer two goroutines write to.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// readPage reads the command blocks of a page (a path from the
+// repository's root) and checks that every block marked run-by names a
+// test that exists.
+func readPage(t *testing.T, page string) []docblocks.Block {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), filepath.FromSlash(page)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := docblocks.Read(data)
+	if err != nil {
+		t.Fatalf("%s: %v", page, err)
+	}
+	checkRunBy(t, blocks)
+	return blocks
+}
+
+// setenv sets a variable of the blocks that follow, as a reader exports
+// what an earlier step printed.
+func (s *docsShell) setenv(name, value string) { s.env = append(s.env, name+"="+value) }
+
+// tokenValueRE finds the secret in pveum's table of a new token.
+var tokenValueRE = regexp.MustCompile(`│ value +│ (\S+) +│`)
+
+// TestInstallPageRunsAsWritten runs docs/install.md from zero to a finished
+// job: every command block the page does not mark as run by another test,
+// in the page's order, as written, with only what a reader substitutes
+// replaced (the registry's host, the certificate and key files, the
+// variables the page names, the samples' fields it says to edit), in the
+// deployment world: the real API server (RBAC enforced, no CRDs before the
+// chart's), podman, the Proxmox simulator in place of Proxmox VE (its
+// pveum for step 2) and the GitHub simulator in place of GitHub (the App
+// of step 3 created as its web UI would). Step 1's image is pushed to a
+// real registry (go-containerregistry's) and the pod pulls it from there;
+// step 4's helm install --wait returns once the pod is Ready; step 5's
+// samples become Ready; then a workflow job of the samples' repository
+// with the pool's labels runs on a fresh VM of the pool, which the
+// operator made with the token step 2 created.
+//
+// What the world adds to the reader's commands, and only through the
+// helm on PATH (a wrapper of the real one): the manager's ports bound to
+// loopback (the pod shares this host's network), the receiver's API host
+// and the ConfigMap of the simulators' CA (the reader's GitHub has a
+// public one), and its quick intervals.
+func TestInstallPageRunsAsWritten(t *testing.T) {
+	ctx := context.Background()
+	blocks := readPage(t, "docs/install.md")
+
+	dir := t.TempDir()
+	agent := filepath.Join(dir, "hyperfleet-agent")
+	build := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-o", agent, "./cmd/hyperfleet-agent")
+	build.Dir, build.Env = testenv.RepoRoot(), append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the agent: %v\n%s", err, out)
+	}
+	w, err := devenv.Start(ctx, devenv.Options{Dir: filepath.Join(dir, "world"), AgentBinary: agent, Progress: testWriter{t},
+		Install: true, ExternalOperator: true, SimulatorAdmin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := w.Stop(); err != nil {
+			t.Errorf("stop world: %v", err)
+		}
+	})
+	in := w.OperatorInputs()
+	app, err := w.InstallApp()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Step 1's registry.
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(reg.Close)
+	regHost := strings.TrimPrefix(reg.URL, "http://")
+	registries := filepath.Join(dir, "registries.conf")
+	if err := os.WriteFile(registries, fmt.Appendf(nil, "[[registry]]\nlocation = %q\ninsecure = true\n", regHost), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pm := newPodman(t)
+	pm.env = append(pm.env, "CONTAINERS_REGISTRIES_CONF="+registries)
+
+	// Step 3, in GitHub's UI: the App's webhook, to the receiver step 4
+	// installs.
+	ports := freePorts(t, 3)
+	metricsAddr, probeAddr, webhookAddr := ports[0], ports[1], ports[2]
+	if err := w.PointWebhook("https://" + webhookAddr + "/webhooks/github"); err != nil {
+		t.Fatal(err)
+	}
+
+	tools := docsTools{
+		helmValues: worldValues(t, dir, in, metricsAddr, probeAddr, webhookAddr), helmObjects: filepath.Join(dir, "world-objects.yaml"),
+		pveumURL: strings.TrimSuffix(w.ProxmoxURL, "/api2/json") + "/_sim/pveum", pveumFingerprint: w.ProxmoxFingerprint(),
+	}
+	sh := &docsShell{t: t, env: append(pm.env,
+		"PATH="+tools.path(t, dir)+":"+os.Getenv("PATH"),
+		"KUBECONFIG="+w.KubeconfigPath,
+		// Step 3's values, as the reader keeps them.
+		"GITHUB_WEBHOOK_SECRET="+w.WebhookSecret(),
+		fmt.Sprintf("APP_ID=%d", app.ID), fmt.Sprintf("INSTALLATION_ID=%d", app.InstallationID),
+	)}
+	samples := editSamples(t, dir, w)
+	pairs := []string{
+		"registry.example.com", regHost,
+		"--cert=webhook.crt --key=webhook.key", "--cert=" + in.WebhookCertFile + " --key=" + in.WebhookKeyFile,
+		"--from-file=private-key=app.private-key.pem", "--from-file=private-key=" + app.PrivateKeyFile,
+	}
+	for sample, edited := range samples {
+		pairs = append(pairs, sample, edited)
+	}
+	sh.replace = strings.NewReplacer(pairs...)
+
+	apiURL, err := url.Parse(w.API.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &kubelet{reader: w.API.Client, apiHost: apiURL.Hostname(), apiPort: apiURL.Port(), caPEM: w.API.Config.CAData, dir: filepath.Join(dir, "kubelet")}
+	var ro *rollout
+	image := regHost + "/hyperfleet/hyperfleet:v0.1.0"
+	for _, b := range docblocks.Unmarked(blocks) {
+		runCtx := ctx
+		if strings.Contains(b.Text, "helm install") {
+			// The kubelet and the Deployment controller for the pod helm
+			// waits for; the image then comes from the registry only.
+			if _, err := pm.run(ctx, "image", "rm", image); err != nil {
+				t.Fatalf("remove the local copy of the pushed image: %v", err)
+			}
+			ro, runCtx = startRollout(ctx, t, pm, w.API.Client, w.API.Config, k, client.ObjectKey{Namespace: in.Namespace, Name: deploymentName})
+		}
+		out := sh.run(runCtx, b)
+		if strings.Contains(b.Text, "pveum user token add") {
+			m := tokenValueRE.FindStringSubmatch(out)
+			if m == nil {
+				t.Fatalf("%s printed no token secret:\n%s", b, out)
+			}
+			sh.setenv("PVE_TOKEN_SECRET", m[1])
+		}
+	}
+	if ro == nil {
+		t.Fatal("no block of docs/install.md runs helm install")
+	}
+	if err := ro.failure(); err != nil {
+		t.Fatalf("the rollout: %v", err)
+	}
+
+	// The samples as step 5 says they report.
+	waitReady(ctx, t, w.API.Client, &hfv1.HypervisorCluster{}, client.ObjectKey{Name: "proxmox-prod"}, hfv1.ReadyCondition)
+	waitReady(ctx, t, w.API.Client, &hfv1.HypervisorMachineTemplate{}, client.ObjectKey{Namespace: "ci", Name: "github-runner"}, hfv1.ReadyCondition)
+	pool := client.ObjectKey{Namespace: "ci", Name: "hyperfleet-ci"}
+	waitReady(ctx, t, w.API.Client, &hfv1.RunnerPool{}, pool, hfv1.RunnerPoolScopeVerifiedCondition)
+	waitReady(ctx, t, w.API.Client, &hfv1.RunnerPool{}, pool, hfv1.ReadyCondition)
+
+	// A workflow job with the pool's labels, as step 5 describes it.
+	job, err := w.GitHub.EnqueueJob(githubsim.JobRequest{Repository: devenv.InstallRepository,
+		Labels: []string{"self-hosted", "linux", "x64", "hyperfleet-ci"}, Duration: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		j, _ := w.GitHub.Job(job.ID)
+		if j.Status == "completed" {
+			if j.Conclusion != "success" || !strings.HasPrefix(j.RunnerName, "hyperfleet-ci-") {
+				t.Fatalf("the job ended %s on runner %q, want success on a runner of the pool hyperfleet-ci", j.Conclusion, j.RunnerName)
+			}
+			t.Logf("the job ran on %s", j.RunnerName)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job is %s after 5 minutes; manager log:\n%s", j.Status, tail(pm.logs(ctx, ro.container()), 60))
+		}
+		time.Sleep(time.Second)
+	}
+	checkOperatorToken(t, w)
+}
+
+// checkRunBy fails for a block whose mark names a test that does not
+// exist: the block would run nowhere.
+func checkRunBy(t *testing.T, blocks []docblocks.Block) {
+	t.Helper()
+	var sources bytes.Buffer
+	files, _ := filepath.Glob(filepath.Join(testenv.RepoRoot(), "test", "*", "*_test.go"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sources.Write(b)
+	}
+	for _, b := range blocks {
+		if b.RunBy != "" && !bytes.Contains(sources.Bytes(), []byte("func "+b.RunBy+"(t *testing.T)")) {
+			t.Errorf("%s is marked run-by %s, which no test under test/ defines", b, b.RunBy)
+		}
+	}
+}
+
+// docsTools are the commands the pages run that are not on this
+// machine's PATH: kubectl and kustomize (hack/envtest builds them), helm
+// (the real one, behind a wrapper that adds a world's values), and pveum
+// (this test binary, speaking to a Proxmox simulator's admin API).
+type docsTools struct {
+	// helmValues, when set, is a values file helm install and upgrade
+	// get last (they win over the reader's); helmObjects, when set, is
+	// applied into the release's namespace before.
+	helmValues, helmObjects string
+	// pveumURL is the simulator's /_sim/pveum, pveumFingerprint its
+	// certificate's; no pveum without them.
+	pveumURL, pveumFingerprint string
+}
+
+// path makes a directory of the tools under dir and returns it.
+func (d docsTools) path(t *testing.T, dir string) string {
+	t.Helper()
+	assets, err := testenv.AssetsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm, err := testenv.HelmPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range []string{"kubectl", "kustomize"} {
+		if _, err := os.Stat(filepath.Join(assets, tool)); err != nil {
+			t.Fatalf("%s is not in %s (hack/envtest/build.sh builds it): %v", tool, assets, err)
+		}
+		if err := os.Symlink(filepath.Join(assets, tool), filepath.Join(bin, tool)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// helm with a configuration of its own.
+	wrapper := fmt.Sprintf("#!/bin/sh\nexport HELM_CACHE_HOME=%[1]q/cache HELM_CONFIG_HOME=%[1]q/config HELM_DATA_HOME=%[1]q/data\n", filepath.Join(dir, "helm"))
+	if d.helmValues != "" {
+		wrapper += "case \"$1\" in\ninstall|upgrade)\n"
+		if d.helmObjects != "" {
+			wrapper += fmt.Sprintf(`	ns=default prev=
+	for a in "$@"; do
+		case "$prev" in --namespace|-n) ns=$a ;; esac
+		case "$a" in --namespace=*) ns=${a#--namespace=} ;; esac
+		prev=$a
+	done
+	kubectl -n "$ns" apply -f %q >&2 || exit 1
+`, d.helmObjects)
+		}
+		wrapper += fmt.Sprintf("\texec %q \"$@\" --values %q ;;\nesac\n", helm, d.helmValues)
+	}
+	wrapper += fmt.Sprintf("exec %q \"$@\"\n", helm)
+	scripts := map[string]string{"helm": wrapper}
+	if d.pveumURL != "" {
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		scripts["pveum"] = fmt.Sprintf("#!/bin/sh\n%s=%q %s=%q exec %q \"$@\"\n", pveumURLEnv, d.pveumURL, pveumFingerprintEnv, d.pveumFingerprint, self)
+	}
+	for name, s := range scripts {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(s), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bin
+}
+
+// worldValues writes the values the helm wrapper adds and the ConfigMap it
+// applies (world-objects.yaml, beside the values), and returns the values
+// file.
+func worldValues(t *testing.T, dir string, in devenv.OperatorInputs, metricsAddr, probeAddr, webhookAddr string) string {
+	t.Helper()
+	ca, err := os.ReadFile(in.GitHubCAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objects, err := yaml.Marshal(map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "hyperfleet-trusted-ca"}, "data": map[string]string{"simulators-ca.crt": string(ca)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "world-objects.yaml"), objects, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	v := values{
+		"metrics":   values{"port": portOf(t, metricsAddr)},
+		"probePort": portOf(t, probeAddr),
+		"webhook":   values{"port": portOf(t, webhookAddr), "apiHost": in.GitHubAPIHost},
+		"extraArgs": []string{
+			"--metrics-bind-address=" + metricsAddr,
+			"--health-probe-bind-address=" + probeAddr,
+			"--webhook-bind-address=" + webhookAddr,
+		},
+		"config": values{
+			"runnerpool-resync-interval": in.ResyncInterval.String(),
+			"orphan-sweep-interval":      in.SweepInterval.String(),
+			"claim-max-retry-delay":      in.MaxRetryDelay.String(),
+		},
+	}
+	data, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "world-values.yaml")
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// editSamples makes the edits step 5's comments ask for in copies of the
+// samples it applies, and returns each sample's path (from the
+// repository's root, as the page names it) with its copy's: the cluster's
+// endpoint, fingerprint and nodes (the simulator's), its tenancy's API
+// hosts (the GitHub simulator's, which stands in for api.github.com) and no
+// spire section (the world runs no SPIRE server, so the page says to
+// remove it); the template's GitHub API URL and runner package (the
+// simulator's, which serves its own runner package, hence another
+// SHA-256).
+func editSamples(t *testing.T, dir string, w *devenv.World) map[string]string {
+	t.Helper()
+	pkg, err := githubsim.RunnerPackage(w.SimulatorCA())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(pkg)
+	gh, err := url.Parse(w.GitHubURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []any
+	for _, n := range w.Proxmox.State().Nodes {
+		nodes = append(nodes, n.Name)
+	}
+	edits := map[string]func(u *unstructured.Unstructured){
+		"config/samples/hyperfleet_v1alpha1_hypervisorcluster_token.yaml": func(u *unstructured.Unstructured) {
+			set(t, u, w.ProxmoxURL, "spec", "endpoint")
+			set(t, u, w.ProxmoxFingerprint(), "spec", "tls", "fingerprintSHA256")
+			set(t, u, nodes, "spec", "nodes")
+			unstructured.RemoveNestedField(u.Object, "spec", "spire")
+			tenancy, _, _ := unstructured.NestedSlice(u.Object, "spec", "tenancy")
+			for _, e := range tenancy {
+				e.(map[string]any)["apiHosts"] = []any{gh.Host}
+			}
+			set(t, u, tenancy, "spec", "tenancy")
+		},
+		"config/samples/hyperfleet_v1alpha1_hypervisormachinetemplate_app.yaml": func(u *unstructured.Unstructured) {
+			set(t, u, w.GitHubURL+"/api/v3", "spec", "bootstrap", "github", "apiBaseURL")
+			set(t, u, w.GitHubURL+"/_sim/runner/actions-runner-{os}-{arch}-2.321.0.tar.gz", "spec", "bootstrap", "github", "runner", "downloadURL")
+			set(t, u, hex.EncodeToString(sum[:]), "spec", "bootstrap", "github", "runner", "downloadSHA256")
+		},
+		"config/samples/hyperfleet_v1alpha1_runnerpool_repo.yaml": func(*unstructured.Unstructured) {},
+	}
+	out := map[string]string{}
+	for sample, edit := range edits {
+		raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), sample))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(raw, &u.Object); err != nil {
+			t.Fatalf("%s: %v", sample, err)
+		}
+		edit(u)
+		data, err := yaml.Marshal(u.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		edited := filepath.Join(dir, "samples", filepath.Base(sample))
+		if err := os.MkdirAll(filepath.Dir(edited), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(edited, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out[sample] = edited
+	}
+	return out
+}
+
+func set(t *testing.T, u *unstructured.Unstructured, v any, path ...string) {
+	t.Helper()
+	if err := unstructured.SetNestedField(u.Object, v, path...); err != nil {
+		t.Fatalf("%s: set %s: %v", u.GetName(), strings.Join(path, "."), err)
+	}
+}
+
+// conditioned is an object with status conditions (every HyperFleet kind).
+type conditioned interface {
+	client.Object
+	GetConditions() []metav1.Condition
+}
+
+// waitReady waits until obj's condition is True, failing with the
+// object's conditions after two minutes.
+func waitReady(ctx context.Context, t *testing.T, c client.Client, obj conditioned, key client.ObjectKey, condition hfv1.ConditionType) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := c.Get(ctx, key, obj)
+		if err == nil && meta.IsStatusConditionTrue(obj.GetConditions(), string(condition)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%T %s is not %s after 2 minutes (err %v): %+v", obj, key, condition, err, obj.GetConditions())
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// checkOperatorToken: the VMs were made with the token step 2 created
+// (each task is its user's), not with the simulator's root token.
+func checkOperatorToken(t *testing.T, w *devenv.World) {
+	t.Helper()
+	var users []string
+	for _, task := range w.Proxmox.State().Tasks {
+		// UPID:node:pid:pstart:starttime:type:id:user:
+		if f := strings.Split(task.UPID, ":"); task.Type == "qmclone" && len(f) > 7 {
+			users = append(users, f[7])
+		}
+	}
+	if len(users) == 0 {
+		t.Fatal("the Proxmox simulator has no clone task")
+	}
+	for _, u := range users {
+		if u != "hyperfleet@pve!operator" {
+			t.Fatalf("a clone ran as %s, not as step 2's token hyperfleet@pve!operator: %v", u, users)
+		}
+	}
+}
