@@ -177,25 +177,90 @@ var tokenValueRE = regexp.MustCompile(`│ value +│ (\S+) +│`)
 // in the page's order, as written, with only what a reader substitutes
 // replaced (the registry's host, the certificate and key files, the
 // variables the page names, the samples' fields it says to edit), in the
-// deployment world: the real API server (RBAC enforced, no CRDs before the
-// chart's), podman, the Proxmox simulator in place of Proxmox VE (its
-// pveum for step 2) and the GitHub simulator in place of GitHub (the App
-// of step 3 created as its web UI would). Step 1's image is pushed to a
-// real registry (go-containerregistry's) and the pod pulls it from there;
-// step 4's helm install --wait returns once the pod is Ready; step 5's
-// samples become Ready; then a workflow job of the samples' repository
-// with the pool's labels runs on a fresh VM of the pool, which the
-// operator made with the token step 2 created.
-//
-// What the world adds to the reader's commands, and only through the
-// helm on PATH (a wrapper of the real one): the manager's ports bound to
-// loopback (the pod shares this host's network), the receiver's API host
-// and the ConfigMap of the simulators' CA (the reader's GitHub has a
-// public one), and its quick intervals.
+// deployment world (docsWorld): the real API server (RBAC enforced, no
+// CRDs before the chart's), podman, the Proxmox simulator in place of
+// Proxmox VE (its pveum for step 2) and the GitHub simulator in place of
+// GitHub (the App of step 3 created as its web UI would). Step 1's image
+// is pushed to a real registry (go-containerregistry's) and the pod pulls
+// it from there; step 4's helm install --wait returns once the pod is
+// Ready; step 5's samples become Ready; then a workflow job of the
+// samples' repository with the pool's labels runs on a fresh VM of the
+// pool, which the operator made with the token step 2 created.
 func TestInstallPageRunsAsWritten(t *testing.T) {
 	ctx := context.Background()
 	blocks := readPage(t, "docs/install.md")
+	d := startDocsWorld(t, true)
+	d.runBlocks(ctx, docblocks.Unmarked(blocks))
 
+	// The samples as step 5 says they report.
+	d.waitSamplesReady(ctx, "hyperfleet-ci")
+	// A workflow job with the pool's labels, as step 5 describes it.
+	d.runJob(ctx, []string{"self-hosted", "linux", "x64", "hyperfleet-ci"}, "hyperfleet-ci-")
+}
+
+// TestScaleSetQuickStartRunsAsWritten runs docs/github.md's quick start
+// for runner scale sets after docs/install.md's steps 1 and 2 (step 3's
+// App needs no webhook in this mode, and nothing calls the cluster): its
+// blocks in order and as written, as TestInstallPageRunsAsWritten runs
+// the install page's, to a job no webhook announces (nothing is pointed
+// at the cluster), run on a fresh VM of the pool: a runner with the scale
+// set's JIT configuration.
+func TestScaleSetQuickStartRunsAsWritten(t *testing.T) {
+	ctx := context.Background()
+	var steps []docblocks.Block
+	for _, b := range docblocks.Unmarked(readPage(t, "docs/install.md")) {
+		if strings.HasPrefix(b.Heading, "1. ") || strings.HasPrefix(b.Heading, "2. ") {
+			steps = append(steps, b)
+		}
+	}
+	quick := blocksUnder(readPage(t, "docs/github.md"), "Quick start: runner scale sets")
+	if len(steps) == 0 || len(quick) == 0 {
+		t.Fatalf("found %d blocks of docs/install.md's steps 1 and 2 and %d of docs/github.md's scale-set quick start", len(steps), len(quick))
+	}
+	d := startDocsWorld(t, false)
+	d.runBlocks(ctx, append(steps, quick...))
+	d.waitSamplesReady(ctx, "repo-scaleset")
+	// A workflow job with runs-on: [self-hosted, linux, scaleset], which
+	// no webhook announces.
+	d.runJob(ctx, []string{"self-hosted", "linux", "scaleset"}, "repo-scaleset-")
+}
+
+// blocksUnder are the page's blocks under the headings that start with
+// heading.
+func blocksUnder(blocks []docblocks.Block, heading string) []docblocks.Block {
+	var out []docblocks.Block
+	for _, b := range blocks {
+		if strings.HasPrefix(b.Heading, heading) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// docsWorld is the deployment world a page's commands run in, and the
+// shell they run in. What it adds to the reader's commands, only through
+// the helm on PATH (a wrapper of the real one): the manager's ports bound
+// to loopback (the pod shares this host's network), the receiver's API
+// host and the ConfigMap of the simulators' CA (the reader's GitHub has a
+// public one), and quick intervals.
+type docsWorld struct {
+	t  *testing.T
+	w  *devenv.World
+	pm *podman
+	sh *docsShell
+	k  *kubelet
+	// image is the image step 1 builds and pushes, as the registry names
+	// it.
+	image string
+	ro    *rollout
+}
+
+// startDocsWorld starts the world; receiver: the install runs the webhook
+// receiver, to which the GitHub simulator then delivers (step 3's App
+// webhook).
+func startDocsWorld(t *testing.T, receiver bool) *docsWorld {
+	t.Helper()
+	ctx := context.Background()
 	dir := t.TempDir()
 	agent := filepath.Join(dir, "hyperfleet-agent")
 	build := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-o", agent, "./cmd/hyperfleet-agent")
@@ -230,16 +295,18 @@ func TestInstallPageRunsAsWritten(t *testing.T) {
 	pm := newPodman(t)
 	pm.env = append(pm.env, "CONTAINERS_REGISTRIES_CONF="+registries)
 
-	// Step 3, in GitHub's UI: the App's webhook, to the receiver step 4
-	// installs.
 	ports := freePorts(t, 3)
-	metricsAddr, probeAddr, webhookAddr := ports[0], ports[1], ports[2]
-	if err := w.PointWebhook("https://" + webhookAddr + "/webhooks/github"); err != nil {
-		t.Fatal(err)
+	webhookAddr := ""
+	if receiver {
+		// Step 3, in GitHub's UI: the App's webhook, to the receiver
+		// step 4 installs.
+		webhookAddr = ports[2]
+		if err := w.PointWebhook("https://" + webhookAddr + "/webhooks/github"); err != nil {
+			t.Fatal(err)
+		}
 	}
-
 	tools := docsTools{
-		helmValues: worldValues(t, dir, in, metricsAddr, probeAddr, webhookAddr), helmObjects: filepath.Join(dir, "world-objects.yaml"),
+		helmValues: worldValues(t, dir, in, ports[0], ports[1], webhookAddr), helmObjects: filepath.Join(dir, "world-objects.yaml"),
 		pveumURL: strings.TrimSuffix(w.ProxmoxURL, "/api2/json") + "/_sim/pveum", pveumFingerprint: w.ProxmoxFingerprint(),
 	}
 	sh := &docsShell{t: t, env: append(pm.env,
@@ -249,79 +316,95 @@ func TestInstallPageRunsAsWritten(t *testing.T) {
 		"GITHUB_WEBHOOK_SECRET="+w.WebhookSecret(),
 		fmt.Sprintf("APP_ID=%d", app.ID), fmt.Sprintf("INSTALLATION_ID=%d", app.InstallationID),
 	)}
-	samples := editSamples(t, dir, w)
 	pairs := []string{
 		"registry.example.com", regHost,
 		"--cert=webhook.crt --key=webhook.key", "--cert=" + in.WebhookCertFile + " --key=" + in.WebhookKeyFile,
 		"--from-file=private-key=app.private-key.pem", "--from-file=private-key=" + app.PrivateKeyFile,
 	}
-	for sample, edited := range samples {
+	for sample, edited := range editSamples(t, dir, w) {
 		pairs = append(pairs, sample, edited)
 	}
 	sh.replace = strings.NewReplacer(pairs...)
-
 	apiURL, err := url.Parse(w.API.Config.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
 	k := &kubelet{reader: w.API.Client, apiHost: apiURL.Hostname(), apiPort: apiURL.Port(), caPEM: w.API.Config.CAData, dir: filepath.Join(dir, "kubelet")}
-	var ro *rollout
-	image := regHost + "/hyperfleet/hyperfleet:v0.1.0"
-	for _, b := range docblocks.Unmarked(blocks) {
+	return &docsWorld{t: t, w: w, pm: pm, sh: sh, k: k, image: regHost + "/hyperfleet/hyperfleet:v0.1.0"}
+}
+
+// runBlocks runs blocks in order. Before a helm install it starts the
+// stand-in for the kubelet and the Deployment controller (the install
+// waits for the pod) and removes the pushed image's local copy, so that
+// the pod pulls it from the registry; after pveum's token add it sets
+// PVE_TOKEN_SECRET from what it printed, as the reader copies it.
+func (d *docsWorld) runBlocks(ctx context.Context, blocks []docblocks.Block) {
+	t := d.t
+	t.Helper()
+	for _, b := range blocks {
 		runCtx := ctx
 		if strings.Contains(b.Text, "helm install") {
-			// The kubelet and the Deployment controller for the pod helm
-			// waits for; the image then comes from the registry only.
-			if _, err := pm.run(ctx, "image", "rm", image); err != nil {
+			if _, err := d.pm.run(ctx, "image", "rm", d.image); err != nil {
 				t.Fatalf("remove the local copy of the pushed image: %v", err)
 			}
-			ro, runCtx = startRollout(ctx, t, pm, w.API.Client, w.API.Config, k, client.ObjectKey{Namespace: in.Namespace, Name: deploymentName})
+			d.ro, runCtx = startRollout(ctx, t, d.pm, d.w.API.Client, d.w.API.Config, d.k,
+				client.ObjectKey{Namespace: devenv.SystemNamespace, Name: deploymentName})
 		}
-		out := sh.run(runCtx, b)
+		out := d.sh.run(runCtx, b)
 		if strings.Contains(b.Text, "pveum user token add") {
 			m := tokenValueRE.FindStringSubmatch(out)
 			if m == nil {
 				t.Fatalf("%s printed no token secret:\n%s", b, out)
 			}
-			sh.setenv("PVE_TOKEN_SECRET", m[1])
+			d.sh.setenv("PVE_TOKEN_SECRET", m[1])
 		}
 	}
-	if ro == nil {
-		t.Fatal("no block of docs/install.md runs helm install")
+	if d.ro == nil {
+		t.Fatal("no block runs helm install")
 	}
-	if err := ro.failure(); err != nil {
+	if err := d.ro.failure(); err != nil {
 		t.Fatalf("the rollout: %v", err)
 	}
+}
 
-	// The samples as step 5 says they report.
-	waitReady(ctx, t, w.API.Client, &hfv1.HypervisorCluster{}, client.ObjectKey{Name: "proxmox-prod"}, hfv1.ReadyCondition)
-	waitReady(ctx, t, w.API.Client, &hfv1.HypervisorMachineTemplate{}, client.ObjectKey{Namespace: "ci", Name: "github-runner"}, hfv1.ReadyCondition)
-	pool := client.ObjectKey{Namespace: "ci", Name: "hyperfleet-ci"}
-	waitReady(ctx, t, w.API.Client, &hfv1.RunnerPool{}, pool, hfv1.RunnerPoolScopeVerifiedCondition)
-	waitReady(ctx, t, w.API.Client, &hfv1.RunnerPool{}, pool, hfv1.ReadyCondition)
+// waitSamplesReady waits for the samples' cluster and template, and the
+// pool named pool, to report Ready (the pool its scope verified too).
+func (d *docsWorld) waitSamplesReady(ctx context.Context, pool string) {
+	c := d.w.API.Client
+	waitReady(ctx, d.t, c, &hfv1.HypervisorCluster{}, client.ObjectKey{Name: "proxmox-prod"}, hfv1.ReadyCondition)
+	waitReady(ctx, d.t, c, &hfv1.HypervisorMachineTemplate{}, client.ObjectKey{Namespace: "ci", Name: "github-runner"}, hfv1.ReadyCondition)
+	key := client.ObjectKey{Namespace: "ci", Name: pool}
+	waitReady(ctx, d.t, c, &hfv1.RunnerPool{}, key, hfv1.RunnerPoolScopeVerifiedCondition)
+	waitReady(ctx, d.t, c, &hfv1.RunnerPool{}, key, hfv1.ReadyCondition)
+}
 
-	// A workflow job with the pool's labels, as step 5 describes it.
-	job, err := w.GitHub.EnqueueJob(githubsim.JobRequest{Repository: devenv.InstallRepository,
-		Labels: []string{"self-hosted", "linux", "x64", "hyperfleet-ci"}, Duration: 2 * time.Second})
+// runJob queues a workflow job of the samples' repository with labels and
+// waits until it succeeded on a runner whose name starts with
+// runnerPrefix (a fresh VM of the pool: runners are named after their
+// claims), made with step 2's token.
+func (d *docsWorld) runJob(ctx context.Context, labels []string, runnerPrefix string) {
+	t := d.t
+	t.Helper()
+	job, err := d.w.GitHub.EnqueueJob(githubsim.JobRequest{Repository: devenv.InstallRepository, Labels: labels, Duration: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		j, _ := w.GitHub.Job(job.ID)
+		j, _ := d.w.GitHub.Job(job.ID)
 		if j.Status == "completed" {
-			if j.Conclusion != "success" || !strings.HasPrefix(j.RunnerName, "hyperfleet-ci-") {
-				t.Fatalf("the job ended %s on runner %q, want success on a runner of the pool hyperfleet-ci", j.Conclusion, j.RunnerName)
+			if j.Conclusion != "success" || !strings.HasPrefix(j.RunnerName, runnerPrefix) {
+				t.Fatalf("the job ended %s on runner %q, want success on a runner named %s...", j.Conclusion, j.RunnerName, runnerPrefix)
 			}
 			t.Logf("the job ran on %s", j.RunnerName)
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the job is %s after 5 minutes; manager log:\n%s", j.Status, tail(pm.logs(ctx, ro.container()), 60))
+			t.Fatalf("the job is %s after 5 minutes; manager log:\n%s", j.Status, tail(d.pm.logs(ctx, d.ro.container()), 60))
 		}
 		time.Sleep(time.Second)
 	}
-	checkOperatorToken(t, w)
+	checkOperatorToken(t, d.w)
 }
 
 // checkRunBy fails for a block whose mark names a test that does not
@@ -416,7 +499,7 @@ func (d docsTools) path(t *testing.T, dir string) string {
 
 // worldValues writes the values the helm wrapper adds and the ConfigMap it
 // applies (world-objects.yaml, beside the values), and returns the values
-// file.
+// file; webhookAddr is empty for an install without a receiver.
 func worldValues(t *testing.T, dir string, in devenv.OperatorInputs, metricsAddr, probeAddr, webhookAddr string) string {
 	t.Helper()
 	ca, err := os.ReadFile(in.GitHubCAFile)
@@ -434,17 +517,21 @@ func worldValues(t *testing.T, dir string, in devenv.OperatorInputs, metricsAddr
 	v := values{
 		"metrics":   values{"port": portOf(t, metricsAddr)},
 		"probePort": portOf(t, probeAddr),
-		"webhook":   values{"port": portOf(t, webhookAddr), "apiHost": in.GitHubAPIHost},
 		"extraArgs": []string{
 			"--metrics-bind-address=" + metricsAddr,
 			"--health-probe-bind-address=" + probeAddr,
-			"--webhook-bind-address=" + webhookAddr,
 		},
 		"config": values{
 			"runnerpool-resync-interval": in.ResyncInterval.String(),
 			"orphan-sweep-interval":      in.SweepInterval.String(),
 			"claim-max-retry-delay":      in.MaxRetryDelay.String(),
 		},
+	}
+	if webhookAddr != "" {
+		// The receiver's listener flag would turn the receiver on in a
+		// mode without one.
+		v["webhook"] = values{"port": portOf(t, webhookAddr), "apiHost": in.GitHubAPIHost}
+		v["extraArgs"] = append(v["extraArgs"].([]string), "--webhook-bind-address="+webhookAddr)
 	}
 	data, err := yaml.Marshal(v)
 	if err != nil {
