@@ -36,7 +36,9 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/docblocks"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/eventdump"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
+	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
@@ -189,11 +191,11 @@ var tokenValueRE = regexp.MustCompile(`│ value +│ (\S+) +│`)
 func TestInstallPageRunsAsWritten(t *testing.T) {
 	ctx := context.Background()
 	blocks := readPage(t, "docs/install.md")
-	d := startDocsWorld(t, true)
+	d := startDocsWorld(t, docsWorldOptions{receiver: "github"})
 	d.runBlocks(ctx, docblocks.Unmarked(blocks))
 
 	// The samples as step 5 says they report.
-	d.waitSamplesReady(ctx, "hyperfleet-ci")
+	d.waitSamplesReady(ctx, "github-runner", "hyperfleet-ci")
 	// A workflow job with the pool's labels, as step 5 describes it.
 	d.runJob(ctx, []string{"self-hosted", "linux", "x64", "hyperfleet-ci"}, "hyperfleet-ci-")
 }
@@ -207,22 +209,70 @@ func TestInstallPageRunsAsWritten(t *testing.T) {
 // set's JIT configuration.
 func TestScaleSetQuickStartRunsAsWritten(t *testing.T) {
 	ctx := context.Background()
+	steps := installSteps12(t)
+	quick := blocksUnder(readPage(t, "docs/github.md"), "Quick start: runner scale sets")
+	if len(steps) == 0 || len(quick) == 0 {
+		t.Fatalf("found %d blocks of docs/install.md's steps 1 and 2 and %d of docs/github.md's scale-set quick start", len(steps), len(quick))
+	}
+	d := startDocsWorld(t, docsWorldOptions{})
+	d.runBlocks(ctx, append(steps, quick...))
+	d.waitSamplesReady(ctx, "github-runner", "repo-scaleset")
+	// A workflow job with runs-on: [self-hosted, linux, scaleset], which
+	// no webhook announces.
+	d.runJob(ctx, []string{"self-hosted", "linux", "scaleset"}, "repo-scaleset-")
+}
+
+// TestGitLabQuickStartRunsAsWritten runs docs/gitlab.md's quick start
+// after docs/install.md's steps 1 and 2, as TestInstallPageRunsAsWritten
+// runs the install page, against the GitLab simulator (its group's Job
+// Hook pointed at the receiver the quick start installs, the group's
+// access token), to a job of the group's project with the pool's tags, run
+// on a fresh VM of the pool.
+func TestGitLabQuickStartRunsAsWritten(t *testing.T) {
+	ctx := context.Background()
+	steps := installSteps12(t)
+	quick := blocksUnder(readPage(t, "docs/gitlab.md"), "Quick start")
+	if len(quick) == 0 {
+		t.Fatal("docs/gitlab.md has no command block under \"Quick start\"")
+	}
+	d := startDocsWorld(t, docsWorldOptions{receiver: "gitlab"})
+	d.runBlocks(ctx, append(steps, quick...))
+	d.waitSamplesReady(ctx, "gitlab-linux", "gitlab-linux")
+	pl, err := d.w.GitLab.Sim.CreatePipeline(gitlabsim.PipelineRequest{Project: devenv.GitLabProject, Jobs: []gitlabsim.JobConfig{{
+		Name: "build", Script: []string{"sleep 2"}, Tags: []string{"linux", "hyperfleet"},
+	}}})
+	if err != nil || len(pl.Jobs) != 1 {
+		t.Fatalf("create a pipeline: %v (%d jobs)", err, len(pl.Jobs))
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		j, _ := d.w.GitLab.Sim.Job(pl.Jobs[0])
+		if j.Status == "success" {
+			t.Logf("the job ran on runner %d", j.RunnerID)
+			break
+		}
+		if j.Status == "failed" || j.Status == "canceled" || time.Now().After(deadline) {
+			t.Fatalf("the GitLab job is %s; manager log:\n%s", j.Status, tail(d.pm.logs(ctx, d.ro.container()), 60))
+		}
+		time.Sleep(time.Second)
+	}
+	checkOperatorToken(t, d.w)
+}
+
+// installSteps12 are docs/install.md's blocks of steps 1 and 2 (the image,
+// the Proxmox role, user and token), which the quick starts begin after.
+func installSteps12(t *testing.T) []docblocks.Block {
+	t.Helper()
 	var steps []docblocks.Block
 	for _, b := range docblocks.Unmarked(readPage(t, "docs/install.md")) {
 		if strings.HasPrefix(b.Heading, "1. ") || strings.HasPrefix(b.Heading, "2. ") {
 			steps = append(steps, b)
 		}
 	}
-	quick := blocksUnder(readPage(t, "docs/github.md"), "Quick start: runner scale sets")
-	if len(steps) == 0 || len(quick) == 0 {
-		t.Fatalf("found %d blocks of docs/install.md's steps 1 and 2 and %d of docs/github.md's scale-set quick start", len(steps), len(quick))
+	if len(steps) == 0 {
+		t.Fatal("docs/install.md has no blocks under steps 1 and 2")
 	}
-	d := startDocsWorld(t, false)
-	d.runBlocks(ctx, append(steps, quick...))
-	d.waitSamplesReady(ctx, "repo-scaleset")
-	// A workflow job with runs-on: [self-hosted, linux, scaleset], which
-	// no webhook announces.
-	d.runJob(ctx, []string{"self-hosted", "linux", "scaleset"}, "repo-scaleset-")
+	return steps
 }
 
 // blocksUnder are the page's blocks under the headings that start with
@@ -255,10 +305,17 @@ type docsWorld struct {
 	ro    *rollout
 }
 
-// startDocsWorld starts the world; receiver: the install runs the webhook
-// receiver, to which the GitHub simulator then delivers (step 3's App
-// webhook).
-func startDocsWorld(t *testing.T, receiver bool) *docsWorld {
+// docsWorldOptions say what a page installs.
+type docsWorldOptions struct {
+	// receiver is the platform whose webhooks the install receives:
+	// "github" (the simulator delivers to it, as step 3's App webhook),
+	// "gitlab" (the GitLab simulator runs, its group's Job Hook delivers
+	// to it), or empty for an install without a receiver.
+	receiver string
+}
+
+// startDocsWorld starts the world.
+func startDocsWorld(t *testing.T, opts docsWorldOptions) *docsWorld {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -269,7 +326,7 @@ func startDocsWorld(t *testing.T, receiver bool) *docsWorld {
 		t.Fatalf("build the agent: %v\n%s", err, out)
 	}
 	w, err := devenv.Start(ctx, devenv.Options{Dir: filepath.Join(dir, "world"), AgentBinary: agent, Progress: testWriter{t},
-		Install: true, ExternalOperator: true, SimulatorAdmin: true})
+		Install: true, ExternalOperator: true, SimulatorAdmin: true, GitLab: opts.receiver == "gitlab"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,16 +354,27 @@ func startDocsWorld(t *testing.T, receiver bool) *docsWorld {
 
 	ports := freePorts(t, 3)
 	webhookAddr := ""
-	if receiver {
+	var webhook values
+	switch opts.receiver {
+	case "github":
 		// Step 3, in GitHub's UI: the App's webhook, to the receiver
 		// step 4 installs.
 		webhookAddr = ports[2]
+		webhook = values{"port": portOf(t, webhookAddr), "apiHost": in.GitHubAPIHost}
 		if err := w.PointWebhook("https://" + webhookAddr + "/webhooks/github"); err != nil {
+			t.Fatal(err)
+		}
+	case "gitlab":
+		// The group's Job Hook (the page's own apiHost names the
+		// simulator's host, as a reader's names theirs).
+		webhookAddr = ports[2]
+		webhook = values{"port": portOf(t, webhookAddr)}
+		if err := w.PointGitLabWebhook("https://" + webhookAddr); err != nil {
 			t.Fatal(err)
 		}
 	}
 	tools := docsTools{
-		helmValues: worldValues(t, dir, in, ports[0], ports[1], webhookAddr), helmObjects: filepath.Join(dir, "world-objects.yaml"),
+		helmValues: worldValues(t, dir, in, ports[0], ports[1], webhookAddr, webhook), helmObjects: filepath.Join(dir, "world-objects.yaml"),
 		pveumURL: strings.TrimSuffix(w.ProxmoxURL, "/api2/json") + "/_sim/pveum", pveumFingerprint: w.ProxmoxFingerprint(),
 	}
 	sh := &docsShell{t: t, env: append(pm.env,
@@ -320,6 +388,12 @@ func startDocsWorld(t *testing.T, receiver bool) *docsWorld {
 		"registry.example.com", regHost,
 		"--cert=webhook.crt --key=webhook.key", "--cert=" + in.WebhookCertFile + " --key=" + in.WebhookKeyFile,
 		"--from-file=private-key=app.private-key.pem", "--from-file=private-key=" + app.PrivateKeyFile,
+	}
+	if w.GitLab != nil {
+		// The reader's GitLab: its host, its group's key, its tokens.
+		pairs = append(pairs, "gitlab.example.com", apiHostOf(t, w.GitLab.URL), "owner.acme..platform", "owner."+devenv.GitLabGroup)
+		sh.setenv("GITLAB_HOOK_TOKEN", w.GitLabWebhookToken())
+		sh.setenv("GITLAB_TOKEN", devenv.GitLabToken)
 	}
 	for sample, edited := range editSamples(t, dir, w) {
 		pairs = append(pairs, sample, edited)
@@ -350,7 +424,10 @@ func (d *docsWorld) runBlocks(ctx context.Context, blocks []docblocks.Block) {
 			d.ro, runCtx = startRollout(ctx, t, d.pm, d.w.API.Client, d.w.API.Config, d.k,
 				client.ObjectKey{Namespace: devenv.SystemNamespace, Name: deploymentName})
 		}
-		out := d.sh.run(runCtx, b)
+		out, err := d.sh.try(runCtx, b)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, d.state(ctx))
+		}
 		if strings.Contains(b.Text, "pveum user token add") {
 			m := tokenValueRE.FindStringSubmatch(out)
 			if m == nil {
@@ -367,15 +444,49 @@ func (d *docsWorld) runBlocks(ctx context.Context, blocks []docblocks.Block) {
 	}
 }
 
-// waitSamplesReady waits for the samples' cluster and template, and the
-// pool named pool, to report Ready (the pool its scope verified too).
-func (d *docsWorld) waitSamplesReady(ctx context.Context, pool string) {
+// state is what a person reads first when a page's step fails: the
+// conditions of every HyperFleet object and the events of the namespaces
+// the pages use.
+func (d *docsWorld) state(ctx context.Context) string {
+	var b strings.Builder
 	c := d.w.API.Client
-	waitReady(ctx, d.t, c, &hfv1.HypervisorCluster{}, client.ObjectKey{Name: "proxmox-prod"}, hfv1.ReadyCondition)
-	waitReady(ctx, d.t, c, &hfv1.HypervisorMachineTemplate{}, client.ObjectKey{Namespace: "ci", Name: "github-runner"}, hfv1.ReadyCondition)
+	var clusters hfv1.HypervisorClusterList
+	var templates hfv1.HypervisorMachineTemplateList
+	var pools hfv1.RunnerPoolList
+	for _, l := range []client.ObjectList{&clusters, &templates, &pools} {
+		if err := c.List(ctx, l); err != nil {
+			fmt.Fprintf(&b, "list %T: %v\n", l, err)
+		}
+	}
+	var objs []conditioned
+	for i := range clusters.Items {
+		objs = append(objs, &clusters.Items[i])
+	}
+	for i := range templates.Items {
+		objs = append(objs, &templates.Items[i])
+	}
+	for i := range pools.Items {
+		objs = append(objs, &pools.Items[i])
+	}
+	for _, o := range objs {
+		fmt.Fprintf(&b, "%T %s/%s:\n", o, o.GetNamespace(), o.GetName())
+		for _, cond := range o.GetConditions() {
+			fmt.Fprintf(&b, "  %s=%s %s: %s\n", cond.Type, cond.Status, cond.Reason, cond.Message)
+		}
+	}
+	b.WriteString(eventdump.Format(ctx, c, nil, "ci", devenv.SystemNamespace, "default"))
+	return b.String()
+}
+
+// waitSamplesReady waits for the samples' cluster, the template named
+// template and the pool named pool to report Ready (the pool its scope
+// verified too).
+func (d *docsWorld) waitSamplesReady(ctx context.Context, template, pool string) {
+	d.waitReady(ctx, &hfv1.HypervisorCluster{}, client.ObjectKey{Name: "proxmox-prod"}, hfv1.ReadyCondition)
+	d.waitReady(ctx, &hfv1.HypervisorMachineTemplate{}, client.ObjectKey{Namespace: "ci", Name: template}, hfv1.ReadyCondition)
 	key := client.ObjectKey{Namespace: "ci", Name: pool}
-	waitReady(ctx, d.t, c, &hfv1.RunnerPool{}, key, hfv1.RunnerPoolScopeVerifiedCondition)
-	waitReady(ctx, d.t, c, &hfv1.RunnerPool{}, key, hfv1.ReadyCondition)
+	d.waitReady(ctx, &hfv1.RunnerPool{}, key, hfv1.RunnerPoolScopeVerifiedCondition)
+	d.waitReady(ctx, &hfv1.RunnerPool{}, key, hfv1.ReadyCondition)
 }
 
 // runJob queues a workflow job of the samples' repository with labels and
@@ -500,7 +611,7 @@ func (d docsTools) path(t *testing.T, dir string) string {
 // worldValues writes the values the helm wrapper adds and the ConfigMap it
 // applies (world-objects.yaml, beside the values), and returns the values
 // file; webhookAddr is empty for an install without a receiver.
-func worldValues(t *testing.T, dir string, in devenv.OperatorInputs, metricsAddr, probeAddr, webhookAddr string) string {
+func worldValues(t *testing.T, dir string, in devenv.OperatorInputs, metricsAddr, probeAddr, webhookAddr string, webhook values) string {
 	t.Helper()
 	ca, err := os.ReadFile(in.GitHubCAFile)
 	if err != nil {
@@ -530,7 +641,7 @@ func worldValues(t *testing.T, dir string, in devenv.OperatorInputs, metricsAddr
 	if webhookAddr != "" {
 		// The receiver's listener flag would turn the receiver on in a
 		// mode without one.
-		v["webhook"] = values{"port": portOf(t, webhookAddr), "apiHost": in.GitHubAPIHost}
+		v["webhook"] = webhook
 		v["extraArgs"] = append(v["extraArgs"].([]string), "--webhook-bind-address="+webhookAddr)
 	}
 	data, err := yaml.Marshal(v)
@@ -564,6 +675,9 @@ func editSamples(t *testing.T, dir string, w *devenv.World) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The simulators stand in for api.github.com (and a self-managed
+	// GitLab): the hosts the tenancy's entries allow.
+	apiHosts := []any{gh.Host}
 	var nodes []any
 	for _, n := range w.Proxmox.State().Nodes {
 		nodes = append(nodes, n.Name)
@@ -576,7 +690,7 @@ func editSamples(t *testing.T, dir string, w *devenv.World) map[string]string {
 			unstructured.RemoveNestedField(u.Object, "spec", "spire")
 			tenancy, _, _ := unstructured.NestedSlice(u.Object, "spec", "tenancy")
 			for _, e := range tenancy {
-				e.(map[string]any)["apiHosts"] = []any{gh.Host}
+				e.(map[string]any)["apiHosts"] = apiHosts
 			}
 			set(t, u, tenancy, "spec", "tenancy")
 		},
@@ -586,6 +700,20 @@ func editSamples(t *testing.T, dir string, w *devenv.World) map[string]string {
 			set(t, u, hex.EncodeToString(sum[:]), "spec", "bootstrap", "github", "runner", "downloadSHA256")
 		},
 		"config/samples/hyperfleet_v1alpha1_runnerpool_repo.yaml": func(*unstructured.Unstructured) {},
+	}
+	if gl := w.GitLab; gl != nil {
+		// The reader's GitLab and group; the runner is the simulator's
+		// stand-in, downloaded (the sample's path names one in the
+		// image).
+		_, runnerSum := gitlabsim.RunnerStandIn()
+		apiHosts = append(apiHosts, apiHostOf(t, gl.URL))
+		edits["config/samples/hyperfleet_v1alpha1_hypervisormachinetemplate_gitlab.yaml"] = func(u *unstructured.Unstructured) {
+			set(t, u, gl.URL, "spec", "bootstrap", "gitlab", "url")
+			set(t, u, devenv.GitLabGroup, "spec", "bootstrap", "gitlab", "group")
+			unstructured.RemoveNestedField(u.Object, "spec", "bootstrap", "gitlab", "runner", "path")
+			set(t, u, gl.URL+"/_sim/gitlab-runner/gitlab-runner-{os}-{arch}", "spec", "bootstrap", "gitlab", "runner", "downloadURL")
+			set(t, u, runnerSum, "spec", "bootstrap", "gitlab", "runner", "downloadSHA256")
+		}
 	}
 	out := map[string]string{}
 	for sample, edit := range edits {
@@ -614,6 +742,16 @@ func editSamples(t *testing.T, dir string, w *devenv.World) map[string]string {
 	return out
 }
 
+// apiHostOf is the host:port of a base URL.
+func apiHostOf(t *testing.T, base string) string {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
+}
+
 func set(t *testing.T, u *unstructured.Unstructured, v any, path ...string) {
 	t.Helper()
 	if err := unstructured.SetNestedField(u.Object, v, path...); err != nil {
@@ -629,7 +767,8 @@ type conditioned interface {
 
 // waitReady waits until obj's condition is True, failing with the
 // object's conditions after two minutes.
-func waitReady(ctx context.Context, t *testing.T, c client.Client, obj conditioned, key client.ObjectKey, condition hfv1.ConditionType) {
+func (d *docsWorld) waitReady(ctx context.Context, obj conditioned, key client.ObjectKey, condition hfv1.ConditionType) {
+	t, c := d.t, d.w.API.Client
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -638,7 +777,7 @@ func waitReady(ctx context.Context, t *testing.T, c client.Client, obj condition
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%T %s is not %s after 2 minutes (err %v): %+v", obj, key, condition, err, obj.GetConditions())
+			t.Fatalf("%T %s is not %s after 2 minutes (err %v)\n%s", obj, key, condition, err, d.state(ctx))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

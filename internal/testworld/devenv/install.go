@@ -78,3 +78,16 @@ func (w *World) WebhookSecret() string { return webhookSecret }
 // certificate, as `pvenode cert info` prints it and a HypervisorCluster's
 // spec.tls.fingerprintSHA256 pins it.
 func (w *World) ProxmoxFingerprint() string { return w.proxmoxFingerprint }
+
+// PointGitLabWebhook makes the receiver at base (https://host:port of an
+// operator the test installed) the GitLab group's Job Hook, with the
+// token GitLabWebhookToken says (Options.GitLab).
+func (w *World) PointGitLabWebhook(base string) error {
+	if w.GitLab == nil {
+		return errors.New("devenv: PointGitLabWebhook needs Options.GitLab")
+	}
+	return w.pointGitLabWebhook(base)
+}
+
+// GitLabWebhookToken is the secret token of the GitLab group's Job Hook.
+func (w *World) GitLabWebhookToken() string { return gitlabWebhookToken }

@@ -736,6 +736,14 @@ func (w *World) simConfig() (proxmoxsim.Config, error) {
 		cfg.Latency = w.opts.Latency
 	}
 	cfg.Templates[0].GuestImage = w.opts.GuestImage
+	if w.opts.Install {
+		// The samples' site has a second template (the GitLab and
+		// Buildkite samples', which the sample cluster's tenancy allows
+		// without a VLAN).
+		t := cfg.Templates[0]
+		t.VMID, t.Name = 9001, "debian-12-runner"
+		cfg.Templates = append(cfg.Templates, t)
+	}
 	cfg.Nodes[0].Memory, cfg.Nodes[0].CPUs = 1<<40, 1024
 	cfg.Guest = proxmoxsim.GuestConfig{
 		Command:    []string{"sh", "-c", w.guestScript()},
