@@ -328,9 +328,9 @@ test-stress: test-deps ## Run the operator-driving packages STRESS_COUNT times u
 		STRESS_COUNT=$(STRESS_COUNT) hack/test-stress.sh
 
 .PHONY: test-deploy
-test-deploy: test-deps ## Build the image with podman, render the chart and apply it (RBAC enforced), and run the loop in the Deployment's pod.
+test-deploy: test-deps ## Build the image with podman, install the chart as docs/install.md and the quick starts say (their commands run as written), and run jobs in the Deployment's pod.
 	export CONTAINERS_CONF="$$(hack/podman/setup.sh)"; \
-	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))" go test -tags deploy -count=1 -timeout $(DEPLOY_TIMEOUT) -v ./test/deploy/
+	KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" HELM="$$($(HELM_BUILD))" BUILDKITE_AGENT="$$($(BUILDKITE_AGENT_BUILD))" go test -tags deploy -count=1 -timeout $(DEPLOY_TIMEOUT) -v ./test/deploy/
 
 .PHONY: test-flood
 # The manager process (built from cmd/hyperfleet) under floods of hostile

@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,8 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/docblocks"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/eventdump"
+	buildkitesim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite/buildkitesimtest"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
@@ -209,13 +212,7 @@ func TestInstallPageRunsAsWritten(t *testing.T) {
 // set's JIT configuration.
 func TestScaleSetQuickStartRunsAsWritten(t *testing.T) {
 	ctx := context.Background()
-	steps := installSteps12(t)
-	quick := blocksUnder(readPage(t, "docs/github.md"), "Quick start: runner scale sets")
-	if len(steps) == 0 || len(quick) == 0 {
-		t.Fatalf("found %d blocks of docs/install.md's steps 1 and 2 and %d of docs/github.md's scale-set quick start", len(steps), len(quick))
-	}
-	d := startDocsWorld(t, docsWorldOptions{})
-	d.runBlocks(ctx, append(steps, quick...))
+	d := runQuickStart(ctx, t, "docs/github.md", "Quick start: runner scale sets", docsWorldOptions{})
 	d.waitSamplesReady(ctx, "github-runner", "repo-scaleset")
 	// A workflow job with runs-on: [self-hosted, linux, scaleset], which
 	// no webhook announces.
@@ -230,13 +227,7 @@ func TestScaleSetQuickStartRunsAsWritten(t *testing.T) {
 // on a fresh VM of the pool.
 func TestGitLabQuickStartRunsAsWritten(t *testing.T) {
 	ctx := context.Background()
-	steps := installSteps12(t)
-	quick := blocksUnder(readPage(t, "docs/gitlab.md"), "Quick start")
-	if len(quick) == 0 {
-		t.Fatal("docs/gitlab.md has no command block under \"Quick start\"")
-	}
-	d := startDocsWorld(t, docsWorldOptions{receiver: "gitlab"})
-	d.runBlocks(ctx, append(steps, quick...))
+	d := runQuickStart(ctx, t, "docs/gitlab.md", "Quick start", docsWorldOptions{receiver: "gitlab"})
 	d.waitSamplesReady(ctx, "gitlab-linux", "gitlab-linux")
 	pl, err := d.w.GitLab.Sim.CreatePipeline(gitlabsim.PipelineRequest{Project: devenv.GitLabProject, Jobs: []gitlabsim.JobConfig{{
 		Name: "build", Script: []string{"sleep 2"}, Tags: []string{"linux", "hyperfleet"},
@@ -244,24 +235,38 @@ func TestGitLabQuickStartRunsAsWritten(t *testing.T) {
 	if err != nil || len(pl.Jobs) != 1 {
 		t.Fatalf("create a pipeline: %v (%d jobs)", err, len(pl.Jobs))
 	}
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
+	d.waitJob(ctx, "GitLab", func() (string, string, bool) {
 		j, _ := d.w.GitLab.Sim.Job(pl.Jobs[0])
-		if j.Status == "success" {
-			t.Logf("the job ran on runner %d", j.RunnerID)
-			break
-		}
-		if j.Status == "failed" || j.Status == "canceled" || time.Now().After(deadline) {
-			t.Fatalf("the GitLab job is %s; manager log:\n%s", j.Status, tail(d.pm.logs(ctx, d.ro.container()), 60))
-		}
-		time.Sleep(time.Second)
-	}
-	checkOperatorToken(t, d.w)
+		return j.Status, fmt.Sprintf("runner %d", j.RunnerID), j.Status == "success"
+	}, "failed", "canceled")
 }
 
-// installSteps12 are docs/install.md's blocks of steps 1 and 2 (the image,
-// the Proxmox role, user and token), which the quick starts begin after.
-func installSteps12(t *testing.T) []docblocks.Block {
+// TestBuildkiteQuickStartRunsAsWritten runs docs/buildkite.md's quick
+// start after docs/install.md's steps 1 and 2, against the Buildkite
+// simulator (the queue linux created and the notification service pointed
+// at the receiver, as the page asks of the reader in Buildkite), to a
+// step on that queue, run on a fresh VM of the pool.
+func TestBuildkiteQuickStartRunsAsWritten(t *testing.T) {
+	ctx := context.Background()
+	d := runQuickStart(ctx, t, "docs/buildkite.md", "Quick start", docsWorldOptions{receiver: "buildkite"})
+	d.waitSamplesReady(ctx, "buildkite-linux", "buildkite-linux")
+	b, err := d.w.Buildkite.Sim.CreateBuild(devenv.BuildkitePipeline, "quick start", []buildkitesim.Step{{
+		Key: "build", Label: "build", Command: "sleep 2", Agents: []string{"queue=linux"},
+	}})
+	if err != nil || len(b.JobIDs) != 1 {
+		t.Fatalf("create a build: %v (%d jobs)", err, len(b.JobIDs))
+	}
+	d.waitJob(ctx, "Buildkite", func() (string, string, bool) {
+		j, _ := d.w.Buildkite.Sim.Job(b.JobIDs[0])
+		return j.State, "agent " + j.Agent, j.State == "passed"
+	}, "failed", "canceled")
+}
+
+// runQuickStart starts a world for a quick start and runs docs/install.md's
+// blocks of steps 1 and 2 (the image, the Proxmox role, user and token),
+// which the quick starts begin after, then the page's blocks under
+// heading.
+func runQuickStart(ctx context.Context, t *testing.T, page, heading string, opts docsWorldOptions) *docsWorld {
 	t.Helper()
 	var steps []docblocks.Block
 	for _, b := range docblocks.Unmarked(readPage(t, "docs/install.md")) {
@@ -269,10 +274,13 @@ func installSteps12(t *testing.T) []docblocks.Block {
 			steps = append(steps, b)
 		}
 	}
-	if len(steps) == 0 {
-		t.Fatal("docs/install.md has no blocks under steps 1 and 2")
+	quick := blocksUnder(readPage(t, page), heading)
+	if len(steps) == 0 || len(quick) == 0 {
+		t.Fatalf("found %d blocks of docs/install.md's steps 1 and 2 and %d of %s under %q", len(steps), len(quick), page, heading)
 	}
-	return steps
+	d := startDocsWorld(t, opts)
+	d.runBlocks(ctx, append(steps, quick...))
+	return d
 }
 
 // blocksUnder are the page's blocks under the headings that start with
@@ -310,7 +318,9 @@ type docsWorldOptions struct {
 	// receiver is the platform whose webhooks the install receives:
 	// "github" (the simulator delivers to it, as step 3's App webhook),
 	// "gitlab" (the GitLab simulator runs, its group's Job Hook delivers
-	// to it), or empty for an install without a receiver.
+	// to it), "buildkite" (the Buildkite simulator runs, with the queue
+	// linux, its notification service delivering to it), or empty for an
+	// install without a receiver.
 	receiver string
 }
 
@@ -325,8 +335,12 @@ func startDocsWorld(t *testing.T, opts docsWorldOptions) *docsWorld {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the agent: %v\n%s", err, out)
 	}
-	w, err := devenv.Start(ctx, devenv.Options{Dir: filepath.Join(dir, "world"), AgentBinary: agent, Progress: testWriter{t},
-		Install: true, ExternalOperator: true, SimulatorAdmin: true, GitLab: opts.receiver == "gitlab"})
+	o := devenv.Options{Dir: filepath.Join(dir, "world"), AgentBinary: agent, Progress: testWriter{t},
+		Install: true, ExternalOperator: true, SimulatorAdmin: true, GitLab: opts.receiver == "gitlab"}
+	if opts.receiver == "buildkite" {
+		o.Buildkite, o.BuildkiteAgentBinary = true, buildkitesimtest.AgentBinary(t)
+	}
+	w, err := devenv.Start(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,6 +386,18 @@ func startDocsWorld(t *testing.T, opts docsWorldOptions) *docsWorld {
 		if err := w.PointGitLabWebhook("https://" + webhookAddr); err != nil {
 			t.Fatal(err)
 		}
+	case "buildkite":
+		// In Buildkite: the queue the sample pool serves, and the
+		// notification service. The simulator stands in for Buildkite's
+		// public API, whose host the receiver takes by default.
+		if _, err := w.Buildkite.Sim.CreateQueue(w.Buildkite.ClusterID, "linux"); err != nil {
+			t.Fatal(err)
+		}
+		webhookAddr = ports[2]
+		webhook = values{"port": portOf(t, webhookAddr), "buildkite": values{"apiHost": apiHostOf(t, w.Buildkite.URL)}}
+		if err := w.PointBuildkiteWebhook("https://" + webhookAddr); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tools := docsTools{
 		helmValues: worldValues(t, dir, in, ports[0], ports[1], webhookAddr, webhook), helmObjects: filepath.Join(dir, "world-objects.yaml"),
@@ -394,6 +420,12 @@ func startDocsWorld(t *testing.T, opts docsWorldOptions) *docsWorld {
 		pairs = append(pairs, "gitlab.example.com", apiHostOf(t, w.GitLab.URL), "owner.acme..platform", "owner."+devenv.GitLabGroup)
 		sh.setenv("GITLAB_HOOK_TOKEN", w.GitLabWebhookToken())
 		sh.setenv("GITLAB_TOKEN", devenv.GitLabToken)
+	}
+	if w.Buildkite != nil {
+		// The reader's organization and tokens.
+		pairs = append(pairs, "owner.acme=", "owner."+devenv.BuildkiteOrganization+"=")
+		sh.setenv("BUILDKITE_WEBHOOK_TOKEN", w.BuildkiteWebhookToken())
+		sh.setenv("BUILDKITE_API_TOKEN", devenv.BuildkiteAPIToken)
 	}
 	for sample, edited := range editSamples(t, dir, w) {
 		pairs = append(pairs, sample, edited)
@@ -500,18 +532,30 @@ func (d *docsWorld) runJob(ctx context.Context, labels []string, runnerPrefix st
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.waitJob(ctx, "GitHub", func() (string, string, bool) {
+		j, _ := d.w.GitHub.Job(job.ID)
+		if j.Status == "completed" && (j.Conclusion != "success" || !strings.HasPrefix(j.RunnerName, runnerPrefix)) {
+			t.Fatalf("the job ended %s on runner %q, want success on a runner named %s...", j.Conclusion, j.RunnerName, runnerPrefix)
+		}
+		return j.Status, "runner " + j.RunnerName, j.Status == "completed"
+	})
+}
+
+// waitJob polls a platform's job until poll says it passed (then the
+// VMs must have been made with step 2's token), failing when it reaches
+// one of the failed states or five minutes pass, with the manager's log.
+func (d *docsWorld) waitJob(ctx context.Context, platform string, poll func() (state, ranOn string, passed bool), failed ...string) {
+	t := d.t
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
-		j, _ := d.w.GitHub.Job(job.ID)
-		if j.Status == "completed" {
-			if j.Conclusion != "success" || !strings.HasPrefix(j.RunnerName, runnerPrefix) {
-				t.Fatalf("the job ended %s on runner %q, want success on a runner named %s...", j.Conclusion, j.RunnerName, runnerPrefix)
-			}
-			t.Logf("the job ran on %s", j.RunnerName)
+		state, ranOn, passed := poll()
+		if passed {
+			t.Logf("the %s job ran on %s", platform, ranOn)
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the job is %s after 5 minutes; manager log:\n%s", j.Status, tail(d.pm.logs(ctx, d.ro.container()), 60))
+		if slices.Contains(failed, state) || time.Now().After(deadline) {
+			t.Fatalf("the %s job is %s; manager log:\n%s", platform, state, tail(d.pm.logs(ctx, d.ro.container()), 60))
 		}
 		time.Sleep(time.Second)
 	}
@@ -700,6 +744,25 @@ func editSamples(t *testing.T, dir string, w *devenv.World) map[string]string {
 			set(t, u, hex.EncodeToString(sum[:]), "spec", "bootstrap", "github", "runner", "downloadSHA256")
 		},
 		"config/samples/hyperfleet_v1alpha1_runnerpool_repo.yaml": func(*unstructured.Unstructured) {},
+	}
+	if w.Buildkite != nil {
+		// The reader's organization and cluster; the simulator's API
+		// and agent endpoints stand in for Buildkite's, and its agent is
+		// downloaded (the sample's path names one in the image).
+		bk, err := w.BuildkiteAgent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		apiHosts = append(apiHosts, apiHostOf(t, w.Buildkite.URL))
+		edits["config/samples/hyperfleet_v1alpha1_hypervisormachinetemplate_buildkite.yaml"] = func(u *unstructured.Unstructured) {
+			set(t, u, bk.Organization, "spec", "bootstrap", "buildkite", "organization")
+			set(t, u, bk.Cluster, "spec", "bootstrap", "buildkite", "cluster")
+			set(t, u, bk.APIURL, "spec", "bootstrap", "buildkite", "apiURL")
+			set(t, u, bk.AgentEndpoint, "spec", "bootstrap", "buildkite", "agentEndpoint")
+			unstructured.RemoveNestedField(u.Object, "spec", "bootstrap", "buildkite", "agent", "path")
+			set(t, u, bk.Agent.DownloadURL, "spec", "bootstrap", "buildkite", "agent", "downloadURL")
+			set(t, u, bk.Agent.DownloadSHA256, "spec", "bootstrap", "buildkite", "agent", "downloadSHA256")
+		}
 	}
 	if gl := w.GitLab; gl != nil {
 		// The reader's GitLab and group; the runner is the simulator's

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 )
 
@@ -91,3 +92,24 @@ func (w *World) PointGitLabWebhook(base string) error {
 
 // GitLabWebhookToken is the secret token of the GitLab group's Job Hook.
 func (w *World) GitLabWebhookToken() string { return gitlabWebhookToken }
+
+// PointBuildkiteWebhook makes the receiver at base (https://host:port of
+// an operator the test installed) the Buildkite organization's signed
+// notification service, with the token BuildkiteWebhookToken says
+// (Options.Buildkite).
+func (w *World) PointBuildkiteWebhook(base string) error {
+	if w.Buildkite == nil {
+		return errors.New("devenv: PointBuildkiteWebhook needs Options.Buildkite")
+	}
+	w.pointBuildkiteWebhook(base)
+	return nil
+}
+
+// BuildkiteWebhookToken is the token of the Buildkite organization's
+// notification service.
+func (w *World) BuildkiteWebhookToken() string { return buildkiteWebhookToken }
+
+// BuildkiteAgent is the template's spec.bootstrap.buildkite for the
+// simulator (Options.Buildkite): its API and agent endpoints, and the
+// agent downloaded from its release tarball.
+func (w *World) BuildkiteAgent() (*hfv1.BuildkiteBootstrap, error) { return w.buildkiteBootstrap() }
