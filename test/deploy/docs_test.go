@@ -453,6 +453,14 @@ func (d *docsWorld) runBlocks(ctx context.Context, blocks []docblocks.Block) {
 			if _, err := d.pm.run(ctx, "image", "rm", d.image); err != nil {
 				t.Fatalf("remove the local copy of the pushed image: %v", err)
 			}
+			// Registered before the rollout's, so run after it: the pod
+			// is gone, then the copy it pulled (its registry's port names
+			// it, so each run would leave one more tag of the image).
+			t.Cleanup(func() {
+				if _, err := d.pm.run(context.Background(), "image", "rm", d.image); err != nil {
+					t.Logf("remove the pulled image: %v", err)
+				}
+			})
 			d.ro, runCtx = startRollout(ctx, t, d.pm, d.w.API.Client, d.w.API.Config, d.k,
 				client.ObjectKey{Namespace: devenv.SystemNamespace, Name: deploymentName})
 		}
