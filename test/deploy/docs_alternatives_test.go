@@ -100,15 +100,7 @@ func TestKustomizeInstallAsWritten(t *testing.T) {
 	if len(blocks) != 1 {
 		t.Fatalf("want one block of docs/install.md marked run-by TestKustomizeInstallAsWritten, found %d", len(blocks))
 	}
-	env, err := testenv.StartWithoutCRDs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	env := bareAPIServer(t)
 	dir := t.TempDir()
 	clone := filepath.Join(dir, "clone")
 	if err := os.CopyFS(filepath.Join(clone, "config"), os.DirFS(filepath.Join(testenv.RepoRoot(), "config"))); err != nil {

@@ -874,3 +874,19 @@ func checkOperatorToken(t *testing.T, w *devenv.World) {
 		}
 	}
 }
+
+// bareAPIServer is an API server of the test's own with no CRD installed
+// (the chart or kustomize installs them), stopped when the test ends.
+func bareAPIServer(t *testing.T) *testenv.Environment {
+	t.Helper()
+	env, err := testenv.StartWithoutCRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return env
+}

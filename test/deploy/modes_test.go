@@ -25,8 +25,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hyperfleet/hyperfleet/internal/testworld/docblocks"
-
-	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 
 // modesNamespace is where every mode is installed, one after another.
@@ -83,15 +81,7 @@ func TestEveryModeInstalls(t *testing.T) {
 	ctx := context.Background()
 	pm := newPodman(t)
 	buildImage(t, pm)
-	env, err := testenv.StartWithoutCRDs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	env := bareAPIServer(t)
 	admin := env.Client
 	// The release's namespace, and the namespace of the templates whose
 	// Secrets the manager reads (docs/install.md's secretNamespaces={ci}).
