@@ -60,6 +60,12 @@ type ClusterConfig struct {
 	Tags []string
 	// RequestTimeout bounds one API request.
 	RequestTimeout time.Duration
+
+	// Settings is the hypervisor kind's own part of the configuration,
+	// read from its section of the HypervisorCluster (spec.<kind>) by the
+	// kind's registration; shared code passes it through unread and the
+	// kind's provider type-asserts it.
+	Settings any
 }
 
 // Deps are the collaborators a Provider is built with.

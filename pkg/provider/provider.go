@@ -295,6 +295,10 @@ type TemplateSource struct {
 	// with Add false ValidateTemplate refuses a template that has no TPM
 	// 2.0 of its own. EnsureVM ignores it.
 	TPM *VMTPM
+	// Settings is the hypervisor kind's own naming of the template, read
+	// from its section of the template's source (source.<kind>) by the
+	// kind's registration; opaque to shared code.
+	Settings any
 }
 
 // NativeFiles is what ValidateTemplate checks of a native cloud-init: the
