@@ -1,9 +1,10 @@
 // Command hyperfleet is the HyperFleet operator binary: `hyperfleet manager`
 // reads its flags (and the environment and settings file,
 // internal/settings), loads or creates the ownership Secret and starts the
-// manager that internal/manager wires; it registers the CI platforms and
-// DNS back-ends it ships (workload.Register, dnsreg.Register). It links no
-// test world (deps_test.go).
+// manager that internal/manager wires; it registers the hypervisor kinds,
+// CI platforms and DNS back-ends it ships (provider.Register,
+// workload.Register, dnsreg.Register). It links no test world
+// (deps_test.go).
 //
 //	hyperfleet manager [flags]   run the controllers (the container's entrypoint)
 //
@@ -45,6 +46,8 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/settings"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/generic"
@@ -52,10 +55,13 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/workload/gitlab"
 )
 
-// The CI platforms this binary ships, by workload type (spec.workload.type),
-// and its DNS back-ends, by spec.dns.dnsProvider.type. Supporting another
-// is its package under pkg/workload (internal/dnsreg) and one line here.
+// The hypervisor kinds this binary ships, by spec.provider, its CI
+// platforms, by workload type (spec.workload.type), and its DNS back-ends,
+// by spec.dns.dnsProvider.type, all through one mechanism (pkg/registry).
+// Supporting another is its package under pkg/provider (pkg/workload,
+// internal/dnsreg) and one line here.
 func init() {
+	provider.Register(hfv1.ProviderProxmox, proxmox.Kind)
 	workload.Register(hfv1.WorkloadGitHubActions, github.NewBackend)
 	workload.Register(hfv1.WorkloadGeneric, generic.NewBackend)
 	workload.Register(hfv1.WorkloadBuildkite, buildkite.NewBackend)

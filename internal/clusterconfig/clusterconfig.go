@@ -1,8 +1,9 @@
 // Package clusterconfig resolves a HypervisorCluster into the
 // configuration its provider connects with: the cluster's spec and the
 // Secrets it references (Resolve), which Secrets those are (SecretRefs),
-// and the one reader of each provider setting that also has a deprecated
-// top-level field (VMIDRange, ISOStorage, Deprecated).
+// and the deprecated fields a cluster still sets (Deprecated). The
+// cluster's own hypervisor section (spec.<kind>) is read by its kind
+// (provider.Kind.ReadCluster), never here.
 package clusterconfig
 
 import (
@@ -19,8 +20,10 @@ import (
 )
 
 // Resolve resolves a HypervisorCluster's spec and the Secrets it
-// references (read with reader) into a provider.ClusterConfig. Errors name
-// the field; a missing Secret or key wraps secretref.ErrMissing.
+// references (read with reader) into a provider.ClusterConfig: the neutral
+// fields here, the kind's own section by its registered kind
+// (provider.KindOf(spec.provider)). Errors name the field; a missing
+// Secret or key wraps secretref.ErrMissing.
 func Resolve(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluster) (provider.ClusterConfig, error) {
 	s := c.Spec
 	cfg := provider.ClusterConfig{
@@ -28,13 +31,19 @@ func Resolve(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluste
 		Endpoint:         s.Endpoint,
 		Nodes:            s.Nodes,
 		DefaultStorage:   s.DefaultStorage,
-		ISOStorage:       ISOStorage(c),
 		DefaultBridge:    s.DefaultBridge,
 		Tags:             s.Tags,
 		ClonesPerNode:    hfv1.DefaultClonesPerNode,
 		ClonesPerStorage: hfv1.DefaultClonesPerStorage,
 	}
-	cfg.VMIDStart, cfg.VMIDEnd = VMIDRange(c)
+	// A kind this build does not register reads nothing: its part stays
+	// unset. The HypervisorCluster controller refuses such a cluster
+	// before it resolves it (UnknownKind).
+	if kind, ok := provider.KindOf(s.Provider); ok {
+		if err := kind.ReadCluster(c, &cfg); err != nil {
+			return cfg, err
+		}
+	}
 	if l := s.Limits; l != nil {
 		if l.ClonesPerNode > 0 {
 			cfg.ClonesPerNode = int(l.ClonesPerNode)
@@ -133,67 +142,37 @@ func SecretStoreOf(cluster *hfv1.HypervisorCluster) *hfv1.SecretStoreConfig {
 	return nil
 }
 
-// VMIDRange is the block of VM ids placement allocates from on cluster:
-// spec.proxmox.vmidRange, else the deprecated spec.vmidRange, else every id
-// Proxmox allows.
-func VMIDRange(cluster *hfv1.HypervisorCluster) (start, end int) {
-	rg := cluster.Spec.VMIDRange //nolint:staticcheck // the one reader of the deprecated field
-	if p := cluster.Spec.Proxmox; p != nil && p.VMIDRange != nil {
-		rg = p.VMIDRange
-	}
-	if rg != nil {
-		return int(rg.Start), int(rg.End)
-	}
-	return defaultVMIDStart, defaultVMIDEnd
-}
-
-// The VM id range placement uses when a cluster sets none: every id
-// Proxmox allows.
-const (
-	defaultVMIDStart = 100
-	defaultVMIDEnd   = 999999999
-)
-
-// ISOStorage is the storage that receives cluster's cloud-init ISOs:
-// spec.proxmox.isoStorage, else the deprecated spec.isoStorage, else
-// hfv1.DefaultISOStorage.
-func ISOStorage(cluster *hfv1.HypervisorCluster) string {
-	var fromSection string
-	if p := cluster.Spec.Proxmox; p != nil {
-		fromSection = p.ISOStorage
-	}
-	return cmp.Or(fromSection, cluster.Spec.ISOStorage, hfv1.DefaultISOStorage) //nolint:staticcheck // the one reader of the deprecated field
+// UnknownKind is the error of a cluster whose spec.provider names no kind
+// this operator build registers.
+func UnknownKind(name hfv1.HypervisorProvider) error {
+	return provider.Errorf(provider.ClassConfiguration, "UnknownProvider", "spec.provider: no implementation for %q in this operator build", name)
 }
 
 // MovedField is a deprecated field a cluster sets, with the path that
 // replaces it.
-type MovedField struct {
-	Field, Replacement string
-}
+type MovedField = provider.MovedField
 
-// Deprecated lists the deprecated fields cluster sets, in the order of the
-// spec. Each still works (VMIDRange, ISOStorage read it when its
-// replacement is unset); the HypervisorCluster controller reports them in
-// a DeprecatedField event.
+// Deprecated lists the deprecated fields cluster sets: first those its
+// kind's section replaced (provider.Kind.MovedFields), then the shared
+// ones, in the order of the spec. Each still works (its reader falls back
+// to it when its replacement is unset); the HypervisorCluster controller
+// reports them in a DeprecatedField event.
 func Deprecated(cluster *hfv1.HypervisorCluster) []MovedField {
 	var out []MovedField
 	s := cluster.Spec
-	if s.VMIDRange != nil { //nolint:staticcheck // reports the deprecated field
-		out = append(out, MovedField{"spec.vmidRange", "spec.proxmox.vmidRange"})
-	}
-	if s.ISOStorage != "" { //nolint:staticcheck // reports the deprecated field
-		out = append(out, MovedField{"spec.isoStorage", "spec.proxmox.isoStorage"})
+	if kind, ok := provider.KindOf(s.Provider); ok {
+		out = append(out, kind.MovedFields(cluster)...)
 	}
 	// Read as tokenID (api/v1alpha1/spelling.go); the API server refuses
 	// it on a write that changes spec.credentials.
 	if s.Credentials.DeprecatedTokenID != nil { //nolint:staticcheck // reports the deprecated field
-		out = append(out, MovedField{"spec.credentials.tokenId", "spec.credentials.tokenID"})
+		out = append(out, MovedField{Field: "spec.credentials.tokenId", Replacement: "spec.credentials.tokenID"})
 	}
 	if d := s.DNS; d != nil && d.DNSProvider != nil {
 		// Stored before the types were refused; they work as external-dns
 		// labelled with the type (internal/dnsreg/externaldns, Factory).
 		if t := d.DNSProvider.Type; t == "route53" || t == "cloudflare" {
-			out = append(out, MovedField{"spec.dns.dnsProvider.type " + string(t), "type external-dns with externalDNS.labelValue " + string(t)})
+			out = append(out, MovedField{Field: "spec.dns.dnsProvider.type " + string(t), Replacement: "type external-dns with externalDNS.labelValue " + string(t)})
 		}
 	}
 	return out

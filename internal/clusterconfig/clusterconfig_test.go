@@ -14,6 +14,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/secretref"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox"
 )
 
 // TestResolveCloneLimits: the operator's clone limits for a cluster
@@ -40,10 +41,10 @@ func TestResolveCloneLimits(t *testing.T) {
 	}
 }
 
-// TestProxmoxSettings: each Proxmox setting is read from spec.proxmox,
-// else from its deprecated top-level field (clusters written before
-// spec.proxmox keep working), else its default; a cluster is told about
-// each deprecated field it sets and about no other.
+// TestProxmoxSettings: each Proxmox setting is read, by the registered
+// kind, from spec.proxmox, else from its deprecated top-level field
+// (clusters written before spec.proxmox keep working), else its default; a
+// cluster is told about each deprecated field it sets and about no other.
 func TestProxmoxSettings(t *testing.T) {
 	legacyRange, newRange := &hfv1.VMIDRange{Start: 1000, End: 1999}, &hfv1.VMIDRange{Start: 5000, End: 5999}
 	for _, tc := range []struct {
@@ -58,31 +59,26 @@ func TestProxmoxSettings(t *testing.T) {
 			start: 100, end: 999999999, iso: hfv1.DefaultISOStorage},
 		{name: "the deprecated fields alone still work", spec: hfv1.HypervisorClusterSpec{VMIDRange: legacyRange, ISOStorage: "isos"}, //nolint:staticcheck // the deprecated fields under test
 			start: 1000, end: 1999, iso: "isos",
-			deprecated: []MovedField{{"spec.vmidRange", "spec.proxmox.vmidRange"}, {"spec.isoStorage", "spec.proxmox.isoStorage"}}},
+			deprecated: []MovedField{{Field: "spec.vmidRange", Replacement: "spec.proxmox.vmidRange"}, {Field: "spec.isoStorage", Replacement: "spec.proxmox.isoStorage"}}},
 		{name: "the proxmox section alone", spec: hfv1.HypervisorClusterSpec{Proxmox: &hfv1.ProxmoxClusterSettings{VMIDRange: newRange, ISOStorage: "cephfs"}},
 			start: 5000, end: 5999, iso: "cephfs"},
 		{name: "the section wins over a deprecated field (admission refuses both; the reader still picks one)",
 			spec:  hfv1.HypervisorClusterSpec{VMIDRange: legacyRange, ISOStorage: "isos", Proxmox: &hfv1.ProxmoxClusterSettings{VMIDRange: newRange, ISOStorage: "cephfs"}}, //nolint:staticcheck // the deprecated fields under test
 			start: 5000, end: 5999, iso: "cephfs",
-			deprecated: []MovedField{{"spec.vmidRange", "spec.proxmox.vmidRange"}, {"spec.isoStorage", "spec.proxmox.isoStorage"}}},
+			deprecated: []MovedField{{Field: "spec.vmidRange", Replacement: "spec.proxmox.vmidRange"}, {Field: "spec.isoStorage", Replacement: "spec.proxmox.isoStorage"}}},
 		{name: "one setting moved, the other still deprecated", spec: hfv1.HypervisorClusterSpec{ISOStorage: "isos", Proxmox: &hfv1.ProxmoxClusterSettings{VMIDRange: newRange}}, //nolint:staticcheck // the deprecated fields under test
-			start: 5000, end: 5999, iso: "isos", deprecated: []MovedField{{"spec.isoStorage", "spec.proxmox.isoStorage"}}},
+			start: 5000, end: 5999, iso: "isos", deprecated: []MovedField{{Field: "spec.isoStorage", Replacement: "spec.proxmox.isoStorage"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			tc.spec.Provider = hfv1.ProviderProxmox
 			c := &hfv1.HypervisorCluster{Spec: tc.spec}
-			if start, end := VMIDRange(c); start != tc.start || end != tc.end {
-				t.Errorf("VMIDRange = %d-%d, want %d-%d", start, end, tc.start, tc.end)
-			}
-			if got := ISOStorage(c); got != tc.iso {
-				t.Errorf("ISOStorage = %q, want %q", got, tc.iso)
-			}
 			cfg, err := Resolve(context.Background(), nil, c)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.VMIDStart != tc.start || cfg.VMIDEnd != tc.end || cfg.ISOStorage != tc.iso {
-				t.Errorf("the provider is configured with VM ids %d-%d and ISO storage %q, want %d-%d and %q",
-					cfg.VMIDStart, cfg.VMIDEnd, cfg.ISOStorage, tc.start, tc.end, tc.iso)
+			if want := (proxmox.ClusterSettings{ISOStorage: tc.iso}); cfg.VMIDStart != tc.start || cfg.VMIDEnd != tc.end || cfg.Settings != want {
+				t.Errorf("the provider is configured with VM ids %d-%d and settings %+v, want %d-%d and %+v",
+					cfg.VMIDStart, cfg.VMIDEnd, cfg.Settings, tc.start, tc.end, want)
 			}
 			if got := Deprecated(c); !slices.Equal(got, tc.deprecated) {
 				t.Errorf("Deprecated = %v, want %v", got, tc.deprecated)
@@ -177,7 +173,7 @@ func TestExternalDNSLabel(t *testing.T) {
 	if got := Deprecated(c); len(got) != 0 {
 		t.Errorf("type external-dns is deprecated: %v", got)
 	}
-	want := []MovedField{{"spec.dns.dnsProvider.type cloudflare", "type external-dns with externalDNS.labelValue cloudflare"}}
+	want := []MovedField{{Field: "spec.dns.dnsProvider.type cloudflare", Replacement: "type external-dns with externalDNS.labelValue cloudflare"}}
 	if got := Deprecated(cluster("cloudflare", nil)); !slices.Equal(got, want) {
 		t.Errorf("Deprecated of type cloudflare = %v, want %v", got, want)
 	}

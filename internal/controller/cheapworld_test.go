@@ -38,9 +38,9 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
-	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -260,7 +260,7 @@ func newCheapWorld(t testing.TB, o cheapOptions) *cheapWorld {
 	w.Registry = hypervisors.NewRegistry()
 	addresses := ipam.NewManager()
 	w.Clusters = &controller.HypervisorClusterReconciler{
-		Client: w.Kube, Registry: w.Registry, Factories: manager.DefaultFactories(), Signer: testSigner,
+		Client: w.Kube, Registry: w.Registry, Factories: provider.Factories(provider.Registered()), Signer: testSigner,
 		Recorder: w.Events, Clock: w.Clock,
 	}
 	w.Templates = &controller.HypervisorMachineTemplateReconciler{Client: w.Kube, Registry: w.Registry, Recorder: w.Events, Workloads: backends}

@@ -58,7 +58,10 @@ const (
 type HypervisorClusterReconciler struct {
 	Client   client.Client
 	Registry *hypervisors.Registry
-	// Factories builds a Provider per hypervisor kind.
+	// Factories build a Provider per hypervisor kind: the registered
+	// kinds' own in the operator (manager.Options.Factories), substitutes
+	// in tests. The kinds' sections of the API are read by the registered
+	// kinds (provider.KindOf) either way.
 	Factories map[hfv1.HypervisorProvider]provider.Factory
 	Signer    *ownership.Signer
 	Recorder  record.EventRecorder

@@ -39,9 +39,9 @@ import (
 
 // reportDeprecated tells a cluster that sets deprecated fields where each
 // moved, in one Normal DeprecatedField event per generation (per operator
-// start: the polls in between stay quiet). The fields still work
-// (clusterconfig.VMIDRange, clusterconfig.ISOStorage), so nothing else
-// changes.
+// start: the polls in between stay quiet). The fields still work (their
+// readers, the cluster's kind among them, fall back to them), so nothing
+// else changes.
 func (r *HypervisorClusterReconciler) reportDeprecated(_ context.Context, s *clusterScope) (phase.Result, error) {
 	cluster := s.cluster
 	moved := clusterconfig.Deprecated(cluster)
@@ -207,6 +207,11 @@ func (r *HypervisorClusterReconciler) connect(ctx context.Context, s *clusterSco
 		}
 	}
 	r.connectedAt.Delete(name)
+	factory := r.Factories[cluster.Spec.Provider]
+	if factory == nil {
+		r.markDown(s, hfv1.UnreachableReason, clusterconfig.UnknownKind(cluster.Spec.Provider).Error())
+		return nil, reconcile.TerminalError(fmt.Errorf("no provider for %q", cluster.Spec.Provider))
+	}
 	cfg, err := clusterconfig.Resolve(ctx, r.Client, cluster)
 	if err != nil {
 		reason := hfv1.SecretNotFoundReason
@@ -216,11 +221,6 @@ func (r *HypervisorClusterReconciler) connect(ctx context.Context, s *clusterSco
 		r.markDown(s, hfv1.ConditionReason(string(reason)), err.Error())
 		// A Secret watch wakes the cluster once the Secret appears.
 		return nil, nil
-	}
-	factory := r.Factories[cluster.Spec.Provider]
-	if factory == nil {
-		r.markDown(s, hfv1.UnreachableReason, fmt.Sprintf("spec.provider: no implementation for %q in this operator build", cluster.Spec.Provider))
-		return nil, reconcile.TerminalError(fmt.Errorf("no provider for %q", cluster.Spec.Provider))
 	}
 	p, err := r.Registry.Connect(name, cfg, func() (provider.Provider, error) {
 		return factory.New(cfg, provider.Deps{

@@ -131,6 +131,9 @@ type templateScope struct {
 	pools   []*ipam.Pool
 	hash    string
 	info    *provider.TemplateInfo
+	// kind is the hypervisor kind of the template's cluster, which
+	// describes info and advises on it.
+	kind provider.Kind
 	// validity is the outcome of the validation (Valid, and Ready with
 	// it); nil when the pass ended before one (a failed read).
 	validity *readiness

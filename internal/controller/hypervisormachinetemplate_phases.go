@@ -250,7 +250,11 @@ func (r *HypervisorMachineTemplateReconciler) checkOnHypervisor(ctx context.Cont
 	if !connected || !health.Ready {
 		return s.invalid(hfv1.ClusterUnavailableReason, fmt.Sprintf("HypervisorCluster %s is not ready: %s", cluster.Name, health.Message))
 	}
-	src := vmspec.Source(s.tmpl)
+	kind, ok := provider.KindOf(cluster.Spec.Provider)
+	if !ok {
+		return s.invalid(hfv1.ClusterUnavailableReason, fmt.Sprintf("HypervisorCluster %s: spec.provider: no implementation for %q in this operator build", cluster.Name, cluster.Spec.Provider))
+	}
+	src := vmspec.Source(s.tmpl, cluster)
 	info, err := p.ValidateTemplate(ctx, src)
 	if err != nil {
 		if provider.Classify(err) == provider.ClassTransient && !errors.Is(err, provider.ErrNotFound) {
@@ -264,14 +268,13 @@ func (r *HypervisorMachineTemplateReconciler) checkOnHypervisor(ctx context.Cont
 			what = "spec.attestation.method is join-token, and the join token reaches"
 		}
 		return s.invalid(hfv1.GuestAgentRequiredReason, fmt.Sprintf(
-			"hypervisor template %d has no guest agent: %s only the running VM, through its guest agent, never its cloud-init, which can be read off the hypervisor's storage. Enable it on the template (Proxmox VE: qm set %d --agent enabled=1, with qemu-guest-agent in the image; docs/templates.md)",
-			info.ID, what, info.ID))
+			"hypervisor template %s has no guest agent: %s only the running VM, through its guest agent, never its cloud-init, which can be read off the hypervisor's storage. %s",
+			kind.DescribeTemplate(info), what, kind.Advice(provider.AdviceGuestAgent, info)))
 	}
 	if src.Linked && !info.LinkedCloneSupported {
-		return s.invalid(hfv1.LinkedCloneUnsupportedReason, fmt.Sprintf(
-			"spec.source.proxmox.cloneMode: template %d is on storage %s, which cannot hold linked clones; use cloneMode: full or move the template to LVM-thin, ZFS, RBD or qcow2 on a directory",
-			info.ID, strings.Join(info.Storages, ", ")))
+		return s.invalid(hfv1.LinkedCloneUnsupportedReason, kind.Advice(provider.AdviceLinkedClone, info))
 	}
+	s.kind = kind
 	s.info = info
 	return phase.Next(), nil
 }
@@ -298,11 +301,9 @@ func templateProblemReason(err error) hfv1.ConditionReason {
 func (r *HypervisorMachineTemplateReconciler) recordValid(_ context.Context, s *templateScope) (phase.Result, error) {
 	st, info := &s.tmpl.Status, s.info
 	st.TemplateHash = s.hash
-	st.ResolvedTemplate = &hfv1.ResolvedTemplate{VMID: int32(info.ID), Node: info.Node}
-	if len(info.Storages) > 0 {
-		st.ResolvedTemplate.Storage = info.Storages[0]
-	}
-	s.validity = isReady(fmt.Sprintf("Template %d (%s) on %s/%s is valid", info.ID, info.Name, s.cluster.Name, info.Node))
+	resolved := s.kind.ResolvedTemplate(info)
+	st.ResolvedTemplate = &resolved
+	s.validity = isReady(fmt.Sprintf("Template %s on %s/%s is valid", s.kind.DescribeTemplate(info), s.cluster.Name, info.Node))
 	return phase.Recheck(10 * waitForDependency), nil
 }
 

@@ -3,17 +3,16 @@ package dnsreg
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
+	"github.com/hyperfleet/hyperfleet/pkg/registry"
 )
 
 // TypeRFC2136 is the dns.dnsProvider.type of dynamic UPDATE (RFC 2136)
@@ -136,32 +135,16 @@ type Kubernetes struct {
 // Factory builds one DNS service's Registrar.
 type Factory func(Config) (Registrar, error)
 
-var (
-	registryMu sync.Mutex
-	registry   = map[hfv1.DNSProviderType]Factory{}
-)
+// services are the factories registered with Register, by type.
+var services = registry.New[hfv1.DNSProviderType, Factory]("dns provider type")
 
 // Register makes a back-end available under its dns.dnsProvider.type.
 // Registering a type twice, or an empty type or nil factory, is a
 // programming error and panics.
-func Register(t hfv1.DNSProviderType, f Factory) {
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	switch {
-	case t == "" || f == nil:
-		panic("dnsreg: Register needs a provider type and a factory")
-	case registry[t] != nil:
-		panic(fmt.Sprintf("dnsreg: provider type %s is registered twice", t))
-	}
-	registry[t] = f
-}
+func Register(t hfv1.DNSProviderType, f Factory) { services.Register(t, f) }
 
 // Registered returns a copy of the factories registered so far.
-func Registered() map[hfv1.DNSProviderType]Factory {
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	return maps.Clone(registry)
-}
+func Registered() map[hfv1.DNSProviderType]Factory { return services.Registered() }
 
 // New builds the Registrar of type t from factories (usually
 // Registered()).

@@ -30,6 +30,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/testworld/testobjects"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	fakeprovider "github.com/hyperfleet/hyperfleet/pkg/provider/fake"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox"
 )
 
 // builtProvider is only compared by identity; Registry never calls it.
@@ -48,7 +49,7 @@ var configs = rapid.Custom(func(t *rapid.T) provider.ClusterConfig {
 		Endpoint:       pick("endpoint", "https://pve-a:8006/api2/json", "https://pve-b:8006/api2/json"),
 		TokenID:        "root@pam!hyperfleet",
 		TokenSecret:    pick("token", "s1", "s2"),
-		ISOStorage:     pick("isoStorage", "local", "isos"),
+		Settings:       pick("settings", "kind part a", "kind part b"), // the kind's own part, opaque here
 		DefaultStorage: pick("defaultStorage", "", "local-lvm"),
 		DefaultBridge:  pick("bridge", "vmbr0", "vmbr1"),
 		VMIDStart:      rapid.SampledFrom([]int{1000, 2000}).Draw(t, "vmidStart"),
@@ -153,7 +154,8 @@ func TestProviderConfigurationProperty(t *testing.T) {
 
 // The provider kinds of TestProviderSelectionProperty: the built-in one,
 // a second one the test registers (an operator build with two hypervisor
-// implementations), and names no implementation is registered for.
+// implementations; kinds_test.go), and names no implementation is
+// registered for.
 const (
 	kindStub    hfv1.HypervisorProvider = "stubvisor"
 	kindMissing hfv1.HypervisorProvider = "vsphere"
@@ -247,7 +249,8 @@ func drawCluster(t *rapid.T, name string, kind hfv1.HypervisorProvider) (generat
 //     implementation and no other (one build, of its kind, for it), and
 //     the configuration the implementation was built with is the cluster's
 //     own: its name, endpoint, token read from its Secret, storage, bridge,
-//     nodes and VM id range; the registry hands that provider out for the
+//     nodes, and the VM id range and settings its registered kind read
+//     (Kind.ReadCluster); the registry hands that provider out for the
 //     cluster; the cluster is Ready;
 //   - a cluster naming an unregistered kind is refused: no implementation
 //     is built, the registry has no provider for it, the pass ends in a
@@ -362,9 +365,16 @@ func TestProviderSelectionProperty(t *testing.T) {
 // with differs from its cluster's spec and Secret ("" when it does not).
 func configMismatch(gc generatedCluster, cfg provider.ClusterConfig) string {
 	s := gc.obj.Spec
+	// Each kind reads its own range: proxmox the generated spec.vmidRange
+	// (else every id it allows), stubvisor its fixed one.
 	start, end := 100, 999999999
 	if rg := s.VMIDRange; rg != nil { //nolint:staticcheck // the field the generator sets
 		start, end = int(rg.Start), int(rg.End)
+	}
+	var settings any = proxmox.ClusterSettings{ISOStorage: hfv1.DefaultISOStorage}
+	if s.Provider == kindStub {
+		start, end = stubRange[0], stubRange[1]
+		settings = stubSettings{Cluster: gc.obj.Name}
 	}
 	var diffs []string
 	for _, d := range []struct {
@@ -379,6 +389,7 @@ func configMismatch(gc generatedCluster, cfg provider.ClusterConfig) string {
 		{"default bridge", cfg.DefaultBridge, s.DefaultBridge},
 		{"nodes", fmt.Sprint(cfg.Nodes), fmt.Sprint(s.Nodes)},
 		{"VM id range", fmt.Sprint(cfg.VMIDStart, "-", cfg.VMIDEnd), fmt.Sprint(start, "-", end)},
+		{"the kind's own settings", cfg.Settings, settings},
 	} {
 		if d.got != d.want {
 			diffs = append(diffs, fmt.Sprintf("%s %v, want %v", d.field, d.got, d.want))

@@ -50,7 +50,6 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/workloads"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
-	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -69,8 +68,10 @@ type Options struct {
 	// external-dns types) put them there when the cluster names no other
 	// namespace. Empty means DefaultNamespace.
 	Namespace string
-	// Factories build Providers per hypervisor kind; nil means the built-in
-	// ones (Proxmox).
+	// Factories build Providers per hypervisor kind; nil means those of the
+	// kinds registered with provider.Register, which the binary's main
+	// does. Setup fails when neither names one. The kinds' sections of the
+	// API are read by the registered kinds either way.
 	Factories map[hfv1.HypervisorProvider]provider.Factory
 	// Clock is the time source; nil means the real clock.
 	Clock clock.Clock
@@ -291,9 +292,15 @@ func stuckBounds(b *stuck.Bounds) stuck.Bounds {
 // empty, as the manager's --namespace flag defaults to it.
 const DefaultNamespace = "hyperfleet-system"
 
-// DefaultFactories are the hypervisor implementations built in.
-func DefaultFactories() map[hfv1.HypervisorProvider]provider.Factory {
-	return map[hfv1.HypervisorProvider]provider.Factory{hfv1.ProviderProxmox: proxmox.Factory}
+// RegisteredFactories are the factories of the hypervisor kinds the
+// binary's main registered (provider.Register), or an error saying none
+// is: an operator without a hypervisor kind would refuse every cluster.
+func RegisteredFactories() (map[hfv1.HypervisorProvider]provider.Factory, error) {
+	kinds := provider.Registered()
+	if len(kinds) == 0 {
+		return nil, fmt.Errorf("no hypervisor kind is registered: the binary's main registers each one it ships (provider.Register)")
+	}
+	return provider.Factories(kinds), nil
 }
 
 // Setup registers indexes, controllers and the sweeper on mgr.
@@ -302,7 +309,11 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		return nil, fmt.Errorf("an ownership signer is required")
 	}
 	if opts.Factories == nil {
-		opts.Factories = DefaultFactories()
+		factories, err := RegisteredFactories()
+		if err != nil {
+			return nil, err
+		}
+		opts.Factories = factories
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}

@@ -48,7 +48,7 @@ type SignerOptions struct {
 	// be checked (--allow-new-ownership-key).
 	AllowNewKey bool
 	// Factories build the providers the existing-VM check lists clusters
-	// with; nil means DefaultFactories.
+	// with; nil means RegisteredFactories.
 	Factories map[hfv1.HypervisorProvider]provider.Factory
 }
 
@@ -191,7 +191,9 @@ func checkNoInstallVMs(ctx context.Context, c client.Client, opts SignerOptions)
 // the reason.
 func countTaggedVMs(ctx context.Context, c client.Reader, factories map[hfv1.HypervisorProvider]provider.Factory, tag string) (found map[string]int, unchecked map[string]string, err error) {
 	if factories == nil {
-		factories = DefaultFactories()
+		if factories, err = RegisteredFactories(); err != nil {
+			return nil, nil, err
+		}
 	}
 	var clusters hfv1.HypervisorClusterList
 	if err := c.List(ctx, &clusters); err != nil {

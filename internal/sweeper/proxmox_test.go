@@ -42,7 +42,7 @@ func TestLeakCloneRequestLostBeforePlaceholder(t *testing.T) {
 	cfg := provider.ClusterConfig{
 		Name: w.cluster, Endpoint: srv.URL + "/api2/json", TokenID: "root@pam!sim", TokenSecret: "00000000-0000-0000-0000-000000000000",
 		FingerprintSHA256: proxmoxsim.FormatFingerprint(sha256.Sum256(srv.Certificate().Raw)),
-		ISOStorage:        "local", DefaultBridge: "vmbr0", VMIDStart: 1000, VMIDEnd: 1999, RequestTimeout: 10 * time.Second,
+		DefaultBridge:     "vmbr0", VMIDStart: 1000, VMIDEnd: 1999, RequestTimeout: 10 * time.Second,
 	}
 	connect := func() *proxmox.Provider {
 		p, err := proxmox.New(cfg, provider.Deps{Signer: w.signer, Clock: w.clock})

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +19,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -90,16 +90,16 @@ func ruleViolations(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.Hypervis
 			out = append(out, s)
 		}
 	}
-	add(templateViolation(&tmpl.Spec.Source.Proxmox, rule))
+	// What the template names in its hypervisor kind's own sections (its
+	// template, storages, pools, files) is the kind's to check. A template
+	// no registered kind reads is on a cluster that is never connected
+	// (the operator's factories are the registered kinds'), so no VM is
+	// made of it that such a check would have to stop.
+	if kind, ok := provider.TemplateKind(tmpl, cluster); ok {
+		out = append(out, kind.TenancyViolations(tmpl, cluster, rule)...)
+	}
 	add(bridgeViolation(tmpl, cluster, rule))
 	add(vlanViolation(tmpl, rule))
-	add(storageViolation(&tmpl.Spec.Source.Proxmox, cluster, rule))
-	add(poolViolation(&tmpl.Spec.Source.Proxmox, rule))
-	if ci := tmpl.Spec.CloudInit; ci != nil && ci.Delivery == hfv1.CloudInitDeliveryProxmox && ci.Proxmox != nil {
-		for _, v := range nativeViolations(ci.Proxmox, rule) {
-			add(v)
-		}
-	}
 	for _, v := range apiHostViolations(hosts, rule) {
 		add(v)
 	}
@@ -181,46 +181,6 @@ func dnsDomainViolation(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.Hype
 	return fmt.Sprintf("spec.network.dns.domain %s is not allowed; allowed domains (and the domains below them): %s (or leave it unset for the cluster's)", dns.Domain, strings.Join(rule.DNSDomains, ", "))
 }
 
-// nativeViolations checks what Proxmox's own cloud-init drive of the
-// template's VMs names: its snippets (a VM boots with the file, so a
-// namespace that could name any would read another team's) and the
-// storage of the drive.
-func nativeViolations(p *hfv1.ProxmoxCloudInit, rule *hfv1.TenancyRule) []string {
-	var out []string
-	for field, v := range map[string]string{"vendorSnippet": p.VendorSnippet, "userSnippet": p.UserSnippet} {
-		if v != "" && !slices.Contains(rule.Snippets, v) {
-			out = append(out, fmt.Sprintf("spec.cloudInit.proxmox.%s %s is not allowed; allowed snippets: %s", field, v, listOrNone(rule.Snippets)))
-		}
-	}
-	slices.Sort(out)
-	if s := p.DriveStorage; s != "" && !slices.Contains(rule.Storages, s) {
-		out = append(out, fmt.Sprintf("spec.cloudInit.proxmox.driveStorage %s is not allowed; allowed storages: %s (or leave it unset for the VM's disk storage)", s, listOrNone(rule.Storages)))
-	}
-	return out
-}
-
-func templateViolation(src *hfv1.ProxmoxSource, rule *hfv1.TenancyRule) string {
-	var ids, names []string
-	for _, t := range rule.Templates {
-		switch {
-		case t.ID != nil:
-			if src.TemplateID != nil && *src.TemplateID == *t.ID {
-				return ""
-			}
-			ids = append(ids, strconv.Itoa(int(*t.ID)))
-		case t.Name != "":
-			if src.TemplateName == t.Name {
-				return ""
-			}
-			names = append(names, t.Name)
-		}
-	}
-	if src.TemplateID != nil {
-		return fmt.Sprintf("spec.source.proxmox.templateID %d is not allowed; allowed ids: %s", *src.TemplateID, listOrNone(ids))
-	}
-	return fmt.Sprintf("spec.source.proxmox.templateName %q is not allowed; allowed names: %s", src.TemplateName, listOrNone(names))
-}
-
 // bridgeViolation checks the bridge the VM really gets: the template's, or
 // the cluster's defaultBridge.
 func bridgeViolation(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, rule *hfv1.TenancyRule) string {
@@ -257,36 +217,6 @@ func vlanViolation(tmpl *hfv1.HypervisorMachineTemplate, rule *hfv1.TenancyRule)
 		return "spec.network.vlan is unset (untagged) but a VLAN is required; set it within " + strings.Join(ranges, ", ")
 	}
 	return fmt.Sprintf("spec.network.vlan %d is not allowed; allowed VLANs: %s", *vlan, strings.Join(ranges, ", "))
-}
-
-// storageViolation checks the target storage of a full clone. Linked
-// clones, and full clones without a target, stay on the template's own
-// storage, which the admin chose by allowing the template.
-func storageViolation(src *hfv1.ProxmoxSource, cluster *hfv1.HypervisorCluster, rule *hfv1.TenancyRule) string {
-	if src.CloneMode != hfv1.CloneModeFull {
-		return ""
-	}
-	target := src.Storage
-	if len(rule.Storages) == 0 {
-		if target == "" || target == cluster.Spec.DefaultStorage {
-			return ""
-		}
-		return fmt.Sprintf("spec.source.proxmox.storage %s is not allowed; leave it unset to use the cluster's default storage", target)
-	}
-	if target == "" {
-		target = cluster.Spec.DefaultStorage
-	}
-	if target == "" || slices.Contains(rule.Storages, target) {
-		return ""
-	}
-	return fmt.Sprintf("spec.source.proxmox.storage %s is not allowed; allowed storages: %s", target, strings.Join(rule.Storages, ", "))
-}
-
-func poolViolation(src *hfv1.ProxmoxSource, rule *hfv1.TenancyRule) string {
-	if src.Pool == "" || slices.Contains(rule.ResourcePools, src.Pool) {
-		return ""
-	}
-	return fmt.Sprintf("spec.source.proxmox.pool %s is not allowed; allowed resource pools: %s", src.Pool, listOrNone(rule.ResourcePools))
 }
 
 func listOrNone(values []string) string {

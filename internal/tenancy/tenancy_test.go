@@ -20,7 +20,7 @@ import (
 // TestTenancyViolations covers each allow-list and its default when left
 // out, and that one entry must allow every value (entries do not add up).
 func TestTenancyViolations(t *testing.T) {
-	cluster := &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DefaultBridge: "vmbr0", DefaultStorage: "local-lvm"}}
+	cluster := &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{Provider: hfv1.ProviderProxmox, DefaultBridge: "vmbr0", DefaultStorage: "local-lvm"}}
 	base := func() *hfv1.HypervisorMachineTemplate {
 		return &hfv1.HypervisorMachineTemplate{Spec: hfv1.HypervisorMachineTemplateSpec{
 			Source: hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateID: ptr.To[int32](9000), CloneMode: hfv1.CloneModeLinked}},
@@ -194,7 +194,7 @@ func TestTenancyRulesFor(t *testing.T) {
 // template's credentials are used at (the platforms' public services, or
 // the hosts a rule lists) and the DNS domain its VMs are named under.
 func TestTenancyAPIHostsAndDNSDomains(t *testing.T) {
-	cluster := &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{DefaultBridge: "vmbr0", DefaultStorage: "local-lvm",
+	cluster := &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{Provider: hfv1.ProviderProxmox, DefaultBridge: "vmbr0", DefaultStorage: "local-lvm",
 		DNS: &hfv1.ClusterDNSSettings{DNSSettings: hfv1.DNSSettings{Domain: "ci.example.com"}}}}
 	minimal := hfv1.TenancyRule{Templates: []hfv1.AllowedTemplate{{ID: ptr.To[int32](9000)}}}
 	hostRule := minimal

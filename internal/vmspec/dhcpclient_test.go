@@ -58,7 +58,7 @@ func TestTemplateVarsDHCPLease(t *testing.T) {
 	tmpl.Spec.Network = hfv1.MachineNetwork{Mode: hfv1.NetworkModeDHCP, DHCP: &hfv1.DHCPOptions{
 		Client: hfv1.DHCPClientISC, ClientIdentifier: hfv1.DHCPClientIdentifierHostname, RequestStaticLease: true,
 		LeaseTime: &metav1.Duration{Duration: 10*time.Minute + 500*time.Millisecond}}}
-	v := TemplateVars(githubsimtest.Backends(t, nil), tmpl, &hfv1.HypervisorCluster{}, nil)
+	v := TemplateVars(githubsimtest.Backends(t, nil), tmpl, proxmoxCluster(), nil)
 	if !v.RequestStaticLease || v.DHCPLeaseSeconds != 600 || v.DHCPClientIdentifier != cloudinit.DHCPIdentifierHostname || !v.SendHostname {
 		t.Errorf("vars: RequestStaticLease %v, DHCPLeaseSeconds %d, identifier %q, SendHostname %v; want true, 600, hostname, true",
 			v.RequestStaticLease, v.DHCPLeaseSeconds, v.DHCPClientIdentifier, v.SendHostname)

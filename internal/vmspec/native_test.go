@@ -42,7 +42,7 @@ func TestNative(t *testing.T) {
 			&provider.NativeCloudInit{IPv4: "10.0.0.7/24", Gateway4: "10.0.0.1", IPv6: "2001:db8::7/64", Gateway6: "2001:db8::1"}},
 	}
 	for _, tc := range cases {
-		got := Native(tc.tmpl, tc.dns, tc.vars)
+		got := Native(tc.tmpl, proxmoxCluster(), tc.dns, tc.vars)
 		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: Native = %+v, want %+v", tc.name, got, tc.want)
 		}
@@ -57,7 +57,7 @@ func TestTemplateHashNative(t *testing.T) {
 	hash := func(p *hfv1.ProxmoxCloudInit) string {
 		tm := &hfv1.HypervisorMachineTemplate{}
 		tm.Spec.CloudInit = &hfv1.CloudInit{Delivery: hfv1.CloudInitDeliveryProxmox, Proxmox: p}
-		h, err := TemplateHash(ws, tm, &hfv1.HypervisorCluster{}, nil, nil)
+		h, err := TemplateHash(ws, tm, proxmoxCluster(), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

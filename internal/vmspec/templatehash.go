@@ -1,7 +1,6 @@
 package vmspec
 
 import (
-	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,6 +10,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
@@ -25,11 +25,12 @@ type hashedShape struct {
 	Network   hfv1.MachineNetwork   `json:"network"`
 	Bridge    string                `json:"bridge"`
 	DNS       hfv1.DNSSettings      `json:"dns"`
-	// Native is spec.cloudInit.proxmox (empty when unset) under delivery
-	// proxmox, where those fields, not the rendered files, reach the VM;
-	// absent under iso, so that the hash of a template that does not use
-	// it is what it was before the field existed.
-	Native *hfv1.ProxmoxCloudInit `json:"native,omitempty"`
+	// Native is the kind's own cloud-init section (Kind.HashInput) when
+	// the template uses the kind's own delivery, where those fields, not
+	// the rendered files, reach the VM; absent otherwise, so that the hash
+	// of a template that does not use it is what it was before the field
+	// existed.
+	Native json.RawMessage `json:"native,omitempty"`
 	// AddVirtualTPM is set when the VMs get a virtual TPM of their own
 	// (TPM): a VM cloned before the change has none. Omitted when false,
 	// so that other templates keep the hash they had.
@@ -53,19 +54,22 @@ func TemplateHash(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 	if err != nil {
 		return "", fmt.Errorf("spec.cloudInit does not render: %w", err)
 	}
-	source, err := hashedSource(tmpl.Spec.Source.Proxmox)
-	if err != nil {
-		return "", err
+	// The template's kind hashes its own sections. A template no
+	// registered kind reads is on a cluster that is refused before it has
+	// a VM, so its hash goes without that part.
+	var source, native json.RawMessage
+	if kind, ok := provider.TemplateKind(tmpl, cluster); ok {
+		if source, native, err = kind.HashInput(tmpl); err != nil {
+			return "", err
+		}
 	}
 	shape := hashedShape{
 		Source:    source,
+		Native:    native,
 		Resources: tmpl.Spec.Resources,
 		Network:   tmpl.Spec.Network,
 		Bridge:    cmp.Or(tmpl.Spec.Network.Bridge, cluster.Spec.DefaultBridge),
 		DNS:       DNS(cluster, tmpl),
-	}
-	if ci := tmpl.Spec.CloudInit; ci != nil && ci.Delivery == hfv1.CloudInitDeliveryProxmox {
-		shape.Native = cmp.Or(ci.Proxmox, &hfv1.ProxmoxCloudInit{})
 	}
 	if tpm := TPM(tmpl); tpm != nil {
 		shape.AddVirtualTPM = tpm.Add
@@ -81,18 +85,4 @@ func TemplateHash(ws *workload.Backends, tmpl *hfv1.HypervisorMachineTemplate, c
 		h.Write(part)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// hashedSource is the source as versions before the API spelt its id
-// fields ID encoded it: templateId, not templateID
-// (api/v1alpha1/spelling.go). The hash must not change with the spelling,
-// or an upgrade would see every VM cloned by template id as stale. The
-// key cannot occur inside a value: the source's strings are names that
-// hold no quote.
-func hashedSource(src hfv1.ProxmoxSource) (json.RawMessage, error) {
-	raw, err := json.Marshal(src)
-	if err != nil {
-		return nil, fmt.Errorf("encode spec.source.proxmox: %w", err)
-	}
-	return bytes.Replace(raw, []byte(`"templateID":`), []byte(`"templateId":`), 1), nil
 }

@@ -27,7 +27,7 @@ func TestTemplateHashIsStable(t *testing.T) {
 		tm := &hfv1.HypervisorMachineTemplate{}
 		tm.Spec.Source.Proxmox = tc.src
 		tm.Spec.Resources = hfv1.MachineResources{CPU: 2}
-		got, err := TemplateHash(ws, tm, &hfv1.HypervisorCluster{}, nil, nil)
+		got, err := TemplateHash(ws, tm, proxmoxCluster(), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,10 +35,10 @@ func TestTPM(t *testing.T) {
 	claim.Name, claim.Namespace, claim.UID = "c", "ns", "uid-1"
 	for _, tc := range cases {
 		tm := tmpl(tc.a)
-		if got := Source(tm).TPM; !reflect.DeepEqual(got, tc.want) {
+		if got := Source(tm, proxmoxCluster()).TPM; !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: Source().TPM = %+v, want %+v", tc.name, got, tc.want)
 		}
-		spec, err := For(claim, tm, &hfv1.HypervisorCluster{}, nil)
+		spec, err := For(claim, tm, proxmoxCluster(), nil)
 		if err != nil {
 			t.Fatalf("%s: For: %v", tc.name, err)
 		}
@@ -56,7 +56,7 @@ func TestTemplateHashAddVirtualTPM(t *testing.T) {
 	hash := func(a hfv1.Attestation) string {
 		tm := &hfv1.HypervisorMachineTemplate{}
 		tm.Spec.Attestation = a
-		h, err := TemplateHash(ws, tm, &hfv1.HypervisorCluster{}, nil, nil)
+		h, err := TemplateHash(ws, tm, proxmoxCluster(), nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -39,7 +39,7 @@ func TestSetAgentVars(t *testing.T) {
 		return tm
 	}
 	vars := func(tm *hfv1.HypervisorMachineTemplate) cloudinit.Vars {
-		return TemplateVars(ciPlatforms, tm, &hfv1.HypervisorCluster{}, nil)
+		return TemplateVars(ciPlatforms, tm, proxmoxCluster(), nil)
 	}
 
 	// Image (and unset, created before the field existed): nothing changes.
@@ -107,7 +107,7 @@ func TestDualStackVars(t *testing.T) {
 	tmpl.Spec.Network = hfv1.MachineNetwork{Mode: hfv1.NetworkModeStatic, IPPoolRefs: []hfv1.ObjectName{{Name: "v6"}, {Name: "v4"}}}
 	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ci", Name: "vm-1", UID: placeholderClaimUID}}
 	addrs := []StaticAddr{{IP: netip.MustParseAddr("2001:db8:1::10"), Pool: v6}, {IP: netip.MustParseAddr("192.0.2.10"), Pool: v4}}
-	v := ClaimVars(ws, claim, tmpl, &hfv1.HypervisorCluster{}, addrs)
+	v := ClaimVars(ws, claim, tmpl, proxmoxCluster(), addrs)
 	got := []any{v.StaticIP, v.NetmaskBits, v.Gateway, v.StaticIPv6, v.NetmaskBitsIPv6, v.GatewayIPv6, v.DNSServers.String()}
 	want := []any{"192.0.2.10", 24, "192.0.2.1", "2001:db8:1::10", 64, "2001:db8:1::1", `["192.0.2.53","2001:db8::53"]`}
 	if !reflect.DeepEqual(got, want) {
@@ -122,12 +122,12 @@ func TestDualStackVars(t *testing.T) {
 			t.Errorf("network-config lacks %q:\n%s", line, out.NetworkConfig)
 		}
 	}
-	if err := CheckTemplate(ws, tmpl, &hfv1.HypervisorCluster{}, []*ipam.Pool{v6, v4}, nil); err != nil {
+	if err := CheckTemplate(ws, tmpl, proxmoxCluster(), []*ipam.Pool{v6, v4}, nil); err != nil {
 		t.Errorf("CheckTemplate: %v", err)
 	}
 
 	tmpl.Spec.Network = hfv1.MachineNetwork{Mode: hfv1.NetworkModeStatic, IPPoolRef: &hfv1.ObjectName{Name: "v6"}}
-	v = ClaimVars(ws, claim, tmpl, &hfv1.HypervisorCluster{}, addrs[:1])
+	v = ClaimVars(ws, claim, tmpl, proxmoxCluster(), addrs[:1])
 	if v.StaticIP != "2001:db8:1::10" || v.NetmaskBits != 64 || v.Gateway != "2001:db8:1::1" || v.StaticIPv6 != "" || v.NetmaskBitsIPv6 != 0 {
 		t.Errorf("single IPv6 pool: StaticIP %q/%d via %q, StaticIPv6 %q/%d", v.StaticIP, v.NetmaskBits, v.Gateway, v.StaticIPv6, v.NetmaskBitsIPv6)
 	}
@@ -149,7 +149,7 @@ func TestTPMDevicePathVars(t *testing.T) {
 	} {
 		tm := &hfv1.HypervisorMachineTemplate{}
 		tm.Spec.Attestation = c.att
-		if got := TemplateVars(ciPlatforms, tm, &hfv1.HypervisorCluster{}, nil).TPMDevicePath; got != c.want {
+		if got := TemplateVars(ciPlatforms, tm, proxmoxCluster(), nil).TPMDevicePath; got != c.want {
 			t.Errorf("%+v: TPMDevicePath %q, want %q", c.att, got, c.want)
 		}
 	}

@@ -93,24 +93,15 @@ func DNS(cluster *hfv1.HypervisorCluster, tmpl *hfv1.HypervisorMachineTemplate) 
 	return out
 }
 
-// Source converts the template's source into the provider's terms.
-func Source(tmpl *hfv1.HypervisorMachineTemplate) provider.TemplateSource {
-	src := tmpl.Spec.Source.Proxmox
-	out := provider.TemplateSource{
-		Name:         src.TemplateName,
-		Linked:       src.CloneMode != hfv1.CloneModeFull,
-		Storage:      src.Storage,
-		Format:       string(src.Format),
-		ResourcePool: src.Pool,
-	}
-	if src.TemplateID != nil {
-		out.ID = int(*src.TemplateID)
-	}
-	if ci := tmpl.Spec.CloudInit; ci != nil && ci.Delivery == hfv1.CloudInitDeliveryProxmox && ci.Proxmox != nil {
-		// Checked with the template: what the VMs' drive names on the
-		// hypervisor.
-		p := ci.Proxmox
-		out.Native = &provider.NativeFiles{VendorData: p.VendorSnippet, UserData: p.UserSnippet, Storage: p.DriveStorage}
+// Source converts the template's source into the provider's terms: what
+// the hypervisor kind of its cluster reads from its own sections
+// (provider.TemplateKind, Kind.ReadSource), with the TPM its VMs need. A
+// template no registered kind reads has an empty source, which every
+// provider refuses.
+func Source(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) provider.TemplateSource {
+	var out provider.TemplateSource
+	if kind, ok := provider.TemplateKind(tmpl, cluster); ok {
+		out = kind.ReadSource(tmpl)
 	}
 	out.TPM = TPM(tmpl)
 	return out
@@ -134,7 +125,7 @@ func For(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster
 		Owner:       Owner(claim),
 		Name:        Hostname(claim, tmpl.Spec.Network.Hostname),
 		Description: fmt.Sprintf("HyperFleet VM of MachineClaim %s/%s (template %s)", claim.Namespace, claim.Name, tmpl.Name),
-		Source:      Source(tmpl),
+		Source:      Source(tmpl, cluster),
 		CPUCores:    int(res.CPU),
 		MemoryBytes: res.Memory.Value(),
 		Network: provider.NetworkSpec{
@@ -199,19 +190,24 @@ func Owner(claim *hfv1.MachineClaim) provider.Owner {
 }
 
 // Native is the hypervisor's own cloud-init of a claim's VM whose template
-// sets spec.cloudInit.delivery proxmox (nil otherwise), from the claim's
-// variables v (ClaimVars): its address (DHCP, or the IPPool's with its
-// prefix length and gateway), its resolver, and the template's user, keys
-// and snippets. Proxmox's single searchdomain both completes the host name
-// to the FQDN and is the resolver's search list, so it is the DNS domain
-// when one is set, else the first search domain (docs/cloud-init.md,
-// "Delivery").
-func Native(tmpl *hfv1.HypervisorMachineTemplate, dns hfv1.DNSSettings, v cloudinit.Vars) *provider.NativeCloudInit {
-	ci := tmpl.Spec.CloudInit
-	if ci == nil || ci.Delivery != hfv1.CloudInitDeliveryProxmox {
+// uses its kind's own delivery (nil otherwise): what the kind of its
+// cluster (provider.TemplateKind) reads from its section (Kind.NativeCloudInit: user, keys, files on the
+// hypervisor, seed storage) and, from the claim's variables v (ClaimVars),
+// its address (DHCP, or the IPPool's with its prefix length and gateway)
+// and its resolver. A hypervisor's single search domain both completes the
+// host name to the FQDN and is the resolver's search list, so the DNS
+// domain comes first when one is set, then the search domains
+// (docs/cloud-init.md, "Delivery").
+func Native(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, dns hfv1.DNSSettings, v cloudinit.Vars) *provider.NativeCloudInit {
+	kind, ok := provider.TemplateKind(tmpl, cluster)
+	if !ok {
 		return nil
 	}
-	n := &provider.NativeCloudInit{Nameservers: slices.Clone([]string(v.DNSServers))}
+	n := kind.NativeCloudInit(tmpl)
+	if n == nil {
+		return nil
+	}
+	n.Nameservers = slices.Clone([]string(v.DNSServers))
 	switch {
 	case v.NetworkMode == cloudinit.NetworkStatic && v.StaticIP != "":
 		ip, err := netip.ParseAddr(v.StaticIP)
@@ -241,10 +237,6 @@ func Native(tmpl *hfv1.HypervisorMachineTemplate, dns hfv1.DNSSettings, v cloudi
 		if !slices.Contains(n.SearchDomains, d) {
 			n.SearchDomains = append(n.SearchDomains, d)
 		}
-	}
-	if p := ci.Proxmox; p != nil {
-		n.User, n.SSHAuthorizedKeys = p.User, slices.Clone(p.SSHAuthorizedKeys)
-		n.VendorData, n.UserData, n.Storage = p.VendorSnippet, p.UserSnippet, p.DriveStorage
 	}
 	return n
 }

@@ -33,7 +33,7 @@ func TestWindowsTemplate(t *testing.T) {
 		tm.Spec.Bootstrap.GitHub.Runner = runner("/actions-runner")
 		tm.Spec.Bootstrap.GitHub.Runner.OS = "linux"
 	})
-	cluster := &hfv1.HypervisorCluster{}
+	cluster := proxmoxCluster()
 	win := windows("/actions-runner")
 	if err := CheckTemplate(ws, win, cluster, nil, nil); err != nil {
 		t.Fatalf("a Windows template does not render: %v", err)

@@ -42,12 +42,13 @@ type ClusterConfig struct {
 	Nodes []string
 	// DefaultStorage is the full-clone target when the template names none.
 	DefaultStorage string
-	// ISOStorage receives cloud-init ISOs; it must be file-based and allow
-	// iso content on every allowed node.
-	ISOStorage string
 	// DefaultBridge is used when a VM's network names no bridge.
 	DefaultBridge string
-	// VMIDStart..VMIDEnd (inclusive) is the range VM ids are taken from.
+	// VMIDStart..VMIDEnd (inclusive) is the range of machine numbers the
+	// install's VMs are numbered from on this cluster (the number in a
+	// VM's ID, and in its ownership marker); the kind's section of the
+	// cluster sets it (Kind.ReadCluster). Zero and zero: every number the
+	// hypervisor allows.
 	VMIDStart int
 	VMIDEnd   int
 	// ClonesPerNode and ClonesPerStorage bound concurrent clones.

@@ -4,43 +4,26 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/pkg/registry"
 )
 
 // Factory builds one CI platform's Backend for an operator.
 type Factory func(Dependencies) (Backend, error)
 
-// The factories registered with Register, by workload type.
-var (
-	registryMu sync.Mutex
-	registry   = map[hfv1.WorkloadType]Factory{}
-)
+// platforms are the factories registered with Register, by workload type.
+var platforms = registry.New[hfv1.WorkloadType, Factory]("workload type")
 
 // Register makes a CI platform available to the operator under its
 // workload type (spec.workload.type). The binary's main registers every
 // platform it ships, so that supporting one more is its package and one
 // line there. Registering a type twice, or an empty type or nil factory,
 // is a programming error and panics.
-func Register(t hfv1.WorkloadType, f Factory) {
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	switch {
-	case t == "" || f == nil:
-		panic("workload: Register needs a workload type and a factory")
-	case registry[t] != nil:
-		panic(fmt.Sprintf("workload: workload type %s is registered twice", t))
-	}
-	registry[t] = f
-}
+func Register(t hfv1.WorkloadType, f Factory) { platforms.Register(t, f) }
 
 // Registered returns a copy of the factories registered so far.
-func Registered() map[hfv1.WorkloadType]Factory {
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	return maps.Clone(registry)
-}
+func Registered() map[hfv1.WorkloadType]Factory { return platforms.Registered() }
 
 // Backends are the back-ends of one operator, by workload type. A nil
 // *Backends has none.

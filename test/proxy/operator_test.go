@@ -204,7 +204,7 @@ func callServers(t *testing.T, file string) {
 	}
 	p, err := proxmox.New(provider.ClusterConfig{
 		Name: "lab", Endpoint: s.Proxmox + "/api2/json", TokenID: pveUser + "!" + pveToken, TokenSecret: pveSecret,
-		FingerprintSHA256: s.ProxmoxFingerprint, ISOStorage: "local", DefaultBridge: "vmbr0", VMIDStart: 1000, VMIDEnd: 1999,
+		FingerprintSHA256: s.ProxmoxFingerprint, DefaultBridge: "vmbr0", VMIDStart: 1000, VMIDEnd: 1999,
 		ClonesPerNode: 2, ClonesPerStorage: 2, RequestTimeout: 10 * time.Second,
 	}, provider.Deps{Signer: signer})
 	if err != nil {

@@ -85,7 +85,7 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 	if err != nil {
 		return r.provisionError(ctx, s, err)
 	}
-	spec.Native = vmspec.Native(tmpl, vmspec.DNS(cluster, tmpl), vmspec.ClaimVars(r.workloads(), claim, tmpl, cluster, addrs))
+	spec.Native = vmspec.Native(tmpl, cluster, vmspec.DNS(cluster, tmpl), vmspec.ClaimVars(r.workloads(), claim, tmpl, cluster, addrs))
 	if placed != nil {
 		ApplyPlacement(spec, *placed)
 	}

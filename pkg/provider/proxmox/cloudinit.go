@@ -26,7 +26,7 @@ func (p *Provider) isoName(vmid int, owner string) string {
 
 // isoVolid is the ISO's volume id on the ISO storage.
 func (p *Provider) isoVolid(vmid int, owner string) string {
-	return p.cfg.ISOStorage + ":iso/" + p.isoName(vmid, owner)
+	return p.isoStorage + ":iso/" + p.isoName(vmid, owner)
 }
 
 // noCloudFiles returns the NoCloud seed files for spec. NoCloud needs

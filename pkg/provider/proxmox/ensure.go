@@ -620,7 +620,7 @@ func (p *Provider) isoPresent(ctx context.Context, node string, vmid int, owner 
 	if gone {
 		return false, nil
 	}
-	return p.api.volumeExists(ctx, node, p.cfg.ISOStorage, p.isoVolid(vmid, owner))
+	return p.api.volumeExists(ctx, node, p.isoStorage, p.isoVolid(vmid, owner))
 }
 
 func (p *Provider) noteISOGone(vmid int) {
@@ -647,7 +647,7 @@ func (c *ensureCall) upload(ctx context.Context) (*provider.EnsureResult, error)
 	if err != nil {
 		return nil, provider.Errorf(provider.ClassPermanent, "CloudInitISO", "render the cloud-init ISO of VM %d: %w", c.prog.VMID, err)
 	}
-	upid, err := c.p.api.upload(ctx, c.prog.Node, c.p.cfg.ISOStorage, c.p.isoName(c.prog.VMID, c.spec.Owner.UID), iso)
+	upid, err := c.p.api.upload(ctx, c.prog.Node, c.p.isoStorage, c.p.isoName(c.prog.VMID, c.spec.Owner.UID), iso)
 	if err != nil {
 		if msg := apiMessage(err); strings.Contains(msg, "storage '") || strings.Contains(msg, "storage type '") || reasonOf(err) == "InvalidParameter" {
 			return nil, withField(err, "spec.proxmox.isoStorage of the HypervisorCluster", "name a file-based storage with iso content on every allowed node")
@@ -1003,7 +1003,7 @@ func (c *ensureCall) cleanupISO(ctx context.Context, running bool) (*provider.En
 func (p *Provider) deleteISO(ctx context.Context, node string, vmid int, owner string) (string, error) {
 	volid := p.isoVolid(vmid, owner)
 	upid, err := p.api.upid(ctx, http.MethodDelete,
-		fmt.Sprintf("/nodes/%s/storage/%s/content/%s", node, p.cfg.ISOStorage, volid), nil, nil)
+		fmt.Sprintf("/nodes/%s/storage/%s/content/%s", node, p.isoStorage, volid), nil, nil)
 	if err != nil {
 		return "", fmt.Errorf("delete the cloud-init ISO %s: %w", volid, err)
 	}

@@ -151,7 +151,7 @@ func newEnvWith(t testing.TB, simOpts []proxmoxsim.Option, opts ...envOption) *e
 	simClock := proxmoxsim.NewFakeClock(t0)
 	cfg := provider.ClusterConfig{
 		Name: "lab", TokenID: opUser + "!" + opTokenName, TokenSecret: opTokenSecret,
-		ISOStorage: "local", DefaultBridge: "vmbr0", VMIDStart: 1000, VMIDEnd: 1999,
+		Settings: ClusterSettings{ISOStorage: "local"}, DefaultBridge: "vmbr0", VMIDStart: 1000, VMIDEnd: 1999,
 		ClonesPerNode: 2, ClonesPerStorage: 2, Tags: []string{"ci"}, RequestTimeout: 10 * time.Second,
 	}
 	for _, o := range opts {

@@ -143,7 +143,7 @@ var isoNameRE = regexp.MustCompile(`^hf-([a-z0-9][a-z0-9-]{0,29})-([0-9]+)-([0-9
 // parseISOVolid returns the VM id and owner digest of a volume id on the
 // ISO storage whose file name isoName gave for this install.
 func (p *Provider) parseISOVolid(volid string) (int, string, bool) {
-	file, ok := strings.CutPrefix(volid, p.cfg.ISOStorage+":iso/")
+	file, ok := strings.CutPrefix(volid, p.isoStorage+":iso/")
 	if !ok {
 		return 0, "", false
 	}
@@ -167,7 +167,7 @@ type contentEntry struct {
 // ISO storage's content on every online node that has it. A shared storage lists the
 // same files on every node; each is reported once.
 func (p *Provider) ListCloudInitMedia(ctx context.Context) ([]provider.CloudInitMedium, error) {
-	if p.cfg.ISOStorage == "" {
+	if p.isoStorage == "" {
 		return nil, nil
 	}
 	var nodes proxmox.NodeStatuses
@@ -183,13 +183,13 @@ func (p *Provider) ListCloudInitMedia(ctx context.Context) ([]provider.CloudInit
 			continue
 		}
 		var entries []contentEntry
-		err := p.api.call(ctx, http.MethodGet, fmt.Sprintf("/nodes/%s/storage/%s/content", n.Node, p.cfg.ISOStorage),
+		err := p.api.call(ctx, http.MethodGet, fmt.Sprintf("/nodes/%s/storage/%s/content", n.Node, p.isoStorage),
 			url.Values{"content": {"iso"}}, nil, &entries)
 		if isNotFound(err) || strings.Contains(apiMessage(err), "is not available on node") {
 			continue // the storage is not on that node
 		}
 		if err != nil {
-			return nil, fmt.Errorf("list the ISO storage %q on node %s: %w", p.cfg.ISOStorage, n.Node, err)
+			return nil, fmt.Errorf("list the ISO storage %q on node %s: %w", p.isoStorage, n.Node, err)
 		}
 		for _, e := range entries {
 			vmid, digest, ok := p.parseISOVolid(e.Volid)
@@ -218,7 +218,7 @@ func (p *Provider) DeleteCloudInitMedium(ctx context.Context, m provider.CloudIn
 		return nil, provider.Errorf(provider.ClassPermanent, "NotOwned", "%w: %q on node %q is not a cloud-init ISO of this install", provider.ErrNotOwned, m.ID, m.Node)
 	}
 	prog := progress{VMID: vmid, Node: m.Node}
-	present, err := p.api.volumeExists(ctx, m.Node, p.cfg.ISOStorage, m.ID)
+	present, err := p.api.volumeExists(ctx, m.Node, p.isoStorage, m.ID)
 	if err != nil {
 		return nil, fmt.Errorf("read the cloud-init ISO %s on node %s: %w", m.ID, m.Node, err)
 	}
@@ -240,7 +240,7 @@ func (p *Provider) DeleteCloudInitMedium(ctx context.Context, m provider.CloudIn
 	if err := p.mediumInUse(ctx, m, vmid); err != nil {
 		return nil, err
 	}
-	upid, err := p.api.upid(ctx, http.MethodDelete, fmt.Sprintf("/nodes/%s/storage/%s/content/%s", m.Node, p.cfg.ISOStorage, m.ID), nil, nil)
+	upid, err := p.api.upid(ctx, http.MethodDelete, fmt.Sprintf("/nodes/%s/storage/%s/content/%s", m.Node, p.isoStorage, m.ID), nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("delete the cloud-init ISO %s on node %s: %w", m.ID, m.Node, err)
 	}

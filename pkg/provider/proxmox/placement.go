@@ -410,8 +410,8 @@ func (p *Provider) chooseNodeLocked(view *clusterView, tmpl *templateInfo, spec 
 			why = append(why, name+": offline")
 			continue
 		}
-		if _, ok := view.storages[name][p.cfg.ISOStorage]; !ok {
-			why = append(why, fmt.Sprintf("%s: isoStorage %q not available", name, p.cfg.ISOStorage))
+		if _, ok := view.storages[name][p.isoStorage]; !ok {
+			why = append(why, fmt.Sprintf("%s: isoStorage %q not available", name, p.isoStorage))
 			continue
 		}
 		free := n.MaxMem - n.Mem - reserved[name]

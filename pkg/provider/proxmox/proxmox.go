@@ -98,6 +98,8 @@ const (
 // concurrent use.
 type Provider struct {
 	cfg provider.ClusterConfig
+	// isoStorage receives the cloud-init ISOs (ClusterSettings).
+	isoStorage string
 	// signer is bound to the HypervisorCluster's name; it names the
 	// install (tags, ISO names). Blocks are written and verified with
 	// bound, which adds the Proxmox cluster's own name (see marker).
@@ -230,8 +232,9 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 	if cfg.VMIDStart < minVMID || cfg.VMIDEnd > maxVMID || cfg.VMIDStart > cfg.VMIDEnd {
 		return nil, wrap(fmt.Errorf("vmidRange %d-%d must lie within %d-%d with start <= end", cfg.VMIDStart, cfg.VMIDEnd, minVMID, maxVMID))
 	}
-	if cfg.ISOStorage == "" {
-		cfg.ISOStorage = "local"
+	settings, err := clusterSettings(cfg)
+	if err != nil {
+		return nil, wrap(err)
 	}
 	for _, t := range cfg.Tags {
 		if !tagRE.MatchString(strings.ToLower(t)) {
@@ -268,7 +271,7 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 	// authenticated the same way.
 	px := proxmox.NewClient(base.String(), proxmox.WithHTTPClient(hc), proxmox.WithUserAgent("hyperfleet"))
 	return &Provider{
-		cfg: cfg, signer: deps.Signer.ForCluster(ownership.ClusterIdentity{Name: cfg.Name}), obs: obs, clock: clk, log: deps.Log, insecure: insecure, wake: deps.Wake,
+		cfg: cfg, isoStorage: settings.ISOStorage, signer: deps.Signer.ForCluster(ownership.ClusterIdentity{Name: cfg.Name}), obs: obs, clock: clk, log: deps.Log, insecure: insecure, wake: deps.Wake,
 		api:          &api{px: px, http: hc, baseURL: base.String(), basePath: base.Path, timeout: cfg.RequestTimeout},
 		templates:    map[int]*templateInfo{},
 		reservations: map[string]*reservation{},
