@@ -139,7 +139,7 @@ func createOwnershipSecret(ctx context.Context, c client.Client, opts SignerOpti
 			Namespace: opts.Namespace, Name: opts.Name,
 			Labels: map[string]string{hfv1.ManagedByLabel: hfv1.ManagedByValue},
 			Annotations: map[string]string{
-				"hyperfleet.io/description": "HMAC keys proving which Proxmox VMs this HyperFleet install created. Deleting it orphans every VM of the install.",
+				"hyperfleet.io/description": "HMAC keys proving which hypervisor VMs this HyperFleet install created. Deleting it orphans every VM of the install.",
 			},
 		},
 		Type: corev1.SecretTypeOpaque,
