@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,7 +84,21 @@ type lifeOptions struct {
 	github *githubsimtest.Server
 	// objs are more objects in the API server (Secrets).
 	objs []client.Object
+	// kind, when set, is the cluster's spec.provider instead of proxmox: a
+	// kind registered with provider.Register, whose providers the cluster
+	// reconciler builds with the registered factories, as the manager
+	// does. Its factory finds the world's hypervisor in lifeHypervisors by
+	// the cluster's endpoint.
+	kind hfv1.HypervisorProvider
 }
+
+// lifeHypervisors are the in-memory hypervisors of the worlds whose
+// cluster is of a registered test kind (lifeOptions.kind), by the
+// cluster's endpoint (a *fakeprovider.Cluster).
+var (
+	lifeHypervisors sync.Map
+	lifeWorlds      atomic.Int64
+)
 
 // lifeItem is one reconcile request of one reconciler.
 type lifeItem struct {
@@ -360,6 +375,12 @@ func newLifeWorld(tb testing.TB, rt reporter, o lifeOptions) *lifeWorld {
 			}
 			return &lifeProvider{Provider: p, w: w}, nil
 		})}
+	endpoint := "https://pve.example.org:8006"
+	if o.kind != "" {
+		factories = provider.Factories(provider.Registered())
+		endpoint = fmt.Sprintf("https://%s-%d.example.org", o.kind, lifeWorlds.Add(1))
+		lifeHypervisors.Store(endpoint, hv)
+	}
 	w.clusters = &controller.HypervisorClusterReconciler{Client: w.kube, Registry: w.registry, Factories: factories, Signer: testSigner,
 		Recorder: w.rec, Clock: clk, ClaimEvents: w.events, Identity: identities}
 	w.templates = &controller.HypervisorMachineTemplateReconciler{Client: w.kube, Registry: w.registry, Recorder: w.rec,
@@ -373,9 +394,12 @@ func newLifeWorld(tb testing.TB, rt reporter, o lifeOptions) *lifeWorld {
 	w.cluster = &hfv1.HypervisorCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: lifeCluster},
 		Spec: hfv1.HypervisorClusterSpec{
-			Provider: hfv1.ProviderProxmox, Endpoint: "https://pve.example.org:8006",
+			Provider: hfv1.ProviderProxmox, Endpoint: endpoint,
 			Proxmox: &hfv1.ProxmoxClusterSettings{VMIDRange: &hfv1.VMIDRange{Start: 1000, End: 1999}},
 		},
+	}
+	if o.kind != "" {
+		w.cluster.Spec.Provider, w.cluster.Spec.Proxmox = o.kind, nil
 	}
 	if o.pollInterval > 0 {
 		w.cluster.Spec.PollInterval = &metav1.Duration{Duration: o.pollInterval}
