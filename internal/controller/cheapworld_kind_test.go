@@ -54,7 +54,7 @@ func (testvisor) MovedFields(*hfv1.HypervisorCluster) []provider.MovedField { re
 func (testvisor) ReadsTemplate(*hfv1.HypervisorMachineTemplate) bool { return false }
 
 func (testvisor) ReadSource(*hfv1.HypervisorMachineTemplate) provider.TemplateSource {
-	return provider.TemplateSource{Name: fakeprovider.DefaultOptions().Templates[0].Name, Linked: true}
+	return provider.TemplateSource{Linked: true, Settings: fakeprovider.TemplateRef{Name: fakeprovider.DefaultOptions().Templates[0].Name}}
 }
 
 func (testvisor) NativeCloudInit(*hfv1.HypervisorMachineTemplate) *provider.NativeCloudInit {

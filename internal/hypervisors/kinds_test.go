@@ -47,7 +47,7 @@ func (stubKind) NativeCloudInit(*hfv1.HypervisorMachineTemplate) *provider.Nativ
 	return nil
 }
 func (stubKind) ReadSource(*hfv1.HypervisorMachineTemplate) provider.TemplateSource {
-	return provider.TemplateSource{Name: fake.DefaultOptions().Templates[0].Name, Linked: true}
+	return provider.TemplateSource{Linked: true, Settings: fake.TemplateRef{Name: fake.DefaultOptions().Templates[0].Name}}
 }
 func (stubKind) HashInput(*hfv1.HypervisorMachineTemplate) (json.RawMessage, json.RawMessage, error) {
 	return json.RawMessage(`"ci-template"`), nil, nil

@@ -54,6 +54,7 @@ func TestLeakCloneRequestLostBeforePlaceholder(t *testing.T) {
 	ctx := context.Background()
 	victim := w.claim("victim")
 	spec := w.spec(victim)
+	spec.Source.Settings = proxmox.TemplateRef{ID: 9000}
 	first := connect()
 	placed, err := first.EnsureVM(ctx, spec, provider.Progress{})
 	if err != nil || placed.Phase != provider.PhasePlaced {

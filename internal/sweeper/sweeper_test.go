@@ -162,7 +162,7 @@ func (w *world) setVMRef(o provider.Owner, prog provider.Progress) {
 }
 
 func (w *world) spec(o provider.Owner) *provider.VMSpec {
-	return &provider.VMSpec{Owner: o, Name: o.Name, Source: provider.TemplateSource{ID: 9000, Linked: true},
+	return &provider.VMSpec{Owner: o, Name: o.Name, Source: provider.TemplateSource{Linked: true, Settings: fakeprovider.TemplateRef{ID: 9000}},
 		CloudInit: provider.CloudInit{UserData: []byte("#cloud-config\n")}}
 }
 

@@ -274,18 +274,8 @@ func (n NodeInfo) FreeMemoryBytes() int64 {
 
 // TemplateSource names the hypervisor template a VM is cloned from.
 type TemplateSource struct {
-	// ID is the template's VM id; zero when Name is used.
-	ID int
-	// Name is the template's name; used when ID is zero.
-	Name string
 	// Linked selects a linked clone (copy-on-write) instead of a full one.
 	Linked bool
-	// Storage and Format are the target of a full clone; empty means the
-	// cluster's default storage and the source format.
-	Storage string
-	Format  string
-	// ResourcePool puts the VM into this hypervisor resource pool.
-	ResourcePool string
 	// Native, when set, is the hypervisor's own cloud-init the template's
 	// VMs will use (VMSpec.Native): ValidateTemplate checks on the
 	// template's node that its files exist where a VM can read them and
@@ -295,10 +285,51 @@ type TemplateSource struct {
 	// with Add false ValidateTemplate refuses a template that has no TPM
 	// 2.0 of its own. EnsureVM ignores it.
 	TPM *VMTPM
-	// Settings is the hypervisor kind's own naming of the template, read
-	// from its section of the template's source (source.<kind>) by the
-	// kind's registration; opaque to shared code.
+	// Settings is the hypervisor kind's own naming of the template and of
+	// its clones' place (for Proxmox a proxmox.TemplateRef: the template's
+	// VM id or name, a full clone's storage and format, a resource pool),
+	// read from its section of the template's source (source.<kind>) by
+	// the kind's registration (Kind.ReadSource); opaque to shared code.
+	// It is a SourceSettings, so that a signed record can hold it.
 	Settings any
+}
+
+// SourceRecord is a kind's naming of a template as the signed placement
+// record holds it (pkg/ownership.Placement, whose fields these are): a
+// number, a name, a full clone's storage and format, a pool, each meaning
+// what the kind says and empty where it has none.
+type SourceRecord struct {
+	Number                      int
+	Name, Storage, Format, Pool string
+}
+
+// SourceSettings is what a kind's TemplateSource.Settings implement: a
+// claim's placement record holds a source (RecordSource) and rebuilds it
+// (SourceFromRecord) without shared code reading the kind's fields.
+type SourceSettings interface {
+	// Record is the settings as a placement record holds them.
+	Record() SourceRecord
+	// FromRecord is the settings a record holds, of the receiver's type.
+	FromRecord(SourceRecord) SourceSettings
+}
+
+// RecordSource is src's Settings as a placement record holds them; zero
+// when its Settings are not a SourceSettings.
+func RecordSource(src TemplateSource) SourceRecord {
+	if s, ok := src.Settings.(SourceSettings); ok {
+		return s.Record()
+	}
+	return SourceRecord{}
+}
+
+// SourceFromRecord is the Settings rec holds, of the kind (the type) of
+// like, the Settings of the source rec was recorded from; like itself
+// when it is not a SourceSettings.
+func SourceFromRecord(like any, rec SourceRecord) any {
+	if s, ok := like.(SourceSettings); ok {
+		return s.FromRecord(rec)
+	}
+	return like
 }
 
 // NativeFiles is what ValidateTemplate checks of a native cloud-init: the

@@ -47,9 +47,10 @@ func RecordPlacement(claim *hfv1.MachineClaim, signer *ownership.Signer, cluster
 // the cluster's allow-lists and defaults decide (the hypervisor files and
 // storage of its native cloud-init among them), and the resources.
 func placementOf(spec *provider.VMSpec) ownership.Placement {
+	src := provider.RecordSource(spec.Source)
 	p := ownership.Placement{
-		TemplateID: spec.Source.ID, TemplateName: spec.Source.Name, LinkedClone: spec.Source.Linked,
-		Storage: spec.Source.Storage, Format: spec.Source.Format, ResourcePool: spec.Source.ResourcePool,
+		TemplateID: src.Number, TemplateName: src.Name, LinkedClone: spec.Source.Linked,
+		Storage: src.Storage, Format: src.Format, ResourcePool: src.Pool,
 		Bridge: spec.Network.Bridge, VLAN: spec.Network.VLAN, NICModel: spec.Network.Model,
 		CPUCores: spec.CPUCores, MemoryBytes: spec.MemoryBytes, DiskBytes: spec.DiskBytes,
 	}
@@ -69,10 +70,9 @@ func placementOf(spec *provider.VMSpec) ownership.Placement {
 // cover it). The DNS domain is applied to the claim's template and cluster
 // (withPlacedDomain), which the cloud-init and the claim's status read.
 func ApplyPlacement(spec *provider.VMSpec, p ownership.Placement) {
-	spec.Source = provider.TemplateSource{
-		ID: p.TemplateID, Name: p.TemplateName, Linked: p.LinkedClone,
-		Storage: p.Storage, Format: p.Format, ResourcePool: p.ResourcePool,
-	}
+	spec.Source = provider.TemplateSource{Linked: p.LinkedClone, Settings: provider.SourceFromRecord(spec.Source.Settings, provider.SourceRecord{
+		Number: p.TemplateID, Name: p.TemplateName, Storage: p.Storage, Format: p.Format, Pool: p.ResourcePool,
+	})}
 	spec.Network.Bridge, spec.Network.VLAN, spec.Network.Model = p.Bridge, p.VLAN, p.NICModel
 	spec.CPUCores, spec.MemoryBytes, spec.DiskBytes = p.CPUCores, p.MemoryBytes, p.DiskBytes
 	spec.MemoryHint = p.MemoryBytes

@@ -17,6 +17,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox"
 )
 
 func testPlacementSigner(t *testing.T, key byte) *ownership.Signer {
@@ -33,7 +34,7 @@ func testPlacementSigner(t *testing.T, key byte) *ownership.Signer {
 func authorizedSpec() *provider.VMSpec {
 	return &provider.VMSpec{
 		Name:   "runner-1",
-		Source: provider.TemplateSource{ID: 9000, Linked: false, Storage: "local-lvm", Format: "raw", ResourcePool: "ci"},
+		Source: provider.TemplateSource{Linked: false, Settings: proxmox.TemplateRef{ID: 9000, Storage: "local-lvm", Format: "raw", ResourcePool: "ci"}},
 		Network: provider.NetworkSpec{
 			Bridge: "vmbr0", VLAN: 100, Model: "virtio", MACAddress: "02:00:00:00:00:01",
 		},
@@ -71,7 +72,7 @@ func TestPlacementRecordRoundTrip(t *testing.T) {
 	}
 	// The template now says what the cluster refuses.
 	edited := authorizedSpec()
-	edited.Source = provider.TemplateSource{ID: 9001, Linked: true, Storage: "local", ResourcePool: "infra"}
+	edited.Source = provider.TemplateSource{Linked: true, Settings: proxmox.TemplateRef{ID: 9001, Storage: "local", ResourcePool: "infra"}}
 	edited.Network.Bridge, edited.Network.VLAN, edited.Network.Model = "vmbr9", 4000, "e1000"
 	edited.CPUCores, edited.MemoryBytes, edited.DiskBytes, edited.MemoryHint = 64, 256<<30, 4<<40, 256<<30
 	edited.Native.VendorData, edited.Native.UserData, edited.Native.Storage = "local:snippets/team-b-kit.yaml", "local:snippets/team-b.yaml", "team-b-storage"

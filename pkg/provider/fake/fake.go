@@ -239,3 +239,25 @@ func (p *Provider) ownedLocked(v *vm, owner provider.Owner) error {
 	}
 	return nil
 }
+
+// TemplateRef is the fake's own naming of a template
+// (provider.TemplateSource.Settings): by its number (the template VM's
+// id), or with ID zero by its name, and a full clone's target storage.
+// The fake reads any kind's settings through their record, so a source a
+// real kind read (a Proxmox template id) names the same template here.
+type TemplateRef struct {
+	ID            int
+	Name, Storage string
+}
+
+var _ provider.SourceSettings = TemplateRef{}
+
+// Record implements provider.SourceSettings.
+func (r TemplateRef) Record() provider.SourceRecord {
+	return provider.SourceRecord{Number: r.ID, Name: r.Name, Storage: r.Storage}
+}
+
+// FromRecord implements provider.SourceSettings.
+func (TemplateRef) FromRecord(rec provider.SourceRecord) provider.SourceSettings {
+	return TemplateRef{ID: rec.Number, Name: rec.Name, Storage: rec.Storage}
+}

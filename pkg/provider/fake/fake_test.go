@@ -78,8 +78,11 @@ func (e *env) harness(template provider.TemplateSource) *providertest.Harness {
 		NewProvider: func(t *testing.T, configure func(*provider.ClusterConfig)) provider.Provider {
 			return e.newProvider(t, configure)
 		},
-		Signer:        e.deps.Signer,
-		Template:      template,
+		Signer:   e.deps.Signer,
+		Template: template,
+		Source: func(r providertest.TemplateRef) provider.TemplateSource {
+			return provider.TemplateSource{Settings: fake.TemplateRef{ID: r.Number, Name: r.Name, Storage: r.Storage}}
+		},
 		Advance:       e.clock.Step,
 		GuestPowerOff: func(t *testing.T, id provider.ID) { must(t, c.GuestPowerOff(vmidOf(t, id))) },
 		CreateForeignVM: func(t *testing.T, vmid int, description string, tags []string) provider.ID {
@@ -142,10 +145,7 @@ func twoNodes() fake.Options {
 // nodes, with linked clones of a template named by id and full clones of
 // one named by name.
 func TestContract(t *testing.T) {
-	for name, template := range map[string]provider.TemplateSource{
-		"linked clones": {ID: 9000, Linked: true},
-		"full clones":   {Name: "ci-template"},
-	} {
+	for name, template := range map[string]provider.TemplateSource{"linked clones": {Linked: true, Settings: fake.TemplateRef{ID: 9000}}, "full clones": {Settings: fake.TemplateRef{Name: "ci-template"}}} {
 		t.Run(name, func(t *testing.T) {
 			providertest.Run(t, func(t testing.TB) *providertest.Harness {
 				return newEnv(t, twoNodes(), nil).harness(template)
@@ -160,7 +160,7 @@ func TestContract(t *testing.T) {
 // (providertest.Property) against the fake on two nodes.
 func TestContractProperty(t *testing.T) {
 	providertest.Property(t, func(t testing.TB) *providertest.Harness {
-		return newEnv(t, twoNodes(), nil).harness(provider.TemplateSource{ID: 9000, Linked: true})
+		return newEnv(t, twoNodes(), nil).harness(provider.TemplateSource{Linked: true, Settings: fake.TemplateRef{ID: 9000}})
 	})
 }
 
@@ -232,7 +232,7 @@ func TestMutantContract(t *testing.T) {
 		t.Skip("run by TestSuiteCatchesMutants")
 	}
 	providertest.Run(t, func(t testing.TB) *providertest.Harness {
-		h := newEnv(t, fake.DefaultOptions(), nil).harness(provider.TemplateSource{ID: 9000, Linked: true})
+		h := newEnv(t, fake.DefaultOptions(), nil).harness(provider.TemplateSource{Linked: true, Settings: fake.TemplateRef{ID: 9000}})
 		h.Provider = mutant{Provider: h.Provider.(*fake.Provider), kind: kind}
 		return h
 	})
@@ -273,7 +273,7 @@ func TestSuiteCatchesMutants(t *testing.T) {
 func spec(i int) *provider.VMSpec {
 	return &provider.VMSpec{
 		Owner: provider.Owner{Namespace: "ci", Name: fmt.Sprintf("c%d", i), UID: fmt.Sprintf("u%d", i), CreatedAt: start},
-		Name:  fmt.Sprintf("r%d", i), Source: provider.TemplateSource{ID: 9000, Linked: true},
+		Name:  fmt.Sprintf("r%d", i), Source: provider.TemplateSource{Linked: true, Settings: fake.TemplateRef{ID: 9000}},
 	}
 }
 

@@ -42,8 +42,8 @@ func (p *Provider) placeLocked(spec *provider.VMSpec, tmpl *provider.TemplateInf
 
 // cloneStorage is the storage a clone of tmpl for spec writes to.
 func cloneStorage(spec *provider.VMSpec, tmpl *provider.TemplateInfo) string {
-	if !spec.Source.Linked && spec.Source.Storage != "" {
-		return spec.Source.Storage
+	if storage := provider.RecordSource(spec.Source).Storage; !spec.Source.Linked && storage != "" {
+		return storage
 	}
 	return tmpl.Storages[0]
 }

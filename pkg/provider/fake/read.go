@@ -36,9 +36,12 @@ func (p *Provider) ValidateTemplate(_ context.Context, source provider.TemplateS
 }
 
 // templateLocked finds the template source names and checks that the
-// clone it asks for is possible.
+// clone it asks for is possible. It reads any kind's Settings through
+// their record (provider.RecordSource): a template number or name, a full
+// clone's storage.
 func (p *Provider) templateLocked(src provider.TemplateSource) (*provider.TemplateInfo, error) {
-	if src.ID == 0 && src.Name == "" {
+	ref := provider.RecordSource(src)
+	if ref.Number == 0 && ref.Name == "" {
 		return nil, provider.Errorf(provider.ClassConfiguration, "TemplateUnset", "the VM's source names no template")
 	}
 	var t *provider.TemplateInfo
@@ -51,17 +54,17 @@ func (p *Provider) templateLocked(src provider.TemplateSource) (*provider.Templa
 		for _, s := range v.template.Storages {
 			storages[s] = true
 		}
-		if t == nil && (src.ID == id || src.ID == 0 && src.Name == v.template.Name) {
+		if t == nil && (ref.Number == id || ref.Number == 0 && ref.Name == v.template.Name) {
 			t = v.template
 		}
 	}
 	switch {
 	case t == nil:
-		return nil, provider.Errorf(provider.ClassConfiguration, "TemplateNotFound", "template %d %q: %w", src.ID, src.Name, provider.ErrNotFound)
+		return nil, provider.Errorf(provider.ClassConfiguration, "TemplateNotFound", "template %d %q: %w", ref.Number, ref.Name, provider.ErrNotFound)
 	case src.Linked && !t.LinkedCloneSupported:
 		return nil, provider.Errorf(provider.ClassConfiguration, "LinkedCloneUnsupported", "template %d does not allow linked clones", t.ID)
-	case !src.Linked && src.Storage != "" && !storages[src.Storage]:
-		return nil, provider.Errorf(provider.ClassConfiguration, "StorageNotFound", "full-clone target storage %q does not exist", src.Storage)
+	case !src.Linked && ref.Storage != "" && !storages[ref.Storage]:
+		return nil, provider.Errorf(provider.ClassConfiguration, "StorageNotFound", "full-clone target storage %q does not exist", ref.Storage)
 	case src.TPM != nil && !src.TPM.Add && !t.TPM:
 		return nil, provider.Errorf(provider.ClassConfiguration, "TemplateHasNoTPM",
 			"spec.attestation.tpm.addVirtualTPM: template %d has no TPM 2.0; give it one or set addVirtualTPM", t.ID)

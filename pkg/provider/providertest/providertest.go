@@ -31,6 +31,10 @@
 //   - Template: a template whose clones boot to a guest that reports an
 //     address, takes guest files (TemplateInfo.GuestFiles) and stays up
 //     until powered off. It has no TPM (TemplateInfo.TPM false).
+//   - Source: the implementation's own naming (TemplateSource.Settings) of
+//     a template by its number (TemplateInfo.ID) or, with the number
+//     zero, by its name, with a full clone's target storage (empty: the
+//     cluster's default), whether or not such a template exists.
 //   - Advance: moves the backend's clock, and the provider's if it keeps its
 //     own, forward; when it returns, whatever fell due has happened.
 //   - GuestPowerOff: the guest of a running VM powers it off from inside.
@@ -82,6 +86,7 @@ type Harness struct {
 	NewProvider      func(t *testing.T, configure func(*provider.ClusterConfig)) provider.Provider
 	Signer           *ownership.Signer
 	Template         provider.TemplateSource
+	Source           func(ref TemplateRef) provider.TemplateSource
 	Advance          func(d time.Duration)
 	GuestPowerOff    func(t *testing.T, vm provider.ID)
 	CreateForeignVM  func(t *testing.T, vmid int, description string, tags []string) provider.ID
@@ -99,6 +104,13 @@ type Harness struct {
 	ID func(vmid int) provider.ID
 
 	FailDestroysOtherMissing func(t *testing.T) (stop func())
+}
+
+// TemplateRef names a template for Harness.Source: by its number, or
+// with Number zero by its name, with a full clone's target storage.
+type TemplateRef struct {
+	Number        int
+	Name, Storage string
 }
 
 const (

@@ -47,10 +47,13 @@ func contractHarness(t testing.TB) *providertest.Harness {
 			return e.newProvider(cfg)
 		},
 		Signer:   e.signer,
-		Template: provider.TemplateSource{ID: 9000, Linked: true},
-		Advance:  e.advance,
-		VMID:     vmidOf,
-		ID:       FormatID,
+		Template: provider.TemplateSource{Linked: true, Settings: TemplateRef{ID: 9000}},
+		Source: func(r providertest.TemplateRef) provider.TemplateSource {
+			return provider.TemplateSource{Settings: TemplateRef{ID: r.Number, Name: r.Name, Storage: r.Storage}}
+		},
+		Advance: e.advance,
+		VMID:    vmidOf,
+		ID:      FormatID,
 		GuestPowerOff: func(t *testing.T, id provider.ID) {
 			vmid := vmidOf(t, id)
 			if err := e.sim.GuestPowerOff(vmid); err != nil {

@@ -126,7 +126,7 @@ func (p *Provider) validateSpec(spec *provider.VMSpec) error {
 		return bad("spec", "is nil")
 	case spec.Owner.UID == "":
 		return bad("owner.uid", "is empty; the ownership marker needs the claim's UID")
-	case spec.Source.ID == 0 && spec.Source.Name == "":
+	case templateRefOf(spec.Source).ID == 0 && templateRefOf(spec.Source).Name == "":
 		return bad(fieldTemplateID, "set templateID or templateName")
 	case !dnsNameRE.MatchString(spec.Name):
 		return bad("name", "%q is not a DNS name (letters, digits and '-', no underscores)", spec.Name)
@@ -527,14 +527,15 @@ func (c *ensureCall) clone(ctx context.Context) (*provider.EnsureResult, error) 
 	if c.prog.Node != tmpl.node {
 		body["target"] = c.prog.Node
 	}
-	if c.spec.Source.ResourcePool != "" {
-		body["pool"] = c.spec.Source.ResourcePool
+	ref := templateRefOf(c.spec.Source)
+	if ref.ResourcePool != "" {
+		body["pool"] = ref.ResourcePool
 	}
 	if target := c.p.fullCloneStorage(c.spec); target != "" {
 		body["storage"] = target
 	}
-	if !c.spec.Source.Linked && c.spec.Source.Format != "" {
-		body["format"] = c.spec.Source.Format
+	if !c.spec.Source.Linked && ref.Format != "" {
+		body["format"] = ref.Format
 	}
 	path := fmt.Sprintf("/nodes/%s/qemu/%d/clone", tmpl.node, tmpl.id)
 	c.p.cloneSent(c.spec.Owner.UID, vmid)

@@ -254,7 +254,7 @@ func testSpec(name, uid string) *provider.VMSpec {
 	return &provider.VMSpec{
 		Owner: provider.Owner{Namespace: "ci", Name: name, UID: uid, Pool: "linux", CreatedAt: t0},
 		Name:  name, Description: "HyperFleet runner " + name,
-		Source:   provider.TemplateSource{ID: 9000, Linked: true},
+		Source:   provider.TemplateSource{Linked: true, Settings: TemplateRef{ID: 9000}},
 		CPUCores: 4, MemoryBytes: 4 << 30, DiskBytes: 40 << 30,
 		Network: provider.NetworkSpec{Bridge: "vmbr0", VLAN: 20, Model: "virtio", MACAddress: macFor(uid)},
 		CloudInit: provider.CloudInit{

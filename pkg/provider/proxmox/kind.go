@@ -49,6 +49,47 @@ func clusterSettings(cfg provider.ClusterConfig) (ClusterSettings, error) {
 	return s, nil
 }
 
+// TemplateRef is Proxmox's own naming of a template and of its clones'
+// place (provider.TemplateSource.Settings), read from source.proxmox.
+type TemplateRef struct {
+	// ID is the template's VM id; zero when Name is used.
+	ID int
+	// Name is the template's name; used when ID is zero.
+	Name string
+	// Storage and Format are the target of a full clone; empty means the
+	// cluster's default storage and the source format.
+	Storage string
+	Format  string
+	// ResourcePool puts the VM into this Proxmox resource pool.
+	ResourcePool string
+}
+
+var _ provider.SourceSettings = TemplateRef{}
+
+// Record implements provider.SourceSettings.
+func (r TemplateRef) Record() provider.SourceRecord {
+	return provider.SourceRecord{Number: r.ID, Name: r.Name, Storage: r.Storage, Format: r.Format, Pool: r.ResourcePool}
+}
+
+// FromRecord implements provider.SourceSettings.
+func (TemplateRef) FromRecord(rec provider.SourceRecord) provider.SourceSettings {
+	return TemplateRef{ID: rec.Number, Name: rec.Name, Storage: rec.Storage, Format: rec.Format, ResourcePool: rec.Pool}
+}
+
+// templateRefOf is src's TemplateRef; zero (no template named) when its Settings
+// are not Proxmox's.
+func templateRefOf(src provider.TemplateSource) TemplateRef {
+	switch r := src.Settings.(type) {
+	case TemplateRef:
+		return r
+	case *TemplateRef:
+		if r != nil {
+			return *r
+		}
+	}
+	return TemplateRef{}
+}
+
 // New implements provider.Factory.
 func (hypervisorKind) New(cfg provider.ClusterConfig, deps provider.Deps) (provider.Provider, error) {
 	return Factory.New(cfg, deps)
@@ -100,16 +141,11 @@ func (hypervisorKind) ReadsTemplate(tmpl *hfv1.HypervisorMachineTemplate) bool {
 // ReadSource implements provider.Kind.
 func (hypervisorKind) ReadSource(tmpl *hfv1.HypervisorMachineTemplate) provider.TemplateSource {
 	src := tmpl.Spec.Source.Proxmox
-	out := provider.TemplateSource{
-		Name:         src.TemplateName,
-		Linked:       src.CloneMode != hfv1.CloneModeFull,
-		Storage:      src.Storage,
-		Format:       string(src.Format),
-		ResourcePool: src.Pool,
-	}
+	ref := TemplateRef{Name: src.TemplateName, Storage: src.Storage, Format: string(src.Format), ResourcePool: src.Pool}
 	if src.TemplateID != nil {
-		out.ID = int(*src.TemplateID)
+		ref.ID = int(*src.TemplateID)
 	}
+	out := provider.TemplateSource{Linked: src.CloneMode != hfv1.CloneModeFull, Settings: ref}
 	if p := nativeSection(tmpl); p != nil {
 		// Checked with the template: what the VMs' drive names on the
 		// hypervisor.

@@ -243,7 +243,7 @@ func TestValidateTemplateNativeFiles(t *testing.T) {
 	if _, err := e.sim.PutSnippet("local", "pve1", "kit.yaml", []byte("#cloud-config\n")); err != nil {
 		t.Fatal(err)
 	}
-	src := provider.TemplateSource{ID: 9000, Linked: true}
+	src := provider.TemplateSource{Linked: true, Settings: TemplateRef{ID: 9000}}
 	for _, tc := range []struct {
 		native         provider.NativeFiles
 		reason, saying string

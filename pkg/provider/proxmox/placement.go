@@ -526,8 +526,8 @@ func (p *Provider) fullCloneStorage(spec *provider.VMSpec) string {
 	if spec.Source.Linked {
 		return ""
 	}
-	if spec.Source.Storage != "" {
-		return spec.Source.Storage
+	if storage := templateRefOf(spec.Source).Storage; storage != "" {
+		return storage
 	}
 	return p.cfg.DefaultStorage
 }

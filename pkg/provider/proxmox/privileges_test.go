@@ -43,7 +43,7 @@ func featureSets() []featureSet {
 		// SPIFFE with TPM attestation: a template with a TPM 2.0 of its own
 		// (its clones copy it) and the join token written into the guest.
 		{name: "spiffe-tpm", spec: func(_ *testing.T, s *provider.VMSpec) {
-			s.Source = provider.TemplateSource{ID: 9010, Linked: true, TPM: &provider.VMTPM{}}
+			s.Source = provider.TemplateSource{Linked: true, TPM: &provider.VMTPM{}, Settings: TemplateRef{ID: 9010}}
 			s.TPM = &provider.VMTPM{}
 		}},
 		// delivery: proxmox: Proxmox's own cloud-init drive.
@@ -63,7 +63,7 @@ func featureSets() []featureSet {
 			s.TPM = &provider.VMTPM{Add: true}
 		}},
 		// spec.source.proxmox.pool: the clone goes into a resource pool.
-		{name: "pools", spec: func(_ *testing.T, s *provider.VMSpec) { s.Source.ResourcePool = "ci" }},
+		{name: "pools", spec: func(_ *testing.T, s *provider.VMSpec) { s.Source.Settings = TemplateRef{ID: 9000, ResourcePool: "ci"} }},
 	}
 }
 

@@ -52,10 +52,12 @@ func vmSpecs(n int) *rapid.Generator[*provider.VMSpec] {
 		uid := fmt.Sprintf("6f1c9a2e-0000-4000-8000-%012d", n)
 		name := fmt.Sprintf("prop-%d", n)
 		s := testSpec(name, uid)
-		s.Source = provider.TemplateSource{ID: 9000, Linked: rapid.Bool().Draw(t, "linked")}
+		ref := TemplateRef{ID: 9000}
+		s.Source = provider.TemplateSource{Linked: rapid.Bool().Draw(t, "linked")}
 		if !s.Source.Linked {
-			s.Source.Storage = rapid.SampledFrom([]string{"", "local-lvm", "fast"}).Draw(t, "full clone storage")
+			ref.Storage = rapid.SampledFrom([]string{"", "local-lvm", "fast"}).Draw(t, "full clone storage")
 		}
+		s.Source.Settings = ref
 		s.Network = provider.NetworkSpec{
 			Bridge:     rapid.SampledFrom([]string{"", "vmbr0", "vmbr1", "vmbr42"}).Draw(t, "bridge"),
 			Model:      rapid.SampledFrom([]string{"", "virtio", "e1000"}).Draw(t, "model"),
@@ -255,14 +257,14 @@ func TestStorageAndNetworkProperty(t *testing.T) {
 		}
 		storage := "local-lvm" // the template's
 		if !spec.Source.Linked {
-			storage = spec.Source.Storage
+			storage = templateRefOf(spec.Source).Storage
 			if storage == "" {
 				storage = w.cfg.DefaultStorage
 			}
 		}
 		for _, volid := range diskVolumes(vm) {
 			if st, _, _ := strings.Cut(volid, ":"); st != storage {
-				rt.Fatalf("disk %s of VM %d is on storage %s, want %s (linked %v, asked %q)", volid, vm.VMID, st, storage, spec.Source.Linked, spec.Source.Storage)
+				rt.Fatalf("disk %s of VM %d is on storage %s, want %s (linked %v, asked %q)", volid, vm.VMID, st, storage, spec.Source.Linked, templateRefOf(spec.Source).Storage)
 			}
 		}
 		if vm.Config["cores"] != strconv.Itoa(spec.CPUCores) || vm.Config["memory"] != strconv.FormatInt(spec.MemoryBytes>>20, 10) {

@@ -58,15 +58,16 @@ func configErr(reason, field, format string, args ...any) error {
 
 // template resolves src to its template, from cache when fresh.
 func (p *Provider) template(ctx context.Context, src provider.TemplateSource) (*templateInfo, error) {
+	ref := templateRefOf(src)
 	p.mu.Lock()
-	if src.ID != 0 {
-		if t := p.templates[src.ID]; t != nil && p.clock.Since(t.at) < templateTTL {
+	if ref.ID != 0 {
+		if t := p.templates[ref.ID]; t != nil && p.clock.Since(t.at) < templateTTL {
 			p.mu.Unlock()
 			return t, nil
 		}
 	} else {
 		for _, t := range p.templates {
-			if t.name == src.Name && p.clock.Since(t.at) < templateTTL {
+			if t.name == ref.Name && p.clock.Since(t.at) < templateTTL {
 				p.mu.Unlock()
 				return t, nil
 			}
@@ -88,17 +89,17 @@ func (p *Provider) template(ctx context.Context, src provider.TemplateSource) (*
 	if err != nil {
 		return nil, err
 	}
-	if src.ID == 0 && cfg["name"] != src.Name {
+	if ref.ID == 0 && cfg["name"] != ref.Name {
 		// The listing is pvestatd's, seconds old: the VM it still shows
 		// under this name has been renamed since. Resolving the name to
 		// it would clone a template the spec no longer names (found by
 		// property 3's test, TestTemplateValidationProperty in
 		// internal/controller).
-		return nil, configErr("TemplateNotFound", fieldTemplateName, "no template is named %q: VM %d was, and is now named %q: %w", src.Name, id, cfg["name"], provider.ErrNotFound)
+		return nil, configErr("TemplateNotFound", fieldTemplateName, "no template is named %q: VM %d was, and is now named %q: %w", ref.Name, id, cfg["name"], provider.ErrNotFound)
 	}
 	if cfg["template"] != "1" {
 		field := fieldTemplateID
-		if src.ID == 0 {
+		if ref.ID == 0 {
 			field = fieldTemplateName
 		}
 		return nil, configErr("NotATemplate", field, "VM %d is not a template; convert it (qm template %d) or name a template", id, id)
@@ -135,33 +136,34 @@ func agentOn(v string) bool {
 
 // findTemplate locates src in a cluster view.
 func findTemplate(view *clusterView, src provider.TemplateSource) (int, string, error) {
-	if src.ID != 0 {
-		r, ok := view.vms[src.ID]
+	ref := templateRefOf(src)
+	if ref.ID != 0 {
+		r, ok := view.vms[ref.ID]
 		if !ok {
 			// /cluster/resources lists a VM only to a caller with VM.Audit
 			// on it (pve-manager Cluster.pm resources).
 			return 0, "", configErr("TemplateNotFound", fieldTemplateID, "VM %d does not exist, or the operator's Proxmox token lacks VM.Audit on /vms/%d to see it (grant it: %s): %w",
-				src.ID, src.ID, privileges.Fix("VM.Audit"), provider.ErrNotFound)
+				ref.ID, ref.ID, privileges.Fix("VM.Audit"), provider.ErrNotFound)
 		}
-		return src.ID, r.Node, nil
+		return ref.ID, r.Node, nil
 	}
-	if src.Name == "" {
+	if ref.Name == "" {
 		return 0, "", configErr("TemplateNotSet", fieldTemplateID, "set templateID or templateName")
 	}
 	var ids []int
 	for id, r := range view.vms {
-		if r.Template == 1 && r.Name == src.Name {
+		if r.Template == 1 && r.Name == ref.Name {
 			ids = append(ids, id)
 		}
 	}
 	sort.Ints(ids)
 	switch len(ids) {
 	case 0:
-		return 0, "", configErr("TemplateNotFound", fieldTemplateName, "no template is named %q: %w", src.Name, provider.ErrNotFound)
+		return 0, "", configErr("TemplateNotFound", fieldTemplateName, "no template is named %q: %w", ref.Name, provider.ErrNotFound)
 	case 1:
 		return ids[0], view.vms[ids[0]].Node, nil
 	}
-	return 0, "", configErr("TemplateAmbiguous", fieldTemplateName, "%d templates are named %q (ids %v); name exactly one, or use templateID", len(ids), src.Name, ids)
+	return 0, "", configErr("TemplateAmbiguous", fieldTemplateName, "%d templates are named %q (ids %v); name exactly one, or use templateID", len(ids), ref.Name, ids)
 }
 
 // linkedCloneOK says whether a base volume of format on storage type typ
@@ -178,10 +180,11 @@ func linkedCloneOK(typ, format string) bool {
 
 // ValidateTemplate implements provider.Provider.
 func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSource) (*provider.TemplateInfo, error) {
+	ref := templateRefOf(src)
 	// Always read the template afresh: the user may just have fixed it.
 	p.mu.Lock()
 	for id, t := range p.templates {
-		if id == src.ID || (src.ID == 0 && t.name == src.Name) {
+		if id == ref.ID || (ref.ID == 0 && t.name == ref.Name) {
 			delete(p.templates, id)
 		}
 	}
@@ -233,17 +236,17 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 		}
 	}
 	if src.Linked {
-		if src.Storage != "" {
+		if ref.Storage != "" {
 			return nil, configErr("StorageWithLinkedClone", fieldStorage, "a linked clone stays on the template's storage; clear storage or use a full clone")
 		}
-		if src.Format != "" {
+		if ref.Format != "" {
 			return nil, configErr("FormatWithLinkedClone", fieldFormat, "a linked clone keeps the template's format; clear format or use a full clone")
 		}
 	} else {
-		if src.Format != "" && src.Format != "raw" && src.Format != "qcow2" && src.Format != "vmdk" {
-			return nil, configErr("InvalidFormat", fieldFormat, "%q is not a disk format; use raw, qcow2 or vmdk", src.Format)
+		if ref.Format != "" && ref.Format != "raw" && ref.Format != "qcow2" && ref.Format != "vmdk" {
+			return nil, configErr("InvalidFormat", fieldFormat, "%q is not a disk format; use raw, qcow2 or vmdk", ref.Format)
 		}
-		if target := src.Storage; target != "" || p.cfg.DefaultStorage != "" {
+		if target := ref.Storage; target != "" || p.cfg.DefaultStorage != "" {
 			field := fieldStorage
 			if target == "" {
 				target, field = p.cfg.DefaultStorage, "spec.defaultStorage of the HypervisorCluster"
@@ -260,7 +263,7 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 	if err := checkTemplateTPM(t, src.TPM); err != nil {
 		return nil, err
 	}
-	if src.ResourcePool != "" {
+	if ref.ResourcePool != "" {
 		var pools []struct {
 			PoolID string `json:"poolid"`
 		}
@@ -269,11 +272,11 @@ func (p *Provider) ValidateTemplate(ctx context.Context, src provider.TemplateSo
 		}
 		found := false
 		for _, pl := range pools {
-			found = found || pl.PoolID == src.ResourcePool
+			found = found || pl.PoolID == ref.ResourcePool
 		}
 		if !found {
 			return nil, configErr("PoolNotFound", fieldPool, "resource pool %q does not exist, or the operator's token lacks Pool.Audit on /pool/%s to see it; create it with pveum pool add %s, or grant the privilege: %s",
-				src.ResourcePool, src.ResourcePool, src.ResourcePool, privileges.Fix("Pool.Audit"))
+				ref.ResourcePool, ref.ResourcePool, ref.ResourcePool, privileges.Fix("Pool.Audit"))
 		}
 	}
 	if src.Native != nil {

@@ -47,7 +47,7 @@ func TestTemplateReferenceProperty(t *testing.T) {
 			sim.Nodes = append(sim.Nodes, proxmoxsim.NodeConfig{Name: "pve2", CPUs: 16, Memory: 64 << 30, MemoryUsed: 2 << 30, Disk: 100 << 30, IP: "192.0.2.12"})
 			sim.Templates = inv
 		})
-		var src provider.TemplateSource
+		var src TemplateRef
 		if rapid.Bool().Draw(rt, "by id") {
 			src.ID = rapid.IntRange(9000, 9016).Draw(rt, "id")
 		} else {
@@ -77,7 +77,7 @@ func TestTemplateReferenceProperty(t *testing.T) {
 			reason = "TemplateAmbiguous"
 		}
 
-		info, err := e.p.ValidateTemplate(t.Context(), src)
+		info, err := e.p.ValidateTemplate(t.Context(), provider.TemplateSource{Settings: src})
 		if reason != "" {
 			if err == nil {
 				rt.Fatalf("reference %+v resolved to %+v; want refused (%s)", src, info, reason)

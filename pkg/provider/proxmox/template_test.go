@@ -31,10 +31,10 @@ func TestValidateTemplate(t *testing.T) {
 		cores  int
 		mem    int64
 	}{
-		{"by name", provider.TemplateSource{Name: "debian-12-ci", Linked: true}, true, 2, 2 << 30},
-		{"thick LVM, full clone", provider.TemplateSource{ID: 9002, Storage: "local-lvm", Format: "raw"}, false, 2, 1 << 30},
-		{"qcow2 on a directory, linked", provider.TemplateSource{ID: 9006, Linked: true}, true, 3, 3 << 30},
-		{"existing pool", provider.TemplateSource{ID: 9000, Linked: true, ResourcePool: "ci"}, true, 2, 2 << 30},
+		{"by name", provider.TemplateSource{Linked: true, Settings: TemplateRef{Name: "debian-12-ci"}}, true, 2, 2 << 30},
+		{"thick LVM, full clone", provider.TemplateSource{Settings: TemplateRef{ID: 9002, Storage: "local-lvm", Format: "raw"}}, false, 2, 1 << 30},
+		{"qcow2 on a directory, linked", provider.TemplateSource{Linked: true, Settings: TemplateRef{ID: 9006}}, true, 3, 3 << 30},
+		{"existing pool", provider.TemplateSource{Linked: true, Settings: TemplateRef{ID: 9000, ResourcePool: "ci"}}, true, 2, 2 << 30},
 	}
 	for _, c := range ok {
 		t.Run(c.name, func(t *testing.T) {
@@ -52,17 +52,17 @@ func TestValidateTemplate(t *testing.T) {
 		src         provider.TemplateSource
 		sentinel    error
 	}{
-		{"missing id", "templateID", provider.TemplateSource{ID: 9999}, provider.ErrNotFound},
-		{"missing name", "templateName", provider.TemplateSource{Name: "nope"}, provider.ErrNotFound},
-		{"not a template", "templateID: VM 9001 is not a template", provider.TemplateSource{ID: 9001}, nil},
-		{"ambiguous name", "templateName: 2 templates are named \"dup\"", provider.TemplateSource{Name: "dup"}, nil},
-		{"linked on thick LVM", "cloneMode", provider.TemplateSource{ID: 9002, Linked: true}, nil},
-		{"linked with a storage", "storage", provider.TemplateSource{ID: 9000, Linked: true, Storage: "local-lvm"}, nil},
-		{"missing storage", "storage", provider.TemplateSource{ID: 9000, Storage: "nope"}, nil},
-		{"storage without images", "storage", provider.TemplateSource{ID: 9000, Storage: "local"}, nil},
-		{"bad format", "format", provider.TemplateSource{ID: 9000, Format: "vhdx"}, nil},
-		{"missing pool", "pool", provider.TemplateSource{ID: 9000, Linked: true, ResourcePool: "nope"}, nil},
-		{"template with the operator tag", "hf-test", provider.TemplateSource{ID: 9005, Linked: true}, nil},
+		{"missing id", "templateID", provider.TemplateSource{Settings: TemplateRef{ID: 9999}}, provider.ErrNotFound},
+		{"missing name", "templateName", provider.TemplateSource{Settings: TemplateRef{Name: "nope"}}, provider.ErrNotFound},
+		{"not a template", "templateID: VM 9001 is not a template", provider.TemplateSource{Settings: TemplateRef{ID: 9001}}, nil},
+		{"ambiguous name", "templateName: 2 templates are named \"dup\"", provider.TemplateSource{Settings: TemplateRef{Name: "dup"}}, nil},
+		{"linked on thick LVM", "cloneMode", provider.TemplateSource{Linked: true, Settings: TemplateRef{ID: 9002}}, nil},
+		{"linked with a storage", "storage", provider.TemplateSource{Linked: true, Settings: TemplateRef{ID: 9000, Storage: "local-lvm"}}, nil},
+		{"missing storage", "storage", provider.TemplateSource{Settings: TemplateRef{ID: 9000, Storage: "nope"}}, nil},
+		{"storage without images", "storage", provider.TemplateSource{Settings: TemplateRef{ID: 9000, Storage: "local"}}, nil},
+		{"bad format", "format", provider.TemplateSource{Settings: TemplateRef{ID: 9000, Format: "vhdx"}}, nil},
+		{"missing pool", "pool", provider.TemplateSource{Linked: true, Settings: TemplateRef{ID: 9000, ResourcePool: "nope"}}, nil},
+		{"template with the operator tag", "hf-test", provider.TemplateSource{Linked: true, Settings: TemplateRef{ID: 9005}}, nil},
 	}
 	for _, c := range bad {
 		t.Run(c.name, func(t *testing.T) {
@@ -177,7 +177,7 @@ func FuzzSplitTags(f *testing.F) {
 func TestTemplateRenamedSinceTheListing(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	src := provider.TemplateSource{Name: "debian-12-ci"}
+	src := provider.TemplateSource{Settings: TemplateRef{Name: "debian-12-ci"}}
 	if _, err := e.p.ValidateTemplate(ctx, src); err != nil {
 		t.Fatal(err)
 	}

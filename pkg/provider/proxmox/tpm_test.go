@@ -31,7 +31,7 @@ func TestValidateTemplateTPM(t *testing.T) {
 	e := tpmEnv(t)
 	ctx := context.Background()
 	own := &provider.VMTPM{}
-	info, err := e.p.ValidateTemplate(ctx, provider.TemplateSource{ID: 9010, Linked: true, TPM: own})
+	info, err := e.p.ValidateTemplate(ctx, provider.TemplateSource{Linked: true, TPM: own, Settings: TemplateRef{ID: 9010}})
 	if err != nil || !info.TPM || !info.LinkedCloneSupported {
 		t.Fatalf("template with a TPM 2.0: %+v, %v; want TPM and linked clones", info, err)
 	}
@@ -42,7 +42,7 @@ func TestValidateTemplateTPM(t *testing.T) {
 		{9000, []string{"spec.attestation.tpm.addVirtualTPM", "has no TPM", "qm set 9000 --tpmstate0 <storage>:1,version=v2.0"}},
 		{9011, []string{"spec.attestation.tpm.addVirtualTPM", "version v1.2", "qm set 9011 --tpmstate0 <storage>:1,version=v2.0"}},
 	} {
-		_, err := e.p.ValidateTemplate(ctx, provider.TemplateSource{ID: c.id, Linked: true, TPM: own})
+		_, err := e.p.ValidateTemplate(ctx, provider.TemplateSource{Linked: true, TPM: own, Settings: TemplateRef{ID: c.id}})
 		if provider.Classify(err) != provider.ClassConfiguration {
 			t.Fatalf("template %d: %v (class %s), want a Configuration error", c.id, err, provider.Classify(err))
 		}
@@ -51,10 +51,10 @@ func TestValidateTemplateTPM(t *testing.T) {
 				t.Errorf("template %d: %q does not say %q", c.id, err, w)
 			}
 		}
-		if _, err := e.p.ValidateTemplate(ctx, provider.TemplateSource{ID: c.id, Linked: true, TPM: &provider.VMTPM{Add: true}}); err != nil {
+		if _, err := e.p.ValidateTemplate(ctx, provider.TemplateSource{Linked: true, TPM: &provider.VMTPM{Add: true}, Settings: TemplateRef{ID: c.id}}); err != nil {
 			t.Errorf("template %d with addVirtualTPM: %v", c.id, err)
 		}
-		if info, err := e.p.ValidateTemplate(ctx, provider.TemplateSource{ID: c.id, Linked: true}); err != nil || info.TPM {
+		if info, err := e.p.ValidateTemplate(ctx, provider.TemplateSource{Linked: true, Settings: TemplateRef{ID: c.id}}); err != nil || info.TPM {
 			t.Errorf("template %d without TPM need: %+v, %v", c.id, info, err)
 		}
 	}
@@ -72,9 +72,9 @@ func TestAddedTPMState(t *testing.T) {
 		wantState string
 		replaced  string
 	}{
-		{"template without TPM", provider.TemplateSource{ID: 9000, Linked: true}, "local-lvm:vm-%d-disk-1,size=4M,version=v2.0", ""},
-		{"template's TPM replaced", provider.TemplateSource{ID: 9010, Linked: true}, "local-lvm:vm-%d-disk-2,size=4M,version=v2.0", "local-lvm:vm-%d-disk-1"},
-		{"full clone to a directory", provider.TemplateSource{ID: 9000, Storage: "vmdir"}, "vmdir:%d/vm-%d-disk-1.raw,size=4M,version=v2.0", ""},
+		{"template without TPM", provider.TemplateSource{Linked: true, Settings: TemplateRef{ID: 9000}}, "local-lvm:vm-%d-disk-1,size=4M,version=v2.0", ""},
+		{"template's TPM replaced", provider.TemplateSource{Linked: true, Settings: TemplateRef{ID: 9010}}, "local-lvm:vm-%d-disk-2,size=4M,version=v2.0", "local-lvm:vm-%d-disk-1"},
+		{"full clone to a directory", provider.TemplateSource{Settings: TemplateRef{ID: 9000, Storage: "vmdir"}}, "vmdir:%d/vm-%d-disk-1.raw,size=4M,version=v2.0", ""},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -115,7 +115,7 @@ func TestAddedTPMState(t *testing.T) {
 func TestTemplateTPMKept(t *testing.T) {
 	e := tpmEnv(t)
 	s := testSpec("tpm-own", "uid-tpm-own")
-	s.Source, s.DiskBytes, s.TPM = provider.TemplateSource{ID: 9010, Linked: true}, 0, &provider.VMTPM{}
+	s.Source, s.DiskBytes, s.TPM = provider.TemplateSource{Linked: true, Settings: TemplateRef{ID: 9010}}, 0, &provider.VMTPM{}
 	d := e.ensure(e.p, s, provider.Progress{}, provider.PhaseRunning, 400)
 	vmid, _ := ParseID(d.prog.ID)
 	if got := e.vm(vmid).Config["tpmstate0"]; got != "local-lvm:vm-"+itoa(vmid)+"-disk-1,size=4M,version=v2.0" {
