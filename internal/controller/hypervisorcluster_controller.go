@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
@@ -143,15 +142,9 @@ func (r *HypervisorClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 func (r *HypervisorClusterReconciler) clustersForSecret(ctx context.Context, o client.Object) []reconcile.Request {
 	var list hfv1.HypervisorClusterList
-	if err := r.Client.List(ctx, &list, client.MatchingFields{fieldindex.ClusterSecret: o.GetNamespace() + "/" + o.GetName()}); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "List clusters for Secret", "Secret", klog.KObj(o))
-		return nil
-	}
-	out := make([]reconcile.Request, 0, len(list.Items))
-	for i := range list.Items {
-		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-	}
-	return out
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("Secret", klog.KObj(o)))
+	return listRequests(ctx, r.Client, &list, func() []hfv1.HypervisorCluster { return list.Items }, "clusters for Secret",
+		client.MatchingFields{fieldindex.ClusterSecret: o.GetNamespace() + "/" + o.GetName()})
 }
 
 // clusterScope is one reconcile of one HypervisorCluster: the cluster,
@@ -177,14 +170,9 @@ type clusterScope struct {
 // Ready and writes the cluster once.
 func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	cluster := &hfv1.HypervisorCluster{}
-	if err := r.Client.Get(ctx, req.NamespacedName, cluster); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.forget(req.Name)
-		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("HypervisorCluster", klog.KObj(cluster)))
-	if wrote, err := clusterInUse(cluster).ensureFinalizer(ctx, r.Client); wrote || err != nil {
+	ctx, done, err := openObject(ctx, r.Client, req, cluster, "HypervisorCluster",
+		func() { r.forget(req.Name) }, func() inUse { return clusterInUse(cluster) })
+	if done {
 		return ctrl.Result{}, err
 	}
 	s := r.newClusterScope(cluster)

@@ -8,10 +8,8 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -105,15 +103,7 @@ func (r *HypervisorMachineTemplateReconciler) templatesForSecret(ctx context.Con
 
 func (r *HypervisorMachineTemplateReconciler) templateRequests(ctx context.Context, opts ...client.ListOption) []reconcile.Request {
 	var list hfv1.HypervisorMachineTemplateList
-	if err := r.Client.List(ctx, &list, opts...); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "List templates")
-		return nil
-	}
-	out := make([]reconcile.Request, 0, len(list.Items))
-	for i := range list.Items {
-		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-	}
-	return out
+	return listRequests(ctx, r.Client, &list, func() []hfv1.HypervisorMachineTemplate { return list.Items }, "templates", opts...)
 }
 
 // templateScope is one reconcile of one template: the template, what its
@@ -146,14 +136,9 @@ type templateScope struct {
 // which derives the status and writes the template once.
 func (r *HypervisorMachineTemplateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	tmpl := &hfv1.HypervisorMachineTemplate{}
-	if err := r.Client.Get(ctx, req.NamespacedName, tmpl); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.deprecationsReported.Delete(req.String())
-		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("HypervisorMachineTemplate", klog.KObj(tmpl)))
-	if wrote, err := templateInUse(tmpl).ensureFinalizer(ctx, r.Client); wrote || err != nil {
+	ctx, done, err := openObject(ctx, r.Client, req, tmpl, "HypervisorMachineTemplate",
+		func() { r.deprecationsReported.Delete(req.String()) }, func() inUse { return templateInUse(tmpl) })
+	if done {
 		return ctrl.Result{}, err
 	}
 	s := r.newTemplateScope(tmpl)

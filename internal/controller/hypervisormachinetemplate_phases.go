@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -326,13 +327,8 @@ func invalidClaimMetadata(md *hfv1.ObjectMetadata) string {
 // missingSecrets names every referenced Secret key that does not exist.
 func (r *HypervisorMachineTemplateReconciler) missingSecrets(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate) string {
 	refs := fieldindex.TemplateSecretRefs(r.Workloads, tmpl)
-	fields := make([]string, 0, len(refs))
-	for f := range refs {
-		fields = append(fields, f)
-	}
-	sort.Strings(fields)
 	var missing []string
-	for _, f := range fields {
+	for _, f := range slices.Sorted(maps.Keys(refs)) {
 		ref := refs[f]
 		if _, err := secretref.Value(ctx, r.Client, f, tmpl.Namespace, ref.Name, ref.Key); err != nil {
 			missing = append(missing, err.Error())

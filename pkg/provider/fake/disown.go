@@ -16,14 +16,10 @@ import (
 // the release note and renames a VM that still has the install's clone
 // name. The VM's power state and its medium stay as they are.
 func (p *Provider) DisownVM(_ context.Context, owner provider.Owner, ref provider.VMRef) (*provider.DisownResult, error) {
-	vmid, err := ParseID(ref.ID)
+	defer p.c.lock()()
+	v, err := p.vmLocked(ref)
 	if err != nil {
 		return nil, err
-	}
-	defer p.c.lock()()
-	v := p.c.vms[vmid]
-	if v == nil {
-		return nil, fmt.Errorf("VM %s: %w", ref.ID, provider.ErrNotFound)
 	}
 	rec, err := p.signer.Verify(v.description, v.id)
 	if err == nil && rec.UID != owner.UID {

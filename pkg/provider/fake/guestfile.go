@@ -15,14 +15,10 @@ func (p *Provider) PlaceGuestFile(_ context.Context, owner provider.Owner, ref p
 	if err := provider.CheckGuestFile(file); err != nil {
 		return err
 	}
-	vmid, err := ParseID(ref.ID)
+	defer p.c.lock()()
+	v, err := p.vmLocked(ref)
 	if err != nil {
 		return err
-	}
-	defer p.c.lock()()
-	v := p.c.vms[vmid]
-	if v == nil {
-		return fmt.Errorf("VM %s: %w", ref.ID, provider.ErrNotFound)
 	}
 	if err := p.ownedLocked(v, owner); err != nil {
 		return err

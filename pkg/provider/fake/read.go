@@ -93,16 +93,26 @@ func (p *Provider) summaryLocked(v *vm) provider.VMSummary {
 	return s
 }
 
-// GetVM implements provider.Provider.
-func (p *Provider) GetVM(_ context.Context, ref provider.VMRef) (*provider.VM, error) {
+// vmLocked is the VM (or template) ref names, ErrNotFound when there is
+// none; p.c's lock must be held.
+func (p *Provider) vmLocked(ref provider.VMRef) (*vm, error) {
 	vmid, err := ParseID(ref.ID)
 	if err != nil {
 		return nil, err
 	}
-	defer p.c.lock()()
 	v := p.c.vms[vmid]
 	if v == nil {
 		return nil, fmt.Errorf("VM %s: %w", ref.ID, provider.ErrNotFound)
+	}
+	return v, nil
+}
+
+// GetVM implements provider.Provider.
+func (p *Provider) GetVM(_ context.Context, ref provider.VMRef) (*provider.VM, error) {
+	defer p.c.lock()()
+	v, err := p.vmLocked(ref)
+	if err != nil {
+		return nil, err
 	}
 	out := &provider.VM{VMSummary: p.summaryLocked(v), TPM: v.tpm}
 	rec, err := p.signer.Verify(v.description, v.id)
@@ -118,14 +128,10 @@ func (p *Provider) GetVM(_ context.Context, ref provider.VMRef) (*provider.VM, e
 // SetPower implements provider.Provider. A VM with an operation in flight
 // refuses with a transient error.
 func (p *Provider) SetPower(_ context.Context, owner provider.Owner, ref provider.VMRef, action provider.PowerAction) (*provider.Task, error) {
-	vmid, err := ParseID(ref.ID)
+	defer p.c.lock()()
+	v, err := p.vmLocked(ref)
 	if err != nil {
 		return nil, err
-	}
-	defer p.c.lock()()
-	v := p.c.vms[vmid]
-	if v == nil {
-		return nil, fmt.Errorf("VM %s: %w", ref.ID, provider.ErrNotFound)
 	}
 	if err := p.ownedLocked(v, owner); err != nil {
 		return nil, err

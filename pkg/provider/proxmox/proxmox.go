@@ -98,8 +98,6 @@ const (
 // concurrent use.
 type Provider struct {
 	cfg provider.ClusterConfig
-	// isoStorage receives the cloud-init ISOs (ClusterSettings).
-	isoStorage string
 	// signer is bound to the HypervisorCluster's name; it names the
 	// install (tags, ISO names). Blocks are written and verified with
 	// bound, which adds the Proxmox cluster's own name (see marker).
@@ -110,6 +108,8 @@ type Provider struct {
 	log      logr.Logger
 	api      *api
 	insecure bool
+	// isoStorage receives the cloud-init ISOs (ClusterSettings).
+	isoStorage string
 	// wake tells the caller about queued VMs that may go on (Deps.Wake).
 	wake func(provider.Owner)
 	// pace knows how long each kind of task typically takes here, for
