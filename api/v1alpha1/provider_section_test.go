@@ -23,7 +23,7 @@ import (
 // cluster written before spec.proxmox existed is still valid; a cluster
 // moves a setting by removing the old field and setting the new one in
 // one update. Neither place gets a schema default (the operator's default
-// applies, clusterconfig.ISOStorage): a default in either would set a
+// applies, the Proxmox kind's ReadCluster): a default in either would set a
 // moved setting twice. (The refusals are rows of TestInvalidObjectsAreRejected.)
 func TestProxmoxSettingsPlaces(t *testing.T) {
 	ctx := context.Background()

@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"testing"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	fakeprovider "github.com/hyperfleet/hyperfleet/pkg/provider/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // kindTestvisor is a hypervisor kind only this test binary has.
