@@ -228,7 +228,9 @@ func TestReconcileHypervisorCluster(t *testing.T) {
 // again, and one that moved every field is not.
 func TestReportDeprecatedOncePerGeneration(t *testing.T) {
 	ctx := context.Background()
-	cluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "pve", UID: "uid-1", Generation: 1}}
+	// Proxmox's kind reads (and reports) the fields its section replaced.
+	cluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: "pve", UID: "uid-1", Generation: 1},
+		Spec: hfv1.HypervisorClusterSpec{Provider: hfv1.ProviderProxmox}}
 	cluster.Spec.VMIDRange = &hfv1.VMIDRange{Start: 1000, End: 1999} //nolint:staticcheck // the deprecated field under test
 	cluster.Spec.ISOStorage = "isos"                                 //nolint:staticcheck // the deprecated field under test
 	rec := record.NewFakeRecorder(16)
