@@ -28,6 +28,10 @@ type PlatformSpec struct {
 	// BindsJob is true when a VM of the platform may be made for one job
 	// (runner.acquireJob): its credential acquires that job only.
 	BindsJob bool
+	// Default is true for the platform of a VM whose template names none
+	// (the operator's cloud-init Vars.Platform empty): GitHub Actions, the
+	// API's first. At most one registered platform is.
+	Default bool
 	// Windows is true when the agent runs the platform's runner on Windows
 	// guests (runner.software.os win, docs/windows.md).
 	Windows bool
@@ -73,6 +77,8 @@ var (
 	platformsMu sync.RWMutex
 	platforms   = map[Platform]PlatformSpec{}
 	methods     = map[BootstrapMethod]MethodSpec{}
+	// defaultPlatform is the one whose spec is Default.
+	defaultPlatform Platform
 )
 
 // RegisterPlatform makes a CI platform's configs known to this package
@@ -89,6 +95,8 @@ func RegisterPlatform(spec PlatformSpec) {
 		panic("agentconfig: RegisterPlatform needs a platform name other than generic, its methods and Validate")
 	case platforms[spec.Platform].Platform != "":
 		panic(fmt.Sprintf("agentconfig: platform %s is registered twice", spec.Platform))
+	case spec.Default && defaultPlatform != "":
+		panic(fmt.Sprintf("agentconfig: platforms %s and %s are both the default", defaultPlatform, spec.Platform))
 	}
 	for _, m := range spec.Methods {
 		if m.Method == "" || methods[m.Method].Method != "" {
@@ -99,6 +107,17 @@ func RegisterPlatform(spec PlatformSpec) {
 		methods[m.Method] = m
 	}
 	platforms[spec.Platform] = spec
+	if spec.Default {
+		defaultPlatform = spec.Platform
+	}
+}
+
+// DefaultPlatform is the registered platform whose Default is set; empty
+// when none is.
+func DefaultPlatform() Platform {
+	platformsMu.RLock()
+	defer platformsMu.RUnlock()
+	return defaultPlatform
 }
 
 // LookupPlatform returns the spec of platform p; false when no platform of

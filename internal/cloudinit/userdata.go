@@ -224,7 +224,7 @@ Restart=no
 func agentConfig(v *Vars) *agentconfig.Config {
 	c := &agentconfig.Config{
 		Version:         agentconfig.CurrentVersion,
-		Platform:        agentconfig.PlatformGitHubActions,
+		Platform:        agentconfig.Platform(v.Platform),
 		WorkloadMethod:  agentconfig.WorkloadMethod(v.WorkloadMethod),
 		BootstrapMethod: agentconfig.BootstrapMethod(v.BootstrapMethod),
 		RegistrationURL: v.RegistrationURL,
@@ -232,8 +232,8 @@ func agentConfig(v *Vars) *agentconfig.Config {
 			Name:   v.RunnerName,
 			Labels: []string(v.Labels),
 			Group:  v.RunnerGroup,
-			// The job a Buildkite VM was made for, whose job acquisition
-			// token it gets (BootstrapJobToken below).
+			// The job a VM was made for, on a platform that binds VMs to
+			// jobs (agentconfig.PlatformSpec.BindsJob).
 			AcquireJob: v.AcquireJob,
 			Software: agentconfig.Software{
 				DownloadURL:    v.RunnerConfig.DownloadURL,
@@ -252,32 +252,12 @@ func agentConfig(v *Vars) *agentconfig.Config {
 		Proxy:            v.proxy(),
 		JobMayEscalate:   v.JobMayEscalate,
 	}
-	if v.Platform == PlatformBuildkite {
-		// RegistrationURL is the agent API endpoint, Labels the agent's
-		// tags, RunScript the agent binary in InstallPath.
-		c.Platform = agentconfig.PlatformBuildkite
-		c.Runner.Group = ""
-		if v.AcquireJob != "" {
-			// A VM made for one job gets a job acquisition token for it.
-			c.BootstrapMethod = agentconfig.BootstrapJobToken
+	if spec, ok := v.platformSpec(); ok {
+		// The platform's own shape: what its runner does not take goes.
+		c.Platform = spec.Platform
+		if spec.Shape != nil {
+			spec.Shape(c)
 		}
-		// The agent's tags are the key=value labels; the others
-		// (self-hosted, hyperfleet, queue:default) are the operator's
-		// routing marks, which Buildkite does not know.
-		var tags []string
-		for _, l := range v.Labels {
-			if strings.Contains(l, "=") {
-				tags = append(tags, l)
-			}
-		}
-		c.Runner.Labels = tags
-	}
-	if v.Platform == PlatformGitLabCI {
-		// RegistrationURL is the GitLab instance, RunScript gitlab-runner
-		// in InstallPath. The runner's tags live on the runner the
-		// operator created at GitLab; run-single takes none.
-		c.Platform = agentconfig.PlatformGitLabCI
-		c.Runner.Group, c.Runner.Labels = "", nil
 	}
 	if v.Platform == PlatformGeneric {
 		c.Platform, c.BootstrapMethod, c.RegistrationURL = agentconfig.PlatformGeneric, "", ""

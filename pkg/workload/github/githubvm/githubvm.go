@@ -31,6 +31,7 @@ var Spec = agentconfig.PlatformSpec{
 		{Method: MethodJIT, JITConfig: true, Secret: "GitHub's encoded JIT configuration"},
 		{Method: MethodRegistrationToken, CarriesURL: true, Reusable: true, Secret: "a registration token"},
 	},
+	Default:  true,
 	Windows:  true,
 	Validate: validate,
 }
