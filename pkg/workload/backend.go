@@ -190,11 +190,17 @@ type Template struct {
 	// editing a template's resources or image keeps its pools routed.
 	CredentialsKey string
 	// AgentPlatform is the in-VM agent's runner kind for this platform
-	// (internal/agentconfig's platform names, such as buildkite), and
-	// BootstrapMethod the kind of runner credential its agent takes
-	// (such as agent-token); both empty for GitHub Actions, whose method
-	// is the template's spec.bootstrap.method.
+	// (the platform its agent config carries, declared by the platform's
+	// own package, pkg/workload/<platform>/<platform>vm), and
+	// BootstrapMethod the kind of runner credential its agent takes; both
+	// empty for the agent config's default platform (GitHub Actions),
+	// whose method is the template's spec.bootstrap.method.
 	AgentPlatform, BootstrapMethod string
+	// OneJobPerVM is true when every VM of the template takes a
+	// credential for the one job its claim is bound to (ClaimRunner.Job):
+	// a claim bound to none (a warm VM of its pool) gets no credential
+	// until its RunnerPool binds it a job (internal/workloads).
+	OneJobPerVM bool
 	// Script is what the VMs of a NoRunner back-end (generic) run instead
 	// of a runner, and TTL how long such a VM may live from its claim's
 	// creation; empty and zero for CI platforms.

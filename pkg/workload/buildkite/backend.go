@@ -24,6 +24,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite/buildkitevm"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadmetrics"
 )
 
@@ -95,13 +96,14 @@ func (*Backend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Templat
 		ScopeField:      templateField + ".organization",
 		Runner:          agentSoftware(bk),
 		RegistrationURL: cmp.Or(bk.AgentEndpoint, DefaultAgentEndpoint),
-		AgentPlatform:   "buildkite",
+		AgentPlatform:   string(buildkitevm.Platform),
 		// Every VM is bound to one job and gets a job acquisition token
 		// for it, never a cluster agent token (docs/buildkite.md, "One job
 		// per VM"): a warm VM waits with no credential until its pool
 		// binds it a job. No method of this template serves more than one
 		// job, so CredentialReuse stays empty.
-		BootstrapMethod: string(workload.MethodJobToken),
+		BootstrapMethod: string(MethodJobToken),
+		OneJobPerVM:     true,
 		Secrets:         map[string]hfv1.LocalSecretKeySelector{templateField + ".credentials.apiToken": bk.Credentials.APIToken},
 		CredentialsKey:  credentialsKey(bk),
 	}

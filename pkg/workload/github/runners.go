@@ -19,12 +19,12 @@ const maxLabels = 100
 // IssueCredential implements workload.Provider.
 func (p *Provider) IssueCredential(ctx context.Context, spec workload.RunnerSpec) (workload.Credential, error) {
 	switch spec.Method {
-	case workload.MethodJIT, "":
+	case MethodJIT, "":
 		if spec.Feed != nil {
 			return p.scaleSetJIT(ctx, spec)
 		}
 		return p.jitConfig(ctx, spec)
-	case workload.MethodRegistrationToken:
+	case MethodRegistrationToken:
 		if spec.Feed != nil {
 			return workload.Credential{}, fmt.Errorf("github: runners of scale set %s register with JIT configurations only (spec.bootstrap.method jit-config): %w", spec.Feed.Name, workload.ErrInvalidRequest)
 		}
@@ -66,7 +66,7 @@ func (p *Provider) jitConfig(ctx context.Context, spec workload.RunnerSpec) (wor
 		return workload.Credential{}, fmt.Errorf("github: the JIT configuration of runner %s came back empty: %w", spec.Name, workload.ErrUnavailable)
 	}
 	return workload.Credential{
-		Method:     workload.MethodJIT,
+		Method:     MethodJIT,
 		Secret:     workload.NewSecret(cfg.GetEncodedJITConfig()),
 		RunnerName: spec.Name,
 		RunnerID:   cfg.GetRunner().GetID(),
@@ -103,7 +103,7 @@ func (p *Provider) registrationToken(ctx context.Context, spec workload.RunnerSp
 		return workload.Credential{}, fmt.Errorf("github: the registration token for %s came back empty: %w", s, workload.ErrUnavailable)
 	}
 	return workload.Credential{
-		Method:          workload.MethodRegistrationToken,
+		Method:          MethodRegistrationToken,
 		Secret:          workload.NewSecret(tok.GetToken()),
 		RunnerName:      spec.Name,
 		RegistrationURL: p.cfg.RunnerURL,

@@ -17,6 +17,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/gitlab/gitlabvm"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadmetrics"
 )
 
@@ -118,8 +119,8 @@ func (*Backend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Templat
 		Field:           templateField,
 		Runner:          runnerSoftware(g),
 		RegistrationURL: instanceURL(g),
-		AgentPlatform:   "gitlab-ci",
-		BootstrapMethod: string(workload.MethodRunnerAuthToken),
+		AgentPlatform:   string(gitlabvm.Platform),
+		BootstrapMethod: string(MethodRunnerAuthToken),
 		Secrets:         map[string]hfv1.LocalSecretKeySelector{templateField + ".credentials.token": g.Credentials.Token},
 		CredentialsKey:  credentialsKey(g),
 	}

@@ -239,7 +239,7 @@ func (p *Provider) scopeID(ctx context.Context) (int64, error) {
 // operator seals the runner at its first job (SealRunner).
 func (p *Provider) IssueCredential(ctx context.Context, spec workload.RunnerSpec) (workload.Credential, error) {
 	switch spec.Method {
-	case "", workload.MethodRunnerAuthToken, workload.MethodJIT:
+	case "", MethodRunnerAuthToken, workload.Method(hfv1.BootstrapJITConfig):
 		// jit-config is the template's default method, which GitLab runners
 		// read as theirs: created up front, good for one VM.
 	default:
@@ -288,7 +288,7 @@ func (p *Provider) IssueCredential(ctx context.Context, spec workload.RunnerSpec
 		return workload.Credential{}, fmt.Errorf("gitlab: runner %s was created without a token: %w", spec.Name, workload.ErrUnavailable)
 	}
 	cred := workload.Credential{
-		Method: workload.MethodRunnerAuthToken, Secret: workload.NewSecret(r.Token),
+		Method: MethodRunnerAuthToken, Secret: workload.NewSecret(r.Token),
 		RunnerName: spec.Name, RunnerID: r.ID, RegistrationURL: p.cfg.URL, IssuedAt: issued,
 	}
 	if r.TokenExpiresAt != nil {
