@@ -25,6 +25,9 @@ import (
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite/buildkitevm"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github/githubvm"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/gitlab/gitlabvm"
 )
 
 // syncBuffer is the test log.
@@ -110,7 +113,7 @@ func writeScript(t *testing.T, path, body string) {
 func (v *vm) baseConfig() *agentconfig.Config {
 	return &agentconfig.Config{
 		Version:         agentconfig.CurrentVersion,
-		Platform:        agentconfig.PlatformGitHubActions,
+		Platform:        githubvm.Platform,
 		WorkloadMethod:  agentconfig.WorkloadDirect,
 		BootstrapMethod: agentconfig.BootstrapJITConfig,
 		SecretsFile:     agentconfig.SecretsFile,
@@ -149,7 +152,7 @@ func (v *vm) writeConfig(c *agentconfig.Config) {
 func (v *vm) placeCredential(method agentconfig.BootstrapMethod) {
 	v.t.Helper()
 	g := agentconfig.GuestSecrets{JITConfig: v.secret}
-	if method == agentconfig.BootstrapRunnerToken || method == agentconfig.BootstrapAgentToken || method == agentconfig.BootstrapJobToken || method == agentconfig.BootstrapRunnerAuthToken {
+	if method == agentconfig.BootstrapRunnerToken || method == buildkitevm.MethodAgentToken || method == buildkitevm.MethodJobToken || method == gitlabvm.MethodRunnerAuthToken {
 		g = agentconfig.GuestSecrets{RegistrationToken: v.secret}
 	}
 	v.placeSecrets(g)
