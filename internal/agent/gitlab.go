@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
-
 )
 
 // EnvGitLabToken is the environment variable gitlab-runner reads its
