@@ -135,6 +135,36 @@ type WebhookFormat struct {
 	// one, such as "workflow_job queued, waiting, in_progress and
 	// completed events".
 	Used string
+	// Operator is how the operator's flags configure the receiver.
+	Operator WebhookFlags
+}
+
+// WebhookFlags describe the operator's flags of one platform's webhook
+// receiver (cmd/hyperfleet binds them for every back-end that receives
+// webhooks, in one loop): --<Name>-webhook-secret names the Secret with
+// its secrets, --<Name>-webhook-allow-fallback-secret accepts the
+// Secret's shared key, --<Name>-webhook-api-host names the instance whose
+// deliveries it verifies.
+type WebhookFlags struct {
+	// Name is the platform's name in the flags, such as gitlab.
+	Name string
+	// DefaultSecret is --<Name>-webhook-secret's default; empty (the
+	// platform's webhooks are received only when a Secret is named).
+	DefaultSecret string
+	// OwnerKeys says what the Secret's owner keys are, for the help, such
+	// as "owner.<login> (the secret of one organization's or user's
+	// webhooks, which only it may use)".
+	OwnerKeys string
+	// Owners names the owners in the fallback flag's help, such as "GitLab
+	// group".
+	Owners string
+	// Docs is the page that explains the platform's webhooks, such as
+	// docs/gitlab.md.
+	Docs string
+	// PublicService and ExampleHost are for the API host flag's help: the
+	// public service an empty flag means (GitHub.com) and the API host of
+	// another instance, such as gitlab.example.com (a self-managed GitLab).
+	PublicService, ExampleHost string
 }
 
 // SecretReader reads the value of one key of a Secret in namespace; field

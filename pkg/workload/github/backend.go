@@ -228,6 +228,12 @@ var WebhookFormat = workload.WebhookFormat{
 	// header.
 	HostHeader: WebhookEnterpriseHostHeader, PublicHosts: []string{"github.com", publicAPIHost},
 	Used: "workflow_job queued, waiting, in_progress and completed events",
+	Operator: workload.WebhookFlags{
+		Name: "github", DefaultSecret: "hyperfleet-github-webhook",
+		OwnerKeys: "owner.<login> (the secret of one organization's or user's webhooks, which only it may use)",
+		Owners:    "owner", Docs: "docs/install.md",
+		PublicService: "GitHub.com", ExampleHost: "ghes.example.com (a GitHub Enterprise Server)",
+	},
 }
 
 // WebhookFormat implements workload.WebhookReceiver.
