@@ -25,9 +25,7 @@ import (
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite/buildkitevm"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github/githubvm"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/gitlab/gitlabvm"
 )
 
 // syncBuffer is the test log.
@@ -152,7 +150,7 @@ func (v *vm) writeConfig(c *agentconfig.Config) {
 func (v *vm) placeCredential(method agentconfig.BootstrapMethod) {
 	v.t.Helper()
 	g := agentconfig.GuestSecrets{JITConfig: v.secret}
-	if method == agentconfig.BootstrapRunnerToken || method == buildkitevm.MethodAgentToken || method == buildkitevm.MethodJobToken || method == gitlabvm.MethodRunnerAuthToken {
+	if spec, _ := agentconfig.LookupMethod(method); !spec.JITConfig {
 		g = agentconfig.GuestSecrets{RegistrationToken: v.secret}
 	}
 	v.placeSecrets(g)
