@@ -34,6 +34,10 @@ type Backend interface {
 	// Name is the platform's name for messages and condition reasons,
 	// such as GitHub.
 	Name() string
+	// TemplateField is the template's section for this platform, such as
+	// spec.bootstrap.github (Template.Field), for the messages about a
+	// template that has none.
+	TemplateField() string
 	// Template reads tmpl's section for this platform; false when tmpl
 	// has none.
 	Template(tmpl *hfv1.HypervisorMachineTemplate) (Template, bool)

@@ -114,13 +114,16 @@ func NewBackend(workload.Dependencies) (workload.Backend, error) { return Backen
 // Name implements workload.Backend.
 func (Backend) Name() string { return "TestCI" }
 
+// TemplateField implements workload.Backend.
+func (Backend) TemplateField() string { return "metadata.annotations[" + OwnerAnnotation + "]" }
+
 // Template implements workload.Backend for a template with OwnerAnnotation.
 func (Backend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Template, bool) {
 	owner, ok := tmpl.Annotations[OwnerAnnotation]
 	if !ok {
 		return workload.Template{}, false
 	}
-	field := "metadata.annotations[" + OwnerAnnotation + "]"
+	field := Backend{}.TemplateField()
 	return workload.Template{
 		Field: field, Scope: workload.Scope{Owner: owner}, ScopeField: field,
 		Runner:          workload.RunnerSoftware{OS: "linux", Arch: "amd64", InstallPath: InstallPath, WorkDir: WorkDir, RunScript: RunScript},

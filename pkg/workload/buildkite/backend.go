@@ -83,6 +83,9 @@ func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
 // Name implements workload.Backend.
 func (*Backend) Name() string { return "Buildkite" }
 
+// TemplateField implements workload.Backend.
+func (*Backend) TemplateField() string { return templateField }
+
 // Template implements workload.Backend for a template with a
 // spec.bootstrap.buildkite.
 func (*Backend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Template, bool) {

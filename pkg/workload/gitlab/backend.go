@@ -73,6 +73,9 @@ func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
 // Name implements workload.Backend.
 func (*Backend) Name() string { return "GitLab" }
 
+// TemplateField implements workload.Backend.
+func (*Backend) TemplateField() string { return templateField }
+
 // ScopeOf is the neutral scope of a GitLab project or group full path: a
 // project a/b/c is Owner a/b, Repository c; a group a/b is Owner a/b.
 func ScopeOf(project, group string, instance bool) workload.Scope {
