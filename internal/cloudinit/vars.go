@@ -53,9 +53,8 @@ const (
 const PlatformGeneric = string(agentconfig.PlatformGeneric)
 
 // BootstrapJITConfig is the credential method of a template that names
-// none (spec.bootstrap.method's default).
-//
-// Deprecated: the method is the platform's (workload.Template.BootstrapMethod).
+// none (spec.bootstrap.method's default), for internal/vmspec; a platform's
+// own methods are its back-end's (workload.Template.BootstrapMethod).
 const BootstrapJITConfig = string(agentconfig.BootstrapJITConfig)
 
 // Vars are the variables a template's spec.cloudInit.userData, networkData

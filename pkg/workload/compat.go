@@ -8,12 +8,12 @@ import (
 
 // The platforms' credential methods under the names the credential broker
 // (internal/broker) and the claim's guest secrets and secrets store
-// (internal/controller/machineclaim) still switch on. Each is the
-// platform's own name, not a second spelling of it.
-//
-// Deprecated: a credential's Method is the platform's; how it travels is
-// its agentconfig.MethodSpec (JITConfig or a token), which these switches
-// should ask instead.
+// (internal/controller/machineclaim) still switch on, and the neutral
+// packages' tests use (they may not import a platform's package). Each is
+// the platform's own name, not a second spelling of it. The switches
+// should rather ask how a credential travels (agentconfig.MethodSpec:
+// a JIT configuration or a token), so that a new platform's method needs
+// no case there.
 const (
 	MethodJIT               = Method(hfv1.BootstrapJITConfig)
 	MethodRegistrationToken = Method(hfv1.BootstrapRunnerToken)
