@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"path"
 	"strings"
-	"sync"
 
 	"k8s.io/utils/clock"
 
@@ -57,13 +56,7 @@ type Backend struct {
 	transport http.RoundTripper
 	clock     clock.PassiveClock
 
-	mu        sync.Mutex
-	providers map[string]cachedProvider
-}
-
-type cachedProvider struct {
-	fingerprint string
-	provider    *Provider
+	providers workload.ProviderCache[*Provider]
 }
 
 var (
@@ -77,7 +70,7 @@ func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
 	if err := workloadmetrics.Register(deps.Metrics); err != nil {
 		return nil, fmt.Errorf("buildkite: register metrics: %w", err)
 	}
-	return &Backend{transport: deps.Transport, clock: deps.Clock, providers: map[string]cachedProvider{}}, nil
+	return &Backend{transport: deps.Transport, clock: deps.Clock}, nil
 }
 
 // Name implements workload.Backend.
@@ -272,17 +265,9 @@ func (b *Backend) Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemp
 	if t := tmpl.Spec.Bootstrap.HTTPTimeout; t != nil {
 		cfg.HTTPTimeout = t.Duration
 	}
-	key := tmpl.Namespace + "/" + tmpl.Name + "/" + scope.String()
-	fp := cfg.fingerprint()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if c, ok := b.providers[key]; ok && c.fingerprint == fp {
-		return c.provider, nil
-	}
-	p, err := New(cfg)
+	p, err := b.providers.Get(tmpl, scope, cfg.fingerprint(), func() (*Provider, error) { return New(cfg) })
 	if err != nil {
 		return nil, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s of HypervisorMachineTemplate %s: %w", templateField, tmpl.Name, err)
 	}
-	b.providers[key] = cachedProvider{fingerprint: fp, provider: p}
 	return p, nil
 }

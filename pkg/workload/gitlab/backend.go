@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"path"
 	"strings"
-	"sync"
 
 	"k8s.io/utils/clock"
 
@@ -46,13 +45,7 @@ type Backend struct {
 	transport http.RoundTripper
 	clock     clock.PassiveClock
 
-	mu        sync.Mutex
-	providers map[string]cachedProvider
-}
-
-type cachedProvider struct {
-	fingerprint string
-	provider    *Provider
+	providers workload.ProviderCache[*Provider]
 }
 
 var (
@@ -67,7 +60,7 @@ func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
 	if err := workloadmetrics.Register(deps.Metrics); err != nil {
 		return nil, fmt.Errorf("gitlab: register metrics: %w", err)
 	}
-	return &Backend{transport: deps.Transport, clock: deps.Clock, providers: map[string]cachedProvider{}}, nil
+	return &Backend{transport: deps.Transport, clock: deps.Clock}, nil
 }
 
 // Name implements workload.Backend.
@@ -283,17 +276,9 @@ func (b *Backend) Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemp
 	// map, never in a status or a log.
 	raw, _ := json.Marshal([]any{cfg.URL, cfg.Token, cfg.Scope, cfg.RunUntagged, cfg.AccessLevel, cfg.HTTPTimeout})
 	sum := sha256.Sum256(raw)
-	fp := hex.EncodeToString(sum[:])
-	key := tmpl.Namespace + "/" + tmpl.Name + "/" + scope.String()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if c, ok := b.providers[key]; ok && c.fingerprint == fp {
-		return c.provider, nil
-	}
-	p, err := New(cfg)
+	p, err := b.providers.Get(tmpl, scope, hex.EncodeToString(sum[:]), func() (*Provider, error) { return New(cfg) })
 	if err != nil {
 		return nil, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s of HypervisorMachineTemplate %s: %w", templateField, tmpl.Name, err)
 	}
-	b.providers[key] = cachedProvider{fingerprint: fp, provider: p}
 	return p, nil
 }
