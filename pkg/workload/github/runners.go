@@ -156,18 +156,11 @@ func (p *Provider) runnerGroupID(ctx context.Context, name string) (int64, error
 // DeregisterRunner implements workload.Provider.
 func (p *Provider) DeregisterRunner(ctx context.Context, id int64, name string) error {
 	ctx = withCleanup(ctx)
-	if id == 0 {
-		r, err := p.GetRunner(ctx, name)
-		if errors.Is(err, workload.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		id = r.ID
+	id, found, err := workload.RunnerToRemove(ctx, p.GetRunner, id, name)
+	if !found || err != nil {
+		return err
 	}
 	var resp *gh.Response
-	var err error
 	switch s := p.cfg.Scope; {
 	case s.IsEnterprise():
 		resp, err = p.client.Enterprise.RemoveRunner(ctx, s.Enterprise, id)
