@@ -296,15 +296,22 @@ func agentConfig(v *Vars) *agentconfig.Config {
 	return c
 }
 
-// operatorCloudConfig is the operator's cloud-config as a YAML mapping.
-func operatorCloudConfig(v *Vars) (*yaml.Node, error) {
+// agentConfigFile is the agent's config file for v (agentConfig), checked
+// unless v is canonical: per-VM values are empty there, and the drift hash
+// renders it all the same.
+func agentConfigFile(v *Vars) ([]byte, error) {
 	cfg := agentConfig(v)
 	if !v.canonical {
 		if err := cfg.Validate(); err != nil {
 			return nil, fmt.Errorf("vars: the agent config they produce is invalid: %w", err)
 		}
 	}
-	js, err := cfg.Marshal()
+	return cfg.Marshal()
+}
+
+// operatorCloudConfig is the operator's cloud-config as a YAML mapping.
+func operatorCloudConfig(v *Vars) (*yaml.Node, error) {
+	js, err := agentConfigFile(v)
 	if err != nil {
 		return nil, err
 	}
@@ -357,7 +364,7 @@ func operatorCloudConfig(v *Vars) (*yaml.Node, error) {
 		flow("systemctl", "daemon-reload"),
 		flow("systemctl", "start", "--no-block", AgentUnitName),
 	)
-	if p := cfg.Proxy; p != nil {
+	if p := v.proxy(); p != nil {
 		files.Content = append(files.Content,
 			mapping("path", ProxyProfilePath, "owner", "root:root", "permissions", quoted("0644"), "content", literal(proxyProfile(p))),
 			mapping("path", ProxyAptPath, "owner", "root:root", "permissions", quoted("0644"), "content", literal(proxyApt(p))))

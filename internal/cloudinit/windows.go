@@ -84,13 +84,7 @@ func windowsRunnerSoftware(s agentconfig.Software) agentconfig.Software {
 // SetHostNamePlugin, before user data), never from a set_hostname
 // directive, which would ask for a reboot in the middle of the user data.
 func windowsUserData(v *Vars) ([]byte, error) {
-	cfg := agentConfig(v)
-	if !v.canonical {
-		if err := cfg.Validate(); err != nil {
-			return nil, fmt.Errorf("vars: the agent config they produce is invalid: %w", err)
-		}
-	}
-	js, err := cfg.Marshal()
+	js, err := agentConfigFile(v)
 	if err != nil {
 		return nil, err
 	}
