@@ -99,8 +99,10 @@ func RegisterPlatform(spec PlatformSpec) {
 		panic(fmt.Sprintf("agentconfig: platforms %s and %s are both the default", defaultPlatform, spec.Platform))
 	}
 	for _, m := range spec.Methods {
-		if m.Method == "" || methods[m.Method].Method != "" {
-			panic(fmt.Sprintf("agentconfig: platform %s registers method %q, which is empty or already registered", spec.Platform, m.Method))
+		// A method may be the API's (compat.go), which every platform that
+		// takes it shares; another platform's it may not be.
+		if old, taken := methods[m.Method]; m.Method == "" || taken && old != m {
+			panic(fmt.Sprintf("agentconfig: platform %s registers method %q, which is empty or already registered otherwise", spec.Platform, m.Method))
 		}
 	}
 	for _, m := range spec.Methods {

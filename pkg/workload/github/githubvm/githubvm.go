@@ -13,24 +13,23 @@ import "github.com/hyperfleet/hyperfleet/internal/agentconfig"
 const Platform agentconfig.Platform = "github-actions"
 
 // GitHub's runner credentials, the template's spec.bootstrap.method values
-// (hfv1.BootstrapJITConfig, hfv1.BootstrapRunnerToken).
+// (hfv1.BootstrapJITConfig, hfv1.BootstrapRunnerToken), which the agent
+// config knows as the API's (agentconfig.JITConfigMethod,
+// agentconfig.RegistrationTokenMethod).
 const (
 	// MethodJIT is a just-in-time runner configuration: the runner is
 	// already registered, for one job, and is started with it.
-	MethodJIT agentconfig.BootstrapMethod = "jit-config"
+	MethodJIT = agentconfig.BootstrapJITConfig
 	// MethodRegistrationToken is a registration token (valid one hour):
 	// the agent runs the runner's config script with it to register an
 	// ephemeral runner, then runs the runner.
-	MethodRegistrationToken agentconfig.BootstrapMethod = "runner-token"
+	MethodRegistrationToken = agentconfig.BootstrapRunnerToken
 )
 
 // Spec is GitHub Actions' part of the agent config.
 var Spec = agentconfig.PlatformSpec{
 	Platform: Platform,
-	Methods: []agentconfig.MethodSpec{
-		{Method: MethodJIT, JITConfig: true, Secret: "GitHub's encoded JIT configuration"},
-		{Method: MethodRegistrationToken, CarriesURL: true, Reusable: true, Secret: "a registration token"},
-	},
+	Methods:  []agentconfig.MethodSpec{agentconfig.JITConfigMethod, agentconfig.RegistrationTokenMethod},
 	Default:  true,
 	Windows:  true,
 	Validate: validate,
