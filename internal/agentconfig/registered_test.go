@@ -33,3 +33,31 @@ func TestTheTestsNamesAreTheRegisteredOnes(t *testing.T) {
 		}
 	}
 }
+
+// TestRegisterPlatformRefusesClashes: a platform is registered once, and a
+// method is one platform's, or the API's shared with the same spec.
+func TestRegisterPlatformRefusesClashes(t *testing.T) {
+	validate := func(*agentconfig.Config, agentconfig.Reporter) {}
+	for name, spec := range map[string]agentconfig.PlatformSpec{
+		"GitLab CI again":            {Platform: gitlabvm.Platform, Methods: []agentconfig.MethodSpec{{Method: "other-token"}}, Validate: validate},
+		"Buildkite's method":         {Platform: "other-ci", Methods: []agentconfig.MethodSpec{{Method: buildkitevm.MethodJobToken}}, Validate: validate},
+		"the API's method otherwise": {Platform: "other-ci", Methods: []agentconfig.MethodSpec{{Method: githubvm.MethodJIT}}, Validate: validate},
+		"generic":                    {Platform: agentconfig.PlatformGeneric, Methods: []agentconfig.MethodSpec{{Method: "other-token"}}, Validate: validate},
+		"no methods":                 {Platform: "other-ci", Validate: validate},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: registered", name)
+				}
+			}()
+			agentconfig.RegisterPlatform(spec)
+		}()
+	}
+	if _, ok := agentconfig.LookupPlatform("other-ci"); ok {
+		t.Error("a refused platform is registered")
+	}
+	if _, ok := agentconfig.LookupMethod("other-token"); ok {
+		t.Error("a refused platform's method is registered")
+	}
+}
