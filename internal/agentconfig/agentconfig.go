@@ -128,8 +128,9 @@ type Config struct {
 	// version is the file format version; must be CurrentVersion (1).
 	Version int `json:"version"`
 
-	// platform is the CI platform: "github-actions", or "generic" (no CI
-	// platform: the generic section's script).
+	// platform is the CI platform, one registered with RegisterPlatform
+	// (platform.go; such as github-actions), or generic (no CI platform:
+	// the generic section's script).
 	Platform Platform `json:"platform"`
 
 	// generic is what a VM of platform generic runs, and until when;
@@ -141,7 +142,8 @@ type Config struct {
 	// the operator's broker after attestation).
 	WorkloadMethod WorkloadMethod `json:"workloadMethod"`
 
-	// bootstrapMethod is "jit-config" or "runner-token": the kind of runner
+	// bootstrapMethod is one of the platform's methods
+	// (PlatformSpec.Methods, such as jit-config): the kind of runner
 	// credential, whether it arrives at secretsFile or comes from the
 	// broker. Empty with platform generic, which has no runner credential.
 	BootstrapMethod BootstrapMethod `json:"bootstrapMethod,omitempty"`
