@@ -616,7 +616,7 @@ func (v *Vars) checkPlatform() error {
 	spec, ok := v.platformSpec()
 	switch {
 	case !ok:
-		return fmt.Errorf("vars: Platform %q must be one of %q", v.Platform, agentconfig.RegisteredPlatforms())
+		return fmt.Errorf("vars: Platform %q must be one of %q (empty: the registered default platform, PlatformSpec.Default)", v.Platform, agentconfig.RegisteredPlatforms())
 	case v.AcquireJob != "" && !spec.BindsJob:
 		return fmt.Errorf("vars: AcquireJob is set but Platform is %q, which binds no VM to a job", spec.Platform)
 	case !spec.Takes(agentconfig.BootstrapMethod(v.BootstrapMethod)):
