@@ -463,15 +463,7 @@ func (r *Reconciler) checkPlatformSection(_ context.Context, s *claimScope) (pha
 	if _, reads := be.Template(s.tmpl); reads {
 		return phase.Next(), nil
 	}
-	field := "spec.bootstrap.github"
-	switch wc.Type {
-	case hfv1.WorkloadGeneric:
-		field = "spec.bootstrap.generic"
-	case hfv1.WorkloadGitLabCI:
-		field = "spec.bootstrap.gitlab"
-	case hfv1.WorkloadBuildkite:
-		field = "spec.bootstrap.buildkite"
-	}
+	field := be.TemplateField()
 	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.InvalidSpecReason, fmt.Sprintf(
 		"spec.workloadConfig.type is %s, but HypervisorMachineTemplate %s has no %s; use a template of that platform (or a RunnerPool whose workload.type matches its template)",
 		wc.Type, s.tmpl.Name, field))
