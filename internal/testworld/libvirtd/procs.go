@@ -1,0 +1,117 @@
+package libvirtd
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// nsProcess is a process of the daemon's PID namespace.
+type nsProcess struct {
+	hostPID, nsPID int
+	comm           string
+}
+
+// processes lists the processes of the daemon's PID namespace, found by
+// comparing /proc/<pid>/ns/pid with the holder's.
+func (d *Daemon) processes() ([]nsProcess, error) {
+	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", d.holder.Process.Pid))
+	if err != nil {
+		return nil, fmt.Errorf("libvirtd: the daemon's PID namespace: %w", err)
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("libvirtd: listing processes: %w", err)
+	}
+	var procs []nsProcess
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if other, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err != nil || other != ns {
+			continue
+		}
+		p, ok := readStatus(pid)
+		if ok {
+			procs = append(procs, p)
+		}
+	}
+	return procs, nil
+}
+
+// readStatus reads a process's name and its PID in its own namespace (the
+// last field of NSpid); false when it has exited meanwhile.
+func readStatus(pid int) (nsProcess, bool) {
+	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return nsProcess{}, false
+	}
+	defer f.Close()
+	p := nsProcess{hostPID: pid}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		key, value, _ := strings.Cut(sc.Text(), ":")
+		fields := strings.Fields(value)
+		switch {
+		case key == "Name" && len(fields) > 0:
+			p.comm = fields[0]
+		case key == "NSpid" && len(fields) > 0:
+			p.nsPID, _ = strconv.Atoi(fields[len(fields)-1])
+		case key == "State" && len(fields) > 0 && fields[0] == "Z":
+			return nsProcess{}, false
+		}
+	}
+	return p, p.nsPID != 0
+}
+
+// findProcess is the host PID of the daemon's process named comm.
+func (d *Daemon) findProcess(comm string) (int, error) {
+	procs, err := d.processes()
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range procs {
+		if p.comm == comm {
+			return p.hostPID, nil
+		}
+	}
+	return 0, fmt.Errorf("libvirtd: no %s runs in the daemon's namespaces", comm)
+}
+
+// hostPID maps a PID inside the daemon's namespace to the host's.
+func (d *Daemon) hostPID(nsPID int) (int, error) {
+	procs, err := d.processes()
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range procs {
+		if p.nsPID == nsPID {
+			return p.hostPID, nil
+		}
+	}
+	return 0, fmt.Errorf("libvirtd: no process %d in the daemon's namespaces", nsPID)
+}
+
+// waitGone waits until pid has exited and been reaped, polling /proc: a
+// process that is not our child gives no other signal.
+func waitGone(pid int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		// A zombie still takes signals; it is gone once the holder has
+		// reaped it.
+		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("libvirtd: process %d still runs after %s", pid, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
