@@ -104,14 +104,20 @@ func setMeta(d *libvirtxml.Domain, m vmMeta) error {
 }
 
 // foreignMetadata returns the elements of md outside this provider's
-// namespace, re-encoded.
+// namespace as they are written: libvirt gives each its own namespace
+// declaration, so its text stands alone.
 func foreignMetadata(md *libvirtxml.DomainMetadata) (string, error) {
 	if md == nil || strings.TrimSpace(md.XML) == "" {
 		return "", nil
 	}
-	dec := xml.NewDecoder(strings.NewReader("<metadata>" + md.XML + "</metadata>"))
+	src := "<metadata>" + md.XML + "</metadata>"
+	dec := xml.NewDecoder(strings.NewReader(src))
+	if _, err := dec.Token(); err != nil { // <metadata>
+		return "", fmt.Errorf("read the domain's metadata: %w", err)
+	}
 	var out strings.Builder
 	for {
+		start := dec.InputOffset()
 		tok, err := dec.Token()
 		if errors.Is(err, io.EOF) {
 			return out.String(), nil
@@ -120,36 +126,16 @@ func foreignMetadata(md *libvirtxml.DomainMetadata) (string, error) {
 			return "", fmt.Errorf("read the domain's metadata: %w", err)
 		}
 		se, ok := tok.(xml.StartElement)
-		if !ok || se.Name.Local == "metadata" && se.Name.Space == "" {
+		if !ok {
 			continue
 		}
-		var raw struct {
-			Inner string     `xml:",innerxml"`
-			Attrs []xml.Attr `xml:",any,attr"`
-		}
-		if err := dec.DecodeElement(&raw, &se); err != nil {
+		if err := dec.Skip(); err != nil {
 			return "", fmt.Errorf("read the domain's metadata: %w", err)
 		}
-		if se.Name.Space == MetadataNamespace {
-			continue
+		if se.Name.Space != MetadataNamespace {
+			out.WriteString(src[start:dec.InputOffset()])
 		}
-		// Re-declared with a prefix of its own: the inner XML keeps the
-		// element's original prefixes, which only it declares.
-		fmt.Fprintf(&out, `<%s xmlns="%s"`, se.Name.Local, escapeAttr(se.Name.Space))
-		for _, a := range raw.Attrs {
-			if a.Name.Space == "xmlns" || a.Name.Local == "xmlns" {
-				continue
-			}
-			fmt.Fprintf(&out, ` %s="%s"`, a.Name.Local, escapeAttr(a.Value))
-		}
-		fmt.Fprintf(&out, ">%s</%s>", raw.Inner, se.Name.Local)
 	}
-}
-
-func escapeAttr(s string) string {
-	var b strings.Builder
-	_ = xml.EscapeText(&b, []byte(s))
-	return b.String()
 }
 
 // parseDomain reads a domain's XML.
