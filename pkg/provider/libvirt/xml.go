@@ -185,7 +185,8 @@ type cloneSpec struct {
 // inactive XML is tmplXML: a new name, UUID and MAC, the marker, and one
 // disk, its own volume (qcow2); the template's other removable media,
 // title, description and metadata are dropped, and its NVRAM path, so
-// that libvirt makes the clone its own from the template's.
+// that libvirt makes the clone its own from the template's. Its first
+// CD-ROM stays, empty: the seed's slot.
 func cloneDomain(tmplXML string, c cloneSpec) (*libvirtxml.Domain, error) {
 	d, err := parseDomain(tmplXML)
 	if err != nil {
@@ -202,7 +203,17 @@ func cloneDomain(tmplXML string, c cloneSpec) (*libvirtxml.Domain, error) {
 		boot.Driver = &libvirtxml.DomainDiskDriver{Name: "qemu"}
 	}
 	boot.Driver.Type = "qcow2"
-	d.Devices.Disks = []libvirtxml.DomainDisk{boot}
+	disks := []libvirtxml.DomainDisk{boot}
+	// The template's first CD-ROM, emptied, is the slot the seed goes
+	// into: the guest's kernel knows that bus.
+	for _, disk := range d.Devices.Disks {
+		if disk.Device == "cdrom" {
+			disk.Source = nil
+			disks = append(disks, disk)
+			break
+		}
+	}
+	d.Devices.Disks = disks
 	d.ID, d.Name, d.UUID, d.Title, d.Description, d.Metadata = nil, c.name, uuid.NewString(), "", "", nil
 	if d.OS != nil && d.OS.NVRam != nil {
 		d.OS.NVRam.NVRam, d.OS.NVRam.Source = "", nil
@@ -257,7 +268,7 @@ func configureDomain(d *libvirtxml.Domain, c configSpec) error {
 		configureInterface(&d.Devices.Interfaces[0], c)
 	}
 	if c.medium != "" {
-		d.Devices.Disks = append(d.Devices.Disks, cdrom(d, c.mediaPool, c.medium))
+		insertMedium(d, c.mediaPool, c.medium)
 	}
 	if c.addTPM && !hasTPM2(d) {
 		d.Devices.TPMs = append(d.Devices.TPMs, libvirtxml.DomainTPM{Model: "tpm-crb",
@@ -279,6 +290,20 @@ func configureInterface(nic *libvirtxml.DomainInterface, c configSpec) {
 	if c.model != "" {
 		nic.Model = &libvirtxml.DomainInterfaceModel{Type: c.model}
 	}
+}
+
+// insertMedium puts volume of pool into d's empty CD-ROM slot, or into a
+// new CD-ROM when it has none.
+func insertMedium(d *libvirtxml.Domain, pool, volume string) {
+	src := &libvirtxml.DomainDiskSource{Volume: &libvirtxml.DomainDiskSourceVolume{Pool: pool, Volume: volume}}
+	for i, disk := range d.Devices.Disks {
+		if disk.Device == "cdrom" && disk.Source == nil {
+			d.Devices.Disks[i].Source = src
+			d.Devices.Disks[i].ReadOnly = &libvirtxml.DomainDiskReadOnly{}
+			return
+		}
+	}
+	d.Devices.Disks = append(d.Devices.Disks, cdrom(d, pool, volume))
 }
 
 // cdrom is a read-only CD-ROM holding volume of pool, on the bus the

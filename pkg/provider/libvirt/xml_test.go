@@ -72,8 +72,8 @@ func TestCloneDomain(t *testing.T) {
 	if d.Name != "hf-unit-42-abc" || d.UUID == "" || d.UUID == "0b1d5f9e-6a43-4a2f-9a56-6f2c1ab1f5a1" || d.Title != "" {
 		t.Errorf("name %q, uuid %q, title %q: want the clone's name, a new UUID and no title", d.Name, d.UUID, d.Title)
 	}
-	if len(d.Devices.Disks) != 1 {
-		t.Fatalf("clone has %d disks, want only its boot disk", len(d.Devices.Disks))
+	if len(d.Devices.Disks) != 2 || d.Devices.Disks[1].Device != "cdrom" || d.Devices.Disks[1].Source != nil {
+		t.Fatalf("clone has disks %+v, want its boot disk and the template's CD-ROM, empty", d.Devices.Disks)
 	}
 	disk := d.Devices.Disks[0]
 	if v := disk.Source.Volume; v == nil || v.Pool != "vms" || v.Volume != "hf-unit-42-abc.qcow2" || disk.Source.File != nil || disk.Driver.Type != "qcow2" {
@@ -123,13 +123,18 @@ func TestConfigureDomain(t *testing.T) {
 		wantBus string
 		wantDev string
 		addTPM  bool
+		noCDROM bool
 	}{
-		{name: "q35 takes SATA", machine: "pc-q35-7.2", wantBus: "sata", wantDev: "sdc"},
-		{name: "pc takes IDE", machine: "pc-i440fx-7.2", wantBus: "ide", wantDev: "hdc", addTPM: true},
+		{name: "the template's CD-ROM slot", machine: "pc-q35-7.2", wantBus: "sata", wantDev: "sda"},
+		{name: "q35 without a CD-ROM takes SATA", machine: "pc-q35-7.2", noCDROM: true, wantBus: "sata", wantDev: "sdc"},
+		{name: "pc without a CD-ROM takes IDE", machine: "pc-i440fx-7.2", noCDROM: true, wantBus: "ide", wantDev: "hdc", addTPM: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			doc := strings.Replace(templateXML, "pc-q35-7.2", c.machine, 1)
+			if c.noCDROM {
+				doc = strings.Replace(doc, "device='cdrom'", "device='floppy'", 1)
+			}
 			d, err := cloneDomain(doc, cloneSpec{name: "vm", pool: "vms", volume: "vm.qcow2", meta: vmMeta{ID: 7}})
 			if err != nil {
 				t.Fatal(err)
