@@ -76,11 +76,12 @@ func (p *Provider) deleteStep(d *domain) (string, error) {
 			return opDeleteISO, nil
 		}
 	}
-	pool, err := l.StoragePoolLookupByName(p.settings.VolumePool)
+	poolName, volName := p.diskOf(d)
+	pool, err := l.StoragePoolLookupByName(poolName)
 	if err != nil {
-		return "", classify(fmt.Errorf("look up pool %s to delete the disk of VM %d: %w", p.settings.VolumePool, vmid, err))
+		return "", classify(fmt.Errorf("look up pool %s to delete the disk of VM %d: %w", poolName, vmid, err))
 	}
-	if vol, err := l.StorageVolLookupByName(pool, p.diskName(vmid)); err == nil {
+	if vol, err := l.StorageVolLookupByName(pool, volName); err == nil {
 		if err := l.StorageVolDelete(vol, 0); err != nil {
 			return "", classify(fmt.Errorf("delete the disk of VM %d: %w", vmid, err))
 		}

@@ -9,6 +9,24 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
+// diskPool is the pool a clone's disk goes to: a full clone's own target
+// (source.storage), else the cluster's volume pool.
+func (p *Provider) diskPool(spec *provider.VMSpec) string {
+	if !spec.Source.Linked && spec.Source.Storage != "" {
+		return spec.Source.Storage
+	}
+	return p.settings.VolumePool
+}
+
+// diskOf is the pool and volume of the VM's own disk, as its definition
+// names them.
+func (p *Provider) diskOf(d *domain) (pool, volume string) {
+	if disk, err := bootDisk(d.xml); err == nil && disk.Source != nil && disk.Source.Volume != nil {
+		return disk.Source.Volume.Pool, disk.Source.Volume.Volume
+	}
+	return p.settings.VolumePool, p.diskName(d.meta.ID)
+}
+
 // diskName is the volume name of VM vmid's disk: the install's name of
 // the VM, so that it is as unique as the domain's.
 func (p *Provider) diskName(vmid int) string { return p.signer.VMName(vmid) + ".qcow2" }
@@ -46,17 +64,18 @@ func (p *Provider) ensureDisk(spec *provider.VMSpec, ref *TemplateRef, d *domain
 	if err != nil {
 		return false, err
 	}
-	pool, err := l.StoragePoolLookupByName(p.settings.VolumePool)
+	poolName, volName := p.diskOf(d)
+	pool, err := l.StoragePoolLookupByName(poolName)
 	if err != nil {
-		return false, provider.Errorf(provider.ClassConfiguration, "StorageNotFound", "spec.libvirt.volumePool %q on host %s: %v", p.settings.VolumePool, h.Name, classify(err))
+		return false, provider.Errorf(provider.ClassConfiguration, "StorageNotFound", "storage pool %q of VM %d on host %s (spec.libvirt.volumePool or source.storage): %v", poolName, vmid, h.Name, classify(err))
 	}
-	_, err = l.StorageVolLookupByName(pool, p.diskName(vmid))
+	_, err = l.StorageVolLookupByName(pool, volName)
 	if err == nil {
 		if p.copyInFlight(vmid) {
 			res.Phase, res.RetryAfter, res.Message = provider.PhaseCloning, copyPoll, fmt.Sprintf("copying the template's disk to VM %d", vmid)
 			return false, nil
 		}
-		if cerr := p.copyFailed(vmid); cerr != nil {
+		if cerr := p.copyFailed(vmid, poolName); cerr != nil {
 			return false, cerr
 		}
 		p.releaseSlot(vmid)
@@ -69,7 +88,7 @@ func (p *Provider) ensureDisk(spec *provider.VMSpec, ref *TemplateRef, d *domain
 		res.Phase, res.RetryAfter, res.Message = provider.PhaseCloning, copyPoll, fmt.Sprintf("copying the template's disk to VM %d", vmid)
 		return false, nil
 	}
-	if cerr := p.copyFailed(vmid); cerr != nil {
+	if cerr := p.copyFailed(vmid, poolName); cerr != nil {
 		p.releaseSlot(vmid)
 		return false, cerr
 	}
@@ -95,20 +114,20 @@ func (p *Provider) ensureDisk(spec *provider.VMSpec, ref *TemplateRef, d *domain
 		return false, err
 	}
 	if full {
-		doc, err := copyXML(p.diskName(vmid), capacity)
+		doc, err := copyXML(volName, capacity)
 		if err != nil {
 			return false, err
 		}
 		p.startCopy(l, pool, doc, t.vol, vmid)
-		p.did(res, d, provider.PhaseCloning, opDisk, copyPoll, "copying the disk of template %s to VM %d on host %s", ref.Domain, vmid, h.Name)
+		p.did(res, d, provider.PhaseCloning, opDisk, copyPoll, "copying the disk of template %s to VM %d on host %s", ref, vmid, h.Name)
 		return false, nil
 	}
-	doc, err := overlayXML(p.diskName(vmid), t, capacity)
+	doc, err := overlayXML(volName, t, capacity)
 	if err != nil {
 		return false, err
 	}
 	if _, err := l.StorageVolCreateXML(pool, doc, 0); err != nil {
-		return false, poolError(classify(fmt.Errorf("create the disk of VM %d in pool %s on host %s: %w", vmid, p.settings.VolumePool, h.Name, err)), p.settings.VolumePool)
+		return false, poolError(classify(fmt.Errorf("create the disk of VM %d in pool %s on host %s: %w", vmid, poolName, h.Name, err)), poolName)
 	}
 	p.did(res, d, provider.PhaseCloning, opDisk, nextStep, "created the disk of VM %d on template %s on host %s", vmid, ref.Domain, h.Name)
 	return false, nil
@@ -170,13 +189,13 @@ func (p *Provider) copyInFlight(vmid int) bool {
 }
 
 // copyFailed returns the error of vmid's finished full copy, nil if none.
-func (p *Provider) copyFailed(vmid int) error {
+func (p *Provider) copyFailed(vmid int, pool string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c := p.clones[vmid]; c != nil && c.err != nil {
 		err := c.err
 		c.err, c.done = nil, nil
-		return poolError(classify(fmt.Errorf("copy the template's disk to VM %d: %w", vmid, err)), p.settings.VolumePool)
+		return poolError(classify(fmt.Errorf("copy the template's disk to VM %d: %w", vmid, err)), pool)
 	}
 	return nil
 }

@@ -128,11 +128,11 @@ func (p *Provider) clone(spec *provider.VMSpec, ref *TemplateRef, vmid int, prev
 	if mac == "" {
 		mac = macOf(vmid)
 	}
-	x, err := cloneDomain(tmpl.inactive, cloneSpec{name: p.signer.VMName(vmid), pool: p.settings.VolumePool, volume: p.diskName(vmid), mac: mac,
+	x, err := cloneDomain(tmpl.inactive, cloneSpec{name: p.signer.VMName(vmid), pool: p.diskPool(spec), volume: p.diskName(vmid), mac: mac,
 		meta: vmMeta{ID: vmid, Description: p.signer.Description(spec.Description, rec)}})
 	if err != nil {
 		p.releaseSlot(vmid)
-		return nil, provider.Errorf(provider.ClassConfiguration, "InvalidTemplate", "source.libvirt.domain %s on host %s: %w", ref.Domain, h.Name, err)
+		return nil, provider.Errorf(provider.ClassConfiguration, "InvalidTemplate", "source.libvirt.domain: template %s on host %s: %w", ref, h.Name, err)
 	}
 	if err := h.redefine(x); err != nil {
 		p.releaseSlot(vmid)
@@ -143,7 +143,7 @@ func (p *Provider) clone(spec *provider.VMSpec, ref *TemplateRef, vmid int, prev
 	}
 	res.Progress.Building, res.Phase, res.RetryAfter = true, provider.PhaseCloning, nextStep
 	res.Progress.Task = p.task(h, vmid, opClone)
-	res.Message = fmt.Sprintf("cloning template %s to VM %d on host %s", ref.Domain, vmid, h.Name)
+	res.Message = fmt.Sprintf("cloning template %s to VM %d on host %s", ref, vmid, h.Name)
 	return res, nil
 }
 

@@ -135,6 +135,18 @@ type TemplateRef struct {
 	// Host, when set, is the only host holding it; empty means every host
 	// that defines a domain of that name.
 	Host string
+
+	// id names the template by templateID instead, for a neutral
+	// TemplateSource that gives only an ID.
+	id int
+}
+
+// String names the template in messages.
+func (r *TemplateRef) String() string {
+	if r.Domain != "" {
+		return r.Domain
+	}
+	return fmt.Sprintf("with id %d", r.id)
 }
 
 // MetadataNamespace is the XML namespace of the <metadata> element that
@@ -284,15 +296,23 @@ func checkSettings(cfg provider.ClusterConfig, s *ClusterSettings) error {
 	return nil
 }
 
-// templateRef returns the TemplateRef of source, a ClassConfiguration
-// error naming the field when it has none.
+// templateRef returns the template source names: its TemplateRef, else
+// the neutral Name (a domain name) or ID (templateID); a
+// ClassConfiguration error naming the field when it names none.
 func templateRef(source provider.TemplateSource) (*TemplateRef, error) {
 	ref, ok := source.Settings.(*TemplateRef)
-	if !ok || ref == nil || ref.Domain == "" {
+	switch {
+	case ok && ref != nil && ref.Domain != "":
+		return ref, nil
+	case source.Settings != nil && !ok:
 		return nil, provider.Errorf(provider.ClassConfiguration, "TemplateUnset",
-			"source.libvirt.domain: the VM's source names no libvirt template domain (settings of type %T)", source.Settings)
+			"source.libvirt: settings of type %T, want *libvirt.TemplateRef", source.Settings)
+	case source.Name != "":
+		return &TemplateRef{Domain: source.Name}, nil
+	case source.ID > 0:
+		return &TemplateRef{id: source.ID}, nil
 	}
-	return ref, nil
+	return nil, provider.Errorf(provider.ClassConfiguration, "TemplateUnset", "source.libvirt.domain: the VM's source names no libvirt template domain")
 }
 
 // hostNamed returns the configured host called name, nil if none.

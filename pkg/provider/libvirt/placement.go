@@ -77,12 +77,12 @@ func (p *Provider) hostState(h *host, tmpl *TemplateRef) (hostState, error) {
 	}
 	st := hostState{name: h.Name, availableBytes: avail - h.ReservedMemoryBytes, template: tmpl == nil}
 	if tmpl != nil && (tmpl.Host == "" || tmpl.Host == h.Name) {
-		_, err := l.DomainLookupByName(tmpl.Domain)
+		_, err := lookupTemplate(l, tmpl)
 		switch {
 		case err == nil:
 			st.template = true
 		case !isCode(err, golibvirt.ErrNoDomain):
-			return hostState{}, classify(fmt.Errorf("look up template %s on host %s: %w", tmpl.Domain, h.Name, err))
+			return hostState{}, classify(fmt.Errorf("look up template %s on host %s: %w", tmpl, h.Name, err))
 		}
 	}
 	return st, nil

@@ -2,6 +2,7 @@ package libvirt
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
@@ -13,6 +14,8 @@ import (
 // templateDomain is a template as read from one host.
 type templateDomain struct {
 	host *host
+	// id is its number (templateID).
+	id int
 	// inactive is its persistent definition, what clones copy.
 	inactive string
 	xml      *libvirtxml.Domain
@@ -28,22 +31,22 @@ type templateDomain struct {
 // no boot disk volume is ClassConfiguration, naming the field.
 func (p *Provider) template(h *host, ref *TemplateRef) (*templateDomain, error) {
 	bad := func(format string, args ...any) error {
-		return provider.Errorf(provider.ClassConfiguration, "TemplateNotFound", "source.libvirt.domain %q on host %s: %s", ref.Domain, h.Name, fmt.Sprintf(format, args...))
+		return provider.Errorf(provider.ClassConfiguration, "TemplateNotFound", "source.libvirt.domain: template %s on host %s: %s", ref, h.Name, fmt.Sprintf(format, args...))
 	}
 	l, err := h.client()
 	if err != nil {
 		return nil, err
 	}
-	dom, err := l.DomainLookupByName(ref.Domain)
+	dom, err := lookupTemplate(l, ref)
 	if isCode(err, golibvirt.ErrNoDomain) {
-		return nil, provider.Errorf(provider.ClassConfiguration, "TemplateNotFound", "source.libvirt.domain %q: no such domain on host %s: %w", ref.Domain, h.Name, provider.ErrNotFound)
+		return nil, provider.Errorf(provider.ClassConfiguration, "TemplateNotFound", "source.libvirt.domain: template %s: no such domain on host %s: %w", ref, h.Name, provider.ErrNotFound)
 	}
 	if err != nil {
-		return nil, classify(fmt.Errorf("look up template %s on host %s: %w", ref.Domain, h.Name, err))
+		return nil, classify(fmt.Errorf("look up template %s on host %s: %w", ref, h.Name, err))
 	}
 	doc, err := l.DomainGetXMLDesc(dom, golibvirt.DomainXMLInactive)
 	if err != nil {
-		return nil, classify(fmt.Errorf("read template %s on host %s: %w", ref.Domain, h.Name, err))
+		return nil, classify(fmt.Errorf("read template %s on host %s: %w", ref, h.Name, err))
 	}
 	x, err := parseDomain(doc)
 	if err != nil {
@@ -71,13 +74,13 @@ func (p *Provider) template(h *host, ref *TemplateRef) (*templateDomain, error) 
 	}
 	volDoc, err := l.StorageVolGetXMLDesc(vol, 0)
 	if err != nil {
-		return nil, classify(fmt.Errorf("read the disk of template %s on host %s: %w", ref.Domain, h.Name, err))
+		return nil, classify(fmt.Errorf("read the disk of template %s on host %s: %w", ref, h.Name, err))
 	}
 	var v libvirtxml.StorageVolume
 	if err := v.Unmarshal(volDoc); err != nil {
 		return nil, bad("its disk's volume XML: %v", err)
 	}
-	t := &templateDomain{host: h, inactive: doc, xml: x, vol: vol}
+	t := &templateDomain{host: h, inactive: doc, xml: x, vol: vol, id: templateID(dom.UUID)}
 	if v.Target != nil {
 		t.path = v.Target.Path
 		if v.Target.Format != nil {
@@ -137,16 +140,46 @@ func (p *Provider) templateInfo(source provider.TemplateSource, ref *TemplateRef
 	if t.xml.VCPU != nil {
 		cores = int(t.xml.VCPU.Value)
 	}
-	info := &provider.TemplateInfo{Name: ref.Domain, Node: t.host.Name, Storages: []string{t.vol.Pool}, DiskBytes: t.capacity,
+	if source.Storage != "" && !source.Linked {
+		if _, err := l.StoragePoolLookupByName(source.Storage); err != nil {
+			return nil, provider.Errorf(provider.ClassConfiguration, "StorageNotFound", "source.storage: full-clone target pool %q on host %s: %v", source.Storage, t.host.Name, classify(err))
+		}
+	}
+	info := &provider.TemplateInfo{ID: t.id, Name: t.xml.Name, Node: t.host.Name, Storages: []string{t.vol.Pool}, DiskBytes: t.capacity,
 		Cores: cores, MemoryBytes: memoryBytes(t.xml), LinkedCloneSupported: t.format == "qcow2" || t.format == "raw",
 		GuestFiles: hasAgentChannel(t.xml), TPM: hasTPM2(t.xml)}
 	switch {
 	case source.Linked && !p.settings.FullCopies && !info.LinkedCloneSupported:
 		return nil, provider.Errorf(provider.ClassConfiguration, "LinkedCloneUnsupported",
-			"source.linked: the disk of template %s is of format %q, which a qcow2 overlay cannot stack on; use a qcow2 or raw volume, or full clones", ref.Domain, t.format)
+			"source.linked: the disk of template %s is of format %q, which a qcow2 overlay cannot stack on; use a qcow2 or raw volume, or full clones", ref, t.format)
 	case source.TPM != nil && !source.TPM.Add && !info.TPM:
 		return nil, provider.Errorf(provider.ClassConfiguration, "TemplateHasNoTPM",
-			"spec.attestation.tpm.addVirtualTPM: template %s has no TPM 2.0; give it one or set addVirtualTPM", ref.Domain)
+			"spec.attestation.tpm.addVirtualTPM: template %s has no TPM 2.0; give it one or set addVirtualTPM", ref)
 	}
 	return info, nil
+}
+
+// templateID is a template's number for a neutral TemplateSource.ID: the
+// first 31 bits of its domain's UUID, stable for the domain's life and
+// unique among a host's domains but for a chance of 2^-31 per pair.
+func templateID(u golibvirt.UUID) int {
+	return int(binary.BigEndian.Uint32(u[:4])&0x7fffffff) | 1
+}
+
+// lookupTemplate finds ref's domain: by name, or by templateID among
+// the host's inactive domains. None is libvirt's ErrNoDomain.
+func lookupTemplate(l *golibvirt.Libvirt, ref *TemplateRef) (golibvirt.Domain, error) {
+	if ref.Domain != "" {
+		return l.DomainLookupByName(ref.Domain)
+	}
+	doms, _, err := l.ConnectListAllDomains(1, golibvirt.ConnectListDomainsInactive)
+	if err != nil {
+		return golibvirt.Domain{}, err
+	}
+	for _, d := range doms {
+		if templateID(d.UUID) == ref.id {
+			return d, nil
+		}
+	}
+	return golibvirt.Domain{}, golibvirt.Error{Code: uint32(golibvirt.ErrNoDomain), Message: fmt.Sprintf("no template with id %d", ref.id)}
 }

@@ -248,8 +248,22 @@ func TestFactorySettings(t *testing.T) {
 			}
 		})
 	}
-	if _, err := templateRef(provider.TemplateSource{Name: "x"}); err == nil || !strings.Contains(err.Error(), "source.libvirt.domain") {
-		t.Errorf("templateRef without settings: %v", err)
+	for _, c := range []struct {
+		src  provider.TemplateSource
+		want string
+	}{
+		{provider.TemplateSource{Name: "x", Settings: &TemplateRef{Domain: "y"}}, "y"},
+		{provider.TemplateSource{Name: "x"}, "x"},
+		{provider.TemplateSource{ID: 7}, "with id 7"},
+	} {
+		if ref, err := templateRef(c.src); err != nil || ref.String() != c.want {
+			t.Errorf("templateRef(%+v) = %v, %v; want %s", c.src, ref, err, c.want)
+		}
+	}
+	for _, src := range []provider.TemplateSource{{}, {Name: "x", Settings: TemplateRef{Domain: "y"}}} {
+		if _, err := templateRef(src); err == nil || !strings.Contains(err.Error(), "source.libvirt") || provider.Classify(err) != provider.ClassConfiguration {
+			t.Errorf("templateRef(%+v): %v, want a configuration error naming source.libvirt", src, err)
+		}
 	}
 }
 

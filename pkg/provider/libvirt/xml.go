@@ -297,13 +297,21 @@ func configureInterface(nic *libvirtxml.DomainInterface, c configSpec) {
 func insertMedium(d *libvirtxml.Domain, pool, volume string) {
 	src := &libvirtxml.DomainDiskSource{Volume: &libvirtxml.DomainDiskSourceVolume{Pool: pool, Volume: volume}}
 	for i, disk := range d.Devices.Disks {
-		if disk.Device == "cdrom" && disk.Source == nil {
+		if disk.Device == "cdrom" && emptySource(disk.Source) {
 			d.Devices.Disks[i].Source = src
 			d.Devices.Disks[i].ReadOnly = &libvirtxml.DomainDiskReadOnly{}
 			return
 		}
 	}
 	d.Devices.Disks = append(d.Devices.Disks, cdrom(d, pool, volume))
+}
+
+// emptySource says a disk source names nothing: libvirt lists an empty
+// CD-ROM tray as a file disk without a source, which libvirtxml reads as
+// a file source without a path.
+func emptySource(src *libvirtxml.DomainDiskSource) bool {
+	return src == nil || (src.File == nil || src.File.File == "") && (src.Volume == nil || src.Volume.Volume == "") &&
+		(src.Block == nil || src.Block.Dev == "") && src.Network == nil
 }
 
 // cdrom is a read-only CD-ROM holding volume of pool, on the bus the

@@ -124,19 +124,31 @@ func TestConfigureDomain(t *testing.T) {
 		wantDev string
 		addTPM  bool
 		noCDROM bool
+		// emptyFile: the template's tray is empty, as libvirt lists it.
+		emptyFile bool
 	}{
 		{name: "the template's CD-ROM slot", machine: "pc-q35-7.2", wantBus: "sata", wantDev: "sda"},
+		{name: "the template's empty CD-ROM slot, reread", machine: "pc-i440fx-7.2", emptyFile: true, wantBus: "sata", wantDev: "sda"},
 		{name: "q35 without a CD-ROM takes SATA", machine: "pc-q35-7.2", noCDROM: true, wantBus: "sata", wantDev: "sdc"},
 		{name: "pc without a CD-ROM takes IDE", machine: "pc-i440fx-7.2", noCDROM: true, wantBus: "ide", wantDev: "hdc", addTPM: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			doc := strings.Replace(templateXML, "pc-q35-7.2", c.machine, 1)
+			if c.emptyFile {
+				// How libvirt lists an empty tray.
+				doc = strings.Replace(doc, "<source file='/isos/installer.iso'/>", "", 1)
+			}
 			if c.noCDROM {
 				doc = strings.Replace(doc, "device='cdrom'", "device='floppy'", 1)
 			}
 			d, err := cloneDomain(doc, cloneSpec{name: "vm", pool: "vms", volume: "vm.qcow2", meta: vmMeta{ID: 7}})
 			if err != nil {
+				t.Fatal(err)
+			}
+			// What configure starts from: the clone's definition as
+			// libvirt lists it.
+			if d, err = parseDomain(mustMarshal(t, d)); err != nil {
 				t.Fatal(err)
 			}
 			meta := vmMeta{ID: 7, Description: "block", Tags: []string{"hyperfleet", "hf-unit"}, Medium: "seed.iso"}
