@@ -210,4 +210,3 @@ func TestLifecycleEventsWakeOwner(t *testing.T) {
 		t.Error("the provider's view does not show the domain stopped")
 	}
 }
-

@@ -108,12 +108,6 @@ func availableMemory(l *golibvirt.Libvirt) (int64, error) {
 	return int64(free), err
 }
 
-// placement is a host and VM id placement chose.
-type placement struct {
-	host *host
-	vmid int
-}
-
 // chooseHost picks, among the hosts of s that hold the template, the one
 // with the most memory left after this process's reservations on it, if
 // memory fits there.
@@ -176,13 +170,13 @@ func (p *Provider) reserve(s *clusterScan, o provider.Owner, memory int64) (*res
 		reservedIDs[r.vmid] = true
 		reservedMem[r.host] += r.memory
 	}
-	if max := p.cfg.MaxMachines; max > 0 {
+	if limit := p.cfg.MaxMachines; limit > 0 {
 		machines := maps.Clone(s.machines)
 		maps.Copy(machines, reservedIDs)
-		if len(machines) >= max {
+		if len(machines) >= limit {
 			return nil, provider.Errorf(provider.ClassResource, "MaxMachinesReached",
 				"the HypervisorCluster's spec.limits.maxMachines (%d) is reached: %d VMs of this install exist or are being created; the VM is created when one of them is deleted (or raise spec.limits.maxMachines)",
-				max, len(machines))
+				limit, len(machines))
 		}
 	}
 	name, ok := chooseHost(s.hosts, reservedMem, memory)

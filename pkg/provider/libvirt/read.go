@@ -108,7 +108,7 @@ func (p *Provider) GetVM(_ context.Context, ref provider.VMRef) (*provider.VM, e
 	rec, err := p.verify(d)
 	if err != nil {
 		out.OwnershipError = err
-		return out, nil
+		return out, nil //nolint:nilerr // a bad ownership record is part of the VM read (OwnershipError), not a failure to read it
 	}
 	out.Owner = &provider.Owner{Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID, Pool: rec.Pool, CreatedAt: rec.CreatedAt}
 	out.CreatedAt = rec.CreatedAt
