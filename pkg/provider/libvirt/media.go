@@ -12,6 +12,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/nocloud"
 )
 
 // isoName is the cloud-init ISO's volume name: deterministic from the
@@ -119,7 +120,7 @@ func (p *Provider) seed(ctx context.Context, spec *provider.VMSpec, vmid int) ([
 			return nil, fmt.Errorf("render the cloud-init of VM %d: %w", vmid, err)
 		}
 	}
-	iso, err := buildISO(noCloudFiles(spec, ci, vmid))
+	iso, err := nocloud.ISO(nocloud.Files(spec, ci, vmid))
 	if err != nil {
 		return nil, fmt.Errorf("build the cloud-init ISO of VM %d: %w", vmid, err)
 	}

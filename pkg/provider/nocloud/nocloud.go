@@ -1,4 +1,9 @@
-package libvirt
+// Package nocloud builds cloud-init's NoCloud seed for providers that
+// deliver it on a CD-ROM (pkg/provider/proxmox, pkg/provider/libvirt):
+// the seed files of a VM and the ISO9660 image labelled cidata that holds
+// them, built in memory so that the VM's single-use credential never
+// lands in a local file.
+package nocloud
 
 import (
 	"fmt"
@@ -15,10 +20,10 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
-// noCloudFiles returns the NoCloud seed files for spec. NoCloud needs
+// Files returns the NoCloud seed files for spec's VM vmid. NoCloud needs
 // user-data and meta-data; meta-data defaults to an instance id and the
 // host name so that cloud-init treats every VM as a new instance.
-func noCloudFiles(spec *provider.VMSpec, ci provider.CloudInit, vmid int) map[string][]byte {
+func Files(spec *provider.VMSpec, ci provider.CloudInit, vmid int) map[string][]byte {
 	files := map[string][]byte{
 		"user-data": ci.UserData,
 		"meta-data": ci.MetaData,
@@ -35,11 +40,11 @@ func noCloudFiles(spec *provider.VMSpec, ci provider.CloudInit, vmid int) map[st
 	return files
 }
 
-// buildISO renders files into an ISO9660 image with volume label "cidata"
+// ISO renders files into an ISO9660 image with volume label "cidata"
 // (Rock Ridge and Joliet names, as cloud-init's NoCloud reader expects),
 // written to memory. go-diskfs stages the files in a private temporary
 // directory (mode 0700) that is removed before returning.
-func buildISO(files map[string][]byte) ([]byte, error) {
+func ISO(files map[string][]byte) ([]byte, error) {
 	work, err := os.MkdirTemp("", "hyperfleet-cidata-")
 	if err != nil {
 		return nil, fmt.Errorf("create cloud-init staging directory: %w", err)
