@@ -68,7 +68,7 @@ func (p *Provider) deleteStep(d *domain) (string, error) {
 		return "stop", nil
 	}
 	if d.meta.Medium != "" {
-		deleted, err := p.deleteVolume(l, d.host, d.meta.Medium)
+		deleted, err := p.deleteVolume(d.host, d.meta.Medium)
 		if err != nil {
 			return "", err
 		}
@@ -99,14 +99,11 @@ func (p *Provider) deleteStep(d *domain) (string, error) {
 // block by the release note and drops the install's tags; a clone that
 // still shows the install's name gets the title "disowned-<n>" with it.
 func (p *Provider) DisownVM(_ context.Context, owner provider.Owner, ref provider.VMRef) (*provider.DisownResult, error) {
-	vmid, err := ParseID(ref.ID)
+	d, err := p.lookup(ref)
 	if err != nil {
 		return nil, err
 	}
-	d, err := p.find(vmid, ref.Node)
-	if err != nil {
-		return nil, err
-	}
+	vmid := d.meta.ID
 	rec, err := p.owned(d, owner)
 	if err != nil {
 		var verr error

@@ -109,6 +109,18 @@ func (p *Provider) find(vmid int, hint string) (*domain, error) {
 	return nil, fmt.Errorf("VM %d: %w", vmid, provider.ErrNotFound)
 }
 
+// lookup returns the domain of the VM ref names (find).
+func (p *Provider) lookup(ref provider.VMRef) (*domain, error) {
+	vmid, err := ParseID(ref.ID)
+	if err != nil {
+		return nil, err
+	}
+	if vmid == 0 {
+		return nil, provider.Errorf(provider.ClassPermanent, "InvalidVMID", "the VM reference names no VM")
+	}
+	return p.find(vmid, ref.Node)
+}
+
 // lookupByName returns the domain of h named for vmid by this install
 // when its metadata says vmid; nil without error when there is none.
 func (p *Provider) lookupByName(h *host, vmid int) (*domain, error) {

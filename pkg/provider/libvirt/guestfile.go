@@ -25,14 +25,11 @@ func (p *Provider) PlaceGuestFile(_ context.Context, owner provider.Owner, ref p
 	if err := provider.CheckGuestFile(file); err != nil {
 		return err
 	}
-	vmid, err := ParseID(ref.ID)
+	d, err := p.lookup(ref)
 	if err != nil {
 		return err
 	}
-	d, err := p.find(vmid, ref.Node)
-	if err != nil {
-		return err
-	}
+	vmid := d.meta.ID
 	if _, err := p.owned(d, owner); err != nil {
 		return err
 	}

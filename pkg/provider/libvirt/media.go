@@ -156,7 +156,7 @@ func (p *Provider) removeMedium(d *domain, res *provider.EnsureResult) (gone boo
 		p.did(res, d, res.Phase, opEject, nextStep, "ejected the cloud-init ISO of VM %d", d.meta.ID)
 		return false, nil
 	}
-	deleted, err := p.deleteVolume(l, d.host, name)
+	deleted, err := p.deleteVolume(d.host, name)
 	if err != nil || !deleted {
 		return !deleted && err == nil, err
 	}
@@ -166,7 +166,11 @@ func (p *Provider) removeMedium(d *domain, res *provider.EnsureResult) (gone boo
 
 // deleteVolume deletes volume name of the media pool of h if it exists;
 // deleted says it did.
-func (p *Provider) deleteVolume(l *golibvirt.Libvirt, h *host, name string) (deleted bool, err error) {
+func (p *Provider) deleteVolume(h *host, name string) (deleted bool, err error) {
+	l, err := h.client()
+	if err != nil {
+		return false, err
+	}
 	pool, err := p.mediaPool(l, h)
 	if err != nil {
 		return false, err
@@ -226,11 +230,7 @@ func (p *Provider) deleteOrphanISO(owner provider.Owner, vmid int, hint string, 
 		if hint != "" && h.Name != hint {
 			continue
 		}
-		l, err := h.client()
-		if err != nil {
-			return nil, err
-		}
-		deleted, err := p.deleteVolume(l, h, name)
+		deleted, err := p.deleteVolume(h, name)
 		if err != nil {
 			return nil, err
 		}
@@ -284,11 +284,7 @@ func (p *Provider) DeleteCloudInitMedium(_ context.Context, m provider.CloudInit
 	if err := p.mediumInUse(vmid, digest, name, h); err != nil {
 		return nil, err
 	}
-	l, err := h.client()
-	if err != nil {
-		return nil, err
-	}
-	deleted, err := p.deleteVolume(l, h, name)
+	deleted, err := p.deleteVolume(h, name)
 	if err != nil {
 		return nil, err
 	}

@@ -96,11 +96,7 @@ func (p *Provider) ListVMs(_ context.Context) ([]provider.VMSummary, error) {
 
 // GetVM implements provider.Provider.
 func (p *Provider) GetVM(_ context.Context, ref provider.VMRef) (*provider.VM, error) {
-	vmid, err := ParseID(ref.ID)
-	if err != nil {
-		return nil, err
-	}
-	d, err := p.find(vmid, ref.Node)
+	d, err := p.lookup(ref)
 	if err != nil {
 		return nil, err
 	}
@@ -132,14 +128,11 @@ func (p *Provider) CheckRef(ref provider.VMRef) error {
 // SetPower implements provider.Provider. libvirt's calls return once the
 // change is requested, so the task is one this process names.
 func (p *Provider) SetPower(_ context.Context, owner provider.Owner, ref provider.VMRef, action provider.PowerAction) (*provider.Task, error) {
-	vmid, err := ParseID(ref.ID)
+	d, err := p.lookup(ref)
 	if err != nil {
 		return nil, err
 	}
-	d, err := p.find(vmid, ref.Node)
-	if err != nil {
-		return nil, err
-	}
+	vmid := d.meta.ID
 	if _, err := p.owned(d, owner); err != nil {
 		return nil, err
 	}
