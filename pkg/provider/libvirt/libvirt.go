@@ -9,8 +9,15 @@
 // transports, the storage pools and network, memory kept free per host);
 // TemplateSource.Settings is a *TemplateRef (the template domain). A
 // template is an inactive domain, defined on every host that may run its
-// clones (or only on TemplateRef.Host), whose first disk is a volume of a
-// storage pool; a clone copies its XML.
+// clones (or only on TemplateRef.Host), whose one disk is a volume of a
+// storage pool; a clone copies its XML and puts its seed into the
+// template's first CD-ROM slot (the bus the guest's kernel knows), or a
+// new CD-ROM when it has none. A source without a TemplateRef names the
+// template by TemplateSource.Name (the domain name) or ID (the first 31
+// bits of the domain's UUID, what ValidateTemplate reports as its ID), so
+// that the neutral contract suite can name it. A full clone
+// (TemplateSource.Linked false, or ClusterSettings.FullCopies) is written
+// to TemplateSource.Storage when set, else to the volume pool.
 //
 // # IDs and names
 //
@@ -69,6 +76,13 @@
 // note, drops the install's tags and gives an unconfigured clone the
 // title "disowned-<n>"; the domain keeps its name (libvirt renames only
 // inactive domains) and its id, so it stays addressable and blocks the id.
+//
+// # Hosts that do not answer
+//
+// Probe reports a host that does not answer as an offline node;
+// placement and ListVMs leave it out (ListVMs fails only when no host
+// answers); a VM is "not found" only when the host its Progress names, or
+// every host, answered without it.
 //
 // # Errors
 //
