@@ -108,6 +108,11 @@ func tlsConfig(cfg provider.ClusterConfig, serverName string) (*tls.Config, erro
 // the client certificate (1: accepted).
 func dialTLS(addr string, conf *tls.Config) (net.Conn, error) {
 	c, err := tls.DialWithDialer(&net.Dialer{Timeout: dialTimeout}, "tcp", addr, conf)
+	var verify *tls.CertificateVerificationError
+	if errors.As(err, &verify) {
+		return nil, provider.Errorf(provider.ClassConfiguration, "TLSVerificationFailed",
+			"the certificate of libvirtd at %s is not trusted: %w; set the cluster's CA bundle to the CA that signed it", addr, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +120,8 @@ func dialTLS(addr string, conf *tls.Config) (net.Conn, error) {
 	buf := make([]byte, 1)
 	if _, err := c.Read(buf); err != nil || buf[0] != 1 {
 		_ = c.Close()
-		return nil, fmt.Errorf("libvirtd at %s refused the client certificate: %w", addr, provider.ErrUnauthorized)
+		return nil, provider.Errorf(provider.ClassConfiguration, "Unauthorized",
+			"libvirtd at %s refused the client certificate (spec credentials' client certificate): %w", addr, provider.ErrUnauthorized)
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	return c, nil
@@ -164,7 +170,7 @@ func knownHostsCallback(lines []byte) (ssh.HostKeyCallback, error) {
 				}
 			}
 		}
-		return fmt.Errorf("host key of %s is not in spec.libvirt.sshKnownHosts: %w", hostname, provider.ErrUnauthorized)
+		return provider.Errorf(provider.ClassConfiguration, "Unauthorized", "host key of %s is not in spec.libvirt.sshKnownHosts: %w", hostname, provider.ErrUnauthorized)
 	}, nil
 }
 
