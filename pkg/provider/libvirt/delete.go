@@ -45,7 +45,7 @@ func (p *Provider) DeleteVM(_ context.Context, owner provider.Owner, prev provid
 		return nil, err
 	}
 	out.Progress.Node = d.host.Name
-	op, err := p.deleteStep(d)
+	op, err := p.deleteStep(d, owner)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +55,7 @@ func (p *Provider) DeleteVM(_ context.Context, owner provider.Owner, prev provid
 }
 
 // deleteStep makes the next write of a deletion and names it.
-func (p *Provider) deleteStep(d *domain) (string, error) {
+func (p *Provider) deleteStep(d *domain, owner provider.Owner) (string, error) {
 	vmid := d.meta.ID
 	l, err := d.host.client()
 	if err != nil {
@@ -67,8 +67,8 @@ func (p *Provider) deleteStep(d *domain) (string, error) {
 		}
 		return "stop", nil
 	}
-	if d.meta.Medium != "" {
-		deleted, err := p.deleteVolume(d.host, d.meta.Medium)
+	for _, name := range p.mediaOf(d, owner) {
+		deleted, err := p.deleteVolume(d.host, name)
 		if err != nil {
 			return "", err
 		}

@@ -29,6 +29,16 @@ func (d *domain) running() bool {
 	return d.state != golibvirt.DomainShutoff && d.state != golibvirt.DomainCrashed && d.state != golibvirt.DomainNostate
 }
 
+// number is the domain's VM id: the one its HyperFleet metadata gives,
+// else, for a domain of no install (a template, an admin's VM), the
+// number of its UUID (templateID), so that every domain is addressable.
+func (d *domain) number() int {
+	if d.metaErr == nil {
+		return d.meta.ID
+	}
+	return templateID(d.dom.UUID)
+}
+
 // key names the domain in the provider's event view.
 func (d *domain) key() string { return d.host.Name + "/" + d.dom.Name }
 
@@ -98,7 +108,7 @@ func (p *Provider) find(vmid int, hint string) (*domain, error) {
 			continue
 		}
 		for _, d := range doms {
-			if d.metaErr == nil && d.meta.ID == vmid {
+			if d.number() == vmid {
 				return d, nil
 			}
 		}
@@ -165,13 +175,13 @@ func (p *Provider) owned(d *domain, owner provider.Owner) (ownership.Record, err
 
 // summary is d as ListVMs shows it.
 func (p *Provider) summary(d *domain) provider.VMSummary {
-	s := provider.VMSummary{ID: FormatID(d.meta.ID), Node: d.host.Name, Name: d.xml.Title, Power: powerOf(d.state),
-		Tags: slices.Clone(d.meta.Tags)}
+	s := provider.VMSummary{ID: FormatID(d.number()), Node: d.host.Name, Name: d.xml.Title, Power: powerOf(d.state),
+		Tags: slices.Clone(d.meta.Tags), Template: d.metaErr != nil && !d.running()}
 	if s.Name == "" {
 		s.Name = d.dom.Name
 	}
 	s.OperatorTagged = p.signer.HasOperatorTag(s.Tags)
-	s.InstallNamed = p.signer.VerifyVMName(s.Name, d.meta.ID)
+	s.InstallNamed = d.metaErr == nil && p.signer.VerifyVMName(s.Name, d.meta.ID)
 	return s
 }
 

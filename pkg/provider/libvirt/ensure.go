@@ -180,7 +180,7 @@ func (p *Provider) step(ctx context.Context, spec *provider.VMSpec, ref *Templat
 		return res, nil
 	}
 	// The guest is up: it has read its cloud-init, whose ISO goes now.
-	if gone, err := p.removeMedium(d, res); err != nil || !gone {
+	if gone, err := p.removeMedium(d, spec.Owner, res); err != nil || !gone {
 		if err == nil {
 			res.Phase = provider.PhaseBooting
 		}
@@ -219,7 +219,7 @@ func (p *Provider) hasRunSince(d *domain) bool {
 // stopped reports a VM that ran and was powered off from inside: its
 // medium goes first.
 func (p *Provider) stopped(o provider.Owner, d *domain, res *provider.EnsureResult) (*provider.EnsureResult, error) {
-	if gone, err := p.removeMedium(d, res); err != nil || !gone {
+	if gone, err := p.removeMedium(d, o, res); err != nil || !gone {
 		if err == nil {
 			res.Phase = provider.PhaseBooting
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -127,41 +128,66 @@ func (p *Provider) seed(ctx context.Context, spec *provider.VMSpec, vmid int) ([
 	return iso, nil
 }
 
-// removeMedium takes the VM's seed ISO away, one write per call: eject
-// it (from the running guest too), then delete its volume. gone says
-// nothing is left.
-func (p *Provider) removeMedium(d *domain, res *provider.EnsureResult) (gone bool, err error) {
-	name := d.meta.Medium
-	if name == "" {
-		return true, nil
+// mediaOf names the seed volumes VM d of owner may have: the install's
+// ISO for the owner, the native seed, and what its metadata names.
+func (p *Provider) mediaOf(d *domain, owner provider.Owner) []string {
+	names := []string{p.isoName(d.meta.ID, owner.UID), p.nativeSeedName(d.meta.ID)}
+	if m := d.meta.Medium; m != "" && !slices.Contains(names, m) {
+		names = append(names, m)
 	}
-	l, err := d.host.client()
-	if err != nil {
-		return false, err
-	}
-	if disk := mediumDisk(d.xml, name); disk != nil {
-		empty := *disk
-		empty.Source = nil
-		doc, err := empty.Marshal()
-		if err != nil {
+	return names
+}
+
+// removeMedium takes the VM's seed away, one write per call: eject it
+// (from the running guest too), then delete its volume, whether or not the
+// VM's configuration attached it yet. gone says nothing is left.
+func (p *Provider) removeMedium(d *domain, owner provider.Owner, res *provider.EnsureResult) (gone bool, err error) {
+	names := p.mediaOf(d, owner)
+	for _, name := range names {
+		disk := mediumDisk(d.xml, name)
+		if disk == nil {
+			continue
+		}
+		if err := d.eject(disk); err != nil {
 			return false, err
-		}
-		flags := golibvirt.DomainDeviceModifyConfig
-		if d.running() {
-			flags |= golibvirt.DomainDeviceModifyLive
-		}
-		if err := l.DomainUpdateDeviceFlags(d.dom, doc, flags); err != nil {
-			return false, classify(fmt.Errorf("eject the cloud-init ISO of VM %d: %w", d.meta.ID, err))
 		}
 		p.did(res, d, res.Phase, opEject, nextStep, "ejected the cloud-init ISO of VM %d", d.meta.ID)
 		return false, nil
 	}
-	deleted, err := p.deleteVolume(d.host, name)
-	if err != nil || !deleted {
-		return !deleted && err == nil, err
+	for _, name := range names {
+		deleted, err := p.deleteVolume(d.host, name)
+		if err != nil {
+			return false, err
+		}
+		if deleted {
+			p.did(res, d, res.Phase, opDeleteISO, nextStep, "deleted the cloud-init ISO of VM %d", d.meta.ID)
+			return false, nil
+		}
 	}
-	p.did(res, d, res.Phase, opDeleteISO, nextStep, "deleted the cloud-init ISO of VM %d", d.meta.ID)
-	return false, nil
+	return true, nil
+}
+
+// eject empties the CD-ROM disk of d, in its definition and, when it
+// runs, in the guest.
+func (d *domain) eject(disk *libvirtxml.DomainDisk) error {
+	l, err := d.host.client()
+	if err != nil {
+		return err
+	}
+	empty := *disk
+	empty.Source = nil
+	doc, err := empty.Marshal()
+	if err != nil {
+		return err
+	}
+	flags := golibvirt.DomainDeviceModifyConfig
+	if d.running() {
+		flags |= golibvirt.DomainDeviceModifyLive
+	}
+	if err := l.DomainUpdateDeviceFlags(d.dom, doc, flags); err != nil {
+		return classify(fmt.Errorf("eject the cloud-init ISO of VM %d: %w", d.meta.ID, err))
+	}
+	return nil
 }
 
 // deleteVolume deletes volume name of the media pool of h if it exists;
@@ -211,7 +237,7 @@ func (p *Provider) RemoveCloudInitMedia(_ context.Context, owner provider.Owner,
 	}
 	out.Progress.Node = d.host.Name
 	res := &provider.EnsureResult{}
-	gone, err := p.removeMedium(d, res)
+	gone, err := p.removeMedium(d, owner, res)
 	if err != nil {
 		return nil, err
 	}

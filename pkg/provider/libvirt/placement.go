@@ -53,12 +53,9 @@ func (p *Provider) scan(tmpl *TemplateRef) *clusterScan {
 			p.log.V(1).Info("Host skipped by placement", "host", h.Name, "error", err.Error())
 		}
 		for _, d := range doms {
-			if d.metaErr != nil {
-				continue
-			}
-			s.used[d.meta.ID] = true
+			s.used[d.number()] = true
 			if sum := p.summary(d); sum.OperatorTagged || sum.InstallNamed {
-				s.machines[d.meta.ID] = true
+				s.machines[d.number()] = true
 			}
 		}
 	}

@@ -66,10 +66,11 @@ func (p *Provider) probeHost(h *host) (provider.NodeInfo, string, error) {
 	return n, fmt.Sprintf("%d.%d.%d", ver/1000000, ver/1000%1000, ver%1000), nil
 }
 
-// ListVMs implements provider.Provider: the domains of every reachable
-// host that carry a VM id in this provider's metadata (templates and
-// other domains have none). A host that does not answer is left out;
-// when none answers, the error.
+// ListVMs implements provider.Provider: every domain of every reachable
+// host, under its number (domain.number); a domain of no install that is
+// not running is listed as a template (the shape of one: clones copy an
+// inactive definition). A host that does not answer is left out; when
+// none answers, the error.
 func (p *Provider) ListVMs(_ context.Context) ([]provider.VMSummary, error) {
 	var out []provider.VMSummary
 	var last error
@@ -82,9 +83,7 @@ func (p *Provider) ListVMs(_ context.Context) ([]provider.VMSummary, error) {
 		}
 		answered = true
 		for _, d := range doms {
-			if d.metaErr == nil {
-				out = append(out, p.summary(d))
-			}
+			out = append(out, p.summary(d))
 		}
 	}
 	if !answered {
@@ -155,7 +154,9 @@ func (p *Provider) SetPower(_ context.Context, owner provider.Owner, ref provide
 		if !d.running() {
 			return nil, nil
 		}
-		err = l.DomainShutdown(d.dom)
+		// The guest agent first, the ACPI power button where there is
+		// none: a guest without ACPI handling still powers off.
+		err = l.DomainShutdownFlags(d.dom, golibvirt.DomainShutdownGuestAgent|golibvirt.DomainShutdownAcpiPowerBtn)
 	default:
 		return nil, provider.Errorf(provider.ClassConfiguration, "InvalidPowerAction", "unknown power action %q", action)
 	}

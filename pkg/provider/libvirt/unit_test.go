@@ -302,4 +302,13 @@ func TestSummaryNames(t *testing.T) {
 	if s.InstallNamed || !s.OperatorTagged || s.Name != "hf-ci-1" || s.Power != provider.PowerRunning {
 		t.Errorf("configured VM: %+v", s)
 	}
+	tmpl := &domain{host: h, dom: golibvirt.Domain{Name: "template", UUID: golibvirt.UUID{0x80, 0, 0, 0x2a}}, metaErr: errNoMeta, state: golibvirt.DomainShutoff}
+	tmpl.xml, _ = parseDomain("<domain><name>template</name></domain>")
+	if s := p.summary(tmpl); !s.Template || s.ID != FormatID(0x2b) || s.OperatorTagged || s.InstallNamed {
+		t.Errorf("template: %+v, want a template at its UUID's number", s)
+	}
+	tmpl.state = golibvirt.DomainRunning
+	if s := p.summary(tmpl); s.Template {
+		t.Errorf("a running domain of no install: %+v, want no template", s)
+	}
 }
