@@ -254,24 +254,32 @@ func (w *world) createForeignVM(t *testing.T, vmid int, description string, tags
 func (w *world) removeGuestAgent(t *testing.T, id provider.ID) {
 	t.Helper()
 	dom := w.domainOf(t, id)
-	doc, err := w.conn.DomainGetXMLDesc(dom, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, err := parseDomain(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range x.Devices.Channels {
-		if c.Target == nil || c.Target.VirtIO == nil || c.Target.VirtIO.Name != agentChannel {
-			continue
-		}
-		ch, err := c.Marshal()
+	// The live channel and the defined one differ (the live one has its
+	// socket path): each is detached as its side lists it.
+	for _, flags := range []golibvirt.DomainXMLFlags{0, golibvirt.DomainXMLInactive} {
+		doc, err := w.conn.DomainGetXMLDesc(dom, flags)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := w.conn.DomainDetachDeviceFlags(dom, ch, uint32(golibvirt.DomainDeviceModifyLive|golibvirt.DomainDeviceModifyConfig)); err != nil {
-			t.Fatalf("detach the guest agent channel of VM %s: %v", id, err)
+		x, err := parseDomain(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		modify := golibvirt.DomainDeviceModifyLive
+		if flags == golibvirt.DomainXMLInactive {
+			modify = golibvirt.DomainDeviceModifyConfig
+		}
+		for _, c := range x.Devices.Channels {
+			if c.Target == nil || c.Target.VirtIO == nil || c.Target.VirtIO.Name != agentChannel {
+				continue
+			}
+			ch, err := c.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.conn.DomainDetachDeviceFlags(dom, ch, uint32(modify)); err != nil {
+				t.Fatalf("detach the guest agent channel of VM %s (%v): %v", id, modify, err)
+			}
 		}
 	}
 }

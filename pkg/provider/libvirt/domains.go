@@ -1,6 +1,7 @@
 package libvirt
 
 import (
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"slices"
@@ -230,10 +231,11 @@ func (d *domain) inactiveXML() (*libvirtxml.Domain, error) {
 // setMetadata rewrites d's HyperFleet metadata in its definition and, when
 // it runs, its live state: one write.
 func (d *domain) setMetadata(m vmMeta) error {
-	el, err := marshalMeta(m)
+	raw, err := xml.Marshal(metaBare{ID: m.ID, Description: m.Description, Tags: m.Tags, Medium: m.Medium})
 	if err != nil {
 		return err
 	}
+	el := string(raw)
 	l, err := d.host.client()
 	if err != nil {
 		return err
@@ -242,8 +244,8 @@ func (d *domain) setMetadata(m vmMeta) error {
 	if d.running() {
 		flags |= golibvirt.DomainAffectLive
 	}
-	// libvirt wants the element without its namespace declaration, and
-	// the namespace and prefix beside it.
+	// libvirt takes the element without a namespace, and the namespace
+	// and its prefix beside it.
 	if err := l.DomainSetMetadata(d.dom, int32(golibvirt.DomainMetadataElement), golibvirt.OptString{el}, golibvirt.OptString{"hf"},
 		golibvirt.OptString{MetadataNamespace}, flags); err != nil {
 		return classify(fmt.Errorf("write the metadata of domain %s on host %s: %w", d.dom.Name, d.host.Name, err))

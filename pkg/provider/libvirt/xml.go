@@ -39,6 +39,16 @@ type metaXML struct {
 	Medium      string   `xml:"hf:medium,omitempty"`
 }
 
+// metaBare is vmMeta as DomainSetMetadata takes it: libvirt puts the
+// element into the namespace it is given and declares it itself.
+type metaBare struct {
+	XMLName     xml.Name `xml:"vm"`
+	ID          int      `xml:"id,attr"`
+	Description string   `xml:"description"`
+	Tags        []string `xml:"tag"`
+	Medium      string   `xml:"medium,omitempty"`
+}
+
 // metaRead is vmMeta as read back: the decoder resolves the prefix.
 type metaRead struct {
 	ID          int      `xml:"id,attr"`
