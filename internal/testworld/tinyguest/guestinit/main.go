@@ -30,7 +30,9 @@ const (
 )
 
 func main() {
-	if len(os.Args) > 1 {
+	// As PID 1 the arguments are the kernel command line's words it does
+	// not know (nokaslr, ...); as a child of guest-exec they name a tool.
+	if os.Getpid() != 1 && len(os.Args) > 1 {
 		os.Exit(tool(os.Args[1:]))
 	}
 	began := time.Now()
@@ -38,7 +40,9 @@ func main() {
 	unix.Umask(0)
 	mountBase()
 	loadModules()
+	logf("modules loaded at %s", time.Since(began).Round(time.Millisecond))
 	seed := readSeed()
+	logf("seed read at %s", time.Since(began).Round(time.Millisecond))
 	if host := seed.hostname(); host != "" {
 		if err := unix.Sethostname([]byte(host)); err != nil {
 			logf("hostname %q: %v", host, err)
