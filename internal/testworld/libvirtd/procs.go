@@ -73,30 +73,26 @@ func readStatus(pid int) (nsProcess, bool) {
 
 // findProcess is the host PID of the daemon's process named comm.
 func (d *Daemon) findProcess(comm string) (int, error) {
-	procs, err := d.processes()
-	if err != nil {
-		return 0, err
-	}
-	for _, p := range procs {
-		if p.comm == comm {
-			return p.hostPID, nil
-		}
-	}
-	return 0, fmt.Errorf("libvirtd: no %s runs in the daemon's namespaces", comm)
+	return d.find(func(p nsProcess) bool { return p.comm == comm }, "no "+comm+" runs in the daemon's namespaces")
 }
 
 // hostPID maps a PID inside the daemon's namespace to the host's.
 func (d *Daemon) hostPID(nsPID int) (int, error) {
+	return d.find(func(p nsProcess) bool { return p.nsPID == nsPID }, fmt.Sprintf("no process %d in the daemon's namespaces", nsPID))
+}
+
+// find is the host PID of the first of the daemon's processes that match.
+func (d *Daemon) find(match func(nsProcess) bool, missing string) (int, error) {
 	procs, err := d.processes()
 	if err != nil {
 		return 0, err
 	}
 	for _, p := range procs {
-		if p.nsPID == nsPID {
+		if match(p) {
 			return p.hostPID, nil
 		}
 	}
-	return 0, fmt.Errorf("libvirtd: no process %d in the daemon's namespaces", nsPID)
+	return 0, errors.New("libvirtd: " + missing)
 }
 
 // waitGone waits until pid has exited and been reaped, polling /proc: a

@@ -343,12 +343,8 @@ func moduleDepends(path string) ([]string, error) {
 // modules flat in /lib/modules with their load order in
 // /lib/modules/order, and the directories /init mounts on.
 func writeInitramfs(path string, initBin []byte, modDir string, modules []string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".initrd-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	w := newCpioWriter(tmp)
+	var archive bytes.Buffer
+	w := newCpioWriter(&archive)
 	for _, dir := range []string{"dev", "proc", "sys", "run", "tmp", "mnt", "lib", "lib/modules"} {
 		w.dir(dir)
 	}
@@ -366,14 +362,7 @@ func writeInitramfs(path string, initBin []byte, modDir string, modules []string
 	if err := w.close(); err != nil {
 		return fmt.Errorf("writing the initramfs: %w", err)
 	}
-	if err := tmp.Chmod(0o644); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return writeAtomically(path, archive.Bytes())
 }
 
 // moduleSigMagic ends a signed kernel module.
