@@ -26,8 +26,8 @@ const kernelMetaPackage = "linux-image-cloud-amd64"
 // guestModules are the kernel modules the guest loads, by name; their
 // dependencies come along. virtio_pci finds the devices, virtio_console
 // is the agent's port, virtio_net the NIC, virtio_scsi, sr_mod and isofs
-// the NoCloud CD-ROM.
-var guestModules = []string{"virtio_pci", "virtio_console", "virtio_net", "virtio_scsi", "sr_mod", "isofs"}
+// the NoCloud CD-ROM, button and evdev the ACPI power button.
+var guestModules = []string{"virtio_pci", "virtio_console", "virtio_net", "virtio_scsi", "sr_mod", "isofs", "button", "evdev"}
 
 // initPackage is the import path of the guest's /init.
 const initPackage = "github.com/hyperfleet/hyperfleet/internal/testworld/tinyguest/guestinit"

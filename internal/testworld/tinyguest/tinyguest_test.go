@@ -184,6 +184,17 @@ func TestStaticAddressFromNetworkConfig(t *testing.T) {
 	if got := waitAgentAddress(t, conn, dom, subnet); got != netip.MustParseAddr("10.98.0.200") {
 		t.Errorf("address %s, want the static 10.98.0.200", got)
 	}
+
+	// A graceful shutdown through ACPI (as libvirt does without an
+	// agent) powers the guest off too.
+	events, err := conn.LifecycleEvents(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.DomainShutdownFlags(dom, libvirt.DomainShutdownAcpiPowerBtn); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, events, "static-1")
 }
 
 // guestExec runs a program in the guest through guest-exec and waits for

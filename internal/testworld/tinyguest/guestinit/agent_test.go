@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"os"
@@ -183,4 +184,22 @@ func TestAgentExec(t *testing.T) {
 func itoa(n int64) string {
 	b, _ := json.Marshal(n)
 	return string(b)
+}
+
+func TestIsPowerPress(t *testing.T) {
+	ev := func(typ, code uint16, value int32) []byte {
+		b := make([]byte, inputEventSize)
+		binary.LittleEndian.PutUint16(b[16:], typ)
+		binary.LittleEndian.PutUint16(b[18:], code)
+		binary.LittleEndian.PutUint32(b[20:], uint32(value))
+		return b
+	}
+	if !isPowerPress(ev(evKey, keyPower, 1)) {
+		t.Error("KEY_POWER down not recognised")
+	}
+	for _, b := range [][]byte{ev(evKey, keyPower, 0), ev(evKey, 115, 1), ev(0, keyPower, 1)} {
+		if isPowerPress(b) {
+			t.Errorf("%x taken for a power press", b)
+		}
+	}
 }

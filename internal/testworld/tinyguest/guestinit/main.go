@@ -5,7 +5,8 @@
 // dependencies), keeps a copy of the NoCloud seed it finds on the CD-ROM
 // labelled cidata, configures its NIC (DHCPv4, or a static address from
 // network-config), and serves the QEMU guest agent protocol on the
-// org.qemu.guest_agent.0 virtio-serial port until it is powered off.
+// org.qemu.guest_agent.0 virtio-serial port until it is powered off
+// (through the agent or the ACPI power button).
 //
 // It is PID 1: it never exits (the kernel would panic); a step that fails
 // is logged to the console and the next one runs.
@@ -49,6 +50,7 @@ func main() {
 		}
 	}
 	configureNetwork(seed)
+	watchPowerButton()
 	logf("up in %s", time.Since(began).Round(time.Millisecond))
 	serveAgent()
 	select {} // PID 1 never returns
