@@ -19,6 +19,7 @@ require (
 	github.com/luthermonson/go-proxmox v0.8.1
 	github.com/miekg/dns v1.1.68
 	github.com/openbao/openbao/api/v2 v2.4.0
+	github.com/pierrec/lz4/v4 v4.1.26
 	github.com/prometheus/client_golang v1.22.0
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.65.0

@@ -73,30 +73,26 @@ func readStatus(pid int) (nsProcess, bool) {
 
 // findProcess is the host PID of the daemon's process named comm.
 func (d *Daemon) findProcess(comm string) (int, error) {
-	procs, err := d.processes()
-	if err != nil {
-		return 0, err
-	}
-	for _, p := range procs {
-		if p.comm == comm {
-			return p.hostPID, nil
-		}
-	}
-	return 0, fmt.Errorf("libvirtd: no %s runs in the daemon's namespaces", comm)
+	return d.find(func(p nsProcess) bool { return p.comm == comm }, "no "+comm+" runs in the daemon's namespaces")
 }
 
 // hostPID maps a PID inside the daemon's namespace to the host's.
 func (d *Daemon) hostPID(nsPID int) (int, error) {
+	return d.find(func(p nsProcess) bool { return p.nsPID == nsPID }, fmt.Sprintf("no process %d in the daemon's namespaces", nsPID))
+}
+
+// find is the host PID of the first of the daemon's processes that match.
+func (d *Daemon) find(match func(nsProcess) bool, missing string) (int, error) {
 	procs, err := d.processes()
 	if err != nil {
 		return 0, err
 	}
 	for _, p := range procs {
-		if p.nsPID == nsPID {
+		if match(p) {
 			return p.hostPID, nil
 		}
 	}
-	return 0, fmt.Errorf("libvirtd: no process %d in the daemon's namespaces", nsPID)
+	return 0, errors.New("libvirtd: " + missing)
 }
 
 // waitGone waits until pid has exited and been reaped, polling /proc: a
@@ -114,4 +110,40 @@ func waitGone(pid int, limit time.Duration) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// worldCPU is the CPU time of the daemon's whole world so far: each live
+// process's own and its reaped children's, plus what the holder reaped
+// (daemons and guests that have exited). Read before the holder is
+// killed: processes the kernel ends with the namespace are not
+// accounted to anyone.
+func (d *Daemon) worldCPU() time.Duration {
+	procs, err := d.processes()
+	if err != nil {
+		return 0
+	}
+	var ticks int64
+	for _, p := range procs {
+		ticks += cpuTicks(p.hostPID)
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}
+
+// cpuTicks is utime+stime+cutime+cstime from /proc/<pid>/stat, in clock
+// ticks; 0 when the process is gone.
+func cpuTicks(pid int) int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the parenthesised command name start with the
+	// state (field 3); utime is field 14.
+	end := strings.LastIndexByte(string(raw), ')')
+	fields := strings.Fields(string(raw[end+1:]))
+	var sum int64
+	for _, f := range fields[11:15] {
+		n, _ := strconv.ParseInt(f, 10, 64)
+		sum += n
+	}
+	return sum
 }

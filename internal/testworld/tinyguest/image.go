@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"debug/elf"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -25,8 +26,8 @@ const kernelMetaPackage = "linux-image-cloud-amd64"
 // guestModules are the kernel modules the guest loads, by name; their
 // dependencies come along. virtio_pci finds the devices, virtio_console
 // is the agent's port, virtio_net the NIC, virtio_scsi, sr_mod and isofs
-// the NoCloud CD-ROM.
-var guestModules = []string{"virtio_pci", "virtio_console", "virtio_net", "virtio_scsi", "sr_mod", "isofs"}
+// the NoCloud CD-ROM, button and evdev the ACPI power button.
+var guestModules = []string{"virtio_pci", "virtio_console", "virtio_net", "virtio_scsi", "sr_mod", "isofs", "button", "evdev"}
 
 // initPackage is the import path of the guest's /init.
 const initPackage = "github.com/hyperfleet/hyperfleet/internal/testworld/tinyguest/guestinit"
@@ -92,7 +93,7 @@ func build() (Image, error) {
 	sum.Write(initBin)
 	key := hex.EncodeToString(sum.Sum(nil))[:16]
 	initrd := filepath.Join(kdir, "initrd-"+key+".cpio")
-	img := Image{Kernel: filepath.Join(kdir, "vmlinuz"), Initrd: initrd, KernelRelease: release}
+	img := Image{Kernel: bootKernel(kdir), Initrd: initrd, KernelRelease: release}
 	if _, err := os.Stat(initrd); err == nil {
 		return img, nil
 	}
@@ -100,6 +101,46 @@ func build() (Image, error) {
 		return Image{}, err
 	}
 	return img, nil
+}
+
+// bootKernel returns the kernel to boot: the uncompressed vmlinux, made
+// from vmlinuz on first use, or vmlinuz itself when it cannot be unpacked
+// (a kernel compressed otherwise than with LZ4 still boots, only slower).
+func bootKernel(kdir string) string {
+	vmlinux := filepath.Join(kdir, "vmlinux")
+	if _, err := os.Stat(vmlinux); err == nil {
+		return vmlinux
+	}
+	bz, err := os.ReadFile(filepath.Join(kdir, "vmlinuz"))
+	if err != nil {
+		return filepath.Join(kdir, "vmlinuz")
+	}
+	raw, err := extractVmlinux(bz)
+	if err != nil || writeAtomically(vmlinux, raw) != nil {
+		return filepath.Join(kdir, "vmlinuz")
+	}
+	return vmlinux
+}
+
+// writeAtomically writes a file under a temporary name and renames it.
+func writeAtomically(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		_ = tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 // lockFile takes an exclusive flock on path.
@@ -189,8 +230,11 @@ func runIn(dir string, args ...string) ([]byte, error) {
 // onlyEntry is the one entry of a directory.
 func onlyEntry(dir string) (string, error) {
 	entries, err := os.ReadDir(dir)
-	if err != nil || len(entries) != 1 {
-		return "", fmt.Errorf("%s: want exactly one kernel release (%v)", dir, err)
+	if err != nil {
+		return "", fmt.Errorf("kernel releases: %w", err)
+	}
+	if len(entries) != 1 {
+		return "", fmt.Errorf("%s: want exactly one kernel release, found %d", dir, len(entries))
 	}
 	return entries[0].Name(), nil
 }
@@ -299,12 +343,8 @@ func moduleDepends(path string) ([]string, error) {
 // modules flat in /lib/modules with their load order in
 // /lib/modules/order, and the directories /init mounts on.
 func writeInitramfs(path string, initBin []byte, modDir string, modules []string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".initrd-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	w := newCpioWriter(tmp)
+	var archive bytes.Buffer
+	w := newCpioWriter(&archive)
 	for _, dir := range []string{"dev", "proc", "sys", "run", "tmp", "mnt", "lib", "lib/modules"} {
 		w.dir(dir)
 	}
@@ -315,17 +355,37 @@ func writeInitramfs(path string, initBin []byte, modDir string, modules []string
 		if err != nil {
 			return err
 		}
-		w.file("lib/modules/"+filepath.Base(rel), 0o644, raw)
+		w.file("lib/modules/"+filepath.Base(rel), 0o644, stripSignature(raw))
 		order = append(order, filepath.Base(rel))
 	}
 	w.file("lib/modules/order", 0o644, []byte(strings.Join(order, "\n")+"\n"))
 	if err := w.close(); err != nil {
 		return fmt.Errorf("writing the initramfs: %w", err)
 	}
-	if err := tmp.Close(); err != nil {
-		return err
+	return writeAtomically(path, archive.Bytes())
+}
+
+// moduleSigMagic ends a signed kernel module.
+const moduleSigMagic = "~Module signature appended~\n"
+
+// stripSignature removes a module's appended signature: the kernel then
+// loads it without checking one (Debian's kernel does not enforce
+// signatures), which saves an RSA verification per module under TCG. The
+// signature is a 12-byte struct module_signature, whose last four bytes
+// are the big-endian length of the PKCS#7 blob before it, then the magic.
+func stripSignature(mod []byte) []byte {
+	if !bytes.HasSuffix(mod, []byte(moduleSigMagic)) {
+		return mod
 	}
-	return os.Rename(tmp.Name(), path)
+	end := len(mod) - len(moduleSigMagic)
+	if end < 12 {
+		return mod
+	}
+	sigLen := int(binary.BigEndian.Uint32(mod[end-4 : end]))
+	if sigLen > end-12 {
+		return mod
+	}
+	return mod[:end-12-sigLen]
 }
 
 // cpioWriter writes a newc ("070701") archive; the first error sticks.

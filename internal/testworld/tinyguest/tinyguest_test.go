@@ -75,10 +75,6 @@ func TestGuestThroughLibvirt(t *testing.T) {
 		}
 	})
 
-	events, err := conn.LifecycleEvents(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
 	dom, err := conn.DomainDefineXML(cloneXML)
 	if err != nil {
 		t.Fatal(err)
@@ -122,6 +118,26 @@ func TestGuestThroughLibvirt(t *testing.T) {
 		t.Errorf("guest-get-host-name: %s, %v; want clone-1 from meta-data", ret, err)
 	}
 
+	out, code := guestExec(t, conn, dom, "/init", "echo", "from", "guest-exec")
+	if out != "from guest-exec\n" || code != 0 {
+		t.Errorf("guest-exec: %q, exit code %d", out, code)
+	}
+
+	// The daemon dies and comes back: the guest runs on, and the new
+	// daemon reconnects to its agent.
+	d.Restart(t)
+	conn = d.Dial(t)
+	if again := d.DomainPID(t, "clone-1"); again != pid {
+		t.Errorf("QEMU PID %d after the daemon's restart, want %d", again, pid)
+	}
+	if err := WaitAgent(conn, dom, 60*time.Second); err != nil {
+		t.Fatalf("after the daemon's restart: %v", err)
+	}
+
+	events, err := conn.LifecycleEvents(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
 	cpu := cpuSeconds(t, pid)
 	if err := PowerOffFromInside(conn, dom); err != nil {
 		t.Fatal(err)
@@ -132,6 +148,92 @@ func TestGuestThroughLibvirt(t *testing.T) {
 		t.Errorf("clone-1 state %d, %v; want shut off", state, err)
 	}
 	t.Logf("whole boot to power-off: %s wall, %.2f QEMU CPU-s", time.Since(booted).Round(time.Millisecond), cpu)
+}
+
+// TestStaticAddressFromNetworkConfig: a network-config with a static
+// address for the NIC's MAC gives the guest that address, and no DHCP
+// lease.
+func TestStaticAddressFromNetworkConfig(t *testing.T) {
+	img := Build(t)
+	d := libvirtd.Start(t)
+	subnet := netip.MustParsePrefix("10.98.0.0/24")
+	d.DefineNetwork(t, "tiny", subnet)
+	conn := d.Dial(t)
+	disk := filepath.Join(d.Dir(), "disk.qcow2")
+	run(t, "qemu-img", "create", "-q", "-f", "qcow2", disk, "16M")
+	const mac = "52:54:00:12:34:56"
+	iso := filepath.Join(d.Dir(), "seed.iso")
+	if err := qemu.WriteNoCloudISO(iso, map[string][]byte{
+		"meta-data":      []byte("instance-id: static-1\n"),
+		"user-data":      []byte("#cloud-config\n"),
+		"network-config": []byte("version: 2\nethernets:\n  id0:\n    match:\n      macaddress: '" + mac + "'\n    set-name: eth0\n    addresses: [10.98.0.200/24]\n    gateway4: 10.98.0.1\n"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := Template(Options{Name: "static-1", Image: img, Disk: disk, SeedISO: iso, Network: "tiny", MAC: mac}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom, err := conn.DomainCreateXML(doc, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitAgent(conn, dom, 120*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitAgentAddress(t, conn, dom, subnet); got != netip.MustParseAddr("10.98.0.200") {
+		t.Errorf("address %s, want the static 10.98.0.200", got)
+	}
+
+	// A graceful shutdown through ACPI (as libvirt does without an
+	// agent) powers the guest off too.
+	events, err := conn.LifecycleEvents(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.DomainShutdownFlags(dom, libvirt.DomainShutdownAcpiPowerBtn); err != nil {
+		t.Fatal(err)
+	}
+	waitStopped(t, events, "static-1")
+}
+
+// guestExec runs a program in the guest through guest-exec and waits for
+// its end; it returns its standard output and exit code.
+func guestExec(t *testing.T, conn *libvirt.Libvirt, dom libvirt.Domain, path string, args ...string) (string, int) {
+	t.Helper()
+	cmd, _ := json.Marshal(map[string]any{"execute": "guest-exec", "arguments": map[string]any{"path": path, "arg": args, "capture-output": true}})
+	ret, err := AgentCommand(conn, dom, string(cmd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started struct {
+		PID int `json:"pid"`
+	}
+	if err := json.Unmarshal(ret, &started); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ret, err := AgentCommand(conn, dom, fmt.Sprintf(`{"execute":"guest-exec-status","arguments":{"pid":%d}}`, started.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct {
+			Exited   bool   `json:"exited"`
+			ExitCode int    `json:"exitcode"`
+			Out      []byte `json:"out-data"`
+		}
+		if err := json.Unmarshal(ret, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Exited {
+			return string(st.Out), st.ExitCode
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s %v still runs", path, args)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // waitAgentAddress waits until libvirt's agent-sourced addresses of dom

@@ -59,7 +59,7 @@ func serveAgent() {
 	}
 	logf("agent: serving on %s", path)
 	a := newAgent()
-	go a.serve(port)
+	go a.serve(port, port)
 }
 
 // waitAgentPort finds the device of the port named agentPortName in
@@ -85,11 +85,11 @@ func waitAgentPort() (string, error) {
 // portReader reads the agent port, waiting while no host is connected (a
 // virtio-serial port then reads as end of file), and drops the 0xFF bytes
 // a host sends to reset the agent's parser.
-type portReader struct{ f *os.File }
+type portReader struct{ r io.Reader }
 
 func (r portReader) Read(p []byte) (int, error) {
 	for {
-		n, err := r.f.Read(p)
+		n, err := r.r.Read(p)
 		if err != nil && !errors.Is(err, io.EOF) {
 			return 0, err
 		}
@@ -110,9 +110,10 @@ func (r portReader) Read(p []byte) (int, error) {
 }
 
 // serve decodes commands from the port and writes one reply per line. A
-// malformed stream (a host that went away mid-command) restarts the
-// decoder.
-func (a *agent) serve(port *os.File) {
+// malformed command (a host that went away mid-command) is dropped up to
+// the end of its line, where the next one starts (libvirt ends each
+// command with a newline).
+func (a *agent) serve(port io.Reader, out io.Writer) {
 	in := bufio.NewReader(portReader{port})
 	for {
 		dec := json.NewDecoder(in)
@@ -120,16 +121,17 @@ func (a *agent) serve(port *os.File) {
 			var req request
 			if err := dec.Decode(&req); err != nil {
 				logf("agent: %v", err)
-				in = bufio.NewReader(portReader{port})
+				in = bufio.NewReader(io.MultiReader(dec.Buffered(), in))
+				_, _ = in.ReadString('\n')
 				break
 			}
-			a.reply(port, req)
+			a.reply(out, req)
 		}
 	}
 }
 
 // reply runs one command and writes its answer.
-func (a *agent) reply(port *os.File, req request) {
+func (a *agent) reply(port io.Writer, req request) {
 	result, err := a.dispatch(req)
 	if _, ok := result.(noReply); ok && err == nil {
 		return

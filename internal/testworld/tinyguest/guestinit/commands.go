@@ -422,7 +422,8 @@ func (a *agent) execStatus(args json.RawMessage) (any, error) {
 	e, ok := a.execs[in.PID]
 	a.mu.Unlock()
 	if !ok {
-		return nil, fmt.Errorf("Invalid parameter 'pid'")
+		// QEMU's agent's own words.
+		return nil, &qgaError{Class: "GenericError", Desc: "Invalid parameter 'pid'"}
 	}
 	select {
 	case <-e.done:

@@ -5,7 +5,8 @@
 // dependencies), keeps a copy of the NoCloud seed it finds on the CD-ROM
 // labelled cidata, configures its NIC (DHCPv4, or a static address from
 // network-config), and serves the QEMU guest agent protocol on the
-// org.qemu.guest_agent.0 virtio-serial port until it is powered off.
+// org.qemu.guest_agent.0 virtio-serial port until it is powered off
+// (through the agent or the ACPI power button).
 //
 // It is PID 1: it never exits (the kernel would panic); a step that fails
 // is logged to the console and the next one runs.
@@ -30,7 +31,9 @@ const (
 )
 
 func main() {
-	if len(os.Args) > 1 {
+	// As PID 1 the arguments are the kernel command line's words it does
+	// not know (nokaslr, ...); as a child of guest-exec they name a tool.
+	if os.Getpid() != 1 && len(os.Args) > 1 {
 		os.Exit(tool(os.Args[1:]))
 	}
 	began := time.Now()
@@ -38,13 +41,16 @@ func main() {
 	unix.Umask(0)
 	mountBase()
 	loadModules()
+	logf("modules loaded at %s", time.Since(began).Round(time.Millisecond))
 	seed := readSeed()
+	logf("seed read at %s", time.Since(began).Round(time.Millisecond))
 	if host := seed.hostname(); host != "" {
 		if err := unix.Sethostname([]byte(host)); err != nil {
 			logf("hostname %q: %v", host, err)
 		}
 	}
 	configureNetwork(seed)
+	watchPowerButton()
 	logf("up in %s", time.Since(began).Round(time.Millisecond))
 	serveAgent()
 	select {} // PID 1 never returns

@@ -99,8 +99,9 @@ func staticAddresses(config []byte, nic net.Interface) []netip.Prefix {
 	return out
 }
 
-// linkUp sets IFF_UP on an interface.
-func linkUp(name string) error {
+// withIfreq runs f with an IPv4 socket for interface ioctls and an
+// ifreq naming the interface.
+func withIfreq(name string, f func(fd int, ifr *unix.Ifreq) error) error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -110,6 +111,17 @@ func linkUp(name string) error {
 	if err != nil {
 		return err
 	}
+	return f(fd, ifr)
+}
+
+// linkUp sets IFF_UP on an interface.
+func linkUp(name string) error {
+	return withIfreq(name, func(fd int, ifr *unix.Ifreq) error {
+		return setUp(fd, ifr)
+	})
+}
+
+func setUp(fd int, ifr *unix.Ifreq) error {
 	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
 		return fmt.Errorf("get flags: %w", err)
 	}
@@ -144,15 +156,12 @@ func addAddress(nic net.Interface, p netip.Prefix) error {
 }
 
 func setIPv4(name string, p netip.Prefix) error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		return err
-	}
+	return withIfreq(name, func(fd int, ifr *unix.Ifreq) error {
+		return setIPv4Ifreq(fd, ifr, p)
+	})
+}
+
+func setIPv4Ifreq(fd int, ifr *unix.Ifreq, p netip.Prefix) error {
 	if err := ifr.SetInet4Addr(p.Addr().AsSlice()); err != nil {
 		return err
 	}
