@@ -40,16 +40,51 @@ type world struct {
 	source provider.TemplateSource
 }
 
+// guestImage is the tiny guest, hard-linked (or copied) once per test
+// binary into a directory of its own: the shared cache it is built in may
+// be rebuilt by another test binary while this one runs.
 var guestImage struct {
 	once sync.Once
+	dir  string
 	img  tinyguest.Image
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if guestImage.dir != "" {
+		_ = os.RemoveAll(guestImage.dir)
+	}
+	os.Exit(code)
+}
+
+// privateImage links img's files into a directory of this process.
+func privateImage(t testing.TB, img tinyguest.Image) (string, tinyguest.Image) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "hf-libvirt-guest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []*string{&img.Kernel, &img.Initrd} {
+		dst := filepath.Join(dir, filepath.Base(*f))
+		if err := os.Link(*f, dst); err != nil {
+			raw, rerr := os.ReadFile(*f)
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			if err := os.WriteFile(dst, raw, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		*f = dst
+	}
+	return dir, img
 }
 
 // newWorld starts a libvirtd with the tiny guest's template on a qcow2
 // disk of the images pool, a media pool and a DHCP network.
 func newWorld(t testing.TB) *world {
 	t.Helper()
-	guestImage.once.Do(func() { guestImage.img = tinyguest.Build(t) })
+	guestImage.once.Do(func() { guestImage.dir, guestImage.img = privateImage(t, tinyguest.Build(t)) })
 	d := libvirtd.Start(t)
 	d.DefineNetwork(t, worldNetwork, netip.MustParsePrefix("10.77.0.0/24"))
 	images := d.DefinePool(t, worldImages, filepath.Join(d.Dir(), worldImages))

@@ -206,11 +206,16 @@ func (p *Provider) did(res *provider.EnsureResult, d *domain, phase provider.Pha
 }
 
 // hasRunSince says whether a shut-off domain has run: the lifecycle
-// events saw it stop, libvirt gives a reason for its shut-off state
-// (anything but "unknown": it ran since libvirtd started), or its
-// cloud-init ISO is no longer attached, which only happens once it ran.
+// events saw it stop, libvirt gives a reason for its shut-off state that
+// only a run leaves (anything but "unknown", which a domain never started
+// since libvirtd started has, and "failed", a start that did not happen),
+// or its cloud-init ISO is no longer attached, which only happens once it
+// ran.
 func (p *Provider) hasRunSince(d *domain) bool {
-	if p.hasRun(d.host.Name, d.dom.Name) || golibvirt.DomainShutoffReason(d.reason) != golibvirt.DomainShutoffUnknown {
+	if p.hasRun(d.host.Name, d.dom.Name) {
+		return true
+	}
+	if reason := golibvirt.DomainShutoffReason(d.reason); reason != golibvirt.DomainShutoffUnknown && reason != golibvirt.DomainShutoffFailed {
 		return true
 	}
 	return d.meta.Medium != "" && mediumDisk(d.xml, d.meta.Medium) == nil

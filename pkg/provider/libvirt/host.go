@@ -60,7 +60,7 @@ func (h *host) client() (*golibvirt.Libvirt, error) {
 // the connection ends.
 func (h *host) follow(events <-chan golibvirt.DomainEventLifecycleMsg) {
 	for ev := range events {
-		h.p.lifecycle(h.Name, ev.Dom.Name, golibvirt.DomainEventType(ev.Event))
+		h.p.lifecycle(h.Name, ev.Dom.Name, golibvirt.DomainEventType(ev.Event), ev.Detail)
 	}
 }
 
@@ -86,14 +86,17 @@ func (p *Provider) Close() {
 }
 
 // lifecycle records what a domain's lifecycle event says: a domain that
-// stops has run (Stopped once configured), and the owner building it is
+// stops (but for a failed start) has run (Stopped once configured), and the owner building it is
 // woken to see so.
-func (p *Provider) lifecycle(hostName, domain string, ev golibvirt.DomainEventType) {
+func (p *Provider) lifecycle(hostName, domain string, ev golibvirt.DomainEventType, detail int32) {
 	key := hostName + "/" + domain
 	p.mu.Lock()
 	var wake []func()
 	switch ev {
 	case golibvirt.DomainEventStopped:
+		if golibvirt.DomainEventStoppedDetailType(detail) == golibvirt.DomainEventStoppedFailed {
+			break // a start that did not happen
+		}
 		p.ran[key] = true
 		if o, ok := p.builders[key]; ok && p.wake != nil {
 			wake = append(wake, func() { p.wake(o) })
