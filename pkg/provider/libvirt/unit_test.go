@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -312,3 +313,42 @@ func TestSummaryNames(t *testing.T) {
 		t.Errorf("a running domain of no install: %+v, want no template", s)
 	}
 }
+
+// TestHasRunSince: a shut-off domain has run when the events saw it stop
+// (not a failed start), when libvirt's shut-off reason is one a run
+// leaves, or when its seed was ejected (only done once it ran).
+func TestHasRunSince(t *testing.T) {
+	p := testProvider(t, nil)
+	h := p.hostNamed("h1")
+	attached, _ := parseDomain(`<domain><name>vm</name><devices><disk type='volume' device='cdrom'><source pool='media' volume='seed.iso'/><target dev='sda' bus='scsi'/></disk></devices></domain>`)
+	ejected, _ := parseDomain(`<domain><name>vm</name><devices><disk type='file' device='cdrom'><target dev='sda' bus='scsi'/></disk></devices></domain>`)
+	cases := []struct {
+		name   string
+		reason golibvirt.DomainShutoffReason
+		xml    *libvirtxml.Domain
+		event  *golibvirt.DomainEventStoppedDetailType
+		want   bool
+	}{
+		{name: "defined, never started", reason: golibvirt.DomainShutoffUnknown, xml: attached},
+		{name: "start failed", reason: golibvirt.DomainShutoffFailed, xml: attached},
+		{name: "powered off from inside", reason: golibvirt.DomainShutoffShutdown, xml: attached, want: true},
+		{name: "destroyed", reason: golibvirt.DomainShutoffDestroyed, xml: attached, want: true},
+		{name: "seed ejected, reason lost in a libvirtd restart", reason: golibvirt.DomainShutoffUnknown, xml: ejected, want: true},
+		{name: "stop event", reason: golibvirt.DomainShutoffUnknown, xml: attached, event: ptr(golibvirt.DomainEventStoppedShutdown), want: true},
+		{name: "failed-start event", reason: golibvirt.DomainShutoffUnknown, xml: attached, event: ptr(golibvirt.DomainEventStoppedFailed)},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			name := fmt.Sprintf("vm-%d", i)
+			if c.event != nil {
+				p.lifecycle("h1", name, golibvirt.DomainEventStopped, int32(*c.event))
+			}
+			d := &domain{host: h, dom: golibvirt.Domain{Name: name}, xml: c.xml, meta: vmMeta{ID: 1, Medium: "seed.iso"}, state: golibvirt.DomainShutoff, reason: int32(c.reason)}
+			if got := p.hasRunSince(d); got != c.want {
+				t.Errorf("hasRunSince = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
