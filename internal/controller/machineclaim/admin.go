@@ -150,7 +150,7 @@ func (r *Reconciler) releaseForced(ctx context.Context, s *claimScope) (phase.Re
 	ctrl.LoggerFrom(ctx).Info("MachineClaim force-deleted; its VM was abandoned without the hypervisor", "vm", ref.ID(), "cluster", cluster,
 		"addresses", addrs, "reason", reason)
 	r.countOutcome(claim)
-	r.attempts.Delete(claim.UID)
+	r.memory.succeeded(claim.UID)
 	return phase.Stop(), nil
 }
 
@@ -267,7 +267,7 @@ func (r *Reconciler) releaseDisownedVM(ctx context.Context, s *claimScope) (phas
 		s.facts.ending(hfv1.DisowningReason, fmt.Sprintf("Releasing VM %s from HyperFleet's management: %s", ref.ID(), res.Message))
 		return phase.StopAndRequeue(CallAgain(res.RetryAfter)), nil
 	}
-	r.attempts.Delete(claim.UID)
+	r.memory.succeeded(claim.UID)
 	r.disowned(ctx, s, ref, res)
 	return phase.Next(), nil
 }

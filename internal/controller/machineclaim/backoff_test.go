@@ -27,7 +27,7 @@ func TestClaimBackoff(t *testing.T) {
 					t.Fatalf("failure %d: backoff %s, want %s", i+1, got, want)
 				}
 			}
-			r.attempts.Delete(claim.UID)
+			r.memory.succeeded(claim.UID)
 			if got := r.backoff(&claim); got != tc.want[0] {
 				t.Errorf("after a success: backoff %s, want %s", got, tc.want[0])
 			}

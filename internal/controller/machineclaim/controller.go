@@ -167,26 +167,9 @@ type Reconciler struct {
 
 	// stuckClaims reports stuck claims and counts them by phase.
 	stuckClaims stuck.Detector
-	// attempts counts consecutive transient failures per claim UID for
-	// backoff. Losing it on restart only restarts the backoff.
-	attempts sync.Map
-	// provisionRetryAt is when a claim whose provider step failed
-	// transiently may call the provider again (UID -> time.Time): a wake-up
-	// before then waits it out (ensureVM).
-	provisionRetryAt sync.Map
-	// provisionHeld holds a claim whose provider step failed for a
-	// reason its user must fix (UID -> heldProvision): wake-ups that
-	// change none of its inputs do not call the provider again (ensureVM).
-	provisionHeld sync.Map
-	// progress keeps, by claim UID, the provider progress of the claim's
-	// VM with its hypervisor task in flight, which the status does not
-	// record (vm_progress.go). Losing it on restart costs the provider a
-	// read of where the VM stands.
-	progress sync.Map
-	// minted keeps runner credentials issued and not yet placed in their
-	// VM (Minted); losing it on restart costs a new
-	// registration, which replaces the lost one.
-	minted Minted
+	// memory is what this process remembers about each claim beyond its
+	// stored status (memory.go), dropped as a whole by forget.
+	memory claimMemory
 	// lag keeps a reconcile from repeating a step against a cache older
 	// than this controller's last write of the claim (a second cloud-init
 	// delivery would issue a second runner credential), and drops a gone
@@ -196,22 +179,6 @@ type Reconciler struct {
 	// they carried the finalizer, by name, until a reconcile of the name
 	// hands their VM over (vanished.go).
 	vanished sync.Map
-	// dnsRegistered keeps, by claim UID, the registration last written
-	// (the cluster's registrar key, the name and the addresses), so that a
-	// running claim's passes do not ask the DNS server again; losing it on
-	// restart costs one idempotent Register. dnsRemoveAttempts counts the
-	// failed removals of an ending claim's records (dns.go).
-	dnsRegistered     sync.Map
-	dnsRemoveAttempts sync.Map
-	// deletedGone are the claims a pass deleted without their finalizer
-	// (finish), by UID: the cache may still show them, without the
-	// finalizer and with the VM reference their last status write left,
-	// until the deletion's watch event, and such a copy must not be torn
-	// down a second time. Their reconcile's NotFound forgets them.
-	deletedGone sync.Map
-	// heldEnds are the routine ends not written to their claims' status,
-	// by UID (end_held.go).
-	heldEnds sync.Map
 	// finished sends the collection deletions of finished claims
 	// (finished.go).
 	finished finishedDeletes
@@ -234,17 +201,10 @@ func (r *Reconciler) waitForCache(ctx context.Context, claim *hfv1.MachineClaim)
 // forget drops the rest of a gone claim's memory (the lag tracker dropped
 // its own): a reconcile found its name gone, or taken by a new claim.
 func (r *Reconciler) forget(uid types.UID) {
-	r.attempts.Delete(uid)
-	r.provisionRetryAt.Delete(uid)
-	r.provisionHeld.Delete(uid)
-	r.progress.Delete(uid)
-	r.minted.Forget(uid)
+	r.memory.Forget(uid)
+	// The runner observations are the RunnerPool resync's, which writes
+	// them; the claim's is dropped with the rest.
 	r.Runners.Forget(uid)
-	r.dnsRegistered.Delete(uid)
-	r.dnsRemoveAttempts.Delete(uid)
-	r.validation.forget(uid)
-	r.deletedGone.Delete(uid)
-	r.heldEnds.Delete(uid)
 }
 
 // workloads are the CI platforms' back-ends; none without CI.
@@ -334,7 +294,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if uid, ok := r.lag.Observe(req.NamespacedName, claim.UID); ok {
 		r.forget(uid)
 	}
-	if _, ok := r.deletedGone.Load(claim.UID); ok {
+	if r.memory.recall(claim.UID).deletedGone {
 		// Deleted by this controller; the cache has not seen it go yet.
 		return ctrl.Result{}, nil
 	}

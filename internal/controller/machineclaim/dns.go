@@ -217,7 +217,7 @@ func (r *Reconciler) ensureDNS(ctx context.Context, s *claimScope) (phase.Result
 		return phase.Recheck(dnsRegisterRetry), nil
 	}
 	done := dc.Key + " " + dnsreg.Fqdn(rec.Name) + " " + dnsreg.AddrsTXT(rec.Addrs)
-	if v, ok := r.dnsRegistered.Load(claim.UID); ok && v == done && s.facts.isTrue(claim, hfv1.MachineClaimDNSRegisteredCondition) {
+	if r.memory.recall(claim.UID).dnsRegistered == done && s.facts.isTrue(claim, hfv1.MachineClaimDNSRegisteredCondition) {
 		return phase.Next(), nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, dnsUpdateTimeout)
@@ -233,7 +233,7 @@ func (r *Reconciler) ensureDNS(ctx context.Context, s *claimScope) (phase.Result
 		return phase.Recheck(dnsRegisterRetry), nil
 	}
 	metrics.DNSUpdates.WithLabelValues(cluster, "register", "ok").Inc()
-	r.dnsRegistered.Store(claim.UID, done)
+	r.memory.registeredDNS(claim.UID, done)
 	msg := fmt.Sprintf("%s is registered with addresses %s", dnsreg.Fqdn(rec.Name), addrList(rec.Addrs))
 	if d, ok := reg.(dnsreg.Describer); ok {
 		msg = d.Registered(rec)
@@ -368,23 +368,18 @@ func (r *Reconciler) removeDNS(ctx context.Context, s *claimScope) (retry time.D
 	err := dc.Registrar.Remove(rctx, dnsreg.Record{Name: name, Owner: dnsreg.Owner{Claim: string(claim.UID), Install: r.install()}})
 	if err == nil {
 		metrics.DNSUpdates.WithLabelValues(cluster, "remove", "ok").Inc()
-		r.dnsRegistered.Delete(claim.UID)
-		r.dnsRemoveAttempts.Delete(claim.UID)
+		r.memory.dnsDone(claim.UID)
 		s.facts.record(hfv1.MachineClaimDNSRegisteredCondition, metav1.ConditionFalse, hfv1.DNSRecordsRemovedReason,
 			fmt.Sprintf("The records of %s were removed from DNS", dnsreg.Fqdn(name)))
 		return 0
 	}
 	reason := dnsFailureReason(err)
 	metrics.DNSUpdates.WithLabelValues(cluster, "remove", string(reason)).Inc()
-	n := 1
-	if v, ok := r.dnsRemoveAttempts.Load(claim.UID); ok {
-		n = v.(int) + 1
-	}
+	n := r.memory.dnsRemoveFailed(claim.UID)
 	if n >= maxDNSRemoveAttempts {
 		r.abandonDNS(ctx, s, name, err)
 		return 0
 	}
-	r.dnsRemoveAttempts.Store(claim.UID, n)
 	s.facts.record(hfv1.MachineClaimDNSRegisteredCondition, metav1.ConditionFalse, reason, conditions.Truncate(
 		fmt.Sprintf("Removing %s from DNS failed (attempt %d of %d; the VM's deletion goes on meanwhile): %v", name, n, maxDNSRemoveAttempts, err), 1024))
 	return dnsRemoveRetry
@@ -393,8 +388,7 @@ func (r *Reconciler) removeDNS(ctx context.Context, s *claimScope) (retry time.D
 // abandonDNS gives up removing the claim's records.
 func (r *Reconciler) abandonDNS(ctx context.Context, s *claimScope, name string, err error) {
 	claim := s.claim
-	r.dnsRegistered.Delete(claim.UID)
-	r.dnsRemoveAttempts.Delete(claim.UID)
+	r.memory.dnsDone(claim.UID)
 	msg := conditions.Truncate(fmt.Sprintf("Could not remove %s from DNS (%v); the claim goes on without it, and the DNS sweep removes its records once the DNS server takes updates again", name, err), 1024)
 	r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.DNSRemoveAbandonedReason), msg)
 	ctrl.LoggerFrom(ctx).Info("Gave up removing the VM's DNS records; leaving them to the sweep", "name", name, "err", err.Error())

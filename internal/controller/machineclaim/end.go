@@ -233,7 +233,7 @@ func (r *Reconciler) releaseFinalizer(ctx context.Context, s *claimScope) (phase
 		return phase.Stop(), err
 	}
 	r.countOutcome(s.claim)
-	r.attempts.Delete(s.claim.UID)
+	r.memory.succeeded(s.claim.UID)
 	return phase.Stop(), nil
 }
 
@@ -301,7 +301,7 @@ func (r *Reconciler) finish(ctx context.Context, s *claimScope) error {
 		}
 		s.deleted = true
 		r.countOutcome(claim)
-		r.attempts.Delete(claim.UID)
+		r.memory.succeeded(claim.UID)
 		return nil
 	}
 	return client.IgnoreNotFound(r.Client.Delete(ctx, claim))

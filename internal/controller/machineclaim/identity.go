@@ -28,7 +28,7 @@ func (r *Reconciler) checkMisuse(ctx context.Context, s *claimScope) (phase.Resu
 // secretSteps is the guest-secrets service of the claim of sc with this
 // reconciler's dependencies and backoff.
 func (r *Reconciler) secretSteps(sc *claimScope) *secretsService {
-	s := &secretsService{Minter: r.Credentials, Minted: &r.minted, Recorder: r.Recorder, Clock: r.Clock, Backoff: r.backoff,
+	s := &secretsService{Minter: r.Credentials, Memory: &r.memory, Recorder: r.Recorder, Clock: r.Clock, Backoff: r.backoff,
 		NoRunner: r.runsNoRunner(sc.claim, sc.tmpl), WaitsForJob: r.waitsForJob(sc.claim, sc.tmpl), SecretsFile: agentconfig.SecretsFile}
 	if sc.tmpl != nil && sc.tmpl.Spec.Guest != nil && sc.tmpl.Spec.Guest.OS == hfv1.GuestWindows {
 		// The QEMU guest agent of a Windows VM takes a Windows path.
@@ -109,7 +109,7 @@ func (r *Reconciler) ensureStoredCredential(ctx context.Context, s *claimScope) 
 	case StoreWait:
 		return phase.StopAndRequeue(requeue), nil
 	case StoreDelivered:
-		r.attempts.Delete(s.claim.UID)
+		r.memory.succeeded(s.claim.UID)
 	}
 	return phase.Next(), nil
 }

@@ -279,7 +279,7 @@ func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err erro
 		// The user must act: a change of the claim, its template or its
 		// cluster tries again (ensureVM's hold), or the hold's end.
 		if s.tmpl != nil && s.cluster != nil {
-			r.provisionHeld.Store(claim.UID, heldProvision{claim: claim.Generation, template: s.tmpl.Generation, cluster: s.cluster.Generation,
+			r.memory.hold(claim.UID, heldProvision{claim: claim.Generation, template: s.tmpl.Generation, cluster: s.cluster.Generation,
 				until: r.Clock.Now().Add(configurationHold)})
 		}
 		return phase.StopAndRequeue(configurationHold), nil
@@ -287,7 +287,7 @@ func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err erro
 		return phase.StopAndRequeue(30 * time.Second), nil
 	default:
 		wait := r.backoff(claim)
-		r.provisionRetryAt.Store(claim.UID, r.Clock.Now().Add(wait))
+		r.memory.setRetryAt(claim.UID, r.Clock.Now().Add(wait))
 		return phase.StopAndRequeue(wait), nil
 	}
 }
@@ -300,11 +300,7 @@ const defaultMaxRetryDelay = 5 * time.Minute
 // 2s, 4s, 8s ... (from MinRetryDelay when set) capped at MaxRetryDelay
 // (5 minutes by default).
 func (r *Reconciler) backoff(claim *hfv1.MachineClaim) time.Duration {
-	n := 0
-	if v, ok := r.attempts.Load(claim.UID); ok {
-		n = v.(int)
-	}
-	r.attempts.Store(claim.UID, n+1)
+	n := r.memory.failed(claim.UID)
 	limit := r.MaxRetryDelay
 	if limit <= 0 {
 		limit = defaultMaxRetryDelay

@@ -97,7 +97,7 @@ func (r *Reconciler) closeScope(ctx context.Context, s *claimScope, res ctrl.Res
 	if s.deleted {
 		// Nothing is written to a claim that is gone, and the copies the
 		// cache still holds are not reconciled (deletedGone).
-		r.deletedGone.Store(claim.UID, struct{}{})
+		r.memory.markDeletedGone(claim.UID)
 		return res, err
 	}
 	write := s.patch.Patch
@@ -106,7 +106,7 @@ func (r *Reconciler) closeScope(ctx context.Context, s *claimScope, res ctrl.Res
 		r.holdEnd(claim)
 		write = s.patch.PatchMetadata
 	} else {
-		r.heldEnds.Delete(claim.UID)
+		r.memory.dropHeldEnd(claim.UID)
 	}
 	if perr := write(ctx, claim); perr != nil {
 		ctrl.LoggerFrom(ctx).Error(perr, "Write MachineClaim")

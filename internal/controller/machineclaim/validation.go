@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -74,12 +72,10 @@ type validationRound struct {
 	fail   bool
 }
 
-// validations are the rounds in flight and those finished but not yet
-// recorded, by claim UID. Losing them on restart costs one round.
+// validations start the claims' rounds, which the claims' memory tracks
+// (claimMemory.startRound, takeRound). Losing them on restart costs one
+// round.
 type validations struct {
-	mu       sync.Mutex
-	running  map[types.UID]bool
-	finished map[types.UID]validationRound
 	// wake enqueues a claim whose round finished (a channel source of the
 	// controller); nil in tests without a manager, where the claim's
 	// recheck collects the round instead.
@@ -88,26 +84,15 @@ type validations struct {
 
 // start runs plan in a goroutine unless a round of the claim is already
 // running; false when one is.
-func (v *validations) start(claim *hfv1.MachineClaim, plan validationPlan, now func() time.Time) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.running[claim.UID] {
+func (v *validations) start(m *claimMemory, claim *hfv1.MachineClaim, plan validationPlan, now func() time.Time) bool {
+	if !m.startRound(claim.UID) {
 		return false
 	}
-	if v.running == nil {
-		v.running, v.finished = map[types.UID]bool{}, map[types.UID]validationRound{}
-	}
-	v.running[claim.UID] = true
 	key := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}}
 	go func() {
 		round := runRound(plan)
 		round.finished = now()
-		v.mu.Lock()
-		if v.running[key.UID] {
-			delete(v.running, key.UID)
-			v.finished[key.UID] = round
-		}
-		v.mu.Unlock()
+		m.finishRound(key.UID, round)
 		if v.wake != nil {
 			select {
 			case v.wake <- event.GenericEvent{Object: key}:
@@ -117,24 +102,6 @@ func (v *validations) start(claim *hfv1.MachineClaim, plan validationPlan, now f
 		}
 	}()
 	return true
-}
-
-// take returns the claim's finished round, once.
-func (v *validations) take(uid types.UID) (validationRound, bool, bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	r, ok := v.finished[uid]
-	delete(v.finished, uid)
-	return r, ok, v.running[uid]
-}
-
-// forget drops a gone claim's rounds; one still running is dropped when
-// it ends.
-func (v *validations) forget(uid types.UID) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	delete(v.running, uid)
-	delete(v.finished, uid)
 }
 
 // planValidation resolves what the claim's rounds check; false when its
@@ -213,13 +180,13 @@ func (r *Reconciler) checkNetwork(ctx context.Context, s *claimScope) (phase.Res
 		if len(plan.outside) > 0 {
 			// A round still running (started before the addresses
 			// changed) is dropped when it ends.
-			r.validation.forget(claim.UID)
+			r.memory.dropRounds(claim.UID)
 			r.refuseAddresses(s, hfv1.MachineClaimNetworkValidatedCondition, hfv1.AddressOutsideVMSubnetsReason,
 				"Not validated: "+vmAddrs{outside: plan.outside}.refusal(s.cluster))
 		}
 		return phase.Next(), nil
 	}
-	round, finished, running := r.validation.take(claim.UID)
+	round, finished, running := r.memory.takeRound(claim.UID)
 	if finished && !r.vmStillRuns(claim) {
 		// The VM stopped while it was checked (its job done, or shut
 		// down): the round says nothing about its network, and
@@ -240,7 +207,7 @@ func (r *Reconciler) checkNetwork(ctx context.Context, s *claimScope) (phase.Res
 	if now.Before(due) {
 		return phase.Recheck(due.Sub(now)), nil
 	}
-	if r.validation.start(claim, plan, r.Clock.Now) && s.facts.condition(claim, hfv1.MachineClaimNetworkValidatedCondition) == nil {
+	if r.validation.start(&r.memory, claim, plan, r.Clock.Now) && s.facts.condition(claim, hfv1.MachineClaimNetworkValidatedCondition) == nil {
 		s.facts.record(hfv1.MachineClaimNetworkValidatedCondition, metav1.ConditionUnknown, hfv1.ValidatingReason,
 			"The first validation of the VM's DNS name and network is running")
 	}
@@ -253,7 +220,7 @@ func (r *Reconciler) checkNetwork(ctx context.Context, s *claimScope) (phase.Res
 // against, a network nobody checks. A round still running is discarded
 // when it ends.
 func (r *Reconciler) dropValidation(s *claimScope) {
-	r.validation.take(s.claim.UID)
+	r.memory.takeRound(s.claim.UID)
 	s.claim.Status.NetworkValidation = nil
 	s.facts.withdraw(hfv1.MachineClaimNetworkValidatedCondition)
 }

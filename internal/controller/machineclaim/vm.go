@@ -44,14 +44,14 @@ const (
 // the finalizer in one write, the only one before the clone request.
 func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim, tmpl, cluster := s.claim, s.tmpl, s.cluster
-	if at, ok := r.provisionRetryAt.Load(claim.UID); ok {
+	if at := r.memory.recall(claim.UID).retryAt; !at.IsZero() {
 		// The last step failed transiently and its backoff is not over:
 		// whatever woke the claim early (above all the failed pass's own
 		// status write, whenever the error's text changed, as a dropped
 		// connection's does) must not call the hypervisor again, or the
 		// backoff paces nothing (found by property 8's test,
 		// TestRetryAndErrorHandlingProperty in internal/controller).
-		if wait := at.(time.Time).Sub(r.Clock.Now()); wait > 0 {
+		if wait := at.Sub(r.Clock.Now()); wait > 0 {
 			return phase.StopAndRequeue(wait), nil
 		}
 	}
@@ -134,9 +134,7 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 	if err != nil {
 		return r.provisionError(ctx, s, err)
 	}
-	r.attempts.Delete(claim.UID)
-	r.provisionRetryAt.Delete(claim.UID)
-	r.provisionHeld.Delete(claim.UID)
+	r.memory.provisioned(claim.UID)
 	r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
 	// "Call again now": no status write wakes the claim between the
 	// provider's steps (the steps are not written), the requeue does.
@@ -272,7 +270,7 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 		s.facts.ending(hfv1.ConditionReason(reason), msg)
 		return false, r.backoff(claim)
 	}
-	r.attempts.Delete(claim.UID)
+	r.memory.succeeded(claim.UID)
 	if !res.Done {
 		r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
 		// The same message for every step (stop, destroy, the ISO's
@@ -358,15 +356,14 @@ const configurationHold = 5 * time.Minute
 // TestRetryAndErrorHandlingProperty in internal/controller, saw three in a
 // second under load).
 func (r *Reconciler) heldForUser(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) (time.Duration, bool) {
-	h, ok := r.provisionHeld.Load(claim.UID)
-	if !ok {
+	held := r.memory.recall(claim.UID).held
+	if held == nil {
 		return 0, false
 	}
-	held := h.(heldProvision)
 	if wait := held.until.Sub(r.Clock.Now()); wait > 0 && held.same(claim, tmpl, cluster) {
 		return wait, true
 	}
-	r.provisionHeld.Delete(claim.UID)
+	r.memory.release(claim.UID)
 	return 0, false
 }
 

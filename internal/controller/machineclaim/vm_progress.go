@@ -15,7 +15,7 @@ import (
 // The provider's progress has two parts, kept in two places. Where the VM
 // is (its id and node) is persisted in the claim's status (status.vmRef):
 // a restarted operator must find its VM. The hypervisor task in flight is
-// kept in the reconciler's memory only (Reconciler.progress): writing each
+// kept in the reconciler's memory only (claimMemory.progress): writing each
 // task reference was one status write per hypervisor task (clone, upload,
 // start, boot, stop, destroy: six per job), read by nobody but a restarted
 // operator, and a restarted operator does without them, as the provider
@@ -50,10 +50,8 @@ func Progress(claim *hfv1.MachineClaim) provider.Progress {
 // persisted one (Progress).
 func (r *Reconciler) progressOf(claim *hfv1.MachineClaim) provider.Progress {
 	p := Progress(claim)
-	if v, ok := r.progress.Load(claim.UID); ok && p.ID != "" {
-		if kept := v.(provider.Progress); kept.ID == p.ID {
-			return kept
-		}
+	if kept := r.memory.recall(claim.UID).progress; kept != nil && p.ID != "" && kept.ID == p.ID {
+		return *kept
 	}
 	return p
 }
@@ -67,11 +65,10 @@ func (r *Reconciler) progressOf(claim *hfv1.MachineClaim) provider.Progress {
 func (r *Reconciler) recordProgress(ctx context.Context, claim *hfv1.MachineClaim, cluster string, prev, next provider.Progress) {
 	if next.ID == "" {
 		claim.Status.VMRef = nil
-		r.progress.Delete(claim.UID)
 	} else {
 		claim.Status.VMRef = hfv1.NewVMReference(cluster, string(next.ID), next.Node)
-		r.progress.Store(claim.UID, next)
 	}
+	r.memory.keepProgress(claim.UID, next)
 	claim.Status.Task = nil
 	if t := next.Task; t != nil && (prev.Task == nil || prev.Task.ID != t.ID) {
 		ctrl.LoggerFrom(ctx).Info("Hypervisor task started", "vm", next.ID, "node", next.Node, "operation", t.Operation, "task", t.ID)
@@ -94,12 +91,12 @@ func (r *Reconciler) keepTask(claim *hfv1.MachineClaim, t *provider.Task) {
 		return
 	}
 	p.Task = t
-	r.progress.Store(claim.UID, p)
+	r.memory.keepProgress(claim.UID, p)
 }
 
 // forgetProgress drops the claim's kept progress (its VM is gone).
 func (r *Reconciler) forgetProgress(claim *hfv1.MachineClaim) {
-	r.progress.Delete(claim.UID)
+	r.memory.keepProgress(claim.UID, provider.Progress{})
 }
 
 // taskInFlight says which hypervisor task the claim waits on, for its
