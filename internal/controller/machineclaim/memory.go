@@ -245,3 +245,57 @@ func (m *claimMemory) mintedFor(claim *hfv1.MachineClaim) (workload.Credential, 
 	}
 	return *cred, true
 }
+
+// provisionPaused reports whether the claim must not call the provider
+// yet, and for how long at most: its last step failed transiently and
+// the backoff is not over (whatever woke the claim early, above all the
+// failed pass's own status write whenever the error's text changed, as a
+// dropped connection's does, must not call the hypervisor again, or the
+// backoff paces nothing: found by property 8's test,
+// TestRetryAndErrorHandlingProperty in internal/controller), or it waits
+// for its user (heldForUser).
+func (m *claimMemory) provisionPaused(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, now time.Time) (time.Duration, bool) {
+	if at := m.recall(claim.UID).retryAt; !at.IsZero() {
+		if wait := at.Sub(now); wait > 0 {
+			return wait, true
+		}
+	}
+	return m.heldForUser(claim, tmpl, cluster, now)
+}
+
+// heldForUser reports whether the claim still waits for its user after
+// its last provider step failed for a reason only the user can fix, and
+// for how long at most. Only a change of the claim, its template or its
+// cluster (their specs), or the hold's end, lets it call the hypervisor
+// again; the failed pass's own status write, a listing or a clone slot
+// freed does not (each was a new attempt before: property 8's test,
+// TestRetryAndErrorHandlingProperty in internal/controller, saw three in a
+// second under load).
+func (m *claimMemory) heldForUser(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, now time.Time) (time.Duration, bool) {
+	held := m.recall(claim.UID).held
+	if held == nil {
+		return 0, false
+	}
+	if wait := held.until.Sub(now); wait > 0 && held.same(claim, tmpl, cluster) {
+		return wait, true
+	}
+	m.release(claim.UID)
+	return 0, false
+}
+
+// heldProvision is a claim held after a configuration error: the
+// generations of its inputs when it failed, and when the hold ends.
+type heldProvision struct {
+	claim, template, cluster int64
+	until                    time.Time
+}
+
+// configurationHold is how long a claim whose provider step failed for a
+// reason its user must fix waits for a change before it tries again
+// anyway (a fix outside Kubernetes, on the hypervisor or in a Secret).
+const configurationHold = 5 * time.Minute
+
+// same reports whether the claim's inputs are those it failed with.
+func (h heldProvision) same(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) bool {
+	return h.claim == claim.Generation && h.template == tmpl.Generation && h.cluster == cluster.Generation
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 const (
@@ -40,24 +41,47 @@ const (
 )
 
 // ensureVM advances the claim's VM by one provider step and records where
-// it is (the Provisioned condition). A fresh VM reservation is stored with
-// the finalizer in one write, the only one before the clone request.
+// it is (the Provisioned condition), in two steps a test reaches one by
+// one: vmCallFor builds the provider call's inputs, settleVM records its
+// answer. A fresh VM reservation is stored with the finalizer in one
+// write, the only one before the clone request (reserveVM).
 func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result, error) {
-	claim, tmpl, cluster := s.claim, s.tmpl, s.cluster
-	if at := r.memory.recall(claim.UID).retryAt; !at.IsZero() {
-		// The last step failed transiently and its backoff is not over:
-		// whatever woke the claim early (above all the failed pass's own
-		// status write, whenever the error's text changed, as a dropped
-		// connection's does) must not call the hypervisor again, or the
-		// backoff paces nothing (found by property 8's test,
-		// TestRetryAndErrorHandlingProperty in internal/controller).
-		if wait := at.Sub(r.Clock.Now()); wait > 0 {
-			return phase.StopAndRequeue(wait), nil
-		}
-	}
-	if wait, held := r.heldForUser(claim, tmpl, cluster); held {
+	if wait, paused := r.memory.provisionPaused(s.claim, s.tmpl, s.cluster, r.Clock.Now()); paused {
 		return phase.StopAndRequeue(wait), nil
 	}
+	call, res, err := r.prepareVMCall(ctx, s)
+	if call == nil {
+		return res, err
+	}
+	if s.claim.Status.VMRef == nil {
+		s.claim.Status.TemplateHash = call.tmpl.Status.TemplateHash
+	}
+	got, err := s.provider.EnsureVM(ctx, call.spec, call.prev)
+	if err == nil && got.Phase == provider.PhasePlaced && got.RetryAfter <= 0 && call.prev.ID != got.Progress.ID {
+		if stop, err := r.reserveVM(ctx, s, call, got); stop {
+			return phase.Stop(), err
+		}
+		call.prev = got.Progress
+		got, err = s.provider.EnsureVM(ctx, call.spec, call.prev)
+	}
+	return r.settleVM(ctx, s, call, got, err)
+}
+
+// vmCall is one provider call's inputs: the VM's spec, the progress it
+// goes on from, and the template and cluster it is built from (with a
+// placed claim's recorded DNS domain).
+type vmCall struct {
+	spec    *provider.VMSpec
+	prev    provider.Progress
+	tmpl    *hfv1.HypervisorMachineTemplate
+	cluster *hfv1.HypervisorCluster
+}
+
+// prepareVMCall gathers what the provider call needs beyond the scope (a
+// placed claim's verified placement record, its static addresses) and
+// builds the call (vmCallFor); a nil call stops the pass with res.
+func (r *Reconciler) prepareVMCall(ctx context.Context, s *claimScope) (*vmCall, phase.Result, error) {
+	claim, tmpl := s.claim, s.tmpl
 	var placed *ownership.Placement
 	if claim.Status.VMRef != nil {
 		// Placed: the VM is built from what was authorized then, never
@@ -68,74 +92,110 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 			// The claim fails with the refusal (the end list runs in
 			// this pass); the pass itself succeeded.
 			r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.PlacementRecordRejectedReason, message: err.Error()})
-			return phase.Stop(), nil //nolint:nilerr // the refusal is recorded in the claim's end, not a failed reconcile
+			return nil, phase.Stop(), nil
 		}
 		placed = &p
-		tmpl, cluster = withPlacedDomain(tmpl, cluster, p.DNSDomain)
+		tmpl, _ = withPlacedDomain(tmpl, s.cluster, p.DNSDomain)
 	}
 	var addrs []vmspec.StaticAddr
 	if tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
 		var err error
 		if addrs, _, err = r.staticAddresses(ctx, s, tmpl); err != nil {
-			return r.provisionError(ctx, s, err)
+			res, err := r.provisionError(ctx, s, err)
+			return nil, res, err
 		}
 	}
-	ci := &claimCloudInit{r: r, claim: claim, tmpl: tmpl, cluster: cluster, addrs: addrs}
+	ci := &claimCloudInit{r: r, claim: claim, addrs: addrs}
+	call, err := vmCallFor(claim, s.tmpl, s.cluster, placed, r.workloads(), ci, addrs, r.progressOf(claim))
+	if err != nil {
+		res, err := r.provisionError(ctx, s, err)
+		return nil, res, err
+	}
+	return call, phase.Result{}, nil
+}
+
+// vmCallFor builds the provider call of a claim of tmpl on cluster: the
+// VM's spec (its cloud-init rendered by ci when the provider asks, from
+// the call's template and cluster), from the placement record when the
+// claim is placed, going on from prev.
+func vmCallFor(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, placed *ownership.Placement,
+	workloads *workload.Backends, ci *claimCloudInit, addrs []vmspec.StaticAddr, prev provider.Progress) (*vmCall, error) {
+	if placed != nil {
+		tmpl, cluster = withPlacedDomain(tmpl, cluster, placed.DNSDomain)
+	}
+	ci.tmpl, ci.cluster = tmpl, cluster
 	spec, err := vmspec.For(claim, tmpl, cluster, ci)
 	if err != nil {
-		return r.provisionError(ctx, s, err)
+		return nil, err
 	}
-	spec.Native = vmspec.Native(tmpl, vmspec.DNS(cluster, tmpl), vmspec.ClaimVars(r.workloads(), claim, tmpl, cluster, addrs))
+	spec.Native = vmspec.Native(tmpl, vmspec.DNS(cluster, tmpl), vmspec.ClaimVars(workloads, claim, tmpl, cluster, addrs))
 	if placed != nil {
 		ApplyPlacement(spec, *placed)
 	}
-	prev := r.progressOf(claim)
-	if claim.Status.VMRef == nil {
-		claim.Status.TemplateHash = tmpl.Status.TemplateHash
+	return &vmCall{spec: spec, prev: prev, tmpl: tmpl, cluster: cluster}, nil
+}
+
+// reserveVM stores a fresh reservation, the VM id with its placement
+// record, in one status write, so that the clone follows in this same
+// pass instead of waiting for that write's watch event; stop is set when
+// the pass must not clone (the write failed: the next pass starts over
+// from the stored state; or the claim is gone).
+func (r *Reconciler) reserveVM(ctx context.Context, s *claimScope, call *vmCall, res *provider.EnsureResult) (stop bool, err error) {
+	claim, cluster := s.claim, call.cluster.Name
+	r.recordProgress(ctx, claim, cluster, call.prev, res.Progress)
+	r.setReservation(claim, cluster, call.spec, vmspec.DNS(call.cluster, call.tmpl).Domain)
+	// A clone that will wait for a slot (res.Waits) is said so in the
+	// build's one condition, written with the reservation: the wait is a
+	// step of the build, and a condition of its own (Queued, then
+	// BuildingVM once the slot frees) was a status write per claim that
+	// waits, in the bursts that load the API server most (0.36 per job in
+	// make bench's churn).
+	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason, queuedBuildMessage(cluster, res.Progress, res.Waits))
+	if err := r.writeReservation(ctx, s); err != nil {
+		return true, fmt.Errorf("record VM id %s before cloning: %w", res.Progress.ID, err)
 	}
-	res, err := s.provider.EnsureVM(ctx, spec, prev)
-	if err == nil && res.Phase == provider.PhasePlaced && res.RetryAfter <= 0 && prev.ID != res.Progress.ID {
-		// A fresh reservation: store the VM id with its placement record
-		// in one status write, then clone in this same pass instead of waiting
-		// for that write's watch event. If the write fails, the next pass
-		// starts over from the stored state.
-		r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
-		r.setReservation(claim, cluster.Name, spec, vmspec.DNS(cluster, tmpl).Domain)
-		// A clone that will wait for a slot (res.Waits) is said so in the
-		// build's one condition, written with the reservation: the wait
-		// is a step of the build, and a condition of its own (Queued,
-		// then BuildingVM once the slot frees) was a status write per
-		// claim that waits, in the bursts that load the API server most
-		// (0.36 per job in make bench's churn).
-		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason, queuedBuildMessage(cluster.Name, res.Progress, res.Waits))
-		if err := r.writeReservation(ctx, s); err != nil {
-			return phase.Stop(), fmt.Errorf("record VM id %s before cloning: %w", res.Progress.ID, err)
+	log := ctrl.LoggerFrom(ctx)
+	if s.patch.Gone() {
+		// Deleted before it had a finalizer, after this pass read it from
+		// the cache: the reservation and the finalizer were not stored,
+		// and a clone now would belong to no claim (found by property 7's
+		// test, TestFinalizerCleanupProperty, which deletes claims within
+		// a millisecond of creating them). The provider's own hold on the
+		// VM id goes the way of any VM that was never cloned: a deletion
+		// finds nothing and releases it.
+		if del, err := s.provider.DeleteVM(ctx, vmspec.Owner(claim), res.Progress); err != nil || !del.Done {
+			log.Info("Claim deleted before its VM reservation was stored; its VM id is released later", "vm", res.Progress.ID, "err", err)
 		}
-		if s.patch.Gone() {
-			// Deleted before it had a finalizer, after this pass read it
-			// from the cache: the reservation and the finalizer were
-			// not stored, and a clone now would belong to no claim (found
-			// by property 7's test, TestFinalizerCleanupProperty, which
-			// deletes claims within a millisecond of creating them).
-			// The provider's own hold on the VM id goes the way of any
-			// VM that was never cloned: a deletion finds nothing and
-			// releases it.
-			log := ctrl.LoggerFrom(ctx)
-			if del, err := s.provider.DeleteVM(ctx, vmspec.Owner(claim), res.Progress); err != nil || !del.Done {
-				log.Info("Claim deleted before its VM reservation was stored; its VM id is released later", "vm", res.Progress.ID, "err", err)
-			}
-			log.V(1).Info("Claim deleted before its VM reservation was stored; not cloning", "vm", res.Progress.ID)
-			return phase.Stop(), nil
-		}
-		ctrl.LoggerFrom(ctx).V(1).Info("Recorded the VM reservation", "vm", res.Progress.ID, "node", res.Progress.Node)
-		prev = res.Progress
-		res, err = s.provider.EnsureVM(ctx, spec, prev)
+		log.V(1).Info("Claim deleted before its VM reservation was stored; not cloning", "vm", res.Progress.ID)
+		return true, nil
 	}
+	log.V(1).Info("Recorded the VM reservation", "vm", res.Progress.ID, "node", res.Progress.Node)
+	return false, nil
+}
+
+// settleVM records the provider call's answer: an error as provisionError
+// classifies it; else the progress (the claim's VM reference, the task in
+// memory), the end of a failed step's backoff or hold, and where the VM
+// stands (vmStanding). A VM that stopped before it was ready ends the
+// claim.
+func (r *Reconciler) settleVM(ctx context.Context, s *claimScope, call *vmCall, res *provider.EnsureResult, err error) (phase.Result, error) {
 	if err != nil {
 		return r.provisionError(ctx, s, err)
 	}
-	r.memory.provisioned(claim.UID)
-	r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
+	r.memory.provisioned(s.claim.UID)
+	r.recordProgress(ctx, s.claim, call.cluster.Name, call.prev, res.Progress)
+	out, poweredOff := vmStanding(ctx, s.claim, &s.facts, call, res)
+	if poweredOff != "" {
+		r.endPoweredOff(ctx, s, poweredOff)
+	}
+	return out, nil
+}
+
+// vmStanding records in facts (and the claim's network status) where the
+// provider says the claim's VM stands, and chooses when to call again; a
+// VM that stopped before it was ready is reported in poweredOff.
+func vmStanding(ctx context.Context, claim *hfv1.MachineClaim, facts *claimFacts, call *vmCall, res *provider.EnsureResult) (out phase.Result, poweredOff string) {
+	cluster := call.cluster.Name
 	// "Call again now": no status write wakes the claim between the
 	// provider's steps (the steps are not written), the requeue does.
 	retry := CallAgain(res.RetryAfter)
@@ -144,7 +204,7 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 		// One condition for the whole build: its reason and message name
 		// the VM, not the step, so that the steps make no status write of
 		// their own (vm_progress.go).
-		msg := buildingMessage(cluster.Name, res.Progress)
+		msg := buildingMessage(cluster, res.Progress)
 		if res.Progress.Task == nil && res.RetryAfter > 0 && res.Message != "" {
 			// No task runs: the step waits (a lock) or is retried after a
 			// task that failed for a reason worth retrying. Why is for
@@ -152,38 +212,37 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 			// TestRetryAndErrorHandlingProperty in internal/controller,
 			// fails without it).
 			msg += "; " + res.Message
-		} else if cur := s.facts.condition(claim, hfv1.MachineClaimProvisionedCondition); cur != nil && cur.Reason == string(hfv1.BuildingVMReason) &&
+		} else if cur := facts.condition(claim, hfv1.MachineClaimProvisionedCondition); cur != nil && cur.Reason == string(hfv1.BuildingVMReason) &&
 			strings.HasPrefix(cur.Message, msg+queuedNote) {
 			// Built after a wait for a clone slot: the message written
 			// with the reservation stays true for the whole build.
 			msg = cur.Message
 		}
-		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason, msg)
-		return phase.StopAndRequeue(retry), nil
+		facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason, msg)
+		return phase.StopAndRequeue(retry), ""
 	case provider.PhaseRunning:
-		claim.Status.Network = networkStatus(claim, tmpl, cluster, res)
-		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
-			fmt.Sprintf("VM %s runs on %s/%s with addresses %s", res.Progress.ID, cluster.Name, res.Progress.Node, strings.Join(res.Addresses, ", ")))
-		s.facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
-		logRoutine(ctx, hfv1.ReadyReason, "VM %s is up on %s/%s", res.Progress.ID, cluster.Name, res.Progress.Node)
+		claim.Status.Network = networkStatus(claim, call.tmpl, call.cluster, res)
+		facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
+			fmt.Sprintf("VM %s runs on %s/%s with addresses %s", res.Progress.ID, cluster, res.Progress.Node, strings.Join(res.Addresses, ", ")))
+		facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
+		logRoutine(ctx, hfv1.ReadyReason, "VM %s is up on %s/%s", res.Progress.ID, cluster, res.Progress.Node)
 		// The running phases follow in this same pass (runStateList):
 		// the VM's being up and its credential's delivery are one status
 		// write.
-		return phase.StopAndRequeue(resyncRunning()), nil
+		return phase.StopAndRequeue(resyncRunning()), ""
 	case provider.PhaseStopped:
-		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %s powered off before it was ready", res.Progress.ID))
-		return phase.Stop(), nil
+		return phase.Stop(), fmt.Sprintf("VM %s powered off before it was ready", res.Progress.ID)
 	}
 	if res.Waits != "" && res.Progress.ID != "" {
 		// A wait for a clone slot is a step of the build: its one
 		// condition says so, written once (already with the reservation
 		// when the placement foresaw it), and stays through the steps
 		// that follow.
-		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason, queuedBuildMessage(cluster.Name, res.Progress, res.Waits))
-		return phase.StopAndRequeue(retry), nil
+		facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason, queuedBuildMessage(cluster, res.Progress, res.Waits))
+		return phase.StopAndRequeue(retry), ""
 	}
-	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.QueuedReason, cmp.Or(res.Message, "Waiting for a clone slot"))
-	return phase.StopAndRequeue(retry), nil
+	facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.QueuedReason, cmp.Or(res.Message, "Waiting for a clone slot"))
+	return phase.StopAndRequeue(retry), ""
 }
 
 // writeReservation stores a fresh VM reservation before its clone
@@ -333,41 +392,4 @@ func networkStatus(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplat
 		st.Addresses = st.Addresses[:16]
 	}
 	return st
-}
-
-// heldProvision is a claim held after a configuration error: the
-// generations of its inputs when it failed, and when the hold ends.
-type heldProvision struct {
-	claim, template, cluster int64
-	until                    time.Time
-}
-
-// configurationHold is how long a claim whose provider step failed for a
-// reason its user must fix waits for a change before it tries again
-// anyway (a fix outside Kubernetes, on the hypervisor or in a Secret).
-const configurationHold = 5 * time.Minute
-
-// heldForUser reports whether the claim still waits for its user after
-// its last provider step failed for a reason only the user can fix, and
-// for how long at most. Only a change of the claim, its template or its
-// cluster (their specs), or the hold's end, lets it call the hypervisor
-// again; the failed pass's own status write, a listing or a clone slot
-// freed does not (each was a new attempt before: property 8's test,
-// TestRetryAndErrorHandlingProperty in internal/controller, saw three in a
-// second under load).
-func (r *Reconciler) heldForUser(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) (time.Duration, bool) {
-	held := r.memory.recall(claim.UID).held
-	if held == nil {
-		return 0, false
-	}
-	if wait := held.until.Sub(r.Clock.Now()); wait > 0 && held.same(claim, tmpl, cluster) {
-		return wait, true
-	}
-	r.memory.release(claim.UID)
-	return 0, false
-}
-
-// same reports whether the claim's inputs are those it failed with.
-func (h heldProvision) same(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) bool {
-	return h.claim == claim.Generation && h.template == tmpl.Generation && h.cluster == cluster.Generation
 }

@@ -331,11 +331,11 @@ func TestConfigurationErrorHoldsTheClaim(t *testing.T) {
 		}
 	}
 	fail(provider.Errorf(provider.ClassConfiguration, "InvalidParameter", "parameter verification failed"))
-	if wait, held := r.heldForUser(&c, tmpl, cluster); !held || wait != configurationHold {
+	if wait, held := r.memory.heldForUser(&c, tmpl, cluster, clk.Now()); !held || wait != configurationHold {
 		t.Fatalf("right after the failure: held %v for %s, want %s", held, wait, configurationHold)
 	}
 	clk.Step(time.Minute)
-	if wait, held := r.heldForUser(&c, tmpl, cluster); !held || wait != configurationHold-time.Minute {
+	if wait, held := r.memory.heldForUser(&c, tmpl, cluster, clk.Now()); !held || wait != configurationHold-time.Minute {
 		t.Errorf("a minute later, nothing changed: held %v for %s", held, wait)
 	}
 	for name, change := range map[string]func(){
@@ -346,12 +346,12 @@ func TestConfigurationErrorHoldsTheClaim(t *testing.T) {
 	} {
 		fail(provider.Errorf(provider.ClassConfiguration, "InvalidParameter", "parameter verification failed"))
 		change()
-		if _, held := r.heldForUser(&c, tmpl, cluster); held {
+		if _, held := r.memory.heldForUser(&c, tmpl, cluster, clk.Now()); held {
 			t.Errorf("after a change of %s: still held", name)
 		}
 	}
 	fail(provider.Errorf(provider.ClassTransient, "Unreachable", "connection refused"))
-	if _, held := r.heldForUser(&c, tmpl, cluster); held {
+	if _, held := r.memory.heldForUser(&c, tmpl, cluster, clk.Now()); held {
 		t.Error("a transient error holds the claim for its user")
 	}
 }
