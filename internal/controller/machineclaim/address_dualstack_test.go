@@ -45,7 +45,7 @@ func TestDualStackAllocation(t *testing.T) {
 	ctx := context.Background()
 
 	first := unitClaim("dual-1", 0)
-	s := &claimScope{claim: &first}
+	s := &claimScope{claim: &first, claimEnv: r.env()}
 	addrs, fresh, err := r.staticAddresses(ctx, s, tmpl)
 	if err != nil || !fresh || len(addrs) != 2 {
 		t.Fatalf("first claim: %v, fresh %t, %d addresses", err, fresh, len(addrs))
@@ -66,7 +66,7 @@ func TestDualStackAllocation(t *testing.T) {
 	// The IPv4 pool is exhausted: the second claim waits, with the
 	// reason, and the IPv6 address its pass took first is free again.
 	second := unitClaim("dual-2", 0)
-	s2 := &claimScope{claim: &second}
+	s2 := &claimScope{claim: &second, claimEnv: r.env()}
 	if _, _, err := r.staticAddresses(ctx, s2, tmpl); !errors.Is(err, errAddressWait) {
 		t.Fatalf("second claim with the IPv4 pool exhausted: %v, want a wait", err)
 	}

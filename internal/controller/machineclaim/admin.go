@@ -232,7 +232,7 @@ func (r *Reconciler) releaseDisownedVM(ctx context.Context, s *claimScope) (phas
 		s.facts.ending(hfv1.ClusterUnavailableReason, fmt.Sprintf(
 			"Cannot disown VM %s yet: HypervisorCluster %s is not connected: %s. If it is gone for good, force-delete the claim instead (annotation %s)",
 			ref.ID(), ref.HypervisorCluster, health.Message, hfv1.ForceDeleteAnnotation))
-		return phase.StopAndRequeue(r.backoff(claim)), nil
+		return phase.StopAndRequeue(s.backoff()), nil
 	}
 	owner, prev := vmspec.Owner(claim), r.progressOf(claim)
 	media, err := p.RemoveCloudInitMedia(ctx, owner, prev)
@@ -340,7 +340,7 @@ func (r *Reconciler) disownFailed(ctx context.Context, s *claimScope, err error)
 		ctrl.LoggerFrom(ctx).Info("Releasing the VM from management failed", "err", err.Error(), "class", class)
 	}
 	s.facts.ending(hfv1.FailedDisownReason, msg)
-	return phase.StopAndRequeue(r.backoff(claim)), nil
+	return phase.StopAndRequeue(s.backoff()), nil
 }
 
 // releaseDisownedRunner removes the runner of a disowned VM unless it runs
@@ -383,7 +383,7 @@ func (r *Reconciler) holdDisownedAddresses(ctx context.Context, s *claimScope) (
 		fix, err := r.exclusionNeeded(ctx, a)
 		if err != nil {
 			s.facts.ending(hfv1.AddressNotExcludedReason, fmt.Sprintf("Cannot check whether %s is excluded from IPPool %s yet: %v", a.Address, a.PoolRef, err))
-			return phase.StopAndRequeue(r.backoff(claim)), nil
+			return phase.StopAndRequeue(s.backoff()), nil
 		}
 		if fix != "" {
 			held = append(held, fix)

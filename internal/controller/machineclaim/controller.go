@@ -130,13 +130,9 @@ type Reconciler struct {
 	// MaxConcurrentReconciles bounds parallel reconciles (default 16):
 	// reconciles never wait for the hypervisor, so they are short.
 	MaxConcurrentReconciles int
-	// MaxRetryDelay caps the exponential backoff (2s, 4s, 8s ...) after
-	// transient hypervisor errors; zero means 5 minutes.
-	MaxRetryDelay time.Duration
-	// MinRetryDelay is the backoff's first wait, doubled on each failure in
-	// a row up to MaxRetryDelay; zero means 2 seconds. Tests shorten it so
-	// that a property can watch the doubling itself in milliseconds.
-	MinRetryDelay time.Duration
+	// Retry is the backoff (2s, 4s, 8s ... up to 5 minutes) after
+	// transient failures.
+	Retry RetryDelays
 	// StuckBounds are how long a claim may stay in each phase before it is
 	// reported Stuck (internal/controller/machineclaim/stuck); zero fields check nothing.
 	StuckBounds stuck.Bounds

@@ -2,6 +2,7 @@ package machineclaim
 
 import (
 	"context"
+	"time"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
@@ -28,7 +29,7 @@ func (r *Reconciler) checkMisuse(ctx context.Context, s *claimScope) (phase.Resu
 // secretSteps is the guest-secrets service of the claim of sc with this
 // reconciler's dependencies and backoff.
 func (r *Reconciler) secretSteps(sc *claimScope) *secretsService {
-	s := &secretsService{Minter: r.Credentials, Memory: &r.memory, Recorder: r.Recorder, Clock: r.Clock, Backoff: r.backoff,
+	s := &secretsService{Minter: r.Credentials, Memory: &r.memory, Recorder: r.Recorder, Clock: r.Clock, Backoff: func(*hfv1.MachineClaim) time.Duration { return sc.backoff() },
 		NoRunner: r.runsNoRunner(sc.claim, sc.tmpl), WaitsForJob: r.waitsForJob(sc.claim, sc.tmpl), SecretsFile: agentconfig.SecretsFile}
 	if sc.tmpl != nil && sc.tmpl.Spec.Guest != nil && sc.tmpl.Spec.Guest.OS == hfv1.GuestWindows {
 		// The QEMU guest agent of a Windows VM takes a Windows path.

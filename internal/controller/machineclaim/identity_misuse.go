@@ -58,7 +58,7 @@ func (r *Reconciler) containStolenIdentity(ctx context.Context, s *claimScope) (
 		if err := r.evictIdentity(ctx, claim); err != nil {
 			ctrl.LoggerFrom(ctx).Info("Could not evict the stolen identity from the SPIRE server yet", "err", err.Error())
 			msg += "; evicting it from the SPIRE server is retried: " + err.Error()
-			retry = r.backoff(claim)
+			retry = s.backoff()
 		} else {
 			m.EvictedAt = &metav1.Time{Time: r.Clock.Now()}
 			r.Recorder.Eventf(claim, corev1.EventTypeNormal, "IdentityEvicted", "Banned the SPIRE agent that attested with the join token of %s and deleted its registration entries %s and %s",

@@ -65,7 +65,7 @@ func (r *Reconciler) issueIdentity(ctx context.Context, s *claimScope, tmpl *hfv
 	if err != nil {
 		r.identityWaits(s, hfv1.SPIREUnavailableReason, "New VMs wait for the SPIRE server: "+err.Error())
 		// A wait, reported in the condition, not a failed reconcile.
-		return false, r.backoff(claim), nil //nolint:nilerr // the condition carries the error; the backoff paces the retries
+		return false, s.backoff(), nil //nolint:nilerr // the condition carries the error; the backoff paces the retries
 	}
 	if st == nil {
 		plan, err := r.Issuer.Plan(srv, claim)
@@ -100,7 +100,7 @@ func (r *Reconciler) issueIdentity(ctx context.Context, s *claimScope, tmpl *hfv
 	if err != nil {
 		r.identityWaits(s, hfv1.SPIREUnavailableReason, "Could not issue the VM's identity: "+err.Error())
 		ctrl.LoggerFrom(ctx).Info("Issuing the VM's identity failed", "err", err.Error())
-		return false, r.backoff(claim), nil
+		return false, s.backoff(), nil
 	}
 	now := metav1.NewTime(r.Clock.Now())
 	st.JoinTokenCreatedAt, st.JoinTokenExpiresAt = &now, &metav1.Time{Time: expires}
@@ -124,7 +124,7 @@ func (r *Reconciler) issueTPMIdentity(ctx context.Context, s *claimScope, srv *i
 	if err != nil {
 		r.identityWaits(s, hfv1.SPIREUnavailableReason, "Could not issue the VM's identity: "+err.Error())
 		ctrl.LoggerFrom(ctx).Info("Issuing the VM's identity failed", "err", err.Error())
-		return false, r.backoff(claim), nil
+		return false, s.backoff(), nil
 	}
 	st.TPM.EntriesCreatedAt = &metav1.Time{Time: r.Clock.Now()}
 	r.Recorder.Eventf(claim, corev1.EventTypeNormal, "IdentityIssued", "Registration entry %s and the agent alias %s (selecting tpm_devid:subject:cn:%s) issued for %s",
@@ -208,14 +208,14 @@ func (r *Reconciler) releaseIdentityOfGoneVM(ctx context.Context, s *claimScope)
 	srv, ok := r.Identity.ByTrustDomain(id.TrustDomain())
 	if !ok {
 		s.facts.ending(hfv1.SPIREUnavailableReason, fmt.Sprintf("Waiting for the SPIRE server of trust domain %s to delete the VM's entry %s", id.TrustDomain(), st.EntryID))
-		return false, r.backoff(claim)
+		return false, s.backoff()
 	}
 	if done, requeue := r.forgetStoredCredential(ctx, s, srv.Cluster); !done {
 		return false, requeue
 	}
 	if err := r.Issuer.Release(ctx, srv, claim); err != nil {
 		s.facts.ending(hfv1.SPIREUnavailableReason, "Could not delete the VM's SPIRE entries yet: "+err.Error())
-		return false, r.backoff(claim)
+		return false, s.backoff()
 	}
 	st.ReleasedAt = &metav1.Time{Time: r.Clock.Now()}
 	r.Recorder.Eventf(claim, corev1.EventTypeNormal, "IdentityReleased", "Deleted SPIRE entry %s, the agent alias %s and the agent", st.EntryID, st.NodeID)

@@ -100,7 +100,7 @@ func (r *Reconciler) storeFailed(s *claimScope, reason hfv1.ConditionReason, err
 	msg := "Could not hand the runner credential to the VM through the secrets store: " + err.Error()
 	s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, reason, msg)
 	r.Recorder.Event(claim, corev1.EventTypeWarning, "FailedStoreCredential", msg)
-	return StoreWait, r.backoff(claim)
+	return StoreWait, s.backoff()
 }
 
 // storeReason is the condition reason of a failed delivery.
@@ -134,7 +134,7 @@ func (r *Reconciler) forgetStoredCredential(ctx context.Context, s *claimScope, 
 	cluster := &hfv1.HypervisorCluster{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: clusterName}, cluster); err != nil {
 		s.facts.ending(hfv1.SecretStoreUnavailableReason, fmt.Sprintf("Waiting for HypervisorCluster %s to delete the VM's credential from its secrets store: %v", clusterName, err))
-		return false, r.backoff(claim)
+		return false, s.backoff()
 	}
 	cfg := clusterconfig.SecretStoreOf(cluster)
 	if cfg == nil {
@@ -148,7 +148,7 @@ func (r *Reconciler) forgetStoredCredential(ctx context.Context, s *claimScope, 
 	}
 	if err != nil {
 		s.facts.ending(storeReason(err), "Could not delete the VM's credential from the secrets store yet: "+err.Error())
-		return false, r.backoff(claim)
+		return false, s.backoff()
 	}
 	return true, 0
 }

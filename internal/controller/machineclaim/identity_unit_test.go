@@ -111,7 +111,7 @@ func TestIssueIdentity(t *testing.T) {
 			var requeue time.Duration
 			for i := range tc.passes {
 				var err error
-				inScope(&c, func(s *claimScope) { done, requeue, err = r.issueIdentity(context.Background(), s, tmpl, cluster) })
+				inScope(r, &c, func(s *claimScope) { done, requeue, err = r.issueIdentity(context.Background(), s, tmpl, cluster) })
 				if err != nil {
 					t.Fatalf("pass %d: %v", i, err)
 				}
@@ -188,7 +188,7 @@ func TestAwaitAttestation(t *testing.T) {
 			tmpl.Spec.Attestation.JoinToken = &hfv1.JoinTokenAttestation{TTL: &metav1.Duration{Duration: tc.ttl}}
 			for range 2 {
 				var err error
-				inScope(&c, func(s *claimScope) { _, _, err = r.issueIdentity(context.Background(), s, tmpl, cluster) })
+				inScope(r, &c, func(s *claimScope) { _, _, err = r.issueIdentity(context.Background(), s, tmpl, cluster) })
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -205,7 +205,7 @@ func TestAwaitAttestation(t *testing.T) {
 			clk.Step(tc.after)
 			var recheck time.Duration
 			var failure string
-			inScope(&c, func(s *claimScope) { recheck, failure = r.awaitAttestation(context.Background(), s, cluster) })
+			inScope(r, &c, func(s *claimScope) { recheck, failure = r.awaitAttestation(context.Background(), s, cluster) })
 			if recheck != tc.wantRecheck || !strings.Contains(failure, tc.wantFailure) || (tc.wantFailure == "") != (failure == "") {
 				t.Errorf("awaitAttestation = %s, %q; want %s, %q", recheck, failure, tc.wantRecheck, tc.wantFailure)
 			}
@@ -239,7 +239,7 @@ func TestIssueTPMIdentity(t *testing.T) {
 	for pass := range 3 {
 		var done bool
 		var err error
-		inScope(&c, func(s *claimScope) { done, _, err = r.issueIdentity(context.Background(), s, tpmTemplate(), cluster) })
+		inScope(r, &c, func(s *claimScope) { done, _, err = r.issueIdentity(context.Background(), s, tpmTemplate(), cluster) })
 		if err != nil || done != (pass == 2) {
 			t.Fatalf("pass %d: done %v, err %v", pass, done, err)
 		}
@@ -300,14 +300,14 @@ func TestTPMGaveUp(t *testing.T) {
 			r.Issuer = &identity.Issuer{Keys: reservationSigner(t, 1)}
 			c := unitClaim("runner-1", 0)
 			for range 2 {
-				inScope(&c, func(s *claimScope) { _, _, _ = r.issueIdentity(context.Background(), s, tpmTemplate(), cluster) })
+				inScope(r, &c, func(s *claimScope) { _, _, _ = r.issueIdentity(context.Background(), s, tpmTemplate(), cluster) })
 			}
 			r.AttestationErrors = attestationErrors{c.UID: said}
 			before := testutil.ToFloat64(metrics.AttestationFailures.WithLabelValues("tpm", string(want)))
 			drainEvents(rec)
 			var reason hfv1.ConditionReason
 			var msg string
-			inScope(&c, func(s *claimScope) {
+			inScope(r, &c, func(s *claimScope) {
 				msg, reason = r.joinTokenGaveUp(context.Background(), s, cluster, "VM powered off")
 			})
 			if reason != want {
@@ -352,7 +352,7 @@ func TestGenericIdentitySelectsTheScriptUser(t *testing.T) {
 			}
 			c := unitClaim("runner-1", 0)
 			for range 2 {
-				inScope(&c, func(s *claimScope) { _, _, _ = r.issueIdentity(context.Background(), s, tmpl, cluster) })
+				inScope(r, &c, func(s *claimScope) { _, _, _ = r.issueIdentity(context.Background(), s, tmpl, cluster) })
 			}
 			entries, _ := fs.ListEntries(context.Background())
 			var got []string

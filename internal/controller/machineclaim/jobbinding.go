@@ -111,7 +111,7 @@ func (r *Reconciler) retireRegistration(ctx context.Context, s *claimScope) phas
 	if err != nil {
 		wait, limited := RetryAfter(err, r.Clock.Now())
 		if !limited {
-			wait = r.backoff(claim)
+			wait = s.backoff()
 		}
 		ctrl.LoggerFrom(ctx).Info("Cannot delete the registered runner's issuing credential yet; retrying", "runner", st.RunnerName, "retryIn", wait, "err", err.Error())
 		return phase.Recheck(wait)

@@ -70,7 +70,7 @@ func TestGoneClaimsAreForgotten(t *testing.T) {
 	kept := unitClaim("kept", 0)
 	r, c := memoryWorld(t, &gone, &kept)
 	remember := func(cl *hfv1.MachineClaim) {
-		r.backoff(cl)
+		r.newClaimScope(cl).backoff()
 		aheadOfCache(r, cl.UID)
 		r.Runners.Set(cl.UID, RunnerObservation{Present: true})
 		if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cl)}); err != nil {

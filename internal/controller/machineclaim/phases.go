@@ -225,7 +225,7 @@ func (r *Reconciler) confirmStopped(ctx context.Context, s *claimScope) (phase.R
 		return phase.Stop(), nil
 	case err != nil:
 		ctrl.LoggerFrom(ctx).Info("Could not confirm the VM's power state; checking again later", "err", err.Error())
-		return phase.StopAndRequeue(r.backoff(claim)), nil
+		return phase.StopAndRequeue(s.backoff()), nil
 	case vm.Power == provider.PowerStopped:
 		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %s powered off", ref.ID()))
 		return phase.Stop(), nil
@@ -286,31 +286,8 @@ func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err erro
 	case provider.ClassResource:
 		return phase.StopAndRequeue(30 * time.Second), nil
 	default:
-		wait := r.backoff(claim)
+		wait := s.backoff()
 		r.memory.setRetryAt(claim.UID, r.Clock.Now().Add(wait))
 		return phase.StopAndRequeue(wait), nil
 	}
-}
-
-// defaultMaxRetryDelay caps a claim's transient-failure backoff unless
-// Reconciler.MaxRetryDelay says otherwise.
-const defaultMaxRetryDelay = 5 * time.Minute
-
-// backoff returns the next retry delay of a claim's transient failures:
-// 2s, 4s, 8s ... (from MinRetryDelay when set) capped at MaxRetryDelay
-// (5 minutes by default).
-func (r *Reconciler) backoff(claim *hfv1.MachineClaim) time.Duration {
-	n := r.memory.failed(claim.UID)
-	limit := r.MaxRetryDelay
-	if limit <= 0 {
-		limit = defaultMaxRetryDelay
-	}
-	d := r.MinRetryDelay
-	if d <= 0 {
-		d = 2 * time.Second
-	}
-	for i := 0; i < n && d < limit; i++ {
-		d *= 2
-	}
-	return min(d, limit)
 }

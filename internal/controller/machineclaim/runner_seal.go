@@ -50,7 +50,7 @@ func (r *Reconciler) sealRunner(ctx context.Context, s *claimScope) phase.Result
 	if err != nil {
 		wait, limited := RetryAfter(err, r.Clock.Now())
 		if !limited {
-			wait = r.backoff(claim)
+			wait = s.backoff()
 		}
 		ctrl.LoggerFrom(ctx).Info("Cannot seal the runner to the job it took yet; retrying", "runner", st.RunnerName, "seen", how, "retryIn", wait, "err", err.Error())
 		return phase.Recheck(wait)

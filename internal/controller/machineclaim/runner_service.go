@@ -212,7 +212,7 @@ func (r *Reconciler) drainRunner(ctx context.Context, s *claimScope) (bool, time
 		msg := fmt.Sprintf("Cannot ask the CI platform whether runner %s still runs job %s (%v); the VM stays until it answers or the job is recorded as finished",
 			claim.Status.Bootstrap.RunnerName, job, err)
 		s.facts.ending(hfv1.RunnerStateUnknownReason, conditions.Truncate(msg, 1024))
-		return false, r.backoff(claim)
+		return false, s.backoff()
 	}
 	ctrl.LoggerFrom(ctx).Info("Could not remove the runner before destroying its VM; retrying after", "err", err.Error())
 	return true, 0
@@ -274,7 +274,7 @@ func (r *Reconciler) settleRunnerRemoval(_ context.Context, s *claimScope, err e
 	if wait, limited := RetryAfter(err, r.Clock.Now()); limited {
 		return false, wait
 	}
-	return false, r.backoff(claim)
+	return false, s.backoff()
 }
 
 // deregisterRunner removes the runner of a claim whose failed VM is kept: its
@@ -302,7 +302,7 @@ func (r *Reconciler) deregisterRunner(ctx context.Context, s *claimScope) (bool,
 		// The platform has not yet seen the stopped VM's runner go idle.
 		return false, BusyRecheck
 	}
-	return false, r.backoff(claim)
+	return false, s.backoff()
 }
 
 // runnerRegistered reports whether the claim has a runner registration to

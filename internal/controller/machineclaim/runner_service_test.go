@@ -311,7 +311,7 @@ func TestRunnerService(t *testing.T) {
 			}
 
 			var got runnerStep
-			inScope(&claim, func(s *claimScope) { got = tc.call(context.Background(), r, s) })
+			inScope(r, &claim, func(s *claimScope) { got = tc.call(context.Background(), r, s) })
 
 			if !errors.Is(got.err, tc.wantErr) || (tc.wantErr == nil) != (got.err == nil) {
 				t.Errorf("error %v, want %v", got.err, tc.wantErr)

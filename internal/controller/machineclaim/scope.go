@@ -1,11 +1,16 @@
 package machineclaim
 
 import (
+	"cmp"
 	"context"
+	"time"
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -19,6 +24,10 @@ import (
 type claimScope struct {
 	claim *hfv1.MachineClaim
 	patch *patch.Helper
+	// claimEnv is what the pass's concerns share (services take the
+	// scope): the API client, the clock, the recorder, the claims'
+	// memory and the backoff.
+	claimEnv
 	// tmpl, cluster and provider are set by loadDependencies and
 	// loadProvider; provider stays nil while the cluster is not
 	// connected.
@@ -54,8 +63,9 @@ type claimScope struct {
 // one after its next reconcile.
 func (r *Reconciler) newClaimScope(claim *hfv1.MachineClaim) *claimScope {
 	s := &claimScope{
-		claim:   claim,
-		patch:   patch.NewHelper(r.Client, claim, patch.WithOptimisticLock()),
+		claim:    claim,
+		patch:    patch.NewHelper(r.Client, claim, patch.WithOptimisticLock()),
+		claimEnv: r.env(),
 		startRV: claim.ResourceVersion,
 
 		persistedEnd:     claim.Status.End != nil,
@@ -122,4 +132,54 @@ func (r *Reconciler) closeScope(ctx context.Context, s *claimScope, res ctrl.Res
 		r.lag.Wrote(claim)
 	}
 	return res, err
+}
+
+// claimEnv is the part of the reconciler every concern of a pass uses,
+// which the scope carries to them.
+type claimEnv struct {
+	client   client.Client
+	clock    clock.PassiveClock
+	recorder record.EventRecorder
+	memory   *claimMemory
+	retry    RetryDelays
+}
+
+// env is the reconciler's claimEnv.
+func (r *Reconciler) env() claimEnv {
+	return claimEnv{client: r.Client, clock: r.Clock, recorder: r.Recorder, memory: &r.memory, retry: r.Retry}
+}
+
+// RetryDelays are the claims' backoff after transient failures: First,
+// doubled on each failure in a row up to Max. Zero First means 2 seconds
+// (tests shorten it, so that a property can watch the doubling itself in
+// milliseconds); zero Max means 5 minutes.
+type RetryDelays struct {
+	First, Max time.Duration
+}
+
+// defaultMaxRetryDelay caps a claim's transient-failure backoff unless
+// RetryDelays.Max says otherwise.
+const defaultMaxRetryDelay = 5 * time.Minute
+
+// backoff counts one more transient failure of the claim and returns the
+// wait before its next attempt: 2s, 4s, 8s ... (from First when set)
+// capped at Max (5 minutes by default).
+func (s *claimScope) backoff() time.Duration {
+	return s.retry.next(s.memory.failed(s.claim.UID))
+}
+
+// next is the wait after the failure that follows n others.
+func (d RetryDelays) next(n int) time.Duration {
+	limit := cmp.Or(d.Max, defaultMaxRetryDelay)
+	if limit < 0 {
+		limit = defaultMaxRetryDelay
+	}
+	w := d.First
+	if w <= 0 {
+		w = 2 * time.Second
+	}
+	for i := 0; i < n && w < limit; i++ {
+		w *= 2
+	}
+	return min(w, limit)
 }

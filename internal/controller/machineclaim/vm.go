@@ -312,7 +312,7 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 	if !connected {
 		s.facts.ending(hfv1.ClusterUnavailableReason,
 			fmt.Sprintf("Cannot delete VM %s yet: HypervisorCluster %s is not connected: %s", ref.ID(), ref.HypervisorCluster, health.Message))
-		return false, r.backoff(claim)
+		return false, s.backoff()
 	}
 	prev := r.progressOf(claim)
 	res, err := p.DeleteVM(ctx, vmspec.Owner(claim), prev)
@@ -327,7 +327,7 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 			r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.FailedDeleteReason), conditions.Truncate(msg, 1024))
 		}
 		s.facts.ending(hfv1.ConditionReason(reason), msg)
-		return false, r.backoff(claim)
+		return false, s.backoff()
 	}
 	r.memory.succeeded(claim.UID)
 	if !res.Done {

@@ -205,7 +205,7 @@ func TestSettleVM(t *testing.T) {
 			call := &vmCall{spec: &provider.VMSpec{}, tmpl: tmpl, cluster: cluster}
 			var res phase.Result
 			var err error
-			inScope(&claim, func(s *claimScope) {
+			inScope(r, &claim, func(s *claimScope) {
 				s.tmpl, s.cluster = tmpl, cluster
 				res, err = r.settleVM(context.Background(), s, call, tc.res, tc.err)
 			})

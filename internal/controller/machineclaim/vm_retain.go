@@ -43,7 +43,7 @@ func (r *Reconciler) retainFailedVM(ctx context.Context, s *claimScope) (retaine
 	if vm.Power != provider.PowerStopped {
 		if _, err := p.SetPower(ctx, vmspec.Owner(claim), vmRef, provider.PowerOff); err != nil {
 			ctrl.LoggerFrom(ctx).Info("Could not stop the failed VM kept for debugging; retrying", "err", err.Error())
-			return true, requeue(r.backoff(claim))
+			return true, requeue(s.backoff())
 		}
 		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RetainedReason), "VM %s stopped and kept for debugging (RunnerPool %s spec.lifecycle.failedRetention)", ref.ID(), pool.Name)
 	}
@@ -73,7 +73,7 @@ func (r *Reconciler) removeMedia(ctx context.Context, s *claimScope, p provider.
 	if err != nil {
 		s.facts.ending(hfv1.RetainingReason, fmt.Sprintf("VM %s is kept for debugging once its cloud-init ISO (it holds the runner credential) is removed: %v", ref.ID(), err))
 		ctrl.LoggerFrom(ctx).Info("Could not remove the cloud-init ISO of the failed VM kept for debugging; retrying", "err", err.Error())
-		return false, r.backoff(claim)
+		return false, s.backoff()
 	}
 	r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
 	if !res.Done {

@@ -198,7 +198,7 @@ func TestDeleteVM(t *testing.T) {
 				if i > 0 {
 					clk.Step(2 * time.Second)
 				}
-				inScope(claim, func(s *claimScope) { done, res = r.deleteVM(context.Background(), s) })
+				inScope(r, claim, func(s *claimScope) { done, res = r.deleteVM(context.Background(), s) })
 			}
 			if done != tc.wantDone || res.RequeueAfter != tc.wantRequeue {
 				t.Errorf("deleteVM = %v, %s; want %v, %s", done, res.RequeueAfter, tc.wantDone, tc.wantRequeue)
@@ -289,7 +289,7 @@ func TestProvisionError(t *testing.T) {
 			for i, p := range tc.passes {
 				var res phase.Result
 				var err error
-				inScope(&c, func(s *claimScope) { res, err = r.provisionError(context.Background(), s, tc.err) })
+				inScope(r, &c, func(s *claimScope) { res, err = r.provisionError(context.Background(), s, tc.err) })
 				if err != nil {
 					t.Fatalf("pass %d: %v", i, err)
 				}
@@ -325,7 +325,7 @@ func TestConfigurationErrorHoldsTheClaim(t *testing.T) {
 	cluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: unitCluster, Generation: 7}}
 	fail := func(err error) {
 		t.Helper()
-		s := &claimScope{claim: &c, tmpl: tmpl, cluster: cluster}
+		s := &claimScope{claim: &c, tmpl: tmpl, cluster: cluster, claimEnv: r.env()}
 		if _, perr := r.provisionError(context.Background(), s, err); perr != nil {
 			t.Fatal(perr)
 		}
