@@ -268,7 +268,7 @@ func newCheapWorld(t testing.TB, o cheapOptions) *cheapWorld {
 	w.Claims = &machineclaim.Reconciler{
 		Client: w.Kube, Registry: w.Registry, IPAM: addresses, Signer: testSigner, Recorder: w.Events, Clock: w.Clock,
 		CI: cheapCI{backends: backends}, Credentials: testBootstrap{}, Runners: machineclaim.NewRunnerObservations(),
-		Retry: machineclaim.RetryDelays{First: o.minRetryDelay, Max: o.maxRetryDelay},
+		Retry:       machineclaim.RetryDelays{First: o.minRetryDelay, Max: o.maxRetryDelay},
 		Transitions: hypervisors.NewTransitions(hypervisors.TransitionOptions{}),
 	}
 	w.Pools = &controller.RunnerPoolReconciler{Client: w.Kube, Recorder: w.Events, Clock: w.Clock, Scopes: testBootstrap{}, Workloads: backends}

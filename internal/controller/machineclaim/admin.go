@@ -117,7 +117,7 @@ func (r *Reconciler) beginForceDelete(_ context.Context, s *claimScope) (phase.R
 	msg := fmt.Sprintf("Force-deleted by a platform admin (annotation %s: %q): %s is abandoned, not destroyed; the claim's runner, identity and static addresses are released",
 		hfv1.ForceDeleteAnnotation, reason, abandonedVM(claim))
 	if !claim.Ended() {
-		r.beginEnd(s, claimEnd{reason: hfv1.EndDeleted, condition: hfv1.ForceDeletedReason, code: string(hfv1.EndDeleted), message: msg})
+		s.beginEnd(claimEnd{reason: hfv1.EndDeleted, condition: hfv1.ForceDeletedReason, code: string(hfv1.EndDeleted), message: msg})
 	}
 	s.facts.ending(hfv1.ForceDeletedReason, msg)
 	return phase.Next(), nil
@@ -205,7 +205,7 @@ func (r *Reconciler) beginDisown(_ context.Context, s *claimScope) (phase.Result
 	}
 	if !claim.Ended() {
 		reason, _ := claim.DisownRequested()
-		r.beginEnd(s, claimEnd{reason: hfv1.EndDisowned, condition: hfv1.DisowningReason, message: fmt.Sprintf(
+		s.beginEnd(claimEnd{reason: hfv1.EndDisowned, condition: hfv1.DisowningReason, message: fmt.Sprintf(
 			"Disowned by a platform admin (annotation %s: %q): the VM is released from HyperFleet's management and kept", hfv1.DisownAnnotation, reason)})
 	}
 	return phase.Next(), nil

@@ -92,6 +92,6 @@ func (c *claimCloudInit) vars(ctx context.Context) (cloudinit.Vars, error) {
 // and its claim ends, instead of idling until the pool's bootstrapTimeout.
 func (r *Reconciler) secretsDeadline() time.Time {
 	def := stuck.DefaultBounds()
-	b := r.StuckBounds
+	b := r.Stuck.Bounds
 	return r.Clock.Now().Add(cmp.Or(b.Provisioning, def.Provisioning) + cmp.Or(b.Bootstrapping, def.Bootstrapping))
 }

@@ -32,7 +32,6 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/controller/refusal"
-	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
@@ -133,9 +132,11 @@ type Reconciler struct {
 	// Retry is the backoff (2s, 4s, 8s ... up to 5 minutes) after
 	// transient failures.
 	Retry RetryDelays
-	// StuckBounds are how long a claim may stay in each phase before it is
-	// reported Stuck (internal/controller/machineclaim/stuck); zero fields check nothing.
-	StuckBounds stuck.Bounds
+	// Stuck reports stuck claims and counts them by phase; its Bounds are
+	// how long a claim may stay in each phase before it is reported Stuck
+	// (zero fields check nothing). SetupWithManager gives it the
+	// reconciler's Recorder.
+	Stuck stuck.Detector
 	// Transitions are the VMs a hint says are about to stop: a running
 	// claim whose VM is in it reads the VM's status directly, every
 	// Transitions.Poll(), until it stops or the hint expires
@@ -157,12 +158,10 @@ type Reconciler struct {
 	// GuestRefusals are the VMs' power-off notices that their agent
 	// refused to run the job (guest_refusal.go); nil: none are taken.
 	GuestRefusals GuestRefusals
-	// DNS holds the clusters' DNS registrars (spec.dns.registerVMs), built
-	// by the HypervisorCluster controller; nil registers no VM (dns.go).
-	DNS *dnsreg.Clusters
+	// DNS registers the claims' VMs in their clusters' DNS services
+	// (dns.go).
+	DNS DNSRegistration
 
-	// stuckClaims reports stuck claims and counts them by phase.
-	stuckClaims stuck.Detector
 	// memory is what this process remembers about each claim beyond its
 	// stored status (memory.go), dropped as a whole by forget.
 	memory claimMemory
@@ -234,8 +233,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.MaxConcurrentReconciles == 0 {
 		r.MaxConcurrentReconciles = 16
 	}
-	r.stuckClaims.Bounds, r.stuckClaims.Recorder = r.StuckBounds, r.Recorder
-	r.stuckClaims.Reset()
+	r.Stuck.Recorder = r.Recorder
+	r.Stuck.Reset()
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&hfv1.MachineClaim{}).
 		Watches(&hfv1.HypervisorMachineTemplate{}, handler.EnqueueRequestsFromMapFunc(r.claimsForTemplate),
@@ -283,7 +282,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			if uid, ok := r.lag.Gone(req.NamespacedName); ok {
 				r.forget(uid)
 			}
-			r.stuckClaims.Forget(req.NamespacedName)
+			r.Stuck.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -321,8 +320,8 @@ func (r *Reconciler) claimPhases(claim *hfv1.MachineClaim) []phase.Func[*claimSc
 		return list
 	}
 	if !claim.DeletionTimestamp.IsZero() {
-		return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.checkFinalizer, r.checkDeletion, r.recordLateJob, r.releaseDNS, r.releaseVM,
-			r.releaseRunner, r.releaseIdentity, r.holdForDNS, r.releaseFinalizer}
+		return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.checkFinalizer, r.checkDeletion, r.recordLateJob, r.DNS.release, r.releaseVM,
+			r.releaseRunner, r.releaseIdentity, r.DNS.hold, r.releaseFinalizer}
 	}
 	return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.ensureMetadata, r.checkMisuse, r.checkEndRequest, r.runStateList}
 }
@@ -341,14 +340,14 @@ func (r *Reconciler) buildPhases() []phase.Func[*claimScope] {
 // such pass.
 // checkSupported acts only on a claim without a VM reference.
 func (r *Reconciler) runningPhases() []phase.Func[*claimScope] {
-	return []phase.Func[*claimScope]{r.checkSupported, r.ensureDNS, r.loadDependencies, r.loadProvider, r.checkNetwork,
+	return []phase.Func[*claimScope]{r.checkSupported, r.DNS.ensure, r.loadDependencies, r.loadProvider, r.checkNetwork,
 		r.ensureSecrets, r.checkAttestation, r.ensureStoredCredential, r.checkRunning}
 }
 
 // endPhases tear an ended claim down, its DNS records first (dns.go),
 // after recording a job whose CIJob came after the VM ended.
 func (r *Reconciler) endPhases() []phase.Func[*claimScope] {
-	return []phase.Func[*claimScope]{r.recordLateJob, r.releaseDNS, r.releaseEnded}
+	return []phase.Func[*claimScope]{r.recordLateJob, r.DNS.release, r.releaseEnded}
 }
 
 // runStateList runs the list of the claim's state after the shared prefix:

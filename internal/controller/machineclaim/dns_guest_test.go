@@ -47,8 +47,8 @@ func registeringWorld(t *testing.T, guestAddr string) (*simWorld, *dnsserver.Ser
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.r.DNS = dnsreg.NewClusters()
-	w.r.DNS.Set(simCluster, dnsreg.Cluster{Registrar: reg, Key: "k", RegisterVMs: true})
+	w.r.DNS.Clusters = dnsreg.NewClusters()
+	w.r.DNS.Clusters.Set(simCluster, dnsreg.Cluster{Registrar: reg, Key: "k", RegisterVMs: true})
 	return w, bind
 }
 

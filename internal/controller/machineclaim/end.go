@@ -35,7 +35,7 @@ func poolEnd(req *hfv1.MachineClaimEndRequest) claimEnd {
 // beginEnd records that the claim began to end: status.end, the display
 // reason and the Ending condition. A claim ends once; a later call only
 // replaces the recorded cause (see replaceCause).
-func (r *Reconciler) beginEnd(s *claimScope, e claimEnd) {
+func (s *claimScope) beginEnd(e claimEnd) {
 	claim := s.claim
 	if e.condition == "" {
 		e.condition = hfv1.ConditionReason(string(e.reason.ConditionReason()))
@@ -47,7 +47,7 @@ func (r *Reconciler) beginEnd(s *claimScope, e claimEnd) {
 		Reason:    e.reason,
 		Message:   conditions.Truncate(e.message, 1024),
 		Failed:    e.failed,
-		StartedAt: metav1.NewTime(r.Clock.Now()),
+		StartedAt: metav1.NewTime(s.clock.Now()),
 	}
 	claim.Status.TerminationReason = conditions.Truncate(e.code+": "+e.message, 1024)
 	s.facts.ending(e.condition, e.message)
@@ -55,13 +55,13 @@ func (r *Reconciler) beginEnd(s *claimScope, e claimEnd) {
 
 // fail ends a claim as Failed; its VM is then kept stopped when its pool
 // retains failed VMs.
-func (r *Reconciler) fail(s *claimScope, e claimEnd) {
+func (s *claimScope) fail(e claimEnd) {
 	e.failed = true
 	if e.condition == "" {
 		e.condition = hfv1.ConditionReason(string(e.reason.ConditionReason()))
 	}
 	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, e.condition, conditions.Truncate(e.message, 1024))
-	r.beginEnd(s, e)
+	s.beginEnd(e)
 }
 
 // checkEndRequest carries out the pool's request (spec.end) on a claim
@@ -75,7 +75,7 @@ func (r *Reconciler) checkEndRequest(ctx context.Context, s *claimScope) (phase.
 	case req == nil || claim.Ended():
 		return phase.Next(), nil
 	case req.Fail:
-		r.fail(s, poolEnd(req))
+		s.fail(poolEnd(req))
 		return phase.Next(), nil
 	}
 	if !req.Reason.Hard() {
@@ -85,7 +85,7 @@ func (r *Reconciler) checkEndRequest(ctx context.Context, s *claimScope) (phase.
 			return phase.StopAndRequeue(wait), nil
 		}
 	}
-	r.beginEnd(s, poolEnd(req))
+	s.beginEnd(poolEnd(req))
 	return phase.Next(), nil
 }
 
@@ -207,7 +207,7 @@ func (r *Reconciler) checkDeletion(ctx context.Context, s *claimScope) (phase.Re
 		e = poolEnd(req)
 		e.failed = false
 	}
-	r.beginEnd(s, e)
+	s.beginEnd(e)
 	return phase.Next(), nil
 }
 
@@ -279,7 +279,7 @@ func (r *Reconciler) finish(ctx context.Context, s *claimScope) error {
 		r.countOutcome(claim)
 		return nil
 	}
-	if claim.DeletionTimestamp.IsZero() && !r.dnsRemovalPending(s) {
+	if claim.DeletionTimestamp.IsZero() && !s.dnsRemovalPending() {
 		// Everything the deletion pass would release is released (the VM,
 		// the runner, the identity, the DNS records): the finalizer goes
 		// now and the claim with its deletion, at once. A status write

@@ -34,7 +34,7 @@ func (r *Reconciler) refusedByGuest(s *claimScope, poweredOff string) bool {
 		"platform, which root in the VM could take. Rebuild the image as docs/templates.md says (\"The job user\"), use a single-job credential, "+
 		"or set spec.guest.jobMayEscalate: true on the template to accept that a job can take the credential",
 		poweredOff, claim.Spec.TemplateRef.Name)
-	r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.JobUserCanEscalateReason, message: msg})
+	s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.JobUserCanEscalateReason, message: msg})
 	r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.JobUserCanEscalateReason), msg)
 	return true
 }

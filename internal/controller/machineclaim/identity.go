@@ -21,7 +21,7 @@ import (
 func (r *Reconciler) checkMisuse(ctx context.Context, s *claimScope) (phase.Result, error) {
 	failure, retry := r.containStolenIdentity(ctx, s)
 	if failure != "" {
-		r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.IdentityStolenReason, message: failure})
+		s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.IdentityStolenReason, message: failure})
 	}
 	return phase.Recheck(retry), nil
 }
@@ -70,7 +70,7 @@ func (r *Reconciler) ensureSecrets(ctx context.Context, s *claimScope) (phase.Re
 		if s.claim.Status.Identity != nil {
 			reason = hfv1.AttestationFailedReason
 		}
-		r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: reason, message: failure})
+		s.fail(claimEnd{reason: hfv1.EndFailed, condition: reason, message: failure})
 		return phase.Stop(), nil
 	}
 	return phase.Recheck(retry), nil
@@ -92,7 +92,7 @@ func (r *Reconciler) ensureIdentity(ctx context.Context, s *claimScope) (phase.R
 func (r *Reconciler) checkAttestation(ctx context.Context, s *claimScope) (phase.Result, error) {
 	recheck, failure := r.awaitAttestation(ctx, s, s.cluster)
 	if failure != "" {
-		r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.AttestationFailedReason, message: failure})
+		s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.AttestationFailedReason, message: failure})
 		return phase.Stop(), nil
 	}
 	return phase.Recheck(recheck), nil
@@ -136,12 +136,12 @@ func (r *Reconciler) endPoweredOff(ctx context.Context, s *claimScope, msg strin
 	msg, reason := r.joinTokenGaveUp(ctx, s, s.cluster, msg)
 	switch reason {
 	case hfv1.IdentityStolenReason:
-		r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: reason, message: msg})
+		s.fail(claimEnd{reason: hfv1.EndFailed, condition: reason, message: msg})
 		return
 	case "":
 		reason = hfv1.VMPoweredOffReason
 	}
-	r.beginEnd(s, claimEnd{reason: hfv1.EndPoweredOff, condition: reason, message: msg})
+	s.beginEnd(claimEnd{reason: hfv1.EndPoweredOff, condition: reason, message: msg})
 }
 
 // readClusterSecret reads a Secret key a cluster references.

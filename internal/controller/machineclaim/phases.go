@@ -112,7 +112,7 @@ func (r *Reconciler) checkTemplate(_ context.Context, s *claimScope) (phase.Resu
 		return phase.Next(), nil
 	}
 	claim := s.claim
-	r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.TemplateNotFoundReason, message: fmt.Sprintf(
+	s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.TemplateNotFoundReason, message: fmt.Sprintf(
 		"spec.templateRef: HypervisorMachineTemplate %s/%s was deleted before VM %s was built; without its cloud-init and credentials the VM cannot be finished and is destroyed",
 		claim.Namespace, claim.Spec.TemplateRef.Name, claim.Status.VMRef.ID())})
 	return phase.Stop(), nil
@@ -173,7 +173,7 @@ func (r *Reconciler) checkRunning(ctx context.Context, s *claimScope) (phase.Res
 	}
 	ref := claim.Status.VMRef
 	if ref == nil {
-		r.beginEnd(s, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason, message: "The claim lost its VM reference"})
+		s.beginEnd(claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason, message: "The claim lost its VM reference"})
 		return phase.Stop(), nil
 	}
 	read := false
@@ -220,7 +220,7 @@ func (r *Reconciler) confirmStopped(ctx context.Context, s *claimScope) (phase.R
 	vm, err := p.GetVM(ctx, vmRefOf(ref))
 	switch {
 	case errors.Is(err, provider.ErrNotFound):
-		r.beginEnd(s, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason,
+		s.beginEnd(claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason,
 			message: fmt.Sprintf("VM %s no longer exists on %s", ref.ID(), ref.HypervisorCluster)})
 		return phase.Stop(), nil
 	case err != nil:
@@ -264,10 +264,10 @@ func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err erro
 		// which then records no second one): whichever step meets the
 		// marker first, an admin is told once.
 		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), conditions.Truncate(owned, 1024))
-		r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.OwnershipMismatchReason, message: msg})
+		s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.OwnershipMismatchReason, message: msg})
 		return phase.Stop(), nil
 	case class == provider.ClassPermanent:
-		r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.ProvisioningFailedReason, message: msg})
+		s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.ProvisioningFailedReason, message: msg})
 		return phase.Stop(), nil
 	}
 	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)

@@ -39,7 +39,7 @@ func (r *Reconciler) observeWorkload(ctx context.Context, s *claimScope) (phase.
 	case jobDone == "":
 		return r.sealRunner(ctx, s).Sooner(r.retireRegistration(ctx, s).After()), nil
 	}
-	r.beginEnd(s, claimEnd{reason: hfv1.EndJobCompleted, code: string(hfv1.EndJobCompleted), message: jobDone})
+	s.beginEnd(claimEnd{reason: hfv1.EndJobCompleted, code: string(hfv1.EndJobCompleted), message: jobDone})
 	return phase.Stop(), nil
 }
 
@@ -79,7 +79,7 @@ func (r *Reconciler) observeScript(_ context.Context, s *claimScope) phase.Resul
 	if hasDeadline && !now.Before(deadline) {
 		ttl := deadline.Sub(claim.CreationTimestamp.Time)
 		msg := fmt.Sprintf("the VM reached spec.bootstrap.generic.ttl (%s) of HypervisorMachineTemplate %s at %s", ttl, s.tmpl.Name, deadline.UTC().Format(time.RFC3339))
-		r.beginEnd(s, claimEnd{reason: hfv1.EndMaxLifetime, code: string(hfv1.EndMaxLifetime), message: msg})
+		s.beginEnd(claimEnd{reason: hfv1.EndMaxLifetime, code: string(hfv1.EndMaxLifetime), message: msg})
 		r.Recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.MaxLifetimeReason), "Ending the claim: "+msg)
 		return phase.Stop()
 	}

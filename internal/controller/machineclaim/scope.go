@@ -3,8 +3,8 @@ package machineclaim
 import (
 	"cmp"
 	"context"
-	"time"
 	"slices"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
@@ -66,7 +66,7 @@ func (r *Reconciler) newClaimScope(claim *hfv1.MachineClaim) *claimScope {
 		claim:    claim,
 		patch:    patch.NewHelper(r.Client, claim, patch.WithOptimisticLock()),
 		claimEnv: r.env(),
-		startRV: claim.ResourceVersion,
+		startRV:  claim.ResourceVersion,
 
 		persistedEnd:     claim.Status.End != nil,
 		storedConditions: slices.Clone(claim.Status.Conditions),
@@ -90,11 +90,11 @@ func (r *Reconciler) closeScope(ctx context.Context, s *claimScope, res ctrl.Res
 	if controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer) || claim.IsFinished() || claim.DeletionTimestamp.IsZero() {
 		now := r.Clock.Now()
 		s.facts.task = r.taskInFlight(claim)
-		d := deriveStatus(claim, &s.facts, now, r.stuckClaims.Bounds)
+		d := deriveStatus(claim, &s.facts, now, r.Stuck.Bounds)
 		if d.changed {
 			RecordPhase(ctx, r.Recorder, claim, d.left, metav1.NewTime(now))
 		}
-		res = r.stuckClaims.Report(ctx, claim, d.phase, d.stuck, d.nowStuck, res)
+		res = r.Stuck.Report(ctx, claim, d.phase, d.stuck, d.nowStuck, res)
 		held = r.holdsEnd(s, d)
 		if err == nil {
 			claim.Status.ObservedGeneration = claim.Generation
@@ -142,11 +142,18 @@ type claimEnv struct {
 	recorder record.EventRecorder
 	memory   *claimMemory
 	retry    RetryDelays
+	// install is this operator's id, the owner install of what it
+	// registers (DNS records).
+	install string
 }
 
 // env is the reconciler's claimEnv.
 func (r *Reconciler) env() claimEnv {
-	return claimEnv{client: r.Client, clock: r.Clock, recorder: r.Recorder, memory: &r.memory, retry: r.Retry}
+	env := claimEnv{client: r.Client, clock: r.Clock, recorder: r.Recorder, memory: &r.memory, retry: r.Retry}
+	if r.Signer != nil {
+		env.install = r.Signer.OperatorID()
+	}
+	return env
 }
 
 // RetryDelays are the claims' backoff after transient failures: First,

@@ -181,7 +181,7 @@ func (r *Reconciler) checkNetwork(ctx context.Context, s *claimScope) (phase.Res
 			// A round still running (started before the addresses
 			// changed) is dropped when it ends.
 			r.memory.dropRounds(claim.UID)
-			r.refuseAddresses(s, hfv1.MachineClaimNetworkValidatedCondition, hfv1.AddressOutsideVMSubnetsReason,
+			s.refuseAddresses(hfv1.MachineClaimNetworkValidatedCondition, hfv1.AddressOutsideVMSubnetsReason,
 				"Not validated: "+vmAddrs{outside: plan.outside}.refusal(s.cluster))
 		}
 		return phase.Next(), nil
@@ -287,7 +287,7 @@ func (r *Reconciler) recordRound(ctx context.Context, s *claimScope, plan valida
 	}
 	end := fmt.Sprintf("The VM failed its validation and HypervisorCluster %s says onFailure: FailClaim (%s: %s)", plan.cluster, round.reason, failures(round.results))
 	r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.NetworkValidationFailedReason), conditions.Truncate(end, 1024))
-	r.beginEnd(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.NetworkValidationFailedReason, message: end, failed: true})
+	s.beginEnd(claimEnd{reason: hfv1.EndFailed, condition: hfv1.NetworkValidationFailedReason, message: end, failed: true})
 	return true
 }
 

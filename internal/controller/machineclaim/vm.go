@@ -91,7 +91,7 @@ func (r *Reconciler) prepareVMCall(ctx context.Context, s *claimScope) (*vmCall,
 		if err != nil {
 			// The claim fails with the refusal (the end list runs in
 			// this pass); the pass itself succeeded.
-			r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.PlacementRecordRejectedReason, message: err.Error()})
+			s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.PlacementRecordRejectedReason, message: err.Error()})
 			return nil, phase.Stop(), nil
 		}
 		placed = &p
@@ -258,7 +258,7 @@ func (r *Reconciler) writeReservation(ctx context.Context, s *claimScope) error 
 		return err
 	}
 	now := metav1.NewTime(r.Clock.Now())
-	if d := deriveStatus(claim, &s.facts, now.Time, r.stuckClaims.Bounds); d.changed {
+	if d := deriveStatus(claim, &s.facts, now.Time, r.Stuck.Bounds); d.changed {
 		RecordPhase(ctx, r.Recorder, claim, d.left, now)
 	}
 	claim.Status.ObservedGeneration = claim.Generation
