@@ -267,7 +267,7 @@ func newCheapWorld(t testing.TB, o cheapOptions) *cheapWorld {
 	w.IPPools = &controller.IPPoolReconciler{Client: w.Kube, IPAM: addresses, Recorder: w.Events}
 	w.Claims = &machineclaim.Reconciler{
 		Client: w.Kube, Registry: w.Registry, IPAM: addresses, Signer: testSigner, Recorder: w.Events, Clock: w.Clock,
-		CI: cheapCI{backends: backends}, Credentials: testBootstrap{}, Runners: machineclaim.NewRunnerObservations(),
+		CI: cheapCI{backends: backends}, Identity: machineclaim.IdentityService{Credentials: testBootstrap{}}, Runners: machineclaim.NewRunnerObservations(),
 		Retry:       machineclaim.RetryDelays{First: o.minRetryDelay, Max: o.maxRetryDelay},
 		Transitions: hypervisors.NewTransitions(hypervisors.TransitionOptions{}),
 	}

@@ -70,9 +70,9 @@ func (r *Reconciler) adminPhases(claim *hfv1.MachineClaim) []phase.Func[*claimSc
 	switch {
 	case claim.Disowned() || disown && !force:
 		return []phase.Func[*claimScope]{r.checkReservation, r.beginDisown, r.releaseDisownedVM, r.releaseDisownedRunner,
-			r.releaseIdentity, r.holdDisownedAddresses, r.finishDisowned}
+			r.Identity.release, r.holdDisownedAddresses, r.finishDisowned}
 	case force && deleting:
-		return []phase.Func[*claimScope]{r.checkFinalizer, r.beginForceDelete, r.releaseRunner, r.releaseIdentity, r.releaseForced}
+		return []phase.Func[*claimScope]{r.checkFinalizer, r.beginForceDelete, r.releaseRunner, r.Identity.release, r.releaseForced}
 	case force:
 		return []phase.Func[*claimScope]{r.requestDeletion}
 	}

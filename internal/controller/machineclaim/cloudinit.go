@@ -57,14 +57,14 @@ func (c *claimCloudInit) AgentConfig(ctx context.Context) ([]byte, error) {
 func (c *claimCloudInit) vars(ctx context.Context) (cloudinit.Vars, error) {
 	vars := vmspec.ClaimVars(c.r.workloads(), c.claim, c.tmpl, c.cluster, c.addrs)
 	// The user the VM's SPIRE entry selects, when it has one.
-	vars.ScriptUser = c.r.scriptUser(c.tmpl)
+	vars.ScriptUser = c.r.Identity.scriptUser(c.r.workloads(), c.tmpl)
 	if err := vmspec.SetAgentVars(c.r.workloads(), c.tmpl, c.r.Agent, &vars); err != nil {
 		// The template is not Ready in this case; only a claim that passed
 		// before an operator restart without the agent server gets here.
 		return vars, provider.Errorf(provider.ClassConfiguration, string(hfv1.AgentUnavailableReason), "HypervisorMachineTemplate %s: %w", c.tmpl.Name, err)
 	}
 	if vars.SPIFFEEnabled {
-		if err := c.r.identityVars(ctx, c.claim, c.cluster, &vars); err != nil {
+		if err := c.r.Identity.vars(ctx, c.r.Client, c.claim, c.cluster, &vars); err != nil {
 			return vars, provider.Errorf(provider.ClassTransient, string(hfv1.SPIREUnavailableReason), "the VM's SPIFFE identity: %w", err)
 		}
 	}

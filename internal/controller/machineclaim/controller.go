@@ -1,7 +1,6 @@
 package machineclaim
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -26,14 +25,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/cachelag"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
 	"github.com/hyperfleet/hyperfleet/internal/controller/refusal"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
-	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/poweroff"
@@ -102,24 +99,10 @@ type Reconciler struct {
 	// Agent finds the agent binaries the operator serves (templates with
 	// agentSource Operator); nil when it serves none.
 	Agent vmspec.AgentLocator
-	// Identity holds the clusters' SPIRE servers and Issuer issues VMs'
-	// identities on them (templates with attestation join-token); nil
-	// Issuer: such templates are refused.
-	Identity *identity.Registry
-	Issuer   *identity.Issuer
-	// ScriptUser is the user generic VMs' agents run their script as;
-	// empty: agentconfig.DefaultRunnerUser. One value for both places that
-	// need it (scriptUser): the agent config and the SPIRE entry.
-	ScriptUser string
-	// Broker is the credential broker VMs that attest fetch their runner
-	// credential from; nil when the operator runs none.
-	Broker BrokerEndpoint
-	// Credentials mints the runner credentials placed in running VMs
-	// (templates that do not attest) and written to the secrets store of
-	// clusters with spec.spire.secretStore; StoreOpener opens those stores
-	// (nil: identity.OpenStore on Vault or OpenBao).
-	Credentials CredentialIssuer
-	StoreOpener StoreOpener
+	// Identity issues the VMs' SPIFFE identities and hands them their
+	// runner credentials (identity_service.go, identity_store.go,
+	// guestsecrets.go).
+	Identity IdentityService
 	// ClaimEvents carries wake-ups from the HypervisorCluster poller and
 	// the RunnerPool resync.
 	ClaimEvents <-chan event.GenericEvent
@@ -149,12 +132,6 @@ type Reconciler struct {
 	// still carried the finalizer (vanished.go); nil: such a VM waits for
 	// the orphan sweep's grace period.
 	Vanished VanishedVMs
-	// TokenRefusals are the VMs' power-off notices that their join token
-	// was refused (a sign of a stolen identity); nil: none are taken.
-	TokenRefusals TokenRefusals
-	// AttestationErrors are what the VMs' power-off notices say about why
-	// they got no identity (such as TPMNotFound); nil: none are taken.
-	AttestationErrors AttestationErrors
 	// GuestRefusals are the VMs' power-off notices that their agent
 	// refused to run the job (guest_refusal.go); nil: none are taken.
 	GuestRefusals GuestRefusals
@@ -208,21 +185,6 @@ func (r *Reconciler) workloads() *workload.Backends {
 		return nil
 	}
 	return r.CI.Workloads()
-}
-
-// scriptUser is the user a VM of tmpl runs its generic script as, and
-// the one its SPIRE registration entry selects by name (docs/generic.md,
-// "Identity"): both the agent config (claimCloudInit.vars) and the entry
-// (issueIdentity) take it from here, so the script is the one user of
-// the VM that gets the VM's SVIDs. Empty for a template of a CI platform
-// (the same test as vmspec.TemplateVars's): its entry selects the agent's
-// uid, so that the runner's jobs get no SVID.
-func (r *Reconciler) scriptUser(tmpl *hfv1.HypervisorMachineTemplate) string {
-	be, _, ok := r.workloads().Template(tmpl)
-	if !ok || workload.HasRunner(be) {
-		return ""
-	}
-	return cmp.Or(r.ScriptUser, agentconfig.DefaultRunnerUser)
 }
 
 // SetupWithManager registers the controller.
@@ -321,9 +283,9 @@ func (r *Reconciler) claimPhases(claim *hfv1.MachineClaim) []phase.Func[*claimSc
 	}
 	if !claim.DeletionTimestamp.IsZero() {
 		return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.checkFinalizer, r.checkDeletion, r.recordLateJob, r.DNS.release, r.releaseVM,
-			r.releaseRunner, r.releaseIdentity, r.DNS.hold, r.releaseFinalizer}
+			r.releaseRunner, r.Identity.release, r.DNS.hold, r.releaseFinalizer}
 	}
-	return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.ensureMetadata, r.checkMisuse, r.checkEndRequest, r.runStateList}
+	return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.ensureMetadata, r.Identity.checkMisuse, r.checkEndRequest, r.runStateList}
 }
 
 // buildPhases build a claim's VM: the claim is neither ended nor
@@ -341,7 +303,7 @@ func (r *Reconciler) buildPhases() []phase.Func[*claimScope] {
 // checkSupported acts only on a claim without a VM reference.
 func (r *Reconciler) runningPhases() []phase.Func[*claimScope] {
 	return []phase.Func[*claimScope]{r.checkSupported, r.DNS.ensure, r.loadDependencies, r.loadProvider, r.checkNetwork,
-		r.ensureSecrets, r.checkAttestation, r.ensureStoredCredential, r.checkRunning}
+		r.ensureSecrets, r.Identity.checkAttestation, r.ensureStoredCredential, r.checkRunning}
 }
 
 // endPhases tear an ended claim down, its DNS records first (dns.go),

@@ -145,7 +145,7 @@ func (r *Reconciler) reconcileTerminate(ctx context.Context, s *claimScope) (pha
 	if done, wait := r.releaseRunnerOfGoneVM(ctx, s); !done {
 		return phase.StopAndRequeue(wait), nil
 	}
-	if done, wait := r.releaseIdentityOfGoneVM(ctx, s); !done {
+	if done, wait := r.Identity.releaseOfGoneVM(ctx, s); !done {
 		return phase.StopAndRequeue(wait), nil
 	}
 	if end := claim.Status.End; end != nil {
@@ -166,7 +166,7 @@ func (r *Reconciler) reconcileFailed(ctx context.Context, s *claimScope) (phase.
 	}
 	if retained, result := r.retainFailedVM(ctx, s); retained {
 		// A VM kept for debugging is stopped: its identity goes now.
-		if done, wait := r.releaseIdentityOfGoneVM(ctx, s); !done {
+		if done, wait := r.Identity.releaseOfGoneVM(ctx, s); !done {
 			return phase.StopAndRequeue(wait), nil
 		}
 		return phase.StopAndRequeue(result.RequeueAfter), nil
@@ -174,7 +174,7 @@ func (r *Reconciler) reconcileFailed(ctx context.Context, s *claimScope) (phase.
 	if done, result := r.deleteVM(ctx, s); !done {
 		return phase.StopAndRequeue(result.RequeueAfter), nil
 	}
-	_, wait := r.releaseIdentityOfGoneVM(ctx, s)
+	_, wait := r.Identity.releaseOfGoneVM(ctx, s)
 	return phase.StopAndRequeue(wait), nil
 }
 

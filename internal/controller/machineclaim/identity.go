@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
@@ -18,8 +20,8 @@ import (
 // checkMisuse evicts a stolen identity and fails its claim
 // (containStolenIdentity); it runs on every pass of a claim that is not
 // being deleted, ended or not, until the eviction is done.
-func (r *Reconciler) checkMisuse(ctx context.Context, s *claimScope) (phase.Result, error) {
-	failure, retry := r.containStolenIdentity(ctx, s)
+func (id *IdentityService) checkMisuse(ctx context.Context, s *claimScope) (phase.Result, error) {
+	failure, retry := id.containStolen(ctx, s)
 	if failure != "" {
 		s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.IdentityStolenReason, message: failure})
 	}
@@ -29,14 +31,14 @@ func (r *Reconciler) checkMisuse(ctx context.Context, s *claimScope) (phase.Resu
 // secretSteps is the guest-secrets service of the claim of sc with this
 // reconciler's dependencies and backoff.
 func (r *Reconciler) secretSteps(sc *claimScope) *secretsService {
-	s := &secretsService{Minter: r.Credentials, Memory: &r.memory, Recorder: r.Recorder, Clock: r.Clock, Backoff: func(*hfv1.MachineClaim) time.Duration { return sc.backoff() },
-		NoRunner: r.runsNoRunner(sc.claim, sc.tmpl), WaitsForJob: r.waitsForJob(sc.claim, sc.tmpl), SecretsFile: agentconfig.SecretsFile}
+	s := &secretsService{Minter: r.Identity.Credentials, Memory: &r.memory, Recorder: r.Recorder, Clock: r.Clock, Backoff: func(*hfv1.MachineClaim) time.Duration { return sc.backoff() },
+		NoRunner: sc.runsNoRunner(), WaitsForJob: sc.waitsForJob(), SecretsFile: agentconfig.SecretsFile}
 	if sc.tmpl != nil && sc.tmpl.Spec.Guest != nil && sc.tmpl.Spec.Guest.OS == hfv1.GuestWindows {
 		// The QEMU guest agent of a Windows VM takes a Windows path.
 		s.SecretsFile = agentconfig.WindowsSecretsFile
 	}
-	if r.Issuer != nil {
-		s.Identity = r.Issuer
+	if r.Identity.Issuer != nil {
+		s.Identity = r.Identity.Issuer
 	}
 	return s
 }
@@ -78,7 +80,7 @@ func (r *Reconciler) ensureSecrets(ctx context.Context, s *claimScope) (phase.Re
 
 // ensureIdentity issues the claim's identity before its VM is built.
 func (r *Reconciler) ensureIdentity(ctx context.Context, s *claimScope) (phase.Result, error) {
-	done, requeue, err := r.issueIdentity(ctx, s, s.tmpl, s.cluster)
+	done, requeue, err := r.Identity.issue(ctx, s, s.tmpl, s.cluster)
 	switch {
 	case err != nil:
 		return r.provisionError(ctx, s, err)
@@ -89,8 +91,8 @@ func (r *Reconciler) ensureIdentity(ctx context.Context, s *claimScope) (phase.R
 }
 
 // checkAttestation fails a claim whose VM's agent did not attest in time.
-func (r *Reconciler) checkAttestation(ctx context.Context, s *claimScope) (phase.Result, error) {
-	recheck, failure := r.awaitAttestation(ctx, s, s.cluster)
+func (id *IdentityService) checkAttestation(ctx context.Context, s *claimScope) (phase.Result, error) {
+	recheck, failure := id.awaitAttestation(ctx, s, s.cluster)
 	if failure != "" {
 		s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.AttestationFailedReason, message: failure})
 		return phase.Stop(), nil
@@ -101,12 +103,12 @@ func (r *Reconciler) checkAttestation(ctx context.Context, s *claimScope) (phase
 // ensureStoredCredential hands an attested VM its runner credential through its
 // cluster's secrets store.
 func (r *Reconciler) ensureStoredCredential(ctx context.Context, s *claimScope) (phase.Result, error) {
-	if r.runsNoRunner(s.claim, s.tmpl) {
+	if s.runsNoRunner() {
 		// A generic VM fetches no runner credential: its script uses the
 		// identity itself.
 		return phase.Next(), nil
 	}
-	switch result, requeue := r.storeCredentialInStore(ctx, s, s.cluster); result {
+	switch result, requeue := r.Identity.storeCredential(ctx, s, s.cluster); result {
 	case StoreWait:
 		return phase.StopAndRequeue(requeue), nil
 	case StoreDelivered:
@@ -117,8 +119,8 @@ func (r *Reconciler) ensureStoredCredential(ctx context.Context, s *claimScope) 
 
 // releaseIdentity releases a deleted claim's identity once its VM is
 // gone.
-func (r *Reconciler) releaseIdentity(ctx context.Context, s *claimScope) (phase.Result, error) {
-	if done, wait := r.releaseIdentityOfGoneVM(ctx, s); !done {
+func (id *IdentityService) release(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if done, wait := id.releaseOfGoneVM(ctx, s); !done {
 		return phase.StopAndRequeue(wait), nil
 	}
 	return phase.Next(), nil
@@ -133,7 +135,7 @@ func (r *Reconciler) endPoweredOff(ctx context.Context, s *claimScope, msg strin
 	if r.refusedByGuest(s, msg) {
 		return
 	}
-	msg, reason := r.joinTokenGaveUp(ctx, s, s.cluster, msg)
+	msg, reason := r.Identity.joinTokenGaveUp(ctx, s, s.cluster, msg)
 	switch reason {
 	case hfv1.IdentityStolenReason:
 		s.fail(claimEnd{reason: hfv1.EndFailed, condition: reason, message: msg})
@@ -144,9 +146,11 @@ func (r *Reconciler) endPoweredOff(ctx context.Context, s *claimScope, msg strin
 	s.beginEnd(claimEnd{reason: hfv1.EndPoweredOff, condition: reason, message: msg})
 }
 
-// readClusterSecret reads a Secret key a cluster references.
-func (r *Reconciler) readClusterSecret(ctx context.Context, field string, ref hfv1.SecretKeySelector) ([]byte, error) {
-	return secretref.Value(ctx, r.Client, field, ref.Namespace, ref.Name, ref.Key)
+// clusterSecrets reads the Secret keys a cluster references through c.
+func clusterSecrets(c client.Client) func(ctx context.Context, field string, ref hfv1.SecretKeySelector) ([]byte, error) {
+	return func(ctx context.Context, field string, ref hfv1.SecretKeySelector) ([]byte, error) {
+		return secretref.Value(ctx, c, field, ref.Namespace, ref.Name, ref.Key)
+	}
 }
 
 // BrokerEndpoint is where VMs that attest with SPIRE fetch their runner

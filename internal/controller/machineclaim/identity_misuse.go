@@ -46,7 +46,7 @@ type AttestationErrors interface {
 // and returns the message the claim fails with, empty when it has ended
 // already or no misuse is recorded. retry is how soon to try the eviction
 // again when the server could not be reached.
-func (r *Reconciler) containStolenIdentity(ctx context.Context, s *claimScope) (failure string, retry time.Duration) {
+func (id *IdentityService) containStolen(ctx context.Context, s *claimScope) (failure string, retry time.Duration) {
 	claim := s.claim
 	st := claim.Status.Identity
 	if st == nil || st.Misuse == nil {
@@ -54,14 +54,14 @@ func (r *Reconciler) containStolenIdentity(ctx context.Context, s *claimScope) (
 	}
 	m := st.Misuse
 	msg := stolenMessage(st)
-	if m.EvictedAt == nil && r.Issuer != nil {
-		if err := r.evictIdentity(ctx, claim); err != nil {
+	if m.EvictedAt == nil && id.Issuer != nil {
+		if err := id.evict(ctx, claim); err != nil {
 			ctrl.LoggerFrom(ctx).Info("Could not evict the stolen identity from the SPIRE server yet", "err", err.Error())
 			msg += "; evicting it from the SPIRE server is retried: " + err.Error()
 			retry = s.backoff()
 		} else {
-			m.EvictedAt = &metav1.Time{Time: r.Clock.Now()}
-			r.Recorder.Eventf(claim, corev1.EventTypeNormal, "IdentityEvicted", "Banned the SPIRE agent that attested with the join token of %s and deleted its registration entries %s and %s",
+			m.EvictedAt = &metav1.Time{Time: s.clock.Now()}
+			s.recorder.Eventf(claim, corev1.EventTypeNormal, "IdentityEvicted", "Banned the SPIRE agent that attested with the join token of %s and deleted its registration entries %s and %s",
 				st.SPIFFEID, st.EntryID, st.NodeID)
 		}
 	}
@@ -80,16 +80,16 @@ func stolenMessage(st *hfv1.IdentityStatus) string {
 
 // evictIdentity bans the agent of the claim's join token and deletes its entries
 // on the server of the identity's trust domain.
-func (r *Reconciler) evictIdentity(ctx context.Context, claim *hfv1.MachineClaim) error {
-	id, err := spiffeid.FromString(claim.Status.Identity.SPIFFEID)
+func (id *IdentityService) evict(ctx context.Context, claim *hfv1.MachineClaim) error {
+	sid, err := spiffeid.FromString(claim.Status.Identity.SPIFFEID)
 	if err != nil {
 		return fmt.Errorf("status.identity.spiffeID: %w", err)
 	}
-	srv, ok := r.Identity.ByTrustDomain(id.TrustDomain())
+	srv, ok := id.Servers.ByTrustDomain(sid.TrustDomain())
 	if !ok {
-		return fmt.Errorf("the SPIRE server of trust domain %s is not connected", id.TrustDomain())
+		return fmt.Errorf("the SPIRE server of trust domain %s is not connected", sid.TrustDomain())
 	}
-	return r.Issuer.Evict(ctx, srv, claim)
+	return id.Issuer.Evict(ctx, srv, claim)
 }
 
 // joinTokenReused reports whether the claim's VM gave up on a join token that
@@ -98,16 +98,17 @@ func (r *Reconciler) evictIdentity(ctx context.Context, claim *hfv1.MachineClaim
 // and the server lists an agent that attested with the token. It then
 // records the misuse and reports it with an event. A server that cannot
 // be asked confirms nothing.
-func (r *Reconciler) joinTokenReused(ctx context.Context, claim *hfv1.MachineClaim, cluster *hfv1.HypervisorCluster) bool {
+func (id *IdentityService) joinTokenReused(ctx context.Context, s *claimScope, cluster *hfv1.HypervisorCluster) bool {
+	claim := s.claim
 	st := claim.Status.Identity
-	now := r.Clock.Now()
-	if st.CredentialRequestedAt != nil || r.TokenRefusals == nil || !r.TokenRefusals.Refused(claim.UID, now) {
+	now := s.clock.Now()
+	if st.CredentialRequestedAt != nil || id.TokenRefusals == nil || !id.TokenRefusals.Refused(claim.UID, now) {
 		return false
 	}
-	srv, err := r.spireServer(ctx, cluster)
+	srv, err := id.spireServer(ctx, cluster)
 	attested := false
 	if err == nil {
-		attested, err = r.Issuer.Attested(ctx, srv, claim)
+		attested, err = id.Issuer.Attested(ctx, srv, claim)
 	}
 	if err != nil {
 		ctrl.LoggerFrom(ctx).Info("The VM reports its join token refused; the SPIRE server could not be asked whether someone else attested with it", "err", err.Error())
@@ -119,7 +120,7 @@ func (r *Reconciler) joinTokenReused(ctx context.Context, claim *hfv1.MachineCla
 	msg := fmt.Sprintf("the VM's spire-agent found its join token already used, and the SPIRE server lists the agent %s that attested with it", st.NodeID)
 	identity.CountMisuse(hfv1.MisuseJoinTokenReused)
 	if identity.RecordMisuse(claim, hfv1.MisuseJoinTokenReused, msg, now) {
-		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.IdentityStolenReason), "The VM's identity was stolen: "+msg)
+		s.recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.IdentityStolenReason), "The VM's identity was stolen: "+msg)
 	}
 	return true
 }

@@ -40,9 +40,9 @@ type RegistrationRetirer interface {
 // waitsForJob reports whether the claim's VM waits for its pool to bind it
 // a job (JobBinder): no credential is asked for, issued or placed for it
 // until then.
-func (r *Reconciler) waitsForJob(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) bool {
-	b, ok := r.CI.(JobBinder)
-	return ok && tmpl != nil && b.WaitsForJob(claim, tmpl)
+func (s *claimScope) waitsForJob() bool {
+	b, ok := s.ci.(JobBinder)
+	return ok && s.tmpl != nil && b.WaitsForJob(s.claim, s.tmpl)
 }
 
 // standBy records a warm VM that stands by for a job: its VM runs (and,
@@ -57,7 +57,7 @@ func (r *Reconciler) standBy(s *claimScope) {
 	if !s.facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) || claim.Status.End != nil || claim.EndRequested() {
 		return
 	}
-	if !r.waitsForJob(claim, s.tmpl) {
+	if !s.waitsForJob() {
 		if c := s.facts.condition(claim, hfv1.MachineClaimBootstrappedCondition); c != nil && c.Status == metav1.ConditionTrue && c.Reason == string(hfv1.WaitingForJobReason) {
 			s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.WaitingForRunnerReason,
 				"Bound to a job by its RunnerPool (spec.workloadConfig); waiting for the job's credential to reach the VM and its runner to come online")

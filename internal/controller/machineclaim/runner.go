@@ -28,7 +28,7 @@ import (
 // runner's credential (jobbinding.go); a runner whose job completed ends
 // the claim (the pass stops, and the end list runs).
 func (r *Reconciler) observeWorkload(ctx context.Context, s *claimScope) (phase.Result, error) {
-	if r.runsNoRunner(s.claim, s.tmpl) {
+	if s.runsNoRunner() {
 		return r.observeScript(ctx, s), nil
 	}
 	r.standBy(s)
@@ -49,8 +49,8 @@ func (r *Reconciler) observeWorkload(ctx context.Context, s *claimScope) (phase.
 // or removed. The claim's spec.workloadConfig says so, else its template's
 // section; a claim without either (its template deleted) is taken for a
 // runner's, whose steps then find nothing to do.
-func (r *Reconciler) runsNoRunner(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) bool {
-	ws := r.workloads()
+func (s *claimScope) runsNoRunner() bool {
+	claim, tmpl, ws := s.claim, s.tmpl, s.workloads()
 	if wc := claim.Spec.WorkloadConfig; wc != nil {
 		be, ok := ws.For(wc.Type)
 		return ok && !workload.HasRunner(be)

@@ -16,6 +16,7 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 // claimScope is one reconcile of one claim: the claim, what it depends on
@@ -142,6 +143,8 @@ type claimEnv struct {
 	recorder record.EventRecorder
 	memory   *claimMemory
 	retry    RetryDelays
+	// ci is the claims' CI platforms (nil: none).
+	ci CIPlatforms
 	// install is this operator's id, the owner install of what it
 	// registers (DNS records).
 	install string
@@ -149,7 +152,7 @@ type claimEnv struct {
 
 // env is the reconciler's claimEnv.
 func (r *Reconciler) env() claimEnv {
-	env := claimEnv{client: r.Client, clock: r.Clock, recorder: r.Recorder, memory: &r.memory, retry: r.Retry}
+	env := claimEnv{client: r.Client, clock: r.Clock, recorder: r.Recorder, memory: &r.memory, retry: r.Retry, ci: r.CI}
 	if r.Signer != nil {
 		env.install = r.Signer.OperatorID()
 	}
@@ -189,4 +192,12 @@ func (d RetryDelays) next(n int) time.Duration {
 		w *= 2
 	}
 	return min(w, limit)
+}
+
+// workloads are the CI platforms' back-ends; none without CI.
+func (e claimEnv) workloads() *workload.Backends {
+	if e.ci == nil {
+		return nil
+	}
+	return e.ci.Workloads()
 }
