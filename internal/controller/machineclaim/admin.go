@@ -348,11 +348,11 @@ func (r *Reconciler) disownFailed(ctx context.Context, s *claimScope, err error)
 // itself after its one job), and the claim forgets it.
 func (r *Reconciler) releaseDisownedRunner(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
-	if !r.runnerRegistered(claim) {
+	if !r.runner().registered(s) {
 		return phase.Next(), nil
 	}
 	st := claim.Status.Bootstrap
-	err := r.removeRunner(ctx, claim, "; its VM was disowned")
+	err := r.runner().remove(ctx, s, "; its VM was disowned")
 	if errors.Is(err, workload.ErrRunnerBusy) {
 		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RunnerBusyReason),
 			"Runner %s runs a job on the disowned VM: it is left registered to finish it and deregisters itself after its one job", st.RunnerName)
@@ -362,7 +362,7 @@ func (r *Reconciler) releaseDisownedRunner(ctx context.Context, s *claimScope) (
 	if err == nil {
 		return phase.Next(), nil
 	}
-	if done, wait := r.settleRunnerRemoval(ctx, s, err); !done {
+	if done, wait := r.runner().settleRemoval(ctx, s, err); !done {
 		return phase.StopAndRequeue(wait), nil
 	}
 	return phase.Next(), nil

@@ -282,7 +282,7 @@ func (r *Reconciler) claimPhases(claim *hfv1.MachineClaim) []phase.Func[*claimSc
 		return list
 	}
 	if !claim.DeletionTimestamp.IsZero() {
-		return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.checkFinalizer, r.checkDeletion, r.recordLateJob, r.DNS.release, r.releaseVM,
+		return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.checkFinalizer, r.checkDeletion, r.runner().recordLateJob, r.DNS.release, r.releaseVM,
 			r.releaseRunner, r.Identity.release, r.DNS.hold, r.releaseFinalizer}
 	}
 	return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.ensureMetadata, r.Identity.checkMisuse, r.checkEndRequest, r.runStateList}
@@ -309,7 +309,7 @@ func (r *Reconciler) runningPhases() []phase.Func[*claimScope] {
 // endPhases tear an ended claim down, its DNS records first (dns.go),
 // after recording a job whose CIJob came after the VM ended.
 func (r *Reconciler) endPhases() []phase.Func[*claimScope] {
-	return []phase.Func[*claimScope]{r.recordLateJob, r.DNS.release, r.releaseEnded}
+	return []phase.Func[*claimScope]{r.runner().recordLateJob, r.DNS.release, r.releaseEnded}
 }
 
 // runStateList runs the list of the claim's state after the shared prefix:

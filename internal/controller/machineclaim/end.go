@@ -81,7 +81,7 @@ func (r *Reconciler) checkEndRequest(ctx context.Context, s *claimScope) (phase.
 	if !req.Reason.Hard() {
 		// The runner goes first, which the CI platform refuses while it
 		// runs a job: the VM then stays (Draining).
-		if drained, wait := r.drainRunner(ctx, s); !drained {
+		if drained, wait := r.runner().drain(ctx, s); !drained {
 			return phase.StopAndRequeue(wait), nil
 		}
 	}
@@ -142,7 +142,7 @@ func (r *Reconciler) reconcileTerminate(ctx context.Context, s *claimScope) (pha
 	if done, result := r.deleteVM(ctx, s); !done {
 		return phase.StopAndRequeue(result.RequeueAfter), nil
 	}
-	if done, wait := r.releaseRunnerOfGoneVM(ctx, s); !done {
+	if done, wait := r.runner().releaseOfGoneVM(ctx, s); !done {
 		return phase.StopAndRequeue(wait), nil
 	}
 	if done, wait := r.Identity.releaseOfGoneVM(ctx, s); !done {
@@ -198,7 +198,7 @@ func (r *Reconciler) checkDeletion(ctx context.Context, s *claimScope) (phase.Re
 		return phase.Next(), nil
 	}
 	if !claim.HardEnd() {
-		if drained, wait := r.drainRunner(ctx, s); !drained {
+		if drained, wait := r.runner().drain(ctx, s); !drained {
 			return phase.StopAndRequeue(wait), nil
 		}
 	}
@@ -221,7 +221,7 @@ func (r *Reconciler) releaseVM(ctx context.Context, s *claimScope) (phase.Result
 
 // releaseRunner removes a deleted claim's runner once its VM is gone.
 func (r *Reconciler) releaseRunner(ctx context.Context, s *claimScope) (phase.Result, error) {
-	if done, wait := r.releaseRunnerOfGoneVM(ctx, s); !done {
+	if done, wait := r.runner().releaseOfGoneVM(ctx, s); !done {
 		return phase.StopAndRequeue(wait), nil
 	}
 	return phase.Next(), nil
@@ -262,7 +262,7 @@ func FailedRetentionTTL(pool *hfv1.RunnerPool) time.Duration {
 // its runner outcome is counted here, once.
 func (r *Reconciler) finish(ctx context.Context, s *claimScope) error {
 	claim := s.claim
-	if pool := r.poolOf(ctx, claim); pool != nil && keepsHistory(pool) && claim.DeletionTimestamp.IsZero() {
+	if pool := s.poolOf(ctx); pool != nil && keepsHistory(pool) && claim.DeletionTimestamp.IsZero() {
 		// The finalizer goes first: a Finished claim is never reconciled
 		// again, so a removal that fails (a conflict with a newer version)
 		// must leave the claim in a state that retries it.

@@ -52,7 +52,7 @@ func (s *claimScope) waitsForJob() bool {
 // says since when, and idleTimeout counts from there (the credential
 // issued once it is bound keeps it). A claim bound since it stood by says
 // so until its credential's way to the VM (or its runner) speaks.
-func (r *Reconciler) standBy(s *claimScope) {
+func (rs runnerService) standBy(s *claimScope) {
 	claim := s.claim
 	if !s.facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) || claim.Status.End != nil || claim.EndRequested() {
 		return
@@ -75,7 +75,7 @@ func (r *Reconciler) standBy(s *claimScope) {
 		claim.Status.Bootstrap = st
 	}
 	if st.RegisteredAt == nil {
-		st.RegisteredAt = &metav1.Time{Time: r.Clock.Now()}
+		st.RegisteredAt = &metav1.Time{Time: s.clock.Now()}
 	}
 	if c := s.facts.condition(claim, hfv1.MachineClaimBootstrappedCondition); c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(hfv1.WaitingForJobReason) {
 		msg := "The VM is up and stands by with no credential until its RunnerPool binds it a queued job (spec.workloadConfig); it then receives that job's credential"
@@ -83,7 +83,7 @@ func (r *Reconciler) standBy(s *claimScope) {
 			msg = "The VM is up and stands by with no credential, but the claim has no RunnerPool, which alone binds claims to jobs: it never receives one. Delete it, and let a RunnerPool make the VMs of its jobs"
 		}
 		s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionTrue, hfv1.WaitingForJobReason, msg)
-		r.Recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.WaitingForJobReason), msg)
+		s.recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.WaitingForJobReason), msg)
 	}
 }
 
@@ -93,7 +93,7 @@ func (r *Reconciler) standBy(s *claimScope) {
 // took a job. A platform that cannot be asked now is asked again after
 // the claim's backoff (or its rate limit), and the pass goes on; the
 // claim's end deletes it in any case (Release).
-func (r *Reconciler) retireRegistration(ctx context.Context, s *claimScope) phase.Result {
+func (rs runnerService) retireRegistration(ctx context.Context, s *claimScope) phase.Result {
 	claim := s.claim
 	st := claim.Status.Bootstrap
 	if st == nil || st.CredentialIssuedAt == nil || s.tmpl == nil || claim.Status.End != nil {
@@ -103,13 +103,13 @@ func (r *Reconciler) retireRegistration(ctx context.Context, s *claimScope) phas
 	if st.Job() == "" && (c == nil || c.Status != metav1.ConditionTrue || c.Reason != string(hfv1.RunnerOnlineReason)) {
 		return phase.Next()
 	}
-	rr, ok := r.CI.(RegistrationRetirer)
+	rr, ok := s.ci.(RegistrationRetirer)
 	if !ok {
 		return phase.Next()
 	}
 	retired, err := rr.RetireRegistration(ctx, claim, s.tmpl)
 	if err != nil {
-		wait, limited := RetryAfter(err, r.Clock.Now())
+		wait, limited := RetryAfter(err, s.clock.Now())
 		if !limited {
 			wait = s.backoff()
 		}
@@ -117,7 +117,7 @@ func (r *Reconciler) retireRegistration(ctx context.Context, s *claimScope) phas
 		return phase.Recheck(wait)
 	}
 	if retired {
-		r.Recorder.Event(claim, corev1.EventTypeNormal, "RegistrationRetired",
+		s.recorder.Event(claim, corev1.EventTypeNormal, "RegistrationRetired",
 			fmt.Sprintf("Runner %s registered: the credential its runner credential was issued with is deleted, and neither registers anything again", st.RunnerName))
 	}
 	return phase.Next()

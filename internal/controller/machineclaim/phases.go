@@ -191,7 +191,7 @@ func (r *Reconciler) checkRunning(ctx context.Context, s *claimScope) (phase.Res
 			read = true
 		}
 	}
-	workloadRes, err := r.observeWorkload(ctx, s)
+	workloadRes, err := r.runner().observeWorkload(ctx, s)
 	if workloadRes.Stopped() || err != nil {
 		return workloadRes, err
 	}

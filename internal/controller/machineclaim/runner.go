@@ -27,17 +27,17 @@ import (
 // seen with its job (runner_seal.go) and retires what issued a registered
 // runner's credential (jobbinding.go); a runner whose job completed ends
 // the claim (the pass stops, and the end list runs).
-func (r *Reconciler) observeWorkload(ctx context.Context, s *claimScope) (phase.Result, error) {
+func (rs runnerService) observeWorkload(ctx context.Context, s *claimScope) (phase.Result, error) {
 	if s.runsNoRunner() {
-		return r.observeScript(ctx, s), nil
+		return rs.observeScript(ctx, s), nil
 	}
-	r.standBy(s)
-	jobDone, err := r.observeRunner(ctx, s)
+	rs.standBy(s)
+	jobDone, err := rs.observe(ctx, s)
 	switch {
 	case err != nil:
 		return phase.Stop(), err
 	case jobDone == "":
-		return r.sealRunner(ctx, s).Sooner(r.retireRegistration(ctx, s).After()), nil
+		return rs.seal(ctx, s).Sooner(rs.retireRegistration(ctx, s).After()), nil
 	}
 	s.beginEnd(claimEnd{reason: hfv1.EndJobCompleted, code: string(hfv1.EndJobCompleted), message: jobDone})
 	return phase.Stop(), nil
@@ -69,18 +69,18 @@ func (s *claimScope) runsNoRunner() bool {
 // (vmspec.Deadline) the claim ends as at a pool's maxLifetime, and the
 // VM's agent powers off at that moment too, as a second line. The pass
 // looks again at the deadline.
-func (r *Reconciler) observeScript(_ context.Context, s *claimScope) phase.Result {
+func (rs runnerService) observeScript(_ context.Context, s *claimScope) phase.Result {
 	claim := s.claim
-	now := r.Clock.Now()
+	now := s.clock.Now()
 	deadline, hasDeadline := time.Time{}, false
 	if s.tmpl != nil {
-		deadline, hasDeadline = vmspec.Deadline(r.workloads(), claim, s.tmpl)
+		deadline, hasDeadline = vmspec.Deadline(s.workloads(), claim, s.tmpl)
 	}
 	if hasDeadline && !now.Before(deadline) {
 		ttl := deadline.Sub(claim.CreationTimestamp.Time)
 		msg := fmt.Sprintf("the VM reached spec.bootstrap.generic.ttl (%s) of HypervisorMachineTemplate %s at %s", ttl, s.tmpl.Name, deadline.UTC().Format(time.RFC3339))
 		s.beginEnd(claimEnd{reason: hfv1.EndMaxLifetime, code: string(hfv1.EndMaxLifetime), message: msg})
-		r.Recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.MaxLifetimeReason), "Ending the claim: "+msg)
+		s.recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.MaxLifetimeReason), "Ending the claim: "+msg)
 		return phase.Stop()
 	}
 	st := claim.Status.Bootstrap
@@ -98,7 +98,7 @@ func (r *Reconciler) observeScript(_ context.Context, s *claimScope) phase.Resul
 			msg += " or at its ttl, " + deadline.UTC().Format(time.RFC3339)
 		}
 		s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionTrue, hfv1.ScriptRunningReason, msg)
-		r.Recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.ScriptRunningReason), msg)
+		s.recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.ScriptRunningReason), msg)
 	}
 	if hasDeadline {
 		return phase.Recheck(deadline.Sub(now) + time.Millisecond)
@@ -126,13 +126,14 @@ func (r *Reconciler) claimsForJob(ctx context.Context, o client.Object) []reconc
 
 // poolOf is the claim's RunnerPool from the cache; nil for a claim made by
 // hand or whose pool is gone.
-func (r *Reconciler) poolOf(ctx context.Context, claim *hfv1.MachineClaim) *hfv1.RunnerPool {
+func (s *claimScope) poolOf(ctx context.Context) *hfv1.RunnerPool {
+	claim := s.claim
 	ref := claim.Spec.RunnerPoolRef
 	if ref == nil {
 		return nil
 	}
 	var pool hfv1.RunnerPool
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: ref.Name}, &pool); err != nil {
+	if err := s.client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: ref.Name}, &pool); err != nil {
 		return nil
 	}
 	return &pool

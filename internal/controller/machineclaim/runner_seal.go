@@ -32,23 +32,23 @@ type RunnerSealer interface {
 // lost is sealed once more, which changes nothing. A platform that cannot
 // be asked now is asked again after the claim's backoff (or its rate
 // limit), and the pass goes on.
-func (r *Reconciler) sealRunner(ctx context.Context, s *claimScope) phase.Result {
+func (rs runnerService) seal(ctx context.Context, s *claimScope) phase.Result {
 	claim := s.claim
 	st := claim.Status.Bootstrap
-	if st == nil || st.RunnerSealedAt != nil || s.tmpl == nil || !r.credentialReusable(claim, s.tmpl) {
+	if st == nil || st.RunnerSealedAt != nil || s.tmpl == nil || !rs.credentialReusable(s, s.tmpl) {
 		return phase.Next()
 	}
-	how, seen := r.jobSeen(claim)
+	how, seen := rs.jobSeen(s)
 	if !seen {
 		return phase.Next()
 	}
-	sealer, ok := r.CI.(RunnerSealer)
+	sealer, ok := s.ci.(RunnerSealer)
 	if !ok {
 		return phase.Next()
 	}
 	sealed, err := sealer.SealRunner(ctx, claim, s.tmpl)
 	if err != nil {
-		wait, limited := RetryAfter(err, r.Clock.Now())
+		wait, limited := RetryAfter(err, s.clock.Now())
 		if !limited {
 			wait = s.backoff()
 		}
@@ -56,7 +56,7 @@ func (r *Reconciler) sealRunner(ctx context.Context, s *claimScope) phase.Result
 		return phase.Recheck(wait)
 	}
 	if sealed {
-		st.RunnerSealedAt = &metav1.Time{Time: r.Clock.Now()}
+		st.RunnerSealedAt = &metav1.Time{Time: s.clock.Now()}
 	}
 	return phase.Next()
 }
@@ -65,8 +65,9 @@ func (r *Reconciler) sealRunner(ctx context.Context, s *claimScope) phase.Result
 // serve more than one job on its platform's side (the template's
 // workload.Template.CredentialReuse, as its ReusableCredential condition
 // shows it): only such a runner has anything to seal.
-func (r *Reconciler) credentialReusable(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) bool {
-	be, ok := r.workloads().Claim(claim, tmpl)
+func (rs runnerService) credentialReusable(s *claimScope, tmpl *hfv1.HypervisorMachineTemplate) bool {
+	claim := s.claim
+	be, ok := s.workloads().Claim(claim, tmpl)
 	if !ok {
 		return false
 	}
@@ -77,11 +78,12 @@ func (r *Reconciler) credentialReusable(claim *hfv1.MachineClaim, tmpl *hfv1.Hyp
 // jobSeen says whether, and how, the claim's runner was seen with a job:
 // the job observeRunner recorded, else a busy runner in the latest runner
 // list.
-func (r *Reconciler) jobSeen(claim *hfv1.MachineClaim) (string, bool) {
+func (rs runnerService) jobSeen(s *claimScope) (string, bool) {
+	claim := s.claim
 	if id := claim.Status.Bootstrap.Job(); id != "" {
 		return "took job " + id, true
 	}
-	if obs, ok := r.Runners.Get(claim.UID); ok && obs.Present && obs.State == workload.RunnerBusy {
+	if obs, ok := rs.observations.Get(claim.UID); ok && obs.Present && obs.State == workload.RunnerBusy {
 		return fmt.Sprintf("listed busy at %s", obs.At.UTC().Format("15:04:05")), true
 	}
 	return "", false

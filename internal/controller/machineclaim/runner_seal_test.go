@@ -116,7 +116,7 @@ func (w *sealWorld) observe(t *testing.T, r *Reconciler, claim *hfv1.MachineClai
 	var err error
 	inScope(r, claim, func(s *claimScope) {
 		s.tmpl = w.tmpl
-		_, err = r.observeWorkload(context.Background(), s)
+		_, err = r.runner().observeWorkload(context.Background(), s)
 	})
 	if err != nil {
 		t.Fatalf("observe the claim's runner: %v", err)

@@ -40,23 +40,23 @@ var (
 		return runnerStep{done: err == nil, err: err, userData: string(out.UserData)}
 	}
 	observeRunnerStep = func(ctx context.Context, r *Reconciler, s *claimScope) runnerStep {
-		ended, err := r.observeRunner(ctx, s)
+		ended, err := r.runner().observe(ctx, s)
 		return runnerStep{done: true, ended: ended, err: err}
 	}
 	drainRunnerStep = func(ctx context.Context, r *Reconciler, s *claimScope) runnerStep {
-		done, requeue := r.drainRunner(ctx, s)
+		done, requeue := r.runner().drain(ctx, s)
 		return runnerStep{done: done, requeue: requeue}
 	}
 	releaseGoneStep = func(ctx context.Context, r *Reconciler, s *claimScope) runnerStep {
-		done, requeue := r.releaseRunnerOfGoneVM(ctx, s)
+		done, requeue := r.runner().releaseOfGoneVM(ctx, s)
 		return runnerStep{done: done, requeue: requeue}
 	}
 	deregisterKeptStep = func(ctx context.Context, r *Reconciler, s *claimScope) runnerStep {
-		done, requeue := r.deregisterRunner(ctx, s)
+		done, requeue := r.runner().deregister(ctx, s)
 		return runnerStep{done: done, requeue: requeue}
 	}
 	recordLateJobStep = func(ctx context.Context, r *Reconciler, s *claimScope) runnerStep {
-		res, err := r.recordLateJob(ctx, s)
+		res, err := r.runner().recordLateJob(ctx, s)
 		return runnerStep{done: !res.Stopped(), err: err}
 	}
 )

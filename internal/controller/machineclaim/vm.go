@@ -338,7 +338,7 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 		s.facts.ending(hfv1.DeletingVMReason, fmt.Sprintf("Deleting VM %s on %s: stopping and destroying it, then removing its cloud-init media", ref.ID(), ref.HypervisorCluster))
 		return false, CallAgain(res.RetryAfter)
 	}
-	r.teardownEvent(ctx, claim, hfv1.VMDeletedReason, "VM %s on %s destroyed and its cloud-init ISO removed", ref.ID(), ref.HypervisorCluster)
+	s.teardownEvent(ctx, hfv1.VMDeletedReason, "VM %s on %s destroyed and its cloud-init ISO removed", ref.ID(), ref.HypervisorCluster)
 	claim.Status.VMRef, claim.Status.Task = nil, nil
 	r.forgetProgress(claim)
 	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.VMDeletedReason, fmt.Sprintf("VM %s was destroyed", ref.ID()))

@@ -21,7 +21,7 @@ import (
 // gone or unreadable); while retained is true the claim waits requeue.
 func (r *Reconciler) retainFailedVM(ctx context.Context, s *claimScope) (retained bool, res ctrl.Result) {
 	claim := s.claim
-	pool := r.poolOf(ctx, claim)
+	pool := s.poolOf(ctx)
 	if pool == nil || !RetainsFailed(pool) {
 		return false, ctrl.Result{}
 	}
@@ -54,7 +54,7 @@ func (r *Reconciler) retainFailedVM(ctx context.Context, s *claimScope) (retaine
 	if done, wait := r.removeMedia(ctx, s, p); !done {
 		return true, requeue(wait)
 	}
-	if done, wait := r.deregisterRunner(ctx, s); !done {
+	if done, wait := r.runner().deregister(ctx, s); !done {
 		return true, requeue(wait)
 	}
 	until := claim.Status.End.StartedAt.Add(FailedRetentionTTL(pool))
