@@ -450,7 +450,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 		Transitions:   transitions,
 		Notices:       notices,
 		GuestRefusals: notices.GuestRefusals,
-		Vanished:      sw,
+		Vanished:      machineclaim.VanishedClaims{VMs: sw},
 		DNS:           machineclaim.DNSRegistration{Clusters: dnsClusters},
 		Identity: machineclaim.IdentityService{
 			Servers: identities, Issuer: issuer, ScriptUser: opts.GenericScriptUser, Broker: brokerEndpoint,

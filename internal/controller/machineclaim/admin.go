@@ -234,7 +234,7 @@ func (r *Reconciler) releaseDisownedVM(ctx context.Context, s *claimScope) (phas
 			ref.ID(), ref.HypervisorCluster, health.Message, hfv1.ForceDeleteAnnotation))
 		return phase.StopAndRequeue(s.backoff()), nil
 	}
-	owner, prev := vmspec.Owner(claim), r.progressOf(claim)
+	owner, prev := vmspec.Owner(claim), r.memory.progressOf(claim)
 	media, err := p.RemoveCloudInitMedia(ctx, owner, prev)
 	switch {
 	case errors.Is(err, provider.ErrNotOwned):
@@ -243,7 +243,7 @@ func (r *Reconciler) releaseDisownedVM(ctx context.Context, s *claimScope) (phas
 	case err != nil:
 		return r.disownFailed(ctx, s, err)
 	default:
-		r.keepTask(claim, media.Progress.Task)
+		r.memory.keepTask(claim, media.Progress.Task)
 		if !media.Done {
 			s.facts.ending(hfv1.DisowningReason, fmt.Sprintf("Releasing VM %s from HyperFleet's management: %s", ref.ID(), media.Message))
 			return phase.StopAndRequeue(CallAgain(media.RetryAfter)), nil
@@ -299,7 +299,7 @@ func (r *Reconciler) disowned(ctx context.Context, s *claimScope, ref *hfv1.VMRe
 			"HyperFleet no longer reads, stops or destroys it; delete it by hand when it is no longer needed", ref.ID(), ref.HypervisorCluster, removed)
 		r.forgetTransition(ref)
 		claim.Status.VMRef, claim.Status.Task = nil, nil
-		r.forgetProgress(claim)
+		r.memory.forgetProgress(claim)
 	}
 	s.facts.record(hfv1.MachineClaimFinalizedCondition, metav1.ConditionTrue, hfv1.DisownedReason, msg)
 	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.DisownedReason, msg)

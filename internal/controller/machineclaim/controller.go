@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -128,10 +127,9 @@ type Reconciler struct {
 	// Notices gives VMs the URL and token of their power-off notice; nil
 	// gives none.
 	Notices *poweroff.Notices
-	// Vanished takes the VM of a claim the API server removed while it
-	// still carried the finalizer (vanished.go); nil: such a VM waits for
-	// the orphan sweep's grace period.
-	Vanished VanishedVMs
+	// Vanished hands the VM of a claim the API server removed while it
+	// still carried the finalizer to the orphan sweeper (vanished.go).
+	Vanished VanishedClaims
 	// GuestRefusals are the VMs' power-off notices that their agent
 	// refused to run the job (guest_refusal.go); nil: none are taken.
 	GuestRefusals GuestRefusals
@@ -147,10 +145,6 @@ type Reconciler struct {
 	// delivery would issue a second runner credential), and drops a gone
 	// claim's memory.
 	lag cachelag.Tracker
-	// vanished are the last states of claims the API server removed while
-	// they carried the finalizer, by name, until a reconcile of the name
-	// hands their VM over (vanished.go).
-	vanished sync.Map
 	// finished sends the collection deletions of finished claims
 	// (finished.go).
 	finished finishedDeletes
@@ -202,7 +196,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&hfv1.HypervisorMachineTemplate{}, handler.EnqueueRequestsFromMapFunc(r.claimsForTemplate),
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.ResourceVersionChangedPredicate{}))).
 		Watches(&hfv1.CIJob{}, handler.EnqueueRequestsFromMapFunc(r.claimsForJob)).
-		Watches(&hfv1.MachineClaim{}, r.vanishedClaims()).
+		Watches(&hfv1.MachineClaim{}, r.Vanished.handler()).
 		Watches(&hfv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.disownedClaimsOfPool),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
@@ -237,7 +231,7 @@ func (r *Reconciler) claimsForTemplate(ctx context.Context, o client.Object) []r
 // runs the phase list of the claim's state (claimPhases), and closes the
 // scope, which derives the status and writes the claim once.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
-	r.handOverVanished(ctx, req.NamespacedName)
+	r.Vanished.handOver(ctx, req.NamespacedName, r.Signer, &r.memory)
 	claim := &hfv1.MachineClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
 		if apierrors.IsNotFound(err) {

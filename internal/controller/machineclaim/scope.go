@@ -90,7 +90,7 @@ func (r *Reconciler) closeScope(ctx context.Context, s *claimScope, res ctrl.Res
 	held := false
 	if controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer) || claim.IsFinished() || claim.DeletionTimestamp.IsZero() {
 		now := r.Clock.Now()
-		s.facts.task = r.taskInFlight(claim)
+		s.facts.task = r.memory.taskInFlight(claim)
 		d := deriveStatus(claim, &s.facts, now, r.Stuck.Bounds)
 		if d.changed {
 			RecordPhase(ctx, r.Recorder, claim, d.left, metav1.NewTime(now))

@@ -106,7 +106,7 @@ func (r *Reconciler) prepareVMCall(ctx context.Context, s *claimScope) (*vmCall,
 		}
 	}
 	ci := &claimCloudInit{r: r, claim: claim, addrs: addrs}
-	call, err := vmCallFor(claim, s.tmpl, s.cluster, placed, r.workloads(), ci, addrs, r.progressOf(claim))
+	call, err := vmCallFor(claim, s.tmpl, s.cluster, placed, r.workloads(), ci, addrs, r.memory.progressOf(claim))
 	if err != nil {
 		res, err := r.provisionError(ctx, s, err)
 		return nil, res, err
@@ -142,7 +142,7 @@ func vmCallFor(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, c
 // from the stored state; or the claim is gone).
 func (r *Reconciler) reserveVM(ctx context.Context, s *claimScope, call *vmCall, res *provider.EnsureResult) (stop bool, err error) {
 	claim, cluster := s.claim, call.cluster.Name
-	r.recordProgress(ctx, claim, cluster, call.prev, res.Progress)
+	s.recordProgress(ctx, cluster, call.prev, res.Progress)
 	r.setReservation(claim, cluster, call.spec, vmspec.DNS(call.cluster, call.tmpl).Domain)
 	// A clone that will wait for a slot (res.Waits) is said so in the
 	// build's one condition, written with the reservation: the wait is a
@@ -183,7 +183,7 @@ func (r *Reconciler) settleVM(ctx context.Context, s *claimScope, call *vmCall, 
 		return r.provisionError(ctx, s, err)
 	}
 	r.memory.provisioned(s.claim.UID)
-	r.recordProgress(ctx, s.claim, call.cluster.Name, call.prev, res.Progress)
+	s.recordProgress(ctx, call.cluster.Name, call.prev, res.Progress)
 	out, poweredOff := vmStanding(ctx, s.claim, &s.facts, call, res)
 	if poweredOff != "" {
 		r.endPoweredOff(ctx, s, poweredOff)
@@ -314,7 +314,7 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 			fmt.Sprintf("Cannot delete VM %s yet: HypervisorCluster %s is not connected: %s", ref.ID(), ref.HypervisorCluster, health.Message))
 		return false, s.backoff()
 	}
-	prev := r.progressOf(claim)
+	prev := r.memory.progressOf(claim)
 	res, err := p.DeleteVM(ctx, vmspec.Owner(claim), prev)
 	switch {
 	case errors.Is(err, provider.ErrNotOwned):
@@ -331,7 +331,7 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 	}
 	r.memory.succeeded(claim.UID)
 	if !res.Done {
-		r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
+		s.recordProgress(ctx, ref.HypervisorCluster, prev, res.Progress)
 		// The same message for every step (stop, destroy, the ISO's
 		// removal), so that a step is no status write; the task is in the
 		// log (vm_progress.go).
@@ -340,7 +340,7 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 	}
 	s.teardownEvent(ctx, hfv1.VMDeletedReason, "VM %s on %s destroyed and its cloud-init ISO removed", ref.ID(), ref.HypervisorCluster)
 	claim.Status.VMRef, claim.Status.Task = nil, nil
-	r.forgetProgress(claim)
+	r.memory.forgetProgress(claim)
 	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.VMDeletedReason, fmt.Sprintf("VM %s was destroyed", ref.ID()))
 	s.facts.ending(hfv1.VMDeletedReason, fmt.Sprintf("VM %s was destroyed", ref.ID()))
 	return true, 0

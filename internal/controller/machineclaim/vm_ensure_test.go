@@ -254,7 +254,7 @@ func TestSettleVM(t *testing.T) {
 			if got := Progress(&claim); got.ID != tc.wantVM || got.Task != nil {
 				t.Errorf("persisted progress %+v, want VM %q and no task", got, tc.wantVM)
 			}
-			kept := r.progressOf(&claim)
+			kept := r.memory.progressOf(&claim)
 			if got := ""; kept.Task != nil {
 				got = kept.Task.ID
 				if got != tc.wantTask {

@@ -48,9 +48,9 @@ func Progress(claim *hfv1.MachineClaim) provider.Progress {
 // progressOf is the claim's provider progress: the one this process kept
 // for the VM its status records (with its task in flight), else the
 // persisted one (Progress).
-func (r *Reconciler) progressOf(claim *hfv1.MachineClaim) provider.Progress {
+func (m *claimMemory) progressOf(claim *hfv1.MachineClaim) provider.Progress {
 	p := Progress(claim)
-	if kept := r.memory.recall(claim.UID).progress; kept != nil && p.ID != "" && kept.ID == p.ID {
+	if kept := m.recall(claim.UID).progress; kept != nil && p.ID != "" && kept.ID == p.ID {
 		return *kept
 	}
 	return p
@@ -62,18 +62,19 @@ func (r *Reconciler) progressOf(claim *hfv1.MachineClaim) provider.Progress {
 // request once, and logs each new task: the task in flight is in
 // the log and, once the claim is stuck, in its Stuck condition, not in its
 // status.
-func (r *Reconciler) recordProgress(ctx context.Context, claim *hfv1.MachineClaim, cluster string, prev, next provider.Progress) {
+func (s *claimScope) recordProgress(ctx context.Context, cluster string, prev, next provider.Progress) {
+	claim := s.claim
 	if next.ID == "" {
 		claim.Status.VMRef = nil
 	} else {
 		claim.Status.VMRef = hfv1.NewVMReference(cluster, string(next.ID), next.Node)
 	}
-	r.memory.keepProgress(claim.UID, next)
+	s.memory.keepProgress(claim.UID, next)
 	claim.Status.Task = nil
 	if t := next.Task; t != nil && (prev.Task == nil || prev.Task.ID != t.ID) {
 		ctrl.LoggerFrom(ctx).Info("Hypervisor task started", "vm", next.ID, "node", next.Node, "operation", t.Operation, "task", t.ID)
 		if t.Operation == "clone" {
-			metrics.CreatedToCloneRequest.Observe(r.Clock.Since(claim.CreationTimestamp.Time).Seconds())
+			metrics.CreatedToCloneRequest.Observe(s.clock.Since(claim.CreationTimestamp.Time).Seconds())
 		}
 	}
 	if prev.ID != "" && next.ID != "" && prev.ID != next.ID {
@@ -84,25 +85,25 @@ func (r *Reconciler) recordProgress(ctx context.Context, claim *hfv1.MachineClai
 // keepTask keeps t as the claim's task in flight, its VM unchanged (a
 // step that reports a task but not where the VM is, such as removing its
 // cloud-init media).
-func (r *Reconciler) keepTask(claim *hfv1.MachineClaim, t *provider.Task) {
-	p := r.progressOf(claim)
+func (m *claimMemory) keepTask(claim *hfv1.MachineClaim, t *provider.Task) {
+	p := m.progressOf(claim)
 	claim.Status.Task = nil
 	if p.ID == "" {
 		return
 	}
 	p.Task = t
-	r.memory.keepProgress(claim.UID, p)
+	m.keepProgress(claim.UID, p)
 }
 
 // forgetProgress drops the claim's kept progress (its VM is gone).
-func (r *Reconciler) forgetProgress(claim *hfv1.MachineClaim) {
-	r.memory.keepProgress(claim.UID, provider.Progress{})
+func (m *claimMemory) forgetProgress(claim *hfv1.MachineClaim) {
+	m.keepProgress(claim.UID, provider.Progress{})
 }
 
 // taskInFlight says which hypervisor task the claim waits on, for its
 // Stuck condition; "" without one.
-func (r *Reconciler) taskInFlight(claim *hfv1.MachineClaim) string {
-	if t := r.progressOf(claim).Task; t != nil {
+func (m *claimMemory) taskInFlight(claim *hfv1.MachineClaim) string {
+	if t := m.progressOf(claim).Task; t != nil {
 		return fmt.Sprintf("hypervisor task %s (%s)", t.Operation, t.ID)
 	}
 	return ""

@@ -68,14 +68,14 @@ func (r *Reconciler) retainFailedVM(ctx context.Context, s *claimScope) (retaine
 func (r *Reconciler) removeMedia(ctx context.Context, s *claimScope, p provider.Provider) (bool, time.Duration) {
 	claim := s.claim
 	ref := claim.Status.VMRef
-	prev := r.progressOf(claim)
+	prev := r.memory.progressOf(claim)
 	res, err := p.RemoveCloudInitMedia(ctx, vmspec.Owner(claim), prev)
 	if err != nil {
 		s.facts.ending(hfv1.RetainingReason, fmt.Sprintf("VM %s is kept for debugging once its cloud-init ISO (it holds the runner credential) is removed: %v", ref.ID(), err))
 		ctrl.LoggerFrom(ctx).Info("Could not remove the cloud-init ISO of the failed VM kept for debugging; retrying", "err", err.Error())
 		return false, s.backoff()
 	}
-	r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
+	s.recordProgress(ctx, ref.HypervisorCluster, prev, res.Progress)
 	if !res.Done {
 		s.facts.ending(hfv1.RetainingReason, cmp.Or(res.Message, fmt.Sprintf("Removing the cloud-init ISO of VM %s before keeping it", ref.ID())))
 		return false, max(res.RetryAfter, CallAgainNow)
