@@ -296,7 +296,7 @@ func (r *Reconciler) buildPhases() []phase.Func[*claimScope] {
 // such pass.
 // checkSupported acts only on a claim without a VM reference.
 func (r *Reconciler) runningPhases() []phase.Func[*claimScope] {
-	return []phase.Func[*claimScope]{r.checkSupported, r.DNS.ensure, r.loadDependencies, r.loadProvider, r.checkNetwork,
+	return []phase.Func[*claimScope]{r.checkSupported, r.DNS.ensure, r.loadDependencies, r.loadProvider, r.validation.checkNetwork,
 		r.ensureSecrets, r.Identity.checkAttestation, r.ensureStoredCredential, r.checkRunning}
 }
 

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/patch"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -145,6 +146,8 @@ type claimEnv struct {
 	retry    RetryDelays
 	// ci is the claims' CI platforms (nil: none).
 	ci CIPlatforms
+	// registry holds the clusters' providers and listings.
+	registry *hypervisors.Registry
 	// install is this operator's id, the owner install of what it
 	// registers (DNS records).
 	install string
@@ -152,7 +155,7 @@ type claimEnv struct {
 
 // env is the reconciler's claimEnv.
 func (r *Reconciler) env() claimEnv {
-	env := claimEnv{client: r.Client, clock: r.Clock, recorder: r.Recorder, memory: &r.memory, retry: r.Retry, ci: r.CI}
+	env := claimEnv{client: r.Client, clock: r.Clock, recorder: r.Recorder, memory: &r.memory, retry: r.Retry, ci: r.CI, registry: r.Registry}
 	if r.Signer != nil {
 		env.install = r.Signer.OperatorID()
 	}

@@ -40,7 +40,7 @@ func TestValidationAsksOnlyTheClusterDNSServers(t *testing.T) {
 	r.validation.wake = make(chan event.GenericEvent, 1)
 	inScope(r, &claim, func(s *claimScope) {
 		s.cluster, s.tmpl = cluster, tmpl
-		if _, err := r.checkNetwork(t.Context(), s); err != nil {
+		if _, err := r.validation.checkNetwork(t.Context(), s); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -51,7 +51,7 @@ func TestValidationAsksOnlyTheClusterDNSServers(t *testing.T) {
 	}
 	inScope(r, &claim, func(s *claimScope) {
 		s.cluster, s.tmpl = cluster, tmpl
-		if _, err := r.checkNetwork(t.Context(), s); err != nil {
+		if _, err := r.validation.checkNetwork(t.Context(), s); err != nil {
 			t.Fatal(err)
 		}
 	})
