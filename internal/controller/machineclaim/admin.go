@@ -136,7 +136,7 @@ func (r *Reconciler) releaseForced(ctx context.Context, s *claimScope) (phase.Re
 	if err := r.removeFinalizer(ctx, s); err != nil {
 		return phase.Stop(), err
 	}
-	r.forgetTransition(ref)
+	r.PowerOff.forgetTransition(ref, r.Clock.Now())
 	// The admin asserted that the VM is gone for good: its addresses go
 	// back to their pools although nothing confirmed its absence
 	// (docs/troubleshooting.md says when that is safe).
@@ -297,7 +297,7 @@ func (r *Reconciler) disowned(ctx context.Context, s *claimScope, ref *hfv1.VMRe
 		}
 		msg = fmt.Sprintf("VM %s on HypervisorCluster %s was released from HyperFleet's management and left as it was (removed: %s). "+
 			"HyperFleet no longer reads, stops or destroys it; delete it by hand when it is no longer needed", ref.ID(), ref.HypervisorCluster, removed)
-		r.forgetTransition(ref)
+		r.PowerOff.forgetTransition(ref, r.Clock.Now())
 		claim.Status.VMRef, claim.Status.Task = nil, nil
 		r.memory.forgetProgress(claim)
 	}

@@ -68,7 +68,7 @@ func (c *claimCloudInit) vars(ctx context.Context) (cloudinit.Vars, error) {
 			return vars, provider.Errorf(provider.ClassTransient, string(hfv1.SPIREUnavailableReason), "the VM's SPIFFE identity: %w", err)
 		}
 	}
-	vars.PowerOffNotify = c.r.Notices.NotifyFor(c.claim)
+	vars.PowerOffNotify = c.r.PowerOff.Notices.NotifyFor(c.claim)
 	vars.SecretsDeadline = cloudinit.Time{Time: c.r.secretsDeadline()}
 	// Render check first: a broken template never reaches the workload
 	// side (and is never Ready: the template controller runs the same

@@ -32,7 +32,6 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
-	"github.com/hyperfleet/hyperfleet/internal/poweroff"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -119,20 +118,13 @@ type Reconciler struct {
 	// (zero fields check nothing). SetupWithManager gives it the
 	// reconciler's Recorder.
 	Stuck stuck.Detector
-	// Transitions are the VMs a hint says are about to stop: a running
-	// claim whose VM is in it reads the VM's status directly, every
-	// Transitions.Poll(), until it stops or the hint expires
-	// (docs/architecture.md, "Power-off hints"). Nil: the listing only.
-	Transitions *hypervisors.Transitions
-	// Notices gives VMs the URL and token of their power-off notice; nil
-	// gives none.
-	Notices *poweroff.Notices
+	// PowerOff is what is known of VMs powering off: the hints that they
+	// are about to, the notices they send, and what the notices say
+	// (transitions.go, guest_refusal.go).
+	PowerOff PowerOff
 	// Vanished hands the VM of a claim the API server removed while it
 	// still carried the finalizer to the orphan sweeper (vanished.go).
 	Vanished VanishedClaims
-	// GuestRefusals are the VMs' power-off notices that their agent
-	// refused to run the job (guest_refusal.go); nil: none are taken.
-	GuestRefusals GuestRefusals
 	// DNS registers the claims' VMs in their clusters' DNS services
 	// (dns.go).
 	DNS DNSRegistration

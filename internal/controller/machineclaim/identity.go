@@ -132,7 +132,7 @@ func (id *IdentityService) release(ctx context.Context, s *claimScope) (phase.Re
 // found it used by someone else fails (its identity was stolen). The end
 // list runs in the same pass.
 func (r *Reconciler) endPoweredOff(ctx context.Context, s *claimScope, msg string) {
-	if r.refusedByGuest(s, msg) {
+	if r.PowerOff.refusedByGuest(s, msg) {
 		return
 	}
 	msg, reason := r.Identity.joinTokenGaveUp(ctx, s, s.cluster, msg)

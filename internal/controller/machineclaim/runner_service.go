@@ -55,7 +55,7 @@ type runnerService struct {
 
 // runner is the claims' runner service.
 func (r *Reconciler) runner() runnerService {
-	return runnerService{observations: r.Runners, transitions: r.Transitions}
+	return runnerService{observations: r.Runners, transitions: r.PowerOff.Transitions}
 }
 
 // RetryAfter is the requeue for a rate-limited workload call (at least a

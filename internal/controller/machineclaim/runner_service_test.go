@@ -302,7 +302,7 @@ func TestRunnerService(t *testing.T) {
 			clk := clocktesting.NewFakeClock(unitEpoch.Add(tc.after))
 			rec := record.NewFakeRecorder(16)
 			r := &Reconciler{Client: claimWorld(t, objs...), Recorder: rec, Clock: clk,
-				Runners: NewRunnerObservations(), Transitions: hypervisors.NewTransitions(hypervisors.TransitionOptions{})}
+				Runners: NewRunnerObservations(), PowerOff: PowerOff{Transitions: hypervisors.NewTransitions(hypervisors.TransitionOptions{})}}
 			if tc.ci != nil {
 				r.CI = tc.ci
 			}
@@ -340,7 +340,7 @@ func TestRunnerService(t *testing.T) {
 			if runner != tc.wantRunner || state != tc.wantState || job != tc.wantJob {
 				t.Errorf("status.bootstrap runner %q, state %q, job %d; want %q, %q, %d", runner, state, job, tc.wantRunner, tc.wantState, tc.wantJob)
 			}
-			if _, hint := r.Transitions.Active(vmKey, clk.Now()); hint != tc.wantHint {
+			if _, hint := r.PowerOff.Transitions.Active(vmKey, clk.Now()); hint != tc.wantHint {
 				t.Errorf("VM in transition: %v, want %v", hint, tc.wantHint)
 			}
 			if tc.ci != nil {

@@ -295,7 +295,7 @@ func (r *Reconciler) deleteVM(ctx context.Context, s *claimScope) (bool, ctrl.Re
 	ref := s.claim.Status.VMRef
 	done, requeue := r.deleteVMStep(ctx, s)
 	if done {
-		r.forgetTransition(ref)
+		r.PowerOff.forgetTransition(ref, r.Clock.Now())
 		r.releaseAddresses(ctx, s.claim)
 	}
 	return done, ctrl.Result{RequeueAfter: requeue}
