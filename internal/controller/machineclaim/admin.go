@@ -28,12 +28,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -44,7 +42,6 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
-	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
@@ -140,7 +137,7 @@ func (r *Reconciler) releaseForced(ctx context.Context, s *claimScope) (phase.Re
 	// The admin asserted that the VM is gone for good: its addresses go
 	// back to their pools although nothing confirmed its absence
 	// (docs/troubleshooting.md says when that is safe).
-	r.releaseAddresses(ctx, claim)
+	r.addresses().release(ctx, claim)
 	cluster := clusterOfRecord(claim)
 	metrics.ClaimsForceDeleted.WithLabelValues(cluster).Inc()
 	msg := fmt.Sprintf("Force-deleted by a platform admin (annotation %s: %q): %s was abandoned, not destroyed, and the addresses %s released. "+
@@ -287,7 +284,7 @@ func (r *Reconciler) disowned(ctx context.Context, s *claimScope, ref *hfv1.VMRe
 		msg = "No VM was recorded for this claim: nothing was released from HyperFleet's management"
 		// Addresses are persisted before any VM is built with them: with
 		// no VM, none is in use.
-		r.releaseAddresses(ctx, claim)
+		r.addresses().release(ctx, claim)
 	case res == nil:
 		msg = fmt.Sprintf("VM %s on HypervisorCluster %s no longer exists: nothing was left to keep", ref.ID(), ref.HypervisorCluster)
 	default:
@@ -380,7 +377,7 @@ func (r *Reconciler) holdDisownedAddresses(ctx context.Context, s *claimScope) (
 	}
 	var held []string
 	for _, a := range claim.Status.Network.IPAllocations {
-		fix, err := r.exclusionNeeded(ctx, a)
+		fix, err := r.addresses().exclusionNeeded(ctx, a)
 		if err != nil {
 			s.facts.ending(hfv1.AddressNotExcludedReason, fmt.Sprintf("Cannot check whether %s is excluded from IPPool %s yet: %v", a.Address, a.PoolRef, err))
 			return phase.StopAndRequeue(s.backoff()), nil
@@ -400,37 +397,8 @@ func (r *Reconciler) holdDisownedAddresses(ctx context.Context, s *claimScope) (
 	}
 	// Every address is out of its pool now, so none can be handed out
 	// again: the claim lets go of them.
-	r.releaseAddresses(ctx, claim)
+	r.addresses().release(ctx, claim)
 	return phase.Next(), nil
-}
-
-// exclusionNeeded says what an admin must do so that the pool of a no
-// longer hands its address out ("" when nothing: the pool's current spec
-// excludes it). An error means the pool could not be read.
-func (r *Reconciler) exclusionNeeded(ctx context.Context, a hfv1.IPAllocation) (string, error) {
-	addr, err := ipam.ParseAllocatedAddress(a.Address)
-	if err != nil {
-		// Not an address: no pool hands it out.
-		return "", nil //nolint:nilerr // an unreadable record holds nothing
-	}
-	exclusion := netip.PrefixFrom(addr, addr.BitLen()).String()
-	pool := &hfv1.IPPool{}
-	switch err := r.Client.Get(ctx, client.ObjectKey{Name: a.PoolRef}, pool); {
-	case apierrors.IsNotFound(err):
-		// A pool created again under this name would hand it out.
-		return fmt.Sprintf("IPPool %s does not exist; if it is created again, give it %s in spec.excludedAddresses", a.PoolRef, exclusion), nil
-	case err != nil:
-		return "", fmt.Errorf("read IPPool %s: %w", a.PoolRef, err)
-	}
-	parsed, err := ipam.ParsePool(PoolSpec(pool))
-	if err == nil && !parsed.Contains(addr) {
-		return "", nil
-	}
-	patch := fmt.Sprintf(`kubectl patch ippool %s --type=json -p '[{"op":"add","path":"/spec/excludedAddresses/-","value":"%s"}]'`, a.PoolRef, exclusion)
-	if len(pool.Spec.ExcludedAddresses) == 0 {
-		patch = fmt.Sprintf(`kubectl patch ippool %s --type=merge -p '{"spec":{"excludedAddresses":["%s"]}}'`, a.PoolRef, exclusion)
-	}
-	return fmt.Sprintf("add %s to spec.excludedAddresses of IPPool %s (%s)", exclusion, a.PoolRef, patch), nil
 }
 
 // disownedClaimsOfPool wakes the disowned claims that hold an address of

@@ -252,7 +252,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return res, nil
 	}
 	s := r.newClaimScope(claim)
-	r.restoreHeldEnd(s)
+	s.restoreHeldEnd()
 	defer func() { res, retErr = r.closeScope(ctx, s, res, retErr) }()
 
 	return phase.Run(ctx, s, r.claimPhases(claim)...)

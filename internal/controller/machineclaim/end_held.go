@@ -34,7 +34,7 @@ var heldEndReasons = []hfv1.ConditionReason{hfv1.DeletingVMReason, hfv1.VMDelete
 
 // holdsEnd reports whether the pass's status is the routine end of a claim
 // not yet written (see above), which closeScope then does not write.
-func (r *Reconciler) holdsEnd(s *claimScope, d derivedStatus) bool {
+func (s *claimScope) holdsEnd(d derivedStatus) bool {
 	claim := s.claim
 	if s.persistedEnd || claim.Status.End == nil || claim.HasFailed() || claim.IsFinished() ||
 		!claim.DeletionTimestamp.IsZero() || d.stuck.Stuck || claim.Disowned() {
@@ -66,21 +66,16 @@ func conditionsChanged(stored, now []metav1.Condition) bool {
 	return differs(stored, now) || differs(now, stored)
 }
 
-// holdEnd keeps the claim's status, with its end, for its next passes.
-func (r *Reconciler) holdEnd(claim *hfv1.MachineClaim) {
-	r.memory.holdEnd(claim.UID, claim.Status.DeepCopy())
-}
-
 // restoreHeldEnd puts a held end back into a pass of its claim whose
 // stored status has none; a stored end (written since) replaces it.
-func (r *Reconciler) restoreHeldEnd(s *claimScope) {
+func (s *claimScope) restoreHeldEnd() {
 	claim := s.claim
-	held := r.memory.recall(claim.UID).heldEnd
+	held := s.memory.recall(claim.UID).heldEnd
 	if held == nil {
 		return
 	}
 	if s.persistedEnd {
-		r.memory.dropHeldEnd(claim.UID)
+		s.memory.dropHeldEnd(claim.UID)
 		return
 	}
 	held.DeepCopyInto(&claim.Status)

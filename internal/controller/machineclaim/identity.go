@@ -55,7 +55,7 @@ func (r *Reconciler) ensureSecrets(ctx context.Context, s *claimScope) (phase.Re
 			var addrs []vmspec.StaticAddr
 			if s.tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
 				var err error
-				if addrs, _, err = r.staticAddresses(ctx, s, s.tmpl); err != nil {
+				if addrs, _, err = r.addresses().forClaim(ctx, s, s.tmpl); err != nil {
 					return nil, err
 				}
 			}

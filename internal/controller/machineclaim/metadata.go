@@ -34,8 +34,8 @@ func setStandardMetadata(claim *hfv1.MachineClaim, cluster string) {
 // DNS domain of its name (its placement record, signed with the install's
 // key: reservation_placement.go), in the claim's status, which
 // writeReservation stores with status.vmRef before the clone request.
-func (r *Reconciler) setReservation(claim *hfv1.MachineClaim, cluster string, spec *provider.VMSpec, dnsDomain string) {
-	RecordPlacement(claim, r.Signer, cluster, spec, dnsDomain)
+func (rv reservations) set(claim *hfv1.MachineClaim, cluster string, spec *provider.VMSpec, dnsDomain string) {
+	RecordPlacement(claim, rv.signer, cluster, spec, dnsDomain)
 }
 
 // checkReservation puts a reserved VM back into the status of a claim
@@ -44,7 +44,7 @@ func (r *Reconciler) setReservation(claim *hfv1.MachineClaim, cluster string, sp
 // An error means the check could not be made: the pass ends and retries
 // instead of placing a second VM.
 func (r *Reconciler) checkReservation(ctx context.Context, s *claimScope) (phase.Result, error) {
-	if err := r.restoreReservedVM(ctx, s); err != nil {
+	if err := r.reservations().restore(ctx, s); err != nil {
 		return phase.Stop(), err
 	}
 	return phase.Next(), nil

@@ -148,7 +148,7 @@ func (r *Reconciler) ensureAddress(ctx context.Context, s *claimScope) (phase.Re
 	if s.tmpl.Spec.Network.Mode != hfv1.NetworkModeStatic {
 		return phase.Next(), nil
 	}
-	_, fresh, err := r.staticAddresses(ctx, s, s.tmpl)
+	_, fresh, err := r.addresses().forClaim(ctx, s, s.tmpl)
 	switch {
 	case errors.Is(err, errAddressWait):
 		return phase.StopAndRequeue(10 * time.Second), nil

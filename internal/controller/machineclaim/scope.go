@@ -97,7 +97,7 @@ func (r *Reconciler) closeScope(ctx context.Context, s *claimScope, res ctrl.Res
 			RecordPhase(ctx, r.Recorder, claim, d.left, metav1.NewTime(now))
 		}
 		res = r.Stuck.Report(ctx, claim, d.phase, d.stuck, d.nowStuck, res)
-		held = r.holdsEnd(s, d)
+		held = s.holdsEnd(d)
 		if err == nil {
 			claim.Status.ObservedGeneration = claim.Generation
 		}
@@ -115,7 +115,8 @@ func (r *Reconciler) closeScope(ctx context.Context, s *claimScope, res ctrl.Res
 	write := s.patch.Patch
 	if held {
 		// A routine end: its metadata only (end_held.go).
-		r.holdEnd(claim)
+		// Kept for the claim's next passes.
+		r.memory.holdEnd(claim.UID, claim.Status.DeepCopy())
 		write = s.patch.PatchMetadata
 	} else {
 		r.memory.dropHeldEnd(claim.UID)

@@ -87,7 +87,7 @@ func (r *Reconciler) prepareVMCall(ctx context.Context, s *claimScope) (*vmCall,
 		// Placed: the VM is built from what was authorized then, never
 		// from the template's current values (docs/security.md, "The
 		// placement record").
-		p, err := r.verifiedPlacement(ctx, s)
+		p, err := r.reservations().verifiedPlacement(ctx, s)
 		if err != nil {
 			// The claim fails with the refusal (the end list runs in
 			// this pass); the pass itself succeeded.
@@ -100,7 +100,7 @@ func (r *Reconciler) prepareVMCall(ctx context.Context, s *claimScope) (*vmCall,
 	var addrs []vmspec.StaticAddr
 	if tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
 		var err error
-		if addrs, _, err = r.staticAddresses(ctx, s, tmpl); err != nil {
+		if addrs, _, err = r.addresses().forClaim(ctx, s, tmpl); err != nil {
 			res, err := r.provisionError(ctx, s, err)
 			return nil, res, err
 		}
@@ -143,7 +143,7 @@ func vmCallFor(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, c
 func (r *Reconciler) reserveVM(ctx context.Context, s *claimScope, call *vmCall, res *provider.EnsureResult) (stop bool, err error) {
 	claim, cluster := s.claim, call.cluster.Name
 	s.recordProgress(ctx, cluster, call.prev, res.Progress)
-	r.setReservation(claim, cluster, call.spec, vmspec.DNS(call.cluster, call.tmpl).Domain)
+	r.reservations().set(claim, cluster, call.spec, vmspec.DNS(call.cluster, call.tmpl).Domain)
 	// A clone that will wait for a slot (res.Waits) is said so in the
 	// build's one condition, written with the reservation: the wait is a
 	// step of the build, and a condition of its own (Queued, then
@@ -296,7 +296,7 @@ func (r *Reconciler) deleteVM(ctx context.Context, s *claimScope) (bool, ctrl.Re
 	done, requeue := r.deleteVMStep(ctx, s)
 	if done {
 		r.PowerOff.forgetTransition(ref, r.Clock.Now())
-		r.releaseAddresses(ctx, s.claim)
+		r.addresses().release(ctx, s.claim)
 	}
 	return done, ctrl.Result{RequeueAfter: requeue}
 }
