@@ -316,12 +316,7 @@ func (r *Reconciler) disownRefused(ctx context.Context, s *claimScope, err error
 	msg := fmt.Sprintf("VM %s on HypervisorCluster %s does not carry this claim's verified ownership marker (%v), so it cannot be disowned: HyperFleet changes nothing on it and keeps this claim's addresses while it may exist. "+
 		"An admin checks VM %s by hand; to let the claim go without touching the VM, force-delete it (annotation %s), which releases the addresses",
 		ref.ID(), ref.HypervisorCluster, err, ref.ID(), hfv1.ForceDeleteAnnotation)
-	if s.facts.endingReason(claim) != string(hfv1.OwnershipMismatchReason) {
-		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), conditions.Truncate(msg, 1024))
-		ctrl.LoggerFrom(ctx).Info("VM ownership does not verify; not disowning it", "vm", ref.ID(), "cluster", ref.HypervisorCluster, "err", err.Error())
-	}
-	s.facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, msg)
-	s.facts.ending(hfv1.OwnershipMismatchReason, msg)
+	s.ownershipUnverified(ctx, msg, "VM ownership does not verify; not disowning it", err)
 	return phase.StopAndRequeue(ownershipRecheck), nil
 }
 

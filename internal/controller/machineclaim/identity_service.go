@@ -144,13 +144,9 @@ func (id *IdentityService) issue(ctx context.Context, s *claimScope, tmpl *hfv1.
 		ttl = jt.TTL.Duration
 	}
 	expires, err := id.Issuer.Issue(ctx, srv, claim, ttl, id.scriptUser(s.workloads(), tmpl))
-	if c := errclass.Classify(err); err != nil && (c == errclass.ClassPermanent || c == errclass.ClassConfiguration) {
-		return false, 0, fmt.Errorf("issue the VM's identity: %w", err)
-	}
 	if err != nil {
-		id.waits(s, hfv1.SPIREUnavailableReason, "Could not issue the VM's identity: "+err.Error())
-		ctrl.LoggerFrom(ctx).Info("Issuing the VM's identity failed", "err", err.Error())
-		return false, s.backoff(), nil
+		requeue, err := id.issueFailed(ctx, s, err)
+		return false, requeue, err
 	}
 	now := metav1.NewTime(s.clock.Now())
 	st.JoinTokenCreatedAt, st.JoinTokenExpiresAt = &now, &metav1.Time{Time: expires}
@@ -160,6 +156,18 @@ func (id *IdentityService) issue(ctx context.Context, s *claimScope, tmpl *hfv1.
 	return false, time.Millisecond, nil
 }
 
+// issueFailed sorts a failed request for the claim's identity: a
+// permanent or configuration error is the caller's to report; any other
+// waits (the Attested condition says why) and backs off.
+func (id *IdentityService) issueFailed(ctx context.Context, s *claimScope, err error) (time.Duration, error) {
+	if c := errclass.Classify(err); c == errclass.ClassPermanent || c == errclass.ClassConfiguration {
+		return 0, fmt.Errorf("issue the VM's identity: %w", err)
+	}
+	id.waits(s, hfv1.SPIREUnavailableReason, "Could not issue the VM's identity: "+err.Error())
+	ctrl.LoggerFrom(ctx).Info("Issuing the VM's identity failed", "err", err.Error())
+	return s.backoff(), nil
+}
+
 // issueTPMIdentity creates the entries of a claim whose VM attests with
 // its TPM: its agent's alias, selecting the DevID certificate's common
 // name, and its registration entry. The DevID certificate itself is signed
@@ -167,14 +175,9 @@ func (id *IdentityService) issue(ctx context.Context, s *claimScope, tmpl *hfv1.
 func (id *IdentityService) issueTPM(ctx context.Context, s *claimScope, srv *identity.Server, scriptUser string) (done bool, requeue time.Duration, err error) {
 	claim := s.claim
 	st := claim.Status.Identity
-	err = id.Issuer.IssueTPM(ctx, srv, claim, scriptUser)
-	if c := errclass.Classify(err); err != nil && (c == errclass.ClassPermanent || c == errclass.ClassConfiguration) {
-		return false, 0, fmt.Errorf("issue the VM's identity: %w", err)
-	}
-	if err != nil {
-		id.waits(s, hfv1.SPIREUnavailableReason, "Could not issue the VM's identity: "+err.Error())
-		ctrl.LoggerFrom(ctx).Info("Issuing the VM's identity failed", "err", err.Error())
-		return false, s.backoff(), nil
+	if err := id.Issuer.IssueTPM(ctx, srv, claim, scriptUser); err != nil {
+		requeue, err := id.issueFailed(ctx, s, err)
+		return false, requeue, err
 	}
 	st.TPM.EntriesCreatedAt = &metav1.Time{Time: s.clock.Now()}
 	s.recorder.Eventf(claim, corev1.EventTypeNormal, "IdentityIssued", "Registration entry %s and the agent alias %s (selecting tpm_devid:subject:cn:%s) issued for %s",

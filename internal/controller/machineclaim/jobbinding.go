@@ -109,10 +109,7 @@ func (rs runnerService) retireRegistration(ctx context.Context, s *claimScope) p
 	}
 	retired, err := rr.RetireRegistration(ctx, claim, s.tmpl)
 	if err != nil {
-		wait, limited := RetryAfter(err, s.clock.Now())
-		if !limited {
-			wait = s.backoff()
-		}
+		wait := s.platformRetry(err)
 		ctrl.LoggerFrom(ctx).Info("Cannot delete the registered runner's issuing credential yet; retrying", "runner", st.RunnerName, "retryIn", wait, "err", err.Error())
 		return phase.Recheck(wait)
 	}

@@ -48,10 +48,7 @@ func (rs runnerService) seal(ctx context.Context, s *claimScope) phase.Result {
 	}
 	sealed, err := sealer.SealRunner(ctx, claim, s.tmpl)
 	if err != nil {
-		wait, limited := RetryAfter(err, s.clock.Now())
-		if !limited {
-			wait = s.backoff()
-		}
+		wait := s.platformRetry(err)
 		ctrl.LoggerFrom(ctx).Info("Cannot seal the runner to the job it took yet; retrying", "runner", st.RunnerName, "seen", how, "retryIn", wait, "err", err.Error())
 		return phase.Recheck(wait)
 	}

@@ -68,6 +68,15 @@ func RetryAfter(err error, now time.Time) (time.Duration, bool) {
 	return d, ok
 }
 
+// platformRetry is the wait after a CI platform's call failed with err:
+// its rate limit's (RetryAfter), else the claim's backoff.
+func (s *claimScope) platformRetry(err error) time.Duration {
+	if wait, limited := RetryAfter(err, s.clock.Now()); limited {
+		return wait
+	}
+	return s.backoff()
+}
+
 // observeRunner folds what the CI platform says about the claim's runner into
 // its status: the job it took (from the job's CIJob, written by the webhook
 // receiver or the resync) and its state in the latest runner list. A
@@ -292,10 +301,7 @@ func (rs runnerService) settleRemoval(_ context.Context, s *claimScope, err erro
 		return true, 0
 	}
 	s.facts.ending(hfv1.RunnerNotRemovedReason, conditions.Truncate(fmt.Sprintf("Removing runner %s: %v", st.RunnerName, err), 1024))
-	if wait, limited := RetryAfter(err, s.clock.Now()); limited {
-		return false, wait
-	}
-	return false, s.backoff()
+	return false, s.platformRetry(err)
 }
 
 // deregisterRunner removes the runner of a claim whose failed VM is kept: its

@@ -358,13 +358,22 @@ func (r *Reconciler) keepForAdmin(ctx context.Context, s *claimScope, err error)
 	msg := fmt.Sprintf("VM %s on HypervisorCluster %s does not carry this claim's verified ownership marker (%v). HyperFleet neither touches it nor releases this claim's addresses while it may exist. "+
 		"An admin must check VM %s by hand: once it is deleted the claim finishes on its own; if it is someone else's VM, delete this MachineClaim and remove its finalizer %s",
 		ref.ID(), ref.HypervisorCluster, err, ref.ID(), hfv1.MachineClaimFinalizer)
+	s.ownershipUnverified(ctx, msg, "VM ownership does not verify; keeping the claim's finalizer and addresses for an admin", err)
+	return ownershipRecheck
+}
+
+// ownershipUnverified records that the claim's VM does not carry its
+// verified ownership marker, msg saying what the step that met it does
+// about it: the OwnershipVerified and Ending conditions, and, once, a
+// warning event and the log line logMsg.
+func (s *claimScope) ownershipUnverified(ctx context.Context, msg, logMsg string, err error) {
+	claim, ref := s.claim, s.claim.Status.VMRef
 	if s.facts.endingReason(claim) != string(hfv1.OwnershipMismatchReason) {
-		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), conditions.Truncate(msg, 1024))
-		ctrl.LoggerFrom(ctx).Info("VM ownership does not verify; keeping the claim's finalizer and addresses for an admin", "vm", ref.ID(), "cluster", ref.HypervisorCluster, "err", err.Error())
+		s.recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), conditions.Truncate(msg, 1024))
+		ctrl.LoggerFrom(ctx).Info(logMsg, "vm", ref.ID(), "cluster", ref.HypervisorCluster, "err", err.Error())
 	}
 	s.facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, msg)
 	s.facts.ending(hfv1.OwnershipMismatchReason, msg)
-	return ownershipRecheck
 }
 
 // CallAgain is the requeue a provider asked for, CallAgainNow when it asked
