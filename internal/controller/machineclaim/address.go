@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +16,7 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 )
@@ -224,4 +226,25 @@ func PoolSpec(p *hfv1.IPPool) ipam.Spec {
 		Addresses: p.Spec.Addresses, ExcludedAddresses: p.Spec.ExcludedAddresses, Prefix: p.Spec.Prefix,
 		Gateways: p.Spec.Gateways, Nameservers: p.Spec.Nameservers, SearchDomains: p.Spec.SearchDomains,
 	}
+}
+
+// ensureAddress allocates the claim's static addresses (network mode
+// static: one, or an IPv4 and an IPv6 one) and has them stored before any
+// VM is built with them.
+func (r *Reconciler) ensureAddress(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if s.tmpl.Spec.Network.Mode != hfv1.NetworkModeStatic {
+		return phase.Next(), nil
+	}
+	_, fresh, err := r.addresses().forClaim(ctx, s, s.tmpl)
+	switch {
+	case errors.Is(err, errAddressWait):
+		return phase.StopAndRequeue(10 * time.Second), nil
+	case err != nil:
+		return r.provisionError(ctx, s, err)
+	case fresh:
+		// Persist the allocation (the scope's status write) before any VM
+		// is built with it.
+		return phase.StopAndRequeue(time.Millisecond), nil
+	}
+	return phase.Next(), nil
 }

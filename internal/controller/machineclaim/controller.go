@@ -2,12 +2,10 @@ package machineclaim
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -16,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -28,7 +25,6 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
-	"github.com/hyperfleet/hyperfleet/internal/controller/refusal"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
@@ -326,86 +322,4 @@ func (r *Reconciler) runStateList(ctx context.Context, s *claimScope) (phase.Res
 	}
 	end, err := phase.Sequence(r.endPhases()...)(ctx, s)
 	return end.Sooner(res.After()), err
-}
-
-// ensureMetadata adds the finalizer and the standard labels (in memory;
-// the scope writes them, or ensureVM before its clone request).
-func (r *Reconciler) ensureMetadata(ctx context.Context, s *claimScope) (phase.Result, error) {
-	if s.claim.IsFinished() {
-		return phase.Stop(), nil
-	}
-	setStandardMetadata(s.claim, r.clusterOf(ctx, s.claim))
-	return phase.Next(), nil
-}
-
-// checkSupported stops a claim that sets a field this operator does
-// not act on, before anything is built; a spec change wakes it.
-func (r *Reconciler) checkSupported(_ context.Context, s *claimScope) (phase.Result, error) {
-	claim := s.claim
-	if ref := refusal.Claim(r.workloads(), claim); ref != nil && claim.Status.VMRef == nil {
-		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, ref.Reason, ref.Message)
-		return phase.Stop(), nil
-	}
-	return phase.Next(), nil
-}
-
-// checkPlatformSection stops a claim still to be built whose
-// spec.workloadConfig names a workload type its template has no section
-// for (a generic claim of a GitHub template, or the reverse): its VM would
-// get the template's platform's agent config but the claim's treatment,
-// and never do its work. A template change wakes it.
-func (r *Reconciler) checkPlatformSection(_ context.Context, s *claimScope) (phase.Result, error) {
-	claim, wc := s.claim, s.claim.Spec.WorkloadConfig
-	if wc == nil || s.tmpl == nil || claim.Status.VMRef != nil {
-		return phase.Next(), nil
-	}
-	be, ok := r.workloads().For(wc.Type)
-	if !ok {
-		return phase.Next(), nil
-	}
-	if _, reads := be.Template(s.tmpl); reads {
-		return phase.Next(), nil
-	}
-	field := "spec.bootstrap.github"
-	switch wc.Type {
-	case hfv1.WorkloadGeneric:
-		field = "spec.bootstrap.generic"
-	case hfv1.WorkloadGitLabCI:
-		field = "spec.bootstrap.gitlab"
-	case hfv1.WorkloadBuildkite:
-		field = "spec.bootstrap.buildkite"
-	}
-	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.InvalidSpecReason, fmt.Sprintf(
-		"spec.workloadConfig.type is %s, but HypervisorMachineTemplate %s has no %s; use a template of that platform (or a RunnerPool whose workload.type matches its template)",
-		wc.Type, s.tmpl.Name, field))
-	return phase.StopAndRequeue(waitForDependency), nil
-}
-
-// clusterOf names the claim's HypervisorCluster: where its VM is, else
-// where its template points (empty when the template is missing).
-func (r *Reconciler) clusterOf(ctx context.Context, claim *hfv1.MachineClaim) string {
-	if ref := claim.Status.VMRef; ref != nil {
-		return ref.HypervisorCluster
-	}
-	tmpl := &hfv1.HypervisorMachineTemplate{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, tmpl); err != nil {
-		return ""
-	}
-	return tmpl.Spec.HypervisorClusterRef.Name
-}
-
-// removeFinalizer drops the claim's finalizer and writes it at once,
-// under the scope's optimistic lock: a copy from a stale cache must fail
-// with a conflict rather than drop a finalizer someone added since.
-func (r *Reconciler) removeFinalizer(ctx context.Context, s *claimScope) error {
-	claim := s.claim
-	if !controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer) {
-		return nil
-	}
-	controllerutil.RemoveFinalizer(claim, hfv1.MachineClaimFinalizer)
-	if err := s.patch.PatchMetadata(ctx, claim); err != nil {
-		controllerutil.AddFinalizer(claim, hfv1.MachineClaimFinalizer)
-		return fmt.Errorf("remove finalizer %s from MachineClaim %s/%s: %w", hfv1.MachineClaimFinalizer, claim.Namespace, claim.Name, err)
-	}
-	return nil
 }

@@ -341,3 +341,19 @@ func (r *Reconciler) countVMSeconds(claim *hfv1.MachineClaim, pool string) {
 	}
 	metrics.AddVMSeconds(claim.Namespace, pool, repository, r.Clock.Now().Sub(times.Provisioning.Time))
 }
+
+// removeFinalizer drops the claim's finalizer and writes it at once,
+// under the scope's optimistic lock: a copy from a stale cache must fail
+// with a conflict rather than drop a finalizer someone added since.
+func (r *Reconciler) removeFinalizer(ctx context.Context, s *claimScope) error {
+	claim := s.claim
+	if !controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer) {
+		return nil
+	}
+	controllerutil.RemoveFinalizer(claim, hfv1.MachineClaimFinalizer)
+	if err := s.patch.PatchMetadata(ctx, claim); err != nil {
+		controllerutil.AddFinalizer(claim, hfv1.MachineClaimFinalizer)
+		return fmt.Errorf("remove finalizer %s from MachineClaim %s/%s: %w", hfv1.MachineClaimFinalizer, claim.Namespace, claim.Name, err)
+	}
+	return nil
+}

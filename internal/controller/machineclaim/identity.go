@@ -14,7 +14,7 @@ import (
 )
 
 // The claim's SPIFFE identity steps are the identity service's
-// (identity_service.go, identity_store.go, identity_misuse.go); these
+// (identity_service.go, identity_store.go); these
 // phases run them and carry their failures into the claim's end.
 
 // checkMisuse evicts a stolen identity and fails its claim

@@ -3,6 +3,7 @@ package machineclaim
 import (
 	"context"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -48,4 +49,27 @@ func (r *Reconciler) checkReservation(ctx context.Context, s *claimScope) (phase
 		return phase.Stop(), err
 	}
 	return phase.Next(), nil
+}
+
+// ensureMetadata adds the finalizer and the standard labels (in memory;
+// the scope writes them, or ensureVM before its clone request).
+func (r *Reconciler) ensureMetadata(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if s.claim.IsFinished() {
+		return phase.Stop(), nil
+	}
+	setStandardMetadata(s.claim, r.clusterOf(ctx, s.claim))
+	return phase.Next(), nil
+}
+
+// clusterOf names the claim's HypervisorCluster: where its VM is, else
+// where its template points (empty when the template is missing).
+func (r *Reconciler) clusterOf(ctx context.Context, claim *hfv1.MachineClaim) string {
+	if ref := claim.Status.VMRef; ref != nil {
+		return ref.HypervisorCluster
+	}
+	tmpl := &hfv1.HypervisorMachineTemplate{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, tmpl); err != nil {
+		return ""
+	}
+	return tmpl.Spec.HypervisorClusterRef.Name
 }

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -24,7 +23,7 @@ import (
 
 // observeWorkload folds what the CI platform says about the claim's runner
 // into its status, records a warm VM standing by for a job, seals a runner
-// seen with its job (runner_seal.go) and retires what issued a registered
+// seen with its job (jobbinding.go) and retires what issued a registered
 // runner's credential (jobbinding.go); a runner whose job completed ends
 // the claim (the pass stops, and the end list runs).
 func (rs runnerService) observeWorkload(ctx context.Context, s *claimScope) (phase.Result, error) {

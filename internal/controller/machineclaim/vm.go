@@ -402,3 +402,62 @@ func networkStatus(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplat
 	}
 	return st
 }
+
+// provisionError surfaces a classified error (docs/architecture.md,
+// "Classified errors") and chooses how to go on: it always stops the pass,
+// and a claim it fails goes on to the end list in the same pass.
+func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err error) (phase.Result, error) {
+	claim := s.claim
+	class, reason := provider.Classify(err), provider.ReasonOf(err)
+	if errors.Is(err, vmspec.ErrRender) {
+		class, reason = provider.ClassConfiguration, "InvalidCloudInit"
+	}
+	if wait, limited := RetryAfter(err, r.Clock.Now()); limited {
+		// The CI platform's rate limit: wait for it without counting a
+		// failure; the claim says until when.
+		metrics.ClaimErrors.WithLabelValues(string(provider.ClassResource), string(hfv1.RateLimitedReason)).Inc()
+		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.RateLimitedReason,
+			fmt.Sprintf("Waiting %s for the CI platform's rate limit: %v", wait.Round(time.Second), err))
+		return phase.StopAndRequeue(wait), nil
+	}
+	metrics.ClaimErrors.WithLabelValues(string(class), reason).Inc()
+	msg := fmt.Sprintf("%s error: %v", class, err)
+	cond := s.facts.condition(claim, hfv1.MachineClaimProvisionedCondition)
+	changed := cond == nil || cond.Reason != reason
+	ctrl.LoggerFrom(ctx).Info("Provisioning step failed", "class", class, "reason", reason, "err", err.Error())
+
+	switch {
+	case errors.Is(err, provider.ErrNotOwned):
+		owned := "The VM recorded for this claim does not carry its verified ownership marker; it is never modified or destroyed: " + err.Error()
+		s.facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, owned)
+		// The same warning as a mismatch found at deletion (keepForAdmin,
+		// which then records no second one): whichever step meets the
+		// marker first, an admin is told once.
+		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), conditions.Truncate(owned, 1024))
+		s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.OwnershipMismatchReason, message: msg})
+		return phase.Stop(), nil
+	case class == provider.ClassPermanent:
+		s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.ProvisioningFailedReason, message: msg})
+		return phase.Stop(), nil
+	}
+	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
+	if changed {
+		r.Recorder.Event(claim, corev1.EventTypeWarning, "FailedProvision", conditions.Truncate(msg, 1024))
+	}
+	switch class {
+	case provider.ClassConfiguration:
+		// The user must act: a change of the claim, its template or its
+		// cluster tries again (ensureVM's hold), or the hold's end.
+		if s.tmpl != nil && s.cluster != nil {
+			r.memory.hold(claim.UID, heldProvision{claim: claim.Generation, template: s.tmpl.Generation, cluster: s.cluster.Generation,
+				until: r.Clock.Now().Add(configurationHold)})
+		}
+		return phase.StopAndRequeue(configurationHold), nil
+	case provider.ClassResource:
+		return phase.StopAndRequeue(30 * time.Second), nil
+	default:
+		wait := s.backoff()
+		r.memory.setRetryAt(claim.UID, r.Clock.Now().Add(wait))
+		return phase.StopAndRequeue(wait), nil
+	}
+}
