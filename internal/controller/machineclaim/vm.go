@@ -92,7 +92,7 @@ func (r *Reconciler) prepareVMCall(ctx context.Context, s *claimScope) (*vmCall,
 			// The claim fails with the refusal (the end list runs in
 			// this pass); the pass itself succeeded.
 			s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.PlacementRecordRejectedReason, message: err.Error()})
-			return nil, phase.Stop(), nil
+			return nil, phase.Stop(), nil //nolint:nilerr // the refusal is recorded in the claim's end, not a failed reconcile
 		}
 		placed = &p
 		tmpl, _ = withPlacedDomain(tmpl, s.cluster, p.DNSDomain)
