@@ -110,17 +110,27 @@ func (rs runnerService) retireRegistration(ctx context.Context, s *claimScope) p
 	if !ok {
 		return phase.Next()
 	}
-	retired, err := rr.RetireRegistration(ctx, claim, s.tmpl)
-	if err != nil {
-		wait := s.platformRetry(err)
-		ctrl.LoggerFrom(ctx).Info("Cannot delete the registered runner's issuing credential yet; retrying", "runner", st.RunnerName, "retryIn", wait, "err", err.Error())
-		return phase.Recheck(wait)
-	}
+	retired, res := s.askPlatform(ctx, func() (bool, error) { return rr.RetireRegistration(ctx, claim, s.tmpl) },
+		"Cannot delete the registered runner's issuing credential yet; retrying", "runner", st.RunnerName)
 	if retired {
 		s.recorder.Event(claim, corev1.EventTypeNormal, "RegistrationRetired",
 			fmt.Sprintf("Runner %s registered: the credential its runner credential was issued with is deleted, and neither registers anything again", st.RunnerName))
 	}
-	return phase.Next()
+	return res
+}
+
+// askPlatform makes one request of the claim's CI platform that may do
+// nothing (done false). A platform that cannot be asked now is asked
+// again after the claim's backoff or its rate limit (platformRetry), with
+// the log line retrying and its keys; the pass goes on either way.
+func (s *claimScope) askPlatform(ctx context.Context, call func() (bool, error), retrying string, keys ...any) (done bool, res phase.Result) {
+	done, err := call()
+	if err != nil {
+		wait := s.platformRetry(err)
+		ctrl.LoggerFrom(ctx).Info(retrying, append(keys, "retryIn", wait, "err", err.Error())...)
+		return false, phase.Recheck(wait)
+	}
+	return done, phase.Next()
 }
 
 // RunnerSealer is implemented by the CI platforms (CIPlatforms) that seal a
@@ -157,16 +167,12 @@ func (rs runnerService) seal(ctx context.Context, s *claimScope) phase.Result {
 	if !ok {
 		return phase.Next()
 	}
-	sealed, err := sealer.SealRunner(ctx, claim, s.tmpl)
-	if err != nil {
-		wait := s.platformRetry(err)
-		ctrl.LoggerFrom(ctx).Info("Cannot seal the runner to the job it took yet; retrying", "runner", st.RunnerName, "seen", how, "retryIn", wait, "err", err.Error())
-		return phase.Recheck(wait)
-	}
+	sealed, res := s.askPlatform(ctx, func() (bool, error) { return sealer.SealRunner(ctx, claim, s.tmpl) },
+		"Cannot seal the runner to the job it took yet; retrying", "runner", st.RunnerName, "seen", how)
 	if sealed {
 		st.RunnerSealedAt = &metav1.Time{Time: s.clock.Now()}
 	}
-	return phase.Next()
+	return res
 }
 
 // credentialReusable reports whether the claim's runner credential can
