@@ -357,3 +357,23 @@ func (r *Reconciler) removeFinalizer(ctx context.Context, s *claimScope) error {
 	}
 	return nil
 }
+
+// endPoweredOff records the end of a claim whose VM powered off: one whose
+// agent refused to run the job fails with its reason (refusedByGuest), one
+// that gave up on its join token before attesting says so, and one that
+// found it used by someone else fails (its identity was stolen). The end
+// list runs in the same pass.
+func (r *Reconciler) endPoweredOff(ctx context.Context, s *claimScope, msg string) {
+	if r.PowerOff.refusedByGuest(s, msg) {
+		return
+	}
+	msg, reason := r.Identity.joinTokenGaveUp(ctx, s, s.cluster, msg)
+	switch reason {
+	case hfv1.IdentityStolenReason:
+		s.fail(claimEnd{reason: hfv1.EndFailed, condition: reason, message: msg})
+		return
+	case "":
+		reason = hfv1.VMPoweredOffReason
+	}
+	s.beginEnd(claimEnd{reason: hfv1.EndPoweredOff, condition: reason, message: msg})
+}

@@ -39,6 +39,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	idpkg "github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -353,4 +354,54 @@ func (s *secretsService) pending(claim *hfv1.MachineClaim, facts *claimFacts, ru
 		return
 	}
 	facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason, msg)
+}
+
+// secretSteps is the guest-secrets service of the claim of sc with this
+// reconciler's dependencies and backoff.
+func (r *Reconciler) secretSteps(sc *claimScope) *secretsService {
+	s := &secretsService{Minter: r.Identity.Credentials, Memory: &r.memory, Recorder: r.Recorder, Clock: r.Clock, Backoff: func(*hfv1.MachineClaim) time.Duration { return sc.backoff() },
+		NoRunner: sc.runsNoRunner(), WaitsForJob: sc.waitsForJob(), SecretsFile: agentconfig.SecretsFile}
+	if sc.tmpl != nil && sc.tmpl.Spec.Guest != nil && sc.tmpl.Spec.Guest.OS == hfv1.GuestWindows {
+		// The QEMU guest agent of a Windows VM takes a Windows path.
+		s.SecretsFile = agentconfig.WindowsSecretsFile
+	}
+	if r.Identity.Issuer != nil {
+		s.Identity = r.Identity.Issuer
+	}
+	return s
+}
+
+// ensureSecrets places the claim's secrets in its running VM
+// (Deliver): its runner credential, or its join token and
+// broker proof.
+func (r *Reconciler) ensureSecrets(ctx context.Context, s *claimScope) (phase.Result, error) {
+	steps := r.secretSteps(s)
+	if s.tmpl != nil && s.tmpl.Spec.CloudInit != nil && s.tmpl.Spec.CloudInit.Delivery == hfv1.CloudInitDeliveryProxmox {
+		// Proxmox's drive cannot carry the agent's configuration: it goes
+		// the secrets' way, just before them.
+		steps.AgentConfig = func(ctx context.Context) ([]byte, error) {
+			var addrs []vmspec.StaticAddr
+			if s.tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
+				var err error
+				if addrs, _, err = r.addresses().forClaim(ctx, s, s.tmpl); err != nil {
+					return nil, err
+				}
+			}
+			c := &claimCloudInit{r: r, claim: s.claim, tmpl: s.tmpl, cluster: s.cluster, addrs: addrs}
+			return c.AgentConfig(ctx)
+		}
+	}
+	retry, failure, err := steps.Deliver(ctx, s.claim, &s.facts, s.provider)
+	switch {
+	case err != nil:
+		return r.provisionError(ctx, s, err)
+	case failure != "":
+		reason := hfv1.GuestAgentRequiredReason
+		if s.claim.Status.Identity != nil {
+			reason = hfv1.AttestationFailedReason
+		}
+		s.fail(claimEnd{reason: hfv1.EndFailed, condition: reason, message: failure})
+		return phase.Stop(), nil
+	}
+	return phase.Recheck(retry), nil
 }
