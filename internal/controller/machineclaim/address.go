@@ -38,7 +38,7 @@ func (r *Reconciler) addresses() addressService {
 	return addressService{ipam: r.IPAM, client: r.Client, recorder: r.Recorder}
 }
 
-// staticAddresses returns the claim's addresses, one from each IPPool of
+// forClaim returns the claim's addresses, one from each IPPool of
 // its template (spec.network.ipPoolRef, or ipPoolRefs for dual stack), in
 // spec order, allocating the missing ones and recording them in status.
 // fresh is true when some were allocated now: the caller persists them
@@ -81,7 +81,7 @@ func (ad addressService) forClaim(ctx context.Context, s *claimScope, tmpl *hfv1
 	return addrs, true, nil
 }
 
-// staticAddress returns the claim's address from the IPPool name (its
+// fromPool returns the claim's address from the IPPool name (its
 // template's field), allocating one on first use; alloc is the new
 // allocation to record, nil when the claim's status already records it.
 func (ad addressService) fromPool(ctx context.Context, s *claimScope, tmpl *hfv1.HypervisorMachineTemplate, field, name string) (vmspec.StaticAddr, *hfv1.IPAllocation, error) {
@@ -159,7 +159,7 @@ func (s *claimScope) waitForAddress(reason, msg string) error {
 	return errAddressWait
 }
 
-// releaseAddresses returns the claim's addresses to their pools once its VM
+// release returns the claim's addresses to their pools once its VM
 // is confirmed gone (never while it may exist: docs/security.md, "Absence
 // and release"). It frees what the claim's status records and then
 // everything the allocator holds for the claim's UID: an address allocated

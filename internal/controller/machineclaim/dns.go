@@ -23,9 +23,9 @@ import (
 
 // DNS registration of a claim's VM (docs/networking.md, "DNS
 // registration"): a running claim on a cluster with spec.dns.registerVMs
-// registers its FQDN and addresses (ensureDNS); an ending or deleted claim
-// removes them (releaseDNS), and a deleted one holds its finalizer for a
-// few attempts at most (holdForDNS). DNS never holds a VM back: a claim
+// registers its FQDN and addresses (DNSRegistration.ensure); an ending or deleted claim
+// removes them (DNSRegistration.release), and a deleted one holds its finalizer for a
+// few attempts at most (DNSRegistration.hold). DNS never holds a VM back: a claim
 // whose records cannot be written runs all the same, a claim whose records
 // cannot be removed goes all the same, and the sweep removes what it left.
 const (
@@ -184,7 +184,7 @@ type DNSRegistration struct {
 	Clusters *dnsreg.Clusters
 }
 
-// ensureDNS registers a running claim's VM in its cluster's DNS service,
+// ensure registers a running claim's VM in its cluster's DNS service,
 // once per name and set of addresses (again when they change, or after a
 // restart: Register is idempotent). It never stops the pass.
 func (d *DNSRegistration) ensure(ctx context.Context, s *claimScope) (phase.Result, error) {
@@ -251,7 +251,7 @@ func (d *DNSRegistration) ensure(ctx context.Context, s *claimScope) (phase.Resu
 }
 
 // vmCluster is the claim's VM's HypervisorCluster: the scope's when it is
-// loaded, else read (ensureDNS runs before the scope loads it); nil when it
+// loaded, else read (DNSRegistration.ensure runs before the scope loads it); nil when it
 // cannot be read, which leaves only static addresses to register.
 func (d *DNSRegistration) vmCluster(ctx context.Context, s *claimScope, name string) *hfv1.HypervisorCluster {
 	if s.cluster != nil && s.cluster.Name == name {
@@ -305,13 +305,13 @@ func (s *claimScope) dnsRemovalPending() bool {
 	switch hfv1.ConditionReason(c.Reason) {
 	case hfv1.DNSRecordsRemovedReason, hfv1.DNSRemoveAbandonedReason, hfv1.DNSNotRegisteredReason, hfv1.AddressOutsideVMSubnetsReason:
 		// AddressOutsideVMSubnets is recorded only once earlier records
-		// are gone (ensureDNS).
+		// are gone (DNSRegistration.ensure).
 		return false
 	}
 	return true
 }
 
-// releaseDNS removes an ending or deleted claim's records, one attempt per
+// release removes an ending or deleted claim's records, one attempt per
 // pass (the VM's deletion goes on meanwhile). It never stops the pass.
 func (d *DNSRegistration) release(ctx context.Context, s *claimScope) (phase.Result, error) {
 	if !s.dnsRemovalPending() || s.dnsTried {
@@ -320,7 +320,7 @@ func (d *DNSRegistration) release(ctx context.Context, s *claimScope) (phase.Res
 	return phase.Recheck(d.remove(ctx, s)), nil
 }
 
-// holdForDNS keeps a deleted claim's finalizer while its records'
+// hold keeps a deleted claim's finalizer while its records'
 // removal has attempts left (at most maxDNSRemoveAttempts, each bounded by
 // dnsUpdateTimeout): the claim's VM is gone by now, and the claim is the
 // only thing that names the records without a zone transfer.
@@ -339,7 +339,7 @@ func (d *DNSRegistration) hold(ctx context.Context, s *claimScope) (phase.Result
 	return phase.StopAndRequeue(dnsRemoveRetry), nil
 }
 
-// removeDNS makes one attempt at removing the claim's records and records
+// remove makes one attempt at removing the claim's records and records
 // the outcome in DNSRegistered; retry is non-zero while the removal is
 // still pending. After maxDNSRemoveAttempts failures, or at once when the
 // cluster's DNS service is known not to work or is gone, it gives up with
@@ -386,7 +386,7 @@ func (d *DNSRegistration) remove(ctx context.Context, s *claimScope) (retry time
 	return dnsRemoveRetry
 }
 
-// abandonDNS gives up removing the claim's records.
+// abandon gives up removing the claim's records.
 func (d *DNSRegistration) abandon(ctx context.Context, s *claimScope, name string, err error) {
 	claim := s.claim
 	s.memory.dnsDone(claim.UID)

@@ -15,7 +15,7 @@ import (
 // phases run them and carry their failures into the claim's end.
 
 // checkMisuse evicts a stolen identity and fails its claim
-// (containStolenIdentity); it runs on every pass of a claim that is not
+// (IdentityService.containStolen); it runs on every pass of a claim that is not
 // being deleted, ended or not, until the eviction is done.
 func (id *IdentityService) checkMisuse(ctx context.Context, s *claimScope) (phase.Result, error) {
 	failure, retry := id.containStolen(ctx, s)

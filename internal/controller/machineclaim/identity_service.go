@@ -1,11 +1,11 @@
 // The identity service carries out the SPIFFE identity of a MachineClaim
 // whose template attests with SPIRE (spec.attestation.method join-token;
 // docs/identity.md): each step is recorded in status.identity before the
-// next is taken. issueIdentity plans the ids, then creates the join token
+// next is taken. IdentityService.issue plans the ids, then creates the join token
 // and the registration entry before the VM is built; awaitAttestation waits
 // for the VM's spire-agent to attest, failing the claim at the cluster's
-// deadline; storeCredentialInStore hands the runner credential to the VM
-// through the cluster's secrets store (identity_store.go); releaseIdentityOfGoneVM
+// deadline; IdentityService.storeCredential hands the runner credential to the VM
+// through the cluster's secrets store (identity_store.go); IdentityService.releaseOfGoneVM
 // deletes the entries, the agent and the stored credential when the VM is
 // gone. The SPIRE and secrets-store clients are
 // internal/identity's; this service decides when to call them and what the
@@ -83,7 +83,7 @@ type IdentityService struct {
 // scriptUser is the user a VM of tmpl runs its generic script as, and
 // the one its SPIRE registration entry selects by name (docs/generic.md,
 // "Identity"): both the agent config (claimCloudInit.vars) and the entry
-// (issueIdentity) take it from here, so the script is the one user of
+// (IdentityService.issue) take it from here, so the script is the one user of
 // the VM that gets the VM's SVIDs. Empty for a template of a CI platform
 // (the same test as vmspec.TemplateVars's): its entry selects the agent's
 // uid, so that the runner's jobs get no SVID.
@@ -102,7 +102,7 @@ func Attests(tmpl *hfv1.HypervisorMachineTemplate) bool {
 	return m == hfv1.AttestationJoinToken || m == hfv1.AttestationTPM
 }
 
-// issueIdentity issues the claim's identity before its VM is built. done is true
+// issue issues the claim's identity before its VM is built. done is true
 // when the claim needs nothing (more) issued; otherwise the claim waits
 // requeue, having recorded a step or why it waits. An error is a
 // classified failure for the caller to report (a refused request, an entry
@@ -170,7 +170,7 @@ func (id *IdentityService) issueFailed(ctx context.Context, s *claimScope, err e
 	return s.backoff(), nil
 }
 
-// issueTPMIdentity creates the entries of a claim whose VM attests with
+// issueTPM creates the entries of a claim whose VM attests with
 // its TPM: its agent's alias, selecting the DevID certificate's common
 // name, and its registration entry. The DevID certificate itself is signed
 // once the running VM's TPM enrolled (internal/tpmenroll).
@@ -187,7 +187,7 @@ func (id *IdentityService) issueTPM(ctx context.Context, s *claimScope, srv *ide
 	return false, time.Millisecond, nil
 }
 
-// identityWaits says on the Provisioned condition why a new VM waits.
+// waits says on the Provisioned condition why a new VM waits.
 func (id *IdentityService) waits(s *claimScope, reason hfv1.ConditionReason, msg string) {
 	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, reason, msg)
 }
@@ -245,7 +245,7 @@ func (id *IdentityService) awaitAttestation(ctx context.Context, s *claimScope, 
 	return min(attestationRecheck, deadline.Sub(now)+time.Millisecond), ""
 }
 
-// releaseIdentityOfGoneVM deletes the VM's entries and agent from the SPIRE server, and
+// releaseOfGoneVM deletes the VM's entries and agent from the SPIRE server, and
 // its credential from the secrets store, once its VM is gone; done is
 // false while either cannot be reached (the claim keeps its finalizer
 // until then, and its Ending condition says why).
@@ -290,7 +290,7 @@ func (id *IdentityService) spireServer(ctx context.Context, cluster *hfv1.Hyperv
 	return id.Servers.Connect(ctx, cluster.Name, *cfg)
 }
 
-// identityVars fills in what the VM's agent needs to attest and fetch its
+// vars fills in what the VM's agent needs to attest and fetch its
 // credential: the trust bundle, the SPIRE server, and the broker or the
 // secrets store. Not the join token: that reaches the running VM only
 // (Deliver).
@@ -420,7 +420,7 @@ type AttestationErrors interface {
 	Error(uid types.UID, now time.Time) string
 }
 
-// containStolenIdentity acts on a misuse recorded in the claim's status: it says so on
+// containStolen acts on a misuse recorded in the claim's status: it says so on
 // the Attested condition (False, IdentityStolen), evicts the identity from
 // the SPIRE server (Issuer.Evict: the agent that attested with the claim's
 // token banned, the VM's entries deleted; recorded in misuse.evictedAt)
@@ -459,7 +459,7 @@ func stolenMessage(st *hfv1.IdentityStatus) string {
 		st.SPIFFEID, st.Misuse.Reason, st.Misuse.Message)
 }
 
-// evictIdentity bans the agent of the claim's join token and deletes its entries
+// evict bans the agent of the claim's join token and deletes its entries
 // on the server of the identity's trust domain.
 func (id *IdentityService) evict(ctx context.Context, claim *hfv1.MachineClaim) error {
 	sid, err := spiffeid.FromString(claim.Status.Identity.SPIFFEID)

@@ -24,7 +24,7 @@ import (
 // credential from a Vault or OpenBao server instead of the broker
 // (docs/secrets-store.md): once a VM attested, Store mints its credential
 // and writes it under the VM's path (identity.Deliver, whose doc comment
-// has the restart-safety reasoning), and releaseIdentityOfGoneVM deletes it with the SPIRE
+// has the restart-safety reasoning), and IdentityService.releaseOfGoneVM deletes it with the SPIRE
 // entries at the claim's end.
 
 // CredentialIssuer mints a claim's single-use runner credential and
@@ -51,7 +51,7 @@ const (
 	StoreDelivered
 )
 
-// storeCredentialInStore writes the runner credential of a claim whose VM attested into its
+// storeCredential writes the runner credential of a claim whose VM attested into its
 // cluster's secrets store.
 func (id *IdentityService) storeCredential(ctx context.Context, s *claimScope, cluster *hfv1.HypervisorCluster) (StoreResult, time.Duration) {
 	claim := s.claim

@@ -142,9 +142,9 @@ type RunnerSealer interface {
 	SealRunner(ctx context.Context, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) (bool, error)
 }
 
-// sealRunner seals the claim's runner as soon as it is seen with its first
+// seal seals the claim's runner as soon as it is seen with its first
 // job: the job's CIJob names the runner (a webhook or the resync said the
-// job runs on it; observeRunner recorded the job), or the latest runner
+// job runs on it; runnerService.observe recorded the job), or the latest runner
 // list shows it busy. A job that copied its runner's multi-job credential
 // out of the VM gets no other job from then on, while its own runs on
 // (docs/security.md, "One job per credential"). The claim records it in
@@ -190,7 +190,7 @@ func (rs runnerService) credentialReusable(s *claimScope, tmpl *hfv1.HypervisorM
 }
 
 // jobSeen says whether, and how, the claim's runner was seen with a job:
-// the job observeRunner recorded, else a busy runner in the latest runner
+// the job runnerService.observe recorded, else a busy runner in the latest runner
 // list.
 func (rs runnerService) jobSeen(s *claimScope) (string, bool) {
 	claim := s.claim

@@ -31,7 +31,7 @@ func setStandardMetadata(claim *hfv1.MachineClaim, cluster string) {
 	claim.SetLabels(labels)
 }
 
-// setReservation records what spec's VM was authorized to be, with the
+// set records what spec's VM was authorized to be, with the
 // DNS domain of its name (its placement record, signed with the install's
 // key: reservation_placement.go), in the claim's status, which
 // writeReservation stores with status.vmRef before the clone request.

@@ -92,7 +92,7 @@ func (r *Reconciler) reservations() reservations {
 	return reservations{signer: r.Signer, registry: r.Registry, client: r.Client, recorder: r.Recorder}
 }
 
-// restoreReservedVM puts a reserved VM back into a claim's status when the
+// restore puts a reserved VM back into a claim's status when the
 // operator stopped after its clone request and before the status write
 // that records the VM: the claim then continues that clone (or deletes
 // that VM) instead of placing a second one. It only applies to claims that
@@ -140,7 +140,7 @@ func (rv reservations) restore(ctx context.Context, s *claimScope) error {
 // is missing); the claim waits for the template without placing a VM.
 var errReservationWait = errors.New("reservation cannot be checked yet")
 
-// verifyReservation checks the signature, then that placement could have
+// verify checks the signature, then that placement could have
 // chosen the reserved VM for this claim.
 func (rv reservations) verify(ctx context.Context, claim *hfv1.MachineClaim, reserved Reserved) error {
 	ref := reserved.Ref
@@ -191,7 +191,7 @@ func (rv reservations) verify(ctx context.Context, claim *hfv1.MachineClaim, res
 	return nil
 }
 
-// rejectReservation reports a reservation annotation that is not trusted.
+// reject reports a reservation annotation that is not trusted.
 func (rv reservations) reject(ctx context.Context, claim *hfv1.MachineClaim, reason string) {
 	msg := fmt.Sprintf("Ignoring annotation %s: %s; the claim is placed as if it had none", hfv1.VMReservationAnnotation, reason)
 	ctrl.LoggerFrom(ctx).Info("Refused a VM reservation annotation", "reason", reason)

@@ -77,7 +77,7 @@ func (s *claimScope) platformRetry(err error) time.Duration {
 	return s.backoff()
 }
 
-// observeRunner folds what the CI platform says about the claim's runner into
+// observe folds what the CI platform says about the claim's runner into
 // its status: the job it took (from the job's CIJob, written by the webhook
 // receiver or the resync) and its state in the latest runner list. A
 // runner seen online makes the claim Bootstrapped. A runner whose job
@@ -178,7 +178,7 @@ func (rs runnerService) recordLateJob(ctx context.Context, s *claimScope) (phase
 	return phase.Next(), nil
 }
 
-// markRunnerRegistered records that the claim's runner came online.
+// markRegistered records that the claim's runner came online.
 func (rs runnerService) markRegistered(ctx context.Context, s *claimScope, at time.Time, how string) {
 	claim := s.claim
 	st := claim.Status.Bootstrap
@@ -209,7 +209,7 @@ func (rs runnerService) jobOf(ctx context.Context, s *claimScope) (*hfv1.CIJob, 
 	return best, nil
 }
 
-// drainRunner removes an ending claim's runner while its VM still runs. It
+// drain removes an ending claim's runner while its VM still runs. It
 // reports false (with the requeue) while the runner is busy: the claim's
 // Ending condition says why it waits (phase Draining) and the VM keeps
 // running the job.
@@ -247,7 +247,7 @@ func (rs runnerService) drain(ctx context.Context, s *claimScope) (bool, time.Du
 	return true, 0
 }
 
-// runnerMayBeBusy reports whether the claim's runner took a job that is not
+// mayBeBusy reports whether the claim's runner took a job that is not
 // recorded as finished (a CIJob that cannot be read counts as unfinished;
 // one that is gone was a finished one collected after its retention, since
 // only finished CIJobs are collected), and which job.
@@ -264,8 +264,8 @@ func (rs runnerService) mayBeBusy(ctx context.Context, s *claimScope) (string, b
 	return id, job != nil && job.Status.State != hfv1.CIJobCompleted
 }
 
-// releaseRunnerOfGoneVM removes the claim's runner once its VM is gone. It
-// reports false (with the requeue) to retry (settleRunnerRemoval).
+// releaseOfGoneVM removes the claim's runner once its VM is gone. It
+// reports false (with the requeue) to retry (runnerService.settleRemoval).
 func (rs runnerService) releaseOfGoneVM(ctx context.Context, s *claimScope) (bool, time.Duration) {
 	if !rs.registered(s) {
 		return true, 0
@@ -273,7 +273,7 @@ func (rs runnerService) releaseOfGoneVM(ctx context.Context, s *claimScope) (boo
 	return rs.settleRemoval(ctx, s, rs.remove(ctx, s, ""))
 }
 
-// settleRunnerRemoval decides what the answer err of a runner's removal
+// settleRemoval decides what the answer err of a runner's removal
 // means for a claim that no longer waits for its runner: done, or false
 // with the requeue to retry; after releaseDeadline it gives up with a
 // warning event rather than hold the claim.
@@ -304,7 +304,7 @@ func (rs runnerService) settleRemoval(_ context.Context, s *claimScope, err erro
 	return false, s.platformRetry(err)
 }
 
-// deregisterRunner removes the runner of a claim whose failed VM is kept: its
+// deregister removes the runner of a claim whose failed VM is kept: its
 // registration must not outlive the VM's useful life. It reports false
 // (with the requeue) to retry; the claim is not reported retained until
 // the runner is gone. The pool's TTL bounds the retries: the claim's
@@ -332,15 +332,15 @@ func (rs runnerService) deregister(ctx context.Context, s *claimScope) (bool, ti
 	return false, s.backoff()
 }
 
-// runnerRegistered reports whether the claim has a runner registration to
-// removeRunner.
+// registered reports whether the claim has a runner registration to
+// runnerService.remove.
 func (rs runnerService) registered(s *claimScope) bool {
 	claim := s.claim
 	st := claim.Status.Bootstrap
 	return s.ci != nil && st != nil && (st.RunnerName != "" || st.RunnerID != 0)
 }
 
-// removeRunner removes the claim's runner registration; once it is gone it says
+// remove removes the claim's runner registration; once it is gone it says
 // so in an event (with note) and the claim's status forgets the runner.
 func (rs runnerService) remove(ctx context.Context, s *claimScope, note string) error {
 	claim := s.claim

@@ -214,7 +214,7 @@ func (v *validations) checkNetwork(ctx context.Context, s *claimScope) (phase.Re
 	return phase.Recheck(plan.bound()), nil
 }
 
-// dropValidation clears what earlier rounds reported of a claim whose
+// drop clears what earlier rounds reported of a claim whose
 // cluster no longer validates (validation turned off): a NetworkValidated
 // condition and results nobody refreshes would go on vouching for, or
 // against, a network nobody checks. A round still running is discarded
@@ -240,7 +240,7 @@ func (v *validations) vmStillRuns(s *claimScope) bool {
 	return found && vm.Power != provider.PowerStopped
 }
 
-// nextValidation is when the claim's next round is due; again is false
+// next is when the claim's next round is due; again is false
 // when none is (validateInterval 0s, after the first).
 func (v *validations) next(s *claimScope, plan validationPlan) (due time.Time, again bool) {
 	claim := s.claim
@@ -260,7 +260,7 @@ func (v *validations) next(s *claimScope, plan validationPlan) (due time.Time, a
 	return since.Add(plan.interval), plan.interval > 0
 }
 
-// recordRound records a finished round in the claim's status and its
+// record records a finished round in the claim's status and its
 // NetworkValidated condition, with an event when the outcome changed;
 // true when the round failed the claim.
 func (v *validations) record(ctx context.Context, s *claimScope, plan validationPlan, round validationRound) bool {

@@ -40,9 +40,9 @@ type VanishedClaims struct {
 }
 
 // handler is the handler of the claims' DELETED events that finds
-// the claims no deletion pass released (noteVanished) and queues their
+// the claims no deletion pass released (VanishedClaims.note) and queues their
 // names: the hand-over itself waits for a reconcile of the name
-// (handOverVanished), which runs only after any pass of the claim still
+// (VanishedClaims.handOver), which runs only after any pass of the claim still
 // in flight, the pass that cloned its VM included, has ended.
 func (v *VanishedClaims) handler() handler.EventHandler {
 	return handler.Funcs{DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
@@ -56,7 +56,7 @@ func (v *VanishedClaims) handler() handler.EventHandler {
 	}}
 }
 
-// noteVanished checks a claim's last state as its DELETED event carries
+// note checks a claim's last state as its DELETED event carries
 // it, and keeps it when the claim vanished. A claim with finalizers is
 // only marked deleted (deletionTimestamp) and leaves once they are
 // removed; the event then carries the state before that last removal,
@@ -77,8 +77,8 @@ func (v *VanishedClaims) note(claim *hfv1.MachineClaim) bool {
 	return true
 }
 
-// handOverVanished gives the orphan sweeper, which destroys it without the
-// grace period, the VM of a claim of this name that vanished (noteVanished).
+// handOver gives the orphan sweeper, which destroys it without the
+// grace period, the VM of a claim of this name that vanished (VanishedClaims.note).
 // It runs first in every reconcile, whether the name is gone or taken by a
 // new claim.
 //
