@@ -311,12 +311,9 @@ func (r *Reconciler) disowned(ctx context.Context, s *claimScope, ref *hfv1.VMRe
 // and the claim's addresses with it (it may be the claim's own VM with a
 // damaged marker, still using them), as keepForAdmin does at a deletion.
 func (r *Reconciler) disownRefused(ctx context.Context, s *claimScope, err error) (phase.Result, error) {
-	claim := s.claim
-	ref := claim.Status.VMRef
-	msg := fmt.Sprintf("VM %s on HypervisorCluster %s does not carry this claim's verified ownership marker (%v), so it cannot be disowned: HyperFleet changes nothing on it and keeps this claim's addresses while it may exist. "+
+	s.ownershipUnverified(ctx, err, fmt.Sprintf(", so it cannot be disowned: HyperFleet changes nothing on it and keeps this claim's addresses while it may exist. "+
 		"An admin checks VM %s by hand; to let the claim go without touching the VM, force-delete it (annotation %s), which releases the addresses",
-		ref.ID(), ref.HypervisorCluster, err, ref.ID(), hfv1.ForceDeleteAnnotation)
-	s.ownershipUnverified(ctx, msg, "VM ownership does not verify; not disowning it", err)
+		s.claim.Status.VMRef.ID(), hfv1.ForceDeleteAnnotation), "VM ownership does not verify; not disowning it")
 	return phase.StopAndRequeue(ownershipRecheck), nil
 }
 

@@ -353,21 +353,19 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 // its finalizer until the VM is gone or an admin removes the finalizer
 // (docs/operations.md, docs/security.md "Absence and release").
 func (r *Reconciler) keepForAdmin(ctx context.Context, s *claimScope, err error) time.Duration {
-	claim := s.claim
-	ref := claim.Status.VMRef
-	msg := fmt.Sprintf("VM %s on HypervisorCluster %s does not carry this claim's verified ownership marker (%v). HyperFleet neither touches it nor releases this claim's addresses while it may exist. "+
+	s.ownershipUnverified(ctx, err, fmt.Sprintf(". HyperFleet neither touches it nor releases this claim's addresses while it may exist. "+
 		"An admin must check VM %s by hand: once it is deleted the claim finishes on its own; if it is someone else's VM, delete this MachineClaim and remove its finalizer %s",
-		ref.ID(), ref.HypervisorCluster, err, ref.ID(), hfv1.MachineClaimFinalizer)
-	s.ownershipUnverified(ctx, msg, "VM ownership does not verify; keeping the claim's finalizer and addresses for an admin", err)
+		s.claim.Status.VMRef.ID(), hfv1.MachineClaimFinalizer), "VM ownership does not verify; keeping the claim's finalizer and addresses for an admin")
 	return ownershipRecheck
 }
 
 // ownershipUnverified records that the claim's VM does not carry its
-// verified ownership marker, msg saying what the step that met it does
-// about it: the OwnershipVerified and Ending conditions, and, once, a
-// warning event and the log line logMsg.
-func (s *claimScope) ownershipUnverified(ctx context.Context, msg, logMsg string, err error) {
+// verified ownership marker (err says why), consequence saying what the
+// step that met it does about it: the OwnershipVerified and Ending
+// conditions, and, once, a warning event and the log line logMsg.
+func (s *claimScope) ownershipUnverified(ctx context.Context, err error, consequence, logMsg string) {
 	claim, ref := s.claim, s.claim.Status.VMRef
+	msg := fmt.Sprintf("VM %s on HypervisorCluster %s does not carry this claim's verified ownership marker (%v)", ref.ID(), ref.HypervisorCluster, err) + consequence
 	if s.facts.endingReason(claim) != string(hfv1.OwnershipMismatchReason) {
 		s.recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), conditions.Truncate(msg, 1024))
 		ctrl.LoggerFrom(ctx).Info(logMsg, "vm", ref.ID(), "cluster", ref.HypervisorCluster, "err", err.Error())
