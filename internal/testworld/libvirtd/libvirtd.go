@@ -45,7 +45,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -78,9 +77,6 @@ type Daemon struct {
 	// holderExited is closed once the holder has been waited for.
 	holderExited chan struct{}
 	started      time.Time
-
-	mu          sync.Mutex
-	libvirtdPID int // host PID of the running libvirtd, 0 when it is down
 }
 
 // Start runs a private libvirtd until the test ends. A machine without
@@ -164,6 +160,38 @@ func (d *Daemon) Stop(t testing.TB) {
 	t.Helper()
 	if err := d.signalLibvirtd(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Freeze stops libvirtd with SIGSTOP and waits until it is stopped:
+// connections stay open and the kernel accepts new ones, but nothing
+// answers, as with a hung host or one behind a network partition. Thaw
+// resumes it; so does the end of the test (before its connections close,
+// which would wait on a stopped daemon).
+func (d *Daemon) Freeze(t testing.TB) {
+	t.Helper()
+	pid, err := d.findProcess("libvirtd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("libvirtd: freezing libvirtd (PID %d): %v", pid, err)
+	}
+	if err := waitState(pid, 'T', 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Thaw resumes a frozen libvirtd (SIGCONT).
+func (d *Daemon) Thaw(t testing.TB) {
+	t.Helper()
+	pid, err := d.findProcess("libvirtd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatalf("libvirtd: thawing libvirtd (PID %d): %v", pid, err)
 	}
 }
 
@@ -302,13 +330,6 @@ func (d *Daemon) launch() error {
 	if _, err := d.inside("libvirtd", "-d", "-p", "/run/libvirt/libvirtd.pid"); err != nil {
 		return err
 	}
-	pid, err := d.findProcess("libvirtd")
-	if err != nil {
-		return err
-	}
-	d.mu.Lock()
-	d.libvirtdPID = pid
-	d.mu.Unlock()
 	l, err := d.connect()
 	if err != nil {
 		return fmt.Errorf("libvirtd: started, but %s does not answer: %w", d.URI(), err)
@@ -331,19 +352,28 @@ func (d *Daemon) kill() error {
 }
 
 // signalLibvirtd sends sig to libvirtd, if it runs, and waits until the
-// holder has reaped it.
+// holder has reaped it. The process is looked up by name in the daemon's
+// PID namespace each time: a libvirtd that crashed by itself leaves no
+// PID to be reused by another process.
 func (d *Daemon) signalLibvirtd(sig syscall.Signal) error {
-	d.mu.Lock()
-	pid := d.libvirtdPID
-	d.libvirtdPID = 0
-	d.mu.Unlock()
-	if pid == 0 {
+	if !d.Running() {
 		return nil
+	}
+	pid, err := d.findProcess("libvirtd")
+	if err != nil {
+		return err
 	}
 	if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("libvirtd: signalling libvirtd (PID %d): %w", pid, err)
 	}
 	return waitGone(pid, 60*time.Second)
+}
+
+// Running tells whether libvirtd runs (it may have crashed, as libvirt
+// 9.0 does on some malformed disk definitions).
+func (d *Daemon) Running() bool {
+	_, err := d.findProcess("libvirtd")
+	return err == nil
 }
 
 // cleanup kills the holder, and with it every process in the daemon's

@@ -57,6 +57,9 @@ func TestRestartKeepsGuestsAndPools(t *testing.T) {
 	d.DefineNetwork(t, "isolated", netip.MustParsePrefix("10.77.0.0/24"))
 
 	d.Kill(t)
+	if d.Running() {
+		t.Fatal("libvirtd runs after Kill")
+	}
 	if _, err := d.connect(); err == nil {
 		t.Fatal("a killed daemon still accepts connections")
 	}
@@ -86,6 +89,35 @@ func TestRestartKeepsGuestsAndPools(t *testing.T) {
 	d.Restart(t)
 	if _, err := d.Dial(t).ConnectGetLibVersion(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestFreezeHangsCalls: a frozen libvirtd is a stopped process, a call
+// made meanwhile gets no answer until it is thawed, and then does.
+func TestFreezeHangsCalls(t *testing.T) {
+	d := Start(t)
+	l := d.Dial(t)
+	d.Freeze(t)
+	pid, err := d.findProcess("libvirtd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state, err := procState(pid); err != nil || state != 'T' {
+		t.Fatalf("frozen libvirtd is in state %c (%v), want T (stopped)", state, err)
+	}
+	answered := make(chan error, 1)
+	go func() {
+		_, err := l.ConnectGetLibVersion()
+		answered <- err
+	}()
+	select {
+	case err := <-answered:
+		t.Fatalf("a stopped daemon answered: %v", err)
+	default:
+	}
+	d.Thaw(t)
+	if err := <-answered; err != nil {
+		t.Fatalf("the call after thawing: %v", err)
 	}
 }
 
