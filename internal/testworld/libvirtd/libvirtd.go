@@ -59,7 +59,8 @@ const installHint = "apt-get install -y --no-install-recommends libvirt-daemon-s
 
 // stateMounts maps each fixed libvirt path to the subdirectory of the
 // daemon's state directory bind-mounted over it. /var/lib/swtpm-localca is
-// the vTPM CA libvirt's swtpm_setup writes to.
+// the CA libvirt's swtpm_setup signs vTPM certificates with, and
+// /var/log/swtpm where libvirt has swtpm log.
 var stateMounts = [][2]string{
 	{"/run/libvirt", "run"},
 	{"/var/lib/libvirt", "lib"},
@@ -67,6 +68,7 @@ var stateMounts = [][2]string{
 	{"/var/log/libvirt", "log"},
 	{"/etc/libvirt", "etc"},
 	{"/var/lib/swtpm-localca", "swtpm-localca"},
+	{"/var/log/swtpm", "swtpm-log"},
 }
 
 // Daemon is one private libvirtd with its namespaces. Its methods fail

@@ -165,9 +165,9 @@ func TestNetworkXMLRange(t *testing.T) {
 }
 
 // TestGuestSurvivesRestart: a running QEMU domain (one with nothing to
-// boot: the firmware idles) keeps its QEMU process across a SIGKILL of
-// libvirtd, the new daemon reports it running, and Cleanup's end of the
-// namespace takes QEMU with it.
+// boot: the firmware idles) with a vTPM keeps its QEMU and swtpm
+// processes across a SIGKILL of libvirtd, the new daemon reports it
+// running, and Cleanup's end of the namespace takes them with it.
 func TestGuestSurvivesRestart(t *testing.T) {
 	d := Start(t)
 	doc, err := (&libvirtxml.Domain{
@@ -175,6 +175,12 @@ func TestGuestSurvivesRestart(t *testing.T) {
 		Name:   "idle",
 		Memory: &libvirtxml.DomainMemory{Value: 32, Unit: "MiB"},
 		OS:     &libvirtxml.DomainOS{Type: &libvirtxml.DomainOSType{Arch: "x86_64", Machine: "pc", Type: "hvm"}},
+		// A vTPM: libvirt manufactures its state with swtpm_setup and runs
+		// swtpm beside QEMU, all inside the daemon's namespaces.
+		Devices: &libvirtxml.DomainDeviceList{TPMs: []libvirtxml.DomainTPM{{
+			Model:   "tpm-crb",
+			Backend: &libvirtxml.DomainTPMBackend{Emulator: &libvirtxml.DomainTPMBackendEmulator{Version: "2.0"}},
+		}}},
 	}).Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +190,7 @@ func TestGuestSurvivesRestart(t *testing.T) {
 	if _, err := l.DomainCreateXML(doc, 0); err != nil {
 		t.Fatalf("starting a domain: %v\n%s", err, d.Logs())
 	}
-	t.Logf("domain started in %s (the first on a machine probes QEMU's capabilities)", time.Since(began).Round(time.Millisecond))
+	t.Logf("domain with a vTPM started in %s (swtpm_setup manufactures its TPM first)", time.Since(began).Round(time.Millisecond))
 	pid := d.DomainPID(t, "idle")
 
 	d.Restart(t)
@@ -199,5 +205,8 @@ func TestGuestSurvivesRestart(t *testing.T) {
 	}
 	if again := d.DomainPID(t, "idle"); again != pid {
 		t.Errorf("QEMU PID %d after the restart, want the same process %d", again, pid)
+	}
+	if _, err := d.findProcess("swtpm"); err != nil {
+		t.Errorf("the vTPM: %v", err)
 	}
 }
