@@ -19,6 +19,11 @@
 //     does it too if the test binary dies (the holder has a parent-death
 //     signal).
 //
+// The faults a provider must survive are methods: Restart (SIGKILL and a
+// new libvirtd on the same state, guests running on), Kill and Stop (the
+// daemon down: the host is unreachable), Freeze and Thaw (a hung daemon),
+// DefineSmallPool (a storage pool that is full).
+//
 // Paths outside the overmounted directories, such as Dir, are the same
 // inside and outside, so storage pools and files the test writes there are
 // seen by libvirtd and QEMU at the same path.
