@@ -76,6 +76,38 @@ var stateMounts = [][2]string{
 	{"/var/log/swtpm", "swtpm-log"},
 }
 
+// baseDirPrefix names each daemon's directory in the temporary directory,
+// and holderPIDFile, in it, the PID of its namespaces' holder.
+const (
+	baseDirPrefix = "hf-lvd-"
+	holderPIDFile = "holder.pid"
+)
+
+// staleAfter is how old a daemon directory without a holder must be to be
+// taken for the leftover of a test binary that died while starting one.
+const staleAfter = 10 * time.Minute
+
+// sweepStale removes the directories of daemons whose test binary died
+// without its cleanup (killed by a timeout, say): their holder, and so
+// their whole world, died with it (parent-death signal), only the files
+// remain.
+func sweepStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), baseDirPrefix+"*"))
+	for _, dir := range dirs {
+		raw, err := os.ReadFile(filepath.Join(dir, holderPIDFile))
+		if err != nil {
+			if st, serr := os.Stat(dir); serr == nil && time.Since(st.ModTime()) > staleAfter {
+				_ = os.RemoveAll(dir)
+			}
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+		if err == nil && errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			_ = os.RemoveAll(dir)
+		}
+	}
+}
+
 // Daemon is one private libvirtd with its namespaces. Its methods fail
 // the test on error.
 type Daemon struct {
@@ -98,7 +130,8 @@ func Start(t testing.TB) *Daemon {
 	if os.Geteuid() != 0 {
 		t.Fatal("libvirtd: a private libvirtd needs root (mount and network namespaces, bind mounts over /run/libvirt and /var/lib/libvirt)")
 	}
-	base, err := os.MkdirTemp("", "hf-lvd-")
+	sweepStale()
+	base, err := os.MkdirTemp("", baseDirPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +141,9 @@ func Start(t testing.TB) *Daemon {
 		t.Fatal(err)
 	}
 	if err := d.startHolder(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(base, holderPIDFile), []byte(strconv.Itoa(d.holder.Process.Pid)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.launch(); err != nil {

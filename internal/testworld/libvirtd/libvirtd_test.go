@@ -3,6 +3,10 @@ package libvirtd
 import (
 	"errors"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -141,6 +145,31 @@ func TestSmallPoolIsFull(t *testing.T) {
 	}
 	if errors.As(err, &lerr) {
 		t.Logf("libvirt error code %d: %s", lerr.Code, lerr.Message)
+	}
+}
+
+// TestSweepStale: the directory of a daemon whose holder is gone is
+// removed by the next Start; a live one's stays.
+func TestSweepStale(t *testing.T) {
+	stale, err := os.MkdirTemp("", baseDirPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(stale) })
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stale, holderPIDFile), []byte(strconv.Itoa(gone.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := Start(t)
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stale directory %s is still there: %v", stale, err)
+	}
+	sweepStale()
+	if _, err := os.Stat(d.Dir()); err != nil {
+		t.Errorf("a live daemon's directory was swept: %v", err)
 	}
 }
 
