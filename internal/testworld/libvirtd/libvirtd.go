@@ -48,6 +48,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -332,7 +333,7 @@ func (d *Daemon) startHolder() error {
 	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
+	if err := startOnOwnThread(cmd, d.holderExited); err != nil {
 		return fmt.Errorf("libvirtd: starting the namespace holder: %w", err)
 	}
 	d.holder = cmd
@@ -349,6 +350,26 @@ func (d *Daemon) startHolder() error {
 		close(d.holderExited)
 	}()
 	return nil
+}
+
+// startOnOwnThread starts cmd from an OS thread locked to a goroutine
+// that lives until done is closed. The parent-death signal fires when the
+// thread that forked the child ends, and the Go runtime ends a thread when
+// a goroutine that locked it returns without unlocking (as some test
+// helpers do on error paths): on a shared thread the holder, and the
+// daemon's whole world, could die mid-test.
+func startOnOwnThread(cmd *exec.Cmd, done <-chan struct{}) error {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			<-done
+		}
+	}()
+	return <-started
 }
 
 // inside runs a command in the daemon's namespaces and returns its output.
