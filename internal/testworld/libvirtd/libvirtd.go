@@ -19,6 +19,11 @@
 //     does it too if the test binary dies (the holder has a parent-death
 //     signal).
 //
+// The faults a provider must survive are methods: Restart (SIGKILL and a
+// new libvirtd on the same state, guests running on), Kill and Stop (the
+// daemon down: the host is unreachable), Freeze and Thaw (a hung daemon),
+// DefineSmallPool (a storage pool that is full).
+//
 // Paths outside the overmounted directories, such as Dir, are the same
 // inside and outside, so storage pools and files the test writes there are
 // seen by libvirtd and QEMU at the same path.
@@ -43,9 +48,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -60,7 +65,8 @@ const installHint = "apt-get install -y --no-install-recommends libvirt-daemon-s
 
 // stateMounts maps each fixed libvirt path to the subdirectory of the
 // daemon's state directory bind-mounted over it. /var/lib/swtpm-localca is
-// the vTPM CA libvirt's swtpm_setup writes to.
+// the CA libvirt's swtpm_setup signs vTPM certificates with, and
+// /var/log/swtpm where libvirt has swtpm log.
 var stateMounts = [][2]string{
 	{"/run/libvirt", "run"},
 	{"/var/lib/libvirt", "lib"},
@@ -68,6 +74,39 @@ var stateMounts = [][2]string{
 	{"/var/log/libvirt", "log"},
 	{"/etc/libvirt", "etc"},
 	{"/var/lib/swtpm-localca", "swtpm-localca"},
+	{"/var/log/swtpm", "swtpm-log"},
+}
+
+// baseDirPrefix names each daemon's directory in the temporary directory,
+// and holderPIDFile, in it, the PID of its namespaces' holder.
+const (
+	baseDirPrefix = "hf-lvd-"
+	holderPIDFile = "holder.pid"
+)
+
+// staleAfter is how old a daemon directory without a holder must be to be
+// taken for the leftover of a test binary that died while starting one.
+const staleAfter = 10 * time.Minute
+
+// sweepStale removes the directories of daemons whose test binary died
+// without its cleanup (killed by a timeout, say): their holder, and so
+// their whole world, died with it (parent-death signal), only the files
+// remain.
+func sweepStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), baseDirPrefix+"*"))
+	for _, dir := range dirs {
+		raw, err := os.ReadFile(filepath.Join(dir, holderPIDFile))
+		if err != nil {
+			if st, serr := os.Stat(dir); serr == nil && time.Since(st.ModTime()) > staleAfter {
+				_ = os.RemoveAll(dir)
+			}
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+		if err == nil && errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			_ = os.RemoveAll(dir)
+		}
+	}
 }
 
 // Daemon is one private libvirtd with its namespaces. Its methods fail
@@ -78,9 +117,6 @@ type Daemon struct {
 	// holderExited is closed once the holder has been waited for.
 	holderExited chan struct{}
 	started      time.Time
-
-	mu          sync.Mutex
-	libvirtdPID int // host PID of the running libvirtd, 0 when it is down
 }
 
 // Start runs a private libvirtd until the test ends. A machine without
@@ -95,7 +131,8 @@ func Start(t testing.TB) *Daemon {
 	if os.Geteuid() != 0 {
 		t.Fatal("libvirtd: a private libvirtd needs root (mount and network namespaces, bind mounts over /run/libvirt and /var/lib/libvirt)")
 	}
-	base, err := os.MkdirTemp("", "hf-lvd-")
+	sweepStale()
+	base, err := os.MkdirTemp("", baseDirPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +142,9 @@ func Start(t testing.TB) *Daemon {
 		t.Fatal(err)
 	}
 	if err := d.startHolder(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(base, holderPIDFile), []byte(strconv.Itoa(d.holder.Process.Pid)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.launch(); err != nil {
@@ -164,6 +204,38 @@ func (d *Daemon) Stop(t testing.TB) {
 	t.Helper()
 	if err := d.signalLibvirtd(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Freeze stops libvirtd with SIGSTOP and waits until it is stopped:
+// connections stay open and the kernel accepts new ones, but nothing
+// answers, as with a hung host or one behind a network partition. Thaw
+// resumes it; so does the end of the test (before its connections close,
+// which would wait on a stopped daemon).
+func (d *Daemon) Freeze(t testing.TB) {
+	t.Helper()
+	pid, err := d.findProcess("libvirtd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("libvirtd: freezing libvirtd (PID %d): %v", pid, err)
+	}
+	if err := waitState(pid, 'T', 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Thaw resumes a frozen libvirtd (SIGCONT).
+func (d *Daemon) Thaw(t testing.TB) {
+	t.Helper()
+	pid, err := d.findProcess("libvirtd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatalf("libvirtd: thawing libvirtd (PID %d): %v", pid, err)
 	}
 }
 
@@ -261,7 +333,7 @@ func (d *Daemon) startHolder() error {
 	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
+	if err := startOnOwnThread(cmd, d.holderExited); err != nil {
 		return fmt.Errorf("libvirtd: starting the namespace holder: %w", err)
 	}
 	d.holder = cmd
@@ -278,6 +350,26 @@ func (d *Daemon) startHolder() error {
 		close(d.holderExited)
 	}()
 	return nil
+}
+
+// startOnOwnThread starts cmd from an OS thread locked to a goroutine
+// that lives until done is closed. The parent-death signal fires when the
+// thread that forked the child ends, and the Go runtime ends a thread when
+// a goroutine that locked it returns without unlocking (as some test
+// helpers do on error paths): on a shared thread the holder, and the
+// daemon's whole world, could die mid-test.
+func startOnOwnThread(cmd *exec.Cmd, done <-chan struct{}) error {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			<-done
+		}
+	}()
+	return <-started
 }
 
 // inside runs a command in the daemon's namespaces and returns its output.
@@ -302,13 +394,6 @@ func (d *Daemon) launch() error {
 	if _, err := d.inside("libvirtd", "-d", "-p", "/run/libvirt/libvirtd.pid"); err != nil {
 		return err
 	}
-	pid, err := d.findProcess("libvirtd")
-	if err != nil {
-		return err
-	}
-	d.mu.Lock()
-	d.libvirtdPID = pid
-	d.mu.Unlock()
 	l, err := d.connect()
 	if err != nil {
 		return fmt.Errorf("libvirtd: started, but %s does not answer: %w", d.URI(), err)
@@ -331,19 +416,28 @@ func (d *Daemon) kill() error {
 }
 
 // signalLibvirtd sends sig to libvirtd, if it runs, and waits until the
-// holder has reaped it.
+// holder has reaped it. The process is looked up by name in the daemon's
+// PID namespace each time: a libvirtd that crashed by itself leaves no
+// PID to be reused by another process.
 func (d *Daemon) signalLibvirtd(sig syscall.Signal) error {
-	d.mu.Lock()
-	pid := d.libvirtdPID
-	d.libvirtdPID = 0
-	d.mu.Unlock()
-	if pid == 0 {
+	if !d.Running() {
 		return nil
+	}
+	pid, err := d.findProcess("libvirtd")
+	if err != nil {
+		return err
 	}
 	if err := syscall.Kill(pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("libvirtd: signalling libvirtd (PID %d): %w", pid, err)
 	}
 	return waitGone(pid, 60*time.Second)
+}
+
+// Running tells whether libvirtd runs (it may have crashed, as libvirt
+// 9.0 does on some malformed disk definitions).
+func (d *Daemon) Running() bool {
+	_, err := d.findProcess("libvirtd")
+	return err == nil
 }
 
 // cleanup kills the holder, and with it every process in the daemon's

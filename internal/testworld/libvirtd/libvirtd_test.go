@@ -3,6 +3,10 @@ package libvirtd
 import (
 	"errors"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -57,6 +61,9 @@ func TestRestartKeepsGuestsAndPools(t *testing.T) {
 	d.DefineNetwork(t, "isolated", netip.MustParsePrefix("10.77.0.0/24"))
 
 	d.Kill(t)
+	if d.Running() {
+		t.Fatal("libvirtd runs after Kill")
+	}
 	if _, err := d.connect(); err == nil {
 		t.Fatal("a killed daemon still accepts connections")
 	}
@@ -89,6 +96,35 @@ func TestRestartKeepsGuestsAndPools(t *testing.T) {
 	}
 }
 
+// TestFreezeHangsCalls: a frozen libvirtd is a stopped process, a call
+// made meanwhile gets no answer until it is thawed, and then does.
+func TestFreezeHangsCalls(t *testing.T) {
+	d := Start(t)
+	l := d.Dial(t)
+	d.Freeze(t)
+	pid, err := d.findProcess("libvirtd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state, err := procState(pid); err != nil || state != 'T' {
+		t.Fatalf("frozen libvirtd is in state %c (%v), want T (stopped)", state, err)
+	}
+	answered := make(chan error, 1)
+	go func() {
+		_, err := l.ConnectGetLibVersion()
+		answered <- err
+	}()
+	select {
+	case err := <-answered:
+		t.Fatalf("a stopped daemon answered: %v", err)
+	default:
+	}
+	d.Thaw(t)
+	if err := <-answered; err != nil {
+		t.Fatalf("the call after thawing: %v", err)
+	}
+}
+
 // TestSmallPoolIsFull: a volume that does not fit in a small pool fails
 // with the kernel's ENOSPC, through libvirt.
 func TestSmallPoolIsFull(t *testing.T) {
@@ -109,6 +145,31 @@ func TestSmallPoolIsFull(t *testing.T) {
 	}
 	if errors.As(err, &lerr) {
 		t.Logf("libvirt error code %d: %s", lerr.Code, lerr.Message)
+	}
+}
+
+// TestSweepStale: the directory of a daemon whose holder is gone is
+// removed by the next Start; a live one's stays.
+func TestSweepStale(t *testing.T) {
+	stale, err := os.MkdirTemp("", baseDirPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(stale) })
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(stale, holderPIDFile), []byte(strconv.Itoa(gone.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := Start(t)
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the stale directory %s is still there: %v", stale, err)
+	}
+	sweepStale()
+	if _, err := os.Stat(d.Dir()); err != nil {
+		t.Errorf("a live daemon's directory was swept: %v", err)
 	}
 }
 
@@ -133,9 +194,9 @@ func TestNetworkXMLRange(t *testing.T) {
 }
 
 // TestGuestSurvivesRestart: a running QEMU domain (one with nothing to
-// boot: the firmware idles) keeps its QEMU process across a SIGKILL of
-// libvirtd, the new daemon reports it running, and Cleanup's end of the
-// namespace takes QEMU with it.
+// boot: the firmware idles) with a vTPM keeps its QEMU and swtpm
+// processes across a SIGKILL of libvirtd, the new daemon reports it
+// running, and Cleanup's end of the namespace takes them with it.
 func TestGuestSurvivesRestart(t *testing.T) {
 	d := Start(t)
 	doc, err := (&libvirtxml.Domain{
@@ -143,6 +204,12 @@ func TestGuestSurvivesRestart(t *testing.T) {
 		Name:   "idle",
 		Memory: &libvirtxml.DomainMemory{Value: 32, Unit: "MiB"},
 		OS:     &libvirtxml.DomainOS{Type: &libvirtxml.DomainOSType{Arch: "x86_64", Machine: "pc", Type: "hvm"}},
+		// A vTPM: libvirt manufactures its state with swtpm_setup and runs
+		// swtpm beside QEMU, all inside the daemon's namespaces.
+		Devices: &libvirtxml.DomainDeviceList{TPMs: []libvirtxml.DomainTPM{{
+			Model:   "tpm-crb",
+			Backend: &libvirtxml.DomainTPMBackend{Emulator: &libvirtxml.DomainTPMBackendEmulator{Version: "2.0"}},
+		}}},
 	}).Marshal()
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +219,7 @@ func TestGuestSurvivesRestart(t *testing.T) {
 	if _, err := l.DomainCreateXML(doc, 0); err != nil {
 		t.Fatalf("starting a domain: %v\n%s", err, d.Logs())
 	}
-	t.Logf("domain started in %s (the first on a machine probes QEMU's capabilities)", time.Since(began).Round(time.Millisecond))
+	t.Logf("domain with a vTPM started in %s (swtpm_setup manufactures its TPM first)", time.Since(began).Round(time.Millisecond))
 	pid := d.DomainPID(t, "idle")
 
 	d.Restart(t)
@@ -167,5 +234,8 @@ func TestGuestSurvivesRestart(t *testing.T) {
 	}
 	if again := d.DomainPID(t, "idle"); again != pid {
 		t.Errorf("QEMU PID %d after the restart, want the same process %d", again, pid)
+	}
+	if _, err := d.findProcess("swtpm"); err != nil {
+		t.Errorf("the vTPM: %v", err)
 	}
 }

@@ -112,6 +112,48 @@ func waitGone(pid int, limit time.Duration) error {
 	}
 }
 
+// waitState waits until pid's state (/proc/<pid>/stat) is state: a
+// signal is delivered after kill returns.
+func waitState(pid int, state byte, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		got, err := procState(pid)
+		if err != nil {
+			return err
+		}
+		if got == state {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("libvirtd: process %d not in state %c after %s", pid, state, limit)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// procState is the state letter of /proc/<pid>/stat (R, S, T, Z...).
+func procState(pid int) (byte, error) {
+	fields, err := statFields(pid)
+	if err != nil {
+		return 0, err
+	}
+	return fields[0][0], nil
+}
+
+// statFields are the fields of /proc/<pid>/stat after the parenthesised
+// command name, from the state (field 3) on.
+func statFields(pid int) ([]string, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, fmt.Errorf("libvirtd: process %d: %w", pid, err)
+	}
+	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+	if len(fields) < 15 {
+		return nil, fmt.Errorf("libvirtd: process %d: short stat line", pid)
+	}
+	return fields, nil
+}
+
 // worldCPU is the CPU time of the daemon's whole world so far: each live
 // process's own and its reaped children's, plus what the holder reaped
 // (daemons and guests that have exited). Read before the holder is
@@ -132,14 +174,11 @@ func (d *Daemon) worldCPU() time.Duration {
 // cpuTicks is utime+stime+cutime+cstime from /proc/<pid>/stat, in clock
 // ticks; 0 when the process is gone.
 func cpuTicks(pid int) int64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	fields, err := statFields(pid)
 	if err != nil {
 		return 0
 	}
-	// The fields after the parenthesised command name start with the
-	// state (field 3); utime is field 14.
-	end := strings.LastIndexByte(string(raw), ')')
-	fields := strings.Fields(string(raw[end+1:]))
+	// utime is field 14, the 12th from the state.
 	var sum int64
 	for _, f := range fields[11:15] {
 		n, _ := strconv.ParseInt(f, 10, 64)

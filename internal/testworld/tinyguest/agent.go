@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"github.com/digitalocean/go-libvirt"
@@ -73,6 +74,31 @@ func WaitAgent(conn *libvirt.Libvirt, dom libvirt.Domain, limit time.Duration) e
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("tinyguest: %s's agent did not answer within %s: %w", dom.Name, limit, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// WaitAgentAddress waits until libvirt's agent-sourced addresses of dom
+// (DomainInterfaceAddresses with source=agent, what the provider reads)
+// include one in subnet with subnet's prefix length, and returns it: the
+// guest takes its DHCP lease after its agent is up.
+func WaitAgentAddress(conn *libvirt.Libvirt, dom libvirt.Domain, subnet netip.Prefix, limit time.Duration) (netip.Addr, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		ifaces, err := conn.DomainInterfaceAddresses(dom, uint32(libvirt.DomainInterfaceAddressesSrcAgent), 0)
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("tinyguest: %s's addresses from its agent: %w", dom.Name, err)
+		}
+		for _, i := range ifaces {
+			for _, a := range i.Addrs {
+				if ip, err := netip.ParseAddr(a.Addr); err == nil && subnet.Contains(ip) && int(a.Prefix) == subnet.Bits() {
+					return ip, nil
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return netip.Addr{}, fmt.Errorf("tinyguest: %s has no address in %s after %s (it has %+v)", dom.Name, subnet, limit, ifaces)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

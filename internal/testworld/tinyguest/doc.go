@@ -5,7 +5,8 @@
 // cidata and keeps a copy under /run/tinyguest/seen, takes a DHCPv4 lease
 // (or the static address its network-config gives), and serves a real
 // QEMU guest agent on the org.qemu.guest_agent.0 port: sync, ping, info,
-// OS info, host name, interfaces, files, exec and shutdown. It has no
+// OS info, host name, interfaces, files, exec and shutdown; the ACPI
+// power button powers it off too. It has no
 // disk filesystem, no shell and no SSH: tests reach it through libvirt.
 //
 // Build makes the image: the kernel comes from Debian's package
@@ -23,7 +24,7 @@
 // (load 10-15): the first build 9 s wall (download, unpack, the 53 MB
 // vmlinux, go build; 160 MB of cache), a warm one 0.4-0.7 s (go build
 // from its cache). A boot to a ready agent uses 3.2-3.7 CPU-s of QEMU
-// (8-11 s wall under that load): QEMU's start 0.2-0.4, firmware and
+// (3.6 s wall on a quiet machine, 8-11 s under that load): QEMU's start 0.2-0.4, firmware and
 // loading 0.3, the kernel's initialisation about 1.9 (ACPI, PCI, crypto
 // self-tests, certificates), /init with its module loading and device
 // probing 0.8-1.0. An idle guest then costs 0.04-0.06 CPU-s a second.

@@ -236,28 +236,15 @@ func guestExec(t *testing.T, conn *libvirt.Libvirt, dom libvirt.Domain, path str
 	}
 }
 
-// waitAgentAddress waits until libvirt's agent-sourced addresses of dom
-// include one in subnet (DHCP may finish after the agent is up).
+// waitAgentAddress fails the test unless the agent reports an address
+// in subnet.
 func waitAgentAddress(t *testing.T, conn *libvirt.Libvirt, dom libvirt.Domain, subnet netip.Prefix) netip.Addr {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ifaces, err := conn.DomainInterfaceAddresses(dom, uint32(libvirt.DomainInterfaceAddressesSrcAgent), 0)
-		if err != nil {
-			t.Fatalf("DomainInterfaceAddresses(agent): %v", err)
-		}
-		for _, i := range ifaces {
-			for _, a := range i.Addrs {
-				if ip, err := netip.ParseAddr(a.Addr); err == nil && subnet.Contains(ip) && int(a.Prefix) == subnet.Bits() {
-					return ip
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no address in %s among %+v", subnet, ifaces)
-		}
-		time.Sleep(100 * time.Millisecond)
+	addr, err := WaitAgentAddress(conn, dom, subnet, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return addr
 }
 
 // waitStopped waits for name's Stopped lifecycle event.
