@@ -14,8 +14,10 @@
 #     swtpm and swtpm-tools (the TPMs of the TPM attestation tests and the
 #     simulator's virtual TPMs), tinyproxy, iproute2 and nftables (the
 #     proxy tests' HTTP proxy, alone in a network namespace with their
-#     servers: internal/testworld/proxytest), through apt-get as root or
-#     through sudo;
+#     servers: internal/testworld/proxytest), libvirt's daemon with its
+#     QEMU driver, QEMU, qemu-img and dnsmasq (the real libvirtd of the
+#     libvirt provider's tests: internal/testworld/libvirtd), through
+#     apt-get as root or through sudo;
 #   - GitHub's published REST description and webhook examples (npm
 #     @octokit/openapi and @octokit/webhooks-examples), pinned, into
 #     $HYPERFLEET_CACHE/npm (default ~/.cache/hyperfleet/npm), and
@@ -86,6 +88,14 @@ if ! $dev_only; then
 	command -v tinyproxy >/dev/null || missing+=(tinyproxy)
 	command -v ip >/dev/null || missing+=(iproute2)
 	command -v nft >/dev/null || missing+=(nftables)
+	# libvirt's daemon with its QEMU driver, QEMU and qemu-img: the real
+	# libvirtd the libvirt provider's contract suite runs against
+	# (internal/testworld/libvirtd starts a private one per test, by hand,
+	# without systemd), and its guests (internal/testworld/tinyguest).
+	[[ -x /usr/sbin/libvirtd ]] || missing+=(libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients)
+	command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
+	command -v qemu-img >/dev/null || missing+=(qemu-utils)
+	command -v dnsmasq >/dev/null || [[ -x /usr/sbin/dnsmasq ]] || missing+=(dnsmasq-base)
 fi
 if ((${#missing[@]})); then
 	run=()

@@ -92,6 +92,15 @@ func jobIDOf(number int64, key string) string {
 	return ""
 }
 
+// jobFieldsOf is the inverse of jobIDOf: id as a number when it is a
+// positive decimal without leading zeros that fits int64, else as a key.
+func jobFieldsOf(id string) (number int64, key string) {
+	if n, ok := numericJobID(id); ok {
+		return n, ""
+	}
+	return 0, id
+}
+
 // ID is the platform's id of the job as text: jobKey when set, else jobID
 // in decimal; "" when neither is. Callers use ID and SetID rather than the
 // two fields, which exist so that CIJobs recorded when every id was a
@@ -101,14 +110,7 @@ func (s *CIJobSpec) ID() string { return jobIDOf(s.JobID, s.JobKey) }
 // SetID records id: a positive decimal number without leading zeros that
 // fits int64 (GitHub's and GitLab's ids) in jobID, anything else (a
 // Buildkite UUID) in jobKey; the other field is cleared. ID gives id back.
-func (s *CIJobSpec) SetID(id string) {
-	s.JobID, s.JobKey = 0, ""
-	if n, ok := numericJobID(id); ok {
-		s.JobID = n
-		return
-	}
-	s.JobKey = id
-}
+func (s *CIJobSpec) SetID(id string) { s.JobID, s.JobKey = jobFieldsOf(id) }
 
 // Job is the platform's id of the job the runner took, as text (see
 // CIJobSpec.ID); "" before it took one.
@@ -121,11 +123,4 @@ func (s *BootstrapStatus) Job() string {
 
 // SetJob records the job the runner took, as CIJobSpec.SetID does; ""
 // clears it.
-func (s *BootstrapStatus) SetJob(id string) {
-	s.JobID, s.JobKey = 0, ""
-	if n, ok := numericJobID(id); ok {
-		s.JobID = n
-		return
-	}
-	s.JobKey = id
-}
+func (s *BootstrapStatus) SetJob(id string) { s.JobID, s.JobKey = jobFieldsOf(id) }

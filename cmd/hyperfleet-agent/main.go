@@ -108,13 +108,30 @@ import (
 	"syscall"
 
 	"github.com/hyperfleet/hyperfleet/internal/agent"
+	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite/buildkitevm"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github/githubvm"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/gitlab/gitlabvm"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = "dev"
 
 func main() {
+	registerRunners()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// registerRunners registers the runner kind of every platform this agent
+// runs, under the name the platform's package gives it, as the operator's
+// main registers the platforms' back-ends (workload.Register). Importing a
+// platform's package also registers its part of the agent config
+// (agentconfig.RegisterPlatform).
+func registerRunners() {
+	agent.RegisterRunner(githubvm.Platform, agent.GitHubActionsRunner)
+	agent.RegisterRunner(gitlabvm.Platform, agent.GitLabRunner)
+	agent.RegisterRunner(buildkitevm.Platform, agent.BuildkiteRunner)
+	agent.RegisterRunner(agentconfig.PlatformGeneric, agent.GenericRunner)
 }
 
 func run(args []string, stdout, stderr io.Writer) int {

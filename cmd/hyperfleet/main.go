@@ -183,21 +183,12 @@ func runManager(args []string) error {
 	fs.DurationVar(&bounds.Terminating, "claim-stuck-terminating", bounds.Terminating, "the same for phase Terminating")
 	orphanGrace := fs.Duration("orphan-grace-period", 10*time.Minute, "how long an orphaned VM is left alone before it is destroyed")
 	sweepDryRun := fs.Bool("orphan-sweep-dry-run", false, "only report orphaned VMs (events, logs, metrics); never destroy them")
-	webhookAddr := fs.String("webhook-bind-address", ":9292", "HTTPS address of the CI platforms' webhook receivers (GitHub's at path "+github.WebhookFormat.Path+"); 0 disables it")
+	webhookAddr := fs.String("webhook-bind-address", ":9292", "HTTPS address of the CI platforms' webhook receivers (each at its platform's path, such as /webhooks/gitlab); 0 disables it")
 	webhookCertDir := fs.String("webhook-cert-dir", "/etc/hyperfleet/webhook-tls", "directory with the receiver's tls.crt and tls.key (reloaded when they change)")
-	webhookSecret := fs.String("github-webhook-secret", "hyperfleet-github-webhook", "Secret (in --namespace) with the GitHub webhooks' secrets: keys owner.<login> (the secret of one organization's or user's webhooks, which only it may use) and, with --github-webhook-allow-fallback-secret, key webhook-secret (the fallback for every other owner); empty receives no GitHub webhooks (a GitLab- or Buildkite-only receiver, docs/install.md)")
-	allowFallbackSecret := fs.Bool(strings.TrimPrefix(manager.AllowSharedSecretFlag, "--"), false, "accept key webhook-secret of --github-webhook-secret, a fallback secret shared by every owner without a key of its own: whoever holds it can sign deliveries about all of them, so their in_progress and completed events are confirmed with GitHub (one API call per job); without this flag such a Secret stops the manager at start")
-	bkWebhookSecret := fs.String("buildkite-webhook-secret", "", "Secret (in --namespace) with the Buildkite webhooks' tokens: keys owner.<organization slug> (the token of one organization's notification service, which only it may use) and, with --buildkite-webhook-allow-fallback-secret, key webhook-secret; empty (the default) receives no Buildkite webhooks (docs/buildkite.md)")
-	bkAllowFallbackSecret := fs.Bool("buildkite-webhook-allow-fallback-secret", false, "accept key webhook-secret of --buildkite-webhook-secret, a token shared by every Buildkite organization without a key of its own")
-	glWebhookSecret := fs.String("gitlab-webhook-secret", "", "Secret (in --namespace) with the GitLab Job Hooks' secret tokens: keys owner.<group path> (the token of one group's hooks, its full path in lower case with each / written as .., such as owner.acme..platform; deliveries about the projects under the group verify with it) and, with --gitlab-webhook-allow-fallback-secret, key webhook-secret; empty (the default) receives no GitLab webhooks (docs/gitlab.md)")
-	glAllowFallbackSecret := fs.Bool("gitlab-webhook-allow-fallback-secret", false, "accept key webhook-secret of --gitlab-webhook-secret, a token shared by every GitLab group without a key of its own")
-	apiHostHelp := func(platform, public, example string) string {
-		return "API host (host or host:port) of the " + platform + " instance whose deliveries the webhook Secret's secrets verify, such as " + example +
-			"; empty (the default) is " + public + ". Jobs of its deliveries route only to RunnerPools whose template's API is on that host (docs/security.md, \"The API host is part of the scope\")"
+	webhookFlags, err := bindWebhookFlags(fs)
+	if err != nil {
+		return err
 	}
-	webhookAPIHost := fs.String("github-webhook-api-host", "", apiHostHelp("GitHub", "GitHub.com", "ghes.example.com (a GitHub Enterprise Server)"))
-	bkWebhookAPIHost := fs.String("buildkite-webhook-api-host", "", apiHostHelp("Buildkite", "Buildkite's public API", "buildkite.example.com"))
-	glWebhookAPIHost := fs.String("gitlab-webhook-api-host", "", apiHostHelp("GitLab", "GitLab.com", "gitlab.example.com (a self-managed GitLab)"))
 	webhookMaxBody := fs.Int64("webhook-max-body-bytes", webhook.DefaultMaxBodyBytes, "largest webhook delivery accepted; larger ones get 413")
 	webhookMaxEventAge := fs.Duration("webhook-max-event-age", demand.DefaultMaxEventAge, "webhook events older than this (by the CI platform's time) are confirmed with the platform's API before they change demand, as are completions of jobs not known to be running")
 	webhookMaxInFlight := fs.Int("webhook-max-in-flight", webhook.DefaultMaxInFlight, "webhook deliveries read and verified at once (a quarter of them for bodies over 64 KiB); beyond it deliveries get 503 before their body is read")
@@ -216,8 +207,8 @@ func runManager(args []string) error {
 	if err := lease.check(); err != nil {
 		return err
 	}
-	for flag, host := range map[string]string{"--github-webhook-api-host": *webhookAPIHost, "--buildkite-webhook-api-host": *bkWebhookAPIHost, "--gitlab-webhook-api-host": *glWebhookAPIHost} {
-		if err := checkAPIHost(flag, host); err != nil {
+	for _, w := range webhookFlags {
+		if err := checkAPIHost("--"+w.format.Operator.Name+"-webhook-api-host", *w.apiHost); err != nil {
 			return err
 		}
 	}
@@ -305,11 +296,11 @@ func runManager(args []string) error {
 	if *webhookAddr != "0" {
 		// Each Secret is watched: creating or rotating it takes effect
 		// without a restart; until it exists deliveries get 503.
-		platforms, err := webhookPlatforms(log, *namespace, []webhookReceiver{
-			{hfv1.WorkloadGitHubActions, github.WebhookFormat.Path, *webhookSecret, *allowFallbackSecret, *webhookAPIHost},
-			{hfv1.WorkloadBuildkite, buildkite.WebhookFormat.Path, *bkWebhookSecret, *bkAllowFallbackSecret, *bkWebhookAPIHost},
-			{hfv1.WorkloadGitLabCI, gitlab.WebhookFormat.Path, *glWebhookSecret, *glAllowFallbackSecret, *glWebhookAPIHost},
-		})
+		receivers := make([]webhookReceiver, 0, len(webhookFlags))
+		for _, w := range webhookFlags {
+			receivers = append(receivers, w.receiver())
+		}
+		platforms, err := webhookPlatforms(log, *namespace, receivers)
 		if err != nil {
 			return err
 		}
@@ -337,13 +328,65 @@ func runManager(args []string) error {
 	return mgr.Start(ctx)
 }
 
+// webhookFlag is one CI platform's webhook flags, bound for every
+// registered back-end that receives webhooks (workload.WebhookReceiver),
+// as its format describes them (workload.WebhookFlags).
+type webhookFlag struct {
+	platform      hfv1.WorkloadType
+	format        workload.WebhookFormat
+	secret        *string
+	allowFallback *bool
+	apiHost       *string
+}
+
+// bindWebhookFlags binds the webhook flags of every registered CI platform
+// whose back-end receives webhooks, in workload type order. The back-ends
+// are built here without dependencies only to ask them their format: a
+// factory called so registers nothing and calls nothing.
+func bindWebhookFlags(fs *flag.FlagSet) ([]webhookFlag, error) {
+	backends, err := workload.NewBackends(workload.Registered(), workload.Dependencies{})
+	if err != nil {
+		return nil, fmt.Errorf("read the CI platforms' webhook formats: %w", err)
+	}
+	var out []webhookFlag
+	for _, t := range backends.Types() {
+		be, _ := backends.For(t)
+		recv, ok := be.(workload.WebhookReceiver)
+		if !ok {
+			continue
+		}
+		f := recv.WebhookFormat()
+		o := f.Operator
+		secretFlag := o.Name + "-webhook-secret"
+		out = append(out, webhookFlag{
+			platform: t, format: f,
+			secret: fs.String(secretFlag, o.DefaultSecret, "Secret (in --namespace) with the "+f.Platform+" webhooks' secrets: keys "+o.OwnerKeys+
+				" and, with --"+o.Name+"-webhook-allow-fallback-secret, key webhook-secret (the fallback for every other "+o.Owners+
+				"); empty receives no "+f.Platform+" webhooks ("+o.Docs+")"),
+			allowFallback: fs.Bool(o.Name+"-webhook-allow-fallback-secret", false, "accept key webhook-secret of --"+secretFlag+
+				", a fallback secret shared by every "+o.Owners+" without a key of its own: whoever holds it can sign deliveries about all of them, "+
+				"so their in_progress and completed events are confirmed with "+f.Platform+" (one API call per job); without this flag such a Secret stops the manager at start"),
+			apiHost: fs.String(o.Name+"-webhook-api-host", "", "API host (host or host:port) of the "+f.Platform+" instance whose deliveries the webhook Secret's secrets verify, such as "+
+				o.ExampleHost+"; empty (the default) is "+o.PublicService+". Jobs of its deliveries route only to RunnerPools whose template's API is on that host "+
+				"(docs/security.md, \"The API host is part of the scope\")"),
+		})
+	}
+	return out, nil
+}
+
+// receiver is w's receiver, as its flags say.
+func (w webhookFlag) receiver() webhookReceiver {
+	return webhookReceiver{platform: w.platform, flag: w.format.Operator.Name + "-webhook-secret", path: w.format.Path,
+		secret: *w.secret, allowFallback: *w.allowFallback, apiHost: *w.apiHost}
+}
+
 // webhookReceiver is one CI platform's webhook flags: its receiver's
 // path, the Secret with its webhooks' secrets (empty: its webhooks are
-// not received), whether that Secret's fallback key is accepted, and the
-// API host whose deliveries it verifies.
+// not received) and the flag naming it, whether that Secret's fallback
+// key is accepted, and the API host whose deliveries it verifies.
 type webhookReceiver struct {
 	platform      hfv1.WorkloadType
-	path          string
+	flag, path    string
 	secret        string
 	allowFallback bool
 	apiHost       string
@@ -355,7 +398,9 @@ type webhookReceiver struct {
 // it): an error that says to turn it off instead.
 func webhookPlatforms(log logr.Logger, namespace string, receivers []webhookReceiver) ([]manager.WebhookPlatform, error) {
 	var out []manager.WebhookPlatform
+	var flags []string
 	for _, r := range receivers {
+		flags = append(flags, "--"+r.flag)
 		if r.secret == "" {
 			continue
 		}
@@ -367,9 +412,8 @@ func webhookPlatforms(log logr.Logger, namespace string, receivers []webhookRece
 			"apiHost", r.apiHost, "fallbackSecretAccepted", r.allowFallback)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("the webhook receiver is on (--webhook-bind-address) but receives no platform's webhooks: " +
-			"name a Secret with --github-webhook-secret, --gitlab-webhook-secret or --buildkite-webhook-secret, " +
-			"or turn the receiver off with --webhook-bind-address=0 (GitHub's scale-set mode needs none)")
+		return nil, fmt.Errorf("the webhook receiver is on (--webhook-bind-address) but receives no platform's webhooks: "+
+			"name a Secret with %s, or turn the receiver off with --webhook-bind-address=0 (GitHub's scale-set mode needs none)", strings.Join(flags, ", "))
 	}
 	return out, nil
 }

@@ -345,7 +345,7 @@ type agent struct {
 
 	// kind is the config's platform's part of the run; nil until the
 	// config is read.
-	kind runnerKind
+	kind RunnerKind
 	// scriptExit is a generic VM's script's exit status, for the
 	// power-off notice; nil when none ran.
 	scriptExit *int

@@ -25,6 +25,7 @@ import (
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/selfsigned"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github/githubvm"
 )
 
 // syncBuffer is the test log.
@@ -110,9 +111,9 @@ func writeScript(t *testing.T, path, body string) {
 func (v *vm) baseConfig() *agentconfig.Config {
 	return &agentconfig.Config{
 		Version:         agentconfig.CurrentVersion,
-		Platform:        agentconfig.PlatformGitHubActions,
+		Platform:        githubvm.Platform,
 		WorkloadMethod:  agentconfig.WorkloadDirect,
-		BootstrapMethod: agentconfig.BootstrapJITConfig,
+		BootstrapMethod: githubvm.MethodJIT,
 		SecretsFile:     agentconfig.SecretsFile,
 		SecretsDeadline: time.Now().Add(time.Minute),
 		Runner: agentconfig.Runner{Software: agentconfig.Software{
@@ -149,7 +150,7 @@ func (v *vm) writeConfig(c *agentconfig.Config) {
 func (v *vm) placeCredential(method agentconfig.BootstrapMethod) {
 	v.t.Helper()
 	g := agentconfig.GuestSecrets{JITConfig: v.secret}
-	if method == agentconfig.BootstrapRunnerToken || method == agentconfig.BootstrapAgentToken || method == agentconfig.BootstrapJobToken || method == agentconfig.BootstrapRunnerAuthToken {
+	if spec, _ := agentconfig.LookupMethod(method); !spec.JITConfig {
 		g = agentconfig.GuestSecrets{RegistrationToken: v.secret}
 	}
 	v.placeSecrets(g)
@@ -335,7 +336,7 @@ echo '{}' >.credentials_rsaparams
 echo "√ Runner successfully added"`)
 	writeScript(t, filepath.Join(v.install(), "run.sh"), v.goodRunner(0))
 	c := v.baseConfig()
-	c.BootstrapMethod = agentconfig.BootstrapRunnerToken
+	c.BootstrapMethod = githubvm.MethodRegistrationToken
 	c.RegistrationURL = "https://github.example/octo-org/app"
 	c.Runner.Name, c.Runner.Labels, c.Runner.Group = "vm-1", []string{"hyperfleet", "gpu"}, "ci"
 	v.writeConfig(c)
@@ -373,7 +374,7 @@ echo "config.sh: registration refused (HTTP 401): the registration token is not 
 exit 2`)
 	writeScript(t, filepath.Join(v.install(), "run.sh"), v.goodRunner(0))
 	c := v.baseConfig()
-	c.BootstrapMethod = agentconfig.BootstrapRunnerToken
+	c.BootstrapMethod = githubvm.MethodRegistrationToken
 	c.RegistrationURL, c.Runner.Name = "https://github.example/octo-org", "vm-2"
 	v.writeConfig(c)
 	v.checkCommon(v.run(context.Background()), ExitRegistration, 1)
@@ -677,7 +678,7 @@ func TestMissingRunner(t *testing.T) {
 	v2 := newVM(t)
 	writeScript(t, filepath.Join(v2.install(), "run.sh"), v2.goodRunner(0))
 	c := v2.baseConfig()
-	c.BootstrapMethod = agentconfig.BootstrapRunnerToken
+	c.BootstrapMethod = githubvm.MethodRegistrationToken
 	c.RegistrationURL, c.Runner.Name = "https://github.example/octo-org", "vm-3"
 	v2.writeConfig(c)
 	v2.checkCommon(v2.run(context.Background()), ExitRunnerSoftware, 1)
@@ -925,7 +926,7 @@ func TestDownloadRefused(t *testing.T) {
 
 func TestCredentialNeverPrinted(t *testing.T) {
 	t.Parallel()
-	c := Credential{Method: agentconfig.BootstrapRunnerToken, RegistrationToken: "TOKEN-123", RegistrationURL: "https://x/y"}
+	c := Credential{Method: githubvm.MethodRegistrationToken, RegistrationToken: "TOKEN-123", RegistrationURL: "https://x/y"}
 	var buf bytes.Buffer
 	slog.New(slog.NewTextHandler(&buf, nil)).Info("x", "cred", c)
 	for _, s := range []string{fmt.Sprint(c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), buf.String(), fmt.Sprintf("%v", &GuestSource{Method: c.Method, File: agentconfig.SecretsFile})} {
@@ -934,7 +935,7 @@ func TestCredentialNeverPrinted(t *testing.T) {
 		}
 	}
 	// Nor a broker source's broker proof.
-	b := &BrokerSource{Method: agentconfig.BootstrapJITConfig, SPIFFE: &agentconfig.SPIFFE{BrokerURL: "https://broker.example"}, SecretsFile: agentconfig.SecretsFile,
+	b := &BrokerSource{Method: githubvm.MethodJIT, SPIFFE: &agentconfig.SPIFFE{BrokerURL: "https://broker.example"}, SecretsFile: agentconfig.SecretsFile,
 		proof: "JOIN-TOKEN-456"}
 	buf.Reset()
 	slog.New(slog.NewTextHandler(&buf, nil)).Info("x", "source", b)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite/buildkitevm"
 )
 
 // Lines buildkite-agent logs that the agent watches for (the real agent's
@@ -61,30 +62,24 @@ const EnvBuildkiteAgentToken = "BUILDKITE_AGENT_TOKEN"
 // memory only, so no credential file stays behind.
 type buildkiteRunner struct{}
 
+// BuildkiteRunner is Buildkite's runner kind (buildkitevm.Platform).
+var BuildkiteRunner RunnerKind = buildkiteRunner{}
+
 func (buildkiteRunner) credentialFiles() []string { return nil }
 
 func (buildkiteRunner) run(ctx context.Context, a *agent, p *place) error {
 	cfg, sw := p.cfg, p.cfg.Runner.Software
-	src, err := a.credentialSource(cfg)
-	if err != nil {
-		return err
-	}
-	cred, err := src.Credential(ctx)
-	a.attestationError = attestationErrorOf(err)
+	cred, err := a.credential(ctx, p)
 	if err != nil {
 		return err
 	}
 	if cred.Method != cfg.BootstrapMethod {
 		return fail(ExitInternal, "the credential source returned a %s credential; this Buildkite agent takes a %s", cred.Method, cfg.BootstrapMethod)
 	}
-	if err := cred.validate(); err != nil {
-		return err
-	}
 	job, err := buildkiteJob(cfg, cred)
 	if err != nil {
 		return err
 	}
-	a.secrets = append(a.secrets, cred.RegistrationToken)
 	a.log.Info("agent token obtained", "credential", cred, "job", job)
 
 	install := p.install
@@ -177,7 +172,7 @@ var buildkiteJobRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0
 // job-token credential that names no job at all. An agent-token
 // credential acquires none.
 func buildkiteJob(cfg *agentconfig.Config, cred Credential) (string, error) {
-	if cred.Method != agentconfig.BootstrapJobToken {
+	if cred.Method != buildkitevm.MethodJobToken {
 		if cred.Job != "" {
 			return "", fail(ExitBadConfig, "the %s credential names job %s; only a job-token credential is for one job", cred.Method, cred.Job)
 		}

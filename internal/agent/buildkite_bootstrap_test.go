@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite/buildkitevm"
 )
 
 // The test binary is hyperfleet-agent's stand-in: buildkite-agent, started
@@ -133,7 +134,7 @@ func TestBuildkiteJobOfCredential(t *testing.T) {
 		return &agentconfig.Config{Runner: agentconfig.Runner{AcquireJob: acquire}}
 	}
 	jobToken := func(job string) Credential {
-		return Credential{Method: agentconfig.BootstrapJobToken, RegistrationToken: "bkjat_x", Job: job}
+		return Credential{Method: buildkitevm.MethodJobToken, RegistrationToken: "bkjat_x", Job: job}
 	}
 	for name, tc := range map[string]struct {
 		cfg  *agentconfig.Config
@@ -147,8 +148,8 @@ func TestBuildkiteJobOfCredential(t *testing.T) {
 		"disagree":        {cfg(b), jobToken(a), "", ExitBadConfig},
 		"none":            {cfg(""), jobToken(""), "", ExitBadConfig},
 		"not a UUID":      {cfg(""), jobToken("../../x"), "", ExitBadConfig},
-		"agent token":     {cfg(""), Credential{Method: agentconfig.BootstrapAgentToken, RegistrationToken: "t"}, "", 0},
-		"agent token job": {cfg(""), Credential{Method: agentconfig.BootstrapAgentToken, RegistrationToken: "t", Job: a}, "", ExitBadConfig},
+		"agent token":     {cfg(""), Credential{Method: buildkitevm.MethodAgentToken, RegistrationToken: "t"}, "", 0},
+		"agent token job": {cfg(""), Credential{Method: buildkitevm.MethodAgentToken, RegistrationToken: "t", Job: a}, "", ExitBadConfig},
 	} {
 		got, err := buildkiteJob(tc.cfg, tc.cred)
 		if got != tc.want || exitCodeOf(err) != tc.code {

@@ -19,6 +19,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	buildkitesim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite/buildkitesimtest"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite/buildkitevm"
 )
 
 // TestBuildkiteSimulator runs the agent of a platform buildkite VM against
@@ -74,7 +75,7 @@ func TestBuildkiteSimulator(t *testing.T) {
 	// names one, as for a VM made for a job.
 	config := func(v *vm, name, acquire string) *agentconfig.Config {
 		c := v.baseConfig()
-		c.Platform, c.BootstrapMethod = agentconfig.PlatformBuildkite, agentconfig.BootstrapJobToken
+		c.Platform, c.BootstrapMethod = buildkitevm.Platform, buildkitevm.MethodJobToken
 		c.RegistrationURL = bk.URL + "/v3"
 		c.Runner = agentconfig.Runner{Name: name, Labels: []string{"queue=linux", "os=linux"}, AcquireJob: acquire, Software: agentconfig.Software{
 			DownloadURL: pkgURL, DownloadSHA256: sum, InstallPath: "/opt/buildkite-agent", RunScript: "buildkite-agent",

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
@@ -45,27 +44,18 @@ func (c Credential) LogValue() slog.Value {
 }
 
 func (c Credential) validate() error {
-	switch c.Method {
-	case agentconfig.BootstrapJITConfig:
-		if c.JITConfig == "" {
-			return errors.New("the credential source returned a jit-config credential without a JIT configuration")
-		}
-	case agentconfig.BootstrapRunnerToken:
-		if c.RegistrationToken == "" || c.RegistrationURL == "" {
-			return errors.New("the credential source returned a runner-token credential without a token or registration URL")
-		}
-	case agentconfig.BootstrapRunnerAuthToken:
-		// The GitLab URL comes from the config.
-		if c.RegistrationToken == "" {
-			return errors.New("the credential source returned a runner-auth-token credential without a token")
-		}
-	case agentconfig.BootstrapAgentToken, agentconfig.BootstrapJobToken:
-		// The agent API endpoint (and the job) come from the config.
-		if c.RegistrationToken == "" {
-			return fmt.Errorf("the credential source returned a %s credential without a token", c.Method)
-		}
-	default:
+	spec, ok := agentconfig.LookupMethod(c.Method)
+	switch {
+	case !ok:
 		return fmt.Errorf("the credential source returned a credential of unknown method %q", c.Method)
+	case spec.JITConfig && c.JITConfig == "":
+		return fmt.Errorf("the credential source returned a %s credential without a JIT configuration", c.Method)
+	case spec.CarriesURL && (c.RegistrationToken == "" || c.RegistrationURL == ""):
+		return fmt.Errorf("the credential source returned a %s credential without a token or registration URL", c.Method)
+	case !spec.JITConfig && c.RegistrationToken == "":
+		// The URL (GitLab's instance, Buildkite's agent API endpoint) and
+		// a Buildkite job come from the config.
+		return fmt.Errorf("the credential source returned a %s credential without a token", c.Method)
 	}
 	return nil
 }

@@ -37,6 +37,10 @@ var errDeadline = errors.New("the VM reached its deadline (spec.bootstrap.generi
 // agent's, as for every platform.
 type genericRunner struct{}
 
+// GenericRunner is platform generic's runner kind
+// (agentconfig.PlatformGeneric).
+var GenericRunner RunnerKind = genericRunner{}
+
 func (genericRunner) credentialFiles() []string { return nil }
 
 func (genericRunner) run(ctx context.Context, a *agent, p *place) error {

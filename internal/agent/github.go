@@ -3,8 +3,11 @@ package agent
 import (
 	"context"
 
-	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github/githubvm"
 )
+
+// GitHubActionsRunner is GitHub Actions' runner kind (githubvm.Platform).
+var GitHubActionsRunner RunnerKind = githubRunner{}
 
 // githubRunner is GitHub Actions' runner kind: the single-use runner
 // credential from the config's CredentialSource, actions/runner installed
@@ -21,27 +24,14 @@ func (githubRunner) credentialFiles() []string {
 
 func (githubRunner) run(ctx context.Context, a *agent, p *place) error {
 	cfg, sw := p.cfg, p.cfg.Runner.Software
-	src, err := a.credentialSource(cfg)
+	cred, err := a.credential(ctx, p)
 	if err != nil {
 		return err
-	}
-	cred, err := src.Credential(ctx)
-	a.attestationError = attestationErrorOf(err)
-	if err != nil {
-		return err
-	}
-	if err := cred.validate(); err != nil {
-		return err
-	}
-	for _, s := range []string{cred.JITConfig, cred.RegistrationToken} {
-		if s != "" {
-			a.secrets = append(a.secrets, s)
-		}
 	}
 	a.log.Info("runner credential obtained", "credential", cred)
 
 	scripts := []string{sw.RunScript}
-	if cred.Method == agentconfig.BootstrapRunnerToken {
+	if cred.Method == githubvm.MethodRegistrationToken {
 		scripts = append(scripts, sw.ConfigScript)
 	}
 	if err := a.installRunner(ctx, &sw, p.install, scripts); err != nil {
@@ -52,7 +42,7 @@ func (githubRunner) run(ctx context.Context, a *agent, p *place) error {
 	if err := a.prepareWorkDir(p.install, p.work, p.user); err != nil {
 		return err
 	}
-	if cred.Method == agentconfig.BootstrapRunnerToken {
+	if cred.Method == githubvm.MethodRegistrationToken {
 		if err := a.configure(ctx, cfg, &sw, p.install, p.work, p.user, cred); err != nil {
 			return err
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github/githubvm"
 )
 
 const simPAT = "ghp_agentTest000000000000000000000000000"
@@ -170,7 +171,7 @@ func TestGitHubSimulator(t *testing.T) {
 		v := newVM(t)
 		v.secret = token
 		c := v.baseConfig()
-		c.BootstrapMethod = agentconfig.BootstrapRunnerToken
+		c.BootstrapMethod = githubvm.MethodRegistrationToken
 		c.RegistrationURL = gs.URL + "/octo-org/app"
 		c.Runner.Name, c.Runner.Labels = "agent-reg", []string{"hyperfleet", "agent-reg"}
 		runJob(t, v, c, "agent-reg", "agent-reg")

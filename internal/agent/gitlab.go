@@ -10,8 +10,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
-
-	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 )
 
 // EnvGitLabToken is the environment variable gitlab-runner reads its
@@ -59,28 +57,19 @@ const gitlabConfigDir = "/run/hyperfleet/gitlab-runner"
 // with the token in its environment (runSingle).
 type gitlabRunner struct{}
 
+// GitLabRunner is GitLab CI's runner kind (gitlabvm.Platform).
+var GitLabRunner RunnerKind = gitlabRunner{}
+
 // credentialFiles: the runner's config file is not in installPath; it is
 // removed when the runner exits (runForJobUser).
 func (gitlabRunner) credentialFiles() []string { return nil }
 
 func (gitlabRunner) run(ctx context.Context, a *agent, p *place) error {
-	cfg, sw := p.cfg, p.cfg.Runner.Software
-	src, err := a.credentialSource(cfg)
+	sw := p.cfg.Runner.Software
+	cred, err := a.credential(ctx, p)
 	if err != nil {
 		return err
 	}
-	cred, err := src.Credential(ctx)
-	a.attestationError = attestationErrorOf(err)
-	if err != nil {
-		return err
-	}
-	if err := cred.validate(); err != nil {
-		return err
-	}
-	if cred.Method != agentconfig.BootstrapRunnerAuthToken {
-		return fail(ExitBadConfig, "platform gitlab-ci takes a %s credential, not %s", agentconfig.BootstrapRunnerAuthToken, cred.Method)
-	}
-	a.secrets = append(a.secrets, cred.RegistrationToken)
 	a.log.Info("runner credential obtained", "credential", cred)
 	if err := a.installBinary(ctx, &sw, p.install, sw.RunScript); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/gitlab/gitlabvm"
 )
 
 // TestGitLabRunSingleArgs: one job with the shell executor, waiting the
@@ -23,10 +24,10 @@ func TestGitLabRunSingleArgs(t *testing.T) {
 	if strings.Contains(strings.Join(got, " "), "token") {
 		t.Fatal("a token flag on the command line")
 	}
-	if k, err := runnerKindFor(agentconfig.PlatformGitLabCI); err != nil || k.credentialFiles() != nil {
+	if k, err := runnerKindFor(gitlabvm.Platform); err != nil || k.credentialFiles() != nil {
 		t.Fatalf("runnerKindFor(gitlab-ci) = %v, %v", k, err)
 	}
-	if err := (Credential{Method: agentconfig.BootstrapRunnerAuthToken}).validate(); err == nil {
+	if err := (Credential{Method: gitlabvm.MethodRunnerAuthToken}).validate(); err == nil {
 		t.Fatal("a runner-auth-token credential without a token validated")
 	}
 }
@@ -36,13 +37,13 @@ func TestGitLabRunSingleArgs(t *testing.T) {
 // registrationToken, which the GitLab runner kind runs with.
 func TestGitLabCredentialFromEachSource(t *testing.T) {
 	cred, err := parseBrokerCredential([]byte(`{"method":"runner-auth-token","registrationToken":"glrt-from-broker"}`))
-	if err != nil || cred.Method != agentconfig.BootstrapRunnerAuthToken || cred.RegistrationToken != "glrt-from-broker" {
+	if err != nil || cred.Method != gitlabvm.MethodRunnerAuthToken || cred.RegistrationToken != "glrt-from-broker" {
 		t.Errorf("broker: %v, %v", cred, err)
 	}
 	if _, err := parseBrokerCredential([]byte(`{"method":"runner-auth-token"}`)); err == nil || !strings.Contains(err.Error(), "runner-auth-token credential without a token") {
 		t.Errorf("broker without a token: %v", err)
 	}
-	if err := (agentconfig.StoredCredential{Method: agentconfig.BootstrapRunnerAuthToken, RegistrationToken: "glrt-x"}).Validate(); err != nil {
+	if err := (agentconfig.StoredCredential{Method: gitlabvm.MethodRunnerAuthToken, RegistrationToken: "glrt-x"}).Validate(); err != nil {
 		t.Errorf("secret store: %v", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/gitlab/gitlabvm"
 )
 
 // TestGitLabSimulator runs the agent of a platform gitlab-ci VM against the
@@ -284,7 +285,7 @@ func startGitLabWorld(t *testing.T, adminPAT string) *gitlabWorld {
 // timeouts for the simulator's pace.
 func (w *gitlabWorld) vmConfig(v *vm, name string) *agentconfig.Config {
 	c := v.baseConfig()
-	c.Platform, c.BootstrapMethod, c.RegistrationURL = agentconfig.PlatformGitLabCI, agentconfig.BootstrapRunnerAuthToken, w.url
+	c.Platform, c.BootstrapMethod, c.RegistrationURL = gitlabvm.Platform, gitlabvm.MethodRunnerAuthToken, w.url
 	c.Runner = agentconfig.Runner{Name: name, Software: agentconfig.Software{
 		DownloadURL: w.url + "/_sim/gitlab-runner/gitlab-runner-linux-amd64", DownloadSHA256: w.sum,
 		InstallPath: "/opt/gitlab-runner", RunScript: "gitlab-runner", WorkDir: "/var/lib/hyperfleet/builds", OS: "linux", Arch: "amd64",

@@ -145,7 +145,7 @@ func (g *GuestSource) Credential(ctx context.Context) (Credential, error) {
 	if cred.RegistrationURL == "" {
 		cred.RegistrationURL = g.RegistrationURL
 	}
-	if (g.Method == agentconfig.BootstrapJITConfig) != (doc.JITConfig != "") || doc.JITConfig == "" && doc.RegistrationToken == "" {
+	if spec, _ := agentconfig.LookupMethod(g.Method); spec.JITConfig != (doc.JITConfig != "") || doc.JITConfig == "" && doc.RegistrationToken == "" {
 		return Credential{}, fail(ExitNoSecrets, "the secrets the operator placed at %s hold no %s credential, which the config's bootstrapMethod names", g.File, g.Method)
 	}
 	if !doc.ExpiresAt.IsZero() && !time.Now().Before(doc.ExpiresAt) {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github/githubvm"
 )
 
 // TestWaitGuestSecrets: the agent waits for the document the operator
@@ -156,7 +157,7 @@ func TestCredentialArrivesInTheRunningVM(t *testing.T) {
 		mu.Unlock()
 		if strings.HasPrefix(r.URL.Path, "/hints/v1/ready/") {
 			// The operator places the credential once it hears.
-			v.placeCredential(agentconfig.BootstrapJITConfig)
+			v.placeCredential(githubvm.MethodJIT)
 		}
 		w.WriteHeader(http.StatusAccepted)
 	}))

@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github/githubvm"
 )
 
 // fakeSudo is a sudo that answers `sudo -n -l -U <user>` as sudo 1.9 does
@@ -126,7 +127,7 @@ echo '{}' >.credentials_rsaparams`)
 	writeScript(t, filepath.Join(v.install(), "run.sh"), v.goodRunner(0))
 	c := v.baseConfig()
 	c.BootstrapMethod = method
-	if method == agentconfig.BootstrapRunnerToken {
+	if method == githubvm.MethodRegistrationToken {
 		c.RegistrationURL, c.Runner.Name = "https://github.example/octo-org/app", "vm-1"
 	}
 	c.JobMayEscalate = accept
@@ -150,7 +151,7 @@ func TestEscalatingJobUserIsRefusedForAMultiJobCredential(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
 		t.Parallel()
 		notices := &noticeRecorder{}
-		v, _ := escalatingVM(t, agentconfig.BootstrapRunnerToken, false, notices)
+		v, _ := escalatingVM(t, githubvm.MethodRegistrationToken, false, notices)
 		v.checkCommon(v.run(context.Background()), ExitJobUserEscalates, 1)
 		if got := v.read("config.args") + v.read("run.args"); !strings.Contains(got, "<missing") || strings.Count(got, "<missing") != 2 {
 			t.Errorf("a runner script ran: %s", got)
@@ -173,7 +174,7 @@ func TestEscalatingJobUserIsRefusedForAMultiJobCredential(t *testing.T) {
 		name   string
 		method agentconfig.BootstrapMethod
 		accept bool
-	}{{"accepted by the template", agentconfig.BootstrapRunnerToken, true}, {"single-job credential", agentconfig.BootstrapJITConfig, false}} {
+	}{{"accepted by the template", githubvm.MethodRegistrationToken, true}, {"single-job credential", githubvm.MethodJIT, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			notices := &noticeRecorder{}

@@ -29,6 +29,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/spire"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/identitytest"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/swtpm"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github/githubvm"
 )
 
 // The cheap world of property 11's broker path: the test binary stands in
@@ -397,7 +398,7 @@ func (w *identityWorld) addVM(t interface{ Fatal(...any) }, name string, tpm boo
 		t.Fatal(err)
 	}
 	answer := map[string]string{"method": string(method), "expiresAt": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}
-	if method == agentconfig.BootstrapRunnerToken {
+	if method == githubvm.MethodRegistrationToken {
 		answer["registrationToken"], answer["registrationURL"] = secret, registrationURL
 	} else {
 		answer["jitConfig"] = secret

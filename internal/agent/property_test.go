@@ -22,6 +22,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/testworld/proptest"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github/githubvm"
 )
 
 // issueOnSim asks the GitHub simulator's REST API, with the PAT, for what
@@ -186,7 +187,7 @@ func (w *bootstrapWorld) run(t *testing.T, f bootstrapFailer, c bootstrapCase) {
 			f.Fatal(err)
 		}
 		v.secret, _ = out["token"].(string)
-		cfg.BootstrapMethod = agentconfig.BootstrapRunnerToken
+		cfg.BootstrapMethod = githubvm.MethodRegistrationToken
 		cfg.RegistrationURL = gs.URL + "/octo-org/app"
 		cfg.Runner.Name, cfg.Runner.Labels = name, []string{"hyperfleet", name}
 	} else {
@@ -357,7 +358,7 @@ func (w *bootstrapWorld) run(t *testing.T, f bootstrapFailer, c bootstrapCase) {
 
 // secretsOf is the document the operator places for a credential.
 func secretsOf(method agentconfig.BootstrapMethod, secret string) agentconfig.GuestSecrets {
-	if method == agentconfig.BootstrapRunnerToken {
+	if method == githubvm.MethodRegistrationToken {
 		return agentconfig.GuestSecrets{RegistrationToken: secret}
 	}
 	return agentconfig.GuestSecrets{JITConfig: secret}

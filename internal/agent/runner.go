@@ -65,7 +65,7 @@ func (a *agent) configure(ctx context.Context, cfg *agentconfig.Config, sw *agen
 // without a job, or ctx is cancelled.
 func (a *agent) runRunner(ctx context.Context, sw *agentconfig.Software, install string, user *runAs, cred Credential) error {
 	var extra []string
-	if cred.Method == agentconfig.BootstrapJITConfig {
+	if spec, _ := agentconfig.LookupMethod(cred.Method); spec.JITConfig {
 		// Like its --jitconfig option, which would show in ps.
 		extra = append(extra, "ACTIONS_RUNNER_INPUT_JITCONFIG="+cred.JITConfig)
 	}

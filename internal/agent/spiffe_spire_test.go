@@ -25,6 +25,7 @@ import (
 	"github.com/spiffe/spire-api-sdk/proto/spire/api/types"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github/githubvm"
 	"github.com/hyperfleet/hyperfleet/test/spiretest"
 )
 
@@ -117,7 +118,7 @@ func (w *spireWorld) source(t *testing.T, token, wantID, brokerCase string, log 
 		BrokerCA:          w.broker.caPEM,
 	}
 	return &BrokerSource{
-		Method:        agentconfig.BootstrapJITConfig,
+		Method:        githubvm.MethodJIT,
 		SPIFFE:        s,
 		SecretsFile:   agentconfig.SecretsFile,
 		Root:          root,
@@ -255,7 +256,7 @@ func TestBrokerSourceSPIRE(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Credential: %v (exit code %d)\n%s", err, exitCode(err), log)
 		}
-		if cred.Method != agentconfig.BootstrapJITConfig || cred.JITConfig != brokerJIT(usedID) {
+		if cred.Method != githubvm.MethodJIT || cred.JITConfig != brokerJIT(usedID) {
 			t.Errorf("credential %+v, want the broker's JIT configuration for %s", cred, usedID)
 		}
 		if got := w.broker.seenIDs("ok"); len(got) != 1 || got[0] != usedID {
@@ -350,7 +351,7 @@ func TestBrokerSourceSPIRE(t *testing.T) {
 		token, id := w.vmIdentity(t, "method")
 		log := &syncBuffer{}
 		src, root := w.source(t, token, id, "method", log)
-		src.Method = agentconfig.BootstrapRunnerToken
+		src.Method = githubvm.MethodRegistrationToken
 		_, err := src.Credential(context.Background())
 		if code := exitCode(err); code != ExitBrokerRefused || !strings.Contains(err.Error(), "bootstrapMethod is runner-token") {
 			t.Fatalf("exit code %d (%v), want ExitBrokerRefused naming the bootstrapMethod\n%s", code, err, log)

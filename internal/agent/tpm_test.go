@@ -26,6 +26,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/swtpm"
 	"github.com/hyperfleet/hyperfleet/internal/tpmdevid"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github/githubvm"
 )
 
 // TestSPIREAgentConfigTPM: with a DevID spire-agent attests with
@@ -476,7 +477,7 @@ func tpmSource(t *testing.T, tpm *swtpm.TPM, o *tpmOperator, log *syncBuffer) *B
 		t.Fatal(err)
 	}
 	return &BrokerSource{
-		Method: agentconfig.BootstrapJITConfig,
+		Method: githubvm.MethodJIT,
 		SPIFFE: &agentconfig.SPIFFE{
 			AttestationMethod: agentconfig.AttestationTPM,
 			TPMDevicePath:     "/dev/tpmrm0",

@@ -24,6 +24,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/secretstore"
 	"github.com/hyperfleet/hyperfleet/internal/secretstore/vault"
 	vaultsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/vault"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github/githubvm"
 )
 
 const (
@@ -125,7 +126,7 @@ var (
 func TestVaultSourceEndToEnd(t *testing.T) {
 	w := newStoreWorld(t)
 	ctx := context.Background()
-	want := agentconfig.StoredCredential{Method: agentconfig.BootstrapRunnerToken, RegistrationToken: "AABBCCDD", RegistrationURL: "https://github.com/octo-org"}
+	want := agentconfig.StoredCredential{Method: githubvm.MethodRegistrationToken, RegistrationToken: "AABBCCDD", RegistrationURL: "https://github.com/octo-org"}
 	if err := w.operator.Put(ctx, vmA, want); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +155,7 @@ func TestVaultSourceRefusals(t *testing.T) {
 	w := newStoreWorld(t)
 	ctx := context.Background()
 	for _, id := range []spiffeid.ID{vmA, vmB} {
-		if err := w.operator.Put(ctx, id, agentconfig.StoredCredential{Method: agentconfig.BootstrapJITConfig, JITConfig: "jit-" + id.String()}); err != nil {
+		if err := w.operator.Put(ctx, id, agentconfig.StoredCredential{Method: githubvm.MethodJIT, JITConfig: "jit-" + id.String()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -208,7 +209,7 @@ func TestVaultSourceSpeaksLikeTheOfficialClient(t *testing.T) {
 	ctx := context.Background()
 	run := func(t *testing.T, viaAgent bool) []recordedRequest {
 		w := newStoreWorld(t)
-		if err := w.operator.Put(ctx, vmA, agentconfig.StoredCredential{Method: agentconfig.BootstrapJITConfig, JITConfig: "jit"}); err != nil {
+		if err := w.operator.Put(ctx, vmA, agentconfig.StoredCredential{Method: githubvm.MethodJIT, JITConfig: "jit"}); err != nil {
 			t.Fatal(err)
 		}
 		before := len(w.requests())

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/github/githubvm"
 )
 
 // spireSource is w's source for vmA as NewCredentialSource builds it for a
@@ -17,7 +18,7 @@ import (
 // a real spire-agent by the end-to-end tests).
 func spireSource(t *testing.T, w *storeWorld, sub string) *VaultSource {
 	src := w.source(t, vmA, sub)
-	src.SPIRE = &BrokerSource{Method: agentconfig.BootstrapJITConfig}
+	src.SPIRE = &BrokerSource{Method: githubvm.MethodJIT}
 	return src
 }
 
@@ -31,7 +32,7 @@ func TestVaultSourceWaitsForTheOperator(t *testing.T) {
 	src := spireSource(t, w, vmA.String())
 	go func() {
 		time.Sleep(1500 * time.Millisecond)
-		_ = w.operator.Put(ctx, vmA, agentconfig.StoredCredential{Method: agentconfig.BootstrapJITConfig, JITConfig: "eyJqaXQiOjF9"})
+		_ = w.operator.Put(ctx, vmA, agentconfig.StoredCredential{Method: githubvm.MethodJIT, JITConfig: "eyJqaXQiOjF9"})
 	}()
 	got, err := src.await(ctx, src.FetchJWTSVID)
 	if err != nil {
@@ -51,7 +52,7 @@ func TestVaultSourceWaitsForTheOperator(t *testing.T) {
 func TestVaultSourceExitCodes(t *testing.T) {
 	w := newStoreWorld(t)
 	ctx := context.Background()
-	if err := w.operator.Put(ctx, vmA, agentconfig.StoredCredential{Method: agentconfig.BootstrapJITConfig, JITConfig: "eyJqaXQiOjF9"}); err != nil {
+	if err := w.operator.Put(ctx, vmA, agentconfig.StoredCredential{Method: githubvm.MethodJIT, JITConfig: "eyJqaXQiOjF9"}); err != nil {
 		t.Fatal(err)
 	}
 	cases := map[string]struct {
@@ -68,7 +69,7 @@ func TestVaultSourceExitCodes(t *testing.T) {
 		}, timeout: 10 * time.Second, code: ExitAttestation, want: "no identity issued"},
 		"another method": {src: func() *VaultSource {
 			s := spireSource(t, w, vmA.String())
-			s.SPIRE.Method = agentconfig.BootstrapRunnerToken
+			s.SPIRE.Method = githubvm.MethodRegistrationToken
 			return s
 		}, timeout: 10 * time.Second, code: ExitBrokerRefused, want: "bootstrapMethod is runner-token"},
 		"never written": {src: func() *VaultSource {
@@ -113,7 +114,7 @@ func TestParseJWTSVID(t *testing.T) {
 }
 
 func TestNewCredentialSourcePicksTheStore(t *testing.T) {
-	cfg := &agentconfig.Config{WorkloadMethod: agentconfig.WorkloadBroker, BootstrapMethod: agentconfig.BootstrapJITConfig,
+	cfg := &agentconfig.Config{WorkloadMethod: agentconfig.WorkloadBroker, BootstrapMethod: githubvm.MethodJIT,
 		SPIFFE: &agentconfig.SPIFFE{BrokerURL: "https://broker.example.com/broker/v1/credential"}}
 	if src, err := NewCredentialSource(cfg); err != nil {
 		t.Fatal(err)

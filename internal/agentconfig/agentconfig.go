@@ -63,30 +63,12 @@ const CurrentVersion = 1
 // shared steps.
 type Platform string
 
-const (
-	// PlatformGitHubActions is GitHub Actions: actions/runner, for one job.
-	PlatformGitHubActions Platform = "github-actions"
-	// PlatformGeneric is no CI platform: the agent runs the template's
-	// script (generic.script) once, as the runner user in the work
-	// directory, and powers the VM off when it exits or at
-	// generic.deadline, whichever comes first.
-	PlatformGeneric Platform = "generic"
-	// PlatformGitLabCI is GitLab CI: the agent runs
-	// runner.software.installPath/runScript (gitlab-runner) as
-	// `gitlab-runner run-single --max-builds 1` with the runner
-	// authentication token (bootstrapMethod runner-auth-token) in
-	// CI_SERVER_TOKEN, registrationURL (the GitLab instance) as its --url
-	// and runner.software.workDir as --builds-dir.
-	PlatformGitLabCI Platform = "gitlab-ci"
-	// PlatformBuildkite is Buildkite: the agent runs
-	// runner.software.installPath/runScript (buildkite-agent) as
-	// `buildkite-agent start --disconnect-after-job` with the agent token
-	// (bootstrapMethod agent-token) in BUILDKITE_AGENT_TOKEN,
-	// registrationURL as its --endpoint, runner.name as --name,
-	// runner.labels as --tags and runner.software.workDir as
-	// --build-path.
-	PlatformBuildkite Platform = "buildkite"
-)
+// PlatformGeneric is no CI platform: the agent runs the template's script
+// (generic.script) once, as the runner user in the work directory, and
+// powers the VM off when it exits or at generic.deadline, whichever comes
+// first. The CI platforms are registered by their own packages
+// (RegisterPlatform, platform.go).
+const PlatformGeneric Platform = "generic"
 
 // DefaultRunnerUser is the user the VM's runner runs as: the agent's
 // --run-as default (cmd/hyperfleet-agent) and the operator's default
@@ -125,30 +107,9 @@ const (
 // BootstrapMethod is the kind of single-use runner credential.
 type BootstrapMethod string
 
-const (
-	// BootstrapJITConfig is a GitHub just-in-time runner configuration: the
-	// runner is already registered, for one job, and is started with it.
-	BootstrapJITConfig BootstrapMethod = "jit-config"
-	// BootstrapRunnerToken is a GitHub registration token (valid one hour):
-	// the agent runs the runner's config script with it to register an
-	// ephemeral runner, then runs the runner.
-	BootstrapRunnerToken BootstrapMethod = "runner-token"
-	// BootstrapRunnerAuthToken is a GitLab runner authentication token
-	// (glrt-...): the operator created the runner for this VM alone, and
-	// the agent runs gitlab-runner run-single with it for one job; the
-	// operator deletes the runner when the claim ends.
-	BootstrapRunnerAuthToken BootstrapMethod = "runner-auth-token"
-	// BootstrapAgentToken is a Buildkite cluster agent token made for
-	// this VM alone (platform buildkite): buildkite-agent registers with
-	// it. It travels in the registrationToken fields of the guest
-	// secrets, the broker's answer and the stored credential.
-	BootstrapAgentToken BootstrapMethod = "agent-token"
-	// BootstrapJobToken is a Buildkite job acquisition token (bkjat_,
-	// platform buildkite): buildkite-agent registers with it and acquires
-	// the one job it is good for, which the credential names
-	// (GuestSecrets.job). It travels as BootstrapAgentToken does.
-	BootstrapJobToken BootstrapMethod = "job-token"
-)
+// The runner credentials each platform's runner takes are its own
+// (MethodSpec, registered with its platform); compat.go keeps two names
+// other packages still use.
 
 // AttestationMethod is how the agent proves its identity to SPIRE.
 type AttestationMethod string
@@ -167,8 +128,9 @@ type Config struct {
 	// version is the file format version; must be CurrentVersion (1).
 	Version int `json:"version"`
 
-	// platform is the CI platform: "github-actions", or "generic" (no CI
-	// platform: the generic section's script).
+	// platform is the CI platform, one registered with RegisterPlatform
+	// (platform.go; such as github-actions), or generic (no CI platform:
+	// the generic section's script).
 	Platform Platform `json:"platform"`
 
 	// generic is what a VM of platform generic runs, and until when;
@@ -180,7 +142,8 @@ type Config struct {
 	// the operator's broker after attestation).
 	WorkloadMethod WorkloadMethod `json:"workloadMethod"`
 
-	// bootstrapMethod is "jit-config" or "runner-token": the kind of runner
+	// bootstrapMethod is one of the platform's methods
+	// (PlatformSpec.Methods, such as jit-config): the kind of runner
 	// credential, whether it arrives at secretsFile or comes from the
 	// broker. Empty with platform generic, which has no runner credential.
 	BootstrapMethod BootstrapMethod `json:"bootstrapMethod,omitempty"`
@@ -583,26 +546,20 @@ func (c *Config) Validate() error {
 		bad("version", "is %d; this agent reads version %d", c.Version, CurrentVersion)
 	}
 	generic := c.Platform == PlatformGeneric
-	switch c.Platform {
-	case PlatformGitHubActions, PlatformGeneric, PlatformBuildkite, PlatformGitLabCI:
-	default:
-		bad("platform", "is %q; must be %q, %q, %q or %q", c.Platform, PlatformGitHubActions, PlatformGitLabCI, PlatformBuildkite, PlatformGeneric)
-	}
+	spec, known := LookupPlatform(c.Platform)
 	switch {
 	case generic:
 		if c.BootstrapMethod != "" {
 			bad("bootstrapMethod", "is %q but platform is generic, which has no runner credential; remove it", c.BootstrapMethod)
 		}
 		c.validateGeneric(bad)
+	case !known:
+		bad("platform", "is %q; must be one of %q", c.Platform, RegisteredPlatforms())
 	case c.Generic != nil:
 		bad("generic", "is set but platform is %q; it applies only to platform generic", c.Platform)
-	case c.Platform == PlatformGitLabCI:
-		c.validateGitLab(bad)
-	case c.Platform == PlatformBuildkite:
-		c.validateBuildkite(bad)
-	case c.BootstrapMethod == BootstrapJITConfig, c.BootstrapMethod == BootstrapRunnerToken:
 	default:
-		bad("bootstrapMethod", "is %q; must be %q or %q", c.BootstrapMethod, BootstrapJITConfig, BootstrapRunnerToken)
+		spec.ValidateMethod(c, bad)
+		spec.Validate(c, bad)
 	}
 
 	switch c.WorkloadMethod {
@@ -627,30 +584,20 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.validateSecretsFile(bad)
-	if c.Runner.Software.OS == "win" && (c.Platform != PlatformGitHubActions || c.WorkloadMethod != WorkloadDirect) {
-		bad("runner.software.os", "is win, which the agent runs only for platform %s with workloadMethod %s (docs/windows.md)", PlatformGitHubActions, WorkloadDirect)
-	}
-	if c.BootstrapMethod == BootstrapRunnerToken {
-		if c.RegistrationURL == "" {
-			bad("registrationURL", "is empty; bootstrapMethod runner-token needs the URL the runner registers to, such as https://github.com/octo-org/octo-repo")
-		}
-		if c.Runner.Name == "" {
-			bad("runner.name", "is empty; bootstrapMethod runner-token needs the runner's name")
-		}
+	switch {
+	case c.Runner.Software.OS != "win":
+	case !spec.Windows:
+		bad("runner.software.os", "is win, which the agent does not run for platform %s (docs/windows.md)", c.Platform)
+	case c.WorkloadMethod != WorkloadDirect:
+		bad("runner.software.os", "is win, which the agent runs only for platform %s with workloadMethod %s (docs/windows.md)", c.Platform, WorkloadDirect)
 	}
 	if c.RegistrationURL != "" {
 		if err := checkHTTPSURL(c.RegistrationURL); err != nil {
 			bad("registrationURL", "%v", err)
 		}
 	}
-	switch {
-	case generic:
+	if generic {
 		checkRunnerDir(bad, "runner.software.workDir", c.Runner.Software.WorkDir, c.Runner.Software.OS)
-	case c.Platform == PlatformBuildkite, c.Platform == PlatformGitLabCI:
-		// Checked with the platform: no config script, and an agent
-		// or runner baked into the image may sit in a system directory.
-	default:
-		c.Runner.validate(bad)
 	}
 	if c.SPIFFE != nil {
 		// A generic VM fetches no runner credential: it needs the
@@ -773,99 +720,6 @@ func checkRunnerDir(bad func(field, format string, args ...any), field, p, os st
 		bad(field, "%q %s; the agent empties it after each job: use a directory of its own such as /opt/actions-runner or /var/lib/hyperfleet/work", p, why)
 	}
 }
-
-// validateGitLab checks a platform gitlab-ci config: a runner
-// authentication token, the GitLab instance's https URL (the token travels
-// to it) and the runner binary. installPath is emptied after the job only
-// when the runner is downloaded into it, so only then must it be a
-// directory of its own.
-func (c *Config) validateGitLab(bad func(field, format string, args ...any)) {
-	if c.BootstrapMethod != BootstrapRunnerAuthToken {
-		bad("bootstrapMethod", "is %q; platform gitlab-ci takes %q (the token of a runner made for the VM)", c.BootstrapMethod, BootstrapRunnerAuthToken)
-	}
-	if c.RegistrationURL == "" {
-		// Its https:// form is checked with every platform's.
-		bad("registrationURL", "is empty; platform gitlab-ci needs the GitLab instance's URL, such as https://gitlab.com")
-	}
-	sw := c.Runner.Software
-	if sw.DownloadURL != "" {
-		if err := checkHTTPSURL(sw.DownloadURL); err != nil {
-			bad("runner.software.downloadURL", "%v", err)
-		}
-		if !sha256RE.MatchString(sw.DownloadSHA256) {
-			bad("runner.software.downloadSHA256", "must be the binary's SHA-256, 64 lower-case hex digits (GitLab's release.sha256)")
-		}
-		checkRunnerDir(bad, "runner.software.installPath", sw.InstallPath, sw.OS)
-	} else if p := sw.InstallPath; p == "" || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
-		bad("runner.software.installPath", "%q must be the absolute directory of gitlab-runner, such as /usr/local/bin", p)
-	}
-	checkRunnerDir(bad, "runner.software.workDir", sw.WorkDir, sw.OS)
-	if !scriptNameRE.MatchString(sw.RunScript) {
-		bad("runner.software.runScript", "%q must be the runner's file name in installPath, such as gitlab-runner", sw.RunScript)
-	}
-	if len(c.Runner.Labels) > 0 {
-		bad("runner.labels", "is set but platform is gitlab-ci, whose runner's tags are set at GitLab when the operator creates it; remove it")
-	}
-}
-
-// validateBuildkite checks a platform buildkite config: an agent token,
-// the agent API endpoint, the agent's name, its tags (key=value) and the
-// agent binary. installPath is emptied after the job only when the agent
-// is downloaded into it, so only then must it be a directory of its own.
-func (c *Config) validateBuildkite(bad func(field, format string, args ...any)) {
-	switch c.BootstrapMethod {
-	case BootstrapAgentToken:
-		if c.Runner.AcquireJob != "" {
-			bad("runner.acquireJob", "is set but bootstrapMethod is %q; a job to acquire comes with a %q credential", BootstrapAgentToken, BootstrapJobToken)
-		}
-	case BootstrapJobToken:
-		// The job comes with the credential (a warm VM's pool binds it one
-		// after it booted); a config that names one must name a UUID, which
-		// the credential's job must then be.
-		if c.Runner.AcquireJob != "" && !jobUUIDRE.MatchString(c.Runner.AcquireJob) {
-			bad("runner.acquireJob", "%q is not a Buildkite job UUID; bootstrapMethod %q takes the job its token is for, or none (the credential names it)", c.Runner.AcquireJob, BootstrapJobToken)
-		}
-	default:
-		bad("bootstrapMethod", "is %q; platform buildkite takes %q (a cluster agent token made for the VM) or %q (a job acquisition token)", c.BootstrapMethod, BootstrapAgentToken, BootstrapJobToken)
-	}
-	if c.RegistrationURL == "" {
-		bad("registrationURL", "is empty; platform buildkite needs the agent API endpoint, such as https://agent.buildkite.com/v3")
-	}
-	sw := c.Runner.Software
-	if sw.DownloadURL != "" {
-		if err := checkHTTPSURL(sw.DownloadURL); err != nil {
-			bad("runner.software.downloadURL", "%v", err)
-		}
-		if !sha256RE.MatchString(sw.DownloadSHA256) {
-			bad("runner.software.downloadSHA256", "must be the archive's SHA-256, 64 lower-case hex digits")
-		}
-		// Emptied after the job: a directory of its own.
-		checkRunnerDir(bad, "runner.software.installPath", sw.InstallPath, sw.OS)
-	} else if p := sw.InstallPath; p == "" || !path.IsAbs(p) || strings.ContainsRune(p, 0) {
-		bad("runner.software.installPath", "%q must be the absolute directory of buildkite-agent, such as /usr/local/bin", p)
-	}
-	checkRunnerDir(bad, "runner.software.workDir", sw.WorkDir, sw.OS)
-	if !scriptNameRE.MatchString(sw.RunScript) {
-		bad("runner.software.runScript", "%q must be the agent's file name in installPath, such as buildkite-agent", sw.RunScript)
-	}
-	if sw.OS != "linux" {
-		bad("runner.software.os", "is %q; the Buildkite agent runs on linux here", sw.OS)
-	}
-	if sw.Arch != "amd64" && sw.Arch != "arm64" {
-		bad("runner.software.arch", "is %q; must be amd64 or arm64 (Buildkite's release names)", sw.Arch)
-	}
-	if !runnerNameRE.MatchString(c.Runner.Name) {
-		bad("runner.name", "%q is not a valid agent name: use at most 64 letters, digits, '.', '_' or '-'", c.Runner.Name)
-	}
-	for i, l := range c.Runner.Labels {
-		if k, _, ok := strings.Cut(l, "="); !ok || k == "" || strings.ContainsAny(l, ", \t\r\n") {
-			bad(fmt.Sprintf("runner.labels[%d]", i), "%q is not a Buildkite agent tag: use key=value", l)
-		}
-	}
-}
-
-// jobUUIDRE is a Buildkite job id: a UUID, lower-case hex.
-var jobUUIDRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 // validateGeneric checks the generic section of a platform generic config.
 func (c *Config) validateGeneric(bad func(field, format string, args ...any)) {

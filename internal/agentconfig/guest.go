@@ -6,16 +6,14 @@ package agentconfig
 // registered for one job) and a Buildkite job acquisition token are; a
 // registration token (any number of runners for an hour), a GitLab runner
 // authentication token and a Buildkite agent token (a runner or agent
-// that takes jobs until the operator deletes it) are not. Empty (platform
-// generic, no runner credential) is single-job: there is nothing to copy.
-// The agent refuses a job user that can become root only for a credential
-// that is not (docs/templates.md, "The job user").
+// that takes jobs until the operator deletes it) are not (each platform's
+// MethodSpec.Reusable says so). Empty (platform generic, no runner
+// credential) is single-job: there is nothing to copy. The agent refuses a
+// job user that can become root only for a credential that is not
+// (docs/templates.md, "The job user").
 func (m BootstrapMethod) SingleJob() bool {
-	switch m {
-	case BootstrapRunnerToken, BootstrapRunnerAuthToken, BootstrapAgentToken:
-		return false
-	}
-	return true
+	spec, _ := LookupMethod(m)
+	return !spec.Reusable
 }
 
 // PowerOffNotice.GuestRefusal values.

@@ -115,44 +115,29 @@ type StoredCredential struct {
 // field.
 func (c StoredCredential) Validate() error {
 	var errs []error
-	switch c.Method {
-	case BootstrapJITConfig:
+	spec, ok := LookupMethod(c.Method)
+	switch {
+	case !ok:
+		errs = append(errs, fmt.Errorf("method: is %q; must be one of %q", c.Method, registeredMethods()))
+	case spec.JITConfig:
 		if c.JITConfig == "" {
-			errs = append(errs, errors.New("jitConfig: is empty; method jit-config needs GitHub's encoded JIT configuration"))
+			errs = append(errs, fmt.Errorf("jitConfig: is empty; method %s needs %s", c.Method, spec.Secret))
 		}
 		if c.RegistrationToken != "" {
-			errs = append(errs, errors.New("registrationToken: is set but method is jit-config; remove it"))
+			errs = append(errs, fmt.Errorf("registrationToken: is set but method is %s; remove it", c.Method))
 		}
-	case BootstrapRunnerToken:
+	default:
 		if c.RegistrationToken == "" {
-			errs = append(errs, errors.New("registrationToken: is empty; method runner-token needs a registration token"))
-		}
-		if c.JITConfig != "" {
-			errs = append(errs, errors.New("jitConfig: is set but method is runner-token; remove it"))
-		}
-		if err := checkHTTPSURL(c.RegistrationURL); err != nil {
-			errs = append(errs, fmt.Errorf("registrationURL: %w", err))
-		}
-	case BootstrapAgentToken, BootstrapJobToken:
-		// A Buildkite agent token or job acquisition token (with its job);
-		// the agent API endpoint is in the config, not here.
-		if c.RegistrationToken == "" {
-			errs = append(errs, fmt.Errorf("registrationToken: is empty; method %s needs the Buildkite token", c.Method))
+			errs = append(errs, fmt.Errorf("registrationToken: is empty; method %s needs %s", c.Method, spec.Secret))
 		}
 		if c.JITConfig != "" {
 			errs = append(errs, fmt.Errorf("jitConfig: is set but method is %s; remove it", c.Method))
 		}
-	case BootstrapRunnerAuthToken:
-		// A GitLab runner authentication token; the GitLab URL is in
-		// the config, not here.
-		if c.RegistrationToken == "" {
-			errs = append(errs, errors.New("registrationToken: is empty; method runner-auth-token needs the GitLab runner authentication token"))
+	}
+	if spec.CarriesURL {
+		if err := checkHTTPSURL(c.RegistrationURL); err != nil {
+			errs = append(errs, fmt.Errorf("registrationURL: %w", err))
 		}
-		if c.JITConfig != "" {
-			errs = append(errs, errors.New("jitConfig: is set but method is runner-auth-token; remove it"))
-		}
-	default:
-		errs = append(errs, fmt.Errorf("method: is %q; must be %q, %q, %q, %q or %q", c.Method, BootstrapJITConfig, BootstrapRunnerToken, BootstrapAgentToken, BootstrapJobToken, BootstrapRunnerAuthToken))
 	}
 	return errors.Join(errs...)
 }

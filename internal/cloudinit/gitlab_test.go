@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/gitlab/gitlabvm"
 )
 
 // TestGitLabAgentConfig: a gitlab-ci VM's agent.json names the platform,
@@ -21,7 +22,7 @@ func TestGitLabAgentConfig(t *testing.T) {
 		DownloadURL: "https://gitlab-runner-downloads.s3.amazonaws.com/v18.6.0/binaries/gitlab-runner-linux-amd64", DownloadSHA256: strings.Repeat("ab", 32)}
 	cfg := renderedAgentConfig(t, v)
 	sw := cfg.Runner.Software
-	if cfg.Platform != agentconfig.PlatformGitLabCI || cfg.BootstrapMethod != agentconfig.BootstrapRunnerAuthToken ||
+	if cfg.Platform != gitlabvm.Platform || cfg.BootstrapMethod != gitlabvm.MethodRunnerAuthToken ||
 		cfg.RegistrationURL != v.RegistrationURL || len(cfg.Runner.Labels) != 0 || cfg.Runner.Group != "" ||
 		sw.RunScript != "gitlab-runner" || sw.InstallPath != "/opt/gitlab-runner" || sw.DownloadURL != v.RunnerConfig.DownloadURL ||
 		sw.DownloadSHA256 != v.RunnerConfig.DownloadSHA256 || sw.WorkDir != "/var/lib/hyperfleet/builds" ||
@@ -33,7 +34,7 @@ func TestGitLabAgentConfig(t *testing.T) {
 	}
 
 	v.BootstrapMethod = BootstrapAgentToken
-	if _, err := Render(Input{Vars: v}); err == nil || !strings.Contains(err.Error(), "must be runner-auth-token with Platform gitlab-ci") {
+	if _, err := Render(Input{Vars: v}); err == nil || !strings.Contains(err.Error(), `must be "runner-auth-token" with Platform gitlab-ci`) {
 		t.Errorf("a gitlab-ci VM with Buildkite's method: %v", err)
 	}
 }

@@ -224,7 +224,7 @@ Restart=no
 func agentConfig(v *Vars) *agentconfig.Config {
 	c := &agentconfig.Config{
 		Version:         agentconfig.CurrentVersion,
-		Platform:        agentconfig.PlatformGitHubActions,
+		Platform:        agentconfig.Platform(v.Platform),
 		WorkloadMethod:  agentconfig.WorkloadMethod(v.WorkloadMethod),
 		BootstrapMethod: agentconfig.BootstrapMethod(v.BootstrapMethod),
 		RegistrationURL: v.RegistrationURL,
@@ -232,8 +232,8 @@ func agentConfig(v *Vars) *agentconfig.Config {
 			Name:   v.RunnerName,
 			Labels: []string(v.Labels),
 			Group:  v.RunnerGroup,
-			// The job a Buildkite VM was made for, whose job acquisition
-			// token it gets (BootstrapJobToken below).
+			// The job a VM was made for, on a platform that binds VMs to
+			// jobs (agentconfig.PlatformSpec.BindsJob).
 			AcquireJob: v.AcquireJob,
 			Software: agentconfig.Software{
 				DownloadURL:    v.RunnerConfig.DownloadURL,
@@ -252,32 +252,12 @@ func agentConfig(v *Vars) *agentconfig.Config {
 		Proxy:            v.proxy(),
 		JobMayEscalate:   v.JobMayEscalate,
 	}
-	if v.Platform == PlatformBuildkite {
-		// RegistrationURL is the agent API endpoint, Labels the agent's
-		// tags, RunScript the agent binary in InstallPath.
-		c.Platform = agentconfig.PlatformBuildkite
-		c.Runner.Group = ""
-		if v.AcquireJob != "" {
-			// A VM made for one job gets a job acquisition token for it.
-			c.BootstrapMethod = agentconfig.BootstrapJobToken
+	if spec, ok := v.platformSpec(); ok {
+		// The platform's own shape: what its runner does not take goes.
+		c.Platform = spec.Platform
+		if spec.Shape != nil {
+			spec.Shape(c)
 		}
-		// The agent's tags are the key=value labels; the others
-		// (self-hosted, hyperfleet, queue:default) are the operator's
-		// routing marks, which Buildkite does not know.
-		var tags []string
-		for _, l := range v.Labels {
-			if strings.Contains(l, "=") {
-				tags = append(tags, l)
-			}
-		}
-		c.Runner.Labels = tags
-	}
-	if v.Platform == PlatformGitLabCI {
-		// RegistrationURL is the GitLab instance, RunScript gitlab-runner
-		// in InstallPath. The runner's tags live on the runner the
-		// operator created at GitLab; run-single takes none.
-		c.Platform = agentconfig.PlatformGitLabCI
-		c.Runner.Group, c.Runner.Labels = "", nil
 	}
 	if v.Platform == PlatformGeneric {
 		c.Platform, c.BootstrapMethod, c.RegistrationURL = agentconfig.PlatformGeneric, "", ""
@@ -316,15 +296,22 @@ func agentConfig(v *Vars) *agentconfig.Config {
 	return c
 }
 
-// operatorCloudConfig is the operator's cloud-config as a YAML mapping.
-func operatorCloudConfig(v *Vars) (*yaml.Node, error) {
+// agentConfigFile is the agent's config file for v (agentConfig), checked
+// unless v is canonical: per-VM values are empty there, and the drift hash
+// renders it all the same.
+func agentConfigFile(v *Vars) ([]byte, error) {
 	cfg := agentConfig(v)
 	if !v.canonical {
 		if err := cfg.Validate(); err != nil {
 			return nil, fmt.Errorf("vars: the agent config they produce is invalid: %w", err)
 		}
 	}
-	js, err := cfg.Marshal()
+	return cfg.Marshal()
+}
+
+// operatorCloudConfig is the operator's cloud-config as a YAML mapping.
+func operatorCloudConfig(v *Vars) (*yaml.Node, error) {
+	js, err := agentConfigFile(v)
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +364,7 @@ func operatorCloudConfig(v *Vars) (*yaml.Node, error) {
 		flow("systemctl", "daemon-reload"),
 		flow("systemctl", "start", "--no-block", AgentUnitName),
 	)
-	if p := cfg.Proxy; p != nil {
+	if p := v.proxy(); p != nil {
 		files.Content = append(files.Content,
 			mapping("path", ProxyProfilePath, "owner", "root:root", "permissions", quoted("0644"), "content", literal(proxyProfile(p))),
 			mapping("path", ProxyAptPath, "owner", "root:root", "permissions", quoted("0644"), "content", literal(proxyApt(p))))

@@ -1,6 +1,7 @@
 package cloudinit
 
 import (
+	"cmp"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -46,30 +47,15 @@ const (
 	WorkloadBroker = "broker"
 )
 
-// Platforms (Vars.Platform): the agent's runner kind.
-const (
-	PlatformGitHubActions = "github-actions"
-	PlatformGeneric       = "generic"
-	PlatformBuildkite     = "buildkite"
-	PlatformGitLabCI      = "gitlab-ci"
-)
+// PlatformGeneric (Vars.Platform) is no CI platform: the agent runs
+// GenericScript. The CI platforms' names are their own
+// (agentconfig.PlatformSpec, registered by pkg/workload/<platform>/...).
+const PlatformGeneric = string(agentconfig.PlatformGeneric)
 
-// Bootstrap methods (Vars.BootstrapMethod), as in spec.bootstrap.method.
-const (
-	BootstrapJITConfig   = "jit-config"
-	BootstrapRunnerToken = "runner-token"
-	// BootstrapAgentToken is Buildkite's: a cluster agent token made for
-	// the VM (Platform buildkite).
-	BootstrapAgentToken = "agent-token"
-	// BootstrapJobToken is Buildkite's: a job acquisition token for the
-	// one job the claim is bound to, when it was made for it
-	// (Vars.AcquireJob) or, for a warm VM, when its pool binds it one (the
-	// credential names the job).
-	BootstrapJobToken = "job-token"
-	// BootstrapRunnerAuthToken is GitLab's: the authentication token of
-	// a runner made for the VM (Platform gitlab-ci).
-	BootstrapRunnerAuthToken = "runner-auth-token"
-)
+// BootstrapJITConfig is the credential method of a template that names
+// none (spec.bootstrap.method's default), for internal/vmspec; a platform's
+// own methods are its back-end's (workload.Template.BootstrapMethod).
+const BootstrapJITConfig = string(agentconfig.BootstrapJITConfig)
 
 // Vars are the variables a template's spec.cloudInit.userData, networkData
 // and metaData see (as {{ .Hostname }} and so on), and the input of the
@@ -182,10 +168,9 @@ type Vars struct {
 	// running VM) or broker (fetched after attestation); broker exactly
 	// when SPIFFEEnabled.
 	WorkloadMethod string
-	// Platform is what the VM's agent runs: github-actions (the default
-	// when empty), buildkite (buildkite-agent with an agent token),
-	// gitlab-ci (gitlab-runner run-single with a runner authentication
-	// token) or generic (GenericScript, until Deadline).
+	// Platform is what the VM's agent runs: a registered CI platform
+	// (agentconfig.PlatformSpec; empty is the default one, GitHub Actions)
+	// or generic (GenericScript, until Deadline).
 	Platform string
 	// GuestOS is the VM's operating system (spec.guest.os): "" or linux
 	// (cloud-init), or windows (cloudbase-init: the user data is MIME
@@ -453,8 +438,6 @@ func (v *Vars) perVM(name, val string) error {
 }
 
 var (
-	// jobUUIDRE is a Buildkite job id.
-	jobUUIDRE  = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 	dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 	dnsNameRE  = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 )
@@ -620,37 +603,32 @@ func (v *Vars) check() (netVars, error) {
 	return nv, v.checkAgent()
 }
 
-// checkPlatform checks the variables of the agent's runner kind.
+// checkPlatform checks the variables of the agent's runner kind: a
+// registered platform (the default one when Platform is empty) and one of
+// its credential methods, or generic.
 func (v *Vars) checkPlatform() error {
-	if v.AcquireJob != "" && v.Platform != PlatformBuildkite {
-		return fmt.Errorf("vars: AcquireJob is set but Platform is %q; only buildkite binds a VM to a job", v.Platform)
+	if v.Platform == PlatformGeneric {
+		if v.AcquireJob != "" {
+			return fmt.Errorf("vars: AcquireJob is set but Platform is %q, which binds no VM to a job", v.Platform)
+		}
+		return v.checkGeneric()
 	}
-	switch v.Platform {
-	case "", PlatformGitHubActions:
-		switch v.BootstrapMethod {
-		case BootstrapJITConfig, BootstrapRunnerToken:
-		default:
-			return fmt.Errorf("vars: BootstrapMethod %q must be %s or %s", v.BootstrapMethod, BootstrapJITConfig, BootstrapRunnerToken)
-		}
-	case PlatformGeneric:
-		if err := v.checkGeneric(); err != nil {
-			return err
-		}
-	case PlatformBuildkite:
-		if v.BootstrapMethod != BootstrapJobToken && v.BootstrapMethod != BootstrapAgentToken {
-			return fmt.Errorf("vars: BootstrapMethod %q must be %s (or %s) with Platform buildkite", v.BootstrapMethod, BootstrapJobToken, BootstrapAgentToken)
-		}
-		if v.AcquireJob != "" && !jobUUIDRE.MatchString(v.AcquireJob) {
-			return fmt.Errorf("vars: AcquireJob %q is not a Buildkite job UUID", v.AcquireJob)
-		}
-	case PlatformGitLabCI:
-		if v.BootstrapMethod != BootstrapRunnerAuthToken {
-			return fmt.Errorf("vars: BootstrapMethod %q must be %s with Platform gitlab-ci", v.BootstrapMethod, BootstrapRunnerAuthToken)
-		}
-	default:
-		return fmt.Errorf("vars: Platform %q must be %s, %s, %s or %s", v.Platform, PlatformGitHubActions, PlatformGitLabCI, PlatformBuildkite, PlatformGeneric)
+	spec, ok := v.platformSpec()
+	switch {
+	case !ok:
+		return fmt.Errorf("vars: Platform %q must be one of %q (empty: the registered default platform, PlatformSpec.Default)", v.Platform, agentconfig.RegisteredPlatforms())
+	case v.AcquireJob != "" && !spec.BindsJob:
+		return fmt.Errorf("vars: AcquireJob is set but Platform is %q, which binds no VM to a job", spec.Platform)
+	case !spec.Takes(agentconfig.BootstrapMethod(v.BootstrapMethod)):
+		return fmt.Errorf("vars: BootstrapMethod %q must be %s with Platform %s", v.BootstrapMethod, spec.MethodNames(), spec.Platform)
 	}
 	return nil
+}
+
+// platformSpec is the spec of v's CI platform: Platform's, or the default
+// one's when it is empty.
+func (v *Vars) platformSpec() (agentconfig.PlatformSpec, bool) {
+	return agentconfig.LookupPlatform(cmp.Or(agentconfig.Platform(v.Platform), agentconfig.DefaultPlatform()))
 }
 
 // checkGeneric validates the variables of Platform generic.

@@ -32,9 +32,10 @@ const windowsBoundary = "hyperfleet-windows-user-data"
 // checkWindows refuses Vars the Windows path does not build (the API's
 // CEL rules on spec.guest refuse the same templates, docs/windows.md).
 func (v *Vars) checkWindows(in Input) error {
+	spec, _ := v.platformSpec()
 	switch {
-	case v.Platform != "" && v.Platform != PlatformGitHubActions:
-		return fmt.Errorf("vars: GuestOS windows runs GitHub Actions runners only, not Platform %s", v.Platform)
+	case !spec.Windows:
+		return fmt.Errorf("vars: GuestOS windows runs the runners of platforms whose runner runs on Windows only, not Platform %s", v.Platform)
 	case v.WorkloadMethod != WorkloadDirect:
 		return fmt.Errorf("vars: GuestOS windows needs WorkloadMethod %s (no attestation), not %q", WorkloadDirect, v.WorkloadMethod)
 	case v.SPIFFEEnabled:
@@ -83,13 +84,7 @@ func windowsRunnerSoftware(s agentconfig.Software) agentconfig.Software {
 // SetHostNamePlugin, before user data), never from a set_hostname
 // directive, which would ask for a reboot in the middle of the user data.
 func windowsUserData(v *Vars) ([]byte, error) {
-	cfg := agentConfig(v)
-	if !v.canonical {
-		if err := cfg.Validate(); err != nil {
-			return nil, fmt.Errorf("vars: the agent config they produce is invalid: %w", err)
-		}
-	}
-	js, err := cfg.Marshal()
+	js, err := agentConfigFile(v)
 	if err != nil {
 		return nil, err
 	}

@@ -386,10 +386,10 @@ func newLifeWorld(tb testing.TB, rt reporter, o lifeOptions) *lifeWorld {
 	w.templates = &controller.HypervisorMachineTemplateReconciler{Client: w.kube, Registry: w.registry, Recorder: w.rec,
 		Workloads: backends, Identity: controller.IdentitySupport{Issuer: w.issuer, Broker: lifeBroker{}}}
 	w.claims = &machineclaim.Reconciler{Client: w.kube, Registry: w.registry, Recorder: w.rec, Clock: clk, Signer: testSigner,
-		CI: w.ci, Credentials: w.ci, Identity: identities, Issuer: w.issuer, Broker: lifeBroker{}}
+		CI: w.ci, Identity: machineclaim.IdentityService{Credentials: w.ci, Servers: identities, Issuer: w.issuer, Broker: lifeBroker{}}}
 	if o.github != nil {
 		platforms := newPlatforms(w.kube, backends)
-		w.claims.CI, w.claims.Credentials = platforms, platforms
+		w.claims.CI, w.claims.Identity.Credentials = platforms, platforms
 	}
 	w.cluster = &hfv1.HypervisorCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: lifeCluster},

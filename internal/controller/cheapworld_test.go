@@ -267,9 +267,9 @@ func newCheapWorld(t testing.TB, o cheapOptions) *cheapWorld {
 	w.IPPools = &controller.IPPoolReconciler{Client: w.Kube, IPAM: addresses, Recorder: w.Events}
 	w.Claims = &machineclaim.Reconciler{
 		Client: w.Kube, Registry: w.Registry, IPAM: addresses, Signer: testSigner, Recorder: w.Events, Clock: w.Clock,
-		CI: cheapCI{backends: backends}, Credentials: testBootstrap{}, Runners: machineclaim.NewRunnerObservations(),
-		MinRetryDelay: o.minRetryDelay, MaxRetryDelay: o.maxRetryDelay,
-		Transitions: hypervisors.NewTransitions(hypervisors.TransitionOptions{}),
+		CI: cheapCI{backends: backends}, Identity: machineclaim.IdentityService{Credentials: testBootstrap{}}, Runners: machineclaim.NewRunnerObservations(),
+		Retry:    machineclaim.RetryDelays{First: o.minRetryDelay, Max: o.maxRetryDelay},
+		PowerOff: machineclaim.PowerOff{Transitions: hypervisors.NewTransitions(hypervisors.TransitionOptions{})},
 	}
 	w.Pools = &controller.RunnerPoolReconciler{Client: w.Kube, Recorder: w.Events, Clock: w.Clock, Scopes: testBootstrap{}, Workloads: backends}
 	w.Create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: cheapNamespace, Labels: map[string]string{"hyperfleet.io/tenant": "yes"}}})

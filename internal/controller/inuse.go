@@ -7,8 +7,11 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -31,6 +34,24 @@ type inUse struct {
 	// usage says what the claims hold, as in "MachineClaims with VMs on
 	// this cluster".
 	usage string
+}
+
+// open starts a reconcile of u's object, named by req: it reads the object
+// into u.obj; a gone object is forgotten (gone) and ends the reconcile; a
+// found one is named in ctx's logger as kind and gets its finalizer
+// (ensureFinalizer), which ends the reconcile when it wrote. done is true
+// when the caller returns err without running its phases. Every reconciler
+// of an object claims depend on opens this way.
+func (u inUse) open(ctx context.Context, c client.Client, req ctrl.Request, kind string, gone func()) (_ context.Context, done bool, err error) {
+	if err := c.Get(ctx, req.NamespacedName, u.obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			gone()
+		}
+		return ctx, true, client.IgnoreNotFound(err)
+	}
+	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues(kind, klog.KObj(u.obj)))
+	wrote, err := u.ensureFinalizer(ctx, c)
+	return ctx, wrote || err != nil, err
 }
 
 // ensureFinalizer adds the finalizer to an object that is not being

@@ -6,10 +6,8 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -78,14 +76,8 @@ type ipPoolScope struct {
 // derives the status and writes the pool once.
 func (r *IPPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	pool := &hfv1.IPPool{}
-	if err := r.Client.Get(ctx, req.NamespacedName, pool); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.forget(req.Name)
-		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("IPPool", klog.KObj(pool)))
-	if wrote, err := ippoolInUse(pool).ensureFinalizer(ctx, r.Client); wrote || err != nil {
+	ctx, done, err := ippoolInUse(pool).open(ctx, r.Client, req, "IPPool", func() { r.forget(req.Name) })
+	if done {
 		return ctrl.Result{}, err
 	}
 	s := r.newIPPoolScope(pool)

@@ -131,30 +131,14 @@ func platformMismatch(ws *workload.Backends, pool *hfv1.RunnerPool, tmpl *hfv1.H
 	has := "no CI platform section"
 	for _, other := range ws.Types() {
 		if ob, _ := ws.For(other); ob != nil {
-			if _, reads := ob.Template(tmpl); reads {
-				has = "spec.bootstrap." + bootstrapSection(other) + " (workload type " + string(other) + ")"
+			if tt, reads := ob.Template(tmpl); reads {
+				has = tt.Field + " (workload type " + string(other) + ")"
 			}
 		}
 	}
-	return fmt.Sprintf("spec.workload.type is %s, but HypervisorMachineTemplate %s has no spec.bootstrap.%s (it has %s); "+
-		"point spec.templateRef at a template with spec.bootstrap.%s, or set spec.workload.type to the template's platform. No VM is built until then",
-		typ, tmpl.Name, bootstrapSection(typ), has, bootstrapSection(typ))
-}
-
-// bootstrapSection is the template's spec.bootstrap field of workload
-// type t.
-func bootstrapSection(t hfv1.WorkloadType) string {
-	switch t {
-	case hfv1.WorkloadGitHubActions:
-		return "github"
-	case hfv1.WorkloadGeneric:
-		return "generic"
-	case hfv1.WorkloadGitLabCI:
-		return "gitlab"
-	case hfv1.WorkloadBuildkite:
-		return "buildkite"
-	}
-	return string(t)
+	return fmt.Sprintf("spec.workload.type is %s, but HypervisorMachineTemplate %s has no %s (it has %s); "+
+		"point spec.templateRef at a template with %s, or set spec.workload.type to the template's platform. No VM is built until then",
+		typ, tmpl.Name, be.TemplateField(), has, be.TemplateField())
 }
 
 // takenToBusy moves the starting and idle claims whose runner a job record

@@ -178,11 +178,7 @@ func (r *RunnerPoolReconciler) poolsForTemplate(ctx context.Context, o client.Ob
 		ctrl.LoggerFrom(ctx).Error(err, "List pools of template", "HypervisorMachineTemplate", klog.KObj(o))
 		return nil
 	}
-	out := make([]reconcile.Request, 0, len(list.Items))
-	for i := range list.Items {
-		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-	}
-	return out
+	return requestsFor(list.Items)
 }
 
 // poolScope is one reconcile of one RunnerPool: the pool, what its phases

@@ -176,13 +176,8 @@ func (s *PoolResync) ResyncOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	keys := make([]string, 0, len(groups))
-	for k := range groups {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var errs []error
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(groups)) {
 		if err := s.resyncGroup(ctx, groups[k], cands); err != nil {
 			errs = append(errs, err)
 		}

@@ -446,33 +446,28 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options) (*Components, er
 	}
 	runners := machineclaim.NewRunnerObservations()
 	if err := (&machineclaim.Reconciler{
-		Client:            mgr.GetClient(),
-		Registry:          registry,
-		IPAM:              addresses,
-		Signer:            opts.Signer,
-		Recorder:          mgr.GetEventRecorderFor("machineclaim-controller"),
-		Clock:             opts.Clock,
-		CI:                ci.claims,
-		ClaimEvents:       claimEvents,
-		Runners:           runners,
-		MaxRetryDelay:     opts.MaxRetryDelay,
-		MinRetryDelay:     opts.MinRetryDelay,
-		StuckBounds:       stuckBounds(opts.StuckBounds),
-		Agent:             agent,
-		Transitions:       transitions,
-		Notices:           notices,
-		TokenRefusals:     notices.TokenRefusals,
-		AttestationErrors: notices.AttestationErrors,
-		GuestRefusals:     notices.GuestRefusals,
-		Vanished:          sw,
-		DNS:               dnsClusters,
-		Identity:          identities,
-		Issuer:            issuer,
-		ScriptUser:        opts.GenericScriptUser,
-		Broker:            brokerEndpoint,
-		// Clusters with spec.spire.secretStore get their VMs' credentials
-		// minted as the broker mints them, and written to the store.
-		Credentials: ci.credentials,
+		Client:      mgr.GetClient(),
+		Registry:    registry,
+		IPAM:        addresses,
+		Signer:      opts.Signer,
+		Recorder:    mgr.GetEventRecorderFor("machineclaim-controller"),
+		Clock:       opts.Clock,
+		CI:          ci.claims,
+		ClaimEvents: claimEvents,
+		Runners:     runners,
+		Retry:       machineclaim.RetryDelays{First: opts.MinRetryDelay, Max: opts.MaxRetryDelay},
+		Stuck:       stuck.Detector{Bounds: stuckBounds(opts.StuckBounds)},
+		Agent:       agent,
+		PowerOff:    machineclaim.PowerOff{Transitions: transitions, Notices: notices, GuestRefusals: notices.GuestRefusals},
+		Vanished:    machineclaim.VanishedClaims{VMs: sw},
+		DNS:         machineclaim.DNSRegistration{Clusters: dnsClusters},
+		Identity: machineclaim.IdentityService{
+			Servers: identities, Issuer: issuer, ScriptUser: opts.GenericScriptUser, Broker: brokerEndpoint,
+			// Clusters with spec.spire.secretStore get their VMs' credentials
+			// minted as the broker mints them, and written to the store.
+			Credentials:   ci.credentials,
+			TokenRefusals: notices.TokenRefusals, AttestationErrors: notices.AttestationErrors,
+		},
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up MachineClaim controller: %w", err)
 	}

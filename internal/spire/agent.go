@@ -71,25 +71,13 @@ func (c *Client) BanAgent(ctx context.Context, id spiffeid.ID) error {
 // ListAgents returns every attested agent; for leak checks.
 func (c *Client) ListAgents(ctx context.Context) ([]Agent, error) {
 	const op = "listing the attested agents"
-	var out []Agent
-	req := &agentv1.ListAgentsRequest{PageSize: listPageSize}
-	for {
-		resp, err := c.agents.ListAgents(ctx, req)
+	return listPages(op, func(token string) ([]*types.Agent, string, error) {
+		resp, err := c.agents.ListAgents(ctx, &agentv1.ListAgentsRequest{PageSize: listPageSize, PageToken: token})
 		if err != nil {
-			return nil, c.wrap(op, err)
+			return nil, "", c.wrap(op, err)
 		}
-		for _, pa := range resp.GetAgents() {
-			a, err := fromProtoAgent(pa)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", op, err)
-			}
-			out = append(out, a)
-		}
-		if resp.GetNextPageToken() == "" {
-			return out, nil
-		}
-		req.PageToken = resp.GetNextPageToken()
-	}
+		return resp.GetAgents(), resp.GetNextPageToken(), nil
+	}, fromProtoAgent)
 }
 
 func fromProtoAgent(pa *types.Agent) (Agent, error) {

@@ -199,35 +199,48 @@ func (c *Client) ListEntries(ctx context.Context) ([]Entry, error) {
 const listPageSize = 500
 
 func (c *Client) listEntries(ctx context.Context, op string, filter *entryv1.ListEntriesRequest_Filter) ([]Entry, error) {
-	var out []Entry
-	req := &entryv1.ListEntriesRequest{Filter: filter, PageSize: listPageSize}
-	for {
-		resp, err := c.entries.ListEntries(ctx, req)
+	return listPages(op, func(token string) ([]*types.Entry, string, error) {
+		resp, err := c.entries.ListEntries(ctx, &entryv1.ListEntriesRequest{Filter: filter, PageSize: listPageSize, PageToken: token})
 		if err != nil {
-			return nil, c.wrap(op, err)
+			return nil, "", c.wrap(op, err)
 		}
-		for _, pe := range resp.GetEntries() {
-			e, err := fromProtoEntry(pe)
+		return resp.GetEntries(), resp.GetNextPageToken(), nil
+	}, fromProtoEntry)
+}
+
+// listPages reads every page of a list call and converts its items: page
+// returns the items after token ("" for the first page) and the next
+// page's token, "" after the last page.
+func listPages[P, T any](op string, page func(token string) ([]P, string, error), convert func(P) (T, error)) ([]T, error) {
+	var out []T
+	token := ""
+	for {
+		items, next, err := page(token)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range items {
+			t, err := convert(p)
 			if err != nil {
-				return nil, fmt.Errorf("%s: entry %q: %w", op, pe.GetId(), err)
+				return nil, fmt.Errorf("%s: %w", op, err)
 			}
-			out = append(out, e)
+			out = append(out, t)
 		}
-		if resp.GetNextPageToken() == "" {
+		if next == "" {
 			return out, nil
 		}
-		req.PageToken = resp.GetNextPageToken()
+		token = next
 	}
 }
 
 func fromProtoEntry(pe *types.Entry) (Entry, error) {
 	id, err := fromProtoID(pe.GetSpiffeId())
 	if err != nil {
-		return Entry{}, err
+		return Entry{}, fmt.Errorf("entry %q: %w", pe.GetId(), err)
 	}
 	parent, err := fromProtoID(pe.GetParentId())
 	if err != nil {
-		return Entry{}, err
+		return Entry{}, fmt.Errorf("entry %q: %w", pe.GetId(), err)
 	}
 	e := Entry{
 		ID:          pe.GetId(),

@@ -30,13 +30,7 @@ type orphanName struct {
 // finishes; one kept as history after it gave the removal up must not keep
 // them forever.
 func liveDNSOwners(claims []hfv1.MachineClaim) map[string]bool {
-	out := make(map[string]bool, len(claims))
-	for i := range claims {
-		if !claims[i].IsFinished() {
-			out[string(claims[i].UID)] = true
-		}
-	}
-	return out
+	return claimSet(claims, func(c *hfv1.MachineClaim) (string, bool) { return string(c.UID), !c.IsFinished() })
 }
 
 // sweepDNS removes the DNS records this install registered for claims that
@@ -54,35 +48,17 @@ func (s *Sweeper) sweepDNS(ctx context.Context, live map[string]bool, confirm fu
 		dc, _ := s.DNS.Get(cluster)
 		if dc.CheckErr != nil {
 			// Its DNSReady condition says why; the names wait.
-			s.keepDNS(cluster, listed)
+			keepListed(s, s.dnsNames, cluster+"/", listed)
 			continue
 		}
 		if err := s.sweepDNSCluster(ctx, cluster, dc.Registrar, live, confirm, listed); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "DNS record sweep failed", "HypervisorCluster", cluster)
-			s.keepDNS(cluster, listed)
+			keepListed(s, s.dnsNames, cluster+"/", listed)
 		}
 	}
 	// Forget the names no longer listed (removed by their claim, or by
 	// hand) and those of clusters that no longer register VMs.
-	s.mu.Lock()
-	for k := range s.dnsNames {
-		if !listed[k] {
-			delete(s.dnsNames, k)
-		}
-	}
-	s.mu.Unlock()
-}
-
-// keepDNS marks the known orphan names of cluster as still listed: a
-// sweep that could not read the zones must not restart their grace period.
-func (s *Sweeper) keepDNS(cluster string, listed map[string]bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for k := range s.dnsNames {
-		if strings.HasPrefix(k, cluster+"/") {
-			listed[k] = true
-		}
-	}
+	forgetUnlisted(s, s.dnsNames, "", listed, nil)
 }
 
 func (s *Sweeper) sweepDNSCluster(ctx context.Context, cluster string, reg dnsreg.Registrar, live map[string]bool, confirm func() ([]hfv1.MachineClaim, error), listed map[string]bool) error {
@@ -101,7 +77,7 @@ func (s *Sweeper) sweepDNSCluster(ctx context.Context, cluster string, reg dnsre
 		k := cluster + "/" + dnsreg.Fqdn(rec.Name) + "/" + rec.Owner.Claim
 		listed[k] = true
 		o := s.orphanName(ctx, cluster, k, rec, now)
-		if now.Sub(o.firstSeen) < s.GracePeriod || s.DryRun {
+		if !s.due(o.firstSeen, now) {
 			continue
 		}
 		claims, err := confirm()
@@ -154,11 +130,5 @@ func addrs(rec dnsreg.Record) string {
 // "cluster/name/claim UID".
 func (s *Sweeper) DNSOrphans() []string {
 	s.defaults()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.dnsNames))
-	for k := range s.dnsNames {
-		out = append(out, k)
-	}
-	return out
+	return known(s, s.dnsNames)
 }

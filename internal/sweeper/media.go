@@ -26,11 +26,7 @@ type strayMedium struct {
 // claimDigests returns provider.OwnerDigest of every claim's UID: the
 // names of a claim's cloud-init media carry it.
 func claimDigests(claims []hfv1.MachineClaim) map[string]bool {
-	out := make(map[string]bool, len(claims))
-	for i := range claims {
-		out[provider.OwnerDigest(string(claims[i].UID))] = true
-	}
-	return out
+	return claimSet(claims, func(c *hfv1.MachineClaim) (string, bool) { return provider.OwnerDigest(string(c.UID)), true })
 }
 
 // sweepMedia deletes the cloud-init media (ISOs) of this install whose
@@ -50,11 +46,11 @@ func (s *Sweeper) sweepMedia(ctx context.Context, cluster string, p provider.Pro
 		k := cluster + "/" + m.Node + "/" + m.ID
 		listed[k] = true
 		if live[m.OwnerDigest] {
-			s.forgetMedium(k)
+			forget(s, s.media, k)
 			continue
 		}
 		o := s.strayMedium(ctx, cluster, k, m, now)
-		if now.Sub(o.firstSeen) < s.GracePeriod || s.DryRun {
+		if !s.due(o.firstSeen, now) {
 			continue
 		}
 		confirmed, err := confirm()
@@ -62,7 +58,7 @@ func (s *Sweeper) sweepMedia(ctx context.Context, cluster string, p provider.Pro
 			return err
 		}
 		if confirmed[m.OwnerDigest] {
-			s.forgetMedium(k)
+			forget(s, s.media, k)
 			continue
 		}
 		if err := s.removeMedium(ctx, cluster, p, k, o); err != nil {
@@ -72,20 +68,7 @@ func (s *Sweeper) sweepMedia(ctx context.Context, cluster string, p provider.Pro
 	// A medium whose deletion this sweeper started is reported removed
 	// once the provider says it is gone, not when a listing misses it.
 	// Forget the others that are gone: they are not reported removed.
-	unfinished := map[string]*strayMedium{}
-	s.mu.Lock()
-	prefix := cluster + "/"
-	for k, o := range s.media {
-		if len(k) <= len(prefix) || k[:len(prefix)] != prefix || listed[k] {
-			continue
-		}
-		if o.deleting && !s.DryRun {
-			unfinished[k] = o
-			continue
-		}
-		delete(s.media, k)
-	}
-	s.mu.Unlock()
+	unfinished := forgetUnlisted(s, s.media, cluster+"/", listed, func(o *strayMedium) bool { return o.deleting && !s.DryRun })
 	for k, o := range unfinished {
 		if err := s.removeMedium(ctx, cluster, p, k, o); err != nil {
 			log.Error(err, "Remove stray cloud-init ISO", "medium", o.medium.ID, "node", o.medium.Node)
@@ -130,7 +113,7 @@ func (s *Sweeper) removeMedium(ctx context.Context, cluster string, p provider.P
 		s.mu.Unlock()
 		return nil
 	}
-	s.forgetMedium(k)
+	forget(s, s.media, k)
 	if !o.deleting {
 		// Gone before this sweeper deleted it: nothing to report.
 		return nil
@@ -141,20 +124,6 @@ func (s *Sweeper) removeMedium(ctx context.Context, cluster string, p provider.P
 	return nil
 }
 
-func (s *Sweeper) forgetMedium(k string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.media, k)
-}
-
 // StrayMedia returns the cloud-init media currently known as stray, as
 // "cluster/node/id".
-func (s *Sweeper) StrayMedia() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.media))
-	for k := range s.media {
-		out = append(out, k)
-	}
-	return out
-}
+func (s *Sweeper) StrayMedia() []string { return known(s, s.media) }

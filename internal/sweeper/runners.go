@@ -117,11 +117,11 @@ func (s *Sweeper) sweepScope(ctx context.Context, sc RunnerScope, live liveRunne
 		if live.has(r.Name, base) || r.State == workload.RunnerBusy {
 			// A busy runner's job may be a claim's last one; it becomes a
 			// candidate again once idle or offline.
-			s.forgetRunner(k)
+			forget(s, s.runners, k)
 			continue
 		}
 		o := s.orphanRunner(ctx, sc, k, r, now)
-		if now.Sub(o.firstSeen) < s.GracePeriod || s.DryRun {
+		if !s.due(o.firstSeen, now) {
 			continue
 		}
 		claims, err := confirm()
@@ -129,20 +129,14 @@ func (s *Sweeper) sweepScope(ctx context.Context, sc RunnerScope, live liveRunne
 			return err
 		}
 		if runnersOf(claims).has(r.Name, base) {
-			s.forgetRunner(k)
+			forget(s, s.runners, k)
 			continue
 		}
 		if err := s.removeRunner(ctx, sc, k, r); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Remove orphaned runner", "scope", sc.Key, "runner", r.Name)
 		}
 	}
-	s.mu.Lock()
-	for k := range s.runners {
-		if strings.HasPrefix(k, sc.Key+"/") && !listed[k] {
-			delete(s.runners, k)
-		}
-	}
-	s.mu.Unlock()
+	forgetUnlisted(s, s.runners, sc.Key+"/", listed, nil)
 	return nil
 }
 
@@ -164,24 +158,18 @@ func (s *Sweeper) orphanRunner(ctx context.Context, sc RunnerScope, k string, r 
 func (s *Sweeper) removeRunner(ctx context.Context, sc RunnerScope, k string, r workload.Runner) error {
 	err := sc.Provider.DeregisterRunner(ctx, r.ID, r.Name)
 	if errors.Is(err, workload.ErrRunnerBusy) {
-		s.forgetRunner(k)
+		forget(s, s.runners, k)
 		ctrl.LoggerFrom(ctx).Info("Orphaned runner took a job; leaving it until it is idle", "scope", sc.Key, "runner", r.Name)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	s.forgetRunner(k)
+	forget(s, s.runners, k)
 	metrics.OrphanRunnersRemoved.WithLabelValues(sc.Key).Inc()
 	s.recordOn(sc.EventObject, corev1.EventTypeNormal, "OrphanRunnerRemoved", fmt.Sprintf("Removed runner %s (id %d) of a deleted claim from %s", r.Name, r.ID, sc.Key))
 	ctrl.LoggerFrom(ctx).Info("Removed orphaned runner", "scope", sc.Key, "runner", r.Name, "runnerID", r.ID)
 	return nil
-}
-
-func (s *Sweeper) forgetRunner(k string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.runners, k)
 }
 
 func (s *Sweeper) recordOn(obj client.Object, typ, reason, msg string) {
@@ -193,12 +181,4 @@ func (s *Sweeper) recordOn(obj client.Object, typ, reason, msg string) {
 
 // OrphanRunners returns the runners currently known as orphans, as
 // "scope/name".
-func (s *Sweeper) OrphanRunners() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.runners))
-	for k := range s.runners {
-		out = append(out, k)
-	}
-	return out
-}
+func (s *Sweeper) OrphanRunners() []string { return known(s, s.runners) }

@@ -3,9 +3,9 @@ package sweeper
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -32,11 +32,7 @@ type orphanEntry struct {
 
 // liveUIDs are the UIDs of the claims given.
 func liveUIDs(claims []hfv1.MachineClaim) map[string]bool {
-	out := make(map[string]bool, len(claims))
-	for i := range claims {
-		out[string(claims[i].UID)] = true
-	}
-	return out
+	return claimSet(claims, func(c *hfv1.MachineClaim) (string, bool) { return string(c.UID), true })
 }
 
 // sweepSPIRE removes from every connected SPIRE server what claims that
@@ -56,27 +52,10 @@ func (s *Sweeper) sweepSPIRE(ctx context.Context, live map[string]bool, confirm 
 	for cluster, srv := range s.Identity.Servers() {
 		if err := s.sweepSPIREServer(ctx, cluster, srv, live, confirm, listed); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "SPIRE sweep failed", "HypervisorCluster", cluster)
-			s.keepEntries(cluster, listed)
+			keepListed(s, s.spireEntries, cluster+"/", listed)
 		}
 	}
-	s.mu.Lock()
-	for k := range s.spireEntries {
-		if !listed[k] {
-			delete(s.spireEntries, k)
-		}
-	}
-	s.mu.Unlock()
-}
-
-// keepEntries marks the known orphan entries of cluster as still listed.
-func (s *Sweeper) keepEntries(cluster string, listed map[string]bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for k := range s.spireEntries {
-		if strings.HasPrefix(k, cluster+"/") {
-			listed[k] = true
-		}
-	}
+	forgetUnlisted(s, s.spireEntries, "", listed, nil)
 }
 
 func (s *Sweeper) sweepSPIREServer(ctx context.Context, cluster string, srv *identity.Server, live map[string]bool, confirm func() ([]hfv1.MachineClaim, error), listed map[string]bool) error {
@@ -102,21 +81,18 @@ func (s *Sweeper) sweepSPIREServer(ctx context.Context, cluster string, srv *ide
 			s.event(ctx, cluster, corev1.EventTypeWarning, "OrphanSPIREEntryFound",
 				fmt.Sprintf("SPIRE entry %s (%s) was created for claim %s, which no longer exists; %s", e.ID, e.SPIFFEID, uid, s.graceMode("the entry", "deleted")))
 		}
-		if now.Sub(o.firstSeen) < s.GracePeriod || s.DryRun {
+		if !s.due(o.firstSeen, now) {
 			continue
 		}
-		claims, err := confirm()
+		removed, err := deleteConfirmed(confirm, uid, metrics.OrphanIdentitiesRemoved.WithLabelValues(cluster, "entry"),
+			func() error { return srv.API.DeleteEntries(ctx, e.ID) })
 		if err != nil {
-			return err
-		}
-		if liveUIDs(claims)[uid] {
-			continue
-		}
-		if err := srv.API.DeleteEntries(ctx, e.ID); err != nil {
 			return fmt.Errorf("delete SPIRE entry %s: %w", e.ID, err)
 		}
+		if !removed {
+			continue
+		}
 		delete(listed, k)
-		metrics.OrphanIdentitiesRemoved.WithLabelValues(cluster, "entry").Inc()
 		s.event(ctx, cluster, corev1.EventTypeNormal, "OrphanSPIREEntryRemoved", fmt.Sprintf("Deleted SPIRE entry %s (%s) of deleted claim %s", e.ID, e.SPIFFEID, uid))
 	}
 	return s.sweepDevIDAgents(ctx, cluster, srv, live, confirm, now)
@@ -134,31 +110,40 @@ func (s *Sweeper) sweepDevIDAgents(ctx context.Context, cluster string, srv *ide
 		if !ok || !a.Banned || live[uid] || now.Before(a.X509SVIDExpiresAt.Add(devIDAgentRetention)) || s.DryRun {
 			continue
 		}
-		claims, err := confirm()
+		removed, err := deleteConfirmed(confirm, uid, metrics.OrphanIdentitiesRemoved.WithLabelValues(cluster, "agent"),
+			func() error { return srv.API.DeleteAgent(ctx, a.ID) })
 		if err != nil {
-			return err
-		}
-		if liveUIDs(claims)[uid] {
-			continue
-		}
-		if err := srv.API.DeleteAgent(ctx, a.ID); err != nil {
 			return fmt.Errorf("delete SPIRE agent %s: %w", a.ID, err)
 		}
-		metrics.OrphanIdentitiesRemoved.WithLabelValues(cluster, "agent").Inc()
-		ctrl.LoggerFrom(ctx).Info("Deleted the banned SPIRE agent of a deleted TPM claim", "HypervisorCluster", cluster, "agent", a.ID.String(), "claimUID", uid)
+		if removed {
+			ctrl.LoggerFrom(ctx).Info("Deleted the banned SPIRE agent of a deleted TPM claim", "HypervisorCluster", cluster, "agent", a.ID.String(), "claimUID", uid)
+		}
 	}
 	return nil
+}
+
+// deleteConfirmed deletes, with del, what the claim with uid left on a
+// SPIRE server once the claims read from the API server (confirm) show it
+// is gone, and counts the removal; removed is false when the claim is
+// there after all.
+func deleteConfirmed(confirm func() ([]hfv1.MachineClaim, error), uid string, removals prometheus.Counter, del func() error) (removed bool, err error) {
+	claims, err := confirm()
+	if err != nil {
+		return false, err
+	}
+	if liveUIDs(claims)[uid] {
+		return false, nil
+	}
+	if err := del(); err != nil {
+		return false, err
+	}
+	removals.Inc()
+	return true, nil
 }
 
 // SPIREOrphans returns the SPIRE entries currently known as orphans, by
 // "cluster/entry id".
 func (s *Sweeper) SPIREOrphans() []string {
 	s.defaults()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.spireEntries))
-	for k := range s.spireEntries {
-		out = append(out, k)
-	}
-	return out
+	return known(s, s.spireEntries)
 }

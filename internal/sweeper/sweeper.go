@@ -215,6 +215,26 @@ func (s *Sweeper) confirmClaims(ctx context.Context) func() ([]hfv1.MachineClaim
 	}
 }
 
+// claimSet is the set of the keys keyOf gives the claims, leaving out
+// those for which it says false: what the claims own, as one sweep tells
+// it from their names or UIDs.
+func claimSet(claims []hfv1.MachineClaim, keyOf func(*hfv1.MachineClaim) (string, bool)) map[string]bool {
+	out := make(map[string]bool, len(claims))
+	for i := range claims {
+		if k, ok := keyOf(&claims[i]); ok {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// due reports whether a thing first seen without its claim at firstSeen
+// may be removed at now: the grace period has passed, and the sweeper is
+// not in dry-run mode.
+func (s *Sweeper) due(firstSeen, now time.Time) bool {
+	return now.Sub(firstSeen) >= s.GracePeriod && !s.DryRun
+}
+
 // Sweep checks one cluster's latest listing for orphans.
 func (s *Sweeper) Sweep(ctx context.Context, cluster string, inUse map[string]bool) error {
 	log := ctrl.LoggerFrom(ctx).WithValues("HypervisorCluster", cluster)
@@ -254,21 +274,11 @@ func (s *Sweeper) Sweep(ctx context.Context, cluster string, inUse map[string]bo
 	// An orphan whose deletion this sweeper started leaves the listing
 	// once destroyed, before its ISO is gone and before DeleteVM reports
 	// Done: finish it. Forget the others that disappeared or were adopted.
-	var unfinished []*orphan
-	s.mu.Lock()
-	for k, o := range s.orphans {
-		if len(k) <= len(cluster) || k[:len(cluster)+1] != cluster+"/" || live[k] {
-			continue
-		}
-		// A vanished claim's VM may not be listed yet (its clone was
-		// requested after the listing): it is destroyed all the same.
-		if (o.deleting || o.vanished) && !s.DryRun {
-			unfinished = append(unfinished, o)
-			continue
-		}
-		delete(s.orphans, k)
-	}
-	s.mu.Unlock()
+	// A vanished claim's VM may not be listed yet (its clone was requested
+	// after the listing): it is destroyed all the same.
+	unfinished := forgetUnlisted(s, s.orphans, cluster+"/", live, func(o *orphan) bool {
+		return (o.deleting || o.vanished) && !s.DryRun
+	})
 	for _, o := range unfinished {
 		if err := s.remove(ctx, p, cluster, o.progress.ID, o); err != nil {
 			log.Error(err, "Remove orphaned VM", "vmid", o.progress.ID)
@@ -374,9 +384,7 @@ func (s *Sweeper) remove(ctx context.Context, p provider.Provider, cluster strin
 		// The VM at that id no longer proves it is the orphan's (its marker
 		// was changed, or the id was taken by another VM): nothing of ours
 		// is there to remove, and nothing is reported removed.
-		s.mu.Lock()
-		delete(s.orphans, key(cluster, vmid))
-		s.mu.Unlock()
+		forget(s, s.orphans, key(cluster, vmid))
 		ctrl.LoggerFrom(ctx).Info("Orphaned VM no longer verifies; leaving it", "vmid", vmid, "HypervisorCluster", cluster, "reason", err.Error())
 		return nil
 	}
@@ -389,28 +397,11 @@ func (s *Sweeper) remove(ctx context.Context, p provider.Provider, cluster strin
 	if !res.Done {
 		return nil
 	}
-	s.mu.Lock()
-	delete(s.orphans, key(cluster, vmid))
-	s.mu.Unlock()
+	forget(s, s.orphans, key(cluster, vmid))
 	metrics.OrphansRemoved.WithLabelValues(cluster).Inc()
 	s.event(ctx, cluster, corev1.EventTypeNormal, "OrphanRemoved", fmt.Sprintf("Destroyed orphaned VM %s of deleted claim %s/%s", vmid, o.owner.Namespace, o.owner.Name))
 	ctrl.LoggerFrom(ctx).Info("Removed orphaned VM", "vmid", vmid, "HypervisorCluster", cluster)
 	return nil
-}
-
-// sighting returns the record of key k in m, made with fresh when there is
-// none, and whether this call made it: the sweeps report a stray VM, ISO,
-// runner or DNS name once, when first seen, and remove it after the grace
-// period counted from then.
-func sighting[R any](s *Sweeper, m map[string]*R, k string, fresh func() *R) (*R, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if o := m[k]; o != nil {
-		return o, false
-	}
-	o := fresh()
-	m[k] = o
-	return o, true
 }
 
 // graceMode says, in a found event, what becomes of subject: done after
@@ -435,14 +426,6 @@ func (s *Sweeper) event(ctx context.Context, cluster, typ, reason, msg string) {
 }
 
 // Orphans returns the VMs currently known as orphans, by "cluster/vmid".
-func (s *Sweeper) Orphans() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.orphans))
-	for k := range s.orphans {
-		out = append(out, k)
-	}
-	return out
-}
+func (s *Sweeper) Orphans() []string { return known(s, s.orphans) }
 
 func key(cluster string, vm provider.ID) string { return cluster + "/" + string(vm) }

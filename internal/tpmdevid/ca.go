@@ -35,20 +35,15 @@ func NewCA(commonName string, validity time.Duration, now time.Time) (*CA, error
 	if err != nil {
 		return nil, fmt.Errorf("tpmdevid: generating the DevID CA's key: %w", err)
 	}
-	serial, err := randomSerial()
+	// A verifier's clock may be a little behind.
+	tmpl, err := template(commonName, now.Add(-time.Minute), now.Add(validity))
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: commonName},
-		NotBefore:             now.Add(-time.Minute), // a verifier's clock may be a little behind
-		NotAfter:              now.Add(validity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLenZero:        true, // it signs DevIDs only, no other CA
-	}
+	tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageCRLSign
+	tmpl.BasicConstraintsValid = true
+	tmpl.IsCA = true
+	tmpl.MaxPathLenZero = true // it signs DevIDs only, no other CA
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
 	if err != nil {
 		return nil, fmt.Errorf("tpmdevid: self-signing the DevID CA: %w", err)
@@ -158,23 +153,17 @@ func (ca *CA) IssueDevID(key crypto.PublicKey, commonName string, notBefore, not
 		return nil, fmt.Errorf("tpmdevid: DevID validity %s to %s is not within the CA's, %s to %s",
 			notBefore, notAfter, ca.cert.NotBefore, ca.cert.NotAfter)
 	}
-	serial, err := randomSerial()
+	tmpl, err := template(commonName, notBefore, notAfter)
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: commonName},
-		NotBefore:    notBefore,
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		// A DevID authenticates its TPM's node to spire-server, a
-		// client's use: without an extended key usage a certificate is
-		// good for any, and a VM's root, which can sign with the DevID
-		// key in its TPM, could serve TLS with it to whatever trusts the
-		// DevID CA. spire-server's tpm_devid accepts any usage.
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	// A DevID authenticates its TPM's node to spire-server, a client's
+	// use: without an extended key usage a certificate is good for any,
+	// and a VM's root, which can sign with the DevID key in its TPM, could
+	// serve TLS with it to whatever trusts the DevID CA. spire-server's
+	// tpm_devid accepts any usage.
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key, ca.signer)
 	if err != nil {
 		return nil, fmt.Errorf("tpmdevid: signing the DevID certificate for %q: %w", commonName, err)
@@ -182,11 +171,18 @@ func (ca *CA) IssueDevID(key crypto.PublicKey, commonName string, notBefore, not
 	return der, nil
 }
 
-// randomSerial is a positive 128-bit serial number.
-func randomSerial() (*big.Int, error) {
+// template is a certificate for commonName valid from notBefore to
+// notAfter, with a positive random 128-bit serial number; the caller adds
+// the usages.
+func template(commonName string, notBefore, notAfter time.Time) (*x509.Certificate, error) {
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
 	if err != nil {
 		return nil, fmt.Errorf("tpmdevid: a random serial number: %w", err)
 	}
-	return serial.Add(serial, big.NewInt(1)), nil
+	return &x509.Certificate{
+		SerialNumber: serial.Add(serial, big.NewInt(1)),
+		Subject:      pkix.Name{CommonName: commonName},
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
+	}, nil
 }

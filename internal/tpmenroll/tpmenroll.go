@@ -129,6 +129,15 @@ func busy(format string, args ...any) *vmanswer.Refusal {
 	return r
 }
 
+// notConfigured refuses a VM whose cluster's (or template's) TPM trust
+// cannot be read yet: a Secret or setting still to come, so the VM asks
+// again.
+func notConfigured(format string, args ...any) *vmanswer.Refusal {
+	r := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, format, args...)
+	r.RetryAfter = 10 * time.Second
+	return r
+}
+
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.setup.Do(func() {
@@ -301,9 +310,7 @@ func (h *Handler) verify(ctx context.Context, claim *hfv1.MachineClaim, e *tpmde
 	}
 	cfg := cluster.Spec.SPIRE
 	if cfg == nil || cfg.TPM == nil {
-		ref := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, "HypervisorCluster %s has no spec.spire.tpm", cluster.Name)
-		ref.RetryAfter = 10 * time.Second
-		return nil, ref
+		return nil, notConfigured("HypervisorCluster %s has no spec.spire.tpm", cluster.Name)
 	}
 	pools, ref := h.ekPools(ctx, claim, cfg.TPM)
 	if ref != nil {
@@ -371,15 +378,11 @@ func (h *Handler) ekPools(ctx context.Context, claim *hfv1.MachineClaim, cfg *hf
 	ref := cfg.EKCABundleRef
 	pem, err := secretref.Value(ctx, h.Secrets, "spec.spire.tpm.ekCABundleRef", ref.Namespace, ref.Name, ref.Key)
 	if err != nil {
-		r := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, "read the EK CA bundle: %v", err)
-		r.RetryAfter = 10 * time.Second
-		return nil, r
+		return nil, notConfigured("read the EK CA bundle: %v", err)
 	}
 	cluster := x509.NewCertPool()
 	if !cluster.AppendCertsFromPEM(pem) {
-		r := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, "spec.spire.tpm.ekCABundleRef (%s/%s key %s) holds no PEM certificate", ref.Namespace, ref.Name, ref.Key)
-		r.RetryAfter = 10 * time.Second
-		return nil, r
+		return nil, notConfigured("spec.spire.tpm.ekCABundleRef (%s/%s key %s) holds no PEM certificate", ref.Namespace, ref.Name, ref.Key)
 	}
 	pools := []*x509.CertPool{cluster}
 	tmpl := &hfv1.HypervisorMachineTemplate{}
@@ -389,9 +392,7 @@ func (h *Handler) ekPools(ctx context.Context, claim *hfv1.MachineClaim, cfg *hf
 	if t := tmpl.Spec.Attestation.TPM; t != nil && t.EKCABundleRef != nil {
 		pem, err := secretref.Value(ctx, h.Secrets, "spec.attestation.tpm.ekCABundleRef", claim.Namespace, t.EKCABundleRef.Name, t.EKCABundleRef.Key)
 		if err != nil {
-			r := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, "read the template's EK CA bundle: %v", err)
-			r.RetryAfter = 10 * time.Second
-			return nil, r
+			return nil, notConfigured("read the template's EK CA bundle: %v", err)
 		}
 		narrow := x509.NewCertPool()
 		if !narrow.AppendCertsFromPEM(pem) {
@@ -482,9 +483,7 @@ func (h *Handler) devIDCA(ctx context.Context, cfg *hfv1.SPIRETPMConfig) (*tpmde
 		return nil, vmanswer.Refuse(http.StatusForbidden, ReasonTPMNotConfigured, "the DevID CA (spec.spire.tpm.devIDCASecretRef %s/%s) is refused: %v", ref.Namespace, ref.Name, err)
 	}
 	if err != nil {
-		r := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, "the DevID CA (spec.spire.tpm.devIDCASecretRef %s/%s): %v", ref.Namespace, ref.Name, err)
-		r.RetryAfter = 10 * time.Second
-		return nil, r
+		return nil, notConfigured("the DevID CA (spec.spire.tpm.devIDCASecretRef %s/%s): %v", ref.Namespace, ref.Name, err)
 	}
 	return ca, nil
 }

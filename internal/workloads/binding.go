@@ -16,8 +16,8 @@ import (
 )
 
 // Claims bound to one job (docs/buildkite.md, "One job per VM"). On a
-// platform whose every VM is bound to one job (its template's bootstrap
-// method is workload.MethodJobToken: Buildkite), a claim bound to none (a
+// platform whose every VM is bound to one job (its back-end reads the
+// template as workload.Template.OneJobPerVM: Buildkite), a claim bound to none (a
 // warm VM of its pool) gets no credential at all: its VM boots and waits
 // until its RunnerPool binds it a queued job (internal/controller's
 // runnerpool_scaling.go), and only then is the job's credential issued.
@@ -54,11 +54,11 @@ func (w *Platforms) WaitingForJob(ctx context.Context, claim *hfv1.MachineClaim)
 }
 
 // waitsForJob reports whether be gives the claim's VM a credential for one
-// job only (the template's method is workload.MethodJobToken) and the
-// claim is bound to none yet.
+// job only (workload.Template.OneJobPerVM) and the claim is bound to none
+// yet.
 func waitsForJob(be workload.Backend, claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) bool {
 	t, ok := be.Template(tmpl)
-	return ok && t.BootstrapMethod == string(workload.MethodJobToken) && be.Claim(claim).Job == ""
+	return ok && t.OneJobPerVM && be.Claim(claim).Job == ""
 }
 
 // boundElsewhere refuses the claim's job when another live claim of its
@@ -69,7 +69,7 @@ func waitsForJob(be workload.Backend, claim *hfv1.MachineClaim, tmpl *hfv1.Hyper
 // claims carry its label (hyperfleet.io/runner-pool), which only the
 // operator writes, as it alone writes a job into a claim
 // (config/admission).
-func (w *Platforms) boundElsewhere(ctx context.Context, claim *hfv1.MachineClaim, job string) error {
+func (w *Platforms) boundElsewhere(ctx context.Context, be workload.Backend, claim *hfv1.MachineClaim, job string) error {
 	var claims hfv1.MachineClaimList
 	if err := w.Client.List(ctx, &claims, client.InNamespace(claim.Namespace), client.MatchingLabels{hfv1.RunnerPoolLabel: claim.Spec.RunnerPoolRef.Name}); err != nil {
 		return fmt.Errorf("list the claims of RunnerPool %s: %w", claim.Spec.RunnerPoolRef.Name, err)
@@ -77,7 +77,7 @@ func (w *Platforms) boundElsewhere(ctx context.Context, claim *hfv1.MachineClaim
 	for i := range claims.Items {
 		o := &claims.Items[i]
 		wc := o.Spec.WorkloadConfig
-		if o.UID == claim.UID || wc == nil || wc.Buildkite == nil || wc.Type != claim.Spec.WorkloadConfig.Type || wc.Buildkite.JobID != job {
+		if o.UID == claim.UID || wc == nil || wc.Type != claim.Spec.WorkloadConfig.Type || be.Claim(o).Job != job {
 			continue
 		}
 		if st := poolclaims.StateOf(o, false); st != poolclaims.Starting && st != poolclaims.Idle && st != poolclaims.Busy {

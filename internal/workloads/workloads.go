@@ -158,7 +158,7 @@ func (w *Platforms) issueFor(ctx context.Context, claim *hfv1.MachineClaim, tmpl
 	if job := be.Claim(claim).Job; job != "" {
 		repo, err := w.boundJob(ctx, claim, job)
 		if err == nil {
-			err = w.boundElsewhere(ctx, claim, job)
+			err = w.boundElsewhere(ctx, be, claim, job)
 		}
 		if err != nil {
 			return workload.Credential{}, true, workloadError(be, err)

@@ -34,8 +34,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -196,12 +197,7 @@ func (s *Signer) SigningKeyID() int { return s.signingID }
 
 // KeyIDs returns the ids of the ring's keys, ascending.
 func (s *Signer) KeyIDs() []int {
-	ids := make([]int, 0, len(s.keys))
-	for id := range s.keys {
-		ids = append(ids, id)
-	}
-	sort.Ints(ids)
-	return ids
+	return slices.Sorted(maps.Keys(s.keys))
 }
 
 // OperatorID returns the install's id.

@@ -34,6 +34,10 @@ type Backend interface {
 	// Name is the platform's name for messages and condition reasons,
 	// such as GitHub.
 	Name() string
+	// TemplateField is the template's section for this platform, such as
+	// spec.bootstrap.github (Template.Field), for the messages about a
+	// template that has none.
+	TemplateField() string
 	// Template reads tmpl's section for this platform; false when tmpl
 	// has none.
 	Template(tmpl *hfv1.HypervisorMachineTemplate) (Template, bool)
@@ -135,6 +139,36 @@ type WebhookFormat struct {
 	// one, such as "workflow_job queued, waiting, in_progress and
 	// completed events".
 	Used string
+	// Operator is how the operator's flags configure the receiver.
+	Operator WebhookFlags
+}
+
+// WebhookFlags describe the operator's flags of one platform's webhook
+// receiver (cmd/hyperfleet binds them for every back-end that receives
+// webhooks, in one loop): --<Name>-webhook-secret names the Secret with
+// its secrets, --<Name>-webhook-allow-fallback-secret accepts the
+// Secret's shared key, --<Name>-webhook-api-host names the instance whose
+// deliveries it verifies.
+type WebhookFlags struct {
+	// Name is the platform's name in the flags, such as gitlab.
+	Name string
+	// DefaultSecret is --<Name>-webhook-secret's default; empty (the
+	// platform's webhooks are received only when a Secret is named).
+	DefaultSecret string
+	// OwnerKeys says what the Secret's owner keys are, for the help, such
+	// as "owner.<login> (the secret of one organization's or user's
+	// webhooks, which only it may use)".
+	OwnerKeys string
+	// Owners names the owners in the fallback flag's help, such as "GitLab
+	// group".
+	Owners string
+	// Docs is the page that explains the platform's webhooks, such as
+	// docs/gitlab.md.
+	Docs string
+	// PublicService and ExampleHost are for the API host flag's help: the
+	// public service an empty flag means (GitHub.com) and the API host of
+	// another instance, such as gitlab.example.com (a self-managed GitLab).
+	PublicService, ExampleHost string
 }
 
 // SecretReader reads the value of one key of a Secret in namespace; field
@@ -190,11 +224,17 @@ type Template struct {
 	// editing a template's resources or image keeps its pools routed.
 	CredentialsKey string
 	// AgentPlatform is the in-VM agent's runner kind for this platform
-	// (internal/agentconfig's platform names, such as buildkite), and
-	// BootstrapMethod the kind of runner credential its agent takes
-	// (such as agent-token); both empty for GitHub Actions, whose method
-	// is the template's spec.bootstrap.method.
+	// (the platform its agent config carries, declared by the platform's
+	// own package, pkg/workload/<platform>/<platform>vm), and
+	// BootstrapMethod the kind of runner credential its agent takes; both
+	// empty for the agent config's default platform (GitHub Actions),
+	// whose method is the template's spec.bootstrap.method.
 	AgentPlatform, BootstrapMethod string
+	// OneJobPerVM is true when every VM of the template takes a
+	// credential for the one job its claim is bound to (ClaimRunner.Job):
+	// a claim bound to none (a warm VM of its pool) gets no credential
+	// until its RunnerPool binds it a job (internal/workloads).
+	OneJobPerVM bool
 	// Script is what the VMs of a NoRunner back-end (generic) run instead
 	// of a runner, and TTL how long such a VM may live from its claim's
 	// creation; empty and zero for CI platforms.

@@ -21,6 +21,8 @@ type stubBackend struct {
 
 func (b stubBackend) Name() string { return b.name }
 
+func (b stubBackend) TemplateField() string { return "spec.bootstrap." + b.name }
+
 func (b stubBackend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Template, bool) {
 	gh := tmpl.Spec.Bootstrap.GitHub
 	return workload.Template{Field: b.name}, gh != nil && gh.RunnerGroup == b.name

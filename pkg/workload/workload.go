@@ -121,26 +121,11 @@ func (s Scope) HoldsJob(job Job) bool {
 // Method is the kind of single-use credential a runner receives.
 type Method string
 
-const (
-	// MethodJIT is a just-in-time runner configuration: the runner is
-	// registered by the operator and the VM only runs it, for one job.
-	MethodJIT Method = "jit-config"
-	// MethodRegistrationToken is a short-lived registration token the VM's
-	// runner registers itself with, as an ephemeral runner.
-	MethodRegistrationToken Method = "runner-token"
-	// MethodRunnerAuthToken is a runner authentication token (GitLab's
-	// glrt- token): the operator creates the runner, and the VM's runner
-	// runs with its token for one job; the runner is deleted afterwards.
-	MethodRunnerAuthToken Method = "runner-auth-token"
-	// MethodAgentToken is a Buildkite cluster agent token made for one VM:
-	// its agent registers with it, and the token expires soon and is
-	// deleted when the VM goes.
-	MethodAgentToken Method = "agent-token"
-	// MethodJobToken is a Buildkite job acquisition token: the VM's agent
-	// registers with it and may acquire only the job the claim was made
-	// for (Credential.Job), once, within minutes.
-	MethodJobToken Method = "job-token"
-)
+// Each platform names its own methods (github.MethodJIT,
+// gitlab.MethodRunnerAuthToken, buildkite.MethodJobToken, ...), declared
+// once with the platform's side of the VM (pkg/workload/<platform>/
+// <platform>vm) and carried in the agent config as its bootstrapMethod.
+// compat.go keeps the names some shared packages still use.
 
 // RunnerSpec asks for the credential of one runner.
 type RunnerSpec struct {

@@ -44,7 +44,7 @@ var kindLeaksKnown = map[string]string{
 	// proxmox-kit` prints; it belongs in pkg/provider/proxmox.
 	"internal/cloudinit/proxmoxkit.go": "the kit of delivery proxmox",
 	// The claim's package is being refactored in parallel (issue 57).
-	"internal/controller/machineclaim/identity.go":              "delivery proxmox skips the identity's seed",
+	"internal/controller/machineclaim/guestsecrets.go":          "delivery proxmox places the agent's configuration",
 	"internal/controller/machineclaim/identity_service.go":      "TPM advice names the Proxmox template",
 	"internal/controller/machineclaim/reservation_placement.go": "the placement record's template id",
 	"internal/why/claim.go":                                     "guest agent advice names Proxmox",

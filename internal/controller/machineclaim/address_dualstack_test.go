@@ -45,8 +45,8 @@ func TestDualStackAllocation(t *testing.T) {
 	ctx := context.Background()
 
 	first := unitClaim("dual-1", 0)
-	s := &claimScope{claim: &first}
-	addrs, fresh, err := r.staticAddresses(ctx, s, tmpl)
+	s := &claimScope{claim: &first, claimEnv: r.env()}
+	addrs, fresh, err := r.addresses().forClaim(ctx, s, tmpl)
 	if err != nil || !fresh || len(addrs) != 2 {
 		t.Fatalf("first claim: %v, fresh %t, %d addresses", err, fresh, len(addrs))
 	}
@@ -58,7 +58,7 @@ func TestDualStackAllocation(t *testing.T) {
 		t.Errorf("first claim records %+v, want %+v", got, want)
 	}
 	// Recorded: the next pass allocates nothing and returns the same.
-	again, fresh, err := r.staticAddresses(ctx, s, tmpl)
+	again, fresh, err := r.addresses().forClaim(ctx, s, tmpl)
 	if err != nil || fresh || len(again) != 2 || again[0].IP != addrs[0].IP || again[1].IP != addrs[1].IP {
 		t.Errorf("second pass: %v, fresh %t, %+v", err, fresh, again)
 	}
@@ -66,8 +66,8 @@ func TestDualStackAllocation(t *testing.T) {
 	// The IPv4 pool is exhausted: the second claim waits, with the
 	// reason, and the IPv6 address its pass took first is free again.
 	second := unitClaim("dual-2", 0)
-	s2 := &claimScope{claim: &second}
-	if _, _, err := r.staticAddresses(ctx, s2, tmpl); !errors.Is(err, errAddressWait) {
+	s2 := &claimScope{claim: &second, claimEnv: r.env()}
+	if _, _, err := r.addresses().forClaim(ctx, s2, tmpl); !errors.Is(err, errAddressWait) {
 		t.Fatalf("second claim with the IPv4 pool exhausted: %v, want a wait", err)
 	}
 	if c := s2.facts.condition(&second, hfv1.MachineClaimProvisionedCondition); c == nil || c.Reason != string(hfv1.IPPoolExhaustedReason) {
@@ -82,13 +82,13 @@ func TestDualStackAllocation(t *testing.T) {
 
 	// The first claim ends: both its addresses go back, and the second
 	// claim gets them.
-	r.releaseAddresses(ctx, &first)
+	r.addresses().release(ctx, &first)
 	for _, name := range []string{"v4", "v6"} {
 		if c, _ := m.Counts(name); c.Allocated != 0 {
 			t.Errorf("IPPool %s holds %d addresses after the claim's end", name, c.Allocated)
 		}
 	}
-	got, fresh, err := r.staticAddresses(ctx, s2, tmpl)
+	got, fresh, err := r.addresses().forClaim(ctx, s2, tmpl)
 	if err != nil || !fresh || len(got) != 2 || len(second.Status.Network.IPAllocations) != 2 {
 		t.Fatalf("second claim once both pools have room: %v, fresh %t, %+v", err, fresh, second.Status.Network)
 	}

@@ -40,7 +40,7 @@ func TestReleaseAddressesByOwner(t *testing.T) {
 
 	lost := &hfv1.MachineClaim{}
 	lost.UID = "uid-lost-write"
-	r.releaseAddresses(context.Background(), lost)
+	r.addresses().release(context.Background(), lost)
 	if o, held := m.Owner("p", unrecorded); held {
 		t.Errorf("the unrecorded address %s is still held by %s", unrecorded, o)
 	}
@@ -48,7 +48,7 @@ func TestReleaseAddressesByOwner(t *testing.T) {
 	kept := &hfv1.MachineClaim{}
 	kept.UID = "uid-recorded"
 	kept.Status.Network = &hfv1.MachineNetworkStatus{IPAllocations: []hfv1.IPAllocation{{PoolRef: "p", Address: pool.WithPrefix(recorded).String()}}}
-	r.releaseAddresses(context.Background(), kept)
+	r.addresses().release(context.Background(), kept)
 	if o, held := m.Owner("p", recorded); held {
 		t.Errorf("the recorded address %s is still held by %s", recorded, o)
 	}

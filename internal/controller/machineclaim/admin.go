@@ -28,12 +28,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -44,7 +42,6 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
-	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
@@ -70,9 +67,9 @@ func (r *Reconciler) adminPhases(claim *hfv1.MachineClaim) []phase.Func[*claimSc
 	switch {
 	case claim.Disowned() || disown && !force:
 		return []phase.Func[*claimScope]{r.checkReservation, r.beginDisown, r.releaseDisownedVM, r.releaseDisownedRunner,
-			r.releaseIdentity, r.holdDisownedAddresses, r.finishDisowned}
+			r.Identity.release, r.holdDisownedAddresses, r.finishDisowned}
 	case force && deleting:
-		return []phase.Func[*claimScope]{r.checkFinalizer, r.beginForceDelete, r.releaseRunner, r.releaseIdentity, r.releaseForced}
+		return []phase.Func[*claimScope]{r.checkFinalizer, r.beginForceDelete, r.releaseRunner, r.Identity.release, r.releaseForced}
 	case force:
 		return []phase.Func[*claimScope]{r.requestDeletion}
 	}
@@ -117,7 +114,7 @@ func (r *Reconciler) beginForceDelete(_ context.Context, s *claimScope) (phase.R
 	msg := fmt.Sprintf("Force-deleted by a platform admin (annotation %s: %q): %s is abandoned, not destroyed; the claim's runner, identity and static addresses are released",
 		hfv1.ForceDeleteAnnotation, reason, abandonedVM(claim))
 	if !claim.Ended() {
-		r.beginEnd(s, claimEnd{reason: hfv1.EndDeleted, condition: hfv1.ForceDeletedReason, code: string(hfv1.EndDeleted), message: msg})
+		s.beginEnd(claimEnd{reason: hfv1.EndDeleted, condition: hfv1.ForceDeletedReason, code: string(hfv1.EndDeleted), message: msg})
 	}
 	s.facts.ending(hfv1.ForceDeletedReason, msg)
 	return phase.Next(), nil
@@ -136,11 +133,11 @@ func (r *Reconciler) releaseForced(ctx context.Context, s *claimScope) (phase.Re
 	if err := r.removeFinalizer(ctx, s); err != nil {
 		return phase.Stop(), err
 	}
-	r.forgetTransition(ref)
+	r.PowerOff.forgetTransition(ref, r.Clock.Now())
 	// The admin asserted that the VM is gone for good: its addresses go
 	// back to their pools although nothing confirmed its absence
 	// (docs/troubleshooting.md says when that is safe).
-	r.releaseAddresses(ctx, claim)
+	r.addresses().release(ctx, claim)
 	cluster := clusterOfRecord(claim)
 	metrics.ClaimsForceDeleted.WithLabelValues(cluster).Inc()
 	msg := fmt.Sprintf("Force-deleted by a platform admin (annotation %s: %q): %s was abandoned, not destroyed, and the addresses %s released. "+
@@ -150,7 +147,7 @@ func (r *Reconciler) releaseForced(ctx context.Context, s *claimScope) (phase.Re
 	ctrl.LoggerFrom(ctx).Info("MachineClaim force-deleted; its VM was abandoned without the hypervisor", "vm", ref.ID(), "cluster", cluster,
 		"addresses", addrs, "reason", reason)
 	r.countOutcome(claim)
-	r.attempts.Delete(claim.UID)
+	r.memory.succeeded(claim.UID)
 	return phase.Stop(), nil
 }
 
@@ -205,7 +202,7 @@ func (r *Reconciler) beginDisown(_ context.Context, s *claimScope) (phase.Result
 	}
 	if !claim.Ended() {
 		reason, _ := claim.DisownRequested()
-		r.beginEnd(s, claimEnd{reason: hfv1.EndDisowned, condition: hfv1.DisowningReason, message: fmt.Sprintf(
+		s.beginEnd(claimEnd{reason: hfv1.EndDisowned, condition: hfv1.DisowningReason, message: fmt.Sprintf(
 			"Disowned by a platform admin (annotation %s: %q): the VM is released from HyperFleet's management and kept", hfv1.DisownAnnotation, reason)})
 	}
 	return phase.Next(), nil
@@ -232,9 +229,9 @@ func (r *Reconciler) releaseDisownedVM(ctx context.Context, s *claimScope) (phas
 		s.facts.ending(hfv1.ClusterUnavailableReason, fmt.Sprintf(
 			"Cannot disown VM %s yet: HypervisorCluster %s is not connected: %s. If it is gone for good, force-delete the claim instead (annotation %s)",
 			ref.ID(), ref.HypervisorCluster, health.Message, hfv1.ForceDeleteAnnotation))
-		return phase.StopAndRequeue(r.backoff(claim)), nil
+		return phase.StopAndRequeue(s.backoff()), nil
 	}
-	owner, prev := vmspec.Owner(claim), r.progressOf(claim)
+	owner, prev := vmspec.Owner(claim), r.memory.progressOf(claim)
 	media, err := p.RemoveCloudInitMedia(ctx, owner, prev)
 	switch {
 	case errors.Is(err, provider.ErrNotOwned):
@@ -243,7 +240,7 @@ func (r *Reconciler) releaseDisownedVM(ctx context.Context, s *claimScope) (phas
 	case err != nil:
 		return r.disownFailed(ctx, s, err)
 	default:
-		r.keepTask(claim, media.Progress.Task)
+		r.memory.keepTask(claim, media.Progress.Task)
 		if !media.Done {
 			s.facts.ending(hfv1.DisowningReason, fmt.Sprintf("Releasing VM %s from HyperFleet's management: %s", ref.ID(), media.Message))
 			return phase.StopAndRequeue(CallAgain(media.RetryAfter)), nil
@@ -267,7 +264,7 @@ func (r *Reconciler) releaseDisownedVM(ctx context.Context, s *claimScope) (phas
 		s.facts.ending(hfv1.DisowningReason, fmt.Sprintf("Releasing VM %s from HyperFleet's management: %s", ref.ID(), res.Message))
 		return phase.StopAndRequeue(CallAgain(res.RetryAfter)), nil
 	}
-	r.attempts.Delete(claim.UID)
+	r.memory.succeeded(claim.UID)
 	r.disowned(ctx, s, ref, res)
 	return phase.Next(), nil
 }
@@ -287,7 +284,7 @@ func (r *Reconciler) disowned(ctx context.Context, s *claimScope, ref *hfv1.VMRe
 		msg = "No VM was recorded for this claim: nothing was released from HyperFleet's management"
 		// Addresses are persisted before any VM is built with them: with
 		// no VM, none is in use.
-		r.releaseAddresses(ctx, claim)
+		r.addresses().release(ctx, claim)
 	case res == nil:
 		msg = fmt.Sprintf("VM %s on HypervisorCluster %s no longer exists: nothing was left to keep", ref.ID(), ref.HypervisorCluster)
 	default:
@@ -297,9 +294,9 @@ func (r *Reconciler) disowned(ctx context.Context, s *claimScope, ref *hfv1.VMRe
 		}
 		msg = fmt.Sprintf("VM %s on HypervisorCluster %s was released from HyperFleet's management and left as it was (removed: %s). "+
 			"HyperFleet no longer reads, stops or destroys it; delete it by hand when it is no longer needed", ref.ID(), ref.HypervisorCluster, removed)
-		r.forgetTransition(ref)
+		r.PowerOff.forgetTransition(ref, r.Clock.Now())
 		claim.Status.VMRef, claim.Status.Task = nil, nil
-		r.forgetProgress(claim)
+		r.memory.forgetProgress(claim)
 	}
 	s.facts.record(hfv1.MachineClaimFinalizedCondition, metav1.ConditionTrue, hfv1.DisownedReason, msg)
 	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.DisownedReason, msg)
@@ -314,17 +311,9 @@ func (r *Reconciler) disowned(ctx context.Context, s *claimScope, ref *hfv1.VMRe
 // and the claim's addresses with it (it may be the claim's own VM with a
 // damaged marker, still using them), as keepForAdmin does at a deletion.
 func (r *Reconciler) disownRefused(ctx context.Context, s *claimScope, err error) (phase.Result, error) {
-	claim := s.claim
-	ref := claim.Status.VMRef
-	msg := fmt.Sprintf("VM %s on HypervisorCluster %s does not carry this claim's verified ownership marker (%v), so it cannot be disowned: HyperFleet changes nothing on it and keeps this claim's addresses while it may exist. "+
+	s.ownershipUnverified(ctx, err, fmt.Sprintf(", so it cannot be disowned: HyperFleet changes nothing on it and keeps this claim's addresses while it may exist. "+
 		"An admin checks VM %s by hand; to let the claim go without touching the VM, force-delete it (annotation %s), which releases the addresses",
-		ref.ID(), ref.HypervisorCluster, err, ref.ID(), hfv1.ForceDeleteAnnotation)
-	if s.facts.endingReason(claim) != string(hfv1.OwnershipMismatchReason) {
-		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), conditions.Truncate(msg, 1024))
-		ctrl.LoggerFrom(ctx).Info("VM ownership does not verify; not disowning it", "vm", ref.ID(), "cluster", ref.HypervisorCluster, "err", err.Error())
-	}
-	s.facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, msg)
-	s.facts.ending(hfv1.OwnershipMismatchReason, msg)
+		s.claim.Status.VMRef.ID(), hfv1.ForceDeleteAnnotation), "VM ownership does not verify; not disowning it")
 	return phase.StopAndRequeue(ownershipRecheck), nil
 }
 
@@ -340,7 +329,7 @@ func (r *Reconciler) disownFailed(ctx context.Context, s *claimScope, err error)
 		ctrl.LoggerFrom(ctx).Info("Releasing the VM from management failed", "err", err.Error(), "class", class)
 	}
 	s.facts.ending(hfv1.FailedDisownReason, msg)
-	return phase.StopAndRequeue(r.backoff(claim)), nil
+	return phase.StopAndRequeue(s.backoff()), nil
 }
 
 // releaseDisownedRunner removes the runner of a disowned VM unless it runs
@@ -348,11 +337,11 @@ func (r *Reconciler) disownFailed(ctx context.Context, s *claimScope, err error)
 // itself after its one job), and the claim forgets it.
 func (r *Reconciler) releaseDisownedRunner(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
-	if !r.runnerRegistered(claim) {
+	if !r.runner().registered(s) {
 		return phase.Next(), nil
 	}
 	st := claim.Status.Bootstrap
-	err := r.removeRunner(ctx, claim, "; its VM was disowned")
+	err := r.runner().remove(ctx, s, "; its VM was disowned")
 	if errors.Is(err, workload.ErrRunnerBusy) {
 		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RunnerBusyReason),
 			"Runner %s runs a job on the disowned VM: it is left registered to finish it and deregisters itself after its one job", st.RunnerName)
@@ -362,7 +351,7 @@ func (r *Reconciler) releaseDisownedRunner(ctx context.Context, s *claimScope) (
 	if err == nil {
 		return phase.Next(), nil
 	}
-	if done, wait := r.settleRunnerRemoval(ctx, s, err); !done {
+	if done, wait := r.runner().settleRemoval(ctx, s, err); !done {
 		return phase.StopAndRequeue(wait), nil
 	}
 	return phase.Next(), nil
@@ -380,10 +369,10 @@ func (r *Reconciler) holdDisownedAddresses(ctx context.Context, s *claimScope) (
 	}
 	var held []string
 	for _, a := range claim.Status.Network.IPAllocations {
-		fix, err := r.exclusionNeeded(ctx, a)
+		fix, err := r.addresses().exclusionNeeded(ctx, a)
 		if err != nil {
 			s.facts.ending(hfv1.AddressNotExcludedReason, fmt.Sprintf("Cannot check whether %s is excluded from IPPool %s yet: %v", a.Address, a.PoolRef, err))
-			return phase.StopAndRequeue(r.backoff(claim)), nil
+			return phase.StopAndRequeue(s.backoff()), nil
 		}
 		if fix != "" {
 			held = append(held, fix)
@@ -400,37 +389,8 @@ func (r *Reconciler) holdDisownedAddresses(ctx context.Context, s *claimScope) (
 	}
 	// Every address is out of its pool now, so none can be handed out
 	// again: the claim lets go of them.
-	r.releaseAddresses(ctx, claim)
+	r.addresses().release(ctx, claim)
 	return phase.Next(), nil
-}
-
-// exclusionNeeded says what an admin must do so that the pool of a no
-// longer hands its address out ("" when nothing: the pool's current spec
-// excludes it). An error means the pool could not be read.
-func (r *Reconciler) exclusionNeeded(ctx context.Context, a hfv1.IPAllocation) (string, error) {
-	addr, err := ipam.ParseAllocatedAddress(a.Address)
-	if err != nil {
-		// Not an address: no pool hands it out.
-		return "", nil //nolint:nilerr // an unreadable record holds nothing
-	}
-	exclusion := netip.PrefixFrom(addr, addr.BitLen()).String()
-	pool := &hfv1.IPPool{}
-	switch err := r.Client.Get(ctx, client.ObjectKey{Name: a.PoolRef}, pool); {
-	case apierrors.IsNotFound(err):
-		// A pool created again under this name would hand it out.
-		return fmt.Sprintf("IPPool %s does not exist; if it is created again, give it %s in spec.excludedAddresses", a.PoolRef, exclusion), nil
-	case err != nil:
-		return "", fmt.Errorf("read IPPool %s: %w", a.PoolRef, err)
-	}
-	parsed, err := ipam.ParsePool(PoolSpec(pool))
-	if err == nil && !parsed.Contains(addr) {
-		return "", nil
-	}
-	patch := fmt.Sprintf(`kubectl patch ippool %s --type=json -p '[{"op":"add","path":"/spec/excludedAddresses/-","value":"%s"}]'`, a.PoolRef, exclusion)
-	if len(pool.Spec.ExcludedAddresses) == 0 {
-		patch = fmt.Sprintf(`kubectl patch ippool %s --type=merge -p '{"spec":{"excludedAddresses":["%s"]}}'`, a.PoolRef, exclusion)
-	}
-	return fmt.Sprintf("add %s to spec.excludedAddresses of IPPool %s (%s)", exclusion, a.PoolRef, patch), nil
 }
 
 // disownedClaimsOfPool wakes the disowned claims that hold an address of

@@ -20,15 +20,15 @@ func TestClaimBackoff(t *testing.T) {
 		{"shortened first wait", 50 * time.Millisecond, 300 * time.Millisecond, []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond, 300 * time.Millisecond}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &Reconciler{MaxRetryDelay: tc.limit, MinRetryDelay: tc.first}
+			r := &Reconciler{Retry: RetryDelays{First: tc.first, Max: tc.limit}}
 			claim := unitClaim("c", 0)
 			for i, want := range tc.want {
-				if got := r.backoff(&claim); got != want {
+				if got := r.newClaimScope(&claim).backoff(); got != want {
 					t.Fatalf("failure %d: backoff %s, want %s", i+1, got, want)
 				}
 			}
-			r.attempts.Delete(claim.UID)
-			if got := r.backoff(&claim); got != tc.want[0] {
+			r.memory.succeeded(claim.UID)
+			if got := r.newClaimScope(&claim).backoff(); got != tc.want[0] {
 				t.Errorf("after a success: backoff %s, want %s", got, tc.want[0])
 			}
 		})

@@ -57,18 +57,18 @@ func (c *claimCloudInit) AgentConfig(ctx context.Context) ([]byte, error) {
 func (c *claimCloudInit) vars(ctx context.Context) (cloudinit.Vars, error) {
 	vars := vmspec.ClaimVars(c.r.workloads(), c.claim, c.tmpl, c.cluster, c.addrs)
 	// The user the VM's SPIRE entry selects, when it has one.
-	vars.ScriptUser = c.r.scriptUser(c.tmpl)
+	vars.ScriptUser = c.r.Identity.scriptUser(c.r.workloads(), c.tmpl)
 	if err := vmspec.SetAgentVars(c.r.workloads(), c.tmpl, c.r.Agent, &vars); err != nil {
 		// The template is not Ready in this case; only a claim that passed
 		// before an operator restart without the agent server gets here.
 		return vars, provider.Errorf(provider.ClassConfiguration, string(hfv1.AgentUnavailableReason), "HypervisorMachineTemplate %s: %w", c.tmpl.Name, err)
 	}
 	if vars.SPIFFEEnabled {
-		if err := c.r.identityVars(ctx, c.claim, c.cluster, &vars); err != nil {
+		if err := c.r.Identity.vars(ctx, c.r.Client, c.claim, c.cluster, &vars); err != nil {
 			return vars, provider.Errorf(provider.ClassTransient, string(hfv1.SPIREUnavailableReason), "the VM's SPIFFE identity: %w", err)
 		}
 	}
-	vars.PowerOffNotify = c.r.Notices.NotifyFor(c.claim)
+	vars.PowerOffNotify = c.r.PowerOff.Notices.NotifyFor(c.claim)
 	vars.SecretsDeadline = cloudinit.Time{Time: c.r.secretsDeadline()}
 	// Render check first: a broken template never reaches the workload
 	// side (and is never Ready: the template controller runs the same
@@ -92,6 +92,6 @@ func (c *claimCloudInit) vars(ctx context.Context) (cloudinit.Vars, error) {
 // and its claim ends, instead of idling until the pool's bootstrapTimeout.
 func (r *Reconciler) secretsDeadline() time.Time {
 	def := stuck.DefaultBounds()
-	b := r.StuckBounds
+	b := r.Stuck.Bounds
 	return r.Clock.Now().Add(cmp.Or(b.Provisioning, def.Provisioning) + cmp.Or(b.Bootstrapping, def.Bootstrapping))
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	clocktesting "k8s.io/utils/clock/testing"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"

@@ -1,15 +1,11 @@
 package machineclaim
 
 import (
-	"cmp"
 	"context"
-	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -18,7 +14,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -26,18 +21,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/internal/cachelag"
 	"github.com/hyperfleet/hyperfleet/internal/cloudinit"
 	"github.com/hyperfleet/hyperfleet/internal/controller/fieldindex"
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim/stuck"
-	"github.com/hyperfleet/hyperfleet/internal/controller/refusal"
-	"github.com/hyperfleet/hyperfleet/internal/dnsreg"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
-	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/ipam"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
-	"github.com/hyperfleet/hyperfleet/internal/poweroff"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -103,24 +93,10 @@ type Reconciler struct {
 	// Agent finds the agent binaries the operator serves (templates with
 	// agentSource Operator); nil when it serves none.
 	Agent vmspec.AgentLocator
-	// Identity holds the clusters' SPIRE servers and Issuer issues VMs'
-	// identities on them (templates with attestation join-token); nil
-	// Issuer: such templates are refused.
-	Identity *identity.Registry
-	Issuer   *identity.Issuer
-	// ScriptUser is the user generic VMs' agents run their script as;
-	// empty: agentconfig.DefaultRunnerUser. One value for both places that
-	// need it (scriptUser): the agent config and the SPIRE entry.
-	ScriptUser string
-	// Broker is the credential broker VMs that attest fetch their runner
-	// credential from; nil when the operator runs none.
-	Broker BrokerEndpoint
-	// Credentials mints the runner credentials placed in running VMs
-	// (templates that do not attest) and written to the secrets store of
-	// clusters with spec.spire.secretStore; StoreOpener opens those stores
-	// (nil: identity.OpenStore on Vault or OpenBao).
-	Credentials CredentialIssuer
-	StoreOpener StoreOpener
+	// Identity issues the VMs' SPIFFE identities and hands them their
+	// runner credentials (identity_service.go, identity_store.go,
+	// guestsecrets.go).
+	Identity IdentityService
 	// ClaimEvents carries wake-ups from the HypervisorCluster poller and
 	// the RunnerPool resync.
 	ClaimEvents <-chan event.GenericEvent
@@ -130,88 +106,33 @@ type Reconciler struct {
 	// MaxConcurrentReconciles bounds parallel reconciles (default 16):
 	// reconciles never wait for the hypervisor, so they are short.
 	MaxConcurrentReconciles int
-	// MaxRetryDelay caps the exponential backoff (2s, 4s, 8s ...) after
-	// transient hypervisor errors; zero means 5 minutes.
-	MaxRetryDelay time.Duration
-	// MinRetryDelay is the backoff's first wait, doubled on each failure in
-	// a row up to MaxRetryDelay; zero means 2 seconds. Tests shorten it so
-	// that a property can watch the doubling itself in milliseconds.
-	MinRetryDelay time.Duration
-	// StuckBounds are how long a claim may stay in each phase before it is
-	// reported Stuck (internal/controller/machineclaim/stuck); zero fields check nothing.
-	StuckBounds stuck.Bounds
-	// Transitions are the VMs a hint says are about to stop: a running
-	// claim whose VM is in it reads the VM's status directly, every
-	// Transitions.Poll(), until it stops or the hint expires
-	// (docs/architecture.md, "Power-off hints"). Nil: the listing only.
-	Transitions *hypervisors.Transitions
-	// Notices gives VMs the URL and token of their power-off notice; nil
-	// gives none.
-	Notices *poweroff.Notices
-	// Vanished takes the VM of a claim the API server removed while it
-	// still carried the finalizer (vanished.go); nil: such a VM waits for
-	// the orphan sweep's grace period.
-	Vanished VanishedVMs
-	// TokenRefusals are the VMs' power-off notices that their join token
-	// was refused (a sign of a stolen identity); nil: none are taken.
-	TokenRefusals TokenRefusals
-	// AttestationErrors are what the VMs' power-off notices say about why
-	// they got no identity (such as TPMNotFound); nil: none are taken.
-	AttestationErrors AttestationErrors
-	// GuestRefusals are the VMs' power-off notices that their agent
-	// refused to run the job (guest_refusal.go); nil: none are taken.
-	GuestRefusals GuestRefusals
-	// DNS holds the clusters' DNS registrars (spec.dns.registerVMs), built
-	// by the HypervisorCluster controller; nil registers no VM (dns.go).
-	DNS *dnsreg.Clusters
+	// Retry is the backoff (2s, 4s, 8s ... up to 5 minutes) after
+	// transient failures.
+	Retry RetryDelays
+	// Stuck reports stuck claims and counts them by phase; its Bounds are
+	// how long a claim may stay in each phase before it is reported Stuck
+	// (zero fields check nothing). SetupWithManager gives it the
+	// reconciler's Recorder.
+	Stuck stuck.Detector
+	// PowerOff is what is known of VMs powering off: the hints that they
+	// are about to, the notices they send, and what the notices say
+	// (transitions.go, guest_refusal.go).
+	PowerOff PowerOff
+	// Vanished hands the VM of a claim the API server removed while it
+	// still carried the finalizer to the orphan sweeper (vanished.go).
+	Vanished VanishedClaims
+	// DNS registers the claims' VMs in their clusters' DNS services
+	// (dns.go).
+	DNS DNSRegistration
 
-	// stuckClaims reports stuck claims and counts them by phase.
-	stuckClaims stuck.Detector
-	// attempts counts consecutive transient failures per claim UID for
-	// backoff. Losing it on restart only restarts the backoff.
-	attempts sync.Map
-	// provisionRetryAt is when a claim whose provider step failed
-	// transiently may call the provider again (UID -> time.Time): a wake-up
-	// before then waits it out (ensureVM).
-	provisionRetryAt sync.Map
-	// provisionHeld holds a claim whose provider step failed for a
-	// reason its user must fix (UID -> heldProvision): wake-ups that
-	// change none of its inputs do not call the provider again (ensureVM).
-	provisionHeld sync.Map
-	// progress keeps, by claim UID, the provider progress of the claim's
-	// VM with its hypervisor task in flight, which the status does not
-	// record (vm_progress.go). Losing it on restart costs the provider a
-	// read of where the VM stands.
-	progress sync.Map
-	// minted keeps runner credentials issued and not yet placed in their
-	// VM (Minted); losing it on restart costs a new
-	// registration, which replaces the lost one.
-	minted Minted
+	// memory is what this process remembers about each claim beyond its
+	// stored status (memory.go), dropped as a whole by forget.
+	memory claimMemory
 	// lag keeps a reconcile from repeating a step against a cache older
 	// than this controller's last write of the claim (a second cloud-init
 	// delivery would issue a second runner credential), and drops a gone
 	// claim's memory.
 	lag cachelag.Tracker
-	// vanished are the last states of claims the API server removed while
-	// they carried the finalizer, by name, until a reconcile of the name
-	// hands their VM over (vanished.go).
-	vanished sync.Map
-	// dnsRegistered keeps, by claim UID, the registration last written
-	// (the cluster's registrar key, the name and the addresses), so that a
-	// running claim's passes do not ask the DNS server again; losing it on
-	// restart costs one idempotent Register. dnsRemoveAttempts counts the
-	// failed removals of an ending claim's records (dns.go).
-	dnsRegistered     sync.Map
-	dnsRemoveAttempts sync.Map
-	// deletedGone are the claims a pass deleted without their finalizer
-	// (finish), by UID: the cache may still show them, without the
-	// finalizer and with the VM reference their last status write left,
-	// until the deletion's watch event, and such a copy must not be torn
-	// down a second time. Their reconcile's NotFound forgets them.
-	deletedGone sync.Map
-	// heldEnds are the routine ends not written to their claims' status,
-	// by UID (end_held.go).
-	heldEnds sync.Map
 	// finished sends the collection deletions of finished claims
 	// (finished.go).
 	finished finishedDeletes
@@ -234,17 +155,10 @@ func (r *Reconciler) waitForCache(ctx context.Context, claim *hfv1.MachineClaim)
 // forget drops the rest of a gone claim's memory (the lag tracker dropped
 // its own): a reconcile found its name gone, or taken by a new claim.
 func (r *Reconciler) forget(uid types.UID) {
-	r.attempts.Delete(uid)
-	r.provisionRetryAt.Delete(uid)
-	r.provisionHeld.Delete(uid)
-	r.progress.Delete(uid)
-	r.minted.Forget(uid)
+	r.memory.Forget(uid)
+	// The runner observations are the RunnerPool resync's, which writes
+	// them; the claim's is dropped with the rest.
 	r.Runners.Forget(uid)
-	r.dnsRegistered.Delete(uid)
-	r.dnsRemoveAttempts.Delete(uid)
-	r.validation.forget(uid)
-	r.deletedGone.Delete(uid)
-	r.heldEnds.Delete(uid)
 }
 
 // workloads are the CI platforms' back-ends; none without CI.
@@ -255,21 +169,6 @@ func (r *Reconciler) workloads() *workload.Backends {
 	return r.CI.Workloads()
 }
 
-// scriptUser is the user a VM of tmpl runs its generic script as, and
-// the one its SPIRE registration entry selects by name (docs/generic.md,
-// "Identity"): both the agent config (claimCloudInit.vars) and the entry
-// (issueIdentity) take it from here, so the script is the one user of
-// the VM that gets the VM's SVIDs. Empty for a template of a CI platform
-// (the same test as vmspec.TemplateVars's): its entry selects the agent's
-// uid, so that the runner's jobs get no SVID.
-func (r *Reconciler) scriptUser(tmpl *hfv1.HypervisorMachineTemplate) string {
-	be, _, ok := r.workloads().Template(tmpl)
-	if !ok || workload.HasRunner(be) {
-		return ""
-	}
-	return cmp.Or(r.ScriptUser, agentconfig.DefaultRunnerUser)
-}
-
 // SetupWithManager registers the controller.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Clock == nil {
@@ -278,14 +177,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.MaxConcurrentReconciles == 0 {
 		r.MaxConcurrentReconciles = 16
 	}
-	r.stuckClaims.Bounds, r.stuckClaims.Recorder = r.StuckBounds, r.Recorder
-	r.stuckClaims.Reset()
+	r.Stuck.Recorder = r.Recorder
+	r.Stuck.Reset()
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&hfv1.MachineClaim{}).
 		Watches(&hfv1.HypervisorMachineTemplate{}, handler.EnqueueRequestsFromMapFunc(r.claimsForTemplate),
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.ResourceVersionChangedPredicate{}))).
 		Watches(&hfv1.CIJob{}, handler.EnqueueRequestsFromMapFunc(r.claimsForJob)).
-		Watches(&hfv1.MachineClaim{}, r.vanishedClaims()).
+		Watches(&hfv1.MachineClaim{}, r.Vanished.handler()).
 		Watches(&hfv1.IPPool{}, handler.EnqueueRequestsFromMapFunc(r.disownedClaimsOfPool),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
@@ -320,21 +219,21 @@ func (r *Reconciler) claimsForTemplate(ctx context.Context, o client.Object) []r
 // runs the phase list of the claim's state (claimPhases), and closes the
 // scope, which derives the status and writes the claim once.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
-	r.handOverVanished(ctx, req.NamespacedName)
+	r.Vanished.handOver(ctx, req.NamespacedName, r.Signer, &r.memory)
 	claim := &hfv1.MachineClaim{}
 	if err := r.Client.Get(ctx, req.NamespacedName, claim); err != nil {
 		if apierrors.IsNotFound(err) {
 			if uid, ok := r.lag.Gone(req.NamespacedName); ok {
 				r.forget(uid)
 			}
-			r.stuckClaims.Forget(req.NamespacedName)
+			r.Stuck.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if uid, ok := r.lag.Observe(req.NamespacedName, claim.UID); ok {
 		r.forget(uid)
 	}
-	if _, ok := r.deletedGone.Load(claim.UID); ok {
+	if r.memory.recall(claim.UID).deletedGone {
 		// Deleted by this controller; the cache has not seen it go yet.
 		return ctrl.Result{}, nil
 	}
@@ -349,7 +248,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return res, nil
 	}
 	s := r.newClaimScope(claim)
-	r.restoreHeldEnd(s)
+	s.restoreHeldEnd()
 	defer func() { res, retErr = r.closeScope(ctx, s, res, retErr) }()
 
 	return phase.Run(ctx, s, r.claimPhases(claim)...)
@@ -365,10 +264,10 @@ func (r *Reconciler) claimPhases(claim *hfv1.MachineClaim) []phase.Func[*claimSc
 		return list
 	}
 	if !claim.DeletionTimestamp.IsZero() {
-		return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.checkFinalizer, r.checkDeletion, r.recordLateJob, r.releaseDNS, r.releaseVM,
-			r.releaseRunner, r.releaseIdentity, r.holdForDNS, r.releaseFinalizer}
+		return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.checkFinalizer, r.checkDeletion, r.runner().recordLateJob, r.DNS.release, r.releaseVM,
+			r.releaseRunner, r.Identity.release, r.DNS.hold, r.releaseFinalizer}
 	}
-	return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.ensureMetadata, r.checkMisuse, r.checkEndRequest, r.runStateList}
+	return []phase.Func[*claimScope]{r.checkAdminAnnotations, r.checkReservation, r.ensureMetadata, r.Identity.checkMisuse, r.checkEndRequest, r.runStateList}
 }
 
 // buildPhases build a claim's VM: the claim is neither ended nor
@@ -385,14 +284,14 @@ func (r *Reconciler) buildPhases() []phase.Func[*claimScope] {
 // such pass.
 // checkSupported acts only on a claim without a VM reference.
 func (r *Reconciler) runningPhases() []phase.Func[*claimScope] {
-	return []phase.Func[*claimScope]{r.checkSupported, r.ensureDNS, r.loadDependencies, r.loadProvider, r.checkNetwork,
-		r.ensureSecrets, r.checkAttestation, r.ensureStoredCredential, r.checkRunning}
+	return []phase.Func[*claimScope]{r.checkSupported, r.DNS.ensure, r.loadDependencies, r.loadProvider, r.validation.checkNetwork,
+		r.ensureSecrets, r.Identity.checkAttestation, r.ensureStoredCredential, r.checkRunning}
 }
 
 // endPhases tear an ended claim down, its DNS records first (dns.go),
 // after recording a job whose CIJob came after the VM ended.
 func (r *Reconciler) endPhases() []phase.Func[*claimScope] {
-	return []phase.Func[*claimScope]{r.recordLateJob, r.releaseDNS, r.releaseEnded}
+	return []phase.Func[*claimScope]{r.runner().recordLateJob, r.DNS.release, r.releaseEnded}
 }
 
 // runStateList runs the list of the claim's state after the shared prefix:
@@ -423,86 +322,4 @@ func (r *Reconciler) runStateList(ctx context.Context, s *claimScope) (phase.Res
 	}
 	end, err := phase.Sequence(r.endPhases()...)(ctx, s)
 	return end.Sooner(res.After()), err
-}
-
-// ensureMetadata adds the finalizer and the standard labels (in memory;
-// the scope writes them, or ensureVM before its clone request).
-func (r *Reconciler) ensureMetadata(ctx context.Context, s *claimScope) (phase.Result, error) {
-	if s.claim.IsFinished() {
-		return phase.Stop(), nil
-	}
-	setStandardMetadata(s.claim, r.clusterOf(ctx, s.claim))
-	return phase.Next(), nil
-}
-
-// checkSupported stops a claim that sets a field this operator does
-// not act on, before anything is built; a spec change wakes it.
-func (r *Reconciler) checkSupported(_ context.Context, s *claimScope) (phase.Result, error) {
-	claim := s.claim
-	if ref := refusal.Claim(r.workloads(), claim); ref != nil && claim.Status.VMRef == nil {
-		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, ref.Reason, ref.Message)
-		return phase.Stop(), nil
-	}
-	return phase.Next(), nil
-}
-
-// checkPlatformSection stops a claim still to be built whose
-// spec.workloadConfig names a workload type its template has no section
-// for (a generic claim of a GitHub template, or the reverse): its VM would
-// get the template's platform's agent config but the claim's treatment,
-// and never do its work. A template change wakes it.
-func (r *Reconciler) checkPlatformSection(_ context.Context, s *claimScope) (phase.Result, error) {
-	claim, wc := s.claim, s.claim.Spec.WorkloadConfig
-	if wc == nil || s.tmpl == nil || claim.Status.VMRef != nil {
-		return phase.Next(), nil
-	}
-	be, ok := r.workloads().For(wc.Type)
-	if !ok {
-		return phase.Next(), nil
-	}
-	if _, reads := be.Template(s.tmpl); reads {
-		return phase.Next(), nil
-	}
-	field := "spec.bootstrap.github"
-	switch wc.Type {
-	case hfv1.WorkloadGeneric:
-		field = "spec.bootstrap.generic"
-	case hfv1.WorkloadGitLabCI:
-		field = "spec.bootstrap.gitlab"
-	case hfv1.WorkloadBuildkite:
-		field = "spec.bootstrap.buildkite"
-	}
-	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.InvalidSpecReason, fmt.Sprintf(
-		"spec.workloadConfig.type is %s, but HypervisorMachineTemplate %s has no %s; use a template of that platform (or a RunnerPool whose workload.type matches its template)",
-		wc.Type, s.tmpl.Name, field))
-	return phase.StopAndRequeue(waitForDependency), nil
-}
-
-// clusterOf names the claim's HypervisorCluster: where its VM is, else
-// where its template points (empty when the template is missing).
-func (r *Reconciler) clusterOf(ctx context.Context, claim *hfv1.MachineClaim) string {
-	if ref := claim.Status.VMRef; ref != nil {
-		return ref.HypervisorCluster
-	}
-	tmpl := &hfv1.HypervisorMachineTemplate{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, tmpl); err != nil {
-		return ""
-	}
-	return tmpl.Spec.HypervisorClusterRef.Name
-}
-
-// removeFinalizer drops the claim's finalizer and writes it at once,
-// under the scope's optimistic lock: a copy from a stale cache must fail
-// with a conflict rather than drop a finalizer someone added since.
-func (r *Reconciler) removeFinalizer(ctx context.Context, s *claimScope) error {
-	claim := s.claim
-	if !controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer) {
-		return nil
-	}
-	controllerutil.RemoveFinalizer(claim, hfv1.MachineClaimFinalizer)
-	if err := s.patch.PatchMetadata(ctx, claim); err != nil {
-		controllerutil.AddFinalizer(claim, hfv1.MachineClaimFinalizer)
-		return fmt.Errorf("remove finalizer %s from MachineClaim %s/%s: %w", hfv1.MachineClaimFinalizer, claim.Namespace, claim.Name, err)
-	}
-	return nil
 }

@@ -23,9 +23,9 @@ import (
 
 // DNS registration of a claim's VM (docs/networking.md, "DNS
 // registration"): a running claim on a cluster with spec.dns.registerVMs
-// registers its FQDN and addresses (ensureDNS); an ending or deleted claim
-// removes them (releaseDNS), and a deleted one holds its finalizer for a
-// few attempts at most (holdForDNS). DNS never holds a VM back: a claim
+// registers its FQDN and addresses (DNSRegistration.ensure); an ending or deleted claim
+// removes them (DNSRegistration.release), and a deleted one holds its finalizer for a
+// few attempts at most (DNSRegistration.hold). DNS never holds a VM back: a claim
 // whose records cannot be written runs all the same, a claim whose records
 // cannot be removed goes all the same, and the sweep removes what it left.
 const (
@@ -175,39 +175,40 @@ func dnsCluster(claim *hfv1.MachineClaim) string {
 	return claim.Labels[hfv1.HypervisorClusterLabel]
 }
 
-// install is this operator's id, the records' owner install.
-func (r *Reconciler) install() string {
-	if r.Signer == nil {
-		return ""
-	}
-	return r.Signer.OperatorID()
+// DNSRegistration registers running claims' VMs in their clusters' DNS
+// services (spec.dns.registerVMs) and removes their records when the
+// claims end; what it last wrote is in the claims' memory.
+type DNSRegistration struct {
+	// Clusters holds the clusters' DNS registrars, built by the
+	// HypervisorCluster controller; nil registers no VM.
+	Clusters *dnsreg.Clusters
 }
 
-// ensureDNS registers a running claim's VM in its cluster's DNS service,
+// ensure registers a running claim's VM in its cluster's DNS service,
 // once per name and set of addresses (again when they change, or after a
 // restart: Register is idempotent). It never stops the pass.
-func (r *Reconciler) ensureDNS(ctx context.Context, s *claimScope) (phase.Result, error) {
+func (d *DNSRegistration) ensure(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
 	cluster := dnsCluster(claim)
-	reg, ok := r.DNS.Registering(cluster)
+	reg, ok := d.Clusters.Registering(cluster)
 	if !ok || claim.Status.VMRef == nil {
 		return phase.Next(), nil
 	}
-	hc := r.vmCluster(ctx, s, cluster)
-	rec, reason, why := DNSRecord(claim, r.install(), hc)
+	hc := d.vmCluster(ctx, s, cluster)
+	rec, reason, why := DNSRecord(claim, s.install, hc)
 	if why != "" {
-		if reason == hfv1.AddressOutsideVMSubnetsReason && r.dnsRemovalPending(s) && !s.dnsTried {
+		if reason == hfv1.AddressOutsideVMSubnetsReason && s.dnsRemovalPending() && !s.dnsTried {
 			// The VM registered addresses before that it no longer
 			// holds: its records go first, or its name would keep
 			// pointing at an address that may be another VM's by now.
-			if retry := r.removeDNS(ctx, s); retry > 0 {
+			if retry := d.remove(ctx, s); retry > 0 {
 				return phase.Recheck(retry), nil
 			}
 		}
-		r.refuseAddresses(s, hfv1.MachineClaimDNSRegisteredCondition, reason, why)
+		s.refuseAddresses(hfv1.MachineClaimDNSRegisteredCondition, reason, why)
 		return phase.Next(), nil
 	}
-	dc, _ := r.DNS.Get(cluster)
+	dc, _ := d.Clusters.Get(cluster)
 	if dc.CheckErr != nil {
 		// The cluster's check failed: no use waiting for the same timeout
 		// in every claim. The cluster's next good check wakes nothing, so
@@ -217,7 +218,7 @@ func (r *Reconciler) ensureDNS(ctx context.Context, s *claimScope) (phase.Result
 		return phase.Recheck(dnsRegisterRetry), nil
 	}
 	done := dc.Key + " " + dnsreg.Fqdn(rec.Name) + " " + dnsreg.AddrsTXT(rec.Addrs)
-	if v, ok := r.dnsRegistered.Load(claim.UID); ok && v == done && s.facts.isTrue(claim, hfv1.MachineClaimDNSRegisteredCondition) {
+	if s.memory.recall(claim.UID).dnsRegistered == done && s.facts.isTrue(claim, hfv1.MachineClaimDNSRegisteredCondition) {
 		return phase.Next(), nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, dnsUpdateTimeout)
@@ -227,13 +228,13 @@ func (r *Reconciler) ensureDNS(ctx context.Context, s *claimScope) (phase.Result
 		metrics.DNSUpdates.WithLabelValues(cluster, "register", string(reason)).Inc()
 		msg := conditions.Truncate(fmt.Sprintf("Registering %s in DNS failed (will retry; the VM runs all the same): %v", rec.Name, err), 1024)
 		if c := s.facts.condition(claim, hfv1.MachineClaimDNSRegisteredCondition); c == nil || c.Reason != string(reason) {
-			r.Recorder.Event(claim, corev1.EventTypeWarning, string(reason), msg)
+			s.recorder.Event(claim, corev1.EventTypeWarning, string(reason), msg)
 		}
 		s.facts.record(hfv1.MachineClaimDNSRegisteredCondition, metav1.ConditionFalse, reason, msg)
 		return phase.Recheck(dnsRegisterRetry), nil
 	}
 	metrics.DNSUpdates.WithLabelValues(cluster, "register", "ok").Inc()
-	r.dnsRegistered.Store(claim.UID, done)
+	s.memory.registeredDNS(claim.UID, done)
 	msg := fmt.Sprintf("%s is registered with addresses %s", dnsreg.Fqdn(rec.Name), addrList(rec.Addrs))
 	if d, ok := reg.(dnsreg.Describer); ok {
 		msg = d.Registered(rec)
@@ -242,7 +243,7 @@ func (r *Reconciler) ensureDNS(ctx context.Context, s *claimScope) (phase.Result
 		msg += fmt.Sprintf("; left out, as outside spec.network.vmSubnets of HypervisorCluster %s: %s", cluster, addrList(out))
 	}
 	if !s.facts.isTrue(claim, hfv1.MachineClaimDNSRegisteredCondition) {
-		r.Recorder.Event(claim, corev1.EventTypeNormal, "DNSRegistered", msg)
+		s.recorder.Event(claim, corev1.EventTypeNormal, "DNSRegistered", msg)
 		ctrl.LoggerFrom(ctx).V(1).Info("Registered the VM in DNS", "name", rec.Name, "addresses", addrList(rec.Addrs))
 	}
 	s.facts.record(hfv1.MachineClaimDNSRegisteredCondition, metav1.ConditionTrue, hfv1.ReadyReason, msg)
@@ -250,14 +251,14 @@ func (r *Reconciler) ensureDNS(ctx context.Context, s *claimScope) (phase.Result
 }
 
 // vmCluster is the claim's VM's HypervisorCluster: the scope's when it is
-// loaded, else read (ensureDNS runs before the scope loads it); nil when it
+// loaded, else read (DNSRegistration.ensure runs before the scope loads it); nil when it
 // cannot be read, which leaves only static addresses to register.
-func (r *Reconciler) vmCluster(ctx context.Context, s *claimScope, name string) *hfv1.HypervisorCluster {
+func (d *DNSRegistration) vmCluster(ctx context.Context, s *claimScope, name string) *hfv1.HypervisorCluster {
 	if s.cluster != nil && s.cluster.Name == name {
 		return s.cluster
 	}
 	var c hfv1.HypervisorCluster
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, &c); err != nil {
+	if err := s.client.Get(ctx, client.ObjectKey{Name: name}, &c); err != nil {
 		ctrl.LoggerFrom(ctx).V(1).Info("Could not read the VM's HypervisorCluster; registering static addresses only", "cluster", name, "err", err.Error())
 		return nil
 	}
@@ -267,10 +268,10 @@ func (r *Reconciler) vmCluster(ctx context.Context, s *claimScope, name string) 
 // refuseAddresses records on the claim's condition typ (DNSRegistered or
 // NetworkValidated) why nothing of its VM is registered or probed, with a
 // warning event when the reason is new.
-func (r *Reconciler) refuseAddresses(s *claimScope, typ hfv1.ConditionType, reason hfv1.ConditionReason, msg string) {
+func (s *claimScope) refuseAddresses(typ hfv1.ConditionType, reason hfv1.ConditionReason, msg string) {
 	msg = conditions.Truncate(msg, 1024)
 	if c := s.facts.condition(s.claim, typ); reason == hfv1.AddressOutsideVMSubnetsReason && (c == nil || c.Reason != string(reason)) {
-		r.Recorder.Event(s.claim, corev1.EventTypeWarning, string(reason), msg)
+		s.recorder.Event(s.claim, corev1.EventTypeWarning, string(reason), msg)
 	}
 	s.facts.record(typ, metav1.ConditionFalse, reason, msg)
 }
@@ -296,7 +297,7 @@ func dnsFailureReason(err error) hfv1.ConditionReason {
 // dnsRemovalPending reports whether the claim may still have records to
 // remove: it registered, or tried to, and neither removed them nor gave
 // up.
-func (r *Reconciler) dnsRemovalPending(s *claimScope) bool {
+func (s *claimScope) dnsRemovalPending() bool {
 	c := s.facts.condition(s.claim, hfv1.MachineClaimDNSRegisteredCondition)
 	if c == nil {
 		return false
@@ -304,50 +305,50 @@ func (r *Reconciler) dnsRemovalPending(s *claimScope) bool {
 	switch hfv1.ConditionReason(c.Reason) {
 	case hfv1.DNSRecordsRemovedReason, hfv1.DNSRemoveAbandonedReason, hfv1.DNSNotRegisteredReason, hfv1.AddressOutsideVMSubnetsReason:
 		// AddressOutsideVMSubnets is recorded only once earlier records
-		// are gone (ensureDNS).
+		// are gone (DNSRegistration.ensure).
 		return false
 	}
 	return true
 }
 
-// releaseDNS removes an ending or deleted claim's records, one attempt per
+// release removes an ending or deleted claim's records, one attempt per
 // pass (the VM's deletion goes on meanwhile). It never stops the pass.
-func (r *Reconciler) releaseDNS(ctx context.Context, s *claimScope) (phase.Result, error) {
-	if !r.dnsRemovalPending(s) || s.dnsTried {
+func (d *DNSRegistration) release(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if !s.dnsRemovalPending() || s.dnsTried {
 		return phase.Next(), nil
 	}
-	return phase.Recheck(r.removeDNS(ctx, s)), nil
+	return phase.Recheck(d.remove(ctx, s)), nil
 }
 
-// holdForDNS keeps a deleted claim's finalizer while its records'
+// hold keeps a deleted claim's finalizer while its records'
 // removal has attempts left (at most maxDNSRemoveAttempts, each bounded by
 // dnsUpdateTimeout): the claim's VM is gone by now, and the claim is the
 // only thing that names the records without a zone transfer.
-func (r *Reconciler) holdForDNS(ctx context.Context, s *claimScope) (phase.Result, error) {
-	if !r.dnsRemovalPending(s) {
+func (d *DNSRegistration) hold(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if !s.dnsRemovalPending() {
 		return phase.Next(), nil
 	}
 	if !s.dnsTried {
-		if retry := r.removeDNS(ctx, s); retry == 0 {
+		if retry := d.remove(ctx, s); retry == 0 {
 			return phase.Next(), nil
 		}
 	}
-	if !r.dnsRemovalPending(s) {
+	if !s.dnsRemovalPending() {
 		return phase.Next(), nil
 	}
 	return phase.StopAndRequeue(dnsRemoveRetry), nil
 }
 
-// removeDNS makes one attempt at removing the claim's records and records
+// remove makes one attempt at removing the claim's records and records
 // the outcome in DNSRegistered; retry is non-zero while the removal is
 // still pending. After maxDNSRemoveAttempts failures, or at once when the
 // cluster's DNS service is known not to work or is gone, it gives up with
 // a warning event: the sweep removes the records once it can.
-func (r *Reconciler) removeDNS(ctx context.Context, s *claimScope) (retry time.Duration) {
+func (d *DNSRegistration) remove(ctx context.Context, s *claimScope) (retry time.Duration) {
 	claim := s.claim
 	s.dnsTried = true
 	cluster := dnsCluster(claim)
-	dc, ok := r.DNS.Get(cluster)
+	dc, ok := d.Clusters.Get(cluster)
 	name := ""
 	if n := claim.Status.Network; n != nil {
 		name = n.FQDN
@@ -357,46 +358,40 @@ func (r *Reconciler) removeDNS(ctx context.Context, s *claimScope) (retry time.D
 		s.facts.record(hfv1.MachineClaimDNSRegisteredCondition, metav1.ConditionFalse, hfv1.DNSRecordsRemovedReason, "The VM had no name to remove from DNS")
 		return 0
 	case !ok || dc.Registrar == nil:
-		r.abandonDNS(ctx, s, name, fmt.Errorf("HypervisorCluster %s has no working DNS provider any more", cluster))
+		d.abandon(ctx, s, name, fmt.Errorf("HypervisorCluster %s has no working DNS provider any more", cluster))
 		return 0
 	case dc.CheckErr != nil:
-		r.abandonDNS(ctx, s, name, fmt.Errorf("the DNS service of HypervisorCluster %s does not work: %w", cluster, dc.CheckErr))
+		d.abandon(ctx, s, name, fmt.Errorf("the DNS service of HypervisorCluster %s does not work: %w", cluster, dc.CheckErr))
 		return 0
 	}
 	rctx, cancel := context.WithTimeout(ctx, dnsUpdateTimeout)
 	defer cancel()
-	err := dc.Registrar.Remove(rctx, dnsreg.Record{Name: name, Owner: dnsreg.Owner{Claim: string(claim.UID), Install: r.install()}})
+	err := dc.Registrar.Remove(rctx, dnsreg.Record{Name: name, Owner: dnsreg.Owner{Claim: string(claim.UID), Install: s.install}})
 	if err == nil {
 		metrics.DNSUpdates.WithLabelValues(cluster, "remove", "ok").Inc()
-		r.dnsRegistered.Delete(claim.UID)
-		r.dnsRemoveAttempts.Delete(claim.UID)
+		s.memory.dnsDone(claim.UID)
 		s.facts.record(hfv1.MachineClaimDNSRegisteredCondition, metav1.ConditionFalse, hfv1.DNSRecordsRemovedReason,
 			fmt.Sprintf("The records of %s were removed from DNS", dnsreg.Fqdn(name)))
 		return 0
 	}
 	reason := dnsFailureReason(err)
 	metrics.DNSUpdates.WithLabelValues(cluster, "remove", string(reason)).Inc()
-	n := 1
-	if v, ok := r.dnsRemoveAttempts.Load(claim.UID); ok {
-		n = v.(int) + 1
-	}
+	n := s.memory.dnsRemoveFailed(claim.UID)
 	if n >= maxDNSRemoveAttempts {
-		r.abandonDNS(ctx, s, name, err)
+		d.abandon(ctx, s, name, err)
 		return 0
 	}
-	r.dnsRemoveAttempts.Store(claim.UID, n)
 	s.facts.record(hfv1.MachineClaimDNSRegisteredCondition, metav1.ConditionFalse, reason, conditions.Truncate(
 		fmt.Sprintf("Removing %s from DNS failed (attempt %d of %d; the VM's deletion goes on meanwhile): %v", name, n, maxDNSRemoveAttempts, err), 1024))
 	return dnsRemoveRetry
 }
 
-// abandonDNS gives up removing the claim's records.
-func (r *Reconciler) abandonDNS(ctx context.Context, s *claimScope, name string, err error) {
+// abandon gives up removing the claim's records.
+func (d *DNSRegistration) abandon(ctx context.Context, s *claimScope, name string, err error) {
 	claim := s.claim
-	r.dnsRegistered.Delete(claim.UID)
-	r.dnsRemoveAttempts.Delete(claim.UID)
+	s.memory.dnsDone(claim.UID)
 	msg := conditions.Truncate(fmt.Sprintf("Could not remove %s from DNS (%v); the claim goes on without it, and the DNS sweep removes its records once the DNS server takes updates again", name, err), 1024)
-	r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.DNSRemoveAbandonedReason), msg)
+	s.recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.DNSRemoveAbandonedReason), msg)
 	ctrl.LoggerFrom(ctx).Info("Gave up removing the VM's DNS records; leaving them to the sweep", "name", name, "err", err.Error())
 	s.facts.record(hfv1.MachineClaimDNSRegisteredCondition, metav1.ConditionFalse, hfv1.DNSRemoveAbandonedReason, msg)
 }

@@ -47,8 +47,8 @@ func registeringWorld(t *testing.T, guestAddr string) (*simWorld, *dnsserver.Ser
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.r.DNS = dnsreg.NewClusters()
-	w.r.DNS.Set(simCluster, dnsreg.Cluster{Registrar: reg, Key: "k", RegisterVMs: true})
+	w.r.DNS.Clusters = dnsreg.NewClusters()
+	w.r.DNS.Clusters.Set(simCluster, dnsreg.Cluster{Registrar: reg, Key: "k", RegisterVMs: true})
 	return w, bind
 }
 
@@ -91,7 +91,7 @@ func TestGuestReportedAddressIsNotRegisteredOrProbed(t *testing.T) {
 			t.Errorf("%s = %+v, want False, AddressOutsideVMSubnets, naming %s and spec.network.vmSubnets", typ, cond, serviceAddress)
 		}
 	}
-	if _, finished, running := w.r.validation.take(got.UID); finished || running {
+	if _, finished, running := w.r.memory.takeRound(got.UID); finished || running {
 		t.Errorf("a validation round was started for the guest's foreign address (running %v, finished %v)", running, finished)
 	}
 	if !hasEvent(drainEvents(w.r.Recorder.(*record.FakeRecorder)), "Warning "+string(hfv1.AddressOutsideVMSubnetsReason)) {
@@ -113,7 +113,7 @@ func TestVMSubnetAddressIsRegisteredUntilTheSubnetGoes(t *testing.T) {
 	if a := addrsOfRRs(bind.Lookup(t, fqdn, dns.TypeA)); len(a) != 1 || a[0] != "10.99.0.10" {
 		t.Fatalf("%s has A %v, want 10.99.0.10", fqdn, a)
 	}
-	if _, finished, running := w.r.validation.take(got.UID); !finished && !running {
+	if _, finished, running := w.r.memory.takeRound(got.UID); !finished && !running {
 		t.Error("no validation round probes the VM's address in the VM subnet")
 	}
 

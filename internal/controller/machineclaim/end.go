@@ -35,7 +35,7 @@ func poolEnd(req *hfv1.MachineClaimEndRequest) claimEnd {
 // beginEnd records that the claim began to end: status.end, the display
 // reason and the Ending condition. A claim ends once; a later call only
 // replaces the recorded cause (see replaceCause).
-func (r *Reconciler) beginEnd(s *claimScope, e claimEnd) {
+func (s *claimScope) beginEnd(e claimEnd) {
 	claim := s.claim
 	if e.condition == "" {
 		e.condition = hfv1.ConditionReason(string(e.reason.ConditionReason()))
@@ -47,7 +47,7 @@ func (r *Reconciler) beginEnd(s *claimScope, e claimEnd) {
 		Reason:    e.reason,
 		Message:   conditions.Truncate(e.message, 1024),
 		Failed:    e.failed,
-		StartedAt: metav1.NewTime(r.Clock.Now()),
+		StartedAt: metav1.NewTime(s.clock.Now()),
 	}
 	claim.Status.TerminationReason = conditions.Truncate(e.code+": "+e.message, 1024)
 	s.facts.ending(e.condition, e.message)
@@ -55,13 +55,13 @@ func (r *Reconciler) beginEnd(s *claimScope, e claimEnd) {
 
 // fail ends a claim as Failed; its VM is then kept stopped when its pool
 // retains failed VMs.
-func (r *Reconciler) fail(s *claimScope, e claimEnd) {
+func (s *claimScope) fail(e claimEnd) {
 	e.failed = true
 	if e.condition == "" {
 		e.condition = hfv1.ConditionReason(string(e.reason.ConditionReason()))
 	}
 	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, e.condition, conditions.Truncate(e.message, 1024))
-	r.beginEnd(s, e)
+	s.beginEnd(e)
 }
 
 // checkEndRequest carries out the pool's request (spec.end) on a claim
@@ -75,17 +75,17 @@ func (r *Reconciler) checkEndRequest(ctx context.Context, s *claimScope) (phase.
 	case req == nil || claim.Ended():
 		return phase.Next(), nil
 	case req.Fail:
-		r.fail(s, poolEnd(req))
+		s.fail(poolEnd(req))
 		return phase.Next(), nil
 	}
 	if !req.Reason.Hard() {
 		// The runner goes first, which the CI platform refuses while it
 		// runs a job: the VM then stays (Draining).
-		if drained, wait := r.drainRunner(ctx, s); !drained {
+		if drained, wait := r.runner().drain(ctx, s); !drained {
 			return phase.StopAndRequeue(wait), nil
 		}
 	}
-	r.beginEnd(s, poolEnd(req))
+	s.beginEnd(poolEnd(req))
 	return phase.Next(), nil
 }
 
@@ -142,10 +142,10 @@ func (r *Reconciler) reconcileTerminate(ctx context.Context, s *claimScope) (pha
 	if done, result := r.deleteVM(ctx, s); !done {
 		return phase.StopAndRequeue(result.RequeueAfter), nil
 	}
-	if done, wait := r.releaseRunnerOfGoneVM(ctx, s); !done {
+	if done, wait := r.runner().releaseOfGoneVM(ctx, s); !done {
 		return phase.StopAndRequeue(wait), nil
 	}
-	if done, wait := r.releaseIdentityOfGoneVM(ctx, s); !done {
+	if done, wait := r.Identity.releaseOfGoneVM(ctx, s); !done {
 		return phase.StopAndRequeue(wait), nil
 	}
 	if end := claim.Status.End; end != nil {
@@ -166,7 +166,7 @@ func (r *Reconciler) reconcileFailed(ctx context.Context, s *claimScope) (phase.
 	}
 	if retained, result := r.retainFailedVM(ctx, s); retained {
 		// A VM kept for debugging is stopped: its identity goes now.
-		if done, wait := r.releaseIdentityOfGoneVM(ctx, s); !done {
+		if done, wait := r.Identity.releaseOfGoneVM(ctx, s); !done {
 			return phase.StopAndRequeue(wait), nil
 		}
 		return phase.StopAndRequeue(result.RequeueAfter), nil
@@ -174,7 +174,7 @@ func (r *Reconciler) reconcileFailed(ctx context.Context, s *claimScope) (phase.
 	if done, result := r.deleteVM(ctx, s); !done {
 		return phase.StopAndRequeue(result.RequeueAfter), nil
 	}
-	_, wait := r.releaseIdentityOfGoneVM(ctx, s)
+	_, wait := r.Identity.releaseOfGoneVM(ctx, s)
 	return phase.StopAndRequeue(wait), nil
 }
 
@@ -198,7 +198,7 @@ func (r *Reconciler) checkDeletion(ctx context.Context, s *claimScope) (phase.Re
 		return phase.Next(), nil
 	}
 	if !claim.HardEnd() {
-		if drained, wait := r.drainRunner(ctx, s); !drained {
+		if drained, wait := r.runner().drain(ctx, s); !drained {
 			return phase.StopAndRequeue(wait), nil
 		}
 	}
@@ -207,7 +207,7 @@ func (r *Reconciler) checkDeletion(ctx context.Context, s *claimScope) (phase.Re
 		e = poolEnd(req)
 		e.failed = false
 	}
-	r.beginEnd(s, e)
+	s.beginEnd(e)
 	return phase.Next(), nil
 }
 
@@ -221,7 +221,7 @@ func (r *Reconciler) releaseVM(ctx context.Context, s *claimScope) (phase.Result
 
 // releaseRunner removes a deleted claim's runner once its VM is gone.
 func (r *Reconciler) releaseRunner(ctx context.Context, s *claimScope) (phase.Result, error) {
-	if done, wait := r.releaseRunnerOfGoneVM(ctx, s); !done {
+	if done, wait := r.runner().releaseOfGoneVM(ctx, s); !done {
 		return phase.StopAndRequeue(wait), nil
 	}
 	return phase.Next(), nil
@@ -233,7 +233,7 @@ func (r *Reconciler) releaseFinalizer(ctx context.Context, s *claimScope) (phase
 		return phase.Stop(), err
 	}
 	r.countOutcome(s.claim)
-	r.attempts.Delete(s.claim.UID)
+	r.memory.succeeded(s.claim.UID)
 	return phase.Stop(), nil
 }
 
@@ -262,7 +262,7 @@ func FailedRetentionTTL(pool *hfv1.RunnerPool) time.Duration {
 // its runner outcome is counted here, once.
 func (r *Reconciler) finish(ctx context.Context, s *claimScope) error {
 	claim := s.claim
-	if pool := r.poolOf(ctx, claim); pool != nil && keepsHistory(pool) && claim.DeletionTimestamp.IsZero() {
+	if pool := s.poolOf(ctx); pool != nil && keepsHistory(pool) && claim.DeletionTimestamp.IsZero() {
 		// The finalizer goes first: a Finished claim is never reconciled
 		// again, so a removal that fails (a conflict with a newer version)
 		// must leave the claim in a state that retries it.
@@ -279,7 +279,7 @@ func (r *Reconciler) finish(ctx context.Context, s *claimScope) error {
 		r.countOutcome(claim)
 		return nil
 	}
-	if claim.DeletionTimestamp.IsZero() && !r.dnsRemovalPending(s) {
+	if claim.DeletionTimestamp.IsZero() && !s.dnsRemovalPending() {
 		// Everything the deletion pass would release is released (the VM,
 		// the runner, the identity, the DNS records): the finalizer goes
 		// now and the claim with its deletion, at once. A status write
@@ -301,7 +301,7 @@ func (r *Reconciler) finish(ctx context.Context, s *claimScope) error {
 		}
 		s.deleted = true
 		r.countOutcome(claim)
-		r.attempts.Delete(claim.UID)
+		r.memory.succeeded(claim.UID)
 		return nil
 	}
 	return client.IgnoreNotFound(r.Client.Delete(ctx, claim))
@@ -340,4 +340,40 @@ func (r *Reconciler) countVMSeconds(claim *hfv1.MachineClaim, pool string) {
 		}
 	}
 	metrics.AddVMSeconds(claim.Namespace, pool, repository, r.Clock.Now().Sub(times.Provisioning.Time))
+}
+
+// removeFinalizer drops the claim's finalizer and writes it at once,
+// under the scope's optimistic lock: a copy from a stale cache must fail
+// with a conflict rather than drop a finalizer someone added since.
+func (r *Reconciler) removeFinalizer(ctx context.Context, s *claimScope) error {
+	claim := s.claim
+	if !controllerutil.ContainsFinalizer(claim, hfv1.MachineClaimFinalizer) {
+		return nil
+	}
+	controllerutil.RemoveFinalizer(claim, hfv1.MachineClaimFinalizer)
+	if err := s.patch.PatchMetadata(ctx, claim); err != nil {
+		controllerutil.AddFinalizer(claim, hfv1.MachineClaimFinalizer)
+		return fmt.Errorf("remove finalizer %s from MachineClaim %s/%s: %w", hfv1.MachineClaimFinalizer, claim.Namespace, claim.Name, err)
+	}
+	return nil
+}
+
+// endPoweredOff records the end of a claim whose VM powered off: one whose
+// agent refused to run the job fails with its reason (refusedByGuest), one
+// that gave up on its join token before attesting says so, and one that
+// found it used by someone else fails (its identity was stolen). The end
+// list runs in the same pass.
+func (r *Reconciler) endPoweredOff(ctx context.Context, s *claimScope, msg string) {
+	if r.PowerOff.refusedByGuest(s, msg) {
+		return
+	}
+	msg, reason := r.Identity.joinTokenGaveUp(ctx, s, s.cluster, msg)
+	switch reason {
+	case hfv1.IdentityStolenReason:
+		s.fail(claimEnd{reason: hfv1.EndFailed, condition: reason, message: msg})
+		return
+	case "":
+		reason = hfv1.VMPoweredOffReason
+	}
+	s.beginEnd(claimEnd{reason: hfv1.EndPoweredOff, condition: reason, message: msg})
 }

@@ -34,7 +34,7 @@ var heldEndReasons = []hfv1.ConditionReason{hfv1.DeletingVMReason, hfv1.VMDelete
 
 // holdsEnd reports whether the pass's status is the routine end of a claim
 // not yet written (see above), which closeScope then does not write.
-func (r *Reconciler) holdsEnd(s *claimScope, d derivedStatus) bool {
+func (s *claimScope) holdsEnd(d derivedStatus) bool {
 	claim := s.claim
 	if s.persistedEnd || claim.Status.End == nil || claim.HasFailed() || claim.IsFinished() ||
 		!claim.DeletionTimestamp.IsZero() || d.stuck.Stuck || claim.Disowned() {
@@ -66,33 +66,28 @@ func conditionsChanged(stored, now []metav1.Condition) bool {
 	return differs(stored, now) || differs(now, stored)
 }
 
-// holdEnd keeps the claim's status, with its end, for its next passes.
-func (r *Reconciler) holdEnd(claim *hfv1.MachineClaim) {
-	r.heldEnds.Store(claim.UID, claim.Status.DeepCopy())
-}
-
 // restoreHeldEnd puts a held end back into a pass of its claim whose
 // stored status has none; a stored end (written since) replaces it.
-func (r *Reconciler) restoreHeldEnd(s *claimScope) {
+func (s *claimScope) restoreHeldEnd() {
 	claim := s.claim
-	v, ok := r.heldEnds.Load(claim.UID)
-	if !ok {
+	held := s.memory.recall(claim.UID).heldEnd
+	if held == nil {
 		return
 	}
 	if s.persistedEnd {
-		r.heldEnds.Delete(claim.UID)
+		s.memory.dropHeldEnd(claim.UID)
 		return
 	}
-	v.(*hfv1.MachineClaimStatus).DeepCopyInto(&claim.Status)
+	held.DeepCopyInto(&claim.Status)
 }
 
 // HeldEnd is the routine end this process holds for the claim of uid and
 // has not written (nil when it holds none): what the operator knows of a
 // claim's end beyond its stored status, for tests and diagnosis.
 func (r *Reconciler) HeldEnd(uid types.UID) *hfv1.MachineClaimEnd {
-	v, ok := r.heldEnds.Load(uid)
-	if !ok {
+	held := r.memory.recall(uid).heldEnd
+	if held == nil {
 		return nil
 	}
-	return v.(*hfv1.MachineClaimStatus).End.DeepCopy()
+	return held.End.DeepCopy()
 }

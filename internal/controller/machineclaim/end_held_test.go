@@ -115,8 +115,8 @@ func TestStuckEndIsWritten(t *testing.T) {
 	w := newSimWorld(t, simOptions{sim: func(c *proxmoxsim.Config) {
 		c.Latency.Destroy = proxmoxsim.Duration(30 * time.Minute)
 	}})
-	// What SetupWithManager sets from StuckBounds.
-	w.r.stuckClaims.Bounds, w.r.stuckClaims.Recorder = stuck.Bounds{Terminating: 2 * time.Minute}, w.r.Recorder
+	// What SetupWithManager sets.
+	w.r.Stuck.Bounds, w.r.Stuck.Recorder = stuck.Bounds{Terminating: 2 * time.Minute}, w.r.Recorder
 	c := w.newClaim("runner-1")
 	w.runUntil(c, "a running VM", provisioned)
 	w.requestEnd(c)

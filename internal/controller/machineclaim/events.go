@@ -54,12 +54,13 @@ func vanished(claim *hfv1.MachineClaim) bool {
 
 // teardownEvent records a Normal event of claim's teardown, or only logs
 // it when the claim ends routinely (routineEnd).
-func (r *Reconciler) teardownEvent(ctx context.Context, claim *hfv1.MachineClaim, reason hfv1.ConditionReason, format string, args ...any) {
+func (s *claimScope) teardownEvent(ctx context.Context, reason hfv1.ConditionReason, format string, args ...any) {
+	claim := s.claim
 	if routineEnd(claim) {
 		logRoutine(ctx, reason, format, args...)
 		return
 	}
-	r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(reason), format, args...)
+	s.recorder.Eventf(claim, corev1.EventTypeNormal, string(reason), format, args...)
 }
 
 // logRoutine is the log line of a routine step that once was an event.

@@ -24,9 +24,9 @@ type GuestRefusals interface {
 // get the same refusal from every VM of the image, and the failure counts
 // towards the pool's replacement backoff. The notice is the VM's word; it
 // only words the end of a claim whose VM the hypervisor reports powered off.
-func (r *Reconciler) refusedByGuest(s *claimScope, poweredOff string) bool {
+func (p *PowerOff) refusedByGuest(s *claimScope, poweredOff string) bool {
 	claim := s.claim
-	if r.GuestRefusals == nil || r.GuestRefusals.Refusal(claim.UID, r.Clock.Now()) != agentconfig.GuestRefusalJobUserEscalates {
+	if p.GuestRefusals == nil || p.GuestRefusals.Refusal(claim.UID, s.clock.Now()) != agentconfig.GuestRefusalJobUserEscalates {
 		return false
 	}
 	msg := fmt.Sprintf("%s: the VM's agent refused to run the job (exit code 14): the image's job user can become root (a sudo rule, "+
@@ -34,7 +34,7 @@ func (r *Reconciler) refusedByGuest(s *claimScope, poweredOff string) bool {
 		"platform, which root in the VM could take. Rebuild the image as docs/templates.md says (\"The job user\"), use a single-job credential, "+
 		"or set spec.guest.jobMayEscalate: true on the template to accept that a job can take the credential",
 		poweredOff, claim.Spec.TemplateRef.Name)
-	r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.JobUserCanEscalateReason, message: msg})
-	r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.JobUserCanEscalateReason), msg)
+	s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.JobUserCanEscalateReason, message: msg})
+	s.recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.JobUserCanEscalateReason), msg)
 	return true
 }

@@ -35,9 +35,9 @@ func TestGuestRefusalFailsTheClaim(t *testing.T) {
 			r, _, _, rec := serviceWorld(t)
 			c := unitClaim("runner-1", 0)
 			c.Spec.TemplateRef.Name = "debian"
-			r.GuestRefusals = guestRefusals{c.UID: tc.said}
+			r.PowerOff.GuestRefusals = guestRefusals{c.UID: tc.said}
 			drainEvents(rec)
-			inScope(&c, func(s *claimScope) { r.endPoweredOff(context.Background(), s, "VM proxmox://1001 powered off") })
+			inScope(r, &c, func(s *claimScope) { r.endPoweredOff(context.Background(), s, "VM proxmox://1001 powered off") })
 			end := c.Status.End
 			switch {
 			case end == nil:

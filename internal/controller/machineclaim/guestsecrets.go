@@ -25,12 +25,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -41,6 +39,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
 	idpkg "github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -75,9 +74,9 @@ type secretsService struct {
 	// Identity derives join tokens and broker proofs; nil: no claim has
 	// an identity to deliver.
 	Identity Identity
-	// Minted keeps the credentials issued and not yet placed (the
-	// reconciler's).
-	Minted   *Minted
+	// Memory keeps the credentials issued and not yet placed (the
+	// reconciler's claimMemory).
+	Memory   *claimMemory
 	Recorder record.EventRecorder
 	Clock    clock.PassiveClock
 	Backoff  func(*hfv1.MachineClaim) time.Duration
@@ -159,7 +158,7 @@ func (s *secretsService) Prepare(claim *hfv1.MachineClaim) bool {
 // again replaces the first (an agent that already took the first then
 // holds a worthless one, does not come online, and the claim is replaced
 // as any VM that fails to register). Within this process a credential that could
-// not be placed yet (the guest not ready) is kept in Minted and offered
+// not be placed yet (the guest not ready) is kept in Memory and offered
 // again, so that a slow guest costs no further registrations.
 //
 // It returns how soon to look again (zero: nothing to do now), or the
@@ -209,13 +208,13 @@ func (s *secretsService) Deliver(ctx context.Context, claim *hfv1.MachineClaim, 
 		s.delivered(ctx, claim, facts, runner, identity)
 		return 0, "", nil
 	case errors.Is(err, provider.ErrNotOwned):
-		s.Minted.Forget(claim.UID)
+		s.Memory.dropMinted(claim.UID)
 		return 0, "", err
 	case errors.Is(err, provider.ErrGuestNotReady):
 		s.pending(claim, facts, runner, "Waiting for the VM's guest to take its "+what+": "+err.Error())
 		return guestRetry, "", nil
 	case c == provider.ClassConfiguration || c == provider.ClassPermanent:
-		s.Minted.Forget(claim.UID)
+		s.Memory.dropMinted(claim.UID)
 		return 0, fmt.Sprintf("the %s cannot be placed in VM %s, so the VM can never run its job: %v", what, ref.ID(), err), nil
 	default:
 		ctrl.LoggerFrom(ctx).Info("Placing the VM's secrets failed; retrying", "err", err.Error())
@@ -305,7 +304,7 @@ func (s *secretsService) document(ctx context.Context, claim *hfv1.MachineClaim,
 // credential is the claim's runner credential: the one issued earlier in
 // this process and not placed yet, or a new one.
 func (s *secretsService) credential(ctx context.Context, claim *hfv1.MachineClaim) (workload.Credential, error) {
-	if cred, ok := s.Minted.get(claim); ok {
+	if cred, ok := s.Memory.mintedFor(claim); ok {
 		return cred, nil
 	}
 	if s.Minter == nil {
@@ -315,7 +314,7 @@ func (s *secretsService) credential(ctx context.Context, claim *hfv1.MachineClai
 	if err != nil {
 		return workload.Credential{}, err
 	}
-	s.Minted.put(claim.UID, cred)
+	s.Memory.putMinted(claim.UID, cred)
 	return cred, nil
 }
 
@@ -338,7 +337,7 @@ func (s *secretsService) delivered(ctx context.Context, claim *hfv1.MachineClaim
 		metrics.GuestSecretsDelivered.WithLabelValues("join-token").Inc()
 	}
 	if runner {
-		s.Minted.Forget(claim.UID)
+		s.Memory.dropMinted(claim.UID)
 		b := claim.Status.Bootstrap
 		b.CredentialDeliveredAt = now
 		facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.CredentialDeliveredReason,
@@ -357,45 +356,52 @@ func (s *secretsService) pending(claim *hfv1.MachineClaim, facts *claimFacts, ru
 	facts.record(hfv1.MachineClaimAttestedCondition, metav1.ConditionFalse, hfv1.AttestationPendingReason, msg)
 }
 
-// Minted holds, in this process's memory only, the runner credentials
-// issued for claims' VMs and not placed in them yet, so that a guest not
-// ready for them is offered the same credential again rather than a new
-// registration. Losing it (a restart) is what credentialRequestedAt
-// covers: the next attempt issues a new credential that replaces the
-// lost one. The zero value and nil are ready to use.
-type Minted struct {
-	m sync.Map // types.UID -> workload.Credential
+// secretSteps is the guest-secrets service of the claim of sc with this
+// reconciler's dependencies and backoff.
+func (r *Reconciler) secretSteps(sc *claimScope) *secretsService {
+	s := &secretsService{Minter: r.Identity.Credentials, Memory: &r.memory, Recorder: r.Recorder, Clock: r.Clock, Backoff: func(*hfv1.MachineClaim) time.Duration { return sc.backoff() },
+		NoRunner: sc.runsNoRunner(), WaitsForJob: sc.waitsForJob(), SecretsFile: agentconfig.SecretsFile}
+	if sc.tmpl != nil && sc.tmpl.Spec.Guest != nil && sc.tmpl.Spec.Guest.OS == hfv1.GuestWindows {
+		// The QEMU guest agent of a Windows VM takes a Windows path.
+		s.SecretsFile = agentconfig.WindowsSecretsFile
+	}
+	if r.Identity.Issuer != nil {
+		s.Identity = r.Identity.Issuer
+	}
+	return s
 }
 
-func (m *Minted) put(uid types.UID, cred workload.Credential) {
-	if m != nil {
-		m.m.Store(uid, cred)
+// ensureSecrets places the claim's secrets in its running VM
+// (Deliver): its runner credential, or its join token and
+// broker proof.
+func (r *Reconciler) ensureSecrets(ctx context.Context, s *claimScope) (phase.Result, error) {
+	steps := r.secretSteps(s)
+	if s.tmpl != nil && s.tmpl.Spec.CloudInit != nil && s.tmpl.Spec.CloudInit.Delivery == hfv1.CloudInitDeliveryProxmox {
+		// Proxmox's drive cannot carry the agent's configuration: it goes
+		// the secrets' way, just before them.
+		steps.AgentConfig = func(ctx context.Context) ([]byte, error) {
+			var addrs []vmspec.StaticAddr
+			if s.tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
+				var err error
+				if addrs, _, err = r.addresses().forClaim(ctx, s, s.tmpl); err != nil {
+					return nil, err
+				}
+			}
+			c := &claimCloudInit{r: r, claim: s.claim, tmpl: s.tmpl, cluster: s.cluster, addrs: addrs}
+			return c.AgentConfig(ctx)
+		}
 	}
-}
-
-// get returns the credential issued for the claim if it is still the
-// runner the claim's status records (a status write that was lost
-// leaves another id there, and the credential is issued again).
-func (m *Minted) get(claim *hfv1.MachineClaim) (workload.Credential, bool) {
-	if m == nil {
-		return workload.Credential{}, false
+	retry, failure, err := steps.Deliver(ctx, s.claim, &s.facts, s.provider)
+	switch {
+	case err != nil:
+		return r.provisionError(ctx, s, err)
+	case failure != "":
+		reason := hfv1.GuestAgentRequiredReason
+		if s.claim.Status.Identity != nil {
+			reason = hfv1.AttestationFailedReason
+		}
+		s.fail(claimEnd{reason: hfv1.EndFailed, condition: reason, message: failure})
+		return phase.Stop(), nil
 	}
-	v, ok := m.m.Load(claim.UID)
-	if !ok {
-		return workload.Credential{}, false
-	}
-	cred := v.(workload.Credential)
-	if b := claim.Status.Bootstrap; b == nil || b.RunnerID != cred.RunnerID || b.RunnerName != cred.RunnerName {
-		m.m.Delete(claim.UID)
-		return workload.Credential{}, false
-	}
-	return cred, true
-}
-
-// Forget drops what is kept for the claim (delivered, or the claim ended
-// or is gone).
-func (m *Minted) Forget(uid types.UID) {
-	if m != nil {
-		m.m.Delete(uid)
-	}
+	return phase.Recheck(retry), nil
 }

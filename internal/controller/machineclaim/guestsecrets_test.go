@@ -80,9 +80,9 @@ func runningClaim() *hfv1.MachineClaim {
 	return c
 }
 
-func service(m Minter, minted *Minted) (*secretsService, *record.FakeRecorder) {
+func service(m Minter, minted *claimMemory) (*secretsService, *record.FakeRecorder) {
 	rec := record.NewFakeRecorder(16)
-	return &secretsService{Minter: m, Identity: fakeIdentity{}, Minted: minted, Recorder: rec, Clock: clocktesting.NewFakeClock(time.Now()),
+	return &secretsService{Minter: m, Identity: fakeIdentity{}, Memory: minted, Recorder: rec, Clock: clocktesting.NewFakeClock(time.Now()),
 		Backoff: func(*hfv1.MachineClaim) time.Duration { return time.Minute }}, rec
 }
 
@@ -107,7 +107,7 @@ func TestDeliverRunnerCredential(t *testing.T) {
 	var logged strings.Builder
 	ctx := ctrl.LoggerInto(context.Background(), funcr.New(func(prefix, args string) { logged.WriteString(prefix + args + "\n") }, funcr.Options{}))
 	claim, m, g := runningClaim(), &minter{}, &guest{errs: []error{fmt.Errorf("not yet: %w", provider.ErrGuestNotReady)}}
-	s, rec := service(m, &Minted{})
+	s, rec := service(m, &claimMemory{})
 
 	retry, failure, err := deliver(ctx, s, claim, g)
 	if err != nil || failure != "" || retry != guestRetry || m.issued != 1 || len(g.written) != 0 || claim.Status.Bootstrap == nil || claim.Status.Bootstrap.CredentialRequestedAt == nil {
@@ -137,7 +137,7 @@ func TestDeliverRunnerCredential(t *testing.T) {
 	if line := logged.String(); !strings.Contains(line, `"reason"="CredentialDelivered"`) || strings.Contains(line, "jit-1") {
 		t.Errorf("log %q, want a CredentialDelivered line without the secret", line)
 	}
-	if _, ok := s.Minted.get(claim); ok {
+	if _, ok := s.Memory.mintedFor(claim); ok {
 		t.Error("the placed credential is still kept in memory")
 	}
 	if retry, _, _ = deliver(ctx, s, claim, g); retry != 0 || m.issued != 1 || len(g.written) != 1 {
@@ -146,15 +146,15 @@ func TestDeliverRunnerCredential(t *testing.T) {
 }
 
 // TestDeliverAfterRestart: an operator that lost the credential it issued
-// (a new process: nothing in Minted) issues a new one and places that.
+// (a new process: nothing in its memory) issues a new one and places that.
 func TestDeliverAfterRestart(t *testing.T) {
 	ctx := context.Background()
 	claim, m := runningClaim(), &minter{}
-	s, _ := service(m, &Minted{})
+	s, _ := service(m, &claimMemory{})
 	if _, _, err := deliver(ctx, s, claim, &guest{errs: []error{fmt.Errorf("cut: %w", provider.ErrGuestNotReady)}}); err != nil || m.issued != 1 {
 		t.Fatalf("before the restart: %v, issued %d; want one credential, not placed", err, m.issued)
 	}
-	restarted, _ := service(m, &Minted{})
+	restarted, _ := service(m, &claimMemory{})
 	g := &guest{}
 	if _, _, err := deliver(ctx, restarted, claim, g); err != nil || m.issued != 2 {
 		t.Fatalf("after the restart: %v, issued %d; want a second credential", err, m.issued)
@@ -164,9 +164,9 @@ func TestDeliverAfterRestart(t *testing.T) {
 	}
 	// A status write that was lost leaves another runner in the status
 	// than the one kept: the kept credential is not used.
-	kept := &Minted{}
-	kept.put(claim.UID, workload.Credential{RunnerName: "runner-a", RunnerID: 99, Secret: workload.NewSecret("stale")})
-	if _, ok := kept.get(claim); ok {
+	kept := &claimMemory{}
+	kept.putMinted(claim.UID, workload.Credential{RunnerName: "runner-a", RunnerID: 99, Secret: workload.NewSecret("stale")})
+	if _, ok := kept.mintedFor(claim); ok {
 		t.Error("a credential of another runner than the status records was reused")
 	}
 }
@@ -178,7 +178,7 @@ func TestDeliverAfterRestart(t *testing.T) {
 func TestDeliverWhatEachVMNeeds(t *testing.T) {
 	ctx := context.Background()
 	m := &minter{}
-	s, _ := service(m, &Minted{})
+	s, _ := service(m, &claimMemory{})
 
 	seeded := runningClaim()
 	seeded.Status.Bootstrap = &hfv1.BootstrapStatus{RunnerName: "runner-a", CredentialIssuedAt: &metav1.Time{Time: time.Now()}}
@@ -229,12 +229,12 @@ func TestDeliverRefusals(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			claim := runningClaim()
-			s, _ := service(&minter{}, &Minted{})
+			s, _ := service(&minter{}, &claimMemory{})
 			retry, failure, err := deliver(ctx, s, claim, &guest{errs: []error{tc.err}})
 			if (err != nil) != tc.wantErr || !strings.Contains(failure, tc.wantFailure) || (tc.wantFailure == "") != (failure == "") || retry != tc.wantRetry {
 				t.Fatalf("Deliver = %v, %q, %v", retry, failure, err)
 			}
-			if _, kept := s.Minted.get(claim); kept != (tc.wantRetry > 0) {
+			if _, kept := s.Memory.mintedFor(claim); kept != (tc.wantRetry > 0) {
 				t.Errorf("credential kept in memory: %v", kept)
 			}
 			if claim.Status.Bootstrap.CredentialDeliveredAt != nil {
@@ -253,7 +253,7 @@ func TestDeliverAgentConfig(t *testing.T) {
 	ctx := context.Background()
 	claim, m := runningClaim(), &minter{}
 	g := &guest{errs: []error{fmt.Errorf("no directory: %w", provider.ErrGuestNotReady)}}
-	s, _ := service(m, &Minted{})
+	s, _ := service(m, &claimMemory{})
 	s.AgentConfig = func(context.Context) ([]byte, error) { return []byte(`{"version":1}`), nil }
 
 	retry, failure, err := deliver(ctx, s, claim, g)
@@ -270,7 +270,7 @@ func TestDeliverAgentConfig(t *testing.T) {
 		t.Fatalf("written %+v, want the agent configuration, then the secrets", g.written)
 	}
 
-	broken, _ := service(m, &Minted{})
+	broken, _ := service(m, &claimMemory{})
 	broken.AgentConfig = func(context.Context) ([]byte, error) {
 		return nil, provider.Errorf(provider.ClassConfiguration, "AgentUnavailable", "no agent served")
 	}
@@ -293,7 +293,7 @@ func TestDeliverEachMethod(t *testing.T) {
 		if method == workload.MethodJIT {
 			m.method = ""
 		}
-		s, _ := service(m, &Minted{})
+		s, _ := service(m, &claimMemory{})
 		for range 3 {
 			if _, _, err := deliver(ctx, s, claim, g); err != nil {
 				t.Fatalf("%s: %v", method, err)

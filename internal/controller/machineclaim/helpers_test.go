@@ -94,10 +94,10 @@ func deliver(ctx context.Context, s *secretsService, claim *hfv1.MachineClaim, p
 	return retry, failure, err
 }
 
-// inScope runs step on a scope of claim and writes the conditions it
-// found, as the scope's close does.
-func inScope(claim *hfv1.MachineClaim, step func(s *claimScope)) {
-	s := &claimScope{claim: claim}
+// inScope runs step on a scope of claim with r's collaborators and writes
+// the conditions it found, as the scope's close does.
+func inScope(r *Reconciler, claim *hfv1.MachineClaim, step func(s *claimScope)) {
+	s := &claimScope{claim: claim, claimEnv: r.env()}
 	step(s)
 	setConditions(claim, &s.facts)
 }

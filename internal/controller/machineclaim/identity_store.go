@@ -24,7 +24,7 @@ import (
 // credential from a Vault or OpenBao server instead of the broker
 // (docs/secrets-store.md): once a VM attested, Store mints its credential
 // and writes it under the VM's path (identity.Deliver, whose doc comment
-// has the restart-safety reasoning), and releaseIdentityOfGoneVM deletes it with the SPIRE
+// has the restart-safety reasoning), and IdentityService.releaseOfGoneVM deletes it with the SPIRE
 // entries at the claim's end.
 
 // CredentialIssuer mints a claim's single-use runner credential and
@@ -51,42 +51,42 @@ const (
 	StoreDelivered
 )
 
-// storeCredentialInStore writes the runner credential of a claim whose VM attested into its
+// storeCredential writes the runner credential of a claim whose VM attested into its
 // cluster's secrets store.
-func (r *Reconciler) storeCredentialInStore(ctx context.Context, s *claimScope, cluster *hfv1.HypervisorCluster) (StoreResult, time.Duration) {
+func (id *IdentityService) storeCredential(ctx context.Context, s *claimScope, cluster *hfv1.HypervisorCluster) (StoreResult, time.Duration) {
 	claim := s.claim
 	st, cfg := claim.Status.Identity, clusterconfig.SecretStoreOf(cluster)
 	if cfg == nil || st == nil || st.AttestedAt == nil || st.CredentialStoredAt != nil || claim.Status.End != nil || claim.EndRequested() ||
-		r.waitsForJob(claim, s.tmpl) {
+		s.waitsForJob() {
 		// A warm VM's credential is minted once its pool binds it a job
 		// (jobbinding.go).
 		return StoreNotNeeded, 0
 	}
-	if r.Credentials == nil {
-		return r.storeFailed(s, hfv1.CredentialIssueFailedReason, errors.New("this operator runs no CI platform back-end that issues credentials"))
+	if id.Credentials == nil {
+		return id.storeFailed(s, hfv1.CredentialIssueFailedReason, errors.New("this operator runs no CI platform back-end that issues credentials"))
 	}
-	store, err := r.openSecretStore(ctx, cluster.Name, cfg)
+	store, err := id.openSecretStore(ctx, s.client, cluster.Name, cfg)
 	if err != nil {
-		return r.storeFailed(s, storeReason(err), err)
+		return id.storeFailed(s, storeReason(err), err)
 	}
 	mint := func(ctx context.Context, claim *hfv1.MachineClaim) (secretstore.Credential, error) {
-		cred, err := r.Credentials.RunnerCredential(ctx, claim)
+		cred, err := id.Credentials.RunnerCredential(ctx, claim)
 		if err != nil {
 			return secretstore.Credential{}, errclass.Errorf(errclass.Classify(err), string(hfv1.CredentialIssueFailedReason), "%w", err)
 		}
 		return storedCredential(cred), nil
 	}
-	step, err := identity.Deliver(ctx, store, claim, r.Clock.Now(), mint)
+	step, err := identity.Deliver(ctx, store, claim, s.clock.Now(), mint)
 	switch {
 	case err != nil:
-		return r.storeFailed(s, storeReason(err), err)
+		return id.storeFailed(s, storeReason(err), err)
 	case step == identity.StoreRecorded:
 		// Persisted before anything is minted or written.
 		return StoreWait, time.Millisecond
 	case step == identity.StoreWritten:
 		s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, hfv1.CredentialStoredReason,
 			"The runner credential is in the secrets store for the VM ("+st.SPIFFEID+") to read once; waiting for its runner to come online")
-		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.CredentialStoredReason), "Wrote the single-use runner credential of runner %s to the secrets store at %s for %s",
+		s.recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.CredentialStoredReason), "Wrote the single-use runner credential of runner %s to the secrets store at %s for %s",
 			runnerNameOf(claim), cfg.Address, st.SPIFFEID)
 		return StoreDelivered, 0
 	}
@@ -95,12 +95,12 @@ func (r *Reconciler) storeCredentialInStore(ctx context.Context, s *claimScope, 
 
 // storeFailed reports a failed delivery on the claim's Bootstrapped
 // condition and with an event, and retries with backoff.
-func (r *Reconciler) storeFailed(s *claimScope, reason hfv1.ConditionReason, err error) (StoreResult, time.Duration) {
+func (id *IdentityService) storeFailed(s *claimScope, reason hfv1.ConditionReason, err error) (StoreResult, time.Duration) {
 	claim := s.claim
 	msg := "Could not hand the runner credential to the VM through the secrets store: " + err.Error()
 	s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionFalse, reason, msg)
-	r.Recorder.Event(claim, corev1.EventTypeWarning, "FailedStoreCredential", msg)
-	return StoreWait, r.backoff(claim)
+	s.recorder.Event(claim, corev1.EventTypeWarning, "FailedStoreCredential", msg)
+	return StoreWait, s.backoff()
 }
 
 // storeReason is the condition reason of a failed delivery.
@@ -122,7 +122,7 @@ func storeReason(err error) hfv1.ConditionReason {
 // forgetStoredCredential deletes from the cluster's secrets store whatever a
 // delivery may have written for the claim's VM; done is false while the
 // store cannot be reached.
-func (r *Reconciler) forgetStoredCredential(ctx context.Context, s *claimScope, clusterName string) (bool, time.Duration) {
+func (id *IdentityService) forgetStoredCredential(ctx context.Context, s *claimScope, clusterName string) (bool, time.Duration) {
 	claim := s.claim
 	st := claim.Status.Identity
 	if st == nil || st.CredentialRequestedAt == nil {
@@ -132,9 +132,9 @@ func (r *Reconciler) forgetStoredCredential(ctx context.Context, s *claimScope, 
 		clusterName = ref.HypervisorCluster
 	}
 	cluster := &hfv1.HypervisorCluster{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: clusterName}, cluster); err != nil {
+	if err := s.client.Get(ctx, client.ObjectKey{Name: clusterName}, cluster); err != nil {
 		s.facts.ending(hfv1.SecretStoreUnavailableReason, fmt.Sprintf("Waiting for HypervisorCluster %s to delete the VM's credential from its secrets store: %v", clusterName, err))
-		return false, r.backoff(claim)
+		return false, s.backoff()
 	}
 	cfg := clusterconfig.SecretStoreOf(cluster)
 	if cfg == nil {
@@ -142,24 +142,24 @@ func (r *Reconciler) forgetStoredCredential(ctx context.Context, s *claimScope, 
 		// cluster since: there is no store to delete from.
 		return true, 0
 	}
-	store, err := r.openSecretStore(ctx, cluster.Name, cfg)
+	store, err := id.openSecretStore(ctx, s.client, cluster.Name, cfg)
 	if err == nil {
 		err = identity.Forget(ctx, store, claim)
 	}
 	if err != nil {
 		s.facts.ending(storeReason(err), "Could not delete the VM's credential from the secrets store yet: "+err.Error())
-		return false, r.backoff(claim)
+		return false, s.backoff()
 	}
 	return true, 0
 }
 
 // openSecretStore opens a cluster's secrets store with StoreOpener, or, when
 // unset, on Vault or OpenBao with the Secrets read through ReadSecret.
-func (r *Reconciler) openSecretStore(ctx context.Context, cluster string, cfg *hfv1.SecretStoreConfig) (secretstore.Store, error) {
-	if r.StoreOpener != nil {
-		return r.StoreOpener(ctx, cluster, cfg)
+func (id *IdentityService) openSecretStore(ctx context.Context, c client.Client, cluster string, cfg *hfv1.SecretStoreConfig) (secretstore.Store, error) {
+	if id.StoreOpener != nil {
+		return id.StoreOpener(ctx, cluster, cfg)
 	}
-	return identity.OpenStore(ctx, cfg, r.readClusterSecret)
+	return identity.OpenStore(ctx, cfg, clusterSecrets(c))
 }
 
 // storedCredential is cred as the store keeps it (agentconfig's document).

@@ -29,9 +29,9 @@ func identityWorld(t *testing.T) (*Reconciler, *identitytest.Server, *hfv1.Hyper
 	r, _, clk, rec := serviceWorld(t)
 	fs := identitytest.NewServer(t, "example.org")
 	fs.SetClock(clk.Now)
-	r.Identity = identity.NewRegistry()
-	r.Identity.Dial = identitytest.Dialer(fs)
-	r.Issuer = &identity.Issuer{Keys: reservationSigner(t, 1)}
+	r.Identity.Servers = identity.NewRegistry()
+	r.Identity.Servers.Dial = identitytest.Dialer(fs)
+	r.Identity.Issuer = &identity.Issuer{Keys: reservationSigner(t, 1)}
 	cluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: unitCluster}}
 	cluster.Spec.SPIRE = &hfv1.SPIREConfig{TrustDomain: "example.org", ServerAddress: "spire.example.org:8081",
 		ServerAPI:           hfv1.SPIREServerAPI{AdminSocket: "/run/spire/api.sock"},
@@ -100,7 +100,7 @@ func TestIssueIdentity(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r, fs, cluster, _, rec := identityWorld(t)
 			if tc.noIssuer {
-				r.Issuer = nil
+				r.Identity.Issuer = nil
 			}
 			if tc.fail != nil {
 				fs.Fail(tc.fail)
@@ -111,7 +111,7 @@ func TestIssueIdentity(t *testing.T) {
 			var requeue time.Duration
 			for i := range tc.passes {
 				var err error
-				inScope(&c, func(s *claimScope) { done, requeue, err = r.issueIdentity(context.Background(), s, tmpl, cluster) })
+				inScope(r, &c, func(s *claimScope) { done, requeue, err = r.Identity.issue(context.Background(), s, tmpl, cluster) })
 				if err != nil {
 					t.Fatalf("pass %d: %v", i, err)
 				}
@@ -188,7 +188,7 @@ func TestAwaitAttestation(t *testing.T) {
 			tmpl.Spec.Attestation.JoinToken = &hfv1.JoinTokenAttestation{TTL: &metav1.Duration{Duration: tc.ttl}}
 			for range 2 {
 				var err error
-				inScope(&c, func(s *claimScope) { _, _, err = r.issueIdentity(context.Background(), s, tmpl, cluster) })
+				inScope(r, &c, func(s *claimScope) { _, _, err = r.Identity.issue(context.Background(), s, tmpl, cluster) })
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -196,7 +196,7 @@ func TestAwaitAttestation(t *testing.T) {
 			c.Status.Conditions = append(c.Status.Conditions, metav1.Condition{Type: string(hfv1.MachineClaimProvisionedCondition),
 				Status: metav1.ConditionTrue, Reason: string(hfv1.ReadyReason), LastTransitionTime: metav1.NewTime(unitEpoch)})
 			if tc.attest {
-				token, err := r.Issuer.Token(&c)
+				token, err := r.Identity.Issuer.Token(&c)
 				if err != nil || !fs.Attest(token) {
 					t.Fatalf("the agent cannot attest with the claim's token (%v)", err)
 				}
@@ -205,7 +205,7 @@ func TestAwaitAttestation(t *testing.T) {
 			clk.Step(tc.after)
 			var recheck time.Duration
 			var failure string
-			inScope(&c, func(s *claimScope) { recheck, failure = r.awaitAttestation(context.Background(), s, cluster) })
+			inScope(r, &c, func(s *claimScope) { recheck, failure = r.Identity.awaitAttestation(context.Background(), s, cluster) })
 			if recheck != tc.wantRecheck || !strings.Contains(failure, tc.wantFailure) || (tc.wantFailure == "") != (failure == "") {
 				t.Errorf("awaitAttestation = %s, %q; want %s, %q", recheck, failure, tc.wantRecheck, tc.wantFailure)
 			}
@@ -234,12 +234,12 @@ func tpmTemplate() *hfv1.HypervisorMachineTemplate {
 // enrollment proof and the broker proof.
 func TestIssueTPMIdentity(t *testing.T) {
 	r, fs, cluster, _, rec := identityWorld(t)
-	r.Issuer = &identity.Issuer{Keys: reservationSigner(t, 1), Install: "hf1"}
+	r.Identity.Issuer = &identity.Issuer{Keys: reservationSigner(t, 1), Install: "hf1"}
 	c := unitClaim("runner-1", 0)
 	for pass := range 3 {
 		var done bool
 		var err error
-		inScope(&c, func(s *claimScope) { done, _, err = r.issueIdentity(context.Background(), s, tpmTemplate(), cluster) })
+		inScope(r, &c, func(s *claimScope) { done, _, err = r.Identity.issue(context.Background(), s, tpmTemplate(), cluster) })
 		if err != nil || done != (pass == 2) {
 			t.Fatalf("pass %d: done %v, err %v", pass, done, err)
 		}
@@ -250,8 +250,8 @@ func TestIssueTPMIdentity(t *testing.T) {
 	}
 	// The ownership key its secrets are derived from is recorded with
 	// the plan, so that a key rotation changes none of them.
-	if st.KeyID == nil || int(*st.KeyID) != r.Issuer.Keys.SigningKeyID() {
-		t.Errorf("status.identity.keyID = %v, want the signing key %d", st.KeyID, r.Issuer.Keys.SigningKeyID())
+	if st.KeyID == nil || int(*st.KeyID) != r.Identity.Issuer.Keys.SigningKeyID() {
+		t.Errorf("status.identity.keyID = %v, want the signing key %d", st.KeyID, r.Identity.Issuer.Keys.SigningKeyID())
 	}
 	state := fs.State()
 	if len(state.Tokens) != 0 {
@@ -274,7 +274,7 @@ func TestIssueTPMIdentity(t *testing.T) {
 	if events := drainEvents(rec); !hasEvent(events, "Normal IdentityIssued") {
 		t.Errorf("events %q", events)
 	}
-	doc, err := r.Issuer.GuestSecrets(&c)
+	doc, err := r.Identity.Issuer.GuestSecrets(&c)
 	if err != nil || doc.JoinToken != "" || doc.EnrollmentProof == "" || doc.BrokerProof == "" {
 		t.Errorf("guest secrets %+v, %v; want an enrollment proof and a broker proof, no token", doc, err)
 	}
@@ -297,18 +297,18 @@ func TestTPMGaveUp(t *testing.T) {
 	} {
 		t.Run(cmp.Or(said, "nothing said"), func(t *testing.T) {
 			r, _, cluster, _, rec := identityWorld(t)
-			r.Issuer = &identity.Issuer{Keys: reservationSigner(t, 1)}
+			r.Identity.Issuer = &identity.Issuer{Keys: reservationSigner(t, 1)}
 			c := unitClaim("runner-1", 0)
 			for range 2 {
-				inScope(&c, func(s *claimScope) { _, _, _ = r.issueIdentity(context.Background(), s, tpmTemplate(), cluster) })
+				inScope(r, &c, func(s *claimScope) { _, _, _ = r.Identity.issue(context.Background(), s, tpmTemplate(), cluster) })
 			}
-			r.AttestationErrors = attestationErrors{c.UID: said}
+			r.Identity.AttestationErrors = attestationErrors{c.UID: said}
 			before := testutil.ToFloat64(metrics.AttestationFailures.WithLabelValues("tpm", string(want)))
 			drainEvents(rec)
 			var reason hfv1.ConditionReason
 			var msg string
-			inScope(&c, func(s *claimScope) {
-				msg, reason = r.joinTokenGaveUp(context.Background(), s, cluster, "VM powered off")
+			inScope(r, &c, func(s *claimScope) {
+				msg, reason = r.Identity.joinTokenGaveUp(context.Background(), s, cluster, "VM powered off")
 			})
 			if reason != want {
 				t.Errorf("reason %s (%q), want %s", reason, msg, want)
@@ -343,7 +343,7 @@ func TestGenericIdentitySelectsTheScriptUser(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			r, fs, cluster, _, _ := identityWorld(t)
-			r.CI, r.ScriptUser = &ciDouble{}, tc.scriptUser
+			r.CI, r.Identity.ScriptUser = &ciDouble{}, tc.scriptUser
 			tmpl := attestingTemplate()
 			if tc.generic {
 				tmpl.Spec.Bootstrap.Generic = &hfv1.GenericBootstrap{Script: "echo hello"}
@@ -352,7 +352,7 @@ func TestGenericIdentitySelectsTheScriptUser(t *testing.T) {
 			}
 			c := unitClaim("runner-1", 0)
 			for range 2 {
-				inScope(&c, func(s *claimScope) { _, _, _ = r.issueIdentity(context.Background(), s, tmpl, cluster) })
+				inScope(r, &c, func(s *claimScope) { _, _, _ = r.Identity.issue(context.Background(), s, tmpl, cluster) })
 			}
 			entries, _ := fs.ListEntries(context.Background())
 			var got []string
@@ -367,10 +367,10 @@ func TestGenericIdentitySelectsTheScriptUser(t *testing.T) {
 				t.Errorf("entry selectors %v, want [%s]", got, tc.want)
 			}
 			// The agent config's user is the same value.
-			if want, _ := strings.CutPrefix(tc.want, "unix:user:"); tc.generic && r.scriptUser(tmpl) != want {
-				t.Errorf("scriptUser = %q, want %q", r.scriptUser(tmpl), want)
-			} else if !tc.generic && r.scriptUser(tmpl) != "" {
-				t.Errorf("scriptUser of a GitHub template = %q, want none", r.scriptUser(tmpl))
+			if want, _ := strings.CutPrefix(tc.want, "unix:user:"); tc.generic && r.Identity.scriptUser(r.workloads(), tmpl) != want {
+				t.Errorf("scriptUser = %q, want %q", r.Identity.scriptUser(r.workloads(), tmpl), want)
+			} else if !tc.generic && r.Identity.scriptUser(r.workloads(), tmpl) != "" {
+				t.Errorf("scriptUser of a GitHub template = %q, want none", r.Identity.scriptUser(r.workloads(), tmpl))
 			}
 		})
 	}

@@ -38,12 +38,6 @@ func aheadOfCache(r *Reconciler, uid types.UID) {
 	r.lag.Wrote(&metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{UID: uid, ResourceVersion: "1099511627776"}})
 }
 
-func mapLen(m interface{ Range(func(k, v any) bool) }) int {
-	n := 0
-	m.Range(func(any, any) bool { n++; return true })
-	return n
-}
-
 // TestStaleCacheWaits: a reconcile that finds the cache older than the
 // controller's last write of the claim waits for it (the requeue backs off
 // as internal/cachelag says) and touches nothing.
@@ -76,7 +70,7 @@ func TestGoneClaimsAreForgotten(t *testing.T) {
 	kept := unitClaim("kept", 0)
 	r, c := memoryWorld(t, &gone, &kept)
 	remember := func(cl *hfv1.MachineClaim) {
-		r.backoff(cl)
+		r.newClaimScope(cl).backoff()
 		aheadOfCache(r, cl.UID)
 		r.Runners.Set(cl.UID, RunnerObservation{Present: true})
 		if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cl)}); err != nil {
@@ -85,8 +79,9 @@ func TestGoneClaimsAreForgotten(t *testing.T) {
 	}
 	remember(&gone)
 	remember(&kept)
-	if n := mapLen(&r.attempts); n != 2 || !r.lag.Remembers(gone.UID) || !r.lag.Remembers(kept.UID) {
-		t.Fatalf("before: attempts holds %d entries, lag remembers gone %v kept %v; want 2, true, true", n, r.lag.Remembers(gone.UID), r.lag.Remembers(kept.UID))
+	if !r.memory.remembers(gone.UID) || !r.memory.remembers(kept.UID) || !r.lag.Remembers(gone.UID) || !r.lag.Remembers(kept.UID) {
+		t.Fatalf("before: memory remembers gone %v kept %v, lag remembers gone %v kept %v; want all true",
+			r.memory.remembers(gone.UID), r.memory.remembers(kept.UID), r.lag.Remembers(gone.UID), r.lag.Remembers(kept.UID))
 	}
 
 	// Deleted behind the controller's back (a forced removal of its
@@ -99,11 +94,11 @@ func TestGoneClaimsAreForgotten(t *testing.T) {
 	}
 	check := func(uid types.UID, want bool) {
 		t.Helper()
-		_, a := r.attempts.Load(uid)
+		a := r.memory.remembers(uid)
 		l := r.lag.Remembers(uid)
 		_, o := r.Runners.Get(uid)
 		if a != want || l != want || o != want {
-			t.Errorf("claim %s: attempts %v lag %v runner %v, want all %v", uid, a, l, o, want)
+			t.Errorf("claim %s: memory %v lag %v runner %v, want all %v", uid, a, l, o, want)
 		}
 	}
 	check(gone.UID, false)

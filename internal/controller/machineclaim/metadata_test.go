@@ -126,7 +126,7 @@ func TestRestoreReservation(t *testing.T) {
 			if tc.annotation != "" {
 				claim.Annotations = map[string]string{hfv1.VMReservationAnnotation: tc.annotation}
 			}
-			if err := r.restoreReservedVM(context.Background(), &claimScope{claim: claim}); err != nil {
+			if err := r.reservations().restore(context.Background(), &claimScope{claim: claim, claimEnv: r.env()}); err != nil {
 				t.Fatal(err)
 			}
 			switch got := claim.Status.VMRef; {
@@ -160,7 +160,7 @@ func TestRestoreReservationClusterNotConnected(t *testing.T) {
 	r := &Reconciler{Client: reservationWorld(t, map[string]string{"tenant": "yes"}), Registry: hypervisors.NewRegistry(), Signer: signer, Recorder: events}
 	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team", UID: "uid-1", Annotations: map[string]string{hfv1.VMReservationAnnotation: good}}}
 	claim.Spec.TemplateRef.Name = "tmpl"
-	err := r.restoreReservedVM(context.Background(), &claimScope{claim: claim})
+	err := r.reservations().restore(context.Background(), &claimScope{claim: claim, claimEnv: r.env()})
 	if err == nil || !strings.Contains(err.Error(), "not connected") || claim.Status.VMRef != nil || len(events.Events) != 0 {
 		t.Fatalf("err %v, restored %+v, %d events; want a retry, nothing restored, no event", err, claim.Status.VMRef, len(events.Events))
 	}
@@ -174,7 +174,7 @@ func TestRestoreReservationWithoutSigner(t *testing.T) {
 	r := &Reconciler{Client: reservationWorld(t, map[string]string{"tenant": "yes"}), Registry: reservationRegistry(t, signer), Recorder: record.NewFakeRecorder(10)}
 	claim := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "team", UID: "uid-1", Annotations: map[string]string{hfv1.VMReservationAnnotation: good}}}
 	claim.Spec.TemplateRef.Name = "tmpl"
-	if err := r.restoreReservedVM(context.Background(), &claimScope{claim: claim}); err != nil || claim.Status.VMRef != nil {
+	if err := r.reservations().restore(context.Background(), &claimScope{claim: claim, claimEnv: r.env()}); err != nil || claim.Status.VMRef != nil {
 		t.Fatalf("restored %+v (err %v) without a signer", claim.Status.VMRef, err)
 	}
 }

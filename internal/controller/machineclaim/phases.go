@@ -5,20 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/internal/conditions"
-	"github.com/hyperfleet/hyperfleet/internal/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/controller/refusal"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
-	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -112,7 +108,7 @@ func (r *Reconciler) checkTemplate(_ context.Context, s *claimScope) (phase.Resu
 		return phase.Next(), nil
 	}
 	claim := s.claim
-	r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.TemplateNotFoundReason, message: fmt.Sprintf(
+	s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.TemplateNotFoundReason, message: fmt.Sprintf(
 		"spec.templateRef: HypervisorMachineTemplate %s/%s was deleted before VM %s was built; without its cloud-init and credentials the VM cannot be finished and is destroyed",
 		claim.Namespace, claim.Spec.TemplateRef.Name, claim.Status.VMRef.ID())})
 	return phase.Stop(), nil
@@ -141,27 +137,6 @@ func (r *Reconciler) loadProvider(_ context.Context, s *claimScope) (phase.Resul
 	return phase.StopAndRequeue(waitForDependency), nil
 }
 
-// ensureAddress allocates the claim's static addresses (network mode
-// static: one, or an IPv4 and an IPv6 one) and has them stored before any
-// VM is built with them.
-func (r *Reconciler) ensureAddress(ctx context.Context, s *claimScope) (phase.Result, error) {
-	if s.tmpl.Spec.Network.Mode != hfv1.NetworkModeStatic {
-		return phase.Next(), nil
-	}
-	_, fresh, err := r.staticAddresses(ctx, s, s.tmpl)
-	switch {
-	case errors.Is(err, errAddressWait):
-		return phase.StopAndRequeue(10 * time.Second), nil
-	case err != nil:
-		return r.provisionError(ctx, s, err)
-	case fresh:
-		// Persist the allocation (the scope's status write) before any VM
-		// is built with it.
-		return phase.StopAndRequeue(time.Millisecond), nil
-	}
-	return phase.Next(), nil
-}
-
 // checkRunning checks a running claim's VM against the latest listing of
 // its cluster (a VM that powered off or vanished ends the claim) and folds
 // in what the CI platform says about its runner. It ends every pass of a
@@ -173,7 +148,7 @@ func (r *Reconciler) checkRunning(ctx context.Context, s *claimScope) (phase.Res
 	}
 	ref := claim.Status.VMRef
 	if ref == nil {
-		r.beginEnd(s, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason, message: "The claim lost its VM reference"})
+		s.beginEnd(claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason, message: "The claim lost its VM reference"})
 		return phase.Stop(), nil
 	}
 	read := false
@@ -191,7 +166,7 @@ func (r *Reconciler) checkRunning(ctx context.Context, s *claimScope) (phase.Res
 			read = true
 		}
 	}
-	workloadRes, err := r.observeWorkload(ctx, s)
+	workloadRes, err := r.runner().observeWorkload(ctx, s)
 	if workloadRes.Stopped() || err != nil {
 		return workloadRes, err
 	}
@@ -220,12 +195,12 @@ func (r *Reconciler) confirmStopped(ctx context.Context, s *claimScope) (phase.R
 	vm, err := p.GetVM(ctx, vmRefOf(ref))
 	switch {
 	case errors.Is(err, provider.ErrNotFound):
-		r.beginEnd(s, claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason,
+		s.beginEnd(claimEnd{reason: hfv1.EndPoweredOff, condition: hfv1.VMGoneReason,
 			message: fmt.Sprintf("VM %s no longer exists on %s", ref.ID(), ref.HypervisorCluster)})
 		return phase.Stop(), nil
 	case err != nil:
 		ctrl.LoggerFrom(ctx).Info("Could not confirm the VM's power state; checking again later", "err", err.Error())
-		return phase.StopAndRequeue(r.backoff(claim)), nil
+		return phase.StopAndRequeue(s.backoff()), nil
 	case vm.Power == provider.PowerStopped:
 		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %s powered off", ref.ID()))
 		return phase.Stop(), nil
@@ -233,88 +208,37 @@ func (r *Reconciler) confirmStopped(ctx context.Context, s *claimScope) (phase.R
 	return phase.Next(), nil
 }
 
-// provisionError surfaces a classified error (docs/architecture.md,
-// "Classified errors") and chooses how to go on: it always stops the pass,
-// and a claim it fails goes on to the end list in the same pass.
-func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err error) (phase.Result, error) {
+// checkSupported stops a claim that sets a field this operator does
+// not act on, before anything is built; a spec change wakes it.
+func (r *Reconciler) checkSupported(_ context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
-	class, reason := provider.Classify(err), provider.ReasonOf(err)
-	if errors.Is(err, vmspec.ErrRender) {
-		class, reason = provider.ClassConfiguration, "InvalidCloudInit"
-	}
-	if wait, limited := RetryAfter(err, r.Clock.Now()); limited {
-		// The CI platform's rate limit: wait for it without counting a
-		// failure; the claim says until when.
-		metrics.ClaimErrors.WithLabelValues(string(provider.ClassResource), string(hfv1.RateLimitedReason)).Inc()
-		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.RateLimitedReason,
-			fmt.Sprintf("Waiting %s for the CI platform's rate limit: %v", wait.Round(time.Second), err))
-		return phase.StopAndRequeue(wait), nil
-	}
-	metrics.ClaimErrors.WithLabelValues(string(class), reason).Inc()
-	msg := fmt.Sprintf("%s error: %v", class, err)
-	cond := s.facts.condition(claim, hfv1.MachineClaimProvisionedCondition)
-	changed := cond == nil || cond.Reason != reason
-	ctrl.LoggerFrom(ctx).Info("Provisioning step failed", "class", class, "reason", reason, "err", err.Error())
-
-	switch {
-	case errors.Is(err, provider.ErrNotOwned):
-		owned := "The VM recorded for this claim does not carry its verified ownership marker; it is never modified or destroyed: " + err.Error()
-		s.facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, owned)
-		// The same warning as a mismatch found at deletion (keepForAdmin,
-		// which then records no second one): whichever step meets the
-		// marker first, an admin is told once.
-		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), conditions.Truncate(owned, 1024))
-		r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.OwnershipMismatchReason, message: msg})
-		return phase.Stop(), nil
-	case class == provider.ClassPermanent:
-		r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.ProvisioningFailedReason, message: msg})
+	if ref := refusal.Claim(r.workloads(), claim); ref != nil && claim.Status.VMRef == nil {
+		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, ref.Reason, ref.Message)
 		return phase.Stop(), nil
 	}
-	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
-	if changed {
-		r.Recorder.Event(claim, corev1.EventTypeWarning, "FailedProvision", conditions.Truncate(msg, 1024))
-	}
-	switch class {
-	case provider.ClassConfiguration:
-		// The user must act: a change of the claim, its template or its
-		// cluster tries again (ensureVM's hold), or the hold's end.
-		if s.tmpl != nil && s.cluster != nil {
-			r.provisionHeld.Store(claim.UID, heldProvision{claim: claim.Generation, template: s.tmpl.Generation, cluster: s.cluster.Generation,
-				until: r.Clock.Now().Add(configurationHold)})
-		}
-		return phase.StopAndRequeue(configurationHold), nil
-	case provider.ClassResource:
-		return phase.StopAndRequeue(30 * time.Second), nil
-	default:
-		wait := r.backoff(claim)
-		r.provisionRetryAt.Store(claim.UID, r.Clock.Now().Add(wait))
-		return phase.StopAndRequeue(wait), nil
-	}
+	return phase.Next(), nil
 }
 
-// defaultMaxRetryDelay caps a claim's transient-failure backoff unless
-// Reconciler.MaxRetryDelay says otherwise.
-const defaultMaxRetryDelay = 5 * time.Minute
-
-// backoff returns the next retry delay of a claim's transient failures:
-// 2s, 4s, 8s ... (from MinRetryDelay when set) capped at MaxRetryDelay
-// (5 minutes by default).
-func (r *Reconciler) backoff(claim *hfv1.MachineClaim) time.Duration {
-	n := 0
-	if v, ok := r.attempts.Load(claim.UID); ok {
-		n = v.(int)
+// checkPlatformSection stops a claim still to be built whose
+// spec.workloadConfig names a workload type its template has no section
+// for (a generic claim of a GitHub template, or the reverse): its VM would
+// get the template's platform's agent config but the claim's treatment,
+// and never do its work. A template change wakes it.
+func (r *Reconciler) checkPlatformSection(_ context.Context, s *claimScope) (phase.Result, error) {
+	claim, wc := s.claim, s.claim.Spec.WorkloadConfig
+	if wc == nil || s.tmpl == nil || claim.Status.VMRef != nil {
+		return phase.Next(), nil
 	}
-	r.attempts.Store(claim.UID, n+1)
-	limit := r.MaxRetryDelay
-	if limit <= 0 {
-		limit = defaultMaxRetryDelay
+	be, ok := r.workloads().For(wc.Type)
+	if !ok {
+		return phase.Next(), nil
 	}
-	d := r.MinRetryDelay
-	if d <= 0 {
-		d = 2 * time.Second
+	if _, reads := be.Template(s.tmpl); reads {
+		return phase.Next(), nil
 	}
-	for i := 0; i < n && d < limit; i++ {
-		d *= 2
-	}
-	return min(d, limit)
+	field := be.TemplateField()
+	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.InvalidSpecReason, fmt.Sprintf(
+		"spec.workloadConfig.type is %s, but HypervisorMachineTemplate %s has no %s; use a template of that platform (or a RunnerPool whose workload.type matches its template)",
+		wc.Type, s.tmpl.Name, field))
+	return phase.StopAndRequeue(waitForDependency), nil
 }

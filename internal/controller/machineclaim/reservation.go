@@ -18,11 +18,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/record"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/conditions"
+	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/tenancy"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
@@ -73,7 +75,24 @@ func refuse(format string, args ...any) error {
 	return &reservationRefusal{reason: fmt.Sprintf(format, args...)}
 }
 
-// restoreReservedVM puts a reserved VM back into a claim's status when the
+// reservations are the VM reservations and placement records the claim
+// controller signs into claims, and their verification: a claim's VM is
+// only ever restored, built or destroyed from a record whose signature
+// verifies for the claim.
+type reservations struct {
+	signer   *ownership.Signer
+	registry *hypervisors.Registry
+	client   client.Client
+	recorder record.EventRecorder
+}
+
+// reservations are the claims' reservations, signed with the
+// reconciler's Signer.
+func (r *Reconciler) reservations() reservations {
+	return reservations{signer: r.Signer, registry: r.Registry, client: r.Client, recorder: r.Recorder}
+}
+
+// restore puts a reserved VM back into a claim's status when the
 // operator stopped after its clone request and before the status write
 // that records the VM: the claim then continues that clone (or deletes
 // that VM) instead of placing a second one. It only applies to claims that
@@ -87,7 +106,7 @@ func refuse(format string, args ...any) error {
 // a warning event and the claim is placed as if it had no reservation.
 // An error means the check could not be made (a read failed): the caller
 // retries instead of placing a second VM.
-func (r *Reconciler) restoreReservedVM(ctx context.Context, s *claimScope) error {
+func (rv reservations) restore(ctx context.Context, s *claimScope) error {
 	claim := s.claim
 	v, ok := claim.Annotations[hfv1.VMReservationAnnotation]
 	if !ok || claim.Status.VMRef != nil || claim.Ended() || s.facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) {
@@ -96,18 +115,18 @@ func (r *Reconciler) restoreReservedVM(ctx context.Context, s *claimScope) error
 	reserved, err := Parse(v)
 	ref := reserved.Ref
 	if err == nil {
-		err = r.verifyReservation(ctx, claim, reserved)
+		err = rv.verify(ctx, claim, reserved)
 	}
 	var refused *reservationRefusal
 	switch {
 	case errors.As(err, &refused):
-		r.rejectReservation(ctx, claim, refused.reason)
+		rv.reject(ctx, claim, refused.reason)
 		return nil
 	case errors.Is(err, errReservationWait):
 		return nil
 	case err != nil && ref == nil:
 		// Unreadable: nothing the operator wrote.
-		r.rejectReservation(ctx, claim, err.Error())
+		rv.reject(ctx, claim, err.Error())
 		return nil
 	case err != nil:
 		return fmt.Errorf("check the VM reservation in annotation %s: %w", hfv1.VMReservationAnnotation, err)
@@ -121,20 +140,20 @@ func (r *Reconciler) restoreReservedVM(ctx context.Context, s *claimScope) error
 // is missing); the claim waits for the template without placing a VM.
 var errReservationWait = errors.New("reservation cannot be checked yet")
 
-// verifyReservation checks the signature, then that placement could have
+// verify checks the signature, then that placement could have
 // chosen the reserved VM for this claim.
-func (r *Reconciler) verifyReservation(ctx context.Context, claim *hfv1.MachineClaim, reserved Reserved) error {
+func (rv reservations) verify(ctx context.Context, claim *hfv1.MachineClaim, reserved Reserved) error {
 	ref := reserved.Ref
-	verify := r.Signer.VerifyReservation
+	verify := rv.signer.VerifyReservation
 	if reserved.Legacy {
-		verify = r.Signer.VerifyLegacyReservation
+		verify = rv.signer.VerifyLegacyReservation
 	}
-	if r.Signer == nil || !verify(reserved.reservation(claim), reserved.Sig) {
+	if rv.signer == nil || !verify(reserved.reservation(claim), reserved.Sig) {
 		return refuse("its signature does not verify for this claim (written by someone other than this operator, edited, or copied from another claim)")
 	}
 	deleting := !claim.DeletionTimestamp.IsZero()
 	tmpl := &hfv1.HypervisorMachineTemplate{}
-	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, tmpl); {
+	switch err := rv.client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, tmpl); {
 	case apierrors.IsNotFound(err) && !deleting:
 		return errReservationWait
 	case apierrors.IsNotFound(err):
@@ -146,11 +165,11 @@ func (r *Reconciler) verifyReservation(ctx context.Context, claim *hfv1.MachineC
 		return refuse("it names HypervisorCluster %s but template %s uses %s", ref.HypervisorCluster, tmpl.Name, tmpl.Spec.HypervisorClusterRef.Name)
 	}
 	cluster := &hfv1.HypervisorCluster{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: ref.HypervisorCluster}, cluster); err != nil {
+	if err := rv.client.Get(ctx, client.ObjectKey{Name: ref.HypervisorCluster}, cluster); err != nil {
 		return fmt.Errorf("read HypervisorCluster %s: %w", ref.HypervisorCluster, err)
 	}
 	if !deleting {
-		_, admitted, err := tenancy.RulesFor(ctx, r.Client, cluster, claim.Namespace)
+		_, admitted, err := tenancy.RulesFor(ctx, rv.client, cluster, claim.Namespace)
 		if err != nil {
 			return err
 		}
@@ -162,7 +181,7 @@ func (r *Reconciler) verifyReservation(ctx context.Context, claim *hfv1.MachineC
 	// the cluster's range, on a node placement may use. A cluster not
 	// connected yet cannot say: retry rather than place a second VM (or,
 	// when deleting, forget the reserved one).
-	p, health, connected := r.Registry.Provider(cluster.Name)
+	p, health, connected := rv.registry.Provider(cluster.Name)
 	if !connected {
 		return fmt.Errorf("HypervisorCluster %s is not connected (%s); the reservation is checked once it is", cluster.Name, health.Message)
 	}
@@ -172,10 +191,10 @@ func (r *Reconciler) verifyReservation(ctx context.Context, claim *hfv1.MachineC
 	return nil
 }
 
-// rejectReservation reports a reservation annotation that is not trusted.
-func (r *Reconciler) rejectReservation(ctx context.Context, claim *hfv1.MachineClaim, reason string) {
+// reject reports a reservation annotation that is not trusted.
+func (rv reservations) reject(ctx context.Context, claim *hfv1.MachineClaim, reason string) {
 	msg := fmt.Sprintf("Ignoring annotation %s: %s; the claim is placed as if it had none", hfv1.VMReservationAnnotation, reason)
 	ctrl.LoggerFrom(ctx).Info("Refused a VM reservation annotation", "reason", reason)
 	metrics.ReservationsRejected.Inc()
-	r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.ReservationRejectedReason), conditions.Truncate(msg, 1024))
+	rv.recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.ReservationRejectedReason), conditions.Truncate(msg, 1024))
 }

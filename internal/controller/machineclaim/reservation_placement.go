@@ -143,21 +143,21 @@ func ParsePlacement(v string) (ownership.Placement, string, error) {
 // than this operator, or copied from another claim). The claim must then
 // not build its VM any further. The check reads nothing: an error is never
 // transient.
-func (r *Reconciler) verifiedPlacement(ctx context.Context, s *claimScope) (ownership.Placement, error) {
+func (rv reservations) verifiedPlacement(ctx context.Context, s *claimScope) (ownership.Placement, error) {
 	claim := s.claim
-	p, err := r.readPlacement(claim)
+	p, err := rv.readPlacement(claim)
 	if err != nil {
 		err = fmt.Errorf("%s refused: %w; the claim's VM is not built from unverified values", placementField(claim), err)
 		ctrl.LoggerFrom(ctx).Info("Refused a placement record", "reason", err.Error())
 		metrics.PlacementRecordsRejected.Inc()
-		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.PlacementRecordRejectedReason), conditions.Truncate(err.Error(), 1024))
+		rv.recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.PlacementRecordRejectedReason), conditions.Truncate(err.Error(), 1024))
 		return ownership.Placement{}, err
 	}
 	return p, nil
 }
 
 // readPlacement reads the claim's placement record and checks its signature.
-func (r *Reconciler) readPlacement(claim *hfv1.MachineClaim) (ownership.Placement, error) {
+func (rv reservations) readPlacement(claim *hfv1.MachineClaim) (ownership.Placement, error) {
 	ref := claim.Status.VMRef
 	if ref == nil {
 		return ownership.Placement{}, fmt.Errorf("the claim has no VM yet")
@@ -182,7 +182,7 @@ func (r *Reconciler) readPlacement(claim *hfv1.MachineClaim) (ownership.Placemen
 			ownership.LegacyPlacementVersion)
 	}
 	p.ClaimUID = string(claim.UID)
-	if r.Signer == nil || !r.Signer.VerifyPlacement(p, sig) {
+	if rv.signer == nil || !rv.signer.VerifyPlacement(p, sig) {
 		return ownership.Placement{}, fmt.Errorf("its signature does not verify for this claim (written by someone other than this operator, edited, or copied from another claim)")
 	}
 	return p, nil

@@ -66,7 +66,7 @@ func TestPlacementRecordRoundTrip(t *testing.T) {
 	claim := placedClaim("1")
 	RecordPlacement(claim, signer, "pve-a", authorizedSpec(), authorizedDomain)
 	r := &Reconciler{Signer: signer, Recorder: record.NewFakeRecorder(8)}
-	p, err := r.verifiedPlacement(context.Background(), &claimScope{claim: claim})
+	p, err := r.reservations().verifiedPlacement(context.Background(), &claimScope{claim: claim, claimEnv: r.env()})
 	if err != nil {
 		t.Fatalf("the operator's own record is refused: %v", err)
 	}
@@ -165,7 +165,7 @@ func TestPlacementRecordRefusals(t *testing.T) {
 					claim.Status.VMRef.HypervisorCluster = tc.cluster
 				}
 				rec := record.NewFakeRecorder(8)
-				_, err := (&Reconciler{Signer: signer, Recorder: rec}).verifiedPlacement(context.Background(), &claimScope{claim: claim})
+				_, err := (&Reconciler{Signer: signer, Recorder: rec}).reservations().verifiedPlacement(context.Background(), &claimScope{claim: claim})
 				if err == nil {
 					t.Fatal("refused record accepted")
 				}

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -24,22 +23,22 @@ import (
 
 // observeWorkload folds what the CI platform says about the claim's runner
 // into its status, records a warm VM standing by for a job, seals a runner
-// seen with its job (runner_seal.go) and retires what issued a registered
+// seen with its job (jobbinding.go) and retires what issued a registered
 // runner's credential (jobbinding.go); a runner whose job completed ends
 // the claim (the pass stops, and the end list runs).
-func (r *Reconciler) observeWorkload(ctx context.Context, s *claimScope) (phase.Result, error) {
-	if r.runsNoRunner(s.claim, s.tmpl) {
-		return r.observeScript(ctx, s), nil
+func (rs runnerService) observeWorkload(ctx context.Context, s *claimScope) (phase.Result, error) {
+	if s.runsNoRunner() {
+		return rs.observeScript(ctx, s), nil
 	}
-	r.standBy(s)
-	jobDone, err := r.observeRunner(ctx, s)
+	rs.standBy(s)
+	jobDone, err := rs.observe(ctx, s)
 	switch {
 	case err != nil:
 		return phase.Stop(), err
 	case jobDone == "":
-		return r.sealRunner(ctx, s).Sooner(r.retireRegistration(ctx, s).After()), nil
+		return rs.seal(ctx, s).Sooner(rs.retireRegistration(ctx, s).After()), nil
 	}
-	r.beginEnd(s, claimEnd{reason: hfv1.EndJobCompleted, code: string(hfv1.EndJobCompleted), message: jobDone})
+	s.beginEnd(claimEnd{reason: hfv1.EndJobCompleted, code: string(hfv1.EndJobCompleted), message: jobDone})
 	return phase.Stop(), nil
 }
 
@@ -49,8 +48,8 @@ func (r *Reconciler) observeWorkload(ctx context.Context, s *claimScope) (phase.
 // or removed. The claim's spec.workloadConfig says so, else its template's
 // section; a claim without either (its template deleted) is taken for a
 // runner's, whose steps then find nothing to do.
-func (r *Reconciler) runsNoRunner(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate) bool {
-	ws := r.workloads()
+func (s *claimScope) runsNoRunner() bool {
+	claim, tmpl, ws := s.claim, s.tmpl, s.workloads()
 	if wc := claim.Spec.WorkloadConfig; wc != nil {
 		be, ok := ws.For(wc.Type)
 		return ok && !workload.HasRunner(be)
@@ -69,18 +68,18 @@ func (r *Reconciler) runsNoRunner(claim *hfv1.MachineClaim, tmpl *hfv1.Hyperviso
 // (vmspec.Deadline) the claim ends as at a pool's maxLifetime, and the
 // VM's agent powers off at that moment too, as a second line. The pass
 // looks again at the deadline.
-func (r *Reconciler) observeScript(_ context.Context, s *claimScope) phase.Result {
+func (rs runnerService) observeScript(_ context.Context, s *claimScope) phase.Result {
 	claim := s.claim
-	now := r.Clock.Now()
+	now := s.clock.Now()
 	deadline, hasDeadline := time.Time{}, false
 	if s.tmpl != nil {
-		deadline, hasDeadline = vmspec.Deadline(r.workloads(), claim, s.tmpl)
+		deadline, hasDeadline = vmspec.Deadline(s.workloads(), claim, s.tmpl)
 	}
 	if hasDeadline && !now.Before(deadline) {
 		ttl := deadline.Sub(claim.CreationTimestamp.Time)
 		msg := fmt.Sprintf("the VM reached spec.bootstrap.generic.ttl (%s) of HypervisorMachineTemplate %s at %s", ttl, s.tmpl.Name, deadline.UTC().Format(time.RFC3339))
-		r.beginEnd(s, claimEnd{reason: hfv1.EndMaxLifetime, code: string(hfv1.EndMaxLifetime), message: msg})
-		r.Recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.MaxLifetimeReason), "Ending the claim: "+msg)
+		s.beginEnd(claimEnd{reason: hfv1.EndMaxLifetime, code: string(hfv1.EndMaxLifetime), message: msg})
+		s.recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.MaxLifetimeReason), "Ending the claim: "+msg)
 		return phase.Stop()
 	}
 	st := claim.Status.Bootstrap
@@ -98,7 +97,7 @@ func (r *Reconciler) observeScript(_ context.Context, s *claimScope) phase.Resul
 			msg += " or at its ttl, " + deadline.UTC().Format(time.RFC3339)
 		}
 		s.facts.record(hfv1.MachineClaimBootstrappedCondition, metav1.ConditionTrue, hfv1.ScriptRunningReason, msg)
-		r.Recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.ScriptRunningReason), msg)
+		s.recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.ScriptRunningReason), msg)
 	}
 	if hasDeadline {
 		return phase.Recheck(deadline.Sub(now) + time.Millisecond)
@@ -126,13 +125,14 @@ func (r *Reconciler) claimsForJob(ctx context.Context, o client.Object) []reconc
 
 // poolOf is the claim's RunnerPool from the cache; nil for a claim made by
 // hand or whose pool is gone.
-func (r *Reconciler) poolOf(ctx context.Context, claim *hfv1.MachineClaim) *hfv1.RunnerPool {
+func (s *claimScope) poolOf(ctx context.Context) *hfv1.RunnerPool {
+	claim := s.claim
 	ref := claim.Spec.RunnerPoolRef
 	if ref == nil {
 		return nil
 	}
 	var pool hfv1.RunnerPool
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: ref.Name}, &pool); err != nil {
+	if err := s.client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: ref.Name}, &pool); err != nil {
 		return nil
 	}
 	return &pool

@@ -44,7 +44,7 @@ func TestReleaseWithoutTemplateDoesNotHoldTheClaim(t *testing.T) {
 	}
 	var done bool
 	var requeue time.Duration
-	inScope(claim, func(s *claimScope) { done, requeue = r.releaseRunnerOfGoneVM(context.Background(), s) })
+	inScope(r, claim, func(s *claimScope) { done, requeue = r.runner().releaseOfGoneVM(context.Background(), s) })
 	if !done || requeue != 0 {
 		t.Fatalf("Release = %v, %s; want done at once", done, requeue)
 	}

@@ -114,9 +114,9 @@ func (w *sealWorld) reconciler() *Reconciler {
 func (w *sealWorld) observe(t *testing.T, r *Reconciler, claim *hfv1.MachineClaim) {
 	t.Helper()
 	var err error
-	inScope(claim, func(s *claimScope) {
+	inScope(r, claim, func(s *claimScope) {
 		s.tmpl = w.tmpl
-		_, err = r.observeWorkload(context.Background(), s)
+		_, err = r.runner().observeWorkload(context.Background(), s)
 	})
 	if err != nil {
 		t.Fatalf("observe the claim's runner: %v", err)

@@ -39,6 +39,25 @@ const (
 	releaseDeadline = 10 * time.Minute
 )
 
+// runnerService is a claim's CI runner as its reconciler drives it: it
+// observes the runner (online, its job, gone), stands a warm VM by for
+// a job and retires its registration, seals a runner whose credential
+// could serve a second job, and drains and removes it when the claim
+// ends. The platforms' calls go through the scope's CI platforms.
+type runnerService struct {
+	// observations are the RunnerPool resync's latest runner lists; nil
+	// when nothing observes runners.
+	observations *RunnerObservations
+	// transitions are the VMs a hint says are about to stop; a runner
+	// seen gone or done marks its VM (nil: none are marked).
+	transitions *hypervisors.Transitions
+}
+
+// runner is the claims' runner service.
+func (r *Reconciler) runner() runnerService {
+	return runnerService{observations: r.Runners, transitions: r.PowerOff.Transitions}
+}
+
 // RetryAfter is the requeue for a rate-limited workload call (at least a
 // second), and whether err is one.
 func RetryAfter(err error, now time.Time) (time.Duration, bool) {
@@ -49,19 +68,28 @@ func RetryAfter(err error, now time.Time) (time.Duration, bool) {
 	return d, ok
 }
 
-// observeRunner folds what the CI platform says about the claim's runner into
+// platformRetry is the wait after a CI platform's call failed with err:
+// its rate limit's (RetryAfter), else the claim's backoff.
+func (s *claimScope) platformRetry(err error) time.Duration {
+	if wait, limited := RetryAfter(err, s.clock.Now()); limited {
+		return wait
+	}
+	return s.backoff()
+}
+
+// observe folds what the CI platform says about the claim's runner into
 // its status: the job it took (from the job's CIJob, written by the webhook
 // receiver or the resync) and its state in the latest runner list. A
 // runner seen online makes the claim Bootstrapped. A runner whose job
 // completed returns why the claim ends (its VM has done its one job).
-func (r *Reconciler) observeRunner(ctx context.Context, s *claimScope) (jobDone string, err error) {
+func (rs runnerService) observe(ctx context.Context, s *claimScope) (jobDone string, err error) {
 	claim := s.claim
 	st := claim.Status.Bootstrap
 	if st == nil || st.RunnerName == "" {
 		return "", nil
 	}
-	now := r.Clock.Now()
-	if job, err := r.jobOf(ctx, claim); err != nil {
+	now := s.clock.Now()
+	if job, err := rs.jobOf(ctx, s); err != nil {
 		return "", err
 	} else if job != nil {
 		if st.Job() != job.Spec.ID() {
@@ -79,12 +107,12 @@ func (r *Reconciler) observeRunner(ctx context.Context, s *claimScope) (jobDone 
 			// collected; a claim from before the field gets it here too.
 			st.JobRepository = job.Spec.Repository
 		}
-		r.markRunnerRegistered(ctx, s, now, "took job "+job.Spec.ID())
+		rs.markRegistered(ctx, s, now, "took job "+job.Spec.ID())
 		st.RunnerState = hfv1.RunnerStateBusy
 		if job.Status.State == hfv1.CIJobCompleted {
 			// The job's end ends the claim, whose deletion reads and stops
 			// the VM itself; the VM is in transition until destroyed.
-			poweroff.Mark(r.Transitions, claim, hypervisors.HintJobCompleted, now)
+			poweroff.Mark(rs.transitions, claim, hypervisors.HintJobCompleted, now)
 			st.RunnerState = ""
 			st.JobConclusion = conditions.Truncate(job.Status.Conclusion, 64)
 			conclusion := job.Status.Conclusion
@@ -94,19 +122,19 @@ func (r *Reconciler) observeRunner(ctx context.Context, s *claimScope) (jobDone 
 			return fmt.Sprintf("job %s finished (%s)", job.Spec.ID(), conclusion), nil
 		}
 	}
-	obs, ok := r.Runners.Get(claim.UID)
+	obs, ok := rs.observations.Get(claim.UID)
 	if ok && !obs.Present && st.RegisteredAt != nil {
 		// The platform removed the runner it had listed: an ephemeral
 		// runner goes after its one job, so the VM is about to power off
 		// even when the job's events were lost (the resync's hint).
-		if poweroff.Mark(r.Transitions, claim, hypervisors.HintRunnerGone, now) == hypervisors.Marked {
+		if poweroff.Mark(rs.transitions, claim, hypervisors.HintRunnerGone, now) == hypervisors.Marked {
 			ctrl.LoggerFrom(ctx).V(1).Info("Runner gone from the CI platform; reading the VM directly for a while", "runner", st.RunnerName)
 		}
 	}
 	if ok && obs.Present {
 		switch obs.State {
 		case workload.RunnerIdle, workload.RunnerBusy:
-			r.markRunnerRegistered(ctx, s, obs.At, "is online")
+			rs.markRegistered(ctx, s, obs.At, "is online")
 			if st.Job() == "" {
 				st.RunnerState = hfv1.RunnerState(obs.State)
 			}
@@ -124,13 +152,13 @@ func (r *Reconciler) observeRunner(ctx context.Context, s *claimScope) (jobDone 
 // than its webhook's delivery: the VM powered off first). The claim's
 // outcome is then its job's (Outcome) and the chargeback has the job's
 // repository (countVMSeconds). A failed claim's end stays its failure.
-func (r *Reconciler) recordLateJob(ctx context.Context, s *claimScope) (phase.Result, error) {
+func (rs runnerService) recordLateJob(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
 	st := claim.Status.Bootstrap
 	if st == nil || st.RunnerName == "" || st.Job() != "" || claim.HasFailed() {
 		return phase.Next(), nil
 	}
-	job, err := r.jobOf(ctx, claim)
+	job, err := rs.jobOf(ctx, s)
 	if err != nil {
 		return phase.Stop(), err
 	}
@@ -150,8 +178,8 @@ func (r *Reconciler) recordLateJob(ctx context.Context, s *claimScope) (phase.Re
 	return phase.Next(), nil
 }
 
-// markRunnerRegistered records that the claim's runner came online.
-func (r *Reconciler) markRunnerRegistered(ctx context.Context, s *claimScope, at time.Time, how string) {
+// markRegistered records that the claim's runner came online.
+func (rs runnerService) markRegistered(ctx context.Context, s *claimScope, at time.Time, how string) {
 	claim := s.claim
 	st := claim.Status.Bootstrap
 	if st.RegisteredAt == nil {
@@ -165,9 +193,10 @@ func (r *Reconciler) markRunnerRegistered(ctx context.Context, s *claimScope, at
 }
 
 // jobOf is the most advanced CIJob the claim's runner took, if any.
-func (r *Reconciler) jobOf(ctx context.Context, claim *hfv1.MachineClaim) (*hfv1.CIJob, error) {
+func (rs runnerService) jobOf(ctx context.Context, s *claimScope) (*hfv1.CIJob, error) {
+	claim := s.claim
 	var jobs hfv1.CIJobList
-	if err := r.Client.List(ctx, &jobs, client.InNamespace(claim.Namespace), client.MatchingFields{fieldindex.JobRunner: claim.Status.Bootstrap.RunnerName}); err != nil {
+	if err := s.client.List(ctx, &jobs, client.InNamespace(claim.Namespace), client.MatchingFields{fieldindex.JobRunner: claim.Status.Bootstrap.RunnerName}); err != nil {
 		return nil, fmt.Errorf("list CIJobs of runner %s: %w", claim.Status.Bootstrap.RunnerName, err)
 	}
 	var best *hfv1.CIJob
@@ -180,16 +209,16 @@ func (r *Reconciler) jobOf(ctx context.Context, claim *hfv1.MachineClaim) (*hfv1
 	return best, nil
 }
 
-// drainRunner removes an ending claim's runner while its VM still runs. It
+// drain removes an ending claim's runner while its VM still runs. It
 // reports false (with the requeue) while the runner is busy: the claim's
 // Ending condition says why it waits (phase Draining) and the VM keeps
 // running the job.
-func (r *Reconciler) drainRunner(ctx context.Context, s *claimScope) (bool, time.Duration) {
+func (rs runnerService) drain(ctx context.Context, s *claimScope) (bool, time.Duration) {
 	claim := s.claim
-	if r.CI == nil || claim.Status.Bootstrap == nil || claim.Status.VMRef == nil {
+	if s.ci == nil || claim.Status.Bootstrap == nil || claim.Status.VMRef == nil {
 		return true, 0
 	}
-	err := r.releaseRegistration(ctx, claim)
+	err := rs.releaseRegistration(ctx, s)
 	switch {
 	case err == nil:
 		return true, 0
@@ -198,7 +227,7 @@ func (r *Reconciler) drainRunner(ctx context.Context, s *claimScope) (bool, time
 		s.facts.ending(hfv1.RunnerBusyReason, msg)
 		return false, BusyRecheck
 	}
-	if wait, limited := RetryAfter(err, r.Clock.Now()); limited {
+	if wait, limited := RetryAfter(err, s.clock.Now()); limited {
 		return false, wait
 	}
 	// Anything else (the template or its credentials are gone, GitHub is
@@ -208,46 +237,47 @@ func (r *Reconciler) drainRunner(ctx context.Context, s *claimScope) (bool, time
 	// platform answers or the job's CIJob completes (its watch wakes the
 	// claim); an idle VM is not kept alive: it is destroyed, and removing
 	// the runner is tried again once the VM is gone.
-	if job, busy := r.runnerMayBeBusy(ctx, claim); busy {
+	if job, busy := rs.mayBeBusy(ctx, s); busy {
 		msg := fmt.Sprintf("Cannot ask the CI platform whether runner %s still runs job %s (%v); the VM stays until it answers or the job is recorded as finished",
 			claim.Status.Bootstrap.RunnerName, job, err)
 		s.facts.ending(hfv1.RunnerStateUnknownReason, conditions.Truncate(msg, 1024))
-		return false, r.backoff(claim)
+		return false, s.backoff()
 	}
 	ctrl.LoggerFrom(ctx).Info("Could not remove the runner before destroying its VM; retrying after", "err", err.Error())
 	return true, 0
 }
 
-// runnerMayBeBusy reports whether the claim's runner took a job that is not
+// mayBeBusy reports whether the claim's runner took a job that is not
 // recorded as finished (a CIJob that cannot be read counts as unfinished;
 // one that is gone was a finished one collected after its retention, since
 // only finished CIJobs are collected), and which job.
-func (r *Reconciler) runnerMayBeBusy(ctx context.Context, claim *hfv1.MachineClaim) (string, bool) {
+func (rs runnerService) mayBeBusy(ctx context.Context, s *claimScope) (string, bool) {
+	claim := s.claim
 	id := claim.Status.Bootstrap.Job()
 	if id == "" {
 		return "", false
 	}
-	job, err := r.jobOf(ctx, claim)
+	job, err := rs.jobOf(ctx, s)
 	if err != nil {
 		return id, true
 	}
 	return id, job != nil && job.Status.State != hfv1.CIJobCompleted
 }
 
-// releaseRunnerOfGoneVM removes the claim's runner once its VM is gone. It
-// reports false (with the requeue) to retry (settleRunnerRemoval).
-func (r *Reconciler) releaseRunnerOfGoneVM(ctx context.Context, s *claimScope) (bool, time.Duration) {
-	if !r.runnerRegistered(s.claim) {
+// releaseOfGoneVM removes the claim's runner once its VM is gone. It
+// reports false (with the requeue) to retry (runnerService.settleRemoval).
+func (rs runnerService) releaseOfGoneVM(ctx context.Context, s *claimScope) (bool, time.Duration) {
+	if !rs.registered(s) {
 		return true, 0
 	}
-	return r.settleRunnerRemoval(ctx, s, r.removeRunner(ctx, s.claim, ""))
+	return rs.settleRemoval(ctx, s, rs.remove(ctx, s, ""))
 }
 
-// settleRunnerRemoval decides what the answer err of a runner's removal
+// settleRemoval decides what the answer err of a runner's removal
 // means for a claim that no longer waits for its runner: done, or false
 // with the requeue to retry; after releaseDeadline it gives up with a
 // warning event rather than hold the claim.
-func (r *Reconciler) settleRunnerRemoval(_ context.Context, s *claimScope, err error) (bool, time.Duration) {
+func (rs runnerService) settleRemoval(_ context.Context, s *claimScope, err error) (bool, time.Duration) {
 	claim := s.claim
 	st := claim.Status.Bootstrap
 	switch {
@@ -257,7 +287,7 @@ func (r *Reconciler) settleRunnerRemoval(_ context.Context, s *claimScope, err e
 		// Retrying cannot help: whatever could remove the runner went
 		// with the template. The claim does not wait for it.
 		msg := fmt.Sprintf("Runner %s was not removed: %v. The orphan sweep removes it if a template or RunnerPool with credentials for its scope remains (docs/security.md, \"Orphans\"); the CI platform drops offline ephemeral runners by itself", st.RunnerName, err)
-		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.RunnerNotRemovedReason), conditions.Truncate(msg, 1024))
+		s.recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.RunnerNotRemovedReason), conditions.Truncate(msg, 1024))
 		s.facts.ending(hfv1.RunnerNotRemovedReason, conditions.Truncate(msg, 1024))
 		return true, 0
 	}
@@ -265,61 +295,60 @@ func (r *Reconciler) settleRunnerRemoval(_ context.Context, s *claimScope, err e
 	if end := claim.Status.End; end != nil {
 		since = end.StartedAt.Time
 	}
-	if r.Clock.Since(since) > releaseDeadline {
-		r.Recorder.Eventf(claim, corev1.EventTypeWarning, string(hfv1.RunnerNotRemovedReason),
+	if s.clock.Since(since) > releaseDeadline {
+		s.recorder.Eventf(claim, corev1.EventTypeWarning, string(hfv1.RunnerNotRemovedReason),
 			"Gave up removing runner %s after %s: %v; the CI platform removes offline ephemeral runners by itself", st.RunnerName, releaseDeadline, err)
 		return true, 0
 	}
 	s.facts.ending(hfv1.RunnerNotRemovedReason, conditions.Truncate(fmt.Sprintf("Removing runner %s: %v", st.RunnerName, err), 1024))
-	if wait, limited := RetryAfter(err, r.Clock.Now()); limited {
-		return false, wait
-	}
-	return false, r.backoff(claim)
+	return false, s.platformRetry(err)
 }
 
-// deregisterRunner removes the runner of a claim whose failed VM is kept: its
+// deregister removes the runner of a claim whose failed VM is kept: its
 // registration must not outlive the VM's useful life. It reports false
 // (with the requeue) to retry; the claim is not reported retained until
 // the runner is gone. The pool's TTL bounds the retries: the claim's
 // deletion then removes the runner as for any claim.
-func (r *Reconciler) deregisterRunner(ctx context.Context, s *claimScope) (bool, time.Duration) {
+func (rs runnerService) deregister(ctx context.Context, s *claimScope) (bool, time.Duration) {
 	claim := s.claim
-	if !r.runnerRegistered(claim) {
+	if !rs.registered(s) {
 		return true, 0
 	}
 	st := claim.Status.Bootstrap
-	err := r.removeRunner(ctx, claim, "; its failed VM is kept for debugging")
+	err := rs.remove(ctx, s, "; its failed VM is kept for debugging")
 	if err == nil {
 		st.RunnerState = ""
 		return true, 0
 	}
 	s.facts.ending(hfv1.RunnerNotRemovedReason, fmt.Sprintf("Removing runner %s before keeping its failed VM: %v", st.RunnerName, err))
 	ctrl.LoggerFrom(ctx).Info("Could not remove the runner of a failed VM kept for debugging; retrying", "runner", st.RunnerName, "err", err.Error())
-	switch wait, limited := RetryAfter(err, r.Clock.Now()); {
+	switch wait, limited := RetryAfter(err, s.clock.Now()); {
 	case limited:
 		return false, wait
 	case errors.Is(err, workload.ErrRunnerBusy):
 		// The platform has not yet seen the stopped VM's runner go idle.
 		return false, BusyRecheck
 	}
-	return false, r.backoff(claim)
+	return false, s.backoff()
 }
 
-// runnerRegistered reports whether the claim has a runner registration to
-// removeRunner.
-func (r *Reconciler) runnerRegistered(claim *hfv1.MachineClaim) bool {
+// registered reports whether the claim has a runner registration to
+// runnerService.remove.
+func (rs runnerService) registered(s *claimScope) bool {
+	claim := s.claim
 	st := claim.Status.Bootstrap
-	return r.CI != nil && st != nil && (st.RunnerName != "" || st.RunnerID != 0)
+	return s.ci != nil && st != nil && (st.RunnerName != "" || st.RunnerID != 0)
 }
 
-// removeRunner removes the claim's runner registration; once it is gone it says
+// remove removes the claim's runner registration; once it is gone it says
 // so in an event (with note) and the claim's status forgets the runner.
-func (r *Reconciler) removeRunner(ctx context.Context, claim *hfv1.MachineClaim, note string) error {
+func (rs runnerService) remove(ctx context.Context, s *claimScope, note string) error {
+	claim := s.claim
 	st := claim.Status.Bootstrap
-	if err := r.releaseRegistration(ctx, claim); err != nil {
+	if err := rs.releaseRegistration(ctx, s); err != nil {
 		return err
 	}
-	r.teardownEvent(ctx, claim, hfv1.RunnerRemovedReason, "Runner %s is no longer registered%s", st.RunnerName, note)
+	s.teardownEvent(ctx, hfv1.RunnerRemovedReason, "Runner %s is no longer registered%s", st.RunnerName, note)
 	st.RunnerID, st.RunnerName = 0, ""
 	return nil
 }
@@ -330,13 +359,14 @@ var errTemplateGone = errors.New("is gone with the credentials needed to remove 
 
 // releaseRegistration asks the CI platforms to remove the claim's
 // runner, with the claim's template.
-func (r *Reconciler) releaseRegistration(ctx context.Context, claim *hfv1.MachineClaim) error {
+func (rs runnerService) releaseRegistration(ctx context.Context, s *claimScope) error {
+	claim := s.claim
 	var tmpl hfv1.HypervisorMachineTemplate
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, &tmpl); err != nil {
+	if err := s.client.Get(ctx, client.ObjectKey{Namespace: claim.Namespace, Name: claim.Spec.TemplateRef.Name}, &tmpl); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("HypervisorMachineTemplate %s/%s %w", claim.Namespace, claim.Spec.TemplateRef.Name, errTemplateGone)
 		}
 		return err
 	}
-	return r.CI.Release(ctx, claim, &tmpl)
+	return s.ci.Release(ctx, claim, &tmpl)
 }

@@ -40,23 +40,23 @@ var (
 		return runnerStep{done: err == nil, err: err, userData: string(out.UserData)}
 	}
 	observeRunnerStep = func(ctx context.Context, r *Reconciler, s *claimScope) runnerStep {
-		ended, err := r.observeRunner(ctx, s)
+		ended, err := r.runner().observe(ctx, s)
 		return runnerStep{done: true, ended: ended, err: err}
 	}
 	drainRunnerStep = func(ctx context.Context, r *Reconciler, s *claimScope) runnerStep {
-		done, requeue := r.drainRunner(ctx, s)
+		done, requeue := r.runner().drain(ctx, s)
 		return runnerStep{done: done, requeue: requeue}
 	}
 	releaseGoneStep = func(ctx context.Context, r *Reconciler, s *claimScope) runnerStep {
-		done, requeue := r.releaseRunnerOfGoneVM(ctx, s)
+		done, requeue := r.runner().releaseOfGoneVM(ctx, s)
 		return runnerStep{done: done, requeue: requeue}
 	}
 	deregisterKeptStep = func(ctx context.Context, r *Reconciler, s *claimScope) runnerStep {
-		done, requeue := r.deregisterRunner(ctx, s)
+		done, requeue := r.runner().deregister(ctx, s)
 		return runnerStep{done: done, requeue: requeue}
 	}
 	recordLateJobStep = func(ctx context.Context, r *Reconciler, s *claimScope) runnerStep {
-		res, err := r.recordLateJob(ctx, s)
+		res, err := r.runner().recordLateJob(ctx, s)
 		return runnerStep{done: !res.Stopped(), err: err}
 	}
 )
@@ -302,7 +302,7 @@ func TestRunnerService(t *testing.T) {
 			clk := clocktesting.NewFakeClock(unitEpoch.Add(tc.after))
 			rec := record.NewFakeRecorder(16)
 			r := &Reconciler{Client: claimWorld(t, objs...), Recorder: rec, Clock: clk,
-				Runners: NewRunnerObservations(), Transitions: hypervisors.NewTransitions(hypervisors.TransitionOptions{})}
+				Runners: NewRunnerObservations(), PowerOff: PowerOff{Transitions: hypervisors.NewTransitions(hypervisors.TransitionOptions{})}}
 			if tc.ci != nil {
 				r.CI = tc.ci
 			}
@@ -311,7 +311,7 @@ func TestRunnerService(t *testing.T) {
 			}
 
 			var got runnerStep
-			inScope(&claim, func(s *claimScope) { got = tc.call(context.Background(), r, s) })
+			inScope(r, &claim, func(s *claimScope) { got = tc.call(context.Background(), r, s) })
 
 			if !errors.Is(got.err, tc.wantErr) || (tc.wantErr == nil) != (got.err == nil) {
 				t.Errorf("error %v, want %v", got.err, tc.wantErr)
@@ -340,7 +340,7 @@ func TestRunnerService(t *testing.T) {
 			if runner != tc.wantRunner || state != tc.wantState || job != tc.wantJob {
 				t.Errorf("status.bootstrap runner %q, state %q, job %d; want %q, %q, %d", runner, state, job, tc.wantRunner, tc.wantState, tc.wantJob)
 			}
-			if _, hint := r.Transitions.Active(vmKey, clk.Now()); hint != tc.wantHint {
+			if _, hint := r.PowerOff.Transitions.Active(vmKey, clk.Now()); hint != tc.wantHint {
 				t.Errorf("VM in transition: %v, want %v", hint, tc.wantHint)
 			}
 			if tc.ci != nil {

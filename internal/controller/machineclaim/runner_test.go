@@ -60,7 +60,7 @@ func TestDrainRunnerWhenThePlatformCannotAnswer(t *testing.T) {
 			claim.Status.Bootstrap.SetJob(tc.jobID)
 			var drained bool
 			var wait time.Duration
-			inScope(claim, func(s *claimScope) { drained, wait = r.drainRunner(context.Background(), s) })
+			inScope(r, claim, func(s *claimScope) { drained, wait = r.runner().drain(context.Background(), s) })
 			if drained != tc.drained {
 				t.Fatalf("drained = %v, want %v", drained, tc.drained)
 			}

@@ -9,11 +9,27 @@ import (
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/phase"
+	"github.com/hyperfleet/hyperfleet/internal/poweroff"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
 // A claim whose VM a power-off hint marked in transition (internal/poweroff)
 // reads that VM directly until the mark expires or the VM is destroyed.
+
+// PowerOff is what is known of claims' VMs powering off.
+type PowerOff struct {
+	// Transitions are the VMs a hint says are about to stop: a running
+	// claim whose VM is in it reads the VM's status directly, every
+	// Transitions.Poll(), until it stops or the hint expires
+	// (docs/architecture.md, "Power-off hints"). Nil: the listing only.
+	Transitions *hypervisors.Transitions
+	// Notices gives VMs the URL and token of their power-off notice; nil
+	// gives none.
+	Notices *poweroff.Notices
+	// GuestRefusals are the VMs' power-off notices that their agent
+	// refused to run the job (guest_refusal.go); nil: none are taken.
+	GuestRefusals GuestRefusals
+}
 
 // pollInTransition reads the claim's VM directly while a hint has it in
 // transition; the result stops the pass when the read found the claim's
@@ -21,11 +37,12 @@ import (
 // the VM is not in transition).
 func (r *Reconciler) pollInTransition(ctx context.Context, s *claimScope, alreadyRead bool) (res phase.Result, requeue time.Duration, err error) {
 	ref := s.claim.Status.VMRef
-	if r.Transitions == nil || ref == nil {
+	hints := r.PowerOff.Transitions
+	if hints == nil || ref == nil {
 		return phase.Next(), 0, nil
 	}
 	now := r.Clock.Now()
-	until, ok := r.Transitions.Active(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VM: provider.ID(ref.ID())}, now)
+	until, ok := hints.Active(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VM: provider.ID(ref.ID())}, now)
 	if !ok {
 		return phase.Next(), 0, nil
 	}
@@ -35,12 +52,12 @@ func (r *Reconciler) pollInTransition(ctx context.Context, s *claimScope, alread
 			return res, 0, err
 		}
 	}
-	return phase.Next(), min(r.Transitions.Poll(), until.Sub(now)), nil
+	return phase.Next(), min(hints.Poll(), until.Sub(now)), nil
 }
 
 // forgetTransition drops the claim's VM from the set once it is destroyed.
-func (r *Reconciler) forgetTransition(ref *hfv1.VMReference) {
-	if r.Transitions != nil && ref != nil {
-		r.Transitions.Forget(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VM: provider.ID(ref.ID())}, r.Clock.Now())
+func (p *PowerOff) forgetTransition(ref *hfv1.VMReference, now time.Time) {
+	if p.Transitions != nil && ref != nil {
+		p.Transitions.Forget(hypervisors.VMKey{Cluster: ref.HypervisorCluster, VM: provider.ID(ref.ID())}, now)
 	}
 }

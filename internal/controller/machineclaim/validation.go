@@ -5,12 +5,10 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -74,12 +72,10 @@ type validationRound struct {
 	fail   bool
 }
 
-// validations are the rounds in flight and those finished but not yet
-// recorded, by claim UID. Losing them on restart costs one round.
+// validations start the claims' rounds, which the claims' memory tracks
+// (claimMemory.startRound, takeRound). Losing them on restart costs one
+// round.
 type validations struct {
-	mu       sync.Mutex
-	running  map[types.UID]bool
-	finished map[types.UID]validationRound
 	// wake enqueues a claim whose round finished (a channel source of the
 	// controller); nil in tests without a manager, where the claim's
 	// recheck collects the round instead.
@@ -88,26 +84,15 @@ type validations struct {
 
 // start runs plan in a goroutine unless a round of the claim is already
 // running; false when one is.
-func (v *validations) start(claim *hfv1.MachineClaim, plan validationPlan, now func() time.Time) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.running[claim.UID] {
+func (v *validations) start(m *claimMemory, claim *hfv1.MachineClaim, plan validationPlan, now func() time.Time) bool {
+	if !m.startRound(claim.UID) {
 		return false
 	}
-	if v.running == nil {
-		v.running, v.finished = map[types.UID]bool{}, map[types.UID]validationRound{}
-	}
-	v.running[claim.UID] = true
 	key := &hfv1.MachineClaim{ObjectMeta: metav1.ObjectMeta{Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}}
 	go func() {
 		round := runRound(plan)
 		round.finished = now()
-		v.mu.Lock()
-		if v.running[key.UID] {
-			delete(v.running, key.UID)
-			v.finished[key.UID] = round
-		}
-		v.mu.Unlock()
+		m.finishRound(key.UID, round)
 		if v.wake != nil {
 			select {
 			case v.wake <- event.GenericEvent{Object: key}:
@@ -117,24 +102,6 @@ func (v *validations) start(claim *hfv1.MachineClaim, plan validationPlan, now f
 		}
 	}()
 	return true
-}
-
-// take returns the claim's finished round, once.
-func (v *validations) take(uid types.UID) (validationRound, bool, bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	r, ok := v.finished[uid]
-	delete(v.finished, uid)
-	return r, ok, v.running[uid]
-}
-
-// forget drops a gone claim's rounds; one still running is dropped when
-// it ends.
-func (v *validations) forget(uid types.UID) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	delete(v.running, uid)
-	delete(v.finished, uid)
 }
 
 // planValidation resolves what the claim's rounds check; false when its
@@ -199,73 +166,73 @@ func (p validationPlan) bound() time.Duration {
 // schedule: it records a finished round, starts the next one when it is
 // due, and asks to be woken when that is. It stops the pass only when a
 // failed round fails the claim (the end list then runs).
-func (r *Reconciler) checkNetwork(ctx context.Context, s *claimScope) (phase.Result, error) {
+func (v *validations) checkNetwork(ctx context.Context, s *claimScope) (phase.Result, error) {
 	claim := s.claim
 	if s.cluster == nil || !s.facts.isTrue(claim, hfv1.MachineClaimProvisionedCondition) {
 		return phase.Next(), nil
 	}
 	plan, on := planValidation(claim, s.cluster)
 	if !on {
-		r.dropValidation(s)
+		v.drop(s)
 		return phase.Next(), nil
 	}
 	if len(plan.addrs) == 0 {
 		if len(plan.outside) > 0 {
 			// A round still running (started before the addresses
 			// changed) is dropped when it ends.
-			r.validation.forget(claim.UID)
-			r.refuseAddresses(s, hfv1.MachineClaimNetworkValidatedCondition, hfv1.AddressOutsideVMSubnetsReason,
+			s.memory.dropRounds(claim.UID)
+			s.refuseAddresses(hfv1.MachineClaimNetworkValidatedCondition, hfv1.AddressOutsideVMSubnetsReason,
 				"Not validated: "+vmAddrs{outside: plan.outside}.refusal(s.cluster))
 		}
 		return phase.Next(), nil
 	}
-	round, finished, running := r.validation.take(claim.UID)
-	if finished && !r.vmStillRuns(claim) {
+	round, finished, running := s.memory.takeRound(claim.UID)
+	if finished && !v.vmStillRuns(s) {
 		// The VM stopped while it was checked (its job done, or shut
 		// down): the round says nothing about its network, and
 		// checkRunning ends the claim.
 		finished = false
 	}
-	if finished && r.recordRound(ctx, s, plan, round) {
+	if finished && v.record(ctx, s, plan, round) {
 		return phase.Stop(), nil
 	}
 	if running {
 		return phase.Recheck(plan.bound()), nil
 	}
-	now := r.Clock.Now()
-	due, again := r.nextValidation(s, plan)
+	now := s.clock.Now()
+	due, again := v.next(s, plan)
 	if !again {
 		return phase.Next(), nil
 	}
 	if now.Before(due) {
 		return phase.Recheck(due.Sub(now)), nil
 	}
-	if r.validation.start(claim, plan, r.Clock.Now) && s.facts.condition(claim, hfv1.MachineClaimNetworkValidatedCondition) == nil {
+	if v.start(s.memory, claim, plan, s.clock.Now) && s.facts.condition(claim, hfv1.MachineClaimNetworkValidatedCondition) == nil {
 		s.facts.record(hfv1.MachineClaimNetworkValidatedCondition, metav1.ConditionUnknown, hfv1.ValidatingReason,
 			"The first validation of the VM's DNS name and network is running")
 	}
 	return phase.Recheck(plan.bound()), nil
 }
 
-// dropValidation clears what earlier rounds reported of a claim whose
+// drop clears what earlier rounds reported of a claim whose
 // cluster no longer validates (validation turned off): a NetworkValidated
 // condition and results nobody refreshes would go on vouching for, or
 // against, a network nobody checks. A round still running is discarded
 // when it ends.
-func (r *Reconciler) dropValidation(s *claimScope) {
-	r.validation.take(s.claim.UID)
+func (v *validations) drop(s *claimScope) {
+	s.memory.takeRound(s.claim.UID)
 	s.claim.Status.NetworkValidation = nil
 	s.facts.withdraw(hfv1.MachineClaimNetworkValidatedCondition)
 }
 
 // vmStillRuns reports whether the latest listing of the claim's cluster
 // still shows its VM running (true without a listing).
-func (r *Reconciler) vmStillRuns(claim *hfv1.MachineClaim) bool {
-	ref := claim.Status.VMRef
+func (v *validations) vmStillRuns(s *claimScope) bool {
+	ref := s.claim.Status.VMRef
 	if ref == nil {
 		return false
 	}
-	l := r.Registry.Listing(ref.HypervisorCluster)
+	l := s.registry.Listing(ref.HypervisorCluster)
 	if l == nil {
 		return true
 	}
@@ -273,9 +240,9 @@ func (r *Reconciler) vmStillRuns(claim *hfv1.MachineClaim) bool {
 	return found && vm.Power != provider.PowerStopped
 }
 
-// nextValidation is when the claim's next round is due; again is false
+// next is when the claim's next round is due; again is false
 // when none is (validateInterval 0s, after the first).
-func (r *Reconciler) nextValidation(s *claimScope, plan validationPlan) (due time.Time, again bool) {
+func (v *validations) next(s *claimScope, plan validationPlan) (due time.Time, again bool) {
 	claim := s.claim
 	if st := claim.Status.NetworkValidation; st != nil && st.LastValidated != nil {
 		if plan.interval <= 0 {
@@ -286,17 +253,17 @@ func (r *Reconciler) nextValidation(s *claimScope, plan validationPlan) (due tim
 	if plan.onReady {
 		return time.Time{}, true
 	}
-	since := r.Clock.Now()
+	since := s.clock.Now()
 	if c := s.facts.condition(claim, hfv1.MachineClaimProvisionedCondition); c != nil && !c.LastTransitionTime.IsZero() {
 		since = c.LastTransitionTime.Time
 	}
 	return since.Add(plan.interval), plan.interval > 0
 }
 
-// recordRound records a finished round in the claim's status and its
+// record records a finished round in the claim's status and its
 // NetworkValidated condition, with an event when the outcome changed;
 // true when the round failed the claim.
-func (r *Reconciler) recordRound(ctx context.Context, s *claimScope, plan validationPlan, round validationRound) bool {
+func (v *validations) record(ctx context.Context, s *claimScope, plan validationPlan, round validationRound) bool {
 	claim := s.claim
 	at := metav1.NewTime(round.finished)
 	claim.Status.NetworkValidation = &hfv1.NetworkValidationStatus{LastValidated: &at, Checks: round.results}
@@ -304,14 +271,14 @@ func (r *Reconciler) recordRound(ctx context.Context, s *claimScope, plan valida
 	if round.reason == "" {
 		msg := "Every check passed: " + summary(round.results)
 		if prev == nil || prev.Status != metav1.ConditionTrue {
-			r.Recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.NetworkValidatedReason), conditions.Truncate(msg, 1024))
+			s.recorder.Event(claim, corev1.EventTypeNormal, string(hfv1.NetworkValidatedReason), conditions.Truncate(msg, 1024))
 		}
 		s.facts.record(hfv1.MachineClaimNetworkValidatedCondition, metav1.ConditionTrue, hfv1.NetworkValidatedReason, msg)
 		return false
 	}
 	msg := conditions.Truncate("Validation failed: "+failures(round.results), 1024)
 	if prev == nil || prev.Reason != string(round.reason) {
-		r.Recorder.Event(claim, corev1.EventTypeWarning, string(round.reason), msg)
+		s.recorder.Event(claim, corev1.EventTypeWarning, string(round.reason), msg)
 		ctrl.LoggerFrom(ctx).Info("The VM's validation failed", "reason", round.reason, "message", msg)
 	}
 	s.facts.record(hfv1.MachineClaimNetworkValidatedCondition, metav1.ConditionFalse, round.reason, msg)
@@ -319,8 +286,8 @@ func (r *Reconciler) recordRound(ctx context.Context, s *claimScope, plan valida
 		return false
 	}
 	end := fmt.Sprintf("The VM failed its validation and HypervisorCluster %s says onFailure: FailClaim (%s: %s)", plan.cluster, round.reason, failures(round.results))
-	r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.NetworkValidationFailedReason), conditions.Truncate(end, 1024))
-	r.beginEnd(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.NetworkValidationFailedReason, message: end, failed: true})
+	s.recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.NetworkValidationFailedReason), conditions.Truncate(end, 1024))
+	s.beginEnd(claimEnd{reason: hfv1.EndFailed, condition: hfv1.NetworkValidationFailedReason, message: end, failed: true})
 	return true
 }
 

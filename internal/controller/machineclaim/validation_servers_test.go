@@ -38,9 +38,9 @@ func TestValidationAsksOnlyTheClusterDNSServers(t *testing.T) {
 
 	r := &Reconciler{Registry: hypervisors.NewRegistry(), Recorder: record.NewFakeRecorder(16), Clock: clocktesting.NewFakeClock(unitEpoch)}
 	r.validation.wake = make(chan event.GenericEvent, 1)
-	inScope(&claim, func(s *claimScope) {
+	inScope(r, &claim, func(s *claimScope) {
 		s.cluster, s.tmpl = cluster, tmpl
-		if _, err := r.checkNetwork(t.Context(), s); err != nil {
+		if _, err := r.validation.checkNetwork(t.Context(), s); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -49,9 +49,9 @@ func TestValidationAsksOnlyTheClusterDNSServers(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the validation round did not end within its bound")
 	}
-	inScope(&claim, func(s *claimScope) {
+	inScope(r, &claim, func(s *claimScope) {
 		s.cluster, s.tmpl = cluster, tmpl
-		if _, err := r.checkNetwork(t.Context(), s); err != nil {
+		if _, err := r.validation.checkNetwork(t.Context(), s); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -101,7 +101,7 @@ func TestNextValidation(t *testing.T) {
 		{"never, without validateOnReady and an interval", false, false, 0, time.Time{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			due, again := r.nextValidation(&claimScope{claim: claim(tc.validated)}, validationPlan{onReady: tc.onReady, interval: tc.interval})
+			due, again := r.validation.next(&claimScope{claim: claim(tc.validated), claimEnv: r.env()}, validationPlan{onReady: tc.onReady, interval: tc.interval})
 			if again != tc.again || (again && !due.Equal(tc.due)) {
 				t.Errorf("next = %s, %v; want %s, %v", due, again, tc.due, tc.again)
 			}
@@ -132,8 +132,8 @@ func TestValidationTurnedOff(t *testing.T) {
 	off.Spec.Network = &hfv1.ClusterNetworkSettings{VMSubnets: []string{"192.0.2.0/24"}}
 	r := &Reconciler{Clock: clocktesting.NewFakeClock(last.Add(time.Minute))}
 	claim := claimOf()
-	s := &claimScope{claim: claim, cluster: off}
-	if _, err := r.checkNetwork(t.Context(), s); err != nil {
+	s := &claimScope{claim: claim, cluster: off, claimEnv: r.env()}
+	if _, err := r.validation.checkNetwork(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
 	setConditions(claim, &s.facts)
@@ -144,8 +144,8 @@ func TestValidationTurnedOff(t *testing.T) {
 	on := off.DeepCopy()
 	on.Spec.DNS.Validation = &hfv1.DNSValidation{ValidateInterval: &metav1.Duration{Duration: time.Hour}}
 	claim = claimOf()
-	s = &claimScope{claim: claim, cluster: on}
-	if _, err := r.checkNetwork(t.Context(), s); err != nil {
+	s = &claimScope{claim: claim, cluster: on, claimEnv: r.env()}
+	if _, err := r.validation.checkNetwork(t.Context(), s); err != nil {
 		t.Fatal(err)
 	}
 	setConditions(claim, &s.facts)

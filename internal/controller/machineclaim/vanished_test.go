@@ -76,15 +76,15 @@ func TestVanishedClaimHandsOverItsVM(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &vanishedRecorder{}
-			r := &Reconciler{Signer: signer, Vanished: rec}
-			if noted := r.noteVanished(tc.claim); noted != tc.noted {
+			r := &Reconciler{Signer: signer, Vanished: VanishedClaims{VMs: rec}}
+			if noted := r.Vanished.note(tc.claim); noted != tc.noted {
 				t.Fatalf("noted %v, want %v", noted, tc.noted)
 			}
 			if len(rec.got) != 0 {
 				t.Fatalf("handed over %v before a reconcile of the name", rec.got)
 			}
-			r.handOverVanished(context.Background(), client.ObjectKeyFromObject(tc.claim))
-			r.handOverVanished(context.Background(), client.ObjectKeyFromObject(tc.claim))
+			r.Vanished.handOver(context.Background(), client.ObjectKeyFromObject(tc.claim), r.Signer, &r.memory)
+			r.Vanished.handOver(context.Background(), client.ObjectKeyFromObject(tc.claim), r.Signer, &r.memory)
 			want := []string{}
 			if tc.want != "" {
 				want = append(want, tc.want)
@@ -108,9 +108,9 @@ func TestVanishedClaimsHandlerQueuesTheName(t *testing.T) {
 	Annotate(c, signer, "pve-a", provider.Progress{ID: "proxmox://1201", Node: "pve1"})
 	for _, tombstone := range []bool{true, false} {
 		rec := &vanishedRecorder{}
-		r := &Reconciler{Signer: signer, Vanished: rec}
+		r := &Reconciler{Signer: signer, Vanished: VanishedClaims{VMs: rec}}
 		q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
-		r.vanishedClaims().Delete(context.Background(), event.DeleteEvent{Object: c, DeleteStateUnknown: tombstone}, q)
+		r.Vanished.handler().Delete(context.Background(), event.DeleteEvent{Object: c, DeleteStateUnknown: tombstone}, q)
 		want := 1
 		if tombstone {
 			want = 0
@@ -118,7 +118,7 @@ func TestVanishedClaimsHandlerQueuesTheName(t *testing.T) {
 		if q.Len() != want {
 			t.Errorf("tombstone %v: %d requests queued, want %d", tombstone, q.Len(), want)
 		}
-		r.handOverVanished(context.Background(), client.ObjectKeyFromObject(c))
+		r.Vanished.handOver(context.Background(), client.ObjectKeyFromObject(c), r.Signer, &r.memory)
 		if len(rec.got) != want {
 			t.Errorf("tombstone %v: handed over %v", tombstone, rec.got)
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/vmspec"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/workload"
 )
 
 const (
@@ -40,104 +41,161 @@ const (
 )
 
 // ensureVM advances the claim's VM by one provider step and records where
-// it is (the Provisioned condition). A fresh VM reservation is stored with
-// the finalizer in one write, the only one before the clone request.
+// it is (the Provisioned condition), in two steps a test reaches one by
+// one: vmCallFor builds the provider call's inputs, settleVM records its
+// answer. A fresh VM reservation is stored with the finalizer in one
+// write, the only one before the clone request (reserveVM).
 func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result, error) {
-	claim, tmpl, cluster := s.claim, s.tmpl, s.cluster
-	if at, ok := r.provisionRetryAt.Load(claim.UID); ok {
-		// The last step failed transiently and its backoff is not over:
-		// whatever woke the claim early (above all the failed pass's own
-		// status write, whenever the error's text changed, as a dropped
-		// connection's does) must not call the hypervisor again, or the
-		// backoff paces nothing (found by property 8's test,
-		// TestRetryAndErrorHandlingProperty in internal/controller).
-		if wait := at.(time.Time).Sub(r.Clock.Now()); wait > 0 {
-			return phase.StopAndRequeue(wait), nil
-		}
-	}
-	if wait, held := r.heldForUser(claim, tmpl, cluster); held {
+	if wait, paused := r.memory.provisionPaused(s.claim, s.tmpl, s.cluster, r.Clock.Now()); paused {
 		return phase.StopAndRequeue(wait), nil
 	}
+	call, res, err := r.prepareVMCall(ctx, s)
+	if call == nil {
+		return res, err
+	}
+	if s.claim.Status.VMRef == nil {
+		s.claim.Status.TemplateHash = call.tmpl.Status.TemplateHash
+	}
+	got, err := s.provider.EnsureVM(ctx, call.spec, call.prev)
+	if err == nil && got.Phase == provider.PhasePlaced && got.RetryAfter <= 0 && call.prev.ID != got.Progress.ID {
+		if stop, err := r.reserveVM(ctx, s, call, got); stop {
+			return phase.Stop(), err
+		}
+		call.prev = got.Progress
+		got, err = s.provider.EnsureVM(ctx, call.spec, call.prev)
+	}
+	return r.settleVM(ctx, s, call, got, err)
+}
+
+// vmCall is one provider call's inputs: the VM's spec, the progress it
+// goes on from, and the template and cluster it is built from (with a
+// placed claim's recorded DNS domain).
+type vmCall struct {
+	spec    *provider.VMSpec
+	prev    provider.Progress
+	tmpl    *hfv1.HypervisorMachineTemplate
+	cluster *hfv1.HypervisorCluster
+}
+
+// prepareVMCall gathers what the provider call needs beyond the scope (a
+// placed claim's verified placement record, its static addresses) and
+// builds the call (vmCallFor); a nil call stops the pass with res.
+func (r *Reconciler) prepareVMCall(ctx context.Context, s *claimScope) (*vmCall, phase.Result, error) {
+	claim, tmpl := s.claim, s.tmpl
 	var placed *ownership.Placement
 	if claim.Status.VMRef != nil {
 		// Placed: the VM is built from what was authorized then, never
 		// from the template's current values (docs/security.md, "The
 		// placement record").
-		p, err := r.verifiedPlacement(ctx, s)
+		p, err := r.reservations().verifiedPlacement(ctx, s)
 		if err != nil {
 			// The claim fails with the refusal (the end list runs in
 			// this pass); the pass itself succeeded.
-			r.fail(s, claimEnd{reason: hfv1.EndFailed, condition: hfv1.PlacementRecordRejectedReason, message: err.Error()})
-			return phase.Stop(), nil //nolint:nilerr // the refusal is recorded in the claim's end, not a failed reconcile
+			s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.PlacementRecordRejectedReason, message: err.Error()})
+			return nil, phase.Stop(), nil //nolint:nilerr // the refusal is recorded in the claim's end, not a failed reconcile
 		}
 		placed = &p
-		tmpl, cluster = withPlacedDomain(tmpl, cluster, p.DNSDomain)
+		tmpl, _ = withPlacedDomain(tmpl, s.cluster, p.DNSDomain)
 	}
 	var addrs []vmspec.StaticAddr
 	if tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {
 		var err error
-		if addrs, _, err = r.staticAddresses(ctx, s, tmpl); err != nil {
-			return r.provisionError(ctx, s, err)
+		if addrs, _, err = r.addresses().forClaim(ctx, s, tmpl); err != nil {
+			res, err := r.provisionError(ctx, s, err)
+			return nil, res, err
 		}
 	}
-	ci := &claimCloudInit{r: r, claim: claim, tmpl: tmpl, cluster: cluster, addrs: addrs}
+	ci := &claimCloudInit{r: r, claim: claim, addrs: addrs}
+	call, err := vmCallFor(claim, s.tmpl, s.cluster, placed, r.workloads(), ci, addrs, r.memory.progressOf(claim))
+	if err != nil {
+		res, err := r.provisionError(ctx, s, err)
+		return nil, res, err
+	}
+	return call, phase.Result{}, nil
+}
+
+// vmCallFor builds the provider call of a claim of tmpl on cluster: the
+// VM's spec (its cloud-init rendered by ci when the provider asks, from
+// the call's template and cluster), from the placement record when the
+// claim is placed, going on from prev.
+func vmCallFor(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, placed *ownership.Placement,
+	workloads *workload.Backends, ci *claimCloudInit, addrs []vmspec.StaticAddr, prev provider.Progress) (*vmCall, error) {
+	if placed != nil {
+		tmpl, cluster = withPlacedDomain(tmpl, cluster, placed.DNSDomain)
+	}
+	ci.tmpl, ci.cluster = tmpl, cluster
 	spec, err := vmspec.For(claim, tmpl, cluster, ci)
 	if err != nil {
-		return r.provisionError(ctx, s, err)
+		return nil, err
 	}
-	spec.Native = vmspec.Native(tmpl, cluster, vmspec.DNS(cluster, tmpl), vmspec.ClaimVars(r.workloads(), claim, tmpl, cluster, addrs))
+	spec.Native = vmspec.Native(tmpl, cluster, vmspec.DNS(cluster, tmpl), vmspec.ClaimVars(workloads, claim, tmpl, cluster, addrs))
 	if placed != nil {
 		ApplyPlacement(spec, *placed)
 	}
-	prev := r.progressOf(claim)
-	if claim.Status.VMRef == nil {
-		claim.Status.TemplateHash = tmpl.Status.TemplateHash
+	return &vmCall{spec: spec, prev: prev, tmpl: tmpl, cluster: cluster}, nil
+}
+
+// reserveVM stores a fresh reservation, the VM id with its placement
+// record, in one status write, so that the clone follows in this same
+// pass instead of waiting for that write's watch event; stop is set when
+// the pass must not clone (the write failed: the next pass starts over
+// from the stored state; or the claim is gone).
+func (r *Reconciler) reserveVM(ctx context.Context, s *claimScope, call *vmCall, res *provider.EnsureResult) (stop bool, err error) {
+	claim, cluster := s.claim, call.cluster.Name
+	s.recordProgress(ctx, cluster, call.prev, res.Progress)
+	r.reservations().set(claim, cluster, call.spec, vmspec.DNS(call.cluster, call.tmpl).Domain)
+	// A clone that will wait for a slot (res.Waits) is said so in the
+	// build's one condition, written with the reservation: the wait is a
+	// step of the build, and a condition of its own (Queued, then
+	// BuildingVM once the slot frees) was a status write per claim that
+	// waits, in the bursts that load the API server most (0.36 per job in
+	// make bench's churn).
+	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason, queuedBuildMessage(cluster, res.Progress, res.Waits))
+	if err := r.writeReservation(ctx, s); err != nil {
+		return true, fmt.Errorf("record VM id %s before cloning: %w", res.Progress.ID, err)
 	}
-	res, err := s.provider.EnsureVM(ctx, spec, prev)
-	if err == nil && res.Phase == provider.PhasePlaced && res.RetryAfter <= 0 && prev.ID != res.Progress.ID {
-		// A fresh reservation: store the VM id with its placement record
-		// in one status write, then clone in this same pass instead of waiting
-		// for that write's watch event. If the write fails, the next pass
-		// starts over from the stored state.
-		r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
-		r.setReservation(claim, cluster.Name, spec, vmspec.DNS(cluster, tmpl).Domain)
-		// A clone that will wait for a slot (res.Waits) is said so in the
-		// build's one condition, written with the reservation: the wait
-		// is a step of the build, and a condition of its own (Queued,
-		// then BuildingVM once the slot frees) was a status write per
-		// claim that waits, in the bursts that load the API server most
-		// (0.36 per job in make bench's churn).
-		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason, queuedBuildMessage(cluster.Name, res.Progress, res.Waits))
-		if err := r.writeReservation(ctx, s); err != nil {
-			return phase.Stop(), fmt.Errorf("record VM id %s before cloning: %w", res.Progress.ID, err)
+	log := ctrl.LoggerFrom(ctx)
+	if s.patch.Gone() {
+		// Deleted before it had a finalizer, after this pass read it from
+		// the cache: the reservation and the finalizer were not stored,
+		// and a clone now would belong to no claim (found by property 7's
+		// test, TestFinalizerCleanupProperty, which deletes claims within
+		// a millisecond of creating them). The provider's own hold on the
+		// VM id goes the way of any VM that was never cloned: a deletion
+		// finds nothing and releases it.
+		if del, err := s.provider.DeleteVM(ctx, vmspec.Owner(claim), res.Progress); err != nil || !del.Done {
+			log.Info("Claim deleted before its VM reservation was stored; its VM id is released later", "vm", res.Progress.ID, "err", err)
 		}
-		if s.patch.Gone() {
-			// Deleted before it had a finalizer, after this pass read it
-			// from the cache: the reservation and the finalizer were
-			// not stored, and a clone now would belong to no claim (found
-			// by property 7's test, TestFinalizerCleanupProperty, which
-			// deletes claims within a millisecond of creating them).
-			// The provider's own hold on the VM id goes the way of any
-			// VM that was never cloned: a deletion finds nothing and
-			// releases it.
-			log := ctrl.LoggerFrom(ctx)
-			if del, err := s.provider.DeleteVM(ctx, vmspec.Owner(claim), res.Progress); err != nil || !del.Done {
-				log.Info("Claim deleted before its VM reservation was stored; its VM id is released later", "vm", res.Progress.ID, "err", err)
-			}
-			log.V(1).Info("Claim deleted before its VM reservation was stored; not cloning", "vm", res.Progress.ID)
-			return phase.Stop(), nil
-		}
-		ctrl.LoggerFrom(ctx).V(1).Info("Recorded the VM reservation", "vm", res.Progress.ID, "node", res.Progress.Node)
-		prev = res.Progress
-		res, err = s.provider.EnsureVM(ctx, spec, prev)
+		log.V(1).Info("Claim deleted before its VM reservation was stored; not cloning", "vm", res.Progress.ID)
+		return true, nil
 	}
+	log.V(1).Info("Recorded the VM reservation", "vm", res.Progress.ID, "node", res.Progress.Node)
+	return false, nil
+}
+
+// settleVM records the provider call's answer: an error as provisionError
+// classifies it; else the progress (the claim's VM reference, the task in
+// memory), the end of a failed step's backoff or hold, and where the VM
+// stands (vmStanding). A VM that stopped before it was ready ends the
+// claim.
+func (r *Reconciler) settleVM(ctx context.Context, s *claimScope, call *vmCall, res *provider.EnsureResult, err error) (phase.Result, error) {
 	if err != nil {
 		return r.provisionError(ctx, s, err)
 	}
-	r.attempts.Delete(claim.UID)
-	r.provisionRetryAt.Delete(claim.UID)
-	r.provisionHeld.Delete(claim.UID)
-	r.recordProgress(ctx, claim, cluster.Name, prev, res.Progress)
+	r.memory.provisioned(s.claim.UID)
+	s.recordProgress(ctx, call.cluster.Name, call.prev, res.Progress)
+	out, poweredOff := vmStanding(ctx, s.claim, &s.facts, call, res)
+	if poweredOff != "" {
+		r.endPoweredOff(ctx, s, poweredOff)
+	}
+	return out, nil
+}
+
+// vmStanding records in facts (and the claim's network status) where the
+// provider says the claim's VM stands, and chooses when to call again; a
+// VM that stopped before it was ready is reported in poweredOff.
+func vmStanding(ctx context.Context, claim *hfv1.MachineClaim, facts *claimFacts, call *vmCall, res *provider.EnsureResult) (out phase.Result, poweredOff string) {
+	cluster := call.cluster.Name
 	// "Call again now": no status write wakes the claim between the
 	// provider's steps (the steps are not written), the requeue does.
 	retry := CallAgain(res.RetryAfter)
@@ -146,7 +204,7 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 		// One condition for the whole build: its reason and message name
 		// the VM, not the step, so that the steps make no status write of
 		// their own (vm_progress.go).
-		msg := buildingMessage(cluster.Name, res.Progress)
+		msg := buildingMessage(cluster, res.Progress)
 		if res.Progress.Task == nil && res.RetryAfter > 0 && res.Message != "" {
 			// No task runs: the step waits (a lock) or is retried after a
 			// task that failed for a reason worth retrying. Why is for
@@ -154,38 +212,37 @@ func (r *Reconciler) ensureVM(ctx context.Context, s *claimScope) (phase.Result,
 			// TestRetryAndErrorHandlingProperty in internal/controller,
 			// fails without it).
 			msg += "; " + res.Message
-		} else if cur := s.facts.condition(claim, hfv1.MachineClaimProvisionedCondition); cur != nil && cur.Reason == string(hfv1.BuildingVMReason) &&
+		} else if cur := facts.condition(claim, hfv1.MachineClaimProvisionedCondition); cur != nil && cur.Reason == string(hfv1.BuildingVMReason) &&
 			strings.HasPrefix(cur.Message, msg+queuedNote) {
 			// Built after a wait for a clone slot: the message written
 			// with the reservation stays true for the whole build.
 			msg = cur.Message
 		}
-		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason, msg)
-		return phase.StopAndRequeue(retry), nil
+		facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason, msg)
+		return phase.StopAndRequeue(retry), ""
 	case provider.PhaseRunning:
-		claim.Status.Network = networkStatus(claim, tmpl, cluster, res)
-		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
-			fmt.Sprintf("VM %s runs on %s/%s with addresses %s", res.Progress.ID, cluster.Name, res.Progress.Node, strings.Join(res.Addresses, ", ")))
-		s.facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
-		logRoutine(ctx, hfv1.ReadyReason, "VM %s is up on %s/%s", res.Progress.ID, cluster.Name, res.Progress.Node)
+		claim.Status.Network = networkStatus(claim, call.tmpl, call.cluster, res)
+		facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionTrue, hfv1.ReadyReason,
+			fmt.Sprintf("VM %s runs on %s/%s with addresses %s", res.Progress.ID, cluster, res.Progress.Node, strings.Join(res.Addresses, ", ")))
+		facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionTrue, hfv1.ReadyReason, "The VM carries this operator's verified ownership marker")
+		logRoutine(ctx, hfv1.ReadyReason, "VM %s is up on %s/%s", res.Progress.ID, cluster, res.Progress.Node)
 		// The running phases follow in this same pass (runStateList):
 		// the VM's being up and its credential's delivery are one status
 		// write.
-		return phase.StopAndRequeue(resyncRunning()), nil
+		return phase.StopAndRequeue(resyncRunning()), ""
 	case provider.PhaseStopped:
-		r.endPoweredOff(ctx, s, fmt.Sprintf("VM %s powered off before it was ready", res.Progress.ID))
-		return phase.Stop(), nil
+		return phase.Stop(), fmt.Sprintf("VM %s powered off before it was ready", res.Progress.ID)
 	}
 	if res.Waits != "" && res.Progress.ID != "" {
 		// A wait for a clone slot is a step of the build: its one
 		// condition says so, written once (already with the reservation
 		// when the placement foresaw it), and stays through the steps
 		// that follow.
-		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason, queuedBuildMessage(cluster.Name, res.Progress, res.Waits))
-		return phase.StopAndRequeue(retry), nil
+		facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.BuildingVMReason, queuedBuildMessage(cluster, res.Progress, res.Waits))
+		return phase.StopAndRequeue(retry), ""
 	}
-	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.QueuedReason, cmp.Or(res.Message, "Waiting for a clone slot"))
-	return phase.StopAndRequeue(retry), nil
+	facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.QueuedReason, cmp.Or(res.Message, "Waiting for a clone slot"))
+	return phase.StopAndRequeue(retry), ""
 }
 
 // writeReservation stores a fresh VM reservation before its clone
@@ -201,7 +258,7 @@ func (r *Reconciler) writeReservation(ctx context.Context, s *claimScope) error 
 		return err
 	}
 	now := metav1.NewTime(r.Clock.Now())
-	if d := deriveStatus(claim, &s.facts, now.Time, r.stuckClaims.Bounds); d.changed {
+	if d := deriveStatus(claim, &s.facts, now.Time, r.Stuck.Bounds); d.changed {
 		RecordPhase(ctx, r.Recorder, claim, d.left, now)
 	}
 	claim.Status.ObservedGeneration = claim.Generation
@@ -238,8 +295,8 @@ func (r *Reconciler) deleteVM(ctx context.Context, s *claimScope) (bool, ctrl.Re
 	ref := s.claim.Status.VMRef
 	done, requeue := r.deleteVMStep(ctx, s)
 	if done {
-		r.forgetTransition(ref)
-		r.releaseAddresses(ctx, s.claim)
+		r.PowerOff.forgetTransition(ref, r.Clock.Now())
+		r.addresses().release(ctx, s.claim)
 	}
 	return done, ctrl.Result{RequeueAfter: requeue}
 }
@@ -255,9 +312,9 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 	if !connected {
 		s.facts.ending(hfv1.ClusterUnavailableReason,
 			fmt.Sprintf("Cannot delete VM %s yet: HypervisorCluster %s is not connected: %s", ref.ID(), ref.HypervisorCluster, health.Message))
-		return false, r.backoff(claim)
+		return false, s.backoff()
 	}
-	prev := r.progressOf(claim)
+	prev := r.memory.progressOf(claim)
 	res, err := p.DeleteVM(ctx, vmspec.Owner(claim), prev)
 	switch {
 	case errors.Is(err, provider.ErrNotOwned):
@@ -270,20 +327,20 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 			r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.FailedDeleteReason), conditions.Truncate(msg, 1024))
 		}
 		s.facts.ending(hfv1.ConditionReason(reason), msg)
-		return false, r.backoff(claim)
+		return false, s.backoff()
 	}
-	r.attempts.Delete(claim.UID)
+	r.memory.succeeded(claim.UID)
 	if !res.Done {
-		r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
+		s.recordProgress(ctx, ref.HypervisorCluster, prev, res.Progress)
 		// The same message for every step (stop, destroy, the ISO's
 		// removal), so that a step is no status write; the task is in the
 		// log (vm_progress.go).
 		s.facts.ending(hfv1.DeletingVMReason, fmt.Sprintf("Deleting VM %s on %s: stopping and destroying it, then removing its cloud-init media", ref.ID(), ref.HypervisorCluster))
 		return false, CallAgain(res.RetryAfter)
 	}
-	r.teardownEvent(ctx, claim, hfv1.VMDeletedReason, "VM %s on %s destroyed and its cloud-init ISO removed", ref.ID(), ref.HypervisorCluster)
+	s.teardownEvent(ctx, hfv1.VMDeletedReason, "VM %s on %s destroyed and its cloud-init ISO removed", ref.ID(), ref.HypervisorCluster)
 	claim.Status.VMRef, claim.Status.Task = nil, nil
-	r.forgetProgress(claim)
+	r.memory.forgetProgress(claim)
 	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.VMDeletedReason, fmt.Sprintf("VM %s was destroyed", ref.ID()))
 	s.facts.ending(hfv1.VMDeletedReason, fmt.Sprintf("VM %s was destroyed", ref.ID()))
 	return true, 0
@@ -296,18 +353,25 @@ func (r *Reconciler) deleteVMStep(ctx context.Context, s *claimScope) (bool, tim
 // its finalizer until the VM is gone or an admin removes the finalizer
 // (docs/operations.md, docs/security.md "Absence and release").
 func (r *Reconciler) keepForAdmin(ctx context.Context, s *claimScope, err error) time.Duration {
-	claim := s.claim
-	ref := claim.Status.VMRef
-	msg := fmt.Sprintf("VM %s on HypervisorCluster %s does not carry this claim's verified ownership marker (%v). HyperFleet neither touches it nor releases this claim's addresses while it may exist. "+
+	s.ownershipUnverified(ctx, err, fmt.Sprintf(". HyperFleet neither touches it nor releases this claim's addresses while it may exist. "+
 		"An admin must check VM %s by hand: once it is deleted the claim finishes on its own; if it is someone else's VM, delete this MachineClaim and remove its finalizer %s",
-		ref.ID(), ref.HypervisorCluster, err, ref.ID(), hfv1.MachineClaimFinalizer)
+		s.claim.Status.VMRef.ID(), hfv1.MachineClaimFinalizer), "VM ownership does not verify; keeping the claim's finalizer and addresses for an admin")
+	return ownershipRecheck
+}
+
+// ownershipUnverified records that the claim's VM does not carry its
+// verified ownership marker (err says why), consequence saying what the
+// step that met it does about it: the OwnershipVerified and Ending
+// conditions, and, once, a warning event and the log line logMsg.
+func (s *claimScope) ownershipUnverified(ctx context.Context, err error, consequence, logMsg string) {
+	claim, ref := s.claim, s.claim.Status.VMRef
+	msg := fmt.Sprintf("VM %s on HypervisorCluster %s does not carry this claim's verified ownership marker (%v)", ref.ID(), ref.HypervisorCluster, err) + consequence
 	if s.facts.endingReason(claim) != string(hfv1.OwnershipMismatchReason) {
-		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), conditions.Truncate(msg, 1024))
-		ctrl.LoggerFrom(ctx).Info("VM ownership does not verify; keeping the claim's finalizer and addresses for an admin", "vm", ref.ID(), "cluster", ref.HypervisorCluster, "err", err.Error())
+		s.recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), conditions.Truncate(msg, 1024))
+		ctrl.LoggerFrom(ctx).Info(logMsg, "vm", ref.ID(), "cluster", ref.HypervisorCluster, "err", err.Error())
 	}
 	s.facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, msg)
 	s.facts.ending(hfv1.OwnershipMismatchReason, msg)
-	return ownershipRecheck
 }
 
 // CallAgain is the requeue a provider asked for, CallAgainNow when it asked
@@ -337,40 +401,61 @@ func networkStatus(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplat
 	return st
 }
 
-// heldProvision is a claim held after a configuration error: the
-// generations of its inputs when it failed, and when the hold ends.
-type heldProvision struct {
-	claim, template, cluster int64
-	until                    time.Time
-}
-
-// configurationHold is how long a claim whose provider step failed for a
-// reason its user must fix waits for a change before it tries again
-// anyway (a fix outside Kubernetes, on the hypervisor or in a Secret).
-const configurationHold = 5 * time.Minute
-
-// heldForUser reports whether the claim still waits for its user after
-// its last provider step failed for a reason only the user can fix, and
-// for how long at most. Only a change of the claim, its template or its
-// cluster (their specs), or the hold's end, lets it call the hypervisor
-// again; the failed pass's own status write, a listing or a clone slot
-// freed does not (each was a new attempt before: property 8's test,
-// TestRetryAndErrorHandlingProperty in internal/controller, saw three in a
-// second under load).
-func (r *Reconciler) heldForUser(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) (time.Duration, bool) {
-	h, ok := r.provisionHeld.Load(claim.UID)
-	if !ok {
-		return 0, false
+// provisionError surfaces a classified error (docs/architecture.md,
+// "Classified errors") and chooses how to go on: it always stops the pass,
+// and a claim it fails goes on to the end list in the same pass.
+func (r *Reconciler) provisionError(ctx context.Context, s *claimScope, err error) (phase.Result, error) {
+	claim := s.claim
+	class, reason := provider.Classify(err), provider.ReasonOf(err)
+	if errors.Is(err, vmspec.ErrRender) {
+		class, reason = provider.ClassConfiguration, "InvalidCloudInit"
 	}
-	held := h.(heldProvision)
-	if wait := held.until.Sub(r.Clock.Now()); wait > 0 && held.same(claim, tmpl, cluster) {
-		return wait, true
+	if wait, limited := RetryAfter(err, r.Clock.Now()); limited {
+		// The CI platform's rate limit: wait for it without counting a
+		// failure; the claim says until when.
+		metrics.ClaimErrors.WithLabelValues(string(provider.ClassResource), string(hfv1.RateLimitedReason)).Inc()
+		s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.RateLimitedReason,
+			fmt.Sprintf("Waiting %s for the CI platform's rate limit: %v", wait.Round(time.Second), err))
+		return phase.StopAndRequeue(wait), nil
 	}
-	r.provisionHeld.Delete(claim.UID)
-	return 0, false
-}
+	metrics.ClaimErrors.WithLabelValues(string(class), reason).Inc()
+	msg := fmt.Sprintf("%s error: %v", class, err)
+	cond := s.facts.condition(claim, hfv1.MachineClaimProvisionedCondition)
+	changed := cond == nil || cond.Reason != reason
+	ctrl.LoggerFrom(ctx).Info("Provisioning step failed", "class", class, "reason", reason, "err", err.Error())
 
-// same reports whether the claim's inputs are those it failed with.
-func (h heldProvision) same(claim *hfv1.MachineClaim, tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) bool {
-	return h.claim == claim.Generation && h.template == tmpl.Generation && h.cluster == cluster.Generation
+	switch {
+	case errors.Is(err, provider.ErrNotOwned):
+		owned := "The VM recorded for this claim does not carry its verified ownership marker; it is never modified or destroyed: " + err.Error()
+		s.facts.record(hfv1.MachineClaimOwnershipVerifiedCondition, metav1.ConditionFalse, hfv1.OwnershipMismatchReason, owned)
+		// The same warning as a mismatch found at deletion (keepForAdmin,
+		// which then records no second one): whichever step meets the
+		// marker first, an admin is told once.
+		r.Recorder.Event(claim, corev1.EventTypeWarning, string(hfv1.OwnershipMismatchReason), conditions.Truncate(owned, 1024))
+		s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.OwnershipMismatchReason, message: msg})
+		return phase.Stop(), nil
+	case class == provider.ClassPermanent:
+		s.fail(claimEnd{reason: hfv1.EndFailed, condition: hfv1.ProvisioningFailedReason, message: msg})
+		return phase.Stop(), nil
+	}
+	s.facts.record(hfv1.MachineClaimProvisionedCondition, metav1.ConditionFalse, hfv1.ConditionReason(reason), msg)
+	if changed {
+		r.Recorder.Event(claim, corev1.EventTypeWarning, "FailedProvision", conditions.Truncate(msg, 1024))
+	}
+	switch class {
+	case provider.ClassConfiguration:
+		// The user must act: a change of the claim, its template or its
+		// cluster tries again (ensureVM's hold), or the hold's end.
+		if s.tmpl != nil && s.cluster != nil {
+			r.memory.hold(claim.UID, heldProvision{claim: claim.Generation, template: s.tmpl.Generation, cluster: s.cluster.Generation,
+				until: r.Clock.Now().Add(configurationHold)})
+		}
+		return phase.StopAndRequeue(configurationHold), nil
+	case provider.ClassResource:
+		return phase.StopAndRequeue(30 * time.Second), nil
+	default:
+		wait := s.backoff()
+		r.memory.setRetryAt(claim.UID, r.Clock.Now().Add(wait))
+		return phase.StopAndRequeue(wait), nil
+	}
 }

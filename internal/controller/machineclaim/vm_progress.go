@@ -15,7 +15,7 @@ import (
 // The provider's progress has two parts, kept in two places. Where the VM
 // is (its id and node) is persisted in the claim's status (status.vmRef):
 // a restarted operator must find its VM. The hypervisor task in flight is
-// kept in the reconciler's memory only (Reconciler.progress): writing each
+// kept in the reconciler's memory only (claimMemory.progress): writing each
 // task reference was one status write per hypervisor task (clone, upload,
 // start, boot, stop, destroy: six per job), read by nobody but a restarted
 // operator, and a restarted operator does without them, as the provider
@@ -48,12 +48,10 @@ func Progress(claim *hfv1.MachineClaim) provider.Progress {
 // progressOf is the claim's provider progress: the one this process kept
 // for the VM its status records (with its task in flight), else the
 // persisted one (Progress).
-func (r *Reconciler) progressOf(claim *hfv1.MachineClaim) provider.Progress {
+func (m *claimMemory) progressOf(claim *hfv1.MachineClaim) provider.Progress {
 	p := Progress(claim)
-	if v, ok := r.progress.Load(claim.UID); ok && p.ID != "" {
-		if kept := v.(provider.Progress); kept.ID == p.ID {
-			return kept
-		}
+	if kept := m.recall(claim.UID).progress; kept != nil && p.ID != "" && kept.ID == p.ID {
+		return *kept
 	}
 	return p
 }
@@ -64,19 +62,19 @@ func (r *Reconciler) progressOf(claim *hfv1.MachineClaim) provider.Progress {
 // request once, and logs each new task: the task in flight is in
 // the log and, once the claim is stuck, in its Stuck condition, not in its
 // status.
-func (r *Reconciler) recordProgress(ctx context.Context, claim *hfv1.MachineClaim, cluster string, prev, next provider.Progress) {
+func (s *claimScope) recordProgress(ctx context.Context, cluster string, prev, next provider.Progress) {
+	claim := s.claim
 	if next.ID == "" {
 		claim.Status.VMRef = nil
-		r.progress.Delete(claim.UID)
 	} else {
 		claim.Status.VMRef = hfv1.NewVMReference(cluster, string(next.ID), next.Node)
-		r.progress.Store(claim.UID, next)
 	}
+	s.memory.keepProgress(claim.UID, next)
 	claim.Status.Task = nil
 	if t := next.Task; t != nil && (prev.Task == nil || prev.Task.ID != t.ID) {
 		ctrl.LoggerFrom(ctx).Info("Hypervisor task started", "vm", next.ID, "node", next.Node, "operation", t.Operation, "task", t.ID)
 		if t.Operation == "clone" {
-			metrics.CreatedToCloneRequest.Observe(r.Clock.Since(claim.CreationTimestamp.Time).Seconds())
+			metrics.CreatedToCloneRequest.Observe(s.clock.Since(claim.CreationTimestamp.Time).Seconds())
 		}
 	}
 	if prev.ID != "" && next.ID != "" && prev.ID != next.ID {
@@ -87,25 +85,25 @@ func (r *Reconciler) recordProgress(ctx context.Context, claim *hfv1.MachineClai
 // keepTask keeps t as the claim's task in flight, its VM unchanged (a
 // step that reports a task but not where the VM is, such as removing its
 // cloud-init media).
-func (r *Reconciler) keepTask(claim *hfv1.MachineClaim, t *provider.Task) {
-	p := r.progressOf(claim)
+func (m *claimMemory) keepTask(claim *hfv1.MachineClaim, t *provider.Task) {
+	p := m.progressOf(claim)
 	claim.Status.Task = nil
 	if p.ID == "" {
 		return
 	}
 	p.Task = t
-	r.progress.Store(claim.UID, p)
+	m.keepProgress(claim.UID, p)
 }
 
 // forgetProgress drops the claim's kept progress (its VM is gone).
-func (r *Reconciler) forgetProgress(claim *hfv1.MachineClaim) {
-	r.progress.Delete(claim.UID)
+func (m *claimMemory) forgetProgress(claim *hfv1.MachineClaim) {
+	m.keepProgress(claim.UID, provider.Progress{})
 }
 
 // taskInFlight says which hypervisor task the claim waits on, for its
 // Stuck condition; "" without one.
-func (r *Reconciler) taskInFlight(claim *hfv1.MachineClaim) string {
-	if t := r.progressOf(claim).Task; t != nil {
+func (m *claimMemory) taskInFlight(claim *hfv1.MachineClaim) string {
+	if t := m.progressOf(claim).Task; t != nil {
 		return fmt.Sprintf("hypervisor task %s (%s)", t.Operation, t.ID)
 	}
 	return ""

@@ -21,7 +21,7 @@ import (
 // gone or unreadable); while retained is true the claim waits requeue.
 func (r *Reconciler) retainFailedVM(ctx context.Context, s *claimScope) (retained bool, res ctrl.Result) {
 	claim := s.claim
-	pool := r.poolOf(ctx, claim)
+	pool := s.poolOf(ctx)
 	if pool == nil || !RetainsFailed(pool) {
 		return false, ctrl.Result{}
 	}
@@ -43,7 +43,7 @@ func (r *Reconciler) retainFailedVM(ctx context.Context, s *claimScope) (retaine
 	if vm.Power != provider.PowerStopped {
 		if _, err := p.SetPower(ctx, vmspec.Owner(claim), vmRef, provider.PowerOff); err != nil {
 			ctrl.LoggerFrom(ctx).Info("Could not stop the failed VM kept for debugging; retrying", "err", err.Error())
-			return true, requeue(r.backoff(claim))
+			return true, requeue(s.backoff())
 		}
 		r.Recorder.Eventf(claim, corev1.EventTypeNormal, string(hfv1.RetainedReason), "VM %s stopped and kept for debugging (RunnerPool %s spec.lifecycle.failedRetention)", ref.ID(), pool.Name)
 	}
@@ -54,7 +54,7 @@ func (r *Reconciler) retainFailedVM(ctx context.Context, s *claimScope) (retaine
 	if done, wait := r.removeMedia(ctx, s, p); !done {
 		return true, requeue(wait)
 	}
-	if done, wait := r.deregisterRunner(ctx, s); !done {
+	if done, wait := r.runner().deregister(ctx, s); !done {
 		return true, requeue(wait)
 	}
 	until := claim.Status.End.StartedAt.Add(FailedRetentionTTL(pool))
@@ -68,14 +68,14 @@ func (r *Reconciler) retainFailedVM(ctx context.Context, s *claimScope) (retaine
 func (r *Reconciler) removeMedia(ctx context.Context, s *claimScope, p provider.Provider) (bool, time.Duration) {
 	claim := s.claim
 	ref := claim.Status.VMRef
-	prev := r.progressOf(claim)
+	prev := r.memory.progressOf(claim)
 	res, err := p.RemoveCloudInitMedia(ctx, vmspec.Owner(claim), prev)
 	if err != nil {
 		s.facts.ending(hfv1.RetainingReason, fmt.Sprintf("VM %s is kept for debugging once its cloud-init ISO (it holds the runner credential) is removed: %v", ref.ID(), err))
 		ctrl.LoggerFrom(ctx).Info("Could not remove the cloud-init ISO of the failed VM kept for debugging; retrying", "err", err.Error())
-		return false, r.backoff(claim)
+		return false, s.backoff()
 	}
-	r.recordProgress(ctx, claim, ref.HypervisorCluster, prev, res.Progress)
+	s.recordProgress(ctx, ref.HypervisorCluster, prev, res.Progress)
 	if !res.Done {
 		s.facts.ending(hfv1.RetainingReason, cmp.Or(res.Message, fmt.Sprintf("Removing the cloud-init ISO of VM %s before keeping it", ref.ID())))
 		return false, max(res.RetryAfter, CallAgainNow)

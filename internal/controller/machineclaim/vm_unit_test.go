@@ -198,7 +198,7 @@ func TestDeleteVM(t *testing.T) {
 				if i > 0 {
 					clk.Step(2 * time.Second)
 				}
-				inScope(claim, func(s *claimScope) { done, res = r.deleteVM(context.Background(), s) })
+				inScope(r, claim, func(s *claimScope) { done, res = r.deleteVM(context.Background(), s) })
 			}
 			if done != tc.wantDone || res.RequeueAfter != tc.wantRequeue {
 				t.Errorf("deleteVM = %v, %s; want %v, %s", done, res.RequeueAfter, tc.wantDone, tc.wantRequeue)
@@ -289,7 +289,7 @@ func TestProvisionError(t *testing.T) {
 			for i, p := range tc.passes {
 				var res phase.Result
 				var err error
-				inScope(&c, func(s *claimScope) { res, err = r.provisionError(context.Background(), s, tc.err) })
+				inScope(r, &c, func(s *claimScope) { res, err = r.provisionError(context.Background(), s, tc.err) })
 				if err != nil {
 					t.Fatalf("pass %d: %v", i, err)
 				}
@@ -325,17 +325,17 @@ func TestConfigurationErrorHoldsTheClaim(t *testing.T) {
 	cluster := &hfv1.HypervisorCluster{ObjectMeta: metav1.ObjectMeta{Name: unitCluster, Generation: 7}}
 	fail := func(err error) {
 		t.Helper()
-		s := &claimScope{claim: &c, tmpl: tmpl, cluster: cluster}
+		s := &claimScope{claim: &c, tmpl: tmpl, cluster: cluster, claimEnv: r.env()}
 		if _, perr := r.provisionError(context.Background(), s, err); perr != nil {
 			t.Fatal(perr)
 		}
 	}
 	fail(provider.Errorf(provider.ClassConfiguration, "InvalidParameter", "parameter verification failed"))
-	if wait, held := r.heldForUser(&c, tmpl, cluster); !held || wait != configurationHold {
+	if wait, held := r.memory.heldForUser(&c, tmpl, cluster, clk.Now()); !held || wait != configurationHold {
 		t.Fatalf("right after the failure: held %v for %s, want %s", held, wait, configurationHold)
 	}
 	clk.Step(time.Minute)
-	if wait, held := r.heldForUser(&c, tmpl, cluster); !held || wait != configurationHold-time.Minute {
+	if wait, held := r.memory.heldForUser(&c, tmpl, cluster, clk.Now()); !held || wait != configurationHold-time.Minute {
 		t.Errorf("a minute later, nothing changed: held %v for %s", held, wait)
 	}
 	for name, change := range map[string]func(){
@@ -346,12 +346,12 @@ func TestConfigurationErrorHoldsTheClaim(t *testing.T) {
 	} {
 		fail(provider.Errorf(provider.ClassConfiguration, "InvalidParameter", "parameter verification failed"))
 		change()
-		if _, held := r.heldForUser(&c, tmpl, cluster); held {
+		if _, held := r.memory.heldForUser(&c, tmpl, cluster, clk.Now()); held {
 			t.Errorf("after a change of %s: still held", name)
 		}
 	}
 	fail(provider.Errorf(provider.ClassTransient, "Unreachable", "connection refused"))
-	if _, held := r.heldForUser(&c, tmpl, cluster); held {
+	if _, held := r.memory.heldForUser(&c, tmpl, cluster, clk.Now()); held {
 		t.Error("a transient error holds the claim for its user")
 	}
 }

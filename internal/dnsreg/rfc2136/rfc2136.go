@@ -399,18 +399,8 @@ func (r *Registrar) claimName(ctx context.Context, zone string, c checked, name 
 		m.Used(copyRRs(txts))
 		m.Insert([]dns.RR{dns.Copy(marker)})
 		m.Insert(data)
-		rcode, err = r.exchange(ctx, m, zone, name)
-		if err != nil {
+		if changed, err := r.exchangeGuarded(ctx, m, zone, name); err != nil || !changed {
 			return err
-		}
-		switch rcode {
-		case dns.RcodeSuccess:
-			return nil
-		case dns.RcodeNXRrset:
-			// The TXT RRset changed since it was read: look again.
-			continue
-		default:
-			return r.rcodeError(rcode, nil, zone, name)
 		}
 	}
 	return fmt.Errorf("zone %s: %s: %w (it exists without HyperFleet's TXT marker for %s)", zone, name, dnsreg.ErrNameTaken, c.owner)
@@ -488,23 +478,33 @@ func (r *Registrar) release(ctx context.Context, zone string, c checked, name st
 		m := newUpdate(zone)
 		m.Remove(append([]dns.RR{dns.Copy(old)}, data(old)...))
 		m.Used(copyRRs(txts))
-		rcode, err := r.exchange(ctx, m, zone, name)
-		if err != nil {
+		if changed, err := r.exchangeGuarded(ctx, m, zone, name); err != nil || !changed {
 			return err
-		}
-		switch rcode {
-		case dns.RcodeSuccess:
-			return nil
-		case dns.RcodeNXRrset:
-			continue
-		default:
-			return r.rcodeError(rcode, nil, zone, name)
 		}
 	}
 	return fmt.Errorf("zone %s: %s: %w (its TXT records kept changing while HyperFleet removed its own)", zone, name, dnsreg.ErrNameTaken)
 }
 
 // newUpdate starts an UPDATE message for zone; exchange signs it.
+// exchangeGuarded sends an update whose prerequisite is the name's TXT
+// RRset exactly as read (claimName, release). changed is true when the
+// server refused it because that RRset changed since (NXRRSET): the caller
+// reads it again and retries. Any other refusal is an error.
+func (r *Registrar) exchangeGuarded(ctx context.Context, m *dns.Msg, zone, name string) (changed bool, err error) {
+	rcode, err := r.exchange(ctx, m, zone, name)
+	if err != nil {
+		return false, err
+	}
+	switch rcode {
+	case dns.RcodeSuccess:
+		return false, nil
+	case dns.RcodeNXRrset:
+		return true, nil
+	default:
+		return false, r.rcodeError(rcode, nil, zone, name)
+	}
+}
+
 func newUpdate(zone string) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetUpdate(zone)

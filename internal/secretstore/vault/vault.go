@@ -136,21 +136,32 @@ func RoleName(id spiffeid.ID) (string, error) {
 	return vm.UID, nil
 }
 
+// paths returns where the VM whose SPIFFE ID is id has its credential (in
+// the KV mount) and its login role, once the store's own token is valid:
+// what Put writes and Delete removes.
+func (s *Store) paths(ctx context.Context, id spiffeid.ID) (credPath, rolePath string, err error) {
+	credPath, err = secretstore.Path(s.cfg.PathPrefix, id)
+	if err != nil {
+		return "", "", err
+	}
+	role, err := RoleName(id)
+	if err != nil {
+		return "", "", err
+	}
+	if err := s.useToken(ctx); err != nil {
+		return "", "", err
+	}
+	return credPath, "auth/" + s.cfg.AuthMount + "/role/" + role, nil
+}
+
 // Put writes cred with check-and-set 0 (create only), then the VM's login
 // role. A credential already stored for id is secretstore.ErrExists.
 func (s *Store) Put(ctx context.Context, id spiffeid.ID, cred secretstore.Credential) error {
 	if err := cred.Validate(); err != nil {
 		return errclass.Errorf(errclass.ClassPermanent, "InvalidCredential", "credential for %s: %w", id, err)
 	}
-	p, err := secretstore.Path(s.cfg.PathPrefix, id)
+	p, rolePath, err := s.paths(ctx, id)
 	if err != nil {
-		return err
-	}
-	role, err := RoleName(id)
-	if err != nil {
-		return err
-	}
-	if err := s.useToken(ctx); err != nil {
 		return err
 	}
 	data := map[string]any{"method": string(cred.Method)}
@@ -162,7 +173,6 @@ func (s *Store) Put(ctx context.Context, id spiffeid.ID, cred secretstore.Creden
 	if _, err := s.client.KVv2(s.cfg.KVMount).Put(ctx, p, data, bao.WithCheckAndSet(0)); err != nil {
 		return classify(err, fmt.Sprintf("writing the credential for %s to %s/data/%s", id, s.cfg.KVMount, p))
 	}
-	rolePath := "auth/" + s.cfg.AuthMount + "/role/" + role
 	// Every parameter is a string (lists comma-separated), so that the
 	// operator's policy can pin each value with allowed_parameters, which
 	// compares strings only (docs/secrets-store.md).
@@ -187,21 +197,13 @@ func (s *Store) Put(ctx context.Context, id spiffeid.ID, cred secretstore.Creden
 // Delete removes the credential (all versions and metadata) and the VM's
 // login role; either already gone is success.
 func (s *Store) Delete(ctx context.Context, id spiffeid.ID) error {
-	p, err := secretstore.Path(s.cfg.PathPrefix, id)
+	p, rolePath, err := s.paths(ctx, id)
 	if err != nil {
-		return err
-	}
-	role, err := RoleName(id)
-	if err != nil {
-		return err
-	}
-	if err := s.useToken(ctx); err != nil {
 		return err
 	}
 	if err := s.client.KVv2(s.cfg.KVMount).DeleteMetadata(ctx, p); err != nil && !isNotFound(err) {
 		return classify(err, fmt.Sprintf("deleting the credential for %s at %s/metadata/%s", id, s.cfg.KVMount, p))
 	}
-	rolePath := "auth/" + s.cfg.AuthMount + "/role/" + role
 	if _, err := s.client.Logical().DeleteWithContext(ctx, rolePath); err != nil && !isNotFound(err) {
 		return classify(err, fmt.Sprintf("deleting the login role %s for %s", rolePath, id))
 	}

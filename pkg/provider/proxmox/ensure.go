@@ -13,6 +13,7 @@ import (
 
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/nocloud"
 )
 
 // Task operations written into Progress.Task.Operation.
@@ -644,7 +645,7 @@ func (c *ensureCall) upload(ctx context.Context) (*provider.EnsureResult, error)
 	if err != nil {
 		return nil, fmt.Errorf("render the cloud-init of VM %d: %w", c.prog.VMID, err)
 	}
-	iso, err := buildISO(noCloudFiles(c.spec, ci, c.prog.VMID))
+	iso, err := nocloud.ISO(nocloud.Files(c.spec, ci, c.prog.VMID))
 	if err != nil {
 		return nil, provider.Errorf(provider.ClassPermanent, "CloudInitISO", "render the cloud-init ISO of VM %d: %w", c.prog.VMID, err)
 	}

@@ -17,13 +17,13 @@ import (
 	"net/http"
 	"path"
 	"strings"
-	"sync"
 
 	"k8s.io/utils/clock"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite/buildkitevm"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadmetrics"
 )
 
@@ -56,13 +56,7 @@ type Backend struct {
 	transport http.RoundTripper
 	clock     clock.PassiveClock
 
-	mu        sync.Mutex
-	providers map[string]cachedProvider
-}
-
-type cachedProvider struct {
-	fingerprint string
-	provider    *Provider
+	providers workload.ProviderCache[*Provider]
 }
 
 var (
@@ -76,11 +70,14 @@ func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
 	if err := workloadmetrics.Register(deps.Metrics); err != nil {
 		return nil, fmt.Errorf("buildkite: register metrics: %w", err)
 	}
-	return &Backend{transport: deps.Transport, clock: deps.Clock, providers: map[string]cachedProvider{}}, nil
+	return &Backend{transport: deps.Transport, clock: deps.Clock}, nil
 }
 
 // Name implements workload.Backend.
 func (*Backend) Name() string { return "Buildkite" }
+
+// TemplateField implements workload.Backend.
+func (*Backend) TemplateField() string { return templateField }
 
 // Template implements workload.Backend for a template with a
 // spec.bootstrap.buildkite.
@@ -95,13 +92,14 @@ func (*Backend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Templat
 		ScopeField:      templateField + ".organization",
 		Runner:          agentSoftware(bk),
 		RegistrationURL: cmp.Or(bk.AgentEndpoint, DefaultAgentEndpoint),
-		AgentPlatform:   "buildkite",
+		AgentPlatform:   string(buildkitevm.Platform),
 		// Every VM is bound to one job and gets a job acquisition token
 		// for it, never a cluster agent token (docs/buildkite.md, "One job
 		// per VM"): a warm VM waits with no credential until its pool
 		// binds it a job. No method of this template serves more than one
 		// job, so CredentialReuse stays empty.
-		BootstrapMethod: string(workload.MethodJobToken),
+		BootstrapMethod: string(MethodJobToken),
+		OneJobPerVM:     true,
 		Secrets:         map[string]hfv1.LocalSecretKeySelector{templateField + ".credentials.apiToken": bk.Credentials.APIToken},
 		CredentialsKey:  credentialsKey(bk),
 	}
@@ -267,17 +265,9 @@ func (b *Backend) Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemp
 	if t := tmpl.Spec.Bootstrap.HTTPTimeout; t != nil {
 		cfg.HTTPTimeout = t.Duration
 	}
-	key := tmpl.Namespace + "/" + tmpl.Name + "/" + scope.String()
-	fp := cfg.fingerprint()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if c, ok := b.providers[key]; ok && c.fingerprint == fp {
-		return c.provider, nil
-	}
-	p, err := New(cfg)
+	p, err := b.providers.Get(tmpl, scope, cfg.fingerprint(), func() (*Provider, error) { return New(cfg) })
 	if err != nil {
 		return nil, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s of HypervisorMachineTemplate %s: %w", templateField, tmpl.Name, err)
 	}
-	b.providers[key] = cachedProvider{fingerprint: fp, provider: p}
 	return p, nil
 }

@@ -39,7 +39,7 @@ func TestBackendReadsTheAPISections(t *testing.T) {
 	}
 	// Every VM is bound to one job: its method is job-token, and none of
 	// it serves more than one job.
-	if tt.AgentPlatform != "buildkite" || tt.BootstrapMethod != string(workload.MethodJobToken) || tt.CredentialReuse != "" {
+	if tt.AgentPlatform != "buildkite" || tt.BootstrapMethod != string(buildkite.MethodJobToken) || tt.CredentialReuse != "" {
 		t.Errorf("Template's agent platform %q, method %q and credential reuse %q, want buildkite, job-token and none", tt.AgentPlatform, tt.BootstrapMethod, tt.CredentialReuse)
 	}
 	dl := template("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", "")

@@ -1,7 +1,6 @@
 package buildkite
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -21,17 +20,8 @@ import (
 // busy minute of demand reads never keeps a VM's credential alive.
 const cleanupReserve = 10
 
-// cleanupKey marks a request as a cleanup call.
-type cleanupKey struct{}
-
-func withCleanup(ctx context.Context) context.Context {
-	return context.WithValue(ctx, cleanupKey{}, true)
-}
-
-func isCleanup(ctx context.Context) bool {
-	v, _ := ctx.Value(cleanupKey{}).(bool)
-	return v
-}
+// Cleanup calls are marked as every platform's (workload.WithCleanup).
+var withCleanup, isCleanup = workload.WithCleanup, workload.IsCleanup
 
 // rateGate sits under go-buildkite as an http.RoundTripper. It reads the
 // RateLimit-Remaining and RateLimit-Reset headers Buildkite sends on every

@@ -69,7 +69,7 @@ func TestContract(t *testing.T) {
 			Repository:   "acme/app",
 			Outside:      "acme/other",
 			UnknownJobID: "0190a1b2-0000-4000-8000-000000000001",
-			Spec:         workload.RunnerSpec{Labels: labels, Method: workload.MethodJobToken, WorkFolder: "/var/lib/hyperfleet/builds"},
+			Spec:         workload.RunnerSpec{Labels: labels, Method: buildkite.MethodJobToken, WorkFolder: "/var/lib/hyperfleet/builds"},
 			QueueJob: func(t *testing.T, repository string, labels []string) string {
 				_, slug, _ := strings.Cut(repository, "/")
 				// Long enough to be running while the suite looks; the

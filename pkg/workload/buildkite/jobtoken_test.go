@@ -48,7 +48,7 @@ func TestJobAcquisitionToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cred.Method != workload.MethodJobToken || cred.Job != mine || !strings.HasPrefix(cred.Secret.Reveal(), "bkjat_") {
+	if cred.Method != buildkite.MethodJobToken || cred.Job != mine || !strings.HasPrefix(cred.Secret.Reveal(), "bkjat_") {
 		t.Fatalf("bound runner: %+v", cred)
 	}
 	if got := cred.ExpiresAt.Sub(w.clock.Now()); got <= 0 || got > buildkite.MaxJobTokenLifetime {

@@ -168,7 +168,7 @@ type tokenCreate struct {
 }
 
 // IssueCredential implements workload.Provider: the job acquisition token
-// (workload.MethodJobToken, stacks.go) of the job the runner is bound to
+// (MethodJobToken, stacks.go) of the job the runner is bound to
 // (spec.Job), which registers one agent that may acquire that job only.
 // It is issued with a cluster agent token made for the agent spec.Name,
 // described "hyperfleet agent <name>" and expiring after TokenLifetime,

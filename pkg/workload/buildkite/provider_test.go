@@ -191,7 +191,7 @@ func TestClusterTokenLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cred.Method != workload.MethodJobToken || cred.Job != job || cred.RunnerName != "claim-a" || cred.RegistrationURL != w.srv.URL+"/v3" ||
+	if cred.Method != buildkite.MethodJobToken || cred.Job != job || cred.RunnerName != "claim-a" || cred.RegistrationURL != w.srv.URL+"/v3" ||
 		!strings.HasPrefix(cred.Secret.Reveal(), "bkjat_") || cred.ExpiresAt.After(w.clock.Now().Add(buildkite.DefaultTokenLifetime)) {
 		t.Fatalf("credential = %+v (expires %s)", cred, cred.ExpiresAt)
 	}

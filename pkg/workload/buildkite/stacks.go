@@ -159,7 +159,7 @@ func (p *Provider) jobCredential(ctx context.Context, spec workload.RunnerSpec, 
 			continue
 		}
 		return workload.Credential{
-			Method: workload.MethodJobToken, Secret: workload.NewSecret(t.Token), RunnerName: spec.Name,
+			Method: MethodJobToken, Secret: workload.NewSecret(t.Token), RunnerName: spec.Name,
 			RegistrationURL: p.cfg.AgentEndpoint, IssuedAt: now, ExpiresAt: t.ExpiresAt, Job: spec.Job,
 		}, nil
 	}

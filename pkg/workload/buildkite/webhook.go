@@ -53,6 +53,13 @@ var WebhookFormat = workload.WebhookFormat{
 	EventHeader: WebhookEventHeader, Events: []string{EventJobScheduled, EventJobStarted, EventJobFinished, EventPing},
 	SignatureHeader: WebhookSignatureHeader,
 	Used:            "job.scheduled, job.started and job.finished events",
+	Operator: workload.WebhookFlags{
+		Name:          "buildkite",
+		OwnerKeys:     "owner.<organization slug> (the token of one organization's notification service, which only it may use)",
+		Owners:        "Buildkite organization",
+		Docs:          "docs/buildkite.md",
+		PublicService: "Buildkite's public API", ExampleHost: "buildkite.example.com",
+	},
 }
 
 // WebhookParser verifies and decodes Buildkite's job webhooks. It

@@ -44,6 +44,9 @@ func NewBackend(workload.Dependencies) (workload.Backend, error) { return Backen
 // Name implements workload.Backend.
 func (Backend) Name() string { return "Generic" }
 
+// TemplateField implements workload.Backend.
+func (Backend) TemplateField() string { return templateField }
+
 // RunsNoRunner implements workload.NoRunner.
 func (Backend) RunsNoRunner() {}
 

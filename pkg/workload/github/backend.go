@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"k8s.io/utils/clock"
 
@@ -55,13 +54,7 @@ type Backend struct {
 	clock     clock.PassiveClock
 	log       *slog.Logger
 
-	mu        sync.Mutex
-	providers map[string]cachedProvider
-}
-
-type cachedProvider struct {
-	fingerprint string
-	provider    *Provider
+	providers workload.ProviderCache[*Provider]
 }
 
 var (
@@ -76,11 +69,14 @@ func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
 	if err := workloadmetrics.Register(deps.Metrics); err != nil {
 		return nil, fmt.Errorf("github: register metrics: %w", err)
 	}
-	return &Backend{transport: deps.Transport, clock: deps.Clock, log: deps.Logger, providers: map[string]cachedProvider{}}, nil
+	return &Backend{transport: deps.Transport, clock: deps.Clock, log: deps.Logger}, nil
 }
 
 // Name implements workload.Backend.
 func (*Backend) Name() string { return "GitHub" }
+
+// TemplateField implements workload.Backend.
+func (*Backend) TemplateField() string { return templateField }
 
 // Template implements workload.Backend for a template with a
 // spec.bootstrap.github.
@@ -228,6 +224,12 @@ var WebhookFormat = workload.WebhookFormat{
 	// header.
 	HostHeader: WebhookEnterpriseHostHeader, PublicHosts: []string{"github.com", publicAPIHost},
 	Used: "workflow_job queued, waiting, in_progress and completed events",
+	Operator: workload.WebhookFlags{
+		Name: "github", DefaultSecret: "hyperfleet-github-webhook",
+		OwnerKeys: "owner.<login> (the secret of one organization's or user's webhooks, which only it may use)",
+		Owners:    "owner", Docs: "docs/install.md",
+		PublicService: "GitHub.com", ExampleHost: "ghes.example.com (a GitHub Enterprise Server)",
+	},
 }
 
 // WebhookFormat implements workload.WebhookReceiver.
@@ -246,18 +248,10 @@ func (b *Backend) Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemp
 	if err != nil {
 		return nil, err
 	}
-	key := tmpl.Namespace + "/" + tmpl.Name + "/" + scope.String()
-	fp := Fingerprint(cfg)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if c, ok := b.providers[key]; ok && c.fingerprint == fp {
-		return c.provider, nil
-	}
-	p, err := New(cfg)
+	p, err := b.providers.Get(tmpl, scope, Fingerprint(cfg), func() (*Provider, error) { return New(cfg) })
 	if err != nil {
 		return nil, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s of HypervisorMachineTemplate %s: %w", templateField, tmpl.Name, err)
 	}
-	b.providers[key] = cachedProvider{fingerprint: fp, provider: p}
 	return p, nil
 }
 

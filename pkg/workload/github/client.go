@@ -18,6 +18,7 @@ import (
 
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/github/scaleset"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadmetrics"
 )
 
 // DefaultBaseURL is GitHub.com's REST API.
@@ -166,7 +167,7 @@ func New(cfg Config) (*Provider, error) {
 	gate := &rateGate{next: authed, clock: cfg.Clock, reserve: cfg.Reserve, observe: cfg.ObserveRate}
 	var rt http.RoundTripper = gate
 	if cfg.ObserveCall != nil {
-		rt = observed{next: gate, observe: cfg.ObserveCall}
+		rt = workloadmetrics.Observed(gate, operationOf, cfg.ObserveCall)
 	}
 	baseURL := base.String()
 	opts := []gh.ClientOptionsFunc{
@@ -206,23 +207,6 @@ func Fingerprint(cfg Config) string {
 		fmt.Fprintf(h, "%d\x00%d\x00%s", a.AppID, a.InstallationID, a.PrivateKey)
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// observed reports every call to an observer.
-type observed struct {
-	next    http.RoundTripper
-	observe func(op string, code int, d time.Duration)
-}
-
-func (o observed) RoundTrip(req *http.Request) (*http.Response, error) {
-	start := time.Now()
-	resp, err := o.next.RoundTrip(req)
-	code := 0
-	if resp != nil {
-		code = resp.StatusCode
-	}
-	o.observe(operationOf(req), code, time.Since(start))
-	return resp, err
 }
 
 // operationOf names an API call by its route, never by ids or names, so

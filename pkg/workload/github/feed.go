@@ -140,7 +140,7 @@ func (p *Provider) scaleSetJIT(ctx context.Context, spec workload.RunnerSpec) (w
 		runnerID = cfg.Runner.ID
 	}
 	return workload.Credential{
-		Method:     workload.MethodJIT,
+		Method:     MethodJIT,
 		Secret:     workload.NewSecret(cfg.EncodedJITConfig),
 		RunnerName: spec.Name,
 		RunnerID:   runnerID,

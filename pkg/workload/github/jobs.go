@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -246,19 +245,8 @@ func jobOf(repository string, j *gh.WorkflowJob, state workload.JobState) worklo
 	}
 }
 
-// formatJobID is GitHub's numeric job id as the neutral model's text.
-func formatJobID(id int64) string { return strconv.FormatInt(id, 10) }
-
-// parseJobID reads a job id formatJobID wrote: decimal digits without a
-// sign or leading zero, greater than zero. Anything else is not a GitHub
-// job id.
-func parseJobID(id string) (int64, bool) {
-	if id == "" || id[0] < '1' || id[0] > '9' {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(id, 10, 64)
-	return n, err == nil && n > 0 && formatJobID(n) == id
-}
+// GitHub's job ids are numbers (workload.FormatNumericJobID).
+var formatJobID, parseJobID = workload.FormatNumericJobID, workload.ParseNumericJobID
 
 // queuedJobsOf reads the queued jobs of a run, every page, with
 // conditional requests: the second read at one updated_at (settledRun) is

@@ -2,7 +2,6 @@ package github
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"strconv"
@@ -23,18 +22,10 @@ const (
 	secondaryBackoffMax  = 30 * time.Minute
 )
 
-// cleanupKey marks a request as a cleanup call (deregistration,
-// cancellation), which may spend the reserved part of the budget.
-type cleanupKey struct{}
-
-func withCleanup(ctx context.Context) context.Context {
-	return context.WithValue(ctx, cleanupKey{}, true)
-}
-
-func isCleanup(ctx context.Context) bool {
-	v, _ := ctx.Value(cleanupKey{}).(bool)
-	return v
-}
+// Cleanup calls (deregistration, cancellation), which may spend the
+// reserved part of the budget, are marked as every platform's
+// (workload.WithCleanup).
+var withCleanup, isCleanup = workload.WithCleanup, workload.IsCleanup
 
 // RateSnapshot is the rate-limit state last reported by GitHub.
 type RateSnapshot struct {

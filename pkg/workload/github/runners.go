@@ -19,12 +19,12 @@ const maxLabels = 100
 // IssueCredential implements workload.Provider.
 func (p *Provider) IssueCredential(ctx context.Context, spec workload.RunnerSpec) (workload.Credential, error) {
 	switch spec.Method {
-	case workload.MethodJIT, "":
+	case MethodJIT, "":
 		if spec.Feed != nil {
 			return p.scaleSetJIT(ctx, spec)
 		}
 		return p.jitConfig(ctx, spec)
-	case workload.MethodRegistrationToken:
+	case MethodRegistrationToken:
 		if spec.Feed != nil {
 			return workload.Credential{}, fmt.Errorf("github: runners of scale set %s register with JIT configurations only (spec.bootstrap.method jit-config): %w", spec.Feed.Name, workload.ErrInvalidRequest)
 		}
@@ -66,7 +66,7 @@ func (p *Provider) jitConfig(ctx context.Context, spec workload.RunnerSpec) (wor
 		return workload.Credential{}, fmt.Errorf("github: the JIT configuration of runner %s came back empty: %w", spec.Name, workload.ErrUnavailable)
 	}
 	return workload.Credential{
-		Method:     workload.MethodJIT,
+		Method:     MethodJIT,
 		Secret:     workload.NewSecret(cfg.GetEncodedJITConfig()),
 		RunnerName: spec.Name,
 		RunnerID:   cfg.GetRunner().GetID(),
@@ -103,7 +103,7 @@ func (p *Provider) registrationToken(ctx context.Context, spec workload.RunnerSp
 		return workload.Credential{}, fmt.Errorf("github: the registration token for %s came back empty: %w", s, workload.ErrUnavailable)
 	}
 	return workload.Credential{
-		Method:          workload.MethodRegistrationToken,
+		Method:          MethodRegistrationToken,
 		Secret:          workload.NewSecret(tok.GetToken()),
 		RunnerName:      spec.Name,
 		RegistrationURL: p.cfg.RunnerURL,
@@ -156,18 +156,11 @@ func (p *Provider) runnerGroupID(ctx context.Context, name string) (int64, error
 // DeregisterRunner implements workload.Provider.
 func (p *Provider) DeregisterRunner(ctx context.Context, id int64, name string) error {
 	ctx = withCleanup(ctx)
-	if id == 0 {
-		r, err := p.GetRunner(ctx, name)
-		if errors.Is(err, workload.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		id = r.ID
+	id, found, err := workload.RunnerToRemove(ctx, p.GetRunner, id, name)
+	if !found || err != nil {
+		return err
 	}
 	var resp *gh.Response
-	var err error
 	switch s := p.cfg.Scope; {
 	case s.IsEnterprise():
 		resp, err = p.client.Enterprise.RemoveRunner(ctx, s.Enterprise, id)

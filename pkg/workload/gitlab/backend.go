@@ -10,13 +10,13 @@ import (
 	"net/http"
 	"path"
 	"strings"
-	"sync"
 
 	"k8s.io/utils/clock"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/gitlab/gitlabvm"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadmetrics"
 )
 
@@ -45,13 +45,7 @@ type Backend struct {
 	transport http.RoundTripper
 	clock     clock.PassiveClock
 
-	mu        sync.Mutex
-	providers map[string]cachedProvider
-}
-
-type cachedProvider struct {
-	fingerprint string
-	provider    *Provider
+	providers workload.ProviderCache[*Provider]
 }
 
 var (
@@ -66,11 +60,14 @@ func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
 	if err := workloadmetrics.Register(deps.Metrics); err != nil {
 		return nil, fmt.Errorf("gitlab: register metrics: %w", err)
 	}
-	return &Backend{transport: deps.Transport, clock: deps.Clock, providers: map[string]cachedProvider{}}, nil
+	return &Backend{transport: deps.Transport, clock: deps.Clock}, nil
 }
 
 // Name implements workload.Backend.
 func (*Backend) Name() string { return "GitLab" }
+
+// TemplateField implements workload.Backend.
+func (*Backend) TemplateField() string { return templateField }
 
 // ScopeOf is the neutral scope of a GitLab project or group full path: a
 // project a/b/c is Owner a/b, Repository c; a group a/b is Owner a/b.
@@ -118,8 +115,8 @@ func (*Backend) Template(tmpl *hfv1.HypervisorMachineTemplate) (workload.Templat
 		Field:           templateField,
 		Runner:          runnerSoftware(g),
 		RegistrationURL: instanceURL(g),
-		AgentPlatform:   "gitlab-ci",
-		BootstrapMethod: string(workload.MethodRunnerAuthToken),
+		AgentPlatform:   string(gitlabvm.Platform),
+		BootstrapMethod: string(MethodRunnerAuthToken),
 		Secrets:         map[string]hfv1.LocalSecretKeySelector{templateField + ".credentials.token": g.Credentials.Token},
 		CredentialsKey:  credentialsKey(g),
 	}
@@ -279,17 +276,9 @@ func (b *Backend) Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemp
 	// map, never in a status or a log.
 	raw, _ := json.Marshal([]any{cfg.URL, cfg.Token, cfg.Scope, cfg.RunUntagged, cfg.AccessLevel, cfg.HTTPTimeout})
 	sum := sha256.Sum256(raw)
-	fp := hex.EncodeToString(sum[:])
-	key := tmpl.Namespace + "/" + tmpl.Name + "/" + scope.String()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if c, ok := b.providers[key]; ok && c.fingerprint == fp {
-		return c.provider, nil
-	}
-	p, err := New(cfg)
+	p, err := b.providers.Get(tmpl, scope, hex.EncodeToString(sum[:]), func() (*Provider, error) { return New(cfg) })
 	if err != nil {
 		return nil, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s of HypervisorMachineTemplate %s: %w", templateField, tmpl.Name, err)
 	}
-	b.providers[key] = cachedProvider{fingerprint: fp, provider: p}
 	return p, nil
 }

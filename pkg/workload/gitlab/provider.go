@@ -239,7 +239,7 @@ func (p *Provider) scopeID(ctx context.Context) (int64, error) {
 // operator seals the runner at its first job (SealRunner).
 func (p *Provider) IssueCredential(ctx context.Context, spec workload.RunnerSpec) (workload.Credential, error) {
 	switch spec.Method {
-	case "", workload.MethodRunnerAuthToken, workload.MethodJIT:
+	case "", MethodRunnerAuthToken, workload.Method(hfv1.BootstrapJITConfig):
 		// jit-config is the template's default method, which GitLab runners
 		// read as theirs: created up front, good for one VM.
 	default:
@@ -288,7 +288,7 @@ func (p *Provider) IssueCredential(ctx context.Context, spec workload.RunnerSpec
 		return workload.Credential{}, fmt.Errorf("gitlab: runner %s was created without a token: %w", spec.Name, workload.ErrUnavailable)
 	}
 	cred := workload.Credential{
-		Method: workload.MethodRunnerAuthToken, Secret: workload.NewSecret(r.Token),
+		Method: MethodRunnerAuthToken, Secret: workload.NewSecret(r.Token),
 		RunnerName: spec.Name, RunnerID: r.ID, RegistrationURL: p.cfg.URL, IssuedAt: issued,
 	}
 	if r.TokenExpiresAt != nil {
@@ -341,15 +341,9 @@ func (p *Provider) runnerDetails(ctx context.Context, id int64) (*runnerDetails,
 // stays paused, which only stops it taking a next job, and is deleted on
 // a later call.
 func (p *Provider) DeregisterRunner(ctx context.Context, id int64, name string) error {
-	if id == 0 {
-		r, err := p.GetRunner(ctx, name)
-		if errors.Is(err, workload.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		id = r.ID
+	id, found, err := workload.RunnerToRemove(ctx, p.GetRunner, id, name)
+	if !found || err != nil {
+		return err
 	}
 	switch err := p.pause(ctx, id); {
 	case errors.Is(err, workload.ErrNotFound):
@@ -671,18 +665,8 @@ func (p *Provider) mapErr(what string, resp *gl.Response, err error) error {
 	return fmt.Errorf("gitlab: %s: %d %s: %w", what, code, msg, workload.ErrUnavailable)
 }
 
-// formatJobID is GitLab's numeric job id as the neutral model's text.
-func formatJobID(id int64) string { return strconv.FormatInt(id, 10) }
-
-// parseJobID reads a job id formatJobID wrote: decimal digits without a
-// sign or leading zero, greater than zero.
-func parseJobID(id string) (int64, bool) {
-	if id == "" || id[0] < '1' || id[0] > '9' {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(id, 10, 64)
-	return n, err == nil && n > 0 && formatJobID(n) == id
-}
+// GitLab's job ids are numbers (workload.FormatNumericJobID).
+var formatJobID, parseJobID = workload.FormatNumericJobID, workload.ParseNumericJobID
 
 // retryAt reads when a throttled call may be retried: Retry-After
 // (seconds), else RateLimit-Reset (Unix time), else a minute from now

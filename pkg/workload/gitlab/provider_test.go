@@ -130,11 +130,11 @@ func TestRunnersPerScope(t *testing.T) {
 				t.Fatalf("VerifyScope: %v", err)
 			}
 			name := "hf-" + strings.ReplaceAll(tc.name, " ", "-")
-			cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: name, Labels: []string{"linux", "hyperfleet"}, Method: workload.MethodJIT})
+			cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: name, Labels: []string{"linux", "hyperfleet"}, Method: workload.Method(hfv1.BootstrapJITConfig)})
 			if err != nil {
 				t.Fatalf("IssueCredential: %v", err)
 			}
-			if cred.Method != workload.MethodRunnerAuthToken || !strings.HasPrefix(cred.Secret.Reveal(), "glrt-") || cred.RunnerID == 0 ||
+			if cred.Method != glworkload.MethodRunnerAuthToken || !strings.HasPrefix(cred.Secret.Reveal(), "glrt-") || cred.RunnerID == 0 ||
 				cred.RunnerName != name || cred.RegistrationURL != w.srv.URL || cred.IssuedAt.IsZero() {
 				t.Fatalf("credential: %+v", cred)
 			}
@@ -208,7 +208,7 @@ func TestVerifyScopeRefusals(t *testing.T) {
 	if _, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "hf-none"}); !errors.Is(err, workload.ErrInvalidRequest) {
 		t.Fatalf("IssueCredential without tags: %v, want ErrInvalidRequest", err)
 	}
-	if _, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "hf-reg", Labels: []string{"linux"}, Method: workload.MethodRegistrationToken}); !errors.Is(err, workload.ErrInvalidRequest) {
+	if _, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "hf-reg", Labels: []string{"linux"}, Method: workload.Method(hfv1.BootstrapRunnerToken)}); !errors.Is(err, workload.ErrInvalidRequest) {
 		t.Fatalf("IssueCredential with GitHub's runner-token method: %v, want ErrInvalidRequest", err)
 	}
 	if _, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "hf-untagged", RunUntagged: ptr.To(true)}); err != nil {

@@ -42,7 +42,7 @@ func TestRunnerBounds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: tc.name, Labels: []string{"linux"}, Method: workload.MethodRunnerAuthToken, JobTimeout: tc.jobTimeout})
+		cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: tc.name, Labels: []string{"linux"}, Method: glworkload.MethodRunnerAuthToken, JobTimeout: tc.jobTimeout})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestSealRunner(t *testing.T) {
 		if byName {
 			name = "vm-seal-by-name"
 		}
-		cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: name, Labels: []string{"linux"}, Method: workload.MethodRunnerAuthToken})
+		cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: name, Labels: []string{"linux"}, Method: glworkload.MethodRunnerAuthToken})
 		if err != nil {
 			t.Fatal(err)
 		}

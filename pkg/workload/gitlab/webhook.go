@@ -39,6 +39,13 @@ var WebhookFormat = workload.WebhookFormat{
 	DeliveryHeader: WebhookEventUUIDHeader, SignatureHeader: WebhookTokenHeader,
 	HostHeader: WebhookInstanceHeader, PublicHosts: []string{publicHost},
 	Used: "Job Hook events (object_kind build) of pending, running and finished jobs",
+	Operator: workload.WebhookFlags{
+		Name: "gitlab",
+		OwnerKeys: "owner.<group path> (the token of one group's hooks, its full path in lower case with each / written as .., such as owner.acme..platform; " +
+			"deliveries about the projects under the group verify with it)",
+		Owners: "GitLab group", Docs: "docs/gitlab.md",
+		PublicService: "GitLab.com", ExampleHost: "gitlab.example.com (a self-managed GitLab)",
+	},
 }
 
 // OwnerKey is how a group's own webhook token is keyed in the webhook

@@ -115,13 +115,19 @@ func (p *Platform) ObserveSecondaryLimit(account string, active bool) {
 // Transport records every call through next with the operation opOf names
 // (a route, never an id), its status code and latency.
 func (p *Platform) Transport(next http.RoundTripper, opOf func(*http.Request) string) http.RoundTripper {
-	return observed{next: next, platform: p, opOf: opOf}
+	return Observed(next, opOf, p.ObserveCall)
+}
+
+// Observed is next with every call shown to observe: the operation opOf
+// names, the status code (0 when no answer came) and the latency.
+func Observed(next http.RoundTripper, opOf func(*http.Request) string, observe func(op string, code int, d time.Duration)) http.RoundTripper {
+	return observed{next: next, observe: observe, opOf: opOf}
 }
 
 type observed struct {
-	next     http.RoundTripper
-	platform *Platform
-	opOf     func(*http.Request) string
+	next    http.RoundTripper
+	observe func(op string, code int, d time.Duration)
+	opOf    func(*http.Request) string
 }
 
 func (o observed) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -131,6 +137,6 @@ func (o observed) RoundTrip(req *http.Request) (*http.Response, error) {
 	if resp != nil {
 		code = resp.StatusCode
 	}
-	o.platform.ObserveCall(o.opOf(req), code, time.Since(start))
+	o.observe(o.opOf(req), code, time.Since(start))
 	return resp, err
 }

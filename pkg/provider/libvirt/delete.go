@@ -1,0 +1,159 @@
+package libvirt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// DeleteVM implements provider.Provider, one write per call while the
+// domain exists and verifies: stop it, delete its cloud-init ISO, delete
+// its disk, then undefine it with its NVRAM and TPM state. The volumes go
+// before the domain, while its marker still proves they are the owner's:
+// once the domain is gone its VM id, and with it the names of its
+// volumes, may be taken by another VM. Done once libvirt says the domain
+// does not exist.
+func (p *Provider) DeleteVM(_ context.Context, owner provider.Owner, prev provider.Progress) (*provider.DeleteResult, error) {
+	vmid, err := ParseID(prev.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := &provider.DeleteResult{Progress: provider.Progress{ID: prev.ID, Node: prev.Node}}
+	if vmid == 0 {
+		p.forget(owner)
+		out.Done = true
+		return out, nil
+	}
+	d, err := p.find(vmid, prev.Node)
+	if isNotFound(err) {
+		p.forget(owner)
+		p.releaseSlot(vmid)
+		out.Done, out.Message = true, fmt.Sprintf("VM %d is gone", vmid)
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.owned(d, owner); err != nil {
+		return nil, err
+	}
+	out.Progress.Node = d.host.Name
+	op, err := p.deleteStep(d, owner)
+	if err != nil {
+		return nil, err
+	}
+	out.Progress.Task = p.task(d.host, vmid, op)
+	out.Message = fmt.Sprintf("%s of VM %d on host %s", op, vmid, d.host.Name)
+	return out, nil
+}
+
+// deleteStep makes the next write of a deletion and names it.
+func (p *Provider) deleteStep(d *domain, owner provider.Owner) (string, error) {
+	vmid := d.meta.ID
+	l, err := d.host.client()
+	if err != nil {
+		return "", err
+	}
+	if d.running() {
+		if err := l.DomainDestroyFlags(d.dom, golibvirt.DomainDestroyDefault); err != nil && !isCode(err, golibvirt.ErrOperationInvalid) {
+			return "", classify(fmt.Errorf("stop VM %d: %w", vmid, err))
+		}
+		return "stop", nil
+	}
+	for _, name := range p.mediaOf(d, owner) {
+		deleted, err := p.deleteVolume(d.host, name)
+		if err != nil {
+			return "", err
+		}
+		if deleted {
+			return opDeleteISO, nil
+		}
+	}
+	poolName, volName := p.diskOf(d)
+	pool, err := l.StoragePoolLookupByName(poolName)
+	if err != nil {
+		return "", classify(fmt.Errorf("look up pool %s to delete the disk of VM %d: %w", poolName, vmid, err))
+	}
+	if vol, err := l.StorageVolLookupByName(pool, volName); err == nil {
+		if err := l.StorageVolDelete(vol, 0); err != nil {
+			return "", classify(fmt.Errorf("delete the disk of VM %d: %w", vmid, err))
+		}
+		return "delete-disk", nil
+	} else if !isCode(err, golibvirt.ErrNoStorageVol) {
+		return "", classify(fmt.Errorf("look up the disk of VM %d: %w", vmid, err))
+	}
+	if err := l.DomainUndefineFlags(d.dom, golibvirt.DomainUndefineNvram|golibvirt.DomainUndefineTpm|golibvirt.DomainUndefineManagedSave); err != nil {
+		return "", classify(fmt.Errorf("undefine VM %d: %w", vmid, err))
+	}
+	return "undefine", nil
+}
+
+// DisownVM implements provider.Provider: one write replaces the ownership
+// block by the release note and drops the install's tags; a clone that
+// still shows the install's name gets the title "disowned-<n>" with it.
+func (p *Provider) DisownVM(_ context.Context, owner provider.Owner, ref provider.VMRef) (*provider.DisownResult, error) {
+	d, err := p.lookup(ref)
+	if err != nil {
+		return nil, err
+	}
+	vmid := d.meta.ID
+	rec, err := p.owned(d, owner)
+	if err != nil {
+		var verr error
+		if _, verr = p.verify(d); errors.Is(verr, ownership.ErrNoMarker) && d.metaErr == nil && p.signer.Released(d.meta.Description, owner.UID, vmid) {
+			return &provider.DisownResult{Done: true, Message: fmt.Sprintf("VM %d was already released", vmid)}, nil
+		}
+		return nil, err
+	}
+	meta := d.meta
+	var removed []string
+	meta.Tags = slices.DeleteFunc(slices.Clone(meta.Tags), func(t string) bool { return slices.Contains(p.signer.Tags(), strings.ToLower(t)) })
+	if len(meta.Tags) != len(d.meta.Tags) {
+		removed = append(removed, "tags "+strings.Join(p.signer.Tags(), ", "))
+	}
+	meta.Description = p.signer.ReleasedDescription(meta.Description, rec, p.clock.Now())
+	removed = append(removed, "the ownership block")
+	if d.xml.Title == "" {
+		removed = append(removed, "the clone name "+d.dom.Name)
+		if err := p.retitle(d, meta, fmt.Sprintf("disowned-%d", vmid)); err != nil {
+			return nil, err
+		}
+	} else if err := d.setMetadata(meta); err != nil {
+		return nil, err
+	}
+	p.forget(owner)
+	return &provider.DisownResult{Done: true, Removed: removed, Message: fmt.Sprintf("VM %d is no longer this install's", vmid)}, nil
+}
+
+// retitle writes meta and a title: one definition for an inactive
+// domain; a running one takes the metadata, then the title.
+func (p *Provider) retitle(d *domain, meta vmMeta, title string) error {
+	if !d.running() {
+		x, err := d.inactiveXML()
+		if err != nil {
+			return err
+		}
+		x.Title = title
+		if err := setMeta(x, meta); err != nil {
+			return err
+		}
+		return d.host.redefine(x)
+	}
+	if err := d.setMetadata(meta); err != nil {
+		return err
+	}
+	l, err := d.host.client()
+	if err != nil {
+		return err
+	}
+	err = l.DomainSetMetadata(d.dom, int32(golibvirt.DomainMetadataTitle), golibvirt.OptString{title}, nil, nil,
+		golibvirt.DomainAffectConfig|golibvirt.DomainAffectLive)
+	return classify(err)
+}

@@ -1,0 +1,212 @@
+package libvirt
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// faultOwner is the owner of a fault test's VM.
+var faultOwner = provider.Owner{Namespace: "faults", Name: "claim", UID: "7d0f5b0e-0000-4000-8000-000000000001",
+	CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+
+// faultSpec is a small VM of the world's template.
+func (w *world) faultSpec() *provider.VMSpec {
+	return &provider.VMSpec{Owner: faultOwner, Name: "hf-fault", Source: w.source, MemoryBytes: 256 << 20,
+		Network:   provider.NetworkSpec{MACAddress: "02:48:46:ff:00:01"},
+		CloudInit: provider.CloudInit{UserData: []byte("#cloud-config\n{}\n")}}
+}
+
+// drive calls EnsureVM until done holds for a result, honouring
+// RetryAfter (in slices: the backend's time is real) and retrying
+// transient errors; it returns the last result and the first
+// non-transient error.
+func drive(t *testing.T, p provider.Provider, spec *provider.VMSpec, prog *provider.Progress, done func(*provider.EnsureResult) bool) (*provider.EnsureResult, error) {
+	t.Helper()
+	transient := 0
+	for i := 0; i < 400; i++ {
+		res, err := p.EnsureVM(t.Context(), spec, *prog)
+		if err != nil {
+			if provider.Classify(err) != provider.ClassTransient || transient >= 5 {
+				return nil, err
+			}
+			transient++
+			t.Logf("transient: %v", err)
+			time.Sleep(advanceSlice)
+			continue
+		}
+		transient = 0
+		*prog = res.Progress
+		if done(res) {
+			return res, nil
+		}
+		time.Sleep(min(res.RetryAfter, advanceSlice))
+	}
+	t.Fatalf("EnsureVM(%s) never got there; progress %+v", spec.Name, *prog)
+	return nil, nil
+}
+
+func phaseIs(ph provider.Phase) func(*provider.EnsureResult) bool {
+	return func(r *provider.EnsureResult) bool { return r.Phase == ph }
+}
+
+// ownedVMs counts the VMs whose marker verifies for o.
+func ownedVMs(t *testing.T, p provider.Provider, o provider.Owner) int {
+	t.Helper()
+	list, err := p.ListVMs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, s := range list {
+		vm, err := p.GetVM(t.Context(), provider.VMRef{ID: s.ID, Node: s.Node})
+		if err == nil && vm.Owner != nil && vm.Owner.UID == o.UID {
+			n++
+		}
+	}
+	return n
+}
+
+// TestLibvirtdRestartMidClone: libvirtd dies (SIGKILL) and comes back
+// while a VM is being cloned and again while it boots; the provider's
+// connection breaks, the calls in between fail transiently, and the VM
+// still ends up Running, once, at the id it was cloned to.
+func TestLibvirtdRestartMidClone(t *testing.T) {
+	w := newWorld(t)
+	p := w.provider(t, w.cfg)
+	spec := w.faultSpec()
+	var prog provider.Progress
+	cloning, err := drive(t, p, spec, &prog, phaseIs(provider.PhaseCloning))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.d.Restart(t)
+	w.conn = w.d.Dial(t)
+	booting, err := drive(t, p, spec, &prog, phaseIs(provider.PhaseBooting))
+	if err != nil {
+		t.Fatalf("after the restart mid-clone: %v", err)
+	}
+	w.d.Restart(t)
+	running, err := drive(t, p, spec, &prog, phaseIs(provider.PhaseRunning))
+	if err != nil {
+		t.Fatalf("after the restart while booting: %v", err)
+	}
+	if running.Progress.ID != cloning.Progress.ID || booting.Progress.ID != cloning.Progress.ID {
+		t.Errorf("the VM moved: cloned at %s, booted at %s, running at %s", cloning.Progress.ID, booting.Progress.ID, running.Progress.ID)
+	}
+	if n := ownedVMs(t, p, faultOwner); n != 1 {
+		t.Errorf("the owner has %d VMs, want 1", n)
+	}
+}
+
+// TestUnreachableHost: a second host whose libvirtd socket is dead is
+// reported offline by Probe and skipped by placement; the VM runs on the
+// live host and the listing still works.
+func TestUnreachableHost(t *testing.T) {
+	w := newWorld(t)
+	cfg := w.cfg
+	s := *cfg.Settings.(*ClusterSettings)
+	s.Hosts = []Host{{Name: "dead", URI: "qemu:///system?socket=" + filepath.Join(w.d.Dir(), "no-such-daemon.sock")}, s.Hosts[0]}
+	cfg.Settings = &s
+	p := w.provider(t, cfg)
+	info, err := p.Probe(t.Context())
+	if err != nil {
+		t.Fatalf("Probe with one host down: %v", err)
+	}
+	online := map[string]bool{}
+	for _, n := range info.Nodes {
+		online[n.Name] = n.Online
+		if n.Name == worldHost && (n.CPUs <= 0 || n.MemoryBytes <= 0) {
+			t.Errorf("live host: %+v", n)
+		}
+	}
+	if len(online) != 2 || online["dead"] || !online[worldHost] {
+		t.Errorf("Probe nodes %+v: want dead offline and %s online", info.Nodes, worldHost)
+	}
+	spec := w.faultSpec()
+	var prog provider.Progress
+	res, err := drive(t, p, spec, &prog, phaseIs(provider.PhaseRunning))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Progress.Node != worldHost {
+		t.Errorf("placed on %s, want the live host %s", res.Progress.Node, worldHost)
+	}
+	if n := ownedVMs(t, p, faultOwner); n != 1 {
+		t.Errorf("ListVMs/GetVM with a host down: the owner has %d VMs, want 1", n)
+	}
+}
+
+// TestStoragePoolFull: a clone into a pool with no room is refused with a
+// capacity error naming the pool, and the VM's domain is deleted cleanly.
+func TestStoragePoolFull(t *testing.T) {
+	w := newWorld(t)
+	w.d.DefineSmallPool(t, "small", 1<<20)
+	cfg := w.cfg
+	s := *cfg.Settings.(*ClusterSettings)
+	s.VolumePool = "small"
+	cfg.Settings = &s
+	p := w.provider(t, cfg)
+	spec := w.faultSpec()
+	var prog provider.Progress
+	_, err := drive(t, p, spec, &prog, phaseIs(provider.PhaseConfiguring))
+	if err == nil {
+		t.Fatal("the clone went on into a full pool")
+	}
+	if provider.Classify(err) != provider.ClassResource || !errors.Is(err, provider.ErrNoCapacity) || !strings.Contains(err.Error(), "small") {
+		t.Fatalf("clone into a full pool: %v (class %s), want a capacity error naming pool small", err, provider.Classify(err))
+	}
+	for i := 0; ; i++ {
+		res, err := p.DeleteVM(t.Context(), faultOwner, prog)
+		if err != nil {
+			t.Fatalf("DeleteVM: %v", err)
+		}
+		if res.Done {
+			break
+		}
+		if i > 20 {
+			t.Fatal("DeleteVM never Done")
+		}
+		prog = res.Progress
+	}
+	if n := ownedVMs(t, p, faultOwner); n != 0 {
+		t.Errorf("the owner still has %d VMs", n)
+	}
+}
+
+// TestLifecycleEventsWakeOwner: a VM being built that stops (here its
+// guest powers off while it boots) wakes its owner through Deps.Wake,
+// from the host's lifecycle events.
+func TestLifecycleEventsWakeOwner(t *testing.T) {
+	w := newWorld(t)
+	woken := make(chan provider.Owner, 4)
+	p, err := New(w.cfg, provider.Deps{Signer: w.signer, Wake: func(o provider.Owner) { woken <- o }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	spec := w.faultSpec()
+	var prog provider.Progress
+	if _, err := drive(t, p, spec, &prog, phaseIs(provider.PhaseBooting)); err != nil {
+		t.Fatal(err)
+	}
+	dom := w.domainOf(t, prog.ID)
+	if err := w.conn.DomainDestroy(dom); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case o := <-woken:
+		if o.UID != faultOwner.UID {
+			t.Errorf("woke %+v", o)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no wake after the VM being built stopped")
+	}
+	if !p.hasRun(worldHost, dom.Name) {
+		t.Error("the provider's view does not show the domain stopped")
+	}
+}

@@ -1,0 +1,118 @@
+package libvirt
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sync"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+	"github.com/digitalocean/go-libvirt/socket"
+)
+
+// host is one configured libvirt host and its connection, made on first
+// use and made again after it is lost (a libvirtd restart, a network
+// failure). Each connection follows the host's domain lifecycle events.
+type host struct {
+	Host
+	dial socket.Dialer
+	p    *Provider
+
+	mu   sync.Mutex
+	conn *golibvirt.Libvirt
+	// cancel stops the event loop of conn.
+	cancel context.CancelFunc
+}
+
+// client returns the host's connection, connecting when there is none or
+// the last one is lost. A host that cannot be reached is ErrUnreachable.
+func (h *host) client() (*golibvirt.Libvirt, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conn != nil && h.conn.IsConnected() {
+		return h.conn, nil
+	}
+	if h.cancel != nil {
+		h.cancel()
+		h.cancel = nil
+	}
+	uri, err := url.Parse(h.URI)
+	if err != nil {
+		return nil, fmt.Errorf("host %s: URI %q: %w", h.Name, h.URI, err)
+	}
+	l := golibvirt.NewWithDialer(h.dial)
+	if err := l.ConnectToURI(golibvirt.RemoteURI(uri)); err != nil {
+		return nil, classify(fmt.Errorf("connect to libvirt host %s (%s): %w", h.Name, h.URI, err))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	events, err := l.LifecycleEvents(ctx)
+	if err != nil {
+		cancel()
+		_ = l.Disconnect()
+		return nil, classify(fmt.Errorf("follow the domain events of host %s: %w", h.Name, err))
+	}
+	h.conn, h.cancel = l, cancel
+	go h.follow(events)
+	return l, nil
+}
+
+// follow feeds the provider's view with the host's lifecycle events until
+// the connection ends.
+func (h *host) follow(events <-chan golibvirt.DomainEventLifecycleMsg) {
+	for ev := range events {
+		h.p.lifecycle(h.Name, ev.Dom.Name, golibvirt.DomainEventType(ev.Event), ev.Detail)
+	}
+}
+
+// close drops the host's connection.
+func (h *host) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cancel != nil {
+		h.cancel()
+		h.cancel = nil
+	}
+	if h.conn != nil {
+		_ = h.conn.Disconnect()
+		h.conn = nil
+	}
+}
+
+// Close disconnects from every host.
+func (p *Provider) Close() {
+	for _, h := range p.hosts {
+		h.close()
+	}
+}
+
+// lifecycle records what a domain's lifecycle event says: a domain that
+// stops (but for a failed start) has run (Stopped once configured), and the owner building it is
+// woken to see so.
+func (p *Provider) lifecycle(hostName, domain string, ev golibvirt.DomainEventType, detail int32) {
+	key := hostName + "/" + domain
+	p.mu.Lock()
+	var wake []func()
+	switch ev {
+	case golibvirt.DomainEventStopped:
+		if golibvirt.DomainEventStoppedDetailType(detail) == golibvirt.DomainEventStoppedFailed {
+			break // a start that did not happen
+		}
+		p.ran[key] = true
+		if o, ok := p.builders[key]; ok && p.wake != nil {
+			wake = append(wake, func() { p.wake(o) })
+		}
+	case golibvirt.DomainEventUndefined:
+		delete(p.ran, key)
+	}
+	p.mu.Unlock()
+	for _, w := range wake {
+		w()
+	}
+}
+
+// hasRun says whether the lifecycle events showed the domain stopping.
+func (p *Provider) hasRun(hostName, domain string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ran[hostName+"/"+domain]
+}

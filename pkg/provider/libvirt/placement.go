@@ -1,0 +1,288 @@
+package libvirt
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// hostState is what placement knows of one host.
+type hostState struct {
+	name string
+	// availableBytes is memory the host can give: free, buffers and page
+	// cache, minus what it keeps for itself (Host.ReservedMemoryBytes).
+	availableBytes int64
+	// template says the host holds the template.
+	template bool
+}
+
+// clusterScan is one reading of every reachable host: what placement
+// decides on.
+type clusterScan struct {
+	hosts []hostState
+	// used are the VM ids domains carry; machines counts this install's
+	// VMs (tagged or carrying its clone name).
+	used     map[int]bool
+	machines map[int]bool
+	// unreachable names hosts that did not answer, with why.
+	unreachable map[string]error
+}
+
+// scan reads every allowed host: its memory, whether it holds the
+// template (tmpl names its domain; empty skips the check) and its domains.
+// Hosts that do not answer are left out, so placement skips them.
+func (p *Provider) scan(tmpl *TemplateRef) *clusterScan {
+	s := &clusterScan{used: map[int]bool{}, machines: map[int]bool{}, unreachable: map[string]error{}}
+	for _, h := range p.hosts {
+		doms, err := h.list()
+		if err == nil && p.allowed(h.Name) {
+			var st hostState
+			st, err = p.hostState(h, tmpl)
+			if err == nil {
+				s.hosts = append(s.hosts, st)
+			}
+		}
+		if err != nil {
+			s.unreachable[h.Name] = err
+			p.log.V(1).Info("Host skipped by placement", "host", h.Name, "error", err.Error())
+		}
+		for _, d := range doms {
+			s.used[d.number()] = true
+			if sum := p.summary(d); sum.OperatorTagged || sum.InstallNamed {
+				s.machines[d.number()] = true
+			}
+		}
+	}
+	return s
+}
+
+// hostState reads h's memory and whether it holds tmpl.
+func (p *Provider) hostState(h *host, tmpl *TemplateRef) (hostState, error) {
+	l, err := h.client()
+	if err != nil {
+		return hostState{}, err
+	}
+	avail, err := availableMemory(l)
+	if err != nil {
+		return hostState{}, classify(fmt.Errorf("read the free memory of host %s: %w", h.Name, err))
+	}
+	st := hostState{name: h.Name, availableBytes: avail - h.ReservedMemoryBytes, template: tmpl == nil}
+	if tmpl != nil && (tmpl.Host == "" || tmpl.Host == h.Name) {
+		_, err := lookupTemplate(l, tmpl)
+		switch {
+		case err == nil:
+			st.template = true
+		case !isCode(err, golibvirt.ErrNoDomain):
+			return hostState{}, classify(fmt.Errorf("look up template %s on host %s: %w", tmpl, h.Name, err))
+		}
+	}
+	return st, nil
+}
+
+// availableMemory is the memory a host can give to new guests: free
+// memory, buffers and page cache (NodeGetMemoryStats), or free memory
+// alone where the statistics are missing.
+func availableMemory(l *golibvirt.Libvirt) (int64, error) {
+	stats, _, err := l.NodeGetMemoryStats(4, int32(golibvirt.NodeMemoryStatsAllCells), 0)
+	if err == nil {
+		var kib uint64
+		for _, s := range stats {
+			if s.Field == "free" || s.Field == "buffers" || s.Field == "cached" {
+				kib += s.Value
+			}
+		}
+		if kib > 0 {
+			return int64(kib) << 10, nil
+		}
+	}
+	free, err := l.NodeGetFreeMemory()
+	return int64(free), err
+}
+
+// chooseHost picks, among the hosts of s that hold the template, the one
+// with the most memory left after this process's reservations on it, if
+// memory fits there.
+func chooseHost(hosts []hostState, reserved map[string]int64, memory int64) (string, bool) {
+	best, bestFree := "", int64(-1)
+	for _, h := range hosts {
+		free := h.availableBytes - reserved[h.name]
+		if h.template && free >= memory && free > bestFree {
+			best, bestFree = h.name, free
+		}
+	}
+	return best, best != ""
+}
+
+// freeID returns the lowest id of [start, end] that is neither used nor
+// reserved, zero when none.
+func freeID(start, end int, used, reserved map[int]bool) int {
+	for id := start; id <= end; id++ {
+		if !used[id] && !reserved[id] {
+			return id
+		}
+	}
+	return 0
+}
+
+// place reserves a VM id and a host for spec's owner, in-process: a
+// second call returns the same reservation.
+func (p *Provider) place(spec *provider.VMSpec, tmpl *TemplateRef, memory int64) (*provider.EnsureResult, error) {
+	o := spec.Owner
+	p.mu.Lock()
+	r := p.reservations[o.UID]
+	p.mu.Unlock()
+	if r == nil {
+		s := p.scan(tmpl)
+		var err error
+		if r, err = p.reserve(s, o, memory); err != nil {
+			return nil, err
+		}
+	}
+	h := p.hostNamed(r.host)
+	res := &provider.EnsureResult{Progress: provider.Progress{ID: FormatID(r.vmid), Node: r.host}, Phase: provider.PhasePlaced,
+		Message: fmt.Sprintf("VM id %d reserved on host %s", r.vmid, r.host)}
+	if !p.slotFree(h, r.vmid) {
+		res.Waits = slotWait(h.Name)
+	}
+	return res, nil
+}
+
+// reserve chooses a host and an id from s and records them for o, under
+// the lock so that concurrent placements of this process never share an
+// id or overbook a host.
+func (p *Provider) reserve(s *clusterScan, o provider.Owner, memory int64) (*reservation, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.reservations[o.UID]; r != nil {
+		return r, nil
+	}
+	reservedIDs, reservedMem := map[int]bool{}, map[string]int64{}
+	for _, r := range p.reservations {
+		reservedIDs[r.vmid] = true
+		reservedMem[r.host] += r.memory
+	}
+	if limit := p.cfg.MaxMachines; limit > 0 {
+		machines := maps.Clone(s.machines)
+		maps.Copy(machines, reservedIDs)
+		if len(machines) >= limit {
+			return nil, provider.Errorf(provider.ClassResource, "MaxMachinesReached",
+				"the HypervisorCluster's spec.limits.maxMachines (%d) is reached: %d VMs of this install exist or are being created; the VM is created when one of them is deleted (or raise spec.limits.maxMachines)",
+				limit, len(machines))
+		}
+	}
+	name, ok := chooseHost(s.hosts, reservedMem, memory)
+	if !ok {
+		return nil, provider.Errorf(provider.ClassResource, "InsufficientCapacity",
+			"no allowed reachable host of cluster %q that holds the template has %d bytes of memory free for %s/%s%s: %w",
+			p.cfg.Name, memory, o.Namespace, o.Name, unreachableNote(s.unreachable), provider.ErrNoCapacity)
+	}
+	vmid := freeID(p.cfg.VMIDStart, p.cfg.VMIDEnd, s.used, reservedIDs)
+	if vmid == 0 {
+		return nil, provider.Errorf(provider.ClassResource, "VMIDRangeExhausted",
+			"cluster %q: VM ids %d-%d are all in use: %w", p.cfg.Name, p.cfg.VMIDStart, p.cfg.VMIDEnd, provider.ErrIDRangeExhausted)
+	}
+	r := &reservation{vmid: vmid, host: name, memory: memory}
+	p.reservations[o.UID] = r
+	return r, nil
+}
+
+func unreachableNote(unreachable map[string]error) string {
+	if len(unreachable) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (hosts %s did not answer)", strings.Join(slices.Sorted(maps.Keys(unreachable)), ", "))
+}
+
+// forget drops o's reservation and any clone slot and wait it holds.
+func (p *Provider) forget(o provider.Owner) {
+	p.mu.Lock()
+	delete(p.reservations, o.UID)
+	delete(p.queued, o.UID)
+	p.mu.Unlock()
+}
+
+// reservedOn is the memory this process promised on host name.
+func (p *Provider) reservedOn(name string) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var sum int64
+	for _, r := range p.reservations {
+		if r.host == name {
+			sum += r.memory
+		}
+	}
+	return sum
+}
+
+// slotWait is the message of a VM waiting for a clone slot.
+func slotWait(hostName string) string {
+	return fmt.Sprintf("waiting for a clone slot on host %s", hostName)
+}
+
+// cloneHoldLimit bounds how long a clone holds its slot after its disk
+// exists without its owner coming back to see it.
+const cloneHoldLimit = 5 * time.Minute
+
+// slotFree says whether VM vmid may start a clone on h now: it holds a
+// slot already, or the host has one free under ClonesPerNode.
+func (p *Provider) slotFree(h *host, vmid int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.slotFreeLocked(h.Name, vmid)
+}
+
+func (p *Provider) slotFreeLocked(hostName string, vmid int) bool {
+	if _, held := p.clones[vmid]; held || p.cfg.ClonesPerNode <= 0 {
+		return true
+	}
+	n := 0
+	now := p.clock.Now()
+	for _, c := range p.clones {
+		if c.host == hostName && (c.done != nil || now.Sub(c.since) < cloneHoldLimit) {
+			n++
+		}
+	}
+	return n < p.cfg.ClonesPerNode
+}
+
+// takeSlot takes a clone slot on h for o's VM vmid, or queues o and
+// returns false.
+func (p *Provider) takeSlot(h *host, vmid int, o provider.Owner) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.slotFreeLocked(h.Name, vmid) {
+		p.queued[o.UID] = o
+		p.obs.CloneQueue(len(p.queued))
+		return false
+	}
+	delete(p.queued, o.UID)
+	if _, held := p.clones[vmid]; !held {
+		p.clones[vmid] = &clone{host: h.Name, owner: o.UID, since: p.clock.Now()}
+	}
+	return true
+}
+
+// releaseSlot frees VM vmid's clone slot, if it holds one, and wakes the
+// owners waiting for one.
+func (p *Provider) releaseSlot(vmid int) {
+	p.mu.Lock()
+	if _, held := p.clones[vmid]; !held {
+		p.mu.Unlock()
+		return
+	}
+	delete(p.clones, vmid)
+	waiting := slices.Collect(maps.Values(p.queued))
+	p.mu.Unlock()
+	if p.wake == nil {
+		return
+	}
+	for _, o := range waiting {
+		p.wake(o)
+	}
+}

@@ -1,0 +1,169 @@
+package libvirt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+// Probe implements provider.Provider: every configured host as a node,
+// offline when it does not answer, and the version of the first host that
+// does.
+func (p *Provider) Probe(_ context.Context) (*provider.ClusterInfo, error) {
+	info := &provider.ClusterInfo{InsecureTLS: p.cfg.InsecureSkipVerify}
+	var last error
+	for _, h := range p.hosts {
+		n, version, err := p.probeHost(h)
+		if err != nil {
+			last = err
+			p.log.V(1).Info("Host offline", "host", h.Name, "error", err.Error())
+		}
+		if info.Version == "" {
+			info.Version = version
+		}
+		if n.Online && n.Allowed {
+			info.AvailableStorageBytes += n.StorageBytes - n.StorageUsedBytes
+		}
+		info.Nodes = append(info.Nodes, n)
+	}
+	if info.Version == "" {
+		return nil, fmt.Errorf("no libvirt host of cluster %q answers: %w", p.cfg.Name, last)
+	}
+	return info, nil
+}
+
+// probeHost reads one host's capacity; an unreachable host is offline.
+func (p *Provider) probeHost(h *host) (provider.NodeInfo, string, error) {
+	n := provider.NodeInfo{Name: h.Name, Allowed: p.allowed(h.Name), ReservedMemoryBytes: p.reservedOn(h.Name)}
+	l, err := h.client()
+	if err != nil {
+		return n, "", err
+	}
+	_, memKiB, cpus, _, _, _, _, _, err := l.NodeGetInfo()
+	if err != nil {
+		return n, "", classify(fmt.Errorf("read host %s: %w", h.Name, err))
+	}
+	avail, err := availableMemory(l)
+	if err != nil {
+		return n, "", classify(fmt.Errorf("read the memory of host %s: %w", h.Name, err))
+	}
+	ver, err := l.ConnectGetLibVersion()
+	if err != nil {
+		return n, "", classify(fmt.Errorf("read the libvirt version of host %s: %w", h.Name, err))
+	}
+	n.Online, n.CPUs, n.MemoryBytes = true, int64(cpus), int64(memKiB)<<10
+	n.MemoryUsedBytes = min(max(n.MemoryBytes-avail+h.ReservedMemoryBytes, 0), n.MemoryBytes)
+	if pool, err := l.StoragePoolLookupByName(p.settings.VolumePool); err == nil {
+		if _, capacity, allocation, _, err := l.StoragePoolGetInfo(pool); err == nil {
+			n.StorageBytes, n.StorageUsedBytes = int64(capacity), int64(allocation)
+		}
+	}
+	return n, fmt.Sprintf("%d.%d.%d", ver/1000000, ver/1000%1000, ver%1000), nil
+}
+
+// ListVMs implements provider.Provider: every domain of every reachable
+// host, under its number (domain.number); a domain of no install that is
+// not running is listed as a template (the shape of one: clones copy an
+// inactive definition). A host that does not answer is left out; when
+// none answers, the error.
+func (p *Provider) ListVMs(_ context.Context) ([]provider.VMSummary, error) {
+	var out []provider.VMSummary
+	var last error
+	answered := false
+	for _, h := range p.hosts {
+		doms, err := h.list()
+		if err != nil {
+			last = err
+			continue
+		}
+		answered = true
+		for _, d := range doms {
+			out = append(out, p.summary(d))
+		}
+	}
+	if !answered {
+		return nil, last
+	}
+	slices.SortFunc(out, func(a, b provider.VMSummary) int { return a.ID.Compare(b.ID) })
+	return out, nil
+}
+
+// GetVM implements provider.Provider.
+func (p *Provider) GetVM(_ context.Context, ref provider.VMRef) (*provider.VM, error) {
+	d, err := p.lookup(ref)
+	if err != nil {
+		return nil, err
+	}
+	out := &provider.VM{VMSummary: p.summary(d), TPM: hasTPM2(d.xml)}
+	rec, err := p.verify(d)
+	if err != nil {
+		out.OwnershipError = err
+		return out, nil //nolint:nilerr // a bad ownership record is part of the VM read (OwnershipError), not a failure to read it
+	}
+	out.Owner = &provider.Owner{Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID, Pool: rec.Pool, CreatedAt: rec.CreatedAt}
+	out.CreatedAt = rec.CreatedAt
+	return out, nil
+}
+
+// CheckRef implements provider.Provider.
+func (p *Provider) CheckRef(ref provider.VMRef) error {
+	vmid, err := ParseID(ref.ID)
+	switch {
+	case err != nil || vmid == 0:
+		return provider.Errorf(provider.ClassConfiguration, "InvalidVMRef", "%q is not a libvirt VM id", string(ref.ID))
+	case vmid < p.cfg.VMIDStart || vmid > p.cfg.VMIDEnd:
+		return provider.Errorf(provider.ClassConfiguration, "InvalidVMRef", "VM id %d is outside the cluster's range %d-%d", vmid, p.cfg.VMIDStart, p.cfg.VMIDEnd)
+	case ref.Node != "" && (p.hostNamed(ref.Node) == nil || !p.allowed(ref.Node)):
+		return provider.Errorf(provider.ClassConfiguration, "InvalidVMRef", "host %s is not an allowed host of the cluster", ref.Node)
+	}
+	return nil
+}
+
+// SetPower implements provider.Provider. libvirt's calls return once the
+// change is requested, so the task is one this process names.
+func (p *Provider) SetPower(_ context.Context, owner provider.Owner, ref provider.VMRef, action provider.PowerAction) (*provider.Task, error) {
+	d, err := p.lookup(ref)
+	if err != nil {
+		return nil, err
+	}
+	vmid := d.meta.ID
+	if _, err := p.owned(d, owner); err != nil {
+		return nil, err
+	}
+	l, err := d.host.client()
+	if err != nil {
+		return nil, err
+	}
+	switch action {
+	case provider.PowerOn:
+		if d.running() {
+			return nil, nil
+		}
+		err = l.DomainCreate(d.dom)
+	case provider.PowerOff:
+		if !d.running() {
+			return nil, nil
+		}
+		err = l.DomainDestroyFlags(d.dom, golibvirt.DomainDestroyDefault)
+	case provider.PowerShutdown:
+		if !d.running() {
+			return nil, nil
+		}
+		// The guest agent first, the ACPI power button where there is
+		// none: a guest without ACPI handling still powers off.
+		err = l.DomainShutdownFlags(d.dom, golibvirt.DomainShutdownGuestAgent|golibvirt.DomainShutdownAcpiPowerBtn)
+	default:
+		return nil, provider.Errorf(provider.ClassConfiguration, "InvalidPowerAction", "unknown power action %q", action)
+	}
+	if err != nil {
+		return nil, classify(fmt.Errorf("power %s VM %d: %w", action, vmid, err))
+	}
+	return p.task(d.host, vmid, string(action)), nil
+}
+
+func isNotFound(err error) bool { return errors.Is(err, provider.ErrNotFound) }

@@ -1,0 +1,354 @@
+package libvirt
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	golibvirt "github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
+
+	"github.com/hyperfleet/hyperfleet/pkg/provider"
+)
+
+func TestClassify(t *testing.T) {
+	lv := func(code golibvirt.ErrorNumber, msg string) error {
+		return fmt.Errorf("call: %w", golibvirt.Error{Code: uint32(code), Message: msg})
+	}
+	cases := []struct {
+		name     string
+		err      error
+		class    provider.Class
+		reason   string
+		sentinel error
+	}{
+		{"no domain", lv(golibvirt.ErrNoDomain, "Domain not found: no domain with matching name 'x'"), provider.ClassTransient, "NotFound", provider.ErrNotFound},
+		{"no volume is not the VM's absence", lv(golibvirt.ErrNoStorageVol, "Storage volume not found"), provider.ClassTransient, "MissingReference", nil},
+		{"no pool is not the VM's absence", lv(golibvirt.ErrNoStoragePool, "Storage pool not found"), provider.ClassTransient, "MissingReference", nil},
+		{"access denied", lv(golibvirt.ErrAccessDenied, "access denied"), provider.ClassConfiguration, "Unauthorized", provider.ErrUnauthorized},
+		{"agent not answering", lv(golibvirt.ErrAgentUnresponsive, "Guest agent is not responding"), provider.ClassTransient, "GuestNotReady", provider.ErrGuestNotReady},
+		{"name taken", lv(golibvirt.ErrOperationFailed, "domain 'x' already exists with uuid y"), provider.ClassTransient, "AlreadyExists", nil},
+		{"pool full", lv(golibvirt.ErrInternalError, "Not enough space left in storage pool"), provider.ClassResource, "InsufficientCapacity", provider.ErrNoCapacity},
+		{"bad XML", lv(golibvirt.ErrXMLError, "XML error"), provider.ClassConfiguration, "Unsupported", nil},
+		{"connection lost", fmt.Errorf("call: %w", io.EOF), provider.ClassTransient, "Unreachable", provider.ErrUnreachable},
+		{"refused", errors.New("dial unix /run/libvirt/libvirt-sock: connect: connection refused"), provider.ClassTransient, "Unreachable", provider.ErrUnreachable},
+		{"other", lv(golibvirt.ErrInternalError, "something"), provider.ClassTransient, "LibvirtError", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := classify(c.err)
+			if got := provider.Classify(err); got != c.class {
+				t.Errorf("class %s, want %s (%v)", got, c.class, err)
+			}
+			if got := provider.ReasonOf(err); got != c.reason {
+				t.Errorf("reason %s, want %s", got, c.reason)
+			}
+			if c.sentinel != nil && !errors.Is(err, c.sentinel) {
+				t.Errorf("%v does not wrap %v", err, c.sentinel)
+			}
+			if c.sentinel == nil && errors.Is(err, provider.ErrNotFound) {
+				t.Errorf("%v wraps ErrNotFound", err)
+			}
+		})
+	}
+	if classify(nil) != nil {
+		t.Error("classify(nil) is not nil")
+	}
+}
+
+func TestChooseHost(t *testing.T) {
+	hosts := []hostState{
+		{name: "a", availableBytes: 8 << 30, template: true},
+		{name: "b", availableBytes: 16 << 30, template: true},
+		{name: "c", availableBytes: 64 << 30, template: false},
+	}
+	cases := []struct {
+		name     string
+		reserved map[string]int64
+		memory   int64
+		want     string
+	}{
+		{name: "most free memory among hosts with the template", memory: 1 << 30, want: "b"},
+		{name: "reservations count", reserved: map[string]int64{"b": 12 << 30}, memory: 1 << 30, want: "a"},
+		{name: "no room", reserved: map[string]int64{"a": 8 << 30, "b": 16 << 30}, memory: 1, want: ""},
+		{name: "exact fit", memory: 16 << 30, want: "b"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, ok := chooseHost(hosts, c.reserved, c.memory)
+			if got != c.want || ok != (c.want != "") {
+				t.Errorf("chooseHost = %q, %v; want %q", got, ok, c.want)
+			}
+		})
+	}
+}
+
+func TestFreeID(t *testing.T) {
+	cases := []struct {
+		used, reserved map[int]bool
+		want           int
+	}{
+		{want: 100},
+		{used: map[int]bool{100: true}, reserved: map[int]bool{101: true}, want: 102},
+		{used: map[int]bool{100: true, 101: true, 102: true}, want: 0},
+	}
+	for _, c := range cases {
+		if got := freeID(100, 102, c.used, c.reserved); got != c.want {
+			t.Errorf("freeID(used %v, reserved %v) = %d, want %d", c.used, c.reserved, got, c.want)
+		}
+	}
+}
+
+func testProvider(t *testing.T, mutate func(*provider.ClusterConfig, *ClusterSettings)) *Provider {
+	t.Helper()
+	s := &ClusterSettings{Hosts: []Host{{Name: "h1", URI: "qemu:///system?socket=/nonexistent/sock"}, {Name: "h2", URI: "qemu:///system"}}, VolumePool: "vms"}
+	cfg := provider.ClusterConfig{Name: "lab", VMIDStart: 100, VMIDEnd: 199, Settings: s}
+	if mutate != nil {
+		mutate(&cfg, s)
+	}
+	p, err := New(cfg, provider.Deps{Signer: testSigner(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestReserve(t *testing.T) {
+	p := testProvider(t, func(c *provider.ClusterConfig, _ *ClusterSettings) { c.MaxMachines = 2 })
+	s := &clusterScan{hosts: []hostState{{name: "h1", availableBytes: 4 << 30, template: true}}, used: map[int]bool{100: true},
+		machines: map[int]bool{100: true}}
+	o1 := provider.Owner{UID: "u1"}
+	r, err := p.reserve(s, o1, 1<<30)
+	if err != nil || r.vmid != 101 || r.host != "h1" {
+		t.Fatalf("reserve: %+v, %v; want id 101 on h1", r, err)
+	}
+	if again, _ := p.reserve(s, o1, 1<<30); again != r {
+		t.Errorf("a second reservation for the same owner: %+v", again)
+	}
+	if got := p.reservedOn("h1"); got != 1<<30 {
+		t.Errorf("reserved on h1: %d", got)
+	}
+	_, err = p.reserve(s, provider.Owner{UID: "u2"}, 1<<30)
+	if provider.ReasonOf(err) != "MaxMachinesReached" || provider.Classify(err) != provider.ClassResource {
+		t.Errorf("third machine: %v, want MaxMachinesReached", err)
+	}
+	p.cfg.MaxMachines = 0
+	_, err = p.reserve(s, provider.Owner{UID: "u3"}, 4<<30)
+	if !errors.Is(err, provider.ErrNoCapacity) {
+		t.Errorf("no memory left: %v, want ErrNoCapacity", err)
+	}
+	p.forget(o1)
+	if got := p.reservedOn("h1"); got != 0 {
+		t.Errorf("reserved after forget: %d", got)
+	}
+}
+
+func TestCloneSlots(t *testing.T) {
+	var woken []string
+	p := testProvider(t, func(c *provider.ClusterConfig, _ *ClusterSettings) { c.ClonesPerNode = 1 })
+	p.wake = func(o provider.Owner) { woken = append(woken, o.UID) }
+	h := p.hostNamed("h1")
+	a, b := provider.Owner{UID: "a"}, provider.Owner{UID: "b"}
+	if !p.takeSlot(h, 100, a) {
+		t.Fatal("the first clone waits")
+	}
+	if !p.takeSlot(h, 100, a) {
+		t.Error("the clone holding the slot waits for it")
+	}
+	if p.takeSlot(h, 101, b) || p.slotFree(h, 101) {
+		t.Fatal("a second clone starts with ClonesPerNode 1")
+	}
+	if !p.takeSlot(p.hostNamed("h2"), 102, provider.Owner{UID: "c"}) {
+		t.Error("a clone on another host waits")
+	}
+	p.releaseSlot(100)
+	if len(woken) != 1 || woken[0] != "b" {
+		t.Errorf("woken %v, want [b]", woken)
+	}
+	if !p.takeSlot(h, 101, b) {
+		t.Error("the freed slot is not taken")
+	}
+}
+
+func TestIDsAndCheckRef(t *testing.T) {
+	p := testProvider(t, func(c *provider.ClusterConfig, _ *ClusterSettings) { c.Nodes = []string{"h1"} })
+	if n, err := ParseID(FormatID(150)); err != nil || n != 150 {
+		t.Errorf("round trip: %d, %v", n, err)
+	}
+	for _, c := range []struct {
+		ref provider.VMRef
+		ok  bool
+	}{
+		{provider.VMRef{ID: "libvirt://150", Node: "h1"}, true},
+		{provider.VMRef{ID: "libvirt://150"}, true},
+		{provider.VMRef{ID: "libvirt://99"}, false},
+		{provider.VMRef{ID: "libvirt://0150"}, false},
+		{provider.VMRef{ID: "proxmox://150"}, false},
+		{provider.VMRef{ID: "libvirt://150", Node: "h2"}, false},
+		{provider.VMRef{ID: "libvirt://150", Node: "elsewhere"}, false},
+	} {
+		err := p.CheckRef(c.ref)
+		if (err == nil) != c.ok || err != nil && provider.Classify(err) != provider.ClassConfiguration {
+			t.Errorf("CheckRef(%+v): %v", c.ref, err)
+		}
+	}
+}
+
+func TestISONames(t *testing.T) {
+	p := testProvider(t, nil)
+	name := p.isoName(123, "uid-1")
+	vmid, digest, ok := p.parseISOName(name)
+	if !ok || vmid != 123 || digest != provider.OwnerDigest("uid-1") {
+		t.Errorf("parseISOName(%q) = %d, %q, %v", name, vmid, digest, ok)
+	}
+	for _, other := range []string{
+		strings.Replace(name, "hf-unit-", "hf-other-", 1), p.nativeSeedName(123), p.diskName(123), "hf-unit-0-abcdefabcdef.iso", "x.iso",
+	} {
+		if _, _, ok := p.parseISOName(other); ok {
+			t.Errorf("parseISOName(%q) accepts a name that is not the install's ISO", other)
+		}
+	}
+}
+
+func TestFactorySettings(t *testing.T) {
+	cases := []struct {
+		name    string
+		mutate  func(*provider.ClusterConfig)
+		wantErr string
+	}{
+		{name: "no settings", mutate: func(c *provider.ClusterConfig) { c.Settings = nil }, wantErr: "spec.libvirt"},
+		{name: "wrong type", mutate: func(c *provider.ClusterConfig) { c.Settings = ClusterSettings{} }, wantErr: "spec.libvirt"},
+		{name: "no hosts", mutate: func(c *provider.ClusterConfig) { c.Settings.(*ClusterSettings).Hosts = nil }, wantErr: "spec.libvirt.hosts"},
+		{name: "no pool", mutate: func(c *provider.ClusterConfig) { c.Settings.(*ClusterSettings).VolumePool = "" }, wantErr: "spec.libvirt.volumePool"},
+		{name: "not qemu", mutate: func(c *provider.ClusterConfig) { c.Settings.(*ClusterSettings).Hosts[0].URI = "xen:///system" }, wantErr: "uri"},
+		{name: "tls without client certificate", mutate: func(c *provider.ClusterConfig) {
+			c.Settings.(*ClusterSettings).Hosts[0].URI = "qemu+tls://kvm1.example.com/system"
+		}, wantErr: "client certificate"},
+		{name: "ssh without key", mutate: func(c *provider.ClusterConfig) {
+			c.Settings.(*ClusterSettings).Hosts[0].URI = "qemu+ssh://root@kvm1.example.com/system"
+		}, wantErr: "sshPrivateKey"},
+		{name: "bad id range", mutate: func(c *provider.ClusterConfig) { c.VMIDStart = 0 }, wantErr: "VM id range"},
+		{name: "fine", mutate: func(*provider.ClusterConfig) {}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := provider.ClusterConfig{Name: "lab", VMIDStart: 1, VMIDEnd: 9, Settings: &ClusterSettings{
+				Hosts: []Host{{Name: "h1", URI: "qemu:///system"}}, VolumePool: "vms"}}
+			c.mutate(&cfg)
+			_, err := Factory.New(cfg, provider.Deps{Signer: testSigner(t)})
+			if c.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) || provider.Classify(err) != provider.ClassConfiguration {
+				t.Errorf("New: %v, want a configuration error naming %q", err, c.wantErr)
+			}
+		})
+	}
+	for _, c := range []struct {
+		src  provider.TemplateSource
+		want string
+	}{
+		{provider.TemplateSource{Settings: &TemplateRef{Domain: "y"}}, "y"},
+		{provider.TemplateSource{Settings: (&TemplateRef{}).FromRecord(provider.SourceRecord{Name: "x"})}, "x"},
+		{provider.TemplateSource{Settings: (&TemplateRef{}).FromRecord(provider.SourceRecord{Number: 7})}, "with id 7"},
+	} {
+		if ref, err := templateRef(c.src); err != nil || ref.String() != c.want {
+			t.Errorf("templateRef(%+v) = %v, %v; want %s", c.src, ref, err, c.want)
+		}
+	}
+	for _, src := range []provider.TemplateSource{{}, {Settings: TemplateRef{Domain: "y"}}} {
+		if _, err := templateRef(src); err == nil || !strings.Contains(err.Error(), "source.libvirt") || provider.Classify(err) != provider.ClassConfiguration {
+			t.Errorf("templateRef(%+v): %v, want a configuration error naming source.libvirt", src, err)
+		}
+	}
+}
+
+func TestNativeSeed(t *testing.T) {
+	spec := &provider.VMSpec{Name: "vm-1", Owner: provider.Owner{UID: "u"}, Network: provider.NetworkSpec{MACAddress: "02:00:00:00:00:01"},
+		Native: &provider.NativeCloudInit{IPv4: "192.0.2.10/24", Gateway4: "192.0.2.1", IPv6: "auto", Nameservers: []string{"192.0.2.53"},
+			SearchDomains: []string{"ci.example.com"}, User: "ci", SSHAuthorizedKeys: []string{"ssh-ed25519 AAAA key"}}}
+	ci, err := nativeSeed(spec, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, want := range map[string][]string{
+		string(ci.UserData):      {"#cloud-config", "name: ci", "ssh-ed25519 AAAA key"},
+		string(ci.NetworkConfig): {"192.0.2.10/24", "gateway4: 192.0.2.1", "dhcp6: true", `macaddress: "02:00:00:00:00:01"`, "ci.example.com"},
+		string(ci.MetaData):      {"local-hostname: vm-1", "instance-id: u-5"},
+	} {
+		for _, w := range want {
+			if !strings.Contains(what, w) {
+				t.Errorf("seed part %q lacks %q", what, w)
+			}
+		}
+	}
+}
+
+func TestSummaryNames(t *testing.T) {
+	p := testProvider(t, nil)
+	h := p.hostNamed("h1")
+	clone := &domain{host: h, dom: golibvirt.Domain{Name: p.signer.VMName(120)}, meta: vmMeta{ID: 120}, state: golibvirt.DomainShutoff}
+	clone.xml, _ = parseDomain("<domain><name>" + clone.dom.Name + "</name></domain>")
+	s := p.summary(clone)
+	if !s.InstallNamed || s.OperatorTagged || s.Name != p.signer.VMName(120) || s.Power != provider.PowerStopped {
+		t.Errorf("unconfigured clone: %+v", s)
+	}
+	clone.xml.Title, clone.meta.Tags, clone.state = "hf-ci-1", p.signer.Tags(), golibvirt.DomainRunning
+	s = p.summary(clone)
+	if s.InstallNamed || !s.OperatorTagged || s.Name != "hf-ci-1" || s.Power != provider.PowerRunning {
+		t.Errorf("configured VM: %+v", s)
+	}
+	tmpl := &domain{host: h, dom: golibvirt.Domain{Name: "template", UUID: golibvirt.UUID{0x80, 0, 0, 0x2a}}, metaErr: errNoMeta, state: golibvirt.DomainShutoff}
+	tmpl.xml, _ = parseDomain("<domain><name>template</name></domain>")
+	if s := p.summary(tmpl); !s.Template || s.ID != FormatID(0x2b) || s.OperatorTagged || s.InstallNamed {
+		t.Errorf("template: %+v, want a template at its UUID's number", s)
+	}
+	tmpl.state = golibvirt.DomainRunning
+	if s := p.summary(tmpl); s.Template {
+		t.Errorf("a running domain of no install: %+v, want no template", s)
+	}
+}
+
+// TestHasRunSince: a shut-off domain has run when the events saw it stop
+// (not a failed start), when libvirt's shut-off reason is one a run
+// leaves, or when its seed was ejected (only done once it ran).
+func TestHasRunSince(t *testing.T) {
+	p := testProvider(t, nil)
+	h := p.hostNamed("h1")
+	attached, _ := parseDomain(`<domain><name>vm</name><devices><disk type='volume' device='cdrom'><source pool='media' volume='seed.iso'/><target dev='sda' bus='scsi'/></disk></devices></domain>`)
+	ejected, _ := parseDomain(`<domain><name>vm</name><devices><disk type='file' device='cdrom'><target dev='sda' bus='scsi'/></disk></devices></domain>`)
+	cases := []struct {
+		name   string
+		reason golibvirt.DomainShutoffReason
+		xml    *libvirtxml.Domain
+		event  *golibvirt.DomainEventStoppedDetailType
+		want   bool
+	}{
+		{name: "defined, never started", reason: golibvirt.DomainShutoffUnknown, xml: attached},
+		{name: "start failed", reason: golibvirt.DomainShutoffFailed, xml: attached},
+		{name: "powered off from inside", reason: golibvirt.DomainShutoffShutdown, xml: attached, want: true},
+		{name: "destroyed", reason: golibvirt.DomainShutoffDestroyed, xml: attached, want: true},
+		{name: "seed ejected, reason lost in a libvirtd restart", reason: golibvirt.DomainShutoffUnknown, xml: ejected, want: true},
+		{name: "stop event", reason: golibvirt.DomainShutoffUnknown, xml: attached, event: ptr(golibvirt.DomainEventStoppedShutdown), want: true},
+		{name: "failed-start event", reason: golibvirt.DomainShutoffUnknown, xml: attached, event: ptr(golibvirt.DomainEventStoppedFailed)},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			name := fmt.Sprintf("vm-%d", i)
+			if c.event != nil {
+				p.lifecycle("h1", name, golibvirt.DomainEventStopped, int32(*c.event))
+			}
+			d := &domain{host: h, dom: golibvirt.Domain{Name: name}, xml: c.xml, meta: vmMeta{ID: 1, Medium: "seed.iso"}, state: golibvirt.DomainShutoff, reason: int32(c.reason)}
+			if got := p.hasRunSince(d); got != c.want {
+				t.Errorf("hasRunSince = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
