@@ -214,6 +214,9 @@ type Provider struct {
 	// builders are owners of VMs being built, by host/name, woken when
 	// their domain stops.
 	builders map[string]provider.Owner
+	// shutdowns are domains (host/name) whose shutdown waits for their
+	// guest agent to connect (shutdown.go).
+	shutdowns map[string]bool
 	// tasks numbers the tasks this process reports.
 	tasks int
 }
@@ -269,7 +272,7 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 		cfg: cfg, settings: s, signer: deps.Signer.ForCluster(ownership.ClusterIdentity{Name: cfg.Name}),
 		clock: clk, log: deps.Log, obs: obs, wake: deps.Wake,
 		reservations: map[string]*reservation{}, clones: map[int]*clone{}, queued: map[string]provider.Owner{},
-		ran: map[string]bool{}, builders: map[string]provider.Owner{},
+		ran: map[string]bool{}, builders: map[string]provider.Owner{}, shutdowns: map[string]bool{},
 	}
 	for _, h := range s.Hosts {
 		dial, err := dialerFor(h, cfg, &s)
