@@ -358,7 +358,9 @@ func ptr[T any](v T) *T { return &v }
 // undefined or was powered on or off by the provider in between.
 func TestKeptShutdown(t *testing.T) {
 	const key = "h1/vm"
-	stopped := func(p *Provider) { p.lifecycle("h1", "vm", golibvirt.DomainEventStopped, int32(golibvirt.DomainEventStoppedShutdown)) }
+	stopped := func(p *Provider) {
+		p.lifecycle("h1", "vm", golibvirt.DomainEventStopped, int32(golibvirt.DomainEventStoppedShutdown))
+	}
 	cases := []struct {
 		name    string
 		between func(p *Provider)
