@@ -77,6 +77,14 @@
 // title "disowned-<n>"; the domain keeps its name (libvirt renames only
 // inactive domains) and its id, so it stays addressable and blocks the id.
 //
+// # Power
+//
+// SetPower's calls return once libvirt has the request. A shutdown asks
+// the guest agent, else presses the ACPI power button; a guest still
+// booting hears neither (QEMU drops a press the guest has not enabled
+// yet), so such a shutdown is kept and issued again when libvirt reports
+// the guest's agent connected (shutdown.go).
+//
 // # Hosts that do not answer
 //
 // Probe reports a host that does not answer as an offline node;
