@@ -144,13 +144,13 @@ func (p *Provider) SetPower(_ context.Context, owner provider.Owner, ref provide
 		if d.running() {
 			return nil, nil
 		}
-		p.dropShutdown(d.host.Name + "/" + d.dom.Name)
+		p.keepShutdown(d.host.Name+"/"+d.dom.Name, false)
 		err = l.DomainCreate(d.dom)
 	case provider.PowerOff:
 		if !d.running() {
 			return nil, nil
 		}
-		p.dropShutdown(d.host.Name + "/" + d.dom.Name)
+		p.keepShutdown(d.host.Name+"/"+d.dom.Name, false)
 		err = l.DomainDestroyFlags(d.dom, golibvirt.DomainDestroyDefault)
 	case provider.PowerShutdown:
 		if !d.running() {

@@ -25,32 +25,31 @@ func (p *Provider) shutdown(l *golibvirt.Libvirt, d *domain) error {
 	key := d.host.Name + "/" + d.dom.Name
 	// Kept before the agent is tried: its connection event may come
 	// between the agent's refusal and the button press.
-	p.keepShutdown(key)
+	p.keepShutdown(key, true)
 	agentErr := l.DomainShutdownFlags(d.dom, golibvirt.DomainShutdownGuestAgent)
 	if agentErr == nil {
-		p.dropShutdown(key)
+		p.keepShutdown(key, false)
 		return nil
 	}
 	p.log.V(1).Info("Guest agent did not take the shutdown; pressing the power button and keeping the request for its connection",
 		"host", d.host.Name, "domain", d.dom.Name, "reason", agentErr.Error())
 	if err := l.DomainShutdownFlags(d.dom, golibvirt.DomainShutdownAcpiPowerBtn); err != nil {
-		p.dropShutdown(key)
+		p.keepShutdown(key, false)
 		return fmt.Errorf("press the power button of domain %s: %w", d.dom.Name, err)
 	}
 	return nil
 }
 
-func (p *Provider) keepShutdown(key string) {
+// keepShutdown keeps (or, kept false, forgets) a shutdown of the domain
+// host/name for its agent's connection.
+func (p *Provider) keepShutdown(key string, kept bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.shutdowns[key] = true
-}
-
-// dropShutdown forgets a kept shutdown of the domain host/name.
-func (p *Provider) dropShutdown(key string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.shutdowns, key)
+	if kept {
+		p.shutdowns[key] = true
+	} else {
+		delete(p.shutdowns, key)
+	}
 }
 
 // agentConnected is told that the guest agent of the domain host/name

@@ -369,7 +369,7 @@ func TestKeptShutdown(t *testing.T) {
 		{name: "agent connects while running", between: func(*Provider) {}, want: true},
 		{name: "domain stopped first", between: stopped},
 		{name: "domain undefined first", between: func(p *Provider) { p.lifecycle("h1", "vm", golibvirt.DomainEventUndefined, 0) }},
-		{name: "powered on or off by the provider", between: func(p *Provider) { p.dropShutdown(key) }},
+		{name: "powered on or off by the provider", between: func(p *Provider) { p.keepShutdown(key, false) }},
 		{name: "failed start keeps it", between: func(p *Provider) {
 			p.lifecycle("h1", "vm", golibvirt.DomainEventStopped, int32(golibvirt.DomainEventStoppedFailed))
 		}, want: true},
@@ -384,7 +384,7 @@ func TestKeptShutdown(t *testing.T) {
 			if p.agentConnected(key) {
 				t.Fatal("a shutdown is due that nobody asked for")
 			}
-			p.keepShutdown(key)
+			p.keepShutdown(key, true)
 			c.between(p)
 			if got := p.agentConnected(key); got != c.want {
 				t.Errorf("shutdown due at the agent's connection: %v, want %v", got, c.want)
