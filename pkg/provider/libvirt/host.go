@@ -51,8 +51,15 @@ func (h *host) client() (*golibvirt.Libvirt, error) {
 		_ = l.Disconnect()
 		return nil, classify(fmt.Errorf("follow the domain events of host %s: %w", h.Name, err))
 	}
+	agents, err := l.SubscribeEvents(ctx, golibvirt.DomainEventIDAgentLifecycle, golibvirt.OptDomain{})
+	if err != nil {
+		cancel()
+		_ = l.Disconnect()
+		return nil, classify(fmt.Errorf("follow the guest agent events of host %s: %w", h.Name, err))
+	}
 	h.conn, h.cancel = l, cancel
 	go h.follow(events)
+	go h.followAgents(agents)
 	return l, nil
 }
 
@@ -61,6 +68,21 @@ func (h *host) client() (*golibvirt.Libvirt, error) {
 func (h *host) follow(events <-chan golibvirt.DomainEventLifecycleMsg) {
 	for ev := range events {
 		h.p.lifecycle(h.Name, ev.Dom.Name, golibvirt.DomainEventType(ev.Event), ev.Detail)
+	}
+}
+
+// followAgents issues the shutdowns kept for guest agents that connect
+// (shutdown.go) until the connection ends. The call is made aside: this
+// loop must keep draining events while it waits for libvirt.
+func (h *host) followAgents(events <-chan any) {
+	for ev := range events {
+		msg, ok := ev.(*golibvirt.DomainEventCallbackAgentLifecycleMsg)
+		if !ok || golibvirt.ConnectDomainEventAgentLifecycleState(msg.State) != golibvirt.ConnectDomainEventAgentLifecycleStateConnected {
+			continue
+		}
+		if h.p.agentConnected(h.Name + "/" + msg.Dom.Name) {
+			go h.reissueShutdown(msg.Dom)
+		}
 	}
 }
 
@@ -98,11 +120,13 @@ func (p *Provider) lifecycle(hostName, domain string, ev golibvirt.DomainEventTy
 			break // a start that did not happen
 		}
 		p.ran[key] = true
+		delete(p.shutdowns, key)
 		if o, ok := p.builders[key]; ok && p.wake != nil {
 			wake = append(wake, func() { p.wake(o) })
 		}
 	case golibvirt.DomainEventUndefined:
 		delete(p.ran, key)
+		delete(p.shutdowns, key)
 	}
 	p.mu.Unlock()
 	for _, w := range wake {

@@ -77,6 +77,14 @@
 // title "disowned-<n>"; the domain keeps its name (libvirt renames only
 // inactive domains) and its id, so it stays addressable and blocks the id.
 //
+// # Power
+//
+// SetPower's calls return once libvirt has the request. A shutdown asks
+// the guest agent, else presses the ACPI power button; a guest still
+// booting hears neither (QEMU drops a press the guest has not enabled
+// yet), so such a shutdown is kept and issued again when libvirt reports
+// the guest's agent connected (shutdown.go).
+//
 // # Hosts that do not answer
 //
 // Probe reports a host that does not answer as an offline node;
@@ -228,6 +236,9 @@ type Provider struct {
 	// builders are owners of VMs being built, by host/name, woken when
 	// their domain stops.
 	builders map[string]provider.Owner
+	// shutdowns are domains (host/name) whose shutdown waits for their
+	// guest agent to connect (shutdown.go).
+	shutdowns map[string]bool
 	// tasks numbers the tasks this process reports.
 	tasks int
 }
@@ -283,7 +294,7 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 		cfg: cfg, settings: s, signer: deps.Signer.ForCluster(ownership.ClusterIdentity{Name: cfg.Name}),
 		clock: clk, log: deps.Log, obs: obs, wake: deps.Wake,
 		reservations: map[string]*reservation{}, clones: map[int]*clone{}, queued: map[string]provider.Owner{},
-		ran: map[string]bool{}, builders: map[string]provider.Owner{},
+		ran: map[string]bool{}, builders: map[string]provider.Owner{}, shutdowns: map[string]bool{},
 	}
 	for _, h := range s.Hosts {
 		dial, err := dialerFor(h, cfg, &s)

@@ -144,19 +144,21 @@ func (p *Provider) SetPower(_ context.Context, owner provider.Owner, ref provide
 		if d.running() {
 			return nil, nil
 		}
+		p.keepShutdown(d.host.Name+"/"+d.dom.Name, false)
 		err = l.DomainCreate(d.dom)
 	case provider.PowerOff:
 		if !d.running() {
 			return nil, nil
 		}
+		p.keepShutdown(d.host.Name+"/"+d.dom.Name, false)
 		err = l.DomainDestroyFlags(d.dom, golibvirt.DomainDestroyDefault)
 	case provider.PowerShutdown:
 		if !d.running() {
 			return nil, nil
 		}
 		// The guest agent first, the ACPI power button where there is
-		// none: a guest without ACPI handling still powers off.
-		err = l.DomainShutdownFlags(d.dom, golibvirt.DomainShutdownGuestAgent|golibvirt.DomainShutdownAcpiPowerBtn)
+		// none; a guest still booting gets it when its agent connects.
+		err = p.shutdown(l, d)
 	default:
 		return nil, provider.Errorf(provider.ClassConfiguration, "InvalidPowerAction", "unknown power action %q", action)
 	}

@@ -352,3 +352,46 @@ func TestHasRunSince(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestKeptShutdown: a shutdown the guest agent did not take is issued
+// again when the agent connects, once, unless the domain stopped, was
+// undefined or was powered on or off by the provider in between.
+func TestKeptShutdown(t *testing.T) {
+	const key = "h1/vm"
+	stopped := func(p *Provider) {
+		p.lifecycle("h1", "vm", golibvirt.DomainEventStopped, int32(golibvirt.DomainEventStoppedShutdown))
+	}
+	cases := []struct {
+		name    string
+		between func(p *Provider)
+		want    bool
+	}{
+		{name: "agent connects while running", between: func(*Provider) {}, want: true},
+		{name: "domain stopped first", between: stopped},
+		{name: "domain undefined first", between: func(p *Provider) { p.lifecycle("h1", "vm", golibvirt.DomainEventUndefined, 0) }},
+		{name: "powered on or off by the provider", between: func(p *Provider) { p.keepShutdown(key, false) }},
+		{name: "failed start keeps it", between: func(p *Provider) {
+			p.lifecycle("h1", "vm", golibvirt.DomainEventStopped, int32(golibvirt.DomainEventStoppedFailed))
+		}, want: true},
+		{name: "another domain's events", between: func(p *Provider) {
+			p.lifecycle("h1", "other", golibvirt.DomainEventStopped, int32(golibvirt.DomainEventStoppedShutdown))
+			p.agentConnected("h2/vm")
+		}, want: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := testProvider(t, nil)
+			if p.agentConnected(key) {
+				t.Fatal("a shutdown is due that nobody asked for")
+			}
+			p.keepShutdown(key, true)
+			c.between(p)
+			if got := p.agentConnected(key); got != c.want {
+				t.Errorf("shutdown due at the agent's connection: %v, want %v", got, c.want)
+			}
+			if p.agentConnected(key) {
+				t.Error("a kept shutdown is issued a second time")
+			}
+		})
+	}
+}

@@ -42,6 +42,10 @@ func main() {
 	mountBase()
 	loadModules()
 	logf("modules loaded at %s", time.Since(began).Round(time.Millisecond))
+	// Straight after the button driver binds: a press from then on must
+	// not wait behind the seed and DHCP (evdev keeps no event for a
+	// reader that opens the device later).
+	watchPowerButton()
 	seed := readSeed()
 	logf("seed read at %s", time.Since(began).Round(time.Millisecond))
 	if host := seed.hostname(); host != "" {
@@ -50,7 +54,6 @@ func main() {
 		}
 	}
 	configureNetwork(seed)
-	watchPowerButton()
 	logf("up in %s", time.Since(began).Round(time.Millisecond))
 	serveAgent()
 	select {} // PID 1 never returns
