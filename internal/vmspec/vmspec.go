@@ -189,6 +189,18 @@ func Owner(claim *hfv1.MachineClaim) provider.Owner {
 	return o
 }
 
+// UsesNativeDelivery says whether tmpl's VMs on cluster get their
+// cloud-init through the hypervisor's own delivery (its kind reads a
+// native cloud-init section from tmpl): such a seed cannot carry the
+// agent's configuration, which then goes the guest secrets' way.
+func UsesNativeDelivery(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) bool {
+	if tmpl == nil || cluster == nil {
+		return false
+	}
+	kind, ok := provider.TemplateKind(tmpl, cluster)
+	return ok && kind.NativeCloudInit(tmpl) != nil
+}
+
 // Native is the hypervisor's own cloud-init of a claim's VM whose template
 // uses its kind's own delivery (nil otherwise): what the kind of its
 // cluster (provider.TemplateKind) reads from its section (Kind.NativeCloudInit: user, keys, files on the

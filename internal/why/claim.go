@@ -40,7 +40,7 @@ var credentialReasons = map[string]string{
 	string(hfv1.SecretStoreUnavailableReason):  "the cluster's secrets store (spec.spire.secretStore) is unreachable; it is retried: check the store",
 	string(hfv1.SecretStoreDeniedReason):       "the secrets store refused the operator: fix spec.spire.secretStore.tokenRef or the token's policy",
 	string(hfv1.CredentialIssueFailedReason):   "the CI platform did not issue the runner credential: check the template's credentials and the platform's status",
-	string(hfv1.GuestAgentRequiredReason):      "the hypervisor template has no guest agent: enable it (for Proxmox, agent: 1) and rebuild the template",
+	string(hfv1.GuestAgentRequiredReason):      "the hypervisor template has no guest agent channel: add one as the HypervisorMachineTemplate's status says for its hypervisor, and rebuild the template",
 	string(hfv1.AgentUnavailableReason):        "the operator serves no agent for the template's runner OS and architecture: see the template's condition",
 	string(hfv1.BrokerUnavailableReason):       "the operator runs no credential broker: configure its agent server, or a secrets store on the cluster",
 	string(hfv1.JobNotBindableReason):          "the job the claim names is no queued job of its pool any more: the claim gets no credential and is replaced",

@@ -43,11 +43,9 @@ var kindLeaksKnown = map[string]string{
 	// The static vendor-data kit of delivery proxmox, which `hyperfleet
 	// proxmox-kit` prints; it belongs in pkg/provider/proxmox.
 	"internal/cloudinit/proxmoxkit.go": "the kit of delivery proxmox",
-	// The claim's package is being refactored in parallel (issue 57).
-	"internal/controller/machineclaim/guestsecrets.go":          "delivery proxmox places the agent's configuration",
-	"internal/controller/machineclaim/identity_service.go":      "TPM advice names the Proxmox template",
+	// The signed placement record's template id: its JSON is signed into
+	// every placed VM's record, so its name stays (pkg/ownership).
 	"internal/controller/machineclaim/reservation_placement.go": "the placement record's template id",
-	"internal/why/claim.go":                                     "guest agent advice names Proxmox",
 	"pkg/ownership/placement.go":                                "the placement record's template id",
 }
 

@@ -376,9 +376,9 @@ func (r *Reconciler) secretSteps(sc *claimScope) *secretsService {
 // broker proof.
 func (r *Reconciler) ensureSecrets(ctx context.Context, s *claimScope) (phase.Result, error) {
 	steps := r.secretSteps(s)
-	if s.tmpl != nil && s.tmpl.Spec.CloudInit != nil && s.tmpl.Spec.CloudInit.Delivery == hfv1.CloudInitDeliveryProxmox {
-		// Proxmox's drive cannot carry the agent's configuration: it goes
-		// the secrets' way, just before them.
+	if vmspec.UsesNativeDelivery(s.tmpl, s.cluster) {
+		// The hypervisor's own cloud-init cannot carry the agent's
+		// configuration: it goes the secrets' way, just before them.
 		steps.AgentConfig = func(ctx context.Context) ([]byte, error) {
 			var addrs []vmspec.StaticAddr
 			if s.tmpl.Spec.Network.Mode == hfv1.NetworkModeStatic {

@@ -371,7 +371,7 @@ func (id *IdentityService) tpmGaveUp(claim *hfv1.MachineClaim, now time.Time) (h
 	}
 	switch said {
 	case agentconfig.AttestationTPMNotFound:
-		return hfv1.TPMNotFoundReason, "the VM has no TPM 2.0 (its agent found none at spec.attestation.tpm.devicePath): set spec.attestation.tpm.addVirtualTPM, or give the Proxmox template a TPM state (tpmstate0, version v2.0) and the image its driver"
+		return hfv1.TPMNotFoundReason, "the VM has no TPM 2.0 (its agent found none at spec.attestation.tpm.devicePath): set spec.attestation.tpm.addVirtualTPM, or give the hypervisor template a TPM 2.0 of its own (spec.attestation.tpm without addVirtualTPM makes the HypervisorMachineTemplate check it: its Ready condition says what its hypervisor needs) and the image its driver"
 	case agentconfig.AttestationTPMEnrollmentRefused:
 		return hfv1.TPMEnrollmentRefusedReason, "the operator refused the enrollment of the VM's TPM (the claim's TPMEnrollmentRefused events say why)"
 	case agentconfig.AttestationTPMActivationFailed:
