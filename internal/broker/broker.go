@@ -425,21 +425,19 @@ func (b *Broker) deliver(ctx context.Context, claim *hfv1.MachineClaim) (*Respon
 	}, nil
 }
 
+// jit is c's secret when its method's credential is a JIT configuration
+// (agentconfig.MethodSpec, which the method's platform registered).
 func jit(c workload.Credential) string {
-	if c.Method == workload.MethodJIT {
+	if spec, ok := agentconfig.LookupMethod(agentconfig.BootstrapMethod(c.Method)); ok && spec.JITConfig {
 		return c.Secret.Reveal()
 	}
 	return ""
 }
 
+// regToken is c's secret when its method's credential is a token: what
+// the VM's agent registers or runs with, whichever platform's it is.
 func regToken(c workload.Credential) string {
-	// A Buildkite agent token or job acquisition token and a GitLab
-	// runner authentication token travel as a registration token: each is
-	// what the VM's agent registers or runs with
-	// (agentconfig.BootstrapAgentToken, BootstrapJobToken,
-	// BootstrapRunnerAuthToken).
-	switch c.Method {
-	case workload.MethodRegistrationToken, workload.MethodAgentToken, workload.MethodJobToken, workload.MethodRunnerAuthToken:
+	if spec, ok := agentconfig.LookupMethod(agentconfig.BootstrapMethod(c.Method)); ok && !spec.JITConfig {
 		return c.Secret.Reveal()
 	}
 	return ""

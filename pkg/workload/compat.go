@@ -6,14 +6,12 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/workload/gitlab/gitlabvm"
 )
 
-// The platforms' credential methods under the names the credential broker
-// (internal/broker) and the claim's guest secrets and secrets store
-// (internal/controller/machineclaim) still switch on, and the neutral
-// packages' tests use (they may not import a platform's package). Each is
-// the platform's own name, not a second spelling of it. The switches
-// should rather ask how a credential travels (agentconfig.MethodSpec:
-// a JIT configuration or a token), so that a new platform's method needs
-// no case there.
+// The platforms' credential methods under the names the neutral packages'
+// tests use (a neutral package's test may not import a platform's
+// package). Each is the platform's own name, not a second spelling of it.
+// Product code asks how a credential travels instead
+// (agentconfig.LookupMethod: a JIT configuration or a token), so that a
+// new platform's method needs no case anywhere shared.
 const (
 	MethodJIT               = Method(hfv1.BootstrapJITConfig)
 	MethodRegistrationToken = Method(hfv1.BootstrapRunnerToken)

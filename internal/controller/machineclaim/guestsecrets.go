@@ -284,18 +284,20 @@ func (s *secretsService) document(ctx context.Context, claim *hfv1.MachineClaim,
 	if err != nil {
 		return doc, what, err
 	}
-	switch cred.Method {
-	case workload.MethodJIT:
-		doc.JITConfig = cred.Secret.Reveal()
-	case workload.MethodRegistrationToken:
-		doc.RegistrationToken, doc.RegistrationURL = cred.Secret.Reveal(), cred.RegistrationURL
-	case workload.MethodAgentToken, workload.MethodJobToken, workload.MethodRunnerAuthToken:
-		// A Buildkite agent or job acquisition token (with the job it is
-		// for), or a GitLab runner authentication token; the endpoint
-		// (agent API, GitLab URL) is in the VM's config.
-		doc.RegistrationToken, doc.Job = cred.Secret.Reveal(), cred.Job
-	default:
+	// How the credential travels is its method's, which its platform
+	// registered (agentconfig.MethodSpec): a JIT configuration, a token
+	// with the URL it registers to, or a token for the endpoint the VM's
+	// config names (with the job it is for, when it is one job's).
+	spec, ok := agentconfig.LookupMethod(agentconfig.BootstrapMethod(cred.Method))
+	switch {
+	case !ok:
 		return doc, what, fmt.Errorf("the CI platform issued a credential of method %q, which the agent does not take", cred.Method)
+	case spec.JITConfig:
+		doc.JITConfig = cred.Secret.Reveal()
+	case spec.CarriesURL:
+		doc.RegistrationToken, doc.RegistrationURL = cred.Secret.Reveal(), cred.RegistrationURL
+	default:
+		doc.RegistrationToken, doc.Job = cred.Secret.Reveal(), cred.Job
 	}
 	doc.ExpiresAt = cred.ExpiresAt
 	return doc, what, nil

@@ -165,10 +165,9 @@ func (id *IdentityService) openSecretStore(ctx context.Context, c client.Client,
 // storedCredential is cred as the store keeps it (agentconfig's document).
 func storedCredential(cred workload.Credential) secretstore.Credential {
 	out := secretstore.Credential{Method: agentconfig.BootstrapMethod(cred.Method), RegistrationURL: cred.RegistrationURL, Job: cred.Job}
-	switch cred.Method {
-	case workload.MethodJIT:
+	if spec, ok := agentconfig.LookupMethod(out.Method); ok && spec.JITConfig {
 		out.JITConfig = cred.Secret.Reveal()
-	case workload.MethodRegistrationToken, workload.MethodAgentToken, workload.MethodJobToken, workload.MethodRunnerAuthToken:
+	} else if ok {
 		out.RegistrationToken = cred.Secret.Reveal()
 	}
 	return out
