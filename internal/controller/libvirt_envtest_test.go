@@ -116,7 +116,7 @@ func TestLibvirtClusterRunsAClaim(t *testing.T) {
 	}
 	eventually(t, time.Minute, "claim gone", func() error {
 		if _, err := getClaim(t, claim); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("claim still there: %v", err)
+			return fmt.Errorf("claim still there: %w", err)
 		}
 		return nil
 	})
@@ -223,6 +223,6 @@ func deleteAndWait(t *testing.T, obj client.Object) {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("still there: %v", err)
+		return fmt.Errorf("still there: %w", err)
 	})
 }
