@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
@@ -40,7 +42,8 @@ const (
 // (no endpoint, no token: a host whose uri is a private libvirtd's socket)
 // and a template with source.libvirt, read by the libvirt kind alone: the
 // operator, wired as the binary wires it, connects the cluster, validates
-// the template domain, and provisions a claim whose VM runs on the real
+// the template domain (and refuses a template naming a Proxmox VE
+// template), and provisions a claim whose VM runs on the real
 // libvirtd; deleting the claim undefines the domain and deletes its
 // volumes (the overlay and the cloud-init ISO).
 func TestLibvirtClusterRunsAClaim(t *testing.T) {
@@ -78,6 +81,15 @@ func TestLibvirtClusterRunsAClaim(t *testing.T) {
 		},
 	}
 	mustCreate(t, tmpl)
+	// A template naming a Proxmox VE template on this libvirt cluster is
+	// refused, naming the section to set.
+	wrong := &hfv1.HypervisorMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wrong-kind"}, Spec: *tmpl.Spec.DeepCopy()}
+	wrong.Spec.Source = hfv1.MachineSource{Proxmox: hfv1.ProxmoxSource{TemplateID: ptr.To[int32](9000)}}
+	mustCreate(t, wrong)
+	if c := hfv1.FindCondition(waitTemplate(t, wrong, metav1.ConditionFalse, string(hfv1.TemplateInvalidReason)).Status.Conditions,
+		hfv1.HypervisorMachineTemplateValidCondition); !strings.Contains(c.Message, "sets no spec.source.libvirt") {
+		t.Errorf("the proxmox template on a libvirt cluster is refused with %q, want it to name spec.source.libvirt", c.Message)
+	}
 	claim := &hfv1.MachineClaim{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "runner-1"},
 		Spec:       hfv1.MachineClaimSpec{TemplateRef: hfv1.ObjectName{Name: tmpl.Name}},
