@@ -32,11 +32,9 @@ func (p *Provider) DisownVM(ctx context.Context, owner provider.Owner, at provid
 	if err != nil {
 		return nil, err
 	}
-	node := ref.Node
-	if node == "" {
-		if node, err = p.locate(ctx, ref.VMID); err != nil {
-			return nil, err
-		}
+	node, err := p.nodeOf(ctx, ref)
+	if err != nil {
+		return nil, err
 	}
 	cfg, err := p.api.config(ctx, node, ref.VMID)
 	if err != nil {

@@ -69,12 +69,9 @@ func (p *Provider) GetVM(ctx context.Context, at provider.VMRef) (*provider.VM, 
 	if err != nil {
 		return nil, err
 	}
-	node := ref.Node
-	if node == "" {
-		var err error
-		if node, err = p.locate(ctx, ref.VMID); err != nil {
-			return nil, err
-		}
+	node, err := p.nodeOf(ctx, ref)
+	if err != nil {
+		return nil, err
 	}
 	cfg, err := p.api.config(ctx, node, ref.VMID)
 	if err != nil {
@@ -113,12 +110,9 @@ func (p *Provider) SetPower(ctx context.Context, owner provider.Owner, at provid
 	if err != nil {
 		return nil, err
 	}
-	node := ref.Node
-	if node == "" {
-		var err error
-		if node, err = p.locate(ctx, ref.VMID); err != nil {
-			return nil, err
-		}
+	node, err := p.nodeOf(ctx, ref)
+	if err != nil {
+		return nil, err
 	}
 	var op string
 	switch action {
