@@ -28,11 +28,7 @@ import (
 // config changed in between (by an admin, a task) is refused rather than
 // overwritten, and read again on the next call.
 func (p *Provider) DisownVM(ctx context.Context, owner provider.Owner, at provider.VMRef) (*provider.DisownResult, error) {
-	ref, err := refOf(at)
-	if err != nil {
-		return nil, err
-	}
-	node, err := p.nodeOf(ctx, ref)
+	ref, node, err := p.resolveRef(ctx, at)
 	if err != nil {
 		return nil, err
 	}

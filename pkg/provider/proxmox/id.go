@@ -78,6 +78,16 @@ func (p *Provider) nodeOf(ctx context.Context, ref vmRef) (string, error) {
 	return p.locate(ctx, ref.VMID)
 }
 
+// resolveRef parses at and finds the node its VM is on (nodeOf).
+func (p *Provider) resolveRef(ctx context.Context, at provider.VMRef) (vmRef, string, error) {
+	ref, err := refOf(at)
+	if err != nil {
+		return vmRef{}, "", err
+	}
+	node, err := p.nodeOf(ctx, ref)
+	return ref, node, err
+}
+
 // CheckRef implements provider.Provider: ref must be a Proxmox VM id in
 // the cluster's vmidRange, on a node placement may use (or no node).
 func (p *Provider) CheckRef(at provider.VMRef) error {

@@ -65,11 +65,7 @@ func powerState(status string) provider.PowerState {
 // GetVM implements provider.Provider: the config (for the marker) and the
 // current status (for power, lock and uptime).
 func (p *Provider) GetVM(ctx context.Context, at provider.VMRef) (*provider.VM, error) {
-	ref, err := refOf(at)
-	if err != nil {
-		return nil, err
-	}
-	node, err := p.nodeOf(ctx, ref)
+	ref, node, err := p.resolveRef(ctx, at)
 	if err != nil {
 		return nil, err
 	}
@@ -106,11 +102,7 @@ func (p *Provider) GetVM(ctx context.Context, at provider.VMRef) (*provider.VM, 
 
 // SetPower implements provider.Provider.
 func (p *Provider) SetPower(ctx context.Context, owner provider.Owner, at provider.VMRef, action provider.PowerAction) (*provider.Task, error) {
-	ref, err := refOf(at)
-	if err != nil {
-		return nil, err
-	}
-	node, err := p.nodeOf(ctx, ref)
+	ref, node, err := p.resolveRef(ctx, at)
 	if err != nil {
 		return nil, err
 	}
