@@ -447,23 +447,33 @@ func (r *transientRetries) retry(t *testing.T, h *Harness, elapsed *time.Duratio
 // deleteUntilDone calls DeleteVM, honouring RetryAfter, until Done.
 func deleteUntilDone(t *testing.T, h *Harness, p provider.Provider, o provider.Owner, prev provider.Progress) *provider.DeleteResult {
 	t.Helper()
+	return removalUntilDone(t, h, o, prev, "DeleteVM", func(prog provider.Progress) (*provider.DeleteResult, error) {
+		return p.DeleteVM(t.Context(), o, prog)
+	})
+}
+
+// removalUntilDone calls remove (the call named name: DeleteVM or
+// RemoveCloudInitMedia, which both answer a DeleteResult) with the
+// persisted progress, honouring RetryAfter, until Done.
+func removalUntilDone(t *testing.T, h *Harness, o provider.Owner, prev provider.Progress, name string, remove func(provider.Progress) (*provider.DeleteResult, error)) *provider.DeleteResult {
+	t.Helper()
 	prog := persist(t, prev)
 	var elapsed time.Duration
 	var retries transientRetries
 	for i := 0; i < maxSteps && elapsed <= maxSimulated; i++ {
-		res, err := p.DeleteVM(t.Context(), o, prog)
-		if retries.retry(t, h, &elapsed, err, fmt.Sprintf("DeleteVM(%s/%s, %+v)", o.Namespace, o.Name, prog)) {
+		res, err := remove(prog)
+		if retries.retry(t, h, &elapsed, err, fmt.Sprintf("%s(%s/%s, %+v)", name, o.Namespace, o.Name, prog)) {
 			continue
 		}
 		if res == nil {
-			t.Fatalf("DeleteVM(%s/%s, %+v) returned neither a result nor an error", o.Namespace, o.Name, prog)
+			t.Fatalf("%s(%s/%s, %+v) returned neither a result nor an error", name, o.Namespace, o.Name, prog)
 		}
 		if res.RetryAfter < 0 {
-			t.Errorf("DeleteVM: negative RetryAfter %s", res.RetryAfter)
+			t.Errorf("%s: negative RetryAfter %s", name, res.RetryAfter)
 		}
 		if res.Done {
 			if res.Progress.Task != nil {
-				t.Errorf("DeleteVM: Done with a task in flight: %+v", *res.Progress.Task)
+				t.Errorf("%s: Done with a task in flight: %+v", name, *res.Progress.Task)
 			}
 			return res
 		}
@@ -471,7 +481,7 @@ func deleteUntilDone(t *testing.T, h *Harness, p provider.Provider, o provider.O
 		h.Advance(res.RetryAfter)
 		elapsed += res.RetryAfter
 	}
-	t.Fatalf("DeleteVM(%s/%s): not Done after %d calls and %s", o.Namespace, o.Name, maxSteps, elapsed)
+	t.Fatalf("%s(%s/%s): not Done after %d calls and %s", name, o.Namespace, o.Name, maxSteps, elapsed)
 	return nil
 }
 

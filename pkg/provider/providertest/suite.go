@@ -1040,29 +1040,9 @@ func testRemoveCloudInitMedia(t *testing.T, h *Harness) {
 // until Done.
 func removeMediaUntilDone(t *testing.T, h *Harness, o provider.Owner, prev provider.Progress) *provider.DeleteResult {
 	t.Helper()
-	prog := persist(t, prev)
-	var elapsed time.Duration
-	var retries transientRetries
-	for i := 0; i < maxSteps && elapsed <= maxSimulated; i++ {
-		res, err := h.Provider.RemoveCloudInitMedia(t.Context(), o, prog)
-		if retries.retry(t, h, &elapsed, err, fmt.Sprintf("RemoveCloudInitMedia(%s/%s, %+v)", o.Namespace, o.Name, prog)) {
-			continue
-		}
-		if res == nil {
-			t.Fatalf("RemoveCloudInitMedia(%s/%s, %+v) returned neither a result nor an error", o.Namespace, o.Name, prog)
-		}
-		if res.Done {
-			if res.Progress.Task != nil {
-				t.Errorf("RemoveCloudInitMedia: Done with a task in flight: %+v", *res.Progress.Task)
-			}
-			return res
-		}
-		prog = persist(t, res.Progress)
-		h.Advance(res.RetryAfter)
-		elapsed += res.RetryAfter
-	}
-	t.Fatalf("RemoveCloudInitMedia(%s/%s): not Done after %d calls and %s", o.Namespace, o.Name, maxSteps, elapsed)
-	return nil
+	return removalUntilDone(t, h, o, prev, "RemoveCloudInitMedia", func(prog provider.Progress) (*provider.DeleteResult, error) {
+		return h.Provider.RemoveCloudInitMedia(t.Context(), o, prog)
+	})
 }
 
 // testNotOwned: DeleteVM, SetPower and DisownVM refuse every VM whose
