@@ -79,6 +79,23 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseKubeCommand binds the kubeconfig flags to a command's fs and parses
+// args with them (parseInterspersed).
+func parseKubeCommand(fs *flag.FlagSet, args []string) (*kubeFlags, []string, error) {
+	k := bindKubeFlags(fs)
+	pos, err := parseInterspersed(fs, args)
+	return k, pos, err
+}
+
+// ignoreHelp is a command's answer to its parse error: nil when -h printed
+// the usage (errHelp), else err.
+func ignoreHelp(err error) error {
+	if errors.Is(err, errHelp) {
+		return nil
+	}
+	return err
+}
+
 // restConfig finds the API server the kubectl way: --kubeconfig, else
 // $KUBECONFIG or ~/.kube/config (controller-runtime's config package),
 // else the in-cluster account; --context picks the context.
@@ -147,12 +164,9 @@ func runWhy(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flag.NewFlagSet("why", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, whyUsage); fs.PrintDefaults() }
-	k := bindKubeFlags(fs)
-	pos, err := parseInterspersed(fs, args)
-	if errors.Is(err, errHelp) {
-		return nil
-	} else if err != nil {
-		return err
+	k, pos, err := parseKubeCommand(fs, args)
+	if err != nil {
+		return ignoreHelp(err)
 	}
 	if len(pos) != 1 {
 		fs.Usage()
@@ -181,12 +195,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprint(stderr, "Usage: hyperfleet status [-n namespace] [-o text|json]\n\nRunnerPools (ready/min/max/desired/busy/queued and the Ready reason) and HypervisorClusters (connected, nodes, reason) at a glance.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	k := bindKubeFlags(fs)
-	pos, err := parseInterspersed(fs, args)
-	if errors.Is(err, errHelp) {
-		return nil
-	} else if err != nil {
-		return err
+	k, pos, err := parseKubeCommand(fs, args)
+	if err != nil {
+		return ignoreHelp(err)
 	}
 	if len(pos) != 0 {
 		fs.Usage()

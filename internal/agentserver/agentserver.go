@@ -280,13 +280,8 @@ type Server struct {
 	ca    string
 	caErr error
 
-	mu   sync.Mutex
-	addr net.Addr
-	// ready is closed once the listener is up (or Start failed).
-	ready chan struct{}
-	// status says whether it serves, or why not (such as a certificate
-	// it waits for).
-	status httpsserver.Status
+	// Listening answers Addr and Ready, and holds the Status Serve keeps.
+	httpsserver.Listening
 }
 
 var (
@@ -323,7 +318,7 @@ func New(opts Options) (*Server, error) {
 	if err := opts.Limits.Check("agent-server"); err != nil {
 		return nil, fmt.Errorf("agent server: %w", err)
 	}
-	s := &Server{opts: opts, base: base, bins: map[string]*binary{}, ready: make(chan struct{})}
+	s := &Server{opts: opts, base: base, bins: map[string]*binary{}}
 	if opts.CAFile != "" {
 		// An error is kept for CAError; Start reads the file again.
 		_ = s.loadCA()
@@ -513,18 +508,6 @@ func (s *Server) Binaries() []string {
 // replica serves the binaries.
 func (*Server) NeedLeaderElection() bool { return false }
 
-// Addr is the address the server listens on once started (nil before),
-// such as 127.0.0.1:40123 when Addr asked for port 0.
-func (s *Server) Addr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.addr
-}
-
-// Ready is closed once the server listens, or failed to start. A server
-// waiting for its certificate is neither: Ready stays open.
-func (s *Server) Ready() <-chan struct{} { return s.ready }
-
 // Check is a readiness check (controller-runtime's healthz.Checker): nil
 // while the server serves and its CA file is read, else why not, such as
 // the certificate it waits for (httpsserver.Status).
@@ -532,7 +515,7 @@ func (s *Server) Check(r *http.Request) error {
 	if err := s.CAError(); err != nil {
 		return err
 	}
-	return s.status.Check(r)
+	return s.Status.Check(r)
 }
 
 // Handler serves the binaries and their checksums under PathPrefix, and
@@ -806,9 +789,7 @@ func (s *Server) notFound(w http.ResponseWriter, path string) {
 // Start implements manager.Runnable: it serves until ctx ends, then waits
 // up to ShutdownTimeout for in-flight downloads, and closes the files.
 func (s *Server) Start(ctx context.Context) error {
-	var readyOnce sync.Once
-	markReady := func() { readyOnce.Do(func() { close(s.ready) }) }
-	defer markReady()
+	defer s.MarkReady()
 	defer s.Close()
 	logger := s.opts.Logger
 	if s.opts.Addr == "" || s.opts.CertFile == "" || s.opts.KeyFile == "" {
@@ -835,15 +816,13 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	return httpsserver.Serve(ctx, httpsserver.Options{
 		Name: "agent server", Server: "agent", Limits: s.opts.Limits, Addr: s.opts.Addr, CertFile: s.opts.CertFile, KeyFile: s.opts.KeyFile,
-		ShutdownTimeout: s.opts.ShutdownTimeout, Status: &s.status, Logger: logger, Classify: s.Classify,
+		ShutdownTimeout: s.opts.ShutdownTimeout, Status: &s.Status, Logger: logger, Classify: s.Classify,
 	}, srv, func(addr net.Addr) {
-		s.mu.Lock()
-		s.addr = addr
-		s.mu.Unlock()
+		s.Listened(addr)
 		logger.Info("Serving agent binaries", "address", addr.String(), "url", s.base+PathPrefix, "binaries", s.Binaries(),
 			"downloadTimeout", s.opts.DownloadTimeout.String(), "maxConns", s.opts.Limits.MaxConns,
 			"maxConnsPerAddress", s.opts.Limits.MaxConnsPerAddress, "reservedConns", s.opts.Limits.Reserved)
-		markReady()
+		s.MarkReady()
 	})
 }
 

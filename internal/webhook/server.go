@@ -73,13 +73,8 @@ const maxHeaderBytes = 16 << 10
 type Server struct {
 	opts ServerOptions
 
-	mu   sync.Mutex
-	addr net.Addr
-	// ready is closed once the listener is up (or Start failed).
-	ready chan struct{}
-	// status says whether it serves, or why not (such as a certificate
-	// it waits for).
-	status httpsserver.Status
+	// Listening answers Addr and Ready, and holds the Status Serve keeps.
+	httpsserver.Listening
 }
 
 var (
@@ -113,29 +108,17 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	def(&opts.IdleTimeout, 120*time.Second)
 	def(&opts.ShutdownTimeout, 10*time.Second)
 	opts.Limits = opts.Limits.Or(DefaultLimits)
-	return &Server{opts: opts, ready: make(chan struct{})}, nil
+	return &Server{opts: opts}, nil
 }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: every
 // replica receives webhooks.
 func (*Server) NeedLeaderElection() bool { return false }
 
-// Addr is the address the server listens on once started (nil before),
-// such as 127.0.0.1:40123 when Addr asked for port 0.
-func (s *Server) Addr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.addr
-}
-
-// Ready is closed once the server listens, or failed to start. A server
-// waiting for its certificate is neither: Ready stays open.
-func (s *Server) Ready() <-chan struct{} { return s.ready }
-
 // Check is a readiness check (controller-runtime's healthz.Checker): nil
 // while the server serves, else why not, such as the certificate it waits
 // for (httpsserver.Status).
-func (s *Server) Check(r *http.Request) error { return s.status.Check(r) }
+func (s *Server) Check(r *http.Request) error { return s.Status.Check(r) }
 
 // Handler is the server's HTTP handler: each Receiver at its path, 404
 // elsewhere.
@@ -161,9 +144,7 @@ func (s *Server) Paths() []string {
 // drain the queue.
 func (s *Server) Start(ctx context.Context) error {
 	logger := s.opts.Logger
-	var readyOnce sync.Once
-	markReady := func() { readyOnce.Do(func() { close(s.ready) }) }
-	defer markReady()
+	defer s.MarkReady()
 
 	srv := &http.Server{
 		Handler:           s.Handler(),
@@ -182,11 +163,9 @@ func (s *Server) Start(ctx context.Context) error {
 	defer stopWorkers()
 	err := httpsserver.Serve(ctx, httpsserver.Options{
 		Name: "webhook server", Server: "webhook", Limits: s.opts.Limits, Addr: s.opts.Addr, CertFile: s.opts.CertFile, KeyFile: s.opts.KeyFile,
-		ShutdownTimeout: s.opts.ShutdownTimeout, Status: &s.status, Logger: logger,
+		ShutdownTimeout: s.opts.ShutdownTimeout, Status: &s.Status, Logger: logger,
 	}, srv, func(addr net.Addr) {
-		s.mu.Lock()
-		s.addr = addr
-		s.mu.Unlock()
+		s.Listened(addr)
 		workersDone = make(chan struct{})
 		var wg sync.WaitGroup
 		for _, r := range s.opts.Receivers {
@@ -201,7 +180,7 @@ func (s *Server) Start(ctx context.Context) error {
 			close(workersDone)
 		}()
 		logger.Info("serving CI platform webhooks", "address", addr.String(), "paths", s.Paths())
-		markReady()
+		s.MarkReady()
 	})
 	if workersDone != nil {
 		stopWorkers()

@@ -377,6 +377,16 @@ type Owner struct {
 	CreatedAt time.Time
 }
 
+// CheckSpecOwner is the first check of an EnsureVM: there is a spec and it
+// names its owner's UID, which the VM's ownership record is keyed by. A
+// failure is a ClassConfiguration error, reason InvalidSpec.
+func CheckSpecOwner(spec *VMSpec) error {
+	if spec == nil || spec.Owner.UID == "" {
+		return Errorf(ClassConfiguration, "InvalidSpec", "EnsureVM needs a VM spec with an owner UID")
+	}
+	return nil
+}
+
 // VMSpec is everything that shapes one VM.
 type VMSpec struct {
 	Owner Owner

@@ -2,7 +2,11 @@ package workload
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -240,6 +244,22 @@ type Template struct {
 	// creation; empty and zero for CI platforms.
 	Script string
 	TTL    time.Duration
+}
+
+// KeyOf is the hex SHA-256 of v's JSON encoding: a key that tells two
+// configurations apart without holding their values, for a
+// Template.CredentialsKey or a ProviderCache fingerprint. Its encoding is
+// what RunnerPools' status.scopeVerification records: changing it takes
+// every pool out of routing until checked again.
+func KeyOf(v any) string {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		// Only a value json cannot encode (a channel, a func) gets here:
+		// a programming error, never a configuration's.
+		panic(fmt.Sprintf("workload.KeyOf(%T): %v", v, err))
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
 }
 
 // RunnerSoftware is the CI runner package a template's VMs run and its

@@ -27,8 +27,8 @@ const (
 // every call, never from prev.Task, so a lost or repeated Progress only
 // repeats a look.
 func (p *Provider) EnsureVM(ctx context.Context, spec *provider.VMSpec, prev provider.Progress) (*provider.EnsureResult, error) {
-	if spec == nil || spec.Owner.UID == "" {
-		return nil, provider.Errorf(provider.ClassConfiguration, "InvalidSpec", "EnsureVM needs a VM spec with an owner UID")
+	if err := provider.CheckSpecOwner(spec); err != nil {
+		return nil, err
 	}
 	vmid, err := ParseID(prev.ID)
 	if err != nil {

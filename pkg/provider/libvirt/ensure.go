@@ -39,8 +39,8 @@ const (
 // its steps. Where the VM stands is read from libvirt on every call, never
 // from prev.Task.
 func (p *Provider) EnsureVM(ctx context.Context, spec *provider.VMSpec, prev provider.Progress) (*provider.EnsureResult, error) {
-	if spec == nil || spec.Owner.UID == "" {
-		return nil, provider.Errorf(provider.ClassConfiguration, "InvalidSpec", "EnsureVM needs a VM spec with an owner UID")
+	if err := provider.CheckSpecOwner(spec); err != nil {
+		return nil, err
 	}
 	vmid, err := ParseID(prev.ID)
 	if err != nil {

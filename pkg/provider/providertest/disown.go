@@ -2,6 +2,7 @@ package providertest
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -20,9 +21,6 @@ import (
 // owner's DisownVM touches nothing; a second DisownVM, also from a
 // restarted instance, is Done with nothing removed.
 func testDisownVM(t *testing.T, h *Harness) {
-	is := func(ph provider.Phase) func(*provider.EnsureResult) bool {
-		return func(r *provider.EnsureResult) bool { return r.Phase == ph }
-	}
 	cases := []struct {
 		name string
 		at   func(*provider.EnsureResult) bool
@@ -31,9 +29,9 @@ func testDisownVM(t *testing.T, h *Harness) {
 		configured bool
 		powerOff   bool
 	}{
-		{name: "running", at: is(provider.PhaseRunning), configured: true},
-		{name: "stopped by its guest", at: is(provider.PhaseRunning), configured: true, powerOff: true},
-		{name: "cloned, not configured", at: is(provider.PhaseConfiguring)},
+		{name: "running", at: atPhase(provider.PhaseRunning), configured: true},
+		{name: "stopped by its guest", at: atPhase(provider.PhaseRunning), configured: true, powerOff: true},
+		{name: "cloned, not configured", at: atPhase(provider.PhaseConfiguring)},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -43,7 +41,7 @@ func testDisownVM(t *testing.T, h *Harness) {
 			res := d.until("drive to the release's starting state", c.at)
 			if c.powerOff {
 				h.GuestPowerOff(t, res.Progress.ID)
-				d.until("after the guest powered off", is(provider.PhaseStopped))
+				d.until("after the guest powered off", atPhase(provider.PhaseStopped))
 			}
 			ref := d.prog.VMRef()
 			removeMediaUntilDone(t, h, s.Owner, d.prog)
@@ -155,19 +153,12 @@ func expectForeign(t *testing.T, h *Harness, s *provider.VMSpec, prog provider.P
 func disownUntilDone(t *testing.T, h *Harness, p provider.Provider, o provider.Owner, ref provider.VMRef) *provider.DisownResult {
 	t.Helper()
 	var elapsed time.Duration
-	transient := 0
+	var retries transientRetries
 	for i := 0; i < maxSteps && elapsed <= maxSimulated; i++ {
 		res, err := p.DisownVM(t.Context(), o, ref)
-		if err != nil {
-			if provider.Classify(err) != provider.ClassTransient || transient >= maxTransient {
-				t.Fatalf("DisownVM(%s/%s, %v): %v (class %s)", o.Namespace, o.Name, ref.ID, err, provider.Classify(err))
-			}
-			transient++
-			h.Advance(time.Second)
-			elapsed += time.Second
+		if retries.retry(t, h, &elapsed, err, fmt.Sprintf("DisownVM(%s/%s, %v)", o.Namespace, o.Name, ref.ID)) {
 			continue
 		}
-		transient = 0
 		if res == nil {
 			t.Fatalf("DisownVM(%s/%s, %v) returned neither a result nor an error", o.Namespace, o.Name, ref.ID)
 		}

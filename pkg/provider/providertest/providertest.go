@@ -409,33 +409,71 @@ func storedContains(t *testing.T, h *Harness, s string) bool {
 	return false
 }
 
+// atPhase is a drive's stop condition: the VM has reached phase ph.
+func atPhase(ph provider.Phase) func(*provider.EnsureResult) bool {
+	return func(r *provider.EnsureResult) bool { return r.Phase == ph }
+}
+
+// atPhaseInFlight is a drive's stop condition: the VM is in phase ph with
+// a task of it in flight.
+func atPhaseInFlight(ph provider.Phase) func(*provider.EnsureResult) bool {
+	return func(r *provider.EnsureResult) bool { return r.Phase == ph && r.Progress.Task != nil }
+}
+
+// transientRetries is how a loop of calls the suite drives answers an
+// error: the contract lets a backend fail transiently, so such an error is
+// retried after a simulated second, up to maxTransient in a row; any other
+// error ends the test.
+type transientRetries struct{ inARow int }
+
+// retry reports whether the call (described by call) that returned err is
+// to be made again, having moved h's clock and *elapsed on by a second. A
+// nil err resets the count and is not retried.
+func (r *transientRetries) retry(t *testing.T, h *Harness, elapsed *time.Duration, err error, call string) bool {
+	t.Helper()
+	if err == nil {
+		r.inARow = 0
+		return false
+	}
+	if provider.Classify(err) != provider.ClassTransient || r.inARow >= maxTransient {
+		t.Fatalf("%s: %v (class %s)", call, err, provider.Classify(err))
+	}
+	r.inARow++
+	h.Advance(time.Second)
+	*elapsed += time.Second
+	return true
+}
+
 // deleteUntilDone calls DeleteVM, honouring RetryAfter, until Done.
 func deleteUntilDone(t *testing.T, h *Harness, p provider.Provider, o provider.Owner, prev provider.Progress) *provider.DeleteResult {
 	t.Helper()
+	return removalUntilDone(t, h, o, prev, "DeleteVM", func(prog provider.Progress) (*provider.DeleteResult, error) {
+		return p.DeleteVM(t.Context(), o, prog)
+	})
+}
+
+// removalUntilDone calls remove (the call named name: DeleteVM or
+// RemoveCloudInitMedia, which both answer a DeleteResult) with the
+// persisted progress, honouring RetryAfter, until Done.
+func removalUntilDone(t *testing.T, h *Harness, o provider.Owner, prev provider.Progress, name string, remove func(provider.Progress) (*provider.DeleteResult, error)) *provider.DeleteResult {
+	t.Helper()
 	prog := persist(t, prev)
 	var elapsed time.Duration
-	transient := 0
+	var retries transientRetries
 	for i := 0; i < maxSteps && elapsed <= maxSimulated; i++ {
-		res, err := p.DeleteVM(t.Context(), o, prog)
-		if err != nil {
-			if provider.Classify(err) != provider.ClassTransient || transient >= maxTransient {
-				t.Fatalf("DeleteVM(%s/%s, %+v): %v (class %s)", o.Namespace, o.Name, prog, err, provider.Classify(err))
-			}
-			transient++
-			h.Advance(time.Second)
-			elapsed += time.Second
+		res, err := remove(prog)
+		if retries.retry(t, h, &elapsed, err, fmt.Sprintf("%s(%s/%s, %+v)", name, o.Namespace, o.Name, prog)) {
 			continue
 		}
-		transient = 0
 		if res == nil {
-			t.Fatalf("DeleteVM(%s/%s, %+v) returned neither a result nor an error", o.Namespace, o.Name, prog)
+			t.Fatalf("%s(%s/%s, %+v) returned neither a result nor an error", name, o.Namespace, o.Name, prog)
 		}
 		if res.RetryAfter < 0 {
-			t.Errorf("DeleteVM: negative RetryAfter %s", res.RetryAfter)
+			t.Errorf("%s: negative RetryAfter %s", name, res.RetryAfter)
 		}
 		if res.Done {
 			if res.Progress.Task != nil {
-				t.Errorf("DeleteVM: Done with a task in flight: %+v", *res.Progress.Task)
+				t.Errorf("%s: Done with a task in flight: %+v", name, *res.Progress.Task)
 			}
 			return res
 		}
@@ -443,7 +481,7 @@ func deleteUntilDone(t *testing.T, h *Harness, p provider.Provider, o provider.O
 		h.Advance(res.RetryAfter)
 		elapsed += res.RetryAfter
 	}
-	t.Fatalf("DeleteVM(%s/%s): not Done after %d calls and %s", o.Namespace, o.Name, maxSteps, elapsed)
+	t.Fatalf("%s(%s/%s): not Done after %d calls and %s", name, o.Namespace, o.Name, maxSteps, elapsed)
 	return nil
 }
 

@@ -410,9 +410,6 @@ func testRepeatedCalls(t *testing.T, h *Harness) {
 }
 
 func testRestart(t *testing.T, h *Harness) {
-	inFlight := func(ph provider.Phase) func(*provider.EnsureResult) bool {
-		return func(r *provider.EnsureResult) bool { return r.Phase == ph && r.Progress.Task != nil }
-	}
 	cases := []struct {
 		name string
 		at   func(*provider.EnsureResult) bool
@@ -425,10 +422,10 @@ func testRestart(t *testing.T, h *Harness) {
 		vmExists bool
 	}{
 		{name: "after placement", at: func(r *provider.EnsureResult) bool { return r.Phase == provider.PhasePlaced }},
-		{name: "while cloning", at: inFlight(provider.PhaseCloning), vmExists: true},
-		{name: "while cloning, task lost", at: inFlight(provider.PhaseCloning), loseTask: true, vmExists: true},
-		{name: "while configuring, task lost", at: inFlight(provider.PhaseConfiguring), loseTask: true, vmExists: true},
-		{name: "while starting, task lost", at: inFlight(provider.PhaseStarting), loseTask: true, vmExists: true},
+		{name: "while cloning", at: atPhaseInFlight(provider.PhaseCloning), vmExists: true},
+		{name: "while cloning, task lost", at: atPhaseInFlight(provider.PhaseCloning), loseTask: true, vmExists: true},
+		{name: "while configuring, task lost", at: atPhaseInFlight(provider.PhaseConfiguring), loseTask: true, vmExists: true},
+		{name: "while starting, task lost", at: atPhaseInFlight(provider.PhaseStarting), loseTask: true, vmExists: true},
 		{name: "while booting", at: func(r *provider.EnsureResult) bool { return r.Phase == provider.PhaseBooting }, vmExists: true},
 		{name: "while booting, task lost", at: func(r *provider.EnsureResult) bool { return r.Phase == provider.PhaseBooting }, loseTask: true, vmExists: true},
 	}
@@ -889,25 +886,19 @@ func testSetPower(t *testing.T, h *Harness) {
 }
 
 func testDeleteVM(t *testing.T, h *Harness) {
-	inFlight := func(ph provider.Phase) func(*provider.EnsureResult) bool {
-		return func(r *provider.EnsureResult) bool { return r.Phase == ph && r.Progress.Task != nil }
-	}
-	is := func(ph provider.Phase) func(*provider.EnsureResult) bool {
-		return func(r *provider.EnsureResult) bool { return r.Phase == ph }
-	}
 	cases := []struct {
 		name     string
 		at       func(*provider.EnsureResult) bool
 		loseTask bool
 		powerOff bool
 	}{
-		{name: "placed only", at: is(provider.PhasePlaced)},
-		{name: "while cloning", at: inFlight(provider.PhaseCloning)},
-		{name: "while cloning, task lost", at: inFlight(provider.PhaseCloning), loseTask: true},
-		{name: "while configuring", at: inFlight(provider.PhaseConfiguring)},
-		{name: "while booting", at: is(provider.PhaseBooting)},
-		{name: "running", at: is(provider.PhaseRunning)},
-		{name: "stopped by its guest", at: is(provider.PhaseRunning), powerOff: true},
+		{name: "placed only", at: atPhase(provider.PhasePlaced)},
+		{name: "while cloning", at: atPhaseInFlight(provider.PhaseCloning)},
+		{name: "while cloning, task lost", at: atPhaseInFlight(provider.PhaseCloning), loseTask: true},
+		{name: "while configuring", at: atPhaseInFlight(provider.PhaseConfiguring)},
+		{name: "while booting", at: atPhase(provider.PhaseBooting)},
+		{name: "running", at: atPhase(provider.PhaseRunning)},
+		{name: "stopped by its guest", at: atPhase(provider.PhaseRunning), powerOff: true},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -919,7 +910,7 @@ func testDeleteVM(t *testing.T, h *Harness) {
 			}
 			if c.powerOff {
 				h.GuestPowerOff(t, at.Progress.ID)
-				d.until("after the guest powered off", is(provider.PhaseStopped))
+				d.until("after the guest powered off", atPhase(provider.PhaseStopped))
 			}
 			prev := d.prog
 			if c.loseTask {
@@ -985,21 +976,15 @@ func testDeleteOtherMissing(t *testing.T, h *Harness) {
 // credential, from the backend; the VM itself stays, owned and in the
 // power state it had. Another owner's call touches nothing.
 func testRemoveCloudInitMedia(t *testing.T, h *Harness) {
-	inFlight := func(ph provider.Phase) func(*provider.EnsureResult) bool {
-		return func(r *provider.EnsureResult) bool { return r.Phase == ph && r.Progress.Task != nil }
-	}
-	is := func(ph provider.Phase) func(*provider.EnsureResult) bool {
-		return func(r *provider.EnsureResult) bool { return r.Phase == ph }
-	}
 	cases := []struct {
 		name     string
 		at       func(*provider.EnsureResult) bool
 		powerOff bool
 	}{
-		{name: "while configuring", at: inFlight(provider.PhaseConfiguring)},
-		{name: "while booting", at: is(provider.PhaseBooting)},
-		{name: "booting, then stopped", at: is(provider.PhaseBooting), powerOff: true},
-		{name: "running", at: is(provider.PhaseRunning)},
+		{name: "while configuring", at: atPhaseInFlight(provider.PhaseConfiguring)},
+		{name: "while booting", at: atPhase(provider.PhaseBooting)},
+		{name: "booting, then stopped", at: atPhase(provider.PhaseBooting), powerOff: true},
+		{name: "running", at: atPhase(provider.PhaseRunning)},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -1055,36 +1040,9 @@ func testRemoveCloudInitMedia(t *testing.T, h *Harness) {
 // until Done.
 func removeMediaUntilDone(t *testing.T, h *Harness, o provider.Owner, prev provider.Progress) *provider.DeleteResult {
 	t.Helper()
-	prog := persist(t, prev)
-	var elapsed time.Duration
-	transient := 0
-	for i := 0; i < maxSteps && elapsed <= maxSimulated; i++ {
-		res, err := h.Provider.RemoveCloudInitMedia(t.Context(), o, prog)
-		if err != nil {
-			if provider.Classify(err) != provider.ClassTransient || transient >= maxTransient {
-				t.Fatalf("RemoveCloudInitMedia(%s/%s, %+v): %v (class %s)", o.Namespace, o.Name, prog, err, provider.Classify(err))
-			}
-			transient++
-			h.Advance(time.Second)
-			elapsed += time.Second
-			continue
-		}
-		transient = 0
-		if res == nil {
-			t.Fatalf("RemoveCloudInitMedia(%s/%s, %+v) returned neither a result nor an error", o.Namespace, o.Name, prog)
-		}
-		if res.Done {
-			if res.Progress.Task != nil {
-				t.Errorf("RemoveCloudInitMedia: Done with a task in flight: %+v", *res.Progress.Task)
-			}
-			return res
-		}
-		prog = persist(t, res.Progress)
-		h.Advance(res.RetryAfter)
-		elapsed += res.RetryAfter
-	}
-	t.Fatalf("RemoveCloudInitMedia(%s/%s): not Done after %d calls and %s", o.Namespace, o.Name, maxSteps, elapsed)
-	return nil
+	return removalUntilDone(t, h, o, prev, "RemoveCloudInitMedia", func(prog provider.Progress) (*provider.DeleteResult, error) {
+		return h.Provider.RemoveCloudInitMedia(t.Context(), o, prog)
+	})
 }
 
 // testNotOwned: DeleteVM, SetPower and DisownVM refuse every VM whose

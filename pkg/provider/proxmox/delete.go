@@ -111,16 +111,11 @@ func (p *Provider) DeleteVM(ctx context.Context, owner provider.Owner, prev prov
 	}
 	// The VM is gone: its ISO next.
 	if prog.Node != "" {
-		present, err := p.isoPresent(ctx, prog.Node, prog.VMID, owner.UID)
+		started, err := p.startISODelete(ctx, owner.UID, &prog)
 		if err != nil {
 			return nil, err
 		}
-		if present {
-			upid, err := p.deleteISO(ctx, prog.Node, prog.VMID, owner.UID)
-			if err != nil {
-				return nil, err
-			}
-			prog.Task = &provider.Task{ID: upid, Operation: opISODelete, StartTime: p.clock.Now()}
+		if started {
 			return result(false, "deleting the cloud-init ISO of VM %d", prog.VMID), nil
 		}
 	}

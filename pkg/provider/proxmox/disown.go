@@ -28,15 +28,9 @@ import (
 // config changed in between (by an admin, a task) is refused rather than
 // overwritten, and read again on the next call.
 func (p *Provider) DisownVM(ctx context.Context, owner provider.Owner, at provider.VMRef) (*provider.DisownResult, error) {
-	ref, err := refOf(at)
+	ref, node, err := p.resolveRef(ctx, at)
 	if err != nil {
 		return nil, err
-	}
-	node := ref.Node
-	if node == "" {
-		if node, err = p.locate(ctx, ref.VMID); err != nil {
-			return nil, err
-		}
 	}
 	cfg, err := p.api.config(ctx, node, ref.VMID)
 	if err != nil {

@@ -1002,6 +1002,22 @@ func (c *ensureCall) cleanupISO(ctx context.Context, running bool) (*provider.En
 	return c.result(phase, c.pollDelay(), "deleting the cloud-init ISO"), nil
 }
 
+// startISODelete starts deleting the cloud-init ISO of prog's VM if the
+// file is still there, and records the task in prog; started is false when
+// there was no file to delete. DeleteVM and media removal share it.
+func (p *Provider) startISODelete(ctx context.Context, owner string, prog *progress) (started bool, err error) {
+	present, err := p.isoPresent(ctx, prog.Node, prog.VMID, owner)
+	if err != nil || !present {
+		return false, err
+	}
+	upid, err := p.deleteISO(ctx, prog.Node, prog.VMID, owner)
+	if err != nil {
+		return false, err
+	}
+	prog.Task = &provider.Task{ID: upid, Operation: opISODelete, StartTime: p.clock.Now()}
+	return true, nil
+}
+
 func (p *Provider) deleteISO(ctx context.Context, node string, vmid int, owner string) (string, error) {
 	volid := p.isoVolid(vmid, owner)
 	upid, err := p.api.upid(ctx, http.MethodDelete,

@@ -33,11 +33,9 @@ func (p *Provider) PlaceGuestFile(ctx context.Context, owner provider.Owner, at 
 	if err != nil {
 		return err
 	}
-	node := ref.Node
-	if node == "" {
-		if node, err = p.locate(ctx, ref.VMID); err != nil {
-			return err
-		}
+	node, err := p.nodeOf(ctx, ref)
+	if err != nil {
+		return err
 	}
 	cfg, err := p.api.config(ctx, node, ref.VMID)
 	if err != nil {

@@ -1,6 +1,7 @@
 package proxmox
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
@@ -66,6 +67,25 @@ func refOf(r provider.VMRef) (vmRef, error) {
 		return vmRef{}, err
 	}
 	return vmRef{VMID: vmid, Node: r.Node}, nil
+}
+
+// nodeOf is the node ref's VM is on: the ref's own, else where the cluster
+// finds the VM id now (a ref may name no node).
+func (p *Provider) nodeOf(ctx context.Context, ref vmRef) (string, error) {
+	if ref.Node != "" {
+		return ref.Node, nil
+	}
+	return p.locate(ctx, ref.VMID)
+}
+
+// resolveRef parses at and finds the node its VM is on (nodeOf).
+func (p *Provider) resolveRef(ctx context.Context, at provider.VMRef) (vmRef, string, error) {
+	ref, err := refOf(at)
+	if err != nil {
+		return vmRef{}, "", err
+	}
+	node, err := p.nodeOf(ctx, ref)
+	return ref, node, err
 }
 
 // CheckRef implements provider.Provider: ref must be a Proxmox VM id in

@@ -84,16 +84,11 @@ func (p *Provider) RemoveCloudInitMedia(ctx context.Context, owner provider.Owne
 	if res, err := p.ejectForRemoval(ctx, owner, &prog); res != nil || err != nil {
 		return res, err
 	}
-	present, err := p.isoPresent(ctx, prog.Node, prog.VMID, owner.UID)
+	started, err := p.startISODelete(ctx, owner.UID, &prog)
 	if err != nil {
 		return nil, err
 	}
-	if present {
-		upid, err := p.deleteISO(ctx, prog.Node, prog.VMID, owner.UID)
-		if err != nil {
-			return nil, err
-		}
-		prog.Task = &provider.Task{ID: upid, Operation: opISODelete, StartTime: p.clock.Now()}
+	if started {
 		p.setInflight(prog.VMID, owner.UID, prog.Task)
 		return wait("deleting the cloud-init ISO of VM %d", prog.VMID), nil
 	}

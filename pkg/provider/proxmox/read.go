@@ -65,16 +65,9 @@ func powerState(status string) provider.PowerState {
 // GetVM implements provider.Provider: the config (for the marker) and the
 // current status (for power, lock and uptime).
 func (p *Provider) GetVM(ctx context.Context, at provider.VMRef) (*provider.VM, error) {
-	ref, err := refOf(at)
+	ref, node, err := p.resolveRef(ctx, at)
 	if err != nil {
 		return nil, err
-	}
-	node := ref.Node
-	if node == "" {
-		var err error
-		if node, err = p.locate(ctx, ref.VMID); err != nil {
-			return nil, err
-		}
 	}
 	cfg, err := p.api.config(ctx, node, ref.VMID)
 	if err != nil {
@@ -109,16 +102,9 @@ func (p *Provider) GetVM(ctx context.Context, at provider.VMRef) (*provider.VM, 
 
 // SetPower implements provider.Provider.
 func (p *Provider) SetPower(ctx context.Context, owner provider.Owner, at provider.VMRef, action provider.PowerAction) (*provider.Task, error) {
-	ref, err := refOf(at)
+	ref, node, err := p.resolveRef(ctx, at)
 	if err != nil {
 		return nil, err
-	}
-	node := ref.Node
-	if node == "" {
-		var err error
-		if node, err = p.locate(ctx, ref.VMID); err != nil {
-			return nil, err
-		}
 	}
 	var op string
 	switch action {

@@ -10,9 +10,6 @@ package buildkite
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"path"
@@ -165,12 +162,10 @@ const DownloadedAgentDir = "/opt/buildkite-agent"
 // pools: the API, the cluster and which Secret key holds the token (never
 // its value).
 func credentialsKey(bk *hfv1.BuildkiteBootstrap) string {
-	raw, _ := json.Marshal(struct {
+	return workload.KeyOf(struct {
 		API, Org, Cluster string
 		Token             hfv1.LocalSecretKeySelector
 	}{cmp.Or(bk.APIURL, DefaultAPIURL), bk.Organization, bk.Cluster, bk.Credentials.APIToken})
-	sum := sha256.Sum256(raw)
-	return hex.EncodeToString(sum[:])
 }
 
 // Pool implements workload.Backend for a buildkite pool. Its labels are its

@@ -3,9 +3,6 @@ package gitlab
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"path"
@@ -186,12 +183,10 @@ const DownloadedRunnerDir = "/opt/gitlab-runner"
 // pools: the instance and which Secret key holds the token (never its
 // value); see workload.Template.CredentialsKey.
 func credentialsKey(g *hfv1.GitLabBootstrap) string {
-	raw, _ := json.Marshal(struct {
+	return workload.KeyOf(struct {
 		URL   string
 		Creds hfv1.GitLabCredentials
 	}{instanceURL(g), g.Credentials})
-	sum := sha256.Sum256(raw)
-	return hex.EncodeToString(sum[:])
 }
 
 // Pool implements workload.Backend for a gitlab-ci pool: its tags are its
@@ -274,9 +269,8 @@ func (b *Backend) Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemp
 	}
 	// The fingerprint holds the token's hash only inside this process's
 	// map, never in a status or a log.
-	raw, _ := json.Marshal([]any{cfg.URL, cfg.Token, cfg.Scope, cfg.RunUntagged, cfg.AccessLevel, cfg.HTTPTimeout})
-	sum := sha256.Sum256(raw)
-	p, err := b.providers.Get(tmpl, scope, hex.EncodeToString(sum[:]), func() (*Provider, error) { return New(cfg) })
+	fp := workload.KeyOf([]any{cfg.URL, cfg.Token, cfg.Scope, cfg.RunUntagged, cfg.AccessLevel, cfg.HTTPTimeout})
+	p, err := b.providers.Get(tmpl, scope, fp, func() (*Provider, error) { return New(cfg) })
 	if err != nil {
 		return nil, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s of HypervisorMachineTemplate %s: %w", templateField, tmpl.Name, err)
 	}
