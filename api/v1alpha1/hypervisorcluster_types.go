@@ -6,40 +6,55 @@ import (
 )
 
 // HypervisorProvider names a hypervisor implementation.
-// +kubebuilder:validation:Enum=proxmox
+// +kubebuilder:validation:Enum=proxmox;libvirt
 type HypervisorProvider string
 
-// ProviderProxmox is Proxmox VE.
-const ProviderProxmox HypervisorProvider = "proxmox"
+const (
+	// ProviderProxmox is Proxmox VE.
+	ProviderProxmox HypervisorProvider = "proxmox"
+	// ProviderLibvirt is plain KVM/QEMU hosts managed by libvirt.
+	ProviderLibvirt HypervisorProvider = "libvirt"
+)
 
 // HypervisorClusterSpec says how to reach one hypervisor cluster and how VMs
 // are placed on it. The fields at its top level are shared by every
 // hypervisor; what only one kind of hypervisor has is in that kind's own
-// section (spec.proxmox), which is allowed only with that provider.
+// section (spec.proxmox, spec.libvirt), which is allowed only with that
+// provider. endpoint and credentials are optional in the schema because
+// libvirt has neither an HTTP API nor tokens; provider proxmox still
+// requires both.
 // +kubebuilder:validation:XValidation:rule="!has(self.proxmox) || self.provider == 'proxmox'",message="spec.proxmox holds Proxmox VE settings and is allowed only with provider proxmox: remove spec.proxmox or set provider: proxmox",fieldPath=".proxmox"
+// +kubebuilder:validation:XValidation:rule="!has(self.libvirt) || self.provider == 'libvirt'",message="spec.libvirt holds libvirt settings and is allowed only with provider libvirt: remove spec.libvirt or set provider: libvirt",fieldPath=".libvirt"
+// +kubebuilder:validation:XValidation:rule="self.provider != 'libvirt' || has(self.libvirt)",message="provider libvirt needs spec.libvirt: set spec.libvirt.hosts and spec.libvirt.volumePool",fieldPath=".libvirt"
+// +kubebuilder:validation:XValidation:rule="self.provider != 'proxmox' || has(self.endpoint)",message="provider proxmox needs spec.endpoint: set the API's https:// URL, such as https://pve.example.com:8006/api2/json",fieldPath=".endpoint"
+// +kubebuilder:validation:XValidation:rule="self.provider != 'proxmox' || (has(self.credentials) && (has(self.credentials.tokenID) || has(self.credentials.tokenId) || has(self.credentials.username)))",message="provider proxmox needs spec.credentials: set exactly one credential pair: tokenID with tokenSecret (API token), or username with password",fieldPath=".credentials"
+// +kubebuilder:validation:XValidation:rule="self.provider != 'libvirt' || !has(self.credentials) || (!has(self.credentials.tokenID) && !has(self.credentials.tokenId) && !has(self.credentials.tokenSecret) && !has(self.credentials.username) && !has(self.credentials.password))",message="spec.credentials of a libvirt cluster holds only clientCert (libvirt authenticates with a TLS client certificate, or with spec.libvirt.ssh): remove tokenID, tokenSecret, username and password",fieldPath=".credentials"
 // +kubebuilder:validation:XValidation:rule="!has(self.vmidRange) || !has(self.proxmox) || !has(self.proxmox.vmidRange)",message="vmidRange is set twice: remove the deprecated spec.vmidRange and keep spec.proxmox.vmidRange",fieldPath=".vmidRange"
 // +kubebuilder:validation:XValidation:rule="!has(self.isoStorage) || !has(self.proxmox) || !has(self.proxmox.isoStorage)",message="isoStorage is set twice: remove the deprecated spec.isoStorage and keep spec.proxmox.isoStorage",fieldPath=".isoStorage"
 type HypervisorClusterSpec struct {
-	// provider is the hypervisor implementation. Only "proxmox" exists today.
-	// It cannot be changed: create a new HypervisorCluster instead.
+	// provider is the hypervisor implementation: proxmox (Proxmox VE) or
+	// libvirt (KVM/QEMU hosts managed by libvirt). It cannot be changed: create a new HypervisorCluster instead.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="provider is immutable; create a new HypervisorCluster for another hypervisor"
 	Provider HypervisorProvider `json:"provider"`
 
 	// endpoint is the hypervisor API's base URL, for Proxmox VE
 	// https://<host>:8006/api2/json. Only https is accepted: the API carries
-	// credentials.
-	// +required
+	// credentials. Required with provider proxmox; libvirt reaches its
+	// hosts by spec.libvirt.hosts instead.
+	// +optional
 	// +kubebuilder:validation:MinLength=9
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="isURL(self) && url(self).getScheme() == 'https' && url(self).getHostname() != ''",message="endpoint must be an https:// URL with a host, such as https://pve.example.com:8006/api2/json"
-	Endpoint string `json:"endpoint"`
+	Endpoint string `json:"endpoint,omitempty"`
 
 	// credentials authenticate the operator to the hypervisor API. Set either
 	// tokenId and tokenSecret (a Proxmox API token, recommended) or username
 	// and password. They stay in the operator and never reach a VM.
-	// +required
-	Credentials HypervisorCredentials `json:"credentials"`
+	// Required with provider proxmox. A libvirt cluster sets at most
+	// clientCert (its TLS client certificate for qemu+tls hosts).
+	// +optional
+	Credentials HypervisorCredentials `json:"credentials,omitzero"`
 
 	// tls says how the operator trusts the API's certificate. Without it the
 	// system trust store is used. Proxmox nodes usually present a certificate
@@ -82,6 +97,11 @@ type HypervisorClusterSpec struct {
 	// (docs/architecture.md, "A second hypervisor").
 	// +optional
 	Proxmox *ProxmoxClusterSettings `json:"proxmox,omitempty"`
+
+	// libvirt holds the settings only libvirt has (its hosts, storage pools
+	// and network). Required with provider libvirt, allowed only with it.
+	// +optional
+	Libvirt *LibvirtClusterSettings `json:"libvirt,omitempty"`
 
 	// vmidRange is the block of VM ids the operator allocates from.
 	//
@@ -308,7 +328,9 @@ type VLANRange struct {
 }
 
 // HypervisorCredentials holds references to the hypervisor API credentials.
-// +kubebuilder:validation:XValidation:rule="((has(self.tokenID) || has(self.tokenId)) && has(self.tokenSecret) && !has(self.username) && !has(self.password)) || (!has(self.tokenID) && !has(self.tokenId) && !has(self.tokenSecret) && has(self.username) && has(self.password))",message="set exactly one credential pair: tokenID with tokenSecret (API token), or username with password"
+// Its own rule refuses a partial or a second pair; whether a pair is
+// required is the provider's (rules on HypervisorClusterSpec).
+// +kubebuilder:validation:XValidation:rule="((has(self.tokenID) || has(self.tokenId)) && has(self.tokenSecret) && !has(self.username) && !has(self.password)) || (!has(self.tokenID) && !has(self.tokenId) && !has(self.tokenSecret) && has(self.username) && has(self.password)) || (!has(self.tokenID) && !has(self.tokenId) && !has(self.tokenSecret) && !has(self.username) && !has(self.password))",message="set exactly one credential pair: tokenID with tokenSecret (API token), or username with password"
 // +kubebuilder:validation:XValidation:rule="!has(self.tokenId)",message="spec.credentials.tokenId is now tokenID: rename the field"
 type HypervisorCredentials struct {
 	// tokenID selects the API token id, such as hyperfleet@pve!operator.

@@ -132,15 +132,22 @@ const (
 
 // MachineSource is the template a VM is cloned from: a one-of with one
 // section per hypervisor kind, each named like the HypervisorCluster
-// provider it is for. Proxmox VE is the only kind today, so its section is
-// required. A second kind adds its own optional section, makes proxmox
-// optional, adds a CEL rule on this type that exactly one section is set,
-// and has the template refused when its section is not the kind of its
-// cluster (docs/architecture.md, "A second hypervisor").
+// provider it is for. The template is refused when its section is not the
+// kind of its cluster (docs/architecture.md, "A second hypervisor").
+//
+// proxmox stays a struct value (omitzero, not a pointer): the many callers
+// that read tmpl.Spec.Source.Proxmox keep compiling and never meet a nil,
+// and an unset section is its zero value, which names no template
+// (provider.Kind.ReadsTemplate is false).
+// +kubebuilder:validation:XValidation:rule="[has(self.proxmox), has(self.libvirt)].filter(x, x).size() == 1",message="set exactly one of source.proxmox and source.libvirt: the section of the template's HypervisorCluster provider"
 type MachineSource struct {
-	// proxmox names a Proxmox VE template.
-	// +required
-	Proxmox ProxmoxSource `json:"proxmox"`
+	// proxmox names a Proxmox VE template (provider proxmox).
+	// +optional
+	Proxmox ProxmoxSource `json:"proxmox,omitzero"`
+
+	// libvirt names a libvirt template domain (provider libvirt).
+	// +optional
+	Libvirt *LibvirtSource `json:"libvirt,omitempty"`
 }
 
 // DiskFormat is a disk image format for full clones.

@@ -814,7 +814,7 @@ func without(m map[string]any, k string) map[string]any { delete(m, k); return m
 func TestInvalidObjectsAreRejected(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t)
-	cases := invalidCases()
+	cases := append(invalidCases(), libvirtInvalidCases()...)
 	if len(cases) < 40 {
 		t.Fatalf("the invalid-object table has %d cases; keep at least 40", len(cases))
 	}

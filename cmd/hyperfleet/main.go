@@ -47,6 +47,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/settings"
 	"github.com/hyperfleet/hyperfleet/internal/webhook"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
+	"github.com/hyperfleet/hyperfleet/pkg/provider/libvirt"
 	"github.com/hyperfleet/hyperfleet/pkg/provider/proxmox"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite"
@@ -62,6 +63,7 @@ import (
 // internal/dnsreg) and one line here.
 func init() {
 	provider.Register(hfv1.ProviderProxmox, proxmox.Kind)
+	provider.Register(hfv1.ProviderLibvirt, libvirt.Kind)
 	workload.Register(hfv1.WorkloadGitHubActions, github.NewBackend)
 	workload.Register(hfv1.WorkloadGeneric, generic.NewBackend)
 	workload.Register(hfv1.WorkloadBuildkite, buildkite.NewBackend)

@@ -9,6 +9,8 @@ package clusterconfig
 import (
 	"cmp"
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,8 +41,12 @@ func Resolve(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluste
 	// A kind this build does not register reads nothing: its part stays
 	// unset. The HypervisorCluster controller refuses such a cluster
 	// before it resolves it (UnknownKind).
-	if kind, ok := provider.KindOf(s.Provider); ok {
+	kind, known := provider.KindOf(s.Provider)
+	if known {
 		if err := kind.ReadCluster(c, &cfg); err != nil {
+			return cfg, err
+		}
+		if err := readSectionSecrets(ctx, reader, kind, c, &cfg); err != nil {
 			return cfg, err
 		}
 	}
@@ -99,6 +105,39 @@ func Resolve(ctx context.Context, reader client.Reader, c *hfv1.HypervisorCluste
 	return cfg, nil
 }
 
+// SectionSecrets is a Kind whose own section (spec.<kind>) references
+// Secrets: ReadCluster is pure, so the Secrets are read here, and handed
+// back to the kind by field. Proxmox's section references none and does
+// not implement it.
+type SectionSecrets interface {
+	// SectionSecretRefs lists the Secret keys the section references, by
+	// the field path that selects each (for messages).
+	SectionSecretRefs(cluster *hfv1.HypervisorCluster) map[string]*hfv1.SecretKeySelector
+	// ReadSectionSecrets sets in cfg (after ReadCluster) what those keys
+	// hold, by field.
+	ReadSectionSecrets(cfg *provider.ClusterConfig, values map[string][]byte) error
+}
+
+// readSectionSecrets reads the Secrets of kind's section into cfg, when
+// the kind has any.
+func readSectionSecrets(ctx context.Context, reader client.Reader, kind provider.Kind, c *hfv1.HypervisorCluster, cfg *provider.ClusterConfig) error {
+	sk, ok := kind.(SectionSecrets)
+	if !ok {
+		return nil
+	}
+	refs := sk.SectionSecretRefs(c)
+	values := make(map[string][]byte, len(refs))
+	for _, field := range slices.Sorted(maps.Keys(refs)) {
+		ref := refs[field]
+		v, err := secretref.Value(ctx, reader, field, ref.Namespace, ref.Name, ref.Key)
+		if err != nil {
+			return err
+		}
+		values[field] = v
+	}
+	return sk.ReadSectionSecrets(cfg, values)
+}
+
 // ClientCertRefs are the two Secret keys spec.credentials.clientCert
 // selects, the certificate's and the private key's, with the defaults of a
 // kubernetes.io/tls Secret for keys left unset.
@@ -123,6 +162,14 @@ func SecretRefs(c *hfv1.HypervisorCluster) []*hfv1.SecretKeySelector {
 	}
 	if c.Spec.TLS != nil && c.Spec.TLS.CABundleRef != nil {
 		out = append(out, c.Spec.TLS.CABundleRef)
+	}
+	if kind, ok := provider.KindOf(c.Spec.Provider); ok {
+		if sk, ok := kind.(SectionSecrets); ok {
+			refs := sk.SectionSecretRefs(c)
+			for _, field := range slices.Sorted(maps.Keys(refs)) {
+				out = append(out, refs[field])
+			}
+		}
 	}
 	if store := SecretStoreOf(c); store != nil {
 		out = append(out, &store.TokenRef)

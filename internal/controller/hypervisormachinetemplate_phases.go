@@ -227,6 +227,9 @@ func (r *HypervisorMachineTemplateReconciler) render(_ context.Context, s *templ
 	// The agent server's binaries are fixed at start; its CA may be read
 	// later (AgentUnavailable until then), which the requeue of an
 	// invalid template (waitForDependency) notices.
+	if err := vmspec.CheckSource(tmpl, cluster); err != nil {
+		return s.invalid(hfv1.TemplateInvalidReason, err.Error())
+	}
 	vars := vmspec.TemplateVars(r.Workloads, tmpl, cluster, s.pools)
 	if err := vmspec.SetAgentVars(r.Workloads, tmpl, r.Agent, &vars); err != nil {
 		return s.invalid(hfv1.AgentUnavailableReason, err.Error())

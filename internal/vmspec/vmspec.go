@@ -107,6 +107,20 @@ func Source(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluste
 	return out
 }
 
+// CheckSource refuses a template whose source section is not the kind of
+// its cluster (spec.source.proxmox on a libvirt cluster, say): the schema
+// allows exactly one section, but only the cluster says which. A cluster
+// of a kind this build does not register is refused elsewhere
+// (UnknownProvider).
+func CheckSource(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster) error {
+	kind, ok := provider.KindOf(cluster.Spec.Provider)
+	if !ok || kind.ReadsTemplate(tmpl) {
+		return nil
+	}
+	return fmt.Errorf("spec.source: HypervisorCluster %s is of provider %s, and the template sets no spec.source.%s: name the template in spec.source.%s instead of another hypervisor's section",
+		cluster.Name, cluster.Spec.Provider, cluster.Spec.Provider, cluster.Spec.Provider)
+}
+
 // TPM is the TPM the template's VMs need: a TPM 2.0 under attestation
 // method tpm (added to each VM when spec.attestation.tpm.addVirtualTPM is
 // set, else the template's own), nil under every other method.
