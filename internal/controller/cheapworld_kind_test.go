@@ -52,7 +52,9 @@ func (testvisor) ReadCluster(c *hfv1.HypervisorCluster, cfg *provider.ClusterCon
 
 func (testvisor) MovedFields(*hfv1.HypervisorCluster) []provider.MovedField { return nil }
 
-func (testvisor) ReadsTemplate(*hfv1.HypervisorMachineTemplate) bool { return false }
+// ReadsTemplate: every template on a testvisor cluster is cloned from
+// ci-template (ReadSource), whatever its source section says.
+func (testvisor) ReadsTemplate(*hfv1.HypervisorMachineTemplate) bool { return true }
 
 func (testvisor) ReadSource(*hfv1.HypervisorMachineTemplate) provider.TemplateSource {
 	return provider.TemplateSource{Linked: true, Settings: fakeprovider.TemplateRef{Name: fakeprovider.DefaultOptions().Templates[0].Name}}

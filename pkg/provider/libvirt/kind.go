@@ -44,10 +44,11 @@ func (hypervisorKind) New(cfg provider.ClusterConfig, deps provider.Deps) (provi
 }
 
 // ReadCluster sets the hosts, pools, network and copy mode of
-// spec.libvirt, and the machine-number block. The cluster's defaultBridge
-// is cleared: its schema default (vmbr0) is Proxmox's bridge, and would
-// win over spec.libvirt.network on every VM; a template's network.bridge
-// still names a bridge. The ssh Secrets are filled in by
+// spec.libvirt, and the machine-number block. spec.defaultBridge stays in
+// cfg only so that the provider recognises it in a VM's spec and drops
+// it: its schema default (vmbr0) is Proxmox's bridge, and on libvirt a VM
+// whose template names no bridge joins spec.libvirt.network (or keeps the
+// template domain's interface). The ssh Secrets are filled in by
 // ReadSectionSecrets, after the shared code read them.
 func (hypervisorKind) ReadCluster(cluster *hfv1.HypervisorCluster, cfg *provider.ClusterConfig) error {
 	l := cluster.Spec.Libvirt
@@ -63,7 +64,6 @@ func (hypervisorKind) ReadCluster(cluster *hfv1.HypervisorCluster, cfg *provider
 		s.Hosts = append(s.Hosts, host)
 	}
 	cfg.Settings = s
-	cfg.DefaultBridge = ""
 	cfg.VMIDStart, cfg.VMIDEnd = firstMachineNumber, lastMachineNumber
 	return nil
 }

@@ -32,8 +32,7 @@ func libvirtCluster() *hfv1.HypervisorCluster {
 
 // TestKindReadsItsCluster: spec.libvirt becomes the provider's
 // ClusterSettings, with the ssh Secrets handed back by field; the
-// machine numbers are the default block; the Proxmox default bridge is
-// dropped so that spec.libvirt.network applies.
+// machine numbers are the default block.
 func TestKindReadsItsCluster(t *testing.T) {
 	c := libvirtCluster()
 	cfg := provider.ClusterConfig{Name: c.Name, DefaultBridge: c.Spec.DefaultBridge}
@@ -62,8 +61,8 @@ func TestKindReadsItsCluster(t *testing.T) {
 	if !reflect.DeepEqual(cfg.Settings, want) {
 		t.Fatalf("Settings = %+v, want %+v", cfg.Settings, want)
 	}
-	if cfg.VMIDStart != firstMachineNumber || cfg.VMIDEnd != lastMachineNumber || cfg.DefaultBridge != "" {
-		t.Fatalf("numbers %d-%d, default bridge %q; want %d-%d and none", cfg.VMIDStart, cfg.VMIDEnd, cfg.DefaultBridge, firstMachineNumber, lastMachineNumber)
+	if cfg.VMIDStart != firstMachineNumber || cfg.VMIDEnd != lastMachineNumber {
+		t.Fatalf("numbers %d-%d, want %d-%d", cfg.VMIDStart, cfg.VMIDEnd, firstMachineNumber, lastMachineNumber)
 	}
 
 	c.Spec.Libvirt.SSH = nil
