@@ -264,15 +264,7 @@ func (d *Daemon) Thaw(t testing.TB) {
 // measuring its CPU time in /proc/<pid>/stat).
 func (d *Daemon) DomainPID(t testing.TB, domain string) int {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(d.state("run"), "qemu", domain+".pid"))
-	if err != nil {
-		t.Fatalf("libvirtd: domain %s has no QEMU PID file (is it running?): %v", domain, err)
-	}
-	nsPID, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil {
-		t.Fatalf("libvirtd: domain %s: PID file: %v", domain, err)
-	}
-	pid, err := d.hostPID(nsPID)
+	pid, err := d.domainPID(domain)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,18 +272,10 @@ func (d *Daemon) DomainPID(t testing.TB, domain string) int {
 }
 
 // DomainCPU is the CPU time a running domain's QEMU has used so far
-// (user and system, /proc/<pid>/stat); false once the domain is not
-// running, which a test that samples a guest until it powers off expects.
+// (/proc/<pid>/stat); false once the domain is not running, which a test
+// that samples a guest until it powers off expects.
 func (d *Daemon) DomainCPU(domain string) (time.Duration, bool) {
-	raw, err := os.ReadFile(filepath.Join(d.state("run"), "qemu", domain+".pid"))
-	if err != nil {
-		return 0, false
-	}
-	nsPID, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil {
-		return 0, false
-	}
-	pid, err := d.hostPID(nsPID)
+	pid, err := d.domainPID(domain)
 	if err != nil {
 		return 0, false
 	}
@@ -300,6 +284,20 @@ func (d *Daemon) DomainCPU(domain string) (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Duration(ticks) * time.Second / 100, true // USER_HZ
+}
+
+// domainPID reads a running domain's QEMU PID file and maps the PID to
+// the host's.
+func (d *Daemon) domainPID(domain string) (int, error) {
+	raw, err := os.ReadFile(filepath.Join(d.state("run"), "qemu", domain+".pid"))
+	if err != nil {
+		return 0, fmt.Errorf("libvirtd: domain %s has no QEMU PID file (is it running?): %w", domain, err)
+	}
+	nsPID, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		return 0, fmt.Errorf("libvirtd: domain %s: PID file: %w", domain, err)
+	}
+	return d.hostPID(nsPID)
 }
 
 // Logs returns the tails of libvirtd's and virtlogd's logs, for a failure
