@@ -5,6 +5,7 @@ package guest
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/testworld/devenv"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/libvirtd"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/qemu"
 )
 
 // TestGitHubJobOnLibvirt: a GitHub job on a real Debian guest of a real
@@ -86,6 +88,7 @@ func TestGitHubJobOnLibvirt(t *testing.T) {
 		guest.sample(t, d, conn)
 		return libvirtLeftovers(context.Background(), w, conn)
 	})
+	guest.logCPU(t)
 	t.Logf("libvirt guest %s: job succeeded %s after it was queued, domain and volumes gone after %s; QEMU CPU %.1f s",
 		guest.domain, jobWall.Round(time.Second), time.Since(start).Round(time.Second), guest.cpu.Seconds())
 }
@@ -116,6 +119,27 @@ func (g *guestUsage) sample(t *testing.T, d *libvirtd.Daemon, conn *golibvirt.Li
 		if cpu, ok := d.DomainCPU(dom.Name); ok {
 			g.cpu = cpu
 		}
+	}
+}
+
+// logCPU appends the guest's line to the QEMU CPU log make test-guest
+// keeps (qemu.EnvCPULog), in the format the Proxmox simulator's QEMUs
+// write: its name, boot (it booted; libvirt clones resume no saved state)
+// and its CPU-seconds, as last read while it ran.
+func (g *guestUsage) logCPU(t *testing.T) {
+	path := os.Getenv(qemu.EnvCPULog)
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err == nil {
+		_, err = fmt.Fprintf(f, "libvirt-%s boot %.2f\n", g.domain, g.cpu.Seconds())
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		t.Errorf("QEMU CPU log %s: %v", path, err)
 	}
 }
 
@@ -153,7 +177,7 @@ func libvirtLeftovers(ctx context.Context, w *devenv.World, conn *golibvirt.Libv
 			return fmt.Errorf("volumes of pool %s: %w", name, err)
 		}
 		for _, v := range vols {
-			if v.Name != "debian-runner.raw" {
+			if v.Name != devenv.LibvirtTemplateVolume {
 				left = append(left, "volume "+name+"/"+v.Name)
 			}
 		}

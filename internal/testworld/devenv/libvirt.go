@@ -40,8 +40,8 @@ const (
 	LibvirtMediaPool  = "hf-media"
 	// LibvirtTemplate is the template domain (source.libvirt.domain).
 	LibvirtTemplate = "debian-runner"
-	// libvirtTemplateVolume is the template's disk in LibvirtVolumePool.
-	libvirtTemplateVolume = "debian-runner.raw"
+	// LibvirtTemplateVolume is the template's disk in LibvirtVolumePool.
+	LibvirtTemplateVolume = "debian-runner.raw"
 )
 
 // libvirtURI is the cluster's host URI.
@@ -65,7 +65,7 @@ func (w *World) setUpLibvirt() error {
 	if _, err := defineDirPool(l, LibvirtMediaPool, filepath.Join(h.Dir, LibvirtMediaPool)); err != nil {
 		return err
 	}
-	disk := filepath.Join(volumeDir, libvirtTemplateVolume)
+	disk := filepath.Join(volumeDir, LibvirtTemplateVolume)
 	if err := placeImage(img.Disk, disk); err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ func (w *World) libvirtTemplate(disk string) *libvirtxml.Domain {
 				{
 					Device: "disk",
 					Driver: &libvirtxml.DomainDiskDriver{Name: "qemu", Type: format, Cache: "unsafe", Discard: "unmap"},
-					Source: &libvirtxml.DomainDiskSource{Volume: &libvirtxml.DomainDiskSourceVolume{Pool: LibvirtVolumePool, Volume: libvirtTemplateVolume}},
+					Source: &libvirtxml.DomainDiskSource{Volume: &libvirtxml.DomainDiskSourceVolume{Pool: LibvirtVolumePool, Volume: LibvirtTemplateVolume}},
 					Target: &libvirtxml.DomainDiskTarget{Dev: "sda", Bus: "scsi"},
 				},
 				{
