@@ -70,7 +70,7 @@ func startGuest(t *testing.T, m qemu.Machine) *qemu.Process {
 	return p
 }
 
-func guestRun(t *testing.T, ctx context.Context, p *qemu.Process, argv ...string) string {
+func guestRun(ctx context.Context, t *testing.T, p *qemu.Process, argv ...string) string {
 	t.Helper()
 	res, err := qemu.AgentExec(ctx, p.Machine.AgentSocket(), argv...)
 	if err != nil {
@@ -110,7 +110,7 @@ func TestResumedClonesGetTheirOwnIdentity(t *testing.T) {
 	}
 	// A state is saved once and resumed for days: the saved guest's clock
 	// is set a day back, as a resumed clone's would be a day after the save.
-	guestRun(t, ctx, cold, "date", "-u", "-s", "@"+strconv.FormatInt(time.Now().Add(-24*time.Hour).Unix(), 10))
+	guestRun(ctx, t, cold, "date", "-u", "-s", "@"+strconv.FormatInt(time.Now().Add(-24*time.Hour).Unix(), 10))
 	state := filepath.Join(dir, "state.bin")
 	if err := qemu.SaveState(ctx, cold, state); err != nil {
 		t.Fatal(err)
@@ -140,7 +140,7 @@ func TestResumedClonesGetTheirOwnIdentity(t *testing.T) {
 		if err := qemu.StepClock(ctx, m.AgentSocket(), time.Now()); err != nil {
 			t.Fatal(err)
 		}
-		secs, err := strconv.ParseInt(guestRun(t, ctx, p, "date", "+%s"), 10, 64)
+		secs, err := strconv.ParseInt(guestRun(ctx, t, p, "date", "+%s"), 10, 64)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,21 +156,21 @@ func TestResumedClonesGetTheirOwnIdentity(t *testing.T) {
 		if err := qemu.AgentWriteFile(ctx, m.AgentSocket(), "/etc/hostname", []byte(want.hostname+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		guestRun(t, ctx, p, "hostname", want.hostname)
+		guestRun(ctx, t, p, "hostname", want.hostname)
 		// The other clone's marker must not be on this one's disk.
 		if i > 0 {
-			if out := guestRun(t, ctx, p, "sh", "-c", "cat /var/lib/hf-marker 2>/dev/null || true"); out != "" {
+			if out := guestRun(ctx, t, p, "sh", "-c", "cat /var/lib/hf-marker 2>/dev/null || true"); out != "" {
 				t.Errorf("%s sees %q that clone-0 wrote on its own disk", name, out)
 			}
 		}
-		guestRun(t, ctx, p, "sh", "-c", "echo "+name+" > /var/lib/hf-marker && sync")
+		guestRun(ctx, t, p, "sh", "-c", "echo "+name+" > /var/lib/hf-marker && sync")
 		var host struct {
 			HostName string `json:"host-name"`
 		}
 		if err := qemu.AgentCall(ctx, m.AgentSocket(), "guest-get-host-name", nil, &host); err != nil {
 			t.Fatal(err)
 		}
-		g := identity{machineID: guestRun(t, ctx, p, "cat", "/etc/machine-id"), hostname: host.HostName, marker: guestRun(t, ctx, p, "cat", "/var/lib/hf-marker")}
+		g := identity{machineID: guestRun(ctx, t, p, "cat", "/etc/machine-id"), hostname: host.HostName, marker: guestRun(ctx, t, p, "cat", "/var/lib/hf-marker")}
 		want.marker = name
 		if g != want {
 			t.Errorf("%s after the resume: %+v, want %+v", name, g, want)

@@ -147,9 +147,18 @@ func (w *World) Objects() ([]client.Object, error) {
 			}
 		}
 	}
+	var cluster *hfv1.HypervisorCluster
 	for _, o := range objs {
 		if c, ok := o.(*hfv1.HypervisorCluster); ok {
 			c.Spec.DNS, c.Spec.Network = w.opts.ClusterDNS.DeepCopy(), w.opts.ClusterNetwork.DeepCopy()
+			cluster = c
+		}
+	}
+	if w.opts.Libvirt != nil {
+		for _, o := range objs {
+			if t, ok := o.(*hfv1.HypervisorMachineTemplate); ok {
+				w.useLibvirt(cluster, t)
+			}
 		}
 	}
 	for i := len(w.opts.Secrets) - 1; i >= 0; i-- {

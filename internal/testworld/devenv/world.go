@@ -284,6 +284,14 @@ type Options struct {
 	// its image (agentSource Image, the default). Needs ExternalOperator
 	// and SimulatorAdmin.
 	Install bool
+	// Libvirt, when set (with GuestImage), makes the world's cluster this
+	// libvirt host instead of the Proxmox simulator (libvirt.go): the
+	// world defines two dir pools on it, places GuestImage's disk as the
+	// template's volume and defines the template domain, whose guests
+	// boot under TCG on QEMU's user-mode network, reaching the world's
+	// servers at the Proxmox simulator's GuestHostAddress as its guests
+	// do (the simulator runs on, unused, as that address's authority).
+	Libvirt *LibvirtHost
 }
 
 // World is a running embedded world.
@@ -371,6 +379,9 @@ func Start(ctx context.Context, opts Options) (*World, error) {
 	}
 	if opts.Install && (!opts.ExternalOperator || !opts.SimulatorAdmin) {
 		return nil, errors.New("devenv: Options.Install needs ExternalOperator and SimulatorAdmin: the page installs the operator, and its pveum reaches the simulator through the admin API")
+	}
+	if err := opts.checkLibvirt(); err != nil {
+		return nil, err
 	}
 	if opts.Dir == "" || (opts.AgentBinary == "" && !agentServed) {
 		return nil, errors.New("devenv: Options.Dir and Options.AgentBinary are required (AgentBinary is not when an external operator serves the agent)")
@@ -483,6 +494,12 @@ func (w *World) start(ctx context.Context) (err error) {
 	// of SystemNamespace.
 	if err := w.putKit(); err != nil {
 		return err
+	}
+	if opts.Libvirt != nil {
+		w.progress("Defining the template domain on libvirtd (%s)", opts.Libvirt.SocketPath)
+		if err := w.setUpLibvirt(); err != nil {
+			return err
+		}
 	}
 	if err := w.applyObjects(ctx); err != nil {
 		return err

@@ -14,6 +14,9 @@
 //     private network namespace: subnets never collide with another test's,
 //     and nothing is left on the host; the host cannot reach guest
 //     addresses (tests talk to guests through the QEMU guest agent);
+//     HostNetwork leaves the daemon in the host's network namespace
+//     instead, for guests on QEMU's user-mode network that must reach
+//     the host's loopback servers;
 //   - killing the holder ends every process of the daemon's world (QEMU,
 //     swtpm, dnsmasq, virtlogd, libvirtd): Cleanup does that, and the kernel
 //     does it too if the test binary dies (the holder has a parent-death
@@ -117,11 +120,26 @@ type Daemon struct {
 	// holderExited is closed once the holder has been waited for.
 	holderExited chan struct{}
 	started      time.Time
+	// hostNetwork: the daemon shares the host's network namespace
+	// (HostNetwork).
+	hostNetwork bool
 }
+
+// Option configures Start.
+type Option func(*Daemon)
+
+// HostNetwork keeps the daemon, and so its QEMU guests, in the host's
+// network namespace: a guest on QEMU's user-mode network (an interface of
+// type user) then reaches the host's loopback servers at its network's
+// host address, as the Proxmox simulator's real guests do. In a private
+// namespace that address would be the namespace's own loopback, where
+// nothing listens. Such a daemon must define no libvirt network: its
+// bridge, dnsmasq and firewall rules would be the host's.
+func HostNetwork() Option { return func(d *Daemon) { d.hostNetwork = true } }
 
 // Start runs a private libvirtd until the test ends. A machine without
 // libvirt fails the test with the packages to install.
-func Start(t testing.TB) *Daemon {
+func Start(t testing.TB, opts ...Option) *Daemon {
 	t.Helper()
 	for _, tool := range []string{"libvirtd", "virtlogd", "nsenter", "bash", "qemu-system-x86_64"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -137,6 +155,9 @@ func Start(t testing.TB) *Daemon {
 		t.Fatal(err)
 	}
 	d := &Daemon{base: base, holderExited: make(chan struct{}), started: time.Now()}
+	for _, o := range opts {
+		o(d)
+	}
 	t.Cleanup(func() { d.cleanup(t) })
 	if err := d.prepare(); err != nil {
 		t.Fatal(err)
@@ -243,19 +264,40 @@ func (d *Daemon) Thaw(t testing.TB) {
 // measuring its CPU time in /proc/<pid>/stat).
 func (d *Daemon) DomainPID(t testing.TB, domain string) int {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(d.state("run"), "qemu", domain+".pid"))
-	if err != nil {
-		t.Fatalf("libvirtd: domain %s has no QEMU PID file (is it running?): %v", domain, err)
-	}
-	nsPID, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-	if err != nil {
-		t.Fatalf("libvirtd: domain %s: PID file: %v", domain, err)
-	}
-	pid, err := d.hostPID(nsPID)
+	pid, err := d.domainPID(domain)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return pid
+}
+
+// DomainCPU is the CPU time a running domain's QEMU has used so far
+// (/proc/<pid>/stat); false once the domain is not running, which a test
+// that samples a guest until it powers off expects.
+func (d *Daemon) DomainCPU(domain string) (time.Duration, bool) {
+	pid, err := d.domainPID(domain)
+	if err != nil {
+		return 0, false
+	}
+	ticks := cpuTicks(pid)
+	if ticks == 0 {
+		return 0, false
+	}
+	return time.Duration(ticks) * time.Second / 100, true // USER_HZ
+}
+
+// domainPID reads a running domain's QEMU PID file and maps the PID to
+// the host's.
+func (d *Daemon) domainPID(domain string) (int, error) {
+	raw, err := os.ReadFile(filepath.Join(d.state("run"), "qemu", domain+".pid"))
+	if err != nil {
+		return 0, fmt.Errorf("libvirtd: domain %s has no QEMU PID file (is it running?): %w", domain, err)
+	}
+	nsPID, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+	if err != nil {
+		return 0, fmt.Errorf("libvirtd: domain %s: PID file: %w", domain, err)
+	}
+	return d.hostPID(nsPID)
 }
 
 // Logs returns the tails of libvirtd's and virtlogd's logs, for a failure
@@ -296,15 +338,19 @@ func (d *Daemon) prepare() error {
 }
 
 // holderScript runs as PID 1 of the daemon's namespaces: it makes its
-// mounts private and mounts the state, says "ready" and then only reaps
+// mounts private, mounts /proc (and, in a private network namespace
+// (first argument private-net), /sys and brings up lo) and the state, says "ready" and then only reaps
 // the orphans (libvirtd, virtlogd and QEMU daemonise and land under it;
 // bash's wait reaps any child, so none lingers as a zombie that libvirt
 // would take for a live QEMU).
 const holderScript = `set -e
 mount --make-rprivate /
 mount -t proc proc /proc
-mount -t sysfs sysfs /sys
-ip link set lo up
+if [ "$1" = private-net ]; then
+	mount -t sysfs sysfs /sys
+	ip link set lo up
+fi
+shift
 while [ $# -gt 0 ]; do
 	mkdir -p "$2"
 	mount --bind "$1" "$2"
@@ -318,15 +364,23 @@ while :; do sleep 86400 & wait; done
 
 // startHolder starts the namespaces' PID 1 and waits for its "ready".
 func (d *Daemon) startHolder() error {
-	args := []string{"-c", holderScript, "holder"}
+	// A new sysfs shows the namespace's own network devices, and the
+	// kernel mounts one only in a network namespace of our own: with
+	// HostNetwork the host's /sys is the right one already.
+	netMode := "private-net"
+	if d.hostNetwork {
+		netMode = "host-net"
+	}
+	args := []string{"-c", holderScript, "holder", netMode}
 	for _, m := range stateMounts {
 		args = append(args, d.state(m[1]), m[0])
 	}
 	cmd := exec.Command("bash", args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET,
-		Pdeathsig:  syscall.SIGKILL,
+	flags := uintptr(syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET)
+	if d.hostNetwork {
+		flags &^= syscall.CLONE_NEWNET
 	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: flags, Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return fmt.Errorf("libvirtd: holder: %w", err)

@@ -239,3 +239,34 @@ func TestGuestSurvivesRestart(t *testing.T) {
 		t.Errorf("the vTPM: %v", err)
 	}
 }
+
+// TestHostNetworkSharesTheHostsNamespace: with HostNetwork, libvirtd runs
+// in the test's own network namespace (where QEMU's user-mode guests
+// reach the host's loopback), and in a namespace of its own without it.
+func TestHostNetworkSharesTheHostsNamespace(t *testing.T) {
+	self, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		opts   []Option
+		shared bool
+	}{{"private", nil, false}, {"host network", []Option{HostNetwork()}, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			d := Start(t, c.opts...)
+			pid, err := d.findProcess("libvirtd")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ns, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/net")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if shared := ns == self; shared != c.shared {
+				t.Errorf("libvirtd's network namespace %s, the test's %s: shared %v, want %v", ns, self, shared, c.shared)
+			}
+			d.Dial(t) // it answers
+		})
+	}
+}

@@ -63,6 +63,9 @@ func (d *Daemon) definePool(t testing.TB, name, path string) libvirt.StoragePool
 // namespace, so any subnet will do and none collides with another test's.
 func (d *Daemon) DefineNetwork(t testing.TB, name string, subnet netip.Prefix) libvirt.Network {
 	t.Helper()
+	if d.hostNetwork {
+		t.Fatal("libvirtd: a daemon in the host's network namespace (HostNetwork) defines no network: its bridge and dnsmasq would be the host's")
+	}
 	doc, err := networkXML(name, subnet)
 	if err != nil {
 		t.Fatal(err)
