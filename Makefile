@@ -417,19 +417,21 @@ GUEST_PARALLEL ?= 2
 # and identity on a real guest (the Proxmox API itself, the loop with the
 # agent from the operator, Proxmox's own cloud-init drive, static
 # addresses with the TPM on one guest, SPIFFE with a join token, and the
-# DHCP reservation against the real ISC client), 7 guests of make
-# test-guest's 11. Left to make test-guest: the DHCP client identifier
+# DHCP reservation against the real ISC client) and a GitHub job on a
+# guest of a real libvirtd (devenv Options.Libvirt), 8 guests of make
+# test-guest's 12. Left to make test-guest: the DHCP client identifier
 # scenarios on real guests (two guests; CI keeps the ISC client's against
 # the same dnsmasq) and the GitLab and Buildkite jobs on real guests (CI
 # runs both platforms' loops with the same agent in the simulated VMs of
 # make test and make test-e2e). Each guest that boots costs about 70 to
 # 100 CPU-seconds of QEMU (TCG), most of it cloud-init's Python
-# (docs/testing.md, "CI timings"); only two of the 7 boot (the TPM guest
-# with static addresses, Proxmox's drive), the others resume a saved
+# (docs/testing.md, "CI timings"); only three of the 8 boot (the TPM guest
+# with static addresses, Proxmox's drive, the libvirt guest: libvirt's
+# clones resume no saved state), the others resume a saved
 # state, about 20 each (docs/guest-snapshots.md). Each QEMU's CPU time
 # goes to $(GUEST_TIMINGS)/qemu-cpu.log.
 GUEST_RUN ?= .*
-GUEST_SMALL_RUN := ^(TestRealGuestThroughTheProxmoxAPI|TestRunnerPoolJobsOnRealGuests|TestProxmoxDeliveryOnRealGuests|TestTPMAndStaticAddressOnRealGuest|TestSPIFFEOnRealGuest|TestDHCPReservationWithISCClient)$$
+GUEST_SMALL_RUN := ^(TestRealGuestThroughTheProxmoxAPI|TestRunnerPoolJobsOnRealGuests|TestProxmoxDeliveryOnRealGuests|TestTPMAndStaticAddressOnRealGuest|TestSPIFFEOnRealGuest|TestDHCPReservationWithISCClient|TestGitHubJobOnLibvirt)$$
 
 .PHONY: test-guest test-guest-small
 test-guest: test-deps ## Run the real-guest tests (build tag guest): QEMU guests of the image hack/guest-image builds from docs/templates.md.
@@ -438,7 +440,7 @@ test-guest: test-deps ## Run the real-guest tests (build tag guest): QEMU guests
 	SPIRE_DIR="$$($(SPIRE_BUILD))" KUBEBUILDER_ASSETS="$$($(ENVTEST_BUILD))" BUILDKITE_AGENT="$$($(BUILDKITE_AGENT_BUILD))" HF_GUEST_TIMINGS_OUT="$(GUEST_TIMINGS)" \
 		HF_QEMU_CPU_LOG="$(GUEST_TIMINGS)/qemu-cpu.log" hack/go-test-shards.sh -v -n $(GUEST_PARALLEL) -tags guest -timeout $(GUEST_TIMEOUT) -run '$(GUEST_RUN)' ./test/guest
 
-test-guest-small: ## The real-guest scenarios CI runs (GUEST_SMALL_RUN: 7 guests of make test-guest's 11).
+test-guest-small: ## The real-guest scenarios CI runs (GUEST_SMALL_RUN: 8 guests of make test-guest's 12).
 	$(MAKE) test-guest GUEST_RUN='$(GUEST_SMALL_RUN)'
 
 .PHONY: dev
