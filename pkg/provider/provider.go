@@ -40,6 +40,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 )
 
 // Provider is one connection to one hypervisor cluster. Implementations are
@@ -568,6 +570,49 @@ func (s IntIDs) Parse(id ID) (int, error) {
 	return n, nil
 }
 
+// ParseOptional is Parse, but the empty ID (a Progress that reserves
+// nothing) is zero.
+func (s IntIDs) ParseOptional(id ID) (int, error) {
+	if id == "" {
+		return 0, nil
+	}
+	return s.Parse(id)
+}
+
+// CheckInRange is the check of a VMRef's id (CheckRef): Format wrote it,
+// and its number lies in [start, end], the cluster's VM id range. A
+// failure is a ClassConfiguration error, reason InvalidVMRef.
+func (s IntIDs) CheckInRange(id ID, start, end int) error {
+	n, err := s.Parse(id)
+	switch {
+	case err != nil:
+		return Errorf(ClassConfiguration, "InvalidVMRef", "%q is not a %s VM id", string(id), s.Hypervisor)
+	case n < start || n > end:
+		return Errorf(ClassConfiguration, "InvalidVMRef", "VM id %d is outside the cluster's range %d-%d", n, start, end)
+	}
+	return nil
+}
+
+// ParseEnsure makes the first checks of an EnsureVM (CheckSpecOwner) and
+// returns the number of the VM prev reserved, zero when it reserves none.
+func (s IntIDs) ParseEnsure(spec *VMSpec, prev Progress) (int, error) {
+	if err := CheckSpecOwner(spec); err != nil {
+		return 0, err
+	}
+	return s.ParseOptional(prev.ID)
+}
+
+// ParseDeletion starts a DeleteVM or RemoveCloudInitMedia from prev: the
+// number of its VM (zero when it reserves none), and the result that goes
+// on from where prev says the VM is.
+func (s IntIDs) ParseDeletion(prev Progress) (int, *DeleteResult, error) {
+	n, err := s.ParseOptional(prev.ID)
+	if err != nil {
+		return 0, nil, err
+	}
+	return n, &DeleteResult{Progress: Progress{ID: prev.ID, Node: prev.Node}}, nil
+}
+
 // Progress is the state a caller persists between calls. Every field is
 // plain data so it fits into an object's status.
 type Progress struct {
@@ -719,6 +764,19 @@ type VM struct {
 	// TPM says the VM has a TPM 2.0 (for Proxmox a tpmstate0 of version
 	// v2.0), so a claim that attests with one can refuse a VM without.
 	TPM bool
+}
+
+// SetOwnership records in vm what verifying its ownership marker returned
+// (ownership.Signer.Verify): the owner and creation time of the record,
+// or err as the reason the marker does not verify. A marker that does not
+// verify is part of the VM read, not a failure to read it.
+func (vm *VM) SetOwnership(rec ownership.Record, err error) {
+	if err != nil {
+		vm.OwnershipError = err
+		return
+	}
+	vm.Owner = &Owner{Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID, Pool: rec.Pool, CreatedAt: rec.CreatedAt}
+	vm.CreatedAt = rec.CreatedAt
 }
 
 // Observer receives measurements from a provider; metrics implement it.

@@ -117,24 +117,13 @@ func (c *Cluster) AddForeignVM(f ForeignVM) (int, error) {
 // SetDescription overwrites a VM's description, ownership marker included,
 // as an admin editing it would.
 func (c *Cluster) SetDescription(vmid int, description string) error {
-	defer c.lock()()
-	v := c.vms[vmid]
-	if v == nil {
-		return fmt.Errorf("VM %d does not exist", vmid)
-	}
-	v.description = description
-	return nil
+	return c.editVM(vmid, func(v *vm) { v.description = description })
 }
 
 // RemoveVM deletes a VM at once, as an admin destroying it by hand would;
 // its cloud-init medium stays.
 func (c *Cluster) RemoveVM(vmid int) error {
-	defer c.lock()()
-	if c.vms[vmid] == nil {
-		return fmt.Errorf("VM %d does not exist", vmid)
-	}
-	delete(c.vms, vmid)
-	return nil
+	return c.editVM(vmid, func(*vm) { delete(c.vms, vmid) })
 }
 
 // GuestPowerOff powers a running VM off from inside, as a guest whose job
@@ -165,12 +154,18 @@ func (c *Cluster) GuestFile(vmid int, path string) (content []byte, ok bool) {
 // RemoveGuestAgent takes the guest channel away from a VM, as an admin
 // disabling its guest agent would.
 func (c *Cluster) RemoveGuestAgent(vmid int) error {
+	return c.editVM(vmid, func(v *vm) { v.guestAgent = false })
+}
+
+// editVM makes an admin's change to VM vmid, under the cluster's lock; an
+// error when there is no such VM.
+func (c *Cluster) editVM(vmid int, change func(v *vm)) error {
 	defer c.lock()()
 	v := c.vms[vmid]
 	if v == nil {
 		return fmt.Errorf("VM %d does not exist", vmid)
 	}
-	v.guestAgent = false
+	change(v)
 	return nil
 }
 

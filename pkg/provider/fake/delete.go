@@ -12,12 +12,11 @@ import (
 // stop the VM if it runs, destroy it, and once it is gone delete its
 // cloud-init medium and drop its placement.
 func (p *Provider) DeleteVM(_ context.Context, owner provider.Owner, prev provider.Progress) (*provider.DeleteResult, error) {
-	vmid, err := ParseID(prev.ID)
+	vmid, res, err := ids.ParseDeletion(prev)
 	if err != nil {
 		return nil, err
 	}
 	defer p.c.lock()()
-	res := &provider.DeleteResult{Progress: provider.Progress{ID: prev.ID, Node: prev.Node}}
 	if v := p.c.vms[vmid]; v != nil {
 		if err := p.ownedLocked(v, owner); err != nil {
 			return nil, err
@@ -46,12 +45,11 @@ func (p *Provider) DeleteVM(_ context.Context, owner provider.Owner, prev provid
 // in flight, then detach and delete the medium in one operation that takes
 // no time.
 func (p *Provider) RemoveCloudInitMedia(_ context.Context, owner provider.Owner, prev provider.Progress) (*provider.DeleteResult, error) {
-	vmid, err := ParseID(prev.ID)
+	vmid, res, err := ids.ParseDeletion(prev)
 	if err != nil {
 		return nil, err
 	}
 	defer p.c.lock()()
-	res := &provider.DeleteResult{Progress: provider.Progress{ID: prev.ID, Node: prev.Node}}
 	id := p.mediumID(vmid, owner.UID)
 	if v := p.c.vms[vmid]; v != nil {
 		if err := p.ownedLocked(v, owner); err != nil {

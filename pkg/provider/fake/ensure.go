@@ -27,10 +27,7 @@ const (
 // every call, never from prev.Task, so a lost or repeated Progress only
 // repeats a look.
 func (p *Provider) EnsureVM(ctx context.Context, spec *provider.VMSpec, prev provider.Progress) (*provider.EnsureResult, error) {
-	if err := provider.CheckSpecOwner(spec); err != nil {
-		return nil, err
-	}
-	vmid, err := ParseID(prev.ID)
+	vmid, err := ids.ParseEnsure(spec, prev)
 	if err != nil {
 		return nil, err
 	}

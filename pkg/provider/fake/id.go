@@ -16,22 +16,14 @@ func FormatID(vmid int) provider.ID { return ids.Format(vmid) }
 
 // ParseID returns the fake VM id of id; the empty ID is zero. Anything
 // else the fake did not write is ClassPermanent.
-func ParseID(id provider.ID) (int, error) {
-	if id == "" {
-		return 0, nil
-	}
-	return ids.Parse(id)
-}
+func ParseID(id provider.ID) (int, error) { return ids.ParseOptional(id) }
 
 // CheckRef implements provider.Provider.
 func (p *Provider) CheckRef(ref provider.VMRef) error {
-	vmid, err := ParseID(ref.ID)
-	switch {
-	case err != nil || vmid == 0:
-		return provider.Errorf(provider.ClassConfiguration, "InvalidVMRef", "%q is not a VM id of the fake provider", string(ref.ID))
-	case vmid < p.cfg.VMIDStart || vmid > p.cfg.VMIDEnd:
-		return provider.Errorf(provider.ClassConfiguration, "InvalidVMRef", "VM id %d is outside the cluster's range %d-%d", vmid, p.cfg.VMIDStart, p.cfg.VMIDEnd)
-	case ref.Node != "" && len(p.cfg.Nodes) > 0 && !slices.Contains(p.cfg.Nodes, ref.Node):
+	if err := ids.CheckInRange(ref.ID, p.cfg.VMIDStart, p.cfg.VMIDEnd); err != nil {
+		return err
+	}
+	if ref.Node != "" && len(p.cfg.Nodes) > 0 && !slices.Contains(p.cfg.Nodes, ref.Node) {
 		return provider.Errorf(provider.ClassConfiguration, "InvalidVMRef", "node %s is not in the cluster's nodes %v", ref.Node, p.cfg.Nodes)
 	}
 	return nil

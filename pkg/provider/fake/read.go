@@ -115,13 +115,7 @@ func (p *Provider) GetVM(_ context.Context, ref provider.VMRef) (*provider.VM, e
 		return nil, err
 	}
 	out := &provider.VM{VMSummary: p.summaryLocked(v), TPM: v.tpm}
-	rec, err := p.signer.Verify(v.description, v.id)
-	if err != nil {
-		out.OwnershipError = err
-		return out, nil
-	}
-	out.Owner = &provider.Owner{Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID, Pool: rec.Pool, CreatedAt: rec.CreatedAt}
-	out.CreatedAt = rec.CreatedAt
+	out.SetOwnership(p.signer.Verify(v.description, v.id))
 	return out, nil
 }
 

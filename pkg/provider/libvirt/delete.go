@@ -21,11 +21,10 @@ import (
 // volumes, may be taken by another VM. Done once libvirt says the domain
 // does not exist.
 func (p *Provider) DeleteVM(_ context.Context, owner provider.Owner, prev provider.Progress) (*provider.DeleteResult, error) {
-	vmid, err := ParseID(prev.ID)
+	vmid, out, err := ids.ParseDeletion(prev)
 	if err != nil {
 		return nil, err
 	}
-	out := &provider.DeleteResult{Progress: provider.Progress{ID: prev.ID, Node: prev.Node}}
 	if vmid == 0 {
 		p.forget(owner)
 		out.Done = true

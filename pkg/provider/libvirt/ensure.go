@@ -39,10 +39,7 @@ const (
 // its steps. Where the VM stands is read from libvirt on every call, never
 // from prev.Task.
 func (p *Provider) EnsureVM(ctx context.Context, spec *provider.VMSpec, prev provider.Progress) (*provider.EnsureResult, error) {
-	if err := provider.CheckSpecOwner(spec); err != nil {
-		return nil, err
-	}
-	vmid, err := ParseID(prev.ID)
+	vmid, err := ids.ParseEnsure(spec, prev)
 	if err != nil {
 		return nil, err
 	}

@@ -196,12 +196,7 @@ var ids = provider.IntIDs{Prefix: "libvirt://", Hypervisor: "libvirt"}
 func FormatID(n int) provider.ID { return ids.Format(n) }
 
 // ParseID returns the VM number of id; the empty ID is zero.
-func ParseID(id provider.ID) (int, error) {
-	if id == "" {
-		return 0, nil
-	}
-	return ids.Parse(id)
-}
+func ParseID(id provider.ID) (int, error) { return ids.ParseOptional(id) }
 
 // Factory builds libvirt Providers (a provider.FactoryFunc).
 var Factory provider.FactoryFunc = func(cfg provider.ClusterConfig, deps provider.Deps) (provider.Provider, error) {

@@ -216,11 +216,10 @@ func (p *Provider) deleteVolume(h *host, name string) (deleted bool, err error) 
 
 // RemoveCloudInitMedia implements provider.Provider.
 func (p *Provider) RemoveCloudInitMedia(_ context.Context, owner provider.Owner, prev provider.Progress) (*provider.DeleteResult, error) {
-	vmid, err := ParseID(prev.ID)
+	vmid, out, err := ids.ParseDeletion(prev)
 	if err != nil {
 		return nil, err
 	}
-	out := &provider.DeleteResult{Progress: provider.Progress{ID: prev.ID, Node: prev.Node}}
 	if vmid == 0 {
 		out.Done = true
 		return out, nil

@@ -100,25 +100,16 @@ func (p *Provider) GetVM(_ context.Context, ref provider.VMRef) (*provider.VM, e
 		return nil, err
 	}
 	out := &provider.VM{VMSummary: p.summary(d), TPM: hasTPM2(d.xml)}
-	rec, err := p.verify(d)
-	if err != nil {
-		out.OwnershipError = err
-		return out, nil //nolint:nilerr // a bad ownership record is part of the VM read (OwnershipError), not a failure to read it
-	}
-	out.Owner = &provider.Owner{Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID, Pool: rec.Pool, CreatedAt: rec.CreatedAt}
-	out.CreatedAt = rec.CreatedAt
+	out.SetOwnership(p.verify(d))
 	return out, nil
 }
 
 // CheckRef implements provider.Provider.
 func (p *Provider) CheckRef(ref provider.VMRef) error {
-	vmid, err := ParseID(ref.ID)
-	switch {
-	case err != nil || vmid == 0:
-		return provider.Errorf(provider.ClassConfiguration, "InvalidVMRef", "%q is not a libvirt VM id", string(ref.ID))
-	case vmid < p.cfg.VMIDStart || vmid > p.cfg.VMIDEnd:
-		return provider.Errorf(provider.ClassConfiguration, "InvalidVMRef", "VM id %d is outside the cluster's range %d-%d", vmid, p.cfg.VMIDStart, p.cfg.VMIDEnd)
-	case ref.Node != "" && (p.hostNamed(ref.Node) == nil || !p.allowed(ref.Node)):
+	if err := ids.CheckInRange(ref.ID, p.cfg.VMIDStart, p.cfg.VMIDEnd); err != nil {
+		return err
+	}
+	if ref.Node != "" && (p.hostNamed(ref.Node) == nil || !p.allowed(ref.Node)) {
 		return provider.Errorf(provider.ClassConfiguration, "InvalidVMRef", "host %s is not an allowed host of the cluster", ref.Node)
 	}
 	return nil

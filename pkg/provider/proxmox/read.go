@@ -90,13 +90,7 @@ func (p *Provider) GetVM(ctx context.Context, at provider.VMRef) (*provider.VM, 
 	if err != nil {
 		return nil, err
 	}
-	rec, err := marker.Verify(cfg["description"], ref.VMID)
-	if err != nil {
-		vm.OwnershipError = err
-		return vm, nil //nolint:nilerr // a bad ownership record is part of the VM read (OwnershipError), not a failure to read it
-	}
-	vm.Owner = &provider.Owner{Namespace: rec.Namespace, Name: rec.Name, UID: rec.UID, Pool: rec.Pool, CreatedAt: rec.CreatedAt}
-	vm.CreatedAt = rec.CreatedAt
+	vm.SetOwnership(marker.Verify(cfg["description"], ref.VMID))
 	return vm, nil
 }
 

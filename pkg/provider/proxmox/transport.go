@@ -185,29 +185,28 @@ func endpointTemplate(basePath, path string) string {
 		if i+1 >= len(segs) {
 			break
 		}
-		switch seg {
-		case "nodes":
-			out = append(out, "{node}")
-			i++
-		case "qemu", "lxc":
-			out = append(out, "{vmid}")
-			i++
-		case "tasks":
-			out = append(out, "{upid}")
-			i++
-		case "storage":
-			out = append(out, "{storage}")
-			i++
-		case "pools":
-			out = append(out, "{poolid}")
-			i++
-		case "content":
+		if seg == "content" {
 			// Volume ids contain '/' ("local:iso/x.iso"): the rest is one
 			// placeholder.
 			return "/" + strings.Join(append(out, "{volume}"), "/")
 		}
+		if member, ok := memberPlaceholders[seg]; ok {
+			out = append(out, member)
+			i++
+		}
 	}
 	return "/" + strings.Join(out, "/")
+}
+
+// memberPlaceholders are the placeholders of the segment that follows a
+// collection of the API and names one of its members.
+var memberPlaceholders = map[string]string{
+	"nodes":   "{node}",
+	"qemu":    "{vmid}",
+	"lxc":     "{vmid}",
+	"tasks":   "{upid}",
+	"storage": "{storage}",
+	"pools":   "{poolid}",
 }
 
 // placeholderFor hides a segment that is not a fixed word of the API.
