@@ -83,9 +83,10 @@ type HypervisorClusterSpec struct {
 	DefaultStorage string `json:"defaultStorage,omitempty"`
 
 	// defaultBridge is the network bridge VMs attach to when the template
-	// does not name one (for example vmbr0).
+	// does not name one. Unset: the hypervisor kind's own default (Proxmox
+	// VE: vmbr0; libvirt: spec.libvirt.network, else the template domain's
+	// interface).
 	// +optional
-	// +kubebuilder:default=vmbr0
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:Pattern=`^[a-zA-Z][-_.a-zA-Z0-9]*$`
@@ -203,7 +204,8 @@ type TenancyRule struct {
 	Templates []AllowedTemplate `json:"templates"`
 
 	// bridges are the bridges (network.bridge) these namespaces may attach
-	// VMs to. Left out: only the cluster's defaultBridge.
+	// VMs to. Left out: only the cluster's default (defaultBridge, or the
+	// hypervisor kind's own when that is unset).
 	// +optional
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MinLength=1

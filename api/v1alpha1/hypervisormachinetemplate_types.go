@@ -257,7 +257,7 @@ type MachineNetwork struct {
 	Mode NetworkMode `json:"mode,omitempty"`
 
 	// bridge is the hypervisor bridge of the VM's first NIC; defaults to the
-	// cluster's defaultBridge.
+	// cluster's defaultBridge (or, unset, the hypervisor kind's default).
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=15

@@ -36,10 +36,9 @@ type LibvirtClusterSettings struct {
 	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_][-_.a-zA-Z0-9]*$`
 	MediaPool string `json:"mediaPool,omitempty"`
 
-	// network is the libvirt network of a VM's first interface when its
-	// template names no bridge (network.bridge). Unset: the interface the
-	// template domain has. spec.defaultBridge is not used by libvirt (its
-	// default, vmbr0, is Proxmox's bridge).
+	// network is the libvirt network of a VM's first interface when neither
+	// its template (network.bridge) nor the cluster (spec.defaultBridge)
+	// names a host bridge. Unset: the interface the template domain has.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64

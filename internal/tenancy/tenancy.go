@@ -6,6 +6,7 @@
 package tenancy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -182,20 +183,22 @@ func dnsDomainViolation(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.Hype
 }
 
 // bridgeViolation checks the bridge the VM really gets: the template's, or
-// the cluster's defaultBridge.
+// the cluster's defaultBridge. With neither, the VM gets the hypervisor
+// kind's own default, which the platform team chose when it left
+// defaultBridge unset: allowed whatever the rule lists.
 func bridgeViolation(tmpl *hfv1.HypervisorMachineTemplate, cluster *hfv1.HypervisorCluster, rule *hfv1.TenancyRule) string {
-	bridge := tmpl.Spec.Network.Bridge
+	bridge := cmp.Or(tmpl.Spec.Network.Bridge, cluster.Spec.DefaultBridge)
 	if bridge == "" {
-		bridge = cluster.Spec.DefaultBridge
+		return ""
 	}
 	allowed := rule.Bridges
-	if len(allowed) == 0 {
+	if len(allowed) == 0 && cluster.Spec.DefaultBridge != "" {
 		allowed = []string{cluster.Spec.DefaultBridge}
 	}
 	if slices.Contains(allowed, bridge) {
 		return ""
 	}
-	return fmt.Sprintf("spec.network.bridge %s is not allowed; allowed bridges: %s", bridge, listOrNone(allowed))
+	return fmt.Sprintf("spec.network.bridge %s is not allowed; allowed bridges: %s (or leave it unset for the cluster's default)", bridge, listOrNone(allowed))
 }
 
 func vlanViolation(tmpl *hfv1.HypervisorMachineTemplate, rule *hfv1.TenancyRule) string {

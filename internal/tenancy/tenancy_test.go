@@ -254,3 +254,43 @@ func TestTenancyAPIHostsAndDNSDomains(t *testing.T) {
 		})
 	}
 }
+
+// TestTenancyBridgeWithoutClusterDefault: a cluster that leaves
+// defaultBridge unset lets each hypervisor kind attach a VM whose template
+// names no bridge to the kind's own default, which the platform team chose
+// by leaving the field unset; a bridge the template names must still be
+// on the rule's list.
+func TestTenancyBridgeWithoutClusterDefault(t *testing.T) {
+	cluster := &hfv1.HypervisorCluster{Spec: hfv1.HypervisorClusterSpec{Provider: hfv1.ProviderLibvirt}}
+	minimal := hfv1.TenancyRule{Templates: []hfv1.AllowedTemplate{{Name: "debian-12-ci"}}}
+	listed := minimal
+	listed.Bridges = []string{"br-ci"}
+	cases := []struct {
+		name   string
+		rule   hfv1.TenancyRule
+		bridge string
+		want   string // "" = allowed; otherwise a fragment of the problem
+	}{
+		{name: "no bridge anywhere", rule: minimal},
+		{name: "no bridge, a list", rule: listed},
+		{name: "named bridge, list left out", rule: minimal, bridge: "br-ci",
+			want: "spec.network.bridge br-ci is not allowed; allowed bridges: none (or leave it unset for the cluster's default)"},
+		{name: "named bridge on the list", rule: listed, bridge: "br-ci"},
+		{name: "named bridge off the list", rule: listed, bridge: "br-other", want: "allowed bridges: br-ci"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpl := &hfv1.HypervisorMachineTemplate{Spec: hfv1.HypervisorMachineTemplateSpec{
+				Source: hfv1.MachineSource{Libvirt: &hfv1.LibvirtSource{Domain: "debian-12-ci"}},
+			}}
+			tmpl.Spec.Network.Bridge = tc.bridge
+			got := bridgeViolation(tmpl, cluster, &tc.rule)
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("refused: %s", got)
+			case tc.want != "" && !strings.Contains(got, tc.want):
+				t.Errorf("problem %q does not mention %q", got, tc.want)
+			}
+		})
+	}
+}

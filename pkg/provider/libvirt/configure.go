@@ -36,13 +36,6 @@ func (p *Provider) configure(ctx context.Context, spec *provider.VMSpec, d *doma
 	c := configSpec{title: spec.Name, meta: meta, memoryBytes: spec.MemoryBytes, cores: spec.CPUCores, network: p.settings.Network,
 		bridge: spec.Network.Bridge, vlan: spec.Network.VLAN, model: spec.Network.Model, mediaPool: p.settings.MediaPool, medium: medium,
 		addTPM: spec.TPM != nil && spec.TPM.Add}
-	if c.bridge == p.cfg.DefaultBridge {
-		// The shared code fills a cluster's spec.defaultBridge (by the
-		// schema's default Proxmox's vmbr0) into a spec whose template
-		// names no bridge; libvirt's default is spec.libvirt.network, else
-		// the template domain's own interface (Kind.ReadCluster).
-		c.bridge = ""
-	}
 	if err := configureDomain(x, c); err != nil {
 		return nil, err
 	}

@@ -44,11 +44,10 @@ func (hypervisorKind) New(cfg provider.ClusterConfig, deps provider.Deps) (provi
 }
 
 // ReadCluster sets the hosts, pools, network and copy mode of
-// spec.libvirt, and the machine-number block. spec.defaultBridge stays in
-// cfg only so that the provider recognises it in a VM's spec and drops
-// it: its schema default (vmbr0) is Proxmox's bridge, and on libvirt a VM
-// whose template names no bridge joins spec.libvirt.network (or keeps the
-// template domain's interface). The ssh Secrets are filled in by
+// spec.libvirt, and the machine-number block. A VM whose template names no
+// bridge joins the cluster's spec.defaultBridge (a host bridge; the shared
+// code fills it into the VM's spec), else spec.libvirt.network, else keeps
+// the template domain's interface. The ssh Secrets are filled in by
 // ReadSectionSecrets, after the shared code read them.
 func (hypervisorKind) ReadCluster(cluster *hfv1.HypervisorCluster, cfg *provider.ClusterConfig) error {
 	l := cluster.Spec.Libvirt
