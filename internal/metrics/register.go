@@ -7,9 +7,10 @@ import (
 
 // The functions below declare a HyperFleet metric, named
 // hyperfleet_<name>, and register it on controller-runtime's registry, so
-// that the manager's /metrics endpoint serves it: every package of the
-// manager declares its metrics with them, so that none is left out of the
-// registry or named outside the namespace.
+// that the manager's /metrics endpoint serves it. Declared through them, a
+// metric cannot be left out of the registry or named outside the
+// namespace; this package's metrics and those of other packages of the
+// manager (internal/webhook, internal/httpsserver) are.
 
 // NewCounter declares and registers a counter.
 func NewCounter(name, help string) prometheus.Counter {
