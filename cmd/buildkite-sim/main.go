@@ -27,19 +27,12 @@ import (
 	buildkitesim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "buildkite-sim:", err)
-		os.Exit(1)
-	}
-}
+func main() { simcmd.Main("buildkite-sim", run) }
 
 func run() error {
-	listen := flag.String("listen", "127.0.0.1:8444", "address to listen on")
-	configPath := flag.String("config", "", "JSON simulator configuration (buildkitesim.Config: organization, apiTokens, rateLimit, intervals, agentBinary)")
-	admin := flag.Bool("admin", false, "enable the /_sim/ admin API (clusters, tokens, pipelines, builds, jobs, faults, webhooks); it answers loopback clients only")
-	insecure := flag.Bool("insecure-http", false, "serve plain HTTP instead of HTTPS")
-	caOut := flag.String("ca-out", "", "write the CA certificate (PEM) that signs the server certificate to this file")
+	var f simcmd.Flags
+	f.Define("127.0.0.1:8444", "JSON simulator configuration (buildkitesim.Config: organization, apiTokens, rateLimit, intervals, agentBinary)", "clusters, tokens, pipelines, builds, jobs, faults, webhooks")
+	f.DefineCAOut()
 	apiToken := flag.String("api-token", "", "a REST API token with every scope the simulator knows (in addition to --config's)")
 	agentBinary := flag.String("agent-binary", "", "serve this binary as /_sim/agent/buildkite-agent-linux-amd64-<version>.tar.gz (hack/buildkite-agent/build.sh prints one)")
 	hookURL := flag.String("webhook-url", "", "deliver job webhooks to this URL")
@@ -49,13 +42,13 @@ func run() error {
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	var cfg buildkitesim.Config
-	if *configPath != "" {
-		raw, err := os.ReadFile(*configPath)
+	if f.Config != "" {
+		raw, err := os.ReadFile(f.Config)
 		if err != nil {
 			return fmt.Errorf("read config: %w", err)
 		}
 		if err := json.Unmarshal(raw, &cfg); err != nil {
-			return fmt.Errorf("parse config %s: %w", *configPath, err)
+			return fmt.Errorf("parse config %s: %w", f.Config, err)
 		}
 	}
 	if *apiToken != "" {
@@ -64,7 +57,7 @@ func run() error {
 	if *agentBinary != "" {
 		cfg.AgentBinary = *agentBinary
 	}
-	sim := buildkitesim.New(cfg, buildkitesim.WithAdmin(*admin), buildkitesim.WithLogger(logger))
+	sim := buildkitesim.New(cfg, buildkitesim.WithAdmin(f.Admin), buildkitesim.WithLogger(logger))
 	defer sim.Close()
 	if *hookURL != "" {
 		tok := ""
@@ -77,7 +70,7 @@ func run() error {
 		}
 		sim.AddWebhook(buildkitesim.Webhook{URL: *hookURL, Token: tok, Signed: *hookSigned})
 	}
-	if *admin {
+	if f.Admin {
 		c := sim.CreateCluster("default")
 		tok, err := sim.CreateToken(c.ID, "buildkite-sim", time.Time{})
 		if err != nil {
@@ -89,7 +82,7 @@ func run() error {
 		fmt.Printf("cluster %s (default queue %s), agent token %s, pipeline app\n", c.ID, c.DefaultQueueID, tok.Secret)
 	}
 
-	ln, err := simcmd.Listen(*listen, *insecure, *caOut, selfsigned.Options{CommonName: "buildkite-sim", Organization: []string{"HyperFleet Buildkite simulator"}})
+	ln, err := simcmd.Listen(f.Listen, f.Insecure, f.CAOut, selfsigned.Options{CommonName: "buildkite-sim", Organization: []string{"HyperFleet Buildkite simulator"}})
 	if err != nil {
 		return err
 	}
@@ -99,7 +92,7 @@ func run() error {
 	}
 	base := ln.URL
 	fmt.Printf("Buildkite simulator listening on %s (agent API %s/v3, REST %s/v2, admin API %s)\n",
-		base, base, base, map[bool]string{true: "enabled under /_sim/", false: "disabled"}[*admin])
+		base, base, base, f.AdminAPI())
 
 	return simcmd.Serve(srv, ln)
 }

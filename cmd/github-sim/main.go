@@ -29,19 +29,12 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "github-sim:", err)
-		os.Exit(1)
-	}
-}
+func main() { simcmd.Main("github-sim", run) }
 
 func run() error {
-	listen := flag.String("listen", "127.0.0.1:8443", "address to listen on")
-	configPath := flag.String("config", "", "YAML or JSON description of organizations, repositories, PATs, Apps, runner groups and rate limits (default: organization octo-org, repository octo-org/hello-world, PAT "+githubsim.DefaultPAT+")")
-	admin := flag.Bool("admin", false, "enable the /_sim/ admin API (state, jobs, faults, redelivery, clock); it answers loopback clients only")
-	insecure := flag.Bool("insecure-http", false, "serve plain HTTP instead of HTTPS")
-	caOut := flag.String("ca-out", "", "write the CA certificate (PEM) that signs the server certificate to this file")
+	var f simcmd.Flags
+	f.Define("127.0.0.1:8443", "YAML or JSON description of organizations, repositories, PATs, Apps, runner groups and rate limits (default: organization octo-org, repository octo-org/hello-world, PAT "+githubsim.DefaultPAT+")", "state, jobs, faults, redelivery, clock")
+	f.DefineCAOut()
 	fakeClock := flag.Bool("fake-clock", false, "run on a manually advanced clock (POST /_sim/clock/advance?by=5s)")
 	var hookURLs, hookSecrets multiFlag
 	flag.Var(&hookURLs, "webhook-url", "deliver workflow_job webhooks to this URL (repeatable)")
@@ -50,9 +43,9 @@ func run() error {
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	cfg := githubsim.DefaultConfig()
-	if *configPath != "" {
+	if f.Config != "" {
 		var err error
-		if cfg, err = githubsim.LoadConfig(*configPath); err != nil {
+		if cfg, err = githubsim.LoadConfig(f.Config); err != nil {
 			return err
 		}
 	}
@@ -70,7 +63,7 @@ func run() error {
 		cfg.Webhooks = append(cfg.Webhooks, w)
 	}
 
-	ln, err := simcmd.Listen(*listen, *insecure, *caOut, selfsigned.Options{CommonName: "github-sim", Organization: []string{"HyperFleet GitHub simulator"}})
+	ln, err := simcmd.Listen(f.Listen, f.Insecure, f.CAOut, selfsigned.Options{CommonName: "github-sim", Organization: []string{"HyperFleet GitHub simulator"}})
 	if err != nil {
 		return err
 	}
@@ -81,7 +74,7 @@ func run() error {
 	if cfg.ServerURL == "" {
 		cfg.ServerURL = ln.URL
 	}
-	opts := []githubsim.Option{githubsim.WithAdmin(*admin), githubsim.WithLogger(logger), githubsim.WithCACertificate(caPEM)}
+	opts := []githubsim.Option{githubsim.WithAdmin(f.Admin), githubsim.WithLogger(logger), githubsim.WithCACertificate(caPEM)}
 	if *fakeClock {
 		opts = append(opts, githubsim.WithClock(githubsim.NewFakeClock(time.Now())))
 	}
@@ -93,10 +86,10 @@ func run() error {
 
 	srv := &http.Server{Handler: sim, ReadHeaderTimeout: 10 * time.Second, TLSConfig: ln.TLS}
 	if ln.Certificate != nil {
-		fmt.Printf("CA certificate (trust it, e.g. curl --cacert; written to %s):\n%s", orNone(*caOut), caPEM)
+		fmt.Printf("CA certificate (trust it, e.g. curl --cacert; written to %s):\n%s", orNone(f.CAOut), caPEM)
 	}
 	fmt.Printf("GitHub simulator listening on %s (REST at / and /api/v3/, runner package at /_sim/runner/actions-runner-linux-x64.tar.gz, admin API %s)\n",
-		cfg.ServerURL, map[bool]string{true: "enabled under /_sim/", false: "disabled"}[*admin])
+		cfg.ServerURL, f.AdminAPI())
 
 	return simcmd.Serve(srv, ln)
 }

@@ -25,12 +25,7 @@ import (
 	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "gitlab-sim:", err)
-		os.Exit(1)
-	}
-}
+func main() { simcmd.Main("gitlab-sim", run) }
 
 // defaultConfig is the world without --config: group acme/platform with
 // project acme/platform/app, user root (administrator) with a personal
@@ -50,26 +45,24 @@ func defaultConfig() gitlabsim.Config {
 }
 
 func run() error {
-	listen := flag.String("listen", "127.0.0.1:8444", "address to listen on")
-	configPath := flag.String("config", "", "YAML or JSON world (users, groups, projects, tokens, rate limit; see the simulator's README.md); default: project acme/platform/app and token glpat-simulator000000000000 of the administrator root")
-	admin := flag.Bool("admin", false, "enable the /_sim/ admin API (pipelines, hooks, tokens, faults); it answers loopback clients only")
-	insecure := flag.Bool("insecure-http", false, "serve plain HTTP instead of HTTPS")
-	caOut := flag.String("ca-out", "", "write the CA certificate (PEM) that signs the server certificate to this file")
+	var f simcmd.Flags
+	f.Define("127.0.0.1:8444", "YAML or JSON world (users, groups, projects, tokens, rate limit; see the simulator's README.md); default: project acme/platform/app and token glpat-simulator000000000000 of the administrator root", "pipelines, hooks, tokens, faults")
+	f.DefineCAOut()
 	fakeClock := flag.Bool("fake-clock", false, "run on a manually advanced clock (POST /_sim/clock/advance?by=5s)")
 	flag.Parse()
 
 	cfg := defaultConfig()
-	if *configPath != "" {
-		raw, err := os.ReadFile(*configPath)
+	if f.Config != "" {
+		raw, err := os.ReadFile(f.Config)
 		if err != nil {
 			return fmt.Errorf("read config: %w", err)
 		}
 		cfg = gitlabsim.Config{}
 		if err := yaml.UnmarshalStrict(raw, &cfg); err != nil {
-			return fmt.Errorf("config %s: %w", *configPath, err)
+			return fmt.Errorf("config %s: %w", f.Config, err)
 		}
 	}
-	ln, err := simcmd.Listen(*listen, *insecure, *caOut, selfsigned.Options{CommonName: "gitlab-sim", Organization: []string{"HyperFleet GitLab simulator"}})
+	ln, err := simcmd.Listen(f.Listen, f.Insecure, f.CAOut, selfsigned.Options{CommonName: "gitlab-sim", Organization: []string{"HyperFleet GitLab simulator"}})
 	if err != nil {
 		return err
 	}
@@ -79,7 +72,7 @@ func run() error {
 	if cfg.URL == "" {
 		cfg.URL = ln.URL
 	}
-	opts := []gitlabsim.Option{gitlabsim.WithAdmin(*admin), gitlabsim.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)))}
+	opts := []gitlabsim.Option{gitlabsim.WithAdmin(f.Admin), gitlabsim.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)))}
 	if *fakeClock {
 		opts = append(opts, gitlabsim.WithClock(gitlabsim.NewFakeClock(time.Now())))
 	}
@@ -91,7 +84,7 @@ func run() error {
 
 	srv := &http.Server{Handler: sim, TLSConfig: ln.TLS, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute}
 	fmt.Printf("GitLab simulator listening on %s (API at /api/v4, gitlab-runner stand-in at /_sim/gitlab-runner/gitlab-runner-linux-amd64, admin API %s)\n",
-		cfg.URL, map[bool]string{true: "enabled under /_sim/", false: "disabled"}[*admin])
+		cfg.URL, f.AdminAPI())
 
 	return simcmd.Serve(srv, ln)
 }

@@ -22,26 +22,19 @@ import (
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "proxmox-sim:", err)
-		os.Exit(1)
-	}
-}
+func main() { simcmd.Main("proxmox-sim", run) }
 
 func run() error {
-	listen := flag.String("listen", "127.0.0.1:8006", "address to listen on")
-	configPath := flag.String("config", "", "YAML or JSON cluster description (default: one node pve1, storages local and local-lvm, template 9000, root@pam/root, token root@pam!sim)")
-	insecure := flag.Bool("insecure-http", false, "serve plain HTTP instead of HTTPS")
-	admin := flag.Bool("admin", false, "enable the /_sim/ admin API (state dump, latency, faults); it answers loopback clients only")
+	var f simcmd.Flags
+	f.Define("127.0.0.1:8006", "YAML or JSON cluster description (default: one node pve1, storages local and local-lvm, template 9000, root@pam/root, token root@pam!sim)", "state dump, latency, faults")
 	timings := flag.String("timings", "", "timing preset ("+strings.Join(proxmoxsim.PresetNames(), ", ")+"): task latencies, status refresh and storage lock wait; empty keeps the config's (realistic by default)")
 	flag.Parse()
 
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	cfg := proxmoxsim.DefaultConfig()
-	if *configPath != "" {
+	if f.Config != "" {
 		var err error
-		if cfg, err = proxmoxsim.LoadConfig(*configPath); err != nil {
+		if cfg, err = proxmoxsim.LoadConfig(f.Config); err != nil {
 			return err
 		}
 	}
@@ -52,15 +45,15 @@ func run() error {
 		}
 		cfg.ApplyTimings(t)
 	}
-	sim, err := proxmoxsim.New(cfg, proxmoxsim.WithAdmin(*admin), proxmoxsim.WithLogger(logger))
+	sim, err := proxmoxsim.New(cfg, proxmoxsim.WithAdmin(f.Admin), proxmoxsim.WithLogger(logger))
 	if err != nil {
 		return err
 	}
 	defer sim.Close()
 
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", f.Listen)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", *listen, err)
+		return fmt.Errorf("listen on %s: %w", f.Listen, err)
 	}
 	srv := &http.Server{
 		Handler:           sim,
@@ -70,7 +63,7 @@ func run() error {
 		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
 	}
 	scheme := "http"
-	if !*insecure {
+	if !f.Insecure {
 		host, _, _ := net.SplitHostPort(ln.Addr().String())
 		cert, fp, err := proxmoxsim.SelfSignedCertificate(host, "localhost", "127.0.0.1")
 		if err != nil {
@@ -82,7 +75,7 @@ func run() error {
 		scheme = "https"
 		fmt.Printf("TLS certificate SHA-256 fingerprint: %s\n", fp)
 	}
-	fmt.Printf("Proxmox VE simulator listening on %s://%s/api2/json/ (admin API %s)\n", scheme, ln.Addr(), map[bool]string{true: "enabled under /_sim/", false: "disabled"}[*admin])
+	fmt.Printf("Proxmox VE simulator listening on %s://%s/api2/json/ (admin API %s)\n", scheme, ln.Addr(), f.AdminAPI())
 
 	return simcmd.Serve(srv, ln)
 }

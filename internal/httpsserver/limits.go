@@ -7,7 +7,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
 )
 
 // Limits cap the connections a server holds open (docs/security.md,
@@ -106,19 +107,13 @@ const (
 )
 
 var (
-	connectionsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "hyperfleet", Name: "https_connections_refused_total",
-		Help: "Connections the operator's HTTPS servers (server agent or webhook) closed at once because a connection cap was reached, by reason: max_conns (all clients), max_conns_per_address (one source address) or reserved_per_address (the general connections all held and the address holds its share of the reserve for the agent server's broker, enrollment and hints).",
-	}, []string{"server", "reason"})
-	connectionsOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "hyperfleet", Name: "https_connections_open",
-		Help: "Connections the operator's HTTPS servers (server agent or webhook) hold open, handshaking ones included.",
-	}, []string{"server"})
+	connectionsRefused = metrics.NewCounterVec("https_connections_refused_total",
+		"Connections the operator's HTTPS servers (server agent or webhook) closed at once because a connection cap was reached, by reason: max_conns (all clients), max_conns_per_address (one source address) or reserved_per_address (the general connections all held and the address holds its share of the reserve for the agent server's broker, enrollment and hints).",
+		"server", "reason")
+	connectionsOpen = metrics.NewGaugeVec("https_connections_open",
+		"Connections the operator's HTTPS servers (server agent or webhook) hold open, handshaking ones included.",
+		"server")
 )
-
-func init() {
-	crmetrics.Registry.MustRegister(connectionsRefused, connectionsOpen)
-}
 
 // LimitListener returns ln with l's caps applied: Accept closes every
 // connection beyond a cap at once and waits for the next, so that the

@@ -3,9 +3,6 @@ package metrics
 import (
 	"runtime"
 	"runtime/debug"
-
-	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // Version is HyperFleet's release. Builds set it with
@@ -18,14 +15,12 @@ var Version = "dev"
 // BuildInfo is always 1; its labels say which build is running, so that
 // dashboards can show it and alerts can tell a HyperFleet target from
 // others (and notice when none answers).
-var BuildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-	Namespace: namespace, Name: "build_info",
-	Help: "Always 1; labelled with the running build's version (-ldflags -X), VCS revision and Go version.",
-}, []string{"version", "revision", "goversion"})
+var BuildInfo = NewGaugeVec("build_info",
+	"Always 1; labelled with the running build's version (-ldflags -X), VCS revision and Go version.",
+	"version", "revision", "goversion")
 
 func init() {
 	BuildInfo.WithLabelValues(Build()...).Set(1)
-	crmetrics.Registry.MustRegister(BuildInfo)
 }
 
 // Build returns the running build's version, VCS revision and Go version:

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // Label values that stand for more than one value (docs/operations.md,
@@ -49,33 +48,26 @@ var (
 	// by the job's pool, platform, repository and workflow (bounded, see
 	// LabelLimiter). The platform's times when it reports them
 	// (internal/demand, observeJob).
-	JobQueueSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: namespace, Name: "job_queue_seconds",
-		Help:    "Time from a CI job being queued to a runner taking it, by pool, platform, repository and workflow (at most --job-metrics-max-label-values pairs per pool, the rest under __other__).",
-		Buckets: []float64{0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200},
-	}, jobLabels)
+	JobQueueSeconds = NewHistogramVec("job_queue_seconds",
+		"Time from a CI job being queued to a runner taking it, by pool, platform, repository and workflow (at most --job-metrics-max-label-values pairs per pool, the rest under __other__).",
+		[]float64{0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200},
+		jobLabels...)
 
 	// JobRunSeconds is a job's time from a runner taking it to its end.
 	// Run times are minutes to hours, queue times seconds to minutes: two
 	// families with their own buckets rather than one with a stage label.
-	JobRunSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: namespace, Name: "job_run_seconds",
-		Help:    "Time from a runner taking a CI job to the job's end, by pool, platform, repository and workflow (at most --job-metrics-max-label-values pairs per pool, the rest under __other__).",
-		Buckets: []float64{1, 5, 10, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 7200, 14400, 21600},
-	}, jobLabels)
+	JobRunSeconds = NewHistogramVec("job_run_seconds",
+		"Time from a runner taking a CI job to the job's end, by pool, platform, repository and workflow (at most --job-metrics-max-label-values pairs per pool, the rest under __other__).",
+		[]float64{1, 5, 10, 30, 60, 120, 300, 600, 900, 1200, 1800, 2700, 3600, 7200, 14400, 21600},
+		jobLabels...)
 
 	// VMSeconds is the chargeback counter: each VM's life, from its clone
 	// request (or its claim's creation) to its destruction, added once
 	// when its claim ends, to the repository of the job it ran.
-	VMSeconds = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "vm_seconds_total",
-		Help: "Seconds of VM life (clone request to destruction) by pool and the repository of the job the VM ran (__idle__: no job; __unknown__: its job's record was gone; __other__: beyond --job-metrics-max-label-values repositories per pool), added when the VM's claim ends.",
-	}, []string{"namespace", "pool", "repository"})
+	VMSeconds = NewCounterVec("vm_seconds_total",
+		"Seconds of VM life (clone request to destruction) by pool and the repository of the job the VM ran (__idle__: no job; __unknown__: its job's record was gone; __other__: beyond --job-metrics-max-label-values repositories per pool), added when the VM's claim ends.",
+		"namespace", "pool", "repository")
 )
-
-func init() {
-	crmetrics.Registry.MustRegister(JobQueueSeconds, JobRunSeconds, VMSeconds)
-}
 
 // JobLabels bounds the repository and workflow label values of the job
 // and chargeback metrics; SetJobLabelLimit sets its limit at start.

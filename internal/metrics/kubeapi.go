@@ -4,22 +4,15 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // KubeAPIRequests counts the manager's requests to the Kubernetes API by
 // verb and resource: client-go's own rest_client_requests_total has no
 // path, so it cannot tell a status write from an event or a lease renewal.
-var KubeAPIRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: namespace, Name: "kube_api_requests_total",
-	Help: "Requests of the manager to the Kubernetes API, by verb (WATCH and LIST apart from GET), resource and subresource.",
-}, []string{"verb", "resource", "subresource"})
-
-func init() {
-	crmetrics.Registry.MustRegister(KubeAPIRequests)
-}
+var KubeAPIRequests = NewCounterVec("kube_api_requests_total",
+	"Requests of the manager to the Kubernetes API, by verb (WATCH and LIST apart from GET), resource and subresource.",
+	"verb", "resource", "subresource")
 
 // CountKubeAPIRequests wraps cfg's transport so that every request is
 // counted in KubeAPIRequests.

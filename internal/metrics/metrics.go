@@ -2,7 +2,8 @@
 // controller; a CI platform's own (its API calls, its rate limits) are its
 // back-end's (pkg/workload/github). They are registered on
 // controller-runtime's registry, so the manager's /metrics endpoint serves
-// them next to the controller-runtime ones.
+// them next to the controller-runtime ones; the manager's other packages
+// declare theirs with this package's functions too (register.go).
 package metrics
 
 import (
@@ -10,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -24,48 +24,40 @@ var phaseBuckets = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300
 var (
 	// ClaimPhaseSeconds is how long claims spent in a phase, observed when
 	// they leave it.
-	ClaimPhaseSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: namespace, Name: "machineclaim_phase_duration_seconds",
-		Help:    "Time MachineClaims spent in a phase, observed when they leave it.",
-		Buckets: phaseBuckets,
-	}, []string{"phase"})
+	ClaimPhaseSeconds = NewHistogramVec("machineclaim_phase_duration_seconds",
+		"Time MachineClaims spent in a phase, observed when they leave it.",
+		phaseBuckets,
+		"phase")
 
 	// ClaimsStuck counts claims that overstayed their phase's bound
 	// (internal/controller/machineclaim/stuck), by phase.
-	ClaimsStuck = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "claims_stuck",
-		Help: "MachineClaims whose Stuck condition is True (in their phase longer than the manager's bound), by phase.",
-	}, []string{"phase"})
+	ClaimsStuck = NewGaugeVec("claims_stuck",
+		"MachineClaims whose Stuck condition is True (in their phase longer than the manager's bound), by phase.",
+		"phase")
 
 	// ClaimTransitions counts phase transitions.
-	ClaimTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "machineclaim_transitions_total",
-		Help: "MachineClaim phase transitions, by the phase entered.",
-	}, []string{"phase"})
+	ClaimTransitions = NewCounterVec("machineclaim_transitions_total",
+		"MachineClaim phase transitions, by the phase entered.",
+		"phase")
 
 	// ClaimErrors counts classified provisioning errors.
-	ClaimErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "machineclaim_errors_total",
-		Help: "Errors met while provisioning or deleting VMs, by class and reason.",
-	}, []string{"class", "reason"})
+	ClaimErrors = NewCounterVec("machineclaim_errors_total",
+		"Errors met while provisioning or deleting VMs, by class and reason.",
+		"class", "reason")
 
 	// ReservationsRejected counts VM reservation annotations the claim
 	// controller refused to trust (bad signature, or a VM placement could
 	// not have chosen for the claim): each is a tenant trying to point the
 	// operator at a VM, or a template edited between reserve and clone.
-	ReservationsRejected = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: namespace, Name: "vm_reservations_rejected_total",
-		Help: "VM reservation annotations on MachineClaims that were refused (signature or placement check failed).",
-	})
+	ReservationsRejected = NewCounter("vm_reservations_rejected_total",
+		"VM reservation annotations on MachineClaims that were refused (signature or placement check failed).")
 
 	// PlacementRecordsRejected counts placement records (what a claim's VM
 	// was authorized to be) that did not verify when the claim went on
 	// building its VM: each is a record removed, edited or copied by
 	// someone other than the operator, and the claim failed.
-	PlacementRecordsRejected = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: namespace, Name: "placement_records_rejected_total",
-		Help: "MachineClaim placement records that were refused (missing, unreadable or signature check failed); each failed its claim.",
-	})
+	PlacementRecordsRejected = NewCounter("placement_records_rejected_total",
+		"MachineClaim placement records that were refused (missing, unreadable or signature check failed); each failed its claim.")
 
 	// ClaimsVanished counts claims that left the API server still carrying
 	// the operator's finalizer, by the HypervisorCluster of the VM each
@@ -73,35 +65,30 @@ var (
 	// although that write succeeded (kubernetes/kubernetes#77988), so no
 	// deletion pass ran and the VM went to the orphan sweeper at once.
 	// Bounded by the clusters.
-	ClaimsVanished = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "claims_vanished_total",
-		Help: "MachineClaims the API server removed while they still carried the operator's finalizer (a delete racing the finalizer's write), by the HypervisorCluster of the VM handed to the orphan sweeper.",
-	}, []string{"hypervisor_cluster"})
+	ClaimsVanished = NewCounterVec("claims_vanished_total",
+		"MachineClaims the API server removed while they still carried the operator's finalizer (a delete racing the finalizer's write), by the HypervisorCluster of the VM handed to the orphan sweeper.",
+		"hypervisor_cluster")
 
 	// ClaimsForceDeleted counts claims a platform admin force-deleted
 	// (annotation hyperfleet.io/force-delete), by the HypervisorCluster of
 	// the VM each abandoned: each such VM was left to the orphan sweep
 	// without a call to its hypervisor. Bounded by the clusters.
-	ClaimsForceDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "claims_force_deleted_total",
-		Help: "MachineClaims force-deleted by a platform admin (annotation hyperfleet.io/force-delete): their VM abandoned without the hypervisor, by the VM's HypervisorCluster (empty when the claim recorded no VM).",
-	}, []string{"hypervisor_cluster"})
+	ClaimsForceDeleted = NewCounterVec("claims_force_deleted_total",
+		"MachineClaims force-deleted by a platform admin (annotation hyperfleet.io/force-delete): their VM abandoned without the hypervisor, by the VM's HypervisorCluster (empty when the claim recorded no VM).",
+		"hypervisor_cluster")
 
 	// ClaimsDisowned counts VMs a platform admin released from
 	// management (annotation hyperfleet.io/disown), by HypervisorCluster:
 	// each is a VM still running that HyperFleet no longer tracks.
-	ClaimsDisowned = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "claims_disowned_total",
-		Help: "MachineClaims whose VM a platform admin released from HyperFleet's management without deleting it (annotation hyperfleet.io/disown), by the VM's HypervisorCluster (empty when the claim recorded no VM).",
-	}, []string{"hypervisor_cluster"})
+	ClaimsDisowned = NewCounterVec("claims_disowned_total",
+		"MachineClaims whose VM a platform admin released from HyperFleet's management without deleting it (annotation hyperfleet.io/disown), by the VM's HypervisorCluster (empty when the claim recorded no VM).",
+		"hypervisor_cluster")
 
 	// PowerOffToDestroyed is the time from a VM being seen powered off to
 	// its VM destroyed and its claim gone.
-	PowerOffToDestroyed = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: namespace, Name: "vm_poweroff_to_destroyed_seconds",
-		Help:    "Time from a VM being seen powered off to the VM destroyed and its claim released.",
-		Buckets: []float64{0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120, 300},
-	})
+	PowerOffToDestroyed = NewHistogram("vm_poweroff_to_destroyed_seconds",
+		"Time from a VM being seen powered off to the VM destroyed and its claim released.",
+		[]float64{0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120, 300})
 
 	// PowerOffHints counts hints that a VM is about to stop
 	// (docs/architecture.md, "Power-off hints"), by source (agent,
@@ -110,164 +97,140 @@ var (
 	// its bound; the listing catches the VM), unknown (no running claim
 	// has that VM), refused (an agent call whose token does not verify;
 	// nothing was read).
-	PowerOffHints = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "poweroff_hints_total",
-		Help: "Hints that a VM is about to power off, by source and result.",
-	}, []string{"source", "result"})
+	PowerOffHints = NewCounterVec("poweroff_hints_total",
+		"Hints that a VM is about to power off, by source and result.",
+		"source", "result")
 
 	// ReadyHints counts the in-VM agents' hints that they run and wait for
 	// the secrets the operator places in the VM (docs/security.md, "Power-off
 	// notices"), by result: accepted (the claim was woken to look at its
 	// VM now), unknown (no claim with a VM of that name and UID), refused
 	// (the token does not verify; nothing was read).
-	ReadyHints = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "ready_hints_total",
-		Help: "Hints from VMs' agents that they wait for their secrets, by result.",
-	}, []string{"result"})
+	ReadyHints = NewCounterVec("ready_hints_total",
+		"Hints from VMs' agents that they wait for their secrets, by result.",
+		"result")
 
 	// GuestSecretsDelivered counts the GuestSecrets documents placed in
 	// running VMs through the hypervisor's guest channel, by what they
 	// carry: runner-credential (direct mode), join-token or tpm (SPIFFE;
 	// tpm: the enrollment proof).
-	GuestSecretsDelivered = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "guest_secrets_delivered_total",
-		Help: "Secrets placed in running VMs through the hypervisor's guest channel, by content (runner-credential, join-token, tpm).",
-	}, []string{"content"})
+	GuestSecretsDelivered = NewCounterVec("guest_secrets_delivered_total",
+		"Secrets placed in running VMs through the hypervisor's guest channel, by content (runner-credential, join-token, tpm).",
+		"content")
 
 	// VMsInTransition is the number of VMs read one by one because a hint
 	// said they are about to stop.
-	VMsInTransition = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "vms_in_transition",
-		Help: "VMs whose power state is read directly (per-VM status) because a hint said they are about to stop.",
-	})
+	VMsInTransition = NewGauge("vms_in_transition",
+		"VMs whose power state is read directly (per-VM status) because a hint said they are about to stop.")
 
 	// CreatedToCloneRequest is the operator's own overhead: claim created to
 	// clone request sent.
-	CreatedToCloneRequest = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: namespace, Name: "machineclaim_created_to_clone_seconds",
-		Help:    "Time from a MachineClaim's creation to its clone request being sent.",
-		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
-	})
+	CreatedToCloneRequest = NewHistogram("machineclaim_created_to_clone_seconds",
+		"Time from a MachineClaim's creation to its clone request being sent.",
+		[]float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60})
 
 	// APICalls counts hypervisor API calls.
-	APICalls = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "hypervisor_api_calls_total",
-		Help: "Hypervisor API calls by cluster, method, endpoint template and HTTP status (0: no response).",
-	}, []string{"hypervisor_cluster", "method", "endpoint", "code"})
+	APICalls = NewCounterVec("hypervisor_api_calls_total",
+		"Hypervisor API calls by cluster, method, endpoint template and HTTP status (0: no response).",
+		"hypervisor_cluster", "method", "endpoint", "code")
 
 	// APICallSeconds is the latency of hypervisor API calls.
-	APICallSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: namespace, Name: "hypervisor_api_call_duration_seconds",
-		Help:    "Latency of hypervisor API calls by cluster and endpoint template.",
-		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
-	}, []string{"hypervisor_cluster", "endpoint"})
+	APICallSeconds = NewHistogramVec("hypervisor_api_call_duration_seconds",
+		"Latency of hypervisor API calls by cluster and endpoint template.",
+		[]float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+		"hypervisor_cluster", "endpoint")
 
 	// CloneQueueDepth is how many VMs wait for a clone slot.
-	CloneQueueDepth = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "clone_queue_depth",
-		Help: "VMs waiting for a free clone slot, by cluster.",
-	}, []string{"hypervisor_cluster"})
+	CloneQueueDepth = NewGaugeVec("clone_queue_depth",
+		"VMs waiting for a free clone slot, by cluster.",
+		"hypervisor_cluster")
 
 	// ClusterConnected is 1 while the operator reaches a cluster's API.
-	ClusterConnected = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "hypervisor_cluster_connected",
-		Help: "1 when the hypervisor cluster's API answers with the configured credentials, else 0.",
-	}, []string{"hypervisor_cluster"})
+	ClusterConnected = NewGaugeVec("hypervisor_cluster_connected",
+		"1 when the hypervisor cluster's API answers with the configured credentials, else 0.",
+		"hypervisor_cluster")
 
 	// IPPoolFree is how many addresses an IPPool has left.
-	IPPoolFree = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "ippool_free_addresses",
-		Help: "Addresses an IPPool can still hand out (0: exhausted).",
-	}, []string{"pool"})
+	IPPoolFree = NewGaugeVec("ippool_free_addresses",
+		"Addresses an IPPool can still hand out (0: exhausted).",
+		"pool")
 
 	// OrphansFound counts VMs the sweeper found owned by this install with
 	// no live claim.
-	OrphansFound = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "orphan_vms_found_total",
-		Help: "VMs owned by this install (marker verified) found without a live MachineClaim.",
-	}, []string{"hypervisor_cluster"})
+	OrphansFound = NewCounterVec("orphan_vms_found_total",
+		"VMs owned by this install (marker verified) found without a live MachineClaim.",
+		"hypervisor_cluster")
 
 	// UnverifiedVMs is how many VMs carry this install's tag but an
 	// ownership block that does not verify, as of the latest sweep.
-	UnverifiedVMs = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "unverified_vms",
-		Help: "VMs carrying this install's tag whose ownership block does not verify (never touched by the operator), as of the latest orphan sweep.",
-	}, []string{"hypervisor_cluster"})
+	UnverifiedVMs = NewGaugeVec("unverified_vms",
+		"VMs carrying this install's tag whose ownership block does not verify (never touched by the operator), as of the latest orphan sweep.",
+		"hypervisor_cluster")
 
 	// OrphansRemoved counts orphaned VMs the sweeper destroyed.
-	OrphansRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "orphan_vms_removed_total",
-		Help: "Orphaned VMs destroyed by the sweeper (not counted in dry-run mode).",
-	}, []string{"hypervisor_cluster"})
+	OrphansRemoved = NewCounterVec("orphan_vms_removed_total",
+		"Orphaned VMs destroyed by the sweeper (not counted in dry-run mode).",
+		"hypervisor_cluster")
 
 	// OrphanMediaFound counts cloud-init media (ISOs) named by this install
 	// that the sweeper found without a live claim.
-	OrphanMediaFound = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "orphan_isos_found_total",
-		Help: "Cloud-init ISOs named by this install found without a live MachineClaim.",
-	}, []string{"hypervisor_cluster"})
+	OrphanMediaFound = NewCounterVec("orphan_isos_found_total",
+		"Cloud-init ISOs named by this install found without a live MachineClaim.",
+		"hypervisor_cluster")
 
 	// OrphanMediaRemoved counts stray cloud-init media the sweeper deleted,
 	// counted once the hypervisor no longer has them.
-	OrphanMediaRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "orphan_isos_removed_total",
-		Help: "Stray cloud-init ISOs deleted by the sweeper, counted once gone (not in dry-run mode).",
-	}, []string{"hypervisor_cluster"})
+	OrphanMediaRemoved = NewCounterVec("orphan_isos_removed_total",
+		"Stray cloud-init ISOs deleted by the sweeper, counted once gone (not in dry-run mode).",
+		"hypervisor_cluster")
 
 	// OrphanRunnersFound counts CI runners named by this install whose
 	// claim no longer exists.
-	OrphanRunnersFound = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "orphan_runners_found_total",
-		Help: "CI runners named by this install found without a live MachineClaim.",
-	}, []string{"scope"})
+	OrphanRunnersFound = NewCounterVec("orphan_runners_found_total",
+		"CI runners named by this install found without a live MachineClaim.",
+		"scope")
 
 	// OrphanRunnersRemoved counts orphaned runners the sweeper removed.
-	OrphanRunnersRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "orphan_runners_removed_total",
-		Help: "Orphaned CI runners removed by the sweeper (not in dry-run mode).",
-	}, []string{"scope"})
+	OrphanRunnersRemoved = NewCounterVec("orphan_runners_removed_total",
+		"Orphaned CI runners removed by the sweeper (not in dry-run mode).",
+		"scope")
 
 	// RunnerCredentials counts single-use runner credentials issued, on
 	// every CI platform. A platform's own metrics (its API calls, its rate
 	// limits) are its back-end's (pkg/workload/<platform>), registered
 	// through workload.Dependencies.Metrics.
-	RunnerCredentials = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "runner_credentials_issued_total",
-		Help: "Single-use runner credentials issued to VMs, by method (jit-config, runner-token).",
-	}, []string{"method"})
+	RunnerCredentials = NewCounterVec("runner_credentials_issued_total",
+		"Single-use runner credentials issued to VMs, by method (jit-config, runner-token).",
+		"method")
 
 	// BrokerRequests counts the credential broker's answers
 	// (internal/broker), by reason: Delivered, or why it refused.
-	BrokerRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "broker_requests_total",
-		Help: "Requests to the credential broker by attested VMs, by result: Delivered, or the reason of the refusal.",
-	}, []string{"reason"})
+	BrokerRequests = NewCounterVec("broker_requests_total",
+		"Requests to the credential broker by attested VMs, by result: Delivered, or the reason of the refusal.",
+		"reason")
 
 	// TPMEnrollmentRequests counts the TPM enrollment endpoints' answers
 	// (internal/tpmenroll), by endpoint (enroll, activate) and reason:
 	// Challenged, Enrolled, or why it refused.
-	TPMEnrollmentRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "tpm_enrollment_requests_total",
-		Help: "Requests to the TPM DevID enrollment endpoints by VMs, by endpoint and result: Challenged, Enrolled, or the reason of the refusal.",
-	}, []string{"endpoint", "reason"})
+	TPMEnrollmentRequests = NewCounterVec("tpm_enrollment_requests_total",
+		"Requests to the TPM DevID enrollment endpoints by VMs, by endpoint and result: Challenged, Enrolled, or the reason of the refusal.",
+		"endpoint", "reason")
 
 	// AttestationFailures counts claims whose VM failed to attest, by
 	// method (join-token, tpm) and reason (AttestationFailed, TPMNotFound,
 	// TPMEnrollmentRefused).
-	AttestationFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "attestation_failures_total",
-		Help: "MachineClaims whose VM failed to attest with SPIRE, by attestation method and reason.",
-	}, []string{"method", "reason"})
+	AttestationFailures = NewCounterVec("attestation_failures_total",
+		"MachineClaims whose VM failed to attest with SPIRE, by attestation method and reason.",
+		"method", "reason")
 
 	// SPIREBundleReads counts reads of SPIRE servers' trust bundles
 	// (internal/identity), by trigger (periodic: older than a minute or
 	// none yet; forced: an SVID presented to the broker did not verify)
 	// and result (read, failed, or suppressed: a forced read not made
 	// because one began less than --spire-forced-refresh-interval ago).
-	SPIREBundleReads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "spire_bundle_reads_total",
-		Help: "Reads of SPIRE servers' trust bundles, by trigger (periodic, forced) and result (read, failed, suppressed).",
-	}, []string{"trigger", "result"})
+	SPIREBundleReads = NewCounterVec("spire_bundle_reads_total",
+		"Reads of SPIRE servers' trust bundles, by trigger (periodic, forced) and result (read, failed, suppressed).",
+		"trigger", "result")
 
 	// IdentityMisuse counts VM identities found used by someone other
 	// than their VM (docs/identity.md, "A stolen join token"), by reason:
@@ -275,18 +238,16 @@ var (
 	// without the proof the operator placed in that claim's VM) or
 	// JoinTokenReused (the VM found its join token spent, and the SPIRE
 	// server lists an agent that attested with it).
-	IdentityMisuse = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "identity_misuse_total",
-		Help: "VM identities (join token, SVID) used by someone other than their VM, by reason (BrokerProofInvalid, JoinTokenReused).",
-	}, []string{"reason"})
+	IdentityMisuse = NewCounterVec("identity_misuse_total",
+		"VM identities (join token, SVID) used by someone other than their VM, by reason (BrokerProofInvalid, JoinTokenReused).",
+		"reason")
 
 	// WebhookSecretReloads counts reads of the webhook Secret after it
 	// changed, by result: loaded, invalid (the last valid secrets stay in
 	// use), missing (deliveries are refused) or error (retried).
-	WebhookSecretReloads = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "webhook_secret_reloads_total",
-		Help: "Reads of the GitHub webhook Secret, by result (loaded, invalid, missing, error).",
-	}, []string{"result"})
+	WebhookSecretReloads = NewCounterVec("webhook_secret_reloads_total",
+		"Reads of the GitHub webhook Secret, by result (loaded, invalid, missing, error).",
+		"result")
 
 	// WebhookConfirmations counts webhook events confirmed with the CI
 	// platform's API before they changed demand (internal/demand), by why:
@@ -294,88 +255,65 @@ var (
 	// in progress) or shared_secret (signed with the fallback secret, it
 	// would take a job out of demand or name its runner). Each is one API
 	// call on the routed pool's budget.
-	WebhookConfirmations = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "webhook_event_confirmations_total",
-		Help: "Webhook events confirmed with the CI platform's API before they changed demand, by reason (too_old, no_time, out_of_order, shared_secret).",
-	}, []string{"reason"})
+	WebhookConfirmations = NewCounterVec("webhook_event_confirmations_total",
+		"Webhook events confirmed with the CI platform's API before they changed demand, by reason (too_old, no_time, out_of_order, shared_secret).",
+		"reason")
 
 	// DNSReady is 1 while the DNS service of a cluster's
 	// spec.dns.dnsProvider answers with the configured key, else 0.
-	DNSReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: namespace, Name: "dns_ready",
-		Help: "1 while the DNS service of the cluster's spec.dns.dnsProvider answers for its zones with the configured key (DNSReady=True), else 0.",
-	}, []string{"hypervisor_cluster"})
+	DNSReady = NewGaugeVec("dns_ready",
+		"1 while the DNS service of the cluster's spec.dns.dnsProvider answers for its zones with the configured key (DNSReady=True), else 0.",
+		"hypervisor_cluster")
 
 	// DNSUpdates counts the claim controller's registrations and removals
 	// of VM records, by cluster, operation and result.
-	DNSUpdates = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "dns_updates_total",
-		Help: "VM record registrations (op=register) and removals (op=remove) by the claim controller, by result (ok, or the failure's condition reason).",
-	}, []string{"hypervisor_cluster", "op", "result"})
+	DNSUpdates = NewCounterVec("dns_updates_total",
+		"VM record registrations (op=register) and removals (op=remove) by the claim controller, by result (ok, or the failure's condition reason).",
+		"hypervisor_cluster", "op", "result")
 
 	// OrphanDNSFound and OrphanDNSRemoved count the DNS names carrying
 	// this install's marker whose claim no longer exists.
-	OrphanDNSFound = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "orphan_dns_records_found_total",
-		Help: "DNS names registered by this install found without a live MachineClaim.",
-	}, []string{"hypervisor_cluster"})
-	OrphanDNSRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "orphan_dns_records_removed_total",
-		Help: "DNS names of deleted claims whose records the sweeper removed (not in dry-run mode).",
-	}, []string{"hypervisor_cluster"})
+	OrphanDNSFound = NewCounterVec("orphan_dns_records_found_total",
+		"DNS names registered by this install found without a live MachineClaim.",
+		"hypervisor_cluster")
+	OrphanDNSRemoved = NewCounterVec("orphan_dns_records_removed_total",
+		"DNS names of deleted claims whose records the sweeper removed (not in dry-run mode).",
+		"hypervisor_cluster")
 
 	// OrphanIdentitiesFound and OrphanIdentitiesRemoved count what claims
 	// that no longer exist left on SPIRE servers (internal/sweeper,
 	// spire.go), by cluster and kind: entry (registration and TPM alias
 	// entries; found and removed) or agent (banned tpm_devid agents past
 	// their certificates' lifetime; removed).
-	OrphanIdentitiesFound = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "orphan_spire_objects_found_total",
-		Help: "SPIRE entries of this install found without a live MachineClaim, by kind.",
-	}, []string{"hypervisor_cluster", "kind"})
-	OrphanIdentitiesRemoved = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "orphan_spire_objects_removed_total",
-		Help: "SPIRE entries and banned TPM agents of deleted claims that the sweeper deleted (not in dry-run mode), by kind.",
-	}, []string{"hypervisor_cluster", "kind"})
+	OrphanIdentitiesFound = NewCounterVec("orphan_spire_objects_found_total",
+		"SPIRE entries of this install found without a live MachineClaim, by kind.",
+		"hypervisor_cluster", "kind")
+	OrphanIdentitiesRemoved = NewCounterVec("orphan_spire_objects_removed_total",
+		"SPIRE entries and banned TPM agents of deleted claims that the sweeper deleted (not in dry-run mode), by kind.",
+		"hypervisor_cluster", "kind")
 
 	// NetworkValidations counts the checks of claims' validations (DNS
 	// forward and reverse lookups, ping, SSH), by cluster, check and
 	// result; NetworkValidationSeconds is how long each check took.
-	NetworkValidations = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "network_validation_total",
-		Help: "Checks of running VMs' DNS names and reachability from the operator (check=forward, reverse, ping, ssh), by result (passed, failed).",
-	}, []string{"hypervisor_cluster", "check", "result"})
-	NetworkValidationSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: namespace, Name: "network_validation_duration_seconds",
-		Help:    "How long one check of a VM's validation took (all its servers and addresses), by check.",
-		Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120},
-	}, []string{"check"})
+	NetworkValidations = NewCounterVec("network_validation_total",
+		"Checks of running VMs' DNS names and reachability from the operator (check=forward, reverse, ping, ssh), by result (passed, failed).",
+		"hypervisor_cluster", "check", "result")
+	NetworkValidationSeconds = NewHistogramVec("network_validation_duration_seconds",
+		"How long one check of a VM's validation took (all its servers and addresses), by check.",
+		[]float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120},
+		"check")
 
 	// RunnersDeregistered counts runners removed from the CI platform.
-	RunnersDeregistered = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: namespace, Name: "runners_deregistered_total",
-		Help: "Runners removed from the CI platform when their claim went (already-gone runners included).",
-	})
+	RunnersDeregistered = NewCounter("runners_deregistered_total",
+		"Runners removed from the CI platform when their claim went (already-gone runners included).")
 
 	// RunnersSealed counts runners sealed to the job they took, on CI
 	// platforms whose runner credential is multi-job (workload.Sealer),
 	// by platform (workload type).
-	RunnersSealed = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "runners_sealed_total",
-		Help: "Runners the operator paused at their first job, so that their multi-job credential gets no other job, by platform.",
-	}, []string{"platform"})
+	RunnersSealed = NewCounterVec("runners_sealed_total",
+		"Runners the operator paused at their first job, so that their multi-job credential gets no other job, by platform.",
+		"platform")
 )
-
-func init() {
-	crmetrics.Registry.MustRegister(
-		ClaimPhaseSeconds, ClaimsStuck, ClaimTransitions, ClaimErrors, ReservationsRejected, PlacementRecordsRejected, ClaimsVanished, ClaimsForceDeleted, ClaimsDisowned, PowerOffToDestroyed, CreatedToCloneRequest,
-		PowerOffHints, ReadyHints, GuestSecretsDelivered, VMsInTransition,
-		APICalls, APICallSeconds, CloneQueueDepth, ClusterConnected, OrphansFound, OrphansRemoved, UnverifiedVMs, IPPoolFree,
-		OrphanMediaFound, OrphanMediaRemoved, OrphanRunnersFound, OrphanRunnersRemoved, RunnerCredentials, RunnersDeregistered, RunnersSealed, WebhookSecretReloads, WebhookConfirmations, BrokerRequests, TPMEnrollmentRequests, AttestationFailures,
-		SPIREBundleReads, IdentityMisuse, DNSReady, DNSUpdates, OrphanDNSFound, OrphanDNSRemoved, OrphanIdentitiesFound, OrphanIdentitiesRemoved,
-		NetworkValidations, NetworkValidationSeconds,
-	)
-}
 
 // ProviderObserver feeds a provider's measurements for one cluster into the
 // metrics above.

@@ -3,8 +3,7 @@ package webhook
 import (
 	"slices"
 
-	"github.com/prometheus/client_golang/prometheus"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
 )
 
 const metricsNamespace = "hyperfleet"
@@ -40,31 +39,21 @@ const (
 )
 
 var (
-	deliveriesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Name: "webhook_deliveries_total",
-		Help: "CI platform webhook deliveries received, by platform (workload type), event type (the platform's job and ping events, else other) and result.",
-	}, []string{"platform", "event", "result"})
+	deliveriesTotal = metrics.NewCounterVec("webhook_deliveries_total",
+		"CI platform webhook deliveries received, by platform (workload type), event type (the platform's job and ping events, else other) and result.",
+		"platform", "event", "result")
 
-	processingSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: metricsNamespace, Name: "webhook_processing_duration_seconds",
-		Help:    "Time from a workflow_job delivery being received to its job being recorded as a CIJob.",
-		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
-	})
+	processingSeconds = metrics.NewHistogram("webhook_processing_duration_seconds",
+		"Time from a workflow_job delivery being received to its job being recorded as a CIJob.",
+		[]float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30})
 
-	jobsRoutedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metricsNamespace, Name: "webhook_jobs_routed_total",
-		Help: "workflow_job events routed, by outcome: matched (recorded for a pool), unmatched (pools serve the repository but none covers the job's labels), out_of_scope (no pool serves the repository) or error.",
-	}, []string{"outcome"})
+	jobsRoutedTotal = metrics.NewCounterVec("webhook_jobs_routed_total",
+		"workflow_job events routed, by outcome: matched (recorded for a pool), unmatched (pools serve the repository but none covers the job's labels), out_of_scope (no pool serves the repository) or error.",
+		"outcome")
 
-	queueDepth = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: metricsNamespace, Name: "webhook_queue_depth",
-		Help: "Accepted webhook deliveries waiting for a worker.",
-	})
+	queueDepth = metrics.NewGauge("webhook_queue_depth",
+		"Accepted webhook deliveries waiting for a worker.")
 )
-
-func init() {
-	crmetrics.Registry.MustRegister(deliveriesTotal, processingSeconds, jobsRoutedTotal, queueDepth)
-}
 
 // eventLabel bounds the event label's values to the platform's events
 // (workload.WebhookFormat.Events): the header is the sender's to choose.

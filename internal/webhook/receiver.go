@@ -217,30 +217,14 @@ func NewReceiver(opts Options) (*Receiver, error) {
 	if f := opts.Format; f.Platform == "" || f.Label == "" || !strings.HasPrefix(f.Path, "/") || f.EventHeader == "" || f.SignatureHeader == "" {
 		return nil, errors.New("webhook receiver: Format needs the platform's name, label, path, event header and signature header")
 	}
-	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = DefaultMaxInFlight
-	}
-	if opts.Workers <= 0 {
-		opts.Workers = DefaultWorkers
-	}
-	if opts.QueueSize <= 0 {
-		opts.QueueSize = DefaultQueueSize
-	}
-	if opts.DedupeTTL <= 0 {
-		opts.DedupeTTL = DefaultDedupeTTL
-	}
-	if opts.DedupeSize <= 0 {
-		opts.DedupeSize = DefaultDedupeSize
-	}
-	if opts.RetryAfter <= 0 {
-		opts.RetryAfter = DefaultRetryAfter
-	}
-	if opts.DrainTimeout <= 0 {
-		opts.DrainTimeout = 10 * time.Second
-	}
+	opts.MaxBodyBytes = orDefault(opts.MaxBodyBytes, DefaultMaxBodyBytes)
+	opts.MaxInFlight = orDefault(opts.MaxInFlight, DefaultMaxInFlight)
+	opts.Workers = orDefault(opts.Workers, DefaultWorkers)
+	opts.QueueSize = orDefault(opts.QueueSize, DefaultQueueSize)
+	opts.DedupeTTL = orDefault(opts.DedupeTTL, DefaultDedupeTTL)
+	opts.DedupeSize = orDefault(opts.DedupeSize, DefaultDedupeSize)
+	opts.RetryAfter = orDefault(opts.RetryAfter, DefaultRetryAfter)
+	opts.DrainTimeout = orDefault(opts.DrainTimeout, 10*time.Second)
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
 	}
@@ -255,6 +239,16 @@ func NewReceiver(opts Options) (*Receiver, error) {
 		largeSlots: make(chan struct{}, max(1, opts.MaxInFlight/4)),
 		backoff:    200 * time.Millisecond,
 	}, nil
+}
+
+// orDefault returns v, or def when v is zero or negative: an option left
+// unset, or set out of range, takes its default. The receiver's and the
+// server's options (server.go) use it.
+func orDefault[T ~int | ~int64](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // QueueLen is how many accepted events wait for a worker.

@@ -97,16 +97,11 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		}
 		paths[r.opts.Format.Path] = true
 	}
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&opts.ReadHeaderTimeout, 10*time.Second)
-	def(&opts.ReadTimeout, 10*time.Second)
-	def(&opts.WriteTimeout, 30*time.Second)
-	def(&opts.IdleTimeout, 120*time.Second)
-	def(&opts.ShutdownTimeout, 10*time.Second)
+	opts.ReadHeaderTimeout = orDefault(opts.ReadHeaderTimeout, 10*time.Second)
+	opts.ReadTimeout = orDefault(opts.ReadTimeout, 10*time.Second)
+	opts.WriteTimeout = orDefault(opts.WriteTimeout, 30*time.Second)
+	opts.IdleTimeout = orDefault(opts.IdleTimeout, 120*time.Second)
+	opts.ShutdownTimeout = orDefault(opts.ShutdownTimeout, 10*time.Second)
 	opts.Limits = opts.Limits.Or(DefaultLimits)
 	return &Server{opts: opts}, nil
 }

@@ -1,7 +1,8 @@
 // Package simcmd is what the simulator commands (cmd/github-sim,
-// cmd/gitlab-sim, cmd/buildkite-sim, cmd/proxmox-sim) share: a listener
-// that speaks HTTPS with a certificate from a throw-away CA, and serving
-// until the process is told to stop. Each command keeps its own flags and
+// cmd/gitlab-sim, cmd/buildkite-sim, cmd/proxmox-sim) share: the flags
+// they all take and how they exit on an error (flags.go), a listener that
+// speaks HTTPS with a certificate from a throw-away CA, and serving until
+// the process is told to stop. Each command keeps its own flags and
 // simulator; only the plumbing around them is here, so that a fix to how
 // they listen or shut down reaches all four.
 package simcmd
