@@ -416,6 +416,26 @@ type WebhookParser interface {
 	Parse(header http.Header, body []byte) (JobEvent, error)
 }
 
+// OwnerSecret is the webhook secret of owner among secrets (a receiver's
+// secrets per owner), owners compared ignoring case whatever case the keys
+// are in, so that a key in another case never lets a shared fallback
+// serve its owner; a lower-case key wins over another spelling. False for
+// the empty owner or one with no secret of its own.
+func OwnerSecret(secrets map[string][]byte, owner string) ([]byte, bool) {
+	if owner == "" {
+		return nil, false
+	}
+	if s, ok := secrets[strings.ToLower(owner)]; ok {
+		return s, true
+	}
+	for key, s := range secrets {
+		if strings.EqualFold(key, owner) {
+			return s, true
+		}
+	}
+	return nil, false
+}
+
 // Sentinel errors. Implementations wrap them so callers test with errors.Is.
 // The ones a controller meets while provisioning carry their class
 // (pkg/errclass): a refusal of the credentials or of the request is for the

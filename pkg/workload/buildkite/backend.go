@@ -10,18 +10,13 @@ package buildkite
 import (
 	"cmp"
 	"context"
-	"fmt"
-	"net/http"
 	"path"
 	"strings"
 
-	"k8s.io/utils/clock"
-
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/buildkite/buildkitevm"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadmetrics"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/platformbackend"
 )
 
 // The API sections Buildkite reads, for messages.
@@ -50,10 +45,7 @@ const reasonCredentialsInvalid = "BuildkiteCredentialsInvalid"
 // Backend is Buildkite as a workload.Backend. Register it under
 // hfv1.WorkloadBuildkite with NewBackend.
 type Backend struct {
-	transport http.RoundTripper
-	clock     clock.PassiveClock
-
-	providers workload.ProviderCache[*Provider]
+	platformbackend.Base[*Provider]
 }
 
 var (
@@ -64,17 +56,14 @@ var (
 
 // NewBackend is the workload.Factory of Buildkite.
 func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
-	if err := workloadmetrics.Register(deps.Metrics); err != nil {
-		return nil, fmt.Errorf("buildkite: register metrics: %w", err)
+	base, err := platformbackend.New[*Provider](deps, platformbackend.Identity{
+		Name: "Buildkite", TemplateField: templateField, ReasonCredentialsInvalid: reasonCredentialsInvalid,
+	})
+	if err != nil {
+		return nil, err
 	}
-	return &Backend{transport: deps.Transport, clock: deps.Clock}, nil
+	return &Backend{Base: base}, nil
 }
-
-// Name implements workload.Backend.
-func (*Backend) Name() string { return "Buildkite" }
-
-// TemplateField implements workload.Backend.
-func (*Backend) TemplateField() string { return templateField }
 
 // Template implements workload.Backend for a template with a
 // spec.bootstrap.buildkite.
@@ -237,7 +226,7 @@ func (*Backend) WebhookFormat() workload.WebhookFormat { return WebhookFormat }
 
 // WebhookParser implements workload.WebhookReceiver.
 func (b *Backend) WebhookParser(secret []byte, ownerSecrets map[string][]byte) workload.WebhookParser {
-	return &WebhookParser{Secret: secret, OwnerSecrets: ownerSecrets, Clock: b.clock}
+	return &WebhookParser{Secret: secret, OwnerSecrets: ownerSecrets, Clock: b.Clock}
 }
 
 // Provider implements workload.Backend: the provider of scope with tmpl's
@@ -245,7 +234,7 @@ func (b *Backend) WebhookParser(secret []byte, ownerSecrets map[string][]byte) w
 func (b *Backend) Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, scope workload.Scope, secrets workload.SecretReader) (workload.Provider, error) {
 	bk := tmpl.Spec.Bootstrap.Buildkite
 	if bk == nil {
-		return nil, fmt.Errorf("HypervisorMachineTemplate %s has no %s", tmpl.Name, templateField)
+		return nil, b.ErrNoSection(tmpl)
 	}
 	field := templateField + ".credentials.apiToken"
 	token, err := secrets(ctx, field, tmpl.Namespace, bk.Credentials.APIToken)
@@ -255,14 +244,7 @@ func (b *Backend) Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemp
 	cfg := Config{
 		APIURL: cmp.Or(bk.APIURL, DefaultAPIURL), AgentEndpoint: cmp.Or(bk.AgentEndpoint, DefaultAgentEndpoint),
 		Organization: bk.Organization, Cluster: bk.Cluster, Scope: scope, Token: string(token),
-		Transport: b.transport, Clock: b.clock,
+		Transport: b.Transport, Clock: b.Clock, HTTPTimeout: platformbackend.HTTPTimeout(tmpl),
 	}
-	if t := tmpl.Spec.Bootstrap.HTTPTimeout; t != nil {
-		cfg.HTTPTimeout = t.Duration
-	}
-	p, err := b.providers.Get(tmpl, scope, cfg.fingerprint(), func() (*Provider, error) { return New(cfg) })
-	if err != nil {
-		return nil, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s of HypervisorMachineTemplate %s: %w", templateField, tmpl.Name, err)
-	}
-	return p, nil
+	return b.CachedProvider(tmpl, scope, cfg.fingerprint(), func() (*Provider, error) { return New(cfg) })
 }

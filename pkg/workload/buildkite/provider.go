@@ -229,24 +229,18 @@ func (p *Provider) deleteTokens(ctx context.Context, name string) error {
 	ctx = withCleanup(ctx)
 	want := tokenDescriptionPrefix + name
 	opt := &bk.ClusterTokensListOptions{ListOptions: bk.ListOptions{PerPage: 100}}
-	var ids []string
-	for page := 1; page <= maxPages; page++ {
+	toks, err := everyPage("list the cluster's agent tokens", func(page int) ([]bk.ClusterToken, *bk.Response, error) {
 		opt.Page = page
-		toks, resp, err := p.client.ClusterTokens.List(ctx, p.cfg.Organization, p.cfg.Cluster, opt)
-		if err != nil {
-			return apiError("list the cluster's agent tokens", err)
-		}
-		for _, t := range toks {
-			if t.Description == want {
-				ids = append(ids, t.ID)
-			}
-		}
-		if resp == nil || resp.NextPage == 0 {
-			break
-		}
+		return p.client.ClusterTokens.List(ctx, p.cfg.Organization, p.cfg.Cluster, opt)
+	})
+	if err != nil {
+		return err
 	}
-	for _, id := range ids {
-		if _, err := p.client.ClusterTokens.Delete(ctx, p.cfg.Organization, p.cfg.Cluster, id); err != nil && statusOf(err) != http.StatusNotFound {
+	for _, t := range toks {
+		if t.Description != want {
+			continue
+		}
+		if _, err := p.client.ClusterTokens.Delete(ctx, p.cfg.Organization, p.cfg.Cluster, t.ID); err != nil && statusOf(err) != http.StatusNotFound {
 			return apiError("delete the agent token of "+name, err)
 		}
 	}
@@ -255,6 +249,23 @@ func (p *Provider) deleteTokens(ctx context.Context, name string) error {
 
 // maxPages bounds every paged listing (100 items a page).
 const maxPages = 20
+
+// everyPage reads a listing page by page, at most maxPages: list reads the
+// page it is given, and its response says whether another follows.
+func everyPage[T any](what string, list func(page int) ([]T, *bk.Response, error)) ([]T, error) {
+	var out []T
+	for page := 1; page <= maxPages; page++ {
+		items, resp, err := list(page)
+		if err != nil {
+			return nil, apiError(what, err)
+		}
+		out = append(out, items...)
+		if resp == nil || resp.NextPage == 0 {
+			break
+		}
+	}
+	return out, nil
+}
 
 // DeregisterRunner implements workload.Provider: the agent's token is
 // deleted (it registers nothing any more), and a connected agent is
@@ -290,19 +301,10 @@ func (p *Provider) DeregisterRunner(ctx context.Context, _ int64, name string) e
 // themselves.
 func (p *Provider) agents(ctx context.Context, name string) ([]bk.Agent, error) {
 	opt := &bk.AgentListOptions{Name: name, ListOptions: bk.ListOptions{PerPage: 100}}
-	var out []bk.Agent
-	for page := 1; page <= maxPages; page++ {
+	return everyPage("list agents", func(page int) ([]bk.Agent, *bk.Response, error) {
 		opt.Page = page
-		list, resp, err := p.client.Agents.List(ctx, p.cfg.Organization, opt)
-		if err != nil {
-			return nil, apiError("list agents", err)
-		}
-		out = append(out, list...)
-		if resp == nil || resp.NextPage == 0 {
-			break
-		}
-	}
-	return out, nil
+		return p.client.Agents.List(ctx, p.cfg.Organization, opt)
+	})
 }
 
 func runnerOf(a bk.Agent) workload.Runner {
@@ -382,26 +384,13 @@ func (p *Provider) QueuedJobs(ctx context.Context, repositories []string) ([]wor
 // that may hold scheduled jobs, newest first.
 func (p *Provider) openBuilds(ctx context.Context, excludeJobs bool) ([]bk.Build, error) {
 	opt := &bk.BuildsListOptions{State: openBuildStates, ExcludeJobs: excludeJobs, ListOptions: bk.ListOptions{PerPage: 100}}
-	var out []bk.Build
-	for page := 1; page <= maxPages; page++ {
+	return everyPage("list open builds", func(page int) ([]bk.Build, *bk.Response, error) {
 		opt.Page = page
-		var list []bk.Build
-		var resp *bk.Response
-		var err error
 		if pl := p.cfg.Scope.Repository; pl != "" {
-			list, resp, err = p.client.Builds.ListByPipeline(ctx, p.cfg.Organization, pl, opt)
-		} else {
-			list, resp, err = p.client.Builds.ListByOrg(ctx, p.cfg.Organization, opt)
+			return p.client.Builds.ListByPipeline(ctx, p.cfg.Organization, pl, opt)
 		}
-		if err != nil {
-			return nil, apiError("list open builds", err)
-		}
-		out = append(out, list...)
-		if resp == nil || resp.NextPage == 0 {
-			break
-		}
-	}
-	return out, nil
+		return p.client.Builds.ListByOrg(ctx, p.cfg.Organization, opt)
+	})
 }
 
 // repository is a build's organization/pipeline.

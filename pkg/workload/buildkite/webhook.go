@@ -114,12 +114,8 @@ func organizationOf(p *webhookPayload) string {
 // secretFor is the secret a delivery about org must carry, and whether it
 // is org's own.
 func (p *WebhookParser) secretFor(org string) ([]byte, bool) {
-	if org != "" {
-		for key, s := range p.OwnerSecrets {
-			if strings.EqualFold(key, org) {
-				return s, true
-			}
-		}
+	if s, ok := workload.OwnerSecret(p.OwnerSecrets, org); ok {
+		return s, true
 	}
 	return p.Secret, false
 }

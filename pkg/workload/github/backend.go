@@ -8,18 +8,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"log/slog"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 
-	"k8s.io/utils/clock"
-
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadmetrics"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/platformbackend"
 )
 
 // The API sections GitHub Actions reads, for messages.
@@ -50,11 +46,7 @@ const reasonCredentialsInvalid = "GitHubCredentialsInvalid"
 // workflow_job webhooks. Register it under hfv1.WorkloadGitHubActions with
 // NewBackend.
 type Backend struct {
-	transport http.RoundTripper
-	clock     clock.PassiveClock
-	log       *slog.Logger
-
-	providers workload.ProviderCache[*Provider]
+	platformbackend.Base[*Provider]
 }
 
 var (
@@ -66,17 +58,14 @@ var (
 // NewBackend is the workload.Factory of GitHub Actions. It registers the
 // CI platform API metrics (pkg/workload/workloadmetrics) with deps.Metrics.
 func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
-	if err := workloadmetrics.Register(deps.Metrics); err != nil {
-		return nil, fmt.Errorf("github: register metrics: %w", err)
+	base, err := platformbackend.New[*Provider](deps, platformbackend.Identity{
+		Name: "GitHub", TemplateField: templateField, ReasonCredentialsInvalid: reasonCredentialsInvalid,
+	})
+	if err != nil {
+		return nil, err
 	}
-	return &Backend{transport: deps.Transport, clock: deps.Clock, log: deps.Logger}, nil
+	return &Backend{Base: base}, nil
 }
-
-// Name implements workload.Backend.
-func (*Backend) Name() string { return "GitHub" }
-
-// TemplateField implements workload.Backend.
-func (*Backend) TemplateField() string { return templateField }
 
 // Template implements workload.Backend for a template with a
 // spec.bootstrap.github.
@@ -248,11 +237,7 @@ func (b *Backend) Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemp
 	if err != nil {
 		return nil, err
 	}
-	p, err := b.providers.Get(tmpl, scope, Fingerprint(cfg), func() (*Provider, error) { return New(cfg) })
-	if err != nil {
-		return nil, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s of HypervisorMachineTemplate %s: %w", templateField, tmpl.Name, err)
-	}
-	return p, nil
+	return b.CachedProvider(tmpl, scope, Fingerprint(cfg), func() (*Provider, error) { return New(cfg) })
 }
 
 // config builds the provider configuration from the template and its
@@ -260,17 +245,14 @@ func (b *Backend) Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemp
 func (b *Backend) config(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, scope workload.Scope, secrets workload.SecretReader) (Config, error) {
 	gh := tmpl.Spec.Bootstrap.GitHub
 	if gh == nil {
-		return Config{}, fmt.Errorf("HypervisorMachineTemplate %s has no %s", tmpl.Name, templateField)
+		return Config{}, b.ErrNoSection(tmpl)
 	}
 	cfg := Config{
 		BaseURL: cmp.Or(gh.APIBaseURL, DefaultBaseURL), Scope: scope,
-		Transport: b.transport, Clock: b.clock, Logger: b.log,
+		Transport: b.Transport, Clock: b.Clock, Logger: b.Logger,
 		RunnerURL:   runnerURLFor(gh, scope),
 		ObserveCall: observeCall, ObserveRate: observeRate(cmp.Or(scope.Owner, scope.Enterprise)),
-		RunnerGroup: gh.RunnerGroup,
-	}
-	if t := tmpl.Spec.Bootstrap.HTTPTimeout; t != nil {
-		cfg.HTTPTimeout = t.Duration
+		RunnerGroup: gh.RunnerGroup, HTTPTimeout: platformbackend.HTTPTimeout(tmpl),
 	}
 	if u := gh.RegistrationURLs; u != nil {
 		r := strings.NewReplacer("{owner}", scope.Owner, "{repo}", scope.Repository)

@@ -209,37 +209,47 @@ func Fingerprint(cfg Config) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// route is how operationOf knows one operation: a path containing
+// contains and ending in suffix, with method (each: empty for any).
+type route struct {
+	contains, suffix, method string
+	operation                string
+}
+
+// routes are the operations of GitHub's calls, the first match winning.
+var routes = []route{
+	{suffix: "/actions/runners/generate-jitconfig", operation: "generate-jitconfig"},
+	{suffix: "/actions/runners/registration-token", operation: "registration-token"},
+	{suffix: "/actions/runner-groups", operation: "list-runner-groups"},
+	{contains: "/actions/runner-groups/", suffix: "/organizations", operation: "list-runner-group-organizations"},
+	{contains: "/actions/runners/", method: http.MethodDelete, operation: "delete-runner"},
+	{contains: "/actions/runners/", operation: "get-runner"},
+	{suffix: "/actions/runners", operation: "list-runners"},
+	{suffix: "/cancel", operation: "cancel-run"},
+	{suffix: "/jobs", operation: "list-jobs"},
+	{contains: "/actions/jobs/", operation: "get-job"},
+	{suffix: "/actions/runs", operation: "list-runs"},
+	{suffix: "/installation/repositories", operation: "list-installation-repositories"},
+	{contains: "/orgs/", suffix: "/repos", operation: "list-org-repositories"},
+}
+
 // operationOf names an API call by its route, never by ids or names, so
 // that metrics stay bounded.
 func operationOf(req *http.Request) string {
 	p := req.URL.Path
-	switch {
-	case strings.HasSuffix(p, "/actions/runners/generate-jitconfig"):
-		return "generate-jitconfig"
-	case strings.HasSuffix(p, "/actions/runners/registration-token"):
-		return "registration-token"
-	case strings.HasSuffix(p, "/actions/runner-groups"):
-		return "list-runner-groups"
-	case strings.Contains(p, "/actions/runner-groups/") && strings.HasSuffix(p, "/organizations"):
-		return "list-runner-group-organizations"
-	case strings.Contains(p, "/actions/runners/") && req.Method == http.MethodDelete:
-		return "delete-runner"
-	case strings.Contains(p, "/actions/runners/"):
-		return "get-runner"
-	case strings.HasSuffix(p, "/actions/runners"):
-		return "list-runners"
-	case strings.HasSuffix(p, "/cancel"):
-		return "cancel-run"
-	case strings.HasSuffix(p, "/jobs"):
-		return "list-jobs"
-	case strings.Contains(p, "/actions/jobs/"):
-		return "get-job"
-	case strings.HasSuffix(p, "/actions/runs"):
-		return "list-runs"
-	case strings.HasSuffix(p, "/installation/repositories"):
-		return "list-installation-repositories"
-	case strings.HasSuffix(p, "/repos") && strings.Contains(p, "/orgs/"):
-		return "list-org-repositories"
+	for _, r := range routes {
+		if strings.Contains(p, r.contains) && strings.HasSuffix(p, r.suffix) && (r.method == "" || r.method == req.Method) {
+			return r.operation
+		}
 	}
 	return "other"
+}
+
+// operations are the names routes gives calls.
+func operations() []string {
+	out := make([]string, len(routes))
+	for i, r := range routes {
+		out[i] = r.operation
+	}
+	return out
 }

@@ -68,6 +68,22 @@ func (c *pageCache) sweep(now time.Time) {
 	}
 }
 
+// conditionalPages reads every page of a listing with conditional requests
+// (conditionalPage), at most maxPages of them (0: no limit); pageURL is
+// the URL of a page, relative to the API root.
+func conditionalPages[T any](ctx context.Context, p *Provider, what string, maxPages int, pageURL func(page int) string, decode func([]byte) ([]T, error)) ([]T, error) {
+	var out []T
+	for page := 1; page > 0 && (maxPages == 0 || page <= maxPages); {
+		items, next, err := conditionalPage(ctx, p, what, pageURL(page), decode)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, items...)
+		page = next
+	}
+	return out, nil
+}
+
 // conditionalPage reads one page of a listing (u, relative to the API
 // root) with a conditional request, keeping what decode takes from its
 // body, and returns it and the number of the next page (0: none). A 304

@@ -402,17 +402,5 @@ func workloadRank(s workload.JobState) int { return hfv1.CIJobRank(hfv1.CIJobSta
 
 // sameLabelSet compares label sets ignoring case and order.
 func sameLabelSet(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	set := make(map[string]bool, len(a))
-	for _, l := range a {
-		set[strings.ToLower(l)] = true
-	}
-	for _, l := range b {
-		if !set[strings.ToLower(l)] {
-			return false
-		}
-	}
-	return true
+	return len(a) == len(b) && workload.Covers(a, b)
 }

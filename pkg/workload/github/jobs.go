@@ -85,27 +85,20 @@ type listedRun struct {
 // unfinishedRuns lists the repository's runs of one status, every page,
 // with conditional requests.
 func (p *Provider) unfinishedRuns(ctx context.Context, owner, repo, status string) ([]listedRun, error) {
-	var out []listedRun
-	for page := 1; page > 0; {
-		u := fmt.Sprintf("repos/%s/%s/actions/runs?status=%s&per_page=100&page=%d", url.PathEscape(owner), url.PathEscape(repo), status, page)
-		runs, next, err := conditionalPage(ctx, p, fmt.Sprintf("list the %s runs of %s/%s", status, owner, repo), u, func(body []byte) ([]listedRun, error) {
-			var list gh.WorkflowRuns
-			if err := json.Unmarshal(body, &list); err != nil {
-				return nil, err
-			}
-			runs := make([]listedRun, 0, len(list.WorkflowRuns))
-			for _, r := range list.WorkflowRuns {
-				runs = append(runs, listedRun{id: r.GetID(), updatedAt: r.GetUpdatedAt().Time})
-			}
-			return runs, nil
-		})
-		if err != nil {
+	pageURL := func(page int) string {
+		return fmt.Sprintf("repos/%s/%s/actions/runs?status=%s&per_page=100&page=%d", url.PathEscape(owner), url.PathEscape(repo), status, page)
+	}
+	return conditionalPages(ctx, p, fmt.Sprintf("list the %s runs of %s/%s", status, owner, repo), 0, pageURL, func(body []byte) ([]listedRun, error) {
+		var list gh.WorkflowRuns
+		if err := json.Unmarshal(body, &list); err != nil {
 			return nil, err
 		}
-		out = append(out, runs...)
-		page = next
-	}
-	return out, nil
+		runs := make([]listedRun, 0, len(list.WorkflowRuns))
+		for _, r := range list.WorkflowRuns {
+			runs = append(runs, listedRun{id: r.GetID(), updatedAt: r.GetUpdatedAt().Time})
+		}
+		return runs, nil
+	})
 }
 
 // seenRun is what QueuedJobs last read of an unfinished run: its
@@ -205,17 +198,14 @@ func (p *Provider) repositoryOf(repository string) (owner, name string, err erro
 	return owner, name, nil
 }
 
-// jobState maps a REST workflow job status to the neutral state.
+// jobState maps a REST workflow job status to the neutral state: the
+// statuses a workflow_job webhook's action names too (webhookJobState),
+// and pending and requested, which only REST reports.
 func jobState(status string) (workload.JobState, bool) {
-	switch status {
-	case "queued", "waiting", "pending", "requested":
+	if status == "pending" || status == "requested" {
 		return workload.JobQueued, true
-	case "in_progress":
-		return workload.JobInProgress, true
-	case "completed":
-		return workload.JobCompleted, true
 	}
-	return "", false
+	return webhookJobState(status)
 }
 
 // jobOf converts a GitHub workflow job of repository (owner/name) to the
@@ -252,30 +242,22 @@ var formatJobID, parseJobID = workload.FormatNumericJobID, workload.ParseNumeric
 // conditional requests: the second read at one updated_at (settledRun) is
 // then a 304 that costs no rate-limit budget unless the jobs changed.
 func (p *Provider) queuedJobsOf(ctx context.Context, owner, repo string, runID int64) ([]workload.Job, error) {
-	var out []workload.Job
-	what := fmt.Sprintf("list the jobs of run %d in %s/%s", runID, owner, repo)
-	for page := 1; page > 0; {
-		u := fmt.Sprintf("repos/%s/%s/actions/runs/%d/jobs?filter=latest&per_page=100&page=%d", url.PathEscape(owner), url.PathEscape(repo), runID, page)
-		jobs, next, err := conditionalPage(ctx, p, what, u, func(body []byte) ([]workload.Job, error) {
-			var list gh.Jobs
-			if err := json.Unmarshal(body, &list); err != nil {
-				return nil, err
-			}
-			var queued []workload.Job
-			for _, j := range list.Jobs {
-				if s := j.GetStatus(); s == "queued" || s == "waiting" {
-					queued = append(queued, jobOf(owner+"/"+repo, j, workload.JobQueued))
-				}
-			}
-			return queued, nil
-		})
-		if err != nil {
+	pageURL := func(page int) string {
+		return fmt.Sprintf("repos/%s/%s/actions/runs/%d/jobs?filter=latest&per_page=100&page=%d", url.PathEscape(owner), url.PathEscape(repo), runID, page)
+	}
+	return conditionalPages(ctx, p, fmt.Sprintf("list the jobs of run %d in %s/%s", runID, owner, repo), 0, pageURL, func(body []byte) ([]workload.Job, error) {
+		var list gh.Jobs
+		if err := json.Unmarshal(body, &list); err != nil {
 			return nil, err
 		}
-		out = append(out, jobs...)
-		page = next
-	}
-	return out, nil
+		var queued []workload.Job
+		for _, j := range list.Jobs {
+			if s := j.GetStatus(); s == "queued" || s == "waiting" {
+				queued = append(queued, jobOf(owner+"/"+repo, j, workload.JobQueued))
+			}
+		}
+		return queued, nil
+	})
 }
 
 // CancelRun implements workload.Provider. A run that already finished

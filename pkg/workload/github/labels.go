@@ -16,24 +16,20 @@ import "github.com/hyperfleet/hyperfleet/pkg/workload"
 // adds these itself, as config.sh does for a registered runner.
 func DefaultLabels(os, arch string) []string {
 	var out []string
-	switch os {
-	case "linux", "":
-		out = append(out, "Linux")
-	case "win":
-		out = append(out, "Windows")
-	case "osx":
-		out = append(out, "macOS")
-	}
-	switch arch {
-	case "x64", "":
-		out = append(out, "X64")
-	case "arm64":
-		out = append(out, "ARM64")
-	case "arm":
-		out = append(out, "ARM")
+	for _, l := range []string{osLabels[os], archLabels[arch]} {
+		if l != "" {
+			out = append(out, l)
+		}
 	}
 	return out
 }
+
+// osLabels and archLabels are DefaultLabels' labels by runner package
+// name; the empty name is the default, linux and x64.
+var (
+	osLabels   = map[string]string{"linux": "Linux", "": "Linux", "win": "Windows", "osx": "macOS"}
+	archLabels = map[string]string{"x64": "X64", "": "X64", "arm64": "ARM64", "arm": "ARM"}
+)
 
 // RunnerLabels is the full label set of a runner of a pool: self-hosted,
 // the OS and architecture labels, hyperfleet, then the pool's labels.

@@ -10,10 +10,8 @@ import (
 // metrics records GitHub's calls in the CI platform API family
 // (pkg/workload/workloadmetrics), which NewBackend registers with the
 // operator's registry (workload.Dependencies.Metrics); its operations are
-// the ones operationOf names.
-var metrics = workloadmetrics.New(hfv1.WorkloadGitHubActions,
-	"generate-jitconfig", "registration-token", "list-runner-groups", "list-runner-group-organizations", "delete-runner", "get-runner", "list-runners",
-	"cancel-run", "list-jobs", "get-job", "list-runs", "list-installation-repositories", "list-org-repositories")
+// the ones operationOf names (routes).
+var metrics = workloadmetrics.New(hfv1.WorkloadGitHubActions, operations()...)
 
 // observeCall records one GitHub call (Config.ObserveCall).
 func observeCall(op string, code int, d time.Duration) { metrics.ObserveCall(op, code, d) }

@@ -68,19 +68,16 @@ func (p *Provider) Repositories(ctx context.Context) ([]string, error) {
 			return repositoryNames(list.Repositories), err
 		}
 	}
+	got, err := conditionalPages(ctx, p, what, maxRepositoryPages, func(page int) string { return fmt.Sprintf("%s&page=%d", path, page) }, decode)
+	if err != nil {
+		return nil, err
+	}
 	var names []string
-	for page := 1; page > 0 && page <= maxRepositoryPages; {
-		got, next, err := conditionalPage(ctx, p, what, fmt.Sprintf("%s&page=%d", path, page), decode)
-		if err != nil {
-			return nil, err
+	for _, n := range got {
+		// An installation may be on another account than the scope's.
+		if scope.Contains(n) {
+			names = append(names, n)
 		}
-		for _, n := range got {
-			// An installation may be on another account than the scope's.
-			if scope.Contains(n) {
-				names = append(names, n)
-			}
-		}
-		page = next
 	}
 	slices.Sort(names)
 	p.mu.Lock()

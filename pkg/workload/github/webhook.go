@@ -90,16 +90,8 @@ func deliveryOwner(body []byte) string {
 // ignoring case, as GitHub's logins do, whatever case OwnerSecrets' keys
 // are in: a key in another case must not let the fallback serve its owner.
 func (p WebhookParser) SecretFor(owner string) (secret []byte, own bool) {
-	if owner == "" {
-		return p.Secret, false
-	}
-	if s, ok := p.OwnerSecrets[strings.ToLower(owner)]; ok {
+	if s, ok := workload.OwnerSecret(p.OwnerSecrets, owner); ok {
 		return s, true
-	}
-	for key, s := range p.OwnerSecrets {
-		if strings.EqualFold(key, owner) {
-			return s, true
-		}
 	}
 	return p.Secret, false
 }

@@ -3,18 +3,13 @@ package gitlab
 import (
 	"cmp"
 	"context"
-	"fmt"
-	"net/http"
 	"path"
 	"strings"
 
-	"k8s.io/utils/clock"
-
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
-	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	"github.com/hyperfleet/hyperfleet/pkg/workload/gitlab/gitlabvm"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadmetrics"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/platformbackend"
 )
 
 // The API sections GitLab CI reads, for messages.
@@ -39,10 +34,7 @@ const reasonCredentialsInvalid = "GitLabCredentialsInvalid"
 // Backend is GitLab CI as a workload.Backend. Register it under
 // hfv1.WorkloadGitLabCI with NewBackend.
 type Backend struct {
-	transport http.RoundTripper
-	clock     clock.PassiveClock
-
-	providers workload.ProviderCache[*Provider]
+	platformbackend.Base[*Provider]
 }
 
 var (
@@ -54,17 +46,14 @@ var (
 // NewBackend is the workload.Factory of GitLab CI. It registers the GitLab
 // CI platform API metrics (pkg/workload/workloadmetrics) with deps.Metrics.
 func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
-	if err := workloadmetrics.Register(deps.Metrics); err != nil {
-		return nil, fmt.Errorf("gitlab: register metrics: %w", err)
+	base, err := platformbackend.New[*Provider](deps, platformbackend.Identity{
+		Name: "GitLab", TemplateField: templateField, ReasonCredentialsInvalid: reasonCredentialsInvalid,
+	})
+	if err != nil {
+		return nil, err
 	}
-	return &Backend{transport: deps.Transport, clock: deps.Clock}, nil
+	return &Backend{Base: base}, nil
 }
-
-// Name implements workload.Backend.
-func (*Backend) Name() string { return "GitLab" }
-
-// TemplateField implements workload.Backend.
-func (*Backend) TemplateField() string { return templateField }
 
 // ScopeOf is the neutral scope of a GitLab project or group full path: a
 // project a/b/c is Owner a/b, Repository c; a group a/b is Owner a/b.
@@ -253,7 +242,7 @@ func (*Backend) WebhookParser(secret []byte, ownerSecrets map[string][]byte) wor
 func (b *Backend) Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemplate, scope workload.Scope, secrets workload.SecretReader) (workload.Provider, error) {
 	g := tmpl.Spec.Bootstrap.GitLab
 	if g == nil {
-		return nil, fmt.Errorf("HypervisorMachineTemplate %s has no %s", tmpl.Name, templateField)
+		return nil, b.ErrNoSection(tmpl)
 	}
 	tok, err := secrets(ctx, templateField+".credentials.token", tmpl.Namespace, g.Credentials.Token)
 	if err != nil {
@@ -262,17 +251,10 @@ func (b *Backend) Provider(ctx context.Context, tmpl *hfv1.HypervisorMachineTemp
 	cfg := Config{
 		URL: instanceURL(g), Token: strings.TrimSpace(string(tok)), Scope: scope,
 		RunUntagged: g.RunUntagged, AccessLevel: string(g.AccessLevel),
-		Transport: b.transport, Clock: b.clock,
-	}
-	if t := tmpl.Spec.Bootstrap.HTTPTimeout; t != nil {
-		cfg.HTTPTimeout = t.Duration
+		Transport: b.Transport, Clock: b.Clock, HTTPTimeout: platformbackend.HTTPTimeout(tmpl),
 	}
 	// The fingerprint holds the token's hash only inside this process's
 	// map, never in a status or a log.
 	fp := workload.KeyOf([]any{cfg.URL, cfg.Token, cfg.Scope, cfg.RunUntagged, cfg.AccessLevel, cfg.HTTPTimeout})
-	p, err := b.providers.Get(tmpl, scope, fp, func() (*Provider, error) { return New(cfg) })
-	if err != nil {
-		return nil, errclass.Errorf(errclass.ClassConfiguration, reasonCredentialsInvalid, "%s of HypervisorMachineTemplate %s: %w", templateField, tmpl.Name, err)
-	}
-	return p, nil
+	return b.CachedProvider(tmpl, scope, fp, func() (*Provider, error) { return New(cfg) })
 }

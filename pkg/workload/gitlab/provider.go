@@ -555,17 +555,32 @@ func (p *Provider) QueuedJobs(ctx context.Context, repositories []string) ([]wor
 		if !p.cfg.Scope.Contains(repo) {
 			continue
 		}
-		for page := int64(1); page > 0 && page <= maxPages; {
+		js, err := everyPage(p, "list the pending jobs of "+repo, func(page int64) ([]*gl.Job, *gl.Response, error) {
 			opts := &gl.ListJobsOptions{ListOptions: gl.ListOptions{PerPage: perPage, Page: page}, Scope: &[]gl.BuildStateValue{gl.Pending}}
-			js, resp, err := p.client.Jobs.ListProjectJobs(repo, opts, gl.WithContext(ctx))
-			if err != nil {
-				return nil, p.mapErr("list the pending jobs of "+repo, resp, err)
-			}
-			for _, j := range js {
-				out = append(out, toJob(repo, j))
-			}
-			page = resp.NextPage
+			return p.client.Jobs.ListProjectJobs(repo, opts, gl.WithContext(ctx))
+		})
+		if err != nil {
+			return nil, err
 		}
+		for _, j := range js {
+			out = append(out, toJob(repo, j))
+		}
+	}
+	return out, nil
+}
+
+// everyPage reads a listing page by page, at most maxPages: list reads the
+// page it is given, and its response says which page follows; what names
+// the listing in errors.
+func everyPage[T any](p *Provider, what string, list func(page int64) ([]T, *gl.Response, error)) ([]T, error) {
+	var out []T
+	for page := int64(1); page > 0 && page <= maxPages; {
+		items, resp, err := list(page)
+		if err != nil {
+			return nil, p.mapErr(what, resp, err)
+		}
+		out = append(out, items...)
+		page = resp.NextPage
 	}
 	return out, nil
 }
@@ -590,17 +605,16 @@ func (p *Provider) Repositories(ctx context.Context) ([]string, error) {
 		return append([]string(nil), p.repos...), nil
 	}
 	p.mu.Unlock()
-	var out []string
-	for page := int64(1); page > 0 && page <= maxPages; {
+	ps, err := everyPage(p, "list the projects of group "+s.Owner, func(page int64) ([]*gl.Project, *gl.Response, error) {
 		opts := &gl.ListGroupProjectsOptions{ListOptions: gl.ListOptions{PerPage: perPage, Page: page}, IncludeSubGroups: gl.Ptr(true)}
-		ps, resp, err := p.client.Groups.ListGroupProjects(s.Owner, opts, gl.WithContext(ctx))
-		if err != nil {
-			return nil, p.mapErr("list the projects of group "+s.Owner, resp, err)
-		}
-		for _, pr := range ps {
-			out = append(out, pr.PathWithNamespace)
-		}
-		page = resp.NextPage
+		return p.client.Groups.ListGroupProjects(s.Owner, opts, gl.WithContext(ctx))
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, pr := range ps {
+		out = append(out, pr.PathWithNamespace)
 	}
 	p.mu.Lock()
 	p.repos, p.reposAt = out, now

@@ -7,9 +7,10 @@
 //
 // A back-end describes its platform once (New: the workload type and the
 // bounded set of operation names its calls map to), registers the family
-// with the operator's registry (Register, from its NewBackend) and records
-// through its Platform. An operation outside the declared set is recorded
-// as "other", so that no path, id or name reaches a label.
+// with the operator's registry (Register, which platformbackend.New calls
+// from its NewBackend) and records through its Platform. An operation
+// outside the declared set is recorded as "other", so that no path, id or
+// name reaches a label.
 package workloadmetrics
 
 import (

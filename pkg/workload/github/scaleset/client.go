@@ -362,6 +362,19 @@ func (c *Client) once(ctx context.Context, req request) (int, []byte, error) {
 	return resp.StatusCode, bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")), nil
 }
 
+// expect sends req (do) and returns the answer's body when its status is
+// want, a *ResponseError for any other; errors begin with what.
+func (c *Client) expect(ctx context.Context, what string, want int, req request) ([]byte, error) {
+	code, body, err := c.do(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if code != want {
+		return nil, fmt.Errorf("%s: %w", what, responseError(req.method, req.url, code, body))
+	}
+	return body, nil
+}
+
 // redact drops the query (it may carry session ids) from logged URLs.
 func redact(u string) string {
 	if i := strings.IndexByte(u, '?'); i >= 0 {
@@ -402,13 +415,10 @@ func (c *Client) refreshLocked(ctx context.Context, force bool) error {
 		return err
 	}
 	u := c.apiURL.String() + path
-	code, body, err := c.do(ctx, request{method: http.MethodPost, url: u, header: http.Header{
+	body, err := c.expect(ctx, "registration token", http.StatusCreated, request{method: http.MethodPost, url: u, header: http.Header{
 		"Accept": {"application/vnd.github+json"}, "Authorization": {"Bearer " + gh}, "X-Github-Api-Version": {"2022-11-28"}}})
 	if err != nil {
-		return fmt.Errorf("registration token: %w", err)
-	}
-	if code != http.StatusCreated {
-		return fmt.Errorf("registration token: %w", responseError(http.MethodPost, u, code, body))
+		return err
 	}
 	var rt struct {
 		Token string `json:"token"`
@@ -421,7 +431,7 @@ func (c *Client) refreshLocked(ctx context.Context, force bool) error {
 		return fmt.Errorf("encode registration exchange: %w", err)
 	}
 	u = c.apiURL.String() + "/actions/runner-registration"
-	code, body, err = c.do(ctx, request{method: http.MethodPost, url: u, body: reqBody, retryAuth: true, header: http.Header{
+	code, body, err := c.do(ctx, request{method: http.MethodPost, url: u, body: reqBody, retryAuth: true, header: http.Header{
 		"Content-Type": {"application/json"}, "Authorization": {"RemoteAuth " + rt.Token}}})
 	if err != nil {
 		return fmt.Errorf("actions service registration: %w", err)

@@ -170,15 +170,9 @@ func (s *Session) DeleteMessage(ctx context.Context, messageID int64) error {
 		if err != nil {
 			return err
 		}
-		code, body, err := s.c.do(ctx, request{method: http.MethodDelete, url: u, header: http.Header{
+		_, err = s.c.expect(ctx, fmt.Sprintf("delete message %d", messageID), http.StatusNoContent, request{method: http.MethodDelete, url: u, header: http.Header{
 			"Content-Type": {"application/json"}, "Authorization": {"Bearer " + s.info.MessageQueueAccessToken}}})
-		if err != nil {
-			return fmt.Errorf("delete message %d: %w", messageID, err)
-		}
-		if code != http.StatusNoContent {
-			return fmt.Errorf("delete message %d: %w", messageID, responseError(http.MethodDelete, u, code, body))
-		}
-		return nil
+		return err
 	})
 }
 
@@ -202,13 +196,10 @@ func (s *Session) AcquireJobs(ctx context.Context, requestIDs []int64) ([]int64,
 		}
 		u := fmt.Sprintf("%s%s/%d/acquirejobs?api-version=%s", base, scaleSetsPath, s.scaleSetID, APIVersion)
 		// The message-queue token, not the admin token, authorises this.
-		code, data, err := s.c.do(ctx, request{method: http.MethodPost, url: u, body: body, header: http.Header{
+		data, err := s.c.expect(ctx, "acquire jobs", http.StatusOK, request{method: http.MethodPost, url: u, body: body, header: http.Header{
 			"Content-Type": {"application/json"}, "Authorization": {"Bearer " + s.info.MessageQueueAccessToken}}})
 		if err != nil {
-			return fmt.Errorf("acquire jobs: %w", err)
-		}
-		if code != http.StatusOK {
-			return fmt.Errorf("acquire jobs: %w", responseError(http.MethodPost, u, code, data))
+			return err
 		}
 		var out struct {
 			Count int     `json:"count"`
