@@ -92,10 +92,10 @@ func (p *Provider) ensureDisk(spec *provider.VMSpec, ref *TemplateRef, d *domain
 		p.releaseSlot(vmid)
 		return false, cerr
 	}
-	if !p.takeSlot(h, vmid, spec.Owner) {
+	if !p.takeSlot(h, poolName, vmid, spec.Owner) {
 		// A slot taken by others since this VM's domain was defined (a
 		// restart forgot it held one).
-		res.Phase, res.RetryAfter, res.Message = provider.PhaseQueued, queuedRetry, slotWait(h.Name)
+		res.Phase, res.RetryAfter, res.Message = provider.PhaseQueued, queuedRetry, slotWait(h.Name, poolName)
 		res.Waits = res.Message
 		return false, nil
 	}

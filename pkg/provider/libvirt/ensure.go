@@ -110,8 +110,8 @@ func (p *Provider) clone(spec *provider.VMSpec, ref *TemplateRef, vmid int, prev
 	}
 	p.mu.Unlock()
 	res := &provider.EnsureResult{Progress: provider.Progress{ID: FormatID(vmid), Node: h.Name}}
-	if !p.takeSlot(h, vmid, o) {
-		res.Phase, res.RetryAfter, res.Message = provider.PhaseQueued, queuedRetry, slotWait(h.Name)
+	if pool := p.diskPool(spec); !p.takeSlot(h, pool, vmid, o) {
+		res.Phase, res.RetryAfter, res.Message = provider.PhaseQueued, queuedRetry, slotWait(h.Name, pool)
 		res.Waits = res.Message
 		return res, nil
 	}

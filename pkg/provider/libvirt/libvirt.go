@@ -44,7 +44,8 @@
 //   - Placed: a VM id and a host reserved in-process (memory from
 //     NodeGetFreeMemory minus the host's reservation and minus memory
 //     promised to VMs this process is creating; MaxMachines).
-//   - Queued: no clone slot on the host (ClonesPerNode) or the id is held
+//   - Queued: no clone slot on the host (ClonesPerNode) or its pool
+//     (ClonesPerStorage), or the id is held
 //     by a clone this Progress does not claim.
 //   - Cloning: the domain is defined from the template's XML (new name,
 //     UUID, MAC, the marker, its disk pointing at the overlay to be), then
@@ -248,6 +249,7 @@ type reservation struct {
 // clone is a clone slot in use.
 type clone struct {
 	host  string
+	pool  string // the pool the clone's disk goes to
 	owner string
 	since time.Time
 	// done is closed when a background full copy ends; err is its

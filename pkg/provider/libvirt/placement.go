@@ -147,8 +147,8 @@ func (p *Provider) place(spec *provider.VMSpec, tmpl *TemplateRef, memory int64)
 	h := p.hostNamed(r.host)
 	res := &provider.EnsureResult{Progress: provider.Progress{ID: FormatID(r.vmid), Node: r.host}, Phase: provider.PhasePlaced,
 		Message: fmt.Sprintf("VM id %d reserved on host %s", r.vmid, r.host)}
-	if !p.slotFree(h, r.vmid) {
-		res.Waits = slotWait(h.Name)
+	if pool := p.diskPool(spec); !p.slotFree(h, pool, r.vmid) {
+		res.Waits = slotWait(h.Name, pool)
 	}
 	return res, nil
 }
@@ -221,49 +221,56 @@ func (p *Provider) reservedOn(name string) int64 {
 }
 
 // slotWait is the message of a VM waiting for a clone slot.
-func slotWait(hostName string) string {
-	return fmt.Sprintf("waiting for a clone slot on host %s", hostName)
+func slotWait(hostName, pool string) string {
+	return fmt.Sprintf("waiting for a clone slot on host %s (pool %s)", hostName, pool)
 }
 
 // cloneHoldLimit bounds how long a clone holds its slot after its disk
 // exists without its owner coming back to see it.
 const cloneHoldLimit = 5 * time.Minute
 
-// slotFree says whether VM vmid may start a clone on h now: it holds a
-// slot already, or the host has one free under ClonesPerNode.
-func (p *Provider) slotFree(h *host, vmid int) bool {
+// slotFree says whether VM vmid may start a clone onto pool on h now: it
+// holds a slot already, or the host has one free under ClonesPerNode and
+// the pool under ClonesPerStorage (a pool is a host's: each host's pool of
+// a name is its own storage).
+func (p *Provider) slotFree(h *host, pool string, vmid int) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.slotFreeLocked(h.Name, vmid)
+	return p.slotFreeLocked(h.Name, pool, vmid)
 }
 
-func (p *Provider) slotFreeLocked(hostName string, vmid int) bool {
-	if _, held := p.clones[vmid]; held || p.cfg.ClonesPerNode <= 0 {
+func (p *Provider) slotFreeLocked(hostName, pool string, vmid int) bool {
+	if _, held := p.clones[vmid]; held {
 		return true
 	}
-	n := 0
+	onHost, onPool := 0, 0
 	now := p.clock.Now()
 	for _, c := range p.clones {
-		if c.host == hostName && (c.done != nil || now.Sub(c.since) < cloneHoldLimit) {
-			n++
+		if c.host != hostName || (c.done == nil && now.Sub(c.since) >= cloneHoldLimit) {
+			continue
+		}
+		onHost++
+		if c.pool == pool {
+			onPool++
 		}
 	}
-	return n < p.cfg.ClonesPerNode
+	return (p.cfg.ClonesPerNode <= 0 || onHost < p.cfg.ClonesPerNode) &&
+		(p.cfg.ClonesPerStorage <= 0 || onPool < p.cfg.ClonesPerStorage)
 }
 
-// takeSlot takes a clone slot on h for o's VM vmid, or queues o and
-// returns false.
-func (p *Provider) takeSlot(h *host, vmid int, o provider.Owner) bool {
+// takeSlot takes a clone slot onto pool on h for o's VM vmid, or queues o
+// and returns false.
+func (p *Provider) takeSlot(h *host, pool string, vmid int, o provider.Owner) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.slotFreeLocked(h.Name, vmid) {
+	if !p.slotFreeLocked(h.Name, pool, vmid) {
 		p.queued[o.UID] = o
 		p.obs.CloneQueue(len(p.queued))
 		return false
 	}
 	delete(p.queued, o.UID)
 	if _, held := p.clones[vmid]; !held {
-		p.clones[vmid] = &clone{host: h.Name, owner: o.UID, since: p.clock.Now()}
+		p.clones[vmid] = &clone{host: h.Name, pool: pool, owner: o.UID, since: p.clock.Now()}
 	}
 	return true
 }

@@ -151,24 +151,48 @@ func TestCloneSlots(t *testing.T) {
 	p.wake = func(o provider.Owner) { woken = append(woken, o.UID) }
 	h := p.hostNamed("h1")
 	a, b := provider.Owner{UID: "a"}, provider.Owner{UID: "b"}
-	if !p.takeSlot(h, 100, a) {
+	if !p.takeSlot(h, "vms", 100, a) {
 		t.Fatal("the first clone waits")
 	}
-	if !p.takeSlot(h, 100, a) {
+	if !p.takeSlot(h, "vms", 100, a) {
 		t.Error("the clone holding the slot waits for it")
 	}
-	if p.takeSlot(h, 101, b) || p.slotFree(h, 101) {
+	if p.takeSlot(h, "other", 101, b) || p.slotFree(h, "other", 101) {
 		t.Fatal("a second clone starts with ClonesPerNode 1")
 	}
-	if !p.takeSlot(p.hostNamed("h2"), 102, provider.Owner{UID: "c"}) {
+	if !p.takeSlot(p.hostNamed("h2"), "vms", 102, provider.Owner{UID: "c"}) {
 		t.Error("a clone on another host waits")
 	}
 	p.releaseSlot(100)
 	if len(woken) != 1 || woken[0] != "b" {
 		t.Errorf("woken %v, want [b]", woken)
 	}
-	if !p.takeSlot(h, 101, b) {
+	if !p.takeSlot(h, "other", 101, b) {
 		t.Error("the freed slot is not taken")
+	}
+}
+
+// TestCloneSlotsPerPool: spec.limits.clonesPerStorage bounds the clones in
+// flight onto one pool of a host, beside clonesPerNode; another pool, or
+// the same pool's name on another host, is other storage.
+func TestCloneSlotsPerPool(t *testing.T) {
+	p := testProvider(t, func(c *provider.ClusterConfig, _ *ClusterSettings) { c.ClonesPerNode, c.ClonesPerStorage = 3, 1 })
+	h1, h2 := p.hostNamed("h1"), p.hostNamed("h2")
+	if !p.takeSlot(h1, "vms", 100, provider.Owner{UID: "a"}) {
+		t.Fatal("the first clone waits")
+	}
+	if p.takeSlot(h1, "vms", 101, provider.Owner{UID: "b"}) {
+		t.Error("a second clone onto pool vms of h1 starts with ClonesPerStorage 1")
+	}
+	if !p.takeSlot(h1, "fast", 102, provider.Owner{UID: "c"}) {
+		t.Error("a clone onto another pool of h1 waits")
+	}
+	if !p.takeSlot(h2, "vms", 103, provider.Owner{UID: "d"}) {
+		t.Error("a clone onto h2's pool vms waits for h1's")
+	}
+	p.releaseSlot(100)
+	if !p.slotFree(h1, "vms", 101) {
+		t.Error("pool vms of h1 has no free slot after its clone ended")
 	}
 }
 
