@@ -782,9 +782,11 @@ func (vm *VM) SetOwnership(rec ownership.Record, err error) {
 // Observer receives measurements from a provider; metrics implement it.
 // Every method must be cheap and safe for concurrent use.
 type Observer interface {
-	// APICall reports one hypervisor API call: endpoint is the path
-	// template (e.g. "/nodes/{node}/qemu/{vmid}/clone"), code the HTTP
-	// status (0 when no response arrived).
+	// APICall reports one hypervisor API call: for an HTTP API, endpoint
+	// is the path template (e.g. "/nodes/{node}/qemu/{vmid}/clone") and
+	// code the HTTP status; for an RPC API, method the protocol, endpoint
+	// the procedure and code 200 for a reply, 500 for an error reply.
+	// Code is 0 when no response arrived.
 	APICall(method, endpoint string, code int, duration time.Duration)
 	// CloneQueue reports how many VMs wait for a clone slot.
 	CloneQueue(waiting int)

@@ -2,8 +2,12 @@ package libvirt
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -209,4 +213,75 @@ func TestLifecycleEventsWakeOwner(t *testing.T) {
 	if !p.hasRun(worldHost, dom.Name) {
 		t.Error("the provider's view does not show the domain stopped")
 	}
+}
+
+// TestHungLibvirtdCallsTimeOut: a libvirtd that stops answering (SIGSTOP:
+// its connections stay open, as behind a partition) fails the calls made
+// to it once RequestTimeout passes, as unreachable, instead of holding
+// them for ever; once it answers again the provider connects anew. The
+// calls are measured as the hypervisor API metrics count them: answered
+// (200), answered with an error (500), or never (0).
+func TestHungLibvirtdCallsTimeOut(t *testing.T) {
+	w := newWorld(t)
+	cfg := w.cfg
+	cfg.RequestTimeout = time.Second
+	obs := &recordingObserver{}
+	p, err := New(cfg, provider.Deps{Signer: w.signer, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	if _, err := p.ListVMs(t.Context()); err != nil {
+		t.Fatalf("ListVMs before the hang: %v", err)
+	}
+	if _, err := p.GetVM(t.Context(), provider.VMRef{ID: FormatID(150), Node: worldHost}); !errors.Is(err, provider.ErrNotFound) {
+		t.Fatalf("GetVM of a VM that is not there: %v, want not found", err)
+	}
+	w.d.Freeze(t)
+	_, err = p.ListVMs(t.Context())
+	if err == nil || provider.Classify(err) != provider.ClassTransient || !errors.Is(err, provider.ErrUnreachable) {
+		t.Fatalf("ListVMs from a hung libvirtd: %v, want a transient unreachable error", err)
+	}
+	if _, err := p.Probe(t.Context()); !errors.Is(err, provider.ErrUnreachable) {
+		t.Fatalf("Probe with the only host hung: %v, want it unreachable", err)
+	}
+	w.d.Thaw(t)
+	if _, err := p.ListVMs(t.Context()); err != nil {
+		t.Fatalf("ListVMs once libvirtd answers again: %v", err)
+	}
+	for _, want := range []string{"remote ConnectOpen 200", "remote ConnectListAllDomains 200", "remote ConnectListAllDomains 0"} {
+		if !obs.saw(want) {
+			t.Errorf("the observer saw no call %q; it saw %v", want, obs.calls())
+		}
+	}
+	if !obs.sawCode(500) {
+		t.Errorf("the observer saw no error reply; it saw %v", obs.calls())
+	}
+}
+
+// recordingObserver keeps the calls a provider reports, as
+// "method endpoint code".
+type recordingObserver struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (o *recordingObserver) APICall(method, endpoint string, code int, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.got = append(o.got, fmt.Sprintf("%s %s %d", method, endpoint, code))
+}
+
+func (o *recordingObserver) CloneQueue(int) {}
+
+func (o *recordingObserver) calls() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.got)
+}
+
+func (o *recordingObserver) saw(call string) bool { return slices.Contains(o.calls(), call) }
+
+func (o *recordingObserver) sawCode(code int) bool {
+	return slices.ContainsFunc(o.calls(), func(c string) bool { return strings.HasSuffix(c, " "+strconv.Itoa(code)) })
 }

@@ -101,6 +101,7 @@
 package libvirt
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sync"
@@ -298,6 +299,8 @@ func New(cfg provider.ClusterConfig, deps provider.Deps) (*Provider, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Each call is bounded by RequestTimeout and measured (watchdog.go).
+		dial = watchDialer{Dialer: dial, timeout: cmp.Or(cfg.RequestTimeout, defaultRequestTimeout), obs: obs}
 		p.hosts = append(p.hosts, &host{Host: h, dial: dial, p: p})
 	}
 	return p, nil
