@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"path"
 	"slices"
+	"strings"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
@@ -17,8 +21,11 @@ import (
 func (p *Provider) Probe(_ context.Context) (*provider.ClusterInfo, error) {
 	info := &provider.ClusterInfo{InsecureTLS: p.cfg.InsecureSkipVerify}
 	var last error
+	// counted are the storages whose free space is in the total: a pool
+	// shared by hosts (an NFS export each defines) is counted once.
+	counted := map[string]bool{}
 	for _, h := range p.hosts {
-		n, version, err := p.probeHost(h)
+		n, storage, version, err := p.probeHost(h)
 		if err != nil {
 			last = err
 			p.log.V(1).Info("Host offline", "host", h.Name, "error", err.Error())
@@ -26,7 +33,8 @@ func (p *Provider) Probe(_ context.Context) (*provider.ClusterInfo, error) {
 		if info.Version == "" {
 			info.Version = version
 		}
-		if n.Online && n.Allowed {
+		if n.Online && n.Allowed && !counted[storage] {
+			counted[storage] = true
 			info.AvailableStorageBytes += n.StorageBytes - n.StorageUsedBytes
 		}
 		info.Nodes = append(info.Nodes, n)
@@ -38,23 +46,26 @@ func (p *Provider) Probe(_ context.Context) (*provider.ClusterInfo, error) {
 }
 
 // probeHost reads one host's capacity; an unreachable host is offline.
-func (p *Provider) probeHost(h *host) (provider.NodeInfo, string, error) {
-	n := provider.NodeInfo{Name: h.Name, Allowed: p.allowed(h.Name), ReservedMemoryBytes: p.reservedOn(h.Name)}
+// storage identifies the storage behind the host's volume pool
+// (storageKey).
+func (p *Provider) probeHost(h *host) (n provider.NodeInfo, storage, version string, err error) {
+	n = provider.NodeInfo{Name: h.Name, Allowed: p.allowed(h.Name), ReservedMemoryBytes: p.reservedOn(h.Name)}
+	storage = localStorage(h.Name, p.settings.VolumePool)
 	l, err := h.client()
 	if err != nil {
-		return n, "", err
+		return n, storage, "", err
 	}
 	_, memKiB, cpus, _, _, _, _, _, err := l.NodeGetInfo()
 	if err != nil {
-		return n, "", classify(fmt.Errorf("read host %s: %w", h.Name, err))
+		return n, storage, "", classify(fmt.Errorf("read host %s: %w", h.Name, err))
 	}
 	avail, err := availableMemory(l)
 	if err != nil {
-		return n, "", classify(fmt.Errorf("read the memory of host %s: %w", h.Name, err))
+		return n, storage, "", classify(fmt.Errorf("read the memory of host %s: %w", h.Name, err))
 	}
 	ver, err := l.ConnectGetLibVersion()
 	if err != nil {
-		return n, "", classify(fmt.Errorf("read the libvirt version of host %s: %w", h.Name, err))
+		return n, storage, "", classify(fmt.Errorf("read the libvirt version of host %s: %w", h.Name, err))
 	}
 	n.Online, n.CPUs, n.MemoryBytes = true, int64(cpus), int64(memKiB)<<10
 	n.MemoryUsedBytes = min(max(n.MemoryBytes-avail+h.ReservedMemoryBytes, 0), n.MemoryBytes)
@@ -62,8 +73,43 @@ func (p *Provider) probeHost(h *host) (provider.NodeInfo, string, error) {
 		if _, capacity, allocation, _, err := l.StoragePoolGetInfo(pool); err == nil {
 			n.StorageBytes, n.StorageUsedBytes = int64(capacity), int64(allocation)
 		}
+		if doc, err := l.StoragePoolGetXMLDesc(pool, 0); err == nil {
+			storage = storageKey(h.Name, p.settings.VolumePool, doc)
+		}
 	}
-	return n, fmt.Sprintf("%d.%d.%d", ver/1000000, ver/1000%1000, ver%1000), nil
+	return n, storage, fmt.Sprintf("%d.%d.%d", ver/1000000, ver/1000%1000, ver%1000), nil
+}
+
+// localStorage is the key of a pool that is the host's own.
+func localStorage(hostName, pool string) string { return "host " + hostName + " pool " + pool }
+
+// storageKey identifies the storage behind a host's pool from its XML: a
+// network pool (NFS, Gluster, Ceph RBD, iSCSI) by its type, source hosts
+// and source path or name, so that hosts sharing it count its free space
+// once; any other pool as the host's own.
+func storageKey(hostName, pool, doc string) string {
+	var x libvirtxml.StoragePool
+	if err := x.Unmarshal(doc); err != nil || x.Source == nil {
+		return localStorage(hostName, pool)
+	}
+	switch x.Type {
+	case "netfs", "gluster", "rbd", "iscsi", "iscsi-direct":
+	default:
+		return localStorage(hostName, pool)
+	}
+	var hosts []string
+	for _, sh := range x.Source.Host {
+		hosts = append(hosts, net.JoinHostPort(strings.ToLower(sh.Name), sh.Port))
+	}
+	slices.Sort(hosts)
+	where := x.Source.Name
+	if x.Source.Dir != nil {
+		where += ":" + path.Clean(x.Source.Dir.Path)
+	}
+	for _, d := range x.Source.Device {
+		where += ":" + d.Path
+	}
+	return x.Type + " " + strings.Join(hosts, ",") + " " + where
 }
 
 // ListVMs implements provider.Provider: every domain of every reachable

@@ -419,3 +419,35 @@ func TestKeptShutdown(t *testing.T) {
 		})
 	}
 }
+
+// TestStorageKey: hosts that define the same network pool (an NFS export,
+// a Ceph pool) share its free space, which the cluster's total counts
+// once; a directory pool is each host's own.
+func TestStorageKey(t *testing.T) {
+	nfs := func(server, dir string) string {
+		return `<pool type='netfs'><name>vms</name><source><host name='` + server + `'/><dir path='` + dir + `'/><format type='nfs'/></source><target><path>/var/lib/vms</path></target></pool>`
+	}
+	dir := `<pool type='dir'><name>vms</name><target><path>/var/lib/vms</path></target></pool>`
+	rbd := `<pool type='rbd'><name>vms</name><source><name>ci-pool</name><host name='mon1' port='6789'/><host name='mon2' port='6789'/></source></pool>`
+	rbdOtherOrder := `<pool type='rbd'><name>vms</name><source><name>ci-pool</name><host name='mon2' port='6789'/><host name='MON1' port='6789'/></source></pool>`
+	same := [][2]string{
+		{storageKey("h1", "vms", nfs("nas", "/export/vms")), storageKey("h2", "vms", nfs("nas", "/export/vms/"))},
+		{storageKey("h1", "vms", rbd), storageKey("h2", "vms", rbdOtherOrder)},
+	}
+	for _, pair := range same {
+		if pair[0] != pair[1] {
+			t.Errorf("one shared storage, two keys: %q and %q", pair[0], pair[1])
+		}
+	}
+	apart := [][2]string{
+		{storageKey("h1", "vms", dir), storageKey("h2", "vms", dir)},
+		{storageKey("h1", "vms", nfs("nas", "/export/a")), storageKey("h2", "vms", nfs("nas", "/export/b"))},
+		{storageKey("h1", "vms", nfs("nas1", "/export/vms")), storageKey("h2", "vms", nfs("nas2", "/export/vms"))},
+		{storageKey("h1", "vms", "not xml"), storageKey("h2", "vms", "not xml")},
+	}
+	for _, pair := range apart {
+		if pair[0] == pair[1] {
+			t.Errorf("two storages, one key: %q", pair[0])
+		}
+	}
+}
