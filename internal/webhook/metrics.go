@@ -6,8 +6,6 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 )
 
-const metricsNamespace = "hyperfleet"
-
 // Delivery results (the result label of hyperfleet_webhook_deliveries_total).
 const (
 	ResultAccepted             = "accepted"

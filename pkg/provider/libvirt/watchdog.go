@@ -170,11 +170,17 @@ func (w *watchedConn) overdue(now time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, c := range w.sent {
-		if now.Sub(c.at) > w.timeout && !(c.program == remoteProgram && c.procedure == procStorageVolCreateXMLFrom) {
+		if now.Sub(c.at) > w.timeout && !c.unbounded() {
 			return true
 		}
 	}
 	return false
+}
+
+// unbounded says whether the call may take longer than any timeout: a
+// full copy, answered when the copy ends.
+func (c sentCall) unbounded() bool {
+	return c.program == remoteProgram && c.procedure == procStorageVolCreateXMLFrom
 }
 
 // rpcHeader is what the watchdog reads of a packet's header.
