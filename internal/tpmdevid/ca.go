@@ -64,11 +64,11 @@ var ErrCANotDedicated = errors.New("tpmdevid: the DevID CA is not constrained to
 // (checkDedicated): spire-server's tpm_devid trusts whatever it signs as
 // a node, and so does everything else that trusts it.
 func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
-	certDER, ok := pemBlock(certPEM, "CERTIFICATE")
-	if !ok {
+	certBlock, _ := pem.Decode(certPEM)
+	if certBlock == nil || certBlock.Type != "CERTIFICATE" {
 		return nil, errors.New("tpmdevid: the DevID CA's certificate is not a PEM CERTIFICATE")
 	}
-	cert, err := x509.ParseCertificate(certDER)
+	cert, err := x509.ParseCertificate(certBlock.Bytes)
 	if err != nil {
 		return nil, fmt.Errorf("tpmdevid: the DevID CA's certificate: %w", err)
 	}
@@ -78,11 +78,11 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	if err := checkDedicated(cert); err != nil {
 		return nil, err
 	}
-	keyDER, ok := pemBlock(keyPEM, "PRIVATE KEY")
-	if !ok {
+	keyBlock, _ := pem.Decode(keyPEM)
+	if keyBlock == nil || keyBlock.Type != "PRIVATE KEY" {
 		return nil, errors.New("tpmdevid: the DevID CA's key is not a PEM PRIVATE KEY (PKCS #8)")
 	}
-	key, err := x509.ParsePKCS8PrivateKey(keyDER)
+	key, err := x509.ParsePKCS8PrivateKey(keyBlock.Bytes)
 	if err != nil {
 		return nil, fmt.Errorf("tpmdevid: the DevID CA's key: %w", err)
 	}
@@ -95,16 +95,6 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 		return nil, errors.New("tpmdevid: the DevID CA's key does not match its certificate")
 	}
 	return &CA{cert: cert, signer: signer}, nil
-}
-
-// pemBlock is the content of data's first PEM block, when it is of type
-// typ (one of the two CA.PEM writes).
-func pemBlock(data []byte, typ string) ([]byte, bool) {
-	b, _ := pem.Decode(data)
-	if b == nil || b.Type != typ {
-		return nil, false
-	}
-	return b.Bytes, true
 }
 
 // checkDedicated refuses a CA certificate that is not path-constrained to
