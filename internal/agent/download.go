@@ -42,22 +42,13 @@ func (a *agent) installRunner(ctx context.Context, sw *agentconfig.Software, ins
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := os.Remove(pkg); err != nil && !errors.Is(err, os.ErrNotExist) {
-			a.log.Error("cannot remove the downloaded package", "path", pkg, "error", err)
-		}
-	}()
+	defer a.removeDownload(pkg, "package")
 	format, err := archiveFormat(sw.DownloadURL, pkg)
 	if err != nil {
 		return fail(ExitRunnerSoftware, "runner package: %v", err)
 	}
-	// From here on the install directory is ours to remove at the end.
-	a.removeInstall = true
-	if err := os.RemoveAll(install); err != nil {
-		return fail(ExitRunnerSoftware, "clear installPath %s: %v", install, err)
-	}
-	if err := os.MkdirAll(install, 0o755); err != nil {
-		return fail(ExitRunnerSoftware, "create installPath %s: %v", install, err)
+	if err := a.emptyInstall(install); err != nil {
+		return err
 	}
 	n, err := unpack(pkg, format, install, unpackLimits{bytes: a.opts.MaxUnpackedBytes, entries: a.opts.MaxUnpackedFiles})
 	if err != nil {
@@ -86,11 +77,28 @@ func (a *agent) installBinary(ctx context.Context, sw *agentconfig.Software, ins
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err := os.Remove(pkg); err != nil && !errors.Is(err, os.ErrNotExist) {
-			a.log.Error("cannot remove the downloaded binary", "path", pkg, "error", err)
-		}
-	}()
+	defer a.removeDownload(pkg, "binary")
+	if err := a.emptyInstall(install); err != nil {
+		return err
+	}
+	if err := copyExecutable(pkg, filepath.Join(install, name)); err != nil {
+		return fail(ExitRunnerSoftware, "install the runner binary: %v", err)
+	}
+	a.log.Info("runner binary installed", "path", filepath.Join(install, name))
+	return nil
+}
+
+// removeDownload removes the downloaded file pkg once installed (what
+// names it in the log: package or binary).
+func (a *agent) removeDownload(pkg, what string) {
+	if err := os.Remove(pkg); err != nil && !errors.Is(err, os.ErrNotExist) {
+		a.log.Error("cannot remove the downloaded "+what, "path", pkg, "error", err)
+	}
+}
+
+// emptyInstall makes install an empty directory for a downloaded runner.
+// From then on the install directory is ours to remove at the end.
+func (a *agent) emptyInstall(install string) error {
 	a.removeInstall = true
 	if err := os.RemoveAll(install); err != nil {
 		return fail(ExitRunnerSoftware, "clear installPath %s: %v", install, err)
@@ -98,10 +106,6 @@ func (a *agent) installBinary(ctx context.Context, sw *agentconfig.Software, ins
 	if err := os.MkdirAll(install, 0o755); err != nil {
 		return fail(ExitRunnerSoftware, "create installPath %s: %v", install, err)
 	}
-	if err := copyExecutable(pkg, filepath.Join(install, name)); err != nil {
-		return fail(ExitRunnerSoftware, "install the runner binary: %v", err)
-	}
-	a.log.Info("runner binary installed", "path", filepath.Join(install, name))
 	return nil
 }
 

@@ -9,28 +9,24 @@ func remountProc(target string, flags uintptr, data string) error {
 	return syscall.Mount("proc", target, "proc", syscall.MS_REMOUNT|flags, data)
 }
 
+// mountFlagOf is the mount flag of each per-mount option of mountinfo
+// that a remount must keep.
+var mountFlagOf = map[string]uintptr{
+	"ro":          syscall.MS_RDONLY,
+	"nosuid":      syscall.MS_NOSUID,
+	"nodev":       syscall.MS_NODEV,
+	"noexec":      syscall.MS_NOEXEC,
+	"noatime":     syscall.MS_NOATIME,
+	"nodiratime":  syscall.MS_NODIRATIME,
+	"relatime":    syscall.MS_RELATIME,
+	"strictatime": syscall.MS_STRICTATIME,
+}
+
 // mountFlags are the mount flags of mountinfo's per-mount options.
 func mountFlags(opts []string) uintptr {
 	var f uintptr
 	for _, o := range opts {
-		switch o {
-		case "ro":
-			f |= syscall.MS_RDONLY
-		case "nosuid":
-			f |= syscall.MS_NOSUID
-		case "nodev":
-			f |= syscall.MS_NODEV
-		case "noexec":
-			f |= syscall.MS_NOEXEC
-		case "noatime":
-			f |= syscall.MS_NOATIME
-		case "nodiratime":
-			f |= syscall.MS_NODIRATIME
-		case "relatime":
-			f |= syscall.MS_RELATIME
-		case "strictatime":
-			f |= syscall.MS_STRICTATIME
-		}
+		f |= mountFlagOf[o]
 	}
 	return f
 }

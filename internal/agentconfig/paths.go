@@ -52,22 +52,29 @@ func CheckRunnerPath(p string) string {
 		return ""
 	}
 	for _, d := range SystemTrees {
-		switch {
-		case p == d:
-			return "is the system directory " + d
-		case strings.HasPrefix(p, d+"/"):
-			return "is inside the system directory " + d
-		case strings.HasPrefix(d, p+"/"):
-			return "contains the system directory " + d
+		if why := againstSystemDir(p, d, true); why != "" {
+			return why
 		}
 	}
 	for _, d := range SystemDirs {
-		switch {
-		case p == d:
-			return "is the system directory " + d
-		case strings.HasPrefix(d, p+"/"):
-			return "contains the system directory " + d
+		if why := againstSystemDir(p, d, false); why != "" {
+			return why
 		}
+	}
+	return ""
+}
+
+// againstSystemDir says why the system directory d refuses p: p is d,
+// contains d, or is inside d when d is a whole tree (SystemTrees); ""
+// when d does not refuse it.
+func againstSystemDir(p, d string, tree bool) string {
+	switch {
+	case p == d:
+		return "is the system directory " + d
+	case tree && strings.HasPrefix(p, d+"/"):
+		return "is inside the system directory " + d
+	case strings.HasPrefix(d, p+"/"):
+		return "contains the system directory " + d
 	}
 	return ""
 }

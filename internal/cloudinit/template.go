@@ -82,19 +82,23 @@ func (e *explained) Unwrap() error { return e.cause }
 // funcNames lists the template functions in the order the docs give them.
 var funcNames = []string{"toJson", "toYaml", "base64", "quote", "join", "indent", "lower", "upper", "default"}
 
+// compactJSON is v as one line of JSON, with <, > and & as they are (the
+// output is YAML, not HTML).
+func compactJSON(v any) (string, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(buf.String(), "\n"), nil
+}
+
 func templateFuncs() template.FuncMap {
 	return template.FuncMap{
 		// toJson encodes any value as compact JSON (strings quoted, lists
 		// as arrays); JSON is also valid YAML flow syntax.
-		"toJson": func(v any) (string, error) {
-			var buf bytes.Buffer
-			enc := json.NewEncoder(&buf)
-			enc.SetEscapeHTML(false)
-			if err := enc.Encode(v); err != nil {
-				return "", err
-			}
-			return strings.TrimSuffix(buf.String(), "\n"), nil
-		},
+		"toJson": compactJSON,
 		// toYaml encodes a value as block YAML without a final newline;
 		// combine with indent to nest it.
 		"toYaml": func(v any) (string, error) {
@@ -128,16 +132,7 @@ func templateFuncs() template.FuncMap {
 			}
 		},
 		// quote gives a double-quoted string valid in both YAML and JSON.
-		"quote": func(v any) (string, error) {
-			s := fmt.Sprint(v)
-			var buf bytes.Buffer
-			enc := json.NewEncoder(&buf)
-			enc.SetEscapeHTML(false)
-			if err := enc.Encode(s); err != nil {
-				return "", err
-			}
-			return strings.TrimSuffix(buf.String(), "\n"), nil
-		},
+		"quote": func(v any) (string, error) { return compactJSON(fmt.Sprint(v)) },
 		// join joins a list with a separator: {{ join .Labels "," }}.
 		"join": func(l []string, sep string) string { return strings.Join(l, sep) },
 		// indent prefixes every line of s with n spaces.

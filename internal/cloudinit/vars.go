@@ -410,15 +410,15 @@ func (v *Vars) checkIPv6(nv *netVars) error {
 		return fmt.Errorf("vars: StaticIP %s of a dual-stack VM must be its IPv4 address (StaticIPv6 is the IPv6 one)", v.StaticIP)
 	}
 	if v.StaticIPv6 != "" {
-		a, err := netip.ParseAddr(v.StaticIPv6)
-		if err != nil || a.Zone() != "" || !a.Is6() || a.Is4In6() {
+		a, ok := hostIP(v.StaticIPv6)
+		if !ok || !a.Is6() {
 			return fmt.Errorf("vars: StaticIPv6 %q is not an IPv6 address without prefix, such as 2001:db8::10", v.StaticIPv6)
 		}
 		nv.addr6 = a
 	}
 	if v.GatewayIPv6 != "" {
-		g, err := netip.ParseAddr(v.GatewayIPv6)
-		if err != nil || g.Zone() != "" || !g.Is6() || g.Is4In6() {
+		g, ok := hostIP(v.GatewayIPv6)
+		if !ok || !g.Is6() {
 			return fmt.Errorf("vars: GatewayIPv6 %q is not an IPv6 address", v.GatewayIPv6)
 		}
 		nv.gateway6 = g
@@ -427,6 +427,16 @@ func (v *Vars) checkIPv6(nv *netVars) error {
 		return fmt.Errorf("vars: Gateway %s of a dual-stack VM must be the IPv4 gateway (GatewayIPv6 is the IPv6 one)", v.Gateway)
 	}
 	return nil
+}
+
+// hostIP parses an address of a VM's network configuration: one without a
+// zone, an IPv4-mapped IPv6 address read as the IPv4 address it maps.
+func hostIP(s string) (netip.Addr, bool) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Addr{}, false
+	}
+	return a.Unmap(), true
 }
 
 // perVM fails for a per-VM value left empty outside canonical vars.
@@ -523,11 +533,11 @@ func (v *Vars) check() (netVars, error) {
 		}
 	}
 	if v.StaticIP != "" {
-		a, err := netip.ParseAddr(v.StaticIP)
-		if err != nil || a.Zone() != "" {
+		a, ok := hostIP(v.StaticIP)
+		if !ok {
 			return nv, fmt.Errorf("vars: StaticIP %q is not an IP address without prefix, such as 192.0.2.10 or 2001:db8::10", v.StaticIP)
 		}
-		nv.addr = a.Unmap()
+		nv.addr = a
 		if v.NetworkMode != NetworkStatic {
 			return nv, fmt.Errorf("vars: StaticIP is set but NetworkMode is %s; it applies to static only", v.NetworkMode)
 		}
@@ -542,11 +552,11 @@ func (v *Vars) check() (netVars, error) {
 		}
 	}
 	if v.Gateway != "" {
-		g, err := netip.ParseAddr(v.Gateway)
-		if err != nil || g.Zone() != "" {
+		g, ok := hostIP(v.Gateway)
+		if !ok {
 			return nv, fmt.Errorf("vars: Gateway %q is not an IP address", v.Gateway)
 		}
-		nv.gateway = g.Unmap()
+		nv.gateway = g
 		if v.NetworkMode != NetworkStatic {
 			return nv, fmt.Errorf("vars: Gateway is set but NetworkMode is %s; DHCP supplies the gateway", v.NetworkMode)
 		}

@@ -133,14 +133,7 @@ func (r *HypervisorClusterReconciler) probe(ctx context.Context, s *clusterScope
 		s.info = info
 		return phase.Next(), nil
 	}
-	if n, ok := r.tolerated(s, err); ok {
-		ctrl.LoggerFrom(ctx).V(1).Info("Probe failed, retrying before marking the cluster down", "failures", n, "err", err.Error())
-		return phase.StopAndRequeue(time.Second), nil
-	}
-	reason := probeFailureReason(err)
-	backoff := probeBackoff(r.markDown(s, reason, err.Error()))
-	ctrl.LoggerFrom(ctx).Info("HypervisorCluster unreachable, retrying", "reason", reason, "retryAfter", backoff, "err", err.Error())
-	return phase.StopAndRequeue(backoff), nil
+	return r.callFailed(ctx, s, "probe", err, probeFailureReason(err), err.Error()), nil
 }
 
 // listVMs reads the cluster's VM list.
@@ -150,10 +143,21 @@ func (r *HypervisorClusterReconciler) listVMs(ctx context.Context, s *clusterSco
 		s.vms = vms
 		return phase.Next(), nil
 	}
-	if _, ok := r.tolerated(s, err); ok {
-		return phase.StopAndRequeue(time.Second), nil
+	return r.callFailed(ctx, s, "list VMs", err, hfv1.UnreachableReason, fmt.Sprintf("list VMs: %v", err)), nil
+}
+
+// callFailed ends a pass whose call to the cluster failed with err: a
+// tolerated failure is retried within a second; any other marks the
+// cluster down (reason, msg) and retries after its backoff.
+func (r *HypervisorClusterReconciler) callFailed(ctx context.Context, s *clusterScope, call string, err error, reason hfv1.ConditionReason, msg string) phase.Result {
+	log := ctrl.LoggerFrom(ctx)
+	if n, ok := r.tolerated(s, err); ok {
+		log.V(1).Info("Call to the cluster failed, retrying before marking the cluster down", "call", call, "failures", n, "err", err.Error())
+		return phase.StopAndRequeue(time.Second)
 	}
-	return phase.StopAndRequeue(probeBackoff(r.markDown(s, hfv1.UnreachableReason, fmt.Sprintf("list VMs: %v", err)))), nil
+	backoff := probeBackoff(r.markDown(s, reason, msg))
+	log.Info("HypervisorCluster unreachable, retrying", "call", call, "reason", reason, "retryAfter", backoff, "err", err.Error())
+	return phase.StopAndRequeue(backoff)
 }
 
 // tolerated reports whether a failed call is absorbed, with the failures

@@ -282,58 +282,40 @@ func ParsePool(spec Spec) (*Pool, error) {
 		network = p.Network.Addr()
 		broadcast = lastOf(p.Network)
 	}
-	for i, s := range spec.Gateways {
+	p.Gateways = eachOnce(&c, rankGateways, spec.Gateways, "gateway", func(s string) (netip.Addr, error) {
 		a, err := parseHostAddr(s)
-		if err != nil {
-			c.add(rankGateways, i, err)
-			continue
-		}
 		switch {
+		case err != nil:
+			return a, err
 		case first >= 0 && familyOf(a) != p.Family:
-			c.add(rankGateways, i, fmt.Errorf("%s is %s but the pool is %s; use a gateway of the pool's family", s, familyOf(a), p.Family))
+			return a, fmt.Errorf("%s is %s but the pool is %s; use a gateway of the pool's family", s, familyOf(a), p.Family)
 		case subnetKnown && !p.Network.Contains(a):
-			c.add(rankGateways, i, fmt.Errorf("%s is outside the pool's network %s; a VM reaches its gateway on-link: use a gateway inside %s or widen spec.prefix", s, p.Network, p.Network))
+			return a, fmt.Errorf("%s is outside the pool's network %s; a VM reaches its gateway on-link: use a gateway inside %s or widen spec.prefix", s, p.Network, p.Network)
 		case subnetKnown && p.Family == IPv4 && p.Network.Bits() < 31 && (a == network || a == broadcast):
-			c.add(rankGateways, i, fmt.Errorf("%s is the network or broadcast address of %s, not a host; use a router's address", s, p.Network))
-		case slices.Contains(p.Gateways, a):
-			c.add(rankGateways, i, fmt.Errorf("%s is listed twice; list each gateway once", s))
-		default:
-			if b, bad := special(Range{First: a, Last: a}); bad {
-				c.add(rankGateways, i, fmt.Errorf("%s is reserved (%s, %s); use a router's address", s, b.what, b.prefix))
-				continue
-			}
-			p.Gateways = append(p.Gateways, a)
+			return a, fmt.Errorf("%s is the network or broadcast address of %s, not a host; use a router's address", s, p.Network)
 		}
-	}
+		if b, bad := special(Range{First: a, Last: a}); bad {
+			return a, fmt.Errorf("%s is reserved (%s, %s); use a router's address", s, b.what, b.prefix)
+		}
+		return a, nil
+	})
 
 	// Nameservers may be of either family: a resolver can be reached
 	// through the gateway whatever the pool's family.
-	for i, s := range spec.Nameservers {
+	p.Nameservers = eachOnce(&c, rankNameservers, spec.Nameservers, "nameserver", func(s string) (netip.Addr, error) {
 		a, err := parseHostAddr(s)
-		if err != nil {
-			c.add(rankNameservers, i, err)
-			continue
+		if err == nil && (a.IsUnspecified() || a.IsMulticast()) {
+			err = fmt.Errorf("%s cannot be a resolver; use the address of a DNS server", s)
 		}
-		switch {
-		case a.IsUnspecified() || a.IsMulticast():
-			c.add(rankNameservers, i, fmt.Errorf("%s cannot be a resolver; use the address of a DNS server", s))
-		case slices.Contains(p.Nameservers, a):
-			c.add(rankNameservers, i, fmt.Errorf("%s is listed twice; list each nameserver once", s))
-		default:
-			p.Nameservers = append(p.Nameservers, a)
-		}
-	}
+		return a, err
+	})
 
-	for i, s := range spec.SearchDomains {
-		switch {
-		case len(s) > 253 || !searchDomainRE.MatchString(s) || slices.ContainsFunc(strings.Split(s, "."), func(l string) bool { return len(l) > 63 }):
-			c.add(rankSearchDomains, i, fmt.Errorf("%q is not a DNS domain; use lower-case labels of letters, digits and '-' joined by dots, such as ci.example.com", s))
-		case slices.Contains(p.SearchDomains, s):
-			c.add(rankSearchDomains, i, fmt.Errorf("%s is listed twice; list each search domain once", s))
-		default:
-			p.SearchDomains = append(p.SearchDomains, s)
+	p.SearchDomains = eachOnce(&c, rankSearchDomains, spec.SearchDomains, "search domain", func(s string) (string, error) {
+		if len(s) > 253 || !searchDomainRE.MatchString(s) || slices.ContainsFunc(strings.Split(s, "."), func(l string) bool { return len(l) > 63 }) {
+			return s, fmt.Errorf("%q is not a DNS domain; use lower-case labels of letters, digits and '-' joined by dots, such as ci.example.com", s)
 		}
-	}
+		return s, nil
+	})
 
 	if err := c.err(); err != nil {
 		return nil, err
@@ -343,6 +325,27 @@ func ParsePool(spec Spec) (*Pool, error) {
 		p.Warnings = append(p.Warnings, "spec.addresses: no address is left to hand out once exclusions, gateways and network, broadcast and anycast addresses are removed; every allocation will fail")
 	}
 	return p, nil
+}
+
+// eachOnce checks every entry of list, the field rank, and returns the
+// usable ones: check parses an entry or says why it cannot be used, and an
+// entry equal to one already taken is refused (what names the entries in
+// the fix). A repeat of a usable entry is usable itself, so it is only
+// ever refused as a repeat.
+func eachOnce[T comparable](c *collector, rank int, list []string, what string, check func(s string) (T, error)) []T {
+	var out []T
+	for i, s := range list {
+		v, err := check(s)
+		switch {
+		case err != nil:
+			c.add(rank, i, err)
+		case slices.Contains(out, v):
+			c.add(rank, i, fmt.Errorf("%s is listed twice; list each %s once", s, what))
+		default:
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // allocatable computes Pool.Allocatable from a validated pool.
