@@ -200,9 +200,7 @@ func (b *Broker) handle(ctx context.Context, r *http.Request) (*hfv1.MachineClai
 	// Limited after the identity checks, so that strangers cannot use up
 	// the VMs' budget.
 	if !b.Limiter.Allow() {
-		ref := vmanswer.Refuse(http.StatusTooManyRequests, ReasonRateLimited, "too many credentials requested at once; retry shortly")
-		ref.RetryAfter = time.Second
-		return claim, nil, ref
+		return claim, nil, vmanswer.Refuse(http.StatusTooManyRequests, ReasonRateLimited, "too many credentials requested at once; retry shortly").After(time.Second)
 	}
 	resp, ref := b.deliver(ctx, claim)
 	return claim, resp, ref
@@ -249,9 +247,7 @@ func (b *Broker) serverOf(ctx context.Context, td spiffeid.TrustDomain) (*identi
 	}
 	var clusters hfv1.HypervisorClusterList
 	if err := b.Clusters.List(ctx, &clusters); err != nil {
-		ref := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, "list HypervisorClusters: %v", err)
-		ref.RetryAfter = 2 * time.Second
-		return nil, ref
+		return nil, vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, "list HypervisorClusters: %v", err).After(2 * time.Second)
 	}
 	var lastErr error
 	for i := range clusters.Items {
@@ -266,9 +262,7 @@ func (b *Broker) serverOf(ctx context.Context, td spiffeid.TrustDomain) (*identi
 		lastErr = err
 	}
 	if lastErr != nil {
-		ref := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, "the trust bundle of SPIRE server %s is not at hand: %v", td, lastErr)
-		ref.RetryAfter = 5 * time.Second
-		return nil, ref
+		return nil, vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, "the trust bundle of SPIRE server %s is not at hand: %v", td, lastErr).After(5 * time.Second)
 	}
 	return nil, vmanswer.Refuse(http.StatusForbidden, ReasonUnknownTrustDomain, "no HypervisorCluster's spec.spire names trust domain %s", td)
 }
@@ -285,9 +279,7 @@ func (b *Broker) liveClaim(ctx context.Context, id spiffeid.ID, proof, remote st
 		if apierrors.IsNotFound(err) {
 			return nil, vmanswer.Refuse(http.StatusForbidden, ReasonNoLiveClaim, "no MachineClaim %s/%s exists", ns, name)
 		}
-		ref := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, "read MachineClaim %s/%s: %v", ns, name, err)
-		ref.RetryAfter = 2 * time.Second
-		return nil, ref
+		return nil, vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, "read MachineClaim %s/%s: %v", ns, name, err).After(2 * time.Second)
 	}
 	st := claim.Status.Identity
 	switch {
@@ -313,9 +305,7 @@ func (b *Broker) liveClaim(ctx context.Context, id spiffeid.ID, proof, remote st
 	}
 	cluster := &hfv1.HypervisorCluster{}
 	if err := b.Clusters.Get(ctx, client.ObjectKey{Name: claim.Status.VMRef.HypervisorCluster}, cluster); client.IgnoreNotFound(err) != nil {
-		ref := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, "read HypervisorCluster %s: %v", claim.Status.VMRef.HypervisorCluster, err)
-		ref.RetryAfter = 2 * time.Second
-		return claim, ref
+		return claim, vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, "read HypervisorCluster %s: %v", claim.Status.VMRef.HypervisorCluster, err).After(2 * time.Second)
 	}
 	if c := cluster.Spec.SPIRE; c != nil && c.SecretStore != nil {
 		// The operator writes this VM's credential to the store; a second
@@ -384,18 +374,14 @@ const waitingForJobRetry = 10 * time.Second
 // that waits for its job is told to ask again, nothing written.
 func (b *Broker) deliver(ctx context.Context, claim *hfv1.MachineClaim) (*Response, *vmanswer.Refusal) {
 	if w, ok := b.Issuer.(JobWaiter); ok && w.WaitingForJob(ctx, claim) {
-		ref := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonWaitingForJob, "MachineClaim %s/%s stands by until its RunnerPool binds it a job", claim.Namespace, claim.Name)
-		ref.RetryAfter = waitingForJobRetry
-		return nil, ref
+		return nil, vmanswer.Refuse(http.StatusServiceUnavailable, ReasonWaitingForJob, "MachineClaim %s/%s stands by until its RunnerPool binds it a job", claim.Namespace, claim.Name).After(waitingForJobRetry)
 	}
 	requested := claim.Status.Identity.DeepCopy()
 	requested.CredentialRequestedAt = &metav1.Time{Time: b.clock().Now()}
 	if err := b.recordFacts(ctx, claim, requested, claim.Status.Bootstrap); err != nil {
 		// A conflict is another replica serving the same VM's retry, or
 		// the claim controller writing: the VM asks again and one wins.
-		ref := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, "record the request in MachineClaim %s/%s: %v", claim.Namespace, claim.Name, err)
-		ref.RetryAfter = time.Second
-		return nil, ref
+		return nil, vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, "record the request in MachineClaim %s/%s: %v", claim.Namespace, claim.Name, err).After(time.Second)
 	}
 	// The issuer fills in the bootstrap record of a copy: recordIssued
 	// writes it as the change from the claim as recorded.

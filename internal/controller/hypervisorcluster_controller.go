@@ -170,8 +170,7 @@ type clusterScope struct {
 // Ready and writes the cluster once.
 func (r *HypervisorClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	cluster := &hfv1.HypervisorCluster{}
-	ctx, done, err := openObject(ctx, r.Client, req, cluster, "HypervisorCluster",
-		func() { r.forget(req.Name) }, func() inUse { return clusterInUse(cluster) })
+	ctx, done, err := clusterInUse(cluster).open(ctx, r.Client, req, "HypervisorCluster", func() { r.forget(req.Name) })
 	if done {
 		return ctrl.Result{}, err
 	}

@@ -136,8 +136,8 @@ type templateScope struct {
 // which derives the status and writes the template once.
 func (r *HypervisorMachineTemplateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, err error) {
 	tmpl := &hfv1.HypervisorMachineTemplate{}
-	ctx, done, err := openObject(ctx, r.Client, req, tmpl, "HypervisorMachineTemplate",
-		func() { r.deprecationsReported.Delete(req.String()) }, func() inUse { return templateInUse(tmpl) })
+	ctx, done, err := templateInUse(tmpl).open(ctx, r.Client, req, "HypervisorMachineTemplate",
+		func() { r.deprecationsReported.Delete(req.String()) })
 	if done {
 		return ctrl.Result{}, err
 	}

@@ -124,18 +124,14 @@ const (
 type Refusal = vmanswer.Body
 
 func busy(format string, args ...any) *vmanswer.Refusal {
-	r := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, format, args...)
-	r.RetryAfter = 2 * time.Second
-	return r
+	return vmanswer.Refuse(http.StatusServiceUnavailable, ReasonBusy, format, args...).After(2 * time.Second)
 }
 
 // notConfigured refuses a VM whose cluster's (or template's) TPM trust
 // cannot be read yet: a Secret or setting still to come, so the VM asks
 // again.
 func notConfigured(format string, args ...any) *vmanswer.Refusal {
-	r := vmanswer.Refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, format, args...)
-	r.RetryAfter = 10 * time.Second
-	return r
+	return vmanswer.Refuse(http.StatusServiceUnavailable, ReasonTPMNotConfigured, format, args...).After(10 * time.Second)
 }
 
 // ServeHTTP implements http.Handler.
@@ -195,9 +191,7 @@ func (h *Handler) handle(ctx context.Context, r *http.Request, endpoint string) 
 	// Limited after the proof, so that strangers cannot use up the VMs'
 	// budget.
 	if !h.Limiter.Allow() {
-		ref := vmanswer.Refuse(http.StatusTooManyRequests, ReasonRateLimited, "too many TPM enrollments at once; retry shortly")
-		ref.RetryAfter = time.Second
-		return claim, nil, ref
+		return claim, nil, vmanswer.Refuse(http.StatusTooManyRequests, ReasonRateLimited, "too many TPM enrollments at once; retry shortly").After(time.Second)
 	}
 	r.Body = http.MaxBytesReader(nil, r.Body, maxBody)
 	dec := json.NewDecoder(r.Body)
