@@ -15,7 +15,6 @@ func libvirtCluster() *hfv1.HypervisorCluster {
 	c := &hfv1.HypervisorCluster{}
 	c.Name = "lab"
 	c.Spec.Provider = hfv1.ProviderLibvirt
-	c.Spec.DefaultBridge = "vmbr0" // the schema's default, Proxmox's bridge
 	c.Spec.Libvirt = &hfv1.LibvirtClusterSettings{
 		Hosts: []hfv1.LibvirtHost{
 			{Name: "kvm1", URI: "qemu+tls://kvm1.example.com/system", ReservedMemory: ptr(resource.MustParse("4Gi"))},
