@@ -51,19 +51,12 @@ type Backend struct {
 var (
 	_ workload.Backend         = (*Backend)(nil)
 	_ workload.WebhookReceiver = (*Backend)(nil)
-	_ workload.Factory         = NewBackend
 )
 
 // NewBackend is the workload.Factory of Buildkite.
-func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
-	base, err := platformbackend.New[*Provider](deps, platformbackend.Identity{
-		Name: "Buildkite", TemplateField: templateField, ReasonCredentialsInvalid: reasonCredentialsInvalid,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &Backend{Base: base}, nil
-}
+var NewBackend = platformbackend.Factory(platformbackend.Identity{
+	Name: "Buildkite", TemplateField: templateField, ReasonCredentialsInvalid: reasonCredentialsInvalid,
+}, func(base platformbackend.Base[*Provider]) *Backend { return &Backend{Base: base} })
 
 // Template implements workload.Backend for a template with a
 // spec.bootstrap.buildkite.

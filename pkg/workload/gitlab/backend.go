@@ -40,20 +40,13 @@ type Backend struct {
 var (
 	_ workload.Backend         = (*Backend)(nil)
 	_ workload.WebhookReceiver = (*Backend)(nil)
-	_ workload.Factory         = NewBackend
 )
 
 // NewBackend is the workload.Factory of GitLab CI. It registers the GitLab
 // CI platform API metrics (pkg/workload/workloadmetrics) with deps.Metrics.
-func NewBackend(deps workload.Dependencies) (workload.Backend, error) {
-	base, err := platformbackend.New[*Provider](deps, platformbackend.Identity{
-		Name: "GitLab", TemplateField: templateField, ReasonCredentialsInvalid: reasonCredentialsInvalid,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &Backend{Base: base}, nil
-}
+var NewBackend = platformbackend.Factory(platformbackend.Identity{
+	Name: "GitLab", TemplateField: templateField, ReasonCredentialsInvalid: reasonCredentialsInvalid,
+}, func(base platformbackend.Base[*Provider]) *Backend { return &Backend{Base: base} })
 
 // ScopeOf is the neutral scope of a GitLab project or group full path: a
 // project a/b/c is Owner a/b, Repository c; a group a/b is Owner a/b.

@@ -49,6 +49,18 @@ func New[P workload.Provider](deps workload.Dependencies, id Identity) (Base[P],
 	return Base[P]{Dependencies: deps, id: id, providers: new(workload.ProviderCache[P])}, nil
 }
 
+// Factory is the workload.Factory of a platform whose back-end B is its
+// Base and what wrap adds: it builds the Base (New) and wraps it.
+func Factory[P workload.Provider, B workload.Backend](id Identity, wrap func(Base[P]) B) workload.Factory {
+	return func(deps workload.Dependencies) (workload.Backend, error) {
+		base, err := New[P](deps, id)
+		if err != nil {
+			return nil, err
+		}
+		return wrap(base), nil
+	}
+}
+
 // Name implements workload.Backend.
 func (b Base[P]) Name() string { return b.id.Name }
 
