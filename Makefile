@@ -291,14 +291,19 @@ API_TEST_PKGS = go list -test -f '{{if .ForTest}}{{.ForTest}} {{join .Deps " "}}
 	awk '/ sigs\.k8s\.io\/controller-runtime\/pkg\/envtest( |$$)| github\.com\/hyperfleet\/hyperfleet\/test\/testenv( |$$)/ { print $$1 }' | sort -u
 # RACE_SKIP are the packages the race run leaves out: their tests drive the
 # API server (CEL and admission rules, the CRDs' schemas, the chart's
-# objects through helm) from one goroutine and link no package of the
-# operator's but the API types and the test world's API server wrapper, so
-# the race detector has nothing of ours to watch there; under it they took
-# 135 s of the race run's one-at-a-time part. test/repo
-# (TestRaceSkipLinksNoConcurrentCode) fails when one of them starts
-# linking more.
+# objects through helm, the alert rules through promtool) from one
+# goroutine and link no package of the operator's but the API types and
+# the test world's API server wrapper, so the race detector has nothing of
+# ours to watch there (under it the first four took 135 s of the race run's
+# one-at-a-time part); or they read the repository's own text (the doc
+# generators and their markers, the Proxmox role table's generator,
+# test/repo's checks). test/repo (TestRaceSkipLinksNoConcurrentCode) fails
+# when one of them starts linking more.
 RACE_SKIP := github.com/hyperfleet/hyperfleet/api/v1alpha1 github.com/hyperfleet/hyperfleet/test/admission \
-	github.com/hyperfleet/hyperfleet/test/chart github.com/hyperfleet/hyperfleet/test/testenv
+	github.com/hyperfleet/hyperfleet/test/chart github.com/hyperfleet/hyperfleet/test/testenv \
+	github.com/hyperfleet/hyperfleet/test/monitoring github.com/hyperfleet/hyperfleet/test/repo \
+	github.com/hyperfleet/hyperfleet/hack/pkg-docs github.com/hyperfleet/hyperfleet/hack/crd-docs \
+	github.com/hyperfleet/hyperfleet/hack/internal/markers github.com/hyperfleet/hyperfleet/hack/proxmox-roles
 test-race: test-deps ## Run the tests under the race detector (the API server's packages one at a time), without the long controller scenarios (-short) and RACE_SKIP.
 	@export CGO_ENABLED=1; api="$$($(API_TEST_PKGS) | grep -vxF $(foreach p,$(RACE_SKIP),-e $(p)))"; test -n "$$api" || { echo "test-race: found no package that starts the API server" >&2; exit 1; }; \
 	unit="$$(go list ./... | grep -vxF $(foreach p,$(RACE_SKIP),-e $(p)) | grep -vxF "$$api")"; \

@@ -141,10 +141,13 @@ func TestGuestSmallRunNamesScenarios(t *testing.T) {
 
 // raceSkipMayLink are the packages of this module a RACE_SKIP package's
 // test may link: the API types, the test world's API server wrapper and
-// its helpers, and the pure functions the types' validation tests call.
+// its helpers, the pure functions the types' validation tests call, the
+// doc generators' comment markers and the Proxmox privilege table (data
+// the role generator prints).
 var raceSkipMayLink = map[string]bool{
 	"api/v1alpha1": true, "test/testenv": true, "internal/testworld/repodir": true,
 	"internal/testworld/proptest": true, "internal/agentconfig": true, "internal/tpmdevid": true,
+	"hack/internal/markers": true, "pkg/provider/proxmox/privileges": true,
 }
 
 // TestRaceSkipLinksNoConcurrentCode reads the Makefile's RACE_SKIP, the

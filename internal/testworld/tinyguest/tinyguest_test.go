@@ -28,6 +28,7 @@ import (
 // given; guest-shutdown leads to a shut-off domain, seen as a lifecycle
 // event.
 func TestGuestThroughLibvirt(t *testing.T) {
+	skipUnderShort(t)
 	began := time.Now()
 	img := Build(t)
 	t.Logf("image built in %s: %s, %s", time.Since(began).Round(time.Millisecond), img.Kernel, img.Initrd)
@@ -154,6 +155,7 @@ func TestGuestThroughLibvirt(t *testing.T) {
 // address for the NIC's MAC gives the guest that address, and no DHCP
 // lease.
 func TestStaticAddressFromNetworkConfig(t *testing.T) {
+	skipUnderShort(t)
 	img := Build(t)
 	d := libvirtd.Start(t)
 	subnet := netip.MustParsePrefix("10.98.0.0/24")
@@ -285,5 +287,15 @@ func run(t *testing.T, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// skipUnderShort leaves a guest's boot out of the race run (-short): what
+// runs there is QEMU and the guest's /init, no code of the operator's for
+// the race detector to watch; make test boots it.
+func skipUnderShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots a guest under TCG: make test runs it, the race run (-short) has nothing of the operator's to watch in it")
 	}
 }
