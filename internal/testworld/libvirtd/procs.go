@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -185,4 +186,62 @@ func cpuTicks(pid int) int64 {
 		sum += n
 	}
 	return sum
+}
+
+// StopNext catches the next process named comm to run in the daemon's
+// namespaces, from this call on, and stops it (SIGSTOP): a child libvirtd
+// runs for a long job, such as the qemu-img that converts a volume, held in
+// the middle of its work. It polls /proc every millisecond; the process
+// must live longer than that (a conversion of hundreds of MiB does).
+// caught waits until the process is stopped, failing the test after limit,
+// and returns the function that resumes it; the end of the test resumes it
+// too.
+func (d *Daemon) StopNext(t testing.TB, comm string, limit time.Duration) (caught func() (resume func())) {
+	t.Helper()
+	seen := map[int]bool{}
+	if procs, err := d.processes(); err == nil {
+		for _, p := range procs {
+			if p.comm == comm {
+				seen[p.hostPID] = true // running already: not the next one
+			}
+		}
+	}
+	type catch struct {
+		pid int
+		err error
+	}
+	done := make(chan catch, 1)
+	go func() {
+		deadline := time.Now().Add(limit)
+		for time.Now().Before(deadline) {
+			procs, err := d.processes()
+			if err != nil {
+				done <- catch{err: err}
+				return
+			}
+			for _, p := range procs {
+				if p.comm == comm && !seen[p.hostPID] {
+					if err := syscall.Kill(p.hostPID, syscall.SIGSTOP); err != nil {
+						done <- catch{err: fmt.Errorf("libvirtd: stopping %s (PID %d): %w", comm, p.hostPID, err)}
+						return
+					}
+					done <- catch{pid: p.hostPID, err: waitState(p.hostPID, 'T', 10*time.Second)}
+					return
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+		done <- catch{err: fmt.Errorf("libvirtd: no new %s ran within %s", comm, limit)}
+	}()
+	return func() func() {
+		t.Helper()
+		c := <-done
+		if c.pid != 0 {
+			t.Cleanup(func() { _ = syscall.Kill(c.pid, syscall.SIGCONT) })
+		}
+		if c.err != nil {
+			t.Fatal(c.err)
+		}
+		return func() { _ = syscall.Kill(c.pid, syscall.SIGCONT) }
+	}
 }

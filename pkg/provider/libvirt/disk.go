@@ -2,6 +2,7 @@ package libvirt
 
 import (
 	"fmt"
+	"strings"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
@@ -69,6 +70,7 @@ func (p *Provider) ensureDisk(spec *provider.VMSpec, ref *TemplateRef, d *domain
 	if err != nil {
 		return false, provider.Errorf(provider.ClassConfiguration, "StorageNotFound", "storage pool %q of VM %d on host %s (spec.libvirt.volumePool or source.storage): %v", poolName, vmid, h.Name, classify(err))
 	}
+	full := p.settings.FullCopies || !spec.Source.Linked
 	_, err = l.StorageVolLookupByName(pool, volName)
 	if err == nil {
 		if p.copyInFlight(vmid) {
@@ -78,6 +80,22 @@ func (p *Provider) ensureDisk(spec *provider.VMSpec, ref *TemplateRef, d *domain
 		if cerr := p.copyFailed(vmid, poolName); cerr != nil {
 			return false, cerr
 		}
+		if full && !p.copySeen(vmid) && !p.diskTaken(spec.Owner, vmid) && !p.signer.HasOperatorTag(d.meta.Tags) {
+			// A full copy this process did not see end (it started before a
+			// restart): libvirt creates the volume before it writes it, and
+			// refuses to refresh a pool while one of its volumes is being
+			// written, so the disk is taken only once the pool refreshes.
+			building, err := poolBuilding(l, pool)
+			if err != nil {
+				return false, classify(fmt.Errorf("refresh pool %s on host %s: %w", poolName, h.Name, err))
+			}
+			if building {
+				res.Phase, res.RetryAfter = provider.PhaseCloning, copyPoll
+				res.Message = fmt.Sprintf("waiting for the copy of VM %d's disk into pool %s on host %s to end (it began before a restart)", vmid, poolName, h.Name)
+				return false, nil
+			}
+		}
+		p.takeDisk(spec.Owner, vmid)
 		p.releaseSlot(vmid)
 		return true, nil
 	}
@@ -104,7 +122,6 @@ func (p *Provider) ensureDisk(spec *provider.VMSpec, ref *TemplateRef, d *domain
 		return false, err
 	}
 	capacity := max(t.capacity, spec.DiskBytes)
-	full := p.settings.FullCopies || !spec.Source.Linked
 	need := int64(overlayAllocation)
 	if full {
 		need = capacity
@@ -186,6 +203,44 @@ func (p *Provider) copyInFlight(vmid int) bool {
 	default:
 		return true
 	}
+}
+
+// copySeen says whether this process saw vmid's full copy end.
+func (p *Provider) copySeen(vmid int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.clones[vmid]
+	return c != nil && c.done != nil
+}
+
+// diskTaken says whether this process took o's VM vmid's disk as written.
+func (p *Provider) diskTaken(o provider.Owner, vmid int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.reservations[o.UID]
+	return r != nil && r.vmid == vmid && r.diskWritten
+}
+
+// takeDisk records that o's VM vmid's disk is taken as written, so that
+// the steps after it (configuring, which may take several calls) do not
+// look again.
+func (p *Provider) takeDisk(o provider.Owner, vmid int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r := p.reservations[o.UID]; r != nil && r.vmid == vmid {
+		r.diskWritten = true
+	}
+}
+
+// poolBuilding says whether a volume of pool is being written: libvirt
+// refuses to refresh a pool with asynchronous jobs (a volume created from
+// another, a volume built) running.
+func poolBuilding(l *golibvirt.Libvirt, pool golibvirt.StoragePool) (bool, error) {
+	err := l.StoragePoolRefresh(pool, 0)
+	if err != nil && strings.Contains(err.Error(), "asynchronous jobs running") {
+		return true, nil
+	}
+	return false, err
 }
 
 // copyFailed returns the error of vmid's finished full copy, nil if none.

@@ -1,8 +1,11 @@
 package libvirt
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -11,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hyperfleet/hyperfleet/internal/testworld/tinyguest"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 )
 
@@ -284,4 +288,106 @@ func (o *recordingObserver) saw(call string) bool { return slices.Contains(o.cal
 
 func (o *recordingObserver) sawCode(code int) bool {
 	return slices.ContainsFunc(o.calls(), func(c string) bool { return strings.HasSuffix(c, " "+strconv.Itoa(code)) })
+}
+
+// TestFullCopyInterruptedByRestart: the operator restarts while libvirt
+// writes a full copy of the template's disk. libvirt creates the volume
+// before it writes it, so the restarted provider finds the disk: it must
+// wait for the copy to end (the pool refuses to refresh while a volume is
+// being written) instead of booting a half-written disk. The copy, the
+// qemu-img that libvirtd runs, is held stopped while the new provider
+// looks.
+func TestFullCopyInterruptedByRestart(t *testing.T) {
+	w := newWorld(t)
+	// A template whose disk holds 256 MiB of data, so that qemu-img
+	// copies for a while (zeros it would skip).
+	raw := filepath.Join(w.d.Dir(), "big.raw")
+	f, err := os.Create(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := bytes.Repeat([]byte{1}, 1<<20)
+	for range 256 {
+		if _, err := f.Write(block); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	disk := filepath.Join(w.d.Dir(), worldImages, "big.qcow2")
+	if out, err := exec.Command("qemu-img", "convert", "-q", "-f", "raw", "-O", "qcow2", raw, disk).CombinedOutput(); err != nil {
+		t.Fatalf("qemu-img: %v: %s", err, out)
+	}
+	images, err := w.conn.StoragePoolLookupByName(worldImages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.conn.StoragePoolRefresh(images, 0); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := tinyguest.Template(tinyguest.Options{Name: "big", Image: guestImage.img, Disk: disk, Network: worldNetwork}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.conn.DomainDefineXML(doc); err != nil {
+		t.Fatal(err)
+	}
+	cfg := w.cfg
+	s := *cfg.Settings.(*ClusterSettings)
+	s.FullCopies = true
+	cfg.Settings = &s
+	spec := w.faultSpec()
+	spec.Source = provider.TemplateSource{Linked: true, Settings: &TemplateRef{Domain: "big"}}
+
+	before := w.provider(t, cfg)
+	caught := w.d.StopNext(t, "qemu-img", time.Minute)
+	var prog provider.Progress
+	if _, err := drive(t, before, spec, &prog, func(r *provider.EnsureResult) bool { return strings.Contains(r.Message, "copying") }); err != nil {
+		t.Fatal(err)
+	}
+	resume := caught()
+
+	// The restart: a new provider, with nothing of the first one's memory.
+	after := w.provider(t, cfg)
+	for range 3 {
+		res, err := after.EnsureVM(t.Context(), spec, prog)
+		if err != nil {
+			t.Fatalf("EnsureVM after the restart, the copy held: %v", err)
+		}
+		if res.Phase != provider.PhaseCloning || !strings.Contains(res.Message, "began before a restart") {
+			t.Fatalf("EnsureVM after the restart, the copy held: phase %s (%s), want it waiting for the copy", res.Phase, res.Message)
+		}
+		prog = res.Progress
+	}
+	resume()
+	res, err := drive(t, after, spec, &prog, phaseIs(provider.PhaseRunning))
+	if err != nil {
+		t.Fatalf("after the copy ended: %v", err)
+	}
+	vol, err := w.conn.StorageVolLookupByName(images, diskVolume(t, w, res.Progress.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, allocation, err := w.conn.StorageVolGetInfo(vol); err != nil || allocation < 256<<20 {
+		t.Errorf("the VM's disk holds %d bytes (%v), want the template's 256 MiB copied", allocation, err)
+	}
+}
+
+// diskVolume is the volume name of VM id's disk, from its definition.
+func diskVolume(t *testing.T, w *world, id provider.ID) string {
+	t.Helper()
+	doc, err := w.conn.DomainGetXMLDesc(w.domainOf(t, id), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := parseDomain(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk, err := bootDisk(x)
+	if err != nil || disk.Source == nil || disk.Source.Volume == nil {
+		t.Fatalf("VM %s has no volume disk: %v", id, err)
+	}
+	return disk.Source.Volume.Volume
 }

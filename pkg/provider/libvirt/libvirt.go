@@ -245,6 +245,8 @@ type reservation struct {
 	vmid   int
 	host   string
 	memory int64
+	// diskWritten: this process took the VM's disk as written (disk.go).
+	diskWritten bool
 }
 
 // clone is a clone slot in use.
