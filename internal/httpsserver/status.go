@@ -7,21 +7,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/hyperfleet/hyperfleet/internal/metrics"
 )
 
 // serverReady is 1 while a server serves, 0 while it waits for its
 // certificate (or has not started, or stopped).
-var serverReady = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-	Namespace: "hyperfleet", Name: "https_server_ready",
-	Help: "1 while the operator's HTTPS server (server agent or webhook) serves; 0 while it waits for a TLS certificate it can load (the controllers keep running), or is stopped.",
-}, []string{"server"})
-
-func init() {
-	crmetrics.Registry.MustRegister(serverReady)
-}
+var serverReady = metrics.NewGaugeVec("https_server_ready",
+	"1 while the operator's HTTPS server (server agent or webhook) serves; 0 while it waits for a TLS certificate it can load (the controllers keep running), or is stopped.",
+	"server")
 
 // The waits between two attempts to load a missing or unloadable
 // certificate: doubling from certRetryFirst up to certRetryMax. Reading two
