@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadtest"
 )
 
 // TestResponseCarriesEachMethod: the broker's answer carries every
@@ -13,7 +14,7 @@ import (
 // authentication token in registrationToken.
 func TestResponseCarriesEachMethod(t *testing.T) {
 	for method, wantJIT := range map[workload.Method]bool{
-		workload.MethodJIT: true, workload.MethodRegistrationToken: false, workload.MethodAgentToken: false, workload.MethodRunnerAuthToken: false,
+		workloadtest.MethodJIT: true, workloadtest.MethodRegistrationToken: false, workloadtest.MethodAgentToken: false, workloadtest.MethodRunnerAuthToken: false,
 	} {
 		c := workload.Credential{Method: method, Secret: workload.NewSecret("s3cret")}
 		j, r := jit(c), regToken(c)

@@ -42,6 +42,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	fakeprovider "github.com/hyperfleet/hyperfleet/pkg/provider/fake"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadtest"
 )
 
 // The lifecycle properties' cheap world (properties 6, 7, 15 and 27): the
@@ -183,7 +184,7 @@ func (c *lifeCI) RunnerCredential(_ context.Context, claim *hfv1.MachineClaim) (
 	id := int64(c.issued[claim.UID])
 	c.mu.Unlock()
 	now := c.clk.Now()
-	cred := workload.Credential{Method: workload.MethodJIT, Secret: workload.NewSecret(jitSecretOf(string(claim.UID))),
+	cred := workload.Credential{Method: workloadtest.MethodJIT, Secret: workload.NewSecret(jitSecretOf(string(claim.UID))),
 		RunnerName: claim.Name, RunnerID: id, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}
 	st := &hfv1.BootstrapStatus{RunnerName: cred.RunnerName, RunnerID: cred.RunnerID, CredentialIssuedAt: &metav1.Time{Time: now}}
 	if old := claim.Status.Bootstrap; old != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/testworld/testobjects"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadtest"
 )
 
 // takenNameWorld is a GitHub organization (the simulator) in which two
@@ -113,7 +114,7 @@ func (w *takenNameWorld) runner(t *testing.T, name string) githubsim.Runner {
 func TestRunnerNameTakenBySomeoneElse(t *testing.T) {
 	w := newTakenNameWorld(t)
 	ctx := context.Background()
-	theirs, err := w.other.IssueCredential(ctx, workload.RunnerSpec{Name: "build-box", Labels: []string{"self-hosted"}, Method: workload.MethodJIT})
+	theirs, err := w.other.IssueCredential(ctx, workload.RunnerSpec{Name: "build-box", Labels: []string{"self-hosted"}, Method: workloadtest.MethodJIT})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
+	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadtest"
 )
 
 // guest is a provider whose only method in use is PlaceGuestFile: it
@@ -60,7 +61,7 @@ func (m *minter) RunnerCredential(_ context.Context, claim *hfv1.MachineClaim) (
 		st.CredentialRequestedAt = old.CredentialRequestedAt
 	}
 	claim.Status.Bootstrap = st
-	method, prefix := cmp.Or(m.method, workload.MethodJIT), "jit"
+	method, prefix := cmp.Or(m.method, workloadtest.MethodJIT), "jit"
 	if m.method != "" {
 		prefix = string(m.method)
 	}
@@ -288,9 +289,9 @@ func TestDeliverAgentConfig(t *testing.T) {
 // registrationToken.
 func TestDeliverEachMethod(t *testing.T) {
 	ctx := context.Background()
-	for _, method := range []workload.Method{workload.MethodJIT, workload.MethodRegistrationToken, workload.MethodAgentToken, workload.MethodRunnerAuthToken} {
+	for _, method := range []workload.Method{workloadtest.MethodJIT, workloadtest.MethodRegistrationToken, workloadtest.MethodAgentToken, workloadtest.MethodRunnerAuthToken} {
 		claim, m, g := runningClaim(), &minter{method: method}, &guest{}
-		if method == workload.MethodJIT {
+		if method == workloadtest.MethodJIT {
 			m.method = ""
 		}
 		s, _ := service(m, &claimMemory{})
@@ -300,17 +301,17 @@ func TestDeliverEachMethod(t *testing.T) {
 			}
 		}
 		doc, secret := placed(t, g), string(method)+"-1"
-		if method == workload.MethodJIT {
+		if method == workloadtest.MethodJIT {
 			secret = "jit-1"
 		}
 		got := doc.RegistrationToken
-		if method == workload.MethodJIT {
+		if method == workloadtest.MethodJIT {
 			got = doc.JITConfig
 		}
 		if got != secret || doc.JITConfig != "" && doc.RegistrationToken != "" {
 			t.Errorf("%s: placed %+v, want %s in its field alone", method, doc, secret)
 		}
-		if st := storedCredential(workload.Credential{Method: method, Secret: workload.NewSecret(secret)}); string(st.Method) != string(method) || st.JITConfig+st.RegistrationToken != secret || st.Validate() != nil && method != workload.MethodRegistrationToken {
+		if st := storedCredential(workload.Credential{Method: method, Secret: workload.NewSecret(secret)}); string(st.Method) != string(method) || st.JITConfig+st.RegistrationToken != secret || st.Validate() != nil && method != workloadtest.MethodRegistrationToken {
 			t.Errorf("%s: the secret store keeps %#v (%v)", method, st, st.Validate())
 		}
 	}

@@ -25,7 +25,7 @@ func TestContract(t *testing.T) {
 			Repository:   "octo-org/app",
 			UnknownJobID: "987654321",
 			Outside:      "octo-org/other",
-			Spec:         workload.RunnerSpec{Labels: ghworkload.RunnerLabels("linux", "x64", nil), Method: ghworkload.MethodJIT, WorkFolder: "/var/lib/hyperfleet/work"},
+			Spec:         workload.RunnerSpec{Labels: ghworkload.RunnerLabels("linux", "x64", nil), Method: workloadtest.MethodJIT, WorkFolder: "/var/lib/hyperfleet/work"},
 			QueueJob: func(t *testing.T, repository string, labels []string) string {
 				// Long enough to be running while the suite looks; the
 				// suite cancels or abandons it.
