@@ -229,7 +229,8 @@ func apiReasons(t *testing.T) (constants, ends map[string]string) {
 // errclass.Errorf, errclass.NewSentinel, provider.Errorf), assigned to a
 // variable, constant or struct field named reason, or returned by a
 // ReasonOf (its fallback); and, for each CI platform back-end (a
-// pkg/workload/* type whose Name method returns its name), the platform's
+// pkg/workload/* type whose Name method returns its name, or whose
+// platformbackend.Identity literal names it), the platform's
 // name before each reason of a configuration sentinel of pkg/workload
 // (workload.Classified) and before the literal the code appends to a
 // Name() call (be.Name()+"ScopeMissing").
@@ -262,7 +263,7 @@ func errorReasons(t *testing.T) map[string]string {
 		s.scan(p)
 	}
 	if len(s.platforms) == 0 {
-		t.Fatal("no CI platform back-end found (a Name method returning a string literal under pkg/workload/*)")
+		t.Fatal("no CI platform back-end found (a Name method returning a string literal, or a platformbackend.Identity with a literal Name, under pkg/workload/*)")
 	}
 	for _, p := range s.platforms {
 		for _, r := range s.platformSentinels {
@@ -343,6 +344,9 @@ func (s *reasonScan) declarations(p goPackage) {
 	consts := map[string]string{}
 	s.consts[p.dir] = consts
 	for _, f := range p.files {
+		if strings.HasPrefix(p.dir, "pkg/workload/") && !declaresNoRunner(p) {
+			s.platforms = append(s.platforms, identityNames(f)...)
+		}
 		for _, d := range f.Decls {
 			switch d := d.(type) {
 			case *ast.FuncDecl:
@@ -381,6 +385,39 @@ func (s *reasonScan) declarations(p goPackage) {
 			}
 		}
 	}
+}
+
+// identityNames are the platform names of f's platformbackend.Identity
+// literals (Name: "GitHub"): a back-end built on platformbackend.Base
+// takes its Name from there.
+func identityNames(f *ast.File) []string {
+	var names []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		lit, ok := n.(*ast.CompositeLit)
+		if !ok {
+			return true
+		}
+		sel, ok := lit.Type.(*ast.SelectorExpr)
+		if !ok || sel.Sel.Name != "Identity" {
+			return true
+		}
+		if pkg, ok := sel.X.(*ast.Ident); !ok || imports(f)[pkg.Name] != "platformbackend" {
+			return true
+		}
+		for _, el := range lit.Elts {
+			kv, ok := el.(*ast.KeyValueExpr)
+			if !ok {
+				continue
+			}
+			if key, ok := kv.Key.(*ast.Ident); ok && key.Name == "Name" {
+				if v, ok := stringValue(kv.Value); ok {
+					names = append(names, v)
+				}
+			}
+		}
+		return true
+	})
+	return names
 }
 
 // imports maps the names a file's imports go by to the imported packages'
