@@ -35,10 +35,10 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/metrics"
 	"github.com/hyperfleet/hyperfleet/internal/spire"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/credmethods"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadtest"
 )
 
 // ca is a trust domain's X.509 authority that signs X509-SVIDs.
@@ -115,7 +115,7 @@ func (i *issuer) RunnerCredential(_ context.Context, c *hfv1.MachineClaim) (work
 		return workload.Credential{}, i.err
 	}
 	c.Status.Bootstrap = &hfv1.BootstrapStatus{RunnerName: c.Name, RunnerID: 42, CredentialIssuedAt: &metav1.Time{Time: time.Now()}}
-	return workload.Credential{Method: workloadtest.MethodJIT, Secret: workload.NewSecret("jit-" + c.Name), RunnerName: c.Name, RunnerID: 42}, nil
+	return workload.Credential{Method: credmethods.MethodJIT, Secret: workload.NewSecret("jit-" + c.Name), RunnerName: c.Name, RunnerID: 42}, nil
 }
 
 type world struct {

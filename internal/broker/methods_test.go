@@ -3,8 +3,8 @@ package broker
 import (
 	"testing"
 
+	"github.com/hyperfleet/hyperfleet/internal/testworld/credmethods"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadtest"
 )
 
 // TestResponseCarriesEachMethod: the broker's answer carries every
@@ -14,7 +14,7 @@ import (
 // authentication token in registrationToken.
 func TestResponseCarriesEachMethod(t *testing.T) {
 	for method, wantJIT := range map[workload.Method]bool{
-		workloadtest.MethodJIT: true, workloadtest.MethodRegistrationToken: false, workloadtest.MethodAgentToken: false, workloadtest.MethodRunnerAuthToken: false,
+		credmethods.MethodJIT: true, credmethods.MethodRegistrationToken: false, credmethods.MethodAgentToken: false, credmethods.MethodRunnerAuthToken: false,
 	} {
 		c := workload.Credential{Method: method, Secret: workload.NewSecret("s3cret")}
 		j, r := jit(c), regToken(c)

@@ -35,6 +35,7 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/controller/machineclaim"
 	"github.com/hyperfleet/hyperfleet/internal/hypervisors"
 	"github.com/hyperfleet/hyperfleet/internal/identity"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/credmethods"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/identitytest"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/internal/workloads"
@@ -42,7 +43,6 @@ import (
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	fakeprovider "github.com/hyperfleet/hyperfleet/pkg/provider/fake"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadtest"
 )
 
 // The lifecycle properties' cheap world (properties 6, 7, 15 and 27): the
@@ -184,7 +184,7 @@ func (c *lifeCI) RunnerCredential(_ context.Context, claim *hfv1.MachineClaim) (
 	id := int64(c.issued[claim.UID])
 	c.mu.Unlock()
 	now := c.clk.Now()
-	cred := workload.Credential{Method: workloadtest.MethodJIT, Secret: workload.NewSecret(jitSecretOf(string(claim.UID))),
+	cred := workload.Credential{Method: credmethods.MethodJIT, Secret: workload.NewSecret(jitSecretOf(string(claim.UID))),
 		RunnerName: claim.Name, RunnerID: id, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}
 	st := &hfv1.BootstrapStatus{RunnerName: cred.RunnerName, RunnerID: cred.RunnerID, CredentialIssuedAt: &metav1.Time{Time: now}}
 	if old := claim.Status.Bootstrap; old != nil {

@@ -42,13 +42,13 @@ import (
 	"github.com/hyperfleet/hyperfleet/internal/identity"
 	"github.com/hyperfleet/hyperfleet/internal/manager"
 	"github.com/hyperfleet/hyperfleet/internal/scaling"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/credmethods"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/eventdump"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/extdns"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	proxmoxsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/proxmox"
 	"github.com/hyperfleet/hyperfleet/pkg/ownership"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadtest"
 	"github.com/hyperfleet/hyperfleet/test/testenv"
 )
 
@@ -336,7 +336,7 @@ func (testBootstrap) RunnerCredential(_ context.Context, claim *hfv1.MachineClai
 	n, _ := testCredentialsIssued.LoadOrStore(claim.UID, new(atomic.Int64))
 	id := n.(*atomic.Int64).Add(1)
 	now := time.Now()
-	cred := workload.Credential{Method: workloadtest.MethodJIT, Secret: workload.NewSecret(jitSecretOf(string(claim.UID))),
+	cred := workload.Credential{Method: credmethods.MethodJIT, Secret: workload.NewSecret(jitSecretOf(string(claim.UID))),
 		RunnerName: claim.Name, RunnerID: id, IssuedAt: now, ExpiresAt: now.Add(time.Hour)}
 	st := &hfv1.BootstrapStatus{RunnerName: cred.RunnerName, RunnerID: cred.RunnerID, CredentialIssuedAt: &metav1.Time{Time: now}}
 	if old := claim.Status.Bootstrap; old != nil {

@@ -17,11 +17,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/credmethods"
 	buildkitesim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/buildkite/buildkitesimtest"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadtest"
 )
 
 // TestWarmBuildkiteClaimWaitsForItsJob (warm VMs are bound to a job too),
@@ -124,7 +124,7 @@ func TestWarmBuildkiteClaimWaitsForItsJob(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the bound claim's credential: %v", err)
 	}
-	if cred.Method != workloadtest.MethodJobToken || cred.Job != job || !strings.HasPrefix(cred.Secret.Reveal(), "bkjat_") {
+	if cred.Method != credmethods.MethodJobToken || cred.Job != job || !strings.HasPrefix(cred.Secret.Reveal(), "bkjat_") {
 		t.Fatalf("the bound claim's credential: %+v", cred)
 	}
 	if st := warm.Status.Bootstrap; st == nil || st.RegisteredAt == nil || !st.RegisteredAt.Equal(&stoodBy) || st.RunnerName == "" {

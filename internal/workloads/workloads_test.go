@@ -15,12 +15,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/credmethods"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/testobjects"
 	"github.com/hyperfleet/hyperfleet/pkg/errclass"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadtest"
 )
 
 // takenNameWorld is a GitHub organization (the simulator) in which two
@@ -114,7 +114,7 @@ func (w *takenNameWorld) runner(t *testing.T, name string) githubsim.Runner {
 func TestRunnerNameTakenBySomeoneElse(t *testing.T) {
 	w := newTakenNameWorld(t)
 	ctx := context.Background()
-	theirs, err := w.other.IssueCredential(ctx, workload.RunnerSpec{Name: "build-box", Labels: []string{"self-hosted"}, Method: workloadtest.MethodJIT})
+	theirs, err := w.other.IssueCredential(ctx, workload.RunnerSpec{Name: "build-box", Labels: []string{"self-hosted"}, Method: credmethods.MethodJIT})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,9 @@ import (
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
 	"github.com/hyperfleet/hyperfleet/internal/agentconfig"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/credmethods"
 	"github.com/hyperfleet/hyperfleet/pkg/provider"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadtest"
 )
 
 // guest is a provider whose only method in use is PlaceGuestFile: it
@@ -61,7 +61,7 @@ func (m *minter) RunnerCredential(_ context.Context, claim *hfv1.MachineClaim) (
 		st.CredentialRequestedAt = old.CredentialRequestedAt
 	}
 	claim.Status.Bootstrap = st
-	method, prefix := cmp.Or(m.method, workloadtest.MethodJIT), "jit"
+	method, prefix := cmp.Or(m.method, credmethods.MethodJIT), "jit"
 	if m.method != "" {
 		prefix = string(m.method)
 	}
@@ -289,9 +289,9 @@ func TestDeliverAgentConfig(t *testing.T) {
 // registrationToken.
 func TestDeliverEachMethod(t *testing.T) {
 	ctx := context.Background()
-	for _, method := range []workload.Method{workloadtest.MethodJIT, workloadtest.MethodRegistrationToken, workloadtest.MethodAgentToken, workloadtest.MethodRunnerAuthToken} {
+	for _, method := range []workload.Method{credmethods.MethodJIT, credmethods.MethodRegistrationToken, credmethods.MethodAgentToken, credmethods.MethodRunnerAuthToken} {
 		claim, m, g := runningClaim(), &minter{method: method}, &guest{}
-		if method == workloadtest.MethodJIT {
+		if method == credmethods.MethodJIT {
 			m.method = ""
 		}
 		s, _ := service(m, &claimMemory{})
@@ -301,17 +301,17 @@ func TestDeliverEachMethod(t *testing.T) {
 			}
 		}
 		doc, secret := placed(t, g), string(method)+"-1"
-		if method == workloadtest.MethodJIT {
+		if method == credmethods.MethodJIT {
 			secret = "jit-1"
 		}
 		got := doc.RegistrationToken
-		if method == workloadtest.MethodJIT {
+		if method == credmethods.MethodJIT {
 			got = doc.JITConfig
 		}
 		if got != secret || doc.JITConfig != "" && doc.RegistrationToken != "" {
 			t.Errorf("%s: placed %+v, want %s in its field alone", method, doc, secret)
 		}
-		if st := storedCredential(workload.Credential{Method: method, Secret: workload.NewSecret(secret)}); string(st.Method) != string(method) || st.JITConfig+st.RegistrationToken != secret || st.Validate() != nil && method != workloadtest.MethodRegistrationToken {
+		if st := storedCredential(workload.Credential{Method: method, Secret: workload.NewSecret(secret)}); string(st.Method) != string(method) || st.JITConfig+st.RegistrationToken != secret || st.Validate() != nil && method != credmethods.MethodRegistrationToken {
 			t.Errorf("%s: the secret store keeps %#v (%v)", method, st, st.Validate())
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hyperfleet/hyperfleet/internal/testworld/credmethods"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
@@ -25,7 +26,7 @@ func TestContract(t *testing.T) {
 			Repository:   "octo-org/app",
 			UnknownJobID: "987654321",
 			Outside:      "octo-org/other",
-			Spec:         workload.RunnerSpec{Labels: ghworkload.RunnerLabels("linux", "x64", nil), Method: workloadtest.MethodJIT, WorkFolder: "/var/lib/hyperfleet/work"},
+			Spec:         workload.RunnerSpec{Labels: ghworkload.RunnerLabels("linux", "x64", nil), Method: credmethods.MethodJIT, WorkFolder: "/var/lib/hyperfleet/work"},
 			QueueJob: func(t *testing.T, repository string, labels []string) string {
 				// Long enough to be running while the suite looks; the
 				// suite cancels or abandons it.

@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hyperfleet/hyperfleet/internal/testworld/credmethods"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	ghworkload "github.com/hyperfleet/hyperfleet/pkg/workload/github"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadtest"
 )
 
 const testPATNoEnterprise = "ghp_providerTestPATwithoutEnterpriseScope0"
@@ -76,7 +76,7 @@ func TestEnterpriseScopeVerification(t *testing.T) {
 	// own runnerGroup, which the scope check does not read) is refused
 	// when issued; Default serves it.
 	outside := enterpriseProvider(t, gs, ent("outside-org"), "", testPAT)
-	spec := workload.RunnerSpec{Name: "outside-1", Labels: []string{"self-hosted"}, Group: "hyperfleet", Method: workloadtest.MethodJIT}
+	spec := workload.RunnerSpec{Name: "outside-1", Labels: []string{"self-hosted"}, Group: "hyperfleet", Method: credmethods.MethodJIT}
 	if _, err := outside.IssueCredential(ctx, spec); !errors.Is(err, workload.ErrInvalidRequest) || !strings.Contains(err.Error(), "does not allow organization outside-org") {
 		t.Fatalf("a runner of group hyperfleet for outside-org: %v", err)
 	}
@@ -103,7 +103,7 @@ func TestEnterpriseRunnerServesItsGroupsOrganizations(t *testing.T) {
 	ctx := context.Background()
 	p := enterpriseProvider(t, gs, workload.Scope{Enterprise: "octo-ent", Owner: "ent-org"}, "hyperfleet", testPAT)
 	labels := ghworkload.RunnerLabels("linux", "x64", nil)
-	cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "ent-1", Labels: labels, Group: "hyperfleet", Method: workloadtest.MethodJIT})
+	cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "ent-1", Labels: labels, Group: "hyperfleet", Method: credmethods.MethodJIT})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestEnterpriseRunnerServesItsGroupsOrganizations(t *testing.T) {
 	if list, err := p.ListRunners(ctx, "ent-"); err != nil || len(list) != 1 {
 		t.Fatalf("ListRunners = %+v, %v", list, err)
 	}
-	tok, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "ent-reg", Method: workloadtest.MethodRegistrationToken})
+	tok, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "ent-reg", Method: credmethods.MethodRegistrationToken})
 	if err != nil || tok.Secret.Reveal() == "" || tok.RegistrationURL != gs.URL+"/enterprises/octo-ent" {
 		t.Fatalf("registration token = %+v, %v", tok, err)
 	}

@@ -10,11 +10,11 @@ import (
 	"time"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/credmethods"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	ghworkload "github.com/hyperfleet/hyperfleet/pkg/workload/github"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadtest"
 )
 
 // feedEvents collects a feed's job events.
@@ -103,7 +103,7 @@ func TestScaleSetFeed(t *testing.T) {
 		t.Fatalf("queued event = %+v", queued)
 	}
 
-	cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "hf-linux-vm-1", Labels: labels, Method: workloadtest.MethodJIT, Feed: &spec})
+	cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "hf-linux-vm-1", Labels: labels, Method: credmethods.MethodJIT, Feed: &spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestScaleSetFeedRefusals(t *testing.T) {
 		t.Errorf("unknown runner group: %v, want ErrNotFound", err)
 	}
 	spec := workload.FeedSpec{Name: "hf", Labels: []string{"self-hosted"}}
-	if _, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "x", Method: workloadtest.MethodRegistrationToken, Feed: &spec}); !errors.Is(err, workload.ErrInvalidRequest) {
+	if _, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "x", Method: credmethods.MethodRegistrationToken, Feed: &spec}); !errors.Is(err, workload.ErrInvalidRequest) {
 		t.Errorf("registration token for a scale set's runner: %v, want ErrInvalidRequest", err)
 	}
 	// The Default group serves a feed that names none.
@@ -169,11 +169,11 @@ func TestScaleSetFeedRefusals(t *testing.T) {
 	if err != nil || f.ID() == 0 {
 		t.Fatalf("feed in the Default group: %v", err)
 	}
-	cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "hf-1", Method: workloadtest.MethodJIT, Feed: &spec})
+	cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "hf-1", Method: credmethods.MethodJIT, Feed: &spec})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "hf-1", Method: workloadtest.MethodJIT, Feed: &spec}); !errors.Is(err, workload.ErrNameTaken) {
+	if _, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "hf-1", Method: credmethods.MethodJIT, Feed: &spec}); !errors.Is(err, workload.ErrNameTaken) {
 		t.Errorf("a taken runner name: %v, want ErrNameTaken", err)
 	}
 	if err := p.DeregisterRunner(ctx, cred.RunnerID, "hf-1"); err != nil {

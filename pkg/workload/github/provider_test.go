@@ -19,11 +19,11 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/credmethods"
 	githubsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github"
 	"github.com/hyperfleet/hyperfleet/internal/testworld/simulator/github/githubsimtest"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	ghworkload "github.com/hyperfleet/hyperfleet/pkg/workload/github"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadtest"
 )
 
 const (
@@ -101,13 +101,13 @@ func TestJITRunnerLifecycleWithPAT(t *testing.T) {
 	p := newProvider(t, gs.Sim, gs.URL, gs.Transport, nil)
 	ctx := context.Background()
 	labels := ghworkload.RunnerLabels("linux", "x64", []string{"gpu"})
-	spec := workload.RunnerSpec{Name: "pool-abc-1a2b3c4d", Labels: labels, Method: workloadtest.MethodJIT, WorkFolder: "/var/lib/hyperfleet/work"}
+	spec := workload.RunnerSpec{Name: "pool-abc-1a2b3c4d", Labels: labels, Method: credmethods.MethodJIT, WorkFolder: "/var/lib/hyperfleet/work"}
 
 	cred, err := p.IssueCredential(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cred.RunnerID == 0 || cred.RunnerName != spec.Name || cred.Method != workloadtest.MethodJIT || cred.IssuedAt.IsZero() {
+	if cred.RunnerID == 0 || cred.RunnerName != spec.Name || cred.Method != credmethods.MethodJIT || cred.IssuedAt.IsZero() {
 		t.Fatalf("credential = %+v", cred)
 	}
 	files := jitFiles(t, cred.Secret.Reveal())
@@ -159,7 +159,7 @@ func TestJITConfigRunsOneJobAndBusyRunnerStays(t *testing.T) {
 	gs := githubsimtest.Start(t, simConfig())
 	p := newProvider(t, gs.Sim, gs.URL, gs.Transport, nil)
 	ctx := context.Background()
-	cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "busy-1", Labels: ghworkload.RunnerLabels("linux", "x64", nil), Method: workloadtest.MethodJIT})
+	cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "busy-1", Labels: ghworkload.RunnerLabels("linux", "x64", nil), Method: credmethods.MethodJIT})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestAppInstallationTokenIsCachedAndOrgRunnerGroupResolved(t *testing.T) {
 	ctx := context.Background()
 	for i := range 3 {
 		name := "org-runner-" + string(rune('a'+i))
-		if _, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: name, Labels: []string{"self-hosted"}, Group: "hyperfleet", Method: workloadtest.MethodJIT}); err != nil {
+		if _, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: name, Labels: []string{"self-hosted"}, Group: "hyperfleet", Method: credmethods.MethodJIT}); err != nil {
 			t.Fatal(err)
 		}
 		r, _ := gs.Sim.RunnerByName(name)
@@ -228,7 +228,7 @@ func TestAppInstallationTokenIsCachedAndOrgRunnerGroupResolved(t *testing.T) {
 func TestRegistrationToken(t *testing.T) {
 	gs := githubsimtest.Start(t, simConfig())
 	p := newProvider(t, gs.Sim, gs.URL, gs.Transport, nil)
-	cred, err := p.IssueCredential(context.Background(), workload.RunnerSpec{Name: "rt-1", Method: workloadtest.MethodRegistrationToken})
+	cred, err := p.IssueCredential(context.Background(), workload.RunnerSpec{Name: "rt-1", Method: credmethods.MethodRegistrationToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestRegistrationToken(t *testing.T) {
 	custom := newProvider(t, gs.Sim, gs.URL, gs.Transport, func(c *ghworkload.Config) {
 		c.RegistrationTokenURL = gs.URL + "/api/v3/repos/octo-org/other/actions/runners/registration-token"
 	})
-	if _, err := custom.IssueCredential(context.Background(), workload.RunnerSpec{Method: workloadtest.MethodRegistrationToken}); err != nil {
+	if _, err := custom.IssueCredential(context.Background(), workload.RunnerSpec{Method: credmethods.MethodRegistrationToken}); err != nil {
 		t.Fatalf("custom registration URL: %v", err)
 	}
 }
@@ -575,7 +575,7 @@ func TestQueuedJobsInRunsThatStarted(t *testing.T) {
 	}
 	// A runner takes the first job: the run is in progress, the second
 	// job still queued.
-	cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "matrix-a-runner", Labels: []string{"self-hosted", "matrix-a"}, Method: workloadtest.MethodJIT})
+	cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: "matrix-a-runner", Labels: []string{"self-hosted", "matrix-a"}, Method: credmethods.MethodJIT})
 	if err != nil {
 		t.Fatal(err)
 	}

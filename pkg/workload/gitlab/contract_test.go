@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/hyperfleet/hyperfleet/internal/testworld/credmethods"
 	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	glworkload "github.com/hyperfleet/hyperfleet/pkg/workload/gitlab"
@@ -23,7 +24,7 @@ func TestContract(t *testing.T) {
 			Repository:   "acme/platform/ci/tools",
 			UnknownJobID: "987654321",
 			Outside:      "acme/web",
-			Spec:         workload.RunnerSpec{Labels: []string{"linux", "hyperfleet"}, Method: workloadtest.MethodRunnerAuthToken, WorkFolder: "/var/lib/hyperfleet/builds"},
+			Spec:         workload.RunnerSpec{Labels: []string{"linux", "hyperfleet"}, Method: credmethods.MethodRunnerAuthToken, WorkFolder: "/var/lib/hyperfleet/builds"},
 			QueueJob: func(t *testing.T, repository string, labels []string) string {
 				pl, err := w.sim.CreatePipeline(gitlabsim.PipelineRequest{Project: repository, Jobs: []gitlabsim.JobConfig{{Name: "contract", Script: []string{"true"}, Tags: labels}}})
 				if err != nil {

@@ -17,10 +17,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	hfv1 "github.com/hyperfleet/hyperfleet/api/v1alpha1"
+	"github.com/hyperfleet/hyperfleet/internal/testworld/credmethods"
 	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	glworkload "github.com/hyperfleet/hyperfleet/pkg/workload/gitlab"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadtest"
 )
 
 // Tokens of the test world (simConfig).
@@ -135,7 +135,7 @@ func TestRunnersPerScope(t *testing.T) {
 			if err != nil {
 				t.Fatalf("IssueCredential: %v", err)
 			}
-			if cred.Method != workloadtest.MethodRunnerAuthToken || !strings.HasPrefix(cred.Secret.Reveal(), "glrt-") || cred.RunnerID == 0 ||
+			if cred.Method != credmethods.MethodRunnerAuthToken || !strings.HasPrefix(cred.Secret.Reveal(), "glrt-") || cred.RunnerID == 0 ||
 				cred.RunnerName != name || cred.RegistrationURL != w.srv.URL || cred.IssuedAt.IsZero() {
 				t.Fatalf("credential: %+v", cred)
 			}

@@ -9,10 +9,10 @@ import (
 
 	gl "gitlab.com/gitlab-org/api/client-go"
 
+	"github.com/hyperfleet/hyperfleet/internal/testworld/credmethods"
 	gitlabsim "github.com/hyperfleet/hyperfleet/internal/testworld/simulator/gitlab"
 	"github.com/hyperfleet/hyperfleet/pkg/workload"
 	glworkload "github.com/hyperfleet/hyperfleet/pkg/workload/gitlab"
-	"github.com/hyperfleet/hyperfleet/pkg/workload/workloadtest"
 )
 
 // TestRunnerBounds: every runner is created with the attributes that bound
@@ -43,7 +43,7 @@ func TestRunnerBounds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: tc.name, Labels: []string{"linux"}, Method: workloadtest.MethodRunnerAuthToken, JobTimeout: tc.jobTimeout})
+		cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: tc.name, Labels: []string{"linux"}, Method: credmethods.MethodRunnerAuthToken, JobTimeout: tc.jobTimeout})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +87,7 @@ func TestSealRunner(t *testing.T) {
 		if byName {
 			name = "vm-seal-by-name"
 		}
-		cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: name, Labels: []string{"linux"}, Method: workloadtest.MethodRunnerAuthToken})
+		cred, err := p.IssueCredential(ctx, workload.RunnerSpec{Name: name, Labels: []string{"linux"}, Method: credmethods.MethodRunnerAuthToken})
 		if err != nil {
 			t.Fatal(err)
 		}
