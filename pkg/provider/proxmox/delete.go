@@ -54,6 +54,9 @@ func (p *Provider) DeleteVM(ctx context.Context, owner provider.Owner, prev prov
 		}
 		prog.Node = node
 	}
+	// A VM deleted between its placement and its clone request gives
+	// back the slot its placement held.
+	p.releaseHold(prog.VMID)
 	if prog.Task == nil || prog.Task.Operation == opBoot {
 		// A lost Progress: an upload this process started may still run,
 		// and its file would outlive a deletion that did not wait for it.

@@ -207,7 +207,7 @@ func (c *ensureCall) place(ctx context.Context, exclude int) (*provider.EnsureRe
 	c.prog = progress{VMID: pl.vmid, Node: pl.node}
 	c.log.V(1).Info("Placed VM", "newVMID", pl.vmid, "newNode", pl.node)
 	res := c.result(provider.PhasePlaced, 0, "VM id %d reserved on node %s", pl.vmid, pl.node)
-	res.Waits = c.p.cloneWaits(ctx, c.spec, pl.node)
+	res.Waits = c.p.holdCloneSlot(ctx, c.spec, pl.node, pl.vmid)
 	return res, nil
 }
 

@@ -558,10 +558,16 @@ func (p *Provider) allocateLocked(view *clusterView) (int, error) {
 }
 
 // cloneSlot is a clone in flight, counted against the node and storage
-// limits.
+// limits, or a slot held for a VM just placed (heldSince set) whose clone
+// request follows in its claim's same pass.
 type cloneSlot struct {
 	node     string
 	storages []string
+	// heldSince is when the placement took the slot; zero once the clone
+	// request has it. A hold its clone request never claims (the
+	// reservation's status write failed, the claim went away) lapses
+	// after queueTTL.
+	heldSince time.Time
 }
 
 // queued is a VM waiting for a clone slot.
@@ -578,10 +584,12 @@ type queued struct {
 func (p *Provider) acquireCloneSlot(vmid int, owner provider.Owner, node string, storages []string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.clones[vmid] != nil {
+	now := p.clock.Now()
+	p.dropLapsedHoldsLocked(now)
+	if slot := p.clones[vmid]; slot != nil {
+		slot.heldSince = time.Time{}
 		return true
 	}
-	now := p.clock.Now()
 	before := len(p.queue)
 	live := p.queue[:0]
 	for _, q := range p.queue {
@@ -688,18 +696,18 @@ func (p *Provider) underCloneLimits(node string, storages []string, perNode, per
 	return true
 }
 
-// cloneWaits is why a clone of spec's VM on node would wait if it were
-// requested now (provider.EnsureResult.Waits): the clones in flight and
-// every VM already queued go first. Empty when it would start, or when
-// the template or the cluster's view cannot be read (the clone request
-// then finds out). VMs placed whose clone request is not sent yet are not
-// counted: concurrent claims send theirs in any order, so counting them
-// told a claim it would wait while the one placed before it waited
-// instead (two status writes more, not one fewer: found by test/e2e's
-// TestKubernetesRequestsPerJob). A hint that holds in a burst needs the
-// slot taken at placement (the reservation holding it, released when an
-// unsent reservation expires).
-func (p *Provider) cloneWaits(ctx context.Context, spec *provider.VMSpec, node string) string {
+// holdCloneSlot takes a clone slot for spec's VM vmid, just placed on
+// node, when its clone would start now, and otherwise says why it would
+// wait (provider.EnsureResult.Waits): the clones in flight, the slots
+// held for VMs placed before it and every VM already queued go first.
+// The slot is taken here, not when the clone request comes, so that the
+// answer holds in a burst: concurrent claims send their clone requests in
+// any order, and a slot free at placement was taken by another claim's
+// request before this one's, which then waited after saying it would not
+// (a status write more: found by test/e2e's TestKubernetesRequestsPerJob,
+// under load). Empty, holding nothing, when the template or the
+// cluster's view cannot be read (the clone request then finds out).
+func (p *Provider) holdCloneSlot(ctx context.Context, spec *provider.VMSpec, node string, vmid int) string {
 	tmpl, err := p.template(ctx, spec.Source)
 	if err != nil {
 		return ""
@@ -711,16 +719,43 @@ func (p *Provider) cloneWaits(ctx context.Context, spec *provider.VMSpec, node s
 	storages := p.cloneStorageKeys(view, tmpl, spec, node)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := p.clock.Now()
+	p.dropLapsedHoldsLocked(now)
+	if p.clones[vmid] != nil {
+		return ""
+	}
 	perNode, perStore := p.clonesLocked()
 	for _, q := range p.queue {
-		if p.clock.Since(q.seen) <= queueTTL {
+		if now.Sub(q.seen) <= queueTTL {
 			q.count(perNode, perStore)
 		}
 	}
-	if p.underCloneLimits(node, storages, perNode, perStore) {
-		return ""
+	if !p.underCloneLimits(node, storages, perNode, perStore) {
+		return p.slotWait(node)
 	}
-	return p.slotWait(node)
+	p.clones[vmid] = &cloneSlot{node: node, storages: storages, heldSince: now}
+	return ""
+}
+
+// dropLapsedHoldsLocked frees the slots held at placement whose clone
+// request has not come within queueTTL.
+func (p *Provider) dropLapsedHoldsLocked(now time.Time) {
+	for vmid, slot := range p.clones {
+		if !slot.heldSince.IsZero() && now.Sub(slot.heldSince) > queueTTL {
+			delete(p.clones, vmid)
+		}
+	}
+}
+
+// releaseHold frees vmid's slot if it is held for a clone not yet
+// requested (the VM is placed elsewhere, or deleted before its clone).
+func (p *Provider) releaseHold(vmid int) {
+	p.mu.Lock()
+	slot := p.clones[vmid]
+	p.mu.Unlock()
+	if slot != nil && !slot.heldSince.IsZero() {
+		p.releaseCloneSlot(vmid)
+	}
 }
 
 // slotWait is the message of a VM waiting for a clone slot on node.
